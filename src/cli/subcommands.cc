@@ -1,0 +1,13 @@
+// The registry of subcommands, in the order `gale --help` lists them.
+#include "cli/subcommands.h"
+
+namespace gale::cli {
+
+const std::vector<Subcommand>& subcommands() {
+  static const std::vector<Subcommand> table = {
+      {"pretrain", "train a GPT/LLaMA-style model (Megatron's pretrain_gpt.py flags)", run_pretrain},
+  };
+  return table;
+}
+
+}  // namespace gale::cli

@@ -1,0 +1,19 @@
+// The table of `gale` subcommands; each lives in its own cli/<name>.cc.
+#pragma once
+
+#include <vector>
+
+namespace gale::cli {
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);  // argv[0] is the subcommand name
+};
+
+const std::vector<Subcommand>& subcommands();
+
+// Each subcommand file defines one of these.
+int run_pretrain(int argc, char** argv);
+
+}  // namespace gale::cli

@@ -1,0 +1,78 @@
+// Rank-aware printing.
+#include "core/log.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace gale {
+
+namespace {
+int g_rank = 0;
+int g_world = 1;
+}  // namespace
+
+void set_log_identity(int global_rank, int world_size) {
+  g_rank = global_rank;
+  g_world = world_size;
+}
+int log_rank() { return g_rank; }
+int log_world_size() { return g_world; }
+bool is_first_rank() { return g_rank == 0; }
+bool is_last_rank() { return g_rank == g_world - 1; }
+
+void print_rank0(const std::string& line) {
+  if (!is_first_rank()) return;
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+void print_rank_last(const std::string& line) {
+  if (!is_last_rank()) return;
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+void print_all(const std::string& line) {
+  if (g_world > 1) std::fprintf(stdout, "[rank %d] ", g_rank);
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+void warn_rank0(const std::string& line) {
+  if (!is_first_rank()) return;
+  std::fprintf(stderr, "WARNING: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string timestamp_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace gale

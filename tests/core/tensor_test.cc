@@ -1,0 +1,68 @@
+// Tensor shapes, views, slices and the allocator's exact byte accounting.
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include "core/allocator.h"
+
+namespace gale {
+namespace {
+
+TEST(Tensor, EmptyHasShapeAndBytes) {
+  Tensor t = Tensor::empty({4, 2, 8});
+  EXPECT_TRUE(t.defined());
+  EXPECT_EQ(t.ndim(), 3);
+  EXPECT_EQ(t.numel(), 64);
+  EXPECT_EQ(t.nbytes(), 256u);
+  EXPECT_EQ(t.size(-1), 8);
+  EXPECT_EQ(t.shape_string(), "[4, 2, 8]");
+  Tensor b = Tensor::zeros({3}, DType::kBF16);
+  EXPECT_EQ(b.nbytes(), 6u);
+  EXPECT_EQ(bf16_to_float(b.data<bf16>()[2]), 0.0f);
+}
+
+TEST(Tensor, ViewAndSliceShareStorage) {
+  Tensor t = Tensor::zeros({4, 3});
+  Tensor v = t.view({2, -1});
+  EXPECT_EQ(v.size(1), 6);
+  Tensor s = t.slice(2, 2);
+  s.fill(5.0f);
+  EXPECT_EQ(t.data<float>()[5], 0.0f);
+  EXPECT_EQ(t.data<float>()[6], 5.0f);
+  EXPECT_EQ(v.data<float>()[11], 5.0f);
+}
+
+TEST(Tensor, CloneIsDeep) {
+  Tensor t = Tensor::zeros({2});
+  Tensor c = t.clone();
+  c.fill(1.0f);
+  EXPECT_EQ(t.data<float>()[0], 0.0f);
+}
+
+TEST(Allocator, CountsExactBytesAndPeak) {
+  Allocator& a = host_allocator();
+  int64_t before = a.current_bytes();
+  a.reset_peak();
+  {
+    Tensor x = Tensor::empty({1000});
+    EXPECT_EQ(a.current_bytes() - before, 4000);
+    {
+      Tensor y = Tensor::empty({10}, DType::kBF16);
+      EXPECT_EQ(a.current_bytes() - before, 4020);
+    }
+    EXPECT_EQ(a.current_bytes() - before, 4000);
+  }
+  EXPECT_EQ(a.current_bytes(), before);
+  EXPECT_EQ(a.peak_bytes() - before, 4020);
+}
+
+TEST(BF16, RoundToNearestEven) {
+  // 1 + 2^-8 is exactly halfway between two bf16 values: rounds to even (1.0).
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 1.0f / 256.0f)), 1.0f);
+  // 1 + 3*2^-8 rounds up to 1 + 2^-6.
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 3.0f / 256.0f)), 1.0f + 1.0f / 64.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
+}
+
+}  // namespace
+}  // namespace gale
