@@ -1,0 +1,126 @@
+// ArgParser over CLI11, with Megatron-style errors.
+#include "train/arg_parser.h"
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <sstream>
+
+namespace gale {
+
+struct ArgParser::Impl {
+  CLI::App app;
+  std::string group = "general";
+  std::vector<std::pair<std::string, CLI::Option*>> options;  // first name -> option
+  std::map<std::string, std::string> unsupported;              // flag -> why
+  std::map<std::string, std::vector<std::string>> unsupported_sink;
+  std::map<std::string, bool> supported;
+  Impl(const std::string& program, const std::string& description) : app(description, program) {
+    app.allow_extras(false);
+    app.option_defaults()->always_capture_default();
+  }
+  static std::string first_name(const std::string& flag) { return flag.substr(0, flag.find(',')); }
+  CLI::Option* record(const std::string& flag, CLI::Option* opt, bool is_supported = true) {
+    opt->group(group);
+    options.emplace_back(first_name(flag), opt);
+    supported[first_name(flag)] = is_supported;
+    return opt;
+  }
+};
+
+ArgParser::ArgParser(std::string program, std::string description)
+    : impl_(std::make_unique<Impl>(program, description)) {}
+ArgParser::~ArgParser() = default;
+
+void ArgParser::group(const std::string& name) { impl_->group = name; }
+
+void ArgParser::add(const std::string& flag, int64_t* dest, const std::string& help) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+}
+void ArgParser::add(const std::string& flag, int* dest, const std::string& help) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+}
+void ArgParser::add(const std::string& flag, double* dest, const std::string& help) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+}
+void ArgParser::add(const std::string& flag, std::string* dest, const std::string& help) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+}
+void ArgParser::add_choice(const std::string& flag, std::string* dest, const std::vector<std::string>& choices,
+                           const std::string& help) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help)->check(CLI::IsMember(choices)));
+}
+void ArgParser::add_list(const std::string& flag, std::vector<std::string>* dest, const std::string& help,
+                         int min_values) {
+  impl_->record(flag, impl_->app.add_option(flag, *dest, help)->expected(min_values, 1 << 20));
+}
+void ArgParser::add_flag(const std::string& flag, bool* dest, const std::string& help) {
+  impl_->record(flag, impl_->app.add_flag(flag, *dest, help));
+}
+void ArgParser::add_false(const std::string& flag, bool* dest, const std::string& help) {
+  bool initial = *dest;
+  CLI::Option* opt = impl_->app.add_flag_callback(flag, [dest] { *dest = false; }, help);
+  opt->default_str(initial ? "false" : "true");
+  impl_->record(flag, opt);
+}
+
+void ArgParser::add_unsupported(const std::string& flag, const std::string& why) {
+  auto& sink = impl_->unsupported_sink[flag];
+  CLI::Option* opt = impl_->app.add_option(flag, sink, "not supported yet: " + why)->expected(0, 1 << 20);
+  impl_->record(flag, opt, false)->group("not supported yet");
+  impl_->unsupported[Impl::first_name(flag)] = why;
+}
+
+Status ArgParser::parse(int argc, char** argv) {
+  try {
+    impl_->app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    help_requested_ = true;
+    return Status::Ok();
+  } catch (const CLI::ExtrasError& e) {
+    // "The following arguments were not expected: --foo 3"
+    std::string what = e.what();
+    auto colon = what.find(": ");
+    std::string rest = colon == std::string::npos ? what : what.substr(colon + 2);
+    std::string first = rest.substr(0, rest.find(' '));
+    if (!first.empty() && first[0] == '-')
+      return InvalidArgument("unknown flag ", first, " (run `", impl_->app.get_name(), " --help` for the list)");
+    return InvalidArgument("unexpected argument '", first, "': every value must follow a --flag");
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(e.what());
+  }
+  for (const auto& [flag, why] : impl_->unsupported) {
+    if (was_set(flag)) return Unimplemented(flag, ": not supported yet (", why, ")");
+  }
+  return Status::Ok();
+}
+
+std::string ArgParser::help_text() const { return impl_->app.help(); }
+
+bool ArgParser::was_set(const std::string& flag) const {
+  for (const auto& [name, opt] : impl_->options)
+    if (name == flag) return opt->count() > 0;
+  return false;
+}
+
+std::vector<std::string> ArgParser::given_flags() const {
+  std::vector<std::string> out;
+  for (const auto& [name, opt] : impl_->options)
+    if (opt->count() > 0) out.push_back(name);
+  return out;
+}
+
+std::vector<ArgParser::FlagInfo> ArgParser::flags() const {
+  std::vector<FlagInfo> out;
+  for (const auto& [name, opt] : impl_->options) {
+    FlagInfo info;
+    info.flag = name;
+    info.group = opt->get_group();
+    info.help = opt->get_description();
+    info.default_value = opt->get_default_str();
+    info.supported = impl_->supported[name];
+    out.push_back(info);
+  }
+  return out;
+}
+
+}  // namespace gale

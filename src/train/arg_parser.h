@@ -1,0 +1,71 @@
+// Megatron-style command-line flags on top of CLI11: typed flags bound to struct fields,
+// presence tests, "not supported yet" flags, and one-line errors that name the flag.
+//
+// Flags are spelled as in Megatron (`--num-layers 12`, `--swiglu`, `--no-load-optim`,
+// `--data-path 0.3 a 0.7 b`); `--flag=value` also works. A flag string may list aliases after a
+// comma ("--save-interval,--persistent-save-interval"); the first name is the flag's name for
+// was_set(). CLI11 stays inside arg_parser.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gale {
+
+class ArgParser {
+ public:
+  ArgParser(std::string program, std::string description);
+  ~ArgParser();
+  ArgParser(const ArgParser&) = delete;
+  ArgParser& operator=(const ArgParser&) = delete;
+
+  // Start a help section ("model", "training", ...); later flags are listed under it.
+  void group(const std::string& name);
+
+  // A flag taking one value, bound to *dest (whose current value is the default).
+  void add(const std::string& flag, int64_t* dest, const std::string& help);
+  void add(const std::string& flag, int* dest, const std::string& help);
+  void add(const std::string& flag, double* dest, const std::string& help);
+  void add(const std::string& flag, std::string* dest, const std::string& help);
+  // A flag taking one value from a fixed set.
+  void add_choice(const std::string& flag, std::string* dest, const std::vector<std::string>& choices,
+                  const std::string& help);
+  // A flag taking zero or more values (argparse nargs='*'); `min_values` may require one.
+  void add_list(const std::string& flag, std::vector<std::string>* dest, const std::string& help, int min_values = 0);
+  // A store_true flag; `add_false` is a store_false flag (e.g. --no-load-optim -> load_optim=false).
+  void add_flag(const std::string& flag, bool* dest, const std::string& help);
+  void add_false(const std::string& flag, bool* dest, const std::string& help);
+  // A Megatron flag that Gale knows but does not implement yet: accepted by the parser (with any
+  // number of values) and then rejected by parse() with "<flag>: not supported yet (<why>)".
+  void add_unsupported(const std::string& flag, const std::string& why);
+
+  // Parse argv[1..argc) (argv[0] is the program name). Returns an error naming the flag for an
+  // unknown flag, a missing or badly formed value, a value outside a choice list, or an
+  // unsupported flag. After `--help`, help_requested() is true and help_text() has the text.
+  Status parse(int argc, char** argv);
+  bool help_requested() const { return help_requested_; }
+  std::string help_text() const;
+
+  // True when the user gave `flag` on the command line (aliases count).
+  bool was_set(const std::string& flag) const;
+  // Every flag the user gave, in the order registered (for the start-up arguments dump).
+  std::vector<std::string> given_flags() const;
+
+  // All registered flags with their group, for documentation and `gale features`.
+  struct FlagInfo {
+    std::string flag, group, help, default_value;
+    bool supported = true;
+  };
+  std::vector<FlagInfo> flags() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  bool help_requested_ = false;
+};
+
+}  // namespace gale

@@ -1,0 +1,372 @@
+// Registration and validation of the pretrain flags (Megatron names, defaults and checks).
+#include "train/arguments.h"
+
+#include <cmath>
+
+namespace gale {
+
+void add_model_args(ArgParser& p, ModelArgs& a) {
+  p.group("model");
+  p.add("--num-layers", &a.num_layers, "number of transformer layers (required)");
+  p.add("--hidden-size", &a.hidden_size, "transformer hidden size (required)");
+  p.add("--ffn-hidden-size", &a.ffn_hidden_size, "MLP hidden size; default 4*hidden, or int(8*hidden/3/64)*64 with --swiglu");
+  p.add("--num-attention-heads", &a.num_attention_heads, "number of attention heads (required)");
+  p.add("--kv-channels", &a.kv_channels, "attention head dimension; default hidden/heads");
+  p.add_flag("--group-query-attention", &a.group_query_attention, "use grouped-query attention");
+  p.add("--num-query-groups", &a.num_query_groups, "number of key/value heads with --group-query-attention");
+  p.add("--seq-length", &a.seq_length, "sequence length (required)");
+  p.add("--max-position-embeddings", &a.max_position_embeddings, "maximum sequence length of position embeddings (required)");
+  p.add_choice("--position-embedding-type", &a.position_embedding_type, {"learned_absolute", "rope", "none"},
+               "position embedding");
+  p.add_flag("--use-rotary-position-embeddings", &a.use_rotary_position_embeddings, "legacy spelling of --position-embedding-type rope");
+  p.add("--rotary-base", &a.rotary_base, "RoPE base period");
+  p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
+  p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
+  p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
+  p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
+  p.add_flag("--untie-embeddings-and-output-weights", &a.untie_embeddings_and_output_weights,
+             "separate output layer weights instead of the tied input embedding");
+  p.add_false("--disable-bias-linear", &a.add_bias_linear, "no biases in linear layers");
+  p.add_flag("--add-qkv-bias", &a.add_qkv_bias, "bias on the QKV projection even with --disable-bias-linear");
+  p.add("--make-vocab-size-divisible-by", &a.make_vocab_size_divisible_by, "pad the vocabulary to a multiple of this (times TP)");
+  p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
+  p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
+  p.add("--init-method-std", &a.init_method_std, "standard deviation of the normal weight initialisation");
+}
+
+void add_training_args(ArgParser& p, TrainingArgs& a) {
+  p.group("training");
+  p.add("--micro-batch-size", &a.micro_batch_size, "samples per micro-batch per data-parallel rank (required)");
+  p.add("--global-batch-size", &a.global_batch_size, "samples per iteration; default micro-batch-size * data-parallel size");
+  p.add("--train-iters", &a.train_iters, "iterations to train (or --train-samples)");
+  p.add("--train-samples", &a.train_samples, "samples to train (or --train-iters)");
+  p.add("--exit-interval", &a.exit_interval, "exit after the iteration that is a multiple of this");
+  p.add("--exit-duration-in-mins", &a.exit_duration_in_mins, "exit after this many minutes");
+  p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");
+  p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd"}, "optimizer (adam is AdamW)");
+  p.add("--lr", &a.lr, "peak learning rate (required)");
+  p.add("--min-lr", &a.min_lr, "minimum learning rate");
+  p.add_choice("--lr-decay-style", &a.lr_decay_style, {"constant", "linear", "cosine", "inverse-square-root", "WSD"},
+               "learning-rate decay");
+  p.add("--lr-decay-iters", &a.lr_decay_iters, "iterations to decay over; default --train-iters");
+  p.add("--lr-decay-samples", &a.lr_decay_samples, "samples to decay over; default --train-samples");
+  p.add("--lr-warmup-iters", &a.lr_warmup_iters, "linear warmup iterations");
+  p.add("--lr-warmup-samples", &a.lr_warmup_samples, "linear warmup samples");
+  p.add("--lr-warmup-fraction", &a.lr_warmup_fraction, "warmup as a fraction of the decay steps");
+  p.add("--lr-warmup-init", &a.lr_warmup_init, "learning rate at the start of warmup");
+  p.add_choice("--lr-wsd-decay-style", &a.lr_wsd_decay_style, {"exponential", "linear", "cosine", "minus_sqrt"},
+               "decay of the WSD annealing phase");
+  p.add("--lr-wsd-decay-iters", &a.lr_wsd_decay_iters, "iterations of the WSD annealing phase");
+  p.add("--lr-wsd-decay-samples", &a.lr_wsd_decay_samples, "samples of the WSD annealing phase");
+  p.add("--weight-decay", &a.weight_decay, "AdamW weight decay (not applied to biases and norm weights)");
+  p.add("--start-weight-decay", &a.start_weight_decay, "weight decay at the start (non-constant increment)");
+  p.add("--end-weight-decay", &a.end_weight_decay, "weight decay at the end (non-constant increment)");
+  p.add_choice("--weight-decay-incr-style", &a.weight_decay_incr_style, {"constant", "linear", "cosine"},
+               "weight decay increment");
+  p.add("--clip-grad", &a.clip_grad, "clip the global gradient L2 norm to this (0 disables)");
+  p.add("--adam-beta1", &a.adam_beta1, "AdamW beta1");
+  p.add("--adam-beta2", &a.adam_beta2, "AdamW beta2");
+  p.add("--adam-eps", &a.adam_eps, "AdamW epsilon");
+  p.add("--sgd-momentum", &a.sgd_momentum, "SGD momentum");
+  p.add_false("--no-check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
+              "do not stop on NaN/inf loss or gradients");
+  p.add("--num-threads", &a.num_threads, "Gale: compute threads per process (default: OMP_NUM_THREADS or all cores)");
+}
+
+void add_parallel_args(ArgParser& p, ParallelArgs& a) {
+  p.group("distributed");
+  p.add("--tensor-model-parallel-size", &a.tensor_model_parallel_size, "tensor-parallel size");
+  p.add("--pipeline-model-parallel-size", &a.pipeline_model_parallel_size, "pipeline-parallel size");
+  p.add("--num-layers-per-virtual-pipeline-stage", &a.num_layers_per_virtual_pipeline_stage,
+        "layers per virtual pipeline stage (interleaved 1F1B)");
+  p.add("--num-virtual-stages-per-pipeline-rank", &a.num_virtual_stages_per_pipeline_rank,
+        "virtual pipeline stages per pipeline rank (interleaved 1F1B)");
+  p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
+  p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
+  p.add("--context-parallel-size", &a.context_parallel_size, "context-parallel size");
+  p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
+  p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
+  p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
+  p.add_flag("--overlap-grad-reduce", &a.overlap_grad_reduce, "overlap gradient reduction with backward");
+  p.add_flag("--overlap-param-gather", &a.overlap_param_gather, "overlap parameter all-gather with forward");
+  p.add_flag("--use-tp-pp-dp-mapping", &a.use_tp_pp_dp_mapping, "rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp");
+  p.add_choice("--distributed-backend", &a.distributed_backend, {"mpi", "nccl", "gloo"},
+               "collectives backend (mpi on CPUs; nccl needs a CUDA build)");
+  p.add("--distributed-timeout-minutes", &a.distributed_timeout_minutes, "timeout of collective operations");
+}
+
+void add_data_args(ArgParser& p, DataArgs& a) {
+  p.group("data");
+  p.add_list("--data-path", &a.data_path, "dataset prefix, weighted blend 'w1 p1 w2 p2 ...', or list 'p1 p2 ...'");
+  p.add("--split", &a.split, "train/valid/test proportions of --data-path (default '969, 30, 1')");
+  p.add_list("--train-data-path", &a.train_data_path, "training blend (instead of --data-path)");
+  p.add_list("--valid-data-path", &a.valid_data_path, "validation blend (instead of --data-path)");
+  p.add_list("--test-data-path", &a.test_data_path, "test blend (instead of --data-path)");
+  p.add("--data-args-path", &a.data_args_path, "file holding the --data-path text");
+  p.add("--per-split-data-args-path", &a.per_split_data_args_path, "JSON file with train/valid/test blends");
+  p.add_flag("--mock-data", &a.mock_data, "synthetic data (Megatron's mock GPT dataset)");
+  p.add("--data-cache-path", &a.data_cache_path, "where to cache dataset indices");
+  p.add_flag("--eod-mask-loss", &a.eod_mask_loss, "no loss on end-of-document tokens");
+  p.add_flag("--reset-position-ids", &a.reset_position_ids, "restart position ids after each end-of-document");
+  p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
+  p.add("--num-workers", &a.num_workers, "data loader threads");
+  p.add_false("--no-mmap-bin-files", &a.mmap_bin_files, "read .bin files instead of mapping them");
+}
+
+void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
+  p.group("tokenizer");
+  p.add_choice("--tokenizer-type", &a.tokenizer_type,
+               {"GPT2BPETokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
+                "Llama2Tokenizer", "NullTokenizer"},
+               "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files)");
+  p.add("--vocab-file", &a.vocab_file, "vocabulary file (GPT-2 vocab.json)");
+  p.add("--merge-file", &a.merge_file, "BPE merges file (GPT-2 merges.txt)");
+  p.add("--tokenizer-model", &a.tokenizer_model, "tokenizer model (SentencePiece .model, or tokenizer.json / its folder)");
+  p.add("--vocab-size", &a.vocab_size, "vocabulary size of NullTokenizer (and of --mock-data)");
+  p.add("--vocab-extra-ids", &a.vocab_extra_ids, "extra sentinel ids added to the vocabulary");
+}
+
+void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
+  p.group("checkpointing");
+  p.add("--save", &a.save, "directory to save checkpoints to");
+  p.add("--load", &a.load, "directory to load a checkpoint from");
+  p.add("--save-interval,--persistent-save-interval", &a.save_interval, "iterations between checkpoints (required with --save)");
+  p.add_false("--no-load-optim", &a.load_optim, "do not load optimizer state");
+  p.add_false("--no-load-rng", &a.load_rng, "do not load RNG state");
+  p.add_false("--no-save-optim", &a.save_optim, "do not save optimizer state");
+  p.add_false("--no-save-rng", &a.save_rng, "do not save RNG state");
+  p.add_flag("--finetune", &a.finetune, "load weights only; reset iteration, optimizer and RNG");
+  p.add_flag("--exit-on-missing-checkpoint", &a.exit_on_missing_checkpoint, "stop if --load has no checkpoint");
+}
+
+void add_logging_args(ArgParser& p, LoggingArgs& a) {
+  p.group("logging");
+  p.add("--log-interval", &a.log_interval, "iterations between log lines");
+  p.add_flag("--log-throughput", &a.log_throughput, "add TFLOP/s to the log line");
+  p.add_flag("--log-params-norm", &a.log_params_norm, "add the parameter L2 norm to the log line");
+  p.add_flag("--log-num-zeros-in-grad", &a.log_num_zeros_in_grad, "add the number of zero gradients to the log line");
+  p.add("--eval-interval", &a.eval_interval, "iterations between validation runs");
+  p.add("--eval-iters", &a.eval_iters, "iterations per validation run");
+  p.add("--timing-log-level", &a.timing_log_level, "timer detail (0-2)");
+}
+
+void add_unsupported_megatron_args(ArgParser& p) {
+  struct Entry {
+    const char* flag;
+    const char* why;
+  };
+  static const Entry entries[] = {
+      {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
+      {"--loss-scale", "fp16 loss scaling"},
+      {"--initial-loss-scale", "fp16 loss scaling"},
+      {"--min-loss-scale", "fp16 loss scaling"},
+      {"--loss-scale-window", "fp16 loss scaling"},
+      {"--hysteresis", "fp16 loss scaling"},
+      {"--apply-layernorm-1p", "zero-centered LayerNorm weights"},
+      {"--qk-layernorm", "normalization of queries and keys"},
+      {"--rotary-interleaved", "interleaved RoPE layout"},
+      {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
+      {"--use-rope-scaling", "Llama-3 RoPE scaling"},
+      {"--rope-scaling-factor", "Llama-3 RoPE scaling"},
+      {"--squared-relu", "squared-ReLU MLP"},
+      {"--openai-gelu", "tanh-approximated GeLU"},
+      {"--init-method-xavier-uniform", "Xavier initialisation"},
+      {"--num-experts", "mixture of experts"},
+      {"--moe-router-topk", "mixture of experts"},
+      {"--moe-aux-loss-coeff", "mixture of experts"},
+      {"--moe-token-dispatcher-type", "mixture of experts"},
+      {"--moe-grouped-gemm", "mixture of experts"},
+      {"--moe-ffn-hidden-size", "mixture of experts"},
+      {"--moe-layer-freq", "mixture of experts"},
+      {"--expert-tensor-parallel-size", "expert parallelism"},
+      {"--multi-latent-attention", "multi-head latent attention"},
+      {"--mtp-num-layers", "multi-token prediction"},
+      {"--recompute-granularity", "activation recomputation"},
+      {"--recompute-method", "activation recomputation"},
+      {"--recompute-num-layers", "activation recomputation"},
+      {"--recompute-activations", "activation recomputation"},
+      {"--distribute-saved-activations", "activation recomputation"},
+      {"--rampup-batch-size", "batch-size ramp-up"},
+      {"--tensorboard-dir", "TensorBoard logging"},
+      {"--wandb-project", "Weights & Biases logging"},
+      {"--ckpt-format", "Gale writes its own safetensors-based format (docs/formats/checkpoint.md)"},
+      {"--async-save", "asynchronous checkpoint saving"},
+      {"--tp-comm-overlap", "TP communication overlap"},
+      {"--dataloader-type", "data loaders other than 'single'"},
+      {"--split-sentences", "sentence splitting"},
+      {"--fp8-format", "FP8 training"},
+      {"--use-legacy-models", "legacy Megatron models (Gale implements the MCore GPT model)"},
+      {"--spec", "custom layer specs"},
+      {"--encoder-num-layers", "encoder-decoder models"},
+      {"--cp-comm-type", "context parallelism"},
+      {"--num-distributed-optimizer-instances", "several distributed-optimizer instances"},
+      {"--data-parallel-random-init", "different initialisation per data-parallel rank"},
+  };
+  for (const auto& e : entries) p.add_unsupported(e.flag, e.why);
+  // Implementation choices: Gale has one transformer implementation, which stands for both.
+  static std::string transformer_impl = "transformer_engine";
+  p.group("model");
+  p.add_choice("--transformer-impl", &transformer_impl, {"local", "transformer_engine"},
+               "accepted for compatibility: Gale has one implementation of both");
+}
+
+void add_all_pretrain_args(ArgParser& p, Arguments& a) {
+  add_model_args(p, a.model);
+  add_training_args(p, a.training);
+  add_parallel_args(p, a.parallel);
+  add_data_args(p, a.data);
+  add_tokenizer_args(p, a.tokenizer);
+  add_checkpoint_args(p, a.checkpoint);
+  add_logging_args(p, a.logging);
+  add_unsupported_megatron_args(p);
+}
+
+int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  int64_t multiple = divisible_by * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+namespace {
+Status required(int64_t v, const char* flag) {
+  if (v == kUnset) return InvalidArgument(flag, " is required");
+  if (v <= 0) return InvalidArgument(flag, ": expected a positive integer, found ", v);
+  return Status::Ok();
+}
+Status in_unit_interval(double v, const char* flag) {
+  if (!(v >= 0.0 && v < 1.0)) return InvalidArgument(flag, ": expected a probability in [0, 1), found ", v);
+  return Status::Ok();
+}
+}  // namespace
+
+Status validate_model_args(ModelArgs& m, const ArgParser& p) {
+  GALE_RETURN_IF_ERROR(required(m.num_layers, "--num-layers"));
+  GALE_RETURN_IF_ERROR(required(m.hidden_size, "--hidden-size"));
+  GALE_RETURN_IF_ERROR(required(m.num_attention_heads, "--num-attention-heads"));
+  GALE_RETURN_IF_ERROR(required(m.seq_length, "--seq-length"));
+  GALE_RETURN_IF_ERROR(required(m.max_position_embeddings, "--max-position-embeddings"));
+  if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
+  if (m.kv_channels == kUnset) {
+    if (m.hidden_size % m.num_attention_heads != 0)
+      return InvalidArgument("--hidden-size ", m.hidden_size, " must be divisible by --num-attention-heads ",
+                             m.num_attention_heads, " (or give --kv-channels)");
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  GALE_RETURN_IF_ERROR(required(m.kv_channels, "--kv-channels"));
+  if (m.ffn_hidden_size == kUnset) {
+    m.ffn_hidden_size = m.swiglu ? (4 * m.hidden_size * 2 / 3) / 64 * 64 : 4 * m.hidden_size;
+    // Megatron: int((4 * h * 2 / 3) / 64) * 64 computed in floats; same result for integers.
+  }
+  GALE_RETURN_IF_ERROR(required(m.ffn_hidden_size, "--ffn-hidden-size"));
+  if (m.group_query_attention) {
+    GALE_RETURN_IF_ERROR(required(m.num_query_groups, "--num-query-groups"));
+    if (m.num_attention_heads % m.num_query_groups != 0)
+      return InvalidArgument("--num-attention-heads ", m.num_attention_heads, " must be divisible by --num-query-groups ",
+                             m.num_query_groups);
+    m.num_kv_heads = m.num_query_groups;
+  } else {
+    m.num_kv_heads = m.num_attention_heads;
+  }
+  if (m.max_position_embeddings < m.seq_length)
+    return InvalidArgument("--max-position-embeddings ", m.max_position_embeddings, " must be at least --seq-length ",
+                           m.seq_length);
+  if (m.position_embedding_type == "rope") {
+    if (!(m.rotary_percent > 0.0 && m.rotary_percent <= 1.0))
+      return InvalidArgument("--rotary-percent: expected a value in (0, 1], found ", m.rotary_percent);
+    int64_t rot = static_cast<int64_t>(m.kv_channels * m.rotary_percent);
+    if (rot % 2 != 0 || rot == 0)
+      return InvalidArgument("--rotary-percent ", m.rotary_percent, " of --kv-channels ", m.kv_channels,
+                             " gives ", rot, " rotary dimensions; expected a positive even number");
+    if (m.rotary_base <= 0) return InvalidArgument("--rotary-base: expected a positive integer, found ", m.rotary_base);
+  }
+  if (!(m.norm_epsilon > 0.0)) return InvalidArgument("--norm-epsilon: expected a positive number, found ", m.norm_epsilon);
+  GALE_RETURN_IF_ERROR(in_unit_interval(m.attention_dropout, "--attention-dropout"));
+  GALE_RETURN_IF_ERROR(in_unit_interval(m.hidden_dropout, "--hidden-dropout"));
+  if (!(m.init_method_std > 0.0))
+    return InvalidArgument("--init-method-std: expected a positive number, found ", m.init_method_std);
+  GALE_RETURN_IF_ERROR(required(m.make_vocab_size_divisible_by, "--make-vocab-size-divisible-by"));
+  return Status::Ok();
+}
+
+Status validate_training_args(Arguments& a, const ArgParser& p) {
+  TrainingArgs& t = a.training;
+  GALE_RETURN_IF_ERROR(required(t.micro_batch_size, "--micro-batch-size"));
+  if (t.global_batch_size == kUnset) t.global_batch_size = t.micro_batch_size * a.parallel.data_parallel_size;
+  GALE_RETURN_IF_ERROR(required(t.global_batch_size, "--global-batch-size"));
+  if (t.global_batch_size % (t.micro_batch_size * a.parallel.data_parallel_size) != 0)
+    return InvalidArgument("--global-batch-size ", t.global_batch_size, " must be a multiple of --micro-batch-size ",
+                           t.micro_batch_size, " times the data-parallel size ", a.parallel.data_parallel_size);
+  bool iters = t.train_iters != kUnset, samples = t.train_samples != kUnset;
+  if (iters == samples) return InvalidArgument("give exactly one of --train-iters and --train-samples");
+  if (iters) {
+    GALE_RETURN_IF_ERROR(required(t.train_iters, "--train-iters"));
+    if (t.lr_decay_samples != kUnset) return InvalidArgument("--lr-decay-samples needs --train-samples, not --train-iters");
+    if (t.lr_warmup_samples != 0) return InvalidArgument("--lr-warmup-samples needs --train-samples, not --train-iters");
+    if (t.lr_wsd_decay_samples != kUnset) return InvalidArgument("--lr-wsd-decay-samples needs --train-samples");
+  } else {
+    GALE_RETURN_IF_ERROR(required(t.train_samples, "--train-samples"));
+    if (t.lr_decay_iters != kUnset) return InvalidArgument("--lr-decay-iters needs --train-iters, not --train-samples");
+    if (t.lr_warmup_iters != 0) return InvalidArgument("--lr-warmup-iters needs --train-iters, not --train-samples");
+    if (t.lr_wsd_decay_iters != kUnset) return InvalidArgument("--lr-wsd-decay-iters needs --train-iters");
+  }
+  if (!unset(t.lr_warmup_fraction) && (t.lr_warmup_iters != 0 || t.lr_warmup_samples != 0))
+    return InvalidArgument("--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples are exclusive");
+  if (!unset(t.lr_warmup_fraction) && !(t.lr_warmup_fraction >= 0.0 && t.lr_warmup_fraction < 1.0))
+    return InvalidArgument("--lr-warmup-fraction: expected a value in [0, 1), found ", t.lr_warmup_fraction);
+  if (unset(t.lr)) return InvalidArgument("--lr is required");
+  if (!(t.lr >= 0.0)) return InvalidArgument("--lr: expected a non-negative number, found ", t.lr);
+  if (!(t.min_lr >= 0.0)) return InvalidArgument("--min-lr: expected a non-negative number, found ", t.min_lr);
+  if (t.min_lr > t.lr) return InvalidArgument("--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
+  if (t.lr_warmup_init > t.lr) return InvalidArgument("--lr-warmup-init ", t.lr_warmup_init, " must not exceed --lr ", t.lr);
+  if (t.lr_decay_style == "WSD" && t.lr_wsd_decay_iters == kUnset && t.lr_wsd_decay_samples == kUnset)
+    return InvalidArgument("--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
+  if (t.weight_decay_incr_style == "constant") {
+    if (!unset(t.start_weight_decay) || !unset(t.end_weight_decay))
+      return InvalidArgument("--start-weight-decay/--end-weight-decay need --weight-decay-incr-style linear or cosine");
+    t.start_weight_decay = t.weight_decay;
+    t.end_weight_decay = t.weight_decay;
+  } else {
+    if (unset(t.start_weight_decay) || unset(t.end_weight_decay))
+      return InvalidArgument("--weight-decay-incr-style ", t.weight_decay_incr_style,
+                             " needs --start-weight-decay and --end-weight-decay");
+    if (t.end_weight_decay < t.start_weight_decay)
+      return InvalidArgument("--end-weight-decay must be at least --start-weight-decay");
+  }
+  if (t.weight_decay < 0.0) return InvalidArgument("--weight-decay: expected a non-negative number, found ", t.weight_decay);
+  if (t.clip_grad < 0.0) return InvalidArgument("--clip-grad: expected a non-negative number, found ", t.clip_grad);
+  if (!(t.adam_beta1 >= 0.0 && t.adam_beta1 < 1.0)) return InvalidArgument("--adam-beta1: expected a value in [0, 1), found ", t.adam_beta1);
+  if (!(t.adam_beta2 >= 0.0 && t.adam_beta2 < 1.0)) return InvalidArgument("--adam-beta2: expected a value in [0, 1), found ", t.adam_beta2);
+  if (!(t.adam_eps > 0.0)) return InvalidArgument("--adam-eps: expected a positive number, found ", t.adam_eps);
+  if (t.seed <= 0 || t.seed > 4294967295LL) return InvalidArgument("--seed: expected an integer in [1, 2^32-1], found ", t.seed);
+  if (t.num_threads < 0) return InvalidArgument("--num-threads: expected a non-negative integer, found ", t.num_threads);
+  LoggingArgs& l = a.logging;
+  if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
+  if (l.eval_interval <= 0) return InvalidArgument("--eval-interval: expected a positive integer, found ", l.eval_interval);
+  if (l.eval_iters < 0) return InvalidArgument("--eval-iters: expected a non-negative integer, found ", l.eval_iters);
+  return Status::Ok();
+}
+
+Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
+  CheckpointArgs& c = a.checkpoint;
+  if (!c.save.empty() && c.save_interval == kUnset)
+    return InvalidArgument("--save needs --save-interval (iterations between checkpoints)");
+  if (c.save_interval != kUnset && c.save_interval <= 0)
+    return InvalidArgument("--save-interval: expected a positive integer, found ", c.save_interval);
+  if (c.save.empty() && p.was_set("--save-interval"))
+    return InvalidArgument("--save-interval needs --save (the directory to write checkpoints to)");
+  return Status::Ok();
+}
+
+}  // namespace gale
+
+namespace gale {
+
+Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
+  GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
+  GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
+  GALE_RETURN_IF_ERROR(validate_training_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_data_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
+  return Status::Ok();
+}
+
+}  // namespace gale

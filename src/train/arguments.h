@@ -1,0 +1,186 @@
+// Every `gale pretrain` flag, grouped as in Megatron's arguments.py, with Megatron's defaults.
+//
+// Each group is a plain struct (field = flag with '-' -> '_'), a function that registers its
+// flags on an ArgParser, and a validation step that fills derived values (e.g. ffn_hidden_size
+// from hidden_size) and rejects inconsistent values with one line naming the flag. Layers below
+// train/ never see these structs: they receive their own config structs built from them.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "train/arg_parser.h"
+
+namespace gale {
+
+constexpr int64_t kUnset = -1;
+inline bool unset(double v) { return v != v; }  // NaN marks an unset float flag
+constexpr double kUnsetF = std::numeric_limits<double>::quiet_NaN();
+
+struct ModelArgs {
+  int64_t num_layers = kUnset;
+  int64_t hidden_size = kUnset;
+  int64_t ffn_hidden_size = kUnset;  // -> 4h, or int(4h*2/3/64)*64 with --swiglu
+  int64_t num_attention_heads = kUnset;
+  int64_t kv_channels = kUnset;  // -> h / heads
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;  // used only with --group-query-attention
+  int64_t seq_length = kUnset;
+  int64_t max_position_embeddings = kUnset;
+  std::string position_embedding_type = "learned_absolute";
+  bool use_rotary_position_embeddings = false;  // legacy spelling of --position-embedding-type rope
+  int64_t rotary_base = 10000;
+  double rotary_percent = 1.0;
+  std::string normalization = "LayerNorm";
+  double norm_epsilon = 1e-5;
+  bool swiglu = false;
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;  // --disable-bias-linear sets false
+  bool add_qkv_bias = false;
+  int64_t make_vocab_size_divisible_by = 128;
+  double attention_dropout = 0.1;
+  double hidden_dropout = 0.1;
+  double init_method_std = 0.02;
+
+  // Derived by validation.
+  int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
+  int64_t padded_vocab_size = 0;  // set once the tokenizer's vocabulary is known
+};
+
+struct TrainingArgs {
+  int64_t micro_batch_size = kUnset;
+  int64_t global_batch_size = kUnset;  // -> micro_batch_size * data_parallel_size
+  int64_t train_iters = kUnset;
+  int64_t train_samples = kUnset;
+  int64_t exit_interval = kUnset;
+  double exit_duration_in_mins = kUnsetF;
+  int64_t seed = 1234;
+  std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
+  double lr = kUnsetF;
+  double min_lr = 0.0;
+  std::string lr_decay_style = "linear";
+  int64_t lr_decay_iters = kUnset;
+  int64_t lr_decay_samples = kUnset;
+  int64_t lr_warmup_iters = 0;
+  int64_t lr_warmup_samples = 0;
+  double lr_warmup_fraction = kUnsetF;
+  double lr_warmup_init = 0.0;
+  std::string lr_wsd_decay_style = "exponential";
+  int64_t lr_wsd_decay_iters = kUnset;
+  int64_t lr_wsd_decay_samples = kUnset;
+  double weight_decay = 0.01;
+  double start_weight_decay = kUnsetF;
+  double end_weight_decay = kUnsetF;
+  std::string weight_decay_incr_style = "constant";
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double sgd_momentum = 0.9;
+  bool check_for_nan_in_loss_and_grad = true;
+  int num_threads = 0;  // Gale: OpenMP threads (0 = OMP_NUM_THREADS or all cores)
+};
+
+struct ParallelArgs {
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  int64_t num_layers_per_virtual_pipeline_stage = kUnset;
+  int64_t num_virtual_stages_per_pipeline_rank = kUnset;
+  int64_t decoder_first_pipeline_num_layers = kUnset;
+  int64_t decoder_last_pipeline_num_layers = kUnset;
+  int64_t context_parallel_size = 1;
+  int64_t expert_model_parallel_size = 1;
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool use_tp_pp_dp_mapping = false;
+  std::string distributed_backend = "mpi";  // Megatron's default is nccl; Gale maps nccl to mpi on CPUs
+  int64_t distributed_timeout_minutes = 10;
+
+  // Derived.
+  int64_t world_size = 1;
+  int64_t data_parallel_size = 1;
+};
+
+struct DataArgs {
+  std::vector<std::string> data_path;
+  std::string split;  // "" -> "969, 30, 1" when --data-path is given
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;
+  std::string data_args_path, per_split_data_args_path;
+  bool mock_data = false;
+  std::string data_cache_path;
+  bool eod_mask_loss = false;
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  int64_t num_workers = 2;
+  bool mmap_bin_files = true;  // --no-mmap-bin-files
+};
+
+struct TokenizerArgs {
+  std::string tokenizer_type;  // "" -> GPT2BPETokenizer (pretrain_gpt's default), or NullTokenizer with --mock-data
+  std::string vocab_file, merge_file, tokenizer_model;
+  int64_t vocab_size = kUnset;
+  int64_t vocab_extra_ids = 0;
+};
+
+struct CheckpointArgs {
+  std::string save, load;
+  int64_t save_interval = kUnset;
+  bool load_optim = true;  // --no-load-optim
+  bool load_rng = true;    // --no-load-rng
+  bool save_optim = true;  // --no-save-optim
+  bool save_rng = true;    // --no-save-rng
+  bool finetune = false;
+  bool exit_on_missing_checkpoint = false;
+};
+
+struct LoggingArgs {
+  int64_t log_interval = 100;
+  bool log_throughput = false;
+  bool log_params_norm = false;
+  bool log_num_zeros_in_grad = false;
+  int64_t eval_interval = 1000;
+  int64_t eval_iters = 100;
+  int64_t timing_log_level = 0;
+};
+
+struct Arguments {
+  ModelArgs model;
+  TrainingArgs training;
+  ParallelArgs parallel;
+  DataArgs data;
+  TokenizerArgs tokenizer;
+  CheckpointArgs checkpoint;
+  LoggingArgs logging;
+};
+
+void add_model_args(ArgParser& p, ModelArgs& a);
+void add_training_args(ArgParser& p, TrainingArgs& a);
+void add_parallel_args(ArgParser& p, ParallelArgs& a);
+void add_data_args(ArgParser& p, DataArgs& a);
+void add_tokenizer_args(ArgParser& p, TokenizerArgs& a);
+void add_checkpoint_args(ArgParser& p, CheckpointArgs& a);
+void add_logging_args(ArgParser& p, LoggingArgs& a);
+// Megatron flags Gale does not implement yet: accepted by the parser, rejected with "not supported yet".
+void add_unsupported_megatron_args(ArgParser& p);
+
+// Registers all groups above (what `gale pretrain` accepts).
+void add_all_pretrain_args(ArgParser& p, Arguments& a);
+
+// Cross-flag validation and derived values, as Megatron's validate_args. `world_size` is the
+// number of processes. Errors are one line naming the flag.
+Status validate_model_args(ModelArgs& m, const ArgParser& p);
+Status validate_training_args(Arguments& a, const ArgParser& p);
+Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size);
+Status validate_data_args(Arguments& a, const ArgParser& p);
+Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
+Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size);
+
+// Megatron's vocabulary padding: ceil(V / (divisible_by * tp)) * divisible_by * tp.
+int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);
+
+}  // namespace gale
