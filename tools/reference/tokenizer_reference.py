@@ -70,25 +70,9 @@ TEXTS = [
 
 
 def megatron_module():
-    root = os.environ.get("MEGATRON_LM")
-    if not root:
-        sys.exit("set MEGATRON_LM to a Megatron-LM checkout at tag core_v0.12.1")
-
-    def stub(name):
-        m = types.ModuleType(name)
-        m.__path__ = [os.path.join(root, *name.split("."))]
-        sys.modules[name] = m
-
-    for name in ["megatron", "megatron.core", "megatron.core.datasets", "megatron.training", "megatron.training.tokenizer"]:
-        stub(name)
-    utils = types.ModuleType("megatron.training.utils")
-    utils.print_rank_0 = lambda *a, **k: None
-    sys.modules[utils.__name__] = utils
-    mm = types.ModuleType("megatron.training.tokenizer.multimodal_tokenizer")
-    mm.MultimodalTokenizer = object
-    sys.modules[mm.__name__] = mm
-    import megatron.training.tokenizer.tokenizer as T  # noqa: E402
-    return T
+    sys.path.insert(0, HERE)
+    import megatron_stubs
+    return megatron_stubs.install()
 
 
 def megatron_tokenizer(T, **kw):
