@@ -109,6 +109,12 @@ Status BlendedDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t
   return d->sample_tokens(dataset_sample_index_[static_cast<size_t>(k)], pad, out);
 }
 
+bool BlendedDataset::loaded_from_cache() const {
+  for (const auto& d : datasets_)
+    if (!d->loaded_from_cache()) return false;
+  return true;
+}
+
 std::string BlendedDataset::describe() const {
   std::string s = str_cat("blend of ", datasets_.size(), " datasets, ", size(), " samples; weights");
   for (double w : weights_) {
@@ -116,7 +122,7 @@ std::string BlendedDataset::describe() const {
     std::snprintf(buf, sizeof buf, " %.4f", w);
     s += buf;
   }
-  return s;
+  return s + (loaded_from_cache() ? " (indices from cache)" : "");
 }
 
 }  // namespace gale

@@ -28,6 +28,7 @@ class TokenDataset {
   // S + E ids; positions past the end of the data (drop_last false only) hold `pad`.
   virtual Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const = 0;
   virtual std::string describe() const = 0;  // one line for the start-up log
+  virtual bool loaded_from_cache() const = 0;  // every index came from --data-cache-path
 };
 
 class GptDataset : public TokenDataset {
@@ -45,7 +46,7 @@ class GptDataset : public TokenDataset {
   std::string describe() const override;
 
   const GptIndices& indices() const { return indices_; }
-  bool loaded_from_cache() const { return loaded_from_cache_; }
+  bool loaded_from_cache() const override { return loaded_from_cache_; }
   int64_t num_samples_requested() const { return params_.num_samples; }
 
  private:
@@ -71,6 +72,7 @@ class BlendedDataset : public TokenDataset {
   Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const override;
   std::string describe() const override;
 
+  bool loaded_from_cache() const override;
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
   const std::vector<int64_t>& dataset_sample_index() const { return dataset_sample_index_; }
 

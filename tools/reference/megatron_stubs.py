@@ -44,6 +44,9 @@ def install():
     cu = types.ModuleType("megatron.core.utils")
     cu.log_single_rank = lambda logger, level, *a, **k: logger.log(level, *a, **k)
     sys.modules[cu.__name__] = cu
+    ps = types.ModuleType("megatron.core.parallel_state")  # datasets only ask for the virtual pipeline rank
+    ps.get_virtual_pipeline_model_parallel_rank = lambda: None
+    sys.modules[ps.__name__] = ps
     import megatron.training.tokenizer.tokenizer as T  # noqa: E402
     sys.modules["megatron.training.tokenizer"].build_tokenizer = T.build_tokenizer
     src = open(os.path.join(r, "megatron", "training", "arguments.py")).read()
