@@ -50,8 +50,9 @@ TEST(TrainingLog, OptionalFields) {
 }
 
 TEST(TrainingLog, ValidationBlock) {
+  // Layout of a real Megatron log (its loss had more digits, so its PPL differs in the last place).
   std::string b = format_validation_block("iteration 19000", 1.280714);
-  std::string line = " validation loss at iteration 19000 | lm loss value: 1.280714E+00 | lm loss PPL: 3.599210E+00 | ";
+  std::string line = " validation loss at iteration 19000 | lm loss value: 1.280714E+00 | lm loss PPL: 3.599209E+00 | ";
   std::string rule(line.size() + 1, '-');
   EXPECT_EQ(b, rule + "\n" + line + "\n" + rule);
   // PPL saturates at exp(20).
