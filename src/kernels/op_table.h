@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 
+#include "core/tensor.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -56,14 +57,44 @@ using ActivationForwardFn = void (*)(float* u, const float* bias, float* act, in
 using ActivationBackwardFn = void (*)(const float* dact, const float* u, float* du, float* dbias, int64_t rows,
                                       int64_t F);
 
+// Residual branch end fused with the next normalisation (the layer's x_mid -> norm2):
+//   out = residual + dropout(x + bias);  y = Norm(out)   (stats as NormForwardFn).
+// Backward stays the two separate backward entries.
+using BiasDropoutAddNormFn = void (*)(const float* x, const float* bias, const float* residual, float* out,
+                                      const NormSpec& norm, const float* w, const float* b, float* y, float* stats,
+                                      int64_t rows, int64_t cols, const DropoutSpec& spec);
+
+// Output layer + cross-entropy over this rank's vocabulary slice W [Vl, H] (columns
+// [vocab_start, vocab_start + Vl) of the vocabulary), for x [T, H]:
+//   forward writes, per token, the slice's max logit, Σ exp(logit − max) over the slice, and the
+//   target's logit (0 when the target is outside the slice). The caller merges slices across TP
+//   ranks into lse[t] = log Σ_v exp(logit) over the whole vocabulary.
+//   backward, given lse and dloss[t], WRITES dx [T, H] and ACCUMULATES dW [Vl, H] with
+//   d logits = (softmax − onehot)·dloss.
+// `saved` carries whatever the implementation keeps between the two calls: the reference keeps
+// the [T, Vl] logits (and turns them into their gradient in place); a fused version may keep
+// nothing and work in chunks. When `single_slice` (no vocabulary split) and `dloss` is given at
+// forward time, an implementation may finish the whole backward inside forward (dW accumulated,
+// dx stored in `saved`); backward then only hands dx over. Evaluation passes dloss = nullptr.
+struct LmHeadProblem {
+  int64_t T = 0, H = 0, Vl = 0, vocab_start = 0;
+  const float* x = nullptr;
+  const float* W = nullptr;
+  const int32_t* targets = nullptr;
+  bool single_slice = true;
+  const float* dloss = nullptr;  // [T] or null
+  float* dW = nullptr;           // gradient of W (for an eager backward)
+};
+using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, float* slice_sumexp,
+                                     float* target_logit, Tensor* saved);
+using LmHeadLossBackwardFn = void (*)(const LmHeadProblem& p, const float* lse, const float* dloss, float* dx,
+                                      float* dW, Tensor* saved);
+
 using AttentionForwardFn = decltype(&attention_forward_ref);
 using AttentionBackwardFn = decltype(&attention_backward_ref);
 using RopeFn = decltype(&rope_forward_ref);
 using EmbeddingForwardFn = decltype(&embedding_forward_ref);
 using EmbeddingBackwardFn = decltype(&embedding_backward_ref);
-using CeRowMaxFn = decltype(&ce_row_max);
-using CeSumexpFn = decltype(&ce_sumexp_and_target);
-using CeBackwardFn = decltype(&ce_backward_inplace);
 using AdamWFn = decltype(&adamw_step_ref);
 
 struct OpTable {
@@ -71,6 +102,7 @@ struct OpTable {
   NormBackwardFn norm_backward;
   BiasDropoutAddFn bias_dropout_add;
   BiasDropoutAddBackwardFn bias_dropout_add_backward;
+  BiasDropoutAddNormFn bias_dropout_add_norm;
   ActivationForwardFn gelu_forward;
   ActivationBackwardFn gelu_backward;
   ActivationForwardFn swiglu_forward;
@@ -81,9 +113,8 @@ struct OpTable {
   AttentionBackwardFn attention_backward;
   EmbeddingForwardFn embedding_forward;
   EmbeddingBackwardFn embedding_backward;
-  CeRowMaxFn ce_row_max;
-  CeSumexpFn ce_sumexp;
-  CeBackwardFn ce_backward;
+  LmHeadLossForwardFn lm_head_loss_forward;
+  LmHeadLossBackwardFn lm_head_loss_backward;
   AdamWFn adamw_step;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.

@@ -1,6 +1,7 @@
 // GPTModel: parameter registration, embedding, layer stack, head and loss, forward/backward.
 #include "model/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/linear.h"
@@ -15,7 +16,7 @@ struct GPTModel::State {
   std::vector<float> mask_sb;
   std::vector<LayerSaved> layers;
   // Head (last stage).
-  Tensor final_in, final_stats, final_out_full, logits, row_max, sumexp;
+  Tensor final_in, final_stats, final_out_full, lse, head_saved;
 };
 
 namespace {
@@ -191,28 +192,41 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
 void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden, Tl = x.size(0);
-  const int64_t Vl = c.vocab / part_.tp_size(), vocab_start = part_.tp_rank() * Vl;
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
   Tensor y = Tensor::empty({Tl, H});
   ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
                      final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
                      stats.data<float>(), Tl, H);
   Tensor y_full = part_.sequence_parallel ? tp_all_gather_rows(part_, y) : y;
-  Tensor logits = linear_forward(y_full, params_.param_data(output_w_), Vl);  // [T, Vl]
-  Tensor row_max = Tensor::empty({T});
-  ops_->ce_row_max(logits.data<float>(), T, Vl, row_max.data<float>());
-  if (part_.tp_size() > 1) part_.tp->all_reduce(row_max.raw(), T, DType::kF32, ReduceOp::kMax);
-  Tensor sums = Tensor::empty({2, T});  // sumexp, target logit
-  ops_->ce_sumexp(logits.data<float>(), T, Vl, row_max.data<float>(), st.labels_sb.data(), vocab_start,
-                  sums.data<float>(), sums.data<float>() + T);
-  tp_all_reduce(part_, sums);
-  const float* sumexp = sums.data<float>();
-  const float* target = sums.data<float>() + T;
-  double loss_sum = 0.0, tokens = 0.0;
+  // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
+  // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
+  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  Tensor stat = Tensor::empty({3, T});  // slice max, slice Σexp, target logit
+  float* smax = stat.data<float>();
+  float* ssum = smax + T;
+  float* target = ssum + T;
   for (int64_t t = 0; t < T; ++t) {
     int32_t label = st.labels_sb[t];
     GALE_CHECK(label >= 0 && label < c.vocab) << "label " << label << " outside the vocabulary of " << c.vocab;
-    double l = std::log(static_cast<double>(sumexp[t])) + row_max.data<float>()[t] - target[t];
+  }
+  Tensor saved;
+  ops_->lm_head_loss_forward(p, smax, ssum, target, keep ? &saved : nullptr);
+  if (tp > 1) {
+    // Merge the vocabulary slices: lse = gmax + log Σ_ranks sumexp_r·exp(max_r − gmax).
+    Tensor gmax = Tensor::empty({T});
+    std::copy(smax, smax + T, gmax.data<float>());
+    part_.tp->all_reduce(gmax.raw(), T, DType::kF32, ReduceOp::kMax);
+    for (int64_t t = 0; t < T; ++t) ssum[t] *= std::exp(smax[t] - gmax.data<float>()[t]);
+    std::copy(gmax.data<float>(), gmax.data<float>() + T, smax);
+    part_.tp->all_reduce(ssum, 2 * T, DType::kF32, ReduceOp::kSum);  // Σexp and target logit
+  }
+  Tensor lse = Tensor::empty({T});
+  double loss_sum = 0.0, tokens = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
+    double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
     loss_sum += l * st.mask_sb[t];
     tokens += st.mask_sb[t];
   }
@@ -224,24 +238,23 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
     st.final_in = x;
     st.final_stats = stats;
     st.final_out_full = y_full;
-    st.logits = logits;
-    st.row_max = row_max;
-    st.sumexp = sums.slice(0, 1).view({T});
+    st.lse = lse;
+    st.head_saved = saved;
   }
 }
 
 Tensor GPTModel::head_backward(State& st, float loss_scale) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
-  const int64_t Vl = c.vocab / part_.tp_size(), vocab_start = part_.tp_rank() * Vl;
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   std::vector<float> dloss(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) dloss[t] = loss_scale * st.mask_sb[t];
-  ops_->ce_backward(st.logits.data<float>(), T, Vl, st.row_max.data<float>(), st.sumexp.data<float>(),
-                    st.labels_sb.data(), vocab_start, dloss.data());
-  Tensor& d_logits = st.logits;
-  linear_backward_weight(d_logits, st.final_out_full, params_.grad_data(output_w_));
-  Tensor d_y = linear_backward_data(d_logits, params_.param_data(output_w_), H);  // [T, H]
-  st.logits = st.final_out_full = Tensor();
+  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, st.final_out_full.data<float>(), params_.param_data(output_w_),
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  Tensor d_y = Tensor::empty({T, H});
+  ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
+                              &st.head_saved);
+  st.final_out_full = st.lse = Tensor();
   if (part_.sequence_parallel)
     d_y = tp_reduce_scatter_rows(part_, d_y);
   else

@@ -153,14 +153,19 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   const float* q = qkv.data<float>();
   ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
   Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, pb.param_data(w.proj_w), H));  // [Tl, H]
+  // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
-  ops.bias_dropout_add(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr, x_in.data<float>(),
-                       x_mid.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
+  Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
+  Tensor norm2_local = Tensor::empty({Tl, H});
+  ops.bias_dropout_add_norm(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr,
+                            x_in.data<float>(), x_mid.data<float>(), NormSpec{c.rms_norm, c.norm_eps},
+                            pb.param_data(w.norm2_w), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
+                            norm2_local.data<float>(), norm2_stats.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
   proj = Tensor();
 
   // ---- MLP block ----
-  Tensor norm2_stats;
-  Tensor norm2_out = gather_column_parallel_input(part, norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_mid, &norm2_stats));
+  Tensor norm2_out = gather_column_parallel_input(part, norm2_local);
+  norm2_local = Tensor();
   const int64_t fc1_cols = c.swiglu ? 2 * Fl : Fl;
   Tensor fc1_out = linear_forward(norm2_out, pb.param_data(w.fc1_w), fc1_cols);  // [T, Fl or 2Fl]
   Tensor act = Tensor::empty({T, Fl});
