@@ -42,6 +42,11 @@ void AtomicFileWriter::abandon() {
   }
 }
 
+void AtomicFileWriter::detach() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 Status AtomicFileWriter::open(const std::string& path) {
   abandon();
   path_ = path;

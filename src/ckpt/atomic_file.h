@@ -25,6 +25,9 @@ class AtomicFileWriter {
   Status write(const void* data, size_t bytes);
   // fsync, close, rename to <path>, fsync the containing directory.
   Status commit();
+  // Close without renaming or removing the temporary file: what a crash before commit() leaves
+  // behind (used by tests that simulate one).
+  void detach();
 
   uint64_t bytes_written() const { return bytes_; }
   uint32_t crc32() const { return crc_; }

@@ -53,6 +53,7 @@ class SafetensorsFile {
   static StatusOr<SafetensorsFile> open(const std::string& path);
 
   const std::string& path() const { return file_->path(); }
+  const MappedFile& mapping() const { return *file_; }  // the whole file
   uint64_t file_size() const { return file_->size(); }
   uint64_t header_bytes() const { return header_bytes_; }  // N, the JSON header length
   // Entries in data order (ascending begin).
