@@ -77,8 +77,12 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return NotFound(dir, ": no such checkpoint directory");
   std::string meta_path = dir + "/" + kCheckpointMetadataFileName;
-  if (!fs::exists(meta_path, ec))
+  if (!fs::exists(meta_path, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("mp_rank_", 0) == 0)
+        return Unimplemented(dir, ": a Megatron legacy (torch) checkpoint, not a Gale one; converting it is not supported yet");
     return FailedPrecondition(dir, ": incomplete checkpoint (no ", kCheckpointMetadataFileName, ": the save did not finish)");
+  }
   auto state = std::make_shared<State>();
   state->dir = dir;
   state->options = options;

@@ -358,7 +358,10 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   StatusOr<CheckpointReader> incomplete = CheckpointReader::open(tmp.path());
   EXPECT_EQ(incomplete.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(incomplete.status().message(), it_dir + ": incomplete checkpoint (no metadata.json: the save did not finish)");
-  // A Megatron torch_dist checkpoint is recognised, not misread.
+  // Megatron checkpoints are recognised, not misread.
+  fs::create_directory(it_dir + "/mp_rank_00");
+  EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kUnimplemented);
+  fs::remove(it_dir + "/mp_rank_00");
   write_bytes(it_dir + "/metadata.json", R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})");
   EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kUnimplemented);
   // A newer format version.
