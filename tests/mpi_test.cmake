@@ -5,16 +5,6 @@
 # (containers, CI), oversubscribe 2 cores with 8 ranks and yield instead of spinning when idle.
 include_guard(GLOBAL)
 
-set(GALE_MPI_TEST_ENV
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_mpi_yield_when_idle=1
-  OMPI_MCA_btl_vader_single_copy_mechanism=none
-  OMPI_MCA_rmaps_base_oversubscribe=1
-  OMP_NUM_THREADS=1)
-
-set(GALE_MPIRUN_FLAGS --oversubscribe --bind-to none)
-
 if(NOT TARGET gale_mpi_test_main)
   add_library(gale_mpi_test_main STATIC ${CMAKE_CURRENT_LIST_DIR}/mpi_test_main.cc)
   target_link_libraries(gale_mpi_test_main PUBLIC gale GTest::gtest)
@@ -24,6 +14,14 @@ if(NOT TARGET gale_mpi_test_main)
 endif()
 
 function(gale_add_mpi_test NAME SOURCE NP)
+  set(GALE_MPI_TEST_ENV
+    OMPI_ALLOW_RUN_AS_ROOT=1
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_mpi_yield_when_idle=1
+    OMPI_MCA_btl_vader_single_copy_mechanism=none
+    OMPI_MCA_rmaps_base_oversubscribe=1
+    OMP_NUM_THREADS=1)
+  set(GALE_MPIRUN_FLAGS --oversubscribe --bind-to none)
   if(NOT TARGET ${NAME})
     add_executable(${NAME} ${SOURCE})
     target_link_libraries(${NAME} PRIVATE gale_mpi_test_main)
