@@ -15,5 +15,6 @@ const std::vector<Subcommand>& subcommands();
 
 // Each subcommand file defines one of these.
 int run_pretrain(int argc, char** argv);
+int run_features(int argc, char** argv);
 
 }  // namespace gale::cli

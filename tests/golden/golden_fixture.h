@@ -13,7 +13,7 @@
 //   golden::check_summary(my_final[name], f.final_param_summaries().at(name), &f.initial_weight(name), ...)
 //
 // The fixture names are in golden_fixture_names(); tools/reference/README.md describes each.
-// tests/golden/model_golden_test.cc runs Gale's model, optimizer and scheduler against all of them.
+// tests/golden/model_golden_test.cc runs Gale's model and trainer against all of them.
 #pragma once
 
 #include <cstdint>
