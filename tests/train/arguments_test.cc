@@ -157,7 +157,7 @@ TEST(Arguments, LayoutErrors) {
   Cli c;
   EXPECT_EQ(c.parse(with(minimal(), {"--tensor-model-parallel-size", "3"}), 4).message(),
             "world size 4 is not divisible by --tensor-model-parallel-size 3 x --pipeline-model-parallel-size 1 x "
-            "--context-parallel-size 1");
+            "--context-parallel-size 1 = 3");
 }
 
 }  // namespace
