@@ -11,10 +11,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_layout.h"
 #include "ckpt/checkpoint_reader.h"
@@ -90,7 +89,8 @@ void BM_RawRead(benchmark::State& state) {
   for (auto _ : state) {
     int fd = ::open(path.c_str(), O_RDONLY);
     size_t done = 0;
-    while (done < buf.nbytes()) done += static_cast<size_t>(::read(fd, static_cast<char*>(buf.raw()) + done, buf.nbytes() - done));
+    while (done < buf.nbytes())
+      done += static_cast<size_t>(::read(fd, static_cast<char*>(buf.raw()) + done, buf.nbytes() - done));
     ::close(fd);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.nbytes()));
@@ -112,7 +112,8 @@ void BM_CheckpointLoad(benchmark::State& state) {
     StatusOr<CheckpointReader> r = CheckpointReader::open(dir, options);
     GALE_CHECK_OK(r.status());
     for (int i = 0; i < kTensors; ++i)
-      GALE_CHECK_OK(r->read_slice_into(name_of(i), ts[static_cast<size_t>(i)].shape(), {0}, out[static_cast<size_t>(i)]));
+      GALE_CHECK_OK(
+          r->read_slice_into(name_of(i), ts[static_cast<size_t>(i)].shape(), {0}, out[static_cast<size_t>(i)]));
   }
   state.SetBytesProcessed(state.iterations() * state.range(0) * (1 << 20));
 }
@@ -120,8 +121,13 @@ void BM_CheckpointLoad(benchmark::State& state) {
 BENCHMARK(BM_RawWriteFsync)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_CheckpointSave)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_RawRead)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
-BENCHMARK(BM_CheckpointLoad)->Args({256, 1})->Args({256, 0})->ArgNames({"MiB", "crc"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+BENCHMARK(BM_CheckpointLoad)
+    ->Args({256, 1})
+    ->Args({256, 0})
+    ->ArgNames({"MiB", "crc"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
 
 }  // namespace
 }  // namespace gale

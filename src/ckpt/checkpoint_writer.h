@@ -20,10 +20,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -66,7 +65,8 @@ class CheckpointWriter {
   // The data is referenced, not copied, and written at commit(): it must not change before then.
   // InvalidArgument when the box leaves the global shape, ranks differ, or it overlaps a piece
   // this rank already added for the same tensor.
-  Status add(const std::string& name, const Shape& global_shape, const std::vector<int64_t>& offsets, const Tensor& piece);
+  Status add(const std::string& name, const Shape& global_shape, const std::vector<int64_t>& offsets,
+             const Tensor& piece);
   // A piece of a flattened 1-D tensor of `global_numel` elements starting at `start` (distributed
   // optimizer state). The piece may have any shape; its elements are taken in row-major order.
   Status add_flat(const std::string& name, int64_t global_numel, int64_t start, const Tensor& piece);

@@ -11,8 +11,8 @@ Status add_local(CheckpointWriter& w, const ParamSpec& spec, const std::string& 
     Tensor piece = local;
     if (b.local != whole_box(local.shape())) {  // a sub-box of the local tensor: copy it out
       piece = Tensor::empty(b.local.shape);
-      GALE_RETURN_IF_ERROR(copy_box_region(local.raw(), StDType::kF32, whole_box(local.shape()), piece.raw(), DType::kF32,
-                                           b.local, b.local, name));
+      GALE_RETURN_IF_ERROR(copy_box_region(local.raw(), StDType::kF32, whole_box(local.shape()), piece.raw(),
+                                           DType::kF32, b.local, b.local, name));
     }
     GALE_RETURN_IF_ERROR(w.add(name, spec.global_shape, b.global.offsets, piece));
   }
@@ -76,7 +76,8 @@ Status add_parameters(CheckpointWriter& w, const ParamBuffer& params) {
   return Status::Ok();
 }
 
-Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const std::string& state, const Tensor& flat) {
+Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const std::string& state,
+                           const Tensor& flat) {
   GALE_RETURN_IF_ERROR(check_flat(params, state, flat));
   for (int id = 0; id < params.size(); ++id) {
     const ParamSpec& s = params.spec(id);
@@ -94,7 +95,8 @@ Status load_parameters(const CheckpointReader& r, ParamBuffer& params) {
   return Status::Ok();
 }
 
-Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state, Tensor& flat) {
+Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state,
+                            Tensor& flat) {
   GALE_RETURN_IF_ERROR(check_flat(params, state, flat));
   for (int id = 0; id < params.size(); ++id) {
     const ParamSpec& s = params.spec(id);

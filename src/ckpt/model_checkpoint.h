@@ -9,12 +9,13 @@
 // Training-loop use (every rank, then one collective commit):
 //   CheckpointWriter w(args.save, iteration, *world);
 //   GALE_RETURN_IF_ERROR(add_parameters(w, model.params()));
-//   for (auto& [state, flat] : optimizer.state()) GALE_RETURN_IF_ERROR(add_parameter_state(w, model.params(), state, flat));
-//   GALE_RETURN_IF_ERROR(w.commit(sections));
+//   for (auto& [state, flat] : optimizer.state()) GALE_RETURN_IF_ERROR(add_parameter_state(w, model.params(), state,
+//   flat)); GALE_RETURN_IF_ERROR(w.commit(sections));
 // and on --load:
 //   GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(args.load));
 //   GALE_RETURN_IF_ERROR(load_parameters(r, model.params()));
-//   for (auto& [state, flat] : optimizer.state()) GALE_RETURN_IF_ERROR(load_parameter_state(r, model.params(), state, flat));
+//   for (auto& [state, flat] : optimizer.state()) GALE_RETURN_IF_ERROR(load_parameter_state(r, model.params(), state,
+//   flat));
 #pragma once
 
 #include <string>
@@ -46,12 +47,14 @@ std::string optimizer_state_name(const std::string& state, const std::string& pa
 Status add_parameters(CheckpointWriter& w, const ParamBuffer& params);
 // Adds one flat per-parameter state buffer (same offsets as `params`, e.g. Optimizer::state()'s
 // "exp_avg") under optimizer_state_name(state, name), with the parameters' boxes.
-Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const std::string& state, const Tensor& flat);
+Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const std::string& state,
+                           const Tensor& flat);
 
 // Reads every parameter's local shard from `r` into `params`; errors name the tensor (missing,
 // saved with another global shape, partly saved) and the checkpoint.
 Status load_parameters(const CheckpointReader& r, ParamBuffer& params);
 // Reads one flat per-parameter state buffer saved by add_parameter_state.
-Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state, Tensor& flat);
+Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state,
+                            Tensor& flat);
 
 }  // namespace gale

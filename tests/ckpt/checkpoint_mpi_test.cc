@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_reader.h"
@@ -101,7 +100,8 @@ TEST(CheckpointMpi, AShardFailureOnOneRankFailsTheSaveEverywhere) {
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   EXPECT_FALSE(s.ok());
   if (world->rank() != world->size() - 1) {
-    EXPECT_NE(s.message().find("rank " + std::to_string(world->size() - 1) + " failed to write its shard"), std::string::npos)
+    EXPECT_NE(s.message().find("rank " + std::to_string(world->size() - 1) + " failed to write its shard"),
+              std::string::npos)
         << s.message();
   }
   world->barrier();

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "model/gpt_model.h"
@@ -160,7 +159,8 @@ TEST(ModelCheckpoint, AModelOfAnotherShapeIsRefusedNamingTheTensor) {
   ASSERT_TRUE(r.ok());
   Status s = load_parameters(*r, other->params());
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("tensor 'decoder.layers.0.mlp.linear_fc1.weight' was saved with shape [48, 16] but the model expects [64, 16]"),
+  EXPECT_NE(s.message().find("tensor 'decoder.layers.0.mlp.linear_fc1.weight' was saved with shape [48, 16] but the "
+                             "model expects [64, 16]"),
             std::string::npos)
       << s.message();
   Tensor state = Tensor::zeros({model->params().numel()});
