@@ -169,7 +169,8 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
                       {"crc32", gathered[static_cast<size_t>(r * kGatherFields + 2)]}});
   }
   meta["shards"] = std::move(shards);
-  for (auto it = sections.begin(); it != sections.end(); ++it) meta[it.key()] = it.value();
+  if (sections.is_object())
+    for (auto it = sections.begin(); it != sections.end(); ++it) meta[it.key()] = it.value();
   GALE_RETURN_IF_ERROR(write_file_atomically(tmp_dir + "/" + kCheckpointMetadataFileName, meta.dump(1) + "\n"));
   if (!step_done(CheckpointCommitStep::kMetadataWritten)) return stopped(CheckpointCommitStep::kMetadataWritten);
 
@@ -220,7 +221,7 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
 Status CheckpointWriter::commit(const nlohmann::json& sections) {
   if (committed_) return FailedPrecondition("checkpoint ", final_dir(), ": commit() called twice");
   committed_ = true;
-  if (!sections.is_object())
+  if (!sections.is_object() && !sections.is_null())  // null: no sections
     return InvalidArgument("checkpoint ", final_dir(), ": the metadata sections must be a JSON object");
   for (const char* key : kReservedKeys)
     if (sections.contains(key))

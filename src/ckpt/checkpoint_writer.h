@@ -72,9 +72,9 @@ class CheckpointWriter {
   Status add_flat(const std::string& name, int64_t global_numel, int64_t start, const Tensor& piece);
 
   // Collective over `comm`: writes this rank's shard, then rank 0 writes metadata.json holding
-  // `sections` (a JSON object of trainer state: args, scheduler, RNG, consumed samples, ...; its
-  // keys may not be the reserved format, version, iteration, world_size or shards), moves the
-  // directory into place and updates the tracker. Returns the same success or failure on every rank.
+  // `sections` (a JSON object of trainer state: args, scheduler, RNG, consumed samples, ...; null for
+  // none; its keys may not be the reserved format, version, iteration, world_size or shards), moves
+  // the directory into place and updates the tracker. Returns the same success or failure on every rank.
   Status commit(const nlohmann::json& sections);
 
   const std::string& save_dir() const { return save_dir_; }
