@@ -77,15 +77,16 @@ StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::st
       continue;
     }
     if (header[p] < '0' || header[p] > '9') return DataLoss(name, ": bad shape in .npy header");
+    constexpr int64_t kMax = int64_t{1} << 40;
     int64_t v = 0;
     while (p < header.size() && header[p] >= '0' && header[p] <= '9') {
-      if (v > (int64_t{1} << 40)) return DataLoss(name, ": implausible shape in .npy header");
       v = v * 10 + (header[p] - '0');
+      if (v > kMax) return DataLoss(name, ": implausible shape in .npy header");
       ++p;
     }
     out.shape.push_back(v);
+    if (v != 0 && count > kMax / v) return DataLoss(name, ": implausible shape in .npy header");
     count *= v;
-    if (count > (int64_t{1} << 40)) return DataLoss(name, ": implausible shape in .npy header");
   }
   if (p >= header.size()) return DataLoss(name, ": bad shape in .npy header");
   int64_t need = 10 + hlen + count * static_cast<int64_t>(sizeof(T));

@@ -71,7 +71,7 @@ StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::parse(std::string_
     if (!it.value().is_number_integer())
       return InvalidArgument(vocab_name, ": token '", it.key(), "' maps to ", it.value().dump(), ", expected an integer id");
     int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= (int64_t{1} << 24)) return InvalidArgument(vocab_name, ": token id ", id, " out of range");
+    if (id < 0 || id >= static_cast<int64_t>(j.size())) return InvalidArgument(vocab_name, ": ids are not 0..", j.size() - 1, " (found id ", id, ")");
     if (!byte_level_decode(it.key(), &bytes))
       return InvalidArgument(vocab_name, ": token '", it.key(), "' is not in GPT-2's byte-level alphabet");
     if (static_cast<size_t>(id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(id) + 1);
@@ -80,7 +80,7 @@ StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::parse(std::string_
   }
   auto eod = j.find("<|endoftext|>");
   if (eod == j.end()) return InvalidArgument(vocab_name, ": no <|endoftext|> token (GPT2BPETokenizer uses it as EOD)");
-  t->eod_ = eod.value().get<int32_t>();
+  t->eod_ = eod.value().is_number_integer() ? eod.value().get<int32_t>() : -1;
   if (t->id_to_token_.size() != j.size())
     return InvalidArgument(vocab_name, ": ids are not 0..", j.size() - 1, " (found id ", t->id_to_token_.size() - 1, ")");
   GALE_ASSIGN_OR_RETURN(auto merges_text, parse_merges_txt(merges_txt, merges_name));

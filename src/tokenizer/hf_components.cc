@@ -1,6 +1,8 @@
 // tokenizer.json normalizers, pre-tokenizers, post-processors and decoders.
 #include "tokenizer/hf_components.h"
 
+#include <algorithm>
+
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode_normalize.h"
@@ -185,6 +187,7 @@ Status HfPreTokenizer::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kMetaspace;
     GALE_ASSIGN_OR_RETURN(s.replacement, get_string(j, "replacement", what));
+    if (s.replacement.empty()) return InvalidArgument(what, ": empty replacement");
     s.prepend = prepend_scheme(j);
     s.split = get_bool(j, "split", true);
     steps_.push_back(s);
@@ -356,6 +359,7 @@ Status HfDecoder::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kMetaspace;
     GALE_ASSIGN_OR_RETURN(s.a, get_string(j, "replacement", what));
+    if (s.a.empty()) return InvalidArgument(what, ": empty replacement");
     s.prepend = prepend_scheme(j) != 2;
     steps_.push_back(s);
   } else if (t == "Replace") {
@@ -372,8 +376,9 @@ Status HfDecoder::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kStrip;
     GALE_ASSIGN_OR_RETURN(s.a, get_string(j, "content", what));
-    s.start = j.value("start", 0);
-    s.stop = j.value("stop", 0);
+    if (s.a.empty()) return InvalidArgument(what, ": empty content");
+    s.start = std::clamp(j.value("start", 0), 0, 1 << 16);
+    s.stop = std::clamp(j.value("stop", 0), 0, 1 << 16);
     steps_.push_back(s);
   } else {
     return Unimplemented(name, ": decoder type '", t,

@@ -75,6 +75,19 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::load(const
 StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std::string_view tokenizer_json,
                                                                              std::string_view config_json,
                                                                              const std::string& name) {
+  try {
+    return parse_impl(tokenizer_json, config_json, name);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type somewhere (e.g. a string where an id belongs).
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    return InvalidArgument(name, ": unexpected tokenizer.json content (", close == std::string::npos ? what : what.substr(close + 2), ")");
+  }
+}
+
+StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl(std::string_view tokenizer_json,
+                                                                                  std::string_view config_json,
+                                                                                  const std::string& name) {
   json j = json::parse(tokenizer_json, nullptr, false);
   if (j.is_discarded()) {
     if (tokenizer_json.size() > 0 && (static_cast<unsigned char>(tokenizer_json[0]) == 0x0A || tokenizer_json[0] == '\x12'))
@@ -119,13 +132,16 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std:
 
   // Vocabulary: ids as written; keys mapped to symbol space for the BPE model.
   if (!model.contains("vocab") || !model["vocab"].is_object()) return InvalidArgument(name, ": model has no 'vocab' object");
+  // Ids must be (nearly) dense: this bounds memory by the file size.
+  const int64_t added_count = j.contains("added_tokens") && j["added_tokens"].is_array() ? static_cast<int64_t>(j["added_tokens"].size()) : 0;
+  const int64_t max_id = 2 * (static_cast<int64_t>(model["vocab"].size()) + added_count) + 1024;
   StringIdMap symbols;
   std::set<std::string> all_contents;
   std::string bytes;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
     if (!it.value().is_number_integer()) return InvalidArgument(name, ": vocab entry '", it.key(), "' has no integer id");
     int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= (int64_t{1} << 24)) return InvalidArgument(name, ": vocab id ", id, " out of range");
+    if (id < 0 || id >= max_id) return InvalidArgument(name, ": vocab id ", id, " is out of range for a vocabulary of ", model["vocab"].size(), " tokens");
     if (static_cast<size_t>(id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(id) + 1);
     t->id_to_token_[static_cast<size_t>(id)] = it.key();
     all_contents.insert(it.key());
@@ -181,7 +197,7 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std:
       AddedToken at{a["content"].get<std::string>(), a["id"].get<int32_t>(), a.value("single_word", false),
                     a.value("lstrip", false),       a.value("rstrip", false),  a.value("normalized", true),
                     a.value("special", false)};
-      if (at.id < 0 || at.id >= (1 << 24)) return InvalidArgument(name, ": added token id ", at.id, " out of range");
+      if (at.id < 0 || at.id >= max_id) return InvalidArgument(name, ": added token id ", at.id, " out of range");
       if (static_cast<size_t>(at.id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(at.id) + 1);
       t->id_to_token_[static_cast<size_t>(at.id)] = at.content;
       all_contents.insert(at.content);
