@@ -189,6 +189,20 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl
     options.unk_id = it->get<int32_t>();
   }
   GALE_ASSIGN_OR_RETURN(t->bpe_, BpeModel::create(symbols, merges, options, name));
+  if (!byte_level) {
+    const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+    bool safe = symbols.count(kSpace) > 0;
+    for (auto it = symbols.begin(); safe && it != symbols.end(); ++it) {
+      const std::string& tok = it->first;
+      for (size_t p = tok.find(kSpace, 1); p != std::string::npos; p = tok.find(kSpace, p + 1)) {
+        if (p < 3 || tok.compare(p - 3, 3, kSpace) != 0) {
+          safe = false;
+          break;
+        }
+      }
+    }
+    if (safe) t->space_split_ = kSpace;
+  }
 
   // Added tokens.
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
@@ -311,9 +325,22 @@ Status HuggingFaceTokenizer::encode_normalized(std::string_view text, bool at_st
   thread_local Pieces words;
   pre_tokenizer_.apply(text, at_start, &words);
   uint32_t start = 0;
+  const std::string& sp = space_split_;
   for (uint32_t end : words.ends) {
-    bpe_->encode_word(std::string_view(words.text).substr(start, end - start), ids);
+    std::string_view word = std::string_view(words.text).substr(start, end - start);
     start = end;
+    if (sp.empty() || word.size() <= 64) {
+      bpe_->encode_word(word, ids);
+      continue;
+    }
+    // Split before every U+2581 that follows another character (see space_split_).
+    size_t piece = 0;
+    for (size_t p = word.find(sp, 1); p != std::string_view::npos; p = word.find(sp, p + sp.size())) {
+      if (word.compare(p - sp.size(), sp.size(), sp) == 0) continue;
+      bpe_->encode_word(word.substr(piece, p - piece), ids);
+      piece = p;
+    }
+    bpe_->encode_word(word.substr(piece), ids);
   }
   return Status::Ok();
 }
