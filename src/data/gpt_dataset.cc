@@ -20,7 +20,7 @@ StatusOr<std::unique_ptr<GptDataset>> GptDataset::build(std::shared_ptr<const To
   ds->end_ = end;
   ds->params_ = params;
   std::string name = str_cat(ds->source_->name(), " (", split_name(split), " split, sequences [", begin, ", ", end, "))");
-  GptCacheKey key{ds->source_->name(), ds->source_->fingerprint(), split, begin, end, params, split_text};
+  GptCacheKey key{ds->source_->name(), cache_dir.empty() ? "" : ds->source_->fingerprint(), split, begin, end, params, split_text};
   if (!cache_dir.empty()) {
     auto cached = load_cached_gpt_indices(cache_dir, key, ds->source_->sequence_lengths());
     if (cached.ok()) {

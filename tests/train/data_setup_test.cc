@@ -202,3 +202,40 @@ TEST(DataSetup, TokenIdsBeyondTheVocabularyAreReported) {
 
 }  // namespace
 }  // namespace gale
+
+namespace gale {
+namespace {
+
+TEST(DataSetup, RebuildingGivesTheSameSamplesSoResumeReadsTheSameData) {
+  // A resumed run rebuilds the datasets and continues at consumed_train_samples: sample k must
+  // not depend on anything but the flags.
+  const json& sc = golden()["scenarios"]["single_many_epochs_flags"];
+  auto args = parse_flags(sc["flags"].get<std::vector<std::string>>());
+  ASSERT_TRUE(args.ok());
+  auto a = build_pretrain_data(*args, [](const std::string&) {});
+  auto b = build_pretrain_data(*args, [](const std::string&) {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  TrainingSample x, y;
+  for (int64_t consumed : {0, 8, 1600}) {
+    for (int64_t k = consumed; k < consumed + 8; ++k) {
+      ASSERT_TRUE(a->train->get(k, &x).ok());
+      ASSERT_TRUE(b->train->get(k, &y).ok());
+      EXPECT_EQ(x.tokens, y.tokens);
+      EXPECT_EQ(x.labels, y.labels);
+    }
+  }
+}
+
+TEST(DataSetup, EmptyDatasetIsAnError) {
+  testing::TempDir dir;
+  testing::write_dataset(dir.file("empty"), {});
+  auto args = parse_flags({"--seq-length", "16", "--global-batch-size", "2", "--micro-batch-size", "1", "--train-iters",
+                           "5", "--data-path", dir.file("empty"), "--tokenizer-type", "NullTokenizer", "--vocab-size", "100"});
+  ASSERT_TRUE(args.ok()) << args.status().to_string();
+  auto data = build_pretrain_data(*args, [](const std::string&) {});
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("train split is empty"), std::string::npos) << data.status().message();
+}
+
+}  // namespace
+}  // namespace gale
