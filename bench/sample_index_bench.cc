@@ -44,7 +44,8 @@ void BM_BuildGptIndices(benchmark::State& state) {
   }
   state.counters["documents"] = static_cast<double>(sizes.size());
   state.counters["samples"] = static_cast<double>(samples);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(kTokens) * state.range(2), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(kTokens) * state.range(2), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_BuildGptIndices)
     ->ArgNames({"mean_doc", "seq", "epochs"})

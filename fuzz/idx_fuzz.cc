@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (end != v->bin_bytes) std::abort();
     for (int64_t k = 1; k < v->document_count; ++k)
-      if (v->document_indices[k] < v->document_indices[k - 1] || v->document_indices[k] > v->sequence_count) std::abort();
+      if (v->document_indices[k] < v->document_indices[k - 1] || v->document_indices[k] > v->sequence_count)
+        std::abort();
   }
   auto n = gale::parse_npy<int64_t>(data, static_cast<int64_t>(size), "fuzz.npy");
   if (n.ok()) {

@@ -36,7 +36,8 @@ void assemble_sample(std::span<const int32_t> text, int add_extra_token, const S
 namespace {
 class TokenSampleDataset : public SampleDataset {
  public:
-  TokenSampleDataset(std::unique_ptr<TokenDataset> tokens, const SampleOptions& o) : tokens_(std::move(tokens)), o_(o) {}
+  TokenSampleDataset(std::unique_ptr<TokenDataset> tokens, const SampleOptions& o)
+      : tokens_(std::move(tokens)), o_(o) {}
   int64_t size() const override { return tokens_->size(); }
   Status get(int64_t index, TrainingSample* out) const override {
     thread_local std::vector<int32_t> text;

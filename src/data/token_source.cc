@@ -1,9 +1,9 @@
 // Indexed-dataset and mock token sources.
 #include "data/token_source.h"
 
-#include "data/numpy_random.h"
-
 #include <mutex>
+
+#include "data/numpy_random.h"
 
 namespace gale {
 
@@ -28,8 +28,9 @@ class IndexedSource : public TokenSource {
         h ^= static_cast<uint32_t>(lens[i]);
         h *= 0x100000001b3ull;
       }
-      fingerprint_ = str_cat("sequences=", ds_->num_sequences(), " documents=", ds_->num_documents(),
-                             " tokens=", ds_->total_tokens(), " dtype=", token_dtype_name(ds_->dtype()), " lengths-fnv=", h);
+      fingerprint_ =
+          str_cat("sequences=", ds_->num_sequences(), " documents=", ds_->num_documents(),
+                  " tokens=", ds_->total_tokens(), " dtype=", token_dtype_name(ds_->dtype()), " lengths-fnv=", h);
     });
     return fingerprint_;
   }

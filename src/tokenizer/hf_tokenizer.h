@@ -41,7 +41,8 @@ class HuggingFaceTokenizer : public Tokenizer {
  private:
   HuggingFaceTokenizer() = default;
   static StatusOr<std::unique_ptr<HuggingFaceTokenizer>> parse_impl(std::string_view tokenizer_json,
-                                                                    std::string_view config_json, const std::string& name);
+                                                                    std::string_view config_json,
+                                                                    const std::string& name);
   struct AddedToken {
     std::string content;
     int32_t id;

@@ -29,7 +29,8 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
     GALE_ASSIGN_OR_RETURN(auto t, NullTokenizer::create(o.vocab_size));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return Unimplemented("--tokenizer-type ", type, " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
+  return Unimplemented("--tokenizer-type ", type,
+                       " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
                        "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
 }
 
