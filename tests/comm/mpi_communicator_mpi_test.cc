@@ -353,6 +353,21 @@ TEST(MpiCommunicator, ManyAsyncOpsOnOneGroupCompleteInIssueOrder) {
   for (int j = 0; j < k; ++j) EXPECT_EQ(bufs[j][3], j * n + n * (n - 1) / 2);
 }
 
+// A blocking collective issued while async ones are queued on the same group runs after them
+// (it is not run on the caller's thread ahead of them).
+TEST(MpiCommunicator, BlockingCollectiveQueuesBehindAsyncOnes) {
+  Comm w = test::world();
+  const int64_t big = 1 << 18;
+  std::vector<float> a(big, 1.0f);
+  std::vector<int64_t> b(4, 2);
+  WorkPtr first = w->all_reduce_async(a.data(), big, DType::kF32, ReduceOp::kSum);
+  w->all_reduce(b.data(), 4, DType::kI64);
+  EXPECT_TRUE(first->test());
+  EXPECT_EQ(b[0], 2 * w->size());
+  first->wait();
+  EXPECT_EQ(a[big - 1], static_cast<float>(w->size()));
+}
+
 TEST(MpiCommunicator, StatsCountCallsBytesAndWaitTime) {
   Comm w = test::world();
   Comm pair = pair_group(w);
