@@ -72,7 +72,7 @@ TEST(MpiFailure, NormalRunExitsZeroAfterFinalize) {
 TEST(MpiFailure, FailedCheckOnOneRankStopsEveryRank) {
   JobResult job = run_job("check-fail", 2, 60);
   ASSERT_FALSE(job.run.timed_out) << "the job hung after a failed CHECK:\n" << job.run.output;
-  EXPECT_NE(job.run.exit_code, 0) << job.run.output;
+  EXPECT_EQ(job.run.exit_code, 134) << job.run.output;  // kCheckFailureExitCode through MPI_Abort
   EXPECT_LT(job.run.seconds, 30.0);
   EXPECT_NE(job.run.output.find("CHECK failed"), std::string::npos) << job.run.output;
   EXPECT_NE(job.run.output.find("rank 2 fails on purpose"), std::string::npos) << job.run.output;
