@@ -289,6 +289,36 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
   return out;
 }
 
+Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
+  GALE_CHECK(part_.post_process) << "logits exist only on the last pipeline stage";
+  const ModelConfig& c = config_;
+  State st;
+  build_runtime(st, mb, /*training=*/false);
+  Tensor x = part_.pre_process ? embedding_forward(st) : input;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
+  const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden, Tl = x.size(0);
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
+  Tensor y = Tensor::empty({Tl, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
+                     stats.data<float>(), Tl, H);
+  Tensor y_full = part_.sequence_parallel ? tp_all_gather_rows(part_, y) : y;
+  Tensor local = linear_forward(y_full, params_.param_data(output_w_), Vl);  // [T, Vl]
+  // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
+  Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
+  if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
+  Tensor logits = Tensor::empty({B, S, c.vocab});
+  const float* src = slices.data<float>();
+  float* dst = logits.data<float>();
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        std::copy(src + (r * T + s * B + b) * Vl, src + (r * T + s * B + b + 1) * Vl, dst + (b * S + s) * c.vocab + r * Vl);
+  return logits;
+}
+
 Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";

@@ -52,6 +52,10 @@ class GPTModel {
   // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
   Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
 
+  // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
+  // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
+  Tensor forward_logits(const MicroBatch& mb, const Tensor& input);
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
