@@ -418,14 +418,14 @@ TEST(MpiCommunicator, WaitSecondsMeasureTimeBlocked) {
   w->barrier();
   w->reset_stats();
   if (w->rank() == 0) {
-    double until = now_seconds() + 0.2;
+    double until = now_seconds() + 0.5;
     while (now_seconds() < until) {
     }
   }
   int64_t x = 1;
   w->all_reduce(&x, 1, DType::kI64);
   if (w->rank() != 0) {
-    EXPECT_GT(w->stats().wait_seconds, 0.1);
+    EXPECT_GT(w->stats().wait_seconds, 0.05);  // ~0.5 s, minus how late this rank left the barrier
   }
   EXPECT_LT(w->stats().wait_seconds, 60.0);
 }
