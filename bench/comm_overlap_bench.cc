@@ -47,9 +47,12 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--mib") o.mib = std::atof(argv[i + 1]);
-    else if (flag == "--compute-ms") o.compute_ms = std::atof(argv[i + 1]);
-    else if (flag == "--reps") o.reps = std::atoi(argv[i + 1]);
+    if (flag == "--mib")
+      o.mib = std::atof(argv[i + 1]);
+    else if (flag == "--compute-ms")
+      o.compute_ms = std::atof(argv[i + 1]);
+    else if (flag == "--reps")
+      o.reps = std::atoi(argv[i + 1]);
   }
   return o;
 }

@@ -118,7 +118,9 @@ class Communicator {
   void send(const void* buf, int64_t count, DType dtype, int dst, int tag = 0) {
     send_async(buf, count, dtype, dst, tag)->wait();
   }
-  void recv(void* buf, int64_t count, DType dtype, int src, int tag = 0) { recv_async(buf, count, dtype, src, tag)->wait(); }
+  void recv(void* buf, int64_t count, DType dtype, int src, int tag = 0) {
+    recv_async(buf, count, dtype, src, tag)->wait();
+  }
   virtual void all_to_all(const void* send, void* recv, int64_t count, DType dtype) {
     all_to_all_async(send, recv, count, dtype)->wait();
   }

@@ -92,9 +92,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     tag_ub_ = flag && tag_ub ? *tag_ub : 32767;
   }
 
-  ~MpiCommunicator() override {
-    release();
-  }
+  ~MpiCommunicator() override { release(); }
 
   // Finish queued collectives, stop the group thread and free the MPI communicator (unless MPI
   // is already finalised). Called by the destructor and before MPI_Finalize.
@@ -196,13 +194,15 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   }
 
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override {
-    GALE_CHECK(root >= 0 && root < size_) << "broadcast root " << root << " on group '" << name_ << "' of size " << size_;
+    GALE_CHECK(root >= 0 && root < size_)
+        << "broadcast root " << root << " on group '" << name_ << "' of size " << size_;
     const int64_t es = dtype_size(dtype);
     if (size_ == 1) return local_copy(CommOp::kBroadcast, buf, buf, count, dtype);
     return collective(CommOp::kBroadcast, count * es, [=, this] {
       for (int64_t off = 0; off < count; off += kMaxChunk) {
         int n = static_cast<int>(std::min(kMaxChunk, count - off));
-        mpi::check(MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi::datatype(dtype), root, comm_), what("broadcast"));
+        mpi::check(MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi::datatype(dtype), root, comm_),
+                   what("broadcast"));
       }
     });
   }
@@ -258,7 +258,8 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
         src = copy.data();
       }
       MPI_Datatype t = mpi::datatype(dtype);
-      mpi::check(MPI_Alltoallv(src, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), what("all_to_allv"));
+      mpi::check(MPI_Alltoallv(src, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
+                 what("all_to_allv"));
     });
   }
 
@@ -267,7 +268,9 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
       count(CommOp::kBarrier, 0);
       return;
     }
-    blocking([this] { return collective(CommOp::kBarrier, 0, [this] { mpi::check(MPI_Barrier(comm_), what("barrier")); }); });
+    blocking([this] {
+      return collective(CommOp::kBarrier, 0, [this] { mpi::check(MPI_Barrier(comm_), what("barrier")); });
+    });
   }
 
   Comm make_group(const std::vector<int>& world_ranks, const std::string& name) override;
@@ -340,7 +343,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     auto work = new_work(op, count * dtype_size(dtype));
     MPI_Request request;
     std::string description = str_cat(op_name, op == CommOp::kSend ? " to" : " from", " rank ", peer, " (tag ", tag,
-                                       ") on group '", name_, "' (rank ", rank_, " of ", size_, ")");
+                                      ") on group '", name_, "' (rank ", rank_, " of ", size_, ")");
     if (op == CommOp::kSend) {
       mpi::check(MPI_Isend(buf, n, mpi::datatype(dtype), peer, tag, comm_, &request), description);
     } else {

@@ -172,12 +172,14 @@ TEST(MpiCommunicator, ReduceScatterBf16) {
     int n = c->size();
     const int64_t block = 50;
     std::vector<bf16> send(block * n);
-    for (int64_t i = 0; i < block * n; ++i) send[i] = float_to_bf16(static_cast<float>(value_at(members(c)[c->rank()], i)));
+    for (int64_t i = 0; i < block * n; ++i)
+      send[i] = float_to_bf16(static_cast<float>(value_at(members(c)[c->rank()], i)));
     std::vector<bf16> recv(block);
     c->reduce_scatter(send.data(), recv.data(), block, DType::kBF16);
     for (int64_t i = 0; i < block; ++i) {
       float sum = 0.0f;
-      for (int r : members(c)) sum += bf16_to_float(float_to_bf16(static_cast<float>(value_at(r, c->rank() * block + i))));
+      for (int r : members(c))
+        sum += bf16_to_float(float_to_bf16(static_cast<float>(value_at(r, c->rank() * block + i))));
       ASSERT_EQ(recv[i].bits, float_to_bf16(sum).bits);
     }
   }
@@ -198,7 +200,8 @@ void check_all_gather(const Comm& c, int64_t block, bool in_place) {
   for (int g = 0; g < n; ++g) {
     std::vector<T> expect = values<T>(members(c)[g], block);
     for (int64_t i = 0; i < block; ++i)
-      ASSERT_EQ(recv[g * block + i], expect[i]) << "group " << c->name() << " block " << g << (in_place ? " (in place)" : "");
+      ASSERT_EQ(recv[g * block + i], expect[i])
+          << "group " << c->name() << " block " << g << (in_place ? " (in place)" : "");
   }
 }
 
@@ -313,7 +316,8 @@ TEST(MpiCommunicator, AsyncOpsOnSeveralGroupsInAnyOrderOverlapCompute) {
   Comm pair = pair_group(w);
   Comm strided = strided_reversed_group(w);
   const int64_t n = 1 << 16;
-  std::vector<float> a = values<float>(w->rank(), n), b = values<float>(w->rank(), n, 5), c = values<float>(w->rank(), n, 9);
+  std::vector<float> a = values<float>(w->rank(), n), b = values<float>(w->rank(), n, 5),
+                     c = values<float>(w->rank(), n, 9);
   std::vector<WorkPtr> works;
   if (w->rank() % 2 == 0) {
     works.push_back(pair->all_reduce_async(a.data(), n, DType::kF32, ReduceOp::kSum));

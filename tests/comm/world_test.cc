@@ -10,7 +10,8 @@ namespace gale {
 namespace {
 
 TEST(InitWorld, WithoutALauncherItIsTheSelfWorld) {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_NTASKS"}) unsetenv(v);
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_NTASKS"})
+    unsetenv(v);
   StatusOr<Comm> w = init_world("mpi");
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   EXPECT_STREQ((*w)->backend(), "self");
