@@ -141,7 +141,6 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
       par.decoder_last_pipeline_num_layers != kUnset) {
     return Unimplemented("--pipeline-model-parallel-size > 1: not supported yet");
   }
-  if (tp > 1) return Unimplemented("--tensor-model-parallel-size > 1: not supported yet");
   (void)p;
   return Status::Ok();
 }

@@ -44,9 +44,9 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
   return out;
 }
 
-// Whether this rank writes the pieces of parameter `s`: one copy of every piece in the job.
-bool writes(const CheckpointContext& ctx, const GPTModel& model, int id) {
-  if (ctx.dp_rank != 0) return false;
+// Whether this rank writes the pieces of parameter `id`: one copy of every piece in the job.
+bool writes(const ParallelState& ps, const GPTModel& model, int id) {
+  if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
   const ParamSpec& s = model.params().spec(id);
   if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;  // TP replicas
   // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
@@ -57,11 +57,18 @@ bool writes(const CheckpointContext& ctx, const GPTModel& model, int id) {
 Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return n == t.size(0) ? t : t.slice(first, n); }
 
 nlohmann::json model_section(const ModelConfig& c) {
-  return {{"num_layers", c.num_layers},     {"hidden_size", c.hidden},     {"ffn_hidden_size", c.ffn},
-          {"num_attention_heads", c.heads}, {"num_query_groups", c.kv_heads}, {"kv_channels", c.head_dim},
-          {"padded_vocab_size", c.vocab},   {"max_position_embeddings", c.max_positions},
-          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"}, {"swiglu", c.swiglu},
-          {"add_bias_linear", c.add_bias_linear}, {"add_qkv_bias", c.add_qkv_bias},
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden},
+          {"ffn_hidden_size", c.ffn},
+          {"num_attention_heads", c.heads},
+          {"num_query_groups", c.kv_heads},
+          {"kv_channels", c.head_dim},
+          {"padded_vocab_size", c.vocab},
+          {"max_position_embeddings", c.max_positions},
+          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
+          {"swiglu", c.swiglu},
+          {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
           {"untie_embeddings_and_output_weights", !c.tied_embeddings},
           {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
                                       : c.position == PositionEmbedding::kNone ? "none"
@@ -70,11 +77,16 @@ nlohmann::json model_section(const ModelConfig& c) {
 
 nlohmann::json args_section(const Arguments& a) {
   const TrainingArgs& t = a.training;
-  return {{"micro_batch_size", t.micro_batch_size}, {"global_batch_size", t.global_batch_size},
-          {"seq_length", a.model.seq_length},      {"train_iters", t.train_iters},
-          {"train_samples", t.train_samples},      {"seed", t.seed},
-          {"lr", t.lr},                            {"min_lr", t.min_lr},
-          {"optimizer", t.optimizer},              {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
+  return {{"micro_batch_size", t.micro_batch_size},
+          {"global_batch_size", t.global_batch_size},
+          {"seq_length", a.model.seq_length},
+          {"train_iters", t.train_iters},
+          {"train_samples", t.train_samples},
+          {"seed", t.seed},
+          {"lr", t.lr},
+          {"min_lr", t.min_lr},
+          {"optimizer", t.optimizer},
+          {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
           {"data_parallel_size", a.parallel.data_parallel_size}};
 }
@@ -85,29 +97,34 @@ std::string optimizer_tensor_name(const std::string& state, const std::string& p
 
 }  // namespace
 
-Status save_checkpoint(const Arguments& args, const CheckpointContext& ctx, const GPTModel& model,
-                       const Optimizer& optimizer, const LrScheduler& scheduler, const TrainerState& state) {
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state) {
+  const Optimizer& optimizer = *engine.optimizer;
+  const LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
   char line[64];
   std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
-  CheckpointWriter w(ca.save, state.iteration, *ctx.world);
-  const ParamBuffer& pb = model.params();
-  const auto opt_state = optimizer.state();
-  for (int id = 0; id < pb.size(); ++id) {
-    if (!writes(ctx, model, id)) continue;
-    const ParamSpec& s = pb.spec(id);
-    Tensor param = pb.param(id);
-    for (const Piece& piece : pieces_of(s)) {
-      GALE_RETURN_IF_ERROR(w.add(s.name, s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
-      if (!ca.save_optim) continue;
-      for (const auto& [state_name, flat] : opt_state) {
-        Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
-        GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets,
-                                   rows_of(view, piece.first_row, piece.rows)));
+  CheckpointWriter w(ca.save, state.iteration, *engine.ps.world());
+  for (size_t c = 0; c < engine.chunks.size(); ++c) {
+    const GPTModel& model = *engine.chunks[c];
+    const ParamBuffer& pb = model.params();
+    const auto opt_state = optimizer.state(c);
+    for (int id = 0; id < pb.size(); ++id) {
+      if (!writes(engine.ps, model, id)) continue;
+      const ParamSpec& s = pb.spec(id);
+      Tensor param = pb.param(id);
+      for (const Piece& piece : pieces_of(s)) {
+        GALE_RETURN_IF_ERROR(w.add(s.name, s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
+        if (!ca.save_optim) continue;
+        for (const auto& [state_name, flat] : opt_state) {
+          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
+          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets,
+                                     rows_of(view, piece.first_row, piece.rows)));
+        }
       }
     }
   }
+  const GPTModel& model = *engine.chunks.front();
   nlohmann::json sections;
   sections["gale_trainer_state_version"] = kTrainerStateVersion;
   sections["model"] = model_section(model.config());
@@ -119,11 +136,16 @@ Status save_checkpoint(const Arguments& args, const CheckpointContext& ctx, cons
   if (ca.save_optim) {
     const LrSchedule& ls = scheduler.schedule();
     sections["optimizer"] = {{"type", optimizer.config().type}, {"steps_taken", optimizer.steps_taken()}};
-    sections["opt_param_scheduler"] = {{"max_lr", ls.max_lr},           {"min_lr", ls.min_lr},
-                                       {"lr_warmup_steps", ls.warmup_steps}, {"lr_decay_steps", ls.decay_steps},
-                                       {"lr_decay_style", ls.decay_style},   {"num_steps", scheduler.num_steps()},
-                                       {"start_wd", ls.start_wd},           {"end_wd", ls.end_wd},
-                                       {"wd_incr_style", ls.wd_incr_style}, {"wd_incr_steps", ls.wd_incr_steps}};
+    sections["opt_param_scheduler"] = {{"max_lr", ls.max_lr},
+                                       {"min_lr", ls.min_lr},
+                                       {"lr_warmup_steps", ls.warmup_steps},
+                                       {"lr_decay_steps", ls.decay_steps},
+                                       {"lr_decay_style", ls.decay_style},
+                                       {"num_steps", scheduler.num_steps()},
+                                       {"start_wd", ls.start_wd},
+                                       {"end_wd", ls.end_wd},
+                                       {"wd_incr_style", ls.wd_incr_style},
+                                       {"wd_incr_steps", ls.wd_incr_steps}};
   }
   if (ca.save_rng) sections["rng_state"] = {{"seed", args.training.seed}, {"generator", "philox4x32-10 counter-based"}};
   GALE_RETURN_IF_ERROR(w.commit(sections));
@@ -131,42 +153,48 @@ Status save_checkpoint(const Arguments& args, const CheckpointContext& ctx, cons
   return Status::Ok();
 }
 
-Status load_checkpoint(const Arguments& args, const CheckpointContext& ctx, GPTModel& model, Optimizer& optimizer,
-                       LrScheduler& scheduler, TrainerState& state, bool* loaded) {
+Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+  Optimizer& optimizer = *engine.optimizer;
+  LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
   *loaded = false;
   const std::string tracker = ca.load + "/latest_checkpointed_iteration.txt";
   if (!std::filesystem::exists(tracker)) {
     if (ca.exit_on_missing_checkpoint)
-      return NotFound("--load ", ca.load, ": no checkpoint (", tracker, " does not exist) and --exit-on-missing-checkpoint");
-    warn_rank0(str_cat("could not find the metadata file ", tracker, "; will not load any checkpoints and will start from random"));
+      return NotFound("--load ", ca.load, ": no checkpoint (", tracker,
+                      " does not exist) and --exit-on-missing-checkpoint");
+    warn_rank0(str_cat("could not find the metadata file ", tracker,
+                       "; will not load any checkpoints and will start from random"));
     return Status::Ok();
   }
   GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(ca.load));
   print_rank0(str_cat(" loading checkpoint from ", ca.load, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
-  const nlohmann::json current = model_section(model.config());
+  const nlohmann::json current = model_section(engine.chunks.front()->config());
   for (const auto& [key, value] : current.items()) {
     if (!saved_model.contains(key) || saved_model[key] != value)
-      return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key, " = ",
-                                saved_model.contains(key) ? saved_model[key].dump() : "(absent)", ", this run has ",
-                                value.dump());
+      return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
+                                " = ", saved_model.contains(key) ? saved_model[key].dump() : "(absent)",
+                                ", this run has ", value.dump());
   }
-  ParamBuffer& pb = model.params();
   const bool load_optim = !ca.finetune && ca.load_optim;
-  auto opt_state = optimizer.state();
-  for (int id = 0; id < pb.size(); ++id) {
-    const ParamSpec& s = pb.spec(id);
-    Tensor param = pb.param(id);
-    for (const Piece& piece : pieces_of(s)) {
-      Tensor dst = rows_of(param, piece.first_row, piece.rows);
-      GALE_RETURN_IF_ERROR(r.read_slice_into(s.name, s.global_shape, piece.offsets, dst));
-      if (!load_optim) continue;
-      for (auto& [state_name, flat] : opt_state) {
-        Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
-        Tensor odst = rows_of(view, piece.first_row, piece.rows);
-        GALE_RETURN_IF_ERROR(r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets, odst));
+  for (size_t c = 0; c < engine.chunks.size(); ++c) {
+    ParamBuffer& pb = engine.chunks[c]->params();
+    auto opt_state = optimizer.state(c);
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      Tensor param = pb.param(id);
+      for (const Piece& piece : pieces_of(s)) {
+        Tensor dst = rows_of(param, piece.first_row, piece.rows);
+        GALE_RETURN_IF_ERROR(r.read_slice_into(s.name, s.global_shape, piece.offsets, dst));
+        if (!load_optim) continue;
+        for (auto& [state_name, flat] : opt_state) {
+          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
+          Tensor odst = rows_of(view, piece.first_row, piece.rows);
+          GALE_RETURN_IF_ERROR(
+              r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets, odst));
+        }
       }
     }
   }

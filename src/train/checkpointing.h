@@ -8,29 +8,20 @@
 
 #include <string>
 
-#include "comm/communicator.h"
-#include "model/gpt_model.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
 #include "train/arguments.h"
+#include "train/engine.h"
 #include "train/trainer.h"
 
 namespace gale {
 
-// What this rank holds and how it relates to the other ranks (decides who writes which piece).
-struct CheckpointContext {
-  Comm world;           // all ranks that write/read the checkpoint
-  int64_t dp_rank = 0;  // only data-parallel rank 0 writes model and (non-distributed) optimizer state
-};
+// Writes <args.checkpoint.save>/iter_<iteration>/ and updates the tracker (collective over the
+// world: every rank writes the pieces it owns; data-parallel replicas write nothing twice).
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state);
 
-// Writes <args.checkpoint.save>/iter_<iteration>/ and updates the tracker (collective).
-Status save_checkpoint(const Arguments& args, const CheckpointContext& ctx, const GPTModel& model,
-                       const Optimizer& optimizer, const LrScheduler& scheduler, const TrainerState& state);
-
-// Loads <args.checkpoint.load> into the model (and, unless --finetune / --no-load-optim, the
-// optimizer, scheduler and trainer state). Returns false in `*loaded` when there is no checkpoint
-// to load (a warning is printed, as Megatron does) unless --exit-on-missing-checkpoint.
-Status load_checkpoint(const Arguments& args, const CheckpointContext& ctx, GPTModel& model, Optimizer& optimizer,
-                       LrScheduler& scheduler, TrainerState& state, bool* loaded);
+// Loads <args.checkpoint.load> into the engine's model chunks (and, unless --finetune /
+// --no-load-optim, the optimizer, scheduler and trainer state), at whatever layout it was saved.
+// `*loaded` is false when there is no checkpoint to load (a warning is printed, as Megatron does)
+// unless --exit-on-missing-checkpoint makes that an error.
+Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
 }  // namespace gale

@@ -8,6 +8,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "train/model_setup.h"
+#include "train/engine.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -142,11 +143,16 @@ TEST_P(Golden, ForwardLogitsLossAndGradients) {
 TEST_P(Golden, TenIterationsOfTraining) {
   const GoldenFixture& f = *fixture_;
   GoldenRun s(f);
-  Optimizer optimizer(optimizer_config_from_args(s.args), &s.model->params(), &s.ops, make_self_communicator("mp"));
-  LrScheduler scheduler(lr_schedule_from_args(s.args));
+  Engine engine;
+  engine.ops = s.ops;
+  engine.chunks.push_back(std::move(s.model));
+  engine.optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(s.args), &engine.chunks[0]->params(),
+                                                 &engine.ops, make_self_communicator("mp"));
+  engine.scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(s.args));
+  engine.chunks[0]->set_ops(&engine.ops);
+  LrScheduler& scheduler = *engine.scheduler;
   FixtureDataset data(f);
-  Trainer trainer(s.args, s.model.get(), &optimizer, &scheduler, &data, nullptr, nullptr,
-                  TrainerGroups{make_self_communicator("world"), make_self_communicator("dp")});
+  Trainer trainer(s.args, &engine, &data, nullptr, nullptr);
   const golden::GoldenSeries& series = f.train_series();
   ASSERT_EQ(static_cast<int>(series.loss.size()), f.num_iterations());
   for (int k = 0; k < f.num_iterations(); ++k) {
@@ -159,7 +165,7 @@ TEST_P(Golden, TenIterationsOfTraining) {
     EXPECT_NEAR(scheduler.lr(), series.lr[k], 1e-12) << "logged learning rate of iteration " << k + 1;
   }
   EXPECT_EQ(trainer.state().consumed_train_samples, f.num_iterations() * f.training().global_batch_size);
-  const ParamBuffer& pb = s.model->params();
+  const ParamBuffer& pb = engine.chunks[0]->params();
   for (int id = 0; id < pb.size(); ++id) {
     const std::string& name = pb.spec(id).name;
     ASSERT_TRUE(f.final_param_summaries().count(name)) << name;

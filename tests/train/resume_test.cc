@@ -5,48 +5,22 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/rng.h"
+#include "testing_data.h"
 #include "train/checkpointing.h"
+#include "train/engine.h"
 #include "train/model_setup.h"
 
 namespace gale {
 namespace {
 
-// Deterministic synthetic samples: token t+1 follows t with noise, so the loss falls.
-class SyntheticDataset : public SampleDataset {
- public:
-  SyntheticDataset(int64_t size, int64_t S, int64_t vocab) : size_(size), S_(S), vocab_(vocab) {}
-  int64_t size() const override { return size_; }
-  Status get(int64_t index, TrainingSample* out) const override {
-    out->tokens.resize(S_);
-    out->labels.resize(S_);
-    out->loss_mask.assign(S_, 1.0f);
-    out->position_ids.resize(S_);
-    out->document_ids.assign(S_, 0);
-    int32_t t = static_cast<int32_t>(uniform_at(7, 1, static_cast<uint64_t>(index)) * vocab_);
-    for (int64_t s = 0; s < S_; ++s) {
-      out->tokens[s] = t;
-      t = static_cast<int32_t>((t + 1 + (uniform_at(7, 2, static_cast<uint64_t>(index * S_ + s)) < 0.2f)) % vocab_);
-      out->labels[s] = t;
-      out->position_ids[s] = static_cast<int32_t>(s);
-    }
-    return Status::Ok();
-  }
-
- private:
-  int64_t size_, S_, vocab_;
-};
+using testing::SyntheticDataset;
 
 struct TrainingRun {
   ArgParser parser{"gale pretrain", "test"};
   Arguments args;
-  OpTable ops = reference_ops();
-  std::unique_ptr<GPTModel> model;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<LrScheduler> scheduler;
+  std::unique_ptr<Engine> engine;
   std::unique_ptr<Trainer> trainer;
   SyntheticDataset data{1000, 16, 60};
-  Comm world = make_self_communicator("world");
 
   explicit TrainingRun(std::vector<std::string> extra) {
     add_all_pretrain_args(parser, args);
@@ -62,15 +36,12 @@ struct TrainingRun {
     GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
     GALE_CHECK_OK(validate_all_pretrain_args(args, parser, 1));
     args.model.padded_vocab_size = 64;
-    ModelConfig c = model_config_from_args(args);
-    model = std::make_unique<GPTModel>(c, single_process_partition(c), &ops);
-    model->params().initialize(c.seed);
-    optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), &model->params(), &ops,
-                                            make_self_communicator("mp"));
-    scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
-    trainer = std::make_unique<Trainer>(args, model.get(), optimizer.get(), scheduler.get(), &data, nullptr, nullptr,
-                                        TrainerGroups{world, make_self_communicator("dp")});
+    auto e = build_engine(args, make_self_communicator("world"), reference_ops());
+    GALE_CHECK_OK(e.status());
+    engine = std::move(e).value();
+    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
   }
+  GPTModel& model() { return *engine->chunks[0]; }
   std::vector<double> steps(int n) {
     std::vector<double> losses;
     for (int i = 0; i < n; ++i) {
@@ -81,12 +52,8 @@ struct TrainingRun {
     }
     return losses;
   }
-  Status save() {
-    return save_checkpoint(args, CheckpointContext{world, 0}, *model, *optimizer, *scheduler, trainer->state());
-  }
-  Status load(bool* loaded) {
-    return load_checkpoint(args, CheckpointContext{world, 0}, *model, *optimizer, *scheduler, trainer->state(), loaded);
-  }
+  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
+  Status load(bool* loaded) { return load_checkpoint(args, *engine, trainer->state(), loaded); }
 };
 
 std::string temp_dir(const std::string& name) {
@@ -118,8 +85,8 @@ TEST(Resume, ContinuesBitForBit) {
   std::vector<double> b = second.steps(3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i], expected[i]) << i;
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
-  const ParamBuffer& p1 = whole.model->params();
-  const ParamBuffer& p2 = second.model->params();
+  const ParamBuffer& p1 = whole.model().params();
+  const ParamBuffer& p2 = second.model().params();
   for (int64_t i = 0; i < p1.numel(); ++i)
     ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
   std::filesystem::remove_all(dir);
@@ -135,9 +102,9 @@ TEST(Resume, FinetuneLoadsWeightsOnly) {
   ASSERT_TRUE(second.load(&loaded).ok());
   EXPECT_EQ(second.trainer->state().iteration, 0);
   EXPECT_EQ(second.trainer->state().consumed_train_samples, 0);
-  EXPECT_EQ(second.optimizer->steps_taken(), 0);
-  EXPECT_EQ(second.scheduler->num_steps(), 0);
-  EXPECT_EQ(second.model->params().flat_params().data<float>()[5], first.model->params().flat_params().data<float>()[5]);
+  EXPECT_EQ(second.engine->optimizer->steps_taken(), 0);
+  EXPECT_EQ(second.engine->scheduler->num_steps(), 0);
+  EXPECT_EQ(second.model().params().flat_params().data<float>()[5], first.model().params().flat_params().data<float>()[5]);
   std::filesystem::remove_all(dir);
 }
 
