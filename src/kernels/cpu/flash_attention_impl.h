@@ -3,18 +3,22 @@
 // (kernels/cpu/attention.h): causal and document masks, explicit positions, GQA, dropout on the
 // probabilities with the reference's Philox mask, lse written by forward and used by backward.
 //
-// Forward: one task per (batch, head, query tile of kBlockQ rows), largest causal tiles first
-// (dynamic schedule). For each key tile of kBlockK keys that the masks do not hide entirely:
-// S = (scale·Q)·Kᵀ, mask, online softmax update of (row max m, row sum l), O = O·α + P'·V where
-// P' is P with dropout applied. Finally O /= l and lse = m + log l.
+// Scores are computed transposed, Sᵀ = K·(scale·Q)ᵀ for a tile of kFlashBlockK keys × kFlashBlockQ
+// queries, so queries sit in vector lanes: the online softmax (running max m, sum l per query),
+// the masks and dropout are plain vertical vector operations over key rows, with no horizontal
+// reductions, and K, V, Q, dO are read in place (only Qᵀ and dOᵀ are packed).
+// Forward: one task per (batch, head, query tile), largest causal tiles first (dynamic schedule).
+// For each key tile the masks do not hide entirely: Sᵀ, mask, m' = max(m, max_j S), α = e^(m − m'),
+// P = e^(S − m'), l = α·l + Σ_j P, O = α·O + P'·V with P' = P after dropout. Finally O /= l and
+// lse = m + log l.
 // Backward (FlashAttention-2): one task per (batch, head); key tiles outer, query tiles inner.
 // P = exp(S − lse) is recomputed tile by tile, dP' = dO·Vᵀ, dS = P∘(dP − δ) with δ = rowsum(dO∘O),
-// dV_j += P'ᵀ·dO, dK_j += dSᵀ·(scale·Q), dQ += dS·K (dQ accumulated in a per-task [Sq, HD] buffer,
-// so nothing races). With GQA (NH/KV > 1) each query head writes its dK/dV contribution to its own
-// [Sk, HD] buffer and the group's heads are summed in head order afterwards: results never depend
-// on the thread count.
-// Memory: per thread O(tile²) scratch (+ O(Sq·HD) for dQ in backward); O(B·NH·Sk·HD) for GQA
-// partials. Products use the register-blocked tile GEMM (tile_gemm_impl.h).
+// dV_j += P'ᵀ·dO, dK_j += dSᵀ·Q·scale, dQ += dS·K·scale (dQ accumulated in a per-task [Sq, HD]
+// buffer, so nothing races). With GQA (NH/KV > 1) each query head writes its dK/dV contribution to
+// its own [Sk, HD] buffer and the group's heads are summed in head order afterwards: results never
+// depend on the thread count.
+// Memory: per thread O(tile²) scratch in forward, O(Sq·HD) in backward; O(B·NH·Sk·HD) for GQA
+// partials. Tile products use the register-blocked tile GEMM (tile_gemm_impl.h).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +33,8 @@
 
 namespace gale::fused {
 
-constexpr int64_t kFlashBlockQ = 64;
-constexpr int64_t kFlashBlockK = 64;
+constexpr int64_t kFlashBlockQ = 64;  // queries per tile (the lanes of the transposed scores)
+constexpr int64_t kFlashBlockK = 64;  // keys per tile
 
 namespace {
 
@@ -112,7 +116,6 @@ inline uint64_t attn_dropout_row_base(const AttentionProblem& p, int64_t b, int6
           static_cast<uint64_t>(qpos)) * mp;
 }
 
-inline float scalar_exp(float x) { return static_cast<float>(exp_f64(static_cast<double>(x))); }
 
 }  // namespace
 
@@ -138,50 +141,69 @@ void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t HD, float
   }
 }
 
-// dst[c·ldd + r] = src[r·stride + c] for r < rows; 0 for rows ≤ r < ldd.
+// dst[c·ldd + r] = scale·src[r·stride + c] for r < rows, c < HD; 0 for rows ≤ r < cols_padded
+// (a multiple of W). W rows at a time with gathers, so the stores are whole vectors.
 template <class V>
-void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t HD, float* dst, int64_t ldd) {
-  for (int64_t c = 0; c < HD; ++c) {
-    float* o = dst + c * ldd;
-    for (int64_t r = 0; r < rows; ++r) o[r] = src[r * stride + c];
-    for (int64_t r = rows; r < ldd; ++r) o[r] = 0.0f;
-  }
-}
-
-// Sets the hidden scores of query row i (batch b) against keys j0 .. j0 + nk − 1 to −inf, and the
-// padding columns nk .. width − 1 too.
-template <class V>
-void mask_score_row(const AttentionProblem& p, int64_t b, int64_t i, int64_t j0, int64_t nk, int64_t width, float* s,
-                    TileVisibility vis) {
+void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t cols_padded, int64_t HD, float scale,
+                     float* dst, int64_t ldd) {
   using F = typename V::F;
-  using I = typename V::I;
-  using M = typename V::M;
-  const F ninf = V::set1(kFlashNegInf);
-  if (vis == TileVisibility::kFull) {
-    for (int64_t jj = nk / V::W * V::W; jj < width; jj += V::W)
-      V::store(s + jj, V::select(V::first(nk - jj), V::load(s + jj), ninf));
+  if (stride * V::W >= (int64_t{1} << 31)) {  // gather offsets are 32-bit: transpose element by element
+    for (int64_t c = 0; c < HD; ++c)
+      for (int64_t r = 0; r < cols_padded; ++r) dst[c * ldd + r] = r < rows ? scale * src[r * stride + c] : 0.0f;
     return;
   }
-  const I qpos = V::iset1(static_cast<uint32_t>(attn_qpos(p, i)));
-  const I qdoc = V::iset1(p.q_doc_ids ? static_cast<uint32_t>(p.q_doc_ids[b * p.Sq + i]) : 0u);
-  for (int64_t jj = 0; jj < width; jj += V::W) {
-    const int64_t n = nk - jj;
-    M visible = V::first(n);
-    if (p.causal) {
-      const I kpos = p.k_positions ? V::iload_n(p.k_positions + j0 + jj, n)
-                                   : V::iadd(V::iota(), V::iset1(static_cast<uint32_t>(j0 + jj)));
-      visible = V::mask_andnot(V::igt(kpos, qpos), visible);
-    }
-    if (p.q_doc_ids) visible = V::mask_and(V::ieq(V::iload_n(p.k_doc_ids + b * p.Sk + j0 + jj, n), qdoc), visible);
-    V::store(s + jj, V::select(visible, V::load(s + jj), ninf));
+  const typename V::I offsets = V::imul(V::iota(), V::iset1(static_cast<uint32_t>(stride)));
+  const F s = V::set1(scale);
+  for (int64_t r0 = 0; r0 < cols_padded; r0 += V::W) {
+    const int64_t n = rows - r0;
+    const float* base = src + (n > 0 ? r0 * stride : 0);
+    for (int64_t c = 0; c < HD; ++c)
+      V::store(dst + c * ldd + r0, n > 0 ? V::mul(s, V::gather_n(base + c, offsets, n)) : V::zero());
   }
 }
 
-// Key positions of lanes jj .. jj + W − 1 of a key tile starting at j0 (for dropout counters).
+// Rows of a head as a B operand of whole vectors: in place when HD is a multiple of W, otherwise
+// copied with zero padding to HDp columns into `scratch`.
+struct RowsRef {
+  const float* p;
+  int64_t stride;
+};
 template <class V>
-typename V::I key_positions(const AttentionProblem& p, int64_t j0, int64_t jj, int64_t nk) {
-  return p.k_positions ? V::iload_n(p.k_positions + j0 + jj, nk - jj)
-                       : V::iadd(V::iota(), V::iset1(static_cast<uint32_t>(j0 + jj)));
+RowsRef rows_operand(const float* first_row, int64_t stride, int64_t rows, int64_t HD, int64_t HDp, float* scratch) {
+  if (HD % V::W == 0) return RowsRef{first_row, stride};
+  pack_rows<V>(first_row, stride, rows, HD, 1.0f, scratch, HDp);
+  return RowsRef{scratch, HDp};
+}
+
+// Per-lane data of one query tile: positions, document ids, dropout counter bases.
+struct QueryLanes {
+  int32_t pos[kFlashBlockQ];
+  int32_t doc[kFlashBlockQ];
+  int32_t drop_lo[kFlashBlockQ];
+  int32_t drop_hi[kFlashBlockQ];
+
+  void init(const AttentionProblem& p, int64_t b, int64_t h, int64_t i0, int64_t mq) {
+    for (int64_t c = 0; c < kFlashBlockQ; ++c) {
+      const bool real = c < mq;
+      pos[c] = real ? attn_qpos(p, i0 + c) : 0;
+      doc[c] = real && p.q_doc_ids ? p.q_doc_ids[b * p.Sq + i0 + c] : 0;
+      const uint64_t base = real && p.dropout_p > 0.0f ? attn_dropout_row_base(p, b, h, pos[c]) : 0;
+      drop_lo[c] = static_cast<int32_t>(static_cast<uint32_t>(base));
+      drop_hi[c] = static_cast<int32_t>(static_cast<uint32_t>(base >> 32));
+    }
+  }
+};
+
+// Which of the query lanes c .. c + W − 1 (of mq real ones) may see the key at position kpos in
+// document kdoc.
+template <class V>
+typename V::M visible_lanes(const AttentionProblem& p, const QueryLanes& q, int64_t c, int64_t mq, int32_t kpos,
+                            int32_t kdoc, TileVisibility vis) {
+  typename V::M m = V::first(mq - c);
+  if (vis == TileVisibility::kFull) return m;
+  if (p.causal) m = V::mask_andnot(V::igt(V::iset1(static_cast<uint32_t>(kpos)), V::iload(q.pos + c)), m);
+  if (p.q_doc_ids) m = V::mask_and(V::ieq(V::iload(q.doc + c), V::iset1(static_cast<uint32_t>(kdoc))), m);
+  return m;
 }
 
 template <class V>
@@ -189,7 +211,7 @@ class FlashForward {
  public:
   FlashForward(const AttentionProblem& p, const AttentionIo& io, float* out, float* lse)
       : p_(p), io_(io), out_(out), lse_(lse), tiles_(p, kFlashBlockQ, kFlashBlockK), hdp_(round_up(p.HD, V::W)),
-        bk_(round_up(kFlashBlockK, V::W)), dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
+        dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
 
   void run() {
     const int64_t nq = tiles_.num_q(), tasks = p_.B * p_.NH * nq;
@@ -197,10 +219,10 @@ class FlashForward {
     const int threads = static_cast<int>(min_i64(num_threads(), tasks));
 #pragma omp parallel num_threads(threads)
     {
-      // Per thread: Qs [BQ, HD], Kᵀ [HD, BK], S [BQ, BK], V [BK, HDp], O [BQ, HDp], m, l [BQ].
-      const int64_t floats = kFlashBlockQ * p_.HD + p_.HD * bk_ + kFlashBlockQ * bk_ + bk_ * hdp_ +
-                             kFlashBlockQ * hdp_ + 2 * kFlashBlockQ;
-      ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(floats));
+      // Per thread: Qᵀ [HD, BQ], Sᵀ [BK, BQ], V rows [BK, HDp], O [BQ, HDp], m, l, α [BQ].
+      const int64_t floats = p_.HD * kFlashBlockQ + kFlashBlockK * kFlashBlockQ + kFlashBlockK * hdp_ +
+                             kFlashBlockQ * hdp_ + 3 * kFlashBlockQ;
+      ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(floats) + sizeof(QueryLanes));
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
         // Query tiles in decreasing order: under a causal mask the last tiles are the longest.
@@ -213,77 +235,87 @@ class FlashForward {
  private:
   void query_tile(int64_t b, int64_t h, int64_t qt, float* scratch) {
     using F = typename V::F;
+    constexpr int64_t BQ = kFlashBlockQ;
     const int64_t HD = p_.HD, g = h / (p_.NH / p_.KV);
-    const int64_t i0 = qt * kFlashBlockQ, mq = min_i64(kFlashBlockQ, p_.Sq - i0);
-    float* qs = scratch;
-    float* kt = qs + kFlashBlockQ * HD;
-    float* s = kt + HD * bk_;
-    float* vp = s + kFlashBlockQ * bk_;
-    float* o = vp + bk_ * hdp_;
-    float* row_max = o + kFlashBlockQ * hdp_;
-    float* row_sum = row_max + kFlashBlockQ;
+    const int64_t i0 = qt * BQ, mq = min_i64(BQ, p_.Sq - i0);
+    float* qt_packed = scratch;
+    float* st = qt_packed + HD * BQ;
+    float* vrows = st + kFlashBlockK * BQ;
+    float* o = vrows + kFlashBlockK * hdp_;
+    float* m = o + BQ * hdp_;
+    float* l = m + BQ;
+    float* alpha = l + BQ;
+    QueryLanes& lanes = *reinterpret_cast<QueryLanes*>(alpha + BQ);
+    lanes.init(p_, b, h, i0, mq);
     const int64_t q_stride = p_.B * io_.ql.row_stride, k_stride = p_.B * io_.kl.row_stride,
                   v_stride = p_.B * io_.vl.row_stride;
-    pack_rows<V>(io_.q + io_.ql.offset(b, h) + i0 * q_stride, q_stride, mq, HD, p_.scale, qs, HD);
-    for (int64_t i = 0; i < mq; ++i) {
-      row_max[i] = kFlashNegInf;
-      row_sum[i] = 0.0f;
+    pack_transposed<V>(io_.q + io_.ql.offset(b, h) + i0 * q_stride, q_stride, mq, BQ, HD, p_.scale, qt_packed, BQ);
+    for (int64_t i = 0; i < BQ; ++i) {
+      m[i] = kFlashNegInf;
+      l[i] = 0.0f;
     }
     std::memset(o, 0, sizeof(float) * static_cast<size_t>(mq * hdp_));
     const float* kg = io_.k + io_.kl.offset(b, g);
     const float* vg = io_.v + io_.vl.offset(b, g);
+    const int32_t* kdocs = p_.k_doc_ids ? p_.k_doc_ids + b * p_.Sk : nullptr;
     const bool drop = p_.dropout_p > 0.0f;
-    const F keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
-    for (int64_t kt_index = 0; kt_index < tiles_.num_k(); ++kt_index) {
-      const TileVisibility vis = classify_tiles(p_, tiles_.q(b, qt), tiles_.k(b, kt_index));
+    const F ninf = V::set1(kFlashNegInf), keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
+    for (int64_t kt = 0; kt < tiles_.num_k(); ++kt) {
+      const TileVisibility vis = classify_tiles(p_, tiles_.q(b, qt), tiles_.k(b, kt));
       if (vis == TileVisibility::kNone) continue;
-      const int64_t j0 = kt_index * kFlashBlockK, nk = min_i64(kFlashBlockK, p_.Sk - j0);
-      const int64_t width = round_up(nk, V::W);
-      pack_transposed<V>(kg + j0 * k_stride, k_stride, nk, HD, kt, bk_);
-      pack_rows<V>(vg + j0 * v_stride, v_stride, nk, HD, 1.0f, vp, hdp_);
-      tile_gemm<V>(mq, width / V::W, HD, TileOperandA{qs, HD, 1}, kt, bk_, s, bk_, false);
-      for (int64_t i = 0; i < mq; ++i) {
-        float* sr = s + i * bk_;
-        mask_score_row<V>(p_, b, i0 + i, j0, nk, width, sr, vis);
-        F mv = V::set1(kFlashNegInf);
-        for (int64_t jj = 0; jj < width; jj += V::W) mv = V::max(mv, V::load(sr + jj));
-        const float m_old = row_max[i];
-        const float tile_max = V::reduce_max(mv);
-        const float m_new = tile_max > m_old ? tile_max : m_old;
-        if (m_new == kFlashNegInf) {  // nothing visible yet: P = 0
-          for (int64_t jj = 0; jj < width; jj += V::W) V::store(sr + jj, V::zero());
-          continue;
+      const int64_t j0 = kt * kFlashBlockK, nk = min_i64(kFlashBlockK, p_.Sk - j0);
+      // Sᵀ [nk, BQ] = K_j · (scale·Q)ᵀ, K read in place.
+      tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kg + j0 * k_stride, k_stride, 1}, qt_packed, BQ, st, BQ, false);
+      for (int64_t c = 0; c < BQ; c += V::W) {
+        if (c >= mq) break;
+        F mx = ninf;
+        for (int64_t j = 0; j < nk; ++j) {
+          float* sp = st + j * BQ + c;
+          const F sv = V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
+                                 V::load(sp), ninf);
+          V::store(sp, sv);
+          mx = V::max(mx, sv);
         }
-        const F vm = V::set1(m_new);
+        const F m_old = V::load(m + c);
+        const F m_new = V::max(m_old, mx);
+        // Queries that see nothing yet keep m = −inf; exponentiate against 0 there (P = α = 0).
+        const F m_safe = V::select(V::eq(m_new, ninf), V::zero(), m_new);
+        const F a = simd::exp<V>(V::sub(m_old, m_safe));
+        const typename V::I drop_lo = V::iload(lanes.drop_lo + c), drop_hi = V::iload(lanes.drop_hi + c);
         F sum = V::zero();
-        const uint64_t drop_base = drop ? attn_dropout_row_base(p_, b, h, attn_qpos(p_, i0 + i)) : 0;
-        for (int64_t jj = 0; jj < width; jj += V::W) {
-          F e = simd::exp<V>(V::sub(V::load(sr + jj), vm));
+        for (int64_t j = 0; j < nk; ++j) {
+          float* sp = st + j * BQ + c;
+          F e = simd::exp<V>(V::sub(V::load(sp), m_safe));
           sum = V::add(sum, e);
-          if (drop)
-            e = V::select(dropout_.keep(drop_base, key_positions<V>(p_, j0, jj, nk)), V::mul(e, keep_scale), V::zero());
-          V::store(sr + jj, e);
+          if (drop) {
+            const typename V::M keep =
+                dropout_.keep(drop_lo, drop_hi, V::iset1(static_cast<uint32_t>(attn_kpos(p_, j0 + j))));
+            e = V::select(keep, V::mul(e, keep_scale), V::zero());
+          }
+          V::store(sp, e);
         }
-        const float alpha = m_old == kFlashNegInf ? 0.0f : scalar_exp(m_old - m_new);
-        row_sum[i] = row_sum[i] * alpha + V::reduce_add(sum);
-        row_max[i] = m_new;
-        if (alpha != 1.0f) {
-          float* orow = o + i * hdp_;
-          const F va = V::set1(alpha);
-          for (int64_t c = 0; c < hdp_; c += V::W) V::store(orow + c, V::mul(va, V::load(orow + c)));
-        }
+        V::store(l + c, V::fmadd(V::load(l + c), a, sum));
+        V::store(m + c, m_new);
+        V::store(alpha + c, a);
       }
-      tile_gemm<V>(mq, hdp_ / V::W, nk, TileOperandA{s, bk_, 1}, vp, hdp_, o, hdp_, true);
+      for (int64_t i = 0; i < mq; ++i) {
+        if (alpha[i] == 1.0f) continue;
+        float* orow = o + i * hdp_;
+        const F va = V::set1(alpha[i]);
+        for (int64_t x = 0; x < hdp_; x += V::W) V::store(orow + x, V::mul(va, V::load(orow + x)));
+      }
+      // O += P'·V: P' is Sᵀ read transposed.
+      const RowsRef vr = rows_operand<V>(vg + j0 * v_stride, v_stride, nk, HD, hdp_, vrows);
+      tile_gemm<V>(mq, hdp_ / V::W, nk, TileOperandA{st, 1, BQ}, vr.p, vr.stride, o, hdp_, true);
     }
     // O /= l, lse = m + log l; rows that see no key get O = 0 and lse = −inf.
     const int64_t out_row = p_.NH * HD, out_stride = p_.B * out_row;
     float* out = out_ + b * out_row + h * HD + i0 * out_stride;
     float* lse = lse_ + (b * p_.NH + h) * p_.Sq + i0;
     for (int64_t i = 0; i < mq; ++i) {
-      const float l = row_sum[i];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      pack_rows<V>(o + i * hdp_, 0, 1, HD, inv, out + i * out_stride, HD);
-      lse[i] = l > 0.0f ? row_max[i] + static_cast<float>(log_f64(static_cast<double>(l))) : kFlashNegInf;
+      const float li = l[i];
+      pack_rows<V>(o + i * hdp_, 0, 1, HD, li > 0.0f ? 1.0f / li : 0.0f, out + i * out_stride, HD);
+      lse[i] = li > 0.0f ? m[i] + static_cast<float>(log_f64(static_cast<double>(li))) : kFlashNegInf;
     }
   }
 
@@ -292,7 +324,7 @@ class FlashForward {
   float* out_;
   float* lse_;
   AttentionTiles tiles_;
-  int64_t hdp_, bk_;
+  int64_t hdp_;
   simd::PhiloxDropout<V> dropout_;
 };
 
@@ -302,7 +334,7 @@ class FlashBackward {
   FlashBackward(const AttentionProblem& p, const AttentionIo& io, const float* out, const float* lse, const float* dout,
                 float* dq, float* dk, float* dv)
       : p_(p), io_(io), out_(out), lse_(lse), dout_(dout), dq_(dq), dk_(dk), dv_(dv),
-        tiles_(p, kFlashBlockQ, kFlashBlockK), hdp_(round_up(p.HD, V::W)), bk_(round_up(kFlashBlockK, V::W)),
+        tiles_(p, kFlashBlockQ, kFlashBlockK), hdp_(round_up(p.HD, V::W)), sqp_(round_up(p.Sq, kFlashBlockQ)),
         dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
 
   void run() {
@@ -316,9 +348,10 @@ class FlashBackward {
     const int threads = static_cast<int>(min_i64(num_threads(), tasks));
 #pragma omp parallel num_threads(threads)
     {
-      const int64_t floats = p_.Sq * hdp_ + p_.Sq + 2 * p_.HD * bk_ + bk_ * hdp_ + 2 * kFlashBlockQ * hdp_ +
-                             2 * kFlashBlockQ * bk_ + 2 * bk_ * hdp_;
-      ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(floats));
+      const bool pack_rows_needed = p_.HD % V::W != 0;
+      const int64_t floats = 2 * p_.HD * sqp_ + sqp_ + p_.Sq * hdp_ + (pack_rows_needed ? 2 * p_.Sq * hdp_ : 0) +
+                             2 * kFlashBlockK * kFlashBlockQ + 3 * kFlashBlockK * hdp_;
+      ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(floats) + sizeof(QueryLanes));
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) head(task / p_.NH, task % p_.NH, scratch.floats());
     }
@@ -328,18 +361,20 @@ class FlashBackward {
  private:
   void head(int64_t b, int64_t h, float* scratch) {
     using F = typename V::F;
+    constexpr int64_t BQ = kFlashBlockQ, BK = kFlashBlockK;
     const int64_t HD = p_.HD, g = h / (p_.NH / p_.KV);
-    float* dq_acc = scratch;
-    float* delta = dq_acc + p_.Sq * hdp_;
-    float* kt = delta + p_.Sq;
-    float* vt = kt + HD * bk_;
-    float* kp = vt + HD * bk_;
-    float* qs = kp + bk_ * hdp_;
-    float* dop = qs + kFlashBlockQ * hdp_;
-    float* pr = dop + kFlashBlockQ * hdp_;
-    float* dpr = pr + kFlashBlockQ * bk_;
-    float* dk_acc = dpr + kFlashBlockQ * bk_;
-    float* dv_acc = dk_acc + bk_ * hdp_;
+    const bool pack_needed = HD % V::W != 0;
+    float* qt_all = scratch;                  // (scale·Q)ᵀ [HD, Sqp]
+    float* dot_all = qt_all + HD * sqp_;      // dOᵀ [HD, Sqp]
+    float* delta = dot_all + HD * sqp_;       // [Sqp]
+    float* dq_acc = delta + sqp_;             // [Sq, HDp]
+    float* rows_scratch = dq_acc + p_.Sq * hdp_;
+    float* st = rows_scratch + (pack_needed ? 2 * p_.Sq * hdp_ : 0);  // Sᵀ, then P'ᵀ [BK, BQ]
+    float* dpt = st + BK * BQ;                                         // dP'ᵀ, then dSᵀ [BK, BQ]
+    float* dk_acc = dpt + BK * BQ;                                     // [BK, HDp]
+    float* dv_acc = dk_acc + BK * hdp_;
+    float* krows = dv_acc + BK * hdp_;
+    QueryLanes& lanes = *reinterpret_cast<QueryLanes*>(krows + BK * hdp_);
 
     const int64_t out_row = p_.NH * HD, out_stride = p_.B * out_row;
     const float* out_h = out_ + b * out_row + h * HD;
@@ -350,9 +385,18 @@ class FlashBackward {
     const float* qh = io_.q + io_.ql.offset(b, h);
     const float* kg = io_.k + io_.kl.offset(b, g);
     const float* vg = io_.v + io_.vl.offset(b, g);
+    const int32_t* kdocs = p_.k_doc_ids ? p_.k_doc_ids + b * p_.Sk : nullptr;
 
+    pack_transposed<V>(qh, q_stride, p_.Sq, sqp_, HD, p_.scale, qt_all, sqp_);
+    pack_transposed<V>(dout_h, out_stride, p_.Sq, sqp_, HD, 1.0f, dot_all, sqp_);
+    const RowsRef qrows = rows_operand<V>(qh, q_stride, p_.Sq, HD, hdp_, rows_scratch);
+    const RowsRef dorows = rows_operand<V>(dout_h, out_stride, p_.Sq, HD, hdp_, rows_scratch + p_.Sq * hdp_);
     // δ_i = dO_i · O_i
-    for (int64_t i = 0; i < p_.Sq; ++i) {
+    for (int64_t i = 0; i < sqp_; ++i) {
+      if (i >= p_.Sq) {
+        delta[i] = 0.0f;
+        continue;
+      }
       F acc = V::zero();
       const float* a = dout_h + i * out_stride;
       const float* c = out_h + i * out_stride;
@@ -364,51 +408,54 @@ class FlashBackward {
     std::memset(dq_acc, 0, sizeof(float) * static_cast<size_t>(p_.Sq * hdp_));
 
     const bool drop = p_.dropout_p > 0.0f;
-    const F keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
-    for (int64_t kt_index = 0; kt_index < tiles_.num_k(); ++kt_index) {
-      const int64_t j0 = kt_index * kFlashBlockK, nk = min_i64(kFlashBlockK, p_.Sk - j0);
-      const int64_t width = round_up(nk, V::W);
+    const F ninf = V::set1(kFlashNegInf), keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
+    for (int64_t kt = 0; kt < tiles_.num_k(); ++kt) {
+      const int64_t j0 = kt * BK, nk = min_i64(BK, p_.Sk - j0);
       std::memset(dk_acc, 0, sizeof(float) * static_cast<size_t>(nk * hdp_));
       std::memset(dv_acc, 0, sizeof(float) * static_cast<size_t>(nk * hdp_));
-      bool packed = false;
+      const float* kj = kg + j0 * k_stride;
+      const float* vj = vg + j0 * v_stride;
+      RowsRef kr{nullptr, 0};
       for (int64_t qt = 0; qt < tiles_.num_q(); ++qt) {
-        const TileVisibility vis = classify_tiles(p_, tiles_.q(b, qt), tiles_.k(b, kt_index));
+        const TileVisibility vis = classify_tiles(p_, tiles_.q(b, qt), tiles_.k(b, kt));
         if (vis == TileVisibility::kNone) continue;
-        if (!packed) {
-          pack_transposed<V>(kg + j0 * k_stride, k_stride, nk, HD, kt, bk_);
-          pack_transposed<V>(vg + j0 * v_stride, v_stride, nk, HD, vt, bk_);
-          pack_rows<V>(kg + j0 * k_stride, k_stride, nk, HD, 1.0f, kp, hdp_);
-          packed = true;
-        }
-        const int64_t i0 = qt * kFlashBlockQ, mq = min_i64(kFlashBlockQ, p_.Sq - i0);
-        pack_rows<V>(qh + i0 * q_stride, q_stride, mq, HD, p_.scale, qs, hdp_);
-        pack_rows<V>(dout_h + i0 * out_stride, out_stride, mq, HD, 1.0f, dop, hdp_);
-        tile_gemm<V>(mq, width / V::W, HD, TileOperandA{qs, hdp_, 1}, kt, bk_, pr, bk_, false);    // S
-        tile_gemm<V>(mq, width / V::W, HD, TileOperandA{dop, hdp_, 1}, vt, bk_, dpr, bk_, false);  // dP'
-        for (int64_t i = 0; i < mq; ++i) {
-          float* prow = pr + i * bk_;
-          float* dprow = dpr + i * bk_;
-          mask_score_row<V>(p_, b, i0 + i, j0, nk, width, prow, vis);
-          const float l = lse_h[i0 + i];
-          const F vl = V::set1(l), vdelta = V::set1(delta[i0 + i]);
-          const uint64_t drop_base = drop ? attn_dropout_row_base(p_, b, h, attn_qpos(p_, i0 + i)) : 0;
-          for (int64_t jj = 0; jj < width; jj += V::W) {
-            // P = exp(S − lse) (0 where masked, and for rows that see nothing).
-            const F prob = l == kFlashNegInf ? V::zero() : simd::exp<V>(V::sub(V::load(prow + jj), vl));
-            F dp = V::load(dprow + jj);
+        if (kr.p == nullptr) kr = rows_operand<V>(kj, k_stride, nk, HD, hdp_, krows);
+        const int64_t i0 = qt * BQ, mq = min_i64(BQ, p_.Sq - i0);
+        lanes.init(p_, b, h, i0, mq);
+        // Sᵀ = K_j·(scale·Q_i)ᵀ and dP'ᵀ = V_j·dO_iᵀ, [nk, BQ].
+        tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kj, k_stride, 1}, qt_all + i0, sqp_, st, BQ, false);
+        tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{vj, v_stride, 1}, dot_all + i0, sqp_, dpt, BQ, false);
+        for (int64_t c = 0; c < BQ; c += V::W) {
+          if (c >= mq) break;
+          const F vlse = V::load_n(lse_h + i0 + c, mq - c, kFlashNegInf);
+          const typename V::M has_keys = V::gt(vlse, ninf);
+          const F vdelta = V::load(delta + i0 + c);
+          const typename V::I drop_lo = V::iload(lanes.drop_lo + c), drop_hi = V::iload(lanes.drop_hi + c);
+          for (int64_t j = 0; j < nk; ++j) {
+            float* sp = st + j * BQ + c;
+            float* dp = dpt + j * BQ + c;
+            const int32_t kpos = attn_kpos(p_, j0 + j);
+            const typename V::M visible =
+                V::mask_and(has_keys, visible_lanes<V>(p_, lanes, c, mq, kpos, kdocs ? kdocs[j0 + j] : 0, vis));
+            // P = exp(S − lse) where visible, else 0.
+            const F prob = V::select(visible, simd::exp<V>(V::sub(V::load(sp), vlse)), V::zero());
+            F dprob = V::load(dp);
             F dropped = prob;
             if (drop) {
-              const typename V::M keep = dropout_.keep(drop_base, key_positions<V>(p_, j0, jj, nk));
+              const typename V::M keep = dropout_.keep(drop_lo, drop_hi, V::iset1(static_cast<uint32_t>(kpos)));
               dropped = V::select(keep, V::mul(prob, keep_scale), V::zero());
-              dp = V::select(keep, V::mul(dp, keep_scale), V::zero());
+              dprob = V::select(keep, V::mul(dprob, keep_scale), V::zero());
             }
-            V::store(prow + jj, dropped);                                 // P' (for dV)
-            V::store(dprow + jj, V::mul(prob, V::sub(dp, vdelta)));       // dS
+            V::store(sp, dropped);                                  // P'ᵀ (for dV)
+            V::store(dp, V::mul(prob, V::sub(dprob, vdelta)));      // dSᵀ
           }
         }
-        tile_gemm<V>(nk, hdp_ / V::W, mq, TileOperandA{pr, 1, bk_}, dop, hdp_, dv_acc, hdp_, true);   // dV += P'ᵀ dO
-        tile_gemm<V>(nk, hdp_ / V::W, mq, TileOperandA{dpr, 1, bk_}, qs, hdp_, dk_acc, hdp_, true);   // dK += dSᵀ Qs
-        tile_gemm<V>(mq, hdp_ / V::W, nk, TileOperandA{dpr, bk_, 1}, kp, hdp_, dq_acc + i0 * hdp_, hdp_, true);
+        // dV_j += P'ᵀ·dO_i,  dK_j += dSᵀ·Q_i (scale later),  dQ_i += dS·K_j (scale later).
+        tile_gemm<V>(nk, hdp_ / V::W, mq, TileOperandA{st, BQ, 1}, dorows.p + i0 * dorows.stride, dorows.stride, dv_acc,
+                     hdp_, true);
+        tile_gemm<V>(nk, hdp_ / V::W, mq, TileOperandA{dpt, BQ, 1}, qrows.p + i0 * qrows.stride, qrows.stride, dk_acc,
+                     hdp_, true);
+        tile_gemm<V>(mq, hdp_ / V::W, nk, TileOperandA{dpt, 1, BQ}, kr.p, kr.stride, dq_acc + i0 * hdp_, hdp_, true);
       }
       // Hand the key tile's dK, dV over (zeros when no query saw it).
       float* dk_dst;
@@ -425,7 +472,7 @@ class FlashBackward {
         dv_stride = v_stride;
       }
       for (int64_t j = 0; j < nk; ++j) {
-        pack_rows<V>(dk_acc + j * hdp_, 0, 1, HD, 1.0f, dk_dst + j * dk_stride, HD);
+        pack_rows<V>(dk_acc + j * hdp_, 0, 1, HD, p_.scale, dk_dst + j * dk_stride, HD);
         pack_rows<V>(dv_acc + j * hdp_, 0, 1, HD, 1.0f, dv_dst + j * dv_stride, HD);
       }
     }
@@ -463,7 +510,7 @@ class FlashBackward {
   const float* dout_;
   float *dq_, *dk_, *dv_;
   AttentionTiles tiles_;
-  int64_t hdp_, bk_;
+  int64_t hdp_, sqp_;
   simd::PhiloxDropout<V> dropout_;
   float* partial_ = nullptr;
 };

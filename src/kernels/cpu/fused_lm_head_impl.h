@@ -26,15 +26,19 @@ int64_t lm_head_chunk_tokens_setting();  // kernels/cpu/fused_ops.h
 
 namespace gale::fused {
 
-// Target size of one logits chunk.
-constexpr int64_t kLmHeadChunkBytes = 32ll << 20;
+// Upper bound of one logits chunk. GEMM efficiency drops for chunks under ~256 tokens
+// (bench/kernels_bench, BM_LmHeadLoss); 64 MiB gives 256-token chunks at T = 1024, V = 50304.
+constexpr int64_t kLmHeadChunkBytes = 64ll << 20;
 
 namespace {
+// Tokens per chunk: at most kLmHeadChunkBytes of logits, chunks of equal size (multiples of 16).
 inline int64_t lm_head_chunk_tokens(const LmHeadProblem& p) {
   const int64_t setting = lm_head_chunk_tokens_setting();
   if (setting > 0) return min_i64(setting, max_i64(p.T, 1));
-  int64_t tc = kLmHeadChunkBytes / (4 * max_i64(p.Vl, 1));
-  if (tc >= 16) tc = tc / 16 * 16;
+  const int64_t cap = max_i64(1, kLmHeadChunkBytes / (4 * max_i64(p.Vl, 1)));
+  const int64_t chunks = (p.T + cap - 1) / cap;
+  int64_t tc = (p.T + chunks - 1) / max_i64(chunks, 1);
+  if (tc >= 16 && (tc + 15) / 16 * 16 <= cap) tc = (tc + 15) / 16 * 16;
   return max_i64(1, min_i64(tc, p.T));
 }
 inline float log_f32(float x) { return __builtin_logf(x); }

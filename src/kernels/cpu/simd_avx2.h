@@ -101,6 +101,10 @@ struct Avx2 {
     return _mm256_blendv_epi8(if_false, if_true, _mm256_castps_si256(m));
   }
   static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
+  static I imul(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static F gather_n(const float* base, I idx, int64_t n) {
+    return _mm256_mask_i32gather_ps(zero(), base, idx, first(n), 4);
+  }
   static void mulhilo(I a, I b, I* hi, I* lo) {
     const I even = _mm256_mul_epu32(a, b);
     const I odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32));

@@ -87,6 +87,11 @@ struct Avx512 {
   static M iult(I a, I b) { return _mm512_cmplt_epu32_mask(a, b); }
   static I iselect(M m, I if_true, I if_false) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
   static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
+  static I imul(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  // base[idx[l]] for the first n lanes, 0 in the others (which read nothing).
+  static F gather_n(const float* base, I idx, int64_t n) {
+    return _mm512_mask_i32gather_ps(zero(), first(n), idx, base, 4);
+  }
   // hi/lo 32 bits of the 64-bit products a·b, lane by lane (unsigned).
   static void mulhilo(I a, I b, I* hi, I* lo) {
     const I even = _mm512_mul_epu32(a, b);

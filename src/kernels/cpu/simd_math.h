@@ -2,8 +2,8 @@
 // Philox-4x32-10 dropout masks bit-identical to core/rng.h.
 //
 // Accuracy (measured by tests/kernels/simd_math_test.cc against std::exp / std::erf in double):
-//   exp  Cody-Waite reduction + degree-7 Taylor polynomial: ≤ 2 ulp; +inf above 88.72, 0 below −103.97
-//        (subnormal results in between), NaN stays NaN.
+//   exp  Cody-Waite reduction + degree-7 Taylor polynomial: ≤ 2 ulp; +inf above 88.72, 0 below −87
+//        (e^−87 ≈ 1.6e-38: no subnormal results or intermediates), NaN stays NaN.
 //   erf  |x| ≤ 1: c0·x + x³·P(x²);  |x| > 1: 1 − exp(−x²)·Q(1/|x|) (coefficients fitted by
 //        tools/reference/fit_erf.py): ≤ 2.5 ulp of max(|erf(x)|, 1/8) (2.02 measured), NaN stays NaN.
 // The one-lane Scalar type uses std::exp / std::erf instead.
@@ -29,7 +29,10 @@ typename V::F exp(typename V::F x) {
   } else {
     using F = typename V::F;
     static constexpr float kTaylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    const F hi = V::set1(88.7228394f), lo = V::set1(-103.972076f);
+    // Below −87 (e^−87 ≈ 1.6e-38, just above FLT_MIN) the result is flushed to 0, and the clamped
+    // input never produces a subnormal intermediate: subnormals cost a microcode assist (~100
+    // cycles) each, and masked attention scores (−inf) would hit that path constantly.
+    const F hi = V::set1(88.7228394f), lo = V::set1(-87.0f);
     const F xc = V::min(hi, V::max(lo, x));  // NaN passes (x is the second operand)
     const F n = V::round(V::mul(xc, V::set1(1.44269504088896341f)));
     F r = V::fnmadd(n, V::set1(0.693145751953125f), xc);  // ln 2 split: 16-bit head (n·head exact)
@@ -97,15 +100,18 @@ class PhiloxDropout {
 
   // Keep mask for indices base + offsets[l] (offsets unsigned, < 2^31).
   M keep(uint64_t base, I offsets) const {
-    const I lo = V::iadd(V::iset1(static_cast<uint32_t>(base)), offsets);
-    const uint32_t base_hi = static_cast<uint32_t>(base >> 32);
-    const I hi = V::iselect(V::iult(lo, offsets), V::iset1(base_hi + 1u), V::iset1(base_hi));
+    return keep(V::iset1(static_cast<uint32_t>(base)), V::iset1(static_cast<uint32_t>(base >> 32)), offsets);
+  }
+  // Keep mask for the W consecutive indices base, base + 1, ...
+  M keep(uint64_t base) const { return keep(base, V::iota()); }
+  // Keep mask for indices (base_hi[l]:base_lo[l]) + offsets[l] (offsets unsigned, < 2^31).
+  M keep(I base_lo, I base_hi, I offsets) const {
+    const I lo = V::iadd(base_lo, offsets);
+    const I hi = V::iadd(base_hi, V::iselect(V::iult(lo, offsets), V::iset1(1u), V::iset1(0u)));
     const I word = word0(lo, hi);
     const F u = V::mul(V::to_float(V::template srli<8>(word)), V::set1(1.0f / 16777216.0f));
     return V::ge(u, V::set1(p_));
   }
-  // Keep mask for the W consecutive indices base, base + 1, ...
-  M keep(uint64_t base) const { return keep(base, V::iota()); }
 
  private:
   // Word 0 of philox4x32(seed, stream, counter = hi:lo) after 10 rounds.

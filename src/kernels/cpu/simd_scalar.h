@@ -67,6 +67,8 @@ struct Scalar {
   static M iult(I a, I b) { return a < b; }
   static I iselect(M m, I if_true, I if_false) { return m ? if_true : if_false; }
   static F to_float(I a) { return static_cast<float>(static_cast<int32_t>(a)); }
+  static I imul(I a, I b) { return a * b; }
+  static F gather_n(const float* base, I idx, int64_t n) { return n > 0 ? base[static_cast<int32_t>(idx)] : 0.0f; }
   static void mulhilo(I a, I b, I* hi, I* lo) {
     const uint64_t p = static_cast<uint64_t>(a) * b;
     *hi = static_cast<uint32_t>(p >> 32);
