@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "model/linear.h"
-#include "model/tp_comm.h"
+#include "parallel/mappings.h"
 
 namespace gale {
 
@@ -113,6 +113,11 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   const int64_t tp = part_.tp_size();
   const int64_t s_local = part_.sequence_parallel ? S / tp : S;
   const int64_t s_offset = part_.sequence_parallel ? part_.tp_rank() * s_local : 0;
+  if (rt.rope) {
+    rt.rope_positions.resize(static_cast<size_t>(B * S));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) rt.rope_positions[b * S + s] = static_cast<int32_t>(s);
+  }
   rt.hidden_row_ids.resize(static_cast<size_t>(s_local * B));
   for (int64_t s = 0; s < s_local; ++s)
     for (int64_t b = 0; b < B; ++b) rt.hidden_row_ids[s * B + b] = st.mb.sample_ids[b] * S + s_offset + s;
@@ -140,7 +145,7 @@ Tensor GPTModel::embedding_forward(State& st) {
   Tensor x = Tensor::empty({T, H});
   ops_->embedding_forward(st.tokens_sb.data(), T, params_.param_data(word_emb_), part_.tp_rank() * Vl, Vl, H,
                           x.data<float>());
-  tp_all_reduce(part_, x);  // vocab-parallel lookup: each rank contributed its rows
+  x = reduce_from_tp_region(x, *part_.tp);  // vocab-parallel lookup: each rank contributed its rows
   if (pos_emb_ >= 0) {
     const float* pe = params_.param_data(pos_emb_);
     float* xd = x.data<float>();
@@ -149,10 +154,7 @@ Tensor GPTModel::embedding_forward(State& st) {
       for (int64_t i = 0; i < H; ++i) xd[t * H + i] += row[i];
     }
   }
-  if (part_.sequence_parallel) {
-    int64_t Tl = T / part_.tp_size();
-    x = x.slice(part_.tp_rank() * Tl, Tl).clone();
-  }
+  if (part_.sequence_parallel) x = scatter_to_sequence_parallel_region(x, *part_.tp).clone();
   DropoutSpec d;
   d.p = st.rt.training ? c.hidden_dropout : 0.0f;
   if (d.p > 0.0f) {
@@ -179,7 +181,7 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
     d = Tensor::empty(d_in.shape());
     dropout_backward_ref(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);
   }
-  Tensor d_full = tp_all_gather_rows(part_, d);  // backward of the SP scatter (a slice)
+  Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
   if (pos_emb_ >= 0)
     ops_->embedding_backward(st.positions_sb.data(), T, d_full.data<float>(), 0, c.max_positions, H,
                              params_.grad_data(pos_emb_));
@@ -198,7 +200,8 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
                      final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
                      stats.data<float>(), Tl, H);
-  Tensor y_full = part_.sequence_parallel ? tp_all_gather_rows(part_, y) : y;
+  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
+                                          : copy_to_tp_region(y, *part_.tp);
   // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
   // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
@@ -255,10 +258,8 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
                               &st.head_saved);
   st.final_out_full = st.lse = Tensor();
-  if (part_.sequence_parallel)
-    d_y = tp_reduce_scatter_rows(part_, d_y);
-  else
-    tp_all_reduce(part_, d_y);
+  d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
+                                : copy_to_tp_region_backward(d_y, *part_.tp);
   const int64_t Tl = d_y.size(0);
   Tensor d_x = Tensor::empty({Tl, H});
   ops_->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_y.data<float>(), st.final_in.data<float>(),
@@ -289,16 +290,86 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
   return out;
 }
 
+Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
+  GALE_CHECK(part_.post_process) << "logits exist only on the last pipeline stage";
+  const ModelConfig& c = config_;
+  State st;
+  build_runtime(st, mb, /*training=*/false);
+  Tensor x = part_.pre_process ? embedding_forward(st) : input;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
+  const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden, Tl = x.size(0);
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
+  Tensor y = Tensor::empty({Tl, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
+                     stats.data<float>(), Tl, H);
+  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
+                                          : copy_to_tp_region(y, *part_.tp);
+  Tensor local = linear_forward(y_full, params_.param_data(output_w_), Vl);  // [T, Vl]
+  // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
+  Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
+  if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
+  Tensor logits = Tensor::empty({B, S, c.vocab});
+  const float* src = slices.data<float>();
+  float* dst = logits.data<float>();
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        std::copy(src + (r * T + s * B + b) * Vl, src + (r * T + s * B + b + 1) * Vl, dst + (b * S + s) * c.vocab + r * Vl);
+  return logits;
+}
+
+std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
+  auto layer_ids = [](const LayerParamIds& w) {
+    std::vector<int> ids;
+    for (int id : {w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.norm2_w, w.norm2_b, w.fc1_w, w.fc1_b,
+                   w.fc2_w, w.fc2_b})
+      if (id >= 0) ids.push_back(id);
+    return ids;
+  };
+  std::vector<std::vector<int>> groups;
+  if (part_.post_process) {
+    std::vector<int> head;
+    for (int id : {final_norm_w_, final_norm_b_}) if (id >= 0) head.push_back(id);
+    if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
+    groups.push_back(head);
+  }
+  for (size_t i = layers_.size(); i-- > 0;) groups.push_back(layer_ids(layers_[i]));
+  if (part_.pre_process) {
+    std::vector<int> emb;
+    for (int id : {word_emb_, pos_emb_}) if (id >= 0) emb.push_back(id);
+    groups.push_back(emb);
+  }
+  return groups;
+}
+
 Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
   std::unique_ptr<State> st = std::move(it->second);
   in_flight_.erase(it);
-  Tensor d = part_.post_process ? head_backward(*st, loss_scale) : d_output;
-  for (size_t i = layers_.size(); i-- > 0;)
+  std::vector<std::vector<int>> groups = grad_ready_ ? backward_param_groups() : std::vector<std::vector<int>>{};
+  size_t group = 0;
+  auto ready = [&] {
+    if (grad_ready_) grad_ready_(groups.at(group++));
+  };
+  Tensor d = d_output;
+  if (part_.post_process) {
+    d = head_backward(*st, loss_scale);
+    ready();
+  }
+  for (size_t i = layers_.size(); i-- > 0;) {
     d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i),
                                    st->layers[i], d);
-  if (part_.pre_process) return embedding_backward(*st, d);
+    ready();
+  }
+  if (part_.pre_process) {
+    embedding_backward(*st, d);
+    ready();
+    return Tensor();
+  }
   return d;
 }
 

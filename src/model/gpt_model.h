@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -52,6 +53,20 @@ class GPTModel {
   // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
   Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
 
+  // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
+  // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
+  Tensor forward_logits(const MicroBatch& mb, const Tensor& input);
+
+  // Called during backward with the ids of parameters whose gradient contribution from the
+  // micro-batch being back-propagated is complete (after the head, after each layer, after the
+  // embedding), so data-parallel reduction of a bucket can start while backward continues
+  // (--overlap-grad-reduce). Unset: nothing is called.
+  using GradReadyFn = std::function<void(const std::vector<int>& param_ids)>;
+  void set_grad_ready_fn(GradReadyFn fn) { grad_ready_ = std::move(fn); }
+  // Parameter ids of global-order groups as backward completes them (for bucket planning):
+  // head (last stage), each layer from last to first, embedding (first stage).
+  std::vector<std::vector<int>> backward_param_groups() const;
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
@@ -76,6 +91,7 @@ class GPTModel {
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
   std::vector<LayerParamIds> layers_;
   std::map<int64_t, std::unique_ptr<State>> in_flight_;
+  GradReadyFn grad_ready_;
 };
 
 }  // namespace gale

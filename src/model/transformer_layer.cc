@@ -5,7 +5,7 @@
 
 #include "core/rng.h"
 #include "model/linear.h"
-#include "model/tp_comm.h"
+#include "parallel/mappings.h"
 
 namespace gale {
 
@@ -67,22 +67,26 @@ DropoutSpec hidden_dropout(const LayerRuntime& rt, int64_t layer, int site) {
 }
 
 // Row-parallel output [T, H] partial sums -> [Tl, H] reduced (all-reduce, or reduce-scatter with SP).
-Tensor reduce_row_parallel_output(const ModelPartition& part, Tensor y) {
-  if (part.sequence_parallel) return tp_reduce_scatter_rows(part, y);
-  tp_all_reduce(part, y);
-  return y;
+Tensor reduce_row_parallel_output(const ModelPartition& part, const Tensor& y) {
+  return part.sequence_parallel ? reduce_scatter_to_sequence_parallel_region(y, *part.tp)
+                                : reduce_from_tp_region(y, *part.tp);
+}
+
+// Its backward: [Tl, H] -> [T, H] (SP all-gather; identity otherwise).
+Tensor reduce_row_parallel_output_backward(const ModelPartition& part, const Tensor& dy) {
+  return part.sequence_parallel ? reduce_scatter_to_sequence_parallel_region_backward(dy, *part.tp)
+                                : reduce_from_tp_region_backward(dy, *part.tp);
 }
 
 // Input of a column-parallel linear: [Tl, H] -> [T, H] (SP all-gather; identity otherwise).
 Tensor gather_column_parallel_input(const ModelPartition& part, const Tensor& x) {
-  return part.sequence_parallel ? tp_all_gather_rows(part, x) : x;
+  return part.sequence_parallel ? gather_from_sequence_parallel_region(x, *part.tp) : copy_to_tp_region(x, *part.tp);
 }
 
-// Backward of gather_column_parallel_input: [T, H] -> [Tl, H] (SP reduce-scatter; all-reduce otherwise).
-Tensor reduce_column_parallel_input_grad(const ModelPartition& part, Tensor dx) {
-  if (part.sequence_parallel) return tp_reduce_scatter_rows(part, dx);
-  tp_all_reduce(part, dx);
-  return dx;
+// Its backward: [T, H] -> [Tl, H] (SP reduce-scatter; all-reduce otherwise).
+Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tensor& dx) {
+  return part.sequence_parallel ? gather_from_sequence_parallel_region_backward(dx, *part.tp)
+                                : copy_to_tp_region_backward(dx, *part.tp);
 }
 
 }  // namespace
@@ -143,8 +147,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
   if (rt.rope) {
-    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
-    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
+    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
@@ -210,7 +214,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_fc2 = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                 hidden_dropout(rt, layer, 2));
-  Tensor d_fc2_full = gather_column_parallel_input(part, d_fc2);  // backward of the row-parallel reduction
+  Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
   linear_backward_weight(d_fc2_full, s.act, pb.grad_data(w.fc2_w));
   Tensor d_act = linear_backward_data(d_fc2_full, pb.param_data(w.fc2_w), Fl);  // [T, Fl]
   d_fc2 = d_fc2_full = Tensor();
@@ -242,7 +246,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
-  Tensor d_proj_full = gather_column_parallel_input(part, d_proj);
+  Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
   linear_backward_weight(d_proj_full, s.ctx, pb.grad_data(w.proj_w));
   Tensor d_ctx = linear_backward_data(d_proj_full, pb.param_data(w.proj_w), NHl * HD);  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
@@ -258,8 +262,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   d_ctx = Tensor();
   s.ctx = s.lse = s.qkv = Tensor();
   if (rt.rope) {
-    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
-    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
+    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
   linear_backward_weight(d_qkv, s.norm1_out, pb.grad_data(w.qkv_w));

@@ -1,8 +1,8 @@
-// The optimizer over a model chunk's flat parameter/gradient buffers: global-norm clipping,
-// NaN/inf detection and the AdamW or SGD update with per-parameter weight decay.
+// The optimizer over the flat parameter/gradient buffers of this rank's model chunks: global-norm
+// clipping, NaN/inf detection and the AdamW or SGD update with per-parameter weight decay.
 //
-// State (Adam moments, or SGD momentum) lives in flat buffers parallel to the parameters, with
-// the same offsets, so checkpointing and sharding treat it like the parameters.
+// State (Adam moments, or SGD momentum) lives in flat buffers parallel to each chunk's
+// parameters, with the same offsets, so checkpointing and sharding treat it like the parameters.
 #pragma once
 
 #include <cstdint>
@@ -28,17 +28,26 @@ struct StepResult {
   int64_t num_zeros = -1;   // zero gradients (only when asked)
 };
 
+// The parameters one optimizer updates: a chunk's buffer and which of its parameters count
+// towards the global gradient norm on this rank (false for tensor-parallel replicas on TP ranks
+// other than 0 and for duplicated tied weights, so that every parameter counts exactly once).
+struct OptimizedBuffer {
+  ParamBuffer* params = nullptr;
+  std::vector<bool> counts_in_norm;  // empty = all count
+};
+
 class Optimizer {
  public:
-  // `norm_group` is the group over which per-rank squared norms are summed (model-parallel
-  // ranks; self with one process). counts_in_norm[i] says whether parameter i of `params` adds to
-  // the norm on this rank (false for tensor-parallel duplicates and shared copies, so every
-  // parameter counts exactly once); empty = all count.
-  Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group,
-            std::vector<bool> counts_in_norm = {});
+  // `norm_group` sums the per-rank squared norms (Megatron's model-parallel group; self with one
+  // process).
+  Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group);
+  // One buffer, every parameter counting.
+  Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group);
 
   // Global gradient norm (before clipping), over all ranks of the norm group.
   double grad_norm() const;
+  // Global L2 norm of the parameters, counted the same way (--log-params-norm).
+  double params_norm() const;
   // Clip, then update every parameter with learning rate `lr` and weight decay `wd` (0 for
   // parameters without decay). Skips the update when the gradient norm is not finite.
   StepResult step(double lr, double wd, bool count_zeros = false);
@@ -46,18 +55,23 @@ class Optimizer {
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   const OptimizerConfig& config() const { return config_; }
-  // Flat state buffers (same offsets as the parameters): "exp_avg", "exp_avg_sq" for Adam,
-  // "momentum_buffer" for SGD.
-  std::vector<std::pair<std::string, Tensor>> state() const;
+  size_t num_buffers() const { return buffers_.size(); }
+  // Flat state buffers of buffer `b` (same offsets as its parameters): "exp_avg", "exp_avg_sq" for
+  // Adam, "momentum_buffer" for SGD.
+  std::vector<std::pair<std::string, Tensor>> state(size_t b = 0) const;
   void set_ops(const OpTable* ops) { ops_ = ops; }
 
  private:
+  struct BufferState {
+    OptimizedBuffer buffer;
+    Tensor exp_avg, exp_avg_sq, momentum;
+  };
+  double norm_of(bool grads) const;
+
   OptimizerConfig config_;
-  ParamBuffer* params_;
+  std::vector<BufferState> buffers_;
   const OpTable* ops_;
   Comm norm_group_;
-  std::vector<bool> counts_in_norm_;
-  Tensor exp_avg_, exp_avg_sq_, momentum_;
   int64_t step_ = 0;
 };
 

@@ -18,4 +18,12 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
   return r;
 }
 
+StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
+                                                 int64_t num_microbatches, const MicroBatchSource& source,
+                                                 bool forward_only) {
+  if (ps.pp_size() == 1 && chunks.size() == 1)
+    return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only);
+  return Unimplemented("pipeline parallelism is not supported yet");
+}
+
 }  // namespace gale

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "model/gpt_model.h"
+#include "parallel/parallel_state.h"
 
 namespace gale {
 
@@ -26,6 +27,12 @@ struct ForwardBackwardResult {
 // `forward_only`, e.g. evaluation).
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
                                                                const MicroBatchSource& source, bool forward_only);
+
+// Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
+// or interleaved 1F1B (several chunks per rank). `chunks` are this rank's virtual stages in order.
+StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
+                                                 int64_t num_microbatches, const MicroBatchSource& source,
+                                                 bool forward_only);
 
 // The gradient scale of a micro-batch with `tokens` loss tokens (0 when it has none: Megatron
 // would divide by zero; Gale lets such a micro-batch contribute nothing).

@@ -5,17 +5,24 @@
 
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "train/grad_sync.h"
 
 namespace gale {
 
-Trainer::Trainer(const Arguments& args, GPTModel* model, Optimizer* optimizer, LrScheduler* scheduler,
-                 const SampleDataset* train, const SampleDataset* valid, const SampleDataset* test,
-                 TrainerGroups groups)
-    : args_(args), model_(model), optimizer_(optimizer), scheduler_(scheduler), train_(train), valid_(valid),
-      test_(test), groups_(std::move(groups)) {
+Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* train, const SampleDataset* valid,
+                 const SampleDataset* test)
+    : args_(args), engine_(engine), train_(train), valid_(valid), test_(test) {
   const TrainingArgs& t = args_.training;
   train_iters_ = t.train_iters != kUnset ? t.train_iters : t.train_samples / t.global_batch_size;
-  num_microbatches_ = t.global_batch_size / (t.micro_batch_size * groups_.dp_size());
+  num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
+}
+
+void Trainer::reduce_losses(double sums[2]) const {
+  const ParallelState& ps = engine_->ps;
+  // Every DP replica of the last stage holds its own micro-batches' sums.
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  // Other stages learn the loss from the last stage (for NaN decisions and logs on every rank).
+  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, ps.pp_size() - 1);
 }
 
 FlopsModel Trainer::flops_model() const {
@@ -66,9 +73,9 @@ Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index,
 
 StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
-  const int64_t mbs = t.micro_batch_size, dp = groups_.dp_size(), dp_rank = groups_.dp_rank();
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
   const int64_t consumed = state_.consumed_train_samples;
-  model_->params().zero_grads();
+  for (auto& chunk : engine_->chunks) chunk->params().zero_grads();
   // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
   // consumed + m·mbs·dp + r·mbs + [0, mbs).
   auto source = [&](int64_t m, MicroBatch* mb) {
@@ -76,27 +83,24 @@ StatusOr<IterationResult> Trainer::train_step() {
     return load_micro_batch(*train_, first, first, mb);
   };
   GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                        forward_backward_no_pipelining(*model_, num_microbatches_, source, /*forward_only=*/false));
+                        forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                         /*forward_only=*/false));
+  finalize_model_grads(engine_->ps, engine_->chunk_pointers());
   IterationResult r;
   double sums[2] = {fb.loss_sum, fb.tokens};
-  if (dp > 1) {
-    groups_.dp->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
-    // Average gradients over data-parallel replicas.
-    Tensor g = model_->params().flat_grads();
-    groups_.dp->all_reduce(g.raw(), g.numel(), DType::kF32, ReduceOp::kSum);
-    scale_inplace(g.data<float>(), g.numel(), 1.0f / static_cast<float>(dp));
-  }
+  reduce_losses(sums);
   r.loss_sum = sums[0];
   r.tokens = sums[1];
-  r.step = optimizer_->step(scheduler_->lr(), scheduler_->weight_decay(), args_.logging.log_num_zeros_in_grad);
-  if (r.step.applied) scheduler_->step(t.global_batch_size);
+  LrScheduler& scheduler = *engine_->scheduler;
+  r.step = engine_->optimizer->step(scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
+  if (r.step.applied) scheduler.step(t.global_batch_size);
   state_.consumed_train_samples += t.global_batch_size;
   return r;
 }
 
 StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters) {
   const TrainingArgs& t = args_.training;
-  const int64_t mbs = t.micro_batch_size, dp = groups_.dp_size(), dp_rank = groups_.dp_rank();
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
   double sums[2] = {0.0, 0.0};
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t base = *consumed;
@@ -105,12 +109,13 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
       return load_micro_batch(data, first, first, mb);
     };
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                          forward_backward_no_pipelining(*model_, num_microbatches_, source, /*forward_only=*/true));
+                          forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                           /*forward_only=*/true));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += t.global_batch_size;
   }
-  if (dp > 1) groups_.dp->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  reduce_losses(sums);
   return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
 }
 
@@ -158,16 +163,13 @@ Status Trainer::run() {
       f.consumed_samples = state_.consumed_train_samples;
       f.elapsed_ms_per_iteration = per_iter * 1000.0;
       f.log_throughput = l.log_throughput;
-      f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(groups_.world->size()));
-      f.learning_rate = scheduler_->lr();
+      f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));
+      f.learning_rate = engine_->scheduler->lr();
       f.global_batch_size = t.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.num_zeros = r.step.num_zeros;
-      if (l.log_params_norm) {
-        double sq = sum_of_squares(model_->params().flat_params().data<float>(), model_->params().numel());
-        f.params_norm = std::sqrt(sq);
-      }
+      if (l.log_params_norm) f.params_norm = engine_->optimizer->params_norm();
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
       print_rank_last(format_training_log_line(f));

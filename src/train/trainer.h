@@ -6,11 +6,8 @@
 #include <functional>
 #include <string>
 
-#include "comm/communicator.h"
-#include "model/gpt_model.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
 #include "train/arguments.h"
+#include "train/engine.h"
 #include "train/sample_dataset.h"
 #include "train/training_log.h"
 
@@ -24,24 +21,16 @@ struct TrainerState {
   double floating_point_operations_so_far = 0.0;
 };
 
-// The process groups the loop needs (all self-groups with one process).
-struct TrainerGroups {
-  Comm world;
-  Comm dp;  // data-parallel group: gradients and losses are reduced over it
-  int64_t dp_rank() const { return dp ? dp->rank() : 0; }
-  int64_t dp_size() const { return dp ? dp->size() : 1; }
-};
-
 // Result of one training iteration.
 struct IterationResult {
-  double loss_sum = 0.0, tokens = 0.0;  // over the whole global batch (all DP ranks)
+  double loss_sum = 0.0, tokens = 0.0;  // over the whole global batch (all DP ranks; last pipeline stage)
   StepResult step;
 };
 
 class Trainer {
  public:
-  Trainer(const Arguments& args, GPTModel* model, Optimizer* optimizer, LrScheduler* scheduler,
-          const SampleDataset* train, const SampleDataset* valid, const SampleDataset* test, TrainerGroups groups);
+  Trainer(const Arguments& args, Engine* engine, const SampleDataset* train, const SampleDataset* valid,
+          const SampleDataset* test);
 
   TrainerState& state() { return state_; }
   int64_t train_iters() const { return train_iters_; }
@@ -65,15 +54,14 @@ class Trainer {
  private:
   Status load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base, MicroBatch* mb) const;
   Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
+  // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
+  void reduce_losses(double sums[2]) const;
 
   const Arguments& args_;
-  GPTModel* model_;
-  Optimizer* optimizer_;
-  LrScheduler* scheduler_;
+  Engine* engine_;
   const SampleDataset* train_;
   const SampleDataset* valid_;
   const SampleDataset* test_;
-  TrainerGroups groups_;
   TrainerState state_;
   SaveFn save_fn_;
   int64_t train_iters_ = 0;
