@@ -312,6 +312,39 @@ TEST_P(FusedVsReference, AdamWIsExact) {
     }
 }
 
+TEST_P(FusedVsReference, AdamWGradScaleEqualsClippingFirst) {
+  const int64_t n = 5001;
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 0.01f;
+  h.step = 3;
+  auto p0 = random_vector(n, 85), g = random_vector(n, 86, 0.1f), m0 = random_vector(n, 87, 0.01f);
+  auto v0 = random_vector(n, 88, 1e-4f);
+  for (auto& x : v0) x = std::fabs(x);
+  const float coeff = 0.37f;
+  // Two passes (clip, then step) with the reference ...
+  std::vector<float> g_clipped = g, p_ref = p0, m_ref = m0, v_ref = v0;
+  scale_inplace(g_clipped.data(), n, coeff);
+  ref_.adamw_step(p_ref.data(), g_clipped.data(), m_ref.data(), v_ref.data(), n, h);
+  // ... equal one pass with grad_scale, for the reference and the fused step.
+  h.grad_scale = coeff;
+  for (AdamWFn fn : {ref_.adamw_step, fused().adamw_step}) {
+    std::vector<float> p = p0, m = m0, v = v0;
+    fn(p.data(), g.data(), m.data(), v.data(), n, h);
+    EXPECT_EQ(bit_differences(p, p_ref), 0);
+    EXPECT_EQ(bit_differences(m, m_ref), 0);
+    EXPECT_EQ(bit_differences(v, v_ref), 0);
+  }
+}
+
+TEST_P(FusedVsReference, SumOfSquares) {
+  for (int64_t n : {0, 1, 17, 65536, 65537, 300001}) {
+    auto x = random_vector(n, 89, 3.0f);
+    const double ref = sum_of_squares(x.data(), n), got = fused().sum_of_squares(x.data(), n);
+    EXPECT_LE(std::fabs(got - ref), 1e-6 * std::max(ref, 1e-30)) << n;
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 struct AttnCase {

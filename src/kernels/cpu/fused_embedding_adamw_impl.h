@@ -1,4 +1,5 @@
-// Vectorised embedding lookup/gradient and AdamW step (templates over a simd type V).
+// Vectorised embedding lookup/gradient, AdamW step and the gradient-norm reduction (templates over
+// a simd type V).
 //
 // Both keep the reference's arithmetic and summation order (kernels/cpu/embedding.h, optimizer.h),
 // so on this build they are bit-identical to it; they are memory-bound, and the gain is wider
@@ -47,11 +48,11 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const A
   const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
   const F b1 = V::set1(h.beta1), b2 = V::set1(h.beta2), c1 = V::set1(1.0f - h.beta1), c2 = V::set1(1.0f - h.beta2);
   const F vbc1 = V::set1(bc1), vbc2 = V::set1(bc2), eps = V::set1(h.eps), wd = V::set1(h.weight_decay);
-  const F lr = V::set1(h.lr);
+  const F lr = V::set1(h.lr), grad_scale = V::set1(h.grad_scale);
   parallel_for(n, 1 << 15, [&](int64_t b, int64_t e) {
     for_vectors<V>(e - b, [&](int64_t i0, int64_t k) GALE_ALWAYS_INLINE {
       const int64_t i = b + i0;
-      const F gv = ld<V>(g + i, k), pv = ld<V>(p + i, k);
+      const F gv = V::mul(ld<V>(g + i, k), grad_scale), pv = ld<V>(p + i, k);
       const F mv = V::add(V::mul(b1, ld<V>(m + i, k)), V::mul(c1, gv));
       const F vv = V::add(V::mul(b2, ld<V>(v + i, k)), V::mul(V::mul(c2, gv), gv));
       const F denom = V::add(V::sqrt(V::div(vv, vbc2)), eps);
@@ -61,6 +62,29 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const A
       st<V>(p + i, V::sub(pv, V::mul(lr, update)), k);
     });
   });
+}
+
+// Σ x² over the reference's fixed 64 Ki-element chunks (kernels/cpu/optimizer.cc), each summed in
+// float vectors within blocks of kSumBlock elements and in double across blocks; chunk partials
+// are added in order, so the result does not depend on the thread count.
+template <class V>
+double sum_of_squares(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  ScratchBuffer partial(sizeof(double) * static_cast<size_t>(chunks > 0 ? chunks : 1));
+  double* part = partial.as<double>();
+  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* xc = x + c * kChunk;
+      part[c] = blocked_sum<V>(min_i64(kChunk, n - c * kChunk), [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
+        const typename V::F v = ld<V>(xc + i, k);
+        return V::mul(v, v);
+      });
+    }
+  });
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += part[c];
+  return total;
 }
 
 }  // namespace gale::fused

@@ -32,6 +32,10 @@ struct FusedKernelSet {
   LmHeadLossBackwardFn lm_head_loss_backward = nullptr;
   AdamWFn adamw_step = nullptr;
 
+  // Not (yet) an OpTable entry: the optimizer's gradient-norm reduction, Σ x² (deterministic,
+  // vectorised; within 1e-6 relative of sum_of_squares in kernels/cpu/optimizer.h).
+  double (*sum_of_squares)(const float* x, int64_t n) = nullptr;
+
   // Vector math, element by element: y = exp(x), y = erf(x); keep[i] = dropout keep decision of
   // index base + i (uniform_at(seed, stream, base + i) >= p).
   void (*exp)(const float* x, float* y, int64_t n) = nullptr;

@@ -59,6 +59,8 @@ const FusedKernelSet* fused_kernel_set(Isa isa) {
   return &sets[static_cast<int>(isa)];
 }
 
+double fused_sum_of_squares(const float* x, int64_t n) { return fused_kernel_set(detected_isa())->sum_of_squares(x, n); }
+
 std::vector<std::string> fused_kernel_ops() { return std::vector<std::string>(std::begin(kOps), std::end(kOps)); }
 
 StatusOr<Isa> fused_kernel_isa(const std::string& op, Isa max_isa) {

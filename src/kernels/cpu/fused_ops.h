@@ -35,6 +35,10 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa);
 // install_fused_kernel for every op group.
 Status install_all_fused_kernels(OpTable& table, Isa max_isa);
 
+// Σ x² with the best build under detected_isa(): the vectorised replacement of sum_of_squares
+// (kernels/cpu/optimizer.h) for the optimizer's gradient norm (a proposed OpTable entry).
+double fused_sum_of_squares(const float* x, int64_t n);
+
 // Tokens per logits chunk of the fused LM head (tests, benchmarks): 0 restores the automatic size
 // (about kLmHeadChunkBytes of logits, fused_lm_head_impl.h).
 void set_lm_head_chunk_tokens(int64_t tokens);
