@@ -26,11 +26,14 @@ head -n 120 "$CORPUS/austen.jsonl" >> "$WORK/input.jsonl"
 echo "input: $(wc -c < "$WORK/input.jsonl") bytes, $(wc -l < "$WORK/input.jsonl") documents; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 for workers in 1 2; do
-  for rep in 1 2; do  # the second run is the one to quote (warm file cache)
+  best=""
+  for rep in 1 2 3; do  # best of 3 (the machine may be shared)
     out=$($GALE preprocess --input "$WORK/input.jsonl" --output-prefix "$WORK/gale$workers" --tokenizer-type GPT2BPETokenizer \
           --vocab-file $VOCAB --merge-file $MERGES --append-eod --workers $workers --log-interval 100000 2>/dev/null | tail -1)
+    rate=$(echo "$out" | sed -E 's/.* ([0-9]+) tokens\/s.*/\1/')
+    if [[ -z $best || $rate -gt $(echo "$best" | sed -E 's/.* ([0-9]+) tokens\/s.*/\1/') ]]; then best=$out; fi
   done
-  echo "gale preprocess, $workers worker(s): $out"
+  echo "gale preprocess, $workers worker(s), best of 3: $best"
 done
 
 if "$PY" -c "import tokenizers" 2>/dev/null; then
@@ -40,15 +43,16 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 path, vocab, merges = sys.argv[1:4]
 tok = Tokenizer(models.BPE.from_file(vocab, merges))
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-for rep in range(2):
+dt = float("inf")
+for rep in range(3):  # best of 3
     t0 = time.perf_counter()
     n = 0
     with open(path, encoding="utf-8") as f:
         for line in f:
             n += len(tok.encode(json.loads(line)["text"]).ids) + 1  # + EOD, as --append-eod
-    dt = time.perf_counter() - t0
+    dt = min(dt, time.perf_counter() - t0)
 import tokenizers
-print(f"HF tokenizers {tokenizers.__version__}, 1 thread (json.loads + encode per document): {n} tokens, {dt:.2f} s: {n/dt:.0f} tokens/s")
+print(f"HF tokenizers {tokenizers.__version__}, 1 thread, best of 3 (json.loads + encode per document): {n} tokens, {dt:.2f} s: {n/dt:.0f} tokens/s")
 PYEOF
 else
   echo "HF tokenizers: skipped ($PY has no 'tokenizers'; pass an interpreter that has it)"
