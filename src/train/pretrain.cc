@@ -51,8 +51,7 @@ void print_active_features(const FeatureRegistry& registry, const FeatureContext
   for (size_t i = 0; i < registry.features().size(); ++i) {
     if (!registry.statuses()[i].active) continue;
     const Feature& f = *registry.features()[i];
-    print_rank0(str_cat("  active: ", f.flag().empty() ? f.name() : f.flag(), " (", feature_module_name(f.module()),
-                        ", level ", f.level(), ")"));
+    print_rank0(str_cat("  active: ", f.name(), " (", feature_module_name(f.module()), ", level ", f.level(), ")"));
   }
   std::string kernels;
   for (const auto& [op, impl] : ops.impl) kernels += str_cat(kernels.empty() ? "" : ", ", op, "=", impl);
@@ -87,6 +86,7 @@ int pretrain_main(int argc, char** argv) {
   if (args.training.num_threads > 0) set_num_threads(args.training.num_threads);
   print_banner(parser, world);
   for (const std::string& n : notices) warn_rank0(n);
+  for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
 
   // ---- layout ----
   ParallelSizes sizes;
