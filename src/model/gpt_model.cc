@@ -206,6 +206,18 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
                   st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  // With one vocabulary slice and the micro-batch count known, the loss gradient per token is
+  // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
+  std::vector<float> dloss;
+  if (keep && tp == 1 && num_microbatches_ > 0) {
+    double tokens = 0.0;
+    for (float m : st.mask_sb) tokens += m;
+    const float scale = micro_batch_loss_scale(tokens, num_microbatches_);
+    dloss.resize(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
+    p.dloss = dloss.data();
+    p.dW = params_.grad_data(output_w_);
+  }
   Tensor stat = Tensor::empty({3, T});  // slice max, slice Σexp, target logit
   float* smax = stat.data<float>();
   float* ssum = smax + T;

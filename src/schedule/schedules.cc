@@ -7,6 +7,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
                                                                const MicroBatchSource& source, bool forward_only) {
   ForwardBackwardResult r;
   MicroBatch mb;
+  model.set_num_microbatches(forward_only ? 0 : num_microbatches);
   for (int64_t m = 0; m < num_microbatches; ++m) {
     GALE_RETURN_IF_ERROR(source(m, &mb));
     GPTModel::LossSums sums;

@@ -34,10 +34,6 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only);
 
-// The gradient scale of a micro-batch with `tokens` loss tokens (0 when it has none: Megatron
-// would divide by zero; Gale lets such a micro-batch contribute nothing).
-inline float micro_batch_loss_scale(double tokens, int64_t num_microbatches) {
-  return tokens > 0.0 ? static_cast<float>(1.0 / (tokens * static_cast<double>(num_microbatches))) : 0.0f;
-}
+
 
 }  // namespace gale
