@@ -86,6 +86,8 @@ class GPTModel {
   void build_runtime(State& st, const MicroBatch& mb, bool training) const;
   Tensor embedding_forward(State& st);
   Tensor embedding_backward(State& st, const Tensor& d);
+  // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer.
+  Tensor final_norm_forward(const Tensor& x, Tensor* stats) const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
 

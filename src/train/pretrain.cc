@@ -89,14 +89,7 @@ int pretrain_main(int argc, char** argv) {
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
 
   // ---- layout ----
-  ParallelSizes sizes;
-  sizes.world_size = world->size();
-  sizes.tp = static_cast<int>(args.parallel.tensor_model_parallel_size);
-  sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
-  sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
-  sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
-  sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
-  StatusOr<RankLayout> layout = compute_rank_layout(sizes);
+  StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
   if (!layout.ok()) return usage_error(layout.status());
   print_rank0(render_rank_layout(layout.value()));
 
