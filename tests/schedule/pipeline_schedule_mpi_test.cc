@@ -1,6 +1,7 @@
 // The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
 // exactly its 1F1B / interleaved order, holds no more micro-batches than the schedule needs
-// (P − r for 1F1B), forward-only evaluation gives the single-process loss, tied embeddings start
+// (P − r for 1F1B), sends and receives exactly one activation or gradient per micro-batch and
+// virtual-stage boundary, forward-only evaluation gives the single-process loss, tied embeddings start
 // and stay identical on the first and last stage, and a bad micro-batch count is a clean error.
 #include <gtest/gtest.h>
 
@@ -117,8 +118,24 @@ TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
     for (auto& chunk : e.chunks) held += chunk->in_flight();
     max_held = std::max(max_held, held);
   };
+  e.ps.pp()->reset_stats();
   auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, observer);
   ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+  // Point-to-point volume (docs/parallelism.md): one [Tl, H] f32 tensor per micro-batch and
+  // virtual-stage boundary in each direction; Tl = S·B, divided by TP with sequence parallelism.
+  const int64_t tl = kSeq * kMicroBatch / (setup.args.parallel.sequence_parallel ? e.ps.tp_size() : 1);
+  const int64_t message = tl * 32 * 4;  // hidden size 32, f32
+  int64_t sends = 0, recvs = 0;
+  for (int c = 0; c < vpp; ++c) {
+    const int stage = c * pp + rank, last = pp * vpp - 1;
+    sends += (stage < last) + (stage > 0);  // activation forward, gradient backward
+    recvs += (stage > 0) + (stage < last);
+  }
+  const CommStats& stats = e.ps.pp()->stats();
+  EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kSend)], sends * m);
+  EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kRecv)], recvs * m);
+  EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kSend)], sends * m * message);
+  EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kRecv)], recvs * m * message);
   const std::vector<PipelineStep> expected =
       vpp == 1 ? one_f_one_b_order(pp, rank, m, false) : interleaved_order(pp, rank, vpp, m, false);
   EXPECT_EQ(ran, expected);

@@ -31,7 +31,8 @@ Output: tests/data/schedule/megatron_layers.json, a list of
    "chunks": [[[first_layer, num_layers] for each virtual stage] for each pipeline rank]}
 read by tests/train/chunk_layers_test.cc. (Megatron core_v0.12.1 places layers wrongly when
 virtual stages are combined with --decoder-last-pipeline-num-layers but not
---decoder-first-pipeline-num-layers: ranks 0 and 1 get the same layers. That case is left out.)
+--decoder-first-pipeline-num-layers: ranks 0 and 1 get the same layers; with PP 2 and both
+uneven flags it divides by zero. Both cases are left out.)
 
 Usage (needs torch and `packaging`, and a Megatron-LM checkout of tag core_v0.12.1; Debian's
 torch 1.13 is too old for megatron/core/__init__.py, so only the modules schedules.py needs are
