@@ -33,37 +33,45 @@ StatusOr<ForwardBackwardResult> run_pipeline(const std::vector<GPTModel*>& chunk
   auto receives = [&](const PipelineStep& s) {
     return s.forward ? !p2p.first_virtual_stage(s.chunk) : !p2p.last_virtual_stage(s.chunk);
   };
+  // Load this iteration's micro-batches first, and agree over the pipeline group that every
+  // stage could: a stage that failed half-way through the schedule would leave its neighbours
+  // waiting for transfers that never come.
+  std::vector<MicroBatch> batches(static_cast<size_t>(num_microbatches));
+  Status loaded = Status::Ok();
+  for (int64_t m = 0; m < num_microbatches && loaded.ok(); ++m) {
+    MicroBatch& mb = batches[static_cast<size_t>(m)];
+    loaded = source(m, &mb);
+    if (loaded.ok() && (mb.B != batches[0].B || mb.S != batches[0].S))
+      loaded = InvalidArgument("micro-batch ", m, " is ", mb.B, " x ", mb.S, " tokens; pipeline parallelism needs every ",
+                               "micro-batch of the iteration to be ", batches[0].B, " x ", batches[0].S);
+  }
+  const int64_t failed_stage = ps.pp()->all_reduce_scalar(
+      loaded.ok() ? int64_t{0} : static_cast<int64_t>(ps.coords().pp) + 1, ReduceOp::kMax);
+  if (!loaded.ok()) return loaded;
+  if (failed_stage > 0)
+    return FailedPrecondition("pipeline stage ", failed_stage - 1, " could not load this iteration's micro-batches (",
+                              "its error is reported by that rank)");
+  if (num_microbatches == 0) return ForwardBackwardResult{};
+  const Shape shape = activation_shape(*chunks[0], batches[0]);  // every transfer is [Tl, H]
+  const int last_chunk = static_cast<int>(chunks.size()) - 1;
   ForwardBackwardResult result;
   std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
-  Shape shape;                            // [Tl, H], known once the first micro-batch is loaded
-  int64_t first_b = 0, first_s = 0;
   size_t prefetched = 0;                  // steps [0, prefetched) have their receives posted
   auto prefetch = [&](size_t upto) {
     for (upto = std::min(upto, steps.size()); prefetched < upto; ++prefetched)
       if (receives(steps[prefetched]))
         p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch, shape);
   };
-  MicroBatch mb;
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep& s = steps[i];
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
-    if (s.forward) {
-      GALE_RETURN_IF_ERROR(source(s.microbatch, &mb));
-      if (shape.empty()) {
-        shape = activation_shape(model, mb);
-        first_b = mb.B;
-        first_s = mb.S;
-      } else if (mb.B != first_b || mb.S != first_s) {
-        return InvalidArgument("micro-batch ", s.microbatch, " is ", mb.B, " x ", mb.S,
-                               " tokens; pipeline parallelism needs every micro-batch of the iteration to be ", first_b,
-                               " x ", first_s);
-      }
-    }
     prefetch(i + kPrefetchSteps);
     Tensor received = receives(s) ? p2p.wait_recv(s.forward, s.chunk, s.microbatch) : Tensor();
     if (s.forward) {
+      MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
       GPTModel::LossSums sums;
       Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums);
+      if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
       if (model.partition().post_process) {
         result.loss_sum += sums.loss_sum;
         result.tokens += sums.tokens;

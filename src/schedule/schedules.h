@@ -10,9 +10,12 @@
 // Pipeline schedules run the step order of pipeline_order.h and move activations [Tl, H]
 // (Tl = S·B, divided by TP with sequence parallelism) and their gradients between stages with the
 // tagged non-blocking transfers of pipeline_p2p.h over ps.pp(). Every rank calls the
-// MicroBatchSource for each forward step it runs (every stage needs the position and document
-// ids; the first the tokens, the last the labels and loss mask), so the source must be cheap and
-// return the same micro-batch whenever it is asked for it.
+// MicroBatchSource once for each micro-batch of the iteration, before the first step (every
+// stage needs the position and document ids; the first the tokens, the last the labels and loss
+// mask), so the source must be cheap and deterministic; the stages then agree (one all-reduce of
+// a flag over ps.pp()) that all of them loaded their micro-batches, so a load error stops every
+// stage instead of leaving its neighbours waiting. A micro-batch is dropped after its last
+// forward on the rank.
 #pragma once
 
 #include <cstdint>

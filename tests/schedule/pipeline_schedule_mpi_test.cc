@@ -1,7 +1,7 @@
 // The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
 // exactly its 1F1B / interleaved order, holds no more micro-batches than the schedule needs
 // (P − r for 1F1B), sends and receives exactly one activation or gradient per micro-batch and
-// virtual-stage boundary, forward-only evaluation gives the single-process loss, tied embeddings start
+// virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation gives the single-process loss, tied embeddings start
 // and stay identical on the first and last stage, and a bad micro-batch count is a clean error.
 #include <gtest/gtest.h>
 
@@ -224,6 +224,33 @@ TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
     ASSERT_TRUE(r.applied);
   }
   compare("after two steps");
+}
+
+// A micro-batch that cannot be loaded on one stage stops every stage of the pipeline with an
+// error (the failing stage's own, the others naming it) instead of leaving them waiting.
+TEST(PipelineSchedule, ALoadErrorOnOneStageStopsEveryStage) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 8);
+  Engine& e = *setup.engine;
+  const int failing = e.ps.pp_size() - 1;
+  MicroBatchSource good = setup.source();
+  MicroBatchSource source = [&](int64_t m, MicroBatch* mb) -> Status {
+    if (e.ps.coords().pp == failing && m == 2) return OutOfRange("the dataset has 3 samples; sample 4 was requested");
+    return good(m, mb);
+  };
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), source, false);
+  ASSERT_FALSE(fb.ok());
+  if (e.ps.coords().pp == failing) {
+    EXPECT_EQ(fb.status().message(), "the dataset has 3 samples; sample 4 was requested");
+  } else {
+    EXPECT_EQ(fb.status().message(), str_cat("pipeline stage ", failing, " could not load this iteration's "
+                                             "micro-batches (its error is reported by that rank)"));
+  }
+  for (auto& chunk : e.chunks) EXPECT_EQ(chunk->in_flight(), 0u);
+  // The pipeline still works afterwards.
+  auto again = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), good, false);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
 }
 
 TEST(PipelineSchedule, InterleavedRejectsMicroBatchesNotAMultipleOfPipelineSize) {
