@@ -74,4 +74,12 @@ std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t n
   return steps;
 }
 
+std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only) {
+  std::vector<PipelineStep> steps;
+  for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({true, 0, m});
+  if (!forward_only)
+    for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({false, 0, m});
+  return steps;
+}
+
 }  // namespace gale

@@ -54,4 +54,8 @@ int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, 
 // Requires check_interleaved_microbatches(pp, num_microbatches) to pass.
 std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only);
 
+// GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
+// micro-batch order. It holds all M micro-batches at once on every stage.
+std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only);
+
 }  // namespace gale

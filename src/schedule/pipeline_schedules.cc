@@ -20,10 +20,13 @@ Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
   return {part.sequence_parallel ? tokens / part.tp_size() : tokens, model.config().hidden};
 }
 
-StatusOr<ForwardBackwardResult> run_pipeline(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
-                                             const std::vector<PipelineStep>& steps, int64_t num_microbatches,
-                                             const MicroBatchSource& source, bool forward_only,
-                                             const ScheduleObserver& observer) {
+}  // namespace
+
+StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
+                                                           const ParallelState& ps,
+                                                           const std::vector<PipelineStep>& steps,
+                                                           int64_t num_microbatches, const MicroBatchSource& source,
+                                                           bool forward_only, const ScheduleObserver& observer) {
   PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()));
   for (size_t c = 0; c < chunks.size(); ++c) {
     const ModelPartition& part = chunks[c]->partition();
@@ -97,13 +100,11 @@ StatusOr<ForwardBackwardResult> run_pipeline(const std::vector<GPTModel*>& chunk
   return result;
 }
 
-}  // namespace
-
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
     bool forward_only, const ScheduleObserver& observer) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
-  return run_pipeline({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only), num_microbatches,
+  return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only), num_microbatches,
                       source, forward_only, observer);
 }
 
@@ -112,7 +113,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches));
-  return run_pipeline(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only), num_microbatches,
+  return forward_backward_pipelined(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only), num_microbatches,
                       source, forward_only, observer);
 }
 

@@ -59,6 +59,18 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {});
 
+// Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
+// the two schedules above (which call it with Megatron's orders). The order must run every
+// (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it, with each
+// chunk's forwards in micro-batch order on every rank, and the steps of all ranks must form an
+// acyclic graph with their data dependencies. Benchmarks use it to compare Megatron's orders
+// with others (e.g. gpipe_order).
+StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
+                                                           const ParallelState& ps,
+                                                           const std::vector<PipelineStep>& steps,
+                                                           int64_t num_microbatches, const MicroBatchSource& source,
+                                                           bool forward_only, const ScheduleObserver& observer = {});
+
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // or interleaved 1F1B (several chunks per rank). `chunks` are this rank's virtual stages in order.
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,

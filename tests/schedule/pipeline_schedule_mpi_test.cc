@@ -226,6 +226,33 @@ TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
   compare("after two steps");
 }
 
+// Any valid order runs through forward_backward_pipelined: GPipe's (all forwards, then all
+// backwards) holds all M micro-batches where 1F1B holds P − r, and gives the same gradients
+// (both accumulate the micro-batches' backwards in the same order).
+TEST(PipelineSchedule, GPipeOrderGivesTheSameGradientsWithMoreMemory) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 16);
+  Engine& e = *setup.engine;
+  const int64_t m = setup.num_microbatches();
+  GPTModel& model = *e.chunks.front();
+  auto run = [&](const std::vector<PipelineStep>& order, size_t* max_held) {
+    model.params().zero_grads();
+    *max_held = 0;
+    auto fb = forward_backward_pipelined(e.chunk_pointers(), e.ps, order, m, setup.source(), false,
+                                         [&](const PipelineStep&) { *max_held = std::max(*max_held, model.in_flight()); });
+    GALE_CHECK_OK(fb.status());
+    const Tensor& g = model.params().flat_grads();
+    return std::vector<float>(g.data<float>(), g.data<float>() + g.numel());
+  };
+  size_t held_1f1b = 0, held_gpipe = 0;
+  std::vector<float> g1 = run(one_f_one_b_order(e.ps.pp_size(), e.ps.coords().pp, m, false), &held_1f1b);
+  std::vector<float> g2 = run(gpipe_order(m, false), &held_gpipe);
+  EXPECT_EQ(g1, g2);
+  EXPECT_EQ(held_gpipe, static_cast<size_t>(m));
+  EXPECT_EQ(held_1f1b, static_cast<size_t>(e.ps.pp_size() - e.ps.coords().pp));
+}
+
 // A micro-batch that cannot be loaded on one stage stops every stage of the pipeline with an
 // error (the failing stage's own, the others naming it) instead of leaving them waiting.
 TEST(PipelineSchedule, ALoadErrorOnOneStageStopsEveryStage) {
