@@ -7,9 +7,7 @@
 
 namespace gale {
 
-std::string PipelineStep::to_string() const {
-  return str_cat(forward ? "F " : "B ", chunk, " ", microbatch);
-}
+std::string PipelineStep::to_string() const { return str_cat(forward ? "F " : "B ", chunk, " ", microbatch); }
 
 int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches) {
   return std::min<int64_t>(pp - rank - 1, num_microbatches);
@@ -34,10 +32,11 @@ std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microb
 
 Status check_interleaved_microbatches(int pp, int64_t num_microbatches) {
   if (num_microbatches < pp || num_microbatches % pp != 0)
-    return InvalidArgument("the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage / "
-                           "--num-virtual-stages-per-pipeline-rank) needs the number of micro-batches per iteration "
-                           "(--global-batch-size / (--micro-batch-size x data-parallel size) = ",
-                           num_microbatches, ") to be a multiple of --pipeline-model-parallel-size ", pp);
+    return InvalidArgument(
+        "the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage / "
+        "--num-virtual-stages-per-pipeline-rank) needs the number of micro-batches per iteration "
+        "(--global-batch-size / (--micro-batch-size x data-parallel size) = ",
+        num_microbatches, ") to be a multiple of --pipeline-model-parallel-size ", pp);
   return Status::Ok();
 }
 

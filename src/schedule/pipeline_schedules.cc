@@ -45,11 +45,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     MicroBatch& mb = batches[static_cast<size_t>(m)];
     loaded = source(m, &mb);
     if (loaded.ok() && (mb.B != batches[0].B || mb.S != batches[0].S))
-      loaded = InvalidArgument("micro-batch ", m, " is ", mb.B, " x ", mb.S, " tokens; pipeline parallelism needs every ",
-                               "micro-batch of the iteration to be ", batches[0].B, " x ", batches[0].S);
+      loaded =
+          InvalidArgument("micro-batch ", m, " is ", mb.B, " x ", mb.S, " tokens; pipeline parallelism needs every ",
+                          "micro-batch of the iteration to be ", batches[0].B, " x ", batches[0].S);
   }
-  const int64_t failed_stage = ps.pp()->all_reduce_scalar(
-      loaded.ok() ? int64_t{0} : static_cast<int64_t>(ps.coords().pp) + 1, ReduceOp::kMax);
+  const int64_t failed_stage =
+      ps.pp()->all_reduce_scalar(loaded.ok() ? int64_t{0} : static_cast<int64_t>(ps.coords().pp) + 1, ReduceOp::kMax);
   if (!loaded.ok()) return loaded;
   if (failed_stage > 0)
     return FailedPrecondition("pipeline stage ", failed_stage - 1, " could not load this iteration's micro-batches (",
@@ -104,8 +105,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
     bool forward_only, const ScheduleObserver& observer) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
-  return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only), num_microbatches,
-                      source, forward_only, observer);
+  return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
+                                    num_microbatches, source, forward_only, observer);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
@@ -113,8 +114,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches));
-  return forward_backward_pipelined(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only), num_microbatches,
-                      source, forward_only, observer);
+  return forward_backward_pipelined(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only),
+                                    num_microbatches, source, forward_only, observer);
 }
 
 }  // namespace gale

@@ -118,8 +118,8 @@ TEST(PipelineOrder, OneFOneBHoldsAtMostPipelineSizeMinusRankMicroBatches) {
   for (int pp : {2, 3, 4, 8})
     for (int64_t m : {1, 3, 4, 8, 16}) {
       ASSERT_TRUE(simulate(pp, 0, m, false, &held));
-      for (int r = 0; r < pp; ++r) EXPECT_EQ(held[static_cast<size_t>(r)], std::min<int64_t>(pp - r, m)) << pp << " " << m;
-      // Without pipelining's memory saving, GPipe (all forwards first) would hold all m.
+      for (int r = 0; r < pp; ++r)
+        EXPECT_EQ(held[static_cast<size_t>(r)], std::min<int64_t>(pp - r, m)) << pp << " " << m;
     }
   // Interleaved: Megatron's warm-up plus one.
   for (int pp : {2, 4})

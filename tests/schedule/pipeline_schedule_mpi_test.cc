@@ -1,8 +1,9 @@
 // The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
 // exactly its 1F1B / interleaved order, holds no more micro-batches than the schedule needs
-// (P − r for 1F1B), sends and receives exactly one activation or gradient per micro-batch and
-// virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation gives the single-process loss, tied embeddings start
-// and stay identical on the first and last stage, and a bad micro-batch count is a clean error.
+// (P − r for 1F1B), sends and receives one activation or gradient per micro-batch and
+// virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation
+// gives the single-process loss, tied embeddings start and stay identical on the first and last
+// stage, and a bad micro-batch count is a clean error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -239,8 +240,8 @@ TEST(PipelineSchedule, GPipeOrderGivesTheSameGradientsWithMoreMemory) {
   auto run = [&](const std::vector<PipelineStep>& order, size_t* max_held) {
     model.params().zero_grads();
     *max_held = 0;
-    auto fb = forward_backward_pipelined(e.chunk_pointers(), e.ps, order, m, setup.source(), false,
-                                         [&](const PipelineStep&) { *max_held = std::max(*max_held, model.in_flight()); });
+    auto track = [&](const PipelineStep&) { *max_held = std::max(*max_held, model.in_flight()); };
+    auto fb = forward_backward_pipelined(e.chunk_pointers(), e.ps, order, m, setup.source(), false, track);
     GALE_CHECK_OK(fb.status());
     const Tensor& g = model.params().flat_grads();
     return std::vector<float>(g.data<float>(), g.data<float>() + g.numel());
