@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "data/gpt_indices.h"
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 #include "data/split.h"
 
 namespace gale {

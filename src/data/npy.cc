@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace gale {
 
