@@ -70,6 +70,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--sgd-momentum", &a.sgd_momentum, "SGD momentum");
   p.add_false("--no-check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
               "do not stop on NaN/inf loss or gradients");
+  p.add_flag("--bf16", &a.bf16,
+             "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
+             "weights, gradients and optimizer state");
   p.add("--num-threads", &a.num_threads, "Gale: compute threads per process (default: OMP_NUM_THREADS or all cores)");
 }
 
