@@ -478,6 +478,42 @@ TEST(FlashAttention, PackedQkvLayoutAsTheModelCallsIt) {
   }
 }
 
+// A NaN in one query makes that query's output and lse NaN, so training's NaN checks see it; the
+// other queries are unaffected. (The reference instead returns 0 and lse = −inf for that row:
+// its row max skips NaN. The fused kernels deliberately differ here.)
+TEST(FlashAttention, NanQueryGivesNanRowOnly) {
+  const int64_t S = 70, NH = 2, HD = 16, row = 3 * NH * HD, bad_token = 5;
+  auto qkv = random_vector(S * row, 103);
+  AttentionProblem p;
+  p.B = 1;
+  p.Sq = p.Sk = S;
+  p.NH = p.KV = NH;
+  p.HD = HD;
+  p.scale = 0.25f;
+  p.max_positions = S;
+  const HeadLayout ql = qkv_query_layout(NH, NH, HD), kl = qkv_key_layout(NH, NH, HD), vl = qkv_value_layout(NH, NH, HD);
+  std::vector<float> out_ref(S * NH * HD), lse_ref(NH * S);
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out_ref.data(), lse_ref.data());
+  qkv[ql.offset(bad_token, 0) + 3] = NAN;  // one element of token 5's head-0 query
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> out(out_ref.size()), lse(lse_ref.size());
+    fused_kernel_set(isa)->attention_forward(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out.data(), lse.data());
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t h = 0; h < NH; ++h) {
+        const bool bad = t == bad_token && h == 0;
+        EXPECT_EQ(std::isnan(lse[h * S + t]), bad) << t << " " << h;
+        for (int64_t c = 0; c < HD; ++c) {
+          const float o = out[(t * NH + h) * HD + c];
+          if (bad)
+            EXPECT_TRUE(std::isnan(o));
+          else
+            EXPECT_NEAR(o, out_ref[(t * NH + h) * HD + c], 1e-5f);
+        }
+      }
+  }
+}
+
 // ---------------------------------------------------------------- LM head + cross-entropy
 
 struct LmCase {

@@ -315,7 +315,8 @@ class FlashForward {
     for (int64_t i = 0; i < mq; ++i) {
       const float li = l[i];
       pack_rows<V>(o + i * hdp_, 0, 1, HD, li > 0.0f ? 1.0f / li : 0.0f, out + i * out_stride, HD);
-      lse[i] = li > 0.0f ? m[i] + static_cast<float>(log_f64(static_cast<double>(li))) : kFlashNegInf;
+      // NaN scores leave l = NaN: keep it (the reference's lse is NaN too), else −inf for no keys.
+      lse[i] = li > 0.0f ? m[i] + static_cast<float>(log_f64(static_cast<double>(li))) : li == 0.0f ? kFlashNegInf : li;
     }
   }
 
