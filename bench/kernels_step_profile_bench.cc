@@ -22,9 +22,9 @@ namespace gale {
 namespace {
 
 enum Slot { kNorm, kBda, kBdaNorm, kGelu, kSwiglu, kRope, kAttnFwd, kAttnBwd, kEmbedding, kLmHead, kAdamW, kSlots };
-constexpr const char* kSlotNames[kSlots] = {"norm",          "bias_dropout_add", "bias_dropout_add_norm", "gelu",
-                                            "swiglu",        "rope",             "attention_fwd",         "attention_bwd",
-                                            "embedding",     "lm_head_loss",     "adamw"};
+constexpr const char* kSlotNames[kSlots] = {
+    "norm",          "bias_dropout_add", "bias_dropout_add_norm", "gelu", "swiglu", "rope", "attention_fwd",
+    "attention_bwd", "embedding",        "lm_head_loss",          "adamw"};
 
 OpTable g_inner;
 std::array<double, kSlots> g_seconds;
@@ -141,7 +141,14 @@ void BM_StepProfile(benchmark::State& state) {
   state.counters["step"] = 1e3 * total / steps;
   state.counters["tokens/s"] = 4.0 * 256 * steps / total;
 }
-BENCHMARK(BM_StepProfile)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->ArgName("impl")->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_StepProfile)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->ArgName("impl")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace gale

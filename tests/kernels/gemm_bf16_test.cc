@@ -32,13 +32,29 @@ class ForceIsa {
 };
 
 std::vector<float> conversion_inputs() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                          std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(), INFINITY, -INFINITY,
-                          NAN, -NAN, from_bits(0x7f800001u), from_bits(0xffc12345u), from_bits(0x7fbfffffu),
-                          from_bits(0x3f808000u),   // tie, even lower half: rounds down
-                          from_bits(0x3f818000u),   // tie, odd: rounds up
-                          from_bits(0x3f80ffffu), from_bits(0x7f7fffffu), from_bits(0x00008000u), from_bits(0x807fffffu)};
-  for (uint32_t i = 0; i < 5000; ++i) v.push_back(from_bits(i * 858993u + 12345u * (i & 7)));  // spread over all exponents
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),
+                          std::numeric_limits<float>::denorm_min(),
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          -NAN,
+                          from_bits(0x7f800001u),
+                          from_bits(0xffc12345u),
+                          from_bits(0x7fbfffffu),
+                          from_bits(0x3f808000u),  // tie, even lower half: rounds down
+                          from_bits(0x3f818000u),  // tie, odd: rounds up
+                          from_bits(0x3f80ffffu),
+                          from_bits(0x7f7fffffu),
+                          from_bits(0x00008000u),
+                          from_bits(0x807fffffu)};
+  for (uint32_t i = 0; i < 5000; ++i)
+    v.push_back(from_bits(i * 858993u + 12345u * (i & 7)));  // spread over all exponents
   auto r = random_vector(333, 7, 100.0f);
   v.insert(v.end(), r.begin(), r.end());
   return v;
@@ -124,9 +140,7 @@ TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
       }
 }
 
-TEST(GemmBf16, ReportsItsImplementation) {
-  EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty());
-}
+TEST(GemmBf16, ReportsItsImplementation) { EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty()); }
 
 }  // namespace
 }  // namespace gale
