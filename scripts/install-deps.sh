@@ -9,7 +9,9 @@ packages=(
   libopenmpi-dev openmpi-bin  # collectives for multi-process training
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train for the demo tokenizer
   nlohmann-json3-dev libcli11-dev zlib1g-dev
+  libicu-dev             # Unicode normalisation for Hugging Face tokenizer.json normalizers
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)
   python3
 )
 if [[ "${1:-}" == "--bench" ]]; then
