@@ -616,6 +616,7 @@ TEST_P(FusedVsReference, LmHeadEvaluationForwardKeepsNothing) {
 
 using FusedDeathTest = FusedVsReference;
 TEST_P(FusedDeathTest, EagerLmHeadRejectsADifferentDlossInBackward) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads exist: re-execute, don't just fork
   const int64_t T = 4, H = 4, V = 10;
   auto x = random_vector(T * H, 141), W = random_vector(V * H, 142);
   std::vector<int32_t> targets = {1, 2, 3, 4};
