@@ -65,7 +65,8 @@ Status AtomicFileWriter::write(const void* data, size_t bytes) {
     ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Status s = IOError(temp_path(), ": write failed after ", bytes_ + (bytes - left), " bytes: ", std::strerror(errno));
+      Status s =
+          IOError(temp_path(), ": write failed after ", bytes_ + (bytes - left), " bytes: ", std::strerror(errno));
       abandon();
       return s;
     }

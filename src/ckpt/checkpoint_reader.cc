@@ -65,11 +65,13 @@ StatusOr<CheckpointReader> CheckpointReader::open_iteration(const std::string& l
       if (name.rfind(prefix, 0) == 0 && fs::exists(e.path() / kCheckpointMetadataFileName, ec))
         return open_directory(e.path().string(), options);
     }
-    return NotFound(dir, ": no such checkpoint directory (", tracker_path(load_dir), " names iteration ", iteration, ")");
+    return NotFound(dir, ": no such checkpoint directory (", tracker_path(load_dir), " names iteration ", iteration,
+                    ")");
   }
   GALE_ASSIGN_OR_RETURN(CheckpointReader r, open_directory(dir, options));
   if (r.iteration() != iteration)
-    return DataLoss(dir, "/", kCheckpointMetadataFileName, ": records iteration ", r.iteration(), ", expected ", iteration);
+    return DataLoss(dir, "/", kCheckpointMetadataFileName, ": records iteration ", r.iteration(), ", expected ",
+                    iteration);
   return r;
 }
 
@@ -80,8 +82,10 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
   if (!fs::exists(meta_path, ec)) {
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().rfind("mp_rank_", 0) == 0)
-        return Unimplemented(dir, ": a Megatron legacy (torch) checkpoint, not a Gale one; converting it is not supported yet");
-    return FailedPrecondition(dir, ": incomplete checkpoint (no ", kCheckpointMetadataFileName, ": the save did not finish)");
+        return Unimplemented(
+            dir, ": a Megatron legacy (torch) checkpoint, not a Gale one; converting it is not supported yet");
+    return FailedPrecondition(dir, ": incomplete checkpoint (no ", kCheckpointMetadataFileName,
+                              ": the save did not finish)");
   }
   auto state = std::make_shared<State>();
   state->dir = dir;
@@ -90,21 +94,24 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
   const nlohmann::json& meta = state->metadata;
   if (!meta.is_object()) return DataLoss(meta_path, ": expected a JSON object");
   if (meta.contains("sharded_backend"))
-    return Unimplemented(dir, ": a Megatron '", meta["sharded_backend"].dump(), "' checkpoint, not a Gale one; converting it is not supported yet");
+    return Unimplemented(dir, ": a Megatron '", meta["sharded_backend"].dump(),
+                         "' checkpoint, not a Gale one; converting it is not supported yet");
   if (!meta.contains("format") || meta["format"] != kCheckpointFormat)
     return DataLoss(meta_path, ": format ", meta.contains("format") ? meta["format"].dump() : std::string("missing"),
                     ", expected \"", kCheckpointFormat, "\"");
   int64_t version = 0;
   if (!json_int(meta, "version", &version)) return DataLoss(meta_path, ": missing integer 'version'");
   if (version > kCheckpointVersion || version < 1)
-    return Unimplemented(meta_path, ": format version ", version, "; this build of gale reads version ", kCheckpointVersion);
+    return Unimplemented(meta_path, ": format version ", version, "; this build of gale reads version ",
+                         kCheckpointVersion);
   if (!json_int(meta, "iteration", &state->iteration)) return DataLoss(meta_path, ": missing integer 'iteration'");
   if (!meta.contains("shards") || !meta["shards"].is_array()) return DataLoss(meta_path, ": missing 'shards' list");
 
   state->shards.reserve(meta["shards"].size());  // PieceRef keeps pointers into the shards' entries
   for (const nlohmann::json& s : meta["shards"]) {
     int64_t bytes = 0, crc = 0;
-    if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !json_int(s, "bytes", &bytes) || !json_int(s, "crc32", &crc))
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !json_int(s, "bytes", &bytes) ||
+        !json_int(s, "crc32", &crc))
       return DataLoss(meta_path, ": malformed shard entry ", s.dump());
     std::string file = s["file"].get<std::string>();
     if (file.find('/') != std::string::npos) return DataLoss(meta_path, ": shard file name '", file, "' has a '/'");
@@ -130,8 +137,8 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
       return DataLoss(path, ": gale.pieces is not valid JSON: ", e.what());
     }
     if (!pieces.is_object() || pieces.size() != f.entries().size())
-      return DataLoss(path, ": gale.pieces lists ", pieces.is_object() ? pieces.size() : 0, " pieces but the file holds ",
-                      f.entries().size(), " tensors");
+      return DataLoss(path, ": gale.pieces lists ", pieces.is_object() ? pieces.size() : 0,
+                      " pieces but the file holds ", f.entries().size(), " tensors");
     for (auto it = pieces.begin(); it != pieces.end(); ++it) {
       const SafetensorsEntry* entry = f.find(it.key());
       const nlohmann::json& p = it.value();
@@ -142,7 +149,8 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
         return DataLoss(path, ": malformed gale.pieces entry '", it.key(), "'");
       std::string name = p["name"].get<std::string>();
       Box box{offsets, entry->shape};
-      if (global.size() != offsets.size() || entry->shape.size() != global.size() || !box_contains(whole_box(global), box))
+      if (global.size() != offsets.size() || entry->shape.size() != global.size() ||
+          !box_contains(whole_box(global), box))
         return DataLoss(path, ": piece '", it.key(), "' ", shape_string(entry->shape), " at ", shape_string(offsets),
                         " does not fit tensor '", name, "' of global shape ", shape_string(global));
       TensorInfo& info = state->tensors[name];
@@ -157,7 +165,8 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
   // Pieces of one tensor may repeat (replicas hold the same box) but not partly overlap.
   for (auto& [name, info] : state->tensors) {
     std::vector<PieceRef>& ps = info.pieces;
-    std::stable_sort(ps.begin(), ps.end(), [](const PieceRef& a, const PieceRef& b) { return a.box.offsets < b.box.offsets; });
+    std::stable_sort(ps.begin(), ps.end(),
+                     [](const PieceRef& a, const PieceRef& b) { return a.box.offsets < b.box.offsets; });
     std::vector<PieceRef> kept;
     for (const PieceRef& p : ps) {
       if (p.box.numel() == 0) continue;
@@ -168,8 +177,9 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
           break;
         }
         if (intersect_boxes(k.box, p.box))
-          return DataLoss(dir, ": tensor '", name, "': saved pieces ", box_string(k.box), " (", state->shards[k.shard].path(),
-                          ") and ", box_string(p.box), " (", state->shards[p.shard].path(), ") overlap");
+          return DataLoss(dir, ": tensor '", name, "': saved pieces ", box_string(k.box), " (",
+                          state->shards[k.shard].path(), ") and ", box_string(p.box), " (",
+                          state->shards[p.shard].path(), ") overlap");
       }
       if (!duplicate) kept.push_back(p);
     }
@@ -240,7 +250,8 @@ Status CheckpointReader::read_slice_into(const std::string& name, const Shape& e
     if (!overlap) continue;
     GALE_RETURN_IF_ERROR(verify_shard(p.shard));
     const SafetensorsFile& f = state_->shards[static_cast<size_t>(p.shard)];
-    GALE_RETURN_IF_ERROR(copy_box_region(f.data(*p.entry), p.entry->dtype, p.box, out.raw(), out.dtype(), want, *overlap, what));
+    GALE_RETURN_IF_ERROR(
+        copy_box_region(f.data(*p.entry), p.entry->dtype, p.box, out.raw(), out.dtype(), want, *overlap, what));
     covered += overlap->numel();
   }
   if (covered != want.numel()) {
@@ -248,15 +259,16 @@ Status CheckpointReader::read_slice_into(const std::string& name, const Shape& e
     for (const PieceRef& p : info->pieces)
       saved += str_cat(saved.empty() ? "" : ", ", box_string(p.box), " in ",
                        fs::path(state_->shards[static_cast<size_t>(p.shard)].path()).filename().string());
-    return DataLoss("checkpoint ", state_->dir, ": tensor '", name, "' ", shape_string(expected_global_shape), ": slice ",
-                    box_string(want), " is only partly saved (", covered, " of ", want.numel(), " elements; saved pieces: ",
-                    saved.empty() ? std::string("none") : saved, ")");
+    return DataLoss("checkpoint ", state_->dir, ": tensor '", name, "' ", shape_string(expected_global_shape),
+                    ": slice ", box_string(want), " is only partly saved (", covered, " of ", want.numel(),
+                    " elements; saved pieces: ", saved.empty() ? std::string("none") : saved, ")");
   }
   return Status::Ok();
 }
 
 StatusOr<Tensor> CheckpointReader::read_slice(const std::string& name, const Shape& expected_global_shape,
-                                              const std::vector<int64_t>& offsets, const Shape& shape, DType dtype) const {
+                                              const std::vector<int64_t>& offsets, const Shape& shape,
+                                              DType dtype) const {
   for (int64_t d : shape)
     if (d < 0) return InvalidArgument("checkpoint: tensor '", name, "': negative slice shape ", shape_string(shape));
   if (offsets.size() != shape.size())
@@ -267,13 +279,14 @@ StatusOr<Tensor> CheckpointReader::read_slice(const std::string& name, const Sha
   return out;
 }
 
-StatusOr<Tensor> CheckpointReader::read(const std::string& name, const Shape& expected_global_shape, DType dtype) const {
+StatusOr<Tensor> CheckpointReader::read(const std::string& name, const Shape& expected_global_shape,
+                                        DType dtype) const {
   return read_slice(name, expected_global_shape, std::vector<int64_t>(expected_global_shape.size(), 0),
                     expected_global_shape, dtype);
 }
 
-StatusOr<Tensor> CheckpointReader::read_flat(const std::string& name, int64_t expected_numel, int64_t start, int64_t length,
-                                             DType dtype) const {
+StatusOr<Tensor> CheckpointReader::read_flat(const std::string& name, int64_t expected_numel, int64_t start,
+                                             int64_t length, DType dtype) const {
   return read_slice(name, {expected_numel}, {start}, {length}, dtype);
 }
 

@@ -4,7 +4,8 @@
 //   int64_t it = r.iteration();
 //   GALE_ASSIGN_OR_RETURN(nlohmann::json sched, r.section("scheduler"));
 //   // This rank's TP shard of the embedding, whatever layout the checkpoint was saved with:
-//   GALE_ASSIGN_OR_RETURN(Tensor w, r.read_slice("embedding.word_embeddings.weight", {V, H}, {rank * V / tp, 0}, {V / tp, H}));
+//   GALE_ASSIGN_OR_RETURN(Tensor w, r.read_slice("embedding.word_embeddings.weight", {V, H}, {rank * V / tp, 0}, {V /
+//   tp, H}));
 //
 // A slice is assembled from every saved piece that overlaps it. Errors name the tensor and the
 // file: a missing tensor (NotFound), a global shape other than the one the model expects
@@ -15,10 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors.h"
 #include "ckpt/tensor_box.h"
@@ -60,8 +60,8 @@ class CheckpointReader {
   StatusOr<Tensor> read_slice(const std::string& name, const Shape& expected_global_shape,
                               const std::vector<int64_t>& offsets, const Shape& shape, DType dtype = DType::kF32) const;
   // The same into an existing tensor whose shape is the slice's (f32, bf16, f64 or an integer dtype).
-  Status read_slice_into(const std::string& name, const Shape& expected_global_shape, const std::vector<int64_t>& offsets,
-                         Tensor& out) const;
+  Status read_slice_into(const std::string& name, const Shape& expected_global_shape,
+                         const std::vector<int64_t>& offsets, Tensor& out) const;
   // The whole tensor.
   StatusOr<Tensor> read(const std::string& name, const Shape& expected_global_shape, DType dtype = DType::kF32) const;
   // Elements [start, start + length) of a flattened 1-D tensor of `expected_numel` elements.

@@ -9,9 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_layout.h"
@@ -30,7 +29,8 @@ constexpr int kGatherFields = 3;  // per rank: ok (1/0), shard bytes (0 = no sha
 std::string make_token() {
   std::random_device rd;
   uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (t * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(::getpid());
+  uint64_t v =
+      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (t * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(::getpid());
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
@@ -55,18 +55,26 @@ std::string offsets_key(const std::string& name, const std::vector<int64_t>& off
 
 const char* checkpoint_commit_step_name(CheckpointCommitStep step) {
   switch (step) {
-    case CheckpointCommitStep::kShardsWritten: return "shards written";
-    case CheckpointCommitStep::kMetadataWritten: return "metadata written";
-    case CheckpointCommitStep::kPreviousMovedAside: return "previous copy moved aside";
-    case CheckpointCommitStep::kRenamedIntoPlace: return "renamed into place";
-    case CheckpointCommitStep::kTrackerTempWritten: return "tracker temporary written";
-    case CheckpointCommitStep::kTrackerUpdated: return "tracker updated";
-    case CheckpointCommitStep::kPreviousRemoved: return "previous copy removed";
+    case CheckpointCommitStep::kShardsWritten:
+      return "shards written";
+    case CheckpointCommitStep::kMetadataWritten:
+      return "metadata written";
+    case CheckpointCommitStep::kPreviousMovedAside:
+      return "previous copy moved aside";
+    case CheckpointCommitStep::kRenamedIntoPlace:
+      return "renamed into place";
+    case CheckpointCommitStep::kTrackerTempWritten:
+      return "tracker temporary written";
+    case CheckpointCommitStep::kTrackerUpdated:
+      return "tracker updated";
+    case CheckpointCommitStep::kPreviousRemoved:
+      return "previous copy removed";
   }
   return "?";
 }
 
-CheckpointWriter::CheckpointWriter(std::string save_dir, int64_t iteration, Communicator& comm, CheckpointWriterOptions options)
+CheckpointWriter::CheckpointWriter(std::string save_dir, int64_t iteration, Communicator& comm,
+                                   CheckpointWriterOptions options)
     : save_dir_(std::move(save_dir)), iteration_(iteration), comm_(comm), options_(std::move(options)) {}
 
 std::string CheckpointWriter::final_dir() const { return iteration_dir(save_dir_, iteration_); }
@@ -83,18 +91,20 @@ Status CheckpointWriter::add(const std::string& name, const Shape& global_shape,
   if (!piece.defined()) return InvalidArgument("checkpoint: tensor '", name, "' piece is undefined");
   if (offsets.size() != global_shape.size() || piece.shape().size() != global_shape.size())
     return InvalidArgument("checkpoint: tensor '", name, "': piece ", piece.shape_string(), " at offsets ",
-                           shape_string(offsets), " does not have the rank of the global shape ", shape_string(global_shape));
+                           shape_string(offsets), " does not have the rank of the global shape ",
+                           shape_string(global_shape));
   Box box{offsets, piece.shape()};
   for (size_t d = 0; d < offsets.size(); ++d)
     if (offsets[d] < 0 || global_shape[d] < 0)
       return InvalidArgument("checkpoint: tensor '", name, "': negative offset or global dimension");
   if (!box_contains(whole_box(global_shape), box))
-    return InvalidArgument("checkpoint: tensor '", name, "': piece ", box_string(box), " lies outside the global shape ",
-                           shape_string(global_shape));
+    return InvalidArgument("checkpoint: tensor '", name, "': piece ", box_string(box),
+                           " lies outside the global shape ", shape_string(global_shape));
   bool whole = box == whole_box(global_shape);
   std::string key = whole ? name : offsets_key(name, offsets);
   for (const Piece& p : pieces_) {
-    if (p.key == key) return InvalidArgument("checkpoint: tensor '", name, "': piece ", box_string(box), " added twice");
+    if (p.key == key)
+      return InvalidArgument("checkpoint: tensor '", name, "': piece ", box_string(box), " added twice");
     if (p.name != name) continue;
     if (p.global_shape != global_shape)
       return InvalidArgument("checkpoint: tensor '", name, "' added with global shapes ", shape_string(p.global_shape),
@@ -139,7 +149,8 @@ bool CheckpointWriter::step_done(CheckpointCommitStep step) const {
 Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::string& token,
                                          const std::vector<int64_t>& gathered, const nlohmann::json& sections) const {
   auto stopped = [&](CheckpointCommitStep s) {
-    return Internal("checkpoint ", final_dir(), ": commit stopped after step '", checkpoint_commit_step_name(s), "' by the test hook");
+    return Internal("checkpoint ", final_dir(), ": commit stopped after step '", checkpoint_commit_step_name(s),
+                    "' by the test hook");
   };
   if (!step_done(CheckpointCommitStep::kShardsWritten)) return stopped(CheckpointCommitStep::kShardsWritten);
 
@@ -152,11 +163,14 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
   for (int r = 0; r < comm_.size(); ++r) {
     int64_t bytes = gathered[static_cast<size_t>(r * kGatherFields + 1)];
     if (bytes == 0) continue;
-    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", bytes},
+    shards.push_back({{"file", shard_file_name(r)},
+                      {"rank", r},
+                      {"bytes", bytes},
                       {"crc32", gathered[static_cast<size_t>(r * kGatherFields + 2)]}});
   }
   meta["shards"] = std::move(shards);
-  for (auto it = sections.begin(); it != sections.end(); ++it) meta[it.key()] = it.value();
+  if (sections.is_object())
+    for (auto it = sections.begin(); it != sections.end(); ++it) meta[it.key()] = it.value();
   GALE_RETURN_IF_ERROR(write_file_atomically(tmp_dir + "/" + kCheckpointMetadataFileName, meta.dump(1) + "\n"));
   if (!step_done(CheckpointCommitStep::kMetadataWritten)) return stopped(CheckpointCommitStep::kMetadataWritten);
 
@@ -174,7 +188,8 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
       if (::rename(final_path.c_str(), replaced.c_str()) != 0)
         return IOError(final_path, ": cannot move the previous checkpoint aside: ", std::strerror(errno));
       GALE_RETURN_IF_ERROR(fsync_directory(save_dir_));
-      if (!step_done(CheckpointCommitStep::kPreviousMovedAside)) return stopped(CheckpointCommitStep::kPreviousMovedAside);
+      if (!step_done(CheckpointCommitStep::kPreviousMovedAside))
+        return stopped(CheckpointCommitStep::kPreviousMovedAside);
       if (::rename(tmp_dir.c_str(), final_path.c_str()) != 0)
         return IOError(final_path, ": cannot rename ", tmp_dir, " into place: ", std::strerror(errno));
     }
@@ -206,7 +221,8 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
 Status CheckpointWriter::commit(const nlohmann::json& sections) {
   if (committed_) return FailedPrecondition("checkpoint ", final_dir(), ": commit() called twice");
   committed_ = true;
-  if (!sections.is_object()) return InvalidArgument("checkpoint ", final_dir(), ": the metadata sections must be a JSON object");
+  if (!sections.is_object() && !sections.is_null())  // null: no sections
+    return InvalidArgument("checkpoint ", final_dir(), ": the metadata sections must be a JSON object");
   for (const char* key : kReservedKeys)
     if (sections.contains(key))
       return InvalidArgument("checkpoint ", final_dir(), ": metadata section '", key, "' is reserved for the format");
@@ -259,7 +275,8 @@ Status CheckpointWriter::commit(const nlohmann::json& sections) {
   if (!mine.ok()) {
     result = mine;
   } else if (failed_rank >= 0) {
-    result = IOError("checkpoint ", final_dir(), ": rank ", failed_rank, " failed to write its shard; nothing was committed");
+    result = IOError("checkpoint ", final_dir(), ": rank ", failed_rank,
+                     " failed to write its shard; nothing was committed");
   } else if (comm_.rank() == 0) {
     result = finish_on_rank0(tmp_dir, token, gathered, sections);
   }

@@ -20,10 +20,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -66,15 +65,16 @@ class CheckpointWriter {
   // The data is referenced, not copied, and written at commit(): it must not change before then.
   // InvalidArgument when the box leaves the global shape, ranks differ, or it overlaps a piece
   // this rank already added for the same tensor.
-  Status add(const std::string& name, const Shape& global_shape, const std::vector<int64_t>& offsets, const Tensor& piece);
+  Status add(const std::string& name, const Shape& global_shape, const std::vector<int64_t>& offsets,
+             const Tensor& piece);
   // A piece of a flattened 1-D tensor of `global_numel` elements starting at `start` (distributed
   // optimizer state). The piece may have any shape; its elements are taken in row-major order.
   Status add_flat(const std::string& name, int64_t global_numel, int64_t start, const Tensor& piece);
 
   // Collective over `comm`: writes this rank's shard, then rank 0 writes metadata.json holding
-  // `sections` (a JSON object of trainer state: args, scheduler, RNG, consumed samples, ...; its
-  // keys may not be the reserved format, version, iteration, world_size or shards), moves the
-  // directory into place and updates the tracker. Returns the same success or failure on every rank.
+  // `sections` (a JSON object of trainer state: args, scheduler, RNG, consumed samples, ...; null for
+  // none; its keys may not be the reserved format, version, iteration, world_size or shards), moves
+  // the directory into place and updates the tracker. Returns the same success or failure on every rank.
   Status commit(const nlohmann::json& sections);
 
   const std::string& save_dir() const { return save_dir_; }

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 namespace gale {
@@ -29,7 +28,8 @@ bool as_count(const json& v, uint64_t* out) {
 // One header entry -> SafetensorsEntry, checking its fields and that its byte size is dtype x shape.
 Status parse_entry(const std::string& path, const std::string& name, const json& value, SafetensorsEntry* out) {
   std::string where = str_cat(path, ": tensor '", name, "'");
-  if (!value.is_object()) return DataLoss(where, ": expected an object with dtype, shape and data_offsets, found ", value.type_name());
+  if (!value.is_object())
+    return DataLoss(where, ": expected an object with dtype, shape and data_offsets, found ", value.type_name());
   for (const char* field : {"dtype", "shape", "data_offsets"})
     if (!value.contains(field)) return DataLoss(where, ": missing field '", field, "'");
   const json& dtype = value["dtype"];
@@ -77,8 +77,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   uint64_t n = 0;
   std::memcpy(&n, file->data(), 8);
   if (n > kSafetensorsMaxHeaderBytes)
-    return DataLoss(path, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes, "-byte limit (not a safetensors file?)");
-  if (n > size - 8) return DataLoss(path, ": header length ", n, " exceeds the ", size - 8, " bytes after the length (truncated file?)");
+    return DataLoss(path, ": header length ", n, " exceeds the ", kSafetensorsMaxHeaderBytes,
+                    "-byte limit (not a safetensors file?)");
+  if (n > size - 8)
+    return DataLoss(path, ": header length ", n, " exceeds the ", size - 8,
+                    " bytes after the length (truncated file?)");
   out.header_bytes_ = n;
   const char* text = reinterpret_cast<const char*>(file->data() + 8);
   json header;
@@ -106,14 +109,15 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
 
   // The tensors must tile the buffer: sorted by begin, each starts where the previous ended.
   uint64_t buffer = size - 8 - n;
-  std::stable_sort(out.entries_.begin(), out.entries_.end(),
-                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::stable_sort(out.entries_.begin(), out.entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   uint64_t cursor = 0;
   const SafetensorsEntry* previous = nullptr;
   for (const SafetensorsEntry& e : out.entries_) {
     if (e.end > buffer)
-      return DataLoss(path, ": tensor '", e.name, "' data_offsets ", range_string(e.begin, e.end), " exceed the ", buffer,
-                      "-byte buffer");
+      return DataLoss(path, ": tensor '", e.name, "' data_offsets ", range_string(e.begin, e.end), " exceed the ",
+                      buffer, "-byte buffer");
     if (e.begin < cursor)
       return DataLoss(path, ": tensors '", previous->name, "' ", range_string(previous->begin, previous->end), " and '",
                       e.name, "' ", range_string(e.begin, e.end), " overlap");
@@ -124,7 +128,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     previous = &e;
   }
   if (cursor != buffer)
-    return DataLoss(path, ": the ", buffer, "-byte buffer has ", buffer - cursor, " bytes after the last tensor's data");
+    return DataLoss(path, ": the ", buffer, "-byte buffer has ", buffer - cursor,
+                    " bytes after the last tensor's data");
   for (size_t i = 0; i < out.entries_.size(); ++i) out.index_[out.entries_[i].name] = i;
   return out;
 }
@@ -152,7 +157,8 @@ StatusOr<Tensor> SafetensorsFile::read(std::string_view name, DType as) const {
   const SafetensorsEntry* e = find(name);
   if (!e) return NotFound(path(), ": no tensor '", name, "'");
   Tensor t = Tensor::empty(e->shape, as);
-  GALE_RETURN_IF_ERROR(convert_elements(e->dtype, data(*e), as, t.raw(), e->numel(), str_cat(path(), ": tensor '", name, "'")));
+  GALE_RETURN_IF_ERROR(
+      convert_elements(e->dtype, data(*e), as, t.raw(), e->numel(), str_cat(path(), ": tensor '", name, "'")));
   return t;
 }
 

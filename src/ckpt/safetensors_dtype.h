@@ -13,7 +13,21 @@ namespace gale {
 // Declared in the format's alignment order (the Python package's enum order): its writer lays
 // tensors out by this order descending, then by name, and so does Gale's.
 enum class StDType : uint8_t {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
 };
 
 const char* st_dtype_name(StDType t);  // "F32", "BF16", "BOOL", ...

@@ -1,6 +1,5 @@
 // Safetensors writer: header layout as the Python package writes it, atomic file output.
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/atomic_file.h"

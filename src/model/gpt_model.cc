@@ -113,6 +113,11 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   const int64_t tp = part_.tp_size();
   const int64_t s_local = part_.sequence_parallel ? S / tp : S;
   const int64_t s_offset = part_.sequence_parallel ? part_.tp_rank() * s_local : 0;
+  if (rt.rope) {
+    rt.rope_positions.resize(static_cast<size_t>(B * S));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) rt.rope_positions[b * S + s] = static_cast<int32_t>(s);
+  }
   rt.hidden_row_ids.resize(static_cast<size_t>(s_local * B));
   for (int64_t s = 0; s < s_local; ++s)
     for (int64_t b = 0; b < B; ++b) rt.hidden_row_ids[s * B + b] = st.mb.sample_ids[b] * S + s_offset + s;

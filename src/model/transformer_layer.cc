@@ -147,8 +147,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
   if (rt.rope) {
-    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
-    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
+    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
@@ -262,8 +262,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   d_ctx = Tensor();
   s.ctx = s.lse = s.qkv = Tensor();
   if (rt.rope) {
-    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
-    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.mb->position_ids.data(), *rt.rope);
+    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
   linear_backward_weight(d_qkv, s.norm1_out, pb.grad_data(w.qkv_w));

@@ -39,6 +39,11 @@ struct LayerRuntime {
   // Global id (sample·S + position) of each local row t = s·B + b of [Tl, H] activations, for
   // hidden dropout.
   std::vector<int64_t> hidden_row_ids;
+  // RoPE positions [B, S]: the token's index in the sequence, 0..S-1, as Megatron-Core applies
+  // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
+  // absolute position embedding). Within one document attention depends only on position
+  // differences, so with --reset-attention-mask the choice does not change the result.
+  std::vector<int32_t> rope_positions;
   // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
   // the per-layer dropout stream is filled in by the layer.
   AttentionProblem attention;

@@ -5,7 +5,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_layout.h"
@@ -30,7 +29,8 @@ float cell(int64_t r, int64_t c, float base) { return base + static_cast<float>(
 Tensor grid_piece(const Box& b, float base) {
   Tensor t = Tensor::empty(b.shape);
   for (int64_t i = 0; i < b.shape[0]; ++i)
-    for (int64_t j = 0; j < b.shape[1]; ++j) t.data<float>()[i * b.shape[1] + j] = cell(b.offsets[0] + i, b.offsets[1] + j, base);
+    for (int64_t j = 0; j < b.shape[1]; ++j)
+      t.data<float>()[i * b.shape[1] + j] = cell(b.offsets[0] + i, b.offsets[1] + j, base);
   return t;
 }
 
@@ -76,7 +76,8 @@ TEST(Checkpoint, RoundTripsTensorsAndMetadataInMegatronLayout) {
   ASSERT_TRUE(w.add("decoder.layers.0.mlp.linear_fc1.weight", a).ok());
   ASSERT_TRUE(w.add("decoder.final_layernorm.weight", b).ok());
   ASSERT_TRUE(w.add("optimizer.step", steps).ok());
-  nlohmann::json sections = {{"args", {{"lr", 3e-4}, {"seed", 1234}}}, {"consumed_samples", 6400}, {"rng", {{"seed", 7}}}};
+  nlohmann::json sections = {
+      {"args", {{"lr", 3e-4}, {"seed", 1234}}}, {"consumed_samples", 6400}, {"rng", {{"seed", 7}}}};
   Status s = w.commit(sections);
   ASSERT_TRUE(s.ok()) << s.to_string();
 
@@ -84,7 +85,8 @@ TEST(Checkpoint, RoundTripsTensorsAndMetadataInMegatronLayout) {
   EXPECT_TRUE(fs::exists(dir + "/iter_0000100/metadata.json"));
   EXPECT_TRUE(fs::exists(dir + "/iter_0000100/shard_00000.safetensors"));
   int entries = 0;
-  for (const auto& e : fs::directory_iterator(dir)) entries += e.path().filename() != "latest_checkpointed_iteration.txt";
+  for (const auto& e : fs::directory_iterator(dir))
+    entries += e.path().filename() != "latest_checkpointed_iteration.txt";
   EXPECT_EQ(entries, 1) << "temporary directories left behind";
 
   StatusOr<CheckpointReader> r = CheckpointReader::open(dir);
@@ -230,7 +232,8 @@ TEST(Checkpoint, AFailedShardOnOneRankCommitsNothingAnywhere) {
   });
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
   EXPECT_NE(messages[1].find("shard_00001.safetensors.tmp: write failed"), std::string::npos) << messages[1];
-  EXPECT_NE(messages[0].find("rank 1 failed to write its shard; nothing was committed"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("rank 1 failed to write its shard; nothing was committed"), std::string::npos)
+      << messages[0];
   expect_latest(tmp.path(), 10, 1.0f);
   EXPECT_FALSE(fs::exists(tmp.path() + "/iter_0000020"));
 }
@@ -275,8 +278,9 @@ TEST(Checkpoint, ACrashAtAnyStepLeavesTheLastCheckpointLoadable) {
 TEST(Checkpoint, ReplacingAnIterationIsCrashSafe) {
   for (bool exchange : {true, false}) {
     for (CheckpointCommitStep step :
-         {CheckpointCommitStep::kShardsWritten, CheckpointCommitStep::kMetadataWritten, CheckpointCommitStep::kPreviousMovedAside,
-          CheckpointCommitStep::kRenamedIntoPlace, CheckpointCommitStep::kTrackerUpdated, CheckpointCommitStep::kPreviousRemoved}) {
+         {CheckpointCommitStep::kShardsWritten, CheckpointCommitStep::kMetadataWritten,
+          CheckpointCommitStep::kPreviousMovedAside, CheckpointCommitStep::kRenamedIntoPlace,
+          CheckpointCommitStep::kTrackerUpdated, CheckpointCommitStep::kPreviousRemoved}) {
       if (exchange && step == CheckpointCommitStep::kPreviousMovedAside) continue;  // not a step of the swap path
       SCOPED_TRACE(std::string(exchange ? "swap, " : "move aside, ") + checkpoint_commit_step_name(step));
       TempDir tmp;
@@ -285,7 +289,8 @@ TEST(Checkpoint, ReplacingAnIterationIsCrashSafe) {
       crash.use_rename_exchange = exchange;
       crash.after_step = [&](CheckpointCommitStep s) { return s != step; };
       EXPECT_FALSE(save_simple(tmp.path(), 10, 2.0f, crash).ok());
-      bool new_visible = step == CheckpointCommitStep::kRenamedIntoPlace || step == CheckpointCommitStep::kTrackerUpdated ||
+      bool new_visible = step == CheckpointCommitStep::kRenamedIntoPlace ||
+                         step == CheckpointCommitStep::kTrackerUpdated ||
                          step == CheckpointCommitStep::kPreviousRemoved;
       expect_latest(tmp.path(), 10, new_visible ? 2.0f : 1.0f);
       CheckpointWriterOptions again;
@@ -304,12 +309,14 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   // Nothing saved yet.
   StatusOr<CheckpointReader> none = CheckpointReader::open(tmp.path());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(none.status().message(), tmp.path() + "/latest_checkpointed_iteration.txt: not found (no checkpoint has been saved in " +
-                                         tmp.path() + ")");
+  EXPECT_EQ(none.status().message(),
+            tmp.path() + "/latest_checkpointed_iteration.txt: not found (no checkpoint has been saved in " +
+                tmp.path() + ")");
   // A garbled tracker.
   write_bytes(tmp.path() + "/latest_checkpointed_iteration.txt", "12abc\n");
-  EXPECT_EQ(CheckpointReader::open(tmp.path()).status().message(),
-            tmp.path() + "/latest_checkpointed_iteration.txt: expected an iteration number or 'release', found '12abc'");
+  EXPECT_EQ(
+      CheckpointReader::open(tmp.path()).status().message(),
+      tmp.path() + "/latest_checkpointed_iteration.txt: expected an iteration number or 'release', found '12abc'");
   // A tracker naming a directory that is not there.
   write_bytes(tmp.path() + "/latest_checkpointed_iteration.txt", "30\n");
   EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kNotFound);
@@ -323,7 +330,8 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   // Missing tensor, wrong global shape, bad slice.
   StatusOr<Tensor> missing = r->read("decoder.layers.9.mlp.linear_fc1.weight", {4, 8});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "checkpoint " + it_dir + ": no tensor 'decoder.layers.9.mlp.linear_fc1.weight'");
+  EXPECT_EQ(missing.status().message(),
+            "checkpoint " + it_dir + ": no tensor 'decoder.layers.9.mlp.linear_fc1.weight'");
   StatusOr<Tensor> mismatch = r->read("w", {8, 8});
   EXPECT_EQ(mismatch.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(mismatch.status().message(), "checkpoint " + it_dir +
@@ -334,7 +342,8 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   write_bytes(shard, shard_bytes.substr(0, shard_bytes.size() - 10));
   StatusOr<CheckpointReader> truncated = CheckpointReader::open(tmp.path());
   EXPECT_EQ(truncated.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(truncated.status().message(), shard + ": " + std::to_string(shard_bytes.size() - 10) + " bytes on disk but metadata.json records " +
+  EXPECT_EQ(truncated.status().message(), shard + ": " + std::to_string(shard_bytes.size() - 10) +
+                                              " bytes on disk but metadata.json records " +
                                               std::to_string(shard_bytes.size()) + " (truncated or overwritten shard)");
   // Same size, one flipped bit in the data: found by the CRC on first read (unless disabled).
   std::string flipped = shard_bytes;
@@ -357,7 +366,8 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   fs::remove(it_dir + "/metadata.json");
   StatusOr<CheckpointReader> incomplete = CheckpointReader::open(tmp.path());
   EXPECT_EQ(incomplete.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(incomplete.status().message(), it_dir + ": incomplete checkpoint (no metadata.json: the save did not finish)");
+  EXPECT_EQ(incomplete.status().message(),
+            it_dir + ": incomplete checkpoint (no metadata.json: the save did not finish)");
   // Megatron checkpoints are recognised, not misread.
   fs::create_directory(it_dir + "/mp_rank_00");
   EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kUnimplemented);
@@ -365,7 +375,8 @@ TEST(Checkpoint, MissingOrBrokenCheckpointsGiveClearErrors) {
   write_bytes(it_dir + "/metadata.json", R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})");
   EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kUnimplemented);
   // A newer format version.
-  write_bytes(it_dir + "/metadata.json", R"({"format": "gale-checkpoint", "version": 2, "iteration": 10, "shards": []})");
+  write_bytes(it_dir + "/metadata.json",
+              R"({"format": "gale-checkpoint", "version": 2, "iteration": 10, "shards": []})");
   EXPECT_EQ(CheckpointReader::open(tmp.path()).status().code(), StatusCode::kUnimplemented);
   // Truncated metadata.json.
   write_bytes(it_dir + "/metadata.json", R"({"format": "gale-checkpoint", "vers)");
@@ -390,10 +401,11 @@ TEST(Checkpoint, PartlySavedTensorsAreReportedWithTheirPieces) {
   EXPECT_TRUE(r->read_slice("w", {4, 8}, {0, 0}, {4, 4}).ok());  // the covered part still loads
   StatusOr<Tensor> whole = r->read("w", {4, 8});
   EXPECT_EQ(whole.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(whole.status().message(), "checkpoint " + tmp.path() +
-                                          "/iter_0000001: tensor 'w' [4, 8]: slice [0:4, 0:8] is only partly saved (24 of 32 "
-                                          "elements; saved pieces: [0:2, 0:4] in shard_00000.safetensors, [0:2, 4:8] in "
-                                          "shard_00000.safetensors, [2:4, 0:4] in shard_00000.safetensors)");
+  EXPECT_EQ(whole.status().message(),
+            "checkpoint " + tmp.path() +
+                "/iter_0000001: tensor 'w' [4, 8]: slice [0:4, 0:8] is only partly saved (24 of 32 "
+                "elements; saved pieces: [0:2, 0:4] in shard_00000.safetensors, [0:2, 4:8] in "
+                "shard_00000.safetensors, [2:4, 0:4] in shard_00000.safetensors)");
 }
 
 TEST(Checkpoint, WriterRejectsInconsistentPieces) {
@@ -402,11 +414,11 @@ TEST(Checkpoint, WriterRejectsInconsistentPieces) {
   CheckpointWriter w(tmp.path(), 1, *self);
   Tensor p = Tensor::zeros({2, 4});
   EXPECT_TRUE(w.add("w", {4, 8}, {0, 0}, p).ok());
-  EXPECT_EQ(w.add("w", {4, 8}, {1, 2}, p).code(), StatusCode::kInvalidArgument);  // overlaps
-  EXPECT_EQ(w.add("w", {4, 8}, {3, 0}, p).code(), StatusCode::kInvalidArgument);  // outside
+  EXPECT_EQ(w.add("w", {4, 8}, {1, 2}, p).code(), StatusCode::kInvalidArgument);        // overlaps
+  EXPECT_EQ(w.add("w", {4, 8}, {3, 0}, p).code(), StatusCode::kInvalidArgument);        // outside
   EXPECT_EQ(w.add("w", {4, 8, 1}, {2, 0, 0}, p).code(), StatusCode::kInvalidArgument);  // rank
-  EXPECT_EQ(w.add("w", {6, 8}, {2, 0}, p).code(), StatusCode::kInvalidArgument);  // other global shape
-  EXPECT_EQ(w.commit({{"iteration", 5}}).code(), StatusCode::kInvalidArgument);  // reserved section
+  EXPECT_EQ(w.add("w", {6, 8}, {2, 0}, p).code(), StatusCode::kInvalidArgument);        // other global shape
+  EXPECT_EQ(w.commit({{"iteration", 5}}).code(), StatusCode::kInvalidArgument);         // reserved section
   EXPECT_FALSE(fs::exists(tmp.path() + "/latest_checkpointed_iteration.txt"));
 }
 

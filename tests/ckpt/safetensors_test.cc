@@ -1,4 +1,5 @@
-// Safetensors reader and writer: files written by the Python package, byte-identical output, round trips, corrupt input.
+// Safetensors reader and writer: files written by the Python package, byte-identical output, round trips, corrupt
+// input.
 #include "ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/atomic_file.h"
@@ -208,18 +208,21 @@ TEST(Safetensors, CorruptFilesGiveOneLineErrorsNamingFileAndTensor) {
       {"short", "abc", "file is 3 bytes, shorter than the 8-byte header length"},
       {"huge header", raw_file("{}", "").replace(0, 8, std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8)),
        "header length 4294967295 exceeds the 100000000-byte limit (not a safetensors file?)"},
-      {"header past end", raw_file("{}", "").replace(0, 1, "\x40"), "header length 64 exceeds the 2 bytes after the length (truncated file?)"},
+      {"header past end", raw_file("{}", "").replace(0, 1, "\x40"),
+       "header length 64 exceeds the 2 bytes after the length (truncated file?)"},
       {"offsets past buffer", raw_file("{" + f32x + "}", std::string(32, '\0')),
        "tensor 'x' data_offsets [0, 40) exceed the 32-byte buffer"},
       {"size mismatch", raw_file(R"({"x":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", std::string(20, '\0')),
        "tensor 'x': shape [2, 3] of F32 needs 24 bytes but data_offsets [0, 20) span 20"},
       {"overlap",
-       raw_file(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
-                std::string(6, '\0')),
+       raw_file(
+           R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+           std::string(6, '\0')),
        "tensors 'a' [0, 4) and 'b' [2, 6) overlap"},
       {"hole",
-       raw_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
-                std::string(6, '\0')),
+       raw_file(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
+           std::string(6, '\0')),
        "bytes [2, 4) of the buffer belong to no tensor (before 'b')"},
       {"trailing", raw_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", std::string(5, '\0')),
        "the 5-byte buffer has 3 bytes after the last tensor's data"},
@@ -231,7 +234,8 @@ TEST(Safetensors, CorruptFilesGiveOneLineErrorsNamingFileAndTensor) {
        "tensor 'a': missing field 'data_offsets'"},
       {"reversed offsets", raw_file(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[3,1]}})", std::string(3, '\0')),
        "tensor 'a': data_offsets [3, 1] end before they begin"},
-      {"metadata not string", raw_file(R"({"__metadata__":{"k":1}})", ""), "__metadata__ value of 'k' must be a string, found 1"},
+      {"metadata not string", raw_file(R"({"__metadata__":{"k":1}})", ""),
+       "__metadata__ value of 'k' must be a string, found 1"},
       {"not an object", raw_file("[1,2]   ", ""), "header is not a JSON object"},
   };
   TempDir dir;

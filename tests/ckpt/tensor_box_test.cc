@@ -59,7 +59,8 @@ TEST(TensorBox, RegionCopyMatchesGlobalIndexing) {
           bool inside = box_contains(*region, Box{{gi, gj, gk}, {1, 1, 1}});
           double got = d[static_cast<size_t>((i * dst.shape[1] + j) * dst.shape[2] + k)];
           ASSERT_EQ(got, inside ? static_cast<double>(global_index(gi, gj, gk)) : -1.0)
-              << "trial " << trial << " src " << box_string(src) << " dst " << box_string(dst) << " at " << gi << "," << gj << "," << gk;
+              << "trial " << trial << " src " << box_string(src) << " dst " << box_string(dst) << " at " << gi << ","
+              << gj << "," << gk;
         }
   }
   EXPECT_GT(copies, 60);
@@ -72,10 +73,12 @@ TEST(TensorBox, ScalarAndConvertingCopies) {
   EXPECT_EQ(y, 3.0f);
   uint16_t b[2] = {float_to_bf16(1.5f).bits, float_to_bf16(-2.0f).bits};
   float out[2] = {0, 0};
-  ASSERT_TRUE(copy_box_region(b, StDType::kBF16, whole_box({2}), out, DType::kF32, whole_box({2}), whole_box({2}), "b").ok());
+  ASSERT_TRUE(
+      copy_box_region(b, StDType::kBF16, whole_box({2}), out, DType::kF32, whole_box({2}), whole_box({2}), "b").ok());
   EXPECT_EQ(out[0], 1.5f);
   EXPECT_EQ(out[1], -2.0f);
-  Status s = copy_box_region(out, StDType::kF32, whole_box({2}), b, DType::kI32, whole_box({2}), whole_box({2}), "named");
+  Status s =
+      copy_box_region(out, StDType::kF32, whole_box({2}), b, DType::kI32, whole_box({2}), whole_box({2}), "named");
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("named"), std::string::npos);
 }

@@ -53,7 +53,9 @@ class ThreadCommunicator final : public Communicator {
 
   // Not needed by the code under test.
   WorkPtr all_reduce_async(void*, int64_t, DType, ReduceOp) override { return unsupported("all_reduce"); }
-  WorkPtr reduce_scatter_async(const void*, void*, int64_t, DType, ReduceOp) override { return unsupported("reduce_scatter"); }
+  WorkPtr reduce_scatter_async(const void*, void*, int64_t, DType, ReduceOp) override {
+    return unsupported("reduce_scatter");
+  }
   WorkPtr send_async(const void*, int64_t, DType, int, int) override { return unsupported("send"); }
   WorkPtr recv_async(void*, int64_t, DType, int, int) override { return unsupported("recv"); }
   WorkPtr all_to_all_async(const void*, void*, int64_t, DType) override { return unsupported("all_to_all"); }

@@ -82,7 +82,8 @@ Status parse_summaries(const json& j, std::map<std::string, TensorSummary>* out,
     GALE_RETURN_IF_ERROR(get(it.value(), "abs_max", &s.abs_max, w));
     GALE_RETURN_IF_ERROR(get(it.value(), "sample_index", &s.sample_index, w));
     GALE_RETURN_IF_ERROR(get(it.value(), "sample_value", &s.sample_value, w));
-    if (s.sample_index.size() != s.sample_value.size()) return DataLoss(w, ": sample_index and sample_value differ in length");
+    if (s.sample_index.size() != s.sample_value.size())
+      return DataLoss(w, ": sample_index and sample_value differ in length");
     if (it.value().contains("update_norm")) {
       double u = 0;
       GALE_RETURN_IF_ERROR(get(it.value(), "update_norm", &u, w));
@@ -96,10 +97,14 @@ Status parse_summaries(const json& j, std::map<std::string, TensorSummary>* out,
 // Element `i` of an f32/bf16/f64 tensor as double.
 double element(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kBF16: return bf16_to_float(t.data<bf16>()[i]);
-    case DType::kF64: return t.data<double>()[i];
-    default: GALE_CHECK(false) << "golden comparison of a " << dtype_name(t.dtype()) << " tensor";
+    case DType::kF32:
+      return t.data<float>()[i];
+    case DType::kBF16:
+      return bf16_to_float(t.data<bf16>()[i]);
+    case DType::kF64:
+      return t.data<double>()[i];
+    default:
+      GALE_CHECK(false) << "golden comparison of a " << dtype_name(t.dtype()) << " tensor";
   }
   return 0.0;
 }
@@ -137,11 +142,14 @@ StatusOr<GoldenFixture> GoldenFixture::load_dir(const std::string& dir) {
   auto file = [&](const char* key) { return dir + "/" + files.at(key).get<std::string>(); };
 
   // Weights: bfloat16-exact values, read as f32, in the file order given by fixture.json's names.
-  if (!files.contains("weights") || !files.contains("inputs")) return DataLoss(json_path, ": files needs weights and inputs");
+  if (!files.contains("weights") || !files.contains("inputs"))
+    return DataLoss(json_path, ": files needs weights and inputs");
   GALE_ASSIGN_OR_RETURN(SafetensorsFile weights, SafetensorsFile::open(file("weights")));
-  GALE_RETURN_IF_ERROR(parse_summaries(j.value("final_params", nlohmann::json::object()), &d->final_summaries, json_path + " final_params"));
+  GALE_RETURN_IF_ERROR(parse_summaries(j.value("final_params", nlohmann::json::object()), &d->final_summaries,
+                                       json_path + " final_params"));
   // "parameters" lists names and shapes in the order of the table in docs/model.md.
-  if (!j.contains("parameters") || !j["parameters"].is_array()) return DataLoss(json_path, ": missing 'parameters' list");
+  if (!j.contains("parameters") || !j["parameters"].is_array())
+    return DataLoss(json_path, ": missing 'parameters' list");
   for (const nlohmann::json& p : j["parameters"]) {
     std::string name;
     Shape shape;
@@ -149,11 +157,13 @@ StatusOr<GoldenFixture> GoldenFixture::load_dir(const std::string& dir) {
     GALE_RETURN_IF_ERROR(get(p, "shape", &shape, json_path + " parameters"));
     GALE_ASSIGN_OR_RETURN(Tensor w, weights.read(name, DType::kF32));
     if (w.shape() != shape)
-      return DataLoss(weights.path(), ": '", name, "' is ", w.shape_string(), ", ", json_path, " says ", shape_string(shape));
+      return DataLoss(weights.path(), ": '", name, "' is ", w.shape_string(), ", ", json_path, " says ",
+                      shape_string(shape));
     d->weights.emplace_back(name, std::move(w));
   }
   if (d->weights.size() != weights.entries().size())
-    return DataLoss(weights.path(), ": holds ", weights.entries().size(), " tensors, ", json_path, " lists ", d->weights.size());
+    return DataLoss(weights.path(), ": holds ", weights.entries().size(), " tensors, ", json_path, " lists ",
+                    d->weights.size());
 
   GALE_ASSIGN_OR_RETURN(SafetensorsFile inputs, SafetensorsFile::open(file("inputs")));
   for (const char* key : {"tokens", "labels", "loss_mask", "position_ids", "document_ids"}) {
@@ -162,12 +172,15 @@ StatusOr<GoldenFixture> GoldenFixture::load_dir(const std::string& dir) {
       return DataLoss(inputs.path(), ": no '", key, "'");
     }
     GALE_ASSIGN_OR_RETURN(Tensor t, inputs.read(key, std::string(key) == "loss_mask" ? DType::kF32 : DType::kI64));
-    if (t.ndim() != 4) return DataLoss(inputs.path(), ": '", key, "' is ", t.shape_string(), ", expected [iterations, micro-batches, B, S]");
+    if (t.ndim() != 4)
+      return DataLoss(inputs.path(), ": '", key, "' is ", t.shape_string(),
+                      ", expected [iterations, micro-batches, B, S]");
     d->inputs[key] = std::move(t);
   }
   const Shape& s = d->inputs["tokens"].shape();
   for (const auto& [key, t] : d->inputs)
-    if (t.shape() != s) return DataLoss(inputs.path(), ": '", key, "' is ", t.shape_string(), ", tokens are ", shape_string(s));
+    if (t.shape() != s)
+      return DataLoss(inputs.path(), ": '", key, "' is ", t.shape_string(), ", tokens are ", shape_string(s));
   d->iterations = static_cast<int>(s[0]);
   d->microbatches = static_cast<int>(s[1]);
 
@@ -177,7 +190,8 @@ StatusOr<GoldenFixture> GoldenFixture::load_dir(const std::string& dir) {
     GALE_ASSIGN_OR_RETURN(d->token_losses, fwd.read("token_losses", DType::kF32));
     if (!j.contains("forward")) return DataLoss(json_path, ": no 'forward' section");
     GALE_RETURN_IF_ERROR(get(j["forward"], "loss", &d->forward_loss, json_path + " forward"));
-    GALE_RETURN_IF_ERROR(parse_summaries(j.value("grad_summary", nlohmann::json::object()), &d->grad_summaries, json_path + " grad_summary"));
+    GALE_RETURN_IF_ERROR(parse_summaries(j.value("grad_summary", nlohmann::json::object()), &d->grad_summaries,
+                                         json_path + " grad_summary"));
   }
   if (files.contains("grads")) {
     GALE_ASSIGN_OR_RETURN(SafetensorsFile grads, SafetensorsFile::open(file("grads")));
@@ -217,7 +231,8 @@ GoldenBatch GoldenFixture::batch(int iteration, int micro_batch) const {
   return GoldenBatch{pick("tokens"), pick("labels"), pick("loss_mask"), pick("position_ids"), pick("document_ids")};
 }
 
-Status compare_tensors(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what) {
+Status compare_tensors(const Tensor& actual, const Tensor& expected, double rtol, double atol,
+                       const std::string& what) {
   if (actual.shape() != expected.shape())
     return InvalidArgument(what, ": shape ", actual.shape_string(), ", expected ", expected.shape_string());
   int64_t bad = 0, worst = -1;
@@ -236,12 +251,13 @@ Status compare_tensors(const Tensor& actual, const Tensor& expected, double rtol
     }
   }
   if (bad == 0) return Status::Ok();
-  return InvalidArgument(what, ": ", bad, " of ", actual.numel(), " elements differ beyond atol ", atol, " + rtol ", rtol,
-                         "; worst at flat index ", worst, ": ", element(actual, worst), " vs expected ", element(expected, worst));
+  return InvalidArgument(what, ": ", bad, " of ", actual.numel(), " elements differ beyond atol ", atol, " + rtol ",
+                         rtol, "; worst at flat index ", worst, ": ", element(actual, worst), " vs expected ",
+                         element(expected, worst));
 }
 
-Status check_summary(const Tensor& actual, const TensorSummary& expected, double rtol, double atol, const std::string& what,
-                     const Tensor* initial) {
+Status check_summary(const Tensor& actual, const TensorSummary& expected, double rtol, double atol,
+                     const std::string& what, const Tensor* initial) {
   if (actual.numel() != expected.numel)
     return InvalidArgument(what, ": ", actual.numel(), " elements, expected ", expected.numel);
   double sq = 0, sum = 0, usq = 0;

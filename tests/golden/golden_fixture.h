@@ -13,17 +13,17 @@
 //   golden::check_summary(my_final[name], f.final_param_summaries().at(name), &f.initial_weight(name), ...)
 //
 // The fixture names are in golden_fixture_names(); tools/reference/README.md describes each.
+// tests/golden/model_golden_test.cc runs Gale's model and trainer against all of them.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -37,22 +37,22 @@ std::vector<std::string> golden_fixture_names();
 
 // The model, in Megatron's argument names (docs/model.md glossary in comments).
 struct GoldenModelConfig {
-  int num_layers = 0;                // L
-  int hidden_size = 0;               // H
-  int num_attention_heads = 0;       // NH
-  int num_query_groups = 0;          // KV (= NH without GQA)
+  int num_layers = 0;           // L
+  int hidden_size = 0;          // H
+  int num_attention_heads = 0;  // NH
+  int num_query_groups = 0;     // KV (= NH without GQA)
   bool group_query_attention = false;
-  int kv_channels = 0;               // HD
-  int ffn_hidden_size = 0;           // F
-  int seq_length = 0;                // S
+  int kv_channels = 0;      // HD
+  int ffn_hidden_size = 0;  // F
+  int seq_length = 0;       // S
   int max_position_embeddings = 0;
-  int tokenizer_vocab_size = 0;      // token ids are in [0, this)
+  int tokenizer_vocab_size = 0;  // token ids are in [0, this)
   int make_vocab_size_divisible_by = 0;
-  int padded_vocab_size = 0;         // V
+  int padded_vocab_size = 0;            // V
   std::string position_embedding_type;  // "learned_absolute" or "rope"
   double rotary_percent = 1.0;
   double rotary_base = 10000;
-  std::string normalization;         // "LayerNorm" or "RMSNorm"
+  std::string normalization;  // "LayerNorm" or "RMSNorm"
   double norm_epsilon = 0;
   bool swiglu = false;
   bool add_bias_linear = true;

@@ -16,7 +16,8 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const GoldenModel
   const int64_t fc1 = m.swiglu ? 2 * F : F;
   const bool ln = m.normalization == "LayerNorm", bias = m.add_bias_linear;
   std::vector<std::pair<std::string, Shape>> p = {{"embedding.word_embeddings.weight", {V, H}}};
-  if (m.position_embedding_type == "learned_absolute") p.push_back({"embedding.position_embeddings.weight", {m.max_position_embeddings, H}});
+  if (m.position_embedding_type == "learned_absolute")
+    p.push_back({"embedding.position_embeddings.weight", {m.max_position_embeddings, H}});
   for (int i = 0; i < m.num_layers; ++i) {
     std::string l = "decoder.layers." + std::to_string(i) + ".";
     p.push_back({l + "input_layernorm.weight", {H}});
@@ -174,7 +175,8 @@ TEST(GoldenFixture, TrainingSeriesFollowTheSchedule) {
     for (size_t k = 0; k < n; ++k) EXPECT_GT(s.grad_norm[k], 0.0);
     EXPECT_LT(s.loss.back(), s.loss.front() - 0.1) << "the loss falls over the run";
     // Summaries of the final parameters moved away from the initial values (except with lr 0).
-    for (const auto& [pname, w] : f.initial_weights()) EXPECT_GT(*f.final_param_summaries().at(pname).update_norm, 0.0) << pname;
+    for (const auto& [pname, w] : f.initial_weights())
+      EXPECT_GT(*f.final_param_summaries().at(pname).update_norm, 0.0) << pname;
   }
 }
 
@@ -188,9 +190,10 @@ TEST(GoldenFixture, VariantsShareTheirBaseFiles) {
     const Tensor& a = llama.initial_weights()[i].second;
     EXPECT_EQ(std::memcmp(a.raw(), rope50.initial_weights()[i].second.raw(), a.nbytes()), 0);
   }
-  EXPECT_EQ(std::memcmp(gpt.batch(3, 1).tokens.raw(), sgd.batch(3, 1).tokens.raw(), gpt.batch(3, 1).tokens.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(gpt.batch(3, 1).tokens.raw(), sgd.batch(3, 1).tokens.raw(), gpt.batch(3, 1).tokens.nbytes()),
+            0);
   EXPECT_EQ(gpt.train_series().grad_norm[0], sgd.train_series().grad_norm[0]);  // same weights and data
-  EXPECT_NE(gpt.train_series().loss[2], sgd.train_series().loss[2]);           // different optimizers
+  EXPECT_NE(gpt.train_series().loss[2], sgd.train_series().loss[2]);            // different optimizers
 }
 
 TEST(GoldenFixture, ComparisonHelpersReportTheWorstElement) {
@@ -212,7 +215,8 @@ TEST(GoldenFixture, ComparisonHelpersReportTheWorstElement) {
   one_sample.data<float>()[summary.sample_index[3]] += 1e-3f;
   Status s2 = check_summary(one_sample, summary, 1e-4, 1e-8, "fc1");
   EXPECT_FALSE(s2.ok());
-  EXPECT_EQ(compare_tensors(g, f.initial_weight("decoder.layers.1.mlp.linear_fc2.weight"), 1, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(compare_tensors(g, f.initial_weight("decoder.layers.1.mlp.linear_fc2.weight"), 1, 1).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
