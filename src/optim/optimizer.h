@@ -42,8 +42,8 @@ struct StepResult {
 struct OptimizedBuffer {
   ParamBuffer* params = nullptr;
   std::vector<bool> counts_in_norm;  // empty = all count
-  // Distributed optimizer: the ranges of the flat buffer this rank updates, ascending or not but
-  // disjoint (its shard of every bucket; possibly none). nullopt: the whole buffer.
+  // Distributed optimizer: the disjoint ranges of the flat buffer this rank updates (its shard of
+  // every bucket; possibly none). nullopt: the whole buffer.
   std::optional<std::vector<FlatRange>> owned;
 };
 
