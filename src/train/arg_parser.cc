@@ -116,6 +116,13 @@ Status ArgParser::parse(int argc, char** argv) {
   for (const auto& [flag, why] : impl_->unsupported) {
     if (was_set(flag)) return Unimplemented(flag, ": not supported yet (", why, ")");
   }
+  // CLI11 (2.1, with always_capture_default) reports count() == 0 for an option given without
+  // values, so valueless unsupported flags (--fp16, --split-sentences) are also looked up in argv.
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto it = impl_->unsupported.find(arg.substr(0, arg.find('=')));
+    if (it != impl_->unsupported.end()) return Unimplemented(it->first, ": not supported yet (", it->second, ")");
+  }
   return Status::Ok();
 }
 

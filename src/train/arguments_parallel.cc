@@ -1,6 +1,6 @@
 // Validation of the distributed layout flags against the world size and the model shape.
-#include "train/arguments.h"
 #include "core/log.h"
+#include "train/arguments.h"
 
 namespace gale {
 
@@ -21,26 +21,33 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   const bool by_layers = par.num_layers_per_virtual_pipeline_stage != kUnset;
   const bool by_stages = par.num_virtual_stages_per_pipeline_rank != kUnset;
   if (by_layers && by_stages)
-    return InvalidArgument("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
-                           "exclusive; give one");
+    return InvalidArgument(
+        "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
+        "exclusive; give one");
   if ((by_layers || by_stages) && pp == 1)
-    return InvalidArgument(by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank",
-                           " (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
+    return InvalidArgument(
+        by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank",
+        " (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
   if (uneven && pp == 1)
-    return InvalidArgument(first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
-                           " needs --pipeline-model-parallel-size > 1");
+    return InvalidArgument(
+        first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+        " needs --pipeline-model-parallel-size > 1");
   if (uneven && by_layers)
-    return InvalidArgument("--num-layers-per-virtual-pipeline-stage cannot be combined with "
-                           "--decoder-first/last-pipeline-num-layers; give --num-virtual-stages-per-pipeline-rank");
+    return InvalidArgument(
+        "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+        "--decoder-first/last-pipeline-num-layers; give --num-virtual-stages-per-pipeline-rank");
   int64_t vpp = 1;
   if (by_layers) {
-    GALE_RETURN_IF_ERROR(positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
+    GALE_RETURN_IF_ERROR(
+        positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
     if (num_layers % pp != 0)
       return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp);
     if ((num_layers / pp) % par.num_layers_per_virtual_pipeline_stage != 0)
       return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
-                             " / --pipeline-model-parallel-size ", pp, ") must be divisible by "
-                             "--num-layers-per-virtual-pipeline-stage ", par.num_layers_per_virtual_pipeline_stage);
+                             " / --pipeline-model-parallel-size ", pp,
+                             ") must be divisible by "
+                             "--num-layers-per-virtual-pipeline-stage ",
+                             par.num_layers_per_virtual_pipeline_stage);
     vpp = num_layers / pp / par.num_layers_per_virtual_pipeline_stage;
   } else if (by_stages) {
     GALE_RETURN_IF_ERROR(positive(par.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank"));
@@ -81,8 +88,10 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
                            " middle pipeline stages (--num-layers minus --decoder-first/last-pipeline-num-layers) "
                            "must divide evenly among them");
   if ((middle_layers / middle_stages) % vpp != 0)
-    return InvalidArgument("the ", middle_layers / middle_stages, " layers of each middle pipeline stage must be "
-                           "divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
+    return InvalidArgument("the ", middle_layers / middle_stages,
+                           " layers of each middle pipeline stage must be "
+                           "divisible by --num-virtual-stages-per-pipeline-rank ",
+                           vpp);
   return Status::Ok();
 }
 
@@ -97,7 +106,8 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   GALE_RETURN_IF_ERROR(positive(par.context_parallel_size, "--context-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
-  int64_t model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
+  int64_t model_parallel =
+      par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)
     return InvalidArgument("world size ", world_size, " is not divisible by --tensor-model-parallel-size ",
                            par.tensor_model_parallel_size, " x --pipeline-model-parallel-size ",
@@ -108,12 +118,14 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.expert_model_parallel_size > 1) return Unimplemented("--expert-model-parallel-size > 1: not supported yet");
   int64_t tp = par.tensor_model_parallel_size;
   if (m.num_attention_heads % tp != 0)
-    return InvalidArgument("--num-attention-heads ", m.num_attention_heads, " must be divisible by --tensor-model-parallel-size ", tp);
+    return InvalidArgument("--num-attention-heads ", m.num_attention_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp);
   if (m.num_kv_heads % tp != 0)
     return InvalidArgument(m.num_kv_heads == m.num_attention_heads ? "--num-attention-heads " : "--num-query-groups ",
                            m.num_kv_heads, " must be divisible by --tensor-model-parallel-size ", tp);
   if (m.ffn_hidden_size % tp != 0)
-    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size, " must be divisible by --tensor-model-parallel-size ", tp);
+    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size,
+                           " must be divisible by --tensor-model-parallel-size ", tp);
   if (par.sequence_parallel && tp == 1) {
     warn_rank0("--sequence-parallel has no effect with --tensor-model-parallel-size 1; disabled");  // as Megatron
     par.sequence_parallel = false;

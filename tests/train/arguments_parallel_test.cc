@@ -13,10 +13,14 @@ namespace gale {
 namespace {
 
 // A small valid model; flags given in a test's `extra` replace these.
-const std::vector<std::pair<std::string, std::string>> kBase = {
-    {"--num-layers", "8"},     {"--hidden-size", "64"},      {"--num-attention-heads", "8"},
-    {"--seq-length", "32"},    {"--max-position-embeddings", "32"}, {"--micro-batch-size", "2"},
-    {"--train-iters", "10"},   {"--lr", "1e-3"}};
+const std::vector<std::pair<std::string, std::string>> kBase = {{"--num-layers", "8"},
+                                                                {"--hidden-size", "64"},
+                                                                {"--num-attention-heads", "8"},
+                                                                {"--seq-length", "32"},
+                                                                {"--max-position-embeddings", "32"},
+                                                                {"--micro-batch-size", "2"},
+                                                                {"--train-iters", "10"},
+                                                                {"--lr", "1e-3"}};
 
 struct Validated {
   Status status;
@@ -86,8 +90,9 @@ TEST(ParallelArgs, HeadsAndQueryGroupsDivideByTp) {
 }
 
 TEST(ParallelArgs, SequenceParallelRules) {
-  EXPECT_EQ(message("--sequence-parallel --tensor-model-parallel-size 8 --seq-length 36 --max-position-embeddings 36", 8),
-            "--seq-length 36 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel");
+  EXPECT_EQ(
+      message("--sequence-parallel --tensor-model-parallel-size 8 --seq-length 36 --max-position-embeddings 36", 8),
+      "--seq-length 36 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel");
   Validated off = validate("--sequence-parallel", 1);  // TP 1: turned off, as Megatron does
   ASSERT_TRUE(off.status.ok()) << off.status.to_string();
   EXPECT_FALSE(off.args.parallel.sequence_parallel);
@@ -107,10 +112,11 @@ TEST(ParallelArgs, VirtualPipelineRules) {
             "--num-layers-per-virtual-pipeline-stage (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
   EXPECT_EQ(message("--num-virtual-stages-per-pipeline-rank 2", 1),
             "--num-virtual-stages-per-pipeline-rank (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
-  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
-                    "--num-virtual-stages-per-pipeline-rank 2",
-                    2),
-            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are exclusive; give one");
+  EXPECT_EQ(
+      message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+              "--num-virtual-stages-per-pipeline-rank 2",
+              2),
+      "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are exclusive; give one");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3", 2),
             "the 4 layers per pipeline stage (--num-layers 8 / --pipeline-model-parallel-size 2) must be divisible by "
             "--num-layers-per-virtual-pipeline-stage 3");
