@@ -106,13 +106,14 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros) {
     for (const Segment& seg : b.segments) {
       float* p = params + seg.begin;
       float* g = grads + seg.begin;
-      if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
       if (config_.type == "adam") {
         h.weight_decay = param_wd;
+        h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
         ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset, b.exp_avg_sq.data<float>() + seg.state_offset,
                          seg.numel, h);
       } else {
+        if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
         sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset : nullptr, seg.numel,
                      static_cast<float>(lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
       }

@@ -76,6 +76,8 @@ class Optimizer {
   double params_norm() const;
   // Clip, then update every owned parameter element with learning rate `lr` and weight decay `wd`
   // (0 for parameters without decay). Skips the update when the gradient norm is not finite.
+  // AdamW folds the clipping factor into its update (bit-identical; the gradient buffers keep the
+  // unclipped values); SGD scales the owned gradients in place first.
   StepResult step(double lr, double wd, bool count_zeros = false);
 
   int64_t steps_taken() const { return step_; }

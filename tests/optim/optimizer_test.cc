@@ -150,5 +150,25 @@ TEST(ShardedOptimizerNorm, ClippingScalesOnlyOwnedGradients) {
     EXPECT_FLOAT_EQ(g[i], (i >= 3 && i < 9) ? before[i] * coeff : before[i]) << "element " << i;
 }
 
+TEST(ShardedOptimizerNorm, AdamFoldsClippingIntoTheUpdate) {
+  const OpTable ops = reference_ops();
+  ParamBuffer clipped = make_buffer(), prescaled = make_buffer();
+  set_grads(clipped, 0);
+  OptimizerConfig c = config("adam");
+  c.clip_grad = 1e-2;
+  const std::vector<FlatRange> owned = {{3, 9}, {18, 26}};
+  Optimizer a(c, {OptimizedBuffer{&clipped, {}, owned}}, &ops, make_self_communicator("mp"));
+  Optimizer b(config("adam"), {OptimizedBuffer{&prescaled, {}, owned}}, &ops, make_self_communicator("mp"));
+  const double norm = a.grad_norm();
+  const float coeff = static_cast<float>(1e-2 / (norm + 1e-6));
+  set_grads(prescaled, 0);
+  float* g = prescaled.flat_grads().data<float>();
+  for (int64_t i = 0; i < prescaled.numel(); ++i) g[i] *= coeff;
+  ASSERT_TRUE(a.step(1e-2, 0.1).applied);
+  ASSERT_TRUE(b.step(1e-2, 0.1).applied);
+  for (int64_t i = 0; i < clipped.numel(); ++i)
+    EXPECT_EQ(clipped.flat_params().data<float>()[i], prescaled.flat_params().data<float>()[i]) << "element " << i;
+}
+
 }  // namespace
 }  // namespace gale
