@@ -22,7 +22,7 @@ struct GptCacheKey {
   DataSplit split;
   int64_t begin, end;
   GptIndexParams params;
-  std::string split_text;   // --split as given
+  std::string split_text;  // --split as given
 };
 
 std::string gpt_cache_description(const GptCacheKey& key);

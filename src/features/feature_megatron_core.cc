@@ -33,6 +33,10 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,
        [](const Arguments& a) { return a.parallel.overlap_grad_reduce; }});
+  add({"bf16", "--bf16", FeatureModule::kMemory, 0, "Megatron bf16 mixed precision (MindSpeed: supported)",
+       "bf16 weights and GEMM inputs, f32 master weights/gradients/optimizer; halves the GEMM-input activations kept "
+       "for backward; bf16 GEMMs use AMX where present", true,
+       [](const Arguments& a) { return a.training.bf16; }});
   add({"overlap-param-gather", "--overlap-param-gather", FeatureModule::kMegatron, 0,
        "Megatron param-gather overlap", "distributed-optimizer parameter all-gather overlapped with forward", true,
        [](const Arguments& a) { return a.parallel.overlap_param_gather; }});

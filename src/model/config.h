@@ -33,6 +33,7 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;
   uint64_t seed = 1234;
+  bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }

@@ -1,15 +1,30 @@
-// Linear layers y = x·Wᵀ on [rows, in] activations with [out, in] weights (sgemm calls).
+// Linear layers y = x·Wᵀ on [rows, in] activations with [out, in] weights, in f32 (sgemm) or,
+// under --bf16, with bf16 inputs accumulating in f32 (oneDNN matmul; AMX where the CPU has it).
 #pragma once
 
 #include "core/tensor.h"
 
 namespace gale {
 
-// y[M, N] = x[M, K] · W[N, K]ᵀ
-Tensor linear_forward(const Tensor& x, const float* W, int64_t N);
-// dx[M, K] = dy[M, N] · W[N, K]   (written)
-Tensor linear_backward_data(const Tensor& dy, const float* W, int64_t K);
-// dW[N, K] += dy[M, N]ᵀ · x[M, K]   (accumulated)
-void linear_backward_weight(const Tensor& dy, const Tensor& x, float* dW);
+// A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
+// copy under --bf16 (null otherwise), and the f32 gradient.
+struct LinearWeight {
+  const float* w = nullptr;
+  const bf16* w_bf16 = nullptr;
+  float* grad = nullptr;
+  int64_t out = 0, in = 0;
+};
+
+// y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 (then W's bf16 copy is used).
+Tensor linear_forward(const Tensor& x, const LinearWeight& w);
+// Backward of linear_forward: returns dx[M, in] (f32, written) and accumulates dW += dyᵀ·x. With
+// a bf16 x, dy is rounded to bf16 once and both products run as bf16 GEMMs.
+Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w);
+
+// x as a GEMM input is stored: unchanged (f32), or rounded to bf16 under --bf16 (half the bytes of
+// the activations a layer keeps for backward).
+Tensor to_gemm_input(const Tensor& x, bool use_bf16);
+// A bf16 tensor widened back to f32 (or x itself when it is f32).
+Tensor to_f32(const Tensor& x);
 
 }  // namespace gale

@@ -3,6 +3,7 @@
 
 #include "core/rng.h"
 #include "core/threads.h"
+#include "kernels/cpu/gemm.h"
 
 namespace gale {
 
@@ -60,6 +61,20 @@ Tensor ParamBuffer::grad(int id) const {
   return Tensor::from_blob(grad_data(id), spec(id).local_shape(), DType::kF32);
 }
 
+void ParamBuffer::enable_bf16() {
+  GALE_CHECK(finalized());
+  if (!params_bf16_.defined()) params_bf16_ = Tensor::empty({numel_}, DType::kBF16);
+  refresh_bf16();
+}
+
+void ParamBuffer::refresh_bf16() { refresh_bf16(0, numel_); }
+
+void ParamBuffer::refresh_bf16(int64_t offset, int64_t count) {
+  if (!has_bf16()) return;
+  GALE_CHECK(offset >= 0 && offset + count <= numel_);
+  convert_f32_to_bf16(params_.data<float>() + offset, params_bf16_.data<bf16>() + offset, count);
+}
+
 uint64_t param_init_stream(const std::string& name) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
@@ -68,6 +83,7 @@ uint64_t param_init_stream(const std::string& name) {
 
 void ParamBuffer::initialize(uint64_t seed) {
   GALE_CHECK(finalized());
+
   for (int id = 0; id < size(); ++id) {
     const ParamSpec& s = spec(id);
     float* p = param_data(id);
@@ -89,6 +105,7 @@ void ParamBuffer::initialize(uint64_t seed) {
       }
     }
   }
+  refresh_bf16();
 }
 
 }  // namespace gale

@@ -61,6 +61,15 @@ class ParamBuffer {
   const Tensor& flat_grads() const { return grads_; }
   void zero_grads() { grads_.zero(); }
 
+  // --bf16: a bf16 copy of every parameter for the model's GEMMs; the f32 buffer stays the
+  // optimizer's master copy (and gradients stay f32). Call refresh_bf16() after any change of the
+  // f32 values (initialisation, checkpoint load, optimizer step, parameter all-gather).
+  void enable_bf16();
+  bool has_bf16() const { return params_bf16_.defined(); }
+  const bf16* param_bf16_data(int id) const { return params_bf16_.data<bf16>() + spec(id).offset; }
+  void refresh_bf16();                                // the whole buffer
+  void refresh_bf16(int64_t offset, int64_t count);  // elements [offset, offset + count)
+
   // Megatron's initialisation (docs/model.md), drawn from the counter-based RNG so that every
   // element's value depends only on (seed, parameter name, global index).
   void initialize(uint64_t seed);
@@ -68,7 +77,7 @@ class ParamBuffer {
  private:
   std::vector<ParamSpec> specs_;
   int64_t numel_ = 0;
-  Tensor params_, grads_;
+  Tensor params_, grads_, params_bf16_;
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

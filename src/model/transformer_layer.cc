@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "model/linear.h"
+#include "model/param_builders.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -13,37 +14,26 @@ namespace {
 
 std::string layer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".", rest); }
 
-ParamSpec spec(std::string name, Shape global, InitKind init, float std, bool wd) {
-  ParamSpec s;
-  s.name = std::move(name);
-  s.global_shape = std::move(global);
-  s.init = init;
-  s.init_std = std;
-  s.weight_decay = wd;
-  return s;
-}
-
-ParamSpec split(ParamSpec s, const ModelPartition& part, int dim, int blocks = 1) {
-  s.split_dim = dim;
-  s.split_blocks = blocks;
-  s.split_parts = part.tp_size();
-  s.split_rank = part.tp_rank();
-  return s;
-}
-
 ParamSpec norm_weight(std::string name, int64_t H, const ModelPartition& part) {
-  ParamSpec s = spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
+  ParamSpec s = make_param_spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
   s.sequence_parallel = part.sequence_parallel;
   return s;
 }
 
 ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
-  ParamSpec s = spec(std::move(name), {H}, InitKind::kZeros, 0.0f, false);
+  ParamSpec s = make_param_spec(std::move(name), {H}, InitKind::kZeros, 0.0f, false);
   s.sequence_parallel = part.sequence_parallel;
   return s;
 }
 
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
+
+// Parameter `id` of `pb` as a linear layer's weight (its local [out, in] shard).
+LinearWeight weight(const ParamBuffer& pb, int id) {
+  const Shape shape = pb.spec(id).local_shape();
+  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
+                      shape[1]};
+}
 
 // Norm of [rows, H] x; returns y and fills stats.
 Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, const Tensor& x, Tensor* stats) {
@@ -105,12 +95,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   w.norm1_w = pb.add(norm_weight(layer_name(layer, "input_layernorm.weight"), H, part));
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
-  w.qkv_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+  w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
   if (c.qkv_bias())
-    w.qkv_b = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
-  w.proj_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
+    w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
+  w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
   if (c.add_bias_linear) {
-    ParamSpec b = spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
+    ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
     w.proj_b = pb.add(b);
   }
@@ -118,12 +108,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
   int blocks = c.swiglu ? 2 : 1;
-  w.fc1_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
+  w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
   if (c.add_bias_linear)
-    w.fc1_b = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
-  w.fc2_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
+    w.fc1_b = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
+  w.fc2_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
   if (c.add_bias_linear) {
-    ParamSpec b = spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
+    ParamSpec b = make_param_spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
     w.fc2_b = pb.add(b);
   }
@@ -141,8 +131,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
 
   // ---- attention block ----
   Tensor norm1_stats;
-  Tensor norm1_out = gather_column_parallel_input(part, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
-  Tensor qkv = linear_forward(norm1_out, pb.param_data(w.qkv_w), (NHl + 2 * KVl) * HD);  // [T, (NHl+2KVl)·HD]
+  const bool bf16 = c.bf16;
+  Tensor norm1_out = gather_column_parallel_input(
+      part, to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), bf16));
+  Tensor qkv = linear_forward(norm1_out, weight(pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
@@ -156,7 +148,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor lse = Tensor::empty({B, NHl, S});
   const float* q = qkv.data<float>();
   ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
-  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, pb.param_data(w.proj_w), H));  // [Tl, H]
+  ctx = to_gemm_input(ctx, bf16);
+  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(pb, w.proj_w)));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
   Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
@@ -168,17 +161,17 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   proj = Tensor();
 
   // ---- MLP block ----
-  Tensor norm2_out = gather_column_parallel_input(part, norm2_local);
+  Tensor norm2_out = gather_column_parallel_input(part, to_gemm_input(norm2_local, bf16));
   norm2_local = Tensor();
-  const int64_t fc1_cols = c.swiglu ? 2 * Fl : Fl;
-  Tensor fc1_out = linear_forward(norm2_out, pb.param_data(w.fc1_w), fc1_cols);  // [T, Fl or 2Fl]
+  Tensor fc1_out = linear_forward(norm2_out, weight(pb, w.fc1_w));  // [T, Fl or 2Fl]
   Tensor act = Tensor::empty({T, Fl});
   const float* fc1_bias = w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr;
   if (c.swiglu)
     ops.swiglu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
   else
     ops.gelu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
-  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, pb.param_data(w.fc2_w), H));  // [Tl, H]
+  act = to_gemm_input(act, bf16);
+  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(pb, w.fc2_w)));  // [Tl, H]
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
                        x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
@@ -215,8 +208,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                 hidden_dropout(rt, layer, 2));
   Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
-  linear_backward_weight(d_fc2_full, s.act, pb.grad_data(w.fc2_w));
-  Tensor d_act = linear_backward_data(d_fc2_full, pb.param_data(w.fc2_w), Fl);  // [T, Fl]
+  Tensor d_act = linear_backward(d_fc2_full, s.act, weight(pb, w.fc2_w));  // [T, Fl]
   d_fc2 = d_fc2_full = Tensor();
   s.act = Tensor();
   Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
@@ -226,8 +218,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
-  linear_backward_weight(d_fc1, s.norm2_out, pb.grad_data(w.fc1_w));
-  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward_data(d_fc1, pb.param_data(w.fc1_w), H));
+  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(pb, w.fc1_w)));
   d_fc1 = Tensor();
   s.norm2_out = Tensor();
   Tensor d_x_mid = Tensor::empty({Tl, H});
@@ -247,8 +238,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
   Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
-  linear_backward_weight(d_proj_full, s.ctx, pb.grad_data(w.proj_w));
-  Tensor d_ctx = linear_backward_data(d_proj_full, pb.param_data(w.proj_w), NHl * HD);  // [T, NHl·HD]
+  Tensor d_ctx = linear_backward(d_proj_full, s.ctx, weight(pb, w.proj_w));  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
@@ -257,7 +247,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_qkv = Tensor::empty(s.qkv.shape());
   const float* q = s.qkv.data<float>();
   float* dq = d_qkv.data<float>();
-  ops.attention_backward(ap, q, ql, q, kl, q, vl, s.ctx.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq,
+  const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
+  ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq,
                          dq, dq);
   d_ctx = Tensor();
   s.ctx = s.lse = s.qkv = Tensor();
@@ -266,8 +257,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
-  linear_backward_weight(d_qkv, s.norm1_out, pb.grad_data(w.qkv_w));
-  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward_data(d_qkv, pb.param_data(w.qkv_w), H));
+  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward(d_qkv, s.norm1_out, weight(pb, w.qkv_w)));
   d_qkv = Tensor();
   s.norm1_out = Tensor();
   Tensor d_x_in = Tensor::empty({Tl, H});

@@ -81,6 +81,7 @@ struct TrainingArgs {
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
   bool check_for_nan_in_loss_and_grad = true;
+  bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
   int num_threads = 0;  // Gale: OpenMP threads (0 = OMP_NUM_THREADS or all cores)
 };
 

@@ -1,5 +1,6 @@
 // Validation of the distributed layout flags against the world size and the model shape.
 #include "core/log.h"
+#include "schedule/pipeline_order.h"
 #include "train/arguments.h"
 
 namespace gale {
@@ -95,6 +96,23 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   return Status::Ok();
 }
 
+// The interleaved schedule's micro-batch count (a multiple of PP, as Megatron requires). The
+// global batch size may still be unset (it defaults to micro-batch x DP) or not divide evenly;
+// the training-flag checks report that.
+Status validate_interleaved_microbatches(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  if (par.virtual_pipeline_model_parallel_size <= 1) return Status::Ok();
+  const int64_t per_step = a.training.micro_batch_size * par.data_parallel_size;
+  const int64_t gbs = a.training.global_batch_size == kUnset ? per_step : a.training.global_batch_size;
+  if (per_step <= 0 || gbs % per_step != 0) return Status::Ok();
+  const int64_t pp = par.pipeline_model_parallel_size, num_microbatches = gbs / per_step;
+  if (check_interleaved_microbatches(static_cast<int>(pp), num_microbatches).ok()) return Status::Ok();
+  return InvalidArgument("the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size ",
+                         gbs, " / (--micro-batch-size ", a.training.micro_batch_size, " x data-parallel size ",
+                         par.data_parallel_size, ") = ", num_microbatches,
+                         ") to be a multiple of --pipeline-model-parallel-size ", pp);
+}
+
 }  // namespace
 
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size) {
@@ -136,11 +154,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
   GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));
-  // Everything above holds for any layout; training itself is single-process for now.
-  if (par.pipeline_model_parallel_size > 1 || par.decoder_first_pipeline_num_layers != kUnset ||
-      par.decoder_last_pipeline_num_layers != kUnset) {
-    return Unimplemented("--pipeline-model-parallel-size > 1: not supported yet");
-  }
+  GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
   (void)p;
   return Status::Ok();
 }

@@ -249,6 +249,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
     scheduler.set_num_steps(sch.at("num_steps").get<int64_t>());
   }
   // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
+  for (auto& chunk : engine.chunks) chunk->params().refresh_bf16();
   *loaded = true;
   print_rank0(str_cat("  successfully loaded checkpoint from ", ca.load, " at iteration ", state.iteration));
   return Status::Ok();

@@ -31,6 +31,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.hidden_dropout = static_cast<float>(m.hidden_dropout);
   c.init_std = static_cast<float>(m.init_method_std);
   c.seed = static_cast<uint64_t>(a.training.seed);
+  c.bf16 = a.training.bf16;
   return c;
 }
 

@@ -51,8 +51,7 @@ void print_active_features(const FeatureRegistry& registry, const FeatureContext
   for (size_t i = 0; i < registry.features().size(); ++i) {
     if (!registry.statuses()[i].active) continue;
     const Feature& f = *registry.features()[i];
-    print_rank0(str_cat("  active: ", f.flag().empty() ? f.name() : f.flag(), " (", feature_module_name(f.module()),
-                        ", level ", f.level(), ")"));
+    print_rank0(str_cat("  active: ", f.name(), " (", feature_module_name(f.module()), ", level ", f.level(), ")"));
   }
   std::string kernels;
   for (const auto& [op, impl] : ops.impl) kernels += str_cat(kernels.empty() ? "" : ", ", op, "=", impl);
@@ -87,16 +86,10 @@ int pretrain_main(int argc, char** argv) {
   if (args.training.num_threads > 0) set_num_threads(args.training.num_threads);
   print_banner(parser, world);
   for (const std::string& n : notices) warn_rank0(n);
+  for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
 
   // ---- layout ----
-  ParallelSizes sizes;
-  sizes.world_size = world->size();
-  sizes.tp = static_cast<int>(args.parallel.tensor_model_parallel_size);
-  sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
-  sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
-  sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
-  sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
-  StatusOr<RankLayout> layout = compute_rank_layout(sizes);
+  StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
   if (!layout.ok()) return usage_error(layout.status());
   print_rank0(render_rank_layout(layout.value()));
 

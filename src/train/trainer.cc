@@ -94,6 +94,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   LrScheduler& scheduler = *engine_->scheduler;
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
   if (r.step.applied) scheduler.step(t.global_batch_size);
+  for (auto& chunk : engine_->chunks) chunk->params().refresh_bf16();  // --bf16: the GEMMs' copy of the new weights
   state_.consumed_train_samples += t.global_batch_size;
   return r;
 }

@@ -1,0 +1,130 @@
+// `gale pretrain` as a user runs it: Megatron's log line, errors as one line with exit code 2,
+// the same losses at every optimisation level, and saving then resuming through the CLI.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+std::vector<std::string> tiny(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64",
+                                   "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings",
+                                   "32", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "6",
+                                   "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
+                                   "--eval-interval", "3", "--eval-iters", "1", "--num-threads", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::vector<double> losses(const std::string& output) {
+  std::vector<double> out;
+  std::regex re(R"(\| lm loss: ([0-9.E+-]+) \|)");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+TEST(GalePretrain, PrintsMegatronsLogLineAndValidation) {
+  test::RunResult r = test::run_with_timeout(tiny({"--log-throughput"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::regex line(
+      R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration        6/       6 \| consumed samples:           24 \| elapsed time per iteration \(ms\): [0-9.]+ \| throughput per GPU \(TFLOP/s/GPU\): [0-9.]+ \| learning rate: [0-9.]+E[+-]\d\d \| global batch size:     4 \| lm loss: [0-9.]+E[+-]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations:   0 \| number of nan iterations:   0 \|)");
+  EXPECT_TRUE(std::regex_search(r.output, line)) << r.output;
+  EXPECT_NE(r.output.find(" validation loss at iteration 3 | lm loss value: "), std::string::npos);
+  EXPECT_NE(r.output.find(" validation loss at iteration 6 on test set | lm loss value: "), std::string::npos);
+  EXPECT_NE(r.output.find("GEMM: oneDNN"), std::string::npos);
+  std::vector<double> l = losses(r.output);
+  ASSERT_EQ(l.size(), 6u);
+  EXPECT_LT(l.back(), l.front());  // the mock data is learnable
+}
+
+TEST(GalePretrain, SameLossesAtEveryOptimizationLevel) {
+  std::vector<std::string> llama = {"--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                                    "--disable-bias-linear", "--attention-dropout", "0.1", "--hidden-dropout", "0.1"};
+  auto run = [&](std::vector<std::string> level) {
+    std::vector<std::string> flags = llama;
+    flags.insert(flags.end(), level.begin(), level.end());
+    test::RunResult r = test::run_with_timeout(tiny(flags), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return losses(r.output);
+  };
+  std::vector<double> l0 = run({"--optimization-level", "0"});
+  std::vector<double> l1 = run({"--optimization-level", "1"});
+  std::vector<double> l2 = run({"--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu",
+                                "--use-fused-rotary-pos-emb", "--cross-entropy-loss-fusion"});
+  ASSERT_EQ(l0.size(), 6u);
+  ASSERT_EQ(l1.size(), 6u);
+  ASSERT_EQ(l2.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(l1[i], l0[i], 1e-4 * l0[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(l2[i], l0[i], 1e-4 * l0[i]) << "iteration " << i + 1;
+  }
+}
+
+TEST(GalePretrain, SaveThenResumeThroughTheCli) {
+  auto dir = std::filesystem::temp_directory_path() / ("gale_cli_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  test::RunResult whole = test::run_with_timeout(tiny({}), {}, 300);
+  test::RunResult first =
+      test::run_with_timeout(tiny({"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"}), {}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("exiting program at iteration 3"), std::string::npos);
+  test::RunResult second = test::run_with_timeout(tiny({"--load", dir.string()}), {}, 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  std::vector<double> a = losses(whole.output), b = losses(second.output);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;  // printed digits equal
+  std::filesystem::remove_all(dir);
+}
+
+struct CliError {
+  std::vector<std::string> extra;
+  std::string message;
+};
+
+TEST(GalePretrain, ErrorsAreOneLineWithExitCode2) {
+  const CliError cases[] = {
+      {{"--num-layerz", "2"}, "gale pretrain: error: unknown flag --num-layerz (run `gale pretrain --help` for the list)"},
+      {{"--hidden-size", "66"},
+       "gale pretrain: error: --hidden-size 66 must be divisible by --num-attention-heads 4 (or give --kv-channels)"},
+      {{"--min-lr", "1"}, "gale pretrain: error: --min-lr 1 must not exceed --lr 0.003"},
+      {{"--save", "/tmp/x"}, "gale pretrain: error: --save needs --save-interval (iterations between checkpoints)"},
+      {{"--global-batch-size", "3"},
+       "gale pretrain: error: --global-batch-size 3 must be a multiple of --micro-batch-size 2 times the data-parallel "
+       "size 1"},
+      {{"--fp16"}, "gale pretrain: error: --fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
+      {{"--use-fused-swiglu"}, "gale pretrain: error: --use-fused-swiglu requires --swiglu"},
+      {{"--tensor-model-parallel-size", "2"},
+       "gale pretrain: error: world size 1 is not divisible by --tensor-model-parallel-size 2 x "
+       "--pipeline-model-parallel-size 1 x --context-parallel-size 1 = 2"},
+  };
+  for (const CliError& c : cases) {
+    test::RunResult r = test::run_with_timeout(tiny(c.extra), {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output, c.message + "\n");
+  }
+  std::vector<std::string> no_lr = tiny({});
+  for (size_t i = 0; i < no_lr.size(); ++i)
+    if (no_lr[i] == "--lr") no_lr.erase(no_lr.begin() + static_cast<long>(i), no_lr.begin() + static_cast<long>(i) + 2);
+  test::RunResult r = test::run_with_timeout(no_lr, {}, 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "gale pretrain: error: --lr is required\n");
+}
+
+TEST(GalePretrain, CompatibilityFlagsAreAcceptedWithANote) {
+  test::RunResult r = test::run_with_timeout(
+      tiny({"--use-mcore-models", "--attention-softmax-in-fp32", "--initial-loss-scale", "65536",
+            "--train-iters", "1"}),
+      {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("accepted without effect: --initial-loss-scale: loss scaling only applies with --fp16"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace gale
