@@ -4,8 +4,7 @@
 //
 // The expected counts are computed here from the model dimensions alone (the parameter counts
 // from docs/model.md's table), independently of the engine; only the bucket plan of layouts with
-// a bucket-size override is read from the engine (the plan has its own unit tests). Pipeline
-// layouts add their p2p term in `expected_bytes` once pipeline parallelism lands.
+// a bucket-size override is read from the engine (the plan has its own unit tests).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,7 +42,20 @@ const std::vector<Layout>& layouts() {
       {"tp2_dp4_distopt", 8, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce"},
        25000},
       {"tp4_dp2_sp", 8, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
-      // Pipeline layouts go here once --pipeline-model-parallel-size > 1 trains.
+      // Pipeline parallelism: 1F1B, interleaved, uneven stages, with TP/SP/DP and the distributed
+      // optimizer (the tied embedding in a bucket of its own).
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",
+                         "--decoder-first-pipeline-num-layers", "1", "--decoder-last-pipeline-num-layers", "1"}},
+      {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--sequence-parallel"}},
+      {"pp2_dp2_distopt", 4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}},
+      {"pp2_vpp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2",
+                                            "--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer",
+                                            "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
+      {"tp2_pp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                     "--sequence-parallel", "--use-distributed-optimizer"}},
   };
   return all;
 }
@@ -82,34 +94,49 @@ ChunkSizes chunk_sizes(const ModelConfig& c, int64_t t, int64_t layers, bool pre
   return s;
 }
 
-// docs/parallelism.md, "Communication volume per step": bytes per group kind for one iteration.
+// docs/parallelism.md, "Communication cost per layout": bytes per group kind for one iteration.
 std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& engine) {
   const ModelConfig c = model_config_from_args(args);
   const ParallelState& ps = engine.ps;
-  const int64_t e = 4, t = ps.tp_size(), dp = ps.dp_size();
+  const int64_t e = 4, t = ps.tp_size(), p = ps.pp_size(), dp = ps.dp_size();
   const int64_t T = args.model.seq_length * args.training.micro_batch_size, H = c.hidden;
+  const int64_t Tl = args.parallel.sequence_parallel ? T / t : T;  // a pipeline transfer is [Tl, H]
   const int64_t m = args.training.global_batch_size / (args.training.micro_batch_size * dp);
-  const bool sp = args.parallel.sequence_parallel;
-  const bool first = ps.is_pipeline_first_stage(), last = ps.is_pipeline_last_stage();
-  int64_t layers = 0;
-  for (const auto& chunk : engine.chunks) layers += chunk->partition().num_layers;
-  const ChunkSizes sizes = chunk_sizes(c, t, layers, first, last);
-  EXPECT_EQ(sizes.numel, engine.chunks[0]->params().numel()) << "docs/model.md's parameter count";
+  const bool sp = args.parallel.sequence_parallel, distopt = args.parallel.use_distributed_optimizer;
   std::map<Group, int64_t> bytes;
-  // Tensor parallel: per micro-batch, per layer 4 [T, H] all-reduces (8 all-gathers/reduce-scatters
-  // with SP), the embedding and the head 1 each (2 with SP), the vocab-parallel loss 3T floats;
-  // after backward, the sequence-parallel gradients.
+  // Tensor parallel, per chunk: per micro-batch, per layer 4 [T, H] all-reduces (8 all-gathers /
+  // reduce-scatters with SP), the embedding and the head 1 each (2 with SP), the vocab-parallel loss
+  // 3T floats; after backward, the sequence-parallel gradients.
   const int64_t per_layer = sp ? 8 : 4, per_end = sp ? 2 : 1;
-  bytes[Group::kTensor] = m * e * T * H * (per_layer * layers + per_end * (first ? 1 : 0) + per_end * (last ? 1 : 0)) +
-                          (last && t > 1 ? m * 3 * T * e : 0) + (sp ? e * sizes.sequence_parallel : 0);
-  // Data parallel: gradients (all-reduce, or reduce-scatter + all-gather of the padded buckets),
-  // the loss sums (2 doubles), the distributed optimizer's share of the grad-norm all-reduce.
-  if (dp > 1) {
-    int64_t padded = 0;
-    for (const GradBucket& b : engine.dp_sync[0]->buckets()) padded += b.padded_numel;
-    if (engine.dp_sync[0]->buckets().size() == 1) EXPECT_EQ(padded, (sizes.numel + dp - 1) / dp * dp);
-    bytes[Group::kDataContext] = args.parallel.use_distributed_optimizer ? 2 * e * padded + 16 + 8 : e * sizes.numel + 16;
+  int64_t tp = 0, pp = 0, embedding = 0, dp_grads = 0;
+  for (size_t k = 0; k < engine.chunks.size(); ++k) {
+    const ModelPartition& part = engine.chunks[k]->partition();
+    const bool first = part.pre_process, last = part.post_process;
+    const ChunkSizes sizes = chunk_sizes(c, t, part.num_layers, first, last);
+    EXPECT_EQ(sizes.numel, engine.chunks[k]->params().numel()) << "docs/model.md's parameter count, chunk " << k;
+    tp += m * e * T * H * (per_layer * part.num_layers + per_end * (first ? 1 : 0) + per_end * (last ? 1 : 0)) +
+          (last && t > 1 ? m * 3 * T * e : 0) + (sp ? e * sizes.sequence_parallel : 0);
+    // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
+    // receives its gradient; one that is not the first receives its input and sends its gradient.
+    pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;
+    // The tied embedding's two copies (first and last stage) sum their gradients.
+    if (p > 1 && c.tied_embeddings && (first || last)) embedding += e * c.vocab * H / t;
+    // Data parallel: the gradients (all-reduce, or reduce-scatter + all-gather of the padded buckets).
+    if (distopt) {
+      int64_t padded = 0;
+      for (const GradBucket& b : engine.dp_sync[k]->buckets()) padded += b.padded_numel;
+      if (engine.dp_sync[k]->buckets().size() == 1) EXPECT_EQ(padded, (sizes.numel + dp - 1) / dp * dp);
+      dp_grads += 2 * e * padded;
+    } else {
+      dp_grads += e * sizes.numel;
+    }
   }
+  bytes[Group::kTensor] = tp;
+  // The loss sums (2 doubles) over DP; the distributed optimizer's share of the grad-norm all-reduce.
+  if (dp > 1) bytes[Group::kDataContext] = dp_grads + 16 + (distopt ? 8 : 0);
+  // The stages' agreement that every micro-batch loaded (one int64) and the loss broadcast (2 doubles).
+  if (p > 1) bytes[Group::kPipeline] = pp + 8 + 16;
+  if (embedding > 0) bytes[Group::kEmbedding] = embedding;
   // Model parallel: the grad-norm all-reduce (one double).
   if (ps.model()->size() > 1) bytes[Group::kModel] = 8;
   return bytes;
