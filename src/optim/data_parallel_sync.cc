@@ -146,12 +146,13 @@ void DataParallelSync::finish_param_gather(size_t b) {
   start_param_gather(b);
   s.param_work->wait();
   s.param_work.reset();
+  const GradBucket& bucket = buckets_[b];
   if (s.param_staging.defined()) {
-    const GradBucket& bucket = buckets_[b];
     std::memcpy(params_->flat_params().data<float>() + bucket.range.begin, s.param_staging.raw(),
                 static_cast<size_t>(bucket.numel()) * sizeof(float));
     s.param_staging = Tensor();
   }
+  params_->refresh_bf16(bucket.range.begin, bucket.numel());  // --bf16: the GEMMs' copy of the gathered weights
   s.params_stale = false;
 }
 

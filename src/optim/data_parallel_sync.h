@@ -13,7 +13,8 @@
 //   finish_grad_sync()         launch the buckets not yet launched, wait for every one
 //   [optimizer step on the owned ranges]
 //   after_optimizer_step()     distributed optimizer: all-gather the updated shards (blocking), or,
-//                              with --overlap-param-gather, leave it to the next forward
+//                              with --overlap-param-gather, leave it to the next forward; each
+//                              gathered bucket refreshes its part of the --bf16 weight copy
 //   finish_param_sync()        complete every pending all-gather now (checkpoints, evaluation)
 //
 // Gradients are averaged over the data-parallel group: each bucket is scaled by 1/dp and then

@@ -33,7 +33,7 @@ struct TrainingRun {
   std::unique_ptr<Trainer> trainer;
   testing::SyntheticDataset data{1000, 16, kVocab};
 
-  TrainingRun(const Comm& world, const std::vector<std::string>& flags) {
+  TrainingRun(const Comm& world, const std::vector<std::string>& flags, int64_t bucket_size = 0) {
     add_all_pretrain_args(parser, args);
     std::vector<std::string> argv = {
         "gale", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
@@ -47,7 +47,9 @@ struct TrainingRun {
     GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
     GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
     args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
-    auto e = build_engine(args, world, reference_ops());
+    EngineOptions options;
+    options.ddp_bucket_size = bucket_size;
+    auto e = build_engine(args, world, reference_ops(), options);
     GALE_CHECK_OK(e.status());
     engine = std::move(e).value();
     trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
@@ -105,6 +107,24 @@ TEST(DistributedOptimizer, StateBytesPerRankAreOneOverDp) {
     std::printf("optimizer state per rank at DP%lld: %lld bytes replicated, %lld bytes distributed (%.4f)\n",
                 static_cast<long long>(dp), static_cast<long long>(8 * n), static_cast<long long>(8 * owned),
                 static_cast<double>(owned) / static_cast<double>(n));
+}
+
+// --overlap-param-gather only moves the all-gather into the next forward: with the same buckets
+// the run is bit-identical to gathering right after the step — also under --bf16, whose GEMM copy
+// of the weights must follow each gathered bucket.
+TEST(DistributedOptimizer, OverlappedParamGatherChangesNoBit) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  for (bool bf16 : {false, true}) {
+    std::vector<std::string> flags = {"--use-distributed-optimizer", "--overlap-grad-reduce"};
+    if (bf16) flags.push_back("--bf16");
+    TrainingRun at_step(world, flags, 20000);
+    flags.push_back("--overlap-param-gather");
+    TrainingRun in_forward(world, flags, 20000);
+    ASSERT_GT(in_forward.engine->dp_sync[0]->buckets().size(), 2u);
+    const std::vector<double> a = at_step.steps(4), b = in_forward.steps(4);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]) << (bf16 ? "--bf16, " : "") << "iteration " << i + 1;
+  }
 }
 
 // A directory name every rank agrees on (rank 0's pid).
