@@ -270,7 +270,8 @@ struct AttentionSetup {
   std::vector<float> qkv, out, lse, dout, dqkv;
   std::vector<int64_t> samples = std::vector<int64_t>(kB);
   AttentionProblem p;
-  HeadLayout ql = qkv_query_layout(kNH, kNH, kHD), kl = qkv_key_layout(kNH, kNH, kHD), vl = qkv_value_layout(kNH, kNH, kHD);
+  HeadLayout ql = qkv_query_layout(kNH, kNH, kHD), kl = qkv_key_layout(kNH, kNH, kHD),
+             vl = qkv_value_layout(kNH, kNH, kHD);
   explicit AttentionSetup(float dropout) {
     qkv = rand_vec(kT * 3 * kH, 23);
     out.resize(kT * kH);
@@ -336,7 +337,15 @@ void BM_LmHeadLoss(benchmark::State& state) {
   for (int64_t i = 0; i < kT; ++i) targets[i] = static_cast<int32_t>((i * 31) % kV);
   std::vector<float> dloss(kT, 1.0f / kT), st(3 * kT), lse(kT), dx(kT * kH), dW(kV * kH, 0.0f);
   for (auto _ : state) {
-    LmHeadProblem p{kT, kH, kV, 0, x.data(), W.data(), targets.data(), true, eager ? dloss.data() : nullptr,
+    LmHeadProblem p{kT,
+                    kH,
+                    kV,
+                    0,
+                    x.data(),
+                    W.data(),
+                    targets.data(),
+                    true,
+                    eager ? dloss.data() : nullptr,
                     eager ? dW.data() : nullptr};
     Tensor saved;
     t.lm_head_loss_forward(p, st.data(), st.data() + kT, st.data() + 2 * kT, &saved);

@@ -10,10 +10,30 @@
 
 namespace gale {
 
+namespace {
+size_t cache_size_class(size_t bytes) {
+  return (bytes + Allocator::kPageBytes - 1) / Allocator::kPageBytes * Allocator::kPageBytes;
+}
+}  // namespace
+
 void* Allocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  void* p = nullptr;
+  if (bytes >= kCacheMinBytes) {
+    const size_t cls = cache_size_class(bytes);
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      auto it = cache_.find(cls);
+      if (it != cache_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        cache_bytes_ -= static_cast<int64_t>(cls);
+      }
+    }
+    if (p == nullptr) p = std::aligned_alloc(kPageBytes, cls);
+  } else {
+    p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  }
   GALE_CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) + static_cast<int64_t>(bytes);
   count_.fetch_add(1, std::memory_order_relaxed);
@@ -25,8 +45,30 @@ void* Allocator::allocate(size_t bytes) {
 
 void Allocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  std::free(ptr);
   current_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  if (bytes >= kCacheMinBytes) {
+    const size_t cls = cache_size_class(bytes);
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cache_bytes_ + static_cast<int64_t>(cls) <= kCacheLimitBytes) {
+      cache_[cls].push_back(ptr);
+      cache_bytes_ += static_cast<int64_t>(cls);
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+int64_t Allocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return cache_bytes_;
+}
+
+void Allocator::release_cache() {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  for (auto& [cls, blocks] : cache_)
+    for (void* p : blocks) std::free(p);
+  cache_.clear();
+  cache_bytes_ = 0;
 }
 
 Allocator& host_allocator() {

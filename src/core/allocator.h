@@ -1,19 +1,32 @@
-// Host memory allocator with exact byte accounting (current and peak), used for memory reports.
+// Host memory allocator with exact byte accounting (current and peak), used for memory reports,
+// and a cache of freed large blocks so that a training step's activations reuse last step's pages.
 //
 // Every tensor's storage comes from here, so `current_bytes()` is exactly the bytes of live
 // tensors and `peak_bytes()` the high-water mark since the last `reset_peak()`. Allocations are
 // 64-byte aligned (one cache line; full AVX-512 vector).
+//
+// Blocks of at least kCacheMinBytes are rounded up to whole pages and, when freed, kept in a free
+// list per size instead of being returned to the system: the next allocation of the same rounded
+// size takes one (each training step allocates the same activation sizes, and fresh pages cost a
+// page fault each — about 7% of a step). `cached_bytes()` reports what the cache holds;
+// `release_cache()` returns it. The cache never holds more than kCacheLimitBytes.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
 
 namespace gale {
 
 class Allocator {
  public:
   static constexpr size_t kAlignment = 64;
+  static constexpr size_t kCacheMinBytes = size_t{1} << 16;  // 64 KiB
+  static constexpr size_t kPageBytes = 4096;
+  static constexpr int64_t kCacheLimitBytes = int64_t{8} << 30;
 
   void* allocate(size_t bytes);
   void deallocate(void* ptr, size_t bytes);
@@ -22,11 +35,16 @@ class Allocator {
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   int64_t num_allocations() const { return count_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
+  int64_t cached_bytes() const;
+  void release_cache();
 
  private:
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> count_{0};
+  mutable std::mutex cache_mutex_;
+  std::map<size_t, std::vector<void*>> cache_;  // rounded size -> free blocks
+  int64_t cache_bytes_ = 0;
 };
 
 // The process-wide host allocator (memory accounting is per process by nature).

@@ -225,11 +225,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), pb.param_data(w.norm2_w),
                     s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
                     grad_or_null(w.norm2_b), Tl, H);
-  {
-    float* dm = d_x_mid.data<float>();
-    const float* dout = d_out.data<float>();
-    for (int64_t i = 0; i < Tl * H; ++i) dm[i] += dout[i];
-  }
+  add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
   d_norm2 = Tensor();
   s.x_mid = s.norm2_stats = Tensor();
 
@@ -264,11 +260,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), pb.param_data(w.norm1_w),
                     s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
                     grad_or_null(w.norm1_b), Tl, H);
-  {
-    float* dx = d_x_in.data<float>();
-    const float* dm = d_x_mid.data<float>();
-    for (int64_t i = 0; i < Tl * H; ++i) dx[i] += dm[i];
-  }
+  add_inplace(d_x_in.data<float>(), d_x_mid.data<float>(), Tl * H);  // the residual's gradient
   s.x_in = s.norm1_stats = Tensor();
   return d_x_in;
 }

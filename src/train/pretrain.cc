@@ -9,6 +9,7 @@
 #include "core/threads.h"
 #include "features/registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "parallel/rank_grid.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
@@ -41,6 +42,7 @@ void print_banner(const ArgParser& p, const Comm& world) {
   print_rank0(str_cat("Gale ", GALE_VERSION, " pretrain: world size ", world->size(), " (", world->backend(),
                       "), ", num_threads(), " compute threads per process"));
   print_rank0(str_cat("GEMM: ", gemm_backend_description()));
+  print_rank0(str_cat("CPU: ", isa_report()));
   print_rank0("------------------------ arguments ------------------------");
   for (const std::string& flag : p.given_flags()) print_rank0(str_cat("  ", flag));
   print_rank0("-------------------- end of arguments ---------------------");
@@ -78,6 +80,8 @@ int pretrain_main(int argc, char** argv) {
   Comm world = world_or.value();
   set_log_identity(world->rank(), world->size());
   st = validate_all_pretrain_args(args, parser, world->size());
+  if (!st.ok()) return usage_error(st);
+  st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA
   if (!st.ok()) return usage_error(st);
   FeatureContext fctx = make_feature_context(args, parser, *registry);
   std::vector<std::string> notices;

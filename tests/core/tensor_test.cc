@@ -66,3 +66,30 @@ TEST(BF16, RoundToNearestEven) {
 
 }  // namespace
 }  // namespace gale
+
+namespace gale {
+namespace {
+
+TEST(Allocator, LargeBlocksAreReusedFromTheCache) {
+  Allocator& a = host_allocator();
+  a.release_cache();
+  void* first;
+  {
+    Tensor big = Tensor::empty({1 << 18});  // 1 MiB
+    first = big.raw();
+    EXPECT_EQ(a.cached_bytes(), 0);
+  }
+  EXPECT_EQ(a.cached_bytes(), 1 << 20);  // freed into the cache, not to the system
+  int64_t live = a.current_bytes();
+  {
+    Tensor again = Tensor::empty({1 << 18});
+    EXPECT_EQ(again.raw(), first);  // the same pages
+    EXPECT_EQ(a.cached_bytes(), 0);
+    EXPECT_EQ(a.current_bytes() - live, 1 << 20);  // accounting counts live bytes only
+  }
+  a.release_cache();
+  EXPECT_EQ(a.cached_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace gale

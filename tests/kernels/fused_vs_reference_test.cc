@@ -74,7 +74,8 @@ TEST_P(FusedVsReference, NormForwardAndBackward) {
                               sh.H);
         // dx: natural scale rstd·|dy·w| with dy, w = O(1) (for H = 1 it is 0 up to rounding).
         double dx_scale = 0.0;
-        for (int64_t r = 0; r < sh.rows; ++r) dx_scale = std::max(dx_scale, static_cast<double>(st_ref[(stat_rows - 1) * sh.rows + r]));
+        for (int64_t r = 0; r < sh.rows; ++r)
+          dx_scale = std::max(dx_scale, static_cast<double>(st_ref[(stat_rows - 1) * sh.rows + r]));
         EXPECT_LE(peak_rel_error(dx, dx_ref, dx_scale), kNormTol);
         EXPECT_LE(peak_rel_error(dw, dw_ref), kNormTol);
         EXPECT_LE(peak_rel_error(db, db_ref), kNormTol);
@@ -97,7 +98,8 @@ TEST_P(FusedVsReference, NormWeightGradientsDoNotDependOnThreadCount) {
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     std::vector<float> dw(H, 0.0f), db(H, 0.0f);
-    fused().norm_backward(NormSpec{}, dy.data(), x.data(), w.data(), st.data(), dx.data(), dw.data(), db.data(), rows, H);
+    fused().norm_backward(NormSpec{}, dy.data(), x.data(), w.data(), st.data(), dx.data(), dw.data(), db.data(), rows,
+                          H);
     dw.insert(dw.end(), db.begin(), db.end());
     dws.push_back(dw);
   }
@@ -162,7 +164,7 @@ TEST_P(FusedVsReference, BiasDropoutAddNorm) {
         auto w = random_vector(sh.H, 34), nb = random_vector(sh.H, 35);
         const float* nbias = rms ? nullptr : nb.data();
         std::vector<float> x_ref = x, out_ref(n), out(n), y_ref(n), y(n), st_ref(stat_rows * sh.rows),
-            st(stat_rows * sh.rows);
+                           st(stat_rows * sh.rows);
         ref_.bias_dropout_add_norm(x_ref.data(), bvec.data(), res.data(), out_ref.data(), spec, w.data(), nbias,
                                    y_ref.data(), st_ref.data(), sh.rows, sh.H, d);
         fused().bias_dropout_add_norm(x.data(), bvec.data(), res.data(), out.data(), spec, w.data(), nbias, y.data(),
@@ -277,7 +279,8 @@ TEST_P(FusedVsReference, EmbeddingIsExact) {
   struct Case {
     int64_t T, V, H, vocab_start, Vl;
   };
-  for (const Case& c : {Case{1, 10, 1, 0, 10}, Case{37, 50, 33, 0, 50}, Case{64, 40, 768, 20, 20}, Case{9, 3, 100, 1, 2}}) {
+  for (const Case& c :
+       {Case{1, 10, 1, 0, 10}, Case{37, 50, 33, 0, 50}, Case{64, 40, 768, 20, 20}, Case{9, 3, 100, 1, 2}}) {
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " H " << c.H << " slice " << c.vocab_start);
     std::vector<int32_t> ids(c.T);
     for (int64_t t = 0; t < c.T; ++t) ids[t] = static_cast<int32_t>((t * 13 + t / 3) % c.V);  // repeats
@@ -427,7 +430,8 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
     if (std::isinf(lse_ref[i])) {
       EXPECT_EQ(lse[i], lse_ref[i]) << i;
     } else {
-      lse_err = std::max(lse_err, std::fabs(static_cast<double>(lse[i]) - lse_ref[i]) / std::max(1.0f, std::fabs(lse_ref[i])));
+      lse_err = std::max(lse_err,
+                         std::fabs(static_cast<double>(lse[i]) - lse_ref[i]) / std::max(1.0f, std::fabs(lse_ref[i])));
     }
   }
   EXPECT_LE(lse_err, kAttentionTol);
@@ -460,7 +464,8 @@ TEST(FlashAttention, PackedQkvLayoutAsTheModelCallsIt) {
   p.sample_ids = samples.data();
   p.heads_total = NH;
   p.max_positions = S;
-  const HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD), vl = qkv_value_layout(NH, KV, HD);
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD),
+                   vl = qkv_value_layout(NH, KV, HD);
   std::vector<float> out_ref(S * B * NH * HD), lse_ref(B * NH * S), dqkv_ref(qkv.size());
   auto dout = random_vector(static_cast<int64_t>(out_ref.size()), 102);
   attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out_ref.data(), lse_ref.data());
@@ -475,6 +480,43 @@ TEST(FlashAttention, PackedQkvLayoutAsTheModelCallsIt) {
                          dqkv.data(), dqkv.data(), dqkv.data());
     EXPECT_LE(peak_rel_error(out, out_ref), kAttentionTol);
     EXPECT_LE(peak_rel_error(dqkv, dqkv_ref), kAttentionTol);
+  }
+}
+
+// A NaN in one query makes that query's output and lse NaN, so training's NaN checks see it; the
+// other queries are unaffected. (The reference instead returns 0 and lse = −inf for that row:
+// its row max skips NaN. The fused kernels deliberately differ here.)
+TEST(FlashAttention, NanQueryGivesNanRowOnly) {
+  const int64_t S = 70, NH = 2, HD = 16, row = 3 * NH * HD, bad_token = 5;
+  auto qkv = random_vector(S * row, 103);
+  AttentionProblem p;
+  p.B = 1;
+  p.Sq = p.Sk = S;
+  p.NH = p.KV = NH;
+  p.HD = HD;
+  p.scale = 0.25f;
+  p.max_positions = S;
+  const HeadLayout ql = qkv_query_layout(NH, NH, HD), kl = qkv_key_layout(NH, NH, HD),
+                   vl = qkv_value_layout(NH, NH, HD);
+  std::vector<float> out_ref(S * NH * HD), lse_ref(NH * S);
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out_ref.data(), lse_ref.data());
+  qkv[ql.offset(bad_token, 0) + 3] = NAN;  // one element of token 5's head-0 query
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> out(out_ref.size()), lse(lse_ref.size());
+    fused_kernel_set(isa)->attention_forward(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out.data(), lse.data());
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t h = 0; h < NH; ++h) {
+        const bool bad = t == bad_token && h == 0;
+        EXPECT_EQ(std::isnan(lse[h * S + t]), bad) << t << " " << h;
+        for (int64_t c = 0; c < HD; ++c) {
+          const float o = out[(t * NH + h) * HD + c];
+          if (bad)
+            EXPECT_TRUE(std::isnan(o));
+          else
+            EXPECT_NEAR(o, out_ref[(t * NH + h) * HD + c], 1e-5f);
+        }
+      }
   }
 }
 
@@ -498,7 +540,7 @@ TEST_P(FusedVsReference, LmHeadLossRecomputePathAndVocabSlices) {
     const int64_t Vl = c.V / c.slices;
     for (int64_t slice = 0; slice < c.slices; ++slice) {
       SCOPED_TRACE(::testing::Message() << "T " << c.T << " H " << c.H << " V " << c.V << " slice " << slice
-                                          << " chunk " << c.chunk_tokens);
+                                        << " chunk " << c.chunk_tokens);
       auto x = random_vector(c.T * c.H, 111, 2.0f), W = random_vector(Vl * c.H, 112 + slice);
       std::vector<int32_t> targets(c.T);
       for (int64_t t = 0; t < c.T; ++t) targets[t] = static_cast<int32_t>((t * 7919) % (Vl * c.slices));
@@ -507,9 +549,9 @@ TEST_P(FusedVsReference, LmHeadLossRecomputePathAndVocabSlices) {
       Tensor saved_ref, saved;
       ref_.lm_head_loss_forward(p, st_ref.data(), st_ref.data() + c.T, st_ref.data() + 2 * c.T, &saved_ref);
       fused().lm_head_loss_forward(p, st.data(), st.data() + c.T, st.data() + 2 * c.T, &saved);
-      EXPECT_FALSE(saved.defined());  // nothing kept: backward recomputes
-      EXPECT_LE(peak_rel_error(st.data(), st_ref.data(), c.T), kLmHeadTol);                    // max
-      EXPECT_LE(peak_rel_error(st.data() + c.T, st_ref.data() + c.T, c.T), kLmHeadTol);        // Σexp
+      EXPECT_FALSE(saved.defined());                                         // nothing kept: backward recomputes
+      EXPECT_LE(peak_rel_error(st.data(), st_ref.data(), c.T), kLmHeadTol);  // max
+      EXPECT_LE(peak_rel_error(st.data() + c.T, st_ref.data() + c.T, c.T), kLmHeadTol);          // Σexp
       EXPECT_LE(peak_rel_error(st.data() + 2 * c.T, st_ref.data() + 2 * c.T, c.T), kLmHeadTol);  // target
       // Backward with a made-up global lse (as after the TP merge) and a loss mask.
       std::vector<float> lse(c.T), dloss(c.T);
@@ -528,8 +570,8 @@ TEST_P(FusedVsReference, LmHeadLossRecomputePathAndVocabSlices) {
 }
 
 TEST_P(FusedVsReference, LmHeadLossEagerBackwardInForward) {
-  for (const LmCase& c : {LmCase{1, 8, 50, 1, 0}, LmCase{45, 20, 999, 1, 10}, LmCase{64, 24, 3000, 1, 16},
-                          LmCase{40, 24, 6000, 1, 0}}) {
+  for (const LmCase& c :
+       {LmCase{1, 8, 50, 1, 0}, LmCase{45, 20, 999, 1, 10}, LmCase{64, 24, 3000, 1, 16}, LmCase{40, 24, 6000, 1, 0}}) {
     const ChunkTokens chunk(c.chunk_tokens);
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " H " << c.H << " V " << c.V << " chunk " << c.chunk_tokens);
     auto x = random_vector(c.T * c.H, 121, 2.0f), W = random_vector(c.V * c.H, 122);
@@ -574,6 +616,7 @@ TEST_P(FusedVsReference, LmHeadEvaluationForwardKeepsNothing) {
 
 using FusedDeathTest = FusedVsReference;
 TEST_P(FusedDeathTest, EagerLmHeadRejectsADifferentDlossInBackward) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads exist: re-execute, don't just fork
   const int64_t T = 4, H = 4, V = 10;
   auto x = random_vector(T * H, 141), W = random_vector(V * H, 142);
   std::vector<int32_t> targets = {1, 2, 3, 4};
@@ -627,7 +670,8 @@ TEST(InstallFusedKernel, CapAndErrors) {
   EXPECT_EQ(fused_kernel_isa("attention", Isa::kAvx512).value(), Isa::kScalar);
   unsetenv("GALE_MAX_ISA");
   EXPECT_TRUE(install_all_fused_kernels(t, Isa::kAvx2).ok());
-  for (const auto& [op, name] : t.impl) EXPECT_EQ(name, std::string("fused-") + isa_name(min_isa(Isa::kAvx2, detected_isa())));
+  for (const auto& [op, name] : t.impl)
+    EXPECT_EQ(name, std::string("fused-") + isa_name(min_isa(Isa::kAvx2, detected_isa())));
 }
 
 }  // namespace

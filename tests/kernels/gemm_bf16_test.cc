@@ -32,13 +32,29 @@ class ForceIsa {
 };
 
 std::vector<float> conversion_inputs() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                          std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(), INFINITY, -INFINITY,
-                          NAN, -NAN, from_bits(0x7f800001u), from_bits(0xffc12345u), from_bits(0x7fbfffffu),
-                          from_bits(0x3f808000u),   // tie, even lower half: rounds down
-                          from_bits(0x3f818000u),   // tie, odd: rounds up
-                          from_bits(0x3f80ffffu), from_bits(0x7f7fffffu), from_bits(0x00008000u), from_bits(0x807fffffu)};
-  for (uint32_t i = 0; i < 5000; ++i) v.push_back(from_bits(i * 858993u + 12345u * (i & 7)));  // spread over all exponents
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),
+                          std::numeric_limits<float>::denorm_min(),
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          -NAN,
+                          from_bits(0x7f800001u),
+                          from_bits(0xffc12345u),
+                          from_bits(0x7fbfffffu),
+                          from_bits(0x3f808000u),  // tie, even lower half: rounds down
+                          from_bits(0x3f818000u),  // tie, odd: rounds up
+                          from_bits(0x3f80ffffu),
+                          from_bits(0x7f7fffffu),
+                          from_bits(0x00008000u),
+                          from_bits(0x807fffffu)};
+  for (uint32_t i = 0; i < 5000; ++i)
+    v.push_back(from_bits(i * 858993u + 12345u * (i & 7)));  // spread over all exponents
   auto r = random_vector(333, 7, 100.0f);
   v.insert(v.end(), r.begin(), r.end());
   return v;
@@ -124,9 +140,33 @@ TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
       }
 }
 
-TEST(GemmBf16, ReportsItsImplementation) {
-  EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty());
+TEST(GemmBf16, DenseLayoutsAsTheModelUsesThem) {
+  // Unpadded row-major operands of model-like sizes: the layouts for which oneDNN picks its fastest
+  // kernels (AMX brgemm on CPUs that have it), which the padded cases above do not reach.
+  const int64_t M = 192, N = 320, K = 256;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "ta " << ta << " tb " << tb);
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      auto af = random_vector(M * K, 11), bf = random_vector(K * N, 12);
+      std::vector<bf16> A(af.size()), B(bf.size());
+      convert_f32_to_bf16(af.data(), A.data(), M * K);
+      convert_f32_to_bf16(bf.data(), B.data(), K * N);
+      std::vector<double> ref(M * N, 0.0);
+      reference(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ref, N);
+      std::vector<float> C(M * N, 1.0f);
+      gemm_bf16(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
+      double err = 0.0, peak = 1e-30;
+      for (int64_t i = 0; i < M * N; ++i) {
+        err = std::max(err, std::fabs(C[i] - ref[i]));
+        peak = std::max(peak, std::fabs(ref[i]));
+      }
+      EXPECT_LE(err / peak, 1e-5);
+    }
+  RecordProperty("onednn_kernel", gemm_bf16_implementation(M, N, K));
 }
+
+TEST(GemmBf16, ReportsItsImplementation) { EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty()); }
 
 }  // namespace
 }  // namespace gale

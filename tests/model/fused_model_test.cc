@@ -153,7 +153,8 @@ std::vector<Isa> isas() {
 INSTANTIATE_TEST_SUITE_P(Configs, FusedModel,
                          ::testing::Combine(::testing::ValuesIn(isas()),
                                             ::testing::Values(ModelCase{"gpt_dropout", gpt_config(), false},
-                                                              ModelCase{"llama_gqa_rope_documents", llama_config(), true})),
+                                                              ModelCase{"llama_gqa_rope_documents", llama_config(),
+                                                                        true})),
                          [](const auto& info) {
                            return std::string(isa_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
                          });

@@ -60,6 +60,12 @@ void swiglu_backward_ref(const float* dy, const float* x, float* dx, int64_t row
   });
 }
 
+void add_inplace(float* y, const float* x, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  });
+}
+
 void add_bias_ref(float* y, const float* bias, int64_t rows, int64_t N) {
   parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {

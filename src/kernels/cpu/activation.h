@@ -17,6 +17,9 @@ void swiglu_forward_ref(const float* x, float* y, int64_t rows, int64_t F);
 // dx[rows, 2F] from dy[rows, F] and the forward input x.
 void swiglu_backward_ref(const float* dy, const float* x, float* dx, int64_t rows, int64_t F);
 
+// y[i] += x[i] for i < n (residual-gradient sums; parallel, vectorised by the compiler).
+void add_inplace(float* y, const float* x, int64_t n);
+
 // y[r, :] += bias[:] for a [rows, N] matrix.
 void add_bias_ref(float* y, const float* bias, int64_t rows, int64_t N);
 

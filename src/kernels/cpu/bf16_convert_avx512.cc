@@ -24,7 +24,8 @@ inline __m512i round_to_bf16(__m512 v) {
 void convert_f32_to_bf16_avx512(const float* x, bf16* y, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(round_to_bf16(_mm512_loadu_ps(x + i))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm512_cvtepi32_epi16(round_to_bf16(_mm512_loadu_ps(x + i))));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
     _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtepi32_epi16(round_to_bf16(_mm512_maskz_loadu_ps(m, x + i))));

@@ -60,7 +60,8 @@ inline int32_t attn_kpos(const AttentionProblem& p, int64_t j) {
 class AttentionTiles {
  public:
   AttentionTiles(const AttentionProblem& p, int64_t block_q, int64_t block_k)
-      : nq_((p.Sq + block_q - 1) / block_q), nk_((p.Sk + block_k - 1) / block_k),
+      : nq_((p.Sq + block_q - 1) / block_q),
+        nk_((p.Sk + block_k - 1) / block_k),
         buf_(sizeof(TileRange) * static_cast<size_t>(p.B * (nq_ + nk_))) {
     TileRange* r = buf_.as<TileRange>();
     for (int64_t b = 0; b < p.B; ++b) {
@@ -68,8 +69,9 @@ class AttentionTiles {
         r[b * nq_ + t] = range(p.q_doc_ids ? p.q_doc_ids + b * p.Sq : nullptr, t * block_q,
                                min_i64(p.Sq, (t + 1) * block_q), [&](int64_t i) { return attn_qpos(p, i); });
       for (int64_t t = 0; t < nk_; ++t)
-        r[p.B * nq_ + b * nk_ + t] = range(p.k_doc_ids ? p.k_doc_ids + b * p.Sk : nullptr, t * block_k,
-                                           min_i64(p.Sk, (t + 1) * block_k), [&](int64_t j) { return attn_kpos(p, j); });
+        r[p.B * nq_ + b * nk_ + t] =
+            range(p.k_doc_ids ? p.k_doc_ids + b * p.Sk : nullptr, t * block_k, min_i64(p.Sk, (t + 1) * block_k),
+                  [&](int64_t j) { return attn_kpos(p, j); });
     }
     B_ = p.B;
   }
@@ -103,8 +105,7 @@ inline TileVisibility classify_tiles(const AttentionProblem& p, const TileRange&
   if (p.causal && k.pos_min > q.pos_max) return TileVisibility::kNone;
   if (docs && (k.doc_min > q.doc_max || k.doc_max < q.doc_min)) return TileVisibility::kNone;
   const bool causal_full = !p.causal || k.pos_max <= q.pos_min;
-  const bool docs_full =
-      !docs || (q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min);
+  const bool docs_full = !docs || (q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min);
   return causal_full && docs_full ? TileVisibility::kFull : TileVisibility::kPartial;
 }
 
@@ -113,9 +114,9 @@ inline uint64_t attn_dropout_row_base(const AttentionProblem& p, int64_t b, int6
   const uint64_t sample = static_cast<uint64_t>(p.sample_ids ? p.sample_ids[b] : b);
   const uint64_t mp = static_cast<uint64_t>(p.max_positions);
   return ((sample * static_cast<uint64_t>(p.heads_total) + static_cast<uint64_t>(p.head_offset + h)) * mp +
-          static_cast<uint64_t>(qpos)) * mp;
+          static_cast<uint64_t>(qpos)) *
+         mp;
 }
-
 
 }  // namespace
 
@@ -210,7 +211,12 @@ template <class V>
 class FlashForward {
  public:
   FlashForward(const AttentionProblem& p, const AttentionIo& io, float* out, float* lse)
-      : p_(p), io_(io), out_(out), lse_(lse), tiles_(p, kFlashBlockQ, kFlashBlockK), hdp_(round_up(p.HD, V::W)),
+      : p_(p),
+        io_(io),
+        out_(out),
+        lse_(lse),
+        tiles_(p, kFlashBlockQ, kFlashBlockK),
+        hdp_(round_up(p.HD, V::W)),
         dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
 
   void run() {
@@ -271,8 +277,9 @@ class FlashForward {
         F mx = ninf;
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
-          const F sv = V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
-                                 V::load(sp), ninf);
+          const F sv =
+              V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
+                        V::load(sp), ninf);
           V::store(sp, sv);
           mx = V::max(mx, sv);
         }
@@ -315,7 +322,8 @@ class FlashForward {
     for (int64_t i = 0; i < mq; ++i) {
       const float li = l[i];
       pack_rows<V>(o + i * hdp_, 0, 1, HD, li > 0.0f ? 1.0f / li : 0.0f, out + i * out_stride, HD);
-      lse[i] = li > 0.0f ? m[i] + static_cast<float>(log_f64(static_cast<double>(li))) : kFlashNegInf;
+      // NaN scores leave l = NaN: keep it (the reference's lse is NaN too), else −inf for no keys.
+      lse[i] = li > 0.0f ? m[i] + static_cast<float>(log_f64(static_cast<double>(li))) : li == 0.0f ? kFlashNegInf : li;
     }
   }
 
@@ -333,8 +341,17 @@ class FlashBackward {
  public:
   FlashBackward(const AttentionProblem& p, const AttentionIo& io, const float* out, const float* lse, const float* dout,
                 float* dq, float* dk, float* dv)
-      : p_(p), io_(io), out_(out), lse_(lse), dout_(dout), dq_(dq), dk_(dk), dv_(dv),
-        tiles_(p, kFlashBlockQ, kFlashBlockK), hdp_(round_up(p.HD, V::W)), sqp_(round_up(p.Sq, kFlashBlockQ)),
+      : p_(p),
+        io_(io),
+        out_(out),
+        lse_(lse),
+        dout_(dout),
+        dq_(dq),
+        dk_(dk),
+        dv_(dv),
+        tiles_(p, kFlashBlockQ, kFlashBlockK),
+        hdp_(round_up(p.HD, V::W)),
+        sqp_(round_up(p.Sq, kFlashBlockQ)),
         dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
 
   void run() {
@@ -364,14 +381,14 @@ class FlashBackward {
     constexpr int64_t BQ = kFlashBlockQ, BK = kFlashBlockK;
     const int64_t HD = p_.HD, g = h / (p_.NH / p_.KV);
     const bool pack_needed = HD % V::W != 0;
-    float* qt_all = scratch;                  // (scale·Q)ᵀ [HD, Sqp]
-    float* dot_all = qt_all + HD * sqp_;      // dOᵀ [HD, Sqp]
-    float* delta = dot_all + HD * sqp_;       // [Sqp]
-    float* dq_acc = delta + sqp_;             // [Sq, HDp]
+    float* qt_all = scratch;              // (scale·Q)ᵀ [HD, Sqp]
+    float* dot_all = qt_all + HD * sqp_;  // dOᵀ [HD, Sqp]
+    float* delta = dot_all + HD * sqp_;   // [Sqp]
+    float* dq_acc = delta + sqp_;         // [Sq, HDp]
     float* rows_scratch = dq_acc + p_.Sq * hdp_;
     float* st = rows_scratch + (pack_needed ? 2 * p_.Sq * hdp_ : 0);  // Sᵀ, then P'ᵀ [BK, BQ]
-    float* dpt = st + BK * BQ;                                         // dP'ᵀ, then dSᵀ [BK, BQ]
-    float* dk_acc = dpt + BK * BQ;                                     // [BK, HDp]
+    float* dpt = st + BK * BQ;                                        // dP'ᵀ, then dSᵀ [BK, BQ]
+    float* dk_acc = dpt + BK * BQ;                                    // [BK, HDp]
     float* dv_acc = dk_acc + BK * hdp_;
     float* krows = dv_acc + BK * hdp_;
     QueryLanes& lanes = *reinterpret_cast<QueryLanes*>(krows + BK * hdp_);
@@ -400,9 +417,8 @@ class FlashBackward {
       F acc = V::zero();
       const float* a = dout_h + i * out_stride;
       const float* c = out_h + i * out_stride;
-      for_vectors<V>(HD, [&](int64_t x, int64_t n) GALE_ALWAYS_INLINE {
-        acc = V::fmadd(ld<V>(a + x, n), ld<V>(c + x, n), acc);
-      });
+      for_vectors<V>(
+          HD, [&](int64_t x, int64_t n) GALE_ALWAYS_INLINE { acc = V::fmadd(ld<V>(a + x, n), ld<V>(c + x, n), acc); });
       delta[i] = V::reduce_add(acc);
     }
     std::memset(dq_acc, 0, sizeof(float) * static_cast<size_t>(p_.Sq * hdp_));
@@ -446,8 +462,8 @@ class FlashBackward {
               dropped = V::select(keep, V::mul(prob, keep_scale), V::zero());
               dprob = V::select(keep, V::mul(dprob, keep_scale), V::zero());
             }
-            V::store(sp, dropped);                                  // P'ᵀ (for dV)
-            V::store(dp, V::mul(prob, V::sub(dprob, vdelta)));      // dSᵀ
+            V::store(sp, dropped);                              // P'ᵀ (for dV)
+            V::store(dp, V::mul(prob, V::sub(dprob, vdelta)));  // dSᵀ
           }
         }
         // dV_j += P'ᵀ·dO_i,  dK_j += dSᵀ·Q_i (scale later),  dQ_i += dS·K_j (scale later).

@@ -1,4 +1,4 @@
-// Baseline x86-64 (one-lane) build of the fused row kernels: norms, residual + dropout (+ norm), activations, RoPE, embedding, AdamW.
+// Baseline x86-64 (one-lane) build of the fused row kernels: norms, residual/dropout, activations, RoPE, ...
 // No implicit a·b + c -> fma contraction: the kernels write fmadd where they mean it, and keep the
 // reference's separate roundings elsewhere (the "exact" kernels of tests/kernels/fused_vs_reference_test.cc).
 #pragma GCC optimize("fp-contract=off")

@@ -121,7 +121,8 @@ void bias_dropout_add_row(const float* x, const float* bias, const float* residu
 namespace {
 // Index of element (r, 0) in the dropout counter space (kernels/cpu/dropout.h).
 inline uint64_t dropout_row_base(const DropoutSpec& d, int64_t r) {
-  return static_cast<uint64_t>(d.row_ids[r]) * static_cast<uint64_t>(d.cols_total) + static_cast<uint64_t>(d.col_offset);
+  return static_cast<uint64_t>(d.row_ids[r]) * static_cast<uint64_t>(d.cols_total) +
+         static_cast<uint64_t>(d.col_offset);
 }
 }  // namespace
 

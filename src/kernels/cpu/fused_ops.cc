@@ -30,8 +30,8 @@ FusedKernelSet build_set(Isa isa) {
   return s;
 }
 
-const char* const kOps[] = {"norm",     "bias_dropout_add", "bias_dropout_add_norm", "gelu",         "swiglu",
-                            "rope",     "attention",        "embedding",             "lm_head_loss", "adamw"};
+const char* const kOps[] = {"norm",      "bias_dropout_add", "bias_dropout_add_norm", "gelu", "swiglu", "rope",
+                            "attention", "embedding",        "lm_head_loss",          "adamw"};
 
 bool known_op(const std::string& op) {
   for (const char* name : kOps)
@@ -59,7 +59,9 @@ const FusedKernelSet* fused_kernel_set(Isa isa) {
   return &sets[static_cast<int>(isa)];
 }
 
-double fused_sum_of_squares(const float* x, int64_t n) { return fused_kernel_set(detected_isa())->sum_of_squares(x, n); }
+double fused_sum_of_squares(const float* x, int64_t n) {
+  return fused_kernel_set(detected_isa())->sum_of_squares(x, n);
+}
 
 std::vector<std::string> fused_kernel_ops() { return std::vector<std::string>(std::begin(kOps), std::end(kOps)); }
 
