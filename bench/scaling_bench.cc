@@ -54,10 +54,12 @@ class RandomTokens final : public SampleDataset {
   int64_t size_, S_, vocab_;
 };
 
+// clang-format off
 const std::vector<std::string> kSmallGpt = {
     "--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length", "128",
     "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", "16", "--lr", "1e-4",
     "--train-iters", "1000", "--mock-data", "--eval-iters", "0", "--hidden-dropout", "0", "--attention-dropout", "0"};
+// clang-format on
 constexpr int64_t kVocab = 8192;
 
 struct BenchOptions {
@@ -84,11 +86,16 @@ int run(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--bench-iters") bench.iters = std::atoi(value().c_str());
-    else if (a == "--bench-warmup") bench.warmup = std::atoi(value().c_str());
-    else if (a == "--bench-label") bench.label = value();
-    else if (a == "--bench-bucket-size") bench.bucket_size = std::atoll(value().c_str());
-    else flags.push_back(a);  // a pretrain flag (repeated flags keep the last value)
+    if (a == "--bench-iters")
+      bench.iters = std::atoi(value().c_str());
+    else if (a == "--bench-warmup")
+      bench.warmup = std::atoi(value().c_str());
+    else if (a == "--bench-label")
+      bench.label = value();
+    else if (a == "--bench-bucket-size")
+      bench.bucket_size = std::atoll(value().c_str());
+    else
+      flags.push_back(a);  // a pretrain flag (repeated flags keep the last value)
   }
   ArgParser parser("scaling_bench", "scaling benchmark");
   Arguments args;
@@ -144,11 +151,12 @@ int run(int argc, char** argv) {
   }
   if (world->rank() == world->size() - 1) {
     const double tokens = static_cast<double>(args.training.global_batch_size * args.model.seq_length);
-    std::printf("label=%s ranks=%d tp=%lld dp=%lld buckets=%zu step_s=%.4f tokens_per_s=%.1f exposed_comm_s=%.4f "
-                "exposed_comm_max_s=%.4f exposed_frac=%.3f loss=%.4f%s\n",
-                bench.label.c_str(), world->size(), static_cast<long long>(args.parallel.tensor_model_parallel_size),
-                static_cast<long long>(args.parallel.data_parallel_size), engine->dp_sync[0]->buckets().size(), seconds, tokens / seconds, wait_mean, wait_max,
-                wait_mean / seconds, loss, groups.c_str());
+    std::printf(
+        "label=%s ranks=%d tp=%lld dp=%lld buckets=%zu step_s=%.4f tokens_per_s=%.1f exposed_comm_s=%.4f "
+        "exposed_comm_max_s=%.4f exposed_frac=%.3f loss=%.4f%s\n",
+        bench.label.c_str(), world->size(), static_cast<long long>(args.parallel.tensor_model_parallel_size),
+        static_cast<long long>(args.parallel.data_parallel_size), engine->dp_sync[0]->buckets().size(), seconds,
+        tokens / seconds, wait_mean, wait_max, wait_mean / seconds, loss, groups.c_str());
     std::fflush(stdout);
   }
   return 0;

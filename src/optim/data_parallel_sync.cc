@@ -62,8 +62,8 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
 void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
     int64_t& count = ready_count_.at(static_cast<size_t>(id));
-    GALE_CHECK_LT(count, num_microbatches_) << "gradient of " << params_->spec(id).name
-                                            << " reported complete more often than there are micro-batches";
+    GALE_CHECK_LT(count, num_microbatches_)
+        << "gradient of " << params_->spec(id).name << " reported complete more often than there are micro-batches";
     if (++count < num_microbatches_) continue;
     const int b = bucket_of_param_[static_cast<size_t>(id)];
     if (--state_[static_cast<size_t>(b)].pending_params == 0) start_grad_reduce(static_cast<size_t>(b));
@@ -92,7 +92,8 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   s.grad_staging = Tensor::zeros({bucket.padded_numel});
   std::memcpy(s.grad_staging.raw(), g, static_cast<size_t>(n) * sizeof(float));
   s.shard_staging = Tensor::empty({shard});
-  s.grad_work = dp_->reduce_scatter_async(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32, ReduceOp::kSum);
+  s.grad_work =
+      dp_->reduce_scatter_async(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32, ReduceOp::kSum);
 }
 
 void DataParallelSync::finish_grad_sync() {

@@ -40,7 +40,7 @@ struct DataParallelConfig {
   bool overlap_grad_reduce = false;
   bool use_distributed_optimizer = false;
   bool overlap_param_gather = false;
-  int64_t bucket_size = 0;          // elements; 0 = one bucket (see chunk_bucket_size)
+  int64_t bucket_size = 0;           // elements; 0 = one bucket (see chunk_bucket_size)
   std::vector<int> separate_params;  // parameters that get a bucket of their own
 };
 

@@ -12,8 +12,8 @@ std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::ve
   std::vector<Optimizer::Segment> out;
   int64_t state = 0;
   for (const FlatRange& r : ranges) {
-    GALE_CHECK(r.begin >= 0 && r.end <= pb.numel()) << "owned range [" << r.begin << ", " << r.end
-                                                    << ") outside the buffer of " << pb.numel();
+    GALE_CHECK(r.begin >= 0 && r.end <= pb.numel())
+        << "owned range [" << r.begin << ", " << r.end << ") outside the buffer of " << pb.numel();
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end, s.offset + s.local_numel());
@@ -110,8 +110,8 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros) {
       if (config_.type == "adam") {
         h.weight_decay = param_wd;
         h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
-        ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset, b.exp_avg_sq.data<float>() + seg.state_offset,
-                         seg.numel, h);
+        ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset,
+                         b.exp_avg_sq.data<float>() + seg.state_offset, seg.numel, h);
       } else {
         if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
         sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset : nullptr, seg.numel,

@@ -31,9 +31,9 @@ struct OptimizerConfig {
 };
 
 struct StepResult {
-  bool applied = false;     // false when the gradients were not finite (the update was skipped)
-  double grad_norm = 0.0;   // global L2 norm before clipping
-  int64_t num_zeros = -1;   // zero gradients (only when asked)
+  bool applied = false;    // false when the gradients were not finite (the update was skipped)
+  double grad_norm = 0.0;  // global L2 norm before clipping
+  int64_t num_zeros = -1;  // zero gradients (only when asked)
 };
 
 // The parameters one optimizer updates: a chunk's buffer and which of its parameters count

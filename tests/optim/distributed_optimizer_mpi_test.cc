@@ -6,7 +6,6 @@
 // The layouts run side by side on sub-groups of the 4-rank world (two DP2 groups, four single
 // ranks, ...), each rank also computing the single-process reference itself.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -35,12 +34,14 @@ struct TrainingRun {
 
   TrainingRun(const Comm& world, const std::vector<std::string>& flags, int64_t bucket_size = 0) {
     add_all_pretrain_args(parser, args);
+    // clang-format off
     std::vector<std::string> argv = {
         "gale", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
         "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "6",
         "--lr", "5e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
         "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
         "--eval-iters", "0", "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"};
+    // clang-format on
     argv.insert(argv.end(), flags.begin(), flags.end());
     std::vector<char*> ptrs;
     for (auto& a : argv) ptrs.push_back(a.data());
@@ -197,12 +198,14 @@ TEST(DistributedOptimizer, CheckpointsReshardAcrossLayouts) {
   Comm self = make_self_communicator("world");
   resume(self, distopt_dir, {}, "DP1");
   resume(self, distopt_dir, {"--use-distributed-optimizer"}, "DP1 distributed optimizer");
-  resume(pair, distopt_dir, distopt_pair ? std::vector<std::string>{} : std::vector<std::string>{"--use-distributed-optimizer"},
+  resume(pair, distopt_dir,
+         distopt_pair ? std::vector<std::string>{} : std::vector<std::string>{"--use-distributed-optimizer"},
          "DP2, the other optimizer");
   resume(pair, distopt_dir, {"--tensor-model-parallel-size", "2"}, "TP2");
   resume(world, distopt_dir, {"--use-distributed-optimizer"}, "DP4 distributed optimizer");
   resume(world, distopt_dir, {}, "DP4");
-  resume(world, distopt_dir, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--sequence-parallel"},
+  resume(world, distopt_dir,
+         {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--sequence-parallel"},
          "TP2 DP2 distributed optimizer");
   // The replicated optimizer's DP2 checkpoint into the distributed optimizer.
   resume(world, plain_dir, {"--use-distributed-optimizer"}, "DP2 plain -> DP4 distributed optimizer");

@@ -25,9 +25,9 @@ TEST(GradBuckets, MegatronDefaultSizeAndWhenBucketingIsOn) {
   EXPECT_EQ(default_bucket_size(40), 40000000);
   EXPECT_EQ(default_bucket_size(64), 64000000);
   EXPECT_EQ(chunk_bucket_size(/*overlap=*/true, /*pp_rank=*/0, /*chunk=*/0, 8), 40000000);
-  EXPECT_EQ(chunk_bucket_size(false, 0, 0, 8), 0);  // no overlap: one bucket
-  EXPECT_EQ(chunk_bucket_size(true, 1, 0, 8), 0);   // later pipeline stages: one bucket
-  EXPECT_EQ(chunk_bucket_size(true, 0, 1, 8), 0);   // later virtual chunks: one bucket
+  EXPECT_EQ(chunk_bucket_size(false, 0, 0, 8), 0);           // no overlap: one bucket
+  EXPECT_EQ(chunk_bucket_size(true, 1, 0, 8), 0);            // later pipeline stages: one bucket
+  EXPECT_EQ(chunk_bucket_size(true, 0, 1, 8), 0);            // later virtual chunks: one bucket
   EXPECT_EQ(chunk_bucket_size(false, 2, 3, 8, 1234), 1234);  // the test override wins
 }
 

@@ -26,6 +26,7 @@ struct Layout {
   int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size
 };
 
+// clang-format off
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       {"single", 1, {}},
@@ -68,6 +69,7 @@ const std::vector<std::string> kGpt = {"--num-attention-heads", "8"};
 const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
                                          "4", "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type",
                                          "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+// clang-format on
 constexpr int64_t kVocab = 250;
 
 // Elements of one rank's model chunk (docs/model.md's table), and of its sequence-parallel
@@ -156,7 +158,8 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   Arguments args;
   add_all_pretrain_args(parser, args);
   std::vector<std::string> argv = {"gale"};
-  for (const auto* part : {&kCommon, llama ? &kLlama : &kGpt, &layout->flags}) argv.insert(argv.end(), part->begin(), part->end());
+  for (const auto* part : {&kCommon, llama ? &kLlama : &kGpt, &layout->flags})
+    argv.insert(argv.end(), part->begin(), part->end());
   std::vector<char*> ptrs;
   for (auto& a : argv) ptrs.push_back(a.data());
   ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
@@ -194,7 +197,8 @@ std::vector<std::string> layout_names() {
   return names;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume, ::testing::Combine(::testing::ValuesIn(layout_names()), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
+                         ::testing::Combine(::testing::ValuesIn(layout_names()), ::testing::Bool()),
                          [](const auto& info) {
                            return std::get<0>(info.param) + (std::get<1>(info.param) ? "_llama" : "_gpt");
                          });
