@@ -275,17 +275,28 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
 Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss) {
   auto st = std::make_unique<State>();
   build_runtime(*st, mb, training);
+  std::vector<std::vector<int>> groups = params_needed_ ? backward_param_groups() : std::vector<std::vector<int>>{};
+  auto need = [&] {  // the groups in forward order: the back of the backward order first
+    if (!params_needed_) return;
+    params_needed_(groups.at(groups.size() - 1));
+    groups.pop_back();
+  };
+  if (part_.pre_process) need();
   Tensor x = part_.pre_process ? embedding_forward(*st) : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
   if (training) st->layers.resize(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i)
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    need();
     x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x,
                                   training ? &st->layers[i] : nullptr);
+  }
   Tensor out;
-  if (part_.post_process)
+  if (part_.post_process) {
+    need();
     head_forward(*st, x, loss, training);
-  else
+  } else {
     out = x;
+  }
   if (training) {
     GALE_CHECK(in_flight_.count(mb_id) == 0) << "micro-batch " << mb_id << " is already in flight";
     in_flight_[mb_id] = std::move(st);
@@ -298,6 +309,10 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
   const ModelConfig& c = config_;
   State st;
   build_runtime(st, mb, /*training=*/false);
+  if (params_needed_) {  // every parameter first, in forward order: nothing here to overlap with
+    const std::vector<std::vector<int>> groups = backward_param_groups();
+    for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
+  }
   Tensor x = part_.pre_process ? embedding_forward(st) : input;
   for (size_t i = 0; i < layers_.size(); ++i)
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);

@@ -67,6 +67,12 @@ class GPTModel {
   // head (last stage), each layer from last to first, embedding (first stage).
   std::vector<std::vector<int>> backward_param_groups() const;
 
+  // Called during forward (and forward_logits) with the ids of the parameters about to be read —
+  // the embedding's, each layer's, the head's, in forward order (backward_param_groups reversed) —
+  // so that the distributed optimizer's parameter all-gather of a bucket can finish just before
+  // its first use (--overlap-param-gather). Unset: nothing is called.
+  using ParamsNeededFn = std::function<void(const std::vector<int>& param_ids)>;
+  void set_params_needed_fn(ParamsNeededFn fn) { params_needed_ = std::move(fn); }
   // The number of micro-batches of the current iteration, set by the schedule before the first
   // forward. With it the last stage knows each micro-batch's loss gradient (Megatron's
   // 1 / (Σ mask · num_microbatches)) already at forward time, so a fused LM head may finish its
@@ -100,6 +106,7 @@ class GPTModel {
   std::vector<LayerParamIds> layers_;
   std::map<int64_t, std::unique_ptr<State>> in_flight_;
   GradReadyFn grad_ready_;
+  ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
 };
 

@@ -1,21 +1,47 @@
-// Clipping and AdamW / SGD updates over flat buffers.
+// Clipping and AdamW / SGD updates over the owned pieces of flat buffers.
 #include "optim/optimizer.h"
 
 #include <cmath>
 
 namespace gale {
 
+namespace {
+
+// The pieces of `pb`'s parameters inside `ranges`, with state packed in range order.
+std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::vector<FlatRange>& ranges) {
+  std::vector<Optimizer::Segment> out;
+  int64_t state = 0;
+  for (const FlatRange& r : ranges) {
+    GALE_CHECK(r.begin >= 0 && r.end <= pb.numel())
+        << "owned range [" << r.begin << ", " << r.end << ") outside the buffer of " << pb.numel();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end, s.offset + s.local_numel());
+      if (hi <= lo) continue;
+      out.push_back(Optimizer::Segment{id, lo, hi - lo, state + (lo - r.begin)});
+    }
+    state += std::max<int64_t>(0, r.size());
+  }
+  return out;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops,
-                     Comm norm_group)
-    : config_(config), ops_(ops), norm_group_(std::move(norm_group)) {
+                     Comm norm_group, Comm shard_group)
+    : config_(config), ops_(ops), norm_group_(std::move(norm_group)), shard_group_(std::move(shard_group)) {
   GALE_CHECK(config_.type == "adam" || config_.type == "sgd") << "optimizer " << config_.type;
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
     if (b.counts_in_norm.empty()) b.counts_in_norm.assign(static_cast<size_t>(b.params->size()), true);
     GALE_CHECK_EQ(static_cast<int>(b.counts_in_norm.size()), b.params->size());
     BufferState s;
+    s.sharded = b.owned.has_value();
+    const std::vector<FlatRange> ranges = s.sharded ? *b.owned : std::vector<FlatRange>{{0, b.params->numel()}};
+    s.segments = segments_of(*b.params, ranges);
+    int64_t n = 0;
+    for (const FlatRange& r : ranges) n += std::max<int64_t>(0, r.size());
     s.buffer = std::move(b);
-    const int64_t n = s.buffer.params->numel();
     if (config_.type == "adam") {
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
@@ -27,18 +53,24 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group)
-    : Optimizer(config, std::vector<OptimizedBuffer>{OptimizedBuffer{params, {}}}, ops, std::move(norm_group)) {}
+    : Optimizer(config, std::vector<OptimizedBuffer>{OptimizedBuffer{params, {}, std::nullopt}}, ops,
+                std::move(norm_group)) {}
+
+double Optimizer::sum_over_groups(double value) const {
+  if (shard_group_ && shard_group_->size() > 1) value = shard_group_->all_reduce_scalar(value, ReduceOp::kSum);
+  if (norm_group_ && norm_group_->size() > 1) value = norm_group_->all_reduce_scalar(value, ReduceOp::kSum);
+  return value;
+}
 
 double Optimizer::norm_of(bool grads) const {
   double sq = 0.0;
   for (const BufferState& b : buffers_) {
     const ParamBuffer& pb = *b.buffer.params;
-    for (int id = 0; id < pb.size(); ++id)
-      if (b.buffer.counts_in_norm[static_cast<size_t>(id)])
-        sq += sum_of_squares(grads ? pb.grad_data(id) : pb.param_data(id), pb.spec(id).local_numel());
+    const float* base = grads ? pb.flat_grads().data<float>() : pb.flat_params().data<float>();
+    for (const Segment& seg : b.segments)
+      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) sq += sum_of_squares(base + seg.begin, seg.numel);
   }
-  if (norm_group_ && norm_group_->size() > 1) sq = norm_group_->all_reduce_scalar(sq, ReduceOp::kSum);
-  return std::sqrt(sq);
+  return std::sqrt(sum_over_groups(sq));
 }
 
 double Optimizer::grad_norm() const { return norm_of(true); }
@@ -50,36 +82,39 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros) {
   if (want_zeros) {
     int64_t zeros = 0;
     for (const BufferState& b : buffers_) {
-      const ParamBuffer& pb = *b.buffer.params;
-      for (int id = 0; id < pb.size(); ++id)
-        if (b.buffer.counts_in_norm[static_cast<size_t>(id)]) zeros += count_zeros(pb.grad_data(id), pb.spec(id).local_numel());
+      const float* g = b.buffer.params->flat_grads().data<float>();
+      for (const Segment& seg : b.segments)
+        if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) zeros += count_zeros(g + seg.begin, seg.numel);
     }
+    if (shard_group_ && shard_group_->size() > 1) zeros = shard_group_->all_reduce_scalar(zeros, ReduceOp::kSum);
     if (norm_group_ && norm_group_->size() > 1) zeros = norm_group_->all_reduce_scalar(zeros, ReduceOp::kSum);
     r.num_zeros = zeros;
   }
   if (!std::isfinite(r.grad_norm)) return r;
   const double coeff = config_.clip_grad > 0.0 ? config_.clip_grad / (r.grad_norm + 1e-6) : 1.0;
   ++step_;
+  AdamWHyper h;
+  h.lr = static_cast<float>(lr);
+  h.beta1 = static_cast<float>(config_.beta1);
+  h.beta2 = static_cast<float>(config_.beta2);
+  h.eps = static_cast<float>(config_.eps);
+  h.step = step_;
   for (BufferState& b : buffers_) {
     ParamBuffer& pb = *b.buffer.params;
-    if (coeff < 1.0) scale_inplace(pb.flat_grads().data<float>(), pb.numel(), static_cast<float>(coeff));
-    for (int id = 0; id < pb.size(); ++id) {
-      const ParamSpec& s = pb.spec(id);
-      const float param_wd = s.weight_decay ? static_cast<float>(wd) : 0.0f;
-      float* p = pb.param_data(id);
-      const float* g = pb.grad_data(id);
-      const int64_t n = s.local_numel();
+    float* params = pb.flat_params().data<float>();
+    float* grads = pb.flat_grads().data<float>();
+    for (const Segment& seg : b.segments) {
+      float* p = params + seg.begin;
+      float* g = grads + seg.begin;
+      const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
       if (config_.type == "adam") {
-        AdamWHyper h;
-        h.lr = static_cast<float>(lr);
-        h.beta1 = static_cast<float>(config_.beta1);
-        h.beta2 = static_cast<float>(config_.beta2);
-        h.eps = static_cast<float>(config_.eps);
         h.weight_decay = param_wd;
-        h.step = step_;
-        ops_->adamw_step(p, g, b.exp_avg.data<float>() + s.offset, b.exp_avg_sq.data<float>() + s.offset, n, h);
+        h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
+        ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset,
+                         b.exp_avg_sq.data<float>() + seg.state_offset, seg.numel, h);
       } else {
-        sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + s.offset : nullptr, n,
+        if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
+        sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset : nullptr, seg.numel,
                      static_cast<float>(lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
       }
     }
@@ -93,6 +128,13 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   if (config_.type == "adam") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
   if (s.momentum.defined()) return {{"momentum_buffer", s.momentum}};
   return {};
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    for (const auto& [name, t] : state(b)) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
 }
 
 }  // namespace gale

@@ -1,17 +1,25 @@
 // The optimizer over the flat parameter/gradient buffers of this rank's model chunks: global-norm
 // clipping, NaN/inf detection and the AdamW or SGD update with per-parameter weight decay.
 //
-// State (Adam moments, or SGD momentum) lives in flat buffers parallel to each chunk's
-// parameters, with the same offsets, so checkpointing and sharding treat it like the parameters.
+// The optimizer updates the *owned* part of each buffer: all of it normally, or, with the
+// distributed optimizer (ZeRO-1, Megatron's DistributedOptimizer), this data-parallel rank's shard
+// of every gradient bucket (optim/grad_buckets.h). Its fp32 state (Adam moments, or SGD momentum)
+// exists only for the owned elements, packed in owned-range order: that is the memory saving.
+// Owned ranges may start and end inside a parameter; each piece of a parameter (a Segment) still
+// gets that parameter's weight decay, and the global gradient norm counts every element exactly
+// once across the job (sum of squares over the owned pieces of the parameters that count on this
+// rank, summed over the shard group and the model-parallel group).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "kernels/op_table.h"
 #include "model/params.h"
+#include "optim/grad_buckets.h"
 
 namespace gale {
 
@@ -23,9 +31,9 @@ struct OptimizerConfig {
 };
 
 struct StepResult {
-  bool applied = false;     // false when the gradients were not finite (the update was skipped)
-  double grad_norm = 0.0;   // global L2 norm before clipping
-  int64_t num_zeros = -1;   // zero gradients (only when asked)
+  bool applied = false;    // false when the gradients were not finite (the update was skipped)
+  double grad_norm = 0.0;  // global L2 norm before clipping
+  int64_t num_zeros = -1;  // zero gradients (only when asked)
 };
 
 // The parameters one optimizer updates: a chunk's buffer and which of its parameters count
@@ -34,44 +42,73 @@ struct StepResult {
 struct OptimizedBuffer {
   ParamBuffer* params = nullptr;
   std::vector<bool> counts_in_norm;  // empty = all count
+  // Distributed optimizer: the disjoint ranges of the flat buffer this rank updates (its shard of
+  // every bucket; possibly none). nullopt: the whole buffer.
+  std::optional<std::vector<FlatRange>> owned;
 };
 
 class Optimizer {
  public:
+  // A piece of one parameter inside an owned range: flat elements [begin, begin + numel) of the
+  // buffer, i.e. local elements [begin − spec.offset, ...) of parameter `param_id`, whose state
+  // sits at [state_offset, state_offset + numel) of the state tensors.
+  struct Segment {
+    int param_id = 0;
+    int64_t begin = 0;
+    int64_t numel = 0;
+    int64_t state_offset = 0;
+  };
+
   // `norm_group` sums the per-rank squared norms (Megatron's model-parallel group; self with one
-  // process).
-  Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group);
+  // process). `shard_group` is the group whose ranks own disjoint parts of the buffers (the
+  // data-parallel group with the distributed optimizer; null otherwise): norms and zero counts
+  // are summed over it too.
+  Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group,
+            Comm shard_group = nullptr);
   // One buffer, every parameter counting.
   Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group);
 
-  // Global gradient norm (before clipping), over all ranks of the norm group.
+  // Global gradient norm (before clipping), over all ranks of the norm (and shard) group.
   double grad_norm() const;
-  // Global L2 norm of the parameters, counted the same way (--log-params-norm).
+  // Global L2 norm of the parameters, counted the same way (--log-params-norm). With the
+  // distributed optimizer it reads only the owned shards, so it is right before the parameter
+  // all-gather too.
   double params_norm() const;
-  // Clip, then update every parameter with learning rate `lr` and weight decay `wd` (0 for
-  // parameters without decay). Skips the update when the gradient norm is not finite.
+  // Clip, then update every owned parameter element with learning rate `lr` and weight decay `wd`
+  // (0 for parameters without decay). Skips the update when the gradient norm is not finite.
+  // AdamW folds the clipping factor into its update (bit-identical; the gradient buffers keep the
+  // unclipped values); SGD scales the owned gradients in place first.
   StepResult step(double lr, double wd, bool count_zeros = false);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   const OptimizerConfig& config() const { return config_; }
   size_t num_buffers() const { return buffers_.size(); }
-  // Flat state buffers of buffer `b` (same offsets as its parameters): "exp_avg", "exp_avg_sq" for
-  // Adam, "momentum_buffer" for SGD.
+  bool sharded(size_t b = 0) const { return buffers_.at(b).sharded; }
+  // The owned pieces of buffer `b`'s parameters, in state order. Without sharding: one segment per
+  // parameter, with state_offset equal to the parameter's offset.
+  const std::vector<Segment>& segments(size_t b = 0) const { return buffers_.at(b).segments; }
+  // State tensors of buffer `b`, indexed by Segment::state_offset: "exp_avg", "exp_avg_sq" for Adam,
+  // "momentum_buffer" for SGD (with momentum). Without sharding they have the parameters' offsets.
   std::vector<std::pair<std::string, Tensor>> state(size_t b = 0) const;
+  // Bytes of optimizer state held by this rank (all buffers).
+  int64_t state_bytes() const;
   void set_ops(const OpTable* ops) { ops_ = ops; }
 
  private:
   struct BufferState {
     OptimizedBuffer buffer;
+    bool sharded = false;
+    std::vector<Segment> segments;
     Tensor exp_avg, exp_avg_sq, momentum;
   };
   double norm_of(bool grads) const;
+  double sum_over_groups(double value) const;
 
   OptimizerConfig config_;
   std::vector<BufferState> buffers_;
   const OpTable* ops_;
-  Comm norm_group_;
+  Comm norm_group_, shard_group_;
   int64_t step_ = 0;
 };
 

@@ -19,11 +19,15 @@ ParallelState ParallelState::create(const Comm& world, const RankLayout& layout)
   ParallelState ps{Uninitialised{}};
   ps.layout_ = std::make_shared<const RankLayout>(layout);
   ps.world_ = world;
-  const int me = world->world_ranks()[world->rank()];
+  // The layout numbers the members of `world` 0..size-1 (`world` may itself be a sub-group);
+  // make_group takes global ranks.
+  const int me = world->rank();
   ps.coords_ = layout.coords(me);
   for (int g = 0; g < kNumGroups; ++g) {
     Group kind = static_cast<Group>(g);
-    ps.groups_[g] = world->make_group(layout.group_of(kind, me), group_name(kind));
+    std::vector<int> members = layout.group_of(kind, me);
+    for (int& r : members) r = world->world_ranks()[static_cast<size_t>(r)];
+    ps.groups_[g] = world->make_group(members, group_name(kind));
   }
   return ps;
 }

@@ -8,6 +8,8 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_writer.h"
 #include "core/log.h"
+#include "optim/shard_boxes.h"
+#include "train/grad_sync.h"
 
 namespace gale {
 
@@ -52,6 +54,23 @@ bool writes(const ParallelState& ps, const GPTModel& model, int id) {
   // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
   if (!model.partition().pre_process && s.name == "embedding.word_embeddings.weight") return false;
   return true;
+}
+
+// Whether this rank writes optimizer state for its owned segments of parameter `id`: without
+// sharding exactly as the parameter; with the distributed optimizer every data-parallel rank
+// writes the segments it owns (minus TP replicas and the tied embedding's second copy).
+bool writes_state(const ParallelState& ps, const GPTModel& model, int id, bool sharded) {
+  if (!sharded) return writes(ps, model, id);
+  const ParamSpec& s = model.params().spec(id);
+  if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;
+  return model.partition().pre_process || s.name != "embedding.word_embeddings.weight";
+}
+
+// The state tensors' slice for `box` of segment `seg` (a view: no copy).
+Tensor state_view(const Tensor& flat, const Optimizer::Segment& seg, const ParamSpec& s, const ParamBox& box) {
+  const int64_t local_first = seg.begin - s.offset;
+  return Tensor::from_blob(flat.data<float>() + seg.state_offset + (box.local_begin - local_first), box.shape,
+                           DType::kF32);
 }
 
 Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return n == t.size(0) ? t : t.slice(first, n); }
@@ -104,24 +123,29 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   char line[64];
   std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
+  finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
   CheckpointWriter w(ca.save, state.iteration, *engine.ps.world());
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     const GPTModel& model = *engine.chunks[c];
     const ParamBuffer& pb = model.params();
-    const auto opt_state = optimizer.state(c);
     for (int id = 0; id < pb.size(); ++id) {
       if (!writes(engine.ps, model, id)) continue;
       const ParamSpec& s = pb.spec(id);
       Tensor param = pb.param(id);
-      for (const Piece& piece : pieces_of(s)) {
+      for (const Piece& piece : pieces_of(s))
         GALE_RETURN_IF_ERROR(w.add(s.name, s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
-        if (!ca.save_optim) continue;
-        for (const auto& [state_name, flat] : opt_state) {
-          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
-          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets,
-                                     rows_of(view, piece.first_row, piece.rows)));
-        }
-      }
+    }
+    if (!ca.save_optim) continue;
+    // Optimizer state by global parameter name and shape, like the parameters, so it reshards:
+    // each rank writes the boxes of the global tensors that its owned segments cover.
+    const auto opt_state = optimizer.state(c);
+    for (const Optimizer::Segment& seg : optimizer.segments(c)) {
+      if (!writes_state(engine.ps, model, seg.param_id, optimizer.sharded(c))) continue;
+      const ParamSpec& s = pb.spec(seg.param_id);
+      for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
+        for (const auto& [state_name, flat] : opt_state)
+          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, box.global_offsets,
+                                     state_view(flat, seg, s, box)));
     }
   }
   const GPTModel& model = *engine.chunks.front();
@@ -135,7 +159,9 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                          {"num_floating_point_operations_so_far", state.floating_point_operations_so_far}};
   if (ca.save_optim) {
     const LrSchedule& ls = scheduler.schedule();
-    sections["optimizer"] = {{"type", optimizer.config().type}, {"steps_taken", optimizer.steps_taken()}};
+    sections["optimizer"] = {{"type", optimizer.config().type},
+                             {"steps_taken", optimizer.steps_taken()},
+                             {"use_distributed_optimizer", args.parallel.use_distributed_optimizer}};
     sections["opt_param_scheduler"] = {{"max_lr", ls.max_lr},
                                        {"min_lr", ls.min_lr},
                                        {"lr_warmup_steps", ls.warmup_steps},
@@ -179,23 +205,28 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
                                 ", this run has ", value.dump());
   }
   const bool load_optim = !ca.finetune && ca.load_optim;
+  finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();
-    auto opt_state = optimizer.state(c);
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
         GALE_RETURN_IF_ERROR(r.read_slice_into(s.name, s.global_shape, piece.offsets, dst));
-        if (!load_optim) continue;
-        for (auto& [state_name, flat] : opt_state) {
-          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
-          Tensor odst = rows_of(view, piece.first_row, piece.rows);
-          GALE_RETURN_IF_ERROR(
-              r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets, odst));
-        }
       }
+    }
+    if (!load_optim) continue;
+    // Whatever layout saved it, each owned segment reads the boxes it covers.
+    auto opt_state = optimizer.state(c);
+    for (const Optimizer::Segment& seg : optimizer.segments(c)) {
+      const ParamSpec& s = pb.spec(seg.param_id);
+      for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
+        for (auto& [state_name, flat] : opt_state) {
+          Tensor dst = state_view(flat, seg, s, box);
+          GALE_RETURN_IF_ERROR(
+              r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, box.global_offsets, dst));
+        }
     }
   }
   if (ca.finetune) {

@@ -3,7 +3,10 @@
 // with Gale's sharded safetensors format (docs/formats/checkpoint.md).
 //
 // Every tensor is stored by its global (unsharded) name and shape, each rank writing the pieces it
-// owns, so a checkpoint loads at any tensor/pipeline/data-parallel layout.
+// owns, so a checkpoint loads at any tensor/pipeline/data-parallel layout. Optimizer state too:
+// "optimizer.<state>.<param name>" with the parameter's global shape; with the distributed
+// optimizer every data-parallel rank writes the boxes its shards cover (optim/shard_boxes.h), and
+// a rank of any layout, sharded or not, reads back the boxes it owns.
 #pragma once
 
 #include <string>

@@ -76,22 +76,46 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   return sizes;
 }
 
-StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops) {
+StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
+                                               const EngineOptions& options) {
   auto engine = std::make_unique<Engine>();
   GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
   const ModelConfig config = model_config_from_args(args);
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
+  const ParallelArgs& par = args.parallel;
+  const Comm& dp = engine->ps.dp_cp();
   std::vector<OptimizedBuffer> buffers;
   for (int64_t vp = 0; vp < vpp; ++vp) {
     auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp), &engine->ops);
     model->params().initialize(config.seed);
-    buffers.push_back(OptimizedBuffer{&model->params(), norm_counting(*model)});
+    DataParallelConfig dc;
+    dc.overlap_grad_reduce = par.overlap_grad_reduce;
+    dc.use_distributed_optimizer = par.use_distributed_optimizer;
+    dc.overlap_param_gather = par.overlap_param_gather;
+    dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
+                                       options.ddp_bucket_size);
+    // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
+    // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
+    if (par.use_distributed_optimizer && config.tied_embeddings && engine->ps.pp_size() > 1) {
+      const ModelPartition& part = model->partition();
+      const int shared = part.pre_process ? model->word_embedding_id() : part.post_process ? model->output_weight_id() : -1;
+      if (shared >= 0) dc.separate_params.push_back(shared);
+    }
+    auto sync = std::make_unique<DataParallelSync>(&model->params(), dp, dc);
+    DataParallelSync* s = sync.get();
+    if (par.overlap_grad_reduce) model->set_grad_ready_fn([s](const std::vector<int>& ids) { s->on_grads_ready(ids); });
+    if (par.overlap_param_gather)
+      model->set_params_needed_fn([s](const std::vector<int>& ids) { s->on_params_needed(ids); });
+    OptimizedBuffer buffer{&model->params(), norm_counting(*model), std::nullopt};
+    if (par.use_distributed_optimizer) buffer.owned = s->owned_ranges();
+    buffers.push_back(std::move(buffer));
     engine->chunks.push_back(std::move(model));
+    engine->dp_sync.push_back(std::move(sync));
   }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
-                                                  engine->ps.model());
+                                                  engine->ps.model(), par.use_distributed_optimizer ? dp : nullptr);
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
   return engine;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/gpt_model.h"
+#include "optim/data_parallel_sync.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
@@ -21,8 +22,19 @@ struct Engine {
   std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrScheduler> scheduler;
+  // Data-parallel gradient reduction / parameter gathering of each chunk (same order as `chunks`;
+  // train/grad_sync.h drives them). Empty in an engine assembled by hand, which then must not be
+  // data-parallel.
+  std::vector<std::unique_ptr<DataParallelSync>> dp_sync;
 
   std::vector<GPTModel*> chunk_pointers() const;
+};
+
+// Settings of build_engine that are not command-line flags.
+struct EngineOptions {
+  // Gradient bucket size in elements for every chunk; 0 = Megatron's rule (chunk_bucket_size).
+  // Tests set it to get several buckets out of a tiny model.
+  int64_t ddp_bucket_size = 0;
 };
 
 // Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`
@@ -41,7 +53,11 @@ std::vector<bool> norm_counting(const GPTModel& model);
 ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size);
 
 // Builds the engine for validated `args` (with padded_vocab_size set) on `world`; the model is
-// initialised from --seed. `ops` is the op table to use (features already applied).
-StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops);
+// initialised from --seed. `ops` is the op table to use (features already applied). The optimizer
+// is the distributed one with --use-distributed-optimizer (state for this DP rank's shards only),
+// and the chunks' grad-ready / params-needed hooks drive the data-parallel sync with
+// --overlap-grad-reduce / --overlap-param-gather.
+StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
+                                               const EngineOptions& options = {});
 
 }  // namespace gale

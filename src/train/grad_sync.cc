@@ -1,9 +1,7 @@
-// Gradient reductions over TP (sequence-parallel parameters), the embedding group and DP.
+// Gradient reductions over DP (bucketed), TP (sequence-parallel parameters) and the embedding group.
 #include "train/grad_sync.h"
 
 #include <algorithm>
-
-#include "kernels/cpu/optimizer.h"
 
 namespace gale {
 
@@ -46,23 +44,34 @@ void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTMod
   }
 }
 
-void allreduce_data_parallel_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
-  const Comm& dp = ps.dp_cp();
-  if (!dp || dp->size() == 1) return;
-  const float scale = 1.0f / static_cast<float>(dp->size());
-  for (GPTModel* m : chunks) {
-    const Tensor& g = m->params().flat_grads();
-    dp->all_reduce(g.raw(), g.numel(), DType::kF32, ReduceOp::kSum);
-    scale_inplace(g.data<float>(), g.numel(), scale);
-  }
-}
-
 }  // namespace
 
-void finalize_model_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
-  allreduce_data_parallel_grads(ps, chunks);
-  allreduce_sequence_parallel_grads(ps, chunks);
-  allreduce_embedding_grads(ps, chunks);
+void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
+  if (engine.dp_sync.empty()) {
+    for (auto& chunk : engine.chunks) chunk->params().zero_grads();
+    return;
+  }
+  for (auto& sync : engine.dp_sync) sync->start_iteration(num_microbatches);
+}
+
+void finalize_model_grads(Engine& engine) {
+  const std::vector<GPTModel*> chunks = engine.chunk_pointers();
+  if (engine.dp_sync.empty())
+    GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
+  for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
+  allreduce_sequence_parallel_grads(engine.ps, chunks);
+  allreduce_embedding_grads(engine.ps, chunks);
+}
+
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros) {
+  StepResult r = engine.optimizer->step(lr, wd, count_zeros);
+  if (r.applied)
+    for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
+  return r;
+}
+
+void finish_param_sync(const Engine& engine) {
+  for (const auto& sync : engine.dp_sync) sync->finish_param_sync();
 }
 
 }  // namespace gale

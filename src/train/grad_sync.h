@@ -1,19 +1,38 @@
-// Megatron's finalize_model_grads: after the backward of every micro-batch, make each rank's
-// gradients the ones its optimizer step needs.
-//   1. sequence parallelism: gradients of parameters replicated across TP but fed by a split
+// The gradient side of a training iteration around the schedule and the optimizer, as Megatron:
+//
+//   start_grad_sync_iteration(engine, m);   // zero grads, arm the data-parallel buckets
+//   forward_backward(...);                  // buckets may start reducing during backward
+//   finalize_model_grads(engine);           // Megatron's finalize_model_grads
+//   optimizer_step(engine, lr, wd, zeros);  // step, then the distributed optimizer's all-gather
+//
+// finalize_model_grads makes each rank's gradients the ones its optimizer step needs:
+//   1. data parallelism: finish the bucketed average over the data-parallel (x context-parallel)
+//      group — all-reduce, or reduce-scatter with the distributed optimizer (then only this rank's
+//      shard of each bucket holds the reduced gradient);
+//   2. sequence parallelism: gradients of parameters replicated across TP but fed by a split
 //      sequence (norm weights, row-parallel biases) are partial per TP rank: all-reduce over TP;
-//   2. tied embedding and output weights on different pipeline stages: all-reduce over the
-//      embedding group (first and last stage);
-//   3. data parallelism: average over the data-parallel (x context-parallel) group.
+//   3. tied embedding and output weights on different pipeline stages: all-reduce over the
+//      embedding group (first and last stage).
+// Steps 2 and 3 are sums over other groups, so they commute with step 1; with the distributed
+// optimizer they are right on the owned shards because every member of those groups owns the
+// same elements (same bucket layout, and the shared embedding in a bucket of its own).
 #pragma once
 
-#include <vector>
-
-#include "model/gpt_model.h"
-#include "parallel/parallel_state.h"
+#include "train/engine.h"
 
 namespace gale {
 
-void finalize_model_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks);
+// Zeroes every chunk's gradients and prepares the data-parallel sync for `num_microbatches`.
+void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches);
+
+void finalize_model_grads(Engine& engine);
+
+// The optimizer step, then (distributed optimizer) the all-gather of the updated parameter
+// shards — deferred to the next forward with --overlap-param-gather.
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros);
+
+// Completes every parameter all-gather still pending (before reading all parameters: saving a
+// checkpoint, comparing them). A no-op without the distributed optimizer.
+void finish_param_sync(const Engine& engine);
 
 }  // namespace gale

@@ -75,7 +75,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
   const int64_t consumed = state_.consumed_train_samples;
-  for (auto& chunk : engine_->chunks) chunk->params().zero_grads();
+  start_grad_sync_iteration(*engine_, num_microbatches_);
   // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
   // consumed + m·mbs·dp + r·mbs + [0, mbs).
   auto source = [&](int64_t m, MicroBatch* mb) {
@@ -85,14 +85,14 @@ StatusOr<IterationResult> Trainer::train_step() {
   GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                         forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                          /*forward_only=*/false));
-  finalize_model_grads(engine_->ps, engine_->chunk_pointers());
+  finalize_model_grads(*engine_);
   IterationResult r;
   double sums[2] = {fb.loss_sum, fb.tokens};
   reduce_losses(sums);
   r.loss_sum = sums[0];
   r.tokens = sums[1];
   LrScheduler& scheduler = *engine_->scheduler;
-  r.step = engine_->optimizer->step(scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
+  r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
   if (r.step.applied) scheduler.step(t.global_batch_size);
   for (auto& chunk : engine_->chunks) chunk->params().refresh_bf16();  // --bf16: the GEMMs' copy of the new weights
   state_.consumed_train_samples += t.global_batch_size;

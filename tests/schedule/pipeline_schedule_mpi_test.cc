@@ -217,11 +217,11 @@ TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
   };
   compare("at initialisation");
   for (int step = 0; step < 2; ++step) {
-    for (auto& chunk : e.chunks) chunk->params().zero_grads();
+    start_grad_sync_iteration(e, setup.num_microbatches());
     auto fb = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), setup.source(), false);
     ASSERT_TRUE(fb.ok());
-    finalize_model_grads(e.ps, e.chunk_pointers());
-    StepResult r = e.optimizer->step(1e-3, 0.0, false);
+    finalize_model_grads(e);
+    StepResult r = optimizer_step(e, 1e-3, 0.0, false);
     ASSERT_TRUE(r.applied);
   }
   compare("after two steps");

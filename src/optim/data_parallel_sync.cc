@@ -1,0 +1,174 @@
+// Bucketed data-parallel gradient reduction and parameter all-gather.
+#include "optim/data_parallel_sync.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/optimizer.h"
+
+namespace gale {
+
+struct DataParallelSync::BucketState {
+  int pending_params = 0;  // parameters not yet complete for the last micro-batch
+  bool grad_launched = false;
+  WorkPtr grad_work;
+  Tensor grad_staging, shard_staging;  // padded copies when the bucket is not a multiple of dp
+  bool params_stale = false;           // this rank's shard was updated; the others not yet gathered
+  WorkPtr param_work;
+  Tensor param_staging;
+};
+
+DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelConfig config)
+    : params_(params), dp_(std::move(dp)), config_(std::move(config)) {
+  GALE_CHECK(params_ && params_->finalized());
+  GALE_CHECK(dp_) << "data-parallel sync needs the data-parallel group";
+  dp_size_ = dp_->size();
+  dp_rank_ = dp_->rank();
+  buckets_ = plan_grad_buckets(*params_, BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params});
+  bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int id : buckets_[b].param_ids) bucket_of_param_[static_cast<size_t>(id)] = static_cast<int>(b);
+  state_.resize(buckets_.size());
+  ready_count_.assign(static_cast<size_t>(params_->size()), 0);
+}
+
+DataParallelSync::~DataParallelSync() {
+  // Collectives still in flight reference our buffers: let them land first.
+  for (BucketState& s : state_) {
+    if (s.grad_work) s.grad_work->wait();
+    if (s.param_work) s.param_work->wait();
+  }
+}
+
+std::vector<FlatRange> DataParallelSync::owned_ranges() const {
+  if (!sharded()) return {FlatRange{0, params_->numel()}};
+  return gale::owned_ranges(buckets_, dp_size_, dp_rank_);
+}
+
+void DataParallelSync::start_iteration(int64_t num_microbatches) {
+  GALE_CHECK_GE(num_microbatches, 1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GALE_CHECK(!state_[b].grad_work) << "gradient reduction of bucket " << b << " still in flight";
+    state_[b].grad_launched = false;
+    state_[b].pending_params = static_cast<int>(buckets_[b].param_ids.size());
+  }
+  num_microbatches_ = num_microbatches;
+  std::fill(ready_count_.begin(), ready_count_.end(), 0);
+  params_->zero_grads();
+  // The forward needs the last bucket (the embedding end of the buffer) first.
+  if (config_.overlap_param_gather && !buckets_.empty()) start_param_gather(buckets_.size() - 1);
+}
+
+void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
+  for (int id : param_ids) {
+    int64_t& count = ready_count_.at(static_cast<size_t>(id));
+    GALE_CHECK_LT(count, num_microbatches_)
+        << "gradient of " << params_->spec(id).name << " reported complete more often than there are micro-batches";
+    if (++count < num_microbatches_) continue;
+    const int b = bucket_of_param_[static_cast<size_t>(id)];
+    if (--state_[static_cast<size_t>(b)].pending_params == 0) start_grad_reduce(static_cast<size_t>(b));
+  }
+}
+
+void DataParallelSync::start_grad_reduce(size_t b) {
+  BucketState& s = state_[b];
+  GALE_CHECK(!s.grad_launched) << "bucket " << b << " reduced twice in one iteration";
+  s.grad_launched = true;
+  if (dp_size_ == 1) return;
+  const GradBucket& bucket = buckets_[b];
+  float* grads = params_->flat_grads().data<float>();
+  float* g = grads + bucket.range.begin;
+  const int64_t n = bucket.numel();
+  scale_inplace(g, n, 1.0f / static_cast<float>(dp_size_));  // Megatron's gradient_scaling_factor, then sum
+  if (!sharded()) {
+    s.grad_work = dp_->all_reduce_async(g, n, DType::kF32, ReduceOp::kSum);
+    return;
+  }
+  const int64_t shard = bucket.shard_numel(dp_size_);
+  if (bucket.padded_numel == n) {
+    s.grad_work = dp_->reduce_scatter_async(g, g + dp_rank_ * shard, shard, DType::kF32, ReduceOp::kSum);
+    return;
+  }
+  s.grad_staging = Tensor::zeros({bucket.padded_numel});
+  std::memcpy(s.grad_staging.raw(), g, static_cast<size_t>(n) * sizeof(float));
+  s.shard_staging = Tensor::empty({shard});
+  s.grad_work =
+      dp_->reduce_scatter_async(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32, ReduceOp::kSum);
+}
+
+void DataParallelSync::finish_grad_sync() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GALE_CHECK(!state_[b].params_stale) << "bucket " << b << " was never gathered: its parameters were not used";
+    if (!state_[b].grad_launched) start_grad_reduce(b);
+  }
+  float* grads = params_->flat_grads().data<float>();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& s = state_[b];
+    if (!s.grad_work) continue;
+    s.grad_work->wait();
+    s.grad_work.reset();
+    if (s.shard_staging.defined()) {
+      const FlatRange own = bucket_shard(buckets_[b], dp_size_, dp_rank_);
+      std::memcpy(grads + own.begin, s.shard_staging.raw(), static_cast<size_t>(own.size()) * sizeof(float));
+      s.grad_staging = s.shard_staging = Tensor();
+    }
+  }
+}
+
+void DataParallelSync::after_optimizer_step() {
+  if (!sharded() || dp_size_ == 1) return;
+  for (BucketState& s : state_) s.params_stale = true;
+  if (config_.overlap_param_gather) return;  // the next forward gathers, bucket by bucket
+  for (size_t b = 0; b < buckets_.size(); ++b) start_param_gather(b);
+  for (size_t b = 0; b < buckets_.size(); ++b) finish_param_gather(b);
+}
+
+void DataParallelSync::start_param_gather(size_t b) {
+  BucketState& s = state_[b];
+  if (!s.params_stale || s.param_work) return;
+  const GradBucket& bucket = buckets_[b];
+  float* p = params_->flat_params().data<float>() + bucket.range.begin;
+  const int64_t n = bucket.numel(), shard = bucket.shard_numel(dp_size_);
+  if (bucket.padded_numel == n) {
+    s.param_work = dp_->all_gather_async(p + dp_rank_ * shard, p, shard, DType::kF32);
+    return;
+  }
+  s.param_staging = Tensor::zeros({bucket.padded_numel});
+  float* staging = s.param_staging.data<float>();
+  const FlatRange own = bucket_shard(bucket, dp_size_, dp_rank_);
+  std::memcpy(staging + dp_rank_ * shard, params_->flat_params().data<float>() + own.begin,
+              static_cast<size_t>(own.size()) * sizeof(float));
+  s.param_work = dp_->all_gather_async(staging + dp_rank_ * shard, staging, shard, DType::kF32);
+}
+
+void DataParallelSync::finish_param_gather(size_t b) {
+  BucketState& s = state_[b];
+  if (!s.params_stale) return;
+  start_param_gather(b);
+  s.param_work->wait();
+  s.param_work.reset();
+  const GradBucket& bucket = buckets_[b];
+  if (s.param_staging.defined()) {
+    std::memcpy(params_->flat_params().data<float>() + bucket.range.begin, s.param_staging.raw(),
+                static_cast<size_t>(bucket.numel()) * sizeof(float));
+    s.param_staging = Tensor();
+  }
+  params_->refresh_bf16(bucket.range.begin, bucket.numel());  // --bf16: the GEMMs' copy of the gathered weights
+  s.params_stale = false;
+}
+
+void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
+  for (int id : param_ids) {
+    const int b = bucket_of_param_.at(static_cast<size_t>(id));
+    if (!state_[static_cast<size_t>(b)].params_stale) continue;
+    finish_param_gather(static_cast<size_t>(b));
+    // Prefetch the bucket the forward reaches next (the one below in the buffer).
+    if (b > 0) start_param_gather(static_cast<size_t>(b - 1));
+  }
+}
+
+void DataParallelSync::finish_param_sync() {
+  for (size_t b = buckets_.size(); b-- > 0;) finish_param_gather(b);
+}
+
+}  // namespace gale

@@ -1,0 +1,88 @@
+// Data-parallel gradient reduction and parameter gathering for one model chunk, bucket by bucket
+// (Megatron's DistributedDataParallel with its param-and-grad buffer, and the communication half
+// of the DistributedOptimizer).
+//
+// Per iteration, as Megatron:
+//   start_iteration(m)         zero the gradients; arm the grad-ready counting for m micro-batches;
+//                              with --overlap-param-gather launch the all-gather of the first bucket
+//                              the forward needs
+//   on_params_needed(ids)      forward pre-hook (--overlap-param-gather): wait for the all-gather of
+//                              the bucket holding these parameters and prefetch the next one
+//   on_grads_ready(ids)        backward hook (--overlap-grad-reduce): a bucket whose parameters are
+//                              all complete for the last micro-batch starts its reduction at once
+//   finish_grad_sync()         launch the buckets not yet launched, wait for every one
+//   [optimizer step on the owned ranges]
+//   after_optimizer_step()     distributed optimizer: all-gather the updated shards (blocking), or,
+//                              with --overlap-param-gather, leave it to the next forward; each
+//                              gathered bucket refreshes its part of the --bf16 weight copy
+//   finish_param_sync()        complete every pending all-gather now (checkpoints, evaluation)
+//
+// Gradients are averaged over the data-parallel group: each bucket is scaled by 1/dp and then
+// summed, all-reduced (every rank gets the whole bucket) or, with the distributed optimizer,
+// reduce-scattered (rank r gets only its shard; the rest of its gradient buffer is left as it
+// was and is meaningless). A bucket whose size is not a multiple of dp is reduced through a padded
+// staging copy, so the collective's blocks stay equal (Megatron pads the buffer itself instead).
+//
+// All collectives go to the data-parallel communicator from the calling thread, in an order that
+// is the same on every data-parallel rank (they run the same backward and forward).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/params.h"
+#include "optim/grad_buckets.h"
+
+namespace gale {
+
+struct DataParallelConfig {
+  bool overlap_grad_reduce = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_param_gather = false;
+  int64_t bucket_size = 0;           // elements; 0 = one bucket (see chunk_bucket_size)
+  std::vector<int> separate_params;  // parameters that get a bucket of their own
+};
+
+class DataParallelSync {
+ public:
+  // `dp` is the data-parallel group (Megatron's dp-cp group). The buffer must outlive this object.
+  DataParallelSync(ParamBuffer* params, Comm dp, DataParallelConfig config);
+  ~DataParallelSync();
+  DataParallelSync(const DataParallelSync&) = delete;
+  DataParallelSync& operator=(const DataParallelSync&) = delete;
+
+  const DataParallelConfig& config() const { return config_; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  int64_t dp_size() const { return dp_size_; }
+  int64_t dp_rank() const { return dp_rank_; }
+  bool sharded() const { return config_.use_distributed_optimizer; }
+  // The parts of the buffer whose reduced gradient this rank holds and whose parameters its
+  // optimizer updates: its shard of every bucket (distributed optimizer), else the whole buffer.
+  std::vector<FlatRange> owned_ranges() const;
+
+  void start_iteration(int64_t num_microbatches);
+  void on_grads_ready(const std::vector<int>& param_ids);
+  void finish_grad_sync();
+  void after_optimizer_step();
+  void on_params_needed(const std::vector<int>& param_ids);
+  void finish_param_sync();
+
+ private:
+  struct BucketState;
+  void start_grad_reduce(size_t b);
+  void start_param_gather(size_t b);
+  void finish_param_gather(size_t b);
+
+  ParamBuffer* params_;
+  Comm dp_;
+  DataParallelConfig config_;
+  int64_t dp_size_ = 1, dp_rank_ = 0;
+  std::vector<GradBucket> buckets_;
+  std::vector<int> bucket_of_param_;  // bucket index of each parameter id
+  std::vector<BucketState> state_;
+  std::vector<int64_t> ready_count_;  // per parameter: micro-batches whose gradient is complete
+  int64_t num_microbatches_ = 1;
+};
+
+}  // namespace gale

@@ -1,0 +1,61 @@
+// Bucket planning and shard ranges.
+#include "optim/grad_buckets.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace gale {
+
+int64_t default_bucket_size(int64_t dp) { return std::max<int64_t>(40000000, 1000000 * dp); }
+
+int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chunk_index, int64_t dp,
+                          int64_t override_size) {
+  if (override_size > 0) return override_size;
+  if (!overlap_grad_reduce || pp_rank > 0 || chunk_index > 0) return 0;
+  return default_bucket_size(dp);
+}
+
+std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options) {
+  GALE_CHECK_GE(options.dp, 1);
+  std::vector<GradBucket> buckets;
+  GradBucket current;
+  current.range.end = pb.numel();
+  auto close = [&](int64_t begin) {
+    if (current.param_ids.empty()) return;
+    current.range.begin = begin;
+    current.padded_numel = (current.numel() + options.dp - 1) / options.dp * options.dp;
+    buckets.push_back(std::move(current));
+    current = GradBucket{};
+    current.range.end = begin;
+  };
+  for (int id = pb.size() - 1; id >= 0; --id) {
+    const ParamSpec& s = pb.spec(id);
+    const bool separate =
+        std::find(options.separate_params.begin(), options.separate_params.end(), id) != options.separate_params.end();
+    if (separate) close(s.offset + s.local_numel());
+    current.param_ids.push_back(id);
+    const int64_t held = current.range.end - s.offset;
+    if (separate || (options.bucket_size > 0 && held >= options.bucket_size)) close(s.offset);
+  }
+  close(0);
+  return buckets;
+}
+
+FlatRange bucket_shard(const GradBucket& bucket, int64_t dp, int64_t rank) {
+  GALE_CHECK(rank >= 0 && rank < dp) << "rank " << rank << " of " << dp;
+  const int64_t s = bucket.shard_numel(dp);
+  const int64_t lo = std::min(rank * s, bucket.numel()), hi = std::min((rank + 1) * s, bucket.numel());
+  return FlatRange{bucket.range.begin + lo, bucket.range.begin + hi};
+}
+
+std::vector<FlatRange> owned_ranges(const std::vector<GradBucket>& buckets, int64_t dp, int64_t rank) {
+  std::vector<FlatRange> out;
+  for (const GradBucket& b : buckets) {
+    FlatRange r = bucket_shard(b, dp, rank);
+    if (!r.empty()) out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace gale

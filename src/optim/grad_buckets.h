@@ -1,0 +1,70 @@
+// Gradient buckets (Megatron's param_and_grad_buffer): contiguous ranges of a model chunk's flat
+// gradient buffer, in backward order, and each data-parallel rank's shard of every bucket.
+//
+// A chunk's ParamBuffer lays its parameters out in forward order (embedding, layers, head), so
+// backward completes them roughly from the highest offset down. Buckets are therefore cut from the
+// end of the buffer: bucket 0 holds the last parameters (the head), the last bucket starts at
+// offset 0. A bucket closes at a parameter boundary once it holds at least `bucket_size` elements
+// (Megatron's rule), so no parameter straddles two buckets.
+//
+// With the distributed optimizer every bucket is split into DP equal shards of
+// ceil(numel / dp) elements (Megatron pads each bucket to a multiple of DP; Gale pads only the
+// communication staging, not the buffers): rank r owns elements [r·s, min((r+1)·s, numel)) of the
+// bucket, which may be shorter than s, or empty, for the last ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/params.h"
+
+namespace gale {
+
+// A half-open range [begin, end) of elements of a flat buffer.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  bool operator==(const FlatRange&) const = default;
+};
+
+struct GradBucket {
+  FlatRange range;             // elements of the chunk's flat parameter/gradient buffers
+  std::vector<int> param_ids;  // the parameters it holds (whole), highest offset first
+  int64_t padded_numel = 0;    // range.size() rounded up to a multiple of the DP size
+
+  int64_t numel() const { return range.size(); }
+  int64_t shard_numel(int64_t dp) const { return padded_numel / dp; }
+};
+
+// Megatron's default bucket size in elements for `dp` data-parallel ranks: max(40M, 1M·dp).
+int64_t default_bucket_size(int64_t dp);
+
+// Megatron's choice of bucket size for one model chunk (DistributedDataParallel): the default
+// size only with --overlap-grad-reduce, on the first pipeline stage and the first virtual chunk;
+// otherwise one bucket for the whole chunk (0 = unbounded). `override_size` > 0 replaces the rule
+// (tests use it to get many buckets from a tiny model).
+int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chunk_index, int64_t dp,
+                          int64_t override_size = 0);
+
+struct BucketPlanOptions {
+  int64_t bucket_size = 0;  // 0 = one bucket (unbounded)
+  int64_t dp = 1;           // data-parallel size: buckets are padded to a multiple of it
+  // Parameters that get a bucket of their own: Megatron's shared embedding with pipeline
+  // parallelism and the distributed optimizer, so that the first and last stage shard it alike.
+  std::vector<int> separate_params;
+};
+
+// The buckets of `pb`, in backward order (bucket 0 ends at pb.numel(), the last starts at 0); they
+// tile the buffer exactly. A parameter of zero elements belongs to the bucket around it.
+std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options);
+
+// Rank `rank`'s shard of `bucket` in flat-buffer offsets (possibly empty).
+FlatRange bucket_shard(const GradBucket& bucket, int64_t dp, int64_t rank);
+
+// The ranges of `pb` that rank `rank` owns with the distributed optimizer: its shard of every
+// bucket, in bucket order, empty shards left out.
+std::vector<FlatRange> owned_ranges(const std::vector<GradBucket>& buckets, int64_t dp, int64_t rank);
+
+}  // namespace gale

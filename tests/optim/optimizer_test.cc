@@ -1,0 +1,174 @@
+// The optimizer over owned ranges (the distributed optimizer's shards): ranges that cut through
+// parameters update exactly like the whole-buffer optimizer, with each parameter's weight decay;
+// state exists only for owned elements (exact allocator bytes); norms count owned elements once.
+#include "optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/allocator.h"
+#include "kernels/op_table.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+// weight [4, 5] (decayed), bias [5] (not decayed), norm [3] (not decayed): 28 elements.
+ParamBuffer make_buffer() {
+  ParamBuffer pb;
+  ParamSpec w;
+  w.name = "weight";
+  w.global_shape = {4, 5};
+  pb.add(w);
+  ParamSpec b;
+  b.name = "bias";
+  b.global_shape = {5};
+  b.weight_decay = false;
+  pb.add(b);
+  ParamSpec n;
+  n.name = "norm";
+  n.global_shape = {3};
+  n.weight_decay = false;
+  pb.add(n);
+  pb.finalize();
+  testing::fill_random(pb.flat_params().data<float>(), pb.numel(), 11);
+  return pb;
+}
+
+void set_grads(ParamBuffer& pb, int step) {
+  testing::fill_random(pb.flat_grads().data<float>(), pb.numel(), 100 + static_cast<uint64_t>(step));
+}
+
+OptimizerConfig config(const std::string& type) {
+  OptimizerConfig c;
+  c.type = type;
+  c.clip_grad = 0.0;
+  return c;
+}
+
+class ShardedOptimizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShardedOptimizer, ShardsThatCutParametersUpdateLikeTheWholeBuffer) {
+  const OpTable ops = reference_ops();
+  ParamBuffer full = make_buffer(), left = make_buffer(), right = make_buffer();
+  // Two "ranks": left owns [3, 9) and [18, 23) (cutting the weight, spanning weight -> bias), right
+  // owns the rest.
+  const std::vector<FlatRange> left_ranges = {{3, 9}, {18, 23}};
+  const std::vector<FlatRange> right_ranges = {{0, 3}, {9, 18}, {23, 28}};
+  Optimizer whole(config(GetParam()), &full, &ops, make_self_communicator("mp"));
+  Optimizer a(config(GetParam()), {OptimizedBuffer{&left, {}, left_ranges}}, &ops, make_self_communicator("mp"));
+  Optimizer b(config(GetParam()), {OptimizedBuffer{&right, {}, right_ranges}}, &ops, make_self_communicator("mp"));
+  for (int step = 0; step < 3; ++step) {
+    for (ParamBuffer* pb : {&full, &left, &right}) set_grads(*pb, step);
+    const double lr = 1e-2 * (step + 1), wd = 0.1;
+    ASSERT_TRUE(whole.step(lr, wd).applied);
+    ASSERT_TRUE(a.step(lr, wd).applied);
+    ASSERT_TRUE(b.step(lr, wd).applied);
+  }
+  const float* expect = full.flat_params().data<float>();
+  const ParamBuffer initial = make_buffer();
+  const float* init = initial.flat_params().data<float>();
+  for (const auto& [pb, owned] : {std::pair{&left, left_ranges}, std::pair{&right, right_ranges}}) {
+    const float* got = pb->flat_params().data<float>();
+    for (int64_t i = 0; i < full.numel(); ++i) {
+      bool mine = false;
+      for (const FlatRange& r : owned) mine |= r.begin <= i && i < r.end;
+      if (mine)
+        EXPECT_FLOAT_EQ(got[i], expect[i]) << "element " << i;
+      else
+        EXPECT_EQ(got[i], init[i]) << "element " << i << " is not owned and must not change";
+    }
+  }
+}
+
+TEST_P(ShardedOptimizer, StateExistsOnlyForOwnedElements) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb = make_buffer();
+  const int64_t per_element = GetParam() == "adam" ? 2 * 4 : 4;  // two moments, or the momentum
+  const int64_t before = host_allocator().current_bytes();
+  Optimizer whole(config(GetParam()), &pb, &ops, make_self_communicator("mp"));
+  const int64_t whole_bytes = host_allocator().current_bytes() - before;
+  EXPECT_EQ(whole_bytes, per_element * pb.numel());
+  EXPECT_EQ(whole.state_bytes(), whole_bytes);
+  const int64_t before_sharded = host_allocator().current_bytes();
+  Optimizer sharded(config(GetParam()), {OptimizedBuffer{&pb, {}, std::vector<FlatRange>{{3, 9}, {18, 23}}}}, &ops,
+                    make_self_communicator("mp"));
+  const int64_t sharded_bytes = host_allocator().current_bytes() - before_sharded;
+  EXPECT_EQ(sharded_bytes, per_element * 11);
+  EXPECT_EQ(sharded.state_bytes(), sharded_bytes);
+  // Segments: the pieces of parameters in the ranges, state packed in range order.
+  const auto& segs = sharded.segments();
+  ASSERT_EQ(segs.size(), 3u);
+  EXPECT_EQ(segs[0].param_id, 0);
+  EXPECT_EQ(segs[0].begin, 3);
+  EXPECT_EQ(segs[0].numel, 6);
+  EXPECT_EQ(segs[0].state_offset, 0);
+  EXPECT_EQ(segs[1].param_id, 0);
+  EXPECT_EQ(segs[1].begin, 18);
+  EXPECT_EQ(segs[1].numel, 2);
+  EXPECT_EQ(segs[1].state_offset, 6);
+  EXPECT_EQ(segs[2].param_id, 1);
+  EXPECT_EQ(segs[2].begin, 20);
+  EXPECT_EQ(segs[2].numel, 3);
+  EXPECT_EQ(segs[2].state_offset, 8);
+  // Unsharded: one segment per parameter, state at the parameter's offset.
+  ASSERT_EQ(whole.segments().size(), 3u);
+  for (const auto& s : whole.segments()) EXPECT_EQ(s.state_offset, pb.spec(s.param_id).offset);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ShardedOptimizer, ::testing::Values("adam", "sgd"));
+
+TEST(ShardedOptimizerNorm, CountsOwnedElementsOfCountingParameters) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb = make_buffer();
+  set_grads(pb, 0);
+  const float* g = pb.flat_grads().data<float>();
+  // The bias (id 1) does not count on this rank (e.g. a TP replica).
+  Optimizer opt(config("adam"), {OptimizedBuffer{&pb, {true, false, true}, std::vector<FlatRange>{{3, 9}, {18, 26}}}},
+                &ops, make_self_communicator("mp"));
+  double sq = 0.0;
+  for (int64_t i = 3; i < 9; ++i) sq += g[i] * g[i];
+  for (int64_t i = 18; i < 20; ++i) sq += g[i] * g[i];  // weight
+  for (int64_t i = 25; i < 26; ++i) sq += g[i] * g[i];  // norm; bias [20, 25) left out
+  EXPECT_NEAR(opt.grad_norm(), std::sqrt(sq), 1e-6 * std::sqrt(sq));
+}
+
+TEST(ShardedOptimizerNorm, ClippingScalesOnlyOwnedGradients) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb = make_buffer();
+  set_grads(pb, 0);
+  std::vector<float> before(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  OptimizerConfig c = config("sgd");
+  c.clip_grad = 1e-3;
+  Optimizer opt(c, {OptimizedBuffer{&pb, {}, std::vector<FlatRange>{{3, 9}}}}, &ops, make_self_communicator("mp"));
+  StepResult r = opt.step(0.0, 0.0);
+  ASSERT_TRUE(r.applied);
+  const float coeff = static_cast<float>(1e-3 / (r.grad_norm + 1e-6));
+  const float* g = pb.flat_grads().data<float>();
+  for (int64_t i = 0; i < pb.numel(); ++i)
+    EXPECT_FLOAT_EQ(g[i], (i >= 3 && i < 9) ? before[i] * coeff : before[i]) << "element " << i;
+}
+
+TEST(ShardedOptimizerNorm, AdamFoldsClippingIntoTheUpdate) {
+  const OpTable ops = reference_ops();
+  ParamBuffer clipped = make_buffer(), prescaled = make_buffer();
+  set_grads(clipped, 0);
+  OptimizerConfig c = config("adam");
+  c.clip_grad = 1e-2;
+  const std::vector<FlatRange> owned = {{3, 9}, {18, 26}};
+  Optimizer a(c, {OptimizedBuffer{&clipped, {}, owned}}, &ops, make_self_communicator("mp"));
+  Optimizer b(config("adam"), {OptimizedBuffer{&prescaled, {}, owned}}, &ops, make_self_communicator("mp"));
+  const double norm = a.grad_norm();
+  const float coeff = static_cast<float>(1e-2 / (norm + 1e-6));
+  set_grads(prescaled, 0);
+  float* g = prescaled.flat_grads().data<float>();
+  for (int64_t i = 0; i < prescaled.numel(); ++i) g[i] *= coeff;
+  ASSERT_TRUE(a.step(1e-2, 0.1).applied);
+  ASSERT_TRUE(b.step(1e-2, 0.1).applied);
+  for (int64_t i = 0; i < clipped.numel(); ++i)
+    EXPECT_EQ(clipped.flat_params().data<float>()[i], prescaled.flat_params().data<float>()[i]) << "element " << i;
+}
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,207 @@
+// Communication volume per training step: for each layout, the bytes every group's CommStats
+// counts in one (steady-state) iteration equal the analytic count of docs/parallelism.md
+// ("Communication volume per step") within 1%.
+//
+// The expected counts are computed here from the model dimensions alone (the parameter counts
+// from docs/model.md's table), independently of the engine; only the bucket plan of layouts with
+// a bucket-size override is read from the engine (the plan has its own unit tests).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "mpi_test_env.h"
+#include "testing_data.h"
+#include "train/engine.h"
+#include "train/model_setup.h"
+#include "train/trainer.h"
+
+namespace gale {
+namespace {
+
+struct Layout {
+  const char* name;
+  int world;
+  std::vector<std::string> flags;
+  int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size
+};
+
+// clang-format off
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"single", 1, {}},
+      {"dp2", 2, {}},
+      {"dp2_distopt", 2, {"--use-distributed-optimizer"}},
+      {"dp2_distopt_overlap_paramgather", 2,
+       {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
+      {"tp2", 2, {"--tensor-model-parallel-size", "2"}},
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_dp2", 4, {"--tensor-model-parallel-size", "2", "--overlap-grad-reduce"}, 30000},
+      {"tp2_dp2_sp_distopt", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"}},
+      {"dp4_distopt", 4, {"--use-distributed-optimizer"}, 30001},
+      {"tp4_sp", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+      {"tp2_dp4_distopt", 8, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce"},
+       25000},
+      {"tp4_dp2_sp", 8, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+      // Pipeline parallelism: 1F1B, interleaved, uneven stages, with TP/SP/DP and the distributed
+      // optimizer (the tied embedding in a bucket of its own).
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",
+                         "--decoder-first-pipeline-num-layers", "1", "--decoder-last-pipeline-num-layers", "1"}},
+      {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--sequence-parallel"}},
+      {"pp2_dp2_distopt", 4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}},
+      {"pp2_vpp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2",
+                                            "--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer",
+                                            "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
+      {"tp2_pp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                     "--sequence-parallel", "--use-distributed-optimizer"}},
+  };
+  return all;
+}
+
+const std::vector<std::string> kCommon = {
+    "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
+    "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--eval-iters", "0", "--log-interval", "1000", "--clip-grad", "1.0"};
+const std::vector<std::string> kGpt = {"--num-attention-heads", "8"};
+const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
+                                         "4", "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type",
+                                         "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+// clang-format on
+constexpr int64_t kVocab = 250;
+
+// Elements of one rank's model chunk (docs/model.md's table), and of its sequence-parallel
+// parameters (norms and row-parallel biases, replicated across TP).
+struct ChunkSizes {
+  int64_t numel = 0, sequence_parallel = 0;
+};
+ChunkSizes chunk_sizes(const ModelConfig& c, int64_t t, int64_t layers, bool pre, bool post) {
+  const int64_t H = c.hidden, norm = c.rms_norm ? H : 2 * H, bias = c.add_bias_linear ? 1 : 0;
+  const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * c.head_dim;
+  int64_t layer = 2 * norm;
+  layer += qkv_rows * H / t + (c.qkv_bias() ? qkv_rows / t : 0);
+  layer += H * c.heads * c.head_dim / t + bias * H;
+  layer += c.fc1_out() * H / t + bias * c.fc1_out() / t;
+  layer += H * c.ffn / t + bias * H;
+  ChunkSizes s;
+  s.numel = layers * layer;
+  s.sequence_parallel = layers * (2 * norm + 2 * bias * H);
+  if (pre) s.numel += c.vocab * H / t + (c.position == PositionEmbedding::kLearnedAbsolute ? c.max_positions * H : 0);
+  if (post) {
+    s.numel += norm + (!c.tied_embeddings || !pre ? c.vocab * H / t : 0);
+    s.sequence_parallel += norm;
+  }
+  return s;
+}
+
+// docs/parallelism.md, "Communication cost per layout": bytes per group kind for one iteration.
+std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& engine) {
+  const ModelConfig c = model_config_from_args(args);
+  const ParallelState& ps = engine.ps;
+  const int64_t e = 4, t = ps.tp_size(), p = ps.pp_size(), dp = ps.dp_size();
+  const int64_t T = args.model.seq_length * args.training.micro_batch_size, H = c.hidden;
+  const int64_t Tl = args.parallel.sequence_parallel ? T / t : T;  // a pipeline transfer is [Tl, H]
+  const int64_t m = args.training.global_batch_size / (args.training.micro_batch_size * dp);
+  const bool sp = args.parallel.sequence_parallel, distopt = args.parallel.use_distributed_optimizer;
+  std::map<Group, int64_t> bytes;
+  // Tensor parallel, per chunk: per micro-batch, per layer 4 [T, H] all-reduces (8 all-gathers /
+  // reduce-scatters with SP), the embedding and the head 1 each (2 with SP), the vocab-parallel loss
+  // 3T floats; after backward, the sequence-parallel gradients.
+  const int64_t per_layer = sp ? 8 : 4, per_end = sp ? 2 : 1;
+  int64_t tp = 0, pp = 0, embedding = 0, dp_grads = 0;
+  for (size_t k = 0; k < engine.chunks.size(); ++k) {
+    const ModelPartition& part = engine.chunks[k]->partition();
+    const bool first = part.pre_process, last = part.post_process;
+    const ChunkSizes sizes = chunk_sizes(c, t, part.num_layers, first, last);
+    EXPECT_EQ(sizes.numel, engine.chunks[k]->params().numel()) << "docs/model.md's parameter count, chunk " << k;
+    tp += m * e * T * H * (per_layer * part.num_layers + per_end * (first ? 1 : 0) + per_end * (last ? 1 : 0)) +
+          (last && t > 1 ? m * 3 * T * e : 0) + (sp ? e * sizes.sequence_parallel : 0);
+    // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
+    // receives its gradient; one that is not the first receives its input and sends its gradient.
+    pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;
+    // The tied embedding's two copies (first and last stage) sum their gradients.
+    if (p > 1 && c.tied_embeddings && (first || last)) embedding += e * c.vocab * H / t;
+    // Data parallel: the gradients (all-reduce, or reduce-scatter + all-gather of the padded buckets).
+    if (distopt) {
+      int64_t padded = 0;
+      for (const GradBucket& b : engine.dp_sync[k]->buckets()) padded += b.padded_numel;
+      if (engine.dp_sync[k]->buckets().size() == 1) EXPECT_EQ(padded, (sizes.numel + dp - 1) / dp * dp);
+      dp_grads += 2 * e * padded;
+    } else {
+      dp_grads += e * sizes.numel;
+    }
+  }
+  bytes[Group::kTensor] = tp;
+  // The loss sums (2 doubles) over DP; the distributed optimizer's share of the grad-norm all-reduce.
+  if (dp > 1) bytes[Group::kDataContext] = dp_grads + 16 + (distopt ? 8 : 0);
+  // The stages' agreement that every micro-batch loaded (one int64) and the loss broadcast (2 doubles).
+  if (p > 1) bytes[Group::kPipeline] = pp + 8 + 16;
+  if (embedding > 0) bytes[Group::kEmbedding] = embedding;
+  // Model parallel: the grad-norm all-reduce (one double).
+  if (ps.model()->size() > 1) bytes[Group::kModel] = 8;
+  return bytes;
+}
+
+class CommVolume : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
+  const auto& [name, llama] = GetParam();
+  const Layout* layout = nullptr;
+  for (const Layout& l : layouts())
+    if (name == l.name) layout = &l;
+  ASSERT_NE(layout, nullptr);
+  Comm world = test::world();
+  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  add_all_pretrain_args(parser, args);
+  std::vector<std::string> argv = {"gale"};
+  for (const auto* part : {&kCommon, llama ? &kLlama : &kGpt, &layout->flags})
+    argv.insert(argv.end(), part->begin(), part->end());
+  std::vector<char*> ptrs;
+  for (auto& a : argv) ptrs.push_back(a.data());
+  ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
+  ASSERT_TRUE(validate_all_pretrain_args(args, parser, world->size()).ok());
+  args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
+  EngineOptions options;
+  options.ddp_bucket_size = layout->bucket_size;
+  auto built = build_engine(args, world, reference_ops(), options);
+  ASSERT_TRUE(built.ok()) << built.status().to_string();
+  std::unique_ptr<Engine> engine = std::move(built).value();
+  testing::SyntheticDataset data{1000, 16, kVocab};
+  Trainer trainer(args, engine.get(), &data, nullptr, nullptr);
+  // Steady state: the second iteration (with --overlap-param-gather it carries the all-gather of
+  // the first iteration's update, as every later one does).
+  ASSERT_TRUE(trainer.train_step().ok());
+  engine->ps.reset_stats();
+  ASSERT_TRUE(trainer.train_step().ok());
+  const std::map<Group, int64_t> expected = expected_bytes(args, *engine);
+  for (int g = 0; g < kNumGroups; ++g) {
+    const Group kind = static_cast<Group>(g);
+    const Comm& comm = engine->ps.group(kind);
+    const int64_t got = comm ? comm->stats().total_bytes() : 0;
+    const int64_t want = expected.count(kind) ? expected.at(kind) : 0;
+    EXPECT_NEAR(static_cast<double>(got), static_cast<double>(want), 0.01 * static_cast<double>(want))
+        << "group " << group_name(kind) << " (rank " << world->rank() << ")";
+    if (world->rank() == 0 && want > 0)
+      std::printf("%-34s %-6s %-10s %12lld bytes counted, %12lld expected\n", name.c_str(), llama ? "llama" : "gpt",
+                  group_name(kind), static_cast<long long>(got), static_cast<long long>(want));
+  }
+}
+
+std::vector<std::string> layout_names() {
+  std::vector<std::string> names;
+  for (const Layout& l : layouts()) names.push_back(l.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
+                         ::testing::Combine(::testing::ValuesIn(layout_names()), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_llama" : "_gpt");
+                         });
+
+}  // namespace
+}  // namespace gale
