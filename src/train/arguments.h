@@ -99,6 +99,7 @@ struct ParallelArgs {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool use_tp_pp_dp_mapping = false;
+  int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
   std::string distributed_backend = "mpi";  // Megatron's default is nccl; Gale maps nccl to mpi on CPUs
   int64_t distributed_timeout_minutes = 10;
 

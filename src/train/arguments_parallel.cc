@@ -124,6 +124,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   GALE_RETURN_IF_ERROR(positive(par.context_parallel_size, "--context-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
+  if (par.ddp_bucket_size != kUnset) GALE_RETURN_IF_ERROR(positive(par.ddp_bucket_size, "--ddp-bucket-size"));
   int64_t model_parallel =
       par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)

@@ -113,7 +113,9 @@ int pretrain_main(int argc, char** argv) {
   st = registry->apply(fctx, setup);
   if (!st.ok()) run_error(st);
   print_active_features(*registry, fctx, ops);
-  StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops);
+  EngineOptions engine_options;
+  if (args.parallel.ddp_bucket_size != kUnset) engine_options.ddp_bucket_size = args.parallel.ddp_bucket_size;
+  StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
   int64_t params = 0;
