@@ -29,6 +29,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            bool forward_only, const ScheduleObserver& observer) {
   PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()));
   for (size_t c = 0; c < chunks.size(); ++c) {
+    chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
     const ModelPartition& part = chunks[c]->partition();
     GALE_CHECK_EQ(part.pre_process, p2p.first_virtual_stage(static_cast<int>(c)));
     GALE_CHECK_EQ(part.post_process, p2p.last_virtual_stage(static_cast<int>(c)));
