@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "schedule/schedules.h"
 #include "train/grad_sync.h"
+#include "train/model_setup.h"
 
 namespace gale {
 
@@ -13,7 +14,7 @@ Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* tra
                  const SampleDataset* test)
     : args_(args), engine_(engine), train_(train), valid_(valid), test_(test) {
   const TrainingArgs& t = args_.training;
-  train_iters_ = t.train_iters != kUnset ? t.train_iters : t.train_samples / t.global_batch_size;
+  train_iters_ = train_iters_from_args(args_);
   num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
 }
 

@@ -13,7 +13,7 @@
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
-#include "testing_data.h"
+#include "testing_run.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/grad_sync.h"
@@ -25,46 +25,16 @@ namespace {
 
 constexpr int64_t kVocab = 250;  // padded to 256 at TP 1 and 2
 
-struct TrainingRun {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Trainer> trainer;
-  testing::SyntheticDataset data{1000, 16, kVocab};
-
-  TrainingRun(const Comm& world, const std::vector<std::string>& flags, int64_t bucket_size = 0) {
-    add_all_pretrain_args(parser, args);
-    // clang-format off
-    std::vector<std::string> argv = {
-        "gale", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
-        "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "6",
-        "--lr", "5e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
-        "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
-        "--eval-iters", "0", "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"};
-    // clang-format on
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    std::vector<char*> ptrs;
-    for (auto& a : argv) ptrs.push_back(a.data());
-    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
-    args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
-    EngineOptions options;
-    options.ddp_bucket_size = bucket_size;
-    auto e = build_engine(args, world, reference_ops(), options);
-    GALE_CHECK_OK(e.status());
-    engine = std::move(e).value();
-    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
-  }
-  std::vector<double> steps(int n) {
-    std::vector<double> losses;
-    for (int i = 0; i < n; ++i) {
-      auto r = trainer->train_step();
-      GALE_CHECK_OK(r.status());
-      ++trainer->state().iteration;
-      losses.push_back(r->loss_sum / r->tokens);
-    }
-    return losses;
-  }
+struct TrainingRun : testing::TestRun {
+  TrainingRun(const Comm& world, const std::vector<std::string>& flags, int64_t bucket_size = 0)
+      : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
+                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
+                                "--global-batch-size", "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters",
+                                "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by",
+                                "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
+                                "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"},
+                               flags}),
+                world, kVocab, EngineOptions{bucket_size}) {}
   Status save() { return save_checkpoint(args, *engine, trainer->state()); }
   Status load() {
     bool loaded = false;
@@ -123,7 +93,7 @@ TEST(DistributedOptimizer, OverlappedParamGatherChangesNoBit) {
     flags.push_back("--overlap-param-gather");
     TrainingRun in_forward(world, flags, 20000);
     ASSERT_GT(in_forward.engine->dp_sync[0]->buckets().size(), 2u);
-    const std::vector<double> a = at_step.steps(4), b = in_forward.steps(4);
+    const std::vector<double> a = at_step.train(4), b = in_forward.train(4);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]) << (bf16 ? "--bf16, " : "") << "iteration " << i + 1;
   }
 }
@@ -155,7 +125,7 @@ TEST(DistributedOptimizer, CheckpointsReshardAcrossLayouts) {
 
   // The uninterrupted single-process run.
   TrainingRun reference(make_self_communicator("world"), {});
-  const std::vector<double> expected = reference.steps(6);
+  const std::vector<double> expected = reference.train(6);
 
   // Two DP2 groups: ranks {0, 1} save with the distributed optimizer, ranks {2, 3} without; each
   // also trains on uninterrupted for the bit-for-bit check at its own layout.
@@ -167,9 +137,9 @@ TEST(DistributedOptimizer, CheckpointsReshardAcrossLayouts) {
   std::vector<double> pair_uninterrupted;
   {
     TrainingRun first(pair, pair_flags);
-    expect_losses(first.steps(3), expected, 0, "DP2 before saving");
+    expect_losses(first.train(3), expected, 0, "DP2 before saving");
     ASSERT_TRUE(first.save().ok());
-    pair_uninterrupted = first.steps(3);
+    pair_uninterrupted = first.train(3);
   }
   world->barrier();
 
@@ -181,7 +151,7 @@ TEST(DistributedOptimizer, CheckpointsReshardAcrossLayouts) {
     EXPECT_TRUE(st.ok()) << what << ": " << st.to_string();
     if (!st.ok()) return std::vector<double>{};
     EXPECT_EQ(r.trainer->state().iteration, 3) << what;
-    std::vector<double> losses = r.steps(3);
+    std::vector<double> losses = r.train(3);
     expect_losses(losses, expected, 3, what);
     return losses;
   };
@@ -215,7 +185,7 @@ TEST(DistributedOptimizer, CheckpointsReshardAcrossLayouts) {
     TrainingRun fresh(world, {"--use-distributed-optimizer", "--load", distopt_dir});
     ASSERT_TRUE(fresh.load().ok());
     for (auto& [name, t] : fresh.engine->optimizer->state(0)) t.zero();
-    std::vector<double> losses = fresh.steps(3);
+    std::vector<double> losses = fresh.train(3);
     double worst = 0.0;
     for (int i = 0; i < 3; ++i) worst = std::max(worst, std::fabs(losses[i] - expected[3 + i]) / expected[3 + i]);
     EXPECT_GT(worst, 1e-4) << "losses after a resume without optimizer state should differ";

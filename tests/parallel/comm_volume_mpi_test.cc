@@ -11,7 +11,7 @@
 #include <map>
 
 #include "mpi_test_env.h"
-#include "testing_data.h"
+#include "testing_run.h"
 #include "train/engine.h"
 #include "train/model_setup.h"
 #include "train/trainer.h"
@@ -65,12 +65,10 @@ const std::vector<std::string> kCommon = {
     "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
     "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3", "--mock-data",
     "--make-vocab-size-divisible-by", "64", "--eval-iters", "0", "--log-interval", "1000", "--clip-grad", "1.0"};
-const std::vector<std::string> kGpt = {"--num-attention-heads", "8"};
-const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
-                                         "4", "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type",
-                                         "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+const std::vector<std::string>& kGpt = testing::kTinyGpt;
+const std::vector<std::string>& kLlama = testing::kTinyLlama;
 // clang-format on
-constexpr int64_t kVocab = 250;
+constexpr int64_t kVocab = testing::kTinyVocab;
 
 // Elements of one rank's model chunk (docs/model.md's table), and of its sequence-parallel
 // parameters (norms and row-parallel biases, replicated across TP).
@@ -154,24 +152,11 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   ASSERT_NE(layout, nullptr);
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  add_all_pretrain_args(parser, args);
-  std::vector<std::string> argv = {"gale"};
-  for (const auto* part : {&kCommon, llama ? &kLlama : &kGpt, &layout->flags})
-    argv.insert(argv.end(), part->begin(), part->end());
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
-  ASSERT_TRUE(validate_all_pretrain_args(args, parser, world->size()).ok());
-  args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
-  EngineOptions options;
-  options.ddp_bucket_size = layout->bucket_size;
-  auto built = build_engine(args, world, reference_ops(), options);
-  ASSERT_TRUE(built.ok()) << built.status().to_string();
-  std::unique_ptr<Engine> engine = std::move(built).value();
-  testing::SyntheticDataset data{1000, 16, kVocab};
-  Trainer trainer(args, engine.get(), &data, nullptr, nullptr);
+  testing::TestRun run(testing::join({kCommon, llama ? kLlama : kGpt, layout->flags}), world, kVocab,
+                       EngineOptions{layout->bucket_size});
+  const Arguments& args = run.args;
+  Engine* engine = run.engine.get();
+  Trainer& trainer = *run.trainer;
   // Steady state: the second iteration (with --overlap-param-gather it carries the all-gather of
   // the first iteration's update, as every later one does).
   ASSERT_TRUE(trainer.train_step().ok());

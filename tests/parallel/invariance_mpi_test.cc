@@ -15,7 +15,7 @@
 #include <map>
 
 #include "mpi_test_env.h"
-#include "testing_data.h"
+#include "testing_run.h"
 #include "train/engine.h"
 #include "train/grad_sync.h"
 #include "train/trainer.h"
@@ -94,46 +94,16 @@ const std::vector<std::string> kCommon = {
     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
     "--clip-grad", "0.5"};
 
-const std::vector<std::string> kGpt = {"--num-attention-heads", "8"};
-const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
-                                         "4", "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type",
-                                         "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
-constexpr int64_t kVocab = 250;  // padded to 256 at every TP size up to 4
+const std::vector<std::string>& kGpt = testing::kTinyGpt;
+const std::vector<std::string>& kLlama = testing::kTinyLlama;
+constexpr int64_t kVocab = testing::kTinyVocab;
 
-struct LayoutRun {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Trainer> trainer;
-  testing::SyntheticDataset data{1000, 16, kVocab};
-  std::vector<double> losses, grad_norms;
-
+// One layout's run of the model: the common flags, the model's, then the layout's.
+struct LayoutRun : testing::TestRun {
   LayoutRun(const std::vector<std::string>& model, const std::vector<std::string>& layout, const Comm& world,
-            int64_t bucket_size = 0) {
-    add_all_pretrain_args(parser, args);
-    std::vector<std::string> argv = {"gale"};
-    for (const auto* part : {&kCommon, &model, &layout}) argv.insert(argv.end(), part->begin(), part->end());
-    std::vector<char*> ptrs;
-    for (auto& a : argv) ptrs.push_back(a.data());
-    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
-    args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
+            int64_t bucket_size = 0)
+      : TestRun(testing::join({kCommon, model, layout}), world, kVocab, EngineOptions{bucket_size}) {
     GALE_CHECK_EQ(args.model.padded_vocab_size, 256);
-    EngineOptions options;
-    options.ddp_bucket_size = bucket_size;
-    auto e = build_engine(args, world, reference_ops(), options);
-    GALE_CHECK_OK(e.status());
-    engine = std::move(e).value();
-    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
-  }
-  void train() {
-    for (int i = 0; i < 5; ++i) {
-      auto r = trainer->train_step();
-      GALE_CHECK_OK(r.status());
-      ++trainer->state().iteration;
-      losses.push_back(r->loss_sum / r->tokens);
-      grad_norms.push_back(r->step.grad_norm);
-    }
   }
 };
 
@@ -148,7 +118,7 @@ const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& 
   auto& run = runs[{llama, same_model}];
   if (!run) {
     run = std::make_unique<LayoutRun>(llama ? kLlama : kGpt, same_model, make_self_communicator("world"));
-    run->train();
+    run->train(5);
   }
   return *run;
 }
@@ -185,7 +155,7 @@ TEST_P(Invariance, MatchesSingleProcess) {
   const auto& model = llama ? kLlama : kGpt;
   const LayoutRun& reference = single_process_run(llama, layout->flags);
   LayoutRun run(model, layout->flags, world, layout->bucket_size);
-  run.train();
+  run.train(5);
   finish_param_sync(*run.engine);  // --overlap-param-gather leaves the last all-gather to the next forward
   for (int i = 0; i < 5; ++i) {
     EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;

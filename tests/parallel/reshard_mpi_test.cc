@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "mpi_test_env.h"
-#include "testing_data.h"
+#include "testing_run.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/trainer.h"
@@ -17,7 +17,7 @@
 namespace gale {
 namespace {
 
-constexpr int64_t kVocab = 250;  // padded to 256 at TP 1 and 2
+constexpr int64_t kVocab = testing::kTinyVocab;
 
 const std::vector<std::string> kCommon = {
     "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
@@ -25,42 +25,12 @@ const std::vector<std::string> kCommon = {
     "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
     "--clip-grad", "0.5"};
-const std::vector<std::string> kGpt = {"--num-attention-heads", "8"};
-const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
-                                         "4", "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type",
-                                         "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+const std::vector<std::string>& kGpt = testing::kTinyGpt;
+const std::vector<std::string>& kLlama = testing::kTinyLlama;
 
-struct TrainingRun {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Trainer> trainer;
-  testing::SyntheticDataset data{1000, 16, kVocab};
-  std::vector<double> losses, grad_norms;
-
-  TrainingRun(const std::vector<std::string>& model, const std::vector<std::string>& flags, const Comm& world) {
-    add_all_pretrain_args(parser, args);
-    std::vector<std::string> argv = {"gale"};
-    for (const auto* part : {&kCommon, &model, &flags}) argv.insert(argv.end(), part->begin(), part->end());
-    std::vector<char*> ptrs;
-    for (auto& a : argv) ptrs.push_back(a.data());
-    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
-    args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
-    auto e = build_engine(args, world, reference_ops());
-    GALE_CHECK_OK(e.status());
-    engine = std::move(e).value();
-    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
-  }
-  void train(int iterations) {
-    for (int i = 0; i < iterations; ++i) {
-      auto r = trainer->train_step();
-      GALE_CHECK_OK(r.status());
-      ++trainer->state().iteration;
-      losses.push_back(r->loss_sum / r->tokens);
-      grad_norms.push_back(r->step.grad_norm);
-    }
-  }
+struct TrainingRun : testing::TestRun {
+  TrainingRun(const std::vector<std::string>& model, const std::vector<std::string>& flags, const Comm& world)
+      : TestRun(testing::join({kCommon, model, flags}), world, kVocab) {}
 };
 
 // A directory every rank agrees on (rank 0's pid), removed by rank 0 at the end.

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "testing_data.h"
+#include "testing_run.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/model_setup.h"
@@ -13,45 +13,17 @@
 namespace gale {
 namespace {
 
-using testing::SyntheticDataset;
-
-struct TrainingRun {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Trainer> trainer;
-  SyntheticDataset data{1000, 16, 60};
-
-  explicit TrainingRun(std::vector<std::string> extra) {
-    add_all_pretrain_args(parser, args);
-    std::vector<std::string> argv = {"gale", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
-                                     "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
-                                     "--global-batch-size", "4", "--train-iters", "6", "--lr", "3e-3",
-                                     "--lr-warmup-iters", "2", "--lr-decay-style", "cosine", "--mock-data",
-                                     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
-                                     "--log-interval", "1000"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    std::vector<char*> ptrs;
-    for (auto& a : argv) ptrs.push_back(a.data());
-    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, 1));
-    args.model.padded_vocab_size = 64;
-    auto e = build_engine(args, make_self_communicator("world"), reference_ops());
-    GALE_CHECK_OK(e.status());
-    engine = std::move(e).value();
-    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
-  }
-  GPTModel& model() { return *engine->chunks[0]; }
-  std::vector<double> steps(int n) {
-    std::vector<double> losses;
-    for (int i = 0; i < n; ++i) {
-      auto r = trainer->train_step();
-      GALE_CHECK(r.ok()) << r.status().to_string();
-      ++trainer->state().iteration;
-      losses.push_back(r->loss_sum / r->tokens);
-    }
-    return losses;
-  }
+// A small run with dropout on, saving and loading through the trainer's checkpoint functions.
+struct TrainingRun : testing::TestRun {
+  explicit TrainingRun(const std::vector<std::string>& extra)
+      : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
+                                "--global-batch-size", "4", "--train-iters", "6", "--lr", "3e-3", "--lr-warmup-iters",
+                                "2", "--lr-decay-style", "cosine", "--mock-data", "--hidden-dropout", "0.1",
+                                "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
+                                "--make-vocab-size-divisible-by", "64"},
+                               extra}),
+                make_self_communicator("world"), 60) {}
   Status save() { return save_checkpoint(args, *engine, trainer->state()); }
   Status load(bool* loaded) { return load_checkpoint(args, *engine, trainer->state(), loaded); }
 };
@@ -65,10 +37,10 @@ std::string temp_dir(const std::string& name) {
 TEST(Resume, ContinuesBitForBit) {
   const std::string dir = temp_dir("exact");
   TrainingRun whole({});
-  std::vector<double> expected = whole.steps(6);
+  std::vector<double> expected = whole.train(6);
 
   TrainingRun first({"--save", dir, "--save-interval", "3"});
-  std::vector<double> a = first.steps(3);
+  std::vector<double> a = first.train(3);
   ASSERT_TRUE(first.save().ok());
   EXPECT_TRUE(std::filesystem::exists(dir + "/iter_0000003/metadata.json"));
   std::ifstream tracker(dir + "/latest_checkpointed_iteration.txt");
@@ -82,7 +54,7 @@ TEST(Resume, ContinuesBitForBit) {
   ASSERT_TRUE(loaded);
   EXPECT_EQ(second.trainer->state().iteration, 3);
   EXPECT_EQ(second.trainer->state().consumed_train_samples, 12);
-  std::vector<double> b = second.steps(3);
+  std::vector<double> b = second.train(3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i], expected[i]) << i;
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
   const ParamBuffer& p1 = whole.model().params();
@@ -95,7 +67,7 @@ TEST(Resume, ContinuesBitForBit) {
 TEST(Resume, FinetuneLoadsWeightsOnly) {
   const std::string dir = temp_dir("finetune");
   TrainingRun first({"--save", dir, "--save-interval", "3"});
-  first.steps(2);
+  first.train(2);
   ASSERT_TRUE(first.save().ok());
   TrainingRun second({"--load", dir, "--finetune"});
   bool loaded = false;

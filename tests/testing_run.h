@@ -1,0 +1,81 @@
+// A training run for tests, built from `gale pretrain` flags the way the CLI builds it: parsed and
+// validated arguments, the engine on a given world, and a trainer reading synthetic samples.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "testing_data.h"
+#include "train/engine.h"
+#include "train/trainer.h"
+
+namespace gale::testing {
+
+// The flag lists of a test, concatenated.
+inline std::vector<std::string> join(std::initializer_list<std::vector<std::string>> parts) {
+  std::vector<std::string> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// The two tiny model shapes of the multi-rank tests (8 heads so that TP up to 4 divides them):
+// GPT (LayerNorm, GeLU, learned positions, biases, tied embeddings) and LLaMA-style (GQA with 4
+// groups, RMSNorm, SwiGLU, RoPE, no biases, untied output layer).
+inline const std::vector<std::string> kTinyGpt = {"--num-attention-heads", "8"};
+inline const std::vector<std::string> kTinyLlama = {
+    "--num-attention-heads", "8", "--group-query-attention", "--num-query-groups", "4", "--normalization", "RMSNorm",
+    "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+// Their token ids: 250, padded to 256 at TP 1, 2 and 4 with --make-vocab-size-divisible-by 64.
+constexpr int64_t kTinyVocab = 250;
+
+class TestRun {
+ public:
+  // `flags` are pretrain flags (no program name); samples come from SyntheticDataset over `vocab`
+  // token ids, and the vocabulary is padded as the flags say (--make-vocab-size-divisible-by x TP).
+  TestRun(const std::vector<std::string>& flags, const Comm& world, int64_t vocab, EngineOptions options = {},
+          const OpTable& ops = reference_ops()) {
+    add_all_pretrain_args(parser, args);
+    std::vector<std::string> argv = {"gale"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::vector<char*> ptrs;
+    for (auto& a : argv) ptrs.push_back(a.data());
+    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
+    args.model.padded_vocab_size = pad_vocab_size(vocab, args.model.make_vocab_size_divisible_by,
+                                                  args.parallel.tensor_model_parallel_size);
+    data = std::make_unique<SyntheticDataset>(100000, args.model.seq_length, vocab);
+    auto built = build_engine(args, world, ops, options);
+    GALE_CHECK_OK(built.status());
+    engine = std::move(built).value();
+    trainer = std::make_unique<Trainer>(args, engine.get(), data.get(), nullptr, nullptr);
+  }
+  TestRun(const TestRun&) = delete;
+  TestRun& operator=(const TestRun&) = delete;
+
+  // Runs `n` iterations; returns their logged losses (also appended to `losses`, and the gradient
+  // norms to `grad_norms`).
+  std::vector<double> train(int n) {
+    std::vector<double> out;
+    for (int i = 0; i < n; ++i) {
+      auto r = trainer->train_step();
+      GALE_CHECK_OK(r.status());
+      ++trainer->state().iteration;
+      out.push_back(r->loss_sum / r->tokens);
+      losses.push_back(out.back());
+      grad_norms.push_back(r->step.grad_norm);
+    }
+    return out;
+  }
+  GPTModel& model(size_t chunk = 0) { return *engine->chunks.at(chunk); }
+
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  std::unique_ptr<SyntheticDataset> data;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Trainer> trainer;
+  std::vector<double> losses, grad_norms;
+};
+
+}  // namespace gale::testing
