@@ -22,7 +22,7 @@ StatusOr<nlohmann::json> read_json_file(const std::string& path) {
   ss << in.rdbuf();
   try {
     return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     return DataLoss(path, ": not valid JSON (truncated?): ", e.what());
   }
 }
@@ -133,7 +133,7 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
     nlohmann::json pieces;
     try {
       pieces = nlohmann::json::parse(pieces_it->second);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       return DataLoss(path, ": gale.pieces is not valid JSON: ", e.what());
     }
     if (!pieces.is_object() || pieces.size() != f.entries().size())

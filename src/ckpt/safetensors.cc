@@ -88,7 +88,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   json header;
   try {
     header = json::parse(text, text + n);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     return DataLoss(path, ": header is not valid JSON (not a safetensors file?): ", e.what());
   }
   if (!header.is_object()) return DataLoss(path, ": header is not a JSON object");

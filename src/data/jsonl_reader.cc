@@ -101,6 +101,12 @@ Status parse_jsonl_texts(std::string_view line, const std::vector<std::string>& 
     if (close != std::string::npos) what = what.substr(close + 2);
     if (what.size() > 200) what = what.substr(0, 200) + "...";
     return InvalidArgument("malformed JSON at byte ", e.byte, ": ", what);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number out of range: 1e99999
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    if (close != std::string::npos) what = what.substr(close + 2);
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    return InvalidArgument("malformed JSON: ", what);
   }
   if (!j.is_object()) return InvalidArgument("expected a JSON object, found ", j.type_name());
   for (size_t k = 0; k < keys.size(); ++k) {

@@ -101,6 +101,10 @@ class PreprocessErrors : public ::testing::Test {
 TEST_F(PreprocessErrors, MalformedJsonNamesFileAndLine) {
   expect_fails_with(run("{\"text\": \"ok\"}\n{\"text\": \"broken\n{\"text\": \"ok\"}\n"), "in.jsonl:2: malformed JSON");
 }
+TEST_F(PreprocessErrors, NumberOutOfRangeIsMalformedNotACrash) {
+  // Found by fuzz_jsonl: nlohmann throws out_of_range (not parse_error) for 1e99999.
+  expect_fails_with(run("{\"text\": \"ok\"}\n{\"text\": \"a\", \"n\": 100e91111}\n"), "in.jsonl:2: malformed JSON");
+}
 TEST_F(PreprocessErrors, MissingKey) {
   expect_fails_with(run("{\"text\": \"a\"}\n{\"body\": \"b\"}\n"), "in.jsonl:2: missing key 'text'");
 }
