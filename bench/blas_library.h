@@ -78,7 +78,8 @@ inline void* dlopen_private_copy(const std::string& path, const std::string& tag
   std::error_code ec;
   fs::path dir = fs::temp_directory_path(ec);
   if (ec) dir = "/tmp";
-  fs::path copy = dir / ("gale_bench_" + std::to_string(getpid()) + "_" + tag + "_" + fs::path(path).filename().string());
+  fs::path copy =
+      dir / ("gale_bench_" + std::to_string(getpid()) + "_" + tag + "_" + fs::path(path).filename().string());
   fs::copy_file(path, copy, fs::copy_options::overwrite_existing, ec);
   if (ec) {
     *error = "cannot copy " + path + " to " + copy.string() + ": " + ec.message();
@@ -115,7 +116,10 @@ inline BlasLibrary load_blas(const std::string& name, const std::string& path, B
     setenv("OPENBLAS_CORETYPE", openblas_coretype.c_str(), 1);
     lib.handle = detail::dlopen_private_copy(path, name, &lib.error);
   }
-  if (old) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1); else unsetenv("OPENBLAS_CORETYPE");
+  if (old)
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
   if (!lib.handle) return lib;
 
   detail::bind(lib.handle, "cblas_sgemm", lib.sgemm);

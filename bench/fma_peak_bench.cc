@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "fma_peak.h"
 #include "core/threads.h"
+#include "fma_peak.h"
 
 namespace {
 

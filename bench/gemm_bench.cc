@@ -22,7 +22,9 @@
 // primitive). mix/<backend>/fc1+gelu: the fc1 forward GEMM alternating with a GELU over its output
 // on Gale's OpenMP threads, as in training; counters gemm_ms, gelu_ms (each alone), mixed_ms and
 // slowdown = mixed / (gemm + gelu) show what a second thread pool costs.
-// At the end a summary gives each backend's total GEMM time for one training step of each model.
+// At the end a summary gives each backend's total GEMM time for one training step of each model
+// (from the best repetition of each row with --benchmark_repetitions=N). bench/gemm_report.py
+// turns the JSON output into the tables of docs/gemm.md.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -134,7 +136,8 @@ double check_against_naive(const SgemmFn& fn) {
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
           double s = 0;
-          for (int64_t k = 0; k < K; ++k) s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+          for (int64_t k = 0; k < K; ++k)
+            s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
           ref[i * N + j] = 0.5 * s + C[i * N + j];
           scale = std::max(scale, std::abs(ref[i * N + j]));
         }
@@ -167,11 +170,13 @@ std::vector<SgemmBackend> load_sgemm_backends(const Options& opt) {
     std::string coretype;
   };
   const std::string lib = "/usr/lib/x86_64-linux-gnu/";
-  std::vector<Candidate> candidates = {{"openblas-pthread", lib + "openblas-pthread/libopenblas.so.0", BlasKind::kOpenBlas, ""}};
+  std::vector<Candidate> candidates = {
+      {"openblas-pthread", lib + "openblas-pthread/libopenblas.so.0", BlasKind::kOpenBlas, ""}};
   for (const auto& core : opt.openblas_coretypes) {
     std::string lower = core;
     for (auto& ch : lower) ch = static_cast<char>(std::tolower(ch));
-    candidates.push_back({"openblas-pthread-" + lower, lib + "openblas-pthread/libopenblas.so.0", BlasKind::kOpenBlas, core});
+    candidates.push_back(
+        {"openblas-pthread-" + lower, lib + "openblas-pthread/libopenblas.so.0", BlasKind::kOpenBlas, core});
   }
   candidates.push_back({"openblas-openmp", lib + "openblas-openmp/libopenblas.so.0", BlasKind::kOpenBlas, ""});
   candidates.push_back({"blis-openmp", lib + "blis-openmp/libblis.so.4", BlasKind::kBlis, ""});
@@ -313,7 +318,8 @@ void BM_Matmul(benchmark::State& state, std::string backend, GemmShape g, bool b
     b_ptr = Bh.get();
   }
   dnnl::memory a_mem(a_md, eng, a_ptr), b_mem(b_md, eng, b_ptr), c_mem(c_md, eng, C.get());
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   IterationTimer timer(state);
   for (auto _ : state) {
     timer.start();
@@ -338,30 +344,39 @@ void BM_Mix(benchmark::State& state, const SgemmBackend* backend) {
   GemmShape g = gale::bench::linear_gemms("gpt.fc1", 1024, 768, 3072)[0];
   auto A = random_buffer(g.a_elems(), 11), B = random_buffer(g.b_elems(), 12), C = random_buffer(g.c_elems(), 13);
   auto gemm = [&] {
-    backend->sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, 0.02f, A.get(), g.lda(), B.get(), g.ldb(), 0.0f, C.get(), g.ldc());
+    backend->sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, 0.02f, A.get(), g.lda(), B.get(), g.ldb(), 0.0f, C.get(),
+                   g.ldc());
   };
   auto gelu = [&] { gelu_inplace(C.get(), g.c_elems()); };
-  auto time_ms = [](const std::function<void()>& fn, int reps) {
-    fn();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) fn();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  // Each iteration times three phases of 3 repeats each: GEMMs back to back, GELUs back to back,
+  // and GEMM + GELU alternating as in training, so that noise from other processes hits all three.
+  const int repeats = 3;
+  double gemm_s = 0, gelu_s = 0, mixed_s = 0;
+  auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  double gemm_ms = time_ms(gemm, 20);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  double gelu_ms = time_ms(gelu, 20);
-  IterationTimer timer(state);
   for (auto _ : state) {
-    timer.start();
-    gemm();
-    gelu();
-    timer.stop();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) gemm();
+    gemm_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) gelu();
+    gelu_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) {
+      gemm();
+      gelu();
+    }
+    double m = seconds_since(t0);
+    mixed_s += m;
+    state.SetIterationTime(m / repeats);
   }
-  double mixed_ms = timer.total_seconds() * 1e3 / static_cast<double>(state.iterations());
-  state.counters["gemm_ms"] = gemm_ms;
-  state.counters["gelu_ms"] = gelu_ms;
-  state.counters["mixed_ms"] = mixed_ms;
-  state.counters["slowdown"] = mixed_ms / (gemm_ms + gelu_ms);
+  double n = static_cast<double>(state.iterations()) * repeats;
+  state.counters["gemm_ms"] = gemm_s * 1e3 / n;
+  state.counters["gelu_ms"] = gelu_s * 1e3 / n;
+  state.counters["mixed_ms"] = mixed_s * 1e3 / n;
+  state.counters["slowdown"] = mixed_s / (gemm_s + gelu_s);
+  state.counters["GFLOP/s"] = g.flops() * n / mixed_s * 1e-9;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -402,11 +417,11 @@ class CapturingReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& r : runs) {
       auto it = r.counters.find("GFLOP/s");
-      if (r.error_occurred || it == r.counters.end()) continue;
-      std::string name = r.benchmark_name();
+      if (r.error_occurred || r.run_type != Run::RT_Iteration || it == r.counters.end()) continue;
+      std::string name = r.run_name.function_name;
       auto pos = name.rfind("/manual_time");
       if (pos != std::string::npos) name.resize(pos);
-      gflops[name] = it->second.value;
+      gflops[name] = std::max(gflops[name], it->second.value);  // best of the repetitions
     }
     inner_->ReportRuns(runs);
   }
@@ -421,7 +436,8 @@ class CapturingReporter : public benchmark::BenchmarkReporter {
 // Total GEMM time of one training step per model and backend, from the rows measured (attention
 // takes the best of the modes measured). Printed only for complete sets of rows.
 void print_step_summary(const std::map<std::string, double>& gflops, const std::vector<std::string>& backends) {
-  std::fprintf(stderr, "\nGEMM time of one training step (1024 tokens; sum over its GEMMs of FLOPs / measured rate):\n");
+  std::fprintf(stderr,
+               "\nGEMM time of one training step (1024 tokens; sum over its GEMMs of FLOPs / measured rate):\n");
   std::fprintf(stderr, "  %-28s %16s %16s\n", "backend", "gpt ms (GF/s)", "llama ms (GF/s)");
   for (const auto& b : backends) {
     std::string cells;

@@ -38,7 +38,7 @@ struct GemmShape {
 
 struct ModelGemmConfig {
   std::string name = "gpt";  // or "llama"
-  int64_t tokens = 1024;   // micro-batch × sequence
+  int64_t tokens = 1024;     // micro-batch × sequence
   int64_t hidden = 768;
   int64_t qkv_out = 2304;  // (NH + 2·KV)·HD
   int64_t fc1_out = 3072;  // F, or 2F with SwiGLU

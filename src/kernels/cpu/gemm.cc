@@ -58,8 +58,10 @@ std::string env_or_empty(const char* name) {
 }
 
 // Shared libraries whose file name starts with one of these run a thread pool of their own.
-constexpr const char* kForeignPoolPrefixes[] = {"libiomp5", "libomp.", "libopenblas", "libblis", "libmkl_intel_thread",
-                                                "libmkl_gnu_thread", "libmkl_tbb_thread", "libtbb."};
+constexpr const char* kForeignPoolPrefixes[] = {
+    "libiomp5", "libomp.",                                                 // other OpenMP runtimes
+    "libopenblas", "libblis",                                              // threaded BLAS
+    "libmkl_intel_thread", "libmkl_gnu_thread", "libmkl_tbb_thread", "libtbb."};
 
 int collect_foreign_pool(dl_phdr_info* info, size_t, void* data) {
   auto* out = static_cast<std::vector<std::string>*>(data);
@@ -115,8 +117,8 @@ std::vector<std::string> gemm_environment_warnings(const GemmEnvironment& env) {
                           " kernels on a CPU with AVX2 and FMA, a fraction of the FP32 peak (", cause, ")"));
   }
   int used = env.threads * env.local_processes;
-  std::string threads_from = env.omp_num_threads_env.empty() ? std::string("")
-                                                             : str_cat(" (OMP_NUM_THREADS=", env.omp_num_threads_env, ")");
+  std::string threads_from =
+      env.omp_num_threads_env.empty() ? std::string("") : str_cat(" (OMP_NUM_THREADS=", env.omp_num_threads_env, ")");
   if (2 * used <= env.cores) {
     out.push_back(str_cat("GEMM: ", env.local_processes, " process(es) x ", env.threads, " OpenMP thread(s)",
                           threads_from, " use ", used, " of the ", env.cores,
