@@ -108,7 +108,9 @@ def main(paths):
         cells = []
         for a in ATTENTION:
             for mode in ("heads-seq", "heads-omp"):
-                r = rows.get(f"gemm/{b}/{a}/{mode}") or (rows.get(f"gemm/{b}/{a}/batched") if mode == "heads-seq" else None)
+                r = rows.get(f"gemm/{b}/{a}/{mode}")
+                if r is None and mode == "heads-seq":
+                    r = rows.get(f"gemm/{b}/{a}/batched")
                 cells.append(f"{r['gflops']:.0f}" if r else "-")
         print(f"| {b} | " + " | ".join(cells) + " |")
     print()

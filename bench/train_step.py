@@ -209,13 +209,31 @@ def measure_fma_peak(bench_dir, threads):
     data, _ = run_bench_json(path, [f"--benchmark_filter=/threads:{threads}$", "--benchmark_repetitions=3"])
     best = {}
     for b in data["benchmarks"]:
-        if "GFLOP/s" in b and not b.get("error_occurred"):
+        if "GFLOP/s" in b and not b.get("error_occurred") and b.get("run_type", "iteration") == "iteration":
             isa = b["name"].split("/")[1]
             best[isa] = max(best.get(isa, 0.0), b["GFLOP/s"])
     if not best:
         raise RuntimeError(f"{path} reported no GFLOP/s for {threads} threads")
     isa = "avx512" if "avx512" in best else max(best, key=best.get)
     return best[isa], isa
+
+
+def parse_step_summary(text, backend):
+    """{model: {"ms", "gflops"}} from the summary gemm_bench prints last on stderr:
+    "  onednn                           2594 (  304)     4710 (  155)", "-" for a model not measured."""
+    step = {}
+    in_summary = False
+    for line in text.splitlines():
+        if line.startswith("GEMM time of one training step"):
+            in_summary = True
+        cell = r"(\S+ \(\s*\S+\)|-)"
+        m = re.match(rf"^\s+{re.escape(backend)}\s+{cell}\s+{cell}\s*$", line) if in_summary else None
+        if m:
+            for name, value in zip(["gpt", "llama"], m.groups()):
+                v = re.match(r"(\S+) \(\s*(\S+)\)", value)
+                if v:
+                    step[name] = {"ms": float(v.group(1)), "gflops": float(v.group(2))}
+    return step
 
 
 def measure_sgemm(bench_dir, threads, configs):
@@ -227,15 +245,9 @@ def measure_sgemm(bench_dir, threads, configs):
                                       f"--benchmark_filter=^gemm/onednn/(({names})|proj/|output/|attn\\.)"])
     rates = {}
     for b in data["benchmarks"]:
-        rates[b["name"].replace("/manual_time", "")] = b.get("GFLOP/s")
-    step = {}
-    for line in err.splitlines():  # the summary gemm_bench prints: "  onednn  <gpt ms> (<GF/s>)  <llama ms> (<GF/s>)"
-        m = re.match(r"^\s+onednn\s+(.*)$", line)
-        if m and "(" in line:
-            cells = re.findall(r"(\S+) \(\s*(\S+)\)|(-)", m.group(1))
-            for name, cell in zip(["gpt", "llama"], cells):
-                if cell[0]:
-                    step[name] = {"ms": float(cell[0]), "gflops": float(cell[1])}
+        if b.get("run_type", "iteration") == "iteration":
+            rates[b["name"].replace("/manual_time", "")] = b.get("GFLOP/s")
+    step = parse_step_summary(err, "onednn")
     return {c: rates.get(f"gemm/onednn/{c}.fc1/fwd/call") for c in configs}, step
 
 
@@ -410,9 +422,10 @@ def torch_worker(args):
     times, losses = [], []
     for _ in range(args.warmup + args.iters):
         data = torch.randint(0, c.vocab_size, (B, S + 1), generator=gen)
+        tokens, labels = data[:, :-1].contiguous(), data[:, 1:].contiguous()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(data[:, :-1], data[:, 1:], mask, rope)
+        loss = model(tokens, labels, mask, rope)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -429,7 +442,8 @@ def torch_worker(args):
                 ob = ctypes.CDLL(lib)
                 ob.openblas_get_corename.restype = ctypes.c_char_p
                 par = {0: "sequential", 1: "pthreads", 2: "OpenMP"}.get(ob.openblas_get_parallel(), "?")
-                entry += f" (core {ob.openblas_get_corename().decode()}, {par}, {ob.openblas_get_num_threads()} threads)"
+                core = ob.openblas_get_corename().decode()
+                entry += f" (core {core}, {par}, {ob.openblas_get_num_threads()} threads)"
             except (OSError, AttributeError):
                 pass
         runtime["blas"].append(entry)
@@ -450,7 +464,8 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
     print(f"   Megatron FLOPs per iteration: {flops:.4e} ({flops / c.tokens_per_iteration:.4e} per token); "
           f"{threads} threads; FMA peak {peak:.1f} GFLOP/s ({peak_isa})")
     if sgemm_rate:
-        print(f"   onednn sgemm, fc1 forward ({c.name}): {sgemm_rate:.1f} GFLOP/s = {100 * sgemm_rate / peak:.1f}% of peak")
+        print(f"   onednn sgemm, fc1 forward ({c.name}): {sgemm_rate:.1f} GFLOP/s = "
+              f"{100 * sgemm_rate / peak:.1f}% of peak")
     if step_gemm:
         print(f"   all GEMMs of one step at onednn's measured rates: {step_gemm['ms']:.0f} ms "
               f"({step_gemm['gflops']:.0f} GFLOP/s over the GEMMs alone)")
@@ -541,6 +556,16 @@ def self_test():
     expect("error" in g1 and "exit code 3" in g1["error"], f"a crash must be reported with its code: {g1}")
     g3 = run_gale(fake, c, None, warmup=9, iters=1, threads=2, timeout=60)  # fake stops at iteration 5
     expect("error" in g3 and "no training log line" in g3["error"], f"too few iterations must be an error: {g3}")
+
+    # gemm_bench's closing summary (the backend list before it has "onednn" lines too).
+    summary = ("  onednn                       oneDNN 2.6.3 sgemm (kernel ISA avx512_core_amx, 2 threads)\n"
+               "\nGEMM time of one training step (1024 tokens; sum over its GEMMs of FLOPs / measured rate):\n"
+               "  backend                         gpt ms (GF/s)  llama ms (GF/s)\n"
+               "  onednn                           2594 (  304)                -\n"
+               "  onednn-matmul-f32                4200 (  188)     2542 (  287)\n")
+    expect(parse_step_summary(summary, "onednn") == {"gpt": {"ms": 2594.0, "gflops": 304.0}}, "step summary")
+    expect(parse_step_summary(summary, "onednn-matmul-f32")["llama"] == {"ms": 2542.0, "gflops": 287.0},
+           "step summary, second backend")
 
     # The tuned PyTorch environment names the OpenBLAS core from the CPU flags.
     env, notes = torch_env(2, "tuned")
