@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # collectives for multi-process training
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train for the demo tokenizer
   nlohmann-json3-dev libcli11-dev zlib1g-dev
+  libicu-dev             # Unicode normalisation for Hugging Face tokenizer.json normalizers
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
 )

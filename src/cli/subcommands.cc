@@ -6,6 +6,11 @@ namespace gale::cli {
 const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
       {"pretrain", "train a GPT/LLaMA-style model (Megatron's pretrain_gpt.py flags)", run_pretrain},
+      {"preprocess", "tokenize a jsonl corpus into .bin/.idx datasets (Megatron's preprocess_data.py)", run_preprocess},
+      {"merge-datasets", "concatenate .bin/.idx datasets (Megatron's merge_datasets.py)", run_merge_datasets},
+      {"data-samples", "print the training samples `gale pretrain` reads, as JSON lines", run_data_samples},
+      {"features", "list the acceleration features and which a command line turns on", run_features},
+      {"layout", "print the rank layout and process groups for a world size and TP/PP/CP/EP sizes", run_layout},
   };
   return table;
 }

@@ -8,7 +8,10 @@
 // All buffers are host pointers (device pointers for NCCL) of `count` elements of `dtype`.
 // Every operation exists in a non-blocking form returning a Work handle; the blocking form is
 // the non-blocking one followed by wait(). Operations on one communicator must be issued in the
-// same order on every member rank (as MPI/NCCL require).
+// same order on every member rank (as MPI/NCCL require), from one thread at a time. Collectives
+// on one communicator run in issue order; collectives on different communicators and
+// point-to-point operations may run concurrently (like NCCL streams), so a rank may interleave
+// operations on several groups freely. Buffers must stay untouched until the Work completes.
 #pragma once
 
 #include <array>
@@ -119,9 +122,10 @@ class Communicator {
   double all_reduce_scalar(double value, ReduceOp op = ReduceOp::kSum);
   int64_t all_reduce_scalar(int64_t value, ReduceOp op = ReduceOp::kSum);
 
-  // A sub-group made of `world_ranks` (which must include this rank), named `name`. Collective:
-  // every member of *this* communicator calls it with the same list-of-groups partition, each
-  // rank passing the group it belongs to.
+  // A sub-group made of `world_ranks` (which must include this rank), named `name`; group rank i
+  // is world_ranks[i]. Collective: every member of *this* communicator calls it, each passing
+  // the group it belongs to (the groups are disjoint). A rank that belongs to none of the groups
+  // passes an empty list and gets nullptr (e.g. middle pipeline stages for the embedding group).
   virtual Comm make_group(const std::vector<int>& world_ranks, const std::string& name) = 0;
 
   const CommStats& stats() const { return stats_; }
@@ -132,6 +136,7 @@ class Communicator {
     stats_.calls[static_cast<int>(op)] += 1;
     stats_.bytes[static_cast<int>(op)] += bytes;
   }
+  void add_wait_seconds(double seconds) { stats_.wait_seconds += seconds; }
   CommStats stats_;
 };
 
@@ -141,6 +146,8 @@ Comm make_self_communicator(const std::string& name = "world");
 // The world communicator for this process: MPI when launched by mpirun/srun (or when the
 // requested backend needs it), otherwise self. `backend` is --distributed-backend:
 // "mpi", "nccl", "gloo"... ; an unavailable backend is an error naming the flag.
-StatusOr<Comm> init_world(const std::string& backend);
+// `timeout_minutes` is --distributed-timeout-minutes: an operation that has not completed after
+// that long aborts the whole job with a message naming it (see mpi_communicator.h).
+StatusOr<Comm> init_world(const std::string& backend, double timeout_minutes = 10.0);
 
 }  // namespace gale

@@ -64,6 +64,7 @@ class SelfCommunicator final : public Communicator {
   void barrier() override { count_op(CommOp::kBarrier, 0); }
 
   Comm make_group(const std::vector<int>& world_ranks, const std::string& name) override {
+    if (world_ranks.empty()) return nullptr;
     GALE_CHECK(world_ranks.size() == 1 && world_ranks[0] == 0) << "group of a single-process world";
     return make_self_communicator(name);
   }

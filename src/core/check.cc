@@ -18,7 +18,7 @@ void fatal_abort(const char* what) {
   std::fprintf(stderr, "%s\n", what);
   std::fflush(stderr);
   std::fflush(stdout);
-  if (AbortHook hook = g_abort_hook.exchange(nullptr)) hook();
+  if (AbortHook hook = g_abort_hook.exchange(nullptr)) hook(kCheckFailureExitCode);
   std::abort();
 }
 
@@ -27,7 +27,7 @@ void fatal_exit(int code, const std::string& message) {
   std::fflush(stderr);
   std::fflush(stdout);
   if (code != 0) {
-    if (AbortHook hook = g_abort_hook.exchange(nullptr)) hook();
+    if (AbortHook hook = g_abort_hook.exchange(nullptr)) hook(code);
   }
   std::exit(code);
 }

@@ -12,8 +12,11 @@
 
 namespace gale {
 
-// Called once before abort(); replaced by comm/ when running under MPI.
-using AbortHook = void (*)();
+// Called once before the process ends abnormally, with the exit code the job should end with;
+// comm/ installs one under MPI that takes every rank down (MPI_Abort) instead of leaving the
+// other ranks waiting. A failed CHECK passes kCheckFailureExitCode.
+using AbortHook = void (*)(int exit_code);
+constexpr int kCheckFailureExitCode = 134;  // what a shell reports for abort()
 void set_abort_hook(AbortHook hook);
 [[noreturn]] void fatal_abort(const char* what);
 

@@ -2,6 +2,7 @@
 #include "train/arg_parser.h"
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <map>
 #include <sstream>
 
@@ -14,9 +15,12 @@ struct ArgParser::Impl {
   std::map<std::string, std::string> unsupported;              // flag -> why
   std::map<std::string, std::vector<std::string>> unsupported_sink;
   std::map<std::string, bool> supported;
+  std::map<std::string, std::string> value_kind;  // flag -> "an integer" / "a number", for conversion errors
   Impl(const std::string& program, const std::string& description) : app(description, program) {
     app.allow_extras(false);
     app.option_defaults()->always_capture_default();
+    // As argparse: a flag given twice keeps its last value (scripts append overrides).
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   static std::string first_name(const std::string& flag) { return flag.substr(0, flag.find(',')); }
   CLI::Option* record(const std::string& flag, CLI::Option* opt, bool is_supported = true) {
@@ -35,12 +39,15 @@ void ArgParser::group(const std::string& name) { impl_->group = name; }
 
 void ArgParser::add(const std::string& flag, int64_t* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+  impl_->value_kind[Impl::first_name(flag)] = "an integer";
 }
 void ArgParser::add(const std::string& flag, int* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+  impl_->value_kind[Impl::first_name(flag)] = "an integer";
 }
 void ArgParser::add(const std::string& flag, double* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_option(flag, *dest, help));
+  impl_->value_kind[Impl::first_name(flag)] = "a number";
 }
 void ArgParser::add(const std::string& flag, std::string* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_option(flag, *dest, help));
@@ -51,7 +58,9 @@ void ArgParser::add_choice(const std::string& flag, std::string* dest, const std
 }
 void ArgParser::add_list(const std::string& flag, std::vector<std::string>* dest, const std::string& help,
                          int min_values) {
-  impl_->record(flag, impl_->app.add_option(flag, *dest, help)->expected(min_values, 1 << 20));
+  CLI::Option* opt = impl_->app.add_option(flag, *dest, help)->expected(min_values, 1 << 20);
+  opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  impl_->record(flag, opt);
 }
 void ArgParser::add_flag(const std::string& flag, bool* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_flag(flag, *dest, help));
@@ -66,6 +75,7 @@ void ArgParser::add_false(const std::string& flag, bool* dest, const std::string
 void ArgParser::add_unsupported(const std::string& flag, const std::string& why) {
   auto& sink = impl_->unsupported_sink[flag];
   CLI::Option* opt = impl_->app.add_option(flag, sink, "not supported yet: " + why)->expected(0, 1 << 20);
+  opt->default_str("");  // with a captured default string, a value-less flag would count 0
   impl_->record(flag, opt, false)->group("not supported yet");
   impl_->unsupported[Impl::first_name(flag)] = why;
 }
@@ -77,19 +87,41 @@ Status ArgParser::parse(int argc, char** argv) {
     help_requested_ = true;
     return Status::Ok();
   } catch (const CLI::ExtrasError& e) {
-    // "The following arguments were not expected: --foo 3"
+    // "The following arguments were not expected: 3 --foo" (CLI11's order): name the first flag.
     std::string what = e.what();
     auto colon = what.find(": ");
-    std::string rest = colon == std::string::npos ? what : what.substr(colon + 2);
-    std::string first = rest.substr(0, rest.find(' '));
-    if (!first.empty() && first[0] == '-')
-      return InvalidArgument("unknown flag ", first, " (run `", impl_->app.get_name(), " --help` for the list)");
+    std::istringstream rest(colon == std::string::npos ? what : what.substr(colon + 2));
+    std::string token, first;
+    while (rest >> token) {
+      if (first.empty()) first = token;
+      if (token.size() > 1 && token[0] == '-' && !std::isdigit(static_cast<unsigned char>(token[1])))
+        return InvalidArgument("unknown flag ", token, " (run `", impl_->app.get_name(), " --help` for the list)");
+    }
     return InvalidArgument("unexpected argument '", first, "': every value must follow a --flag");
+  } catch (const CLI::ConversionError& e) {
+    // "Could not convert: --lr = 1e-3,abc" (with TakeLast the values are joined): name flag and value.
+    std::string what = e.what();
+    auto a = what.find(": "), b = what.find(" = ");
+    if (a != std::string::npos && b != std::string::npos && b > a) {
+      std::string flag = what.substr(a + 2, b - a - 2), value = what.substr(b + 3);
+      if (auto comma = value.rfind(','); comma != std::string::npos) value = value.substr(comma + 1);
+      auto kind = impl_->value_kind.find(flag);
+      return InvalidArgument(flag, ": expected ", kind == impl_->value_kind.end() ? "a valid value" : kind->second,
+                             ", found '", value, "'");
+    }
+    return InvalidArgument(what);
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(e.what());
   }
   for (const auto& [flag, why] : impl_->unsupported) {
     if (was_set(flag)) return Unimplemented(flag, ": not supported yet (", why, ")");
+  }
+  // CLI11 (2.1, with always_capture_default) reports count() == 0 for an option given without
+  // values, so valueless unsupported flags (--fp16, --split-sentences) are also looked up in argv.
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto it = impl_->unsupported.find(arg.substr(0, arg.find('=')));
+    if (it != impl_->unsupported.end()) return Unimplemented(it->first, ": not supported yet (", it->second, ")");
   }
   return Status::Ok();
 }

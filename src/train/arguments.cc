@@ -317,6 +317,24 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   if (!(t.min_lr >= 0.0)) return InvalidArgument("--min-lr: expected a non-negative number, found ", t.min_lr);
   if (t.min_lr > t.lr) return InvalidArgument("--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
   if (t.lr_warmup_init > t.lr) return InvalidArgument("--lr-warmup-init ", t.lr_warmup_init, " must not exceed --lr ", t.lr);
+  {
+    // Megatron's scheduler asserts warmup < decay steps and decay steps > 0.
+    const bool by_iters = t.train_iters != kUnset;
+    const int64_t decay = by_iters ? (t.lr_decay_iters != kUnset ? t.lr_decay_iters : t.train_iters)
+                                   : (t.lr_decay_samples != kUnset ? t.lr_decay_samples : t.train_samples);
+    const char* decay_flag = by_iters ? "--lr-decay-iters" : "--lr-decay-samples";
+    if (decay <= 0) return InvalidArgument(decay_flag, ": expected a positive number, found ", decay);
+    const int64_t warmup = by_iters ? t.lr_warmup_iters : t.lr_warmup_samples;
+    if (unset(t.lr_warmup_fraction) && warmup >= decay)
+      return InvalidArgument(by_iters ? "--lr-warmup-iters " : "--lr-warmup-samples ", warmup, " must be less than ",
+                             decay_flag, " ", decay);
+    if (warmup < 0) return InvalidArgument(by_iters ? "--lr-warmup-iters" : "--lr-warmup-samples",
+                                           ": expected a non-negative number, found ", warmup);
+    const int64_t wsd = by_iters ? t.lr_wsd_decay_iters : t.lr_wsd_decay_samples;
+    if (t.lr_decay_style == "WSD" && wsd != kUnset && (wsd <= 0 || wsd > decay))
+      return InvalidArgument(by_iters ? "--lr-wsd-decay-iters " : "--lr-wsd-decay-samples ", wsd,
+                             ": expected a positive number not above ", decay_flag, " ", decay);
+  }
   if (t.lr_decay_style == "WSD" && t.lr_wsd_decay_iters == kUnset && t.lr_wsd_decay_samples == kUnset)
     return InvalidArgument("--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)");
   if (t.weight_decay_incr_style == "constant") {

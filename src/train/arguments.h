@@ -104,6 +104,7 @@ struct ParallelArgs {
   // Derived.
   int64_t world_size = 1;
   int64_t data_parallel_size = 1;
+  int64_t virtual_pipeline_model_parallel_size = 1;  // model chunks per pipeline rank (1: no interleaving)
 };
 
 struct DataArgs {

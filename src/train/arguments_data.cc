@@ -1,19 +1,33 @@
-// Validation of the data and tokenizer flags.
+// Validation of the data and tokenizer flags (Megatron's rules, plus clear errors where Megatron
+// would fail later or loop).
 #include "train/arguments.h"
 
 namespace gale {
 
 Status validate_data_args(Arguments& a, const ArgParser& p) {
   DataArgs& d = a.data;
+  TokenizerArgs& t = a.tokenizer;
+  bool data_path = !d.data_path.empty() || !d.data_args_path.empty();
   bool per_split = !d.train_data_path.empty() || !d.valid_data_path.empty() || !d.test_data_path.empty();
-  if (!d.data_path.empty() && per_split)
+  if (!d.data_path.empty() && !d.data_args_path.empty())
+    return InvalidArgument("--data-path and --data-args-path are exclusive (the file holds the --data-path text)");
+  if (per_split && !d.per_split_data_args_path.empty())
+    return InvalidArgument("--train/--valid/--test-data-path and --per-split-data-args-path are exclusive");
+  per_split = per_split || !d.per_split_data_args_path.empty();
+  if (data_path && per_split)
     return InvalidArgument("--data-path and --train-data-path/--valid-data-path/--test-data-path are exclusive");
-  if (!d.mock_data && d.data_path.empty() && !per_split && d.data_args_path.empty() && d.per_split_data_args_path.empty())
+  if (d.mock_data && (data_path || per_split)) return InvalidArgument("--mock-data and --data-path are exclusive");
+  if (!d.mock_data && !data_path && !per_split)
     return InvalidArgument("no training data: give --data-path PREFIX (a .bin/.idx pair made by `gale preprocess`) or --mock-data");
-  if (d.mock_data && (!d.data_path.empty() || per_split))
-    return InvalidArgument("--mock-data and --data-path are exclusive");
-  if (d.split.empty() && !d.data_path.empty()) d.split = "969, 30, 1";
-  (void)p;
+  if (!d.split.empty() && !data_path && !d.mock_data)
+    return InvalidArgument("--split is only used with --data-path (each --train/valid/test-data-path is used whole)");
+  if (d.split.empty() && data_path) d.split = "969, 30, 1";  // Megatron's legacy default (it warns)
+  if (d.num_workers < 0) return InvalidArgument("--num-workers: expected a non-negative integer, found ", d.num_workers);
+  if (t.vocab_extra_ids < 0) return InvalidArgument("--vocab-extra-ids: expected a non-negative integer, found ", t.vocab_extra_ids);
+  if (p.was_set("--vocab-size") && t.vocab_size <= 0)
+    return InvalidArgument("--vocab-size: expected a positive integer, found ", t.vocab_size);
+  if (t.tokenizer_type == "NullTokenizer" && t.vocab_size == kUnset)
+    return InvalidArgument("--tokenizer-type NullTokenizer needs --vocab-size");
   return Status::Ok();
 }
 

@@ -1,25 +1,108 @@
 // Validation of the distributed layout flags against the world size and the model shape.
 #include "train/arguments.h"
+#include "core/log.h"
 
 namespace gale {
+
+namespace {
+
+Status positive(int64_t v, const char* flag) {
+  if (v <= 0) return InvalidArgument(flag, ": expected a positive integer, found ", v);
+  return Status::Ok();
+}
+
+// Megatron's pipeline split rules (arguments.py and TransformerConfig): layers divide evenly over
+// the stages, or over the middle stages once --decoder-first/last-pipeline-num-layers are taken
+// out, and each stage's layers divide by the virtual stages per rank. Sets the derived VPP size.
+Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
+  const int64_t pp = par.pipeline_model_parallel_size;
+  const int64_t first = par.decoder_first_pipeline_num_layers, last = par.decoder_last_pipeline_num_layers;
+  const bool uneven = first != kUnset || last != kUnset;
+  const bool by_layers = par.num_layers_per_virtual_pipeline_stage != kUnset;
+  const bool by_stages = par.num_virtual_stages_per_pipeline_rank != kUnset;
+  if (by_layers && by_stages)
+    return InvalidArgument("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
+                           "exclusive; give one");
+  if ((by_layers || by_stages) && pp == 1)
+    return InvalidArgument(by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank",
+                           " (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
+  if (uneven && pp == 1)
+    return InvalidArgument(first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+                           " needs --pipeline-model-parallel-size > 1");
+  if (uneven && by_layers)
+    return InvalidArgument("--num-layers-per-virtual-pipeline-stage cannot be combined with "
+                           "--decoder-first/last-pipeline-num-layers; give --num-virtual-stages-per-pipeline-rank");
+  int64_t vpp = 1;
+  if (by_layers) {
+    GALE_RETURN_IF_ERROR(positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
+    if (num_layers % pp != 0)
+      return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp);
+    if ((num_layers / pp) % par.num_layers_per_virtual_pipeline_stage != 0)
+      return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
+                             " / --pipeline-model-parallel-size ", pp, ") must be divisible by "
+                             "--num-layers-per-virtual-pipeline-stage ", par.num_layers_per_virtual_pipeline_stage);
+    vpp = num_layers / pp / par.num_layers_per_virtual_pipeline_stage;
+  } else if (by_stages) {
+    GALE_RETURN_IF_ERROR(positive(par.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank"));
+    vpp = par.num_virtual_stages_per_pipeline_rank;
+  }
+  par.virtual_pipeline_model_parallel_size = vpp;
+  if (!uneven) {
+    if (num_layers % pp != 0)
+      return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp,
+                             " (or give --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers)");
+    if ((num_layers / pp) % vpp != 0)
+      return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
+                             " / --pipeline-model-parallel-size ", pp,
+                             ") must be divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
+    return Status::Ok();
+  }
+  int64_t middle_layers = num_layers, middle_stages = pp;
+  for (auto [n, flag] : {std::pair{first, "--decoder-first-pipeline-num-layers"},
+                         std::pair{last, "--decoder-last-pipeline-num-layers"}}) {
+    if (n == kUnset) continue;
+    GALE_RETURN_IF_ERROR(positive(n, flag));
+    if (n % vpp != 0)
+      return InvalidArgument(flag, " ", n, " must be divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
+    middle_layers -= n;
+    middle_stages -= 1;
+  }
+  if (middle_layers < 0)
+    return InvalidArgument("--decoder-first/last-pipeline-num-layers take ", num_layers - middle_layers,
+                           " layers, more than --num-layers ", num_layers);
+  if (middle_stages == 0) {
+    if (middle_layers != 0)
+      return InvalidArgument("--decoder-first-pipeline-num-layers ", first, " + --decoder-last-pipeline-num-layers ",
+                             last, " must equal --num-layers ", num_layers, " with --pipeline-model-parallel-size 2");
+    return Status::Ok();
+  }
+  if (middle_layers % middle_stages != 0)
+    return InvalidArgument("the ", middle_layers, " layers left for the ", middle_stages,
+                           " middle pipeline stages (--num-layers minus --decoder-first/last-pipeline-num-layers) "
+                           "must divide evenly among them");
+  if ((middle_layers / middle_stages) % vpp != 0)
+    return InvalidArgument("the ", middle_layers / middle_stages, " layers of each middle pipeline stage must be "
+                           "divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size) {
   ParallelArgs& par = a.parallel;
   const ModelArgs& m = a.model;
   par.world_size = world_size;
-  auto positive = [](int64_t v, const char* flag) -> Status {
-    if (v <= 0) return InvalidArgument(flag, ": expected a positive integer, found ", v);
-    return Status::Ok();
-  };
   GALE_RETURN_IF_ERROR(positive(par.tensor_model_parallel_size, "--tensor-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.pipeline_model_parallel_size, "--pipeline-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.context_parallel_size, "--context-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
+  GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
   int64_t model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)
     return InvalidArgument("world size ", world_size, " is not divisible by --tensor-model-parallel-size ",
                            par.tensor_model_parallel_size, " x --pipeline-model-parallel-size ",
-                           par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size);
+                           par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
+                           " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
   if (par.context_parallel_size > 1) return Unimplemented("--context-parallel-size > 1: not supported yet");
   if (par.expert_model_parallel_size > 1) return Unimplemented("--expert-model-parallel-size > 1: not supported yet");
@@ -29,19 +112,23 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (m.num_kv_heads % tp != 0)
     return InvalidArgument(m.num_kv_heads == m.num_attention_heads ? "--num-attention-heads " : "--num-query-groups ",
                            m.num_kv_heads, " must be divisible by --tensor-model-parallel-size ", tp);
-  if (par.sequence_parallel && tp == 1) par.sequence_parallel = false;  // as Megatron (it warns)
+  if (m.ffn_hidden_size % tp != 0)
+    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size, " must be divisible by --tensor-model-parallel-size ", tp);
+  if (par.sequence_parallel && tp == 1) {
+    warn_rank0("--sequence-parallel has no effect with --tensor-model-parallel-size 1; disabled");  // as Megatron
+    par.sequence_parallel = false;
+  }
   if (par.sequence_parallel && m.seq_length % tp != 0)
     return InvalidArgument("--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ", tp,
                            " with --sequence-parallel");
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
-  int64_t pp = par.pipeline_model_parallel_size;
-  if (pp == 1 && (par.num_layers_per_virtual_pipeline_stage != kUnset || par.num_virtual_stages_per_pipeline_rank != kUnset))
-    return InvalidArgument("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
-  if (pp > 1 || par.decoder_first_pipeline_num_layers != kUnset || par.decoder_last_pipeline_num_layers != kUnset) {
+  GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));
+  // Everything above holds for any layout; training itself is single-process for now.
+  if (par.pipeline_model_parallel_size > 1 || par.decoder_first_pipeline_num_layers != kUnset ||
+      par.decoder_last_pipeline_num_layers != kUnset) {
     return Unimplemented("--pipeline-model-parallel-size > 1: not supported yet");
   }
-  if (tp > 1) return Unimplemented("--tensor-model-parallel-size > 1: not supported yet");
   (void)p;
   return Status::Ok();
 }

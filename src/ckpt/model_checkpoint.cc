@@ -1,0 +1,109 @@
+// Parameter shards <-> checkpoint pieces.
+#include "ckpt/model_checkpoint.h"
+
+namespace gale {
+
+namespace {
+
+// Adds the local tensor `local` (laid out as spec's local shape) under `name`, one piece per box.
+Status add_local(CheckpointWriter& w, const ParamSpec& spec, const std::string& name, const Tensor& local) {
+  for (const ShardBox& b : shard_boxes(spec)) {
+    Tensor piece = local;
+    if (b.local != whole_box(local.shape())) {  // a sub-box of the local tensor: copy it out
+      piece = Tensor::empty(b.local.shape);
+      GALE_RETURN_IF_ERROR(copy_box_region(local.raw(), StDType::kF32, whole_box(local.shape()), piece.raw(),
+                                           DType::kF32, b.local, b.local, name));
+    }
+    GALE_RETURN_IF_ERROR(w.add(name, spec.global_shape, b.global.offsets, piece));
+  }
+  return Status::Ok();
+}
+
+Status read_local(const CheckpointReader& r, const ParamSpec& spec, const std::string& name, Tensor& local) {
+  for (const ShardBox& b : shard_boxes(spec)) {
+    if (b.local == whole_box(local.shape())) {
+      GALE_RETURN_IF_ERROR(r.read_slice_into(name, spec.global_shape, b.global.offsets, local));
+      continue;
+    }
+    Tensor piece = Tensor::empty(b.local.shape);
+    GALE_RETURN_IF_ERROR(r.read_slice_into(name, spec.global_shape, b.global.offsets, piece));
+    GALE_RETURN_IF_ERROR(copy_box_region(piece.raw(), StDType::kF32, b.local, local.raw(), DType::kF32,
+                                         whole_box(local.shape()), b.local, name));
+  }
+  return Status::Ok();
+}
+
+Tensor state_view(const ParamSpec& spec, const Tensor& flat) {
+  return Tensor::from_blob(flat.data<float>() + spec.offset, spec.local_shape(), DType::kF32);
+}
+
+Status check_flat(const ParamBuffer& params, const std::string& state, const Tensor& flat) {
+  if (!flat.defined() || flat.dtype() != DType::kF32 || flat.numel() != params.numel())
+    return InvalidArgument("optimizer state '", state, "': expected an f32 buffer of ", params.numel(),
+                           " elements (one per parameter element)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<ShardBox> shard_boxes(const ParamSpec& spec) {
+  const Shape local = spec.local_shape();
+  if (spec.split_dim < 0 || spec.split_parts == 1) return {ShardBox{whole_box(spec.global_shape), whole_box(local)}};
+  const size_t d = static_cast<size_t>(spec.split_dim);
+  const int64_t block_local = local[d] / spec.split_blocks;
+  const int64_t block_global = spec.global_shape[d] / spec.split_blocks;
+  std::vector<ShardBox> boxes;
+  for (int64_t b = 0; b < spec.split_blocks; ++b) {
+    ShardBox sb{whole_box(local), whole_box(local)};
+    sb.global.shape[d] = sb.local.shape[d] = block_local;
+    sb.global.offsets[d] = b * block_global + spec.split_rank * block_local;
+    sb.local.offsets[d] = b * block_local;
+    boxes.push_back(std::move(sb));
+  }
+  return boxes;
+}
+
+std::string optimizer_state_name(const std::string& state, const std::string& param_name) {
+  return "optimizer." + state + "." + param_name;
+}
+
+Status add_parameters(CheckpointWriter& w, const ParamBuffer& params) {
+  for (int id = 0; id < params.size(); ++id) {
+    const ParamSpec& s = params.spec(id);
+    if (s.split_dim < 0 && s.split_rank != 0) continue;
+    GALE_RETURN_IF_ERROR(add_local(w, s, s.name, params.param(id)));
+  }
+  return Status::Ok();
+}
+
+Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const std::string& state,
+                           const Tensor& flat) {
+  GALE_RETURN_IF_ERROR(check_flat(params, state, flat));
+  for (int id = 0; id < params.size(); ++id) {
+    const ParamSpec& s = params.spec(id);
+    if (s.split_dim < 0 && s.split_rank != 0) continue;
+    GALE_RETURN_IF_ERROR(add_local(w, s, optimizer_state_name(state, s.name), state_view(s, flat)));
+  }
+  return Status::Ok();
+}
+
+Status load_parameters(const CheckpointReader& r, ParamBuffer& params) {
+  for (int id = 0; id < params.size(); ++id) {
+    Tensor local = params.param(id);
+    GALE_RETURN_IF_ERROR(read_local(r, params.spec(id), params.spec(id).name, local));
+  }
+  return Status::Ok();
+}
+
+Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state,
+                            Tensor& flat) {
+  GALE_RETURN_IF_ERROR(check_flat(params, state, flat));
+  for (int id = 0; id < params.size(); ++id) {
+    const ParamSpec& s = params.spec(id);
+    Tensor local = state_view(s, flat);
+    GALE_RETURN_IF_ERROR(read_local(r, s, optimizer_state_name(state, s.name), local));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gale

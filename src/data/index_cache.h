@@ -1,0 +1,37 @@
+// --data-cache-path: GPTDataset indices saved as .npy files and reused by later runs.
+//
+// Files are "<hash>-GPTDataset-<split>-{description.txt,document_index.npy,sample_index.npy,
+// shuffle_index.npy}" (Megatron's naming; the hash is Gale's own, of the description text, so the
+// files are not interchangeable with Megatron's). A cached entry is used only when its
+// description matches exactly and its arrays are consistent with the dataset; anything else is
+// rebuilt. Writes are atomic (temporary file + rename), so ranks sharing the directory are safe.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "data/gpt_indices.h"
+#include "data/mapped_file.h"
+#include "data/split.h"
+
+namespace gale {
+
+struct GptCacheKey {
+  std::string path;         // the dataset prefix
+  std::string fingerprint;  // TokenSource::fingerprint()
+  DataSplit split;
+  int64_t begin, end;
+  GptIndexParams params;
+  std::string split_text;   // --split as given
+};
+
+std::string gpt_cache_description(const GptCacheKey& key);
+// "<dir>/<hash>-GPTDataset-<split>-" (append the affix).
+std::string gpt_cache_base(const std::string& dir, const GptCacheKey& key);
+
+// NotFound when there is no entry; DataLoss (and a warning) when it is inconsistent.
+StatusOr<GptIndices> load_cached_gpt_indices(const std::string& dir, const GptCacheKey& key,
+                                             const UnalignedArray<int32_t>& sizes);
+Status save_cached_gpt_indices(const std::string& dir, const GptCacheKey& key, const GptIndices& indices);
+
+}  // namespace gale

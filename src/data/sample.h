@@ -1,0 +1,59 @@
+// Training samples as the model consumes them, and the dataset interface the trainer reads.
+//
+// assemble_sample is Megatron's GPTDataset.__getitem__ + _get_ltor_masks_and_position_ids on
+// the S + E raw ids of a sample: tokens/labels, loss mask, position ids and the per-token
+// document ids that express --reset-attention-mask's block-diagonal causal mask.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gale {
+
+// One training sample (all vectors have S = --seq-length entries).
+struct TrainingSample {
+  std::vector<int32_t> tokens;        // input ids
+  std::vector<int32_t> labels;        // next-token ids
+  std::vector<float> loss_mask;       // 0 at pads, and at EOD with --eod-mask-loss
+  std::vector<int32_t> position_ids;  // arange(S), restarted after each EOD with --reset-position-ids
+  std::vector<int32_t> document_ids;  // per token: index of its document inside the sample (0, 1, ...),
+                                      // incremented after each EOD; all 0 unless --reset-attention-mask.
+                                      // Attention is allowed only between tokens with equal ids.
+};
+
+struct SampleOptions {
+  int32_t eod = 0;
+  // Megatron's pad id: tokenizer.pad when the tokenizer has one, else -1. Label positions equal
+  // to it get loss 0, and token/label ids equal to it become 0 (as Megatron does).
+  int32_t pad = -1;
+  bool eod_mask_loss = false;
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  int64_t vocab_size = 0;  // ids must be < this (0 = unchecked); catches datasets made with another tokenizer
+};
+
+// `text` holds S + add_extra_token ids.
+void assemble_sample(std::span<const int32_t> text, int add_extra_token, const SampleOptions& options,
+                     TrainingSample* out);
+
+// One split (train, valid or test), possibly a blend.
+class SampleDataset {
+ public:
+  virtual ~SampleDataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Status get(int64_t index, TrainingSample* out) const = 0;  // thread-safe
+};
+
+class TokenDataset;
+// The SampleDataset over a TokenDataset (GptDataset or BlendedDataset). get() fails with a
+// message naming the sample when an id is outside [0, vocab_size).
+std::unique_ptr<SampleDataset> make_sample_dataset(std::unique_ptr<TokenDataset> tokens, const SampleOptions& options);
+// The TokenDataset under a SampleDataset made by make_sample_dataset (for `gale data-samples`).
+const TokenDataset* token_dataset_of(const SampleDataset& ds);
+
+}  // namespace gale

@@ -1,0 +1,41 @@
+// Megatron's own parallelism and optimizer features, as the engine core implements them: listed
+// in the registry so `gale features` shows what a command line turns on (their flags belong to
+// the distributed/training argument groups).
+#include "features/registry.h"
+#include "features/simple_feature.h"
+
+namespace gale {
+
+void register_feature_megatron_core(FeatureRegistry& registry) {
+  auto add = [&](SimpleFeatureSpec s) { registry.add(std::make_unique<SimpleFeature>(std::move(s))); };
+  add({"tensor-parallel", "--tensor-model-parallel-size", FeatureModule::kMegatron, 0,
+       "Megatron tensor parallelism (MindSpeed: supported as in Megatron)",
+       "column/row-parallel linears, vocab-parallel embedding and cross-entropy", true,
+       [](const Arguments& a) { return a.parallel.tensor_model_parallel_size > 1; }});
+  add({"sequence-parallel", "--sequence-parallel", FeatureModule::kMegatron, 0, "Megatron sequence parallelism",
+       "activations outside attention/MLP split along the sequence inside the TP group", true,
+       [](const Arguments& a) { return a.parallel.sequence_parallel; }});
+  add({"pipeline-parallel", "--pipeline-model-parallel-size", FeatureModule::kMegatron, 0, "Megatron 1F1B pipeline",
+       "layers split into stages with a 1F1B schedule", true,
+       [](const Arguments& a) { return a.parallel.pipeline_model_parallel_size > 1; }});
+  add({"virtual-pipeline", "--num-layers-per-virtual-pipeline-stage", FeatureModule::kMegatron, 0,
+       "Megatron interleaved 1F1B", "several model chunks per pipeline rank (interleaved schedule)", true,
+       [](const Arguments& a) {
+         return a.parallel.num_layers_per_virtual_pipeline_stage != kUnset ||
+                a.parallel.num_virtual_stages_per_pipeline_rank != kUnset;
+       }});
+  add({"data-parallel", "", FeatureModule::kMegatron, 0, "Megatron data parallelism (DDP)",
+       "gradients reduced across data-parallel replicas", true,
+       [](const Arguments& a) { return a.parallel.data_parallel_size > 1; }});
+  add({"distributed-optimizer", "--use-distributed-optimizer", FeatureModule::kMegatron, 0,
+       "Megatron distributed optimizer (ZeRO-1)", "optimizer state sharded across data-parallel ranks", true,
+       [](const Arguments& a) { return a.parallel.use_distributed_optimizer; }});
+  add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
+       "bucketed gradient reduction overlapped with backward", true,
+       [](const Arguments& a) { return a.parallel.overlap_grad_reduce; }});
+  add({"overlap-param-gather", "--overlap-param-gather", FeatureModule::kMegatron, 0,
+       "Megatron param-gather overlap", "distributed-optimizer parameter all-gather overlapped with forward", true,
+       [](const Arguments& a) { return a.parallel.overlap_param_gather; }});
+}
+
+}  // namespace gale

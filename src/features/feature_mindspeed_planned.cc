@@ -1,0 +1,67 @@
+// MindSpeed features Gale knows but does not implement yet: their flags are accepted by the parser
+// only to be rejected with "not supported yet", and `gale features` / docs/features.md list them.
+#include "features/registry.h"
+#include "features/simple_feature.h"
+
+namespace gale {
+
+void register_feature_mindspeed_planned(FeatureRegistry& registry) {
+  struct Row {
+    const char* name;
+    FeatureModule module;
+    const char* counterpart;
+    const char* description;
+  };
+  static const Row rows[] = {
+      {"swap-attention", FeatureModule::kMemory, "SwapAttentionFeature (L2)",
+       "offload attention activations to host memory and prefetch them in backward"},
+      {"reuse-fp32-param", FeatureModule::kMemory, "ReuseFP32Param (L2)",
+       "keep fp32 master weights as bf16 parameter + 16-bit residual"},
+      {"recompute-activation-function", FeatureModule::kMemory, "RecomputeActivationFeature (L2)",
+       "recompute the MLP activation in backward instead of storing it"},
+      {"recompute-norm", FeatureModule::kMemory, "RecomputeNormFeature (L2)", "recompute norm outputs in backward"},
+      {"swap-optimizer", FeatureModule::kMemory, "SwapOptimizerFeature (L2)",
+       "keep optimizer state in host memory during forward/backward"},
+      {"tp-2d", FeatureModule::kParallel, "TP2dFeature (L2)", "two-dimensional tensor parallelism"},
+      {"noop-layers", FeatureModule::kParallel, "NoopLayersFeature (L2)", "empty layers to balance pipeline stages"},
+      {"schedules-method", FeatureModule::kParallel, "DualpipeVFeature (L2)", "DualPipeV pipeline schedule"},
+      {"unaligned-linear", FeatureModule::kParallel, "UnalignedLinearFeature (L2)",
+       "tensor parallelism with heads not divisible by TP"},
+      {"context-parallel-algo", FeatureModule::kParallel, "ContextParallelFeature / UlyssesContextParallelFeature (L2)",
+       "ring, Ulysses and hybrid context parallelism"},
+      {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
+       "fused matmul + collective kernels (Ascend hardware)"},
+      {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},
+      {"use-fusion-attn-v2", FeatureModule::kFusedCompute, "FusionAttentionV2Feature (L2)", "second flash-attention kernel"},
+      {"reset-bucket-group-order", FeatureModule::kCommunication, "ResetBucketGroupOrderFeature (L2)",
+       "reorder gradient buckets by first-iteration use"},
+      {"async-log-allreduce", FeatureModule::kCommunication, "AsyncLogAllreduceFeature (L2)",
+       "non-blocking all-reduce of logged losses"},
+      {"disable-gloo-group", FeatureModule::kCommunication, "DisableGlooGroupFeature (L2)",
+       "distributed-optimizer checkpoint gather over the main backend"},
+      {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
+       "overlap MoE all-to-all of one micro-batch with compute of another"},
+      {"moe-tp-extend-ep", FeatureModule::kKeyScenarios, "MoETpExtendEpFeature (L2)",
+       "split experts (not expert weights) over TP ranks"},
+      {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},
+      {"op-cal-tflops", FeatureModule::kKeyScenarios, "TflopsCalculateFeature (L2)", "per-operator FLOP accounting"},
+      {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",
+       "pipeline stages exchanging several tensors"},
+      {"variable-seq-lengths", FeatureModule::kMultimodal, "VariableSequenceLengthFeature (L2)",
+       "pipeline with per-micro-batch sequence lengths"},
+      {"layerzero", FeatureModule::kMultimodal, "LayerZeroFeature (L2)", "hierarchical ZeRO-3 inside sub-groups"},
+  };
+  for (const Row& r : rows) {
+    SimpleFeatureSpec s;
+    s.name = r.name;
+    s.flag = std::string("--") + r.name;
+    s.module = r.module;
+    s.level = 2;
+    s.counterpart = std::string("MindSpeed ") + r.counterpart;
+    s.description = r.description;
+    s.implemented = false;
+    registry.add(std::make_unique<SimpleFeature>(std::move(s)));
+  }
+}
+
+}  // namespace gale

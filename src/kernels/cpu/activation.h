@@ -1,0 +1,23 @@
+// GeLU and SwiGLU activations and bias addition: plain reference kernels (level 0).
+//
+// Backward kernels WRITE the input gradient (dx =), never accumulate.
+#pragma once
+
+#include <cstdint>
+
+namespace gale {
+
+// y = 0.5·x·(1 + erf(x/√2)) (exact GeLU, torch's F.gelu default). y may alias x.
+void gelu_forward_ref(const float* x, float* y, int64_t n);
+// dx = dy · gelu'(x). dx may alias dy.
+void gelu_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
+
+// x is [rows, 2F]: gate = x[:, :F], up = x[:, F:]; y[rows, F] = silu(gate) · up.
+void swiglu_forward_ref(const float* x, float* y, int64_t rows, int64_t F);
+// dx[rows, 2F] from dy[rows, F] and the forward input x.
+void swiglu_backward_ref(const float* dy, const float* x, float* dx, int64_t rows, int64_t F);
+
+// y[r, :] += bias[:] for a [rows, N] matrix.
+void add_bias_ref(float* y, const float* bias, int64_t rows, int64_t N);
+
+}  // namespace gale

@@ -1,0 +1,54 @@
+// Scaled dot-product attention with causal / document masks, GQA and dropout: reference kernels.
+//
+// Queries, keys and values are read in place through HeadLayouts (e.g. straight out of the packed
+// QKV rows); tokens are t = s·B + b. Query head h reads key/value head h / (NH/KV).
+// Forward writes out[Sq·B, NH·HD] (row t = s·B + b, head h at columns [h·HD, (h+1)·HD)) and
+// lse[B, NH, Sq] = logsumexp of each query's scaled, masked scores (−inf for a query that may see
+// no key). Backward recomputes the probabilities from lse (no [S, S] tensor is kept between
+// forward and backward) and WRITES dq, dk, dv (same layouts as q, k, v; the caller zeroes nothing).
+//
+// The reference computes each (batch, head) with full [Sq, Sk] score matrices and BLAS calls;
+// fused/tiled versions (flash attention) must match it (tests/kernels).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/head_layout.h"
+
+namespace gale {
+
+struct AttentionProblem {
+  int64_t B = 0, Sq = 0, Sk = 0, NH = 0, KV = 0, HD = 0;
+  float scale = 1.0f;  // usually 1/sqrt(HD)
+  bool causal = true;  // a key is visible when its position <= the query's position
+  // Positions of the query rows / key rows (nullptr: 0..Sq-1 / 0..Sk-1). Used by the causal mask
+  // and by dropout; context parallelism passes the global positions of its chunks.
+  const int32_t* q_positions = nullptr;
+  const int32_t* k_positions = nullptr;
+  // Document ids [B, Sq] / [B, Sk] (nullptr: one document): a key is visible only when its id
+  // equals the query's (--reset-attention-mask).
+  const int32_t* q_doc_ids = nullptr;
+  const int32_t* k_doc_ids = nullptr;
+  // Dropout on the probabilities: element (sample, head, q position, k position) is kept when
+  // uniform_at(dropout_seed, dropout_stream, index) >= dropout_p, where
+  // index = ((sample_ids[b]·heads_total + head_offset + h)·max_positions + qpos)·max_positions + kpos.
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_stream = 0;
+  const int64_t* sample_ids = nullptr;  // [B] global sample index of each batch row
+  int64_t heads_total = 0;              // NH over all TP ranks
+  int64_t head_offset = 0;              // global index of local head 0
+  int64_t max_positions = 0;            // positions are < this
+};
+
+// True when query (b, i) may attend key (b, j).
+bool attention_visible(const AttentionProblem& p, int64_t b, int64_t i, int64_t j);
+
+void attention_forward_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
+                           const HeadLayout& kl, const float* v, const HeadLayout& vl, float* out, float* lse);
+
+void attention_backward_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
+                            const HeadLayout& kl, const float* v, const HeadLayout& vl, const float* out,
+                            const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+}  // namespace gale

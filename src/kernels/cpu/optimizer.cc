@@ -1,0 +1,85 @@
+// Reference optimizer kernels and reductions.
+#include "kernels/cpu/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/threads.h"
+
+namespace gale {
+
+namespace {
+constexpr int64_t kGrain = 1 << 15;
+constexpr int64_t kChunk = 1 << 16;  // fixed reduction chunk (elements)
+
+template <class T, class Fn>
+T chunked_reduce(int64_t n, Fn&& chunk_value) {
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<T> partial(static_cast<size_t>(chunks), T{});
+  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) partial[c] = chunk_value(c * kChunk, std::min(n, (c + 1) * kChunk));
+  });
+  T total{};
+  for (T v : partial) total += v;
+  return total;
+}
+}  // namespace
+
+void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
+  const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(h.step));
+  const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(h.step));
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
+      v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
+      float update = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps) + h.weight_decay * p[i];
+      p[i] -= h.lr * update;
+    }
+  });
+}
+
+void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                  bool first_step) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float d = g[i] + weight_decay * p[i];
+      if (momentum != 0.0f) {
+        buf[i] = first_step ? d : momentum * buf[i] + d;
+        d = buf[i];
+      }
+      p[i] -= lr * d;
+    }
+  });
+}
+
+double sum_of_squares(const float* x, int64_t n) {
+  return chunked_reduce<double>(n, [&](int64_t b, int64_t e) {
+    double s = 0.0;
+    for (int64_t i = b; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
+    return s;
+  });
+}
+
+int64_t count_zeros(const float* x, int64_t n) {
+  return chunked_reduce<int64_t>(n, [&](int64_t b, int64_t e) {
+    int64_t z = 0;
+    for (int64_t i = b; i < e; ++i) z += (x[i] == 0.0f);
+    return z;
+  });
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] *= s;
+  });
+}
+
+bool all_finite(const float* x, int64_t n) {
+  return chunked_reduce<int64_t>(n, [&](int64_t b, int64_t e) {
+           int64_t bad = 0;
+           for (int64_t i = b; i < e; ++i) bad += !std::isfinite(x[i]);
+           return bad;
+         }) == 0;
+}
+
+}  // namespace gale

@@ -1,0 +1,32 @@
+// Optimizer update and gradient-norm kernels over flat float buffers: reference versions.
+#pragma once
+
+#include <cstdint>
+
+namespace gale {
+
+struct AdamWHyper {
+  float lr = 0.0f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// AdamW as Megatron's fused Adam in AdamW mode (docs/model.md):
+//   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
+//   p = p − lr·( (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps) + wd·p )
+void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h);
+
+// torch.optim.SGD with momentum and L2 weight decay: g' = g + wd·p; buf = first ? g' : μ·buf + g';
+// p = p − lr·buf.
+void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                  bool first_step);
+
+// Σ x², accumulated in double over fixed chunks (deterministic for any thread count).
+double sum_of_squares(const float* x, int64_t n);
+// Number of exact zeros.
+int64_t count_zeros(const float* x, int64_t n);
+// x *= s
+void scale_inplace(float* x, int64_t n, float s);
+// True when every element is finite.
+bool all_finite(const float* x, int64_t n);
+
+}  // namespace gale

@@ -1,0 +1,67 @@
+// Reference RoPE kernels and tables.
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/threads.h"
+
+namespace gale {
+
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base) {
+  GALE_CHECK(rot_dim > 0 && rot_dim % 2 == 0) << "rot_dim " << rot_dim;
+  RopeTables t;
+  t.max_positions = max_positions;
+  t.rot_dim = rot_dim;
+  int64_t half = rot_dim / 2;
+  t.cos.resize(static_cast<size_t>(max_positions * half));
+  t.sin.resize(t.cos.size());
+  for (int64_t p = 0; p < max_positions; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      double inv_freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+      double angle = static_cast<double>(p) * inv_freq;
+      t.cos[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+      t.sin[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return t;
+}
+
+namespace {
+void rope_apply(float* x, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
+                const int32_t* position_ids, const RopeTables& tables, float sin_sign) {
+  int64_t half = tables.rot_dim / 2;
+  GALE_CHECK_LE(tables.rot_dim, HD);
+  parallel_for(S * B, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t s = t / B, b = t % B;
+      int64_t pos = position_ids[b * S + s];
+      GALE_CHECK(pos >= 0 && pos < tables.max_positions) << "position " << pos << " outside the RoPE table of "
+                                                         << tables.max_positions;
+      const float* c = tables.cos.data() + pos * half;
+      const float* sn = tables.sin.data() + pos * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + layout.offset(t, h);
+        for (int64_t i = 0; i < half; ++i) {
+          float x1 = v[i], x2 = v[i + half];
+          float si = sin_sign * sn[i];
+          v[i] = x1 * c[i] - x2 * si;
+          v[i + half] = x2 * c[i] + x1 * si;
+        }
+      }
+    }
+  });
+}
+}  // namespace
+
+void rope_forward_ref(float* x, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
+                      const int32_t* position_ids, const RopeTables& tables) {
+  rope_apply(x, layout, heads, S, B, HD, position_ids, tables, 1.0f);
+}
+
+void rope_backward_ref(float* dx, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
+                       const int32_t* position_ids, const RopeTables& tables) {
+  rope_apply(dx, layout, heads, S, B, HD, position_ids, tables, -1.0f);
+}
+
+}  // namespace gale

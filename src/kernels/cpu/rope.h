@@ -1,0 +1,31 @@
+// Rotary position embedding (Megatron's non-interleaved "rotate half"): reference kernels.
+//
+// The first R = rot_dim dimensions of every head rotate; the rest pass through. For a token at
+// position p and i < R/2: (x_i, x_{i+R/2}) <- (x_i·cos θ_i − x_{i+R/2}·sin θ_i,
+//                                             x_{i+R/2}·cos θ_i + x_i·sin θ_i), θ_i = p·base^(−2i/R).
+// Applied in place to `heads` heads laid out by `layout` (e.g. q or k inside the packed QKV).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/head_layout.h"
+
+namespace gale {
+
+// cos/sin tables [max_positions, rot_dim/2], angles computed in double.
+struct RopeTables {
+  int64_t max_positions = 0;
+  int64_t rot_dim = 0;
+  std::vector<float> cos, sin;
+};
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base);
+
+// x: tokens t = s·B + b for s < S, b < B; position of (s, b) is position_ids[b·S + s].
+void rope_forward_ref(float* x, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
+                      const int32_t* position_ids, const RopeTables& tables);
+// The transpose (rotation by −θ), applied in place to the gradient.
+void rope_backward_ref(float* dx, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
+                       const int32_t* position_ids, const RopeTables& tables);
+
+}  // namespace gale

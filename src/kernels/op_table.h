@@ -1,0 +1,127 @@
+// The engine's compute extension points: one table of function pointers the model calls.
+//
+// Level 0 (`reference_ops()`) is the plain, readable reference implementation of every entry.
+// Features (src/features/) replace entries with fused or vectorised versions when the
+// optimisation level and their flags allow it, and record the implementation's name in `impl`
+// so start-up can report what runs. A replacement must match the reference within the tolerance
+// its test states (tests/kernels/).
+//
+// Gradient-accumulation contract (the one place it is written down): every kernel that produces
+// a PARAMETER gradient ACCUMULATES into it (dw += ...), because a parameter's gradient sums over
+// micro-batches (and over tied uses, e.g. the embedding and the output layer). Every kernel that
+// produces an ACTIVATION gradient WRITES it (dx = ...); the model adds residual branches
+// explicitly. Parameter gradients are zeroed once per iteration, before the first micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/optimizer.h"
+#include "kernels/cpu/rope.h"
+
+namespace gale {
+
+// Normalisation of rows, as one entry point for LayerNorm (bias may be null) and RMSNorm.
+struct NormSpec {
+  bool rms = false;
+  float eps = 1e-5f;
+};
+// stats: [2, rows] (mean then rstd) for LayerNorm, [rows] (rstd) for RMSNorm.
+using NormForwardFn = void (*)(const NormSpec&, const float* x, const float* w, const float* b, float* y,
+                               float* stats, int64_t rows, int64_t H);
+// dx written; dw, db accumulated (db may be null).
+using NormBackwardFn = void (*)(const NormSpec&, const float* dy, const float* x, const float* w, const float* stats,
+                                float* dx, float* dw, float* db, int64_t rows, int64_t H);
+
+// Residual branch end: out = residual + dropout(x + bias) (bias may be null, dropout may be off:
+// spec.p == 0). out may alias residual; x may be overwritten.
+using BiasDropoutAddFn = void (*)(const float* x, const float* bias, const float* residual, float* out, int64_t rows,
+                                  int64_t cols, const DropoutSpec& spec);
+// Its backward: dx = dropout'(dout) (written), dbias += Σ_rows dx (when dbias != null).
+// The residual's gradient is dout itself (the caller keeps it).
+using BiasDropoutAddBackwardFn = void (*)(const float* dout, float* dx, float* dbias, int64_t rows, int64_t cols,
+                                          const DropoutSpec& spec);
+
+// MLP activation on the fc1 output u [rows, Fin] (Fin = F, or 2F for SwiGLU): adds the bias to u
+// IN PLACE (u keeps the pre-activation for backward) and writes act [rows, F].
+using ActivationForwardFn = void (*)(float* u, const float* bias, float* act, int64_t rows, int64_t F);
+// du [rows, Fin] written from dact; dbias accumulated (when non-null).
+using ActivationBackwardFn = void (*)(const float* dact, const float* u, float* du, float* dbias, int64_t rows,
+                                      int64_t F);
+
+// Residual branch end fused with the next normalisation (the layer's x_mid -> norm2):
+//   out = residual + dropout(x + bias);  y = Norm(out)   (stats as NormForwardFn).
+// Backward stays the two separate backward entries.
+using BiasDropoutAddNormFn = void (*)(const float* x, const float* bias, const float* residual, float* out,
+                                      const NormSpec& norm, const float* w, const float* b, float* y, float* stats,
+                                      int64_t rows, int64_t cols, const DropoutSpec& spec);
+
+// Output layer + cross-entropy over this rank's vocabulary slice W [Vl, H] (columns
+// [vocab_start, vocab_start + Vl) of the vocabulary), for x [T, H]:
+//   forward writes, per token, the slice's max logit, Σ exp(logit − max) over the slice, and the
+//   target's logit (0 when the target is outside the slice). The caller merges slices across TP
+//   ranks into lse[t] = log Σ_v exp(logit) over the whole vocabulary.
+//   backward, given lse and dloss[t], WRITES dx [T, H] and ACCUMULATES dW [Vl, H] with
+//   d logits = (softmax − onehot)·dloss.
+// `saved` carries whatever the implementation keeps between the two calls: the reference keeps
+// the [T, Vl] logits (and turns them into their gradient in place); a fused version may keep
+// nothing and work in chunks. When `single_slice` (no vocabulary split) and `dloss` is given at
+// forward time, an implementation may finish the whole backward inside forward (dW accumulated,
+// dx stored in `saved`); backward then only hands dx over. Evaluation passes dloss = nullptr.
+struct LmHeadProblem {
+  int64_t T = 0, H = 0, Vl = 0, vocab_start = 0;
+  const float* x = nullptr;
+  const float* W = nullptr;
+  const int32_t* targets = nullptr;
+  bool single_slice = true;
+  const float* dloss = nullptr;  // [T] or null
+  float* dW = nullptr;           // gradient of W (for an eager backward)
+};
+using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, float* slice_sumexp,
+                                     float* target_logit, Tensor* saved);
+using LmHeadLossBackwardFn = void (*)(const LmHeadProblem& p, const float* lse, const float* dloss, float* dx,
+                                      float* dW, Tensor* saved);
+
+using AttentionForwardFn = decltype(&attention_forward_ref);
+using AttentionBackwardFn = decltype(&attention_backward_ref);
+using RopeFn = decltype(&rope_forward_ref);
+using EmbeddingForwardFn = decltype(&embedding_forward_ref);
+using EmbeddingBackwardFn = decltype(&embedding_backward_ref);
+using AdamWFn = decltype(&adamw_step_ref);
+
+struct OpTable {
+  NormForwardFn norm_forward;
+  NormBackwardFn norm_backward;
+  BiasDropoutAddFn bias_dropout_add;
+  BiasDropoutAddBackwardFn bias_dropout_add_backward;
+  BiasDropoutAddNormFn bias_dropout_add_norm;
+  ActivationForwardFn gelu_forward;
+  ActivationBackwardFn gelu_backward;
+  ActivationForwardFn swiglu_forward;
+  ActivationBackwardFn swiglu_backward;
+  RopeFn rope_forward;
+  RopeFn rope_backward;
+  AttentionForwardFn attention_forward;
+  AttentionBackwardFn attention_backward;
+  EmbeddingForwardFn embedding_forward;
+  EmbeddingBackwardFn embedding_backward;
+  LmHeadLossForwardFn lm_head_loss_forward;
+  LmHeadLossBackwardFn lm_head_loss_backward;
+  AdamWFn adamw_step;
+
+  // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
+  std::map<std::string, std::string> impl;
+};
+
+// The level-0 table: every entry is the reference kernel.
+OpTable reference_ops();
+
+}  // namespace gale

@@ -1,0 +1,58 @@
+// The model's shape and behaviour (from the model flags), and this rank's share of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace gale {
+
+enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
+
+struct ModelConfig {
+  int64_t num_layers = 0;         // L
+  int64_t hidden = 0;             // H
+  int64_t ffn = 0;                // F
+  int64_t heads = 0;              // NH
+  int64_t kv_heads = 0;           // KV (query groups)
+  int64_t head_dim = 0;           // HD
+  int64_t vocab = 0;              // V, padded
+  int64_t seq_length = 0;         // S
+  int64_t max_positions = 0;      // --max-position-embeddings
+  bool rms_norm = false;
+  float norm_eps = 1e-5f;
+  bool swiglu = false;
+  bool add_bias_linear = true;
+  bool add_qkv_bias = false;
+  bool tied_embeddings = true;
+  PositionEmbedding position = PositionEmbedding::kLearnedAbsolute;
+  double rotary_base = 10000.0;
+  double rotary_percent = 1.0;
+  float attention_dropout = 0.0f;
+  float hidden_dropout = 0.0f;
+  float init_std = 0.02f;
+  uint64_t seed = 1234;
+
+  int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
+  int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+};
+
+// Which part of the model this process holds: its tensor-parallel slice and its pipeline stage.
+struct ModelPartition {
+  Comm tp;                         // tensor-parallel group (size 1 without TP)
+  bool sequence_parallel = false;  // activations outside attention/MLP split along S inside the TP group
+  int64_t first_layer = 0;         // global index of this chunk's first layer
+  int64_t num_layers = 0;          // layers in this chunk
+  bool pre_process = true;         // holds the embedding (first pipeline stage)
+  bool post_process = true;        // holds the final norm, output layer and loss (last stage)
+
+  int64_t tp_size() const { return tp ? tp->size() : 1; }
+  int64_t tp_rank() const { return tp ? tp->rank() : 0; }
+};
+
+// The whole model on one process.
+ModelPartition single_process_partition(const ModelConfig& config);
+
+}  // namespace gale

@@ -1,0 +1,376 @@
+// GPTModel: parameter registration, embedding, layer stack, head and loss, forward/backward.
+#include "model/gpt_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/linear.h"
+#include "parallel/mappings.h"
+
+namespace gale {
+
+struct GPTModel::State {
+  MicroBatch mb;
+  LayerRuntime rt;
+  std::vector<int32_t> tokens_sb, labels_sb, positions_sb;  // [S, B] order (row t = s·B + b)
+  std::vector<float> mask_sb;
+  std::vector<LayerSaved> layers;
+  // Head (last stage).
+  Tensor final_in, final_stats, final_out_full, lse, head_saved;
+};
+
+namespace {
+ParamSpec make_spec(std::string name, Shape shape, InitKind init, float std, bool wd) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.global_shape = std::move(shape);
+  s.init = init;
+  s.init_std = std;
+  s.weight_decay = wd;
+  return s;
+}
+ParamSpec vocab_parallel(ParamSpec s, const ModelPartition& part) {
+  s.split_dim = 0;
+  s.split_parts = part.tp_size();
+  s.split_rank = part.tp_rank();
+  return s;
+}
+}  // namespace
+
+ModelPartition single_process_partition(const ModelConfig& config) {
+  ModelPartition p;
+  p.tp = make_self_communicator("tp");
+  p.num_layers = config.num_layers;
+  return p;
+}
+
+GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const OpTable* ops)
+    : config_(config), part_(part), ops_(ops) {
+  const ModelConfig& c = config_;
+  GALE_CHECK_EQ(c.vocab % part_.tp_size(), 0);
+  if (part_.pre_process) {
+    word_emb_ = params_.add(vocab_parallel(make_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
+                                                     InitKind::kNormal, c.init_std, true), part_));
+    if (c.position == PositionEmbedding::kLearnedAbsolute)
+      pos_emb_ = params_.add(make_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
+                                       InitKind::kNormal, c.init_std, true));
+  }
+  for (int64_t i = 0; i < part_.num_layers; ++i)
+    layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
+  if (part_.post_process) {
+    ParamSpec w = make_spec("decoder.final_layernorm.weight", {c.hidden}, InitKind::kOnes, 0.0f, false);
+    w.sequence_parallel = part_.sequence_parallel;
+    final_norm_w_ = params_.add(w);
+    if (!c.rms_norm) {
+      ParamSpec b = make_spec("decoder.final_layernorm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
+      b.sequence_parallel = part_.sequence_parallel;
+      final_norm_b_ = params_.add(b);
+    }
+    if (!c.tied_embeddings) {
+      output_w_ = params_.add(vocab_parallel(make_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
+                                                       c.init_std, true), part_));
+    } else if (part_.pre_process) {
+      output_w_ = word_emb_;
+    } else {
+      // The last pipeline stage holds its own copy of the tied embedding (same name, so the same
+      // initial values; gradients are summed with the first stage's over the embedding group).
+      output_w_ = params_.add(vocab_parallel(make_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
+                                                       InitKind::kNormal, c.init_std, true), part_));
+    }
+  }
+  params_.finalize();
+  if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);
+}
+
+GPTModel::~GPTModel() = default;
+
+void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) const {
+  const ModelConfig& c = config_;
+  st.mb = mb;
+  const int64_t B = mb.B, S = mb.S, T = S * B;
+  GALE_CHECK_EQ(static_cast<int64_t>(mb.tokens.size()), T);
+  if (st.mb.sample_ids.empty())
+    for (int64_t b = 0; b < B; ++b) st.mb.sample_ids.push_back(b);
+  st.tokens_sb.resize(T);
+  st.labels_sb.resize(T);
+  st.positions_sb.resize(T);
+  st.mask_sb.resize(T);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t t = s * B + b, i = b * S + s;
+      st.tokens_sb[t] = mb.tokens[i];
+      st.positions_sb[t] = mb.position_ids[i];
+      if (!mb.labels.empty()) st.labels_sb[t] = mb.labels[i];
+      if (!mb.loss_mask.empty()) st.mask_sb[t] = mb.loss_mask[i];
+    }
+  LayerRuntime& rt = st.rt;
+  rt.config = &config_;
+  rt.part = &part_;
+  rt.ops = ops_;
+  rt.rope = c.position == PositionEmbedding::kRope ? &rope_ : nullptr;
+  rt.mb = &st.mb;
+  rt.training = training;
+  const int64_t tp = part_.tp_size();
+  const int64_t s_local = part_.sequence_parallel ? S / tp : S;
+  const int64_t s_offset = part_.sequence_parallel ? part_.tp_rank() * s_local : 0;
+  if (rt.rope) {
+    rt.rope_positions.resize(static_cast<size_t>(B * S));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) rt.rope_positions[b * S + s] = static_cast<int32_t>(s);
+  }
+  rt.hidden_row_ids.resize(static_cast<size_t>(s_local * B));
+  for (int64_t s = 0; s < s_local; ++s)
+    for (int64_t b = 0; b < B; ++b) rt.hidden_row_ids[s * B + b] = st.mb.sample_ids[b] * S + s_offset + s;
+  AttentionProblem& ap = rt.attention;
+  ap.B = B;
+  ap.Sq = ap.Sk = S;
+  ap.NH = c.heads / tp;
+  ap.KV = c.kv_heads / tp;
+  ap.HD = c.head_dim;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.causal = true;
+  if (!st.mb.document_ids.empty()) ap.q_doc_ids = ap.k_doc_ids = st.mb.document_ids.data();
+  ap.dropout_p = training ? c.attention_dropout : 0.0f;
+  ap.dropout_seed = c.seed;
+  ap.sample_ids = st.mb.sample_ids.data();
+  ap.heads_total = c.heads;
+  ap.head_offset = part_.tp_rank() * (c.heads / tp);
+  ap.max_positions = S;
+}
+
+Tensor GPTModel::embedding_forward(State& st) {
+  const ModelConfig& c = config_;
+  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
+  const int64_t Vl = c.vocab / part_.tp_size();
+  Tensor x = Tensor::empty({T, H});
+  ops_->embedding_forward(st.tokens_sb.data(), T, params_.param_data(word_emb_), part_.tp_rank() * Vl, Vl, H,
+                          x.data<float>());
+  x = reduce_from_tp_region(x, *part_.tp);  // vocab-parallel lookup: each rank contributed its rows
+  if (pos_emb_ >= 0) {
+    const float* pe = params_.param_data(pos_emb_);
+    float* xd = x.data<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = pe + static_cast<int64_t>(st.positions_sb[t]) * H;
+      for (int64_t i = 0; i < H; ++i) xd[t * H + i] += row[i];
+    }
+  }
+  if (part_.sequence_parallel) x = scatter_to_sequence_parallel_region(x, *part_.tp).clone();
+  DropoutSpec d;
+  d.p = st.rt.training ? c.hidden_dropout : 0.0f;
+  if (d.p > 0.0f) {
+    d.seed = c.seed;
+    d.stream = dropout_stream(c.seed, -1, 0);
+    d.row_ids = st.rt.hidden_row_ids.data();
+    d.cols_total = H;
+    dropout_forward_ref(x.data<float>(), x.data<float>(), x.size(0), H, d);
+  }
+  return x;
+}
+
+Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
+  const ModelConfig& c = config_;
+  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
+  Tensor d = d_in;
+  if (st.rt.training && c.hidden_dropout > 0.0f) {
+    DropoutSpec ds;
+    ds.p = c.hidden_dropout;
+    ds.seed = c.seed;
+    ds.stream = dropout_stream(c.seed, -1, 0);
+    ds.row_ids = st.rt.hidden_row_ids.data();
+    ds.cols_total = H;
+    d = Tensor::empty(d_in.shape());
+    dropout_backward_ref(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);
+  }
+  Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
+  if (pos_emb_ >= 0)
+    ops_->embedding_backward(st.positions_sb.data(), T, d_full.data<float>(), 0, c.max_positions, H,
+                             params_.grad_data(pos_emb_));
+  const int64_t Vl = c.vocab / part_.tp_size();
+  ops_->embedding_backward(st.tokens_sb.data(), T, d_full.data<float>(), part_.tp_rank() * Vl, Vl, H,
+                           params_.grad_data(word_emb_));
+  return Tensor();
+}
+
+void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
+  const ModelConfig& c = config_;
+  const int64_t T = st.mb.B * st.mb.S, H = c.hidden, Tl = x.size(0);
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
+  Tensor y = Tensor::empty({Tl, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
+                     stats.data<float>(), Tl, H);
+  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
+                                          : copy_to_tp_region(y, *part_.tp);
+  // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
+  // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
+  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  Tensor stat = Tensor::empty({3, T});  // slice max, slice Σexp, target logit
+  float* smax = stat.data<float>();
+  float* ssum = smax + T;
+  float* target = ssum + T;
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t label = st.labels_sb[t];
+    GALE_CHECK(label >= 0 && label < c.vocab) << "label " << label << " outside the vocabulary of " << c.vocab;
+  }
+  Tensor saved;
+  ops_->lm_head_loss_forward(p, smax, ssum, target, keep ? &saved : nullptr);
+  if (tp > 1) {
+    // Merge the vocabulary slices: lse = gmax + log Σ_ranks sumexp_r·exp(max_r − gmax).
+    Tensor gmax = Tensor::empty({T});
+    std::copy(smax, smax + T, gmax.data<float>());
+    part_.tp->all_reduce(gmax.raw(), T, DType::kF32, ReduceOp::kMax);
+    for (int64_t t = 0; t < T; ++t) ssum[t] *= std::exp(smax[t] - gmax.data<float>()[t]);
+    std::copy(gmax.data<float>(), gmax.data<float>() + T, smax);
+    part_.tp->all_reduce(ssum, 2 * T, DType::kF32, ReduceOp::kSum);  // Σexp and target logit
+  }
+  Tensor lse = Tensor::empty({T});
+  double loss_sum = 0.0, tokens = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
+    double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
+    loss_sum += l * st.mask_sb[t];
+    tokens += st.mask_sb[t];
+  }
+  if (loss) {
+    loss->loss_sum = loss_sum;
+    loss->tokens = tokens;
+  }
+  if (keep) {
+    st.final_in = x;
+    st.final_stats = stats;
+    st.final_out_full = y_full;
+    st.lse = lse;
+    st.head_saved = saved;
+  }
+}
+
+Tensor GPTModel::head_backward(State& st, float loss_scale) {
+  const ModelConfig& c = config_;
+  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  std::vector<float> dloss(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) dloss[t] = loss_scale * st.mask_sb[t];
+  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, st.final_out_full.data<float>(), params_.param_data(output_w_),
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  Tensor d_y = Tensor::empty({T, H});
+  ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
+                              &st.head_saved);
+  st.final_out_full = st.lse = Tensor();
+  d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
+                                : copy_to_tp_region_backward(d_y, *part_.tp);
+  const int64_t Tl = d_y.size(0);
+  Tensor d_x = Tensor::empty({Tl, H});
+  ops_->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_y.data<float>(), st.final_in.data<float>(),
+                      params_.param_data(final_norm_w_), st.final_stats.data<float>(), d_x.data<float>(),
+                      params_.grad_data(final_norm_w_), final_norm_b_ >= 0 ? params_.grad_data(final_norm_b_) : nullptr,
+                      Tl, H);
+  return d_x;
+}
+
+Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss) {
+  auto st = std::make_unique<State>();
+  build_runtime(*st, mb, training);
+  Tensor x = part_.pre_process ? embedding_forward(*st) : input;
+  GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
+  if (training) st->layers.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x,
+                                  training ? &st->layers[i] : nullptr);
+  Tensor out;
+  if (part_.post_process)
+    head_forward(*st, x, loss, training);
+  else
+    out = x;
+  if (training) {
+    GALE_CHECK(in_flight_.count(mb_id) == 0) << "micro-batch " << mb_id << " is already in flight";
+    in_flight_[mb_id] = std::move(st);
+  }
+  return out;
+}
+
+Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
+  GALE_CHECK(part_.post_process) << "logits exist only on the last pipeline stage";
+  const ModelConfig& c = config_;
+  State st;
+  build_runtime(st, mb, /*training=*/false);
+  Tensor x = part_.pre_process ? embedding_forward(st) : input;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
+  const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden, Tl = x.size(0);
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
+  Tensor y = Tensor::empty({Tl, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
+                     stats.data<float>(), Tl, H);
+  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
+                                          : copy_to_tp_region(y, *part_.tp);
+  Tensor local = linear_forward(y_full, params_.param_data(output_w_), Vl);  // [T, Vl]
+  // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
+  Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
+  if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
+  Tensor logits = Tensor::empty({B, S, c.vocab});
+  const float* src = slices.data<float>();
+  float* dst = logits.data<float>();
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        std::copy(src + (r * T + s * B + b) * Vl, src + (r * T + s * B + b + 1) * Vl, dst + (b * S + s) * c.vocab + r * Vl);
+  return logits;
+}
+
+std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
+  auto layer_ids = [](const LayerParamIds& w) {
+    std::vector<int> ids;
+    for (int id : {w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.norm2_w, w.norm2_b, w.fc1_w, w.fc1_b,
+                   w.fc2_w, w.fc2_b})
+      if (id >= 0) ids.push_back(id);
+    return ids;
+  };
+  std::vector<std::vector<int>> groups;
+  if (part_.post_process) {
+    std::vector<int> head;
+    for (int id : {final_norm_w_, final_norm_b_}) if (id >= 0) head.push_back(id);
+    if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
+    groups.push_back(head);
+  }
+  for (size_t i = layers_.size(); i-- > 0;) groups.push_back(layer_ids(layers_[i]));
+  if (part_.pre_process) {
+    std::vector<int> emb;
+    for (int id : {word_emb_, pos_emb_}) if (id >= 0) emb.push_back(id);
+    groups.push_back(emb);
+  }
+  return groups;
+}
+
+Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
+  auto it = in_flight_.find(mb_id);
+  GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
+  std::unique_ptr<State> st = std::move(it->second);
+  in_flight_.erase(it);
+  std::vector<std::vector<int>> groups = grad_ready_ ? backward_param_groups() : std::vector<std::vector<int>>{};
+  size_t group = 0;
+  auto ready = [&] {
+    if (grad_ready_) grad_ready_(groups.at(group++));
+  };
+  Tensor d = d_output;
+  if (part_.post_process) {
+    d = head_backward(*st, loss_scale);
+    ready();
+  }
+  for (size_t i = layers_.size(); i-- > 0;) {
+    d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i),
+                                   st->layers[i], d);
+    ready();
+  }
+  if (part_.pre_process) {
+    embedding_backward(*st, d);
+    ready();
+    return Tensor();
+  }
+  return d;
+}
+
+}  // namespace gale

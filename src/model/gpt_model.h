@@ -1,0 +1,97 @@
+// The GPT model (Megatron-Core GPTModel): embedding, transformer layers, final norm, output layer
+// and cross-entropy loss, with explicit forward and backward per micro-batch.
+//
+// One GPTModel is one model chunk: all layers with one process, or one pipeline stage's layers
+// (the embedding only on the first stage, the head and loss only on the last). Activations
+// between chunks are [Tl, H] (T = S·B tokens, row t = s·B + b; Tl = T/TP with sequence
+// parallelism). Several micro-batches may be in flight at once (pipeline schedules): forward
+// stores the saved state of micro-batch `mb_id` and backward(mb_id) consumes it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kernels/op_table.h"
+#include "model/config.h"
+#include "model/micro_batch.h"
+#include "model/params.h"
+#include "model/transformer_layer.h"
+
+namespace gale {
+
+class GPTModel {
+ public:
+  GPTModel(const ModelConfig& config, const ModelPartition& part, const OpTable* ops);
+  ~GPTModel();
+  GPTModel(const GPTModel&) = delete;
+  GPTModel& operator=(const GPTModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelPartition& partition() const { return part_; }
+  ParamBuffer& params() { return params_; }
+  const ParamBuffer& params() const { return params_; }
+  // The op table the model calls (features may swap it before training starts).
+  void set_ops(const OpTable* ops) { ops_ = ops; }
+
+  // Σ ℓ·mask and Σ mask over this micro-batch's tokens (last stage only).
+  struct LossSums {
+    double loss_sum = 0.0;
+    double tokens = 0.0;
+  };
+
+  // Forward of one micro-batch. `input` is the previous stage's output [Tl, H] (ignored on the
+  // first stage). Returns this chunk's output [Tl, H]; on the last stage returns an empty tensor
+  // and fills `loss`. With `training` the state for backward(mb_id) is kept (and dropout is on).
+  Tensor forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss);
+
+  // Backward of micro-batch `mb_id`. On the last stage the gradient of the loss with respect to
+  // token t's loss is loss_scale·mask[t] (Megatron: 1 / (Σ mask · num_microbatches)), and
+  // `d_output` is ignored; on other stages `d_output` [Tl, H] is the next stage's input gradient.
+  // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
+  Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
+
+  // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
+  // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
+  Tensor forward_logits(const MicroBatch& mb, const Tensor& input);
+
+  // Called during backward with the ids of parameters whose gradient contribution from the
+  // micro-batch being back-propagated is complete (after the head, after each layer, after the
+  // embedding), so data-parallel reduction of a bucket can start while backward continues
+  // (--overlap-grad-reduce). Unset: nothing is called.
+  using GradReadyFn = std::function<void(const std::vector<int>& param_ids)>;
+  void set_grad_ready_fn(GradReadyFn fn) { grad_ready_ = std::move(fn); }
+  // Parameter ids of global-order groups as backward completes them (for bucket planning):
+  // head (last stage), each layer from last to first, embedding (first stage).
+  std::vector<std::vector<int>> backward_param_groups() const;
+
+  // Number of micro-batches whose forward state is held.
+  size_t in_flight() const { return in_flight_.size(); }
+
+  // Ids of the embedding parameters (-1 when absent on this chunk).
+  int word_embedding_id() const { return word_emb_; }
+  int position_embedding_id() const { return pos_emb_; }
+  int output_weight_id() const { return output_w_; }
+
+ private:
+  struct State;
+  void build_runtime(State& st, const MicroBatch& mb, bool training) const;
+  Tensor embedding_forward(State& st);
+  Tensor embedding_backward(State& st, const Tensor& d);
+  void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
+  Tensor head_backward(State& st, float loss_scale);
+
+  ModelConfig config_;
+  ModelPartition part_;
+  const OpTable* ops_;
+  ParamBuffer params_;
+  RopeTables rope_;
+  int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
+  std::vector<LayerParamIds> layers_;
+  std::map<int64_t, std::unique_ptr<State>> in_flight_;
+  GradReadyFn grad_ready_;
+};
+
+}  // namespace gale

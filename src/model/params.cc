@@ -1,0 +1,94 @@
+// Flat parameter/gradient buffers and layout-independent initialisation.
+#include "model/params.h"
+
+#include "core/rng.h"
+#include "core/threads.h"
+
+namespace gale {
+
+Shape ParamSpec::local_shape() const {
+  Shape s = global_shape;
+  if (split_dim >= 0) {
+    GALE_CHECK_EQ(s[split_dim] % (split_blocks * split_parts), 0) << name;
+    s[split_dim] /= split_parts;
+  }
+  return s;
+}
+
+int64_t ParamSpec::local_numel() const { return shape_numel(local_shape()); }
+
+int64_t ParamSpec::global_index(int64_t i) const {
+  if (split_dim < 0 || split_parts == 1) return i;
+  Shape local = local_shape();
+  // Decompose i into (outer, d, inner) around the split dimension.
+  int64_t inner = 1;
+  for (size_t k = static_cast<size_t>(split_dim) + 1; k < local.size(); ++k) inner *= local[k];
+  int64_t dl = local[split_dim];
+  int64_t outer = i / (dl * inner), d = (i / inner) % dl, in = i % inner;
+  int64_t dg = global_shape[split_dim];
+  int64_t block_local = dl / split_blocks, block_global = dg / split_blocks;
+  int64_t block = d / block_local, within = d % block_local;
+  int64_t d_global = block * block_global + split_rank * block_local + within;
+  return (outer * dg + d_global) * inner + in;
+}
+
+int ParamBuffer::add(ParamSpec spec) {
+  GALE_CHECK(!finalized()) << "add(" << spec.name << ") after finalize";
+  GALE_CHECK_EQ(find(spec.name), -1) << "duplicate parameter " << spec.name;
+  spec.offset = numel_;
+  numel_ += spec.local_numel();
+  specs_.push_back(std::move(spec));
+  return static_cast<int>(specs_.size()) - 1;
+}
+
+void ParamBuffer::finalize() {
+  params_ = Tensor::zeros({numel_});
+  grads_ = Tensor::zeros({numel_});
+}
+
+int ParamBuffer::find(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (specs_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+Tensor ParamBuffer::param(int id) const {
+  return Tensor::from_blob(param_data(id), spec(id).local_shape(), DType::kF32);
+}
+
+Tensor ParamBuffer::grad(int id) const {
+  return Tensor::from_blob(grad_data(id), spec(id).local_shape(), DType::kF32);
+}
+
+uint64_t param_init_stream(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return mix_stream(h, 0x1417);
+}
+
+void ParamBuffer::initialize(uint64_t seed) {
+  GALE_CHECK(finalized());
+  for (int id = 0; id < size(); ++id) {
+    const ParamSpec& s = spec(id);
+    float* p = param_data(id);
+    int64_t n = s.local_numel();
+    switch (s.init) {
+      case InitKind::kZeros:
+        for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+        break;
+      case InitKind::kOnes:
+        for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+        break;
+      case InitKind::kNormal: {
+        uint64_t stream = param_init_stream(s.name);
+        parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            p[i] = s.init_std * normal_at(seed, stream, static_cast<uint64_t>(s.global_index(i)));
+        });
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace gale

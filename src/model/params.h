@@ -1,0 +1,77 @@
+// Parameters and their gradients in two flat f32 buffers, with a named view per parameter.
+//
+// Every parameter of a model chunk lives in one contiguous buffer (and its gradient at the same
+// offset in a second one), so the optimizer, gradient clipping, data-parallel reduction and
+// checkpointing work on flat memory. A ParamSpec records what the optimizer and the parallel
+// code need to know about each tensor: its Megatron name, its local and global shapes and how the
+// local shard maps into the global tensor (tensor-parallel split), its initialisation, and
+// whether it gets weight decay.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gale {
+
+enum class InitKind { kNormal, kZeros, kOnes };
+
+struct ParamSpec {
+  std::string name;         // Megatron-Core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
+  Shape global_shape;       // the full, unsharded tensor
+  int split_dim = -1;       // -1: replicated over TP; else the dimension split across TP ranks
+  int split_blocks = 1;     // the split dimension holds this many equal blocks, each split (SwiGLU fc1: 2)
+  int64_t split_parts = 1;  // TP size
+  int64_t split_rank = 0;   // TP rank
+  InitKind init = InitKind::kNormal;
+  float init_std = 0.02f;
+  bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
+  bool sequence_parallel = false;   // gradient is partial per TP rank under SP (norms, row-parallel biases)
+  int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
+
+  Shape local_shape() const;
+  int64_t local_numel() const;
+  // Row-major index in the global tensor of local element `i`.
+  int64_t global_index(int64_t local_index) const;
+};
+
+class ParamBuffer {
+ public:
+  // Register a parameter; returns its id. Only before finalize().
+  int add(ParamSpec spec);
+  // Allocate the flat parameter and gradient buffers (gradients zeroed).
+  void finalize();
+  bool finalized() const { return params_.defined(); }
+
+  int size() const { return static_cast<int>(specs_.size()); }
+  int64_t numel() const { return numel_; }
+  const ParamSpec& spec(int id) const { return specs_.at(static_cast<size_t>(id)); }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  int find(const std::string& name) const;  // -1 when absent
+
+  // Named views (shape = local shape).
+  Tensor param(int id) const;
+  Tensor grad(int id) const;
+  float* param_data(int id) const { return params_.data<float>() + spec(id).offset; }
+  float* grad_data(int id) const { return grads_.data<float>() + spec(id).offset; }
+  // The flat buffers [numel].
+  const Tensor& flat_params() const { return params_; }
+  const Tensor& flat_grads() const { return grads_; }
+  void zero_grads() { grads_.zero(); }
+
+  // Megatron's initialisation (docs/model.md), drawn from the counter-based RNG so that every
+  // element's value depends only on (seed, parameter name, global index).
+  void initialize(uint64_t seed);
+
+ private:
+  std::vector<ParamSpec> specs_;
+  int64_t numel_ = 0;
+  Tensor params_, grads_;
+};
+
+// Stream id of a parameter's initial values: a hash of its name.
+uint64_t param_init_stream(const std::string& name);
+
+}  // namespace gale

@@ -1,0 +1,286 @@
+// Transformer layer forward/backward: norms, QKV, RoPE, attention, projections, MLP, residuals.
+#include "model/transformer_layer.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "model/linear.h"
+#include "parallel/mappings.h"
+
+namespace gale {
+
+namespace {
+
+std::string layer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".", rest); }
+
+ParamSpec spec(std::string name, Shape global, InitKind init, float std, bool wd) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.global_shape = std::move(global);
+  s.init = init;
+  s.init_std = std;
+  s.weight_decay = wd;
+  return s;
+}
+
+ParamSpec split(ParamSpec s, const ModelPartition& part, int dim, int blocks = 1) {
+  s.split_dim = dim;
+  s.split_blocks = blocks;
+  s.split_parts = part.tp_size();
+  s.split_rank = part.tp_rank();
+  return s;
+}
+
+ParamSpec norm_weight(std::string name, int64_t H, const ModelPartition& part) {
+  ParamSpec s = spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
+  s.sequence_parallel = part.sequence_parallel;
+  return s;
+}
+
+ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
+  ParamSpec s = spec(std::move(name), {H}, InitKind::kZeros, 0.0f, false);
+  s.sequence_parallel = part.sequence_parallel;
+  return s;
+}
+
+int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
+
+// Norm of [rows, H] x; returns y and fills stats.
+Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, const Tensor& x, Tensor* stats) {
+  const ModelConfig& c = *rt.config;
+  int64_t rows = x.size(0);
+  Tensor y = Tensor::empty(x.shape());
+  *stats = Tensor::empty({norm_stats_rows(c), rows});
+  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), pb.param_data(w),
+                       b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, c.hidden);
+  return y;
+}
+
+DropoutSpec hidden_dropout(const LayerRuntime& rt, int64_t layer, int site) {
+  DropoutSpec d;
+  d.p = rt.training ? rt.config->hidden_dropout : 0.0f;
+  d.seed = rt.config->seed;
+  d.stream = dropout_stream(rt.config->seed, layer, site);
+  d.row_ids = rt.hidden_row_ids.data();
+  d.cols_total = rt.config->hidden;
+  return d;
+}
+
+// Row-parallel output [T, H] partial sums -> [Tl, H] reduced (all-reduce, or reduce-scatter with SP).
+Tensor reduce_row_parallel_output(const ModelPartition& part, const Tensor& y) {
+  return part.sequence_parallel ? reduce_scatter_to_sequence_parallel_region(y, *part.tp)
+                                : reduce_from_tp_region(y, *part.tp);
+}
+
+// Its backward: [Tl, H] -> [T, H] (SP all-gather; identity otherwise).
+Tensor reduce_row_parallel_output_backward(const ModelPartition& part, const Tensor& dy) {
+  return part.sequence_parallel ? reduce_scatter_to_sequence_parallel_region_backward(dy, *part.tp)
+                                : reduce_from_tp_region_backward(dy, *part.tp);
+}
+
+// Input of a column-parallel linear: [Tl, H] -> [T, H] (SP all-gather; identity otherwise).
+Tensor gather_column_parallel_input(const ModelPartition& part, const Tensor& x) {
+  return part.sequence_parallel ? gather_from_sequence_parallel_region(x, *part.tp) : copy_to_tp_region(x, *part.tp);
+}
+
+// Its backward: [T, H] -> [Tl, H] (SP reduce-scatter; all-reduce otherwise).
+Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tensor& dx) {
+  return part.sequence_parallel ? gather_from_sequence_parallel_region_backward(dx, *part.tp)
+                                : copy_to_tp_region_backward(dx, *part.tp);
+}
+
+}  // namespace
+
+uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
+  return mix_stream(seed, 0xD7, static_cast<uint64_t>(layer + 1), static_cast<uint64_t>(site));
+}
+
+LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
+  LayerParamIds w;
+  const int64_t H = c.hidden, HD = c.head_dim;
+  const float std = c.init_std;
+  const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+  const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
+  const bool ln = !c.rms_norm;
+  w.norm1_w = pb.add(norm_weight(layer_name(layer, "input_layernorm.weight"), H, part));
+  if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
+  // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
+  w.qkv_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+  if (c.qkv_bias())
+    w.qkv_b = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
+  w.proj_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
+  if (c.add_bias_linear) {
+    ParamSpec b = spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
+    b.sequence_parallel = part.sequence_parallel;
+    w.proj_b = pb.add(b);
+  }
+  w.norm2_w = pb.add(norm_weight(layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
+  if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
+  // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
+  int blocks = c.swiglu ? 2 : 1;
+  w.fc1_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
+  if (c.add_bias_linear)
+    w.fc1_b = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
+  w.fc2_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
+  if (c.add_bias_linear) {
+    ParamSpec b = spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
+    b.sequence_parallel = part.sequence_parallel;
+    w.fc2_b = pb.add(b);
+  }
+  return w;
+}
+
+Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
+                                 const Tensor& x_in, LayerSaved* saved) {
+  const ModelConfig& c = *rt.config;
+  const ModelPartition& part = *rt.part;
+  const OpTable& ops = *rt.ops;
+  const int64_t tp = part.tp_size();
+  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, HD = c.head_dim, Fl = c.ffn / tp;
+  const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, Tl = x_in.size(0), H = c.hidden;
+
+  // ---- attention block ----
+  Tensor norm1_stats;
+  Tensor norm1_out = gather_column_parallel_input(part, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
+  Tensor qkv = linear_forward(norm1_out, pb.param_data(w.qkv_w), (NHl + 2 * KVl) * HD);  // [T, (NHl+2KVl)·HD]
+  if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
+                   vl = qkv_value_layout(NHl, KVl, HD);
+  if (rt.rope) {
+    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+  }
+  AttentionProblem ap = rt.attention;
+  ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+  Tensor ctx = Tensor::empty({T, NHl * HD});
+  Tensor lse = Tensor::empty({B, NHl, S});
+  const float* q = qkv.data<float>();
+  ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
+  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, pb.param_data(w.proj_w), H));  // [Tl, H]
+  // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
+  Tensor x_mid = Tensor::empty({Tl, H});
+  Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
+  Tensor norm2_local = Tensor::empty({Tl, H});
+  ops.bias_dropout_add_norm(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr,
+                            x_in.data<float>(), x_mid.data<float>(), NormSpec{c.rms_norm, c.norm_eps},
+                            pb.param_data(w.norm2_w), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
+                            norm2_local.data<float>(), norm2_stats.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
+  proj = Tensor();
+
+  // ---- MLP block ----
+  Tensor norm2_out = gather_column_parallel_input(part, norm2_local);
+  norm2_local = Tensor();
+  const int64_t fc1_cols = c.swiglu ? 2 * Fl : Fl;
+  Tensor fc1_out = linear_forward(norm2_out, pb.param_data(w.fc1_w), fc1_cols);  // [T, Fl or 2Fl]
+  Tensor act = Tensor::empty({T, Fl});
+  const float* fc1_bias = w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr;
+  if (c.swiglu)
+    ops.swiglu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
+  else
+    ops.gelu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
+  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, pb.param_data(w.fc2_w), H));  // [Tl, H]
+  Tensor x_out = Tensor::empty({Tl, H});
+  ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
+                       x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
+
+  if (saved) {
+    saved->x_in = x_in;
+    saved->norm1_stats = norm1_stats;
+    saved->norm1_out = norm1_out;
+    saved->qkv = qkv;
+    saved->ctx = ctx;
+    saved->lse = lse;
+    saved->x_mid = x_mid;
+    saved->norm2_stats = norm2_stats;
+    saved->norm2_out = norm2_out;
+    saved->fc1_out = fc1_out;
+    saved->act = act;
+  }
+  return x_out;
+}
+
+Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
+                                  LayerSaved& s, const Tensor& d_out) {
+  const ModelConfig& c = *rt.config;
+  const ModelPartition& part = *rt.part;
+  const OpTable& ops = *rt.ops;
+  const int64_t tp = part.tp_size();
+  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, HD = c.head_dim, Fl = c.ffn / tp;
+  const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, Tl = d_out.size(0), H = c.hidden;
+  const NormSpec norm{c.rms_norm, c.norm_eps};
+  auto grad_or_null = [&](int id) { return id >= 0 ? pb.grad_data(id) : nullptr; };
+
+  // ---- MLP block ----  d_x_mid starts as d_out (residual), later += norm2 backward.
+  Tensor d_fc2 = Tensor::empty({Tl, H});
+  ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
+                                hidden_dropout(rt, layer, 2));
+  Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
+  linear_backward_weight(d_fc2_full, s.act, pb.grad_data(w.fc2_w));
+  Tensor d_act = linear_backward_data(d_fc2_full, pb.param_data(w.fc2_w), Fl);  // [T, Fl]
+  d_fc2 = d_fc2_full = Tensor();
+  s.act = Tensor();
+  Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
+  if (c.swiglu)
+    ops.swiglu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
+  else
+    ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
+  d_act = Tensor();
+  s.fc1_out = Tensor();
+  linear_backward_weight(d_fc1, s.norm2_out, pb.grad_data(w.fc1_w));
+  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward_data(d_fc1, pb.param_data(w.fc1_w), H));
+  d_fc1 = Tensor();
+  s.norm2_out = Tensor();
+  Tensor d_x_mid = Tensor::empty({Tl, H});
+  ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), pb.param_data(w.norm2_w),
+                    s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
+                    grad_or_null(w.norm2_b), Tl, H);
+  {
+    float* dm = d_x_mid.data<float>();
+    const float* dout = d_out.data<float>();
+    for (int64_t i = 0; i < Tl * H; ++i) dm[i] += dout[i];
+  }
+  d_norm2 = Tensor();
+  s.x_mid = s.norm2_stats = Tensor();
+
+  // ---- attention block ----
+  Tensor d_proj = Tensor::empty({Tl, H});
+  ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
+                                hidden_dropout(rt, layer, 1));
+  Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
+  linear_backward_weight(d_proj_full, s.ctx, pb.grad_data(w.proj_w));
+  Tensor d_ctx = linear_backward_data(d_proj_full, pb.param_data(w.proj_w), NHl * HD);  // [T, NHl·HD]
+  d_proj = d_proj_full = Tensor();
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
+                   vl = qkv_value_layout(NHl, KVl, HD);
+  AttentionProblem ap = rt.attention;
+  ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+  Tensor d_qkv = Tensor::empty(s.qkv.shape());
+  const float* q = s.qkv.data<float>();
+  float* dq = d_qkv.data<float>();
+  ops.attention_backward(ap, q, ql, q, kl, q, vl, s.ctx.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq,
+                         dq, dq);
+  d_ctx = Tensor();
+  s.ctx = s.lse = s.qkv = Tensor();
+  if (rt.rope) {
+    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+  }
+  if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+  linear_backward_weight(d_qkv, s.norm1_out, pb.grad_data(w.qkv_w));
+  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward_data(d_qkv, pb.param_data(w.qkv_w), H));
+  d_qkv = Tensor();
+  s.norm1_out = Tensor();
+  Tensor d_x_in = Tensor::empty({Tl, H});
+  ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), pb.param_data(w.norm1_w),
+                    s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
+                    grad_or_null(w.norm1_b), Tl, H);
+  {
+    float* dx = d_x_in.data<float>();
+    const float* dm = d_x_mid.data<float>();
+    for (int64_t i = 0; i < Tl * H; ++i) dx[i] += dm[i];
+  }
+  s.x_in = s.norm1_stats = Tensor();
+  return d_x_in;
+}
+
+}  // namespace gale

@@ -1,0 +1,79 @@
+// One pre-norm transformer layer (attention + MLP) with explicit forward and backward.
+//
+// Shapes (T = S·B tokens, Tl = T/TP with sequence parallelism else T; NHl, KVl, Fl = this TP
+// rank's heads, KV heads and FFN columns):
+//   x_in [Tl, H] -> norm1 -> (SP all-gather) [T, H] -> linear_qkv [T, (NHl+2KVl)·HD] -> RoPE
+//   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]
+//   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> (SP all-gather) -> linear_fc1 [T, Fl or 2Fl]
+//   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/op_table.h"
+#include "model/config.h"
+#include "model/micro_batch.h"
+#include "model/params.h"
+
+namespace gale {
+
+// Ids of one layer's parameters in the ParamBuffer (-1 when the model has no such parameter).
+struct LayerParamIds {
+  int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
+  int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+};
+
+// Registers the parameters of global layer `layer` with their Megatron names, TP splits and init.
+LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
+
+// Everything a layer needs about the current micro-batch, built once per micro-batch.
+struct LayerRuntime {
+  const ModelConfig* config = nullptr;
+  const ModelPartition* part = nullptr;
+  const OpTable* ops = nullptr;
+  const RopeTables* rope = nullptr;  // null without RoPE
+  const MicroBatch* mb = nullptr;
+  bool training = true;
+  // Global id (sample·S + position) of each local row t = s·B + b of [Tl, H] activations, for
+  // hidden dropout.
+  std::vector<int64_t> hidden_row_ids;
+  // RoPE positions [B, S]: the token's index in the sequence, 0..S-1, as Megatron-Core applies
+  // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
+  // absolute position embedding). Within one document attention depends only on position
+  // differences, so with --reset-attention-mask the choice does not change the result.
+  std::vector<int32_t> rope_positions;
+  // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
+  // the per-layer dropout stream is filled in by the layer.
+  AttentionProblem attention;
+};
+
+// Tensors saved by forward for backward (one layer, one micro-batch).
+struct LayerSaved {
+  Tensor x_in;         // [Tl, H]
+  Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
+  Tensor norm1_out;    // [T, H]
+  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE
+  Tensor ctx;          // [T, NHl·HD]
+  Tensor lse;          // [B, NHl, S]
+  Tensor x_mid;        // [Tl, H]
+  Tensor norm2_stats;  // like norm1_stats
+  Tensor norm2_out;    // [T, H]
+  Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
+  Tensor act;          // [T, Fl]
+};
+
+// Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.
+Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
+                                 const Tensor& x_in, LayerSaved* saved);
+// Returns d_x_in [Tl, H]; accumulates parameter gradients into pb's gradient buffer. Releases
+// the saved tensors as it goes.
+Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
+                                  LayerSaved& saved, const Tensor& d_out);
+
+// Dropout stream of a site inside a layer (site: 0 attention probabilities, 1 attention output,
+// 2 MLP output; the embedding uses layer = -1).
+uint64_t dropout_stream(uint64_t seed, int64_t layer, int site);
+
+}  // namespace gale

@@ -1,0 +1,77 @@
+// Megatron's HuggingFaceTokenizer for a local tokenizer.json (a file, or a folder holding
+// tokenizer.json and optionally tokenizer_config.json): BPE with byte-level or Metaspace
+// pre-tokenisation, byte fallback, normalizers, added and special tokens, and the
+// post-processor's special tokens (Megatron calls the tokenizer with add_special_tokens=True).
+//
+// Megatron's values: vocab_size = len(tokenizer) (vocabulary plus added tokens); eod =
+// eos_token_id, taken from tokenizer_config.json's eos_token, or else the first of </s>,
+// <|endoftext|>, <|end_of_text|>, <eos> that the tokenizer has.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/hf_components.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gale {
+
+class HuggingFaceTokenizer : public Tokenizer {
+ public:
+  // `path` is a tokenizer.json or a folder containing one.
+  static StatusOr<std::unique_ptr<HuggingFaceTokenizer>> load(const std::string& path);
+  // From file contents; `config_json` may be empty (no tokenizer_config.json).
+  static StatusOr<std::unique_ptr<HuggingFaceTokenizer>> parse(std::string_view tokenizer_json,
+                                                               std::string_view config_json, const std::string& name);
+
+  const std::string& type() const override { return type_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int32_t eod() const override { return eod_; }
+  Status encode(std::string_view text, std::vector<int32_t>* ids) const override;
+  StatusOr<std::string> decode(std::span<const int32_t> ids) const override;
+  std::string describe() const override;
+
+  // Encode without the post-processor's special tokens (add_special_tokens=False).
+  Status encode_plain(std::string_view text, std::vector<int32_t>* ids) const;
+  const std::string& eod_token() const { return eod_token_; }
+
+ private:
+  HuggingFaceTokenizer() = default;
+  struct AddedToken {
+    std::string content;
+    int32_t id;
+    bool single_word, lstrip, rstrip, normalized, special;
+  };
+  // Leftmost-longest matching of added-token contents.
+  struct Matcher {
+    std::vector<std::vector<std::pair<std::string, int>>> by_first_byte;  // content, index into tokens_
+    bool empty = true;
+    void add(const std::string& content, int index);
+  };
+  struct Segment {
+    size_t begin, end;
+    int32_t id;  // -1: text to tokenize
+  };
+  void split_added(std::string_view text, const Matcher& m, std::vector<Segment>* out) const;
+  Status encode_segment(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
+  Status encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
+
+  std::string type_ = "HuggingFaceTokenizer";
+  std::string name_;
+  HfNormalizer normalizer_;
+  HfPreTokenizer pre_tokenizer_;
+  HfPostProcessor post_processor_;
+  HfDecoder decoder_;
+  std::unique_ptr<BpeModel> bpe_;
+  std::vector<std::string> id_to_token_;  // the tokenizer.json spelling of every id
+  std::vector<AddedToken> added_;
+  Matcher raw_matcher_, normalized_matcher_;
+  int64_t vocab_size_ = 0;
+  int32_t eod_ = -1;
+  std::string eod_token_;
+};
+
+}  // namespace gale

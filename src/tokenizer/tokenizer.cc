@@ -1,0 +1,45 @@
+// The tokenizer factory.
+#include "tokenizer/tokenizer.h"
+
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/null_tokenizer.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace gale {
+
+std::string Tokenizer::describe() const { return str_cat(type(), ": vocabulary ", vocab_size(), ", eod ", eod()); }
+
+Status check_utf8(std::string_view text) {
+  size_t bad = find_invalid_utf8(text);
+  if (bad != std::string_view::npos) return InvalidArgument("invalid UTF-8 at byte ", bad);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) {
+  std::string type = o.type.empty() ? "GPT2BPETokenizer" : o.type;
+  if (type == "GPT2BPETokenizer") {
+    GALE_ASSIGN_OR_RETURN(auto t, Gpt2BpeTokenizer::load(o.vocab_file, o.merge_file));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  if (type == "HuggingFaceTokenizer") {
+    GALE_ASSIGN_OR_RETURN(auto t, HuggingFaceTokenizer::load(o.tokenizer_model));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  if (type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer") {
+    auto variant = type == "SentencePieceTokenizer"      ? SentencePieceTokenizer::Variant::kSentencePiece
+                   : type == "GPTSentencePieceTokenizer" ? SentencePieceTokenizer::Variant::kGptSentencePiece
+                                                         : SentencePieceTokenizer::Variant::kLlama2;
+    GALE_ASSIGN_OR_RETURN(auto t, SentencePieceTokenizer::load(o.tokenizer_model, variant, o.vocab_extra_ids));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  if (type == "NullTokenizer") {
+    GALE_ASSIGN_OR_RETURN(auto t, NullTokenizer::create(o.vocab_size));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  return Unimplemented("--tokenizer-type ", type, " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
+                       "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
+}
+
+}  // namespace gale

@@ -1,0 +1,226 @@
+// Checkpoint save/load for the trainer on top of ckpt/ (sharded tensors + metadata sections).
+#include "train/checkpointing.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_writer.h"
+#include "core/log.h"
+
+namespace gale {
+
+namespace {
+
+constexpr int kTrainerStateVersion = 1;
+
+// The pieces of a parameter's global tensor held by this rank: one box per TP block.
+struct Piece {
+  std::vector<int64_t> offsets;
+  int64_t first_row = 0, rows = 0;  // rows of the local tensor (dim 0) forming the piece
+};
+
+std::vector<Piece> pieces_of(const ParamSpec& s) {
+  Shape local = s.local_shape();
+  std::vector<Piece> out;
+  if (s.split_dim < 0 || s.split_parts == 1) {
+    out.push_back(Piece{std::vector<int64_t>(local.size(), 0), 0, local[0]});
+    return out;
+  }
+  if (s.split_dim == 0) {
+    const int64_t block_local = local[0] / s.split_blocks, block_global = s.global_shape[0] / s.split_blocks;
+    for (int b = 0; b < s.split_blocks; ++b) {
+      std::vector<int64_t> offsets(local.size(), 0);
+      offsets[0] = b * block_global + s.split_rank * block_local;
+      out.push_back(Piece{offsets, b * block_local, block_local});
+    }
+    return out;
+  }
+  GALE_CHECK_EQ(s.split_blocks, 1) << s.name;
+  std::vector<int64_t> offsets(local.size(), 0);
+  offsets[static_cast<size_t>(s.split_dim)] = s.split_rank * local[static_cast<size_t>(s.split_dim)];
+  out.push_back(Piece{offsets, 0, local[0]});
+  return out;
+}
+
+// Whether this rank writes the pieces of parameter `id`: one copy of every piece in the job.
+bool writes(const ParallelState& ps, const GPTModel& model, int id) {
+  if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
+  const ParamSpec& s = model.params().spec(id);
+  if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;  // TP replicas
+  // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
+  if (!model.partition().pre_process && s.name == "embedding.word_embeddings.weight") return false;
+  return true;
+}
+
+Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return n == t.size(0) ? t : t.slice(first, n); }
+
+nlohmann::json model_section(const ModelConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden},
+          {"ffn_hidden_size", c.ffn},
+          {"num_attention_heads", c.heads},
+          {"num_query_groups", c.kv_heads},
+          {"kv_channels", c.head_dim},
+          {"padded_vocab_size", c.vocab},
+          {"max_position_embeddings", c.max_positions},
+          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
+          {"swiglu", c.swiglu},
+          {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"untie_embeddings_and_output_weights", !c.tied_embeddings},
+          {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
+                                      : c.position == PositionEmbedding::kNone ? "none"
+                                                                               : "learned_absolute"}};
+}
+
+nlohmann::json args_section(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  return {{"micro_batch_size", t.micro_batch_size},
+          {"global_batch_size", t.global_batch_size},
+          {"seq_length", a.model.seq_length},
+          {"train_iters", t.train_iters},
+          {"train_samples", t.train_samples},
+          {"seed", t.seed},
+          {"lr", t.lr},
+          {"min_lr", t.min_lr},
+          {"optimizer", t.optimizer},
+          {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
+          {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
+          {"data_parallel_size", a.parallel.data_parallel_size}};
+}
+
+std::string optimizer_tensor_name(const std::string& state, const std::string& param) {
+  return "optimizer." + state + "." + param;
+}
+
+}  // namespace
+
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state) {
+  const Optimizer& optimizer = *engine.optimizer;
+  const LrScheduler& scheduler = *engine.scheduler;
+  const CheckpointArgs& ca = args.checkpoint;
+  char line[64];
+  std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
+  print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
+  CheckpointWriter w(ca.save, state.iteration, *engine.ps.world());
+  for (size_t c = 0; c < engine.chunks.size(); ++c) {
+    const GPTModel& model = *engine.chunks[c];
+    const ParamBuffer& pb = model.params();
+    const auto opt_state = optimizer.state(c);
+    for (int id = 0; id < pb.size(); ++id) {
+      if (!writes(engine.ps, model, id)) continue;
+      const ParamSpec& s = pb.spec(id);
+      Tensor param = pb.param(id);
+      for (const Piece& piece : pieces_of(s)) {
+        GALE_RETURN_IF_ERROR(w.add(s.name, s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
+        if (!ca.save_optim) continue;
+        for (const auto& [state_name, flat] : opt_state) {
+          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
+          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets,
+                                     rows_of(view, piece.first_row, piece.rows)));
+        }
+      }
+    }
+  }
+  const GPTModel& model = *engine.chunks.front();
+  nlohmann::json sections;
+  sections["gale_trainer_state_version"] = kTrainerStateVersion;
+  sections["model"] = model_section(model.config());
+  sections["args"] = args_section(args);
+  sections["trainer"] = {{"iteration", state.iteration},
+                         {"consumed_train_samples", state.consumed_train_samples},
+                         {"consumed_valid_samples", state.consumed_valid_samples},
+                         {"num_floating_point_operations_so_far", state.floating_point_operations_so_far}};
+  if (ca.save_optim) {
+    const LrSchedule& ls = scheduler.schedule();
+    sections["optimizer"] = {{"type", optimizer.config().type}, {"steps_taken", optimizer.steps_taken()}};
+    sections["opt_param_scheduler"] = {{"max_lr", ls.max_lr},
+                                       {"min_lr", ls.min_lr},
+                                       {"lr_warmup_steps", ls.warmup_steps},
+                                       {"lr_decay_steps", ls.decay_steps},
+                                       {"lr_decay_style", ls.decay_style},
+                                       {"num_steps", scheduler.num_steps()},
+                                       {"start_wd", ls.start_wd},
+                                       {"end_wd", ls.end_wd},
+                                       {"wd_incr_style", ls.wd_incr_style},
+                                       {"wd_incr_steps", ls.wd_incr_steps}};
+  }
+  if (ca.save_rng) sections["rng_state"] = {{"seed", args.training.seed}, {"generator", "philox4x32-10 counter-based"}};
+  GALE_RETURN_IF_ERROR(w.commit(sections));
+  print_rank0(str_cat("  successfully saved checkpoint at iteration ", line, " to ", ca.save));
+  return Status::Ok();
+}
+
+Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+  Optimizer& optimizer = *engine.optimizer;
+  LrScheduler& scheduler = *engine.scheduler;
+  const CheckpointArgs& ca = args.checkpoint;
+  *loaded = false;
+  const std::string tracker = ca.load + "/latest_checkpointed_iteration.txt";
+  if (!std::filesystem::exists(tracker)) {
+    if (ca.exit_on_missing_checkpoint)
+      return NotFound("--load ", ca.load, ": no checkpoint (", tracker,
+                      " does not exist) and --exit-on-missing-checkpoint");
+    warn_rank0(str_cat("could not find the metadata file ", tracker,
+                       "; will not load any checkpoints and will start from random"));
+    return Status::Ok();
+  }
+  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(ca.load));
+  print_rank0(str_cat(" loading checkpoint from ", ca.load, " at iteration ", r.iteration()));
+  // The model shape must match: compare the saved configuration first, for a one-line error.
+  GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
+  const nlohmann::json current = model_section(engine.chunks.front()->config());
+  for (const auto& [key, value] : current.items()) {
+    if (!saved_model.contains(key) || saved_model[key] != value)
+      return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
+                                " = ", saved_model.contains(key) ? saved_model[key].dump() : "(absent)",
+                                ", this run has ", value.dump());
+  }
+  const bool load_optim = !ca.finetune && ca.load_optim;
+  for (size_t c = 0; c < engine.chunks.size(); ++c) {
+    ParamBuffer& pb = engine.chunks[c]->params();
+    auto opt_state = optimizer.state(c);
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      Tensor param = pb.param(id);
+      for (const Piece& piece : pieces_of(s)) {
+        Tensor dst = rows_of(param, piece.first_row, piece.rows);
+        GALE_RETURN_IF_ERROR(r.read_slice_into(s.name, s.global_shape, piece.offsets, dst));
+        if (!load_optim) continue;
+        for (auto& [state_name, flat] : opt_state) {
+          Tensor view = Tensor::from_blob(flat.data<float>() + s.offset, s.local_shape(), DType::kF32);
+          Tensor odst = rows_of(view, piece.first_row, piece.rows);
+          GALE_RETURN_IF_ERROR(
+              r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, piece.offsets, odst));
+        }
+      }
+    }
+  }
+  if (ca.finetune) {
+    state = TrainerState{};
+  } else {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json t, r.section("trainer"));
+    state.iteration = t.at("iteration").get<int64_t>();
+    state.consumed_train_samples = t.at("consumed_train_samples").get<int64_t>();
+    state.consumed_valid_samples = t.at("consumed_valid_samples").get<int64_t>();
+    state.floating_point_operations_so_far = t.at("num_floating_point_operations_so_far").get<double>();
+  }
+  if (load_optim) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
+    if (o.at("type").get<std::string>() != optimizer.config().type)
+      return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
+                                " optimizer state; this run uses --optimizer ", optimizer.config().type,
+                                " (use --no-load-optim to start the optimizer afresh)");
+    optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
+    GALE_ASSIGN_OR_RETURN(nlohmann::json sch, r.section("opt_param_scheduler"));
+    scheduler.set_num_steps(sch.at("num_steps").get<int64_t>());
+  }
+  // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
+  *loaded = true;
+  print_rank0(str_cat("  successfully loaded checkpoint from ", ca.load, " at iteration ", state.iteration));
+  return Status::Ok();
+}
+
+}  // namespace gale

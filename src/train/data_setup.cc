@@ -1,0 +1,258 @@
+// Tokenizer and dataset construction for pretraining (Megatron's BlendedMegatronDatasetBuilder).
+#include "train/data_setup.h"
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/log.h"
+#include "data/blending.h"
+#include "data/gpt_dataset.h"
+#include "data/numpy_math.h"
+#include "data/split.h"
+
+namespace gale {
+
+namespace {
+
+struct Builder {
+  const Arguments& args;
+  GptIndexParams params;
+  std::string cache_dir;
+  std::string split_text;
+  std::map<std::string, std::shared_ptr<TokenSource>> sources;
+
+  StatusOr<std::shared_ptr<TokenSource>> source(const std::string& prefix) {
+    auto it = sources.find(prefix);
+    if (it != sources.end()) return it->second;
+    GALE_ASSIGN_OR_RETURN(auto s, open_indexed_source(prefix, args.data.mmap_bin_files));
+    sources[prefix] = s;
+    return s;
+  }
+
+  // One GPTDataset over sequences [begin, end) of `src`, or null when the range is empty and
+  // no samples are wanted.
+  StatusOr<std::unique_ptr<TokenDataset>> gpt(std::shared_ptr<TokenSource> src, DataSplit split, int64_t begin,
+                                               int64_t end, int64_t num_samples) {
+    if (begin >= end) {
+      if (num_samples == 0) return std::unique_ptr<TokenDataset>();
+      return FailedPrecondition(src->name(), ": the ", split_name(split), " split is empty (sequences [", begin, ", ", end,
+                                ") of ", src->num_sequences(), " with --split '", split_text, "') but ", num_samples,
+                                " samples are needed; Megatron would loop forever here. Change --split, or use more data");
+    }
+    GptIndexParams p = params;
+    p.num_samples = num_samples;
+    GALE_ASSIGN_OR_RETURN(auto ds, GptDataset::build(src, split, begin, end, p, cache_dir, split_text));
+    return std::unique_ptr<TokenDataset>(std::move(ds));
+  }
+};
+
+// A blend for one split over `prefixes` restricted to `bookends` of each.
+StatusOr<std::unique_ptr<TokenDataset>> build_blend(Builder& b, const Blend& blend, DataSplit split,
+                                                    std::pair<double, double> bookends, int64_t size) {
+  const size_t n = blend.prefixes.size();
+  auto range_of = [&](const std::shared_ptr<TokenSource>& s) { return split_range(bookends, s->num_sequences()); };
+  std::vector<std::unique_ptr<TokenDataset>> parts;
+  if (blend.weights) {
+    std::vector<double> w = numpy_normalize(*blend.weights);
+    std::vector<int64_t> target = samples_per_dataset(w, size, 0.0);
+    std::vector<int64_t> buffer = samples_per_dataset(w, size, 0.005);
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      GALE_ASSIGN_OR_RETURN(auto src, b.source(blend.prefixes[i]));
+      auto [begin, end] = range_of(src);
+      GALE_ASSIGN_OR_RETURN(auto ds, b.gpt(src, split, begin, end, buffer[i]));
+      if (!ds) return std::unique_ptr<TokenDataset>();  // every part empty and unneeded (size 0)
+      parts.push_back(std::move(ds));
+      total += target[i];
+    }
+    GALE_ASSIGN_OR_RETURN(auto bl, BlendedDataset::build(std::move(parts), w, total));
+    return std::unique_ptr<TokenDataset>(std::move(bl));
+  }
+  std::vector<double> lengths;
+  int64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    GALE_ASSIGN_OR_RETURN(auto src, b.source(blend.prefixes[i]));
+    auto [begin, end] = range_of(src);
+    GALE_ASSIGN_OR_RETURN(auto ds, b.gpt(src, split, begin, end, begin < end ? -1 : 0));
+    if (!ds) {
+      if (size > 0)
+        return FailedPrecondition(blend.prefixes[i], ": the ", split_name(split), " split of this dataset is empty");
+      return std::unique_ptr<TokenDataset>();
+    }
+    lengths.push_back(static_cast<double>(ds->size()));
+    sum += ds->size();
+    parts.push_back(std::move(ds));
+  }
+  GALE_ASSIGN_OR_RETURN(auto bl, BlendedDataset::build(std::move(parts), lengths, std::min(size, sum)));
+  return std::unique_ptr<TokenDataset>(std::move(bl));
+}
+
+StatusOr<std::string> read_text_file(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) return NotFound(flag, " ", path, ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_whitespace(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  std::string w;
+  while (in >> w) out.push_back(w);
+  return out;
+}
+
+}  // namespace
+
+SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  const LoggingArgs& l = a.logging;
+  int64_t gbs = t.global_batch_size;
+  SplitSampleCounts c;
+  int64_t train_iters = t.train_iters;
+  if (t.train_samples != kUnset) {
+    c.train = t.train_samples;
+    train_iters = gbs > 0 ? t.train_samples / gbs : 0;  // Megatron's update_train_iters (no ramp-up)
+  } else {
+    c.train = t.train_iters * gbs;
+  }
+  c.valid = (train_iters / l.eval_interval + 1) * l.eval_iters * gbs;
+  c.test = l.eval_iters * gbs;
+  return c;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> build_pretrain_tokenizer(const Arguments& args) {
+  const TokenizerArgs& t = args.tokenizer;
+  TokenizerOptions o{t.tokenizer_type, t.vocab_file, t.merge_file, t.tokenizer_model, t.vocab_size, t.vocab_extra_ids};
+  bool no_files = t.vocab_file.empty() && t.merge_file.empty() && t.tokenizer_model.empty();
+  if (o.type.empty() && args.data.mock_data && no_files) {
+    if (t.vocab_size == kUnset)
+      return InvalidArgument("--mock-data without tokenizer flags uses NullTokenizer, which needs --vocab-size "
+                             "(or give --tokenizer-type and its files)");
+    o.type = "NullTokenizer";
+  }
+  return build_tokenizer(o);
+}
+
+StatusOr<PretrainData> build_pretrain_data(const Arguments& args) {
+  return build_pretrain_data(args, [](const std::string& line) { print_rank0(line); });
+}
+
+StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::function<void(const std::string&)>& log) {
+  PretrainData out;
+  GALE_ASSIGN_OR_RETURN(out.tokenizer, build_pretrain_tokenizer(args));
+  out.vocab_size = out.tokenizer->vocab_size();
+  out.eod = out.tokenizer->eod();
+  log("> tokenizer: " + out.tokenizer->describe());
+
+  const DataArgs& d = args.data;
+  if (args.model.seq_length <= 1) return InvalidArgument("--seq-length: expected at least 2, found ", args.model.seq_length);
+  if (args.training.seed < 0 || args.training.seed > 0xFFFFFFFFll)
+    return InvalidArgument("--seed: expected an integer in [0, 2^32-1] (the data shuffles use numpy's RandomState)");
+  Builder b{args, {}, d.data_cache_path, d.split, {}};
+  b.params.seq_length = args.model.seq_length;
+  b.params.seed = static_cast<uint32_t>(args.training.seed);
+  SplitSampleCounts counts = pretrain_sample_counts(args);
+  const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
+  std::unique_ptr<TokenDataset> splits[3];
+
+  if (d.mock_data) {
+    // Megatron: no blend -> mock, split forced to "1,1,1", one MockGPTDataset per split.
+    if (out.vocab_size < kMockMaxLength)
+      return InvalidArgument("--mock-data documents hold token ids up to ", kMockMaxLength - 2,
+                             " (Megatron's mock documents are [1, ..., len-1, EOD]); the vocabulary has ", out.vocab_size,
+                             ": use --vocab-size ", kMockMaxLength - 1, " or more");
+    b.split_text = "1,1,1";
+    b.cache_dir.clear();
+    GALE_ASSIGN_OR_RETURN(SplitMatrix m, parse_split(b.split_text));
+    std::shared_ptr<TokenSource> src = make_mock_source(out.eod);
+    for (DataSplit s : kAllSplits) {
+      int i = static_cast<int>(s);
+      auto [begin, end] = split_range(*m[i], src->num_sequences());
+      GALE_ASSIGN_OR_RETURN(splits[i], b.gpt(src, s, begin, end, sizes[i]));
+    }
+  } else if (!d.data_path.empty() || !d.data_args_path.empty()) {
+    std::vector<std::string> entries = d.data_path;
+    if (!d.data_args_path.empty()) {
+      GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.data_args_path, "--data-args-path"));
+      entries = split_whitespace(text);
+    }
+    GALE_ASSIGN_OR_RETURN(Blend blend, parse_blend(entries, d.data_args_path.empty() ? "--data-path" : "--data-args-path"));
+    std::string split_text = d.split.empty() ? "969, 30, 1" : d.split;
+    b.split_text = split_text;
+    GALE_ASSIGN_OR_RETURN(SplitMatrix m, parse_split(split_text));
+    for (DataSplit s : kAllSplits) {
+      int i = static_cast<int>(s);
+      if (!m[i]) continue;  // the split gets no data at all (e.g. test of "99,1,0")
+      if (blend.prefixes.size() == 1 && !blend.weights) {
+        GALE_ASSIGN_OR_RETURN(auto src, b.source(blend.prefixes[0]));
+        auto [begin, end] = split_range(*m[i], src->num_sequences());
+        GALE_ASSIGN_OR_RETURN(splits[i], b.gpt(src, s, begin, end, sizes[i]));
+      } else {
+        GALE_ASSIGN_OR_RETURN(splits[i], build_blend(b, blend, s, *m[i], sizes[i]));
+      }
+    }
+  } else {
+    // One blend per split, each using the whole of its datasets.
+    std::vector<std::string> per[3] = {d.train_data_path, d.valid_data_path, d.test_data_path};
+    const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+    if (!d.per_split_data_args_path.empty()) {
+      GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.per_split_data_args_path, "--per-split-data-args-path"));
+      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        return InvalidArgument("--per-split-data-args-path ", d.per_split_data_args_path, ": expected a JSON object with train/valid/test");
+      const char* keys[3] = {"train", "valid", "test"};
+      for (int i = 0; i < 3; ++i) {
+        if (!j.contains(keys[i]) || j[keys[i]].is_null()) continue;
+        if (j[keys[i]].is_string()) {
+          per[i] = split_whitespace(j[keys[i]].get<std::string>());
+        } else if (j[keys[i]].is_array()) {
+          for (const auto& e : j[keys[i]]) per[i].push_back(e.is_string() ? e.get<std::string>() : e.dump());
+        } else {
+          return InvalidArgument("--per-split-data-args-path: '", keys[i], "' must be a string or a list");
+        }
+        flags[i] = "--per-split-data-args-path";
+      }
+    }
+    b.split_text = "";
+    for (DataSplit s : kAllSplits) {
+      int i = static_cast<int>(s);
+      if (per[i].empty()) continue;
+      GALE_ASSIGN_OR_RETURN(Blend blend, parse_blend(per[i], flags[i]));
+      if (blend.prefixes.size() == 1) {
+        GALE_ASSIGN_OR_RETURN(auto src, b.source(blend.prefixes[0]));
+        GALE_ASSIGN_OR_RETURN(splits[i], b.gpt(src, s, 0, src->num_sequences(), sizes[i]));
+      } else {
+        GALE_ASSIGN_OR_RETURN(splits[i], build_blend(b, blend, s, {0.0, 1.0}, sizes[i]));
+      }
+    }
+  }
+
+  if (!splits[0] && sizes[0] > 0)
+    return FailedPrecondition("the train split has no data (check --split '", b.split_text, "' or --train-data-path)");
+  SampleOptions so;
+  so.eod = out.eod;
+  so.pad = out.tokenizer->pad();
+  so.eod_mask_loss = d.eod_mask_loss;
+  so.reset_position_ids = d.reset_position_ids;
+  so.reset_attention_mask = d.reset_attention_mask;
+  so.vocab_size = out.vocab_size;
+  const char* names[3] = {"train", "valid", "test"};
+  for (int i = 0; i < 3; ++i) {
+    if (!splits[i]) continue;
+    log(str_cat("> ", names[i], ": ", splits[i]->describe(), " (", sizes[i], " samples needed)"));
+    if (splits[i]->size() < sizes[i])
+      return FailedPrecondition("the ", names[i], " data has ", splits[i]->size(), " samples but ", sizes[i],
+                                " are needed (an unweighted list of prefixes gives one epoch of each dataset, as in "
+                                "Megatron; give weights 'w1 p1 w2 p2 ...' to repeat them)");
+  }
+  if (splits[0]) out.train = make_sample_dataset(std::move(splits[0]), so);
+  if (splits[1]) out.valid = make_sample_dataset(std::move(splits[1]), so);
+  if (splits[2]) out.test = make_sample_dataset(std::move(splits[2]), so);
+  return out;
+}
+
+}  // namespace gale

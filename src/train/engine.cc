@@ -1,0 +1,95 @@
+// Engine construction: rank layout, model chunks, optimizer and scheduler.
+#include "train/engine.h"
+
+#include "train/model_setup.h"
+
+namespace gale {
+
+std::vector<GPTModel*> Engine::chunk_pointers() const {
+  std::vector<GPTModel*> out;
+  for (const auto& c : chunks) out.push_back(c.get());
+  return out;
+}
+
+std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp) {
+  const ParallelArgs& par = args.parallel;
+  const int64_t L = args.model.num_layers, pp = par.pipeline_model_parallel_size;
+  const int64_t vpp = std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size);
+  // Layers of each pipeline stage.
+  std::vector<int64_t> stage(static_cast<size_t>(pp), 0);
+  int64_t middle_layers = L, middle_stages = pp;
+  if (par.decoder_first_pipeline_num_layers != kUnset) {
+    stage[0] = par.decoder_first_pipeline_num_layers;
+    middle_layers -= stage[0];
+    --middle_stages;
+  }
+  if (par.decoder_last_pipeline_num_layers != kUnset && pp > 1) {
+    stage[static_cast<size_t>(pp - 1)] = par.decoder_last_pipeline_num_layers;
+    middle_layers -= stage[static_cast<size_t>(pp - 1)];
+    --middle_stages;
+  }
+  for (int64_t s = 0; s < pp; ++s) {
+    bool fixed = (s == 0 && par.decoder_first_pipeline_num_layers != kUnset) ||
+                 (s == pp - 1 && pp > 1 && par.decoder_last_pipeline_num_layers != kUnset);
+    if (!fixed) stage[static_cast<size_t>(s)] = middle_stages > 0 ? middle_layers / middle_stages : 0;
+  }
+  // Chunk v of all stages comes before chunk v+1: offset = Σ_{v'<v} Σ_s stage[s]/vpp + Σ_{s'<pp_rank} stage[s']/vpp.
+  int64_t offset = vp * (L / vpp);
+  for (int64_t s = 0; s < pp_rank; ++s) offset += stage[static_cast<size_t>(s)] / vpp;
+  return {offset, stage[static_cast<size_t>(pp_rank)] / vpp};
+}
+
+ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp) {
+  const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
+  ModelPartition p;
+  p.tp = ps.tp();
+  p.sequence_parallel = args.parallel.sequence_parallel;
+  auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
+  p.first_layer = first;
+  p.num_layers = count;
+  p.pre_process = ps.is_pipeline_first_stage() && vp == 0;
+  p.post_process = ps.is_pipeline_last_stage() && vp == vpp - 1;
+  return p;
+}
+
+std::vector<bool> norm_counting(const GPTModel& model) {
+  const ParamBuffer& pb = model.params();
+  std::vector<bool> counts(static_cast<size_t>(pb.size()), true);
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const bool tp_replica = s.split_dim < 0 && model.partition().tp_rank() != 0;
+    const bool tied_copy = id == model.output_weight_id() && model.config().tied_embeddings &&
+                           !model.partition().pre_process;
+    counts[static_cast<size_t>(id)] = !tp_replica && !tied_copy;
+  }
+  return counts;
+}
+
+StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops) {
+  auto engine = std::make_unique<Engine>();
+  ParallelSizes sizes;
+  sizes.world_size = world->size();
+  sizes.tp = static_cast<int>(args.parallel.tensor_model_parallel_size);
+  sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
+  sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
+  sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
+  sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
+  GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(sizes));
+  engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
+  engine->ops = ops;
+  const ModelConfig config = model_config_from_args(args);
+  const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
+  std::vector<OptimizedBuffer> buffers;
+  for (int64_t vp = 0; vp < vpp; ++vp) {
+    auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp), &engine->ops);
+    model->params().initialize(config.seed);
+    buffers.push_back(OptimizedBuffer{&model->params(), norm_counting(*model)});
+    engine->chunks.push_back(std::move(model));
+  }
+  engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
+                                                  engine->ps.model());
+  engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
+  return engine;
+}
+
+}  // namespace gale

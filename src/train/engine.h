@@ -1,0 +1,44 @@
+// What a training process runs with: the parallel state, this rank's model chunks, the op table
+// (features applied), the optimizer and the learning-rate scheduler — built the same way by
+// `gale pretrain` and by the tests.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/gpt_model.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "parallel/parallel_state.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+struct Engine {
+  ParallelState ps;
+  OpTable ops;
+  std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrScheduler> scheduler;
+
+  std::vector<GPTModel*> chunk_pointers() const;
+};
+
+// Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`
+// (Megatron's layout: even split, or --decoder-first/last-pipeline-num-layers, each stage's
+// layers divided evenly among its virtual chunks; chunk v of every stage precedes chunk v + 1).
+std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
+
+// This rank's partition of virtual chunk `vp`.
+ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp);
+
+// Whether parameter `id` of `model` counts towards the global gradient norm on this rank (every
+// parameter exactly once across the model-parallel group).
+std::vector<bool> norm_counting(const GPTModel& model);
+
+// Builds the engine for validated `args` (with padded_vocab_size set) on `world`; the model is
+// initialised from --seed. `ops` is the op table to use (features already applied).
+StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops);
+
+}  // namespace gale

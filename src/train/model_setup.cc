@@ -1,0 +1,83 @@
+// Flag-to-config translation for the model, optimizer and LR schedule.
+#include "train/model_setup.h"
+
+namespace gale {
+
+ModelConfig model_config_from_args(const Arguments& a) {
+  const ModelArgs& m = a.model;
+  GALE_CHECK_GT(m.padded_vocab_size, 0) << "padded vocabulary size not set";
+  ModelConfig c;
+  c.num_layers = m.num_layers;
+  c.hidden = m.hidden_size;
+  c.ffn = m.ffn_hidden_size;
+  c.heads = m.num_attention_heads;
+  c.kv_heads = m.num_kv_heads;
+  c.head_dim = m.kv_channels;
+  c.vocab = m.padded_vocab_size;
+  c.seq_length = m.seq_length;
+  c.max_positions = m.max_position_embeddings;
+  c.rms_norm = m.normalization == "RMSNorm";
+  c.norm_eps = static_cast<float>(m.norm_epsilon);
+  c.swiglu = m.swiglu;
+  c.add_bias_linear = m.add_bias_linear;
+  c.add_qkv_bias = m.add_qkv_bias;
+  c.tied_embeddings = !m.untie_embeddings_and_output_weights;
+  c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
+               : m.position_embedding_type == "none" ? PositionEmbedding::kNone
+                                                     : PositionEmbedding::kLearnedAbsolute;
+  c.rotary_base = static_cast<double>(m.rotary_base);
+  c.rotary_percent = m.rotary_percent;
+  c.attention_dropout = static_cast<float>(m.attention_dropout);
+  c.hidden_dropout = static_cast<float>(m.hidden_dropout);
+  c.init_std = static_cast<float>(m.init_method_std);
+  c.seed = static_cast<uint64_t>(a.training.seed);
+  return c;
+}
+
+OptimizerConfig optimizer_config_from_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  OptimizerConfig o;
+  o.type = t.optimizer;
+  o.beta1 = t.adam_beta1;
+  o.beta2 = t.adam_beta2;
+  o.eps = t.adam_eps;
+  o.sgd_momentum = t.sgd_momentum;
+  o.clip_grad = t.clip_grad;
+  return o;
+}
+
+int64_t train_iters_from_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  return t.train_iters != kUnset ? t.train_iters : t.train_samples / t.global_batch_size;
+}
+
+LrSchedule lr_schedule_from_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  const int64_t gbs = t.global_batch_size;
+  LrSchedule s;
+  s.max_lr = t.lr;
+  s.min_lr = t.min_lr;
+  s.init_lr = t.lr_warmup_init;
+  s.decay_style = t.lr_decay_style;
+  s.wsd_decay_style = t.lr_wsd_decay_style;
+  s.start_wd = t.start_weight_decay;
+  s.end_wd = t.end_weight_decay;
+  s.wd_incr_style = t.weight_decay_incr_style;
+  if (t.train_iters != kUnset) {
+    const int64_t decay_iters = t.lr_decay_iters != kUnset ? t.lr_decay_iters : t.train_iters;
+    s.decay_steps = decay_iters * gbs;
+    s.wd_incr_steps = t.train_iters * gbs;
+    if (t.lr_wsd_decay_iters != kUnset) s.wsd_decay_steps = t.lr_wsd_decay_iters * gbs;
+    s.warmup_steps = !unset(t.lr_warmup_fraction) ? t.lr_warmup_fraction * static_cast<double>(s.decay_steps)
+                                                   : static_cast<double>(t.lr_warmup_iters * gbs);
+  } else {
+    s.decay_steps = t.lr_decay_samples != kUnset ? t.lr_decay_samples : t.train_samples;
+    s.wd_incr_steps = t.train_samples;
+    if (t.lr_wsd_decay_samples != kUnset) s.wsd_decay_steps = t.lr_wsd_decay_samples;
+    s.warmup_steps = !unset(t.lr_warmup_fraction) ? t.lr_warmup_fraction * static_cast<double>(s.decay_steps)
+                                                   : static_cast<double>(t.lr_warmup_samples);
+  }
+  return s;
+}
+
+}  // namespace gale

@@ -1,0 +1,19 @@
+// From validated flags to the model, optimizer and scheduler configurations.
+#pragma once
+
+#include "model/config.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+// Requires a.model.padded_vocab_size to be set (it depends on the tokenizer).
+ModelConfig model_config_from_args(const Arguments& a);
+OptimizerConfig optimizer_config_from_args(const Arguments& a);
+// Megatron's get_optimizer_param_scheduler: steps counted in samples.
+LrSchedule lr_schedule_from_args(const Arguments& a);
+// Iterations of the run: --train-iters, or --train-samples // global batch size.
+int64_t train_iters_from_args(const Arguments& a);
+
+}  // namespace gale

@@ -1,0 +1,210 @@
+// The Megatron training loop.
+#include "train/trainer.h"
+
+#include <cmath>
+
+#include "core/log.h"
+#include "schedule/schedules.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+
+Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* train, const SampleDataset* valid,
+                 const SampleDataset* test)
+    : args_(args), engine_(engine), train_(train), valid_(valid), test_(test) {
+  const TrainingArgs& t = args_.training;
+  train_iters_ = t.train_iters != kUnset ? t.train_iters : t.train_samples / t.global_batch_size;
+  num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
+}
+
+void Trainer::reduce_losses(double sums[2]) const {
+  const ParallelState& ps = engine_->ps;
+  // Every DP replica of the last stage holds its own micro-batches' sums.
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  // Other stages learn the loss from the last stage (for NaN decisions and logs on every rank).
+  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, ps.pp_size() - 1);
+}
+
+FlopsModel Trainer::flops_model() const {
+  const ModelArgs& m = args_.model;
+  FlopsModel f;
+  f.seq_length = m.seq_length;
+  f.num_layers = m.num_layers;
+  f.hidden = m.hidden_size;
+  f.heads = m.num_attention_heads;
+  f.query_groups = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
+  f.kv_channels = m.kv_channels;
+  f.ffn = m.ffn_hidden_size;
+  f.padded_vocab = m.padded_vocab_size;
+  f.swiglu = m.swiglu;
+  return f;
+}
+
+Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base,
+                                 MicroBatch* mb) const {
+  const int64_t B = args_.training.micro_batch_size, S = args_.model.seq_length;
+  mb->B = B;
+  mb->S = S;
+  mb->tokens.resize(B * S);
+  mb->labels.resize(B * S);
+  mb->loss_mask.resize(B * S);
+  mb->position_ids.resize(B * S);
+  mb->document_ids.clear();
+  if (args_.data.reset_attention_mask) mb->document_ids.resize(B * S);
+  mb->sample_ids.resize(B);
+  TrainingSample sample;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t index = first_index + b;
+    if (index >= data.size())
+      return OutOfRange("the dataset has ", data.size(), " samples; sample ", index, " was requested");
+    GALE_RETURN_IF_ERROR(data.get(index, &sample));
+    if (static_cast<int64_t>(sample.tokens.size()) != S)
+      return Internal("sample ", index, " has ", sample.tokens.size(), " tokens; expected --seq-length ", S);
+    std::copy(sample.tokens.begin(), sample.tokens.end(), mb->tokens.begin() + b * S);
+    std::copy(sample.labels.begin(), sample.labels.end(), mb->labels.begin() + b * S);
+    std::copy(sample.loss_mask.begin(), sample.loss_mask.end(), mb->loss_mask.begin() + b * S);
+    std::copy(sample.position_ids.begin(), sample.position_ids.end(), mb->position_ids.begin() + b * S);
+    if (args_.data.reset_attention_mask)
+      std::copy(sample.document_ids.begin(), sample.document_ids.end(), mb->document_ids.begin() + b * S);
+    mb->sample_ids[b] = sample_id_base + b;
+  }
+  return Status::Ok();
+}
+
+StatusOr<IterationResult> Trainer::train_step() {
+  const TrainingArgs& t = args_.training;
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
+  const int64_t consumed = state_.consumed_train_samples;
+  for (auto& chunk : engine_->chunks) chunk->params().zero_grads();
+  // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
+  // consumed + m·mbs·dp + r·mbs + [0, mbs).
+  auto source = [&](int64_t m, MicroBatch* mb) {
+    int64_t first = consumed + m * mbs * dp + dp_rank * mbs;
+    return load_micro_batch(*train_, first, first, mb);
+  };
+  GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
+                        forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                         /*forward_only=*/false));
+  finalize_model_grads(engine_->ps, engine_->chunk_pointers());
+  IterationResult r;
+  double sums[2] = {fb.loss_sum, fb.tokens};
+  reduce_losses(sums);
+  r.loss_sum = sums[0];
+  r.tokens = sums[1];
+  LrScheduler& scheduler = *engine_->scheduler;
+  r.step = engine_->optimizer->step(scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
+  if (r.step.applied) scheduler.step(t.global_batch_size);
+  state_.consumed_train_samples += t.global_batch_size;
+  return r;
+}
+
+StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters) {
+  const TrainingArgs& t = args_.training;
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
+  double sums[2] = {0.0, 0.0};
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t base = *consumed;
+    auto source = [&](int64_t m, MicroBatch* mb) {
+      int64_t first = base + m * mbs * dp + dp_rank * mbs;
+      return load_micro_batch(data, first, first, mb);
+    };
+    GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
+                          forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                           /*forward_only=*/true));
+    sums[0] += fb.loss_sum;
+    sums[1] += fb.tokens;
+    *consumed += t.global_batch_size;
+  }
+  reduce_losses(sums);
+  return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+}
+
+Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix) {
+  GALE_ASSIGN_OR_RETURN(double loss, evaluate(data, consumed, args_.logging.eval_iters));
+  print_rank_last(format_validation_block(prefix, loss));
+  return Status::Ok();
+}
+
+Status Trainer::run() {
+  const TrainingArgs& t = args_.training;
+  const LoggingArgs& l = args_.logging;
+  const bool do_valid = valid_ != nullptr && l.eval_iters > 0;
+  const bool do_test = test_ != nullptr && l.eval_iters > 0;
+  const double flops_per_iteration = num_floating_point_operations(flops_model(), t.global_batch_size);
+  const double start = now_seconds();
+  double interval_start = start;
+  // Accumulators of the current log interval.
+  double loss_total = 0.0;
+  int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
+  bool saved_at_last_iteration = false;
+  while (state_.iteration < train_iters_) {
+    GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
+    ++state_.iteration;
+    ++iters_in_interval;
+    state_.floating_point_operations_so_far += flops_per_iteration;
+    const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
+    if (r.step.applied) {
+      ++advanced;
+      loss_total += loss;
+    } else {
+      ++skipped;
+      if (!std::isfinite(r.step.grad_norm) || !std::isfinite(loss)) ++nan_iters;
+      if (t.check_for_nan_in_loss_and_grad)
+        return InvalidArgument("found NaN or inf in the gradients at iteration ", state_.iteration,
+                               " (grad norm ", r.step.grad_norm, ", loss ", loss,
+                               "); lower --lr or use --no-check-for-nan-in-loss-and-grad to skip such iterations");
+    }
+    if (state_.iteration % l.log_interval == 0) {
+      const double now = now_seconds();
+      const double per_iter = (now - interval_start) / static_cast<double>(iters_in_interval);
+      TrainingLogFields f;
+      f.iteration = state_.iteration;
+      f.train_iters = train_iters_;
+      f.consumed_samples = state_.consumed_train_samples;
+      f.elapsed_ms_per_iteration = per_iter * 1000.0;
+      f.log_throughput = l.log_throughput;
+      f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));
+      f.learning_rate = engine_->scheduler->lr();
+      f.global_batch_size = t.global_batch_size;
+      f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      f.grad_norm = r.step.grad_norm;
+      f.num_zeros = r.step.num_zeros;
+      if (l.log_params_norm) f.params_norm = engine_->optimizer->params_norm();
+      f.skipped_iterations = skipped;
+      f.nan_iterations = nan_iters;
+      print_rank_last(format_training_log_line(f));
+      loss_total = 0.0;
+      advanced = skipped = nan_iters = iters_in_interval = 0;
+      interval_start = now;
+    }
+    if (do_valid && state_.iteration % l.eval_interval == 0)
+      GALE_RETURN_IF_ERROR(
+          evaluate_and_print(*valid_, &state_.consumed_valid_samples, str_cat("iteration ", state_.iteration)));
+    saved_at_last_iteration = false;
+    if (save_fn_ && args_.checkpoint.save_interval > 0 && state_.iteration % args_.checkpoint.save_interval == 0) {
+      GALE_RETURN_IF_ERROR(save_fn_(state_));
+      saved_at_last_iteration = true;
+    }
+    if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
+      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+      print_rank0(str_cat("exiting program at iteration ", state_.iteration));
+      return Status::Ok();
+    }
+    if (!unset(t.exit_duration_in_mins) && (now_seconds() - start) / 60.0 > t.exit_duration_in_mins) {
+      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+      print_rank0(str_cat("exiting program after ", t.exit_duration_in_mins, " minutes"));
+      return Status::Ok();
+    }
+  }
+  if (save_fn_ && state_.iteration > 0 && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+  if (do_valid)
+    GALE_RETURN_IF_ERROR(evaluate_and_print(*valid_, &state_.consumed_valid_samples,
+                                            str_cat("iteration ", state_.iteration, " on validation set")));
+  if (do_test) {
+    int64_t consumed_test = 0;
+    GALE_RETURN_IF_ERROR(evaluate_and_print(*test_, &consumed_test, str_cat("iteration ", state_.iteration, " on test set")));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gale

@@ -1,0 +1,71 @@
+// The training loop of `gale pretrain`: iterations over global batches, evaluation, logging,
+// checkpoint and exit intervals, exactly in Megatron's order and with Megatron's semantics.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "train/arguments.h"
+#include "train/engine.h"
+#include "train/sample_dataset.h"
+#include "train/training_log.h"
+
+namespace gale {
+
+// Everything a checkpoint must restore for a resumed run to continue exactly.
+struct TrainerState {
+  int64_t iteration = 0;
+  int64_t consumed_train_samples = 0;
+  int64_t consumed_valid_samples = 0;
+  double floating_point_operations_so_far = 0.0;
+};
+
+// Result of one training iteration.
+struct IterationResult {
+  double loss_sum = 0.0, tokens = 0.0;  // over the whole global batch (all DP ranks; last pipeline stage)
+  StepResult step;
+};
+
+class Trainer {
+ public:
+  Trainer(const Arguments& args, Engine* engine, const SampleDataset* train, const SampleDataset* valid,
+          const SampleDataset* test);
+
+  TrainerState& state() { return state_; }
+  int64_t train_iters() const { return train_iters_; }
+
+  // Called at every --save-interval, at --exit-interval and at the end of training.
+  using SaveFn = std::function<Status(const TrainerState&)>;
+  void set_save_fn(SaveFn fn) { save_fn_ = std::move(fn); }
+
+  // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
+  // exits, then the final validation and test evaluations.
+  Status run();
+
+  // One iteration (forward/backward of every micro-batch, gradient reduction, optimizer step,
+  // scheduler step); advances consumed samples.
+  StatusOr<IterationResult> train_step();
+  // Mean lm loss over `iters` global batches of `data` starting at sample `*consumed` (advanced).
+  StatusOr<double> evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters);
+
+  FlopsModel flops_model() const;
+
+ private:
+  Status load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base, MicroBatch* mb) const;
+  Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
+  // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
+  void reduce_losses(double sums[2]) const;
+
+  const Arguments& args_;
+  Engine* engine_;
+  const SampleDataset* train_;
+  const SampleDataset* valid_;
+  const SampleDataset* test_;
+  TrainerState state_;
+  SaveFn save_fn_;
+  int64_t train_iters_ = 0;
+  int64_t num_microbatches_ = 0;
+};
+
+}  // namespace gale

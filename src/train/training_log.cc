@@ -1,0 +1,59 @@
+// Formatting of Megatron's log line and validation block; Megatron's FLOPs formula.
+#include "train/training_log.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/log.h"
+
+namespace gale {
+
+double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
+  const double h = static_cast<double>(m.hidden);
+  const double gated = m.swiglu ? 1.5 : 1.0;
+  const double query_projection_ratio = static_cast<double>(m.kv_channels) * m.heads / h;
+  const double expansion = 3.0 * 2.0 * 2.0;
+  const double attention =
+      (1.0 + static_cast<double>(m.query_groups) / m.heads + static_cast<double>(m.seq_length) / h / 2.0) *
+      query_projection_ratio;
+  const double mlp = static_cast<double>(m.ffn) / h * gated;
+  const double logit = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
+  return expansion * batch_size * m.seq_length * m.num_layers * h * h * (attention + mlp + logit);
+}
+
+std::string format_training_log_line(const TrainingLogFields& f) {
+  char buf[256];
+  std::string s = " [" + (f.timestamp.empty() ? timestamp_now() : f.timestamp) + "]";
+  auto add = [&](const char* fmt, auto... v) {
+    std::snprintf(buf, sizeof buf, fmt, v...);
+    s += buf;
+  };
+  add(" iteration %8lld/%8lld |", static_cast<long long>(f.iteration), static_cast<long long>(f.train_iters));
+  add(" consumed samples: %12lld |", static_cast<long long>(f.consumed_samples));
+  if (f.skipped_samples > 0) add(" skipped samples: %12lld |", static_cast<long long>(f.skipped_samples));
+  add(" elapsed time per iteration (ms): %.1f |", f.elapsed_ms_per_iteration);
+  if (f.log_throughput) add(" throughput per GPU (TFLOP/s/GPU): %.1f |", f.tflops_per_gpu);
+  add(" learning rate: %.6E |", f.learning_rate);
+  add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
+  if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
+  add(" loss scale: %.1f |", f.loss_scale);
+  if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
+  if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));
+  if (f.params_norm >= 0.0) add(" params norm: %.3f |", f.params_norm);
+  add(" number of skipped iterations: %3lld |", static_cast<long long>(f.skipped_iterations));
+  add(" number of nan iterations: %3lld |", static_cast<long long>(f.nan_iterations));
+  return s;
+}
+
+std::string format_validation_block(const std::string& prefix, double lm_loss) {
+  char buf[128];
+  std::string line = " validation loss at " + prefix + " | ";
+  std::snprintf(buf, sizeof buf, "lm loss value: %.6E | ", lm_loss);
+  line += buf;
+  std::snprintf(buf, sizeof buf, "lm loss PPL: %.6E | ", std::exp(std::min(20.0, lm_loss)));
+  line += buf;
+  std::string rule(line.size() + 1, '-');
+  return rule + "\n" + line + "\n" + rule;
+}
+
+}  // namespace gale

@@ -1,0 +1,44 @@
+// Megatron's console output: the per-interval training log line, the validation block, and
+// the FLOPs formula behind "throughput per GPU (TFLOP/s/GPU)".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gale {
+
+// Inputs of Megatron's num_floating_point_operations (standard GPT, no MoE/MLA/MTP).
+struct FlopsModel {
+  int64_t seq_length = 0, num_layers = 0, hidden = 0, heads = 0, query_groups = 0, kv_channels = 0, ffn = 0;
+  int64_t padded_vocab = 0;
+  bool swiglu = false;
+};
+
+// FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).
+double num_floating_point_operations(const FlopsModel& m, int64_t batch_size);
+
+struct TrainingLogFields {
+  int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped_samples = 0;
+  double elapsed_ms_per_iteration = 0.0;
+  bool log_throughput = false;
+  double tflops_per_gpu = 0.0;
+  double learning_rate = 0.0;
+  int64_t global_batch_size = 0;
+  double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
+  double loss_scale = 1.0;
+  bool has_grad_norm = true;
+  double grad_norm = 0.0;
+  int64_t num_zeros = -1;      // printed when >= 0 (--log-num-zeros-in-grad)
+  double params_norm = -1.0;   // printed when >= 0 (--log-params-norm)
+  int64_t skipped_iterations = 0, nan_iterations = 0;
+  std::string timestamp;  // "YYYY-mm-dd HH:MM:SS"; now when empty
+};
+
+// " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
+std::string format_training_log_line(const TrainingLogFields& f);
+
+// The three lines Megatron prints after an evaluation: a dashed rule, " validation loss at
+// <prefix> | lm loss value: ... | lm loss PPL: ... | ", and the rule again.
+std::string format_validation_block(const std::string& prefix, double lm_loss);
+
+}  // namespace gale

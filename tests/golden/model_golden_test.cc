@@ -1,0 +1,182 @@
+// Gale's model, loss, optimizer and training loop against the independent float64 PyTorch
+// reference (tools/reference/gpt_reference.py): logits, loss, every gradient, and a 10-iteration
+// run with gradient accumulation (logged loss, learning rate, grad norm, final parameters).
+#include <gtest/gtest.h>
+
+#include "golden/golden_fixture.h"
+#include "model/gpt_model.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "train/model_setup.h"
+#include "train/engine.h"
+#include "train/trainer.h"
+
+namespace gale {
+namespace {
+
+using golden::GoldenFixture;
+
+// The fixture's inputs as a dataset: sample k is row k % mbs of micro-batch (k % gbs) / mbs of
+// iteration k / gbs, so the trainer's Megatron sampler reads exactly the reference's batches.
+class FixtureDataset : public SampleDataset {
+ public:
+  explicit FixtureDataset(const GoldenFixture& f) : f_(f) {}
+  int64_t size() const override {
+    return static_cast<int64_t>(f_.num_iterations()) * f_.training().global_batch_size;
+  }
+  Status get(int64_t index, TrainingSample* out) const override {
+    const int gbs = f_.training().global_batch_size, mbs = f_.training().micro_batch_size;
+    golden::GoldenBatch b = f_.batch(static_cast<int>(index / gbs), static_cast<int>(index % gbs / mbs));
+    const int64_t row = index % mbs, S = b.tokens.size(1);
+    auto ints = [&](const Tensor& t, std::vector<int32_t>* v) {
+      v->resize(S);
+      for (int64_t s = 0; s < S; ++s) (*v)[s] = static_cast<int32_t>(t.data<int64_t>()[row * S + s]);
+    };
+    ints(b.tokens, &out->tokens);
+    ints(b.labels, &out->labels);
+    ints(b.position_ids, &out->position_ids);
+    out->loss_mask.assign(b.loss_mask.data<float>() + row * S, b.loss_mask.data<float>() + (row + 1) * S);
+    if (b.document_ids.defined())
+      ints(b.document_ids, &out->document_ids);
+    else
+      out->document_ids.assign(S, 0);
+    return Status::Ok();
+  }
+
+ private:
+  const GoldenFixture& f_;
+};
+
+struct GoldenRun {
+  ArgParser parser{"gale pretrain", "golden"};
+  Arguments args;
+  OpTable ops = reference_ops();
+  std::unique_ptr<GPTModel> model;
+
+  explicit GoldenRun(const GoldenFixture& f) {
+    add_all_pretrain_args(parser, args);
+    std::vector<std::string> argv = {"gale"};
+    argv.insert(argv.end(), f.megatron_args().begin(), f.megatron_args().end());
+    for (const char* extra : {"--mock-data", "--eval-iters", "0", "--log-interval", "1000"}) argv.push_back(extra);
+    if (f.model().reset_attention_mask) argv.push_back("--reset-attention-mask");
+    if (f.model().reset_position_ids) argv.push_back("--reset-position-ids");
+    std::vector<char*> ptrs;
+    for (auto& a : argv) ptrs.push_back(a.data());
+    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, 1));
+    args.model.padded_vocab_size = f.model().padded_vocab_size;
+    ModelConfig config = model_config_from_args(args);
+    model = std::make_unique<GPTModel>(config, single_process_partition(config), &ops);
+    load_weights(f);
+  }
+
+  void load_weights(const GoldenFixture& f) {
+    ParamBuffer& pb = model->params();
+    int loaded = 0;
+    for (const auto& [name, w] : f.initial_weights()) {
+      int id = pb.find(name);
+      GALE_CHECK_GE(id, 0) << "fixture parameter " << name << " is not in Gale's model";
+      GALE_CHECK(pb.spec(id).local_shape() == w.shape()) << name;
+      pb.param(id).copy_from(w);
+      ++loaded;
+    }
+    GALE_CHECK_EQ(loaded, pb.size()) << "Gale's model has parameters the fixture lacks";
+  }
+
+  MicroBatch micro_batch(const GoldenFixture& f, int iteration, int m) const {
+    FixtureDataset data(f);
+    const int64_t mbs = f.training().micro_batch_size, S = f.model().seq_length;
+    MicroBatch mb;
+    mb.B = mbs;
+    mb.S = S;
+    for (int64_t b = 0; b < mbs; ++b) {
+      TrainingSample s;
+      GALE_CHECK_OK(data.get(static_cast<int64_t>(iteration) * f.training().global_batch_size + m * mbs + b, &s));
+      mb.tokens.insert(mb.tokens.end(), s.tokens.begin(), s.tokens.end());
+      mb.labels.insert(mb.labels.end(), s.labels.begin(), s.labels.end());
+      mb.loss_mask.insert(mb.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+      mb.position_ids.insert(mb.position_ids.end(), s.position_ids.begin(), s.position_ids.end());
+      if (f.model().reset_attention_mask) mb.document_ids.insert(mb.document_ids.end(), s.document_ids.begin(), s.document_ids.end());
+    }
+    return mb;
+  }
+};
+
+class Golden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto f = GoldenFixture::load(GetParam());
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    fixture_ = std::make_unique<GoldenFixture>(std::move(f).value());
+  }
+  std::unique_ptr<GoldenFixture> fixture_;
+};
+
+TEST_P(Golden, ForwardLogitsLossAndGradients) {
+  const GoldenFixture& f = *fixture_;
+  if (!f.has_forward()) GTEST_SKIP() << f.name() << " has no forward record (optimizer-only variant)";
+  GoldenRun s(f);
+  MicroBatch mb = s.micro_batch(f, 0, 0);
+  Tensor logits = s.model->forward_logits(mb, Tensor());
+  EXPECT_TRUE(golden::compare_tensors(logits, f.logits(), 1e-4, 2e-6, "logits").ok())
+      << golden::compare_tensors(logits, f.logits(), 1e-4, 2e-6, "logits").message();
+  GPTModel::LossSums sums;
+  s.model->params().zero_grads();
+  s.model->forward(0, mb, Tensor(), /*training=*/true, &sums);
+  EXPECT_NEAR(sums.loss_sum / sums.tokens, f.forward_loss(), 1e-6 * f.forward_loss());
+  s.model->backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
+  const ParamBuffer& pb = s.model->params();
+  for (int id = 0; id < pb.size(); ++id) {
+    const std::string& name = pb.spec(id).name;
+    if (f.has_full_grads()) {
+      ASSERT_TRUE(f.grads().count(name)) << name;
+      Status st = golden::compare_tensors(pb.grad(id), f.grads().at(name), 2e-3, 2e-7, name);
+      EXPECT_TRUE(st.ok()) << st.message();
+    } else {
+      ASSERT_TRUE(f.grad_summaries().count(name)) << name;
+      Status st = golden::check_summary(pb.grad(id), f.grad_summaries().at(name), 2e-3, 2e-7, name);
+      EXPECT_TRUE(st.ok()) << st.message();
+    }
+  }
+}
+
+TEST_P(Golden, TenIterationsOfTraining) {
+  const GoldenFixture& f = *fixture_;
+  GoldenRun s(f);
+  Engine engine;
+  engine.ops = s.ops;
+  engine.chunks.push_back(std::move(s.model));
+  engine.optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(s.args), &engine.chunks[0]->params(),
+                                                 &engine.ops, make_self_communicator("mp"));
+  engine.scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(s.args));
+  engine.chunks[0]->set_ops(&engine.ops);
+  LrScheduler& scheduler = *engine.scheduler;
+  FixtureDataset data(f);
+  Trainer trainer(s.args, &engine, &data, nullptr, nullptr);
+  const golden::GoldenSeries& series = f.train_series();
+  ASSERT_EQ(static_cast<int>(series.loss.size()), f.num_iterations());
+  for (int k = 0; k < f.num_iterations(); ++k) {
+    EXPECT_NEAR(scheduler.lr(), series.lr_used[k], 1e-12) << "learning rate used by iteration " << k + 1;
+    auto r = trainer.train_step();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_TRUE(r->step.applied);
+    EXPECT_NEAR(r->loss_sum / r->tokens, series.loss[k], 2e-5 * series.loss[k]) << "loss of iteration " << k + 1;
+    EXPECT_NEAR(r->step.grad_norm, series.grad_norm[k], 1e-3 * series.grad_norm[k]) << "grad norm of iteration " << k + 1;
+    EXPECT_NEAR(scheduler.lr(), series.lr[k], 1e-12) << "logged learning rate of iteration " << k + 1;
+  }
+  EXPECT_EQ(trainer.state().consumed_train_samples, f.num_iterations() * f.training().global_batch_size);
+  const ParamBuffer& pb = engine.chunks[0]->params();
+  for (int id = 0; id < pb.size(); ++id) {
+    const std::string& name = pb.spec(id).name;
+    ASSERT_TRUE(f.final_param_summaries().count(name)) << name;
+    Status st = golden::check_summary(pb.param(id), f.final_param_summaries().at(name), 1e-3, 1e-6, name,
+                                      &f.initial_weight(name));
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(golden::golden_fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,357 @@
+// Finite-difference checks of every reference kernel's backward against its forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/op_table.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+using testing::directional_derivative;
+using testing::dot;
+using testing::random_vector;
+using testing::rel_diff;
+
+// Checks d/dε Σ r·f(x + ε·dir) == Σ dir·∂x for a kernel whose backward gives ∂x from dy = r.
+// The objective is accumulated in double; eps is chosen for fp32 forward passes.
+constexpr double kEps = 1e-2;
+constexpr double kTol = 2e-3;
+
+TEST(NormGrad, LayerNorm) {
+  const int64_t rows = 7, H = 33;
+  auto x = random_vector(rows * H, 1, 2.0f), w = random_vector(H, 2), b = random_vector(H, 3);
+  auto r = random_vector(rows * H, 4);
+  std::vector<float> y(rows * H), mean(rows), rstd(rows), dx(rows * H), dw(H, 0.0f), db(H, 0.0f);
+  auto loss = [&] {
+    layernorm_forward_ref(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, H, 1e-5f);
+    return dot(y.data(), r.data(), rows * H);
+  };
+  loss();
+  layernorm_backward_ref(r.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(), rows, H);
+  for (auto* target : {&x, &w, &b}) {
+    std::vector<float>& t = *target;
+    auto dir = random_vector(static_cast<int64_t>(t.size()), 9);
+    const std::vector<float>& g = target == &x ? dx : target == &w ? dw : db;
+    double analytic = dot(g.data(), dir.data(), static_cast<int64_t>(t.size()));
+    double numeric = directional_derivative(loss, t.data(), dir.data(), static_cast<int64_t>(t.size()), kEps);
+    EXPECT_LT(rel_diff(analytic, numeric), kTol) << analytic << " vs " << numeric;
+  }
+}
+
+TEST(NormGrad, RMSNorm) {
+  const int64_t rows = 5, H = 48;
+  auto x = random_vector(rows * H, 11, 2.0f), w = random_vector(H, 12);
+  auto r = random_vector(rows * H, 13);
+  std::vector<float> y(rows * H), rstd(rows), dx(rows * H), dw(H, 0.0f);
+  auto loss = [&] {
+    rmsnorm_forward_ref(x.data(), w.data(), y.data(), rstd.data(), rows, H, 1e-5f);
+    return dot(y.data(), r.data(), rows * H);
+  };
+  loss();
+  rmsnorm_backward_ref(r.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, H);
+  auto dir = random_vector(rows * H, 14);
+  EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), rows * H), directional_derivative(loss, x.data(), dir.data(), rows * H, kEps)), kTol);
+  auto dirw = random_vector(H, 15);
+  EXPECT_LT(rel_diff(dot(dw.data(), dirw.data(), H), directional_derivative(loss, w.data(), dirw.data(), H, kEps)), kTol);
+}
+
+TEST(NormGrad, BackwardAccumulatesWeightGrads) {
+  const int64_t rows = 3, H = 8;
+  auto x = random_vector(rows * H, 1), w = random_vector(H, 2), dy = random_vector(rows * H, 3);
+  std::vector<float> y(rows * H), rstd(rows), dx(rows * H), dw1(H, 0.0f), dw2(H, 0.0f);
+  rmsnorm_forward_ref(x.data(), w.data(), y.data(), rstd.data(), rows, H, 1e-5f);
+  rmsnorm_backward_ref(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw1.data(), rows, H);
+  rmsnorm_backward_ref(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw2.data(), rows, H);
+  rmsnorm_backward_ref(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw2.data(), rows, H);
+  for (int64_t i = 0; i < H; ++i) EXPECT_NEAR(dw2[i], 2.0f * dw1[i], 1e-5f);
+}
+
+TEST(ActivationGrad, Gelu) {
+  const int64_t n = 301;
+  auto x = random_vector(n, 21, 4.0f), r = random_vector(n, 22);
+  std::vector<float> y(n), dx(n);
+  auto loss = [&] {
+    gelu_forward_ref(x.data(), y.data(), n);
+    return dot(y.data(), r.data(), n);
+  };
+  gelu_backward_ref(r.data(), x.data(), dx.data(), n);
+  auto dir = random_vector(n, 23);
+  EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), n), directional_derivative(loss, x.data(), dir.data(), n, 1e-3)), kTol);
+  // Exact erf GeLU at known points.
+  float pts[3] = {-1.0f, 0.0f, 2.0f}, out[3];
+  gelu_forward_ref(pts, out, 3);
+  EXPECT_NEAR(out[0], -0.15865525f, 1e-6f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_NEAR(out[2], 1.95449974f, 1e-6f);
+}
+
+TEST(ActivationGrad, SwiGLU) {
+  const int64_t rows = 4, F = 19;
+  auto x = random_vector(rows * 2 * F, 31, 3.0f), r = random_vector(rows * F, 32);
+  std::vector<float> y(rows * F), dx(rows * 2 * F);
+  auto loss = [&] {
+    swiglu_forward_ref(x.data(), y.data(), rows, F);
+    return dot(y.data(), r.data(), rows * F);
+  };
+  swiglu_backward_ref(r.data(), x.data(), dx.data(), rows, F);
+  auto dir = random_vector(rows * 2 * F, 33);
+  EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), rows * 2 * F),
+                     directional_derivative(loss, x.data(), dir.data(), rows * 2 * F, 1e-3)), kTol);
+}
+
+TEST(RopeGrad, BackwardIsTransposeAndPreservesNorm) {
+  const int64_t S = 6, B = 2, NH = 3, KV = 1, HD = 8;
+  const int64_t row = (NH + 2 * KV) * HD;
+  auto x = random_vector(S * B * row, 41), r = random_vector(S * B * row, 42);
+  std::vector<int32_t> pos(B * S);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) pos[b * S + s] = static_cast<int32_t>(s + 3 * b);
+  RopeTables tables = make_rope_tables(32, 6, 10000.0);  // rotary_percent 0.75
+  HeadLayout ql = qkv_query_layout(NH, KV, HD);
+  std::vector<float> y = x;
+  rope_forward_ref(y.data(), ql, NH, S, B, HD, pos.data(), tables);
+  // <R x, r> == <x, Rᵀ r>
+  std::vector<float> rt = r;
+  rope_backward_ref(rt.data(), ql, NH, S, B, HD, pos.data(), tables);
+  EXPECT_LT(rel_diff(dot(y.data(), r.data(), S * B * row), dot(x.data(), rt.data(), S * B * row)), 1e-5);
+  // A rotation keeps the norm, and the key/value columns are untouched.
+  EXPECT_LT(rel_diff(dot(y.data(), y.data(), S * B * row), dot(x.data(), x.data(), S * B * row)), 1e-5);
+  HeadLayout kl = qkv_key_layout(NH, KV, HD);
+  for (int64_t t = 0; t < S * B; ++t)
+    for (int64_t c = 0; c < 2 * HD; ++c) EXPECT_EQ(y[kl.offset(t, 0) + c], x[kl.offset(t, 0) + c]);
+  // Position 0 is the identity.
+  std::vector<int32_t> zeros(B * S, 0);
+  std::vector<float> z = x;
+  rope_forward_ref(z.data(), ql, NH, S, B, HD, zeros.data(), tables);
+  EXPECT_EQ(z, x);
+}
+
+struct AttnCase {
+  int64_t B, S, NH, KV, HD;
+  bool docs;
+  float dropout;
+};
+
+class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionGrad, MatchesFiniteDifferences) {
+  const AttnCase c = GetParam();
+  const int64_t row = (c.NH + 2 * c.KV) * c.HD, T = c.S * c.B;
+  auto qkv = random_vector(T * row, 51, 1.5f), r = random_vector(T * c.NH * c.HD, 52);
+  std::vector<int32_t> docs(c.B * c.S);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t s = 0; s < c.S; ++s) docs[b * c.S + s] = static_cast<int32_t>(s >= 3 + b);
+  std::vector<int64_t> samples(c.B);
+  for (int64_t b = 0; b < c.B; ++b) samples[b] = 10 + b;
+  AttentionProblem p;
+  p.B = c.B;
+  p.Sq = p.Sk = c.S;
+  p.NH = c.NH;
+  p.KV = c.KV;
+  p.HD = c.HD;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.HD));
+  if (c.docs) p.q_doc_ids = p.k_doc_ids = docs.data();
+  p.dropout_p = c.dropout;
+  p.dropout_seed = 7;
+  p.dropout_stream = 3;
+  p.sample_ids = samples.data();
+  p.heads_total = c.NH;
+  p.max_positions = c.S;
+  HeadLayout ql = qkv_query_layout(c.NH, c.KV, c.HD), kl = qkv_key_layout(c.NH, c.KV, c.HD),
+             vl = qkv_value_layout(c.NH, c.KV, c.HD);
+  std::vector<float> out(T * c.NH * c.HD), lse(c.B * c.NH * c.S), dqkv(T * row, 123.0f);
+  auto loss = [&] {
+    attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out.data(), lse.data());
+    return dot(out.data(), r.data(), static_cast<int64_t>(out.size()));
+  };
+  loss();
+  attention_backward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out.data(), lse.data(), r.data(),
+                         dqkv.data(), dqkv.data(), dqkv.data());
+  auto dir = random_vector(T * row, 53);
+  double analytic = dot(dqkv.data(), dir.data(), T * row);
+  double numeric = directional_derivative(loss, qkv.data(), dir.data(), T * row, 1e-3);
+  EXPECT_LT(rel_diff(analytic, numeric), 3e-3) << analytic << " vs " << numeric;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
+                         ::testing::Values(AttnCase{2, 7, 2, 2, 4, false, 0.0f}, AttnCase{1, 9, 4, 2, 8, false, 0.0f},
+                                           AttnCase{2, 8, 4, 1, 4, true, 0.0f}, AttnCase{2, 6, 2, 1, 4, false, 0.3f}));
+
+TEST(Attention, CausalAndDocumentMasksHide) {
+  // Changing a future token or another document's token must not change a query's output.
+  const int64_t B = 1, S = 6, NH = 1, KV = 1, HD = 4, row = 3 * HD;
+  auto qkv = random_vector(S * row, 61);
+  std::vector<int32_t> docs = {0, 0, 0, 1, 1, 1};
+  AttentionProblem p;
+  p.B = B;
+  p.Sq = p.Sk = S;
+  p.NH = NH;
+  p.KV = KV;
+  p.HD = HD;
+  p.scale = 0.5f;
+  p.q_doc_ids = p.k_doc_ids = docs.data();
+  HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD), vl = qkv_value_layout(NH, KV, HD);
+  std::vector<float> out1(S * HD), out2(S * HD), lse(S);
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out1.data(), lse.data());
+  for (int64_t c = 0; c < row; ++c) qkv[4 * row + c] += 1.0f;  // token 4: document 1, after query 3
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out2.data(), lse.data());
+  for (int64_t i = 0; i < 4 * HD; ++i) EXPECT_EQ(out1[i], out2[i]) << i;  // queries 0..3 unaffected
+  // Query 3 is the first of its document: it sees only itself, so its output is its own value.
+  for (int64_t c = 0; c < HD; ++c) EXPECT_NEAR(out1[3 * HD + c], qkv[3 * row + vl.base + c], 1e-6f);
+}
+
+TEST(CrossEntropyGrad, MatchesFiniteDifferencesAndLogSoftmax) {
+  const int64_t T = 5, V = 13;
+  auto logits = random_vector(T * V, 71, 3.0f);
+  std::vector<int32_t> targets = {0, 12, 5, 5, 7};
+  std::vector<float> dloss = {1.0f, 0.5f, 0.0f, 2.0f, 1.0f};
+  std::vector<float> mx(T), sums(T), tgt(T);
+  auto loss = [&] {
+    ce_row_max(logits.data(), T, V, mx.data());
+    ce_sumexp_and_target(logits.data(), T, V, mx.data(), targets.data(), 0, sums.data(), tgt.data());
+    double l = 0.0;
+    for (int64_t t = 0; t < T; ++t) l += dloss[t] * (std::log(sums[t]) + mx[t] - tgt[t]);
+    return l;
+  };
+  double l0 = loss();
+  // Direct log-softmax in double.
+  double expect = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    double m = -1e30, s = 0.0;
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<double>(logits[t * V + v]));
+    for (int64_t v = 0; v < V; ++v) s += std::exp(logits[t * V + v] - m);
+    expect += dloss[t] * (std::log(s) + m - logits[t * V + targets[t]]);
+  }
+  EXPECT_NEAR(l0, expect, 1e-5);
+  std::vector<float> grad = logits;
+  ce_backward_inplace(grad.data(), T, V, mx.data(), sums.data(), targets.data(), 0, dloss.data());
+  auto dir = random_vector(T * V, 72);
+  EXPECT_LT(rel_diff(dot(grad.data(), dir.data(), T * V), directional_derivative(loss, logits.data(), dir.data(), T * V, 1e-3)), kTol);
+}
+
+TEST(CrossEntropy, VocabSplitEqualsWhole) {
+  const int64_t T = 3, V = 10;
+  auto logits = random_vector(T * V, 81, 2.0f);
+  std::vector<int32_t> targets = {1, 6, 9};
+  std::vector<float> mx(T), sums(T), tgt(T);
+  ce_row_max(logits.data(), T, V, mx.data());
+  ce_sumexp_and_target(logits.data(), T, V, mx.data(), targets.data(), 0, sums.data(), tgt.data());
+  // Two halves [0,5) and [5,10): per-half max, then combine as a TP all-reduce would.
+  std::vector<float> a(T * 5), b(T * 5);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < 5; ++v) {
+      a[t * 5 + v] = logits[t * V + v];
+      b[t * 5 + v] = logits[t * V + 5 + v];
+    }
+  std::vector<float> ma(T), mb(T), m(T), sa(T), sb(T), ta(T), tb(T);
+  ce_row_max(a.data(), T, 5, ma.data());
+  ce_row_max(b.data(), T, 5, mb.data());
+  for (int64_t t = 0; t < T; ++t) m[t] = std::max(ma[t], mb[t]);
+  ce_sumexp_and_target(a.data(), T, 5, m.data(), targets.data(), 0, sa.data(), ta.data());
+  ce_sumexp_and_target(b.data(), T, 5, m.data(), targets.data(), 5, sb.data(), tb.data());
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_NEAR(sa[t] + sb[t], sums[t], 1e-5f);
+    EXPECT_EQ(ta[t] + tb[t], tgt[t]);
+  }
+}
+
+TEST(EmbeddingGrad, ScatterAddWithRepeatsAndVocabSlice) {
+  const int64_t T = 6, V = 5, H = 3;
+  std::vector<int32_t> ids = {1, 3, 1, 4, 0, 1};
+  auto W = random_vector(V * H, 91);
+  std::vector<float> out(T * H);
+  embedding_forward_ref(ids.data(), T, W.data(), 0, V, H, out.data());
+  for (int64_t c = 0; c < H; ++c) EXPECT_EQ(out[3 * H + c], W[4 * H + c]);
+  // Slice [2, 5): ids 1 and 0 give zero rows.
+  std::vector<float> part(T * H);
+  embedding_forward_ref(ids.data(), T, W.data() + 2 * H, 2, 3, H, part.data());
+  for (int64_t c = 0; c < H; ++c) {
+    EXPECT_EQ(part[0 * H + c], 0.0f);
+    EXPECT_EQ(part[1 * H + c], W[3 * H + c]);
+  }
+  auto dout = random_vector(T * H, 92);
+  std::vector<float> dW(V * H, 0.0f);
+  embedding_backward_ref(ids.data(), T, dout.data(), 0, V, H, dW.data());
+  for (int64_t c = 0; c < H; ++c) {
+    EXPECT_NEAR(dW[1 * H + c], dout[0 * H + c] + dout[2 * H + c] + dout[5 * H + c], 1e-6f);
+    EXPECT_EQ(dW[2 * H + c], 0.0f);
+  }
+}
+
+TEST(Dropout, DeterministicScaledAndBackwardMatches) {
+  const int64_t rows = 64, cols = 32;
+  auto x = random_vector(rows * cols, 101);
+  std::vector<int64_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r) ids[r] = 1000 + r;
+  DropoutSpec s{0.25f, 5, 9, ids.data(), cols, 0};
+  std::vector<float> y(rows * cols), y2(rows * cols), dx(rows * cols);
+  dropout_forward_ref(x.data(), y.data(), rows, cols, s);
+  dropout_forward_ref(x.data(), y2.data(), rows, cols, s);
+  EXPECT_EQ(y, y2);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (y[i] == 0.0f) {
+      ++dropped;
+    } else {
+      EXPECT_FLOAT_EQ(y[i], x[i] / 0.75f);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / (rows * cols), 0.25, 0.03);
+  std::vector<float> ones(rows * cols, 1.0f);
+  dropout_backward_ref(ones.data(), dx.data(), rows, cols, s);
+  for (int64_t i = 0; i < rows * cols; ++i) EXPECT_EQ(dx[i] == 0.0f, y[i] == 0.0f);
+  // A column slice draws the same mask as the matching columns of the whole.
+  std::vector<float> xs(rows * 8), ys(rows * 8);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 8; ++c) xs[r * 8 + c] = x[r * cols + 16 + c];
+  DropoutSpec sl = s;
+  sl.col_offset = 16;
+  dropout_forward_ref(xs.data(), ys.data(), rows, 8, sl);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(ys[r * 8 + c], y[r * cols + 16 + c]);
+}
+
+TEST(Optimizer, AdamWFirstStepAndWeightDecay) {
+  // One step from m = v = 0: the update is lr·(sign(g)·|g|/(|g| + eps) + wd·p).
+  std::vector<float> p = {1.0f, -2.0f, 0.5f}, g = {0.1f, -0.3f, 0.0f}, m(3, 0.0f), v(3, 0.0f);
+  AdamWHyper h;
+  h.lr = 0.01f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.95f;
+  h.eps = 1e-8f;
+  h.weight_decay = 0.1f;
+  h.step = 1;
+  adamw_step_ref(p.data(), g.data(), m.data(), v.data(), 3, h);
+  EXPECT_NEAR(p[0], 1.0f - 0.01f * (1.0f + 0.1f * 1.0f), 1e-6f);
+  EXPECT_NEAR(p[1], -2.0f - 0.01f * (-1.0f + 0.1f * -2.0f), 1e-6f);
+  EXPECT_NEAR(p[2], 0.5f - 0.01f * (0.0f + 0.1f * 0.5f), 1e-6f);
+  EXPECT_NEAR(m[1], -0.03f, 1e-7f);
+  EXPECT_NEAR(v[1], 0.05f * 0.09f, 1e-8f);
+}
+
+TEST(Optimizer, SgdMomentumMatchesTorchRule) {
+  std::vector<float> p = {1.0f}, g = {0.5f}, buf = {0.0f};
+  sgd_step_ref(p.data(), g.data(), buf.data(), 1, 0.1f, 0.9f, 0.0f, true);
+  EXPECT_NEAR(p[0], 0.95f, 1e-7f);
+  EXPECT_NEAR(buf[0], 0.5f, 1e-7f);
+  sgd_step_ref(p.data(), g.data(), buf.data(), 1, 0.1f, 0.9f, 0.0f, false);
+  EXPECT_NEAR(buf[0], 0.95f, 1e-7f);
+  EXPECT_NEAR(p[0], 0.95f - 0.095f, 1e-6f);
+}
+
+TEST(Optimizer, Reductions) {
+  std::vector<float> x(200001);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? 0.0f : 0.5f;
+  int64_t n = static_cast<int64_t>(x.size());
+  EXPECT_EQ(count_zeros(x.data(), n), 66667);
+  EXPECT_DOUBLE_EQ(sum_of_squares(x.data(), n), 0.25 * 133334);
+  EXPECT_TRUE(all_finite(x.data(), n));
+  x[12345] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(all_finite(x.data(), n));
+}
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,170 @@
+// Start-up validation of the parallel layout flags: every rule gives its one-line message, and
+// valid layouts pass (up to the "not supported yet" of TP/PP training) with the derived sizes.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/arg_parser.h"
+#include "train/arguments.h"
+
+namespace gale {
+namespace {
+
+// A small valid model; flags given in a test's `extra` replace these.
+const std::vector<std::pair<std::string, std::string>> kBase = {
+    {"--num-layers", "8"},     {"--hidden-size", "64"},      {"--num-attention-heads", "8"},
+    {"--seq-length", "32"},    {"--max-position-embeddings", "32"}, {"--micro-batch-size", "2"},
+    {"--train-iters", "10"},   {"--lr", "1e-3"}};
+
+struct Validated {
+  Status status;
+  Arguments args;
+};
+
+Validated validate(const std::string& extra, int64_t world_size) {
+  std::vector<std::string> words = {"gale", "--mock-data"};
+  for (const auto& [flag, value] : kBase) {
+    if (extra.find(flag + " ") != std::string::npos) continue;
+    words.push_back(flag);
+    words.push_back(value);
+  }
+  std::istringstream in(extra);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  Validated v;
+  ArgParser p("gale pretrain", "test");
+  add_all_pretrain_args(p, v.args);
+  Status parsed = p.parse(static_cast<int>(argv.size()), argv.data());
+  EXPECT_TRUE(parsed.ok()) << parsed.to_string();
+  v.status = validate_all_pretrain_args(v.args, p, world_size);
+  return v;
+}
+
+std::string message(const std::string& extra, int64_t world_size) {
+  Validated v = validate(extra, world_size);
+  return v.status.ok() ? "ok" : v.status.message();
+}
+
+TEST(ParallelArgs, SingleProcessAndDataParallelPass) {
+  Validated one = validate("", 1);
+  ASSERT_TRUE(one.status.ok()) << one.status.to_string();
+  EXPECT_EQ(one.args.parallel.data_parallel_size, 1);
+  Validated four = validate("--global-batch-size 16", 4);
+  ASSERT_TRUE(four.status.ok()) << four.status.to_string();
+  EXPECT_EQ(four.args.parallel.data_parallel_size, 4);
+  EXPECT_EQ(four.args.parallel.virtual_pipeline_model_parallel_size, 1);
+  // --global-batch-size defaults to micro-batch x DP
+  EXPECT_EQ(validate("", 4).args.training.global_batch_size, 8);
+}
+
+TEST(ParallelArgs, WorldNotDivisible) {
+  EXPECT_EQ(message("--tensor-model-parallel-size 4", 6),
+            "world size 6 is not divisible by --tensor-model-parallel-size 4 x --pipeline-model-parallel-size 1 x "
+            "--context-parallel-size 1 = 4");
+  EXPECT_EQ(message("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2", 6),
+            "world size 6 is not divisible by --tensor-model-parallel-size 2 x --pipeline-model-parallel-size 2 x "
+            "--context-parallel-size 1 = 4");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 0", 1),
+            "--pipeline-model-parallel-size: expected a positive integer, found 0");
+  EXPECT_EQ(message("--distributed-timeout-minutes 0", 1),
+            "--distributed-timeout-minutes: expected a positive integer, found 0");
+}
+
+TEST(ParallelArgs, HeadsAndQueryGroupsDivideByTp) {
+  EXPECT_EQ(message("--tensor-model-parallel-size 3", 3),
+            "--num-attention-heads 8 must be divisible by --tensor-model-parallel-size 3");
+  EXPECT_EQ(message("--group-query-attention --num-query-groups 2 --tensor-model-parallel-size 4", 4),
+            "--num-query-groups 2 must be divisible by --tensor-model-parallel-size 4");
+  EXPECT_EQ(message("--ffn-hidden-size 100 --tensor-model-parallel-size 8", 8),
+            "--ffn-hidden-size 100 must be divisible by --tensor-model-parallel-size 8");
+  // Valid TP layouts get past every check to the "not supported yet" of TP training.
+  EXPECT_EQ(message("--group-query-attention --num-query-groups 4 --tensor-model-parallel-size 4", 4),
+            "ok");
+}
+
+TEST(ParallelArgs, SequenceParallelRules) {
+  EXPECT_EQ(message("--sequence-parallel --tensor-model-parallel-size 8 --seq-length 36 --max-position-embeddings 36", 8),
+            "--seq-length 36 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel");
+  Validated off = validate("--sequence-parallel", 1);  // TP 1: turned off, as Megatron does
+  ASSERT_TRUE(off.status.ok()) << off.status.to_string();
+  EXPECT_FALSE(off.args.parallel.sequence_parallel);
+  EXPECT_EQ(message("--sequence-parallel --tensor-model-parallel-size 2", 2),
+            "ok");
+}
+
+TEST(ParallelArgs, LayersDivideByPipelineStages) {
+  EXPECT_EQ(message("--pipeline-model-parallel-size 3", 3),
+            "--num-layers 8 must be divisible by --pipeline-model-parallel-size 3 (or give "
+            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2", 2), "--pipeline-model-parallel-size > 1: not supported yet");
+}
+
+TEST(ParallelArgs, VirtualPipelineRules) {
+  EXPECT_EQ(message("--num-layers-per-virtual-pipeline-stage 2", 1),
+            "--num-layers-per-virtual-pipeline-stage (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
+  EXPECT_EQ(message("--num-virtual-stages-per-pipeline-rank 2", 1),
+            "--num-virtual-stages-per-pipeline-rank (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                    "--num-virtual-stages-per-pipeline-rank 2",
+                    2),
+            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are exclusive; give one");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3", 2),
+            "the 4 layers per pipeline stage (--num-layers 8 / --pipeline-model-parallel-size 2) must be divisible by "
+            "--num-layers-per-virtual-pipeline-stage 3");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3", 2),
+            "the 4 layers per pipeline stage (--num-layers 8 / --pipeline-model-parallel-size 2) must be divisible by "
+            "--num-virtual-stages-per-pipeline-rank 3");
+  Validated vpp = validate("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1", 2);
+  EXPECT_EQ(vpp.args.parallel.virtual_pipeline_model_parallel_size, 4);  // 8 layers / 2 stages / 1 layer per chunk
+  EXPECT_EQ(vpp.status.message(), "--pipeline-model-parallel-size > 1: not supported yet");
+}
+
+TEST(ParallelArgs, UnevenFirstAndLastStages) {
+  EXPECT_EQ(message("--decoder-first-pipeline-num-layers 2", 1),
+            "--decoder-first-pipeline-num-layers needs --pipeline-model-parallel-size > 1");
+  // 10 layers on 4 stages: first 1, last 1, the 2 middle stages 4 each.
+  EXPECT_EQ(message("--num-layers 10 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1 "
+                    "--decoder-last-pipeline-num-layers 1",
+                    4),
+            "--pipeline-model-parallel-size > 1: not supported yet");
+  EXPECT_EQ(message("--num-layers 11 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1", 4),
+            "the 10 layers left for the 3 middle pipeline stages (--num-layers minus "
+            "--decoder-first/last-pipeline-num-layers) must divide evenly among them");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 "
+                    "--decoder-last-pipeline-num-layers 3",
+                    2),
+            "--decoder-first-pipeline-num-layers 3 + --decoder-last-pipeline-num-layers 3 must equal --num-layers 8 "
+            "with --pipeline-model-parallel-size 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 6 "
+                    "--decoder-last-pipeline-num-layers 4",
+                    4),
+            "--decoder-first/last-pipeline-num-layers take 10 layers, more than --num-layers 8");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 0", 2),
+            "--decoder-last-pipeline-num-layers: expected a positive integer, found 0");
+  // With interleaving, each uneven stage and each middle stage divides by the virtual stages.
+  EXPECT_EQ(message("--num-layers 12 --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--decoder-first-pipeline-num-layers 3",
+                    4),
+            "--decoder-first-pipeline-num-layers 3 must be divisible by --num-virtual-stages-per-pipeline-rank 2");
+  EXPECT_EQ(message("--num-layers 12 --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4",
+                    4),
+            "the 3 layers of each middle pipeline stage must be divisible by --num-virtual-stages-per-pipeline-rank 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 "
+                    "--decoder-first-pipeline-num-layers 2",
+                    4),
+            "--num-layers-per-virtual-pipeline-stage cannot be combined with --decoder-first/last-pipeline-num-layers; "
+            "give --num-virtual-stages-per-pipeline-rank");
+}
+
+TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
+  EXPECT_EQ(message("--global-batch-size 12", 4),
+            "--global-batch-size 12 must be a multiple of --micro-batch-size 2 times the data-parallel size 4");
+  EXPECT_EQ(message("--global-batch-size 24", 4), "ok");
+}
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,164 @@
+// Megatron flag parsing: names, defaults, derived values, and one-line errors naming the flag.
+#include "train/arguments.h"
+
+#include <gtest/gtest.h>
+
+namespace gale {
+namespace {
+
+struct Cli {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  Cli() { add_all_pretrain_args(parser, args); }
+  Status parse(std::vector<std::string> argv, int64_t world = 1) {
+    std::vector<std::string> all = {"gale"};
+    all.insert(all.end(), argv.begin(), argv.end());
+    std::vector<char*> ptrs;
+    for (auto& a : all) ptrs.push_back(a.data());
+    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    return validate_all_pretrain_args(args, parser, world);
+  }
+};
+
+std::vector<std::string> minimal() {
+  return {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "16",
+          "--max-position-embeddings", "32", "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3",
+          "--mock-data"};
+}
+
+std::vector<std::string> with(std::vector<std::string> base, std::vector<std::string> extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+TEST(Arguments, MegatronDefaultsAndDerivedValues) {
+  Cli c;
+  ASSERT_TRUE(c.parse(minimal()).ok());
+  EXPECT_EQ(c.args.model.ffn_hidden_size, 256);
+  EXPECT_EQ(c.args.model.kv_channels, 16);
+  EXPECT_EQ(c.args.model.num_kv_heads, 4);
+  EXPECT_EQ(c.args.training.global_batch_size, 2);
+  EXPECT_EQ(c.args.training.seed, 1234);
+  EXPECT_DOUBLE_EQ(c.args.training.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(c.args.training.start_weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(c.args.model.attention_dropout, 0.1);
+  EXPECT_EQ(c.args.model.make_vocab_size_divisible_by, 128);
+  EXPECT_EQ(c.args.logging.log_interval, 100);
+  EXPECT_EQ(c.args.model.normalization, "LayerNorm");
+  EXPECT_EQ(c.args.training.lr_decay_style, "linear");
+  EXPECT_TRUE(c.args.model.add_bias_linear);
+  EXPECT_TRUE(c.args.checkpoint.load_optim);
+}
+
+TEST(Arguments, SwigluFfnRuleAndGqa) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--swiglu", "--group-query-attention", "--num-query-groups", "2",
+                                       "--disable-bias-linear", "--no-load-optim", "--hidden-size", "768",
+                                       "--num-attention-heads", "12", "--num-query-groups", "4"}))
+                  .ok());
+  EXPECT_EQ(c.args.model.ffn_hidden_size, 2048);  // int(4*768*2/3/64)*64
+  EXPECT_EQ(c.args.model.num_kv_heads, 4);
+  EXPECT_FALSE(c.args.model.add_bias_linear);
+  EXPECT_FALSE(c.args.checkpoint.load_optim);
+}
+
+TEST(Arguments, VocabPadding) {
+  EXPECT_EQ(pad_vocab_size(50257, 128, 1), 50304);
+  EXPECT_EQ(pad_vocab_size(50257, 128, 8), 51200);
+  EXPECT_EQ(pad_vocab_size(32000, 1, 1), 32000);
+  EXPECT_EQ(pad_vocab_size(96, 64, 1), 128);
+}
+
+TEST(Arguments, AliasAndEqualsSyntax) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--save=/tmp/x", "--persistent-save-interval", "5"})).ok());
+  EXPECT_EQ(c.args.checkpoint.save, "/tmp/x");
+  EXPECT_EQ(c.args.checkpoint.save_interval, 5);
+}
+
+struct ErrorCase {
+  std::vector<std::string> extra;
+  StatusCode code;
+  std::string message;  // exact, or a prefix when it ends with "..."
+};
+
+class ArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ArgumentErrors, OneLineNamingTheFlag) {
+  const ErrorCase& e = GetParam();
+  Cli c;
+  std::vector<std::string> argv = with(minimal(), e.extra);
+  Status st = c.parse(argv);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), e.code) << st.to_string();
+  if (e.message.size() > 3 && e.message.substr(e.message.size() - 3) == "...")
+    EXPECT_EQ(st.message().substr(0, e.message.size() - 3), e.message.substr(0, e.message.size() - 3)) << st.message();
+  else
+    EXPECT_EQ(st.message(), e.message);
+  EXPECT_EQ(st.message().find('\n'), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ArgumentErrors,
+    ::testing::Values(
+        ErrorCase{{"--num-layerz", "3"}, StatusCode::kInvalidArgument, "unknown flag --num-layerz (run `gale pretrain --help` for the list)"},
+        ErrorCase{{"--hidden-size", "66"}, StatusCode::kInvalidArgument,
+                  "--hidden-size 66 must be divisible by --num-attention-heads 4 (or give --kv-channels)"},
+        ErrorCase{{"--min-lr", "0.1"}, StatusCode::kInvalidArgument, "--min-lr 0.1 must not exceed --lr 0.001"},
+        ErrorCase{{"--save", "/tmp/ckpt"}, StatusCode::kInvalidArgument,
+                  "--save needs --save-interval (iterations between checkpoints)"},
+        ErrorCase{{"--global-batch-size", "3"}, StatusCode::kInvalidArgument,
+                  "--global-batch-size 3 must be a multiple of --micro-batch-size 2 times the data-parallel size 1"},
+        ErrorCase{{"--train-samples", "100"}, StatusCode::kInvalidArgument, "give exactly one of --train-iters and --train-samples"},
+        ErrorCase{{"--lr", "abc"}, StatusCode::kInvalidArgument, "--lr: expected a number, found 'abc'"},
+        ErrorCase{{"--num-layers", "2.5"}, StatusCode::kInvalidArgument, "--num-layers: expected an integer, found '2.5'"},
+        ErrorCase{{"--normalization", "BatchNorm"}, StatusCode::kInvalidArgument, "--normalization..."},
+        ErrorCase{{"--fp16"}, StatusCode::kUnimplemented, "--fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
+        ErrorCase{{"--num-experts", "8"}, StatusCode::kUnimplemented, "--num-experts: not supported yet (mixture of experts)"},
+        ErrorCase{{"--group-query-attention", "--num-query-groups", "3"}, StatusCode::kInvalidArgument,
+                  "--num-attention-heads 4 must be divisible by --num-query-groups 3"},
+        ErrorCase{{"--max-position-embeddings", "8"}, StatusCode::kInvalidArgument,
+                  "--max-position-embeddings 8 must be at least --seq-length 16"},
+        ErrorCase{{"--lr-warmup-iters", "10"}, StatusCode::kInvalidArgument, "--lr-warmup-iters 10 must be less than --lr-decay-iters 10"},
+        ErrorCase{{"--attention-dropout", "1.5"}, StatusCode::kInvalidArgument,
+                  "--attention-dropout: expected a probability in [0, 1), found 1.5"},
+        ErrorCase{{"--position-embedding-type", "rope", "--rotary-percent", "0.1"}, StatusCode::kInvalidArgument,
+                  "--rotary-percent 0.1 of --kv-channels 16 gives 1 rotary dimensions; expected a positive even number"},
+        ErrorCase{{"--lr-decay-style", "WSD"}, StatusCode::kInvalidArgument,
+                  "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)"},
+        ErrorCase{{"--seed", "0"}, StatusCode::kInvalidArgument, "--seed: expected an integer in [1, 2^32-1], found 0"},
+        ErrorCase{{"--weight-decay-incr-style", "linear"}, StatusCode::kInvalidArgument,
+                  "--weight-decay-incr-style linear needs --start-weight-decay and --end-weight-decay"}));
+
+TEST(Arguments, MissingRequiredFlags) {
+  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+                           "--max-position-embeddings", "--micro-batch-size", "--lr"}) {
+    std::vector<std::string> argv = minimal();
+    for (size_t i = 0; i < argv.size(); ++i)
+      if (argv[i] == flag) {
+        argv.erase(argv.begin() + static_cast<long>(i), argv.begin() + static_cast<long>(i) + 2);
+        break;
+      }
+    Cli c;
+    Status st = c.parse(argv);
+    EXPECT_EQ(st.message(), std::string(flag) + " is required") << flag;
+  }
+}
+
+TEST(Arguments, NoDataIsAnError) {
+  Cli c;
+  std::vector<std::string> argv = minimal();
+  argv.pop_back();  // --mock-data
+  Status st = c.parse(argv);
+  EXPECT_EQ(st.message().substr(0, 17), "no training data:");
+}
+
+TEST(Arguments, LayoutErrors) {
+  Cli c;
+  EXPECT_EQ(c.parse(with(minimal(), {"--tensor-model-parallel-size", "3"}), 4).message(),
+            "world size 4 is not divisible by --tensor-model-parallel-size 3 x --pipeline-model-parallel-size 1 x "
+            "--context-parallel-size 1 = 3");
+}
+
+}  // namespace
+}  // namespace gale

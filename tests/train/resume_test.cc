@@ -1,0 +1,152 @@
+// Checkpoints: a run saved and resumed continues bit-for-bit like an uninterrupted one; a
+// mismatched or damaged checkpoint is a clear error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "testing_data.h"
+#include "train/checkpointing.h"
+#include "train/engine.h"
+#include "train/model_setup.h"
+
+namespace gale {
+namespace {
+
+using testing::SyntheticDataset;
+
+struct TrainingRun {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Trainer> trainer;
+  SyntheticDataset data{1000, 16, 60};
+
+  explicit TrainingRun(std::vector<std::string> extra) {
+    add_all_pretrain_args(parser, args);
+    std::vector<std::string> argv = {"gale", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+                                     "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
+                                     "--global-batch-size", "4", "--train-iters", "6", "--lr", "3e-3",
+                                     "--lr-warmup-iters", "2", "--lr-decay-style", "cosine", "--mock-data",
+                                     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
+                                     "--log-interval", "1000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::vector<char*> ptrs;
+    for (auto& a : argv) ptrs.push_back(a.data());
+    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, 1));
+    args.model.padded_vocab_size = 64;
+    auto e = build_engine(args, make_self_communicator("world"), reference_ops());
+    GALE_CHECK_OK(e.status());
+    engine = std::move(e).value();
+    trainer = std::make_unique<Trainer>(args, engine.get(), &data, nullptr, nullptr);
+  }
+  GPTModel& model() { return *engine->chunks[0]; }
+  std::vector<double> steps(int n) {
+    std::vector<double> losses;
+    for (int i = 0; i < n; ++i) {
+      auto r = trainer->train_step();
+      GALE_CHECK(r.ok()) << r.status().to_string();
+      ++trainer->state().iteration;
+      losses.push_back(r->loss_sum / r->tokens);
+    }
+    return losses;
+  }
+  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
+  Status load(bool* loaded) { return load_checkpoint(args, *engine, trainer->state(), loaded); }
+};
+
+std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("gale_resume_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TEST(Resume, ContinuesBitForBit) {
+  const std::string dir = temp_dir("exact");
+  TrainingRun whole({});
+  std::vector<double> expected = whole.steps(6);
+
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  std::vector<double> a = first.steps(3);
+  ASSERT_TRUE(first.save().ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/iter_0000003/metadata.json"));
+  std::ifstream tracker(dir + "/latest_checkpointed_iteration.txt");
+  std::string it;
+  tracker >> it;
+  EXPECT_EQ(it, "3");
+
+  TrainingRun second({"--load", dir});
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(second.trainer->state().iteration, 3);
+  EXPECT_EQ(second.trainer->state().consumed_train_samples, 12);
+  std::vector<double> b = second.steps(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i], expected[i]) << i;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
+  const ParamBuffer& p1 = whole.model().params();
+  const ParamBuffer& p2 = second.model().params();
+  for (int64_t i = 0; i < p1.numel(); ++i)
+    ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Resume, FinetuneLoadsWeightsOnly) {
+  const std::string dir = temp_dir("finetune");
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  first.steps(2);
+  ASSERT_TRUE(first.save().ok());
+  TrainingRun second({"--load", dir, "--finetune"});
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  EXPECT_EQ(second.trainer->state().iteration, 0);
+  EXPECT_EQ(second.trainer->state().consumed_train_samples, 0);
+  EXPECT_EQ(second.engine->optimizer->steps_taken(), 0);
+  EXPECT_EQ(second.engine->scheduler->num_steps(), 0);
+  EXPECT_EQ(second.model().params().flat_params().data<float>()[5], first.model().params().flat_params().data<float>()[5]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Resume, MissingCheckpointWarnsOrFails) {
+  const std::string dir = temp_dir("missing");
+  TrainingRun r({"--load", dir});
+  bool loaded = true;
+  EXPECT_TRUE(r.load(&loaded).ok());
+  EXPECT_FALSE(loaded);
+  TrainingRun strict({"--load", dir, "--exit-on-missing-checkpoint"});
+  Status st = strict.load(&loaded);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+}
+
+TEST(Resume, MismatchedModelIsAClearError) {
+  const std::string dir = temp_dir("mismatch");
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  ASSERT_TRUE(first.save().ok());
+  TrainingRun other({"--load", dir, "--num-layers", "3"});
+  bool loaded = false;
+  Status st = other.load(&loaded);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("num_layers = 2, this run has 3"), std::string::npos) << st.message();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Resume, TruncatedShardIsAClearError) {
+  const std::string dir = temp_dir("truncated");
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  ASSERT_TRUE(first.save().ok());
+  std::string shard;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/iter_0000000"))
+    if (e.path().extension() == ".safetensors") shard = e.path().string();
+  ASSERT_FALSE(shard.empty());
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  TrainingRun second({"--load", dir});
+  bool loaded = false;
+  Status st = second.load(&loaded);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("shard_00000.safetensors"), std::string::npos) << st.message();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,84 @@
+// Megatron's log line, validation block and FLOPs formula, character for character.
+#include "train/training_log.h"
+
+#include <gtest/gtest.h>
+
+namespace gale {
+namespace {
+
+TEST(TrainingLog, MatchesMegatronExample) {
+  // The example line of megatron.md §5, built from Megatron's own format strings.
+  TrainingLogFields f;
+  f.timestamp = "2025-05-20 15:48:49";
+  f.iteration = 1;
+  f.train_iters = 50;
+  f.consumed_samples = 32;
+  f.elapsed_ms_per_iteration = 4256.1;
+  f.log_throughput = true;
+  f.tflops_per_gpu = 123.5;
+  f.learning_rate = 3.0e-5;
+  f.global_batch_size = 32;
+  f.lm_loss = 10.83373;
+  f.grad_norm = 5.679;
+  EXPECT_EQ(format_training_log_line(f),
+            " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples:           32 | elapsed time per "
+            "iteration (ms): 4256.1 | throughput per GPU (TFLOP/s/GPU): 123.5 | learning rate: 3.000000E-05 | global "
+            "batch size:    32 | lm loss: 1.083373E+01 | loss scale: 1.0 | grad norm: 5.679 | number of skipped "
+            "iterations:   0 | number of nan iterations:   0 |");
+}
+
+TEST(TrainingLog, OptionalFields) {
+  TrainingLogFields f;
+  f.timestamp = "2026-01-01 00:00:00";
+  f.iteration = 200;
+  f.train_iters = 1000;
+  f.consumed_samples = 800;
+  f.skipped_samples = 3;
+  f.learning_rate = 1e-4;
+  f.global_batch_size = 4;
+  f.lm_loss = 0.0;  // not printed when <= 0
+  f.num_zeros = 12;
+  f.params_norm = 250.125;
+  f.skipped_iterations = 1;
+  f.nan_iterations = 1;
+  std::string line = format_training_log_line(f);
+  EXPECT_NE(line.find("| skipped samples:            3 |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("throughput"), std::string::npos);
+  EXPECT_EQ(line.find("lm loss"), std::string::npos);
+  EXPECT_NE(line.find(" num zeros: 12 | params norm: 250.125 |"), std::string::npos) << line;
+  EXPECT_NE(line.find(" number of skipped iterations:   1 | number of nan iterations:   1 |"), std::string::npos);
+}
+
+TEST(TrainingLog, ValidationBlock) {
+  // Layout of a real Megatron log (its loss had more digits, so its PPL differs in the last place).
+  std::string b = format_validation_block("iteration 19000", 1.280714);
+  std::string line = " validation loss at iteration 19000 | lm loss value: 1.280714E+00 | lm loss PPL: 3.599209E+00 | ";
+  std::string rule(line.size() + 1, '-');
+  EXPECT_EQ(b, rule + "\n" + line + "\n" + rule);
+  // PPL saturates at exp(20).
+  EXPECT_NE(format_validation_block("iteration 1 on test set", 30.0).find("lm loss PPL: 4.851652E+08 |"), std::string::npos);
+}
+
+TEST(Flops, Gpt2SmallByHand) {
+  FlopsModel m;
+  m.seq_length = 256;
+  m.num_layers = 12;
+  m.hidden = 768;
+  m.heads = 12;
+  m.query_groups = 12;
+  m.kv_channels = 64;
+  m.ffn = 3072;
+  m.padded_vocab = 50304;
+  // Per token: 12·L·h·ffn + 12·L·h²·(2 + s/(2h)) + 6·h·V
+  double per_token = 12.0 * 12 * 768 * 3072 + 12.0 * 12 * 768 * 768 * (2.0 + 256.0 / 1536.0) + 6.0 * 768 * 50304;
+  EXPECT_NEAR(num_floating_point_operations(m, 4), 4 * 256 * per_token, 1e-6 * 4 * 256 * per_token);
+  // SwiGLU multiplies the MLP term by 1.5; GQA with 4 groups shrinks the KV term.
+  m.swiglu = true;
+  m.ffn = 2048;
+  m.query_groups = 4;
+  per_token = 12.0 * 12 * 768 * 2048 * 1.5 + 12.0 * 12 * 768 * 768 * (1.0 + 4.0 / 12.0 + 256.0 / 1536.0) + 6.0 * 768 * 50304;
+  EXPECT_NEAR(num_floating_point_operations(m, 1), 256 * per_token, 1e-6 * 256 * per_token);
+}
+
+}  // namespace
+}  // namespace gale

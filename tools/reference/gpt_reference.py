@@ -1,0 +1,649 @@
+#!/usr/bin/env python3
+"""Independent float64 PyTorch reference of docs/model.md: writes the golden fixtures Gale is tested against.
+
+Everything here is written from docs/model.md (the model, loss, optimizer and LR schedule Gale
+implements, with Megatron-Core GPTModel semantics) and megatron.md §4-§5 (log line quantities),
+in plain PyTorch float64 with autograd, so it shares no code with Gale. For each configuration it
+records, under tests/data/golden/<config>/:
+
+  weights.safetensors  initial parameters by their Megatron names (stored as BF16: the draws are
+                       rounded to bfloat16 so that f32 Gale and this f64 reference start from
+                       exactly the same values, in half the space)
+  inputs.safetensors   tokens, labels, loss_mask, position_ids (and document_ids with document
+                       masks), each [iterations, micro-batches, B, S]
+  forward.safetensors  logits [B, S, V] and per-token losses [B, S] of one forward pass
+                       (iteration 0, micro-batch 0)
+  grads.safetensors    the gradient of that micro-batch's loss for every parameter (f32)
+  fixture.json         the configuration, the forward loss, the 10-step training series (logged
+                       loss, learning rate, pre-clip grad norm), per-parameter summaries of the
+                       final parameters (and of the gradients where the full tensors are not kept),
+                       and the finite-difference check of this reference's own gradients
+
+Variants reuse the weights (and, where the data is the same, the inputs) of their base config.
+
+Usage (Debian's python3-torch and python3-numpy; `safetensors` from PyPI, see README.md):
+    /tmp/gale-ref-venv/bin/python tools/reference/gpt_reference.py [--out tests/data/golden] [--only gpt,llama]
+The run is deterministic: rerunning it reproduces the committed files bit for bit.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import torch
+import safetensors
+from safetensors.torch import save_file
+
+torch.set_default_dtype(torch.float64)
+torch.use_deterministic_algorithms(True)
+
+# ---------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------
+
+COMMON_MODEL = dict(
+    num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=16, max_position_embeddings=32,
+    tokenizer_vocab_size=96, make_vocab_size_divisible_by=128, norm_epsilon=1e-5, init_method_std=0.02,
+    rotary_base=10000, rotary_percent=1.0, reset_attention_mask=False, reset_position_ids=False,
+    attention_dropout=0.0, hidden_dropout=0.0,
+)
+GPT_MODEL = dict(COMMON_MODEL, num_query_groups=4, group_query_attention=False, kv_channels=16, ffn_hidden_size=128,
+                 position_embedding_type="learned_absolute", normalization="LayerNorm", swiglu=False,
+                 add_bias_linear=True, untie_embeddings_and_output_weights=False)
+LLAMA_MODEL = dict(COMMON_MODEL, num_query_groups=2, group_query_attention=True, kv_channels=16, ffn_hidden_size=96,
+                   position_embedding_type="rope", normalization="RMSNorm", swiglu=True,
+                   add_bias_linear=False, untie_embeddings_and_output_weights=True)
+ADAMW = dict(optimizer="adam", lr=1e-3, min_lr=1e-4, lr_warmup_iters=2, lr_decay_iters=10, lr_decay_style="cosine",
+             lr_warmup_init=0.0, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1, clip_grad=1.0,
+             micro_batch_size=2, global_batch_size=4, train_iters=10)
+SGD = dict(ADAMW, optimizer="sgd", lr=0.05, min_lr=0.005, sgd_momentum=0.9, clip_grad=1.5)  # some steps clip, some not
+
+CONFIGS = {
+    # name: model, training, seeds, which files it owns, what it shares
+    "gpt": dict(model=GPT_MODEL, train=ADAMW, weight_seed=1234, data_seed=1, data="plain", mask_zeros=False,
+                full_grads=True),
+    "llama": dict(model=LLAMA_MODEL, train=ADAMW, weight_seed=4321, data_seed=2, data="plain", mask_zeros=True,
+                  full_grads=True),
+    "llama_rope50": dict(model=dict(LLAMA_MODEL, rotary_percent=0.5), train=ADAMW, weights_from="llama",
+                         inputs_from="llama", full_grads=False),
+    "gpt_docmask": dict(model=dict(GPT_MODEL, reset_attention_mask=True, reset_position_ids=True), train=ADAMW,
+                        weights_from="gpt", data_seed=3, data="documents", mask_zeros=False, full_grads=False),
+    "gpt_sgd": dict(model=GPT_MODEL, train=SGD, weights_from="gpt", inputs_from="gpt", full_grads=False,
+                    forward=False),
+}
+EOD = 95  # the document separator of the "documents" data (the last tokenizer id)
+
+
+def padded_vocab(m):
+    d = m["make_vocab_size_divisible_by"]
+    return (m["tokenizer_vocab_size"] + d - 1) // d * d
+
+
+def megatron_args(m, t):
+    """The pretrain flags describing the same model and run (the vocabulary comes from the tokenizer)."""
+    a = ["--num-layers", m["num_layers"], "--hidden-size", m["hidden_size"], "--num-attention-heads",
+         m["num_attention_heads"], "--seq-length", m["seq_length"], "--max-position-embeddings",
+         m["max_position_embeddings"], "--ffn-hidden-size", m["ffn_hidden_size"], "--kv-channels", m["kv_channels"],
+         "--normalization", m["normalization"], "--norm-epsilon", m["norm_epsilon"],
+         "--position-embedding-type", m["position_embedding_type"], "--init-method-std", m["init_method_std"],
+         "--make-vocab-size-divisible-by", m["make_vocab_size_divisible_by"],
+         "--attention-dropout", 0.0, "--hidden-dropout", 0.0]
+    if m["group_query_attention"]:
+        a += ["--group-query-attention", "--num-query-groups", m["num_query_groups"]]
+    if m["position_embedding_type"] == "rope":
+        a += ["--rotary-base", m["rotary_base"], "--rotary-percent", m["rotary_percent"]]
+    if m["swiglu"]:
+        a += ["--swiglu"]
+    if not m["add_bias_linear"]:
+        a += ["--disable-bias-linear"]
+    if m["untie_embeddings_and_output_weights"]:
+        a += ["--untie-embeddings-and-output-weights"]
+    if m["reset_attention_mask"]:
+        a += ["--reset-attention-mask"]
+    if m["reset_position_ids"]:
+        a += ["--reset-position-ids"]
+    a += ["--micro-batch-size", t["micro_batch_size"], "--global-batch-size", t["global_batch_size"],
+          "--train-iters", t["train_iters"], "--optimizer", t["optimizer"], "--lr", t["lr"], "--min-lr", t["min_lr"],
+          "--lr-warmup-iters", t["lr_warmup_iters"], "--lr-decay-iters", t["lr_decay_iters"],
+          "--lr-decay-style", t["lr_decay_style"], "--weight-decay", t["weight_decay"], "--clip-grad", t["clip_grad"]]
+    if t["optimizer"] == "adam":
+        a += ["--adam-beta1", t["adam_beta1"], "--adam-beta2", t["adam_beta2"], "--adam-eps", t["adam_eps"]]
+    else:
+        a += ["--sgd-momentum", t["sgd_momentum"]]
+    return [str(x) for x in a]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters (names, shapes and order of docs/model.md) and their initial values
+# ---------------------------------------------------------------------------------------------
+
+def parameter_specs(m):
+    """[(name, shape, kind)] in the order of the table in docs/model.md."""
+    H, L, V, F = m["hidden_size"], m["num_layers"], padded_vocab(m), m["ffn_hidden_size"]
+    NH, KV, HD = m["num_attention_heads"], m["num_query_groups"], m["kv_channels"]
+    ln = m["normalization"] == "LayerNorm"
+    bias = m["add_bias_linear"]
+    specs = [("embedding.word_embeddings.weight", (V, H), "weight")]
+    if m["position_embedding_type"] == "learned_absolute":
+        specs.append(("embedding.position_embeddings.weight", (m["max_position_embeddings"], H), "weight"))
+    for i in range(L):
+        p = f"decoder.layers.{i}."
+        specs.append((p + "input_layernorm.weight", (H,), "norm_weight"))
+        if ln:
+            specs.append((p + "input_layernorm.bias", (H,), "bias"))
+        specs.append((p + "self_attention.linear_qkv.weight", ((NH + 2 * KV) * HD, H), "weight"))
+        if bias:
+            specs.append((p + "self_attention.linear_qkv.bias", ((NH + 2 * KV) * HD,), "bias"))
+        specs.append((p + "self_attention.linear_proj.weight", (H, NH * HD), "output_weight"))
+        if bias:
+            specs.append((p + "self_attention.linear_proj.bias", (H,), "bias"))
+        specs.append((p + "pre_mlp_layernorm.weight", (H,), "norm_weight"))
+        if ln:
+            specs.append((p + "pre_mlp_layernorm.bias", (H,), "bias"))
+        specs.append((p + "mlp.linear_fc1.weight", ((2 * F if m["swiglu"] else F), H), "weight"))
+        if bias:
+            specs.append((p + "mlp.linear_fc1.bias", ((2 * F if m["swiglu"] else F),), "bias"))
+        specs.append((p + "mlp.linear_fc2.weight", (H, F), "output_weight"))
+        if bias:
+            specs.append((p + "mlp.linear_fc2.bias", (H,), "bias"))
+    specs.append(("decoder.final_layernorm.weight", (H,), "norm_weight"))
+    if ln:
+        specs.append(("decoder.final_layernorm.bias", (H,), "bias"))
+    if m["untie_embeddings_and_output_weights"]:
+        specs.append(("output_layer.weight", (V, H), "weight"))
+    return specs
+
+
+def round_to_bf16(a):
+    """float64 array -> the nearest bfloat16 values (round to nearest even), as float64."""
+    return torch.from_numpy(a).to(torch.float32).to(torch.bfloat16).to(torch.float64)
+
+
+def initial_weights(m, seed):
+    """Megatron's init (normal(0, std); std/sqrt(2L) for linear_proj/linear_fc2), drawn with numpy.
+
+    Biases and norm parameters are deliberately *not* Megatron's 0 and 1: small random values make
+    the forward pass exercise them (a bias added twice or a norm weight ignored would otherwise go
+    unnoticed). All values are rounded to bfloat16."""
+    rng = np.random.RandomState(seed)
+    std = m["init_method_std"]
+    out = {}
+    for name, shape, kind in parameter_specs(m):
+        if kind == "weight":
+            a = rng.normal(0.0, std, size=shape)
+        elif kind == "output_weight":
+            a = rng.normal(0.0, std / math.sqrt(2.0 * m["num_layers"]), size=shape)
+        elif kind == "norm_weight":
+            a = 1.0 + rng.normal(0.0, 0.1, size=shape)
+        else:
+            a = rng.normal(0.0, 0.02, size=shape)
+        out[name] = round_to_bf16(a)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+def make_inputs(cfg):
+    """Token batches [iters, micro-batches, B, S+1] split into tokens/labels, with masks and positions.
+
+    Sequences follow a random "successor" table (token t is followed by succ[t] 75% of the time), so
+    the loss falls measurably within 10 steps."""
+    m, t = cfg["model"], cfg["train"]
+    rng = np.random.RandomState(cfg["data_seed"])
+    iters, mbs, B, S = t["train_iters"], t["global_batch_size"] // t["micro_batch_size"], t["micro_batch_size"], m["seq_length"]
+    vocab = m["tokenizer_vocab_size"]
+    content = vocab - 1 if cfg["data"] == "documents" else vocab  # keep EOD out of the plain draws
+    succ = rng.permutation(content)
+    seq = np.zeros((iters, mbs, B, S + 1), dtype=np.int64)
+    for idx in np.ndindex(iters, mbs, B):
+        tok = rng.randint(content)
+        for s in range(S + 1):
+            seq[idx + (s,)] = tok
+            tok = succ[tok] if rng.rand() < 0.75 else rng.randint(content)
+    if cfg["data"] == "documents":  # 1-3 document ends per sample at random places
+        for idx in np.ndindex(iters, mbs, B):
+            for pos in rng.choice(np.arange(1, S), size=rng.randint(1, 4), replace=False):
+                seq[idx + (pos,)] = EOD
+    tokens, labels = seq[..., :-1], seq[..., 1:]
+    loss_mask = np.ones(tokens.shape, dtype=np.float32)
+    if cfg.get("mask_zeros"):
+        loss_mask[rng.rand(*tokens.shape) < 0.25] = 0.0
+        loss_mask[..., 0] = 1.0  # every micro-batch keeps some loss tokens
+    # Megatron's get_ltor_masks_and_position_ids: a token after an EOD starts a new document.
+    document_ids = np.zeros(tokens.shape, dtype=np.int64)
+    position_ids = np.broadcast_to(np.arange(S, dtype=np.int64), tokens.shape).copy()
+    if m["reset_attention_mask"] or m["reset_position_ids"]:
+        for idx in np.ndindex(*tokens.shape[:-1]):
+            doc, start = 0, 0
+            for s in range(S):
+                document_ids[idx + (s,)] = doc
+                if m["reset_position_ids"]:
+                    position_ids[idx + (s,)] = s - start
+                if tokens[idx + (s,)] == EOD:
+                    doc, start = doc + 1, s + 1
+    out = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": position_ids}
+    if m["reset_attention_mask"]:
+        out["document_ids"] = document_ids
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model (docs/model.md "Forward"), computed in [B, S, H] order (the math is layout-free)
+# ---------------------------------------------------------------------------------------------
+
+def norm(x, p, prefix, m):
+    w = p[prefix + ".weight"]
+    eps = m["norm_epsilon"]
+    if m["normalization"] == "LayerNorm":
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + eps) * w + p[prefix + ".bias"]
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def linear(x, p, prefix):
+    y = x @ p[prefix + ".weight"].T
+    b = p.get(prefix + ".bias")
+    return y if b is None else y + b
+
+
+def rope(x, position_ids, m):
+    """Megatron's non-interleaved rotate-half RoPE on the first R = HD*rotary_percent dims. x: [B, S, heads, HD]."""
+    HD = x.shape[-1]
+    R = int(HD * m["rotary_percent"])
+    inv_freq = torch.tensor([m["rotary_base"] ** (-2.0 * i / R) for i in range(R // 2)])
+    theta = position_ids.to(torch.float64)[..., None] * inv_freq  # [B, S, R/2]
+    cos = torch.cat([theta.cos(), theta.cos()], -1)[:, :, None, :]
+    sin = torch.cat([theta.sin(), theta.sin()], -1)[:, :, None, :]
+    xr, rest = x[..., :R], x[..., R:]
+    x1, x2 = xr[..., : R // 2], xr[..., R // 2:]
+    rotated = torch.cat([-x2, x1], -1)
+    return torch.cat([xr * cos + rotated * sin, rest], -1)
+
+
+def forward(p, m, tokens, position_ids, document_ids=None):
+    """tokens, position_ids: [B, S] -> logits [B, S, V]."""
+    B, S = tokens.shape
+    H, NH, KV, HD, F = m["hidden_size"], m["num_attention_heads"], m["num_query_groups"], m["kv_channels"], m["ffn_hidden_size"]
+    per_group = NH // KV
+    x = p["embedding.word_embeddings.weight"][tokens]
+    if m["position_embedding_type"] == "learned_absolute":
+        x = x + p["embedding.position_embeddings.weight"][position_ids]
+    allowed = torch.tril(torch.ones(S, S, dtype=torch.bool))[None]  # [1, q, k]
+    if m["reset_attention_mask"]:
+        allowed = allowed & (document_ids[:, :, None] == document_ids[:, None, :])
+    for i in range(m["num_layers"]):
+        pre = f"decoder.layers.{i}."
+        a = norm(x, p, pre + "input_layernorm", m)
+        qkv = linear(a, p, pre + "self_attention.linear_qkv").view(B, S, KV, per_group + 2, HD)
+        q = qkv[:, :, :, :per_group, :].reshape(B, S, NH, HD)
+        k = qkv[:, :, :, per_group, :]
+        v = qkv[:, :, :, per_group + 1, :]
+        if m["position_embedding_type"] == "rope":
+            q, k = rope(q, position_ids, m), rope(k, position_ids, m)
+        k = k.repeat_interleave(per_group, dim=2)  # query head h reads kv head h // per_group
+        v = v.repeat_interleave(per_group, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(HD)
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+        ctx = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), v).reshape(B, S, NH * HD)
+        x = x + linear(ctx, p, pre + "self_attention.linear_proj")
+        u = linear(norm(x, p, pre + "pre_mlp_layernorm", m), p, pre + "mlp.linear_fc1")
+        g = torch.nn.functional.silu(u[..., :F]) * u[..., F:] if m["swiglu"] else 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
+        x = x + linear(g, p, pre + "mlp.linear_fc2")
+    x = norm(x, p, "decoder.final_layernorm", m)
+    out = p["output_layer.weight"] if m["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
+    return x @ out.T
+
+
+def token_losses(logits, labels):
+    """Per-token cross entropy: logsumexp(logits) - logits[label]."""
+    return torch.logsumexp(logits, -1) - logits.gather(-1, labels[..., None])[..., 0]
+
+
+def micro_batch(inputs, it, mb):
+    return {k: v[it, mb] for k, v in inputs.items()}
+
+
+def micro_batch_loss(p, m, batch):
+    """(loss_mb = sum(l*mask)/sum(mask), per-token l, logits)."""
+    logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"))
+    losses = token_losses(logits, batch["labels"])
+    mask = batch["loss_mask"].to(torch.float64)
+    return (losses * mask).sum() / mask.sum(), losses, logits
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer and schedule (docs/model.md "Optimizer"; megatron.md §4.4)
+# ---------------------------------------------------------------------------------------------
+
+def learning_rate(t, num_steps):
+    """OptimizerParamScheduler.get_lr for a step count in samples."""
+    gbs = t["global_batch_size"]
+    warmup, decay = t["lr_warmup_iters"] * gbs, t["lr_decay_iters"] * gbs
+    max_lr, min_lr, init = t["lr"], t["min_lr"], t["lr_warmup_init"]
+    if warmup > 0 and num_steps <= warmup:
+        return init + (max_lr - init) * num_steps / warmup
+    if t["lr_decay_style"] == "constant":
+        return max_lr
+    if num_steps > decay:
+        return min_lr
+    ratio = (num_steps - warmup) / (decay - warmup)
+    if t["lr_decay_style"] == "linear":
+        coeff = 1.0 - ratio
+    elif t["lr_decay_style"] == "cosine":
+        coeff = 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    else:
+        raise ValueError(t["lr_decay_style"])
+    return min_lr + coeff * (max_lr - min_lr)
+
+
+def decays(name, tensor):
+    """Megatron: no weight decay on biases and on 1-D parameters."""
+    return not name.endswith(".bias") and tensor.dim() > 1
+
+
+def train(p0, cfg, inputs):
+    """The 10-iteration run: gradient accumulation, clipping, AdamW/SGD, Megatron's LR schedule."""
+    m, t = cfg["model"], cfg["train"]
+    p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
+    state = {k: {"m": torch.zeros_like(v), "v": torch.zeros_like(v), "buf": None} for k, v in p.items()}
+    mbs = t["global_batch_size"] // t["micro_batch_size"]
+    series = {"loss": [], "lr": [], "grad_norm": [], "lr_used": [], "loss_differentiated": []}
+    for it in range(t["train_iters"]):
+        for v in p.values():
+            v.grad = None
+        loss_sum, mask_sum, diff_loss = 0.0, 0.0, 0.0
+        for mb in range(mbs):
+            batch = micro_batch(inputs, it, mb)
+            loss_mb, losses, _ = micro_batch_loss(p, m, batch)
+            (loss_mb / mbs).backward()
+            mask = batch["loss_mask"].to(torch.float64)
+            loss_sum += float((losses.detach() * mask).sum())
+            mask_sum += float(mask.sum())
+            diff_loss += float(loss_mb) / mbs
+        grad_norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in p.values()))
+        clip = t["clip_grad"] / (grad_norm + 1e-6)
+        scale = clip if (t["clip_grad"] > 0 and clip < 1.0) else 1.0
+        step = it + 1
+        lr = learning_rate(t, (step - 1) * t["global_batch_size"])
+        with torch.no_grad():
+            for name, v in p.items():
+                g = v.grad * scale
+                wd = t["weight_decay"] if decays(name, v) else 0.0
+                s = state[name]
+                if t["optimizer"] == "adam":
+                    b1, b2 = t["adam_beta1"], t["adam_beta2"]
+                    s["m"] = b1 * s["m"] + (1 - b1) * g
+                    s["v"] = b2 * s["v"] + (1 - b2) * g * g
+                    m_hat = s["m"] / (1 - b1 ** step)
+                    v_hat = s["v"] / (1 - b2 ** step)
+                    v -= lr * (m_hat / (torch.sqrt(v_hat) + t["adam_eps"]) + wd * v)
+                else:
+                    d = g + wd * v
+                    s["buf"] = d.clone() if s["buf"] is None else t["sgd_momentum"] * s["buf"] + d
+                    v -= lr * s["buf"]
+        series["loss"].append(loss_sum / mask_sum)
+        series["loss_differentiated"].append(diff_loss)
+        series["grad_norm"].append(grad_norm)
+        series["lr_used"].append(lr)
+        series["lr"].append(learning_rate(t, step * t["global_batch_size"]))
+    return {k: v.detach() for k, v in p.items()}, series
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks of the reference itself
+# ---------------------------------------------------------------------------------------------
+
+def finite_difference_check(p0, m, batch, rng):
+    """Central differences (h = 1e-6, float64) against autograd, on 3 elements of every parameter kind."""
+    p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
+    loss, _, _ = micro_batch_loss(p, m, batch)
+    loss.backward()
+    kinds = {}
+    for name in p0:  # one parameter of each kind: the last layer's copy for per-layer parameters
+        kinds[name.split(".", 3)[-1] if name.startswith("decoder.layers.") else name] = name
+    h, worst, checked = 1e-6, 0.0, []
+    for kind, name in sorted(kinds.items()):
+        n = p0[name].numel()
+        picks = list(rng.choice(n, size=min(3, n), replace=False))
+        if name == "embedding.word_embeddings.weight":  # also a padded vocabulary row
+            picks.append((padded_vocab(m) - 1) * m["hidden_size"] + 5)
+        for e in picks:
+            e = int(e)
+            flat = p0[name].clone().view(-1)
+            values = []
+            for sign in (1.0, -1.0):
+                q = dict(p0)
+                f = flat.clone()
+                f[e] += sign * h
+                q[name] = f.view(p0[name].shape)
+                values.append(float(micro_batch_loss(q, m, batch)[0]))
+            fd = (values[0] - values[1]) / (2 * h)
+            ad = float(p[name].grad.view(-1)[e])
+            err = abs(fd - ad)
+            tol = 1e-8 + 1e-6 * abs(ad)
+            if not err <= tol:
+                raise AssertionError(f"finite differences disagree for {name}[{e}]: fd {fd!r} autograd {ad!r}")
+            worst = max(worst, err / max(abs(ad), 1e-8))
+            checked.append(name)
+    return {"step": h, "elements_checked": len(checked), "parameters": sorted(set(checked)),
+            "max_relative_error": worst, "tolerance": "abs(fd - autograd) <= 1e-8 + 1e-6 * abs(autograd)"}
+
+
+def train_with_torch_optim(p0, cfg, inputs):
+    """The same run through torch.optim.AdamW/SGD and clip_grad_norm_ (a cross-check of train())."""
+    m, t = cfg["model"], cfg["train"]
+    p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
+    groups = [{"params": [v for k, v in p.items() if decays(k, v)], "weight_decay": t["weight_decay"]},
+              {"params": [v for k, v in p.items() if not decays(k, v)], "weight_decay": 0.0}]
+    if t["optimizer"] == "adam":
+        opt = torch.optim.AdamW(groups, lr=0.0, betas=(t["adam_beta1"], t["adam_beta2"]), eps=t["adam_eps"])
+    else:
+        opt = torch.optim.SGD(groups, lr=0.0, momentum=t["sgd_momentum"])
+    mbs = t["global_batch_size"] // t["micro_batch_size"]
+    series = {"loss": [], "grad_norm": [], "lr": []}
+    for it in range(t["train_iters"]):
+        opt.zero_grad(set_to_none=True)
+        num, den = 0.0, 0.0
+        for mb in range(mbs):
+            batch = micro_batch(inputs, it, mb)
+            logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"))
+            losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+                                                       reduction="none")
+            mask = batch["loss_mask"].reshape(-1).to(torch.float64)
+            ((losses * mask).sum() / mask.sum() / mbs).backward()
+            num, den = num + float((losses.detach() * mask).sum()), den + float(mask.sum())
+        norm = float(torch.nn.utils.clip_grad_norm_(list(p.values()), t["clip_grad"]))
+        for g in opt.param_groups:
+            g["lr"] = learning_rate(t, it * t["global_batch_size"])
+        opt.step()
+        series["loss"].append(num / den)
+        series["grad_norm"].append(norm)
+        series["lr"].append(learning_rate(t, (it + 1) * t["global_batch_size"]))
+    return {k: v.detach() for k, v in p.items()}, series
+
+
+def self_checks():
+    """The building blocks against PyTorch's own (or differently written) versions."""
+    rng = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 5, 64, generator=rng)
+    w, b = torch.randn(64, generator=rng), torch.randn(64, generator=rng)
+    m_ln = dict(normalization="LayerNorm", norm_epsilon=1e-5)
+    assert torch.allclose(norm(x, {"n.weight": w, "n.bias": b}, "n", m_ln),
+                          torch.nn.functional.layer_norm(x, (64,), w, b, 1e-5), rtol=0, atol=1e-12)
+    rms = norm(x, {"n.weight": w}, "n", dict(normalization="RMSNorm", norm_epsilon=1e-5))
+    assert torch.allclose(rms, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w, rtol=0, atol=1e-12)
+    u = torch.randn(100, generator=rng)
+    assert torch.allclose(0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0))), torch.nn.functional.gelu(u), rtol=0, atol=1e-14)
+    # RoPE as complex rotation of the pairs (x[i], x[i + R/2]) by theta_i, on the first R dims.
+    for pct in (1.0, 0.5):
+        q = torch.randn(2, 7, 3, 16, generator=rng)
+        pos = torch.randint(0, 30, (2, 7), generator=rng)
+        got = rope(q, pos, dict(rotary_base=10000, rotary_percent=pct))
+        R = int(16 * pct)
+        theta = pos[..., None, None].to(torch.float64) * (10000.0 ** (-torch.arange(0, R, 2) / R))
+        z = torch.complex(q[..., : R // 2], q[..., R // 2:R]) * torch.exp(1j * theta)
+        want = torch.cat([z.real, z.imag, q[..., R:]], -1)
+        assert torch.allclose(got, want, rtol=0, atol=1e-12), "rope"
+    # Grouped-query attention and the QKV row layout, against a per-head loop.
+    m = dict(LLAMA_MODEL, num_layers=1, untie_embeddings_and_output_weights=True)
+    p = {k: v + 0.01 * torch.randn(v.shape, generator=rng) for k, v in initial_weights(m, 3).items()}
+    tokens = torch.randint(0, 96, (2, 16), generator=rng)
+    pos = torch.arange(16).expand(2, 16)
+    got = forward(p, m, tokens, pos)
+    want = forward_by_loops(p, m, tokens, pos)
+    assert torch.allclose(got, want, rtol=0, atol=1e-10), float((got - want).abs().max())
+    # Cross entropy.
+    logits, labels = torch.randn(4, 9, generator=rng), torch.randint(0, 9, (4,), generator=rng)
+    assert torch.allclose(token_losses(logits, labels), torch.nn.functional.cross_entropy(logits, labels, reduction="none"),
+                          rtol=0, atol=1e-13)
+    # Schedule: warmup from 0, cosine to min_lr, min_lr after the decay.
+    t = dict(ADAMW)
+    assert learning_rate(t, 0) == 0.0 and learning_rate(t, 4) == 5e-4 and learning_rate(t, 8) == 1e-3
+    assert abs(learning_rate(t, 24) - 5.5e-4) < 1e-18 and learning_rate(t, 40) == 1e-4 and learning_rate(t, 44) == 1e-4
+
+
+def forward_by_loops(p, m, tokens, position_ids):
+    """forward() for one layer with attention written head by head and query by query."""
+    B, S = tokens.shape
+    NH, KV, HD, F = m["num_attention_heads"], m["num_query_groups"], m["kv_channels"], m["ffn_hidden_size"]
+    x = p["embedding.word_embeddings.weight"][tokens]
+    a = norm(x, p, "decoder.layers.0.input_layernorm", m)
+    W = p["decoder.layers.0.self_attention.linear_qkv.weight"]
+    ctx = torch.zeros(B, S, NH * HD)
+    rows_per_group = (NH // KV + 2) * HD
+    for h in range(NH):
+        g, j = h // (NH // KV), h % (NH // KV)
+        base = g * rows_per_group
+        q = a @ W[base + j * HD: base + (j + 1) * HD].T
+        k = a @ W[base + (NH // KV) * HD: base + (NH // KV + 1) * HD].T
+        v = a @ W[base + (NH // KV + 1) * HD: base + (NH // KV + 2) * HD].T
+        q = rope(q[:, :, None], position_ids, m)[:, :, 0]
+        k = rope(k[:, :, None], position_ids, m)[:, :, 0]
+        for bi in range(B):
+            for i in range(S):
+                s = torch.stack([q[bi, i] @ k[bi, j2] / math.sqrt(HD) for j2 in range(i + 1)])
+                ctx[bi, i, h * HD:(h + 1) * HD] = torch.softmax(s, 0) @ v[bi, : i + 1]
+    x = x + ctx @ p["decoder.layers.0.self_attention.linear_proj.weight"].T
+    u = norm(x, p, "decoder.layers.0.pre_mlp_layernorm", m) @ p["decoder.layers.0.mlp.linear_fc1.weight"].T
+    x = x + (torch.nn.functional.silu(u[..., :F]) * u[..., F:]) @ p["decoder.layers.0.mlp.linear_fc2.weight"].T
+    return norm(x, p, "decoder.final_layernorm", m) @ p["output_layer.weight"].T
+
+
+def summary(t, reference=None, samples=8):
+    """Exact float64 statistics of a tensor (and of its difference from `reference`) plus sampled elements."""
+    flat = t.reshape(-1)
+    n = flat.numel()
+    idx = sorted(set(int(i) for i in np.linspace(0, n - 1, num=min(samples, n)).round()))
+    out = {"numel": n, "norm": float(flat.norm()), "sum": float(flat.sum()), "abs_max": float(flat.abs().max()),
+           "sample_index": idx, "sample_value": [float(flat[i]) for i in idx]}
+    if reference is not None:
+        out["update_norm"] = float((flat - reference.reshape(-1)).norm())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+def compact_json(obj):
+    """Indented JSON with every list of numbers or strings on one line (floats keep all 17 digits)."""
+    text = json.dumps(obj, indent=1)
+    return re.sub(r"\[\s*([^\[\]{}]*?)\s*\]", lambda mt: "[" + re.sub(r",\s+", ", ", mt.group(1)) + "]", text)
+
+
+def write_tensors(path, tensors, metadata):
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata=metadata)
+
+
+def run_config(name, out_root, cache):
+    cfg = CONFIGS[name]
+    m, t = cfg["model"], cfg["train"]
+    out_dir = os.path.join(out_root, name)
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+    base = cfg.get("weights_from")
+    if base:
+        weights = cache[base]["weights"]
+        files["weights"] = f"../{base}/weights.safetensors"
+    else:
+        weights = initial_weights(m, cfg["weight_seed"])
+        write_tensors(os.path.join(out_dir, "weights.safetensors"), {k: v.to(torch.bfloat16) for k, v in weights.items()},
+                      {"content": f"initial parameters of golden config '{name}' (bfloat16-exact draws)"})
+        files["weights"] = "weights.safetensors"
+    assert [n for n, _, _ in parameter_specs(m)] == list(weights), "weights do not match the model's parameters"
+    if cfg.get("inputs_from"):
+        inputs = cache[cfg["inputs_from"]]["inputs"]
+        files["inputs"] = f"../{cfg['inputs_from']}/inputs.safetensors"
+    else:
+        inputs = make_inputs(cfg)
+        write_tensors(os.path.join(out_dir, "inputs.safetensors"), inputs,
+                      {"content": "token batches [iterations, micro-batches, B, S]"})
+        files["inputs"] = "inputs.safetensors"
+    cache[name] = {"weights": weights, "inputs": inputs}
+
+    fixture = {"name": name, "generator": "tools/reference/gpt_reference.py",
+               "versions": {"torch": torch.__version__, "numpy": np.__version__, "safetensors": safetensors.__version__,
+                            "python": sys.version.split()[0]},
+               "model": dict(m, padded_vocab_size=padded_vocab(m)), "training": t,
+               "megatron_args": megatron_args(m, t),
+               "parameters": [{"name": n, "shape": list(shape)} for n, shape, _ in parameter_specs(m)],
+               "eod_token": EOD if cfg.get("data") == "documents" else None,
+               "files": files}
+
+    batch = micro_batch(inputs, 0, 0)
+    p = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+    loss, losses, logits = micro_batch_loss(p, m, batch)
+    loss.backward()
+    grads = {k: v.grad.detach() for k, v in p.items()}
+    if cfg.get("forward", True):
+        write_tensors(os.path.join(out_dir, "forward.safetensors"),
+                      {"logits": logits.detach().to(torch.float32), "token_losses": losses.detach().to(torch.float32)},
+                      {"content": "forward pass of iteration 0, micro-batch 0: logits [B, S, V], per-token losses [B, S]"})
+        files["forward"] = "forward.safetensors"
+        fixture["forward"] = {"iteration": 0, "micro_batch": 0, "loss": float(loss),
+                              "logits_norm": float(logits.detach().norm())}
+        if cfg["full_grads"]:
+            write_tensors(os.path.join(out_dir, "grads.safetensors"), {k: v.to(torch.float32) for k, v in grads.items()},
+                          {"content": "gradient of the iteration-0 micro-batch-0 loss for every parameter"})
+            files["grads"] = "grads.safetensors"
+        fixture["grad_summary"] = {k: summary(v) for k, v in grads.items()}
+        fixture["finite_difference"] = finite_difference_check(weights, m, batch, np.random.RandomState(99))
+
+    final, series = train(weights, cfg, inputs)
+    check_final, check_series = train_with_torch_optim(weights, cfg, inputs)
+    diff = max(float((final[k] - check_final[k]).abs().max()) for k in final)
+    series_diff = max(abs(a - b) for k in ("loss", "grad_norm", "lr") for a, b in zip(series[k], check_series[k]))
+    assert diff < 1e-12 and series_diff < 1e-12, f"{name}: torch.optim cross-check differs by {diff}, {series_diff}"
+    fixture["train"] = series
+    fixture["cross_checks"] = {"torch_optim_final_params_max_abs_diff": diff, "torch_optim_series_max_abs_diff": series_diff}
+    fixture["final_params"] = {k: summary(v, weights[k]) for k, v in final.items()}
+    with open(os.path.join(out_dir, "fixture.json"), "w") as f:
+        f.write(compact_json(fixture) + "\n")
+    fd = fixture.get("finite_difference")
+    print(f"{name}: " + (f"loss {fixture['forward']['loss']:.6f}; " if "forward" in fixture else "") +
+          f"train loss {series['loss'][0]:.6f} -> {series['loss'][-1]:.6f}; "
+          f"grad norm {series['grad_norm'][0]:.4f} -> {series['grad_norm'][-1]:.4f}" +
+          (f"; finite differences: {fd['elements_checked']} elements, max rel err {fd['max_relative_error']:.2e}" if fd else ""))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/data/golden")))
+    ap.add_argument("--only", default=",".join(CONFIGS), help="comma-separated configs (bases are always computed)")
+    args = ap.parse_args()
+    self_checks()
+    wanted = args.only.split(",")
+    cache = {}
+    for name in CONFIGS:  # bases come first in CONFIGS
+        if name in wanted or any(CONFIGS[w].get("weights_from") == name or CONFIGS[w].get("inputs_from") == name for w in wanted):
+            run_config(name, args.out, cache)
+
+
+if __name__ == "__main__":
+    main()
