@@ -9,6 +9,8 @@
 //   --backends=a,b,...          subset of the backends listed below (default: all that load)
 //   --openblas-coretypes=X,Y    extra OpenBLAS instances forced to these OPENBLAS_CORETYPE values
 //                               (default Cooperlake,Prescott; "" for none)
+//   --wait-quiet=S              before each row, wait up to S seconds until other processes leave
+//                               the CPUs idle (for a shared machine; default 0: do not wait)
 //
 // Backends: onednn (dnnl_sgemm, what Gale uses: gale::sgemm), onednn-matmul-f32 and
 // onednn-matmul-bf16 (the matmul primitive; bf16 inputs, f32 output), openblas-pthread (Debian's
@@ -100,6 +102,7 @@ struct SgemmBackend {
 
 struct Options {
   int threads = 0;
+  double wait_quiet_seconds = 0;  // --wait-quiet=S: before each row, wait up to S s for an idle machine
   std::vector<std::string> backends;  // empty: all
   std::vector<std::string> openblas_coretypes = {"Cooperlake", "Prescott"};
 };
@@ -210,6 +213,43 @@ std::vector<SgemmBackend> load_sgemm_backends(const Options& opt) {
 
 // After switching libraries, wait until the previous library's idle threads (OpenBLAS workers spin
 // for ~0.1 s after each call) have gone to sleep, so that they do not steal cycles from the next.
+double g_wait_quiet_seconds = 0;
+
+// Percentage of all CPUs busy over the next `ms` milliseconds (from /proc/stat; -1 if unreadable).
+int busy_percent(int ms) {
+  auto sample = [](uint64_t* total, uint64_t* idle) {
+    FILE* f = std::fopen("/proc/stat", "r");
+    if (!f) return false;
+    unsigned long long v[8] = {};
+    int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                        &v[6], &v[7]);
+    std::fclose(f);
+    if (n != 8) return false;
+    *total = 0;
+    for (auto x : v) *total += x;
+    *idle = v[3] + v[4];
+    return true;
+  };
+  uint64_t t0, i0, t1, i1;
+  if (!sample(&t0, &i0)) return -1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  if (!sample(&t1, &i1) || t1 == t0) return -1;
+  return static_cast<int>(100 * ((t1 - t0) - (i1 - i0)) / (t1 - t0));
+}
+
+// With --wait-quiet=S: waits (up to S seconds) until other processes leave the CPUs idle, so that
+// each row runs in a quiet moment of a shared machine. Our own threads are idle meanwhile.
+void wait_until_quiet() {
+  if (g_wait_quiet_seconds <= 0) return;
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < g_wait_quiet_seconds) {
+    int busy = busy_percent(500);
+    if (busy >= 0 && busy < 10) return;
+  }
+}
+
+// After switching libraries, wait until the previous library's idle threads (OpenBLAS workers spin
+// for ~0.1 s after each call) have gone to sleep, so that they do not steal cycles from the next.
 void settle(const std::string& backend) {
   static std::string last;
   if (backend != last) std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -255,6 +295,7 @@ void BM_Sgemm(benchmark::State& state, const SgemmBackend* backend, GemmShape g,
     backend->sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0f, A.get() + h * g.a_elems(), g.lda(),
                    B.get() + h * g.b_elems(), g.ldb(), g.beta, C.get() + h * g.c_elems(), g.ldc());
   };
+  wait_until_quiet();
   IterationTimer timer(state);
   for (auto _ : state) {
     timer.start();
@@ -320,6 +361,7 @@ void BM_Matmul(benchmark::State& state, std::string backend, GemmShape g, bool b
   dnnl::memory a_mem(a_md, eng, a_ptr), b_mem(b_md, eng, b_ptr), c_mem(c_md, eng, C.get());
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  wait_until_quiet();
   IterationTimer timer(state);
   for (auto _ : state) {
     timer.start();
@@ -352,6 +394,7 @@ void BM_Mix(benchmark::State& state, const SgemmBackend* backend) {
   // and GEMM + GELU alternating as in training, so that noise from other processes hits all three.
   const int repeats = 3;
   double gemm_s = 0, gelu_s = 0, mixed_s = 0;
+  wait_until_quiet();
   auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -490,6 +533,13 @@ Options parse_own_flags(int* argc, char** argv) {
       opt.threads = static_cast<int>(t);
     } else if (const char* v2 = value("--backends=")) {
       opt.backends = split_list(v2);
+    } else if (const char* v4 = value("--wait-quiet=")) {
+      char* end = nullptr;
+      opt.wait_quiet_seconds = std::strtod(v4, &end);
+      if (*v4 == '\0' || *end != '\0' || opt.wait_quiet_seconds < 0) {
+        std::fprintf(stderr, "gemm_bench: --wait-quiet: expected seconds (a number >= 0), found '%s'\n", v4);
+        std::exit(2);
+      }
     } else if (const char* v3 = value("--openblas-coretypes=")) {
       opt.openblas_coretypes = split_list(v3);
     } else {
@@ -509,6 +559,8 @@ int main(int argc, char** argv) {
   if (opt.threads > 0) gale::set_num_threads(opt.threads);
   opt.threads = gale::num_threads();
 
+  g_wait_quiet_seconds = opt.wait_quiet_seconds;
+  wait_until_quiet();
   using gale::bench::FmaIsa;
   FmaIsa isa = gale::bench::fma_isa_supported(FmaIsa::kAvx512) ? FmaIsa::kAvx512 : FmaIsa::kAvx2;
   g_peak_gflops = gale::bench::fma_peak_gflops(isa, opt.threads);

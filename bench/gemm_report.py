@@ -2,8 +2,7 @@
 # Turns gemm_bench JSON output into the markdown tables of docs/gemm.md (best repetition of each row).
 #
 #   build/bench/gemm_bench --benchmark_repetitions=3 --benchmark_out=gemm.json --benchmark_out_format=json
-#   bench/gemm_report.py gemm.json [more.json ...]   # rows of all files; the best of each row and
-#                                                      # the highest FMA peak measured
+#   bench/gemm_report.py gemm.json [more.json ...]   # the best of each row over the files
 #
 # Standard library only.
 
@@ -17,16 +16,26 @@ LAYERS_PER_MODEL = 12
 
 
 def load(paths):
-    """{row name: {"gflops": best, "ms": best time, "label": ..., counters...}} and the context."""
-    rows, context = {}, {}
+    """{row name: best row} over the files, and the context of the file with the highest FMA peak.
+    A file whose FMA peak is below 85% of the highest was measured while other processes held the
+    CPUs; it is left out, with a note on stderr."""
+    files = []
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        files.append((path, data, float(data.get("context", {}).get("fma_peak_gflops", 0) or 0)))
+    top = max(peak for _, _, peak in files)
+    rows, context = {}, {}
+    for path, data, peak in files:
+        if peak < 0.85 * top:
+            print(f"gemm_report: leaving out {path}: FMA peak {peak:.0f} < 85% of {top:.0f} GFLOP/s (a busy machine)",
+                  file=sys.stderr)
+            continue
         ctx = data.get("context", {})
-        best_peak = max(float(context.get("fma_peak_gflops", 0)), float(ctx.get("fma_peak_gflops", 0)))
-        if float(ctx.get("fma_peak_gflops", 0)) < best_peak:  # keep the best peak measured and its text
-            ctx = {k: v for k, v in ctx.items() if not k.startswith("fma_peak")}
-        context.update(ctx)
+        if peak == top:
+            context.update(ctx)
+        else:
+            context.update({k: v for k, v in ctx.items() if k.startswith("backend ")})
         for b in data["benchmarks"]:
             if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
                 continue
