@@ -570,6 +570,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "FP32 FMA peak: %s\n", peak);
   benchmark::AddCustomContext("fma_peak", peak);
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(g_peak_gflops));
+  benchmark::AddCustomContext("wait_quiet_seconds", std::to_string(opt.wait_quiet_seconds));
 
   auto backends = load_sgemm_backends(opt);
   std::vector<std::string> names;
