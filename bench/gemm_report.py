@@ -22,9 +22,15 @@ def load(paths):
     row waited for an idle machine, even if the peak measured at the start did not.)"""
     files = []
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"gemm_report: leaving out {path}: {e} (a run still in progress?)", file=sys.stderr)
+            continue
         files.append((path, data, float(data.get("context", {}).get("fma_peak_gflops", 0) or 0)))
+    if not files:
+        sys.exit("gemm_report: no readable gemm_bench JSON file")
     top = max(peak for _, _, peak in files)
     rows, context = {}, {}
     for path, data, peak in files:
