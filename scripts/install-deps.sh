@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   libicu-dev             # Unicode normalisation for Hugging Face tokenizer.json normalizers
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)
   python3
 )
 if [[ "${1:-}" == "--bench" ]]; then

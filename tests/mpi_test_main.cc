@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   }
   int64_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int64_t any_failed = world->all_reduce_scalar(failed, gale::ReduceOp::kMax);
-  if (world->rank() == 0 && any_failed && !failed) std::fprintf(stderr, "FAILED on another rank (see [rank N] lines)\n");
+  if (world->rank() == 0 && any_failed && !failed)
+    std::fprintf(stderr, "FAILED on another rank (see [rank N] lines)\n");
   return any_failed ? 1 : 0;
 }

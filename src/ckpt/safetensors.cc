@@ -69,7 +69,8 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
 }  // namespace
 
 StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  GALE_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+  GALE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> opened, MappedFile::open(path));
+  std::shared_ptr<const MappedFile> file = std::move(opened);
   SafetensorsFile out;
   out.file_ = file;
   uint64_t size = file->size();

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/mapped_file.h"
+#include "core/mapped_file.h"
 #include "ckpt/safetensors_dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"

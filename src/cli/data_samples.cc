@@ -58,7 +58,9 @@ int run_data_samples(int argc, char** argv) {
   // Start-up lines go to stderr so that stdout holds only the samples.
   auto data = build_pretrain_data(a, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); });
   if (!data.ok()) return fail(data.status());
-  const SampleDataset* ds = split == "train" ? data->train.get() : split == "valid" ? data->valid.get() : data->test.get();
+  const SampleDataset* ds = split == "train"   ? data->train.get()
+                            : split == "valid" ? data->valid.get()
+                                               : data->test.get();
   if (!ds) return fail(FailedPrecondition("the ", split, " split is empty for these flags"));
   if (index + count > ds->size())
     return fail(OutOfRange("--sample-index ", index, " + --sample-count ", count, " exceeds the ", split, " split's ",

@@ -9,7 +9,8 @@
 namespace gale::cli {
 
 int run_merge_datasets(int argc, char** argv) {
-  ArgParser p("gale merge-datasets", "Concatenate every PREFIX.bin/.idx in a directory (sorted by prefix) into one dataset");
+  ArgParser p("gale merge-datasets",
+              "Concatenate every PREFIX.bin/.idx in a directory (sorted by prefix) into one dataset");
   std::string input, output_prefix;
   p.group("input data");
   p.add("--input", &input, "directory holding the .bin/.idx pairs to merge");

@@ -1,14 +1,9 @@
-// `gale pretrain`: Megatron's pretrain_gpt.py.
-#include <cstdio>
-
+// `gale pretrain`: Megatron's pretrain_gpt.py (see train/pretrain.h).
 #include "cli/subcommands.h"
-#include "kernels/cpu/gemm.h"
+#include "train/pretrain.h"
 
 namespace gale::cli {
 
-int run_pretrain(int argc, char** argv) {
-  std::printf("GEMM: %s\n", gemm_backend_description().c_str());
-  return 0;
-}
+int run_pretrain(int argc, char** argv) { return pretrain_main(argc, argv); }
 
 }  // namespace gale::cli

@@ -9,6 +9,7 @@ const std::vector<Subcommand>& subcommands() {
       {"preprocess", "tokenize a jsonl corpus into .bin/.idx datasets (Megatron's preprocess_data.py)", run_preprocess},
       {"merge-datasets", "concatenate .bin/.idx datasets (Megatron's merge_datasets.py)", run_merge_datasets},
       {"data-samples", "print the training samples `gale pretrain` reads, as JSON lines", run_data_samples},
+      {"generate", "generate text from a checkpoint (greedy, temperature, top-k, top-p)", run_generate},
       {"features", "list the acceleration features and which a command line turns on", run_features},
       {"layout", "print the rank layout and process groups for a world size and TP/PP/CP/EP sizes", run_layout},
   };

@@ -100,21 +100,28 @@ class Communicator {
   virtual void barrier() = 0;
 
   // ---- blocking forms ----
-  void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum) {
+  // By default the non-blocking form followed by wait(); a backend may run them more directly
+  // (the MPI one calls MPI on the caller's thread when the group has nothing in flight).
+  virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum) {
     all_reduce_async(buf, count, dtype, op)->wait();
   }
-  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op = ReduceOp::kSum) {
+  virtual void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                              ReduceOp op = ReduceOp::kSum) {
     reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
   }
-  void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
+  virtual void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
     all_gather_async(send, recv, send_count, dtype)->wait();
   }
-  void broadcast(void* buf, int64_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root)->wait(); }
+  virtual void broadcast(void* buf, int64_t count, DType dtype, int root) {
+    broadcast_async(buf, count, dtype, root)->wait();
+  }
   void send(const void* buf, int64_t count, DType dtype, int dst, int tag = 0) {
     send_async(buf, count, dtype, dst, tag)->wait();
   }
-  void recv(void* buf, int64_t count, DType dtype, int src, int tag = 0) { recv_async(buf, count, dtype, src, tag)->wait(); }
-  void all_to_all(const void* send, void* recv, int64_t count, DType dtype) {
+  void recv(void* buf, int64_t count, DType dtype, int src, int tag = 0) {
+    recv_async(buf, count, dtype, src, tag)->wait();
+  }
+  virtual void all_to_all(const void* send, void* recv, int64_t count, DType dtype) {
     all_to_all_async(send, recv, count, dtype)->wait();
   }
 

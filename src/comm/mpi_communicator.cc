@@ -92,9 +92,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     tag_ub_ = flag && tag_ub ? *tag_ub : 32767;
   }
 
-  ~MpiCommunicator() override {
-    release();
-  }
+  ~MpiCommunicator() override { release(); }
 
   // Finish queued collectives, stop the group thread and free the MPI communicator (unless MPI
   // is already finalised). Called by the destructor and before MPI_Finalize.
@@ -115,6 +113,25 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   const char* backend() const override { return "mpi"; }
 
   void record_wait(double seconds) { add_wait_seconds(seconds); }
+
+  // Blocking forms: when this group has nothing queued or running, the MPI call runs on the
+  // caller's thread (no hand-off latency); otherwise they queue behind the earlier collectives.
+  void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum) override {
+    blocking([&] { return all_reduce_async(buf, count, dtype, op); });
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                      ReduceOp op = ReduceOp::kSum) override {
+    blocking([&] { return reduce_scatter_async(send, recv, recv_count, dtype, op); });
+  }
+  void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override {
+    blocking([&] { return all_gather_async(send, recv, send_count, dtype); });
+  }
+  void broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    blocking([&] { return broadcast_async(buf, count, dtype, root); });
+  }
+  void all_to_all(const void* send, void* recv, int64_t count, DType dtype) override {
+    blocking([&] { return all_to_all_async(send, recv, count, dtype); });
+  }
 
   WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override {
     const int64_t es = dtype_size(dtype);
@@ -177,13 +194,15 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   }
 
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override {
-    GALE_CHECK(root >= 0 && root < size_) << "broadcast root " << root << " on group '" << name_ << "' of size " << size_;
+    GALE_CHECK(root >= 0 && root < size_)
+        << "broadcast root " << root << " on group '" << name_ << "' of size " << size_;
     const int64_t es = dtype_size(dtype);
     if (size_ == 1) return local_copy(CommOp::kBroadcast, buf, buf, count, dtype);
     return collective(CommOp::kBroadcast, count * es, [=, this] {
       for (int64_t off = 0; off < count; off += kMaxChunk) {
         int n = static_cast<int>(std::min(kMaxChunk, count - off));
-        mpi::check(MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi::datatype(dtype), root, comm_), what("broadcast"));
+        mpi::check(MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi::datatype(dtype), root, comm_),
+                   what("broadcast"));
       }
     });
   }
@@ -239,7 +258,8 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
         src = copy.data();
       }
       MPI_Datatype t = mpi::datatype(dtype);
-      mpi::check(MPI_Alltoallv(src, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), what("all_to_allv"));
+      mpi::check(MPI_Alltoallv(src, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
+                 what("all_to_allv"));
     });
   }
 
@@ -248,7 +268,9 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
       count(CommOp::kBarrier, 0);
       return;
     }
-    collective(CommOp::kBarrier, 0, [this] { mpi::check(MPI_Barrier(comm_), what("barrier")); })->wait();
+    blocking([this] {
+      return collective(CommOp::kBarrier, 0, [this] { mpi::check(MPI_Barrier(comm_), what("barrier")); });
+    });
   }
 
   Comm make_group(const std::vector<int>& world_ranks, const std::string& name) override;
@@ -267,11 +289,32 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   // `counted` is false for internal collectives (make_group), which CommStats does not count.
   WorkPtr collective(CommOp op, int64_t bytes, std::function<void()> body, bool counted = true) {
     auto work = new_work(op, bytes, counted);
+    if (run_inline_) {
+      double start = now_seconds();
+      body();
+      work->finish();
+      add_wait_seconds(now_seconds() - start);
+      return work;
+    }
     executor_.submit([work, body = std::move(body)] {
       body();
       work->finish();
     });
     return work;
+  }
+
+  // Runs start() (an *_async call) so that its collective executes on this thread when the group
+  // thread is idle; waits for it either way.
+  template <class Start>
+  void blocking(Start&& start) {
+    if (size_ > 1 && executor_.idle()) {
+      run_inline_ = true;
+      WorkPtr work = start();
+      run_inline_ = false;
+      work->wait();
+      return;
+    }
+    start()->wait();
   }
 
   // Collectives on a group of one are copies (or nothing), done at once without MPI.
@@ -300,7 +343,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     auto work = new_work(op, count * dtype_size(dtype));
     MPI_Request request;
     std::string description = str_cat(op_name, op == CommOp::kSend ? " to" : " from", " rank ", peer, " (tag ", tag,
-                                       ") on group '", name_, "' (rank ", rank_, " of ", size_, ")");
+                                      ") on group '", name_, "' (rank ", rank_, " of ", size_, ")");
     if (op == CommOp::kSend) {
       mpi::check(MPI_Isend(buf, n, mpi::datatype(dtype), peer, tag, comm_, &request), description);
     } else {
@@ -317,6 +360,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   std::string name_;
   SerialExecutor executor_;
   std::mutex release_mu_;
+  bool run_inline_ = false;  // set by blocking() around the *_async call it makes
 };
 
 // Every MPI communicator made in this process, so that the exit hook can stop their threads
@@ -363,13 +407,14 @@ Comm MpiCommunicator::make_group(const std::vector<int>& world_ranks, const std:
   }
   MPI_Comm sub = MPI_COMM_NULL;
   // MPI_Comm_split is a collective on this group: run it on the group thread, in issue order.
-  collective(
-      CommOp::kBarrier, 0,
-      [&, this] {
-        mpi::check(MPI_Comm_split(comm_, color, key, &sub), what(str_cat("make_group('", name, "')").c_str()));
-      },
-      /*counted=*/false)
-      ->wait();
+  blocking([&, this] {
+    return collective(
+        CommOp::kBarrier, 0,
+        [&, this] {
+          mpi::check(MPI_Comm_split(comm_, color, key, &sub), what(str_cat("make_group('", name, "')").c_str()));
+        },
+        /*counted=*/false);
+  });
   if (sub == MPI_COMM_NULL) return nullptr;
   // Every member must have passed the same list: compare it with what MPI put together.
   int sub_size = 0;

@@ -3,10 +3,11 @@
 // Progress: each group runs its collectives, in issue order, as *blocking* MPI calls on its own
 // communication thread (comm/serial_executor.h); point-to-point operations start at once with
 // MPI_Isend/MPI_Irecv and are completed by one progress thread per process that polls them.
-// Measured on the 2-core development machine (bench/comm_overlap_bench.cc, docs/parallelism.md):
-// Open MPI's non-blocking collectives (libnbc) run a 128 MB all-reduce 2.6x slower than the
-// blocking ones, so a dedicated thread running blocking collectives overlaps compute better
-// than polling MPI_Iallreduce from a progress thread.
+// Measured on the 2-core development machine (bench/comm_overlap_bench.cc, docs/parallelism.md
+// §4.3): Open MPI's non-blocking collectives (libnbc) run large all-reduces 2-2.6x slower than
+// the blocking ones, so a dedicated thread running blocking collectives overlaps compute better
+// than polling MPI_Iallreduce from a progress thread. Blocking forms run on the caller's thread
+// when the group has nothing in flight (no hand-off latency).
 //
 // Data types: f32, f64, i32, i64 reduce natively. bf16 sums (and max/min) are computed in f32:
 // the buffer is widened to f32, reduced, and rounded back to bf16 once, so the result is the

@@ -20,22 +20,32 @@ namespace gale::mpi {
 
 MPI_Datatype datatype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kBF16: return MPI_UINT16_T;
-    case DType::kU16: return MPI_UINT16_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;
+    case DType::kU16:
+      return MPI_UINT16_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
 
 MPI_Op reduce_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
   }
   return MPI_OP_NULL;
 }
@@ -50,8 +60,7 @@ void check(int rc, const std::string& what) {
 }
 
 int to_int_count(int64_t n, const char* what) {
-  GALE_CHECK(n >= 0 && n <= INT_MAX) << what << ": " << n
-                                     << " elements exceed MPI's int count limit; split the buffer";
+  GALE_CHECK(n >= 0 && n <= INT_MAX) << what << ": " << n << " elements exceed MPI's int count limit; split the buffer";
   return static_cast<int>(n);
 }
 
@@ -78,8 +87,8 @@ struct Watchdog {
         double waited = now - op->started_at;
         if (waited > timeout) {
           std::string message = str_cat("gale: rank ", log_rank(), ": ", op->describe(), " has not completed after ",
-                                         static_cast<int64_t>(waited), " s (the --distributed-timeout-minutes limit is ",
-                                         timeout, " s); a rank is hung or has died; aborting the job");
+                                        static_cast<int64_t>(waited), " s (the --distributed-timeout-minutes limit is ",
+                                        timeout, " s); a rank is hung or has died; aborting the job");
           lock.unlock();
           fatal_exit(1, message);
         }

@@ -32,12 +32,18 @@ void nccl_check(ncclResult_t r, const std::string& what) {
 
 ncclDataType_t nccl_type(DType dtype, bool reducing) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kU8:
+      return ncclUint8;
     case DType::kU16:
       GALE_CHECK(!reducing) << "NCCL cannot reduce u16 buffers";
       return ncclFloat16;  // moved as opaque 16-bit words
@@ -47,9 +53,12 @@ ncclDataType_t nccl_type(DType dtype, bool reducing) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -75,7 +84,8 @@ class NcclCommunicator;
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::weak_ptr<NcclCommunicator> owner, std::shared_ptr<EventSlot> slot) : owner_(std::move(owner)), slot_(std::move(slot)) {}
+  NcclWork(std::weak_ptr<NcclCommunicator> owner, std::shared_ptr<EventSlot> slot)
+      : owner_(std::move(owner)), slot_(std::move(slot)) {}
   void wait() override;
   bool test() override;
 
@@ -111,7 +121,8 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     int64_t bytes = count * dtype_size(dtype);
     count_op(CommOp::kAllReduce, bytes);
     return launch({{buf, bytes, true}}, [=, this](std::vector<void*>& p) {
-      nccl_check(ncclAllReduce(p[0], p[0], count, nccl_type(dtype, true), nccl_op(op), comm_, stream_), what("all_reduce"));
+      nccl_check(ncclAllReduce(p[0], p[0], count, nccl_type(dtype, true), nccl_op(op), comm_, stream_),
+                 what("all_reduce"));
     });
   }
 
@@ -120,8 +131,9 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     count_op(CommOp::kReduceScatter, recv_count * size_ * es);
     return launch({{const_cast<void*>(send), recv_count * size_ * es, false}, {recv, recv_count * es, true}},
                   [=, this](std::vector<void*>& p) {
-                    nccl_check(ncclReduceScatter(p[0], p[1], recv_count, nccl_type(dtype, true), nccl_op(op), comm_, stream_),
-                               what("reduce_scatter"));
+                    nccl_check(
+                        ncclReduceScatter(p[0], p[1], recv_count, nccl_type(dtype, true), nccl_op(op), comm_, stream_),
+                        what("reduce_scatter"));
                   });
   }
 
@@ -169,20 +181,21 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
       recv_extent = std::max(recv_extent, recv_displs.at(r) + recv_counts.at(r));
     }
     count_op(CommOp::kAllToAll, send_total * es);
-    return launch({{const_cast<void*>(send), send_extent * es, false}, {recv, recv_extent * es, true}},
-                  [=, this](std::vector<void*>& p) {
-                    ncclDataType_t t = nccl_type(dtype, false);
-                    nccl_check(ncclGroupStart(), "ncclGroupStart");
-                    for (int r = 0; r < size_; ++r) {
-                      if (send_counts[r] > 0)
-                        nccl_check(ncclSend(static_cast<char*>(p[0]) + send_displs[r] * es, send_counts[r], t, r, comm_, stream_),
-                                   what("all_to_all"));
-                      if (recv_counts[r] > 0)
-                        nccl_check(ncclRecv(static_cast<char*>(p[1]) + recv_displs[r] * es, recv_counts[r], t, r, comm_, stream_),
-                                   what("all_to_all"));
-                    }
-                    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-                  });
+    return launch(
+        {{const_cast<void*>(send), send_extent * es, false}, {recv, recv_extent * es, true}},
+        [=, this](std::vector<void*>& p) {
+          ncclDataType_t t = nccl_type(dtype, false);
+          nccl_check(ncclGroupStart(), "ncclGroupStart");
+          for (int r = 0; r < size_; ++r) {
+            if (send_counts[r] > 0)
+              nccl_check(ncclSend(static_cast<char*>(p[0]) + send_displs[r] * es, send_counts[r], t, r, comm_, stream_),
+                         what("all_to_all"));
+            if (recv_counts[r] > 0)
+              nccl_check(ncclRecv(static_cast<char*>(p[1]) + recv_displs[r] * es, recv_counts[r], t, r, comm_, stream_),
+                         what("all_to_all"));
+          }
+          nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+        });
   }
 
   void barrier() override {
@@ -283,21 +296,24 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
   WorkPtr launch(std::vector<Buffer> buffers, const std::function<void(std::vector<void*>&)>& body) {
     flush();
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    bool staged = std::any_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return b.bytes > 0 && !is_device_pointer(b.ptr); });
+    bool staged = std::any_of(buffers.begin(), buffers.end(),
+                              [](const Buffer& b) { return b.bytes > 0 && !is_device_pointer(b.ptr); });
     std::vector<void*> ptrs;
     for (const Buffer& b : buffers) ptrs.push_back(b.ptr);
     if (staged) {
       for (size_t i = 0; i < buffers.size(); ++i) {
         cuda_check(cudaMallocAsync(&ptrs[i], std::max<int64_t>(buffers[i].bytes, 1), stream_), "cudaMallocAsync");
         if (buffers[i].bytes > 0)
-          cuda_check(cudaMemcpyAsync(ptrs[i], buffers[i].ptr, buffers[i].bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+          cuda_check(cudaMemcpyAsync(ptrs[i], buffers[i].ptr, buffers[i].bytes, cudaMemcpyDefault, stream_),
+                     "cudaMemcpyAsync");
       }
     }
     body(ptrs);
     if (staged) {
       for (size_t i = 0; i < buffers.size(); ++i) {
         if (buffers[i].written && buffers[i].bytes > 0)
-          cuda_check(cudaMemcpyAsync(buffers[i].ptr, ptrs[i], buffers[i].bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+          cuda_check(cudaMemcpyAsync(buffers[i].ptr, ptrs[i], buffers[i].bytes, cudaMemcpyDefault, stream_),
+                     "cudaMemcpyAsync");
         cuda_check(cudaFreeAsync(ptrs[i], stream_), "cudaFreeAsync");
       }
     }
@@ -310,8 +326,8 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
   }
 
   WorkPtr defer_p2p(bool send, void* buf, int64_t count, DType dtype, int peer) {
-    GALE_CHECK(peer >= 0 && peer < size_ && peer != rank_) << (send ? "send" : "recv") << " with peer " << peer
-                                                           << " on group '" << name_ << "'";
+    GALE_CHECK(peer >= 0 && peer < size_ && peer != rank_)
+        << (send ? "send" : "recv") << " with peer " << peer << " on group '" << name_ << "'";
     GALE_CHECK(is_device_pointer(buf)) << "NCCL " << (send ? "send" : "recv") << " needs a device buffer";
     count_op(send ? CommOp::kSend : CommOp::kRecv, count * dtype_size(dtype));
     std::lock_guard<std::mutex> lock(mu_);

@@ -43,9 +43,18 @@ void SerialExecutor::loop() {
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     task();
+    task = nullptr;  // destroy captures before reporting idle
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
   }
+}
+
+bool SerialExecutor::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && !busy_;
 }
 
 }  // namespace gale

@@ -27,6 +27,9 @@ class SerialExecutor {
   // Run the queued tasks to the end, then stop and join the thread. Idempotent; submit() after
   // shutdown() runs the task on the calling thread.
   void shutdown();
+  // True when no task is queued or running. Only meaningful to the one thread that submits: it
+  // may then run work of its own inline, knowing nothing of this executor's is in between.
+  bool idle();
   const std::string& name() const { return name_; }
 
  private:
@@ -39,6 +42,7 @@ class SerialExecutor {
   std::thread thread_;
   bool stopping_ = false;
   bool stopped_ = false;
+  bool busy_ = false;  // a task is running
 };
 
 }  // namespace gale

@@ -28,7 +28,9 @@ bool launched_by_mpi() {
 StatusOr<Comm> init_world(const std::string& backend, double timeout_minutes) {
   if (backend == "nccl") {
 #ifndef GALE_HAVE_CUDA
-    return InvalidArgument("--distributed-backend nccl: this build of gale has no CUDA/NCCL (built without a CUDA toolkit); use --distributed-backend mpi");
+    return InvalidArgument(
+        "--distributed-backend nccl: this build of gale has no CUDA/NCCL (built without a CUDA toolkit); use "
+        "--distributed-backend mpi");
 #endif
   } else if (backend != "mpi" && backend != "gloo") {
     return InvalidArgument("--distributed-backend: expected one of mpi, nccl, gloo; found '", backend, "'");

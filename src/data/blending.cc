@@ -29,7 +29,8 @@ std::string strip(const std::string& s) {
 }  // namespace
 
 StatusOr<Blend> parse_blend(const std::vector<std::string>& entries, const std::string& flag) {
-  if (entries.empty()) return InvalidArgument(flag, ": expected a dataset prefix or 'weight prefix' pairs, found nothing");
+  if (entries.empty())
+    return InvalidArgument(flag, ": expected a dataset prefix or 'weight prefix' pairs, found nothing");
   Blend b;
   bool weighted = entries.size() % 2 == 0;
   std::vector<double> weights;
@@ -110,7 +111,8 @@ void build_exhaustive_blending_indices(std::span<const int64_t> sizes, std::vect
     if (sizes[static_cast<size_t>(i)] > 0) unspent.insert(i);
   }
   std::vector<double> weights(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) weights[static_cast<size_t>(i)] = static_cast<double>(sizes[static_cast<size_t>(i)]) / static_cast<double>(total);
+  for (int32_t i = 0; i < n; ++i)
+    weights[static_cast<size_t>(i)] = static_cast<double>(sizes[static_cast<size_t>(i)]) / static_cast<double>(total);
   std::vector<int64_t> count(static_cast<size_t>(n), 0);
   dataset_index->clear();
   dataset_sample_index->clear();

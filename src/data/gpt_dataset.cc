@@ -19,8 +19,10 @@ StatusOr<std::unique_ptr<GptDataset>> GptDataset::build(std::shared_ptr<const To
   ds->begin_ = begin;
   ds->end_ = end;
   ds->params_ = params;
-  std::string name = str_cat(ds->source_->name(), " (", split_name(split), " split, sequences [", begin, ", ", end, "))");
-  GptCacheKey key{ds->source_->name(), ds->source_->fingerprint(), split, begin, end, params, split_text};
+  std::string name =
+      str_cat(ds->source_->name(), " (", split_name(split), " split, sequences [", begin, ", ", end, "))");
+  GptCacheKey key{ds->source_->name(), cache_dir.empty() ? "" : ds->source_->fingerprint(), split, begin, end, params,
+                  split_text};
   if (!cache_dir.empty()) {
     auto cached = load_cached_gpt_indices(cache_dir, key, ds->source_->sequence_lengths());
     if (cached.ok()) {
@@ -76,7 +78,8 @@ std::string GptDataset::describe() const {
 StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::build(std::vector<std::unique_ptr<TokenDataset>> datasets,
                                                                 const std::vector<double>& weights, int64_t size) {
   if (datasets.empty()) return InvalidArgument("a blend needs at least one dataset");
-  if (datasets.size() >= 32767) return InvalidArgument("a blend takes fewer than 32767 datasets, found ", datasets.size());
+  if (datasets.size() >= 32767)
+    return InvalidArgument("a blend takes fewer than 32767 datasets, found ", datasets.size());
   std::unique_ptr<BlendedDataset> b(new BlendedDataset());
   if (size < 0) {
     std::vector<int64_t> sizes;
@@ -85,7 +88,8 @@ StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::build(std::vector<std:
     std::vector<double> w(sizes.begin(), sizes.end());
     b->weights_ = numpy_normalize(w);
   } else {
-    if (weights.size() != datasets.size()) return Internal("blend: ", weights.size(), " weights for ", datasets.size(), " datasets");
+    if (weights.size() != datasets.size())
+      return Internal("blend: ", weights.size(), " weights for ", datasets.size(), " datasets");
     b->weights_ = numpy_normalize(weights);
     build_blending_indices(b->weights_, size, &b->dataset_index_, &b->dataset_sample_index_);
   }

@@ -27,7 +27,7 @@ class TokenDataset {
   virtual int64_t seq_length() const = 0;
   // S + E ids; positions past the end of the data (drop_last false only) hold `pad`.
   virtual Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const = 0;
-  virtual std::string describe() const = 0;  // one line for the start-up log
+  virtual std::string describe() const = 0;    // one line for the start-up log
   virtual bool loaded_from_cache() const = 0;  // every index came from --data-cache-path
 };
 

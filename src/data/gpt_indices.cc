@@ -25,8 +25,8 @@ bool gpt_separate_final_epoch(int64_t num_epochs, int64_t tokens_per_epoch, cons
   return from_final < static_cast<int64_t>(0.80 * static_cast<double>(per));
 }
 
-std::vector<int32_t> build_document_index(std::span<const int32_t> documents, int64_t num_epochs,
-                                          NumpyRandomState& rng, bool separate_final_epoch) {
+std::vector<int32_t> build_document_index(std::span<const int32_t> documents, int64_t num_epochs, NumpyRandomState& rng,
+                                          bool separate_final_epoch) {
   if (!separate_final_epoch || num_epochs == 1) {
     std::vector<int32_t> out;
     out.reserve(documents.size() * static_cast<size_t>(num_epochs));
@@ -47,8 +47,8 @@ std::vector<int64_t> build_sample_index(const UnalignedArray<int32_t>& sizes, st
   if (drop_last) {
     num_samples = (num_epochs * tokens_per_epoch - add_extra_token) / seq_length;
   } else {
-    num_samples = static_cast<int64_t>(
-        std::ceil(static_cast<float>(num_epochs * tokens_per_epoch - add_extra_token) / static_cast<float>(seq_length)));
+    num_samples = static_cast<int64_t>(std::ceil(static_cast<float>(num_epochs * tokens_per_epoch - add_extra_token) /
+                                                 static_cast<float>(seq_length)));
   }
   if (num_samples < 0) num_samples = 0;
   std::vector<int64_t> out(2 * static_cast<size_t>(num_samples + 1));
@@ -112,8 +112,8 @@ StatusOr<GptIndices> build_gpt_indices(const UnalignedArray<int32_t>& sizes, int
   std::iota(documents.begin(), documents.end(), static_cast<int32_t>(begin));
   NumpyRandomState rng(p.seed);
   g.document_index = build_document_index(documents, g.num_epochs, rng, g.separate_final_epoch);
-  g.sample_index = build_sample_index(sizes, g.document_index, p.seq_length, g.num_epochs, tokens, p.drop_last,
-                                      p.add_extra_token);
+  g.sample_index =
+      build_sample_index(sizes, g.document_index, p.seq_length, g.num_epochs, tokens, p.drop_last, p.add_extra_token);
   int64_t total = static_cast<int64_t>(g.sample_index.size() / 2) - 1;
   if (g.separate_final_epoch) {
     int64_t sans = ((g.num_epochs - 1) * tokens - p.add_extra_token) / p.seq_length;

@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace gale {
 
 struct GptIndexParams {
-  int64_t seq_length = 0;      // S (--seq-length)
-  int64_t num_samples = -1;    // N; -1 = exactly one epoch (Megatron's num_samples=None)
-  uint32_t seed = 1234;        // --seed
-  int add_extra_token = 1;     // E: Megatron's add_extra_token_to_sequence (always 1 in pretrain_gpt)
-  bool drop_last = true;       // drop the last partial sample (always true in pretrain_gpt)
+  int64_t seq_length = 0;    // S (--seq-length)
+  int64_t num_samples = -1;  // N; -1 = exactly one epoch (Megatron's num_samples=None)
+  uint32_t seed = 1234;      // --seed
+  int add_extra_token = 1;   // E: Megatron's add_extra_token_to_sequence (always 1 in pretrain_gpt)
+  bool drop_last = true;     // drop the last partial sample (always true in pretrain_gpt)
 };
 
 struct GptIndices {

@@ -61,9 +61,10 @@ Status write_text(const std::string& path, const std::string& text) {
 
 std::string gpt_cache_description(const GptCacheKey& k) {
   return str_cat("{\n    \"class\": \"GPTDataset\",\n    \"dataset_path\": \"", k.path, "\",\n    \"fingerprint\": \"",
-                 k.fingerprint, "\",\n    \"index_split\": \"", split_name(k.split), "\",\n    \"split\": \"", k.split_text,
-                 "\",\n    \"sequence_range\": [", k.begin, ", ", k.end, "],\n    \"num_samples\": ", k.params.num_samples,
-                 ",\n    \"random_seed\": ", k.params.seed, ",\n    \"sequence_length\": ", k.params.seq_length,
+                 k.fingerprint, "\",\n    \"index_split\": \"", split_name(k.split), "\",\n    \"split\": \"",
+                 k.split_text, "\",\n    \"sequence_range\": [", k.begin, ", ", k.end,
+                 "],\n    \"num_samples\": ", k.params.num_samples, ",\n    \"random_seed\": ", k.params.seed,
+                 ",\n    \"sequence_length\": ", k.params.seq_length,
                  ",\n    \"add_extra_token_to_sequence\": ", k.params.add_extra_token,
                  ",\n    \"drop_last_partial_sequence\": ", k.params.drop_last ? "true" : "false", "\n}");
 }
@@ -97,11 +98,13 @@ StatusOr<GptIndices> load_cached_gpt_indices(const std::string& dir, const GptCa
   // Consistency: document ids inside the split, sample rows inside the document index, and the
   // shuffle a set of valid sample ids. (Cheap compared with reading the samples.)
   int64_t n = key.end - key.begin;
-  if (n <= 0 || g.document_index.size() % static_cast<size_t>(n) != 0) return bad("document index has the wrong length");
+  if (n <= 0 || g.document_index.size() % static_cast<size_t>(n) != 0)
+    return bad("document index has the wrong length");
   g.num_epochs = static_cast<int64_t>(g.document_index.size()) / n;
   for (int32_t d : g.document_index)
     if (d < key.begin || d >= key.end) return bad("document index outside the split");
-  if (sample->shape.size() != 2 || sample->shape[1] != 2 || g.sample_index.size() < 2) return bad("sample index is not N x 2");
+  if (sample->shape.size() != 2 || sample->shape[1] != 2 || g.sample_index.size() < 2)
+    return bad("sample index is not N x 2");
   int64_t total = static_cast<int64_t>(g.sample_index.size() / 2) - 1;
   for (int64_t r = 0; r <= total; ++r) {
     int64_t p = g.sample_index[static_cast<size_t>(2 * r)], o = g.sample_index[static_cast<size_t>(2 * r + 1)];
@@ -122,9 +125,11 @@ Status save_cached_gpt_indices(const std::string& dir, const GptCacheKey& key, c
   GALE_RETURN_IF_ERROR(make_dirs(dir));
   std::string base = gpt_cache_base(dir, key);
   int64_t rows = static_cast<int64_t>(g.sample_index.size() / 2);
-  GALE_RETURN_IF_ERROR(save_npy(base + "document_index.npy", g.document_index, {static_cast<int64_t>(g.document_index.size())}));
+  GALE_RETURN_IF_ERROR(
+      save_npy(base + "document_index.npy", g.document_index, {static_cast<int64_t>(g.document_index.size())}));
   GALE_RETURN_IF_ERROR(save_npy(base + "sample_index.npy", g.sample_index, {rows, 2}));
-  GALE_RETURN_IF_ERROR(save_npy(base + "shuffle_index.npy", g.shuffle_index, {static_cast<int64_t>(g.shuffle_index.size())}));
+  GALE_RETURN_IF_ERROR(
+      save_npy(base + "shuffle_index.npy", g.shuffle_index, {static_cast<int64_t>(g.shuffle_index.size())}));
   // The description goes last: its presence marks a complete entry.
   return write_text(base + "description.txt", gpt_cache_description(key));
 }

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "data/gpt_indices.h"
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 #include "data/split.h"
 
 namespace gale {
@@ -22,7 +22,7 @@ struct GptCacheKey {
   DataSplit split;
   int64_t begin, end;
   GptIndexParams params;
-  std::string split_text;   // --split as given
+  std::string split_text;  // --split as given
 };
 
 std::string gpt_cache_description(const GptCacheKey& key);

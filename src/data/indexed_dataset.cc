@@ -14,28 +14,44 @@ bool valid_token_dtype_code(uint8_t code) { return code >= 1 && code <= 8; }
 
 int token_dtype_size(TokenDType t) {
   switch (t) {
-    case TokenDType::kUInt8: return 1;
-    case TokenDType::kInt8: return 1;
-    case TokenDType::kInt16: return 2;
-    case TokenDType::kInt32: return 4;
-    case TokenDType::kInt64: return 8;
-    case TokenDType::kFloat64: return 8;
-    case TokenDType::kFloat32: return 4;
-    case TokenDType::kUInt16: return 2;
+    case TokenDType::kUInt8:
+      return 1;
+    case TokenDType::kInt8:
+      return 1;
+    case TokenDType::kInt16:
+      return 2;
+    case TokenDType::kInt32:
+      return 4;
+    case TokenDType::kInt64:
+      return 8;
+    case TokenDType::kFloat64:
+      return 8;
+    case TokenDType::kFloat32:
+      return 4;
+    case TokenDType::kUInt16:
+      return 2;
   }
   return 0;
 }
 
 const char* token_dtype_name(TokenDType t) {
   switch (t) {
-    case TokenDType::kUInt8: return "uint8";
-    case TokenDType::kInt8: return "int8";
-    case TokenDType::kInt16: return "int16";
-    case TokenDType::kInt32: return "int32";
-    case TokenDType::kInt64: return "int64";
-    case TokenDType::kFloat64: return "float64";
-    case TokenDType::kFloat32: return "float32";
-    case TokenDType::kUInt16: return "uint16";
+    case TokenDType::kUInt8:
+      return "uint8";
+    case TokenDType::kInt8:
+      return "int8";
+    case TokenDType::kInt16:
+      return "int16";
+    case TokenDType::kInt32:
+      return "int32";
+    case TokenDType::kInt64:
+      return "int64";
+    case TokenDType::kFloat64:
+      return "float64";
+    case TokenDType::kFloat32:
+      return "float32";
+    case TokenDType::kUInt16:
+      return "uint16";
   }
   return "?";
 }
@@ -49,7 +65,8 @@ std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 
 StatusOr<IndexView> IndexView::parse(const uint8_t* data, int64_t size, const std::string& name) {
   if (size < kIndexHeaderBytes)
-    return DataLoss(name, ": expected at least ", kIndexHeaderBytes, " bytes of MMIDIDX header, found ", size, " bytes");
+    return DataLoss(name, ": expected at least ", kIndexHeaderBytes, " bytes of MMIDIDX header, found ", size,
+                    " bytes");
   if (std::memcmp(data, kIndexMagic, sizeof kIndexMagic) != 0)
     return DataLoss(name, ": not a Megatron indexed-dataset index (expected magic \"MMIDIDX\\0\\0\")");
   uint64_t version = load_unaligned<uint64_t>(data + 9);
@@ -70,8 +87,8 @@ StatusOr<IndexView> IndexView::parse(const uint8_t* data, int64_t size, const st
   if (size == expected + v.sequence_count && v.sequence_count > 0)
     return Unimplemented(name, ": multimodal indexed datasets (with sequence_modes) are not supported");
   if (size != expected)
-    return DataLoss(name, ": expected ", expected, " bytes for ", s, " sequences and ", d,
-                    " document entries, found ", size, " bytes (truncated or corrupt)");
+    return DataLoss(name, ": expected ", expected, " bytes for ", s, " sequences and ", d, " document entries, found ",
+                    size, " bytes (truncated or corrupt)");
   if (v.document_count < 1) return DataLoss(name, ": document_count is 0 (expected at least the leading 0 entry)");
   const uint8_t* p = data + kIndexHeaderBytes;
   v.sequence_lengths = UnalignedArray<int32_t>(p, v.sequence_count);
@@ -132,9 +149,7 @@ StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string
   return ds;
 }
 
-int64_t IndexedDataset::total_tokens() const {
-  return index_.bin_bytes / token_dtype_size(index_.dtype);
-}
+int64_t IndexedDataset::total_tokens() const { return index_.bin_bytes / token_dtype_size(index_.dtype); }
 
 namespace {
 template <class T>
@@ -142,7 +157,8 @@ Status convert_tokens(const uint8_t* src, int64_t n, int32_t* out, const std::st
   for (int64_t i = 0; i < n; ++i) {
     T v = load_unaligned<T>(src + i * static_cast<int64_t>(sizeof(T)));
     if constexpr (std::is_floating_point_v<T>) {
-      if (!(v >= 0 && v <= static_cast<T>(std::numeric_limits<int32_t>::max())) || v != static_cast<T>(static_cast<int64_t>(v)))
+      if (!(v >= 0 && v <= static_cast<T>(std::numeric_limits<int32_t>::max())) ||
+          v != static_cast<T>(static_cast<int64_t>(v)))
         return DataLoss(name, ": token value ", v, " is not a token id");
     } else if constexpr (sizeof(T) == 8) {
       if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
@@ -180,14 +196,22 @@ Status IndexedDataset::read(int64_t seq, int64_t offset, int64_t length, int32_t
   }
   const std::string& name = prefix_;
   switch (index_.dtype) {
-    case TokenDType::kUInt8: return convert_tokens<uint8_t>(src, length, out, name);
-    case TokenDType::kInt8: return convert_tokens<int8_t>(src, length, out, name);
-    case TokenDType::kInt16: return convert_tokens<int16_t>(src, length, out, name);
-    case TokenDType::kInt32: return convert_tokens<int32_t>(src, length, out, name);
-    case TokenDType::kInt64: return convert_tokens<int64_t>(src, length, out, name);
-    case TokenDType::kFloat64: return convert_tokens<double>(src, length, out, name);
-    case TokenDType::kFloat32: return convert_tokens<float>(src, length, out, name);
-    case TokenDType::kUInt16: return convert_tokens<uint16_t>(src, length, out, name);
+    case TokenDType::kUInt8:
+      return convert_tokens<uint8_t>(src, length, out, name);
+    case TokenDType::kInt8:
+      return convert_tokens<int8_t>(src, length, out, name);
+    case TokenDType::kInt16:
+      return convert_tokens<int16_t>(src, length, out, name);
+    case TokenDType::kInt32:
+      return convert_tokens<int32_t>(src, length, out, name);
+    case TokenDType::kInt64:
+      return convert_tokens<int64_t>(src, length, out, name);
+    case TokenDType::kFloat64:
+      return convert_tokens<double>(src, length, out, name);
+    case TokenDType::kFloat32:
+      return convert_tokens<float>(src, length, out, name);
+    case TokenDType::kUInt16:
+      return convert_tokens<uint16_t>(src, length, out, name);
   }
   return Internal("unknown dtype");
 }
@@ -205,7 +229,8 @@ Status append_tokens(std::span<const int32_t> tokens, std::vector<uint8_t>* buf,
   uint8_t* dst = buf->data() + start;
   for (size_t i = 0; i < tokens.size(); ++i) {
     int64_t v = tokens[i];
-    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) || v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
       buf->resize(start);
       return InvalidArgument("token id ", v, " does not fit the dataset dtype ", token_dtype_name(dtype));
     }
@@ -216,12 +241,14 @@ Status append_tokens(std::span<const int32_t> tokens, std::vector<uint8_t>* buf,
 }
 
 Status write_all(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
-  if (bytes && std::fwrite(data, 1, bytes, f) != bytes) return IOError(path, ": write failed (", std::strerror(errno), ")");
+  if (bytes && std::fwrite(data, 1, bytes, f) != bytes)
+    return IOError(path, ": write failed (", std::strerror(errno), ")");
   return Status::Ok();
 }
 }  // namespace
 
-StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(const std::string& prefix, TokenDType dtype) {
+StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(const std::string& prefix,
+                                                                             TokenDType dtype) {
   std::unique_ptr<IndexedDatasetWriter> w(new IndexedDatasetWriter());
   w->prefix_ = prefix;
   w->dtype_ = dtype;
@@ -259,17 +286,31 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens, std::
     sum += l;
   }
   if (sum != static_cast<int64_t>(tokens.size()))
-    return InvalidArgument(prefix_, ": sequence lengths add up to ", sum, " but the document has ", tokens.size(), " tokens");
+    return InvalidArgument(prefix_, ": sequence lengths add up to ", sum, " but the document has ", tokens.size(),
+                           " tokens");
   Status s;
   switch (dtype_) {
-    case TokenDType::kUInt8: s = append_tokens<uint8_t>(tokens, &buffer_, dtype_); break;
-    case TokenDType::kInt8: s = append_tokens<int8_t>(tokens, &buffer_, dtype_); break;
-    case TokenDType::kInt16: s = append_tokens<int16_t>(tokens, &buffer_, dtype_); break;
-    case TokenDType::kInt32: s = append_tokens<int32_t>(tokens, &buffer_, dtype_); break;
-    case TokenDType::kInt64: s = append_tokens<int64_t>(tokens, &buffer_, dtype_); break;
-    case TokenDType::kUInt16: s = append_tokens<uint16_t>(tokens, &buffer_, dtype_); break;
+    case TokenDType::kUInt8:
+      s = append_tokens<uint8_t>(tokens, &buffer_, dtype_);
+      break;
+    case TokenDType::kInt8:
+      s = append_tokens<int8_t>(tokens, &buffer_, dtype_);
+      break;
+    case TokenDType::kInt16:
+      s = append_tokens<int16_t>(tokens, &buffer_, dtype_);
+      break;
+    case TokenDType::kInt32:
+      s = append_tokens<int32_t>(tokens, &buffer_, dtype_);
+      break;
+    case TokenDType::kInt64:
+      s = append_tokens<int64_t>(tokens, &buffer_, dtype_);
+      break;
+    case TokenDType::kUInt16:
+      s = append_tokens<uint16_t>(tokens, &buffer_, dtype_);
+      break;
     case TokenDType::kFloat32:
-    case TokenDType::kFloat64: return Unimplemented(prefix_, ": writing ", token_dtype_name(dtype_), " token datasets");
+    case TokenDType::kFloat64:
+      return Unimplemented(prefix_, ": writing ", token_dtype_name(dtype_), " token datasets");
   }
   GALE_RETURN_IF_ERROR(s);
   lengths_.insert(lengths_.end(), lengths.begin(), lengths.end());
@@ -282,8 +323,8 @@ Status IndexedDatasetWriter::add_index(const std::string& other_prefix) {
   if (finalized_) return FailedPrecondition(prefix_, ": add_index after finalize");
   GALE_ASSIGN_OR_RETURN(auto other, IndexedDataset::open(other_prefix));
   if (other->dtype() != dtype_)
-    return InvalidArgument(other_prefix, ": dtype ", token_dtype_name(other->dtype()), " differs from the output dtype ",
-                           token_dtype_name(dtype_));
+    return InvalidArgument(other_prefix, ": dtype ", token_dtype_name(other->dtype()),
+                           " differs from the output dtype ", token_dtype_name(dtype_));
   int64_t offset = static_cast<int64_t>(lengths_.size());
   const auto& lens = other->sequence_lengths();
   for (int64_t i = 0; i < lens.size(); ++i) lengths_.push_back(lens[i]);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace gale {
 

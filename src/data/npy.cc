@@ -7,15 +7,25 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace gale {
 
 namespace {
-template <class T> const char* npy_descr();
-template <> const char* npy_descr<int16_t>() { return "<i2"; }
-template <> const char* npy_descr<int32_t>() { return "<i4"; }
-template <> const char* npy_descr<int64_t>() { return "<i8"; }
+template <class T>
+const char* npy_descr();
+template <>
+const char* npy_descr<int16_t>() {
+  return "<i2";
+}
+template <>
+const char* npy_descr<int32_t>() {
+  return "<i4";
+}
+template <>
+const char* npy_descr<int64_t>() {
+  return "<i8";
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -30,8 +40,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 template <class T>
 Status save_npy(const std::string& path, const std::vector<T>& data, const std::vector<int64_t>& shape) {
-  std::string header = std::string("{'descr': '") + npy_descr<T>() + "', 'fortran_order': False, 'shape': " +
-                       shape_text(shape) + ", }";
+  std::string header =
+      std::string("{'descr': '") + npy_descr<T>() + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   size_t total = 10 + header.size() + 1;
   size_t pad = (64 - total % 64) % 64;
   header.append(pad, ' ');
@@ -77,15 +87,16 @@ StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::st
       continue;
     }
     if (header[p] < '0' || header[p] > '9') return DataLoss(name, ": bad shape in .npy header");
+    constexpr int64_t kMax = int64_t{1} << 40;
     int64_t v = 0;
     while (p < header.size() && header[p] >= '0' && header[p] <= '9') {
-      if (v > (int64_t{1} << 40)) return DataLoss(name, ": implausible shape in .npy header");
       v = v * 10 + (header[p] - '0');
+      if (v > kMax) return DataLoss(name, ": implausible shape in .npy header");
       ++p;
     }
     out.shape.push_back(v);
+    if (v != 0 && count > kMax / v) return DataLoss(name, ": implausible shape in .npy header");
     count *= v;
-    if (count > (int64_t{1} << 40)) return DataLoss(name, ": implausible shape in .npy header");
   }
   if (p >= header.size()) return DataLoss(name, ": bad shape in .npy header");
   int64_t need = 10 + hlen + count * static_cast<int64_t>(sizeof(T));
@@ -101,9 +112,9 @@ StatusOr<NpyArray<T>> load_npy(const std::string& path) {
   return parse_npy<T>(f->data(), f->size(), path);
 }
 
-#define GALE_NPY_INSTANTIATE(T)                                                                     \
+#define GALE_NPY_INSTANTIATE(T)                                                                        \
   template Status save_npy<T>(const std::string&, const std::vector<T>&, const std::vector<int64_t>&); \
-  template StatusOr<NpyArray<T>> load_npy<T>(const std::string&);                                   \
+  template StatusOr<NpyArray<T>> load_npy<T>(const std::string&);                                      \
   template StatusOr<NpyArray<T>> parse_npy<T>(const uint8_t*, int64_t, const std::string&);
 GALE_NPY_INSTANTIATE(int16_t)
 GALE_NPY_INSTANTIATE(int32_t)

@@ -88,7 +88,8 @@ StatusOr<PreprocessStats> run_preprocess(const PreprocessOptions& o, const Encod
   if (o.workers < 1) return InvalidArgument("--workers: expected a positive integer, found ", o.workers);
   if (o.output_prefix.empty()) return InvalidArgument("--output-prefix is required");
   if (!dir_exists(parent_dir(o.output_prefix)))
-    return NotFound("--output-prefix ", o.output_prefix, ": directory ", parent_dir(o.output_prefix), " does not exist");
+    return NotFound("--output-prefix ", o.output_prefix, ": directory ", parent_dir(o.output_prefix),
+                    " does not exist");
   GALE_ASSIGN_OR_RETURN(auto reader, JsonlReader::open(o.input));
 
   PreprocessStats stats;
@@ -134,7 +135,8 @@ StatusOr<PreprocessStats> run_preprocess(const PreprocessOptions& o, const Encod
         if (!o.skip_bad_lines)
           return Status(e.status.code(), where + e.status.message() + " (use --skip-bad-lines to skip such lines)");
         ++stats.skipped_lines;
-        if (log && warned++ < 10) std::fprintf(log, "WARNING: skipping %s%s\n", where.c_str(), e.status.message().c_str());
+        if (log && warned++ < 10)
+          std::fprintf(log, "WARNING: skipping %s%s\n", where.c_str(), e.status.message().c_str());
         continue;
       }
       for (size_t k = 0; k < writers.size(); ++k) {
@@ -176,7 +178,8 @@ StatusOr<std::vector<std::string>> merge_datasets(const std::string& input_dir, 
     if (!bins.count(p)) return NotFound("--input ", input_dir, ": ", p, ".idx has no ", p, ".bin");
   if (bins.empty()) return NotFound("--input ", input_dir, ": no .bin/.idx pairs to merge");
   std::vector<std::string> prefixes(bins.begin(), bins.end());  // std::set: sorted bytewise, as Python's sorted()
-  std::string out_name = output_prefix.substr(output_prefix.rfind('/') == std::string::npos ? 0 : output_prefix.rfind('/') + 1);
+  std::string out_name =
+      output_prefix.substr(output_prefix.rfind('/') == std::string::npos ? 0 : output_prefix.rfind('/') + 1);
   if (parent_dir(output_prefix) == input_dir && bins.count(out_name))
     return InvalidArgument("--output-prefix ", output_prefix, " is one of the inputs");
   GALE_ASSIGN_OR_RETURN(auto first, IndexedDataset::open(input_dir + "/" + prefixes[0]));

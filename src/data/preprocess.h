@@ -28,7 +28,7 @@ struct PreprocessOptions {
   std::vector<std::string> json_keys = {"text"};
   std::string output_prefix;
   bool append_eod = false;
-  int workers = 1;             // threads; output order is input order for any number
+  int workers = 1;              // threads; output order is input order for any number
   int64_t log_interval = 1000;  // documents between progress lines (0: none)
   bool skip_bad_lines = false;  // count and skip malformed lines instead of stopping
   TokenDType dtype = TokenDType::kUInt16;
@@ -40,8 +40,8 @@ struct PreprocessStats {
   int64_t documents = 0;      // records written (per key)
   int64_t skipped_lines = 0;  // bad lines skipped with skip_bad_lines
   int64_t blank_lines = 0;
-  int64_t tokens = 0;         // all keys together
-  int64_t input_bytes = 0;    // uncompressed
+  int64_t tokens = 0;       // all keys together
+  int64_t input_bytes = 0;  // uncompressed
   double seconds = 0;
   std::vector<std::string> outputs;  // the dataset prefixes written
 };

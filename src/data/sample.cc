@@ -8,12 +8,8 @@ namespace gale {
 void assemble_sample(std::span<const int32_t> text, int add_extra_token, const SampleOptions& o, TrainingSample* out) {
   const size_t s = text.size() - static_cast<size_t>(add_extra_token);
   out->tokens.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(s));
-  if (add_extra_token) {
-    out->labels.assign(text.begin() + 1, text.end());
-  } else {
-    out->labels.assign(text.begin() + 1, text.end());
-    out->labels.push_back(o.pad);
-  }
+  out->labels.assign(text.begin() + 1, text.end());
+  if (!add_extra_token) out->labels.push_back(o.pad);  // Megatron: roll(text, -1) with the last label a pad
   out->loss_mask.assign(s, 1.0f);
   out->position_ids.resize(s);
   out->document_ids.assign(s, 0);
@@ -40,7 +36,8 @@ void assemble_sample(std::span<const int32_t> text, int add_extra_token, const S
 namespace {
 class TokenSampleDataset : public SampleDataset {
  public:
-  TokenSampleDataset(std::unique_ptr<TokenDataset> tokens, const SampleOptions& o) : tokens_(std::move(tokens)), o_(o) {}
+  TokenSampleDataset(std::unique_ptr<TokenDataset> tokens, const SampleOptions& o)
+      : tokens_(std::move(tokens)), o_(o) {}
   int64_t size() const override { return tokens_->size(); }
   Status get(int64_t index, TrainingSample* out) const override {
     thread_local std::vector<int32_t> text;

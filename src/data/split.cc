@@ -10,9 +10,12 @@ namespace gale {
 
 const char* split_name(DataSplit s) {
   switch (s) {
-    case DataSplit::kTrain: return "train";
-    case DataSplit::kValid: return "valid";
-    case DataSplit::kTest: return "test";
+    case DataSplit::kTrain:
+      return "train";
+    case DataSplit::kValid:
+      return "valid";
+    case DataSplit::kTest:
+      return "test";
   }
   return "?";
 }

@@ -1,6 +1,8 @@
 // Indexed-dataset and mock token sources.
 #include "data/token_source.h"
 
+#include <mutex>
+
 #include "data/numpy_random.h"
 
 namespace gale {
@@ -9,31 +11,34 @@ namespace {
 
 class IndexedSource : public TokenSource {
  public:
-  explicit IndexedSource(std::unique_ptr<IndexedDataset> ds) : ds_(std::move(ds)) {
-    // FNV-1a over the sequence lengths: a rewritten dataset never reuses stale cached indices.
-    uint64_t h = 0xcbf29ce484222325ull;
-    const auto& lens = ds_->sequence_lengths();
-    for (int64_t i = 0; i < lens.size(); ++i) {
-      uint32_t v = static_cast<uint32_t>(lens[i]);
-      for (int b = 0; b < 4; ++b) {
-        h ^= (v >> (8 * b)) & 0xFFu;
-        h *= 0x100000001b3ull;
-      }
-    }
-    fingerprint_ = str_cat("sequences=", ds_->num_sequences(), " documents=", ds_->num_documents(),
-                           " tokens=", ds_->total_tokens(), " dtype=", token_dtype_name(ds_->dtype()), " lengths-fnv=", h);
-  }
+  explicit IndexedSource(std::unique_ptr<IndexedDataset> ds) : ds_(std::move(ds)) {}
   const std::string& name() const override { return ds_->prefix(); }
   int64_t num_sequences() const override { return ds_->num_sequences(); }
   const UnalignedArray<int32_t>& sequence_lengths() const override { return ds_->sequence_lengths(); }
   Status read(int64_t seq, int64_t offset, int64_t length, int32_t* out) const override {
     return ds_->read(seq, offset, length, out);
   }
-  std::string fingerprint() const override { return fingerprint_; }
+  // Computed on first use (only --data-cache-path needs it): counts plus FNV-1a over the
+  // sequence lengths, so a rewritten dataset never reuses stale cached indices.
+  std::string fingerprint() const override {
+    std::call_once(fingerprint_once_, [this] {
+      uint64_t h = 0xcbf29ce484222325ull;
+      const auto& lens = ds_->sequence_lengths();
+      for (int64_t i = 0; i < lens.size(); ++i) {
+        h ^= static_cast<uint32_t>(lens[i]);
+        h *= 0x100000001b3ull;
+      }
+      fingerprint_ =
+          str_cat("sequences=", ds_->num_sequences(), " documents=", ds_->num_documents(),
+                  " tokens=", ds_->total_tokens(), " dtype=", token_dtype_name(ds_->dtype()), " lengths-fnv=", h);
+    });
+    return fingerprint_;
+  }
 
  private:
   std::unique_ptr<IndexedDataset> ds_;
-  std::string fingerprint_;
+  mutable std::once_flag fingerprint_once_;
+  mutable std::string fingerprint_;
 };
 
 class MockSource : public TokenSource {

@@ -9,7 +9,7 @@
 
 #include "core/status.h"
 #include "data/indexed_dataset.h"
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace gale {
 

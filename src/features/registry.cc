@@ -1,8 +1,11 @@
 // Feature resolution, application and reports.
 #include "features/registry.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
+
+#include "kernels/cpu/isa.h"
 
 namespace gale {
 
@@ -22,6 +25,13 @@ const char* feature_module_name(FeatureModule m) {
 void FeatureRegistry::add(std::unique_ptr<Feature> feature) {
   GALE_CHECK(find(feature->name()) == nullptr) << "feature " << feature->name() << " registered twice";
   features_.push_back(std::move(feature));
+  // Keep the registry ordered by module, then level, then name: the order of reports and docs,
+  // and of apply().
+  std::stable_sort(features_.begin(), features_.end(), [](const auto& a, const auto& b) {
+    if (a->module() != b->module()) return a->module() < b->module();
+    if (a->level() != b->level()) return a->level() < b->level();
+    return a->name() < b->name();
+  });
 }
 
 const Feature* FeatureRegistry::find(const std::string& name) const {
@@ -48,6 +58,7 @@ Status FeatureRegistry::resolve(const FeatureContext& ctx, std::vector<std::stri
   if (optimization_level_ < 0 || optimization_level_ > 2)
     return InvalidArgument("--optimization-level: expected 0, 1 or 2, found ", optimization_level_);
   statuses_.assign(features_.size(), FeatureStatus{});
+  Status first_error;
   for (size_t i = 0; i < features_.size(); ++i) {
     const Feature& f = *features_[i];
     FeatureStatus& st = statuses_[i];
@@ -66,7 +77,11 @@ Status FeatureRegistry::resolve(const FeatureContext& ctx, std::vector<std::stri
       st.why = f.not_requested_reason(ctx);
       continue;
     }
-    GALE_RETURN_IF_ERROR(f.validate(ctx));
+    if (Status v = f.validate(ctx); !v.ok()) {
+      st.why = "invalid: " + v.message();
+      if (first_error.ok()) first_error = v;
+      continue;
+    }
     std::string why;
     if (!f.applicable(ctx, &why)) {
       st.why = why;
@@ -75,7 +90,7 @@ Status FeatureRegistry::resolve(const FeatureContext& ctx, std::vector<std::stri
     }
     st.active = true;
   }
-  return Status::Ok();
+  return first_error;
 }
 
 bool FeatureRegistry::active(const std::string& name) const {
@@ -93,17 +108,19 @@ Status FeatureRegistry::apply(const FeatureContext& ctx, EngineSetup& setup) con
 std::string FeatureRegistry::format_table() const {
   std::ostringstream os;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-14s %-5s %-44s %s\n", "module", "level", "feature (flag)", "status");
+  std::snprintf(buf, sizeof buf, "%-14s %-5s %-52s %s\n", "module", "level", "feature (flag)", "status");
   os << buf;
   for (size_t i = 0; i < features_.size(); ++i) {
     const Feature& f = *features_[i];
-    std::string label = f.flag().empty() ? f.name() : f.flag();
+    std::string label = f.flag().empty()              ? f.name()
+                        : f.flag() == "--" + f.name() ? f.flag()
+                                                      : f.name() + " (" + f.flag() + ")";
     std::string status = "?";
     if (i < statuses_.size()) {
       const FeatureStatus& st = statuses_[i];
       status = st.active ? (st.why.empty() ? "active" : "active (" + st.why + ")") : "inactive: " + st.why;
     }
-    std::snprintf(buf, sizeof buf, "%-14s %-5d %-44s %s\n", feature_module_name(f.module()), f.level(), label.c_str(),
+    std::snprintf(buf, sizeof buf, "%-14s %-5d %-52s %s\n", feature_module_name(f.module()), f.level(), label.c_str(),
                   status.c_str());
     os << buf;
   }
@@ -134,10 +151,7 @@ FeatureContext make_feature_context(const Arguments& args, const ArgParser& pars
   ctx.args = &args;
   ctx.parser = &parser;
   ctx.optimization_level = registry.optimization_level();
-  __builtin_cpu_init();
-  ctx.cpu_isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? "avx512"
-                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")      ? "avx2"
-                                                                                        : "scalar";
+  ctx.cpu_isa = isa_name(detected_isa());
   return ctx;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/linear.h"
+#include "model/param_builders.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -19,23 +20,6 @@ struct GPTModel::State {
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
 };
 
-namespace {
-ParamSpec make_spec(std::string name, Shape shape, InitKind init, float std, bool wd) {
-  ParamSpec s;
-  s.name = std::move(name);
-  s.global_shape = std::move(shape);
-  s.init = init;
-  s.init_std = std;
-  s.weight_decay = wd;
-  return s;
-}
-ParamSpec vocab_parallel(ParamSpec s, const ModelPartition& part) {
-  s.split_dim = 0;
-  s.split_parts = part.tp_size();
-  s.split_rank = part.tp_rank();
-  return s;
-}
-}  // namespace
 
 ModelPartition single_process_partition(const ModelConfig& config) {
   ModelPartition p;
@@ -49,33 +33,33 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   const ModelConfig& c = config_;
   GALE_CHECK_EQ(c.vocab % part_.tp_size(), 0);
   if (part_.pre_process) {
-    word_emb_ = params_.add(vocab_parallel(make_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
-                                                     InitKind::kNormal, c.init_std, true), part_));
+    word_emb_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
+                                                     InitKind::kNormal, c.init_std, true), part_, 0));
     if (c.position == PositionEmbedding::kLearnedAbsolute)
-      pos_emb_ = params_.add(make_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
+      pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
                                        InitKind::kNormal, c.init_std, true));
   }
   for (int64_t i = 0; i < part_.num_layers; ++i)
     layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
   if (part_.post_process) {
-    ParamSpec w = make_spec("decoder.final_layernorm.weight", {c.hidden}, InitKind::kOnes, 0.0f, false);
+    ParamSpec w = make_param_spec("decoder.final_layernorm.weight", {c.hidden}, InitKind::kOnes, 0.0f, false);
     w.sequence_parallel = part_.sequence_parallel;
     final_norm_w_ = params_.add(w);
     if (!c.rms_norm) {
-      ParamSpec b = make_spec("decoder.final_layernorm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
+      ParamSpec b = make_param_spec("decoder.final_layernorm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
       b.sequence_parallel = part_.sequence_parallel;
       final_norm_b_ = params_.add(b);
     }
     if (!c.tied_embeddings) {
-      output_w_ = params_.add(vocab_parallel(make_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
-                                                       c.init_std, true), part_));
+      output_w_ = params_.add(tp_split(make_param_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
+                                                       c.init_std, true), part_, 0));
     } else if (part_.pre_process) {
       output_w_ = word_emb_;
     } else {
       // The last pipeline stage holds its own copy of the tied embedding (same name, so the same
       // initial values; gradients are summed with the first stage's over the embedding group).
-      output_w_ = params_.add(vocab_parallel(make_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
-                                                       InitKind::kNormal, c.init_std, true), part_));
+      output_w_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
+                                                       InitKind::kNormal, c.init_std, true), part_, 0));
     }
   }
   params_.finalize();
@@ -191,21 +175,39 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
   return Tensor();
 }
 
+Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats) const {
+  const ModelConfig& c = config_;
+  const int64_t Tl = x.size(0), H = c.hidden;
+  *stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
+  Tensor y = Tensor::empty({Tl, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
+                     stats->data<float>(), Tl, H);
+  return part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp) : copy_to_tp_region(y, *part_.tp);
+}
+
 void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden, Tl = x.size(0);
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
-  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
-  Tensor y = Tensor::empty({Tl, H});
-  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
-                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
-                     stats.data<float>(), Tl, H);
-  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
-                                          : copy_to_tp_region(y, *part_.tp);
+  Tensor stats;
+  Tensor y_full = final_norm_forward(x, &stats);
   // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
   // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
                   st.labels_sb.data(), tp == 1, nullptr, nullptr};
+  // With one vocabulary slice and the micro-batch count known, the loss gradient per token is
+  // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
+  std::vector<float> dloss;
+  if (keep && tp == 1 && num_microbatches_ > 0) {
+    double tokens = 0.0;
+    for (float m : st.mask_sb) tokens += m;
+    const float scale = micro_batch_loss_scale(tokens, num_microbatches_);
+    dloss.resize(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
+    p.dloss = dloss.data();
+    p.dW = params_.grad_data(output_w_);
+  }
   Tensor stat = Tensor::empty({3, T});  // slice max, slice Σexp, target logit
   float* smax = stat.data<float>();
   float* ssum = smax + T;
@@ -300,13 +302,8 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
   const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden, Tl = x.size(0);
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
-  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
-  Tensor y = Tensor::empty({Tl, H});
-  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
-                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
-                     stats.data<float>(), Tl, H);
-  Tensor y_full = part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp)
-                                          : copy_to_tp_region(y, *part_.tp);
+  Tensor stats;
+  Tensor y_full = final_norm_forward(x, &stats);
   Tensor local = linear_forward(y_full, params_.param_data(output_w_), Vl);  // [T, Vl]
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});

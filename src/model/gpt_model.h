@@ -67,6 +67,12 @@ class GPTModel {
   // head (last stage), each layer from last to first, embedding (first stage).
   std::vector<std::vector<int>> backward_param_groups() const;
 
+  // The number of micro-batches of the current iteration, set by the schedule before the first
+  // forward. With it the last stage knows each micro-batch's loss gradient (Megatron's
+  // 1 / (Σ mask · num_microbatches)) already at forward time, so a fused LM head may finish its
+  // backward inside forward (no logits kept). 0 (the default) disables that.
+  void set_num_microbatches(int64_t n) { num_microbatches_ = n; }
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
@@ -80,6 +86,8 @@ class GPTModel {
   void build_runtime(State& st, const MicroBatch& mb, bool training) const;
   Tensor embedding_forward(State& st);
   Tensor embedding_backward(State& st, const Tensor& d);
+  // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer.
+  Tensor final_norm_forward(const Tensor& x, Tensor* stats) const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
 
@@ -92,6 +100,7 @@ class GPTModel {
   std::vector<LayerParamIds> layers_;
   std::map<int64_t, std::unique_ptr<State>> in_flight_;
   GradReadyFn grad_ready_;
+  int64_t num_microbatches_ = 0;
 };
 
 }  // namespace gale

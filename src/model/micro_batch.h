@@ -18,4 +18,12 @@ struct MicroBatch {
   std::vector<int64_t> sample_ids;    // [B]: global index of each sample in the training stream (dropout streams)
 };
 
+// Megatron's loss contract: micro-batch m contributes Σ ℓ·mask / Σ mask, and the differentiated
+// objective averages those over the iteration's micro-batches, so backward of a micro-batch with
+// `tokens` loss tokens starts from this scale per unit of mask (0 when it has none: Megatron would
+// divide by zero; Gale lets such a micro-batch contribute nothing).
+inline float micro_batch_loss_scale(double tokens, int64_t num_microbatches) {
+  return tokens > 0.0 ? static_cast<float>(1.0 / (tokens * static_cast<double>(num_microbatches))) : 0.0f;
+}
+
 }  // namespace gale

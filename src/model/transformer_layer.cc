@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "model/linear.h"
+#include "model/param_builders.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -13,32 +14,14 @@ namespace {
 
 std::string layer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".", rest); }
 
-ParamSpec spec(std::string name, Shape global, InitKind init, float std, bool wd) {
-  ParamSpec s;
-  s.name = std::move(name);
-  s.global_shape = std::move(global);
-  s.init = init;
-  s.init_std = std;
-  s.weight_decay = wd;
-  return s;
-}
-
-ParamSpec split(ParamSpec s, const ModelPartition& part, int dim, int blocks = 1) {
-  s.split_dim = dim;
-  s.split_blocks = blocks;
-  s.split_parts = part.tp_size();
-  s.split_rank = part.tp_rank();
-  return s;
-}
-
 ParamSpec norm_weight(std::string name, int64_t H, const ModelPartition& part) {
-  ParamSpec s = spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
+  ParamSpec s = make_param_spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
   s.sequence_parallel = part.sequence_parallel;
   return s;
 }
 
 ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
-  ParamSpec s = spec(std::move(name), {H}, InitKind::kZeros, 0.0f, false);
+  ParamSpec s = make_param_spec(std::move(name), {H}, InitKind::kZeros, 0.0f, false);
   s.sequence_parallel = part.sequence_parallel;
   return s;
 }
@@ -105,12 +88,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   w.norm1_w = pb.add(norm_weight(layer_name(layer, "input_layernorm.weight"), H, part));
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
-  w.qkv_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+  w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
   if (c.qkv_bias())
-    w.qkv_b = pb.add(split(spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
-  w.proj_w = pb.add(split(spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
+    w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
+  w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
   if (c.add_bias_linear) {
-    ParamSpec b = spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
+    ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
     w.proj_b = pb.add(b);
   }
@@ -118,12 +101,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
   int blocks = c.swiglu ? 2 : 1;
-  w.fc1_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
+  w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
   if (c.add_bias_linear)
-    w.fc1_b = pb.add(split(spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
-  w.fc2_w = pb.add(split(spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
+    w.fc1_b = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
+  w.fc2_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
   if (c.add_bias_linear) {
-    ParamSpec b = spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
+    ParamSpec b = make_param_spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
     w.fc2_b = pb.add(b);
   }

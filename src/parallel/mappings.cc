@@ -33,11 +33,17 @@ Shape with_dim(Shape s, int dim, int64_t value) {
 }  // namespace
 
 Tensor copy_to_tp_region(const Tensor& x, Communicator& tp) { return x; }
-Tensor copy_to_tp_region_backward(const Tensor& dy, Communicator& tp) { return copy_to_tp_region_backward_async(dy, tp).wait(); }
-PendingTensor copy_to_tp_region_backward_async(const Tensor& dy, Communicator& tp) { return all_reduce_in_place_async(dy, tp); }
+Tensor copy_to_tp_region_backward(const Tensor& dy, Communicator& tp) {
+  return copy_to_tp_region_backward_async(dy, tp).wait();
+}
+PendingTensor copy_to_tp_region_backward_async(const Tensor& dy, Communicator& tp) {
+  return all_reduce_in_place_async(dy, tp);
+}
 
 Tensor reduce_from_tp_region(const Tensor& x, Communicator& tp) { return reduce_from_tp_region_async(x, tp).wait(); }
-PendingTensor reduce_from_tp_region_async(const Tensor& x, Communicator& tp) { return all_reduce_in_place_async(x, tp); }
+PendingTensor reduce_from_tp_region_async(const Tensor& x, Communicator& tp) {
+  return all_reduce_in_place_async(x, tp);
+}
 Tensor reduce_from_tp_region_backward(const Tensor& dy, Communicator& tp) { return dy; }
 
 Tensor scatter_to_tp_region(const Tensor& x, Communicator& tp) {

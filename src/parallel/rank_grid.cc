@@ -40,7 +40,8 @@ std::string join_group(const std::vector<int>& g) {
 StatusOr<RankGenerator> RankGenerator::create(int tp, int ep, int dp, int pp, int cp, const std::string& order) {
   const int size_of_dim[] = {tp, cp, ep, dp, pp};
   for (int i = 0; i < 5; ++i)
-    if (size_of_dim[i] <= 0) return InvalidArgument("rank layout: ", kDims[i], " size must be positive, found ", size_of_dim[i]);
+    if (size_of_dim[i] <= 0)
+      return InvalidArgument("rank layout: ", kDims[i], " size must be positive, found ", size_of_dim[i]);
   if (ep > 1 && cp > 1)
     return InvalidArgument("rank layout: expert parallelism (", ep, ") and context parallelism (", cp,
                            ") cannot both be > 1 in one rank generator");
@@ -123,23 +124,40 @@ std::string RankGenerator::formula() const {
 
 const char* group_name(Group g) {
   switch (g) {
-    case Group::kTensor: return "tp";
-    case Group::kPipeline: return "pp";
-    case Group::kData: return "dp";
-    case Group::kContext: return "cp";
-    case Group::kDataContext: return "dp-cp";
-    case Group::kModel: return "tp-pp";
-    case Group::kTensorDataContext: return "tp-dp-cp";
-    case Group::kTensorData: return "tp-dp";
-    case Group::kTensorContext: return "tp-cp";
-    case Group::kEmbedding: return "embedding";
-    case Group::kPositionEmbedding: return "position-embedding";
-    case Group::kExpert: return "expert-ep";
-    case Group::kExpertTensor: return "expert-tp";
-    case Group::kExpertTensorExpert: return "expert-tp-ep";
-    case Group::kExpertTensorExpertPipeline: return "expert-tp-ep-pp";
-    case Group::kExpertData: return "expert-dp";
-    case Group::kCount: break;
+    case Group::kTensor:
+      return "tp";
+    case Group::kPipeline:
+      return "pp";
+    case Group::kData:
+      return "dp";
+    case Group::kContext:
+      return "cp";
+    case Group::kDataContext:
+      return "dp-cp";
+    case Group::kModel:
+      return "tp-pp";
+    case Group::kTensorDataContext:
+      return "tp-dp-cp";
+    case Group::kTensorData:
+      return "tp-dp";
+    case Group::kTensorContext:
+      return "tp-cp";
+    case Group::kEmbedding:
+      return "embedding";
+    case Group::kPositionEmbedding:
+      return "position-embedding";
+    case Group::kExpert:
+      return "expert-ep";
+    case Group::kExpertTensor:
+      return "expert-tp";
+    case Group::kExpertTensorExpert:
+      return "expert-tp-ep";
+    case Group::kExpertTensorExpertPipeline:
+      return "expert-tp-ep-pp";
+    case Group::kExpertData:
+      return "expert-dp";
+    case Group::kCount:
+      break;
   }
   return "?";
 }
@@ -151,7 +169,8 @@ std::vector<int> RankLayout::group_of(Group g, int rank) const {
 }
 
 RankCoords RankLayout::coords(int rank) const {
-  GALE_CHECK(rank >= 0 && rank < static_cast<int>(coords_.size())) << "rank " << rank << " of a world of " << coords_.size();
+  GALE_CHECK(rank >= 0 && rank < static_cast<int>(coords_.size()))
+      << "rank " << rank << " of a world of " << coords_.size();
   return coords_[rank];
 }
 
@@ -172,7 +191,8 @@ StatusOr<RankLayout> compute_rank_layout(const ParallelSizes& sizes) {
   int model = s.tp * s.pp * s.cp;
   if (s.world_size % model != 0)
     return InvalidArgument("world size ", s.world_size, " is not divisible by --tensor-model-parallel-size ", s.tp,
-                           " x --pipeline-model-parallel-size ", s.pp, " x --context-parallel-size ", s.cp, " = ", model);
+                           " x --pipeline-model-parallel-size ", s.pp, " x --context-parallel-size ", s.cp, " = ",
+                           model);
   int expert_model = s.etp * s.ep * s.pp;
   if (s.world_size % expert_model != 0)
     return InvalidArgument("world size ", s.world_size, " is not divisible by --expert-tensor-parallel-size ", s.etp,
@@ -189,9 +209,10 @@ StatusOr<RankLayout> compute_rank_layout(const ParallelSizes& sizes) {
                            layout.expert_dp, ")");
   RankGroups pp_groups = dense.get_ranks("pp");
   if (pp_groups != expert.get_ranks("pp"))
-    return InvalidArgument("the expert layout (--expert-tensor-parallel-size ", s.etp, " x --expert-model-parallel-size ",
-                           s.ep, ") gives other pipeline groups than the dense layout (--tensor-model-parallel-size ",
-                           s.tp, " x --context-parallel-size ", s.cp, ")");
+    return InvalidArgument("the expert layout (--expert-tensor-parallel-size ", s.etp,
+                           " x --expert-model-parallel-size ", s.ep,
+                           ") gives other pipeline groups than the dense layout (--tensor-model-parallel-size ", s.tp,
+                           " x --context-parallel-size ", s.cp, ")");
   layout.order = dense.order();
   layout.formula = dense.formula();
   auto set = [&](Group g, RankGroups groups) { layout.groups[static_cast<int>(g)] = std::move(groups); };
@@ -236,7 +257,8 @@ std::string render_rank_layout(const RankLayout& layout, int max_rank_lines) {
   std::ostringstream os;
   os << "parallel layout: world " << s.world_size << " = TP " << s.tp << " x CP " << s.cp << " x DP " << layout.dp
      << " x PP " << s.pp;
-  if (moe) os << " (experts: ETP " << s.etp << " x EP " << s.ep << " x EDP " << layout.expert_dp << " x PP " << s.pp << ")";
+  if (moe)
+    os << " (experts: ETP " << s.etp << " x EP " << s.ep << " x EDP " << layout.expert_dp << " x PP " << s.pp << ")";
   os << ", order " << layout.order << ": rank = " << layout.formula << "\n";
   os << "  rank    tp   cp   dp   pp" << (moe ? "   ep  etp  edp" : "") << "\n";
   int shown = std::min(s.world_size, std::max(max_rank_lines, 0));

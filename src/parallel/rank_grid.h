@@ -66,22 +66,22 @@ struct ParallelSizes {
 
 // Every process group Megatron builds (parallel_state.initialize_model_parallel).
 enum class Group : int {
-  kTensor = 0,         // "tp"
-  kPipeline,           // "pp"
-  kData,               // "dp"
-  kContext,            // "cp"
-  kDataContext,        // "dp-cp": gradient reduction and the distributed optimizer's shards
-  kModel,              // "tp-pp": Megatron's model-parallel group
-  kTensorDataContext,  // "tp-dp-cp"
-  kTensorData,         // "tp-dp"
-  kTensorContext,      // "tp-cp"
-  kEmbedding,          // first and last stage of each pipeline group (tied embedding/output grads)
-  kPositionEmbedding,  // first stage of each pipeline group
-  kExpert,             // expert generator "ep"
-  kExpertTensor,       // expert generator "tp"
-  kExpertTensorExpert,            // expert generator "tp-ep"
-  kExpertTensorExpertPipeline,    // expert generator "tp-ep-pp"
-  kExpertData,         // expert generator "dp"
+  kTensor = 0,                  // "tp"
+  kPipeline,                    // "pp"
+  kData,                        // "dp"
+  kContext,                     // "cp"
+  kDataContext,                 // "dp-cp": gradient reduction and the distributed optimizer's shards
+  kModel,                       // "tp-pp": Megatron's model-parallel group
+  kTensorDataContext,           // "tp-dp-cp"
+  kTensorData,                  // "tp-dp"
+  kTensorContext,               // "tp-cp"
+  kEmbedding,                   // first and last stage of each pipeline group (tied embedding/output grads)
+  kPositionEmbedding,           // first stage of each pipeline group
+  kExpert,                      // expert generator "ep"
+  kExpertTensor,                // expert generator "tp"
+  kExpertTensorExpert,          // expert generator "tp-ep"
+  kExpertTensorExpertPipeline,  // expert generator "tp-ep-pp"
+  kExpertData,                  // expert generator "dp"
   kCount
 };
 constexpr int kNumGroups = static_cast<int>(Group::kCount);

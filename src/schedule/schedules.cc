@@ -1,4 +1,4 @@
-// The no-pipelining schedule.
+// The no-pipelining schedule and the dispatcher over the schedules.
 #include "schedule/schedules.h"
 
 namespace gale {
@@ -7,6 +7,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
                                                                const MicroBatchSource& source, bool forward_only) {
   ForwardBackwardResult r;
   MicroBatch mb;
+  model.set_num_microbatches(forward_only ? 0 : num_microbatches);
   for (int64_t m = 0; m < num_microbatches; ++m) {
     GALE_RETURN_IF_ERROR(source(m, &mb));
     GPTModel::LossSums sums;
@@ -20,10 +21,16 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
-                                                 bool forward_only) {
-  if (ps.pp_size() == 1 && chunks.size() == 1)
+                                                 bool forward_only, const ScheduleObserver& observer) {
+  GALE_CHECK(!chunks.empty()) << "no model chunks";
+  if (ps.pp_size() == 1) {
+    GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
     return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only);
-  return Unimplemented("pipeline parallelism is not supported yet");
+  }
+  if (chunks.size() == 1)
+    return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
+                                                            observer);
+  return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer);
 }
 
 }  // namespace gale

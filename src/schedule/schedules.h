@@ -1,17 +1,31 @@
-// Forward/backward over the micro-batches of one iteration (pipeline schedules live here).
+// Forward/backward over the micro-batches of one iteration: no pipelining, 1F1B and interleaved
+// 1F1B (Megatron-Core's schedules.py), with forward-only variants for evaluation.
 //
 // Megatron's loss contract: micro-batch m contributes loss_m = Σ ℓ·mask / Σ mask, and the
 // differentiated objective is Σ_m loss_m / num_microbatches; so backward of micro-batch m starts
-// from loss_scale = 1 / (Σ mask_m · num_microbatches). The reported loss sums Σ ℓ·mask and Σ mask
-// over all micro-batches (the caller divides).
+// from loss_scale = 1 / (Σ mask_m · num_microbatches) on the last pipeline stage. The reported loss
+// sums Σ ℓ·mask and Σ mask over all micro-batches (the caller divides); with pipelining only the
+// last stage has them (other stages return zeros).
+//
+// Pipeline schedules run the step order of pipeline_order.h and move activations [Tl, H]
+// (Tl = S·B, divided by TP with sequence parallelism) and their gradients between stages with the
+// tagged non-blocking transfers of pipeline_p2p.h over ps.pp(). Every rank calls the
+// MicroBatchSource once for each micro-batch of the iteration, before the first step (every
+// stage needs the position and document ids; the first the tokens, the last the labels and loss
+// mask), so the source must be cheap and deterministic; the stages then agree (one all-reduce of
+// a flag over ps.pp()) that all of them loaded their micro-batches, so a load error stops every
+// stage instead of leaving its neighbours waiting. A micro-batch is dropped after its last
+// forward on the rank.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/status.h"
 #include "model/gpt_model.h"
 #include "parallel/parallel_state.h"
+#include "schedule/pipeline_order.h"
 
 namespace gale {
 
@@ -23,21 +37,46 @@ struct ForwardBackwardResult {
   double tokens = 0.0;    // Σ mask
 };
 
+// Called after each step a pipeline schedule runs (tests record the order and the memory held).
+using ScheduleObserver = std::function<void(const PipelineStep& step)>;
+
 // No pipeline: forward then backward of each micro-batch in turn (forward only when
 // `forward_only`, e.g. evaluation).
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
                                                                const MicroBatchSource& source, bool forward_only);
 
+// Megatron's 1F1B over ps.pp() (PP > 1, one chunk per rank): warm-up forwards, steady
+// one-forward-one-backward, cool-down backwards (pipeline_order.h); rank r holds the saved
+// activations of at most P − r micro-batches. Forward-only runs the forwards in order.
+StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
+    GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
+    bool forward_only, const ScheduleObserver& observer = {});
+
+// Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
+// (chunk c is virtual stage c·P + rank). num_microbatches must be a multiple of P
+// (check_interleaved_microbatches; an InvalidArgument otherwise).
+StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
+    const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
+    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {});
+
+// Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
+// the two schedules above (which call it with Megatron's orders). The order must run every
+// (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it, with each
+// chunk's forwards in micro-batch order on every rank, and the steps of all ranks must form an
+// acyclic graph with their data dependencies. Benchmarks use it to compare Megatron's orders
+// with others (e.g. gpipe_order).
+StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
+                                                           const ParallelState& ps,
+                                                           const std::vector<PipelineStep>& steps,
+                                                           int64_t num_microbatches, const MicroBatchSource& source,
+                                                           bool forward_only, const ScheduleObserver& observer = {});
+
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // or interleaved 1F1B (several chunks per rank). `chunks` are this rank's virtual stages in order.
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
-                                                 bool forward_only);
+                                                 bool forward_only, const ScheduleObserver& observer = {});
 
-// The gradient scale of a micro-batch with `tokens` loss tokens (0 when it has none: Megatron
-// would divide by zero; Gale lets such a micro-batch contribute nothing).
-inline float micro_batch_loss_scale(double tokens, int64_t num_microbatches) {
-  return tokens > 0.0 ? static_cast<float>(1.0 / (tokens * static_cast<double>(num_microbatches))) : 0.0f;
-}
+
 
 }  // namespace gale

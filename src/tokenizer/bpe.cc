@@ -15,7 +15,8 @@ std::atomic<uint64_t> g_next_instance{1};
 // One cache per thread, owned by the last model that used it on this thread.
 struct WordCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> words;  // -> (start, count)
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
+      words;  // -> (start, count)
   std::vector<int32_t> ids;
   void reset(uint64_t new_owner) {
     owner = new_owner;
@@ -57,7 +58,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(const StringIdMap& vocab,
     joined = a + b;
     auto ij = m->vocab_.find(joined);
     if (ia == m->vocab_.end() || ib == m->vocab_.end() || ij == m->vocab_.end())
-      return InvalidArgument(name, ": merge ", r + 1, " ('", a, "' + '", b, "') uses or makes a token that is not in the vocabulary");
+      return InvalidArgument(name, ": merge ", r + 1, " ('", a, "' + '", b,
+                             "') uses or makes a token that is not in the vocabulary");
     uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
     m->merges_[key] = Merge{static_cast<int32_t>(r), ij->second};
   }
@@ -167,7 +169,8 @@ void BpeModel::merge_heap(std::vector<Symbol>* syms) const {
   }
   // Compact the surviving symbols in order.
   std::vector<Symbol> out;
-  for (int32_t i = s.empty() ? -1 : 0; i >= 0; i = s[static_cast<size_t>(i)].next) out.push_back(s[static_cast<size_t>(i)]);
+  for (int32_t i = s.empty() ? -1 : 0; i >= 0; i = s[static_cast<size_t>(i)].next)
+    out.push_back(s[static_cast<size_t>(i)]);
   s.swap(out);
 }
 

@@ -22,7 +22,7 @@ StatusOr<std::string> read_whole(const std::string& path, const std::string& fla
 }  // namespace
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> parse_merges_txt(std::string_view text,
-                                                                             const std::string& name) {
+                                                                            const std::string& name) {
   std::vector<std::pair<std::string, std::string>> merges;
   size_t pos = 0;
   int64_t line_no = 0;
@@ -35,7 +35,8 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> parse_merges_txt(std:
     if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
     if (line.empty()) continue;
     size_t sp = line.find(' ');
-    if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string_view::npos)
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size() ||
+        line.find(' ', sp + 1) != std::string_view::npos)
       return InvalidArgument(name, ":", line_no, ": expected a BPE merge 'left right', found '",
                              std::string(line.substr(0, 80)), "' (is this a GPT-2 merges.txt?)");
     merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
@@ -61,17 +62,20 @@ StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::parse(std::string_
     return InvalidArgument(vocab_name, ": expected GPT-2's vocab.json (a JSON object mapping tokens to ids)",
                            j.is_discarded() ? ", found text that is not JSON" : ", found other JSON");
   if (j.contains("model") && j["model"].is_object())
-    return InvalidArgument(vocab_name, ": this is a Hugging Face tokenizer.json, not GPT-2's vocab.json; use "
-                                       "--tokenizer-type HuggingFaceTokenizer --tokenizer-model FILE");
+    return InvalidArgument(vocab_name,
+                           ": this is a Hugging Face tokenizer.json, not GPT-2's vocab.json; use "
+                           "--tokenizer-type HuggingFaceTokenizer --tokenizer-model FILE");
   std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer());
   t->files_ = vocab_name + ", " + merges_name;
   StringIdMap vocab;
   std::string bytes;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!it.value().is_number_integer())
-      return InvalidArgument(vocab_name, ": token '", it.key(), "' maps to ", it.value().dump(), ", expected an integer id");
+      return InvalidArgument(vocab_name, ": token '", it.key(), "' maps to ", it.value().dump(),
+                             ", expected an integer id");
     int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= (int64_t{1} << 24)) return InvalidArgument(vocab_name, ": token id ", id, " out of range");
+    if (id < 0 || id >= static_cast<int64_t>(j.size()))
+      return InvalidArgument(vocab_name, ": ids are not 0..", j.size() - 1, " (found id ", id, ")");
     if (!byte_level_decode(it.key(), &bytes))
       return InvalidArgument(vocab_name, ": token '", it.key(), "' is not in GPT-2's byte-level alphabet");
     if (static_cast<size_t>(id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(id) + 1);
@@ -80,9 +84,10 @@ StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::parse(std::string_
   }
   auto eod = j.find("<|endoftext|>");
   if (eod == j.end()) return InvalidArgument(vocab_name, ": no <|endoftext|> token (GPT2BPETokenizer uses it as EOD)");
-  t->eod_ = eod.value().get<int32_t>();
+  t->eod_ = eod.value().is_number_integer() ? eod.value().get<int32_t>() : -1;
   if (t->id_to_token_.size() != j.size())
-    return InvalidArgument(vocab_name, ": ids are not 0..", j.size() - 1, " (found id ", t->id_to_token_.size() - 1, ")");
+    return InvalidArgument(vocab_name, ": ids are not 0..", j.size() - 1, " (found id ", t->id_to_token_.size() - 1,
+                           ")");
   GALE_ASSIGN_OR_RETURN(auto merges_text, parse_merges_txt(merges_txt, merges_name));
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(merges_text.size());

@@ -16,7 +16,8 @@ class Gpt2BpeTokenizer : public Tokenizer {
   static StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> load(const std::string& vocab_file, const std::string& merge_file);
   // From file contents (names are used in errors).
   static StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> parse(std::string_view vocab_json, std::string_view merges_txt,
-                                                           const std::string& vocab_name, const std::string& merges_name);
+                                                           const std::string& vocab_name,
+                                                           const std::string& merges_name);
 
   const std::string& type() const override { return type_; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
@@ -36,6 +37,6 @@ class Gpt2BpeTokenizer : public Tokenizer {
 
 // Reads merges.txt: the first line (#version) is skipped, then one "left right" pair per line.
 StatusOr<std::vector<std::pair<std::string, std::string>>> parse_merges_txt(std::string_view text,
-                                                                             const std::string& name);
+                                                                            const std::string& name);
 
 }  // namespace gale

@@ -1,6 +1,8 @@
 // tokenizer.json normalizers, pre-tokenizers, post-processors and decoders.
 #include "tokenizer/hf_components.h"
 
+#include <algorithm>
+
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode_normalize.h"
@@ -76,7 +78,8 @@ Status HfNormalizer::add(const json& j, const std::string& name) {
   std::string t = type_of(j);
   std::string what = name + ": normalizer " + t;
   if (t == "Sequence") {
-    if (!j.contains("normalizers") || !j["normalizers"].is_array()) return InvalidArgument(what, ": expected 'normalizers'");
+    if (!j.contains("normalizers") || !j["normalizers"].is_array())
+      return InvalidArgument(what, ": expected 'normalizers'");
     for (const auto& n : j["normalizers"]) GALE_RETURN_IF_ERROR(add(n, name));
   } else if (t == "Prepend") {
     GALE_ASSIGN_OR_RETURN(std::string p, get_string(j, "prepend", what));
@@ -101,8 +104,9 @@ Status HfNormalizer::add(const json& j, const std::string& name) {
     s.right = get_bool(j, "strip_right", false);
     steps_.push_back(s);
   } else {
-    return Unimplemented(name, ": normalizer type '", t,
-                         "' is not supported (Gale supports Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip)");
+    return Unimplemented(
+        name, ": normalizer type '", t,
+        "' is not supported (Gale supports Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip)");
   }
   return Status::Ok();
 }
@@ -113,12 +117,24 @@ Status HfNormalizer::apply(std::string* text) const {
       case Kind::kPrepend:
         if (!text->empty()) text->insert(0, s.a);
         break;
-      case Kind::kReplace: replace_all(text, s.a, s.b); break;
-      case Kind::kNfc: GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfc, text)); break;
-      case Kind::kNfd: GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfd, text)); break;
-      case Kind::kNfkc: GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfkc, text)); break;
-      case Kind::kNfkd: GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfkd, text)); break;
-      case Kind::kLowercase: GALE_RETURN_IF_ERROR(unicode_lowercase(text)); break;
+      case Kind::kReplace:
+        replace_all(text, s.a, s.b);
+        break;
+      case Kind::kNfc:
+        GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfc, text));
+        break;
+      case Kind::kNfd:
+        GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfd, text));
+        break;
+      case Kind::kNfkc:
+        GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfkc, text));
+        break;
+      case Kind::kNfkd:
+        GALE_RETURN_IF_ERROR(unicode_normalize(NormalForm::kNfkd, text));
+        break;
+      case Kind::kLowercase:
+        GALE_RETURN_IF_ERROR(unicode_lowercase(text));
+        break;
       case Kind::kStrip: {
         const unsigned char* p = reinterpret_cast<const unsigned char*>(text->data());
         size_t b = 0, e = text->size();
@@ -167,7 +183,8 @@ Status HfPreTokenizer::add(const json& j, const std::string& name) {
     byte_level_ = true;
   } else if (t == "Split") {
     std::string behavior = j.value("behavior", "");
-    if (behavior != "Isolated") return Unimplemented(what, ": behavior '", behavior, "' is not supported (only Isolated)");
+    if (behavior != "Isolated")
+      return Unimplemented(what, ": behavior '", behavior, "' is not supported (only Isolated)");
     if (get_bool(j, "invert", false)) return Unimplemented(what, ": invert is not supported");
     auto pat = j.find("pattern");
     if (pat == j.end() || !pat->is_object() || !pat->contains("Regex") || !(*pat)["Regex"].is_string())
@@ -185,6 +202,7 @@ Status HfPreTokenizer::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kMetaspace;
     GALE_ASSIGN_OR_RETURN(s.replacement, get_string(j, "replacement", what));
+    if (s.replacement.empty()) return InvalidArgument(what, ": empty replacement");
     s.prepend = prepend_scheme(j);
     s.split = get_bool(j, "split", true);
     steps_.push_back(s);
@@ -249,7 +267,8 @@ void HfPreTokenizer::apply(std::string_view piece, bool at_start, Pieces* out) c
           }
           // MergedWithNext: every replacement character starts a new word.
           size_t pos = 0;
-          for (size_t h = m.find(s.replacement); h != std::string::npos; h = m.find(s.replacement, h + s.replacement.size())) {
+          for (size_t h = m.find(s.replacement); h != std::string::npos;
+               h = m.find(s.replacement, h + s.replacement.size())) {
             if (h > pos) {
               next.ends.push_back(base + static_cast<uint32_t>(h));
               pos = h;
@@ -299,7 +318,8 @@ Status HfPostProcessor::add(const json& j, const std::string& name) {
   std::string t = type_of(j);
   std::string what = name + ": post_processor " + t;
   if (t == "Sequence") {
-    if (!j.contains("processors") || !j["processors"].is_array()) return InvalidArgument(what, ": expected 'processors'");
+    if (!j.contains("processors") || !j["processors"].is_array())
+      return InvalidArgument(what, ": expected 'processors'");
     for (const auto& p : j["processors"]) GALE_RETURN_IF_ERROR(add(p, name));
   } else if (t == "ByteLevel") {
     // Offsets only.
@@ -356,6 +376,7 @@ Status HfDecoder::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kMetaspace;
     GALE_ASSIGN_OR_RETURN(s.a, get_string(j, "replacement", what));
+    if (s.a.empty()) return InvalidArgument(what, ": empty replacement");
     s.prepend = prepend_scheme(j) != 2;
     steps_.push_back(s);
   } else if (t == "Replace") {
@@ -372,12 +393,14 @@ Status HfDecoder::add(const json& j, const std::string& name) {
     Step s;
     s.kind = Kind::kStrip;
     GALE_ASSIGN_OR_RETURN(s.a, get_string(j, "content", what));
-    s.start = j.value("start", 0);
-    s.stop = j.value("stop", 0);
+    if (s.a.empty()) return InvalidArgument(what, ": empty content");
+    s.start = std::clamp(j.value("start", 0), 0, 1 << 16);
+    s.stop = std::clamp(j.value("stop", 0), 0, 1 << 16);
     steps_.push_back(s);
   } else {
-    return Unimplemented(name, ": decoder type '", t,
-                         "' is not supported (Gale supports Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip)");
+    return Unimplemented(
+        name, ": decoder type '", t,
+        "' is not supported (Gale supports Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip)");
   }
   return Status::Ok();
 }

@@ -57,7 +57,7 @@ class HfPreTokenizer {
   struct Step {
     Kind kind = Kind::kByteLevel;
     bool add_prefix_space = false, use_regex = true;  // ByteLevel
-    SplitPattern pattern = SplitPattern::kGpt2;        // Split, ByteLevel regex
+    SplitPattern pattern = SplitPattern::kGpt2;       // Split, ByteLevel regex
     std::string replacement;                          // Metaspace
     int prepend = 0;                                  // Metaspace: 0 always, 1 first, 2 never
     bool split = true;                                // Metaspace

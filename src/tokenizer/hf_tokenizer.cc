@@ -49,12 +49,14 @@ void HuggingFaceTokenizer::Matcher::add(const std::string& content, int index) {
   auto& bucket = by_first_byte[static_cast<unsigned char>(content[0])];
   bucket.emplace_back(content, index);
   // Longest first, so the first hit at a position is the longest.
-  std::stable_sort(bucket.begin(), bucket.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::stable_sort(bucket.begin(), bucket.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   empty = false;
 }
 
 StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::load(const std::string& path) {
-  if (path.empty()) return InvalidArgument("--tokenizer-model is required for HuggingFaceTokenizer (a tokenizer.json or its folder)");
+  if (path.empty())
+    return InvalidArgument("--tokenizer-model is required for HuggingFaceTokenizer (a tokenizer.json or its folder)");
   std::string file = path, folder;
   if (is_dir(path)) {
     folder = path;
@@ -66,27 +68,47 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::load(const
   std::string text, config;
   if (!read_file(file, &text)) {
     if (is_dir(path)) return NotFound("--tokenizer-model ", path, ": the folder has no tokenizer.json");
-    return NotFound("--tokenizer-model ", path, ": cannot open file (Gale reads local tokenizer.json files; it does not download)");
+    return NotFound("--tokenizer-model ", path,
+                    ": cannot open file (Gale reads local tokenizer.json files; it does not download)");
   }
   read_file(folder + "/tokenizer_config.json", &config);
   return parse(text, config, "--tokenizer-model " + file);
 }
 
 StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std::string_view tokenizer_json,
-                                                                             std::string_view config_json,
-                                                                             const std::string& name) {
+                                                                            std::string_view config_json,
+                                                                            const std::string& name) {
+  try {
+    return parse_impl(tokenizer_json, config_json, name);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type somewhere (e.g. a string where an id belongs).
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    return InvalidArgument(name, ": unexpected tokenizer.json content (",
+                           close == std::string::npos ? what : what.substr(close + 2), ")");
+  }
+}
+
+StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl(std::string_view tokenizer_json,
+                                                                                 std::string_view config_json,
+                                                                                 const std::string& name) {
   json j = json::parse(tokenizer_json, nullptr, false);
   if (j.is_discarded()) {
-    if (tokenizer_json.size() > 0 && (static_cast<unsigned char>(tokenizer_json[0]) == 0x0A || tokenizer_json[0] == '\x12'))
-      return InvalidArgument(name, ": expected a Hugging Face tokenizer.json, found binary data (a SentencePiece .model? "
-                                   "use --tokenizer-type SentencePieceTokenizer or Llama2Tokenizer)");
+    if (tokenizer_json.size() > 0 &&
+        (static_cast<unsigned char>(tokenizer_json[0]) == 0x0A || tokenizer_json[0] == '\x12'))
+      return InvalidArgument(name,
+                             ": expected a Hugging Face tokenizer.json, found binary data (a SentencePiece .model? "
+                             "use --tokenizer-type SentencePieceTokenizer or Llama2Tokenizer)");
     return InvalidArgument(name, ": expected a Hugging Face tokenizer.json, found text that is not JSON");
   }
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     if (j.is_object() && j.contains("<|endoftext|>"))
-      return InvalidArgument(name, ": this is GPT-2's vocab.json, not a tokenizer.json; use --tokenizer-type GPT2BPETokenizer "
-                                   "--vocab-file FILE --merge-file MERGES");
-    return InvalidArgument(name, ": expected a Hugging Face tokenizer.json (an object with a 'model'), found other JSON");
+      return InvalidArgument(
+          name,
+          ": this is GPT-2's vocab.json, not a tokenizer.json; use --tokenizer-type GPT2BPETokenizer "
+          "--vocab-file FILE --merge-file MERGES");
+    return InvalidArgument(name,
+                           ": expected a Hugging Face tokenizer.json (an object with a 'model'), found other JSON");
   }
   std::unique_ptr<HuggingFaceTokenizer> t(new HuggingFaceTokenizer());
   t->name_ = name;
@@ -118,14 +140,22 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std:
   bool byte_level = t->pre_tokenizer_.byte_level();
 
   // Vocabulary: ids as written; keys mapped to symbol space for the BPE model.
-  if (!model.contains("vocab") || !model["vocab"].is_object()) return InvalidArgument(name, ": model has no 'vocab' object");
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    return InvalidArgument(name, ": model has no 'vocab' object");
+  // Ids must be (nearly) dense: this bounds memory by the file size.
+  const int64_t added_count =
+      j.contains("added_tokens") && j["added_tokens"].is_array() ? static_cast<int64_t>(j["added_tokens"].size()) : 0;
+  const int64_t max_id = 2 * (static_cast<int64_t>(model["vocab"].size()) + added_count) + 1024;
   StringIdMap symbols;
   std::set<std::string> all_contents;
   std::string bytes;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer()) return InvalidArgument(name, ": vocab entry '", it.key(), "' has no integer id");
+    if (!it.value().is_number_integer())
+      return InvalidArgument(name, ": vocab entry '", it.key(), "' has no integer id");
     int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= (int64_t{1} << 24)) return InvalidArgument(name, ": vocab id ", id, " out of range");
+    if (id < 0 || id >= max_id)
+      return InvalidArgument(name, ": vocab id ", id, " is out of range for a vocabulary of ", model["vocab"].size(),
+                             " tokens");
     if (static_cast<size_t>(id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(id) + 1);
     t->id_to_token_[static_cast<size_t>(id)] = it.key();
     all_contents.insert(it.key());
@@ -173,15 +203,30 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std:
     options.unk_id = it->get<int32_t>();
   }
   GALE_ASSIGN_OR_RETURN(t->bpe_, BpeModel::create(symbols, merges, options, name));
+  if (!byte_level) {
+    const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+    bool safe = symbols.count(kSpace) > 0;
+    for (auto it = symbols.begin(); safe && it != symbols.end(); ++it) {
+      const std::string& tok = it->first;
+      for (size_t p = tok.find(kSpace, 1); p != std::string::npos; p = tok.find(kSpace, p + 1)) {
+        if (p < 3 || tok.compare(p - 3, 3, kSpace) != 0) {
+          safe = false;
+          break;
+        }
+      }
+    }
+    if (safe) t->space_split_ = kSpace;
+  }
 
   // Added tokens.
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& a : j["added_tokens"]) {
-      if (!a.is_object() || !a.contains("id") || !a.contains("content")) return InvalidArgument(name, ": bad added token ", a.dump());
-      AddedToken at{a["content"].get<std::string>(), a["id"].get<int32_t>(), a.value("single_word", false),
-                    a.value("lstrip", false),       a.value("rstrip", false),  a.value("normalized", true),
+      if (!a.is_object() || !a.contains("id") || !a.contains("content"))
+        return InvalidArgument(name, ": bad added token ", a.dump());
+      AddedToken at{a["content"].get<std::string>(), a["id"].get<int32_t>(),   a.value("single_word", false),
+                    a.value("lstrip", false),        a.value("rstrip", false), a.value("normalized", true),
                     a.value("special", false)};
-      if (at.id < 0 || at.id >= (1 << 24)) return InvalidArgument(name, ": added token id ", at.id, " out of range");
+      if (at.id < 0 || at.id >= max_id) return InvalidArgument(name, ": added token id ", at.id, " out of range");
       if (static_cast<size_t>(at.id) >= t->id_to_token_.size()) t->id_to_token_.resize(static_cast<size_t>(at.id) + 1);
       t->id_to_token_[static_cast<size_t>(at.id)] = at.content;
       all_contents.insert(at.content);
@@ -219,8 +264,9 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse(std:
       }
     }
     if (t->eod_ < 0)
-      return InvalidArgument(name, ": cannot tell the end-of-document token; put a tokenizer_config.json with "
-                                   "\"eos_token\" next to tokenizer.json");
+      return InvalidArgument(name,
+                             ": cannot tell the end-of-document token; put a tokenizer_config.json with "
+                             "\"eos_token\" next to tokenizer.json");
   }
   t->eod_token_ = eos;
   return t;
@@ -295,9 +341,22 @@ Status HuggingFaceTokenizer::encode_normalized(std::string_view text, bool at_st
   thread_local Pieces words;
   pre_tokenizer_.apply(text, at_start, &words);
   uint32_t start = 0;
+  const std::string& sp = space_split_;
   for (uint32_t end : words.ends) {
-    bpe_->encode_word(std::string_view(words.text).substr(start, end - start), ids);
+    std::string_view word = std::string_view(words.text).substr(start, end - start);
     start = end;
+    if (sp.empty() || word.size() <= 64) {
+      bpe_->encode_word(word, ids);
+      continue;
+    }
+    // Split before every U+2581 that follows another character (see space_split_).
+    size_t piece = 0;
+    for (size_t p = word.find(sp, 1); p != std::string_view::npos; p = word.find(sp, p + sp.size())) {
+      if (word.compare(p - sp.size(), sp.size(), sp) == 0) continue;
+      bpe_->encode_word(word.substr(piece, p - piece), ids);
+      piece = p;
+    }
+    bpe_->encode_word(word.substr(piece), ids);
   }
   return Status::Ok();
 }

@@ -40,6 +40,9 @@ class HuggingFaceTokenizer : public Tokenizer {
 
  private:
   HuggingFaceTokenizer() = default;
+  static StatusOr<std::unique_ptr<HuggingFaceTokenizer>> parse_impl(std::string_view tokenizer_json,
+                                                                    std::string_view config_json,
+                                                                    const std::string& name);
   struct AddedToken {
     std::string content;
     int32_t id;
@@ -69,6 +72,10 @@ class HuggingFaceTokenizer : public Tokenizer {
   std::vector<std::string> id_to_token_;  // the tokenizer.json spelling of every id
   std::vector<AddedToken> added_;
   Matcher raw_matcher_, normalized_matcher_;
+  // "\u2581" when no vocabulary token has a character other than U+2581 followed by U+2581 (true
+  // of SentencePiece-trained vocabularies such as LLaMA's and Mistral's): then no merge can cross
+  // such a boundary and long words are encoded piece by piece (with the word cache), exactly.
+  std::string space_split_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
   std::string eod_token_;

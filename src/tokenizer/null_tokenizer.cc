@@ -25,11 +25,14 @@ Status NullTokenizer::encode(std::string_view text, std::vector<int32_t>* ids) c
     bool negative = false;
     size_t k = 0;
     if (!t.empty() && (t[0] == '+' || t[0] == '-')) negative = t[k++] == '-';
-    if (k >= t.size()) return InvalidArgument("NullTokenizer: expected space-separated integers, found '", std::string(part.substr(0, 40)), "'");
+    if (k >= t.size())
+      return InvalidArgument("NullTokenizer: expected space-separated integers, found '",
+                             std::string(part.substr(0, 40)), "'");
     int64_t v = 0;
     for (; k < t.size(); ++k) {
       if (t[k] < '0' || t[k] > '9' || v > (int64_t{1} << 40))
-        return InvalidArgument("NullTokenizer: expected space-separated integers, found '", std::string(part.substr(0, 40)), "'");
+        return InvalidArgument("NullTokenizer: expected space-separated integers, found '",
+                               std::string(part.substr(0, 40)), "'");
       v = v * 10 + (t[k] - '0');
     }
     if (negative) v = -v;

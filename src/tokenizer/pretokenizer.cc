@@ -45,7 +45,8 @@ struct Cursor {
 constexpr CharClass make(unsigned c) { return Cursor::ascii_class(c); }
 const CharClass Cursor::kAscii[128] = {
 #define R8(b) make(b), make(b + 1), make(b + 2), make(b + 3), make(b + 4), make(b + 5), make(b + 6), make(b + 7)
-    R8(0), R8(8), R8(16), R8(24), R8(32), R8(40), R8(48), R8(56), R8(64), R8(72), R8(80), R8(88), R8(96), R8(104), R8(112), R8(120)
+    R8(0),  R8(8),  R8(16), R8(24), R8(32),  R8(40),  R8(48), R8(56), R8(64),
+    R8(72), R8(80), R8(88), R8(96), R8(104), R8(112), R8(120)
 #undef R8
 };
 
@@ -117,8 +118,10 @@ void split_cl100k(const Cursor& t, size_t max_digits, std::vector<uint32_t>* end
       end += i;
     } else if (c0 == CharClass::kLetter) {
       end = t.run(i, CharClass::kLetter);
-    } else if (c0 != CharClass::kNumber && !is_newline(c) && i + static_cast<size_t>(len) < t.n &&
-               [&] { int l1; return t.cls(i + static_cast<size_t>(len), &l1) == CharClass::kLetter; }()) {
+    } else if (c0 != CharClass::kNumber && !is_newline(c) && i + static_cast<size_t>(len) < t.n && [&] {
+                 int l1;
+                 return t.cls(i + static_cast<size_t>(len), &l1) == CharClass::kLetter;
+               }()) {
       end = t.run(i + static_cast<size_t>(len), CharClass::kLetter);  // [^\r\n\p{L}\p{N}]?\p{L}+
     } else if (c0 == CharClass::kNumber) {
       end = t.run(i, CharClass::kNumber, max_digits);
@@ -147,9 +150,15 @@ void split_cl100k(const Cursor& t, size_t max_digits, std::vector<uint32_t>* end
 void pretokenize(SplitPattern pattern, std::string_view text, std::vector<uint32_t>* ends) {
   Cursor t{reinterpret_cast<const unsigned char*>(text.data()), text.size()};
   switch (pattern) {
-    case SplitPattern::kGpt2: split_gpt2(t, ends); break;
-    case SplitPattern::kLlama3: split_cl100k(t, 3, ends); break;
-    case SplitPattern::kQwen2: split_cl100k(t, 1, ends); break;
+    case SplitPattern::kGpt2:
+      split_gpt2(t, ends);
+      break;
+    case SplitPattern::kLlama3:
+      split_cl100k(t, 3, ends);
+      break;
+    case SplitPattern::kQwen2:
+      split_cl100k(t, 1, ends);
+      break;
   }
 }
 

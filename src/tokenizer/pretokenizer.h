@@ -3,8 +3,9 @@
 // produces with leftmost-first alternation (Python `regex`, Rust `regex`/`fancy-regex`, Oniguruma).
 //
 //   kGpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//   kLlama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//   kQwen2:  the same with \p{N} (one digit per piece) instead of \p{N}{1,3}
+//   kLlama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ kQwen2:  the same with \p{N} (one digit per piece) instead of
+//   \p{N}{1,3}
 #pragma once
 
 #include <cstdint>

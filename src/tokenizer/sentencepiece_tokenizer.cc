@@ -11,10 +11,12 @@ SentencePieceTokenizer::SentencePieceTokenizer() : sp_(std::make_unique<sentence
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(const std::string& model_file,
-                                                                               Variant variant, int64_t vocab_extra_ids) {
+                                                                               Variant variant,
+                                                                               int64_t vocab_extra_ids) {
   static const char* kNames[] = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"};
   std::string type = kNames[static_cast<int>(variant)];
-  if (model_file.empty()) return InvalidArgument("--tokenizer-model is required for ", type, " (a SentencePiece .model)");
+  if (model_file.empty())
+    return InvalidArgument("--tokenizer-model is required for ", type, " (a SentencePiece .model)");
   std::ifstream probe(model_file, std::ios::binary);
   if (!probe) return NotFound("--tokenizer-model ", model_file, ": cannot open file");
   char first = 0;
@@ -27,9 +29,11 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(c
   auto status = t->sp_->Load(model_file);
   if (!status.ok()) {
     if (first == '{')
-      return InvalidArgument("--tokenizer-model ", model_file, ": expected a SentencePiece model, found JSON (a tokenizer.json? "
+      return InvalidArgument("--tokenizer-model ", model_file,
+                             ": expected a SentencePiece model, found JSON (a tokenizer.json? "
                              "use --tokenizer-type HuggingFaceTokenizer)");
-    return InvalidArgument("--tokenizer-model ", model_file, ": expected a SentencePiece model (", status.ToString(), ")");
+    return InvalidArgument("--tokenizer-model ", model_file, ": expected a SentencePiece model (", status.ToString(),
+                           ")");
   }
   const int pieces = t->sp_->GetPieceSize();
   t->bos_ = t->sp_->bos_id();
@@ -37,9 +41,11 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(c
     t->vocab_size_ = pieces;
     t->eod_ = t->sp_->eos_id();
     t->pad_ = variant == Variant::kGptSentencePiece ? t->sp_->pad_id() : -1;
-    if (t->eod_ < 0) return InvalidArgument("--tokenizer-model ", model_file, ": the model has no end-of-sentence piece (eos_id)");
+    if (t->eod_ < 0)
+      return InvalidArgument("--tokenizer-model ", model_file, ": the model has no end-of-sentence piece (eos_id)");
     if (variant == Variant::kLlama2 && t->bos_ < 0)
-      return InvalidArgument("--tokenizer-model ", model_file, ": the model has no beginning-of-sentence piece (bos_id)");
+      return InvalidArgument("--tokenizer-model ", model_file,
+                             ": the model has no beginning-of-sentence piece (bos_id)");
     return t;
   }
   // Megatron's _SentencePieceTokenizer: new specials get ids after the existing pieces.
@@ -80,7 +86,8 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(c
 Status SentencePieceTokenizer::encode_plain(std::string_view text, std::vector<int32_t>* ids) const {
   std::vector<int> out;
   auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &out);
-  if (!status.ok()) return InvalidArgument(type_, ": SentencePiece could not encode the text (", status.ToString(), ")");
+  if (!status.ok())
+    return InvalidArgument(type_, ": SentencePiece could not encode the text (", status.ToString(), ")");
   ids->insert(ids->end(), out.begin(), out.end());
   return Status::Ok();
 }

@@ -5,17 +5,8 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/null_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
-#include "tokenizer/unicode.h"
 
 namespace gale {
-
-std::string Tokenizer::describe() const { return str_cat(type(), ": vocabulary ", vocab_size(), ", eod ", eod()); }
-
-Status check_utf8(std::string_view text) {
-  size_t bad = find_invalid_utf8(text);
-  if (bad != std::string_view::npos) return InvalidArgument("invalid UTF-8 at byte ", bad);
-  return Status::Ok();
-}
 
 StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) {
   std::string type = o.type.empty() ? "GPT2BPETokenizer" : o.type;
@@ -38,7 +29,8 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
     GALE_ASSIGN_OR_RETURN(auto t, NullTokenizer::create(o.vocab_size));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return Unimplemented("--tokenizer-type ", type, " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
+  return Unimplemented("--tokenizer-type ", type,
+                       " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
                        "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
 }
 

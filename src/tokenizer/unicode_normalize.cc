@@ -46,10 +46,18 @@ Status unicode_normalize(NormalForm form, std::string* text) {
   UErrorCode err = U_ZERO_ERROR;
   const UNormalizer2* n = nullptr;
   switch (form) {
-    case NormalForm::kNfc: n = unorm2_getNFCInstance(&err); break;
-    case NormalForm::kNfd: n = unorm2_getNFDInstance(&err); break;
-    case NormalForm::kNfkc: n = unorm2_getNFKCInstance(&err); break;
-    case NormalForm::kNfkd: n = unorm2_getNFKDInstance(&err); break;
+    case NormalForm::kNfc:
+      n = unorm2_getNFCInstance(&err);
+      break;
+    case NormalForm::kNfd:
+      n = unorm2_getNFDInstance(&err);
+      break;
+    case NormalForm::kNfkc:
+      n = unorm2_getNFKCInstance(&err);
+      break;
+    case NormalForm::kNfkd:
+      n = unorm2_getNFKDInstance(&err);
+      break;
   }
   if (U_FAILURE(err)) return Internal("ICU: cannot load the normaliser (", u_errorName(err), ")");
   std::vector<UChar> src, dst;
@@ -63,7 +71,8 @@ Status unicode_normalize(NormalForm form, std::string* text) {
     err = U_ZERO_ERROR;
     len = unorm2_normalize(n, src.data(), static_cast<int32_t>(src.size()), dst.data(), len, &err);
   }
-  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING) return Internal("ICU: normalisation failed (", u_errorName(err), ")");
+  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING)
+    return Internal("ICU: normalisation failed (", u_errorName(err), ")");
   dst.resize(static_cast<size_t>(len));
   return to_utf8(dst, text);
 }
@@ -78,8 +87,10 @@ Status unicode_lowercase(std::string* text) {
   GALE_RETURN_IF_ERROR(to_utf16(*text, &src));
   dst.resize(src.size() * 3 + 16);
   UErrorCode err = U_ZERO_ERROR;
-  int32_t len = u_strToLower(dst.data(), static_cast<int32_t>(dst.size()), src.data(), static_cast<int32_t>(src.size()), "", &err);
-  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING) return Internal("ICU: lowercasing failed (", u_errorName(err), ")");
+  int32_t len = u_strToLower(dst.data(), static_cast<int32_t>(dst.size()), src.data(), static_cast<int32_t>(src.size()),
+                             "", &err);
+  if (U_FAILURE(err) && err != U_STRING_NOT_TERMINATED_WARNING)
+    return Internal("ICU: lowercasing failed (", u_errorName(err), ")");
   dst.resize(static_cast<size_t>(len));
   return to_utf8(dst, text);
 }

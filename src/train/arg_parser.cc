@@ -14,6 +14,9 @@ struct ArgParser::Impl {
   std::vector<std::pair<std::string, CLI::Option*>> options;  // first name -> option
   std::map<std::string, std::string> unsupported;              // flag -> why
   std::map<std::string, std::vector<std::string>> unsupported_sink;
+  std::vector<std::pair<std::string, std::string>> compat;  // flag -> note
+  std::map<std::string, std::string> compat_values;
+  std::map<std::string, bool> compat_flags;
   std::map<std::string, bool> supported;
   std::map<std::string, std::string> value_kind;  // flag -> "an integer" / "a number", for conversion errors
   Impl(const std::string& program, const std::string& description) : app(description, program) {
@@ -78,6 +81,20 @@ void ArgParser::add_unsupported(const std::string& flag, const std::string& why)
   opt->default_str("");  // with a captured default string, a value-less flag would count 0
   impl_->record(flag, opt, false)->group("not supported yet");
   impl_->unsupported[Impl::first_name(flag)] = why;
+}
+
+void ArgParser::add_compat(const std::string& flag, bool takes_value, const std::string& note) {
+  CLI::Option* opt = takes_value ? impl_->app.add_option(flag, impl_->compat_values[flag], "accepted: " + note)
+                                 : impl_->app.add_flag(flag, impl_->compat_flags[flag], "accepted: " + note);
+  impl_->record(flag, opt)->group("accepted for compatibility (no effect in Gale)");
+  impl_->compat.emplace_back(Impl::first_name(flag), note);
+}
+
+std::vector<std::string> ArgParser::compat_notices() const {
+  std::vector<std::string> out;
+  for (const auto& [flag, note] : impl_->compat)
+    if (was_set(flag)) out.push_back(flag + ": " + note);
+  return out;
 }
 
 Status ArgParser::parse(int argc, char** argv) {

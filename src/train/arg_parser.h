@@ -43,6 +43,13 @@ class ArgParser {
   // number of values) and then rejected by parse() with "<flag>: not supported yet (<why>)".
   void add_unsupported(const std::string& flag, const std::string& why);
 
+  // A Megatron flag Gale accepts (so existing scripts run) although it changes nothing here, e.g.
+  // --attention-softmax-in-fp32 (always true in Gale) or --initial-loss-scale without --fp16.
+  // `note` says why; compat_notices() returns "<flag>: <note>" for each one given, for start-up.
+  // `takes_value`: whether the flag is followed by a value.
+  void add_compat(const std::string& flag, bool takes_value, const std::string& note);
+  std::vector<std::string> compat_notices() const;
+
   // Parse argv[1..argc) (argv[0] is the program name). Returns an error naming the flag for an
   // unknown flag, a missing or badly formed value, a value outside a choice list, or an
   // unsupported flag. After `--help`, help_requested() is true and help_text() has the text.

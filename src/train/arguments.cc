@@ -157,11 +157,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   };
   static const Entry entries[] = {
       {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
-      {"--loss-scale", "fp16 loss scaling"},
-      {"--initial-loss-scale", "fp16 loss scaling"},
-      {"--min-loss-scale", "fp16 loss scaling"},
-      {"--loss-scale-window", "fp16 loss scaling"},
-      {"--hysteresis", "fp16 loss scaling"},
       {"--apply-layernorm-1p", "zero-centered LayerNorm weights"},
       {"--qk-layernorm", "normalization of queries and keys"},
       {"--rotary-interleaved", "interleaved RoPE layout"},
@@ -203,6 +198,33 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--data-parallel-random-init", "different initialisation per data-parallel rank"},
   };
   for (const auto& e : entries) p.add_unsupported(e.flag, e.why);
+  // Flags of existing Megatron/MindSpeed scripts that change nothing in Gale: accepted, and
+  // reported at start-up with the reason.
+  struct Compat {
+    const char* flag;
+    bool takes_value;
+    const char* note;
+  };
+  static const Compat compat[] = {
+      {"--use-mcore-models", false, "Gale implements the Megatron-Core GPT model"},
+      {"--attention-softmax-in-fp32", false, "Gale always computes the attention softmax in fp32"},
+      {"--no-masked-softmax-fusion", false,
+       "Gale has no separate masked-softmax kernel; fused attention is --use-flash-attn"},
+      {"--no-gradient-accumulation-fusion", false,
+       "Gale always writes weight gradients straight into the fp32 gradient buffer"},
+      {"--no-create-attention-mask-in-dataloader", false, "Gale never materialises attention masks"},
+      {"--no-bias-swiglu-fusion", false, "the fused SwiGLU kernel is --use-fused-swiglu (MindSpeed)"},
+      {"--no-rope-fusion", false, "the fused RoPE kernel is --use-fused-rotary-pos-emb (MindSpeed)"},
+      {"--no-persist-layer-norm", false, "Gale has one fused LayerNorm kernel (level 1)"},
+      {"--loss-scale", true, "loss scaling only applies with --fp16"},
+      {"--initial-loss-scale", true, "loss scaling only applies with --fp16"},
+      {"--min-loss-scale", true, "loss scaling only applies with --fp16"},
+      {"--loss-scale-window", true, "loss scaling only applies with --fp16"},
+      {"--hysteresis", true, "loss scaling only applies with --fp16"},
+      {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},
+  };
+  p.group("compatibility");
+  for (const auto& c : compat) p.add_compat(c.flag, c.takes_value, c.note);
   // Implementation choices: Gale has one transformer implementation, which stands for both.
   static std::string transformer_impl = "transformer_engine";
   p.group("model");

@@ -18,12 +18,15 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--data-path and --train-data-path/--valid-data-path/--test-data-path are exclusive");
   if (d.mock_data && (data_path || per_split)) return InvalidArgument("--mock-data and --data-path are exclusive");
   if (!d.mock_data && !data_path && !per_split)
-    return InvalidArgument("no training data: give --data-path PREFIX (a .bin/.idx pair made by `gale preprocess`) or --mock-data");
+    return InvalidArgument(
+        "no training data: give --data-path PREFIX (a .bin/.idx pair made by `gale preprocess`) or --mock-data");
   if (!d.split.empty() && !data_path && !d.mock_data)
     return InvalidArgument("--split is only used with --data-path (each --train/valid/test-data-path is used whole)");
   if (d.split.empty() && data_path) d.split = "969, 30, 1";  // Megatron's legacy default (it warns)
-  if (d.num_workers < 0) return InvalidArgument("--num-workers: expected a non-negative integer, found ", d.num_workers);
-  if (t.vocab_extra_ids < 0) return InvalidArgument("--vocab-extra-ids: expected a non-negative integer, found ", t.vocab_extra_ids);
+  if (d.num_workers < 0)
+    return InvalidArgument("--num-workers: expected a non-negative integer, found ", d.num_workers);
+  if (t.vocab_extra_ids < 0)
+    return InvalidArgument("--vocab-extra-ids: expected a non-negative integer, found ", t.vocab_extra_ids);
   if (p.was_set("--vocab-size") && t.vocab_size <= 0)
     return InvalidArgument("--vocab-size: expected a positive integer, found ", t.vocab_size);
   if (t.tokenizer_type == "NullTokenizer" && t.vocab_size == kUnset)

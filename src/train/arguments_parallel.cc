@@ -1,6 +1,7 @@
 // Validation of the distributed layout flags against the world size and the model shape.
-#include "train/arguments.h"
 #include "core/log.h"
+#include "schedule/pipeline_order.h"
+#include "train/arguments.h"
 
 namespace gale {
 
@@ -21,26 +22,33 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   const bool by_layers = par.num_layers_per_virtual_pipeline_stage != kUnset;
   const bool by_stages = par.num_virtual_stages_per_pipeline_rank != kUnset;
   if (by_layers && by_stages)
-    return InvalidArgument("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
-                           "exclusive; give one");
+    return InvalidArgument(
+        "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
+        "exclusive; give one");
   if ((by_layers || by_stages) && pp == 1)
-    return InvalidArgument(by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank",
-                           " (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
+    return InvalidArgument(
+        by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank",
+        " (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
   if (uneven && pp == 1)
-    return InvalidArgument(first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
-                           " needs --pipeline-model-parallel-size > 1");
+    return InvalidArgument(
+        first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+        " needs --pipeline-model-parallel-size > 1");
   if (uneven && by_layers)
-    return InvalidArgument("--num-layers-per-virtual-pipeline-stage cannot be combined with "
-                           "--decoder-first/last-pipeline-num-layers; give --num-virtual-stages-per-pipeline-rank");
+    return InvalidArgument(
+        "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+        "--decoder-first/last-pipeline-num-layers; give --num-virtual-stages-per-pipeline-rank");
   int64_t vpp = 1;
   if (by_layers) {
-    GALE_RETURN_IF_ERROR(positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
+    GALE_RETURN_IF_ERROR(
+        positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
     if (num_layers % pp != 0)
       return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp);
     if ((num_layers / pp) % par.num_layers_per_virtual_pipeline_stage != 0)
       return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
-                             " / --pipeline-model-parallel-size ", pp, ") must be divisible by "
-                             "--num-layers-per-virtual-pipeline-stage ", par.num_layers_per_virtual_pipeline_stage);
+                             " / --pipeline-model-parallel-size ", pp,
+                             ") must be divisible by "
+                             "--num-layers-per-virtual-pipeline-stage ",
+                             par.num_layers_per_virtual_pipeline_stage);
     vpp = num_layers / pp / par.num_layers_per_virtual_pipeline_stage;
   } else if (by_stages) {
     GALE_RETURN_IF_ERROR(positive(par.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank"));
@@ -81,9 +89,28 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
                            " middle pipeline stages (--num-layers minus --decoder-first/last-pipeline-num-layers) "
                            "must divide evenly among them");
   if ((middle_layers / middle_stages) % vpp != 0)
-    return InvalidArgument("the ", middle_layers / middle_stages, " layers of each middle pipeline stage must be "
-                           "divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
+    return InvalidArgument("the ", middle_layers / middle_stages,
+                           " layers of each middle pipeline stage must be "
+                           "divisible by --num-virtual-stages-per-pipeline-rank ",
+                           vpp);
   return Status::Ok();
+}
+
+// The interleaved schedule's micro-batch count (a multiple of PP, as Megatron requires). The
+// global batch size may still be unset (it defaults to micro-batch x DP) or not divide evenly;
+// the training-flag checks report that.
+Status validate_interleaved_microbatches(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  if (par.virtual_pipeline_model_parallel_size <= 1) return Status::Ok();
+  const int64_t per_step = a.training.micro_batch_size * par.data_parallel_size;
+  const int64_t gbs = a.training.global_batch_size == kUnset ? per_step : a.training.global_batch_size;
+  if (per_step <= 0 || gbs % per_step != 0) return Status::Ok();
+  const int64_t pp = par.pipeline_model_parallel_size, num_microbatches = gbs / per_step;
+  if (check_interleaved_microbatches(static_cast<int>(pp), num_microbatches).ok()) return Status::Ok();
+  return InvalidArgument("the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size ",
+                         gbs, " / (--micro-batch-size ", a.training.micro_batch_size, " x data-parallel size ",
+                         par.data_parallel_size, ") = ", num_microbatches,
+                         ") to be a multiple of --pipeline-model-parallel-size ", pp);
 }
 
 }  // namespace
@@ -97,7 +124,8 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   GALE_RETURN_IF_ERROR(positive(par.context_parallel_size, "--context-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
-  int64_t model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
+  int64_t model_parallel =
+      par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)
     return InvalidArgument("world size ", world_size, " is not divisible by --tensor-model-parallel-size ",
                            par.tensor_model_parallel_size, " x --pipeline-model-parallel-size ",
@@ -108,12 +136,14 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.expert_model_parallel_size > 1) return Unimplemented("--expert-model-parallel-size > 1: not supported yet");
   int64_t tp = par.tensor_model_parallel_size;
   if (m.num_attention_heads % tp != 0)
-    return InvalidArgument("--num-attention-heads ", m.num_attention_heads, " must be divisible by --tensor-model-parallel-size ", tp);
+    return InvalidArgument("--num-attention-heads ", m.num_attention_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp);
   if (m.num_kv_heads % tp != 0)
     return InvalidArgument(m.num_kv_heads == m.num_attention_heads ? "--num-attention-heads " : "--num-query-groups ",
                            m.num_kv_heads, " must be divisible by --tensor-model-parallel-size ", tp);
   if (m.ffn_hidden_size % tp != 0)
-    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size, " must be divisible by --tensor-model-parallel-size ", tp);
+    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size,
+                           " must be divisible by --tensor-model-parallel-size ", tp);
   if (par.sequence_parallel && tp == 1) {
     warn_rank0("--sequence-parallel has no effect with --tensor-model-parallel-size 1; disabled");  // as Megatron
     par.sequence_parallel = false;
@@ -124,11 +154,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
   GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));
-  // Everything above holds for any layout; training itself is single-process for now.
-  if (par.pipeline_model_parallel_size > 1 || par.decoder_first_pipeline_num_layers != kUnset ||
-      par.decoder_last_pipeline_num_layers != kUnset) {
-    return Unimplemented("--pipeline-model-parallel-size > 1: not supported yet");
-  }
+  GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
   (void)p;
   return Status::Ok();
 }

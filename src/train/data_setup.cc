@@ -34,12 +34,13 @@ struct Builder {
   // One GPTDataset over sequences [begin, end) of `src`, or null when the range is empty and
   // no samples are wanted.
   StatusOr<std::unique_ptr<TokenDataset>> gpt(std::shared_ptr<TokenSource> src, DataSplit split, int64_t begin,
-                                               int64_t end, int64_t num_samples) {
+                                              int64_t end, int64_t num_samples) {
     if (begin >= end) {
       if (num_samples == 0) return std::unique_ptr<TokenDataset>();
-      return FailedPrecondition(src->name(), ": the ", split_name(split), " split is empty (sequences [", begin, ", ", end,
-                                ") of ", src->num_sequences(), " with --split '", split_text, "') but ", num_samples,
-                                " samples are needed; Megatron would loop forever here. Change --split, or use more data");
+      return FailedPrecondition(
+          src->name(), ": the ", split_name(split), " split is empty (sequences [", begin, ", ", end, ") of ",
+          src->num_sequences(), " with --split '", split_text, "') but ", num_samples,
+          " samples are needed; Megatron would loop forever here. Change --split, or use more data");
     }
     GptIndexParams p = params;
     p.num_samples = num_samples;
@@ -130,8 +131,9 @@ StatusOr<std::unique_ptr<Tokenizer>> build_pretrain_tokenizer(const Arguments& a
   bool no_files = t.vocab_file.empty() && t.merge_file.empty() && t.tokenizer_model.empty();
   if (o.type.empty() && args.data.mock_data && no_files) {
     if (t.vocab_size == kUnset)
-      return InvalidArgument("--mock-data without tokenizer flags uses NullTokenizer, which needs --vocab-size "
-                             "(or give --tokenizer-type and its files)");
+      return InvalidArgument(
+          "--mock-data without tokenizer flags uses NullTokenizer, which needs --vocab-size "
+          "(or give --tokenizer-type and its files)");
     o.type = "NullTokenizer";
   }
   return build_tokenizer(o);
@@ -149,7 +151,8 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
   log("> tokenizer: " + out.tokenizer->describe());
 
   const DataArgs& d = args.data;
-  if (args.model.seq_length <= 1) return InvalidArgument("--seq-length: expected at least 2, found ", args.model.seq_length);
+  if (args.model.seq_length <= 1)
+    return InvalidArgument("--seq-length: expected at least 2, found ", args.model.seq_length);
   if (args.training.seed < 0 || args.training.seed > 0xFFFFFFFFll)
     return InvalidArgument("--seed: expected an integer in [0, 2^32-1] (the data shuffles use numpy's RandomState)");
   Builder b{args, {}, d.data_cache_path, d.split, {}};
@@ -163,8 +166,8 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     // Megatron: no blend -> mock, split forced to "1,1,1", one MockGPTDataset per split.
     if (out.vocab_size < kMockMaxLength)
       return InvalidArgument("--mock-data documents hold token ids up to ", kMockMaxLength - 2,
-                             " (Megatron's mock documents are [1, ..., len-1, EOD]); the vocabulary has ", out.vocab_size,
-                             ": use --vocab-size ", kMockMaxLength - 1, " or more");
+                             " (Megatron's mock documents are [1, ..., len-1, EOD]); the vocabulary has ",
+                             out.vocab_size, ": use --vocab-size ", kMockMaxLength - 1, " or more");
     b.split_text = "1,1,1";
     b.cache_dir.clear();
     GALE_ASSIGN_OR_RETURN(SplitMatrix m, parse_split(b.split_text));
@@ -180,7 +183,8 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
       GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.data_args_path, "--data-args-path"));
       entries = split_whitespace(text);
     }
-    GALE_ASSIGN_OR_RETURN(Blend blend, parse_blend(entries, d.data_args_path.empty() ? "--data-path" : "--data-args-path"));
+    GALE_ASSIGN_OR_RETURN(Blend blend,
+                          parse_blend(entries, d.data_args_path.empty() ? "--data-path" : "--data-args-path"));
     std::string split_text = d.split.empty() ? "969, 30, 1" : d.split;
     b.split_text = split_text;
     GALE_ASSIGN_OR_RETURN(SplitMatrix m, parse_split(split_text));
@@ -203,7 +207,8 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
       GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.per_split_data_args_path, "--per-split-data-args-path"));
       nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.is_object())
-        return InvalidArgument("--per-split-data-args-path ", d.per_split_data_args_path, ": expected a JSON object with train/valid/test");
+        return InvalidArgument("--per-split-data-args-path ", d.per_split_data_args_path,
+                               ": expected a JSON object with train/valid/test");
       const char* keys[3] = {"train", "valid", "test"};
       for (int i = 0; i < 3; ++i) {
         if (!j.contains(keys[i]) || j[keys[i]].is_null()) continue;

@@ -21,8 +21,9 @@
 namespace gale {
 
 struct PretrainData {
-  std::unique_ptr<Tokenizer> tokenizer;  // from the TokenizerArgs (NullTokenizer for --mock-data without tokenizer flags)
-  int64_t vocab_size = 0;                // the tokenizer's vocabulary size as Megatron reports it (before padding)
+  std::unique_ptr<Tokenizer>
+      tokenizer;           // from the TokenizerArgs (NullTokenizer for --mock-data without tokenizer flags)
+  int64_t vocab_size = 0;  // the tokenizer's vocabulary size as Megatron reports it (before padding)
   int32_t eod = 0;
   std::unique_ptr<SampleDataset> train, valid, test;  // null when the split is empty and not needed
 };

@@ -65,16 +65,20 @@ std::vector<bool> norm_counting(const GPTModel& model) {
   return counts;
 }
 
-StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops) {
-  auto engine = std::make_unique<Engine>();
+ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size) {
   ParallelSizes sizes;
-  sizes.world_size = world->size();
+  sizes.world_size = static_cast<int>(world_size);
   sizes.tp = static_cast<int>(args.parallel.tensor_model_parallel_size);
   sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
   sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
   sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
   sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
-  GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(sizes));
+  return sizes;
+}
+
+StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops) {
+  auto engine = std::make_unique<Engine>();
+  GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
   const ModelConfig config = model_config_from_args(args);

@@ -37,6 +37,9 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
 // parameter exactly once across the model-parallel group).
 std::vector<bool> norm_counting(const GPTModel& model);
 
+// The parallel sizes of the layout flags on a world of `world_size` ranks.
+ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size);
+
 // Builds the engine for validated `args` (with padded_vocab_size set) on `world`; the model is
 // initialised from --seed. `ops` is the op table to use (features already applied).
 StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops);

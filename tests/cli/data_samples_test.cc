@@ -58,10 +58,12 @@ TEST(DataSamples, PrintsMegatronsSamples) {
 TEST(DataSamples, Errors) {
   json g = testing::load_json(kSamples + "/golden.json");
   testing::TempDir dir;
-  auto r = testing::run_gale("data-samples" + flags_of("weighted_blend", g) + " --sample-split test --sample-index 0", dir.path());
+  auto r = testing::run_gale("data-samples" + flags_of("weighted_blend", g) + " --sample-split test --sample-index 0",
+                             dir.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("test split is empty"), std::string::npos) << r.err;
-  r = testing::run_gale("data-samples" + flags_of("weighted_blend", g) + " --sample-index 199 --sample-count 5", dir.path());
+  r = testing::run_gale("data-samples" + flags_of("weighted_blend", g) + " --sample-index 199 --sample-count 5",
+                        dir.path());
   EXPECT_NE(r.err.find("exceeds the train split's 200 samples"), std::string::npos) << r.err;
   r = testing::run_gale("data-samples" + flags_of("weighted_blend", g), dir.path());
   EXPECT_NE(r.err.find("--sample-index is required"), std::string::npos) << r.err;

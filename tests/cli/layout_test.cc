@@ -8,9 +8,10 @@ namespace gale {
 namespace {
 
 TEST(GaleLayout, PrintsTheWorkedExample) {
-  test::RunResult r = test::run_with_timeout(
-      {GALE_BINARY, "layout", "--world-size", "8", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"},
-      {}, 60);
+  test::RunResult r =
+      test::run_with_timeout({GALE_BINARY, "layout", "--world-size", "8", "--tensor-model-parallel-size", "2",
+                              "--pipeline-model-parallel-size", "2"},
+                             {}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank = tp + 2*dp + 4*pp"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  dp                  [0,2] [1,3] [4,6] [5,7]\n"), std::string::npos) << r.output;
@@ -18,10 +19,10 @@ TEST(GaleLayout, PrintsTheWorkedExample) {
 }
 
 TEST(GaleLayout, TpPpDpMapping) {
-  test::RunResult r = test::run_with_timeout(
-      {GALE_BINARY, "layout", "--world-size", "8", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size",
-       "2", "--use-tp-pp-dp-mapping"},
-      {}, 60);
+  test::RunResult r =
+      test::run_with_timeout({GALE_BINARY, "layout", "--world-size", "8", "--tensor-model-parallel-size", "2",
+                              "--pipeline-model-parallel-size", "2", "--use-tp-pp-dp-mapping"},
+                             {}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("order tp-cp-ep-pp-dp: rank = tp + 2*pp + 4*dp"), std::string::npos) << r.output;
 }

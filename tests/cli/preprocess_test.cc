@@ -18,16 +18,17 @@ using testing::TempDir;
 
 const std::string kRef = std::string(GALE_TEST_DATA_DIR) + "/reference/preprocess";
 const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
-const std::string kGpt2 = "--tokenizer-type GPT2BPETokenizer --vocab-file " + kRepo + "/data/tokenizers/gpt2/vocab.json --merge-file " +
-                          kRepo + "/data/tokenizers/gpt2/merges.txt";
-const std::string kLlama3 = "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " + std::string(GALE_TEST_DATA_DIR) +
-                            "/tokenizers/llama3_style";
+const std::string kGpt2 = "--tokenizer-type GPT2BPETokenizer --vocab-file " + kRepo +
+                          "/data/tokenizers/gpt2/vocab.json --merge-file " + kRepo + "/data/tokenizers/gpt2/merges.txt";
+const std::string kLlama3 = "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " +
+                            std::string(GALE_TEST_DATA_DIR) + "/tokenizers/llama3_style";
 
 void expect_same_files(const std::string& ours, const std::string& megatron) {
   for (const char* ext : {".bin", ".idx"}) {
     std::string a = read_file(ours + ext), b = read_file(megatron + ext);
     ASSERT_FALSE(b.empty()) << megatron << ext;
-    EXPECT_TRUE(a == b) << ours << ext << " differs from " << megatron << ext << " (" << a.size() << " vs " << b.size() << " bytes)";
+    EXPECT_TRUE(a == b) << ours << ext << " differs from " << megatron << ext << " (" << a.size() << " vs " << b.size()
+                        << " bytes)";
   }
 }
 
@@ -37,7 +38,8 @@ struct PreprocessRun {
 };
 
 TEST(Preprocess, ByteIdenticalToMegatronForEveryKey) {
-  for (const PreprocessRun& run : {PreprocessRun{"gpt2_eod", kGpt2 + " --append-eod"}, PreprocessRun{"gpt2", kGpt2}, PreprocessRun{"llama3_eod", kLlama3 + " --append-eod"}}) {
+  for (const PreprocessRun& run : {PreprocessRun{"gpt2_eod", kGpt2 + " --append-eod"}, PreprocessRun{"gpt2", kGpt2},
+                                   PreprocessRun{"llama3_eod", kLlama3 + " --append-eod"}}) {
     for (int workers : {1, 2}) {
       TempDir dir;
       auto r = run_gale("preprocess --input " + kRef + "/input.jsonl --output-prefix " + dir.file("out") +
@@ -62,8 +64,9 @@ TEST(Preprocess, GzipInputAndManyWorkersKeepInputOrder) {
   gzwrite(gz, jsonl.data(), static_cast<unsigned>(jsonl.size()));
   gzclose(gz);
   testing::write_file(dir.file("in.jsonl"), jsonl);
-  auto a = run_gale("preprocess --input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("plain") + " --workers 1 " + kGpt2,
-                    dir.path());
+  auto a = run_gale(
+      "preprocess --input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("plain") + " --workers 1 " + kGpt2,
+      dir.path());
   ASSERT_EQ(a.exit_code, 0) << a.err;
   auto b = run_gale("preprocess --input " + dir.file("in.jsonl.gz") + " --output-prefix " + dir.file("gz") +
                         " --workers 3 --log-interval 1000 " + kGpt2,
@@ -98,9 +101,15 @@ class PreprocessErrors : public ::testing::Test {
 TEST_F(PreprocessErrors, MalformedJsonNamesFileAndLine) {
   expect_fails_with(run("{\"text\": \"ok\"}\n{\"text\": \"broken\n{\"text\": \"ok\"}\n"), "in.jsonl:2: malformed JSON");
 }
-TEST_F(PreprocessErrors, MissingKey) { expect_fails_with(run("{\"text\": \"a\"}\n{\"body\": \"b\"}\n"), "in.jsonl:2: missing key 'text'"); }
-TEST_F(PreprocessErrors, WrongValueType) { expect_fails_with(run("{\"text\": 5}\n"), "in.jsonl:1: key 'text' is a number"); }
-TEST_F(PreprocessErrors, InvalidUtf8) { expect_fails_with(run("{\"text\": \"ok\"}\n{\"text\": \"bad \xC3\x28\"}\n"), "in.jsonl:2:"); }
+TEST_F(PreprocessErrors, MissingKey) {
+  expect_fails_with(run("{\"text\": \"a\"}\n{\"body\": \"b\"}\n"), "in.jsonl:2: missing key 'text'");
+}
+TEST_F(PreprocessErrors, WrongValueType) {
+  expect_fails_with(run("{\"text\": 5}\n"), "in.jsonl:1: key 'text' is a number");
+}
+TEST_F(PreprocessErrors, InvalidUtf8) {
+  expect_fails_with(run("{\"text\": \"ok\"}\n{\"text\": \"bad \xC3\x28\"}\n"), "in.jsonl:2:");
+}
 TEST_F(PreprocessErrors, NotAnObject) { expect_fails_with(run("[1, 2]\n"), "in.jsonl:1: expected a JSON object"); }
 
 TEST_F(PreprocessErrors, SkipBadLinesCountsAndSkips) {
@@ -114,22 +123,29 @@ TEST_F(PreprocessErrors, SkipBadLinesCountsAndSkips) {
 }
 
 TEST_F(PreprocessErrors, BadFlagsAndFiles) {
-  auto r = run_gale("preprocess --input " + dir_.file("missing.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1 " + kGpt2,
+  auto r = run_gale("preprocess --input " + dir_.file("missing.jsonl") + " --output-prefix " + dir_.file("o") +
+                        " --workers 1 " + kGpt2,
                     dir_.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("missing.jsonl: no such file"), std::string::npos) << r.err;
   testing::write_file(dir_.file("in.jsonl"), "{\"text\": \"a\"}\n");
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix /nonexistent/dir/o --workers 1 " + kGpt2, dir_.path());
+  r = run_gale(
+      "preprocess --input " + dir_.file("in.jsonl") + " --output-prefix /nonexistent/dir/o --workers 1 " + kGpt2,
+      dir_.path());
   EXPECT_NE(r.err.find("/nonexistent/dir does not exist"), std::string::npos) << r.err;
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " " + kGpt2, dir_.path());
+  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " " + kGpt2,
+               dir_.path());
   EXPECT_NE(r.err.find("--workers is required"), std::string::npos) << r.err;
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1 --partitions 2 " + kGpt2,
+  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") +
+                   " --workers 1 --partitions 2 " + kGpt2,
                dir_.path());
   EXPECT_NE(r.err.find("--partitions 2"), std::string::npos) << r.err;
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1 --split-sentences " + kGpt2,
+  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") +
+                   " --workers 1 --split-sentences " + kGpt2,
                dir_.path());
   EXPECT_NE(r.err.find("--split-sentences: not supported"), std::string::npos) << r.err;
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1", dir_.path());
+  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1",
+               dir_.path());
   EXPECT_NE(r.err.find("--tokenizer-type is required"), std::string::npos) << r.err;
 }
 
@@ -148,7 +164,8 @@ TEST(MergeDatasets, MatchesMegatronsConcatenation) {
   testing::write_dataset(dir.file("parts/c"), {{5, 6}, {7}});
   testing::write_dataset(dir.file("parts/b"), {{1, 2, 3}, {}, {4}});
   testing::write_file(dir.file("parts/README.txt"), "ignored");
-  auto r = run_gale("merge-datasets --input " + dir.file("parts") + " --output-prefix " + dir.file("merged"), dir.path());
+  auto r =
+      run_gale("merge-datasets --input " + dir.file("parts") + " --output-prefix " + dir.file("merged"), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   testing::write_dataset(dir.file("expected"), {{1, 2, 3}, {}, {4}, {5, 6}, {7}});
   EXPECT_EQ(read_file(dir.file("merged.bin")), read_file(dir.file("expected.bin")));

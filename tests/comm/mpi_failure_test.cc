@@ -2,7 +2,6 @@
 // fatal_exit, SIGKILL, a hang, an MPI error), mpirun ends non-zero quickly and no rank is left
 // running. Starts `mpirun -np 4` on tests/comm/mpi_failure_helper.cc with a time limit.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -30,8 +29,9 @@ JobResult run_job(const std::string& scenario, int victim, double limit_seconds,
   fs::path dir = fs::temp_directory_path() / ("gale_failure_" + std::to_string(getpid()) + "_" + scenario);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::vector<std::string> argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(kRanks),
-                                   GALE_MPI_FAILURE_HELPER, scenario, std::to_string(victim), dir.string()};
+  std::vector<std::string> argv = {
+      GALE_MPIEXEC, "--oversubscribe",      "--bind-to", "none", "-np", std::to_string(kRanks), GALE_MPI_FAILURE_HELPER,
+      scenario,     std::to_string(victim), dir.string()};
   if (!timeout.empty()) argv.push_back(timeout);
   std::vector<std::string> env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                                   "OMPI_MCA_mpi_yield_when_idle=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none",
@@ -72,7 +72,7 @@ TEST(MpiFailure, NormalRunExitsZeroAfterFinalize) {
 TEST(MpiFailure, FailedCheckOnOneRankStopsEveryRank) {
   JobResult job = run_job("check-fail", 2, 60);
   ASSERT_FALSE(job.run.timed_out) << "the job hung after a failed CHECK:\n" << job.run.output;
-  EXPECT_NE(job.run.exit_code, 0) << job.run.output;
+  EXPECT_EQ(job.run.exit_code, 134) << job.run.output;  // kCheckFailureExitCode through MPI_Abort
   EXPECT_LT(job.run.seconds, 30.0);
   EXPECT_NE(job.run.output.find("CHECK failed"), std::string::npos) << job.run.output;
   EXPECT_NE(job.run.output.find("rank 2 fails on purpose"), std::string::npos) << job.run.output;

@@ -1,9 +1,8 @@
 // The NCCL communicator across processes (one GPU each; skips unless every rank has its own GPU):
 // collectives against serial results, a send/recv exchange (deferred and grouped, so it cannot
 // deadlock), sub-groups. Registered only in CUDA builds (tests/comm/CMakeLists.txt).
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <vector>
 

@@ -21,7 +21,8 @@ namespace {
 TEST(NcclCommunicator, NotBuiltWithoutCuda) {
   StatusOr<Comm> w = init_world("nccl");
   ASSERT_FALSE(w.ok());
-  EXPECT_NE(w.status().message().find("--distributed-backend nccl: this build of gale has no CUDA/NCCL"), std::string::npos);
+  EXPECT_NE(w.status().message().find("--distributed-backend nccl: this build of gale has no CUDA/NCCL"),
+            std::string::npos);
 }
 
 #else

@@ -82,7 +82,7 @@ TEST(Blending, ParseDataPath) {
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.status().message().find("--data-path"), std::string::npos);
 
-  EXPECT_FALSE(parse_blend({"0", "a", "0", "b"}, "--train-data-path").ok());   // weights add up to 0
+  EXPECT_FALSE(parse_blend({"0", "a", "0", "b"}, "--train-data-path").ok());  // weights add up to 0
   EXPECT_FALSE(parse_blend({"-1", "a", "2", "b"}, "--data-path").ok());       // negative weight
   EXPECT_FALSE(parse_blend({}, "--data-path").ok());
 }

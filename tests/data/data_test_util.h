@@ -45,7 +45,9 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 
 inline nlohmann::json load_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
 
-inline std::string reference_path(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/reference/" + name; }
+inline std::string reference_path(const std::string& name) {
+  return std::string(GALE_TEST_DATA_DIR) + "/reference/" + name;
+}
 
 // Writes PREFIX.bin/.idx with one sequence per document.
 inline void write_dataset(const std::string& prefix, const std::vector<std::vector<int32_t>>& docs,

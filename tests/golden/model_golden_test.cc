@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "golden/golden_fixture.h"
+#include "kernels/cpu/fused_ops.h"
 #include "model/gpt_model.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
@@ -53,7 +54,8 @@ struct GoldenRun {
   OpTable ops = reference_ops();
   std::unique_ptr<GPTModel> model;
 
-  explicit GoldenRun(const GoldenFixture& f) {
+  explicit GoldenRun(const GoldenFixture& f, bool fused = false) {
+    if (fused) GALE_CHECK_OK(install_all_fused_kernels(ops, Isa::kAvx512));
     add_all_pretrain_args(parser, args);
     std::vector<std::string> argv = {"gale"};
     argv.insert(argv.end(), f.megatron_args().begin(), f.megatron_args().end());
@@ -140,9 +142,8 @@ TEST_P(Golden, ForwardLogitsLossAndGradients) {
   }
 }
 
-TEST_P(Golden, TenIterationsOfTraining) {
-  const GoldenFixture& f = *fixture_;
-  GoldenRun s(f);
+void train_ten_iterations(const GoldenFixture& f, bool fused) {
+  GoldenRun s(f, fused);
   Engine engine;
   engine.ops = s.ops;
   engine.chunks.push_back(std::move(s.model));
@@ -159,6 +160,7 @@ TEST_P(Golden, TenIterationsOfTraining) {
     EXPECT_NEAR(scheduler.lr(), series.lr_used[k], 1e-12) << "learning rate used by iteration " << k + 1;
     auto r = trainer.train_step();
     ASSERT_TRUE(r.ok()) << r.status().to_string();
+    SCOPED_TRACE(fused ? "fused kernels" : "reference kernels");
     ASSERT_TRUE(r->step.applied);
     EXPECT_NEAR(r->loss_sum / r->tokens, series.loss[k], 2e-5 * series.loss[k]) << "loss of iteration " << k + 1;
     EXPECT_NEAR(r->step.grad_norm, series.grad_norm[k], 1e-3 * series.grad_norm[k]) << "grad norm of iteration " << k + 1;
@@ -174,6 +176,12 @@ TEST_P(Golden, TenIterationsOfTraining) {
     EXPECT_TRUE(st.ok()) << st.message();
   }
 }
+
+TEST_P(Golden, TenIterationsOfTraining) { train_ten_iterations(*fixture_, false); }
+
+// The same run with every fused kernel (flash attention, fused LM head finishing its backward in
+// forward, fused norms/activations/RoPE/AdamW): the same reference values, same tolerances.
+TEST_P(Golden, TenIterationsOfTrainingWithFusedKernels) { train_ten_iterations(*fixture_, true); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(golden::golden_fixture_names()),
                          [](const auto& info) { return info.param; });

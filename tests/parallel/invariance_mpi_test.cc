@@ -1,5 +1,5 @@
-// Parallel invariance: every TP / SP / DP layout (and, as they land, PP, interleaved PP and the
-// distributed optimizer) reproduces the single-process run: the losses and gradient norms of 5
+// Parallel invariance: every TP / SP / DP / PP layout (1F1B, interleaved, uneven stages; and, as it
+// lands, the distributed optimizer) reproduces the single-process run: the losses and gradient norms of 5
 // iterations and the final parameters and gradients, within 1e-5 relative in fp32.
 //
 // Each rank also runs the single-process reference itself (the models are tiny), so it can
@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "mpi_test_env.h"
 #include "testing_data.h"
@@ -37,6 +38,28 @@ const std::vector<Layout>& layouts() {
       {"dp4", 4, {}},
       {"tp4_dp2_sp", 8, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
       {"tp2_dp4", 8, {"--tensor-model-parallel-size", "2"}},
+      // Pipeline parallelism: 1F1B, interleaved 1F1B and uneven first/last stages. A layout may
+      // set --num-layers; its single-process reference then has the same number of layers.
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"pp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1",
+                         "--decoder-last-pipeline-num-layers", "3"}},
+      {"pp2_vpp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                              "--num-layers", "6", "--decoder-first-pipeline-num-layers", "2"}},
+      {"pp4", 4, {"--pipeline-model-parallel-size", "4"}},
+      {"pp4_vpp2", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
+                       "--num-layers", "8"}},
+      {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",
+                         "--decoder-first-pipeline-num-layers", "1", "--decoder-last-pipeline-num-layers", "1"}},
+      {"tp2_pp2", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
+      {"tp2_pp2_vpp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                              "--num-layers-per-virtual-pipeline-stage", "1", "--sequence-parallel"}},
+      {"pp2_dp2", 4, {"--pipeline-model-parallel-size", "2"}},
+      {"tp2_pp2_dp2", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
+      {"tp2_pp2_dp2_sp", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                             "--sequence-parallel"}},
+      {"pp2_vpp2_dp4", 8, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                           "--global-batch-size", "16"}},
   };
   return all;
 }
@@ -88,6 +111,22 @@ struct LayoutRun {
   }
 };
 
+// The single-process run a layout is compared with: the same model (and batch) flags, no
+// parallelism. Computed once per process for each distinct set of flags.
+const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& layout_flags) {
+  std::vector<std::string> same_model;
+  for (size_t i = 0; i + 1 < layout_flags.size(); ++i)
+    if (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size")
+      same_model.insert(same_model.end(), {layout_flags[i], layout_flags[i + 1]});
+  static std::map<std::pair<bool, std::vector<std::string>>, std::unique_ptr<LayoutRun>> runs;
+  auto& run = runs[{llama, same_model}];
+  if (!run) {
+    run = std::make_unique<LayoutRun>(llama ? kLlama : kGpt, same_model, make_self_communicator("world"));
+    run->train();
+  }
+  return *run;
+}
+
 // ||shard − slice of reference|| / ||slice of reference|| for one parameter or gradient.
 double relative_error(const ParamSpec& shard_spec, const float* shard, const ParamSpec& ref_spec, const float* ref) {
   double diff = 0.0, norm = 0.0;
@@ -111,8 +150,7 @@ TEST_P(Invariance, MatchesSingleProcess) {
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   const auto& model = llama ? kLlama : kGpt;
-  LayoutRun reference(model, {}, make_self_communicator("world"));
-  reference.train();
+  const LayoutRun& reference = single_process_run(llama, layout->flags);
   LayoutRun run(model, layout->flags, world);
   run.train();
   for (int i = 0; i < 5; ++i) {

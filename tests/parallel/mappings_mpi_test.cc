@@ -4,8 +4,6 @@
 // same on every TP rank) counts once; a *distributed* one (shards, or per-rank partial values)
 // counts as the sum over ranks. Run under mpirun with 2 and 4 ranks, on TP groups of the whole
 // world and, with 4 ranks, on two TP groups of 2 (tests/parallel/CMakeLists.txt).
-#include "parallel/mappings.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "core/rng.h"
 #include "mpi_test_env.h"
+#include "parallel/mappings.h"
 #include "parallel/parallel_state.h"
 
 namespace gale {
@@ -28,7 +27,9 @@ Tensor random_tensor(const Shape& shape, uint64_t stream, int rank_or_minus1) {
   return t;
 }
 Tensor replicated(const Shape& shape, uint64_t stream) { return random_tensor(shape, stream, -1); }
-Tensor distributed(const Shape& shape, uint64_t stream, int world_rank) { return random_tensor(shape, stream, world_rank); }
+Tensor distributed(const Shape& shape, uint64_t stream, int world_rank) {
+  return random_tensor(shape, stream, world_rank);
+}
 
 double dot(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
@@ -49,8 +50,10 @@ void expect_adjoint(const char* name, Communicator& tp, int world_rank, const Sh
                     const Shape& out_shape, Space out_space, const std::function<Tensor(const Tensor&)>& f,
                     const std::function<Tensor(const Tensor&)>& f_adjoint) {
   for (uint64_t trial = 0; trial < 3; ++trial) {
-    Tensor x = in_space == Space::kReplicated ? replicated(in_shape, 10 + trial) : distributed(in_shape, 10 + trial, world_rank);
-    Tensor y = out_space == Space::kReplicated ? replicated(out_shape, 20 + trial) : distributed(out_shape, 20 + trial, world_rank);
+    Tensor x = in_space == Space::kReplicated ? replicated(in_shape, 10 + trial)
+                                              : distributed(in_shape, 10 + trial, world_rank);
+    Tensor y = out_space == Space::kReplicated ? replicated(out_shape, 20 + trial)
+                                               : distributed(out_shape, 20 + trial, world_rank);
     Tensor fx = f(x.clone());  // clones: all-reduces work in place
     Tensor fty = f_adjoint(y.clone());
     ASSERT_EQ(fx.shape(), out_shape) << name;
@@ -86,40 +89,50 @@ TEST(Mappings, AdjointPairs) {
     SCOPED_TRACE(::testing::Message() << "TP group of " << n);
     const Shape full = {S, B, H}, h_shard = {S, B, H / n}, s_shard = {S / n, B, H};
     auto D = Space::kDistributed, R = Space::kReplicated;
-    expect_adjoint("copy_to_tp_region", tp, r, full, R, full, D, [&](const Tensor& x) { return copy_to_tp_region(x, tp); },
-                   [&](const Tensor& y) { return copy_to_tp_region_backward(y, tp); });
-    expect_adjoint("reduce_from_tp_region", tp, r, full, D, full, R,
-                   [&](const Tensor& x) { return reduce_from_tp_region(x, tp); },
-                   [&](const Tensor& y) { return reduce_from_tp_region_backward(y, tp); });
-    expect_adjoint("scatter_to_tp_region", tp, r, full, R, h_shard, D,
-                   [&](const Tensor& x) { return scatter_to_tp_region(x, tp); },
-                   [&](const Tensor& y) { return scatter_to_tp_region_backward(y, tp); });
-    expect_adjoint("gather_from_tp_region", tp, r, h_shard, D, full, R,
-                   [&](const Tensor& x) { return gather_from_tp_region(x, tp); },
-                   [&](const Tensor& y) { return gather_from_tp_region_backward(y, tp); });
-    expect_adjoint("scatter_to_sequence_parallel_region", tp, r, full, R, s_shard, D,
-                   [&](const Tensor& x) { return scatter_to_sequence_parallel_region(x, tp); },
-                   [&](const Tensor& y) { return scatter_to_sequence_parallel_region_backward(y, tp); });
+    expect_adjoint(
+        "copy_to_tp_region", tp, r, full, R, full, D, [&](const Tensor& x) { return copy_to_tp_region(x, tp); },
+        [&](const Tensor& y) { return copy_to_tp_region_backward(y, tp); });
+    expect_adjoint(
+        "reduce_from_tp_region", tp, r, full, D, full, R, [&](const Tensor& x) { return reduce_from_tp_region(x, tp); },
+        [&](const Tensor& y) { return reduce_from_tp_region_backward(y, tp); });
+    expect_adjoint(
+        "scatter_to_tp_region", tp, r, full, R, h_shard, D,
+        [&](const Tensor& x) { return scatter_to_tp_region(x, tp); },
+        [&](const Tensor& y) { return scatter_to_tp_region_backward(y, tp); });
+    expect_adjoint(
+        "gather_from_tp_region", tp, r, h_shard, D, full, R,
+        [&](const Tensor& x) { return gather_from_tp_region(x, tp); },
+        [&](const Tensor& y) { return gather_from_tp_region_backward(y, tp); });
+    expect_adjoint(
+        "scatter_to_sequence_parallel_region", tp, r, full, R, s_shard, D,
+        [&](const Tensor& x) { return scatter_to_sequence_parallel_region(x, tp); },
+        [&](const Tensor& y) { return scatter_to_sequence_parallel_region_backward(y, tp); });
     // The all-gathered output feeds TP-partial consumers: its gradient is distributed.
-    expect_adjoint("gather_from_sequence_parallel_region", tp, r, s_shard, D, full, D,
-                   [&](const Tensor& x) { return gather_from_sequence_parallel_region(x, tp); },
-                   [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward(y, tp); });
+    expect_adjoint(
+        "gather_from_sequence_parallel_region", tp, r, s_shard, D, full, D,
+        [&](const Tensor& x) { return gather_from_sequence_parallel_region(x, tp); },
+        [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward(y, tp); });
     // ... or every rank holds the same full gradient: the backward is a split.
-    expect_adjoint("gather_from_sequence_parallel_region (replicated grad)", tp, r, s_shard, D, full, R,
-                   [&](const Tensor& x) { return gather_from_sequence_parallel_region(x, tp); },
-                   [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward(y, tp, false); });
-    expect_adjoint("reduce_scatter_to_sequence_parallel_region", tp, r, full, D, s_shard, D,
-                   [&](const Tensor& x) { return reduce_scatter_to_sequence_parallel_region(x, tp); },
-                   [&](const Tensor& y) { return reduce_scatter_to_sequence_parallel_region_backward(y, tp); });
+    expect_adjoint(
+        "gather_from_sequence_parallel_region (replicated grad)", tp, r, s_shard, D, full, R,
+        [&](const Tensor& x) { return gather_from_sequence_parallel_region(x, tp); },
+        [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward(y, tp, false); });
+    expect_adjoint(
+        "reduce_scatter_to_sequence_parallel_region", tp, r, full, D, s_shard, D,
+        [&](const Tensor& x) { return reduce_scatter_to_sequence_parallel_region(x, tp); },
+        [&](const Tensor& y) { return reduce_scatter_to_sequence_parallel_region_backward(y, tp); });
     // The async forms are the same maps.
-    expect_adjoint("async sequence-parallel pair", tp, r, s_shard, D, full, D,
-                   [&](const Tensor& x) { return gather_from_sequence_parallel_region_async(x, tp).wait(); },
-                   [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward_async(y, tp).wait(); });
-    expect_adjoint("async reduce-scatter pair", tp, r, full, D, s_shard, D,
-                   [&](const Tensor& x) { return reduce_scatter_to_sequence_parallel_region_async(x, tp).wait(); },
-                   [&](const Tensor& y) { return reduce_scatter_to_sequence_parallel_region_backward_async(y, tp).wait(); });
-    expect_adjoint("async all-reduce pair", tp, r, full, R, full, D, [&](const Tensor& x) { return copy_to_tp_region(x, tp); },
-                   [&](const Tensor& y) { return copy_to_tp_region_backward_async(y, tp).wait(); });
+    expect_adjoint(
+        "async sequence-parallel pair", tp, r, s_shard, D, full, D,
+        [&](const Tensor& x) { return gather_from_sequence_parallel_region_async(x, tp).wait(); },
+        [&](const Tensor& y) { return gather_from_sequence_parallel_region_backward_async(y, tp).wait(); });
+    expect_adjoint(
+        "async reduce-scatter pair", tp, r, full, D, s_shard, D,
+        [&](const Tensor& x) { return reduce_scatter_to_sequence_parallel_region_async(x, tp).wait(); },
+        [&](const Tensor& y) { return reduce_scatter_to_sequence_parallel_region_backward_async(y, tp).wait(); });
+    expect_adjoint(
+        "async all-reduce pair", tp, r, full, R, full, D, [&](const Tensor& x) { return copy_to_tp_region(x, tp); },
+        [&](const Tensor& y) { return copy_to_tp_region_backward_async(y, tp).wait(); });
   }
 }
 

@@ -1,13 +1,12 @@
 // ParallelState on MPI: for several layouts, every group communicator has exactly the members the
 // rank layout lists (checked by a collective over it), in the right order, and embedding groups
 // exist only on first and last pipeline stages.
-#include "parallel/parallel_state.h"
-
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "mpi_test_env.h"
+#include "parallel/parallel_state.h"
 
 namespace gale {
 namespace {

@@ -132,10 +132,10 @@ TEST(RankGrid, EveryGroupKindMatchesTheDefinitionOnManyLayouts) {
     int world, tp, pp, cp, ep, etp;
     bool tp_pp_dp;
   };
-  const Case cases[] = {{1, 1, 1, 1, 1, 0, false}, {2, 2, 1, 1, 1, 0, false}, {4, 1, 4, 1, 1, 0, false},
-                        {8, 2, 2, 1, 1, 0, false}, {8, 4, 1, 1, 1, 0, false}, {8, 1, 2, 1, 1, 0, true},
+  const Case cases[] = {{1, 1, 1, 1, 1, 0, false},  {2, 2, 1, 1, 1, 0, false},  {4, 1, 4, 1, 1, 0, false},
+                        {8, 2, 2, 1, 1, 0, false},  {8, 4, 1, 1, 1, 0, false},  {8, 1, 2, 1, 1, 0, true},
                         {12, 2, 3, 1, 1, 0, false}, {16, 2, 2, 2, 1, 0, false}, {16, 2, 2, 1, 4, 1, false},
-                        {16, 2, 2, 1, 2, 2, false}, {24, 2, 3, 1, 1, 0, true}, {32, 4, 2, 1, 2, 2, true}};
+                        {16, 2, 2, 1, 2, 2, false}, {24, 2, 3, 1, 1, 0, true},  {32, 4, 2, 1, 2, 2, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "world " << c.world << " tp " << c.tp << " pp " << c.pp << " cp " << c.cp
                                       << " ep " << c.ep << " etp " << c.etp << (c.tp_pp_dp ? " tp-pp-dp" : ""));
@@ -197,10 +197,12 @@ TEST(RankGrid, RankGeneratorOrderRules) {
   EXPECT_EQ(g->get_ranks("dp-tp"), g->get_ranks("tp-dp"));
   EXPECT_EQ(g->coordinate(6, "pp"), 1);
   auto message = [](const StatusOr<RankGenerator>& r) { return r.ok() ? std::string("ok") : r.status().message(); };
-  EXPECT_EQ(message(RankGenerator::create(2, 1, 2, 2, 1, "tp-dp")), "rank order 'tp-dp' leaves out pp, whose size is 2");
+  EXPECT_EQ(message(RankGenerator::create(2, 1, 2, 2, 1, "tp-dp")),
+            "rank order 'tp-dp' leaves out pp, whose size is 2");
   EXPECT_EQ(message(RankGenerator::create(2, 1, 2, 2, 1, "tp-xx-pp")),
             "rank order 'tp-xx-pp': unknown dimension 'xx' (expected tp, cp, ep, dp, pp)");
-  EXPECT_EQ(message(RankGenerator::create(2, 1, 2, 2, 1, "tp-dp-tp")), "rank order 'tp-dp-tp': dimension 'tp' appears twice");
+  EXPECT_EQ(message(RankGenerator::create(2, 1, 2, 2, 1, "tp-dp-tp")),
+            "rank order 'tp-dp-tp': dimension 'tp' appears twice");
   EXPECT_EQ(message(RankGenerator::create(1, 2, 1, 1, 2, "tp-cp-ep-dp-pp")),
             "rank layout: expert parallelism (2) and context parallelism (2) cannot both be > 1 in one rank generator");
 }
@@ -229,8 +231,9 @@ TEST(RankGrid, LayoutErrorsNameTheFlags) {
 
 TEST(RankGrid, RenderedLayoutIsReadable) {
   std::string text = render_rank_layout(layout_of(8, 2, 2));
-  EXPECT_NE(text.find("parallel layout: world 8 = TP 2 x CP 1 x DP 2 x PP 2, order tp-cp-ep-dp-pp: rank = tp + 2*dp + 4*pp"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("parallel layout: world 8 = TP 2 x CP 1 x DP 2 x PP 2, order tp-cp-ep-dp-pp: rank = tp + 2*dp + 4*pp"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("  rank    tp   cp   dp   pp\n"), std::string::npos) << text;
   EXPECT_NE(text.find("     5     1    0    0    1\n"), std::string::npos) << text;

@@ -45,7 +45,7 @@ TEST(Gpt2Pattern, UnicodeClasses) {
 }
 
 TEST(Llama3Pattern, Rules) {
-  EXPECT_EQ(split(SplitPattern::kLlama3, "I'M ok"), (V{"I", "'M", " ok"}));         // case-insensitive contraction
+  EXPECT_EQ(split(SplitPattern::kLlama3, "I'M ok"), (V{"I", "'M", " ok"}));          // case-insensitive contraction
   EXPECT_EQ(split(SplitPattern::kLlama3, "(word) x"), (V{"(word", ")", " x"}));      // one non-letter joins letters
   EXPECT_EQ(split(SplitPattern::kLlama3, "1234567"), (V{"123", "456", "7"}));        // \p{N}{1,3}
   EXPECT_EQ(split(SplitPattern::kLlama3, "a.\n\nb"), (V{"a", ".\n\n", "b"}));        // punctuation takes newlines
@@ -60,8 +60,10 @@ TEST(SplitPatterns, EmptyTextHasNoPieces) { EXPECT_TRUE(split(SplitPattern::kGpt
 TEST(SplitPatterns, RecognizesKnownRegexes) {
   EXPECT_EQ(recognize_split_pattern(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"),
             SplitPattern::kGpt2);
-  EXPECT_EQ(recognize_split_pattern(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
-            SplitPattern::kQwen2);
+  EXPECT_EQ(
+      recognize_split_pattern(
+          R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
+      SplitPattern::kQwen2);
   EXPECT_FALSE(recognize_split_pattern(R"(\w+)").has_value());
 }
 

@@ -2,8 +2,8 @@
 // invalid UTF-8 and unknown ids are one-line errors naming the flag or file.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -53,9 +53,9 @@ TEST(TokenizerErrors, MissingFilesAndFlags) {
 }
 
 TEST(TokenizerErrors, FilesOfTheWrongKind) {
-  expect_error(gpt2(kLlama3, kMerges), "HuggingFaceTokenizer");   // tokenizer.json as vocab.json
-  expect_error(gpt2(kSpm, kMerges), "not JSON");                  // binary as vocab.json
-  expect_error(gpt2(kVocab, kVocab), "merges.txt");               // vocab.json as merges.txt
+  expect_error(gpt2(kLlama3, kMerges), "HuggingFaceTokenizer");  // tokenizer.json as vocab.json
+  expect_error(gpt2(kSpm, kMerges), "not JSON");                 // binary as vocab.json
+  expect_error(gpt2(kVocab, kVocab), "merges.txt");              // vocab.json as merges.txt
   expect_error(model("HuggingFaceTokenizer", kVocab), "GPT2BPETokenizer");
   expect_error(model("HuggingFaceTokenizer", kSpm), "SentencePiece");
   expect_error(model("SentencePieceTokenizer", kLlama3), "HuggingFaceTokenizer");
@@ -73,7 +73,8 @@ TEST(TokenizerErrors, UnsupportedTokenizerJsonPartsAreNamed) {
   auto a = parse_with("pre_tokenizer", R"({"type": "Whitespace"})");
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("pre_tokenizer type 'Whitespace'"), std::string::npos) << a.status().message();
-  auto b = parse_with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false})");
+  auto b = parse_with("pre_tokenizer",
+                      R"({"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false})");
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("\\\\w+"), std::string::npos) << b.status().message();
   auto c = parse_with("normalizer", R"({"type": "BertNormalizer"})");

@@ -27,16 +27,16 @@ TEST(Unicode, Classes) {
 TEST(Unicode, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("caf\xC3\xA9 \xF0\x9F\xA6\x80"), std::string_view::npos);
-  EXPECT_EQ(find_invalid_utf8("ab\xC3"), 2u);              // truncated
-  EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1u);           // overlong
-  EXPECT_EQ(find_invalid_utf8("a\xED\xA0\x80"), 1u);       // surrogate
-  EXPECT_EQ(find_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
-  EXPECT_EQ(find_invalid_utf8("x\x80"), 1u);               // stray continuation byte
+  EXPECT_EQ(find_invalid_utf8("ab\xC3"), 2u);            // truncated
+  EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1u);         // overlong
+  EXPECT_EQ(find_invalid_utf8("a\xED\xA0\x80"), 1u);     // surrogate
+  EXPECT_EQ(find_invalid_utf8("\xF4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(find_invalid_utf8("x\x80"), 1u);             // stray continuation byte
 }
 
 TEST(ByteLevel, MapIsGpt2s) {
   EXPECT_EQ(byte_to_char('A'), static_cast<uint32_t>('A'));
-  EXPECT_EQ(byte_to_char(' '), 0x120u);  // 'Ġ'
+  EXPECT_EQ(byte_to_char(' '), 0x120u);   // 'Ġ'
   EXPECT_EQ(byte_to_char('\n'), 0x10Au);  // 'Ċ'
   EXPECT_EQ(byte_to_char(0xAD), 0x143u);
   for (int b = 0; b < 256; ++b) EXPECT_EQ(char_to_byte(byte_to_char(static_cast<uint8_t>(b))), b);
@@ -49,7 +49,10 @@ TEST(ByteLevel, MapIsGpt2s) {
 
 TEST(ByteLevel, LossyDecodingReplacesMaximalSubparts) {
   // Python: b"a\xf0\x9f\xa6b\xff\xe2\x82".decode("utf-8", "replace") == "a\ufffdb\ufffd\ufffd"
-  EXPECT_EQ(utf8_lossy("a\xF0\x9F\xA6" "b\xFF\xE2\x82"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(utf8_lossy("a\xF0\x9F\xA6"
+                       "b\xFF\xE2\x82"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: 3 replacements
   EXPECT_EQ(utf8_lossy("ok \xC3\xA9"), "ok \xC3\xA9");
 }

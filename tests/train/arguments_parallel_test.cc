@@ -1,5 +1,5 @@
 // Start-up validation of the parallel layout flags: every rule gives its one-line message, and
-// valid layouts pass (up to the "not supported yet" of TP/PP training) with the derived sizes.
+// valid layouts pass with the derived sizes.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -13,10 +13,14 @@ namespace gale {
 namespace {
 
 // A small valid model; flags given in a test's `extra` replace these.
-const std::vector<std::pair<std::string, std::string>> kBase = {
-    {"--num-layers", "8"},     {"--hidden-size", "64"},      {"--num-attention-heads", "8"},
-    {"--seq-length", "32"},    {"--max-position-embeddings", "32"}, {"--micro-batch-size", "2"},
-    {"--train-iters", "10"},   {"--lr", "1e-3"}};
+const std::vector<std::pair<std::string, std::string>> kBase = {{"--num-layers", "8"},
+                                                                {"--hidden-size", "64"},
+                                                                {"--num-attention-heads", "8"},
+                                                                {"--seq-length", "32"},
+                                                                {"--max-position-embeddings", "32"},
+                                                                {"--micro-batch-size", "2"},
+                                                                {"--train-iters", "10"},
+                                                                {"--lr", "1e-3"}};
 
 struct Validated {
   Status status;
@@ -80,14 +84,15 @@ TEST(ParallelArgs, HeadsAndQueryGroupsDivideByTp) {
             "--num-query-groups 2 must be divisible by --tensor-model-parallel-size 4");
   EXPECT_EQ(message("--ffn-hidden-size 100 --tensor-model-parallel-size 8", 8),
             "--ffn-hidden-size 100 must be divisible by --tensor-model-parallel-size 8");
-  // Valid TP layouts get past every check to the "not supported yet" of TP training.
+  // Valid TP layouts pass.
   EXPECT_EQ(message("--group-query-attention --num-query-groups 4 --tensor-model-parallel-size 4", 4),
             "ok");
 }
 
 TEST(ParallelArgs, SequenceParallelRules) {
-  EXPECT_EQ(message("--sequence-parallel --tensor-model-parallel-size 8 --seq-length 36 --max-position-embeddings 36", 8),
-            "--seq-length 36 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel");
+  EXPECT_EQ(
+      message("--sequence-parallel --tensor-model-parallel-size 8 --seq-length 36 --max-position-embeddings 36", 8),
+      "--seq-length 36 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel");
   Validated off = validate("--sequence-parallel", 1);  // TP 1: turned off, as Megatron does
   ASSERT_TRUE(off.status.ok()) << off.status.to_string();
   EXPECT_FALSE(off.args.parallel.sequence_parallel);
@@ -99,7 +104,14 @@ TEST(ParallelArgs, LayersDivideByPipelineStages) {
   EXPECT_EQ(message("--pipeline-model-parallel-size 3", 3),
             "--num-layers 8 must be divisible by --pipeline-model-parallel-size 3 (or give "
             "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers)");
-  EXPECT_EQ(message("--pipeline-model-parallel-size 2", 2), "--pipeline-model-parallel-size > 1: not supported yet");
+  Validated pp2 = validate("--pipeline-model-parallel-size 2", 2);
+  ASSERT_TRUE(pp2.status.ok()) << pp2.status.to_string();
+  EXPECT_EQ(pp2.args.parallel.data_parallel_size, 1);
+  EXPECT_EQ(pp2.args.parallel.virtual_pipeline_model_parallel_size, 1);
+  // TP x PP x DP on 8 ranks.
+  Validated three_d = validate("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel", 8);
+  ASSERT_TRUE(three_d.status.ok()) << three_d.status.to_string();
+  EXPECT_EQ(three_d.args.parallel.data_parallel_size, 2);
 }
 
 TEST(ParallelArgs, VirtualPipelineRules) {
@@ -107,19 +119,48 @@ TEST(ParallelArgs, VirtualPipelineRules) {
             "--num-layers-per-virtual-pipeline-stage (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
   EXPECT_EQ(message("--num-virtual-stages-per-pipeline-rank 2", 1),
             "--num-virtual-stages-per-pipeline-rank (interleaved pipeline) needs --pipeline-model-parallel-size > 1");
-  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
-                    "--num-virtual-stages-per-pipeline-rank 2",
-                    2),
-            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are exclusive; give one");
+  EXPECT_EQ(
+      message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+              "--num-virtual-stages-per-pipeline-rank 2",
+              2),
+      "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are exclusive; give one");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3", 2),
             "the 4 layers per pipeline stage (--num-layers 8 / --pipeline-model-parallel-size 2) must be divisible by "
             "--num-layers-per-virtual-pipeline-stage 3");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3", 2),
             "the 4 layers per pipeline stage (--num-layers 8 / --pipeline-model-parallel-size 2) must be divisible by "
             "--num-virtual-stages-per-pipeline-rank 3");
-  Validated vpp = validate("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1", 2);
+  Validated vpp = validate("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+                           "--global-batch-size 8",
+                           2);
+  ASSERT_TRUE(vpp.status.ok()) << vpp.status.to_string();
   EXPECT_EQ(vpp.args.parallel.virtual_pipeline_model_parallel_size, 4);  // 8 layers / 2 stages / 1 layer per chunk
-  EXPECT_EQ(vpp.status.message(), "--pipeline-model-parallel-size > 1: not supported yet");
+  Validated stages = validate("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                              "--global-batch-size 4",
+                              2);
+  ASSERT_TRUE(stages.status.ok()) << stages.status.to_string();
+  EXPECT_EQ(stages.args.parallel.virtual_pipeline_model_parallel_size, 2);
+}
+
+TEST(ParallelArgs, InterleavedScheduleNeedsMicroBatchesAMultipleOfPipelineSize) {
+  // Default global batch: micro-batch x DP = one micro-batch per iteration.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2", 2),
+            "the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size 2 / "
+            "(--micro-batch-size 2 x data-parallel size 1) = 1) to be a multiple of --pipeline-model-parallel-size 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 24",
+                    8),
+            "the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size 24 / "
+            "(--micro-batch-size 2 x data-parallel size 2) = 6) to be a multiple of --pipeline-model-parallel-size 4");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 32",
+                    8),
+            "ok");
+  // 1F1B runs any number of micro-batches.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --global-batch-size 6", 4), "ok");
+  // A global batch that does not divide is reported by the batch check, not as a schedule problem.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--global-batch-size 5",
+                    2),
+            "--global-batch-size 5 must be a multiple of --micro-batch-size 2 times the data-parallel size 1");
 }
 
 TEST(ParallelArgs, UnevenFirstAndLastStages) {
@@ -129,7 +170,7 @@ TEST(ParallelArgs, UnevenFirstAndLastStages) {
   EXPECT_EQ(message("--num-layers 10 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1 "
                     "--decoder-last-pipeline-num-layers 1",
                     4),
-            "--pipeline-model-parallel-size > 1: not supported yet");
+            "ok");
   EXPECT_EQ(message("--num-layers 11 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1", 4),
             "the 10 layers left for the 3 middle pipeline stages (--num-layers minus "
             "--decoder-first/last-pipeline-num-layers) must divide evenly among them");

@@ -90,7 +90,9 @@ TEST_P(MegatronSamples, SizesAndSamplesMatchMegatron) {
         start[t] = static_cast<int>(j);
       }
       EXPECT_EQ(start, want["attn_start"].get<std::vector<int>>()) << "sample " << k;
-      if (!reset_mask) EXPECT_EQ(std::count(s.document_ids.begin(), s.document_ids.end(), 0), static_cast<long>(s.document_ids.size()));
+      if (!reset_mask)
+        EXPECT_EQ(std::count(s.document_ids.begin(), s.document_ids.end(), 0),
+                  static_cast<long>(s.document_ids.size()));
     }
   }
 }
@@ -124,7 +126,8 @@ TEST(DataSetup, CachedIndicesGiveTheSameSamples) {
   }
   // A damaged cache entry is rebuilt, not trusted.
   for (const auto& e : std::filesystem::directory_iterator(dir.file("cache")))
-    if (e.path().string().find("shuffle_index.npy") != std::string::npos) testing::write_file(e.path().string(), "garbage");
+    if (e.path().string().find("shuffle_index.npy") != std::string::npos)
+      testing::write_file(e.path().string(), "garbage");
   auto third = build_pretrain_data(*args, [](const std::string&) {});
   ASSERT_TRUE(third.ok());
   ASSERT_TRUE(third->train->get(5, &b).ok());
@@ -151,9 +154,13 @@ TEST(DataSetup, ClearErrors) {
     ASSERT_FALSE(s.ok()) << "expected: " << fragment;
     EXPECT_NE(s.message().find(fragment), std::string::npos) << s.to_string();
   };
-  std::vector<std::string> base = {"--seq-length", "16", "--global-batch-size", "4", "--micro-batch-size", "1",
-                                   "--train-iters", "10", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-                                   kGpt2 + "/vocab.json", "--merge-file", kGpt2 + "/merges.txt"};
+  std::vector<std::string> base = {"--seq-length",        "16",
+                                   "--global-batch-size", "4",
+                                   "--micro-batch-size",  "1",
+                                   "--train-iters",       "10",
+                                   "--tokenizer-type",    "GPT2BPETokenizer",
+                                   "--vocab-file",        kGpt2 + "/vocab.json",
+                                   "--merge-file",        kGpt2 + "/merges.txt"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> f = base;
     f.insert(f.end(), extra.begin(), extra.end());
@@ -166,8 +173,9 @@ TEST(DataSetup, ClearErrors) {
   expect_error(with({"--data-path", kSamples + "/c", "--train-data-path", kSamples + "/c"}), "exclusive");
   expect_error(with({"--mock-data", "--data-path", kSamples + "/c"}), "exclusive");
   expect_error({"--mock-data", "--seq-length", "8", "--global-batch-size", "1", "--train-iters", "1"}, "--vocab-size");
-  expect_error({"--mock-data", "--vocab-size", "100", "--seq-length", "8", "--global-batch-size", "1", "--train-iters", "1"},
-               "--vocab-size 4095 or more");
+  expect_error(
+      {"--mock-data", "--vocab-size", "100", "--seq-length", "8", "--global-batch-size", "1", "--train-iters", "1"},
+      "--vocab-size 4095 or more");
   expect_error(with({"--data-path", "0.5", kSamples + "/a", "b", kSamples + "/c"}), "--data-path");
   expect_error({"--seq-length", "16", "--global-batch-size", "4", "--micro-batch-size", "1", "--train-iters", "10000",
                 "--eval-iters", "0", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kGpt2 + "/vocab.json",
@@ -181,9 +189,25 @@ TEST(DataSetup, TokenIdsBeyondTheVocabularyAreReported) {
   std::vector<std::vector<int32_t>> docs;
   for (int d = 0; d < 50; ++d) docs.push_back(std::vector<int32_t>(30, d == 10 ? 60000 : 5));
   testing::write_dataset(dir.file("big"), docs, TokenDType::kInt32);
-  auto args = parse_flags({"--seq-length", "16", "--global-batch-size", "2", "--micro-batch-size", "1", "--train-iters",
-                           "20", "--eval-iters", "0", "--data-path", dir.file("big"), "--split", "1,0,0",
-                           "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kGpt2 + "/vocab.json", "--merge-file",
+  auto args = parse_flags({"--seq-length",
+                           "16",
+                           "--global-batch-size",
+                           "2",
+                           "--micro-batch-size",
+                           "1",
+                           "--train-iters",
+                           "20",
+                           "--eval-iters",
+                           "0",
+                           "--data-path",
+                           dir.file("big"),
+                           "--split",
+                           "1,0,0",
+                           "--tokenizer-type",
+                           "GPT2BPETokenizer",
+                           "--vocab-file",
+                           kGpt2 + "/vocab.json",
+                           "--merge-file",
                            kGpt2 + "/merges.txt"});
   ASSERT_TRUE(args.ok()) << args.status().to_string();
   auto data = build_pretrain_data(*args, [](const std::string&) {});
@@ -198,6 +222,44 @@ TEST(DataSetup, TokenIdsBeyondTheVocabularyAreReported) {
     }
   }
   EXPECT_GT(errors, 0);
+}
+
+}  // namespace
+}  // namespace gale
+
+namespace gale {
+namespace {
+
+TEST(DataSetup, RebuildingGivesTheSameSamplesSoResumeReadsTheSameData) {
+  // A resumed run rebuilds the datasets and continues at consumed_train_samples: sample k must
+  // not depend on anything but the flags.
+  const json& sc = golden()["scenarios"]["single_many_epochs_flags"];
+  auto args = parse_flags(sc["flags"].get<std::vector<std::string>>());
+  ASSERT_TRUE(args.ok());
+  auto a = build_pretrain_data(*args, [](const std::string&) {});
+  auto b = build_pretrain_data(*args, [](const std::string&) {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  TrainingSample x, y;
+  for (int64_t consumed : {0, 8, 1600}) {
+    for (int64_t k = consumed; k < consumed + 8; ++k) {
+      ASSERT_TRUE(a->train->get(k, &x).ok());
+      ASSERT_TRUE(b->train->get(k, &y).ok());
+      EXPECT_EQ(x.tokens, y.tokens);
+      EXPECT_EQ(x.labels, y.labels);
+    }
+  }
+}
+
+TEST(DataSetup, EmptyDatasetIsAnError) {
+  testing::TempDir dir;
+  testing::write_dataset(dir.file("empty"), {});
+  auto args =
+      parse_flags({"--seq-length", "16", "--global-batch-size", "2", "--micro-batch-size", "1", "--train-iters", "5",
+                   "--data-path", dir.file("empty"), "--tokenizer-type", "NullTokenizer", "--vocab-size", "100"});
+  ASSERT_TRUE(args.ok()) << args.status().to_string();
+  auto data = build_pretrain_data(*args, [](const std::string&) {});
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("train split is empty"), std::string::npos) << data.status().message();
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ TEXTS = [
     "Hello <|endoftext|> world<|endoftext|>",
     "<s>start and end</s> <unk> <EOD> <pad>",
     "<|im_start|>user\nhi there<|im_end|>\n<|begin_of_text|>x<|end_of_text|>",
+    "a  <mask> b<mask>c <tool> x<tool>y <tool>\t@@user@@ hi @@USER@@",
     "def f(x):\n    return x ** 2  # square\n\n\tprint({\"a\": [1, 2, 3]})\n",
     "Wait... what?!? (yes) [no] {maybe} <tag> @user #hash $100 50% a&b ~tilde~ `code`",
     "\u017f test '\u017f and 'S",
@@ -149,6 +150,9 @@ def train_fixtures():
     t.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=1100, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                                      show_progress=False))
     t.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]])
+    # A single-word special token and a normalized (non-special) added token.
+    t.add_special_tokens([AddedToken("<tool>", single_word=True, normalized=False, special=True)])
+    t.add_tokens([AddedToken("@@user@@", normalized=True, special=False)])
     made["qwen2_style"] = write_tokenizer(t, "qwen2_style", {
         "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
 
@@ -160,6 +164,7 @@ def train_fixtures():
     t.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=900, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     t.post_processor = processors.RobertaProcessing(("</s>", t.token_to_id("</s>")), ("<s>", t.token_to_id("<s>")))
+    t.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, normalized=False, special=True)])
     made["roberta_style"] = write_tokenizer(t, "roberta_style", {
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"})
 

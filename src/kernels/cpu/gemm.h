@@ -61,4 +61,22 @@ std::vector<std::string> gemm_environment_warnings(const GemmEnvironment& env);
 // print each line as a warning (rank 0 is enough).
 std::vector<std::string> gemm_startup_check(int local_processes = 1);
 
+// ---- bf16 (kernels/cpu/gemm_bf16.cc, bf16_convert*.cc)
+
+// C[M,N] = alpha·op(A)·op(B) + beta·C with bf16 A and B and f32 C, accumulated in f32 — the same
+// conventions as sgemm. Runs oneDNN's matmul primitive, created once per (shape, strides, alpha,
+// beta) and cached, on the same OpenMP threads. Whether it beats sgemm depends on the CPU (AMX or
+// AVX512-BF16); docs/kernels.md has the measurements on the development machine.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+               const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// oneDNN's implementation name for a bf16 matmul of this shape (e.g. "brg:avx512_core_amx"),
+// to say in reports whether AMX is used.
+std::string gemm_bf16_implementation(int64_t M, int64_t N, int64_t K);
+
+// f32 -> bf16 with round-to-nearest-even, NaN kept NaN (quiet), bit-identical to float_to_bf16
+// (core/dtype.h), and bf16 -> f32 (exact). Vectorised, dispatched on detected_isa().
+void convert_f32_to_bf16(const float* x, bf16* y, int64_t n);
+void convert_bf16_to_f32(const bf16* x, float* y, int64_t n);
+
 }  // namespace gale

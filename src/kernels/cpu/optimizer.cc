@@ -30,8 +30,9 @@ void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, con
   const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(h.step));
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
-      v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
+      const float gi = g[i] * h.grad_scale;  // exact when grad_scale is 1
+      m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * gi;
+      v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
       float update = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps) + h.weight_decay * p[i];
       p[i] -= h.lr * update;
     }

@@ -8,9 +8,12 @@ namespace gale {
 struct AdamWHyper {
   float lr = 0.0f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int64_t step = 1;  // 1-based, for bias correction
+  // The gradient used is g·grad_scale (a float product, exactly what scale_inplace(g, n, s) then
+  // the step would use): gradient clipping folded into the step, saving a pass over the gradients.
+  float grad_scale = 1.0f;
 };
 
-// AdamW as Megatron's fused Adam in AdamW mode (docs/model.md):
+// AdamW as Megatron's fused Adam in AdamW mode (docs/model.md), with g = grad·grad_scale:
 //   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p = p − lr·( (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps) + wd·p )
 void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h);

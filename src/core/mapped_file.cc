@@ -1,5 +1,5 @@
 // Whole-file read-only mappings.
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-// Read-only views of whole files: a memory map (the default) or a heap copy, and unaligned loads.
+// Read-only views of whole files (a memory map, or a heap copy) and unaligned little-endian loads.
 //
 // Megatron's .idx arrays start at byte 34, so they are not aligned: every read of a multi-byte
 // value from a mapped file goes through `load_unaligned` (memcpy), never a cast pointer.

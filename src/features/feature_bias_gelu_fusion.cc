@@ -1,0 +1,19 @@
+// Level 1: bias add + exact GeLU fused and vectorised (Megatron's default bias-gelu fusion).
+#include "features/kernel_feature.h"
+#include "features/registry.h"
+
+namespace gale {
+
+void register_feature_bias_gelu_fusion(FeatureRegistry& registry) {
+  KernelFeatureSpec s;
+  s.name = "bias-gelu-fusion";
+  s.flag = "--no-bias-gelu-fusion";
+  s.level = 1;
+  s.counterpart = "Megatron bias_gelu_fusion (on by default)";
+  s.description = "bias add and exact-erf GeLU fused and vectorised";
+  s.ops = {"gelu"};
+  s.not_applicable = [](const Arguments& a) { return a.model.swiglu ? std::string("the model uses SwiGLU") : std::string(); };
+  registry.add(std::make_unique<KernelFeature>(std::move(s)));
+}
+
+}  // namespace gale

@@ -1,0 +1,50 @@
+// --optimizer-selection (MindSpeed): which fused AdamW kernel updates the flat buffers.
+#include "features/registry.h"
+#include "kernels/cpu/fused_ops.h"
+
+namespace gale {
+
+namespace {
+
+class OptimizerSelection : public Feature {
+ public:
+  std::string name() const override { return "optimizer-selection"; }
+  std::string flag() const override { return "--optimizer-selection"; }
+  FeatureModule module() const override { return FeatureModule::kFusedCompute; }
+  int level() const override { return 1; }
+  std::string counterpart() const override { return "MindSpeed --optimizer-selection fused_adamw (L0)"; }
+  std::string description() const override {
+    return "vectorised AdamW over flat buffers (fused_adamw, the default; fused_torch_adamw is the same kernel)";
+  }
+  void register_args(ArgParser& parser) override {
+    parser.add_choice(flag(), &selection_, {"fused_adamw", "fused_torch_adamw", "fused_ema_adamw"},
+                      "AdamW implementation (MindSpeed)");
+  }
+  bool requested(const FeatureContext& ctx) const override { return true; }
+  Status validate(const FeatureContext& ctx) const override {
+    if (selection_ == "fused_ema_adamw")
+      return Unimplemented("--optimizer-selection fused_ema_adamw: not supported yet (AdamW with EMA weights)");
+    return Status::Ok();
+  }
+  bool applicable(const FeatureContext& ctx, std::string* why) const override {
+    if (ctx.args->training.optimizer != "adam") {
+      *why = "--optimizer is " + ctx.args->training.optimizer;
+      return false;
+    }
+    return true;
+  }
+  Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
+    return install_fused_kernel(*setup.ops, "adamw", Isa::kAvx512);
+  }
+
+ private:
+  std::string selection_ = "fused_adamw";
+};
+
+}  // namespace
+
+void register_feature_optimizer_selection(FeatureRegistry& registry) {
+  registry.add(std::make_unique<OptimizerSelection>());
+}
+
+}  // namespace gale

@@ -1,0 +1,101 @@
+// Fused MLP activations (templates over a simd type V): bias + exact-erf GeLU and bias + SwiGLU,
+// forward in one pass (the bias is added to u in place, as the OpTable entry requires) and
+// backward with the bias gradient summed in the same pass over fixed row chunks.
+#pragma once
+
+#include "kernels/cpu/fused_common_impl.h"
+
+namespace gale::fused {
+
+template <class V>
+void gelu_forward(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
+  using Fv = typename V::F;
+  const Fv half = V::set1(0.5f), one = V::set1(1.0f), inv_sqrt2 = V::set1(0.70710678118654752f);
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* ur = u + r * F;
+      float* ar = act + r * F;
+      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+        Fv x = ld<V>(ur + i, n);
+        if (bias) {
+          x = V::add(x, ld<V>(bias + i, n));
+          st<V>(ur + i, x, n);
+        }
+        st<V>(ar + i, V::mul(V::mul(half, x), V::add(one, simd::erf<V>(V::mul(x, inv_sqrt2)))), n);
+      });
+    }
+  });
+}
+
+template <class V>
+void gelu_backward(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) {
+  using Fv = typename V::F;
+  const Fv half = V::set1(0.5f), one = V::set1(1.0f), inv_sqrt2 = V::set1(0.70710678118654752f);
+  const Fv inv_sqrt2pi = V::set1(0.39894228040143268f), minus_half = V::set1(-0.5f);
+  float* outs[1] = {dbias};
+  rows_with_column_sums<V>(rows, F, 1, outs, [&](int64_t r, float* acc) {
+    const float* ur = u + r * F;
+    const float* dr = dact + r * F;
+    float* gr = du + r * F;
+    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+      const Fv v = ld<V>(ur + i, n);
+      const Fv cdf = V::mul(half, V::add(one, simd::erf<V>(V::mul(v, inv_sqrt2))));
+      const Fv pdf = V::mul(inv_sqrt2pi, simd::exp<V>(V::mul(V::mul(minus_half, v), v)));
+      const Fv g = V::mul(ld<V>(dr + i, n), V::fmadd(v, pdf, cdf));
+      st<V>(gr + i, g, n);
+      if (acc) st<V>(acc + i, V::add(ld<V>(acc + i, n), g), n);
+    });
+  });
+}
+
+// u is [rows, 2F] (gate then up).
+template <class V>
+void swiglu_forward(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
+  using Fv = typename V::F;
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* gate = u + r * 2 * F;
+      float* up = gate + F;
+      float* ar = act + r * F;
+      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+        Fv g = ld<V>(gate + i, n), p = ld<V>(up + i, n);
+        if (bias) {
+          g = V::add(g, ld<V>(bias + i, n));
+          p = V::add(p, ld<V>(bias + F + i, n));
+          st<V>(gate + i, g, n);
+          st<V>(up + i, p, n);
+        }
+        st<V>(ar + i, V::mul(V::mul(g, simd::sigmoid<V>(g)), p), n);
+      });
+    }
+  });
+}
+
+template <class V>
+void swiglu_backward(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) {
+  using Fv = typename V::F;
+  const Fv one = V::set1(1.0f);
+  float* outs[1] = {dbias};
+  rows_with_column_sums<V>(rows, 2 * F, 1, outs, [&](int64_t r, float* acc) {
+    const float* gate = u + r * 2 * F;
+    const float* up = gate + F;
+    const float* dr = dact + r * F;
+    float* dgate = du + r * 2 * F;
+    float* dup = dgate + F;
+    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+      const Fv g = ld<V>(gate + i, n), d = ld<V>(dr + i, n);
+      const Fv s = simd::sigmoid<V>(g);
+      const Fv dp = V::mul(d, V::mul(g, s));
+      // dgate = d·up·s·(1 + g·(1 − s))
+      const Fv dg = V::mul(V::mul(V::mul(d, ld<V>(up + i, n)), s), V::fmadd(g, V::sub(one, s), one));
+      st<V>(dgate + i, dg, n);
+      st<V>(dup + i, dp, n);
+      if (acc) {
+        st<V>(acc + i, V::add(ld<V>(acc + i, n), dg), n);
+        st<V>(acc + F + i, V::add(ld<V>(acc + F + i, n), dp), n);
+      }
+    });
+  });
+}
+
+}  // namespace gale::fused

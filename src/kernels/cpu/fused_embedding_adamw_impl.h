@@ -1,0 +1,90 @@
+// Vectorised embedding lookup/gradient, AdamW step and the gradient-norm reduction (templates over
+// a simd type V).
+//
+// Both keep the reference's arithmetic and summation order (kernels/cpu/embedding.h, optimizer.h),
+// so on this build they are bit-identical to it; they are memory-bound, and the gain is wider
+// loads/stores and one pass.
+#pragma once
+
+#include <cstring>
+
+#include "kernels/cpu/fused_common_impl.h"
+#include "kernels/cpu/optimizer.h"
+
+namespace gale::fused {
+
+template <class V>
+void embedding_forward(const int32_t* ids, int64_t T, const float* W, int64_t vocab_start, int64_t Vl, int64_t H,
+                       float* out) {
+  parallel_for(T, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t local = static_cast<int64_t>(ids[t]) - vocab_start;
+      if (local >= 0 && local < Vl)
+        std::memcpy(out + t * H, W + local * H, sizeof(float) * static_cast<size_t>(H));
+      else
+        std::memset(out + t * H, 0, sizeof(float) * static_cast<size_t>(H));
+    }
+  });
+}
+
+// Parallel over column blocks: every thread visits the tokens in order, so repeated ids never race
+// and each element's sum order is fixed.
+template <class V>
+void embedding_backward(const int32_t* ids, int64_t T, const float* dout, int64_t vocab_start, int64_t Vl, int64_t H,
+                        float* dW) {
+  parallel_for(H, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t local = static_cast<int64_t>(ids[t]) - vocab_start;
+      if (local < 0 || local >= Vl) continue;
+      add_into<V>(dW + local * H + c0, dout + t * H + c0, c1 - c0);
+    }
+  });
+}
+
+template <class V>
+void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
+  using F = typename V::F;
+  const float bc1 = 1.0f - __builtin_powf(h.beta1, static_cast<float>(h.step));
+  const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
+  const F b1 = V::set1(h.beta1), b2 = V::set1(h.beta2), c1 = V::set1(1.0f - h.beta1), c2 = V::set1(1.0f - h.beta2);
+  const F vbc1 = V::set1(bc1), vbc2 = V::set1(bc2), eps = V::set1(h.eps), wd = V::set1(h.weight_decay);
+  const F lr = V::set1(h.lr), grad_scale = V::set1(h.grad_scale);
+  parallel_for(n, 1 << 15, [&](int64_t b, int64_t e) {
+    for_vectors<V>(e - b, [&](int64_t i0, int64_t k) GALE_ALWAYS_INLINE {
+      const int64_t i = b + i0;
+      const F gv = V::mul(ld<V>(g + i, k), grad_scale), pv = ld<V>(p + i, k);
+      const F mv = V::add(V::mul(b1, ld<V>(m + i, k)), V::mul(c1, gv));
+      const F vv = V::add(V::mul(b2, ld<V>(v + i, k)), V::mul(V::mul(c2, gv), gv));
+      const F denom = V::add(V::sqrt(V::div(vv, vbc2)), eps);
+      const F update = V::add(V::div(V::div(mv, vbc1), denom), V::mul(wd, pv));
+      st<V>(m + i, mv, k);
+      st<V>(v + i, vv, k);
+      st<V>(p + i, V::sub(pv, V::mul(lr, update)), k);
+    });
+  });
+}
+
+// Σ x² over the reference's fixed 64 Ki-element chunks (kernels/cpu/optimizer.cc), each summed in
+// float vectors within blocks of kSumBlock elements and in double across blocks; chunk partials
+// are added in order, so the result does not depend on the thread count.
+template <class V>
+double sum_of_squares(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  ScratchBuffer partial(sizeof(double) * static_cast<size_t>(chunks > 0 ? chunks : 1));
+  double* part = partial.as<double>();
+  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* xc = x + c * kChunk;
+      part[c] = blocked_sum<V>(min_i64(kChunk, n - c * kChunk), [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
+        const typename V::F v = ld<V>(xc + i, k);
+        return V::mul(v, v);
+      });
+    }
+  });
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += part[c];
+  return total;
+}
+
+}  // namespace gale::fused

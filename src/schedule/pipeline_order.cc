@@ -1,0 +1,84 @@
+// Megatron's 1F1B and interleaved 1F1B step orders.
+#include "schedule/pipeline_order.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace gale {
+
+std::string PipelineStep::to_string() const { return str_cat(forward ? "F " : "B ", chunk, " ", microbatch); }
+
+int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches) {
+  return std::min<int64_t>(pp - rank - 1, num_microbatches);
+}
+
+std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microbatches, bool forward_only) {
+  GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
+  std::vector<PipelineStep> steps;
+  if (forward_only) {
+    for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({true, 0, m});
+    return steps;
+  }
+  const int64_t warmup = one_f_one_b_warmup(pp, rank, num_microbatches);
+  for (int64_t m = 0; m < warmup; ++m) steps.push_back({true, 0, m});
+  for (int64_t i = 0; i < num_microbatches - warmup; ++i) {
+    steps.push_back({true, 0, warmup + i});
+    steps.push_back({false, 0, i});
+  }
+  for (int64_t m = num_microbatches - warmup; m < num_microbatches; ++m) steps.push_back({false, 0, m});
+  return steps;
+}
+
+Status check_interleaved_microbatches(int pp, int64_t num_microbatches) {
+  if (num_microbatches < pp || num_microbatches % pp != 0)
+    return InvalidArgument(
+        "the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage / "
+        "--num-virtual-stages-per-pipeline-rank) needs the number of micro-batches per iteration "
+        "(--global-batch-size / (--micro-batch-size x data-parallel size) = ",
+        num_microbatches, ") to be a multiple of --pipeline-model-parallel-size ", pp);
+  return Status::Ok();
+}
+
+int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only) {
+  const int64_t total = num_microbatches * vpp;
+  if (forward_only) return total;
+  const int64_t warmup = static_cast<int64_t>(pp - rank - 1) * 2 + static_cast<int64_t>(vpp - 1) * pp;
+  return std::min(warmup, total);
+}
+
+std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only) {
+  GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
+  GALE_CHECK_OK(check_interleaved_microbatches(pp, num_microbatches));
+  // Megatron's schedule table: virtual micro-batch k -> (micro-batch, chunk); groups of pp
+  // micro-batches go through every chunk before the next group starts.
+  const int64_t total = num_microbatches * vpp;
+  std::vector<PipelineStep> table;
+  table.reserve(static_cast<size_t>(total));
+  for (int64_t group = 0; group < num_microbatches; group += pp)
+    for (int c = 0; c < vpp; ++c)
+      for (int64_t m = group; m < group + pp; ++m) table.push_back({true, c, m});
+  auto backward = [&](int64_t k) {
+    PipelineStep s = table[static_cast<size_t>(k)];
+    return PipelineStep{false, vpp - 1 - s.chunk, s.microbatch};
+  };
+  const int64_t warmup = interleaved_warmup(pp, rank, vpp, num_microbatches, forward_only);
+  std::vector<PipelineStep> steps(table.begin(), table.begin() + warmup);
+  if (forward_only) return steps;
+  for (int64_t k = 0; k < total - warmup; ++k) {
+    steps.push_back(table[static_cast<size_t>(k + warmup)]);
+    steps.push_back(backward(k));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) steps.push_back(backward(k));
+  return steps;
+}
+
+std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only) {
+  std::vector<PipelineStep> steps;
+  for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({true, 0, m});
+  if (!forward_only)
+    for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({false, 0, m});
+  return steps;
+}
+
+}  // namespace gale

@@ -1,0 +1,61 @@
+// The order of forward and backward steps each pipeline rank runs under Megatron's schedules.
+//
+// Pure functions of (pipeline size, rank, virtual stages, micro-batches): the schedules in
+// schedules.h execute these lists, and tests compare them with the order recorded from
+// Megatron-Core's own schedules.py (tools/reference/pipeline_order.py).
+//
+// 1F1B (no interleaving), rank r of P, M micro-batches:
+//   warm-up   W = min(P − r − 1, M) forwards F0 … F(W−1)
+//   steady    M − W pairs: forward F(W+i), then backward B(i)
+//   cool-down the last W backwards
+// so rank r holds at most W + 1 ≤ P − r micro-batches' activations at once.
+//
+// Interleaved 1F1B, V virtual stages (model chunks) per rank: the forward "virtual
+// micro-batches" k = 0 … M·V−1 walk Megatron's schedule table — groups of P micro-batches, each
+// group run through chunk 0, then chunk 1, …, chunk V−1 — and the k-th backward is the k-th
+// entry of the same table with the chunk mirrored (V−1−chunk). Warm-up runs
+// W = min((P − r − 1)·2 + (V − 1)·P, M·V) forwards (all of them when forward-only), then the
+// steady phase alternates forward k+W and backward k, then the remaining backwards.
+// Megatron requires M to be a multiple of P (with its default micro-batch group size P).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gale {
+
+struct PipelineStep {
+  bool forward = true;     // forward step, else backward step
+  int chunk = 0;           // model chunk (virtual stage) on this rank
+  int64_t microbatch = 0;  // micro-batch of the iteration
+
+  bool operator==(const PipelineStep&) const = default;
+  // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json.
+  std::string to_string() const;
+};
+
+// Warm-up forwards of the non-interleaved 1F1B schedule on pipeline rank `rank` of `pp`.
+int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches);
+
+// The steps of pipeline rank `rank` under 1F1B (forward-only: all forwards in order).
+std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microbatches, bool forward_only);
+
+// Whether the interleaved schedule can run `num_microbatches` micro-batches over `pp` stages
+// (Megatron: a multiple of the pipeline size); the error names the flags that set the count.
+Status check_interleaved_microbatches(int pp, int64_t num_microbatches);
+
+// Warm-up forwards of the interleaved schedule (all M·V of them when forward-only).
+int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only);
+
+// The steps of pipeline rank `rank` under interleaved 1F1B with `vpp` chunks per rank.
+// Requires check_interleaved_microbatches(pp, num_microbatches) to pass.
+std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only);
+
+// GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
+// micro-batch order. It holds all M micro-batches at once on every stage.
+std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only);
+
+}  // namespace gale

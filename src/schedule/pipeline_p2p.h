@@ -1,0 +1,77 @@
+// Point-to-point transfers of activations and gradients between adjacent virtual pipeline stages.
+//
+// With P pipeline ranks and V model chunks per rank, chunk c of rank r is virtual stage
+// s = c·P + r; stage s feeds stage s + 1, which is the next rank of the pipeline group, read as a
+// ring (rank P−1's chunk c feeds rank 0's chunk c + 1). Forward sends a stage's output [Tl, H] to
+// the next stage; backward sends the gradient of its input [Tl, H] to the previous stage.
+//
+// Deadlock freedom: every message carries a tag made of its direction, receiving stage and
+// micro-batch, so a send matches its receive whatever order the two ranks issue them in. Sends are
+// non-blocking and only completed later (release_completed / finish), receives are posted ahead of
+// the step that needs them and waited for by that step. A rank therefore only ever blocks on data
+// it needs now; as long as the schedule's steps with their data dependencies form an acyclic
+// graph (as every Megatron schedule does), every wait is eventually satisfied.
+//
+// Tags are taken modulo 32768 (the smallest tag bound MPI guarantees); two messages between the
+// same pair of ranks could only share a tag if they were ≥ 32768 / (2·P·V) micro-batches apart,
+// and MPI's non-overtaking rule matches such messages in issue order anyway.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+
+namespace gale {
+
+class PipelineP2P {
+ public:
+  // `pp` is this rank's pipeline group; `num_chunks` the model chunks per rank (V).
+  PipelineP2P(Comm pp, int num_chunks);
+  // Call finish() before. Transfers still in flight here (an error left the schedule early) keep
+  // their buffers alive until the process ends instead of blocking: the job is going down.
+  ~PipelineP2P();
+  PipelineP2P(const PipelineP2P&) = delete;
+  PipelineP2P& operator=(const PipelineP2P&) = delete;
+
+  int num_virtual_stages() const { return size_ * num_chunks_; }
+  int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
+  // The first virtual stage (embedding) receives no activation; the last (loss) sends none.
+  bool first_virtual_stage(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last_virtual_stage(int chunk) const { return virtual_stage(chunk) == num_virtual_stages() - 1; }
+
+  // Posts the receive of what step (forward, chunk, mb) reads: its input activation (forward)
+  // or the gradient of its output (backward), of `shape`. Posting twice is a no-op.
+  void post_recv(bool forward, int chunk, int64_t mb, const Shape& shape);
+  bool recv_posted(bool forward, int chunk, int64_t mb) const;
+  // Waits for that receive (posted before) and hands over its tensor.
+  Tensor wait_recv(bool forward, int chunk, int64_t mb);
+
+  // Sends what step (forward, chunk, mb) produced: its output (forward) to the next stage or its
+  // input gradient (backward) to the previous stage. The tensor is kept until the send completes.
+  void send(bool forward, int chunk, int64_t mb, Tensor t);
+
+  // Drops the sends that have completed (frees their tensors); does not block.
+  void release_completed();
+  // Waits for every send still in flight.
+  void finish();
+
+  // The message tag of a transfer to virtual stage `receiver_stage` (exposed for tests).
+  static int tag(bool forward, int receiver_stage, int64_t mb, int num_virtual_stages);
+
+ private:
+  using Key = std::tuple<bool, int, int64_t>;
+  struct Pending {
+    Tensor tensor;
+    WorkPtr work;
+  };
+  Comm pp_;
+  int rank_, size_, num_chunks_;
+  std::map<Key, Pending> recvs_;
+  std::vector<Pending> sends_;
+};
+
+}  // namespace gale

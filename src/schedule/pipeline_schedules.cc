@@ -1,0 +1,121 @@
+// 1F1B and interleaved 1F1B: run a rank's step order with activations and gradients over ps.pp().
+#include <algorithm>
+#include <map>
+
+#include "schedule/pipeline_p2p.h"
+#include "schedule/schedules.h"
+
+namespace gale {
+
+namespace {
+
+// Receives are posted this many steps ahead of the step that reads them, so the transfer overlaps
+// the compute of the steps in between (each posted receive holds one [Tl, H] buffer).
+constexpr size_t kPrefetchSteps = 3;
+
+// The activation between stages for micro-batches like `mb`: [Tl, H].
+Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
+  const ModelPartition& part = model.partition();
+  const int64_t tokens = mb.S * mb.B;
+  return {part.sequence_parallel ? tokens / part.tp_size() : tokens, model.config().hidden};
+}
+
+}  // namespace
+
+StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
+                                                           const ParallelState& ps,
+                                                           const std::vector<PipelineStep>& steps,
+                                                           int64_t num_microbatches, const MicroBatchSource& source,
+                                                           bool forward_only, const ScheduleObserver& observer) {
+  PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const ModelPartition& part = chunks[c]->partition();
+    GALE_CHECK_EQ(part.pre_process, p2p.first_virtual_stage(static_cast<int>(c)));
+    GALE_CHECK_EQ(part.post_process, p2p.last_virtual_stage(static_cast<int>(c)));
+  }
+  auto receives = [&](const PipelineStep& s) {
+    return s.forward ? !p2p.first_virtual_stage(s.chunk) : !p2p.last_virtual_stage(s.chunk);
+  };
+  // Load this iteration's micro-batches first, and agree over the pipeline group that every
+  // stage could: a stage that failed half-way through the schedule would leave its neighbours
+  // waiting for transfers that never come.
+  std::vector<MicroBatch> batches(static_cast<size_t>(num_microbatches));
+  Status loaded = Status::Ok();
+  for (int64_t m = 0; m < num_microbatches && loaded.ok(); ++m) {
+    MicroBatch& mb = batches[static_cast<size_t>(m)];
+    loaded = source(m, &mb);
+    if (loaded.ok() && (mb.B != batches[0].B || mb.S != batches[0].S))
+      loaded =
+          InvalidArgument("micro-batch ", m, " is ", mb.B, " x ", mb.S, " tokens; pipeline parallelism needs every ",
+                          "micro-batch of the iteration to be ", batches[0].B, " x ", batches[0].S);
+  }
+  const int64_t failed_stage =
+      ps.pp()->all_reduce_scalar(loaded.ok() ? int64_t{0} : static_cast<int64_t>(ps.coords().pp) + 1, ReduceOp::kMax);
+  if (!loaded.ok()) return loaded;
+  if (failed_stage > 0)
+    return FailedPrecondition("pipeline stage ", failed_stage - 1, " could not load this iteration's micro-batches (",
+                              "its error is reported by that rank)");
+  if (num_microbatches == 0) return ForwardBackwardResult{};
+  const Shape shape = activation_shape(*chunks[0], batches[0]);  // every transfer is [Tl, H]
+  const int last_chunk = static_cast<int>(chunks.size()) - 1;
+  ForwardBackwardResult result;
+  std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
+  size_t prefetched = 0;                  // steps [0, prefetched) have their receives posted
+  auto prefetch = [&](size_t upto) {
+    for (upto = std::min(upto, steps.size()); prefetched < upto; ++prefetched)
+      if (receives(steps[prefetched]))
+        p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch, shape);
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipelineStep& s = steps[i];
+    GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
+    prefetch(i + kPrefetchSteps);
+    Tensor received = receives(s) ? p2p.wait_recv(s.forward, s.chunk, s.microbatch) : Tensor();
+    if (s.forward) {
+      MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
+      GPTModel::LossSums sums;
+      Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums);
+      if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
+      if (model.partition().post_process) {
+        result.loss_sum += sums.loss_sum;
+        result.tokens += sums.tokens;
+        if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
+      } else {
+        p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
+      }
+    } else {
+      float loss_scale = 0.0f;
+      if (model.partition().post_process) {
+        auto it = loss_tokens.find(s.microbatch);
+        GALE_CHECK(it != loss_tokens.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
+        loss_scale = micro_batch_loss_scale(it->second, num_microbatches);
+        loss_tokens.erase(it);
+      }
+      Tensor d_input = model.backward(s.microbatch, received, loss_scale);
+      if (!model.partition().pre_process) p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+    }
+    p2p.release_completed();
+    if (observer) observer(s);
+  }
+  p2p.finish();
+  return result;
+}
+
+StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
+    GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
+    bool forward_only, const ScheduleObserver& observer) {
+  const int pp = ps.pp_size(), rank = ps.coords().pp;
+  return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
+                                    num_microbatches, source, forward_only, observer);
+}
+
+StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
+    const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
+    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer) {
+  const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
+  GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches));
+  return forward_backward_pipelined(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only),
+                                    num_microbatches, source, forward_only, observer);
+}
+
+}  // namespace gale

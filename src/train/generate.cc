@@ -1,0 +1,136 @@
+// Text generation: load a checkpoint into one model, then sample token by token.
+#include "train/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/model_checkpoint.h"
+#include "core/rng.h"
+#include "model/gpt_model.h"
+#include "train/data_setup.h"
+#include "train/model_setup.h"
+
+namespace gale {
+
+namespace {
+
+struct GenerateArgs {
+  std::string prompt;
+  int64_t max_new_tokens = 128;
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: no limit
+  double top_p = 0.0;        // 0: no nucleus cut
+};
+
+// Picks the next token from `logits` (over the tokenizer's vocabulary) with Philox draws.
+int32_t sample(const float* logits, int64_t vocab, const GenerateArgs& g, uint64_t seed, uint64_t step) {
+  if (g.temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int64_t keep = g.top_k > 0 ? std::min(g.top_k, vocab) : vocab;
+  std::vector<double> p(static_cast<size_t>(keep));
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / g.temperature);
+  if (g.top_p > 0.0) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < keep; ++i) {
+      acc += p[i] / total;
+      if (acc >= g.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    total = std::accumulate(p.begin(), p.begin() + keep, 0.0);
+  }
+  double u = uniform_at(seed, 0x6e6, step) * total;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= p[i];
+    if (u <= 0.0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+int usage(const Status& s) {
+  std::fprintf(stderr, "gale generate: error: %s\n", s.message().c_str());
+  return 2;
+}
+
+int failure(const Status& s) {
+  std::fprintf(stderr, "gale generate: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int generate_main(int argc, char** argv) {
+  ArgParser parser("gale generate", "Generate text from a checkpoint saved by `gale pretrain` (one process).");
+  Arguments args;
+  add_model_args(parser, args.model);
+  add_tokenizer_args(parser, args.tokenizer);
+  GenerateArgs g;
+  int64_t seed = 1234;
+  parser.group("generation");
+  parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
+  parser.add("--prompt", &g.prompt, "text to continue");
+  parser.add("--max-new-tokens", &g.max_new_tokens, "tokens to generate");
+  parser.add("--temperature", &g.temperature, "sampling temperature; 0 picks the most likely token (greedy)");
+  parser.add("--top-k", &g.top_k, "sample among the k most likely tokens (0: all)");
+  parser.add("--top-p", &g.top_p, "sample among the most likely tokens whose probabilities sum to p (0: off)");
+  parser.add("--seed", &seed, "random seed of the sampling");
+  Status st = parser.parse(argc, argv);
+  if (!st.ok()) return usage(st);
+  if (parser.help_requested()) {
+    std::printf("%s", parser.help_text().c_str());
+    return 0;
+  }
+  if (args.checkpoint.load.empty()) return usage(InvalidArgument("--load is required (the checkpoint to generate from)"));
+  if (g.max_new_tokens < 0) return usage(InvalidArgument("--max-new-tokens: expected a non-negative integer"));
+  if (g.temperature < 0.0) return usage(InvalidArgument("--temperature: expected a non-negative number"));
+  if (g.top_p < 0.0 || g.top_p > 1.0) return usage(InvalidArgument("--top-p: expected a value in [0, 1]"));
+  st = validate_model_args(args.model, parser);
+  if (!st.ok()) return usage(st);
+
+  StatusOr<std::unique_ptr<Tokenizer>> tok = build_pretrain_tokenizer(args);
+  if (!tok.ok()) return failure(tok.status());
+  const Tokenizer& tokenizer = *tok.value();
+  args.model.padded_vocab_size = pad_vocab_size(tokenizer.vocab_size(), args.model.make_vocab_size_divisible_by, 1);
+  args.training.seed = seed;
+  const ModelConfig config = model_config_from_args(args);
+  OpTable ops = reference_ops();
+  GPTModel model(config, single_process_partition(config), &ops);
+  StatusOr<CheckpointReader> reader = CheckpointReader::open(args.checkpoint.load);
+  if (!reader.ok()) return failure(reader.status());
+  st = load_parameters(reader.value(), model.params());
+  if (!st.ok()) return failure(st);
+
+  std::vector<int32_t> ids;
+  st = tokenizer.encode(g.prompt, &ids);
+  if (!st.ok()) return failure(st);
+  if (ids.empty()) ids.push_back(tokenizer.eod());  // start a new document
+  const size_t prompt_len = ids.size();
+  for (int64_t step = 0; step < g.max_new_tokens; ++step) {
+    if (static_cast<int64_t>(ids.size()) >= config.max_positions) break;
+    MicroBatch mb;
+    mb.B = 1;
+    mb.S = static_cast<int64_t>(ids.size());
+    mb.tokens = ids;
+    mb.position_ids.resize(ids.size());
+    std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
+    Tensor logits = model.forward_logits(mb, Tensor());  // [1, S, V]
+    const float* last = logits.data<float>() + (mb.S - 1) * config.vocab;
+    int32_t next = sample(last, tokenizer.vocab_size(), g, static_cast<uint64_t>(seed), static_cast<uint64_t>(step));
+    if (next == tokenizer.eod()) break;
+    ids.push_back(next);
+  }
+  StatusOr<std::string> text = tokenizer.decode(std::span<const int32_t>(ids.data(), ids.size()));
+  if (!text.ok()) return failure(text.status());
+  std::printf("%s\n", text.value().c_str());
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated]\n", prompt_len, ids.size() - prompt_len);
+  return 0;
+}
+
+}  // namespace gale

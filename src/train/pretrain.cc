@@ -1,0 +1,139 @@
+// The pretrain driver: wires arguments, features, data, engine, checkpoints and the trainer.
+#include "train/pretrain.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/allocator.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "features/registry.h"
+#include "kernels/cpu/gemm.h"
+#include "parallel/rank_grid.h"
+#include "train/arg_parser.h"
+#include "train/arguments.h"
+#include "train/checkpointing.h"
+#include "train/data_setup.h"
+#include "train/engine.h"
+#include "train/trainer.h"
+
+namespace gale {
+
+namespace {
+
+// Rank of this process from the launcher's environment (before MPI is up), for error printing.
+bool env_says_not_rank0() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(v);
+    if (value && *value) return std::atoi(value) != 0;
+  }
+  return false;
+}
+
+int usage_error(const Status& s) {
+  if (!env_says_not_rank0()) std::fprintf(stderr, "gale pretrain: error: %s\n", s.message().c_str());
+  return 2;
+}
+
+[[noreturn]] void run_error(const Status& s) { fatal_exit(1, str_cat("gale pretrain: error: ", s.message())); }
+
+void print_banner(const ArgParser& p, const Comm& world) {
+  print_rank0(str_cat("Gale ", GALE_VERSION, " pretrain: world size ", world->size(), " (", world->backend(),
+                      "), ", num_threads(), " compute threads per process"));
+  print_rank0(str_cat("GEMM: ", gemm_backend_description()));
+  print_rank0("------------------------ arguments ------------------------");
+  for (const std::string& flag : p.given_flags()) print_rank0(str_cat("  ", flag));
+  print_rank0("-------------------- end of arguments ---------------------");
+}
+
+void print_active_features(const FeatureRegistry& registry, const FeatureContext& ctx, const OpTable& ops) {
+  print_rank0(str_cat("features: optimization level ", ctx.optimization_level, ", CPU ISA ", ctx.cpu_isa));
+  for (size_t i = 0; i < registry.features().size(); ++i) {
+    if (!registry.statuses()[i].active) continue;
+    const Feature& f = *registry.features()[i];
+    print_rank0(str_cat("  active: ", f.name(), " (", feature_module_name(f.module()), ", level ", f.level(), ")"));
+  }
+  std::string kernels;
+  for (const auto& [op, impl] : ops.impl) kernels += str_cat(kernels.empty() ? "" : ", ", op, "=", impl);
+  print_rank0(str_cat("  kernels: ", kernels));
+}
+
+}  // namespace
+
+int pretrain_main(int argc, char** argv) {
+  ArgParser parser("gale pretrain", "Pretrain a GPT/LLaMA-style model with Megatron-LM's pretrain_gpt.py flags.");
+  Arguments args;
+  add_all_pretrain_args(parser, args);
+  auto registry = make_feature_registry();
+  registry->register_args(parser);
+  Status st = parser.parse(argc, argv);
+  if (!st.ok()) return usage_error(st);
+  if (parser.help_requested()) {
+    std::printf("%s", parser.help_text().c_str());
+    return 0;
+  }
+  StatusOr<Comm> world_or =
+      init_world(args.parallel.distributed_backend, static_cast<double>(args.parallel.distributed_timeout_minutes));
+  if (!world_or.ok()) return usage_error(world_or.status());
+  Comm world = world_or.value();
+  set_log_identity(world->rank(), world->size());
+  st = validate_all_pretrain_args(args, parser, world->size());
+  if (!st.ok()) return usage_error(st);
+  FeatureContext fctx = make_feature_context(args, parser, *registry);
+  std::vector<std::string> notices;
+  st = registry->resolve(fctx, &notices);
+  if (!st.ok()) return usage_error(st);
+  if (args.training.num_threads > 0) set_num_threads(args.training.num_threads);
+  print_banner(parser, world);
+  for (const std::string& n : notices) warn_rank0(n);
+  for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
+
+  // ---- layout ----
+  StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
+  if (!layout.ok()) return usage_error(layout.status());
+  print_rank0(render_rank_layout(layout.value()));
+
+  // ---- data ----
+  StatusOr<PretrainData> data_or = build_pretrain_data(args);
+  if (!data_or.ok()) run_error(data_or.status());
+  PretrainData& data = data_or.value();
+  args.model.padded_vocab_size = pad_vocab_size(data.vocab_size, args.model.make_vocab_size_divisible_by,
+                                                args.parallel.tensor_model_parallel_size);
+  print_rank0(str_cat(" > padded vocab (size: ", data.vocab_size, ") with ",
+                      args.model.padded_vocab_size - data.vocab_size, " dummy tokens (new size: ",
+                      args.model.padded_vocab_size, ")"));
+
+  // ---- engine: features, model chunks, optimizer ----
+  OpTable ops = reference_ops();
+  EngineSetup setup{&ops};
+  st = registry->apply(fctx, setup);
+  if (!st.ok()) run_error(st);
+  print_active_features(*registry, fctx, ops);
+  StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops);
+  if (!engine_or.ok()) run_error(engine_or.status());
+  Engine& engine = *engine_or.value();
+  int64_t params = 0;
+  for (const auto& c : engine.chunks) params += c->params().numel();
+  print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
+                    engine.ps.coords().pp, "): ", params));
+  Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
+
+  // ---- checkpoints ----
+  if (!args.checkpoint.load.empty()) {
+    bool loaded = false;
+    st = load_checkpoint(args, engine, trainer.state(), &loaded);
+    if (!st.ok()) run_error(st);
+  }
+  if (!args.checkpoint.save.empty())
+    trainer.set_save_fn([&](const TrainerState& s) { return save_checkpoint(args, engine, s); });
+
+  print_rank0("training ...");
+  host_allocator().reset_peak();
+  st = trainer.run();
+  if (!st.ok()) run_error(st);
+  print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
+                      " in tensors (exact), ", format_bytes(peak_rss_bytes()), " process peak RSS"));
+  return 0;
+}
+
+}  // namespace gale

@@ -1,0 +1,112 @@
+// The fused-compute features: which kernels each optimisation level and flag installs, model
+// requirements, and the `gale features` command.
+#include <gtest/gtest.h>
+
+#include "features/registry.h"
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+struct Resolved {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  std::unique_ptr<FeatureRegistry> registry = make_feature_registry();
+  OpTable ops = reference_ops();
+  std::vector<std::string> notices;
+  Status status;
+
+  explicit Resolved(std::vector<std::string> argv) {
+    add_all_pretrain_args(parser, args);
+    registry->register_args(parser);
+    argv.insert(argv.begin(), "gale");
+    std::vector<char*> ptrs;
+    for (auto& a : argv) ptrs.push_back(a.data());
+    storage_ = std::move(argv);
+    status = parser.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    if (!status.ok()) return;
+    FeatureContext ctx = make_feature_context(args, parser, *registry);
+    status = registry->resolve(ctx, &notices);
+    if (!status.ok()) return;
+    EngineSetup setup{&ops};
+    status = registry->apply(ctx, setup);
+  }
+  std::string impl(const std::string& op) { return ops.impl.at(op); }
+
+ private:
+  std::vector<std::string> storage_;
+};
+
+const std::vector<std::string> kLlama = {"--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(KernelFeatures, LevelZeroIsThePlainReference) {
+  Resolved r(with(kLlama, {"--optimization-level", "0", "--use-flash-attn", "--use-fused-swiglu"}));
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  for (const auto& [op, impl] : r.ops.impl) EXPECT_EQ(impl, "reference") << op;
+  EXPECT_EQ(r.notices.size(), 2u);
+}
+
+TEST(KernelFeatures, LevelOneInstallsTheAlwaysSafeRewrites) {
+  Resolved r({"--optimization-level", "1"});  // a GPT model: LayerNorm, GeLU, learned positions
+  ASSERT_TRUE(r.status.ok());
+  for (const char* op : {"norm", "bias_dropout_add_norm", "bias_dropout_add", "gelu", "embedding", "adamw"})
+    EXPECT_EQ(r.impl(op).rfind("fused-", 0), 0u) << op << " is " << r.impl(op);
+  for (const char* op : {"attention", "lm_head_loss", "swiglu", "rope"}) EXPECT_EQ(r.impl(op), "reference") << op;
+}
+
+TEST(KernelFeatures, LevelTwoFlagsAddTheirKernels) {
+  Resolved r(with(kLlama, {"--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--use-flash-attn",
+                           "--cross-entropy-loss-fusion"}));
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  for (const auto& [op, impl] : r.ops.impl)
+    if (op != "gelu") EXPECT_EQ(impl.rfind("fused-", 0), 0u) << op << " is " << impl;  // SwiGLU model: no GeLU
+  EXPECT_EQ(r.impl("gelu"), "reference");
+  EXPECT_TRUE(r.notices.empty());
+}
+
+TEST(KernelFeatures, MegatronSwitchOff) {
+  Resolved r({"--no-bias-gelu-fusion", "--no-bias-dropout-fusion"});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.impl("gelu"), "reference");
+  EXPECT_EQ(r.impl("bias_dropout_add"), "reference");
+  EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
+}
+
+TEST(KernelFeatures, RequirementsNameBothFlags) {
+  EXPECT_EQ(Resolved({"--use-fused-swiglu"}).status.message(), "--use-fused-swiglu requires --swiglu");
+  EXPECT_EQ(Resolved({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
+  EXPECT_EQ(Resolved({"--use-fused-rotary-pos-emb"}).status.message(),
+            "--use-fused-rotary-pos-emb requires --position-embedding-type rope");
+  EXPECT_EQ(Resolved({"--optimizer-selection", "fused_ema_adamw"}).status.code(), StatusCode::kUnimplemented);
+}
+
+TEST(KernelFeatures, UnavailableIsaFallsBackAndSaysSo) {
+  // GALE_MAX_ISA caps the ISA the kernels may use; the table reports what runs.
+  setenv("GALE_MAX_ISA", "avx2", 1);
+  Resolved r({"--use-flash-attn"});
+  unsetenv("GALE_MAX_ISA");
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.impl("attention"), "fused-avx2");
+}
+
+TEST(GaleFeaturesCommand, PrintsTheTableAndErrors) {
+  auto ok = test::run_with_timeout({GALE_BINARY, "features", "--optimization-level", "1", "--use-flash-attn"}, {}, 60);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("optimization level 1"), std::string::npos);
+  EXPECT_NE(ok.output.find("--use-flash-attn"), std::string::npos);
+  EXPECT_NE(ok.output.find("inactive: needs --optimization-level 2 (given 1)"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("note: --use-flash-attn is not active: it needs --optimization-level 2 (given 1)"),
+            std::string::npos);
+  EXPECT_NE(ok.output.find("fused-layer-norm"), std::string::npos);
+  auto bad = test::run_with_timeout({GALE_BINARY, "features", "--use-fused-swiglu"}, {}, 60);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("gale features: error: --use-fused-swiglu requires --swiglu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,132 @@
+// bf16 GEMM against a double-precision product of the same bf16 inputs, and the vectorised
+// f32 <-> bf16 conversions bit for bit against core/dtype.h, for every ISA this CPU has.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "fused_test_util.h"
+#include "kernels/cpu/gemm.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+using testing::random_vector;
+using testing::runnable_isas;
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Forces one ISA for the conversions for the lifetime of the object.
+class ForceIsa {
+ public:
+  explicit ForceIsa(Isa isa) { setenv("GALE_MAX_ISA", isa_name(isa), 1); }
+  ~ForceIsa() { unsetenv("GALE_MAX_ISA"); }
+};
+
+std::vector<float> conversion_inputs() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(), INFINITY, -INFINITY,
+                          NAN, -NAN, from_bits(0x7f800001u), from_bits(0xffc12345u), from_bits(0x7fbfffffu),
+                          from_bits(0x3f808000u),   // tie, even lower half: rounds down
+                          from_bits(0x3f818000u),   // tie, odd: rounds up
+                          from_bits(0x3f80ffffu), from_bits(0x7f7fffffu), from_bits(0x00008000u), from_bits(0x807fffffu)};
+  for (uint32_t i = 0; i < 5000; ++i) v.push_back(from_bits(i * 858993u + 12345u * (i & 7)));  // spread over all exponents
+  auto r = random_vector(333, 7, 100.0f);
+  v.insert(v.end(), r.begin(), r.end());
+  return v;
+}
+
+class Bf16Convert : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Bf16Convert, MatchesDtypeBitForBit) {
+  const ForceIsa force(GetParam());
+  ASSERT_EQ(detected_isa(), GetParam());
+  const std::vector<float> x = conversion_inputs();
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{15}, int64_t{17}, static_cast<int64_t>(x.size())}) {
+    std::vector<bf16> y(n);
+    convert_f32_to_bf16(x.data(), y.data(), n);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) mismatches += y[i].bits != float_to_bf16(x[i]).bits;
+    EXPECT_EQ(mismatches, 0) << "n " << n;
+    std::vector<float> back(n, 5.0f);
+    convert_bf16_to_f32(y.data(), back.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float ref = bf16_to_float(y[i]);
+      ASSERT_EQ(std::memcmp(&back[i], &ref, 4), 0) << i;
+    }
+  }
+  // A bf16 value survives the round trip exactly.
+  std::vector<float> exact = {1.5f, -2.25f, 65536.0f, 0.0078125f};
+  std::vector<bf16> h(exact.size());
+  std::vector<float> again(exact.size());
+  convert_f32_to_bf16(exact.data(), h.data(), 4);
+  convert_bf16_to_f32(h.data(), again.data(), 4);
+  EXPECT_EQ(again, exact);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, Bf16Convert, ::testing::ValuesIn(runnable_isas()),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+
+// C = alpha·op(A)·op(B) + beta·C in double from the bf16 values.
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const std::vector<bf16>& A, int64_t lda,
+               const std::vector<bf16>& B, int64_t ldb, float beta, std::vector<double>& C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = bf16_to_float(ta ? A[k * lda + m] : A[m * lda + k]);
+        const double b = bf16_to_float(tb ? B[n * ldb + k] : B[k * ldb + n]);
+        s += a * b;
+      }
+      C[m * ldc + n] = alpha * s + beta * C[m * ldc + n];
+    }
+}
+
+TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
+  struct Case {
+    int64_t M, N, K;
+    float alpha, beta;
+  };
+  for (const Case& c : {Case{1, 1, 1, 1.0f, 0.0f}, Case{17, 33, 65, 1.0f, 0.0f}, Case{64, 48, 128, 0.5f, 1.0f},
+                        Case{5, 130, 7, -2.0f, 0.25f}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << c.M << "x" << c.N << "x" << c.K << " ta " << ta << " tb " << tb);
+        const int64_t lda = (ta ? c.M : c.K) + 3, ldb = (tb ? c.K : c.N) + 1, ldc = c.N + 2;
+        const int64_t a_rows = ta ? c.K : c.M, b_rows = tb ? c.N : c.K;
+        auto af = random_vector(a_rows * lda, 1), bf = random_vector(b_rows * ldb, 2), cf = random_vector(c.M * ldc, 3);
+        std::vector<bf16> A(af.size()), B(bf.size());
+        convert_f32_to_bf16(af.data(), A.data(), static_cast<int64_t>(af.size()));
+        convert_f32_to_bf16(bf.data(), B.data(), static_cast<int64_t>(bf.size()));
+        std::vector<double> ref(cf.begin(), cf.end());
+        reference(ta, tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, ref, ldc);
+        std::vector<float> C = cf;
+        gemm_bf16(ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+        double err = 0.0, peak = 1e-30;
+        for (int64_t m = 0; m < c.M; ++m)
+          for (int64_t n = 0; n < c.N; ++n) {
+            err = std::max(err, std::fabs(C[m * ldc + n] - ref[m * ldc + n]));
+            peak = std::max(peak, std::fabs(ref[m * ldc + n]));
+          }
+        // f32 accumulation of exact bf16 products.
+        EXPECT_LE(err / peak, 1e-5);
+        // Padding columns of C are untouched.
+        for (int64_t m = 0; m < c.M; ++m)
+          for (int64_t n = c.N; n < ldc; ++n) EXPECT_EQ(C[m * ldc + n], cf[m * ldc + n]);
+      }
+}
+
+TEST(GemmBf16, ReportsItsImplementation) {
+  EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty());
+}
+
+}  // namespace
+}  // namespace gale

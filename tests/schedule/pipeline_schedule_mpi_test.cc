@@ -1,0 +1,295 @@
+// The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
+// exactly its 1F1B / interleaved order, holds no more micro-batches than the schedule needs
+// (P − r for 1F1B), sends and receives one activation or gradient per micro-batch and
+// virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation
+// gives the single-process loss, tied embeddings start and stay identical on the first and last
+// stage, and a bad micro-batch count is a clean error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "mpi_test_env.h"
+#include "schedule/schedules.h"
+#include "testing_data.h"
+#include "train/engine.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+namespace {
+
+constexpr int64_t kVocab = 120, kSeq = 8, kMicroBatch = 2;
+
+struct Case {
+  const char* name;
+  int world;
+  std::vector<std::string> flags;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"pp4", 4, {"--pipeline-model-parallel-size", "4"}},
+      {"pp4_vpp2", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
+                        "--num-layers", "8"}},
+      {"tp2_pp2_sp", 4, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                          "--sequence-parallel"}},
+      {"pp2_dp2", 4, {"--pipeline-model-parallel-size", "2"}},
+  };
+  return all;
+}
+
+struct TinyRun {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  std::unique_ptr<Engine> engine;
+  testing::SyntheticDataset data{1000, kSeq, kVocab};
+
+  TinyRun(const std::vector<std::string>& flags, const Comm& world, int64_t global_batch) {
+    add_all_pretrain_args(parser, args);
+    std::vector<std::string> argv = {"gale", "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
+                                     "--seq-length", std::to_string(kSeq), "--max-position-embeddings",
+                                     std::to_string(kSeq), "--micro-batch-size", std::to_string(kMicroBatch),
+                                     "--global-batch-size", std::to_string(global_batch), "--train-iters", "2",
+                                     "--lr", "1e-3", "--mock-data", "--make-vocab-size-divisible-by", "64",
+                                     "--hidden-dropout", "0.1", "--attention-dropout", "0.1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::vector<char*> ptrs;
+    for (auto& a : argv) ptrs.push_back(a.data());
+    GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
+    args.model.padded_vocab_size = pad_vocab_size(kVocab, 64, args.parallel.tensor_model_parallel_size);
+    auto e = build_engine(args, world, reference_ops());
+    GALE_CHECK_OK(e.status());
+    engine = std::move(e).value();
+  }
+
+  int64_t num_microbatches() const {
+    return args.training.global_batch_size / (kMicroBatch * engine->ps.dp_size());
+  }
+
+  // Micro-batch m of this data-parallel rank, as the trainer builds it.
+  MicroBatchSource source() const {
+    return [this](int64_t m, MicroBatch* mb) {
+      const int64_t dp = engine->ps.dp_size(), first = (m * dp + engine->ps.coords().dp) * kMicroBatch;
+      mb->B = kMicroBatch;
+      mb->S = kSeq;
+      mb->tokens.clear();
+      mb->labels.clear();
+      mb->loss_mask.clear();
+      mb->position_ids.clear();
+      mb->document_ids.clear();
+      mb->sample_ids.clear();
+      TrainingSample s;
+      for (int64_t b = 0; b < kMicroBatch; ++b) {
+        GALE_RETURN_IF_ERROR(data.get(first + b, &s));
+        mb->tokens.insert(mb->tokens.end(), s.tokens.begin(), s.tokens.end());
+        mb->labels.insert(mb->labels.end(), s.labels.begin(), s.labels.end());
+        mb->loss_mask.insert(mb->loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+        mb->position_ids.insert(mb->position_ids.end(), s.position_ids.begin(), s.position_ids.end());
+        mb->sample_ids.push_back(first + b);
+      }
+      return Status::Ok();
+    };
+  }
+};
+
+const Case* find_case(const std::string& name) {
+  for (const Case& c : cases())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+class PipelineSchedule : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
+  const Case* c = find_case(GetParam());
+  ASSERT_NE(c, nullptr);
+  Comm world = test::world();
+  if (c->world != world->size()) GTEST_SKIP() << c->name << " needs " << c->world << " ranks";
+  TinyRun setup(c->flags, world, 16);
+  Engine& e = *setup.engine;
+  const int pp = e.ps.pp_size(), rank = e.ps.coords().pp, vpp = static_cast<int>(e.chunks.size());
+  const int64_t m = setup.num_microbatches();
+  std::vector<PipelineStep> ran;
+  size_t held = 0, max_held = 0;
+  auto observer = [&](const PipelineStep& s) {
+    ran.push_back(s);
+    held = 0;
+    for (auto& chunk : e.chunks) held += chunk->in_flight();
+    max_held = std::max(max_held, held);
+  };
+  e.ps.pp()->reset_stats();
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, observer);
+  ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+  // Point-to-point volume (docs/parallelism.md): one [Tl, H] f32 tensor per micro-batch and
+  // virtual-stage boundary in each direction; Tl = S·B, divided by TP with sequence parallelism.
+  const int64_t tl = kSeq * kMicroBatch / (setup.args.parallel.sequence_parallel ? e.ps.tp_size() : 1);
+  const int64_t message = tl * 32 * 4;  // hidden size 32, f32
+  int64_t sends = 0, recvs = 0;
+  for (int c = 0; c < vpp; ++c) {
+    const int stage = c * pp + rank, last = pp * vpp - 1;
+    sends += (stage < last) + (stage > 0);  // activation forward, gradient backward
+    recvs += (stage > 0) + (stage < last);
+  }
+  const CommStats& stats = e.ps.pp()->stats();
+  EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kSend)], sends * m);
+  EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kRecv)], recvs * m);
+  EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kSend)], sends * m * message);
+  EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kRecv)], recvs * m * message);
+  const std::vector<PipelineStep> expected =
+      vpp == 1 ? one_f_one_b_order(pp, rank, m, false) : interleaved_order(pp, rank, vpp, m, false);
+  EXPECT_EQ(ran, expected);
+  EXPECT_EQ(held, 0u) << "saved activations left after the iteration";
+  if (vpp == 1) {
+    EXPECT_LE(max_held, static_cast<size_t>(pp - rank));
+    EXPECT_EQ(max_held, static_cast<size_t>(std::min<int64_t>(pp - rank, m)));
+  } else {
+    EXPECT_EQ(max_held, static_cast<size_t>(std::min(interleaved_warmup(pp, rank, vpp, m, false) + 1, m * vpp)));
+  }
+  // The loss sums live on the last stage only; every token of this rank's micro-batches counted.
+  if (e.ps.is_pipeline_last_stage()) {
+    EXPECT_EQ(fb->tokens, static_cast<double>(m * kMicroBatch * kSeq));
+    EXPECT_GT(fb->loss_sum, 0.0);
+  } else {
+    EXPECT_EQ(fb->tokens, 0.0);
+  }
+}
+
+TEST_P(PipelineSchedule, ForwardOnlyMatchesSingleProcess) {
+  const Case* c = find_case(GetParam());
+  ASSERT_NE(c, nullptr);
+  Comm world = test::world();
+  if (c->world != world->size()) GTEST_SKIP() << c->name << " needs " << c->world << " ranks";
+  std::vector<std::string> model_flags;
+  for (size_t i = 0; i + 1 < c->flags.size(); ++i)
+    if (c->flags[i] == "--num-layers") model_flags = {"--num-layers", c->flags[i + 1]};
+  TinyRun reference(model_flags, make_self_communicator("world"), 16);
+  TinyRun run(c->flags, world, 16);
+  Engine& e = *run.engine;
+  size_t max_held = 0;
+  auto observer = [&](const PipelineStep&) {
+    for (auto& chunk : e.chunks) max_held = std::max(max_held, chunk->in_flight());
+  };
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, run.num_microbatches(), run.source(), /*forward_only=*/true,
+                             observer);
+  ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+  EXPECT_EQ(max_held, 0u) << "forward-only keeps no activations";
+  double sums[2] = {fb->loss_sum, fb->tokens};
+  if (e.ps.dp_size() > 1) e.ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  auto ref = forward_backward(reference.engine->chunk_pointers(), reference.engine->ps, reference.num_microbatches(),
+                              reference.source(), /*forward_only=*/true);
+  ASSERT_TRUE(ref.ok());
+  if (e.ps.is_pipeline_last_stage()) {
+    EXPECT_EQ(sums[1], ref->tokens);
+    EXPECT_NEAR(sums[0] / sums[1], ref->loss_sum / ref->tokens, 1e-5 * ref->loss_sum / ref->tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PipelineSchedule, ::testing::Values("pp2", "pp2_vpp2", "pp4", "pp4_vpp2",
+                                                                      "tp2_pp2_sp", "pp2_dp2"),
+                         [](const auto& info) { return info.param; });
+
+// The tied word embedding: the last stage's copy starts equal to the first stage's (initial
+// values depend only on the parameter name) and stays equal through training (its gradient is
+// summed over the embedding group, so both stages take the same optimizer step).
+TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 8);
+  Engine& e = *setup.engine;
+  const Comm& emb = e.ps.embedding();
+  ASSERT_TRUE(e.ps.is_pipeline_first_stage() || e.ps.is_pipeline_last_stage() || emb == nullptr);
+  auto compare = [&](const char* when) {
+    if (!emb) return;  // middle stages hold no copy
+    GPTModel& m = *e.chunks.front();
+    const int id = e.ps.is_pipeline_first_stage() ? m.word_embedding_id() : m.output_weight_id();
+    ASSERT_GE(id, 0);
+    EXPECT_EQ(m.params().spec(id).name, "embedding.word_embeddings.weight");
+    const int64_t n = m.params().spec(id).local_numel();
+    std::vector<float> mine(m.params().param_data(id), m.params().param_data(id) + n), theirs(static_cast<size_t>(n));
+    // Exchange the copies between the two members of the embedding group.
+    const int peer = 1 - emb->rank();
+    WorkPtr r = emb->recv_async(theirs.data(), n, DType::kF32, peer, 7);
+    emb->send(mine.data(), n, DType::kF32, peer, 7);
+    r->wait();
+    EXPECT_EQ(mine, theirs) << when;
+  };
+  compare("at initialisation");
+  for (int step = 0; step < 2; ++step) {
+    for (auto& chunk : e.chunks) chunk->params().zero_grads();
+    auto fb = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), setup.source(), false);
+    ASSERT_TRUE(fb.ok());
+    finalize_model_grads(e.ps, e.chunk_pointers());
+    StepResult r = e.optimizer->step(1e-3, 0.0, false);
+    ASSERT_TRUE(r.applied);
+  }
+  compare("after two steps");
+}
+
+// Any valid order runs through forward_backward_pipelined: GPipe's (all forwards, then all
+// backwards) holds all M micro-batches where 1F1B holds P − r, and gives the same gradients
+// (both accumulate the micro-batches' backwards in the same order).
+TEST(PipelineSchedule, GPipeOrderGivesTheSameGradientsWithMoreMemory) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 16);
+  Engine& e = *setup.engine;
+  const int64_t m = setup.num_microbatches();
+  GPTModel& model = *e.chunks.front();
+  auto run = [&](const std::vector<PipelineStep>& order, size_t* max_held) {
+    model.params().zero_grads();
+    *max_held = 0;
+    auto track = [&](const PipelineStep&) { *max_held = std::max(*max_held, model.in_flight()); };
+    auto fb = forward_backward_pipelined(e.chunk_pointers(), e.ps, order, m, setup.source(), false, track);
+    GALE_CHECK_OK(fb.status());
+    const Tensor& g = model.params().flat_grads();
+    return std::vector<float>(g.data<float>(), g.data<float>() + g.numel());
+  };
+  size_t held_1f1b = 0, held_gpipe = 0;
+  std::vector<float> g1 = run(one_f_one_b_order(e.ps.pp_size(), e.ps.coords().pp, m, false), &held_1f1b);
+  std::vector<float> g2 = run(gpipe_order(m, false), &held_gpipe);
+  EXPECT_EQ(g1, g2);
+  EXPECT_EQ(held_gpipe, static_cast<size_t>(m));
+  EXPECT_EQ(held_1f1b, static_cast<size_t>(e.ps.pp_size() - e.ps.coords().pp));
+}
+
+// A micro-batch that cannot be loaded on one stage stops every stage of the pipeline with an
+// error (the failing stage's own, the others naming it) instead of leaving them waiting.
+TEST(PipelineSchedule, ALoadErrorOnOneStageStopsEveryStage) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 8);
+  Engine& e = *setup.engine;
+  const int failing = e.ps.pp_size() - 1;
+  MicroBatchSource good = setup.source();
+  MicroBatchSource source = [&](int64_t m, MicroBatch* mb) -> Status {
+    if (e.ps.coords().pp == failing && m == 2) return OutOfRange("the dataset has 3 samples; sample 4 was requested");
+    return good(m, mb);
+  };
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), source, false);
+  ASSERT_FALSE(fb.ok());
+  if (e.ps.coords().pp == failing) {
+    EXPECT_EQ(fb.status().message(), "the dataset has 3 samples; sample 4 was requested");
+  } else {
+    EXPECT_EQ(fb.status().message(), str_cat("pipeline stage ", failing, " could not load this iteration's "
+                                             "micro-batches (its error is reported by that rank)"));
+  }
+  for (auto& chunk : e.chunks) EXPECT_EQ(chunk->in_flight(), 0u);
+  // The pipeline still works afterwards.
+  auto again = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), good, false);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+}
+
+TEST(PipelineSchedule, InterleavedRejectsMicroBatchesNotAMultipleOfPipelineSize) {
+  Comm world = test::world();
+  if (world->size() != 2) GTEST_SKIP();
+  TinyRun setup({"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"}, world, 8);
+  auto fb = forward_backward(setup.engine->chunk_pointers(), setup.engine->ps, 3, setup.source(), false);
+  ASSERT_FALSE(fb.ok());
+  EXPECT_NE(fb.status().message().find("= 3) to be a multiple of --pipeline-model-parallel-size 2"), std::string::npos)
+      << fb.status().message();
+}
+
+}  // namespace
+}  // namespace gale
