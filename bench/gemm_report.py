@@ -15,7 +15,7 @@ ATTENTION = ["attn.qk", "attn.pv", "attn.tn"]
 LAYERS_PER_MODEL = 12
 
 
-def load(paths):
+def load(paths, keep_all=False):
     """{row name: best row} over the files, and the context of the file with the highest FMA peak.
     A file run without --wait-quiet whose FMA peak is below 85% of the highest was measured while
     other processes held the CPUs; it is left out, with a note on stderr. (With --wait-quiet each
@@ -35,7 +35,7 @@ def load(paths):
     rows, context = {}, {}
     for path, data, peak in files:
         waited = float(data.get("context", {}).get("wait_quiet_seconds", 0) or 0) > 0
-        if peak < 0.85 * top and not waited:
+        if peak < 0.85 * top and not waited and not keep_all:
             print(f"gemm_report: leaving out {path}: FMA peak {peak:.0f} < 85% of {top:.0f} GFLOP/s (a busy machine)",
                   file=sys.stderr)
             continue
@@ -55,13 +55,14 @@ def load(paths):
     return rows, context
 
 
+ORDER = ["onednn", "onednn-matmul-f32", "onednn-matmul-bf16", "openblas-pthread", "openblas-pthread-cooperlake",
+         "openblas-pthread-prescott", "openblas-openmp", "blis-openmp", "blis-pthread"]
+
+
 def backends_of(rows):
-    seen = []
-    for name in rows:
-        parts = name.split("/")
-        if parts[0] == "gemm" and parts[1] not in seen:
-            seen.append(parts[1])
-    return seen
+    """The backends that have rows, in gemm_bench's order (others after, alphabetically)."""
+    seen = {name.split("/")[1] for name in rows if name.startswith("gemm/")}
+    return [b for b in ORDER if b in seen] + sorted(seen - set(ORDER))
 
 
 def best_row(rows, backend, shape):
@@ -89,8 +90,8 @@ def step_ms(rows, backend, model):
     return total
 
 
-def main(paths):
-    rows, context = load(paths)
+def main(paths, keep_all):
+    rows, context = load(paths, keep_all)
     peak = float(context.get("fma_peak_gflops", "0") or 0)
     backends = backends_of(rows)
     print(f"FMA peak: {context.get('fma_peak', '?')}; host {context.get('host_name', '?')}, "
@@ -110,10 +111,10 @@ def main(paths):
             for b in backends:
                 r = best_row(rows, b, shape)
                 cells.append(f"{r['gflops']:.0f}" if r else "-")
-            ref = best_row(rows, "onednn", shape)
-            if ref is None:
+            if all(c == "-" for c in cells):
                 continue
-            pct = f"{100 * ref['gflops'] / peak:.0f}%" if peak else "-"
+            ref = best_row(rows, "onednn", shape)
+            pct = f"{100 * ref['gflops'] / peak:.0f}%" if peak and ref else "-"
             print(f"| {shape} | {mnk_of(shape)} | " + " | ".join(cells) + f" | {pct} |")
     print()
 
@@ -194,7 +195,9 @@ def fill_shapes():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: bench/gemm_report.py gemm_bench.json [...]")
+    args = [a for a in sys.argv[1:] if a != "--keep-all"]
+    if not args:
+        sys.exit("usage: bench/gemm_report.py [--keep-all] gemm_bench.json [...]\n"
+                 "  --keep-all: keep files from a busy machine too (see load())")
     fill_shapes()
-    main(sys.argv[1:])
+    main(args, "--keep-all" in sys.argv[1:])
