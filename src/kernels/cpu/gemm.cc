@@ -1,7 +1,13 @@
-// sgemm on oneDNN and the start-up description of the GEMM backend.
+// sgemm on oneDNN, the start-up description of the GEMM backend and the start-up check.
 #include "kernels/cpu/gemm.h"
 
+#include <link.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/check.h"
 #include "core/status.h"
@@ -38,6 +44,102 @@ std::string gemm_backend_description() {
   return str_cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " sgemm (kernel ISA ",
                  isa_name(dnnl_get_effective_cpu_isa()), ", OpenMP runtime shared with Gale, ", num_threads(),
                  " threads)");
+}
+
+namespace {
+
+bool has_isa_bits(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t level) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(level)) == static_cast<unsigned>(level);
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Shared libraries whose file name starts with one of these run a thread pool of their own.
+constexpr const char* kForeignPoolPrefixes[] = {
+    "libiomp5", "libomp.",                                                 // other OpenMP runtimes
+    "libopenblas", "libblis",                                              // threaded BLAS
+    "libmkl_intel_thread", "libmkl_gnu_thread", "libmkl_tbb_thread", "libtbb."};
+
+int collect_foreign_pool(dl_phdr_info* info, size_t, void* data) {
+  auto* out = static_cast<std::vector<std::string>*>(data);
+  const char* path = info->dlpi_name;
+  if (!path || !*path) return 0;
+  const char* slash = std::strrchr(path, '/');
+  std::string file = slash ? slash + 1 : path;
+  for (const char* prefix : kForeignPoolPrefixes) {
+    if (file.compare(0, std::strlen(prefix), prefix) == 0) {
+      out->push_back(file);
+      break;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+GemmEnvironment detect_gemm_environment(int local_processes) {
+  GemmEnvironment env;
+  __builtin_cpu_init();
+  env.cpu_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vl");
+  env.cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  env.onednn_isa = isa_name(isa);
+  env.onednn_avx512 = has_isa_bits(isa, dnnl_cpu_isa_avx512_core);
+  env.onednn_avx2 = has_isa_bits(isa, dnnl_cpu_isa_avx2);
+  env.onednn_max_cpu_isa_env = env_or_empty("ONEDNN_MAX_CPU_ISA");
+  if (env.onednn_max_cpu_isa_env.empty()) env.onednn_max_cpu_isa_env = env_or_empty("DNNL_MAX_CPU_ISA");
+  env.omp_num_threads_env = env_or_empty("OMP_NUM_THREADS");
+  env.threads = num_threads();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  env.cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  env.local_processes = local_processes > 0 ? local_processes : 1;
+  dl_iterate_phdr(collect_foreign_pool, &env.foreign_thread_pools);
+  return env;
+}
+
+std::vector<std::string> gemm_environment_warnings(const GemmEnvironment& env) {
+  std::vector<std::string> out;
+  std::string cause = env.onednn_max_cpu_isa_env.empty()
+                          ? std::string("oneDNN did not detect it")
+                          : str_cat("ONEDNN_MAX_CPU_ISA/DNNL_MAX_CPU_ISA=", env.onednn_max_cpu_isa_env,
+                                    " limits it; unset that variable");
+  if (env.cpu_avx512 && !env.onednn_avx512) {
+    out.push_back(str_cat("GEMM: oneDNN runs ", env.onednn_isa,
+                          " kernels on a CPU with AVX-512, about half the FP32 peak or less (", cause, ")"));
+  } else if (env.cpu_avx2 && !env.onednn_avx2) {
+    out.push_back(str_cat("GEMM: oneDNN runs ", env.onednn_isa,
+                          " kernels on a CPU with AVX2 and FMA, a fraction of the FP32 peak (", cause, ")"));
+  }
+  int used = env.threads * env.local_processes;
+  std::string threads_from =
+      env.omp_num_threads_env.empty() ? std::string("") : str_cat(" (OMP_NUM_THREADS=", env.omp_num_threads_env, ")");
+  if (2 * used <= env.cores) {
+    out.push_back(str_cat("GEMM: ", env.local_processes, " process(es) x ", env.threads, " OpenMP thread(s)",
+                          threads_from, " use ", used, " of the ", env.cores,
+                          " available cores; unset OMP_NUM_THREADS or set it to cores / processes per node (",
+                          env.cores / env.local_processes, ")"));
+  } else if (used > env.cores) {
+    out.push_back(str_cat("GEMM: ", env.local_processes, " process(es) x ", env.threads, " OpenMP thread(s)",
+                          threads_from, " oversubscribe the ", env.cores,
+                          " available cores and will wait on each other; set OMP_NUM_THREADS to ",
+                          std::max(1, env.cores / env.local_processes)));
+  }
+  for (const auto& lib : env.foreign_thread_pools) {
+    out.push_back(str_cat("GEMM: ", lib,
+                          " is loaded in this process and runs a thread pool of its own, which competes with "
+                          "Gale's OpenMP threads for the cores (check LD_PRELOAD and LD_LIBRARY_PATH)"));
+  }
+  return out;
+}
+
+std::vector<std::string> gemm_startup_check(int local_processes) {
+  return gemm_environment_warnings(detect_gemm_environment(local_processes));
 }
 
 }  // namespace gale

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -22,6 +23,43 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 
 // "oneDNN 2.6.3 sgemm, ISA avx512_core_amx, OpenMP runtime, 2 threads" for the start-up banner.
 std::string gemm_backend_description();
+
+// What the GEMM start-up check looks at. `detect_gemm_environment` fills it from this process;
+// tests build it by hand.
+struct GemmEnvironment {
+  // CPU and OS together support the ISA (CPUID bits and the XSAVE state enabled by the kernel);
+  // AVX-512 means oneDNN's avx512_core subset: F, CD, BW, DQ and VL.
+  bool cpu_avx512 = false;
+  bool cpu_avx2 = false;
+  // The ISA oneDNN dispatches to (dnnl_get_effective_cpu_isa), as a name and as levels.
+  std::string onednn_isa = "unknown";
+  bool onednn_avx512 = false;
+  bool onednn_avx2 = false;
+  // Environment variables that change it ("" when unset).
+  std::string onednn_max_cpu_isa_env;  // ONEDNN_MAX_CPU_ISA, else DNNL_MAX_CPU_ISA
+  std::string omp_num_threads_env;     // OMP_NUM_THREADS
+  int threads = 1;                     // OpenMP threads of this process (num_threads())
+  int cores = 1;                       // CPUs this process may run on (its affinity mask)
+  int local_processes = 1;             // Gale processes sharing these cores (ranks per node)
+  // Loaded shared libraries that bring a second thread pool (another OpenMP runtime or a
+  // threaded BLAS), by file name: "libiomp5.so", "libopenblas.so.0", ...
+  std::vector<std::string> foreign_thread_pools;
+};
+
+// Looks at this process. `local_processes`: Gale processes on this node (ranks per node), each
+// expected to use cores / local_processes threads.
+GemmEnvironment detect_gemm_environment(int local_processes = 1);
+
+// One line per problem that would make GEMMs (and so training) much slower than this machine
+// allows, each naming the cause and the fix; empty when all is well. The caller prints them.
+// Reported: oneDNN running below AVX-512 (or AVX2) on a CPU that has it, with the variable that
+// caused it; fewer than half of the cores in use (OMP_NUM_THREADS=1 on a many-core machine);
+// more threads than cores (oversubscription); a second thread pool loaded in the process.
+std::vector<std::string> gemm_environment_warnings(const GemmEnvironment& env);
+
+// gemm_environment_warnings(detect_gemm_environment(local_processes)): call once at start-up and
+// print each line as a warning (rank 0 is enough).
+std::vector<std::string> gemm_startup_check(int local_processes = 1);
 
 // ---- bf16 (kernels/cpu/gemm_bf16.cc, bf16_convert*.cc)
 
