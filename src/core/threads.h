@@ -14,6 +14,16 @@ int num_threads();
 void set_num_threads(int n);
 int thread_index();  // inside a parallel region; 0 outside
 
+// Processes of this job on this node, from the launcher's environment (OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE); 1 when started without a launcher.
+int local_process_count();
+// CPUs this process may run on (its affinity mask).
+int available_cores();
+// The thread count a process should use when neither --num-threads nor OMP_NUM_THREADS says:
+// available_cores() / local_process_count(), at least 1, so that `mpirun -np 2` on 2 cores does
+// not run 4 threads on 2 cores.
+int default_threads_per_process();
+
 // Calls fn(begin, end) on disjoint chunks of [0, n) in parallel. Chunks have at least `grain`
 // items; small ranges run inline on the calling thread.
 template <class Fn>

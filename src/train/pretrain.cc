@@ -87,8 +87,13 @@ int pretrain_main(int argc, char** argv) {
   std::vector<std::string> notices;
   st = registry->resolve(fctx, &notices);
   if (!st.ok()) return usage_error(st);
-  if (args.training.num_threads > 0) set_num_threads(args.training.num_threads);
+  if (args.training.num_threads > 0) {
+    set_num_threads(args.training.num_threads);
+  } else if (!std::getenv("OMP_NUM_THREADS")) {
+    set_num_threads(default_threads_per_process());  // cores / ranks on this node
+  }
   print_banner(parser, world);
+  for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
 

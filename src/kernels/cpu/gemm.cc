@@ -95,9 +95,7 @@ GemmEnvironment detect_gemm_environment(int local_processes) {
   if (env.onednn_max_cpu_isa_env.empty()) env.onednn_max_cpu_isa_env = env_or_empty("DNNL_MAX_CPU_ISA");
   env.omp_num_threads_env = env_or_empty("OMP_NUM_THREADS");
   env.threads = num_threads();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  env.cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  env.cores = available_cores();
   env.local_processes = local_processes > 0 ? local_processes : 1;
   dl_iterate_phdr(collect_foreign_pool, &env.foreign_thread_pools);
   return env;
