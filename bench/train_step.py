@@ -76,6 +76,13 @@ class ModelConfig:
                   "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
         return [str(x) for x in f]
 
+    def level2_feature_flags(self):
+        """Level 2 features are each gated by their own flag too (as MindSpeed): what a user turns on."""
+        f = ["--use-flash-attn", "--cross-entropy-loss-fusion"]
+        if self.llama:
+            f += ["--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb"]
+        return f
+
 
 CONFIGS = {
     "gpt": ModelConfig("gpt", "GPT-2-small: 12 layers, hidden 768, 12 heads, seq 256, micro-batch 4, vocab 50304",
@@ -204,14 +211,20 @@ def rejected_flag(stderr_text, flag):
     return False
 
 
-def run_gale(gale, c, level, warmup, iters, threads, timeout):
+def run_gale(gale, c, level, warmup, iters, threads, timeout, extra=()):
     cmd = [gale, "pretrain"] + c.gale_flags(warmup + iters, threads)
     if level is not None:
         cmd += ["--optimization-level", str(level)]
+    if level == 2:
+        cmd += c.level2_feature_flags()
+    cmd += list(extra)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     m = run_measured(cmd, env=env, timeout=timeout)
     rc, out, err = m.rc, m.out, m.err
-    result = {"name": "gale" if level is None else f"gale -O{level}", "command": " ".join(shlex.quote(x) for x in cmd),
+    name = "gale" if level is None else f"gale -O{level}"
+    if extra:
+        name += " " + " ".join(extra)
+    result = {"name": name, "command": " ".join(shlex.quote(x) for x in cmd),
               "rss": m.rss, "rc": rc, "others_percent": m.others_percent}
     if rc != 0:
         if level is not None and rejected_flag(err, "--optimization-level"):
@@ -508,12 +521,12 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
     if step_gemm:
         print(f"   all GEMMs of one step at onednn's measured rates: {step_gemm['ms']:.0f} ms "
               f"({step_gemm['gflops']:.0f} GFLOP/s over the GEMMs alone)")
-    head = f"   {'implementation':<16} {'tokens/s':>9} {'ms/iter':>9} {'GFLOP/s':>8} {'MFU':>6} {'/sgemm':>7} " \
+    head = f"   {'implementation':<20} {'tokens/s':>9} {'ms/iter':>9} {'GFLOP/s':>8} {'MFU':>6} {'/sgemm':>7} " \
            f"{'peak RSS':>10} {'TFLOP/s printed/ours':>21} {'loss first->last':>20} {'busy':>5}"
     print(head)
     for r in results:
         if "error" in r or "skipped" in r:
-            print(f"   {r['name']:<16} {r.get('error') or r.get('skipped')}")
+            print(f"   {r['name']:<20} {r.get('error') or r.get('skipped')}")
             continue
         gflops = flops / (r["ms"] / 1000.0) * 1e-9
         mfu = 100 * gflops / peak
@@ -525,7 +538,7 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
             check += " MISMATCH"
         loss = f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}" if r.get("first_loss") is not None else "-"
         busy = f"{r['others_percent']:4.0f}%" if r.get("others_percent") is not None else "    -"
-        print(f"   {r['name']:<16} {r['tokens_per_s']:9.1f} {r['ms']:9.1f} {gflops:8.1f} {mfu:5.1f}% {vs_sgemm} "
+        print(f"   {r['name']:<20} {r['tokens_per_s']:9.1f} {r['ms']:9.1f} {gflops:8.1f} {mfu:5.1f}% {vs_sgemm} "
               f"{fmt_bytes(r['rss']):>10} {check:>21} {loss:>20} {busy}")
     print("   (busy: CPU time other processes used during the run, % of all CPUs; above a few % the times are "
           "pessimistic)")
@@ -631,6 +644,9 @@ def main():
     ap.add_argument("--bench-dir", default=os.path.join(REPO, "build", "bench"),
                     help="where fma_peak_bench and gemm_bench are")
     ap.add_argument("--configs", default="gpt,llama", help="comma-separated: gpt, llama")
+    ap.add_argument("--extra-run", action="append", default=[], metavar="FLAGS",
+                    help="one more Gale run at --optimization-level 2 with these extra flags (e.g. '--bf16'); "
+                         "repeatable; reported as 'gale -O2 FLAGS'")
     ap.add_argument("--levels", default="0,1,2",
                     help="Gale --optimization-level values; 'none' runs without the flag. Rejected levels are "
                          "skipped; when every level is rejected Gale runs once without the flag")
@@ -707,6 +723,11 @@ def main():
                 print(f"[{name}] gale {'' if level is None else f'--optimization-level {level}'} ...", flush=True)
                 gale_results.append(best_of(lambda: run_gale(args.gale, c, level, args.warmup, args.iters, args.threads,
                                                              args.timeout)))
+            for extra in args.extra_run:
+                flags = shlex.split(extra)
+                print(f"[{name}] gale --optimization-level 2 {extra} ...", flush=True)
+                gale_results.append(best_of(lambda: run_gale(args.gale, c, 2, args.warmup, args.iters, args.threads,
+                                                             args.timeout, flags)))
             if gale_results and all("skipped" in r for r in gale_results):  # the flag does not exist yet
                 print(f"[{name}] gale (no --optimization-level) ...", flush=True)
                 gale_results.append(best_of(lambda: run_gale(args.gale, c, None, args.warmup, args.iters, args.threads,

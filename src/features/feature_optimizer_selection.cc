@@ -14,7 +14,7 @@ class OptimizerSelection : public Feature {
   int level() const override { return 1; }
   std::string counterpart() const override { return "MindSpeed --optimizer-selection fused_adamw (L0)"; }
   std::string description() const override {
-    return "vectorised AdamW over flat buffers (fused_adamw, the default; fused_torch_adamw is the same kernel)";
+    return "vectorised AdamW over flat buffers and the gradient norm before it (fused_adamw, the default; fused_torch_adamw is the same kernel)";
   }
   void register_args(ArgParser& parser) override {
     parser.add_choice(flag(), &selection_, {"fused_adamw", "fused_torch_adamw", "fused_ema_adamw"},

@@ -96,6 +96,7 @@ using RopeFn = decltype(&rope_forward_ref);
 using EmbeddingForwardFn = decltype(&embedding_forward_ref);
 using EmbeddingBackwardFn = decltype(&embedding_backward_ref);
 using AdamWFn = decltype(&adamw_step_ref);
+using SumOfSquaresFn = decltype(&sum_of_squares);
 
 struct OpTable {
   NormForwardFn norm_forward;
@@ -116,6 +117,8 @@ struct OpTable {
   LmHeadLossForwardFn lm_head_loss_forward;
   LmHeadLossBackwardFn lm_head_loss_backward;
   AdamWFn adamw_step;
+  // Σ g² of a gradient segment for the global gradient norm (clipping); installed with adamw.
+  SumOfSquaresFn sum_of_squares;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

@@ -68,7 +68,7 @@ double Optimizer::norm_of(bool grads) const {
     const ParamBuffer& pb = *b.buffer.params;
     const float* base = grads ? pb.flat_grads().data<float>() : pb.flat_params().data<float>();
     for (const Segment& seg : b.segments)
-      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) sq += sum_of_squares(base + seg.begin, seg.numel);
+      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) sq += ops_->sum_of_squares(base + seg.begin, seg.numel);
   }
   return std::sqrt(sum_over_groups(sq));
 }
