@@ -645,7 +645,7 @@ def main():
                     help="where fma_peak_bench and gemm_bench are")
     ap.add_argument("--configs", default="gpt,llama", help="comma-separated: gpt, llama")
     ap.add_argument("--extra-run", action="append", default=[], metavar="FLAGS",
-                    help="one more Gale run at --optimization-level 2 with these extra flags (e.g. '--bf16'); "
+                    help="one more Gale run at --optimization-level 2 with these extra flags (e.g. --extra-run=--bf16; the '=' keeps argparse from reading the value as an option); "
                          "repeatable; reported as 'gale -O2 FLAGS'")
     ap.add_argument("--levels", default="0,1,2",
                     help="Gale --optimization-level values; 'none' runs without the flag. Rejected levels are "
