@@ -71,9 +71,9 @@ def best_row(rows, backend, shape):
     return min(found, key=lambda r: r["ms"]) if found else None
 
 
-def step_ms(rows, backend, model):
-    """Sum over one training step's GEMMs of count x best time, or None when a row is missing."""
-    total = 0.0
+def step_rows(rows, backend, model):
+    """(row, times per step) for each GEMM of one training step of `model`, or None when a row is missing."""
+    out = []
     for layer in LAYERS:
         if layer.split(".")[0] in ("gpt", "llama") and not layer.startswith(model + "."):
             continue
@@ -81,13 +81,19 @@ def step_ms(rows, backend, model):
             r = rows.get(f"gemm/{backend}/{layer}/{d}/call")
             if r is None:
                 return None
-            total += r["ms"] * (1 if layer == "output" else LAYERS_PER_MODEL)
+            out.append((r, 1 if layer == "output" else LAYERS_PER_MODEL))
     for a in ATTENTION:
         r = best_row(rows, backend, a)
         if r is None:
             return None
-        total += r["ms"] * 2 * LAYERS_PER_MODEL
-    return total
+        out.append((r, 2 * LAYERS_PER_MODEL))
+    return out
+
+
+def step_ms(rows, backend, model):
+    """Sum over one training step's GEMMs of count x best time, or None when a row is missing."""
+    parts = step_rows(rows, backend, model)
+    return None if parts is None else sum(r["ms"] * n for r, n in parts)
 
 
 def main(paths, keep_all):
@@ -164,21 +170,8 @@ def mnk_of(shape):
 
 def step_flops_of(rows, model):
     """FLOPs of one step's GEMMs, from the onednn rows (GFLOP/s × time of each row)."""
-    total = 0.0
-    for layer in LAYERS:
-        if layer.split(".")[0] in ("gpt", "llama") and not layer.startswith(model + "."):
-            continue
-        for d in DIRECTIONS:
-            r = rows.get(f"gemm/onednn/{layer}/{d}/call")
-            if r is None:
-                return None
-            total += r["gflops"] * 1e9 * r["ms"] * 1e-3 * (1 if layer == "output" else LAYERS_PER_MODEL)
-    for a in ATTENTION:
-        r = best_row(rows, "onednn", a)
-        if r is None:
-            return None
-        total += r["gflops"] * 1e9 * r["ms"] * 1e-3 * 2 * LAYERS_PER_MODEL
-    return total
+    parts = step_rows(rows, "onednn", model)
+    return None if parts is None else sum(r["gflops"] * 1e9 * r["ms"] * 1e-3 * n for r, n in parts)
 
 
 def fill_shapes():
