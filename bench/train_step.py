@@ -239,7 +239,7 @@ def run_gale(gale, c, level, warmup, iters, threads, timeout, extra=()):
         result["error"] = f"no training log line after iteration {warmup} in its output"
         return result
     result.update(summary)
-    result["banner"] = [l for l in out.splitlines() if l.startswith("GEMM")][:1]
+    result["banner"] = [l for l in out.splitlines() if l.startswith("GEMM")][:2]
     return result
 
 
@@ -549,8 +549,8 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
             rt = r["runtime"]
             print(f"   pytorch runtime: torch {rt['torch']}, {rt['intra_op_threads']} intra-op threads, "
                   f"libraries: {'; '.join(rt['blas'])}")
-        if r.get("banner"):
-            print(f"   {r['name']}: {r['banner'][0]}")
+        for line in r.get("banner", []):
+            print(f"   {r['name']}: {line}")
 
 
 # ---------------------------------------------------------------------------------------------

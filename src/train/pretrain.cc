@@ -38,10 +38,11 @@ int usage_error(const Status& s) {
 
 [[noreturn]] void run_error(const Status& s) { fatal_exit(1, str_cat("gale pretrain: error: ", s.message())); }
 
-void print_banner(const ArgParser& p, const Comm& world) {
+void print_banner(const ArgParser& p, const Arguments& args, const Comm& world) {
   print_rank0(str_cat("Gale ", GALE_VERSION, " pretrain: world size ", world->size(), " (", world->backend(),
                       "), ", num_threads(), " compute threads per process"));
   print_rank0(str_cat("GEMM: ", gemm_backend_description()));
+  if (args.training.bf16) print_rank0(str_cat("GEMM (--bf16): ", bf16_gemm_description()));
   print_rank0(str_cat("CPU: ", isa_report()));
   print_rank0("------------------------ arguments ------------------------");
   for (const std::string& flag : p.given_flags()) print_rank0(str_cat("  ", flag));
@@ -83,6 +84,8 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) return usage_error(st);
   st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA
   if (!st.ok()) return usage_error(st);
+  st = validate_bf16_gemm_environment();  // a GALE_BF16_GEMM value that names no path
+  if (!st.ok()) return usage_error(st);
   FeatureContext fctx = make_feature_context(args, parser, *registry);
   std::vector<std::string> notices;
   st = registry->resolve(fctx, &notices);
@@ -92,7 +95,7 @@ int pretrain_main(int argc, char** argv) {
   } else if (!std::getenv("OMP_NUM_THREADS")) {
     set_num_threads(default_threads_per_process());  // cores / ranks on this node
   }
-  print_banner(parser, world);
+  print_banner(parser, args, world);
   for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);

@@ -64,6 +64,28 @@ TEST(GalePretrain, SameLossesAtEveryOptimizationLevel) {
   }
 }
 
+TEST(GalePretrain, Bf16TrainsOnEitherGemmPathAndSaysWhich) {
+  // --bf16 uses oneDNN's bf16 matmul only where it runs on AMX, else f32 sgemm on widened inputs;
+  // both multiply the same bf16 values, so the losses agree closely.
+  test::RunResult matmul = test::run_with_timeout(tiny({"--bf16"}), {"GALE_BF16_GEMM=matmul"}, 300);
+  test::RunResult sgemm = test::run_with_timeout(tiny({"--bf16"}), {"GALE_BF16_GEMM=sgemm"}, 300);
+  ASSERT_EQ(matmul.exit_code, 0) << matmul.output;
+  ASSERT_EQ(sgemm.exit_code, 0) << sgemm.output;
+  EXPECT_NE(matmul.output.find("GEMM (--bf16): oneDNN bf16 matmul ("), std::string::npos) << matmul.output;
+  EXPECT_NE(sgemm.output.find("GEMM (--bf16): f32 sgemm on bf16 inputs widened to f32"), std::string::npos)
+      << sgemm.output;
+  std::vector<double> a = losses(matmul.output), b = losses(sgemm.output);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-3 * a[i]) << "iteration " << i + 1;
+  EXPECT_LT(b.back(), b.front());
+
+  test::RunResult bad = test::run_with_timeout(tiny({"--bf16"}), {"GALE_BF16_GEMM=fast"}, 300);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("GALE_BF16_GEMM: expected matmul, sgemm or auto, found 'fast'"), std::string::npos)
+      << bad.output;
+}
+
 TEST(GalePretrain, SaveThenResumeThroughTheCli) {
   auto dir = std::filesystem::temp_directory_path() / ("gale_cli_ckpt_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

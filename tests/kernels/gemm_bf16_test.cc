@@ -106,7 +106,9 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     }
 }
 
-TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
+class GemmBf16Path : public ::testing::TestWithParam<Bf16GemmPath> {};
+
+TEST_P(GemmBf16Path, AllTransposesStridesAlphaBeta) {
   struct Case {
     int64_t M, N, K;
     float alpha, beta;
@@ -125,7 +127,7 @@ TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
         std::vector<double> ref(cf.begin(), cf.end());
         reference(ta, tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, ref, ldc);
         std::vector<float> C = cf;
-        gemm_bf16(ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+        gemm_bf16_via(GetParam(), ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
         double err = 0.0, peak = 1e-30;
         for (int64_t m = 0; m < c.M; ++m)
           for (int64_t n = 0; n < c.N; ++n) {
@@ -140,7 +142,7 @@ TEST(GemmBf16, AllTransposesStridesAlphaBeta) {
       }
 }
 
-TEST(GemmBf16, DenseLayoutsAsTheModelUsesThem) {
+TEST_P(GemmBf16Path, DenseLayoutsAsTheModelUsesThem) {
   // Unpadded row-major operands of model-like sizes: the layouts for which oneDNN picks its fastest
   // kernels (AMX brgemm on CPUs that have it), which the padded cases above do not reach.
   const int64_t M = 192, N = 320, K = 256;
@@ -155,7 +157,7 @@ TEST(GemmBf16, DenseLayoutsAsTheModelUsesThem) {
       std::vector<double> ref(M * N, 0.0);
       reference(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ref, N);
       std::vector<float> C(M * N, 1.0f);
-      gemm_bf16(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
+      gemm_bf16_via(GetParam(), ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
       double err = 0.0, peak = 1e-30;
       for (int64_t i = 0; i < M * N; ++i) {
         err = std::max(err, std::fabs(C[i] - ref[i]));
@@ -166,7 +168,33 @@ TEST(GemmBf16, DenseLayoutsAsTheModelUsesThem) {
   RecordProperty("onednn_kernel", gemm_bf16_implementation(M, N, K));
 }
 
+INSTANTIATE_TEST_SUITE_P(Paths, GemmBf16Path, ::testing::Values(Bf16GemmPath::kMatmul, Bf16GemmPath::kSgemm),
+                         [](const ::testing::TestParamInfo<Bf16GemmPath>& i) {
+                           return std::string(i.param == Bf16GemmPath::kMatmul ? "matmul" : "sgemm");
+                         });
+
 TEST(GemmBf16, ReportsItsImplementation) { EXPECT_FALSE(gemm_bf16_implementation(64, 64, 64).empty()); }
+
+TEST(GemmBf16, PathFollowsAmxAndSaysSo) {
+  // Without GALE_BF16_GEMM the matmul is used exactly when oneDNN runs it on AMX.
+  ASSERT_EQ(std::getenv("GALE_BF16_GEMM"), nullptr);
+  const bool amx = gemm_bf16_implementation(1024, 3072, 768).find("amx") != std::string::npos;
+  EXPECT_EQ(bf16_gemm_path(), amx ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm);
+  const std::string d = bf16_gemm_description();
+  EXPECT_NE(d.find(amx ? "oneDNN bf16 matmul" : "f32 sgemm"), std::string::npos) << d;
+}
+
+TEST(GemmBf16, EnvironmentIsValidated) {
+  EXPECT_TRUE(validate_bf16_gemm_environment().ok());
+  setenv("GALE_BF16_GEMM", "sgemm", 1);
+  EXPECT_TRUE(validate_bf16_gemm_environment().ok());
+  setenv("GALE_BF16_GEMM", "amx", 1);
+  Status s = validate_bf16_gemm_environment();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("GALE_BF16_GEMM: expected matmul, sgemm or auto, found 'amx'"), std::string::npos)
+      << s.message();
+  unsetenv("GALE_BF16_GEMM");
+}
 
 }  // namespace
 }  // namespace gale

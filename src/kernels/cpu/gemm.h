@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/status.h"
 
 namespace gale {
 
@@ -73,6 +74,22 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // oneDNN's implementation name for a bf16 matmul of this shape (e.g. "brg:avx512_core_amx"),
 // to say in reports whether AMX is used.
 std::string gemm_bf16_implementation(int64_t M, int64_t N, int64_t K);
+
+// How gemm_bf16 computes. kMatmul: oneDNN's bf16 matmul. kSgemm: both inputs widened to f32
+// (exact) and multiplied by sgemm — the same products, accumulated in f32 in another order. The
+// matmul is chosen only where it runs on AMX tiles: on the development machine AMX is 2-7x faster
+// than sgemm, while without AMX oneDNN's bf16 matmul measured about half the sgemm rate, so --bf16
+// then keeps its memory saving (bf16 weights copy and activations) and fp32 GEMM speed.
+// GALE_BF16_GEMM=matmul|sgemm|auto forces the choice (tests, benchmarks).
+enum class Bf16GemmPath { kMatmul, kSgemm };
+Bf16GemmPath bf16_gemm_path();
+// gemm_bf16 on a given path (gemm_bf16 itself uses bf16_gemm_path()); for tests and benchmarks.
+void gemm_bf16_via(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// "oneDNN bf16 matmul (brg:avx512_core_amx_bf16, AMX)" or "f32 sgemm on widened inputs (...why)".
+std::string bf16_gemm_description();
+// A GALE_BF16_GEMM value that names no path: call at start-up for a clear error.
+Status validate_bf16_gemm_environment();
 
 // f32 -> bf16 with round-to-nearest-even, NaN kept NaN (quiet), bit-identical to float_to_bf16
 // (core/dtype.h), and bf16 -> f32 (exact). Vectorised, dispatched on detected_isa().

@@ -1,11 +1,14 @@
-// bf16 GEMM on oneDNN's matmul primitive, with primitives cached by shape.
+// bf16 GEMM: oneDNN's matmul primitive (cached by shape) where it runs on AMX, else f32 sgemm.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "core/check.h"
+#include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
 
 namespace gale {
@@ -67,12 +70,66 @@ MatmulCache& cache() {
   return *c;
 }
 
+StatusOr<Bf16GemmPath> parse_path_env() {
+  const char* env = std::getenv("GALE_BF16_GEMM");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
+    // The probe shape is the GPT-2-small fc1 GEMM; oneDNN picks its kernel by ISA, not by shape.
+    bool amx = gemm_bf16_implementation(1024, 3072, 768).find("amx") != std::string::npos;
+    return amx ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm;
+  }
+  if (std::strcmp(env, "matmul") == 0) return Bf16GemmPath::kMatmul;
+  if (std::strcmp(env, "sgemm") == 0) return Bf16GemmPath::kSgemm;
+  return InvalidArgument("GALE_BF16_GEMM: expected matmul, sgemm or auto, found '", env, "'");
+}
+
+// The stored matrix (rows x cols, row stride ld) widened to a contiguous f32 tensor.
+Tensor widen(const bf16* x, int64_t rows, int64_t cols, int64_t ld) {
+  Tensor out = Tensor::empty({rows, cols});
+  float* y = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(x + r * ld, y + r * cols, cols);
+  return out;
+}
+
 }  // namespace
+
+Bf16GemmPath bf16_gemm_path() {
+  static const Bf16GemmPath path = [] {
+    StatusOr<Bf16GemmPath> p = parse_path_env();
+    GALE_CHECK(p.ok()) << p.status().message();
+    return p.value();
+  }();
+  return path;
+}
+
+std::string bf16_gemm_description() {
+  const std::string impl = gemm_bf16_implementation(1024, 3072, 768);
+  if (bf16_gemm_path() == Bf16GemmPath::kMatmul) return "oneDNN bf16 matmul (" + impl + ")";
+  return "f32 sgemm on bf16 inputs widened to f32 (oneDNN's bf16 matmul here is " + impl +
+         ", without AMX slower than sgemm; GALE_BF16_GEMM=matmul forces it)";
+}
+
+Status validate_bf16_gemm_environment() {
+  const char* env = std::getenv("GALE_BF16_GEMM");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return Status::Ok();  // no probe needed
+  return parse_path_env().status();
+}
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_bf16_via(bf16_gemm_path(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_via(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   GALE_CHECK(K > 0) << "gemm_bf16 with K = 0";
+  if (path == Bf16GemmPath::kSgemm) {
+    // Stored shapes: A is [M, K] (or [K, M] when transposed), B is [K, N] (or [N, K]).
+    Tensor a = trans_a ? widen(A, K, M, lda) : widen(A, M, K, lda);
+    Tensor b = trans_b ? widen(B, N, K, ldb) : widen(B, K, N, ldb);
+    sgemm(trans_a, trans_b, M, N, K, alpha, a.data<float>(), a.size(1), b.data<float>(), b.size(1), beta, C, ldc);
+    return;
+  }
   const Matmul& m = cache().get(MatmulKey{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta});
   const dnnl::engine& eng = cache().engine();
   dnnl::stream stream(eng);
