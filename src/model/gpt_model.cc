@@ -189,7 +189,7 @@ Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats) const {
 
 void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
   const ModelConfig& c = config_;
-  const int64_t T = st.mb.B * st.mb.S, H = c.hidden, Tl = x.size(0);
+  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
   Tensor y_full = final_norm_forward(x, &stats);
@@ -316,7 +316,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
   Tensor x = part_.pre_process ? embedding_forward(st) : input;
   for (size_t i = 0; i < layers_.size(); ++i)
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
-  const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden, Tl = x.size(0);
+  const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
   Tensor y_full = final_norm_forward(x, &stats);

@@ -84,6 +84,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "layers per virtual pipeline stage (interleaved 1F1B)");
   p.add("--num-virtual-stages-per-pipeline-rank", &a.num_virtual_stages_per_pipeline_rank,
         "virtual pipeline stages per pipeline rank (interleaved 1F1B)");
+  p.add("--microbatch-group-size-per-virtual-stage", &a.microbatch_group_size_per_virtual_stage,
+        "contiguous micro-batches per virtual stage in the interleaved schedule (default: the pipeline size; "
+        "only that value is supported)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
   p.add("--context-parallel-size", &a.context_parallel_size, "context-parallel size");
@@ -121,7 +124,10 @@ void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
   p.add_choice("--tokenizer-type", &a.tokenizer_type,
                {"GPT2BPETokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
-                "Llama2Tokenizer", "NullTokenizer"},
+                "Llama2Tokenizer", "NullTokenizer",
+                // Megatron's other types: accepted by the parser, rejected as "not supported yet".
+                "TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer",
+                "NullMultimodalTokenizer"},
                "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files)");
   p.add("--vocab-file", &a.vocab_file, "vocabulary file (GPT-2 vocab.json)");
   p.add("--merge-file", &a.merge_file, "BPE merges file (GPT-2 merges.txt)");

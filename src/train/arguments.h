@@ -90,6 +90,7 @@ struct ParallelArgs {
   int64_t pipeline_model_parallel_size = 1;
   int64_t num_layers_per_virtual_pipeline_stage = kUnset;
   int64_t num_virtual_stages_per_pipeline_rank = kUnset;
+  int64_t microbatch_group_size_per_virtual_stage = kUnset;  // Megatron default: the pipeline size
   int64_t decoder_first_pipeline_num_layers = kUnset;
   int64_t decoder_last_pipeline_num_layers = kUnset;
   int64_t context_parallel_size = 1;

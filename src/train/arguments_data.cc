@@ -29,6 +29,12 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--vocab-extra-ids: expected a non-negative integer, found ", t.vocab_extra_ids);
   if (p.was_set("--vocab-size") && t.vocab_size <= 0)
     return InvalidArgument("--vocab-size: expected a positive integer, found ", t.vocab_size);
+  for (const char* unsupported : {"TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer",
+                                  "NullMultimodalTokenizer"})
+    if (t.tokenizer_type == unsupported)
+      return Unimplemented("--tokenizer-type ", unsupported, ": not supported yet (Gale reads GPT2BPETokenizer, "
+                           "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer "
+                           "and NullTokenizer)");
   if (t.tokenizer_type == "NullTokenizer" && t.vocab_size == kUnset)
     return InvalidArgument("--tokenizer-type NullTokenizer needs --vocab-size");
   return Status::Ok();

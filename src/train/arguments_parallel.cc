@@ -55,6 +55,14 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
     vpp = par.num_virtual_stages_per_pipeline_rank;
   }
   par.virtual_pipeline_model_parallel_size = vpp;
+  if (par.microbatch_group_size_per_virtual_stage != kUnset) {
+    GALE_RETURN_IF_ERROR(
+        positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-stage"));
+    if (par.microbatch_group_size_per_virtual_stage != pp)
+      return Unimplemented("--microbatch-group-size-per-virtual-stage ", par.microbatch_group_size_per_virtual_stage,
+                           ": not supported yet (the interleaved schedule groups --pipeline-model-parallel-size = ",
+                           pp, " micro-batches, Megatron's default)");
+  }
   if (!uneven) {
     if (num_layers % pp != 0)
       return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp,

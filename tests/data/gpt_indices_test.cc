@@ -65,7 +65,9 @@ TEST(GptIndices, MatchNumpyReferenceOnRandomConfigurations) {
     EXPECT_EQ(g->document_index, c["document_index"].get<std::vector<int32_t>>());
     EXPECT_EQ(rows(g->sample_index), c["sample_index"].get<std::vector<std::vector<int64_t>>>());
     EXPECT_EQ(g->shuffle_index, c["shuffle_index"].get<std::vector<int64_t>>());
-    if (p.num_samples >= 0) EXPECT_GE(g->size(), p.num_samples);
+    if (p.num_samples >= 0) {
+      EXPECT_GE(g->size(), p.num_samples);
+    }
     ++checked;
   }
   EXPECT_GE(checked, 30);

@@ -131,7 +131,9 @@ TEST(DataParallelSync, OverlapStartsEachBucketWhenItsLastParameterIsDone) {
     const std::vector<FlatRange> owned = sync.owned_ranges();
     const float* g = pb.flat_grads().data<float>();
     for (int64_t i = 0; i < pb.numel(); ++i)
-      if (in_ranges(owned, i)) EXPECT_NEAR(g[i], mean_grad(dp->size(), i), 1e-6) << "element " << i;
+      if (in_ranges(owned, i)) {
+        EXPECT_NEAR(g[i], mean_grad(dp->size(), i), 1e-6) << "element " << i;
+      }
   }
 }
 

@@ -90,7 +90,9 @@ TEST(GradBuckets, BucketsTileTheBufferForAnySize) {
       EXPECT_EQ(b.padded_numel % 4, 0);
       EXPECT_LT(b.padded_numel - b.numel(), 4);
       // Every bucket but the last reached the size; none exceeds it by more than its last parameter.
-      if (&b != &buckets.back()) EXPECT_GE(b.numel(), size);
+      if (&b != &buckets.back()) {
+        EXPECT_GE(b.numel(), size);
+      }
       int64_t below_last = b.numel() - pb.spec(b.param_ids.back()).local_numel();
       EXPECT_LT(below_last, size);
       for (int id : b.param_ids) {
@@ -118,7 +120,9 @@ TEST(GradBuckets, ShardsPartitionEveryBucket) {
       for (int64_t r = 0; r < dp; ++r) {
         FlatRange shard = bucket_shard(b, dp, r);
         EXPECT_LE(shard.size(), s);
-        if (!shard.empty()) EXPECT_EQ(shard.begin, b.range.begin + r * s);  // equal blocks, in rank order
+        if (!shard.empty()) {  // equal blocks, in rank order
+          EXPECT_EQ(shard.begin, b.range.begin + r * s);
+        }
         for (int64_t i = shard.begin; i < shard.end; ++i) {
           EXPECT_EQ(owner[static_cast<size_t>(i)], -1) << "element " << i << " owned twice";
           owner[static_cast<size_t>(i)] = static_cast<int>(r);

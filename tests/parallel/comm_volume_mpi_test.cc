@@ -125,7 +125,9 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     if (distopt) {
       int64_t padded = 0;
       for (const GradBucket& b : engine.dp_sync[k]->buckets()) padded += b.padded_numel;
-      if (engine.dp_sync[k]->buckets().size() == 1) EXPECT_EQ(padded, (sizes.numel + dp - 1) / dp * dp);
+      if (engine.dp_sync[k]->buckets().size() == 1) {
+        EXPECT_EQ(padded, (sizes.numel + dp - 1) / dp * dp);
+      }
       dp_grads += 2 * e * padded;
     } else {
       dp_grads += e * sizes.numel;

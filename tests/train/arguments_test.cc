@@ -69,6 +69,11 @@ TEST(Arguments, VocabPadding) {
   EXPECT_EQ(pad_vocab_size(96, 64, 1), 128);
 }
 
+TEST(Arguments, MicrobatchGroupSizeEqualToThePipelineSizeIsAccepted) {
+  Cli c;
+  EXPECT_TRUE(c.parse(with(minimal(), {"--microbatch-group-size-per-virtual-stage", "1"})).ok());
+}
+
 TEST(Arguments, AliasAndEqualsSyntax) {
   Cli c;
   ASSERT_TRUE(c.parse(with(minimal(), {"--save=/tmp/x", "--persistent-save-interval", "5"})).ok());
@@ -115,6 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--normalization", "BatchNorm"}, StatusCode::kInvalidArgument, "--normalization..."},
         ErrorCase{{"--fp16"}, StatusCode::kUnimplemented, "--fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
         ErrorCase{{"--num-experts", "8"}, StatusCode::kUnimplemented, "--num-experts: not supported yet (mixture of experts)"},
+        ErrorCase{{"--microbatch-group-size-per-virtual-stage", "2"}, StatusCode::kUnimplemented,
+                  "--microbatch-group-size-per-virtual-stage 2: not supported yet (the interleaved schedule groups "
+                  "--pipeline-model-parallel-size = 1 micro-batches, Megatron's default)"},
+        ErrorCase{{"--tokenizer-type", "TikTokenizer"}, StatusCode::kUnimplemented,
+                  "--tokenizer-type TikTokenizer: not supported yet..."},
         ErrorCase{{"--group-query-attention", "--num-query-groups", "3"}, StatusCode::kInvalidArgument,
                   "--num-attention-heads 4 must be divisible by --num-query-groups 3"},
         ErrorCase{{"--max-position-embeddings", "8"}, StatusCode::kInvalidArgument,

@@ -90,9 +90,10 @@ TEST_P(MegatronSamples, SizesAndSamplesMatchMegatron) {
         start[t] = static_cast<int>(j);
       }
       EXPECT_EQ(start, want["attn_start"].get<std::vector<int>>()) << "sample " << k;
-      if (!reset_mask)
+      if (!reset_mask) {
         EXPECT_EQ(std::count(s.document_ids.begin(), s.document_ids.end(), 0),
                   static_cast<long>(s.document_ids.size()));
+      }
     }
   }
 }
