@@ -3,7 +3,7 @@
 // communication time (CommStats wait_seconds: time blocked waiting for collectives) and the bytes
 // each group counted per iteration.
 //
-//   mpirun -np 4 build/bench/scaling_bench --tensor-model-parallel-size 2 --use-distributed-optimizer \
+//   mpirun -np 4 build/bench/scaling_bench --tensor-model-parallel-size 2 --use-distributed-optimizer
 //       [--bench-iters 4] [--bench-warmup 1] [--bench-label tp2_dp2_distopt] [--bench-bucket-size ELEMENTS]
 //
 // Model flags default to the benchmark's small GPT (below) and may be overridden. Every rank

@@ -30,39 +30,56 @@ std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microb
   return steps;
 }
 
-Status check_interleaved_microbatches(int pp, int64_t num_microbatches) {
-  if (num_microbatches < pp || num_microbatches % pp != 0)
+Status check_interleaved_microbatches(int pp, int64_t num_microbatches, int64_t microbatch_group) {
+  const int64_t g = microbatch_group > 0 ? microbatch_group : pp;
+  const std::string counted = str_cat("the number of micro-batches per iteration (--global-batch-size / "
+                                      "(--micro-batch-size x data-parallel size) = ", num_microbatches, ")");
+  if (microbatch_group <= 0 && (num_microbatches < pp || num_microbatches % pp != 0))
     return InvalidArgument(
         "the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage / "
-        "--num-virtual-stages-per-pipeline-rank) needs the number of micro-batches per iteration "
-        "(--global-batch-size / (--micro-batch-size x data-parallel size) = ",
-        num_microbatches, ") to be a multiple of --pipeline-model-parallel-size ", pp);
+        "--num-virtual-stages-per-pipeline-rank) needs ", counted, " to be a multiple of "
+        "--pipeline-model-parallel-size ", pp);
+  if (g < pp || g > num_microbatches)
+    return InvalidArgument("--microbatch-group-size-per-virtual-pipeline-stage ", g, " must lie between ",
+                           "--pipeline-model-parallel-size ", pp, " and ", counted);
+  const int64_t last = num_microbatches % g;
+  if (last > 0 && last < pp)
+    return InvalidArgument(counted, " leaves a last group of ", last,
+                           " micro-batches after groups of --microbatch-group-size-per-virtual-pipeline-stage ", g,
+                           "; it must be 0 or at least --pipeline-model-parallel-size ", pp);
   return Status::Ok();
 }
 
-int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only) {
+int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only,
+                           int64_t microbatch_group) {
+  const int64_t g = microbatch_group > 0 ? microbatch_group : pp;
   const int64_t total = num_microbatches * vpp;
   if (forward_only) return total;
-  const int64_t warmup = static_cast<int64_t>(pp - rank - 1) * 2 + static_cast<int64_t>(vpp - 1) * pp;
+  const int64_t warmup = static_cast<int64_t>(pp - rank - 1) * 2 + static_cast<int64_t>(vpp - 1) * g;
   return std::min(warmup, total);
 }
 
-std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only) {
+std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only,
+                                            int64_t microbatch_group) {
   GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
-  GALE_CHECK_OK(check_interleaved_microbatches(pp, num_microbatches));
-  // Megatron's schedule table: virtual micro-batch k -> (micro-batch, chunk); groups of pp
-  // micro-batches go through every chunk before the next group starts.
+  GALE_CHECK_OK(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
+  const int64_t g = microbatch_group > 0 ? microbatch_group : pp;
+  // Megatron's schedule table: virtual micro-batch k -> (micro-batch, chunk); groups of g
+  // micro-batches go through every chunk before the next group starts (the last group takes
+  // whatever is left).
   const int64_t total = num_microbatches * vpp;
   std::vector<PipelineStep> table;
   table.reserve(static_cast<size_t>(total));
-  for (int64_t group = 0; group < num_microbatches; group += pp)
+  for (int64_t group = 0; group < num_microbatches; group += g) {
+    const int64_t end = std::min(group + g, num_microbatches);
     for (int c = 0; c < vpp; ++c)
-      for (int64_t m = group; m < group + pp; ++m) table.push_back({true, c, m});
+      for (int64_t m = group; m < end; ++m) table.push_back({true, c, m});
+  }
   auto backward = [&](int64_t k) {
     PipelineStep s = table[static_cast<size_t>(k)];
     return PipelineStep{false, vpp - 1 - s.chunk, s.microbatch};
   };
-  const int64_t warmup = interleaved_warmup(pp, rank, vpp, num_microbatches, forward_only);
+  const int64_t warmup = interleaved_warmup(pp, rank, vpp, num_microbatches, forward_only, microbatch_group);
   std::vector<PipelineStep> steps(table.begin(), table.begin() + warmup);
   if (forward_only) return steps;
   for (int64_t k = 0; k < total - warmup; ++k) {

@@ -12,7 +12,8 @@
 //
 // Interleaved 1F1B, V virtual stages (model chunks) per rank: the forward "virtual
 // micro-batches" k = 0 … M·V−1 walk Megatron's schedule table — groups of P micro-batches, each
-// group run through chunk 0, then chunk 1, …, chunk V−1 — and the k-th backward is the k-th
+// group run through chunk 0, then chunk 1, …, chunk V−1 (groups of G micro-batches with
+// --microbatch-group-size-per-virtual-pipeline-stage G) — and the k-th backward is the k-th
 // entry of the same table with the chunk mirrored (V−1−chunk). Warm-up runs
 // W = min((P − r − 1)·2 + (V − 1)·P, M·V) forwards (all of them when forward-only), then the
 // steady phase alternates forward k+W and backward k, then the remaining backwards.
@@ -45,14 +46,21 @@ std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microb
 
 // Whether the interleaved schedule can run `num_microbatches` micro-batches over `pp` stages
 // (Megatron: a multiple of the pipeline size); the error names the flags that set the count.
-Status check_interleaved_microbatches(int pp, int64_t num_microbatches);
+// `microbatch_group` is --microbatch-group-size-per-virtual-pipeline-stage G, the micro-batches
+// that run through every chunk before the next group starts; 0 means Megatron's default, G = P.
+// Megatron's rules: G = P needs M to be a multiple of P; otherwise P <= G <= M, and the last group
+// (M mod G) is empty or holds at least P micro-batches.
+Status check_interleaved_microbatches(int pp, int64_t num_microbatches, int64_t microbatch_group = 0);
 
 // Warm-up forwards of the interleaved schedule (all M·V of them when forward-only).
-int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only);
+// W = min((P − r − 1)·2 + (V − 1)·G, M·V).
+int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only,
+                           int64_t microbatch_group = 0);
 
 // The steps of pipeline rank `rank` under interleaved 1F1B with `vpp` chunks per rank.
-// Requires check_interleaved_microbatches(pp, num_microbatches) to pass.
-std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only);
+// Requires check_interleaved_microbatches(pp, num_microbatches, microbatch_group) to pass.
+std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only,
+                                            int64_t microbatch_group = 0);
 
 // GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
 // micro-batch order. It holds all M micro-batches at once on every stage.

@@ -112,11 +112,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
-    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer) {
+    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
-  GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches));
-  return forward_backward_pipelined(chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only),
-                                    num_microbatches, source, forward_only, observer);
+  GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
+  return forward_backward_pipelined(
+      chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only, microbatch_group), num_microbatches,
+      source, forward_only, observer);
 }
 
 }  // namespace gale

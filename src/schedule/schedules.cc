@@ -21,7 +21,8 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
-                                                 bool forward_only, const ScheduleObserver& observer) {
+                                                 bool forward_only, const ScheduleObserver& observer,
+                                                 int64_t microbatch_group) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
@@ -30,7 +31,8 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
                                                             observer);
-  return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer);
+  return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
+                                                       microbatch_group);
 }
 
 }  // namespace gale

@@ -53,11 +53,13 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
     bool forward_only, const ScheduleObserver& observer = {});
 
 // Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
-// (chunk c is virtual stage c·P + rank). num_microbatches must be a multiple of P
-// (check_interleaved_microbatches; an InvalidArgument otherwise).
+// (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
+// schedule table (--microbatch-group-size-per-virtual-pipeline-stage; 0 = P, Megatron's default).
+// num_microbatches must pass check_interleaved_microbatches (an InvalidArgument otherwise).
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
-    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {});
+    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {},
+    int64_t microbatch_group = 0);
 
 // Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
 // the two schedules above (which call it with Megatron's orders). The order must run every
@@ -72,10 +74,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            bool forward_only, const ScheduleObserver& observer = {});
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
-// or interleaved 1F1B (several chunks per rank). `chunks` are this rank's virtual stages in order.
+// or interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
+// 0 = P). `chunks` are this rank's virtual stages in order.
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
-                                                 bool forward_only, const ScheduleObserver& observer = {});
+                                                 bool forward_only, const ScheduleObserver& observer = {},
+                                                 int64_t microbatch_group = 0);
 
 
 

@@ -84,9 +84,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "layers per virtual pipeline stage (interleaved 1F1B)");
   p.add("--num-virtual-stages-per-pipeline-rank", &a.num_virtual_stages_per_pipeline_rank,
         "virtual pipeline stages per pipeline rank (interleaved 1F1B)");
-  p.add("--microbatch-group-size-per-virtual-stage", &a.microbatch_group_size_per_virtual_stage,
-        "contiguous micro-batches per virtual stage in the interleaved schedule (default: the pipeline size; "
-        "only that value is supported)");
+  p.add("--microbatch-group-size-per-virtual-pipeline-stage", &a.microbatch_group_size_per_virtual_stage,
+        "contiguous micro-batches per virtual pipeline stage in the interleaved schedule (default: the "
+        "pipeline size)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
   p.add("--context-parallel-size", &a.context_parallel_size, "context-parallel size");

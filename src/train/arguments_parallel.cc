@@ -55,14 +55,9 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
     vpp = par.num_virtual_stages_per_pipeline_rank;
   }
   par.virtual_pipeline_model_parallel_size = vpp;
-  if (par.microbatch_group_size_per_virtual_stage != kUnset) {
+  if (par.microbatch_group_size_per_virtual_stage != kUnset)
     GALE_RETURN_IF_ERROR(
-        positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-stage"));
-    if (par.microbatch_group_size_per_virtual_stage != pp)
-      return Unimplemented("--microbatch-group-size-per-virtual-stage ", par.microbatch_group_size_per_virtual_stage,
-                           ": not supported yet (the interleaved schedule groups --pipeline-model-parallel-size = ",
-                           pp, " micro-batches, Megatron's default)");
-  }
+        positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-pipeline-stage"));
   if (!uneven) {
     if (num_layers % pp != 0)
       return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp,
@@ -114,6 +109,8 @@ Status validate_interleaved_microbatches(const Arguments& a) {
   const int64_t gbs = a.training.global_batch_size == kUnset ? per_step : a.training.global_batch_size;
   if (per_step <= 0 || gbs % per_step != 0) return Status::Ok();
   const int64_t pp = par.pipeline_model_parallel_size, num_microbatches = gbs / per_step;
+  const int64_t group = par.microbatch_group_size_per_virtual_stage;
+  if (group != kUnset) return check_interleaved_microbatches(static_cast<int>(pp), num_microbatches, group);
   if (check_interleaved_microbatches(static_cast<int>(pp), num_microbatches).ok()) return Status::Ok();
   return InvalidArgument("the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size ",
                          gbs, " / (--micro-batch-size ", a.training.micro_batch_size, " x data-parallel size ",

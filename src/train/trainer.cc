@@ -85,7 +85,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   };
   GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                         forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                         /*forward_only=*/false));
+                                         /*forward_only=*/false, {}, microbatch_group()));
   finalize_model_grads(*engine_);
   IterationResult r;
   double sums[2] = {fb.loss_sum, fb.tokens};
@@ -112,7 +112,7 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
     };
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                           /*forward_only=*/true));
+                                           /*forward_only=*/true, {}, microbatch_group()));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += t.global_batch_size;

@@ -56,6 +56,11 @@ class Trainer {
   Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
+  // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
+  int64_t microbatch_group() const {
+    const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;
+    return g > 0 ? g : 0;
+  }
 
   const Arguments& args_;
   Engine* engine_;

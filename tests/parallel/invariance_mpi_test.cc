@@ -47,6 +47,9 @@ const std::vector<Layout>& layouts() {
       // set --num-layers; its single-process reference then has the same number of layers.
       {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
       {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      // Megatron's micro-batch groups larger than P: 5 micro-batches in groups of 3 and 2.
+      {"pp2_vpp2_group3", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                              "--global-batch-size", "10", "--microbatch-group-size-per-virtual-pipeline-stage", "3"}},
       {"pp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1",
                          "--decoder-last-pipeline-num-layers", "3"}},
       {"pp2_vpp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",

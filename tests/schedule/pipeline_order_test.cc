@@ -18,10 +18,12 @@ namespace {
 struct OrderCase {
   int pp = 1, vpp = 0;  // vpp 0: no interleaving
   int64_t num_microbatches = 0;
+  int64_t group = 0;  // --microbatch-group-size-per-virtual-pipeline-stage; 0: the default (pp)
   bool forward_only = false;
   std::vector<std::vector<std::string>> ranks;
   std::string name() const {
-    return str_cat("pp", pp, vpp ? str_cat("_vpp", vpp) : "", "_m", num_microbatches, forward_only ? "_fwd" : "");
+    return str_cat("pp", pp, vpp ? str_cat("_vpp", vpp) : "", "_m", num_microbatches, group ? str_cat("_g", group) : "",
+                   forward_only ? "_fwd" : "");
   }
 };
 
@@ -36,32 +38,48 @@ std::vector<OrderCase> megatron_cases() {
     c.vpp = j.at("vpp").is_null() ? 0 : j.at("vpp").get<int>();
     c.num_microbatches = j.at("num_microbatches").get<int64_t>();
     c.forward_only = j.at("forward_only").get<bool>();
+    if (j.contains("microbatch_group_size") && !j.at("microbatch_group_size").is_null())
+      c.group = j.at("microbatch_group_size").get<int64_t>();
     c.ranks = j.at("ranks").get<std::vector<std::vector<std::string>>>();
     cases.push_back(c);
   }
   return cases;
 }
 
-std::vector<PipelineStep> gale_order(int pp, int vpp, int rank, int64_t num_microbatches, bool forward_only) {
+std::vector<PipelineStep> gale_order(int pp, int vpp, int rank, int64_t num_microbatches, bool forward_only,
+                                     int64_t group = 0) {
   return vpp == 0 ? one_f_one_b_order(pp, rank, num_microbatches, forward_only)
-                  : interleaved_order(pp, rank, vpp, num_microbatches, forward_only);
+                  : interleaved_order(pp, rank, vpp, num_microbatches, forward_only, group);
 }
 
 TEST(PipelineOrder, MatchesMegatronSchedules) {
   std::vector<OrderCase> cases = megatron_cases();
   ASSERT_GE(cases.size(), 15u);
-  int interleaved = 0;
+  int interleaved = 0, grouped = 0;
   for (const OrderCase& c : cases) {
+    grouped += c.group != 0 && c.group != c.pp;
     ASSERT_EQ(static_cast<int>(c.ranks.size()), c.pp) << c.name();
     interleaved += c.vpp > 0;
     for (int r = 0; r < c.pp; ++r) {
       std::vector<std::string> got;
-      for (const PipelineStep& s : gale_order(c.pp, c.vpp, r, c.num_microbatches, c.forward_only))
+      for (const PipelineStep& s : gale_order(c.pp, c.vpp, r, c.num_microbatches, c.forward_only, c.group))
         got.push_back(s.to_string());
       EXPECT_EQ(got, c.ranks[static_cast<size_t>(r)]) << c.name() << ", pipeline rank " << r;
     }
   }
   EXPECT_GE(interleaved, 5);
+  EXPECT_GE(grouped, 5);  // micro-batch groups larger than P, with and without a short last group
+}
+
+TEST(PipelineOrder, MicrobatchGroupRulesAreMegatrons) {
+  EXPECT_TRUE(check_interleaved_microbatches(2, 4).ok());
+  EXPECT_FALSE(check_interleaved_microbatches(2, 5).ok());     // default G = P: M must be a multiple
+  EXPECT_TRUE(check_interleaved_microbatches(2, 5, 3).ok());   // last group 2 >= P
+  EXPECT_FALSE(check_interleaved_microbatches(3, 7, 5).ok());  // last group 2 < P = 3
+  EXPECT_FALSE(check_interleaved_microbatches(4, 8, 2).ok());  // G < P
+  EXPECT_FALSE(check_interleaved_microbatches(2, 4, 5).ok());  // G > M
+  Status s = check_interleaved_microbatches(3, 7, 5);
+  EXPECT_NE(s.message().find("leaves a last group of 2 micro-batches"), std::string::npos) << s.message();
 }
 
 // Runs every rank's order against the data dependencies between virtual stages (stage s = c·P + r:
@@ -69,10 +87,11 @@ TEST(PipelineOrder, MatchesMegatronSchedules) {
 // last stage's backward its own forward), one step at a time on whichever rank can proceed.
 // Returns false if the ranks stall with steps left (a deadlock with blocking receives).
 // `max_in_flight[r]` gets the most micro-batches rank r held between forward and backward.
-bool simulate(int pp, int vpp, int64_t num_microbatches, bool forward_only, std::vector<int64_t>* max_in_flight) {
+bool simulate(int pp, int vpp, int64_t num_microbatches, bool forward_only, std::vector<int64_t>* max_in_flight,
+              int64_t group = 0) {
   const int chunks = std::max(vpp, 1);
   std::vector<std::vector<PipelineStep>> orders;
-  for (int r = 0; r < pp; ++r) orders.push_back(gale_order(pp, vpp, r, num_microbatches, forward_only));
+  for (int r = 0; r < pp; ++r) orders.push_back(gale_order(pp, vpp, r, num_microbatches, forward_only, group));
   std::set<std::tuple<bool, int, int64_t>> done;  // (forward, virtual stage, micro-batch)
   std::vector<size_t> next(static_cast<size_t>(pp), 0);
   std::vector<int64_t> held(static_cast<size_t>(pp), 0);
@@ -110,6 +129,13 @@ TEST(PipelineOrder, EveryOrderCompletesWithoutDeadlock) {
         for (bool fwd : {false, true}) {
           if (vpp > 0 && !check_interleaved_microbatches(pp, m).ok()) continue;
           EXPECT_TRUE(simulate(pp, vpp, m, fwd, &held)) << "pp " << pp << " vpp " << vpp << " m " << m;
+        }
+  for (int pp : {2, 3, 4})
+    for (int vpp : {2, 3})
+      for (int64_t m : {4, 5, 6, 7, 9, 12})
+        for (int64_t g = pp; g <= m; ++g) {
+          if (!check_interleaved_microbatches(pp, m, g).ok()) continue;
+          EXPECT_TRUE(simulate(pp, vpp, m, false, &held, g)) << "pp " << pp << " vpp " << vpp << " m " << m << " g " << g;
         }
 }
 

@@ -69,9 +69,31 @@ TEST(Arguments, VocabPadding) {
   EXPECT_EQ(pad_vocab_size(96, 64, 1), 128);
 }
 
-TEST(Arguments, MicrobatchGroupSizeEqualToThePipelineSizeIsAccepted) {
-  Cli c;
-  EXPECT_TRUE(c.parse(with(minimal(), {"--microbatch-group-size-per-virtual-stage", "1"})).ok());
+TEST(Arguments, MicrobatchGroupSizeFollowsMegatronsRules) {
+  // PP 2 x 2 virtual stages on 2 ranks; micro-batches per iteration = global batch / 2.
+  auto parse = [](std::vector<std::string> extra) {
+    std::vector<std::string> argv = minimal();
+    argv[1] = "4";  // --num-layers 4: 2 per stage, 1 per virtual stage
+    Cli c;
+    return c.parse(with(argv, with({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+                                   extra)),
+                   2);
+  };
+  EXPECT_TRUE(parse({"--global-batch-size", "10", "--microbatch-group-size-per-virtual-pipeline-stage", "3"}).ok());
+  EXPECT_TRUE(parse({"--global-batch-size", "8", "--microbatch-group-size-per-virtual-pipeline-stage", "2"}).ok());
+  Status s = parse({"--global-batch-size", "14", "--microbatch-group-size-per-virtual-pipeline-stage", "3"});
+  EXPECT_EQ(s.message(),
+            "the number of micro-batches per iteration (--global-batch-size / (--micro-batch-size x data-parallel "
+            "size) = 7) leaves a last group of 1 micro-batches after groups of "
+            "--microbatch-group-size-per-virtual-pipeline-stage 3; it must be 0 or at least "
+            "--pipeline-model-parallel-size 2");
+  s = parse({"--global-batch-size", "8", "--microbatch-group-size-per-virtual-pipeline-stage", "1"});
+  EXPECT_NE(s.message().find("--microbatch-group-size-per-virtual-pipeline-stage 1 must lie between "
+                             "--pipeline-model-parallel-size 2 and"),
+            std::string::npos)
+      << s.message();
+  Cli plain;  // without interleaving the flag changes nothing, as in Megatron
+  EXPECT_TRUE(plain.parse(with(minimal(), {"--microbatch-group-size-per-virtual-pipeline-stage", "3"})).ok());
 }
 
 TEST(Arguments, AliasAndEqualsSyntax) {
@@ -120,9 +142,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--normalization", "BatchNorm"}, StatusCode::kInvalidArgument, "--normalization..."},
         ErrorCase{{"--fp16"}, StatusCode::kUnimplemented, "--fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
         ErrorCase{{"--num-experts", "8"}, StatusCode::kUnimplemented, "--num-experts: not supported yet (mixture of experts)"},
-        ErrorCase{{"--microbatch-group-size-per-virtual-stage", "2"}, StatusCode::kUnimplemented,
-                  "--microbatch-group-size-per-virtual-stage 2: not supported yet (the interleaved schedule groups "
-                  "--pipeline-model-parallel-size = 1 micro-batches, Megatron's default)"},
+        ErrorCase{{"--microbatch-group-size-per-virtual-pipeline-stage", "0"}, StatusCode::kInvalidArgument,
+                  "--microbatch-group-size-per-virtual-pipeline-stage: expected a positive integer, found 0"},
         ErrorCase{{"--tokenizer-type", "TikTokenizer"}, StatusCode::kUnimplemented,
                   "--tokenizer-type TikTokenizer: not supported yet..."},
         ErrorCase{{"--group-query-attention", "--num-query-groups", "3"}, StatusCode::kInvalidArgument,

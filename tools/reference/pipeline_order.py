@@ -54,7 +54,7 @@ import types
 
 import torch
 
-# (pp, vpp or None, num_microbatches, forward_only)
+# (pp, vpp or None, num_microbatches, forward_only[, microbatch_group_size_per_vp_stage])
 CASES = [
     (2, None, 1, False), (2, None, 2, False), (2, None, 4, False), (2, None, 5, False),
     (3, None, 5, False), (4, None, 2, False), (4, None, 4, False), (4, None, 8, False),
@@ -62,6 +62,9 @@ CASES = [
     (2, 2, 2, False), (2, 2, 4, False), (2, 2, 6, False), (2, 3, 4, False),
     (3, 2, 6, False), (4, 2, 4, False), (4, 2, 8, False), (4, 3, 8, False),
     (2, 2, 4, True), (4, 2, 8, True),
+    # --microbatch-group-size-per-virtual-pipeline-stage G > P, with and without a short last group
+    (2, 2, 5, False, 3), (2, 2, 6, False, 3), (2, 2, 6, False, 4), (2, 3, 8, False, 3), (3, 2, 7, False, 4),
+    (4, 2, 8, False, 8), (2, 2, 5, True, 3),
 ]
 
 # (num_layers, pp, vpp or None, decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers)
@@ -196,7 +199,7 @@ class FakeChunk(torch.nn.Module):
         pass
 
 
-def run_case(schedules, pp, vpp, num_mb, forward_only):
+def run_case(schedules, pp, vpp, num_mb, forward_only, group=None):
     ps = schedules.parallel_state
     ranks = []
     for rank in range(pp):
@@ -206,7 +209,7 @@ def run_case(schedules, pp, vpp, num_mb, forward_only):
         ps.set_virtual_pipeline_model_parallel_rank(0 if vpp else None)
         config = sys.modules["megatron.core"].ModelParallelConfig(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
                                      pipeline_dtype=torch.float32, overlap_p2p_comm=False, batch_p2p_comm=True,
-                                     microbatch_group_size_per_vp_stage=pp if vpp else None)
+                                     microbatch_group_size_per_vp_stage=(group or pp) if vpp else None)
         config.hidden_size = 4
         chunks = [FakeChunk(config) for _ in range(vpp or 1)]
         rec = Recorder(schedules)
@@ -221,7 +224,11 @@ def run_case(schedules, pp, vpp, num_mb, forward_only):
             schedules.forward_backward_pipelining_without_interleaving(
                 data_iterator=None, model=chunks, **common)
         ranks.append(rec.events)
-    return {"pp": pp, "vpp": vpp, "num_microbatches": num_mb, "forward_only": forward_only, "ranks": ranks}
+    case = {"pp": pp, "vpp": vpp, "num_microbatches": num_mb, "forward_only": forward_only}
+    if group is not None:
+        case["microbatch_group_size"] = group
+    case["ranks"] = ranks
+    return case
 
 
 def load_function(path, name, namespace):
