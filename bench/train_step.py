@@ -45,6 +45,7 @@ class ModelConfig:
         self.micro_batch_size = 4
         self.global_batch_size = 4
         self.vocab_size = 50303  # NullTokenizer: vocab_size + 1 = 50304 entries
+        self.dropout = 0.0  # attention and hidden dropout (--dropout; Megatron's default is 0.1)
         self.make_vocab_size_divisible_by = 128
         self.num_query_groups = 4 if llama else 12
         self.kv_channels = self.hidden_size // self.num_attention_heads
@@ -68,7 +69,8 @@ class ModelConfig:
              "--max-position-embeddings", self.seq_length, "--micro-batch-size", self.micro_batch_size,
              "--global-batch-size", self.global_batch_size, "--mock-data", "--vocab-size", self.vocab_size,
              "--train-iters", train_iters, "--lr", "1e-4", "--min-lr", "1e-5", "--weight-decay", "0.01",
-             "--clip-grad", "1.0", "--attention-dropout", "0", "--hidden-dropout", "0", "--log-interval", 1,
+             "--clip-grad", "1.0", "--attention-dropout", self.dropout, "--hidden-dropout", self.dropout,
+             "--log-interval", 1,
              "--log-throughput", "--eval-iters", 0, "--num-threads", threads]
         if self.llama:
             f += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
@@ -353,7 +355,7 @@ def cpu_flags():
 def run_torch(c, warmup, iters, threads, preset, timeout):
     env, notes = torch_env(threads, preset)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "torch", "--model", c.name, "--warmup", str(warmup),
-           "--iters", str(iters), "--threads", str(threads)]
+           "--iters", str(iters), "--threads", str(threads), "--dropout", str(c.dropout)]
     m = run_measured(cmd, env=env, timeout=timeout)
     rc, out, err = m.rc, m.out, m.err
     result = {"name": "pytorch eager", "rss": m.rss, "rc": rc, "env": notes, "others_percent": m.others_percent}
@@ -376,6 +378,8 @@ def torch_worker(args):
     import torch.nn.functional as F
 
     c = CONFIGS[args.model]
+    c.dropout = args.dropout
+    P = c.dropout  # Megatron's places: embeddings, attention probabilities, after proj and after fc2
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
     H, NH, KV, HD, L = c.hidden_size, c.num_attention_heads, c.num_query_groups, c.kv_channels, c.num_layers
@@ -437,12 +441,12 @@ def torch_worker(args):
                 k = k.repeat_interleave(NH // KV, dim=1)
                 v = v.repeat_interleave(NH // KV, dim=1)
             scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HD)
-            probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            probs = F.dropout(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), P)
             ctx = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, NH * HD)
-            x = x + self.proj(ctx)
+            x = x + F.dropout(self.proj(ctx), P)
             u = self.fc1(self.mlp_norm(x))
             g = F.silu(u[..., :Fh]) * u[..., Fh:] if c.swiglu else F.gelu(u)
-            return x + self.fc2(g)
+            return x + F.dropout(self.fc2(g), P)
 
     class Model(nn.Module):
         def __init__(self):
@@ -457,6 +461,7 @@ def torch_worker(args):
             x = self.word_embeddings[tokens]
             if self.position_embeddings is not None:
                 x = x + self.position_embeddings[None, :S]
+            x = F.dropout(x, P)
             for layer in self.layers:
                 x = layer(x, mask, rope)
             w_out = self.output_layer if self.output_layer is not None else self.word_embeddings
@@ -512,7 +517,7 @@ def fmt_bytes(n):
 
 def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
     flops = megatron_flops_per_iteration(c)
-    print(f"\n== {c.name}: {c.title}")
+    print(f"\n== {c.name}: {c.title}, dropout {c.dropout:g}")
     print(f"   Megatron FLOPs per iteration: {flops:.4e} ({flops / c.tokens_per_iteration:.4e} per token); "
           f"{threads} threads; FMA peak {peak:.1f} GFLOP/s ({peak_isa})")
     if sgemm_rate:
@@ -663,6 +668,9 @@ def main():
                          "(for a shared machine)")
     ap.add_argument("--json", help="also write all results to this file")
     ap.add_argument("--self-test", action="store_true", help="check the harness against a fake gale and exit")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="--attention-dropout and --hidden-dropout for both sides (default 0; Megatron's default "
+                         "is 0.1)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -672,6 +680,10 @@ def main():
     if args.worker == "torch":
         torch_worker(args)
         return 0
+    if not 0.0 <= args.dropout < 1.0:
+        ap.error(f"--dropout: expected a probability in [0, 1), found {args.dropout}")
+    for c in CONFIGS.values():
+        c.dropout = args.dropout
 
     configs = [x for x in args.configs.split(",") if x]
     for name in configs:
