@@ -199,6 +199,16 @@ struct QueryLanes {
   }
 };
 
+// Largest position among the real query lanes c .. c + W − 1 (of mq): under a causal mask, key
+// rows past it are hidden from all W lanes and need no exp or dropout mask.
+template <class V>
+int32_t lanes_pos_max(const QueryLanes& q, int64_t c, int64_t mq) {
+  const int64_t end = min_i64(c + V::W, mq);
+  int32_t mx = q.pos[c];
+  for (int64_t i = c + 1; i < end; ++i) mx = q.pos[i] > mx ? q.pos[i] : mx;
+  return mx;
+}
+
 // Which of the query lanes c .. c + W − 1 (of mq real ones) may see the key at position kpos in
 // document kdoc.
 template <class V>
@@ -278,9 +288,13 @@ class FlashForward {
       tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kg + j0 * k_stride, k_stride, 1}, qt_packed, BQ, st, BQ, false);
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
+        // Key rows past every lane's query position are hidden from the whole vector (causal partial tiles).
+        const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
+        const bool skip = p_.causal && vis == TileVisibility::kPartial;
         F mx = ninf;
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
+          if (skip && attn_kpos(p_, j0 + j) > qmax) continue;
           const F sv =
               V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
                         V::load(sp), ninf);
@@ -296,6 +310,10 @@ class FlashForward {
         F sum = V::zero();
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
+          if (skip && attn_kpos(p_, j0 + j) > qmax) {  // P = 0 in every lane
+            V::store(sp, V::zero());
+            continue;
+          }
           F e = simd::exp<V>(V::sub(V::load(sp), m_safe));
           sum = V::add(sum, e);
           if (drop) {
@@ -454,10 +472,17 @@ class FlashBackward {
           const typename V::M has_keys = V::gt(vlse, ninf);
           const F vdelta = V::load(delta + i0 + c);
           const typename V::I drop_lo = V::iload(lanes.drop_lo + c), drop_hi = V::iload(lanes.drop_hi + c);
+          const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
+          const bool skip = p_.causal && vis == TileVisibility::kPartial;
           for (int64_t j = 0; j < nk; ++j) {
             float* sp = st + j * BQ + c;
             float* dp = dpt + j * BQ + c;
             const int32_t kpos = attn_kpos(p_, j0 + j);
+            if (skip && kpos > qmax) {  // hidden from every lane: P' = dS = 0
+              V::store(sp, V::zero());
+              V::store(dp, V::zero());
+              continue;
+            }
             const typename V::M visible =
                 V::mask_and(has_keys, visible_lanes<V>(p_, lanes, c, mq, kpos, kdocs ? kdocs[j0 + j] : 0, vis));
             // P = exp(S − lse) where visible, else 0.
