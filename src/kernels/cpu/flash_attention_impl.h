@@ -165,6 +165,13 @@ void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t col
   }
 }
 
+// Asks for the cache lines of n floats at `row` ahead of writing them (the rows of one head in
+// the [T, ...] activations are far apart, so each row's stores would otherwise wait for its lines).
+inline void prefetch_for_write(float* row, int64_t n) {
+  for (int64_t x = 0; x < n; x += 16) __builtin_prefetch(row + x, 1, 3);
+}
+constexpr int64_t kFlashPrefetchRows = 8;
+
 // Rows of a head as a tile-product operand of whole vectors: copied next to each other, with zero
 // padding to HDp columns, into `scratch`. Always copied, even when HD is a multiple of W: in place,
 // the rows of one head sit a multiple of 4 KiB apart in the [T, ...] activations (row stride
@@ -342,6 +349,7 @@ class FlashForward {
     float* out = out_ + b * out_row + h * HD + i0 * out_stride;
     float* lse = lse_ + (b * p_.NH + h) * p_.Sq + i0;
     for (int64_t i = 0; i < mq; ++i) {
+      if (i + kFlashPrefetchRows < mq) prefetch_for_write(out + (i + kFlashPrefetchRows) * out_stride, HD);
       const float li = l[i];
       pack_rows<V>(o + i * hdp_, 0, 1, HD, li > 0.0f ? 1.0f / li : 0.0f, out + i * out_stride, HD);
       // NaN scores leave l = NaN: keep it (the reference's lse is NaN too), else −inf for no keys.
@@ -520,12 +528,19 @@ class FlashBackward {
         dv_stride = v_stride;
       }
       for (int64_t j = 0; j < nk; ++j) {
+        if (j + kFlashPrefetchRows < nk) {
+          prefetch_for_write(dk_dst + (j + kFlashPrefetchRows) * dk_stride, HD);
+          prefetch_for_write(dv_dst + (j + kFlashPrefetchRows) * dv_stride, HD);
+        }
         pack_rows<V>(dk_acc + j * hdp_, 0, 1, HD, p_.scale, dk_dst + j * dk_stride, HD);
         pack_rows<V>(dv_acc + j * hdp_, 0, 1, HD, 1.0f, dv_dst + j * dv_stride, HD);
       }
     }
     float* dqh = dq_ + io_.ql.offset(b, h);
-    for (int64_t i = 0; i < p_.Sq; ++i) pack_rows<V>(dq_acc + i * hdp_, 0, 1, HD, p_.scale, dqh + i * q_stride, HD);
+    for (int64_t i = 0; i < p_.Sq; ++i) {
+      if (i + kFlashPrefetchRows < p_.Sq) prefetch_for_write(dqh + (i + kFlashPrefetchRows) * q_stride, HD);
+      pack_rows<V>(dq_acc + i * hdp_, 0, 1, HD, p_.scale, dqh + i * q_stride, HD);
+    }
   }
 
   // dK/dV of group g = Σ over its query heads, in head order.
