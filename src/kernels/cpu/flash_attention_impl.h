@@ -6,9 +6,8 @@
 // Scores are computed transposed, Sᵀ = K·(scale·Q)ᵀ for a tile of kFlashBlockK keys × kFlashBlockQ
 // queries, so queries sit in vector lanes: the online softmax (running max m, sum l per query),
 // the masks and dropout are plain vertical vector operations over key rows, with no horizontal
-// reductions. Tile-product operands are copied next to each other first (rows_operand: Qᵀ, dOᵀ,
-// and the K, V, Q, dO rows that a product reads many times), never read where the rows of a head
-// sit 4 KiB apart; only the forward's K tile (its Sᵀ A operand) is read in place.
+// reductions. Tile-product operands are copied next to each other first (Qᵀ, dOᵀ, and the K, V,
+// Q, dO rows, rows_operand), never read where the rows of a head sit 4 KiB apart.
 // Forward: one task per (batch, head, query tile), largest causal tiles first (dynamic schedule).
 // For each key tile the masks do not hide entirely: Sᵀ, mask, m' = max(m, max_j S), α = e^(m − m'),
 // P = e^(S − m'), l = α·l + Σ_j P, O = α·O + P'·V with P' = P after dropout. Finally O /= l and
@@ -292,7 +291,8 @@ class FlashForward {
       if (vis == TileVisibility::kNone) continue;
       const int64_t j0 = kt * kFlashBlockK, nk = min_i64(kFlashBlockK, p_.Sk - j0);
       // Sᵀ [nk, BQ] = K_j · (scale·Q)ᵀ, K read in place.
-      tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kg + j0 * k_stride, k_stride, 1}, qt_packed, BQ, st, BQ, false);
+      const RowsRef kr = rows_operand<V>(kg + j0 * k_stride, k_stride, nk, HD, hdp_, vrows);  // vrows free till P·V
+      tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kr.p, kr.stride, 1}, qt_packed, BQ, st, BQ, false);
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
         // Key rows past every lane's query position are hidden from the whole vector (causal partial tiles).
