@@ -36,6 +36,8 @@ namespace gale::fused {
 
 constexpr int64_t kFlashBlockQ = 64;  // queries per tile (the lanes of the transposed scores)
 constexpr int64_t kFlashBlockK = 64;  // keys per tile
+// Largest per-thread copy of one head's K and V rows the forward makes (see FlashForward::run).
+constexpr int64_t kFlashForwardHeadKvBytes = int64_t{4} << 20;
 
 namespace {
 
@@ -240,26 +242,46 @@ class FlashForward {
         dropout_(p.dropout_seed, p.dropout_stream, p.dropout_p) {}
 
   void run() {
-    const int64_t nq = tiles_.num_q(), tasks = p_.B * p_.NH * nq;
-    if (tasks == 0) return;
+    const int64_t nq = tiles_.num_q(), heads = p_.B * p_.NH;
+    if (heads * nq == 0) return;
+    // With enough (batch, head) pairs for every thread, one task per pair: its K and V rows are
+    // copied once (O(Sk·HD) per thread, at most kFlashForwardHeadKvBytes) instead of once per query
+    // tile; otherwise one task per (batch, head, query tile), each copying its K/V tiles.
+    const int64_t kv_floats = 2 * p_.Sk * hdp_;
+    const bool per_head = nq > 1 && heads >= 4 * static_cast<int64_t>(num_threads()) &&
+                          kv_floats * static_cast<int64_t>(sizeof(float)) <= kFlashForwardHeadKvBytes;
+    const int64_t tasks = per_head ? heads : heads * nq;
     const int threads = static_cast<int>(min_i64(num_threads(), tasks));
 #pragma omp parallel num_threads(threads)
     {
-      // Per thread: Qᵀ [HD, BQ], Sᵀ [BK, BQ], V rows [BK, HDp], O [BQ, HDp], m, l, α [BQ].
+      // Per thread: Qᵀ [HD, BQ], Sᵀ [BK, BQ], K/V tile rows [BK, HDp], O [BQ, HDp], m, l, α [BQ],
+      // and per head, K and V rows [Sk, HDp] each.
       const int64_t floats = p_.HD * kFlashBlockQ + kFlashBlockK * kFlashBlockQ + kFlashBlockK * hdp_ +
                              kFlashBlockQ * hdp_ + 3 * kFlashBlockQ;
-      ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(floats) + sizeof(QueryLanes));
+      const size_t tile_bytes = sizeof(float) * static_cast<size_t>(floats) + sizeof(QueryLanes);
+      ScratchBuffer scratch(tile_bytes + (per_head ? sizeof(float) * static_cast<size_t>(kv_floats) : 0));
+      float* kv = reinterpret_cast<float*>(reinterpret_cast<char*>(scratch.floats()) + tile_bytes);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
-        // Query tiles in decreasing order: under a causal mask the last tiles are the longest.
-        const int64_t qt = nq - 1 - task / (p_.B * p_.NH), bh = task % (p_.B * p_.NH);
-        query_tile(bh / p_.NH, bh % p_.NH, qt, scratch.floats());
+        if (per_head) {
+          const int64_t b = task / p_.NH, h = task % p_.NH, g = h / (p_.NH / p_.KV);
+          float* krows = kv;
+          float* vrows = kv + p_.Sk * hdp_;
+          pack_rows<V>(io_.k + io_.kl.offset(b, g), p_.B * io_.kl.row_stride, p_.Sk, p_.HD, 1.0f, krows, hdp_);
+          pack_rows<V>(io_.v + io_.vl.offset(b, g), p_.B * io_.vl.row_stride, p_.Sk, p_.HD, 1.0f, vrows, hdp_);
+          for (int64_t qt = nq - 1; qt >= 0; --qt) query_tile(b, h, qt, scratch.floats(), krows, vrows);
+        } else {
+          // Query tiles in decreasing order: under a causal mask the last tiles are the longest.
+          const int64_t qt = nq - 1 - task / heads, bh = task % heads;
+          query_tile(bh / p_.NH, bh % p_.NH, qt, scratch.floats(), nullptr, nullptr);
+        }
       }
     }
   }
 
  private:
-  void query_tile(int64_t b, int64_t h, int64_t qt, float* scratch) {
+  // krows_all/vrows_all: the head's K and V rows already copied ([Sk, HDp]), or null.
+  void query_tile(int64_t b, int64_t h, int64_t qt, float* scratch, const float* krows_all, const float* vrows_all) {
     using F = typename V::F;
     constexpr int64_t BQ = kFlashBlockQ;
     const int64_t HD = p_.HD, g = h / (p_.NH / p_.KV);
@@ -291,7 +313,8 @@ class FlashForward {
       if (vis == TileVisibility::kNone) continue;
       const int64_t j0 = kt * kFlashBlockK, nk = min_i64(kFlashBlockK, p_.Sk - j0);
       // Sᵀ [nk, BQ] = K_j · (scale·Q)ᵀ, K read in place.
-      const RowsRef kr = rows_operand<V>(kg + j0 * k_stride, k_stride, nk, HD, hdp_, vrows);  // vrows free till P·V
+      const RowsRef kr = krows_all ? RowsRef{krows_all + j0 * hdp_, hdp_}
+                                   : rows_operand<V>(kg + j0 * k_stride, k_stride, nk, HD, hdp_, vrows);  // free till P·V
       tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kr.p, kr.stride, 1}, qt_packed, BQ, st, BQ, false);
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
@@ -341,7 +364,8 @@ class FlashForward {
         for (int64_t x = 0; x < hdp_; x += V::W) V::store(orow + x, V::mul(va, V::load(orow + x)));
       }
       // O += P'·V: P' is Sᵀ read transposed.
-      const RowsRef vr = rows_operand<V>(vg + j0 * v_stride, v_stride, nk, HD, hdp_, vrows);
+      const RowsRef vr = vrows_all ? RowsRef{vrows_all + j0 * hdp_, hdp_}
+                                   : rows_operand<V>(vg + j0 * v_stride, v_stride, nk, HD, hdp_, vrows);
       tile_gemm<V>(mq, hdp_ / V::W, nk, TileOperandA{st, 1, BQ}, vr.p, vr.stride, o, hdp_, true);
     }
     // O /= l, lse = m + log l; rows that see no key get O = 0 and lse = −inf.
