@@ -168,9 +168,11 @@ void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t col
 
 // Asks for the cache lines of n floats at `row` ahead of writing them (the rows of one head in
 // the [T, ...] activations are far apart, so each row's stores would otherwise wait for its lines).
+namespace {
 inline void prefetch_for_write(float* row, int64_t n) {
   for (int64_t x = 0; x < n; x += 16) __builtin_prefetch(row + x, 1, 3);
 }
+}  // namespace
 constexpr int64_t kFlashPrefetchRows = 8;
 
 // Rows of a head as a tile-product operand of whole vectors: copied next to each other, with zero
