@@ -22,6 +22,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "model/gpt_model.h"
 #include "optim/optimizer.h"
+#include "bench_models.h"
 
 namespace gale {
 namespace {
@@ -79,35 +80,6 @@ OpTable timed_table(const OpTable& inner) {
   return t;
 }
 
-ModelConfig gpt2_small() {
-  ModelConfig c;
-  c.num_layers = 12;
-  c.hidden = 768;
-  c.heads = 12;
-  c.kv_heads = 12;
-  c.head_dim = 64;
-  c.ffn = 3072;
-  c.vocab = 50304;
-  c.seq_length = 256;
-  c.max_positions = 1024;
-  c.attention_dropout = 0.1f;
-  c.hidden_dropout = 0.1f;
-  return c;
-}
-
-MicroBatch batch(const ModelConfig& c, int64_t B) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  for (int64_t i = 0; i < B * mb.S; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>(uniform_at(1, 2, i) * 50257));
-    mb.labels.push_back(static_cast<int32_t>(uniform_at(1, 3, i) * 50257));
-    mb.loss_mask.push_back(1.0f);
-    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
-  }
-  for (int64_t b = 0; b < B; ++b) mb.sample_ids.push_back(b);
-  return mb;
-}
 
 // range(0): 0 reference, 1 fused-scalar, 2 fused-avx2, 3 fused-avx512.
 void BM_StepProfile(benchmark::State& state) {
@@ -121,14 +93,14 @@ void BM_StepProfile(benchmark::State& state) {
     if (!install_all_fused_kernels(inner, isa).ok()) return;
   }
   state.SetLabel(inner.impl["attention"]);
-  const ModelConfig c = gpt2_small();
+  const ModelConfig c = bench::gpt2_small(/*llama=*/false, /*dropout=*/0.1f);
   const OpTable ops = timed_table(inner);
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(1);
   OptimizerConfig oc;
   oc.clip_grad = 1.0f;
   Optimizer opt(oc, &model.params(), &ops, make_self_communicator());
-  const MicroBatch mb = batch(c, 4);
+  const MicroBatch mb = bench::random_batch(c, 4);
   auto step = [&] {
     model.params().zero_grads();
     GPTModel::LossSums s;

@@ -7,52 +7,20 @@
 #include "core/rng.h"
 #include "model/gpt_model.h"
 #include "optim/optimizer.h"
+#include "bench_models.h"
 
 namespace gale {
 namespace {
 
-ModelConfig gpt2_small(bool llama) {
-  ModelConfig c;
-  c.num_layers = 12;
-  c.hidden = 768;
-  c.heads = 12;
-  c.kv_heads = llama ? 4 : 12;
-  c.head_dim = 64;
-  c.ffn = llama ? 2048 : 3072;
-  c.vocab = 50304;
-  c.seq_length = 256;
-  c.max_positions = 256;
-  if (llama) {
-    c.rms_norm = true;
-    c.swiglu = true;
-    c.add_bias_linear = false;
-    c.tied_embeddings = false;
-    c.position = PositionEmbedding::kRope;
-  }
-  return c;
-}
-
-MicroBatch batch(const ModelConfig& c, int64_t B) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  for (int64_t i = 0; i < B * mb.S; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>(uniform_at(1, 2, i) * 50257));
-    mb.labels.push_back(static_cast<int32_t>(uniform_at(1, 3, i) * 50257));
-    mb.loss_mask.push_back(1.0f);
-    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
-  }
-  return mb;
-}
 
 void BM_TrainStep(benchmark::State& state) {
   const bool llama = state.range(0) != 0;
-  ModelConfig c = gpt2_small(llama);
+  ModelConfig c = bench::gpt2_small(llama);
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(1);
   Optimizer opt(OptimizerConfig{}, &model.params(), &ops, make_self_communicator());
-  MicroBatch mb = batch(c, 4);
+  MicroBatch mb = bench::random_batch(c, 4);
   for (auto _ : state) {
     model.params().zero_grads();
     GPTModel::LossSums s;
