@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 
+#include "layouts.h"
 #include "mpi_test_env.h"
 #include "testing_run.h"
 #include "train/engine.h"
@@ -19,12 +20,7 @@
 namespace gale {
 namespace {
 
-struct Layout {
-  const char* name;
-  int world;
-  std::vector<std::string> flags;
-  int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size
-};
+using testing::Layout;
 
 // clang-format off
 const std::vector<Layout>& layouts() {
@@ -148,9 +144,7 @@ class CommVolume : public ::testing::TestWithParam<std::tuple<std::string, bool>
 
 TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   const auto& [name, llama] = GetParam();
-  const Layout* layout = nullptr;
-  for (const Layout& l : layouts())
-    if (name == l.name) layout = &l;
+  const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr);
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
@@ -178,17 +172,9 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   }
 }
 
-std::vector<std::string> layout_names() {
-  std::vector<std::string> names;
-  for (const Layout& l : layouts()) names.push_back(l.name);
-  return names;
-}
-
 INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
-                         ::testing::Combine(::testing::ValuesIn(layout_names()), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_llama" : "_gpt");
-                         });
+                         ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
+                         testing::layout_model_test_name);
 
 }  // namespace
 }  // namespace gale

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <map>
 
+#include "layouts.h"
 #include "mpi_test_env.h"
 #include "testing_run.h"
 #include "train/engine.h"
@@ -23,12 +24,7 @@
 namespace gale {
 namespace {
 
-struct Layout {
-  const char* name;
-  int world;
-  std::vector<std::string> flags;
-  int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size (0: Megatron's rule)
-};
+using testing::Layout;
 
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
@@ -149,9 +145,7 @@ class Invariance : public ::testing::TestWithParam<std::tuple<std::string, bool>
 
 TEST_P(Invariance, MatchesSingleProcess) {
   const auto& [name, llama] = GetParam();
-  const Layout* layout = nullptr;
-  for (const Layout& l : layouts())
-    if (name == l.name) layout = &l;
+  const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr);
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
@@ -183,16 +177,8 @@ TEST_P(Invariance, MatchesSingleProcess) {
   }
 }
 
-std::vector<std::string> layout_names() {
-  std::vector<std::string> names;
-  for (const Layout& l : layouts()) names.push_back(l.name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Layouts, Invariance, ::testing::Combine(::testing::ValuesIn(layout_names()), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_llama" : "_gpt");
-                         });
+INSTANTIATE_TEST_SUITE_P(Layouts, Invariance, ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
+                         testing::layout_model_test_name);
 
 }  // namespace
 }  // namespace gale
