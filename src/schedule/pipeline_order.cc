@@ -32,19 +32,21 @@ std::vector<PipelineStep> one_f_one_b_order(int pp, int rank, int64_t num_microb
 
 Status check_interleaved_microbatches(int pp, int64_t num_microbatches, int64_t microbatch_group) {
   const int64_t g = microbatch_group > 0 ? microbatch_group : pp;
-  const std::string counted = str_cat("the number of micro-batches per iteration (--global-batch-size / "
-                                      "(--micro-batch-size x data-parallel size) = ", num_microbatches, ")");
+  auto counted = [&] {  // built only for an error: this runs every iteration
+    return str_cat("the number of micro-batches per iteration (--global-batch-size / "
+                   "(--micro-batch-size x data-parallel size) = ", num_microbatches, ")");
+  };
   if (microbatch_group <= 0 && (num_microbatches < pp || num_microbatches % pp != 0))
     return InvalidArgument(
         "the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage / "
-        "--num-virtual-stages-per-pipeline-rank) needs ", counted, " to be a multiple of "
+        "--num-virtual-stages-per-pipeline-rank) needs ", counted(), " to be a multiple of "
         "--pipeline-model-parallel-size ", pp);
   if (g < pp || g > num_microbatches)
     return InvalidArgument("--microbatch-group-size-per-virtual-pipeline-stage ", g, " must lie between ",
-                           "--pipeline-model-parallel-size ", pp, " and ", counted);
+                           "--pipeline-model-parallel-size ", pp, " and ", counted());
   const int64_t last = num_microbatches % g;
   if (last > 0 && last < pp)
-    return InvalidArgument(counted, " leaves a last group of ", last,
+    return InvalidArgument(counted(), " leaves a last group of ", last,
                            " micro-batches after groups of --microbatch-group-size-per-virtual-pipeline-stage ", g,
                            "; it must be 0 or at least --pipeline-model-parallel-size ", pp);
   return Status::Ok();
