@@ -95,17 +95,13 @@ Status parse_jsonl_texts(std::string_view line, const std::vector<std::string>& 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e99999
     std::string what = e.what();
     size_t close = what.find("] ");
     if (close != std::string::npos) what = what.substr(close + 2);
     if (what.size() > 200) what = what.substr(0, 200) + "...";
-    return InvalidArgument("malformed JSON at byte ", e.byte, ": ", what);
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number out of range: 1e99999
-    std::string what = e.what();
-    size_t close = what.find("] ");
-    if (close != std::string::npos) what = what.substr(close + 2);
-    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    if (const auto* pe = dynamic_cast<const nlohmann::json::parse_error*>(&e))
+      return InvalidArgument("malformed JSON at byte ", pe->byte, ": ", what);
     return InvalidArgument("malformed JSON: ", what);
   }
   if (!j.is_object()) return InvalidArgument("expected a JSON object, found ", j.type_name());

@@ -122,12 +122,10 @@ void add_data_args(ArgParser& p, DataArgs& a) {
 
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
-  p.add_choice("--tokenizer-type", &a.tokenizer_type,
-               {"GPT2BPETokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
-                "Llama2Tokenizer", "NullTokenizer",
-                // Megatron's other types: accepted by the parser, rejected as "not supported yet".
-                "TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer",
-                "NullMultimodalTokenizer"},
+  std::vector<std::string> types = {"GPT2BPETokenizer",          "HuggingFaceTokenizer", "SentencePieceTokenizer",
+                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer"};
+  types.insert(types.end(), kUnsupportedTokenizerTypes.begin(), kUnsupportedTokenizerTypes.end());
+  p.add_choice("--tokenizer-type", &a.tokenizer_type, types,
                "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files)");
   p.add("--vocab-file", &a.vocab_file, "vocabulary file (GPT-2 vocab.json)");
   p.add("--merge-file", &a.merge_file, "BPE merges file (GPT-2 merges.txt)");

@@ -124,6 +124,11 @@ struct DataArgs {
   bool mmap_bin_files = true;  // --no-mmap-bin-files
 };
 
+// Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up
+// can say "not supported yet" instead of "not a valid choice".
+inline const std::vector<std::string> kUnsupportedTokenizerTypes = {
+    "TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer", "NullMultimodalTokenizer"};
+
 struct TokenizerArgs {
   std::string tokenizer_type;  // "" -> GPT2BPETokenizer (pretrain_gpt's default), or NullTokenizer with --mock-data
   std::string vocab_file, merge_file, tokenizer_model;

@@ -29,8 +29,7 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--vocab-extra-ids: expected a non-negative integer, found ", t.vocab_extra_ids);
   if (p.was_set("--vocab-size") && t.vocab_size <= 0)
     return InvalidArgument("--vocab-size: expected a positive integer, found ", t.vocab_size);
-  for (const char* unsupported : {"TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer",
-                                  "NullMultimodalTokenizer"})
+  for (const std::string& unsupported : kUnsupportedTokenizerTypes)
     if (t.tokenizer_type == unsupported)
       return Unimplemented("--tokenizer-type ", unsupported, ": not supported yet (Gale reads GPT2BPETokenizer, "
                            "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer "
