@@ -12,7 +12,8 @@
 //   --wait-quiet=S              before each row, wait up to S seconds until other processes leave
 //                               the CPUs idle (for a shared machine; default 0: do not wait)
 //
-// Backends: onednn (dnnl_sgemm, what Gale uses: gale::sgemm), onednn-matmul-f32 and
+// Backends: onednn (dnnl_sgemm, Gale's level 0: gale::sgemm), onednn-partitioned (the same with one
+// block of rows or columns per thread, level 1: gale::sgemm_partitioned), onednn-matmul-f32 and
 // onednn-matmul-bf16 (the matmul primitive; bf16 inputs, f32 output), openblas-pthread (Debian's
 // default libblas, kernels chosen by CPUID), openblas-pthread-<core> (OPENBLAS_CORETYPE forced),
 // openblas-openmp, blis-openmp, blis-pthread. The BLAS libraries are dlopen'ed privately
@@ -166,6 +167,10 @@ std::vector<SgemmBackend> load_sgemm_backends(const Options& opt) {
   using gale::bench::BlasKind;
   std::vector<SgemmBackend> out;
   if (wanted(opt, "onednn")) out.push_back({"onednn", gale::gemm_backend_description(), gale::sgemm});
+  if (wanted(opt, "onednn-partitioned")) {
+    out.push_back({"onednn-partitioned", "the same sgemm, one row/column block per thread (gale::sgemm_partitioned)",
+                   gale::sgemm_partitioned});
+  }
 
   struct Candidate {
     std::string name, path;

@@ -99,6 +99,7 @@ void swiglu_act_backward_ref(const float* dact, const float* u, float* du, float
 
 OpTable reference_ops() {
   OpTable t;
+  t.gemm = sgemm;
   t.norm_forward = norm_forward_ref;
   t.norm_backward = norm_backward_ref;
   t.bias_dropout_add = bias_dropout_add_ref;
@@ -118,7 +119,7 @@ OpTable reference_ops() {
   t.lm_head_loss_backward = lm_head_loss_backward_ref;
   t.adamw_step = adamw_step_ref;
   t.sum_of_squares = gale::sum_of_squares;
-  for (const char* op : {"norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
+  for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
                          "bias_dropout_add_norm", "lm_head_loss", "adamw"})
     t.impl[op] = "reference";
   return t;

@@ -23,6 +23,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/rope.h"
@@ -99,6 +100,9 @@ using AdamWFn = decltype(&adamw_step_ref);
 using SumOfSquaresFn = decltype(&sum_of_squares);
 
 struct OpTable {
+  // Every f32 GEMM of the linear layers and the LM head (kernels/cpu/gemm.h): sgemm on the
+  // library's own threads, or sgemm_partitioned (level 1).
+  SgemmFn gemm;
   NormForwardFn norm_forward;
   NormBackwardFn norm_backward;
   BiasDropoutAddFn bias_dropout_add;

@@ -320,7 +320,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
   Tensor y_full = final_norm_forward(x, &stats);
-  Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, Vl, H});
+  Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, Vl, H, ops_->gemm});
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
   if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);

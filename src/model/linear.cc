@@ -13,7 +13,7 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
     GALE_CHECK(w.w_bf16 != nullptr) << "bf16 activations need the weights' bf16 copy";
     gemm_bf16(false, true, M, w.out, w.in, 1.0f, x.data<bf16>(), w.in, w.w_bf16, w.in, 0.0f, y.data<float>(), w.out);
   } else {
-    sgemm(false, true, M, w.out, w.in, 1.0f, x.data<float>(), w.in, w.w, w.in, 0.0f, y.data<float>(), w.out);
+    w.gemm(false, true, M, w.out, w.in, 1.0f, x.data<float>(), w.in, w.w, w.in, 0.0f, y.data<float>(), w.out);
   }
   return y;
 }
@@ -29,8 +29,8 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w)
     gemm_bf16(false, false, M, w.in, w.out, 1.0f, dy16.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f, dx.data<float>(),
               w.in);
   } else {
-    sgemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
-    sgemm(false, false, M, w.in, w.out, 1.0f, dy.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
+    w.gemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
+    w.gemm(false, false, M, w.in, w.out, 1.0f, dy.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
   }
   return dx;
 }

@@ -3,16 +3,18 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/cpu/gemm.h"
 
 namespace gale {
 
 // A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
-// copy under --bf16 (null otherwise), and the f32 gradient.
+// copy under --bf16 (null otherwise), the f32 gradient, and the f32 GEMM to run (OpTable::gemm).
 struct LinearWeight {
   const float* w = nullptr;
   const bf16* w_bf16 = nullptr;
   float* grad = nullptr;
   int64_t out = 0, in = 0;
+  SgemmFn gemm = sgemm;
 };
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 (then W's bf16 copy is used).

@@ -28,11 +28,11 @@ ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
 
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 
-// Parameter `id` of `pb` as a linear layer's weight (its local [out, in] shard).
-LinearWeight weight(const ParamBuffer& pb, int id) {
+// Parameter `id` of `pb` as a linear layer's weight (its local [out, in] shard), on the table's GEMM.
+LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
   const Shape shape = pb.spec(id).local_shape();
   return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
-                      shape[1]};
+                      shape[1], rt.ops->gemm};
 }
 
 // Norm of [rows, H] x; returns y and fills stats.
@@ -134,7 +134,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   const bool bf16 = c.bf16;
   Tensor norm1_out = gather_column_parallel_input(
       part, to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), bf16));
-  Tensor qkv = linear_forward(norm1_out, weight(pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
+  Tensor qkv = linear_forward(norm1_out, weight(rt, pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
@@ -149,7 +149,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   const float* q = qkv.data<float>();
   ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
   ctx = to_gemm_input(ctx, bf16);
-  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(pb, w.proj_w)));  // [Tl, H]
+  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
   Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
@@ -163,7 +163,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // ---- MLP block ----
   Tensor norm2_out = gather_column_parallel_input(part, to_gemm_input(norm2_local, bf16));
   norm2_local = Tensor();
-  Tensor fc1_out = linear_forward(norm2_out, weight(pb, w.fc1_w));  // [T, Fl or 2Fl]
+  Tensor fc1_out = linear_forward(norm2_out, weight(rt, pb, w.fc1_w));  // [T, Fl or 2Fl]
   Tensor act = Tensor::empty({T, Fl});
   const float* fc1_bias = w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr;
   if (c.swiglu)
@@ -171,7 +171,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   else
     ops.gelu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
   act = to_gemm_input(act, bf16);
-  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(pb, w.fc2_w)));  // [Tl, H]
+  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(rt, pb, w.fc2_w)));  // [Tl, H]
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
                        x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
@@ -208,7 +208,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                 hidden_dropout(rt, layer, 2));
   Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
-  Tensor d_act = linear_backward(d_fc2_full, s.act, weight(pb, w.fc2_w));  // [T, Fl]
+  Tensor d_act = linear_backward(d_fc2_full, s.act, weight(rt, pb, w.fc2_w));  // [T, Fl]
   d_fc2 = d_fc2_full = Tensor();
   s.act = Tensor();
   Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
@@ -218,7 +218,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
-  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(pb, w.fc1_w)));
+  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(rt, pb, w.fc1_w)));
   d_fc1 = Tensor();
   s.norm2_out = Tensor();
   Tensor d_x_mid = Tensor::empty({Tl, H});
@@ -234,7 +234,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
   Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
-  Tensor d_ctx = linear_backward(d_proj_full, s.ctx, weight(pb, w.proj_w));  // [T, NHl·HD]
+  Tensor d_ctx = linear_backward(d_proj_full, s.ctx, weight(rt, pb, w.proj_w));  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
                    vl = qkv_value_layout(NHl, KVl, HD);
@@ -253,7 +253,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
-  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward(d_qkv, s.norm1_out, weight(pb, w.qkv_w)));
+  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward(d_qkv, s.norm1_out, weight(rt, pb, w.qkv_w)));
   d_qkv = Tensor();
   s.norm1_out = Tensor();
   Tensor d_x_in = Tensor::empty({Tl, H});

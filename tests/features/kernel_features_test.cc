@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "features/registry.h"
+#include "kernels/cpu/fused_ops.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -56,6 +57,7 @@ TEST(KernelFeatures, LevelOneInstallsTheAlwaysSafeRewrites) {
   ASSERT_TRUE(r.status.ok());
   for (const char* op : {"norm", "bias_dropout_add_norm", "bias_dropout_add", "gelu", "embedding", "adamw"})
     EXPECT_EQ(r.impl(op).rfind("fused-", 0), 0u) << op << " is " << r.impl(op);
+  EXPECT_EQ(r.impl("gemm"), "partitioned");
   for (const char* op : {"attention", "lm_head_loss", "swiglu", "rope"}) EXPECT_EQ(r.impl(op), "reference") << op;
 }
 
@@ -65,7 +67,7 @@ TEST(KernelFeatures, LevelTwoFlagsAddTheirKernels) {
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (const auto& [op, impl] : r.ops.impl)
     if (op != "gelu") {  // SwiGLU model: no GeLU
-      EXPECT_EQ(impl.rfind("fused-", 0), 0u) << op << " is " << impl;
+      EXPECT_EQ(impl, fused_kernel_name(op, detected_isa())) << op;
     }
   EXPECT_EQ(r.impl("gelu"), "reference");
   EXPECT_TRUE(r.notices.empty());
@@ -77,6 +79,14 @@ TEST(KernelFeatures, MegatronSwitchOff) {
   EXPECT_EQ(r.impl("gelu"), "reference");
   EXPECT_EQ(r.impl("bias_dropout_add"), "reference");
   EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
+}
+
+TEST(KernelFeatures, PartitionedGemmSwitchOff) {
+  Resolved r({"--optimization-level", "1", "--no-partitioned-gemm"});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.impl("gemm"), "reference");
+  EXPECT_FALSE(r.registry->active("partitioned-gemm"));
+  EXPECT_EQ(r.impl("gelu").rfind("fused-", 0), 0u);  // the other level-1 rewrites stay
 }
 
 TEST(KernelFeatures, RequirementsNameBothFlags) {

@@ -645,7 +645,7 @@ TEST(InstallFusedKernel, EveryOpGroupAndItsName) {
     ASSERT_EQ(t.impl.count(op), 1u) << op;  // the op groups are exactly OpTable::impl's keys
     EXPECT_EQ(fused_kernel_isa(op, Isa::kAvx512).value(), want);
     EXPECT_TRUE(install_fused_kernel(t, op, Isa::kAvx512).ok());
-    EXPECT_EQ(t.impl[op], std::string("fused-") + isa_name(want));
+    EXPECT_EQ(t.impl[op], fused_kernel_name(op, want));
   }
   EXPECT_EQ(fused_kernel_ops().size(), t.impl.size());
   const FusedKernelSet& s = *fused_kernel_set(want);
@@ -654,6 +654,8 @@ TEST(InstallFusedKernel, EveryOpGroupAndItsName) {
   EXPECT_EQ(t.lm_head_loss_backward, s.lm_head_loss_backward);
   EXPECT_EQ(t.adamw_step, s.adamw_step);
   EXPECT_EQ(t.bias_dropout_add_norm, s.bias_dropout_add_norm);
+  EXPECT_EQ(t.gemm, &sgemm_partitioned);
+  EXPECT_EQ(t.impl["gemm"], "partitioned");
 }
 
 TEST(InstallFusedKernel, CapAndErrors) {
@@ -670,8 +672,7 @@ TEST(InstallFusedKernel, CapAndErrors) {
   EXPECT_EQ(fused_kernel_isa("attention", Isa::kAvx512).value(), Isa::kScalar);
   unsetenv("GALE_MAX_ISA");
   EXPECT_TRUE(install_all_fused_kernels(t, Isa::kAvx2).ok());
-  for (const auto& [op, name] : t.impl)
-    EXPECT_EQ(name, std::string("fused-") + isa_name(min_isa(Isa::kAvx2, detected_isa())));
+  for (const auto& [op, name] : t.impl) EXPECT_EQ(name, fused_kernel_name(op, min_isa(Isa::kAvx2, detected_isa())));
 }
 
 }  // namespace

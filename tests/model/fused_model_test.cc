@@ -118,7 +118,7 @@ TEST_P(FusedModel, SameLossGradientsAndCurveAsReference) {
   OpTable fused_ops = reference_ops();
   ASSERT_TRUE(install_all_fused_kernels(fused_ops, isa).ok());
   if (isa > detected_isa()) GTEST_SKIP() << "GALE_MAX_ISA caps below " << isa_name(isa);
-  for (const auto& [op, name] : fused_ops.impl) EXPECT_EQ(name, std::string("fused-") + isa_name(isa)) << op;
+  for (const auto& [op, name] : fused_ops.impl) EXPECT_EQ(name, fused_kernel_name(op, isa)) << op;
 
   const int steps = 3;
   const TrainingRun ref = train(mc.config, ref_ops, mc.documents, steps);

@@ -30,8 +30,8 @@ FusedKernelSet build_set(Isa isa) {
   return s;
 }
 
-const char* const kOps[] = {"norm",      "bias_dropout_add", "bias_dropout_add_norm", "gelu", "swiglu", "rope",
-                            "attention", "embedding",        "lm_head_loss",          "adamw"};
+const char* const kOps[] = {"gemm", "norm",      "bias_dropout_add", "bias_dropout_add_norm", "gelu", "swiglu",
+                            "rope", "attention", "embedding",        "lm_head_loss",          "adamw"};
 
 bool known_op(const std::string& op) {
   for (const char* name : kOps)
@@ -65,6 +65,10 @@ double fused_sum_of_squares(const float* x, int64_t n) {
 
 std::vector<std::string> fused_kernel_ops() { return std::vector<std::string>(std::begin(kOps), std::end(kOps)); }
 
+std::string fused_kernel_name(const std::string& op, Isa isa) {
+  return op == "gemm" ? "partitioned" : str_cat("fused-", isa_name(isa));
+}
+
 StatusOr<Isa> fused_kernel_isa(const std::string& op, Isa max_isa) {
   if (!known_op(op)) return unknown_op(op);
   return min_isa(max_isa, detected_isa());
@@ -73,7 +77,9 @@ StatusOr<Isa> fused_kernel_isa(const std::string& op, Isa max_isa) {
 Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) {
   GALE_ASSIGN_OR_RETURN(Isa isa, fused_kernel_isa(op, max_isa));
   const FusedKernelSet& s = *fused_kernel_set(isa);
-  if (op == "norm") {
+  if (op == "gemm") {  // a threading rewrite around oneDNN, the same for every ISA
+    table.gemm = sgemm_partitioned;
+  } else if (op == "norm") {
     table.norm_forward = s.norm_forward;
     table.norm_backward = s.norm_backward;
   } else if (op == "bias_dropout_add") {
@@ -103,7 +109,7 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) 
     table.adamw_step = s.adamw_step;
     table.sum_of_squares = s.sum_of_squares;  // the gradient norm before the step
   }
-  table.impl[op] = str_cat("fused-", isa_name(isa));
+  table.impl[op] = fused_kernel_name(op, isa);
   return Status::Ok();
 }
 

@@ -21,15 +21,19 @@
 
 namespace gale {
 
-// The op groups, in OpTable::impl's spelling: norm, bias_dropout_add, bias_dropout_add_norm,
-// gelu, swiglu, rope, attention, embedding, lm_head_loss, adamw.
+// The op groups, in OpTable::impl's spelling: gemm, norm, bias_dropout_add, bias_dropout_add_norm,
+// gelu, swiglu, rope, attention, embedding, lm_head_loss, adamw. "gemm" is not ISA code: it installs
+// sgemm_partitioned (kernels/cpu/gemm.h) and names it "partitioned".
 std::vector<std::string> fused_kernel_ops();
 
 // The build `op` would get under `max_isa`: min(max_isa, detected_isa()). Error for an unknown op.
 StatusOr<Isa> fused_kernel_isa(const std::string& op, Isa max_isa);
 
+// The name table.impl[op] gets for the build `isa`: "fused-<isa>", or "partitioned" for gemm.
+std::string fused_kernel_name(const std::string& op, Isa isa);
+
 // Replaces the entries of op group `op` with the fused build fused_kernel_isa(op, max_isa) and sets
-// table.impl[op] = "fused-<isa>". Error (table unchanged) for an unknown op.
+// table.impl[op] = fused_kernel_name(op, isa). Error (table unchanged) for an unknown op.
 Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa);
 
 // install_fused_kernel for every op group.

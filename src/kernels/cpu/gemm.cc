@@ -2,6 +2,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include <link.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <sched.h>
 
@@ -21,6 +22,43 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   GALE_CHECK(st == dnnl_success) << "dnnl_sgemm failed (status " << static_cast<int>(st) << ") for M=" << M
                                  << " N=" << N << " K=" << K;
+}
+
+GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads) {
+  if (threads < 2 || (trans_a && trans_b)) return GemmSplit::kLibrary;
+  const auto fits = [&](int64_t n) { return n >= threads * kGemmMinPartRows; };
+  if (trans_a) return M >= 4 * N && fits(M) ? GemmSplit::kRows : GemmSplit::kLibrary;  // weight gradient
+  if (trans_b) return fits(N) ? GemmSplit::kCols : GemmSplit::kLibrary;                 // forward
+  return K >= 2 * N && fits(M) ? GemmSplit::kRows : GemmSplit::kLibrary;                // data gradient
+}
+
+const char* gemm_split_name(GemmSplit s) {
+  switch (s) {
+    case GemmSplit::kRows: return "rows";
+    case GemmSplit::kCols: return "cols";
+    default: return "library";
+  }
+}
+
+void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int threads = num_threads();
+  const GemmSplit split = gemm_partition(trans_a, trans_b, M, N, K, threads);
+  if (split == GemmSplit::kLibrary) return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const int64_t extent = split == GemmSplit::kRows ? M : N;
+  const int64_t part = (extent / threads + 15) / 16 * 16;
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t lo = std::min(extent, t * part);
+    const int64_t hi = t == threads - 1 ? extent : std::min(extent, lo + part);
+    if (hi > lo && split == GemmSplit::kRows) {
+      sgemm(trans_a, trans_b, hi - lo, N, K, alpha, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta, C + lo * ldc,
+            ldc);
+    } else if (hi > lo) {
+      sgemm(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc);
+    }
+  }
 }
 
 namespace {

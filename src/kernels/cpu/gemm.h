@@ -22,6 +22,36 @@ namespace gale {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+using SgemmFn = decltype(&sgemm);
+
+// The same product with the threads partitioned by Gale instead of by the library: the output is
+// cut into one block of whole rows (or columns) per OpenMP thread and each thread runs oneDNN's
+// single-threaded sgemm on its block (inside a parallel region oneDNN runs on the calling thread).
+// Level 1's `partitioned-gemm` feature installs it as OpTable::gemm; level 0 keeps sgemm.
+//
+// Why: with 2 threads oneDNN's own partition leaves a lot on the table for some shapes of a
+// training step (bench/gemm_bench, `split` rows; docs/gemm.md): the fc2 forward (1024×768×3072)
+// runs at 255-275 GFLOP/s threaded against 315-330 split by columns, the LM-head chunks
+// (256×50304×768) at 227-240 against 246-266, the fc1 weight gradient at 305 against 322-339.
+// The rule (gemm_partition) splits only where that measured faster and leaves the library's
+// partition elsewhere, e.g. the QKV weight gradient (2304×768×1024: 283-296 threaded, 238-250
+// split). Splitting by whole rows or columns never changes the order of the K-sum inside an
+// element, so a split call equals the single-threaded sgemm bit for bit; it can differ from the
+// library's threaded call in the last bits (which may split K), within the GEMM tests' tolerance.
+void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// How sgemm_partitioned cuts a product over `threads` threads:
+//   kLibrary: one sgemm call on all threads (1 thread, small or TT products, shapes where split lost);
+//   kRows:    M split (A op Aᵀ rows), e.g. the weight gradient dW[out, in] += dYᵀ·X when out ≥ 4·in
+//             and the data gradient dX = dY·W when its K ≥ 2·N;
+//   kCols:    N split, the forward Y = X·Wᵀ (B transposed, not A).
+// Parts are balanced, multiples of 16 except the last, and at least kGemmMinPartRows each.
+enum class GemmSplit { kLibrary, kRows, kCols };
+constexpr int64_t kGemmMinPartRows = 128;
+GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads);
+const char* gemm_split_name(GemmSplit s);  // "library", "rows", "cols"
+
 // "oneDNN 2.6.3 sgemm, ISA avx512_core_amx, OpenMP runtime, 2 threads" for the start-up banner.
 std::string gemm_backend_description();
 

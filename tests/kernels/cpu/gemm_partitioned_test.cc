@@ -1,0 +1,98 @@
+// sgemm_partitioned against a double-precision product and bit for bit against one-threaded sgemm,
+// for every transpose combination, odd sizes, beta 0 and 1, and 1 to 3 threads; and its split rule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/threads.h"
+#include "kernels/cpu/gemm.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+using testing::random_vector;
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float beta;
+};
+
+// C = alpha·op(A)·op(B) + beta·C in double, row-major with the given strides.
+std::vector<float> product_f64(const Case& c, float alpha, const std::vector<float>& A, int64_t lda,
+                               const std::vector<float>& B, int64_t ldb, std::vector<float> C, int64_t ldc) {
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < c.K; ++k)
+        s += static_cast<double>(c.ta ? A[k * lda + i] : A[i * lda + k]) * (c.tb ? B[j * ldb + k] : B[k * ldb + j]);
+      C[i * ldc + j] = static_cast<float>(alpha * s + c.beta * C[i * ldc + j]);
+    }
+  return C;
+}
+
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(num_threads()) { set_num_threads(n); }
+  ~ThreadCount() { set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+TEST(SgemmPartitioned, MatchesDoubleAndSingleThreadedSgemm) {
+  const std::vector<Case> cases = {
+      {false, true, 37, 613, 29, 0.0f},   {false, true, 300, 1029, 77, 1.0f},  // forward: columns split
+      {false, false, 611, 33, 301, 0.0f}, {false, false, 517, 40, 90, 1.0f},   // data gradient: rows split
+      {true, false, 1200, 70, 33, 1.0f},  {true, false, 90, 80, 70, 0.0f},     // weight gradient
+      {true, true, 300, 300, 20, 1.0f},   {false, true, 5, 7, 3, 0.0f},        // library
+  };
+  for (const Case& c : cases) {
+    // Leading dimensions larger than the matrices, as for a slice of a wider buffer.
+    const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 2;
+    const auto A = random_vector((c.ta ? c.K : c.M) * lda, 11);
+    const auto B = random_vector((c.tb ? c.N : c.K) * ldb, 12);
+    const auto C0 = random_vector(c.M * ldc, 13);
+    const float alpha = 0.75f;
+    const auto want = product_f64(c, alpha, A, lda, B, ldb, C0, ldc);
+    std::vector<float> one = C0;
+    {
+      ThreadCount t(1);
+      sgemm(c.ta, c.tb, c.M, c.N, c.K, alpha, A.data(), lda, B.data(), ldb, c.beta, one.data(), ldc);
+    }
+    for (int threads : {1, 2, 3}) {
+      ThreadCount t(threads);
+      std::vector<float> got = C0;
+      sgemm_partitioned(c.ta, c.tb, c.M, c.N, c.K, alpha, A.data(), lda, B.data(), ldb, c.beta, got.data(), ldc);
+      // Split calls sum each element exactly as one thread does; the library's own threads may not.
+      const bool split = gemm_partition(c.ta, c.tb, c.M, c.N, c.K, threads) != GemmSplit::kLibrary;
+      for (int64_t i = 0; i < c.M * ldc; ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::sqrt(static_cast<double>(c.K))))
+            << "M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << c.ta << " tb=" << c.tb << " threads="
+            << threads << " at " << i;
+        if (split || threads == 1) {
+          ASSERT_EQ(got[i], one[i]) << "M=" << c.M << " N=" << c.N << " K=" << c.K << " threads=" << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(SgemmPartitioned, SplitRule) {
+  // The GPT-2-small shapes of docs/gemm.md on 2 threads.
+  EXPECT_EQ(gemm_partition(false, true, 1024, 768, 3072, 2), GemmSplit::kCols);     // fc2 forward
+  EXPECT_EQ(gemm_partition(false, true, 256, 50304, 768, 2), GemmSplit::kCols);     // LM-head chunk
+  EXPECT_EQ(gemm_partition(true, false, 3072, 768, 1024, 2), GemmSplit::kRows);     // fc1 weight gradient
+  EXPECT_EQ(gemm_partition(true, false, 2304, 768, 1024, 2), GemmSplit::kLibrary);  // QKV weight gradient
+  EXPECT_EQ(gemm_partition(false, false, 1024, 768, 3072, 2), GemmSplit::kRows);    // fc1 data gradient
+  EXPECT_EQ(gemm_partition(false, false, 1024, 3072, 768, 2), GemmSplit::kLibrary); // fc2 data gradient
+  EXPECT_EQ(gemm_partition(false, true, 1024, 768, 3072, 1), GemmSplit::kLibrary);  // one thread
+  EXPECT_EQ(gemm_partition(false, true, 1024, 200, 3072, 2), GemmSplit::kLibrary);  // parts under 128
+  EXPECT_EQ(gemm_partition(true, true, 4096, 4096, 4096, 2), GemmSplit::kLibrary);
+  EXPECT_STREQ(gemm_split_name(GemmSplit::kCols), "cols");
+}
+
+}  // namespace
+}  // namespace gale
