@@ -238,11 +238,12 @@ typename V::M visible_lanes(const AttentionProblem& p, const QueryLanes& q, int6
 // Dropout masks of the query lanes c .. c + W − 1 for the rows of a key tile (row j at position
 // kpos_j): index = lane base + kpos_j (kernels/cpu/attention.h); one Philox block per lane per 4 key
 // rows when the tile's positions are consecutive. Forward and backward draw the same masks.
+// Without dropout (drop false) it is never asked and prepares nothing.
 template <class V>
 simd::PhiloxDropoutLanes<V> key_dropout(const simd::PhiloxDropout<V>& d, const QueryLanes& q, int64_t c,
-                                        const TileRange& k) {
+                                        const TileRange& k, bool drop) {
   return simd::PhiloxDropoutLanes<V>(d, V::iload(q.drop_lo + c), V::iload(q.drop_hi + c),
-                                     static_cast<uint32_t>(k.pos_min), k.consecutive);
+                                     static_cast<uint32_t>(k.pos_min), drop && k.consecutive);
 }
 
 template <class V>
@@ -352,7 +353,7 @@ class FlashForward {
         // Queries that see nothing yet keep m = −inf; exponentiate against 0 there (P = α = 0).
         const F m_safe = V::select(V::eq(m_new, ninf), V::zero(), m_new);
         const F a = simd::exp<V>(V::sub(m_old, m_safe));
-        simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt));
+        simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
         F sum = V::zero();
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
@@ -516,7 +517,7 @@ class FlashBackward {
           const F vlse = V::load_n(lse_h + i0 + c, mq - c, kFlashNegInf);
           const typename V::M has_keys = V::gt(vlse, ninf);
           const F vdelta = V::load(delta + i0 + c);
-          simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt));
+          simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
           const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
           const bool skip = p_.causal && vis == TileVisibility::kPartial;
           for (int64_t j = 0; j < nk; ++j) {
