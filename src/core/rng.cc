@@ -56,6 +56,11 @@ float uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
   return to_unit(r.v[0]);
 }
 
+float dropout_uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  Philox4x32 r = philox4x32(seed, stream, index >> 2);
+  return to_unit(r.v[index & 3]);
+}
+
 float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
   Philox4x32 r = philox4x32(seed, stream, index);
   // u1 in (0, 1] so log is finite.

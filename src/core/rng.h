@@ -2,8 +2,10 @@
 // function, so any rank can draw exactly its slice of a tensor, recomputation redraws the same
 // dropout mask, and results do not depend on thread count or parallel layout.
 //
-// Streams name what is drawn (a parameter, a dropout site, a micro-batch); see model/init.h for
-// how parameter and dropout streams are built.
+// Streams name what is drawn (a parameter, a dropout site, a micro-batch); model/params.h and
+// model/transformer_layer.h build the parameter and dropout streams. Parameter initialisation
+// draws one Philox block per element (uniform_at, normal_at); dropout masks use all 4 words of
+// each block (dropout_uniform_at).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,8 @@ uint64_t mix_stream(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 
 // Uniform in [0, 1) with 24 random bits, element `index` of stream `stream` under `seed`.
 float uniform_at(uint64_t seed, uint64_t stream, uint64_t index);
+// Dropout masks' uniform (24 bits): word index & 3 of philox4x32(seed, stream, index >> 2).
+float dropout_uniform_at(uint64_t seed, uint64_t stream, uint64_t index);
 // Standard normal (Box-Muller on two uniforms), element `index` of the stream.
 float normal_at(uint64_t seed, uint64_t stream, uint64_t index);
 

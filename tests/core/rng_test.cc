@@ -1,4 +1,4 @@
-// Counter-based RNG: known Philox answer, determinism, and distribution moments.
+// Counter-based RNG: known Philox answer, which words uniform_at / dropout_uniform_at read, determinism, moments.
 #include "core/rng.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,31 @@ TEST(Philox, MatchesRandom123KnownAnswer) {
   EXPECT_EQ(r.v[1], 0xe169c58du);
   EXPECT_EQ(r.v[2], 0xbc57ac4cu);
   EXPECT_EQ(r.v[3], 0x9b00dbd8u);
+}
+
+TEST(Rng, UniformAtIsWordZeroOfTheIndexBlock) {
+  for (uint64_t index : {0ull, 1ull, 5ull, 0xFFFFFFFFull, 123456789012345ull}) {
+    const Philox4x32 r = philox4x32(3, 9, index);
+    EXPECT_EQ(uniform_at(3, 9, index), static_cast<float>(r.v[0] >> 8) / 16777216.0f);
+  }
+}
+
+TEST(Rng, DropoutUniformAtUsesAllFourWordsOfABlock) {
+  // Index i is word i & 3 of the block at counter i >> 2 (key = seed, counter high half = stream).
+  for (uint64_t counter : {0ull, 1ull, 0xFFFFFFFFull, 0x100000000ull, (1ull << 62) - 1}) {
+    const Philox4x32 r = philox4x32(~0ull, 0x1234, counter);
+    for (uint64_t w = 0; w < 4; ++w) {
+      const float expected = static_cast<float>(r.v[w] >> 8) / 16777216.0f;
+      EXPECT_EQ(dropout_uniform_at(~0ull, 0x1234, 4 * counter + w), expected) << counter << " " << w;
+    }
+  }
+  // Random123's known answer (counter = key = 0), word by word.
+  const uint32_t kat[4] = {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u};
+  for (uint64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(dropout_uniform_at(0, 0, i), static_cast<float>(kat[i] >> 8) / 16777216.0f) << i;
+  // Parameter draws keep one block per index: only word 0 of block i.
+  EXPECT_EQ(uniform_at(0, 0, 0), dropout_uniform_at(0, 0, 0));
+  EXPECT_NE(uniform_at(0, 0, 1), dropout_uniform_at(0, 0, 1));
 }
 
 TEST(Rng, SliceEqualsSliceOfWhole) {

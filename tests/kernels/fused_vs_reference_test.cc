@@ -353,7 +353,8 @@ TEST_P(FusedVsReference, SumOfSquares) {
 struct AttnCase {
   const char* name;
   int64_t B, Sq, Sk, NH, KV, HD;
-  bool causal, docs, positions;  // positions: explicit q/k positions (a context-parallel chunk)
+  bool causal, docs;
+  int positions;  // explicit q/k positions: 1 a context-parallel chunk, 2 the same with gaps between key positions
   float dropout;
 };
 
@@ -367,6 +368,7 @@ const AttnCase kAttnCases[] = {
     {"dropout_heavy", 1, 64, 64, 2, 2, 32, true, false, false, 0.5f},
     {"cp_chunk_positions", 2, 40, 150, 3, 3, 24, true, false, true, 0.2f},
     {"cp_positions_docs", 1, 33, 90, 2, 1, 20, true, true, true, 0.0f},
+    {"cp_positions_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f},
     {"odd_hd", 3, 19, 19, 3, 1, 7, true, false, false, 0.1f},
     {"long_tiles", 1, 200, 200, 1, 1, 64, true, false, false, 0.0f},
 };
@@ -383,9 +385,10 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   const HeadLayout ql = contiguous_heads_layout(c.NH, c.HD);
   const HeadLayout kl{kv_row, 0, 1, 2 * c.HD, 0}, vl{kv_row, c.HD, 1, 2 * c.HD, 0};
   std::vector<int32_t> qpos(c.Sq), kpos(c.Sk), qdoc(c.B * c.Sq), kdoc(c.B * c.Sk);
-  for (int64_t j = 0; j < c.Sk; ++j) kpos[j] = static_cast<int32_t>(j);
-  // A context-parallel chunk: the queries are the last Sq positions of the keys' range.
-  for (int64_t i = 0; i < c.Sq; ++i) qpos[i] = static_cast<int32_t>(c.positions ? c.Sk - c.Sq + i : i);
+  // Gaps: every 5th key position skipped, so key tiles are not runs of consecutive positions.
+  for (int64_t j = 0; j < c.Sk; ++j) kpos[j] = static_cast<int32_t>(c.positions == 2 ? j + j / 4 : j);
+  // A context-parallel chunk: the queries are at the last Sq key positions.
+  for (int64_t i = 0; i < c.Sq; ++i) qpos[i] = c.positions ? kpos[c.Sk - c.Sq + i] : static_cast<int32_t>(i);
   for (int64_t b = 0; b < c.B; ++b) {
     // Documents of 1..40 tokens: boundaries differ per batch row.
     auto doc_of = [&](int64_t pos) { return static_cast<int32_t>((pos * (b + 2) / 37) % 5); };
@@ -417,7 +420,7 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   p.sample_ids = samples.data();
   p.heads_total = 2 * c.NH;
   p.head_offset = c.NH;  // the second of two TP ranks
-  p.max_positions = c.Sk;
+  p.max_positions = kpos[c.Sk - 1] + 1;
 
   const int64_t out_n = c.Sq * c.B * q_row, lse_n = c.B * c.NH * c.Sq;
   std::vector<float> out_ref(out_n), lse_ref(lse_n), out(out_n, 3.0f), lse(lse_n, 3.0f);

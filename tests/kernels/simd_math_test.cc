@@ -1,7 +1,8 @@
 // Vector math of every ISA build: exp and erf accuracy against libm in double, and dropout masks
-// bit-identical to core/rng.h's uniform_at.
+// bit-identical to core/rng.h's dropout_uniform_at.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -82,28 +83,88 @@ TEST_P(SimdMath, ErfWithinTwoAndAHalfUlpOfMaxErfOrOneEighth) {
   RecordProperty("erf_max_ulp", std::to_string(worst_rel));
 }
 
-TEST_P(SimdMath, DropoutMaskIsBitIdenticalToUniformAt) {
+TEST_P(SimdMath, DropoutMaskIsBitIdenticalToDropoutUniformAt) {
   struct Case {
     uint64_t seed, stream, base;
     float p;
   };
-  // Bases around the 32-bit carry of the counter, and large ones.
+  // Bases of every residue mod 4, around the 32-bit carry of the counter (index >> 2), and large.
   for (const Case& c : {Case{1, 2, 0, 0.1f}, Case{1234567, 0xD7D7, 0xFFFFFFF0ull, 0.5f},
                         Case{~0ull, ~0ull, (7ull << 32) - 5, 0.9f}, Case{42, 17, 123456789012345ull, 0.3f},
-                        Case{3, 5, 1000, 1.0f / 3.0f}}) {
-    const int64_t n = 301;
-    std::vector<uint8_t> keep(n);
-    set().dropout_keep(c.seed, c.stream, c.p, c.base, n, keep.data());
-    int64_t mismatches = 0, kept = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool ref = uniform_at(c.seed, c.stream, c.base + static_cast<uint64_t>(i)) >= c.p;
-      mismatches += ref != static_cast<bool>(keep[i]);
-      kept += keep[i];
+                        Case{3, 5, 1001, 1.0f / 3.0f}, Case{8, 9, (1ull << 34) - 7, 0.5f}, Case{8, 9, 2, 0.5f}}) {
+    // Odd lengths: shorter than a vector, than one Philox call (4W indices), and longer.
+    for (int64_t n : {1, 3, 5, 17, 63, 67, 301}) {
+      std::vector<uint8_t> keep(n);
+      set().dropout_keep(c.seed, c.stream, c.p, c.base, n, keep.data());
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool ref = dropout_uniform_at(c.seed, c.stream, c.base + static_cast<uint64_t>(i)) >= c.p;
+        mismatches += ref != static_cast<bool>(keep[i]);
+      }
+      EXPECT_EQ(mismatches, 0) << "base " << c.base << " p " << c.p << " n " << n;
     }
-    EXPECT_EQ(mismatches, 0) << "base " << c.base << " p " << c.p;
+    std::vector<uint8_t> keep(301);
+    set().dropout_keep(c.seed, c.stream, c.p, c.base, 301, keep.data());
+    const int64_t kept = std::count(keep.begin(), keep.end(), 1);
     EXPECT_GT(kept, 0);
-    EXPECT_LT(kept, n);
+    EXPECT_LT(kept, 301);
   }
+}
+
+// The integer threshold the kernels compare Philox words with, at the edges of p.
+TEST_P(SimdMath, DropoutThresholdMatchesFloatComparison) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (float p : {0.0f, -0.5f, tiny, 1.0f / 16777216.0f, 0.1f, 0.999999f, std::nextafter(1.0f, 0.0f), 1.0f, 2.0f,
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    const int64_t n = 4001;
+    std::vector<uint8_t> keep(n);
+    set().dropout_keep(11, 12, p, 5, n, keep.data());
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i)
+      mismatches += (dropout_uniform_at(11, 12, 5 + static_cast<uint64_t>(i)) >= p) != static_cast<bool>(keep[i]);
+    EXPECT_EQ(mismatches, 0) << "p " << p;
+  }
+  // Words just below and at a threshold: 24-bit values k − 1 and k for p = k·2^−24.
+  const float p = 1234567.0f / 16777216.0f;
+  std::vector<uint8_t> keep(40000);
+  set().dropout_keep(1, 1, p, 0, 40000, keep.data());
+  for (int64_t i = 0; i < 40000; ++i)
+    ASSERT_EQ(dropout_uniform_at(1, 1, static_cast<uint64_t>(i)) >= p, static_cast<bool>(keep[i])) << i;
+}
+
+// Flash attention's masks: query lanes with their own bases (any residue mod 4, across the 32-bit
+// counter carry), key offsets consecutive from any start, or not consecutive at all.
+TEST_P(SimdMath, LaneDropoutMasksAreBitIdenticalToDropoutUniformAt) {
+  const uint64_t seed = 77, stream = 0xABCDEF;
+  for (int64_t lanes : {1, 7, 16, 37})
+    for (int64_t n : {1, 3, 4, 9, 64, 131})
+      for (int variant = 0; variant < 3; ++variant) {
+        std::vector<uint64_t> bases(lanes);
+        for (int64_t l = 0; l < lanes; ++l) {
+          // variant 0: bases and first offset multiples of 4; 1: every residue; 2: near the carry.
+          const uint64_t x = static_cast<uint64_t>(l) * 131;
+          bases[l] = variant == 0 ? 4 * x : variant == 1 ? 1000 * x + static_cast<uint64_t>(l % 4)
+                                                          : (1ull << 34) - 40 + static_cast<uint64_t>(l) * 3;
+        }
+        std::vector<int32_t> offsets(n);
+        for (int64_t j = 0; j < n; ++j) offsets[j] = static_cast<int32_t>(j + 5 * variant);
+        for (bool consecutive : {true, false}) {
+          if (!consecutive) {  // a gap and a step back: one block per row
+            for (int64_t j = 0; j < n; ++j) offsets[j] = static_cast<int32_t>(j < n / 2 ? 3 * j : j + 2);
+            if (n == 1) offsets[0] = 9;
+          }
+          std::vector<uint8_t> keep(lanes * n);
+          set().dropout_keep_lanes(seed, stream, 0.4f, bases.data(), lanes, offsets.data(), n, keep.data());
+          int64_t mismatches = 0;
+          for (int64_t l = 0; l < lanes; ++l)
+            for (int64_t j = 0; j < n; ++j) {
+              const uint64_t index = bases[l] + static_cast<uint64_t>(offsets[j]);
+              mismatches += (dropout_uniform_at(seed, stream, index) >= 0.4f) != static_cast<bool>(keep[l * n + j]);
+            }
+          EXPECT_EQ(mismatches, 0) << "lanes " << lanes << " n " << n << " variant " << variant << " consecutive "
+                                   << consecutive;
+        }
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, SimdMath, ::testing::ValuesIn(runnable_isas()),

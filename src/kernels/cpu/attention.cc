@@ -22,7 +22,8 @@ inline int64_t kpos(const AttentionProblem& p, int64_t j) { return p.k_positions
 inline float dropout_scale(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   uint64_t index = ((static_cast<uint64_t>(p.sample_ids ? p.sample_ids[b] : b) * p.heads_total + p.head_offset + h) *
                         p.max_positions + qpos(p, i)) * p.max_positions + kpos(p, j);
-  return uniform_at(p.dropout_seed, p.dropout_stream, index) >= p.dropout_p ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+  const float u = dropout_uniform_at(p.dropout_seed, p.dropout_stream, index);
+  return u >= p.dropout_p ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
 }
 
 // scores[i, j] = scale·q_i·k_j for visible pairs, −inf otherwise; returns [Sq, Sk] in `s`.

@@ -30,7 +30,8 @@ struct AttentionProblem {
   const int32_t* q_doc_ids = nullptr;
   const int32_t* k_doc_ids = nullptr;
   // Dropout on the probabilities: element (sample, head, q position, k position) is kept when
-  // uniform_at(dropout_seed, dropout_stream, index) >= dropout_p, where
+  // dropout_uniform_at(dropout_seed, dropout_stream, index) >= dropout_p (core/rng.h: word index & 3
+  // of the Philox block at counter index >> 2), where
   // index = ((sample_ids[b]·heads_total + head_offset + h)·max_positions + qpos)·max_positions + kpos.
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;

@@ -13,7 +13,7 @@ void apply(const float* x, float* y, int64_t rows, int64_t cols, const DropoutSp
     for (int64_t r = r0; r < r1; ++r) {
       uint64_t base = static_cast<uint64_t>(s.row_ids[r]) * s.cols_total + s.col_offset;
       for (int64_t c = 0; c < cols; ++c) {
-        bool keep = uniform_at(s.seed, s.stream, base + c) >= s.p;
+        bool keep = dropout_uniform_at(s.seed, s.stream, base + c) >= s.p;
         y[r * cols + c] = keep ? x[r * cols + c] * scale : 0.0f;
       }
     }

@@ -1,8 +1,10 @@
 // Dropout with counter-based masks (core/rng.h): reference kernels.
 //
 // Element (r, c) of a [rows, cols] matrix is kept when
-//   uniform_at(seed, stream, row_ids[r]·cols_total + col_offset + c) >= p
-// and scaled by 1/(1 − p). row_ids gives each row's global id (e.g. sample·S + position), so the
+//   dropout_uniform_at(seed, stream, row_ids[r]·cols_total + col_offset + c) >= p
+// and scaled by 1/(1 − p). dropout_uniform_at (core/rng.h) draws index i from word i & 3 of the
+// Philox block at counter i >> 2, so the fused kernels get 4 consecutive decisions per block; the
+// reference calls it once per element. row_ids gives each row's global id (e.g. sample·S + position), so the
 // mask of an element does not depend on how rows and columns are split across ranks, and the
 // backward redraws the same mask instead of storing it.
 #pragma once

@@ -1,7 +1,8 @@
 // Flash attention on the CPU (templates over a simd type V): tiled, online softmax, never an
 // [Sq, Sk] matrix. Semantics are exactly attention_forward_ref / attention_backward_ref's
 // (kernels/cpu/attention.h): causal and document masks, explicit positions, GQA, dropout on the
-// probabilities with the reference's Philox mask, lse written by forward and used by backward.
+// probabilities with the reference's Philox mask (each query lane draws one Philox block per 4
+// consecutive key positions and uses its 4 words), lse written by forward and used by backward.
 //
 // Scores are computed transposed, Sᵀ = K·(scale·Q)ᵀ for a tile of kFlashBlockK keys × kFlashBlockQ
 // queries, so queries sit in vector lanes: the online softmax (running max m, sum l per query),
@@ -43,9 +44,11 @@ namespace {
 
 constexpr float kFlashNegInf = -std::numeric_limits<float>::infinity();
 
-// Range of positions and document ids of the rows of one tile.
+// Range of positions and document ids of the rows of one tile; consecutive: positions are
+// pos_min, pos_min + 1, ... in row order (dropout then takes one Philox block per 4 key rows).
 struct TileRange {
   int32_t pos_min, pos_max, doc_min, doc_max;
+  bool consecutive;
 };
 
 enum class TileVisibility { kNone, kPartial, kFull };
@@ -86,9 +89,10 @@ class AttentionTiles {
  private:
   template <class PosFn>
   static TileRange range(const int32_t* docs, int64_t begin, int64_t end, PosFn&& pos) {
-    TileRange r{pos(begin), pos(begin), docs ? docs[begin] : 0, docs ? docs[begin] : 0};
+    TileRange r{pos(begin), pos(begin), docs ? docs[begin] : 0, docs ? docs[begin] : 0, true};
     for (int64_t i = begin; i < end; ++i) {
       const int32_t q = pos(i);
+      r.consecutive = r.consecutive && q == pos(begin) + (i - begin);
       r.pos_min = q < r.pos_min ? q : r.pos_min;
       r.pos_max = q > r.pos_max ? q : r.pos_max;
       if (docs) {
@@ -231,6 +235,17 @@ typename V::M visible_lanes(const AttentionProblem& p, const QueryLanes& q, int6
   return m;
 }
 
+// Dropout masks of the query lanes c .. c + W − 1 for the rows of a key tile (row j at position
+// kpos_j): index = lane base + kpos_j (kernels/cpu/attention.h); one Philox block per lane per 4 key
+// rows when the tile's positions are consecutive. Forward and backward draw the same masks.
+// Without dropout (drop false) it is never asked and prepares nothing.
+template <class V>
+simd::PhiloxDropoutLanes<V> key_dropout(const simd::PhiloxDropout<V>& d, const QueryLanes& q, int64_t c,
+                                        const TileRange& k, bool drop) {
+  return simd::PhiloxDropoutLanes<V>(d, V::iload(q.drop_lo + c), V::iload(q.drop_hi + c),
+                                     static_cast<uint32_t>(k.pos_min), drop && k.consecutive);
+}
+
 template <class V>
 class FlashForward {
  public:
@@ -338,21 +353,18 @@ class FlashForward {
         // Queries that see nothing yet keep m = −inf; exponentiate against 0 there (P = α = 0).
         const F m_safe = V::select(V::eq(m_new, ninf), V::zero(), m_new);
         const F a = simd::exp<V>(V::sub(m_old, m_safe));
-        const typename V::I drop_lo = V::iload(lanes.drop_lo + c), drop_hi = V::iload(lanes.drop_hi + c);
+        simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
         F sum = V::zero();
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
-          if (skip && attn_kpos(p_, j0 + j) > qmax) {  // P = 0 in every lane
+          const int32_t kpos = attn_kpos(p_, j0 + j);
+          if (skip && kpos > qmax) {  // P = 0 in every lane
             V::store(sp, V::zero());
             continue;
           }
           F e = simd::exp<V>(V::sub(V::load(sp), m_safe));
           sum = V::add(sum, e);
-          if (drop) {
-            const typename V::M keep =
-                dropout_.keep(drop_lo, drop_hi, V::iset1(static_cast<uint32_t>(attn_kpos(p_, j0 + j))));
-            e = V::select(keep, V::mul(e, keep_scale), V::zero());
-          }
+          if (drop) e = V::select(keep.keep(j, static_cast<uint32_t>(kpos)), V::mul(e, keep_scale), V::zero());
           V::store(sp, e);
         }
         V::store(l + c, V::fmadd(V::load(l + c), a, sum));
@@ -505,7 +517,7 @@ class FlashBackward {
           const F vlse = V::load_n(lse_h + i0 + c, mq - c, kFlashNegInf);
           const typename V::M has_keys = V::gt(vlse, ninf);
           const F vdelta = V::load(delta + i0 + c);
-          const typename V::I drop_lo = V::iload(lanes.drop_lo + c), drop_hi = V::iload(lanes.drop_hi + c);
+          simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
           const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
           const bool skip = p_.causal && vis == TileVisibility::kPartial;
           for (int64_t j = 0; j < nk; ++j) {
@@ -524,9 +536,9 @@ class FlashBackward {
             F dprob = V::load(dp);
             F dropped = prob;
             if (drop) {
-              const typename V::M keep = dropout_.keep(drop_lo, drop_hi, V::iset1(static_cast<uint32_t>(kpos)));
-              dropped = V::select(keep, V::mul(prob, keep_scale), V::zero());
-              dprob = V::select(keep, V::mul(dprob, keep_scale), V::zero());
+              const typename V::M kept = keep.keep(j, static_cast<uint32_t>(kpos));
+              dropped = V::select(kept, V::mul(prob, keep_scale), V::zero());
+              dprob = V::select(kept, V::mul(dprob, keep_scale), V::zero());
             }
             V::store(sp, dropped);                              // P'ᵀ (for dV)
             V::store(dp, V::mul(prob, V::sub(dprob, vdelta)));  // dSᵀ

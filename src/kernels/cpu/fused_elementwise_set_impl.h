@@ -23,10 +23,31 @@ void erf_array(const float* x, float* y, int64_t n) {
 template <class V>
 void dropout_keep_array(uint64_t seed, uint64_t stream, float p, uint64_t base, int64_t n, uint8_t* keep) {
   const simd::PhiloxDropout<V> dropout(seed, stream, p);
+  simd::PhiloxDropoutRow<V> row(dropout, base);
   for_vectors<V>(n, [&](int64_t i, int64_t k) {
-    float lanes[V::W];
-    V::store(lanes, V::select(dropout.keep(base + static_cast<uint64_t>(i)), V::set1(1.0f), V::zero()));
-    for (int64_t l = 0; l < k; ++l) keep[i + l] = lanes[l] != 0.0f;
+    const uint32_t bits = V::mask_bits(row.next());
+    for (int64_t l = 0; l < k; ++l) keep[i + l] = (bits >> l) & 1u;
+  });
+}
+
+template <class V>
+void dropout_keep_lanes(uint64_t seed, uint64_t stream, float p, const uint64_t* bases, int64_t lanes,
+                        const int32_t* offsets, int64_t n, uint8_t* keep) {
+  const simd::PhiloxDropout<V> dropout(seed, stream, p);
+  bool consecutive = true;
+  for (int64_t j = 1; j < n; ++j) consecutive = consecutive && offsets[j] == offsets[0] + j;
+  for_vectors<V>(lanes, [&](int64_t l0, int64_t k) {
+    int32_t lo[V::W] = {}, hi[V::W] = {};
+    for (int64_t l = 0; l < k; ++l) {
+      lo[l] = static_cast<int32_t>(static_cast<uint32_t>(bases[l0 + l]));
+      hi[l] = static_cast<int32_t>(static_cast<uint32_t>(bases[l0 + l] >> 32));
+    }
+    simd::PhiloxDropoutLanes<V> rows(dropout, V::iload(lo), V::iload(hi), n > 0 ? static_cast<uint32_t>(offsets[0]) : 0,
+                                     consecutive);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t bits = V::mask_bits(rows.keep(j, static_cast<uint32_t>(offsets[j])));
+      for (int64_t l = 0; l < k; ++l) keep[(l0 + l) * n + j] = (bits >> l) & 1u;
+    }
   });
 }
 
@@ -50,6 +71,7 @@ void fill_elementwise(FusedKernelSet* s) {
   s->exp = &exp_array<V>;
   s->erf = &erf_array<V>;
   s->dropout_keep = &dropout_keep_array<V>;
+  s->dropout_keep_lanes = &dropout_keep_lanes<V>;
 }
 
 }  // namespace gale::fused

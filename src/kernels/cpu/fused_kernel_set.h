@@ -37,10 +37,16 @@ struct FusedKernelSet {
   double (*sum_of_squares)(const float* x, int64_t n) = nullptr;
 
   // Vector math, element by element: y = exp(x), y = erf(x); keep[i] = dropout keep decision of
-  // index base + i (uniform_at(seed, stream, base + i) >= p).
+  // index base + i (dropout_uniform_at(seed, stream, base + i) >= p) as the fused bias-dropout-add
+  // draws it (simd::PhiloxDropoutRow).
   void (*exp)(const float* x, float* y, int64_t n) = nullptr;
   void (*erf)(const float* x, float* y, int64_t n) = nullptr;
   void (*dropout_keep)(uint64_t seed, uint64_t stream, float p, uint64_t base, int64_t n, uint8_t* keep) = nullptr;
+  // keep[l·n + j] = keep decision of index bases[l] + offsets[j] (l < lanes, j < n; offsets >= 0) as
+  // flash attention draws it for query lanes over key positions (simd::PhiloxDropoutLanes, W lanes
+  // at a time, one block per 4 rows when the offsets are consecutive).
+  void (*dropout_keep_lanes)(uint64_t seed, uint64_t stream, float p, const uint64_t* bases, int64_t lanes,
+                             const int32_t* offsets, int64_t n, uint8_t* keep) = nullptr;
 };
 
 // Filled by the per-ISA instantiation files.

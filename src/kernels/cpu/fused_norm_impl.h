@@ -107,13 +107,14 @@ void norm_backward(const NormSpec& s, const float* dy, const float* x, const flo
 // out = residual + dropout(x + bias) for one row.
 template <class V>
 void bias_dropout_add_row(const float* x, const float* bias, const float* residual, float* out, int64_t cols,
-                          const simd::PhiloxDropout<V>* dropout, uint64_t index_base) {
+                          const simd::PhiloxDropout<V>& dropout, bool drop, uint64_t index_base) {
   using F = typename V::F;
-  const F scale = V::set1(dropout ? dropout->keep_scale() : 1.0f);
+  const F scale = V::set1(drop ? dropout.keep_scale() : 1.0f);
+  simd::PhiloxDropoutRow<V> keep(dropout, index_base);
   for_vectors<V>(cols, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
     F t = ld<V>(x + i, n);
     if (bias) t = V::add(t, ld<V>(bias + i, n));
-    if (dropout) t = V::select(dropout->keep(index_base + static_cast<uint64_t>(i)), V::mul(t, scale), V::zero());
+    if (drop) t = V::select(keep.next(), V::mul(t, scale), V::zero());
     st<V>(out + i, V::add(ld<V>(residual + i, n), t), n);
   });
 }
@@ -130,11 +131,11 @@ template <class V>
 void bias_dropout_add(const float* x, const float* bias, const float* residual, float* out, int64_t rows, int64_t cols,
                       const DropoutSpec& spec) {
   const simd::PhiloxDropout<V> dropout(spec.seed, spec.stream, spec.p);
-  const simd::PhiloxDropout<V>* d = spec.p > 0.0f ? &dropout : nullptr;
+  const bool drop = spec.p > 0.0f;
   parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      bias_dropout_add_row<V>(x + r * cols, bias, residual + r * cols, out + r * cols, cols, d,
-                              d ? dropout_row_base(spec, r) : 0);
+      bias_dropout_add_row<V>(x + r * cols, bias, residual + r * cols, out + r * cols, cols, dropout, drop,
+                              drop ? dropout_row_base(spec, r) : 0);
   });
 }
 
@@ -149,10 +150,10 @@ void bias_dropout_add_backward(const float* dout, float* dx, float* dbias, int64
   rows_with_column_sums<V>(rows, cols, 1, outs, [&](int64_t r, float* acc) {
     const float* src = dout + r * cols;
     float* dst = dx + r * cols;
-    const uint64_t base = drop ? dropout_row_base(spec, r) : 0;
+    simd::PhiloxDropoutRow<V> keep(dropout, drop ? dropout_row_base(spec, r) : 0);
     for_vectors<V>(cols, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
       F t = ld<V>(src + i, n);
-      if (drop) t = V::select(dropout.keep(base + static_cast<uint64_t>(i)), V::mul(t, scale), V::zero());
+      if (drop) t = V::select(keep.next(), V::mul(t, scale), V::zero());
       st<V>(dst + i, t, n);
       if (acc) st<V>(acc + i, V::add(ld<V>(acc + i, n), t), n);
     });
@@ -164,11 +165,12 @@ void bias_dropout_add_norm(const float* x, const float* bias, const float* resid
                            const float* w, const float* b, float* y, float* stats, int64_t rows, int64_t cols,
                            const DropoutSpec& spec) {
   const simd::PhiloxDropout<V> dropout(spec.seed, spec.stream, spec.p);
-  const simd::PhiloxDropout<V>* d = spec.p > 0.0f ? &dropout : nullptr;
+  const bool drop = spec.p > 0.0f;
   parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* o = out + r * cols;
-      bias_dropout_add_row<V>(x + r * cols, bias, residual + r * cols, o, cols, d, d ? dropout_row_base(spec, r) : 0);
+      bias_dropout_add_row<V>(x + r * cols, bias, residual + r * cols, o, cols, dropout, drop,
+                              drop ? dropout_row_base(spec, r) : 0);
       float mean = 0.0f, rstd = 0.0f;
       norm_row<V>(norm, o, w, b, y + r * cols, cols, &mean, &rstd);
       if (norm.rms) {

@@ -79,6 +79,12 @@ struct Avx2 {
   static M mask_andnot(M a, M b) { return _mm256_andnot_ps(a, b); }
   static bool any(M m) { return _mm256_movemask_ps(m) != 0; }
   static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
+  static uint32_t mask_bits(M m) { return static_cast<uint32_t>(_mm256_movemask_ps(m)); }
+  static M mask_from_bits(uint32_t bits) {
+    const I bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const I lanes = _mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(bits)), bit);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(lanes, bit));
+  }
 
   // ---- 32-bit integer lanes ----
   static I iset1(uint32_t x) { return _mm256_set1_epi32(static_cast<int32_t>(x)); }
@@ -87,10 +93,17 @@ struct Avx2 {
   static I iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
   static I iadd(I a, I b) { return _mm256_add_epi32(a, b); }
   static I ixor(I a, I b) { return _mm256_xor_si256(a, b); }
+  static I iand(I a, I b) { return _mm256_and_si256(a, b); }
+  static I ior(I a, I b) { return _mm256_or_si256(a, b); }
   template <int kBits>
   static I srli(I a) {
     return _mm256_srli_epi32(a, kBits);
   }
+  template <int kBits>
+  static I slli(I a) {
+    return _mm256_slli_epi32(a, kBits);
+  }
+  static I srlv(I a, I bits) { return _mm256_srlv_epi32(a, bits); }
   static M igt(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
   static M ieq(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)); }
   static M iult(I a, I b) {

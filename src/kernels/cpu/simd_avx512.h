@@ -70,6 +70,9 @@ struct Avx512 {
   static M mask_andnot(M a, M b) { return static_cast<M>(~a & b); }  // (not a) and b
   static bool any(M m) { return m != 0; }
   static F select(M m, F if_true, F if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
+  // Lane l of the mask as bit l of an integer, and back.
+  static uint32_t mask_bits(M m) { return m; }
+  static M mask_from_bits(uint32_t bits) { return static_cast<M>(bits); }
 
   // ---- 32-bit integer lanes ----
   static I iset1(uint32_t x) { return _mm512_set1_epi32(static_cast<int32_t>(x)); }
@@ -78,10 +81,17 @@ struct Avx512 {
   static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static I iadd(I a, I b) { return _mm512_add_epi32(a, b); }
   static I ixor(I a, I b) { return _mm512_xor_si512(a, b); }
+  static I iand(I a, I b) { return _mm512_and_si512(a, b); }
+  static I ior(I a, I b) { return _mm512_or_si512(a, b); }
   template <int kBits>
   static I srli(I a) {
     return _mm512_srli_epi32(a, kBits);
   }
+  template <int kBits>
+  static I slli(I a) {
+    return _mm512_slli_epi32(a, kBits);
+  }
+  static I srlv(I a, I bits) { return _mm512_srlv_epi32(a, bits); }  // a[l] >> bits[l] (logical)
   static M igt(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
   static M ieq(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
   static M iult(I a, I b) { return _mm512_cmplt_epu32_mask(a, b); }

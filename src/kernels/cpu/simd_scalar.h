@@ -51,6 +51,8 @@ struct Scalar {
   static M mask_andnot(M a, M b) { return !a && b; }
   static bool any(M m) { return m; }
   static F select(M m, F if_true, F if_false) { return m ? if_true : if_false; }
+  static uint32_t mask_bits(M m) { return m ? 1u : 0u; }
+  static M mask_from_bits(uint32_t bits) { return (bits & 1u) != 0; }
 
   static I iset1(uint32_t x) { return x; }
   static I iload(const int32_t* p) { return static_cast<uint32_t>(*p); }
@@ -58,10 +60,17 @@ struct Scalar {
   static I iota() { return 0u; }
   static I iadd(I a, I b) { return a + b; }
   static I ixor(I a, I b) { return a ^ b; }
+  static I iand(I a, I b) { return a & b; }
+  static I ior(I a, I b) { return a | b; }
   template <int kBits>
   static I srli(I a) {
     return a >> kBits;
   }
+  template <int kBits>
+  static I slli(I a) {
+    return a << kBits;
+  }
+  static I srlv(I a, I bits) { return a >> bits; }
   static M igt(I a, I b) { return static_cast<int32_t>(a) > static_cast<int32_t>(b); }
   static M ieq(I a, I b) { return a == b; }
   static M iult(I a, I b) { return a < b; }
