@@ -25,7 +25,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 }
 
 GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads) {
-  if (threads < 2 || (trans_a && trans_b)) return GemmSplit::kLibrary;
+  if (threads < 2 || threads > kGemmMaxSplitThreads || (trans_a && trans_b)) return GemmSplit::kLibrary;
   const auto fits = [&](int64_t n) { return n >= threads * kGemmMinPartRows; };
   if (trans_a) return M >= 4 * N && fits(M) ? GemmSplit::kRows : GemmSplit::kLibrary;  // weight gradient
   if (trans_b) return fits(N) ? GemmSplit::kCols : GemmSplit::kLibrary;                 // forward

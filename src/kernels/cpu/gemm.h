@@ -46,9 +46,12 @@ void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 //   kRows:    M split (A op Aᵀ rows), e.g. the weight gradient dW[out, in] += dYᵀ·X when out ≥ 4·in
 //             and the data gradient dX = dY·W when its K ≥ 2·N;
 //   kCols:    N split, the forward Y = X·Wᵀ (B transposed, not A).
-// Parts are balanced, multiples of 16 except the last, and at least kGemmMinPartRows each.
+// Parts are balanced, multiples of 16 except the last, and at least kGemmMinPartRows each. The rule
+// was measured with 2 threads; above kGemmMaxSplitThreads the library's 2-D partition is kept
+// (one-dimensional parts get thin there, and it is not measured).
 enum class GemmSplit { kLibrary, kRows, kCols };
 constexpr int64_t kGemmMinPartRows = 128;
+constexpr int kGemmMaxSplitThreads = 4;
 GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads);
 const char* gemm_split_name(GemmSplit s);  // "library", "rows", "cols"
 

@@ -89,6 +89,7 @@ TEST(SgemmPartitioned, SplitRule) {
   EXPECT_EQ(gemm_partition(false, false, 1024, 768, 3072, 2), GemmSplit::kRows);    // fc1 data gradient
   EXPECT_EQ(gemm_partition(false, false, 1024, 3072, 768, 2), GemmSplit::kLibrary); // fc2 data gradient
   EXPECT_EQ(gemm_partition(false, true, 1024, 768, 3072, 1), GemmSplit::kLibrary);  // one thread
+  EXPECT_EQ(gemm_partition(false, true, 4096, 8192, 4096, 8), GemmSplit::kLibrary);  // many threads: 2-D
   EXPECT_EQ(gemm_partition(false, true, 1024, 200, 3072, 2), GemmSplit::kLibrary);  // parts under 128
   EXPECT_EQ(gemm_partition(true, true, 4096, 4096, 4096, 2), GemmSplit::kLibrary);
   EXPECT_STREQ(gemm_split_name(GemmSplit::kCols), "cols");
