@@ -304,6 +304,16 @@ def measure_sgemm(bench_dir, threads, configs, wait_quiet=0):
     return {c: rates.get(f"gemm/onednn/{c}.fc1/fwd/call") for c in configs}, step
 
 
+def measure_fc1_sgemm(bench_dir, threads, config):
+    """A quick probe of the same fc1 sgemm rate (best of 3 short repetitions), for one run's neighbourhood."""
+    path = os.path.join(bench_dir, "gemm_bench")
+    data, _ = run_bench_json(path, [f"--threads={threads}", "--backends=onednn", "--openblas-coretypes=",
+                                    "--benchmark_repetitions=3", "--benchmark_min_time=0.1",
+                                    f"--benchmark_filter=^gemm/onednn/{re.escape(config)}\\.fc1/fwd/call"])
+    rates = [b.get("GFLOP/s") or 0.0 for b in data["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
+    return max(rates) if rates else None
+
+
 # ---------------------------------------------------------------------------------------------
 # PyTorch side (a subprocess: `train_step.py --worker torch --model NAME`)
 
@@ -526,7 +536,7 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
     if step_gemm:
         print(f"   all GEMMs of one step at onednn's measured rates: {step_gemm['ms']:.0f} ms "
               f"({step_gemm['gflops']:.0f} GFLOP/s over the GEMMs alone)")
-    head = f"   {'implementation':<20} {'tokens/s':>9} {'ms/iter':>9} {'GFLOP/s':>8} {'MFU':>6} {'/sgemm':>7} " \
+    head = f"   {'implementation':<20} {'tokens/s':>9} {'ms/iter':>9} {'GFLOP/s':>8} {'MFU':>6} {'sgemm':>6} {'/sgemm':>7} " \
            f"{'peak RSS':>10} {'TFLOP/s printed/ours':>21} {'loss first->last':>20} {'busy':>5}"
     print(head)
     for r in results:
@@ -535,7 +545,9 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
             continue
         gflops = flops / (r["ms"] / 1000.0) * 1e-9
         mfu = 100 * gflops / peak
-        vs_sgemm = f"{100 * gflops / sgemm_rate:6.1f}%" if sgemm_rate else "      -"
+        rate = r.get("sgemm_fc1_gflops") or sgemm_rate  # the probes around this run, else the global rate
+        vs_sgemm = f"{100 * gflops / rate:6.1f}%" if rate else "      -"
+        probe = f"{rate:6.0f}" if rate else "     -"
         ours_tflops = gflops / 1000.0
         printed = r.get("printed_tflops")
         check = f"{printed:.1f} / {ours_tflops:.3f}" if printed is not None else f"- / {ours_tflops:.3f}"
@@ -543,10 +555,10 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
             check += " MISMATCH"
         loss = f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}" if r.get("first_loss") is not None else "-"
         busy = f"{r['others_percent']:4.0f}%" if r.get("others_percent") is not None else "    -"
-        print(f"   {r['name']:<20} {r['tokens_per_s']:9.1f} {r['ms']:9.1f} {gflops:8.1f} {mfu:5.1f}% {vs_sgemm} "
+        print(f"   {r['name']:<20} {r['tokens_per_s']:9.1f} {r['ms']:9.1f} {gflops:8.1f} {mfu:5.1f}% {probe} {vs_sgemm} "
               f"{fmt_bytes(r['rss']):>10} {check:>21} {loss:>20} {busy}")
     print("   (busy: CPU time other processes used during the run, % of all CPUs; above a few % the times are "
-          "pessimistic)")
+          "pessimistic; sgemm: the faster fc1 sgemm probe just before / after that run, GFLOP/s, which /sgemm uses)")
     for r in results:
         if r.get("env"):
             print(f"   pytorch env: {r['env']}")
@@ -660,6 +672,8 @@ def main():
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--torch-env", default="tuned", help="tuned (default), passive or system; see bench/README.md")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--no-sgemm-probe", action="store_true",
+                    help="do not probe the fc1 sgemm rate around each run (then /sgemm uses the global rate)")
     ap.add_argument("--skip-gale", action="store_true")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per training process")
     ap.add_argument("--repeats", type=int, default=1, help="run each training process N times, keep the fastest")
@@ -705,13 +719,20 @@ def main():
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
 
-    def best_of(run):
-        """The fastest of --repeats runs (each after waiting for a quiet machine with --wait-quiet)."""
+    def best_of(run, config):
+        """The fastest of --repeats runs (each after waiting for a quiet machine with --wait-quiet), each
+        between two sgemm probes: its /sgemm is against the faster probe, as the machine's speed drifts."""
         best = None
         for _ in range(args.repeats):
             if args.wait_quiet:
                 wait_until_quiet(args.wait_quiet)
+            before = None if args.no_sgemm_probe else measure_fc1_sgemm(args.bench_dir, args.threads, config)
             r = run()
+            after = None if args.no_sgemm_probe else measure_fc1_sgemm(args.bench_dir, args.threads, config)
+            probes = [x for x in (before, after) if x]
+            if probes:
+                r["sgemm_probes"] = probes
+                r["sgemm_fc1_gflops"] = max(probes)
             if "tokens_per_s" not in r:
                 return r
             if best is None or r["tokens_per_s"] > best["tokens_per_s"]:
@@ -728,22 +749,22 @@ def main():
         if not args.skip_torch:
             print(f"[{name}] pytorch eager ...", flush=True)
             results.append(best_of(lambda: run_torch(c, args.warmup, args.iters, args.threads, args.torch_env,
-                                                     args.timeout)))
+                                                     args.timeout), name))
         if not args.skip_gale:
             gale_results = []
             for level in levels:
                 print(f"[{name}] gale {'' if level is None else f'--optimization-level {level}'} ...", flush=True)
                 gale_results.append(best_of(lambda: run_gale(args.gale, c, level, args.warmup, args.iters, args.threads,
-                                                             args.timeout)))
+                                                             args.timeout), name))
             for extra in args.extra_run:
                 flags = shlex.split(extra)
                 print(f"[{name}] gale --optimization-level 2 {extra} ...", flush=True)
                 gale_results.append(best_of(lambda: run_gale(args.gale, c, 2, args.warmup, args.iters, args.threads,
-                                                             args.timeout, flags)))
+                                                             args.timeout, flags), name))
             if gale_results and all("skipped" in r for r in gale_results):  # the flag does not exist yet
                 print(f"[{name}] gale (no --optimization-level) ...", flush=True)
                 gale_results.append(best_of(lambda: run_gale(args.gale, c, None, args.warmup, args.iters, args.threads,
-                                                             args.timeout)))
+                                                             args.timeout), name))
             results += gale_results
         # The machine's speed drifts over minutes: measure sgemm again after the runs and compare
         # against the faster of the two (the stricter /sgemm).
