@@ -8,8 +8,6 @@
 // LM-head shapes). Percentages are the variant's speed-up over the library's own threads; `rule` is
 // what gemm_partition picks on 2 threads. Plain program (not Google Benchmark): the interleaving
 // is the point.
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/threads.h"
 #include "gemm_shapes.h"
 #include "kernels/cpu/gemm.h"
 
@@ -33,24 +32,7 @@ double median(std::vector<double> x) {
 
 // The shape on the library's threads (split = kLibrary) or split by rows / columns over all threads.
 void run(const GemmShape& g, gale::GemmSplit split, const float* A, const float* B, float* C) {
-  if (split == gale::GemmSplit::kLibrary) {
-    gale::sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0f, A, g.lda(), B, g.ldb(), g.beta, C, g.ldc());
-    return;
-  }
-  const bool rows = split == gale::GemmSplit::kRows;
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t extent = rows ? g.M : g.N, part = (extent / threads + 15) / 16 * 16;
-    const int64_t lo = std::min(extent, t * part), hi = t == threads - 1 ? extent : std::min(extent, lo + part);
-    if (hi > lo && rows) {
-      gale::sgemm(g.trans_a, g.trans_b, hi - lo, g.N, g.K, 1.0f, A + (g.trans_a ? lo : lo * g.lda()), g.lda(), B,
-                  g.ldb(), g.beta, C + lo * g.ldc(), g.ldc());
-    } else if (hi > lo) {
-      gale::sgemm(g.trans_a, g.trans_b, g.M, hi - lo, g.K, 1.0f, A, g.lda(), B + (g.trans_b ? lo * g.ldb() : lo),
-                  g.ldb(), g.beta, C + lo, g.ldc());
-    }
-  }
+  gale::sgemm_split(split, g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0f, A, g.lda(), B, g.ldb(), g.beta, C, g.ldc());
 }
 
 }  // namespace
@@ -77,7 +59,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> A(max_elems, 0.01f), B(max_elems, 0.02f), C(max_elems, 0.0f);
   std::printf("%d threads; median of interleaved runs, GFLOP/s (speed-up over the library's threads)\n",
-              omp_get_max_threads());
+              gale::num_threads());
   std::printf("| GEMM | M×N×K | library | rows | cols | rule |\n|---|---|---|---|---|---|\n");
   const gale::GemmSplit variants[3] = {gale::GemmSplit::kLibrary, gale::GemmSplit::kRows, gale::GemmSplit::kCols};
   for (const GemmShape& g : shapes) {
@@ -92,7 +74,7 @@ int main(int argc, char** argv) {
       }
     }
     const double lib = median(t[0]), rows = median(t[1]), cols = median(t[2]);
-    const auto rule = gale::gemm_partition(g.trans_a, g.trans_b, g.M, g.N, g.K, omp_get_max_threads());
+    const auto rule = gale::gemm_partition(g.trans_a, g.trans_b, g.M, g.N, g.K, gale::num_threads());
     std::printf("| %s | %ld×%ld×%ld | %.0f | %.0f (%+.0f%%) | %.0f (%+.0f%%) | %s |\n", g.name.c_str(), long(g.M),
                 long(g.N), long(g.K), g.flops() / lib * 1e-9, g.flops() / rows * 1e-9, 100 * (lib / rows - 1),
                 g.flops() / cols * 1e-9, 100 * (lib / cols - 1), gale::gemm_split_name(rule));

@@ -42,9 +42,16 @@ const char* gemm_split_name(GemmSplit s) {
 
 void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm_split(gemm_partition(trans_a, trans_b, M, N, K, num_threads()), trans_a, trans_b, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int threads = num_threads();
-  const GemmSplit split = gemm_partition(trans_a, trans_b, M, N, K, threads);
-  if (split == GemmSplit::kLibrary) return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (split == GemmSplit::kLibrary || threads < 2) {
+    return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   const int64_t extent = split == GemmSplit::kRows ? M : N;
   const int64_t part = (extent / threads + 15) / 16 * 16;
 #pragma omp parallel num_threads(threads)

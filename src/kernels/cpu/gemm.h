@@ -53,6 +53,10 @@ enum class GemmSplit { kLibrary, kRows, kCols };
 constexpr int64_t kGemmMinPartRows = 128;
 constexpr int kGemmMaxSplitThreads = 4;
 GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads);
+// sgemm with a given split over num_threads() threads (sgemm_partitioned passes gemm_partition's
+// choice; bench/gemm_split_bench times each split).
+void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 const char* gemm_split_name(GemmSplit s);  // "library", "rows", "cols"
 
 // "oneDNN 2.6.3 sgemm, ISA avx512_core_amx, OpenMP runtime, 2 threads" for the start-up banner.

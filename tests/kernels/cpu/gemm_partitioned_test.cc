@@ -80,6 +80,22 @@ TEST(SgemmPartitioned, MatchesDoubleAndSingleThreadedSgemm) {
   }
 }
 
+TEST(SgemmPartitioned, EveryForcedSplitEqualsOneThread) {
+  const Case c{false, false, 301, 275, 64, 1.0f};
+  const auto A = random_vector(c.M * c.K, 21), B = random_vector(c.K * c.N, 22), C0 = random_vector(c.M * c.N, 23);
+  std::vector<float> one = C0;
+  {
+    ThreadCount t(1);
+    sgemm(false, false, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.N, c.beta, one.data(), c.N);
+  }
+  ThreadCount t(3);
+  for (GemmSplit split : {GemmSplit::kRows, GemmSplit::kCols}) {
+    std::vector<float> got = C0;
+    sgemm_split(split, false, false, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.N, c.beta, got.data(), c.N);
+    EXPECT_EQ(got, one) << gemm_split_name(split);
+  }
+}
+
 TEST(SgemmPartitioned, SplitRule) {
   // The GPT-2-small shapes of docs/gemm.md on 2 threads.
   EXPECT_EQ(gemm_partition(false, true, 1024, 768, 3072, 2), GemmSplit::kCols);     // fc2 forward
