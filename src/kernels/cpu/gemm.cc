@@ -48,15 +48,16 @@ void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 
 void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const int threads = num_threads();
-  if (split == GemmSplit::kLibrary || threads < 2) {
+  // Inside another parallel region (a team of one here) the whole product runs on this thread.
+  if (split == GemmSplit::kLibrary || num_threads() < 2 || omp_in_parallel()) {
     return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   const int64_t extent = split == GemmSplit::kRows ? M : N;
-  const int64_t part = (extent / threads + 15) / 16 * 16;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(num_threads())
   {
-    const int64_t t = omp_get_thread_num();
+    // Parts from the team actually started (the runtime may start fewer threads than asked).
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t part = (extent / threads + 15) / 16 * 16;
     const int64_t lo = std::min(extent, t * part);
     const int64_t hi = t == threads - 1 ? extent : std::min(extent, lo + part);
     if (hi > lo && split == GemmSplit::kRows) {

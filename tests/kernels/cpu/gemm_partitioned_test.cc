@@ -1,6 +1,7 @@
 // sgemm_partitioned against a double-precision product and bit for bit against one-threaded sgemm,
 // for every transpose combination, odd sizes, beta 0 and 1, and 1 to 3 threads; and its split rule.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -94,6 +95,24 @@ TEST(SgemmPartitioned, EveryForcedSplitEqualsOneThread) {
     sgemm_split(split, false, false, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.N, c.beta, got.data(), c.N);
     EXPECT_EQ(got, one) << gemm_split_name(split);
   }
+}
+
+TEST(SgemmPartitioned, InsideAParallelRegionComputesEverything) {
+  const Case c{false, true, 64, 700, 32, 0.0f};
+  const auto A = random_vector(c.M * c.K, 31), B = random_vector(c.N * c.K, 32);
+  std::vector<float> want(c.M * c.N), got(c.M * c.N, -1.0f);
+  sgemm(false, true, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.K, 0.0f, want.data(), c.N);
+  ThreadCount t(2);
+  // A caller already inside a parallel region (nested parallelism off, so a nested team has one
+  // thread): no part may be skipped.
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_thread_num() == 0) {
+      sgemm_split(GemmSplit::kCols, false, true, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.K, 0.0f, got.data(),
+                  c.N);
+    }
+  }
+  for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
 TEST(SgemmPartitioned, SplitRule) {
