@@ -336,8 +336,8 @@ class FlashForward {
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
         // Key rows past every lane's query position are hidden from the whole vector (causal partial tiles).
-        const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
         const bool skip = p_.causal && vis == TileVisibility::kPartial;
+        const int32_t qmax = skip ? lanes_pos_max<V>(lanes, c, mq) : 0;
         F mx = ninf;
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
@@ -518,8 +518,8 @@ class FlashBackward {
           const typename V::M has_keys = V::gt(vlse, ninf);
           const F vdelta = V::load(delta + i0 + c);
           simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
-          const int32_t qmax = lanes_pos_max<V>(lanes, c, mq);
           const bool skip = p_.causal && vis == TileVisibility::kPartial;
+          const int32_t qmax = skip ? lanes_pos_max<V>(lanes, c, mq) : 0;
           for (int64_t j = 0; j < nk; ++j) {
             float* sp = st + j * BQ + c;
             float* dp = dpt + j * BQ + c;
