@@ -287,31 +287,33 @@ def parse_step_summary(text, backend):
     return step
 
 
-def measure_sgemm(bench_dir, threads, configs, wait_quiet=0):
-    """onednn sgemm GFLOP/s of each model's fc1 forward GEMM, and the GEMM time of a whole step."""
+def onednn_rates(bench_dir, threads, row_filter, repetitions, wait_quiet=0):
+    """gemm_bench's onednn rows matching `row_filter` (after "^gemm/onednn/"): {row name: best GFLOP/s
+    over the repetitions}, and gemm_bench's stderr (its closing step summary)."""
     path = os.path.join(bench_dir, "gemm_bench")
-    names = "|".join(re.escape(f"{c}.") for c in configs)
     data, err = run_bench_json(path, [f"--threads={threads}", "--backends=onednn", "--openblas-coretypes=",
-                                      f"--wait-quiet={wait_quiet}", "--benchmark_repetitions=2",
-                                      "--benchmark_min_time=0.1",
-                                      f"--benchmark_filter=^gemm/onednn/(({names})|proj/|output/|attn\\.)"])
+                                      f"--wait-quiet={wait_quiet}", f"--benchmark_repetitions={repetitions}",
+                                      "--benchmark_min_time=0.1", f"--benchmark_filter=^gemm/onednn/{row_filter}"])
     rates = {}
     for b in data["benchmarks"]:
         if b.get("run_type", "iteration") == "iteration":
             name = b["name"].replace("/manual_time", "")
             rates[name] = max(rates.get(name) or 0.0, b.get("GFLOP/s") or 0.0)
+    return rates, err
+
+
+def measure_sgemm(bench_dir, threads, configs, wait_quiet=0):
+    """onednn sgemm GFLOP/s of each model's fc1 forward GEMM, and the GEMM time of a whole step."""
+    names = "|".join(re.escape(f"{c}.") for c in configs)
+    rates, err = onednn_rates(bench_dir, threads, f"(({names})|proj/|output/|attn\\.)", 2, wait_quiet)
     step = parse_step_summary(err, "onednn")
     return {c: rates.get(f"gemm/onednn/{c}.fc1/fwd/call") for c in configs}, step
 
 
 def measure_fc1_sgemm(bench_dir, threads, config):
     """A quick probe of the same fc1 sgemm rate (best of 3 short repetitions), for one run's neighbourhood."""
-    path = os.path.join(bench_dir, "gemm_bench")
-    data, _ = run_bench_json(path, [f"--threads={threads}", "--backends=onednn", "--openblas-coretypes=",
-                                    "--benchmark_repetitions=3", "--benchmark_min_time=0.1",
-                                    f"--benchmark_filter=^gemm/onednn/{re.escape(config)}\\.fc1/fwd/call"])
-    rates = [b.get("GFLOP/s") or 0.0 for b in data["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
-    return max(rates) if rates else None
+    rates, _ = onednn_rates(bench_dir, threads, f"{re.escape(config)}\\.fc1/fwd/call", 3)
+    return max(rates.values()) if rates else None
 
 
 # ---------------------------------------------------------------------------------------------
