@@ -25,13 +25,7 @@ inline ModelConfig gpt2_small(bool llama = false, float dropout = 0.0f) {
   c.max_positions = 256;
   c.attention_dropout = dropout;
   c.hidden_dropout = dropout;
-  if (llama) {
-    c.rms_norm = true;
-    c.swiglu = true;
-    c.add_bias_linear = false;
-    c.tied_embeddings = false;
-    c.position = PositionEmbedding::kRope;
-  }
+  if (llama) use_llama_architecture(c);
   return c;
 }
 

@@ -40,6 +40,17 @@ struct ModelConfig {
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
 };
 
+// The LLaMA architecture on top of `c`'s sizes: RMSNorm, SwiGLU, RoPE, no linear biases, an untied
+// output layer (what --normalization RMSNorm --swiglu --position-embedding-type rope
+// --disable-bias-linear --untie-embeddings-and-output-weights select).
+inline void use_llama_architecture(ModelConfig& c) {
+  c.rms_norm = true;
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  c.tied_embeddings = false;
+  c.position = PositionEmbedding::kRope;
+}
+
 // Which part of the model this process holds: its tensor-parallel slice and its pipeline stage.
 struct ModelPartition {
   Comm tp;                         // tensor-parallel group (size 1 without TP)

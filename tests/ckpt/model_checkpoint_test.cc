@@ -28,11 +28,7 @@ ModelConfig llama_like() {
   c.vocab = 32;
   c.seq_length = 8;
   c.max_positions = 16;
-  c.rms_norm = true;
-  c.swiglu = true;
-  c.add_bias_linear = false;
-  c.tied_embeddings = false;
-  c.position = PositionEmbedding::kRope;
+  use_llama_architecture(c);
   return c;
 }
 

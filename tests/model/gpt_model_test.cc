@@ -31,11 +31,7 @@ ModelConfig gpt_config() {
 
 ModelConfig llama_config() {
   ModelConfig c = gpt_config();
-  c.rms_norm = true;
-  c.swiglu = true;
-  c.add_bias_linear = false;
-  c.tied_embeddings = false;
-  c.position = PositionEmbedding::kRope;
+  use_llama_architecture(c);
   c.rotary_percent = 0.5;
   c.heads = 4;
   c.kv_heads = 2;
