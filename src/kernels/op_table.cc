@@ -57,7 +57,7 @@ void bias_dropout_add_norm_ref(const float* x, const float* bias, const float* r
 void lm_head_loss_forward_ref(const LmHeadProblem& p, float* slice_max, float* slice_sumexp, float* target_logit,
                               Tensor* saved) {
   Tensor logits = Tensor::empty({p.T, p.Vl});
-  sgemm(false, true, p.T, p.Vl, p.H, 1.0f, p.x, p.H, p.W, p.H, 0.0f, logits.data<float>(), p.Vl);
+  p.gemm(false, true, p.T, p.Vl, p.H, 1.0f, p.x, p.H, p.W, p.H, 0.0f, logits.data<float>(), p.Vl);
   ce_row_max(logits.data<float>(), p.T, p.Vl, slice_max);
   ce_sumexp_and_target(logits.data<float>(), p.T, p.Vl, slice_max, p.targets, p.vocab_start, slice_sumexp,
                        target_logit);
@@ -71,8 +71,8 @@ void lm_head_loss_backward_ref(const LmHeadProblem& p, const float* lse, const f
   // softmax = exp(logit − lse): the kernel's (max, sumexp) form with max = lse and sumexp = 1.
   std::vector<float> ones(static_cast<size_t>(p.T), 1.0f);
   ce_backward_inplace(logits.data<float>(), p.T, p.Vl, lse, ones.data(), p.targets, p.vocab_start, dloss);
-  sgemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
-  sgemm(false, false, p.T, p.H, p.Vl, 1.0f, logits.data<float>(), p.Vl, p.W, p.H, 0.0f, dx, p.H);
+  p.gemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
+  p.gemm(false, false, p.T, p.H, p.Vl, 1.0f, logits.data<float>(), p.Vl, p.W, p.H, 0.0f, dx, p.H);
 }
 
 void gelu_act_forward_ref(float* u, const float* bias, float* act, int64_t rows, int64_t F) {

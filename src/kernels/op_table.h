@@ -85,6 +85,7 @@ struct LmHeadProblem {
   bool single_slice = true;
   const float* dloss = nullptr;  // [T] or null
   float* dW = nullptr;           // gradient of W (for an eager backward)
+  SgemmFn gemm = sgemm;          // the products (the model passes OpTable::gemm)
 };
 using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, float* slice_sumexp,
                                      float* target_logit, Tensor* saved);

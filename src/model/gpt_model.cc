@@ -196,7 +196,7 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
   // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
-                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
   // With one vocabulary slice and the micro-batch count known, the loss gradient per token is
   // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
   std::vector<float> dloss;
@@ -256,7 +256,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   std::vector<float> dloss(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) dloss[t] = loss_scale * st.mask_sb[t];
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, st.final_out_full.data<float>(), params_.param_data(output_w_),
-                  st.labels_sb.data(), tp == 1, nullptr, nullptr};
+                  st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
   Tensor d_y = Tensor::empty({T, H});
   ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
                               &st.head_saved);

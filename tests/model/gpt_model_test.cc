@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/fused_ops.h"
 #include "testing.h"
 
 namespace gale {
@@ -177,6 +178,32 @@ TEST(GPTModel, TwoMicroBatchesAccumulateGradients) {
   model.backward(1, Tensor(), 1.0f);
   const float* g = pb.flat_grads().data<float>();
   for (int64_t i = 0; i < pb.numel(); ++i) ASSERT_NEAR(g[i], ga[i] + gb[i], 1e-5f + 1e-4f * std::fabs(g[i])) << i;
+}
+
+// Counts the products routed through OpTable::gemm (then runs the library's sgemm).
+int g_table_gemm_calls = 0;
+void counting_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  ++g_table_gemm_calls;
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+TEST(GPTModel, EveryLinearAndLmHeadProductGoesThroughTheTableGemm) {
+  ModelConfig c = gpt_config();
+  for (bool fused_head : {false, true}) {
+    OpTable ops = reference_ops();
+    if (fused_head) ASSERT_TRUE(install_fused_kernel(ops, "lm_head_loss", Isa::kScalar).ok());
+    ops.gemm = counting_gemm;
+    GPTModel model(c, single_process_partition(c), &ops);
+    model.params().initialize(3);
+    g_table_gemm_calls = 0;
+    GPTModel::LossSums s;
+    model.forward(0, make_batch(c, 1, 11, false), Tensor(), true, &s);
+    model.backward(0, Tensor(), 1.0f);
+    // QKV, projection, fc1, fc2: forward, data and weight gradient each; the LM head: 3 (reference),
+    // or 4 for the fused head's one chunk (no micro-batch count given: backward recomputes logits).
+    EXPECT_EQ(g_table_gemm_calls, 12 * c.num_layers + (fused_head ? 4 : 3)) << (fused_head ? "fused" : "reference");
+  }
 }
 
 TEST(GPTModel, EvalForwardMatchesTrainingForwardWithoutDropout) {

@@ -1,5 +1,5 @@
 // Output layer + cross-entropy without the [T, V] logits (templates over a simd type V for the row
-// work; the products are oneDNN sgemm calls, partitioned over the threads by sgemm_partitioned).
+// work; the products are p.gemm calls: OpTable::gemm, oneDNN sgemm or sgemm_partitioned).
 //
 // Tokens are processed in chunks of Tc rows (a [Tc, Vl] logits chunk, about kLmHeadChunkBytes):
 //   forward: logits_c = x_c·Wᵀ, then per row max, Σ exp(logit − max) and the target logit.
@@ -92,7 +92,7 @@ void lm_head_loss_forward(const LmHeadProblem& p, float* slice_max, float* slice
   for (int64_t t0 = 0; t0 < p.T; t0 += tc_max) {
     const int64_t tc = min_i64(tc_max, p.T - t0);
     const float* xc = p.x + t0 * p.H;
-    sgemm_partitioned(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
+    p.gemm(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
     parallel_for(tc, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t t = t0 + r;
@@ -107,8 +107,8 @@ void lm_head_loss_forward(const LmHeadProblem& p, float* slice_max, float* slice
       }
     });
     if (eager) {
-      sgemm_partitioned(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, kept.data<float>() + t0 * p.H, p.H);
-      sgemm_partitioned(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, p.dW, p.H);
+      p.gemm(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, kept.data<float>() + t0 * p.H, p.H);
+      p.gemm(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, p.dW, p.H);
     }
   }
   if (eager) std::memcpy(kept.data<float>() + p.T * p.H, p.dloss, sizeof(float) * static_cast<size_t>(p.T));
@@ -136,15 +136,15 @@ void lm_head_loss_backward(const LmHeadProblem& p, const float* lse, const float
   for (int64_t t0 = 0; t0 < p.T; t0 += tc_max) {
     const int64_t tc = min_i64(tc_max, p.T - t0);
     const float* xc = p.x + t0 * p.H;
-    sgemm_partitioned(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
+    p.gemm(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
     parallel_for(tc, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t t = t0 + r;
         softmax_grad_row<V>(lg + r * p.Vl, p.Vl, lse[t], dloss[t], static_cast<int64_t>(p.targets[t]) - p.vocab_start);
       }
     });
-    sgemm_partitioned(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, dx + t0 * p.H, p.H);
-    sgemm_partitioned(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, dW, p.H);
+    p.gemm(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, dx + t0 * p.H, p.H);
+    p.gemm(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, dW, p.H);
   }
   if (saved) *saved = Tensor();
 }
