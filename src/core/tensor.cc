@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/threads.h"
 
 namespace gale {
 
@@ -122,7 +123,15 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::zero() {
-  if (nbytes()) std::memset(data_, 0, nbytes());
+  // Large buffers (the flat gradient buffer every step) on all threads: one core alone reaches
+  // about half the memory bandwidth (500 MB: 60 ms on one thread, 31 ms on two).
+  constexpr int64_t kBlock = 64 * 1024;
+  const int64_t bytes = static_cast<int64_t>(nbytes());
+  char* base = static_cast<char*>(data_);
+  parallel_for((bytes + kBlock - 1) / kBlock, 64, [&](int64_t lo, int64_t hi) {
+    const int64_t begin = lo * kBlock, end = std::min(bytes, hi * kBlock);
+    std::memset(base + begin, 0, static_cast<size_t>(end - begin));
+  });
 }
 
 void Tensor::fill(float value) {

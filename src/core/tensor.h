@@ -80,7 +80,7 @@ class Tensor {
 
   Tensor clone() const;
   void copy_from(const Tensor& src);  // same dtype and numel
-  void zero();
+  void zero();  // large tensors on all threads (parallel_for), small ones inline
   void fill(float value);  // f32 and bf16 only
 
  private:

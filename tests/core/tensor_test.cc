@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
+#include "core/threads.h"
 
 namespace gale {
 namespace {
@@ -30,6 +31,25 @@ TEST(Tensor, ViewAndSliceShareStorage) {
   EXPECT_EQ(t.data<float>()[5], 0.0f);
   EXPECT_EQ(t.data<float>()[6], 5.0f);
   EXPECT_EQ(v.data<float>()[11], 5.0f);
+}
+
+TEST(Tensor, ZeroClearsExactlyItsOwnBytesOnAnyThreadCount) {
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    // A slice of 1,234,567 floats (4.9 MB: split over the threads, not a multiple of the block) in
+    // the middle of a larger buffer: everything in it becomes 0, its neighbours keep their value.
+    Tensor t = Tensor::empty({1234567 + 2});
+    t.fill(3.0f);
+    t.slice(1, 1234567).zero();
+    const float* p = t.data<float>();
+    EXPECT_EQ(p[0], 3.0f);
+    EXPECT_EQ(p[1234567 + 1], 3.0f);
+    int64_t nonzero = 0;
+    for (int64_t i = 1; i <= 1234567; ++i) nonzero += p[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0) << threads << " threads";
+  }
+  set_num_threads(saved);
 }
 
 TEST(Tensor, CloneIsDeep) {
