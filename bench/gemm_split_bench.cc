@@ -1,4 +1,4 @@
-// A/B of sgemm on oneDNN's own threads against one row block or one column block per thread, for
+// A/B of sgemm on oneDNN's own threads against row blocks or column blocks per thread, for
 // every GEMM of the two benchmark models: the measurement behind gemm_partition's rule (docs/gemm.md).
 //
 //   build/bench/gemm_split_bench [--reps=N]

@@ -14,6 +14,7 @@
 # training process (wait4's ru_maxrss, so each process is measured alone).
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -720,6 +721,9 @@ def main():
 
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if not args.skip_torch and importlib.util.find_spec("torch") is None:
+        ap.error(f"PyTorch is not importable by {sys.executable}: run this script with Debian's /usr/bin/python3 "
+                 "(python3-torch; scripts/install-deps.sh --bench), or pass --skip-torch")
 
     def best_of(run, config):
         """The fastest of --repeats runs (each after waiting for a quiet machine with --wait-quiet), each

@@ -46,20 +46,28 @@ void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
               ldb, beta, C, ldc);
 }
 
+int64_t gemm_split_parts(int64_t extent, int threads) {
+  if (threads < 2) return 1;
+  const int64_t dynamic = int64_t{threads} * kGemmPartsPerThread;
+  return extent / dynamic >= kGemmMinDynamicPart ? dynamic : threads;
+}
+
 void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   // Inside another parallel region (a team of one here) the whole product runs on this thread.
-  if (split == GemmSplit::kLibrary || num_threads() < 2 || omp_in_parallel()) {
+  const int threads = num_threads();
+  if (split == GemmSplit::kLibrary || threads < 2 || omp_in_parallel()) {
     return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   const int64_t extent = split == GemmSplit::kRows ? M : N;
-#pragma omp parallel num_threads(num_threads())
-  {
-    // Parts from the team actually started (the runtime may start fewer threads than asked).
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t part = (extent / threads + 15) / 16 * 16;
-    const int64_t lo = std::min(extent, t * part);
-    const int64_t hi = t == threads - 1 ? extent : std::min(extent, lo + part);
+  const int64_t parts = gemm_split_parts(extent, threads);
+  const int64_t part = (extent / parts + 15) / 16 * 16;
+  // Dynamic: whichever thread is free takes the next part (and a runtime that starts fewer threads
+  // than asked still covers every part).
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t lo = std::min(extent, p * part);
+    const int64_t hi = p == parts - 1 ? extent : std::min(extent, lo + part);
     if (hi > lo && split == GemmSplit::kRows) {
       sgemm(trans_a, trans_b, hi - lo, N, K, alpha, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta, C + lo * ldc,
             ldc);

@@ -25,8 +25,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 using SgemmFn = decltype(&sgemm);
 
 // The same product with the threads partitioned by Gale instead of by the library: the output is
-// cut into one block of whole rows (or columns) per OpenMP thread and each thread runs oneDNN's
-// single-threaded sgemm on its block (inside a parallel region oneDNN runs on the calling thread).
+// cut into blocks of whole rows (or columns), one per OpenMP thread (or a few, gemm_split_parts),
+// and each thread runs oneDNN's single-threaded sgemm on its blocks (inside a parallel region
+// oneDNN runs on the calling thread).
 // Level 1's `partitioned-gemm` feature installs it as OpTable::gemm; level 0 keeps sgemm.
 //
 // Why: with 2 threads oneDNN's own partition leaves a lot on the table for some shapes of a
@@ -53,6 +54,17 @@ enum class GemmSplit { kLibrary, kRows, kCols };
 constexpr int64_t kGemmMinPartRows = 128;
 constexpr int kGemmMaxSplitThreads = 4;
 GemmSplit gemm_partition(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int threads);
+
+// How many parts a split cuts `extent` rows or columns into: one per thread, or
+// kGemmPartsPerThread per thread when each part still has kGemmMinDynamicPart rows or more. The
+// parts go to the threads first come, first served, so a thread on a slower core takes fewer:
+// inside a GPT-2-small step one of this VM's two cores ran the 190 ms LM-head forward 15-25% slower
+// than the other (which one changed between runs) while the other idled 30-45 ms at the barrier.
+// Only the LM-head products (50304 rows or columns) have parts that large; the layers' products
+// keep one part per thread, where a quarter would run the library on thin blocks.
+constexpr int64_t kGemmPartsPerThread = 4;
+constexpr int64_t kGemmMinDynamicPart = 2048;
+int64_t gemm_split_parts(int64_t extent, int threads);
 // sgemm with a given split over num_threads() threads (sgemm_partitioned passes gemm_partition's
 // choice; bench/gemm_split_bench times each split).
 void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

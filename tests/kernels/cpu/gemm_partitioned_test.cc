@@ -97,6 +97,31 @@ TEST(SgemmPartitioned, EveryForcedSplitEqualsOneThread) {
   }
 }
 
+TEST(SgemmPartitioned, DynamicPartsEqualOneThread) {
+  // Extents with kGemmPartsPerThread parts per thread (and a ragged last part): rows of a weight
+  // gradient and columns of a forward, as the LM head's products, kept small in the other sizes.
+  for (int threads : {2, 3}) {
+    const int64_t extent = int64_t{threads} * kGemmPartsPerThread * kGemmMinDynamicPart + 37;
+    ASSERT_EQ(gemm_split_parts(extent, threads), threads * kGemmPartsPerThread);
+    const std::vector<Case> cases = {{true, false, extent, 24, 9, 1.0f}, {false, true, 5, extent, 24, 0.0f}};
+    for (const Case& c : cases) {
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      const auto A = random_vector((c.ta ? c.K : c.M) * lda, 41), B = random_vector((c.tb ? c.N : c.K) * ldb, 42);
+      const auto C0 = random_vector(c.M * c.N, 43);
+      std::vector<float> one = C0;
+      {
+        ThreadCount t(1);
+        sgemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, one.data(), c.N);
+      }
+      ThreadCount t(threads);
+      std::vector<float> got = C0;
+      sgemm_split(c.ta ? GemmSplit::kRows : GemmSplit::kCols, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(),
+                  ldb, c.beta, got.data(), c.N);
+      EXPECT_EQ(got, one) << "threads=" << threads << " ta=" << c.ta;
+    }
+  }
+}
+
 TEST(SgemmPartitioned, InsideAParallelRegionComputesEverything) {
   const Case c{false, true, 64, 700, 32, 0.0f};
   const auto A = random_vector(c.M * c.K, 31), B = random_vector(c.N * c.K, 32);
@@ -128,6 +153,14 @@ TEST(SgemmPartitioned, SplitRule) {
   EXPECT_EQ(gemm_partition(false, true, 1024, 200, 3072, 2), GemmSplit::kLibrary);  // parts under 128
   EXPECT_EQ(gemm_partition(true, true, 4096, 4096, 4096, 2), GemmSplit::kLibrary);
   EXPECT_STREQ(gemm_split_name(GemmSplit::kCols), "cols");
+  // Parts: one per thread for the layers' products, four per thread for the LM head's.
+  EXPECT_EQ(gemm_split_parts(3072, 2), 2);
+  EXPECT_EQ(gemm_split_parts(16383, 2), 2);
+  EXPECT_EQ(gemm_split_parts(16384, 2), 8);
+  EXPECT_EQ(gemm_split_parts(50304, 2), 8);
+  EXPECT_EQ(gemm_split_parts(50304, 4), 16);
+  EXPECT_EQ(gemm_split_parts(20000, 4), 4);  // 1250 per part at 16 parts: under the minimum
+  EXPECT_EQ(gemm_split_parts(50304, 1), 1);
 }
 
 }  // namespace
