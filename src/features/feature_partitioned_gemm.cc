@@ -10,7 +10,8 @@ void register_feature_partitioned_gemm(FeatureRegistry& registry) {
   s.flag = "--no-partitioned-gemm";  // Gale's own: MindSpeed's GEMMs run on NPU/GPU libraries
   s.level = 1;
   s.counterpart = "none (CPU threading of oneDNN sgemm; MindSpeed tunes matmul on the NPU)";
-  s.description = "linear-layer and LM-head GEMMs split into one row or column block per thread (oneDNN sgemm each)";
+  s.description =
+      "linear-layer and LM-head GEMMs split into row or column blocks over the threads (oneDNN sgemm each)";
   s.ops = {"gemm"};
   registry.add(std::make_unique<KernelFeature>(std::move(s)));
 }

@@ -125,6 +125,17 @@ class PhiloxDropout {
     w[3] = c3;
   }
 
+  // 64-bit indices as two 32-bit lanes: (hi:lo) + off, off unsigned and < 2^31.
+  static void add_index(I lo, I hi, I off, I* sum_lo, I* sum_hi) {
+    *sum_lo = V::iadd(lo, off);
+    *sum_hi = V::iadd(hi, V::iselect(V::iult(*sum_lo, off), V::iset1(1u), V::iset1(0u)));
+  }
+  // The Philox counter of index (hi:lo): index >> 2 (its word is index & 3).
+  static void counter_of(I lo, I hi, I* ctr_lo, I* ctr_hi) {
+    *ctr_lo = V::ior(V::template srli<2>(lo), V::template slli<30>(hi));
+    *ctr_hi = V::template srli<2>(hi);
+  }
+
   // Keep decision of a Philox word: (w >> 8)·2^−24 >= p, compared as integers.
   M keep_word(I w) const { return V::igt(V::template srli<8>(w), V::iset1(keep_above_)); }
 
@@ -140,10 +151,10 @@ class PhiloxDropout {
   // Keep mask of the indices (base_hi:base_lo)[l] + offsets[l] (offsets unsigned, < 2^31): one block
   // per lane for one index.
   M keep(I base_lo, I base_hi, I offsets) const {
-    const I lo = V::iadd(base_lo, offsets);
-    const I hi = V::iadd(base_hi, V::iselect(V::iult(lo, offsets), V::iset1(1u), V::iset1(0u)));
-    I w[4];
-    block(V::ior(V::template srli<2>(lo), V::template slli<30>(hi)), V::template srli<2>(hi), w);
+    I lo, hi, ctr_lo, ctr_hi, w[4];
+    add_index(base_lo, base_hi, offsets, &lo, &hi);
+    counter_of(lo, hi, &ctr_lo, &ctr_hi);
+    block(ctr_lo, ctr_hi, w);
     const I word = V::iand(lo, V::iset1(3u));
     const I w01 = V::iselect(V::ieq(word, V::iset1(1u)), w[1], w[0]);
     const I w23 = V::iselect(V::ieq(word, V::iset1(3u)), w[3], w[2]);
@@ -195,11 +206,11 @@ class PhiloxDropoutRow {
 
   // Bit 4l + k = keep decision of word k of block counter_ + l, i.e. of index 4·counter_ + 4l + k.
   uint64_t chunk() {
-    const I lo = V::iadd(V::iset1(static_cast<uint32_t>(counter_)), V::iota());
-    const I hi = V::iadd(V::iset1(static_cast<uint32_t>(counter_ >> 32)),
-                         V::iselect(V::iult(lo, V::iota()), V::iset1(1u), V::iset1(0u)));
+    I lo, hi, w[4];
+    const I ctr_lo = V::iset1(static_cast<uint32_t>(counter_));
+    const I ctr_hi = V::iset1(static_cast<uint32_t>(counter_ >> 32));
+    PhiloxDropout<V>::add_index(ctr_lo, ctr_hi, V::iota(), &lo, &hi);
     counter_ += V::W;
-    I w[4];
     d_.block(lo, hi, w);
     uint64_t bits = 0;
     for (int k = 0; k < 4; ++k) bits |= spread(V::mask_bits(d_.keep_word(w[k]))) << k;
@@ -235,13 +246,11 @@ class PhiloxDropoutLanes {
   PhiloxDropoutLanes(const PhiloxDropout<V>& d, I base_lo, I base_hi, uint32_t first, bool consecutive)
       : d_(d), base_lo_(base_lo), base_hi_(base_hi), consecutive_(consecutive) {
     if (!consecutive) return;
-    const I off = V::iset1(first);
-    const I lo = V::iadd(base_lo, off);
-    const I hi = V::iadd(base_hi, V::iselect(V::iult(lo, off), V::iset1(1u), V::iset1(0u)));
+    I lo, hi;
+    PhiloxDropout<V>::add_index(base_lo, base_hi, V::iset1(first), &lo, &hi);
     shift_ = V::iand(lo, V::iset1(3u));
     aligned_ = !V::any(V::igt(shift_, V::iset1(0u)));
-    ctr_lo_ = V::ior(V::template srli<2>(lo), V::template slli<30>(hi));
-    ctr_hi_ = V::template srli<2>(hi);
+    PhiloxDropout<V>::counter_of(lo, hi, &ctr_lo_, &ctr_hi_);
   }
 
   // Mask of row j (offset: offset_j, read only when the offsets are not consecutive).
@@ -267,10 +276,7 @@ class PhiloxDropoutLanes {
     }
     end_ += 4;
   }
-  void step() {
-    ctr_lo_ = V::iadd(ctr_lo_, V::iset1(1u));
-    ctr_hi_ = V::iadd(ctr_hi_, V::iselect(V::ieq(ctr_lo_, V::iset1(0u)), V::iset1(1u), V::iset1(0u)));
-  }
+  void step() { PhiloxDropout<V>::add_index(ctr_lo_, ctr_hi_, V::iset1(1u), &ctr_lo_, &ctr_hi_); }
 
   const PhiloxDropout<V>& d_;
   I base_lo_, base_hi_;
