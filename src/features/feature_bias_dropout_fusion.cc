@@ -10,7 +10,8 @@ void register_feature_bias_dropout_fusion(FeatureRegistry& registry) {
   s.flag = "--no-bias-dropout-fusion";
   s.level = 1;
   s.counterpart = "Megatron bias_dropout_fusion (on by default)";
-  s.description = "bias, dropout and residual add in one vectorised pass (vectorised Philox masks)";
+  s.description =
+      "bias, dropout and residual add in one vectorised pass, and the embeddings' dropout (vectorised Philox masks)";
   s.ops = {"bias_dropout_add"};
   registry.add(std::make_unique<KernelFeature>(std::move(s)));
 }

@@ -104,6 +104,7 @@ OpTable reference_ops() {
   t.norm_backward = norm_backward_ref;
   t.bias_dropout_add = bias_dropout_add_ref;
   t.bias_dropout_add_backward = bias_dropout_add_backward_ref;
+  t.dropout = dropout_forward_ref;
   t.gelu_forward = gelu_act_forward_ref;
   t.gelu_backward = gelu_act_backward_ref;
   t.swiglu_forward = swiglu_act_forward_ref;

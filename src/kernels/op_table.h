@@ -92,6 +92,9 @@ using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, f
 using LmHeadLossBackwardFn = void (*)(const LmHeadProblem& p, const float* lse, const float* dloss, float* dx,
                                       float* dW, Tensor* saved);
 
+// Plain dropout, y = dropout(x) (y may alias x). The backward is the same function applied to the
+// gradient: same mask, same 1/(1 − p) scale (kernels/cpu/dropout.h). Used on the embeddings' output.
+using DropoutFn = decltype(&dropout_forward_ref);
 using AttentionForwardFn = decltype(&attention_forward_ref);
 using AttentionBackwardFn = decltype(&attention_backward_ref);
 using RopeFn = decltype(&rope_forward_ref);
@@ -109,6 +112,7 @@ struct OpTable {
   BiasDropoutAddFn bias_dropout_add;
   BiasDropoutAddBackwardFn bias_dropout_add_backward;
   BiasDropoutAddNormFn bias_dropout_add_norm;
+  DropoutFn dropout;  // installed with bias_dropout_add (its op group)
   ActivationForwardFn gelu_forward;
   ActivationBackwardFn gelu_backward;
   ActivationForwardFn swiglu_forward;

@@ -147,7 +147,7 @@ Tensor GPTModel::embedding_forward(State& st) {
     d.stream = dropout_stream(c.seed, -1, 0);
     d.row_ids = st.rt.hidden_row_ids.data();
     d.cols_total = H;
-    dropout_forward_ref(x.data<float>(), x.data<float>(), x.size(0), H, d);
+    ops_->dropout(x.data<float>(), x.data<float>(), x.size(0), H, d);
   }
   return x;
 }
@@ -164,7 +164,7 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
     ds.row_ids = st.rt.hidden_row_ids.data();
     ds.cols_total = H;
     d = Tensor::empty(d_in.shape());
-    dropout_backward_ref(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);
+    ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);  // backward: the same mask and scale
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
   if (pos_emb_ >= 0)

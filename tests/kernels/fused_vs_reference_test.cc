@@ -28,7 +28,7 @@ constexpr double kNormTol = 1e-6;        // float blocks vs double row sums, FMA
 constexpr double kActivationTol = 1e-6;  // vector erf/exp (≤ 2.5 ulp) inside GeLU/SiLU [3.3e-7]
 constexpr double kAttentionTol = 2e-6;   // tiled online softmax vs full rows: out, lse, dq, dk, dv [6.3e-7]
 constexpr double kLmHeadTol = 3e-6;      // chunked logits, stats and gradients [8.2e-7]
-// Exact (bit-identical): bias_dropout_add (+ its backward and dbias), the residual output of
+// Exact (bit-identical): bias_dropout_add (+ its backward and dbias), plain dropout, the residual output of
 // bias_dropout_add_norm, RoPE, embedding, AdamW, and the in-place bias add of the activations.
 
 class FusedVsReference : public ::testing::TestWithParam<Isa> {
@@ -148,6 +148,32 @@ TEST_P(FusedVsReference, BiasDropoutAddIsExact) {
         EXPECT_EQ(bit_differences(dx, dx_ref), 0);
         EXPECT_EQ(bit_differences(db, db_ref), 0);
       }
+}
+
+TEST_P(FusedVsReference, PlainDropoutIsExact) {
+  for (const NormShape& sh : kNormShapes)
+    for (float p : {0.1f, 0.5f}) {
+      SCOPED_TRACE(::testing::Message() << "rows " << sh.rows << " cols " << sh.H << " p " << p);
+      const int64_t n = sh.rows * sh.H;
+      std::vector<int64_t> row_ids(sh.rows);
+      for (int64_t r = 0; r < sh.rows; ++r) row_ids[r] = 7 + 5 * r;
+      const DropoutSpec d = make_dropout(p, row_ids, sh.H + 3, 2);
+      auto x = random_vector(n, 26);
+      std::vector<float> y_ref(n), y(n, 4.0f);
+      ref_.dropout(x.data(), y_ref.data(), sh.rows, sh.H, d);
+      fused().dropout(x.data(), y.data(), sh.rows, sh.H, d);
+      EXPECT_EQ(bit_differences(y, y_ref), 0);
+      std::vector<float> inplace = x;  // y aliases x, as the embeddings use it
+      fused().dropout(inplace.data(), inplace.data(), sh.rows, sh.H, d);
+      EXPECT_EQ(bit_differences(inplace, y_ref), 0);
+      // The reference's backward draws the same mask and scale as its forward.
+      std::vector<float> dx_ref(n);
+      dropout_backward_ref(x.data(), dx_ref.data(), sh.rows, sh.H, d);
+      EXPECT_EQ(bit_differences(dx_ref, y_ref), 0);
+      int64_t dropped = 0;
+      for (float v : y_ref) dropped += v == 0.0f;
+      if (n >= 1000) EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.05);
+    }
 }
 
 TEST_P(FusedVsReference, BiasDropoutAddNorm) {

@@ -58,6 +58,7 @@ void fill_elementwise(FusedKernelSet* s) {
   s->bias_dropout_add = &bias_dropout_add<V>;
   s->bias_dropout_add_backward = &bias_dropout_add_backward<V>;
   s->bias_dropout_add_norm = &bias_dropout_add_norm<V>;
+  s->dropout = &dropout<V>;
   s->gelu_forward = &gelu_forward<V>;
   s->gelu_backward = &gelu_backward<V>;
   s->swiglu_forward = &swiglu_forward<V>;

@@ -18,6 +18,7 @@ struct FusedKernelSet {
   BiasDropoutAddFn bias_dropout_add = nullptr;
   BiasDropoutAddBackwardFn bias_dropout_add_backward = nullptr;
   BiasDropoutAddNormFn bias_dropout_add_norm = nullptr;
+  DropoutFn dropout = nullptr;
   ActivationForwardFn gelu_forward = nullptr;
   ActivationBackwardFn gelu_backward = nullptr;
   ActivationForwardFn swiglu_forward = nullptr;

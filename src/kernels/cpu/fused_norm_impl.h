@@ -160,6 +160,13 @@ void bias_dropout_add_backward(const float* dout, float* dx, float* dbias, int64
   });
 }
 
+// Plain dropout (OpTable::dropout): the backward above without a bias gradient, which is exactly
+// y = dropout(x) with the reference's masks; y may alias x (each element is read before written).
+template <class V>
+void dropout(const float* x, float* y, int64_t rows, int64_t cols, const DropoutSpec& spec) {
+  bias_dropout_add_backward<V>(x, y, nullptr, rows, cols, spec);
+}
+
 template <class V>
 void bias_dropout_add_norm(const float* x, const float* bias, const float* residual, float* out, const NormSpec& norm,
                            const float* w, const float* b, float* y, float* stats, int64_t rows, int64_t cols,

@@ -85,6 +85,7 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) 
   } else if (op == "bias_dropout_add") {
     table.bias_dropout_add = s.bias_dropout_add;
     table.bias_dropout_add_backward = s.bias_dropout_add_backward;
+    table.dropout = s.dropout;
   } else if (op == "bias_dropout_add_norm") {
     table.bias_dropout_add_norm = s.bias_dropout_add_norm;
   } else if (op == "gelu") {
