@@ -8,7 +8,35 @@
 #include "core/allocator.h"
 #include "core/threads.h"
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 namespace gale {
+
+namespace {
+// memset(p, 0, n) with non-temporal 16-byte stores for the aligned middle (SSE2, part of every
+// x86-64 CPU); plain memset elsewhere.
+void zero_streaming(char* p, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+  std::memset(p, 0, head);
+  char* a = p + head;
+  char* const end = p + n;
+  const __m128 z = _mm_setzero_ps();
+  for (; end - a >= 64; a += 64) {
+    _mm_stream_ps(reinterpret_cast<float*>(a), z);
+    _mm_stream_ps(reinterpret_cast<float*>(a + 16), z);
+    _mm_stream_ps(reinterpret_cast<float*>(a + 32), z);
+    _mm_stream_ps(reinterpret_cast<float*>(a + 48), z);
+  }
+  std::memset(a, 0, static_cast<size_t>(end - a));
+  _mm_sfence();  // the streamed zeros are visible before this thread's later stores (and the join)
+#else
+  std::memset(p, 0, n);
+#endif
+}
+}  // namespace
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -123,14 +151,18 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::zero() {
-  // Large buffers (the flat gradient buffer every step) on all threads: one core alone reaches
-  // about half the memory bandwidth (500 MB: 60 ms on one thread, 31 ms on two).
+  // Large buffers on all threads: one core alone reaches about half the memory bandwidth (500 MB:
+  // 60 ms on one thread, 31 ms on two).
   constexpr int64_t kBlock = 64 * 1024;
   const int64_t bytes = static_cast<int64_t>(nbytes());
+  const bool stream = bytes >= kStreamingZeroBytes;
   char* base = static_cast<char*>(data_);
   parallel_for((bytes + kBlock - 1) / kBlock, 64, [&](int64_t lo, int64_t hi) {
     const int64_t begin = lo * kBlock, end = std::min(bytes, hi * kBlock);
-    std::memset(base + begin, 0, static_cast<size_t>(end - begin));
+    if (stream)
+      zero_streaming(base + begin, static_cast<size_t>(end - begin));
+    else
+      std::memset(base + begin, 0, static_cast<size_t>(end - begin));
   });
 }
 

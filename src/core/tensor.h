@@ -45,6 +45,9 @@ class Storage {
   size_t bytes_ = 0;
 };
 
+// Tensor::zero streams (non-temporal stores) from this many bytes on.
+constexpr int64_t kStreamingZeroBytes = int64_t{16} << 20;
+
 class Tensor {
  public:
   Tensor() = default;
@@ -80,7 +83,11 @@ class Tensor {
 
   Tensor clone() const;
   void copy_from(const Tensor& src);  // same dtype and numel
-  void zero();  // large tensors on all threads (parallel_for), small ones inline
+  // Large tensors on all threads (parallel_for), small ones inline. From kStreamingZeroBytes on
+  // (the flat gradient buffer every step) with non-temporal stores where the CPU has them: the
+  // zeros would not stay in cache anyway, and plain stores first read every line they write
+  // (500 MB on 2 threads: 31 ms with memset, 17-19 ms streamed).
+  void zero();
   void fill(float value);  // f32 and bf16 only
 
  private:

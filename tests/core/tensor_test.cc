@@ -52,6 +52,26 @@ TEST(Tensor, ZeroClearsExactlyItsOwnBytesOnAnyThreadCount) {
   set_num_threads(saved);
 }
 
+TEST(Tensor, StreamingZeroClearsExactlyItsOwnBytes) {
+  // Past kStreamingZeroBytes (non-temporal stores), starting 4 bytes past a 16-byte boundary and
+  // ending mid-line: the unaligned head and tail are cleared too, the neighbours are not.
+  const int64_t n = kStreamingZeroBytes / 4 + 1001;
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor t = Tensor::empty({n + 2});
+    t.fill(5.0f);
+    t.slice(1, n).zero();
+    const float* p = t.data<float>();
+    EXPECT_EQ(p[0], 5.0f);
+    EXPECT_EQ(p[n + 1], 5.0f);
+    int64_t nonzero = 0;
+    for (int64_t i = 1; i <= n; ++i) nonzero += p[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0) << threads << " threads";
+  }
+  set_num_threads(saved);
+}
+
 TEST(Tensor, CloneIsDeep) {
   Tensor t = Tensor::zeros({2});
   Tensor c = t.clone();

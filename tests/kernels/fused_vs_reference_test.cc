@@ -172,7 +172,9 @@ TEST_P(FusedVsReference, PlainDropoutIsExact) {
       EXPECT_EQ(bit_differences(dx_ref, y_ref), 0);
       int64_t dropped = 0;
       for (float v : y_ref) dropped += v == 0.0f;
-      if (n >= 1000) EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.05);
+      if (n >= 1000) {
+        EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.05);
+      }
     }
 }
 

@@ -192,7 +192,9 @@ TEST(GPTModel, EveryLinearAndLmHeadProductGoesThroughTheTableGemm) {
   ModelConfig c = gpt_config();
   for (bool fused_head : {false, true}) {
     OpTable ops = reference_ops();
-    if (fused_head) ASSERT_TRUE(install_fused_kernel(ops, "lm_head_loss", Isa::kScalar).ok());
+    if (fused_head) {
+      ASSERT_TRUE(install_fused_kernel(ops, "lm_head_loss", Isa::kScalar).ok());
+    }
     ops.gemm = counting_gemm;
     GPTModel model(c, single_process_partition(c), &ops);
     model.params().initialize(3);
