@@ -311,6 +311,19 @@ def measure_sgemm(bench_dir, threads, configs, wait_quiet=0):
     return {c: rates.get(f"gemm/onednn/{c}.fc1/fwd/call") for c in configs}, step
 
 
+def measure_step_sgemm(bench_dir, threads, config):
+    """oneDNN's sgemm rate over all the GEMMs of one training step of `config` (every shape at its
+    measured rate: gemm_bench's step summary), GFLOP/s, or None."""
+    _, step = measure_sgemm(bench_dir, threads, [config])
+    s = step.get(config)
+    return s["gflops"] if s else None
+
+
+def percent_of(gflops, rate):
+    """"  82.5%" (7 characters) for gflops / rate, or "      -" without a rate."""
+    return f"{100 * gflops / rate:6.1f}%" if rate else "      -"
+
+
 def measure_fc1_sgemm(bench_dir, threads, config):
     """A quick probe of the same fc1 sgemm rate (best of 3 short repetitions), for one run's neighbourhood."""
     rates, _ = onednn_rates(bench_dir, threads, f"{re.escape(config)}\\.fc1/fwd/call", 3)
@@ -540,6 +553,7 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
         print(f"   all GEMMs of one step at onednn's measured rates: {step_gemm['ms']:.0f} ms "
               f"({step_gemm['gflops']:.0f} GFLOP/s over the GEMMs alone)")
     head = f"   {'implementation':<20} {'tokens/s':>9} {'ms/iter':>9} {'GFLOP/s':>8} {'MFU':>6} {'sgemm':>6} {'/sgemm':>7} " \
+           f"{'step':>5} {'/step':>7} " \
            f"{'peak RSS':>10} {'TFLOP/s printed/ours':>21} {'loss first->last':>20} {'busy':>5}"
     print(head)
     for r in results:
@@ -549,8 +563,10 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
         gflops = flops / (r["ms"] / 1000.0) * 1e-9
         mfu = 100 * gflops / peak
         rate = r.get("sgemm_fc1_gflops") or sgemm_rate  # the probes around this run, else the global rate
-        vs_sgemm = f"{100 * gflops / rate:6.1f}%" if rate else "      -"
+        vs_sgemm = percent_of(gflops, rate)
         probe = f"{rate:6.0f}" if rate else "     -"
+        step_rate = r.get("step_sgemm_gflops") or (step_gemm or {}).get("gflops")
+        step = f"{step_rate:5.0f}" if step_rate else "    -"
         ours_tflops = gflops / 1000.0
         printed = r.get("printed_tflops")
         check = f"{printed:.1f} / {ours_tflops:.3f}" if printed is not None else f"- / {ours_tflops:.3f}"
@@ -559,9 +575,12 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
         loss = f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}" if r.get("first_loss") is not None else "-"
         busy = f"{r['others_percent']:4.0f}%" if r.get("others_percent") is not None else "    -"
         print(f"   {r['name']:<20} {r['tokens_per_s']:9.1f} {r['ms']:9.1f} {gflops:8.1f} {mfu:5.1f}% {probe} {vs_sgemm} "
+              f"{step} {percent_of(gflops, step_rate)} "
               f"{fmt_bytes(r['rss']):>10} {check:>21} {loss:>20} {busy}")
     print("   (busy: CPU time other processes used during the run, % of all CPUs; above a few % the times are "
-          "pessimistic; sgemm: the faster fc1 sgemm probe just before / after that run, GFLOP/s, which /sgemm uses)")
+          "pessimistic; sgemm: the faster fc1 sgemm probe just before / after that run, GFLOP/s, which /sgemm uses; "
+          "step: the faster of onednn's rates over all the step's GEMM shapes, probed just before / after that run, "
+          "which /step uses)")
     for r in results:
         if r.get("env"):
             print(f"   pytorch env: {r['env']}")
@@ -642,6 +661,8 @@ def self_test():
     expect(parse_step_summary(summary, "onednn") == {"gpt": {"ms": 2594.0, "gflops": 304.0}}, "step summary")
     expect(parse_step_summary(summary, "onednn-matmul-f32")["llama"] == {"ms": 2542.0, "gflops": 287.0},
            "step summary, second backend")
+
+    expect(percent_of(247.5, 300.0) == "  82.5%" and percent_of(1.0, None) == "      -", "percent column")
 
     # The tuned PyTorch environment names the OpenBLAS core from the CPU flags.
     env, notes = torch_env(2, "tuned")
@@ -732,13 +753,20 @@ def main():
         for _ in range(args.repeats):
             if args.wait_quiet:
                 wait_until_quiet(args.wait_quiet)
-            before = None if args.no_sgemm_probe else measure_fc1_sgemm(args.bench_dir, args.threads, config)
+            probe = not args.no_sgemm_probe
+            before = measure_fc1_sgemm(args.bench_dir, args.threads, config) if probe else None
+            step_before = measure_step_sgemm(args.bench_dir, args.threads, config) if probe else None
             r = run()
-            after = None if args.no_sgemm_probe else measure_fc1_sgemm(args.bench_dir, args.threads, config)
+            after = measure_fc1_sgemm(args.bench_dir, args.threads, config) if probe else None
+            step_after = measure_step_sgemm(args.bench_dir, args.threads, config) if probe else None
             probes = [x for x in (before, after) if x]
             if probes:
                 r["sgemm_probes"] = probes
                 r["sgemm_fc1_gflops"] = max(probes)
+            step_probes = [x for x in (step_before, step_after) if x]
+            if step_probes:
+                r["step_sgemm_probes"] = step_probes
+                r["step_sgemm_gflops"] = max(step_probes)
             if "tokens_per_s" not in r:
                 return r
             if best is None or r["tokens_per_s"] > best["tokens_per_s"]:
