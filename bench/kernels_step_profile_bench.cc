@@ -63,6 +63,7 @@ OpTable timed_table(const OpTable& inner) {
   GALE_TIME(norm_backward, kNorm);
   GALE_TIME(bias_dropout_add, kBda);
   GALE_TIME(bias_dropout_add_backward, kBda);
+  GALE_TIME(dropout, kBda);  // the embeddings' dropout, same kernels
   GALE_TIME(bias_dropout_add_norm, kBdaNorm);
   GALE_TIME(gelu_forward, kGelu);
   GALE_TIME(gelu_backward, kGelu);
