@@ -378,13 +378,15 @@ def cpu_flags():
     return set()
 
 
-def run_torch(c, warmup, iters, threads, preset, timeout):
+def run_torch(c, warmup, iters, threads, preset, timeout, attention="auto", python=None, name="pytorch eager"):
+    """One PyTorch training process; `python` is the interpreter whose torch runs (default: this one)."""
     env, notes = torch_env(threads, preset)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "torch", "--model", c.name, "--warmup", str(warmup),
-           "--iters", str(iters), "--threads", str(threads), "--dropout", str(c.dropout)]
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--worker", "torch", "--model", c.name, "--warmup", str(warmup),
+           "--iters", str(iters), "--threads", str(threads), "--dropout", str(c.dropout),
+           "--torch-attention", attention]
     m = run_measured(cmd, env=env, timeout=timeout)
     rc, out, err = m.rc, m.out, m.err
-    result = {"name": "pytorch eager", "rss": m.rss, "rc": rc, "env": notes, "others_percent": m.others_percent}
+    result = {"name": name, "rss": m.rss, "rc": rc, "env": notes, "others_percent": m.others_percent}
     if rc != 0:
         result["error"] = f"exit code {rc}: " + " / ".join(err.strip().splitlines()[-3:])
         return result
@@ -411,6 +413,11 @@ def torch_worker(args):
     H, NH, KV, HD, L = c.hidden_size, c.num_attention_heads, c.num_query_groups, c.kv_channels, c.num_layers
     V, S, B, Fh = c.padded_vocab_size, c.seq_length, c.micro_batch_size, c.ffn_hidden_size
     std = 0.02
+    # torch >= 2.0 has a fused causal attention (flash kernel on CPU); use it unless told not to.
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+    if args.torch_attention == "sdpa" and not has_sdpa:
+        raise ValueError(f"--torch-attention sdpa: torch {torch.__version__} has no scaled_dot_product_attention")
+    use_sdpa = has_sdpa and args.torch_attention != "explicit"
 
     class RMSNorm(nn.Module):
         def __init__(self, n, eps=1e-5):
@@ -466,9 +473,13 @@ def torch_worker(args):
             if KV != NH:
                 k = k.repeat_interleave(NH // KV, dim=1)
                 v = v.repeat_interleave(NH // KV, dim=1)
-            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HD)
-            probs = F.dropout(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), P)
-            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, NH * HD)
+            if use_sdpa:
+                ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=P, is_causal=True)
+            else:
+                scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HD)
+                probs = F.dropout(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), P)
+                ctx = torch.matmul(probs, v)
+            ctx = ctx.transpose(1, 2).reshape(B, S, NH * HD)
             x = x + F.dropout(self.proj(ctx), P)
             u = self.fc1(self.mlp_norm(x))
             g = F.silu(u[..., :Fh]) * u[..., Fh:] if c.swiglu else F.gelu(u)
@@ -515,7 +526,8 @@ def torch_worker(args):
         times.append((time.perf_counter() - t0) * 1000.0)
         losses.append(loss.item())
 
-    runtime = {"torch": torch.__version__, "intra_op_threads": torch.get_num_threads(), "blas": []}
+    runtime = {"torch": torch.__version__, "intra_op_threads": torch.get_num_threads(), "blas": [],
+               "attention": "scaled_dot_product_attention" if use_sdpa else "explicit softmax"}
     with open("/proc/self/maps") as f:
         libs = sorted({line.split()[-1] for line in f if re.search(r"/lib(blas|openblas|blis|mkl|gomp|iomp)", line)})
     for lib in libs:
@@ -587,7 +599,7 @@ def print_report(c, results, peak, peak_isa, sgemm_rate, step_gemm, threads):
         if r.get("runtime"):
             rt = r["runtime"]
             print(f"   pytorch runtime: torch {rt['torch']}, {rt['intra_op_threads']} intra-op threads, "
-                  f"libraries: {'; '.join(rt['blas'])}")
+                  f"attention: {rt.get('attention', 'explicit softmax')}, libraries: {'; '.join(rt['blas'])}")
         for line in r.get("banner", []):
             print(f"   {r['name']}: {line}")
 
@@ -664,6 +676,12 @@ def self_test():
 
     expect(percent_of(247.5, 300.0) == "  82.5%" and percent_of(1.0, None) == "      -", "percent column")
 
+    # --torch-python: an interpreter without torch is refused up front, naming the flag and the interpreter.
+    bad = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-python", "/bin/false", "--skip-gale",
+                          "--configs", "gpt"], capture_output=True, text=True, timeout=120)
+    expect(bad.returncode == 2 and "--torch-python: /bin/false cannot import torch" in bad.stderr,
+           f"--torch-python without torch must be refused: rc {bad.returncode}, {bad.stderr.strip()[-200:]}")
+
     # The tuned PyTorch environment names the OpenBLAS core from the CPU flags.
     env, notes = torch_env(2, "tuned")
     expect(env["OMP_NUM_THREADS"] == "2" and env["OPENBLAS_NUM_THREADS"] == "2", "torch threads")
@@ -695,6 +713,12 @@ def main():
     ap.add_argument("--iters", type=int, default=5, help="timed iterations")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--torch-env", default="tuned", help="tuned (default), passive or system; see bench/README.md")
+    ap.add_argument("--torch-attention", default="auto", choices=["auto", "sdpa", "explicit"],
+                    help="PyTorch's attention: sdpa (F.scaled_dot_product_attention, causal; torch >= 2.0), "
+                         "explicit (matmul, masked softmax, matmul) or auto (default: sdpa where torch has it)")
+    ap.add_argument("--torch-python", action="append", default=[], metavar="PYTHON",
+                    help="run the PyTorch side with this interpreter's torch (e.g. a venv with PyPI's torch); "
+                         "repeatable, one PyTorch row each (named by torch version); default: this interpreter")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--no-sgemm-probe", action="store_true",
                     help="do not probe the fc1 sgemm rate around each run (then /sgemm uses the global rate)")
@@ -742,9 +766,22 @@ def main():
 
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
-    if not args.skip_torch and importlib.util.find_spec("torch") is None:
-        ap.error(f"PyTorch is not importable by {sys.executable}: run this script with Debian's /usr/bin/python3 "
-                 "(python3-torch; scripts/install-deps.sh --bench), or pass --skip-torch")
+    torch_pythons = []  # (interpreter, row name)
+    if not args.skip_torch and not args.torch_python:
+        if importlib.util.find_spec("torch") is None:
+            ap.error(f"PyTorch is not importable by {sys.executable}: run this script with Debian's /usr/bin/python3 "
+                     "(python3-torch; scripts/install-deps.sh --bench), or pass --torch-python or --skip-torch")
+        torch_pythons.append((sys.executable, "pytorch eager"))
+    for py in [] if args.skip_torch else args.torch_python:
+        try:
+            probe = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                                   text=True, timeout=120)
+        except OSError as e:
+            ap.error(f"--torch-python: cannot run {py}: {e}")
+        if probe.returncode != 0:
+            ap.error(f"--torch-python: {py} cannot import torch: "
+                     f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
+        torch_pythons.append((py, f"pytorch {probe.stdout.strip()}"[:20]))
 
     def best_of(run, config):
         """The fastest of --repeats runs (each after waiting for a quiet machine with --wait-quiet), each
@@ -780,10 +817,10 @@ def main():
     for name in configs:
         c = CONFIGS[name]
         results = []
-        if not args.skip_torch:
-            print(f"[{name}] pytorch eager ...", flush=True)
+        for py, row in torch_pythons:
+            print(f"[{name}] {row} ...", flush=True)
             results.append(best_of(lambda: run_torch(c, args.warmup, args.iters, args.threads, args.torch_env,
-                                                     args.timeout), name))
+                                                     args.timeout, args.torch_attention, py, row), name))
         if not args.skip_gale:
             gale_results = []
             for level in levels:
