@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "kernels/op_table.h"
+#include "model/config.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
 
@@ -39,6 +40,7 @@ struct FeatureContext {
 // What a feature may change in the engine.
 struct EngineSetup {
   OpTable* ops = nullptr;
+  RecomputePlan* recompute = nullptr;  // activations backward recomputes (memory features); may be null
 };
 
 struct FeatureStatus {

@@ -10,6 +10,17 @@ namespace gale {
 
 enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
 
+// Activations that backward recomputes instead of keeping from forward (MindSpeed's
+// --recompute-activation-function and --recompute-norm, installed by their features): in the first
+// `*_layers` layers of each model chunk (Megatron's order within the chunk; kAllLayers = every
+// layer; 0 = none). The recomputation calls the same kernels on the same saved inputs, so the
+// results equal the stored-activation run's.
+struct RecomputePlan {
+  static constexpr int64_t kAllLayers = INT64_MAX;
+  int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
+  int64_t norm_layers = 0;        // both norms' outputs [T, H] (from the layer input and x_mid)
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -34,6 +45,7 @@ struct ModelConfig {
   float init_std = 0.02f;
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
+  RecomputePlan recompute;
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }

@@ -79,6 +79,28 @@ Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tenso
                                 : copy_to_tp_region_backward(dx, *part.tp);
 }
 
+// A norm's output as the column-parallel linear after it takes it (GEMM input type, SP-gathered).
+Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
+  return gather_column_parallel_input(*rt.part, to_gemm_input(norm_out, rt.config->bf16));
+}
+
+// The MLP activation of u = fc1's output with its bias already added (as forward left it), as the
+// fc2 GEMM takes it. Forward adds the bias in the same call; with it already in u this is the same
+// arithmetic on the same values.
+Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, int64_t T, int64_t Fl) {
+  Tensor act = Tensor::empty({T, Fl});
+  if (rt.config->swiglu)
+    rt.ops->swiglu_forward(u, bias, act.data<float>(), T, Fl);
+  else
+    rt.ops->gelu_forward(u, bias, act.data<float>(), T, Fl);
+  return to_gemm_input(act, rt.config->bf16);
+}
+
+// Whether layer `layer` of this chunk recomputes what `plan_layers` (a RecomputePlan count) names.
+bool recomputes(const LayerRuntime& rt, int64_t layer, int64_t plan_layers) {
+  return layer - rt.part->first_layer < plan_layers;
+}
+
 }  // namespace
 
 uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
@@ -132,8 +154,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // ---- attention block ----
   Tensor norm1_stats;
   const bool bf16 = c.bf16;
-  Tensor norm1_out = gather_column_parallel_input(
-      part, to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), bf16));
+  Tensor norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
   Tensor qkv = linear_forward(norm1_out, weight(rt, pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
@@ -161,16 +182,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   proj = Tensor();
 
   // ---- MLP block ----
-  Tensor norm2_out = gather_column_parallel_input(part, to_gemm_input(norm2_local, bf16));
+  Tensor norm2_out = norm_output_for_linear(rt, norm2_local);
   norm2_local = Tensor();
   Tensor fc1_out = linear_forward(norm2_out, weight(rt, pb, w.fc1_w));  // [T, Fl or 2Fl]
-  Tensor act = Tensor::empty({T, Fl});
-  const float* fc1_bias = w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr;
-  if (c.swiglu)
-    ops.swiglu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
-  else
-    ops.gelu_forward(fc1_out.data<float>(), fc1_bias, act.data<float>(), T, Fl);
-  act = to_gemm_input(act, bf16);
+  Tensor act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
   Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(rt, pb, w.fc2_w)));  // [Tl, H]
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
@@ -179,15 +194,17 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   if (saved) {
     saved->x_in = x_in;
     saved->norm1_stats = norm1_stats;
-    saved->norm1_out = norm1_out;
+    const bool keep_norm = !recomputes(rt, layer, c.recompute.norm_layers);
+    const bool keep_act = !recomputes(rt, layer, c.recompute.activation_layers);
+    saved->norm1_out = keep_norm ? norm1_out : Tensor();
     saved->qkv = qkv;
     saved->ctx = ctx;
     saved->lse = lse;
     saved->x_mid = x_mid;
     saved->norm2_stats = norm2_stats;
-    saved->norm2_out = norm2_out;
+    saved->norm2_out = keep_norm ? norm2_out : Tensor();
     saved->fc1_out = fc1_out;
-    saved->act = act;
+    saved->act = keep_act ? act : Tensor();
   }
   return x_out;
 }
@@ -208,6 +225,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                 hidden_dropout(rt, layer, 2));
   Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
+  if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
   Tensor d_act = linear_backward(d_fc2_full, s.act, weight(rt, pb, w.fc2_w));  // [T, Fl]
   d_fc2 = d_fc2_full = Tensor();
   s.act = Tensor();
@@ -218,6 +236,10 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
+  if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)
+    Tensor stats;
+    s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
+  }
   Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(rt, pb, w.fc1_w)));
   d_fc1 = Tensor();
   s.norm2_out = Tensor();
@@ -253,6 +275,10 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+  if (!s.norm1_out.defined()) {  // recomputed
+    Tensor stats;
+    s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
+  }
   Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward(d_qkv, s.norm1_out, weight(rt, pb, w.qkv_w)));
   d_qkv = Tensor();
   s.norm1_out = Tensor();

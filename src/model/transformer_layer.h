@@ -49,7 +49,8 @@ struct LayerRuntime {
   AttentionProblem attention;
 };
 
-// Tensors saved by forward for backward (one layer, one micro-batch).
+// Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
+// stay undefined in layers where config.recompute says so; backward recomputes them.
 struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)

@@ -82,7 +82,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
-  const ModelConfig config = model_config_from_args(args);
+  ModelConfig config = model_config_from_args(args);
+  config.recompute = options.recompute;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();

@@ -35,6 +35,8 @@ struct EngineOptions {
   // Gradient bucket size in elements for every chunk; 0 = Megatron's rule (chunk_bucket_size).
   // Tests set it to get several buckets out of a tiny model.
   int64_t ddp_bucket_size = 0;
+  // Activations every chunk's backward recomputes (installed by the memory features).
+  RecomputePlan recompute;
 };
 
 // Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`

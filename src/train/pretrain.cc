@@ -117,11 +117,11 @@ int pretrain_main(int argc, char** argv) {
 
   // ---- engine: features, model chunks, optimizer ----
   OpTable ops = reference_ops();
-  EngineSetup setup{&ops};
+  EngineOptions engine_options;
+  EngineSetup setup{&ops, &engine_options.recompute};
   st = registry->apply(fctx, setup);
   if (!st.ok()) run_error(st);
   print_active_features(*registry, fctx, ops);
-  EngineOptions engine_options;
   if (args.parallel.ddp_bucket_size != kUnset) engine_options.ddp_bucket_size = args.parallel.ddp_bucket_size;
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());

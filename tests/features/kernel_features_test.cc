@@ -2,41 +2,12 @@
 // requirements, and the `gale features` command.
 #include <gtest/gtest.h>
 
-#include "features/registry.h"
+#include "features/resolved_features.h"
 #include "kernels/cpu/fused_ops.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
-
-struct Resolved {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  std::unique_ptr<FeatureRegistry> registry = make_feature_registry();
-  OpTable ops = reference_ops();
-  std::vector<std::string> notices;
-  Status status;
-
-  explicit Resolved(std::vector<std::string> argv) {
-    add_all_pretrain_args(parser, args);
-    registry->register_args(parser);
-    argv.insert(argv.begin(), "gale");
-    std::vector<char*> ptrs;
-    for (auto& a : argv) ptrs.push_back(a.data());
-    storage_ = std::move(argv);
-    status = parser.parse(static_cast<int>(ptrs.size()), ptrs.data());
-    if (!status.ok()) return;
-    FeatureContext ctx = make_feature_context(args, parser, *registry);
-    status = registry->resolve(ctx, &notices);
-    if (!status.ok()) return;
-    EngineSetup setup{&ops};
-    status = registry->apply(ctx, setup);
-  }
-  std::string impl(const std::string& op) { return ops.impl.at(op); }
-
- private:
-  std::vector<std::string> storage_;
-};
 
 const std::vector<std::string> kLlama = {"--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope"};
 
@@ -46,14 +17,14 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 }
 
 TEST(KernelFeatures, LevelZeroIsThePlainReference) {
-  Resolved r(with(kLlama, {"--optimization-level", "0", "--use-flash-attn", "--use-fused-swiglu"}));
+  ResolvedFeatures r(with(kLlama, {"--optimization-level", "0", "--use-flash-attn", "--use-fused-swiglu"}));
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (const auto& [op, impl] : r.ops.impl) EXPECT_EQ(impl, "reference") << op;
   EXPECT_EQ(r.notices.size(), 2u);
 }
 
 TEST(KernelFeatures, LevelOneInstallsTheAlwaysSafeRewrites) {
-  Resolved r({"--optimization-level", "1"});  // a GPT model: LayerNorm, GeLU, learned positions
+  ResolvedFeatures r({"--optimization-level", "1"});  // a GPT model: LayerNorm, GeLU, learned positions
   ASSERT_TRUE(r.status.ok());
   for (const char* op : {"norm", "bias_dropout_add_norm", "bias_dropout_add", "gelu", "embedding", "adamw"})
     EXPECT_EQ(r.impl(op).rfind("fused-", 0), 0u) << op << " is " << r.impl(op);
@@ -62,7 +33,7 @@ TEST(KernelFeatures, LevelOneInstallsTheAlwaysSafeRewrites) {
 }
 
 TEST(KernelFeatures, LevelTwoFlagsAddTheirKernels) {
-  Resolved r(with(kLlama, {"--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--use-flash-attn",
+  ResolvedFeatures r(with(kLlama, {"--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--use-flash-attn",
                            "--cross-entropy-loss-fusion"}));
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (const auto& [op, impl] : r.ops.impl)
@@ -74,7 +45,7 @@ TEST(KernelFeatures, LevelTwoFlagsAddTheirKernels) {
 }
 
 TEST(KernelFeatures, MegatronSwitchOff) {
-  Resolved r({"--no-bias-gelu-fusion", "--no-bias-dropout-fusion"});
+  ResolvedFeatures r({"--no-bias-gelu-fusion", "--no-bias-dropout-fusion"});
   ASSERT_TRUE(r.status.ok());
   EXPECT_EQ(r.impl("gelu"), "reference");
   EXPECT_EQ(r.impl("bias_dropout_add"), "reference");
@@ -82,7 +53,7 @@ TEST(KernelFeatures, MegatronSwitchOff) {
 }
 
 TEST(KernelFeatures, PartitionedGemmSwitchOff) {
-  Resolved r({"--optimization-level", "1", "--no-partitioned-gemm"});
+  ResolvedFeatures r({"--optimization-level", "1", "--no-partitioned-gemm"});
   ASSERT_TRUE(r.status.ok());
   EXPECT_EQ(r.impl("gemm"), "reference");
   EXPECT_FALSE(r.registry->active("partitioned-gemm"));
@@ -90,17 +61,17 @@ TEST(KernelFeatures, PartitionedGemmSwitchOff) {
 }
 
 TEST(KernelFeatures, RequirementsNameBothFlags) {
-  EXPECT_EQ(Resolved({"--use-fused-swiglu"}).status.message(), "--use-fused-swiglu requires --swiglu");
-  EXPECT_EQ(Resolved({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
-  EXPECT_EQ(Resolved({"--use-fused-rotary-pos-emb"}).status.message(),
+  EXPECT_EQ(ResolvedFeatures({"--use-fused-swiglu"}).status.message(), "--use-fused-swiglu requires --swiglu");
+  EXPECT_EQ(ResolvedFeatures({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
+  EXPECT_EQ(ResolvedFeatures({"--use-fused-rotary-pos-emb"}).status.message(),
             "--use-fused-rotary-pos-emb requires --position-embedding-type rope");
-  EXPECT_EQ(Resolved({"--optimizer-selection", "fused_ema_adamw"}).status.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(ResolvedFeatures({"--optimizer-selection", "fused_ema_adamw"}).status.code(), StatusCode::kUnimplemented);
 }
 
 TEST(KernelFeatures, UnavailableIsaFallsBackAndSaysSo) {
   // GALE_MAX_ISA caps the ISA the kernels may use; the table reports what runs.
   setenv("GALE_MAX_ISA", "avx2", 1);
-  Resolved r({"--use-flash-attn"});
+  ResolvedFeatures r({"--use-flash-attn"});
   unsetenv("GALE_MAX_ISA");
   ASSERT_TRUE(r.status.ok());
   EXPECT_EQ(r.impl("attention"), "fused-avx2");

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "kernels/cpu/fused_ops.h"
-#include "model/gpt_model.h"
-#include "testing.h"
+#include "tiny_model_training.h"
 
 namespace gale {
 namespace {
 
-using testing::random_vector;
+using testing::TinyTrainingRun;
+using testing::train_tiny;
 
 // Relative to the reference: the loss of step 1, every parameter gradient of step 1 (per tensor,
 // against its peak), and the losses of the following AdamW steps. Measured maxima over both
@@ -23,81 +23,8 @@ constexpr double kLossTol = 1e-6;   // [1.1e-8]
 constexpr double kGradTol = 5e-6;   // [8.2e-7]
 constexpr double kCurveTol = 1e-6;  // [7.2e-9]
 
-ModelConfig gpt_config() {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 48;  // not a multiple of 16: vector tails everywhere
-  c.ffn = 100;
-  c.heads = 3;
-  c.kv_heads = 3;
-  c.head_dim = 16;
-  c.vocab = 97;
-  c.seq_length = 70;  // two flash-attention tiles, the second partial
-  c.max_positions = 80;
-  c.init_std = 0.1f;
-  c.attention_dropout = 0.1f;
-  c.hidden_dropout = 0.1f;
-  return c;
-}
-
-ModelConfig llama_config() {
-  ModelConfig c = gpt_config();
-  use_llama_architecture(c);
-  c.rotary_percent = 0.5;
-  c.heads = 8;
-  c.kv_heads = 2;
-  c.head_dim = 12;  // rotary dims 6; HD not a multiple of any vector width
-  c.attention_dropout = 0.0f;
-  c.hidden_dropout = 0.0f;
-  return c;
-}
-
-MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  const int64_t T = B * mb.S;
-  auto r = random_vector(3 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(r[2 * T + i] > -0.8f ? 1.0f : 0.0f);
-    const int64_t s = i % mb.S;
-    const int64_t doc_start = documents ? (s >= 45 ? 45 : s >= 20 ? 20 : 0) : 0;
-    mb.position_ids.push_back(static_cast<int32_t>(s - doc_start));
-    if (documents) mb.document_ids.push_back(static_cast<int32_t>(doc_start));
-  }
-  for (int64_t b = 0; b < B; ++b) mb.sample_ids.push_back(seed * 10 + b);
-  return mb;
-}
-
-struct TrainingRun {
-  std::vector<double> losses;
-  std::vector<float> first_grads;
-};
-
-// `steps` training steps (forward, backward, AdamW over the flat buffer) from the same initial weights.
-TrainingRun train(const ModelConfig& config, const OpTable& ops, bool documents, int steps) {
-  GPTModel model(config, single_process_partition(config), &ops);
-  ParamBuffer& pb = model.params();
-  pb.initialize(7);
-  std::vector<float> m(pb.numel(), 0.0f), v(pb.numel(), 0.0f);
-  TrainingRun run;
-  for (int step = 1; step <= steps; ++step) {
-    const MicroBatch mb = make_batch(config, 2, 100 + step, documents);
-    GPTModel::LossSums sums;
-    pb.zero_grads();
-    model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-    model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
-    run.losses.push_back(sums.loss_sum / sums.tokens);
-    if (step == 1) run.first_grads.assign(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-    AdamWHyper h;
-    h.lr = 1e-3f;
-    h.step = step;
-    ops.adamw_step(pb.flat_params().data<float>(), pb.flat_grads().data<float>(), m.data(), v.data(), pb.numel(), h);
-  }
-  return run;
-}
+ModelConfig gpt_config() { return testing::tiny_gpt_config(); }
+ModelConfig llama_config() { return testing::tiny_llama_config(); }
 
 struct ModelCase {
   const char* name;
@@ -117,8 +44,8 @@ TEST_P(FusedModel, SameLossGradientsAndCurveAsReference) {
   for (const auto& [op, name] : fused_ops.impl) EXPECT_EQ(name, fused_kernel_name(op, isa)) << op;
 
   const int steps = 3;
-  const TrainingRun ref = train(mc.config, ref_ops, mc.documents, steps);
-  const TrainingRun fused = train(mc.config, fused_ops, mc.documents, steps);
+  const TinyTrainingRun ref = train_tiny(mc.config, ref_ops, mc.documents, steps);
+  const TinyTrainingRun fused = train_tiny(mc.config, fused_ops, mc.documents, steps);
   EXPECT_LE(std::fabs(fused.losses[0] - ref.losses[0]) / ref.losses[0], kLossTol);
 
   // Gradients of step 1, tensor by tensor.
@@ -128,8 +55,8 @@ TEST_P(FusedModel, SameLossGradientsAndCurveAsReference) {
     const ParamSpec& spec = pb.spec(id);
     double peak = 1e-30, err = 0.0;
     for (int64_t i = spec.offset; i < spec.offset + spec.local_numel(); ++i) {
-      peak = std::max(peak, static_cast<double>(std::fabs(ref.first_grads[i])));
-      err = std::max(err, static_cast<double>(std::fabs(fused.first_grads[i] - ref.first_grads[i])));
+      peak = std::max(peak, static_cast<double>(std::fabs(ref.grads[0][i])));
+      err = std::max(err, static_cast<double>(std::fabs(fused.grads[0][i] - ref.grads[0][i])));
     }
     EXPECT_LE(err / peak, kGradTol) << spec.name;
   }

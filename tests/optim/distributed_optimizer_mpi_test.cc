@@ -34,7 +34,7 @@ struct TrainingRun : testing::TestRun {
                                 "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
                                 "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"},
                                flags}),
-                world, kVocab, EngineOptions{bucket_size}) {}
+                world, kVocab, EngineOptions{bucket_size, {}}) {}
   Status save() { return save_checkpoint(args, *engine, trainer->state()); }
   Status load() {
     bool loaded = false;

@@ -149,7 +149,7 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   testing::TestRun run(testing::join({kCommon, llama ? kLlama : kGpt, layout->flags}), world, kVocab,
-                       EngineOptions{layout->bucket_size});
+                       EngineOptions{layout->bucket_size, layout->recompute});
   const Arguments& args = run.args;
   Engine* engine = run.engine.get();
   Trainer& trainer = *run.trainer;

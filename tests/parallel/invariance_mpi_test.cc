@@ -1,8 +1,8 @@
 // Parallel invariance: every TP / SP / DP / PP layout (1F1B, interleaved, uneven stages), with
-// and without the distributed optimizer and the communication overlaps, reproduces the
-// single-process run: the losses and gradient norms of 5 iterations and the final parameters and
-// gradients, within 1e-5 relative in fp32 (with the distributed optimizer, the gradients of the
-// shards this rank owns: the rest of its buffer is never reduced).
+// and without the distributed optimizer, the communication overlaps and activation recomputation,
+// reproduces the single-process run: the losses and gradient norms of 5 iterations and the final
+// parameters and gradients, within 1e-5 relative in fp32 (with the distributed optimizer, the
+// gradients of the shards this rank owns: the rest of its buffer is never reduced).
 //
 // Each rank also runs the single-process reference itself (the models are tiny), so it can
 // compare its own shards with the matching slices of the reference tensors without gathering.
@@ -82,6 +82,15 @@ const std::vector<Layout>& layouts() {
       {"tp2_pp2_dp2_distopt_overlap", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                            "--use-distributed-optimizer", "--overlap-grad-reduce",
                                            "--overlap-param-gather"}, 20000},
+      // Activation recomputation (--recompute-activation-function, --recompute-norm): with sequence
+      // parallelism the recomputed norm outputs are all-gathered again in backward; with pipeline
+      // chunks the layer counts start at each chunk's first layer.
+      {"tp2_sp_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 0,
+       {RecomputePlan::kAllLayers, RecomputePlan::kAllLayers}},
+      {"pp2_vpp2_recompute", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                                 "--num-layers", "8"}, 0, {1, RecomputePlan::kAllLayers}},
+      {"tp2_pp2_sp_recompute", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                   "--sequence-parallel"}, 0, {1, 1}},
   };
   return all;
 }
@@ -100,8 +109,8 @@ constexpr int64_t kVocab = testing::kTinyVocab;
 // One layout's run of the model: the common flags, the model's, then the layout's.
 struct LayoutRun : testing::TestRun {
   LayoutRun(const std::vector<std::string>& model, const std::vector<std::string>& layout, const Comm& world,
-            int64_t bucket_size = 0)
-      : TestRun(testing::join({kCommon, model, layout}), world, kVocab, EngineOptions{bucket_size}) {
+            int64_t bucket_size = 0, RecomputePlan recompute = {})
+      : TestRun(testing::join({kCommon, model, layout}), world, kVocab, EngineOptions{bucket_size, recompute}) {
     GALE_CHECK_EQ(args.model.padded_vocab_size, 256);
   }
 };
@@ -151,7 +160,7 @@ TEST_P(Invariance, MatchesSingleProcess) {
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   const auto& model = llama ? kLlama : kGpt;
   const LayoutRun& reference = single_process_run(llama, layout->flags);
-  LayoutRun run(model, layout->flags, world, layout->bucket_size);
+  LayoutRun run(model, layout->flags, world, layout->bucket_size, layout->recompute);
   run.train(5);
   finish_param_sync(*run.engine);  // --overlap-param-gather leaves the last all-gather to the next forward
   for (int i = 0; i < 5; ++i) {

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "model/config.h"
+
 namespace gale::testing {
 
 struct Layout {
@@ -16,6 +18,7 @@ struct Layout {
   int world;
   std::vector<std::string> flags;
   int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size (0: Megatron's rule)
+  RecomputePlan recompute = {};  // EngineOptions::recompute (what --recompute-* install)
 };
 
 inline std::vector<std::string> layout_names(const std::vector<Layout>& layouts) {
