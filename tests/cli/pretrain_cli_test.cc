@@ -64,6 +64,21 @@ TEST(GalePretrain, SameLossesAtEveryOptimizationLevel) {
   }
 }
 
+TEST(GalePretrain, RecomputationKeepsTheLossesAndSaysItIsActive) {
+  test::RunResult kept = test::run_with_timeout(tiny({"--use-flash-attn"}), {}, 300);
+  test::RunResult recomputed = test::run_with_timeout(
+      tiny({"--use-flash-attn", "--recompute-activation-function", "--recompute-norm", "--recompute-norm-num-layers",
+            "1"}),
+      {}, 300);
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  ASSERT_EQ(recomputed.exit_code, 0) << recomputed.output;
+  EXPECT_NE(recomputed.output.find("active: recompute-activation-function (memory, level 2)"), std::string::npos)
+      << recomputed.output;
+  EXPECT_NE(recomputed.output.find("active: recompute-norm (memory, level 2)"), std::string::npos);
+  ASSERT_EQ(losses(kept.output).size(), 6u);
+  EXPECT_EQ(losses(recomputed.output), losses(kept.output));  // bit-identical, so identical when printed
+}
+
 TEST(GalePretrain, Bf16TrainsOnEitherGemmPathAndSaysWhich) {
   // --bf16 uses oneDNN's bf16 matmul only where it runs on AMX, else f32 sgemm on widened inputs;
   // both multiply the same bf16 values, so the losses agree closely.
