@@ -1,6 +1,8 @@
 // RecomputeFeature: flags, validation and the RecomputePlan it installs.
 #include "features/recompute_feature.h"
 
+#include "features/registry.h"
+
 namespace gale {
 
 void RecomputeFeature::register_args(ArgParser& parser) {
@@ -24,6 +26,12 @@ Status RecomputeFeature::apply(const FeatureContext& ctx, EngineSetup& setup) co
   if (setup.recompute == nullptr) return Status::Ok();  // an engine without a model (gale features)
   setup.recompute->*s_.layers = num_layers_ >= 1 ? num_layers_ : RecomputePlan::kAllLayers;
   return Status::Ok();
+}
+
+void register_recompute_feature(FeatureRegistry& registry, std::string name, std::string counterpart,
+                                std::string description, int64_t RecomputePlan::*layers) {
+  registry.add(std::make_unique<RecomputeFeature>(
+      RecomputeFeatureSpec{std::move(name), std::move(counterpart), std::move(description), layers}));
 }
 
 }  // namespace gale

@@ -39,4 +39,9 @@ class RecomputeFeature : public Feature {
   int64_t num_layers_ = -1;  // -1: every layer
 };
 
+class FeatureRegistry;
+// Adds a RecomputeFeature named `name` that sets `layers` of the engine's RecomputePlan.
+void register_recompute_feature(FeatureRegistry& registry, std::string name, std::string counterpart,
+                                std::string description, int64_t RecomputePlan::*layers);
+
 }  // namespace gale
