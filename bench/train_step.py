@@ -781,7 +781,10 @@ def main():
         if probe.returncode != 0:
             ap.error(f"--torch-python: {py} cannot import torch: "
                      f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
-        torch_pythons.append((py, f"pytorch {probe.stdout.strip()}"[:20]))
+        row = f"pytorch {probe.stdout.strip()}"[:20]
+        if any(row == r for _, r in torch_pythons):  # the same torch twice: tell the rows apart
+            row = f"{row[:16]} #{len(torch_pythons) + 1}"
+        torch_pythons.append((py, row))
 
     def best_of(run, config):
         """The fastest of --repeats runs (each after waiting for a quiet machine with --wait-quiet), each
