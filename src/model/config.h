@@ -1,8 +1,10 @@
 // The model's shape and behaviour (from the model flags), and this rank's share of it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 
@@ -19,6 +21,28 @@ struct RecomputePlan {
   static constexpr int64_t kAllLayers = INT64_MAX;
   int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
   int64_t norm_layers = 0;        // both norms' outputs [T, H] (from the layer input and x_mid)
+};
+
+// Megatron's --recompute-granularity full (--recompute-method, --recompute-num-layers): layers that
+// keep nothing but the input of their group in forward; backward reruns the group's forward (same
+// kernels, same dropout masks) before going back through it. Uniform: every layer, in groups of
+// num_layers consecutive layers of the model chunk; block: each of the chunk's first num_layers
+// layers on its own.
+struct FullRecompute {
+  enum class Method { kNone, kUniform, kBlock };
+  Method method = Method::kNone;
+  int64_t num_layers = 0;
+
+  // The group [first, end) of chunk-local layer i in a chunk of `chunk_layers`; first == end when
+  // layer i is not recomputed.
+  std::pair<int64_t, int64_t> group(int64_t i, int64_t chunk_layers) const {
+    if (method == Method::kUniform && num_layers > 0) {
+      const int64_t first = i / num_layers * num_layers;
+      return {first, std::min(first + num_layers, chunk_layers)};
+    }
+    if (method == Method::kBlock && i < num_layers) return {i, i + 1};
+    return {i, i};
+  }
 };
 
 struct ModelConfig {
@@ -46,6 +70,7 @@ struct ModelConfig {
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   RecomputePlan recompute;
+  FullRecompute full_recompute;
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }

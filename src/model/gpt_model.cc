@@ -285,10 +285,14 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
   Tensor x = part_.pre_process ? embedding_forward(*st) : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
   if (training) st->layers.resize(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  const int64_t L = static_cast<int64_t>(layers_.size());
+  for (int64_t i = 0; i < L; ++i) {
     need();
-    x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x,
-                                  training ? &st->layers[i] : nullptr);
+    const auto [first, end] = config_.full_recompute.group(i, L);
+    const bool rerun = training && first < end;  // --recompute-granularity full: keep the group's input only
+    if (rerun && i == first) st->layers[i].x_in = x;
+    x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + i, x,
+                                  training && !rerun ? &st->layers[i] : nullptr);
   }
   Tensor out;
   if (part_.post_process) {
@@ -373,9 +377,15 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
     d = head_backward(*st, loss_scale);
     ready();
   }
-  for (size_t i = layers_.size(); i-- > 0;) {
-    d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i),
-                                   st->layers[i], d);
+  const int64_t L = static_cast<int64_t>(layers_.size());
+  for (int64_t i = L; i-- > 0;) {
+    const auto [first, end] = config_.full_recompute.group(i, L);
+    if (first < end && i == end - 1) {  // rerun the group's forward from its kept input, keeping all
+      Tensor x = st->layers[first].x_in;
+      for (int64_t j = first; j < end; ++j)
+        x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);
+    }
+    d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + i, st->layers[i], d);
     ready();
   }
   if (part_.pre_process) {

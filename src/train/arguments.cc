@@ -32,6 +32,15 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
   p.add("--init-method-std", &a.init_method_std, "standard deviation of the normal weight initialisation");
+  p.group("activation recomputation");
+  p.add_choice("--recompute-granularity", &a.recompute_granularity, {"full", "selective"},
+               "full: keep only the input of layer groups and rerun their forward in backward; selective: core "
+               "attention only, which Gale never keeps anyway");
+  p.add_choice("--recompute-method", &a.recompute_method, {"uniform", "block"},
+               "with full: uniform = every layer, in groups of --recompute-num-layers; block = the first "
+               "--recompute-num-layers layers of each pipeline stage (model chunk), one by one");
+  p.add("--recompute-num-layers", &a.recompute_num_layers, "with full: the group size (uniform) or layer count (block)");
+  p.add_flag("--recompute-activations", &a.recompute_activations, "same as --recompute-granularity selective");
 }
 
 void add_training_args(ArgParser& p, TrainingArgs& a) {
@@ -184,11 +193,7 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--expert-tensor-parallel-size", "expert parallelism"},
       {"--multi-latent-attention", "multi-head latent attention"},
       {"--mtp-num-layers", "multi-token prediction"},
-      {"--recompute-granularity", "activation recomputation"},
-      {"--recompute-method", "activation recomputation"},
-      {"--recompute-num-layers", "activation recomputation"},
-      {"--recompute-activations", "activation recomputation"},
-      {"--distribute-saved-activations", "activation recomputation"},
+      {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--rampup-batch-size", "batch-size ramp-up"},
       {"--tensorboard-dir", "TensorBoard logging"},
       {"--wandb-project", "Weights & Biases logging"},
@@ -295,6 +300,27 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
     m.num_kv_heads = m.num_query_groups;
   } else {
     m.num_kv_heads = m.num_attention_heads;
+  }
+  if (m.recompute_activations) {
+    if (!m.recompute_granularity.empty() && m.recompute_granularity != "selective")
+      return InvalidArgument("--recompute-activations means --recompute-granularity selective, found --recompute-granularity ",
+                             m.recompute_granularity);
+    m.recompute_granularity = "selective";
+  }
+  if (m.recompute_granularity == "full") {
+    if (m.recompute_method.empty())
+      return InvalidArgument("--recompute-granularity full requires --recompute-method uniform or block");
+    if (m.recompute_num_layers == kUnset)
+      return InvalidArgument("--recompute-granularity full requires --recompute-num-layers");
+    if (m.recompute_num_layers < 1)
+      return InvalidArgument("--recompute-num-layers: expected at least 1, found ", m.recompute_num_layers);
+  } else {
+    if (!m.recompute_method.empty())
+      return InvalidArgument("--recompute-method requires --recompute-granularity full, found ",
+                             m.recompute_granularity.empty() ? "no --recompute-granularity"
+                                                             : "--recompute-granularity " + m.recompute_granularity);
+    if (m.recompute_num_layers != kUnset)
+      return InvalidArgument("--recompute-num-layers requires --recompute-granularity full");
   }
   if (m.max_position_embeddings < m.seq_length)
     return InvalidArgument("--max-position-embeddings ", m.max_position_embeddings, " must be at least --seq-length ",

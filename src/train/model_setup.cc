@@ -32,6 +32,11 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.init_std = static_cast<float>(m.init_method_std);
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
+  if (m.recompute_granularity == "full") {
+    c.full_recompute.method =
+        m.recompute_method == "uniform" ? FullRecompute::Method::kUniform : FullRecompute::Method::kBlock;
+    c.full_recompute.num_layers = m.recompute_num_layers;
+  }
   return c;
 }
 

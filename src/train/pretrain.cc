@@ -99,6 +99,9 @@ int pretrain_main(int argc, char** argv) {
   for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
+  if (args.model.recompute_granularity == "selective")
+    warn_rank0("--recompute-granularity selective: nothing to do; Gale never keeps attention scores or "
+               "probabilities for backward (both attention kernels recompute them from the log-sum-exp)");
 
   // ---- layout ----
   StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));

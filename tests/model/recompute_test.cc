@@ -1,7 +1,8 @@
-// Activation recomputation (RecomputePlan: --recompute-activation-function, --recompute-norm): the
-// same tiny models with the MLP activation and/or the norms' outputs dropped in forward and
-// recomputed in backward give bit-identical losses and gradients over a few AdamW steps, with the
-// reference and the fused kernels, in fp32 and bf16, and hold fewer bytes at the peak.
+// Activation recomputation (RecomputePlan: --recompute-activation-function, --recompute-norm; and
+// FullRecompute: Megatron's --recompute-granularity full): the same tiny models with activations
+// dropped in forward and recomputed in backward give bit-identical losses and gradients over a few
+// AdamW steps, with the reference and the fused kernels, in fp32 and bf16, and hold fewer bytes at
+// the peak.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,12 +55,15 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class Recompute : public ::testing::TestWithParam<Case> {};
 
+OpTable case_ops(const Case& c) {
+  OpTable ops = reference_ops();
+  if (c.fused) GALE_CHECK_OK(install_all_fused_kernels(ops, detected_isa()));
+  return ops;
+}
+
 TEST_P(Recompute, SameLossesAndGradientsWithLessMemory) {
   const Case& c = GetParam();
-  OpTable ops = reference_ops();
-  if (c.fused) {
-    ASSERT_TRUE(install_all_fused_kernels(ops, detected_isa()).ok());
-  }
+  const OpTable ops = case_ops(c);
   const int steps = 3;
   const TinyTrainingRun stored = train(c.config, ops, steps);
   const int64_t T = 2 * c.config.seq_length, L = c.config.num_layers;
@@ -76,8 +80,7 @@ TEST_P(Recompute, SameLossesAndGradientsWithLessMemory) {
                         {"activation in the first layer, norms in the first two", 1, 2}};
   for (const Plan& p : plans) {
     ModelConfig config = c.config;
-    config.recompute.activation_layers = p.activation_layers;
-    config.recompute.norm_layers = p.norm_layers;
+    config.recompute = {p.activation_layers, p.norm_layers};
     const TinyTrainingRun rc = train(config, ops, steps);
     expect_identical(stored, rc, p.what);
     // The peak (end of forward) lacks what the plan drops, except in the last layer, whose backward
@@ -85,9 +88,49 @@ TEST_P(Recompute, SameLossesAndGradientsWithLessMemory) {
     const int64_t act_layers = std::min<int64_t>(p.activation_layers, L - 1);
     const int64_t norm_layers = std::min<int64_t>(p.norm_layers, L - 1);
     const int64_t saved = act_layers * act_bytes + norm_layers * norm_bytes;
-    EXPECT_LE(rc.first_step_peak_bytes, stored.first_step_peak_bytes - saved) << p.what << ": peak " << rc.first_step_peak_bytes << " vs "
-                                                        << stored.first_step_peak_bytes;
+    EXPECT_LE(rc.first_step_peak_bytes, stored.first_step_peak_bytes - saved)
+        << p.what << ": peak " << rc.first_step_peak_bytes << " vs " << stored.first_step_peak_bytes;
   }
+}
+
+// Megatron's --recompute-granularity full: groups of layers keep only their input and rerun their
+// forward in backward; the same losses and gradients, bit for bit, and a lower peak.
+TEST_P(Recompute, FullRecomputeOfLayerGroups) {
+  const Case& c = GetParam();
+  const OpTable ops = case_ops(c);
+  const int steps = 2;
+  const TinyTrainingRun stored = train(c.config, ops, steps);
+  struct Plan {
+    const char* what;
+    FullRecompute::Method method;
+    int64_t num_layers;
+  };
+  const Plan plans[] = {{"uniform, groups of 1", FullRecompute::Method::kUniform, 1},
+                        {"uniform, groups of 2 (the last group is 1 layer)", FullRecompute::Method::kUniform, 2},
+                        {"block, the first 2 layers", FullRecompute::Method::kBlock, 2},
+                        {"block, more layers than the model has", FullRecompute::Method::kBlock, 5}};
+  for (const Plan& p : plans) {
+    ModelConfig config = c.config;
+    config.full_recompute = {p.method, p.num_layers};
+    const TinyTrainingRun rc = train(config, ops, steps);
+    expect_identical(stored, rc, p.what);
+    EXPECT_LT(rc.first_step_peak_bytes, stored.first_step_peak_bytes) << p.what;
+  }
+  // With the activation and norm plans on top (inside the rerun forward they still apply).
+  ModelConfig both = c.config;
+  both.full_recompute = {FullRecompute::Method::kUniform, 2};
+  both.recompute = {RecomputePlan::kAllLayers, RecomputePlan::kAllLayers};
+  expect_identical(stored, train(both, ops, steps), "uniform 2 with the activation and norm plans");
+}
+
+TEST(FullRecompute, Groups) {
+  const FullRecompute uniform{FullRecompute::Method::kUniform, 2}, block{FullRecompute::Method::kBlock, 2}, none;
+  EXPECT_EQ(uniform.group(0, 5), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(uniform.group(3, 5), (std::pair<int64_t, int64_t>{2, 4}));
+  EXPECT_EQ(uniform.group(4, 5), (std::pair<int64_t, int64_t>{4, 5}));
+  EXPECT_EQ(block.group(1, 5), (std::pair<int64_t, int64_t>{1, 2}));
+  EXPECT_EQ(block.group(2, 5), (std::pair<int64_t, int64_t>{2, 2}));
+  EXPECT_EQ(none.group(0, 5), (std::pair<int64_t, int64_t>{0, 0}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Recompute,

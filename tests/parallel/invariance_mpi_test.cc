@@ -91,6 +91,13 @@ const std::vector<Layout>& layouts() {
                                  "--num-layers", "8"}, 0, {1, RecomputePlan::kAllLayers}},
       {"tp2_pp2_sp_recompute", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                    "--sequence-parallel"}, 0, {1, 1}},
+      // Megatron's full recomputation: reruns a layer group's forward (with SP: its all-gathers) in backward.
+      {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity",
+                                    "full", "--recompute-method", "uniform", "--recompute-num-layers", "3"}},
+      {"pp2_vpp2_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2",
+                                            "--num-virtual-stages-per-pipeline-rank", "2", "--num-layers", "8",
+                                            "--recompute-granularity", "full", "--recompute-method", "block",
+                                            "--recompute-num-layers", "1"}},
   };
   return all;
 }

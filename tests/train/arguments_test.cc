@@ -159,7 +159,38 @@ INSTANTIATE_TEST_SUITE_P(
                   "--lr-decay-style WSD needs --lr-wsd-decay-iters (or --lr-wsd-decay-samples)"},
         ErrorCase{{"--seed", "0"}, StatusCode::kInvalidArgument, "--seed: expected an integer in [1, 2^32-1], found 0"},
         ErrorCase{{"--weight-decay-incr-style", "linear"}, StatusCode::kInvalidArgument,
-                  "--weight-decay-incr-style linear needs --start-weight-decay and --end-weight-decay"}));
+                  "--weight-decay-incr-style linear needs --start-weight-decay and --end-weight-decay"},
+        ErrorCase{{"--recompute-granularity", "full", "--recompute-num-layers", "1"}, StatusCode::kInvalidArgument,
+                  "--recompute-granularity full requires --recompute-method uniform or block"},
+        ErrorCase{{"--recompute-granularity", "full", "--recompute-method", "block"}, StatusCode::kInvalidArgument,
+                  "--recompute-granularity full requires --recompute-num-layers"},
+        ErrorCase{{"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "0"},
+                  StatusCode::kInvalidArgument, "--recompute-num-layers: expected at least 1, found 0"},
+        ErrorCase{{"--recompute-method", "uniform"}, StatusCode::kInvalidArgument,
+                  "--recompute-method requires --recompute-granularity full, found no --recompute-granularity"},
+        ErrorCase{{"--recompute-activations", "--recompute-method", "block"}, StatusCode::kInvalidArgument,
+                  "--recompute-method requires --recompute-granularity full, found --recompute-granularity selective"},
+        ErrorCase{{"--recompute-num-layers", "2"}, StatusCode::kInvalidArgument,
+                  "--recompute-num-layers requires --recompute-granularity full"},
+        ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
+                  "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
+        ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
+        ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
+                  "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
+                  "ranks)"}));
+
+TEST(Arguments, RecomputeFlagsAsMegatron) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                       "--recompute-num-layers", "2"}))
+                  .ok());
+  EXPECT_EQ(c.args.model.recompute_granularity, "full");
+  EXPECT_EQ(c.args.model.recompute_method, "uniform");
+  EXPECT_EQ(c.args.model.recompute_num_layers, 2);
+  Cli s;
+  ASSERT_TRUE(s.parse(with(minimal(), {"--recompute-activations"})).ok());
+  EXPECT_EQ(s.args.model.recompute_granularity, "selective");
+}
 
 TEST(Arguments, MissingRequiredFlags) {
   for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
