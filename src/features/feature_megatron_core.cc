@@ -40,6 +40,11 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"overlap-param-gather", "--overlap-param-gather", FeatureModule::kMegatron, 0,
        "Megatron param-gather overlap", "distributed-optimizer parameter all-gather overlapped with forward", true,
        [](const Arguments& a) { return a.parallel.overlap_param_gather; }});
+  add({"recompute-granularity", "--recompute-granularity", FeatureModule::kMemory, 0,
+       "Megatron activation recomputation (MindSpeed RecomputeMethodFeature, L2)",
+       "full: layer groups (--recompute-method uniform|block, --recompute-num-layers) keep only their input and "
+       "rerun their forward in backward; selective: nothing to do (attention probabilities are never kept)",
+       true, [](const Arguments& a) { return a.model.recompute_granularity == "full"; }});
 }
 
 }  // namespace gale
