@@ -44,16 +44,16 @@ struct ModelArgs {
   double attention_dropout = 0.1;
   double hidden_dropout = 0.1;
   double init_method_std = 0.02;
-
-  // Derived by validation.
-  int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
-  int64_t padded_vocab_size = 0;  // set once the tokenizer's vocabulary is known
   // Megatron's activation recomputation (--recompute-granularity full|selective, --recompute-method
   // uniform|block, --recompute-num-layers N; --recompute-activations = selective).
   std::string recompute_granularity;  // "" (none), "full" or "selective"
   std::string recompute_method;       // "" or, with full, "uniform" or "block"
   int64_t recompute_num_layers = kUnset;
   bool recompute_activations = false;
+
+  // Derived by validation.
+  int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
+  int64_t padded_vocab_size = 0;  // set once the tokenizer's vocabulary is known
 };
 
 struct TrainingArgs {
