@@ -10,8 +10,8 @@
 //   NH attention (query) heads     KV key/value heads (= query groups)
 //   HD head dim (kv_channels)      F  FFN hidden size       V  (padded) vocabulary size
 //   L  transformer layers          E  experts
-// Activations are laid out [S, B, H] as in Megatron, so sequence-parallel and context-parallel
-// splits are contiguous slices of the first dimension.
+// Activations are laid out [S, B, H] as in Megatron, so a sequence-parallel split is a contiguous
+// slice of the first dimension and a context-parallel rank's share is two (parallel/context_split.h).
 #pragma once
 
 #include <cstdint>

@@ -8,14 +8,25 @@ namespace gale {
 
 // B samples of S tokens. Per-token arrays are [B, S] (sample-major, as the data loader builds
 // them); the model reorders tokens to its [S, B] activation layout itself.
+//
+// With context parallelism S is this cp rank's share of each sequence (local positions, in the
+// order of parallel/context_split.h), S_global the whole sequence's length, and seq_positions
+// the global position of each local position; key_document_ids then holds the document ids of the
+// whole sequences, which attention's keys need. Without it S_global = S and both lists are empty.
 struct MicroBatch {
   int64_t B = 0, S = 0;
+  int64_t S_global = 0;               // 0: the same as S (no context parallelism)
   std::vector<int32_t> tokens;        // [B, S]
   std::vector<int32_t> labels;        // [B, S]
   std::vector<float> loss_mask;       // [B, S]
   std::vector<int32_t> position_ids;  // [B, S]
   std::vector<int32_t> document_ids;  // [B, S], or empty when attention is plain causal
   std::vector<int64_t> sample_ids;    // [B]: global index of each sample in the training stream (dropout streams)
+  std::vector<int32_t> seq_positions;     // [S]: global position of each local position (empty: 0..S-1)
+  std::vector<int32_t> key_document_ids;  // [B, S_global] with context parallelism and document ids, else empty
+
+  int64_t global_length() const { return S_global > 0 ? S_global : S; }
+  int32_t seq_position(int64_t s) const { return seq_positions.empty() ? static_cast<int32_t>(s) : seq_positions[s]; }
 };
 
 // Megatron's loss contract: micro-batch m contributes Σ ℓ·mask / Σ mask, and the differentiated
