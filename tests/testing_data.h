@@ -9,7 +9,8 @@
 namespace gale::testing {
 
 // Sample k: a walk through the vocabulary where token t is mostly followed by t + 1, so the loss
-// falls within a few steps; every token has loss; positions 0..S-1.
+// falls within a few steps; every token has loss; positions 0..S-1; a new document starts at
+// about one position in six (document ids, used only with --reset-attention-mask).
 class SyntheticDataset : public SampleDataset {
  public:
   SyntheticDataset(int64_t size, int64_t S, int64_t vocab) : size_(size), S_(S), vocab_(vocab) {}
@@ -20,6 +21,8 @@ class SyntheticDataset : public SampleDataset {
     out->loss_mask.assign(S_, 1.0f);
     out->position_ids.resize(S_);
     out->document_ids.assign(S_, 0);
+    for (int64_t s = 1; s < S_; ++s)
+      out->document_ids[s] = out->document_ids[s - 1] + (uniform_at(7, 3, static_cast<uint64_t>(index * S_ + s)) < 0.17f);
     int32_t t = static_cast<int32_t>(uniform_at(7, 1, static_cast<uint64_t>(index)) * vocab_);
     for (int64_t s = 0; s < S_; ++s) {
       out->tokens[s] = t;

@@ -24,8 +24,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"schedules-method", FeatureModule::kParallel, "DualpipeVFeature (L2)", "DualPipeV pipeline schedule"},
       {"unaligned-linear", FeatureModule::kParallel, "UnalignedLinearFeature (L2)",
        "tensor parallelism with heads not divisible by TP"},
-      {"context-parallel-algo", FeatureModule::kParallel, "ContextParallelFeature / UlyssesContextParallelFeature (L2)",
-       "ring, Ulysses and hybrid context parallelism"},
       {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
        "fused matmul + collective kernels (Ascend hardware)"},
       {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},

@@ -96,9 +96,15 @@ struct ModelPartition {
   int64_t num_layers = 0;          // layers in this chunk
   bool pre_process = true;         // holds the embedding (first pipeline stage)
   bool post_process = true;        // holds the final norm, output layer and loss (last stage)
+  // Context-parallel group (null or size 1 without CP): its ranks hold different positions of the
+  // same sequences (parallel/context_split.h); attention gathers keys and values over it and the
+  // loss sums over it.
+  Comm cp;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }
+  int64_t cp_size() const { return cp ? cp->size() : 1; }
+  int64_t cp_rank() const { return cp ? cp->rank() : 0; }
 };
 
 // The whole model on one process.

@@ -1,5 +1,8 @@
-// Context parallelism in the model: micro-batch slicing.
+// Context parallelism in the model: micro-batch slicing and attention's key/value all-gather / reduce-scatter.
 #include "model/context_parallel.h"
+
+#include <algorithm>
+#include <cstring>
 
 #include "core/check.h"
 
@@ -17,6 +20,20 @@ std::vector<T> slice_rows(const std::vector<T>& in, int64_t B, int64_t S, const 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < Sl; ++s) out[b * Sl + s] = in[b * S + pos[s]];
   return out;
+}
+
+// Moves whole chunks between the rank-major order of a collective's buffer ([N, S_local·B, W]:
+// rank r's local rows) and global position order ([S_global·B, W]). `to_global` picks the direction.
+void permute_chunks(const ContextSplit& split, int64_t B, int64_t W, const float* src, float* dst, bool to_global) {
+  const int64_t C = split.chunk_length(), Tl = split.local_length() * B, rows = C * B;
+  for (int64_t r = 0; r < split.cp_size; ++r)
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t local = r * Tl + h * rows;                     // row in the rank-major buffer
+      const int64_t global = split.global_position(h * C, r) * B;  // row in position order
+      const float* from = src + (to_global ? local : global) * W;
+      float* to = dst + (to_global ? global : local) * W;
+      std::memcpy(to, from, static_cast<size_t>(rows * W) * sizeof(float));
+    }
 }
 
 }  // namespace
@@ -38,6 +55,41 @@ MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split) 
   mb.sample_ids = full.sample_ids;
   mb.seq_positions = pos;
   return mb;
+}
+
+Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_t B, const float* qkv,
+                             const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD) {
+  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
+  const int64_t Tl = split.local_length() * B, W = 2 * KV * HD;
+  Tensor local = Tensor::empty({Tl, W});
+  float* l = local.data<float>();
+  for (int64_t t = 0; t < Tl; ++t)
+    for (int64_t g = 0; g < KV; ++g) {
+      std::copy_n(qkv + kl.offset(t, g), HD, l + t * W + g * HD);
+      std::copy_n(qkv + vl.offset(t, g), HD, l + t * W + (KV + g) * HD);
+    }
+  Tensor gathered = Tensor::empty({split.cp_size * Tl, W});
+  cp.all_gather(l, gathered.raw(), Tl * W, DType::kF32);
+  Tensor kv = Tensor::empty({split.cp_size * Tl, W});
+  permute_chunks(split, B, W, gathered.data<float>(), kv.data<float>(), /*to_global=*/true);
+  return kv;
+}
+
+void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& dkv,
+                                    float* dqkv, const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD) {
+  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
+  const int64_t Tl = split.local_length() * B, W = 2 * KV * HD;
+  GALE_CHECK_EQ(dkv.numel(), split.cp_size * Tl * W);
+  Tensor by_rank = Tensor::empty({split.cp_size * Tl, W});
+  permute_chunks(split, B, W, dkv.data<float>(), by_rank.data<float>(), /*to_global=*/false);
+  Tensor local = Tensor::empty({Tl, W});
+  cp.reduce_scatter(by_rank.raw(), local.raw(), Tl * W, DType::kF32, ReduceOp::kSum);
+  const float* l = local.data<float>();
+  for (int64_t t = 0; t < Tl; ++t)
+    for (int64_t g = 0; g < KV; ++g) {
+      std::copy_n(l + t * W + g * HD, HD, dqkv + kl.offset(t, g));
+      std::copy_n(l + t * W + (KV + g) * HD, HD, dqkv + vl.offset(t, g));
+    }
 }
 
 }  // namespace gale

@@ -1,8 +1,18 @@
-// Context parallelism inside the model: a micro-batch cut to one cp rank's positions.
+// Context parallelism inside the model: a micro-batch cut to one cp rank's positions, and the
+// key/value exchange of attention over the cp group (Megatron-Core's all-gather CP).
+//
+// Forward: every cp rank computes keys and values of its own positions; all_gather_context_kv
+// gathers them from the whole group into global position order, and the local queries attend to
+// all of them (their global positions drive the causal mask and dropout). Backward: attention
+// produces dK, dV for every position of the sequence; reduce_scatter_context_kv_grad sums them
+// over the group and hands each rank the rows of the positions it owns.
 #pragma once
 
 #include <cstdint>
 
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "kernels/cpu/head_layout.h"
 #include "model/micro_batch.h"
 #include "parallel/context_split.h"
 
@@ -13,5 +23,19 @@ namespace gale {
 // positions; seq_positions and S_global set; key_document_ids = the whole sequences' document ids
 // (when `full` has document ids). With cp_size 1 returns `full` unchanged.
 MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split);
+
+// Layout of the gathered key/value rows: [S_global·B, 2·KV·HD], the KV key heads then the KV value heads.
+inline HeadLayout context_key_layout(int64_t KV, int64_t HD) { return HeadLayout{2 * KV * HD, 0, 1, HD, 0}; }
+inline HeadLayout context_value_layout(int64_t KV, int64_t HD) { return HeadLayout{2 * KV * HD, KV * HD, 1, HD, 0}; }
+
+// Forward: the KV key and value heads of this rank's S_local·B tokens, read from `qkv` through
+// kl / vl, gathered over `cp` into [S_global·B, 2·KV·HD] rows in global position order.
+Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_t B, const float* qkv,
+                             const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD);
+
+// Backward: `dkv` [S_global·B, 2·KV·HD] (this rank's gradient of every gathered row) summed over
+// `cp`; this rank's rows are WRITTEN into dqkv's key and value heads through kl / vl.
+void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& dkv,
+                                    float* dqkv, const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD);
 
 }  // namespace gale

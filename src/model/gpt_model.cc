@@ -96,31 +96,50 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   rt.mb = &st.mb;
   rt.training = training;
   const int64_t tp = part_.tp_size();
+  // Context parallelism: S is this rank's share of the sequence; positions are global.
+  const int64_t S_global = st.mb.global_length();
+  rt.cp_split = ContextSplit{S_global, part_.cp_size(), part_.cp_rank()};
+  if (rt.cp_split.cp_size > 1) {
+    GALE_CHECK(S_global == S * rt.cp_split.cp_size && static_cast<int64_t>(st.mb.seq_positions.size()) == S)
+        << "context parallelism needs a micro-batch sliced for this cp rank (slice_micro_batch)";
+    GALE_CHECK(st.mb.document_ids.empty() || !st.mb.key_document_ids.empty())
+        << "context parallelism with document ids needs the whole sequences' ids for the keys";
+  } else {
+    GALE_CHECK_EQ(S_global, S) << "a micro-batch sliced for context parallelism in a model without it";
+  }
   const int64_t s_local = part_.sequence_parallel ? S / tp : S;
   const int64_t s_offset = part_.sequence_parallel ? part_.tp_rank() * s_local : 0;
   if (rt.rope) {
     rt.rope_positions.resize(static_cast<size_t>(B * S));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < S; ++s) rt.rope_positions[b * S + s] = static_cast<int32_t>(s);
+      for (int64_t s = 0; s < S; ++s) rt.rope_positions[b * S + s] = st.mb.seq_position(s);
   }
   rt.hidden_row_ids.resize(static_cast<size_t>(s_local * B));
   for (int64_t s = 0; s < s_local; ++s)
-    for (int64_t b = 0; b < B; ++b) rt.hidden_row_ids[s * B + b] = st.mb.sample_ids[b] * S + s_offset + s;
+    for (int64_t b = 0; b < B; ++b)
+      rt.hidden_row_ids[s * B + b] = st.mb.sample_ids[b] * S_global + st.mb.seq_position(s_offset + s);
   AttentionProblem& ap = rt.attention;
   ap.B = B;
   ap.Sq = ap.Sk = S;
+  if (rt.cp_split.cp_size > 1) {  // local queries at their global positions; keys: the whole sequence in order
+    ap.Sk = S_global;
+    ap.q_positions = st.mb.seq_positions.data();
+  }
   ap.NH = c.heads / tp;
   ap.KV = c.kv_heads / tp;
   ap.HD = c.head_dim;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.causal = true;
-  if (!st.mb.document_ids.empty()) ap.q_doc_ids = ap.k_doc_ids = st.mb.document_ids.data();
+  if (!st.mb.document_ids.empty()) {
+    ap.q_doc_ids = st.mb.document_ids.data();
+    ap.k_doc_ids = rt.cp_split.cp_size > 1 ? st.mb.key_document_ids.data() : st.mb.document_ids.data();
+  }
   ap.dropout_p = training ? c.attention_dropout : 0.0f;
   ap.dropout_seed = c.seed;
   ap.sample_ids = st.mb.sample_ids.data();
   ap.heads_total = c.heads;
   ap.head_offset = part_.tp_rank() * (c.heads / tp);
-  ap.max_positions = S;
+  ap.max_positions = S_global;
 }
 
 Tensor GPTModel::embedding_forward(State& st) {
@@ -197,12 +216,14 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
                   st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
+  // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
+  double tokens = 0.0;
+  for (float m : st.mask_sb) tokens += m;
+  if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
   // With one vocabulary slice and the micro-batch count known, the loss gradient per token is
   // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
   std::vector<float> dloss;
   if (keep && tp == 1 && num_microbatches_ > 0) {
-    double tokens = 0.0;
-    for (float m : st.mask_sb) tokens += m;
     const float scale = micro_batch_loss_scale(tokens, num_microbatches_);
     dloss.resize(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
@@ -229,13 +250,13 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
     part_.tp->all_reduce(ssum, 2 * T, DType::kF32, ReduceOp::kSum);  // Σexp and target logit
   }
   Tensor lse = Tensor::empty({T});
-  double loss_sum = 0.0, tokens = 0.0;
+  double loss_sum = 0.0;
   for (int64_t t = 0; t < T; ++t) {
     lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
     double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
     loss_sum += l * st.mask_sb[t];
-    tokens += st.mask_sb[t];
   }
+  if (part_.cp_size() > 1) part_.cp->all_reduce(&loss_sum, 1, DType::kF64, ReduceOp::kSum);
   if (loss) {
     loss->loss_sum = loss_sum;
     loss->tokens = tokens;
@@ -310,6 +331,7 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
 
 Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
   GALE_CHECK(part_.post_process) << "logits exist only on the last pipeline stage";
+  GALE_CHECK_EQ(part_.cp_size(), 1) << "logits of whole sequences are not computed with context parallelism";
   const ModelConfig& c = config_;
   State st;
   build_runtime(st, mb, /*training=*/false);

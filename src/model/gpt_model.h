@@ -4,7 +4,8 @@
 // One GPTModel is one model chunk: all layers with one process, or one pipeline stage's layers
 // (the embedding only on the first stage, the head and loss only on the last). Activations
 // between chunks are [Tl, H] (T = S·B tokens, row t = s·B + b; Tl = T/TP with sequence
-// parallelism). Several micro-batches may be in flight at once (pipeline schedules): forward
+// parallelism; S is this rank's share of the sequence with context parallelism, see
+// model/micro_batch.h). Several micro-batches may be in flight at once (pipeline schedules): forward
 // stores the saved state of micro-batch `mb_id` and backward(mb_id) consumes it.
 #pragma once
 
@@ -36,7 +37,8 @@ class GPTModel {
   // The op table the model calls (features may swap it before training starts).
   void set_ops(const OpTable* ops) { ops_ = ops; }
 
-  // Σ ℓ·mask and Σ mask over this micro-batch's tokens (last stage only).
+  // Σ ℓ·mask and Σ mask over this micro-batch's tokens (last stage only); with context
+  // parallelism over the whole sequences (summed over the cp group), on every cp rank.
   struct LossSums {
     double loss_sum = 0.0;
     double tokens = 0.0;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/rng.h"
+#include "model/context_parallel.h"
 #include "model/linear.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
@@ -168,7 +169,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor ctx = Tensor::empty({T, NHl * HD});
   Tensor lse = Tensor::empty({B, NHl, S});
   const float* q = qkv.data<float>();
-  ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
+  Tensor kv_global;
+  if (rt.cp_split.cp_size > 1) {  // the local queries against the keys and values of the whole sequence
+    kv_global = all_gather_context_kv(*part.cp, rt.cp_split, B, q, kl, vl, KVl, HD);
+    const float* kv = kv_global.data<float>();
+    ops.attention_forward(ap, q, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
+                          ctx.data<float>(), lse.data<float>());
+  } else {
+    ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
+  }
   ctx = to_gemm_input(ctx, bf16);
   Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
@@ -198,6 +207,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const bool keep_act = !recomputes(rt, layer, c.recompute.activation_layers);
     saved->norm1_out = keep_norm ? norm1_out : Tensor();
     saved->qkv = qkv;
+    saved->kv_global = kv_global;
     saved->ctx = ctx;
     saved->lse = lse;
     saved->x_mid = x_mid;
@@ -266,10 +276,19 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   const float* q = s.qkv.data<float>();
   float* dq = d_qkv.data<float>();
   const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
-  ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq,
-                         dq, dq);
+  if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
+    const float* kv = s.kv_global.data<float>();
+    const HeadLayout gkl = context_key_layout(KVl, HD), gvl = context_value_layout(KVl, HD);
+    Tensor dkv = Tensor::zeros(s.kv_global.shape());
+    ops.attention_backward(ap, q, ql, kv, gkl, kv, gvl, ctx_f32.data<float>(), s.lse.data<float>(),
+                           d_ctx.data<float>(), dq, dkv.data<float>(), dkv.data<float>());
+    reduce_scatter_context_kv_grad(*part.cp, rt.cp_split, B, dkv, dq, kl, vl, KVl, HD);
+  } else {
+    ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(),
+                           dq, dq, dq);
+  }
   d_ctx = Tensor();
-  s.ctx = s.lse = s.qkv = Tensor();
+  s.ctx = s.lse = s.qkv = s.kv_global = Tensor();
   if (rt.rope) {
     ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);

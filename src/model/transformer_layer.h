@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/micro_batch.h"
 #include "model/params.h"
+#include "parallel/context_split.h"
 
 namespace gale {
 
@@ -36,10 +37,13 @@ struct LayerRuntime {
   const RopeTables* rope = nullptr;  // null without RoPE
   const MicroBatch* mb = nullptr;
   bool training = true;
-  // Global id (sample·S + position) of each local row t = s·B + b of [Tl, H] activations, for
-  // hidden dropout.
+  // Global id (sample·S_global + global position) of each local row t = s·B + b of [Tl, H]
+  // activations, for hidden dropout.
   std::vector<int64_t> hidden_row_ids;
-  // RoPE positions [B, S]: the token's index in the sequence, 0..S-1, as Megatron-Core applies
+  // This rank's positions of the sequence (context parallelism; cp_size 1 without it). With
+  // cp_size > 1 attention gathers keys and values over part->cp (model/context_parallel.h).
+  ContextSplit cp_split;
+  // RoPE positions [B, S]: the token's global index in the sequence, as Megatron-Core applies
   // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
   // absolute position embedding). Within one document attention depends only on position
   // differences, so with --reset-attention-mask the choice does not change the result.
@@ -56,6 +60,7 @@ struct LayerSaved {
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
   Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE
+  Tensor kv_global;    // context parallelism: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
   Tensor ctx;          // [T, NHl·HD]
   Tensor lse;          // [B, NHl, S]
   Tensor x_mid;        // [Tl, H]

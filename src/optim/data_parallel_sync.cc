@@ -24,6 +24,9 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
   GALE_CHECK(dp_) << "data-parallel sync needs the data-parallel group";
   dp_size_ = dp_->size();
   dp_rank_ = dp_->rank();
+  GALE_CHECK(config_.context_parallel_size >= 1 && dp_size_ % config_.context_parallel_size == 0)
+      << "the data-parallel group of " << dp_size_ << " ranks cannot hold context parallelism "
+      << config_.context_parallel_size;
   buckets_ = plan_grad_buckets(*params_, BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params});
   bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -79,7 +82,8 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   float* grads = params_->flat_grads().data<float>();
   float* g = grads + bucket.range.begin;
   const int64_t n = bucket.numel();
-  scale_inplace(g, n, 1.0f / static_cast<float>(dp_size_));  // Megatron's gradient_scaling_factor, then sum
+  // Megatron's gradient_scaling_factor (times CP: the cp ranks' partial gradients add up), then sum.
+  scale_inplace(g, n, static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_));
   if (!sharded()) {
     s.grad_work = dp_->all_reduce_async(g, n, DType::kF32, ReduceOp::kSum);
     return;

@@ -17,8 +17,8 @@
 //                              gathered bucket refreshes its part of the --bf16 weight copy
 //   finish_param_sync()        complete every pending all-gather now (checkpoints, evaluation)
 //
-// Gradients are averaged over the data-parallel group: each bucket is scaled by 1/dp and then
-// summed, all-reduced (every rank gets the whole bucket) or, with the distributed optimizer,
+// Gradients are averaged over the data-parallel group: each bucket is scaled by 1/dp (CP/dp with
+// context parallelism, DataParallelConfig::context_parallel_size) and then summed, all-reduced (every rank gets the whole bucket) or, with the distributed optimizer,
 // reduce-scattered (rank r gets only its shard; the rest of its gradient buffer is left as it
 // was and is meaningless). A bucket whose size is not a multiple of dp is reduced through a padded
 // staging copy, so the collective's blocks stay equal (Megatron pads the buffer itself instead).
@@ -41,6 +41,11 @@ struct DataParallelConfig {
   bool use_distributed_optimizer = false;
   bool overlap_param_gather = false;
   int64_t bucket_size = 0;           // elements; 0 = one bucket (see chunk_bucket_size)
+  // CP when the group is Megatron's dp-cp group of DP·CP ranks: the cp ranks of one replica hold
+  // partial gradients of the same micro-batches (each its own positions), which are summed, so
+  // the gradients are scaled by CP/(DP·CP) = 1/DP before the sum (Megatron instead scales the loss
+  // by CP and the gradients by 1/(DP·CP)).
+  int64_t context_parallel_size = 1;
   std::vector<int> separate_params;  // parameters that get a bucket of their own
 };
 

@@ -98,7 +98,12 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "pipeline size)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
-  p.add("--context-parallel-size", &a.context_parallel_size, "context-parallel size");
+  p.add("--context-parallel-size", &a.context_parallel_size,
+        "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
+  p.add("--context-parallel-algo", &a.context_parallel_algo,
+        "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered)");
+  p.add("--cp-comm-type", &a.cp_comm_type,
+        "context-parallel communication (Megatron): allgather (the only one Gale implements; the default here)");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
@@ -206,7 +211,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--use-legacy-models", "legacy Megatron models (Gale implements the MCore GPT model)"},
       {"--spec", "custom layer specs"},
       {"--encoder-num-layers", "encoder-decoder models"},
-      {"--cp-comm-type", "context parallelism"},
       {"--num-distributed-optimizer-instances", "several distributed-optimizer instances"},
       {"--data-parallel-random-init", "different initialisation per data-parallel rank"},
   };

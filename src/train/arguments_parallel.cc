@@ -118,6 +118,40 @@ Status validate_interleaved_microbatches(const Arguments& a) {
                          ") to be a multiple of --pipeline-model-parallel-size ", pp);
 }
 
+// --context-parallel-size with MindSpeed's --context-parallel-algo and Megatron's --cp-comm-type.
+Status validate_context_parallel(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const std::string& algo = par.context_parallel_algo;
+  static const char* const kPlanned[] = {"ulysses_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo",
+                                         "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"};
+  if (algo != "megatron_cp_algo") {
+    for (const char* planned : kPlanned)
+      if (algo == planned)
+        return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements megatron_cp_algo)");
+    return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
+                           "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
+  }
+  const std::string& comm = par.cp_comm_type;
+  if (comm != "allgather") {
+    if (comm == "p2p" || comm == "a2a" || comm == "a2a+p2p")
+      return Unimplemented("--cp-comm-type ", comm,
+                           ": not supported yet (Gale's context parallelism all-gathers keys and values: allgather)");
+    return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements allgather), "
+                           "found '", comm, "'");
+  }
+  const int64_t cp = par.context_parallel_size;
+  if (cp == 1) return Status::Ok();
+  const int64_t S = a.model.seq_length;
+  if (S % (2 * cp) != 0)
+    return InvalidArgument("--seq-length ", S, " must be divisible by 2 x --context-parallel-size ", cp, " = ", 2 * cp,
+                           " (each sequence is cut into 2 x CP equal chunks)");
+  const int64_t tp = par.tensor_model_parallel_size;
+  if (par.sequence_parallel && (S / cp) % tp != 0)
+    return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size) {
@@ -138,7 +172,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
-  if (par.context_parallel_size > 1) return Unimplemented("--context-parallel-size > 1: not supported yet");
+  GALE_RETURN_IF_ERROR(validate_context_parallel(a));
   if (par.expert_model_parallel_size > 1) return Unimplemented("--expert-model-parallel-size > 1: not supported yet");
   int64_t tp = par.tensor_model_parallel_size;
   if (m.num_attention_heads % tp != 0)

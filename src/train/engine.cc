@@ -44,6 +44,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   ModelPartition p;
   p.tp = ps.tp();
   p.sequence_parallel = args.parallel.sequence_parallel;
+  p.cp = ps.cp();
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;
@@ -95,6 +96,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
+    dc.context_parallel_size = engine->ps.cp_size();
     dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
                                        options.ddp_bucket_size);
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "model/context_parallel.h"
 #include "schedule/schedules.h"
 #include "train/grad_sync.h"
 #include "train/model_setup.h"
@@ -20,8 +21,9 @@ Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* tra
 
 void Trainer::reduce_losses(double sums[2]) const {
   const ParallelState& ps = engine_->ps;
-  // Every DP replica of the last stage holds its own micro-batches' sums.
-  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  // Every DP replica of the last stage holds its own micro-batches' sums (the model already summed
+  // them over the cp group: every cp rank holds the whole sequences' sums).
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
   // Other stages learn the loss from the last stage (for NaN decisions and logs on every rank).
   if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, ps.pp_size() - 1);
 }
@@ -68,6 +70,11 @@ Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index,
     if (args_.data.reset_attention_mask)
       std::copy(sample.document_ids.begin(), sample.document_ids.end(), mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = sample_id_base + b;
+  }
+  // Context parallelism: keep this cp rank's positions of each sequence.
+  if (engine_->ps.cp_size() > 1) {
+    GALE_ASSIGN_OR_RETURN(ContextSplit split, make_context_split(S, engine_->ps.cp_size(), engine_->ps.coords().cp));
+    *mb = slice_micro_batch(*mb, split);
   }
   return Status::Ok();
 }

@@ -51,6 +51,11 @@ const std::vector<Layout>& layouts() {
       {"pp2_vpp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2",
                                             "--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer",
                                             "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
+      // Context parallelism: all-gathered keys and values, alone and with TP+SP, PP and DP.
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"pp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2"}},
+      {"dp2_cp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
       {"tp2_pp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                      "--sequence-parallel", "--use-distributed-optimizer"}},
   };
@@ -94,8 +99,9 @@ ChunkSizes chunk_sizes(const ModelConfig& c, int64_t t, int64_t layers, bool pre
 std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& engine) {
   const ModelConfig c = model_config_from_args(args);
   const ParallelState& ps = engine.ps;
-  const int64_t e = 4, t = ps.tp_size(), p = ps.pp_size(), dp = ps.dp_size();
-  const int64_t T = args.model.seq_length * args.training.micro_batch_size, H = c.hidden;
+  const int64_t e = 4, t = ps.tp_size(), p = ps.pp_size(), dp = ps.dp_size(), cp = ps.cp_size();
+  // T: the tokens of a micro-batch this rank holds (its share of each sequence with CP).
+  const int64_t T_global = args.model.seq_length * args.training.micro_batch_size, T = T_global / cp, H = c.hidden;
   const int64_t Tl = args.parallel.sequence_parallel ? T / t : T;  // a pipeline transfer is [Tl, H]
   const int64_t m = args.training.global_batch_size / (args.training.micro_batch_size * dp);
   const bool sp = args.parallel.sequence_parallel, distopt = args.parallel.use_distributed_optimizer;
@@ -104,7 +110,7 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
   // reduce-scatters with SP), the embedding and the head 1 each (2 with SP), the vocab-parallel loss
   // 3T floats; after backward, the sequence-parallel gradients.
   const int64_t per_layer = sp ? 8 : 4, per_end = sp ? 2 : 1;
-  int64_t tp = 0, pp = 0, embedding = 0, dp_grads = 0;
+  int64_t tp = 0, pp = 0, embedding = 0, dp_grads = 0, context = 0;
   for (size_t k = 0; k < engine.chunks.size(); ++k) {
     const ModelPartition& part = engine.chunks[k]->partition();
     const bool first = part.pre_process, last = part.post_process;
@@ -112,6 +118,10 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     EXPECT_EQ(sizes.numel, engine.chunks[k]->params().numel()) << "docs/model.md's parameter count, chunk " << k;
     tp += m * e * T * H * (per_layer * part.num_layers + per_end * (first ? 1 : 0) + per_end * (last ? 1 : 0)) +
           (last && t > 1 ? m * 3 * T * e : 0) + (sp ? e * sizes.sequence_parallel : 0);
+    // Context parallel, per micro-batch and layer: the all-gather of the keys and values (counted
+    // as its output, [T_global, 2·KV/TP·HD]) and the reduce-scatter of their gradients (its input,
+    // the same size); the loss head's two all-reduces of one double (Σ mask, Σ ℓ·mask).
+    if (cp > 1) context += m * (2 * e * T_global * 2 * (c.kv_heads / t) * c.head_dim * part.num_layers + (last ? 16 : 0));
     // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
     // receives its gradient; one that is not the first receives its input and sends its gradient.
     pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;
@@ -130,8 +140,11 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     }
   }
   bytes[Group::kTensor] = tp;
-  // The loss sums (2 doubles) over DP; the distributed optimizer's share of the grad-norm all-reduce.
-  if (dp > 1) bytes[Group::kDataContext] = dp_grads + 16 + (distopt ? 8 : 0);
+  // The gradients and the distributed optimizer's share of the grad-norm all-reduce over DP x CP;
+  // the loss sums (2 doubles) over DP (every cp rank already holds the whole sequences' sums).
+  if (dp * cp > 1) bytes[Group::kDataContext] = dp_grads + (distopt ? 8 : 0);
+  if (dp > 1) bytes[Group::kData] = 16;
+  if (context > 0) bytes[Group::kContext] = context;
   // The stages' agreement that every micro-batch loaded (one int64) and the loss broadcast (2 doubles).
   if (p > 1) bytes[Group::kPipeline] = pp + 8 + 16;
   if (embedding > 0) bytes[Group::kEmbedding] = embedding;

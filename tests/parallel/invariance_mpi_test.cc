@@ -1,7 +1,7 @@
-// Parallel invariance: every TP / SP / DP / PP layout (1F1B, interleaved, uneven stages), with
+// Parallel invariance: every TP / SP / CP / DP / PP layout (1F1B, interleaved, uneven stages), with
 // and without the distributed optimizer, the communication overlaps and activation recomputation,
-// reproduces the single-process run: the losses and gradient norms of 5 iterations and the final
-// parameters and gradients, within 1e-5 relative in fp32 (with the distributed optimizer, the
+// reproduces the single-process run (with the same attention kernel): the losses and gradient
+// norms of 5 iterations and the final parameters and gradients, within 1e-5 relative in fp32 (with the distributed optimizer, the
 // gradients of the shards this rank owns: the rest of its buffer is never reduced).
 //
 // Each rank also runs the single-process reference itself (the models are tiny), so it can
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <map>
 
+#include "kernels/cpu/fused_ops.h"
 #include "layouts.h"
 #include "mpi_test_env.h"
 #include "testing_run.h"
@@ -94,6 +95,20 @@ const std::vector<Layout>& layouts() {
       // Megatron's full recomputation: reruns a layer group's forward (with SP: its all-gathers) in backward.
       {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity",
                                     "full", "--recompute-method", "uniform", "--recompute-num-layers", "3"}},
+      // Context parallelism (all-gathered keys and values, load-balanced split; 16 positions cut
+      // into 2·CP chunks), alone and with document masks, TP+SP, PP, DP with the distributed
+      // optimizer and full recomputation.
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_docs", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}},
+      {"cp4", 4, {"--context-parallel-size", "4"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"pp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2"}},
+      {"dp2_cp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
+      // The same with the level-2 flash attention kernel (non-consecutive query positions, Sq < Sk).
+      {"cp2_docs_flash", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}, 0, {}, true},
+      {"cp4_flash", 4, {"--context-parallel-size", "4"}, 0, {}, true},
+      {"cp2_full_recompute", 2, {"--context-parallel-size", "2", "--recompute-granularity", "full",
+                                 "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
       {"pp2_vpp2_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2",
                                             "--num-virtual-stages-per-pipeline-rank", "2", "--num-layers", "8",
                                             "--recompute-granularity", "full", "--recompute-method", "block",
@@ -116,23 +131,33 @@ constexpr int64_t kVocab = testing::kTinyVocab;
 // One layout's run of the model: the common flags, the model's, then the layout's.
 struct LayoutRun : testing::TestRun {
   LayoutRun(const std::vector<std::string>& model, const std::vector<std::string>& layout, const Comm& world,
-            int64_t bucket_size = 0, RecomputePlan recompute = {})
-      : TestRun(testing::join({kCommon, model, layout}), world, kVocab, EngineOptions{bucket_size, recompute}) {
+            int64_t bucket_size = 0, RecomputePlan recompute = {}, bool flash_attention = false)
+      : TestRun(testing::join({kCommon, model, layout}), world, kVocab, EngineOptions{bucket_size, recompute},
+                attention_ops(flash_attention)) {
     GALE_CHECK_EQ(args.model.padded_vocab_size, 256);
+  }
+  // The reference kernels, with the flash attention kernel (best build of this CPU) when asked.
+  static OpTable attention_ops(bool flash) {
+    OpTable ops = reference_ops();
+    if (flash) GALE_CHECK_OK(install_fused_kernel(ops, "attention", Isa::kAvx512));
+    return ops;
   }
 };
 
 // The single-process run a layout is compared with: the same model (and batch) flags, no
 // parallelism. Computed once per process for each distinct set of flags.
-const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& layout_flags) {
+const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& layout_flags, bool flash) {
   std::vector<std::string> same_model;
-  for (size_t i = 0; i + 1 < layout_flags.size(); ++i)
-    if (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size")
+  for (size_t i = 0; i < layout_flags.size(); ++i) {
+    if (layout_flags[i] == "--reset-attention-mask") same_model.push_back(layout_flags[i]);
+    if (i + 1 < layout_flags.size() && (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size"))
       same_model.insert(same_model.end(), {layout_flags[i], layout_flags[i + 1]});
-  static std::map<std::pair<bool, std::vector<std::string>>, std::unique_ptr<LayoutRun>> runs;
-  auto& run = runs[{llama, same_model}];
+  }
+  static std::map<std::tuple<bool, bool, std::vector<std::string>>, std::unique_ptr<LayoutRun>> runs;
+  auto& run = runs[{llama, flash, same_model}];
   if (!run) {
-    run = std::make_unique<LayoutRun>(llama ? kLlama : kGpt, same_model, make_self_communicator("world"));
+    run = std::make_unique<LayoutRun>(llama ? kLlama : kGpt, same_model, make_self_communicator("world"), 0,
+                                      RecomputePlan{}, flash);
     run->train(5);
   }
   return *run;
@@ -166,8 +191,8 @@ TEST_P(Invariance, MatchesSingleProcess) {
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   const auto& model = llama ? kLlama : kGpt;
-  const LayoutRun& reference = single_process_run(llama, layout->flags);
-  LayoutRun run(model, layout->flags, world, layout->bucket_size, layout->recompute);
+  const LayoutRun& reference = single_process_run(llama, layout->flags, layout->flash_attention);
+  LayoutRun run(model, layout->flags, world, layout->bucket_size, layout->recompute, layout->flash_attention);
   run.train(5);
   finish_param_sync(*run.engine);  // --overlap-param-gather leaves the last all-gather to the next forward
   for (int i = 0; i < 5; ++i) {

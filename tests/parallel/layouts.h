@@ -19,6 +19,7 @@ struct Layout {
   std::vector<std::string> flags;
   int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size (0: Megatron's rule)
   RecomputePlan recompute = {};  // EngineOptions::recompute (what --recompute-* install)
+  bool flash_attention = false;  // the fused (flash) attention kernel instead of the reference, here and in the reference run
 };
 
 inline std::vector<std::string> layout_names(const std::vector<Layout>& layouts) {

@@ -175,6 +175,19 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
+        ErrorCase{{"--context-parallel-algo", "ulysses_cp_algo"}, StatusCode::kUnimplemented,
+                  "--context-parallel-algo ulysses_cp_algo: not supported yet (Gale implements megatron_cp_algo)"},
+        ErrorCase{{"--context-parallel-algo", "hybrid_cp_algo"}, StatusCode::kUnimplemented,
+                  "--context-parallel-algo hybrid_cp_algo: not supported yet (Gale implements megatron_cp_algo)"},
+        ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
+                  "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
+                  "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
+        ErrorCase{{"--cp-comm-type", "p2p"}, StatusCode::kUnimplemented,
+                  "--cp-comm-type p2p: not supported yet (Gale's context parallelism all-gathers keys and values: "
+                  "allgather)"},
+        ErrorCase{{"--cp-comm-type", "all_gather"}, StatusCode::kInvalidArgument,
+                  "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements allgather), found "
+                  "'all_gather'"},
         ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
                   "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
                   "ranks)"}));
@@ -213,6 +226,29 @@ TEST(Arguments, NoDataIsAnError) {
   argv.pop_back();  // --mock-data
   Status st = c.parse(argv);
   EXPECT_EQ(st.message().substr(0, 17), "no training data:");
+}
+
+TEST(Arguments, ContextParallelism) {
+  Cli ok;
+  ASSERT_TRUE(ok.parse(with(minimal(), {"--context-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
+  EXPECT_EQ(ok.args.parallel.context_parallel_size, 2);
+  EXPECT_EQ(ok.args.parallel.data_parallel_size, 2);  // world 4 / CP 2
+  EXPECT_EQ(ok.args.parallel.context_parallel_algo, "megatron_cp_algo");
+  EXPECT_EQ(ok.args.parallel.cp_comm_type, "allgather");
+  Cli named;
+  EXPECT_TRUE(named.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo",
+                                           "megatron_cp_algo", "--cp-comm-type", "allgather"}), 2).ok());
+  // --seq-length 16 is cut into 2·CP chunks: CP 8 would need 16 chunks of 1, CP 3 six chunks.
+  Cli c3;
+  EXPECT_EQ(c3.parse(with(minimal(), {"--context-parallel-size", "3"}), 3).message(),
+            "--seq-length 16 must be divisible by 2 x --context-parallel-size 3 = 6 (each sequence is cut into 2 x CP "
+            "equal chunks)");
+  Cli sp;
+  EXPECT_EQ(sp.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
+                                      "--sequence-parallel", "--seq-length", "24"}), 16)
+                .message(),
+            "--seq-length 24 / --context-parallel-size 4 = 6 must be divisible by --tensor-model-parallel-size 4 with "
+            "--sequence-parallel");
 }
 
 TEST(Arguments, LayoutErrors) {

@@ -1,0 +1,40 @@
+// Context parallelism (Megatron's --context-parallel-size, MindSpeed's --context-parallel-algo) in the registry.
+//
+// Level 0: splitting the sequence over a cp group is Megatron-core functionality, like TP and PP,
+// so it runs at every --optimization-level (MindSpeed files its ContextParallelFeature under level
+// 2 only because it patches Megatron's own CP with its ring kernels). Gale implements MindSpeed's
+// default algorithm, megatron_cp_algo, with Megatron-Core's all-gather communication
+// (--cp-comm-type allgather): the same attention as ring attention without its send/recv overlap.
+// The flags belong to the distributed argument group (train/arguments.cc), which validates them.
+#include "features/registry.h"
+
+namespace gale {
+
+namespace {
+
+class ContextParallelFeature : public Feature {
+ public:
+  std::string name() const override { return "context-parallel-algo"; }
+  std::string flag() const override { return "--context-parallel-algo"; }
+  FeatureModule module() const override { return FeatureModule::kParallel; }
+  int level() const override { return 0; }
+  std::string counterpart() const override {
+    return "Megatron context parallelism; MindSpeed ContextParallelFeature (L2), megatron_cp_algo";
+  }
+  std::string description() const override {
+    return "--context-parallel-size N: each sequence cut into 2N chunks (rank r: chunks r and 2N-1-r), keys and "
+           "values all-gathered over the cp group (megatron_cp_algo; no ring send/recv overlap, no Ulysses)";
+  }
+  bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }
+  std::string not_requested_reason(const FeatureContext& ctx) const override {
+    return "not requested (--context-parallel-size 1)";
+  }
+};
+
+}  // namespace
+
+void register_feature_context_parallel(FeatureRegistry& registry) {
+  registry.add(std::make_unique<ContextParallelFeature>());
+}
+
+}  // namespace gale
