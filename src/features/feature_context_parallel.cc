@@ -4,7 +4,8 @@
 // so it runs at every --optimization-level (MindSpeed files its ContextParallelFeature under level
 // 2 only because it patches Megatron's own CP with its ring kernels). Gale implements MindSpeed's
 // default algorithm, megatron_cp_algo, with Megatron-Core's all-gather communication
-// (--cp-comm-type allgather): the same attention as ring attention without its send/recv overlap.
+// (--cp-comm-type allgather): the same attention as ring attention without its send/recv overlap;
+// and ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the head split).
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
 
@@ -19,11 +20,12 @@ class ContextParallelFeature : public Feature {
   FeatureModule module() const override { return FeatureModule::kParallel; }
   int level() const override { return 0; }
   std::string counterpart() const override {
-    return "Megatron context parallelism; MindSpeed ContextParallelFeature (L2), megatron_cp_algo";
+    return "Megatron context parallelism; MindSpeed ContextParallelFeature / UlyssesContextParallelFeature (L2)";
   }
   std::string description() const override {
-    return "--context-parallel-size N: each sequence cut into 2N chunks (rank r: chunks r and 2N-1-r), keys and "
-           "values all-gathered over the cp group (megatron_cp_algo; no ring send/recv overlap, no Ulysses)";
+    return "--context-parallel-size N: each sequence cut into 2N chunks (rank r: chunks r and 2N-1-r); "
+           "megatron_cp_algo all-gathers keys and values over the cp group (no ring send/recv overlap), "
+           "ulysses_cp_algo trades the sequence split for a head split with all-to-alls";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }
   std::string not_requested_reason(const FeatureContext& ctx) const override {

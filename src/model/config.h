@@ -100,6 +100,9 @@ struct ModelPartition {
   // same sequences (parallel/context_split.h); attention gathers keys and values over it and the
   // loss sums over it.
   Comm cp;
+  // --context-parallel-algo ulysses_cp_algo: attention runs on whole sequences for 1/CP of this TP
+  // rank's heads, after an all-to-all from the sequence split to a head split (and back).
+  bool cp_ulysses = false;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }

@@ -1,4 +1,4 @@
-// Context parallelism in the model: micro-batch slicing and attention's key/value all-gather / reduce-scatter.
+// Context parallelism in the model: micro-batch slicing, attention's key/value all-gather / reduce-scatter, Ulysses all-to-alls.
 #include "model/context_parallel.h"
 
 #include <algorithm>
@@ -90,6 +90,38 @@ void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split,
       std::copy_n(l + t * W + g * HD, HD, dqkv + kl.offset(t, g));
       std::copy_n(l + t * W + (KV + g) * HD, HD, dqkv + vl.offset(t, g));
     }
+}
+
+Tensor ulysses_seq_to_heads(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x) {
+  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
+  const int64_t N = split.cp_size, Tl = split.local_length() * B, W = x.size(1), Wl = W / N;
+  GALE_CHECK(x.size(0) == Tl && W % N == 0) << "ulysses_seq_to_heads: [" << x.size(0) << ", " << W << "]";
+  Tensor send = Tensor::empty({N * Tl, Wl});  // block j: this rank's rows, columns of block j
+  const float* xd = x.data<float>();
+  float* sd = send.data<float>();
+  for (int64_t j = 0; j < N; ++j)
+    for (int64_t t = 0; t < Tl; ++t) std::copy_n(xd + t * W + j * Wl, Wl, sd + (j * Tl + t) * Wl);
+  Tensor recv = Tensor::empty({N * Tl, Wl});  // block r: rank r's rows, columns of this rank's block
+  cp.all_to_all(send.raw(), recv.raw(), Tl * Wl, DType::kF32);
+  Tensor out = Tensor::empty({N * Tl, Wl});
+  permute_chunks(split, B, Wl, recv.data<float>(), out.data<float>(), /*to_global=*/true);
+  return out;
+}
+
+Tensor ulysses_heads_to_seq(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x) {
+  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
+  const int64_t N = split.cp_size, Tl = split.local_length() * B, Wl = x.size(1), W = Wl * N;
+  GALE_CHECK_EQ(x.size(0), N * Tl) << "ulysses_heads_to_seq: rows of the whole sequence";
+  Tensor send = Tensor::empty({N * Tl, Wl});  // block r: rank r's rows
+  permute_chunks(split, B, Wl, x.data<float>(), send.data<float>(), /*to_global=*/false);
+  Tensor recv = Tensor::empty({N * Tl, Wl});  // block j: this rank's rows, columns of block j
+  cp.all_to_all(send.raw(), recv.raw(), Tl * Wl, DType::kF32);
+  Tensor out = Tensor::empty({Tl, W});
+  const float* rd = recv.data<float>();
+  float* od = out.data<float>();
+  for (int64_t j = 0; j < N; ++j)
+    for (int64_t t = 0; t < Tl; ++t) std::copy_n(rd + (j * Tl + t) * Wl, Wl, od + t * W + j * Wl);
+  return out;
 }
 
 }  // namespace gale

@@ -1,5 +1,6 @@
-// Context parallelism inside the model: a micro-batch cut to one cp rank's positions, and the
-// key/value exchange of attention over the cp group (Megatron-Core's all-gather CP).
+// Context parallelism inside the model: a micro-batch cut to one cp rank's positions, the
+// key/value exchange of attention over the cp group (Megatron-Core's all-gather CP), and
+// DeepSpeed-Ulysses' all-to-alls between sequence and head splits.
 //
 // Forward: every cp rank computes keys and values of its own positions; all_gather_context_kv
 // gathers them from the whole group into global position order, and the local queries attend to
@@ -37,5 +38,16 @@ Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_
 // `cp`; this rank's rows are WRITTEN into dqkv's key and value heads through kl / vl.
 void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& dkv,
                                     float* dqkv, const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD);
+
+// DeepSpeed-Ulysses (--context-parallel-algo ulysses_cp_algo): all-to-alls over the cp group that
+// trade the sequence split for a split of the columns. The columns of `x` are cp equal blocks
+// (whole KV groups of a packed QKV row, or whole heads of attention's output).
+//
+// ulysses_seq_to_heads: x [S_local·B, W] of this rank's positions -> [S_global·B, W/cp], block
+// cp_rank of the columns for every position of the sequence, in global position order.
+// ulysses_heads_to_seq: its inverse, [S_global·B, W/cp] -> [S_local·B, W]. Both are
+// permutations, so each is the other's backward.
+Tensor ulysses_seq_to_heads(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x);
+Tensor ulysses_heads_to_seq(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x);
 
 }  // namespace gale

@@ -121,24 +121,30 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   AttentionProblem& ap = rt.attention;
   ap.B = B;
   ap.Sq = ap.Sk = S;
-  if (rt.cp_split.cp_size > 1) {  // local queries at their global positions; keys: the whole sequence in order
+  ap.NH = c.heads / tp;
+  ap.KV = c.kv_heads / tp;
+  ap.head_offset = part_.tp_rank() * (c.heads / tp);
+  const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
+  if (ulysses) {  // whole sequences in position order, 1/CP of this TP rank's heads
+    ap.Sq = ap.Sk = S_global;
+    ap.NH /= rt.cp_split.cp_size;
+    ap.KV /= rt.cp_split.cp_size;
+    ap.head_offset += part_.cp_rank() * ap.NH;
+  } else if (rt.cp_split.cp_size > 1) {  // local queries at their global positions; keys: the whole sequence in order
     ap.Sk = S_global;
     ap.q_positions = st.mb.seq_positions.data();
   }
-  ap.NH = c.heads / tp;
-  ap.KV = c.kv_heads / tp;
   ap.HD = c.head_dim;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.causal = true;
   if (!st.mb.document_ids.empty()) {
-    ap.q_doc_ids = st.mb.document_ids.data();
+    ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data() : st.mb.document_ids.data();
     ap.k_doc_ids = rt.cp_split.cp_size > 1 ? st.mb.key_document_ids.data() : st.mb.document_ids.data();
   }
   ap.dropout_p = training ? c.attention_dropout : 0.0f;
   ap.dropout_seed = c.seed;
   ap.sample_ids = st.mb.sample_ids.data();
   ap.heads_total = c.heads;
-  ap.head_offset = part_.tp_rank() * (c.heads / tp);
   ap.max_positions = S_global;
 }
 

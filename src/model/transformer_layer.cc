@@ -166,11 +166,23 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   }
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor ctx = Tensor::empty({T, NHl * HD});
-  Tensor lse = Tensor::empty({B, NHl, S});
+  Tensor ctx, lse;  // [T, NHl·HD], [B, NHl, S] (Ulysses: lse of this rank's heads over the whole sequence)
   const float* q = qkv.data<float>();
-  Tensor kv_global;
-  if (rt.cp_split.cp_size > 1) {  // the local queries against the keys and values of the whole sequence
+  Tensor kv_global, attn_out;
+  if (!part.cp_ulysses) {
+    ctx = Tensor::empty({T, NHl * HD});
+    lse = Tensor::empty({B, NHl, S});
+  }
+  if (part.cp_ulysses) {  // whole sequences for this rank's KV groups, then back to this rank's positions
+    const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
+    qkv = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, qkv);
+    const float* qh = qkv.data<float>();
+    attn_out = Tensor::empty({cp * T, NHu * HD});
+    lse = Tensor::empty({B, NHu, cp * S});
+    ops.attention_forward(ap, qh, qkv_query_layout(NHu, KVu, HD), qh, qkv_key_layout(NHu, KVu, HD), qh,
+                          qkv_value_layout(NHu, KVu, HD), attn_out.data<float>(), lse.data<float>());
+    ctx = ulysses_heads_to_seq(*part.cp, rt.cp_split, B, attn_out);
+  } else if (rt.cp_split.cp_size > 1) {  // the local queries against the keys and values of the whole sequence
     kv_global = all_gather_context_kv(*part.cp, rt.cp_split, B, q, kl, vl, KVl, HD);
     const float* kv = kv_global.data<float>();
     ops.attention_forward(ap, q, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
@@ -208,6 +220,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     saved->norm1_out = keep_norm ? norm1_out : Tensor();
     saved->qkv = qkv;
     saved->kv_global = kv_global;
+    saved->attn_out = attn_out;
     saved->ctx = ctx;
     saved->lse = lse;
     saved->x_mid = x_mid;
@@ -272,23 +285,39 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                    vl = qkv_value_layout(NHl, KVl, HD);
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor d_qkv = Tensor::empty(s.qkv.shape());
-  const float* q = s.qkv.data<float>();
-  float* dq = d_qkv.data<float>();
-  const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
-  if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
-    const float* kv = s.kv_global.data<float>();
-    const HeadLayout gkl = context_key_layout(KVl, HD), gvl = context_value_layout(KVl, HD);
-    Tensor dkv = Tensor::zeros(s.kv_global.shape());
-    ops.attention_backward(ap, q, ql, kv, gkl, kv, gvl, ctx_f32.data<float>(), s.lse.data<float>(),
-                           d_ctx.data<float>(), dq, dkv.data<float>(), dkv.data<float>());
-    reduce_scatter_context_kv_grad(*part.cp, rt.cp_split, B, dkv, dq, kl, vl, KVl, HD);
+  Tensor d_qkv;  // [T, (NHl + 2·KVl)·HD]
+  float* dq = nullptr;
+  if (part.cp_ulysses) {  // the reverse all-to-alls: d_ctx to the head split, dQKV back to this rank's positions
+    const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
+    const Tensor d_attn = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, d_ctx);
+    Tensor d_qkv_h = Tensor::empty(s.qkv.shape());
+    const float* qh = s.qkv.data<float>();
+    float* dqh = d_qkv_h.data<float>();
+    const HeadLayout uql = qkv_query_layout(NHu, KVu, HD), ukl = qkv_key_layout(NHu, KVu, HD),
+                     uvl = qkv_value_layout(NHu, KVu, HD);
+    ops.attention_backward(ap, qh, uql, qh, ukl, qh, uvl, s.attn_out.data<float>(), s.lse.data<float>(),
+                           d_attn.data<float>(), dqh, dqh, dqh);
+    d_qkv = ulysses_heads_to_seq(*part.cp, rt.cp_split, B, d_qkv_h);
+    dq = d_qkv.data<float>();
   } else {
-    ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(),
-                           dq, dq, dq);
+    d_qkv = Tensor::empty(s.qkv.shape());
+    const float* q = s.qkv.data<float>();
+    dq = d_qkv.data<float>();
+    const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
+    if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
+      const float* kv = s.kv_global.data<float>();
+      const HeadLayout gkl = context_key_layout(KVl, HD), gvl = context_value_layout(KVl, HD);
+      Tensor dkv = Tensor::zeros(s.kv_global.shape());
+      ops.attention_backward(ap, q, ql, kv, gkl, kv, gvl, ctx_f32.data<float>(), s.lse.data<float>(),
+                             d_ctx.data<float>(), dq, dkv.data<float>(), dkv.data<float>());
+      reduce_scatter_context_kv_grad(*part.cp, rt.cp_split, B, dkv, dq, kl, vl, KVl, HD);
+    } else {
+      ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(),
+                             d_ctx.data<float>(), dq, dq, dq);
+    }
   }
   d_ctx = Tensor();
-  s.ctx = s.lse = s.qkv = s.kv_global = Tensor();
+  s.ctx = s.lse = s.qkv = s.kv_global = s.attn_out = Tensor();
   if (rt.rope) {
     ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);

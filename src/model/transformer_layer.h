@@ -6,6 +6,9 @@
 //   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]
 //   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> (SP all-gather) -> linear_fc1 [T, Fl or 2Fl]
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
+// With context parallelism T = S·B counts this cp rank's positions only; attention either
+// all-gathers the keys and values of the whole sequence (megatron_cp_algo) or runs on whole
+// sequences for 1/CP of the heads between two all-to-alls (ulysses_cp_algo), model/context_parallel.h.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +44,8 @@ struct LayerRuntime {
   // activations, for hidden dropout.
   std::vector<int64_t> hidden_row_ids;
   // This rank's positions of the sequence (context parallelism; cp_size 1 without it). With
-  // cp_size > 1 attention gathers keys and values over part->cp (model/context_parallel.h).
+  // cp_size > 1 attention gathers keys and values over part->cp, or with part->cp_ulysses trades
+  // the sequence split for a head split (model/context_parallel.h).
   ContextSplit cp_split;
   // RoPE positions [B, S]: the token's global index in the sequence, as Megatron-Core applies
   // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
@@ -59,10 +63,11 @@ struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
-  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE
-  Tensor kv_global;    // context parallelism: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
+  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE (Ulysses: [S_global·B, (NHl + 2·KVl)·HD/CP])
+  Tensor kv_global;    // all-gather CP: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
   Tensor ctx;          // [T, NHl·HD]
-  Tensor lse;          // [B, NHl, S]
+  Tensor attn_out;     // Ulysses: attention's output for this rank's heads [S_global·B, NHl·HD/CP]
+  Tensor lse;          // [B, NHl, S] (Ulysses: [B, NHl/CP, S_global])
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats
   Tensor norm2_out;    // [T, H]

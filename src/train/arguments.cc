@@ -101,9 +101,11 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--context-parallel-size", &a.context_parallel_size,
         "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
   p.add("--context-parallel-algo", &a.context_parallel_algo,
-        "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered)");
+        "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered) or "
+        "ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP)");
   p.add("--cp-comm-type", &a.cp_comm_type,
-        "context-parallel communication (Megatron): allgather (the only one Gale implements; the default here)");
+        "context-parallel communication of megatron_cp_algo (Megatron): allgather (the only one Gale implements; the "
+        "default here)");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");

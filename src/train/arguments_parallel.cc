@@ -122,12 +122,14 @@ Status validate_interleaved_microbatches(const Arguments& a) {
 Status validate_context_parallel(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
-  static const char* const kPlanned[] = {"ulysses_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo",
-                                         "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"};
-  if (algo != "megatron_cp_algo") {
+  static const char* const kPlanned[] = {"hybrid_cp_algo", "adaptive_cp_algo", "hybrid_adaptive_cp_algo",
+                                         "kvallgather_cp_algo"};
+  const bool ulysses = algo == "ulysses_cp_algo";
+  if (algo != "megatron_cp_algo" && !ulysses) {
     for (const char* planned : kPlanned)
       if (algo == planned)
-        return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements megatron_cp_algo)");
+        return Unimplemented("--context-parallel-algo ", algo,
+                             ": not supported yet (Gale implements megatron_cp_algo and ulysses_cp_algo)");
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                            "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
@@ -146,6 +148,16 @@ Status validate_context_parallel(const Arguments& a) {
     return InvalidArgument("--seq-length ", S, " must be divisible by 2 x --context-parallel-size ", cp, " = ", 2 * cp,
                            " (each sequence is cut into 2 x CP equal chunks)");
   const int64_t tp = par.tensor_model_parallel_size;
+  if (ulysses && a.model.num_attention_heads % (tp * cp) != 0)
+    return InvalidArgument("--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: "
+                           "--num-attention-heads ", a.model.num_attention_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " x --context-parallel-size ",
+                           cp, " = ", tp * cp);
+  if (ulysses && a.model.num_kv_heads % (tp * cp) != 0)
+    return InvalidArgument("--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: "
+                           "--num-query-groups ", a.model.num_kv_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " x --context-parallel-size ",
+                           cp, " = ", tp * cp);
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");

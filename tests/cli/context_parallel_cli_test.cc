@@ -1,6 +1,6 @@
 // `gale pretrain --context-parallel-size 2` under mpirun as a user runs it: the feature reported at
 // start-up, the same training and validation losses as one process (fp32 at level 0, bf16 with
-// flash attention at level 2), and its flag errors.
+// flash attention at level 2, Ulysses), and its flag errors.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -66,6 +66,10 @@ TEST(GalePretrainContextParallel, Bf16AndFlashAttentionAsOneProcess) {
   expect_same_losses({"--bf16", "--use-flash-attn"}, 1e-4);
 }
 
+TEST(GalePretrainContextParallel, UlyssesSameLossesAsOneProcess) {
+  expect_same_losses({"--optimization-level", "0", "--context-parallel-algo", "ulysses_cp_algo"}, 1e-5);
+}
+
 TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   test::RunResult odd = test::run_with_timeout(tiny(2, {"--context-parallel-size", "2", "--seq-length", "30"}),
                                                kMpiEnv, 120);
@@ -74,11 +78,11 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
                             "= 4 (each sequence is cut into 2 x CP equal chunks)"),
             std::string::npos)
       << odd.output;
-  test::RunResult ulysses = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "adaptive_cp_algo"}), {}, 60);
-  EXPECT_EQ(ulysses.exit_code, 2);
-  EXPECT_EQ(ulysses.output,
+  test::RunResult adaptive = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "adaptive_cp_algo"}), {}, 60);
+  EXPECT_EQ(adaptive.exit_code, 2);
+  EXPECT_EQ(adaptive.output,
             "gale pretrain: error: --context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements "
-            "megatron_cp_algo)\n");
+            "megatron_cp_algo and ulysses_cp_algo)\n");
 }
 
 }  // namespace

@@ -56,6 +56,10 @@ const std::vector<Layout>& layouts() {
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"pp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2"}},
       {"dp2_cp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
+      // Ulysses: all-to-alls instead of the all-gather.
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"tp2_cp2_ulysses_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
+                                 "--context-parallel-algo", "ulysses_cp_algo", "--sequence-parallel"}},
       {"tp2_pp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                      "--sequence-parallel", "--use-distributed-optimizer"}},
   };
@@ -121,7 +125,13 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     // Context parallel, per micro-batch and layer: the all-gather of the keys and values (counted
     // as its output, [T_global, 2·KV/TP·HD]) and the reduce-scatter of their gradients (its input,
     // the same size); the loss head's two all-reduces of one double (Σ mask, Σ ℓ·mask).
-    if (cp > 1) context += m * (2 * e * T_global * 2 * (c.kv_heads / t) * c.head_dim * part.num_layers + (last ? 16 : 0));
+    // Ulysses instead: per micro-batch and layer four all-to-alls of this rank's tokens (counted as
+    // their send buffer): QKV [T, (NH + 2·KV)/t·HD] and the attention output [T, NH/t·HD] forward,
+    // their gradients backward.
+    const int64_t per_layer_cp = args.parallel.context_parallel_algo == "ulysses_cp_algo"
+                                     ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
+                                     : 2 * e * T_global * 2 * (c.kv_heads / t) * c.head_dim;
+    if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? 16 : 0));
     // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
     // receives its gradient; one that is not the first receives its input and sends its gradient.
     pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;

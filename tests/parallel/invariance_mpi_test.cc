@@ -107,6 +107,17 @@ const std::vector<Layout>& layouts() {
       // The same with the level-2 flash attention kernel (non-consecutive query positions, Sq < Sk).
       {"cp2_docs_flash", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}, 0, {}, true},
       {"cp4_flash", 4, {"--context-parallel-size", "4"}, 0, {}, true},
+      // DeepSpeed-Ulysses (--context-parallel-algo ulysses_cp_algo): heads (8) and query groups
+      // (GPT 8, LLaMA 4) split over TP x CP.
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"cp2_ulysses_docs_flash", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
+                                     "--reset-attention-mask"}, 0, {}, true},
+      {"cp4_ulysses", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"tp2_cp2_ulysses_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
+                                 "--context-parallel-algo", "ulysses_cp_algo", "--sequence-parallel"}},
+      {"pp2_cp2_ulysses_full_recompute", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2",
+                                             "--context-parallel-algo", "ulysses_cp_algo", "--recompute-granularity",
+                                             "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
       {"cp2_full_recompute", 2, {"--context-parallel-size", "2", "--recompute-granularity", "full",
                                  "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
       {"pp2_vpp2_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2",

@@ -175,10 +175,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
-        ErrorCase{{"--context-parallel-algo", "ulysses_cp_algo"}, StatusCode::kUnimplemented,
-                  "--context-parallel-algo ulysses_cp_algo: not supported yet (Gale implements megatron_cp_algo)"},
         ErrorCase{{"--context-parallel-algo", "hybrid_cp_algo"}, StatusCode::kUnimplemented,
-                  "--context-parallel-algo hybrid_cp_algo: not supported yet (Gale implements megatron_cp_algo)"},
+                  "--context-parallel-algo hybrid_cp_algo: not supported yet (Gale implements megatron_cp_algo and "
+                  "ulysses_cp_algo)"},
+        ErrorCase{{"--context-parallel-algo", "adaptive_cp_algo"}, StatusCode::kUnimplemented,
+                  "--context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo and "
+                  "ulysses_cp_algo)"},
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
                   "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                   "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
@@ -243,6 +245,23 @@ TEST(Arguments, ContextParallelism) {
   EXPECT_EQ(c3.parse(with(minimal(), {"--context-parallel-size", "3"}), 3).message(),
             "--seq-length 16 must be divisible by 2 x --context-parallel-size 3 = 6 (each sequence is cut into 2 x CP "
             "equal chunks)");
+  // Ulysses splits heads and query groups over TP x CP (minimal(): 4 heads).
+  Cli ulysses;
+  ASSERT_TRUE(ulysses.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+                                             "ulysses_cp_algo", "--seq-length", "32"}), 4).ok());
+  EXPECT_EQ(ulysses.args.parallel.context_parallel_algo, "ulysses_cp_algo");
+  Cli heads;
+  EXPECT_EQ(heads.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "2",
+                                         "--context-parallel-algo", "ulysses_cp_algo", "--seq-length", "32"}), 8)
+                .message(),
+            "--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: --num-attention-heads 4 must be "
+            "divisible by --tensor-model-parallel-size 2 x --context-parallel-size 4 = 8");
+  Cli groups;
+  EXPECT_EQ(groups.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
+                                          "--group-query-attention", "--num-query-groups", "1"}), 2)
+                .message(),
+            "--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: --num-query-groups 1 must "
+            "be divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 = 2");
   Cli sp;
   EXPECT_EQ(sp.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
                                       "--sequence-parallel", "--seq-length", "24"}), 16)
