@@ -3,7 +3,8 @@
 //
 // Megatron's loss contract: micro-batch m contributes loss_m = Σ ℓ·mask / Σ mask, and the
 // differentiated objective is Σ_m loss_m / num_microbatches; so backward of micro-batch m starts
-// from loss_scale = 1 / (Σ mask_m · num_microbatches) on the last pipeline stage. The reported loss
+// from loss_scale = 1 / (Σ mask_m · num_microbatches) on the last pipeline stage (with context
+// parallelism the model's Σ mask_m and Σ ℓ·mask already cover the whole sequences). The reported loss
 // sums Σ ℓ·mask and Σ mask over all micro-batches (the caller divides); with pipelining only the
 // last stage has them (other stages return zeros).
 //
