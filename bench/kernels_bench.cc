@@ -264,6 +264,16 @@ void BM_AdamW(benchmark::State& state) {  // 16 M parameters (GPT-2 small has 12
 }
 BENCHMARK(BM_AdamW)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
 
+void BM_SumOfSquares(benchmark::State& state) {  // the gradient norm for --clip-grad, over 64 M values
+  OpTable t;
+  if (!table_for(state, state.range(0), &t)) return;
+  const int64_t n = 64ll << 20;
+  auto g = rand_vec(n, 23, 0.01f);
+  for (auto _ : state) benchmark::DoNotOptimize(t.sum_of_squares(g.data(), n));
+  set_bytes(state, 4.0 * n);
+}
+BENCHMARK(BM_SumOfSquares)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
+
 // ---- attention (B 4, S 256, 12 heads of 64, causal, as in the GPT-2 config), dropout off / 0.1
 
 struct AttentionSetup {
