@@ -3,9 +3,11 @@
 // Level 0: splitting the sequence over a cp group is Megatron-core functionality, like TP and PP,
 // so it runs at every --optimization-level (MindSpeed files its ContextParallelFeature under level
 // 2 only because it patches Megatron's own CP with its ring kernels). Gale implements MindSpeed's
-// default algorithm, megatron_cp_algo, with Megatron-Core's all-gather communication
-// (--cp-comm-type allgather): the same attention as ring attention without its send/recv overlap;
-// and ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the head split).
+// default algorithm, megatron_cp_algo, with Megatron-Core's default --cp-comm-type p2p (ring
+// attention: key/value blocks passed around the cp group, each transfer overlapped with the
+// previous block's attention; model/ring_attention.h) or --cp-comm-type allgather (keys and values
+// all-gathered); and ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the
+// head split).
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
 
@@ -24,7 +26,8 @@ class ContextParallelFeature : public Feature {
   }
   std::string description() const override {
     return "--context-parallel-size N: each sequence cut into 2N chunks (rank r: chunks r and 2N-1-r); "
-           "megatron_cp_algo all-gathers keys and values over the cp group (no ring send/recv overlap), "
+           "megatron_cp_algo passes key/value blocks around the cp ring, overlapping each send/recv with "
+           "attention (--cp-comm-type p2p, default) or all-gathers them (allgather), "
            "ulysses_cp_algo trades the sequence split for a head split with all-to-alls";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }

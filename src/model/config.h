@@ -97,12 +97,15 @@ struct ModelPartition {
   bool pre_process = true;         // holds the embedding (first pipeline stage)
   bool post_process = true;        // holds the final norm, output layer and loss (last stage)
   // Context-parallel group (null or size 1 without CP): its ranks hold different positions of the
-  // same sequences (parallel/context_split.h); attention gathers keys and values over it and the
-  // loss sums over it.
+  // same sequences (parallel/context_split.h); attention exchanges keys and values over it (ring
+  // or all-gather) and the loss sums over it.
   Comm cp;
   // --context-parallel-algo ulysses_cp_algo: attention runs on whole sequences for 1/CP of this TP
   // rank's heads, after an all-to-all from the sequence split to a head split (and back).
   bool cp_ulysses = false;
+  // --cp-comm-type p2p (megatron_cp_algo): ring attention (model/ring_attention.h), the key/value
+  // blocks passed around the cp group; false: all-gather of keys and values (allgather).
+  bool cp_ring = false;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }

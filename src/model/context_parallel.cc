@@ -57,17 +57,34 @@ MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split) 
   return mb;
 }
 
-Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_t B, const float* qkv,
-                             const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD) {
-  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
-  const int64_t Tl = split.local_length() * B, W = 2 * KV * HD;
-  Tensor local = Tensor::empty({Tl, W});
-  float* l = local.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
+Tensor pack_context_kv(int64_t T, const float* qkv, const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD) {
+  const int64_t W = 2 * KV * HD;
+  Tensor kv = Tensor::empty({T, W});
+  float* l = kv.data<float>();
+  for (int64_t t = 0; t < T; ++t)
     for (int64_t g = 0; g < KV; ++g) {
       std::copy_n(qkv + kl.offset(t, g), HD, l + t * W + g * HD);
       std::copy_n(qkv + vl.offset(t, g), HD, l + t * W + (KV + g) * HD);
     }
+  return kv;
+}
+
+void unpack_context_kv_grad(int64_t T, const float* dkv, float* dqkv, const HeadLayout& kl, const HeadLayout& vl,
+                            int64_t KV, int64_t HD) {
+  const int64_t W = 2 * KV * HD;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < KV; ++g) {
+      std::copy_n(dkv + t * W + g * HD, HD, dqkv + kl.offset(t, g));
+      std::copy_n(dkv + t * W + (KV + g) * HD, HD, dqkv + vl.offset(t, g));
+    }
+}
+
+Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_t B, const float* qkv,
+                             const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD) {
+  GALE_CHECK_EQ(static_cast<int64_t>(cp.size()), split.cp_size);
+  const int64_t Tl = split.local_length() * B, W = 2 * KV * HD;
+  const Tensor local = pack_context_kv(Tl, qkv, kl, vl, KV, HD);
+  const float* l = local.data<float>();
   Tensor gathered = Tensor::empty({split.cp_size * Tl, W});
   cp.all_gather(l, gathered.raw(), Tl * W, DType::kF32);
   Tensor kv = Tensor::empty({split.cp_size * Tl, W});
@@ -84,12 +101,7 @@ void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split,
   permute_chunks(split, B, W, dkv.data<float>(), by_rank.data<float>(), /*to_global=*/false);
   Tensor local = Tensor::empty({Tl, W});
   cp.reduce_scatter(by_rank.raw(), local.raw(), Tl * W, DType::kF32, ReduceOp::kSum);
-  const float* l = local.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t g = 0; g < KV; ++g) {
-      std::copy_n(l + t * W + g * HD, HD, dqkv + kl.offset(t, g));
-      std::copy_n(l + t * W + (KV + g) * HD, HD, dqkv + vl.offset(t, g));
-    }
+  unpack_context_kv_grad(Tl, local.data<float>(), dqkv, kl, vl, KV, HD);
 }
 
 Tensor ulysses_seq_to_heads(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x) {

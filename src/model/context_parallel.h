@@ -29,6 +29,14 @@ MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split);
 inline HeadLayout context_key_layout(int64_t KV, int64_t HD) { return HeadLayout{2 * KV * HD, 0, 1, HD, 0}; }
 inline HeadLayout context_value_layout(int64_t KV, int64_t HD) { return HeadLayout{2 * KV * HD, KV * HD, 1, HD, 0}; }
 
+// The KV key and value heads of T tokens, read from `qkv` through kl / vl, as [T, 2·KV·HD] rows
+// (context_key_layout / context_value_layout).
+Tensor pack_context_kv(int64_t T, const float* qkv, const HeadLayout& kl, const HeadLayout& vl, int64_t KV, int64_t HD);
+
+// Its reverse for gradients: the [T, 2·KV·HD] rows of `dkv` WRITTEN into dqkv's key and value heads.
+void unpack_context_kv_grad(int64_t T, const float* dkv, float* dqkv, const HeadLayout& kl, const HeadLayout& vl,
+                            int64_t KV, int64_t HD);
+
 // Forward: the KV key and value heads of this rank's S_local·B tokens, read from `qkv` through
 // kl / vl, gathered over `cp` into [S_global·B, 2·KV·HD] rows in global position order.
 Tensor all_gather_context_kv(Communicator& cp, const ContextSplit& split, int64_t B, const float* qkv,

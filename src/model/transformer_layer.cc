@@ -6,6 +6,7 @@
 #include "core/rng.h"
 #include "model/context_parallel.h"
 #include "model/linear.h"
+#include "model/ring_attention.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -168,7 +169,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   Tensor ctx, lse;  // [T, NHl·HD], [B, NHl, S] (Ulysses: lse of this rank's heads over the whole sequence)
   const float* q = qkv.data<float>();
-  Tensor kv_global, attn_out;
+  Tensor kv_global, kv_local, attn_out;
   if (!part.cp_ulysses) {
     ctx = Tensor::empty({T, NHl * HD});
     lse = Tensor::empty({B, NHl, S});
@@ -182,6 +183,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     ops.attention_forward(ap, qh, qkv_query_layout(NHu, KVu, HD), qh, qkv_key_layout(NHu, KVu, HD), qh,
                           qkv_value_layout(NHu, KVu, HD), attn_out.data<float>(), lse.data<float>());
     ctx = ulysses_heads_to_seq(*part.cp, rt.cp_split, B, attn_out);
+  } else if (rt.cp_split.cp_size > 1 && part.cp_ring) {  // the key/value blocks travel around the cp ring
+    kv_local = ring_attention_forward(*part.cp, rt.cp_split, ops.attention_forward, ap, q, ql, kl, vl,
+                                      ctx.data<float>(), lse.data<float>());
   } else if (rt.cp_split.cp_size > 1) {  // the local queries against the keys and values of the whole sequence
     kv_global = all_gather_context_kv(*part.cp, rt.cp_split, B, q, kl, vl, KVl, HD);
     const float* kv = kv_global.data<float>();
@@ -220,6 +224,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     saved->norm1_out = keep_norm ? norm1_out : Tensor();
     saved->qkv = qkv;
     saved->kv_global = kv_global;
+    saved->kv_local = kv_local;
     saved->attn_out = attn_out;
     saved->ctx = ctx;
     saved->lse = lse;
@@ -304,7 +309,10 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     const float* q = s.qkv.data<float>();
     dq = d_qkv.data<float>();
     const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
-    if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
+    if (rt.cp_split.cp_size > 1 && part.cp_ring) {  // the blocks and their gradients travel around the ring
+      ring_attention_backward(*part.cp, rt.cp_split, ops.attention_backward, ap, q, ql, s.kv_local,
+                              ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq, kl, vl);
+    } else if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
       const float* kv = s.kv_global.data<float>();
       const HeadLayout gkl = context_key_layout(KVl, HD), gvl = context_value_layout(KVl, HD);
       Tensor dkv = Tensor::zeros(s.kv_global.shape());
@@ -317,7 +325,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     }
   }
   d_ctx = Tensor();
-  s.ctx = s.lse = s.qkv = s.kv_global = s.attn_out = Tensor();
+  s.ctx = s.lse = s.qkv = s.kv_global = s.kv_local = s.attn_out = Tensor();
   if (rt.rope) {
     ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);

@@ -65,6 +65,7 @@ struct LayerSaved {
   Tensor norm1_out;    // [T, H]
   Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE (Ulysses: [S_global·B, (NHl + 2·KVl)·HD/CP])
   Tensor kv_global;    // all-gather CP: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
+  Tensor kv_local;     // ring CP: keys and values of this rank's positions only [S_local·B, 2·KVl·HD]
   Tensor ctx;          // [T, NHl·HD]
   Tensor attn_out;     // Ulysses: attention's output for this rank's heads [S_global·B, NHl·HD/CP]
   Tensor lse;          // [B, NHl, S] (Ulysses: [B, NHl/CP, S_global])

@@ -104,8 +104,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered) or "
         "ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP)");
   p.add("--cp-comm-type", &a.cp_comm_type,
-        "context-parallel communication of megatron_cp_algo (Megatron): allgather (the only one Gale implements; the "
-        "default here)");
+        "context-parallel communication of megatron_cp_algo (Megatron): p2p (default; ring attention, key/value "
+        "blocks passed around the cp group, overlapped with attention) or allgather (keys and values all-gathered); "
+        "a2a and a2a+p2p are not supported yet");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");

@@ -101,7 +101,7 @@ struct ParallelArgs {
   int64_t decoder_last_pipeline_num_layers = kUnset;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
-  std::string cp_comm_type = "allgather";  // Megatron's --cp-comm-type (Gale: allgather only; Megatron's default is p2p)
+  std::string cp_comm_type = "p2p";  // Megatron's --cp-comm-type: p2p (ring attention) or allgather
   int64_t expert_model_parallel_size = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;

@@ -134,12 +134,12 @@ Status validate_context_parallel(const Arguments& a) {
                            "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
   const std::string& comm = par.cp_comm_type;
-  if (comm != "allgather") {
-    if (comm == "p2p" || comm == "a2a" || comm == "a2a+p2p")
+  if (comm != "p2p" && comm != "allgather") {
+    if (comm == "a2a" || comm == "a2a+p2p")
       return Unimplemented("--cp-comm-type ", comm,
-                           ": not supported yet (Gale's context parallelism all-gathers keys and values: allgather)");
-    return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements allgather), "
-                           "found '", comm, "'");
+                           ": not supported yet (Gale implements p2p, the ring, and allgather)");
+    return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and "
+                           "allgather), found '", comm, "'");
   }
   const int64_t cp = par.context_parallel_size;
   if (cp == 1) return Status::Ok();

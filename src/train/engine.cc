@@ -46,6 +46,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.sequence_parallel = args.parallel.sequence_parallel;
   p.cp = ps.cp();
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
+  p.cp_ring = !p.cp_ulysses && args.parallel.cp_comm_type == "p2p";
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;

@@ -66,6 +66,11 @@ TEST(GalePretrainContextParallel, Bf16AndFlashAttentionAsOneProcess) {
   expect_same_losses({"--bf16", "--use-flash-attn"}, 1e-4);
 }
 
+// --cp-comm-type allgather (the default, p2p, is the ring the tests above run).
+TEST(GalePretrainContextParallel, AllGatherSameLossesAsOneProcess) {
+  expect_same_losses({"--optimization-level", "0", "--cp-comm-type", "allgather"}, 1e-5);
+}
+
 TEST(GalePretrainContextParallel, UlyssesSameLossesAsOneProcess) {
   expect_same_losses({"--optimization-level", "0", "--context-parallel-algo", "ulysses_cp_algo"}, 1e-5);
 }
@@ -83,6 +88,11 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   EXPECT_EQ(adaptive.output,
             "gale pretrain: error: --context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements "
             "megatron_cp_algo and ulysses_cp_algo)\n");
+  test::RunResult a2a = test::run_with_timeout(tiny(1, {"--cp-comm-type", "a2a"}), {}, 60);
+  EXPECT_EQ(a2a.exit_code, 2);
+  EXPECT_EQ(a2a.output,
+            "gale pretrain: error: --cp-comm-type a2a: not supported yet (Gale implements p2p, the ring, and "
+            "allgather)\n");
 }
 
 }  // namespace

@@ -51,8 +51,13 @@ const std::vector<Layout>& layouts() {
       {"pp2_vpp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2",
                                             "--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer",
                                             "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
-      // Context parallelism: all-gathered keys and values, alone and with TP+SP, PP and DP.
+      // Context parallelism: ring attention (--cp-comm-type p2p, the default), alone and with TP+SP,
+      // PP and DP; all-gathered keys and values (allgather).
       {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp4", 4, {"--context-parallel-size", "4"}},
+      {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+      {"tp2_cp2_sp_allgather", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
+                                   "--sequence-parallel", "--cp-comm-type", "allgather"}},
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"pp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2"}},
       {"dp2_cp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
@@ -122,15 +127,20 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     EXPECT_EQ(sizes.numel, engine.chunks[k]->params().numel()) << "docs/model.md's parameter count, chunk " << k;
     tp += m * e * T * H * (per_layer * part.num_layers + per_end * (first ? 1 : 0) + per_end * (last ? 1 : 0)) +
           (last && t > 1 ? m * 3 * T * e : 0) + (sp ? e * sizes.sequence_parallel : 0);
-    // Context parallel, per micro-batch and layer: the all-gather of the keys and values (counted
-    // as its output, [T_global, 2·KV/TP·HD]) and the reduce-scatter of their gradients (its input,
-    // the same size); the loss head's two all-reduces of one double (Σ mask, Σ ℓ·mask).
+    // Context parallel, per micro-batch and layer, with a key/value block of this rank's tokens
+    // [T, 2·KV/TP·HD]: the ring (p2p) sends and receives N − 1 blocks forward, N − 1 blocks and N
+    // gradient blocks backward (each counted once sent, once received); allgather instead
+    // all-gathers the keys and values (counted as its output, [T_global, 2·KV/TP·HD]) and
+    // reduce-scatters their gradients (its input, the same size). Plus the loss head's two
+    // all-reduces of one double (Σ mask, Σ ℓ·mask).
     // Ulysses instead: per micro-batch and layer four all-to-alls of this rank's tokens (counted as
     // their send buffer): QKV [T, (NH + 2·KV)/t·HD] and the attention output [T, NH/t·HD] forward,
     // their gradients backward.
+    const int64_t kv_block = e * T * 2 * (c.kv_heads / t) * c.head_dim;
     const int64_t per_layer_cp = args.parallel.context_parallel_algo == "ulysses_cp_algo"
                                      ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
-                                     : 2 * e * T_global * 2 * (c.kv_heads / t) * c.head_dim;
+                                 : args.parallel.cp_comm_type == "p2p" ? 2 * kv_block * (3 * cp - 2)
+                                                                       : 2 * cp * kv_block;
     if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? 16 : 0));
     // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
     // receives its gradient; one that is not the first receives its input and sends its gradient.

@@ -95,23 +95,30 @@ const std::vector<Layout>& layouts() {
       // Megatron's full recomputation: reruns a layer group's forward (with SP: its all-gathers) in backward.
       {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity",
                                     "full", "--recompute-method", "uniform", "--recompute-num-layers", "3"}},
-      // Context parallelism (all-gathered keys and values, load-balanced split; 16 positions cut
-      // into 2·CP chunks), alone and with document masks, TP+SP, PP (1F1B and interleaved), DP with
-      // the distributed optimizer and full recomputation.
-      {"cp2", 2, {"--context-parallel-size", "2"}},
+      // Context parallelism (load-balanced split; 16 positions cut into 2·CP chunks) with ring
+      // attention (--cp-comm-type p2p, the default), alone and with document masks, TP+SP, PP (1F1B
+      // and interleaved), DP with the distributed optimizer and full recomputation.
       {"cp2_docs", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}},
       {"cp4", 4, {"--context-parallel-size", "4"}},
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"pp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2"}},
       {"pp2_vpp2_cp2", 4, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
                            "--context-parallel-size", "2"}},
-      {"dp2_cp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
       {"tp2_cp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
                                      "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"},
        20000},
-      // The same with the level-2 flash attention kernel (non-consecutive query positions, Sq < Sk).
+      // The ring with the level-2 flash attention kernel (key blocks of non-consecutive positions).
       {"cp2_docs_flash", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}, 0, {}, true},
-      {"cp4_flash", 4, {"--context-parallel-size", "4"}, 0, {}, true},
+      {"cp4_docs_flash", 4, {"--context-parallel-size", "4", "--reset-attention-mask"}, 0, {}, true},
+      // All-gathered keys and values (--cp-comm-type allgather): non-consecutive query positions,
+      // Sq < Sk; with documents, flash attention, TP+SP and DP with the distributed optimizer.
+      {"cp2_docs_allgather", 2, {"--context-parallel-size", "2", "--reset-attention-mask", "--cp-comm-type",
+                                 "allgather"}},
+      {"cp4_allgather_flash", 4, {"--context-parallel-size", "4", "--cp-comm-type", "allgather"}, 0, {}, true},
+      {"tp2_cp2_sp_allgather", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
+                                   "--sequence-parallel", "--cp-comm-type", "allgather"}},
+      {"dp2_cp2_distopt_allgather", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer",
+                                        "--cp-comm-type", "allgather"}},
       // DeepSpeed-Ulysses (--context-parallel-algo ulysses_cp_algo): heads (8) and query groups
       // (GPT 8, LLaMA 4) split over TP x CP.
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},

@@ -184,12 +184,13 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
                   "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                   "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
-        ErrorCase{{"--cp-comm-type", "p2p"}, StatusCode::kUnimplemented,
-                  "--cp-comm-type p2p: not supported yet (Gale's context parallelism all-gathers keys and values: "
-                  "allgather)"},
+        ErrorCase{{"--cp-comm-type", "a2a"}, StatusCode::kUnimplemented,
+                  "--cp-comm-type a2a: not supported yet (Gale implements p2p, the ring, and allgather)"},
+        ErrorCase{{"--cp-comm-type", "a2a+p2p"}, StatusCode::kUnimplemented,
+                  "--cp-comm-type a2a+p2p: not supported yet (Gale implements p2p, the ring, and allgather)"},
         ErrorCase{{"--cp-comm-type", "all_gather"}, StatusCode::kInvalidArgument,
-                  "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements allgather), found "
-                  "'all_gather'"},
+                  "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and allgather), "
+                  "found 'all_gather'"},
         ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
                   "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
                   "ranks)"}));
@@ -236,10 +237,14 @@ TEST(Arguments, ContextParallelism) {
   EXPECT_EQ(ok.args.parallel.context_parallel_size, 2);
   EXPECT_EQ(ok.args.parallel.data_parallel_size, 2);  // world 4 / CP 2
   EXPECT_EQ(ok.args.parallel.context_parallel_algo, "megatron_cp_algo");
-  EXPECT_EQ(ok.args.parallel.cp_comm_type, "allgather");
+  EXPECT_EQ(ok.args.parallel.cp_comm_type, "p2p");  // Megatron's default: ring attention
   Cli named;
-  EXPECT_TRUE(named.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo",
+  ASSERT_TRUE(named.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo",
                                            "megatron_cp_algo", "--cp-comm-type", "allgather"}), 2).ok());
+  EXPECT_EQ(named.args.parallel.cp_comm_type, "allgather");
+  Cli ring;
+  ASSERT_TRUE(ring.parse(with(minimal(), {"--context-parallel-size", "2", "--cp-comm-type", "p2p"}), 2).ok());
+  EXPECT_EQ(ring.args.parallel.cp_comm_type, "p2p");
   // --seq-length 16 is cut into 2·CP chunks: CP 8 would need 16 chunks of 1, CP 3 six chunks.
   Cli c3;
   EXPECT_EQ(c3.parse(with(minimal(), {"--context-parallel-size", "3"}), 3).message(),
