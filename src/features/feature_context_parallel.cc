@@ -6,8 +6,9 @@
 // default algorithm, megatron_cp_algo, with Megatron-Core's default --cp-comm-type p2p (ring
 // attention: key/value blocks passed around the cp group, each transfer overlapped with the
 // previous block's attention; model/ring_attention.h) or --cp-comm-type allgather (keys and values
-// all-gathered); and ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the
-// head split).
+// all-gathered); ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the
+// head split); and hybrid_cp_algo (--ulysses-degree-in-cp U: Ulysses within sub-groups of U
+// consecutive cp ranks, ring attention across them; parallel/hybrid_cp_groups.h).
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
 
@@ -22,13 +23,16 @@ class ContextParallelFeature : public Feature {
   FeatureModule module() const override { return FeatureModule::kParallel; }
   int level() const override { return 0; }
   std::string counterpart() const override {
-    return "Megatron context parallelism; MindSpeed ContextParallelFeature / UlyssesContextParallelFeature (L2)";
+    return "Megatron context parallelism; MindSpeed ContextParallelFeature / UlyssesContextParallelFeature (L2), "
+           "hybrid_cp_algo";
   }
   std::string description() const override {
     return "--context-parallel-size N: each sequence cut into 2N chunks (rank r: chunks r and 2N-1-r); "
            "megatron_cp_algo passes key/value blocks around the cp ring, overlapping each send/recv with "
            "attention (--cp-comm-type p2p, default) or all-gathers them (allgather), "
-           "ulysses_cp_algo trades the sequence split for a head split with all-to-alls";
+           "ulysses_cp_algo trades the sequence split for a head split with all-to-alls, "
+           "hybrid_cp_algo (--ulysses-degree-in-cp U) runs Ulysses within groups of U consecutive cp ranks and "
+           "the ring across the CP/U groups";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }
   std::string not_requested_reason(const FeatureContext& ctx) const override {

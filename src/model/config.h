@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "comm/communicator.h"
+#include "parallel/hybrid_cp_groups.h"
 
 namespace gale {
 
@@ -106,11 +107,18 @@ struct ModelPartition {
   // --cp-comm-type p2p (megatron_cp_algo): ring attention (model/ring_attention.h), the key/value
   // blocks passed around the cp group; false: all-gather of keys and values (allgather).
   bool cp_ring = false;
+  // --context-parallel-algo hybrid_cp_algo (parallel/hybrid_cp_groups.h): the cp group factored
+  // into Ulysses sub-groups of U = --ulysses-degree-in-cp consecutive cp ranks and ring sub-groups
+  // of CP/U ranks; attention runs an all-to-all within the Ulysses group (1/U of this TP rank's
+  // heads, the positions of the whole group), ring attention over the ring group, and the
+  // all-to-all back. Both null otherwise.
+  HybridCpGroups cp_hybrid;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }
   int64_t cp_size() const { return cp ? cp->size() : 1; }
   int64_t cp_rank() const { return cp ? cp->rank() : 0; }
+  bool hybrid_cp() const { return cp_hybrid.ulysses != nullptr; }
 };
 
 // The whole model on one process.

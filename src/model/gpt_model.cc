@@ -125,7 +125,27 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   ap.KV = c.kv_heads / tp;
   ap.head_offset = part_.tp_rank() * (c.heads / tp);
   const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
-  if (ulysses) {  // whole sequences in position order, 1/CP of this TP rank's heads
+  const bool hybrid = rt.cp_split.cp_size > 1 && part_.hybrid_cp();
+  if (hybrid) {  // the ring block of this rank's Ulysses group, 1/U of this TP rank's heads
+    const int64_t U = part_.cp_hybrid.ulysses_degree(), N = rt.cp_split.cp_size, c = part_.cp_rank();
+    GALE_CHECK_EQ(U * part_.cp_hybrid.ring_degree(), N) << "hybrid cp: Ulysses x ring sub-groups";
+    rt.hybrid_ulysses_split = hybrid_ulysses_split(S_global, N, U, c);
+    rt.hybrid_ring_split = hybrid_ring_split(S_global, N, U, c);
+    rt.hybrid_positions = rt.hybrid_ring_split.local_positions();
+    const int64_t Sb = rt.hybrid_ring_split.local_length();
+    ap.Sq = Sb;
+    ap.Sk = S_global;
+    ap.q_positions = rt.hybrid_positions.data();
+    ap.NH /= U;
+    ap.KV /= U;
+    ap.head_offset += (c % U) * ap.NH;
+    if (!st.mb.document_ids.empty()) {
+      rt.hybrid_q_doc_ids.resize(static_cast<size_t>(B * Sb));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < Sb; ++s)
+          rt.hybrid_q_doc_ids[b * Sb + s] = st.mb.key_document_ids[b * S_global + rt.hybrid_positions[s]];
+    }
+  } else if (ulysses) {  // whole sequences in position order, 1/CP of this TP rank's heads
     ap.Sq = ap.Sk = S_global;
     ap.NH /= rt.cp_split.cp_size;
     ap.KV /= rt.cp_split.cp_size;
@@ -138,7 +158,9 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.causal = true;
   if (!st.mb.document_ids.empty()) {
-    ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data() : st.mb.document_ids.data();
+    ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data()
+                   : hybrid ? rt.hybrid_q_doc_ids.data()
+                            : st.mb.document_ids.data();
     ap.k_doc_ids = rt.cp_split.cp_size > 1 ? st.mb.key_document_ids.data() : st.mb.document_ids.data();
   }
   ap.dropout_p = training ? c.attention_dropout : 0.0f;

@@ -170,11 +170,22 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor ctx, lse;  // [T, NHl·HD], [B, NHl, S] (Ulysses: lse of this rank's heads over the whole sequence)
   const float* q = qkv.data<float>();
   Tensor kv_global, kv_local, attn_out;
-  if (!part.cp_ulysses) {
+  const bool hybrid = rt.cp_split.cp_size > 1 && part.hybrid_cp();
+  if (!part.cp_ulysses && !hybrid) {
     ctx = Tensor::empty({T, NHl * HD});
     lse = Tensor::empty({B, NHl, S});
   }
-  if (part.cp_ulysses) {  // whole sequences for this rank's KV groups, then back to this rank's positions
+  if (hybrid) {  // Ulysses within the group (its ring block, 1/U of the heads), the ring across groups, back
+    const HybridCpGroups& g = part.cp_hybrid;
+    const int64_t U = g.ulysses_degree(), NHu = NHl / U, KVu = KVl / U, Sb = rt.hybrid_ring_split.local_length();
+    qkv = ulysses_seq_to_heads(*g.ulysses, rt.hybrid_ulysses_split, B, qkv);
+    attn_out = Tensor::empty({Sb * B, NHu * HD});
+    lse = Tensor::empty({B, NHu, Sb});
+    kv_local = ring_attention_forward(*g.ring, rt.hybrid_ring_split, ops.attention_forward, ap, qkv.data<float>(),
+                                      qkv_query_layout(NHu, KVu, HD), qkv_key_layout(NHu, KVu, HD),
+                                      qkv_value_layout(NHu, KVu, HD), attn_out.data<float>(), lse.data<float>());
+    ctx = ulysses_heads_to_seq(*g.ulysses, rt.hybrid_ulysses_split, B, attn_out);
+  } else if (part.cp_ulysses) {  // whole sequences for this rank's KV groups, then back to this rank's positions
     const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
     qkv = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, qkv);
     const float* qh = qkv.data<float>();
@@ -292,7 +303,18 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   Tensor d_qkv;  // [T, (NHl + 2·KVl)·HD]
   float* dq = nullptr;
-  if (part.cp_ulysses) {  // the reverse all-to-alls: d_ctx to the head split, dQKV back to this rank's positions
+  if (rt.cp_split.cp_size > 1 && part.hybrid_cp()) {  // the reverse all-to-all, the ring backward, back again
+    const HybridCpGroups& g = part.cp_hybrid;
+    const int64_t U = g.ulysses_degree(), NHu = NHl / U, KVu = KVl / U;
+    const Tensor d_attn = ulysses_seq_to_heads(*g.ulysses, rt.hybrid_ulysses_split, B, d_ctx);
+    Tensor d_qkv_h = Tensor::empty(s.qkv.shape());
+    ring_attention_backward(*g.ring, rt.hybrid_ring_split, ops.attention_backward, ap, s.qkv.data<float>(),
+                            qkv_query_layout(NHu, KVu, HD), s.kv_local, s.attn_out.data<float>(),
+                            s.lse.data<float>(), d_attn.data<float>(), d_qkv_h.data<float>(),
+                            qkv_key_layout(NHu, KVu, HD), qkv_value_layout(NHu, KVu, HD));
+    d_qkv = ulysses_heads_to_seq(*g.ulysses, rt.hybrid_ulysses_split, B, d_qkv_h);
+    dq = d_qkv.data<float>();
+  } else if (part.cp_ulysses) {  // the reverse all-to-alls: d_ctx to the head split, dQKV back to this rank's positions
     const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
     const Tensor d_attn = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, d_ctx);
     Tensor d_qkv_h = Tensor::empty(s.qkv.shape());

@@ -8,7 +8,9 @@
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
 // With context parallelism T = S·B counts this cp rank's positions only; attention either
 // all-gathers the keys and values of the whole sequence (megatron_cp_algo) or runs on whole
-// sequences for 1/CP of the heads between two all-to-alls (ulysses_cp_algo), model/context_parallel.h.
+// sequences for 1/CP of the heads between two all-to-alls (ulysses_cp_algo), model/context_parallel.h,
+// or (hybrid_cp_algo) runs ring attention over the ring sub-group on 1/U of the heads between two
+// all-to-alls within the Ulysses sub-group (parallel/hybrid_cp_groups.h).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,12 @@ struct LayerRuntime {
   // cp_size > 1 attention gathers keys and values over part->cp, or with part->cp_ulysses trades
   // the sequence split for a head split (model/context_parallel.h).
   ContextSplit cp_split;
+  // hybrid_cp_algo (parallel/hybrid_cp_groups.h, part->hybrid_cp()): the split of the Ulysses
+  // all-to-all (the ring block of S_global/R positions over U ranks) and of the ring (S_global over
+  // R ranks); the block's global positions in its local order [S_global/R] and, with document ids,
+  // their ids [B, S_global/R] (the queries' after the all-to-all).
+  ContextSplit hybrid_ulysses_split, hybrid_ring_split;
+  std::vector<int32_t> hybrid_positions, hybrid_q_doc_ids;
   // RoPE positions [B, S]: the token's global index in the sequence, as Megatron-Core applies
   // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
   // absolute position embedding). Within one document attention depends only on position
@@ -63,11 +71,14 @@ struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
-  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE (Ulysses: [S_global·B, (NHl + 2·KVl)·HD/CP])
+  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE (Ulysses: [S_global·B, (NHl + 2·KVl)·HD/CP];
+                       // hybrid: [S_global/R·B, (NHl + 2·KVl)·HD/U])
   Tensor kv_global;    // all-gather CP: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
   Tensor kv_local;     // ring CP: keys and values of this rank's positions only [S_local·B, 2·KVl·HD]
+                       // (hybrid: of the ring rank's block for this rank's heads [S_global/R·B, 2·KVl·HD/U])
   Tensor ctx;          // [T, NHl·HD]
   Tensor attn_out;     // Ulysses: attention's output for this rank's heads [S_global·B, NHl·HD/CP]
+                       // (hybrid: [S_global/R·B, NHl·HD/U], lse [B, NHl/U, S_global/R])
   Tensor lse;          // [B, NHl, S] (Ulysses: [B, NHl/CP, S_global])
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats

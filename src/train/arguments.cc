@@ -102,7 +102,12 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
   p.add("--context-parallel-algo", &a.context_parallel_algo,
         "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered) or "
-        "ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP)");
+        "ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP) or "
+        "hybrid_cp_algo (Ulysses within groups of --ulysses-degree-in-cp consecutive cp ranks, ring attention "
+        "across them)");
+  p.add("--ulysses-degree-in-cp", &a.ulysses_degree_in_cp,
+        "hybrid_cp_algo: U, the cp ranks of each Ulysses sub-group (1 < U < CP, dividing CP; heads and query "
+        "groups divisible by TP x U); the ring degree is CP / U");
   p.add("--cp-comm-type", &a.cp_comm_type,
         "context-parallel communication of megatron_cp_algo (Megatron): p2p (default; ring attention, key/value "
         "blocks passed around the cp group, overlapped with attention) or allgather (keys and values all-gathered); "

@@ -102,6 +102,9 @@ struct ParallelArgs {
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   std::string cp_comm_type = "p2p";  // Megatron's --cp-comm-type: p2p (ring attention) or allgather
+  // MindSpeed's --ulysses-degree-in-cp: U, the Ulysses sub-group size of hybrid_cp_algo (0 = unset;
+  // only valid with that algorithm; 1 < U < CP, U dividing CP).
+  int64_t ulysses_degree_in_cp = 0;
   int64_t expert_model_parallel_size = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;

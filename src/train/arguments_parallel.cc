@@ -122,14 +122,13 @@ Status validate_interleaved_microbatches(const Arguments& a) {
 Status validate_context_parallel(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
-  static const char* const kPlanned[] = {"hybrid_cp_algo", "adaptive_cp_algo", "hybrid_adaptive_cp_algo",
-                                         "kvallgather_cp_algo"};
-  const bool ulysses = algo == "ulysses_cp_algo";
-  if (algo != "megatron_cp_algo" && !ulysses) {
+  static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"};
+  const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
+  if (algo != "megatron_cp_algo" && !ulysses && !hybrid) {
     for (const char* planned : kPlanned)
       if (algo == planned)
-        return Unimplemented("--context-parallel-algo ", algo,
-                             ": not supported yet (Gale implements megatron_cp_algo and ulysses_cp_algo)");
+        return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements "
+                             "megatron_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                            "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
@@ -141,7 +140,19 @@ Status validate_context_parallel(const Arguments& a) {
     return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and "
                            "allgather), found '", comm, "'");
   }
-  const int64_t cp = par.context_parallel_size;
+  const int64_t cp = par.context_parallel_size, U = par.ulysses_degree_in_cp;
+  if (!hybrid && U != 0)
+    return InvalidArgument("--ulysses-degree-in-cp ", U, " needs --context-parallel-algo hybrid_cp_algo, found '",
+                           algo, "'");
+  // MindSpeed's rule: the hybrid needs both factors; U = 1 would be megatron_cp_algo's ring and
+  // U = CP ulysses_cp_algo, which are selected by name instead.
+  if (hybrid && (U < 2 || U >= cp || cp % U != 0))
+    return InvalidArgument("--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+                           "--context-parallel-size ", cp, " and U dividing it (U = 1 is megatron_cp_algo, U = CP "
+                           "ulysses_cp_algo), found ", U == 0 ? std::string("none") : std::to_string(U));
+  if (hybrid && par.cp_comm_type != "p2p")
+    return InvalidArgument("--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: "
+                           "expected --cp-comm-type p2p, found '", par.cp_comm_type, "'");
   if (cp == 1) return Status::Ok();
   const int64_t S = a.model.seq_length;
   if (S % (2 * cp) != 0)
@@ -158,6 +169,16 @@ Status validate_context_parallel(const Arguments& a) {
                            "--num-query-groups ", a.model.num_kv_heads,
                            " must be divisible by --tensor-model-parallel-size ", tp, " x --context-parallel-size ",
                            cp, " = ", tp * cp);
+  if (hybrid && a.model.num_attention_heads % (tp * U) != 0)
+    return InvalidArgument("--context-parallel-algo hybrid_cp_algo splits the heads over TP x U: "
+                           "--num-attention-heads ", a.model.num_attention_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " x --ulysses-degree-in-cp ",
+                           U, " = ", tp * U);
+  if (hybrid && a.model.num_kv_heads % (tp * U) != 0)
+    return InvalidArgument("--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: "
+                           "--num-query-groups ", a.model.num_kv_heads,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " x --ulysses-degree-in-cp ",
+                           U, " = ", tp * U);
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");

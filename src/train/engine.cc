@@ -39,14 +39,16 @@ std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank,
   return {offset, stage[static_cast<size_t>(pp_rank)] / vpp};
 }
 
-ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp) {
+ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
+                               const HybridCpGroups& hybrid) {
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   ModelPartition p;
   p.tp = ps.tp();
   p.sequence_parallel = args.parallel.sequence_parallel;
   p.cp = ps.cp();
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
-  p.cp_ring = !p.cp_ulysses && args.parallel.cp_comm_type == "p2p";
+  p.cp_hybrid = hybrid;
+  p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;
@@ -91,8 +93,12 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();
   std::vector<OptimizedBuffer> buffers;
+  // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
+  if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
+    engine->cp_hybrid = make_hybrid_cp_groups(engine->ps.cp(), par.ulysses_degree_in_cp);
   for (int64_t vp = 0; vp < vpp; ++vp) {
-    auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp), &engine->ops);
+    auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
+                                            &engine->ops);
     model->params().initialize(config.seed);
     DataParallelConfig dc;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;

@@ -19,6 +19,8 @@ namespace gale {
 struct Engine {
   ParallelState ps;
   OpTable ops;
+  // --context-parallel-algo hybrid_cp_algo: the Ulysses and ring sub-groups of ps.cp() (null otherwise).
+  HybridCpGroups cp_hybrid;
   std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrScheduler> scheduler;
@@ -44,8 +46,9 @@ struct EngineOptions {
 // layers divided evenly among its virtual chunks; chunk v of every stage precedes chunk v + 1).
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
 
-// This rank's partition of virtual chunk `vp`.
-ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp);
+// This rank's partition of virtual chunk `vp`; `hybrid` the sub-groups of hybrid_cp_algo (empty otherwise).
+ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
+                               const HybridCpGroups& hybrid = {});
 
 // Whether parameter `id` of `model` counts towards the global gradient norm on this rank (every
 // parameter exactly once across the model-parallel group).

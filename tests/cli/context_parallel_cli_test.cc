@@ -39,16 +39,20 @@ std::vector<double> numbers(const std::string& output, const char* pattern) {
   return out;
 }
 
-// Trains with `flags` on one process and on 2 ranks with --context-parallel-size 2; the logged
-// training and validation losses agree within `tolerance` (relative).
-void expect_same_losses(const std::vector<std::string>& flags, double tolerance) {
+// Trains with `flags` on one process and on `cp_size` ranks with --context-parallel-size cp_size
+// and `cp_only` added; the logged training and validation losses agree within `tolerance` (relative).
+void expect_same_losses(const std::vector<std::string>& flags, double tolerance, int cp_size = 2,
+                        const std::vector<std::string>& cp_only = {}) {
   test::RunResult one = test::run_with_timeout(tiny(1, flags), kMpiEnv, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   std::vector<std::string> cp_flags = flags;
-  cp_flags.insert(cp_flags.end(), {"--context-parallel-size", "2"});
-  test::RunResult cp = test::run_with_timeout(tiny(2, cp_flags), kMpiEnv, 300);
+  cp_flags.insert(cp_flags.end(), {"--context-parallel-size", std::to_string(cp_size)});
+  cp_flags.insert(cp_flags.end(), cp_only.begin(), cp_only.end());
+  test::RunResult cp = test::run_with_timeout(tiny(cp_size, cp_flags), kMpiEnv, 300);
   ASSERT_EQ(cp.exit_code, 0) << cp.output;
-  EXPECT_NE(cp.output.find("world 2 = TP 1 x CP 2 x DP 1 x PP 1"), std::string::npos) << cp.output;
+  const std::string world = "world " + std::to_string(cp_size) + " = TP 1 x CP " + std::to_string(cp_size) +
+                            " x DP 1 x PP 1";
+  EXPECT_NE(cp.output.find(world), std::string::npos) << cp.output;
   EXPECT_NE(cp.output.find("active: context-parallel-algo (parallel, level 0)"), std::string::npos) << cp.output;
   for (const char* pattern : {R"(\| lm loss: ([0-9.E+-]+) \|)", R"(\| lm loss value: ([0-9.E+-]+) \|)"}) {
     const std::vector<double> a = numbers(one.output, pattern), b = numbers(cp.output, pattern);
@@ -75,6 +79,13 @@ TEST(GalePretrainContextParallel, UlyssesSameLossesAsOneProcess) {
   expect_same_losses({"--optimization-level", "0", "--context-parallel-algo", "ulysses_cp_algo"}, 1e-5);
 }
 
+// hybrid_cp_algo on 4 ranks: Ulysses pairs {0, 1}, {2, 3}, rings {0, 2}, {1, 3} (4 heads, 2 query
+// groups over U = 2).
+TEST(GalePretrainContextParallel, HybridSameLossesAsOneProcess) {
+  expect_same_losses({"--optimization-level", "0"}, 1e-5, 4,
+                     {"--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp", "2"});
+}
+
 TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   test::RunResult odd = test::run_with_timeout(tiny(2, {"--context-parallel-size", "2", "--seq-length", "30"}),
                                                kMpiEnv, 120);
@@ -87,7 +98,13 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   EXPECT_EQ(adaptive.exit_code, 2);
   EXPECT_EQ(adaptive.output,
             "gale pretrain: error: --context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements "
-            "megatron_cp_algo and ulysses_cp_algo)\n");
+            "megatron_cp_algo, ulysses_cp_algo and hybrid_cp_algo)\n");
+  test::RunResult hybrid = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "hybrid_cp_algo"}), {}, 60);
+  EXPECT_EQ(hybrid.exit_code, 2);
+  EXPECT_EQ(hybrid.output,
+            "gale pretrain: error: --context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with "
+            "1 < U < --context-parallel-size 1 and U dividing it (U = 1 is megatron_cp_algo, U = CP "
+            "ulysses_cp_algo), found none\n");
   test::RunResult a2a = test::run_with_timeout(tiny(1, {"--cp-comm-type", "a2a"}), {}, 60);
   EXPECT_EQ(a2a.exit_code, 2);
   EXPECT_EQ(a2a.output,

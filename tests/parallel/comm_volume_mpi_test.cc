@@ -7,6 +7,7 @@
 // a bucket-size override is read from the engine (the plan has its own unit tests).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -65,6 +66,12 @@ const std::vector<Layout>& layouts() {
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
       {"tp2_cp2_ulysses_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
                                  "--context-parallel-algo", "ulysses_cp_algo", "--sequence-parallel"}},
+      // Hybrid (hybrid_cp_algo): Ulysses all-to-alls within sub-groups of U consecutive cp ranks,
+      // the ring across them.
+      {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                            "--ulysses-degree-in-cp", "2"}},
+      {"cp8_hybrid_u2", 8, {"--context-parallel-size", "8", "--context-parallel-algo", "hybrid_cp_algo",
+                            "--ulysses-degree-in-cp", "2"}},
       {"tp2_pp2_dp2_sp_distopt", 8, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                      "--sequence-parallel", "--use-distributed-optimizer"}},
   };
@@ -105,6 +112,9 @@ ChunkSizes chunk_sizes(const ModelConfig& c, int64_t t, int64_t layers, bool pre
 }
 
 // docs/parallelism.md, "Communication cost per layout": bytes per group kind for one iteration.
+// Bytes of hybrid_cp_algo's sub-groups for one iteration: {Ulysses, ring}.
+std::pair<int64_t, int64_t> expected_hybrid_bytes(const Arguments& args, const Engine& engine);
+
 std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& engine) {
   const ModelConfig c = model_config_from_args(args);
   const ParallelState& ps = engine.ps;
@@ -137,8 +147,10 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     // their send buffer): QKV [T, (NH + 2·KV)/t·HD] and the attention output [T, NH/t·HD] forward,
     // their gradients backward.
     const int64_t kv_block = e * T * 2 * (c.kv_heads / t) * c.head_dim;
-    const int64_t per_layer_cp = args.parallel.context_parallel_algo == "ulysses_cp_algo"
-                                     ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
+    // Hybrid: the cp group itself carries only the loss sums (expected_hybrid_bytes: its sub-groups).
+    const std::string& algo = args.parallel.context_parallel_algo;
+    const int64_t per_layer_cp = algo == "hybrid_cp_algo"    ? 0
+                                 : algo == "ulysses_cp_algo" ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
                                  : args.parallel.cp_comm_type == "p2p" ? 2 * kv_block * (3 * cp - 2)
                                                                        : 2 * cp * kv_block;
     if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? 16 : 0));
@@ -173,6 +185,26 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
   return bytes;
 }
 
+// hybrid_cp_algo, per micro-batch and layer: within the Ulysses sub-group the four all-to-alls of
+// Ulysses (counted as their send buffer, this rank's T tokens); within the ring sub-group of
+// R = CP/U ranks the ring's 3R − 2 blocks each way, a block holding the U·T tokens of the Ulysses
+// group for 1/U of the key/value heads, i.e. the same [T, 2·KV/t·HD] floats as the plain ring's.
+std::pair<int64_t, int64_t> expected_hybrid_bytes(const Arguments& args, const Engine& engine) {
+  const ModelConfig c = model_config_from_args(args);
+  const ParallelState& ps = engine.ps;
+  const int64_t e = 4, t = ps.tp_size(), dp = ps.dp_size(), cp = ps.cp_size();
+  const int64_t U = args.parallel.ulysses_degree_in_cp, R = cp / U;
+  const int64_t T = args.model.seq_length * args.training.micro_batch_size / cp;
+  const int64_t m = args.training.global_batch_size / (args.training.micro_batch_size * dp);
+  const int64_t kv_block = e * (U * T) * 2 * (c.kv_heads / t / U) * c.head_dim;
+  int64_t ulysses = 0, ring = 0;
+  for (const auto& chunk : engine.chunks) {
+    ulysses += m * chunk->partition().num_layers * 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim;
+    ring += m * chunk->partition().num_layers * 2 * kv_block * (3 * R - 2);
+  }
+  return {ulysses, ring};
+}
+
 class CommVolume : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
@@ -190,6 +222,11 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
   // the first iteration's update, as every later one does).
   ASSERT_TRUE(trainer.train_step().ok());
   engine->ps.reset_stats();
+  const HybridCpGroups& hybrid = engine->cp_hybrid;
+  if (hybrid.ulysses) {
+    hybrid.ulysses->reset_stats();
+    hybrid.ring->reset_stats();
+  }
   ASSERT_TRUE(trainer.train_step().ok());
   const std::map<Group, int64_t> expected = expected_bytes(args, *engine);
   for (int g = 0; g < kNumGroups; ++g) {
@@ -203,6 +240,44 @@ TEST_P(CommVolume, OneStepMatchesTheAnalyticCount) {
       std::printf("%-34s %-6s %-10s %12lld bytes counted, %12lld expected\n", name.c_str(), llama ? "llama" : "gpt",
                   group_name(kind), static_cast<long long>(got), static_cast<long long>(want));
   }
+}
+
+// The hybrid's sub-groups are exactly as large as the flags say (U consecutive cp ranks; CP/U).
+TEST_P(CommVolume, HybridSubGroupsCarryTheirShare) {
+  const auto& [name, llama] = GetParam();
+  const Layout* layout = testing::find_layout(layouts(), name);
+  ASSERT_NE(layout, nullptr);
+  Comm world = test::world();
+  if (std::find(layout->flags.begin(), layout->flags.end(), "hybrid_cp_algo") == layout->flags.end())
+    GTEST_SKIP() << name << " is not hybrid_cp_algo";
+  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  testing::TestRun run(testing::join({kCommon, llama ? kLlama : kGpt, layout->flags}), world, kVocab,
+                       EngineOptions{layout->bucket_size, layout->recompute});
+  const HybridCpGroups& hybrid = run.engine->cp_hybrid;
+  ASSERT_NE(hybrid.ulysses, nullptr);
+  ASSERT_NE(hybrid.ring, nullptr);
+  const int64_t U = run.args.parallel.ulysses_degree_in_cp, cp = run.engine->ps.cp_size();
+  EXPECT_EQ(hybrid.ulysses->size(), U);
+  EXPECT_EQ(hybrid.ring->size(), cp / U);
+  // Ulysses over consecutive cp ranks, the ring over cp ranks U apart.
+  const std::vector<int>& cp_ranks = run.engine->ps.cp()->world_ranks();
+  const int64_t c = run.engine->ps.cp()->rank();
+  for (int64_t j = 0; j < U; ++j) EXPECT_EQ(hybrid.ulysses->world_ranks()[j], cp_ranks[(c / U) * U + j]);
+  for (int64_t j = 0; j < cp / U; ++j) EXPECT_EQ(hybrid.ring->world_ranks()[j], cp_ranks[j * U + c % U]);
+  ASSERT_TRUE(run.trainer->train_step().ok());
+  hybrid.ulysses->reset_stats();
+  hybrid.ring->reset_stats();
+  ASSERT_TRUE(run.trainer->train_step().ok());
+  const auto [want_ulysses, want_ring] = expected_hybrid_bytes(run.args, *run.engine);
+  EXPECT_NEAR(static_cast<double>(hybrid.ulysses->stats().total_bytes()), static_cast<double>(want_ulysses),
+              0.01 * static_cast<double>(want_ulysses)) << "cp-ulysses (rank " << world->rank() << ")";
+  EXPECT_NEAR(static_cast<double>(hybrid.ring->stats().total_bytes()), static_cast<double>(want_ring),
+              0.01 * static_cast<double>(want_ring)) << "cp-ring (rank " << world->rank() << ")";
+  if (world->rank() == 0)
+    std::printf("%-34s %-6s cp-ulysses %12lld bytes counted, %12lld expected; cp-ring %12lld, %12lld\n", name.c_str(),
+                llama ? "llama" : "gpt", static_cast<long long>(hybrid.ulysses->stats().total_bytes()),
+                static_cast<long long>(want_ulysses), static_cast<long long>(hybrid.ring->stats().total_bytes()),
+                static_cast<long long>(want_ring));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,

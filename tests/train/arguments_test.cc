@@ -175,12 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
-        ErrorCase{{"--context-parallel-algo", "hybrid_cp_algo"}, StatusCode::kUnimplemented,
-                  "--context-parallel-algo hybrid_cp_algo: not supported yet (Gale implements megatron_cp_algo and "
-                  "ulysses_cp_algo)"},
+        ErrorCase{{"--context-parallel-algo", "hybrid_cp_algo"}, StatusCode::kInvalidArgument,
+                  "--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+                  "--context-parallel-size 1 and U dividing it (U = 1 is megatron_cp_algo, U = CP ulysses_cp_algo), "
+                  "found none"},
+        ErrorCase{{"--ulysses-degree-in-cp", "2"}, StatusCode::kInvalidArgument,
+                  "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'megatron_cp_algo'"},
         ErrorCase{{"--context-parallel-algo", "adaptive_cp_algo"}, StatusCode::kUnimplemented,
-                  "--context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo and "
-                  "ulysses_cp_algo)"},
+                  "--context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo, "
+                  "ulysses_cp_algo and hybrid_cp_algo)"},
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
                   "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                   "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
@@ -267,6 +270,49 @@ TEST(Arguments, ContextParallelism) {
                 .message(),
             "--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: --num-query-groups 1 must "
             "be divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 = 2");
+  // Hybrid: U divides CP with 1 < U < CP; heads and query groups split over TP x U; the ring across
+  // the Ulysses groups is p2p.
+  Cli hybrid;
+  ASSERT_TRUE(hybrid.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                                            "--ulysses-degree-in-cp", "2", "--seq-length", "32"}), 4).ok());
+  EXPECT_EQ(hybrid.args.parallel.ulysses_degree_in_cp, 2);
+  const std::vector<std::string> hybrid4 = {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                                            "--seq-length", "32"};
+  for (const char* u : {"3", "4", "1", "8"}) {
+    Cli bad;
+    std::vector<std::string> flags = hybrid4;
+    flags.insert(flags.end(), {"--ulysses-degree-in-cp", u});
+    EXPECT_EQ(bad.parse(with(minimal(), flags), 4).message(),
+              std::string("--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+                          "--context-parallel-size 4 and U dividing it (U = 1 is megatron_cp_algo, U = CP "
+                          "ulysses_cp_algo), found ") + u);
+  }
+  Cli without_algo;
+  EXPECT_EQ(without_algo.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+                                                "ulysses_cp_algo", "--ulysses-degree-in-cp", "2",
+                                                "--seq-length", "32"}), 4).message(),
+            "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'ulysses_cp_algo'");
+  Cli hybrid_heads;
+  EXPECT_EQ(hybrid_heads.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
+                                                "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp",
+                                                "2", "--seq-length", "32"}), 16)
+                .message(),
+            "--context-parallel-algo hybrid_cp_algo splits the heads over TP x U: --num-attention-heads 4 must be "
+            "divisible by --tensor-model-parallel-size 4 x --ulysses-degree-in-cp 2 = 8");
+  Cli hybrid_groups;
+  EXPECT_EQ(hybrid_groups.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+                                                 "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length", "32",
+                                                 "--group-query-attention", "--num-query-groups", "1"}), 4)
+                .message(),
+            "--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: --num-query-groups 1 must "
+            "be divisible by --tensor-model-parallel-size 1 x --ulysses-degree-in-cp 2 = 2");
+  Cli hybrid_allgather;
+  EXPECT_EQ(hybrid_allgather.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+                                                    "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length",
+                                                    "32", "--cp-comm-type", "allgather"}), 4)
+                .message(),
+            "--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: expected "
+            "--cp-comm-type p2p, found 'allgather'");
   Cli sp;
   EXPECT_EQ(sp.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
                                       "--sequence-parallel", "--seq-length", "24"}), 16)
