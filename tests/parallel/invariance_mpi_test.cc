@@ -132,7 +132,7 @@ const std::vector<Layout>& layouts() {
                                              "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
       // Hybrid (--context-parallel-algo hybrid_cp_algo): Ulysses over U consecutive cp ranks (heads
       // and query groups split over TP x U), ring attention across the CP/U Ulysses groups; with
-      // documents and flash attention, TP+SP, and rings of 2 and 4.
+      // documents and flash attention, TP+SP, PP with full recomputation, and rings of 2 and 4.
       {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
                             "--ulysses-degree-in-cp", "2"}},
       {"cp4_hybrid_u2_docs_flash", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
@@ -140,6 +140,10 @@ const std::vector<Layout>& layouts() {
       {"tp2_cp4_hybrid_u2_sp", 8, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "4",
                                    "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp", "2",
                                    "--sequence-parallel"}},
+      {"pp2_cp4_hybrid_u2_full_recompute", 8, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "4",
+                                               "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp",
+                                               "2", "--recompute-granularity", "full", "--recompute-method",
+                                               "uniform", "--recompute-num-layers", "1"}},
       {"cp8_hybrid_u2_docs", 8, {"--context-parallel-size", "8", "--context-parallel-algo", "hybrid_cp_algo",
                                  "--ulysses-degree-in-cp", "2", "--reset-attention-mask"}},
       {"cp2_full_recompute", 2, {"--context-parallel-size", "2", "--recompute-granularity", "full",
