@@ -159,26 +159,20 @@ Status validate_context_parallel(const Arguments& a) {
     return InvalidArgument("--seq-length ", S, " must be divisible by 2 x --context-parallel-size ", cp, " = ", 2 * cp,
                            " (each sequence is cut into 2 x CP equal chunks)");
   const int64_t tp = par.tensor_model_parallel_size;
-  if (ulysses && a.model.num_attention_heads % (tp * cp) != 0)
-    return InvalidArgument("--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: "
-                           "--num-attention-heads ", a.model.num_attention_heads,
-                           " must be divisible by --tensor-model-parallel-size ", tp, " x --context-parallel-size ",
-                           cp, " = ", tp * cp);
-  if (ulysses && a.model.num_kv_heads % (tp * cp) != 0)
-    return InvalidArgument("--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: "
-                           "--num-query-groups ", a.model.num_kv_heads,
-                           " must be divisible by --tensor-model-parallel-size ", tp, " x --context-parallel-size ",
-                           cp, " = ", tp * cp);
-  if (hybrid && a.model.num_attention_heads % (tp * U) != 0)
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo splits the heads over TP x U: "
-                           "--num-attention-heads ", a.model.num_attention_heads,
-                           " must be divisible by --tensor-model-parallel-size ", tp, " x --ulysses-degree-in-cp ",
-                           U, " = ", tp * U);
-  if (hybrid && a.model.num_kv_heads % (tp * U) != 0)
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: "
-                           "--num-query-groups ", a.model.num_kv_heads,
-                           " must be divisible by --tensor-model-parallel-size ", tp, " x --ulysses-degree-in-cp ",
-                           U, " = ", tp * U);
+  // Ulysses splits the heads and query groups over TP x CP, hybrid over TP x U.
+  const auto heads_divisible = [&](const char* algo, const char* name, const char* flag, int64_t degree) -> Status {
+    const struct { const char* what; const char* flag; int64_t count; } splits[] = {
+        {"heads", "--num-attention-heads", a.model.num_attention_heads},
+        {"query groups", "--num-query-groups", a.model.num_kv_heads}};
+    for (const auto& sp : splits)
+      if (sp.count % (tp * degree) != 0)
+        return InvalidArgument("--context-parallel-algo ", algo, " splits the ", sp.what, " over TP x ", name, ": ",
+                               sp.flag, " ", sp.count, " must be divisible by --tensor-model-parallel-size ", tp, " x ",
+                               flag, " ", degree, " = ", tp * degree);
+    return Status::Ok();
+  };
+  if (ulysses) GALE_RETURN_IF_ERROR(heads_divisible("ulysses_cp_algo", "CP", "--context-parallel-size", cp));
+  if (hybrid) GALE_RETURN_IF_ERROR(heads_divisible("hybrid_cp_algo", "U", "--ulysses-degree-in-cp", U));
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");
