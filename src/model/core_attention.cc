@@ -1,6 +1,8 @@
 // Core attention under the context-parallel layouts: head split, then local / all-gather / ring keys.
 #include "model/core_attention.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/context_parallel.h"
 #include "model/linear.h"
@@ -113,6 +115,25 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
     saved->head_out = hs.group ? out : Tensor();
   }
   return ctx;
+}
+
+Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
+  const ModelConfig& c = *rt.config;
+  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
+  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, first = rt.kv_cache->length;
+  GALE_CHECK(rt.cp_split.cp_size == 1 && B == rt.kv_cache->B && first + S <= rt.kv_cache->max_length)
+      << "kv cache: " << first << " + " << S << " positions of " << B << " samples in a cache of "
+      << rt.kv_cache->max_length << " x " << rt.kv_cache->B;
+  const float* q = qkv.data<float>();
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
+  const Tensor kv_new = pack_context_kv(S * B, q, qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
+  std::copy_n(kv_new.data<float>(), kv_new.numel(), cache.data<float>() + first * B * kv_new.size(1));
+  Tensor out = Tensor::empty({S * B, NHl * HD});
+  Tensor lse = Tensor::empty({B, NHl, S});
+  const float* kv = cache.data<float>();
+  rt.ops->attention_forward(ap, q, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
+                            out.data<float>(), lse.data<float>());
+  return out;
 }
 
 Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& s,

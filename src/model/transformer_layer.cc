@@ -167,7 +167,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-  Tensor ctx = core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
+  Tensor ctx = rt.kv_cache ? cached_attention_forward(rt, ap, qkv, rt.kv_cache->layers.at(layer - part.first_layer))
+                           : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
   qkv = Tensor();
   ctx = to_gemm_input(ctx, bf16);
   Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
