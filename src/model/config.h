@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "parallel/hybrid_cp_groups.h"
@@ -46,6 +47,28 @@ struct FullRecompute {
   }
 };
 
+// Megatron-Core mixture of experts (--num-experts E): in the layers `pattern` marks, the MLP is a
+// router (a bias-free linear H -> E), top-k routing and E expert MLPs (model/moe_layer.h).
+struct MoeConfig {
+  int64_t num_experts = 0;  // E; 0: every layer has the dense MLP
+  int64_t topk = 2;         // --moe-router-topk
+  int64_t ffn = 0;          // --moe-ffn-hidden-size (Fe), default --ffn-hidden-size
+  // --moe-router-pre-softmax: the top-k probabilities are the softmax over all E experts; by
+  // default (Megatron's) the top-k is taken on the logits and the softmax runs over those k.
+  bool pre_softmax = false;
+  // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
+  // aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0 disables each.
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
+  std::vector<int> pattern;
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    return enabled() && (pattern.empty() || pattern.at(static_cast<size_t>(layer)) != 0);
+  }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -72,10 +95,16 @@ struct ModelConfig {
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   RecomputePlan recompute;
   FullRecompute full_recompute;
+  MoeConfig moe;
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+  int64_t num_moe_layers() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) ? 1 : 0;
+    return n;
+  }
 };
 
 // The LLaMA architecture on top of `c`'s sizes: RMSNorm, SwiGLU, RoPE, no linear biases, an untied

@@ -20,6 +20,7 @@
 #include "kernels/op_table.h"
 #include "model/config.h"
 #include "model/micro_batch.h"
+#include "model/moe_layer.h"
 #include "model/params.h"
 #include "parallel/context_split.h"
 
@@ -29,9 +30,11 @@ namespace gale {
 struct LayerParamIds {
   int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
+  std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
-// Registers the parameters of global layer `layer` with their Megatron names, TP splits and init.
+// Registers the parameters of global layer `layer` (its MLP a MoE MLP where config.moe says so) with their Megatron names, TP splits and init.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // Everything a layer needs about the current micro-batch, built once per micro-batch.
@@ -63,6 +66,11 @@ struct LayerRuntime {
   // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
   // the per-layer dropout stream is filled in by the layer.
   AttentionProblem attention;
+  // MoE layers: the auxiliary losses of training forwards that keep state for backward are added
+  // here (null: not collected), and backward scales their gradients by moe_aux_scale (Megatron's
+  // MoEAuxLossAutoScaler scale, 1 / num_microbatches).
+  MoeAuxLosses* moe_losses = nullptr;
+  double moe_aux_scale = 1.0;
 };
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
@@ -85,6 +93,7 @@ struct LayerSaved {
   Tensor norm2_out;    // [T, H]
   Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
   Tensor act;          // [T, Fl]
+  MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)
 };
 
 // Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.
