@@ -96,13 +96,20 @@ struct ModelConfig {
   RecomputePlan recompute;
   FullRecompute full_recompute;
   MoeConfig moe;
+  // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
+  // parameters; they keep their place in the layer numbering and in the pipeline split.
+  std::vector<int64_t> noop_layers;
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+  bool is_noop_layer(int64_t layer) const {
+    return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);
+  }
+  // Layers with a MoE MLP (a --noop-layers layer has none).
   int64_t num_moe_layers() const {
     int64_t n = 0;
-    for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) ? 1 : 0;
+    for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) && !is_noop_layer(i) ? 1 : 0;
     return n;
   }
 };

@@ -50,6 +50,9 @@ struct ModelArgs {
   std::string recompute_method;       // "" or, with full, "uniform" or "block"
   int64_t recompute_num_layers = kUnset;
   bool recompute_activations = false;
+  // --noop-layers "0,23": global indices of identity layers (MindSpeed), parsed by validation.
+  std::string noop_layers_flag;
+  std::vector<int64_t> noop_layers;  // sorted, unique
 
   // Derived by validation.
   int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
@@ -62,6 +65,7 @@ struct TrainingArgs {
   int64_t train_iters = kUnset;
   int64_t train_samples = kUnset;
   int64_t exit_interval = kUnset;
+  bool skip_train = false;  // --skip-train: no iterations; the validation and test evaluations only
   double exit_duration_in_mins = kUnsetF;
   int64_t seed = 1234;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron

@@ -1,6 +1,7 @@
 // The Megatron training loop.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/log.h"
@@ -50,7 +51,7 @@ FlopsModel Trainer::flops_model() const {
   const ModelArgs& m = args_.model;
   FlopsModel f;
   f.seq_length = m.seq_length;
-  f.num_layers = m.num_layers;
+  f.num_layers = m.num_layers - static_cast<int64_t>(m.noop_layers.size());  // noop layers compute nothing
   f.hidden = m.hidden_size;
   f.heads = m.num_attention_heads;
   f.query_groups = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
@@ -59,7 +60,10 @@ FlopsModel Trainer::flops_model() const {
   f.padded_vocab = m.padded_vocab_size;
   f.swiglu = m.swiglu;
   if (args_.moe.enabled()) {
-    for (int moe_layer : args_.moe.layer_pattern) f.num_moe_layers += moe_layer;
+    for (size_t i = 0; i < args_.moe.layer_pattern.size(); ++i)  // MoE layers that are not noop layers
+      f.num_moe_layers += args_.moe.layer_pattern[i] != 0 &&
+                          std::find(m.noop_layers.begin(), m.noop_layers.end(), static_cast<int64_t>(i)) ==
+                              m.noop_layers.end();
     f.moe_ffn = args_.moe.moe_ffn_hidden_size;
     f.moe_topk = args_.moe.moe_router_topk;
   }
@@ -170,7 +174,8 @@ Status Trainer::run() {
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false;
-  while (state_.iteration < train_iters_) {
+  if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
+  while (!t.skip_train && state_.iteration < train_iters_) {
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;
     ++iters_in_interval;
@@ -233,7 +238,8 @@ Status Trainer::run() {
       return Status::Ok();
     }
   }
-  if (save_fn_ && state_.iteration > 0 && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+  if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
+    GALE_RETURN_IF_ERROR(save_fn_(state_));
   if (do_valid)
     GALE_RETURN_IF_ERROR(evaluate_and_print(*valid_, &state_.consumed_valid_samples,
                                             str_cat("iteration ", state_.iteration, " on validation set")));
