@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "subprocess.h"
@@ -95,6 +96,51 @@ TEST(GalePretrainMoe, SaveThenResumeContinuesTheSameRun) {
     EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;
     EXPECT_EQ(la[3 + i], lb[i]) << "iteration " << 4 + i;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A MoE checkpoint in `gale evaluate` (and `gale generate`, same loader): the model flags include
+// the MoE flags; without them the checkpoint's expert tensors do not fit the dense model.
+TEST(GalePretrainMoe, EvaluateReadsAMoeCheckpointGivenTheMoeFlags) {
+  auto dir = std::filesystem::temp_directory_path() / ("gale_moe_eval_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string repo = std::string(GALE_TEST_DATA_DIR) + "/../..";
+  const std::vector<std::string> model = {
+      "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+      "--max-position-embeddings", "64", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
+      repo + "/data/tokenizers/gpt2/vocab.json", "--merge-file", repo + "/data/tokenizers/gpt2/merges.txt",
+      "--swiglu", "--disable-bias-linear", "--num-experts", "4", "--moe-ffn-hidden-size", "32"};
+  auto command = [&](const std::string& sub, const std::vector<std::string>& flags, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {GALE_BINARY, sub};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  test::RunResult trained = test::run_with_timeout(
+      command("pretrain", model, {"--micro-batch-size", "2", "--train-iters", "2", "--lr", "3e-3", "--mock-data",
+                                  "--eval-iters", "0", "--num-threads", "1", "--save", (dir / "ckpt").string(),
+                                  "--save-interval", "2"}),
+      {}, 300);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  {
+    std::ofstream docs(dir / "docs.jsonl");
+    docs << "{\"text\": \"It is a truth universally acknowledged.\"}\n";
+  }
+  test::RunResult ppl = test::run_with_timeout(
+      command("evaluate", model, {"--load", (dir / "ckpt").string(), "--task", "ppl", "--task-data-path",
+                                  (dir / "docs.jsonl").string()}),
+      {}, 300);
+  ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
+  EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(documents: 1 \| tokens: \d+ \| lm loss: [0-9.E+-]+)")))
+      << ppl.output;
+  std::vector<std::string> dense(model.begin(), model.end() - 4);  // without --num-experts / --moe-ffn-hidden-size
+  test::RunResult wrong = test::run_with_timeout(
+      command("evaluate", dense, {"--load", (dir / "ckpt").string(), "--task", "ppl", "--task-data-path",
+                                  (dir / "docs.jsonl").string()}),
+      {}, 300);
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("mlp.linear_fc1.weight"), std::string::npos) << wrong.output;
   std::filesystem::remove_all(dir);
 }
 
