@@ -96,6 +96,8 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.mb = &st.mb;
   rt.training = training;
   rt.kv_cache = cache;
+  rt.moe_losses = training ? &moe_losses_ : nullptr;
+  rt.moe_aux_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
   const int64_t S_global = st.mb.global_length();
@@ -404,13 +406,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
 }
 
 std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
-  auto layer_ids = [](const LayerParamIds& w) {
-    std::vector<int> ids;
-    for (int id : {w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.norm2_w, w.norm2_b, w.fc1_w, w.fc1_b,
-                   w.fc2_w, w.fc2_b})
-      if (id >= 0) ids.push_back(id);
-    return ids;
-  };
+  auto layer_ids = [](const LayerParamIds& w) { return w.all(); };
   std::vector<std::vector<int>> groups;
   if (part_.post_process) {
     std::vector<int> head;

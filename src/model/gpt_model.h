@@ -84,6 +84,14 @@ class GPTModel {
   // backward inside forward (no logits kept). 0 (the default) disables that.
   void set_num_microbatches(int64_t n) { num_microbatches_ = n; }
 
+  // Σ over the MoE layers of this chunk and the training micro-batches since the last call of each
+  // layer's auxiliary losses (without coefficients; model/moe_layer.h); resets the sums.
+  MoeAuxLosses take_moe_losses() {
+    const MoeAuxLosses l = moe_losses_;
+    moe_losses_ = MoeAuxLosses{};
+    return l;
+  }
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
@@ -113,6 +121,7 @@ class GPTModel {
   GradReadyFn grad_ready_;
   ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
+  mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
 };
 
 }  // namespace gale

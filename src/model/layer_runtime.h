@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/micro_batch.h"
+#include "model/moe_layer.h"
 #include "parallel/context_split.h"
 
 namespace gale {
@@ -44,6 +45,11 @@ struct LayerRuntime {
   // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
   // the per-layer dropout stream is filled in by the layer.
   AttentionProblem attention;
+  // MoE layers: the auxiliary losses of training forwards that keep state for backward are added
+  // here (null: not collected), and backward scales their gradients by moe_aux_scale (Megatron's
+  // MoEAuxLossAutoScaler scale, 1 / num_microbatches).
+  MoeAuxLosses* moe_losses = nullptr;
+  double moe_aux_scale = 1.0;
 };
 
 }  // namespace gale
