@@ -10,6 +10,7 @@
 #include "ckpt/model_checkpoint.h"
 #include "core/rng.h"
 #include "model/gpt_model.h"
+#include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/model_setup.h"
 
@@ -81,6 +82,9 @@ int generate_main(int argc, char** argv) {
   parser.add("--top-k", &g.top_k, "sample among the k most likely tokens (0: all)");
   parser.add("--top-p", &g.top_p, "sample among the most likely tokens whose probabilities sum to p (0: off)");
   parser.add("--seed", &seed, "random seed of the sampling");
+  bool use_checkpoint_args = false;
+  parser.add_flag("--use-checkpoint-args", &use_checkpoint_args,
+                  "build the model from the flags the checkpoint recorded (its metadata.json args), not the command line");
   Status st = parser.parse(argc, argv);
   if (!st.ok()) return usage(st);
   if (parser.help_requested()) {
@@ -91,19 +95,32 @@ int generate_main(int argc, char** argv) {
   if (g.max_new_tokens < 0) return usage(InvalidArgument("--max-new-tokens: expected a non-negative integer"));
   if (g.temperature < 0.0) return usage(InvalidArgument("--temperature: expected a non-negative number"));
   if (g.top_p < 0.0 || g.top_p > 1.0) return usage(InvalidArgument("--top-p: expected a value in [0, 1]"));
-  st = validate_model_args(args.model, parser);
-  if (!st.ok()) return usage(st);
+  if (!use_checkpoint_args) {
+    st = validate_model_args(args.model, parser);
+    if (!st.ok()) return usage(st);
+  }
+  StatusOr<CheckpointReader> reader = CheckpointReader::open(args.checkpoint.load);
+  if (!reader.ok()) return failure(reader.status());
+  if (use_checkpoint_args) {
+    StatusOr<nlohmann::json> saved = reader->section("args");
+    if (!saved.ok()) return failure(saved.status());
+    StatusOr<ModelArgs> model = model_args_from_json(saved.value(), reader->directory() + "/metadata.json");
+    if (!model.ok()) return failure(model.status());
+    args.model = model.value();
+  }
 
   StatusOr<std::unique_ptr<Tokenizer>> tok = build_pretrain_tokenizer(args);
   if (!tok.ok()) return failure(tok.status());
   const Tokenizer& tokenizer = *tok.value();
-  args.model.padded_vocab_size = pad_vocab_size(tokenizer.vocab_size(), args.model.make_vocab_size_divisible_by, 1);
+  if (!use_checkpoint_args)
+    args.model.padded_vocab_size = pad_vocab_size(tokenizer.vocab_size(), args.model.make_vocab_size_divisible_by, 1);
+  else if (tokenizer.vocab_size() > args.model.padded_vocab_size)
+    return failure(InvalidArgument("the tokenizer has ", tokenizer.vocab_size(), " tokens but checkpoint ",
+                                   reader->directory(), " has a vocabulary of ", args.model.padded_vocab_size));
   args.training.seed = seed;
   const ModelConfig config = model_config_from_args(args);
   OpTable ops = reference_ops();
   GPTModel model(config, single_process_partition(config), &ops);
-  StatusOr<CheckpointReader> reader = CheckpointReader::open(args.checkpoint.load);
-  if (!reader.ok()) return failure(reader.status());
   st = load_parameters(reader.value(), model.params());
   if (!st.ok()) return failure(st);
 
