@@ -4,9 +4,7 @@
 #include <cmath>
 
 #include "core/rng.h"
-#include "model/context_parallel.h"
 #include "model/linear.h"
-#include "model/ring_attention.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -159,52 +157,16 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
   Tensor qkv = linear_forward(norm1_out, weight(rt, pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
-  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
-                   vl = qkv_value_layout(NHl, KVl, HD);
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
   if (rt.rope) {
     ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor ctx, lse;  // [T, NHl·HD], [B, NHl, S] (Ulysses: lse of this rank's heads over the whole sequence)
-  const float* q = qkv.data<float>();
-  Tensor kv_global, kv_local, attn_out;
-  const bool hybrid = rt.cp_split.cp_size > 1 && part.hybrid_cp();
-  if (!part.cp_ulysses && !hybrid) {
-    ctx = Tensor::empty({T, NHl * HD});
-    lse = Tensor::empty({B, NHl, S});
-  }
-  if (hybrid) {  // Ulysses within the group (its ring block, 1/U of the heads), the ring across groups, back
-    const HybridCpGroups& g = part.cp_hybrid;
-    const int64_t U = g.ulysses_degree(), NHu = NHl / U, KVu = KVl / U, Sb = rt.hybrid_ring_split.local_length();
-    qkv = ulysses_seq_to_heads(*g.ulysses, rt.hybrid_ulysses_split, B, qkv);
-    attn_out = Tensor::empty({Sb * B, NHu * HD});
-    lse = Tensor::empty({B, NHu, Sb});
-    kv_local = ring_attention_forward(*g.ring, rt.hybrid_ring_split, ops.attention_forward, ap, qkv.data<float>(),
-                                      qkv_query_layout(NHu, KVu, HD), qkv_key_layout(NHu, KVu, HD),
-                                      qkv_value_layout(NHu, KVu, HD), attn_out.data<float>(), lse.data<float>());
-    ctx = ulysses_heads_to_seq(*g.ulysses, rt.hybrid_ulysses_split, B, attn_out);
-  } else if (part.cp_ulysses) {  // whole sequences for this rank's KV groups, then back to this rank's positions
-    const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
-    qkv = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, qkv);
-    const float* qh = qkv.data<float>();
-    attn_out = Tensor::empty({cp * T, NHu * HD});
-    lse = Tensor::empty({B, NHu, cp * S});
-    ops.attention_forward(ap, qh, qkv_query_layout(NHu, KVu, HD), qh, qkv_key_layout(NHu, KVu, HD), qh,
-                          qkv_value_layout(NHu, KVu, HD), attn_out.data<float>(), lse.data<float>());
-    ctx = ulysses_heads_to_seq(*part.cp, rt.cp_split, B, attn_out);
-  } else if (rt.cp_split.cp_size > 1 && part.cp_ring) {  // the key/value blocks travel around the cp ring
-    kv_local = ring_attention_forward(*part.cp, rt.cp_split, ops.attention_forward, ap, q, ql, kl, vl,
-                                      ctx.data<float>(), lse.data<float>());
-  } else if (rt.cp_split.cp_size > 1) {  // the local queries against the keys and values of the whole sequence
-    kv_global = all_gather_context_kv(*part.cp, rt.cp_split, B, q, kl, vl, KVl, HD);
-    const float* kv = kv_global.data<float>();
-    ops.attention_forward(ap, q, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
-                          ctx.data<float>(), lse.data<float>());
-  } else {
-    ops.attention_forward(ap, q, ql, q, kl, q, vl, ctx.data<float>(), lse.data<float>());
-  }
+  CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
+  Tensor ctx = core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
+  qkv = Tensor();
   ctx = to_gemm_input(ctx, bf16);
   Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
@@ -233,12 +195,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const bool keep_norm = !recomputes(rt, layer, c.recompute.norm_layers);
     const bool keep_act = !recomputes(rt, layer, c.recompute.activation_layers);
     saved->norm1_out = keep_norm ? norm1_out : Tensor();
-    saved->qkv = qkv;
-    saved->kv_global = kv_global;
-    saved->kv_local = kv_local;
-    saved->attn_out = attn_out;
     saved->ctx = ctx;
-    saved->lse = lse;
     saved->x_mid = x_mid;
     saved->norm2_stats = norm2_stats;
     saved->norm2_out = keep_norm ? norm2_out : Tensor();
@@ -297,57 +254,13 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
   Tensor d_ctx = linear_backward(d_proj_full, s.ctx, weight(rt, pb, w.proj_w));  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
-  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD),
-                   vl = qkv_value_layout(NHl, KVl, HD);
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor d_qkv;  // [T, (NHl + 2·KVl)·HD]
-  float* dq = nullptr;
-  if (rt.cp_split.cp_size > 1 && part.hybrid_cp()) {  // the reverse all-to-all, the ring backward, back again
-    const HybridCpGroups& g = part.cp_hybrid;
-    const int64_t U = g.ulysses_degree(), NHu = NHl / U, KVu = KVl / U;
-    const Tensor d_attn = ulysses_seq_to_heads(*g.ulysses, rt.hybrid_ulysses_split, B, d_ctx);
-    Tensor d_qkv_h = Tensor::empty(s.qkv.shape());
-    ring_attention_backward(*g.ring, rt.hybrid_ring_split, ops.attention_backward, ap, s.qkv.data<float>(),
-                            qkv_query_layout(NHu, KVu, HD), s.kv_local, s.attn_out.data<float>(),
-                            s.lse.data<float>(), d_attn.data<float>(), d_qkv_h.data<float>(),
-                            qkv_key_layout(NHu, KVu, HD), qkv_value_layout(NHu, KVu, HD));
-    d_qkv = ulysses_heads_to_seq(*g.ulysses, rt.hybrid_ulysses_split, B, d_qkv_h);
-    dq = d_qkv.data<float>();
-  } else if (part.cp_ulysses) {  // the reverse all-to-alls: d_ctx to the head split, dQKV back to this rank's positions
-    const int64_t cp = rt.cp_split.cp_size, NHu = NHl / cp, KVu = KVl / cp;
-    const Tensor d_attn = ulysses_seq_to_heads(*part.cp, rt.cp_split, B, d_ctx);
-    Tensor d_qkv_h = Tensor::empty(s.qkv.shape());
-    const float* qh = s.qkv.data<float>();
-    float* dqh = d_qkv_h.data<float>();
-    const HeadLayout uql = qkv_query_layout(NHu, KVu, HD), ukl = qkv_key_layout(NHu, KVu, HD),
-                     uvl = qkv_value_layout(NHu, KVu, HD);
-    ops.attention_backward(ap, qh, uql, qh, ukl, qh, uvl, s.attn_out.data<float>(), s.lse.data<float>(),
-                           d_attn.data<float>(), dqh, dqh, dqh);
-    d_qkv = ulysses_heads_to_seq(*part.cp, rt.cp_split, B, d_qkv_h);
-    dq = d_qkv.data<float>();
-  } else {
-    d_qkv = Tensor::empty(s.qkv.shape());
-    const float* q = s.qkv.data<float>();
-    dq = d_qkv.data<float>();
-    const Tensor ctx_f32 = to_f32(s.ctx);  // attention's output (bf16 when it was kept for a bf16 GEMM)
-    if (rt.cp_split.cp_size > 1 && part.cp_ring) {  // the blocks and their gradients travel around the ring
-      ring_attention_backward(*part.cp, rt.cp_split, ops.attention_backward, ap, q, ql, s.kv_local,
-                              ctx_f32.data<float>(), s.lse.data<float>(), d_ctx.data<float>(), dq, kl, vl);
-    } else if (rt.cp_split.cp_size > 1) {  // dK, dV of every position, summed over the cp group into their owners' rows
-      const float* kv = s.kv_global.data<float>();
-      const HeadLayout gkl = context_key_layout(KVl, HD), gvl = context_value_layout(KVl, HD);
-      Tensor dkv = Tensor::zeros(s.kv_global.shape());
-      ops.attention_backward(ap, q, ql, kv, gkl, kv, gvl, ctx_f32.data<float>(), s.lse.data<float>(),
-                             d_ctx.data<float>(), dq, dkv.data<float>(), dkv.data<float>());
-      reduce_scatter_context_kv_grad(*part.cp, rt.cp_split, B, dkv, dq, kl, vl, KVl, HD);
-    } else {
-      ops.attention_backward(ap, q, ql, q, kl, q, vl, ctx_f32.data<float>(), s.lse.data<float>(),
-                             d_ctx.data<float>(), dq, dq, dq);
-    }
-  }
+  Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
+  float* dq = d_qkv.data<float>();
   d_ctx = Tensor();
-  s.ctx = s.lse = s.qkv = s.kv_global = s.kv_local = s.attn_out = Tensor();
+  s.ctx = Tensor();
   if (rt.rope) {
     ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);

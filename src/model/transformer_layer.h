@@ -6,22 +6,19 @@
 //   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]
 //   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> (SP all-gather) -> linear_fc1 [T, Fl or 2Fl]
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
-// With context parallelism T = S·B counts this cp rank's positions only; attention either
-// all-gathers the keys and values of the whole sequence (megatron_cp_algo) or runs on whole
-// sequences for 1/CP of the heads between two all-to-alls (ulysses_cp_algo), model/context_parallel.h,
-// or (hybrid_cp_algo) runs ring attention over the ring sub-group on 1/U of the heads between two
-// all-to-alls within the Ulysses sub-group (parallel/hybrid_cp_groups.h).
+// With context parallelism T = S·B counts this cp rank's positions only, and attention exchanges
+// keys and values (or trades the sequence split for a head split) over the cp group:
+// model/core_attention.h.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/op_table.h"
 #include "model/config.h"
-#include "model/micro_batch.h"
+#include "model/core_attention.h"
+#include "model/layer_runtime.h"
 #include "model/params.h"
-#include "parallel/context_split.h"
 
 namespace gale {
 
@@ -34,52 +31,14 @@ struct LayerParamIds {
 // Registers the parameters of global layer `layer` with their Megatron names, TP splits and init.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
-// Everything a layer needs about the current micro-batch, built once per micro-batch.
-struct LayerRuntime {
-  const ModelConfig* config = nullptr;
-  const ModelPartition* part = nullptr;
-  const OpTable* ops = nullptr;
-  const RopeTables* rope = nullptr;  // null without RoPE
-  const MicroBatch* mb = nullptr;
-  bool training = true;
-  // Global id (sample·S_global + global position) of each local row t = s·B + b of [Tl, H]
-  // activations, for hidden dropout.
-  std::vector<int64_t> hidden_row_ids;
-  // This rank's positions of the sequence (context parallelism; cp_size 1 without it). With
-  // cp_size > 1 attention gathers keys and values over part->cp, or with part->cp_ulysses trades
-  // the sequence split for a head split (model/context_parallel.h).
-  ContextSplit cp_split;
-  // hybrid_cp_algo (parallel/hybrid_cp_groups.h, part->hybrid_cp()): the split of the Ulysses
-  // all-to-all (the ring block of S_global/R positions over U ranks) and of the ring (S_global over
-  // R ranks); the block's global positions in its local order [S_global/R] and, with document ids,
-  // their ids [B, S_global/R] (the queries' after the all-to-all).
-  ContextSplit hybrid_ulysses_split, hybrid_ring_split;
-  std::vector<int32_t> hybrid_positions, hybrid_q_doc_ids;
-  // RoPE positions [B, S]: the token's global index in the sequence, as Megatron-Core applies
-  // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
-  // absolute position embedding). Within one document attention depends only on position
-  // differences, so with --reset-attention-mask the choice does not change the result.
-  std::vector<int32_t> rope_positions;
-  // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
-  // the per-layer dropout stream is filled in by the layer.
-  AttentionProblem attention;
-};
-
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
 // stay undefined in layers where config.recompute says so; backward recomputes them.
 struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
-  Tensor qkv;          // [T, (NHl + 2·KVl)·HD], after RoPE (Ulysses: [S_global·B, (NHl + 2·KVl)·HD/CP];
-                       // hybrid: [S_global/R·B, (NHl + 2·KVl)·HD/U])
-  Tensor kv_global;    // all-gather CP: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
-  Tensor kv_local;     // ring CP: keys and values of this rank's positions only [S_local·B, 2·KVl·HD]
-                       // (hybrid: of the ring rank's block for this rank's heads [S_global/R·B, 2·KVl·HD/U])
-  Tensor ctx;          // [T, NHl·HD]
-  Tensor attn_out;     // Ulysses: attention's output for this rank's heads [S_global·B, NHl·HD/CP]
-                       // (hybrid: [S_global/R·B, NHl·HD/U], lse [B, NHl/U, S_global/R])
-  Tensor lse;          // [B, NHl, S] (Ulysses: [B, NHl/CP, S_global])
+  CoreAttentionSaved attention;  // qkv after RoPE, lse, and what the context-parallel path keeps
+  Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats
   Tensor norm2_out;    // [T, H]

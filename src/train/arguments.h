@@ -62,6 +62,7 @@ struct TrainingArgs {
   int64_t train_iters = kUnset;
   int64_t train_samples = kUnset;
   int64_t exit_interval = kUnset;
+  bool skip_train = false;  // --skip-train: no iterations; the validation and test evaluations only
   double exit_duration_in_mins = kUnsetF;
   int64_t seed = 1234;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
@@ -156,6 +157,7 @@ struct CheckpointArgs {
   bool save_rng = true;    // --no-save-rng
   bool finetune = false;
   bool exit_on_missing_checkpoint = false;
+  bool use_checkpoint_args = false;  // gale generate / evaluate: the model flags come from the checkpoint's args
 };
 
 struct LoggingArgs {

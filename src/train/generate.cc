@@ -6,13 +6,8 @@
 #include <cstdio>
 #include <numeric>
 
-#include "ckpt/checkpoint_reader.h"
-#include "ckpt/model_checkpoint.h"
 #include "core/rng.h"
-#include "model/gpt_model.h"
-#include "train/checkpoint_args.h"
-#include "train/data_setup.h"
-#include "train/model_setup.h"
+#include "train/inference_model.h"
 
 namespace gale {
 
@@ -70,59 +65,32 @@ int failure(const Status& s) {
 int generate_main(int argc, char** argv) {
   ArgParser parser("gale generate", "Generate text from a checkpoint saved by `gale pretrain` (one process).");
   Arguments args;
-  add_model_args(parser, args.model);
-  add_tokenizer_args(parser, args.tokenizer);
+  add_inference_model_args(parser, args);
   GenerateArgs g;
   int64_t seed = 1234;
   parser.group("generation");
-  parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
   parser.add("--prompt", &g.prompt, "text to continue");
   parser.add("--max-new-tokens", &g.max_new_tokens, "tokens to generate");
   parser.add("--temperature", &g.temperature, "sampling temperature; 0 picks the most likely token (greedy)");
   parser.add("--top-k", &g.top_k, "sample among the k most likely tokens (0: all)");
   parser.add("--top-p", &g.top_p, "sample among the most likely tokens whose probabilities sum to p (0: off)");
   parser.add("--seed", &seed, "random seed of the sampling");
-  bool use_checkpoint_args = false;
-  parser.add_flag("--use-checkpoint-args", &use_checkpoint_args,
-                  "build the model from the flags the checkpoint recorded (its metadata.json args), not the command line");
   Status st = parser.parse(argc, argv);
   if (!st.ok()) return usage(st);
   if (parser.help_requested()) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
-  if (args.checkpoint.load.empty()) return usage(InvalidArgument("--load is required (the checkpoint to generate from)"));
   if (g.max_new_tokens < 0) return usage(InvalidArgument("--max-new-tokens: expected a non-negative integer"));
   if (g.temperature < 0.0) return usage(InvalidArgument("--temperature: expected a non-negative number"));
   if (g.top_p < 0.0 || g.top_p > 1.0) return usage(InvalidArgument("--top-p: expected a value in [0, 1]"));
-  if (!use_checkpoint_args) {
-    st = validate_model_args(args.model, parser);
-    if (!st.ok()) return usage(st);
-  }
-  StatusOr<CheckpointReader> reader = CheckpointReader::open(args.checkpoint.load);
-  if (!reader.ok()) return failure(reader.status());
-  if (use_checkpoint_args) {
-    StatusOr<nlohmann::json> saved = reader->section("args");
-    if (!saved.ok()) return failure(saved.status());
-    StatusOr<ModelArgs> model = model_args_from_json(saved.value(), reader->directory() + "/metadata.json");
-    if (!model.ok()) return failure(model.status());
-    args.model = model.value();
-  }
+  st = validate_inference_model_args(args, parser);
+  if (!st.ok()) return usage(st);
 
-  StatusOr<std::unique_ptr<Tokenizer>> tok = build_pretrain_tokenizer(args);
-  if (!tok.ok()) return failure(tok.status());
-  const Tokenizer& tokenizer = *tok.value();
-  if (!use_checkpoint_args)
-    args.model.padded_vocab_size = pad_vocab_size(tokenizer.vocab_size(), args.model.make_vocab_size_divisible_by, 1);
-  else if (tokenizer.vocab_size() > args.model.padded_vocab_size)
-    return failure(InvalidArgument("the tokenizer has ", tokenizer.vocab_size(), " tokens but checkpoint ",
-                                   reader->directory(), " has a vocabulary of ", args.model.padded_vocab_size));
-  args.training.seed = seed;
-  const ModelConfig config = model_config_from_args(args);
-  OpTable ops = reference_ops();
-  GPTModel model(config, single_process_partition(config), &ops);
-  st = load_parameters(reader.value(), model.params());
-  if (!st.ok()) return failure(st);
+  StatusOr<std::unique_ptr<InferenceModel>> loaded = load_inference_model(args, seed);
+  if (!loaded.ok()) return failure(loaded.status());
+  const InferenceModel& m = *loaded.value();
+  const Tokenizer& tokenizer = *m.tokenizer;
 
   std::vector<int32_t> ids;
   st = tokenizer.encode(g.prompt, &ids);
@@ -130,15 +98,9 @@ int generate_main(int argc, char** argv) {
   if (ids.empty()) ids.push_back(tokenizer.eod());  // start a new document
   const size_t prompt_len = ids.size();
   for (int64_t step = 0; step < g.max_new_tokens; ++step) {
-    if (static_cast<int64_t>(ids.size()) >= config.max_positions) break;
-    MicroBatch mb;
-    mb.B = 1;
-    mb.S = static_cast<int64_t>(ids.size());
-    mb.tokens = ids;
-    mb.position_ids.resize(ids.size());
-    std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
-    Tensor logits = model.forward_logits(mb, Tensor());  // [1, S, V]
-    const float* last = logits.data<float>() + (mb.S - 1) * config.vocab;
+    if (static_cast<int64_t>(ids.size()) >= m.config.max_positions) break;
+    const Tensor logits = m.logits(ids);  // [S, V]
+    const float* last = logits.data<float>() + (static_cast<int64_t>(ids.size()) - 1) * m.config.vocab;
     int32_t next = sample(last, tokenizer.vocab_size(), g, static_cast<uint64_t>(seed), static_cast<uint64_t>(step));
     if (next == tokenizer.eod()) break;
     ids.push_back(next);

@@ -146,7 +146,8 @@ Status Trainer::run() {
   double loss_total = 0.0;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false;
-  while (state_.iteration < train_iters_) {
+  if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
+  while (!t.skip_train && state_.iteration < train_iters_) {
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;
     ++iters_in_interval;
@@ -205,7 +206,8 @@ Status Trainer::run() {
       return Status::Ok();
     }
   }
-  if (save_fn_ && state_.iteration > 0 && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+  if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
+    GALE_RETURN_IF_ERROR(save_fn_(state_));
   if (do_valid)
     GALE_RETURN_IF_ERROR(evaluate_and_print(*valid_, &state_.consumed_valid_samples,
                                             str_cat("iteration ", state_.iteration, " on validation set")));

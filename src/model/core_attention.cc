@@ -1,0 +1,127 @@
+// Core attention under the context-parallel layouts: head split, then local / all-gather / ring keys.
+#include "model/core_attention.h"
+
+#include "core/check.h"
+#include "model/context_parallel.h"
+#include "model/linear.h"
+#include "model/ring_attention.h"
+
+namespace gale {
+
+namespace {
+
+// The Ulysses all-to-all of a layout: the group, its split and degree (group null: no head split).
+struct HeadSplit {
+  Communicator* group = nullptr;
+  const ContextSplit* split = nullptr;
+  int64_t degree = 1;
+};
+
+HeadSplit head_split_of(const LayerRuntime& rt, CpAttention layout) {
+  const ModelPartition& part = *rt.part;
+  if (layout == CpAttention::kUlysses) return {part.cp.get(), &rt.cp_split, rt.cp_split.cp_size};
+  if (layout == CpAttention::kHybrid)
+    return {part.cp_hybrid.ulysses.get(), &rt.hybrid_ulysses_split, part.cp_hybrid.ulysses_degree()};
+  return {};
+}
+
+// The ring (or all-gather) group and split the keys and values come from.
+struct KeySource {
+  Communicator* group = nullptr;
+  const ContextSplit* split = nullptr;
+};
+
+KeySource key_source_of(const LayerRuntime& rt, CpAttention layout) {
+  const ModelPartition& part = *rt.part;
+  if (layout == CpAttention::kHybrid) return {part.cp_hybrid.ring.get(), &rt.hybrid_ring_split};
+  if (layout == CpAttention::kRing || layout == CpAttention::kAllGather) return {part.cp.get(), &rt.cp_split};
+  return {};
+}
+
+bool ring_keys(CpAttention layout) { return layout == CpAttention::kRing || layout == CpAttention::kHybrid; }
+
+}  // namespace
+
+CpAttention cp_attention_of(const ModelPartition& part, const ContextSplit& split) {
+  if (split.cp_size <= 1) return CpAttention::kNone;
+  if (part.hybrid_cp()) return CpAttention::kHybrid;
+  if (part.cp_ulysses) return CpAttention::kUlysses;
+  return part.cp_ring ? CpAttention::kRing : CpAttention::kAllGather;
+}
+
+Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv_local,
+                              CoreAttentionSaved* saved) {
+  const ModelConfig& c = *rt.config;
+  const OpTable& ops = *rt.ops;
+  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, HD = c.head_dim;
+  const CpAttention layout = cp_attention_of(*rt.part, rt.cp_split);
+  const HeadSplit hs = head_split_of(rt, layout);
+  const KeySource keys = key_source_of(rt, layout);
+
+  const Tensor qkv = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, qkv_local) : qkv_local;
+  const int64_t NHa = c.heads / tp / hs.degree, KVa = c.kv_heads / tp / hs.degree, rows = qkv.size(0);
+  const HeadLayout ql = qkv_query_layout(NHa, KVa, HD), kl = qkv_key_layout(NHa, KVa, HD),
+                   vl = qkv_value_layout(NHa, KVa, HD);
+  Tensor out = Tensor::empty({rows, NHa * HD});
+  Tensor lse = Tensor::empty({B, NHa, rows / B});
+  Tensor kv_global, kv_local;
+  const float* q = qkv.data<float>();
+  if (ring_keys(layout)) {
+    kv_local = ring_attention_forward(*keys.group, *keys.split, ops.attention_forward, ap, q, ql, kl, vl,
+                                      out.data<float>(), lse.data<float>());
+  } else if (layout == CpAttention::kAllGather) {
+    kv_global = all_gather_context_kv(*keys.group, *keys.split, B, q, kl, vl, KVa, HD);
+    const float* kv = kv_global.data<float>();
+    ops.attention_forward(ap, q, ql, kv, context_key_layout(KVa, HD), kv, context_value_layout(KVa, HD),
+                          out.data<float>(), lse.data<float>());
+  } else {
+    ops.attention_forward(ap, q, ql, q, kl, q, vl, out.data<float>(), lse.data<float>());
+  }
+  Tensor ctx = hs.group ? ulysses_heads_to_seq(*hs.group, *hs.split, B, out) : out;
+  if (saved) {
+    saved->qkv = qkv;
+    saved->lse = lse;
+    saved->kv_global = kv_global;
+    saved->kv_local = kv_local;
+    saved->head_out = hs.group ? out : Tensor();
+  }
+  return ctx;
+}
+
+Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& s,
+                               const Tensor& ctx, const Tensor& d_ctx) {
+  const ModelConfig& c = *rt.config;
+  const OpTable& ops = *rt.ops;
+  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, HD = c.head_dim;
+  const CpAttention layout = cp_attention_of(*rt.part, rt.cp_split);
+  const HeadSplit hs = head_split_of(rt, layout);
+  const KeySource keys = key_source_of(rt, layout);
+  GALE_CHECK(s.qkv.defined() && s.lse.defined()) << "core attention backward without its forward's saved state";
+
+  const int64_t NHa = c.heads / tp / hs.degree, KVa = c.kv_heads / tp / hs.degree;
+  const HeadLayout ql = qkv_query_layout(NHa, KVa, HD), kl = qkv_key_layout(NHa, KVa, HD),
+                   vl = qkv_value_layout(NHa, KVa, HD);
+  const Tensor d_out = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, d_ctx) : d_ctx;
+  const Tensor out = hs.group ? s.head_out : to_f32(ctx);  // forward's output on the rows attention ran on
+  Tensor d_qkv = Tensor::empty(s.qkv.shape());
+  const float* q = s.qkv.data<float>();
+  float* dq = d_qkv.data<float>();
+  if (ring_keys(layout)) {  // the blocks and their gradients travel around the ring
+    ring_attention_backward(*keys.group, *keys.split, ops.attention_backward, ap, q, ql, s.kv_local,
+                            out.data<float>(), s.lse.data<float>(), d_out.data<float>(), dq, kl, vl);
+  } else if (layout == CpAttention::kAllGather) {  // dK, dV of every position, summed into their owners' rows
+    const float* kv = s.kv_global.data<float>();
+    Tensor dkv = Tensor::zeros(s.kv_global.shape());
+    ops.attention_backward(ap, q, ql, kv, context_key_layout(KVa, HD), kv, context_value_layout(KVa, HD),
+                           out.data<float>(), s.lse.data<float>(), d_out.data<float>(), dq, dkv.data<float>(),
+                           dkv.data<float>());
+    reduce_scatter_context_kv_grad(*keys.group, *keys.split, B, dkv, dq, kl, vl, KVa, HD);
+  } else {
+    ops.attention_backward(ap, q, ql, q, kl, q, vl, out.data<float>(), s.lse.data<float>(), d_out.data<float>(),
+                           dq, dq, dq);
+  }
+  s = CoreAttentionSaved();
+  return hs.group ? ulysses_heads_to_seq(*hs.group, *hs.split, B, d_qkv) : d_qkv;
+}
+
+}  // namespace gale

@@ -1,0 +1,60 @@
+// One layer's core attention (QKV rows in, context rows out) under every context-parallel layout.
+//
+// The layer hands over its packed QKV rows [T, (NHl + 2·KVl)·HD] (after RoPE) for this rank's
+// positions and gets back the attention output [T, NHl·HD] for the same rows. In between, the
+// layout of --context-parallel-size / --context-parallel-algo / --cp-comm-type decides two things:
+//
+//   1. a head split (Ulysses): an all-to-all first trades the sequence split for a split of whole
+//      KV groups over `degree` ranks (ulysses_cp_algo: the cp group; hybrid_cp_algo: the Ulysses
+//      sub-group of U ranks), so attention sees more positions for fewer heads; the output goes
+//      back by the inverse all-to-all (model/context_parallel.h);
+//   2. where the keys and values come from, for the rows attention then holds:
+//      - local: they are the rows themselves (no CP, or Ulysses: whole sequences);
+//      - all-gather: gathered from the cp group, dK/dV reduce-scattered back (model/context_parallel.h);
+//      - ring: fetched block by block around a ring (the cp group, or hybrid's ring sub-group;
+//        model/ring_attention.h).
+//
+//   layout (CpAttention)  head split               keys and values
+//   kNone                 none                     local
+//   kAllGather            none                     all-gather over cp
+//   kRing                 none                     ring over cp
+//   kUlysses              all-to-all over cp       local (whole sequences)
+//   kHybrid               all-to-all over Ulysses  ring over the ring sub-group
+//
+// Every path gives the single-process result (tests/parallel/invariance_mpi_test.cc); dropout and
+// masks use global positions (AttentionProblem), so they do not depend on the layout.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/layer_runtime.h"
+
+namespace gale {
+
+enum class CpAttention { kNone, kAllGather, kRing, kUlysses, kHybrid };
+
+// The layout of `part` for a micro-batch split by `split` (kNone when split.cp_size is 1).
+CpAttention cp_attention_of(const ModelPartition& part, const ContextSplit& split);
+
+// What forward keeps for backward. Shapes are those of the rows attention ran on: this rank's
+// T = S·B rows without a head split; Ulysses S_global·B rows for NHl/CP heads; hybrid
+// S_global/R·B rows (its ring block, R = CP/U) for NHl/U heads.
+struct CoreAttentionSaved {
+  Tensor qkv;        // packed QKV rows after RoPE [rows, (NHa + 2·KVa)·HD]
+  Tensor lse;        // [B, NHa, rows/B]
+  Tensor kv_global;  // kAllGather: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
+  Tensor kv_local;   // kRing, kHybrid: this rank's key/value block [rows, 2·KVa·HD]
+  Tensor head_out;   // kUlysses, kHybrid: attention's output on the head split [rows, NHa·HD]
+};
+
+// qkv [T, (NHl + 2·KVl)·HD] after RoPE -> the attention output [T, NHl·HD] (f32). `ap` is the
+// micro-batch's problem with this layer's dropout stream. With `saved` null nothing is kept.
+Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+                              CoreAttentionSaved* saved);
+
+// Backward of core_attention_forward: `ctx` is the output forward returned (f32, or the bf16 copy
+// the layer kept as a GEMM input), d_ctx its gradient [T, NHl·HD]. Returns dQKV [T, (NHl + 2·KVl)·HD]
+// (before RoPE's backward) and releases `saved`.
+Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& saved,
+                               const Tensor& ctx, const Tensor& d_ctx);
+
+}  // namespace gale

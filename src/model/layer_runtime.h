@@ -1,0 +1,45 @@
+// What one transformer layer needs to know about the current micro-batch (built once per micro-batch).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/op_table.h"
+#include "model/config.h"
+#include "model/micro_batch.h"
+#include "parallel/context_split.h"
+
+namespace gale {
+
+// Everything a layer needs about the current micro-batch, built once per micro-batch.
+struct LayerRuntime {
+  const ModelConfig* config = nullptr;
+  const ModelPartition* part = nullptr;
+  const OpTable* ops = nullptr;
+  const RopeTables* rope = nullptr;  // null without RoPE
+  const MicroBatch* mb = nullptr;
+  bool training = true;
+  // Global id (sample·S_global + global position) of each local row t = s·B + b of [Tl, H]
+  // activations, for hidden dropout.
+  std::vector<int64_t> hidden_row_ids;
+  // This rank's positions of the sequence (context parallelism; cp_size 1 without it). With
+  // cp_size > 1 attention gathers keys and values over part->cp, or with part->cp_ulysses trades
+  // the sequence split for a head split (model/context_parallel.h).
+  ContextSplit cp_split;
+  // hybrid_cp_algo (parallel/hybrid_cp_groups.h, part->hybrid_cp()): the split of the Ulysses
+  // all-to-all (the ring block of S_global/R positions over U ranks) and of the ring (S_global over
+  // R ranks); the block's global positions in its local order [S_global/R] and, with document ids,
+  // their ids [B, S_global/R] (the queries' after the all-to-all).
+  ContextSplit hybrid_ulysses_split, hybrid_ring_split;
+  std::vector<int32_t> hybrid_positions, hybrid_q_doc_ids;
+  // RoPE positions [B, S]: the token's global index in the sequence, as Megatron-Core applies
+  // rotary embeddings (position_ids, restarted by --reset-position-ids, feed only the learned
+  // absolute position embedding). Within one document attention depends only on position
+  // differences, so with --reset-attention-mask the choice does not change the result.
+  std::vector<int32_t> rope_positions;
+  // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
+  // the per-layer dropout stream is filled in by the layer.
+  AttentionProblem attention;
+};
+
+}  // namespace gale
