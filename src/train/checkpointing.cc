@@ -190,6 +190,10 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
                                 ", this run has ", value.dump());
   }
   const bool load_optim = !ca.finetune && ca.load_optim;
+  if (load_optim && !r.metadata().contains("optimizer"))
+    return FailedPrecondition("checkpoint ", r.directory(),
+                              " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
+                              "load it with --finetune or --no-load-optim");
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();

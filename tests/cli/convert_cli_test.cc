@@ -1,6 +1,7 @@
 // `gale convert` as a user runs it: HF -> Gale, `gale generate` and a TP2·PP2 `gale pretrain` on the result, and back to HF.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -117,6 +118,18 @@ TEST(GaleConvert, PretrainAtTp2Pp2LoadsItAndItsCheckpointConvertsBack) {
                                    "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                    "--load", tmp.file("gale"), "--finetune", "--save", tmp.file("tuned"),
                                    "--save-interval", "1", "--num-threads", "1"};
+  // Without --finetune / --no-load-optim the missing optimizer state is one clear error (one process).
+  std::vector<std::string> one(argv.begin() + 6, argv.end());
+  one.erase(std::find(one.begin(), one.end(), "--finetune"));
+  for (const char* flag : {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"})
+    one.erase(std::find(one.begin(), one.end(), flag), std::find(one.begin(), one.end(), flag) + 2);
+  one.insert(one.end(), {"--make-vocab-size-divisible-by", "256"});  // the 256 rows padded for TP 2
+  r = test::run_with_timeout(one, {"OMP_NUM_THREADS=1"}, 300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds no optimizer state (saved with --no-save-optim, or written by gale convert): load "
+                          "it with --finetune or --no-load-optim"),
+            std::string::npos)
+      << r.output;
   r = test::run_with_timeout(argv, kMpiEnv, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("world 4 = TP 2 x CP 1 x DP 1 x PP 2"), std::string::npos) << r.output;
@@ -129,6 +142,14 @@ TEST(GaleConvert, PretrainAtTp2Pp2LoadsItAndItsCheckpointConvertsBack) {
   r = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir", tmp.file("tuned"),
             "--save-dir", tmp.file("hf"), "--vocab-size", "100"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  test::RunResult padded = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir",
+                                 tmp.file("tuned"), "--save-dir", tmp.file("hf_padded")});
+  ASSERT_EQ(padded.exit_code, 0) << padded.output;
+  EXPECT_NE(padded.output.find("does not record the tokenizer's vocabulary size; keeping all 256 rows"),
+            std::string::npos)
+      << padded.output;
+  EXPECT_EQ(SafetensorsFile::open(tmp.file("hf_padded/model.safetensors")).value().find("lm_head.weight")->shape,
+            (Shape{256, 64}));
   size_t compared = 0;
   for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
     SafetensorsFile original = SafetensorsFile::open(fixture("llama") + "/" + shard).value();

@@ -367,5 +367,42 @@ TEST(HfConvertErrors, GaleCheckpointWithoutAnHfCounterpart) {
   EXPECT_FALSE(hf_model_from_args(model_args_from_json(r->section("args").value(), "x").value(), 129, "x").ok());
 }
 
+// GPT-2 files saved from GPT2Model have no "transformer." prefix and may carry the causal-mask
+// buffers; real GPT-2 configs say gelu_new, which converts with a warning (Gale's GeLU is exact).
+TEST(HfConvert, Gpt2WithoutPrefixAndWithGeluNew) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "gpt2");
+  {
+    SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors").value();
+    SafetensorsWriter w;
+    std::vector<Tensor> keep;
+    for (const SafetensorsEntry& e : f.entries()) {
+      keep.push_back(f.read(e.name).value());
+      ASSERT_TRUE(w.add(e.name.substr(std::string("transformer.").size()), keep.back()).ok());
+    }
+    keep.push_back(Tensor::zeros({1, 1, 32, 32}));
+    ASSERT_TRUE(w.add("h.0.attn.bias", keep.back()).ok());
+    ASSERT_TRUE(w.write(dir + "/model.safetensors").ok());
+  }
+  edit_config(dir, [](nlohmann::json& j) { j["activation_function"] = "gelu_new"; });
+  std::vector<std::string> lines;
+  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("gale")), [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines[0].find("warning: "), std::string::npos);
+  EXPECT_NE(lines[0].find("config.json: activation_function 'gelu_new' is the tanh approximation of GeLU"),
+            std::string::npos)
+      << lines[0];
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gpt2"), tmp.file("ref")), quiet).ok());
+  auto a = CheckpointReader::open(tmp.file("gale")), b = CheckpointReader::open(tmp.file("ref"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensor_names(), b->tensor_names());
+  for (const std::string& name : a->tensor_names()) {
+    const Shape shape = b->global_shape(name).value();
+    Tensor x = a->read(name, shape).value(), y = b->read(name, shape).value();
+    EXPECT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << name;
+  }
+}
+
 }  // namespace
 }  // namespace gale
