@@ -48,12 +48,14 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-// t with zero rows appended up to `n` rows (the padded vocabulary).
+// t with copies of its last row appended up to `n` rows: the padded vocabulary, filled as
+// Megatron's checkpoint converter fills it.
 Tensor pad_rows(const Tensor& t, int64_t n) {
   Shape shape = t.shape();
   shape[0] = n;
-  Tensor out = Tensor::zeros(shape);
+  Tensor out = Tensor::empty(shape);
   copy_rows(t, 0, out, 0, t.size(0));
+  for (int64_t r = t.size(0); r < n; ++r) copy_rows(t, t.size(0) - 1, out, r, 1);
   return out;
 }
 

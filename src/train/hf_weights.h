@@ -1,7 +1,7 @@
 // The tensor map between Hugging Face and Gale (Megatron-Core) parameter names and layouts (docs/formats/hf-conversion.md).
 //
 // HF -> Gale, per layer i (LLaMA family; GPT-2 below):
-//   model.embed_tokens.weight [V, H]             -> embedding.word_embeddings.weight [Vp, H] (zero rows appended)
+//   model.embed_tokens.weight [V, H]             -> embedding.word_embeddings.weight [Vp, H] (last row repeated)
 //   model.layers.i.input_layernorm.weight        -> decoder.layers.i.input_layernorm.weight
 //   self_attn.{q,k,v}_proj.{weight,bias}         -> self_attention.linear_qkv.{weight,bias}: rows regrouped per KV
 //                                                   group [q heads of the group; k; v] (Megatron's layout)
