@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "parallel/hybrid_cp_groups.h"
@@ -72,10 +73,16 @@ struct ModelConfig {
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   RecomputePlan recompute;
   FullRecompute full_recompute;
+  // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
+  // parameters; they keep their place in the layer numbering and in the pipeline split.
+  std::vector<int64_t> noop_layers;
 
   int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+  bool is_noop_layer(int64_t layer) const {
+    return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);
+  }
 };
 
 // The LLaMA architecture on top of `c`'s sizes: RMSNorm, SwiGLU, RoPE, no linear biases, an untied

@@ -109,6 +109,7 @@ uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
 
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
+  if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
@@ -145,6 +146,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
 Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
+  if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const int64_t tp = part.tp_size();
@@ -208,6 +210,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
 Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
+  if (c.is_noop_layer(layer)) return d_out;
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const int64_t tp = part.tp_size();

@@ -29,6 +29,7 @@ struct LayerParamIds {
 };
 
 // Registers the parameters of global layer `layer` with their Megatron names, TP splits and init.
+// A --noop-layers layer registers none (every id -1); its forward and backward are the identity.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act

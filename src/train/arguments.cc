@@ -1,6 +1,7 @@
 // Registration and validation of the pretrain flags (Megatron names, defaults and checks).
 #include "train/arguments.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gale {
@@ -32,6 +33,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
   p.add("--init-method-std", &a.init_method_std, "standard deviation of the normal weight initialisation");
+  p.add("--noop-layers", &a.noop_layers_flag,
+        "comma-separated global layer indices (from 0) that are identity layers without parameters, to balance "
+        "pipeline stages (MindSpeed)");
   p.group("activation recomputation");
   p.add_choice("--recompute-granularity", &a.recompute_granularity, {"full", "selective"},
                "full: keep only the input of layer groups and rerun their forward in backward; selective: core "
@@ -287,6 +291,30 @@ Status in_unit_interval(double v, const char* flag) {
 }
 }  // namespace
 
+// --noop-layers: MindSpeed's checks (digits only, each in [0, --num-layers)); duplicates collapse.
+Status parse_noop_layers(ModelArgs& m) {
+  m.noop_layers.clear();
+  if (m.noop_layers_flag.empty()) return Status::Ok();
+  size_t start = 0;
+  while (start <= m.noop_layers_flag.size()) {
+    size_t comma = m.noop_layers_flag.find(',', start);
+    if (comma == std::string::npos) comma = m.noop_layers_flag.size();
+    const std::string item = m.noop_layers_flag.substr(start, comma - start);
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument("--noop-layers: expected comma-separated layer indices such as 0,23, found \"", item,
+                             "\" in \"", m.noop_layers_flag, "\"");
+    const int64_t layer = std::stoll(item);
+    if (layer >= m.num_layers)
+      return InvalidArgument("--noop-layers: layer ", layer, " is not below --num-layers ", m.num_layers,
+                             " (indices count from 0)");
+    m.noop_layers.push_back(layer);
+    start = comma + 1;
+  }
+  std::sort(m.noop_layers.begin(), m.noop_layers.end());
+  m.noop_layers.erase(std::unique(m.noop_layers.begin(), m.noop_layers.end()), m.noop_layers.end());
+  return Status::Ok();
+}
+
 Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(required(m.num_layers, "--num-layers"));
   GALE_RETURN_IF_ERROR(required(m.hidden_size, "--hidden-size"));
@@ -315,6 +343,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   } else {
     m.num_kv_heads = m.num_attention_heads;
   }
+  GALE_RETURN_IF_ERROR(parse_noop_layers(m));
   if (m.recompute_activations) {
     if (!m.recompute_granularity.empty() && m.recompute_granularity != "selective")
       return InvalidArgument("--recompute-activations means --recompute-granularity selective, found --recompute-granularity ",

@@ -50,6 +50,9 @@ struct ModelArgs {
   std::string recompute_method;       // "" or, with full, "uniform" or "block"
   int64_t recompute_num_layers = kUnset;
   bool recompute_activations = false;
+  // --noop-layers "0,23": global indices of identity layers (MindSpeed), parsed by validation.
+  std::string noop_layers_flag;
+  std::vector<int64_t> noop_layers;  // sorted, unique
 
   // Derived by validation.
   int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads

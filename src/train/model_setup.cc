@@ -8,6 +8,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   GALE_CHECK_GT(m.padded_vocab_size, 0) << "padded vocabulary size not set";
   ModelConfig c;
   c.num_layers = m.num_layers;
+  c.noop_layers = m.noop_layers;
   c.hidden = m.hidden_size;
   c.ffn = m.ffn_hidden_size;
   c.heads = m.num_attention_heads;

@@ -32,7 +32,7 @@ FlopsModel Trainer::flops_model() const {
   const ModelArgs& m = args_.model;
   FlopsModel f;
   f.seq_length = m.seq_length;
-  f.num_layers = m.num_layers;
+  f.num_layers = m.num_layers - static_cast<int64_t>(m.noop_layers.size());  // noop layers compute nothing
   f.hidden = m.hidden_size;
   f.heads = m.num_attention_heads;
   f.query_groups = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;

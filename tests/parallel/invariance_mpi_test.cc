@@ -52,6 +52,12 @@ const std::vector<Layout>& layouts() {
       {"pp2_vpp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
                               "--num-layers", "6", "--decoder-first-pipeline-num-layers", "2"}},
       {"pp4", 4, {"--pipeline-model-parallel-size", "4"}},
+      // MindSpeed's --noop-layers (identity layers balancing the stages): the first stage holds the
+      // embedding and one real layer, the second two real layers; the reference has the same noop layer.
+      {"pp2_noop_layers", 2, {"--pipeline-model-parallel-size", "2", "--noop-layers", "0"}},
+      {"pp2_vpp2_noop_layers_dp2", 4, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                                       "1", "--noop-layers", "1,2", "--recompute-granularity", "full",
+                                       "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
       {"pp4_vpp2", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
                        "--num-layers", "8"}},
       {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",
@@ -189,7 +195,8 @@ const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& 
   std::vector<std::string> same_model;
   for (size_t i = 0; i < layout_flags.size(); ++i) {
     if (layout_flags[i] == "--reset-attention-mask") same_model.push_back(layout_flags[i]);
-    if (i + 1 < layout_flags.size() && (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size"))
+    if (i + 1 < layout_flags.size() && (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size" ||
+                                        layout_flags[i] == "--noop-layers"))
       same_model.insert(same_model.end(), {layout_flags[i], layout_flags[i + 1]});
   }
   static std::map<std::tuple<bool, bool, std::vector<std::string>>, std::unique_ptr<LayoutRun>> runs;

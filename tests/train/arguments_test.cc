@@ -172,6 +172,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "--recompute-method requires --recompute-granularity full, found --recompute-granularity selective"},
         ErrorCase{{"--recompute-num-layers", "2"}, StatusCode::kInvalidArgument,
                   "--recompute-num-layers requires --recompute-granularity full"},
+        ErrorCase{{"--noop-layers", "0,x"}, StatusCode::kInvalidArgument,
+                  "--noop-layers: expected comma-separated layer indices such as 0,23, found \"x\" in \"0,x\""},
+        ErrorCase{{"--noop-layers", "1,"}, StatusCode::kInvalidArgument,
+                  "--noop-layers: expected comma-separated layer indices such as 0,23, found \"\" in \"1,\""},
+        ErrorCase{{"--noop-layers", "-1"}, StatusCode::kInvalidArgument,
+                  "--noop-layers: expected comma-separated layer indices such as 0,23, found \"-1\" in \"-1\""},
+        ErrorCase{{"--noop-layers", "2"}, StatusCode::kInvalidArgument,
+                  "--noop-layers: layer 2 is not below --num-layers 2 (indices count from 0)"},
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
@@ -209,6 +217,15 @@ TEST(Arguments, RecomputeFlagsAsMegatron) {
   Cli s;
   ASSERT_TRUE(s.parse(with(minimal(), {"--recompute-activations"})).ok());
   EXPECT_EQ(s.args.model.recompute_granularity, "selective");
+}
+
+TEST(Arguments, NoopLayersAsMindSpeed) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--noop-layers", "1,0,1"})).ok());
+  EXPECT_EQ(c.args.model.noop_layers, (std::vector<int64_t>{0, 1}));  // sorted, duplicates collapse
+  Cli none;
+  ASSERT_TRUE(none.parse(minimal()).ok());
+  EXPECT_TRUE(none.args.model.noop_layers.empty());
 }
 
 TEST(Arguments, MissingRequiredFlags) {

@@ -80,6 +80,28 @@ TEST(Resume, FinetuneLoadsWeightsOnly) {
   std::filesystem::remove_all(dir);
 }
 
+// --noop-layers: the checkpoint has no tensors for the noop layer, a run with the same flag resumes
+// from it, one without it is told what is missing; the FLOPs of the log line count real layers.
+TEST(Resume, NoopLayersCheckpointAndFlops) {
+  const std::string dir = temp_dir("noop");
+  TrainingRun first({"--save", dir, "--save-interval", "3", "--noop-layers", "1"});
+  EXPECT_EQ(first.trainer->flops_model().num_layers, 1);
+  for (const ParamSpec& s : first.model().params().specs()) EXPECT_EQ(s.name.find("decoder.layers.1."), std::string::npos);
+  first.train(2);
+  ASSERT_TRUE(first.save().ok());
+  TrainingRun again({"--load", dir, "--noop-layers", "1"});
+  bool loaded = false;
+  ASSERT_TRUE(again.load(&loaded).ok());
+  EXPECT_TRUE(loaded);
+  EXPECT_EQ(again.model().params().flat_params().data<float>()[7], first.model().params().flat_params().data<float>()[7]);
+  TrainingRun dense({"--load", dir});
+  const Status st = dense.load(&loaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("decoder.layers.1."), std::string::npos) << st.message();
+  EXPECT_EQ(dense.trainer->flops_model().num_layers, 2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Resume, MissingCheckpointWarnsOrFails) {
   const std::string dir = temp_dir("missing");
   TrainingRun r({"--load", dir});
