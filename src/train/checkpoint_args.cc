@@ -1,6 +1,7 @@
 // Model sections of checkpoint metadata: ModelConfig/ModelArgs to JSON and back.
 #include "train/checkpoint_args.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace gale {
@@ -44,7 +45,8 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
           {"add_bias_linear", m.add_bias_linear},
           {"add_qkv_bias", m.add_qkv_bias},
           {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
-          {"padded_vocab_size", m.padded_vocab_size}};
+          {"padded_vocab_size", m.padded_vocab_size},
+          {"noop_layers", m.noop_layers}};
 }
 
 namespace {
@@ -89,6 +91,18 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   GALE_RETURN_IF_ERROR(get(args, "add_qkv_bias", where, &m.add_qkv_bias));
   GALE_RETURN_IF_ERROR(get(args, "make_vocab_size_divisible_by", where, &m.make_vocab_size_divisible_by));
   GALE_RETURN_IF_ERROR(get(args, "padded_vocab_size", where, &m.padded_vocab_size));
+  if (auto it = args.find("noop_layers"); it != args.end()) {  // absent in checkpoints saved before --noop-layers
+    if (!it->is_array()) return InvalidArgument(where, ": args 'noop_layers' has the wrong type: ", it->dump());
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.num_layers)
+        return InvalidArgument(where, ": args 'noop_layers' holds ", v.dump(), ", expected a layer index below ",
+                               m.num_layers);
+      m.noop_layers.push_back(v.get<int64_t>());
+    }
+    std::sort(m.noop_layers.begin(), m.noop_layers.end());
+    for (size_t i = 0; i < m.noop_layers.size(); ++i)
+      m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
+  }
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
   return m;

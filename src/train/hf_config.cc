@@ -200,6 +200,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, int64_t vocab_size, con
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
+  if (!m.noop_layers.empty())
+    return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
+                         " (identity layers), which no Hugging Face architecture Gale writes can hold");
   if (gpt2) out.arch = HfArchitecture::kGpt2;
   else if (llama) out.arch = m.add_qkv_bias ? HfArchitecture::kQwen2 : HfArchitecture::kLlama;
   else

@@ -365,6 +365,17 @@ TEST(HfConvertErrors, GaleCheckpointWithoutAnHfCounterpart) {
             std::string::npos)
       << hf.status().message();
   EXPECT_FALSE(hf_model_from_args(model_args_from_json(r->section("args").value(), "x").value(), 129, "x").ok());
+  m = model_args_from_json(r->section("args").value(), "x").value();
+  m.noop_layers = {1};
+  m.noop_layers_flag = "1";
+  hf = hf_model_from_args(m, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("ckpt/metadata.json: the model has --noop-layers 1 (identity layers)"),
+            std::string::npos)
+      << hf.status().message();
+  // The recorded noop layers come back.
+  nlohmann::json args = model_flags_json(m);
+  EXPECT_EQ(model_args_from_json(args, "x").value().noop_layers, std::vector<int64_t>{1});
 }
 
 // GPT-2 files saved from GPT2Model have no "transformer." prefix and may carry the causal-mask
