@@ -17,6 +17,7 @@ const std::vector<Subcommand>& subcommands();
 int run_pretrain(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_evaluate(int argc, char** argv);
+int run_convert(int argc, char** argv);
 int run_preprocess(int argc, char** argv);
 int run_merge_datasets(int argc, char** argv);
 int run_data_samples(int argc, char** argv);

@@ -160,6 +160,7 @@ struct CheckpointArgs {
   bool save_rng = true;    // --no-save-rng
   bool finetune = false;
   bool exit_on_missing_checkpoint = false;
+  bool use_checkpoint_args = false;  // gale generate / evaluate: the model flags come from the checkpoint's args
 };
 
 struct LoggingArgs {

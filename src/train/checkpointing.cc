@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint_writer.h"
 #include "core/log.h"
 #include "optim/shard_boxes.h"
+#include "train/checkpoint_args.h"
 #include "train/grad_sync.h"
 
 namespace gale {
@@ -75,28 +76,12 @@ Tensor state_view(const Tensor& flat, const Optimizer::Segment& seg, const Param
 
 Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return n == t.size(0) ? t : t.slice(first, n); }
 
-nlohmann::json model_section(const ModelConfig& c) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden},
-          {"ffn_hidden_size", c.ffn},
-          {"num_attention_heads", c.heads},
-          {"num_query_groups", c.kv_heads},
-          {"kv_channels", c.head_dim},
-          {"padded_vocab_size", c.vocab},
-          {"max_position_embeddings", c.max_positions},
-          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
-          {"swiglu", c.swiglu},
-          {"add_bias_linear", c.add_bias_linear},
-          {"add_qkv_bias", c.add_qkv_bias},
-          {"untie_embeddings_and_output_weights", !c.tied_embeddings},
-          {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
-                                      : c.position == PositionEmbedding::kNone ? "none"
-                                                                               : "learned_absolute"}};
-}
-
+// The training flags, plus every model flag (checkpoint_args.h) so the checkpoint alone rebuilds its model.
 nlohmann::json args_section(const Arguments& a) {
   const TrainingArgs& t = a.training;
-  return {{"micro_batch_size", t.micro_batch_size},
+  nlohmann::json j = model_flags_json(a.model);
+  add_moe_flags_json(a.moe, &j);
+  j.update(nlohmann::json{{"micro_batch_size", t.micro_batch_size},
           {"global_batch_size", t.global_batch_size},
           {"seq_length", a.model.seq_length},
           {"train_iters", t.train_iters},
@@ -107,7 +92,8 @@ nlohmann::json args_section(const Arguments& a) {
           {"optimizer", t.optimizer},
           {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
-          {"data_parallel_size", a.parallel.data_parallel_size}};
+          {"data_parallel_size", a.parallel.data_parallel_size}});
+  return j;
 }
 
 std::string optimizer_tensor_name(const std::string& state, const std::string& param) {
@@ -151,7 +137,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   const GPTModel& model = *engine.chunks.front();
   nlohmann::json sections;
   sections["gale_trainer_state_version"] = kTrainerStateVersion;
-  sections["model"] = model_section(model.config());
+  sections["model"] = checkpoint_model_section(model.config());
   sections["args"] = args_section(args);
   sections["trainer"] = {{"iteration", state.iteration},
                          {"consumed_train_samples", state.consumed_train_samples},
@@ -197,7 +183,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   print_rank0(str_cat(" loading checkpoint from ", ca.load, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
-  const nlohmann::json current = model_section(engine.chunks.front()->config());
+  const nlohmann::json current = checkpoint_model_section(engine.chunks.front()->config());
   for (const auto& [key, value] : current.items()) {
     if (!saved_model.contains(key) || saved_model[key] != value)
       return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
@@ -205,6 +191,10 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
                                 ", this run has ", value.dump());
   }
   const bool load_optim = !ca.finetune && ca.load_optim;
+  if (load_optim && !r.metadata().contains("optimizer"))
+    return FailedPrecondition("checkpoint ", r.directory(),
+                              " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
+                              "load it with --finetune or --no-load-optim");
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();

@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/model_checkpoint.h"
+#include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/model_setup.h"
 
@@ -28,23 +29,37 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_tokenizer_args(parser, args.tokenizer);
   parser.group("checkpoint");
   parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
+  parser.add_flag("--use-checkpoint-args", &args.checkpoint.use_checkpoint_args,
+                  "take the model flags from the checkpoint (its metadata.json args) instead of the command line");
 }
 
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
+  if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
   return validate_moe_args(args, parser);
 }
 
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
   auto m = std::make_unique<InferenceModel>();
+  GALE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::open(args.checkpoint.load));
+  if (args.checkpoint.use_checkpoint_args) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json saved, reader.section("args"));
+    const std::string where = reader.directory() + "/metadata.json";
+    GALE_ASSIGN_OR_RETURN(args.model, model_args_from_json(saved, where));
+    GALE_ASSIGN_OR_RETURN(args.moe, moe_args_from_json(saved, where, args.model.num_layers));
+  }
   GALE_ASSIGN_OR_RETURN(m->tokenizer, build_pretrain_tokenizer(args));
-  args.model.padded_vocab_size = pad_vocab_size(m->tokenizer->vocab_size(), args.model.make_vocab_size_divisible_by, 1);
+  if (!args.checkpoint.use_checkpoint_args)
+    args.model.padded_vocab_size =
+        pad_vocab_size(m->tokenizer->vocab_size(), args.model.make_vocab_size_divisible_by, 1);
+  else if (m->tokenizer->vocab_size() > args.model.padded_vocab_size)
+    return InvalidArgument("the tokenizer has ", m->tokenizer->vocab_size(), " tokens but the checkpoint ",
+                           reader.directory(), " has a vocabulary of ", args.model.padded_vocab_size);
   args.training.seed = seed;
   m->config = model_config_from_args(args);
   m->ops = std::make_unique<OpTable>(reference_ops());
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
-  GALE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::open(args.checkpoint.load));
   GALE_RETURN_IF_ERROR(load_parameters(reader, m->model->params()));
   return m;
 }

@@ -1,7 +1,9 @@
 // A checkpoint's model on one process for inference (`gale generate`, `gale evaluate`).
 //
 // The model is the one the command line's model flags describe (the same flags `gale pretrain`
-// was given), with its parameters read from --load and the tokenizer of the tokenizer flags. It
+// was given) or, with --use-checkpoint-args (Megatron's flag), the one the checkpoint's
+// metadata.json "args" records (train/checkpoint_args.h: `gale pretrain` and `gale convert` write
+// them), with its parameters read from --load and the tokenizer of the tokenizer flags. It
 // runs at level 0 (the reference kernels) in fp32 and keeps nothing for backward.
 #pragma once
 
@@ -28,14 +30,18 @@ struct InferenceModel {
   Tensor logits(std::span<const int32_t> ids) const;
 };
 
-// --load, the model flags (with the MoE flags) and the tokenizer flags, in the parser's current group order.
+// --load, --use-checkpoint-args, the model flags (with the MoE flags) and the tokenizer flags, in the
+// parser's current group order.
 void add_inference_model_args(ArgParser& parser, Arguments& args);
 
-// Command-line checks (a usage error): --load given, the model (and MoE) flags consistent.
+// Command-line checks (a usage error): --load given, the model (and MoE) flags consistent (unless
+// they come from the checkpoint).
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser);
 
 // Builds the tokenizer and the model and loads the parameters of the checkpoint at
 // args.checkpoint.load (errors name the file or tensor). `seed` is the model's seed (dropout is off).
+// With --use-checkpoint-args the padded vocabulary is the checkpoint's; a tokenizer with more
+// tokens than it is an error.
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed);
 
 // log p(ids[s + 1] | ids[0..s]) from one row of logits over the tokenizer's `vocab` (the padded

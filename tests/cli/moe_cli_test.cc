@@ -141,6 +141,28 @@ TEST(GalePretrainMoe, EvaluateReadsAMoeCheckpointGivenTheMoeFlags) {
       {}, 300);
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.output.find("mlp.linear_fc1.weight"), std::string::npos) << wrong.output;
+  // --use-checkpoint-args: the checkpoint records the MoE flags too; the same loss without them here.
+  const std::vector<std::string> tokenizer(model.begin() + 10, model.begin() + 16);
+  test::RunResult own = test::run_with_timeout(
+      command("evaluate", tokenizer, {"--load", (dir / "ckpt").string(), "--use-checkpoint-args", "--task", "ppl",
+                                      "--task-data-path", (dir / "docs.jsonl").string()}),
+      {}, 300);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  std::smatch a, b;
+  const std::regex loss(R"(lm loss: ([0-9.E+-]+))");
+  ASSERT_TRUE(std::regex_search(ppl.output, a, loss));
+  ASSERT_TRUE(std::regex_search(own.output, b, loss));
+  EXPECT_EQ(a[1], b[1]);
+  // Export to Hugging Face refuses a MoE checkpoint in one line.
+  test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale", "--save-model-type",
+                                               "hf", "--load-dir", (dir / "ckpt").string(), "--save-dir",
+                                               (dir / "hf").string()},
+                                              {}, 60);
+  EXPECT_NE(hf.exit_code, 0);
+  EXPECT_NE(hf.output.find("a mixture-of-experts checkpoint (4 experts): export to Hugging Face (MixtralForCausalLM) "
+                           "is not supported yet"),
+            std::string::npos)
+      << hf.output;
   std::filesystem::remove_all(dir);
 }
 

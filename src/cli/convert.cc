@@ -1,0 +1,68 @@
+// `gale convert`: MindSpeed-LLM's convert_ckpt.py for Hugging Face <-> Gale checkpoints (see train/hf_convert.h).
+#include <cstdio>
+
+#include "cli/subcommands.h"
+#include "train/arg_parser.h"
+#include "train/hf_convert.h"
+
+namespace gale::cli {
+
+int run_convert(int argc, char** argv) {
+  ArgParser p("gale convert",
+              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral) to a Gale checkpoint, or back");
+  std::string load_type, save_type;
+  HfToGaleOptions to_gale;
+  GaleToHfOptions to_hf;
+  std::string load_dir, save_dir;
+  int64_t target_pp = 1;
+  p.group("conversion");
+  p.add_choice("--load-model-type", &load_type, {"hf", "gale", "mg"}, "what --load-dir holds: hf, or gale (alias mg)");
+  p.add_choice("--save-model-type", &save_type, {"hf", "gale", "mg"}, "what to write to --save-dir: gale (alias mg) or hf");
+  p.add("--load-dir", &load_dir, "directory to read: an HF model (config.json + safetensors) or a Gale checkpoint");
+  p.add("--save-dir", &save_dir, "directory to write");
+  p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, llama, llama2, llama3, qwen2, mistral");
+  p.add("--make-vocab-size-divisible-by", &to_gale.make_vocab_size_divisible_by,
+        "hf -> gale: pad the vocabulary to a multiple of this times the target TP size");
+  p.add("--target-tensor-parallel-size", &to_gale.target_tensor_parallel_size,
+        "hf -> gale: the TP size the vocabulary is padded for (the checkpoint loads at any TP it divides)");
+  p.add("--target-pipeline-parallel-size", &target_pp,
+        "accepted for compatibility: Gale checkpoints load at any pipeline-parallel size");
+  p.add_choice("--save-dtype", &to_hf.save_dtype, {"fp32", "bf16"}, "gale -> hf: dtype of model.safetensors");
+  p.add("--vocab-size", &to_hf.vocab_size,
+        "gale -> hf: real vocabulary rows to keep (default: recorded by the conversion, else all padded rows)");
+  Status s = p.parse(argc, argv);
+  if (s.ok() && p.help_requested()) {
+    std::printf("%s", p.help_text().c_str());
+    return 0;
+  }
+  if (s.ok() && load_type.empty()) s = InvalidArgument("--load-model-type is required (hf or gale)");
+  if (s.ok() && save_type.empty()) s = InvalidArgument("--save-model-type is required (gale or hf)");
+  if (s.ok() && load_dir.empty()) s = InvalidArgument("--load-dir is required");
+  if (s.ok() && save_dir.empty()) s = InvalidArgument("--save-dir is required");
+  const bool from_hf = load_type == "hf", to_hf_dir = save_type == "hf";
+  if (s.ok() && from_hf == to_hf_dir)
+    s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
+                        ": expected one side hf and the other gale");
+  if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (!s.ok()) {
+    std::fprintf(stderr, "gale convert: error: %s\n", s.message().c_str());
+    return 2;
+  }
+  auto log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  if (from_hf) {
+    to_gale.load_dir = load_dir;
+    to_gale.save_dir = save_dir;
+    s = convert_hf_to_gale(to_gale, log);
+  } else {
+    to_hf.load_dir = load_dir;
+    to_hf.save_dir = save_dir;
+    s = convert_gale_to_hf(to_hf, log);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "gale convert: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace gale::cli

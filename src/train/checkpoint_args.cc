@@ -1,0 +1,134 @@
+// Model sections of checkpoint metadata: ModelConfig/ModelArgs to JSON and back.
+#include "train/checkpoint_args.h"
+
+#include <algorithm>
+#include <type_traits>
+
+namespace gale {
+
+nlohmann::json checkpoint_model_section(const ModelConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden},
+          {"ffn_hidden_size", c.ffn},
+          {"num_attention_heads", c.heads},
+          {"num_query_groups", c.kv_heads},
+          {"kv_channels", c.head_dim},
+          {"padded_vocab_size", c.vocab},
+          {"max_position_embeddings", c.max_positions},
+          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
+          {"swiglu", c.swiglu},
+          {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"untie_embeddings_and_output_weights", !c.tied_embeddings},
+          {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
+                                      : c.position == PositionEmbedding::kNone ? "none"
+                                                                               : "learned_absolute"}};
+}
+
+nlohmann::json model_flags_json(const ModelArgs& m) {
+  return {{"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn_hidden_size},
+          {"num_attention_heads", m.num_attention_heads},
+          {"kv_channels", m.kv_channels},
+          {"group_query_attention", m.group_query_attention},
+          {"num_query_groups", m.num_kv_heads},
+          {"seq_length", m.seq_length},
+          {"max_position_embeddings", m.max_position_embeddings},
+          {"position_embedding_type", m.position_embedding_type},
+          {"rotary_base", m.rotary_base},
+          {"rotary_percent", m.rotary_percent},
+          {"normalization", m.normalization},
+          {"norm_epsilon", m.norm_epsilon},
+          {"swiglu", m.swiglu},
+          {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
+          {"add_bias_linear", m.add_bias_linear},
+          {"add_qkv_bias", m.add_qkv_bias},
+          {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+          {"padded_vocab_size", m.padded_vocab_size},
+          {"noop_layers", m.noop_layers}};
+}
+
+namespace {
+
+template <class T>
+Status get(const nlohmann::json& args, const char* key, const std::string& where, T* out) {
+  auto it = args.find(key);
+  if (it == args.end())
+    return InvalidArgument(where, ": args has no '", key, "' (a checkpoint saved before Gale recorded its model flags?)");
+  const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                  : std::is_same_v<T, std::string> ? it->is_string()
+                  : std::is_integral_v<T>          ? it->is_number_integer()
+                                                   : it->is_number();
+  if (!ok) return InvalidArgument(where, ": args '", key, "' has the wrong type: ", it->dump());
+  *out = it->get<T>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
+  if (!moe.enabled()) return;
+  (*args)["num_experts"] = moe.num_experts;
+  (*args)["moe_router_topk"] = moe.moe_router_topk;
+  (*args)["moe_ffn_hidden_size"] = moe.moe_ffn_hidden_size;
+  (*args)["moe_layer_freq"] = moe.moe_layer_freq;
+  (*args)["moe_router_pre_softmax"] = moe.moe_router_pre_softmax;
+}
+
+StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
+  MoeArgs moe;
+  if (!args.is_object() || !args.contains("num_experts") || args["num_experts"].is_null()) return moe;
+  GALE_RETURN_IF_ERROR(get(args, "num_experts", where, &moe.num_experts));
+  GALE_RETURN_IF_ERROR(get(args, "moe_router_topk", where, &moe.moe_router_topk));
+  GALE_RETURN_IF_ERROR(get(args, "moe_ffn_hidden_size", where, &moe.moe_ffn_hidden_size));
+  GALE_RETURN_IF_ERROR(get(args, "moe_layer_freq", where, &moe.moe_layer_freq));
+  GALE_RETURN_IF_ERROR(get(args, "moe_router_pre_softmax", where, &moe.moe_router_pre_softmax));
+  StatusOr<std::vector<int>> pattern = parse_moe_layer_freq(moe.moe_layer_freq, num_layers);
+  if (!pattern.ok()) return InvalidArgument(where, ": args 'moe_layer_freq': ", pattern.status().message());
+  moe.layer_pattern = std::move(pattern.value());
+  return moe;
+}
+
+StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where) {
+  if (!args.is_object()) return InvalidArgument(where, ": args is not a JSON object");
+  ModelArgs m;
+  GALE_RETURN_IF_ERROR(get(args, "num_layers", where, &m.num_layers));
+  GALE_RETURN_IF_ERROR(get(args, "hidden_size", where, &m.hidden_size));
+  GALE_RETURN_IF_ERROR(get(args, "ffn_hidden_size", where, &m.ffn_hidden_size));
+  GALE_RETURN_IF_ERROR(get(args, "num_attention_heads", where, &m.num_attention_heads));
+  GALE_RETURN_IF_ERROR(get(args, "kv_channels", where, &m.kv_channels));
+  GALE_RETURN_IF_ERROR(get(args, "group_query_attention", where, &m.group_query_attention));
+  GALE_RETURN_IF_ERROR(get(args, "num_query_groups", where, &m.num_query_groups));
+  GALE_RETURN_IF_ERROR(get(args, "seq_length", where, &m.seq_length));
+  GALE_RETURN_IF_ERROR(get(args, "max_position_embeddings", where, &m.max_position_embeddings));
+  GALE_RETURN_IF_ERROR(get(args, "position_embedding_type", where, &m.position_embedding_type));
+  GALE_RETURN_IF_ERROR(get(args, "rotary_base", where, &m.rotary_base));
+  GALE_RETURN_IF_ERROR(get(args, "rotary_percent", where, &m.rotary_percent));
+  GALE_RETURN_IF_ERROR(get(args, "normalization", where, &m.normalization));
+  GALE_RETURN_IF_ERROR(get(args, "norm_epsilon", where, &m.norm_epsilon));
+  GALE_RETURN_IF_ERROR(get(args, "swiglu", where, &m.swiglu));
+  GALE_RETURN_IF_ERROR(
+      get(args, "untie_embeddings_and_output_weights", where, &m.untie_embeddings_and_output_weights));
+  GALE_RETURN_IF_ERROR(get(args, "add_bias_linear", where, &m.add_bias_linear));
+  GALE_RETURN_IF_ERROR(get(args, "add_qkv_bias", where, &m.add_qkv_bias));
+  GALE_RETURN_IF_ERROR(get(args, "make_vocab_size_divisible_by", where, &m.make_vocab_size_divisible_by));
+  GALE_RETURN_IF_ERROR(get(args, "padded_vocab_size", where, &m.padded_vocab_size));
+  if (auto it = args.find("noop_layers"); it != args.end()) {  // absent in checkpoints saved before --noop-layers
+    if (!it->is_array()) return InvalidArgument(where, ": args 'noop_layers' has the wrong type: ", it->dump());
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.num_layers)
+        return InvalidArgument(where, ": args 'noop_layers' holds ", v.dump(), ", expected a layer index below ",
+                               m.num_layers);
+      m.noop_layers.push_back(v.get<int64_t>());
+    }
+    std::sort(m.noop_layers.begin(), m.noop_layers.end());
+    for (size_t i = 0; i < m.noop_layers.size(); ++i)
+      m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
+  }
+  m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
+  if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
+  return m;
+}
+
+}  // namespace gale

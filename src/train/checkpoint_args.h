@@ -1,0 +1,40 @@
+// The model description a checkpoint's metadata.json records ("model" and the model flags in "args"), and reading it back.
+//
+// "model" is what `--load` compares with the running model (a mismatch is a one-line error);
+// "args" holds the model flags under Megatron's argument names (num_layers, hidden_size,
+// ffn_hidden_size, num_attention_heads, kv_channels, group_query_attention, num_query_groups,
+// seq_length, max_position_embeddings, position_embedding_type, rotary_base, rotary_percent,
+// normalization, norm_epsilon, swiglu, untie_embeddings_and_output_weights, add_bias_linear,
+// add_qkv_bias, make_vocab_size_divisible_by, padded_vocab_size, noop_layers), so a checkpoint alone says how
+// to rebuild its model (`gale generate --use-checkpoint-args`, `gale convert`).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+// metadata.json "model": the shape-defining fields of the model configuration.
+nlohmann::json checkpoint_model_section(const ModelConfig& c);
+
+// The model flags of `m` under Megatron's argument names (validated flags; padded_vocab_size set).
+nlohmann::json model_flags_json(const ModelArgs& m);
+
+// The inverse of model_flags_json: ModelArgs (num_kv_heads and padded_vocab_size set) from a
+// checkpoint's "args" section. A missing or mistyped key is InvalidArgument naming `where` (the
+// metadata file) and the key, e.g. "ckpt/iter_0000000/metadata.json: args has no 'norm_epsilon'".
+StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
+
+// The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,
+// moe_layer_freq, moe_router_pre_softmax), added to an "args" object; nothing for a dense model.
+void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args);
+
+// Their inverse: a dense MoeArgs when "args" has no num_experts; otherwise the recorded flags with
+// the layer pattern derived for `num_layers`. Errors name `where` and the key.
+StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers);
+
+}  // namespace gale

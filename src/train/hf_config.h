@@ -1,0 +1,50 @@
+// Hugging Face config.json <-> Megatron model flags, for the architectures `gale convert` handles (docs/formats/hf-conversion.md).
+//
+//   GPT2LMHeadModel     LayerNorm, GeLU MLP, learned absolute positions, linear biases, tied output
+//   LlamaForCausalLM    RMSNorm, SwiGLU, RoPE (rotate-half), no biases, GQA, tied or untied output
+//   Qwen2ForCausalLM    LLaMA + QKV bias (Megatron's --add-qkv-bias)
+//   MistralForCausalLM  LLaMA, when sliding_window is null or covers max_position_embeddings
+//
+// Anything else in config.json that changes the model (rope_scaling, attention_bias, another
+// hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral };
+
+// "GPT2LMHeadModel", "LlamaForCausalLM", ...
+const char* hf_architecture_name(HfArchitecture a);
+
+// One model in both vocabularies: the HF architecture and the Megatron flags that build it in Gale.
+struct HfModel {
+  HfArchitecture arch = HfArchitecture::kLlama;
+  // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
+  // (= max_position_embeddings) and padded_vocab_size all set.
+  ModelArgs model;
+  int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
+  int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
+  std::string torch_dtype;              // config.json's torch_dtype, "" when absent
+  std::vector<std::string> warnings;    // accepted differences, printed by the caller
+};
+
+// Reads an HF config (the parsed config.json at `path`) and pads the vocabulary as Megatron does:
+// a multiple of divisible_by x tensor_parallel. Errors name `path` and the key.
+StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::string& path, int64_t divisible_by,
+                                       int64_t tensor_parallel);
+
+// The HF architecture of a Gale model (from its Megatron flags), `vocab_size` real rows. Unimplemented
+// for models no supported HF architecture describes (e.g. LayerNorm with RoPE); `where` names the checkpoint.
+StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, int64_t vocab_size, const std::string& where);
+
+// The config.json transformers reads for `m` ("torch_dtype" = `torch_dtype`, e.g. "float32").
+nlohmann::json hf_config_json(const HfModel& m, const std::string& torch_dtype);
+
+}  // namespace gale

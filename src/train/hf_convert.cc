@@ -1,0 +1,145 @@
+// The two conversion drivers: HF directory -> Gale checkpoint, Gale checkpoint -> HF directory.
+#include "train/hf_convert.h"
+
+#include <filesystem>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_writer.h"
+#include "ckpt/safetensors.h"
+#include "comm/communicator.h"
+#include "train/checkpoint_args.h"
+#include "train/hf_config.h"
+#include "train/hf_files.h"
+#include "train/hf_weights.h"
+#include "train/model_setup.h"
+
+namespace gale {
+
+namespace {
+
+// MindSpeed-LLM's --model-type-hf names for the architectures Gale converts.
+Status check_model_type_hf(const std::string& given, const HfModel& m, const std::string& config_path) {
+  if (given.empty()) return Status::Ok();
+  const std::string family = given.rfind("llama", 0) == 0 ? "llama"
+                             : given.rfind("qwen2", 0) == 0 ? "qwen2"
+                             : given.rfind("mistral", 0) == 0 ? "mistral"
+                             : given.rfind("gpt2", 0) == 0 ? "gpt2"
+                                                           : "";
+  const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
+                         : m.arch == HfArchitecture::kQwen2 ? "qwen2"
+                         : m.arch == HfArchitecture::kMistral ? "mistral"
+                                                              : "llama";
+  if (family.empty())
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, mistral");
+  if (family != expected)
+    return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
+                           hf_architecture_name(m.arch));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
+  if (o.make_vocab_size_divisible_by <= 0)
+    return InvalidArgument("--make-vocab-size-divisible-by: expected a positive integer, found ",
+                           o.make_vocab_size_divisible_by);
+  if (o.target_tensor_parallel_size <= 0)
+    return InvalidArgument("--target-tensor-parallel-size: expected a positive integer, found ",
+                           o.target_tensor_parallel_size);
+  GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
+  GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
+                                                        o.target_tensor_parallel_size));
+  GALE_RETURN_IF_ERROR(check_model_type_hf(o.model_type_hf, m, hf.config_path()));
+  for (const std::string& w : m.warnings) log("warning: " + w);
+  log(str_cat("converting ", hf_architecture_name(m.arch), " from ", o.load_dir, ": ", m.model.num_layers,
+              " layers, hidden ", m.model.hidden_size, ", ", m.model.num_attention_heads, " heads (",
+              m.model.num_kv_heads, " key/value), vocabulary ", m.vocab_size, " padded to ", m.model.padded_vocab_size));
+  GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
+                        gale_tensors_from_hf(m, [&](const std::string& name, const Shape& shape) {
+                          return hf.read(name, shape);
+                        }));
+  for (const std::string& name : hf.unread())
+    if (!hf_tensor_ignorable(m, name))
+      return FailedPrecondition(o.load_dir, ": tensor '", name, "' has no place in a ", hf_architecture_name(m.arch),
+                                " built from ", hf.config_path(), " (an option Gale does not support?)");
+
+  Arguments args;
+  args.model = m.model;
+  const ModelConfig config = model_config_from_args(args);
+  Comm self = make_self_communicator("world");
+  CheckpointWriter w(o.save_dir, 0, *self);
+  for (const NamedTensor& t : tensors) GALE_RETURN_IF_ERROR(w.add(t.name, t.tensor));
+  nlohmann::json sections;
+  sections["gale_trainer_state_version"] = 1;
+  sections["model"] = checkpoint_model_section(config);
+  sections["args"] = model_flags_json(m.model);
+  sections["args"]["vocab_size"] = m.vocab_size;
+  sections["args"]["tensor_model_parallel_size"] = m.target_tensor_parallel;
+  sections["trainer"] = {{"iteration", 0},
+                         {"consumed_train_samples", 0},
+                         {"consumed_valid_samples", 0},
+                         {"num_floating_point_operations_so_far", 0.0}};
+  sections["hf_source"] = {{"architecture", hf_architecture_name(m.arch)},
+                           {"directory", o.load_dir},
+                           {"torch_dtype", m.torch_dtype}};
+  GALE_RETURN_IF_ERROR(w.commit(sections));
+  log(str_cat("saved ", tensors.size(), " tensors to ", w.final_dir()));
+  return Status::Ok();
+}
+
+Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
+  if (o.save_dtype != "fp32" && o.save_dtype != "bf16")
+    return InvalidArgument("--save-dtype: expected fp32 or bf16, found '", o.save_dtype, "'");
+  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(o.load_dir));
+  const std::string where = r.directory() + "/metadata.json";
+  GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
+  GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
+  GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
+  if (moe.enabled())
+    return Unimplemented(where, ": a mixture-of-experts checkpoint (", moe.num_experts,
+                         " experts): export to Hugging Face (MixtralForCausalLM) is not supported yet");
+  int64_t vocab = o.vocab_size;
+  if (vocab == 0 && args.contains("vocab_size") && args["vocab_size"].is_number_integer())
+    vocab = args["vocab_size"].get<int64_t>();
+  if (vocab == 0) {
+    vocab = model.padded_vocab_size;
+    log(str_cat("warning: ", where, " does not record the tokenizer's vocabulary size; keeping all ", vocab,
+                " rows of the padded vocabulary (pass --vocab-size to drop the padding)"));
+  }
+  GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, vocab, where));
+  log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
+              ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size));
+  GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
+                        hf_tensors_from_gale(m, [&](const std::string& name, const Shape& shape) {
+                          return r.read(name, shape, DType::kF32);
+                        }));
+  std::error_code ec;
+  std::filesystem::create_directories(o.save_dir, ec);
+  if (ec) return FailedPrecondition("--save-dir ", o.save_dir, ": cannot create the directory (", ec.message(), ")");
+  const bool to_bf16 = o.save_dtype == "bf16";
+  SafetensorsWriter sw;
+  std::vector<Tensor> keep;  // the writer references the data until write()
+  for (const NamedTensor& t : tensors) {
+    if (to_bf16) {
+      Tensor b = Tensor::empty(t.tensor.shape(), DType::kBF16);
+      const float* s = t.tensor.data<float>();
+      auto* d = b.data<bf16>();
+      for (int64_t i = 0; i < t.tensor.numel(); ++i) d[i] = float_to_bf16(s[i]);
+      keep.push_back(b);
+    } else {
+      keep.push_back(t.tensor);
+    }
+    GALE_RETURN_IF_ERROR(sw.add(t.name, keep.back()));
+  }
+  sw.set_metadata("format", "pt");
+  const std::string weights = (std::filesystem::path(o.save_dir) / "model.safetensors").string();
+  GALE_RETURN_IF_ERROR(sw.write(weights).status());
+  const nlohmann::json config = hf_config_json(m, to_bf16 ? "bfloat16" : "float32");
+  GALE_RETURN_IF_ERROR(
+      write_file_atomically((std::filesystem::path(o.save_dir) / "config.json").string(), config.dump(2) + "\n"));
+  log(str_cat("saved ", tensors.size(), " tensors (", o.save_dtype, ") and config.json to ", o.save_dir));
+  return Status::Ok();
+}
+
+}  // namespace gale

@@ -1,0 +1,42 @@
+// `gale convert`: Hugging Face model directories to Gale checkpoints and back (docs/formats/hf-conversion.md).
+//
+//   HfToGaleOptions o{.load_dir = "llama-hf", .save_dir = "llama-gale"};
+//   GALE_RETURN_IF_ERROR(convert_hf_to_gale(o, print));   // llama-gale/iter_0000000/ + tracker "0"
+//   GaleToHfOptions b{.load_dir = "llama-gale", .save_dir = "llama-hf-out", .save_dtype = "bf16"};
+//   GALE_RETURN_IF_ERROR(convert_gale_to_hf(b, print));   // config.json + model.safetensors
+//
+// The Gale checkpoint is an ordinary one (iteration 0, one shard holding every tensor whole, f32),
+// with the sections `gale pretrain --load` and `gale generate --use-checkpoint-args` read: "model",
+// "args" (every model flag, Megatron's names, plus vocab_size = HF's unpadded vocabulary),
+// "trainer" (iteration 0, nothing consumed) and "hf_source". Checkpoints saved by a parallel run
+// convert back too: the reader assembles each tensor from its TP/PP pieces.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+
+namespace gale {
+
+using ConvertLog = std::function<void(const std::string& line)>;
+
+struct HfToGaleOptions {
+  std::string load_dir;  // HF model directory
+  std::string save_dir;  // Gale checkpoint directory (created; an existing iteration 0 is replaced)
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t target_tensor_parallel_size = 1;  // pads the vocabulary for this TP size
+  std::string model_type_hf;                // optional MindSpeed --model-type-hf; must match config.json
+};
+Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log);
+
+struct GaleToHfOptions {
+  std::string load_dir;     // Gale checkpoint directory (follows latest_checkpointed_iteration.txt)
+  std::string save_dir;     // written: config.json, model.safetensors
+  std::string save_dtype = "fp32";  // "fp32" or "bf16"
+  int64_t vocab_size = 0;   // real vocabulary rows; 0: the checkpoint's args vocab_size, else all padded rows
+};
+Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log);
+
+}  // namespace gale

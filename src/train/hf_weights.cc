@@ -1,0 +1,300 @@
+// Tensor renaming and re-layout between Hugging Face and Gale checkpoints.
+#include "train/hf_weights.h"
+
+#include <cstring>
+
+namespace gale {
+
+namespace {
+
+// Rows of a [rows, cols] tensor (a 1-D tensor is [n, 1]).
+int64_t cols_of(const Tensor& t) { return t.ndim() == 1 ? 1 : t.size(1); }
+
+Tensor transpose(const Tensor& t) {
+  const int64_t r = t.size(0), c = t.size(1);
+  Tensor out = Tensor::empty({c, r});
+  const float* s = t.data<float>();
+  float* d = out.data<float>();
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) d[j * r + i] = s[i * c + j];
+  return out;
+}
+
+// Rows [first, first + n) of t, copied.
+Tensor rows(const Tensor& t, int64_t first, int64_t n) {
+  Shape shape = t.shape();
+  shape[0] = n;
+  Tensor out = Tensor::empty(shape);
+  std::memcpy(out.data<float>(), t.data<float>() + first * cols_of(t), static_cast<size_t>(n * cols_of(t)) * 4);
+  return out;
+}
+
+// Copies `n` rows starting at `from` of `src` to row `to` of `dst` (same column count).
+void copy_rows(const Tensor& src, int64_t from, Tensor& dst, int64_t to, int64_t n) {
+  const int64_t c = cols_of(src);
+  std::memcpy(dst.data<float>() + to * c, src.data<float>() + from * c, static_cast<size_t>(n * c) * 4);
+}
+
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  Shape shape = parts.front().shape();
+  shape[0] = 0;
+  for (const Tensor& p : parts) shape[0] += p.size(0);
+  Tensor out = Tensor::empty(shape);
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    copy_rows(p, 0, out, at, p.size(0));
+    at += p.size(0);
+  }
+  return out;
+}
+
+// t with copies of its last row appended up to `n` rows: the padded vocabulary, filled as
+// Megatron's checkpoint converter fills it.
+Tensor pad_rows(const Tensor& t, int64_t n) {
+  Shape shape = t.shape();
+  shape[0] = n;
+  Tensor out = Tensor::empty(shape);
+  copy_rows(t, 0, out, 0, t.size(0));
+  for (int64_t r = t.size(0); r < n; ++r) copy_rows(t, t.size(0) - 1, out, r, 1);
+  return out;
+}
+
+// Megatron's grouped QKV rows from separate q [NH·HD], k [KV·HD], v [KV·HD] rows: per KV group g,
+// the NH/KV query heads of g, then k_g, then v_g.
+Tensor group_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t NH, int64_t KV, int64_t HD) {
+  Shape shape = q.shape();
+  shape[0] = (NH + 2 * KV) * HD;
+  Tensor out = Tensor::empty(shape);
+  const int64_t per = NH / KV;
+  int64_t at = 0;
+  for (int64_t g = 0; g < KV; ++g) {
+    copy_rows(q, g * per * HD, out, at, per * HD);
+    at += per * HD;
+    copy_rows(k, g * HD, out, at, HD);
+    at += HD;
+    copy_rows(v, g * HD, out, at, HD);
+    at += HD;
+  }
+  return out;
+}
+
+// The inverse of group_qkv: {q, k, v}.
+std::vector<Tensor> split_qkv(const Tensor& qkv, int64_t NH, int64_t KV, int64_t HD) {
+  Shape qs = qkv.shape(), ks = qkv.shape();
+  qs[0] = NH * HD;
+  ks[0] = KV * HD;
+  Tensor q = Tensor::empty(qs), k = Tensor::empty(ks), v = Tensor::empty(ks);
+  const int64_t per = NH / KV;
+  int64_t at = 0;
+  for (int64_t g = 0; g < KV; ++g) {
+    copy_rows(qkv, at, q, g * per * HD, per * HD);
+    at += per * HD;
+    copy_rows(qkv, at, k, g * HD, HD);
+    at += HD;
+    copy_rows(qkv, at, v, g * HD, HD);
+    at += HD;
+  }
+  return {q, k, v};
+}
+
+std::string gale_layer(int64_t i, const char* rest) { return "decoder.layers." + std::to_string(i) + "." + rest; }
+std::string llama_layer(int64_t i, const char* rest) { return "model.layers." + std::to_string(i) + "." + rest; }
+std::string gpt2_layer(int64_t i, const char* rest) { return "transformer.h." + std::to_string(i) + "." + rest; }
+
+struct Dims {
+  int64_t H, NH, KV, HD, F, V, Vp, P;
+};
+Dims dims(const HfModel& m) {
+  const ModelArgs& a = m.model;
+  return {a.hidden_size, a.num_attention_heads, a.num_kv_heads, a.kv_channels, a.ffn_hidden_size, m.vocab_size,
+          a.padded_vocab_size, a.max_position_embeddings};
+}
+
+// One direction's list of outputs, built from a source of inputs.
+class Mapper {
+ public:
+  explicit Mapper(const TensorSource& src) : src_(src) {}
+  StatusOr<Tensor> get(const std::string& name, const Shape& shape) { return src_(name, shape); }
+  void put(std::string name, Tensor t) { out_.push_back({std::move(name), std::move(t)}); }
+  std::vector<NamedTensor> take() { return std::move(out_); }
+
+ private:
+  const TensorSource& src_;
+  std::vector<NamedTensor> out_;
+};
+
+Status gpt2_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor wte, mp.get("transformer.wte.weight", {d.V, d.H}));
+  mp.put("embedding.word_embeddings.weight", pad_rows(wte, d.Vp));
+  GALE_ASSIGN_OR_RETURN(Tensor wpe, mp.get("transformer.wpe.weight", {d.P, d.H}));
+  mp.put("embedding.position_embeddings.weight", wpe);
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    for (auto [hf, gale] : {std::pair{"ln_1", "input_layernorm"}, std::pair{"ln_2", "pre_mlp_layernorm"}})
+      for (const char* wb : {".weight", ".bias"}) {
+        GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gpt2_layer(i, (std::string(hf) + wb).c_str()), {d.H}));
+        mp.put(gale_layer(i, (std::string(gale) + wb).c_str()), t);
+      }
+    GALE_ASSIGN_OR_RETURN(Tensor attn_w, mp.get(gpt2_layer(i, "attn.c_attn.weight"), {d.H, 3 * d.H}));
+    const Tensor qkv_w = transpose(attn_w);  // [3H, H]: q rows, k rows, v rows
+    mp.put(gale_layer(i, "self_attention.linear_qkv.weight"),
+           group_qkv(rows(qkv_w, 0, d.H), rows(qkv_w, d.H, d.H), rows(qkv_w, 2 * d.H, d.H), d.NH, d.NH, d.HD));
+    GALE_ASSIGN_OR_RETURN(Tensor attn_b, mp.get(gpt2_layer(i, "attn.c_attn.bias"), {3 * d.H}));
+    mp.put(gale_layer(i, "self_attention.linear_qkv.bias"),
+           group_qkv(rows(attn_b, 0, d.H), rows(attn_b, d.H, d.H), rows(attn_b, 2 * d.H, d.H), d.NH, d.NH, d.HD));
+    GALE_ASSIGN_OR_RETURN(Tensor proj_w, mp.get(gpt2_layer(i, "attn.c_proj.weight"), {d.H, d.H}));
+    mp.put(gale_layer(i, "self_attention.linear_proj.weight"), transpose(proj_w));
+    GALE_ASSIGN_OR_RETURN(Tensor proj_b, mp.get(gpt2_layer(i, "attn.c_proj.bias"), {d.H}));
+    mp.put(gale_layer(i, "self_attention.linear_proj.bias"), proj_b);
+    GALE_ASSIGN_OR_RETURN(Tensor fc_w, mp.get(gpt2_layer(i, "mlp.c_fc.weight"), {d.H, d.F}));
+    mp.put(gale_layer(i, "mlp.linear_fc1.weight"), transpose(fc_w));
+    GALE_ASSIGN_OR_RETURN(Tensor fc_b, mp.get(gpt2_layer(i, "mlp.c_fc.bias"), {d.F}));
+    mp.put(gale_layer(i, "mlp.linear_fc1.bias"), fc_b);
+    GALE_ASSIGN_OR_RETURN(Tensor out_w, mp.get(gpt2_layer(i, "mlp.c_proj.weight"), {d.F, d.H}));
+    mp.put(gale_layer(i, "mlp.linear_fc2.weight"), transpose(out_w));
+    GALE_ASSIGN_OR_RETURN(Tensor out_b, mp.get(gpt2_layer(i, "mlp.c_proj.bias"), {d.H}));
+    mp.put(gale_layer(i, "mlp.linear_fc2.bias"), out_b);
+  }
+  for (const char* wb : {".weight", ".bias"}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(std::string("transformer.ln_f") + wb, {d.H}));
+    mp.put(std::string("decoder.final_layernorm") + wb, t);
+  }
+  return Status::Ok();
+}
+
+Status gale_to_gpt2(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor wte, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+  mp.put("transformer.wte.weight", rows(wte, 0, d.V));
+  GALE_ASSIGN_OR_RETURN(Tensor wpe, mp.get("embedding.position_embeddings.weight", {d.P, d.H}));
+  mp.put("transformer.wpe.weight", wpe);
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    for (auto [hf, gale] : {std::pair{"ln_1", "input_layernorm"}, std::pair{"ln_2", "pre_mlp_layernorm"}})
+      for (const char* wb : {".weight", ".bias"}) {
+        GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale_layer(i, (std::string(gale) + wb).c_str()), {d.H}));
+        mp.put(gpt2_layer(i, (std::string(hf) + wb).c_str()), t);
+      }
+    GALE_ASSIGN_OR_RETURN(Tensor qkv_w, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"), {3 * d.H, d.H}));
+    mp.put(gpt2_layer(i, "attn.c_attn.weight"), transpose(concat_rows(split_qkv(qkv_w, d.NH, d.NH, d.HD))));
+    GALE_ASSIGN_OR_RETURN(Tensor qkv_b, mp.get(gale_layer(i, "self_attention.linear_qkv.bias"), {3 * d.H}));
+    mp.put(gpt2_layer(i, "attn.c_attn.bias"), concat_rows(split_qkv(qkv_b, d.NH, d.NH, d.HD)));
+    GALE_ASSIGN_OR_RETURN(Tensor proj_w, mp.get(gale_layer(i, "self_attention.linear_proj.weight"), {d.H, d.H}));
+    mp.put(gpt2_layer(i, "attn.c_proj.weight"), transpose(proj_w));
+    GALE_ASSIGN_OR_RETURN(Tensor proj_b, mp.get(gale_layer(i, "self_attention.linear_proj.bias"), {d.H}));
+    mp.put(gpt2_layer(i, "attn.c_proj.bias"), proj_b);
+    GALE_ASSIGN_OR_RETURN(Tensor fc1_w, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {d.F, d.H}));
+    mp.put(gpt2_layer(i, "mlp.c_fc.weight"), transpose(fc1_w));
+    GALE_ASSIGN_OR_RETURN(Tensor fc1_b, mp.get(gale_layer(i, "mlp.linear_fc1.bias"), {d.F}));
+    mp.put(gpt2_layer(i, "mlp.c_fc.bias"), fc1_b);
+    GALE_ASSIGN_OR_RETURN(Tensor fc2_w, mp.get(gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+    mp.put(gpt2_layer(i, "mlp.c_proj.weight"), transpose(fc2_w));
+    GALE_ASSIGN_OR_RETURN(Tensor fc2_b, mp.get(gale_layer(i, "mlp.linear_fc2.bias"), {d.H}));
+    mp.put(gpt2_layer(i, "mlp.c_proj.bias"), fc2_b);
+  }
+  for (const char* wb : {".weight", ".bias"}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(std::string("decoder.final_layernorm") + wb, {d.H}));
+    mp.put(std::string("transformer.ln_f") + wb, t);
+  }
+  return Status::Ok();
+}
+
+Status llama_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  const bool qkv_bias = m.model.add_qkv_bias;
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
+  mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "input_layernorm.weight"), n1);
+    GALE_ASSIGN_OR_RETURN(Tensor q, mp.get(llama_layer(i, "self_attn.q_proj.weight"), {d.NH * d.HD, d.H}));
+    GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
+    GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
+    mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), group_qkv(q, k, v, d.NH, d.KV, d.HD));
+    if (qkv_bias) {
+      GALE_ASSIGN_OR_RETURN(Tensor qb, mp.get(llama_layer(i, "self_attn.q_proj.bias"), {d.NH * d.HD}));
+      GALE_ASSIGN_OR_RETURN(Tensor kb, mp.get(llama_layer(i, "self_attn.k_proj.bias"), {d.KV * d.HD}));
+      GALE_ASSIGN_OR_RETURN(Tensor vb, mp.get(llama_layer(i, "self_attn.v_proj.bias"), {d.KV * d.HD}));
+      mp.put(gale_layer(i, "self_attention.linear_qkv.bias"), group_qkv(qb, kb, vb, d.NH, d.KV, d.HD));
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(llama_layer(i, "self_attn.o_proj.weight"), {d.H, d.NH * d.HD}));
+    mp.put(gale_layer(i, "self_attention.linear_proj.weight"), o);
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
+    GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
+    GALE_ASSIGN_OR_RETURN(Tensor up, mp.get(llama_layer(i, "mlp.up_proj.weight"), {d.F, d.H}));
+    mp.put(gale_layer(i, "mlp.linear_fc1.weight"), concat_rows({gate, up}));
+    GALE_ASSIGN_OR_RETURN(Tensor down, mp.get(llama_layer(i, "mlp.down_proj.weight"), {d.H, d.F}));
+    mp.put(gale_layer(i, "mlp.linear_fc2.weight"), down);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
+  mp.put("decoder.final_layernorm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  }
+  return Status::Ok();
+}
+
+Status gale_to_llama(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+  mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "input_layernorm.weight"), n1);
+    GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"), {qkv_rows, d.H}));
+    std::vector<Tensor> w = split_qkv(qkv, d.NH, d.KV, d.HD);
+    mp.put(llama_layer(i, "self_attn.q_proj.weight"), w[0]);
+    mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
+    mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
+    if (m.model.add_qkv_bias) {
+      GALE_ASSIGN_OR_RETURN(Tensor qkv_b, mp.get(gale_layer(i, "self_attention.linear_qkv.bias"), {qkv_rows}));
+      std::vector<Tensor> b = split_qkv(qkv_b, d.NH, d.KV, d.HD);
+      mp.put(llama_layer(i, "self_attn.q_proj.bias"), b[0]);
+      mp.put(llama_layer(i, "self_attn.k_proj.bias"), b[1]);
+      mp.put(llama_layer(i, "self_attn.v_proj.bias"), b[2]);
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(gale_layer(i, "self_attention.linear_proj.weight"), {d.H, d.NH * d.HD}));
+    mp.put(llama_layer(i, "self_attn.o_proj.weight"), o);
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
+    GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
+    mp.put(llama_layer(i, "mlp.gate_proj.weight"), rows(fc1, 0, d.F));
+    mp.put(llama_layer(i, "mlp.up_proj.weight"), rows(fc1, d.F, d.F));
+    GALE_ASSIGN_OR_RETURN(Tensor fc2, mp.get(gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+    mp.put(llama_layer(i, "mlp.down_proj.weight"), fc2);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
+  mp.put("model.norm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    mp.put("lm_head.weight", rows(head, 0, d.V));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf) {
+  Mapper mp(hf);
+  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gpt2_to_gale(m, mp) : llama_to_gale(m, mp));
+  return mp.take();
+}
+
+StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale) {
+  Mapper mp(gale);
+  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gale_to_gpt2(m, mp) : gale_to_llama(m, mp));
+  return mp.take();
+}
+
+bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
+  auto ends_with = [&](std::string_view s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("rotary_emb.inv_freq")) return true;
+  if (m.arch == HfArchitecture::kGpt2 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias"))) return true;
+  return name == "lm_head.weight" && !m.model.untie_embeddings_and_output_weights;
+}
+
+}  // namespace gale

@@ -1,0 +1,47 @@
+// The tensor map between Hugging Face and Gale (Megatron-Core) parameter names and layouts (docs/formats/hf-conversion.md).
+//
+// HF -> Gale, per layer i (LLaMA family; GPT-2 below):
+//   model.embed_tokens.weight [V, H]             -> embedding.word_embeddings.weight [Vp, H] (last row repeated)
+//   model.layers.i.input_layernorm.weight        -> decoder.layers.i.input_layernorm.weight
+//   self_attn.{q,k,v}_proj.{weight,bias}         -> self_attention.linear_qkv.{weight,bias}: rows regrouped per KV
+//                                                   group [q heads of the group; k; v] (Megatron's layout)
+//   self_attn.o_proj.weight                      -> self_attention.linear_proj.weight
+//   post_attention_layernorm.weight              -> pre_mlp_layernorm.weight
+//   mlp.gate_proj, mlp.up_proj                   -> mlp.linear_fc1.weight = [gate; up]
+//   mlp.down_proj                                -> mlp.linear_fc2.weight
+//   model.norm.weight                            -> decoder.final_layernorm.weight
+//   lm_head.weight (untied)                      -> output_layer.weight [Vp, H]
+// HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
+// are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
+// c_attn's columns [q | k | v] are regrouped per head.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "train/hf_config.h"
+
+namespace gale {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;  // f32
+};
+
+// Reads tensor `name`, which must have exactly `shape`, as f32.
+using TensorSource = std::function<StatusOr<Tensor>(const std::string& name, const Shape& shape)>;
+
+// Gale's tensors (whole, global shapes, padded vocabulary) from the HF tensors `hf` provides.
+StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf);
+
+// HF's tensors (padded vocabulary rows dropped; no lm_head.weight when tied) from Gale's.
+StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale);
+
+// Whether an HF tensor that no mapping reads may be left behind: buffers some files carry
+// (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks) and a tied lm_head.weight.
+bool hf_tensor_ignorable(const HfModel& m, const std::string& name);
+
+}  // namespace gale

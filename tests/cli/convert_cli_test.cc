@@ -1,0 +1,170 @@
+// `gale convert` as a user runs it: HF -> Gale, `gale generate` and a TP2·PP2 `gale pretrain` on the result, and back to HF.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <span>
+
+#include "ckpt/safetensors.h"
+#include "ckpt/temp_dir.h"
+#include "data/indexed_dataset.h"
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+using testing_util::TempDir;
+
+const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                          "OMPI_MCA_rmaps_base_oversubscribe=1", "OMPI_MCA_mpi_yield_when_idle=1",
+                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+
+std::string fixture(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
+
+test::RunResult gale(std::vector<std::string> args) {
+  args.insert(args.begin(), GALE_BINARY);
+  return test::run_with_timeout(args, {"OMP_NUM_THREADS=1"}, 120);
+}
+
+test::RunResult convert_to_gale(const std::string& hf, const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"convert", "--load-model-type", "hf", "--save-model-type", "gale",
+                                "--load-dir", hf, "--save-dir", out};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return gale(a);
+}
+
+std::vector<int64_t> ints(const std::string& safetensors, const std::string& name) {
+  Tensor t = SafetensorsFile::open(safetensors).value().read(name, DType::kI64).value();
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+
+TEST(GaleConvert, ListedByHelp) {
+  test::RunResult r = gale({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("  convert "), std::string::npos) << r.output;
+  r = gale({"convert", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--load-model-type"), std::string::npos) << r.output;
+}
+
+TEST(GaleConvert, UsageErrorsAreOneLine) {
+  TempDir tmp;
+  test::RunResult r = gale({"convert", "--load-model-type", "hf", "--save-model-type", "hf", "--load-dir", "a",
+                            "--save-dir", "b"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "gale convert: error: --load-model-type hf --save-model-type hf: expected one side hf and the "
+                      "other gale\n");
+  r = convert_to_gale(tmp.file("missing"), tmp.file("out"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --load-dir " + tmp.file("missing") + ": not a directory\n");
+  r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--model-type-hf", "qwen2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--model-type-hf qwen2 does not match"), std::string::npos) << r.output;
+}
+
+// HF -> Gale, then `gale generate --use-checkpoint-args` continues the fixture's tokens greedily
+// exactly as transformers does.
+TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
+  TempDir tmp;
+  for (const char* name : {"gpt2", "llama"}) {
+    const std::string out = tmp.file(name);
+    test::RunResult r = convert_to_gale(fixture(name), out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string golden = fixture(name) + "/golden.safetensors";
+    std::string prompt, expected;
+    for (int64_t t : ints(golden, "tokens")) prompt += (prompt.empty() ? "" : " ") + std::to_string(t);
+    expected = prompt;
+    for (int64_t t : ints(golden, "greedy")) expected += " " + std::to_string(t);
+    r = gale({"generate", "--load", out, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer", "--vocab-size",
+              "99", "--prompt", prompt, "--max-new-tokens", "5", "--temperature", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << name << ": expected " << expected << "\n"
+                                                                << r.output;
+  }
+}
+
+// A converted LLaMA loads into `gale pretrain --finetune` at TP 2 x PP 2 (4 ranks); with --lr 0
+// the checkpoint that run saves holds the same weights, and converting it back to HF returns the
+// original tensors bit for bit (the reader assembles them from the TP/PP pieces).
+TEST(GaleConvert, PretrainAtTp2Pp2LoadsItAndItsCheckpointConvertsBack) {
+  TempDir tmp;
+  test::RunResult r = convert_to_gale(fixture("llama"), tmp.file("gale"), {"--target-tensor-parallel-size", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("vocabulary 100 padded to 256"), std::string::npos) << r.output;
+  {
+    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
+    std::mt19937 rng(5);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> doc(40);
+      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
+      const int32_t len = 40;
+      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
+    }
+    ASSERT_TRUE(w->finalize().ok());
+  }
+  std::vector<std::string> argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "4", GALE_BINARY,
+                                   "pretrain", "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
+                                   "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
+                                   "--swiglu", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6",
+                                   "--position-embedding-type", "rope", "--rotary-base", "1000",
+                                   "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                                   "--max-position-embeddings", "64", "--seq-length", "16", "--micro-batch-size", "1",
+                                   "--global-batch-size", "2", "--train-iters", "1", "--lr", "0",
+                                   "--attention-dropout", "0", "--hidden-dropout", "0", "--tokenizer-type",
+                                   "NullTokenizer", "--vocab-size", "99", "--data-path",
+                                   tmp.file("data_text_document"), "--split", "100,0,0", "--eval-iters", "0",
+                                   "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                   "--load", tmp.file("gale"), "--finetune", "--save", tmp.file("tuned"),
+                                   "--save-interval", "1", "--num-threads", "1"};
+  // Without --finetune / --no-load-optim the missing optimizer state is one clear error (one process).
+  std::vector<std::string> one(argv.begin() + 6, argv.end());
+  one.erase(std::find(one.begin(), one.end(), "--finetune"));
+  for (const char* flag : {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"})
+    one.erase(std::find(one.begin(), one.end(), flag), std::find(one.begin(), one.end(), flag) + 2);
+  one.insert(one.end(), {"--make-vocab-size-divisible-by", "256"});  // the 256 rows padded for TP 2
+  r = test::run_with_timeout(one, {"OMP_NUM_THREADS=1"}, 300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds no optimizer state (saved with --no-save-optim, or written by gale convert): load "
+                          "it with --finetune or --no-load-optim"),
+            std::string::npos)
+      << r.output;
+  r = test::run_with_timeout(argv, kMpiEnv, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("world 4 = TP 2 x CP 1 x DP 1 x PP 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + tmp.file("gale")), std::string::npos) << r.output;
+  // Saved by 4 ranks: the TP-split tensors are pieces ("name@offsets") in several shards.
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("tuned/iter_0000001/shard_00003.safetensors")));
+  EXPECT_TRUE(SafetensorsFile::open(tmp.file("tuned/iter_0000001/shard_00001.safetensors"))
+                  .value()
+                  .contains("embedding.word_embeddings.weight@128,0"));
+  r = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir", tmp.file("tuned"),
+            "--save-dir", tmp.file("hf"), "--vocab-size", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  test::RunResult padded = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir",
+                                 tmp.file("tuned"), "--save-dir", tmp.file("hf_padded")});
+  ASSERT_EQ(padded.exit_code, 0) << padded.output;
+  EXPECT_NE(padded.output.find("does not record the tokenizer's vocabulary size; keeping all 256 rows"),
+            std::string::npos)
+      << padded.output;
+  EXPECT_EQ(SafetensorsFile::open(tmp.file("hf_padded/model.safetensors")).value().find("lm_head.weight")->shape,
+            (Shape{256, 64}));
+  size_t compared = 0;
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    SafetensorsFile original = SafetensorsFile::open(fixture("llama") + "/" + shard).value();
+    SafetensorsFile back = SafetensorsFile::open(tmp.file("hf/model.safetensors")).value();
+    for (const SafetensorsEntry& e : original.entries()) {
+      Tensor a = original.read(e.name, DType::kF32).value();
+      auto b = back.read(e.name, DType::kF32);
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      ASSERT_EQ(a.shape(), b->shape()) << e.name;
+      EXPECT_EQ(0, std::memcmp(a.raw(), b->raw(), a.nbytes())) << e.name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 21u);  // 9 per layer + embedding, final norm, output layer
+}
+
+}  // namespace
+}  // namespace gale

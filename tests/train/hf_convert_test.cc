@@ -1,0 +1,419 @@
+// HF <-> Gale checkpoint conversion against transformers' own logits (tools/reference/hf_fixture.py).
+//
+// Each fixture under tests/data/hf/<name>/ is a tiny random HF model saved by transformers, with
+// the logits and loss transformers computed for a fixed token sequence. Converting it and running
+// Gale's model on the converted checkpoint must reproduce those logits within 1e-4 (fp32 compute on
+// both sides; the stored weights are exactly representable in f32). HF -> Gale -> HF must return
+// every tensor bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/model_checkpoint.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/temp_dir.h"
+#include "kernels/op_table.h"
+#include "model/gpt_model.h"
+#include "train/checkpoint_args.h"
+#include "train/hf_config.h"
+#include "train/hf_convert.h"
+#include "train/hf_files.h"
+#include "train/model_setup.h"
+
+namespace gale {
+namespace {
+
+using testing_util::TempDir;
+namespace fs = std::filesystem;
+
+constexpr double kLogitTolerance = 1e-4;
+
+std::string fixture(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
+void quiet(const std::string&) {}
+
+HfToGaleOptions to_gale(const std::string& load, const std::string& save, int64_t divisible_by = 128, int64_t tp = 1) {
+  HfToGaleOptions o;
+  o.load_dir = load;
+  o.save_dir = save;
+  o.make_vocab_size_divisible_by = divisible_by;
+  o.target_tensor_parallel_size = tp;
+  return o;
+}
+
+GaleToHfOptions to_hf(const std::string& load, const std::string& save, const std::string& dtype = "fp32") {
+  GaleToHfOptions o;
+  o.load_dir = load;
+  o.save_dir = save;
+  o.save_dtype = dtype;
+  return o;
+}
+
+struct Golden {
+  std::vector<int32_t> tokens;
+  Tensor logits;  // [S, V]
+  float loss = 0;
+};
+
+Golden read_golden(const std::string& name) {
+  auto f = SafetensorsFile::open(fixture(name) + "/golden.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  Golden g;
+  Tensor tokens = f->read("tokens", DType::kI64).value();
+  for (int64_t i = 0; i < tokens.numel(); ++i) g.tokens.push_back(static_cast<int32_t>(tokens.data<int64_t>()[i]));
+  g.logits = f->read("logits", DType::kF32).value();
+  g.loss = f->read("loss", DType::kF32).value().data<float>()[0];
+  return g;
+}
+
+// Gale's model built from the checkpoint's own args, with its parameters loaded.
+struct LoadedModel {
+  ModelConfig config;
+  OpTable ops = reference_ops();
+  std::unique_ptr<GPTModel> model;
+};
+std::unique_ptr<LoadedModel> load_model(const std::string& ckpt) {
+  auto r = CheckpointReader::open(ckpt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  auto m = model_args_from_json(r->section("args").value(), ckpt);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  Arguments a;
+  a.model = m.value();
+  auto out = std::make_unique<LoadedModel>();
+  out->config = model_config_from_args(a);
+  out->model = std::make_unique<GPTModel>(out->config, single_process_partition(out->config), &out->ops);
+  Status s = load_parameters(r.value(), out->model->params());
+  EXPECT_TRUE(s.ok()) << s.message();
+  return out;
+}
+
+Tensor logits_of(GPTModel& model, const std::vector<int32_t>& tokens) {
+  MicroBatch mb;
+  mb.B = 1;
+  mb.S = static_cast<int64_t>(tokens.size());
+  mb.tokens = tokens;
+  mb.position_ids.resize(tokens.size());
+  std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
+  return model.forward_logits(mb, Tensor());  // [1, S, Vp]
+}
+
+// Largest |Gale - HF| over the real vocabulary, and the causal-LM loss over it (as transformers).
+struct Comparison {
+  double max_diff = 0, loss = 0;
+};
+Comparison compare(const Tensor& gale, const Golden& g) {
+  const int64_t S = g.logits.size(0), V = g.logits.size(1), Vp = gale.size(2);
+  Comparison c;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t v = 0; v < V; ++v)
+      c.max_diff = std::max(c.max_diff, std::abs(static_cast<double>(gale.data<float>()[s * Vp + v]) -
+                                                 g.logits.data<float>()[s * V + v]));
+  for (int64_t s = 0; s + 1 < S; ++s) {
+    const float* row = gale.data<float>() + s * Vp;
+    double mx = *std::max_element(row, row + V), sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    c.loss += mx + std::log(sum) - row[g.tokens[s + 1]];
+  }
+  c.loss /= static_cast<double>(S - 1);
+  return c;
+}
+
+class HfFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfFixture, ConvertedModelReproducesTransformersLogits) {
+  TempDir tmp;
+  const std::string name = GetParam();
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture(name), tmp.file("gale")), quiet).ok());
+  const Golden g = read_golden(name);
+  auto lm = load_model(tmp.file("gale"));
+  EXPECT_EQ(lm->config.vocab, 128);  // 100 real tokens padded to a multiple of 128
+  Comparison c = compare(logits_of(*lm->model, g.tokens), g);
+  EXPECT_LT(c.max_diff, kLogitTolerance) << name;
+  EXPECT_NEAR(c.loss, g.loss, kLogitTolerance) << name;
+  // The padded rows repeat the last real row (as Megatron pads): their logits equal token 99's.
+  Tensor logits = logits_of(*lm->model, g.tokens);
+  for (int64_t v = 100; v < 128; ++v) EXPECT_EQ(logits.data<float>()[v], logits.data<float>()[99]) << v;
+}
+
+std::map<std::string, std::pair<StDType, Tensor>> safetensors_of(const std::string& dir) {
+  std::map<std::string, std::pair<StDType, Tensor>> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string p = entry.path().string();
+    if (entry.path().extension() != ".safetensors" || entry.path().filename() == "golden.safetensors") continue;
+    auto f = SafetensorsFile::open(p);
+    EXPECT_TRUE(f.ok()) << f.status().message();
+    for (const SafetensorsEntry& e : f->entries()) out[e.name] = {e.dtype, f->read(e.name, DType::kF32).value()};
+  }
+  return out;
+}
+
+TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
+  TempDir tmp;
+  const std::string name = GetParam();
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture(name), tmp.file("gale")), quiet).ok());
+  auto before = safetensors_of(fixture(name));
+  const bool bf16 = before.begin()->second.first == StDType::kBF16;
+  Status s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf"), bf16 ? "bf16" : "fp32"), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto after = safetensors_of(tmp.file("hf"));
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [tensor, entry] : before) {
+    ASSERT_TRUE(after.count(tensor)) << tensor;
+    const Tensor& a = entry.second;
+    const Tensor& b = after.at(tensor).second;
+    ASSERT_EQ(a.shape(), b.shape()) << tensor;
+    EXPECT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << tensor;
+    if (entry.first != StDType::kF16) {
+      EXPECT_EQ(after.at(tensor).first, entry.first) << tensor;
+    }
+  }
+  // config.json describes the same model.
+  std::ifstream in(tmp.file("hf/config.json")), orig(fixture(name) + "/config.json");
+  nlohmann::json out = nlohmann::json::parse(in), src = nlohmann::json::parse(orig);
+  EXPECT_EQ(out["vocab_size"], 100);
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                          "intermediate_size", "rms_norm_eps", "rope_theta", "n_embd", "n_layer", "n_head", "n_inner",
+                          "layer_norm_epsilon", "n_positions", "max_position_embeddings"})
+    if (src.contains(key)) {
+      EXPECT_EQ(out[key], src[key]) << key;
+    }
+  if (name != "mistral") {
+    EXPECT_EQ(out["architectures"], src["architectures"]);
+  }
+  EXPECT_EQ(out.value("tie_word_embeddings", true), src.value("tie_word_embeddings", name == "gpt2"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("gpt2", "llama", "qwen2", "mistral"));
+
+// The golden comparison can fail: Gale's model with the query rows of one head put in the
+// interleaved-RoPE order (what a wrong RoPE permutation would do) no longer matches transformers.
+TEST(HfConvert, GoldenComparisonDetectsAQueryRowPermutation) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
+  const Golden g = read_golden("llama");
+  auto lm = load_model(tmp.file("gale"));
+  ParamBuffer& pb = lm->model->params();
+  int qkv = -1;
+  for (int id = 0; id < pb.size(); ++id)
+    if (pb.spec(id).name == "decoder.layers.0.self_attention.linear_qkv.weight") qkv = id;
+  ASSERT_GE(qkv, 0);
+  const int64_t HD = 16, H = 64;
+  float* w = pb.param_data(qkv);
+  std::vector<float> head(w, w + HD * H);
+  for (int64_t r = 0; r < HD; ++r) {  // rotate-half row r <- interleaved row
+    const int64_t from = r < HD / 2 ? 2 * r : 2 * (r - HD / 2) + 1;
+    std::copy(head.begin() + from * H, head.begin() + (from + 1) * H, w + r * H);
+  }
+  EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+}
+
+TEST(HfConvert, PadsTheVocabularyForTheTargetTensorParallelSize) {
+  TempDir tmp;
+  Status s = convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale"), 64, 4), quiet);
+  EXPECT_NE(s.message().find("--target-tensor-parallel-size 4: does not divide the 4 attention heads and 2 key/value "
+                             "heads of "),
+            std::string::npos)
+      << s.message();
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale"), 64, 2), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->global_shape("embedding.word_embeddings.weight").value(), (Shape{128, 64}));  // 64 x TP 2
+  EXPECT_EQ(r->global_shape("output_layer.weight").value(), (Shape{128, 64}));
+  nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["vocab_size"], 100);
+  EXPECT_EQ(args["padded_vocab_size"], 128);
+  EXPECT_EQ(args["make_vocab_size_divisible_by"], 64);
+  EXPECT_EQ(args["tensor_model_parallel_size"], 2);
+  EXPECT_EQ(args["num_query_groups"], 2);
+  EXPECT_EQ(args["group_query_attention"], true);
+  EXPECT_EQ(args["rotary_base"], 1000);
+  EXPECT_EQ(args["norm_epsilon"], 1e-6);
+  EXPECT_EQ(args["untie_embeddings_and_output_weights"], true);
+  EXPECT_EQ(r->section("model").value()["padded_vocab_size"], 128);
+  EXPECT_EQ(r->iteration(), 0);
+}
+
+// --- errors: one line naming the file and the key or tensor -----------------------------------
+
+// A copy of a fixture to damage.
+std::string copy_fixture(const TempDir& tmp, const std::string& name) {
+  const std::string dst = tmp.file(name);
+  fs::copy(fixture(name), dst, fs::copy_options::recursive);
+  return dst;
+}
+
+void edit_config(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j;
+  {
+    std::ifstream in(dir + "/config.json");
+    j = nlohmann::json::parse(in);
+  }
+  edit(j);
+  std::ofstream(dir + "/config.json") << j.dump(2);
+}
+
+std::string error_of(const std::string& dir, const TempDir& tmp) {
+  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("out")), quiet);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(tmp.file("out/latest_checkpointed_iteration.txt")));  // nothing committed
+  return s.message();
+}
+
+TEST(HfConvertErrors, MissingConfigOrWeights) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "gpt2");
+  fs::remove(dir + "/model.safetensors");
+  EXPECT_NE(error_of(dir, tmp).find("no model.safetensors or model.safetensors.index.json"), std::string::npos);
+  fs::remove(dir + "/config.json");
+  EXPECT_NE(error_of(dir, tmp).find("no config.json"), std::string::npos);
+  EXPECT_NE(error_of(tmp.file("nowhere"), tmp).find("not a directory"), std::string::npos);
+}
+
+TEST(HfConvertErrors, ShardMissingFromTheIndex) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "llama");
+  fs::remove(dir + "/model-00002-of-00002.safetensors");
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("model-00002-of-00002.safetensors"), std::string::npos) << e;
+}
+
+TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "llama");
+  edit_config(dir, [](nlohmann::json& j) { j["architectures"] = {"FalconForCausalLM"}; });
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("config.json: architecture 'FalconForCausalLM' is not supported yet"), std::string::npos) << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  });
+  e = error_of(dir, tmp);
+  EXPECT_NE(e.find("config.json: 'rope_scaling' = {\"factor\":2.0,\"type\":\"linear\"} is not supported yet"),
+            std::string::npos)
+      << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = nullptr;
+    j["hidden_act"] = "gelu";
+  });
+  EXPECT_NE(error_of(dir, tmp).find("'hidden_act' = \"gelu\" is not supported yet"), std::string::npos);
+  edit_config(dir, [](nlohmann::json& j) {
+    j["hidden_act"] = "silu";
+    j["num_hidden_layers"] = "two";
+  });
+  EXPECT_NE(error_of(dir, tmp).find("config.json: 'num_hidden_layers' must be a positive integer, found \"two\""),
+            std::string::npos);
+}
+
+TEST(HfConvertErrors, MistralSlidingWindowShorterThanTheContext) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "mistral");
+  edit_config(dir, [](nlohmann::json& j) { j["sliding_window"] = 16; });
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("'sliding_window' = 16 is shorter than max_position_embeddings 64"), std::string::npos) << e;
+  edit_config(dir, [](nlohmann::json& j) { j["sliding_window"] = 64; });  // covers the whole context: fine
+  EXPECT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("ok")), quiet).ok());
+}
+
+TEST(HfConvertErrors, TensorOfTheWrongShapeOrMissing) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen2");
+  edit_config(dir, [](nlohmann::json& j) { j["intermediate_size"] = 128; });
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [96, 64], expected "
+                   "[128, 64] (from "),
+            std::string::npos)
+      << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["intermediate_size"] = 96;
+    j["architectures"] = {"LlamaForCausalLM"};  // Qwen2's q/k/v biases then have no place
+  });
+  e = error_of(dir, tmp);
+  EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.k_proj.bias' has no place in a LlamaForCausalLM"),
+            std::string::npos)
+      << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["tie_word_embeddings"] = false;  // then lm_head.weight must exist
+  });
+  e = error_of(dir, tmp);
+  EXPECT_NE(e.find("tensor 'lm_head.weight' is missing"), std::string::npos) << e;
+}
+
+TEST(HfConvertErrors, GaleCheckpointWithoutAnHfCounterpart) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gpt2"), tmp.file("gale")), quiet).ok());
+  Status s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf"), "fp16"),
+                                quiet);
+  EXPECT_NE(s.message().find("--save-dtype: expected fp32 or bf16, found 'fp16'"), std::string::npos) << s.message();
+  s = convert_gale_to_hf(to_hf(tmp.file("nothing"), tmp.file("hf")), quiet);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.message();
+  // LayerNorm with RoPE: neither GPT-2 nor LLaMA.
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
+  m.position_embedding_type = "rope";
+  auto hf = hf_model_from_args(m, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("ckpt/metadata.json: no Hugging Face architecture Gale writes matches"),
+            std::string::npos)
+      << hf.status().message();
+  EXPECT_FALSE(hf_model_from_args(model_args_from_json(r->section("args").value(), "x").value(), 129, "x").ok());
+  m = model_args_from_json(r->section("args").value(), "x").value();
+  m.noop_layers = {1};
+  m.noop_layers_flag = "1";
+  hf = hf_model_from_args(m, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("ckpt/metadata.json: the model has --noop-layers 1 (identity layers)"),
+            std::string::npos)
+      << hf.status().message();
+  // The recorded noop layers come back.
+  nlohmann::json args = model_flags_json(m);
+  EXPECT_EQ(model_args_from_json(args, "x").value().noop_layers, std::vector<int64_t>{1});
+}
+
+// GPT-2 files saved from GPT2Model have no "transformer." prefix and may carry the causal-mask
+// buffers; real GPT-2 configs say gelu_new, which converts with a warning (Gale's GeLU is exact).
+TEST(HfConvert, Gpt2WithoutPrefixAndWithGeluNew) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "gpt2");
+  {
+    SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors").value();
+    SafetensorsWriter w;
+    std::vector<Tensor> keep;
+    for (const SafetensorsEntry& e : f.entries()) {
+      keep.push_back(f.read(e.name).value());
+      ASSERT_TRUE(w.add(e.name.substr(std::string("transformer.").size()), keep.back()).ok());
+    }
+    keep.push_back(Tensor::zeros({1, 1, 32, 32}));
+    ASSERT_TRUE(w.add("h.0.attn.bias", keep.back()).ok());
+    ASSERT_TRUE(w.write(dir + "/model.safetensors").ok());
+  }
+  edit_config(dir, [](nlohmann::json& j) { j["activation_function"] = "gelu_new"; });
+  std::vector<std::string> lines;
+  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("gale")), [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines[0].find("warning: "), std::string::npos);
+  EXPECT_NE(lines[0].find("config.json: activation_function 'gelu_new' is the tanh approximation of GeLU"),
+            std::string::npos)
+      << lines[0];
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gpt2"), tmp.file("ref")), quiet).ok());
+  auto a = CheckpointReader::open(tmp.file("gale")), b = CheckpointReader::open(tmp.file("ref"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensor_names(), b->tensor_names());
+  for (const std::string& name : a->tensor_names()) {
+    const Shape shape = b->global_shape(name).value();
+    Tensor x = a->read(name, shape).value(), y = b->read(name, shape).value();
+    EXPECT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << name;
+  }
+}
+
+}  // namespace
+}  // namespace gale
