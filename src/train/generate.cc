@@ -2,6 +2,7 @@
 #include "train/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -97,18 +98,29 @@ int generate_main(int argc, char** argv) {
   if (!st.ok()) return failure(st);
   if (ids.empty()) ids.push_back(tokenizer.eod());  // start a new document
   const size_t prompt_len = ids.size();
+  if (static_cast<int64_t>(prompt_len) > m.config.max_positions)
+    return failure(InvalidArgument("--prompt: ", prompt_len, " tokens, more than --max-position-embeddings ",
+                                   m.config.max_positions));
+  // The prompt in one pass, then one token per step: each step runs only the new token against the
+  // keys and values cached so far (model/kv_cache.h).
+  KvCache cache = make_kv_cache(m.config, m.model->partition(), 1, m.config.max_positions);
+  const auto start = std::chrono::steady_clock::now();
+  Tensor logits = m.next_logits(ids, &cache);  // [new tokens, V]
   for (int64_t step = 0; step < g.max_new_tokens; ++step) {
-    if (static_cast<int64_t>(ids.size()) >= m.config.max_positions) break;
-    const Tensor logits = m.logits(ids);  // [S, V]
-    const float* last = logits.data<float>() + (static_cast<int64_t>(ids.size()) - 1) * m.config.vocab;
-    int32_t next = sample(last, tokenizer.vocab_size(), g, static_cast<uint64_t>(seed), static_cast<uint64_t>(step));
+    if (static_cast<int64_t>(ids.size()) >= m.config.max_positions) break;  // no position left for another token
+    const float* last = logits.data<float>() + (logits.size(0) - 1) * m.config.vocab;
+    const int32_t next = sample(last, tokenizer.vocab_size(), g, static_cast<uint64_t>(seed), static_cast<uint64_t>(step));
     if (next == tokenizer.eod()) break;
     ids.push_back(next);
+    if (static_cast<int64_t>(ids.size()) >= m.config.max_positions || step + 1 == g.max_new_tokens) break;
+    logits = m.next_logits(std::span<const int32_t>(&ids.back(), 1), &cache);
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   StatusOr<std::string> text = tokenizer.decode(std::span<const int32_t>(ids.data(), ids.size()));
   if (!text.ok()) return failure(text.status());
   std::printf("%s\n", text.value().c_str());
-  std::fprintf(stderr, "[%zu prompt tokens, %zu generated]\n", prompt_len, ids.size() - prompt_len);
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, %.1f tokens/s]\n", prompt_len, ids.size() - prompt_len,
+               static_cast<double>(ids.size() - prompt_len) / std::max(seconds, 1e-9));
   return 0;
 }
 

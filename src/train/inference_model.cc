@@ -23,6 +23,14 @@ Tensor InferenceModel::logits(std::span<const int32_t> ids) const {
   return model->forward_logits(mb, Tensor());  // [1, S, V] = [S, V] for one sample
 }
 
+Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache) const {
+  MicroBatch mb;
+  mb.B = 1;
+  mb.S = static_cast<int64_t>(ids.size());
+  mb.tokens.assign(ids.begin(), ids.end());
+  return model->forward_logits(mb, Tensor(), cache).view({mb.S, config.vocab});  // positions follow the cached ones
+}
+
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
   add_moe_args(parser, args.moe);

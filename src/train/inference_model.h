@@ -28,6 +28,9 @@ struct InferenceModel {
 
   // Logits [S, V_padded] of one sequence of ids (S ≤ config.max_positions): row s predicts ids[s + 1].
   Tensor logits(std::span<const int32_t> ids) const;
+  // Logits [n, V_padded] of the next n = ids.size() tokens of one sequence whose earlier tokens are in
+  // `cache` (make_kv_cache(config, model->partition(), 1, ...)); their keys and values join it.
+  Tensor next_logits(std::span<const int32_t> ids, KvCache* cache) const;
 };
 
 // --load, --use-checkpoint-args, the model flags (with the MoE flags) and the tokenizer flags, in the

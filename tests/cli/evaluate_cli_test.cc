@@ -126,7 +126,7 @@ TEST_F(CheckpointCli, GenerateContinuesThePrompt) {
       {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("(^|\n)Once upon a time"))) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[4 prompt tokens, [0-4] generated\])"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[4 prompt tokens, [0-4] generated, [0-9.]+ tokens/s\])"))) << r.output;
 }
 
 TEST_F(CheckpointCli, EvaluateErrorsAreOneLine) {
