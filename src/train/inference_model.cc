@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/model_checkpoint.h"
+#include "kernels/cpu/fused_ops.h"
 #include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/model_setup.h"
@@ -67,6 +68,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   args.training.seed = seed;
   m->config = model_config_from_args(args);
   m->ops = std::make_unique<OpTable>(reference_ops());
+  GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
   GALE_RETURN_IF_ERROR(load_parameters(reader, m->model->params()));
   return m;

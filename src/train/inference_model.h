@@ -4,7 +4,8 @@
 // was given) or, with --use-checkpoint-args (Megatron's flag), the one the checkpoint's
 // metadata.json "args" records (train/checkpoint_args.h: `gale pretrain` and `gale convert` write
 // them), with its parameters read from --load and the tokenizer of the tokenizer flags. It
-// runs at level 0 (the reference kernels) in fp32 and keeps nothing for backward.
+// runs in fp32 on the fused kernels of the best ISA the CPU has (level 1 and flash attention: the
+// reference results within the tolerances tests/kernels checks) and keeps nothing for backward.
 #pragma once
 
 #include <cstdint>
