@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: install, build, preprocess Jane Austen's novels with the GPT-2 tokenizer, train a small
-# GPT on them for a few minutes (the loss falls from ~10.8), then generate text from the checkpoint.
+# GPT on them for a few minutes (the loss falls from ~10.8), then generate text from the checkpoint
+# and measure its perplexity on the held-out chapters.
 # Usage: scripts/demo.sh [ITERATIONS]   (default 300; the work files go to ./demo-work)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +33,11 @@ if "$gale" --help | grep -q '^  generate'; then
   echo "== generate (from the checkpoint just saved)"
   "$gale" generate "${model[@]}" "${tok[@]}" --load "$work/checkpoints" \
     --prompt "It is a truth universally acknowledged" --max-new-tokens 40 --temperature 0.8 --top-k 40
+fi
+
+if "$gale" --help | grep -q '^  evaluate'; then
+  echo "== evaluate (perplexity on the last 5 chapters: the validation documents of --split 98,2,0)"
+  zcat data/corpus/austen.jsonl.gz | tail -n 5 > "$work/held_out.jsonl"
+  "$gale" evaluate "${model[@]}" "${tok[@]}" --load "$work/checkpoints" --task ppl \
+    --task-data-path "$work/held_out.jsonl"
 fi

@@ -65,6 +65,7 @@ class TestRun {
       out.push_back(r->loss_sum / r->tokens);
       losses.push_back(out.back());
       grad_norms.push_back(r->step.grad_norm);
+      load_balancing_losses.push_back(r->load_balancing_loss);
     }
     return out;
   }
@@ -76,6 +77,7 @@ class TestRun {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Trainer> trainer;
   std::vector<double> losses, grad_norms;
+  std::vector<double> load_balancing_losses;  // MoE: the logged load_balancing_loss of each iteration
 };
 
 }  // namespace gale::testing

@@ -47,6 +47,28 @@ struct FullRecompute {
   }
 };
 
+// Megatron-Core mixture of experts (--num-experts E): in the layers `pattern` marks, the MLP is a
+// router (a bias-free linear H -> E), top-k routing and E expert MLPs (model/moe_layer.h).
+struct MoeConfig {
+  int64_t num_experts = 0;  // E; 0: every layer has the dense MLP
+  int64_t topk = 2;         // --moe-router-topk
+  int64_t ffn = 0;          // --moe-ffn-hidden-size (Fe), default --ffn-hidden-size
+  // --moe-router-pre-softmax: the top-k probabilities are the softmax over all E experts; by
+  // default (Megatron's) the top-k is taken on the logits and the softmax runs over those k.
+  bool pre_softmax = false;
+  // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
+  // aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0 disables each.
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
+  std::vector<int> pattern;
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    return enabled() && (pattern.empty() || pattern.at(static_cast<size_t>(layer)) != 0);
+  }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -73,6 +95,7 @@ struct ModelConfig {
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   RecomputePlan recompute;
   FullRecompute full_recompute;
+  MoeConfig moe;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;
@@ -82,6 +105,12 @@ struct ModelConfig {
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
   bool is_noop_layer(int64_t layer) const {
     return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);
+  }
+  // Layers with a MoE MLP (a --noop-layers layer has none).
+  int64_t num_moe_layers() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) && !is_noop_layer(i) ? 1 : 0;
+    return n;
   }
 };
 

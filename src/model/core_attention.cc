@@ -1,6 +1,8 @@
 // Core attention under the context-parallel layouts: head split, then local / all-gather / ring keys.
 #include "model/core_attention.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/context_parallel.h"
 #include "model/linear.h"
@@ -40,6 +42,18 @@ KeySource key_source_of(const LayerRuntime& rt, CpAttention layout) {
 
 bool ring_keys(CpAttention layout) { return layout == CpAttention::kRing || layout == CpAttention::kHybrid; }
 
+// Everything forward and backward decide the same way: the layout, its groups, and the heads and
+// packed-QKV layouts of the rows attention runs on (NHa, KVa: this rank's heads after any head split).
+struct Plan {
+  CpAttention layout;
+  HeadSplit hs;
+  KeySource keys;
+  int64_t B, HD, NHa, KVa;
+  HeadLayout ql, kl, vl;
+};
+
+Plan plan_of(const LayerRuntime& rt);
+
 }  // namespace
 
 CpAttention cp_attention_of(const ModelPartition& part, const ContextSplit& split) {
@@ -49,19 +63,34 @@ CpAttention cp_attention_of(const ModelPartition& part, const ContextSplit& spli
   return part.cp_ring ? CpAttention::kRing : CpAttention::kAllGather;
 }
 
+namespace {
+
+Plan plan_of(const LayerRuntime& rt) {
+  const ModelConfig& c = *rt.config;
+  Plan p;
+  p.layout = cp_attention_of(*rt.part, rt.cp_split);
+  p.hs = head_split_of(rt, p.layout);
+  p.keys = key_source_of(rt, p.layout);
+  p.B = rt.mb->B;
+  p.HD = c.head_dim;
+  const int64_t tp = rt.part->tp_size();
+  p.NHa = c.heads / tp / p.hs.degree;
+  p.KVa = c.kv_heads / tp / p.hs.degree;
+  p.ql = qkv_query_layout(p.NHa, p.KVa, p.HD);
+  p.kl = qkv_key_layout(p.NHa, p.KVa, p.HD);
+  p.vl = qkv_value_layout(p.NHa, p.KVa, p.HD);
+  return p;
+}
+
+}  // namespace
+
 Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv_local,
                               CoreAttentionSaved* saved) {
-  const ModelConfig& c = *rt.config;
   const OpTable& ops = *rt.ops;
-  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, HD = c.head_dim;
-  const CpAttention layout = cp_attention_of(*rt.part, rt.cp_split);
-  const HeadSplit hs = head_split_of(rt, layout);
-  const KeySource keys = key_source_of(rt, layout);
-
+  const Plan p = plan_of(rt);
+  const auto& [layout, hs, keys, B, HD, NHa, KVa, ql, kl, vl] = p;
   const Tensor qkv = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, qkv_local) : qkv_local;
-  const int64_t NHa = c.heads / tp / hs.degree, KVa = c.kv_heads / tp / hs.degree, rows = qkv.size(0);
-  const HeadLayout ql = qkv_query_layout(NHa, KVa, HD), kl = qkv_key_layout(NHa, KVa, HD),
-                   vl = qkv_value_layout(NHa, KVa, HD);
+  const int64_t rows = qkv.size(0);
   Tensor out = Tensor::empty({rows, NHa * HD});
   Tensor lse = Tensor::empty({B, NHa, rows / B});
   Tensor kv_global, kv_local;
@@ -88,19 +117,31 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   return ctx;
 }
 
+Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
+  const ModelConfig& c = *rt.config;
+  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
+  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, first = rt.kv_cache->length;
+  GALE_CHECK(rt.cp_split.cp_size == 1 && B == rt.kv_cache->B && first + S <= rt.kv_cache->max_length)
+      << "kv cache: " << first << " + " << S << " positions of " << B << " samples in a cache of "
+      << rt.kv_cache->max_length << " x " << rt.kv_cache->B;
+  const float* q = qkv.data<float>();
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
+  const Tensor kv_new = pack_context_kv(S * B, q, qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
+  std::copy_n(kv_new.data<float>(), kv_new.numel(), cache.data<float>() + first * B * kv_new.size(1));
+  Tensor out = Tensor::empty({S * B, NHl * HD});
+  Tensor lse = Tensor::empty({B, NHl, S});
+  const float* kv = cache.data<float>();
+  rt.ops->attention_forward(ap, q, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
+                            out.data<float>(), lse.data<float>());
+  return out;
+}
+
 Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& s,
                                const Tensor& ctx, const Tensor& d_ctx) {
-  const ModelConfig& c = *rt.config;
-  const OpTable& ops = *rt.ops;
-  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, HD = c.head_dim;
-  const CpAttention layout = cp_attention_of(*rt.part, rt.cp_split);
-  const HeadSplit hs = head_split_of(rt, layout);
-  const KeySource keys = key_source_of(rt, layout);
   GALE_CHECK(s.qkv.defined() && s.lse.defined()) << "core attention backward without its forward's saved state";
-
-  const int64_t NHa = c.heads / tp / hs.degree, KVa = c.kv_heads / tp / hs.degree;
-  const HeadLayout ql = qkv_query_layout(NHa, KVa, HD), kl = qkv_key_layout(NHa, KVa, HD),
-                   vl = qkv_value_layout(NHa, KVa, HD);
+  const OpTable& ops = *rt.ops;
+  const Plan p = plan_of(rt);
+  const auto& [layout, hs, keys, B, HD, NHa, KVa, ql, kl, vl] = p;
   const Tensor d_out = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, d_ctx) : d_ctx;
   const Tensor out = hs.group ? s.head_out : to_f32(ctx);  // forward's output on the rows attention ran on
   Tensor d_qkv = Tensor::empty(s.qkv.shape());

@@ -51,6 +51,11 @@ struct CoreAttentionSaved {
 Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
                               CoreAttentionSaved* saved);
 
+// Incremental decoding (rt.kv_cache set, no context parallelism): the keys and values of qkv's rows
+// (the new positions) are written into `cache` (one layer's KvCache rows) after the cached ones, and
+// the new queries attend to every position up to their own. Returns [T, NHl·HD]; keeps nothing.
+Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache);
+
 // Backward of core_attention_forward: `ctx` is the output forward returned (f32, or the bf16 copy
 // the layer kept as a GEMM input), d_ctx its gradient [T, NHl·HD]. Returns dQKV [T, (NHl + 2·KVl)·HD]
 // (before RoPE's backward) and releases `saved`.

@@ -69,7 +69,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
 
 GPTModel::~GPTModel() = default;
 
-void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) const {
+void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvCache* cache) const {
   const ModelConfig& c = config_;
   st.mb = mb;
   const int64_t B = mb.B, S = mb.S, T = S * B;
@@ -95,6 +95,9 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
   rt.rope = c.position == PositionEmbedding::kRope ? &rope_ : nullptr;
   rt.mb = &st.mb;
   rt.training = training;
+  rt.kv_cache = cache;
+  rt.moe_losses = training ? &moe_losses_ : nullptr;
+  rt.moe_aux_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
   const int64_t S_global = st.mb.global_length();
@@ -104,6 +107,9 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
         << "context parallelism needs a micro-batch sliced for this cp rank (slice_micro_batch)";
     GALE_CHECK(st.mb.document_ids.empty() || !st.mb.key_document_ids.empty())
         << "context parallelism with document ids needs the whole sequences' ids for the keys";
+  } else if (cache) {
+    GALE_CHECK(S_global == cache->length + S && static_cast<int64_t>(st.mb.seq_positions.size()) == S)
+        << "kv cache: the micro-batch must hold the positions after the cached ones";
   } else {
     GALE_CHECK_EQ(S_global, S) << "a micro-batch sliced for context parallelism in a model without it";
   }
@@ -150,7 +156,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training) con
     ap.NH /= rt.cp_split.cp_size;
     ap.KV /= rt.cp_split.cp_size;
     ap.head_offset += part_.cp_rank() * ap.NH;
-  } else if (rt.cp_split.cp_size > 1) {  // local queries at their global positions; keys: the whole sequence in order
+  } else if (rt.cp_split.cp_size > 1 || cache) {  // queries at their global positions; keys: the sequence so far
     ap.Sk = S_global;
     ap.q_positions = st.mb.seq_positions.data();
   }
@@ -357,12 +363,22 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
   return out;
 }
 
-Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
+Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, KvCache* cache) {
   GALE_CHECK(part_.post_process) << "logits exist only on the last pipeline stage";
   GALE_CHECK_EQ(part_.cp_size(), 1) << "logits of whole sequences are not computed with context parallelism";
   const ModelConfig& c = config_;
+  MicroBatch mb = mb_in;
+  if (cache) {  // the new positions follow the cached ones
+    mb.S_global = cache->length + mb.S;
+    mb.seq_positions.resize(static_cast<size_t>(mb.S));
+    mb.position_ids.resize(static_cast<size_t>(mb.B * mb.S));
+    for (int64_t s = 0; s < mb.S; ++s) {
+      mb.seq_positions[s] = static_cast<int32_t>(cache->length + s);
+      for (int64_t b = 0; b < mb.B; ++b) mb.position_ids[b * mb.S + s] = static_cast<int32_t>(cache->length + s);
+    }
+  }
   State st;
-  build_runtime(st, mb, /*training=*/false);
+  build_runtime(st, mb, /*training=*/false, cache);
   if (params_needed_) {  // every parameter first, in forward order: nothing here to overlap with
     const std::vector<std::vector<int>> groups = backward_param_groups();
     for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
@@ -370,6 +386,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
   Tensor x = part_.pre_process ? embedding_forward(st) : input;
   for (size_t i = 0; i < layers_.size(); ++i)
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
+  if (cache) cache->length += mb.S;
   const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
@@ -389,13 +406,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb, const Tensor& input) {
 }
 
 std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
-  auto layer_ids = [](const LayerParamIds& w) {
-    std::vector<int> ids;
-    for (int id : {w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_b, w.proj_w, w.proj_b, w.norm2_w, w.norm2_b, w.fc1_w, w.fc1_b,
-                   w.fc2_w, w.fc2_b})
-      if (id >= 0) ids.push_back(id);
-    return ids;
-  };
+  auto layer_ids = [](const LayerParamIds& w) { return w.all(); };
   std::vector<std::vector<int>> groups;
   if (part_.post_process) {
     std::vector<int> head;

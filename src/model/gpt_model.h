@@ -57,7 +57,10 @@ class GPTModel {
 
   // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
   // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
-  Tensor forward_logits(const MicroBatch& mb, const Tensor& input);
+  // With `cache` (model/kv_cache.h; no context parallelism): mb holds only the next mb.S tokens of
+  // each sample, which come after cache->length cached positions (their position ids are set
+  // here); their keys and values join the cache and cache->length advances by mb.S.
+  Tensor forward_logits(const MicroBatch& mb, const Tensor& input, KvCache* cache = nullptr);
 
   // Called during backward with the ids of parameters whose gradient contribution from the
   // micro-batch being back-propagated is complete (after the head, after each layer, after the
@@ -81,6 +84,14 @@ class GPTModel {
   // backward inside forward (no logits kept). 0 (the default) disables that.
   void set_num_microbatches(int64_t n) { num_microbatches_ = n; }
 
+  // Σ over the MoE layers of this chunk and the training micro-batches since the last call of each
+  // layer's auxiliary losses (without coefficients; model/moe_layer.h); resets the sums.
+  MoeAuxLosses take_moe_losses() {
+    const MoeAuxLosses l = moe_losses_;
+    moe_losses_ = MoeAuxLosses{};
+    return l;
+  }
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
@@ -91,7 +102,7 @@ class GPTModel {
 
  private:
   struct State;
-  void build_runtime(State& st, const MicroBatch& mb, bool training) const;
+  void build_runtime(State& st, const MicroBatch& mb, bool training, KvCache* cache = nullptr) const;
   Tensor embedding_forward(State& st);
   Tensor embedding_backward(State& st, const Tensor& d);
   // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer.
@@ -110,6 +121,7 @@ class GPTModel {
   GradReadyFn grad_ready_;
   ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
+  mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
 };
 
 }  // namespace gale

@@ -6,7 +6,9 @@
 
 #include "kernels/op_table.h"
 #include "model/config.h"
+#include "model/kv_cache.h"
 #include "model/micro_batch.h"
+#include "model/moe_layer.h"
 #include "parallel/context_split.h"
 
 namespace gale {
@@ -37,9 +39,17 @@ struct LayerRuntime {
   // absolute position embedding). Within one document attention depends only on position
   // differences, so with --reset-attention-mask the choice does not change the result.
   std::vector<int32_t> rope_positions;
+  // Incremental decoding (model/kv_cache.h): the micro-batch holds only new positions, after
+  // kv_cache->length cached ones; attention appends their keys and values and reads the cache.
+  KvCache* kv_cache = nullptr;
   // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
   // the per-layer dropout stream is filled in by the layer.
   AttentionProblem attention;
+  // MoE layers: the auxiliary losses of training forwards that keep state for backward are added
+  // here (null: not collected), and backward scales their gradients by moe_aux_scale (Megatron's
+  // MoEAuxLossAutoScaler scale, 1 / num_microbatches).
+  MoeAuxLosses* moe_losses = nullptr;
+  double moe_aux_scale = 1.0;
 };
 
 }  // namespace gale

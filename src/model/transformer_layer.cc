@@ -107,6 +107,14 @@ uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
   return mix_stream(seed, 0xD7, static_cast<uint64_t>(layer + 1), static_cast<uint64_t>(site));
 }
 
+std::vector<int> LayerParamIds::all() const {
+  std::vector<int> ids;
+  for (int id : {norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b})
+    if (id >= 0) ids.push_back(id);
+  for (int id : moe.all()) ids.push_back(id);
+  return ids;
+}
+
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
@@ -129,6 +137,11 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   }
   w.norm2_w = pb.add(norm_weight(layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
+  if (c.moe.is_moe_layer(layer)) {
+    GALE_CHECK_EQ(part.tp_size(), 1) << "MoE layers with tensor parallelism";
+    w.moe = register_moe_params(pb, c, layer);
+    return w;
+  }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
   int blocks = c.swiglu ? 2 : 1;
   w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
@@ -167,7 +180,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-  Tensor ctx = core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
+  Tensor ctx = rt.kv_cache ? cached_attention_forward(rt, ap, qkv, rt.kv_cache->layers.at(layer - part.first_layer))
+                           : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
   qkv = Tensor();
   ctx = to_gemm_input(ctx, bf16);
   Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
@@ -184,9 +198,19 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // ---- MLP block ----
   Tensor norm2_out = norm_output_for_linear(rt, norm2_local);
   norm2_local = Tensor();
-  Tensor fc1_out = linear_forward(norm2_out, weight(rt, pb, w.fc1_w));  // [T, Fl or 2Fl]
-  Tensor act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
-  Tensor fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(rt, pb, w.fc2_w)));  // [Tl, H]
+  Tensor fc1_out, act, fc2;
+  if (w.moe.defined()) {  // router, experts, weighted sum [T, H] (no TP: T = Tl)
+    MoeAuxLosses aux;
+    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux);
+    if (saved && rt.moe_losses) {
+      rt.moe_losses->load_balancing += aux.load_balancing;
+      rt.moe_losses->z += aux.z;
+    }
+  } else {
+    fc1_out = linear_forward(norm2_out, weight(rt, pb, w.fc1_w));  // [T, Fl or 2Fl]
+    act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
+    fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(rt, pb, w.fc2_w)));  // [Tl, H]
+  }
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
                        x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
@@ -223,25 +247,32 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_fc2 = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                 hidden_dropout(rt, layer, 2));
-  Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
-  if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
-  Tensor d_act = linear_backward(d_fc2_full, s.act, weight(rt, pb, w.fc2_w));  // [T, Fl]
-  d_fc2 = d_fc2_full = Tensor();
-  s.act = Tensor();
-  Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
-  if (c.swiglu)
-    ops.swiglu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
-  else
-    ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
-  d_act = Tensor();
-  s.fc1_out = Tensor();
-  if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)
-    Tensor stats;
-    s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
+  Tensor d_norm2;
+  if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
+    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale);
+    d_fc2 = Tensor();
+    s.norm2_out = Tensor();
+  } else {
+    Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
+    if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
+    Tensor d_act = linear_backward(d_fc2_full, s.act, weight(rt, pb, w.fc2_w));  // [T, Fl]
+    d_fc2 = d_fc2_full = Tensor();
+    s.act = Tensor();
+    Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
+    if (c.swiglu)
+      ops.swiglu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
+    else
+      ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
+    d_act = Tensor();
+    s.fc1_out = Tensor();
+    if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)
+      Tensor stats;
+      s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
+    }
+    d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(rt, pb, w.fc1_w)));
+    d_fc1 = Tensor();
+    s.norm2_out = Tensor();
   }
-  Tensor d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(rt, pb, w.fc1_w)));
-  d_fc1 = Tensor();
-  s.norm2_out = Tensor();
   Tensor d_x_mid = Tensor::empty({Tl, H});
   ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), pb.param_data(w.norm2_w),
                     s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),

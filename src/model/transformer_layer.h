@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/core_attention.h"
 #include "model/layer_runtime.h"
+#include "model/moe_layer.h"
 #include "model/params.h"
 
 namespace gale {
@@ -26,9 +27,12 @@ namespace gale {
 struct LayerParamIds {
   int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
+  std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
-// Registers the parameters of global layer `layer` with their Megatron names, TP splits and init.
+// Registers the parameters of global layer `layer` (its MLP a MoE MLP where config.moe says so) with their
+// Megatron names, TP splits and init.
 // A --noop-layers layer registers none (every id -1); its forward and backward are the identity.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
@@ -45,6 +49,7 @@ struct LayerSaved {
   Tensor norm2_out;    // [T, H]
   Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
   Tensor act;          // [T, Fl]
+  MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)
 };
 
 // Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.

@@ -204,14 +204,14 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--squared-relu", "squared-ReLU MLP"},
       {"--openai-gelu", "tanh-approximated GeLU"},
       {"--init-method-xavier-uniform", "Xavier initialisation"},
-      {"--num-experts", "mixture of experts"},
-      {"--moe-router-topk", "mixture of experts"},
-      {"--moe-aux-loss-coeff", "mixture of experts"},
-      {"--moe-token-dispatcher-type", "mixture of experts"},
-      {"--moe-grouped-gemm", "mixture of experts"},
-      {"--moe-ffn-hidden-size", "mixture of experts"},
-      {"--moe-layer-freq", "mixture of experts"},
-      {"--expert-tensor-parallel-size", "expert parallelism"},
+      {"--moe-expert-capacity-factor", "MoE token dropping; every token reaches its k experts"},
+      {"--moe-pad-expert-input-to-capacity", "MoE token dropping"},
+      {"--moe-shared-expert-intermediate-size", "MoE shared experts"},
+      {"--moe-router-enable-expert-bias", "MoE expert bias (aux-loss-free balancing)"},
+      {"--moe-router-topk-scaling-factor", "MoE top-k scaling factor"},
+      {"--moe-input-jitter-eps", "MoE input jitter"},
+      {"--moe-router-num-groups", "MoE group-limited routing"},
+      {"--moe-router-group-topk", "MoE group-limited routing"},
       {"--multi-latent-attention", "multi-head latent attention"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
@@ -273,6 +273,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_tokenizer_args(p, a.tokenizer);
   add_checkpoint_args(p, a.checkpoint);
   add_logging_args(p, a.logging);
+  add_moe_args(p, a.moe);
   add_unsupported_megatron_args(p);
 }
 
@@ -482,6 +483,7 @@ namespace gale {
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
+  GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

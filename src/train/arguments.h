@@ -175,8 +175,29 @@ struct LoggingArgs {
   int64_t timing_log_level = 0;
 };
 
+// Megatron-Core mixture of experts (train/arguments_moe.cc); inactive without --num-experts.
+struct MoeArgs {
+  int64_t num_experts = kUnset;  // 0 is turned into None, as Megatron
+  int64_t moe_router_topk = 2;
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = kUnsetF;
+  std::string moe_router_load_balancing_type = "aux_loss";
+  std::string moe_router_score_function = "softmax";
+  bool moe_router_pre_softmax = false;
+  std::string moe_token_dispatcher_type = "allgather";
+  bool moe_grouped_gemm = false;
+  int64_t moe_ffn_hidden_size = kUnset;  // -> --ffn-hidden-size
+  std::string moe_layer_freq = "1";      // int k (layer i is MoE iff i % k == 0) or a list "[1,0,1,...]"
+  int64_t expert_tensor_parallel_size = kUnset;  // -> --tensor-model-parallel-size
+
+  // Derived by validation: one flag per layer (1: MoE); empty without --num-experts.
+  std::vector<int> layer_pattern;
+  bool enabled() const { return num_experts > 0; }
+};
+
 struct Arguments {
   ModelArgs model;
+  MoeArgs moe;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -192,6 +213,7 @@ void add_data_args(ArgParser& p, DataArgs& a);
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a);
 void add_checkpoint_args(ArgParser& p, CheckpointArgs& a);
 void add_logging_args(ArgParser& p, LoggingArgs& a);
+void add_moe_args(ArgParser& p, MoeArgs& a);
 // Megatron flags Gale does not implement yet: accepted by the parser, rejected with "not supported yet".
 void add_unsupported_megatron_args(ArgParser& p);
 
@@ -205,6 +227,11 @@ Status validate_training_args(Arguments& a, const ArgParser& p);
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size);
 Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
+// After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
+Status validate_moe_args(Arguments& a, const ArgParser& p);
+// --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
+// ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
+StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size);
 
 // Megatron's vocabulary padding: ceil(V / (divisible_by * tp)) * divisible_by * tp.

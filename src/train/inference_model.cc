@@ -24,6 +24,7 @@ Tensor InferenceModel::logits(std::span<const int32_t> ids) const {
 
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
+  add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   parser.group("checkpoint");
   parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
@@ -31,7 +32,8 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
 
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
-  return validate_model_args(args.model, parser);
+  GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
+  return validate_moe_args(args, parser);
 }
 
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {

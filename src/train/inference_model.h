@@ -28,10 +28,10 @@ struct InferenceModel {
   Tensor logits(std::span<const int32_t> ids) const;
 };
 
-// --load, the model flags and the tokenizer flags, in the parser's current group order.
+// --load, the model flags (with the MoE flags) and the tokenizer flags, in the parser's current group order.
 void add_inference_model_args(ArgParser& parser, Arguments& args);
 
-// Command-line checks (a usage error): --load given, the model flags consistent.
+// Command-line checks (a usage error): --load given, the model (and MoE) flags consistent.
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser);
 
 // Builds the tokenizer and the model and loads the parameters of the checkpoint at

@@ -33,6 +33,16 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.init_std = static_cast<float>(m.init_method_std);
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
+  const MoeArgs& moe = a.moe;
+  if (moe.enabled()) {
+    c.moe.num_experts = moe.num_experts;
+    c.moe.topk = moe.moe_router_topk;
+    c.moe.ffn = moe.moe_ffn_hidden_size;
+    c.moe.pre_softmax = moe.moe_router_pre_softmax;
+    c.moe.aux_loss_coeff = moe.moe_router_load_balancing_type == "aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
+    c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
+    c.moe.pattern = moe.layer_pattern;
+  }
   if (m.recompute_granularity == "full") {
     c.full_recompute.method =
         m.recompute_method == "uniform" ? FullRecompute::Method::kUniform : FullRecompute::Method::kBlock;

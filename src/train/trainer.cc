@@ -1,6 +1,7 @@
 // The Megatron training loop.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/log.h"
@@ -28,6 +29,24 @@ void Trainer::reduce_losses(double sums[2]) const {
   if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, ps.pp_size() - 1);
 }
 
+void Trainer::reduce_moe_losses(IterationResult* r) const {
+  const ParallelState& ps = engine_->ps;
+  const int64_t moe_layers = engine_->chunks.front()->config().num_moe_layers();  // of the whole model
+  if (moe_layers == 0) return;  // dense models: no extra collective
+  double sums[2] = {0.0, 0.0};
+  for (auto& chunk : engine_->chunks) {
+    const MoeAuxLosses l = chunk->take_moe_losses();
+    sums[0] += l.load_balancing;
+    sums[1] += l.z;
+  }
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);  // every stage's layers
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  const double per = static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())) *
+                     static_cast<double>(moe_layers);
+  r->load_balancing_loss = sums[0] / per;
+  r->z_loss = sums[1] / per;
+}
+
 FlopsModel Trainer::flops_model() const {
   const ModelArgs& m = args_.model;
   FlopsModel f;
@@ -40,6 +59,14 @@ FlopsModel Trainer::flops_model() const {
   f.ffn = m.ffn_hidden_size;
   f.padded_vocab = m.padded_vocab_size;
   f.swiglu = m.swiglu;
+  if (args_.moe.enabled()) {
+    for (size_t i = 0; i < args_.moe.layer_pattern.size(); ++i)  // MoE layers that are not noop layers
+      f.num_moe_layers += args_.moe.layer_pattern[i] != 0 &&
+                          std::find(m.noop_layers.begin(), m.noop_layers.end(), static_cast<int64_t>(i)) ==
+                              m.noop_layers.end();
+    f.moe_ffn = args_.moe.moe_ffn_hidden_size;
+    f.moe_topk = args_.moe.moe_router_topk;
+  }
   return f;
 }
 
@@ -99,6 +126,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_losses(sums);
   r.loss_sum = sums[0];
   r.tokens = sums[1];
+  reduce_moe_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
   if (r.step.applied) scheduler.step(t.global_batch_size);
@@ -143,7 +171,7 @@ Status Trainer::run() {
   const double start = now_seconds();
   double interval_start = start;
   // Accumulators of the current log interval.
-  double loss_total = 0.0;
+  double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false;
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
@@ -156,6 +184,8 @@ Status Trainer::run() {
     if (r.step.applied) {
       ++advanced;
       loss_total += loss;
+      load_balancing_total += r.load_balancing_loss;
+      z_loss_total += r.z_loss;
     } else {
       ++skipped;
       if (!std::isfinite(r.step.grad_norm) || !std::isfinite(loss)) ++nan_iters;
@@ -177,13 +207,15 @@ Status Trainer::run() {
       f.learning_rate = engine_->scheduler->lr();
       f.global_batch_size = t.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.num_zeros = r.step.num_zeros;
       if (l.log_params_norm) f.params_norm = engine_->optimizer->params_norm();
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
       print_rank_last(format_training_log_line(f));
-      loss_total = 0.0;
+      loss_total = load_balancing_total = z_loss_total = 0.0;
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;
     }

@@ -24,6 +24,10 @@ struct TrainerState {
 // Result of one training iteration.
 struct IterationResult {
   double loss_sum = 0.0, tokens = 0.0;  // over the whole global batch (all DP ranks; last pipeline stage)
+  // MoE (Megatron's aux-loss tracker): each auxiliary loss without its coefficient, summed over the
+  // micro-batches and divided by their number, averaged over the MoE layers (all pipeline stages)
+  // and the data-parallel ranks; 0 when the loss is off.
+  double load_balancing_loss = 0.0, z_loss = 0.0;
   StepResult step;
 };
 
@@ -56,6 +60,8 @@ class Trainer {
   Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
+  // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
+  void reduce_moe_losses(IterationResult* r) const;
   // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
   int64_t microbatch_group() const {
     const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;

@@ -16,7 +16,11 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
   const double attention =
       (1.0 + static_cast<double>(m.query_groups) / m.heads + static_cast<double>(m.seq_length) / h / 2.0) *
       query_projection_ratio;
-  const double mlp = static_cast<double>(m.ffn) / h * gated;
+  const double dense_fraction = static_cast<double>(m.num_layers - m.num_moe_layers) / m.num_layers;
+  const double moe_fraction = static_cast<double>(m.num_moe_layers) / m.num_layers;
+  const double mlp = (static_cast<double>(m.ffn) * dense_fraction +
+                      static_cast<double>(m.moe_ffn) * static_cast<double>(m.moe_topk) * moe_fraction) /
+                     h * gated;
   const double logit = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
   return expansion * batch_size * m.seq_length * m.num_layers * h * h * (attention + mlp + logit);
 }
@@ -36,6 +40,8 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" learning rate: %.6E |", f.learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
+  if (f.load_balancing_loss > 0.0) add(" load_balancing_loss: %.6E |", f.load_balancing_loss);
+  if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
   if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));

@@ -7,11 +7,13 @@
 
 namespace gale {
 
-// Inputs of Megatron's num_floating_point_operations (standard GPT, no MoE/MLA/MTP).
+// Inputs of Megatron's num_floating_point_operations (standard GPT or MoE; no MLA/MTP).
 struct FlopsModel {
   int64_t seq_length = 0, num_layers = 0, hidden = 0, heads = 0, query_groups = 0, kv_channels = 0, ffn = 0;
   int64_t padded_vocab = 0;
   bool swiglu = false;
+  // MoE: the layers with experts, each token through `moe_topk` experts of FFN size `moe_ffn`.
+  int64_t num_moe_layers = 0, moe_ffn = 0, moe_topk = 0;
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).
@@ -25,6 +27,9 @@ struct TrainingLogFields {
   double learning_rate = 0.0;
   int64_t global_batch_size = 0;
   double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
+  // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
+  // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).
+  double load_balancing_loss = 0.0, z_loss = 0.0;
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;

@@ -49,6 +49,13 @@ Status parse_model(const json& j, GoldenModelConfig* m, const std::string& where
   GALE_RETURN_IF_ERROR(get(j, "untie_embeddings_and_output_weights", &m->untie_embeddings_and_output_weights, where));
   GALE_RETURN_IF_ERROR(get(j, "reset_attention_mask", &m->reset_attention_mask, where));
   GALE_RETURN_IF_ERROR(get(j, "reset_position_ids", &m->reset_position_ids, where));
+  if (j.contains("num_experts")) {
+    GALE_RETURN_IF_ERROR(get(j, "num_experts", &m->num_experts, where));
+    GALE_RETURN_IF_ERROR(get(j, "moe_router_topk", &m->moe_router_topk, where));
+    GALE_RETURN_IF_ERROR(get(j, "moe_ffn_hidden_size", &m->moe_ffn_hidden_size, where));
+    GALE_RETURN_IF_ERROR(get(j, "moe_aux_loss_coeff", &m->moe_aux_loss_coeff, where));
+    GALE_RETURN_IF_ERROR(get(j, "moe_z_loss_coeff", &m->moe_z_loss_coeff, where));
+  }
   return get(j, "init_method_std", &m->init_method_std, where);
 }
 
@@ -113,7 +120,7 @@ double element(const Tensor& t, int64_t i) {
 
 std::string golden_dir() { return std::string(GALE_TEST_DATA_DIR) + "/golden"; }
 
-std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd"}; }
+std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "mixtral"}; }
 
 StatusOr<GoldenFixture> GoldenFixture::load(const std::string& name) { return load_dir(golden_dir() + "/" + name); }
 
@@ -206,6 +213,10 @@ StatusOr<GoldenFixture> GoldenFixture::load_dir(const std::string& dir) {
   GALE_RETURN_IF_ERROR(get(train, "grad_norm", &d->series.grad_norm, json_path + " train"));
   GALE_RETURN_IF_ERROR(get(train, "lr_used", &d->series.lr_used, json_path + " train"));
   GALE_RETURN_IF_ERROR(get(train, "loss_differentiated", &d->series.loss_differentiated, json_path + " train"));
+  if (train.contains("load_balancing_loss")) {
+    GALE_RETURN_IF_ERROR(get(train, "load_balancing_loss", &d->series.load_balancing_loss, json_path + " train"));
+    GALE_RETURN_IF_ERROR(get(train, "z_loss", &d->series.z_loss, json_path + " train"));
+  }
   GoldenFixture f;
   f.data_ = std::move(d);
   return f;

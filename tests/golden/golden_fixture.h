@@ -60,6 +60,11 @@ struct GoldenModelConfig {
   bool reset_attention_mask = false;
   bool reset_position_ids = false;
   double init_method_std = 0;
+  // Mixture of experts (0 experts: dense MLPs): every layer's MLP is a router and these experts.
+  int num_experts = 0;
+  int moe_router_topk = 0;
+  int moe_ffn_hidden_size = 0;
+  double moe_aux_loss_coeff = 0, moe_z_loss_coeff = 0;
 };
 
 struct GoldenTrainingConfig {
@@ -95,6 +100,9 @@ struct GoldenSeries {
   std::vector<double> loss, lr, grad_norm;
   std::vector<double> lr_used;              // the rate the step of that iteration applied
   std::vector<double> loss_differentiated;  // mean over micro-batches of each micro-batch's masked mean
+  // MoE fixtures (empty otherwise): the logged auxiliary losses of each iteration, without their
+  // coefficients (Megatron's tracker: Σ over micro-batches / their number, mean over MoE layers).
+  std::vector<double> load_balancing_loss, z_loss;
 };
 
 class GoldenFixture {

@@ -13,7 +13,6 @@ namespace {
 std::vector<std::pair<std::string, Shape>> expected_parameters(const GoldenModelConfig& m) {
   const int64_t H = m.hidden_size, V = m.padded_vocab_size, F = m.ffn_hidden_size, HD = m.kv_channels;
   const int64_t qkv = (m.num_attention_heads + 2 * m.num_query_groups) * HD;
-  const int64_t fc1 = m.swiglu ? 2 * F : F;
   const bool ln = m.normalization == "LayerNorm", bias = m.add_bias_linear;
   std::vector<std::pair<std::string, Shape>> p = {{"embedding.word_embeddings.weight", {V, H}}};
   if (m.position_embedding_type == "learned_absolute")
@@ -28,10 +27,20 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const GoldenModel
     if (bias) p.push_back({l + "self_attention.linear_proj.bias", {H}});
     p.push_back({l + "pre_mlp_layernorm.weight", {H}});
     if (ln) p.push_back({l + "pre_mlp_layernorm.bias", {H}});
-    p.push_back({l + "mlp.linear_fc1.weight", {fc1, H}});
-    if (bias) p.push_back({l + "mlp.linear_fc1.bias", {fc1}});
-    p.push_back({l + "mlp.linear_fc2.weight", {H, F}});
-    if (bias) p.push_back({l + "mlp.linear_fc2.bias", {H}});
+    std::vector<std::pair<std::string, int64_t>> mlps = {{l + "mlp.", F}};  // prefix, FFN size
+    if (m.num_experts > 0) {  // the router, then each expert's MLP
+      p.push_back({l + "mlp.router.weight", {m.num_experts, H}});
+      mlps.clear();
+      for (int e = 0; e < m.num_experts; ++e)
+        mlps.push_back({l + "mlp.experts.local_experts." + std::to_string(e) + ".", m.moe_ffn_hidden_size});
+    }
+    for (const auto& [q, f] : mlps) {
+      const int64_t rows = m.swiglu ? 2 * f : f;
+      p.push_back({q + "linear_fc1.weight", {rows, H}});
+      if (bias) p.push_back({q + "linear_fc1.bias", {rows}});
+      p.push_back({q + "linear_fc2.weight", {H, f}});
+      if (bias) p.push_back({q + "linear_fc2.bias", {H}});
+    }
   }
   p.push_back({"decoder.final_layernorm.weight", {H}});
   if (ln) p.push_back({"decoder.final_layernorm.bias", {H}});
@@ -105,7 +114,8 @@ TEST(GoldenFixture, InputsAreShiftedTokensWithMasksAndPositions) {
           }
         }
       }
-    EXPECT_EQ(masked > 0, name.rfind("llama", 0) == 0) << "only the LLaMA inputs have loss-mask zeros";
+    EXPECT_EQ(masked > 0, name.rfind("llama", 0) == 0 || name == "mixtral")
+        << "only the LLaMA and Mixtral inputs have loss-mask zeros";
   }
 }
 
@@ -154,7 +164,7 @@ TEST(GoldenFixture, GradientsCoverEveryParameterAndMatchTheirSummaries) {
     }
     full += f.has_full_grads();
   }
-  EXPECT_EQ(full, 2);  // gpt and llama keep the full gradient tensors
+  EXPECT_EQ(full, 3);  // gpt, llama and mixtral keep the full gradient tensors
 }
 
 TEST(GoldenFixture, TrainingSeriesFollowTheSchedule) {

@@ -103,6 +103,36 @@ TEST(Arguments, AliasAndEqualsSyntax) {
   EXPECT_EQ(c.args.checkpoint.save_interval, 5);
 }
 
+TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--num-experts", "8", "--moe-grouped-gemm"})).ok());
+  EXPECT_EQ(c.args.moe.moe_router_topk, 2);
+  EXPECT_EQ(c.args.moe.moe_ffn_hidden_size, 256);  // --ffn-hidden-size
+  EXPECT_EQ(c.args.moe.moe_aux_loss_coeff, 0.0);
+  EXPECT_EQ(c.args.moe.moe_router_load_balancing_type, "aux_loss");
+  EXPECT_EQ(c.args.moe.layer_pattern, (std::vector<int>{1, 1}));
+  EXPECT_EQ(c.args.moe.expert_tensor_parallel_size, 1);
+  Cli none;
+  ASSERT_TRUE(none.parse(with(minimal(), {"--num-experts", "0"})).ok());  // Megatron: 0 is None
+  EXPECT_FALSE(none.args.moe.enabled());
+  EXPECT_TRUE(none.args.moe.layer_pattern.empty());
+  EXPECT_EQ(parse_moe_layer_freq("2", 5).value(), (std::vector<int>{1, 0, 1, 0, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("[0, 1, 1]", 3).value(), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("([0]+[1]*3)", 4).value(), (std::vector<int>{0, 1, 1, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("[1,0]*2+[1]", 5).value(), (std::vector<int>{1, 0, 1, 0, 1}));
+  EXPECT_FALSE(parse_moe_layer_freq("0", 4).ok());
+  EXPECT_FALSE(parse_moe_layer_freq("[1,0]*x", 4).ok());
+}
+
+TEST(Arguments, MixtureOfExpertsRejectsTensorAndContextParallelism) {
+  Cli tp;
+  const Status st = tp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
+  EXPECT_EQ(st.message(), "--tensor-model-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+  Cli cp;
+  const Status st2 = cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2);
+  EXPECT_EQ(st2.message(), "--context-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+}
+
 struct ErrorCase {
   std::vector<std::string> extra;
   StatusCode code;
@@ -141,7 +171,29 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-layers", "2.5"}, StatusCode::kInvalidArgument, "--num-layers: expected an integer, found '2.5'"},
         ErrorCase{{"--normalization", "BatchNorm"}, StatusCode::kInvalidArgument, "--normalization..."},
         ErrorCase{{"--fp16"}, StatusCode::kUnimplemented, "--fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
-        ErrorCase{{"--num-experts", "8"}, StatusCode::kUnimplemented, "--num-experts: not supported yet (mixture of experts)"},
+        ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
+        ErrorCase{{"--moe-router-topk", "2"}, StatusCode::kInvalidArgument,
+                  "--moe-router-topk needs --num-experts (a MoE model), found no --num-experts"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-topk", "5"}, StatusCode::kInvalidArgument,
+                  "--moe-router-topk: expected 1 to --num-experts 4, found 5"},
+        ErrorCase{{"--num-experts", "4", "--moe-aux-loss-coeff", "-0.1"}, StatusCode::kInvalidArgument,
+                  "--moe-aux-loss-coeff: expected a non-negative number, found -0.1"},
+        ErrorCase{{"--num-experts", "4", "--moe-layer-freq", "[1,0,1]"}, StatusCode::kInvalidArgument,
+                  "--moe-layer-freq: expected an integer >= 1 or a list of 2 zeros and ones, found '[1,0,1]' (3 entries "
+                  "for --num-layers 2)"},
+        ErrorCase{{"--num-experts", "4", "--moe-layer-freq", "[1,2]"}, StatusCode::kInvalidArgument,
+                  "--moe-layer-freq: expected an integer >= 1 or a list of 2 zeros and ones, found '[1,2]' (element '2' "
+                  "is not 0 or 1)"},
+        ErrorCase{{"--num-experts", "4", "--moe-expert-capacity-factor", "1.0"}, StatusCode::kUnimplemented,
+                  "--moe-expert-capacity-factor: not supported yet (MoE token dropping; every token reaches its k experts)"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "sinkhorn"}, StatusCode::kUnimplemented,
+                  "--moe-router-load-balancing-type sinkhorn: not supported yet (aux_loss or none)"},
+        ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
+                  "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
+        ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
+                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (1)"},
+        ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kUnimplemented,
+                  "--expert-model-parallel-size > 1: not supported yet"},
         ErrorCase{{"--microbatch-group-size-per-virtual-pipeline-stage", "0"}, StatusCode::kInvalidArgument,
                   "--microbatch-group-size-per-virtual-pipeline-stage: expected a positive integer, found 0"},
         ErrorCase{{"--tokenizer-type", "TikTokenizer"}, StatusCode::kUnimplemented,

@@ -59,6 +59,9 @@ LLAMA_MODEL = dict(COMMON_MODEL, num_query_groups=2, group_query_attention=True,
 ADAMW = dict(optimizer="adam", lr=1e-3, min_lr=1e-4, lr_warmup_iters=2, lr_decay_iters=10, lr_decay_style="cosine",
              lr_warmup_init=0.0, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1, clip_grad=1.0,
              micro_batch_size=2, global_batch_size=4, train_iters=10)
+# Mixtral-style MoE on the LLaMA architecture: every MLP is 4 SwiGLU experts with top-2 routing.
+MIXTRAL_MODEL = dict(LLAMA_MODEL, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=48, moe_aux_loss_coeff=0.1,
+                     moe_z_loss_coeff=0.01)
 SGD = dict(ADAMW, optimizer="sgd", lr=0.05, min_lr=0.005, sgd_momentum=0.9, clip_grad=1.5)  # some steps clip, some not
 
 CONFIGS = {
@@ -73,6 +76,8 @@ CONFIGS = {
                         weights_from="gpt", data_seed=3, data="documents", mask_zeros=False, full_grads=False),
     "gpt_sgd": dict(model=GPT_MODEL, train=SGD, weights_from="gpt", inputs_from="gpt", full_grads=False,
                     forward=False),
+    "mixtral": dict(model=MIXTRAL_MODEL, train=ADAMW, weight_seed=777, data_seed=4, data="plain", mask_zeros=True,
+                    full_grads=True),
 }
 EOD = 95  # the document separator of the "documents" data (the last tokenizer id)
 
@@ -105,6 +110,10 @@ def megatron_args(m, t):
         a += ["--reset-attention-mask"]
     if m["reset_position_ids"]:
         a += ["--reset-position-ids"]
+    if m.get("num_experts"):
+        a += ["--num-experts", m["num_experts"], "--moe-router-topk", m["moe_router_topk"],
+              "--moe-ffn-hidden-size", m["moe_ffn_hidden_size"], "--moe-aux-loss-coeff", m["moe_aux_loss_coeff"],
+              "--moe-z-loss-coeff", m["moe_z_loss_coeff"]]
     a += ["--micro-batch-size", t["micro_batch_size"], "--global-batch-size", t["global_batch_size"],
           "--train-iters", t["train_iters"], "--optimizer", t["optimizer"], "--lr", t["lr"], "--min-lr", t["min_lr"],
           "--lr-warmup-iters", t["lr_warmup_iters"], "--lr-decay-iters", t["lr_decay_iters"],
@@ -143,12 +152,19 @@ def parameter_specs(m):
         specs.append((p + "pre_mlp_layernorm.weight", (H,), "norm_weight"))
         if ln:
             specs.append((p + "pre_mlp_layernorm.bias", (H,), "bias"))
-        specs.append((p + "mlp.linear_fc1.weight", ((2 * F if m["swiglu"] else F), H), "weight"))
-        if bias:
-            specs.append((p + "mlp.linear_fc1.bias", ((2 * F if m["swiglu"] else F),), "bias"))
-        specs.append((p + "mlp.linear_fc2.weight", (H, F), "output_weight"))
-        if bias:
-            specs.append((p + "mlp.linear_fc2.bias", (H,), "bias"))
+        if m.get("num_experts"):  # router [E, H], then each expert's MLP (Megatron-Core names)
+            E, Fe = m["num_experts"], m["moe_ffn_hidden_size"]
+            specs.append((p + "mlp.router.weight", (E, H), "weight"))
+            mlps = [(p + f"mlp.experts.local_experts.{e}.", Fe) for e in range(E)]
+        else:
+            mlps = [(p + "mlp.", F)]
+        for q, f in mlps:
+            specs.append((q + "linear_fc1.weight", ((2 * f if m["swiglu"] else f), H), "weight"))
+            if bias:
+                specs.append((q + "linear_fc1.bias", ((2 * f if m["swiglu"] else f),), "bias"))
+            specs.append((q + "linear_fc2.weight", (H, f), "output_weight"))
+            if bias:
+                specs.append((q + "linear_fc2.bias", (H,), "bias"))
     specs.append(("decoder.final_layernorm.weight", (H,), "norm_weight"))
     if ln:
         specs.append(("decoder.final_layernorm.bias", (H,), "bias"))
@@ -266,8 +282,44 @@ def rope(x, position_ids, m):
     return torch.cat([xr * cos + rotated * sin, rest], -1)
 
 
-def forward(p, m, tokens, position_ids, document_ids=None):
-    """tokens, position_ids: [B, S] -> logits [B, S, V]."""
+def mlp(h, p, prefix, m, f):
+    u = linear(h, p, prefix + "linear_fc1")
+    g = torch.nn.functional.silu(u[..., :f]) * u[..., f:] if m["swiglu"] else 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
+    return linear(g, p, prefix + "linear_fc2")
+
+
+def moe(h, p, prefix, m, aux):
+    """Megatron-Core's MoE MLP written densely: every expert runs on every token and a [tokens, E]
+    gate matrix keeps the top-k. Megatron's default router takes the top-k of the logits and a
+    softmax over those k. Appends (load-balancing loss, z-loss) without coefficients to `aux`:
+    E/(T^2 k) * sum_e (sum_t softmax(l)_te) * n_e, and mean_t logsumexp(l_t)^2."""
+    E, k, Fe = m["num_experts"], m["moe_router_topk"], m["moe_ffn_hidden_size"]
+    x = h.reshape(-1, h.shape[-1])
+    T = x.shape[0]
+    logits = x @ p[prefix + "router.weight"].T  # [T, E]
+    top_logits, top_experts = torch.topk(logits, k, dim=-1)
+    ordered = torch.sort(logits.detach(), dim=-1, descending=True).values
+    if E > k:  # the routing must not depend on rounding: float32 Gale must make the same choice
+        aux.setdefault("min_topk_margin", []).append(float((ordered[:, k - 1] - ordered[:, k]).min()))
+    gates = torch.zeros(T, E).scatter(1, top_experts, torch.softmax(top_logits, dim=-1))
+    y = sum(gates[:, e:e + 1] * mlp(x, p, prefix + f"experts.local_experts.{e}.", m, Fe) for e in range(E))
+    routed = torch.zeros(T, E).scatter(1, top_experts, 1.0).sum(0)  # n_e
+    scores = torch.softmax(logits, dim=-1)
+    aux.setdefault("load_balancing", []).append(E / (T * T * k) * (scores.sum(0) * routed).sum())
+    aux.setdefault("z", []).append((torch.logsumexp(logits, dim=-1) ** 2).mean())
+    return y.reshape(h.shape)
+
+
+def moe_objective(m, aux):
+    """coeff * sum of the layers' load-balancing losses + z_coeff * their z-losses (0 without MoE)."""
+    if not m.get("num_experts"):
+        return 0.0
+    return m["moe_aux_loss_coeff"] * sum(aux["load_balancing"]) + m["moe_z_loss_coeff"] * sum(aux["z"])
+
+
+def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
+    """tokens, position_ids: [B, S] -> logits [B, S, V]. MoE layers append their auxiliary losses to aux."""
+    aux = {} if aux is None else aux
     B, S = tokens.shape
     H, NH, KV, HD, F = m["hidden_size"], m["num_attention_heads"], m["num_query_groups"], m["kv_channels"], m["ffn_hidden_size"]
     per_group = NH // KV
@@ -292,9 +344,8 @@ def forward(p, m, tokens, position_ids, document_ids=None):
         scores = scores.masked_fill(~allowed[:, None], float("-inf"))
         ctx = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), v).reshape(B, S, NH * HD)
         x = x + linear(ctx, p, pre + "self_attention.linear_proj")
-        u = linear(norm(x, p, pre + "pre_mlp_layernorm", m), p, pre + "mlp.linear_fc1")
-        g = torch.nn.functional.silu(u[..., :F]) * u[..., F:] if m["swiglu"] else 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
-        x = x + linear(g, p, pre + "mlp.linear_fc2")
+        h = norm(x, p, pre + "pre_mlp_layernorm", m)
+        x = x + (moe(h, p, pre + "mlp.", m, aux) if m.get("num_experts") else mlp(h, p, pre + "mlp.", m, F))
     x = norm(x, p, "decoder.final_layernorm", m)
     out = p["output_layer.weight"] if m["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
     return x @ out.T
@@ -309,12 +360,21 @@ def micro_batch(inputs, it, mb):
     return {k: v[it, mb] for k, v in inputs.items()}
 
 
-def micro_batch_loss(p, m, batch):
-    """(loss_mb = sum(l*mask)/sum(mask), per-token l, logits)."""
-    logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"))
+def micro_batch_loss(p, m, batch, aux=None):
+    """(loss_mb = sum(l*mask)/sum(mask), per-token l, logits); MoE auxiliary losses go to aux."""
+    logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"), aux)
     losses = token_losses(logits, batch["labels"])
     mask = batch["loss_mask"].to(torch.float64)
     return (losses * mask).sum() / mask.sum(), losses, logits
+
+
+def micro_batch_objective(p, m, batch, aux=None):
+    """What backward differentiates for one micro-batch (before the 1/num_microbatches scale):
+    loss_mb plus the MoE auxiliary losses with their coefficients (Megatron adds their gradients,
+    scaled like the loss, without adding them to the reported lm loss)."""
+    aux = {} if aux is None else aux
+    loss, losses, logits = micro_batch_loss(p, m, batch, aux)
+    return loss + moe_objective(m, aux), loss, losses, logits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,14 +414,20 @@ def train(p0, cfg, inputs):
     state = {k: {"m": torch.zeros_like(v), "v": torch.zeros_like(v), "buf": None} for k, v in p.items()}
     mbs = t["global_batch_size"] // t["micro_batch_size"]
     series = {"loss": [], "lr": [], "grad_norm": [], "lr_used": [], "loss_differentiated": []}
+    if m.get("num_experts"):
+        series.update({"load_balancing_loss": [], "z_loss": [], "min_topk_margin": []})
     for it in range(t["train_iters"]):
         for v in p.values():
             v.grad = None
         loss_sum, mask_sum, diff_loss = 0.0, 0.0, 0.0
+        aux = {}
         for mb in range(mbs):
             batch = micro_batch(inputs, it, mb)
-            loss_mb, losses, _ = micro_batch_loss(p, m, batch)
-            (loss_mb / mbs).backward()
+            mb_aux = {}
+            objective, loss_mb, losses, _ = micro_batch_objective(p, m, batch, mb_aux)
+            (objective / mbs).backward()
+            for key, values in mb_aux.items():
+                aux.setdefault(key, []).extend(float(v) for v in values)
             mask = batch["loss_mask"].to(torch.float64)
             loss_sum += float((losses.detach() * mask).sum())
             mask_sum += float(mask.sum())
@@ -388,6 +454,11 @@ def train(p0, cfg, inputs):
                     s["buf"] = d.clone() if s["buf"] is None else t["sgd_momentum"] * s["buf"] + d
                     v -= lr * s["buf"]
         series["loss"].append(loss_sum / mask_sum)
+        if m.get("num_experts"):  # Megatron's tracker: sum over micro-batches / their number, mean over layers
+            layers = len(aux["load_balancing"]) // mbs
+            series["load_balancing_loss"].append(float(sum(aux["load_balancing"])) / mbs / layers)
+            series["z_loss"].append(float(sum(aux["z"])) / mbs / layers)
+            series["min_topk_margin"].append(min(aux["min_topk_margin"]))
         series["loss_differentiated"].append(diff_loss)
         series["grad_norm"].append(grad_norm)
         series["lr_used"].append(lr)
@@ -402,7 +473,7 @@ def train(p0, cfg, inputs):
 def finite_difference_check(p0, m, batch, rng):
     """Central differences (h = 1e-6, float64) against autograd, on 3 elements of every parameter kind."""
     p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
-    loss, _, _ = micro_batch_loss(p, m, batch)
+    loss = micro_batch_objective(p, m, batch)[0]
     loss.backward()
     kinds = {}
     for name in p0:  # one parameter of each kind: the last layer's copy for per-layer parameters
@@ -422,7 +493,7 @@ def finite_difference_check(p0, m, batch, rng):
                 f = flat.clone()
                 f[e] += sign * h
                 q[name] = f.view(p0[name].shape)
-                values.append(float(micro_batch_loss(q, m, batch)[0]))
+                values.append(float(micro_batch_objective(q, m, batch)[0]))
             fd = (values[0] - values[1]) / (2 * h)
             ad = float(p[name].grad.view(-1)[e])
             err = abs(fd - ad)
@@ -452,11 +523,12 @@ def train_with_torch_optim(p0, cfg, inputs):
         num, den = 0.0, 0.0
         for mb in range(mbs):
             batch = micro_batch(inputs, it, mb)
-            logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"))
+            aux = {}
+            logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"), aux)
             losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
                                                        reduction="none")
             mask = batch["loss_mask"].reshape(-1).to(torch.float64)
-            ((losses * mask).sum() / mask.sum() / mbs).backward()
+            (((losses * mask).sum() / mask.sum() + moe_objective(m, aux)) / mbs).backward()
             num, den = num + float((losses.detach() * mask).sum()), den + float(mask.sum())
         norm = float(torch.nn.utils.clip_grad_norm_(list(p.values()), t["clip_grad"]))
         for g in opt.param_groups:
@@ -498,6 +570,18 @@ def self_checks():
     got = forward(p, m, tokens, pos)
     want = forward_by_loops(p, m, tokens, pos)
     assert torch.allclose(got, want, rtol=0, atol=1e-10), float((got - want).abs().max())
+    # The dense-gate MoE against a token-by-token loop (sort, softmax of the k largest logits).
+    mm = dict(MIXTRAL_MODEL, num_layers=1)
+    pm = {k: v + 0.05 * torch.randn(v.shape, generator=rng) for k, v in initial_weights(mm, 8).items()}
+    h = torch.randn(3, 5, 64, generator=rng)
+    got = moe(h, pm, "decoder.layers.0.mlp.", mm, {}).reshape(15, 64)
+    for t_, x_ in enumerate(h.reshape(15, 64)):
+        l_ = pm["decoder.layers.0.mlp.router.weight"] @ x_
+        chosen = sorted(range(4), key=lambda e: -float(l_[e]))[:2]
+        w_ = torch.exp(l_[chosen]) / torch.exp(l_[chosen]).sum()
+        want = sum(w_[j] * mlp(x_, pm, f"decoder.layers.0.mlp.experts.local_experts.{e}.", mm, 48)
+                   for j, e in enumerate(chosen))
+        assert torch.allclose(got[t_], want, rtol=0, atol=1e-12), "moe"
     # Cross entropy.
     logits, labels = torch.randn(4, 9, generator=rng), torch.randint(0, 9, (4,), generator=rng)
     assert torch.allclose(token_losses(logits, labels), torch.nn.functional.cross_entropy(logits, labels, reduction="none"),
@@ -598,8 +682,9 @@ def run_config(name, out_root, cache):
 
     batch = micro_batch(inputs, 0, 0)
     p = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
-    loss, losses, logits = micro_batch_loss(p, m, batch)
-    loss.backward()
+    aux = {}
+    objective, loss, losses, logits = micro_batch_objective(p, m, batch, aux)
+    objective.backward()
     grads = {k: v.grad.detach() for k, v in p.items()}
     if cfg.get("forward", True):
         write_tensors(os.path.join(out_dir, "forward.safetensors"),
@@ -608,6 +693,10 @@ def run_config(name, out_root, cache):
         files["forward"] = "forward.safetensors"
         fixture["forward"] = {"iteration": 0, "micro_batch": 0, "loss": float(loss),
                               "logits_norm": float(logits.detach().norm())}
+        if m.get("num_experts"):  # the gradients are those of loss + the coefficients' aux terms
+            fixture["forward"]["load_balancing_loss"] = [float(v) for v in aux["load_balancing"]]
+            fixture["forward"]["z_loss"] = [float(v) for v in aux["z"]]
+            fixture["forward"]["min_topk_margin"] = min(aux["min_topk_margin"])
         if cfg["full_grads"]:
             write_tensors(os.path.join(out_dir, "grads.safetensors"), {k: v.to(torch.float32) for k, v in grads.items()},
                           {"content": "gradient of the iteration-0 micro-batch-0 loss for every parameter"})
@@ -620,6 +709,8 @@ def run_config(name, out_root, cache):
     diff = max(float((final[k] - check_final[k]).abs().max()) for k in final)
     series_diff = max(abs(a - b) for k in ("loss", "grad_norm", "lr") for a, b in zip(series[k], check_series[k]))
     assert diff < 1e-12 and series_diff < 1e-12, f"{name}: torch.optim cross-check differs by {diff}, {series_diff}"
+    if m.get("num_experts"):  # float32 Gale routes like this float64 run only with clear top-k margins
+        assert min(series["min_topk_margin"]) > 1e-4, f"{name}: a top-k margin of {min(series['min_topk_margin'])}"
     fixture["train"] = series
     fixture["cross_checks"] = {"torch_optim_final_params_max_abs_diff": diff, "torch_optim_series_max_abs_diff": series_diff}
     fixture["final_params"] = {k: summary(v, weights[k]) for k, v in final.items()}

@@ -1,0 +1,17 @@
+// Allocation of a KvCache for a model chunk.
+#include "model/kv_cache.h"
+
+namespace gale {
+
+KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t B, int64_t max_length) {
+  KvCache cache;
+  cache.B = B;
+  cache.max_length = max_length;
+  const int64_t KVl = c.kv_heads / part.tp_size();
+  for (int64_t i = 0; i < part.num_layers; ++i)
+    cache.layers.push_back(c.is_noop_layer(part.first_layer + i) ? Tensor()
+                                                                   : Tensor::empty({max_length * B, 2 * KVl * c.head_dim}));
+  return cache;
+}
+
+}  // namespace gale

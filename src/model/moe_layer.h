@@ -1,0 +1,75 @@
+// The mixture-of-experts MLP (Megatron-Core MoELayer, one process): router, top-k routing, token
+// permutation to the experts, expert MLPs, weighted un-permutation; explicit forward and backward.
+//
+// Shapes (T tokens of one micro-batch, H hidden, E experts, k = --moe-router-topk, Fe expert FFN):
+//   x [T, H] -> router logits l = x·W_routerᵀ [T, E] -> top-k experts per token (largest logits;
+//   ties go to the lower expert index) with routing weights q [T, k]:
+//     default (Megatron's):        q = softmax over the k selected logits
+//                                  (= the full softmax renormalised over the selected experts)
+//     --moe-router-pre-softmax:    q = softmax over all E logits, taken at the selected experts
+//   -> permutation: expert e gets the n_e rows of the tokens that chose it, in token order
+//   -> expert e: fc1 [Fe or 2Fe, H] -> GeLU / SwiGLU -> fc2 [H, Fe] (+ biases when the model has them)
+//   -> y_t = Σ_slots q_t,slot · expert_{e_slot}(x_t)   [T, H]
+// Auxiliary losses (training forwards only), with s = softmax(l) over all E experts:
+//   load balancing (Megatron's switch_load_balancing_loss): aux = E/(T²·k) · Σ_e (Σ_t s_t,e) · n_e,
+//   z-loss: z = mean_t logsumexp(l_t)².
+// Backward adds coeff·scale·∂aux/∂l (and z_coeff·scale·∂z/∂l) to the router logits' gradient, where
+// scale is the schedule's (Megatron's MoEAuxLossAutoScaler: 1 / num_microbatches); the losses never
+// enter the lm loss. Expert GEMMs run through OpTable::gemm (bf16 GEMMs under --bf16) on each
+// expert's gathered rows; the router runs in f32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/op_table.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace gale {
+
+// Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
+struct MoeParamIds {
+  int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
+  std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per expert: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
+  bool defined() const { return router_w >= 0; }
+  std::vector<int> all() const;  // every id, router first
+};
+
+// Registers global layer `layer`'s router and experts with Megatron-Core names and Megatron's init
+// (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not TP-split.
+MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer);
+
+// The two auxiliary losses of one layer and micro-batch without their coefficients (the values
+// Megatron logs as load_balancing_loss and z_loss); each 0 when its coefficient is 0.
+struct MoeAuxLosses {
+  double load_balancing = 0.0;
+  double z = 0.0;
+};
+
+// What forward keeps for backward (one layer, one micro-batch).
+struct MoeSaved {
+  Tensor x;                            // [T, H] the input as the GEMMs take it (bf16 under --bf16)
+  Tensor scores;                       // [T, E] softmax of the router logits over all experts
+  Tensor logsumexp;                    // [T] of the router logits (z-loss)
+  Tensor probs;                        // [T, k] routing weights
+  std::vector<int32_t> experts;        // [T, k] the chosen experts, largest logit first
+  std::vector<int64_t> offsets;        // [E + 1] expert e's rows are [offsets[e], offsets[e+1]) of the permuted order
+  std::vector<int64_t> permuted_slot;  // [T·k] permuted row -> t·k + slot
+  std::vector<Tensor> fc1_out;         // per expert [n_e, Fe or 2Fe], bias included (the activation's input)
+  std::vector<Tensor> act;             // per expert [n_e, Fe], as the fc2 GEMM takes it
+  Tensor expert_out;                   // [T·k, H] permuted rows' expert outputs (for the routing-weight gradient)
+};
+
+// Returns y [T, H] (f32). With `saved` (training) the state for backward is kept and `losses`, when
+// not null, receives the auxiliary losses.
+Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
+                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses);
+
+// Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
+// multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`.
+Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
+                    const Tensor& dy, double aux_scale);
+
+}  // namespace gale

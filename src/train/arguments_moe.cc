@@ -1,0 +1,143 @@
+// The mixture-of-experts flags (Megatron names and defaults) and their checks.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "train/arguments.h"
+
+namespace gale {
+
+void add_moe_args(ArgParser& p, MoeArgs& a) {
+  p.group("mixture of experts");
+  p.add("--num-experts", &a.num_experts, "experts per MoE layer (E); 0 or unset: dense MLPs");
+  p.add("--moe-router-topk", &a.moe_router_topk, "experts each token is routed to (k)");
+  p.add("--moe-aux-loss-coeff", &a.moe_aux_loss_coeff, "load-balancing loss coefficient (0 disables it)");
+  p.add("--moe-z-loss-coeff", &a.moe_z_loss_coeff, "router z-loss coefficient (unset disables it)");
+  p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
+               {"aux_loss", "seq_aux_loss", "sinkhorn", "none"},
+               "aux_loss (Switch-style load-balancing loss) or none; seq_aux_loss and sinkhorn are not supported yet");
+  p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
+               "router score function; sigmoid is not supported yet");
+  p.add_flag("--moe-router-pre-softmax", &a.moe_router_pre_softmax,
+             "softmax over all experts before the top-k (no renormalisation); default: top-k of the logits, "
+             "softmax over the k selected");
+  p.add_choice("--moe-token-dispatcher-type", &a.moe_token_dispatcher_type, {"allgather", "alltoall", "flex", "alltoall_seq"},
+               "token dispatcher; with one expert-parallel rank allgather and alltoall route identically; flex and "
+               "alltoall_seq are not supported yet");
+  p.add_flag("--moe-grouped-gemm", &a.moe_grouped_gemm,
+             "accepted: Gale always runs each expert's GEMMs on its gathered token rows (OpTable gemm)");
+  p.add("--moe-ffn-hidden-size", &a.moe_ffn_hidden_size, "expert FFN hidden size; default --ffn-hidden-size");
+  p.add("--moe-layer-freq", &a.moe_layer_freq,
+        "MoE layers: int k (layer i is MoE iff i % k == 0) or a list such as \"[1,0,1,1]\" or \"([0]+[1]*3)\"");
+  p.add("--expert-tensor-parallel-size", &a.expert_tensor_parallel_size,
+        "tensor-parallel size of the experts; default --tensor-model-parallel-size (only 1 is supported)");
+}
+
+namespace {
+
+// One term of a Megatron layer-pattern expression: "[a,b,...]" optionally followed by "*n".
+Status parse_pattern_term(const std::string& term, std::vector<int>* out) {
+  const size_t open = term.find('['), close = term.find(']');
+  if (open != 0 || close == std::string::npos) return InvalidArgument("'", term, "' is not a [..] list");
+  std::vector<int> items;
+  std::string item;
+  for (size_t i = open + 1; i <= close; ++i) {
+    const char ch = term[i];
+    if (ch == ',' || ch == ']') {
+      if (item.empty()) {
+        if (ch == ']' && items.empty()) break;
+        return InvalidArgument("empty element in '", term, "'");
+      }
+      if (item != "0" && item != "1") return InvalidArgument("element '", item, "' is not 0 or 1");
+      items.push_back(item == "1" ? 1 : 0);
+      item.clear();
+    } else {
+      item += ch;
+    }
+  }
+  int64_t repeat = 1;
+  const std::string rest = term.substr(close + 1);
+  if (!rest.empty()) {
+    if (rest[0] != '*' || rest.size() < 2) return InvalidArgument("'", rest, "' after a list: expected *<count>");
+    for (size_t i = 1; i < rest.size(); ++i)
+      if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return InvalidArgument("'", rest, "' is not *<count>");
+    repeat = std::stoll(rest.substr(1));
+  }
+  for (int64_t r = 0; r < repeat; ++r) out->insert(out->end(), items.begin(), items.end());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers) {
+  std::string v;
+  for (char ch : value)
+    if (!std::isspace(static_cast<unsigned char>(ch))) v += ch;
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("--moe-layer-freq: expected an integer >= 1 or a list of ", num_layers,
+                           " zeros and ones, found '", value, "' (", why, ")");
+  };
+  std::vector<int> pattern;
+  if (!v.empty() && std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    const int64_t k = std::stoll(v);
+    if (k < 1) return bad("not positive");
+    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(i % k == 0 ? 1 : 0);
+    return pattern;
+  }
+  while (v.size() >= 2 && v.front() == '(' && v.back() == ')') v = v.substr(1, v.size() - 2);
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t plus = v.find('+', start);
+    if (plus == std::string::npos) plus = v.size();
+    const Status st = parse_pattern_term(v.substr(start, plus - start), &pattern);
+    if (!st.ok()) return bad(st.message());
+    start = plus + 1;
+  }
+  if (static_cast<int64_t>(pattern.size()) != num_layers)
+    return bad(str_cat(pattern.size(), " entries for --num-layers ", num_layers));
+  return pattern;
+}
+
+Status validate_moe_args(Arguments& a, const ArgParser& p) {
+  MoeArgs& m = a.moe;
+  if (m.num_experts == 0) m.num_experts = kUnset;  // Megatron: 0 means None
+  if (!m.enabled()) {
+    if (m.num_experts != kUnset) return InvalidArgument("--num-experts: expected a positive integer, found ", m.num_experts);
+    for (const char* flag : {"--moe-router-topk", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-ffn-hidden-size",
+                             "--moe-layer-freq", "--moe-grouped-gemm", "--moe-router-pre-softmax"})
+      if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
+    return Status::Ok();
+  }
+  const ParallelArgs& par = a.parallel;
+  if (m.moe_router_topk < 1 || m.moe_router_topk > m.num_experts)
+    return InvalidArgument("--moe-router-topk: expected 1 to --num-experts ", m.num_experts, ", found ", m.moe_router_topk);
+  if (!(m.moe_aux_loss_coeff >= 0.0))
+    return InvalidArgument("--moe-aux-loss-coeff: expected a non-negative number, found ", m.moe_aux_loss_coeff);
+  if (!unset(m.moe_z_loss_coeff) && !(m.moe_z_loss_coeff >= 0.0))
+    return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
+  const std::string& lb = m.moe_router_load_balancing_type;
+  if (lb != "aux_loss" && lb != "none")
+    return Unimplemented("--moe-router-load-balancing-type ", lb, ": not supported yet (aux_loss or none)");
+  if (m.moe_router_score_function != "softmax")
+    return Unimplemented("--moe-router-score-function ", m.moe_router_score_function, ": not supported yet (softmax)");
+  const std::string& disp = m.moe_token_dispatcher_type;
+  if (disp != "allgather" && disp != "alltoall")
+    return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");
+  if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;
+  if (m.moe_ffn_hidden_size <= 0)
+    return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);
+  GALE_ASSIGN_OR_RETURN(m.layer_pattern, parse_moe_layer_freq(m.moe_layer_freq, a.model.num_layers));
+  const int64_t tp = par.tensor_model_parallel_size;
+  if (tp > 1)
+    return Unimplemented("--tensor-model-parallel-size ", tp, " with --num-experts: not supported yet (MoE needs 1)");
+  if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
+  if (m.expert_tensor_parallel_size != 1)
+    return Unimplemented("--expert-tensor-parallel-size ", m.expert_tensor_parallel_size,
+                         " with --num-experts: not supported yet (1)");
+  if (par.context_parallel_size > 1)
+    return Unimplemented("--context-parallel-size ", par.context_parallel_size,
+                         " with --num-experts: not supported yet (MoE needs 1)");
+  return Status::Ok();
+}
+
+}  // namespace gale

@@ -1,0 +1,78 @@
+// Incremental decoding with a KvCache gives the logits of the whole-sequence forward: GPT (learned
+// positions) and LLaMA (RoPE, GQA), two samples, chunks of several and of one token, the reference
+// and the flash attention kernel, and a model with a noop layer.
+#include "model/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/cpu/fused_ops.h"
+#include "tiny_model_training.h"
+
+namespace gale {
+namespace {
+
+// Tokens [B, S] sample-major as a micro-batch over positions [first, first + S) of each sample.
+MicroBatch slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first, int64_t S) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = S;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = first; s < first + S; ++s) {
+      mb.tokens.push_back(tokens[b * S_total + s]);
+      mb.position_ids.push_back(static_cast<int32_t>(s));
+    }
+  return mb;
+}
+
+struct Case {
+  const char* name;
+  bool llama, flash, noop;
+};
+
+class KvCacheDecoding : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
+  const Case& p = GetParam();
+  ModelConfig c = p.llama ? testing::tiny_llama_config() : testing::tiny_gpt_config();
+  c.attention_dropout = c.hidden_dropout = 0.0f;
+  if (p.noop) {
+    c.num_layers = 3;
+    c.noop_layers = {1};
+  }
+  OpTable ops = reference_ops();
+  if (p.flash) GALE_CHECK_OK(install_fused_kernel(ops, "attention", detected_isa()));
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(5);
+  const int64_t B = 2, S = 23;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
+  const Tensor whole = model.forward_logits(slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+
+  KvCache cache = make_kv_cache(c, part, B, S);
+  int64_t done = 0;
+  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
+    const Tensor part_logits = model.forward_logits(slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    ASSERT_EQ(cache.length, done + chunk);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < chunk; ++s) {
+        const float* got = part_logits.data<float>() + (b * chunk + s) * c.vocab;
+        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
+        double worst = 0.0;
+        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
+        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
+      }
+    done += chunk;
+  }
+  EXPECT_EQ(done, S);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvCacheDecoding,
+                         ::testing::Values(Case{"gpt", false, false, false}, Case{"llama", true, false, false},
+                                           Case{"llama_flash", true, true, false}, Case{"gpt_flash_noop", false, true, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,303 @@
+// The MoE MLP: finite-difference gradients (router, experts, input, aux and z losses; odd sizes,
+// tied logits, idle experts), routing rules, and a whole GPT model with MoE layers.
+#include "model/moe_layer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "model/gpt_model.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+using testing::directional_derivative;
+using testing::dot;
+using testing::random_vector;
+using testing::rel_diff;
+
+ModelConfig moe_config(int64_t H, int64_t E, int64_t k, int64_t Fe, bool swiglu, bool bias) {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = H;
+  c.ffn = Fe;
+  c.swiglu = swiglu;
+  c.add_bias_linear = bias;
+  c.init_std = 0.5f;
+  c.moe.num_experts = E;
+  c.moe.topk = k;
+  c.moe.ffn = Fe;
+  c.moe.aux_loss_coeff = 0.3;
+  c.moe.z_loss_coeff = 0.05;
+  return c;
+}
+
+// One MoE layer with random parameters (biases too) and a fixed projection R of its output:
+// L = Σ R ⊙ y + aux_coeff·aux + z_coeff·z.
+struct LayerFixture {
+  ModelConfig c;
+  OpTable ops = reference_ops();
+  ParamBuffer pb;
+  MoeParamIds w;
+  Tensor x;
+  std::vector<float> r;
+
+  LayerFixture(const ModelConfig& config, int64_t T, uint64_t seed) : c(config) {
+    w = register_moe_params(pb, c, 0);
+    pb.finalize();
+    pb.initialize(seed);
+    for (int id = 0; id < pb.size(); ++id)  // non-zero biases, so their gradients are checked too
+      if (pb.spec(id).init == InitKind::kZeros) testing::fill_random(pb.param_data(id), pb.spec(id).local_numel(), seed + id, 0.3f);
+    x = Tensor::empty({T, c.hidden});
+    testing::fill_random(x.data<float>(), x.numel(), seed + 1000);
+    r = random_vector(T * c.hidden, seed + 2000);
+  }
+
+  double loss() {
+    MoeSaved saved;
+    MoeAuxLosses aux;
+    const Tensor y = moe_forward(c, ops, pb, w, x, &saved, &aux);
+    return dot(y.data<float>(), r.data(), y.numel()) + c.moe.aux_loss_coeff * aux.load_balancing +
+           c.moe.z_loss_coeff * aux.z;
+  }
+
+  // Gradients of every parameter (in pb's grad buffer) and of x.
+  Tensor backward() {
+    pb.zero_grads();
+    MoeSaved saved;
+    MoeAuxLosses aux;
+    moe_forward(c, ops, pb, w, x, &saved, &aux);
+    const Tensor dy = Tensor::from_blob(r.data(), x.shape(), DType::kF32);
+    return moe_backward(c, ops, pb, w, saved, dy, 1.0);
+  }
+
+  void expect_gradients_match_finite_differences() {
+    const Tensor dx = backward();
+    const std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+    auto l = [&] { return loss(); };
+    for (int id = 0; id < pb.size(); ++id) {
+      const int64_t n = pb.spec(id).local_numel();
+      const auto dir = random_vector(n, 300 + id);
+      const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
+      const double numeric = directional_derivative(l, pb.param_data(id), dir.data(), n, 1e-3);
+      EXPECT_LT(rel_diff(analytic, numeric, 2e-3), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
+    }
+    const auto dir = random_vector(x.numel(), 999);
+    const double analytic = dot(dx.data<float>(), dir.data(), x.numel());
+    const double numeric = directional_derivative(l, x.data<float>(), dir.data(), x.numel(), 1e-3);
+    EXPECT_LT(rel_diff(analytic, numeric, 2e-3), 1e-2) << "input: " << analytic << " vs " << numeric;
+  }
+};
+
+TEST(MoeLayer, GradientsMatchFiniteDifferencesGeluWithBiases) {
+  LayerFixture f(moe_config(8, 4, 2, 6, /*swiglu=*/false, /*bias=*/true), 12, 11);
+  f.expect_gradients_match_finite_differences();
+}
+
+TEST(MoeLayer, GradientsMatchFiniteDifferencesSwigluOddSizes) {
+  LayerFixture f(moe_config(5, 3, 2, 3, /*swiglu=*/true, /*bias=*/false), 7, 12);
+  f.expect_gradients_match_finite_differences();
+}
+
+TEST(MoeLayer, GradientsMatchFiniteDifferencesTopOneAndPreSoftmax) {
+  ModelConfig c = moe_config(6, 5, 1, 4, true, false);
+  LayerFixture top1(c, 9, 13);
+  top1.expect_gradients_match_finite_differences();
+  c.moe.topk = 3;
+  c.moe.pre_softmax = true;
+  LayerFixture pre(c, 9, 14);
+  pre.expect_gradients_match_finite_differences();
+}
+
+TEST(MoeLayer, GradientsWithoutAuxLossesAreTheRoutedOutputsOnly) {
+  ModelConfig c = moe_config(6, 4, 2, 4, true, false);
+  c.moe.aux_loss_coeff = 0.0;
+  c.moe.z_loss_coeff = 0.0;
+  LayerFixture f(c, 8, 15);
+  f.expect_gradients_match_finite_differences();
+  MoeSaved saved;
+  MoeAuxLosses aux{1.0, 1.0};
+  moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux);
+  EXPECT_EQ(aux.load_balancing, 0.0);
+  EXPECT_EQ(aux.z, 0.0);
+}
+
+// Experts 0 and 1 have equal router rows (tied logits for every token) and expert 2 a router row
+// that keeps it last: every token picks 0 then 1 with weights 1/2 each, expert 2 gets nothing.
+TEST(MoeLayer, TiedLogitsGoToTheLowerExpertAndIdleExpertsGetNoGradient) {
+  LayerFixture f(moe_config(4, 3, 2, 3, true, false), 6, 16);
+  float* router = f.pb.param_data(f.w.router_w);
+  const int64_t H = 4;
+  for (int64_t h = 0; h < H; ++h) router[H + h] = router[h];
+  for (int64_t t = 0; t < 6; ++t)
+    for (int64_t h = 0; h < H; ++h) f.x.data<float>()[t * H + h] = std::fabs(f.x.data<float>()[t * H + h]) + 0.1f;
+  for (int64_t h = 0; h < H; ++h) {
+    router[h] = router[H + h] = 1.0f;
+    router[2 * H + h] = -1.0f;
+  }
+  MoeSaved saved;
+  MoeAuxLosses aux;
+  moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux);
+  for (int64_t t = 0; t < 6; ++t) {
+    EXPECT_EQ(saved.experts[t * 2], 0);
+    EXPECT_EQ(saved.experts[t * 2 + 1], 1);
+    EXPECT_FLOAT_EQ(saved.probs.data<float>()[t * 2], 0.5f);
+  }
+  EXPECT_EQ(saved.offsets[3] - saved.offsets[2], 0);
+  f.expect_gradients_match_finite_differences();
+  for (int id : {f.w.fc1_w[2], f.w.fc2_w[2]})
+    for (int64_t i = 0; i < f.pb.spec(id).local_numel(); ++i) ASSERT_EQ(f.pb.grad_data(id)[i], 0.0f);
+}
+
+// Default routing: the softmax over the k selected logits (= the full softmax renormalised).
+TEST(MoeLayer, RoutingWeightsAreTheRenormalisedSoftmaxOfTheTopK) {
+  LayerFixture f(moe_config(6, 5, 2, 4, true, false), 10, 17);
+  MoeSaved saved;
+  MoeAuxLosses aux;
+  moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux);
+  const int64_t E = 5;
+  double lb = 0.0, z = 0.0;
+  std::vector<double> prob_sum(E, 0.0), count(E, 0.0);
+  for (int64_t t = 0; t < 10; ++t) {
+    std::vector<double> l(E);
+    for (int64_t e = 0; e < E; ++e) {
+      l[e] = 0.0;
+      for (int64_t h = 0; h < 6; ++h)
+        l[e] += static_cast<double>(f.x.data<float>()[t * 6 + h]) * f.pb.param_data(f.w.router_w)[e * 6 + h];
+    }
+    const int a = saved.experts[t * 2], b = saved.experts[t * 2 + 1];
+    for (int64_t e = 0; e < E; ++e)
+      if (e != a && e != b) {
+        EXPECT_LT(l[e], l[b]);
+      }
+    EXPECT_GE(l[a], l[b]);
+    EXPECT_NEAR(saved.probs.data<float>()[t * 2], 1.0 / (1.0 + std::exp(l[b] - l[a])), 1e-5);
+    double se = 0.0;
+    for (double v : l) se += std::exp(v);
+    for (int64_t e = 0; e < E; ++e) prob_sum[e] += std::exp(l[e]) / se;
+    ++count[a];
+    ++count[b];
+    z += std::log(se) * std::log(se);
+  }
+  for (int64_t e = 0; e < E; ++e) lb += prob_sum[e] * count[e];
+  EXPECT_NEAR(aux.load_balancing, lb * E / (10.0 * 10.0 * 2.0), 1e-5);
+  EXPECT_NEAR(aux.z, z / 10.0, 1e-4);
+}
+
+MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = c.seq_length;
+  const int64_t T = B * mb.S;
+  const auto r = random_vector(2 * T, seed);
+  for (int64_t i = 0; i < T; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.loss_mask.push_back(1.0f);
+    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
+  }
+  return mb;
+}
+
+ModelConfig mixtral_config() {
+  ModelConfig c;
+  c.num_layers = 3;
+  c.hidden = 8;
+  c.ffn = 12;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 4;
+  c.vocab = 24;
+  c.seq_length = 6;
+  c.max_positions = 8;
+  c.init_std = 0.3f;
+  use_llama_architecture(c);
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn = 6;
+  c.moe.aux_loss_coeff = 0.1;
+  c.moe.z_loss_coeff = 0.01;
+  c.moe.pattern = {1, 0, 1};
+  return c;
+}
+
+TEST(MoeModel, MegatronNamesAndShapes) {
+  const ModelConfig c = mixtral_config();
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  const ParamBuffer& pb = model.params();
+  EXPECT_EQ(pb.spec(pb.find("decoder.layers.0.mlp.router.weight")).global_shape, (Shape{4, 8}));
+  EXPECT_EQ(pb.spec(pb.find("decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight")).global_shape,
+            (Shape{12, 8}));
+  EXPECT_EQ(pb.spec(pb.find("decoder.layers.0.mlp.experts.local_experts.0.linear_fc2.weight")).global_shape,
+            (Shape{8, 6}));
+  EXPECT_GE(pb.find("decoder.layers.1.mlp.linear_fc1.weight"), 0);  // the dense layer
+  EXPECT_EQ(pb.find("decoder.layers.0.mlp.linear_fc1.weight"), -1);
+  EXPECT_EQ(pb.find("decoder.layers.1.mlp.router.weight"), -1);
+}
+
+// Whole model, two micro-batches: the differentiated objective is Σ_m (lm_m + coeffs·aux_m) / 2
+// (Megatron: the aux-loss gradient is scaled by 1 / num_microbatches), checked by finite
+// differences on every parameter; the aux losses are reported without coefficients.
+TEST(MoeModel, EveryParameterMatchesFiniteDifferencesWithAuxLosses) {
+  const ModelConfig c = mixtral_config();
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(5);
+  model.set_num_microbatches(2);
+  const MicroBatch mbs[2] = {make_batch(c, 2, 21), make_batch(c, 2, 22)};
+  auto objective = [&](bool backward) {
+    double total = 0.0;
+    if (backward) model.params().zero_grads();
+    for (int m = 0; m < 2; ++m) {
+      GPTModel::LossSums sums;
+      model.forward(m, mbs[m], Tensor(), true, &sums);
+      model.backward(m, Tensor(), backward ? static_cast<float>(1.0 / (sums.tokens * 2)) : 0.0f);
+      total += sums.loss_sum / sums.tokens / 2;
+    }
+    const MoeAuxLosses aux = model.take_moe_losses();
+    return total + (c.moe.aux_loss_coeff * aux.load_balancing + c.moe.z_loss_coeff * aux.z) / 2;
+  };
+  objective(true);
+  ParamBuffer& pb = model.params();
+  const std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  for (int id = 0; id < pb.size(); ++id) {
+    const int64_t n = pb.spec(id).local_numel();
+    const auto dir = random_vector(n, 500 + id);
+    const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
+    const double numeric = directional_derivative([&] { return objective(false); }, pb.param_data(id), dir.data(), n, 1e-3);
+    EXPECT_LT(rel_diff(analytic, numeric, 2e-3), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
+  }
+}
+
+// --recompute-granularity full reruns the MoE layers' forward in backward: same gradients, and the
+// aux losses are counted once.
+TEST(MoeModel, FullRecomputationGivesTheSameGradientsAndLosses) {
+  ModelConfig c = mixtral_config();
+  OpTable ops = reference_ops();
+  auto run = [&](const ModelConfig& cfg, MoeAuxLosses* aux) {
+    GPTModel model(cfg, single_process_partition(cfg), &ops);
+    model.params().initialize(6);
+    const MicroBatch mb = make_batch(cfg, 2, 23);
+    GPTModel::LossSums sums;
+    model.forward(0, mb, Tensor(), true, &sums);
+    model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
+    *aux = model.take_moe_losses();
+    const float* g = model.params().flat_grads().data<float>();
+    return std::vector<float>(g, g + model.params().numel());
+  };
+  MoeAuxLosses a, b;
+  const std::vector<float> kept = run(c, &a);
+  c.full_recompute.method = FullRecompute::Method::kUniform;
+  c.full_recompute.num_layers = 2;
+  const std::vector<float> recomputed = run(c, &b);
+  EXPECT_EQ(kept, recomputed);
+  EXPECT_GT(a.load_balancing, 0.0);
+  EXPECT_EQ(a.load_balancing, b.load_balancing);
+  EXPECT_EQ(a.z, b.z);
+}
+
+}  // namespace
+}  // namespace gale

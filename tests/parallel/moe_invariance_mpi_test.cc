@@ -1,0 +1,106 @@
+// Parallel invariance of mixture-of-experts models: data parallelism (experts replicated, their
+// gradients reduced like any other), pipeline parallelism (1F1B and interleaved), the distributed
+// optimizer and full recomputation reproduce the single-process run: losses, grad norms, the
+// logged load-balancing loss, final parameters and gradients (fp32, 1e-5 relative).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "layouts.h"
+#include "mpi_test_env.h"
+#include "testing_run.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"dp2", 2, {}},
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"dp2_distopt_overlap", 2, {"--use-distributed-optimizer", "--overlap-grad-reduce"}, 20000},
+      {"pp2_full_recompute", 2, {"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
+                                 "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
+      {"pp2_dp2", 4, {"--pipeline-model-parallel-size", "2"}},
+      {"dp4", 4, {}},
+  };
+  return all;
+}
+
+// A tiny Mixtral with one dense layer: 4 layers, layers 0, 1 and 3 with 4 SwiGLU experts, top-2,
+// load-balancing and z losses on; dropout on (its masks are layout-independent).
+const std::vector<std::string> kMoe = testing::join(
+    {{"--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
+      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5", "--lr", "2e-3",
+      "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
+      "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
+      "--clip-grad", "0.5"},
+     testing::kTinyLlama,
+     {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
+      "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff", "0.01"}});
+
+double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < s.local_numel(); ++i) {
+    if (ranges && std::none_of(ranges->begin(), ranges->end(),
+                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
+      continue;
+    const double r = ref[s.global_index(i)];
+    diff += (shard[i] - r) * (shard[i] - r);
+    norm += r * r;
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+const testing::TestRun& single_process_run() {
+  static std::unique_ptr<testing::TestRun> run;
+  if (!run) {
+    run = std::make_unique<testing::TestRun>(kMoe, make_self_communicator("world"), testing::kTinyVocab);
+    run->train(5);
+  }
+  return *run;
+}
+
+class MoeInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeInvariance, MatchesSingleProcess) {
+  const Layout* layout = testing::find_layout(layouts(), GetParam());
+  ASSERT_NE(layout, nullptr);
+  Comm world = test::world();
+  if (layout->world != world->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
+  const testing::TestRun& reference = single_process_run();
+  testing::TestRun run(testing::join({kMoe, layout->flags}), world, testing::kTinyVocab,
+                       EngineOptions{layout->bucket_size, layout->recompute});
+  run.train(5);
+  finish_param_sync(*run.engine);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
+        << "grad norm of iteration " << i + 1;
+    EXPECT_GT(reference.load_balancing_losses[i], 0.0);
+    EXPECT_NEAR(run.load_balancing_losses[i], reference.load_balancing_losses[i],
+                1e-5 * reference.load_balancing_losses[i])
+        << "load_balancing_loss of iteration " << i + 1;
+  }
+  const ParamBuffer& ref = reference.engine->chunks[0]->params();
+  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
+    const ParamBuffer& pb = run.engine->chunks[c]->params();
+    const std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      const int rid = ref.find(s.name);
+      ASSERT_GE(rid, 0) << s.name;
+      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gale
