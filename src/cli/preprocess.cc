@@ -72,10 +72,10 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
   if (!stats.ok()) return fail(stats.status());
   for (const auto& out : stats->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
   std::printf("%lld records: %lld samples written (%lld tokens), %lld dropped with %lld or more tokens "
-              "(--seq-length)\n",
+              "(--seq-length), %lld without a response skipped\n",
               static_cast<long long>(stats->records), static_cast<long long>(stats->written),
               static_cast<long long>(stats->tokens), static_cast<long long>(stats->dropped),
-              static_cast<long long>(f.seq_length));
+              static_cast<long long>(f.seq_length), static_cast<long long>(stats->filtered));
   return 0;
 }
 }  // namespace

@@ -96,6 +96,7 @@ StatusOr<AlpacaConversation> alpaca_to_conversation(const std::string& line, con
   }
   GALE_RETURN_IF_ERROR(optional_text(record, c.system, &conv.system));
 
+  if (response.empty()) return conv;  // no messages: align_dataset filters the record out
   if (prompt.size() % 2 != 1 || response.size() != 1) {
     conv.messages = {{true, ""}, {false, ""}};  // MindSpeed-LLM's replacement for an invalid conversation
   } else {
@@ -162,6 +163,10 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
     };
     auto conv = alpaca_to_conversation(line, o.columns);
     if (!conv.ok()) return where(conv.status());
+    if (conv->messages.empty()) {
+      ++stats.filtered;  // no document at all, as MindSpeed-LLM's align_dataset filter
+      continue;
+    }
     auto sample = tokenize_conversation(o.chat_template, tok, *conv, o.seq_length, o.append_eod ? tok.eos : -1);
     if (!sample.ok()) return where(sample.status());
     const int32_t length = static_cast<int32_t>(sample->input_ids.size());

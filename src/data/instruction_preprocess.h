@@ -5,7 +5,8 @@
 // prompt=instruction, query=input, response=output; system and history only when mapped):
 // history pairs [[user, assistant], ...] become alternating messages; then one user message
 // "prompt\nquery" (each part only when not empty); then the response (a string, or a list of
-// strings: one message each). A conversation without exactly one response becomes one empty
+// strings: one message each). A record without a response (null or an empty list) is skipped
+// without a trace, as align_dataset filters it; one with several responses becomes one empty
 // user and one empty assistant message, as in MindSpeed-LLM. The system text (mapped column,
 // else the template's default) goes through the chat template (data/chat_template.h).
 //
@@ -40,7 +41,8 @@ struct AlpacaColumns {
 // Parses --map-keys '{"prompt":"instruction",...}' (keys prompt, query, response, system, history).
 StatusOr<AlpacaColumns> parse_map_keys(const std::string& json_text);
 
-// One record turned into a conversation and its system text. Errors (without file/line): not a
+// One record turned into a conversation and its system text (no messages: the record has no
+// response and is skipped). Errors (without file/line): not a
 // JSON object, a missing prompt or response key, a value of the wrong type.
 struct AlpacaConversation {
   std::vector<ChatMessage> messages;
@@ -69,6 +71,7 @@ struct InstructionPreprocessStats {
   int64_t records = 0;  // non-blank lines read
   int64_t written = 0;  // sequences written
   int64_t dropped = 0;  // records of seq_length ids or more
+  int64_t filtered = 0;  // records without a response (skipped, no document)
   int64_t tokens = 0;   // input ids written
   std::vector<std::string> outputs;  // the three prefixes
 };

@@ -63,8 +63,10 @@ TEST(SftPreprocess, ReportsDroppedSamples) {
                         " --prompt-type qwen --seq-length 120",
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("7 records: 6 samples written"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("1 dropped with 120 or more tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("9 records: 6 samples written"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 dropped with 120 or more tokens (--seq-length), 2 without a response skipped"),
+            std::string::npos)
+      << r.out;
 }
 
 class SftPreprocessErrors : public ::testing::Test {

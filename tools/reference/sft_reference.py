@@ -35,6 +35,8 @@ RECORDS = [
      "output": "Once upon a time there was a very long story that went on and on " * 6},
     {"instruction": "Two answers", "input": "", "output": ["first", "second"]},
     {"instruction": "", "input": "only an input", "output": "ok"},
+    {"instruction": "No answer", "input": "", "output": None},
+    {"instruction": "Empty answer list", "input": "", "output": []},
 ]
 
 # name, tokenizer folder, template, map_keys (None: the defaults), seq_length, append_eod
@@ -86,6 +88,8 @@ def conversation(rec, keys):
     msgs.append(("user", "\n".join(parts)))
     resp = rec.get(keys["response"])
     resp = [resp] if isinstance(resp, str) else (resp if isinstance(resp, list) else [])
+    if not resp:
+        return None, None  # align_dataset's filter: no response, no record
     if len(resp) != 1:
         msgs = [("user", ""), ("assistant", "")]
     else:
@@ -112,6 +116,8 @@ def encode(rec, keys, tmpl, tok, seq_length, append_eod):
     eos = tok.convert_tokens_to_ids(tmpl["replace_eos"]) if tmpl["replace_eos"] else tok.eos_token_id
     bos = tok.bos_token_id
     msgs, system = conversation(rec, keys)
+    if msgs is None:
+        return None, None
     system = system or tmpl["default_system"]
     encoded = []
     for i, (role, content) in enumerate(msgs):
@@ -196,6 +202,8 @@ def main():
         ids, masks, labels, kept = [], [], [], []
         for r in RECORDS:
             i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
+            if i is None:
+                continue  # filtered: not even an empty document
             keep = len(i) < seq_length
             ids.append(i if keep else None)
             masks.append([1] * len(i) if keep else None)
