@@ -27,10 +27,9 @@ struct InstructionFlags {
 
 // MindSpeed-LLM's AlpacaStyleInstructionHandler: the chat template, its end token, then the three datasets.
 int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& o, const Tokenizer& t) {
-  if (f.pack || f.neat_pack)
-    return fail(Unimplemented(f.pack ? "--pack" : "--neat-pack",
-                              ": packing instruction samples is not supported yet; preprocess without it "
-                              "(one sample per sequence, padded at training time)"));
+  if (f.neat_pack)
+    return fail(Unimplemented("--neat-pack: not supported yet (attention masks that separate packed samples); "
+                              "use --pack, or neither"));
   if (!f.prompt_type_path.empty())
     return fail(
         Unimplemented("--prompt-type-path: custom template files are not supported; use a built-in --prompt-type"));
@@ -53,6 +52,7 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
   io.seq_length = f.seq_length;
   io.append_eod = o.append_eod;
   io.log_interval = o.log_interval;
+  io.pack = f.pack;
   if (!f.map_keys.empty()) {
     auto columns = parse_map_keys(f.map_keys);
     if (!columns.ok()) return fail(columns.status());
@@ -68,14 +68,16 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
       return fail(InvalidArgument("--prompt-type ", f.prompt_type, ": the tokenizer has no token '",
                                   io.chat_template.replace_eos, "', the template's end token"));
   }
+  io.pad = hf->pad_token_id() >= 0 ? hf->pad_token_id() : tok.eos;  // fix_model_tokenizer: no pad -> the EOS
   auto stats = run_instruction_preprocess(io, tok, stderr);
   if (!stats.ok()) return fail(stats.status());
   for (const auto& out : stats->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
-  std::printf("%lld records: %lld samples written (%lld tokens), %lld dropped with %lld or more tokens "
+  std::printf("%lld records: %lld %s written (%lld tokens), %lld dropped with %lld or more tokens "
               "(--seq-length), %lld without a response skipped\n",
               static_cast<long long>(stats->records), static_cast<long long>(stats->written),
-              static_cast<long long>(stats->tokens), static_cast<long long>(stats->dropped),
-              static_cast<long long>(f.seq_length), static_cast<long long>(stats->filtered));
+              f.pack ? "packs" : "samples", static_cast<long long>(stats->tokens),
+              static_cast<long long>(stats->dropped), static_cast<long long>(f.seq_length),
+              static_cast<long long>(stats->filtered));
   return 0;
 }
 }  // namespace
@@ -107,7 +109,7 @@ int run_preprocess(int argc, char** argv) {
   p.add("--seq-length", &inst.seq_length, "instruction handler: truncation length; samples this long are dropped");
   p.add("--map-keys", &inst.map_keys,
         "instruction handler: JSON object mapping prompt/query/response/system/history to the record's keys");
-  p.add_flag("--pack", &inst.pack, "pack instruction samples (not supported yet)");
+  p.add_flag("--pack", &inst.pack, "pack instruction samples into sequences of --seq-length (greedy knapsack)");
   p.add_flag("--neat-pack", &inst.neat_pack, "neat packing of instruction samples (not supported yet)");
   p.group("output data");
   p.add("--output-prefix", &o.output_prefix, "output prefix: writes PREFIX_KEY_document.bin/.idx");

@@ -1,7 +1,9 @@
 // Alpaca records -> chat-template ids and labels -> the three packed instruction datasets.
 #include "data/instruction_preprocess.h"
 
+#include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "data/indexed_dataset.h"
@@ -139,11 +141,57 @@ std::vector<std::string> instruction_dataset_prefixes(const std::string& output_
   return out;
 }
 
+namespace {
+
+// greedy_knapsack + the packing loop of _pack_serialize_to_disk (see the header).
+Status write_packs(const std::vector<InstructionSample>& samples, const InstructionPreprocessOptions& o,
+                   std::vector<std::unique_ptr<IndexedDatasetWriter>>& writers, InstructionPreprocessStats* stats) {
+  std::multiset<int64_t> lengths;
+  std::map<int64_t, std::vector<size_t>> by_length;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    lengths.insert(static_cast<int64_t>(samples[i].input_ids.size()));
+    by_length[static_cast<int64_t>(samples[i].input_ids.size())].push_back(i);
+  }
+  const int64_t capacity = o.seq_length - 1;
+  while (!lengths.empty()) {
+    InstructionSample pack;
+    int64_t remaining = capacity;
+    while (true) {
+      auto it = lengths.upper_bound(remaining);
+      if (it == lengths.begin()) break;
+      --it;
+      const int64_t length = *it;
+      remaining -= length;
+      lengths.erase(it);
+      std::vector<size_t>& indices = by_length[length];
+      const InstructionSample& s = samples[indices.back()];
+      indices.pop_back();
+      pack.input_ids.insert(pack.input_ids.end(), s.input_ids.begin(), s.input_ids.end());
+      pack.attention_mask.insert(pack.attention_mask.end(), s.attention_mask.begin(), s.attention_mask.end());
+      pack.labels.insert(pack.labels.end(), s.labels.begin(), s.labels.end());
+    }
+    const size_t used = pack.input_ids.size();
+    pack.input_ids.resize(static_cast<size_t>(o.seq_length), o.pad);
+    pack.attention_mask.resize(static_cast<size_t>(o.seq_length), 1);
+    pack.labels.resize(static_cast<size_t>(o.seq_length), kIgnoreLabel);
+    const int32_t lengths_of_pack[1] = {static_cast<int32_t>(o.seq_length)};
+    GALE_RETURN_IF_ERROR(writers[0]->add_document(pack.input_ids, lengths_of_pack));
+    GALE_RETURN_IF_ERROR(writers[1]->add_document(pack.attention_mask, lengths_of_pack));
+    GALE_RETURN_IF_ERROR(writers[2]->add_document(pack.labels, lengths_of_pack));
+    ++stats->written;
+    stats->tokens += static_cast<int64_t>(used);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const InstructionPreprocessOptions& o,
                                                                 const TemplateTokenizer& tok, std::FILE* log) {
   if (o.seq_length < 1) return InvalidArgument("--seq-length: expected a positive integer, found ", o.seq_length);
   if (o.output_prefix.empty()) return InvalidArgument("--output-prefix is required");
   if (o.append_eod && tok.eos < 0) return InvalidArgument("--append-eod: the tokenizer has no end-of-document token");
+  if (o.pack && o.pad < 0) return InvalidArgument("--pack: the tokenizer has no pad or end token to pad packs with");
   GALE_ASSIGN_OR_RETURN(auto reader, JsonlReader::open(o.input));
   InstructionPreprocessStats stats;
   stats.outputs = instruction_dataset_prefixes(o.output_prefix);
@@ -152,6 +200,7 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
     GALE_ASSIGN_OR_RETURN(auto w, IndexedDatasetWriter::create(prefix, TokenDType::kInt32));
     writers.push_back(std::move(w));
   }
+  std::vector<InstructionSample> kept;  // --pack only
   std::string line;
   while (true) {
     GALE_ASSIGN_OR_RETURN(bool more, reader->next_line(&line));
@@ -172,7 +221,12 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
     const int32_t length = static_cast<int32_t>(sample->input_ids.size());
     if (length >= o.seq_length) {
       ++stats.dropped;
-      for (auto& w : writers) GALE_RETURN_IF_ERROR(w->add_document({}, {}));  // an empty document, as MindSpeed-LLM
+      if (!o.pack)
+        for (auto& w : writers) GALE_RETURN_IF_ERROR(w->add_document({}, {}));  // an empty document, as MindSpeed-LLM
+      continue;
+    }
+    if (o.pack) {
+      kept.push_back(std::move(*sample));
       continue;
     }
     const int32_t lengths[1] = {length};
@@ -184,6 +238,7 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
     if (log && o.log_interval > 0 && stats.records % o.log_interval == 0)
       std::fprintf(log, "Processed %lld documents.\n", static_cast<long long>(stats.records));
   }
+  if (o.pack) GALE_RETURN_IF_ERROR(write_packs(kept, o, writers, &stats));
   for (auto& w : writers) GALE_RETURN_IF_ERROR(w->finalize());
   return stats;
 }

@@ -19,7 +19,7 @@
 // Output (BaseDatasetHandler._serialize_to_disk): PREFIX_packed_{input_ids,attention_mask,labels}
 // _document.bin/.idx, int32, one sequence per record. A record whose ids number seq_length or
 // more is dropped (counted); like MindSpeed-LLM it still closes a document, so the .idx holds an
-// empty document there and the sequence count is the number of records kept.
+// empty document there and the sequence count is the number of records kept. --pack: below.
 #pragma once
 
 #include <cstdint>
@@ -65,11 +65,19 @@ struct InstructionPreprocessOptions {
   int64_t seq_length = 0;
   bool append_eod = false;
   int64_t log_interval = 1000;
+  // --pack (BaseDatasetHandler._pack_serialize_to_disk): the kept samples' lengths are packed by
+  // greedy_knapsack into capacity seq_length - 1 (sorted lengths; each pack repeatedly takes the
+  // largest length that still fits); each pack concatenates, for its lengths in the order taken,
+  // the most recent not yet used sample of that length, then is padded to seq_length (input ids
+  // with `pad`, attention mask 1, labels -100): one sequence of seq_length per pack, no empty
+  // documents for dropped samples.
+  bool pack = false;
+  int32_t pad = -1;
 };
 
 struct InstructionPreprocessStats {
   int64_t records = 0;  // non-blank lines read
-  int64_t written = 0;  // sequences written
+  int64_t written = 0;  // sequences written (packs with --pack)
   int64_t dropped = 0;  // records of seq_length ids or more
   int64_t filtered = 0;  // records without a response (skipped, no document)
   int64_t tokens = 0;   // input ids written

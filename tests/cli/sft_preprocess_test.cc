@@ -1,6 +1,7 @@
 // `gale preprocess --handler-name AlpacaStyleInstructionHandler`: byte-identical to the datasets of
 // tools/reference/sft_reference.py (an independent statement of MindSpeed-LLM's rules with the HF
-// tokenizers library) for the empty, qwen, alpaca and llama3 templates; clear errors otherwise.
+// tokenizers library) for the empty, qwen, alpaca and llama3 templates, with and without --pack;
+// clear errors otherwise.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,6 +38,8 @@ TEST(SftPreprocess, ByteIdenticalToTheReferenceForEveryTemplate) {
       {"empty_eod", hf("qwen2_style") + " --prompt-type empty --seq-length 120 --append-eod"},
       {"alpaca_eod", hf("qwen2_style") + " --prompt-type alpaca --seq-length 160 --append-eod --map-keys " + kFullKeys},
       {"llama3", hf("llama3_style") + " --prompt-type llama3 --seq-length 200 --map-keys " + kFullKeys},
+      {"qwen_pack", hf("qwen2_style") + " --prompt-type qwen --seq-length 120 --pack --map-keys " + kFullKeys},
+      {"llama3_pack", hf("llama3_style") + " --prompt-type llama3 --seq-length 200 --pack --map-keys " + kFullKeys},
   };
   for (const SftRun& run : runs) {
     SCOPED_TRACE(run.name);
@@ -115,7 +118,7 @@ TEST_F(SftPreprocessErrors, UnknownTemplateHandlerAndFlags) {
                     "--prompt-type: expected one of empty, qwen, llama3, alpaca, found 'chatgpt'");
   expect_fails_with(run(ok, hf("llama3_style") + " --prompt-type qwen --seq-length 64"),
                     "the tokenizer has no token '<|im_end|>'");
-  expect_fails_with(run(ok, qwen_ + " --pack"), "--pack: packing instruction samples is not supported yet");
+  expect_fails_with(run(ok, qwen_ + " --neat-pack"), "--neat-pack: not supported yet");
   expect_fails_with(run(ok, hf("qwen2_style") + " --prompt-type qwen"), "--seq-length: expected a positive integer");
   expect_fails_with(run(ok, qwen_ + " --map-keys '{\"answer\":\"x\"}'"), "--map-keys: expected keys among");
   std::ofstream(dir_.file("in.jsonl")) << ok;

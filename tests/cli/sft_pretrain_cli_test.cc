@@ -1,6 +1,6 @@
 // Fine-tuning on instruction data end to end: `gale preprocess --handler-name
-// AlpacaStyleInstructionHandler` then `gale pretrain --is-instruction-dataset` prints a falling
-// loss; flag errors are one line.
+// AlpacaStyleInstructionHandler` (with and without --pack) then `gale pretrain
+// --is-instruction-dataset` prints a falling loss; flag errors are one line.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -48,6 +48,20 @@ TEST(SftPretrain, PreprocessThenTrainLowersTheLoss) {
   std::vector<double> l = losses(r.output);
   ASSERT_EQ(l.size(), 12u) << r.output;
   EXPECT_LT(l.back(), 0.8 * l.front()) << r.output;  // about 7.1 -> 5.1
+}
+
+TEST(SftPretrain, TrainsOnPackedData) {
+  testing::TempDir dir;
+  auto p = testing::run_gale("preprocess --handler-name AlpacaStyleInstructionHandler --input " + kRef +
+                                 "/alpaca.jsonl --output-prefix " + dir.file("sft") +
+                                 " --tokenizer-type HuggingFaceTokenizer --tokenizer-model " + kQwen +
+                                 " --prompt-type qwen --seq-length 128 --pack",
+                             dir.path());
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find(" packs written"), std::string::npos) << p.out;
+  test::RunResult r = test::run_with_timeout(sft(dir.file("sft"), {}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(losses(r.output).size(), 12u) << r.output;
 }
 
 TEST(SftPretrain, FlagErrorsAreOneLine) {

@@ -40,6 +40,7 @@ RECORDS = [
 ]
 
 # name, tokenizer folder, template, map_keys (None: the defaults), seq_length, append_eod
+# (PACK_CONFIGS: the same with --pack)
 FULL_KEYS = {"prompt": "instruction", "query": "input", "response": "output", "system": "system",
              "history": "history"}
 CONFIGS = [
@@ -47,6 +48,10 @@ CONFIGS = [
     ("empty_eod", "qwen2_style", "empty", None, 120, True),
     ("alpaca_eod", "qwen2_style", "alpaca", FULL_KEYS, 160, True),
     ("llama3", "llama3_style", "llama3", FULL_KEYS, 200, False),
+]
+PACK_CONFIGS = [
+    ("qwen_pack", "qwen2_style", "qwen", FULL_KEYS, 120, False),
+    ("llama3_pack", "llama3_style", "llama3", FULL_KEYS, 200, False),
 ]
 
 BOS, EOS = "<bos>", "<eos>"  # slot markers
@@ -148,6 +153,32 @@ def encode(rec, keys, tmpl, tok, seq_length, append_eod):
     return input_ids, labels
 
 
+def pack(samples, seq_length, pad):
+    """_pack_serialize_to_disk without neat packing: greedy knapsack into seq_length - 1, padded packs."""
+    by_length = {}
+    for n, (ids, labels) in enumerate(samples):
+        by_length.setdefault(len(ids), []).append(n)
+    numbers = sorted(len(ids) for ids, _ in samples)
+    packs = []
+    while numbers:  # greedy_knapsack: repeatedly the largest length that still fits
+        taken, remaining = [], seq_length - 1
+        while True:
+            fits = [k for k, x in enumerate(numbers) if x <= remaining]
+            if not fits:
+                break
+            x = numbers.pop(fits[-1])
+            remaining -= x
+            taken.append(x)
+        ids, labels = [], []
+        for x in taken:
+            n = by_length[x].pop()
+            ids += samples[n][0]
+            labels += samples[n][1]
+        pad_len = seq_length - len(ids)
+        packs.append((ids + [pad] * pad_len, [1] * seq_length, labels + [IGNORE] * pad_len))
+    return packs
+
+
 def write_mmidx(prefix, docs):
     """docs: list of int lists, or None for a dropped record (an empty document)."""
     lengths, pointers, doc_idx, offset = [], [], [0], 0
@@ -213,6 +244,20 @@ def main():
             write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
         summary[name] = kept
         print(name, "lengths (negative: dropped):", kept)
+    for name, folder, tmpl, keys, seq_length, eod in PACK_CONFIGS:
+        tok = load_tokenizer(folder)
+        samples = []
+        for r in RECORDS:
+            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
+            if i is not None and len(i) < seq_length:
+                samples.append((i, l))
+        t = TEMPLATES[tmpl]
+        eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        packs = pack(samples, seq_length, pad)
+        for k, key in enumerate(("input_ids", "attention_mask", "labels")):
+            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
+        print(name, "packs of", [len(s[0]) for s in samples], "->", len(packs))
     order = {}
     for split, size, seed, gbs_samples in (("90,5,5", 37, 1234, 100), ("98,2,0", 5, 7, 12), ("1", 3, 42, 4)):
         bounds = legacy_split(split, size)
