@@ -1,10 +1,13 @@
-// `gale preprocess`: Megatron's tools/preprocess_data.py (jsonl -> .bin/.idx per JSON key).
+// `gale preprocess`: Megatron's tools/preprocess_data.py (jsonl -> .bin/.idx per JSON key), and
+// MindSpeed-LLM's instruction handler (--handler-name AlpacaStyleInstructionHandler).
 #include "data/preprocess.h"
 
 #include <cstdio>
 
 #include "cli/subcommands.h"
 #include "core/log.h"
+#include "data/instruction_preprocess.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
@@ -16,6 +19,67 @@ int fail(const Status& s) {
   std::fprintf(stderr, "gale preprocess: %s\n", s.message().c_str());
   return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
+struct InstructionFlags {
+  std::string handler_name, prompt_type, map_keys, prompt_type_path;
+  int64_t seq_length = -1;
+  bool pack = false, neat_pack = false;
+};
+
+// MindSpeed-LLM's AlpacaStyleInstructionHandler: the chat template, its end token, then the three datasets.
+int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& o, const Tokenizer& t) {
+  if (f.neat_pack)
+    return fail(Unimplemented("--neat-pack: not supported yet (attention masks that separate packed samples); "
+                              "use --pack, or neither"));
+  if (!f.prompt_type_path.empty())
+    return fail(
+        Unimplemented("--prompt-type-path: custom template files are not supported; use a built-in --prompt-type"));
+  if (f.prompt_type.empty())
+    return fail(InvalidArgument("--prompt-type is required with --handler-name ", f.handler_name,
+                                " (one of empty, qwen, llama3, alpaca)"));
+  if (f.seq_length < 1)
+    return fail(InvalidArgument("--seq-length: expected a positive integer with --handler-name ", f.handler_name,
+                                ", found ", f.seq_length));
+  const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(&t);
+  if (!hf)
+    return fail(InvalidArgument("--tokenizer-type: --handler-name ", f.handler_name,
+                                " needs HuggingFaceTokenizer (MindSpeed-LLM's PretrainedFromHF), found ", t.type()));
+  auto chat_template = find_chat_template(f.prompt_type);
+  if (!chat_template.ok()) return fail(chat_template.status());
+  InstructionPreprocessOptions io;
+  io.input = o.input;
+  io.output_prefix = o.output_prefix;
+  io.chat_template = *chat_template;
+  io.seq_length = f.seq_length;
+  io.append_eod = o.append_eod;
+  io.log_interval = o.log_interval;
+  io.pack = f.pack;
+  if (!f.map_keys.empty()) {
+    auto columns = parse_map_keys(f.map_keys);
+    if (!columns.ok()) return fail(columns.status());
+    io.columns = *columns;
+  }
+  TemplateTokenizer tok;
+  tok.encode = [hf](std::string_view text, std::vector<int32_t>* ids) { return hf->encode_plain(text, ids); };
+  tok.bos = hf->bos_token_id();
+  tok.eos = hf->eod();
+  if (!io.chat_template.replace_eos.empty()) {
+    tok.eos = hf->token_id(io.chat_template.replace_eos);
+    if (tok.eos < 0)
+      return fail(InvalidArgument("--prompt-type ", f.prompt_type, ": the tokenizer has no token '",
+                                  io.chat_template.replace_eos, "', the template's end token"));
+  }
+  io.pad = hf->pad_token_id() >= 0 ? hf->pad_token_id() : tok.eos;  // fix_model_tokenizer: no pad -> the EOS
+  auto stats = run_instruction_preprocess(io, tok, stderr);
+  if (!stats.ok()) return fail(stats.status());
+  for (const auto& out : stats->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
+  std::printf("%lld records: %lld %s written (%lld tokens), %lld dropped with %lld or more tokens "
+              "(--seq-length), %lld without a response skipped\n",
+              static_cast<long long>(stats->records), static_cast<long long>(stats->written),
+              f.pack ? "packs" : "samples", static_cast<long long>(stats->tokens),
+              static_cast<long long>(stats->dropped), static_cast<long long>(f.seq_length),
+              static_cast<long long>(stats->filtered));
+  return 0;
+}
 }  // namespace
 
 int run_preprocess(int argc, char** argv) {
@@ -26,6 +90,7 @@ int run_preprocess(int argc, char** argv) {
   int64_t partitions = 1, workers = -1;
   std::string lang = "english";
   bool keep_sequential = false;
+  InstructionFlags inst;
   p.group("input data");
   p.add("--input", &o.input, "input .jsonl file (.gz is read too)");
   p.add_list("--json-keys", &o.json_keys, "keys to extract; each gets its own dataset (default: text)", 1);
@@ -35,6 +100,17 @@ int run_preprocess(int argc, char** argv) {
   p.group("tokenization process");
   p.add_flag("--append-eod", &o.append_eod, "append the tokenizer's end-of-document token to every non-empty document");
   p.add("--lang", &lang, "sentence-splitting language (accepted; only used with --split-sentences)");
+  p.group("instruction data (MindSpeed-LLM)");
+  p.add("--handler-name", &inst.handler_name,
+        "GeneralPretrainHandler (the default: plain text), or AlpacaStyleInstructionHandler (Alpaca records "
+        "through a chat template into PREFIX_packed_{input_ids,attention_mask,labels}_document)");
+  p.add("--prompt-type", &inst.prompt_type, "chat template of the instruction handler: empty, qwen, llama3, alpaca");
+  p.add("--prompt-type-path", &inst.prompt_type_path, "custom template file (not supported)");
+  p.add("--seq-length", &inst.seq_length, "instruction handler: truncation length; samples this long are dropped");
+  p.add("--map-keys", &inst.map_keys,
+        "instruction handler: JSON object mapping prompt/query/response/system/history to the record's keys");
+  p.add_flag("--pack", &inst.pack, "pack instruction samples into sequences of --seq-length (greedy knapsack)");
+  p.add_flag("--neat-pack", &inst.neat_pack, "neat packing of instruction samples (not supported yet)");
   p.group("output data");
   p.add("--output-prefix", &o.output_prefix, "output prefix: writes PREFIX_KEY_document.bin/.idx");
   p.group("runtime");
@@ -53,6 +129,14 @@ int run_preprocess(int argc, char** argv) {
   }
   if (o.input.empty()) return fail(InvalidArgument("--input is required"));
   if (o.output_prefix.empty()) return fail(InvalidArgument("--output-prefix is required"));
+  const bool instruction = !inst.handler_name.empty() && inst.handler_name != "GeneralPretrainHandler";
+  if (instruction && inst.handler_name != "AlpacaStyleInstructionHandler")
+    return fail(Unimplemented("--handler-name ", inst.handler_name,
+                              ": not supported (Gale has GeneralPretrainHandler and AlpacaStyleInstructionHandler)"));
+  if (!instruction && (!inst.prompt_type.empty() || inst.seq_length != -1 || !inst.map_keys.empty() || inst.pack))
+    return fail(InvalidArgument("--prompt-type, --seq-length, --map-keys and --pack need --handler-name "
+                                "AlpacaStyleInstructionHandler"));
+  if (instruction && workers == -1) workers = 1;
   if (workers == -1) return fail(InvalidArgument("--workers is required (number of tokenizer threads)"));
   if (workers < 1 || workers > 1024)
     return fail(InvalidArgument("--workers: expected an integer in [1, 1024], found ", workers));
@@ -74,6 +158,7 @@ int run_preprocess(int argc, char** argv) {
   o.eod = t.eod();
   o.vocab_size = t.vocab_size();
   std::fprintf(stderr, "%s\n", t.describe().c_str());
+  if (instruction) return run_instruction_handler(inst, o, t);
   auto stats = gale::run_preprocess(
       o, [&t](std::string_view text, std::vector<int32_t>* ids) { return t.encode(text, ids); }, stderr);
   if (!stats.ok()) return fail(stats.status());

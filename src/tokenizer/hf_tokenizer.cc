@@ -269,7 +269,21 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl
                              "\"eos_token\" next to tokenizer.json");
   }
   t->eod_token_ = eos;
+  for (auto [key, out] : {std::pair<const char*, int32_t*>{"bos_token", &t->bos_id_}, {"pad_token", &t->pad_id_}}) {
+    std::string content = config.contains(key) ? token_content(config[key]) : "";
+    if (content.empty()) continue;
+    *out = id_of(content);
+    if (*out < 0) return InvalidArgument(name, ": tokenizer_config.json's ", key, " '", content, "' is not a token");
+  }
   return t;
+}
+
+int32_t HuggingFaceTokenizer::token_id(std::string_view content) const {
+  for (const auto& at : added_)
+    if (at.content == content) return at.id;
+  for (size_t i = 0; i < id_to_token_.size(); ++i)
+    if (id_to_token_[i] == content) return static_cast<int32_t>(i);
+  return -1;
 }
 
 void HuggingFaceTokenizer::split_added(std::string_view text, const Matcher& m, std::vector<Segment>* out) const {

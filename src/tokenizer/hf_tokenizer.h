@@ -37,6 +37,12 @@ class HuggingFaceTokenizer : public Tokenizer {
   // Encode without the post-processor's special tokens (add_special_tokens=False).
   Status encode_plain(std::string_view text, std::vector<int32_t>* ids) const;
   const std::string& eod_token() const { return eod_token_; }
+  // The id of the token spelled `content` (an added token, or a tokenizer.json vocabulary entry
+  // in its tokenizer.json spelling), or -1 when there is none.
+  int32_t token_id(std::string_view content) const;
+  // tokenizer_config.json's bos_token and pad_token ids, -1 when the file does not name them.
+  int32_t bos_token_id() const { return bos_id_; }
+  int32_t pad_token_id() const { return pad_id_; }
 
  private:
   HuggingFaceTokenizer() = default;
@@ -78,6 +84,7 @@ class HuggingFaceTokenizer : public Tokenizer {
   std::string space_split_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
+  int32_t bos_id_ = -1, pad_id_ = -1;
   std::string eod_token_;
 };
 

@@ -146,6 +146,8 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
   p.add("--num-workers", &a.num_workers, "data loader threads");
   p.add_false("--no-mmap-bin-files", &a.mmap_bin_files, "read .bin files instead of mapping them");
+  p.add_flag("--is-instruction-dataset", &a.is_instruction_dataset,
+             "MindSpeed-LLM: --data-path is an instruction dataset (PREFIX_packed_*_document) for fine-tuning");
 }
 
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {

@@ -137,6 +137,9 @@ struct DataArgs {
   bool reset_attention_mask = false;
   int64_t num_workers = 2;
   bool mmap_bin_files = true;  // --no-mmap-bin-files
+  // MindSpeed-LLM's --is-instruction-dataset: --data-path P names P_packed_{input_ids,attention_mask,
+  // labels}_document made by `gale preprocess --handler-name AlpacaStyleInstructionHandler`.
+  bool is_instruction_dataset = false;
 };
 
 // Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up

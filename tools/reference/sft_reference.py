@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Golden instruction datasets (MindSpeed-LLM's AlpacaStyleInstructionHandler) and SFT sample order.
+
+An independent pure-Python statement of the rules Gale implements (read from MindSpeed-LLM's
+data_handler.py, templates.py, configs/finetune/templates.json, utils.py and
+decoder_packed_mtf_dataset.py; MindSpeed-LLM itself needs Ascend NPUs and is not imported), with
+the Hugging Face `tokenizers` library (through transformers) for the text -> ids step. Writes
+tests/data/reference/sft/: alpaca.jsonl (the input), <config>_packed_<key>_document.bin/.idx
+(Megatron's MMIDIDX format, int32) and order.json (the shuffled document order of
+DecoderPackedMTFDataset and the legacy --split ranges).
+
+  /tmp/megvenv/bin/python tools/reference/sft_reference.py     (transformers 4.51.3, tokenizers 0.21.4, numpy)
+Deterministic: rerunning reproduces the committed bytes.
+"""
+import json
+import os
+import struct
+
+import numpy as np
+from transformers import PreTrainedTokenizerFast
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+OUT = os.path.join(REPO, "tests", "data", "reference", "sft")
+TOKENIZERS = os.path.join(REPO, "tests", "data", "tokenizers")
+IGNORE = -100
+
+RECORDS = [
+    {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"},
+    {"instruction": "Greet me.", "input": "", "output": "Hello there!", "system": "You are terse."},
+    {"instruction": "And now?", "input": "", "output": "Still here.",
+     "history": [["Are you there?", "Yes."]]},
+    {"instruction": "Write a long story.", "input": "",
+     "output": "Once upon a time there was a very long story that went on and on " * 6},
+    {"instruction": "Two answers", "input": "", "output": ["first", "second"]},
+    {"instruction": "", "input": "only an input", "output": "ok"},
+    {"instruction": "No answer", "input": "", "output": None},
+    {"instruction": "Empty answer list", "input": "", "output": []},
+]
+
+# name, tokenizer folder, template, map_keys (None: the defaults), seq_length, append_eod
+# (PACK_CONFIGS: the same with --pack)
+FULL_KEYS = {"prompt": "instruction", "query": "input", "response": "output", "system": "system",
+             "history": "history"}
+CONFIGS = [
+    ("qwen", "qwen2_style", "qwen", FULL_KEYS, 120, False),
+    ("empty_eod", "qwen2_style", "empty", None, 120, True),
+    ("alpaca_eod", "qwen2_style", "alpaca", FULL_KEYS, 160, True),
+    ("llama3", "llama3_style", "llama3", FULL_KEYS, 200, False),
+]
+PACK_CONFIGS = [
+    ("qwen_pack", "qwen2_style", "qwen", FULL_KEYS, 120, False),
+    ("llama3_pack", "llama3_style", "llama3", FULL_KEYS, 200, False),
+]
+
+BOS, EOS = "<bos>", "<eos>"  # slot markers
+# The four templates as configs/finetune/templates.json defines them (unset formatters take the
+# Template defaults: system "{{content}}", assistant "{{content}}" + EOS).
+TEMPLATES = {
+    "empty": dict(prefix=[], system=["{{content}}"], user=["{{content}}"], assistant=["{{content}}"], sep=[],
+                  default_system="", replace_eos=None),
+    "qwen": dict(prefix=[], system=["<|im_start|>system\n{{content}}<|im_end|>\n"],
+                 user=["<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n"],
+                 assistant=["{{content}}", EOS], sep=["\n"], default_system="You are a helpful assistant.",
+                 replace_eos="<|im_end|>"),
+    "llama3": dict(prefix=[BOS], system=["<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>"],
+                   user=["<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n"],
+                   assistant=["{{content}}", EOS], sep=[], default_system="", replace_eos="<|eot_id|>"),
+    "alpaca": dict(prefix=[], system=["{{content}}"], user=["### Instruction:\n{{content}}\n\n### Response:\n"],
+                   assistant=["{{content}}", EOS], sep=["\n\n"],
+                   default_system="Below is an instruction that describes a task. "
+                                  "Write a response that appropriately completes the request.\n\n",
+                   replace_eos=None),
+}
+
+
+def load_tokenizer(folder):
+    cfg = json.load(open(os.path.join(TOKENIZERS, folder, "tokenizer_config.json")))
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(TOKENIZERS, folder, "tokenizer.json"),
+                                  **{k: v for k, v in cfg.items() if k.endswith("_token")})
+    return tok
+
+
+def conversation(rec, keys):
+    keys = keys or {"prompt": "instruction", "query": "input", "response": "output"}
+    msgs = []
+    if keys.get("history") and isinstance(rec.get(keys["history"]), list):
+        for q, a in rec[keys["history"]]:
+            msgs += [("user", q), ("assistant", a)]
+    parts = [rec[k] for k in (keys.get("prompt"), keys.get("query")) if k and rec.get(k)]
+    msgs.append(("user", "\n".join(parts)))
+    resp = rec.get(keys["response"])
+    resp = [resp] if isinstance(resp, str) else (resp if isinstance(resp, list) else [])
+    if not resp:
+        return None, None  # align_dataset's filter: no response, no record
+    if len(resp) != 1:
+        msgs = [("user", ""), ("assistant", "")]
+    else:
+        msgs.append(("assistant", resp[0]))
+    system = rec.get(keys["system"]) if keys.get("system") else None
+    return msgs, system
+
+
+def slot_ids(slots, content, tok, bos, eos):
+    ids = []
+    for s in slots:
+        if s == BOS:
+            ids += [bos] if bos is not None else []
+        elif s == EOS:
+            ids += [eos]
+        else:
+            text = s.replace("{{content}}", content, 1)
+            if text:
+                ids += tok.encode(text, add_special_tokens=False)
+    return ids
+
+
+def encode(rec, keys, tmpl, tok, seq_length, append_eod):
+    eos = tok.convert_tokens_to_ids(tmpl["replace_eos"]) if tmpl["replace_eos"] else tok.eos_token_id
+    bos = tok.bos_token_id
+    msgs, system = conversation(rec, keys)
+    if msgs is None:
+        return None, None
+    system = system or tmpl["default_system"]
+    encoded = []
+    for i, (role, content) in enumerate(msgs):
+        ids = []
+        if i == 0:
+            ids += slot_ids(tmpl["prefix"], "", tok, bos, eos)
+            if system:
+                ids += slot_ids(tmpl["system"], system, tok, bos, eos)
+        elif i % 2 == 0:
+            ids += slot_ids(tmpl["sep"], "", tok, bos, eos)
+        ids += slot_ids(tmpl["user"] if role == "user" else tmpl["assistant"], content, tok, bos, eos)
+        encoded.append(ids)
+    input_ids, labels, total = [], [], 0
+    for i in range(0, len(encoded), 2):  # cut to the cutoff as Template._make_pairs / infer_max_len
+        if total >= seq_length:
+            break
+        src, tgt, max_len = encoded[i], encoded[i + 1], seq_length - total
+        max_tgt = 0 if not (src or tgt) else int(max_len * (len(tgt) / (len(src) + len(tgt))))
+        max_tgt = max(max_tgt, 1)
+        max_src = max_len - min(max_tgt, len(tgt))
+        src, tgt = src[:max_src], tgt[:max_tgt]
+        total += len(src) + len(tgt)
+        input_ids += src + tgt
+        labels += [IGNORE] * len(src) + tgt
+    if append_eod:
+        input_ids.append(eos)
+        labels.append(eos)
+    return input_ids, labels
+
+
+def pack(samples, seq_length, pad):
+    """_pack_serialize_to_disk without neat packing: greedy knapsack into seq_length - 1, padded packs."""
+    by_length = {}
+    for n, (ids, labels) in enumerate(samples):
+        by_length.setdefault(len(ids), []).append(n)
+    numbers = sorted(len(ids) for ids, _ in samples)
+    packs = []
+    while numbers:  # greedy_knapsack: repeatedly the largest length that still fits
+        taken, remaining = [], seq_length - 1
+        while True:
+            fits = [k for k, x in enumerate(numbers) if x <= remaining]
+            if not fits:
+                break
+            x = numbers.pop(fits[-1])
+            remaining -= x
+            taken.append(x)
+        ids, labels = [], []
+        for x in taken:
+            n = by_length[x].pop()
+            ids += samples[n][0]
+            labels += samples[n][1]
+        pad_len = seq_length - len(ids)
+        packs.append((ids + [pad] * pad_len, [1] * seq_length, labels + [IGNORE] * pad_len))
+    return packs
+
+
+def write_mmidx(prefix, docs):
+    """docs: list of int lists, or None for a dropped record (an empty document)."""
+    lengths, pointers, doc_idx, offset = [], [], [0], 0
+    with open(prefix + ".bin", "wb") as f:
+        for d in docs:
+            if d is not None:
+                f.write(np.asarray(d, dtype=np.int32).tobytes())
+                lengths.append(len(d))
+                pointers.append(offset)
+                offset += 4 * len(d)
+            doc_idx.append(len(lengths))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 4))
+        f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(doc_idx)))
+        f.write(np.asarray(lengths, dtype=np.int32).tobytes())
+        f.write(np.asarray(pointers, dtype=np.int64).tobytes())
+        f.write(np.asarray(doc_idx, dtype=np.int64).tobytes())
+
+
+def legacy_split(split, size):
+    """megatron.legacy.data.dataset_utils.get_train_valid_test_split_ (MindSpeed-LLM's instruction split)."""
+    sep = "," if "," in split else ("/" if "/" in split else None)
+    w = [float(s) for s in split.split(sep)] if sep else [float(split)]
+    w = (w + [0.0, 0.0])[:3]
+    w = [x / sum(w) for x in w]
+    idx = [0]
+    for x in w:
+        idx.append(idx[-1] + int(round(x * float(size))))
+    diff = idx[-1] - size
+    return [idx[0]] + [i - diff for i in idx[1:]]
+
+
+def shuffle_order(start, count, num_samples, seed):
+    """DecoderPackedMTFDataset._build_index_mappings: whole shuffled epochs until num_samples are covered."""
+    rng = np.random.RandomState(seed=seed)
+    order = []
+    while len(order) < num_samples:
+        epoch = np.arange(start, start + count, dtype=np.int64)
+        rng.shuffle(epoch)
+        order += epoch.tolist()
+    return order
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "alpaca.jsonl"), "w", encoding="utf-8") as f:
+        for r in RECORDS:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    summary = {}
+    for name, folder, tmpl, keys, seq_length, eod in CONFIGS:
+        tok = load_tokenizer(folder)
+        ids, masks, labels, kept = [], [], [], []
+        for r in RECORDS:
+            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
+            if i is None:
+                continue  # filtered: not even an empty document
+            keep = len(i) < seq_length
+            ids.append(i if keep else None)
+            masks.append([1] * len(i) if keep else None)
+            labels.append(l if keep else None)
+            kept.append(len(i) if keep else -len(i))
+        for key, docs in (("input_ids", ids), ("attention_mask", masks), ("labels", labels)):
+            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
+        summary[name] = kept
+        print(name, "lengths (negative: dropped):", kept)
+    for name, folder, tmpl, keys, seq_length, eod in PACK_CONFIGS:
+        tok = load_tokenizer(folder)
+        samples = []
+        for r in RECORDS:
+            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
+            if i is not None and len(i) < seq_length:
+                samples.append((i, l))
+        t = TEMPLATES[tmpl]
+        eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        packs = pack(samples, seq_length, pad)
+        for k, key in enumerate(("input_ids", "attention_mask", "labels")):
+            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
+        print(name, "packs of", [len(s[0]) for s in samples], "->", len(packs))
+    order = {}
+    for split, size, seed, gbs_samples in (("90,5,5", 37, 1234, 100), ("98,2,0", 5, 7, 12), ("1", 3, 42, 4)):
+        bounds = legacy_split(split, size)
+        order[f"{split}|{size}|{seed}|{gbs_samples}"] = {
+            "bounds": bounds,
+            "train": shuffle_order(bounds[0], bounds[1] - bounds[0], gbs_samples, seed)}
+    with open(os.path.join(OUT, "order.json"), "w") as f:
+        json.dump(order, f)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
