@@ -49,4 +49,10 @@ Tensor to_f32(const Tensor& x) {
   return y;
 }
 
+LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm) {
+  const Shape shape = pb.spec(id).local_shape();
+  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
+                      shape[1], gemm};
+}
+
 }  // namespace gale

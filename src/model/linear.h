@@ -4,6 +4,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
+#include "model/params.h"
 
 namespace gale {
 
@@ -16,6 +17,10 @@ struct LinearWeight {
   int64_t out = 0, in = 0;
   SgemmFn gemm = sgemm;
 };
+
+// Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its bf16 copy when
+// the buffer has one (--bf16), its gradient, on `gemm`.
+LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm);
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 (then W's bf16 copy is used).
 Tensor linear_forward(const Tensor& x, const LinearWeight& w);

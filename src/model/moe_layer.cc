@@ -20,11 +20,7 @@ std::string expert_name(int64_t layer, int64_t expert, const char* rest) {
   return str_cat("decoder.layers.", layer, ".mlp.experts.local_experts.", expert, ".", rest);
 }
 
-LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
-  const Shape shape = pb.spec(id).local_shape();
-  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
-                      shape[1], ops.gemm};
-}
+LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) { return linear_weight(pb, id, ops.gemm); }
 
 // Calls fn(e) for every expert. The experts run concurrently, one per thread (dynamic schedule:
 // they get different token counts), and each expert's GEMMs and kernels then run on its one thread

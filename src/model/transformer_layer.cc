@@ -28,12 +28,8 @@ ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
 
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 
-// Parameter `id` of `pb` as a linear layer's weight (its local [out, in] shard), on the table's GEMM.
-LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
-  const Shape shape = pb.spec(id).local_shape();
-  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
-                      shape[1], rt.ops->gemm};
-}
+// Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM.
+LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
 
 // Norm of [rows, H] x; returns y and fills stats.
 Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, const Tensor& x, Tensor* stats) {

@@ -14,22 +14,16 @@
 
 namespace gale {
 
-Tensor InferenceModel::logits(std::span<const int32_t> ids) const {
-  MicroBatch mb;
-  mb.B = 1;
-  mb.S = static_cast<int64_t>(ids.size());
-  mb.tokens.assign(ids.begin(), ids.end());
-  mb.position_ids.resize(ids.size());
-  std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
-  return model->forward_logits(mb, Tensor());  // [1, S, V] = [S, V] for one sample
-}
+Tensor InferenceModel::logits(std::span<const int32_t> ids) const { return next_logits(ids, nullptr); }
 
 Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache) const {
   MicroBatch mb;
   mb.B = 1;
   mb.S = static_cast<int64_t>(ids.size());
   mb.tokens.assign(ids.begin(), ids.end());
-  return model->forward_logits(mb, Tensor(), cache).view({mb.S, config.vocab});  // positions follow the cached ones
+  mb.position_ids.resize(ids.size());  // with a cache, forward_logits moves them after the cached positions
+  std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
+  return model->forward_logits(mb, Tensor(), cache).view({mb.S, config.vocab});
 }
 
 void add_inference_model_args(ArgParser& parser, Arguments& args) {

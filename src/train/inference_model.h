@@ -31,6 +31,7 @@ struct InferenceModel {
   Tensor logits(std::span<const int32_t> ids) const;
   // Logits [n, V_padded] of the next n = ids.size() tokens of one sequence whose earlier tokens are in
   // `cache` (make_kv_cache(config, model->partition(), 1, ...)); their keys and values join it.
+  // logits(ids) is next_logits(ids, nullptr): the whole sequence, nothing cached.
   Tensor next_logits(std::span<const int32_t> ids, KvCache* cache) const;
 };
 
