@@ -9,7 +9,7 @@ namespace gale::cli {
 
 int run_convert(int argc, char** argv) {
   ArgParser p("gale convert",
-              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral) to a Gale checkpoint, or back");
+              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) to a Gale checkpoint, or back");
   std::string load_type, save_type;
   HfToGaleOptions to_gale;
   GaleToHfOptions to_hf;
@@ -20,7 +20,7 @@ int run_convert(int argc, char** argv) {
   p.add_choice("--save-model-type", &save_type, {"hf", "gale", "mg"}, "what to write to --save-dir: gale (alias mg) or hf");
   p.add("--load-dir", &load_dir, "directory to read: an HF model (config.json + safetensors) or a Gale checkpoint");
   p.add("--save-dir", &save_dir, "directory to write");
-  p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, llama, llama2, llama3, qwen2, mistral");
+  p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, llama, llama2, llama3, qwen2, mistral, mixtral");
   p.add("--make-vocab-size-divisible-by", &to_gale.make_vocab_size_divisible_by,
         "hf -> gale: pad the vocabulary to a multiple of this times the target TP size");
   p.add("--target-tensor-parallel-size", &to_gale.target_tensor_parallel_size,

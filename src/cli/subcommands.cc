@@ -11,7 +11,7 @@ const std::vector<Subcommand>& subcommands() {
       {"data-samples", "print the training samples `gale pretrain` reads, as JSON lines", run_data_samples},
       {"generate", "generate text from a checkpoint (greedy, temperature, top-k, top-p)", run_generate},
       {"evaluate", "score a checkpoint on MMLU-style multiple choice or the perplexity of a corpus", run_evaluate},
-      {"convert", "convert Hugging Face checkpoints (GPT-2, LLaMA, Qwen2, Mistral) to Gale checkpoints and back",
+      {"convert", "convert Hugging Face checkpoints (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) to Gale checkpoints and back",
        run_convert},
       {"features", "list the acceleration features and which a command line turns on", run_features},
       {"layout", "print the rank layout and process groups for a world size and TP/PP/CP/EP sizes", run_layout},

@@ -1,6 +1,7 @@
-// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2 and Mistral.
+// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral and Mixtral.
 #include "train/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -12,6 +13,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kLlama: return "LlamaForCausalLM";
     case HfArchitecture::kQwen2: return "Qwen2ForCausalLM";
     case HfArchitecture::kMistral: return "MistralForCausalLM";
+    case HfArchitecture::kMixtral: return "MixtralForCausalLM";
   }
   return "?";
 }
@@ -106,6 +108,23 @@ Status read_gpt2(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
+// Mixtral's experts as Megatron's MoE flags: every layer is a MoE layer of SwiGLU experts.
+Status read_mixtral_experts(const ConfigReader& c, HfModel& out) {
+  MoeArgs& moe = out.moe;
+  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("num_local_experts"));
+  GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
+  if (moe.moe_router_topk > moe.num_experts)
+    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds num_local_experts ",
+                           moe.num_experts);
+  GALE_ASSIGN_OR_RETURN(double jitter, c.number("router_jitter_noise", 0.0));
+  if (jitter != 0.0) return refuse(c, "router_jitter_noise", "router input jitter");
+  GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("router_aux_loss_coef", 0.001));
+  moe.moe_ffn_hidden_size = out.model.ffn_hidden_size;
+  moe.moe_layer_freq = "1";
+  moe.layer_pattern.assign(static_cast<size_t>(out.model.num_layers), 1);
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -135,8 +154,9 @@ Status read_llama_family(const ConfigReader& c, HfModel& out) {
   GALE_ASSIGN_OR_RETURN(bool mlp_bias, c.boolean("mlp_bias", false));
   if (mlp_bias) return refuse(c, "mlp_bias", "MLP biases");
   GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
-  if (out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kQwen2) {
-    GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", out.arch == HfArchitecture::kMistral));
+  const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
+  if (mistral_like || out.arch == HfArchitecture::kQwen2) {
+    GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
     if (use_window && c.set("sliding_window")) {
       GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window"));
       if (window < m.max_position_embeddings)
@@ -152,6 +172,7 @@ Status read_llama_family(const ConfigReader& c, HfModel& out) {
   m.add_bias_linear = false;
   m.add_qkv_bias = out.arch == HfArchitecture::kQwen2;
   m.untie_embeddings_and_output_weights = !tie;
+  if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
   return Status::Ok();
 }
 
@@ -171,10 +192,11 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "LlamaForCausalLM") out.arch = HfArchitecture::kLlama;
   else if (name == "Qwen2ForCausalLM") out.arch = HfArchitecture::kQwen2;
   else if (name == "MistralForCausalLM") out.arch = HfArchitecture::kMistral;
+  else if (name == "MixtralForCausalLM") out.arch = HfArchitecture::kMixtral;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "MistralForCausalLM)");
+                         "MistralForCausalLM, MixtralForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2 ? read_gpt2(c, out) : read_llama_family(c, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
@@ -191,9 +213,11 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   return out;
 }
 
-StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, int64_t vocab_size, const std::string& where) {
+StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
+                                     const std::string& where) {
   HfModel out;
   out.model = m;
+  out.moe = moe;
   out.vocab_size = vocab_size;
   const bool gpt2 = m.normalization == "LayerNorm" && !m.swiglu && m.position_embedding_type == "learned_absolute" &&
                     m.add_bias_linear && !m.add_qkv_bias && !m.untie_embeddings_and_output_weights &&
@@ -203,7 +227,17 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, int64_t vocab_size, con
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
-  if (gpt2) out.arch = HfArchitecture::kGpt2;
+  if (moe.enabled()) {
+    const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
+    if (!llama || m.add_qkv_bias || !every_layer || moe.moe_router_pre_softmax)
+      return Unimplemented(where, ": a mixture-of-experts model (", moe.num_experts,
+                           " experts) is written as MixtralForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, "
+                           "rope, no biases) with experts in every layer (--moe-layer-freq 1, found ",
+                           moe.moe_layer_freq, ") and Megatron's default routing (found --moe-router-pre-softmax ",
+                           moe.moe_router_pre_softmax ? "on" : "off", ")");
+    out.arch = HfArchitecture::kMixtral;
+    out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
+  } else if (gpt2) out.arch = HfArchitecture::kGpt2;
   else if (llama) out.arch = m.add_qkv_bias ? HfArchitecture::kQwen2 : HfArchitecture::kLlama;
   else
     return Unimplemented(where, ": no Hugging Face architecture Gale writes matches this model (normalization ",
@@ -236,7 +270,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = true;
   } else {
-    j["model_type"] = hf.arch == HfArchitecture::kQwen2 ? "qwen2" : "llama";
+    j["model_type"] = hf.arch == HfArchitecture::kQwen2 ? "qwen2" : hf.arch == HfArchitecture::kMixtral ? "mixtral" : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
     j["num_attention_heads"] = m.num_attention_heads;
@@ -250,7 +284,13 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["rope_scaling"] = nullptr;
     j["attention_dropout"] = 0.0;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
-    if (hf.arch == HfArchitecture::kQwen2) {
+    if (hf.arch == HfArchitecture::kMixtral) {
+      j["sliding_window"] = nullptr;
+      j["num_local_experts"] = hf.moe.num_experts;
+      j["num_experts_per_tok"] = hf.moe.moe_router_topk;
+      j["router_jitter_noise"] = 0.0;
+      j["output_router_logits"] = false;
+    } else if (hf.arch == HfArchitecture::kQwen2) {
       j["use_sliding_window"] = false;
       j["sliding_window"] = m.max_position_embeddings;
       j["max_window_layers"] = m.num_layers;

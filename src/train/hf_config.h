@@ -4,6 +4,11 @@
 //   LlamaForCausalLM    RMSNorm, SwiGLU, RoPE (rotate-half), no biases, GQA, tied or untied output
 //   Qwen2ForCausalLM    LLaMA + QKV bias (Megatron's --add-qkv-bias)
 //   MistralForCausalLM  LLaMA, when sliding_window is null or covers max_position_embeddings
+//   MixtralForCausalLM  Mistral with a SwiGLU mixture of experts in every layer: num_local_experts ->
+//                       --num-experts, num_experts_per_tok -> --moe-router-topk, intermediate_size ->
+//                       --moe-ffn-hidden-size (and --ffn-hidden-size). Mixtral's routing (softmax over
+//                       all experts, top-k, renormalised over the k) is Megatron's default (top-k of the
+//                       logits, softmax over the k); router_jitter_noise must be 0.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
@@ -18,7 +23,7 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral };
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);
@@ -29,6 +34,7 @@ struct HfModel {
   // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
   // (= max_position_embeddings) and padded_vocab_size all set.
   ModelArgs model;
+  MoeArgs moe;                          // Mixtral's experts (layer_pattern set); disabled for dense models
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent
@@ -41,8 +47,10 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
                                        int64_t tensor_parallel);
 
 // The HF architecture of a Gale model (from its Megatron flags), `vocab_size` real rows. Unimplemented
-// for models no supported HF architecture describes (e.g. LayerNorm with RoPE); `where` names the checkpoint.
-StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, int64_t vocab_size, const std::string& where);
+// for models no supported HF architecture describes (e.g. LayerNorm with RoPE, or experts in only some
+// layers); `where` names the checkpoint.
+StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
+                                     const std::string& where);
 
 // The config.json transformers reads for `m` ("torch_dtype" = `torch_dtype`, e.g. "float32").
 nlohmann::json hf_config_json(const HfModel& m, const std::string& torch_dtype);

@@ -23,15 +23,17 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
   if (given.empty()) return Status::Ok();
   const std::string family = given.rfind("llama", 0) == 0 ? "llama"
                              : given.rfind("qwen2", 0) == 0 ? "qwen2"
+                             : given.rfind("mixtral", 0) == 0 ? "mixtral"
                              : given.rfind("mistral", 0) == 0 ? "mistral"
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
                          : m.arch == HfArchitecture::kMistral ? "mistral"
+                         : m.arch == HfArchitecture::kMixtral ? "mixtral"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, mistral");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, mistral, mixtral");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -55,6 +57,10 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   log(str_cat("converting ", hf_architecture_name(m.arch), " from ", o.load_dir, ": ", m.model.num_layers,
               " layers, hidden ", m.model.hidden_size, ", ", m.model.num_attention_heads, " heads (",
               m.model.num_kv_heads, " key/value), vocabulary ", m.vocab_size, " padded to ", m.model.padded_vocab_size));
+  if (m.moe.enabled())
+    log(str_cat("experts: ", m.moe.num_experts, " per layer, top-", m.moe.moe_router_topk, ", ffn ",
+                m.moe.moe_ffn_hidden_size, " (router_aux_loss_coef ", m.moe.moe_aux_loss_coeff,
+                " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
                         gale_tensors_from_hf(m, [&](const std::string& name, const Shape& shape) {
                           return hf.read(name, shape);
@@ -66,6 +72,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
 
   Arguments args;
   args.model = m.model;
+  args.moe = m.moe;
   const ModelConfig config = model_config_from_args(args);
   Comm self = make_self_communicator("world");
   CheckpointWriter w(o.save_dir, 0, *self);
@@ -74,6 +81,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   sections["gale_trainer_state_version"] = 1;
   sections["model"] = checkpoint_model_section(config);
   sections["args"] = model_flags_json(m.model);
+  add_moe_flags_json(m.moe, &sections["args"]);
   sections["args"]["vocab_size"] = m.vocab_size;
   sections["args"]["tensor_model_parallel_size"] = m.target_tensor_parallel;
   sections["trainer"] = {{"iteration", 0},
@@ -96,9 +104,6 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
-  if (moe.enabled())
-    return Unimplemented(where, ": a mixture-of-experts checkpoint (", moe.num_experts,
-                         " experts): export to Hugging Face (MixtralForCausalLM) is not supported yet");
   int64_t vocab = o.vocab_size;
   if (vocab == 0 && args.contains("vocab_size") && args["vocab_size"].is_number_integer())
     vocab = args["vocab_size"].get<int64_t>();
@@ -107,7 +112,7 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
     log(str_cat("warning: ", where, " does not record the tokenizer's vocabulary size; keeping all ", vocab,
                 " rows of the padded vocabulary (pass --vocab-size to drop the padding)"));
   }
-  GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, vocab, where));
+  GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size));
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,

@@ -198,6 +198,43 @@ Status gale_to_gpt2(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// Mixtral's layer i MLP: block_sparse_moe.gate [E, H] is the router; expert j's w1 (gate) and w3
+// (up) [Fe, H] stack into linear_fc1 = [w1; w3], and w2 [H, Fe] is linear_fc2.
+std::string mixtral_expert(int64_t i, int64_t j, const char* w) {
+  return llama_layer(i, ("block_sparse_moe.experts." + std::to_string(j) + "." + w + ".weight").c_str());
+}
+std::string gale_expert(int64_t i, int64_t j, const char* linear) {
+  return gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + "." + linear + ".weight").c_str());
+}
+
+Status mixtral_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "block_sparse_moe.gate.weight"), {E, H}));
+  mp.put(gale_layer(i, "mlp.router.weight"), router);
+  for (int64_t j = 0; j < E; ++j) {
+    GALE_ASSIGN_OR_RETURN(Tensor w1, mp.get(mixtral_expert(i, j, "w1"), {F, H}));
+    GALE_ASSIGN_OR_RETURN(Tensor w3, mp.get(mixtral_expert(i, j, "w3"), {F, H}));
+    mp.put(gale_expert(i, j, "linear_fc1"), concat_rows({w1, w3}));
+    GALE_ASSIGN_OR_RETURN(Tensor w2, mp.get(mixtral_expert(i, j, "w2"), {H, F}));
+    mp.put(gale_expert(i, j, "linear_fc2"), w2);
+  }
+  return Status::Ok();
+}
+
+Status gale_experts_to_mixtral(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, H}));
+  mp.put(llama_layer(i, "block_sparse_moe.gate.weight"), router);
+  for (int64_t j = 0; j < E; ++j) {
+    GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_expert(i, j, "linear_fc1"), {2 * F, H}));
+    mp.put(mixtral_expert(i, j, "w1"), rows(fc1, 0, F));
+    mp.put(mixtral_expert(i, j, "w3"), rows(fc1, F, F));
+    GALE_ASSIGN_OR_RETURN(Tensor fc2, mp.get(gale_expert(i, j, "linear_fc2"), {H, F}));
+    mp.put(mixtral_expert(i, j, "w2"), fc2);
+  }
+  return Status::Ok();
+}
+
 Status llama_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   const bool qkv_bias = m.model.add_qkv_bias;
@@ -220,6 +257,10 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     mp.put(gale_layer(i, "self_attention.linear_proj.weight"), o);
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
     mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
+    if (m.moe.enabled()) {
+      GALE_RETURN_IF_ERROR(mixtral_experts_to_gale(m, i, mp));
+      continue;
+    }
     GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
     GALE_ASSIGN_OR_RETURN(Tensor up, mp.get(llama_layer(i, "mlp.up_proj.weight"), {d.F, d.H}));
     mp.put(gale_layer(i, "mlp.linear_fc1.weight"), concat_rows({gate, up}));
@@ -259,6 +300,10 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     mp.put(llama_layer(i, "self_attn.o_proj.weight"), o);
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
     mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
+    if (m.moe.enabled()) {
+      GALE_RETURN_IF_ERROR(gale_experts_to_mixtral(m, i, mp));
+      continue;
+    }
     GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
     mp.put(llama_layer(i, "mlp.gate_proj.weight"), rows(fc1, 0, d.F));
     mp.put(llama_layer(i, "mlp.up_proj.weight"), rows(fc1, d.F, d.F));

@@ -11,6 +11,10 @@
 //   mlp.down_proj                                -> mlp.linear_fc2.weight
 //   model.norm.weight                            -> decoder.final_layernorm.weight
 //   lm_head.weight (untied)                      -> output_layer.weight [Vp, H]
+// Mixtral replaces the MLP of every layer by its experts (E experts, Fe = intermediate_size):
+//   block_sparse_moe.gate.weight [E, H]          -> mlp.router.weight
+//   block_sparse_moe.experts.j.{w1,w3} [Fe, H]   -> mlp.experts.local_experts.j.linear_fc1.weight = [w1; w3]
+//   block_sparse_moe.experts.j.w2 [H, Fe]        -> mlp.experts.local_experts.j.linear_fc2.weight
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

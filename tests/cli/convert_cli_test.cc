@@ -68,7 +68,7 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
 // exactly as transformers does.
 TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
-  for (const char* name : {"gpt2", "llama"}) {
+  for (const char* name : {"gpt2", "llama", "mixtral"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

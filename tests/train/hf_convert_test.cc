@@ -83,8 +83,11 @@ std::unique_ptr<LoadedModel> load_model(const std::string& ckpt) {
   EXPECT_TRUE(r.ok()) << r.status().message();
   auto m = model_args_from_json(r->section("args").value(), ckpt);
   EXPECT_TRUE(m.ok()) << m.status().message();
+  auto moe = moe_args_from_json(r->section("args").value(), ckpt, m->num_layers);
+  EXPECT_TRUE(moe.ok()) << moe.status().message();
   Arguments a;
   a.model = m.value();
+  a.moe = moe.value();
   auto out = std::make_unique<LoadedModel>();
   out->config = model_config_from_args(a);
   out->model = std::make_unique<GPTModel>(out->config, single_process_partition(out->config), &out->ops);
@@ -189,7 +192,32 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
   EXPECT_EQ(out.value("tie_word_embeddings", true), src.value("tie_word_embeddings", name == "gpt2"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("gpt2", "llama", "qwen2", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral"));
+
+// Mixtral's experts land where Gale's MoE layer reads them: the checkpoint records the MoE flags,
+// and swapping one expert's gate (w1) and up (w3) halves breaks the agreement with transformers.
+TEST(HfConvert, MixtralRecordsItsExpertsAndTheGoldenComparisonSeesThem) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("mixtral"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["num_experts"], 4);
+  EXPECT_EQ(args["moe_router_topk"], 2);
+  EXPECT_EQ(args["moe_ffn_hidden_size"], 48);
+  EXPECT_EQ(args["moe_layer_freq"], "1");
+  const Golden g = read_golden("mixtral");
+  auto lm = load_model(tmp.file("gale"));
+  ParamBuffer& pb = lm->model->params();
+  const int id = pb.find("decoder.layers.1.mlp.experts.local_experts.2.linear_fc1.weight");
+  ASSERT_GE(id, 0);
+  Tensor fc1 = pb.param(id);  // [2·48, 64] = [w1; w3]
+  const int64_t half = fc1.numel() / 2;
+  std::vector<float> w1(fc1.data<float>(), fc1.data<float>() + half);
+  std::memmove(fc1.data<float>(), fc1.data<float>() + half, half * sizeof(float));
+  std::memcpy(fc1.data<float>() + half, w1.data(), half * sizeof(float));
+  EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+}
 
 // The golden comparison can fail: Gale's model with the query rows of one head put in the
 // interleaved-RoPE order (what a wrong RoPE permutation would do) no longer matches transformers.
@@ -321,6 +349,42 @@ TEST(HfConvertErrors, MistralSlidingWindowShorterThanTheContext) {
   EXPECT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("ok")), quiet).ok());
 }
 
+TEST(HfConvertErrors, MixtralOptionsGaleDoesNotHaveAndMoeModelsMixtralCannotHold) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "mixtral");
+  edit_config(dir, [](nlohmann::json& j) { j["router_jitter_noise"] = 0.01; });
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("config.json: 'router_jitter_noise' = 0.01 is not supported yet"), std::string::npos) << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["router_jitter_noise"] = 0.0;
+    j["num_experts_per_tok"] = 5;
+  });
+  e = error_of(dir, tmp);
+  EXPECT_NE(e.find("config.json: num_experts_per_tok 5 exceeds num_local_experts 4"), std::string::npos) << e;
+  // Gale -> HF: a MoE model is Mixtral only with experts in every layer and Megatron's routing.
+  edit_config(dir, [](nlohmann::json& j) { j["num_experts_per_tok"] = 2; });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json args = r->section("args").value();
+  const ModelArgs m = model_args_from_json(args, "x").value();
+  MoeArgs moe = moe_args_from_json(args, "x", m.num_layers).value();
+  ASSERT_TRUE(hf_model_from_args(m, moe, 100, "x").ok());
+  moe.moe_layer_freq = "[1,0]";
+  moe.layer_pattern = {1, 0};
+  auto hf = hf_model_from_args(m, moe, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("ckpt/metadata.json: a mixture-of-experts model (4 experts) is written as "
+                                       "MixtralForCausalLM only when it is LLaMA-shaped"),
+            std::string::npos)
+      << hf.status().message();
+  EXPECT_NE(hf.status().message().find("(--moe-layer-freq 1, found [1,0])"), std::string::npos);
+  moe.moe_layer_freq = "1";
+  moe.layer_pattern = {1, 1};
+  moe.moe_router_pre_softmax = true;
+  EXPECT_FALSE(hf_model_from_args(m, moe, 100, "x").ok());
+}
+
 TEST(HfConvertErrors, TensorOfTheWrongShapeOrMissing) {
   TempDir tmp;
   std::string dir = copy_fixture(tmp, "qwen2");
@@ -359,16 +423,17 @@ TEST(HfConvertErrors, GaleCheckpointWithoutAnHfCounterpart) {
   ASSERT_TRUE(r.ok());
   ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
   m.position_embedding_type = "rope";
-  auto hf = hf_model_from_args(m, 100, "ckpt/metadata.json");
+  auto hf = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(hf.ok());
   EXPECT_NE(hf.status().message().find("ckpt/metadata.json: no Hugging Face architecture Gale writes matches"),
             std::string::npos)
       << hf.status().message();
-  EXPECT_FALSE(hf_model_from_args(model_args_from_json(r->section("args").value(), "x").value(), 129, "x").ok());
+  EXPECT_FALSE(
+      hf_model_from_args(model_args_from_json(r->section("args").value(), "x").value(), MoeArgs{}, 129, "x").ok());
   m = model_args_from_json(r->section("args").value(), "x").value();
   m.noop_layers = {1};
   m.noop_layers_flag = "1";
-  hf = hf_model_from_args(m, 100, "ckpt/metadata.json");
+  hf = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(hf.ok());
   EXPECT_NE(hf.status().message().find("ckpt/metadata.json: the model has --noop-layers 1 (identity layers)"),
             std::string::npos)

@@ -1,4 +1,4 @@
-# Tiny random Hugging Face models (GPT-2, LLaMA, Qwen2, Mistral) and their logits: fixtures for `gale convert`.
+# Tiny random Hugging Face models (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) and their logits: fixtures for `gale convert`.
 #
 # Run with a Python that has torch and transformers (the committed files came from Debian 12's
 # /usr/bin/python3 3.11 + python3-torch 1.13 in a venv with transformers 4.40.2 and safetensors 0.8.0):
@@ -6,6 +6,7 @@
 #   /usr/bin/python3 -m venv --system-site-packages /tmp/convvenv
 #   /tmp/convvenv/bin/pip install transformers==4.40.2 safetensors==0.8.0
 #   /tmp/convvenv/bin/python tools/reference/hf_fixture.py            # writes tests/data/hf/<name>/
+#   /tmp/convvenv/bin/python tools/reference/hf_fixture.py --only mixtral   # one fixture
 #   /tmp/convvenv/bin/python tools/reference/hf_fixture.py --check-export DIR --like tests/data/hf/llama
 #
 # Each tests/data/hf/<name>/ holds what save_pretrained writes (config.json, model.safetensors or
@@ -70,6 +71,15 @@ def configs():
                                                rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=None,
                                                tie_word_embeddings=False),
                     torch.float16, None),
+        # Mixtral: softmax over all experts, top-k, renormalised over the k = Megatron's default
+        # (top-k of the logits, softmax over the k); 4 experts, top-2; sharded like llama.
+        "mixtral": (transformers.MixtralForCausalLM,
+                    transformers.MixtralConfig(vocab_size=100, hidden_size=64, intermediate_size=48, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                               rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None,
+                                               num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
+                                               tie_word_embeddings=False),
+                    torch.float32, "150KB"),
     }
 
 
@@ -127,11 +137,13 @@ def main():
     p.add_argument("--check-export", help="a Hugging Face directory written by `gale convert`")
     p.add_argument("--like", help="the fixture directory whose golden logits it must reproduce")
     p.add_argument("--tolerance", type=float, default=1e-4)
+    p.add_argument("--only", help="write this one fixture (gpt2, llama, qwen2, mistral, mixtral)")
     a = p.parse_args()
     if a.check_export:
         sys.exit(0 if check_export(a.check_export, a.like) <= a.tolerance else 1)
     for name, (cls, config, dtype, shard) in configs().items():
-        make(name, cls, config, dtype, shard)
+        if a.only is None or a.only == name:
+            make(name, cls, config, dtype, shard)
 
 
 if __name__ == "__main__":
