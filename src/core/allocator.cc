@@ -1,6 +1,8 @@
 // Aligned host allocation with atomic byte counters.
 #include "core/allocator.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,8 +13,12 @@
 namespace gale {
 
 namespace {
+// Whole pages up to 1 MiB; above, a multiple of 1/8 of the power of two at or below the size.
 size_t cache_size_class(size_t bytes) {
-  return (bytes + Allocator::kPageBytes - 1) / Allocator::kPageBytes * Allocator::kPageBytes;
+  const size_t pages = (bytes + Allocator::kPageBytes - 1) / Allocator::kPageBytes * Allocator::kPageBytes;
+  if (pages <= (size_t{1} << 20)) return pages;
+  const size_t step = std::bit_floor(pages) / 8;
+  return (pages + step - 1) / step * step;
 }
 }  // namespace
 
@@ -21,24 +27,29 @@ void* Allocator::allocate(size_t bytes) {
   void* p = nullptr;
   if (bytes >= kCacheMinBytes) {
     const size_t cls = cache_size_class(bytes);
-    {
-      std::lock_guard<std::mutex> lock(cache_mutex_);
-      auto it = cache_.find(cls);
-      if (it != cache_.end() && !it->second.empty()) {
-        p = it->second.back();
-        it->second.pop_back();
-        cache_bytes_ -= static_cast<int64_t>(cls);
-      }
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    // The smallest cached block that fits, from a class at most twice this one.
+    for (auto it = cache_.lower_bound(cls); it != cache_.end() && it->first <= 2 * cls; ++it) {
+      if (it->second.empty()) continue;
+      p = it->second.back();
+      it->second.pop_back();
+      cache_bytes_ -= static_cast<int64_t>(it->first);
+      break;
     }
-    if (p == nullptr) p = std::aligned_alloc(kPageBytes, cls);
+    if (p == nullptr) {
+      p = std::aligned_alloc(kPageBytes, cls);
+      if (p != nullptr) block_class_[p] = cls;
+    }
   } else {
     p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   }
   GALE_CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) + static_cast<int64_t>(bytes);
   count_.fetch_add(1, std::memory_order_relaxed);
-  int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  for (std::atomic<int64_t>* high : {&peak_, &max_live_}) {
+    int64_t seen = high->load(std::memory_order_relaxed);
+    while (now > seen && !high->compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
   }
   return p;
 }
@@ -47,13 +58,17 @@ void Allocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   current_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   if (bytes >= kCacheMinBytes) {
-    const size_t cls = cache_size_class(bytes);
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_bytes_ + static_cast<int64_t>(cls) <= kCacheLimitBytes) {
+    auto it = block_class_.find(ptr);
+    GALE_CHECK(it != block_class_.end()) << "freeing a block the allocator did not hand out";
+    const size_t cls = it->second;  // the block's own class (it may serve a smaller request)
+    const int64_t limit = std::min(kCacheLimitBytes, max_live_.load(std::memory_order_relaxed));
+    if (cache_bytes_ + static_cast<int64_t>(cls) <= limit) {
       cache_[cls].push_back(ptr);
       cache_bytes_ += static_cast<int64_t>(cls);
       return;
     }
+    block_class_.erase(it);
   }
   std::free(ptr);
 }
@@ -66,7 +81,10 @@ int64_t Allocator::cached_bytes() const {
 void Allocator::release_cache() {
   std::lock_guard<std::mutex> lock(cache_mutex_);
   for (auto& [cls, blocks] : cache_)
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) {
+      block_class_.erase(p);
+      std::free(p);
+    }
   cache_.clear();
   cache_bytes_ = 0;
 }

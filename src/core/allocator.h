@@ -5,11 +5,16 @@
 // tensors and `peak_bytes()` the high-water mark since the last `reset_peak()`. Allocations are
 // 64-byte aligned (one cache line; full AVX-512 vector).
 //
-// Blocks of at least kCacheMinBytes are rounded up to whole pages and, when freed, kept in a free
-// list per size instead of being returned to the system: the next allocation of the same rounded
-// size takes one (each training step allocates the same activation sizes, and fresh pages cost a
-// page fault each — about 7% of a step). `cached_bytes()` reports what the cache holds;
-// `release_cache()` returns it. The cache never holds more than kCacheLimitBytes.
+// Blocks of at least kCacheMinBytes are rounded up to a size class and, when freed, kept in a free
+// list per class instead of being returned to the system: the next allocation takes the smallest
+// cached block of its class or of a class up to twice as large (each training step allocates the
+// same activation sizes, and fresh pages cost a page fault each — about 7% of a step; with
+// --variable-seq-lengths the sizes change from micro-batch to micro-batch, and a shorter one
+// reuses a longer one's blocks). Classes: whole pages up to 1 MiB, then 8 per power of two (a
+// block is at most 12.5% larger than asked; pages never written are never resident).
+// `cached_bytes()` reports what the cache holds; `release_cache()` returns it. The cache never
+// holds more than the largest number of live bytes seen (so the process holds at most twice its
+// working set) nor more than kCacheLimitBytes; a block freed beyond that goes back to the system.
 #pragma once
 
 #include <atomic>
@@ -17,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace gale {
@@ -42,8 +48,10 @@ class Allocator {
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> count_{0};
+  std::atomic<int64_t> max_live_{0};  // the highest current_bytes() ever (reset_peak leaves it)
   mutable std::mutex cache_mutex_;
-  std::map<size_t, std::vector<void*>> cache_;  // rounded size -> free blocks
+  std::map<size_t, std::vector<void*>> cache_;  // size class -> free blocks of that class
+  std::unordered_map<void*, size_t> block_class_;  // every live or cached block of the cache's sizes
   int64_t cache_bytes_ = 0;
 };
 

@@ -100,6 +100,7 @@ Status assemble_instruction_sample(std::span<const int32_t> input_ids, std::span
     out->loss_mask[i] = label == kIgnoreLabel ? 0.0f : 1.0f;
     out->position_ids[i] = static_cast<int32_t>(i);
   }
+  out->unpadded_length = L;
   return Status::Ok();
 }
 

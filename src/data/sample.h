@@ -24,6 +24,9 @@ struct TrainingSample {
   std::vector<int32_t> document_ids;  // per token: index of its document inside the sample (0, 1, ...),
                                       // incremented after each EOD; all 0 unless --reset-attention-mask.
                                       // Attention is allowed only between tokens with equal ids.
+  // Positions before the right padding (instruction samples: the document's tokens); the rest are
+  // padding with loss mask 0, which no earlier position attends to. 0: no padding (all of them).
+  int64_t unpadded_length = 0;
 };
 
 struct SampleOptions {

@@ -41,8 +41,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"op-cal-tflops", FeatureModule::kKeyScenarios, "TflopsCalculateFeature (L2)", "per-operator FLOP accounting"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",
        "pipeline stages exchanging several tensors"},
-      {"variable-seq-lengths", FeatureModule::kMultimodal, "VariableSequenceLengthFeature (L2)",
-       "pipeline with per-micro-batch sequence lengths"},
       {"layerzero", FeatureModule::kMultimodal, "LayerZeroFeature (L2)", "hierarchical ZeRO-3 inside sub-groups"},
   };
   for (const Row& r : rows) {

@@ -13,7 +13,7 @@ namespace {
 // the compute of the steps in between (each posted receive holds one [Tl, H] buffer).
 constexpr size_t kPrefetchSteps = 3;
 
-// The activation between stages for micro-batches like `mb`: [Tl, H].
+// The activation between stages for micro-batch `mb`: [Tl, H].
 Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
   const ModelPartition& part = model.partition();
   const int64_t tokens = mb.S * mb.B;
@@ -39,16 +39,16 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   };
   // Load this iteration's micro-batches first, and agree over the pipeline group that every
   // stage could: a stage that failed half-way through the schedule would leave its neighbours
-  // waiting for transfers that never come.
+  // waiting for transfers that never come. Every stage loads the same micro-batches, so each
+  // knows every transfer's shape, which may differ between micro-batches (--variable-seq-lengths)
+  // with no shape exchange.
   std::vector<MicroBatch> batches(static_cast<size_t>(num_microbatches));
+  std::vector<Shape> shapes(static_cast<size_t>(num_microbatches));  // micro-batch m's transfers: [Tl, H]
   Status loaded = Status::Ok();
   for (int64_t m = 0; m < num_microbatches && loaded.ok(); ++m) {
     MicroBatch& mb = batches[static_cast<size_t>(m)];
     loaded = source(m, &mb);
-    if (loaded.ok() && (mb.B != batches[0].B || mb.S != batches[0].S))
-      loaded =
-          InvalidArgument("micro-batch ", m, " is ", mb.B, " x ", mb.S, " tokens; pipeline parallelism needs every ",
-                          "micro-batch of the iteration to be ", batches[0].B, " x ", batches[0].S);
+    shapes[static_cast<size_t>(m)] = activation_shape(*chunks[0], mb);
   }
   const int64_t failed_stage =
       ps.pp()->all_reduce_scalar(loaded.ok() ? int64_t{0} : static_cast<int64_t>(ps.coords().pp) + 1, ReduceOp::kMax);
@@ -57,7 +57,6 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     return FailedPrecondition("pipeline stage ", failed_stage - 1, " could not load this iteration's micro-batches (",
                               "its error is reported by that rank)");
   if (num_microbatches == 0) return ForwardBackwardResult{};
-  const Shape shape = activation_shape(*chunks[0], batches[0]);  // every transfer is [Tl, H]
   const int last_chunk = static_cast<int>(chunks.size()) - 1;
   ForwardBackwardResult result;
   std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
@@ -65,7 +64,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   auto prefetch = [&](size_t upto) {
     for (upto = std::min(upto, steps.size()); prefetched < upto; ++prefetched)
       if (receives(steps[prefetched]))
-        p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch, shape);
+        p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch,
+                      shapes[static_cast<size_t>(steps[prefetched].microbatch)]);
   };
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep& s = steps[i];

@@ -140,6 +140,11 @@ struct DataArgs {
   // MindSpeed-LLM's --is-instruction-dataset: --data-path P names P_packed_{input_ids,attention_mask,
   // labels}_document made by `gale preprocess --handler-name AlpacaStyleInstructionHandler`.
   bool is_instruction_dataset = false;
+  // Megatron's --variable-seq-lengths: micro-batches may have different sequence lengths. With an
+  // instruction dataset each micro-batch is padded only to its longest sample (MindSpeed-LLM's
+  // collator, PaddingStrategy.LONGEST); the feature manager turns it off below level 2
+  // (features/feature_variable_seq_lengths.cc).
+  bool variable_seq_lengths = false;
 };
 
 // Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up

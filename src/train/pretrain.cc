@@ -90,6 +90,8 @@ int pretrain_main(int argc, char** argv) {
   std::vector<std::string> notices;
   st = registry->resolve(fctx, &notices);
   if (!st.ok()) return usage_error(st);
+  // Off below level 2 or without an instruction dataset (a notice below says why).
+  args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
   if (args.training.num_threads > 0) {
     set_num_threads(args.training.num_threads);
   } else if (!std::getenv("OMP_NUM_THREADS")) {

@@ -70,9 +70,30 @@ FlopsModel Trainer::flops_model() const {
   return f;
 }
 
+int64_t Trainer::micro_batch_length(const std::vector<TrainingSample>& samples) const {
+  const int64_t full = args_.model.seq_length;
+  if (!args_.data.variable_seq_lengths) return full;
+  int64_t longest = 1;
+  for (const TrainingSample& s : samples)
+    longest = std::max(longest, s.unpadded_length > 0 ? s.unpadded_length : full);
+  // Sequence parallelism splits the micro-batch's positions over the TP ranks.
+  const int64_t multiple = args_.parallel.sequence_parallel ? args_.parallel.tensor_model_parallel_size : 1;
+  return std::min(full, (longest + multiple - 1) / multiple * multiple);
+}
+
 Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base,
                                  MicroBatch* mb) const {
-  const int64_t B = args_.training.micro_batch_size, S = args_.model.seq_length;
+  const int64_t B = args_.training.micro_batch_size, full = args_.model.seq_length;
+  std::vector<TrainingSample> samples(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t index = first_index + b;
+    if (index >= data.size())
+      return OutOfRange("the dataset has ", data.size(), " samples; sample ", index, " was requested");
+    GALE_RETURN_IF_ERROR(data.get(index, &samples[b]));
+    if (static_cast<int64_t>(samples[b].tokens.size()) != full)
+      return Internal("sample ", index, " has ", samples[b].tokens.size(), " tokens; expected --seq-length ", full);
+  }
+  const int64_t S = micro_batch_length(samples);
   mb->B = B;
   mb->S = S;
   mb->tokens.resize(B * S);
@@ -82,20 +103,14 @@ Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index,
   mb->document_ids.clear();
   if (args_.data.reset_attention_mask) mb->document_ids.resize(B * S);
   mb->sample_ids.resize(B);
-  TrainingSample sample;
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t index = first_index + b;
-    if (index >= data.size())
-      return OutOfRange("the dataset has ", data.size(), " samples; sample ", index, " was requested");
-    GALE_RETURN_IF_ERROR(data.get(index, &sample));
-    if (static_cast<int64_t>(sample.tokens.size()) != S)
-      return Internal("sample ", index, " has ", sample.tokens.size(), " tokens; expected --seq-length ", S);
-    std::copy(sample.tokens.begin(), sample.tokens.end(), mb->tokens.begin() + b * S);
-    std::copy(sample.labels.begin(), sample.labels.end(), mb->labels.begin() + b * S);
-    std::copy(sample.loss_mask.begin(), sample.loss_mask.end(), mb->loss_mask.begin() + b * S);
-    std::copy(sample.position_ids.begin(), sample.position_ids.end(), mb->position_ids.begin() + b * S);
+  for (int64_t b = 0; b < B; ++b) {  // the first S positions of each sample
+    const TrainingSample& sample = samples[b];
+    std::copy_n(sample.tokens.begin(), S, mb->tokens.begin() + b * S);
+    std::copy_n(sample.labels.begin(), S, mb->labels.begin() + b * S);
+    std::copy_n(sample.loss_mask.begin(), S, mb->loss_mask.begin() + b * S);
+    std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
     if (args_.data.reset_attention_mask)
-      std::copy(sample.document_ids.begin(), sample.document_ids.end(), mb->document_ids.begin() + b * S);
+      std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = sample_id_base + b;
   }
   // Context parallelism: keep this cp rank's positions of each sequence.

@@ -57,6 +57,10 @@ class Trainer {
 
  private:
   Status load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base, MicroBatch* mb) const;
+  // The sequence length of a micro-batch of these samples: --seq-length, or with
+  // --variable-seq-lengths the longest sample's unpadded length, rounded up to a multiple of TP
+  // under --sequence-parallel.
+  int64_t micro_batch_length(const std::vector<TrainingSample>& samples) const;
   Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;

@@ -1,6 +1,7 @@
 // Fine-tuning on instruction data end to end: `gale preprocess --handler-name
 // AlpacaStyleInstructionHandler` (with and without --pack) then `gale pretrain
-// --is-instruction-dataset` prints a falling loss; flag errors are one line.
+// --is-instruction-dataset` prints a falling loss; --variable-seq-lengths changes the cost, not
+// the losses; flag errors are one line.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -62,6 +63,76 @@ TEST(SftPretrain, TrainsOnPackedData) {
   test::RunResult r = test::run_with_timeout(sft(dir.file("sft"), {}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(losses(r.output).size(), 12u) << r.output;
+}
+
+double peak_tensor_mib(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex(R"(peak memory: ([0-9.]+) MiB in tensors)"))) return -1;
+  return std::stod(m[1]);
+}
+
+// --variable-seq-lengths pads each micro-batch to its longest sample (the fixture's documents are
+// 20-70 tokens, --seq-length 128): the padding has loss mask 0 and comes after every real token,
+// so the losses are those of the full-length run, while the activations (the exact peak of the
+// tensor allocator) shrink. Pipeline stages each take every micro-batch's own shape.
+TEST(SftPretrain, VariableSeqLengthsKeepTheLossesAndShrinkTheMicroBatches) {
+  const std::string prefix = kRef + "/qwen";
+  const std::vector<std::string> exact = {"--attention-dropout", "0", "--hidden-dropout", "0", "--train-iters", "6"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), exact.begin(), exact.end());
+    return sft(prefix, extra);
+  };
+  test::RunResult fixed = test::run_with_timeout(with({}), {}, 300);
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  test::RunResult variable = test::run_with_timeout(with({"--variable-seq-lengths"}), {}, 300);
+  ASSERT_EQ(variable.exit_code, 0) << variable.output;
+  EXPECT_NE(variable.output.find("active: variable-seq-lengths (multimodal, level 2)"), std::string::npos)
+      << variable.output;
+  const std::vector<double> a = losses(fixed.output), b = losses(variable.output);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+  const double fixed_peak = peak_tensor_mib(fixed.output), variable_peak = peak_tensor_mib(variable.output);
+  ASSERT_GT(fixed_peak, 0) << fixed.output;
+  EXPECT_LT(variable_peak, 0.85 * fixed_peak) << variable.output;
+  // Below level 2 the flag is reported and the micro-batches stay --seq-length long.
+  test::RunResult level1 = test::run_with_timeout(with({"--variable-seq-lengths", "--optimization-level", "1"}), {}, 300);
+  ASSERT_EQ(level1.exit_code, 0) << level1.output;
+  EXPECT_NE(level1.output.find("--variable-seq-lengths is not active: it needs --optimization-level 2 (given 1)"),
+            std::string::npos)
+      << level1.output;
+  EXPECT_EQ(peak_tensor_mib(level1.output), fixed_peak);
+  // Two pipeline stages: the transfers of each micro-batch have its own length; same losses.
+  std::vector<std::string> pp = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2"};
+  std::vector<std::string> argv = with({"--variable-seq-lengths", "--pipeline-model-parallel-size", "2"});
+  pp.insert(pp.end(), argv.begin(), argv.end());
+  test::RunResult piped = test::run_with_timeout(
+      pp, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1",
+           "OMPI_MCA_mpi_yield_when_idle=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"},
+      300);
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  const std::vector<double> c = losses(piped.output);
+  ASSERT_EQ(c.size(), a.size()) << piped.output;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(c[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+  // Without an instruction dataset every sample is --seq-length long: a notice, nothing else.
+  test::RunResult mock = test::run_with_timeout(
+      {GALE_BINARY, "pretrain", "--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2",
+       "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "1", "--train-iters", "1",
+       "--lr", "1e-3", "--mock-data", "--vocab-size", "4096", "--eval-iters", "0", "--num-threads", "1",
+       "--variable-seq-lengths"},
+      {}, 120);
+  ASSERT_EQ(mock.exit_code, 0) << mock.output;
+  EXPECT_NE(mock.output.find("--variable-seq-lengths is not active: pretraining samples are always --seq-length "
+                             "tokens"),
+            std::string::npos)
+      << mock.output;
+  // Context parallelism splits whole --seq-length sequences: refused, naming both flags.
+  test::RunResult cp = test::run_with_timeout(
+      {GALE_BINARY, "features", "--variable-seq-lengths", "--context-parallel-size", "2", "--is-instruction-dataset"},
+      {}, 60);
+  EXPECT_NE(cp.exit_code, 0);
+  EXPECT_NE(cp.output.find("--variable-seq-lengths with --context-parallel-size 2: not supported"), std::string::npos)
+      << cp.output;
 }
 
 TEST(SftPretrain, FlagErrorsAreOneLine) {

@@ -131,5 +131,37 @@ TEST(Allocator, LargeBlocksAreReusedFromTheCache) {
   EXPECT_EQ(a.cached_bytes(), 0);
 }
 
+// Sizes that change from step to step (--variable-seq-lengths) reuse larger cached blocks, up to
+// twice their size class, smallest first; above 1 MiB the classes are 8 per power of two.
+TEST(Allocator, ASmallerRequestReusesTheSmallestLargerBlockWithinTwiceItsSize) {
+  Allocator& a = host_allocator();
+  a.release_cache();
+  void *three, *five;
+  {
+    Tensor t3 = Tensor::empty({3 << 18});  // 3 MiB
+    Tensor t5 = Tensor::empty({5 << 18});  // 5 MiB
+    three = t3.raw();
+    five = t5.raw();
+  }
+  EXPECT_EQ(a.cached_bytes(), 8 << 20);
+  {
+    Tensor t = Tensor::empty({(3 << 18) - 1000});  // 3 MiB less a little: the same class
+    EXPECT_EQ(t.raw(), three);
+    Tensor u = Tensor::empty({(2 << 18) + 1000});  // just above 2 MiB: class 2.25 MiB; 5 MiB > 2x, fresh
+    EXPECT_NE(u.raw(), five);
+    EXPECT_EQ(a.cached_bytes(), 5 << 20);
+    Tensor v = Tensor::empty({(3 << 18) + 1000});  // class 3.5 MiB: takes the 5 MiB block
+    EXPECT_EQ(v.raw(), five);
+    EXPECT_EQ(a.cached_bytes(), 0);
+  }
+  // Freed, each block goes back to its own class: the 5 MiB block serves a 5 MiB request again.
+  {
+    Tensor w = Tensor::empty({5 << 18});
+    EXPECT_EQ(w.raw(), five);
+  }
+  a.release_cache();
+  EXPECT_EQ(a.cached_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace gale
