@@ -27,9 +27,7 @@ struct InstructionFlags {
 
 // MindSpeed-LLM's AlpacaStyleInstructionHandler: the chat template, its end token, then the three datasets.
 int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& o, const Tokenizer& t) {
-  if (f.neat_pack)
-    return fail(Unimplemented("--neat-pack: not supported yet (attention masks that separate packed samples); "
-                              "use --pack, or neither"));
+  if (f.neat_pack && !f.pack) return fail(InvalidArgument("--neat-pack requires --pack (as MindSpeed-LLM)"));
   if (!f.prompt_type_path.empty())
     return fail(
         Unimplemented("--prompt-type-path: custom template files are not supported; use a built-in --prompt-type"));
@@ -53,6 +51,7 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
   io.append_eod = o.append_eod;
   io.log_interval = o.log_interval;
   io.pack = f.pack;
+  io.neat_pack = f.neat_pack;
   if (!f.map_keys.empty()) {
     auto columns = parse_map_keys(f.map_keys);
     if (!columns.ok()) return fail(columns.status());
@@ -78,6 +77,9 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
               f.pack ? "packs" : "samples", static_cast<long long>(stats->tokens),
               static_cast<long long>(stats->dropped), static_cast<long long>(f.seq_length),
               static_cast<long long>(stats->filtered));
+  if (f.neat_pack)
+    std::printf("--neat-pack: %lld samples cut to fit %lld tokens\n", static_cast<long long>(stats->cut),
+                static_cast<long long>(f.seq_length - 1));
   return 0;
 }
 }  // namespace
@@ -110,7 +112,10 @@ int run_preprocess(int argc, char** argv) {
   p.add("--map-keys", &inst.map_keys,
         "instruction handler: JSON object mapping prompt/query/response/system/history to the record's keys");
   p.add_flag("--pack", &inst.pack, "pack instruction samples into sequences of --seq-length (greedy knapsack)");
-  p.add_flag("--neat-pack", &inst.neat_pack, "neat packing of instruction samples (not supported yet)");
+  p.add_flag("--neat-pack", &inst.neat_pack,
+             "with --pack: the attention mask numbers each pack's samples 1, 2, ... (0 on padding) so that training "
+             "with --neat-pack --reset-attention-mask keeps attention inside each sample; long samples are cut to "
+             "--seq-length - 1 instead of dropped");
   p.group("output data");
   p.add("--output-prefix", &o.output_prefix, "output prefix: writes PREFIX_KEY_document.bin/.idx");
   p.group("runtime");

@@ -1,6 +1,7 @@
 // Alpaca records -> chat-template ids and labels -> the three packed instruction datasets.
 #include "data/instruction_preprocess.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -108,18 +109,37 @@ StatusOr<AlpacaConversation> alpaca_to_conversation(const std::string& line, con
   return conv;
 }
 
+std::pair<int64_t, int64_t> infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff) {
+  int64_t max_target;
+  if (target_len * 2 < cutoff) max_target = cutoff;
+  else if (source_len * 2 < cutoff) max_target = cutoff - source_len;
+  else  // Python's int() of the float product
+    max_target = static_cast<int64_t>(static_cast<double>(cutoff) *
+                                      (static_cast<double>(target_len) / static_cast<double>(source_len + target_len)));
+  const int64_t target = std::min(max_target, target_len);
+  const int64_t source = std::min(std::max<int64_t>(cutoff - target, 0), source_len);
+  return {source, target};
+}
+
 StatusOr<InstructionSample> tokenize_conversation(const ChatTemplate& t, const TemplateTokenizer& tok,
-                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod) {
+                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod,
+                                                  bool neat_pack) {
   std::vector<EncodedTurn> turns;
   GALE_RETURN_IF_ERROR(encode_conversation(t, tok, c.messages, c.system, seq_length, &turns));
   InstructionSample s;
   for (const EncodedTurn& turn : turns) {
     const bool eos_label = !s.input_ids.empty() && t.efficient_eos;
-    s.input_ids.insert(s.input_ids.end(), turn.source.begin(), turn.source.end());
-    for (size_t i = 0; i < turn.source.size(); ++i)
-      s.labels.push_back(eos_label && i == 0 ? tok.eos : kIgnoreLabel);
-    s.input_ids.insert(s.input_ids.end(), turn.target.begin(), turn.target.end());
-    s.labels.insert(s.labels.end(), turn.target.begin(), turn.target.end());
+    int64_t source_len = static_cast<int64_t>(turn.source.size()), target_len = static_cast<int64_t>(turn.target.size());
+    if (neat_pack) {
+      const auto [source_kept, target_kept] = infer_seqlen(source_len, target_len, seq_length - 1);
+      s.cut = s.cut || source_kept < source_len || target_kept < target_len;
+      source_len = source_kept;
+      target_len = target_kept;
+    }
+    s.input_ids.insert(s.input_ids.end(), turn.source.begin(), turn.source.begin() + source_len);
+    for (int64_t i = 0; i < source_len; ++i) s.labels.push_back(eos_label && i == 0 ? tok.eos : kIgnoreLabel);
+    s.input_ids.insert(s.input_ids.end(), turn.target.begin(), turn.target.begin() + target_len);
+    s.labels.insert(s.labels.end(), turn.target.begin(), turn.target.begin() + target_len);
   }
   if (t.efficient_eos) {
     s.input_ids.push_back(tok.eos);
@@ -155,6 +175,7 @@ Status write_packs(const std::vector<InstructionSample>& samples, const Instruct
   const int64_t capacity = o.seq_length - 1;
   while (!lengths.empty()) {
     InstructionSample pack;
+    int32_t segment = 0;  // --neat-pack: the sample's number in the pack
     int64_t remaining = capacity;
     while (true) {
       auto it = lengths.upper_bound(remaining);
@@ -167,12 +188,16 @@ Status write_packs(const std::vector<InstructionSample>& samples, const Instruct
       const InstructionSample& s = samples[indices.back()];
       indices.pop_back();
       pack.input_ids.insert(pack.input_ids.end(), s.input_ids.begin(), s.input_ids.end());
-      pack.attention_mask.insert(pack.attention_mask.end(), s.attention_mask.begin(), s.attention_mask.end());
+      ++segment;
+      if (o.neat_pack)
+        pack.attention_mask.insert(pack.attention_mask.end(), s.attention_mask.size(), segment);
+      else
+        pack.attention_mask.insert(pack.attention_mask.end(), s.attention_mask.begin(), s.attention_mask.end());
       pack.labels.insert(pack.labels.end(), s.labels.begin(), s.labels.end());
     }
     const size_t used = pack.input_ids.size();
     pack.input_ids.resize(static_cast<size_t>(o.seq_length), o.pad);
-    pack.attention_mask.resize(static_cast<size_t>(o.seq_length), 1);
+    pack.attention_mask.resize(static_cast<size_t>(o.seq_length), o.neat_pack ? 0 : 1);
     pack.labels.resize(static_cast<size_t>(o.seq_length), kIgnoreLabel);
     const int32_t lengths_of_pack[1] = {static_cast<int32_t>(o.seq_length)};
     GALE_RETURN_IF_ERROR(writers[0]->add_document(pack.input_ids, lengths_of_pack));
@@ -192,6 +217,7 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
   if (o.output_prefix.empty()) return InvalidArgument("--output-prefix is required");
   if (o.append_eod && tok.eos < 0) return InvalidArgument("--append-eod: the tokenizer has no end-of-document token");
   if (o.pack && o.pad < 0) return InvalidArgument("--pack: the tokenizer has no pad or end token to pad packs with");
+  if (o.neat_pack && !o.pack) return InvalidArgument("--neat-pack requires --pack (as MindSpeed-LLM)");
   GALE_ASSIGN_OR_RETURN(auto reader, JsonlReader::open(o.input));
   InstructionPreprocessStats stats;
   stats.outputs = instruction_dataset_prefixes(o.output_prefix);
@@ -216,9 +242,17 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
       ++stats.filtered;  // no document at all, as MindSpeed-LLM's align_dataset filter
       continue;
     }
-    auto sample = tokenize_conversation(o.chat_template, tok, *conv, o.seq_length, o.append_eod ? tok.eos : -1);
+    auto sample = tokenize_conversation(o.chat_template, tok, *conv, o.seq_length, o.append_eod ? tok.eos : -1,
+                                        o.neat_pack);
     if (!sample.ok()) return where(sample.status());
-    const int32_t length = static_cast<int32_t>(sample->input_ids.size());
+    int32_t length = static_cast<int32_t>(sample->input_ids.size());
+    if (length >= o.seq_length && o.neat_pack) {  // cut, not dropped (_pack_serialize_to_disk)
+      sample->cut = true;
+      for (std::vector<int32_t>* v : {&sample->input_ids, &sample->attention_mask, &sample->labels})
+        v->resize(static_cast<size_t>(o.seq_length - 1));
+      length = static_cast<int32_t>(o.seq_length - 1);
+    }
+    stats.cut += sample->cut ? 1 : 0;
     if (length >= o.seq_length) {
       ++stats.dropped;
       if (!o.pack)

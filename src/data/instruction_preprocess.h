@@ -14,7 +14,8 @@
 // encode_conversation(cutoff_len = seq_length) are concatenated; user ids get label -100 (with
 // efficient_eos the first id of every user turn after the first is labelled EOS instead);
 // assistant ids are their own labels; efficient_eos appends EOS, --append-eod appends the EOD
-// (both labelled with themselves). Attention mask: all ones.
+// (both labelled with themselves). Attention mask: all ones. With --neat-pack each turn is first
+// cut again to fit seq_length - 1 (_infer_seqlen, below), as MindSpeed-LLM does there.
 //
 // Output (BaseDatasetHandler._serialize_to_disk): PREFIX_packed_{input_ids,attention_mask,labels}
 // _document.bin/.idx, int32, one sequence per record. A record whose ids number seq_length or
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -52,10 +54,17 @@ StatusOr<AlpacaConversation> alpaca_to_conversation(const std::string& line, con
 
 struct InstructionSample {
   std::vector<int32_t> input_ids, attention_mask, labels;
+  bool cut = false;  // --neat-pack shortened a turn to fit seq_length - 1
 };
 // The ids and labels of one conversation (the header comment). `eod` < 0: no --append-eod.
 StatusOr<InstructionSample> tokenize_conversation(const ChatTemplate& t, const TemplateTokenizer& tok,
-                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod);
+                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod,
+                                                  bool neat_pack = false);
+
+// LLaMA-Factory's _infer_seqlen: the {source, target} lengths after cutting a turn to `cutoff`.
+// If 2·target < cutoff only the source is cut; else if 2·source < cutoff only the target; else
+// the target keeps int(cutoff · target / (source + target)) and the source the rest.
+std::pair<int64_t, int64_t> infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff);
 
 struct InstructionPreprocessOptions {
   std::string input;          // .jsonl (or .jsonl.gz)
@@ -72,6 +81,11 @@ struct InstructionPreprocessOptions {
   // with `pad`, attention mask 1, labels -100): one sequence of seq_length per pack, no empty
   // documents for dropped samples.
   bool pack = false;
+  // --neat-pack (with --pack): samples of seq_length ids or more are cut to seq_length - 1 instead
+  // of dropped, and each pack's attention mask numbers its samples 1, 2, ... in pack order, with 0
+  // on the padding: training with --neat-pack --reset-attention-mask keeps attention inside each
+  // sample (data/instruction_dataset.h).
+  bool neat_pack = false;
   int32_t pad = -1;
 };
 
@@ -79,6 +93,7 @@ struct InstructionPreprocessStats {
   int64_t records = 0;  // non-blank lines read
   int64_t written = 0;  // sequences written (packs with --pack)
   int64_t dropped = 0;  // records of seq_length ids or more
+  int64_t cut = 0;      // --neat-pack: records cut to fit seq_length - 1 (instead of dropped)
   int64_t filtered = 0;  // records without a response (skipped, no document)
   int64_t tokens = 0;   // input ids written
   std::vector<std::string> outputs;  // the three prefixes

@@ -1,7 +1,7 @@
 // `gale preprocess --handler-name AlpacaStyleInstructionHandler`: byte-identical to the datasets of
 // tools/reference/sft_reference.py (an independent statement of MindSpeed-LLM's rules with the HF
-// tokenizers library) for the empty, qwen, alpaca and llama3 templates, with and without --pack;
-// clear errors otherwise.
+// tokenizers library) for the empty, qwen, alpaca and llama3 templates, with and without --pack,
+// and with --pack --neat-pack; clear errors otherwise.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -40,6 +40,10 @@ TEST(SftPreprocess, ByteIdenticalToTheReferenceForEveryTemplate) {
       {"llama3", hf("llama3_style") + " --prompt-type llama3 --seq-length 200 --map-keys " + kFullKeys},
       {"qwen_pack", hf("qwen2_style") + " --prompt-type qwen --seq-length 120 --pack --map-keys " + kFullKeys},
       {"llama3_pack", hf("llama3_style") + " --prompt-type llama3 --seq-length 200 --pack --map-keys " + kFullKeys},
+      {"qwen_neat",
+       hf("qwen2_style") + " --prompt-type qwen --seq-length 100 --pack --neat-pack --map-keys " + kFullKeys},
+      {"llama3_neat", hf("llama3_style") + " --prompt-type llama3 --seq-length 140 --pack --neat-pack --append-eod "
+                                           "--map-keys " + kFullKeys},
   };
   for (const SftRun& run : runs) {
     SCOPED_TRACE(run.name);
@@ -70,6 +74,19 @@ TEST(SftPreprocess, ReportsDroppedSamples) {
   EXPECT_NE(r.out.find("1 dropped with 120 or more tokens (--seq-length), 2 without a response skipped"),
             std::string::npos)
       << r.out;
+}
+
+// --neat-pack cuts what --pack drops: the long story (one record) is cut to fit seq_length - 1
+// ids, and the cut is reported.
+TEST(SftPreprocess, NeatPackCutsLongSamplesInsteadOfDroppingThem) {
+  TempDir dir;
+  auto r = run_gale("preprocess --handler-name AlpacaStyleInstructionHandler --input " + kRef +
+                        "/alpaca.jsonl --output-prefix " + dir.file("out") + " " + hf("qwen2_style") +
+                        " --prompt-type qwen --seq-length 100 --pack --neat-pack",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 dropped with 100 or more tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--neat-pack: 1 samples cut to fit 99 tokens"), std::string::npos) << r.out;
 }
 
 class SftPreprocessErrors : public ::testing::Test {
@@ -118,7 +135,7 @@ TEST_F(SftPreprocessErrors, UnknownTemplateHandlerAndFlags) {
                     "--prompt-type: expected one of empty, qwen, llama3, alpaca, found 'chatgpt'");
   expect_fails_with(run(ok, hf("llama3_style") + " --prompt-type qwen --seq-length 64"),
                     "the tokenizer has no token '<|im_end|>'");
-  expect_fails_with(run(ok, qwen_ + " --neat-pack"), "--neat-pack: not supported yet");
+  expect_fails_with(run(ok, qwen_ + " --neat-pack"), "--neat-pack requires --pack");
   expect_fails_with(run(ok, hf("qwen2_style") + " --prompt-type qwen"), "--seq-length: expected a positive integer");
   expect_fails_with(run(ok, qwen_ + " --map-keys '{\"answer\":\"x\"}'"), "--map-keys: expected keys among");
   std::ofstream(dir_.file("in.jsonl")) << ok;

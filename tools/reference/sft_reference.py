@@ -53,6 +53,11 @@ PACK_CONFIGS = [
     ("qwen_pack", "qwen2_style", "qwen", FULL_KEYS, 120, False),
     ("llama3_pack", "llama3_style", "llama3", FULL_KEYS, 200, False),
 ]
+# --pack --neat-pack: short enough that the long story is cut (per turn, then to seq_length - 1)
+NEAT_CONFIGS = [
+    ("qwen_neat", "qwen2_style", "qwen", FULL_KEYS, 100, False),
+    ("llama3_neat", "llama3_style", "llama3", FULL_KEYS, 140, True),
+]
 
 BOS, EOS = "<bos>", "<eos>"  # slot markers
 # The four templates as configs/finetune/templates.json defines them (unset formatters take the
@@ -117,7 +122,20 @@ def slot_ids(slots, content, tok, bos, eos):
     return ids
 
 
-def encode(rec, keys, tmpl, tok, seq_length, append_eod):
+def infer_seqlen(source_len, target_len, cutoff):
+    """LLaMA-Factory's _infer_seqlen (MindSpeed-LLM's copy in decoder_packed_mtf_dataset.py)."""
+    if target_len * 2 < cutoff:
+        max_target = cutoff
+    elif source_len * 2 < cutoff:
+        max_target = cutoff - source_len
+    else:
+        max_target = int(cutoff * (target_len / (source_len + target_len)))
+    target = min(max_target, target_len)
+    source = min(max(cutoff - target, 0), source_len)
+    return source, target
+
+
+def encode(rec, keys, tmpl, tok, seq_length, append_eod, neat=False):
     eos = tok.convert_tokens_to_ids(tmpl["replace_eos"]) if tmpl["replace_eos"] else tok.eos_token_id
     bos = tok.bos_token_id
     msgs, system = conversation(rec, keys)
@@ -145,6 +163,9 @@ def encode(rec, keys, tmpl, tok, seq_length, append_eod):
         max_src = max_len - min(max_tgt, len(tgt))
         src, tgt = src[:max_src], tgt[:max_tgt]
         total += len(src) + len(tgt)
+        if neat:  # _tokenize_prompt cuts each turn again for --neat-pack
+            keep_src, keep_tgt = infer_seqlen(len(src), len(tgt), seq_length - 1)
+            src, tgt = src[:keep_src], tgt[:keep_tgt]
         input_ids += src + tgt
         labels += [IGNORE] * len(src) + tgt
     if append_eod:
@@ -153,8 +174,9 @@ def encode(rec, keys, tmpl, tok, seq_length, append_eod):
     return input_ids, labels
 
 
-def pack(samples, seq_length, pad):
-    """_pack_serialize_to_disk without neat packing: greedy knapsack into seq_length - 1, padded packs."""
+def pack(samples, seq_length, pad, neat=False):
+    """_pack_serialize_to_disk: greedy knapsack into seq_length - 1, padded packs; with neat packing
+    the attention mask numbers the pack's samples 1, 2, ... and is 0 on the padding."""
     by_length = {}
     for n, (ids, labels) in enumerate(samples):
         by_length.setdefault(len(ids), []).append(n)
@@ -169,13 +191,14 @@ def pack(samples, seq_length, pad):
             x = numbers.pop(fits[-1])
             remaining -= x
             taken.append(x)
-        ids, labels = [], []
-        for x in taken:
+        ids, masks, labels = [], [], []
+        for k, x in enumerate(taken):
             n = by_length[x].pop()
             ids += samples[n][0]
+            masks += [k + 1 if neat else 1] * len(samples[n][0])
             labels += samples[n][1]
         pad_len = seq_length - len(ids)
-        packs.append((ids + [pad] * pad_len, [1] * seq_length, labels + [IGNORE] * pad_len))
+        packs.append((ids + [pad] * pad_len, masks + [0 if neat else 1] * pad_len, labels + [IGNORE] * pad_len))
     return packs
 
 
@@ -258,6 +281,20 @@ def main():
         for k, key in enumerate(("input_ids", "attention_mask", "labels")):
             write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
         print(name, "packs of", [len(s[0]) for s in samples], "->", len(packs))
+    for name, folder, tmpl, keys, seq_length, eod in NEAT_CONFIGS:
+        tok = load_tokenizer(folder)
+        samples = []
+        for r in RECORDS:
+            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod, neat=True)
+            if i is not None:  # long samples are cut to seq_length - 1, not dropped
+                samples.append((i[:seq_length - 1], l[:seq_length - 1]))
+        t = TEMPLATES[tmpl]
+        eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        packs = pack(samples, seq_length, pad, neat=True)
+        for k, key in enumerate(("input_ids", "attention_mask", "labels")):
+            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
+        print(name, "neat packs of", [len(s[0]) for s in samples], "->", len(packs))
     order = {}
     for split, size, seed, gbs_samples in (("90,5,5", 37, 1234, 100), ("98,2,0", 5, 7, 12), ("1", 3, 42, 4)):
         bounds = legacy_split(split, size)
