@@ -1,6 +1,7 @@
 // The legacy split, the shuffled document order and the samples of instruction datasets.
 #include "data/instruction_dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -56,9 +57,9 @@ StatusOr<std::shared_ptr<const InstructionSources>> InstructionSources::open(con
   s->prefix = prefix;
   std::vector<std::string> names = instruction_dataset_prefixes(prefix);
   GALE_ASSIGN_OR_RETURN(s->input_ids, IndexedDataset::open(names[0], mmap));
-  GALE_ASSIGN_OR_RETURN(auto mask, IndexedDataset::open(names[1], mmap));
+  GALE_ASSIGN_OR_RETURN(s->attention_mask, IndexedDataset::open(names[1], mmap));
   GALE_ASSIGN_OR_RETURN(s->labels, IndexedDataset::open(names[2], mmap));
-  for (const IndexedDataset* d : {s->input_ids.get(), mask.get(), s->labels.get()}) {
+  for (const IndexedDataset* d : {s->input_ids.get(), s->attention_mask.get(), s->labels.get()}) {
     if (d->dtype() != TokenDType::kInt32)
       return DataLoss("--data-path ", d->prefix(), ": expected int32 ids (MindSpeed-LLM's instruction datasets), "
                       "found ",
@@ -68,14 +69,16 @@ StatusOr<std::shared_ptr<const InstructionSources>> InstructionSources::open(con
                       names[0], " has ", s->input_ids->num_sequences());
   }
   for (int64_t i = 0; i < s->input_ids->num_sequences(); ++i)
-    if (s->input_ids->sequence_lengths()[i] != s->labels->sequence_lengths()[i])
-      return DataLoss("--data-path ", prefix, ": sample ", i, " has ", s->input_ids->sequence_lengths()[i],
-                      " input ids but ", s->labels->sequence_lengths()[i], " labels");
+    for (const IndexedDataset* d : {s->attention_mask.get(), s->labels.get()})
+      if (s->input_ids->sequence_lengths()[i] != d->sequence_lengths()[i])
+        return DataLoss("--data-path ", prefix, ": sample ", i, " has ", s->input_ids->sequence_lengths()[i],
+                        " input ids but ", d->sequence_lengths()[i], " entries in ", d->prefix());
   return std::shared_ptr<const InstructionSources>(std::move(s));
 }
 
 Status assemble_instruction_sample(std::span<const int32_t> input_ids, std::span<const int32_t> labels,
-                                   const InstructionSampleOptions& o, TrainingSample* out) {
+                                   std::span<const int32_t> attention_mask, const InstructionSampleOptions& o,
+                                   TrainingSample* out) {
   const int64_t S = o.seq_length, L = static_cast<int64_t>(input_ids.size());
   if (L > S)
     return FailedPrecondition("a sample has ", L, " tokens, more than --seq-length ", S,
@@ -101,6 +104,32 @@ Status assemble_instruction_sample(std::span<const int32_t> input_ids, std::span
     out->position_ids[i] = static_cast<int32_t>(i);
   }
   out->unpadded_length = L;
+  if (o.reset_attention_mask) {
+    // Documents (and position runs) of the stored ids; the padding after them keeps the last ones.
+    // Neat packs: sample k (mask k) is document k - 1 and the pack's padding (mask 0) one more
+    // after the last sample, so that the ids never decrease.
+    int32_t doc = 0, position = 0, samples = 0;
+    for (int64_t i = 0; i < S; ++i) {
+      bool padding = false;
+      if (i < L && o.neat_pack) {
+        const int32_t m = attention_mask[i];
+        if (m < 0 || (m > 0 && m < samples) || (m > samples + 1) || (m > 0 && i > 0 && attention_mask[i - 1] == 0))
+          return DataLoss("attention mask value ", m, " at position ", i,
+                          ": a --neat-pack mask numbers the samples 1, 2, ... in order, then 0 on the padding");
+        if (i > 0 && m != attention_mask[i - 1]) position = 0;
+        samples = std::max(samples, m);
+        padding = m == 0;
+        doc = padding ? samples : m - 1;
+      }
+      out->document_ids[i] = doc;
+      if (o.reset_position_ids) out->position_ids[i] = padding ? 0 : position;
+      ++position;
+      if (!o.neat_pack && i < L && input_ids[i] == o.eos) {  // a new document after each EOS
+        ++doc;
+        position = 0;
+      }
+    }
+  }
   return Status::Ok();
 }
 
@@ -115,12 +144,14 @@ class InstructionDataset : public SampleDataset {
     if (index < 0 || index >= size()) return OutOfRange("sample ", index, " of ", size());
     const int64_t doc = order_[static_cast<size_t>(index)];
     const int64_t length = sources_->input_ids->sequence_lengths()[doc];
-    thread_local std::vector<int32_t> ids, labels;
+    thread_local std::vector<int32_t> ids, labels, mask;
     ids.resize(static_cast<size_t>(length));
     labels.resize(static_cast<size_t>(length));
+    mask.resize(o_.neat_pack ? static_cast<size_t>(length) : 0);
     GALE_RETURN_IF_ERROR(sources_->input_ids->read(doc, 0, length, ids.data()));
     GALE_RETURN_IF_ERROR(sources_->labels->read(doc, 0, length, labels.data()));
-    Status s = assemble_instruction_sample(ids, labels, o_, out);
+    if (o_.neat_pack) GALE_RETURN_IF_ERROR(sources_->attention_mask->read(doc, 0, length, mask.data()));
+    Status s = assemble_instruction_sample(ids, labels, mask, o_, out);
     if (!s.ok()) return Status(s.code(), str_cat(sources_->prefix, ": document ", doc, ": ", s.message()));
     return Status::Ok();
   }

@@ -18,6 +18,17 @@
 // A label of -100 becomes id 0 (its loss mask is 0), pad tokens become 0 as in Megatron's
 // samples; positions 0..S-1; one document per sample. Documents longer than S are an error
 // (MindSpeed-LLM re-cuts them; preprocess with --seq-length <= the training one instead).
+//
+// Packed samples (DecoderPackedMTFDataset.__getitem__ with --reset-attention-mask), over the
+// stored ids (positions past them are padding and keep the last document and position run):
+//   --neat-pack: the attention mask numbers the pack's samples 1, 2, ... and is 0 on its padding;
+//     the document of a position is its mask value, and with --reset-position-ids positions count
+//     from 0 within each sample (0 on the padding), as _get_neat_pack_position_ids;
+//   otherwise: a new document starts after each EOS token (Megatron's EOD reset, the EOS staying
+//     with the document it ends), and --reset-position-ids restarts the positions there.
+// Attention then stays inside each document (MindSpeed-LLM passes the boundaries to flash
+// attention as actual_seq_len); --reset-position-ids needs --reset-attention-mask, the only place
+// MindSpeed-LLM resets them.
 #pragma once
 
 #include <array>
@@ -43,7 +54,7 @@ std::vector<int64_t> instruction_sample_order(int64_t begin, int64_t end, int64_
 // agree (int32, same sequence lengths; attention_mask must exist too).
 struct InstructionSources {
   std::string prefix;
-  std::unique_ptr<IndexedDataset> input_ids, labels;
+  std::unique_ptr<IndexedDataset> input_ids, attention_mask, labels;
   static StatusOr<std::shared_ptr<const InstructionSources>> open(const std::string& prefix, bool mmap);
   int64_t num_documents() const { return input_ids->num_sequences(); }
 };
@@ -52,12 +63,19 @@ struct InstructionSampleOptions {
   int64_t seq_length = 0;
   int32_t pad = 0;         // the tokenizer's pad id (its EOS when it has none)
   int64_t vocab_size = 0;  // ids must be < this
+  // Packed samples (header comment): documents from the attention mask (neat_pack) or the EOS.
+  bool reset_attention_mask = false;
+  bool reset_position_ids = false;
+  bool neat_pack = false;
+  int32_t eos = -1;  // the tokenizer's EOS
 };
 
-// Builds the TrainingSample of one document (header comment). Fails on a document longer than
-// seq_length or an id outside the vocabulary.
+// Builds the TrainingSample of one document (header comment); `attention_mask` (same length as the
+// ids) is read with neat_pack only. Fails on a document longer than seq_length or an id outside
+// the vocabulary.
 Status assemble_instruction_sample(std::span<const int32_t> input_ids, std::span<const int32_t> labels,
-                                   const InstructionSampleOptions& o, TrainingSample* out);
+                                   std::span<const int32_t> attention_mask, const InstructionSampleOptions& o,
+                                   TrainingSample* out);
 
 // One split: documents [begin, end) in instruction_sample_order.
 std::unique_ptr<SampleDataset> make_instruction_dataset(std::shared_ptr<const InstructionSources> sources,

@@ -148,6 +148,9 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_false("--no-mmap-bin-files", &a.mmap_bin_files, "read .bin files instead of mapping them");
   p.add_flag("--is-instruction-dataset", &a.is_instruction_dataset,
              "MindSpeed-LLM: --data-path is an instruction dataset (PREFIX_packed_*_document) for fine-tuning");
+  p.add_flag("--neat-pack", &a.neat_pack,
+             "MindSpeed-LLM: the instruction dataset is neat-packed (its attention mask numbers each pack's samples); "
+             "needs --reset-attention-mask");
   p.add_flag("--variable-seq-lengths", &a.variable_seq_lengths,
              "micro-batches of different sequence lengths: an instruction dataset's micro-batch is padded to its "
              "longest sample instead of --seq-length (level 2)");

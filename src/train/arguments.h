@@ -140,6 +140,9 @@ struct DataArgs {
   // MindSpeed-LLM's --is-instruction-dataset: --data-path P names P_packed_{input_ids,attention_mask,
   // labels}_document made by `gale preprocess --handler-name AlpacaStyleInstructionHandler`.
   bool is_instruction_dataset = false;
+  // MindSpeed-LLM's --neat-pack: the instruction dataset was preprocessed with --pack --neat-pack;
+  // with --reset-attention-mask (required) attention stays inside each packed sample.
+  bool neat_pack = false;
   // Megatron's --variable-seq-lengths: micro-batches may have different sequence lengths. With an
   // instruction dataset each micro-batch is padded only to its longest sample (MindSpeed-LLM's
   // collator, PaddingStrategy.LONGEST); the feature manager turns it off below level 2

@@ -118,15 +118,24 @@ Status build_instruction_data(const Arguments& args, const SplitSampleCounts& co
     return InvalidArgument("--is-instruction-dataset: expected one --data-path PREFIX (MindSpeed-LLM supports a single "
                            "instruction dataset), found ",
                            d.data_path.size(), " --data-path entries");
-  if (d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss)
-    return Unimplemented("--is-instruction-dataset with --reset-position-ids, --reset-attention-mask or "
-                         "--eod-mask-loss: not supported (they apply to packed samples)");
+  if (d.eod_mask_loss)
+    return Unimplemented("--is-instruction-dataset with --eod-mask-loss: not supported (MindSpeed-LLM masks by the "
+                         "labels of instruction samples)");
+  if (d.neat_pack && !d.reset_attention_mask)
+    return InvalidArgument("--neat-pack requires --reset-attention-mask (as MindSpeed-LLM)");
+  if (d.reset_position_ids && !d.reset_attention_mask)
+    return InvalidArgument("--reset-position-ids with --is-instruction-dataset requires --reset-attention-mask "
+                           "(MindSpeed-LLM resets the positions of packed samples only there)");
   GALE_ASSIGN_OR_RETURN(auto sources, InstructionSources::open(d.data_path[0], d.mmap_bin_files));
   GALE_ASSIGN_OR_RETURN(auto bounds, legacy_split_bounds(d.split, sources->num_documents()));
   InstructionSampleOptions o;
   o.seq_length = args.model.seq_length;
   o.vocab_size = out->vocab_size;
   o.pad = out->eod;  // MindSpeed-LLM: the tokenizer's pad token, or its EOS when it has none
+  o.eos = out->eod;
+  o.reset_attention_mask = d.reset_attention_mask;
+  o.reset_position_ids = d.reset_position_ids;
+  o.neat_pack = d.neat_pack;
   if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(out->tokenizer.get()); hf && hf->pad_token_id() >= 0)
     o.pad = hf->pad_token_id();
   else if (out->tokenizer->pad() >= 0)
@@ -201,6 +210,7 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     GALE_RETURN_IF_ERROR(build_instruction_data(args, pretrain_sample_counts(args), &out, log));
     return out;
   }
+  if (d.neat_pack) return InvalidArgument("--neat-pack: only with --is-instruction-dataset (a neat-packed dataset)");
   Builder b{args, {}, d.data_cache_path, d.split, {}};
   b.params.seq_length = args.model.seq_length;
   b.params.seed = static_cast<uint32_t>(args.training.seed);

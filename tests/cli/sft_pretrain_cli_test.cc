@@ -4,6 +4,7 @@
 // the losses; flag errors are one line.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 
 #include "cli/cli_test_util.h"
@@ -135,6 +136,56 @@ TEST(SftPretrain, VariableSeqLengthsKeepTheLossesAndShrinkTheMicroBatches) {
       << cp.output;
 }
 
+// Neat packing is exact: with --reset-attention-mask --reset-position-ids every packed sample sees
+// only itself, from position 0, so one micro-batch holding all neat packs has the loss of one
+// micro-batch holding the same samples unpacked (the mean over the same labelled tokens). Without
+// the resets the packed samples see each other and the loss differs.
+TEST(SftPretrain, NeatPacksHaveTheLossOfTheirSamplesUnpacked) {
+  testing::TempDir dir;
+  {
+    std::ofstream in(dir.file("short.jsonl"));
+    for (const char* r : {R"({"instruction": "Name a colour.", "input": "", "output": "Blue."})",
+                          R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"})",
+                          R"({"instruction": "Greet me.", "input": "", "output": "Hello there!"})",
+                          R"({"instruction": "Say a word.", "input": "", "output": "Word."})",
+                          R"({"instruction": "", "input": "only an input", "output": "ok"})"})
+      in << r << "\n";
+  }
+  auto prep = [&](const std::string& out, const std::string& flags) {
+    auto p = testing::run_gale("preprocess --handler-name AlpacaStyleInstructionHandler --input " +
+                                   dir.file("short.jsonl") + " --output-prefix " + dir.file(out) +
+                                   " --tokenizer-type HuggingFaceTokenizer --tokenizer-model " + kQwen +
+                                   " --prompt-type qwen --seq-length 128 " + flags,
+                               dir.path());
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    return p.out;
+  };
+  prep("plain", "");
+  const std::string packed = prep("neat", "--pack --neat-pack");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(packed, m, std::regex(R"((\d+) packs written)"))) << packed;
+  const std::string packs = m[1];
+  ASSERT_NE(packs, "5") << "the five samples must share packs";
+  auto first_loss = [&](const std::string& prefix, const std::string& mbs, std::vector<std::string> extra) {
+    std::vector<std::string> flags = {"--micro-batch-size", mbs, "--global-batch-size", mbs, "--train-iters", "1",
+                                      "--attention-dropout", "0", "--hidden-dropout", "0"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    test::RunResult r = test::run_with_timeout(sft(dir.file(prefix), flags), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<double> l = losses(r.output);
+    return l.empty() ? -1.0 : l[0];
+  };
+  const double unpacked = first_loss("plain", "5", {});
+  const double neat = first_loss("neat", packs, {"--neat-pack", "--reset-attention-mask", "--reset-position-ids"});
+  EXPECT_NEAR(neat, unpacked, 1e-5 * unpacked);
+  const double leaky = first_loss("neat", packs, {});
+  EXPECT_GT(std::abs(leaky - unpacked), 1e-4 * unpacked);
+  // The resets are what makes it exact; --neat-pack alone is refused as MindSpeed-LLM does.
+  test::RunResult r = test::run_with_timeout(sft(dir.file("neat"), {"--neat-pack"}), {}, 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--neat-pack requires --reset-attention-mask"), std::string::npos) << r.output;
+}
+
 TEST(SftPretrain, FlagErrorsAreOneLine) {
   const std::string prefix = kRef + "/qwen";
   struct Case {
@@ -142,7 +193,8 @@ TEST(SftPretrain, FlagErrorsAreOneLine) {
     const char* fragment;
   } cases[] = {
       {{"--seq-length", "32", "--max-position-embeddings", "32"}, "more than --seq-length 32"},
-      {{"--reset-position-ids"}, "--is-instruction-dataset with --reset-position-ids"},
+      {{"--reset-position-ids"}, "--reset-position-ids with --is-instruction-dataset requires --reset-attention-mask"},
+      {{"--eod-mask-loss"}, "--is-instruction-dataset with --eod-mask-loss: not supported"},
   };
   for (const Case& c : cases) {
     test::RunResult r = test::run_with_timeout(sft(prefix, c.extra), {}, 120);

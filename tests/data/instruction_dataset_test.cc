@@ -49,12 +49,59 @@ TEST(InstructionDataset, SampleShiftsLabelsMasksPromptAndPads) {
   o.pad = 99;
   o.vocab_size = 100;
   TrainingSample s;
-  ASSERT_TRUE(assemble_instruction_sample(ids, labels, o, &s).ok());
+  ASSERT_TRUE(assemble_instruction_sample(ids, labels, {}, o, &s).ok());
   EXPECT_EQ(s.tokens, (std::vector<int32_t>{10, 11, 12, 13, 99, 99}));
   EXPECT_EQ(s.labels, (std::vector<int32_t>{0, 12, 13, 0, 0, 0}));
   EXPECT_EQ(s.loss_mask, (std::vector<float>{0, 1, 1, 0, 0, 0}));
   EXPECT_EQ(s.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(s.document_ids, (std::vector<int32_t>(6, 0)));
+}
+
+// A neat pack of two samples (3 and 2 ids) and its padding: documents from the attention mask
+// (padding one more after the last sample), positions within each sample (0 on the padding).
+TEST(InstructionDataset, NeatPackDocumentsAndPositionsComeFromTheAttentionMask) {
+  const std::vector<int32_t> ids = {10, 11, 12, 20, 21, 99, 99};
+  const std::vector<int32_t> labels = {kIgnoreLabel, 11, 12, kIgnoreLabel, 21, kIgnoreLabel, kIgnoreLabel};
+  const std::vector<int32_t> mask = {1, 1, 1, 2, 2, 0, 0};
+  InstructionSampleOptions o;
+  o.seq_length = 7;
+  o.pad = 99;
+  o.eos = 98;
+  o.vocab_size = 100;
+  o.reset_attention_mask = true;
+  o.neat_pack = true;
+  TrainingSample s;
+  ASSERT_TRUE(assemble_instruction_sample(ids, labels, mask, o, &s).ok());
+  EXPECT_EQ(s.document_ids, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(s.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));  // not reset without the flag
+  EXPECT_EQ(s.labels, (std::vector<int32_t>{11, 12, 0, 21, 0, 0, 0}));
+  EXPECT_EQ(s.loss_mask, (std::vector<float>{1, 1, 0, 1, 0, 0, 0}));
+  o.reset_position_ids = true;
+  ASSERT_TRUE(assemble_instruction_sample(ids, labels, mask, o, &s).ok());
+  EXPECT_EQ(s.position_ids, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 0}));
+  // A mask that is not 1, 2, ... then 0 is an error naming the position.
+  const std::vector<int32_t> bad = {1, 1, 2, 1, 2, 0, 0};
+  EXPECT_NE(assemble_instruction_sample(ids, labels, bad, o, &s).message().find("attention mask value 1 at position 3"),
+            std::string::npos);
+}
+
+// Packs without --neat-pack: a new document (and position run) after each EOS token.
+TEST(InstructionDataset, PackedDocumentsEndAtEachEos) {
+  const std::vector<int32_t> ids = {10, 11, 98, 20, 98, 99};
+  const std::vector<int32_t> labels = {kIgnoreLabel, 11, 98, kIgnoreLabel, 98, kIgnoreLabel};
+  InstructionSampleOptions o;
+  o.seq_length = 8;
+  o.pad = 99;
+  o.eos = 98;
+  o.vocab_size = 100;
+  o.reset_attention_mask = true;
+  TrainingSample s;
+  ASSERT_TRUE(assemble_instruction_sample(ids, labels, {}, o, &s).ok());
+  EXPECT_EQ(s.document_ids, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 2, 2}));
+  EXPECT_EQ(s.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  o.reset_position_ids = true;
+  ASSERT_TRUE(assemble_instruction_sample(ids, labels, {}, o, &s).ok());
+  EXPECT_EQ(s.position_ids, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 1, 2}));
 }
 
 TEST(InstructionDataset, SampleErrors) {
@@ -63,10 +110,10 @@ TEST(InstructionDataset, SampleErrors) {
   o.vocab_size = 100;
   TrainingSample s;
   const std::vector<int32_t> four = {1, 2, 3, 4};
-  EXPECT_NE(assemble_instruction_sample(four, four, o, &s).message().find("more than --seq-length 3"),
+  EXPECT_NE(assemble_instruction_sample(four, four, {}, o, &s).message().find("more than --seq-length 3"),
             std::string::npos);
   const std::vector<int32_t> bad = {1, 200};
-  EXPECT_NE(assemble_instruction_sample(bad, bad, o, &s).message().find("outside the tokenizer's vocabulary"),
+  EXPECT_NE(assemble_instruction_sample(bad, bad, {}, o, &s).message().find("outside the tokenizer's vocabulary"),
             std::string::npos);
 }
 
