@@ -7,6 +7,7 @@
 #include "cli/subcommands.h"
 #include "core/log.h"
 #include "data/instruction_preprocess.h"
+#include "data/sharegpt_records.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/arg_parser.h"
@@ -52,10 +53,22 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
   io.log_interval = o.log_interval;
   io.pack = f.pack;
   io.neat_pack = f.neat_pack;
-  if (!f.map_keys.empty()) {
-    auto columns = parse_map_keys(f.map_keys);
-    if (!columns.ok()) return fail(columns.status());
-    io.columns = *columns;
+  if (f.handler_name == "SharegptStyleInstructionHandler") {
+    SharegptColumns columns;
+    if (!f.map_keys.empty()) {
+      auto parsed = parse_sharegpt_map_keys(f.map_keys);
+      if (!parsed.ok()) return fail(parsed.status());
+      columns = *parsed;
+    }
+    io.convert = [columns](const std::string& line) { return sharegpt_to_conversation(line, columns); };
+  } else {
+    AlpacaColumns columns;
+    if (!f.map_keys.empty()) {
+      auto parsed = parse_map_keys(f.map_keys);
+      if (!parsed.ok()) return fail(parsed.status());
+      columns = *parsed;
+    }
+    io.convert = [columns](const std::string& line) { return alpaca_to_conversation(line, columns); };
   }
   TemplateTokenizer tok;
   tok.encode = [hf](std::string_view text, std::vector<int32_t>* ids) { return hf->encode_plain(text, ids); };
@@ -104,13 +117,16 @@ int run_preprocess(int argc, char** argv) {
   p.add("--lang", &lang, "sentence-splitting language (accepted; only used with --split-sentences)");
   p.group("instruction data (MindSpeed-LLM)");
   p.add("--handler-name", &inst.handler_name,
-        "GeneralPretrainHandler (the default: plain text), or AlpacaStyleInstructionHandler (Alpaca records "
-        "through a chat template into PREFIX_packed_{input_ids,attention_mask,labels}_document)");
+        "GeneralPretrainHandler (the default: plain text), AlpacaStyleInstructionHandler (Alpaca records) or "
+        "SharegptStyleInstructionHandler (ShareGPT conversations) through a chat template into "
+        "PREFIX_packed_{input_ids,attention_mask,labels}_document");
   p.add("--prompt-type", &inst.prompt_type, "chat template of the instruction handler: empty, qwen, llama3, alpaca");
   p.add("--prompt-type-path", &inst.prompt_type_path, "custom template file (not supported)");
   p.add("--seq-length", &inst.seq_length, "instruction handler: truncation length; samples this long are dropped");
   p.add("--map-keys", &inst.map_keys,
-        "instruction handler: JSON object mapping prompt/query/response/system/history to the record's keys");
+        "instruction handler: JSON object mapping the handler's columns to the record's keys (Alpaca: "
+        "prompt/query/response/system/history; ShareGPT: messages/system/tools and tags {role_tag, content_tag, "
+        "user_tag, assistant_tag, ...})");
   p.add_flag("--pack", &inst.pack, "pack instruction samples into sequences of --seq-length (greedy knapsack)");
   p.add_flag("--neat-pack", &inst.neat_pack,
              "with --pack: the attention mask numbers each pack's samples 1, 2, ... (0 on padding) so that training "
@@ -135,9 +151,11 @@ int run_preprocess(int argc, char** argv) {
   if (o.input.empty()) return fail(InvalidArgument("--input is required"));
   if (o.output_prefix.empty()) return fail(InvalidArgument("--output-prefix is required"));
   const bool instruction = !inst.handler_name.empty() && inst.handler_name != "GeneralPretrainHandler";
-  if (instruction && inst.handler_name != "AlpacaStyleInstructionHandler")
+  if (instruction && inst.handler_name != "AlpacaStyleInstructionHandler" &&
+      inst.handler_name != "SharegptStyleInstructionHandler")
     return fail(Unimplemented("--handler-name ", inst.handler_name,
-                              ": not supported (Gale has GeneralPretrainHandler and AlpacaStyleInstructionHandler)"));
+                              ": not supported (Gale has GeneralPretrainHandler, AlpacaStyleInstructionHandler and "
+                              "SharegptStyleInstructionHandler)"));
   if (!instruction && (!inst.prompt_type.empty() || inst.seq_length != -1 || !inst.map_keys.empty() || inst.pack))
     return fail(InvalidArgument("--prompt-type, --seq-length, --map-keys and --pack need --handler-name "
                                 "AlpacaStyleInstructionHandler"));

@@ -1,4 +1,4 @@
-// Alpaca records -> chat-template ids and labels -> the three packed instruction datasets.
+// Instruction records (Alpaca, ShareGPT) -> chat-template ids and labels -> the three packed instruction datasets.
 #include "data/instruction_preprocess.h"
 
 #include <algorithm>
@@ -58,14 +58,14 @@ Status optional_text(const json& record, const std::string& key, std::string* ou
 
 }  // namespace
 
-StatusOr<AlpacaConversation> alpaca_to_conversation(const std::string& line, const AlpacaColumns& c) {
+StatusOr<InstructionConversation> alpaca_to_conversation(const std::string& line, const AlpacaColumns& c) {
   json record = json::parse(line, nullptr, false);
   if (record.is_discarded()) return InvalidArgument("malformed JSON");
   if (!record.is_object()) return InvalidArgument("expected a JSON object, found ", record.type_name());
   for (const std::string* required : {&c.prompt, &c.response})
     if (!record.contains(*required)) return InvalidArgument("missing key '", *required, "'");
 
-  AlpacaConversation conv;
+  InstructionConversation conv;
   std::vector<ChatMessage> prompt;
   if (!c.history.empty() && record.contains(c.history) && !record[c.history].is_null()) {
     const json& h = record[c.history];
@@ -122,7 +122,7 @@ std::pair<int64_t, int64_t> infer_seqlen(int64_t source_len, int64_t target_len,
 }
 
 StatusOr<InstructionSample> tokenize_conversation(const ChatTemplate& t, const TemplateTokenizer& tok,
-                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod,
+                                                  const InstructionConversation& c, int64_t seq_length, int32_t eod,
                                                   bool neat_pack) {
   std::vector<EncodedTurn> turns;
   GALE_RETURN_IF_ERROR(encode_conversation(t, tok, c.messages, c.system, seq_length, &turns));
@@ -215,6 +215,7 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
                                                                 const TemplateTokenizer& tok, std::FILE* log) {
   if (o.seq_length < 1) return InvalidArgument("--seq-length: expected a positive integer, found ", o.seq_length);
   if (o.output_prefix.empty()) return InvalidArgument("--output-prefix is required");
+  if (!o.convert) return InvalidArgument("no record format (handler) given");
   if (o.append_eod && tok.eos < 0) return InvalidArgument("--append-eod: the tokenizer has no end-of-document token");
   if (o.pack && o.pad < 0) return InvalidArgument("--pack: the tokenizer has no pad or end token to pad packs with");
   if (o.neat_pack && !o.pack) return InvalidArgument("--neat-pack requires --pack (as MindSpeed-LLM)");
@@ -236,7 +237,7 @@ StatusOr<InstructionPreprocessStats> run_instruction_preprocess(const Instructio
     auto where = [&](const Status& s) {
       return Status(s.code(), str_cat(o.input, ":", reader->line_number(), ": ", s.message()));
     };
-    auto conv = alpaca_to_conversation(line, o.columns);
+    auto conv = o.convert(line);
     if (!conv.ok()) return where(conv.status());
     if (conv->messages.empty()) {
       ++stats.filtered;  // no document at all, as MindSpeed-LLM's align_dataset filter

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,11 +47,11 @@ StatusOr<AlpacaColumns> parse_map_keys(const std::string& json_text);
 // One record turned into a conversation and its system text (no messages: the record has no
 // response and is skipped). Errors (without file/line): not a
 // JSON object, a missing prompt or response key, a value of the wrong type.
-struct AlpacaConversation {
+struct InstructionConversation {
   std::vector<ChatMessage> messages;
   std::string system;
 };
-StatusOr<AlpacaConversation> alpaca_to_conversation(const std::string& line, const AlpacaColumns& columns);
+StatusOr<InstructionConversation> alpaca_to_conversation(const std::string& line, const AlpacaColumns& columns);
 
 struct InstructionSample {
   std::vector<int32_t> input_ids, attention_mask, labels;
@@ -58,7 +59,7 @@ struct InstructionSample {
 };
 // The ids and labels of one conversation (the header comment). `eod` < 0: no --append-eod.
 StatusOr<InstructionSample> tokenize_conversation(const ChatTemplate& t, const TemplateTokenizer& tok,
-                                                  const AlpacaConversation& c, int64_t seq_length, int32_t eod,
+                                                  const InstructionConversation& c, int64_t seq_length, int32_t eod,
                                                   bool neat_pack = false);
 
 // LLaMA-Factory's _infer_seqlen: the {source, target} lengths after cutting a turn to `cutoff`.
@@ -66,10 +67,14 @@ StatusOr<InstructionSample> tokenize_conversation(const ChatTemplate& t, const T
 // the target keeps int(cutoff · target / (source + target)) and the source the rest.
 std::pair<int64_t, int64_t> infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff);
 
+// One input line -> its conversation (alpaca_to_conversation, sharegpt_to_conversation in
+// data/sharegpt_records.h); no messages: the record is skipped.
+using RecordConverter = std::function<StatusOr<InstructionConversation>(const std::string& line)>;
+
 struct InstructionPreprocessOptions {
   std::string input;          // .jsonl (or .jsonl.gz)
   std::string output_prefix;  // "_packed_<key>_document" is appended
-  AlpacaColumns columns;
+  RecordConverter convert;    // the handler's record format
   ChatTemplate chat_template;
   int64_t seq_length = 0;
   bool append_eod = false;

@@ -26,6 +26,7 @@ const std::string kFullKeys =
 struct SftRun {
   const char* name;
   std::string flags;
+  const char* input = "alpaca.jsonl";
 };
 
 std::string hf(const char* folder) {
@@ -44,12 +45,17 @@ TEST(SftPreprocess, ByteIdenticalToTheReferenceForEveryTemplate) {
        hf("qwen2_style") + " --prompt-type qwen --seq-length 100 --pack --neat-pack --map-keys " + kFullKeys},
       {"llama3_neat", hf("llama3_style") + " --prompt-type llama3 --seq-length 140 --pack --neat-pack --append-eod "
                                            "--map-keys " + kFullKeys},
+      {"sharegpt_qwen", hf("qwen2_style") + " --prompt-type qwen --seq-length 120 --map-keys '{\"system\":\"system\"}'",
+       "sharegpt.jsonl"},
+      {"sharegpt_llama3", hf("llama3_style") + " --prompt-type llama3 --seq-length 200", "sharegpt.jsonl"},
   };
   for (const SftRun& run : runs) {
     SCOPED_TRACE(run.name);
     TempDir dir;
-    auto r = run_gale("preprocess --handler-name AlpacaStyleInstructionHandler --input " + kRef +
-                          "/alpaca.jsonl --output-prefix " + dir.file("out") + " " + run.flags,
+    const std::string handler = std::string(run.input) == "sharegpt.jsonl" ? "SharegptStyleInstructionHandler"
+                                                                          : "AlpacaStyleInstructionHandler";
+    auto r = run_gale("preprocess --handler-name " + handler + " --input " + kRef + "/" + run.input +
+                          " --output-prefix " + dir.file("out") + " " + run.flags,
                       dir.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const char* key : {"input_ids", "attention_mask", "labels"}) {
@@ -87,6 +93,47 @@ TEST(SftPreprocess, NeatPackCutsLongSamplesInsteadOfDroppingThem) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("0 dropped with 100 or more tokens"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--neat-pack: 1 samples cut to fit 99 tokens"), std::string::npos) << r.out;
+}
+
+// ShareGPT records MindSpeed-LLM skips (first message not from the user, an odd count, no
+// messages) write no document and are counted; tool turns and tool descriptions are refused.
+TEST(SftPreprocess, ShareGptSkipsBrokenConversationsAndRefusesToolTurns) {
+  TempDir dir;
+  auto r = run_gale("preprocess --handler-name SharegptStyleInstructionHandler --input " + kRef +
+                        "/sharegpt.jsonl --output-prefix " + dir.file("out") + " " + hf("qwen2_style") +
+                        " --prompt-type qwen --seq-length 120",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 records: 4 samples written"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 dropped with 120 or more tokens (--seq-length), 3 without a response skipped"),
+            std::string::npos)
+      << r.out;
+  std::ofstream(dir.file("tool.jsonl"))
+      << R"({"conversations": [{"from": "human", "value": "weather?"}, {"from": "function_call", "value": "{}"}]})"
+      << "\n";
+  r = run_gale("preprocess --handler-name SharegptStyleInstructionHandler --input " + dir.file("tool.jsonl") +
+                   " --output-prefix " + dir.file("t") + " " + hf("qwen2_style") + " --prompt-type qwen --seq-length 64",
+               dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tool.jsonl:1: role 'function_call': observation and function messages are not supported yet"),
+            std::string::npos)
+      << r.err;
+  std::ofstream(dir.file("tools.jsonl"))
+      << R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "tools": "[{}]"})"
+      << "\n";
+  r = run_gale("preprocess --handler-name SharegptStyleInstructionHandler --input " + dir.file("tools.jsonl") +
+                   " --output-prefix " + dir.file("u") + " " + hf("qwen2_style") +
+                   " --prompt-type qwen --seq-length 64 --map-keys '{\"tools\":\"tools\"}'",
+               dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("key 'tools': tool descriptions are not supported yet"), std::string::npos) << r.err;
+  r = run_gale("preprocess --handler-name SharegptStyleInstructionHandler --input " + dir.file("tools.jsonl") +
+                   " --output-prefix " + dir.file("v") + " " + hf("qwen2_style") +
+                   " --prompt-type qwen --seq-length 64 --map-keys '{\"prompt\":\"x\"}'",
+               dir.path());
+  EXPECT_NE(r.err.find("--map-keys: expected keys among messages, system, tools, tags, found 'prompt'"),
+            std::string::npos)
+      << r.err;
 }
 
 class SftPreprocessErrors : public ::testing::Test {
@@ -139,10 +186,10 @@ TEST_F(SftPreprocessErrors, UnknownTemplateHandlerAndFlags) {
   expect_fails_with(run(ok, hf("qwen2_style") + " --prompt-type qwen"), "--seq-length: expected a positive integer");
   expect_fails_with(run(ok, qwen_ + " --map-keys '{\"answer\":\"x\"}'"), "--map-keys: expected keys among");
   std::ofstream(dir_.file("in.jsonl")) << ok;
-  auto r = run_gale("preprocess --handler-name SharegptStyleInstructionHandler --input " + dir_.file("in.jsonl") +
+  auto r = run_gale("preprocess --handler-name AlpacaStylePairwiseHandler --input " + dir_.file("in.jsonl") +
                         " --output-prefix " + dir_.file("out") + " " + qwen_,
                     dir_.path());
-  expect_fails_with(r, "--handler-name SharegptStyleInstructionHandler: not supported");
+  expect_fails_with(r, "--handler-name AlpacaStylePairwiseHandler: not supported");
 }
 
 }  // namespace

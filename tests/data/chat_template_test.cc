@@ -66,7 +66,7 @@ TEST(ChatTemplate, EfficientEosLabelsLaterUserTurnsAndEndsWithEos) {
   t.user = {{TemplateSlot::kText, "U{{content}}"}};
   t.assistant = {{TemplateSlot::kText, "{{content}}"}};
   t.efficient_eos = true;
-  AlpacaConversation c;
+  InstructionConversation c;
   c.messages = {{true, "a"}, {false, "b"}, {true, "c"}, {false, "d"}};
   auto s = tokenize_conversation(t, bytes_tokenizer(), c, 100, -1);
   ASSERT_TRUE(s.ok()) << s.status().message();

@@ -39,6 +39,30 @@ RECORDS = [
     {"instruction": "Empty answer list", "input": "", "output": []},
 ]
 
+# ShareGPT records (SharegptStyleInstructionHandler): a system message, a mapped system column,
+# multi-turn, then the records MindSpeed-LLM skips (wrong order, odd count, no messages) and one
+# whose missing content leaves an even, alternating list.
+SHAREGPT_RECORDS = [
+    {"conversations": [{"from": "human", "value": "Hi!"}, {"from": "gpt", "value": "Hello."}]},
+    {"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Capital of France?"},
+                       {"from": "gpt", "value": "Paris."}], "system": "ignored: the message wins"},
+    {"conversations": [{"from": "human", "value": "One"}, {"from": "gpt", "value": "Two"},
+                       {"from": "human", "value": "Three"}, {"from": "gpt", "value": "Four"}],
+     "system": "Count along."},
+    {"conversations": [{"from": "gpt", "value": "I speak first"}, {"from": "human", "value": "no"}]},
+    {"conversations": [{"from": "human", "value": "Alone"}]},
+    {"conversations": []},
+    {"conversations": [{"from": "human"}, {"from": "gpt"}, {"from": "human", "value": "Again?"},
+                       {"from": "gpt", "value": "Yes."}]},
+    {"conversations": [{"from": "human", "value": "Tell a long tale."},
+                       {"from": "gpt", "value": "A tale that goes on and on and on. " * 12}]},
+]
+# name, tokenizer folder, template, map_keys (None: the defaults), seq_length
+SHAREGPT_CONFIGS = [
+    ("sharegpt_qwen", "qwen2_style", "qwen", {"system": "system"}, 120),
+    ("sharegpt_llama3", "llama3_style", "llama3", None, 200),
+]
+
 # name, tokenizer folder, template, map_keys (None: the defaults), seq_length, append_eod
 # (PACK_CONFIGS: the same with --pack)
 FULL_KEYS = {"prompt": "instruction", "query": "input", "response": "output", "system": "system",
@@ -108,6 +132,27 @@ def conversation(rec, keys):
     return msgs, system
 
 
+def sharegpt_conversation(rec, keys):
+    """convert_sharegpt_to_intermediate with the default tags (from/value, human/gpt/system)."""
+    keys = keys or {}
+    msgs = rec["conversations"]
+    if msgs and msgs[0].get("from") == "system":
+        system, msgs = msgs[0]["value"], msgs[1:]
+    else:
+        system = rec.get(keys["system"]) if keys.get("system") else None
+    if not msgs:
+        return None, None
+    broken, aligned = False, []
+    for i, m in enumerate(msgs):
+        if m.get("from") != ("human" if i % 2 == 0 else "gpt"):
+            broken = True
+        if m.get("value") is not None:
+            aligned.append(("user" if m["from"] == "human" else "assistant", m["value"]))
+    if broken or len(aligned) % 2 != 0:
+        return None, None  # skipped, as the empty outputs are filtered
+    return aligned, system
+
+
 def slot_ids(slots, content, tok, bos, eos):
     ids = []
     for s in slots:
@@ -135,10 +180,10 @@ def infer_seqlen(source_len, target_len, cutoff):
     return source, target
 
 
-def encode(rec, keys, tmpl, tok, seq_length, append_eod, neat=False):
+def encode(rec, keys, tmpl, tok, seq_length, append_eod, neat=False, convert=None):
     eos = tok.convert_tokens_to_ids(tmpl["replace_eos"]) if tmpl["replace_eos"] else tok.eos_token_id
     bos = tok.bos_token_id
-    msgs, system = conversation(rec, keys)
+    msgs, system = (convert or conversation)(rec, keys)
     if msgs is None:
         return None, None
     system = system or tmpl["default_system"]
@@ -295,6 +340,24 @@ def main():
         for k, key in enumerate(("input_ids", "attention_mask", "labels")):
             write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
         print(name, "neat packs of", [len(s[0]) for s in samples], "->", len(packs))
+    with open(os.path.join(OUT, "sharegpt.jsonl"), "w", encoding="utf-8") as f:
+        for r in SHAREGPT_RECORDS:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    for name, folder, tmpl, keys, seq_length in SHAREGPT_CONFIGS:
+        tok = load_tokenizer(folder)
+        ids, masks, labels, kept = [], [], [], []
+        for r in SHAREGPT_RECORDS:
+            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, False, convert=sharegpt_conversation)
+            if i is None:
+                continue  # skipped: no document
+            keep = len(i) < seq_length
+            ids.append(i if keep else None)
+            masks.append([1] * len(i) if keep else None)
+            labels.append(l if keep else None)
+            kept.append(len(i) if keep else -len(i))
+        for key, docs in (("input_ids", ids), ("attention_mask", masks), ("labels", labels)):
+            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
+        print(name, "lengths (negative: dropped):", kept)
     order = {}
     for split, size, seed, gbs_samples in (("90,5,5", 37, 1234, 100), ("98,2,0", 5, 7, 12), ("1", 3, 42, 4)):
         bounds = legacy_split(split, size)
