@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Golden instruction datasets (MindSpeed-LLM's AlpacaStyleInstructionHandler) and SFT sample order.
+"""Golden instruction datasets (MindSpeed-LLM's Alpaca and ShareGPT instruction handlers, --pack, --neat-pack) and SFT sample order.
 
 An independent pure-Python statement of the rules Gale implements (read from MindSpeed-LLM's
 data_handler.py, templates.py, configs/finetune/templates.json, utils.py and
 decoder_packed_mtf_dataset.py; MindSpeed-LLM itself needs Ascend NPUs and is not imported), with
 the Hugging Face `tokenizers` library (through transformers) for the text -> ids step. Writes
-tests/data/reference/sft/: alpaca.jsonl (the input), <config>_packed_<key>_document.bin/.idx
+tests/data/reference/sft/: alpaca.jsonl and sharegpt.jsonl (the inputs), <config>_packed_<key>_document.bin/.idx
 (Megatron's MMIDIDX format, int32) and order.json (the shuffled document order of
 DecoderPackedMTFDataset and the legacy --split ranges).
 
@@ -290,74 +290,59 @@ def shuffle_order(start, count, num_samples, seed):
     return order
 
 
+def write_jsonl(file_name, records):
+    with open(os.path.join(OUT, file_name), "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def write_samples(name, records, folder, tmpl, keys, seq_length, eod, convert):
+    """One document per record; a record of seq_length ids or more leaves an empty document."""
+    tok = load_tokenizer(folder)
+    ids, masks, labels, kept = [], [], [], []
+    for r in records:
+        i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod, convert=convert)
+        if i is None:
+            continue  # filtered: not even an empty document
+        keep = len(i) < seq_length
+        ids.append(i if keep else None)
+        masks.append([1] * len(i) if keep else None)
+        labels.append(l if keep else None)
+        kept.append(len(i) if keep else -len(i))
+    for key, docs in (("input_ids", ids), ("attention_mask", masks), ("labels", labels)):
+        write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
+    print(name, "lengths (negative: dropped):", kept)
+
+
+def write_packs(name, folder, tmpl, keys, seq_length, eod, neat):
+    """--pack (and --neat-pack: long samples cut to seq_length - 1 instead of dropped)."""
+    tok = load_tokenizer(folder)
+    samples = []
+    for r in RECORDS:
+        i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod, neat=neat)
+        if i is not None and (neat or len(i) < seq_length):
+            samples.append((i[:seq_length - 1], l[:seq_length - 1]))
+    t = TEMPLATES[tmpl]
+    eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    packs = pack(samples, seq_length, pad, neat=neat)
+    for k, key in enumerate(("input_ids", "attention_mask", "labels")):
+        write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
+    print(name, "neat packs of" if neat else "packs of", [len(s[0]) for s in samples], "->", len(packs))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "alpaca.jsonl"), "w", encoding="utf-8") as f:
-        for r in RECORDS:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    summary = {}
+    write_jsonl("alpaca.jsonl", RECORDS)
     for name, folder, tmpl, keys, seq_length, eod in CONFIGS:
-        tok = load_tokenizer(folder)
-        ids, masks, labels, kept = [], [], [], []
-        for r in RECORDS:
-            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
-            if i is None:
-                continue  # filtered: not even an empty document
-            keep = len(i) < seq_length
-            ids.append(i if keep else None)
-            masks.append([1] * len(i) if keep else None)
-            labels.append(l if keep else None)
-            kept.append(len(i) if keep else -len(i))
-        for key, docs in (("input_ids", ids), ("attention_mask", masks), ("labels", labels)):
-            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
-        summary[name] = kept
-        print(name, "lengths (negative: dropped):", kept)
+        write_samples(name, RECORDS, folder, tmpl, keys, seq_length, eod, conversation)
     for name, folder, tmpl, keys, seq_length, eod in PACK_CONFIGS:
-        tok = load_tokenizer(folder)
-        samples = []
-        for r in RECORDS:
-            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod)
-            if i is not None and len(i) < seq_length:
-                samples.append((i, l))
-        t = TEMPLATES[tmpl]
-        eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        packs = pack(samples, seq_length, pad)
-        for k, key in enumerate(("input_ids", "attention_mask", "labels")):
-            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
-        print(name, "packs of", [len(s[0]) for s in samples], "->", len(packs))
+        write_packs(name, folder, tmpl, keys, seq_length, eod, neat=False)
     for name, folder, tmpl, keys, seq_length, eod in NEAT_CONFIGS:
-        tok = load_tokenizer(folder)
-        samples = []
-        for r in RECORDS:
-            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, eod, neat=True)
-            if i is not None:  # long samples are cut to seq_length - 1, not dropped
-                samples.append((i[:seq_length - 1], l[:seq_length - 1]))
-        t = TEMPLATES[tmpl]
-        eos = tok.convert_tokens_to_ids(t["replace_eos"]) if t["replace_eos"] else tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        packs = pack(samples, seq_length, pad, neat=True)
-        for k, key in enumerate(("input_ids", "attention_mask", "labels")):
-            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), [p[k] for p in packs])
-        print(name, "neat packs of", [len(s[0]) for s in samples], "->", len(packs))
-    with open(os.path.join(OUT, "sharegpt.jsonl"), "w", encoding="utf-8") as f:
-        for r in SHAREGPT_RECORDS:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write_packs(name, folder, tmpl, keys, seq_length, eod, neat=True)
+    write_jsonl("sharegpt.jsonl", SHAREGPT_RECORDS)
     for name, folder, tmpl, keys, seq_length in SHAREGPT_CONFIGS:
-        tok = load_tokenizer(folder)
-        ids, masks, labels, kept = [], [], [], []
-        for r in SHAREGPT_RECORDS:
-            i, l = encode(r, keys, TEMPLATES[tmpl], tok, seq_length, False, convert=sharegpt_conversation)
-            if i is None:
-                continue  # skipped: no document
-            keep = len(i) < seq_length
-            ids.append(i if keep else None)
-            masks.append([1] * len(i) if keep else None)
-            labels.append(l if keep else None)
-            kept.append(len(i) if keep else -len(i))
-        for key, docs in (("input_ids", ids), ("attention_mask", masks), ("labels", labels)):
-            write_mmidx(os.path.join(OUT, f"{name}_packed_{key}_document"), docs)
-        print(name, "lengths (negative: dropped):", kept)
+        write_samples(name, SHAREGPT_RECORDS, folder, tmpl, keys, seq_length, False, sharegpt_conversation)
     order = {}
     for split, size, seed, gbs_samples in (("90,5,5", 37, 1234, 100), ("98,2,0", 5, 7, 12), ("1", 3, 42, 4)):
         bounds = legacy_split(split, size)
