@@ -61,10 +61,12 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     log(str_cat("experts: ", m.moe.num_experts, " per layer, top-", m.moe.moe_router_topk, ", ffn ",
                 m.moe.moe_ffn_hidden_size, " (router_aux_loss_coef ", m.moe.moe_aux_loss_coeff,
                 " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
+  // bf16 weights stay bf16 (exactly: the mapping only copies), halving the memory and the files.
+  const DType store = hf.all_bf16() ? DType::kBF16 : DType::kF32;
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
-                        gale_tensors_from_hf(m, [&](const std::string& name, const Shape& shape) {
-                          return hf.read(name, shape);
-                        }));
+                        gale_tensors_from_hf(
+                            m, [&](const std::string& name, const Shape& shape) { return hf.read(name, shape); },
+                            store));
   for (const std::string& name : hf.unread())
     if (!hf_tensor_ignorable(m, name))
       return FailedPrecondition(o.load_dir, ": tensor '", name, "' has no place in a ", hf_architecture_name(m.arch),
@@ -92,7 +94,9 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                            {"directory", o.load_dir},
                            {"torch_dtype", m.torch_dtype}};
   GALE_RETURN_IF_ERROR(w.commit(sections));
-  log(str_cat("saved ", tensors.size(), " tensors to ", w.final_dir()));
+  log(str_cat("saved ", tensors.size(), " tensors (", dtype_name(store), ", ",
+              store == DType::kBF16 ? "the source's precision" : "exact for every source precision", ") to ",
+              w.final_dir()));
   return Status::Ok();
 }
 
@@ -115,28 +119,19 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size));
+  const bool to_bf16 = o.save_dtype == "bf16";
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
-                        hf_tensors_from_gale(m, [&](const std::string& name, const Shape& shape) {
-                          return r.read(name, shape, DType::kF32);
-                        }));
+                        hf_tensors_from_gale(
+                            m,
+                            [&](const std::string& name, const Shape& shape) {
+                              return r.read(name, shape, DType::kF32);
+                            },
+                            to_bf16 ? DType::kBF16 : DType::kF32));
   std::error_code ec;
   std::filesystem::create_directories(o.save_dir, ec);
   if (ec) return FailedPrecondition("--save-dir ", o.save_dir, ": cannot create the directory (", ec.message(), ")");
-  const bool to_bf16 = o.save_dtype == "bf16";
-  SafetensorsWriter sw;
-  std::vector<Tensor> keep;  // the writer references the data until write()
-  for (const NamedTensor& t : tensors) {
-    if (to_bf16) {
-      Tensor b = Tensor::empty(t.tensor.shape(), DType::kBF16);
-      const float* s = t.tensor.data<float>();
-      auto* d = b.data<bf16>();
-      for (int64_t i = 0; i < t.tensor.numel(); ++i) d[i] = float_to_bf16(s[i]);
-      keep.push_back(b);
-    } else {
-      keep.push_back(t.tensor);
-    }
-    GALE_RETURN_IF_ERROR(sw.add(t.name, keep.back()));
-  }
+  SafetensorsWriter sw;  // references the tensors' data until write()
+  for (const NamedTensor& t : tensors) GALE_RETURN_IF_ERROR(sw.add(t.name, t.tensor));
   sw.set_metadata("format", "pt");
   const std::string weights = (std::filesystem::path(o.save_dir) / "model.safetensors").string();
   GALE_RETURN_IF_ERROR(sw.write(weights).status());

@@ -5,7 +5,8 @@
 //   GaleToHfOptions b{.load_dir = "llama-gale", .save_dir = "llama-hf-out", .save_dtype = "bf16"};
 //   GALE_RETURN_IF_ERROR(convert_gale_to_hf(b, print));   // config.json + model.safetensors
 //
-// The Gale checkpoint is an ordinary one (iteration 0, one shard holding every tensor whole, f32),
+// The Gale checkpoint is an ordinary one (iteration 0, one shard holding every tensor whole; bf16
+// when every HF weight is bf16, else f32: both exact),
 // with the sections `gale pretrain --load` and `gale generate --use-checkpoint-args` read: "model",
 // "args" (every model flag, Megatron's names, plus vocab_size = HF's unpadded vocabulary),
 // "trainer" (iteration 0, nothing consumed) and "hf_source". Checkpoints saved by a parallel run

@@ -98,6 +98,12 @@ StatusOr<Tensor> HfFiles::read(const std::string& name, const Shape& shape) {
   return t;
 }
 
+bool HfFiles::all_bf16() const {
+  for (const auto& [name, loc] : tensors_)
+    if (st_dtype_is_float(loc.entry->dtype) && loc.entry->dtype != StDType::kBF16) return false;
+  return !tensors_.empty();
+}
+
 std::vector<std::string> HfFiles::unread() const {
   std::vector<std::string> out;
   for (const auto& [name, loc] : tensors_)

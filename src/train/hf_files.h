@@ -41,6 +41,8 @@ class HfFiles {
   StatusOr<Tensor> read(const std::string& name, const Shape& shape);
   // Names of tensors no read() has returned, sorted.
   std::vector<std::string> unread() const;
+  // Whether every floating-point tensor is stored as BF16 (then bf16 holds all of them exactly).
+  bool all_bf16() const;
 
  private:
   struct Location {

@@ -110,16 +110,28 @@ Dims dims(const HfModel& m) {
           a.padded_vocab_size, a.max_position_embeddings};
 }
 
-// One direction's list of outputs, built from a source of inputs.
+// One direction's list of outputs, built from a source of inputs; each output is stored in
+// `store` as it is put (its f32 intermediate is freed at once).
 class Mapper {
  public:
-  explicit Mapper(const TensorSource& src) : src_(src) {}
+  Mapper(const TensorSource& src, DType store) : src_(src), store_(store) {}
   StatusOr<Tensor> get(const std::string& name, const Shape& shape) { return src_(name, shape); }
-  void put(std::string name, Tensor t) { out_.push_back({std::move(name), std::move(t)}); }
+  void put(std::string name, Tensor t) {
+    if (store_ == DType::kBF16) t = to_bf16(t);
+    out_.push_back({std::move(name), std::move(t)});
+  }
   std::vector<NamedTensor> take() { return std::move(out_); }
 
  private:
+  static Tensor to_bf16(const Tensor& t) {
+    Tensor b = Tensor::empty(t.shape(), DType::kBF16);
+    const float* s = t.data<float>();
+    bf16* d = b.data<bf16>();
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = float_to_bf16(s[i]);
+    return b;
+  }
   const TensorSource& src_;
+  DType store_;
   std::vector<NamedTensor> out_;
 };
 
@@ -321,14 +333,14 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
 
 }  // namespace
 
-StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf) {
-  Mapper mp(hf);
+StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf, DType store) {
+  Mapper mp(hf, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gpt2_to_gale(m, mp) : llama_to_gale(m, mp));
   return mp.take();
 }
 
-StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale) {
-  Mapper mp(gale);
+StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale, DType store) {
+  Mapper mp(gale, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gale_to_gpt2(m, mp) : gale_to_llama(m, mp));
   return mp.take();
 }

@@ -32,17 +32,21 @@ namespace gale {
 
 struct NamedTensor {
   std::string name;
-  Tensor tensor;  // f32
+  Tensor tensor;  // f32, or bf16 when the mapping was asked to store bf16
 };
 
 // Reads tensor `name`, which must have exactly `shape`, as f32.
 using TensorSource = std::function<StatusOr<Tensor>(const std::string& name, const Shape& shape)>;
 
 // Gale's tensors (whole, global shapes, padded vocabulary) from the HF tensors `hf` provides.
-StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf);
+// Each output is converted to `store` (f32 or bf16) as soon as it is made, so the outputs held at
+// once take 2 bytes per parameter in bf16; only copies are made, so bf16 sources stay exact.
+StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf,
+                                                        DType store = DType::kF32);
 
-// HF's tensors (padded vocabulary rows dropped; no lm_head.weight when tied) from Gale's.
-StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale);
+// HF's tensors (padded vocabulary rows dropped; no lm_head.weight when tied) from Gale's, in `store`.
+StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale,
+                                                        DType store = DType::kF32);
 
 // Whether an HF tensor that no mapping reads may be left behind: buffers some files carry
 // (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks) and a tied lm_head.weight.
