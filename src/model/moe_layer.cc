@@ -67,30 +67,38 @@ std::vector<int> MoeParamIds::all() const {
   return ids;
 }
 
-MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size,
+                                int64_t ep_rank) {
   MoeParamIds w;
-  const int64_t E = c.moe.num_experts, H = c.hidden, Fe = c.moe.ffn;
+  GALE_CHECK(ep_size >= 1 && c.moe.num_experts % ep_size == 0 && ep_rank >= 0 && ep_rank < ep_size)
+      << c.moe.num_experts << " experts over expert-parallel rank " << ep_rank << " of " << ep_size;
+  const int64_t El = c.moe.num_experts / ep_size, H = c.hidden, Fe = c.moe.ffn;
+  // A local expert's spec: its local name, and under EP the global expert's name.
+  auto expert_spec = [&](int64_t j, const char* rest, Shape shape, InitKind init, float std, bool decay) {
+    ParamSpec s = make_param_spec(expert_name(layer, j, rest), std::move(shape), init, std, decay);
+    if (ep_size > 1) {
+      s.expert_parallel = true;
+      s.global_name = expert_name(layer, ep_rank * El + j, rest);
+    }
+    return s;
+  };
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  w.router_w = pb.add(make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {E, H},
+  w.router_w = pb.add(make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {c.moe.num_experts, H},
                                       InitKind::kNormal, c.init_std, true));
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < El; ++e) {
     const int64_t fc1_rows = c.swiglu ? 2 * Fe : Fe;
-    w.fc1_w.push_back(pb.add(make_param_spec(expert_name(layer, e, "linear_fc1.weight"), {fc1_rows, H},
-                                             InitKind::kNormal, c.init_std, true)));
-    w.fc1_b.push_back(c.add_bias_linear ? pb.add(make_param_spec(expert_name(layer, e, "linear_fc1.bias"), {fc1_rows},
-                                                                 InitKind::kZeros, 0, false))
+    w.fc1_w.push_back(pb.add(expert_spec(e, "linear_fc1.weight", {fc1_rows, H}, InitKind::kNormal, c.init_std, true)));
+    w.fc1_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc1.bias", {fc1_rows}, InitKind::kZeros, 0, false))
                                         : -1);
-    w.fc2_w.push_back(pb.add(make_param_spec(expert_name(layer, e, "linear_fc2.weight"), {H, Fe}, InitKind::kNormal,
-                                             out_std, true)));
-    w.fc2_b.push_back(c.add_bias_linear
-                          ? pb.add(make_param_spec(expert_name(layer, e, "linear_fc2.bias"), {H}, InitKind::kZeros, 0, false))
-                          : -1);
+    w.fc2_w.push_back(pb.add(expert_spec(e, "linear_fc2.weight", {H, Fe}, InitKind::kNormal, out_std, true)));
+    w.fc2_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc2.bias", {H}, InitKind::kZeros, 0, false))
+                                        : -1);
   }
   return w;
 }
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses) {
+                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk, Fe = c.moe.ffn;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
   // ---- router ----
@@ -127,13 +135,18 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < k; ++j) permuted[next[experts[t * k + j]]++] = t * k + j;
   }
-  // ---- experts ----
-  Tensor expert_out = Tensor::empty({T * k, H});
-  std::vector<Tensor> fc1_outs(static_cast<size_t>(E)), acts(static_cast<size_t>(E));
-  for_each_expert(E, [&](int64_t e) {
-    const int64_t n = counts[e];
+  // ---- dispatch to the experts' ranks (expert parallelism), local experts ----
+  MoeDispatchPlan plan = make_dispatch_plan(ep, counts);
+  const int64_t El = plan.local_experts;
+  GALE_CHECK_EQ(static_cast<int64_t>(w.fc1_w.size()), El) << "local experts";
+  Tensor expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), T * k, k));  // [N, H] local expert-major
+  const std::vector<int64_t>& local = plan.expert_offsets;
+  Tensor local_out = Tensor::empty({plan.num_received(), H});
+  std::vector<Tensor> fc1_outs(static_cast<size_t>(El)), acts(static_cast<size_t>(El));
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t n = local[e + 1] - local[e];
     if (n == 0) return;
-    const Tensor xe = gather_rows(x, permuted.data() + offsets[e], n, k);
+    const Tensor xe = expert_in.slice(local[e], n);
     Tensor u = linear_forward(xe, weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
     Tensor act = Tensor::empty({n, Fe});
     const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
@@ -144,10 +157,13 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     act = to_gemm_input(act, c.bf16);
     Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
     if (w.fc2_b[e] >= 0) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
-    std::memcpy(expert_out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
+    std::memcpy(local_out.data<float>() + local[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
     fc1_outs[e] = u;
     acts[e] = act;
   });
+  // ---- back to this rank's permuted rows ----
+  Tensor expert_out = combine_rows(ep, plan, local_out);  // [T·k, H]
+  local_out = Tensor();
   // ---- weighted un-permutation ----
   Tensor y = Tensor::zeros({T, H});
   for (int64_t r = 0; r < T * k; ++r) {
@@ -182,6 +198,8 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     saved->experts = std::move(experts);
     saved->offsets = std::move(offsets);
     saved->permuted_slot = std::move(permuted);
+    saved->plan = std::move(plan);
+    saved->expert_in = expert_in;
     saved->fc1_out = std::move(fc1_outs);
     saved->act = std::move(acts);
     saved->expert_out = expert_out;
@@ -190,7 +208,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
 }
 
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale) {
+                    const Tensor& dy, double aux_scale, const Comm& ep) {
   const int64_t T = dy.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk, Fe = c.moe.ffn;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
@@ -209,12 +227,14 @@ Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, c
     dprobs.data<float>()[slot] = static_cast<float>(dot);
   }
   s.expert_out = Tensor();
-  // ---- experts, back to the token rows ----
-  std::vector<Tensor> dxe_of(static_cast<size_t>(E));  // per expert [n, H], summed into dx in order below
-  for_each_expert(E, [&](int64_t e) {
-    const int64_t first = s.offsets[e], n = s.offsets[e + 1] - first;
+  // ---- to the experts' ranks, local experts, back to the token rows ----
+  const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
+  const std::vector<int64_t>& local = s.plan.expert_offsets;
+  Tensor d_expert_in = Tensor::empty({s.plan.num_received(), H});
+  for_each_expert(s.plan.local_experts, [&](int64_t e) {
+    const int64_t first = local[e], n = local[e + 1] - first;
     if (n == 0) return;
-    const Tensor d_ye = Tensor::from_blob(d_expert_out.data<float>() + first * H, {n, H}, DType::kF32);
+    const Tensor d_ye = Tensor::from_blob(d_local_out.data<float>() + first * H, {n, H}, DType::kF32);
     if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
     Tensor d_act = linear_backward(d_ye, s.act[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
     s.act[e] = Tensor();
@@ -225,17 +245,15 @@ Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, c
     else
       ops.gelu_backward(d_act.data<float>(), s.fc1_out[e].data<float>(), du.data<float>(), db1, n, Fe);
     s.fc1_out[e] = Tensor();
-    const Tensor xe = gather_rows(s.x, s.permuted_slot.data() + first, n, k);
-    dxe_of[e] = linear_backward(du, xe, weight(ops, pb, w.fc1_w[e]));  // [n, H]
+    const Tensor dxe = linear_backward(du, s.expert_in.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
+    std::memcpy(d_expert_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
   });
+  s.expert_in = Tensor();
+  const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [T·k, H] this rank's permuted rows
+  d_expert_in = Tensor();
   Tensor dx = Tensor::zeros({T, H});
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = s.offsets[e], n = s.offsets[e + 1] - first;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t t = s.permuted_slot[first + r] / k;
-      add_inplace(dx.data<float>() + t * H, dxe_of[e].data<float>() + r * H, H);
-    }
-  }
+  for (int64_t r = 0; r < T * k; ++r)
+    add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
   d_expert_out = Tensor();
   // ---- router: routing weights and auxiliary losses -> logits ----
   std::vector<int64_t> counts(static_cast<size_t>(E));
