@@ -19,7 +19,7 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "layers split into stages with a 1F1B schedule", true,
        [](const Arguments& a) { return a.parallel.pipeline_model_parallel_size > 1; }});
   add({"expert-parallel", "--expert-model-parallel-size", FeatureModule::kMegatron, 0,
-       "Megatron-Core expert parallelism (alltoall token dispatcher)",
+       "Megatron-Core expert parallelism (alltoall and allgather token dispatchers)",
        "each rank holds E/EP experts; tokens exchanged all-to-all; expert gradients reduced over expert-DP", true,
        [](const Arguments& a) { return a.parallel.expert_model_parallel_size > 1; }});
   add({"virtual-pipeline", "--num-layers-per-virtual-pipeline-stage", FeatureModule::kMegatron, 0,

@@ -153,6 +153,8 @@ struct ModelPartition {
   // MoE layer (E/EP each, EP rank r the global experts r·E/EP ...) and exchange tokens over it
   // (model/moe_dispatch.h).
   Comm ep;
+  // --moe-token-dispatcher-type allgather (else alltoall) with EP > 1 (model/moe_layer.h).
+  bool ep_allgather = false;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }

@@ -197,7 +197,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor fc1_out, act, fc2;
   if (w.moe.defined()) {  // router, experts, weighted sum [T, H] (no TP: T = Tl)
     MoeAuxLosses aux;
-    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep);
+    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;

@@ -128,9 +128,6 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");
   if (ep > 1 && m.num_experts % ep != 0)
     return InvalidArgument("--num-experts ", m.num_experts, " must be divisible by --expert-model-parallel-size ", ep);
-  if (ep > 1 && disp != "alltoall")
-    return Unimplemented("--moe-token-dispatcher-type ", disp, " with --expert-model-parallel-size ", ep,
-                         ": not supported yet (alltoall)");
   if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;
   if (m.moe_ffn_hidden_size <= 0)
     return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);

@@ -49,7 +49,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
   p.cp_hybrid = hybrid;
   p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
-  if (ps.layout().sizes.ep > 1) p.ep = ps.expert();
+  if (ps.layout().sizes.ep > 1) {
+    p.ep = ps.expert();
+    p.ep_allgather = args.moe.moe_token_dispatcher_type == "allgather";
+  }
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;

@@ -1,7 +1,7 @@
 // `gale pretrain --expert-model-parallel-size 2` under mpirun as a user runs it: a tiny Mixtral
 // (4 experts, top-2) trains with a falling loss and the same losses as one process; a checkpoint
 // saved with EP 2 resumes exactly with EP 2 and loads into one process (experts are stored by
-// their global index).
+// their global index); the all-gather dispatcher gives the all-to-all one's losses.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -88,20 +88,32 @@ TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(GalePretrainExpertParallel, AllGatherDispatcherGivesTheSameRun) {
+  test::RunResult a2a = test::run_with_timeout(mixtral(2, kEp2), kMpiEnv, 300);
+  ASSERT_EQ(a2a.exit_code, 0) << a2a.output;
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), {"--moe-token-dispatcher-type", "allgather"});
+  test::RunResult ag = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(ag.exit_code, 0) << ag.output;
+  const std::vector<double> a = values(a2a.output, "lm loss"), b = values(ag.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+}
+
 TEST(GalePretrainExpertParallel, FlagErrorsAreOneLine) {
-  test::RunResult r = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "2",
-                                                         "--moe-token-dispatcher-type", "allgather"}),
-                                             kMpiEnv, 120);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("--moe-token-dispatcher-type allgather with --expert-model-parallel-size 2: not supported yet"),
-            std::string::npos)
-      << r.output;
   test::RunResult odd = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "2", "--num-experts", "3",
                                                            "--moe-router-topk", "1"}),
                                                kMpiEnv, 120);
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("--num-experts 3 must be divisible by --expert-model-parallel-size 2"), std::string::npos)
       << odd.output;
+  test::RunResult world = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "4"}), kMpiEnv, 120);
+  EXPECT_NE(world.exit_code, 0);
+  EXPECT_NE(world.output.find("world size 2 is not divisible by --expert-model-parallel-size 4 x "
+                              "--pipeline-model-parallel-size 1 = 4"),
+            std::string::npos)
+      << world.output;
 }
 
 }  // namespace

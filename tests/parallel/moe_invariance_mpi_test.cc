@@ -32,7 +32,7 @@ const std::vector<Layout>& layouts() {
       {"dp4", 4, {}},
       // Expert parallelism: EP 2 with DP 2 (expert-DP 1), EP 2 with DP 4 (expert-DP 2) with and
       // without the distributed optimizer (expert shards over expert-DP, buckets overlapped with
-      // backward), and EP 2 with PP 2 (each stage its own EP groups).
+      // backward), and EP 2 with PP 2 (each stage its own EP groups), all-to-all dispatch.
       {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
       {"ep2_dp4", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
       {"ep2_dp4_distopt_overlap", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
@@ -40,6 +40,10 @@ const std::vector<Layout>& layouts() {
                                       "--overlap-param-gather"}, 20000},
       {"ep2_pp2", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
                       "--pipeline-model-parallel-size", "2"}},
+      // Megatron's default all-gather dispatcher: the same run.
+      {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
+      {"ep2_dp4_allgather_distopt", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
+                                        "allgather", "--use-distributed-optimizer"}},
   };
   return all;
 }
@@ -107,9 +111,26 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
     int expert_parallel = 0;
     for (const ParamSpec& s : chunk->params().specs()) {
       expert_parallel += s.expert_parallel;
-      if (ep) EXPECT_EQ(s.name.find("local_experts.2."), std::string::npos) << s.name;
+      if (ep) {
+        EXPECT_EQ(s.name.find("local_experts.2."), std::string::npos) << s.name;
+      }
     }
     EXPECT_EQ(expert_parallel > 0, ep);
+  }
+  if (ep) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations; all-to-all:
+             // the combines send the rows this rank's experts got, so the EP group's sum is exact)
+    const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
+    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2, e_x = 4;
+    const int64_t m = 8 / (2 * run.engine->ps.dp_size());
+    int64_t moe_layers = 0;
+    for (const auto& chunk : run.engine->chunks)
+      for (const ParamSpec& s : chunk->params().specs()) moe_layers += s.name.find("mlp.router.weight") != std::string::npos;
+    const int64_t per_layer = allgather ? P * T * (H * (e_x + 12) + 12 * k) : 8 * E + T * k * H * (e_x + 12);
+    const int64_t bytes = run.engine->ps.expert()->stats().total_bytes();
+    EXPECT_EQ(run.engine->ps.expert()->all_reduce_scalar(bytes), P * 5 * m * moe_layers * per_layer);
+    if (allgather) {
+      EXPECT_EQ(bytes, 5 * m * moe_layers * per_layer);
+    }
   }
   for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
     const ParamBuffer& pb = run.engine->chunks[c]->params();
