@@ -61,31 +61,44 @@ TEST(GalePretrainExpertParallel, LearnsWithTheLossesOfOneProcess) {
   }
 }
 
-TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) {
-  auto dir = std::filesystem::temp_directory_path() / ("gale_ep_ckpt_" + std::to_string(::getpid()));
+// Saves at iteration 3 of 6 on `np` ranks with `flags`, resumes with the same layout: iterations 4-6
+// log the uninterrupted run's losses exactly. Then the checkpoint loads into one process (all four
+// experts on one rank), the same run up to the summation order inside the experts.
+// `single` are the flags of the one-process run (the same batch).
+void expect_exact_resume(int np, const std::vector<std::string>& flags, std::vector<std::string> single = {}) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("gale_ep_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(np) + "_" + std::to_string(flags.size()));
   std::filesystem::remove_all(dir);
-  test::RunResult whole = test::run_with_timeout(mixtral(2, kEp2), kMpiEnv, 300);
+  test::RunResult whole = test::run_with_timeout(mixtral(np, flags), kMpiEnv, 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  std::vector<std::string> save = kEp2;
+  std::vector<std::string> save = flags;
   save.insert(save.end(), {"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"});
-  test::RunResult first = test::run_with_timeout(mixtral(2, save), kMpiEnv, 300);
+  test::RunResult first = test::run_with_timeout(mixtral(np, save), kMpiEnv, 300);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  std::vector<std::string> load = kEp2;
+  std::vector<std::string> load = flags;
   load.insert(load.end(), {"--load", dir.string()});
-  test::RunResult second = test::run_with_timeout(mixtral(2, load), kMpiEnv, 300);
+  test::RunResult second = test::run_with_timeout(mixtral(np, load), kMpiEnv, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   const std::vector<double> a = values(whole.output, "lm loss"), b = values(second.output, "lm loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u) << second.output;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;
-  // The same checkpoint in one process (all four experts on one rank): the same run, up to the
-  // summation order inside the experts.
-  test::RunResult single = test::run_with_timeout(mixtral(1, {"--load", dir.string()}), kMpiEnv, 300);
-  ASSERT_EQ(single.exit_code, 0) << single.output;
-  const std::vector<double> c = values(single.output, "lm loss");
-  ASSERT_EQ(c.size(), 3u) << single.output;
+  single.insert(single.end(), {"--load", dir.string()});
+  test::RunResult one = test::run_with_timeout(mixtral(1, single), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> c = values(one.output, "lm loss");
+  ASSERT_EQ(c.size(), 3u) << one.output;
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(c[i], a[3 + i], 1e-5 * a[3 + i]) << "iteration " << 4 + i;
   std::filesystem::remove_all(dir);
+}
+
+TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) { expect_exact_resume(2, kEp2); }
+
+// 4 ranks: DP 4, expert-DP 2; the distributed optimizer shards the experts' state over expert-DP.
+TEST(GalePretrainExpertParallel, SaveThenResumeWithTheDistributedOptimizer) {
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), {"--use-distributed-optimizer", "--global-batch-size", "8"});
+  expect_exact_resume(4, flags, {"--global-batch-size", "8"});
 }
 
 TEST(GalePretrainExpertParallel, AllGatherDispatcherGivesTheSameRun) {
