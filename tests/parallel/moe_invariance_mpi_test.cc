@@ -40,6 +40,13 @@ const std::vector<Layout>& layouts() {
                                       "--overlap-param-gather"}, 20000},
       {"ep2_pp2", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
                       "--pipeline-model-parallel-size", "2"}},
+      // Interleaved 1F1B and full recomputation (the MoE layers' forward, with its exchange, rerun in
+      // backward on both EP ranks alike).
+      {"ep2_pp2_vpp2", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                           "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"ep2_full_recompute", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                                 "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"}},
       // Megatron's default all-gather dispatcher: the same run.
       {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"ep2_dp4_allgather_distopt", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
@@ -107,18 +114,20 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
   // Under EP each rank holds 2 of the 4 experts of each of its MoE layers, by local index.
   const bool ep = std::find(layout->flags.begin(), layout->flags.end(), "--expert-model-parallel-size") !=
                   layout->flags.end();
-  for (const auto& chunk : run.engine->chunks) {
-    int expert_parallel = 0;
+  int expert_parallel = 0;  // over this rank's chunks (a chunk of dense layers has none)
+  for (const auto& chunk : run.engine->chunks)
     for (const ParamSpec& s : chunk->params().specs()) {
       expert_parallel += s.expert_parallel;
       if (ep) {
         EXPECT_EQ(s.name.find("local_experts.2."), std::string::npos) << s.name;
       }
     }
-    EXPECT_EQ(expert_parallel > 0, ep);
-  }
-  if (ep) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations; all-to-all:
-             // the combines send the rows this rank's experts got, so the EP group's sum is exact)
+  EXPECT_EQ(expert_parallel > 0, ep);
+  const bool recompute = std::find(layout->flags.begin(), layout->flags.end(), "--recompute-granularity") !=
+                         layout->flags.end();  // reruns forwards: their exchanges count twice
+  if (ep && !recompute) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations;
+                           // all-to-all: the combines send the rows this rank's experts got, so the
+                           // EP group's sum is exact)
     const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
     const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2, e_x = 4;
     const int64_t m = 8 / (2 * run.engine->ps.dp_size());
