@@ -44,21 +44,32 @@ std::vector<double> values(const std::string& output, const std::string& key) {
 
 const std::vector<std::string> kEp2 = {"--expert-model-parallel-size", "2"};
 
+// Training losses, the load-balancing loss and the validation losses (forward-only exchanges) of
+// one process.
 TEST(GalePretrainExpertParallel, LearnsWithTheLossesOfOneProcess) {
-  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  const std::vector<std::string> eval = {"--eval-interval", "3", "--eval-iters", "2"};
+  test::RunResult one = test::run_with_timeout(mixtral(1, eval), kMpiEnv, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  test::RunResult ep = test::run_with_timeout(mixtral(2, kEp2), kMpiEnv, 300);
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), eval.begin(), eval.end());
+  test::RunResult ep = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
   ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  EXPECT_NE(ep.output.find("(experts: ETP 1 x EP 2 x EDP 1 x PP 1)"), std::string::npos) << ep.output;
+  EXPECT_NE(ep.output.find("active: expert-parallel"), std::string::npos) << ep.output;
   const std::vector<double> a = values(one.output, "lm loss"), b = values(ep.output, "lm loss");
   const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(ep.output, "load_balancing_loss");
+  const std::vector<double> va = values(one.output, "lm loss value"), vb = values(ep.output, "lm loss value");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u) << ep.output;
   ASSERT_EQ(lb.size(), 6u);
+  ASSERT_GE(va.size(), 2u) << one.output;  // iterations 3 and 6 (and the final validation and test)
+  ASSERT_EQ(vb.size(), va.size()) << ep.output;
   EXPECT_LT(b.back(), b.front());
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
     EXPECT_NEAR(lb[i], la[i], 1e-5 * la[i]) << "iteration " << i + 1;
   }
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * va[i]) << "validation " << i;
 }
 
 // Saves at iteration 3 of 6 on `np` ranks with `flags`, resumes with the same layout: iterations 4-6

@@ -35,6 +35,8 @@ const std::vector<Layout>& layouts() {
       // backward), and EP 2 with PP 2 (each stage its own EP groups), all-to-all dispatch.
       {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
       {"ep2_dp4", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"ep2_dp4_overlap", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                              "--overlap-grad-reduce"}, 20000},
       {"ep2_dp4_distopt_overlap", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
                                       "--use-distributed-optimizer", "--overlap-grad-reduce",
                                       "--overlap-param-gather"}, 20000},
