@@ -149,11 +149,19 @@ struct ModelPartition {
   // heads, the positions of the whole group), ring attention over the ring group, and the
   // all-to-all back. Both null otherwise.
   HybridCpGroups cp_hybrid;
+  // Expert-parallel group (null or size 1 without EP): its ranks hold different experts of every
+  // MoE layer (E/EP each, EP rank r the global experts r·E/EP ...) and exchange tokens over it
+  // (model/moe_dispatch.h).
+  Comm ep;
+  // --moe-token-dispatcher-type allgather (else alltoall) with EP > 1 (model/moe_layer.h).
+  bool ep_allgather = false;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }
   int64_t cp_size() const { return cp ? cp->size() : 1; }
   int64_t cp_rank() const { return cp ? cp->rank() : 0; }
+  int64_t ep_size() const { return ep ? ep->size() : 1; }
+  int64_t ep_rank() const { return ep ? ep->rank() : 0; }
   bool hybrid_cp() const { return cp_hybrid.ulysses != nullptr; }
 };
 

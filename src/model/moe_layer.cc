@@ -56,6 +56,83 @@ Tensor gather_rows(const Tensor& x, const int64_t* rows, int64_t n, int64_t k) {
   return out;
 }
 
+// The local experts on `rows` [N, H] (f32 or bf16) grouped by local expert: expert e takes rows
+// [offsets[e], offsets[e+1]). Returns their outputs [N, H] (f32) and keeps each expert's fc1
+// output and activation for backward.
+Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
+                       const Tensor& rows, const std::vector<int64_t>& offsets, std::vector<Tensor>* fc1_outs,
+                       std::vector<Tensor>* acts) {
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1, H = c.hidden, Fe = c.moe.ffn;
+  GALE_CHECK_EQ(static_cast<int64_t>(w.fc1_w.size()), El) << "local experts";
+  Tensor out = Tensor::empty({offsets[El], H});
+  fc1_outs->assign(static_cast<size_t>(El), Tensor());
+  acts->assign(static_cast<size_t>(El), Tensor());
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) return;
+    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
+    Tensor act = Tensor::empty({n, Fe});
+    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
+    if (c.swiglu)
+      ops.swiglu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
+    else
+      ops.gelu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
+    act = to_gemm_input(act, c.bf16);
+    Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
+    if (w.fc2_b[e] >= 0) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
+    std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
+    (*fc1_outs)[e] = u;
+    (*acts)[e] = act;
+  });
+  return out;
+}
+
+// Backward of experts_forward: `d_out` [N, H] -> the rows' gradient [N, H]; accumulates the
+// experts' parameter gradients and releases the kept tensors.
+Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                        const Tensor& d_out, const Tensor& rows, const std::vector<int64_t>& offsets,
+                        std::vector<Tensor>& fc1_outs, std::vector<Tensor>& acts) {
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1, H = c.hidden, Fe = c.moe.ffn;
+  Tensor d_in = Tensor::empty({offsets[El], H});
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t first = offsets[e], n = offsets[e + 1] - first;
+    if (n == 0) return;
+    const Tensor d_ye = d_out.slice(first, n);
+    if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
+    Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
+    acts[e] = Tensor();
+    Tensor du = Tensor::empty(fc1_outs[e].shape());
+    float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
+    if (c.swiglu)
+      ops.swiglu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    else
+      ops.gelu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    fc1_outs[e] = Tensor();
+    const Tensor dxe = linear_backward(du, rows.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
+    std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
+  });
+  return d_in;
+}
+
+// All-gather of `x` [n, ...] (any dtype) over `g` into [g·n, ...].
+Tensor all_gather_rows(const Comm& g, const Tensor& x) {
+  Shape shape = x.shape();
+  shape[0] *= g->size();
+  Tensor out = Tensor::empty(shape, x.dtype());
+  g->all_gather(x.raw(), out.raw(), x.numel(), x.dtype());
+  return out;
+}
+
+// Reduce-scatter (sum) of f32 `x` [g·n, ...] over `g`: this rank's block [n, ...].
+Tensor reduce_scatter_rows(const Comm& g, const Tensor& x) {
+  Shape shape = x.shape();
+  GALE_CHECK_EQ(shape[0] % g->size(), 0);
+  shape[0] /= g->size();
+  Tensor out = Tensor::empty(shape);
+  g->reduce_scatter(x.raw(), out.raw(), out.numel(), DType::kF32, ReduceOp::kSum);
+  return out;
+}
+
 }  // namespace
 
 std::vector<int> MoeParamIds::all() const {
@@ -67,31 +144,39 @@ std::vector<int> MoeParamIds::all() const {
   return ids;
 }
 
-MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size,
+                                int64_t ep_rank) {
   MoeParamIds w;
-  const int64_t E = c.moe.num_experts, H = c.hidden, Fe = c.moe.ffn;
+  GALE_CHECK(ep_size >= 1 && c.moe.num_experts % ep_size == 0 && ep_rank >= 0 && ep_rank < ep_size)
+      << c.moe.num_experts << " experts over expert-parallel rank " << ep_rank << " of " << ep_size;
+  const int64_t El = c.moe.num_experts / ep_size, H = c.hidden, Fe = c.moe.ffn;
+  // A local expert's spec: its local name, and under EP the global expert's name.
+  auto expert_spec = [&](int64_t j, const char* rest, Shape shape, InitKind init, float std, bool decay) {
+    ParamSpec s = make_param_spec(expert_name(layer, j, rest), std::move(shape), init, std, decay);
+    if (ep_size > 1) {
+      s.expert_parallel = true;
+      s.global_name = expert_name(layer, ep_rank * El + j, rest);
+    }
+    return s;
+  };
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  w.router_w = pb.add(make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {E, H},
+  w.router_w = pb.add(make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {c.moe.num_experts, H},
                                       InitKind::kNormal, c.init_std, true));
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < El; ++e) {
     const int64_t fc1_rows = c.swiglu ? 2 * Fe : Fe;
-    w.fc1_w.push_back(pb.add(make_param_spec(expert_name(layer, e, "linear_fc1.weight"), {fc1_rows, H},
-                                             InitKind::kNormal, c.init_std, true)));
-    w.fc1_b.push_back(c.add_bias_linear ? pb.add(make_param_spec(expert_name(layer, e, "linear_fc1.bias"), {fc1_rows},
-                                                                 InitKind::kZeros, 0, false))
+    w.fc1_w.push_back(pb.add(expert_spec(e, "linear_fc1.weight", {fc1_rows, H}, InitKind::kNormal, c.init_std, true)));
+    w.fc1_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc1.bias", {fc1_rows}, InitKind::kZeros, 0, false))
                                         : -1);
-    w.fc2_w.push_back(pb.add(make_param_spec(expert_name(layer, e, "linear_fc2.weight"), {H, Fe}, InitKind::kNormal,
-                                             out_std, true)));
-    w.fc2_b.push_back(c.add_bias_linear
-                          ? pb.add(make_param_spec(expert_name(layer, e, "linear_fc2.bias"), {H}, InitKind::kZeros, 0, false))
-                          : -1);
+    w.fc2_w.push_back(pb.add(expert_spec(e, "linear_fc2.weight", {H, Fe}, InitKind::kNormal, out_std, true)));
+    w.fc2_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc2.bias", {H}, InitKind::kZeros, 0, false))
+                                        : -1);
   }
   return w;
 }
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses) {
-  const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk, Fe = c.moe.ffn;
+                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather) {
+  const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
   // ---- router ----
   const Tensor logits = linear_forward(to_f32(x), router_weight(ops, pb, w.router_w));  // [T, E]
@@ -127,35 +212,58 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < k; ++j) permuted[next[experts[t * k + j]]++] = t * k + j;
   }
-  // ---- experts ----
-  Tensor expert_out = Tensor::empty({T * k, H});
-  std::vector<Tensor> fc1_outs(static_cast<size_t>(E)), acts(static_cast<size_t>(E));
-  for_each_expert(E, [&](int64_t e) {
-    const int64_t n = counts[e];
-    if (n == 0) return;
-    const Tensor xe = gather_rows(x, permuted.data() + offsets[e], n, k);
-    Tensor u = linear_forward(xe, weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
-    Tensor act = Tensor::empty({n, Fe});
-    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
-    else
-      ops.gelu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
-    act = to_gemm_input(act, c.bf16);
-    Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
-    if (w.fc2_b[e] >= 0) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
-    std::memcpy(expert_out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
-    fc1_outs[e] = u;
-    acts[e] = act;
-  });
-  // ---- weighted un-permutation ----
   Tensor y = Tensor::zeros({T, H});
-  for (int64_t r = 0; r < T * k; ++r) {
-    const int64_t t = permuted[r] / k;
-    const float q = probs.data<float>()[permuted[r]];
-    const float* src = expert_out.data<float>() + r * H;
-    float* dst = y.data<float>() + t * H;
-    for (int64_t h = 0; h < H; ++h) dst[h] += q * src[h];
+  const bool gathered = allgather && ep && ep->size() > 1;
+  MoeDispatchPlan plan;
+  Tensor expert_in, expert_out, gathered_probs;
+  std::vector<int64_t> gathered_slot;
+  std::vector<Tensor> fc1_outs, acts;
+  if (!gathered) {
+    // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
+    plan = make_dispatch_plan(ep, counts);
+    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), T * k, k));  // [N, H] local expert-major
+    expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, &fc1_outs, &acts));
+    // ---- weighted un-permutation ----
+    for (int64_t r = 0; r < T * k; ++r) {
+      const int64_t t = permuted[r] / k;
+      const float q = probs.data<float>()[permuted[r]];
+      const float* src = expert_out.data<float>() + r * H;
+      float* dst = y.data<float>() + t * H;
+      for (int64_t h = 0; h < H; ++h) dst[h] += q * src[h];
+    }
+  } else {
+    // ---- all-gather (Megatron's MoEAllGatherTokenDispatcher): every EP rank's tokens and
+    // routing; the local experts take their rows of all of them in (rank, token) order; the
+    // weighted outputs [EP·T, H] are reduce-scattered back to the tokens' ranks ----
+    const int64_t P = ep->size(), El = E / P, first_expert = ep->rank() * El;
+    const Tensor all_x = all_gather_rows(ep, x);  // [P·T, H]
+    Tensor my_experts = Tensor::empty({T * k}, DType::kI32);
+    std::memcpy(my_experts.raw(), experts.data(), static_cast<size_t>(T * k) * sizeof(int32_t));
+    const Tensor all_experts = all_gather_rows(ep, my_experts);  // [P·T·k]
+    gathered_probs = all_gather_rows(ep, probs.view({T * k}));  // [P·T·k]
+    plan.ep_size = P;
+    plan.local_experts = El;
+    plan.expert_offsets.assign(static_cast<size_t>(El + 1), 0);
+    const int32_t* ex = all_experts.data<int32_t>();
+    for (int64_t i = 0; i < P * T * k; ++i)
+      if (ex[i] >= first_expert && ex[i] < first_expert + El) ++plan.expert_offsets[ex[i] - first_expert + 1];
+    for (int64_t j = 0; j < El; ++j) plan.expert_offsets[j + 1] += plan.expert_offsets[j];
+    gathered_slot.resize(static_cast<size_t>(plan.expert_offsets[El]));
+    {
+      std::vector<int64_t> next(plan.expert_offsets.begin(), plan.expert_offsets.end() - 1);
+      for (int64_t i = 0; i < P * T * k; ++i)
+        if (ex[i] >= first_expert && ex[i] < first_expert + El) gathered_slot[next[ex[i] - first_expert]++] = i;
+    }
+    expert_in = gather_rows(all_x, gathered_slot.data(), plan.expert_offsets[El], k);
+    expert_out = experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, &fc1_outs, &acts);  // [N, H]
+    Tensor partial = Tensor::zeros({P * T, H});
+    for (int64_t r = 0; r < plan.expert_offsets[El]; ++r) {
+      const float q = gathered_probs.data<float>()[gathered_slot[r]];
+      const float* src = expert_out.data<float>() + r * H;
+      float* dst = partial.data<float>() + gathered_slot[r] / k * H;
+      for (int64_t h = 0; h < H; ++h) dst[h] += q * src[h];
+    }
+    y = reduce_scatter_rows(ep, partial);
   }
   if (saved) {
     if (losses) {
@@ -182,6 +290,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     saved->experts = std::move(experts);
     saved->offsets = std::move(offsets);
     saved->permuted_slot = std::move(permuted);
+    saved->plan = std::move(plan);
+    saved->gathered = gathered;
+    saved->gathered_slot = std::move(gathered_slot);
+    saved->gathered_probs = gathered_probs;
+    saved->expert_in = expert_in;
     saved->fc1_out = std::move(fc1_outs);
     saved->act = std::move(acts);
     saved->expert_out = expert_out;
@@ -189,9 +302,13 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   return y;
 }
 
-Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale) {
-  const int64_t T = dy.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk, Fe = c.moe.ffn;
+namespace {
+
+// Backward of the all-to-all path (and of one EP rank): the permuted rows' output gradients go to
+// the experts' ranks like the inputs, the input gradients come back like the outputs.
+void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                             MoeSaved& s, const Tensor& dy, const Comm& ep, Tensor* dprobs_out, Tensor* dx_out) {
+  const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
   Tensor dprobs = Tensor::empty({T, k});
@@ -209,34 +326,63 @@ Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, c
     dprobs.data<float>()[slot] = static_cast<float>(dot);
   }
   s.expert_out = Tensor();
-  // ---- experts, back to the token rows ----
-  std::vector<Tensor> dxe_of(static_cast<size_t>(E));  // per expert [n, H], summed into dx in order below
-  for_each_expert(E, [&](int64_t e) {
-    const int64_t first = s.offsets[e], n = s.offsets[e + 1] - first;
-    if (n == 0) return;
-    const Tensor d_ye = Tensor::from_blob(d_expert_out.data<float>() + first * H, {n, H}, DType::kF32);
-    if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
-    Tensor d_act = linear_backward(d_ye, s.act[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
-    s.act[e] = Tensor();
-    Tensor du = Tensor::empty(s.fc1_out[e].shape());
-    float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_backward(d_act.data<float>(), s.fc1_out[e].data<float>(), du.data<float>(), db1, n, Fe);
-    else
-      ops.gelu_backward(d_act.data<float>(), s.fc1_out[e].data<float>(), du.data<float>(), db1, n, Fe);
-    s.fc1_out[e] = Tensor();
-    const Tensor xe = gather_rows(s.x, s.permuted_slot.data() + first, n, k);
-    dxe_of[e] = linear_backward(du, xe, weight(ops, pb, w.fc1_w[e]));  // [n, H]
-  });
-  Tensor dx = Tensor::zeros({T, H});
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = s.offsets[e], n = s.offsets[e + 1] - first;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t t = s.permuted_slot[first + r] / k;
-      add_inplace(dx.data<float>() + t * H, dxe_of[e].data<float>() + r * H, H);
-    }
-  }
+  // ---- to the experts' ranks, local experts, back to the token rows ----
+  const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
   d_expert_out = Tensor();
+  Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.expert_in, s.plan.expert_offsets, s.fc1_out, s.act);
+  s.expert_in = Tensor();
+  const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [T·k, H] this rank's permuted rows
+  d_expert_in = Tensor();
+  Tensor dx = Tensor::zeros({T, H});
+  for (int64_t r = 0; r < T * k; ++r)
+    add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
+  *dprobs_out = dprobs;
+  *dx_out = dx;
+}
+
+// Backward of the all-gather path: the output gradients of every EP rank's tokens are gathered;
+// this rank's experts give partial routing-weight and token gradients for all of them (zero where
+// another rank's expert served the slot), reduce-scattered back to the tokens' ranks.
+void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                               MoeSaved& s, const Tensor& dy, const Comm& ep, Tensor* dprobs_out, Tensor* dx_out) {
+  const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk, P = ep->size();
+  const int64_t N = s.plan.expert_offsets.back();
+  const Tensor all_dy = all_gather_rows(ep, dy);  // [P·T, H]
+  const float* g = all_dy.data<float>();
+  Tensor dprobs_partial = Tensor::zeros({P * T * k});
+  Tensor d_out = Tensor::empty({N, H});
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t slot = s.gathered_slot[r], t = slot / k;
+    const float q = s.gathered_probs.data<float>()[slot];
+    const float* out = s.expert_out.data<float>() + r * H;
+    float* d = d_out.data<float>() + r * H;
+    double dot = 0.0;
+    for (int64_t h = 0; h < H; ++h) {
+      dot += static_cast<double>(g[t * H + h]) * out[h];
+      d[h] = q * g[t * H + h];
+    }
+    dprobs_partial.data<float>()[slot] = static_cast<float>(dot);
+  }
+  s.expert_out = Tensor();
+  Tensor d_in = experts_backward(c, ops, pb, w, d_out, s.expert_in, s.plan.expert_offsets, s.fc1_out, s.act);
+  s.expert_in = Tensor();
+  Tensor dx_partial = Tensor::zeros({P * T, H});
+  for (int64_t r = 0; r < N; ++r)
+    add_inplace(dx_partial.data<float>() + s.gathered_slot[r] / k * H, d_in.data<float>() + r * H, H);
+  *dx_out = reduce_scatter_rows(ep, dx_partial);
+  *dprobs_out = reduce_scatter_rows(ep, dprobs_partial).view({T, k});
+}
+
+}  // namespace
+
+Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
+                    const Tensor& dy, double aux_scale, const Comm& ep) {
+  const int64_t T = dy.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
+  Tensor dprobs, dx;
+  if (s.gathered)
+    gathered_experts_backward(c, ops, pb, w, s, dy, ep, &dprobs, &dx);
+  else
+    routed_experts_backward(c, ops, pb, w, s, dy, ep, &dprobs, &dx);
   // ---- router: routing weights and auxiliary losses -> logits ----
   std::vector<int64_t> counts(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) counts[e] = s.offsets[e + 1] - s.offsets[e];

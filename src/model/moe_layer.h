@@ -17,6 +17,19 @@
 // scale is the schedule's (Megatron's MoEAuxLossAutoScaler: 1 / num_microbatches); the losses never
 // enter the lm loss. Expert GEMMs run through OpTable::gemm (bf16 GEMMs under --bf16) on each
 // expert's gathered rows; the router runs in f32.
+//
+// Expert parallelism (`ep`, an EP group of size > 1): this rank holds El = E/EP experts (EP rank
+// r: global experts r·El ...) and the replicated router; each local expert sees the rows of every
+// EP rank's tokens that chose it, in (source rank, token) order. The router, top-k and the aux
+// losses (over this rank's tokens, Megatron's default with TP = CP = 1) stay local. Two token
+// dispatchers (Megatron-Core's), equal up to the summation order of a token's k outputs:
+//   alltoall:  the permuted rows go to the experts' owners and come back (model/moe_dispatch.h);
+//              the weighted un-permutation is local;
+//   allgather: every rank all-gathers the EP group's tokens, routing and weights [EP·T, ...],
+//              runs its experts on their rows, weights and sums them into [EP·T, H] and
+//              reduce-scatters that back to the tokens' ranks (backward: all-gather of the output
+//              gradients, reduce-scatter of the token and routing-weight gradients). All EP ranks
+//              must hold the same T.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +38,7 @@
 #include "core/tensor.h"
 #include "kernels/op_table.h"
 #include "model/config.h"
+#include "model/moe_dispatch.h"
 #include "model/params.h"
 
 namespace gale {
@@ -32,14 +46,18 @@ namespace gale {
 // Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
 struct MoeParamIds {
   int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
-  std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per expert: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
+  std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per local expert j: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
   bool defined() const { return router_w >= 0; }
   std::vector<int> all() const;  // every id, router first
 };
 
-// Registers global layer `layer`'s router and experts with Megatron-Core names and Megatron's init
-// (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not TP-split.
-MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer);
+// Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and
+// Megatron's init (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not
+// TP-split. With ep_size > 1 the experts are E/ep_size local ones named by their local index j
+// (as Megatron's module), marked expert_parallel, with global_name the global expert
+// ep_rank·E/ep_size + j (their initial values and checkpoint tensors).
+MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size = 1,
+                                int64_t ep_rank = 0);
 
 // The two auxiliary losses of one layer and micro-batch without their coefficients (the values
 // Megatron logs as load_balancing_loss and z_loss); each 0 when its coefficient is 0.
@@ -57,19 +75,28 @@ struct MoeSaved {
   std::vector<int32_t> experts;        // [T, k] the chosen experts, largest logit first
   std::vector<int64_t> offsets;        // [E + 1] expert e's rows are [offsets[e], offsets[e+1]) of the permuted order
   std::vector<int64_t> permuted_slot;  // [T·k] permuted row -> t·k + slot
-  std::vector<Tensor> fc1_out;         // per expert [n_e, Fe or 2Fe], bias included (the activation's input)
-  std::vector<Tensor> act;             // per expert [n_e, Fe], as the fc2 GEMM takes it
-  Tensor expert_out;                   // [T·k, H] permuted rows' expert outputs (for the routing-weight gradient)
+  MoeDispatchPlan plan;                // the exchange with the EP group (identity without EP); with
+                                       // the all-gather dispatcher only local_experts and expert_offsets
+  bool gathered = false;               // the all-gather dispatcher ran
+  std::vector<int64_t> gathered_slot;  // all-gather: local row -> t'·k + slot over the EP group's P·T tokens
+  Tensor gathered_probs;               // all-gather: [P·T·k] the EP group's routing weights
+  Tensor expert_in;                    // [rows of the local experts, H] their input rows, local expert-major
+  std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's input)
+  std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it
+  Tensor expert_out;                   // [T·k, H] permuted rows' expert outputs (for the routing-weight
+                                       // gradient); all-gather: the local experts' outputs [N, H]
 };
 
 // Returns y [T, H] (f32). With `saved` (training) the state for backward is kept and `losses`, when
-// not null, receives the auxiliary losses.
+// not null, receives the auxiliary losses. `ep`: the expert-parallel group (null: none); every
+// rank of it must call with the same layer. `allgather`: the all-gather dispatcher (else all-to-all).
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses);
+                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
+                   bool allgather = false);
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`.
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale);
+                    const Tensor& dy, double aux_scale, const Comm& ep = nullptr);
 
 }  // namespace gale

@@ -43,6 +43,13 @@ int ParamBuffer::add(ParamSpec spec) {
 }
 
 void ParamBuffer::finalize() {
+  int64_t at = 0;
+  for (ParamSpec& s : specs_)
+    if (!s.expert_parallel) s.offset = at, at += s.local_numel();
+  dense_numel_ = at;
+  for (ParamSpec& s : specs_)
+    if (s.expert_parallel) s.offset = at, at += s.local_numel();
+  GALE_CHECK_EQ(at, numel_);
   params_ = Tensor::zeros({numel_});
   grads_ = Tensor::zeros({numel_});
 }
@@ -96,7 +103,7 @@ void ParamBuffer::initialize(uint64_t seed) {
         for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
         break;
       case InitKind::kNormal: {
-        uint64_t stream = param_init_stream(s.name);
+        uint64_t stream = param_init_stream(s.whole_model_name());
         parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i)
             p[i] = s.init_std * normal_at(seed, stream, static_cast<uint64_t>(s.global_index(i)));

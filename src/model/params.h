@@ -29,7 +29,18 @@ struct ParamSpec {
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
   bool sequence_parallel = false;   // gradient is partial per TP rank under SP (norms, row-parallel biases)
+  // An expert of a MoE layer under expert parallelism (Megatron's `allreduce = False`): its
+  // gradient is reduced over the expert-data-parallel group, not the data-parallel one, and it
+  // counts in the gradient norm over the expert model-parallel group. ParamBuffer places these
+  // after every other parameter (Megatron's separate expert buffers).
+  bool expert_parallel = false;
+  // The name in a whole-model layout (expert parallelism renames local_experts.{j} of EP rank r
+  // to local_experts.{r·E/EP + j} here); empty: the same as `name`. Initial values and checkpoint
+  // tensors use it, so both are layout-independent.
+  std::string global_name;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
+
+  const std::string& whole_model_name() const { return global_name.empty() ? name : global_name; }
 
   Shape local_shape() const;
   int64_t local_numel() const;
@@ -41,12 +52,15 @@ class ParamBuffer {
  public:
   // Register a parameter; returns its id. Only before finalize().
   int add(ParamSpec spec);
-  // Allocate the flat parameter and gradient buffers (gradients zeroed).
+  // Allocate the flat parameter and gradient buffers (gradients zeroed). Parameters sit in
+  // registration order, the expert_parallel ones after all others.
   void finalize();
   bool finalized() const { return params_.defined(); }
 
   int size() const { return static_cast<int>(specs_.size()); }
   int64_t numel() const { return numel_; }
+  // Elements before the first expert_parallel parameter (numel() when there is none).
+  int64_t dense_numel() const { return dense_numel_; }
   const ParamSpec& spec(int id) const { return specs_.at(static_cast<size_t>(id)); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int find(const std::string& name) const;  // -1 when absent
@@ -76,7 +90,7 @@ class ParamBuffer {
 
  private:
   std::vector<ParamSpec> specs_;
-  int64_t numel_ = 0;
+  int64_t numel_ = 0, dense_numel_ = 0;
   Tensor params_, grads_, params_bf16_;
 };
 

@@ -135,7 +135,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
   if (c.moe.is_moe_layer(layer)) {
     GALE_CHECK_EQ(part.tp_size(), 1) << "MoE layers with tensor parallelism";
-    w.moe = register_moe_params(pb, c, layer);
+    w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank());
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
@@ -197,7 +197,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor fc1_out, act, fc2;
   if (w.moe.defined()) {  // router, experts, weighted sum [T, H] (no TP: T = Tl)
     MoeAuxLosses aux;
-    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux);
+    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
@@ -245,7 +245,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                 hidden_dropout(rt, layer, 2));
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
-    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale);
+    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep);
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

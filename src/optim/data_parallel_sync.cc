@@ -27,7 +27,9 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
   GALE_CHECK(config_.context_parallel_size >= 1 && dp_size_ % config_.context_parallel_size == 0)
       << "the data-parallel group of " << dp_size_ << " ranks cannot hold context parallelism "
       << config_.context_parallel_size;
-  buckets_ = plan_grad_buckets(*params_, BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params});
+  region_ = config_.region.end < 0 ? FlatRange{0, params_->numel()} : config_.region;
+  buckets_ = plan_grad_buckets(*params_,
+                               BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params, region_});
   bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int id : buckets_[b].param_ids) bucket_of_param_[static_cast<size_t>(id)] = static_cast<int>(b);
@@ -44,7 +46,7 @@ DataParallelSync::~DataParallelSync() {
 }
 
 std::vector<FlatRange> DataParallelSync::owned_ranges() const {
-  if (!sharded()) return {FlatRange{0, params_->numel()}};
+  if (!sharded()) return {region_};
   return gale::owned_ranges(buckets_, dp_size_, dp_rank_);
 }
 
@@ -57,13 +59,14 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
   }
   num_microbatches_ = num_microbatches;
   std::fill(ready_count_.begin(), ready_count_.end(), 0);
-  params_->zero_grads();
+  std::fill(params_->flat_grads().data<float>() + region_.begin, params_->flat_grads().data<float>() + region_.end, 0.0f);
   // The forward needs the last bucket (the embedding end of the buffer) first.
   if (config_.overlap_param_gather && !buckets_.empty()) start_param_gather(buckets_.size() - 1);
 }
 
 void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
+    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region
     int64_t& count = ready_count_.at(static_cast<size_t>(id));
     GALE_CHECK_LT(count, num_microbatches_)
         << "gradient of " << params_->spec(id).name << " reported complete more often than there are micro-batches";
@@ -77,13 +80,17 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   BucketState& s = state_[b];
   GALE_CHECK(!s.grad_launched) << "bucket " << b << " reduced twice in one iteration";
   s.grad_launched = true;
-  if (dp_size_ == 1) return;
+  if (dp_size_ == 1 && config_.grad_scale <= 0.0) return;
   const GradBucket& bucket = buckets_[b];
   float* grads = params_->flat_grads().data<float>();
   float* g = grads + bucket.range.begin;
   const int64_t n = bucket.numel();
   // Megatron's gradient_scaling_factor (times CP: the cp ranks' partial gradients add up), then sum.
-  scale_inplace(g, n, static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_));
+  scale_inplace(g, n,
+                config_.grad_scale > 0.0
+                    ? static_cast<float>(config_.grad_scale)
+                    : static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_));
+  if (dp_size_ == 1) return;
   if (!sharded()) {
     s.grad_work = dp_->all_reduce_async(g, n, DType::kF32, ReduceOp::kSum);
     return;
@@ -164,6 +171,7 @@ void DataParallelSync::finish_param_gather(size_t b) {
 void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
     const int b = bucket_of_param_.at(static_cast<size_t>(id));
+    if (b < 0) continue;  // another sync's region
     if (!state_[static_cast<size_t>(b)].params_stale) continue;
     finish_param_gather(static_cast<size_t>(b));
     // Prefetch the bucket the forward reaches next (the one below in the buffer).

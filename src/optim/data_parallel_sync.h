@@ -47,6 +47,15 @@ struct DataParallelConfig {
   // by CP and the gradients by 1/(DP·CP)).
   int64_t context_parallel_size = 1;
   std::vector<int> separate_params;  // parameters that get a bucket of their own
+  // The part of the buffer this sync reduces (end < 0: all of it). Expert parallelism runs two
+  // syncs over one buffer: the dense parameters over the data-parallel group and the expert
+  // parameters (ParamBuffer::dense_numel() onwards) over the expert-data-parallel group.
+  FlatRange region{0, -1};
+  // The factor applied to each bucket before the sum (Megatron's gradient_scaling_factor);
+  // 0: context_parallel_size / dp. Expert parameters use 1 / (the dense DP size): each expert's
+  // gradient already sums the tokens of the EP ranks' micro-batches, so the sum over the
+  // expert-DP group covers the DP·CP replicas' data once.
+  double grad_scale = 0.0;
 };
 
 class DataParallelSync {
@@ -63,7 +72,7 @@ class DataParallelSync {
   int64_t dp_rank() const { return dp_rank_; }
   bool sharded() const { return config_.use_distributed_optimizer; }
   // The parts of the buffer whose reduced gradient this rank holds and whose parameters its
-  // optimizer updates: its shard of every bucket (distributed optimizer), else the whole buffer.
+  // optimizer updates: its shard of every bucket (distributed optimizer), else the whole region.
   std::vector<FlatRange> owned_ranges() const;
 
   void start_iteration(int64_t num_microbatches);
@@ -88,6 +97,7 @@ class DataParallelSync {
   std::vector<BucketState> state_;
   std::vector<int64_t> ready_count_;  // per parameter: micro-batches whose gradient is complete
   int64_t num_microbatches_ = 1;
+  FlatRange region_;
 };
 
 }  // namespace gale

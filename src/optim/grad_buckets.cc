@@ -18,9 +18,20 @@ int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chu
 
 std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options) {
   GALE_CHECK_GE(options.dp, 1);
+  const FlatRange region = options.region.end < 0 ? FlatRange{0, pb.numel()} : options.region;
+  // The region's parameters, highest offset first (registration order, except that expert-parallel
+  // parameters sit after all others: ParamBuffer::finalize).
+  std::vector<int> ids;
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const bool inside = s.local_numel() > 0 ? region.begin <= s.offset && s.offset + s.local_numel() <= region.end
+                                            : region.begin <= s.offset && s.offset <= region.end;
+    if (inside) ids.push_back(id);
+  }
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return pb.spec(a).offset > pb.spec(b).offset; });
   std::vector<GradBucket> buckets;
   GradBucket current;
-  current.range.end = pb.numel();
+  current.range.end = region.end;
   auto close = [&](int64_t begin) {
     if (current.param_ids.empty()) return;
     current.range.begin = begin;
@@ -29,7 +40,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
     current = GradBucket{};
     current.range.end = begin;
   };
-  for (int id = pb.size() - 1; id >= 0; --id) {
+  for (int id : ids) {
     const ParamSpec& s = pb.spec(id);
     const bool separate =
         std::find(options.separate_params.begin(), options.separate_params.end(), id) != options.separate_params.end();
@@ -38,7 +49,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
     const int64_t held = current.range.end - s.offset;
     if (separate || (options.bucket_size > 0 && held >= options.bucket_size)) close(s.offset);
   }
-  close(0);
+  close(region.begin);
   return buckets;
 }
 

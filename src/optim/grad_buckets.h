@@ -54,10 +54,13 @@ struct BucketPlanOptions {
   // Parameters that get a bucket of their own: Megatron's shared embedding with pipeline
   // parallelism and the distributed optimizer, so that the first and last stage shard it alike.
   std::vector<int> separate_params;
+  // The part of the buffer to cut into buckets (Megatron's dense or expert-parallel buffer); only
+  // the parameters inside it get buckets. end < 0: the whole buffer.
+  FlatRange region{0, -1};
 };
 
-// The buckets of `pb`, in backward order (bucket 0 ends at pb.numel(), the last starts at 0); they
-// tile the buffer exactly. A parameter of zero elements belongs to the bucket around it.
+// The buckets of `pb`'s region, in backward order (bucket 0 ends at the region's end, the last
+// starts at its beginning); they tile the region exactly. A parameter of zero elements belongs to the bucket around it.
 std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options);
 
 // Rank `rank`'s shard of `bucket` in flat-buffer offsets (possibly empty).

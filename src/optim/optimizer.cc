@@ -28,8 +28,12 @@ std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::ve
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops,
-                     Comm norm_group, Comm shard_group)
-    : config_(config), ops_(ops), norm_group_(std::move(norm_group)), shard_group_(std::move(shard_group)) {
+                     Comm norm_group, Comm shard_group, ExpertNormGroups expert_groups)
+    : config_(config),
+      ops_(ops),
+      norm_group_(std::move(norm_group)),
+      shard_group_(std::move(shard_group)),
+      expert_groups_(std::move(expert_groups)) {
   GALE_CHECK(config_.type == "adam" || config_.type == "sgd") << "optimizer " << config_.type;
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
@@ -56,21 +60,23 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParamBuffer* params, const O
     : Optimizer(config, std::vector<OptimizedBuffer>{OptimizedBuffer{params, {}, std::nullopt}}, ops,
                 std::move(norm_group)) {}
 
-double Optimizer::sum_over_groups(double value) const {
-  if (shard_group_ && shard_group_->size() > 1) value = shard_group_->all_reduce_scalar(value, ReduceOp::kSum);
-  if (norm_group_ && norm_group_->size() > 1) value = norm_group_->all_reduce_scalar(value, ReduceOp::kSum);
-  return value;
+double Optimizer::sum_over_groups(double dense, double expert) const {
+  auto sum = [](const Comm& g, double v) { return g && g->size() > 1 ? g->all_reduce_scalar(v, ReduceOp::kSum) : v; };
+  dense = sum(norm_group_, sum(shard_group_, dense));
+  if (!expert_groups_.norm_group) return dense + expert;  // no expert parallelism: expert is 0
+  return dense + sum(expert_groups_.norm_group, sum(expert_groups_.shard_group, expert));
 }
 
 double Optimizer::norm_of(bool grads) const {
-  double sq = 0.0;
+  double sq = 0.0, expert_sq = 0.0;
   for (const BufferState& b : buffers_) {
     const ParamBuffer& pb = *b.buffer.params;
     const float* base = grads ? pb.flat_grads().data<float>() : pb.flat_params().data<float>();
     for (const Segment& seg : b.segments)
-      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) sq += ops_->sum_of_squares(base + seg.begin, seg.numel);
+      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)])
+        (pb.spec(seg.param_id).expert_parallel ? expert_sq : sq) += ops_->sum_of_squares(base + seg.begin, seg.numel);
   }
-  return std::sqrt(sum_over_groups(sq));
+  return std::sqrt(sum_over_groups(sq, expert_sq));
 }
 
 double Optimizer::grad_norm() const { return norm_of(true); }
@@ -80,15 +86,16 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros) {
   StepResult r;
   r.grad_norm = grad_norm();
   if (want_zeros) {
-    int64_t zeros = 0;
+    int64_t zeros = 0, expert_zeros = 0;
     for (const BufferState& b : buffers_) {
-      const float* g = b.buffer.params->flat_grads().data<float>();
+      const ParamBuffer& pb = *b.buffer.params;
+      const float* g = pb.flat_grads().data<float>();
       for (const Segment& seg : b.segments)
-        if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) zeros += count_zeros(g + seg.begin, seg.numel);
+        if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)])
+          (pb.spec(seg.param_id).expert_parallel ? expert_zeros : zeros) += count_zeros(g + seg.begin, seg.numel);
     }
-    if (shard_group_ && shard_group_->size() > 1) zeros = shard_group_->all_reduce_scalar(zeros, ReduceOp::kSum);
-    if (norm_group_ && norm_group_->size() > 1) zeros = norm_group_->all_reduce_scalar(zeros, ReduceOp::kSum);
-    r.num_zeros = zeros;
+    // Counts below 2^53 add exactly in doubles.
+    r.num_zeros = static_cast<int64_t>(sum_over_groups(static_cast<double>(zeros), static_cast<double>(expert_zeros)));
   }
   if (!std::isfinite(r.grad_norm)) return r;
   const double coeff = config_.clip_grad > 0.0 ? config_.clip_grad / (r.grad_norm + 1e-6) : 1.0;

@@ -47,6 +47,15 @@ struct OptimizedBuffer {
   std::optional<std::vector<FlatRange>> owned;
 };
 
+// Expert parallelism: the groups over which the expert-parallel parameters' (ParamSpec::
+// expert_parallel) squared norms and zero counts are summed instead of the dense ones (Megatron's
+// expert-parallel optimizer chained with the dense one: the global norm is the square root of
+// both sums together). Both null without expert parallelism.
+struct ExpertNormGroups {
+  Comm norm_group;   // the expert tensor-model-pipeline group (tp-ep-pp of the expert generator)
+  Comm shard_group;  // the expert-data-parallel group with the distributed optimizer; else null
+};
+
 class Optimizer {
  public:
   // A piece of one parameter inside an owned range: flat elements [begin, begin + numel) of the
@@ -64,7 +73,7 @@ class Optimizer {
   // data-parallel group with the distributed optimizer; null otherwise): norms and zero counts
   // are summed over it too.
   Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group,
-            Comm shard_group = nullptr);
+            Comm shard_group = nullptr, ExpertNormGroups expert_groups = {});
   // One buffer, every parameter counting.
   Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group);
 
@@ -103,12 +112,14 @@ class Optimizer {
     Tensor exp_avg, exp_avg_sq, momentum;
   };
   double norm_of(bool grads) const;
-  double sum_over_groups(double value) const;
+  // Sums the dense and the expert-parallel part each over its groups, then adds them.
+  double sum_over_groups(double dense, double expert) const;
 
   OptimizerConfig config_;
   std::vector<BufferState> buffers_;
   const OpTable* ops_;
   Comm norm_group_, shard_group_;
+  ExpertNormGroups expert_groups_;
   int64_t step_ = 0;
 };
 

@@ -101,6 +101,9 @@ StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
   if (m.num_experts == 0) m.num_experts = kUnset;  // Megatron: 0 means None
+  const int64_t ep = a.parallel.expert_model_parallel_size;
+  if (!m.enabled() && ep > 1)
+    return InvalidArgument("--expert-model-parallel-size ", ep, " needs --num-experts (a MoE model), found no --num-experts");
   if (!m.enabled()) {
     if (m.num_experts != kUnset) return InvalidArgument("--num-experts: expected a positive integer, found ", m.num_experts);
     for (const char* flag : {"--moe-router-topk", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-ffn-hidden-size",
@@ -123,6 +126,8 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   const std::string& disp = m.moe_token_dispatcher_type;
   if (disp != "allgather" && disp != "alltoall")
     return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");
+  if (ep > 1 && m.num_experts % ep != 0)
+    return InvalidArgument("--num-experts ", m.num_experts, " must be divisible by --expert-model-parallel-size ", ep);
   if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;
   if (m.moe_ffn_hidden_size <= 0)
     return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);

@@ -200,7 +200,13 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
   GALE_RETURN_IF_ERROR(validate_context_parallel(a));
-  if (par.expert_model_parallel_size > 1) return Unimplemented("--expert-model-parallel-size > 1: not supported yet");
+  const int64_t ep = par.expert_model_parallel_size;
+  if (ep > 1) {  // the expert generator: world = ETP·EP·expert-DP·PP (ETP = 1: MoE refuses TP)
+    const int64_t epp = ep * par.pipeline_model_parallel_size;
+    if (world_size % epp != 0)
+      return InvalidArgument("world size ", world_size, " is not divisible by --expert-model-parallel-size ", ep,
+                             " x --pipeline-model-parallel-size ", par.pipeline_model_parallel_size, " = ", epp);
+  }
   int64_t tp = par.tensor_model_parallel_size;
   if (m.num_attention_heads % tp != 0)
     return InvalidArgument("--num-attention-heads ", m.num_attention_heads,

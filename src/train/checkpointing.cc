@@ -49,8 +49,10 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
 
 // Whether this rank writes the pieces of parameter `id`: one copy of every piece in the job.
 bool writes(const ParallelState& ps, const GPTModel& model, int id) {
-  if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
   const ParamSpec& s = model.params().spec(id);
+  // An expert under expert parallelism is held by one EP rank of each expert-DP group.
+  if (s.expert_parallel) return ps.coords().edp == 0;
+  if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
   if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;  // TP replicas
   // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
   if (!model.partition().pre_process && s.name == "embedding.word_embeddings.weight") return false;
@@ -92,6 +94,7 @@ nlohmann::json args_section(const Arguments& a) {
           {"optimizer", t.optimizer},
           {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
+          {"expert_model_parallel_size", a.parallel.expert_model_parallel_size},
           {"data_parallel_size", a.parallel.data_parallel_size}});
   return j;
 }
@@ -119,7 +122,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
       const ParamSpec& s = pb.spec(id);
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s))
-        GALE_RETURN_IF_ERROR(w.add(s.name, s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
+        GALE_RETURN_IF_ERROR(
+            w.add(s.whole_model_name(), s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
     }
     if (!ca.save_optim) continue;
     // Optimizer state by global parameter name and shape, like the parameters, so it reshards:
@@ -130,7 +134,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (const auto& [state_name, flat] : opt_state)
-          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.name), s.global_shape, box.global_offsets,
+          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets,
                                      state_view(flat, seg, s, box)));
     }
   }
@@ -203,7 +207,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
-        GALE_RETURN_IF_ERROR(r.read_slice_into(s.name, s.global_shape, piece.offsets, dst));
+        GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
       }
     }
     if (!load_optim) continue;
@@ -215,7 +219,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
         for (auto& [state_name, flat] : opt_state) {
           Tensor dst = state_view(flat, seg, s, box);
           GALE_RETURN_IF_ERROR(
-              r.read_slice_into(optimizer_tensor_name(state_name, s.name), s.global_shape, box.global_offsets, dst));
+              r.read_slice_into(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets, dst));
         }
     }
   }

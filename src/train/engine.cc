@@ -49,6 +49,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
   p.cp_hybrid = hybrid;
   p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
+  if (ps.layout().sizes.ep > 1) {
+    p.ep = ps.expert();
+    p.ep_allgather = args.moe.moe_token_dispatcher_type == "allgather";
+  }
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;
@@ -114,19 +118,54 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       const int shared = part.pre_process ? model->word_embedding_id() : part.post_process ? model->output_weight_id() : -1;
       if (shared >= 0) dc.separate_params.push_back(shared);
     }
+    const bool ep = engine->ps.layout().sizes.ep > 1;
+    const ParamBuffer& pb = model->params();
+    if (ep) dc.region = FlatRange{0, pb.dense_numel()};
     auto sync = std::make_unique<DataParallelSync>(&model->params(), dp, dc);
+    std::unique_ptr<DataParallelSync> expert_sync;
+    if (ep) {  // Megatron's expert-parallel buffers: reduced over expert-DP, scaled by 1/DP
+      DataParallelConfig ec = dc;
+      ec.region = FlatRange{pb.dense_numel(), pb.numel()};
+      ec.separate_params.clear();
+      ec.grad_scale = 1.0 / static_cast<double>(dp->size());  // Megatron: 1 / dp_cp size
+      ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
+                                         engine->ps.expert_dp()->size(), options.ddp_bucket_size);
+      expert_sync = std::make_unique<DataParallelSync>(&model->params(), engine->ps.expert_dp(), ec);
+    }
     DataParallelSync* s = sync.get();
-    if (par.overlap_grad_reduce) model->set_grad_ready_fn([s](const std::vector<int>& ids) { s->on_grads_ready(ids); });
+    DataParallelSync* es = expert_sync.get();
+    if (par.overlap_grad_reduce)
+      model->set_grad_ready_fn([s, es](const std::vector<int>& ids) {
+        s->on_grads_ready(ids);
+        if (es) es->on_grads_ready(ids);
+      });
     if (par.overlap_param_gather)
-      model->set_params_needed_fn([s](const std::vector<int>& ids) { s->on_params_needed(ids); });
+      model->set_params_needed_fn([s, es](const std::vector<int>& ids) {
+        s->on_params_needed(ids);
+        if (es) es->on_params_needed(ids);
+      });
     OptimizedBuffer buffer{&model->params(), norm_counting(*model), std::nullopt};
-    if (par.use_distributed_optimizer) buffer.owned = s->owned_ranges();
+    if (par.use_distributed_optimizer) {
+      buffer.owned = s->owned_ranges();
+      if (es)
+        for (const FlatRange& r : es->owned_ranges()) buffer.owned->push_back(r);
+    }
     buffers.push_back(std::move(buffer));
+    if (expert_sync) engine->expert_dp_sync.push_back(std::move(expert_sync));
     engine->chunks.push_back(std::move(model));
     engine->dp_sync.push_back(std::move(sync));
   }
+  // Expert parameters count in the norms over the expert model-parallel group (tp-ep-pp), their
+  // shards over expert-DP (Megatron's separate expert-parallel optimizer, chained).
+  const bool ep = engine->ps.layout().sizes.ep > 1;
+  ExpertNormGroups expert_groups;
+  if (ep) {
+    expert_groups.norm_group = engine->ps.group(Group::kExpertTensorExpertPipeline);
+    if (par.use_distributed_optimizer) expert_groups.shard_group = engine->ps.expert_dp();
+  }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
-                                                  engine->ps.model(), par.use_distributed_optimizer ? dp : nullptr);
+                                                  engine->ps.model(), par.use_distributed_optimizer ? dp : nullptr,
+                                                  expert_groups);
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
   return engine;
 }

@@ -28,6 +28,10 @@ struct Engine {
   // train/grad_sync.h drives them). Empty in an engine assembled by hand, which then must not be
   // data-parallel.
   std::vector<std::unique_ptr<DataParallelSync>> dp_sync;
+  // Expert parallelism (--expert-model-parallel-size > 1): each chunk's expert parameters (the end
+  // of its buffer, ParamBuffer::dense_numel() onwards) reduced over the expert-data-parallel
+  // group, scaled by 1/DP; dp_sync then covers only the dense part. Empty without EP.
+  std::vector<std::unique_ptr<DataParallelSync>> expert_dp_sync;
 
   std::vector<GPTModel*> chunk_pointers() const;
 };

@@ -52,6 +52,7 @@ void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
     return;
   }
   for (auto& sync : engine.dp_sync) sync->start_iteration(num_microbatches);
+  for (auto& sync : engine.expert_dp_sync) sync->start_iteration(num_microbatches);
 }
 
 void finalize_model_grads(Engine& engine) {
@@ -59,6 +60,7 @@ void finalize_model_grads(Engine& engine) {
   if (engine.dp_sync.empty())
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
   for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
+  for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
   allreduce_sequence_parallel_grads(engine.ps, chunks);
   allreduce_embedding_grads(engine.ps, chunks);
 }
@@ -67,11 +69,14 @@ StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros
   StepResult r = engine.optimizer->step(lr, wd, count_zeros);
   if (r.applied)
     for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
+  if (r.applied)
+    for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
   return r;
 }
 
 void finish_param_sync(const Engine& engine) {
   for (const auto& sync : engine.dp_sync) sync->finish_param_sync();
+  for (const auto& sync : engine.expert_dp_sync) sync->finish_param_sync();
 }
 
 }  // namespace gale

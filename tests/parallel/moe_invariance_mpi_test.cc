@@ -1,9 +1,13 @@
 // Parallel invariance of mixture-of-experts models: data parallelism (experts replicated, their
-// gradients reduced like any other), pipeline parallelism (1F1B and interleaved), the distributed
-// optimizer and full recomputation reproduce the single-process run: losses, grad norms, the
-// logged load-balancing loss, final parameters and gradients (fp32, 1e-5 relative).
+// gradients reduced like any other), expert parallelism (--expert-model-parallel-size: each rank
+// holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
+// pipeline parallelism (1F1B and interleaved), the distributed optimizer and full recomputation
+// reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
+// parameters and gradients (fp32, 1e-5 relative; under EP an expert sums its rows in another
+// order, (source rank, token) instead of token order, which stays well inside that bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "layouts.h"
@@ -26,6 +30,29 @@ const std::vector<Layout>& layouts() {
                                  "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
       {"pp2_dp2", 4, {"--pipeline-model-parallel-size", "2"}},
       {"dp4", 4, {}},
+      // Expert parallelism: EP 2 with DP 2 (expert-DP 1), EP 2 with DP 4 (expert-DP 2) with and
+      // without the distributed optimizer (expert shards over expert-DP, buckets overlapped with
+      // backward), and EP 2 with PP 2 (each stage its own EP groups), all-to-all dispatch.
+      {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"ep2_dp4", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"ep2_dp4_overlap", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                              "--overlap-grad-reduce"}, 20000},
+      {"ep2_dp4_distopt_overlap", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                                      "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                      "--overlap-param-gather"}, 20000},
+      {"ep2_pp2", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                      "--pipeline-model-parallel-size", "2"}},
+      // Interleaved 1F1B and full recomputation (the MoE layers' forward, with its exchange, rerun in
+      // backward on both EP ranks alike).
+      {"ep2_pp2_vpp2", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                           "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"ep2_full_recompute", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                                 "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"}},
+      // Megatron's default all-gather dispatcher: the same run.
+      {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
+      {"ep2_dp4_allgather_distopt", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
+                                        "allgather", "--use-distributed-optimizer"}},
   };
   return all;
 }
@@ -86,12 +113,44 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
         << "load_balancing_loss of iteration " << i + 1;
   }
   const ParamBuffer& ref = reference.engine->chunks[0]->params();
+  // Under EP each rank holds 2 of the 4 experts of each of its MoE layers, by local index.
+  const bool ep = std::find(layout->flags.begin(), layout->flags.end(), "--expert-model-parallel-size") !=
+                  layout->flags.end();
+  int expert_parallel = 0;  // over this rank's chunks (a chunk of dense layers has none)
+  for (const auto& chunk : run.engine->chunks)
+    for (const ParamSpec& s : chunk->params().specs()) {
+      expert_parallel += s.expert_parallel;
+      if (ep) {
+        EXPECT_EQ(s.name.find("local_experts.2."), std::string::npos) << s.name;
+      }
+    }
+  EXPECT_EQ(expert_parallel > 0, ep);
+  const bool recompute = std::find(layout->flags.begin(), layout->flags.end(), "--recompute-granularity") !=
+                         layout->flags.end();  // reruns forwards: their exchanges count twice
+  if (ep && !recompute) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations;
+                           // all-to-all: the combines send the rows this rank's experts got, so the
+                           // EP group's sum is exact)
+    const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
+    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2, e_x = 4;
+    const int64_t m = 8 / (2 * run.engine->ps.dp_size());
+    int64_t moe_layers = 0;
+    for (const auto& chunk : run.engine->chunks)
+      for (const ParamSpec& s : chunk->params().specs()) moe_layers += s.name.find("mlp.router.weight") != std::string::npos;
+    const int64_t per_layer = allgather ? P * T * (H * (e_x + 12) + 12 * k) : 8 * E + T * k * H * (e_x + 12);
+    const int64_t bytes = run.engine->ps.expert()->stats().total_bytes();
+    EXPECT_EQ(run.engine->ps.expert()->all_reduce_scalar(bytes), P * 5 * m * moe_layers * per_layer);
+    if (allgather) {
+      EXPECT_EQ(bytes, 5 * m * moe_layers * per_layer);
+    }
+  }
   for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
     const ParamBuffer& pb = run.engine->chunks[c]->params();
-    const std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    if (!run.engine->expert_dp_sync.empty())
+      for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
-      const int rid = ref.find(s.name);
+      const int rid = ref.find(s.whole_model_name());  // under EP: the global expert
       ASSERT_GE(rid, 0) << s.name;
       EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
       EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;

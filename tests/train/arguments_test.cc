@@ -124,6 +124,30 @@ TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   EXPECT_FALSE(parse_moe_layer_freq("[1,0]*x", 4).ok());
 }
 
+// --expert-model-parallel-size: Megatron's expert generator needs world % (EP·PP) == 0 and E % EP == 0;
+TEST(Arguments, ExpertParallelism) {
+  const std::vector<std::string> ep2 = {"--num-experts", "4", "--expert-model-parallel-size", "2",
+                                        "--moe-token-dispatcher-type", "alltoall"};
+  Cli ok;
+  ASSERT_TRUE(ok.parse(with(minimal(), ep2), 2).ok());
+  EXPECT_EQ(ok.args.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(ok.args.parallel.data_parallel_size, 2);
+  Cli pp;
+  EXPECT_TRUE(pp.parse(with(minimal(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 4).ok());
+  Cli world;
+  EXPECT_EQ(world.parse(with(minimal(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 2).message(),
+            "world size 2 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 2 = 4");
+  Cli odd;
+  EXPECT_EQ(odd.parse(with(minimal(), {"--num-experts", "6", "--expert-model-parallel-size", "4",
+                                       "--moe-token-dispatcher-type", "alltoall"}), 4).message(),
+            "--num-experts 6 must be divisible by --expert-model-parallel-size 4");
+  Cli dense;
+  EXPECT_EQ(dense.parse(with(minimal(), {"--expert-model-parallel-size", "2"}), 2).message(),
+            "--expert-model-parallel-size 2 needs --num-experts (a MoE model), found no --num-experts");
+  Cli allgather;  // Megatron's default dispatcher
+  EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
+}
+
 TEST(Arguments, MixtureOfExpertsRejectsTensorAndContextParallelism) {
   Cli tp;
   const Status st = tp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
@@ -192,8 +216,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
                   "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (1)"},
-        ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kUnimplemented,
-                  "--expert-model-parallel-size > 1: not supported yet"},
+        ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kInvalidArgument,
+                  "world size 1 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 1 = 2"},
         ErrorCase{{"--microbatch-group-size-per-virtual-pipeline-stage", "0"}, StatusCode::kInvalidArgument,
                   "--microbatch-group-size-per-virtual-pipeline-stage: expected a positive integer, found 0"},
         ErrorCase{{"--tokenizer-type", "TikTokenizer"}, StatusCode::kUnimplemented,

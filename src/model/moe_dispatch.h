@@ -1,0 +1,53 @@
+// Expert-parallel token exchange of a MoE layer (Megatron-Core's MoEAlltoAllTokenDispatcher):
+// rows grouped by global expert on the sending rank <-> rows grouped by local expert on the rank
+// that owns the expert.
+//
+// With EP ranks and E experts each rank owns El = E/EP experts: EP rank r holds the global
+// experts r·El ... r·El + El − 1 (Megatron's local_expert_indices). A rank's permuted rows (its
+// T·k routed token copies, grouped by global expert, token order inside each expert) are
+// therefore already grouped by destination rank. The exchange, per MoE layer and micro-batch:
+//   1. counts:  all_to_all of the El per-expert row counts destined to each rank; recv[s·El + j]
+//               is the number of rows source rank s sends to local expert j;
+//   2. rows:    all_to_allv of the permuted rows (the received block of rank s holds its rows for
+//               local experts 0..El−1 in turn);
+//   3. sort:    the received chunks reordered expert-major (expert j: the rows of rank 0, then of
+//               rank 1, ...; Megatron's sort_chunks_by_idxs), so each local expert's rows are
+//               contiguous, ordered by (source rank, token).
+// combine is the exact inverse (unsort, all_to_allv back). The backward pass uses the same two
+// functions in the mirrored roles: the output gradients are dispatched like the inputs, the
+// input gradients combined like the outputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+
+namespace gale {
+
+// The row counts of one exchange over the EP group.
+struct MoeDispatchPlan {
+  int64_t ep_size = 1;
+  int64_t local_experts = 0;          // El
+  std::vector<int64_t> send_counts;   // [EP·El] rows this rank sends to rank r for its local expert j (r·El + j)
+  std::vector<int64_t> recv_counts;   // [EP·El] rows rank s sends here for local expert j (s·El + j)
+  std::vector<int64_t> expert_offsets;  // [El + 1] local expert j's rows after the sort: [offsets[j], offsets[j+1])
+
+  int64_t num_sent() const;      // Σ send_counts (= T·k)
+  int64_t num_received() const;  // Σ recv_counts (= expert_offsets[El])
+};
+
+// Step 1: exchanges `tokens_per_expert` [E] (this rank's rows per global expert) over `ep`;
+// E must be a multiple of ep->size(). Collective over `ep`.
+MoeDispatchPlan make_dispatch_plan(const Comm& ep, const std::vector<int64_t>& tokens_per_expert);
+
+// Steps 2-3: `rows` [num_sent, H] (f32 or bf16) grouped by global expert -> [num_received, H]
+// grouped by local expert. Collective over `ep`.
+Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows);
+
+// The inverse: `rows` [num_received, H] grouped by local expert -> [num_sent, H] on the ranks that
+// sent them, in their original order. Collective over `ep`.
+Tensor combine_rows(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows);
+
+}  // namespace gale

@@ -1,0 +1,159 @@
+// `gale pretrain --expert-model-parallel-size 2` under mpirun as a user runs it: a tiny Mixtral
+// (4 experts, top-2) trains with a falling loss and the same losses as one process; a checkpoint
+// saved with EP 2 resumes exactly with EP 2 and loads into one process (experts are stored by
+// their global index); the all-gather dispatcher gives the all-to-all one's losses.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+// Open MPI as the tests run it (tests/mpi_test.cmake).
+const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                          "OMPI_MCA_mpi_yield_when_idle=1",
+                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+
+// A tiny Mixtral on `np` ranks (np > 1: under mpirun); --global-batch-size 4 on every layout.
+std::vector<std::string> mixtral(int np, std::vector<std::string> extra) {
+  std::vector<std::string> argv;
+  if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+  const std::vector<std::string> pretrain = {
+      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
+      "--train-iters", "6", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
+      "--eval-iters", "0", "--num-threads", "1", "--swiglu", "--normalization", "RMSNorm",
+      "--position-embedding-type", "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+      "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--num-experts", "4", "--moe-router-topk", "2",
+      "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall",
+      "--optimization-level", "0"};
+  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::vector<double> values(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+const std::vector<std::string> kEp2 = {"--expert-model-parallel-size", "2"};
+
+// Training losses, the load-balancing loss and the validation losses (forward-only exchanges) of
+// one process.
+TEST(GalePretrainExpertParallel, LearnsWithTheLossesOfOneProcess) {
+  const std::vector<std::string> eval = {"--eval-interval", "3", "--eval-iters", "2"};
+  test::RunResult one = test::run_with_timeout(mixtral(1, eval), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), eval.begin(), eval.end());
+  test::RunResult ep = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  EXPECT_NE(ep.output.find("(experts: ETP 1 x EP 2 x EDP 1 x PP 1)"), std::string::npos) << ep.output;
+  EXPECT_NE(ep.output.find("active: expert-parallel"), std::string::npos) << ep.output;
+  const std::vector<double> a = values(one.output, "lm loss"), b = values(ep.output, "lm loss");
+  const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(ep.output, "load_balancing_loss");
+  const std::vector<double> va = values(one.output, "lm loss value"), vb = values(ep.output, "lm loss value");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << ep.output;
+  ASSERT_EQ(lb.size(), 6u);
+  ASSERT_GE(va.size(), 2u) << one.output;  // iterations 3 and 6 (and the final validation and test)
+  ASSERT_EQ(vb.size(), va.size()) << ep.output;
+  EXPECT_LT(b.back(), b.front());
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(lb[i], la[i], 1e-5 * la[i]) << "iteration " << i + 1;
+  }
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * va[i]) << "validation " << i;
+}
+
+// Saves at iteration 3 of 6 on `np` ranks with `flags`, resumes with the same layout: iterations 4-6
+// log the uninterrupted run's losses exactly. Then the checkpoint loads into one process (all four
+// experts on one rank), the same run up to the summation order inside the experts.
+// `single` are the flags of the one-process run (the same batch).
+void expect_exact_resume(int np, const std::vector<std::string>& flags, std::vector<std::string> single = {}) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("gale_ep_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(np) + "_" + std::to_string(flags.size()));
+  std::filesystem::remove_all(dir);
+  test::RunResult whole = test::run_with_timeout(mixtral(np, flags), kMpiEnv, 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  std::vector<std::string> save = flags;
+  save.insert(save.end(), {"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"});
+  test::RunResult first = test::run_with_timeout(mixtral(np, save), kMpiEnv, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<std::string> load = flags;
+  load.insert(load.end(), {"--load", dir.string()});
+  test::RunResult second = test::run_with_timeout(mixtral(np, load), kMpiEnv, 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::vector<double> a = values(whole.output, "lm loss"), b = values(second.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u) << second.output;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;
+  single.insert(single.end(), {"--load", dir.string()});
+  test::RunResult one = test::run_with_timeout(mixtral(1, single), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> c = values(one.output, "lm loss");
+  ASSERT_EQ(c.size(), 3u) << one.output;
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(c[i], a[3 + i], 1e-5 * a[3 + i]) << "iteration " << 4 + i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) { expect_exact_resume(2, kEp2); }
+
+// 4 ranks: DP 4, expert-DP 2; the distributed optimizer shards the experts' state over expert-DP.
+TEST(GalePretrainExpertParallel, SaveThenResumeWithTheDistributedOptimizer) {
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), {"--use-distributed-optimizer", "--global-batch-size", "8"});
+  expect_exact_resume(4, flags, {"--global-batch-size", "8"});
+}
+
+// --bf16: the rows travel as bf16 GEMM inputs; the experts' bf16 GEMMs on other row sets round
+// differently only in the weight gradients' summation order (measured: 1e-6 relative).
+TEST(GalePretrainExpertParallel, Bf16AsOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {"--bf16"}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::vector<std::string> flags = kEp2;
+  flags.push_back("--bf16");
+  test::RunResult ep = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  const std::vector<double> a = values(one.output, "lm loss"), b = values(ep.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+}
+
+TEST(GalePretrainExpertParallel, AllGatherDispatcherGivesTheSameRun) {
+  test::RunResult a2a = test::run_with_timeout(mixtral(2, kEp2), kMpiEnv, 300);
+  ASSERT_EQ(a2a.exit_code, 0) << a2a.output;
+  std::vector<std::string> flags = kEp2;
+  flags.insert(flags.end(), {"--moe-token-dispatcher-type", "allgather"});
+  test::RunResult ag = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(ag.exit_code, 0) << ag.output;
+  const std::vector<double> a = values(a2a.output, "lm loss"), b = values(ag.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+}
+
+TEST(GalePretrainExpertParallel, FlagErrorsAreOneLine) {
+  test::RunResult odd = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "2", "--num-experts", "3",
+                                                           "--moe-router-topk", "1"}),
+                                               kMpiEnv, 120);
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("--num-experts 3 must be divisible by --expert-model-parallel-size 2"), std::string::npos)
+      << odd.output;
+  test::RunResult world = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "4"}), kMpiEnv, 120);
+  EXPECT_NE(world.exit_code, 0);
+  EXPECT_NE(world.output.find("world size 2 is not divisible by --expert-model-parallel-size 4 x "
+                              "--pipeline-model-parallel-size 1 = 4"),
+            std::string::npos)
+      << world.output;
+}
+
+}  // namespace
+}  // namespace gale
