@@ -4,6 +4,7 @@
 #include "cli/subcommands.h"
 #include "train/arg_parser.h"
 #include "train/hf_convert.h"
+#include "train/lora_merge.h"
 
 namespace gale::cli {
 
@@ -30,6 +31,7 @@ int run_convert(int argc, char** argv) {
   p.add_choice("--save-dtype", &to_hf.save_dtype, {"fp32", "bf16"}, "gale -> hf: dtype of model.safetensors");
   p.add("--vocab-size", &to_hf.vocab_size,
         "gale -> hf: real vocabulary rows to keep (default: recorded by the conversion, else all padded rows)");
+  add_lora_args(p, to_hf.lora);
   Status s = p.parse(argc, argv);
   if (s.ok() && p.help_requested()) {
     std::printf("%s", p.help_text().c_str());
@@ -44,6 +46,9 @@ int run_convert(int argc, char** argv) {
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
                         ": expected one side hf and the other gale");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
+  if (s.ok() && from_hf && !to_hf.lora.lora_load.empty())
+    s = InvalidArgument("--lora-load: merging LoRA adapters needs --load-model-type gale (the base they were trained on)");
   if (!s.ok()) {
     std::fprintf(stderr, "gale convert: error: %s\n", s.message().c_str());
     return 2;

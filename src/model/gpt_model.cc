@@ -62,6 +62,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
                                                        InitKind::kNormal, c.init_std, true), part_, 0));
     }
   }
+  // LoRA: only the adapters train; every base parameter is frozen (no gradient, no optimizer state).
+  if (c.lora.enabled())
+    for (int id = 0; id < params_.size(); ++id)
+      if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
   if (c.bf16) params_.enable_bf16();
   if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);

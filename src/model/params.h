@@ -16,7 +16,8 @@
 
 namespace gale {
 
-enum class InitKind { kNormal, kZeros, kOnes };
+// kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in)).
+enum class InitKind { kNormal, kZeros, kOnes, kUniform };
 
 struct ParamSpec {
   std::string name;         // Megatron-Core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
@@ -29,6 +30,9 @@ struct ParamSpec {
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
   bool sequence_parallel = false;   // gradient is partial per TP rank under SP (norms, row-parallel biases)
+  // false: frozen (the base model under LoRA, model/lora.h): no gradient storage, no optimizer
+  // state; its gradient pointer is a shared scratch that nothing reads.
+  bool trainable = true;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
   Shape local_shape() const;
@@ -41,12 +45,20 @@ class ParamBuffer {
  public:
   // Register a parameter; returns its id. Only before finalize().
   int add(ParamSpec spec);
-  // Allocate the flat parameter and gradient buffers (gradients zeroed).
+  // Allocate the flat parameter and gradient buffers (gradients zeroed). With frozen parameters
+  // the trainable ones take the first trainable_numel() elements (in registration order) and the
+  // gradient buffer holds only those; the frozen ones follow.
   void finalize();
+  // Mark parameter `id` frozen (trainable = false). Only before finalize().
+  void freeze(int id);
   bool finalized() const { return params_.defined(); }
 
   int size() const { return static_cast<int>(specs_.size()); }
   int64_t numel() const { return numel_; }
+  // Elements of the trainable parameters: [0, trainable_numel()) of the flat buffer, the extent of
+  // the gradient buffer and of the optimizer's state (= numel() without frozen parameters).
+  int64_t trainable_numel() const { return trainable_numel_; }
+  bool has_frozen() const { return trainable_numel_ < numel_; }
   const ParamSpec& spec(int id) const { return specs_.at(static_cast<size_t>(id)); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int find(const std::string& name) const;  // -1 when absent
@@ -55,11 +67,18 @@ class ParamBuffer {
   Tensor param(int id) const;
   Tensor grad(int id) const;
   float* param_data(int id) const { return params_.data<float>() + spec(id).offset; }
-  float* grad_data(int id) const { return grads_.data<float>() + spec(id).offset; }
-  // The flat buffers [numel].
+  // A frozen parameter's gradient pointer is a scratch shared by all frozen parameters: kernels
+  // may accumulate into it, nothing reads it.
+  float* grad_data(int id) const {
+    return spec(id).trainable ? grads_.data<float>() + spec(id).offset : frozen_grad_sink_.data<float>();
+  }
+  // The flat buffers: parameters [numel], gradients [trainable_numel].
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
-  void zero_grads() { grads_.zero(); }
+  void zero_grads() {
+    grads_.zero();
+    if (frozen_grad_sink_.defined()) frozen_grad_sink_.zero();
+  }
 
   // --bf16: a bf16 copy of every parameter for the model's GEMMs; the f32 buffer stays the
   // optimizer's master copy (and gradients stay f32). Call refresh_bf16() after any change of the
@@ -76,8 +95,9 @@ class ParamBuffer {
 
  private:
   std::vector<ParamSpec> specs_;
-  int64_t numel_ = 0;
+  int64_t numel_ = 0, trainable_numel_ = 0;
   Tensor params_, grads_, params_bf16_;
+  Tensor frozen_grad_sink_;  // [largest frozen parameter], only with frozen parameters
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

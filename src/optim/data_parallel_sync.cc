@@ -44,7 +44,7 @@ DataParallelSync::~DataParallelSync() {
 }
 
 std::vector<FlatRange> DataParallelSync::owned_ranges() const {
-  if (!sharded()) return {FlatRange{0, params_->numel()}};
+  if (!sharded()) return {FlatRange{0, params_->trainable_numel()}};
   return gale::owned_ranges(buckets_, dp_size_, dp_rank_);
 }
 

@@ -20,7 +20,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
   GALE_CHECK_GE(options.dp, 1);
   std::vector<GradBucket> buckets;
   GradBucket current;
-  current.range.end = pb.numel();
+  current.range.end = pb.trainable_numel();  // frozen parameters (after it) have no gradient
   auto close = [&](int64_t begin) {
     if (current.param_ids.empty()) return;
     current.range.begin = begin;
@@ -31,6 +31,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
   };
   for (int id = pb.size() - 1; id >= 0; --id) {
     const ParamSpec& s = pb.spec(id);
+    if (!s.trainable) continue;
     const bool separate =
         std::find(options.separate_params.begin(), options.separate_params.end(), id) != options.separate_params.end();
     if (separate) close(s.offset + s.local_numel());
