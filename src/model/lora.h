@@ -7,7 +7,8 @@
 //   dB += s·dyᵀ·u,  du = s·dy·B,  dA += duᵀ·x,  dx += du·A.
 // A starts kaiming-uniform with a = sqrt(5) (U(±1/sqrt(in)), peft's default), B at zero, so the
 // adapted model starts equal to the base. Names follow peft: "<linear>.lora_A.default.weight".
-// Single tensor-parallel rank only (the arguments refuse TP > 1 with LoRA).
+// One tensor-parallel rank and one pipeline stage only (the arguments refuse TP, PP and CP with
+// LoRA); data parallelism reduces the adapters' gradients only (frozen parameters are in no bucket).
 #pragma once
 
 #include <string>

@@ -64,6 +64,7 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
 
 void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
+    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // frozen (LoRA's base): no gradient
     int64_t& count = ready_count_.at(static_cast<size_t>(id));
     GALE_CHECK_LT(count, num_microbatches_)
         << "gradient of " << params_->spec(id).name << " reported complete more often than there are micro-batches";
@@ -164,6 +165,7 @@ void DataParallelSync::finish_param_gather(size_t b) {
 void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
     const int b = bucket_of_param_.at(static_cast<size_t>(id));
+    if (b < 0) continue;  // frozen: never updated, nothing to gather
     if (!state_[static_cast<size_t>(b)].params_stale) continue;
     finish_param_gather(static_cast<size_t>(b));
     // Prefetch the bucket the forward reaches next (the one below in the buffer).

@@ -51,11 +51,6 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
   if (par.context_parallel_size != 1)
     return InvalidArgument("--lora-target-modules: LoRA with --context-parallel-size ", par.context_parallel_size,
                            " is not supported yet (expected 1)");
-  if (par.data_parallel_size != 1)
-    return InvalidArgument("--lora-target-modules: LoRA with data parallelism (", par.data_parallel_size,
-                           " data-parallel ranks) is not supported yet (expected one process)");
-  if (par.use_distributed_optimizer)
-    return InvalidArgument("--lora-target-modules: LoRA with --use-distributed-optimizer is not supported yet");
   if (a.moe.enabled())
     return InvalidArgument("--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet");
   (void)p;

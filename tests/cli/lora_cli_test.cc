@@ -4,6 +4,8 @@
 // --lora-load`, and one-line flag errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <regex>
 
 #include "ckpt/checkpoint_reader.h"
@@ -130,6 +132,30 @@ TEST_F(LoraCli, FineTunesTheAdaptersOnlyAndResumesExactly) {
   }
   EXPECT_GE(differ, 2 * 4) << "the merge changed too few tensors";
   EXPECT_GT(same, 0);
+
+  // gale evaluate --lora-load (merged at load) gives the perplexity of the merged model converted
+  // back from HF, and not that of the base.
+  auto back = testing::run_gale("convert --load-model-type hf --save-model-type gale --load-dir " +
+                                    dir_.file("hf_merged") + " --save-dir " + dir_.file("gale_merged"),
+                                dir_.path());
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  {
+    std::ofstream docs(dir_.file("docs.jsonl"));
+    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
+  }
+  auto ppl = [&](const std::string& load, const std::string& extra) {
+    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
+                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
+                               extra, dir_.path());
+    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(e.out, m, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  const double with_adapters = ppl(dir_.file("base"), lora_flags), merged_back = ppl(dir_.file("gale_merged"), "");
+  const double base_only = ppl(dir_.file("base"), "");
+  EXPECT_NEAR(with_adapters, merged_back, 1e-5 * merged_back);
+  EXPECT_GT(std::fabs(with_adapters - base_only), 1e-3);
 
   // A mismatched rank is a one-line error naming the flag.
   auto wrong = testing::run_gale("convert --load-model-type gale --save-model-type hf --load-dir " + dir_.file("base") +

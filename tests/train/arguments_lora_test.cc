@@ -57,9 +57,8 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
       {{"--lora-load", "dir"}, 1, "--lora-load needs --lora-target-modules (the adapted linears)"},
       {{"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2"}, 2,
        "--lora-target-modules: LoRA with --tensor-model-parallel-size 2 is not supported yet (expected 1)"},
-      {{"--lora-target-modules", "linear_qkv"}, 2,
-       "--lora-target-modules: LoRA with data parallelism (2 data-parallel ranks) is not supported yet (expected one "
-       "process)"},
+      {{"--lora-target-modules", "linear_qkv", "--pipeline-model-parallel-size", "2"}, 2,
+       "--lora-target-modules: LoRA with --pipeline-model-parallel-size 2 is not supported yet (expected 1)"},
       {{"--lora-target-modules", "linear_fc1", "--num-experts", "4"}, 1,
        "--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet"},
   };
@@ -71,6 +70,9 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
   }
   Cli r0;
   EXPECT_TRUE(r0.parse({"--lora-r", "0"}).ok()) << "--lora-r 0 without targets: LoRA off";
+  Cli dp;
+  EXPECT_TRUE(dp.parse({"--lora-target-modules", "linear_qkv", "--use-distributed-optimizer"}, 2).ok())
+      << "data parallelism and the distributed optimizer work with LoRA";
 }
 
 }  // namespace
