@@ -42,9 +42,10 @@ int run_convert(int argc, char** argv) {
   if (s.ok() && load_dir.empty()) s = InvalidArgument("--load-dir is required");
   if (s.ok() && save_dir.empty()) s = InvalidArgument("--save-dir is required");
   const bool from_hf = load_type == "hf", to_hf_dir = save_type == "hf";
-  if (s.ok() && from_hf == to_hf_dir)
+  const bool merge_gale = !from_hf && !to_hf_dir && !to_hf.lora.lora_load.empty();  // LoRA merge, gale -> gale
+  if (s.ok() && from_hf == to_hf_dir && !merge_gale)
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
-                        ": expected one side hf and the other gale");
+                        ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
   if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
   if (s.ok() && from_hf && !to_hf.lora.lora_load.empty())
@@ -54,7 +55,9 @@ int run_convert(int argc, char** argv) {
     return 2;
   }
   auto log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
-  if (from_hf) {
+  if (merge_gale) {
+    s = merge_lora_checkpoint(load_dir, save_dir, to_hf.lora, log);
+  } else if (from_hf) {
     to_gale.load_dir = load_dir;
     to_gale.save_dir = save_dir;
     s = convert_hf_to_gale(to_gale, log);

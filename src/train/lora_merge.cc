@@ -1,6 +1,8 @@
 // Reading a LoRA adapter checkpoint and merging it into base weights.
 #include "train/lora_merge.h"
 
+#include "ckpt/checkpoint_writer.h"
+#include "comm/communicator.h"
 #include "model/lora.h"
 
 namespace gale {
@@ -79,6 +81,50 @@ Status LoraMerge::merge_into(const std::string& name, Tensor& w) const {
   l.in = in;
   l.scaling = config_.scaling();
   lora_merge(w.data<float>(), l);
+  return Status::Ok();
+}
+
+Status merge_lora_checkpoint(const std::string& load_dir, const std::string& save_dir, const LoraArgs& a,
+                             const std::function<void(const std::string&)>& log) {
+  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(load_dir));
+  GALE_ASSIGN_OR_RETURN(LoraMerge merge, LoraMerge::open(a));
+  log(str_cat("merging the LoRA adapters of ", merge.directory(), " (r ", a.lora_r, ", alpha ", a.lora_alpha,
+              ") into ", r.directory()));
+  Comm self = make_self_communicator("world");
+  CheckpointWriter w(save_dir, 0, *self);
+  std::vector<Tensor> keep;  // the writer references the data until commit()
+  int merged = 0;
+  for (const std::string& name : r.tensor_names()) {
+    if (name.rfind("optimizer.", 0) == 0) continue;  // a merged base starts a new run
+    if (name.find(".lora_") != std::string::npos)
+      return FailedPrecondition("--load-dir ", load_dir, " holds LoRA adapter '", name,
+                                "': expected the base checkpoint the adapters were trained on");
+    GALE_ASSIGN_OR_RETURN(Shape shape, r.global_shape(name));
+    GALE_ASSIGN_OR_RETURN(Tensor t, r.read(name, shape, DType::kF32));
+    if (merge.adapts(name)) {
+      GALE_RETURN_IF_ERROR(merge.merge_into(name, t));
+      ++merged;
+    }
+    keep.push_back(t);
+    GALE_RETURN_IF_ERROR(w.add(name, t));
+  }
+  nlohmann::json sections;
+  sections["gale_trainer_state_version"] = 1;
+  for (const char* key : {"model", "args"}) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json section, r.section(key));
+    sections[key] = section;
+  }
+  sections["trainer"] = {{"iteration", 0},
+                         {"consumed_train_samples", 0},
+                         {"consumed_valid_samples", 0},
+                         {"num_floating_point_operations_so_far", 0.0}};
+  sections["lora_merged"] = {{"base", r.directory()},
+                             {"adapters", merge.directory()},
+                             {"lora_r", a.lora_r},
+                             {"lora_alpha", a.lora_alpha},
+                             {"lora_target_modules", a.lora_target_modules}};
+  GALE_RETURN_IF_ERROR(w.commit(sections));
+  log(str_cat("saved ", keep.size(), " tensors (", merged, " merged) to ", w.final_dir()));
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 // lora_target_modules its args section records.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "ckpt/checkpoint_reader.h"
@@ -35,6 +36,12 @@ class LoraMerge {
   CheckpointReader reader_;
   LoraConfig config_;
 };
+
+// gale convert --load-model-type gale --save-model-type gale --lora-load ...: writes the Gale
+// checkpoint in `load_dir` (latest iteration) to `save_dir` as iteration 0 with every adapted
+// weight merged, as a base to load with --load (no optimizer state; its model/args sections kept).
+Status merge_lora_checkpoint(const std::string& load_dir, const std::string& save_dir, const LoraArgs& a,
+                             const std::function<void(const std::string&)>& log);
 
 // The LoRA flags of a command that merges (convert, generate, evaluate): --lora-load and
 // --lora-target-modules go together; the values are checked as for training.

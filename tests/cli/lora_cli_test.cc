@@ -152,9 +152,17 @@ TEST_F(LoraCli, FineTunesTheAdaptersOnlyAndResumesExactly) {
     EXPECT_TRUE(std::regex_search(e.out, m, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
     return m.empty() ? 0.0 : std::stod(m[1]);
   };
+  // And merged straight into a Gale checkpoint (gale -> gale), MindSpeed-LLM's mg -> mg merge.
+  auto gale_gale = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
+                                         dir_.file("base") + " --save-dir " + dir_.file("gale_direct") + lora_flags,
+                                     dir_.path());
+  ASSERT_EQ(gale_gale.exit_code, 0) << gale_gale.err;
+  EXPECT_NE(gale_gale.out.find("(8 merged)"), std::string::npos) << gale_gale.out;
   const double with_adapters = ppl(dir_.file("base"), lora_flags), merged_back = ppl(dir_.file("gale_merged"), "");
+  const double merged_direct = ppl(dir_.file("gale_direct"), "");
   const double base_only = ppl(dir_.file("base"), "");
   EXPECT_NEAR(with_adapters, merged_back, 1e-5 * merged_back);
+  EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
   EXPECT_GT(std::fabs(with_adapters - base_only), 1e-3);
 
   // A mismatched rank is a one-line error naming the flag.
