@@ -38,14 +38,24 @@ std::string lora_b_name(const std::string& weight_name) {
   return replace_weight_suffix(weight_name, ".lora_B.default.weight");
 }
 
-LoraIds register_lora_params(ParamBuffer& pb, const LoraConfig& c, const std::string& weight_name, int64_t out,
-                             int64_t in) {
+LoraIds register_lora_params(ParamBuffer& pb, const LoraConfig& c, const ModelPartition& part,
+                             const std::string& weight_name, int64_t out, int64_t in, LoraSplit split, int blocks) {
   GALE_CHECK_GT(c.r, 0);
-  LoraIds ids;
   // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain·sqrt(3 / fan_in) = 1 / sqrt(fan_in).
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-  ids.a = pb.add(make_param_spec(lora_a_name(weight_name), {c.r, in}, InitKind::kUniform, bound, true));
-  ids.b = pb.add(make_param_spec(lora_b_name(weight_name), {out, c.r}, InitKind::kZeros, 0.0f, true));
+  ParamSpec a = make_param_spec(lora_a_name(weight_name), {c.r, in}, InitKind::kUniform, bound, true);
+  ParamSpec b = make_param_spec(lora_b_name(weight_name), {out, c.r}, InitKind::kZeros, 0.0f, true);
+  const bool tp = part.tp_size() > 1;
+  if (split == LoraSplit::kColumn) {
+    b = tp_split(std::move(b), part, 0, blocks);
+    a.sequence_parallel = tp;  // replicated, gradient partial per TP rank: all-reduced over TP
+  } else {
+    a = tp_split(std::move(a), part, 1);
+    b.sequence_parallel = tp;
+  }
+  LoraIds ids;
+  ids.a = pb.add(std::move(a));
+  ids.b = pb.add(std::move(b));
   return ids;
 }
 

@@ -7,8 +7,13 @@
 //   dB += s·dyᵀ·u,  du = s·dy·B,  dA += duᵀ·x,  dx += du·A.
 // A starts kaiming-uniform with a = sqrt(5) (U(±1/sqrt(in)), peft's default), B at zero, so the
 // adapted model starts equal to the base. Names follow peft: "<linear>.lora_A.default.weight".
-// One tensor-parallel rank and one pipeline stage only (the arguments refuse TP, PP and CP with
-// LoRA); data parallelism reduces the adapters' gradients only (frozen parameters are in no bucket).
+// Tensor parallelism (as peft on Megatron's parallel linears): for a column-parallel linear (W
+// split on out) A is replicated and B split on out like W; for a row-parallel one (W split on in) A
+// is split on in like W and B replicated. No extra communication: the replicated factor's local
+// gradient is a partial sum over the TP ranks (column: du = Σ dy_local·B_local; row: u = Σ
+// x_local·A_localᵀ), so it is marked like the sequence-parallel norms and all-reduced over TP with
+// them; the layer's own input-gradient reduction (column) and output reduction (row) already sum
+// the adapters' partial dx and y.
 #pragma once
 
 #include <string>
@@ -30,15 +35,20 @@ struct LoraIds {
   bool defined() const { return a >= 0; }
 };
 
-// Registers lora_A [r, in] and lora_B [out, r] for the linear whose weight is named `weight_name`
-// (".weight" replaced by ".lora_A.default.weight" / ".lora_B.default.weight").
-LoraIds register_lora_params(ParamBuffer& pb, const LoraConfig& c, const std::string& weight_name, int64_t out,
-                             int64_t in);
+// How the adapted linear is split across tensor-parallel ranks.
+enum class LoraSplit { kColumn, kRow };
+
+// Registers lora_A [r, in] and lora_B [out, r] (global shapes) for the linear whose weight is named
+// `weight_name` (".weight" replaced by ".lora_A.default.weight" / ".lora_B.default.weight"), split
+// over `part`'s TP ranks as above (`blocks`: the equal blocks of a column-parallel out dimension,
+// 2 for SwiGLU's [gate; up]).
+LoraIds register_lora_params(ParamBuffer& pb, const LoraConfig& c, const ModelPartition& part,
+                             const std::string& weight_name, int64_t out, int64_t in, LoraSplit split, int blocks = 1);
 // Its parameter names.
 std::string lora_a_name(const std::string& weight_name);
 std::string lora_b_name(const std::string& weight_name);
 
-// One adapter's f32 views: A [r, in], B [out, r], their gradients, the scaling s.
+// One adapter's f32 views (this TP rank's shards): A [r, in], B [out, r], their gradients, the scaling s.
 struct LoraWeights {
   const float* a = nullptr;
   const float* b = nullptr;

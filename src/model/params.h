@@ -29,7 +29,9 @@ struct ParamSpec {
   InitKind init = InitKind::kNormal;
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
-  bool sequence_parallel = false;   // gradient is partial per TP rank under SP (norms, row-parallel biases)
+  // gradient is partial per TP rank and all-reduced over TP: under SP the norms and row-parallel
+  // biases; with TP the replicated factor of a LoRA adapter (model/lora.h)
+  bool sequence_parallel = false;
   // false: frozen (the base model under LoRA, model/lora.h): no gradient storage, no optimizer
   // state; its gradient pointer is a shared scratch that nothing reads.
   bool trainable = true;

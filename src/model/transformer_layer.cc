@@ -145,14 +145,15 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
   w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
-  if (c.lora.enabled()) GALE_CHECK_EQ(part.tp_size(), 1) << "LoRA with tensor parallelism";
   if (lora_targets(c.lora, LoraTarget::kQkv))
-    w.lora_qkv = register_lora_params(pb, c.lora, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H);
+    w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
+                                       LoraSplit::kColumn);
   if (c.qkv_bias())
     w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
   w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
   if (lora_targets(c.lora, LoraTarget::kProj))
-    w.lora_proj = register_lora_params(pb, c.lora, layer_name(layer, "self_attention.linear_proj.weight"), H, c.heads * HD);
+    w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
+                                        c.heads * HD, LoraSplit::kRow);
   if (c.add_bias_linear) {
     ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
@@ -169,12 +170,14 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   int blocks = c.swiglu ? 2 : 1;
   w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
   if (lora_targets(c.lora, LoraTarget::kFc1))
-    w.lora_fc1 = register_lora_params(pb, c.lora, layer_name(layer, "mlp.linear_fc1.weight"), c.fc1_out(), H);
+    w.lora_fc1 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc1.weight"), c.fc1_out(), H,
+                                       LoraSplit::kColumn, blocks);
   if (c.add_bias_linear)
     w.fc1_b = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
   w.fc2_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
   if (lora_targets(c.lora, LoraTarget::kFc2))
-    w.lora_fc2 = register_lora_params(pb, c.lora, layer_name(layer, "mlp.linear_fc2.weight"), H, c.ffn);
+    w.lora_fc2 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc2.weight"), H, c.ffn,
+                                       LoraSplit::kRow);
   if (c.add_bias_linear) {
     ParamSpec b = make_param_spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;

@@ -242,7 +242,7 @@ Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
 Status validate_moe_args(Arguments& a, const ArgParser& p);
-// The LoRA flags (values, target names) and what LoRA does not compose with yet (TP, PP, CP, MoE).
+// The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
 // After the model and parallel flags.
 Status validate_lora_args(Arguments& a, const ArgParser& p);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones

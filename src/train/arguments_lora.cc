@@ -41,16 +41,6 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
     if (!l.lora_load.empty()) return InvalidArgument("--lora-load needs --lora-target-modules (the adapted linears)");
     return Status::Ok();
   }
-  const ParallelArgs& par = a.parallel;
-  if (par.tensor_model_parallel_size != 1)
-    return InvalidArgument("--lora-target-modules: LoRA with --tensor-model-parallel-size ",
-                           par.tensor_model_parallel_size, " is not supported yet (expected 1)");
-  if (par.pipeline_model_parallel_size != 1)
-    return InvalidArgument("--lora-target-modules: LoRA with --pipeline-model-parallel-size ",
-                           par.pipeline_model_parallel_size, " is not supported yet (expected 1)");
-  if (par.context_parallel_size != 1)
-    return InvalidArgument("--lora-target-modules: LoRA with --context-parallel-size ", par.context_parallel_size,
-                           " is not supported yet (expected 1)");
   if (a.moe.enabled())
     return InvalidArgument("--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet");
   (void)p;

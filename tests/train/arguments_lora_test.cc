@@ -55,10 +55,6 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
       {{"--lora-alpha", "0", "--lora-target-modules", "linear_qkv"}, 1,
        "--lora-alpha: expected a positive integer, found 0"},
       {{"--lora-load", "dir"}, 1, "--lora-load needs --lora-target-modules (the adapted linears)"},
-      {{"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2"}, 2,
-       "--lora-target-modules: LoRA with --tensor-model-parallel-size 2 is not supported yet (expected 1)"},
-      {{"--lora-target-modules", "linear_qkv", "--pipeline-model-parallel-size", "2"}, 2,
-       "--lora-target-modules: LoRA with --pipeline-model-parallel-size 2 is not supported yet (expected 1)"},
       {{"--lora-target-modules", "linear_fc1", "--num-experts", "4"}, 1,
        "--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet"},
   };
@@ -73,6 +69,10 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
   Cli dp;
   EXPECT_TRUE(dp.parse({"--lora-target-modules", "linear_qkv", "--use-distributed-optimizer"}, 2).ok())
       << "data parallelism and the distributed optimizer work with LoRA";
+  Cli tp;
+  EXPECT_TRUE(tp.parse({"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2",
+                        "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 4).ok())
+      << "tensor (with sequence) and pipeline parallelism work with LoRA";
 }
 
 }  // namespace
