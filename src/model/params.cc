@@ -62,7 +62,7 @@ void ParamBuffer::finalize() {
     if (!s.trainable) {
       s.offset = at;
       at += s.local_numel();
-      largest_frozen = std::max(largest_frozen, s.local_numel());
+      if (s.global_shape.size() == 1) largest_frozen = std::max(largest_frozen, s.local_numel());
     }
   GALE_CHECK_EQ(at, numel_);
   params_ = Tensor::zeros({numel_});

@@ -33,7 +33,7 @@ struct ParamSpec {
   // biases; with TP the replicated factor of a LoRA adapter (model/lora.h)
   bool sequence_parallel = false;
   // false: frozen (the base model under LoRA, model/lora.h): no gradient storage, no optimizer
-  // state; its gradient pointer is a shared scratch that nothing reads.
+  // state; its gradient pointer is null (a 1-D one's: a shared scratch that nothing reads).
   bool trainable = true;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
@@ -69,10 +69,14 @@ class ParamBuffer {
   Tensor param(int id) const;
   Tensor grad(int id) const;
   float* param_data(int id) const { return params_.data<float>() + spec(id).offset; }
-  // A frozen parameter's gradient pointer is a scratch shared by all frozen parameters: kernels
-  // may accumulate into it, nothing reads it.
+  // A frozen parameter has no gradient: null, so that the model skips its gradient work (the dW
+  // GEMMs, the embedding and output-layer gradients). A frozen 1-D parameter's (norm weights,
+  // biases, whose gradients fused kernels compute alongside dx) is a scratch shared by all of them
+  // that nothing reads.
   float* grad_data(int id) const {
-    return spec(id).trainable ? grads_.data<float>() + spec(id).offset : frozen_grad_sink_.data<float>();
+    const ParamSpec& s = spec(id);
+    if (s.trainable) return grads_.data<float>() + s.offset;
+    return s.global_shape.size() == 1 ? frozen_grad_sink_.data<float>() : nullptr;
   }
   // The flat buffers: parameters [numel], gradients [trainable_numel].
   const Tensor& flat_params() const { return params_; }
@@ -99,7 +103,7 @@ class ParamBuffer {
   std::vector<ParamSpec> specs_;
   int64_t numel_ = 0, trainable_numel_ = 0;
   Tensor params_, grads_, params_bf16_;
-  Tensor frozen_grad_sink_;  // [largest frozen parameter], only with frozen parameters
+  Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

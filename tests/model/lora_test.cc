@@ -303,10 +303,11 @@ TEST(LoraModel, OptimizerStepsLeaveTheBaseUnchangedAndHoldStateForAdaptersOnly) 
   EXPECT_EQ(base_opt.state_bytes(), 2 * base_n * 4);
   // Full training holds params + grads + 2 moments (16 bytes per element); LoRA holds the base
   // params, the adapters' params, grads and moments, and one scratch the size of the largest
-  // frozen parameter (where kernels may write a frozen parameter's gradient).
+  // frozen 1-D parameter (where the norm kernels write a frozen norm's gradient).
   int64_t largest_frozen = 0;
   for (const ParamSpec& s : pb.specs())
-    if (!s.trainable) largest_frozen = std::max(largest_frozen, s.local_numel());
+    if (!s.trainable && s.global_shape.size() == 1) largest_frozen = std::max(largest_frozen, s.local_numel());
+  EXPECT_EQ(pb.grad_data(pb.find("output_layer.weight")), nullptr);  // frozen 2-D: no gradient at all
   const int64_t base_model_overhead = base_bytes - 16 * base_n;  // RoPE tables etc., the same in both
   EXPECT_EQ(lora_bytes - base_model_overhead, 4 * base_n + 16 * t + 4 * largest_frozen);
   std::printf("[ LoRA memory ] full fine-tuning %lld bytes (params, grads, AdamW state), LoRA %lld bytes: "
