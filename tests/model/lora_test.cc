@@ -267,6 +267,34 @@ TEST_P(LoraModel, StartsExactlyAtTheBaseModelAndMergesIntoIt) {
 INSTANTIATE_TEST_SUITE_P(Architectures, LoraModel, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "llama" : "gpt"; });
 
+// --bf16: the base GEMMs take bf16 inputs, the adapter branch widens them to f32; logits and
+// adapter gradients stay close to the f32 run's.
+TEST(LoraModel, Bf16RunsCloseToF32) {
+  ModelConfig c = lora_config(true);
+  OpTable ops = reference_ops();
+  GPTModel f32(c, single_process_partition(c), &ops);
+  c.bf16 = true;
+  GPTModel b16(c, single_process_partition(c), &ops);
+  f32.params().initialize(8);
+  b16.params().initialize(8);
+  randomise_lora_b(f32.params(), 4);
+  randomise_lora_b(b16.params(), 4);
+  b16.params().refresh_bf16();
+  const MicroBatch mb = make_batch(c, 2, 13);
+  mean_loss(f32, mb, true);
+  mean_loss(b16, mb, true);
+  const ParamBuffer &a = f32.params(), &b = b16.params();
+  ASSERT_EQ(a.trainable_numel(), b.trainable_numel());
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < a.trainable_numel(); ++i) {
+    const double d = a.flat_grads().data<float>()[i] - b.flat_grads().data<float>()[i];
+    diff += d * d;
+    norm += double(a.flat_grads().data<float>()[i]) * a.flat_grads().data<float>()[i];
+  }
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(std::sqrt(diff / norm), 3e-2);
+}
+
 TEST(LoraModel, SomeTargetsOnly) {
   const ModelConfig c = lora_config(true, /*all_targets=*/false);  // linear_qkv and linear_fc2
   OpTable ops = reference_ops();
