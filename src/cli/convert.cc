@@ -4,6 +4,7 @@
 #include "cli/subcommands.h"
 #include "train/arg_parser.h"
 #include "train/hf_convert.h"
+#include "train/lora_merge.h"
 
 namespace gale::cli {
 
@@ -30,6 +31,7 @@ int run_convert(int argc, char** argv) {
   p.add_choice("--save-dtype", &to_hf.save_dtype, {"fp32", "bf16"}, "gale -> hf: dtype of model.safetensors");
   p.add("--vocab-size", &to_hf.vocab_size,
         "gale -> hf: real vocabulary rows to keep (default: recorded by the conversion, else all padded rows)");
+  add_lora_args(p, to_hf.lora);
   Status s = p.parse(argc, argv);
   if (s.ok() && p.help_requested()) {
     std::printf("%s", p.help_text().c_str());
@@ -40,16 +42,22 @@ int run_convert(int argc, char** argv) {
   if (s.ok() && load_dir.empty()) s = InvalidArgument("--load-dir is required");
   if (s.ok() && save_dir.empty()) s = InvalidArgument("--save-dir is required");
   const bool from_hf = load_type == "hf", to_hf_dir = save_type == "hf";
-  if (s.ok() && from_hf == to_hf_dir)
+  const bool merge_gale = !from_hf && !to_hf_dir && !to_hf.lora.lora_load.empty();  // LoRA merge, gale -> gale
+  if (s.ok() && from_hf == to_hf_dir && !merge_gale)
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
-                        ": expected one side hf and the other gale");
+                        ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
+  if (s.ok() && from_hf && !to_hf.lora.lora_load.empty())
+    s = InvalidArgument("--lora-load: merging LoRA adapters needs --load-model-type gale (the base they were trained on)");
   if (!s.ok()) {
     std::fprintf(stderr, "gale convert: error: %s\n", s.message().c_str());
     return 2;
   }
   auto log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
-  if (from_hf) {
+  if (merge_gale) {
+    s = merge_lora_checkpoint(load_dir, save_dir, to_hf.lora, log);
+  } else if (from_hf) {
     to_gale.load_dir = load_dir;
     to_gale.save_dir = save_dir;
     s = convert_hf_to_gale(to_gale, log);

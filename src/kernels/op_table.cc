@@ -71,7 +71,7 @@ void lm_head_loss_backward_ref(const LmHeadProblem& p, const float* lse, const f
   // softmax = exp(logit − lse): the kernel's (max, sumexp) form with max = lse and sumexp = 1.
   std::vector<float> ones(static_cast<size_t>(p.T), 1.0f);
   ce_backward_inplace(logits.data<float>(), p.T, p.Vl, lse, ones.data(), p.targets, p.vocab_start, dloss);
-  p.gemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
+  if (dW) p.gemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
   p.gemm(false, false, p.T, p.H, p.Vl, 1.0f, logits.data<float>(), p.Vl, p.W, p.H, 0.0f, dx, p.H);
 }
 

@@ -70,7 +70,8 @@ using BiasDropoutAddNormFn = void (*)(const float* x, const float* bias, const f
 //   forward writes, per token, the slice's max logit, Σ exp(logit − max) over the slice, and the
 //   target's logit (0 when the target is outside the slice). The caller merges slices across TP
 //   ranks into lse[t] = log Σ_v exp(logit) over the whole vocabulary.
-//   backward, given lse and dloss[t], WRITES dx [T, H] and ACCUMULATES dW [Vl, H] with
+//   backward, given lse and dloss[t], WRITES dx [T, H] and ACCUMULATES dW [Vl, H] (none when dW is null:
+//   a frozen output layer under LoRA) with
 //   d logits = (softmax − onehot)·dloss.
 // `saved` carries whatever the implementation keeps between the two calls: the reference keeps
 // the [T, Vl] logits (and turns them into their gradient in place); a fused version may keep

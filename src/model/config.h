@@ -69,6 +69,17 @@ struct MoeConfig {
   }
 };
 
+// LoRA (MindSpeed-LLM's --lora-r, --lora-alpha, --lora-target-modules; model/lora.h): each
+// targeted linear W [out, in] gains lora_A [r, in] and lora_B [out, r], and computes
+// y = x·Wᵀ + (alpha / r)·(x·Aᵀ)·Bᵀ; every other parameter is frozen.
+struct LoraConfig {
+  int64_t r = 0;  // 0: no LoRA
+  double alpha = 0.0;
+  bool qkv = false, proj = false, fc1 = false, fc2 = false;  // the targeted linears
+  bool enabled() const { return r > 0 && (qkv || proj || fc1 || fc2); }
+  float scaling() const { return static_cast<float>(alpha / static_cast<double>(r)); }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -96,6 +107,7 @@ struct ModelConfig {
   RecomputePlan recompute;
   FullRecompute full_recompute;
   MoeConfig moe;
+  LoraConfig lora;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;

@@ -62,6 +62,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
                                                        InitKind::kNormal, c.init_std, true), part_, 0));
     }
   }
+  // LoRA: only the adapters train; every base parameter is frozen (no gradient, no optimizer state).
+  if (c.lora.enabled())
+    for (int id = 0; id < params_.size(); ++id)
+      if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
   if (c.bf16) params_.enable_bf16();
   if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);
@@ -220,12 +224,13 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
     ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);  // backward: the same mask and scale
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
-  if (pos_emb_ >= 0)
+  if (pos_emb_ >= 0 && params_.spec(pos_emb_).trainable)  // frozen under LoRA: no gradient
     ops_->embedding_backward(st.positions_sb.data(), T, d_full.data<float>(), 0, c.max_positions, H,
                              params_.grad_data(pos_emb_));
   const int64_t Vl = c.vocab / part_.tp_size();
-  ops_->embedding_backward(st.tokens_sb.data(), T, d_full.data<float>(), part_.tp_rank() * Vl, Vl, H,
-                           params_.grad_data(word_emb_));
+  if (params_.spec(word_emb_).trainable)
+    ops_->embedding_backward(st.tokens_sb.data(), T, d_full.data<float>(), part_.tp_rank() * Vl, Vl, H,
+                             params_.grad_data(word_emb_));
   return Tensor();
 }
 
@@ -262,7 +267,7 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
     dloss.resize(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
     p.dloss = dloss.data();
-    p.dW = params_.grad_data(output_w_);
+    p.dW = params_.grad_data(output_w_);  // null when frozen (LoRA): no eager backward, no dW
   }
   Tensor stat = Tensor::empty({3, T});  // slice max, slice Σexp, target logit
   float* smax = stat.data<float>();
@@ -313,6 +318,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, st.final_out_full.data<float>(), params_.param_data(output_w_),
                   st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
   Tensor d_y = Tensor::empty({T, H});
+  // dW is null for a frozen output layer (LoRA): no weight-gradient GEMM.
   ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
                               &st.head_saved);
   st.final_out_full = st.lse = Tensor();

@@ -25,11 +25,13 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w)
   Tensor dx = Tensor::empty({M, w.in});
   if (x.dtype() == DType::kBF16) {
     Tensor dy16 = to_gemm_input(dy, true);
-    gemm_bf16(true, false, w.out, w.in, M, 1.0f, dy16.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
+    if (w.grad)
+      gemm_bf16(true, false, w.out, w.in, M, 1.0f, dy16.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
     gemm_bf16(false, false, M, w.in, w.out, 1.0f, dy16.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f, dx.data<float>(),
               w.in);
   } else {
-    w.gemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
+    if (w.grad)
+      w.gemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
     w.gemm(false, false, M, w.in, w.out, 1.0f, dy.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
   }
   return dx;
@@ -51,7 +53,8 @@ Tensor to_f32(const Tensor& x) {
 
 LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm) {
   const Shape shape = pb.spec(id).local_shape();
-  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, pb.grad_data(id), shape[0],
+  float* grad = pb.spec(id).trainable ? pb.grad_data(id) : nullptr;  // frozen: no dW GEMM
+  return LinearWeight{pb.param_data(id), pb.has_bf16() ? pb.param_bf16_data(id) : nullptr, grad, shape[0],
                       shape[1], gemm};
 }
 

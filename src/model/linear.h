@@ -9,7 +9,8 @@
 namespace gale {
 
 // A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
-// copy under --bf16 (null otherwise), the f32 gradient, and the f32 GEMM to run (OpTable::gemm).
+// copy under --bf16 (null otherwise), the f32 gradient (null for a frozen weight: backward skips
+// dW), and the f32 GEMM to run (OpTable::gemm).
 struct LinearWeight {
   const float* w = nullptr;
   const bf16* w_bf16 = nullptr;
@@ -24,7 +25,8 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm);
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 (then W's bf16 copy is used).
 Tensor linear_forward(const Tensor& x, const LinearWeight& w);
-// Backward of linear_forward: returns dx[M, in] (f32, written) and accumulates dW += dyᵀ·x. With
+// Backward of linear_forward: returns dx[M, in] (f32, written) and accumulates dW += dyᵀ·x (unless
+// w.grad is null). With
 // a bf16 x, dy is rounded to bf16 once and both products run as bf16 GEMMs.
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w);
 

@@ -1,6 +1,8 @@
 // Flat parameter/gradient buffers and layout-independent initialisation.
 #include "model/params.h"
 
+#include <algorithm>
+
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/cpu/gemm.h"
@@ -42,16 +44,31 @@ int ParamBuffer::add(ParamSpec spec) {
   return static_cast<int>(specs_.size()) - 1;
 }
 
+void ParamBuffer::freeze(int id) {
+  GALE_CHECK(!finalized()) << "freeze(" << spec(id).name << ") after finalize";
+  specs_.at(static_cast<size_t>(id)).trainable = false;
+}
+
 void ParamBuffer::finalize() {
-  int64_t at = 0;
+  // Trainable dense parameters, trainable expert_parallel ones, then the frozen ones, each group
+  // in registration order.
+  int64_t at = 0, largest_frozen = 0;
   for (ParamSpec& s : specs_)
-    if (!s.expert_parallel) s.offset = at, at += s.local_numel();
+    if (s.trainable && !s.expert_parallel) s.offset = at, at += s.local_numel();
   dense_numel_ = at;
   for (ParamSpec& s : specs_)
-    if (s.expert_parallel) s.offset = at, at += s.local_numel();
+    if (s.trainable && s.expert_parallel) s.offset = at, at += s.local_numel();
+  trainable_numel_ = at;
+  for (ParamSpec& s : specs_)
+    if (!s.trainable) {
+      s.offset = at;
+      at += s.local_numel();
+      if (s.global_shape.size() == 1) largest_frozen = std::max(largest_frozen, s.local_numel());
+    }
   GALE_CHECK_EQ(at, numel_);
   params_ = Tensor::zeros({numel_});
-  grads_ = Tensor::zeros({numel_});
+  grads_ = Tensor::zeros({trainable_numel_});
+  if (largest_frozen > 0) frozen_grad_sink_ = Tensor::zeros({largest_frozen});
 }
 
 int ParamBuffer::find(const std::string& name) const {
@@ -107,6 +124,14 @@ void ParamBuffer::initialize(uint64_t seed) {
         parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i)
             p[i] = s.init_std * normal_at(seed, stream, static_cast<uint64_t>(s.global_index(i)));
+        });
+        break;
+      }
+      case InitKind::kUniform: {
+        uint64_t stream = param_init_stream(s.name);
+        parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            p[i] = s.init_std * (2.0f * uniform_at(seed, stream, static_cast<uint64_t>(s.global_index(i))) - 1.0f);
         });
         break;
       }

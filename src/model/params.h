@@ -16,7 +16,8 @@
 
 namespace gale {
 
-enum class InitKind { kNormal, kZeros, kOnes };
+// kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in)).
+enum class InitKind { kNormal, kZeros, kOnes, kUniform };
 
 struct ParamSpec {
   std::string name;         // Megatron-Core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
@@ -28,7 +29,12 @@ struct ParamSpec {
   InitKind init = InitKind::kNormal;
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
-  bool sequence_parallel = false;   // gradient is partial per TP rank under SP (norms, row-parallel biases)
+  // gradient is partial per TP rank and all-reduced over TP: under SP the norms and row-parallel
+  // biases; with TP the replicated factor of a LoRA adapter (model/lora.h)
+  bool sequence_parallel = false;
+  // false: frozen (the base model under LoRA, model/lora.h): no gradient storage, no optimizer
+  // state; its gradient pointer is null (a 1-D one's: a shared scratch that nothing reads).
+  bool trainable = true;
   // An expert of a MoE layer under expert parallelism (Megatron's `allreduce = False`): its
   // gradient is reduced over the expert-data-parallel group, not the data-parallel one, and it
   // counts in the gradient norm over the expert model-parallel group. ParamBuffer places these
@@ -52,15 +58,23 @@ class ParamBuffer {
  public:
   // Register a parameter; returns its id. Only before finalize().
   int add(ParamSpec spec);
-  // Allocate the flat parameter and gradient buffers (gradients zeroed). Parameters sit in
-  // registration order, the expert_parallel ones after all others.
+  // Allocate the flat parameter and gradient buffers (gradients zeroed). Layout: the trainable
+  // parameters first — the dense ones, then the expert_parallel ones (Megatron's separate expert
+  // buffers) — each in registration order, then the frozen ones; the gradient buffer holds only
+  // the trainable ones.
   void finalize();
+  // Mark parameter `id` frozen (trainable = false). Only before finalize().
+  void freeze(int id);
   bool finalized() const { return params_.defined(); }
 
   int size() const { return static_cast<int>(specs_.size()); }
   int64_t numel() const { return numel_; }
   // Elements before the first expert_parallel parameter (numel() when there is none).
   int64_t dense_numel() const { return dense_numel_; }
+  // Elements of the trainable parameters: [0, trainable_numel()) of the flat buffer, the extent of
+  // the gradient buffer and of the optimizer's state (= numel() without frozen parameters).
+  int64_t trainable_numel() const { return trainable_numel_; }
+  bool has_frozen() const { return trainable_numel_ < numel_; }
   const ParamSpec& spec(int id) const { return specs_.at(static_cast<size_t>(id)); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int find(const std::string& name) const;  // -1 when absent
@@ -69,11 +83,22 @@ class ParamBuffer {
   Tensor param(int id) const;
   Tensor grad(int id) const;
   float* param_data(int id) const { return params_.data<float>() + spec(id).offset; }
-  float* grad_data(int id) const { return grads_.data<float>() + spec(id).offset; }
-  // The flat buffers [numel].
+  // A frozen parameter has no gradient: null, so that the model skips its gradient work (the dW
+  // GEMMs, the embedding and output-layer gradients). A frozen 1-D parameter's (norm weights,
+  // biases, whose gradients fused kernels compute alongside dx) is a scratch shared by all of them
+  // that nothing reads.
+  float* grad_data(int id) const {
+    const ParamSpec& s = spec(id);
+    if (s.trainable) return grads_.data<float>() + s.offset;
+    return s.global_shape.size() == 1 ? frozen_grad_sink_.data<float>() : nullptr;
+  }
+  // The flat buffers: parameters [numel], gradients [trainable_numel].
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
-  void zero_grads() { grads_.zero(); }
+  void zero_grads() {
+    grads_.zero();
+    if (frozen_grad_sink_.defined()) frozen_grad_sink_.zero();
+  }
 
   // --bf16: a bf16 copy of every parameter for the model's GEMMs; the f32 buffer stays the
   // optimizer's master copy (and gradients stay f32). Call refresh_bf16() after any change of the
@@ -90,8 +115,9 @@ class ParamBuffer {
 
  private:
   std::vector<ParamSpec> specs_;
-  int64_t numel_ = 0, dense_numel_ = 0;
+  int64_t numel_ = 0, dense_numel_ = 0, trainable_numel_ = 0;
   Tensor params_, grads_, params_bf16_;
+  Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

@@ -31,6 +31,23 @@ int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 // Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM.
 LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
 
+// A linear layer's output y = x·Wᵀ plus its LoRA branch when `lora` is defined; *u gets x·Aᵀ.
+Tensor adapted_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora,
+                              const Tensor& x, Tensor* u) {
+  Tensor y = linear_forward(x, weight(rt, pb, w));
+  if (lora.defined()) *u = lora_forward(x, lora_weights(pb, lora, rt.config->lora.scaling(), rt.ops->gemm), y);
+  return y;
+}
+
+// Its backward: dx, with dW (unless frozen), dA and dB accumulated; releases u.
+Tensor adapted_linear_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, const LoraIds& lora, const Tensor& dy,
+                               const Tensor& x, Tensor& u) {
+  Tensor dx = linear_backward(dy, x, weight(rt, pb, w));
+  if (lora.defined()) lora_backward(dy, x, u, lora_weights(pb, lora, rt.config->lora.scaling(), rt.ops->gemm), dx);
+  u = Tensor();
+  return dx;
+}
+
 // Norm of [rows, H] x; returns y and fills stats.
 Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, const Tensor& x, Tensor* stats) {
   const ModelConfig& c = *rt.config;
@@ -108,6 +125,11 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : {norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
+  for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
+    if (l.defined()) {
+      ids.push_back(l.a);
+      ids.push_back(l.b);
+    }
   return ids;
 }
 
@@ -123,9 +145,15 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
   w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+  if (lora_targets(c.lora, LoraTarget::kQkv))
+    w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
+                                       LoraSplit::kColumn);
   if (c.qkv_bias())
     w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
   w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
+  if (lora_targets(c.lora, LoraTarget::kProj))
+    w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
+                                        c.heads * HD, LoraSplit::kRow);
   if (c.add_bias_linear) {
     ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
@@ -141,9 +169,15 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
   int blocks = c.swiglu ? 2 : 1;
   w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
+  if (lora_targets(c.lora, LoraTarget::kFc1))
+    w.lora_fc1 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc1.weight"), c.fc1_out(), H,
+                                       LoraSplit::kColumn, blocks);
   if (c.add_bias_linear)
     w.fc1_b = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
   w.fc2_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
+  if (lora_targets(c.lora, LoraTarget::kFc2))
+    w.lora_fc2 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc2.weight"), H, c.ffn,
+                                       LoraSplit::kRow);
   if (c.add_bias_linear) {
     ParamSpec b = make_param_spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
@@ -166,7 +200,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor norm1_stats;
   const bool bf16 = c.bf16;
   Tensor norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
-  Tensor qkv = linear_forward(norm1_out, weight(rt, pb, w.qkv_w));  // [T, (NHl+2KVl)·HD]
+  Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
+  Tensor qkv = adapted_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
   if (rt.rope) {
@@ -180,7 +215,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                            : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
   qkv = Tensor();
   ctx = to_gemm_input(ctx, bf16);
-  Tensor proj = reduce_row_parallel_output(part, linear_forward(ctx, weight(rt, pb, w.proj_w)));  // [Tl, H]
+  Tensor proj = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
   Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
@@ -203,9 +238,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       rt.moe_losses->z += aux.z;
     }
   } else {
-    fc1_out = linear_forward(norm2_out, weight(rt, pb, w.fc1_w));  // [T, Fl or 2Fl]
+    fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
-    fc2 = reduce_row_parallel_output(part, linear_forward(act, weight(rt, pb, w.fc2_w)));  // [Tl, H]
+    fc2 = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, act, &u_fc2));  // [Tl, H]
   }
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
@@ -223,6 +258,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     saved->norm2_out = keep_norm ? norm2_out : Tensor();
     saved->fc1_out = fc1_out;
     saved->act = keep_act ? act : Tensor();
+    saved->lora_qkv_u = u_qkv;
+    saved->lora_proj_u = u_proj;
+    saved->lora_fc1_u = u_fc1;
+    saved->lora_fc2_u = u_fc2;
   }
   return x_out;
 }
@@ -251,7 +290,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   } else {
     Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
     if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
-    Tensor d_act = linear_backward(d_fc2_full, s.act, weight(rt, pb, w.fc2_w));  // [T, Fl]
+    Tensor d_act = adapted_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2_full, s.act, s.lora_fc2_u);  // [T, Fl]
     d_fc2 = d_fc2_full = Tensor();
     s.act = Tensor();
     Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
@@ -265,7 +304,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       Tensor stats;
       s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
     }
-    d_norm2 = reduce_column_parallel_input_grad(part, linear_backward(d_fc1, s.norm2_out, weight(rt, pb, w.fc1_w)));
+    d_norm2 = reduce_column_parallel_input_grad(
+        part, adapted_linear_backward(rt, pb, w.fc1_w, w.lora_fc1, d_fc1, s.norm2_out, s.lora_fc1_u));
     d_fc1 = Tensor();
     s.norm2_out = Tensor();
   }
@@ -282,7 +322,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
   Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
-  Tensor d_ctx = linear_backward(d_proj_full, s.ctx, weight(rt, pb, w.proj_w));  // [T, NHl·HD]
+  Tensor d_ctx = adapted_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj_full, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
   AttentionProblem ap = rt.attention;
@@ -300,7 +340,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     Tensor stats;
     s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
   }
-  Tensor d_norm1 = reduce_column_parallel_input_grad(part, linear_backward(d_qkv, s.norm1_out, weight(rt, pb, w.qkv_w)));
+  Tensor d_norm1 = reduce_column_parallel_input_grad(
+      part, adapted_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u));
   d_qkv = Tensor();
   s.norm1_out = Tensor();
   Tensor d_x_in = Tensor::empty({Tl, H});

@@ -27,7 +27,7 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
   GALE_CHECK(config_.context_parallel_size >= 1 && dp_size_ % config_.context_parallel_size == 0)
       << "the data-parallel group of " << dp_size_ << " ranks cannot hold context parallelism "
       << config_.context_parallel_size;
-  region_ = config_.region.end < 0 ? FlatRange{0, params_->numel()} : config_.region;
+  region_ = config_.region.end < 0 ? FlatRange{0, params_->trainable_numel()} : config_.region;
   buckets_ = plan_grad_buckets(*params_,
                                BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params, region_});
   bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
@@ -66,7 +66,7 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
 
 void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
-    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region
+    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region, or frozen (no gradient)
     int64_t& count = ready_count_.at(static_cast<size_t>(id));
     GALE_CHECK_LT(count, num_microbatches_)
         << "gradient of " << params_->spec(id).name << " reported complete more often than there are micro-batches";
@@ -171,7 +171,7 @@ void DataParallelSync::finish_param_gather(size_t b) {
 void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
     const int b = bucket_of_param_.at(static_cast<size_t>(id));
-    if (b < 0) continue;  // another sync's region
+    if (b < 0) continue;  // another sync's region, or frozen: never updated, nothing to gather
     if (!state_[static_cast<size_t>(b)].params_stale) continue;
     finish_param_gather(static_cast<size_t>(b));
     // Prefetch the bucket the forward reaches next (the one below in the buffer).

@@ -18,7 +18,9 @@ int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chu
 
 std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options) {
   GALE_CHECK_GE(options.dp, 1);
-  const FlatRange region = options.region.end < 0 ? FlatRange{0, pb.numel()} : options.region;
+  // Frozen parameters (after trainable_numel()) have no gradient: no region reaches them.
+  const FlatRange region = options.region.end < 0 ? FlatRange{0, pb.trainable_numel()} : options.region;
+  GALE_CHECK_LE(region.end, pb.trainable_numel());
   // The region's parameters, highest offset first (registration order, except that expert-parallel
   // parameters sit after all others: ParamBuffer::finalize).
   std::vector<int> ids;
@@ -42,6 +44,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
   };
   for (int id : ids) {
     const ParamSpec& s = pb.spec(id);
+    if (!s.trainable) continue;
     const bool separate =
         std::find(options.separate_params.begin(), options.separate_params.end(), id) != options.separate_params.end();
     if (separate) close(s.offset + s.local_numel());

@@ -12,8 +12,8 @@ std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::ve
   std::vector<Optimizer::Segment> out;
   int64_t state = 0;
   for (const FlatRange& r : ranges) {
-    GALE_CHECK(r.begin >= 0 && r.end <= pb.numel())
-        << "owned range [" << r.begin << ", " << r.end << ") outside the buffer of " << pb.numel();
+    GALE_CHECK(r.begin >= 0 && r.end <= pb.trainable_numel())
+        << "owned range [" << r.begin << ", " << r.end << ") outside the trainable buffer of " << pb.trainable_numel();
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end, s.offset + s.local_numel());
@@ -41,7 +41,9 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     GALE_CHECK_EQ(static_cast<int>(b.counts_in_norm.size()), b.params->size());
     BufferState s;
     s.sharded = b.owned.has_value();
-    const std::vector<FlatRange> ranges = s.sharded ? *b.owned : std::vector<FlatRange>{{0, b.params->numel()}};
+    // Frozen parameters (LoRA's base) sit after trainable_numel(): no segment, no state.
+    const std::vector<FlatRange> ranges =
+        s.sharded ? *b.owned : std::vector<FlatRange>{{0, b.params->trainable_numel()}};
     s.segments = segments_of(*b.params, ranges);
     int64_t n = 0;
     for (const FlatRange& r : ranges) n += std::max<int64_t>(0, r.size());

@@ -280,6 +280,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_checkpoint_args(p, a.checkpoint);
   add_logging_args(p, a.logging);
   add_moe_args(p, a.moe);
+  add_lora_args(p, a.lora);
   add_unsupported_megatron_args(p);
 }
 
@@ -490,6 +491,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_lora_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

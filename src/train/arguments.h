@@ -204,9 +204,20 @@ struct MoeArgs {
   bool enabled() const { return num_experts > 0; }
 };
 
+// MindSpeed-LLM's LoRA fine-tuning flags (train/arguments_lora.cc, model/lora.h); LoRA is on when
+// --lora-target-modules names at least one linear, as in MindSpeed-LLM.
+struct LoraArgs {
+  int64_t lora_r = 16;       // MindSpeed-LLM's default rank
+  int64_t lora_alpha = 32;   // MindSpeed-LLM's default alpha (scaling alpha / r)
+  std::vector<std::string> lora_target_modules;  // of linear_qkv, linear_proj, linear_fc1, linear_fc2
+  std::string lora_load;     // the adapter checkpoint to resume from (or to merge, gale convert)
+  bool enabled() const { return !lora_target_modules.empty(); }
+};
+
 struct Arguments {
   ModelArgs model;
   MoeArgs moe;
+  LoraArgs lora;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -223,6 +234,7 @@ void add_tokenizer_args(ArgParser& p, TokenizerArgs& a);
 void add_checkpoint_args(ArgParser& p, CheckpointArgs& a);
 void add_logging_args(ArgParser& p, LoggingArgs& a);
 void add_moe_args(ArgParser& p, MoeArgs& a);
+void add_lora_args(ArgParser& p, LoraArgs& a);
 // Megatron flags Gale does not implement yet: accepted by the parser, rejected with "not supported yet".
 void add_unsupported_megatron_args(ArgParser& p);
 
@@ -238,6 +250,9 @@ Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
 Status validate_moe_args(Arguments& a, const ArgParser& p);
+// The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
+// After the model and parallel flags.
+Status validate_lora_args(Arguments& a, const ArgParser& p);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
 // ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);

@@ -96,6 +96,10 @@ nlohmann::json args_section(const Arguments& a) {
           {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
           {"expert_model_parallel_size", a.parallel.expert_model_parallel_size},
           {"data_parallel_size", a.parallel.data_parallel_size}});
+  if (a.lora.enabled())
+    j.update(nlohmann::json{{"lora_r", a.lora.lora_r},
+                            {"lora_alpha", a.lora.lora_alpha},
+                            {"lora_target_modules", a.lora.lora_target_modules}});
   return j;
 }
 
@@ -120,6 +124,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     for (int id = 0; id < pb.size(); ++id) {
       if (!writes(engine.ps, model, id)) continue;
       const ParamSpec& s = pb.spec(id);
+      if (!s.trainable) continue;  // LoRA: the checkpoint holds the adapters, not the frozen base
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s))
         GALE_RETURN_IF_ERROR(
@@ -169,22 +174,34 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   return Status::Ok();
 }
 
-Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+namespace {
+
+// Which parameters a load reads: all of them, only the frozen ones (the base under LoRA) or only
+// the trainable ones (the LoRA adapters).
+enum class ParamSet { kAll, kFrozen, kTrainable };
+
+bool in_set(const ParamSpec& s, ParamSet set) {
+  return set == ParamSet::kAll || (set == ParamSet::kTrainable) == s.trainable;
+}
+
+// Loads the checkpoint in `dir` (`flag` names it in messages): the parameters of `set`, the
+// optimizer state and scheduler when `load_optim`, the trainer state when `load_trainer`.
+Status load_from(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
+                 TrainerState& state, ParamSet set, bool load_optim, bool load_trainer, bool* loaded) {
   Optimizer& optimizer = *engine.optimizer;
   LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
   *loaded = false;
-  const std::string tracker = ca.load + "/latest_checkpointed_iteration.txt";
+  const std::string tracker = dir + "/latest_checkpointed_iteration.txt";
   if (!std::filesystem::exists(tracker)) {
     if (ca.exit_on_missing_checkpoint)
-      return NotFound("--load ", ca.load, ": no checkpoint (", tracker,
-                      " does not exist) and --exit-on-missing-checkpoint");
+      return NotFound(flag, " ", dir, ": no checkpoint (", tracker, " does not exist) and --exit-on-missing-checkpoint");
     warn_rank0(str_cat("could not find the metadata file ", tracker,
                        "; will not load any checkpoints and will start from random"));
     return Status::Ok();
   }
-  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(ca.load));
-  print_rank0(str_cat(" loading checkpoint from ", ca.load, " at iteration ", r.iteration()));
+  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(dir));
+  print_rank0(str_cat(" loading checkpoint from ", dir, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
   const nlohmann::json current = checkpoint_model_section(engine.chunks.front()->config());
@@ -194,7 +211,6 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
                                 " = ", saved_model.contains(key) ? saved_model[key].dump() : "(absent)",
                                 ", this run has ", value.dump());
   }
-  const bool load_optim = !ca.finetune && ca.load_optim;
   if (load_optim && !r.metadata().contains("optimizer"))
     return FailedPrecondition("checkpoint ", r.directory(),
                               " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
@@ -204,6 +220,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
     ParamBuffer& pb = engine.chunks[c]->params();
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
+      if (!in_set(s, set)) continue;
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
@@ -223,7 +240,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
         }
     }
   }
-  if (ca.finetune) {
+  if (!load_trainer) {
     state = TrainerState{};
   } else {
     GALE_ASSIGN_OR_RETURN(nlohmann::json t, r.section("trainer"));
@@ -245,7 +262,28 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
   for (auto& chunk : engine.chunks) chunk->params().refresh_bf16();
   *loaded = true;
-  print_rank0(str_cat("  successfully loaded checkpoint from ", ca.load, " at iteration ", state.iteration));
+  print_rank0(str_cat("  successfully loaded checkpoint from ", dir, " at iteration ", state.iteration));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+  const CheckpointArgs& ca = args.checkpoint;
+  if (!args.lora.enabled())
+    return load_from("--load", ca.load, args, engine, state, ParamSet::kAll, !ca.finetune && ca.load_optim,
+                     !ca.finetune, loaded);
+  // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
+  // other parameters); --lora-load gives the adapters and resumes their training state.
+  *loaded = false;
+  if (!ca.load.empty())
+    GALE_RETURN_IF_ERROR(
+        load_from("--load", ca.load, args, engine, state, ParamSet::kFrozen, false, false, loaded));
+  if (args.lora.lora_load.empty()) return Status::Ok();
+  bool lora_loaded = false;
+  GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, args, engine, state, ParamSet::kTrainable,
+                                 ca.load_optim, true, &lora_loaded));
+  *loaded = *loaded || lora_loaded;
   return Status::Ok();
 }
 

@@ -23,6 +23,10 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
 
 // Loads <args.checkpoint.load> into the engine's model chunks (and, unless --finetune /
 // --no-load-optim, the optimizer, scheduler and trainer state), at whatever layout it was saved.
+// With LoRA (--lora-target-modules) --load gives only the frozen base weights, and --lora-load (if
+// set) the adapters with, unless --no-load-optim, their optimizer and scheduler state, and the
+// trainer state (iteration, consumed samples): an exact resume. save_checkpoint then writes only
+// the adapters (and their optimizer state).
 // `*loaded` is false when there is no checkpoint to load (a warning is printed, as Megatron does)
 // unless --exit-on-missing-checkpoint makes that an error.
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);

@@ -125,7 +125,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     std::unique_ptr<DataParallelSync> expert_sync;
     if (ep) {  // Megatron's expert-parallel buffers: reduced over expert-DP, scaled by 1/DP
       DataParallelConfig ec = dc;
-      ec.region = FlatRange{pb.dense_numel(), pb.numel()};
+      ec.region = FlatRange{pb.dense_numel(), pb.trainable_numel()};
       ec.separate_params.clear();
       ec.grad_scale = 1.0 / static_cast<double>(dp->size());  // Megatron: 1 / dp_cp size
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,

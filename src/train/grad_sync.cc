@@ -14,7 +14,7 @@ void allreduce_sequence_parallel_grads(const ParallelState& ps, const std::vecto
   for (GPTModel* m : chunks) {
     const ParamBuffer& pb = m->params();
     for (int id = 0; id < pb.size(); ++id)
-      if (pb.spec(id).sequence_parallel) {
+      if (pb.spec(id).sequence_parallel && pb.spec(id).trainable) {
         grads.emplace_back(pb.grad_data(id), pb.spec(id).local_numel());
         total += pb.spec(id).local_numel();
       }
@@ -39,6 +39,7 @@ void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTMod
                        (m->partition().post_process && m->output_weight_id() >= 0);
     if (!holds) continue;
     const int id = m->partition().pre_process ? m->word_embedding_id() : m->output_weight_id();
+    if (!m->params().spec(id).trainable) continue;  // frozen (LoRA): no gradient
     ps.embedding()->all_reduce(m->params().grad_data(id), m->params().spec(id).local_numel(), DType::kF32,
                                ReduceOp::kSum);
   }

@@ -2,6 +2,7 @@
 #include "train/hf_convert.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_reader.h"
@@ -12,6 +13,7 @@
 #include "train/hf_config.h"
 #include "train/hf_files.h"
 #include "train/hf_weights.h"
+#include "train/lora_merge.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -119,12 +121,21 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size));
+  std::optional<LoraMerge> merge;
+  if (!o.lora.lora_load.empty()) {
+    GALE_ASSIGN_OR_RETURN(LoraMerge opened, LoraMerge::open(o.lora));
+    merge.emplace(std::move(opened));
+    log(str_cat("merging the LoRA adapters of ", merge->directory(), " (r ", o.lora.lora_r, ", alpha ",
+                o.lora.lora_alpha, ")"));
+  }
   const bool to_bf16 = o.save_dtype == "bf16";
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
                         hf_tensors_from_gale(
                             m,
-                            [&](const std::string& name, const Shape& shape) {
-                              return r.read(name, shape, DType::kF32);
+                            [&](const std::string& name, const Shape& shape) -> StatusOr<Tensor> {
+                              GALE_ASSIGN_OR_RETURN(Tensor t, r.read(name, shape, DType::kF32));
+                              if (merge && merge->adapts(name)) GALE_RETURN_IF_ERROR(merge->merge_into(name, t));
+                              return t;
                             },
                             to_bf16 ? DType::kBF16 : DType::kF32));
   std::error_code ec;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "train/arguments.h"
 
 namespace gale {
 
@@ -37,6 +38,7 @@ struct GaleToHfOptions {
   std::string save_dir;     // written: config.json, model.safetensors
   std::string save_dtype = "fp32";  // "fp32" or "bf16"
   int64_t vocab_size = 0;   // real vocabulary rows; 0: the checkpoint's args vocab_size, else all padded rows
+  LoraArgs lora;            // --lora-load set: merge these adapters into the weights (train/lora_merge.h)
 };
 Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log);
 

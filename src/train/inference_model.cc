@@ -10,6 +10,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "train/checkpoint_args.h"
 #include "train/data_setup.h"
+#include "train/lora_merge.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -30,6 +31,7 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
+  add_lora_args(parser, args.lora);
   parser.group("checkpoint");
   parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
   parser.add_flag("--use-checkpoint-args", &args.checkpoint.use_checkpoint_args,
@@ -38,6 +40,7 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
 
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
+  GALE_RETURN_IF_ERROR(validate_lora_merge_args(args.lora, parser));
   if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
   return validate_moe_args(args, parser);
@@ -60,11 +63,23 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
     return InvalidArgument("the tokenizer has ", m->tokenizer->vocab_size(), " tokens but the checkpoint ",
                            reader.directory(), " has a vocabulary of ", args.model.padded_vocab_size);
   args.training.seed = seed;
-  m->config = model_config_from_args(args);
+  Arguments base = args;
+  base.lora = LoraArgs{};  // --lora-load: the adapters are merged into the base weights below
+  m->config = model_config_from_args(base);
   m->ops = std::make_unique<OpTable>(reference_ops());
   GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
-  GALE_RETURN_IF_ERROR(load_parameters(reader, m->model->params()));
+  ParamBuffer& pb = m->model->params();
+  GALE_RETURN_IF_ERROR(load_parameters(reader, pb));
+  if (!args.lora.lora_load.empty()) {
+    GALE_ASSIGN_OR_RETURN(LoraMerge merge, LoraMerge::open(args.lora));
+    for (int id = 0; id < pb.size(); ++id)
+      if (merge.adapts(pb.spec(id).name)) {
+        Tensor w = pb.param(id);
+        GALE_RETURN_IF_ERROR(merge.merge_into(pb.spec(id).name, w));
+      }
+    pb.refresh_bf16();
+  }
   return m;
 }
 

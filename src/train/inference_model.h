@@ -6,6 +6,8 @@
 // them), with its parameters read from --load and the tokenizer of the tokenizer flags. It
 // runs in fp32 on the fused kernels of the best ISA the CPU has (level 1 and flash attention: the
 // reference results within the tolerances tests/kernels checks) and keeps nothing for backward.
+// With --lora-load (and the --lora-r / --lora-alpha / --lora-target-modules it was trained with)
+// the adapters are merged into the base weights at load (train/lora_merge.h).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,7 @@ struct InferenceModel {
   Tensor next_logits(std::span<const int32_t> ids, KvCache* cache) const;
 };
 
-// --load, --use-checkpoint-args, the model flags (with the MoE flags) and the tokenizer flags, in the
+// --load, --use-checkpoint-args, the model flags (with the MoE and LoRA flags) and the tokenizer flags, in the
 // parser's current group order.
 void add_inference_model_args(ArgParser& parser, Arguments& args);
 

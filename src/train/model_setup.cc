@@ -43,6 +43,16 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     c.moe.pattern = moe.layer_pattern;
   }
+  if (a.lora.enabled()) {
+    c.lora.r = a.lora.lora_r;
+    c.lora.alpha = static_cast<double>(a.lora.lora_alpha);
+    for (const std::string& t : a.lora.lora_target_modules) {
+      c.lora.qkv = c.lora.qkv || t == "linear_qkv";
+      c.lora.proj = c.lora.proj || t == "linear_proj";
+      c.lora.fc1 = c.lora.fc1 || t == "linear_fc1";
+      c.lora.fc2 = c.lora.fc2 || t == "linear_fc2";
+    }
+  }
   if (m.recompute_granularity == "full") {
     c.full_recompute.method =
         m.recompute_method == "uniform" ? FullRecompute::Method::kUniform : FullRecompute::Method::kBlock;

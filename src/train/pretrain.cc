@@ -131,14 +131,24 @@ int pretrain_main(int argc, char** argv) {
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
-  int64_t params = 0;
-  for (const auto& c : engine.chunks) params += c->params().numel();
+  int64_t params = 0, trainable = 0;
+  for (const auto& c : engine.chunks) {
+    params += c->params().numel();
+    trainable += c->params().trainable_numel();
+  }
   print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
                     engine.ps.coords().pp, "): ", params));
+  if (args.lora.enabled()) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));
+    print_rank0(str_cat(" > LoRA: trainable parameters ", trainable, " of ", params, " (", pct, "); optimizer state ",
+                        format_bytes(engine.optimizer->state_bytes()), ", gradient buffer ",
+                        format_bytes(trainable * static_cast<int64_t>(sizeof(float)))));
+  }
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
 
   // ---- checkpoints ----
-  if (!args.checkpoint.load.empty()) {
+  if (!args.checkpoint.load.empty() || !args.lora.lora_load.empty()) {
     bool loaded = false;
     st = load_checkpoint(args, engine, trainer.state(), &loaded);
     if (!st.ok()) run_error(st);

@@ -55,7 +55,7 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
                             "--save-dir", "b"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output, "gale convert: error: --load-model-type hf --save-model-type hf: expected one side hf and the "
-                      "other gale\n");
+                      "other gale (or gale to gale with --lora-load)\n");
   r = convert_to_gale(tmp.file("missing"), tmp.file("out"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "gale convert: error: --load-dir " + tmp.file("missing") + ": not a directory\n");

@@ -80,6 +80,21 @@ const std::vector<Layout>& layouts() {
       {"dp2_distopt_overlap_paramgather", 2,
        {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"}, 20000},
       {"dp4_distopt", 4, {"--use-distributed-optimizer"}, 30001},
+      // LoRA (adapters on all four linears, frozen base): gradients reduced and optimizer state
+      // sharded over the adapters only; the frozen parameters stay out of every bucket.
+      {"dp2_lora", 2, {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv", "linear_proj",
+                       "linear_fc1", "linear_fc2"}},
+      {"tp2_lora", 2, {"--tensor-model-parallel-size", "2", "--lora-r", "4", "--lora-alpha", "8",
+                       "--lora-target-modules", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}},
+      {"tp2_sp_dp2_lora", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--lora-r", "4",
+                              "--lora-target-modules", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}},
+      {"pp2_lora", 2, {"--pipeline-model-parallel-size", "2", "--lora-r", "4", "--lora-target-modules", "linear_proj",
+                       "linear_fc1"}},
+      {"cp2_lora", 2, {"--context-parallel-size", "2", "--lora-r", "4", "--lora-target-modules", "linear_qkv",
+                       "linear_fc2"}},
+      {"dp2_lora_distopt_overlap", 2, {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv",
+                                       "linear_fc2", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                       "--overlap-param-gather"}, 2000},
       {"tp2_dp2_distopt_sp", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"}},
       {"tp2_dp4_distopt", 8, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce"},
        25000},
@@ -195,6 +210,9 @@ const LayoutRun& single_process_run(bool llama, const std::vector<std::string>& 
   std::vector<std::string> same_model;
   for (size_t i = 0; i < layout_flags.size(); ++i) {
     if (layout_flags[i] == "--reset-attention-mask") same_model.push_back(layout_flags[i]);
+    if (layout_flags[i].rfind("--lora-", 0) == 0)  // a LoRA flag and its values: the same adapters
+      for (size_t j = i; j < layout_flags.size() && (j == i || layout_flags[j].rfind("--", 0) != 0); ++j)
+        same_model.push_back(layout_flags[j]);
     if (i + 1 < layout_flags.size() && (layout_flags[i] == "--num-layers" || layout_flags[i] == "--global-batch-size" ||
                                         layout_flags[i] == "--noop-layers"))
       same_model.insert(same_model.end(), {layout_flags[i], layout_flags[i + 1]});

@@ -144,7 +144,7 @@ void lm_head_loss_backward(const LmHeadProblem& p, const float* lse, const float
       }
     });
     p.gemm(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, dx + t0 * p.H, p.H);
-    p.gemm(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, dW, p.H);
+    if (dW) p.gemm(true, false, p.Vl, p.H, tc, 1.0f, lg, p.Vl, xc, p.H, 1.0f, dW, p.H);
   }
   if (saved) *saved = Tensor();
 }

@@ -1,0 +1,79 @@
+// The LoRA flags: MindSpeed-LLM's names and defaults, and one-line errors naming the flag.
+#include <gtest/gtest.h>
+
+#include "train/arguments.h"
+#include "train/model_setup.h"
+
+namespace gale {
+namespace {
+
+struct Cli {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  Cli() { add_all_pretrain_args(parser, args); }
+  Status parse(std::vector<std::string> extra, int64_t world = 1) {
+    std::vector<std::string> all = {"gale",  "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
+                                    "4", "--seq-length", "16", "--max-position-embeddings", "32",
+                                    "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3", "--mock-data"};
+    all.insert(all.end(), extra.begin(), extra.end());
+    std::vector<char*> ptrs;
+    for (auto& a : all) ptrs.push_back(a.data());
+    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    return validate_all_pretrain_args(args, parser, world);
+  }
+};
+
+TEST(LoraArguments, MindSpeedDefaultsAndTheModelConfig) {
+  Cli off;
+  ASSERT_TRUE(off.parse({}).ok());
+  EXPECT_FALSE(off.args.lora.enabled());
+  EXPECT_EQ(off.args.lora.lora_r, 16);
+  EXPECT_EQ(off.args.lora.lora_alpha, 32);
+  off.args.model.padded_vocab_size = 128;
+  EXPECT_FALSE(model_config_from_args(off.args).lora.enabled());
+
+  Cli on;
+  ASSERT_TRUE(on.parse({"--lora-target-modules", "linear_qkv", "linear_fc2", "--lora-alpha", "8"}).ok());
+  on.args.model.padded_vocab_size = 128;
+  const LoraConfig c = model_config_from_args(on.args).lora;
+  EXPECT_TRUE(c.enabled());
+  EXPECT_EQ(c.r, 16);
+  EXPECT_FLOAT_EQ(c.scaling(), 0.5f);
+  EXPECT_TRUE(c.qkv && c.fc2 && !c.proj && !c.fc1);
+}
+
+TEST(LoraArguments, ErrorsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> extra;
+    int64_t world;
+    std::string message;
+  } cases[] = {
+      {{"--lora-target-modules", "linear_qkv", "q_proj"}, 1,
+       "--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found q_proj"},
+      {{"--lora-r", "-2"}, 1, "--lora-r: expected a positive integer, found -2"},
+      {{"--lora-r", "0", "--lora-target-modules", "linear_qkv"}, 1, "--lora-r: expected a positive integer, found 0"},
+      {{"--lora-alpha", "0", "--lora-target-modules", "linear_qkv"}, 1,
+       "--lora-alpha: expected a positive integer, found 0"},
+      {{"--lora-load", "dir"}, 1, "--lora-load needs --lora-target-modules (the adapted linears)"},
+      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4"}, 1,
+       "--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet"},
+  };
+  for (const Case& c : cases) {
+    Cli cli;
+    const Status st = cli.parse(c.extra, c.world);
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(st.message(), c.message);
+  }
+  Cli r0;
+  EXPECT_TRUE(r0.parse({"--lora-r", "0"}).ok()) << "--lora-r 0 without targets: LoRA off";
+  Cli dp;
+  EXPECT_TRUE(dp.parse({"--lora-target-modules", "linear_qkv", "--use-distributed-optimizer"}, 2).ok())
+      << "data parallelism and the distributed optimizer work with LoRA";
+  Cli tp;
+  EXPECT_TRUE(tp.parse({"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2",
+                        "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 4).ok())
+      << "tensor (with sequence) and pipeline parallelism work with LoRA";
+}
+
+}  // namespace
+}  // namespace gale
