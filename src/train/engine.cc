@@ -53,6 +53,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
     p.ep = ps.expert();
     p.ep_allgather = args.moe.moe_token_dispatcher_type == "allgather";
   }
+  if (args.moe.num_experts > 0) {
+    if (ps.layout().sizes.etp > 1) p.etp = ps.expert_tp();
+    if (ps.tp_size() * ps.cp_size() > 1) p.moe_seq = ps.group(Group::kTensorContext);
+  }
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;

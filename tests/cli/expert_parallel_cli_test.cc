@@ -1,7 +1,8 @@
 // `gale pretrain --expert-model-parallel-size 2` under mpirun as a user runs it: a tiny Mixtral
 // (4 experts, top-2) trains with a falling loss and the same losses as one process; a checkpoint
 // saved with EP 2 resumes exactly with EP 2 and loads into one process (experts are stored by
-// their global index); the all-gather dispatcher gives the all-to-all one's losses.
+// their global index); the all-gather dispatcher gives the all-to-all one's losses. MoE with TP 2
+// and sequence parallelism: the same losses, exact resume, the checkpoint loads into one process.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -104,6 +105,41 @@ void expect_exact_resume(int np, const std::vector<std::string>& flags, std::vec
 }
 
 TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) { expect_exact_resume(2, kEp2); }
+
+// MoE with TP 2 and --sequence-parallel: each TP rank routes its 16 of the 32 positions, the
+// experts split over the expert-TP group (= TP); the losses and the load-balancing loss are one
+// process's, the checkpoint (experts saved whole) resumes exactly and loads into one process.
+// --make-vocab-size-divisible-by 64 pads the vocabulary at TP 2 to one process's 4224 rows.
+const std::vector<std::string> kTp2Sp = {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                         "--make-vocab-size-divisible-by", "64"};
+
+TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult tp = test::run_with_timeout(mixtral(2, kTp2Sp), kMpiEnv, 300);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  EXPECT_NE(tp.output.find("active: tensor-parallel"), std::string::npos) << tp.output;
+  const std::vector<double> a = values(one.output, "lm loss"), b = values(tp.output, "lm loss");
+  const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(tp.output, "load_balancing_loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << tp.output;
+  ASSERT_EQ(lb.size(), 6u) << tp.output;
+  EXPECT_LT(b.back(), b.front());
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(lb[i], la[i], 1e-5 * la[i]) << "iteration " << i + 1;
+  }
+}
+
+TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
+
+TEST(GalePretrainMoeTensorParallel, TensorParallelWithoutSequenceParallelIsOneLine) {
+  test::RunResult r = test::run_with_timeout(mixtral(2, {"--tensor-model-parallel-size", "2"}), kMpiEnv, 300);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-experts with --tensor-model-parallel-size 2: expected --sequence-parallel"),
+            std::string::npos)
+      << r.output;
+}
 
 // 4 ranks: DP 4, expert-DP 2; the distributed optimizer shards the experts' state over expert-DP.
 TEST(GalePretrainExpertParallel, SaveThenResumeWithTheDistributedOptimizer) {

@@ -1,7 +1,8 @@
 // Parallel invariance of mixture-of-experts models: data parallelism (experts replicated, their
 // gradients reduced like any other), expert parallelism (--expert-model-parallel-size: each rank
 // holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
-// pipeline parallelism (1F1B and interleaved), the distributed optimizer and full recomputation
+// pipeline parallelism (1F1B and interleaved), tensor parallelism with sequence parallelism (experts
+// split over the expert-TP group), the distributed optimizer and full recomputation
 // reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
 // parameters and gradients (fp32, 1e-5 relative; under EP an expert sums its rows in another
 // order, (source rank, token) instead of token order, which stays well inside that bound).
@@ -53,6 +54,12 @@ const std::vector<Layout>& layouts() {
       {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"ep2_dp4_allgather_distopt", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
                                         "allgather", "--use-distributed-optimizer"}},
+      // Tensor parallelism with sequence parallelism: each TP rank routes its S/TP tokens, the experts
+      // split over the expert-TP group (= TP), the aux losses over the TP group's whole sequence.
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_sp_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_sp_dp2_distopt", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--use-distributed-optimizer"}},
   };
   return all;
 }

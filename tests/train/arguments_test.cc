@@ -148,10 +148,28 @@ TEST(Arguments, ExpertParallelism) {
   EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
 }
 
-TEST(Arguments, MixtureOfExpertsRejectsTensorAndContextParallelism) {
+TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
   Cli tp;
   const Status st = tp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
-  EXPECT_EQ(st.message(), "--tensor-model-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+  EXPECT_EQ(st.message(),
+            "--num-experts with --tensor-model-parallel-size 2: expected --sequence-parallel (MoE under TP routes each "
+            "rank's own tokens), found it off");
+  Cli sp;
+  EXPECT_TRUE(sp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
+                       2).ok());
+  Cli etp;
+  EXPECT_EQ(etp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                       "--expert-tensor-parallel-size", "1"}), 2).message(),
+            "--expert-tensor-parallel-size 1 with --num-experts: not supported yet (expected the default, "
+            "--tensor-model-parallel-size 2)");
+  Cli tp_ep;
+  EXPECT_EQ(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                         "--expert-model-parallel-size", "2"}), 4).message(),
+            "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2 and --num-experts: not supported yet "
+            "(one of them must be 1)");
+}
+
+TEST(Arguments, MixtureOfExpertsRejectsContextParallelism) {
   Cli cp;
   const Status st2 = cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2);
   EXPECT_EQ(st2.message(), "--context-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
@@ -215,7 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
-                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (1)"},
+                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected the default, "
+                  "--tensor-model-parallel-size 1)"},
         ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kInvalidArgument,
                   "world size 1 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 1 = 2"},
         ErrorCase{{"--microbatch-group-size-per-virtual-pipeline-stage", "0"}, StatusCode::kInvalidArgument,
