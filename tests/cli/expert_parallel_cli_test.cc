@@ -131,6 +131,39 @@ TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
   }
 }
 
+// Biases (the experts' fc1 bias split with fc1, the fc2 bias whole and added once before the
+// reduce-scatter), GeLU experts, LayerNorm and the z-loss: the losses, load-balancing and z losses
+// and grad norms of one process.
+TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
+  auto run = [](int np, std::vector<std::string> extra) {
+    std::vector<std::string> argv;
+    if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+    const std::vector<std::string> pretrain = {
+        GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+        "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
+        "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
+        "--eval-iters", "0", "--num-threads", "1", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+        "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "1e-2",
+        "--moe-z-loss-coeff", "1e-3"};
+    argv.insert(argv.end(), pretrain.begin(), pretrain.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run_with_timeout(argv, kMpiEnv, 300);
+  };
+  test::RunResult one = run(1, {});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult tp = run(2, kTp2Sp);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss", "z_loss", "grad norm"}) {
+    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    ASSERT_EQ(a.size(), 4u) << key << one.output;
+    ASSERT_EQ(b.size(), 4u) << key << tp.output;
+    for (size_t i = 0; i < 4; ++i) {
+      const double tolerance = std::string(key) == "grad norm" ? 1e-3 : 1e-5 * a[i];  // the log's 3 decimals
+      EXPECT_NEAR(b[i], a[i], tolerance) << key << " of iteration " << i + 1;
+    }
+  }
+}
+
 TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
 
 TEST(GalePretrainMoeTensorParallel, TensorParallelWithoutSequenceParallelIsOneLine) {
