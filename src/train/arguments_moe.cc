@@ -140,6 +140,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (tp > 1 && ep > 1)
     return Unimplemented("--expert-model-parallel-size ", ep, " with --tensor-model-parallel-size ", tp,
                          " and --num-experts: not supported yet (one of them must be 1)");
+  if (par.context_parallel_size > 1 && ep > 1)
+    return Unimplemented("--expert-model-parallel-size ", ep, " with --context-parallel-size ",
+                         par.context_parallel_size, " and --num-experts: not supported yet (one of them must be 1)");
   if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
   if (m.expert_tensor_parallel_size != tp)
     return Unimplemented("--expert-tensor-parallel-size ", m.expert_tensor_parallel_size,
@@ -148,9 +151,6 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (m.moe_ffn_hidden_size % tp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
                            ": expected a multiple of --expert-tensor-parallel-size ", tp);
-  if (par.context_parallel_size > 1)
-    return Unimplemented("--context-parallel-size ", par.context_parallel_size,
-                         " with --num-experts: not supported yet (MoE needs 1)");
   return Status::Ok();
 }
 

@@ -166,6 +166,21 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
 
 TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
 
+// MoE with --context-parallel-size 2: each CP rank routes its sequence chunks' tokens; the losses
+// and load-balancing loss are one process's.
+TEST(GalePretrainMoeTensorParallel, ContextParallelAsOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult cp = test::run_with_timeout(mixtral(2, {"--context-parallel-size", "2"}), kMpiEnv, 300);
+  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss"}) {
+    const std::vector<double> a = values(one.output, key), b = values(cp.output, key);
+    ASSERT_EQ(a.size(), 6u) << key;
+    ASSERT_EQ(b.size(), 6u) << key << cp.output;
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
+  }
+}
+
 TEST(GalePretrainMoeTensorParallel, TensorParallelWithoutSequenceParallelIsOneLine) {
   test::RunResult r = test::run_with_timeout(mixtral(2, {"--tensor-model-parallel-size", "2"}), kMpiEnv, 300);
   EXPECT_NE(r.exit_code, 0);

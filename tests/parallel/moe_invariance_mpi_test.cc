@@ -2,7 +2,8 @@
 // gradients reduced like any other), expert parallelism (--expert-model-parallel-size: each rank
 // holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
 // pipeline parallelism (1F1B and interleaved), tensor parallelism with sequence parallelism (experts
-// split over the expert-TP group), the distributed optimizer and full recomputation
+// split over the expert-TP group), context parallelism (ring and Ulysses), the distributed
+// optimizer and full recomputation
 // reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
 // parameters and gradients (fp32, 1e-5 relative; under EP an expert sums its rows in another
 // order, (source rank, token) instead of token order, which stays well inside that bound).
@@ -60,6 +61,12 @@ const std::vector<Layout>& layouts() {
       {"tp2_sp_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
       {"tp2_sp_dp2_distopt", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                  "--use-distributed-optimizer"}},
+      // Context parallelism: each CP rank routes the tokens of its sequence chunks; the aux losses
+      // over the tp-cp group; router and expert gradients reduced over DP×CP like the dense ones.
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_dp2", 4, {"--context-parallel-size", "2"}},
+      {"tp2_sp_cp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "2"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
   };
   return all;
 }

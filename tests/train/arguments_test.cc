@@ -169,10 +169,14 @@ TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
             "(one of them must be 1)");
 }
 
-TEST(Arguments, MixtureOfExpertsRejectsContextParallelism) {
+TEST(Arguments, MixtureOfExpertsWithContextParallelism) {
   Cli cp;
-  const Status st2 = cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2);
-  EXPECT_EQ(st2.message(), "--context-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+  EXPECT_TRUE(cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2).ok());
+  Cli cp_ep;
+  EXPECT_EQ(cp_ep.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2",
+                                         "--expert-model-parallel-size", "2"}), 4).message(),
+            "--expert-model-parallel-size 2 with --context-parallel-size 2 and --num-experts: not supported yet (one of "
+            "them must be 1)");
 }
 
 struct ErrorCase {
