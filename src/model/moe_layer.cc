@@ -232,7 +232,8 @@ std::vector<int> MoeParamIds::all() const {
 }
 
 MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size,
-                                int64_t ep_rank, int64_t etp_size, int64_t etp_rank, bool router_partial_grad) {
+                                int64_t ep_rank, int64_t etp_size, int64_t etp_rank, bool router_partial_grad,
+                                bool experts_partial_grad) {
   MoeParamIds w;
   GALE_CHECK(ep_size >= 1 && c.moe.num_experts % ep_size == 0 && ep_rank >= 0 && ep_rank < ep_size)
       << c.moe.num_experts << " experts over expert-parallel rank " << ep_rank << " of " << ep_size;
@@ -244,6 +245,7 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
   auto expert_spec = [&](int64_t j, const char* rest, Shape shape, InitKind init, float std, bool decay,
                          int split_dim = -1, int blocks = 1) {
     ParamSpec s = make_param_spec(expert_name(layer, j, rest), std::move(shape), init, std, decay);
+    s.sequence_parallel = experts_partial_grad;
     if (etp_size > 1 && split_dim >= 0) {
       s.split_dim = split_dim;
       s.split_blocks = blocks;

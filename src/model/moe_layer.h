@@ -70,12 +70,14 @@ struct MoeParamIds {
 // Megatron's init (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not
 // TP-split but split over the expert-TP group (etp_size, etp_rank): fc1 weight and bias dim 0 (two
 // blocks under SwiGLU), fc2 weight dim 1, fc2 bias whole. `router_partial_grad`: the router's
-// gradient is partial per TP rank (sequence_parallel: all-reduced over TP). With ep_size > 1 the experts are E/ep_size local ones named by their local index j
+// gradient is partial per TP rank (sequence_parallel: all-reduced over TP); `experts_partial_grad`
+// the same for the experts (whole on every TP rank under --expert-tensor-parallel-size 1, each
+// rank's experts seeing only its own tokens). With ep_size > 1 the experts are E/ep_size local ones named by their local index j
 // (as Megatron's module), marked expert_parallel, with global_name the global expert
 // ep_rank·E/ep_size + j (their initial values and checkpoint tensors).
 MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size = 1,
                                 int64_t ep_rank = 0, int64_t etp_size = 1, int64_t etp_rank = 0,
-                                bool router_partial_grad = false);
+                                bool router_partial_grad = false, bool experts_partial_grad = false);
 
 // The two auxiliary losses of one layer and micro-batch without their coefficients (the values
 // Megatron logs as load_balancing_loss and z_loss); each 0 when its coefficient is 0.

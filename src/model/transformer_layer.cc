@@ -164,7 +164,10 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (c.moe.is_moe_layer(layer)) {
     GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
     const int64_t etp = part.etp ? part.etp->size() : 1, etp_rank = part.etp ? part.etp->rank() : 0;
-    w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1);
+    // Under TP the router's gradient is partial per TP rank (its own tokens), and so are whole
+    // experts' (--expert-tensor-parallel-size 1): both all-reduced over TP.
+    w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
+                                part.tp_size() > 1 && etp == 1);
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).

@@ -144,13 +144,13 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return Unimplemented("--expert-model-parallel-size ", ep, " with --context-parallel-size ",
                          par.context_parallel_size, " and --num-experts: not supported yet (one of them must be 1)");
   if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
-  if (m.expert_tensor_parallel_size != tp)
-    return Unimplemented("--expert-tensor-parallel-size ", m.expert_tensor_parallel_size,
-                         " with --num-experts: not supported yet (expected the default, --tensor-model-parallel-size ",
-                         tp, ")");
-  if (m.moe_ffn_hidden_size % tp != 0)
+  const int64_t etp = m.expert_tensor_parallel_size;
+  if (etp != tp && etp != 1)
+    return Unimplemented("--expert-tensor-parallel-size ", etp,
+                         " with --num-experts: not supported yet (expected 1 or --tensor-model-parallel-size ", tp, ")");
+  if (m.moe_ffn_hidden_size % etp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
-                           ": expected a multiple of --expert-tensor-parallel-size ", tp);
+                           ": expected a multiple of --expert-tensor-parallel-size ", etp);
   return Status::Ok();
 }
 

@@ -85,6 +85,8 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
   sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
   sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
+  if (args.moe.num_experts > 0 && args.moe.expert_tensor_parallel_size > 0)
+    sizes.etp = static_cast<int>(args.moe.expert_tensor_parallel_size);
   sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
   return sizes;
 }

@@ -166,6 +166,22 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
 
 TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
 
+// --expert-tensor-parallel-size 1: whole experts on both TP ranks; one process's losses.
+TEST(GalePretrainMoeTensorParallel, WholeExpertsOnEveryTensorParallelRankAsOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::vector<std::string> flags = kTp2Sp;
+  flags.insert(flags.end(), {"--expert-tensor-parallel-size", "1"});
+  test::RunResult tp = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss"}) {
+    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    ASSERT_EQ(a.size(), 6u) << key;
+    ASSERT_EQ(b.size(), 6u) << key << tp.output;
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
+  }
+}
+
 // MoE with --context-parallel-size 2: each CP rank routes its sequence chunks' tokens; the losses
 // and load-balancing loss are one process's.
 TEST(GalePretrainMoeTensorParallel, ContextParallelAsOneProcess) {

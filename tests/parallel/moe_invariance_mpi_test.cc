@@ -66,6 +66,11 @@ const std::vector<Layout>& layouts() {
       {"cp2", 2, {"--context-parallel-size", "2"}},
       {"cp2_dp2", 4, {"--context-parallel-size", "2"}},
       {"tp2_sp_cp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "2"}},
+      // --expert-tensor-parallel-size 1: whole experts on every TP rank, each on its own tokens,
+      // their gradients all-reduced over TP.
+      {"tp2_sp_etp1", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-tensor-parallel-size", "1"}},
+      {"tp2_sp_etp1_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                              "--expert-tensor-parallel-size", "1"}},
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
   };
   return all;

@@ -157,11 +157,14 @@ TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
   Cli sp;
   EXPECT_TRUE(sp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
                        2).ok());
+  Cli etp1;
+  EXPECT_TRUE(etp1.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                          "--expert-tensor-parallel-size", "1"}), 2).ok());
   Cli etp;
-  EXPECT_EQ(etp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
-                                       "--expert-tensor-parallel-size", "1"}), 2).message(),
-            "--expert-tensor-parallel-size 1 with --num-experts: not supported yet (expected the default, "
-            "--tensor-model-parallel-size 2)");
+  EXPECT_EQ(etp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "4", "--sequence-parallel",
+                                       "--expert-tensor-parallel-size", "2"}), 4).message(),
+            "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
+            "--tensor-model-parallel-size 4)");
   Cli tp_ep;
   EXPECT_EQ(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                          "--expert-model-parallel-size", "2"}), 4).message(),
@@ -237,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
-                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected the default, "
+                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
                   "--tensor-model-parallel-size 1)"},
         ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kInvalidArgument,
                   "world size 1 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 1 = 2"},
