@@ -137,9 +137,6 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (tp > 1 && !par.sequence_parallel)
     return InvalidArgument("--num-experts with --tensor-model-parallel-size ", tp,
                            ": expected --sequence-parallel (MoE under TP routes each rank's own tokens), found it off");
-  if (tp > 1 && ep > 1)
-    return Unimplemented("--expert-model-parallel-size ", ep, " with --tensor-model-parallel-size ", tp,
-                         " and --num-experts: not supported yet (one of them must be 1)");
   if (par.context_parallel_size > 1 && ep > 1)
     return Unimplemented("--expert-model-parallel-size ", ep, " with --context-parallel-size ",
                          par.context_parallel_size, " and --num-experts: not supported yet (one of them must be 1)");
@@ -148,6 +145,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (etp != tp && etp != 1)
     return Unimplemented("--expert-tensor-parallel-size ", etp,
                          " with --num-experts: not supported yet (expected 1 or --tensor-model-parallel-size ", tp, ")");
+  if (etp == 1 && tp > 1 && ep > 1)
+    return Unimplemented("--expert-tensor-parallel-size 1 with --tensor-model-parallel-size ", tp,
+                         " and --expert-model-parallel-size ", ep, ": not supported yet (expected the default, ", tp, ")");
   if (m.moe_ffn_hidden_size % etp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
                            ": expected a multiple of --expert-tensor-parallel-size ", etp);

@@ -166,6 +166,14 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
 
 TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
 
+// TP 2 with EP 2 (world 4: each EP rank's experts split over its TP pair): exact resume, and the
+// checkpoint (experts whole under their global index) loads into one process.
+TEST(GalePretrainMoeTensorParallel, WithExpertParallelSaveThenResumeAndLoadIntoOneProcess) {
+  std::vector<std::string> flags = kTp2Sp;
+  flags.insert(flags.end(), {"--expert-model-parallel-size", "2"});
+  expect_exact_resume(4, flags);
+}
+
 // --expert-tensor-parallel-size 1: whole experts on both TP ranks; one process's losses.
 TEST(GalePretrainMoeTensorParallel, WholeExpertsOnEveryTensorParallelRankAsOneProcess) {
   test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);

@@ -71,6 +71,10 @@ const std::vector<Layout>& layouts() {
       {"tp2_sp_etp1", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-tensor-parallel-size", "1"}},
       {"tp2_sp_etp1_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                               "--expert-tensor-parallel-size", "1"}},
+      {"tp2_sp_ep2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
+                         "--moe-token-dispatcher-type", "alltoall"}},
+      {"tp2_sp_ep2_allgather", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                   "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
   };
   return all;
@@ -150,7 +154,7 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
                            // all-to-all: the combines send the rows this rank's experts got, so the
                            // EP group's sum is exact)
     const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
-    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2, e_x = 4;
+    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2 / run.engine->ps.tp_size(), e_x = 4;  // this rank's tokens
     const int64_t m = 8 / (2 * run.engine->ps.dp_size());
     int64_t moe_layers = 0;
     for (const auto& chunk : run.engine->chunks)

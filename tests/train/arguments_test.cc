@@ -166,10 +166,14 @@ TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
             "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
             "--tensor-model-parallel-size 4)");
   Cli tp_ep;
-  EXPECT_EQ(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
-                                         "--expert-model-parallel-size", "2"}), 4).message(),
-            "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2 and --num-experts: not supported yet "
-            "(one of them must be 1)");
+  EXPECT_TRUE(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--expert-model-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
+  Cli etp1_ep;
+  EXPECT_EQ(etp1_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1",
+                                           "--global-batch-size", "4"}), 4).message(),
+            "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 and --expert-model-parallel-size 2: not "
+            "supported yet (expected the default, 2)");
 }
 
 TEST(Arguments, MixtureOfExpertsWithContextParallelism) {
