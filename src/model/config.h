@@ -167,6 +167,12 @@ struct ModelPartition {
   Comm ep;
   // --moe-token-dispatcher-type allgather (else alltoall) with EP > 1 (model/moe_layer.h).
   bool ep_allgather = false;
+  // Expert-tensor-parallel group (null or size 1: whole experts): the MoE experts' fc1/fc2 are
+  // split over it (--expert-tensor-parallel-size, default TP; model/moe_layer.h).
+  Comm etp;
+  // The group a MoE layer's tokens are split over (TP under --sequence-parallel, times CP; null or
+  // size 1: none): the auxiliary losses are reduced over it (Megatron's sequence_partition_group).
+  Comm moe_seq;
 
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }

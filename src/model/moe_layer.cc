@@ -56,64 +56,6 @@ Tensor gather_rows(const Tensor& x, const int64_t* rows, int64_t n, int64_t k) {
   return out;
 }
 
-// The local experts on `rows` [N, H] (f32 or bf16) grouped by local expert: expert e takes rows
-// [offsets[e], offsets[e+1]). Returns their outputs [N, H] (f32) and keeps each expert's fc1
-// output and activation for backward.
-Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                       const Tensor& rows, const std::vector<int64_t>& offsets, std::vector<Tensor>* fc1_outs,
-                       std::vector<Tensor>* acts) {
-  const int64_t El = static_cast<int64_t>(offsets.size()) - 1, H = c.hidden, Fe = c.moe.ffn;
-  GALE_CHECK_EQ(static_cast<int64_t>(w.fc1_w.size()), El) << "local experts";
-  Tensor out = Tensor::empty({offsets[El], H});
-  fc1_outs->assign(static_cast<size_t>(El), Tensor());
-  acts->assign(static_cast<size_t>(El), Tensor());
-  for_each_expert(El, [&](int64_t e) {
-    const int64_t n = offsets[e + 1] - offsets[e];
-    if (n == 0) return;
-    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
-    Tensor act = Tensor::empty({n, Fe});
-    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
-    else
-      ops.gelu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
-    act = to_gemm_input(act, c.bf16);
-    Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
-    if (w.fc2_b[e] >= 0) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
-    std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
-    (*fc1_outs)[e] = u;
-    (*acts)[e] = act;
-  });
-  return out;
-}
-
-// Backward of experts_forward: `d_out` [N, H] -> the rows' gradient [N, H]; accumulates the
-// experts' parameter gradients and releases the kept tensors.
-Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                        const Tensor& d_out, const Tensor& rows, const std::vector<int64_t>& offsets,
-                        std::vector<Tensor>& fc1_outs, std::vector<Tensor>& acts) {
-  const int64_t El = static_cast<int64_t>(offsets.size()) - 1, H = c.hidden, Fe = c.moe.ffn;
-  Tensor d_in = Tensor::empty({offsets[El], H});
-  for_each_expert(El, [&](int64_t e) {
-    const int64_t first = offsets[e], n = offsets[e + 1] - first;
-    if (n == 0) return;
-    const Tensor d_ye = d_out.slice(first, n);
-    if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
-    Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
-    acts[e] = Tensor();
-    Tensor du = Tensor::empty(fc1_outs[e].shape());
-    float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
-    else
-      ops.gelu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
-    fc1_outs[e] = Tensor();
-    const Tensor dxe = linear_backward(du, rows.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
-    std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
-  });
-  return d_in;
-}
-
 // All-gather of `x` [n, ...] (any dtype) over `g` into [g·n, ...].
 Tensor all_gather_rows(const Comm& g, const Tensor& x) {
   Shape shape = x.shape();
@@ -133,6 +75,151 @@ Tensor reduce_scatter_rows(const Comm& g, const Tensor& x) {
   return out;
 }
 
+bool splits(const Comm& g) { return g && g->size() > 1; }
+
+// The expert-TP layout of this rank's local-expert rows (offsets [El + 1]): every ETP rank's row
+// counts per local expert, exchanged once (all-gather of El int64).
+MoeEtpLayout make_etp_layout(const Comm& etp, const std::vector<int64_t>& offsets) {
+  MoeEtpLayout l;
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1, P = etp->size();
+  Tensor mine = Tensor::empty({El}, DType::kI64);
+  for (int64_t j = 0; j < El; ++j) mine.data<int64_t>()[j] = offsets[j + 1] - offsets[j];
+  const Tensor all = all_gather_rows(etp, mine);  // [P·El]
+  const int64_t* n = all.data<int64_t>();
+  l.padded_rows = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    int64_t rows = 0;
+    for (int64_t j = 0; j < El; ++j) rows += n[r * El + j];
+    l.padded_rows = std::max(l.padded_rows, rows);
+  }
+  l.offsets.assign(static_cast<size_t>(El + 1), 0);
+  for (int64_t j = 0; j < El; ++j) {
+    l.offsets[j + 1] = l.offsets[j];
+    for (int64_t r = 0; r < P; ++r) l.offsets[j + 1] += n[r * El + j];
+  }
+  l.source_row.resize(static_cast<size_t>(l.offsets[El]));
+  std::vector<int64_t> next(l.offsets.begin(), l.offsets.end() - 1);
+  for (int64_t r = 0; r < P; ++r) {
+    int64_t first = r * l.padded_rows;  // rank r's block in the padded all-gather
+    for (int64_t j = 0; j < El; ++j)
+      for (int64_t i = 0; i < n[r * El + j]; ++i) l.source_row[next[j]++] = first++;
+  }
+  return l;
+}
+
+// Rows [N, H] (any dtype) of this rank -> the expert-TP group's rows [N', H] grouped by local
+// expert (expert j: ETP rank 0's rows, then rank 1's, ...).
+Tensor etp_gather(const Comm& etp, const MoeEtpLayout& l, const Tensor& rows) {
+  const int64_t H = rows.size(1), N = rows.size(0);
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(rows.dtype());
+  Tensor padded = Tensor::zeros({l.padded_rows, H}, rows.dtype());
+  if (N > 0) std::memcpy(padded.raw(), rows.raw(), static_cast<size_t>(N) * row_bytes);
+  const Tensor all = all_gather_rows(etp, padded);
+  Tensor out = Tensor::empty({l.offsets.back(), H}, rows.dtype());
+  const char* src = static_cast<const char*>(all.raw());
+  char* dst = static_cast<char*>(out.raw());
+  for (size_t i = 0; i < l.source_row.size(); ++i)
+    std::memcpy(dst + i * row_bytes, src + l.source_row[i] * row_bytes, row_bytes);
+  return out;
+}
+
+// The inverse with a sum: partial f32 rows [N', H] (each ETP rank's share of the row-parallel
+// fc2 or of fc1's input gradient) -> this rank's N rows summed over the group (reduce-scatter).
+Tensor etp_reduce_scatter(const Comm& etp, const MoeEtpLayout& l, const Tensor& partial, int64_t N) {
+  const int64_t H = partial.size(1);
+  Tensor padded = Tensor::zeros({etp->size() * l.padded_rows, H});
+  for (size_t i = 0; i < l.source_row.size(); ++i)
+    std::memcpy(padded.data<float>() + l.source_row[i] * H, partial.data<float>() + static_cast<int64_t>(i) * H,
+                static_cast<size_t>(H) * sizeof(float));
+  const Tensor mine = reduce_scatter_rows(etp, padded);  // [padded_rows, H]
+  Tensor out = Tensor::empty({N, H});
+  if (N > 0) std::memcpy(out.raw(), mine.raw(), static_cast<size_t>(N * H) * sizeof(float));
+  return out;
+}
+
+// The local experts on `in` [N, H] (f32 or bf16) grouped by local expert: expert e takes rows
+// [offsets[e], offsets[e+1]). Returns their outputs [N, H] (f32) and keeps each expert's fc1
+// output and activation for backward. With an expert-TP group (`etp`, size > 1) the rows of the
+// whole group are gathered first (s->etp, s->expert_in), each rank's fc1 shard (column-parallel)
+// and fc2 shard (row-parallel) give partial outputs, reduce-scattered back to the rows' ranks; the
+// fc2 bias is added once (ETP rank 0) before the sum.
+Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
+                       const Tensor& in, const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
+  const int64_t H = c.hidden;
+  const bool split = splits(etp);
+  const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
+  std::vector<int64_t> offsets = in_offsets;
+  Tensor rows = in;
+  if (split) {
+    s->etp = make_etp_layout(etp, in_offsets);
+    offsets = s->etp.offsets;
+    rows = etp_gather(etp, s->etp, in);
+  }
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
+  GALE_CHECK_EQ(static_cast<int64_t>(w.fc1_w.size()), El) << "local experts";
+  Tensor out = Tensor::empty({offsets[El], H});
+  std::vector<Tensor>* fc1_outs = &s->fc1_out;
+  std::vector<Tensor>* acts = &s->act;
+  fc1_outs->assign(static_cast<size_t>(El), Tensor());
+  acts->assign(static_cast<size_t>(El), Tensor());
+  const bool add_fc2_bias = !split || etp->rank() == 0;
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) return;
+    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
+    Tensor act = Tensor::empty({n, Fe});
+    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
+    if (c.swiglu)
+      ops.swiglu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
+    else
+      ops.gelu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
+    act = to_gemm_input(act, c.bf16);
+    Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
+    if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
+    std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
+    (*fc1_outs)[e] = u;
+    (*acts)[e] = act;
+  });
+  s->expert_in = rows;
+  return split ? etp_reduce_scatter(etp, s->etp, out, in.size(0)) : out;
+}
+
+// Backward of experts_forward: `d_out` [N, H] -> the rows' gradient [N, H]; accumulates the
+// experts' parameter gradients and releases the kept tensors (s->expert_in, fc1_out, act).
+Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                        const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
+                        MoeSaved& s) {
+  const int64_t H = c.hidden;
+  const bool split = splits(etp);
+  const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
+  const std::vector<int64_t>& offsets = split ? s.etp.offsets : in_offsets;
+  const Tensor d_out = split ? etp_gather(etp, s.etp, d_out_local) : d_out_local;
+  const Tensor rows = s.expert_in;
+  std::vector<Tensor>& fc1_outs = s.fc1_out;
+  std::vector<Tensor>& acts = s.act;
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
+  Tensor d_in = Tensor::empty({offsets[El], H});
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t first = offsets[e], n = offsets[e + 1] - first;
+    if (n == 0) return;
+    const Tensor d_ye = d_out.slice(first, n);
+    if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
+    Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
+    acts[e] = Tensor();
+    Tensor du = Tensor::empty(fc1_outs[e].shape());
+    float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
+    if (c.swiglu)
+      ops.swiglu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    else
+      ops.gelu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    fc1_outs[e] = Tensor();
+    const Tensor dxe = linear_backward(du, rows.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
+    std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
+  });
+  s.expert_in = Tensor();
+  return split ? etp_reduce_scatter(etp, s.etp, d_in, d_out_local.size(0)) : d_in;
+}
+
 }  // namespace
 
 std::vector<int> MoeParamIds::all() const {
@@ -145,14 +232,26 @@ std::vector<int> MoeParamIds::all() const {
 }
 
 MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size,
-                                int64_t ep_rank) {
+                                int64_t ep_rank, int64_t etp_size, int64_t etp_rank, bool router_partial_grad,
+                                bool experts_partial_grad) {
   MoeParamIds w;
   GALE_CHECK(ep_size >= 1 && c.moe.num_experts % ep_size == 0 && ep_rank >= 0 && ep_rank < ep_size)
       << c.moe.num_experts << " experts over expert-parallel rank " << ep_rank << " of " << ep_size;
+  GALE_CHECK(etp_size >= 1 && c.moe.ffn % etp_size == 0 && etp_rank >= 0 && etp_rank < etp_size)
+      << "--moe-ffn-hidden-size " << c.moe.ffn << " over expert-tensor-parallel rank " << etp_rank << " of " << etp_size;
   const int64_t El = c.moe.num_experts / ep_size, H = c.hidden, Fe = c.moe.ffn;
   // A local expert's spec: its local name, and under EP the global expert's name.
-  auto expert_spec = [&](int64_t j, const char* rest, Shape shape, InitKind init, float std, bool decay) {
+  // split_dim: the dimension split over the expert-TP group (-1: whole on every ETP rank).
+  auto expert_spec = [&](int64_t j, const char* rest, Shape shape, InitKind init, float std, bool decay,
+                         int split_dim = -1, int blocks = 1) {
     ParamSpec s = make_param_spec(expert_name(layer, j, rest), std::move(shape), init, std, decay);
+    s.sequence_parallel = experts_partial_grad;
+    if (etp_size > 1 && split_dim >= 0) {
+      s.split_dim = split_dim;
+      s.split_blocks = blocks;
+      s.split_parts = etp_size;
+      s.split_rank = etp_rank;
+    }
     if (ep_size > 1) {
       s.expert_parallel = true;
       s.global_name = expert_name(layer, ep_rank * El + j, rest);
@@ -160,14 +259,19 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
     return s;
   };
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  w.router_w = pb.add(make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {c.moe.num_experts, H},
-                                      InitKind::kNormal, c.init_std, true));
+  ParamSpec router = make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.weight"), {c.moe.num_experts, H},
+                                     InitKind::kNormal, c.init_std, true);
+  router.sequence_parallel = router_partial_grad;  // each TP rank routes its own tokens
+  w.router_w = pb.add(router);
+  const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split (as the dense MLP)
   for (int64_t e = 0; e < El; ++e) {
     const int64_t fc1_rows = c.swiglu ? 2 * Fe : Fe;
-    w.fc1_w.push_back(pb.add(expert_spec(e, "linear_fc1.weight", {fc1_rows, H}, InitKind::kNormal, c.init_std, true)));
-    w.fc1_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc1.bias", {fc1_rows}, InitKind::kZeros, 0, false))
-                                        : -1);
-    w.fc2_w.push_back(pb.add(expert_spec(e, "linear_fc2.weight", {H, Fe}, InitKind::kNormal, out_std, true)));
+    w.fc1_w.push_back(
+        pb.add(expert_spec(e, "linear_fc1.weight", {fc1_rows, H}, InitKind::kNormal, c.init_std, true, 0, blocks)));
+    w.fc1_b.push_back(c.add_bias_linear
+                          ? pb.add(expert_spec(e, "linear_fc1.bias", {fc1_rows}, InitKind::kZeros, 0, false, 0, blocks))
+                          : -1);
+    w.fc2_w.push_back(pb.add(expert_spec(e, "linear_fc2.weight", {H, Fe}, InitKind::kNormal, out_std, true, 1)));
     w.fc2_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc2.bias", {H}, InitKind::kZeros, 0, false))
                                         : -1);
   }
@@ -175,7 +279,8 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 }
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather) {
+                   const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
+                   const Comm& etp, const Comm& seq) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
   // ---- router ----
@@ -217,12 +322,12 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   MoeDispatchPlan plan;
   Tensor expert_in, expert_out, gathered_probs;
   std::vector<int64_t> gathered_slot;
-  std::vector<Tensor> fc1_outs, acts;
+  MoeSaved st;  // the experts' kept tensors (and the expert-TP layout)
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
     plan = make_dispatch_plan(ep, counts);
     expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), T * k, k));  // [N, H] local expert-major
-    expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, &fc1_outs, &acts));
+    expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
     // ---- weighted un-permutation ----
     for (int64_t r = 0; r < T * k; ++r) {
       const int64_t t = permuted[r] / k;
@@ -255,7 +360,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
         if (ex[i] >= first_expert && ex[i] < first_expert + El) gathered_slot[next[ex[i] - first_expert]++] = i;
     }
     expert_in = gather_rows(all_x, gathered_slot.data(), plan.expert_offsets[El], k);
-    expert_out = experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, &fc1_outs, &acts);  // [N, H]
+    expert_out = experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st);  // [N, H]
     Tensor partial = Tensor::zeros({P * T, H});
     for (int64_t r = 0; r < plan.expert_offsets[El]; ++r) {
       const float q = gathered_probs.data<float>()[gathered_slot[r]];
@@ -266,23 +371,33 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     y = reduce_scatter_rows(ep, partial);
   }
   if (saved) {
+    // The auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):
+    // the experts' token counts summed over `seq`, the scores' sums kept local, so each rank's
+    // gradient is its tokens' share of the whole sequence's loss.
+    const int64_t parts = splits(seq) ? seq->size() : 1;
+    std::vector<int64_t> aux_counts = counts;
+    if (parts > 1 && c.moe.aux_loss_coeff > 0.0)
+      seq->all_reduce(aux_counts.data(), E, DType::kI64, ReduceOp::kSum);
+    const double N = static_cast<double>(T * parts);
     if (losses) {
-      *losses = MoeAuxLosses{};
+      double sums[2] = {0.0, 0.0};  // this rank's share of the load-balancing loss, Σ lse²
       if (c.moe.aux_loss_coeff > 0.0) {
         double sum = 0.0;
         for (int64_t e = 0; e < E; ++e) {
           double p = 0.0;
           for (int64_t t = 0; t < T; ++t) p += scores.data<float>()[t * E + e];
-          sum += p * static_cast<double>(counts[e]);
+          sum += p * static_cast<double>(aux_counts[e]);
         }
-        losses->load_balancing = sum * static_cast<double>(E) / (static_cast<double>(T) * T * k);
+        sums[0] = sum * static_cast<double>(E) / (N * N * k);
       }
-      if (c.moe.z_loss_coeff > 0.0) {
-        double z = 0.0;
-        for (int64_t t = 0; t < T; ++t) z += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
-        losses->z = z / static_cast<double>(T);
-      }
+      if (c.moe.z_loss_coeff > 0.0)
+        for (int64_t t = 0; t < T; ++t) sums[1] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
+      if (parts > 1 && (c.moe.aux_loss_coeff > 0.0 || c.moe.z_loss_coeff > 0.0))
+        seq->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+      *losses = MoeAuxLosses{sums[0], sums[1] / N};
     }
+    saved->aux_counts = std::move(aux_counts);
+    saved->aux_tokens = T * parts;
     saved->x = x;
     saved->scores = scores;
     saved->logsumexp = lse;
@@ -294,9 +409,10 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     saved->gathered = gathered;
     saved->gathered_slot = std::move(gathered_slot);
     saved->gathered_probs = gathered_probs;
-    saved->expert_in = expert_in;
-    saved->fc1_out = std::move(fc1_outs);
-    saved->act = std::move(acts);
+    saved->expert_in = st.expert_in;
+    saved->etp = std::move(st.etp);
+    saved->fc1_out = std::move(st.fc1_out);
+    saved->act = std::move(st.act);
     saved->expert_out = expert_out;
   }
   return y;
@@ -307,7 +423,8 @@ namespace {
 // Backward of the all-to-all path (and of one EP rank): the permuted rows' output gradients go to
 // the experts' ranks like the inputs, the input gradients come back like the outputs.
 void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                             MoeSaved& s, const Tensor& dy, const Comm& ep, Tensor* dprobs_out, Tensor* dx_out) {
+                             MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
+                             Tensor* dx_out) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
@@ -329,8 +446,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   // ---- to the experts' ranks, local experts, back to the token rows ----
   const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
   d_expert_out = Tensor();
-  Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.expert_in, s.plan.expert_offsets, s.fc1_out, s.act);
-  s.expert_in = Tensor();
+  Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s);
   const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [T·k, H] this rank's permuted rows
   d_expert_in = Tensor();
   Tensor dx = Tensor::zeros({T, H});
@@ -344,7 +460,8 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
 // this rank's experts give partial routing-weight and token gradients for all of them (zero where
 // another rank's expert served the slot), reduce-scattered back to the tokens' ranks.
 void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                               MoeSaved& s, const Tensor& dy, const Comm& ep, Tensor* dprobs_out, Tensor* dx_out) {
+                               MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
+                               Tensor* dx_out) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk, P = ep->size();
   const int64_t N = s.plan.expert_offsets.back();
   const Tensor all_dy = all_gather_rows(ep, dy);  // [P·T, H]
@@ -364,8 +481,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
     dprobs_partial.data<float>()[slot] = static_cast<float>(dot);
   }
   s.expert_out = Tensor();
-  Tensor d_in = experts_backward(c, ops, pb, w, d_out, s.expert_in, s.plan.expert_offsets, s.fc1_out, s.act);
-  s.expert_in = Tensor();
+  Tensor d_in = experts_backward(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, s);
   Tensor dx_partial = Tensor::zeros({P * T, H});
   for (int64_t r = 0; r < N; ++r)
     add_inplace(dx_partial.data<float>() + s.gathered_slot[r] / k * H, d_in.data<float>() + r * H, H);
@@ -376,19 +492,19 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
 }  // namespace
 
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale, const Comm& ep) {
+                    const Tensor& dy, double aux_scale, const Comm& ep, const Comm& etp) {
   const int64_t T = dy.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   Tensor dprobs, dx;
   if (s.gathered)
-    gathered_experts_backward(c, ops, pb, w, s, dy, ep, &dprobs, &dx);
+    gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
   else
-    routed_experts_backward(c, ops, pb, w, s, dy, ep, &dprobs, &dx);
+    routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
   // ---- router: routing weights and auxiliary losses -> logits ----
-  std::vector<int64_t> counts(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) counts[e] = s.offsets[e + 1] - s.offsets[e];
+  const std::vector<int64_t>& counts = s.aux_counts;  // over the sequence partition group
+  const double N = static_cast<double>(s.aux_tokens);
   const double aux_coeff = c.moe.aux_loss_coeff * aux_scale;
-  const double aux_factor = aux_coeff * static_cast<double>(E) / (static_cast<double>(T) * T * k);
-  const double z_factor = c.moe.z_loss_coeff * aux_scale * 2.0 / static_cast<double>(T);
+  const double aux_factor = aux_coeff * static_cast<double>(E) / (N * N * k);
+  const double z_factor = c.moe.z_loss_coeff * aux_scale * 2.0 / N;
   Tensor dlogits = Tensor::empty({T, E});
   std::vector<double> ds(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {

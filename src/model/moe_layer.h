@@ -18,6 +18,21 @@
 // enter the lm loss. Expert GEMMs run through OpTable::gemm (bf16 GEMMs under --bf16) on each
 // expert's gathered rows; the router runs in f32.
 //
+// Tensor, sequence and context parallelism (Megatron-Core's MoE under TP with --sequence-parallel,
+// and CP): the layer's input is this rank's own tokens (the sequence-parallel slice; under CP its
+// sequence chunks), routed locally by the replicated router (its gradient is partial per rank and
+// all-reduced over TP like the SP norms, over DP×CP like any dense weight). The experts are split
+// over the expert-TP group `etp` (--expert-tensor-parallel-size, default TP): fc1 column-parallel
+// (SwiGLU: gate and up halves each split), fc2 row-parallel. After the EP dispatch each local
+// expert's rows are all-gathered over ETP (expert j: ETP rank 0's rows, then rank 1's, ...), every
+// rank applies its shards, and the partial fc2 outputs are reduce-scattered back to the rows'
+// ranks (backward: all-gather of the output gradients, reduce-scatter of fc1's input gradients;
+// Megatron's dispatcher does the same with gather_from/reduce_scatter_to_sequence_parallel_region).
+// The auxiliary losses cover the whole sequence (Megatron's sequence_partition_group = TP×CP,
+// `seq`): n_e summed over the group, Σ_t s_t,e kept local, N = T·|seq| tokens, so every rank's
+// logit gradient is its share of the whole sequence's aux = E/(N²·k)·Σ_e (Σ_t s_t,e)·n_e, and
+// z = Σ_t lse_t² / N; the values `losses` receives are summed over `seq` (the whole sequence's).
+//
 // Expert parallelism (`ep`, an EP group of size > 1): this rank holds El = E/EP experts (EP rank
 // r: global experts r·El ...) and the replicated router; each local expert sees the rows of every
 // EP rank's tokens that chose it, in (source rank, token) order. The router, top-k and the aux
@@ -53,17 +68,29 @@ struct MoeParamIds {
 
 // Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and
 // Megatron's init (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not
-// TP-split. With ep_size > 1 the experts are E/ep_size local ones named by their local index j
+// TP-split but split over the expert-TP group (etp_size, etp_rank): fc1 weight and bias dim 0 (two
+// blocks under SwiGLU), fc2 weight dim 1, fc2 bias whole. `router_partial_grad`: the router's
+// gradient is partial per TP rank (sequence_parallel: all-reduced over TP); `experts_partial_grad`
+// the same for the experts (whole on every TP rank under --expert-tensor-parallel-size 1, each
+// rank's experts seeing only its own tokens). With ep_size > 1 the experts are E/ep_size local ones named by their local index j
 // (as Megatron's module), marked expert_parallel, with global_name the global expert
 // ep_rank·E/ep_size + j (their initial values and checkpoint tensors).
 MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, int64_t ep_size = 1,
-                                int64_t ep_rank = 0);
+                                int64_t ep_rank = 0, int64_t etp_size = 1, int64_t etp_rank = 0,
+                                bool router_partial_grad = false, bool experts_partial_grad = false);
 
 // The two auxiliary losses of one layer and micro-batch without their coefficients (the values
 // Megatron logs as load_balancing_loss and z_loss); each 0 when its coefficient is 0.
 struct MoeAuxLosses {
   double load_balancing = 0.0;
   double z = 0.0;
+};
+
+// The rows of one exchange over the expert-TP group: every ETP rank's rows per local expert.
+struct MoeEtpLayout {
+  int64_t padded_rows = 0;           // the most rows any ETP rank holds (the all-gather's block)
+  std::vector<int64_t> offsets;      // [El + 1] local expert j's gathered rows [offsets[j], offsets[j+1])
+  std::vector<int64_t> source_row;   // gathered row -> row of the padded all-gather [ETP·padded_rows]
 };
 
 // What forward keeps for backward (one layer, one micro-batch).
@@ -80,7 +107,11 @@ struct MoeSaved {
   bool gathered = false;               // the all-gather dispatcher ran
   std::vector<int64_t> gathered_slot;  // all-gather: local row -> t'·k + slot over the EP group's P·T tokens
   Tensor gathered_probs;               // all-gather: [P·T·k] the EP group's routing weights
+  std::vector<int64_t> aux_counts;     // [E] tokens per expert over the sequence partition group
+  int64_t aux_tokens = 0;              // tokens of that group (T·|seq|)
+  MoeEtpLayout etp;                    // the expert-TP exchange (none without ETP)
   Tensor expert_in;                    // [rows of the local experts, H] their input rows, local expert-major
+                                       // (under ETP: the whole ETP group's rows)
   std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's input)
   std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it
   Tensor expert_out;                   // [T·k, H] permuted rows' expert outputs (for the routing-weight
@@ -90,13 +121,15 @@ struct MoeSaved {
 // Returns y [T, H] (f32). With `saved` (training) the state for backward is kept and `losses`, when
 // not null, receives the auxiliary losses. `ep`: the expert-parallel group (null: none); every
 // rank of it must call with the same layer. `allgather`: the all-gather dispatcher (else all-to-all).
+// `etp`: the expert-TP group (null or size 1: whole experts); `seq`: the group the sequence is
+// split over (TP×CP; null: none). Every rank of each group must call with the same layer.
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
-                   bool allgather = false);
+                   bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr);
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`.
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale, const Comm& ep = nullptr);
+                    const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr);
 
 }  // namespace gale

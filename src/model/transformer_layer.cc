@@ -162,8 +162,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   w.norm2_w = pb.add(norm_weight(layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
   if (c.moe.is_moe_layer(layer)) {
-    GALE_CHECK_EQ(part.tp_size(), 1) << "MoE layers with tensor parallelism";
-    w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank());
+    GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
+    const int64_t etp = part.etp ? part.etp->size() : 1, etp_rank = part.etp ? part.etp->rank() : 0;
+    // Under TP the router's gradient is partial per TP rank (its own tokens), and so are whole
+    // experts' (--expert-tensor-parallel-size 1): both all-reduced over TP.
+    w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
+                                part.tp_size() > 1 && etp == 1);
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
@@ -227,12 +231,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   proj = Tensor();
 
   // ---- MLP block ----
-  Tensor norm2_out = norm_output_for_linear(rt, norm2_local);
+  // The MoE MLP routes this rank's own tokens [Tl, H] (no sequence-parallel all-gather).
+  Tensor norm2_out =
+      w.moe.defined() ? to_gemm_input(norm2_local, bf16) : norm_output_for_linear(rt, norm2_local);
   norm2_local = Tensor();
   Tensor fc1_out, act, fc2;
-  if (w.moe.defined()) {  // router, experts, weighted sum [T, H] (no TP: T = Tl)
+  if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
-    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather);
+    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
+                      part.etp, part.moe_seq);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
@@ -284,7 +291,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                 hidden_dropout(rt, layer, 2));
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
-    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep);
+    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp);
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

@@ -133,15 +133,24 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);
   GALE_ASSIGN_OR_RETURN(m.layer_pattern, parse_moe_layer_freq(m.moe_layer_freq, a.model.num_layers));
   const int64_t tp = par.tensor_model_parallel_size;
-  if (tp > 1)
-    return Unimplemented("--tensor-model-parallel-size ", tp, " with --num-experts: not supported yet (MoE needs 1)");
+  // Megatron asserts sequence parallelism for MoE under TP (training/arguments.py).
+  if (tp > 1 && !par.sequence_parallel)
+    return InvalidArgument("--num-experts with --tensor-model-parallel-size ", tp,
+                           ": expected --sequence-parallel (MoE under TP routes each rank's own tokens), found it off");
+  if (par.context_parallel_size > 1 && ep > 1)
+    return Unimplemented("--expert-model-parallel-size ", ep, " with --context-parallel-size ",
+                         par.context_parallel_size, " and --num-experts: not supported yet (one of them must be 1)");
   if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
-  if (m.expert_tensor_parallel_size != 1)
-    return Unimplemented("--expert-tensor-parallel-size ", m.expert_tensor_parallel_size,
-                         " with --num-experts: not supported yet (1)");
-  if (par.context_parallel_size > 1)
-    return Unimplemented("--context-parallel-size ", par.context_parallel_size,
-                         " with --num-experts: not supported yet (MoE needs 1)");
+  const int64_t etp = m.expert_tensor_parallel_size;
+  if (etp != tp && etp != 1)
+    return Unimplemented("--expert-tensor-parallel-size ", etp,
+                         " with --num-experts: not supported yet (expected 1 or --tensor-model-parallel-size ", tp, ")");
+  if (etp == 1 && tp > 1 && ep > 1)
+    return Unimplemented("--expert-tensor-parallel-size 1 with --tensor-model-parallel-size ", tp,
+                         " and --expert-model-parallel-size ", ep, ": not supported yet (expected the default, ", tp, ")");
+  if (m.moe_ffn_hidden_size % etp != 0)
+    return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
+                           ": expected a multiple of --expert-tensor-parallel-size ", etp);
   return Status::Ok();
 }
 

@@ -53,6 +53,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
     p.ep = ps.expert();
     p.ep_allgather = args.moe.moe_token_dispatcher_type == "allgather";
   }
+  if (args.moe.num_experts > 0) {
+    if (ps.layout().sizes.etp > 1) p.etp = ps.expert_tp();
+    if (ps.tp_size() * ps.cp_size() > 1) p.moe_seq = ps.group(Group::kTensorContext);
+  }
   auto [first, count] = chunk_layers(args, ps.coords().pp, vp);
   p.first_layer = first;
   p.num_layers = count;
@@ -81,6 +85,8 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
   sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
   sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
+  if (args.moe.num_experts > 0 && args.moe.expert_tensor_parallel_size > 0)
+    sizes.etp = static_cast<int>(args.moe.expert_tensor_parallel_size);
   sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
   return sizes;
 }

@@ -1,7 +1,8 @@
 // `gale pretrain --expert-model-parallel-size 2` under mpirun as a user runs it: a tiny Mixtral
 // (4 experts, top-2) trains with a falling loss and the same losses as one process; a checkpoint
 // saved with EP 2 resumes exactly with EP 2 and loads into one process (experts are stored by
-// their global index); the all-gather dispatcher gives the all-to-all one's losses.
+// their global index); the all-gather dispatcher gives the all-to-all one's losses. MoE with TP 2
+// and sequence parallelism: the same losses, exact resume, the checkpoint loads into one process.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -104,6 +105,113 @@ void expect_exact_resume(int np, const std::vector<std::string>& flags, std::vec
 }
 
 TEST(GalePretrainExpertParallel, SaveThenResumeContinuesTheSameRun) { expect_exact_resume(2, kEp2); }
+
+// MoE with TP 2 and --sequence-parallel: each TP rank routes its 16 of the 32 positions, the
+// experts split over the expert-TP group (= TP); the losses and the load-balancing loss are one
+// process's, the checkpoint (experts saved whole) resumes exactly and loads into one process.
+// --make-vocab-size-divisible-by 64 pads the vocabulary at TP 2 to one process's 4224 rows.
+const std::vector<std::string> kTp2Sp = {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                         "--make-vocab-size-divisible-by", "64"};
+
+TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult tp = test::run_with_timeout(mixtral(2, kTp2Sp), kMpiEnv, 300);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  EXPECT_NE(tp.output.find("active: tensor-parallel"), std::string::npos) << tp.output;
+  const std::vector<double> a = values(one.output, "lm loss"), b = values(tp.output, "lm loss");
+  const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(tp.output, "load_balancing_loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << tp.output;
+  ASSERT_EQ(lb.size(), 6u) << tp.output;
+  EXPECT_LT(b.back(), b.front());
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(lb[i], la[i], 1e-5 * la[i]) << "iteration " << i + 1;
+  }
+}
+
+// Biases (the experts' fc1 bias split with fc1, the fc2 bias whole and added once before the
+// reduce-scatter), GeLU experts, LayerNorm and the z-loss: the losses, load-balancing and z losses
+// and grad norms of one process.
+TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
+  auto run = [](int np, std::vector<std::string> extra) {
+    std::vector<std::string> argv;
+    if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+    const std::vector<std::string> pretrain = {
+        GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+        "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
+        "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
+        "--eval-iters", "0", "--num-threads", "1", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+        "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "1e-2",
+        "--moe-z-loss-coeff", "1e-3"};
+    argv.insert(argv.end(), pretrain.begin(), pretrain.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run_with_timeout(argv, kMpiEnv, 300);
+  };
+  test::RunResult one = run(1, {});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult tp = run(2, kTp2Sp);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss", "z_loss", "grad norm"}) {
+    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    ASSERT_EQ(a.size(), 4u) << key << one.output;
+    ASSERT_EQ(b.size(), 4u) << key << tp.output;
+    for (size_t i = 0; i < 4; ++i) {
+      const double tolerance = std::string(key) == "grad norm" ? 1e-3 : 1e-5 * a[i];  // the log's 3 decimals
+      EXPECT_NEAR(b[i], a[i], tolerance) << key << " of iteration " << i + 1;
+    }
+  }
+}
+
+TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
+
+// TP 2 with EP 2 (world 4: each EP rank's experts split over its TP pair): exact resume, and the
+// checkpoint (experts whole under their global index) loads into one process.
+TEST(GalePretrainMoeTensorParallel, WithExpertParallelSaveThenResumeAndLoadIntoOneProcess) {
+  std::vector<std::string> flags = kTp2Sp;
+  flags.insert(flags.end(), {"--expert-model-parallel-size", "2"});
+  expect_exact_resume(4, flags);
+}
+
+// --expert-tensor-parallel-size 1: whole experts on both TP ranks; one process's losses.
+TEST(GalePretrainMoeTensorParallel, WholeExpertsOnEveryTensorParallelRankAsOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::vector<std::string> flags = kTp2Sp;
+  flags.insert(flags.end(), {"--expert-tensor-parallel-size", "1"});
+  test::RunResult tp = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss"}) {
+    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    ASSERT_EQ(a.size(), 6u) << key;
+    ASSERT_EQ(b.size(), 6u) << key << tp.output;
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
+  }
+}
+
+// MoE with --context-parallel-size 2: each CP rank routes its sequence chunks' tokens; the losses
+// and load-balancing loss are one process's.
+TEST(GalePretrainMoeTensorParallel, ContextParallelAsOneProcess) {
+  test::RunResult one = test::run_with_timeout(mixtral(1, {}), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult cp = test::run_with_timeout(mixtral(2, {"--context-parallel-size", "2"}), kMpiEnv, 300);
+  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  for (const char* key : {"lm loss", "load_balancing_loss"}) {
+    const std::vector<double> a = values(one.output, key), b = values(cp.output, key);
+    ASSERT_EQ(a.size(), 6u) << key;
+    ASSERT_EQ(b.size(), 6u) << key << cp.output;
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
+  }
+}
+
+TEST(GalePretrainMoeTensorParallel, TensorParallelWithoutSequenceParallelIsOneLine) {
+  test::RunResult r = test::run_with_timeout(mixtral(2, {"--tensor-model-parallel-size", "2"}), kMpiEnv, 300);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-experts with --tensor-model-parallel-size 2: expected --sequence-parallel"),
+            std::string::npos)
+      << r.output;
+}
 
 // 4 ranks: DP 4, expert-DP 2; the distributed optimizer shards the experts' state over expert-DP.
 TEST(GalePretrainExpertParallel, SaveThenResumeWithTheDistributedOptimizer) {

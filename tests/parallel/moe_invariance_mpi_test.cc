@@ -1,7 +1,9 @@
 // Parallel invariance of mixture-of-experts models: data parallelism (experts replicated, their
 // gradients reduced like any other), expert parallelism (--expert-model-parallel-size: each rank
 // holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
-// pipeline parallelism (1F1B and interleaved), the distributed optimizer and full recomputation
+// pipeline parallelism (1F1B and interleaved), tensor parallelism with sequence parallelism (experts
+// split over the expert-TP group), context parallelism (ring and Ulysses), the distributed
+// optimizer and full recomputation
 // reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
 // parameters and gradients (fp32, 1e-5 relative; under EP an expert sums its rows in another
 // order, (source rank, token) instead of token order, which stays well inside that bound).
@@ -53,6 +55,27 @@ const std::vector<Layout>& layouts() {
       {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"ep2_dp4_allgather_distopt", 4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
                                         "allgather", "--use-distributed-optimizer"}},
+      // Tensor parallelism with sequence parallelism: each TP rank routes its S/TP tokens, the experts
+      // split over the expert-TP group (= TP), the aux losses over the TP group's whole sequence.
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_sp_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_sp_dp2_distopt", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--use-distributed-optimizer"}},
+      // Context parallelism: each CP rank routes the tokens of its sequence chunks; the aux losses
+      // over the tp-cp group; router and expert gradients reduced over DP×CP like the dense ones.
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_dp2", 4, {"--context-parallel-size", "2"}},
+      {"tp2_sp_cp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "2"}},
+      // --expert-tensor-parallel-size 1: whole experts on every TP rank, each on its own tokens,
+      // their gradients all-reduced over TP.
+      {"tp2_sp_etp1", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-tensor-parallel-size", "1"}},
+      {"tp2_sp_etp1_dp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                              "--expert-tensor-parallel-size", "1"}},
+      {"tp2_sp_ep2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
+                         "--moe-token-dispatcher-type", "alltoall"}},
+      {"tp2_sp_ep2_allgather", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                   "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
   };
   return all;
 }
@@ -131,7 +154,7 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
                            // all-to-all: the combines send the rows this rank's experts got, so the
                            // EP group's sum is exact)
     const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
-    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2, e_x = 4;
+    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2 / run.engine->ps.tp_size(), e_x = 4;  // this rank's tokens
     const int64_t m = 8 / (2 * run.engine->ps.dp_size());
     int64_t moe_layers = 0;
     for (const auto& chunk : run.engine->chunks)

@@ -148,13 +148,42 @@ TEST(Arguments, ExpertParallelism) {
   EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
 }
 
-TEST(Arguments, MixtureOfExpertsRejectsTensorAndContextParallelism) {
+TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
   Cli tp;
   const Status st = tp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
-  EXPECT_EQ(st.message(), "--tensor-model-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+  EXPECT_EQ(st.message(),
+            "--num-experts with --tensor-model-parallel-size 2: expected --sequence-parallel (MoE under TP routes each "
+            "rank's own tokens), found it off");
+  Cli sp;
+  EXPECT_TRUE(sp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
+                       2).ok());
+  Cli etp1;
+  EXPECT_TRUE(etp1.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                          "--expert-tensor-parallel-size", "1"}), 2).ok());
+  Cli etp;
+  EXPECT_EQ(etp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "4", "--sequence-parallel",
+                                       "--expert-tensor-parallel-size", "2"}), 4).message(),
+            "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
+            "--tensor-model-parallel-size 4)");
+  Cli tp_ep;
+  EXPECT_TRUE(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--expert-model-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
+  Cli etp1_ep;
+  EXPECT_EQ(etp1_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1",
+                                           "--global-batch-size", "4"}), 4).message(),
+            "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 and --expert-model-parallel-size 2: not "
+            "supported yet (expected the default, 2)");
+}
+
+TEST(Arguments, MixtureOfExpertsWithContextParallelism) {
   Cli cp;
-  const Status st2 = cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2);
-  EXPECT_EQ(st2.message(), "--context-parallel-size 2 with --num-experts: not supported yet (MoE needs 1)");
+  EXPECT_TRUE(cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2).ok());
+  Cli cp_ep;
+  EXPECT_EQ(cp_ep.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2",
+                                         "--expert-model-parallel-size", "2"}), 4).message(),
+            "--expert-model-parallel-size 2 with --context-parallel-size 2 and --num-experts: not supported yet (one of "
+            "them must be 1)");
 }
 
 struct ErrorCase {
@@ -215,7 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
-                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (1)"},
+                  "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
+                  "--tensor-model-parallel-size 1)"},
         ErrorCase{{"--num-experts", "4", "--expert-model-parallel-size", "2"}, StatusCode::kInvalidArgument,
                   "world size 1 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 1 = 2"},
         ErrorCase{{"--microbatch-group-size-per-virtual-pipeline-stage", "0"}, StatusCode::kInvalidArgument,
