@@ -422,6 +422,25 @@ namespace {
 
 // Backward of the all-to-all path (and of one EP rank): the permuted rows' output gradients go to
 // the experts' ranks like the inputs, the input gradients come back like the outputs.
+// Backward of y_t += q_slot · out_r for every expert row r (slot = slot_of[r], token slot / k):
+// d_out[r] = q_slot · dy_t and dprobs[slot] = dy_t · out_r (summed in double). `dy` is [tokens, H].
+void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std::vector<int64_t>& slot_of,
+                               const Tensor& probs, const Tensor& out, Tensor* d_out, Tensor* dprobs) {
+  GALE_CHECK_EQ(out.size(0), static_cast<int64_t>(slot_of.size()));
+  for (size_t r = 0; r < slot_of.size(); ++r) {
+    const int64_t slot = slot_of[r], t = slot / k;
+    const float q = probs.data<float>()[slot];
+    const float* o = out.data<float>() + static_cast<int64_t>(r) * H;
+    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
+    double dot = 0.0;
+    for (int64_t h = 0; h < H; ++h) {
+      dot += static_cast<double>(dy[t * H + h]) * o[h];
+      d[h] = q * dy[t * H + h];
+    }
+    dprobs->data<float>()[slot] = static_cast<float>(dot);
+  }
+}
+
 void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                              MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
                              Tensor* dx_out) {
@@ -430,18 +449,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
   Tensor dprobs = Tensor::empty({T, k});
   Tensor d_expert_out = Tensor::empty({T * k, H});
-  for (int64_t r = 0; r < T * k; ++r) {
-    const int64_t slot = s.permuted_slot[r], t = slot / k;
-    const float q = s.probs.data<float>()[slot];
-    const float* out = s.expert_out.data<float>() + r * H;
-    float* d = d_expert_out.data<float>() + r * H;
-    double dot = 0.0;
-    for (int64_t h = 0; h < H; ++h) {
-      dot += static_cast<double>(g[t * H + h]) * out[h];
-      d[h] = q * g[t * H + h];
-    }
-    dprobs.data<float>()[slot] = static_cast<float>(dot);
-  }
+  weighted_outputs_backward(g, H, k, s.permuted_slot, s.probs, s.expert_out, &d_expert_out, &dprobs);
   s.expert_out = Tensor();
   // ---- to the experts' ranks, local experts, back to the token rows ----
   const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
@@ -468,18 +476,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   const float* g = all_dy.data<float>();
   Tensor dprobs_partial = Tensor::zeros({P * T * k});
   Tensor d_out = Tensor::empty({N, H});
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t slot = s.gathered_slot[r], t = slot / k;
-    const float q = s.gathered_probs.data<float>()[slot];
-    const float* out = s.expert_out.data<float>() + r * H;
-    float* d = d_out.data<float>() + r * H;
-    double dot = 0.0;
-    for (int64_t h = 0; h < H; ++h) {
-      dot += static_cast<double>(g[t * H + h]) * out[h];
-      d[h] = q * g[t * H + h];
-    }
-    dprobs_partial.data<float>()[slot] = static_cast<float>(dot);
-  }
+  weighted_outputs_backward(g, H, k, s.gathered_slot, s.gathered_probs, s.expert_out, &d_out, &dprobs_partial);
   s.expert_out = Tensor();
   Tensor d_in = experts_backward(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, s);
   Tensor dx_partial = Tensor::zeros({P * T, H});
