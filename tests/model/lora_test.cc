@@ -15,6 +15,7 @@
 #include "model/linear.h"
 #include "optim/optimizer.h"
 #include "testing.h"
+#include "tiny_model_training.h"
 
 namespace gale {
 namespace {
@@ -145,18 +146,7 @@ ModelConfig lora_config(bool llama, bool all_targets = true) {
 }
 
 MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  const int64_t T = B * mb.S;
-  auto r = random_vector(3 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(r[2 * T + i] > -0.6f ? 1.0f : 0.0f);
-    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
-  }
-  return mb;
+  return testing::tiny_batch(c, B, seed, /*documents=*/false);
 }
 
 double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
