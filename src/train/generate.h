@@ -1,4 +1,4 @@
-// `gale generate`: text from a trained checkpoint (greedy, temperature, top-k and top-p sampling),
+// `gale generate`: text from a trained checkpoint (greedy, temperature, top-k and top-p sampling, beam search),
 // with the model and tokenizer flags of `gale pretrain` and MindSpeed-LLM's inference flags.
 #pragma once
 

@@ -4,13 +4,17 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <regex>
 #include <span>
 
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "data/indexed_dataset.h"
 #include "subprocess.h"
+
+#include <nlohmann/json.hpp>
 
 namespace gale {
 namespace {
@@ -82,6 +86,35 @@ TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << name << ": expected " << expected << "\n"
                                                                 << r.output;
+  }
+}
+
+// `gale generate --num-beams N` from the converted GPT-2 and LLaMA continues the fixture's prompt
+// with the tokens of tools/reference/beam_reference.py (Megatron's beam-search rules over
+// transformers' logits; transformers' own beam search gives the same tokens there).
+TEST(GaleConvert, BeamSearchFromTheConvertedCheckpointMatchesTheReference) {
+  TempDir tmp;
+  for (const char* name : {"gpt2", "llama"}) {
+    const std::string out = tmp.file(name);
+    test::RunResult r = convert_to_gale(fixture(name), out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(fixture(name) + "/beam.json");
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    std::string prompt;
+    for (int64_t t : ref["prompt"]) prompt += (prompt.empty() ? "" : " ") + std::to_string(t);
+    for (const nlohmann::json& c : ref["cases"]) {
+      std::string expected = prompt;
+      for (int64_t t : c["tokens"]) expected += " " + std::to_string(t);
+      r = gale({"generate", "--load", out, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer", "--vocab-size",
+                "99", "--prompt", prompt, "--num-beams", std::to_string(c["num_beams"].get<int>()), "--max-new-tokens",
+                std::to_string(c["max_new_tokens"].get<int>()), "--length-penalty",
+                std::to_string(c["length_penalty"].get<double>())});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << name << " " << c.dump() << "\n" << r.output;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(beams, score (-?[0-9.]+)\])"))) << r.output;
+      EXPECT_NEAR(std::stod(m[1]), c["score"].get<double>(), 1e-4) << name << " " << c.dump();
+    }
   }
 }
 

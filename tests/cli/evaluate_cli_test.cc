@@ -129,6 +129,30 @@ TEST_F(CheckpointCli, GenerateContinuesThePrompt) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[4 prompt tokens, [0-4] generated, [0-9.]+ tokens/s\])"))) << r.output;
 }
 
+TEST_F(CheckpointCli, GenerateBeamSearchAndItsErrors) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->output;
+  test::RunResult r = test::run_with_timeout(
+      command("generate", {"--load", ckpt(), "--prompt", "Once upon a time", "--max-new-tokens", "4", "--num-beams", "3"}),
+      {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("(^|\n)Once upon a time"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[4 prompt tokens, [0-4] generated, [0-9.]+ tokens/s, 3 beams, score -[0-9.]+\])")))
+      << r.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> errors = {
+      {{"--num-beams", "0"}, "gale generate: error: --num-beams: expected a positive integer, found 0"},
+      {{"--num-beams", "2", "--top-k", "5"},
+       "gale generate: error: --num-beams 2 with --top-k/--top-p: beam search with sampling (MindSpeed-LLM's "
+       "beam_search_with_sampling) is not implemented"},
+  };
+  for (const auto& [extra, message] : errors) {
+    std::vector<std::string> a = {"--load", ckpt(), "--prompt", "x"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    r = test::run_with_timeout(command("generate", a), {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(message + "\n"), std::string::npos) << r.output;
+  }
+}
+
 TEST_F(CheckpointCli, EvaluateErrorsAreOneLine) {
   struct Case {
     std::vector<std::string> extra;
