@@ -100,7 +100,7 @@ BeamSearchResult beam_search(const BeamSearchOptions& o, const BeamModel& model)
     std::vector<Candidate> next;
     for (size_t rank = 0; rank < take && static_cast<int>(next.size()) < N; ++rank) {
       const Candidate& c = cands[rank];
-      if (c.token == o.stop_token) {
+      if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), c.token) != o.stop_tokens.end()) {
         if (rank < static_cast<size_t>(N)) hyps.add(seqs[c.beam], c.score, step + 1);
       } else {
         next.push_back(c);

@@ -4,7 +4,7 @@
 // Beams hold the sum of their tokens' log-probabilities. The first step expands the prompt alone;
 // every later step ranks all N·V (beam, token) extensions by that sum and walks the best 2N in
 // order (ties: lower beam, then lower token first):
-//   - a token that is the stop token (the tokenizer's eod) is only taken from the first N ranks: it
+//   - a stop token (the tokenizer's eod, the chat template's end, --add-eos-token) is only taken from the first N ranks: it
 //     ends that beam's sequence, which joins the finished hypotheses without the stop token and with
 //     score sum / g^length_penalty, g = the tokens generated including the stop token;
 //   - any other token continues a beam, until N beams are chosen.
@@ -25,7 +25,7 @@ struct BeamSearchOptions {
   int64_t num_beams = 1;        // N ≥ 1
   int64_t max_new_tokens = 0;   // steps at most
   double length_penalty = 1.0;  // --length-penalty: the exponent of g in a hypothesis' score
-  int32_t stop_token = -1;      // the eod id; -1: none
+  std::vector<int32_t> stop_tokens;  // the eod id (and --add-eos-token ids)
 };
 
 struct BeamSearchResult {

@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <numeric>
 
 #include "core/rng.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "train/beam_search.h"
+#include "train/chat.h"
 #include "train/inference_model.h"
 
 namespace gale {
@@ -23,6 +26,46 @@ struct GenerateArgs {
   double top_p = 0.0;        // 0: no nucleus cut
   int64_t num_beams = 1;     // > 1: beam search (train/beam_search.h)
   double length_penalty = 1.0;
+  bool stream = false;       // print the text as it is generated
+  std::string task;          // "chat": prompts from standard input (train/chat.h)
+  std::string prompt_type;   // chat template
+  int64_t history_turns = 3;
+  std::vector<std::string> add_eos_tokens;
+  std::vector<int32_t> stop_tokens;  // eod, the template's end token, --add-eos-token
+};
+
+int failure(const Status& s);
+
+bool is_stop(const GenerateArgs& g, int32_t token) {
+  return std::find(g.stop_tokens.begin(), g.stop_tokens.end(), token) != g.stop_tokens.end();
+}
+
+// The text without U+FFFD, which a decoder writes for a UTF-8 sequence cut in two (MindSpeed-LLM's
+// chat leaves them out too).
+std::string without_replacement_characters(std::string text) {
+  for (size_t at; (at = text.find("\xEF\xBF\xBD")) != std::string::npos;) text.erase(at, 3);
+  return text;
+}
+
+// Writes what the decoded text has gained since the last call (--stream); replacement characters of
+// a UTF-8 sequence still cut in two wait for the next token.
+class StreamPrinter {
+ public:
+  explicit StreamPrinter(const Tokenizer& t) : tokenizer_(t) {}
+  void update(std::span<const int32_t> generated) {
+    StatusOr<std::string> text = tokenizer_.decode(generated);
+    if (!text.ok()) return;
+    const std::string now = without_replacement_characters(text.value());
+    if (now.size() > printed_.size() && now.compare(0, printed_.size(), printed_) == 0) {
+      std::fwrite(now.data() + printed_.size(), 1, now.size() - printed_.size(), stdout);
+      std::fflush(stdout);
+      printed_ = now;
+    }
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string printed_;
 };
 
 // Picks the next token from `logits` (over the tokenizer's vocabulary) with Philox draws.
@@ -55,9 +98,9 @@ int32_t sample(const float* logits, int64_t vocab, const GenerateArgs& g, uint64
 }
 
 // The prompt in one pass, then one token per step, each running only the new token against the keys
-// and values cached so far (model/kv_cache.h); stops at the eod token or the last position.
+// and values cached so far (model/kv_cache.h); stops at a stop token or the last position.
 std::vector<int32_t> sample_generate(const InferenceModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& g,
-                                     uint64_t seed) {
+                                     uint64_t seed, StreamPrinter* stream) {
   std::vector<int32_t> out;
   KvCache cache = make_kv_cache(m.config, m.model->partition(), 1, m.config.max_positions);
   Tensor logits = m.next_logits(prompt, &cache);  // [new tokens, V]
@@ -65,8 +108,9 @@ std::vector<int32_t> sample_generate(const InferenceModel& m, const std::vector<
   for (int64_t step = 0; step < g.max_new_tokens && length < m.config.max_positions; ++step) {
     const float* last = logits.data<float>() + (logits.size(0) - 1) * m.config.vocab;
     const int32_t next = sample(last, m.tokenizer->vocab_size(), g, seed, static_cast<uint64_t>(step));
-    if (next == m.tokenizer->eod()) break;
+    if (is_stop(g, next)) break;
     out.push_back(next);
+    if (stream) stream->update(out);
     if (++length >= m.config.max_positions || step + 1 == g.max_new_tokens) break;
     logits = m.next_logits(std::span<const int32_t>(&out.back(), 1), &cache);
   }
@@ -95,7 +139,7 @@ std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<in
   o.num_beams = g.num_beams;
   o.max_new_tokens = std::min(g.max_new_tokens, m.config.max_positions - static_cast<int64_t>(prompt.size()));
   o.length_penalty = g.length_penalty;
-  o.stop_token = m.tokenizer->eod();
+  o.stop_tokens = g.stop_tokens;
   std::vector<KvCache> caches;
   caches.push_back(make_kv_cache(m.config, m.model->partition(), 1, m.config.max_positions));
   BeamModel model;
@@ -121,6 +165,99 @@ std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<in
   BeamSearchResult r = beam_search(o, model);
   *score = r.score;
   return r.tokens;
+}
+
+// The stop tokens: eod, the chat template's end token, each --add-eos-token (a token of a Hugging
+// Face tokenizer, added and special ones included; with other tokenizers a text that encodes to
+// exactly one id).
+Status collect_stop_tokens(const Tokenizer& tokenizer, const ChatSession* chat, GenerateArgs& g) {
+  g.stop_tokens = {tokenizer.eod()};
+  if (chat && chat->use_template && chat->tokenizer.eos >= 0) g.stop_tokens.push_back(chat->tokenizer.eos);
+  const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(&tokenizer);
+  for (const std::string& t : g.add_eos_tokens) {
+    int32_t id = -1;
+    if (hf) {
+      id = hf->token_id(t);
+    } else {
+      std::vector<int32_t> ids;
+      if (tokenizer.encode(t, &ids).ok() && ids.size() == 1) id = ids[0];
+    }
+    if (id < 0) return InvalidArgument("--add-eos-token: the tokenizer has no token '", t, "'");
+    g.stop_tokens.push_back(id);
+  }
+  return Status::Ok();
+}
+
+// --task chat: the session's template and tokenizer.
+StatusOr<ChatSession> make_chat_session(const Tokenizer& tokenizer, const GenerateArgs& g) {
+  ChatSession s;
+  s.history_turns = g.history_turns;
+  s.encode_text = [&tokenizer](std::string_view text, std::vector<int32_t>* ids) { return tokenizer.encode(text, ids); };
+  if (g.prompt_type.empty()) return s;
+  const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(&tokenizer);
+  if (!hf)
+    return InvalidArgument("--prompt-type ", g.prompt_type, " needs --tokenizer-type HuggingFaceTokenizer, found ",
+                           tokenizer.type());
+  StatusOr<ChatTemplate> t = find_chat_template(g.prompt_type);
+  if (!t.ok()) return t.status();
+  s.use_template = true;
+  s.chat_template = *t;
+  s.tokenizer.encode = [hf](std::string_view text, std::vector<int32_t>* ids) { return hf->encode_plain(text, ids); };
+  s.tokenizer.bos = hf->bos_token_id();
+  s.tokenizer.eos = hf->eod();
+  if (!s.chat_template.replace_eos.empty()) {
+    s.tokenizer.eos = hf->token_id(s.chat_template.replace_eos);
+    if (s.tokenizer.eos < 0)
+      return InvalidArgument("--prompt-type ", g.prompt_type, ": the tokenizer has no token '",
+                             s.chat_template.replace_eos, "', the template's end token");
+  }
+  return s;
+}
+
+// One answer: sampled (streamed with --stream) or by beam search.
+std::vector<int32_t> answer(const InferenceModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& g,
+                            uint64_t seed, double* beam_score) {
+  if (g.num_beams > 1) return beam_generate(m, prompt, g, beam_score);
+  StreamPrinter printer(*m.tokenizer);
+  return sample_generate(m, prompt, g, seed, g.stream ? &printer : nullptr);
+}
+
+// MindSpeed-LLM's chat loop on standard input: q / quit / exit (or the end of input) ends it,
+// clear / new forgets the history. Every answer samples with the same --seed draws.
+int run_chat(const InferenceModel& m, ChatSession& session, const GenerateArgs& g, uint64_t seed) {
+  std::string line;
+  for (;;) {
+    std::printf("\nYou >> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    const size_t first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+    const std::string trimmed = first == std::string::npos ? "" : line.substr(first, last - first + 1);
+    if (trimmed == "q" || trimmed == "quit" || trimmed == "exit") break;
+    if (trimmed == "clear" || trimmed == "new") {
+      session.history.clear();
+      continue;
+    }
+    if (trimmed.empty()) continue;
+    StatusOr<std::vector<int32_t>> prompt = chat_prompt(session, line);
+    if (!prompt.ok()) return failure(prompt.status());
+    if (static_cast<int64_t>(prompt->size()) >= m.config.max_positions) {
+      std::fprintf(stderr, "gale generate: the conversation is %zu tokens, --max-position-embeddings is %lld; "
+                   "enter clear to start a new one\n", prompt->size(), static_cast<long long>(m.config.max_positions));
+      continue;
+    }
+    std::printf("\nGale:\n");
+    std::fflush(stdout);
+    double score = 0.0;
+    const std::vector<int32_t> out = answer(m, *prompt, g, seed, &score);
+    StatusOr<std::string> text = m.tokenizer->decode(out);
+    if (!text.ok()) return failure(text.status());
+    if (!g.stream || g.num_beams > 1) std::printf("%s", without_replacement_characters(*text).c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+    chat_remember(session, line, *text);
+  }
+  std::printf("\n");
+  return 0;
 }
 
 int usage(const Status& s) {
@@ -151,6 +288,11 @@ int generate_main(int argc, char** argv) {
   parser.add("--num-beams", &g.num_beams, "beam search with this many beams (1: sample or greedy)");
   parser.add("--length-penalty", &g.length_penalty,
              "beam search: a finished sequence scores sum(log p) / length^this (1.0: the mean)");
+  parser.add_flag("--stream", &g.stream, "print the text as it is generated (sampling and greedy)");
+  parser.add_list("--add-eos-token", &g.add_eos_tokens, "more tokens that end the generated text", 1);
+  parser.add("--task", &g.task, "chat: an interactive conversation on standard input (MindSpeed-LLM's chat task)");
+  parser.add("--prompt-type", &g.prompt_type, "--task chat: the chat template (empty, qwen, llama3, alpaca)");
+  parser.add("--history-turns", &g.history_turns, "--task chat: earlier exchanges kept in the prompt");
   Status st = parser.parse(argc, argv);
   if (!st.ok()) return usage(st);
   if (parser.help_requested()) {
@@ -164,6 +306,15 @@ int generate_main(int argc, char** argv) {
   if (g.num_beams > 1 && (g.top_k > 0 || g.top_p > 0.0))
     return usage(InvalidArgument("--num-beams ", g.num_beams, " with --top-k/--top-p: beam search with sampling ",
                                  "(MindSpeed-LLM's beam_search_with_sampling) is not implemented"));
+  if (!g.task.empty() && g.task != "chat")
+    return usage(InvalidArgument("--task: expected chat, found '", g.task,
+                                 "' (for greedy, sampling or beam search give --prompt with --temperature 0, "
+                                 "--top-k/--top-p or --num-beams)"));
+  if (g.task == "chat" && !g.prompt.empty())
+    return usage(InvalidArgument("--prompt with --task chat: the chat reads its prompts from standard input"));
+  if (g.task != "chat" && !g.prompt_type.empty()) return usage(InvalidArgument("--prompt-type needs --task chat"));
+  if (g.history_turns < 0)
+    return usage(InvalidArgument("--history-turns: expected a non-negative integer, found ", g.history_turns));
   st = validate_inference_model_args(args, parser);
   if (!st.ok()) return usage(st);
 
@@ -171,6 +322,18 @@ int generate_main(int argc, char** argv) {
   if (!loaded.ok()) return failure(loaded.status());
   const InferenceModel& m = *loaded.value();
   const Tokenizer& tokenizer = *m.tokenizer;
+  if (g.num_beams > 1 && 2 * g.num_beams >= tokenizer.vocab_size())
+    return usage(InvalidArgument("--num-beams ", g.num_beams, ": expected fewer than half the vocabulary (",
+                                 tokenizer.vocab_size(), " tokens)"));
+  if (g.task == "chat") {
+    StatusOr<ChatSession> session = make_chat_session(tokenizer, g);
+    if (!session.ok()) return usage(session.status());
+    st = collect_stop_tokens(tokenizer, &*session, g);
+    if (!st.ok()) return usage(st);
+    return run_chat(m, *session, g, static_cast<uint64_t>(seed));
+  }
+  st = collect_stop_tokens(tokenizer, nullptr, g);
+  if (!st.ok()) return usage(st);
 
   std::vector<int32_t> ids;
   st = tokenizer.encode(g.prompt, &ids);
@@ -180,18 +343,24 @@ int generate_main(int argc, char** argv) {
   if (static_cast<int64_t>(prompt_len) > m.config.max_positions)
     return failure(InvalidArgument("--prompt: ", prompt_len, " tokens, more than --max-position-embeddings ",
                                    m.config.max_positions));
-  if (g.num_beams > 1 && 2 * g.num_beams >= tokenizer.vocab_size())
-    return usage(InvalidArgument("--num-beams ", g.num_beams, ": expected fewer than half the vocabulary (",
-                                 tokenizer.vocab_size(), " tokens)"));
   const auto start = std::chrono::steady_clock::now();
   double beam_score = 0.0;
-  const std::vector<int32_t> generated = g.num_beams > 1 ? beam_generate(m, ids, g, &beam_score)
-                                                         : sample_generate(m, ids, g, static_cast<uint64_t>(seed));
+  if (g.stream && g.num_beams == 1) {
+    StatusOr<std::string> head = tokenizer.decode(ids);
+    if (!head.ok()) return failure(head.status());
+    std::printf("%s", head->c_str());
+    std::fflush(stdout);
+  }
+  const std::vector<int32_t> generated = answer(m, ids, g, static_cast<uint64_t>(seed), &beam_score);
   ids.insert(ids.end(), generated.begin(), generated.end());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  StatusOr<std::string> text = tokenizer.decode(std::span<const int32_t>(ids.data(), ids.size()));
-  if (!text.ok()) return failure(text.status());
-  std::printf("%s\n", text.value().c_str());
+  if (g.stream && g.num_beams == 1) {
+    std::printf("\n");
+  } else {
+    StatusOr<std::string> text = tokenizer.decode(std::span<const int32_t>(ids.data(), ids.size()));
+    if (!text.ok()) return failure(text.status());
+    std::printf("%s\n", text.value().c_str());
+  }
   std::fprintf(stderr, "[%zu prompt tokens, %zu generated, %.1f tokens/s", prompt_len, ids.size() - prompt_len,
                static_cast<double>(ids.size() - prompt_len) / std::max(seconds, 1e-9));
   if (g.num_beams > 1) std::fprintf(stderr, ", %lld beams, score %.6f", static_cast<long long>(g.num_beams), beam_score);

@@ -89,6 +89,33 @@ TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   }
 }
 
+// --add-eos-token: with the NullTokenizer a token is its id; greedy decoding of the converted
+// LLaMA stops before the first golden token made a stop token (and beam search never keeps it).
+TEST(GaleConvert, AddEosTokenStopsGeneration) {
+  TempDir tmp;
+  const std::string out = tmp.file("llama");
+  test::RunResult r = convert_to_gale(fixture("llama"), out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string golden = fixture("llama") + "/golden.safetensors";
+  std::string prompt;
+  for (int64_t t : ints(golden, "tokens")) prompt += (prompt.empty() ? "" : " ") + std::to_string(t);
+  const std::vector<int64_t> greedy = ints(golden, "greedy");
+  const size_t cut = 2;
+  ASSERT_EQ(std::find(greedy.begin(), greedy.begin() + cut, greedy[cut]), greedy.begin() + cut);
+  std::string expected = prompt;
+  for (size_t i = 0; i < cut; ++i) expected += " " + std::to_string(greedy[i]);
+  for (const std::string& beams : {"1", "2"}) {
+    r = gale({"generate", "--load", out, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer", "--vocab-size",
+              "99", "--prompt", prompt, "--max-new-tokens", "5", "--temperature", "0", "--num-beams", beams,
+              "--add-eos-token", std::to_string(greedy[cut])});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (beams == "1") EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << expected << "\n" << r.output;
+    const size_t line_end = r.output.find('\n');
+    EXPECT_EQ(r.output.substr(0, line_end).find(" " + std::to_string(greedy[cut]) + " "), std::string::npos)
+        << r.output;
+  }
+}
+
 // `gale generate --num-beams N` from the converted GPT-2 and LLaMA continues the fixture's prompt
 // with the tokens of tools/reference/beam_reference.py (Megatron's beam-search rules over
 // transformers' logits; transformers' own beam search gives the same tokens there).

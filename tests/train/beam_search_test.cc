@@ -39,7 +39,7 @@ BeamSearchOptions options(int64_t beams, int64_t steps, int32_t stop = -1, doubl
   BeamSearchOptions o;
   o.num_beams = beams;
   o.max_new_tokens = steps;
-  o.stop_token = stop;
+  if (stop >= 0) o.stop_tokens = {stop};
   o.length_penalty = length_penalty;
   return o;
 }
