@@ -1,11 +1,14 @@
-// `gale evaluate`: MMLU-style accuracy and perplexity of a checkpoint.
+// `gale evaluate`: MMLU-style, BoolQ and HellaSwag accuracy and perplexity of a checkpoint.
 #include "train/evaluate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include <filesystem>
+
 #include "data/jsonl_reader.h"
+#include "train/evaluate_choice_tasks.h"
 #include "train/evaluate_tasks.h"
 
 namespace gale {
@@ -63,6 +66,71 @@ Status run_mmlu(const InferenceModel& m, const EvaluateArgs& e) {
   if (truncated > 0)
     std::fprintf(stderr, "gale evaluate: note: %lld prompt(s) longer than --max-position-embeddings %lld were cut from the left\n",
                  static_cast<long long>(truncated), static_cast<long long>(m.config.max_positions));
+  return Status::Ok();
+}
+
+// The jsonl files of --task-data-path: the file itself, or every *.jsonl / *.jsonl.gz in the directory.
+StatusOr<std::vector<std::string>> jsonl_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) {
+    if (!fs::exists(path)) return InvalidArgument("--task-data-path ", path, ": no such file or directory");
+    return std::vector<std::string>{path};
+  }
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && (name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")))
+      files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return InvalidArgument("--task-data-path ", path, ": no .jsonl file in the directory");
+  return files;
+}
+
+// --task boolq / hellaswag: accuracy (and hellaswag's acc_norm) per file and in total.
+Status run_choice_task(const InferenceModel& m, const EvaluateArgs& e) {
+  GALE_ASSIGN_OR_RETURN(std::vector<std::string> files, jsonl_files(e.data_path));
+  const bool norm = e.task == "hellaswag";
+  std::printf("%-40s %9s %9s%s\n", "file", "questions", "accuracy", norm ? "  acc_norm" : "");
+  int64_t total = 0, correct_total = 0, norm_total = 0;
+  for (const std::string& file : files) {
+    GALE_ASSIGN_OR_RETURN(std::unique_ptr<JsonlReader> reader, JsonlReader::open(file));
+    int64_t n = 0, correct = 0, correct_norm = 0;
+    std::string line;
+    while (e.limit <= 0 || n < e.limit) {
+      GALE_ASSIGN_OR_RETURN(bool more, reader->next_line(&line));
+      if (!more) break;
+      if (is_blank_line(line)) continue;
+      StatusOr<ChoiceItem> item = parse_choice_item(e.task, line);
+      if (!item.ok()) return InvalidArgument(file, ":", reader->line_number(), ": ", item.status().message());
+      std::vector<int32_t> context;
+      GALE_RETURN_IF_ERROR(m.tokenizer->encode(item->context, &context));
+      std::vector<std::vector<int32_t>> continuations(item->continuations.size());
+      for (size_t c = 0; c < continuations.size(); ++c)
+        GALE_RETURN_IF_ERROR(m.tokenizer->encode(item->continuations[c], &continuations[c]));
+      if (context.empty()) context.push_back(m.tokenizer->eod());
+      StatusOr<std::vector<double>> scores =
+          continuation_log_likelihoods(m, m.config.max_positions, context, continuations);
+      if (!scores.ok()) return InvalidArgument(file, ":", reader->line_number(), ": ", scores.status().message());
+      correct += argmax_choice(*scores) == item->answer;
+      correct_norm += argmax_per_character(*scores, item->continuations) == item->answer;
+      ++n;
+    }
+    const std::string name = std::filesystem::path(file).filename().string();
+    const double d = std::max<double>(static_cast<double>(n), 1.0);
+    if (norm)
+      std::printf("%-40s %9lld %9.4f %9.4f\n", name.c_str(), static_cast<long long>(n), correct / d, correct_norm / d);
+    else
+      std::printf("%-40s %9lld %9.4f\n", name.c_str(), static_cast<long long>(n), correct / d);
+    total += n;
+    correct_total += correct;
+    norm_total += correct_norm;
+  }
+  const double d = std::max<double>(static_cast<double>(total), 1.0);
+  if (norm)
+    std::printf("%-40s %9lld %9.4f %9.4f\n", "total", static_cast<long long>(total), correct_total / d, norm_total / d);
+  else
+    std::printf("%-40s %9lld %9.4f\n", "total", static_cast<long long>(total), correct_total / d);
   return Status::Ok();
 }
 
@@ -147,17 +215,20 @@ double sequence_negative_log_likelihood(const InferenceModel& m, std::span<const
 int evaluate_main(int argc, char** argv) {
   ArgParser parser("gale evaluate",
                    "Evaluate a checkpoint saved by `gale pretrain` (one process): MMLU-style multiple choice "
-                   "(--task mmlu) or the perplexity of a jsonl corpus (--task ppl).");
+                   "(--task mmlu), BoolQ (--task boolq), HellaSwag (--task hellaswag) or the perplexity of a jsonl corpus "
+                   "(--task ppl).");
   Arguments args;
   add_inference_model_args(parser, args);
   EvaluateArgs e;
   int64_t seed = 1234;
   parser.group("evaluation");
-  parser.add("--task", &e.task, "mmlu (multiple choice by log-likelihood) or ppl (perplexity of a jsonl corpus)");
+  parser.add("--task", &e.task,
+             "mmlu, boolq or hellaswag (multiple choice by log-likelihood) or ppl (perplexity of a jsonl corpus)");
   parser.add("--task-data-path", &e.data_path,
-             "mmlu: a directory holding <subject>_test.csv (and <subject>_dev.csv for --shots); ppl: a .jsonl(.gz) file");
+             "mmlu: a directory holding <subject>_test.csv (and <subject>_dev.csv for --shots); boolq, hellaswag: a "
+             ".jsonl(.gz) file or a directory of them; ppl: a .jsonl(.gz) file");
   parser.add("--shots", &e.shots, "mmlu: examples from <subject>_dev.csv before each question");
-  parser.add("--limit", &e.limit, "at most this many questions per subject (mmlu) or documents (ppl); 0: all");
+  parser.add("--limit", &e.limit, "at most this many questions per subject or file, or documents (ppl); 0: all");
   parser.add_list("--json-keys", &e.json_keys, "ppl: the keys of each jsonl record whose text is scored", 1);
   parser.add("--seed", &seed, "model seed (nothing is random in evaluation)");
   Status st = parser.parse(argc, argv);
@@ -166,8 +237,8 @@ int evaluate_main(int argc, char** argv) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
-  if (e.task != "mmlu" && e.task != "ppl")
-    return usage(InvalidArgument("--task: expected mmlu or ppl, found \"", e.task, "\""));
+  if (e.task != "mmlu" && e.task != "ppl" && e.task != "boolq" && e.task != "hellaswag")
+    return usage(InvalidArgument("--task: expected mmlu, boolq, hellaswag or ppl, found \"", e.task, "\""));
   if (e.data_path.empty()) return usage(InvalidArgument("--task-data-path is required"));
   if (e.shots < 0) return usage(InvalidArgument("--shots: expected a non-negative integer, found ", e.shots));
   if (e.limit < 0) return usage(InvalidArgument("--limit: expected a non-negative integer, found ", e.limit));
@@ -176,7 +247,9 @@ int evaluate_main(int argc, char** argv) {
 
   StatusOr<std::unique_ptr<InferenceModel>> loaded = load_inference_model(args, seed);
   if (!loaded.ok()) return failure(loaded.status());
-  st = e.task == "mmlu" ? run_mmlu(*loaded.value(), e) : run_ppl(*loaded.value(), e);
+  if (e.task == "mmlu") st = run_mmlu(*loaded.value(), e);
+  else if (e.task == "ppl") st = run_ppl(*loaded.value(), e);
+  else st = run_choice_task(*loaded.value(), e);
   if (!st.ok()) return failure(st);
   return 0;
 }

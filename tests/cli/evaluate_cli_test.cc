@@ -119,6 +119,39 @@ TEST_F(CheckpointCli, EvaluatePerplexityOfAJsonlCorpus) {
   EXPECT_NE(r.output.find("bad.jsonl:2: "), std::string::npos) << r.output;
 }
 
+// BoolQ and HellaSwag jsonl files (a file, or a directory of them): one line per file and the total;
+// a broken record names its file and line.
+TEST_F(CheckpointCli, EvaluateBoolqAndHellaswag) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->output;
+  TempDir data;
+  std::filesystem::create_directory(data.file("boolq"));
+  write_file(data.file("boolq/dev.jsonl"),
+             "{\"question\": \"is it cold\", \"passage\": \"Snow fell all night.\", \"answer\": true}\n"
+             "{\"question\": \"is it late\", \"passage\": \"The sun rose.\", \"answer\": false}\n"
+             "{\"question\": \"is it wet\", \"passage\": \"It rained.\", \"answer\": true}\n");
+  test::RunResult r = test::run_with_timeout(
+      command("evaluate", {"--load", ckpt(), "--task", "boolq", "--task-data-path", data.file("boolq")}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(dev\.jsonl +3 +[01]\.[0-9]{4}\n)"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(total +3 +[01]\.[0-9]{4}\n)"))) << r.output;
+  write_file(data.file("hs.jsonl"),
+             "{\"activity_label\": \"Cooking\", \"ctx_a\": \"He cuts bread.\", \"ctx_b\": \"then\", "
+             "\"endings\": [\"he eats it.\", \"it flies.\", \"the sea.\", \"[title] a cat.\"], \"label\": \"0\"}\n"
+             "{\"activity_label\": \"Running\", \"ctx\": \"She runs.\", \"endings\": [\"fast.\", \"a pie.\"], "
+             "\"label\": 0}\n");
+  r = test::run_with_timeout(
+      command("evaluate", {"--load", ckpt(), "--task", "hellaswag", "--task-data-path", data.file("hs.jsonl"), "--limit", "1"}),
+      {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(file +questions +accuracy +acc_norm\n)"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(hs\.jsonl +1 +[01]\.0000 +[01]\.0000\n)"))) << r.output;
+  write_file(data.file("bad.jsonl"), "{\"question\": \"q\", \"passage\": \"p\", \"answer\": true}\n{\"question\": \"q\"}\n");
+  r = test::run_with_timeout(
+      command("evaluate", {"--load", ckpt(), "--task", "boolq", "--task-data-path", data.file("bad.jsonl")}), {}, 300);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("bad.jsonl:2: expected a string field \"passage\"\n"), std::string::npos) << r.output;
+}
+
 TEST_F(CheckpointCli, GenerateContinuesThePrompt) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->output;
   test::RunResult r = test::run_with_timeout(
@@ -160,7 +193,7 @@ TEST_F(CheckpointCli, EvaluateErrorsAreOneLine) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {{"--load", ckpt(), "--task-data-path", "x"}, 2, "gale evaluate: error: --task: expected mmlu or ppl, found \"\""},
+      {{"--load", ckpt(), "--task-data-path", "x"}, 2, "gale evaluate: error: --task: expected mmlu, boolq, hellaswag or ppl, found \"\""},
       {{"--load", ckpt(), "--task", "mmlu"}, 2, "gale evaluate: error: --task-data-path is required"},
       {{"--task", "mmlu", "--task-data-path", "x"}, 2, "gale evaluate: error: --load is required"},
       {{"--load", ckpt(), "--task", "mmlu", "--task-data-path", "x", "--shots", "-1"}, 2,
