@@ -12,7 +12,11 @@ void register_feature_bias_gelu_fusion(FeatureRegistry& registry) {
   s.counterpart = "Megatron bias_gelu_fusion (on by default)";
   s.description = "bias add and exact-erf GeLU fused and vectorised";
   s.ops = {"gelu"};
-  s.not_applicable = [](const Arguments& a) { return a.model.swiglu ? std::string("the model uses SwiGLU") : std::string(); };
+  s.not_applicable = [](const Arguments& a) {
+    if (a.model.swiglu) return std::string("the model uses SwiGLU");
+    if (a.model.openai_gelu) return std::string("--openai-gelu: the tanh GeLU has only the reference kernel");
+    return std::string();
+  };
   registry.add(std::make_unique<KernelFeature>(std::move(s)));
 }
 

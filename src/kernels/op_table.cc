@@ -85,6 +85,16 @@ void gelu_act_backward_ref(const float* dact, const float* u, float* du, float* 
   if (dbias) column_sum_accumulate(du, dbias, rows, F);
 }
 
+void gelu_tanh_act_forward_ref(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
+  if (bias) add_bias_ref(u, bias, rows, F);
+  gelu_tanh_forward_ref(u, act, rows * F);
+}
+
+void gelu_tanh_act_backward_ref(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) {
+  gelu_tanh_backward_ref(dact, u, du, rows * F);
+  if (dbias) column_sum_accumulate(du, dbias, rows, F);
+}
+
 void swiglu_act_forward_ref(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
   if (bias) add_bias_ref(u, bias, rows, 2 * F);
   swiglu_forward_ref(u, act, rows, F);
@@ -107,6 +117,8 @@ OpTable reference_ops() {
   t.dropout = dropout_forward_ref;
   t.gelu_forward = gelu_act_forward_ref;
   t.gelu_backward = gelu_act_backward_ref;
+  t.gelu_tanh_forward = gelu_tanh_act_forward_ref;
+  t.gelu_tanh_backward = gelu_tanh_act_backward_ref;
   t.swiglu_forward = swiglu_act_forward_ref;
   t.swiglu_backward = swiglu_act_backward_ref;
   t.rope_forward = rope_forward_ref;
@@ -120,7 +132,7 @@ OpTable reference_ops() {
   t.lm_head_loss_backward = lm_head_loss_backward_ref;
   t.adamw_step = adamw_step_ref;
   t.sum_of_squares = gale::sum_of_squares;
-  for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
+  for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "gelu_tanh", "swiglu", "rope", "attention", "embedding",
                          "bias_dropout_add_norm", "lm_head_loss", "adamw"})
     t.impl[op] = "reference";
   return t;

@@ -116,6 +116,8 @@ struct OpTable {
   DropoutFn dropout;  // installed with bias_dropout_add (its op group)
   ActivationForwardFn gelu_forward;
   ActivationBackwardFn gelu_backward;
+  ActivationForwardFn gelu_tanh_forward;  // --openai-gelu (reference only)
+  ActivationBackwardFn gelu_tanh_backward;
   ActivationForwardFn swiglu_forward;
   ActivationBackwardFn swiglu_backward;
   RopeFn rope_forward;

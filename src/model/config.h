@@ -93,6 +93,7 @@ struct ModelConfig {
   bool rms_norm = false;
   float norm_eps = 1e-5f;
   bool swiglu = false;
+  bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
   bool add_bias_linear = true;
   bool add_qkv_bias = false;
   bool tied_embeddings = true;

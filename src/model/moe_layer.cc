@@ -10,6 +10,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
 #include "model/linear.h"
+#include "model/mlp_activation.h"
 #include "model/param_builders.h"
 
 namespace gale {
@@ -169,10 +170,7 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
     Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
     Tensor act = Tensor::empty({n, Fe});
     const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
-    else
-      ops.gelu_forward(u.data<float>(), b1, act.data<float>(), n, Fe);
+    mlp_activation_forward(c, ops)(u.data<float>(), b1, act.data<float>(), n, Fe);
     act = to_gemm_input(act, c.bf16);
     Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
     if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
@@ -208,10 +206,7 @@ Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& p
     acts[e] = Tensor();
     Tensor du = Tensor::empty(fc1_outs[e].shape());
     float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
-    if (c.swiglu)
-      ops.swiglu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
-    else
-      ops.gelu_backward(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    mlp_activation_backward(c, ops)(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
     fc1_outs[e] = Tensor();
     const Tensor dxe = linear_backward(du, rows.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
     std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));

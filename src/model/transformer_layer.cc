@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "model/linear.h"
+#include "model/mlp_activation.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -102,10 +103,7 @@ Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
 // arithmetic on the same values.
 Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, int64_t T, int64_t Fl) {
   Tensor act = Tensor::empty({T, Fl});
-  if (rt.config->swiglu)
-    rt.ops->swiglu_forward(u, bias, act.data<float>(), T, Fl);
-  else
-    rt.ops->gelu_forward(u, bias, act.data<float>(), T, Fl);
+  mlp_activation_forward(*rt.config, *rt.ops)(u, bias, act.data<float>(), T, Fl);
   return to_gemm_input(act, rt.config->bf16);
 }
 
@@ -301,10 +299,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     d_fc2 = d_fc2_full = Tensor();
     s.act = Tensor();
     Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
-    if (c.swiglu)
-      ops.swiglu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
-    else
-      ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(), grad_or_null(w.fc1_b), T, Fl);
+    mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(),
+                                    grad_or_null(w.fc1_b), T, Fl);
     d_act = Tensor();
     s.fc1_out = Tensor();
     if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)

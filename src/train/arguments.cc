@@ -25,6 +25,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
   p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
   p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
+  p.add_flag("--openai-gelu", &a.openai_gelu, "tanh-approximated GeLU (GPT-2's gelu_new) instead of the exact erf GeLU");
   p.add_flag("--untie-embeddings-and-output-weights", &a.untie_embeddings_and_output_weights,
              "separate output layer weights instead of the tied input embedding");
   p.add_false("--disable-bias-linear", &a.add_bias_linear, "no biases in linear layers");
@@ -208,7 +209,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--use-rope-scaling", "Llama-3 RoPE scaling"},
       {"--rope-scaling-factor", "Llama-3 RoPE scaling"},
       {"--squared-relu", "squared-ReLU MLP"},
-      {"--openai-gelu", "tanh-approximated GeLU"},
       {"--init-method-xavier-uniform", "Xavier initialisation"},
       {"--moe-expert-capacity-factor", "MoE token dropping; every token reaches its k experts"},
       {"--moe-pad-expert-input-to-capacity", "MoE token dropping"},
@@ -332,6 +332,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(required(m.seq_length, "--seq-length"));
   GALE_RETURN_IF_ERROR(required(m.max_position_embeddings, "--max-position-embeddings"));
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
+  if (m.openai_gelu && m.swiglu) return InvalidArgument("--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU");
   if (m.kv_channels == kUnset) {
     if (m.hidden_size % m.num_attention_heads != 0)
       return InvalidArgument("--hidden-size ", m.hidden_size, " must be divisible by --num-attention-heads ",

@@ -37,6 +37,7 @@ struct ModelArgs {
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;
+  bool openai_gelu = false;  // --openai-gelu: tanh GeLU
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;  // --disable-bias-linear sets false
   bool add_qkv_bias = false;

@@ -7,46 +7,50 @@
 namespace gale {
 
 nlohmann::json checkpoint_model_section(const ModelConfig& c) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden},
-          {"ffn_hidden_size", c.ffn},
-          {"num_attention_heads", c.heads},
-          {"num_query_groups", c.kv_heads},
-          {"kv_channels", c.head_dim},
-          {"padded_vocab_size", c.vocab},
-          {"max_position_embeddings", c.max_positions},
-          {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
-          {"swiglu", c.swiglu},
-          {"add_bias_linear", c.add_bias_linear},
-          {"add_qkv_bias", c.add_qkv_bias},
-          {"untie_embeddings_and_output_weights", !c.tied_embeddings},
-          {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
-                                      : c.position == PositionEmbedding::kNone ? "none"
-                                                                               : "learned_absolute"}};
+  nlohmann::json j = {{"num_layers", c.num_layers},
+                      {"hidden_size", c.hidden},
+                      {"ffn_hidden_size", c.ffn},
+                      {"num_attention_heads", c.heads},
+                      {"num_query_groups", c.kv_heads},
+                      {"kv_channels", c.head_dim},
+                      {"padded_vocab_size", c.vocab},
+                      {"max_position_embeddings", c.max_positions},
+                      {"normalization", c.rms_norm ? "RMSNorm" : "LayerNorm"},
+                      {"swiglu", c.swiglu},
+                      {"add_bias_linear", c.add_bias_linear},
+                      {"add_qkv_bias", c.add_qkv_bias},
+                      {"untie_embeddings_and_output_weights", !c.tied_embeddings},
+                      {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
+                                                  : c.position == PositionEmbedding::kNone ? "none"
+                                                                                           : "learned_absolute"}};
+  if (c.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU (checkpoints saved before the flag)
+  return j;
 }
 
 nlohmann::json model_flags_json(const ModelArgs& m) {
-  return {{"num_layers", m.num_layers},
-          {"hidden_size", m.hidden_size},
-          {"ffn_hidden_size", m.ffn_hidden_size},
-          {"num_attention_heads", m.num_attention_heads},
-          {"kv_channels", m.kv_channels},
-          {"group_query_attention", m.group_query_attention},
-          {"num_query_groups", m.num_kv_heads},
-          {"seq_length", m.seq_length},
-          {"max_position_embeddings", m.max_position_embeddings},
-          {"position_embedding_type", m.position_embedding_type},
-          {"rotary_base", m.rotary_base},
-          {"rotary_percent", m.rotary_percent},
-          {"normalization", m.normalization},
-          {"norm_epsilon", m.norm_epsilon},
-          {"swiglu", m.swiglu},
-          {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
-          {"add_bias_linear", m.add_bias_linear},
-          {"add_qkv_bias", m.add_qkv_bias},
-          {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
-          {"padded_vocab_size", m.padded_vocab_size},
-          {"noop_layers", m.noop_layers}};
+  nlohmann::json j = {{"num_layers", m.num_layers},
+                      {"hidden_size", m.hidden_size},
+                      {"ffn_hidden_size", m.ffn_hidden_size},
+                      {"num_attention_heads", m.num_attention_heads},
+                      {"kv_channels", m.kv_channels},
+                      {"group_query_attention", m.group_query_attention},
+                      {"num_query_groups", m.num_kv_heads},
+                      {"seq_length", m.seq_length},
+                      {"max_position_embeddings", m.max_position_embeddings},
+                      {"position_embedding_type", m.position_embedding_type},
+                      {"rotary_base", m.rotary_base},
+                      {"rotary_percent", m.rotary_percent},
+                      {"normalization", m.normalization},
+                      {"norm_epsilon", m.norm_epsilon},
+                      {"swiglu", m.swiglu},
+                      {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
+                      {"add_bias_linear", m.add_bias_linear},
+                      {"add_qkv_bias", m.add_qkv_bias},
+                      {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+                      {"padded_vocab_size", m.padded_vocab_size},
+                      {"noop_layers", m.noop_layers}};
+  if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
+  return j;
 }
 
 namespace {
@@ -108,6 +112,7 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   GALE_RETURN_IF_ERROR(get(args, "normalization", where, &m.normalization));
   GALE_RETURN_IF_ERROR(get(args, "norm_epsilon", where, &m.norm_epsilon));
   GALE_RETURN_IF_ERROR(get(args, "swiglu", where, &m.swiglu));
+  if (args.contains("openai_gelu")) GALE_RETURN_IF_ERROR(get(args, "openai_gelu", where, &m.openai_gelu));
   GALE_RETURN_IF_ERROR(
       get(args, "untie_embeddings_and_output_weights", where, &m.untie_embeddings_and_output_weights));
   GALE_RETURN_IF_ERROR(get(args, "add_bias_linear", where, &m.add_bias_linear));

@@ -211,6 +211,10 @@ Status load_from(const std::string& flag, const std::string& dir, const Argument
                                 " = ", saved_model.contains(key) ? saved_model[key].dump() : "(absent)",
                                 ", this run has ", value.dump());
   }
+  for (const auto& [key, value] : saved_model.items())  // flags recorded only when set (openai_gelu)
+    if (!current.contains(key))
+      return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
+                                " = ", value.dump(), ", this run has (absent)");
   if (load_optim && !r.metadata().contains("optimizer"))
     return FailedPrecondition("checkpoint ", r.directory(),
                               " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "

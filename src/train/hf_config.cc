@@ -84,12 +84,11 @@ Status read_gpt2(const ConfigReader& c, HfModel& out) {
   GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("n_positions"));
   GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("layer_norm_epsilon", 1e-5));
   GALE_ASSIGN_OR_RETURN(std::string act, c.string("activation_function", "gelu_new"));
+  // gelu_new, gelu_pytorch_tanh and gelu_fast are the same tanh formula: Megatron's --openai-gelu.
   if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
-    out.warnings.push_back(c.path() + ": activation_function '" + act +
-                           "' is the tanh approximation of GeLU; Gale computes the exact erf GeLU (Megatron's default; "
-                           "--openai-gelu is not supported yet), so logits differ slightly from transformers'");
+    m.openai_gelu = true;
   else if (act != "gelu")
-    return refuse(c, "activation_function", "Gale's GPT-2 MLP uses GeLU");
+    return refuse(c, "activation_function", "Gale's GPT-2 MLP uses GeLU (exact, or the tanh approximation)");
   GALE_ASSIGN_OR_RETURN(bool scale, c.boolean("scale_attn_weights", true));
   if (!scale) return refuse(c, "scale_attn_weights", "Gale scales attention scores by 1/sqrt(head dim)");
   GALE_ASSIGN_OR_RETURN(bool by_layer, c.boolean("scale_attn_by_inverse_layer_idx", false));
@@ -265,7 +264,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["n_positions"] = m.max_position_embeddings;
     j["n_ctx"] = m.max_position_embeddings;
     j["layer_norm_epsilon"] = m.norm_epsilon;
-    j["activation_function"] = "gelu";  // exact erf GeLU, what Gale computes
+    j["activation_function"] = m.openai_gelu ? "gelu_new" : "gelu";  // tanh approximation, or exact erf GeLU
     j["attn_pdrop"] = j["embd_pdrop"] = j["resid_pdrop"] = 0.0;
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = true;

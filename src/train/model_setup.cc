@@ -20,6 +20,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rms_norm = m.normalization == "RMSNorm";
   c.norm_eps = static_cast<float>(m.norm_epsilon);
   c.swiglu = m.swiglu;
+  c.openai_gelu = m.openai_gelu;
   c.add_bias_linear = m.add_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;

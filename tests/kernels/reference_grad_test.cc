@@ -88,6 +88,25 @@ TEST(ActivationGrad, Gelu) {
   EXPECT_NEAR(out[2], 1.95449974f, 1e-6f);
 }
 
+// --openai-gelu: finite differences, and torch's gelu(approximate="tanh") at known points.
+TEST(ActivationGrad, GeluTanh) {
+  const int64_t n = 301;
+  auto x = random_vector(n, 24, 4.0f), r = random_vector(n, 25);
+  std::vector<float> y(n), dx(n);
+  auto loss = [&] {
+    gelu_tanh_forward_ref(x.data(), y.data(), n);
+    return dot(y.data(), r.data(), n);
+  };
+  gelu_tanh_backward_ref(r.data(), x.data(), dx.data(), n);
+  auto dir = random_vector(n, 26);
+  EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), n), directional_derivative(loss, x.data(), dir.data(), n, 1e-3)), kTol);
+  float pts[3] = {-1.0f, 0.0f, 2.0f}, out[3];
+  gelu_tanh_forward_ref(pts, out, 3);
+  EXPECT_NEAR(out[0], -0.15880801f, 1e-6f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_NEAR(out[2], 1.95459769f, 1e-6f);
+}
+
 TEST(ActivationGrad, SwiGLU) {
   const int64_t rows = 4, F = 19;
   auto x = random_vector(rows * 2 * F, 31, 3.0f), r = random_vector(rows * F, 32);

@@ -15,11 +15,13 @@
 #   logits [S, V] f32 - the HF model's logits for it (eval mode, fp32 compute)
 #   loss [1] f32    - HF's causal-LM loss with labels = tokens (mean over the S-1 shifted targets)
 #   greedy [5] i64  - the 5 tokens greedy decoding appends to `tokens` (argmax, no stop token)
+#   logits_gelu_new [S, V] f32 - gpt2 only: the same weights with activation_function gelu_new
 # The weights are random but far from the default init (norm weights around 1, biases nonzero), so
 # that a wrong mapping of any tensor changes the logits. --check-export loads a directory written by
 # `gale convert --save-model-type hf` with transformers and compares its logits on the same tokens
 # with the fixture's.
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -105,6 +107,8 @@ def make(name, cls, config, dtype, shard):
     perturb(model, seed=len(name))
     model = model.to(dtype)  # the stored precision; the golden run widens those exact values to fp32
     d = os.path.join(OUT, name)
+    beam = os.path.join(d, "beam.json")  # tools/reference/beam_reference.py's output stays
+    beam_text = open(beam).read() if os.path.exists(beam) else None
     shutil.rmtree(d, ignore_errors=True)
     kw = {"safe_serialization": True}
     if shard:
@@ -115,9 +119,17 @@ def make(name, cls, config, dtype, shard):
     # inv_freq are computed afresh in fp32 (model.to(bf16) would have rounded them).
     model = cls.from_pretrained(d, torch_dtype=torch.float32)
     logits, loss = golden(model, tokens)
-    save_file({"tokens": tokens.to(torch.int64), "logits": logits, "loss": loss,
-               "greedy": greedy(model, tokens).to(torch.int64)},
-              os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
+    out = {"tokens": tokens.to(torch.int64), "logits": logits, "loss": loss,
+           "greedy": greedy(model, tokens).to(torch.int64)}
+    if name == "gpt2":  # the same weights with GPT-2's own tanh GeLU (Gale's --openai-gelu)
+        tanh_config = copy.deepcopy(config)
+        tanh_config.activation_function = "gelu_new"
+        tanh_model = cls.from_pretrained(d, config=tanh_config, torch_dtype=torch.float32)
+        out["logits_gelu_new"] = golden(tanh_model, tokens)[0]
+    save_file(out, os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
+    if beam_text is not None:
+        with open(beam, "w") as f:
+            f.write(beam_text)
     print(f"{name}: {sorted(os.listdir(d))} loss {loss.item():.6f} |logits| max {logits.abs().max().item():.3f}")
 
 

@@ -10,6 +10,7 @@ namespace gale {
 namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 constexpr int64_t kGrain = 1 << 14;
 }  // namespace
@@ -27,6 +28,26 @@ void gelu_backward_ref(const float* dy, const float* x, float* dx, int64_t n) {
       float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
       float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
       dx[i] = dy[i] * (cdf + v * pdf);
+    }
+  });
+}
+
+void gelu_tanh_forward_ref(const float* x, float* y, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = x[i];
+      y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+    }
+  });
+}
+
+void gelu_tanh_backward_ref(const float* dy, const float* x, float* dx, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = x[i];
+      const float t = std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v));
+      const float dt = (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * v * v);
+      dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
     }
   });
 }

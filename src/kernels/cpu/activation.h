@@ -12,6 +12,12 @@ void gelu_forward_ref(const float* x, float* y, int64_t n);
 // dx = dy · gelu'(x). dx may alias dy.
 void gelu_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
 
+// y = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Megatron's --openai-gelu, Hugging Face's
+// gelu_new / gelu_pytorch_tanh). y may alias x.
+void gelu_tanh_forward_ref(const float* x, float* y, int64_t n);
+// dx = dy · d/dx of the above. dx may alias dy.
+void gelu_tanh_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
+
 // x is [rows, 2F]: gate = x[:, :F], up = x[:, F:]; y[rows, F] = silu(gate) · up.
 void swiglu_forward_ref(const float* x, float* y, int64_t rows, int64_t F);
 // dx[rows, 2F] from dy[rows, F] and the forward input x.
