@@ -100,6 +100,7 @@ struct ModelConfig {
   PositionEmbedding position = PositionEmbedding::kLearnedAbsolute;
   double rotary_base = 10000.0;
   double rotary_percent = 1.0;
+  double rope_scaling_factor = 0.0;  // > 0: Llama 3.1 RoPE scaling (--use-rope-scaling --rope-scaling-factor)
   float attention_dropout = 0.0f;
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;

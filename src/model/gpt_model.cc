@@ -68,7 +68,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
   if (c.bf16) params_.enable_bf16();
-  if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);
+  if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor);
 }
 
 GPTModel::~GPTModel() = default;

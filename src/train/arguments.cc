@@ -22,6 +22,8 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--use-rotary-position-embeddings", &a.use_rotary_position_embeddings, "legacy spelling of --position-embedding-type rope");
   p.add("--rotary-base", &a.rotary_base, "RoPE base period");
   p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
+  p.add_flag("--use-rope-scaling", &a.use_rope_scaling, "Llama 3.x RoPE frequency scaling (low 1, high 4, context 8192)");
+  p.add("--rope-scaling-factor", &a.rope_scaling_factor, "--use-rope-scaling: the factor low frequencies are divided by");
   p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
   p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
   p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
@@ -206,8 +208,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--qk-layernorm", "normalization of queries and keys"},
       {"--rotary-interleaved", "interleaved RoPE layout"},
       {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
-      {"--use-rope-scaling", "Llama-3 RoPE scaling"},
-      {"--rope-scaling-factor", "Llama-3 RoPE scaling"},
       {"--squared-relu", "squared-ReLU MLP"},
       {"--init-method-xavier-uniform", "Xavier initialisation"},
       {"--moe-expert-capacity-factor", "MoE token dropping; every token reaches its k experts"},
@@ -332,6 +332,10 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(required(m.seq_length, "--seq-length"));
   GALE_RETURN_IF_ERROR(required(m.max_position_embeddings, "--max-position-embeddings"));
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
+  if (m.use_rope_scaling && m.position_embedding_type != "rope")
+    return InvalidArgument("--use-rope-scaling needs --position-embedding-type rope, found ", m.position_embedding_type);
+  if (m.use_rope_scaling && !(m.rope_scaling_factor >= 1.0))
+    return InvalidArgument("--rope-scaling-factor: expected a number ≥ 1, found ", m.rope_scaling_factor);
   if (m.openai_gelu && m.swiglu) return InvalidArgument("--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU");
   if (m.kv_channels == kUnset) {
     if (m.hidden_size % m.num_attention_heads != 0)

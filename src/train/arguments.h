@@ -34,6 +34,8 @@ struct ModelArgs {
   bool use_rotary_position_embeddings = false;  // legacy spelling of --position-embedding-type rope
   int64_t rotary_base = 10000;
   double rotary_percent = 1.0;
+  bool use_rope_scaling = false;      // --use-rope-scaling: Llama 3.1 RoPE scaling
+  double rope_scaling_factor = 8.0;   // --rope-scaling-factor
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;

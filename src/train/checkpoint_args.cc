@@ -23,7 +23,9 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                       {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
                                                   : c.position == PositionEmbedding::kNone ? "none"
                                                                                            : "learned_absolute"}};
-  if (c.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU (checkpoints saved before the flag)
+  // Recorded only when set, so that checkpoints saved before these flags still load.
+  if (c.openai_gelu) j["openai_gelu"] = true;
+  if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
   return j;
 }
 
@@ -50,6 +52,10 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"padded_vocab_size", m.padded_vocab_size},
                       {"noop_layers", m.noop_layers}};
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
+  if (m.use_rope_scaling) {                   // absent: no RoPE scaling
+    j["use_rope_scaling"] = true;
+    j["rope_scaling_factor"] = m.rope_scaling_factor;
+  }
   return j;
 }
 
@@ -113,6 +119,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   GALE_RETURN_IF_ERROR(get(args, "norm_epsilon", where, &m.norm_epsilon));
   GALE_RETURN_IF_ERROR(get(args, "swiglu", where, &m.swiglu));
   if (args.contains("openai_gelu")) GALE_RETURN_IF_ERROR(get(args, "openai_gelu", where, &m.openai_gelu));
+  if (args.contains("use_rope_scaling")) {
+    GALE_RETURN_IF_ERROR(get(args, "use_rope_scaling", where, &m.use_rope_scaling));
+    GALE_RETURN_IF_ERROR(get(args, "rope_scaling_factor", where, &m.rope_scaling_factor));
+  }
   GALE_RETURN_IF_ERROR(
       get(args, "untie_embeddings_and_output_weights", where, &m.untie_embeddings_and_output_weights));
   GALE_RETURN_IF_ERROR(get(args, "add_bias_linear", where, &m.add_bias_linear));

@@ -59,6 +59,7 @@ class ConfigReader {
   // Present and not null.
   bool set(const char* key) const { return find(key) != nullptr; }
   std::string dump(const char* key) const { return j_.at(key).dump(); }
+  const nlohmann::json& json() const { return j_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -70,6 +71,26 @@ class ConfigReader {
   const nlohmann::json& j_;
   const std::string& path_;
 };
+
+Status refuse(const ConfigReader& c, const char* key, const std::string& why);
+
+// rope_scaling {"rope_type": "llama3", "factor": F, "low_freq_factor": 1, "high_freq_factor": 4,
+// "original_max_position_embeddings": 8192} is Megatron's --use-rope-scaling --rope-scaling-factor F
+// (its other constants are fixed); anything else is refused.
+Status read_llama3_rope_scaling(const ConfigReader& c, ModelArgs* m) {
+  const nlohmann::json& j = c.json().at("rope_scaling");
+  const std::string why = "Megatron's --use-rope-scaling is Llama 3's scaling with low_freq_factor 1, high_freq_factor 4 "
+                          "and original_max_position_embeddings 8192";
+  if (!j.is_object()) return refuse(c, "rope_scaling", why);
+  const std::string type = j.value("rope_type", j.value("type", std::string()));
+  auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0; };
+  if (type != "llama3" || num("factor") < 1.0 || num("low_freq_factor") != 1.0 || num("high_freq_factor") != 4.0 ||
+      num("original_max_position_embeddings") != 8192.0)
+    return refuse(c, "rope_scaling", why);
+  m->use_rope_scaling = true;
+  m->rope_scaling_factor = num("factor");
+  return Status::Ok();
+}
 
 Status refuse(const ConfigReader& c, const char* key, const std::string& why) {
   return Unimplemented(c.path(), ": '", key, "' = ", c.dump(key), " is not supported yet (", why, ")");
@@ -147,7 +168,7 @@ Status read_llama_family(const ConfigReader& c, HfModel& out) {
   if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
     return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
   m.rotary_base = static_cast<int64_t>(theta);
-  if (c.set("rope_scaling")) return refuse(c, "rope_scaling", "RoPE scaling");
+  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_llama3_rope_scaling(c, &m));
   GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", false));
   if (attention_bias) return refuse(c, "attention_bias", "biases on q/k/v/o; Qwen2's q/k/v-only bias is supported");
   GALE_ASSIGN_OR_RETURN(bool mlp_bias, c.boolean("mlp_bias", false));
@@ -280,7 +301,11 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["max_position_embeddings"] = m.max_position_embeddings;
     j["rms_norm_eps"] = m.norm_epsilon;
     j["rope_theta"] = static_cast<double>(m.rotary_base);
-    j["rope_scaling"] = nullptr;
+    if (m.use_rope_scaling)
+      j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", m.rope_scaling_factor}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    else
+      j["rope_scaling"] = nullptr;
     j["attention_dropout"] = 0.0;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
     if (hf.arch == HfArchitecture::kMixtral) {

@@ -29,6 +29,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
                                                      : PositionEmbedding::kLearnedAbsolute;
   c.rotary_base = static_cast<double>(m.rotary_base);
   c.rotary_percent = m.rotary_percent;
+  c.rope_scaling_factor = m.use_rope_scaling ? m.rope_scaling_factor : 0.0;
   c.attention_dropout = static_cast<float>(m.attention_dropout);
   c.hidden_dropout = static_cast<float>(m.hidden_dropout);
   c.init_std = static_cast<float>(m.init_method_std);

@@ -308,6 +308,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--cp-comm-type", "all_gather"}, StatusCode::kInvalidArgument,
                   "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and allgather), "
                   "found 'all_gather'"},
+        ErrorCase{{"--use-rope-scaling"}, StatusCode::kInvalidArgument,
+                  "--use-rope-scaling needs --position-embedding-type rope, found learned_absolute"},
+        ErrorCase{{"--position-embedding-type", "rope", "--use-rope-scaling", "--rope-scaling-factor", "0.5"},
+                  StatusCode::kInvalidArgument, "--rope-scaling-factor: expected a number ≥ 1, found 0.5"},
+        ErrorCase{{"--openai-gelu", "--swiglu"}, StatusCode::kInvalidArgument,
+                  "--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU"},
         ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
                   "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
                   "ranks)"}));

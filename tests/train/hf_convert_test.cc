@@ -377,6 +377,30 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
             std::string::npos);
 }
 
+// Llama 3's rope_scaling is --use-rope-scaling --rope-scaling-factor (recorded, used by the model
+// built from the checkpoint, and written back); other constants than Megatron's are refused.
+TEST(HfConvert, Llama3RopeScalingConvertsAndRoundTrips) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "llama");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  EXPECT_EQ(lm->config.rope_scaling_factor, 32.0);
+  ASSERT_TRUE(convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("back")), quiet).ok());
+  std::ifstream config(tmp.file("back") + "/config.json");
+  const nlohmann::json back = nlohmann::json::parse(config);
+  EXPECT_EQ(back["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(back["rope_scaling"]["factor"], 32.0);
+  EXPECT_EQ(back["rope_scaling"]["original_max_position_embeddings"], 8192);
+  edit_config(dir, [](nlohmann::json& j) { j["rope_scaling"]["high_freq_factor"] = 2.0; });
+  const std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("'rope_scaling' = "), std::string::npos) << e;
+  EXPECT_NE(e.find("Megatron's --use-rope-scaling is Llama 3's scaling with low_freq_factor 1"), std::string::npos) << e;
+}
+
 TEST(HfConvertErrors, MistralSlidingWindowShorterThanTheContext) {
   TempDir tmp;
   std::string dir = copy_fixture(tmp, "mistral");

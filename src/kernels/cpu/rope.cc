@@ -8,7 +8,17 @@
 
 namespace gale {
 
-RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base) {
+double llama3_scaled_inv_freq(double inv_freq, double factor) {
+  constexpr double kLowFreqFactor = 1.0, kHighFreqFactor = 4.0, kOriginalContext = 8192.0;
+  const double pi = 3.14159265358979323846;
+  const double wavelen = 2.0 * pi / inv_freq;
+  if (wavelen < kOriginalContext / kHighFreqFactor) return inv_freq;
+  if (wavelen > kOriginalContext / kLowFreqFactor) return inv_freq / factor;
+  const double smooth = (kOriginalContext / wavelen - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+  return (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
+}
+
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor) {
   GALE_CHECK(rot_dim > 0 && rot_dim % 2 == 0) << "rot_dim " << rot_dim;
   RopeTables t;
   t.max_positions = max_positions;
@@ -19,6 +29,7 @@ RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base)
   for (int64_t p = 0; p < max_positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       double inv_freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+      if (llama3_scaling_factor > 0.0) inv_freq = llama3_scaled_inv_freq(inv_freq, llama3_scaling_factor);
       double angle = static_cast<double>(p) * inv_freq;
       t.cos[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
       t.sin[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(angle));

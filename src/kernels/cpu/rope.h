@@ -19,7 +19,14 @@ struct RopeTables {
   int64_t rot_dim = 0;
   std::vector<float> cos, sin;
 };
-RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base);
+// Frequencies inv_freq_i = base^(−2i/rot_dim); with `llama3_scaling_factor` > 0 (Megatron's
+// --use-rope-scaling --rope-scaling-factor) each one is rescaled by llama3_scaled_inv_freq.
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor = 0.0);
+
+// Llama 3.1's RoPE scaling with Megatron's fixed constants (low_freq_factor 1, high_freq_factor 4,
+// original context 8192): with wavelength λ = 2π/f, f stays when λ < 8192/4, becomes f/factor when
+// λ > 8192/1, and in between (1 − s)·f/factor + s·f with s = (8192/λ − 1)/(4 − 1).
+double llama3_scaled_inv_freq(double inv_freq, double factor);
 
 // x: tokens t = s·B + b for s < S, b < B; position of (s, b) is position_ids[b·S + s].
 void rope_forward_ref(float* x, const HeadLayout& layout, int64_t heads, int64_t S, int64_t B, int64_t HD,
