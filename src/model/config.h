@@ -81,6 +81,9 @@ struct MoeConfig {
   // the earliest (else the largest weights).
   double capacity_factor = 0.0;
   bool drop_by_position = false;
+  // --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity of rows, the
+  // missing ones tokens that did not choose it, with weight 0.
+  bool pad_to_capacity = false;
   // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
   std::vector<int> pattern;
 

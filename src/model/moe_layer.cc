@@ -38,14 +38,17 @@ void for_each_expert(int64_t E, Fn&& fn) {
   for (int64_t e = 0; e < E; ++e) fn(e);
 }
 
-// Rows `rows` of x [T, H] (f32 or bf16) into a new [rows.size(), H] tensor of the same type.
+// The token of a permuted row's slot: t·k + j, or -(t + 1) for a padding row.
+int64_t token_of(int64_t slot, int64_t k) { return slot >= 0 ? slot / k : -slot - 1; }
+
+// Rows `rows` (slots, token_of) of x [T, H] (f32 or bf16) into a new [n, H] tensor of the same type.
 Tensor gather_rows(const Tensor& x, const int64_t* rows, int64_t n, int64_t k) {
   const int64_t H = x.size(1);
   const size_t row_bytes = static_cast<size_t>(H) * dtype_size(x.dtype());
   Tensor out = Tensor::empty({n, H}, x.dtype());
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
-  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * row_bytes, src + rows[r] / k * row_bytes, row_bytes);
+  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * row_bytes, src + token_of(rows[r], k) * row_bytes, row_bytes);
   return out;
 }
 
@@ -290,7 +293,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   const std::vector<int32_t>& experts = routing.experts;
   const std::vector<int64_t>& counts = routing.tokens_per_expert;
   const int64_t R = std::accumulate(counts.begin(), counts.end(), int64_t{0});  // the kept (token, expert) pairs
-  // ---- permutation: each expert's rows in token order ----
+  // ---- permutation: each expert's rows in token order (padding rows among them) ----
   std::vector<int64_t> offsets(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
   std::vector<int64_t> permuted(static_cast<size_t>(R));
@@ -299,6 +302,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < k; ++j)
         if (experts[t * k + j] >= 0) permuted[next[experts[t * k + j]]++] = t * k + j;
+    for (size_t e = 0; e < routing.padding.size(); ++e) {
+      for (int64_t t : routing.padding[e]) permuted[next[e]++] = -(t + 1);
+      std::stable_sort(permuted.begin() + offsets[e], permuted.begin() + offsets[e + 1],
+                       [&](int64_t a, int64_t b) { return token_of(a, k) < token_of(b, k); });
+    }
   }
   Tensor y = Tensor::zeros({T, H});
   const bool gathered = allgather && ep && ep->size() > 1;
@@ -313,6 +321,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
     // ---- weighted un-permutation ----
     for (int64_t r = 0; r < R; ++r) {
+      if (permuted[r] < 0) continue;  // a padding row: weight 0
       const int64_t t = permuted[r] / k;
       const float q = probs.data<float>()[permuted[r]];
       const float* src = expert_out.data<float>() + r * H;
@@ -323,6 +332,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     // ---- all-gather (Megatron's MoEAllGatherTokenDispatcher): every EP rank's tokens and
     // routing; the local experts take their rows of all of them in (rank, token) order; the
     // weighted outputs [EP·T, H] are reduce-scattered back to the tokens' ranks ----
+    GALE_CHECK(routing.padding.empty()) << "--moe-pad-expert-input-to-capacity with the all-gather dispatcher";
     const int64_t P = ep->size(), El = E / P, first_expert = ep->rank() * El;
     const Tensor all_x = all_gather_rows(ep, x);  // [P·T, H]
     Tensor my_experts = Tensor::empty({T * k}, DType::kI32);
@@ -385,9 +395,13 @@ void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std:
   GALE_CHECK_EQ(out.size(0), static_cast<int64_t>(slot_of.size()));
   for (size_t r = 0; r < slot_of.size(); ++r) {
     const int64_t slot = slot_of[r], t = slot / k;
+    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
+    if (slot < 0) {  // a padding row: weight 0, no routing-weight gradient
+      std::fill(d, d + H, 0.0f);
+      continue;
+    }
     const float q = probs.data<float>()[slot];
     const float* o = out.data<float>() + static_cast<int64_t>(r) * H;
-    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
     double dot = 0.0;
     for (int64_t h = 0; h < H; ++h) {
       dot += static_cast<double>(dy[t * H + h]) * o[h];
@@ -415,8 +429,8 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [R, H] this rank's permuted rows
   d_expert_in = Tensor();
   Tensor dx = Tensor::zeros({T, H});
-  for (int64_t r = 0; r < R; ++r)
-    add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
+  for (int64_t r = 0; r < R; ++r)  // (a padding row's gradient is 0)
+    if (s.permuted_slot[r] >= 0) add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
   *dprobs_out = dprobs;
   *dx_out = dx;
 }

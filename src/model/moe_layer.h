@@ -6,6 +6,7 @@
 //   auxiliary losses) gives each token k experts with routing weights q [T, k], some (token,
 //   expert) pairs dropped under --moe-expert-capacity-factor
 //   -> permutation: expert e gets the n_e rows of the kept pairs that chose it, in token order
+//      (--moe-pad-expert-input-to-capacity: also weight-0 padding rows, up to its capacity)
 //   -> expert e: fc1 [Fe or 2Fe, H] -> GeLU / SwiGLU -> fc2 [H, Fe] (+ biases when the model has them)
 //   -> y_t = Σ_kept slots q_t,slot · expert_{e_slot}(x_t)   [T, H]
 // Backward adds the routing weights' gradient and the auxiliary losses' (coeff·scale·∂aux/∂l and
@@ -93,7 +94,8 @@ struct MoeSaved {
   Tensor probs;                        // [T, k] routing weights
   std::vector<int32_t> experts;        // [T, k] the chosen experts, best first; -1: dropped
   std::vector<int64_t> offsets;        // [E + 1] expert e's rows are [offsets[e], offsets[e+1]) of the permuted order
-  std::vector<int64_t> permuted_slot;  // [R] permuted row -> t·k + slot (R kept pairs)
+  std::vector<int64_t> permuted_slot;  // [R] permuted row -> t·k + slot (R kept pairs); -(t + 1): a
+                                       // padding row of token t (--moe-pad-expert-input-to-capacity)
   MoeDispatchPlan plan;                // the exchange with the EP group (identity without EP); with
                                        // the all-gather dispatcher only local_experts and expert_offsets
   bool gathered = false;               // the all-gather dispatcher ran

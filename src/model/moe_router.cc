@@ -39,6 +39,26 @@ void drop_over_capacity(const ModelConfig& c, int64_t T, const Tensor& probs, st
   }
 }
 
+// --moe-pad-expert-input-to-capacity: each expert's rows filled up to min(C, T) with the earliest
+// tokens that did not choose it (after dropping an expert below capacity lost no pair).
+void pad_to_capacity(const ModelConfig& c, int64_t T, MoeRouting* r) {
+  const int64_t E = c.moe.num_experts, k = c.moe.topk;
+  const int64_t rows = std::min(moe_expert_capacity(T, k, E, c.moe.capacity_factor), T);
+  r->padding.assign(static_cast<size_t>(E), {});
+  std::vector<char> chose(static_cast<size_t>(T));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t t = 0; t < T; ++t) {
+      chose[t] = 0;
+      for (int64_t j = 0; j < k; ++j) chose[t] |= r->experts[t * k + j] == e;
+    }
+    for (int64_t t = 0; t < T && r->tokens_per_expert[e] < rows; ++t)
+      if (!chose[t]) {
+        r->padding[e].push_back(t);
+        ++r->tokens_per_expert[e];
+      }
+  }
+}
+
 }  // namespace
 
 void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t group_topk, int32_t* out) {
@@ -132,6 +152,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   r.tokens_per_expert.assign(static_cast<size_t>(E), 0);
   for (int32_t e : r.experts)
     if (e >= 0) ++r.tokens_per_expert[e];
+  if (m.capacity_factor > 0.0 && m.pad_to_capacity) pad_to_capacity(c, T, &r);
   if (!saved) return r;
 
   // ---- auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):

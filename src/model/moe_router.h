@@ -17,7 +17,10 @@
 // expert keeps at most C = ceil(T·k/E·F) of this rank's T tokens (no dropping when C > T): those
 // with the largest weights (ties: the earlier token) or with --moe-token-drop-policy position the
 // earliest; a dropped (token, expert) pair gets no row and weight 0 (the weights of the token's
-// other experts are not renormalised).
+// other experts are not renormalised). --moe-pad-expert-input-to-capacity: every expert gets exactly
+// min(C, T) rows (Megatron: all T when C > T), the missing ones padding rows of the earliest tokens
+// that did not choose it, with weight 0 (no effect on outputs or gradients; they count as kept pairs
+// for the expert bias, as in Megatron's routing map).
 // Auxiliary losses (training forwards only; Megatron computes them on a separate plain top-k):
 //   p = softmax(l) (softmax) or σ / (Σ_E σ + 1e-20) (sigmoid); n_e = tokens whose top-k of p (no
 //   bias, no groups, no dropping) holds e, summed over the sequence partition group `seq` (TP×CP);
@@ -56,7 +59,9 @@ struct MoeRouterIds {
 struct MoeRouting {
   Tensor probs;                          // [T, k] routing weights (a dropped pair's value is not used)
   std::vector<int32_t> experts;          // [T, k] chosen experts, best first; -1: the pair was dropped
-  std::vector<int64_t> tokens_per_expert;  // [E] kept pairs per expert (the expert-bias counts)
+  std::vector<int64_t> tokens_per_expert;  // [E] kept pairs (+ padding rows) per expert (the expert-bias counts)
+  std::vector<std::vector<int64_t>> padding;  // --moe-pad-expert-input-to-capacity: per expert its
+                                              // padding rows' tokens, ascending (else empty)
 };
 
 // What forward keeps for backward.

@@ -40,7 +40,7 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add_choice("--moe-token-drop-policy", &a.moe_token_drop_policy, {"probs", "position"},
                "which pairs an expert over capacity keeps: the largest routing weights (probs) or the earliest tokens");
   p.add_flag("--moe-pad-expert-input-to-capacity", &a.moe_pad_expert_input_to_capacity,
-             "pad every expert's input to its capacity (needs --moe-expert-capacity-factor); not supported yet");
+             "pad every expert's input to its capacity with weight-0 rows (needs --moe-expert-capacity-factor)");
   p.add_choice("--moe-token-dispatcher-type", &a.moe_token_dispatcher_type, {"allgather", "alltoall", "flex", "alltoall_seq"},
                "token dispatcher; with one expert-parallel rank allgather and alltoall route identically; flex and "
                "alltoall_seq are not supported yet");
@@ -152,8 +152,6 @@ Status validate_moe_router_args(MoeArgs& m) {
     return InvalidArgument("--moe-expert-capacity-factor: expected a positive number (or negative: dropless), found 0");
   if (m.moe_pad_expert_input_to_capacity && unset(m.moe_expert_capacity_factor))
     return InvalidArgument("--moe-pad-expert-input-to-capacity: expected --moe-expert-capacity-factor too, found it unset");
-  if (m.moe_pad_expert_input_to_capacity)
-    return Unimplemented("--moe-pad-expert-input-to-capacity: not supported yet (token dropping without padding works)");
   return Status::Ok();
 }
 
@@ -187,6 +185,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   const std::string& disp = m.moe_token_dispatcher_type;
   if (disp != "allgather" && disp != "alltoall")
     return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");
+  if (m.moe_pad_expert_input_to_capacity && disp == "allgather" && ep > 1)
+    return Unimplemented("--moe-pad-expert-input-to-capacity with --moe-token-dispatcher-type allgather and "
+                         "--expert-model-parallel-size ", ep, ": not supported yet (use alltoall)");
   if (ep > 1 && m.num_experts % ep != 0)
     return InvalidArgument("--num-experts ", m.num_experts, " must be divisible by --expert-model-parallel-size ", ep);
   if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;

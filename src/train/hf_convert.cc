@@ -110,12 +110,6 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
-  // Mixtral routes with the softmax of its gate only.
-  if (moe.enabled() && (moe.moe_router_score_function != "softmax" || moe.moe_router_enable_expert_bias ||
-                        !unset(moe.moe_router_topk_scaling_factor) || moe.moe_router_group_topk != kUnset))
-    return Unimplemented(where, ": a MoE checkpoint with --moe-router-score-function ", moe.moe_router_score_function,
-                         ", expert bias, scaling factor or group-limited routing has no Mixtral equivalent (not "
-                         "supported yet)");
   int64_t vocab = o.vocab_size;
   if (vocab == 0 && args.contains("vocab_size") && args["vocab_size"].is_number_integer())
     vocab = args["vocab_size"].get<int64_t>();

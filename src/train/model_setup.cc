@@ -52,6 +52,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.bias_update_rate = moe.moe_router_bias_update_rate;
     c.moe.capacity_factor = unset(moe.moe_expert_capacity_factor) ? 0.0 : moe.moe_expert_capacity_factor;
     c.moe.drop_by_position = moe.moe_token_drop_policy == "position";
+    c.moe.pad_to_capacity = moe.moe_pad_expert_input_to_capacity;
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     c.moe.pattern = moe.layer_pattern;
   }

@@ -163,6 +163,31 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesWithTokenDropping) {
   }
 }
 
+// --moe-pad-expert-input-to-capacity: every expert runs on exactly C rows, and the padding rows
+// (weight 0) change neither the output nor any gradient.
+TEST(MoeLayer, PaddingToCapacityGivesTheSameOutputsAndGradients) {
+  ModelConfig c = moe_config(6, 4, 2, 4, true, true);
+  c.moe.capacity_factor = 1.25;  // C = ceil(14·2/4·1.25) = 9 of 14 tokens
+  LayerFixture dropped(c, 14, 26);
+  c.moe.pad_to_capacity = true;
+  LayerFixture padded(c, 14, 26);
+  MoeSaved a, b;
+  const Tensor ya = moe_forward(dropped.c, dropped.ops, dropped.pb, dropped.w, dropped.x, &a, nullptr);
+  const Tensor yb = moe_forward(padded.c, padded.ops, padded.pb, padded.w, padded.x, &b, nullptr);
+  int64_t pads = 0;
+  for (int64_t e = 0; e < 4; ++e) EXPECT_EQ(b.offsets[e + 1] - b.offsets[e], 9) << "expert " << e;
+  for (int64_t slot : b.permuted_slot) pads += slot < 0;
+  EXPECT_GT(pads, 0);
+  EXPECT_EQ(a.experts, b.experts);
+  for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(yb.data<float>()[i], ya.data<float>()[i], 1e-6) << i;
+  const Tensor dxa = dropped.backward(), dxb = padded.backward();
+  for (int64_t i = 0; i < dxa.numel(); ++i) EXPECT_NEAR(dxb.data<float>()[i], dxa.data<float>()[i], 1e-6) << i;
+  const float* ga = dropped.pb.flat_grads().data<float>();
+  const float* gb = padded.pb.flat_grads().data<float>();
+  for (int64_t i = 0; i < dropped.pb.trainable_numel(); ++i) EXPECT_NEAR(gb[i], ga[i], 1e-6) << i;
+  padded.expect_gradients_match_finite_differences();
+}
+
 // Top-1 with every token dropped but the capacity's: the dropped tokens' outputs are 0.
 TEST(MoeLayer, ADroppedTopOneTokenHasZeroOutput) {
   ModelConfig c = moe_config(4, 2, 1, 3, true, false);

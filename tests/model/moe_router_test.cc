@@ -163,6 +163,35 @@ TEST(MoeRouter, TokenDroppingKeepsTheLargestWeightsOrTheEarliestTokens) {
   EXPECT_EQ(all.tokens_per_expert, (std::vector<int64_t>{8, 0, 0, 0}));
 }
 
+// --moe-pad-expert-input-to-capacity: every expert gets min(C, T) rows, the missing ones the earliest
+// tokens that did not choose it; they count for the expert bias (Megatron's routing map).
+TEST(MoeRouter, PaddingFillsEveryExpertToItsCapacity) {
+  ModelConfig c = router_config(4, 4, 1);
+  c.moe.pre_softmax = true;
+  c.moe.capacity_factor = 1.0;  // C = 2
+  c.moe.pad_to_capacity = true;
+  const int64_t T = 8;
+  RouterFixture f(c, T);
+  float* W = f.pb.param_data(f.w.weight);
+  for (int64_t i = 0; i < 16; ++i) W[i] = 0.0f;
+  W[0] = 1.0f;
+  W[4 * 3] = -1.0f;  // expert 3: logit -x_t,0 (token 6 chooses it: x < 0)
+  const float x0[T] = {3.0f, 1.0f, 4.0f, 1.5f, 5.0f, 2.0f, -0.5f, 2.5f};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < 4; ++h) f.x.data<float>()[t * 4 + h] = h == 0 ? x0[t] : 0.0f;
+  const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{-1, -1, 0, -1, 0, -1, 3, -1}));
+  EXPECT_EQ(r.tokens_per_expert, (std::vector<int64_t>{2, 2, 2, 2}));
+  ASSERT_EQ(r.padding.size(), 4u);
+  EXPECT_TRUE(r.padding[0].empty());
+  EXPECT_EQ(r.padding[1], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.padding[3], (std::vector<int64_t>{0}));  // token 6 is its own
+  c.moe.capacity_factor = 4.5;  // C = 9 > T: every expert gets all 8 tokens
+  const MoeRouting all = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_EQ(all.tokens_per_expert, (std::vector<int64_t>{8, 8, 8, 8}));
+  EXPECT_EQ(all.padding[0], (std::vector<int64_t>{6}));
+}
+
 // Megatron's update: bias += rate · sign(mean − count), per expert.
 TEST(MoeRouter, ExpertBiasMovesTowardsTheMeanCount) {
   float bias[4] = {0.5f, 0.5f, 0.5f, -0.25f};

@@ -124,7 +124,13 @@ const std::vector<std::string> kDeepSeekRouting = testing::join(
 const std::vector<std::string> kDropping =
     testing::join({kMoe, {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "probs"}});
 
-const std::vector<std::string> kRoutingLayouts = {"dp2", "pp2", "ep2", "ep2_allgather", "tp2_sp", "cp2",
+// Capacity 1 (the mean load: busy experts drop, idle ones are padded) with every expert's input
+// padded to its capacity (weight-0 rows).
+const std::vector<std::string> kDroppingPadded = testing::join(
+    {kMoe, {"--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"}});
+
+const std::vector<std::string> kRoutingLayouts = {"dp2",     "pp2",        "pp2_vpp2",   "ep2",
+                                                  "ep2_allgather", "ep2_full_recompute", "tp2_sp", "cp2",
                                                   "ep2_dp4", "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2"};
 const std::vector<std::string> kDroppingLayouts = {"dp2", "pp2", "ep2", "ep2_allgather", "ep2_dp4_distopt_overlap"};
 
@@ -238,6 +244,15 @@ TEST_P(MoeDroppingInvariance, TokenDroppingMatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeDroppingInvariance, ::testing::ValuesIn(kDroppingLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoePaddedInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoePaddedInvariance, PaddedToCapacityMatchesSingleProcess) {
+  expect_matches_single_process(kDroppingPadded, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoePaddedInvariance, ::testing::Values("dp2", "ep2", "ep2_dp4"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

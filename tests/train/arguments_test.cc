@@ -189,6 +189,15 @@ TEST(Arguments, ExpertParallelism) {
             "--expert-model-parallel-size 2 needs --num-experts (a MoE model), found no --num-experts");
   Cli allgather;  // Megatron's default dispatcher
   EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
+  Cli padded;  // padding rows are not carried by the all-gather dispatcher
+  EXPECT_EQ(padded.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2",
+                                          "--moe-expert-capacity-factor", "1", "--moe-pad-expert-input-to-capacity"}),
+                         2).message(),
+            "--moe-pad-expert-input-to-capacity with --moe-token-dispatcher-type allgather and "
+            "--expert-model-parallel-size 2: not supported yet (use alltoall)");
+  Cli padded_alltoall;
+  EXPECT_TRUE(padded_alltoall.parse(with(minimal(), with(ep2, {"--moe-expert-capacity-factor", "1",
+                                                               "--moe-pad-expert-input-to-capacity"})), 2).ok());
 }
 
 TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
@@ -282,9 +291,6 @@ INSTANTIATE_TEST_SUITE_P(
                   "is not 0 or 1)"},
         ErrorCase{{"--num-experts", "4", "--moe-pad-expert-input-to-capacity"}, StatusCode::kInvalidArgument,
                   "--moe-pad-expert-input-to-capacity: expected --moe-expert-capacity-factor too, found it unset"},
-        ErrorCase{{"--num-experts", "4", "--moe-expert-capacity-factor", "1", "--moe-pad-expert-input-to-capacity"},
-                  StatusCode::kUnimplemented,
-                  "--moe-pad-expert-input-to-capacity: not supported yet (token dropping without padding works)"},
         ErrorCase{{"--num-experts", "4", "--moe-expert-capacity-factor", "0"}, StatusCode::kInvalidArgument,
                   "--moe-expert-capacity-factor: expected a positive number (or negative: dropless), found 0"},
         ErrorCase{{"--moe-expert-capacity-factor", "1"}, StatusCode::kInvalidArgument,
