@@ -217,7 +217,7 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
   const double z_factor = m.z_loss_coeff * aux_scale * 2.0 / (N * static_cast<double>(G));
   const bool aux = m.aux_loss_coeff > 0.0;
   Tensor dlogits = Tensor::empty({T, E});
-  std::vector<double> ds(static_cast<size_t>(E)), g(static_cast<size_t>(k));
+  std::vector<double> ds(static_cast<size_t>(E)), g(static_cast<size_t>(k)), dsig(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     const float* sc = s.scores.data<float>() + t * E;
     const float* q = s.probs.data<float>() + t * k;
@@ -228,7 +228,7 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     const double z = z_factor * s.logsumexp.data<float>()[t];
     if (m.sigmoid) {
       // σ: the selected weights q = σ_sel / Σ_sel σ (k > 1) and the aux scores p = σ / Σ_E σ.
-      std::vector<double> dsig(static_cast<size_t>(E), 0.0);
+      std::fill(dsig.begin(), dsig.end(), 0.0);
       if (k > 1) {
         double zsel = 1e-20, gq = 0.0;
         for (int64_t j = 0; j < k; ++j) zsel += sc[ex[j]];

@@ -131,7 +131,8 @@ const std::vector<std::string> kDroppingPadded = testing::join(
 
 const std::vector<std::string> kRoutingLayouts = {"dp2",     "pp2",        "pp2_vpp2",   "ep2",
                                                   "ep2_allgather", "ep2_full_recompute", "tp2_sp", "cp2",
-                                                  "ep2_dp4", "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2"};
+                                                  "dp2_distopt_overlap", "ep2_dp4", "ep2_dp4_distopt_overlap",
+                                                  "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2"};
 const std::vector<std::string> kDroppingLayouts = {"dp2", "pp2", "ep2", "ep2_allgather", "ep2_dp4_distopt_overlap"};
 
 const testing::TestRun& single_process_run(const std::vector<std::string>& flags) {
