@@ -57,9 +57,33 @@ struct MoeConfig {
   // default (Megatron's) the top-k is taken on the logits and the softmax runs over those k.
   bool pre_softmax = false;
   // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
-  // aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0 disables each.
+  // aux_loss or seq_aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0
+  // disables each. seq_aux_loss: the load-balancing loss per sequence (DeepSeek's), averaged.
   double aux_loss_coeff = 0.0;
+  bool seq_aux_loss = false;
   double z_loss_coeff = 0.0;
+  // --moe-router-score-function sigmoid (else softmax): scores = sigmoid(logits), the top-k on
+  // scores (+ the expert bias), weights = the selected scores normalised to sum 1 when k > 1.
+  bool sigmoid = false;
+  // --moe-router-topk-scaling-factor (unset: 1): multiplies the routing weights.
+  double topk_scaling_factor = 1.0;
+  // --moe-router-num-groups / --moe-router-group-topk (0: no group-limited routing): experts in
+  // num_groups equal groups, only the group_topk groups with the largest sums of their top
+  // (k / group_topk) scores are eligible.
+  int64_t num_groups = 0;
+  int64_t group_topk = 0;
+  // --moe-router-enable-expert-bias: a per-layer bias [E] (a buffer, no gradient) added to the
+  // scores for the top-k choice only, moved by --moe-router-bias-update-rate after every step.
+  bool expert_bias = false;
+  double bias_update_rate = 1e-3;
+  // --moe-expert-capacity-factor (0: dropless): each expert keeps at most
+  // ceil(T·k/E·factor) of a micro-batch's T local tokens; --moe-token-drop-policy position keeps
+  // the earliest (else the largest weights).
+  double capacity_factor = 0.0;
+  bool drop_by_position = false;
+  // --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity of rows, the
+  // missing ones tokens that did not choose it, with weight 0.
+  bool pad_to_capacity = false;
   // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
   std::vector<int> pattern;
 

@@ -101,6 +101,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.training = training;
   rt.kv_cache = cache;
   rt.moe_losses = training ? &moe_losses_ : nullptr;
+  rt.moe_token_counts = training ? &moe_token_counts_ : nullptr;
   rt.moe_aux_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
@@ -409,6 +410,12 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
       for (int64_t b = 0; b < B; ++b)
         std::copy(src + (r * T + s * B + b) * Vl, src + (r * T + s * B + b + 1) * Vl, dst + (b * S + s) * c.vocab + r * Vl);
   return logits;
+}
+
+int GPTModel::moe_expert_bias_id(int64_t layer) const {
+  const int64_t i = layer - part_.first_layer;
+  if (i < 0 || i >= static_cast<int64_t>(layers_.size())) return -1;
+  return layers_[static_cast<size_t>(i)].moe.expert_bias;
 }
 
 std::vector<std::vector<int>> GPTModel::backward_param_groups() const {

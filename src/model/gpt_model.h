@@ -92,6 +92,16 @@ class GPTModel {
     return l;
   }
 
+  // --moe-router-enable-expert-bias: per MoE layer of this chunk (global index) the (token,
+  // expert) pairs each expert kept in the training forwards since the last call ([E]); resets them.
+  std::map<int64_t, std::vector<int64_t>> take_moe_token_counts() {
+    std::map<int64_t, std::vector<int64_t>> n;
+    n.swap(moe_token_counts_);
+    return n;
+  }
+  // The expert-bias buffer of global layer `layer` (-1: none on this chunk).
+  int moe_expert_bias_id(int64_t layer) const;
+
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
@@ -122,6 +132,7 @@ class GPTModel {
   ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
+  mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };
 
 }  // namespace gale

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "kernels/op_table.h"
@@ -50,6 +51,9 @@ struct LayerRuntime {
   // MoEAuxLossAutoScaler scale, 1 / num_microbatches).
   MoeAuxLosses* moe_losses = nullptr;
   double moe_aux_scale = 1.0;
+  // MoE layers with --moe-router-enable-expert-bias: the same forwards add the tokens each expert
+  // kept (global layer -> [E]) here (null: not counted).
+  std::map<int64_t, std::vector<int64_t>>* moe_token_counts = nullptr;
 };
 
 }  // namespace gale

@@ -39,21 +39,17 @@ void for_each_expert(int64_t E, Fn&& fn) {
   for (int64_t e = 0; e < E; ++e) fn(e);
 }
 
-// The router in f32 (no bf16 copy is used even under --bf16).
-LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
-  LinearWeight w = weight(ops, pb, id);
-  w.w_bf16 = nullptr;
-  return w;
-}
+// The token of a permuted row's slot: t·k + j, or -(t + 1) for a padding row.
+int64_t token_of(int64_t slot, int64_t k) { return slot >= 0 ? slot / k : -slot - 1; }
 
-// Rows `rows` of x [T, H] (f32 or bf16) into a new [rows.size(), H] tensor of the same type.
+// Rows `rows` (slots, token_of) of x [T, H] (f32 or bf16) into a new [n, H] tensor of the same type.
 Tensor gather_rows(const Tensor& x, const int64_t* rows, int64_t n, int64_t k) {
   const int64_t H = x.size(1);
   const size_t row_bytes = static_cast<size_t>(H) * dtype_size(x.dtype());
   Tensor out = Tensor::empty({n, H}, x.dtype());
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
-  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * row_bytes, src + rows[r] / k * row_bytes, row_bytes);
+  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * row_bytes, src + token_of(rows[r], k) * row_bytes, row_bytes);
   return out;
 }
 
@@ -258,6 +254,13 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
                                      InitKind::kNormal, c.init_std, true);
   router.sequence_parallel = router_partial_grad;  // each TP rank routes its own tokens
   w.router_w = pb.add(router);
+  if (c.moe.expert_bias) {  // Megatron's buffer: no gradient, no optimizer state, in checkpoints
+    ParamSpec bias = make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.expert_bias"), {c.moe.num_experts},
+                                     InitKind::kZeros, 0, false);
+    bias.trainable = false;
+    bias.buffer = true;
+    w.expert_bias = pb.add(bias);
+  }
   const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split (as the dense MLP)
   for (int64_t e = 0; e < El; ++e) {
     const int64_t fc1_rows = c.swiglu ? 2 * Fe : Fe;
@@ -275,42 +278,30 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
-                   const Comm& etp, const Comm& seq) {
+                   const Comm& etp, const Comm& seq, int64_t batch) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
-  GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
-  // ---- router ----
-  const Tensor logits = linear_forward(to_f32(x), router_weight(ops, pb, w.router_w));  // [T, E]
-  Tensor scores = Tensor::empty({T, E}), lse = Tensor::empty({T}), probs = Tensor::empty({T, k});
-  std::vector<int32_t> experts(static_cast<size_t>(T * k));
-  std::vector<int64_t> counts(static_cast<size_t>(E), 0);
-  std::vector<int32_t> order(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* l = logits.data<float>() + t * E;
-    float* s = scores.data<float>() + t * E;
-    const float mx = *std::max_element(l, l + E);
-    double sum = 0.0;
-    for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e] - mx));
-    for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(std::exp(static_cast<double>(l[e] - mx)) / sum);
-    lse.data<float>()[t] = mx + static_cast<float>(std::log(sum));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-    double selected = 0.0;
-    for (int64_t j = 0; j < k; ++j) selected += s[order[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = order[j];
-      experts[t * k + j] = e;
-      ++counts[e];
-      probs.data<float>()[t * k + j] = c.moe.pre_softmax ? s[e] : static_cast<float>(s[e] / selected);
-    }
-  }
-  // ---- permutation: each expert's rows in token order ----
+  // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
+  MoeRouterSaved router_saved;
+  MoeRouting routing =
+      moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq);
+  const Tensor probs = routing.probs;
+  const std::vector<int32_t>& experts = routing.experts;
+  const std::vector<int64_t>& counts = routing.tokens_per_expert;
+  const int64_t R = std::accumulate(counts.begin(), counts.end(), int64_t{0});  // the kept (token, expert) pairs
+  // ---- permutation: each expert's rows in token order (padding rows among them) ----
   std::vector<int64_t> offsets(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  std::vector<int64_t> permuted(static_cast<size_t>(T * k));
+  std::vector<int64_t> permuted(static_cast<size_t>(R));
   {
     std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < k; ++j) permuted[next[experts[t * k + j]]++] = t * k + j;
+      for (int64_t j = 0; j < k; ++j)
+        if (experts[t * k + j] >= 0) permuted[next[experts[t * k + j]]++] = t * k + j;
+    for (size_t e = 0; e < routing.padding.size(); ++e) {
+      for (int64_t t : routing.padding[e]) permuted[next[e]++] = -(t + 1);
+      std::stable_sort(permuted.begin() + offsets[e], permuted.begin() + offsets[e + 1],
+                       [&](int64_t a, int64_t b) { return token_of(a, k) < token_of(b, k); });
+    }
   }
   Tensor y = Tensor::zeros({T, H});
   const bool gathered = allgather && ep && ep->size() > 1;
@@ -321,10 +312,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
     plan = make_dispatch_plan(ep, counts);
-    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), T * k, k));  // [N, H] local expert-major
+    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k));  // [N, H] local expert-major
     expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
     // ---- weighted un-permutation ----
-    for (int64_t r = 0; r < T * k; ++r) {
+    for (int64_t r = 0; r < R; ++r) {
+      if (permuted[r] < 0) continue;  // a padding row: weight 0
       const int64_t t = permuted[r] / k;
       const float q = probs.data<float>()[permuted[r]];
       const float* src = expert_out.data<float>() + r * H;
@@ -335,6 +327,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     // ---- all-gather (Megatron's MoEAllGatherTokenDispatcher): every EP rank's tokens and
     // routing; the local experts take their rows of all of them in (rank, token) order; the
     // weighted outputs [EP·T, H] are reduce-scattered back to the tokens' ranks ----
+    GALE_CHECK(routing.padding.empty()) << "--moe-pad-expert-input-to-capacity with the all-gather dispatcher";
     const int64_t P = ep->size(), El = E / P, first_expert = ep->rank() * El;
     const Tensor all_x = all_gather_rows(ep, x);  // [P·T, H]
     Tensor my_experts = Tensor::empty({T * k}, DType::kI32);
@@ -366,38 +359,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     y = reduce_scatter_rows(ep, partial);
   }
   if (saved) {
-    // The auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):
-    // the experts' token counts summed over `seq`, the scores' sums kept local, so each rank's
-    // gradient is its tokens' share of the whole sequence's loss.
-    const int64_t parts = splits(seq) ? seq->size() : 1;
-    std::vector<int64_t> aux_counts = counts;
-    if (parts > 1 && c.moe.aux_loss_coeff > 0.0)
-      seq->all_reduce(aux_counts.data(), E, DType::kI64, ReduceOp::kSum);
-    const double N = static_cast<double>(T * parts);
-    if (losses) {
-      double sums[2] = {0.0, 0.0};  // this rank's share of the load-balancing loss, Σ lse²
-      if (c.moe.aux_loss_coeff > 0.0) {
-        double sum = 0.0;
-        for (int64_t e = 0; e < E; ++e) {
-          double p = 0.0;
-          for (int64_t t = 0; t < T; ++t) p += scores.data<float>()[t * E + e];
-          sum += p * static_cast<double>(aux_counts[e]);
-        }
-        sums[0] = sum * static_cast<double>(E) / (N * N * k);
-      }
-      if (c.moe.z_loss_coeff > 0.0)
-        for (int64_t t = 0; t < T; ++t) sums[1] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
-      if (parts > 1 && (c.moe.aux_loss_coeff > 0.0 || c.moe.z_loss_coeff > 0.0))
-        seq->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
-      *losses = MoeAuxLosses{sums[0], sums[1] / N};
-    }
-    saved->aux_counts = std::move(aux_counts);
-    saved->aux_tokens = T * parts;
+    saved->router = std::move(router_saved);
+    saved->tokens_per_expert = counts;
     saved->x = x;
-    saved->scores = scores;
-    saved->logsumexp = lse;
     saved->probs = probs;
-    saved->experts = std::move(experts);
+    saved->experts = experts;
     saved->offsets = std::move(offsets);
     saved->permuted_slot = std::move(permuted);
     saved->plan = std::move(plan);
@@ -424,9 +390,13 @@ void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std:
   GALE_CHECK_EQ(out.size(0), static_cast<int64_t>(slot_of.size()));
   for (size_t r = 0; r < slot_of.size(); ++r) {
     const int64_t slot = slot_of[r], t = slot / k;
+    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
+    if (slot < 0) {  // a padding row: weight 0, no routing-weight gradient
+      std::fill(d, d + H, 0.0f);
+      continue;
+    }
     const float q = probs.data<float>()[slot];
     const float* o = out.data<float>() + static_cast<int64_t>(r) * H;
-    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
     double dot = 0.0;
     for (int64_t h = 0; h < H; ++h) {
       dot += static_cast<double>(dy[t * H + h]) * o[h];
@@ -442,19 +412,20 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
-  Tensor dprobs = Tensor::empty({T, k});
-  Tensor d_expert_out = Tensor::empty({T * k, H});
+  const int64_t R = static_cast<int64_t>(s.permuted_slot.size());  // kept pairs (dropped ones: no row, no gradient)
+  Tensor dprobs = Tensor::zeros({T, k});
+  Tensor d_expert_out = Tensor::empty({R, H});
   weighted_outputs_backward(g, H, k, s.permuted_slot, s.probs, s.expert_out, &d_expert_out, &dprobs);
   s.expert_out = Tensor();
   // ---- to the experts' ranks, local experts, back to the token rows ----
   const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
   d_expert_out = Tensor();
   Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s);
-  const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [T·k, H] this rank's permuted rows
+  const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [R, H] this rank's permuted rows
   d_expert_in = Tensor();
   Tensor dx = Tensor::zeros({T, H});
-  for (int64_t r = 0; r < T * k; ++r)
-    add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
+  for (int64_t r = 0; r < R; ++r)  // (a padding row's gradient is 0)
+    if (s.permuted_slot[r] >= 0) add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
   *dprobs_out = dprobs;
   *dx_out = dx;
 }
@@ -485,41 +456,14 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
 
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
                     const Tensor& dy, double aux_scale, const Comm& ep, const Comm& etp) {
-  const int64_t T = dy.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
+  const int64_t T = dy.size(0), H = c.hidden;
   Tensor dprobs, dx;
   if (s.gathered)
     gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
   else
     routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
   // ---- router: routing weights and auxiliary losses -> logits ----
-  const std::vector<int64_t>& counts = s.aux_counts;  // over the sequence partition group
-  const double N = static_cast<double>(s.aux_tokens);
-  const double aux_coeff = c.moe.aux_loss_coeff * aux_scale;
-  const double aux_factor = aux_coeff * static_cast<double>(E) / (N * N * k);
-  const double z_factor = c.moe.z_loss_coeff * aux_scale * 2.0 / N;
-  Tensor dlogits = Tensor::empty({T, E});
-  std::vector<double> ds(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* sc = s.scores.data<float>() + t * E;
-    const float* q = s.probs.data<float>() + t * k;
-    const float* dq = dprobs.data<float>() + t * k;
-    const int32_t* ex = s.experts.data() + t * k;
-    float* dl = dlogits.data<float>() + t * E;
-    for (int64_t e = 0; e < E; ++e) ds[e] = aux_factor * static_cast<double>(counts[e]);  // ∂aux/∂s
-    for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
-    if (c.moe.pre_softmax) {
-      for (int64_t j = 0; j < k; ++j) ds[ex[j]] += dq[j];
-    } else {  // q = softmax over the selected logits
-      double qdq = 0.0;
-      for (int64_t j = 0; j < k; ++j) qdq += static_cast<double>(q[j]) * dq[j];
-      for (int64_t j = 0; j < k; ++j) dl[ex[j]] = static_cast<float>(q[j] * (dq[j] - qdq));
-    }
-    double sds = 0.0;  // through s = softmax over all logits
-    for (int64_t e = 0; e < E; ++e) sds += sc[e] * ds[e];
-    const double z = z_factor * s.logsumexp.data<float>()[t];
-    for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(sc[e] * (ds[e] - sds) + z * sc[e]);
-  }
-  const Tensor d_router_in = linear_backward(dlogits, to_f32(s.x), router_weight(ops, pb, w.router_w));
+  const Tensor d_router_in = moe_router_backward(c, ops, pb, w.router(), s.router, s.x, dprobs, aux_scale);
   add_inplace(dx.data<float>(), d_router_in.data<float>(), T * H);
   s = MoeSaved{};
   return dx;

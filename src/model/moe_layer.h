@@ -2,21 +2,18 @@
 // permutation to the experts, expert MLPs, weighted un-permutation; explicit forward and backward.
 //
 // Shapes (T tokens of one micro-batch, H hidden, E experts, k = --moe-router-topk, Fe expert FFN):
-//   x [T, H] -> router logits l = x·W_routerᵀ [T, E] -> top-k experts per token (largest logits;
-//   ties go to the lower expert index) with routing weights q [T, k]:
-//     default (Megatron's):        q = softmax over the k selected logits
-//                                  (= the full softmax renormalised over the selected experts)
-//     --moe-router-pre-softmax:    q = softmax over all E logits, taken at the selected experts
-//   -> permutation: expert e gets the n_e rows of the tokens that chose it, in token order
+//   x [T, H] -> the router (model/moe_router.h: score function, top-k, expert bias, token dropping,
+//   auxiliary losses) gives each token k experts with routing weights q [T, k], some (token,
+//   expert) pairs dropped under --moe-expert-capacity-factor
+//   -> permutation: expert e gets the n_e rows of the kept pairs that chose it, in token order
+//      (--moe-pad-expert-input-to-capacity: also weight-0 padding rows, up to its capacity)
 //   -> expert e: fc1 [Fe or 2Fe, H] -> GeLU / SwiGLU -> fc2 [H, Fe] (+ biases when the model has them)
-//   -> y_t = Σ_slots q_t,slot · expert_{e_slot}(x_t)   [T, H]
-// Auxiliary losses (training forwards only), with s = softmax(l) over all E experts:
-//   load balancing (Megatron's switch_load_balancing_loss): aux = E/(T²·k) · Σ_e (Σ_t s_t,e) · n_e,
-//   z-loss: z = mean_t logsumexp(l_t)².
-// Backward adds coeff·scale·∂aux/∂l (and z_coeff·scale·∂z/∂l) to the router logits' gradient, where
-// scale is the schedule's (Megatron's MoEAuxLossAutoScaler: 1 / num_microbatches); the losses never
-// enter the lm loss. Expert GEMMs run through OpTable::gemm (bf16 GEMMs under --bf16) on each
-// expert's gathered rows; the router runs in f32.
+//   -> y_t = Σ_kept slots q_t,slot · expert_{e_slot}(x_t)   [T, H]
+// Backward adds the routing weights' gradient and the auxiliary losses' (coeff·scale·∂aux/∂l and
+// z_coeff·scale·∂z/∂l, scale being the schedule's: Megatron's MoEAuxLossAutoScaler, 1 /
+// num_microbatches) to the router logits' gradient; the losses never enter the lm loss. Expert
+// GEMMs run through OpTable::gemm (bf16 GEMMs under --bf16) on each expert's gathered rows; the
+// router runs in f32.
 //
 // Tensor, sequence and context parallelism (Megatron-Core's MoE under TP with --sequence-parallel,
 // and CP): the layer's input is this rank's own tokens (the sequence-parallel slice; under CP its
@@ -54,6 +51,7 @@
 #include "kernels/op_table.h"
 #include "model/config.h"
 #include "model/moe_dispatch.h"
+#include "model/moe_router.h"
 #include "model/params.h"
 
 namespace gale {
@@ -61,9 +59,11 @@ namespace gale {
 // Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
 struct MoeParamIds {
   int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
+  int expert_bias = -1;                   // decoder.layers.{i}.mlp.router.expert_bias [E] (a buffer; -1: none)
   std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per local expert j: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
   bool defined() const { return router_w >= 0; }
-  std::vector<int> all() const;  // every id, router first
+  std::vector<int> all() const;  // every parameter id, router first (not the expert bias, a buffer)
+  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias}; }
 };
 
 // Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and
@@ -79,13 +79,6 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
                                 int64_t ep_rank = 0, int64_t etp_size = 1, int64_t etp_rank = 0,
                                 bool router_partial_grad = false, bool experts_partial_grad = false);
 
-// The two auxiliary losses of one layer and micro-batch without their coefficients (the values
-// Megatron logs as load_balancing_loss and z_loss); each 0 when its coefficient is 0.
-struct MoeAuxLosses {
-  double load_balancing = 0.0;
-  double z = 0.0;
-};
-
 // The rows of one exchange over the expert-TP group: every ETP rank's rows per local expert.
 struct MoeEtpLayout {
   int64_t padded_rows = 0;           // the most rows any ETP rank holds (the all-gather's block)
@@ -96,25 +89,24 @@ struct MoeEtpLayout {
 // What forward keeps for backward (one layer, one micro-batch).
 struct MoeSaved {
   Tensor x;                            // [T, H] the input as the GEMMs take it (bf16 under --bf16)
-  Tensor scores;                       // [T, E] softmax of the router logits over all experts
-  Tensor logsumexp;                    // [T] of the router logits (z-loss)
+  MoeRouterSaved router;               // the router's state
+  std::vector<int64_t> tokens_per_expert;  // [E] kept pairs per expert (the expert-bias counts)
   Tensor probs;                        // [T, k] routing weights
-  std::vector<int32_t> experts;        // [T, k] the chosen experts, largest logit first
+  std::vector<int32_t> experts;        // [T, k] the chosen experts, best first; -1: dropped
   std::vector<int64_t> offsets;        // [E + 1] expert e's rows are [offsets[e], offsets[e+1]) of the permuted order
-  std::vector<int64_t> permuted_slot;  // [T·k] permuted row -> t·k + slot
+  std::vector<int64_t> permuted_slot;  // [R] permuted row -> t·k + slot (R kept pairs); -(t + 1): a
+                                       // padding row of token t (--moe-pad-expert-input-to-capacity)
   MoeDispatchPlan plan;                // the exchange with the EP group (identity without EP); with
                                        // the all-gather dispatcher only local_experts and expert_offsets
   bool gathered = false;               // the all-gather dispatcher ran
   std::vector<int64_t> gathered_slot;  // all-gather: local row -> t'·k + slot over the EP group's P·T tokens
   Tensor gathered_probs;               // all-gather: [P·T·k] the EP group's routing weights
-  std::vector<int64_t> aux_counts;     // [E] tokens per expert over the sequence partition group
-  int64_t aux_tokens = 0;              // tokens of that group (T·|seq|)
   MoeEtpLayout etp;                    // the expert-TP exchange (none without ETP)
   Tensor expert_in;                    // [rows of the local experts, H] their input rows, local expert-major
                                        // (under ETP: the whole ETP group's rows)
   std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's input)
   std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it
-  Tensor expert_out;                   // [T·k, H] permuted rows' expert outputs (for the routing-weight
+  Tensor expert_out;                   // [R, H] permuted rows' expert outputs (for the routing-weight
                                        // gradient); all-gather: the local experts' outputs [N, H]
 };
 
@@ -122,10 +114,11 @@ struct MoeSaved {
 // not null, receives the auxiliary losses. `ep`: the expert-parallel group (null: none); every
 // rank of it must call with the same layer. `allgather`: the all-gather dispatcher (else all-to-all).
 // `etp`: the expert-TP group (null or size 1: whole experts); `seq`: the group the sequence is
-// split over (TP×CP; null: none). Every rank of each group must call with the same layer.
+// split over (TP×CP; null: none). Every rank of each group must call with the same layer. `batch`:
+// the micro-batch's sequences B (rows t = s·B + b; seq_aux_loss).
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
-                   bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr);
+                   bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1);
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`.

@@ -35,6 +35,10 @@ struct ParamSpec {
   // false: frozen (the base model under LoRA, model/lora.h): no gradient storage, no optimizer
   // state; its gradient pointer is null (a 1-D one's: a shared scratch that nothing reads).
   bool trainable = true;
+  // A buffer, not a parameter (Megatron's register_buffer: the MoE router's expert_bias): not
+  // trainable (no gradient, no optimizer state) and updated by its own rule, but, unlike a frozen
+  // parameter, saved in checkpoints.
+  bool buffer = false;
   // An expert of a MoE layer under expert parallelism (Megatron's `allreduce = False`): its
   // gradient is reduced over the expert-data-parallel group, not the data-parallel one, and it
   // counts in the gradient norm over the expert model-parallel group. ParamBuffer places these

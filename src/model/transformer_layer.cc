@@ -237,10 +237,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
-                      part.etp, part.moe_seq);
+                      part.etp, part.moe_seq, B);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
+    }
+    if (saved && rt.moe_token_counts && w.moe.expert_bias >= 0) {  // the expert-bias update's counts
+      std::vector<int64_t>& n = (*rt.moe_token_counts)[layer];
+      n.resize(saved->moe.tokens_per_expert.size(), 0);
+      for (size_t e = 0; e < n.size(); ++e) n[e] += saved->moe.tokens_per_expert[e];
     }
   } else {
     fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]

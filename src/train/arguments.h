@@ -196,6 +196,14 @@ struct MoeArgs {
   std::string moe_router_load_balancing_type = "aux_loss";
   std::string moe_router_score_function = "softmax";
   bool moe_router_pre_softmax = false;
+  double moe_router_topk_scaling_factor = kUnsetF;  // None: 1
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  int64_t moe_router_num_groups = kUnset;  // None: no group-limited routing
+  int64_t moe_router_group_topk = kUnset;
+  double moe_expert_capacity_factor = kUnsetF;  // None (or negative): dropless
+  std::string moe_token_drop_policy = "probs";
+  bool moe_pad_expert_input_to_capacity = false;
   std::string moe_token_dispatcher_type = "allgather";
   bool moe_grouped_gemm = false;
   int64_t moe_ffn_hidden_size = kUnset;  // -> --ffn-hidden-size
@@ -253,6 +261,9 @@ Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
 Status validate_moe_args(Arguments& a, const ArgParser& p);
+// The router flags of a MoE model (scaling factor, expert bias, groups, capacity); part of
+// validate_moe_args.
+Status validate_moe_router_args(MoeArgs& m);
 // The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
 // After the model and parallel flags.
 Status validate_lora_args(Arguments& a, const ArgParser& p);

@@ -15,12 +15,32 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add("--moe-z-loss-coeff", &a.moe_z_loss_coeff, "router z-loss coefficient (unset disables it)");
   p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
                {"aux_loss", "seq_aux_loss", "sinkhorn", "none"},
-               "aux_loss (Switch-style load-balancing loss) or none; seq_aux_loss and sinkhorn are not supported yet");
+               "aux_loss (Switch-style load-balancing loss per micro-batch), seq_aux_loss (the same per "
+               "sequence, averaged; DeepSeek's) or none; sinkhorn is not supported yet");
   p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
-               "router score function; sigmoid is not supported yet");
+               "router score function: softmax, or sigmoid (the top-k of sigmoid(logits), weights normalised "
+               "to sum 1 when top-k > 1)");
   p.add_flag("--moe-router-pre-softmax", &a.moe_router_pre_softmax,
              "softmax over all experts before the top-k (no renormalisation); default: top-k of the logits, "
              "softmax over the k selected");
+  p.add("--moe-router-topk-scaling-factor", &a.moe_router_topk_scaling_factor,
+        "multiplies the routing weights of the top-k experts; unset: 1");
+  p.add_flag("--moe-router-enable-expert-bias", &a.moe_router_enable_expert_bias,
+             "aux-loss-free load balancing: a per-expert bias added to the sigmoid scores for the top-k choice, "
+             "moved after every step towards balance (needs --moe-router-score-function sigmoid)");
+  p.add("--moe-router-bias-update-rate", &a.moe_router_bias_update_rate,
+        "step of the expert-bias update: bias += rate * sign(mean count - count)");
+  p.add("--moe-router-num-groups", &a.moe_router_num_groups,
+        "group-limited routing: the experts in this many equal groups (with --moe-router-group-topk)");
+  p.add("--moe-router-group-topk", &a.moe_router_group_topk,
+        "group-limited routing: the groups each token may use (the best by the sum of their top-k/group-topk scores)");
+  p.add("--moe-expert-capacity-factor", &a.moe_expert_capacity_factor,
+        "token dropping: each expert keeps at most ceil(tokens*topk/experts*factor) of a micro-batch's local "
+        "tokens; unset or negative: dropless");
+  p.add_choice("--moe-token-drop-policy", &a.moe_token_drop_policy, {"probs", "position"},
+               "which pairs an expert over capacity keeps: the largest routing weights (probs) or the earliest tokens");
+  p.add_flag("--moe-pad-expert-input-to-capacity", &a.moe_pad_expert_input_to_capacity,
+             "pad every expert's input to its capacity with weight-0 rows (needs --moe-expert-capacity-factor)");
   p.add_choice("--moe-token-dispatcher-type", &a.moe_token_dispatcher_type, {"allgather", "alltoall", "flex", "alltoall_seq"},
                "token dispatcher; with one expert-parallel rank allgather and alltoall route identically; flex and "
                "alltoall_seq are not supported yet");
@@ -98,6 +118,43 @@ StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_
   return pattern;
 }
 
+Status validate_moe_router_args(MoeArgs& m) {
+  if (!unset(m.moe_router_topk_scaling_factor) && !(m.moe_router_topk_scaling_factor > 0.0))
+    return InvalidArgument("--moe-router-topk-scaling-factor: expected a positive number, found ",
+                           m.moe_router_topk_scaling_factor);
+  // Megatron: the expert bias only with the sigmoid score function.
+  if (m.moe_router_enable_expert_bias && m.moe_router_score_function != "sigmoid")
+    return InvalidArgument("--moe-router-enable-expert-bias: expected --moe-router-score-function sigmoid, found ",
+                           m.moe_router_score_function);
+  if (!(m.moe_router_bias_update_rate >= 0.0))
+    return InvalidArgument("--moe-router-bias-update-rate: expected a non-negative number, found ",
+                           m.moe_router_bias_update_rate);
+  const int64_t E = m.num_experts, k = m.moe_router_topk;
+  if (m.moe_router_group_topk != kUnset) {
+    const int64_t G = m.moe_router_num_groups, g = m.moe_router_group_topk;
+    if (G == kUnset)
+      return InvalidArgument("--moe-router-group-topk ", g, ": expected --moe-router-num-groups too, found it unset");
+    if (G < 1 || E % G != 0)
+      return InvalidArgument("--moe-router-num-groups: expected a divisor of --num-experts ", E, ", found ", G);
+    if (g < 1 || g > G)
+      return InvalidArgument("--moe-router-group-topk: expected 1 to --moe-router-num-groups ", G, ", found ", g);
+    if (g > k)  // each chosen group's score sums its top k/g experts: at least one
+      return InvalidArgument("--moe-router-group-topk: expected at most --moe-router-topk ", k, ", found ", g);
+    if (g * (E / G) < k)
+      return InvalidArgument("--moe-router-group-topk ", g, ": expected groups holding at least --moe-router-topk ", k,
+                             " experts, found ", g * (E / G));
+  } else if (m.moe_router_num_groups != kUnset && m.moe_router_num_groups < 1) {
+    return InvalidArgument("--moe-router-num-groups: expected a positive integer, found ", m.moe_router_num_groups);
+  }
+  if (!unset(m.moe_expert_capacity_factor) && m.moe_expert_capacity_factor < 0.0)
+    m.moe_expert_capacity_factor = kUnsetF;  // Megatron: a negative factor means None
+  if (!unset(m.moe_expert_capacity_factor) && m.moe_expert_capacity_factor == 0.0)
+    return InvalidArgument("--moe-expert-capacity-factor: expected a positive number (or negative: dropless), found 0");
+  if (m.moe_pad_expert_input_to_capacity && unset(m.moe_expert_capacity_factor))
+    return InvalidArgument("--moe-pad-expert-input-to-capacity: expected --moe-expert-capacity-factor too, found it unset");
+  return Status::Ok();
+}
+
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
   if (m.num_experts == 0) m.num_experts = kUnset;  // Megatron: 0 means None
@@ -107,7 +164,10 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (!m.enabled()) {
     if (m.num_experts != kUnset) return InvalidArgument("--num-experts: expected a positive integer, found ", m.num_experts);
     for (const char* flag : {"--moe-router-topk", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-ffn-hidden-size",
-                             "--moe-layer-freq", "--moe-grouped-gemm", "--moe-router-pre-softmax"})
+                             "--moe-layer-freq", "--moe-grouped-gemm", "--moe-router-pre-softmax",
+                             "--moe-router-score-function", "--moe-router-topk-scaling-factor",
+                             "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
+                             "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
@@ -119,13 +179,15 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (!unset(m.moe_z_loss_coeff) && !(m.moe_z_loss_coeff >= 0.0))
     return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
   const std::string& lb = m.moe_router_load_balancing_type;
-  if (lb != "aux_loss" && lb != "none")
-    return Unimplemented("--moe-router-load-balancing-type ", lb, ": not supported yet (aux_loss or none)");
-  if (m.moe_router_score_function != "softmax")
-    return Unimplemented("--moe-router-score-function ", m.moe_router_score_function, ": not supported yet (softmax)");
+  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "none")
+    return Unimplemented("--moe-router-load-balancing-type ", lb, ": not supported yet (aux_loss, seq_aux_loss or none)");
+  GALE_RETURN_IF_ERROR(validate_moe_router_args(m));
   const std::string& disp = m.moe_token_dispatcher_type;
   if (disp != "allgather" && disp != "alltoall")
     return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");
+  if (m.moe_pad_expert_input_to_capacity && disp == "allgather" && ep > 1)
+    return Unimplemented("--moe-pad-expert-input-to-capacity with --moe-token-dispatcher-type allgather and "
+                         "--expert-model-parallel-size ", ep, ": not supported yet (use alltoall)");
   if (ep > 1 && m.num_experts % ep != 0)
     return InvalidArgument("--num-experts ", m.num_experts, " must be divisible by --expert-model-parallel-size ", ep);
   if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;

@@ -84,6 +84,15 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
   (*args)["moe_ffn_hidden_size"] = moe.moe_ffn_hidden_size;
   (*args)["moe_layer_freq"] = moe.moe_layer_freq;
   (*args)["moe_router_pre_softmax"] = moe.moe_router_pre_softmax;
+  // The routing rules (the forward depends on them; absent in older checkpoints: the defaults).
+  (*args)["moe_router_score_function"] = moe.moe_router_score_function;
+  (*args)["moe_router_enable_expert_bias"] = moe.moe_router_enable_expert_bias;
+  if (!unset(moe.moe_router_topk_scaling_factor))
+    (*args)["moe_router_topk_scaling_factor"] = moe.moe_router_topk_scaling_factor;
+  if (moe.moe_router_group_topk != kUnset) {
+    (*args)["moe_router_num_groups"] = moe.moe_router_num_groups;
+    (*args)["moe_router_group_topk"] = moe.moe_router_group_topk;
+  }
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -94,6 +103,16 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
   GALE_RETURN_IF_ERROR(get(args, "moe_ffn_hidden_size", where, &moe.moe_ffn_hidden_size));
   GALE_RETURN_IF_ERROR(get(args, "moe_layer_freq", where, &moe.moe_layer_freq));
   GALE_RETURN_IF_ERROR(get(args, "moe_router_pre_softmax", where, &moe.moe_router_pre_softmax));
+  if (args.contains("moe_router_score_function"))
+    GALE_RETURN_IF_ERROR(get(args, "moe_router_score_function", where, &moe.moe_router_score_function));
+  if (args.contains("moe_router_enable_expert_bias"))
+    GALE_RETURN_IF_ERROR(get(args, "moe_router_enable_expert_bias", where, &moe.moe_router_enable_expert_bias));
+  if (args.contains("moe_router_topk_scaling_factor"))
+    GALE_RETURN_IF_ERROR(get(args, "moe_router_topk_scaling_factor", where, &moe.moe_router_topk_scaling_factor));
+  if (args.contains("moe_router_group_topk")) {
+    GALE_RETURN_IF_ERROR(get(args, "moe_router_num_groups", where, &moe.moe_router_num_groups));
+    GALE_RETURN_IF_ERROR(get(args, "moe_router_group_topk", where, &moe.moe_router_group_topk));
+  }
   StatusOr<std::vector<int>> pattern = parse_moe_layer_freq(moe.moe_layer_freq, num_layers);
   if (!pattern.ok()) return InvalidArgument(where, ": args 'moe_layer_freq': ", pattern.status().message());
   moe.layer_pattern = std::move(pattern.value());

@@ -124,7 +124,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     for (int id = 0; id < pb.size(); ++id) {
       if (!writes(engine.ps, model, id)) continue;
       const ParamSpec& s = pb.spec(id);
-      if (!s.trainable) continue;  // LoRA: the checkpoint holds the adapters, not the frozen base
+      if (!s.trainable && !s.buffer) continue;  // LoRA: the checkpoint holds the adapters, not the frozen base
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s))
         GALE_RETURN_IF_ERROR(

@@ -2,6 +2,9 @@
 #include "train/grad_sync.h"
 
 #include <algorithm>
+#include <map>
+
+#include "model/moe_router.h"
 
 namespace gale {
 
@@ -45,6 +48,33 @@ void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTMod
   }
 }
 
+// --moe-router-enable-expert-bias (Megatron's _update_router_expert_bias): the pairs each expert
+// kept over the step's micro-batches, summed over TP×DP×CP (every rank of this stage that routes
+// other tokens with the same router; EP ranks are among the DP ones), move every MoE layer's bias.
+void update_router_expert_bias(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
+  std::vector<float*> biases;
+  std::vector<double> counts;
+  int64_t E = 0;
+  for (GPTModel* m : chunks) {
+    std::map<int64_t, std::vector<int64_t>> n = m->take_moe_token_counts();
+    const ModelPartition& part = m->partition();
+    for (int64_t layer = part.first_layer; layer < part.first_layer + part.num_layers; ++layer) {
+      const int id = m->moe_expert_bias_id(layer);
+      if (id < 0) continue;
+      E = m->config().moe.num_experts;
+      biases.push_back(m->params().param_data(id));
+      const std::vector<int64_t>& mine = n[layer];  // empty: no training forward reached the layer
+      for (int64_t e = 0; e < E; ++e) counts.push_back(mine.empty() ? 0.0 : static_cast<double>(mine[e]));
+    }
+  }
+  if (biases.empty()) return;
+  const int64_t total = static_cast<int64_t>(counts.size());
+  if (ps.tp() && ps.tp()->size() > 1) ps.tp()->all_reduce(counts.data(), total, DType::kF64, ReduceOp::kSum);
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(counts.data(), total, DType::kF64, ReduceOp::kSum);
+  const double rate = chunks.front()->config().moe.bias_update_rate;
+  for (size_t i = 0; i < biases.size(); ++i) update_expert_bias(biases[i], counts.data() + i * E, E, rate);
+}
+
 }  // namespace
 
 void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
@@ -64,6 +94,7 @@ void finalize_model_grads(Engine& engine) {
   for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
   allreduce_sequence_parallel_grads(engine.ps, chunks);
   allreduce_embedding_grads(engine.ps, chunks);
+  update_router_expert_bias(engine.ps, chunks);
 }
 
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros) {

@@ -13,6 +13,9 @@
 //      sequence (norm weights, row-parallel biases) are partial per TP rank: all-reduce over TP;
 //   3. tied embedding and output weights on different pipeline stages: all-reduce over the
 //      embedding group (first and last stage).
+//   4. --moe-router-enable-expert-bias: every MoE layer's expert bias moves by the step's token
+//      counts summed over TP×DP×CP (Megatron does it here too, before the optimizer step; the bias
+//      does not enter the gradients, so the order does not matter).
 // Steps 2 and 3 are sums over other groups, so they commute with step 1; with the distributed
 // optimizer they are right on the owned shards because every member of those groups owns the
 // same elements (same bucket layout, and the shared embedding in a bucket of its own).

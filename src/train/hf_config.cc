@@ -255,6 +255,14 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                            "rope, no biases) with experts in every layer (--moe-layer-freq 1, found ",
                            moe.moe_layer_freq, ") and Megatron's default routing (found --moe-router-pre-softmax ",
                            moe.moe_router_pre_softmax ? "on" : "off", ")");
+    // Mixtral's gate is the softmax top-k: no sigmoid scores, expert bias, scaling or groups.
+    if (moe.moe_router_score_function != "softmax" || moe.moe_router_enable_expert_bias ||
+        !unset(moe.moe_router_topk_scaling_factor) || moe.moe_router_group_topk != kUnset)
+      return Unimplemented(where, ": a mixture-of-experts model is written as MixtralForCausalLM only with softmax "
+                           "routing (found --moe-router-score-function ", moe.moe_router_score_function,
+                           ", expert bias ", moe.moe_router_enable_expert_bias ? "on" : "off",
+                           ", top-k scaling factor ", unset(moe.moe_router_topk_scaling_factor) ? "unset" : "set",
+                           ", group-limited routing ", moe.moe_router_group_topk != kUnset ? "on" : "off", ")");
     out.arch = HfArchitecture::kMixtral;
     out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
   } else if (gpt2) out.arch = HfArchitecture::kGpt2;

@@ -41,7 +41,20 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.topk = moe.moe_router_topk;
     c.moe.ffn = moe.moe_ffn_hidden_size;
     c.moe.pre_softmax = moe.moe_router_pre_softmax;
-    c.moe.aux_loss_coeff = moe.moe_router_load_balancing_type == "aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
+    const std::string& lb = moe.moe_router_load_balancing_type;
+    c.moe.aux_loss_coeff = lb == "aux_loss" || lb == "seq_aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
+    c.moe.seq_aux_loss = lb == "seq_aux_loss";
+    c.moe.sigmoid = moe.moe_router_score_function == "sigmoid";
+    c.moe.topk_scaling_factor = unset(moe.moe_router_topk_scaling_factor) ? 1.0 : moe.moe_router_topk_scaling_factor;
+    if (moe.moe_router_group_topk != kUnset) {
+      c.moe.num_groups = moe.moe_router_num_groups;
+      c.moe.group_topk = moe.moe_router_group_topk;
+    }
+    c.moe.expert_bias = moe.moe_router_enable_expert_bias;
+    c.moe.bias_update_rate = moe.moe_router_bias_update_rate;
+    c.moe.capacity_factor = unset(moe.moe_expert_capacity_factor) ? 0.0 : moe.moe_expert_capacity_factor;
+    c.moe.drop_by_position = moe.moe_token_drop_policy == "position";
+    c.moe.pad_to_capacity = moe.moe_pad_expert_input_to_capacity;
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     c.moe.pattern = moe.layer_pattern;
   }

@@ -223,6 +223,7 @@ Status Trainer::run() {
       f.global_batch_size = t.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.num_zeros = r.step.num_zeros;

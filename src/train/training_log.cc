@@ -40,7 +40,8 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" learning rate: %.6E |", f.learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
-  if (f.load_balancing_loss > 0.0) add(" load_balancing_loss: %.6E |", f.load_balancing_loss);
+  if (f.load_balancing_loss > 0.0)
+    add(f.seq_aux_loss ? " seq_load_balancing_loss: %.6E |" : " load_balancing_loss: %.6E |", f.load_balancing_loss);
   if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);

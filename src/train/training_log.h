@@ -30,6 +30,7 @@ struct TrainingLogFields {
   // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
   // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).
   double load_balancing_loss = 0.0, z_loss = 0.0;
+  bool seq_aux_loss = false;  // --moe-router-load-balancing-type seq_aux_loss: "seq_load_balancing_loss"
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;

@@ -50,6 +50,24 @@ TEST(GalePretrainMoe, LogsTheLoadBalancingLossAfterTheLmLossAndLearns) {
   }
 }
 
+// DeepSeek-V3-style routing from the command line: sigmoid scores, expert bias, group-limited
+// top-k, a scaling factor, the per-sequence loss (logged under Megatron's name) and token dropping.
+TEST(GalePretrainMoe, DeepSeekRoutingLogsTheSeqLoadBalancingLossAndLearns) {
+  test::RunResult r = test::run_with_timeout(
+      mixtral({"--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+               "--moe-router-num-groups", "2", "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor",
+               "2.5", "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-expert-capacity-factor", "1.0",
+               "--moe-pad-expert-input-to-capacity"}),
+      {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> lm = values(r.output, "lm loss"), lb = values(r.output, "seq_load_balancing_loss");
+  ASSERT_EQ(lm.size(), 6u);
+  ASSERT_EQ(lb.size(), 6u);
+  EXPECT_LT(lm.back(), lm.front());
+  EXPECT_EQ(r.output.find("| load_balancing_loss"), std::string::npos) << r.output;
+  for (double v : lb) EXPECT_GT(v, 0.5);
+}
+
 TEST(GalePretrainMoe, NoLoadBalancingLossWithoutItsCoefficient) {
   test::RunResult r = test::run_with_timeout(mixtral({"--moe-router-load-balancing-type", "none"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -168,9 +186,15 @@ TEST(GalePretrainMoe, EvaluateReadsAMoeCheckpointGivenTheMoeFlags) {
 }
 
 TEST(GalePretrainMoe, UnsupportedCombinationsAreOneLineErrors) {
-  test::RunResult r = test::run_with_timeout(mixtral({"--moe-expert-capacity-factor", "1.25"}), {}, 60);
+  test::RunResult r = test::run_with_timeout(mixtral({"--moe-router-load-balancing-type", "sinkhorn"}), {}, 60);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--moe-expert-capacity-factor: not supported yet"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--moe-router-load-balancing-type sinkhorn: not supported yet"), std::string::npos)
+      << r.output;
+  test::RunResult bias = test::run_with_timeout(mixtral({"--moe-router-enable-expert-bias"}), {}, 60);
+  EXPECT_EQ(bias.exit_code, 2);
+  EXPECT_NE(bias.output.find("--moe-router-enable-expert-bias: expected --moe-router-score-function sigmoid"),
+            std::string::npos)
+      << bias.output;
 }
 
 }  // namespace

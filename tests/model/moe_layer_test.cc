@@ -44,11 +44,13 @@ struct LayerFixture {
   Tensor x;
   std::vector<float> r;
 
-  LayerFixture(const ModelConfig& config, int64_t T, uint64_t seed) : c(config) {
+  int64_t batch = 1;  // sequences of the T rows (seq_aux_loss)
+
+  LayerFixture(const ModelConfig& config, int64_t T, uint64_t seed, int64_t B = 1) : c(config), batch(B) {
     w = register_moe_params(pb, c, 0);
     pb.finalize();
     pb.initialize(seed);
-    for (int id = 0; id < pb.size(); ++id)  // non-zero biases, so their gradients are checked too
+    for (int id = 0; id < pb.size(); ++id)  // non-zero biases (and expert bias), so their gradients are checked too
       if (pb.spec(id).init == InitKind::kZeros) testing::fill_random(pb.param_data(id), pb.spec(id).local_numel(), seed + id, 0.3f);
     x = Tensor::empty({T, c.hidden});
     testing::fill_random(x.data<float>(), x.numel(), seed + 1000);
@@ -58,7 +60,7 @@ struct LayerFixture {
   double loss() {
     MoeSaved saved;
     MoeAuxLosses aux;
-    const Tensor y = moe_forward(c, ops, pb, w, x, &saved, &aux);
+    const Tensor y = moe_forward(c, ops, pb, w, x, &saved, &aux, nullptr, false, nullptr, nullptr, batch);
     return dot(y.data<float>(), r.data(), y.numel()) + c.moe.aux_loss_coeff * aux.load_balancing +
            c.moe.z_loss_coeff * aux.z;
   }
@@ -68,7 +70,7 @@ struct LayerFixture {
     pb.zero_grads();
     MoeSaved saved;
     MoeAuxLosses aux;
-    moe_forward(c, ops, pb, w, x, &saved, &aux);
+    moe_forward(c, ops, pb, w, x, &saved, &aux, nullptr, false, nullptr, nullptr, batch);
     const Tensor dy = Tensor::from_blob(r.data(), x.shape(), DType::kF32);
     return moe_backward(c, ops, pb, w, saved, dy, 1.0);
   }
@@ -78,6 +80,7 @@ struct LayerFixture {
     const std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
     auto l = [&] { return loss(); };
     for (int id = 0; id < pb.size(); ++id) {
+      if (pb.spec(id).buffer) continue;  // the expert bias: no gradient
       const int64_t n = pb.spec(id).local_numel();
       const auto dir = random_vector(n, 300 + id);
       const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
@@ -109,6 +112,99 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesTopOneAndPreSoftmax) {
   c.moe.pre_softmax = true;
   LayerFixture pre(c, 9, 14);
   pre.expect_gradients_match_finite_differences();
+}
+
+// DeepSeek-V3-style routing: sigmoid scores, an expert bias steering the choice, group-limited
+// top-k and a scaling factor.
+TEST(MoeLayer, GradientsMatchFiniteDifferencesSigmoidExpertBiasGroupsScaling) {
+  ModelConfig c = moe_config(8, 8, 3, 6, /*swiglu=*/true, /*bias=*/false);
+  c.moe.sigmoid = true;
+  c.moe.expert_bias = true;
+  c.moe.num_groups = 4;
+  c.moe.group_topk = 2;
+  c.moe.topk_scaling_factor = 2.5;
+  LayerFixture f(c, 12, 21);
+  ASSERT_GE(f.w.expert_bias, 0);
+  f.expect_gradients_match_finite_differences();
+  c.moe.topk = 1;  // one expert: its sigmoid score, not normalised
+  c.moe.group_topk = 1;
+  LayerFixture top1(c, 9, 22);
+  top1.expect_gradients_match_finite_differences();
+}
+
+TEST(MoeLayer, GradientsMatchFiniteDifferencesSeqAuxLoss) {
+  for (bool sigmoid : {false, true}) {
+    ModelConfig c = moe_config(6, 4, 2, 4, true, false);
+    c.moe.sigmoid = sigmoid;
+    c.moe.seq_aux_loss = true;
+    c.moe.aux_loss_coeff = 0.7;
+    LayerFixture f(c, 12, 23, /*B=*/3);
+    f.expect_gradients_match_finite_differences();
+  }
+}
+
+// Dropped (token, expert) pairs get no row and no weight gradient; the kept weights are not
+// renormalised.
+TEST(MoeLayer, GradientsMatchFiniteDifferencesWithTokenDropping) {
+  for (bool position : {false, true}) {
+    ModelConfig c = moe_config(6, 4, 2, 4, true, true);
+    c.moe.capacity_factor = 0.75;  // C = ceil(14·2/4·0.75) = 6 of 14 tokens
+    c.moe.drop_by_position = position;
+    LayerFixture f(c, 14, 24);
+    MoeSaved saved;
+    MoeAuxLosses aux;
+    moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux);
+    int64_t dropped = 0;
+    for (int32_t e : saved.experts) dropped += e < 0;
+    EXPECT_GT(dropped, 0);
+    EXPECT_EQ(static_cast<int64_t>(saved.permuted_slot.size()), 14 * 2 - dropped);
+    for (int64_t e = 0; e < 4; ++e) EXPECT_LE(saved.offsets[e + 1] - saved.offsets[e], 6);
+    f.expect_gradients_match_finite_differences();
+  }
+}
+
+// --moe-pad-expert-input-to-capacity: every expert runs on exactly C rows, and the padding rows
+// (weight 0) change neither the output nor any gradient.
+TEST(MoeLayer, PaddingToCapacityGivesTheSameOutputsAndGradients) {
+  ModelConfig c = moe_config(6, 4, 2, 4, true, true);
+  c.moe.capacity_factor = 1.25;  // C = ceil(14·2/4·1.25) = 9 of 14 tokens
+  LayerFixture dropped(c, 14, 26);
+  c.moe.pad_to_capacity = true;
+  LayerFixture padded(c, 14, 26);
+  MoeSaved a, b;
+  const Tensor ya = moe_forward(dropped.c, dropped.ops, dropped.pb, dropped.w, dropped.x, &a, nullptr);
+  const Tensor yb = moe_forward(padded.c, padded.ops, padded.pb, padded.w, padded.x, &b, nullptr);
+  int64_t pads = 0;
+  for (int64_t e = 0; e < 4; ++e) EXPECT_EQ(b.offsets[e + 1] - b.offsets[e], 9) << "expert " << e;
+  for (int64_t slot : b.permuted_slot) pads += slot < 0;
+  EXPECT_GT(pads, 0);
+  EXPECT_EQ(a.experts, b.experts);
+  for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(yb.data<float>()[i], ya.data<float>()[i], 1e-6) << i;
+  const Tensor dxa = dropped.backward(), dxb = padded.backward();
+  for (int64_t i = 0; i < dxa.numel(); ++i) EXPECT_NEAR(dxb.data<float>()[i], dxa.data<float>()[i], 1e-6) << i;
+  const float* ga = dropped.pb.flat_grads().data<float>();
+  const float* gb = padded.pb.flat_grads().data<float>();
+  for (int64_t i = 0; i < dropped.pb.trainable_numel(); ++i) EXPECT_NEAR(gb[i], ga[i], 1e-6) << i;
+  padded.expect_gradients_match_finite_differences();
+}
+
+// Top-1 with every token dropped but the capacity's: the dropped tokens' outputs are 0.
+TEST(MoeLayer, ADroppedTopOneTokenHasZeroOutput) {
+  ModelConfig c = moe_config(4, 2, 1, 3, true, false);
+  c.moe.pre_softmax = true;
+  c.moe.capacity_factor = 0.5;  // C = ceil(8·1/2·0.5) = 2 per expert
+  LayerFixture f(c, 8, 25);
+  MoeSaved saved;
+  const Tensor y = moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, nullptr);
+  for (int64_t t = 0; t < 8; ++t) {
+    double norm = 0.0;
+    for (int64_t h = 0; h < 4; ++h) norm += std::fabs(y.data<float>()[t * 4 + h]);
+    if (saved.experts[t] < 0) {
+      EXPECT_EQ(norm, 0.0) << "token " << t;
+    } else {
+      EXPECT_GT(norm, 0.0) << "token " << t;
+    }
+  }
 }
 
 TEST(MoeLayer, GradientsWithoutAuxLossesAreTheRoutedOutputsOnly) {

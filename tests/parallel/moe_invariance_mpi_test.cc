@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "layouts.h"
 #include "mpi_test_env.h"
@@ -105,24 +106,54 @@ double relative_error(const ParamSpec& s, const float* shard, const float* ref, 
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-const testing::TestRun& single_process_run() {
-  static std::unique_ptr<testing::TestRun> run;
+// DeepSeek-V3-style routing on the same model: 8 experts, top-3 of sigmoid scores plus an expert
+// bias (updated fast enough to change the routing within the run), limited to the 2 best of 4
+// groups, weights scaled by 2.5, the per-sequence load-balancing loss.
+const std::vector<std::string> kDeepSeekRouting = testing::join(
+    {std::vector<std::string>(kMoe.begin(), kMoe.end() - 12),
+     {"--num-experts", "8", "--moe-router-topk", "3", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
+      "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff", "0.01", "--moe-router-load-balancing-type", "seq_aux_loss",
+      "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+      "0.05", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2", "--moe-router-topk-scaling-factor",
+      "2.5"}});
+
+// Token dropping (capacity 0.5: a quarter of the pairs or more dropped) with the default routing.
+// The capacity counts a rank's own tokens of a micro-batch (Megatron), so only layouts that keep
+// whole micro-batches per rank (DP, EP, PP) reproduce the single-process run; under TP×SP or CP
+// each rank drops within its slice of the sequence.
+const std::vector<std::string> kDropping =
+    testing::join({kMoe, {"--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "probs"}});
+
+// Capacity 1 (the mean load: busy experts drop, idle ones are padded) with every expert's input
+// padded to its capacity (weight-0 rows).
+const std::vector<std::string> kDroppingPadded = testing::join(
+    {kMoe, {"--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"}});
+
+const std::vector<std::string> kRoutingLayouts = {"dp2",     "pp2",        "pp2_vpp2",   "ep2",
+                                                  "ep2_allgather", "ep2_full_recompute", "tp2_sp", "cp2",
+                                                  "dp2_distopt_overlap", "ep2_dp4", "ep2_dp4_distopt_overlap",
+                                                  "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2"};
+const std::vector<std::string> kDroppingLayouts = {"dp2", "pp2", "ep2", "ep2_allgather", "ep2_dp4_distopt_overlap"};
+
+const testing::TestRun& single_process_run(const std::vector<std::string>& flags) {
+  static std::map<std::vector<std::string>, std::unique_ptr<testing::TestRun>> runs;
+  std::unique_ptr<testing::TestRun>& run = runs[flags];
   if (!run) {
-    run = std::make_unique<testing::TestRun>(kMoe, make_self_communicator("world"), testing::kTinyVocab);
+    run = std::make_unique<testing::TestRun>(flags, make_self_communicator("world"), testing::kTinyVocab);
     run->train(5);
   }
   return *run;
 }
 
-class MoeInvariance : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MoeInvariance, MatchesSingleProcess) {
-  const Layout* layout = testing::find_layout(layouts(), GetParam());
+// Runs `layout` on `base` and compares it with the single-process run; `comm_bytes`: also the EP
+// group's traffic (default routing only).
+void expect_matches_single_process(const std::vector<std::string>& base, const std::string& name, bool comm_bytes) {
+  const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr);
   Comm world = test::world();
-  if (layout->world != world->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
-  const testing::TestRun& reference = single_process_run();
-  testing::TestRun run(testing::join({kMoe, layout->flags}), world, testing::kTinyVocab,
+  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  const testing::TestRun& reference = single_process_run(base);
+  testing::TestRun run(testing::join({base, layout->flags}), world, testing::kTinyVocab,
                        EngineOptions{layout->bucket_size, layout->recompute});
   run.train(5);
   finish_param_sync(*run.engine);
@@ -136,7 +167,8 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
         << "load_balancing_loss of iteration " << i + 1;
   }
   const ParamBuffer& ref = reference.engine->chunks[0]->params();
-  // Under EP each rank holds 2 of the 4 experts of each of its MoE layers, by local index.
+  // Under EP each rank holds half the experts of each of its MoE layers, by local index.
+  const int64_t num_experts = reference.engine->chunks[0]->config().moe.num_experts;
   const bool ep = std::find(layout->flags.begin(), layout->flags.end(), "--expert-model-parallel-size") !=
                   layout->flags.end();
   int expert_parallel = 0;  // over this rank's chunks (a chunk of dense layers has none)
@@ -144,13 +176,13 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
     for (const ParamSpec& s : chunk->params().specs()) {
       expert_parallel += s.expert_parallel;
       if (ep) {
-        EXPECT_EQ(s.name.find("local_experts.2."), std::string::npos) << s.name;
+        EXPECT_EQ(s.name.find(str_cat("local_experts.", num_experts / 2, ".")), std::string::npos) << s.name;
       }
     }
   EXPECT_EQ(expert_parallel > 0, ep);
   const bool recompute = std::find(layout->flags.begin(), layout->flags.end(), "--recompute-granularity") !=
                          layout->flags.end();  // reruns forwards: their exchanges count twice
-  if (ep && !recompute) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations;
+  if (comm_bytes && ep && !recompute) {  // the bytes docs/parallelism.md §12 gives for the expert-ep group (5 iterations;
                            // all-to-all: the combines send the rows this rank's experts got, so the
                            // EP group's sum is exact)
     const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
@@ -175,13 +207,53 @@ TEST_P(MoeInvariance, MatchesSingleProcess) {
       const ParamSpec& s = pb.spec(id);
       const int rid = ref.find(s.whole_model_name());  // under EP: the global expert
       ASSERT_GE(rid, 0) << s.name;
+      if (s.buffer) {  // the expert bias: the same counts every step, so the same bias on every rank
+        double moved = 0.0;
+        for (int64_t e = 0; e < s.local_numel(); ++e) {
+          EXPECT_EQ(pb.param_data(id)[e], ref.param_data(rid)[e]) << s.name << " [" << e << "]";
+          moved += std::fabs(ref.param_data(rid)[e]);
+        }
+        EXPECT_GT(moved, 0.0) << s.name;
+        continue;
+      }
       EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
       EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
     }
   }
 }
 
+class MoeInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeInvariance, MatchesSingleProcess) { expect_matches_single_process(kMoe, GetParam(), /*comm_bytes=*/true); }
+
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
+                         [](const auto& info) { return info.param; });
+
+class MoeRoutingInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeRoutingInvariance, DeepSeekRoutingMatchesSingleProcess) {
+  expect_matches_single_process(kDeepSeekRouting, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeRoutingInvariance, ::testing::ValuesIn(kRoutingLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoeDroppingInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeDroppingInvariance, TokenDroppingMatchesSingleProcess) {
+  expect_matches_single_process(kDropping, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeDroppingInvariance, ::testing::ValuesIn(kDroppingLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoePaddedInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoePaddedInvariance, PaddedToCapacityMatchesSingleProcess) {
+  expect_matches_single_process(kDroppingPadded, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoePaddedInvariance, ::testing::Values("dp2", "ep2", "ep2_dp4"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

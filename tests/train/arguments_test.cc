@@ -1,5 +1,6 @@
 // Megatron flag parsing: names, defaults, derived values, and one-line errors naming the flag.
 #include "train/arguments.h"
+#include "train/model_setup.h"
 
 #include <gtest/gtest.h>
 
@@ -103,6 +104,48 @@ TEST(Arguments, AliasAndEqualsSyntax) {
   EXPECT_EQ(c.args.checkpoint.save_interval, 5);
 }
 
+// Megatron's router flags: defaults, and a DeepSeek-V3-style routing reaching the model config.
+TEST(Arguments, MoeRouterFlagsDefaultsAndModelConfig) {
+  Cli d;
+  ASSERT_TRUE(d.parse(with(minimal(), {"--num-experts", "8"})).ok());
+  EXPECT_EQ(d.args.moe.moe_router_score_function, "softmax");
+  EXPECT_FALSE(d.args.moe.moe_router_enable_expert_bias);
+  EXPECT_EQ(d.args.moe.moe_router_bias_update_rate, 1e-3);
+  EXPECT_TRUE(unset(d.args.moe.moe_router_topk_scaling_factor));
+  EXPECT_EQ(d.args.moe.moe_router_num_groups, kUnset);
+  EXPECT_TRUE(unset(d.args.moe.moe_expert_capacity_factor));
+  EXPECT_EQ(d.args.moe.moe_token_drop_policy, "probs");
+  d.args.model.padded_vocab_size = 128;  // set by the tokenizer setup in a run
+  const ModelConfig dc = model_config_from_args(d.args);
+  EXPECT_FALSE(dc.moe.sigmoid);
+  EXPECT_EQ(dc.moe.topk_scaling_factor, 1.0);
+  EXPECT_EQ(dc.moe.capacity_factor, 0.0);
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal(), {"--num-experts", "8", "--moe-router-topk", "4", "--moe-router-score-function",
+                                       "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+                                       "0.01", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+                                       "--moe-router-topk-scaling-factor", "2.5", "--moe-router-load-balancing-type",
+                                       "seq_aux_loss", "--moe-aux-loss-coeff", "1e-4", "--moe-expert-capacity-factor",
+                                       "1.5", "--moe-token-drop-policy", "position"}))
+                  .ok());
+  c.args.model.padded_vocab_size = 128;
+  const ModelConfig mc = model_config_from_args(c.args);
+  EXPECT_TRUE(mc.moe.sigmoid);
+  EXPECT_TRUE(mc.moe.expert_bias);
+  EXPECT_EQ(mc.moe.bias_update_rate, 0.01);
+  EXPECT_EQ(mc.moe.num_groups, 4);
+  EXPECT_EQ(mc.moe.group_topk, 2);
+  EXPECT_EQ(mc.moe.topk_scaling_factor, 2.5);
+  EXPECT_TRUE(mc.moe.seq_aux_loss);
+  EXPECT_EQ(mc.moe.aux_loss_coeff, 1e-4);
+  EXPECT_EQ(mc.moe.capacity_factor, 1.5);
+  EXPECT_TRUE(mc.moe.drop_by_position);
+  Cli negative;  // Megatron: a negative capacity factor is None (dropless)
+  ASSERT_TRUE(negative.parse(with(minimal(), {"--num-experts", "8", "--moe-expert-capacity-factor", "-1"})).ok());
+  negative.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(negative.args).moe.capacity_factor, 0.0);
+}
+
 TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   Cli c;
   ASSERT_TRUE(c.parse(with(minimal(), {"--num-experts", "8", "--moe-grouped-gemm"})).ok());
@@ -146,6 +189,15 @@ TEST(Arguments, ExpertParallelism) {
             "--expert-model-parallel-size 2 needs --num-experts (a MoE model), found no --num-experts");
   Cli allgather;  // Megatron's default dispatcher
   EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
+  Cli padded;  // padding rows are not carried by the all-gather dispatcher
+  EXPECT_EQ(padded.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2",
+                                          "--moe-expert-capacity-factor", "1", "--moe-pad-expert-input-to-capacity"}),
+                         2).message(),
+            "--moe-pad-expert-input-to-capacity with --moe-token-dispatcher-type allgather and "
+            "--expert-model-parallel-size 2: not supported yet (use alltoall)");
+  Cli padded_alltoall;
+  EXPECT_TRUE(padded_alltoall.parse(with(minimal(), with(ep2, {"--moe-expert-capacity-factor", "1",
+                                                               "--moe-pad-expert-input-to-capacity"})), 2).ok());
 }
 
 TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
@@ -237,10 +289,31 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-experts", "4", "--moe-layer-freq", "[1,2]"}, StatusCode::kInvalidArgument,
                   "--moe-layer-freq: expected an integer >= 1 or a list of 2 zeros and ones, found '[1,2]' (element '2' "
                   "is not 0 or 1)"},
-        ErrorCase{{"--num-experts", "4", "--moe-expert-capacity-factor", "1.0"}, StatusCode::kUnimplemented,
-                  "--moe-expert-capacity-factor: not supported yet (MoE token dropping; every token reaches its k experts)"},
+        ErrorCase{{"--num-experts", "4", "--moe-pad-expert-input-to-capacity"}, StatusCode::kInvalidArgument,
+                  "--moe-pad-expert-input-to-capacity: expected --moe-expert-capacity-factor too, found it unset"},
+        ErrorCase{{"--num-experts", "4", "--moe-expert-capacity-factor", "0"}, StatusCode::kInvalidArgument,
+                  "--moe-expert-capacity-factor: expected a positive number (or negative: dropless), found 0"},
+        ErrorCase{{"--moe-expert-capacity-factor", "1"}, StatusCode::kInvalidArgument,
+                  "--moe-expert-capacity-factor needs --num-experts (a MoE model), found no --num-experts"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-enable-expert-bias"}, StatusCode::kInvalidArgument,
+                  "--moe-router-enable-expert-bias: expected --moe-router-score-function sigmoid, found softmax"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-group-topk", "2"}, StatusCode::kInvalidArgument,
+                  "--moe-router-group-topk 2: expected --moe-router-num-groups too, found it unset"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-num-groups", "3", "--moe-router-group-topk", "1"},
+                  StatusCode::kInvalidArgument, "--moe-router-num-groups: expected a divisor of --num-experts 4, found 3"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-num-groups", "2", "--moe-router-group-topk", "3"},
+                  StatusCode::kInvalidArgument, "--moe-router-group-topk: expected 1 to --moe-router-num-groups 2, found 3"},
+        ErrorCase{{"--num-experts", "8", "--moe-router-topk", "1", "--moe-router-num-groups", "4",
+                   "--moe-router-group-topk", "2"},
+                  StatusCode::kInvalidArgument, "--moe-router-group-topk: expected at most --moe-router-topk 1, found 2"},
+        ErrorCase{{"--num-experts", "8", "--moe-router-topk", "4", "--moe-router-num-groups", "4",
+                   "--moe-router-group-topk", "1"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-group-topk 1: expected groups holding at least --moe-router-topk 4 experts, found 2"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-topk-scaling-factor", "0"}, StatusCode::kInvalidArgument,
+                  "--moe-router-topk-scaling-factor: expected a positive number, found 0"},
         ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "sinkhorn"}, StatusCode::kUnimplemented,
-                  "--moe-router-load-balancing-type sinkhorn: not supported yet (aux_loss or none)"},
+                  "--moe-router-load-balancing-type sinkhorn: not supported yet (aux_loss, seq_aux_loss or none)"},
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,

@@ -445,6 +445,49 @@ TEST(HfConvertErrors, MixtralOptionsGaleDoesNotHaveAndMoeModelsMixtralCannotHold
   moe.layer_pattern = {1, 1};
   moe.moe_router_pre_softmax = true;
   EXPECT_FALSE(hf_model_from_args(m, moe, 100, "x").ok());
+  moe.moe_router_pre_softmax = false;  // Mixtral's gate has no sigmoid scores, expert bias or groups
+  moe.moe_router_score_function = "sigmoid";
+  moe.moe_router_enable_expert_bias = true;
+  hf = hf_model_from_args(m, moe, 100, "x");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("only with softmax routing (found --moe-router-score-function sigmoid, "
+                                       "expert bias on, top-k scaling factor unset, group-limited routing off)"),
+            std::string::npos)
+      << hf.status().message();
+  moe.moe_router_score_function = "softmax";
+  moe.moe_router_enable_expert_bias = false;
+  moe.moe_router_num_groups = 2;
+  moe.moe_router_group_topk = 1;
+  EXPECT_FALSE(hf_model_from_args(m, moe, 100, "x").ok());
+}
+
+// The routing flags travel in the checkpoint's args (gale generate/evaluate rebuild the model from
+// them); older checkpoints without them get Megatron's defaults.
+TEST(CheckpointArgs, MoeRoutingFlagsRoundTrip) {
+  MoeArgs moe;
+  moe.num_experts = 8;
+  moe.moe_ffn_hidden_size = 16;
+  moe.moe_router_score_function = "sigmoid";
+  moe.moe_router_enable_expert_bias = true;
+  moe.moe_router_topk_scaling_factor = 2.5;
+  moe.moe_router_num_groups = 4;
+  moe.moe_router_group_topk = 2;
+  nlohmann::json args = nlohmann::json::object();
+  add_moe_flags_json(moe, &args);
+  const MoeArgs back = moe_args_from_json(args, "x", 2).value();
+  EXPECT_EQ(back.moe_router_score_function, "sigmoid");
+  EXPECT_TRUE(back.moe_router_enable_expert_bias);
+  EXPECT_EQ(back.moe_router_topk_scaling_factor, 2.5);
+  EXPECT_EQ(back.moe_router_num_groups, 4);
+  EXPECT_EQ(back.moe_router_group_topk, 2);
+  for (const char* key : {"moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor",
+                          "moe_router_num_groups", "moe_router_group_topk"})
+    args.erase(key);
+  const MoeArgs old = moe_args_from_json(args, "x", 2).value();
+  EXPECT_EQ(old.moe_router_score_function, "softmax");
+  EXPECT_FALSE(old.moe_router_enable_expert_bias);
+  EXPECT_TRUE(unset(old.moe_router_topk_scaling_factor));
+  EXPECT_EQ(old.moe_router_group_topk, kUnset);
 }
 
 TEST(HfConvertErrors, TensorOfTheWrongShapeOrMissing) {

@@ -2,6 +2,7 @@
 // mismatched or damaged checkpoint is a clear error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -59,6 +60,39 @@ TEST(Resume, ContinuesBitForBit) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
   const ParamBuffer& p1 = whole.model().params();
   const ParamBuffer& p2 = second.model().params();
+  for (int64_t i = 0; i < p1.numel(); ++i)
+    ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
+  std::filesystem::remove_all(dir);
+}
+
+// --moe-router-enable-expert-bias: the bias (a buffer, moved after every step) is saved as
+// decoder.layers.{i}.mlp.router.expert_bias and resumed, so the resumed run routes and trains
+// exactly like the uninterrupted one.
+TEST(Resume, MoeExpertBiasContinuesBitForBit) {
+  const std::string dir = temp_dir("expert_bias");
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-router-score-function",
+                                        "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+                                        "0.02", "--moe-aux-loss-coeff", "0.01"};
+  TrainingRun whole(moe);
+  const std::vector<double> expected = whole.train(6);
+  TrainingRun first(testing::join({moe, {"--save", dir, "--save-interval", "3"}}));
+  first.train(3);
+  ASSERT_TRUE(first.save().ok());
+  TrainingRun second(testing::join({moe, {"--load", dir}}));
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  const ParamBuffer& p1 = whole.model().params();
+  const ParamBuffer& p2 = second.model().params();
+  const int bias = p2.find("decoder.layers.1.mlp.router.expert_bias");
+  ASSERT_GE(bias, 0);
+  EXPECT_TRUE(p2.spec(bias).buffer);
+  EXPECT_EQ(p2.param_data(bias)[0], first.model().params().param_data(bias)[0]);
+  const std::vector<double> b = second.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
+  double moved = 0.0;
+  for (int64_t e = 0; e < 4; ++e) moved += std::fabs(p1.param_data(bias)[e]);
+  EXPECT_GT(moved, 0.0);  // six updates of ±0.02 (or 0) per expert
   for (int64_t i = 0; i < p1.numel(); ++i)
     ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
   std::filesystem::remove_all(dir);

@@ -1,0 +1,272 @@
+// MoE router forward/backward: score functions, (group-limited) top-k, expert bias, token dropping, aux losses.
+#include "model/moe_router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/norm.h"
+#include "model/linear.h"
+
+namespace gale {
+
+namespace {
+
+// The router in f32 (no bf16 copy is used even under --bf16).
+LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
+  LinearWeight w = linear_weight(pb, id, ops.gemm);
+  w.w_bf16 = nullptr;
+  return w;
+}
+
+bool splits(const Comm& g) { return g && g->size() > 1; }
+
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+// Drops the pairs over each expert's capacity (experts[t·k + j] = -1).
+void drop_over_capacity(const ModelConfig& c, int64_t T, const Tensor& probs, std::vector<int32_t>* experts) {
+  const int64_t E = c.moe.num_experts, k = c.moe.topk;
+  const int64_t capacity = moe_expert_capacity(T, k, E, c.moe.capacity_factor);
+  if (capacity > T) return;  // Megatron: no expert can overflow
+  std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(E));  // per expert its slots, in token order
+  for (int64_t i = 0; i < T * k; ++i) pairs[(*experts)[i]].push_back(i);
+  const float* q = probs.data<float>();
+  for (auto& slots : pairs) {
+    if (static_cast<int64_t>(slots.size()) <= capacity) continue;
+    if (!c.moe.drop_by_position)  // keep the largest weights, the earlier token first among equal ones
+      std::stable_sort(slots.begin(), slots.end(), [&](int64_t a, int64_t b) { return q[a] > q[b]; });
+    for (size_t i = static_cast<size_t>(capacity); i < slots.size(); ++i) (*experts)[slots[i]] = -1;
+  }
+}
+
+// --moe-pad-expert-input-to-capacity: each expert's rows filled up to min(C, T) with the earliest
+// tokens that did not choose it (after dropping an expert below capacity lost no pair).
+void pad_to_capacity(const ModelConfig& c, int64_t T, MoeRouting* r) {
+  const int64_t E = c.moe.num_experts, k = c.moe.topk;
+  const int64_t rows = std::min(moe_expert_capacity(T, k, E, c.moe.capacity_factor), T);
+  r->padding.assign(static_cast<size_t>(E), {});
+  std::vector<char> chose(static_cast<size_t>(T));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t t = 0; t < T; ++t) {
+      chose[t] = 0;
+      for (int64_t j = 0; j < k; ++j) chose[t] |= r->experts[t * k + j] == e;
+    }
+    for (int64_t t = 0; t < T && r->tokens_per_expert[e] < rows; ++t)
+      if (!chose[t]) {
+        r->padding[e].push_back(t);
+        ++r->tokens_per_expert[e];
+      }
+  }
+}
+
+}  // namespace
+
+void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t group_topk, int32_t* out) {
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  if (num_groups > 0 && group_topk > 0) {
+    const int64_t per = E / num_groups, m = k / group_topk;
+    std::vector<double> group_score(static_cast<size_t>(num_groups));
+    std::vector<float> vals(static_cast<size_t>(per));
+    for (int64_t g = 0; g < num_groups; ++g) {
+      std::copy(v + g * per, v + (g + 1) * per, vals.begin());
+      std::partial_sort(vals.begin(), vals.begin() + m, vals.end(), std::greater<float>());
+      double sum = 0.0;
+      for (int64_t i = 0; i < m; ++i) sum += vals[i];
+      group_score[g] = sum;
+    }
+    std::vector<int32_t> groups(static_cast<size_t>(num_groups));
+    std::iota(groups.begin(), groups.end(), 0);
+    std::stable_sort(groups.begin(), groups.end(), [&](int32_t a, int32_t b) { return group_score[a] > group_score[b]; });
+    std::vector<char> eligible(static_cast<size_t>(num_groups), 0);
+    for (int64_t i = 0; i < group_topk; ++i) eligible[groups[i]] = 1;
+    order.erase(std::remove_if(order.begin(), order.end(), [&](int32_t e) { return !eligible[e / per]; }), order.end());
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[a] > v[b]; });
+  GALE_CHECK_GE(static_cast<int64_t>(order.size()), k) << "top-" << k << " of " << order.size() << " eligible experts";
+  std::copy(order.begin(), order.begin() + k, out);
+}
+
+int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * k) / static_cast<double>(E) * factor));
+}
+
+void update_expert_bias(float* bias, const double* counts, int64_t E, double rate) {
+  double mean = 0.0;
+  for (int64_t e = 0; e < E; ++e) mean += counts[e];
+  mean /= static_cast<double>(E);
+  for (int64_t e = 0; e < E; ++e) {
+    const double offset = mean - counts[e];
+    const float step = static_cast<float>(rate);
+    if (offset > 0.0) bias[e] += step;
+    if (offset < 0.0) bias[e] -= step;
+  }
+}
+
+MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
+                              const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
+                              const Comm& seq) {
+  const MoeConfig& m = c.moe;
+  const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
+  GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
+  const Tensor logits = linear_forward(to_f32(x), router_weight(ops, pb, w.weight));  // [T, E]
+  const float* bias = w.expert_bias >= 0 ? pb.param_data(w.expert_bias) : nullptr;
+  Tensor scores = Tensor::empty({T, E}), lse = Tensor::empty({T}), q = Tensor::empty({T, k});
+  std::vector<int32_t> experts(static_cast<size_t>(T * k));
+  std::vector<float> v(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits.data<float>() + t * E;
+    float* s = scores.data<float>() + t * E;
+    const float mx = *std::max_element(l, l + E);
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e] - mx));
+    lse.data<float>()[t] = mx + static_cast<float>(std::log(sum));
+    if (m.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(sigmoid(l[e]));
+      for (int64_t e = 0; e < E; ++e) v[e] = bias ? s[e] + bias[e] : s[e];
+    } else {
+      for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(std::exp(static_cast<double>(l[e] - mx)) / sum);
+      std::copy(m.pre_softmax ? s : l, (m.pre_softmax ? s : l) + E, v.begin());
+    }
+    int32_t* ex = experts.data() + t * k;
+    moe_top_k(v.data(), E, k, m.num_groups, m.group_topk, ex);
+    double selected = 0.0;
+    for (int64_t j = 0; j < k; ++j) selected += s[ex[j]];
+    float* qt = q.data<float>() + t * k;
+    for (int64_t j = 0; j < k; ++j) {
+      if (m.sigmoid)
+        qt[j] = k > 1 ? static_cast<float>(s[ex[j]] / (selected + 1e-20)) : s[ex[j]];
+      else
+        qt[j] = m.pre_softmax ? s[ex[j]] : static_cast<float>(s[ex[j]] / selected);
+    }
+  }
+  MoeRouting r;
+  r.probs = q;
+  if (m.topk_scaling_factor != 1.0) {
+    r.probs = Tensor::empty({T, k});
+    for (int64_t i = 0; i < T * k; ++i)
+      r.probs.data<float>()[i] = static_cast<float>(q.data<float>()[i] * m.topk_scaling_factor);
+  }
+  r.experts = experts;
+  if (m.capacity_factor > 0.0) drop_over_capacity(c, T, r.probs, &r.experts);
+  r.tokens_per_expert.assign(static_cast<size_t>(E), 0);
+  for (int32_t e : r.experts)
+    if (e >= 0) ++r.tokens_per_expert[e];
+  if (m.capacity_factor > 0.0 && m.pad_to_capacity) pad_to_capacity(c, T, &r);
+  if (!saved) return r;
+
+  // ---- auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):
+  // the aux top-k's counts summed over `seq`, the scores' sums kept local, so each rank's gradient
+  // is its tokens' share of the whole sequence's loss ----
+  const int64_t parts = splits(seq) ? seq->size() : 1;
+  const int64_t G = m.seq_aux_loss ? batch : 1;
+  GALE_CHECK_EQ(T % G, 0) << "seq_aux_loss: " << T << " tokens are not " << G << " sequences";
+  std::vector<int64_t> aux_counts(static_cast<size_t>(G * E), 0);
+  std::vector<int32_t> top(static_cast<size_t>(k));
+  if (m.aux_loss_coeff > 0.0) {
+    for (int64_t t = 0; t < T; ++t) {  // the plain top-k of p (= of the logits): no bias, groups or dropping
+      moe_top_k(logits.data<float>() + t * E, E, k, 0, 0, top.data());
+      for (int32_t e : top) ++aux_counts[(t % G) * E + e];
+    }
+    if (parts > 1) seq->all_reduce(aux_counts.data(), G * E, DType::kI64, ReduceOp::kSum);
+  }
+  const double N = static_cast<double>(T / G * parts);
+  if (losses) {
+    double sums[2] = {0.0, 0.0};  // this rank's share of the load-balancing loss, Σ lse²
+    if (m.aux_loss_coeff > 0.0) {
+      std::vector<double> p_sum(static_cast<size_t>(G * E), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* s = scores.data<float>() + t * E;
+        double* ps = p_sum.data() + (t % G) * E;
+        if (m.sigmoid) {
+          double z = 1e-20;
+          for (int64_t e = 0; e < E; ++e) z += s[e];
+          for (int64_t e = 0; e < E; ++e) ps[e] += s[e] / z;
+        } else {
+          for (int64_t e = 0; e < E; ++e) ps[e] += s[e];
+        }
+      }
+      double sum = 0.0;
+      for (int64_t i = 0; i < G * E; ++i) sum += p_sum[i] * static_cast<double>(aux_counts[i]);
+      sums[0] = sum * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
+    }
+    if (m.z_loss_coeff > 0.0)
+      for (int64_t t = 0; t < T; ++t) sums[1] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
+    if (parts > 1 && (m.aux_loss_coeff > 0.0 || m.z_loss_coeff > 0.0))
+      seq->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+    *losses = MoeAuxLosses{sums[0], sums[1] / static_cast<double>(T * parts)};
+  }
+  saved->scores = scores;
+  saved->logsumexp = lse;
+  saved->probs = q;
+  saved->experts = std::move(experts);
+  saved->aux_counts = std::move(aux_counts);
+  saved->aux_groups = G;
+  saved->aux_tokens = T / G * parts;
+  if (m.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
+  return r;
+}
+
+Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeRouterIds& w,
+                           MoeRouterSaved& s, const Tensor& x, const Tensor& dprobs, double aux_scale) {
+  const MoeConfig& m = c.moe;
+  const int64_t T = x.size(0), E = m.num_experts, k = m.topk, G = s.aux_groups;
+  const std::vector<int64_t>& counts = s.aux_counts;  // over the sequence partition group
+  const double N = static_cast<double>(s.aux_tokens);
+  const double aux_factor = m.aux_loss_coeff * aux_scale * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
+  const double z_factor = m.z_loss_coeff * aux_scale * 2.0 / (N * static_cast<double>(G));
+  const bool aux = m.aux_loss_coeff > 0.0;
+  Tensor dlogits = Tensor::empty({T, E});
+  std::vector<double> ds(static_cast<size_t>(E)), g(static_cast<size_t>(k)), dsig(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* sc = s.scores.data<float>() + t * E;
+    const float* q = s.probs.data<float>() + t * k;
+    const int32_t* ex = s.experts.data() + t * k;
+    float* dl = dlogits.data<float>() + t * E;
+    for (int64_t j = 0; j < k; ++j) g[j] = m.topk_scaling_factor * dprobs.data<float>()[t * k + j];
+    for (int64_t e = 0; e < E; ++e) ds[e] = aux ? aux_factor * static_cast<double>(counts[(t % G) * E + e]) : 0.0;  // ∂aux/∂p
+    const double z = z_factor * s.logsumexp.data<float>()[t];
+    if (m.sigmoid) {
+      // σ: the selected weights q = σ_sel / Σ_sel σ (k > 1) and the aux scores p = σ / Σ_E σ.
+      std::fill(dsig.begin(), dsig.end(), 0.0);
+      if (k > 1) {
+        double zsel = 1e-20, gq = 0.0;
+        for (int64_t j = 0; j < k; ++j) zsel += sc[ex[j]];
+        for (int64_t j = 0; j < k; ++j) gq += g[j] * q[j];
+        for (int64_t j = 0; j < k; ++j) dsig[ex[j]] += (g[j] - gq) / zsel;
+      } else {
+        dsig[ex[0]] += g[0];
+      }
+      if (aux) {
+        double zall = 1e-20, dsp = 0.0;
+        for (int64_t e = 0; e < E; ++e) zall += sc[e];
+        for (int64_t e = 0; e < E; ++e) dsp += ds[e] * sc[e] / zall;
+        for (int64_t e = 0; e < E; ++e) dsig[e] += (ds[e] - dsp) / zall;
+      }
+      const float* l = s.logits.defined() ? s.logits.data<float>() + t * E : nullptr;
+      const float lse = s.logsumexp.data<float>()[t];
+      for (int64_t e = 0; e < E; ++e) {
+        double d = dsig[e] * sc[e] * (1.0 - sc[e]);
+        if (l) d += z * std::exp(static_cast<double>(l[e]) - lse);  // z-loss through softmax(l)
+        dl[e] = static_cast<float>(d);
+      }
+      continue;
+    }
+    for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
+    if (m.pre_softmax) {
+      for (int64_t j = 0; j < k; ++j) ds[ex[j]] += g[j];
+    } else {  // q = softmax over the selected logits
+      double qg = 0.0;
+      for (int64_t j = 0; j < k; ++j) qg += static_cast<double>(q[j]) * g[j];
+      for (int64_t j = 0; j < k; ++j) dl[ex[j]] = static_cast<float>(q[j] * (g[j] - qg));
+    }
+    double sds = 0.0;  // through s = softmax over all logits
+    for (int64_t e = 0; e < E; ++e) sds += sc[e] * ds[e];
+    for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(sc[e] * (ds[e] - sds) + z * sc[e]);
+  }
+  Tensor dx = linear_backward(dlogits, to_f32(x), router_weight(ops, pb, w.weight));
+  s = MoeRouterSaved{};
+  return dx;
+}
+
+}  // namespace gale

@@ -1,0 +1,105 @@
+// The MoE router (Megatron-Core TopKRouter): logits -> top-k experts, routing weights, token dropping, aux losses.
+//
+// Shapes (T tokens of one micro-batch on this rank, H hidden, E experts, k = --moe-router-topk):
+//   logits l = x·W_routerᵀ [T, E] (f32). Scores and the top-k choice:
+//     softmax (default):        the top-k of l (ties: the lower expert) and q = softmax over the k
+//                               selected logits; --moe-router-pre-softmax: top-k of s = softmax(l)
+//                               over all E, q = s at the selected experts;
+//     sigmoid:                  σ = sigmoid(l); the top-k of σ + b (b: the expert bias, when
+//                               enabled; it only steers the choice), q = σ at the selected experts,
+//                               divided by (their sum + 1e-20) when k > 1 (pre-softmax ignored, as
+//                               Megatron);
+//     group-limited routing (--moe-router-num-groups G, --moe-router-group-topk g): the experts in
+//       G consecutive groups of E/G; a group's score is the sum of its k/g largest routing values
+//       (the values the top-k is taken on: l, s or σ + b); only the g best groups are eligible;
+//   routing weights: q · --moe-router-topk-scaling-factor [T, k].
+// Token dropping (--moe-expert-capacity-factor F, Megatron's apply_router_token_dropping): each
+// expert keeps at most C = ceil(T·k/E·F) of this rank's T tokens (no dropping when C > T): those
+// with the largest weights (ties: the earlier token) or with --moe-token-drop-policy position the
+// earliest; a dropped (token, expert) pair gets no row and weight 0 (the weights of the token's
+// other experts are not renormalised). --moe-pad-expert-input-to-capacity: every expert gets exactly
+// min(C, T) rows (Megatron: all T when C > T), the missing ones padding rows of the earliest tokens
+// that did not choose it, with weight 0 (no effect on outputs or gradients; they count as kept pairs
+// for the expert bias, as in Megatron's routing map).
+// Auxiliary losses (training forwards only; Megatron computes them on a separate plain top-k):
+//   p = softmax(l) (softmax) or σ / (Σ_E σ + 1e-20) (sigmoid); n_e = tokens whose top-k of p (no
+//   bias, no groups, no dropping) holds e, summed over the sequence partition group `seq` (TP×CP);
+//   aux_loss:     aux = E/(N²·k) · Σ_e (Σ_t p_t,e) · n_e,  N = T·|seq|;
+//   seq_aux_loss: the same per sequence b of the micro-batch (tokens t = s·B + b; n and Σ_t p per
+//                 sequence, N = T/B·|seq|), averaged over the B sequences;
+//   z-loss:       z = Σ_t logsumexp(l_t)² / N.
+// The expert-bias counts are the kept (token, expert) pairs per expert (after dropping).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/op_table.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace gale {
+
+// The two auxiliary losses of one layer and micro-batch without their coefficients (the values
+// Megatron logs as load_balancing_loss, or seq_load_balancing_loss, and z_loss); each 0 when its
+// coefficient is 0.
+struct MoeAuxLosses {
+  double load_balancing = 0.0;
+  double z = 0.0;
+};
+
+// Ids of the router's tensors in the ParamBuffer.
+struct MoeRouterIds {
+  int weight = -1;       // decoder.layers.{i}.mlp.router.weight [E, H]
+  int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
+};
+
+// The routing of one micro-batch.
+struct MoeRouting {
+  Tensor probs;                          // [T, k] routing weights (a dropped pair's value is not used)
+  std::vector<int32_t> experts;          // [T, k] chosen experts, best first; -1: the pair was dropped
+  std::vector<int64_t> tokens_per_expert;  // [E] kept pairs (+ padding rows) per expert (the expert-bias counts)
+  std::vector<std::vector<int64_t>> padding;  // --moe-pad-expert-input-to-capacity: per expert its
+                                              // padding rows' tokens, ascending (else empty)
+};
+
+// What forward keeps for backward.
+struct MoeRouterSaved {
+  Tensor scores;                     // [T, E] softmax(l) (softmax) or σ (sigmoid)
+  Tensor logsumexp;                  // [T] of the logits (z-loss)
+  Tensor logits;                     // [T, E] under sigmoid with the z-loss (its softmax)
+  Tensor probs;                      // [T, k] routing weights
+  std::vector<int32_t> experts;      // [T, k] chosen experts (before dropping)
+  std::vector<int64_t> aux_counts;   // [G·E] tokens per expert of the aux top-k over `seq` (G = B
+                                     // sequences under seq_aux_loss, else 1)
+  int64_t aux_groups = 1;            // G
+  int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq`
+};
+
+// Routes x [T, H] (f32 or bf16; T = S·B rows t = s·B + b, `batch` = B). With `saved` (training) the
+// state for backward is kept and `losses`, when not null, receives the auxiliary losses summed over
+// `seq` (the group the sequence is split over, TP×CP; null: none, every rank of it must call).
+MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
+                              const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
+                              const Comm& seq = nullptr);
+
+// Backward from the routing weights' gradient dprobs [T, k] (0 at dropped pairs) and the auxiliary
+// losses (their coefficients times `aux_scale`): accumulates the router weight's gradient and
+// returns the input's [T, H] (f32). `x` is forward's input. Releases `s`.
+Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeRouterIds& w,
+                           MoeRouterSaved& s, const Tensor& x, const Tensor& dprobs, double aux_scale);
+
+// The experts chosen from routing values v [E] (best first, ties: the lower expert), limited to the
+// best `group_topk` of `num_groups` groups when num_groups > 0 (group score: the sum of its
+// k / group_topk largest values).
+void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t group_topk, int32_t* out);
+
+// Megatron's expert capacity ceil(tokens·k / E · factor).
+int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor);
+
+// Megatron's aux-loss-free bias update after a step: counts [E] (the step's kept pairs per expert,
+// summed over every rank that routes different tokens) -> bias += rate · sign(mean(counts) − count).
+void update_expert_bias(float* bias, const double* counts, int64_t E, double rate);
+
+}  // namespace gale

@@ -1,0 +1,233 @@
+// The MoE router: float64 PyTorch golden values (tools/reference/moe_router_reference.py), group-limited
+// top-k, capacity and token dropping rules, the expert-bias update.
+#include "model/moe_router.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/param_builders.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+std::vector<float> floats(const nlohmann::json& j) {
+  std::vector<float> v;
+  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
+  return v;
+}
+
+struct RouterFixture {
+  ModelConfig c;
+  OpTable ops = reference_ops();
+  ParamBuffer pb;
+  MoeRouterIds w;
+  Tensor x;
+
+  RouterFixture(const ModelConfig& config, int64_t T) : c(config) {
+    w.weight = pb.add(make_param_spec("router.weight", {c.moe.num_experts, c.hidden}, InitKind::kNormal, 0.5f, true));
+    if (c.moe.expert_bias) {
+      ParamSpec b = make_param_spec("router.expert_bias", {c.moe.num_experts}, InitKind::kZeros, 0, false);
+      b.trainable = false;
+      b.buffer = true;
+      w.expert_bias = pb.add(b);
+    }
+    pb.finalize();
+    pb.initialize(7);
+    x = Tensor::empty({T, c.hidden});
+    testing::fill_random(x.data<float>(), x.numel(), 8);
+  }
+};
+
+ModelConfig router_config(int64_t H, int64_t E, int64_t k) {
+  ModelConfig c;
+  c.num_layers = 1;
+  c.hidden = H;
+  c.moe.num_experts = E;
+  c.moe.topk = k;
+  return c;
+}
+
+// Every case of the golden file: the chosen experts (-1: dropped), the weights of the kept pairs,
+// the aux and z losses, and the gradients of Σ_kept R·w + coeffs·losses for x and the router weight.
+TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
+  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/moe_router/golden.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_EQ(golden["cases"].size(), 5u);
+  for (const auto& g : golden["cases"]) {
+    SCOPED_TRACE(g["name"].get<std::string>());
+    const int64_t T = g["T"], B = g["B"], H = g["H"], E = g["E"], k = g["k"];
+    ModelConfig c = router_config(H, E, k);
+    c.moe.sigmoid = g["score"] == "sigmoid";
+    c.moe.pre_softmax = g["pre_softmax"];
+    c.moe.expert_bias = !g["bias"].empty();
+    if (!g["groups"].is_null()) {
+      c.moe.num_groups = g["groups"];
+      c.moe.group_topk = g["group_topk"];
+    }
+    if (!g["scaling"].is_null()) c.moe.topk_scaling_factor = g["scaling"];
+    c.moe.seq_aux_loss = g["lb"] == "seq_aux_loss";
+    c.moe.aux_loss_coeff = g["aux_coeff"];
+    c.moe.z_loss_coeff = g["z_coeff"];
+    if (!g["capacity"].is_null()) c.moe.capacity_factor = g["capacity"];
+    c.moe.drop_by_position = g["policy"] == "position";
+    RouterFixture f(c, T);
+    const std::vector<float> x = floats(g["x"]), W = floats(g["W"]), R = floats(g["R"]);
+    std::copy(x.begin(), x.end(), f.x.data<float>());
+    std::copy(W.begin(), W.end(), f.pb.param_data(f.w.weight));
+    if (c.moe.expert_bias) {
+      const std::vector<float> b = floats(g["bias"]);
+      std::copy(b.begin(), b.end(), f.pb.param_data(f.w.expert_bias));
+    }
+    MoeRouterSaved saved;
+    MoeAuxLosses losses;
+    const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, B, &saved, &losses);
+    const std::vector<int> experts = g["experts"].get<std::vector<int>>();
+    const std::vector<double> probs = g["probs"].get<std::vector<double>>();
+    Tensor dprobs = Tensor::zeros({T, k});
+    for (int64_t i = 0; i < T * k; ++i) {
+      ASSERT_EQ(r.experts[i], experts[i]) << "slot " << i;
+      if (experts[i] < 0) continue;
+      EXPECT_NEAR(r.probs.data<float>()[i], probs[i], 1e-5 * (1.0 + std::fabs(probs[i]))) << "weight " << i;
+      dprobs.data<float>()[i] = R[i];
+    }
+    if (c.moe.aux_loss_coeff > 0.0) {
+      EXPECT_NEAR(losses.load_balancing, g["aux"].get<double>(), 1e-5 * g["aux"].get<double>());
+    }
+    if (c.moe.z_loss_coeff > 0.0) {
+      EXPECT_NEAR(losses.z, g["z"].get<double>(), 1e-5 * g["z"].get<double>());
+    }
+    f.pb.zero_grads();
+    const Tensor dx = moe_router_backward(c, f.ops, f.pb, f.w, saved, f.x, dprobs, 1.0);
+    const std::vector<double> want_dx = g["dx"].get<std::vector<double>>(), want_dw = g["dW"].get<std::vector<double>>();
+    for (int64_t i = 0; i < T * H; ++i) EXPECT_NEAR(dx.data<float>()[i], want_dx[i], 2e-5) << "dx " << i;
+    for (int64_t i = 0; i < E * H; ++i) EXPECT_NEAR(f.pb.grad_data(f.w.weight)[i], want_dw[i], 2e-5) << "dW " << i;
+  }
+}
+
+// Group-limited routing: a group's score is the sum of its top k/group_topk values, not its best one.
+TEST(MoeRouter, GroupLimitedTopKScoresGroupsByTheSumOfTheirTopValues) {
+  // E = 8 in 4 groups of 2; k = 4 with 2 groups -> each group scored by its 2 best values.
+  //                group 0     group 1     group 2     group 3
+  const float v[8] = {0.95f, 0.0f, 0.5f, 0.49f, 0.6f, 0.45f, 0.1f, 0.2f};
+  int32_t out[4];
+  moe_top_k(v, 8, 4, 4, 2, out);  // group sums 0.95, 0.99, 1.05, 0.3: groups 2 and 1
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{4, 2, 3, 5}));
+  moe_top_k(v, 8, 4, 0, 0, out);  // plain top-4
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{0, 4, 2, 3}));
+  // k = 2, 2 groups: one value per group -> the groups of 0.95 and 0.6.
+  moe_top_k(v, 8, 2, 4, 2, out);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{0, 4}));
+  // k = 2, one group: the best group by its top 2 (group 2), both its experts.
+  moe_top_k(v, 8, 2, 4, 1, out);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{4, 5}));
+}
+
+TEST(MoeRouter, ExpertCapacityIsTheCeilingOfTokensTimesTopKOverExpertsTimesTheFactor) {
+  EXPECT_EQ(moe_expert_capacity(10, 2, 4, 1.0), 5);
+  EXPECT_EQ(moe_expert_capacity(6, 2, 4, 0.5), 2);   // 1.5 -> 2
+  EXPECT_EQ(moe_expert_capacity(7, 2, 4, 1.1), 4);   // 3.85 -> 4
+  EXPECT_EQ(moe_expert_capacity(8, 1, 4, 1.25), 3);  // 2.5 -> 3
+  EXPECT_EQ(moe_expert_capacity(16, 2, 8, 1.0), 4);  // exact: no rounding up
+}
+
+// Every token prefers expert 0 (top-1, pre-softmax weights): with capacity C the policies keep
+// the C largest weights or the C earliest tokens; the other experts' pairs are untouched.
+TEST(MoeRouter, TokenDroppingKeepsTheLargestWeightsOrTheEarliestTokens) {
+  ModelConfig c = router_config(4, 4, 1);
+  c.moe.pre_softmax = true;
+  c.moe.capacity_factor = 1.0;  // C = ceil(8·1/4·1) = 2
+  const int64_t T = 8;
+  RouterFixture f(c, T);
+  float* W = f.pb.param_data(f.w.weight);
+  for (int64_t i = 0; i < 16; ++i) W[i] = 0.0f;
+  W[0] = 1.0f;  // logit of expert 0 = x_t,0; the others 0
+  const float x0[T] = {3.0f, 1.0f, 4.0f, 1.5f, 5.0f, 2.0f, 0.5f, 2.5f};
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < 4; ++h) f.x.data<float>()[t * 4 + h] = h == 0 ? x0[t] : 0.0f;
+  }
+  for (bool position : {false, true}) {
+    c.moe.drop_by_position = position;
+    const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+    const std::vector<int32_t> want = position ? std::vector<int32_t>{0, 0, -1, -1, -1, -1, -1, -1}
+                                               : std::vector<int32_t>{-1, -1, 0, -1, 0, -1, -1, -1};
+    EXPECT_EQ(r.experts, want) << (position ? "position" : "probs");
+    EXPECT_EQ(r.tokens_per_expert, (std::vector<int64_t>{2, 0, 0, 0}));
+  }
+  c.moe.capacity_factor = 4.5;  // C = 9 > T: nothing dropped
+  const MoeRouting all = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_EQ(all.tokens_per_expert, (std::vector<int64_t>{8, 0, 0, 0}));
+}
+
+// --moe-pad-expert-input-to-capacity: every expert gets min(C, T) rows, the missing ones the earliest
+// tokens that did not choose it; they count for the expert bias (Megatron's routing map).
+TEST(MoeRouter, PaddingFillsEveryExpertToItsCapacity) {
+  ModelConfig c = router_config(4, 4, 1);
+  c.moe.pre_softmax = true;
+  c.moe.capacity_factor = 1.0;  // C = 2
+  c.moe.pad_to_capacity = true;
+  const int64_t T = 8;
+  RouterFixture f(c, T);
+  float* W = f.pb.param_data(f.w.weight);
+  for (int64_t i = 0; i < 16; ++i) W[i] = 0.0f;
+  W[0] = 1.0f;
+  W[4 * 3] = -1.0f;  // expert 3: logit -x_t,0 (token 6 chooses it: x < 0)
+  const float x0[T] = {3.0f, 1.0f, 4.0f, 1.5f, 5.0f, 2.0f, -0.5f, 2.5f};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < 4; ++h) f.x.data<float>()[t * 4 + h] = h == 0 ? x0[t] : 0.0f;
+  const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{-1, -1, 0, -1, 0, -1, 3, -1}));
+  EXPECT_EQ(r.tokens_per_expert, (std::vector<int64_t>{2, 2, 2, 2}));
+  ASSERT_EQ(r.padding.size(), 4u);
+  EXPECT_TRUE(r.padding[0].empty());
+  EXPECT_EQ(r.padding[1], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.padding[3], (std::vector<int64_t>{0}));  // token 6 is its own
+  c.moe.capacity_factor = 4.5;  // C = 9 > T: every expert gets all 8 tokens
+  const MoeRouting all = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_EQ(all.tokens_per_expert, (std::vector<int64_t>{8, 8, 8, 8}));
+  EXPECT_EQ(all.padding[0], (std::vector<int64_t>{6}));
+}
+
+// Megatron's update: bias += rate · sign(mean − count), per expert.
+TEST(MoeRouter, ExpertBiasMovesTowardsTheMeanCount) {
+  float bias[4] = {0.5f, 0.5f, 0.5f, -0.25f};
+  const double counts[4] = {1, 5, 3, 3};  // mean 3
+  update_expert_bias(bias, counts, 4, 0.125);
+  EXPECT_EQ(bias[0], 0.625f);   // underloaded: up
+  EXPECT_EQ(bias[1], 0.375f);   // overloaded: down
+  EXPECT_EQ(bias[2], 0.5f);     // at the mean: unchanged
+  EXPECT_EQ(bias[3], -0.25f);
+}
+
+// The expert bias only steers the choice: the weights stay the selected sigmoid scores,
+// normalised and scaled.
+TEST(MoeRouter, SigmoidWeightsAreTheSelectedScoresNormalisedAndScaled) {
+  ModelConfig c = router_config(5, 6, 2);
+  c.moe.sigmoid = true;
+  c.moe.expert_bias = true;
+  c.moe.topk_scaling_factor = 2.5;
+  RouterFixture f(c, 9);
+  float* bias = f.pb.param_data(f.w.expert_bias);
+  for (int64_t e = 0; e < 6; ++e) bias[e] = e == 5 ? 10.0f : 0.0f;  // expert 5 always chosen first
+  const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  for (int64_t t = 0; t < 9; ++t) {
+    std::vector<double> s(6);
+    for (int64_t e = 0; e < 6; ++e) {
+      double l = 0.0;
+      for (int64_t h = 0; h < 5; ++h) l += static_cast<double>(f.x.data<float>()[t * 5 + h]) * f.pb.param_data(f.w.weight)[e * 5 + h];
+      s[e] = 1.0 / (1.0 + std::exp(-l));
+    }
+    ASSERT_EQ(r.experts[t * 2], 5);
+    const int32_t second = r.experts[t * 2 + 1];
+    for (int64_t e = 0; e < 5; ++e) EXPECT_LE(s[e], s[second]);
+    EXPECT_NEAR(r.probs.data<float>()[t * 2], 2.5 * s[5] / (s[5] + s[second]), 1e-5);
+    EXPECT_NEAR(r.probs.data<float>()[t * 2 + 1], 2.5 * s[second] / (s[5] + s[second]), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace gale
