@@ -116,7 +116,9 @@ struct OpTable {
   DropoutFn dropout;  // installed with bias_dropout_add (its op group)
   ActivationForwardFn gelu_forward;
   ActivationBackwardFn gelu_backward;
-  ActivationForwardFn gelu_tanh_forward;  // --openai-gelu (reference only)
+  // --openai-gelu: the reference kernels at every level (no fused version, so not an op group of
+  // `impl`; the bias-gelu-fusion feature reports itself inactive for such a model).
+  ActivationForwardFn gelu_tanh_forward;
   ActivationBackwardFn gelu_tanh_backward;
   ActivationForwardFn swiglu_forward;
   ActivationBackwardFn swiglu_backward;
