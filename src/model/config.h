@@ -62,6 +62,10 @@ struct MoeConfig {
   double z_loss_coeff = 0.0;
   // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
   std::vector<int> pattern;
+  // --moe-shared-expert-intermediate-size (Fs, the total FFN size of the shared experts; 0: none)
+  // and --moe-shared-expert-gate: every MoE layer's shared expert (model/moe_shared_expert.h).
+  int64_t shared_ffn = 0;
+  bool shared_gate = false;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {

@@ -125,6 +125,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : {norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
+  for (int id : shared.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -168,6 +169,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     // experts' (--expert-tensor-parallel-size 1): both all-reduced over TP.
     w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
                                 part.tp_size() > 1 && etp == 1);
+    w.shared = register_shared_expert_params(pb, c, part, layer);
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
@@ -244,6 +246,11 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
     }
+    if (w.shared.defined())  // routed + shared
+      add_inplace(fc2.data<float>(),
+                  shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr)
+                      .data<float>(),
+                  Tl * H);
   } else {
     fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
@@ -292,6 +299,9 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
     d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp);
+    if (w.shared.defined())
+      add_inplace(d_norm2.data<float>(),
+                  shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2).data<float>(), Tl * H);
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

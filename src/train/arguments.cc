@@ -212,7 +212,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--init-method-xavier-uniform", "Xavier initialisation"},
       {"--moe-expert-capacity-factor", "MoE token dropping; every token reaches its k experts"},
       {"--moe-pad-expert-input-to-capacity", "MoE token dropping"},
-      {"--moe-shared-expert-intermediate-size", "MoE shared experts"},
       {"--moe-router-enable-expert-bias", "MoE expert bias (aux-loss-free balancing)"},
       {"--moe-router-topk-scaling-factor", "MoE top-k scaling factor"},
       {"--moe-input-jitter-eps", "MoE input jitter"},

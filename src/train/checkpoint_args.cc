@@ -74,6 +74,10 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
   (*args)["moe_ffn_hidden_size"] = moe.moe_ffn_hidden_size;
   (*args)["moe_layer_freq"] = moe.moe_layer_freq;
   (*args)["moe_router_pre_softmax"] = moe.moe_router_pre_softmax;
+  if (moe.moe_shared_expert_intermediate_size != kUnset) {  // absent: no shared expert (older checkpoints too)
+    (*args)["moe_shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
+    (*args)["moe_shared_expert_gate"] = moe.moe_shared_expert_gate;
+  }
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -84,6 +88,11 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
   GALE_RETURN_IF_ERROR(get(args, "moe_ffn_hidden_size", where, &moe.moe_ffn_hidden_size));
   GALE_RETURN_IF_ERROR(get(args, "moe_layer_freq", where, &moe.moe_layer_freq));
   GALE_RETURN_IF_ERROR(get(args, "moe_router_pre_softmax", where, &moe.moe_router_pre_softmax));
+  if (args.contains("moe_shared_expert_intermediate_size")) {
+    GALE_RETURN_IF_ERROR(
+        get(args, "moe_shared_expert_intermediate_size", where, &moe.moe_shared_expert_intermediate_size));
+    GALE_RETURN_IF_ERROR(get(args, "moe_shared_expert_gate", where, &moe.moe_shared_expert_gate));
+  }
   StatusOr<std::vector<int>> pattern = parse_moe_layer_freq(moe.moe_layer_freq, num_layers);
   if (!pattern.ok()) return InvalidArgument(where, ": args 'moe_layer_freq': ", pattern.status().message());
   moe.layer_pattern = std::move(pattern.value());

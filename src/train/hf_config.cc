@@ -229,6 +229,10 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
   if (moe.enabled()) {
     const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
+    if (moe.moe_shared_expert_intermediate_size != kUnset)
+      return Unimplemented(where, ": a mixture-of-experts model with a shared expert (--moe-shared-expert-intermediate-size ",
+                           moe.moe_shared_expert_intermediate_size,
+                           ") has no Hugging Face architecture Gale writes yet (MixtralForCausalLM has none)");
     if (!llama || m.add_qkv_bias || !every_layer || moe.moe_router_pre_softmax)
       return Unimplemented(where, ": a mixture-of-experts model (", moe.num_experts,
                            " experts) is written as MixtralForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, "

@@ -42,6 +42,8 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.aux_loss_coeff = moe.moe_router_load_balancing_type == "aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     c.moe.pattern = moe.layer_pattern;
+    c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
+    c.moe.shared_gate = moe.moe_shared_expert_gate;
   }
   if (a.lora.enabled()) {
     c.lora.r = a.lora.lora_r;
