@@ -66,6 +66,9 @@ struct MoeConfig {
   // and --moe-shared-expert-gate: every MoE layer's shared expert (model/moe_shared_expert.h).
   int64_t shared_ffn = 0;
   bool shared_gate = false;
+  // --moe-shared-expert-overlap: the shared expert runs while the all-to-all dispatch of the
+  // routed rows (backward: of their output gradients) is in flight; same results.
+  bool shared_overlap = false;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {

@@ -2,6 +2,7 @@
 #include "model/transformer_layer.h"
 
 #include <cmath>
+#include <functional>
 
 #include "core/rng.h"
 #include "model/linear.h"
@@ -240,17 +241,20 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor fc1_out, act, fc2;
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
+    Tensor shared;  // the shared expert's output; --moe-shared-expert-overlap: during the dispatch
+    const auto run_shared = [&] {
+      shared = shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr);
+    };
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
-                      part.etp, part.moe_seq);
+                      part.etp, part.moe_seq, w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
     }
-    if (w.shared.defined())  // routed + shared
-      add_inplace(fc2.data<float>(),
-                  shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr)
-                      .data<float>(),
-                  Tl * H);
+    if (w.shared.defined()) {  // routed + shared
+      if (!shared.defined()) run_shared();
+      add_inplace(fc2.data<float>(), shared.data<float>(), Tl * H);
+    }
   } else {
     fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
@@ -298,10 +302,14 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                 hidden_dropout(rt, layer, 2));
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
-    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp);
-    if (w.shared.defined())
-      add_inplace(d_norm2.data<float>(),
-                  shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2).data<float>(), Tl * H);
+    Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
+    const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
+    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
+                           w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr);
+    if (w.shared.defined()) {
+      if (!d_shared.defined()) run_shared();
+      add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
+    }
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

@@ -200,7 +200,7 @@ struct MoeArgs {
   int64_t expert_tensor_parallel_size = kUnset;  // -> --tensor-model-parallel-size
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
   bool moe_shared_expert_gate = false;
-  bool moe_shared_expert_overlap = false;  // refused: nothing asynchronous to overlap with
+  bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
 
   // Derived by validation: one flag per layer (1: MoE); empty without --num-experts.
   std::vector<int> layer_pattern;

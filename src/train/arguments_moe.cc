@@ -36,7 +36,7 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add_flag("--moe-shared-expert-gate", &a.moe_shared_expert_gate,
              "gate the shared expert's output per token: sigmoid(x·gate_weightᵀ)");
   p.add_flag("--moe-shared-expert-overlap", &a.moe_shared_expert_overlap,
-             "overlap the shared expert with the dispatcher's communication; not supported yet");
+             "run the shared expert while the all-to-all dispatcher's exchange is in flight (needs alltoall)");
 }
 
 namespace {
@@ -91,9 +91,10 @@ Status validate_shared_expert_args(const Arguments& a, const ArgParser& p) {
   if (Fs % tp != 0)
     return InvalidArgument("--moe-shared-expert-intermediate-size ", Fs,
                            ": expected a multiple of --tensor-model-parallel-size ", tp);
-  if (m.moe_shared_expert_overlap)
-    return Unimplemented("--moe-shared-expert-overlap: not supported yet (Gale's token dispatchers exchange "
-                         "synchronously, so there is no communication to hide the shared expert behind); drop the flag");
+  if (m.moe_shared_expert_overlap && m.moe_token_dispatcher_type != "alltoall")
+    return InvalidArgument("--moe-shared-expert-overlap: expected --moe-token-dispatcher-type alltoall (the overlap "
+                           "hides the shared expert behind its exchange, as Megatron), found ",
+                           m.moe_token_dispatcher_type);
   return Status::Ok();
 }
 

@@ -44,6 +44,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.pattern = moe.layer_pattern;
     c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
     c.moe.shared_gate = moe.moe_shared_expert_gate;
+    c.moe.shared_overlap = moe.moe_shared_expert_overlap;
   }
   if (a.lora.enabled()) {
     c.lora.r = a.lora.lora_r;

@@ -1,5 +1,6 @@
 // The MoE shared expert: finite-difference gradients (GeLU, SwiGLU, with and without the gate), its
-// output against a float64 loop, and a whole GPT model whose MoE layers carry one.
+// output against a float64 loop, and a whole GPT model whose MoE layers carry one (with and without
+// --moe-shared-expert-overlap).
 #include "model/moe_shared_expert.h"
 
 #include <gtest/gtest.h>
@@ -202,6 +203,30 @@ TEST(MoeSharedExpertModel, EveryParameterMatchesFiniteDifferences) {
     const double numeric = directional_derivative([&] { return objective(false); }, pb.param_data(id), dir.data(), n, 1e-3);
     EXPECT_LT(rel_diff(analytic, numeric, 2e-3), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
   }
+}
+
+// --moe-shared-expert-overlap runs the shared expert inside the dispatch (forward) and the
+// gradients' dispatch (backward) and adds its output at the same place: the same loss and the same
+// gradients, bit for bit.
+TEST(MoeSharedExpertModel, OverlapGivesTheSameLossAndGradients) {
+  OpTable ops = reference_ops();
+  auto run = [&](bool overlap, double* loss) {
+    ModelConfig c = model_config();
+    c.moe.shared_overlap = overlap;
+    GPTModel model(c, single_process_partition(c), &ops);
+    model.params().initialize(8);
+    const MicroBatch mb = make_batch(c, 2, 42);
+    GPTModel::LossSums sums;
+    model.forward(0, mb, Tensor(), true, &sums);
+    model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
+    *loss = sums.loss_sum;
+    const float* g = model.params().flat_grads().data<float>();
+    return std::vector<float>(g, g + model.params().numel());
+  };
+  double a = 0.0, b = 0.0;
+  const std::vector<float> plain = run(false, &a), overlapped = run(true, &b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(plain, overlapped);
 }
 
 }  // namespace

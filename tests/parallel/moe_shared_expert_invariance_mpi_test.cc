@@ -1,6 +1,7 @@
 // Parallel invariance of MoE models with a gated shared expert (--moe-shared-expert-intermediate-size,
-// --moe-shared-expert-gate; model/moe_shared_expert.h): data, pipeline, expert (all-to-all and
-// all-gather), tensor+sequence (expert TP = TP and 1) and context parallelism reproduce the
+// --moe-shared-expert-gate; model/moe_shared_expert.h): data, pipeline, expert (all-to-all, with and
+// without --moe-shared-expert-overlap, and all-gather), tensor+sequence (expert TP = TP and 1) and
+// context parallelism reproduce the
 // single-process run: losses, grad norms, final parameters and gradients (fp32, 1e-5 relative).
 #include <gtest/gtest.h>
 
@@ -23,6 +24,12 @@ const std::vector<Layout>& layouts() {
       {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
       {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
       {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
+      // --moe-shared-expert-overlap: the shared expert runs while the all-to-all is in flight.
+      {"ep2_overlap", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                          "--moe-shared-expert-overlap"}},
+      {"tp2_sp_ep2_overlap", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                                 "--moe-shared-expert-overlap"}},
       {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
       {"tp2_sp_etp1", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-tensor-parallel-size", "1"}},
       {"cp2", 2, {"--context-parallel-size", "2"}},

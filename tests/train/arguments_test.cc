@@ -119,6 +119,12 @@ TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
                   .ok());
   EXPECT_EQ(shared.args.moe.moe_shared_expert_intermediate_size, 24);
   EXPECT_TRUE(shared.args.moe.moe_shared_expert_gate);
+  Cli overlap;
+  ASSERT_TRUE(overlap.parse(with(minimal(), {"--num-experts", "4", "--disable-bias-linear",
+                                             "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-overlap",
+                                             "--moe-token-dispatcher-type", "alltoall"}))
+                  .ok());
+  EXPECT_TRUE(overlap.args.moe.moe_shared_expert_overlap);
   Cli none;
   ASSERT_TRUE(none.parse(with(minimal(), {"--num-experts", "0"})).ok());  // Megatron: 0 is None
   EXPECT_FALSE(none.args.moe.enabled());
@@ -261,9 +267,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size (a shared expert), found none"},
         ErrorCase{{"--num-experts", "4", "--disable-bias-linear", "--moe-shared-expert-intermediate-size", "8",
                    "--moe-shared-expert-overlap"},
-                  StatusCode::kUnimplemented,
-                  "--moe-shared-expert-overlap: not supported yet (Gale's token dispatchers exchange synchronously, so "
-                  "there is no communication to hide the shared expert behind); drop the flag"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-shared-expert-overlap: expected --moe-token-dispatcher-type alltoall (the overlap hides the "
+                  "shared expert behind its exchange, as Megatron), found allgather"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
                   "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
                   "--tensor-model-parallel-size 1)"},
