@@ -245,8 +245,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const auto run_shared = [&] {
       shared = shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr);
     };
+    const std::function<void()> overlap =
+        w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
-                      part.etp, part.moe_seq, w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr);
+                      part.etp, part.moe_seq, overlap);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;

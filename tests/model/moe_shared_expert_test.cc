@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "model/gpt_model.h"
+#include "model/linear.h"
 #include "testing.h"
 
 namespace gale {
@@ -96,6 +97,40 @@ TEST(MoeSharedExpert, GradientsMatchFiniteDifferencesSwigluWithGate) {
 TEST(MoeSharedExpert, GradientsMatchFiniteDifferencesGeluWithGate) {
   SharedFixture f(shared_config(6, 4, /*swiglu=*/false, /*gate=*/true), 8, 33);
   f.expect_gradients_match_finite_differences();
+}
+
+// --bf16: the GEMMs take the bf16 weight copy and bf16 inputs (the gate stays f32); output and
+// every gradient stay within bf16 rounding of the f32 run, and differ from it (the bf16 path ran).
+TEST(MoeSharedExpert, Bf16IsCloseToF32) {
+  auto run = [](bool bf16, std::vector<float>* out) {
+    ModelConfig c = shared_config(16, 24, /*swiglu=*/true, /*gate=*/true);
+    c.bf16 = bf16;
+    SharedFixture f(c, 10, 35);
+    if (bf16) {
+      f.pb.enable_bf16();
+      f.pb.refresh_bf16();
+    }
+    f.pb.zero_grads();
+    SharedExpertSaved saved;
+    const Tensor x = to_gemm_input(f.x, bf16);
+    const Tensor y = shared_expert_forward(f.c, f.ops, f.pb, f.w, f.part, x, &saved);
+    out->assign(y.data<float>(), y.data<float>() + y.numel());
+    const Tensor dy = Tensor::from_blob(f.r.data(), f.x.shape(), DType::kF32);
+    const Tensor dx = shared_expert_backward(f.c, f.ops, f.pb, f.w, f.part, saved, dy);
+    out->insert(out->end(), dx.data<float>(), dx.data<float>() + dx.numel());
+    out->insert(out->end(), f.pb.flat_grads().data<float>(), f.pb.flat_grads().data<float>() + f.pb.numel());
+  };
+  std::vector<float> a, b;
+  run(false, &a);
+  run(true, &b);
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (b[i] - a[i]) * (b[i] - a[i]);
+    norm += a[i] * a[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 2e-2);
+  EXPECT_GT(std::sqrt(diff / norm), 0.0);
 }
 
 // out_t = sigmoid(x_t·g) · W2·(silu(W1g·x_t) ⊙ W1u·x_t), written out in float64.
