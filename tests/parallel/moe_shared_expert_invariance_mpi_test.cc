@@ -1,8 +1,9 @@
 // Parallel invariance of MoE models with a gated shared expert (--moe-shared-expert-intermediate-size,
-// --moe-shared-expert-gate; model/moe_shared_expert.h): data, pipeline, expert (all-to-all, with and
-// without --moe-shared-expert-overlap, and all-gather), tensor+sequence (expert TP = TP and 1) and
-// context parallelism reproduce the
-// single-process run: losses, grad norms, final parameters and gradients (fp32, 1e-5 relative).
+// --moe-shared-expert-gate; model/moe_shared_expert.h): data, pipeline (also with full
+// recomputation), expert (all-to-all, with and without --moe-shared-expert-overlap, and all-gather),
+// tensor+sequence (expert TP = TP and 1; also with full recomputation) and context parallelism
+// reproduce the single-process run: losses, grad norms, final parameters and gradients (fp32, 1e-5
+// relative).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,12 @@ const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       {"dp2", 2, {}},
       {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      // Full recomputation reruns the shared expert's forward (and its TP exchanges) in backward.
+      {"pp2_full_recompute", 2, {"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
+                                 "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
+      {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                    "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                    "--recompute-num-layers", "1"}},
       {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
       {"ep2_allgather", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       // --moe-shared-expert-overlap: the shared expert runs while the all-to-all is in flight.
