@@ -86,6 +86,13 @@ struct MoeConfig {
   bool pad_to_capacity = false;
   // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
   std::vector<int> pattern;
+  // --moe-shared-expert-intermediate-size (Fs, the total FFN size of the shared experts; 0: none)
+  // and --moe-shared-expert-gate: every MoE layer's shared expert (model/moe_shared_expert.h).
+  int64_t shared_ffn = 0;
+  bool shared_gate = false;
+  // --moe-shared-expert-overlap: the shared expert runs while the all-to-all dispatch of the
+  // routed rows (backward: of their output gradients) is in flight; same results.
+  bool shared_overlap = false;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {

@@ -74,15 +74,21 @@ MoeDispatchPlan make_dispatch_plan(const Comm& ep, const std::vector<int64_t>& t
   return p;
 }
 
-Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows) {
+Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows,
+                     const std::function<void()>& while_in_flight) {
   GALE_CHECK_EQ(rows.size(0), p.num_sent());
   const int64_t H = rows.size(1);
-  if (p.ep_size == 1) return rows;  // one rank: global = local experts, nothing to move
+  if (p.ep_size == 1) {  // one rank: global = local experts, nothing to move
+    if (while_in_flight) while_in_flight();
+    return rows;
+  }
   const std::vector<int64_t> send = per_rank_elements(p.send_counts, p.ep_size, p.local_experts, H);
   const std::vector<int64_t> recv = per_rank_elements(p.recv_counts, p.ep_size, p.local_experts, H);
   Tensor received = Tensor::empty({p.num_received(), H}, rows.dtype());
-  ep->all_to_allv_async(rows.raw(), send, displacements(send), received.raw(), recv, displacements(recv), rows.dtype())
-      ->wait();
+  WorkPtr exchange = ep->all_to_allv_async(rows.raw(), send, displacements(send), received.raw(), recv,
+                                           displacements(recv), rows.dtype());
+  if (while_in_flight) while_in_flight();
+  exchange->wait();
   std::vector<int64_t> source_major, expert_major;
   chunk_starts(p, &source_major, &expert_major);
   Tensor out = Tensor::empty({p.num_received(), H}, rows.dtype());

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -43,8 +44,11 @@ struct MoeDispatchPlan {
 MoeDispatchPlan make_dispatch_plan(const Comm& ep, const std::vector<int64_t>& tokens_per_expert);
 
 // Steps 2-3: `rows` [num_sent, H] (f32 or bf16) grouped by global expert -> [num_received, H]
-// grouped by local expert. Collective over `ep`.
-Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows);
+// grouped by local expert. Collective over `ep`. `while_in_flight`, when set, runs once on the
+// calling thread after the row exchange has started and before it is waited for (right away with
+// one EP rank): --moe-shared-expert-overlap runs the shared expert there.
+Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows,
+                     const std::function<void()>& while_in_flight = {});
 
 // The inverse: `rows` [num_received, H] grouped by local expert -> [num_sent, H] on the ranks that
 // sent them, in their original order. Collective over `ep`.

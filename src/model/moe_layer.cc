@@ -278,7 +278,7 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
-                   const Comm& etp, const Comm& seq, int64_t batch) {
+                   const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
   MoeRouterSaved router_saved;
@@ -312,7 +312,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
     plan = make_dispatch_plan(ep, counts);
-    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k));  // [N, H] local expert-major
+    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k), overlap);  // [N, H] local expert-major
     expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
     // ---- weighted un-permutation ----
     for (int64_t r = 0; r < R; ++r) {
@@ -329,6 +329,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     // weighted outputs [EP·T, H] are reduce-scattered back to the tokens' ranks ----
     GALE_CHECK(routing.padding.empty()) << "--moe-pad-expert-input-to-capacity with the all-gather dispatcher";
     const int64_t P = ep->size(), El = E / P, first_expert = ep->rank() * El;
+    if (overlap) overlap();
     const Tensor all_x = all_gather_rows(ep, x);  // [P·T, H]
     Tensor my_experts = Tensor::empty({T * k}, DType::kI32);
     std::memcpy(my_experts.raw(), experts.data(), static_cast<size_t>(T * k) * sizeof(int32_t));
@@ -408,7 +409,7 @@ void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std:
 
 void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                              MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
-                             Tensor* dx_out) {
+                             Tensor* dx_out, const std::function<void()>& overlap) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
@@ -418,7 +419,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   weighted_outputs_backward(g, H, k, s.permuted_slot, s.probs, s.expert_out, &d_expert_out, &dprobs);
   s.expert_out = Tensor();
   // ---- to the experts' ranks, local experts, back to the token rows ----
-  const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out);  // [N, H] local expert-major
+  const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out, overlap);  // [N, H] local expert-major
   d_expert_out = Tensor();
   Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s);
   const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [R, H] this rank's permuted rows
@@ -455,13 +456,16 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
 }  // namespace
 
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale, const Comm& ep, const Comm& etp) {
+                    const Tensor& dy, double aux_scale, const Comm& ep, const Comm& etp,
+                    const std::function<void()>& overlap) {
   const int64_t T = dy.size(0), H = c.hidden;
   Tensor dprobs, dx;
-  if (s.gathered)
+  if (s.gathered) {
+    if (overlap) overlap();
     gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
-  else
-    routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
+  } else {
+    routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap);
+  }
   // ---- router: routing weights and auxiliary losses -> logits ----
   const Tensor d_router_in = moe_router_backward(c, ops, pb, w.router(), s.router, s.x, dprobs, aux_scale);
   add_inplace(dx.data<float>(), d_router_in.data<float>(), T * H);

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -115,14 +116,20 @@ struct MoeSaved {
 // rank of it must call with the same layer. `allgather`: the all-gather dispatcher (else all-to-all).
 // `etp`: the expert-TP group (null or size 1: whole experts); `seq`: the group the sequence is
 // split over (TP×CP; null: none). Every rank of each group must call with the same layer. `batch`:
-// the micro-batch's sequences B (rows t = s·B + b; seq_aux_loss).
+// the micro-batch's sequences B (rows t = s·B + b; seq_aux_loss). `overlap`, when set, runs once
+// while the all-to-all dispatch of the routed rows is in flight (the all-gather dispatcher: before
+// it; --moe-shared-expert-overlap, model/moe_shared_expert.h).
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
-                   bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1);
+                   bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1,
+                   const std::function<void()>& overlap = {});
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
-// multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`.
+// multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`. `overlap`,
+// when set, runs once while the all-to-all dispatch of the output gradients is in flight (the
+// all-gather dispatcher: before it).
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
-                    const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr);
+                    const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr,
+                    const std::function<void()>& overlap = {});
 
 }  // namespace gale

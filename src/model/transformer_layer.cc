@@ -2,6 +2,7 @@
 #include "model/transformer_layer.h"
 
 #include <cmath>
+#include <functional>
 
 #include "core/rng.h"
 #include "model/linear.h"
@@ -123,6 +124,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : {norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
+  for (int id : shared.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -166,6 +168,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     // experts' (--expert-tensor-parallel-size 1): both all-reduced over TP.
     w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
                                 part.tp_size() > 1 && etp == 1);
+    w.shared = register_shared_expert_params(pb, c, part, layer);
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
@@ -236,8 +239,14 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor fc1_out, act, fc2;
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
+    Tensor shared;  // the shared expert's output; --moe-shared-expert-overlap: during the dispatch
+    const auto run_shared = [&] {
+      shared = shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr);
+    };
+    const std::function<void()> overlap =
+        w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
-                      part.etp, part.moe_seq, B);
+                      part.etp, part.moe_seq, B, overlap);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
@@ -246,6 +255,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       std::vector<int64_t>& n = (*rt.moe_token_counts)[layer];
       n.resize(saved->moe.tokens_per_expert.size(), 0);
       for (size_t e = 0; e < n.size(); ++e) n[e] += saved->moe.tokens_per_expert[e];
+    }
+    if (w.shared.defined()) {  // routed + shared
+      if (!shared.defined()) run_shared();
+      add_inplace(fc2.data<float>(), shared.data<float>(), Tl * H);
     }
   } else {
     fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]
@@ -294,7 +307,14 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                 hidden_dropout(rt, layer, 2));
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
-    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp);
+    Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
+    const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
+    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
+                           w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr);
+    if (w.shared.defined()) {
+      if (!d_shared.defined()) run_shared();
+      add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
+    }
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

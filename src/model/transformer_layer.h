@@ -20,6 +20,7 @@
 #include "model/layer_runtime.h"
 #include "model/lora.h"
 #include "model/moe_layer.h"
+#include "model/moe_shared_expert.h"
 #include "model/params.h"
 
 namespace gale {
@@ -29,6 +30,7 @@ struct LayerParamIds {
   int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
+  SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
   LoraIds lora_qkv, lora_proj, lora_fc1, lora_fc2;  // --lora-target-modules adapters (model/lora.h)
   std::vector<int> all() const;  // every id of the layer, in registration order
 };
@@ -52,6 +54,7 @@ struct LayerSaved {
   Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
   Tensor act;          // [T, Fl]
   MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)
+  SharedExpertSaved shared;  // MoE layers with a shared expert
   Tensor lora_qkv_u, lora_proj_u, lora_fc1_u, lora_fc2_u;  // x·Aᵀ [T, r] of each adapted linear
 };
 

@@ -210,7 +210,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
       {"--squared-relu", "squared-ReLU MLP"},
       {"--init-method-xavier-uniform", "Xavier initialisation"},
-      {"--moe-shared-expert-intermediate-size", "MoE shared experts"},
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--multi-latent-attention", "multi-head latent attention"},
       {"--mtp-num-layers", "multi-token prediction"},

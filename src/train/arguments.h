@@ -209,6 +209,9 @@ struct MoeArgs {
   int64_t moe_ffn_hidden_size = kUnset;  // -> --ffn-hidden-size
   std::string moe_layer_freq = "1";      // int k (layer i is MoE iff i % k == 0) or a list "[1,0,1,...]"
   int64_t expert_tensor_parallel_size = kUnset;  // -> --tensor-model-parallel-size
+  int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
+  bool moe_shared_expert_gate = false;
+  bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
 
   // Derived by validation: one flag per layer (1: MoE); empty without --num-experts.
   std::vector<int> layer_pattern;

@@ -50,7 +50,13 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add("--moe-layer-freq", &a.moe_layer_freq,
         "MoE layers: int k (layer i is MoE iff i % k == 0) or a list such as \"[1,0,1,1]\" or \"([0]+[1]*3)\"");
   p.add("--expert-tensor-parallel-size", &a.expert_tensor_parallel_size,
-        "tensor-parallel size of the experts; default --tensor-model-parallel-size (only 1 is supported)");
+        "tensor-parallel size of the experts; default --tensor-model-parallel-size (1 or the default)");
+  p.add("--moe-shared-expert-intermediate-size", &a.moe_shared_expert_intermediate_size,
+        "total FFN size of the shared experts every MoE layer adds to the routed ones (needs --disable-bias-linear)");
+  p.add_flag("--moe-shared-expert-gate", &a.moe_shared_expert_gate,
+             "gate the shared expert's output per token: sigmoid(x·gate_weightᵀ)");
+  p.add_flag("--moe-shared-expert-overlap", &a.moe_shared_expert_overlap,
+             "run the shared expert while the all-to-all dispatcher's exchange is in flight (needs alltoall)");
 }
 
 namespace {
@@ -84,6 +90,31 @@ Status parse_pattern_term(const std::string& term, std::vector<int>* out) {
     repeat = std::stoll(rest.substr(1));
   }
   for (int64_t r = 0; r < repeat; ++r) out->insert(out->end(), items.begin(), items.end());
+  return Status::Ok();
+}
+
+// The shared expert's flags (Megatron's rules: a positive size, no biases; the gate only with it).
+Status validate_shared_expert_args(const Arguments& a, const ArgParser& p) {
+  const MoeArgs& m = a.moe;
+  const int64_t Fs = m.moe_shared_expert_intermediate_size, tp = a.parallel.tensor_model_parallel_size;
+  if (Fs == kUnset) {
+    for (const char* flag : {"--moe-shared-expert-gate", "--moe-shared-expert-overlap"})
+      if (p.was_set(flag))
+        return InvalidArgument(flag, " needs --moe-shared-expert-intermediate-size (a shared expert), found none");
+    return Status::Ok();
+  }
+  if (Fs <= 0)
+    return InvalidArgument("--moe-shared-expert-intermediate-size: expected a positive integer, found ", Fs);
+  if (a.model.add_bias_linear)
+    return InvalidArgument("--moe-shared-expert-intermediate-size: expected --disable-bias-linear (the shared "
+                           "experts have no biases, as in Megatron), found the linear biases on");
+  if (Fs % tp != 0)
+    return InvalidArgument("--moe-shared-expert-intermediate-size ", Fs,
+                           ": expected a multiple of --tensor-model-parallel-size ", tp);
+  if (m.moe_shared_expert_overlap && m.moe_token_dispatcher_type != "alltoall")
+    return InvalidArgument("--moe-shared-expert-overlap: expected --moe-token-dispatcher-type alltoall (the overlap "
+                           "hides the shared expert behind its exchange, as Megatron), found ",
+                           m.moe_token_dispatcher_type);
   return Status::Ok();
 }
 
@@ -167,7 +198,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-layer-freq", "--moe-grouped-gemm", "--moe-router-pre-softmax",
                              "--moe-router-score-function", "--moe-router-topk-scaling-factor",
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
-                             "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"})
+                             "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+                             "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
+                             "--moe-shared-expert-overlap"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
@@ -213,7 +246,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (m.moe_ffn_hidden_size % etp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
                            ": expected a multiple of --expert-tensor-parallel-size ", etp);
-  return Status::Ok();
+  return validate_shared_expert_args(a, p);
 }
 
 }  // namespace gale

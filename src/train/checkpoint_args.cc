@@ -93,6 +93,10 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
     (*args)["moe_router_num_groups"] = moe.moe_router_num_groups;
     (*args)["moe_router_group_topk"] = moe.moe_router_group_topk;
   }
+  if (moe.moe_shared_expert_intermediate_size != kUnset) {  // absent: no shared expert (older checkpoints too)
+    (*args)["moe_shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
+    (*args)["moe_shared_expert_gate"] = moe.moe_shared_expert_gate;
+  }
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -112,6 +116,11 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
   if (args.contains("moe_router_group_topk")) {
     GALE_RETURN_IF_ERROR(get(args, "moe_router_num_groups", where, &moe.moe_router_num_groups));
     GALE_RETURN_IF_ERROR(get(args, "moe_router_group_topk", where, &moe.moe_router_group_topk));
+  }
+  if (args.contains("moe_shared_expert_intermediate_size")) {
+    GALE_RETURN_IF_ERROR(
+        get(args, "moe_shared_expert_intermediate_size", where, &moe.moe_shared_expert_intermediate_size));
+    GALE_RETURN_IF_ERROR(get(args, "moe_shared_expert_gate", where, &moe.moe_shared_expert_gate));
   }
   StatusOr<std::vector<int>> pattern = parse_moe_layer_freq(moe.moe_layer_freq, num_layers);
   if (!pattern.ok()) return InvalidArgument(where, ": args 'moe_layer_freq': ", pattern.status().message());

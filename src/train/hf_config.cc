@@ -1,4 +1,4 @@
-// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral and Mixtral.
+// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral, Mixtral and Qwen2-MoE.
 #include "train/hf_config.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kQwen2: return "Qwen2ForCausalLM";
     case HfArchitecture::kMistral: return "MistralForCausalLM";
     case HfArchitecture::kMixtral: return "MixtralForCausalLM";
+    case HfArchitecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
   }
   return "?";
 }
@@ -145,7 +146,45 @@ Status read_mixtral_experts(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
-Status read_llama_family(const ConfigReader& c, HfModel& out) {
+// Qwen2-MoE's experts and shared expert as Megatron's MoE flags.
+Status read_qwen2_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
+  MoeArgs& moe = out.moe;
+  const int64_t L = out.model.num_layers;
+  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("num_experts"));
+  GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
+  if (moe.moe_router_topk > moe.num_experts)
+    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds num_experts ",
+                           moe.num_experts);
+  GALE_ASSIGN_OR_RETURN(moe.moe_ffn_hidden_size, c.positive("moe_intermediate_size"));
+  GALE_ASSIGN_OR_RETURN(moe.moe_shared_expert_intermediate_size, c.positive("shared_expert_intermediate_size"));
+  moe.moe_shared_expert_gate = true;  // Qwen2-MoE always gates its shared expert
+  GALE_ASSIGN_OR_RETURN(bool norm_topk, c.boolean("norm_topk_prob", false));
+  moe.moe_router_pre_softmax = !norm_topk;
+  GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("router_aux_loss_coef", 0.001));
+  GALE_ASSIGN_OR_RETURN(int64_t step, c.positive("decoder_sparse_step", 1));
+  std::vector<int> pattern(static_cast<size_t>(L), 0);
+  for (int64_t i = 0; i < L; ++i) pattern[i] = (i + 1) % step == 0 ? 1 : 0;
+  auto only = j.find("mlp_only_layers");
+  if (only != j.end() && !only->is_null()) {
+    if (!only->is_array()) return InvalidArgument(c.path(), ": 'mlp_only_layers' must be a list of layer indices, found ", only->dump());
+    for (const nlohmann::json& v : *only) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= L)
+        return InvalidArgument(c.path(), ": 'mlp_only_layers' must hold layer indices 0 to ", L - 1, ", found ",
+                               only->dump());
+      pattern[v.get<int64_t>()] = 0;
+    }
+  }
+  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
+    return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; convert it as "
+                         "a dense model (Qwen2ForCausalLM) instead");
+  moe.layer_pattern = pattern;
+  moe.moe_layer_freq = "[";
+  for (int64_t i = 0; i < L; ++i) moe.moe_layer_freq += (i ? "," : "") + std::to_string(pattern[i]);
+  moe.moe_layer_freq += "]";
+  return Status::Ok();
+}
+
+Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
   GALE_ASSIGN_OR_RETURN(m.num_layers, c.positive("num_hidden_layers"));
@@ -175,7 +214,8 @@ Status read_llama_family(const ConfigReader& c, HfModel& out) {
   if (mlp_bias) return refuse(c, "mlp_bias", "MLP biases");
   GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
-  if (mistral_like || out.arch == HfArchitecture::kQwen2) {
+  const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
+  if (mistral_like || qwen2) {
     GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
     if (use_window && c.set("sliding_window")) {
       GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window"));
@@ -190,10 +230,37 @@ Status read_llama_family(const ConfigReader& c, HfModel& out) {
   m.position_embedding_type = "rope";
   m.swiglu = true;
   m.add_bias_linear = false;
-  m.add_qkv_bias = out.arch == HfArchitecture::kQwen2;
+  m.add_qkv_bias = qwen2;
   m.untie_embeddings_and_output_weights = !tie;
   if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
+  if (out.arch == HfArchitecture::kQwen2Moe) GALE_RETURN_IF_ERROR(read_qwen2_moe_experts(c, j, out));
   return Status::Ok();
+}
+
+// Qwen2-MoE's expert keys. The sparse layers as decoder_sparse_step when one step gives them, else
+// as mlp_only_layers (with step 1; transformers releases before mlp_only_layers ignore it).
+void add_qwen2_moe_config(const MoeArgs& moe, int64_t L, nlohmann::json* j) {
+  (*j)["num_experts"] = moe.num_experts;
+  (*j)["num_experts_per_tok"] = moe.moe_router_topk;
+  (*j)["moe_intermediate_size"] = moe.moe_ffn_hidden_size;
+  (*j)["shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
+  (*j)["norm_topk_prob"] = !moe.moe_router_pre_softmax;
+  (*j)["output_router_logits"] = false;
+  auto sparse = [&](int64_t i) { return moe.layer_pattern.empty() || moe.layer_pattern[i] != 0; };
+  for (int64_t step = 1; step <= L; ++step) {
+    bool fits = true;
+    for (int64_t i = 0; i < L; ++i) fits = fits && sparse(i) == ((i + 1) % step == 0);
+    if (fits) {
+      (*j)["decoder_sparse_step"] = step;
+      (*j)["mlp_only_layers"] = nlohmann::json::array();
+      return;
+    }
+  }
+  (*j)["decoder_sparse_step"] = 1;
+  nlohmann::json only = nlohmann::json::array();
+  for (int64_t i = 0; i < L; ++i)
+    if (!sparse(i)) only.push_back(i);
+  (*j)["mlp_only_layers"] = only;
 }
 
 }  // namespace
@@ -213,11 +280,12 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "Qwen2ForCausalLM") out.arch = HfArchitecture::kQwen2;
   else if (name == "MistralForCausalLM") out.arch = HfArchitecture::kMistral;
   else if (name == "MixtralForCausalLM") out.arch = HfArchitecture::kMixtral;
+  else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "MistralForCausalLM, MixtralForCausalLM)");
-  GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2 ? read_gpt2(c, out) : read_llama_family(c, out));
+                         "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM)");
+  GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2 ? read_gpt2(c, out) : read_llama_family(c, config, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
   out.target_tensor_parallel = tensor_parallel;
@@ -249,22 +317,33 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
   if (moe.enabled()) {
     const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
-    if (!llama || m.add_qkv_bias || !every_layer || moe.moe_router_pre_softmax)
-      return Unimplemented(where, ": a mixture-of-experts model (", moe.num_experts,
-                           " experts) is written as MixtralForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, "
-                           "rope, no biases) with experts in every layer (--moe-layer-freq 1, found ",
-                           moe.moe_layer_freq, ") and Megatron's default routing (found --moe-router-pre-softmax ",
-                           moe.moe_router_pre_softmax ? "on" : "off", ")");
-    // Mixtral's gate is the softmax top-k: no sigmoid scores, expert bias, scaling or groups.
+    // Mixtral's and Qwen2-MoE's gates are the softmax top-k: no sigmoid scores, expert bias, scaling or groups.
     if (moe.moe_router_score_function != "softmax" || moe.moe_router_enable_expert_bias ||
         !unset(moe.moe_router_topk_scaling_factor) || moe.moe_router_group_topk != kUnset)
-      return Unimplemented(where, ": a mixture-of-experts model is written as MixtralForCausalLM only with softmax "
-                           "routing (found --moe-router-score-function ", moe.moe_router_score_function,
+      return Unimplemented(where, ": a mixture-of-experts model is written as MixtralForCausalLM or Qwen2MoeForCausalLM "
+                           "only with softmax routing (found --moe-router-score-function ", moe.moe_router_score_function,
                            ", expert bias ", moe.moe_router_enable_expert_bias ? "on" : "off",
                            ", top-k scaling factor ", unset(moe.moe_router_topk_scaling_factor) ? "unset" : "set",
                            ", group-limited routing ", moe.moe_router_group_topk != kUnset ? "on" : "off", ")");
-    out.arch = HfArchitecture::kMixtral;
-    out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
+    const bool shared = moe.moe_shared_expert_intermediate_size != kUnset;
+    if (shared) {  // Qwen2-MoE: q/k/v biases, a gated shared expert, any layer pattern, either routing
+      if (!llama || !m.add_qkv_bias || !moe.moe_shared_expert_gate)
+        return Unimplemented(where, ": a mixture-of-experts model with a shared expert is written as "
+                             "Qwen2MoeForCausalLM only when it is Qwen2-shaped (RMSNorm, SwiGLU, rope, "
+                             "--disable-bias-linear with --add-qkv-bias, found --add-qkv-bias ",
+                             m.add_qkv_bias ? "on" : "off", ") with --moe-shared-expert-gate (found it ",
+                             moe.moe_shared_expert_gate ? "on" : "off", ")");
+      out.arch = HfArchitecture::kQwen2Moe;
+    } else {
+      if (!llama || m.add_qkv_bias || !every_layer || moe.moe_router_pre_softmax)
+        return Unimplemented(where, ": a mixture-of-experts model (", moe.num_experts,
+                             " experts) is written as MixtralForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, "
+                             "rope, no biases) with experts in every layer (--moe-layer-freq 1, found ",
+                             moe.moe_layer_freq, ") and Megatron's default routing (found --moe-router-pre-softmax ",
+                             moe.moe_router_pre_softmax ? "on" : "off", ")");
+      out.arch = HfArchitecture::kMixtral;
+      out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
+    }
   } else if (gpt2) out.arch = HfArchitecture::kGpt2;
   else if (llama) out.arch = m.add_qkv_bias ? HfArchitecture::kQwen2 : HfArchitecture::kLlama;
   else
@@ -298,7 +377,10 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = true;
   } else {
-    j["model_type"] = hf.arch == HfArchitecture::kQwen2 ? "qwen2" : hf.arch == HfArchitecture::kMixtral ? "mixtral" : "llama";
+    j["model_type"] = hf.arch == HfArchitecture::kQwen2      ? "qwen2"
+                      : hf.arch == HfArchitecture::kMixtral  ? "mixtral"
+                      : hf.arch == HfArchitecture::kQwen2Moe ? "qwen2_moe"
+                                                             : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
     j["num_attention_heads"] = m.num_attention_heads;
@@ -322,10 +404,11 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["num_experts_per_tok"] = hf.moe.moe_router_topk;
       j["router_jitter_noise"] = 0.0;
       j["output_router_logits"] = false;
-    } else if (hf.arch == HfArchitecture::kQwen2) {
+    } else if (hf.arch == HfArchitecture::kQwen2 || hf.arch == HfArchitecture::kQwen2Moe) {
       j["use_sliding_window"] = false;
       j["sliding_window"] = m.max_position_embeddings;
       j["max_window_layers"] = m.num_layers;
+      if (hf.arch == HfArchitecture::kQwen2Moe) add_qwen2_moe_config(hf.moe, m.num_layers, &j);
     } else {
       j["attention_bias"] = false;
       j["mlp_bias"] = false;

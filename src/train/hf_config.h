@@ -9,6 +9,15 @@
 //                       --moe-ffn-hidden-size (and --ffn-hidden-size). Mixtral's routing (softmax over
 //                       all experts, top-k, renormalised over the k) is Megatron's default (top-k of the
 //                       logits, softmax over the k); router_jitter_noise must be 0.
+//   Qwen2MoeForCausalLM Qwen2 (q/k/v biases: --add-qkv-bias) with a SwiGLU mixture of experts and a
+//                       gated shared expert: num_experts -> --num-experts, num_experts_per_tok ->
+//                       --moe-router-topk, moe_intermediate_size -> --moe-ffn-hidden-size,
+//                       shared_expert_intermediate_size -> --moe-shared-expert-intermediate-size with
+//                       --moe-shared-expert-gate, intermediate_size -> --ffn-hidden-size (the dense
+//                       layers); the sparse layers (layer i is sparse when (i + 1) % decoder_sparse_step
+//                       == 0 and i is not in mlp_only_layers) -> --moe-layer-freq as a list.
+//                       norm_topk_prob false (softmax over all experts, top-k, not renormalised) is
+//                       --moe-router-pre-softmax; true (renormalised over the k) is Megatron's default.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
@@ -23,7 +32,7 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral };
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);
@@ -34,7 +43,7 @@ struct HfModel {
   // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
   // (= max_position_embeddings) and padded_vocab_size all set.
   ModelArgs model;
-  MoeArgs moe;                          // Mixtral's experts (layer_pattern set); disabled for dense models
+  MoeArgs moe;                          // Mixtral's / Qwen2-MoE's experts (layer_pattern set); disabled for dense models
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent

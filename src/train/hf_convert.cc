@@ -63,6 +63,11 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     log(str_cat("experts: ", m.moe.num_experts, " per layer, top-", m.moe.moe_router_topk, ", ffn ",
                 m.moe.moe_ffn_hidden_size, " (router_aux_loss_coef ", m.moe.moe_aux_loss_coeff,
                 " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
+  if (m.moe.enabled() && m.moe.moe_shared_expert_intermediate_size != kUnset)
+    log(str_cat("shared expert: ffn ", m.moe.moe_shared_expert_intermediate_size, ", gated; MoE layers ",
+                m.moe.moe_layer_freq, ", routing ",
+                m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
+                                             : "Megatron's default (norm_topk_prob true)"));
   // bf16 weights stay bf16 (exactly: the mapping only copies), halving the memory and the files.
   const DType store = hf.all_bf16() ? DType::kBF16 : DType::kF32;
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,

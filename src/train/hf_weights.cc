@@ -247,6 +247,63 @@ Status gale_experts_to_mixtral(const HfModel& m, int64_t i, Mapper& mp) {
   return Status::Ok();
 }
 
+// A SwiGLU MLP's HF gate_proj, up_proj [F, H] and down_proj [H, F] (`hf` the module prefix, e.g.
+// "model.layers.0.mlp.shared_expert.") <-> Gale's linear_fc1 = [gate; up] and linear_fc2 (`gale`
+// the prefix, e.g. "decoder.layers.0.mlp.shared_experts.").
+Status swiglu_mlp_to_gale(const std::string& hf, const std::string& gale, int64_t F, int64_t H, Mapper& mp) {
+  GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(hf + "gate_proj.weight", {F, H}));
+  GALE_ASSIGN_OR_RETURN(Tensor up, mp.get(hf + "up_proj.weight", {F, H}));
+  mp.put(gale + "linear_fc1.weight", concat_rows({gate, up}));
+  GALE_ASSIGN_OR_RETURN(Tensor down, mp.get(hf + "down_proj.weight", {H, F}));
+  mp.put(gale + "linear_fc2.weight", down);
+  return Status::Ok();
+}
+Status gale_to_swiglu_mlp(const std::string& gale, const std::string& hf, int64_t F, int64_t H, Mapper& mp) {
+  GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale + "linear_fc1.weight", {2 * F, H}));
+  mp.put(hf + "gate_proj.weight", rows(fc1, 0, F));
+  mp.put(hf + "up_proj.weight", rows(fc1, F, F));
+  GALE_ASSIGN_OR_RETURN(Tensor fc2, mp.get(gale + "linear_fc2.weight", {H, F}));
+  mp.put(hf + "down_proj.weight", fc2);
+  return Status::Ok();
+}
+
+// Qwen2-MoE's sparse layer i: mlp.gate [E, H] is the router, mlp.experts.j.{gate,up,down}_proj the
+// experts, mlp.shared_expert.{gate,up,down}_proj the shared expert and mlp.shared_expert_gate [1, H]
+// its gate_weight.
+Status qwen2_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, H}));
+  mp.put(gale_layer(i, "mlp.router.weight"), router);
+  for (int64_t j = 0; j < E; ++j)
+    GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()),
+                                            gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
+                                            F, H, mp));
+  GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp.shared_expert."), gale_layer(i, "mlp.shared_experts."), Fs, H, mp));
+  GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.shared_expert_gate.weight"), {1, H}));
+  mp.put(gale_layer(i, "mlp.shared_experts.gate_weight"), gate);
+  return Status::Ok();
+}
+
+Status gale_experts_to_qwen2_moe(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, H}));
+  mp.put(llama_layer(i, "mlp.gate.weight"), router);
+  for (int64_t j = 0; j < E; ++j)
+    GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
+                                            llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), F, H, mp));
+  GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_expert."), Fs, H, mp));
+  GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(gale_layer(i, "mlp.shared_experts.gate_weight"), {1, H}));
+  mp.put(llama_layer(i, "mlp.shared_expert_gate.weight"), gate);
+  return Status::Ok();
+}
+
+// Whether layer i of `m` is a MoE layer.
+bool moe_layer(const HfModel& m, int64_t i) {
+  return m.moe.enabled() && (m.moe.layer_pattern.empty() || m.moe.layer_pattern.at(static_cast<size_t>(i)) != 0);
+}
+
 Status llama_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   const bool qkv_bias = m.model.add_qkv_bias;
@@ -269,8 +326,9 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     mp.put(gale_layer(i, "self_attention.linear_proj.weight"), o);
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
     mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
-    if (m.moe.enabled()) {
-      GALE_RETURN_IF_ERROR(mixtral_experts_to_gale(m, i, mp));
+    if (moe_layer(m, i)) {
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? qwen2_moe_experts_to_gale(m, i, mp)
+                                                               : mixtral_experts_to_gale(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
@@ -312,8 +370,9 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     mp.put(llama_layer(i, "self_attn.o_proj.weight"), o);
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
     mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
-    if (m.moe.enabled()) {
-      GALE_RETURN_IF_ERROR(gale_experts_to_mixtral(m, i, mp));
+    if (moe_layer(m, i)) {
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? gale_experts_to_qwen2_moe(m, i, mp)
+                                                               : gale_experts_to_mixtral(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));

@@ -15,6 +15,11 @@
 //   block_sparse_moe.gate.weight [E, H]          -> mlp.router.weight
 //   block_sparse_moe.experts.j.{w1,w3} [Fe, H]   -> mlp.experts.local_experts.j.linear_fc1.weight = [w1; w3]
 //   block_sparse_moe.experts.j.w2 [H, Fe]        -> mlp.experts.local_experts.j.linear_fc2.weight
+// Qwen2-MoE (q/k/v biases as Qwen2) in its sparse layers (the others: the dense MLP above):
+//   mlp.gate.weight [E, H]                       -> mlp.router.weight
+//   mlp.experts.j.{gate,up}_proj, down_proj      -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2
+//   mlp.shared_expert.{gate,up}_proj, down_proj  -> mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
+//   mlp.shared_expert_gate.weight [1, H]         -> mlp.shared_experts.gate_weight
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

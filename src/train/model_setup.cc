@@ -57,6 +57,9 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.pad_to_capacity = moe.moe_pad_expert_input_to_capacity;
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     c.moe.pattern = moe.layer_pattern;
+    c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
+    c.moe.shared_gate = moe.moe_shared_expert_gate;
+    c.moe.shared_overlap = moe.moe_shared_expert_overlap;
   }
   if (a.lora.enabled()) {
     c.lora.r = a.lora.lora_r;

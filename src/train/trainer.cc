@@ -66,6 +66,8 @@ FlopsModel Trainer::flops_model() const {
                               m.noop_layers.end();
     f.moe_ffn = args_.moe.moe_ffn_hidden_size;
     f.moe_topk = args_.moe.moe_router_topk;
+    if (args_.moe.moe_shared_expert_intermediate_size != kUnset)
+      f.moe_shared_ffn = args_.moe.moe_shared_expert_intermediate_size;
   }
   return f;
 }

@@ -19,7 +19,9 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
   const double dense_fraction = static_cast<double>(m.num_layers - m.num_moe_layers) / m.num_layers;
   const double moe_fraction = static_cast<double>(m.num_moe_layers) / m.num_layers;
   const double mlp = (static_cast<double>(m.ffn) * dense_fraction +
-                      static_cast<double>(m.moe_ffn) * static_cast<double>(m.moe_topk) * moe_fraction) /
+                      (static_cast<double>(m.moe_ffn) * static_cast<double>(m.moe_topk) +
+                       static_cast<double>(m.moe_shared_ffn)) *
+                          moe_fraction) /
                      h * gated;
   const double logit = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
   return expansion * batch_size * m.seq_length * m.num_layers * h * h * (attention + mlp + logit);

@@ -12,8 +12,9 @@ struct FlopsModel {
   int64_t seq_length = 0, num_layers = 0, hidden = 0, heads = 0, query_groups = 0, kv_channels = 0, ffn = 0;
   int64_t padded_vocab = 0;
   bool swiglu = false;
-  // MoE: the layers with experts, each token through `moe_topk` experts of FFN size `moe_ffn`.
-  int64_t num_moe_layers = 0, moe_ffn = 0, moe_topk = 0;
+  // MoE: the layers with experts, each token through `moe_topk` experts of FFN size `moe_ffn` and
+  // the shared expert of FFN size `moe_shared_ffn` (0: none).
+  int64_t num_moe_layers = 0, moe_ffn = 0, moe_topk = 0, moe_shared_ffn = 0;
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).

@@ -166,6 +166,15 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
 
 TEST(GalePretrainMoeTensorParallel, SaveThenResumeAndLoadIntoOneProcess) { expect_exact_resume(2, kTp2Sp); }
 
+// A gated shared expert at TP 2 (fc1/fc2 split over TP, the gate replicated): exact resume, and the
+// checkpoint (the shared expert whole) loads into one process.
+TEST(GalePretrainMoeTensorParallel, SharedExpertSaveThenResumeAndLoadIntoOneProcess) {
+  const std::vector<std::string> shared = {"--moe-shared-expert-intermediate-size", "96", "--moe-shared-expert-gate"};
+  std::vector<std::string> flags = kTp2Sp;
+  flags.insert(flags.end(), shared.begin(), shared.end());
+  expect_exact_resume(2, flags, shared);
+}
+
 // TP 2 with EP 2 (world 4: each EP rank's experts split over its TP pair): exact resume, and the
 // checkpoint (experts whole under their global index) loads into one process.
 TEST(GalePretrainMoeTensorParallel, WithExpertParallelSaveThenResumeAndLoadIntoOneProcess) {

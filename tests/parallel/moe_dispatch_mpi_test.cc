@@ -1,7 +1,8 @@
 // The expert-parallel token exchange (model/moe_dispatch.h) over the whole world as the EP group:
 // dispatch delivers every row to the rank owning its expert, grouped by local expert and ordered
 // by (source rank, row); the exchanged counts are right; combine returns exactly the input; with
-// uneven and zero counts (experts and whole ranks that get no rows), f32 and bf16 rows.
+// uneven and zero counts (experts and whole ranks that get no rows), f32 and bf16 rows; the
+// while-in-flight hook of --moe-shared-expert-overlap.
 #include <gtest/gtest.h>
 
 #include "mpi_test_env.h"
@@ -74,6 +75,40 @@ TEST(MoeDispatch, RoundTripOneExpertPerRank) { check_round_trip(test::world(), 1
 TEST(MoeDispatch, RoundTripUnevenCounts) { check_round_trip(test::world(), 3, 1, DType::kF32); }
 TEST(MoeDispatch, RoundTripRankWithoutTokens) { check_round_trip(test::world(), 2, 2, DType::kF32); }
 TEST(MoeDispatch, RoundTripBf16) { check_round_trip(test::world(), 2, 0, DType::kBF16); }
+
+// --moe-shared-expert-overlap's hook: the callback runs once, on the calling thread, while the row
+// exchange is in flight, and may run collectives of another group (the shared expert's TP
+// all-gather and reduce-scatter) without disturbing the exchange.
+TEST(MoeDispatch, WhileInFlightRunsOnceAndMayUseAnotherGroup) {
+  const Comm& ep = test::world();
+  std::vector<int> ranks(static_cast<size_t>(ep->size()));
+  for (int r = 0; r < ep->size(); ++r) ranks[r] = r;
+  const Comm other = ep->make_group(ranks, "other");
+  const int64_t E = 2 * ep->size();
+  std::vector<int64_t> counts(static_cast<size_t>(E));
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; ++e) n += counts[e] = count_of(ep->rank(), e, E, 1);
+  Tensor rows = Tensor::empty({n, H});
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t h = 0; h < H; ++h) rows.data<float>()[r * H + h] = value_of(ep->rank(), r, h);
+  const MoeDispatchPlan plan = make_dispatch_plan(ep, counts);
+  const Tensor expected = dispatch_rows(ep, plan, rows);
+  int calls = 0;
+  double sum = 1.0;
+  const Tensor got = dispatch_rows(ep, plan, rows, [&] {
+    ++calls;
+    other->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(sum, static_cast<double>(ep->size()));
+  ASSERT_EQ(got.numel(), expected.numel());
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+  int one_rank_calls = 0;  // one EP rank: nothing in flight, the callback still runs
+  const Comm self = make_self_communicator("ep");
+  const MoeDispatchPlan single = make_dispatch_plan(self, std::vector<int64_t>{n});
+  EXPECT_EQ(dispatch_rows(self, single, rows, [&] { ++one_rank_calls; }).numel(), rows.numel());
+  EXPECT_EQ(one_rank_calls, 1);
+}
 
 }  // namespace
 }  // namespace gale

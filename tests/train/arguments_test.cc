@@ -155,6 +155,19 @@ TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   EXPECT_EQ(c.args.moe.moe_router_load_balancing_type, "aux_loss");
   EXPECT_EQ(c.args.moe.layer_pattern, (std::vector<int>{1, 1}));
   EXPECT_EQ(c.args.moe.expert_tensor_parallel_size, 1);
+  EXPECT_EQ(c.args.moe.moe_shared_expert_intermediate_size, kUnset);  // no shared expert
+  Cli shared;
+  ASSERT_TRUE(shared.parse(with(minimal(), {"--num-experts", "4", "--disable-bias-linear",
+                                            "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-gate"}))
+                  .ok());
+  EXPECT_EQ(shared.args.moe.moe_shared_expert_intermediate_size, 24);
+  EXPECT_TRUE(shared.args.moe.moe_shared_expert_gate);
+  Cli overlap;
+  ASSERT_TRUE(overlap.parse(with(minimal(), {"--num-experts", "4", "--disable-bias-linear",
+                                             "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-overlap",
+                                             "--moe-token-dispatcher-type", "alltoall"}))
+                  .ok());
+  EXPECT_TRUE(overlap.args.moe.moe_shared_expert_overlap);
   Cli none;
   ASSERT_TRUE(none.parse(with(minimal(), {"--num-experts", "0"})).ok());  // Megatron: 0 is None
   EXPECT_FALSE(none.args.moe.enabled());
@@ -316,6 +329,20 @@ INSTANTIATE_TEST_SUITE_P(
                   "--moe-router-load-balancing-type sinkhorn: not supported yet (aux_loss, seq_aux_loss or none)"},
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
+        ErrorCase{{"--moe-shared-expert-intermediate-size", "8"}, StatusCode::kInvalidArgument,
+                  "--moe-shared-expert-intermediate-size needs --num-experts (a MoE model), found no --num-experts"},
+        ErrorCase{{"--num-experts", "4", "--moe-shared-expert-intermediate-size", "8"}, StatusCode::kInvalidArgument,
+                  "--moe-shared-expert-intermediate-size: expected --disable-bias-linear (the shared experts have no "
+                  "biases, as in Megatron), found the linear biases on"},
+        ErrorCase{{"--num-experts", "4", "--disable-bias-linear", "--moe-shared-expert-intermediate-size", "0"},
+                  StatusCode::kInvalidArgument, "--moe-shared-expert-intermediate-size: expected a positive integer, found 0"},
+        ErrorCase{{"--num-experts", "4", "--moe-shared-expert-gate"}, StatusCode::kInvalidArgument,
+                  "--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size (a shared expert), found none"},
+        ErrorCase{{"--num-experts", "4", "--disable-bias-linear", "--moe-shared-expert-intermediate-size", "8",
+                   "--moe-shared-expert-overlap"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-shared-expert-overlap: expected --moe-token-dispatcher-type alltoall (the overlap hides the "
+                  "shared expert behind its exchange, as Megatron), found allgather"},
         ErrorCase{{"--num-experts", "4", "--expert-tensor-parallel-size", "2"}, StatusCode::kUnimplemented,
                   "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
                   "--tensor-model-parallel-size 1)"},

@@ -195,7 +195,97 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
   EXPECT_EQ(out.value("tie_word_embeddings", true), src.value("tie_word_embeddings", name == "gpt2"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
+                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe"));
+
+// Qwen2-MoE's layer pattern, routing and gated shared expert land where Gale reads them: the
+// checkpoint records the flags, and zeroing the shared expert's gate weight (sigmoid 1/2 instead of
+// the trained gate) or its down projection breaks the agreement with transformers.
+TEST(HfConvert, Qwen2MoeRecordsItsSharedExpertAndTheGoldenComparisonSeesIt) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen2_moe"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["num_experts"], 4);
+  EXPECT_EQ(args["moe_ffn_hidden_size"], 32);
+  EXPECT_EQ(args["ffn_hidden_size"], 96);
+  EXPECT_EQ(args["moe_layer_freq"], "[0,1]");  // decoder_sparse_step 2: layer 1 sparse
+  EXPECT_EQ(args["moe_router_pre_softmax"], true);  // norm_topk_prob false
+  EXPECT_EQ(args["moe_shared_expert_intermediate_size"], 48);
+  EXPECT_EQ(args["moe_shared_expert_gate"], true);
+  EXPECT_EQ(args["add_qkv_bias"], true);
+  const Golden g = read_golden("qwen2_moe");
+  for (const char* name : {"decoder.layers.1.mlp.shared_experts.gate_weight",
+                           "decoder.layers.1.mlp.shared_experts.linear_fc2.weight"}) {
+    auto lm = load_model(tmp.file("gale"));
+    EXPECT_LT(compare(logits_of(*lm->model, g.tokens), g).max_diff, kLogitTolerance);
+    ParamBuffer& pb = lm->model->params();
+    const int id = pb.find(name);
+    ASSERT_GE(id, 0) << name;
+    std::fill(pb.param_data(id), pb.param_data(id) + pb.spec(id).local_numel(), 0.0f);
+    EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance) << name;
+  }
+}
+
+// norm_topk_prob true (renormalised over the k) is Megatron's default routing; layer patterns come
+// from decoder_sparse_step and mlp_only_layers; a pattern with no sparse layer is refused.
+TEST(HfConvert, Qwen2MoeRoutingAndLayerPatternFromTheConfig) {
+  std::ifstream in(fixture("qwen2_moe") + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["num_hidden_layers"] = 4;
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = {0, 2};
+  j["norm_topk_prob"] = true;
+  auto m = hf_model_from_config(j, "q/config.json", 128, 1);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_FALSE(m->moe.moe_router_pre_softmax);
+  EXPECT_EQ(m->moe.layer_pattern, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(m->moe.moe_layer_freq, "[0,1,0,1]");
+  // Written back: decoder_sparse_step 2 gives the same layers.
+  nlohmann::json out = hf_config_json(m.value(), "float32");
+  EXPECT_EQ(out["decoder_sparse_step"], 2);
+  EXPECT_EQ(out["mlp_only_layers"], nlohmann::json::array());
+  EXPECT_EQ(out["norm_topk_prob"], true);
+  // [1, 1, 0, 1] fits no step: mlp_only_layers.
+  m->moe.layer_pattern = {1, 1, 0, 1};
+  out = hf_config_json(m.value(), "float32");
+  EXPECT_EQ(out["decoder_sparse_step"], 1);
+  EXPECT_EQ(out["mlp_only_layers"], nlohmann::json::array({2}));
+  j["mlp_only_layers"] = {0, 1, 2, 3};
+  auto none = hf_model_from_config(j, "q/config.json", 128, 1);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(), "q/config.json: 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; "
+                                     "convert it as a dense model (Qwen2ForCausalLM) instead");
+  j["mlp_only_layers"] = {7};
+  auto bad = hf_model_from_config(j, "q/config.json", 128, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "q/config.json: 'mlp_only_layers' must hold layer indices 0 to 3, found [7]");
+}
+
+// Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.
+TEST(HfConvertErrors, SharedExpertModelsQwen2MoeCannotHold) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen2_moe"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json args = r->section("args").value();
+  ModelArgs m = model_args_from_json(args, "x").value();
+  MoeArgs moe = moe_args_from_json(args, "x", m.num_layers).value();
+  auto ok = hf_model_from_args(m, moe, 100, "x");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->arch, HfArchitecture::kQwen2Moe);
+  moe.moe_shared_expert_gate = false;
+  auto hf = hf_model_from_args(m, moe, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(hf.status().message(),
+            "ckpt/metadata.json: a mixture-of-experts model with a shared expert is written as Qwen2MoeForCausalLM "
+            "only when it is Qwen2-shaped (RMSNorm, SwiGLU, rope, --disable-bias-linear with --add-qkv-bias, found "
+            "--add-qkv-bias on) with --moe-shared-expert-gate (found it off)");
+  moe.moe_shared_expert_gate = true;
+  m.add_qkv_bias = false;
+  EXPECT_FALSE(hf_model_from_args(m, moe, 100, "x").ok());
+}
 
 // Mixtral's experts land where Gale's MoE layer reads them: the checkpoint records the MoE flags,
 // and swapping one expert's gate (w1) and up (w3) halves breaks the agreement with transformers.

@@ -80,5 +80,27 @@ TEST(Flops, Gpt2SmallByHand) {
   EXPECT_NEAR(num_floating_point_operations(m, 1), 256 * per_token, 1e-6 * 256 * per_token);
 }
 
+// MoE (Megatron's formula): half the layers with 8 experts of FFN 512, top-2, and a shared expert
+// of FFN 1024; each MoE layer's MLP term is (topk·moe_ffn + shared_ffn)·1.5 (SwiGLU).
+TEST(Flops, MoeWithASharedExpertByHand) {
+  FlopsModel m;
+  m.seq_length = 256;
+  m.num_layers = 12;
+  m.hidden = 768;
+  m.heads = 12;
+  m.query_groups = 12;
+  m.kv_channels = 64;
+  m.ffn = 2048;
+  m.padded_vocab = 50304;
+  m.swiglu = true;
+  m.num_moe_layers = 6;
+  m.moe_ffn = 512;
+  m.moe_topk = 2;
+  m.moe_shared_ffn = 1024;
+  const double mlp = 12.0 * 768 * 1.5 * (6 * 2048 + 6 * (2 * 512 + 1024));
+  const double per_token = mlp + 12.0 * 12 * 768 * 768 * (2.0 + 256.0 / 1536.0) + 6.0 * 768 * 50304;
+  EXPECT_NEAR(num_floating_point_operations(m, 1), 256 * per_token, 1e-6 * 256 * per_token);
+}
+
 }  // namespace
 }  // namespace gale

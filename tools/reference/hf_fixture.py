@@ -1,4 +1,4 @@
-# Tiny random Hugging Face models (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) and their logits: fixtures for `gale convert`.
+# Tiny random Hugging Face models (GPT-2, LLaMA, Qwen2, Mistral, Mixtral, Qwen2-MoE) and their logits: fixtures for `gale convert`.
 #
 # Run with a Python that has torch and transformers (the committed files came from Debian 12's
 # /usr/bin/python3 3.11 + python3-torch 1.13 in a venv with transformers 4.40.2 and safetensors 0.8.0):
@@ -82,6 +82,19 @@ def configs():
                                                num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
                                                tie_word_embeddings=False),
                     torch.float32, "150KB"),
+        # Qwen2-MoE: q/k/v biases, layer 0 dense (intermediate_size), layer 1 sparse (decoder_sparse_step
+        # 2): 4 experts, top-2, softmax over all experts without renormalisation (norm_topk_prob false =
+        # --moe-router-pre-softmax), a shared expert gated by sigmoid(shared_expert_gate(x)).
+        "qwen2_moe": (transformers.Qwen2MoeForCausalLM,
+                      transformers.Qwen2MoeConfig(vocab_size=100, hidden_size=64, intermediate_size=96,
+                                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                  max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                                  tie_word_embeddings=False, use_sliding_window=False,
+                                                  decoder_sparse_step=2, moe_intermediate_size=32,
+                                                  shared_expert_intermediate_size=48, num_experts=4,
+                                                  num_experts_per_tok=2, norm_topk_prob=False,
+                                                  router_aux_loss_coef=0.001),
+                      torch.float32, None),
     }
 
 
@@ -149,7 +162,7 @@ def main():
     p.add_argument("--check-export", help="a Hugging Face directory written by `gale convert`")
     p.add_argument("--like", help="the fixture directory whose golden logits it must reproduce")
     p.add_argument("--tolerance", type=float, default=1e-4)
-    p.add_argument("--only", help="write this one fixture (gpt2, llama, qwen2, mistral, mixtral)")
+    p.add_argument("--only", help="write this one fixture (gpt2, llama, qwen2, mistral, mixtral, qwen2_moe)")
     a = p.parse_args()
     if a.check_export:
         sys.exit(0 if check_export(a.check_export, a.like) <= a.tolerance else 1)
