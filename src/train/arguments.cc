@@ -202,7 +202,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   static const Entry entries[] = {
       {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
       {"--apply-layernorm-1p", "zero-centered LayerNorm weights"},
-      {"--qk-layernorm", "normalization of queries and keys"},
       {"--rotary-interleaved", "interleaved RoPE layout"},
       {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
       {"--use-rope-scaling", "Llama-3 RoPE scaling"},
@@ -218,7 +217,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--moe-router-num-groups", "MoE group-limited routing"},
       {"--moe-router-group-topk", "MoE group-limited routing"},
-      {"--multi-latent-attention", "multi-head latent attention"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--rampup-batch-size", "batch-size ramp-up"},
@@ -281,6 +279,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_logging_args(p, a.logging);
   add_moe_args(p, a.moe);
   add_lora_args(p, a.lora);
+  add_mla_args(p, a.model);
   add_unsupported_megatron_args(p);
 }
 
@@ -492,6 +491,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
   GALE_RETURN_IF_ERROR(validate_lora_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_mla_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

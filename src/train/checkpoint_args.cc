@@ -46,7 +46,14 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
           {"add_qkv_bias", m.add_qkv_bias},
           {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
           {"padded_vocab_size", m.padded_vocab_size},
-          {"noop_layers", m.noop_layers}};
+          {"noop_layers", m.noop_layers},
+          {"multi_latent_attention", m.multi_latent_attention},
+          {"q_lora_rank", m.q_lora_rank == kUnset ? nlohmann::json() : nlohmann::json(m.q_lora_rank)},
+          {"kv_lora_rank", m.kv_lora_rank},
+          {"qk_head_dim", m.qk_head_dim},
+          {"qk_pos_emb_head_dim", m.qk_pos_emb_head_dim},
+          {"v_head_dim", m.v_head_dim},
+          {"qk_layernorm", m.qk_layernorm}};
 }
 
 namespace {
@@ -125,6 +132,17 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     std::sort(m.noop_layers.begin(), m.noop_layers.end());
     for (size_t i = 0; i < m.noop_layers.size(); ++i)
       m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
+  }
+  // Multi-latent attention (absent in checkpoints saved before Gale had it: standard attention).
+  if (auto it = args.find("multi_latent_attention"); it != args.end() && it->is_boolean() && it->get<bool>()) {
+    m.multi_latent_attention = true;
+    if (auto q = args.find("q_lora_rank"); q != args.end() && !q->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "q_lora_rank", where, &m.q_lora_rank));
+    GALE_RETURN_IF_ERROR(get(args, "kv_lora_rank", where, &m.kv_lora_rank));
+    GALE_RETURN_IF_ERROR(get(args, "qk_head_dim", where, &m.qk_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "qk_pos_emb_head_dim", where, &m.qk_pos_emb_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "v_head_dim", where, &m.v_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));
   }
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
