@@ -268,7 +268,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p);
 // The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
 // After the model and parallel flags.
 Status validate_lora_args(Arguments& a, const ArgParser& p);
-// The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, CP, LoRA on linear_qkv).
+// The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
 // After the model and parallel flags.
 Status validate_mla_args(Arguments& a, const ArgParser& p);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones

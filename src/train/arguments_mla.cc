@@ -62,9 +62,6 @@ Status validate_mla_args(Arguments& a, const ArgParser& p) {
   if (m.qk_layernorm && m.q_lora_rank == kUnset)
     return InvalidArgument("--qk-layernorm without --q-lora-rank: the norm fused into linear_q_proj is not supported "
                            "yet; give --q-lora-rank");
-  if (a.parallel.context_parallel_size > 1)
-    return InvalidArgument("--context-parallel-size ", a.parallel.context_parallel_size,
-                           ": context parallelism is not supported yet with --multi-latent-attention; expected 1");
   for (const std::string& t : a.lora.lora_target_modules)
     if (t == "linear_qkv")
       return InvalidArgument("--lora-target-modules linear_qkv: MLA has no linear_qkv (its projections are "

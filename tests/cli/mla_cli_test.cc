@@ -1,8 +1,7 @@
 // `gale pretrain` with --multi-latent-attention: a falling loss on the mock data, the same losses at
 // optimisation levels 0 and 2 (flash attention) and, within bf16's precision, with --bf16; save and
 // resume continue the same run; `gale generate --use-checkpoint-args` reads the MLA flags back from
-// the checkpoint; YaRN scaling is refused in one line (context parallelism too:
-// tests/train/arguments_mla_test.cc).
+// the checkpoint; YaRN scaling and conversion to Hugging Face are refused in one line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -76,6 +75,14 @@ TEST(GalePretrainMla, SaveThenResumeContinuesTheSameRunAndGenerateReadsIt) {
       {}, 300);
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   EXPECT_TRUE(std::regex_search(gen.output, std::regex(R"(5 17 300 2 41( \d+){6}\n)"))) << gen.output;
+  // No Hugging Face architecture is written for it yet: a one-line refusal, nothing half-written.
+  test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale", "--save-model-type",
+                                               "hf", "--load-dir", dir.string(), "--save-dir", (dir / "hf").string()},
+                                              {}, 120);
+  EXPECT_NE(hf.exit_code, 0) << hf.output;
+  EXPECT_NE(hf.output.find("--multi-latent-attention; writing it as a Hugging Face DeepSeek model is not supported yet"),
+            std::string::npos)
+      << hf.output;
   std::filesystem::remove_all(dir);
 }
 

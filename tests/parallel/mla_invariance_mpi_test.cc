@@ -2,7 +2,7 @@
 // split over heads, the down projections and latent norms replicated), with sequence parallelism
 // (the down projections on each rank's S/TP tokens, their gradients summed over TP), pipeline
 // parallelism (1F1B and interleaved), data parallelism with the distributed optimizer, full
-// recomputation and flash attention reproduce the single-process run: losses and grad norms within
+// recomputation, context parallelism (ring, all-gather, Ulysses, hybrid) and flash attention reproduce the single-process run: losses and grad norms within
 // 1e-5 relative, final parameters 1e-3 (as tests/parallel/invariance_mpi_test.cc), final gradients
 // 3e-5: TP 4 with SP sums the latent gradients of four head groups in another order, which after
 // five AdamW steps leaves the query projections' gradients up to 1.3e-5 off (1e-5 is exceeded only
@@ -35,6 +35,15 @@ const std::vector<Layout>& layouts() {
                                     "--recompute-granularity", "full", "--recompute-method", "uniform",
                                     "--recompute-num-layers", "2"}},
       {"tp2_sp_flash", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 0, {}, true},
+      // Context parallelism: the padded per-head q/k/v rows go through the ring (p2p, the default),
+      // the all-gather and Ulysses' head split unchanged; MLA's RoPE at the chunks' global positions.
+      {"cp2_docs", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}},
+      {"cp2_docs_flash", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}, 0, {}, true},
+      {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                            "--ulysses-degree-in-cp", "2"}},
       {"tp4_sp", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
@@ -77,11 +86,14 @@ double relative_error(const ParamSpec& s, const float* shard, const float* ref, 
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-const testing::TestRun& single_process_run(bool deepseek, bool flash) {
-  static std::map<std::pair<bool, bool>, std::unique_ptr<testing::TestRun>> runs;
-  auto& run = runs[{deepseek, flash}];
+// The single-process run with the same model flags (and --reset-attention-mask when the layout has it).
+const testing::TestRun& single_process_run(bool deepseek, bool flash, bool documents) {
+  static std::map<std::tuple<bool, bool, bool>, std::unique_ptr<testing::TestRun>> runs;
+  auto& run = runs[{deepseek, flash, documents}];
   if (!run) {
-    run = std::make_unique<testing::TestRun>(testing::join({kCommon, deepseek ? kDeepseek : kGptLike}),
+    const std::vector<std::string> docs =
+        documents ? std::vector<std::string>{"--reset-attention-mask"} : std::vector<std::string>{};
+    run = std::make_unique<testing::TestRun>(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, docs}),
                                              make_self_communicator("world"), testing::kTinyVocab, EngineOptions{},
                                              attention_ops(flash));
     run->train(5);
@@ -97,7 +109,9 @@ TEST_P(MlaInvariance, MatchesSingleProcess) {
   ASSERT_NE(layout, nullptr);
   Comm world = test::world();
   if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  const testing::TestRun& reference = single_process_run(deepseek, layout->flash_attention);
+  const bool documents = std::find(layout->flags.begin(), layout->flags.end(), "--reset-attention-mask") !=
+                         layout->flags.end();
+  const testing::TestRun& reference = single_process_run(deepseek, layout->flash_attention, documents);
   testing::TestRun run(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, layout->flags}), world,
                        testing::kTinyVocab, EngineOptions{layout->bucket_size, layout->recompute},
                        attention_ops(layout->flash_attention));

@@ -26,6 +26,11 @@ struct Cli {
   }
 };
 
+TEST(MlaArguments, ComposesWithContextParallelism) {
+  Cli cli;
+  EXPECT_TRUE(cli.parse({"--multi-latent-attention", "--context-parallel-size", "2"}, 2).ok());
+}
+
 TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   Cli cli;
   ASSERT_TRUE(cli.parse({"--multi-latent-attention"}).ok());
@@ -78,7 +83,6 @@ TEST_P(MlaArgumentErrors, OneLineNamingTheFlag) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, MlaArgumentErrors,
     ::testing::Values(
-        ErrorCase{{"--multi-latent-attention", "--context-parallel-size", "2"}, 2, "--context-parallel-size 2"},
         ErrorCase{{"--multi-latent-attention", "--group-query-attention", "--num-query-groups", "2"}, 1,
                   "--group-query-attention: not applicable"},
         ErrorCase{{"--multi-latent-attention", "--kv-lora-rank", "0"}, 1, "--kv-lora-rank: expected a positive"},
