@@ -22,6 +22,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.add("--rotary-scaling-factor", &a.rotary_scaling_factor, "YaRN scaling factor (only 1 is supported)");
   p.add("--mscale", &a.mscale, "YaRN mscale (no effect with --rotary-scaling-factor 1)");
   p.add("--mscale-all-dim", &a.mscale_all_dim, "YaRN mscale_all_dim (no effect with --rotary-scaling-factor 1)");
+  p.add_unsupported("--cache-mla-latents",
+                    "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
 }
 
 Status validate_mla_args(Arguments& a, const ArgParser& p) {

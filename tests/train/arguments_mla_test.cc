@@ -94,6 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--multi-latent-attention", "--qk-layernorm"}, 1, "--qk-layernorm without --q-lora-rank"},
         ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
                   "--lora-target-modules linear_qkv"},
+        ErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
         ErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"},
         ErrorCase{{"--qk-layernorm"}, 1, "--qk-layernorm: not supported yet without --multi-latent-attention"}));
 
