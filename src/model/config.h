@@ -92,10 +92,24 @@ struct MlaConfig {
   int64_t qk_pos_emb_head_dim = 64;  // R: the rotary part (the key's is shared by all heads)
   int64_t v_head_dim = 128;          // Dv
   bool qk_layernorm = false;         // --qk-layernorm: RMSNorm/LayerNorm on the two latents
+  // RoPE of the rotary part: YaRN (--rope-type yarn, MLA's default) or plain (--rope-type rope);
+  // YaRN with --rotary-scaling-factor s > 1 rescales frequencies and cos/sin (model/yarn_rope.h).
+  bool yarn = true;
+  double rotary_scaling_factor = 1.0;  // s
+  double mscale = 1.0, mscale_all_dim = 0.0;
+  // MLATransformerConfig's YaRN constants (no Megatron flags in the MLA path).
+  static constexpr int64_t kYarnOriginalMaxPositions = 4096;
+  static constexpr double kYarnBetaFast = 32.0, kYarnBetaSlow = 1.0;
 
   int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }  // Dq = Dn + R
   // The head width the attention kernels run at: queries, keys and values zero-padded to one width.
   int64_t attention_head_dim() const { return std::max(q_head_dim(), v_head_dim); }
+  // Megatron's MLA softmax scale: m(s, mscale_all_dim)² / sqrt(Dq), m(s, x) = 0.1·x·ln(s) + 1 for
+  // s > 1 (whatever the rope type), else 1.
+  float softmax_scale() const {
+    const double m = rotary_scaling_factor <= 1.0 ? 1.0 : 0.1 * mscale_all_dim * std::log(rotary_scaling_factor) + 1.0;
+    return static_cast<float>(m * m / std::sqrt(static_cast<double>(q_head_dim())));
+  }
 };
 
 struct ModelConfig {
@@ -139,7 +153,7 @@ struct ModelConfig {
   int64_t attention_head_dim() const { return mla.enabled ? mla.attention_head_dim() : head_dim; }
   int64_t attention_kv_heads() const { return mla.enabled ? heads : kv_heads; }
   float softmax_scale() const {
-    return 1.0f / std::sqrt(static_cast<float>(mla.enabled ? mla.q_head_dim() : head_dim));
+    return mla.enabled ? mla.softmax_scale() : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   // Rotary tables are built with RoPE, and always with MLA (its rotary part).
   bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }

@@ -6,6 +6,7 @@
 
 #include "model/linear.h"
 #include "model/param_builders.h"
+#include "model/yarn_rope.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -68,7 +69,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
   if (c.bf16) params_.enable_bf16();
-  if (c.uses_rope_tables()) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);
+  if (c.mla.enabled)
+    rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
+  else if (c.uses_rope_tables())
+    rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base);
 }
 
 GPTModel::~GPTModel() = default;

@@ -12,7 +12,8 @@
 //             -> kv norm on the latent -> (SP all-gather of both) [T, Ckv + R]
 //             -> linear_kv_up_proj on the latent (column-parallel) [T, NHl·(Dn + Dv)]
 //   each head h: q_h = [q_nope_h (Dn) | rope(q_pe_h) (R)], k_h = [k_nope_h | rope(k_pe)] with ONE
-//             k_pe per token shared by all heads, v_h (Dv); softmax scale 1/sqrt(Dq)
+//             k_pe per token shared by all heads, v_h (Dv); softmax scale 1/sqrt(Dq) (times YaRN's
+//             m(s, mscale_all_dim)², model/yarn_rope.h)
 //   attention [T, NHl·Dv] -> linear_proj (row-parallel, in the layer: model/transformer_layer.h)
 //
 // The q/kv norms exist with --qk-layernorm (Megatron's MLA spec: without it the latents go
@@ -23,7 +24,8 @@
 // RoPE on the R-wide parts uses Megatron's MLA layout (mla_rotary_interleaved, DeepSeek's
 // rope_interleave): the input's even dimensions then its odd ones, rotated as "rotate half" with
 // θ_i = p·base^(−2i/R). The permutation is applied to q_pe and k_pe alike, so q·k is that of the
-// interleaved (pairs 2i, 2i+1) rotation; the attention output does not depend on it.
+// interleaved (pairs 2i, 2i+1) rotation; the attention output does not depend on it. The tables
+// are rt.rope: plain RoPE or YaRN (model/yarn_rope.h).
 //
 // Attention runs on the existing kernels (reference or flash, with the layer's masks, dropout and
 // KV cache) with KV = NH (every head its own key and value) at one head width D = max(Dq, Dv): the

@@ -17,11 +17,11 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--qk-layernorm", &a.qk_layernorm,
              "with --multi-latent-attention: --normalization on the query and key/value latents");
   p.add_choice("--rope-type", &a.rope_type, {"rope", "yarn"},
-               "RoPE type (default: yarn with --multi-latent-attention, rope otherwise); YaRN only with "
-               "--rotary-scaling-factor 1, where it is plain RoPE");
-  p.add("--rotary-scaling-factor", &a.rotary_scaling_factor, "YaRN scaling factor (only 1 is supported)");
-  p.add("--mscale", &a.mscale, "YaRN mscale (no effect with --rotary-scaling-factor 1)");
-  p.add("--mscale-all-dim", &a.mscale_all_dim, "YaRN mscale_all_dim (no effect with --rotary-scaling-factor 1)");
+               "RoPE type (default: yarn with --multi-latent-attention, rope otherwise; YaRN only with MLA)");
+  p.add("--rotary-scaling-factor", &a.rotary_scaling_factor,
+        "MLA's YaRN scaling factor s (1: plain RoPE; model/yarn_rope.h)");
+  p.add("--mscale", &a.mscale, "MLA's YaRN mscale (cos/sin concentration m(s, mscale) / m(s, mscale-all-dim))");
+  p.add("--mscale-all-dim", &a.mscale_all_dim, "MLA's YaRN mscale_all_dim (softmax scale times m(s, this)^2)");
   p.add_unsupported("--cache-mla-latents",
                     "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
 }
@@ -54,9 +54,9 @@ Status validate_mla_args(Arguments& a, const ArgParser& p) {
   if (m.group_query_attention)
     return InvalidArgument("--group-query-attention: not applicable with --multi-latent-attention (every head has "
                            "its own keys and values from the latent)");
-  if (m.rotary_scaling_factor != 1.0)
-    return InvalidArgument("--rotary-scaling-factor: YaRN scaling is not supported yet with --multi-latent-attention; "
-                           "expected 1, found ", m.rotary_scaling_factor);
+  if (!(m.rotary_scaling_factor >= 1.0))
+    return InvalidArgument("--rotary-scaling-factor: expected at least 1 (YaRN's context extension), found ",
+                           m.rotary_scaling_factor);
   if (m.rotary_percent != 1.0)
     return InvalidArgument("--rotary-percent: expected 1 with --multi-latent-attention (RoPE rotates the whole "
                            "--qk-pos-emb-head-dim part), found ", m.rotary_percent);

@@ -53,7 +53,11 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
           {"qk_head_dim", m.qk_head_dim},
           {"qk_pos_emb_head_dim", m.qk_pos_emb_head_dim},
           {"v_head_dim", m.v_head_dim},
-          {"qk_layernorm", m.qk_layernorm}};
+          {"qk_layernorm", m.qk_layernorm},
+          {"rope_type", m.rope_type.empty() ? nlohmann::json() : nlohmann::json(m.rope_type)},
+          {"rotary_scaling_factor", m.rotary_scaling_factor},
+          {"mscale", m.mscale},
+          {"mscale_all_dim", m.mscale_all_dim}};
 }
 
 namespace {
@@ -143,6 +147,11 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "qk_pos_emb_head_dim", where, &m.qk_pos_emb_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "v_head_dim", where, &m.v_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));
+    if (auto r = args.find("rope_type"); r != args.end() && !r->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "rope_type", where, &m.rope_type));
+    GALE_RETURN_IF_ERROR(get(args, "rotary_scaling_factor", where, &m.rotary_scaling_factor));
+    GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
+    GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA

@@ -41,6 +41,10 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.mla.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
     c.mla.v_head_dim = m.v_head_dim;
     c.mla.qk_layernorm = m.qk_layernorm;
+    c.mla.yarn = m.rope_type != "rope";  // Megatron's MLA default is yarn
+    c.mla.rotary_scaling_factor = m.rotary_scaling_factor;
+    c.mla.mscale = m.mscale;
+    c.mla.mscale_all_dim = m.mscale_all_dim;
   }
   const MoeArgs& moe = a.moe;
   if (moe.enabled()) {

@@ -1,11 +1,13 @@
 // Gale's multi-latent attention model against Hugging Face's DeepseekV3ForCausalLM in float64
-// (tools/reference/mla_reference.py, tests/data/golden/mla_deepseek/fixture.json): the model is
-// built from the fixture's Megatron flags, loads its weights by Megatron name, and must give its
-// logits, mean token loss and every parameter gradient.
+// (tools/reference/mla_reference.py, tests/data/golden/mla_deepseek{,_yarn}/fixture.json: plain RoPE
+// and YaRN on the rotary part): the model is built from the fixture's Megatron flags, loads its
+// weights by Megatron name, and must give its logits, mean token loss and every parameter gradient.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
+#include <string>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/fused_ops.h"
@@ -16,9 +18,9 @@
 namespace gale {
 namespace {
 
-nlohmann::json load_fixture() {
-  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/golden/mla_deepseek/fixture.json");
-  GALE_CHECK(in.good()) << "missing tests/data/golden/mla_deepseek/fixture.json (tools/reference/mla_reference.py)";
+nlohmann::json load_fixture(const std::string& name) {
+  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/golden/" + name + "/fixture.json");
+  GALE_CHECK(in.good()) << "missing tests/data/golden/" << name << "/fixture.json (tools/reference/mla_reference.py)";
   return nlohmann::json::parse(in);
 }
 
@@ -32,10 +34,11 @@ double relative_error(const float* a, const std::vector<double>& b) {
   return worst / scale;
 }
 
-class MlaGolden : public ::testing::TestWithParam<bool> {};
+class MlaGolden : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(MlaGolden, LogitsLossAndEveryGradientMatchDeepseekV3) {
-  const nlohmann::json f = load_fixture();
+  const auto& [fixture, flash] = GetParam();
+  const nlohmann::json f = load_fixture(fixture);
   ArgParser parser("gale pretrain", "mla golden");
   Arguments args;
   add_all_pretrain_args(parser, args);
@@ -52,7 +55,7 @@ TEST_P(MlaGolden, LogitsLossAndEveryGradientMatchDeepseekV3) {
   const ModelConfig c = model_config_from_args(args);
   ASSERT_TRUE(c.mla.enabled);
   OpTable ops = reference_ops();
-  if (GetParam()) {
+  if (flash) {
     ASSERT_TRUE(install_fused_kernel(ops, "attention", detected_isa()).ok());
   }
   GPTModel model(c, single_process_partition(c), &ops);
@@ -94,8 +97,11 @@ TEST_P(MlaGolden, LogitsLossAndEveryGradientMatchDeepseekV3) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, MlaGolden, ::testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "flash" : "reference"); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaGolden,
+                         ::testing::Combine(::testing::Values("mla_deepseek", "mla_deepseek_yarn"), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_flash" : "_reference");
+                         });
 
 }  // namespace
 }  // namespace gale

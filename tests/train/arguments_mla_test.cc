@@ -43,6 +43,8 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_EQ(c.mla.qk_pos_emb_head_dim, 64);
   EXPECT_EQ(c.mla.v_head_dim, 128);
   EXPECT_FALSE(c.mla.qk_layernorm);
+  EXPECT_TRUE(c.mla.yarn);  // Megatron's MLA default rope type
+  EXPECT_EQ(c.mla.rotary_scaling_factor, 1.0);
   EXPECT_EQ(c.attention_head_dim(), 192);
   EXPECT_EQ(c.attention_kv_heads(), 4);
   EXPECT_FLOAT_EQ(c.softmax_scale(), 1.0f / std::sqrt(192.0f));
@@ -57,6 +59,22 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_EQ(s.mla.q_lora_rank, 24);
   EXPECT_TRUE(s.mla.qk_layernorm);
   EXPECT_EQ(s.attention_head_dim(), 16);  // max(8 + 4, 16)
+  EXPECT_TRUE(s.mla.yarn);
+  EXPECT_EQ(s.mla.mscale_all_dim, 0.7);
+
+  Cli yarn;  // DeepSeek-V3's YaRN: s 40, mscale = mscale_all_dim = 1: softmax scale m(40, 1)² / sqrt(Dq)
+  ASSERT_TRUE(yarn.parse({"--multi-latent-attention", "--rotary-scaling-factor", "40", "--mscale", "1",
+                          "--mscale-all-dim", "1"})
+                  .ok());
+  yarn.args.model.padded_vocab_size = 128;
+  const ModelConfig y = model_config_from_args(yarn.args);
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(y.softmax_scale(), m * m / std::sqrt(192.0), 1e-7);
+
+  Cli rope;
+  ASSERT_TRUE(rope.parse({"--multi-latent-attention", "--rope-type", "rope"}).ok());
+  rope.args.model.padded_vocab_size = 128;
+  EXPECT_FALSE(model_config_from_args(rope.args).mla.yarn);
 
   Cli off;
   ASSERT_TRUE(off.parse({}).ok());
@@ -89,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--multi-latent-attention", "--v-head-dim", "-3"}, 1, "--v-head-dim: expected a positive"},
         ErrorCase{{"--multi-latent-attention", "--q-lora-rank", "0"}, 1, "--q-lora-rank: expected a positive"},
         ErrorCase{{"--multi-latent-attention", "--qk-pos-emb-head-dim", "5"}, 1, "--qk-pos-emb-head-dim: expected an even"},
-        ErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "40"}, 1, "--rotary-scaling-factor"},
+        ErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "0.5"}, 1,
+                  "--rotary-scaling-factor: expected at least 1"},
+        ErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
         ErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
         ErrorCase{{"--multi-latent-attention", "--qk-layernorm"}, 1, "--qk-layernorm without --q-lora-rank"},
         ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
