@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/threads.h"
 #include "model/linear.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
@@ -23,10 +24,18 @@ ParamSpec replicated(ParamSpec s, const ModelPartition& part) {
   return s;
 }
 
+// fn(t) for every token row t < rows, rows split over the compute threads (rows are independent).
+template <class Fn>
+void for_rows(int64_t rows, Fn&& fn) {
+  parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) fn(t);
+  });
+}
+
 // Columns [c0, c0 + n) of src [rows, src_cols] into columns [d0, d0 + n) of dst [rows, dst_cols].
 void copy_columns(const float* src, int64_t src_cols, int64_t c0, float* dst, int64_t dst_cols, int64_t d0,
                   int64_t rows, int64_t n) {
-  for (int64_t t = 0; t < rows; ++t) std::memcpy(dst + t * dst_cols + d0, src + t * src_cols + c0, n * sizeof(float));
+  for_rows(rows, [&](int64_t t) { std::memcpy(dst + t * dst_cols + d0, src + t * src_cols + c0, n * sizeof(float)); });
 }
 
 // Columns [c0, c0 + n) of x [rows, cols] as a new [rows, n] tensor.
@@ -197,8 +206,9 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
 
   // ---- k_pe: de-interleaved and rotated once per token ----
   Tensor k_pe = Tensor::empty({d.T, d.R});
-  for (int64_t t = 0; t < d.T; ++t)
+  for_rows(d.T, [&](int64_t t) {
     deinterleave(ckv_all.data<float>() + t * (d.Ckv + d.R) + d.Ckv, k_pe.data<float>() + t * d.R, d.R);
+  });
   ops.rope_forward(k_pe.data<float>(), contiguous_heads_layout(1, d.R), 1, d.S, d.B, d.R, rt.rope_positions.data(),
                    *rt.rope);
 
@@ -208,7 +218,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
     float* p = qkv.data<float>();
     const float *qp = q.data<float>(), *kvp = kv.data<float>(), *kpe = k_pe.data<float>();
     const int64_t row = d.NHl * 3 * d.D;
-    for (int64_t t = 0; t < d.T; ++t)
+    for_rows(d.T, [&](int64_t t) {
       for (int64_t h = 0; h < d.NHl; ++h) {
         float* qh = p + t * row + h * 3 * d.D;
         float *kh = qh + d.D, *vh = qh + 2 * d.D;
@@ -220,6 +230,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
         std::memcpy(kh + d.Dn, kpe + t * d.R, d.R * sizeof(float));
         std::memcpy(vh, kvsrc + d.Dn, d.Dv * sizeof(float));
       }
+    });
   }
   q = kv = Tensor();
   HeadLayout q_pe = packed_query_layout(d);
@@ -229,10 +240,11 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   Tensor out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
                      : core_attention_forward(rt, ap, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
   Tensor ctx = Tensor::empty({d.T, d.NHl * d.Dv});
-  for (int64_t t = 0; t < d.T; ++t)
+  for_rows(d.T, [&](int64_t t) {
     for (int64_t h = 0; h < d.NHl; ++h)
       std::memcpy(ctx.data<float>() + (t * d.NHl + h) * d.Dv, out.data<float>() + (t * d.NHl + h) * d.D,
                   d.Dv * sizeof(float));
+  });
   if (saved) {
     saved->x = x;
     saved->x_full = x_full;
@@ -256,10 +268,11 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
 
   // ---- attention on the padded rows ----
   Tensor d_out = Tensor::zeros({d.T, d.NHl * d.D});
-  for (int64_t t = 0; t < d.T; ++t)
+  for_rows(d.T, [&](int64_t t) {
     for (int64_t h = 0; h < d.NHl; ++h)
       std::memcpy(d_out.data<float>() + (t * d.NHl + h) * d.D, d_ctx.data<float>() + (t * d.NHl + h) * d.Dv,
                   d.Dv * sizeof(float));
+  });
   Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.out, d_out);  // [T, NHl·3D]
   d_out = Tensor();
   s.out = Tensor();
@@ -274,7 +287,7 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
   {
     const float* p = d_qkv.data<float>();
     const int64_t row = d.NHl * 3 * d.D;
-    for (int64_t t = 0; t < d.T; ++t) {
+    for_rows(d.T, [&](int64_t t) {  // row t's dk_pe sums its own heads only
       float* dkpe = dk_pe.data<float>() + t * d.R;
       for (int64_t h = 0; h < d.NHl; ++h) {
         const float* qh = p + t * row + h * 3 * d.D;
@@ -287,7 +300,7 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
         for (int64_t i = 0; i < d.R; ++i) dkpe[i] += kh[d.Dn + i];
         std::memcpy(kvdst + d.Dn, vh, d.Dv * sizeof(float));
       }
-    }
+    });
   }
   d_qkv = Tensor();
   ops.rope_backward(dk_pe.data<float>(), contiguous_heads_layout(1, d.R), 1, d.S, d.B, d.R, rt.rope_positions.data(),
@@ -298,8 +311,9 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
   {
     Tensor d_kv_in = linear_backward(dkv, s.kv_in, weight(rt, pb, w.kv_up));  // [T, Ckv]
     copy_columns(d_kv_in.data<float>(), d.Ckv, 0, d_cat.data<float>(), d.Ckv + d.R, 0, d.T, d.Ckv);
-    for (int64_t t = 0; t < d.T; ++t)
+    for_rows(d.T, [&](int64_t t) {
       reinterleave(dk_pe.data<float>() + t * d.R, d_cat.data<float>() + t * (d.Ckv + d.R) + d.Ckv, d.R);
+    });
   }
   dkv = dk_pe = Tensor();
   s.kv_in = Tensor();
