@@ -141,6 +141,10 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
   };
   MlaParamIds w;
   if (m.q_lora_rank == 0) {
+    if (m.qk_layernorm) {  // Megatron fuses a norm of x into linear_q_proj
+      w.q_norm_w = norm("linear_q_proj.layer_norm_weight", H, InitKind::kOnes);
+      if (ln) w.q_norm_b = norm("linear_q_proj.layer_norm_bias", H, InitKind::kZeros);
+    }
     w.q_proj = pb.add(tp_split(make_param_spec(attn_name(layer, "linear_q_proj.weight"), {NH * m.q_head_dim(), H},
                                                InitKind::kNormal, std, true), part, 0));
   } else {
@@ -179,7 +183,12 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   // ---- queries [T, NHl·Dq] ----
   Tensor x_full, q_latent, q_stats, q_in, q;
   if (d.Cq == 0) {
-    x_full = gather_input(part, x);
+    if (w.q_norm_w >= 0) {  // the norm fused into linear_q_proj, on this rank's tokens
+      q_latent = to_f32(x);
+      x_full = gather_input(part, to_gemm_input(latent_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, q_latent, &q_stats), bf16));
+    } else {
+      x_full = gather_input(part, x);
+    }
     q = linear_forward(x_full, weight(rt, pb, w.q_proj));
   } else {
     Tensor cq = linear_forward(x, weight(rt, pb, w.q_down));  // [Tl, Cq]
@@ -331,6 +340,7 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
   // ---- queries ----
   if (d.Cq == 0) {
     Tensor d_full = reduce_input_grad(part, linear_backward(dq, s.x_full, weight(rt, pb, w.q_proj)));  // [Tl, H]
+    if (w.q_norm_w >= 0) d_full = latent_norm_backward(rt, pb, w.q_norm_w, w.q_norm_b, d_full, s.q_latent, s.q_stats);
     add_inplace(dx.data<float>(), d_full.data<float>(), dx.numel());
   } else {
     Tensor d_cq = reduce_input_grad(part, linear_backward(dq, s.q_in, weight(rt, pb, w.q_up)));  // [Tl, Cq]

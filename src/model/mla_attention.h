@@ -7,7 +7,7 @@
 //   x [Tl, H] (input_layernorm's output, this rank's tokens)
 //   queries:  Cq > 0: linear_q_down_proj (replicated) [Tl, Cq] -> q norm -> (SP all-gather) [T, Cq]
 //                     -> linear_q_up_proj (column-parallel over heads) [T, NHl·Dq]
-//             Cq = 0: (SP all-gather) x [T, H] -> linear_q_proj (column-parallel) [T, NHl·Dq]
+//             Cq = 0: [q norm on x] -> (SP all-gather) [T, H] -> linear_q_proj (column-parallel) [T, NHl·Dq]
 //   keys/values: linear_kv_down_proj (replicated) [Tl, Ckv + R] = [latent | k_pos_emb]
 //             -> kv norm on the latent -> (SP all-gather of both) [T, Ckv + R]
 //             -> linear_kv_up_proj on the latent (column-parallel) [T, NHl·(Dn + Dv)]
@@ -19,7 +19,8 @@
 // The q/kv norms exist with --qk-layernorm (Megatron's MLA spec: without it the latents go
 // straight to the up projections); they are --normalization (RMSNorm or LayerNorm) over the latent
 // width, with Megatron's fused names linear_q_up_proj.layer_norm_weight and
-// linear_kv_up_proj.layer_norm_weight (and .layer_norm_bias with LayerNorm).
+// linear_kv_up_proj.layer_norm_weight (and .layer_norm_bias with LayerNorm). Without a query
+// latent the q norm is over x itself (H wide), fused into linear_q_proj (linear_q_proj.layer_norm_weight).
 //
 // RoPE on the R-wide parts uses Megatron's MLA layout (mla_rotary_interleaved, DeepSeek's
 // rope_interleave): the input's even dimensions then its odd ones, rotated as "rotate half" with
@@ -57,7 +58,7 @@ namespace gale {
 struct MlaParamIds {
   int q_proj = -1;                       // Cq = 0: [NH·Dq, H], split over heads
   int q_down = -1, q_up = -1;            // Cq > 0: [Cq, H] replicated; [NH·Dq, Cq] split over heads
-  int q_norm_w = -1, q_norm_b = -1;      // --qk-layernorm with Cq > 0: [Cq]
+  int q_norm_w = -1, q_norm_b = -1;      // --qk-layernorm: [Cq], or [H] (linear_q_proj's) with Cq = 0
   int kv_down = -1, kv_up = -1;          // [Ckv + R, H] replicated; [NH·(Dn + Dv), Ckv] split over heads
   int kv_norm_w = -1, kv_norm_b = -1;    // --qk-layernorm: [Ckv]
   bool defined() const { return kv_down >= 0; }
@@ -71,7 +72,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
 struct MlaSaved {
   Tensor x;          // [Tl, H] the down projections' input (GEMM input type)
   Tensor x_full;     // Cq = 0: [T, H] linear_q_proj's input (SP-gathered x)
-  Tensor q_latent;   // Cq > 0 with the q norm: [Tl, Cq] the norm's input (f32)
+  Tensor q_latent;   // with the q norm: [Tl, Cq] (or [Tl, H] with Cq = 0) the norm's input (f32)
   Tensor q_stats;    // its norm statistics
   Tensor q_in;       // Cq > 0: [T, Cq] linear_q_up_proj's input (GEMM input type)
   Tensor kv_latent;  // with the kv norm: [Tl, Ckv] the norm's input (f32)

@@ -61,9 +61,6 @@ Status validate_mla_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--rotary-percent: expected 1 with --multi-latent-attention (RoPE rotates the whole "
                            "--qk-pos-emb-head-dim part), found ", m.rotary_percent);
   if (m.rotary_base <= 0) return InvalidArgument("--rotary-base: expected a positive integer, found ", m.rotary_base);
-  if (m.qk_layernorm && m.q_lora_rank == kUnset)
-    return InvalidArgument("--qk-layernorm without --q-lora-rank: the norm fused into linear_q_proj is not supported "
-                           "yet; give --q-lora-rank");
   for (const std::string& t : a.lora.lora_target_modules)
     if (t == "linear_qkv")
       return InvalidArgument("--lora-target-modules linear_qkv: MLA has no linear_qkv (its projections are "

@@ -107,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MlaCase{"llama_q_lora_norms_v_narrow", mla_config(true, 6, true, 3), false},
                       MlaCase{"llama_direct_q_v_wide", mla_config(true, 0, false, 10), false},
                       MlaCase{"gpt_layernorm_latents_documents", mla_config(false, 6, true, 8), true},
-                      MlaCase{"gpt_q_lora_no_norms", mla_config(false, 7, false, 5), false}),
+                      MlaCase{"gpt_q_lora_no_norms", mla_config(false, 7, false, 5), false},
+                      MlaCase{"llama_direct_q_norms", mla_config(true, 0, true, 3), false},
+                      MlaCase{"gpt_direct_q_layernorms_documents", mla_config(false, 0, true, 9), true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Mla, MegatronParameterNamesAndShapes) {
@@ -137,6 +139,13 @@ TEST(Mla, MegatronParameterNamesAndShapes) {
   ASSERT_GE(q, 0);
   EXPECT_EQ(direct_model.params().spec(q).global_shape, (Shape{2 * 8, 16}));
   EXPECT_EQ(direct_model.params().find("decoder.layers.0.self_attention.linear_kv_up_proj.layer_norm_weight"), -1);
+  // --qk-layernorm without a query latent: Megatron's norm fused into linear_q_proj, over x.
+  const ModelConfig direct_norm = mla_config(false, 0, true, 3);
+  GPTModel direct_norm_model(direct_norm, single_process_partition(direct_norm), &ops);
+  const int qn = direct_norm_model.params().find("decoder.layers.0.self_attention.linear_q_proj.layer_norm_weight");
+  ASSERT_GE(qn, 0);
+  EXPECT_EQ(direct_norm_model.params().spec(qn).global_shape, (Shape{16}));
+  EXPECT_GE(direct_norm_model.params().find("decoder.layers.0.self_attention.linear_q_proj.layer_norm_bias"), 0);
 }
 
 // A larger MLA model: S 70 (two flash tiles, the second partial), padded head width 13.

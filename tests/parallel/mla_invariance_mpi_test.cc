@@ -60,12 +60,12 @@ const std::vector<std::string> kCommon = {
     "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
     "0", "--log-interval", "1000", "--clip-grad", "0.5", "--multi-latent-attention", "--kv-lora-rank", "12",
     "--qk-head-dim", "6", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "5"};
-// DeepSeek-like (query latent, latent norms, RMSNorm, SwiGLU) and GPT-like (direct query projection,
-// no latent norms, LayerNorm with biases, learned positions).
+// DeepSeek-like (query latent, latent norms, RMSNorm, SwiGLU) and GPT-like (direct query projection
+// with its fused norm of x, LayerNorm with biases, learned positions).
 const std::vector<std::string> kDeepseek = {"--q-lora-rank", "10", "--qk-layernorm", "--normalization", "RMSNorm",
                                             "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear",
                                             "--untie-embeddings-and-output-weights"};
-const std::vector<std::string> kGptLike = {};
+const std::vector<std::string> kGptLike = {"--qk-layernorm"};
 
 OpTable attention_ops(bool flash) {
   OpTable ops = reference_ops();

@@ -111,7 +111,6 @@ INSTANTIATE_TEST_SUITE_P(
                   "--rotary-scaling-factor: expected at least 1"},
         ErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
         ErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
-        ErrorCase{{"--multi-latent-attention", "--qk-layernorm"}, 1, "--qk-layernorm without --q-lora-rank"},
         ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
                   "--lora-target-modules linear_qkv"},
         ErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
