@@ -1,6 +1,6 @@
 // Multi-latent attention in one process: finite-difference gradients of every parameter (with and
 // without --q-lora-rank, with and without the latent norms, V narrower and wider than Q/K, document
-// masks), Megatron's names and shapes, flash attention against the reference kernel, and
+// masks, with a MoE layer), Megatron's names and shapes, flash attention against the reference kernel, and
 // incremental decoding with the KV cache against the whole-sequence forward.
 #include "model/mla_attention.h"
 
@@ -44,6 +44,16 @@ ModelConfig mla_config(bool llama, int64_t q_lora_rank, bool qk_layernorm, int64
   c.mla.qk_pos_emb_head_dim = 4;
   c.mla.v_head_dim = v_head_dim;
   c.mla.qk_layernorm = qk_layernorm;
+  return c;
+}
+
+// DeepSeek's layer shape: MLA attention with a MoE MLP (4 SwiGLU experts, top-2) in layer 1.
+ModelConfig mla_moe_config() {
+  ModelConfig c = mla_config(true, 6, true, 3);
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn = 6;
+  c.moe.pattern = {0, 1};
   return c;
 }
 
@@ -109,7 +119,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MlaCase{"gpt_layernorm_latents_documents", mla_config(false, 6, true, 8), true},
                       MlaCase{"gpt_q_lora_no_norms", mla_config(false, 7, false, 5), false},
                       MlaCase{"llama_direct_q_norms", mla_config(true, 0, true, 3), false},
-                      MlaCase{"gpt_direct_q_layernorms_documents", mla_config(false, 0, true, 9), true}),
+                      MlaCase{"gpt_direct_q_layernorms_documents", mla_config(false, 0, true, 9), true},
+                      MlaCase{"llama_with_moe_layer", mla_moe_config(), false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Mla, MegatronParameterNamesAndShapes) {
