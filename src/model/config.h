@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -111,6 +112,37 @@ struct LoraConfig {
   float scaling() const { return static_cast<float>(alpha / static_cast<double>(r)); }
 };
 
+// Megatron-Core's multi-latent attention (--multi-latent-attention; model/mla_attention.h): queries
+// from x directly (q_lora_rank 0) or through a low-rank latent, keys and values of every head from
+// one shared latent of kv_lora_rank plus a shared rotary key part of qk_pos_emb_head_dim.
+struct MlaConfig {
+  bool enabled = false;
+  int64_t q_lora_rank = 0;           // 0: a direct query projection (Megatron's None)
+  int64_t kv_lora_rank = 32;         // Ckv
+  int64_t qk_head_dim = 128;         // Dn: the part of each query/key head without position embedding
+  int64_t qk_pos_emb_head_dim = 64;  // R: the rotary part (the key's is shared by all heads)
+  int64_t v_head_dim = 128;          // Dv
+  bool qk_layernorm = false;         // --qk-layernorm: RMSNorm/LayerNorm on the two latents
+  // RoPE of the rotary part: YaRN (--rope-type yarn, MLA's default) or plain (--rope-type rope);
+  // YaRN with --rotary-scaling-factor s > 1 rescales frequencies and cos/sin (model/yarn_rope.h).
+  bool yarn = true;
+  double rotary_scaling_factor = 1.0;  // s
+  double mscale = 1.0, mscale_all_dim = 0.0;
+  // MLATransformerConfig's YaRN constants (no Megatron flags in the MLA path).
+  static constexpr int64_t kYarnOriginalMaxPositions = 4096;
+  static constexpr double kYarnBetaFast = 32.0, kYarnBetaSlow = 1.0;
+
+  int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }  // Dq = Dn + R
+  // The head width the attention kernels run at: queries, keys and values zero-padded to one width.
+  int64_t attention_head_dim() const { return std::max(q_head_dim(), v_head_dim); }
+  // Megatron's MLA softmax scale: m(s, mscale_all_dim)² / sqrt(Dq), m(s, x) = 0.1·x·ln(s) + 1 for
+  // s > 1 (whatever the rope type), else 1.
+  float softmax_scale() const {
+    const double m = rotary_scaling_factor <= 1.0 ? 1.0 : 0.1 * mscale_all_dim * std::log(rotary_scaling_factor) + 1.0;
+    return static_cast<float>(m * m / std::sqrt(static_cast<double>(q_head_dim())));
+  }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -141,11 +173,23 @@ struct ModelConfig {
   FullRecompute full_recompute;
   MoeConfig moe;
   LoraConfig lora;
+  MlaConfig mla;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;
 
-  int64_t rot_dim() const { return static_cast<int64_t>(head_dim * rotary_percent); }
+  int64_t rot_dim() const {
+    return mla.enabled ? mla.qk_pos_emb_head_dim : static_cast<int64_t>(head_dim * rotary_percent);
+  }
+  // What the attention kernels see: with MLA every head has its own keys and values (no groups) of
+  // the padded width mla.attention_head_dim(), scaled by 1/sqrt(Dn + R); otherwise HD and KV groups.
+  int64_t attention_head_dim() const { return mla.enabled ? mla.attention_head_dim() : head_dim; }
+  int64_t attention_kv_heads() const { return mla.enabled ? heads : kv_heads; }
+  float softmax_scale() const {
+    return mla.enabled ? mla.softmax_scale() : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+  // Rotary tables are built with RoPE, and always with MLA (its rotary part).
+  bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
   bool is_noop_layer(int64_t layer) const {

@@ -72,10 +72,10 @@ Plan plan_of(const LayerRuntime& rt) {
   p.hs = head_split_of(rt, p.layout);
   p.keys = key_source_of(rt, p.layout);
   p.B = rt.mb->B;
-  p.HD = c.head_dim;
+  p.HD = c.attention_head_dim();
   const int64_t tp = rt.part->tp_size();
   p.NHa = c.heads / tp / p.hs.degree;
-  p.KVa = c.kv_heads / tp / p.hs.degree;
+  p.KVa = c.attention_kv_heads() / tp / p.hs.degree;
   p.ql = qkv_query_layout(p.NHa, p.KVa, p.HD);
   p.kl = qkv_key_layout(p.NHa, p.KVa, p.HD);
   p.vl = qkv_value_layout(p.NHa, p.KVa, p.HD);
@@ -119,8 +119,8 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
 
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
   const ModelConfig& c = *rt.config;
-  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
-  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, first = rt.kv_cache->length;
+  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();
+  const int64_t NHl = c.heads / tp, KVl = c.attention_kv_heads() / tp, first = rt.kv_cache->length;
   GALE_CHECK(rt.cp_split.cp_size == 1 && B == rt.kv_cache->B && first + S <= rt.kv_cache->max_length)
       << "kv cache: " << first << " + " << S << " positions of " << B << " samples in a cache of "
       << rt.kv_cache->max_length << " x " << rt.kv_cache->B;

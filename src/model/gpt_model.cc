@@ -6,6 +6,7 @@
 
 #include "model/linear.h"
 #include "model/param_builders.h"
+#include "model/yarn_rope.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -68,7 +69,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
   if (c.bf16) params_.enable_bf16();
-  if (c.position == PositionEmbedding::kRope) rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor);
+  if (c.mla.enabled)
+    rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
+  else if (c.uses_rope_tables())
+    rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor);
 }
 
 GPTModel::~GPTModel() = default;
@@ -96,7 +100,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.config = &config_;
   rt.part = &part_;
   rt.ops = ops_;
-  rt.rope = c.position == PositionEmbedding::kRope ? &rope_ : nullptr;
+  rt.rope = c.uses_rope_tables() ? &rope_ : nullptr;
   rt.mb = &st.mb;
   rt.training = training;
   rt.kv_cache = cache;
@@ -133,7 +137,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.B = B;
   ap.Sq = ap.Sk = S;
   ap.NH = c.heads / tp;
-  ap.KV = c.kv_heads / tp;
+  ap.KV = c.attention_kv_heads() / tp;
   ap.head_offset = part_.tp_rank() * (c.heads / tp);
   const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
   const bool hybrid = rt.cp_split.cp_size > 1 && part_.hybrid_cp();
@@ -165,8 +169,8 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
     ap.Sk = S_global;
     ap.q_positions = st.mb.seq_positions.data();
   }
-  ap.HD = c.head_dim;
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ap.HD = c.attention_head_dim();
+  ap.scale = c.softmax_scale();
   ap.causal = true;
   if (!st.mb.document_ids.empty()) {
     ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data()

@@ -7,10 +7,10 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
   KvCache cache;
   cache.B = B;
   cache.max_length = max_length;
-  const int64_t KVl = c.kv_heads / part.tp_size();
+  const int64_t KVl = c.attention_kv_heads() / part.tp_size();
   for (int64_t i = 0; i < part.num_layers; ++i)
     cache.layers.push_back(c.is_noop_layer(part.first_layer + i) ? Tensor()
-                                                                   : Tensor::empty({max_length * B, 2 * KVl * c.head_dim}));
+                                                                   : Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()}));
   return cache;
 }
 

@@ -21,6 +21,8 @@ struct KvCache {
   int64_t length = 0;      // positions [0, length) are filled
   // Per layer of the model chunk (local index): [max_length·B, 2·KVl·HD] rows s·B + b, the KVl key
   // heads then the KVl value heads (context_key_layout / context_value_layout); empty for noop layers.
+  // With MLA: every head's expanded key and value at the padded width, [max_length·B, 2·NHl·D]
+  // (ModelConfig::attention_kv_heads / attention_head_dim; model/mla_attention.h), not the latent.
   std::vector<Tensor> layers;
 };
 

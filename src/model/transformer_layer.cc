@@ -125,6 +125,7 @@ std::vector<int> LayerParamIds::all() const {
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
+  for (int id : mla.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -143,17 +144,22 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const bool ln = !c.rms_norm;
   w.norm1_w = pb.add(norm_weight(layer_name(layer, "input_layernorm.weight"), H, part));
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
-  // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
-  w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
-  if (lora_targets(c.lora, LoraTarget::kQkv))
-    w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
-                                       LoraSplit::kColumn);
-  if (c.qkv_bias())
-    w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
-  w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD}, InitKind::kNormal, out_std, true), part, 1));
+  if (c.mla.enabled) {
+    w.mla = register_mla_params(pb, c, part, layer);
+  } else {
+    // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
+    w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+    if (lora_targets(c.lora, LoraTarget::kQkv))
+      w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
+                                         LoraSplit::kColumn);
+    if (c.qkv_bias())
+      w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
+  }
+  const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
+  w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true), part, 1));
   if (lora_targets(c.lora, LoraTarget::kProj))
     w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
-                                        c.heads * HD, LoraSplit::kRow);
+                                        attn_out, LoraSplit::kRow);
   if (c.add_bias_linear) {
     ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
@@ -204,21 +210,26 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // ---- attention block ----
   Tensor norm1_stats;
   const bool bf16 = c.bf16;
-  Tensor norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
   Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
-  Tensor qkv = adapted_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
-  if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
-  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
-  if (rt.rope) {
-    ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-    ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-  }
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-  Tensor ctx = rt.kv_cache ? cached_attention_forward(rt, ap, qkv, rt.kv_cache->layers.at(layer - part.first_layer))
-                           : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
-  qkv = Tensor();
+  Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
+  Tensor norm1_out, ctx;
+  if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
+    Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), bf16);
+    ctx = mla_attention_forward(rt, pb, w.mla, ap, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
+  } else {
+    norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
+    Tensor qkv = adapted_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
+    if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
+    const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+    if (rt.rope) {
+      ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+      ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    }
+    CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
+    ctx = cache ? cached_attention_forward(rt, ap, qkv, *cache) : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
+  }
   ctx = to_gemm_input(ctx, bf16);
   Tensor proj = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
@@ -352,26 +363,33 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
   Tensor d_ctx = adapted_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj_full, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
   d_proj = d_proj_full = Tensor();
-  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
-  float* dq = d_qkv.data<float>();
-  d_ctx = Tensor();
-  s.ctx = Tensor();
-  if (rt.rope) {
-    ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-    ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+  Tensor d_norm1;
+  if (w.mla.defined()) {
+    d_norm1 = mla_attention_backward(rt, pb, w.mla, ap, s.mla, d_ctx);  // [Tl, H], whole
+    d_ctx = Tensor();
+    s.ctx = Tensor();
+  } else {
+    const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+    Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
+    float* dq = d_qkv.data<float>();
+    d_ctx = Tensor();
+    s.ctx = Tensor();
+    if (rt.rope) {
+      ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+      ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    }
+    if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+    if (!s.norm1_out.defined()) {  // recomputed
+      Tensor stats;
+      s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
+    }
+    d_norm1 = reduce_column_parallel_input_grad(
+        part, adapted_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u));
+    d_qkv = Tensor();
+    s.norm1_out = Tensor();
   }
-  if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
-  if (!s.norm1_out.defined()) {  // recomputed
-    Tensor stats;
-    s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
-  }
-  Tensor d_norm1 = reduce_column_parallel_input_grad(
-      part, adapted_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u));
-  d_qkv = Tensor();
-  s.norm1_out = Tensor();
   Tensor d_x_in = Tensor::empty({Tl, H});
   ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), pb.param_data(w.norm1_w),
                     s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),

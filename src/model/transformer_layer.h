@@ -6,6 +6,8 @@
 //   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]
 //   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> (SP all-gather) -> linear_fc1 [T, Fl or 2Fl]
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
+// With --multi-latent-attention the span from norm1 to attention is model/mla_attention.h (down
+// projections on the Tl local rows, latents gathered, up projections over heads).
 // With context parallelism T = S·B counts this cp rank's positions only, and attention exchanges
 // keys and values (or trades the sequence split for a head split) over the cp group:
 // model/core_attention.h.
@@ -19,6 +21,7 @@
 #include "model/core_attention.h"
 #include "model/layer_runtime.h"
 #include "model/lora.h"
+#include "model/mla_attention.h"
 #include "model/moe_layer.h"
 #include "model/moe_shared_expert.h"
 #include "model/params.h"
@@ -29,6 +32,7 @@ namespace gale {
 struct LayerParamIds {
   int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  MlaParamIds mla;  // --multi-latent-attention: the latent projections instead of linear_qkv
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
   LoraIds lora_qkv, lora_proj, lora_fc1, lora_fc2;  // --lora-target-modules adapters (model/lora.h)
@@ -47,6 +51,7 @@ struct LayerSaved {
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
   CoreAttentionSaved attention;  // qkv after RoPE, lse, and what the context-parallel path keeps
+  MlaSaved mla;        // --multi-latent-attention: its own inputs and attention state (norm1_out unused)
   Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats

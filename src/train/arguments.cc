@@ -205,13 +205,11 @@ void add_unsupported_megatron_args(ArgParser& p) {
   static const Entry entries[] = {
       {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
       {"--apply-layernorm-1p", "zero-centered LayerNorm weights"},
-      {"--qk-layernorm", "normalization of queries and keys"},
       {"--rotary-interleaved", "interleaved RoPE layout"},
       {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
       {"--squared-relu", "squared-ReLU MLP"},
       {"--init-method-xavier-uniform", "Xavier initialisation"},
       {"--moe-input-jitter-eps", "MoE input jitter"},
-      {"--multi-latent-attention", "multi-head latent attention"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--rampup-batch-size", "batch-size ramp-up"},
@@ -274,6 +272,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_logging_args(p, a.logging);
   add_moe_args(p, a.moe);
   add_lora_args(p, a.lora);
+  add_mla_args(p, a.model);
   add_unsupported_megatron_args(p);
 }
 
@@ -327,6 +326,9 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
   if (m.use_rope_scaling && m.position_embedding_type != "rope")
     return InvalidArgument("--use-rope-scaling needs --position-embedding-type rope, found ", m.position_embedding_type);
+  if (m.use_rope_scaling && m.multi_latent_attention)
+    return InvalidArgument("--use-rope-scaling with --multi-latent-attention: MLA's RoPE scaling is YaRN "
+                           "(--rotary-scaling-factor)");
   if (m.use_rope_scaling && !(m.rope_scaling_factor >= 1.0))
     return InvalidArgument("--rope-scaling-factor: expected a number ≥ 1, found ", m.rope_scaling_factor);
   if (m.openai_gelu && m.swiglu) return InvalidArgument("--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU");
@@ -490,6 +492,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
   GALE_RETURN_IF_ERROR(validate_lora_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_mla_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

@@ -57,6 +57,19 @@ struct ModelArgs {
   std::string noop_layers_flag;
   std::vector<int64_t> noop_layers;  // sorted, unique
 
+  // Megatron-Core multi-latent attention (train/arguments_mla.cc, model/mla_attention.h).
+  bool multi_latent_attention = false;
+  int64_t q_lora_rank = kUnset;  // None: a direct query projection
+  int64_t kv_lora_rank = 32;
+  int64_t qk_head_dim = 128;
+  int64_t qk_pos_emb_head_dim = 64;
+  int64_t v_head_dim = 128;
+  bool qk_layernorm = false;      // with MLA: norms on the q and kv latents
+  std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
+  double rotary_scaling_factor = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+
   // Derived by validation.
   int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
   int64_t padded_vocab_size = 0;  // set once the tokenizer's vocabulary is known
@@ -249,6 +262,8 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a);
 void add_logging_args(ArgParser& p, LoggingArgs& a);
 void add_moe_args(ArgParser& p, MoeArgs& a);
 void add_lora_args(ArgParser& p, LoraArgs& a);
+// --multi-latent-attention and its sizes (Megatron names and defaults; train/arguments_mla.cc).
+void add_mla_args(ArgParser& p, ModelArgs& a);
 // Megatron flags Gale does not implement yet: accepted by the parser, rejected with "not supported yet".
 void add_unsupported_megatron_args(ArgParser& p);
 
@@ -270,6 +285,9 @@ Status validate_moe_router_args(MoeArgs& m);
 // The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
 // After the model and parallel flags.
 Status validate_lora_args(Arguments& a, const ArgParser& p);
+// The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
+// After the model and parallel flags.
+Status validate_mla_args(Arguments& a, const ArgParser& p);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
 // ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);

@@ -26,6 +26,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   // Recorded only when set, so that checkpoints saved before these flags still load.
   if (c.openai_gelu) j["openai_gelu"] = true;
   if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
+  if (c.mla.enabled) j["multi_latent_attention"] = true;
   return j;
 }
 
@@ -50,7 +51,18 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"add_qkv_bias", m.add_qkv_bias},
                       {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
                       {"padded_vocab_size", m.padded_vocab_size},
-                      {"noop_layers", m.noop_layers}};
+                      {"noop_layers", m.noop_layers},
+                      {"multi_latent_attention", m.multi_latent_attention},
+                      {"q_lora_rank", m.q_lora_rank == kUnset ? nlohmann::json() : nlohmann::json(m.q_lora_rank)},
+                      {"kv_lora_rank", m.kv_lora_rank},
+                      {"qk_head_dim", m.qk_head_dim},
+                      {"qk_pos_emb_head_dim", m.qk_pos_emb_head_dim},
+                      {"v_head_dim", m.v_head_dim},
+                      {"qk_layernorm", m.qk_layernorm},
+                      {"rope_type", m.rope_type.empty() ? nlohmann::json() : nlohmann::json(m.rope_type)},
+                      {"rotary_scaling_factor", m.rotary_scaling_factor},
+                      {"mscale", m.mscale},
+                      {"mscale_all_dim", m.mscale_all_dim}};
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
   if (m.use_rope_scaling) {                   // absent: no RoPE scaling
     j["use_rope_scaling"] = true;
@@ -168,6 +180,22 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     std::sort(m.noop_layers.begin(), m.noop_layers.end());
     for (size_t i = 0; i < m.noop_layers.size(); ++i)
       m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
+  }
+  // Multi-latent attention (absent in checkpoints saved before Gale had it: standard attention).
+  if (auto it = args.find("multi_latent_attention"); it != args.end() && it->is_boolean() && it->get<bool>()) {
+    m.multi_latent_attention = true;
+    if (auto q = args.find("q_lora_rank"); q != args.end() && !q->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "q_lora_rank", where, &m.q_lora_rank));
+    GALE_RETURN_IF_ERROR(get(args, "kv_lora_rank", where, &m.kv_lora_rank));
+    GALE_RETURN_IF_ERROR(get(args, "qk_head_dim", where, &m.qk_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "qk_pos_emb_head_dim", where, &m.qk_pos_emb_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "v_head_dim", where, &m.v_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));
+    if (auto r = args.find("rope_type"); r != args.end() && !r->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "rope_type", where, &m.rope_type));
+    GALE_RETURN_IF_ERROR(get(args, "rotary_scaling_factor", where, &m.rotary_scaling_factor));
+    GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
+    GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA

@@ -312,6 +312,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
+  if (m.multi_latent_attention)
+    return Unimplemented(where, ": the model has --multi-latent-attention; writing it as a Hugging Face "
+                         "DeepSeek model is not supported yet");
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");

@@ -35,6 +35,19 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.init_std = static_cast<float>(m.init_method_std);
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
+  if (m.multi_latent_attention) {
+    c.mla.enabled = true;
+    c.mla.q_lora_rank = m.q_lora_rank == kUnset ? 0 : m.q_lora_rank;
+    c.mla.kv_lora_rank = m.kv_lora_rank;
+    c.mla.qk_head_dim = m.qk_head_dim;
+    c.mla.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
+    c.mla.v_head_dim = m.v_head_dim;
+    c.mla.qk_layernorm = m.qk_layernorm;
+    c.mla.yarn = m.rope_type != "rope";  // Megatron's MLA default is yarn
+    c.mla.rotary_scaling_factor = m.rotary_scaling_factor;
+    c.mla.mscale = m.mscale;
+    c.mla.mscale_all_dim = m.mscale_all_dim;
+  }
   const MoeArgs& moe = a.moe;
   if (moe.enabled()) {
     c.moe.num_experts = moe.num_experts;

@@ -1,0 +1,97 @@
+// Multi-latent attention (Megatron-Core --multi-latent-attention, DeepSeek-V2/V3): forward and backward.
+//
+// Sizes: NH heads (NHl = NH/TP on this rank), Dn = --qk-head-dim, R = --qk-pos-emb-head-dim,
+// Dq = Dn + R, Dv = --v-head-dim, Cq = --q-lora-rank (0: none), Ckv = --kv-lora-rank; T = S·B
+// tokens of the micro-batch, Tl = T/TP under sequence parallelism (else T). Per layer:
+//
+//   x [Tl, H] (input_layernorm's output, this rank's tokens)
+//   queries:  Cq > 0: linear_q_down_proj (replicated) [Tl, Cq] -> q norm -> (SP all-gather) [T, Cq]
+//                     -> linear_q_up_proj (column-parallel over heads) [T, NHl·Dq]
+//             Cq = 0: [q norm on x] -> (SP all-gather) [T, H] -> linear_q_proj (column-parallel) [T, NHl·Dq]
+//   keys/values: linear_kv_down_proj (replicated) [Tl, Ckv + R] = [latent | k_pos_emb]
+//             -> kv norm on the latent -> (SP all-gather of both) [T, Ckv + R]
+//             -> linear_kv_up_proj on the latent (column-parallel) [T, NHl·(Dn + Dv)]
+//   each head h: q_h = [q_nope_h (Dn) | rope(q_pe_h) (R)], k_h = [k_nope_h | rope(k_pe)] with ONE
+//             k_pe per token shared by all heads, v_h (Dv); softmax scale 1/sqrt(Dq) (times YaRN's
+//             m(s, mscale_all_dim)², model/yarn_rope.h)
+//   attention [T, NHl·Dv] -> linear_proj (row-parallel, in the layer: model/transformer_layer.h)
+//
+// The q/kv norms exist with --qk-layernorm (Megatron's MLA spec: without it the latents go
+// straight to the up projections); they are --normalization (RMSNorm or LayerNorm) over the latent
+// width, with Megatron's fused names linear_q_up_proj.layer_norm_weight and
+// linear_kv_up_proj.layer_norm_weight (and .layer_norm_bias with LayerNorm). Without a query
+// latent the q norm is over x itself (H wide), fused into linear_q_proj (linear_q_proj.layer_norm_weight).
+//
+// RoPE on the R-wide parts uses Megatron's MLA layout (mla_rotary_interleaved, DeepSeek's
+// rope_interleave): the input's even dimensions then its odd ones, rotated as "rotate half" with
+// θ_i = p·base^(−2i/R). The permutation is applied to q_pe and k_pe alike, so q·k is that of the
+// interleaved (pairs 2i, 2i+1) rotation; the attention output does not depend on it. The tables
+// are rt.rope: plain RoPE or YaRN (model/yarn_rope.h).
+//
+// Attention runs on the existing kernels (reference or flash, with the layer's masks, dropout and
+// KV cache) with KV = NH (every head its own key and value) at one head width D = max(Dq, Dv): the
+// shorter of q/k and v is zero-padded to D and the padded output columns are dropped. Zero
+// columns add nothing to q·k or to the output, so the result is exact (and their gradients are
+// dropped); the cost is the padding's share of the attention FLOPs.
+//
+// Tensor parallelism: the up projections are split over heads; the down projections and the q/kv
+// norms are replicated. The gradient of the up projections' input (latent and k_pos_emb) is a
+// partial sum over this rank's heads and is reduced (all-reduce, or reduce-scatter under SP)
+// before the norms and down projections, which then see the whole gradient of their own tokens:
+// without SP every TP rank computes the same weight gradient, with SP each rank that of its Tl
+// tokens, marked sequence_parallel so the trainer sums them over TP (docs/parallelism.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/core_attention.h"
+#include "model/layer_runtime.h"
+#include "model/params.h"
+
+namespace gale {
+
+// Ids of one layer's MLA parameters (-1 when the configuration has no such parameter). linear_proj
+// is the layer's (LayerParamIds::proj_w).
+struct MlaParamIds {
+  int q_proj = -1;                       // Cq = 0: [NH·Dq, H], split over heads
+  int q_down = -1, q_up = -1;            // Cq > 0: [Cq, H] replicated; [NH·Dq, Cq] split over heads
+  int q_norm_w = -1, q_norm_b = -1;      // --qk-layernorm: [Cq], or [H] (linear_q_proj's) with Cq = 0
+  int kv_down = -1, kv_up = -1;          // [Ckv + R, H] replicated; [NH·(Dn + Dv), Ckv] split over heads
+  int kv_norm_w = -1, kv_norm_b = -1;    // --qk-layernorm: [Ckv]
+  bool defined() const { return kv_down >= 0; }
+  std::vector<int> all() const;  // every defined id, in registration order
+};
+
+// Registers global layer `layer`'s MLA projections and norms (Megatron names, TP splits, init).
+MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
+
+// What forward keeps for backward (one layer, one micro-batch).
+struct MlaSaved {
+  Tensor x;          // [Tl, H] the down projections' input (GEMM input type)
+  Tensor x_full;     // Cq = 0: [T, H] linear_q_proj's input (SP-gathered x)
+  Tensor q_latent;   // with the q norm: [Tl, Cq] (or [Tl, H] with Cq = 0) the norm's input (f32)
+  Tensor q_stats;    // its norm statistics
+  Tensor q_in;       // Cq > 0: [T, Cq] linear_q_up_proj's input (GEMM input type)
+  Tensor kv_latent;  // with the kv norm: [Tl, Ckv] the norm's input (f32)
+  Tensor kv_stats;
+  Tensor kv_in;      // [T, Ckv] linear_kv_up_proj's input (GEMM input type)
+  CoreAttentionSaved attention;  // the padded packed QKV rows after RoPE, lse, ...
+  Tensor out;        // [T, NHl·D] attention's padded output (f32)
+};
+
+// x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. `ap`
+// is the micro-batch's attention problem with this layer's dropout stream. With rt.kv_cache the new
+// positions' expanded keys and values are appended to the layer's cache (`cache`); with `saved` null
+// nothing is kept.
+Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
+                             const AttentionProblem& ap, const Tensor& x, Tensor* cache, MlaSaved* saved);
+
+// Backward: d_ctx [T, NHl·Dv] -> dx [Tl, H] (whole: no further TP reduction); parameter gradients
+// accumulated. Releases `saved`.
+Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const MlaParamIds& w, const AttentionProblem& ap,
+                              MlaSaved& saved, const Tensor& d_ctx);
+
+}  // namespace gale

@@ -1,0 +1,71 @@
+// The multi-latent attention flags (Megatron names and defaults) and their checks.
+#include "train/arguments.h"
+
+namespace gale {
+
+void add_mla_args(ArgParser& p, ModelArgs& a) {
+  p.group("multi-latent attention");
+  p.add_flag("--multi-latent-attention", &a.multi_latent_attention,
+             "DeepSeek-style multi-latent attention: queries and keys/values through low-rank latents "
+             "(model/mla_attention.h)");
+  p.add("--q-lora-rank", &a.q_lora_rank, "rank of the query latent; unset: a direct query projection");
+  p.add("--kv-lora-rank", &a.kv_lora_rank, "rank of the key/value latent");
+  p.add("--qk-head-dim", &a.qk_head_dim, "query/key head dimension without the position-embedding part");
+  p.add("--qk-pos-emb-head-dim", &a.qk_pos_emb_head_dim,
+        "query/key head dimension of the rotary part (the key's is shared by all heads; even)");
+  p.add("--v-head-dim", &a.v_head_dim, "value head dimension");
+  p.add_flag("--qk-layernorm", &a.qk_layernorm,
+             "with --multi-latent-attention: --normalization on the query and key/value latents");
+  p.add_choice("--rope-type", &a.rope_type, {"rope", "yarn"},
+               "RoPE type (default: yarn with --multi-latent-attention, rope otherwise; YaRN only with MLA)");
+  p.add("--rotary-scaling-factor", &a.rotary_scaling_factor,
+        "MLA's YaRN scaling factor s (1: plain RoPE; model/yarn_rope.h)");
+  p.add("--mscale", &a.mscale, "MLA's YaRN mscale (cos/sin concentration m(s, mscale) / m(s, mscale-all-dim))");
+  p.add("--mscale-all-dim", &a.mscale_all_dim, "MLA's YaRN mscale_all_dim (softmax scale times m(s, this)^2)");
+  p.add_unsupported("--cache-mla-latents",
+                    "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
+}
+
+Status validate_mla_args(Arguments& a, const ArgParser& p) {
+  ModelArgs& m = a.model;
+  if (!m.multi_latent_attention) {
+    for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
+      if (p.was_set(flag)) return InvalidArgument(flag, " needs --multi-latent-attention");
+    if (m.qk_layernorm)
+      return InvalidArgument("--qk-layernorm: not supported yet without --multi-latent-attention");
+    if (m.rotary_scaling_factor != 1.0 || m.rope_type == "yarn")
+      return InvalidArgument("--rope-type yarn / --rotary-scaling-factor: YaRN is not supported yet without "
+                             "--multi-latent-attention");
+    return Status::Ok();
+  }
+  if (m.q_lora_rank != kUnset && m.q_lora_rank <= 0)
+    return InvalidArgument("--q-lora-rank: expected a positive integer (or no flag for a direct query projection), found ",
+                           m.q_lora_rank);
+  struct Size {
+    const char* flag;
+    int64_t value;
+  };
+  for (const Size& s : {Size{"--kv-lora-rank", m.kv_lora_rank}, Size{"--qk-head-dim", m.qk_head_dim},
+                        Size{"--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim}, Size{"--v-head-dim", m.v_head_dim}})
+    if (s.value <= 0) return InvalidArgument(s.flag, ": expected a positive integer, found ", s.value);
+  if (m.qk_pos_emb_head_dim % 2 != 0)
+    return InvalidArgument("--qk-pos-emb-head-dim: expected an even number (RoPE rotates pairs), found ",
+                           m.qk_pos_emb_head_dim);
+  if (m.group_query_attention)
+    return InvalidArgument("--group-query-attention: not applicable with --multi-latent-attention (every head has "
+                           "its own keys and values from the latent)");
+  if (!(m.rotary_scaling_factor >= 1.0))
+    return InvalidArgument("--rotary-scaling-factor: expected at least 1 (YaRN's context extension), found ",
+                           m.rotary_scaling_factor);
+  if (m.rotary_percent != 1.0)
+    return InvalidArgument("--rotary-percent: expected 1 with --multi-latent-attention (RoPE rotates the whole "
+                           "--qk-pos-emb-head-dim part), found ", m.rotary_percent);
+  if (m.rotary_base <= 0) return InvalidArgument("--rotary-base: expected a positive integer, found ", m.rotary_base);
+  for (const std::string& t : a.lora.lora_target_modules)
+    if (t == "linear_qkv")
+      return InvalidArgument("--lora-target-modules linear_qkv: MLA has no linear_qkv (its projections are "
+                             "linear_q_*/linear_kv_*); expected linear_proj, linear_fc1 or linear_fc2");
+  return Status::Ok();
+}
+
+}  // namespace gale

@@ -1,0 +1,281 @@
+// Multi-latent attention in one process: finite-difference gradients of every parameter (with and
+// without --q-lora-rank, with and without the latent norms, V narrower and wider than Q/K, document
+// masks, with a MoE layer), Megatron's names and shapes, flash attention against the reference kernel, and
+// incremental decoding with the KV cache against the whole-sequence forward.
+#include "model/mla_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/fused_ops.h"
+#include "model/gpt_model.h"
+#include "model/kv_cache.h"
+#include "testing.h"
+#include "tiny_model_training.h"
+
+namespace gale {
+namespace {
+
+using testing::directional_derivative;
+using testing::dot;
+using testing::random_vector;
+using testing::rel_diff;
+
+// A 2-layer model with MLA: Dn 4, R 4 (Dq 8), Dv 3 (V padded to 8) or 10 (Q/K padded to 10).
+ModelConfig mla_config(bool llama, int64_t q_lora_rank, bool qk_layernorm, int64_t v_head_dim) {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = 16;
+  c.ffn = 24;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab = 32;
+  c.seq_length = 8;
+  c.max_positions = 16;
+  c.init_std = 0.3f;
+  if (llama) use_llama_architecture(c);
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = q_lora_rank;
+  c.mla.kv_lora_rank = 5;
+  c.mla.qk_head_dim = 4;
+  c.mla.qk_pos_emb_head_dim = 4;
+  c.mla.v_head_dim = v_head_dim;
+  c.mla.qk_layernorm = qk_layernorm;
+  return c;
+}
+
+// DeepSeek's layer shape: MLA attention with a MoE MLP (4 SwiGLU experts, top-2) in layer 1.
+ModelConfig mla_moe_config() {
+  ModelConfig c = mla_config(true, 6, true, 3);
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn = 6;
+  c.moe.pattern = {0, 1};
+  return c;
+}
+
+MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = c.seq_length;
+  const int64_t T = B * mb.S;
+  auto r = random_vector(3 * T, seed);
+  for (int64_t i = 0; i < T; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.loss_mask.push_back(r[2 * T + i] > -0.6f ? 1.0f : 0.0f);
+    const int64_t s = i % mb.S;
+    mb.position_ids.push_back(static_cast<int32_t>(documents && s >= 5 ? s - 5 : s));
+    if (documents) mb.document_ids.push_back(s >= 5 ? 1 : 0);
+  }
+  return mb;
+}
+
+double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
+  GPTModel::LossSums sums;
+  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
+  if (backward) model.params().zero_grads();
+  model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
+  return sums.loss_sum / sums.tokens;
+}
+
+struct MlaCase {
+  const char* name;
+  ModelConfig config;
+  bool documents;
+};
+
+class MlaGrad : public ::testing::TestWithParam<MlaCase> {};
+
+TEST_P(MlaGrad, EveryParameterMatchesFiniteDifferences) {
+  const MlaCase& mc = GetParam();
+  OpTable ops = reference_ops();
+  GPTModel model(mc.config, single_process_partition(mc.config), &ops);
+  model.params().initialize(42);
+  MicroBatch mb = make_batch(mc.config, 2, 7, mc.documents);
+  mean_loss(model, mb, true);
+  ParamBuffer& pb = model.params();
+  std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  auto loss = [&] { return mean_loss(model, mb, false); };
+  // Central differences in fp32, eps 1e-3. Sweeping eps over 3e-4 .. 3e-3 moves the numeric
+  // derivatives of this model by up to ~2e-4 (fp32 rounding of the loss, curvature), so the bound
+  // is 1% of max(|derivative|, 1e-2): at least 1e-4 absolute for the smallest directions.
+  for (int id = 0; id < pb.size(); ++id) {
+    const int64_t n = pb.spec(id).local_numel();
+    auto dir = random_vector(n, 100 + id);
+    const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
+    const double numeric = directional_derivative(loss, pb.param_data(id), dir.data(), n, 1e-3);
+    EXPECT_LT(rel_diff(analytic, numeric, 1e-2), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, MlaGrad,
+    ::testing::Values(MlaCase{"llama_q_lora_norms_v_narrow", mla_config(true, 6, true, 3), false},
+                      MlaCase{"llama_direct_q_v_wide", mla_config(true, 0, false, 10), false},
+                      MlaCase{"gpt_layernorm_latents_documents", mla_config(false, 6, true, 8), true},
+                      MlaCase{"gpt_q_lora_no_norms", mla_config(false, 7, false, 5), false},
+                      MlaCase{"llama_direct_q_norms", mla_config(true, 0, true, 3), false},
+                      MlaCase{"gpt_direct_q_layernorms_documents", mla_config(false, 0, true, 9), true},
+                      MlaCase{"llama_with_moe_layer", mla_moe_config(), false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Mla, MegatronParameterNamesAndShapes) {
+  const ModelConfig c = mla_config(false, 6, true, 3);  // LayerNorm: the latent norms have biases
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  const ParamBuffer& pb = model.params();
+  auto shape = [&](const std::string& name) {
+    const int id = pb.find("decoder.layers.1.self_attention." + name);
+    EXPECT_GE(id, 0) << name;
+    return id >= 0 ? pb.spec(id).global_shape : Shape{};
+  };
+  EXPECT_EQ(shape("linear_q_down_proj.weight"), (Shape{6, 16}));
+  EXPECT_EQ(shape("linear_q_up_proj.layer_norm_weight"), (Shape{6}));
+  EXPECT_EQ(shape("linear_q_up_proj.layer_norm_bias"), (Shape{6}));
+  EXPECT_EQ(shape("linear_q_up_proj.weight"), (Shape{2 * 8, 6}));
+  EXPECT_EQ(shape("linear_kv_down_proj.weight"), (Shape{5 + 4, 16}));
+  EXPECT_EQ(shape("linear_kv_up_proj.layer_norm_weight"), (Shape{5}));
+  EXPECT_EQ(shape("linear_kv_up_proj.layer_norm_bias"), (Shape{5}));
+  EXPECT_EQ(shape("linear_kv_up_proj.weight"), (Shape{2 * (4 + 3), 5}));
+  EXPECT_EQ(shape("linear_proj.weight"), (Shape{16, 2 * 3}));
+  EXPECT_EQ(pb.find("decoder.layers.1.self_attention.linear_qkv.weight"), -1);
+  EXPECT_EQ(pb.find("decoder.layers.1.self_attention.linear_q_proj.weight"), -1);
+  const ModelConfig direct = mla_config(true, 0, false, 3);
+  GPTModel direct_model(direct, single_process_partition(direct), &ops);
+  const int q = direct_model.params().find("decoder.layers.0.self_attention.linear_q_proj.weight");
+  ASSERT_GE(q, 0);
+  EXPECT_EQ(direct_model.params().spec(q).global_shape, (Shape{2 * 8, 16}));
+  EXPECT_EQ(direct_model.params().find("decoder.layers.0.self_attention.linear_kv_up_proj.layer_norm_weight"), -1);
+  // --qk-layernorm without a query latent: Megatron's norm fused into linear_q_proj, over x.
+  const ModelConfig direct_norm = mla_config(false, 0, true, 3);
+  GPTModel direct_norm_model(direct_norm, single_process_partition(direct_norm), &ops);
+  const int qn = direct_norm_model.params().find("decoder.layers.0.self_attention.linear_q_proj.layer_norm_weight");
+  ASSERT_GE(qn, 0);
+  EXPECT_EQ(direct_norm_model.params().spec(qn).global_shape, (Shape{16}));
+  EXPECT_GE(direct_norm_model.params().find("decoder.layers.0.self_attention.linear_q_proj.layer_norm_bias"), 0);
+}
+
+// A larger MLA model: S 70 (two flash tiles, the second partial), padded head width 13.
+ModelConfig tiny_mla_config() {
+  ModelConfig c = testing::tiny_llama_config();
+  c.kv_heads = c.heads;
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = 10;
+  c.mla.kv_lora_rank = 9;
+  c.mla.qk_head_dim = 7;
+  c.mla.qk_pos_emb_head_dim = 6;
+  c.mla.v_head_dim = 5;
+  c.mla.qk_layernorm = true;
+  return c;
+}
+
+// Flash attention (level 2's kernel) against the reference kernel on the padded MLA heads: loss,
+// and every gradient within 1e-4 of the largest gradient entry of its parameter.
+TEST(Mla, FlashAttentionMatchesReference) {
+  const ModelConfig c = tiny_mla_config();
+  const ModelPartition part = single_process_partition(c);
+  OpTable ref_ops = reference_ops(), flash_ops = reference_ops();
+  GALE_CHECK_OK(install_fused_kernel(flash_ops, "attention", detected_isa()));
+  GPTModel ref(c, part, &ref_ops), flash(c, part, &flash_ops);
+  ref.params().initialize(3);
+  flash.params().initialize(3);
+  const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
+  const double l_ref = mean_loss(ref, mb, true), l_flash = mean_loss(flash, mb, true);
+  EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
+  const ParamBuffer& a = ref.params();
+  const ParamBuffer& b = flash.params();
+  for (int id = 0; id < a.size(); ++id) {
+    const float* ga = a.grad_data(id);
+    const float* gb = b.grad_data(id);
+    double scale = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < a.spec(id).local_numel(); ++i) {
+      scale = std::max(scale, std::abs(double(ga[i])));
+      worst = std::max(worst, std::abs(double(ga[i]) - double(gb[i])));
+    }
+    EXPECT_LE(worst, 1e-4 * scale + 1e-7) << a.spec(id).name;
+  }
+}
+
+// Tokens [B, S] sample-major as a micro-batch over positions [first, first + S) of each sample.
+MicroBatch slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first, int64_t S) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = S;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = first; s < first + S; ++s) {
+      mb.tokens.push_back(tokens[b * S_total + s]);
+      mb.position_ids.push_back(static_cast<int32_t>(s));
+    }
+  return mb;
+}
+
+class MlaKvCache : public ::testing::TestWithParam<bool> {};
+
+// The cache holds every head's expanded, padded keys and values; decoding in chunks gives the
+// logits of the whole-sequence forward.
+TEST_P(MlaKvCache, DecodingEqualsTheWholeSequenceForward) {
+  ModelConfig c = tiny_mla_config();
+  c.mla.q_lora_rank = 0;
+  OpTable ops = reference_ops();
+  if (GetParam()) GALE_CHECK_OK(install_fused_kernel(ops, "attention", detected_isa()));
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(5);
+  const int64_t B = 2, S = 23;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
+  const Tensor whole = model.forward_logits(slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+  KvCache cache = make_kv_cache(c, part, B, S);
+  int64_t done = 0;
+  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
+    const Tensor logits = model.forward_logits(slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < chunk; ++s) {
+        const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;
+        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
+        double worst = 0.0;
+        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
+        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
+      }
+    done += chunk;
+  }
+}
+
+// Greedy decoding through the cache picks the tokens that rerunning the whole sequence (no cache)
+// picks at every step.
+TEST(Mla, GreedyDecodingWithTheCacheEqualsTheNoCacheForward) {
+  const ModelConfig c = tiny_mla_config();
+  OpTable ops = reference_ops();
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(9);
+  auto argmax_last = [&](const Tensor& logits, int64_t S) {
+    const float* row = logits.data<float>() + (S - 1) * c.vocab;
+    return static_cast<int32_t>(std::max_element(row, row + c.vocab) - row);
+  };
+  std::vector<int32_t> no_cache = {3, 14, 15, 92, 65}, cached = no_cache;
+  const int64_t steps = 12, total = static_cast<int64_t>(no_cache.size()) + steps;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t S = static_cast<int64_t>(no_cache.size());
+    no_cache.push_back(argmax_last(model.forward_logits(slice(no_cache, 1, S, 0, S), Tensor()), S));
+  }
+  KvCache cache = make_kv_cache(c, part, 1, total);
+  int64_t done = 0;
+  while (static_cast<int64_t>(cached.size()) < total) {
+    const int64_t S = static_cast<int64_t>(cached.size());
+    const Tensor logits = model.forward_logits(slice(cached, 1, S, done, S - done), Tensor(), &cache);
+    cached.push_back(argmax_last(logits, S - done));
+    done = S;
+  }
+  EXPECT_EQ(cached, no_cache);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, MlaKvCache, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "flash" : "reference"); });
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,149 @@
+// Parallel invariance of multi-latent attention models: tensor parallelism (the up projections
+// split over heads, the down projections and latent norms replicated), with sequence parallelism
+// (the down projections on each rank's S/TP tokens, their gradients summed over TP), pipeline
+// parallelism (1F1B and interleaved), data parallelism with the distributed optimizer, full
+// recomputation, context parallelism (ring, all-gather, Ulysses, hybrid) and flash attention reproduce the single-process run: losses and grad norms within
+// 1e-5 relative, final parameters 1e-3 (as tests/parallel/invariance_mpi_test.cc), final gradients
+// 3e-5: TP 4 with SP sums the latent gradients of four head groups in another order, which after
+// five AdamW steps leaves the query projections' gradients up to 1.3e-5 off (1e-5 is exceeded only
+// there; a missing reduction is off by O(1)).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/cpu/fused_ops.h"
+#include "layouts.h"
+#include "mpi_test_env.h"
+#include "testing_run.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2", 2, {"--tensor-model-parallel-size", "2"}},
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"dp2_distopt", 2, {"--use-distributed-optimizer"}},
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}},
+      {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                    "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                    "--recompute-num-layers", "2"}},
+      {"tp2_sp_flash", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 0, {}, true},
+      // Context parallelism: the padded per-head q/k/v rows go through the ring (p2p, the default),
+      // the all-gather and Ulysses' head split unchanged; MLA's RoPE at the chunks' global positions.
+      {"cp2_docs", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}},
+      {"cp2_docs_flash", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}, 0, {}, true},
+      {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                            "--ulysses-degree-in-cp", "2"}},
+      {"tp4_sp", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+      {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--sequence-parallel"}},
+      {"tp2_sp_dp2_distopt", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--use-distributed-optimizer"}},
+  };
+  return all;
+}
+
+const std::vector<std::string> kCommon = {
+    "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
+    "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5",
+    "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
+    "0", "--log-interval", "1000", "--clip-grad", "0.5", "--multi-latent-attention", "--kv-lora-rank", "12",
+    "--qk-head-dim", "6", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "5"};
+// DeepSeek-like (query latent, latent norms, RMSNorm, SwiGLU) and GPT-like (direct query projection
+// with its fused norm of x, LayerNorm with biases, learned positions).
+const std::vector<std::string> kDeepseek = {"--q-lora-rank", "10", "--qk-layernorm", "--normalization", "RMSNorm",
+                                            "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear",
+                                            "--untie-embeddings-and-output-weights"};
+const std::vector<std::string> kGptLike = {"--qk-layernorm"};
+
+OpTable attention_ops(bool flash) {
+  OpTable ops = reference_ops();
+  if (flash) GALE_CHECK_OK(install_fused_kernel(ops, "attention", Isa::kAvx512));
+  return ops;
+}
+
+double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < s.local_numel(); ++i) {
+    if (ranges && std::none_of(ranges->begin(), ranges->end(),
+                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
+      continue;
+    const double r = ref[s.global_index(i)];
+    diff += (shard[i] - r) * (shard[i] - r);
+    norm += r * r;
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// The single-process run with the same model flags (and --reset-attention-mask when the layout has it).
+const testing::TestRun& single_process_run(bool deepseek, bool flash, bool documents) {
+  static std::map<std::tuple<bool, bool, bool>, std::unique_ptr<testing::TestRun>> runs;
+  auto& run = runs[{deepseek, flash, documents}];
+  if (!run) {
+    const std::vector<std::string> docs =
+        documents ? std::vector<std::string>{"--reset-attention-mask"} : std::vector<std::string>{};
+    run = std::make_unique<testing::TestRun>(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, docs}),
+                                             make_self_communicator("world"), testing::kTinyVocab, EngineOptions{},
+                                             attention_ops(flash));
+    run->train(5);
+  }
+  return *run;
+}
+
+class MlaInvariance : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(MlaInvariance, MatchesSingleProcess) {
+  const auto& [name, deepseek] = GetParam();
+  const Layout* layout = testing::find_layout(layouts(), name);
+  ASSERT_NE(layout, nullptr);
+  Comm world = test::world();
+  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  const bool documents = std::find(layout->flags.begin(), layout->flags.end(), "--reset-attention-mask") !=
+                         layout->flags.end();
+  const testing::TestRun& reference = single_process_run(deepseek, layout->flash_attention, documents);
+  testing::TestRun run(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, layout->flags}), world,
+                       testing::kTinyVocab, EngineOptions{layout->bucket_size, layout->recompute},
+                       attention_ops(layout->flash_attention));
+  run.train(5);
+  finish_param_sync(*run.engine);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
+        << "grad norm of iteration " << i + 1;
+  }
+  const ParamBuffer& ref = reference.engine->chunks[0]->params();
+  int mla_params = 0;
+  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
+    const ParamBuffer& pb = run.engine->chunks[c]->params();
+    const std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      mla_params += s.name.find("linear_kv_down_proj") != std::string::npos;
+      const int rid = ref.find(s.name);
+      ASSERT_GE(rid, 0) << s.name;
+      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
+    }
+  }
+  EXPECT_GT(mla_params, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MlaInvariance,
+                         ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_deepseek" : "_gpt");
+                         });
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,121 @@
+// The multi-latent attention flags: Megatron's names and defaults, the model config they give, and
+// one-line errors naming the flag for what MLA does not compose with.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "train/arguments.h"
+#include "train/model_setup.h"
+
+namespace gale {
+namespace {
+
+struct Cli {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  Cli() { add_all_pretrain_args(parser, args); }
+  Status parse(std::vector<std::string> extra, int64_t world = 1) {
+    std::vector<std::string> all = {"gale",  "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
+                                    "4", "--seq-length", "16", "--max-position-embeddings", "32",
+                                    "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3", "--mock-data"};
+    all.insert(all.end(), extra.begin(), extra.end());
+    std::vector<char*> ptrs;
+    for (auto& a : all) ptrs.push_back(a.data());
+    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+    return validate_all_pretrain_args(args, parser, world);
+  }
+};
+
+TEST(MlaArguments, ComposesWithContextParallelism) {
+  Cli cli;
+  EXPECT_TRUE(cli.parse({"--multi-latent-attention", "--context-parallel-size", "2"}, 2).ok());
+}
+
+TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
+  Cli cli;
+  ASSERT_TRUE(cli.parse({"--multi-latent-attention"}).ok());
+  cli.args.model.padded_vocab_size = 128;
+  const ModelConfig c = model_config_from_args(cli.args);
+  EXPECT_TRUE(c.mla.enabled);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);  // Megatron's None: linear_q_proj
+  EXPECT_EQ(c.mla.kv_lora_rank, 32);
+  EXPECT_EQ(c.mla.qk_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_pos_emb_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  EXPECT_FALSE(c.mla.qk_layernorm);
+  EXPECT_TRUE(c.mla.yarn);  // Megatron's MLA default rope type
+  EXPECT_EQ(c.mla.rotary_scaling_factor, 1.0);
+  EXPECT_EQ(c.attention_head_dim(), 192);
+  EXPECT_EQ(c.attention_kv_heads(), 4);
+  EXPECT_FLOAT_EQ(c.softmax_scale(), 1.0f / std::sqrt(192.0f));
+
+  Cli sized;
+  ASSERT_TRUE(sized.parse({"--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank", "16", "--qk-head-dim",
+                           "8", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "16", "--qk-layernorm", "--rope-type",
+                           "yarn", "--mscale", "0.7", "--mscale-all-dim", "0.7"})
+                  .ok());
+  sized.args.model.padded_vocab_size = 128;
+  const ModelConfig s = model_config_from_args(sized.args);
+  EXPECT_EQ(s.mla.q_lora_rank, 24);
+  EXPECT_TRUE(s.mla.qk_layernorm);
+  EXPECT_EQ(s.attention_head_dim(), 16);  // max(8 + 4, 16)
+  EXPECT_TRUE(s.mla.yarn);
+  EXPECT_EQ(s.mla.mscale_all_dim, 0.7);
+
+  Cli yarn;  // DeepSeek-V3's YaRN: s 40, mscale = mscale_all_dim = 1: softmax scale m(40, 1)² / sqrt(Dq)
+  ASSERT_TRUE(yarn.parse({"--multi-latent-attention", "--rotary-scaling-factor", "40", "--mscale", "1",
+                          "--mscale-all-dim", "1"})
+                  .ok());
+  yarn.args.model.padded_vocab_size = 128;
+  const ModelConfig y = model_config_from_args(yarn.args);
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(y.softmax_scale(), m * m / std::sqrt(192.0), 1e-7);
+
+  Cli rope;
+  ASSERT_TRUE(rope.parse({"--multi-latent-attention", "--rope-type", "rope"}).ok());
+  rope.args.model.padded_vocab_size = 128;
+  EXPECT_FALSE(model_config_from_args(rope.args).mla.yarn);
+
+  Cli off;
+  ASSERT_TRUE(off.parse({}).ok());
+  off.args.model.padded_vocab_size = 128;
+  EXPECT_FALSE(model_config_from_args(off.args).mla.enabled);
+}
+
+struct ErrorCase {
+  std::vector<std::string> flags;
+  int64_t world;
+  std::string expected;  // a substring of the one-line message
+};
+
+class MlaArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(MlaArgumentErrors, OneLineNamingTheFlag) {
+  Cli cli;
+  const Status s = cli.parse(GetParam().flags, GetParam().world);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(GetParam().expected), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MlaArgumentErrors,
+    ::testing::Values(
+        ErrorCase{{"--multi-latent-attention", "--group-query-attention", "--num-query-groups", "2"}, 1,
+                  "--group-query-attention: not applicable"},
+        ErrorCase{{"--multi-latent-attention", "--kv-lora-rank", "0"}, 1, "--kv-lora-rank: expected a positive"},
+        ErrorCase{{"--multi-latent-attention", "--v-head-dim", "-3"}, 1, "--v-head-dim: expected a positive"},
+        ErrorCase{{"--multi-latent-attention", "--q-lora-rank", "0"}, 1, "--q-lora-rank: expected a positive"},
+        ErrorCase{{"--multi-latent-attention", "--qk-pos-emb-head-dim", "5"}, 1, "--qk-pos-emb-head-dim: expected an even"},
+        ErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "0.5"}, 1,
+                  "--rotary-scaling-factor: expected at least 1"},
+        ErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
+        ErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
+        ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
+                  "--lora-target-modules linear_qkv"},
+        ErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
+        ErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"},
+        ErrorCase{{"--qk-layernorm"}, 1, "--qk-layernorm: not supported yet without --multi-latent-attention"}));
+
+}  // namespace
+}  // namespace gale
