@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model_test_batches.h"
 #include "testing.h"
 
 namespace gale {
@@ -40,23 +41,6 @@ ModelConfig llama_config() {
   return c;
 }
 
-MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  int64_t T = B * mb.S;
-  auto r = random_vector(3 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(r[2 * T + i] > -0.6f ? 1.0f : 0.0f);
-    int64_t s = i % mb.S;
-    mb.position_ids.push_back(static_cast<int32_t>(documents && s >= 5 ? s - 5 : s));
-    if (documents) mb.document_ids.push_back(s >= 5 ? 1 : 0);
-  }
-  return mb;
-}
-
 struct ModelCase {
   const char* name;
   ModelConfig config;
@@ -65,32 +49,18 @@ struct ModelCase {
 
 class ModelGrad : public ::testing::TestWithParam<ModelCase> {};
 
-// Mean token loss of the batch, and (with backward) its gradient in the model's grad buffer.
-double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
-  GPTModel::LossSums sums;
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  if (backward) {
-    model.params().zero_grads();
-    model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
-  } else {
-    // Drop the saved state without a backward: run one and discard gradients.
-    model.backward(0, Tensor(), 0.0f);
-  }
-  return sums.loss_sum / sums.tokens;
-}
-
 TEST_P(ModelGrad, EveryParameterMatchesFiniteDifferences) {
   const ModelCase& mc = GetParam();
   OpTable ops = reference_ops();
   GPTModel model(mc.config, single_process_partition(mc.config), &ops);
   model.params().initialize(42);
-  MicroBatch mb = make_batch(mc.config, 2, 7, mc.documents);
-  mean_loss(model, mb, true);
+  MicroBatch mb = testing::masked_batch(mc.config, 2, 7, mc.documents);
+  testing::mean_loss(model, mb, true);
   ParamBuffer& pb = model.params();
   std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
   // Central differences in fp32: eps 1e-3 keeps truncation error well under the 1% tolerance; the
   // 2e-3 floor absorbs fp32 rounding of the loss for the smallest directional derivatives.
-  auto loss = [&] { return mean_loss(model, mb, false); };
+  auto loss = [&] { return testing::mean_loss(model, mb, false); };
   for (int id = 0; id < pb.size(); ++id) {
     int64_t n = pb.spec(id).local_numel();
     auto dir = random_vector(n, 100 + id);
@@ -158,7 +128,7 @@ TEST(GPTModel, TwoMicroBatchesAccumulateGradients) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(3);
-  MicroBatch a = make_batch(c, 1, 11, false), b = make_batch(c, 1, 12, false);
+  MicroBatch a = testing::masked_batch(c, 1, 11, false), b = testing::masked_batch(c, 1, 12, false);
   ParamBuffer& pb = model.params();
   auto grads_of = [&](const MicroBatch& mb) {
     pb.zero_grads();
@@ -200,7 +170,7 @@ TEST(GPTModel, EveryLinearAndLmHeadProductGoesThroughTheTableGemm) {
     model.params().initialize(3);
     g_table_gemm_calls = 0;
     GPTModel::LossSums s;
-    model.forward(0, make_batch(c, 1, 11, false), Tensor(), true, &s);
+    model.forward(0, testing::masked_batch(c, 1, 11, false), Tensor(), true, &s);
     model.backward(0, Tensor(), 1.0f);
     // QKV, projection, fc1, fc2: forward, data and weight gradient each; the LM head: 3 (reference),
     // or 4 for the fused head's one chunk (no micro-batch count given: backward recomputes logits).
@@ -213,7 +183,7 @@ TEST(GPTModel, EvalForwardMatchesTrainingForwardWithoutDropout) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(5);
-  MicroBatch mb = make_batch(c, 2, 13, false);
+  MicroBatch mb = testing::masked_batch(c, 2, 13, false);
   GPTModel::LossSums train, eval;
   model.forward(0, mb, Tensor(), true, &train);
   model.forward(0, mb, Tensor(), false, &eval);
@@ -229,7 +199,7 @@ TEST(GPTModel, DropoutChangesLossDeterministically) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(5);
-  MicroBatch mb = make_batch(c, 2, 13, false);
+  MicroBatch mb = testing::masked_batch(c, 2, 13, false);
   GPTModel::LossSums a, b, e;
   model.forward(0, mb, Tensor(), true, &a);
   model.backward(0, Tensor(), 0.0f);

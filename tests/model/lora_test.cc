@@ -14,6 +14,7 @@
 #include "model/gpt_model.h"
 #include "model/linear.h"
 #include "optim/optimizer.h"
+#include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
 
@@ -149,14 +150,6 @@ MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
   return testing::tiny_batch(c, B, seed, /*documents=*/false);
 }
 
-double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
-  GPTModel::LossSums sums;
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  if (backward) model.params().zero_grads();
-  model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
-  return sums.loss_sum / sums.tokens;
-}
-
 // Gives every lora_B random values (they start at zero, which would make every dA zero).
 void randomise_lora_b(ParamBuffer& pb, uint64_t seed) {
   for (int id = 0; id < pb.size(); ++id)
@@ -189,9 +182,9 @@ TEST_P(LoraModel, OnlyAdaptersTrainAndTheirGradientsMatchFiniteDifferences) {
   const std::vector<float> base_before(pb.flat_params().data<float>() + pb.trainable_numel(),
                                        pb.flat_params().data<float>() + pb.numel());
   MicroBatch mb = make_batch(c, 2, 7);
-  mean_loss(model, mb, true);
+  testing::mean_loss(model, mb, true);
   std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.trainable_numel());
-  auto loss = [&] { return mean_loss(model, mb, false); };
+  auto loss = [&] { return testing::mean_loss(model, mb, false); };
   for (int id = 0; id < pb.size(); ++id) {
     if (!pb.spec(id).trainable) continue;
     const int64_t n = pb.spec(id).local_numel();
@@ -271,8 +264,8 @@ TEST(LoraModel, Bf16RunsCloseToF32) {
   randomise_lora_b(b16.params(), 4);
   b16.params().refresh_bf16();
   const MicroBatch mb = make_batch(c, 2, 13);
-  mean_loss(f32, mb, true);
-  mean_loss(b16, mb, true);
+  testing::mean_loss(f32, mb, true);
+  testing::mean_loss(b16, mb, true);
   const ParamBuffer &a = f32.params(), &b = b16.params();
   ASSERT_EQ(a.trainable_numel(), b.trainable_numel());
   double diff = 0.0, norm = 0.0;
@@ -339,7 +332,7 @@ TEST(LoraModel, OptimizerStepsLeaveTheBaseUnchangedAndHoldStateForAdaptersOnly) 
   const std::vector<float> frozen(pb.flat_params().data<float>() + t, pb.flat_params().data<float>() + n);
   const std::vector<float> adapters_before(pb.flat_params().data<float>(), pb.flat_params().data<float>() + t);
   for (int step = 0; step < 3; ++step) {
-    mean_loss(model, make_batch(lc, 2, 20 + step), true);
+    testing::mean_loss(model, make_batch(lc, 2, 20 + step), true);
     ASSERT_TRUE(opt.step(1e-2, 0.1).applied);
   }
   EXPECT_EQ(0, std::memcmp(frozen.data(), pb.flat_params().data<float>() + t, frozen.size() * sizeof(float)))

@@ -12,6 +12,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
+#include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
 
@@ -57,31 +58,6 @@ ModelConfig mla_moe_config() {
   return c;
 }
 
-MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  const int64_t T = B * mb.S;
-  auto r = random_vector(3 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(r[2 * T + i] > -0.6f ? 1.0f : 0.0f);
-    const int64_t s = i % mb.S;
-    mb.position_ids.push_back(static_cast<int32_t>(documents && s >= 5 ? s - 5 : s));
-    if (documents) mb.document_ids.push_back(s >= 5 ? 1 : 0);
-  }
-  return mb;
-}
-
-double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
-  GPTModel::LossSums sums;
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  if (backward) model.params().zero_grads();
-  model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
-  return sums.loss_sum / sums.tokens;
-}
-
 struct MlaCase {
   const char* name;
   ModelConfig config;
@@ -95,11 +71,11 @@ TEST_P(MlaGrad, EveryParameterMatchesFiniteDifferences) {
   OpTable ops = reference_ops();
   GPTModel model(mc.config, single_process_partition(mc.config), &ops);
   model.params().initialize(42);
-  MicroBatch mb = make_batch(mc.config, 2, 7, mc.documents);
-  mean_loss(model, mb, true);
+  MicroBatch mb = testing::masked_batch(mc.config, 2, 7, mc.documents);
+  testing::mean_loss(model, mb, true);
   ParamBuffer& pb = model.params();
   std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return mean_loss(model, mb, false); };
+  auto loss = [&] { return testing::mean_loss(model, mb, false); };
   // Central differences in fp32, eps 1e-3. Sweeping eps over 3e-4 .. 3e-3 moves the numeric
   // derivatives of this model by up to ~2e-4 (fp32 rounding of the loss, curvature), so the bound
   // is 1% of max(|derivative|, 1e-2): at least 1e-4 absolute for the smallest directions.
@@ -184,7 +160,7 @@ TEST(Mla, FlashAttentionMatchesReference) {
   ref.params().initialize(3);
   flash.params().initialize(3);
   const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
-  const double l_ref = mean_loss(ref, mb, true), l_flash = mean_loss(flash, mb, true);
+  const double l_ref = testing::mean_loss(ref, mb, true), l_flash = testing::mean_loss(flash, mb, true);
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
   const ParamBuffer& a = ref.params();
   const ParamBuffer& b = flash.params();

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "model/gpt_model.h"
+#include "model_test_batches.h"
 #include "testing.h"
 
 namespace gale {
@@ -282,21 +283,6 @@ TEST(MoeLayer, RoutingWeightsAreTheRenormalisedSoftmaxOfTheTopK) {
   EXPECT_NEAR(aux.z, z / 10.0, 1e-4);
 }
 
-MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  const int64_t T = B * mb.S;
-  const auto r = random_vector(2 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(1.0f);
-    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
-  }
-  return mb;
-}
-
 ModelConfig mixtral_config() {
   ModelConfig c;
   c.num_layers = 3;
@@ -343,7 +329,7 @@ TEST(MoeModel, EveryParameterMatchesFiniteDifferencesWithAuxLosses) {
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(5);
   model.set_num_microbatches(2);
-  const MicroBatch mbs[2] = {make_batch(c, 2, 21), make_batch(c, 2, 22)};
+  const MicroBatch mbs[2] = {testing::full_batch(c, 2, 21), testing::full_batch(c, 2, 22)};
   auto objective = [&](bool backward) {
     double total = 0.0;
     if (backward) model.params().zero_grads();
@@ -376,7 +362,7 @@ TEST(MoeModel, FullRecomputationGivesTheSameGradientsAndLosses) {
   auto run = [&](const ModelConfig& cfg, MoeAuxLosses* aux) {
     GPTModel model(cfg, single_process_partition(cfg), &ops);
     model.params().initialize(6);
-    const MicroBatch mb = make_batch(cfg, 2, 23);
+    const MicroBatch mb = testing::full_batch(cfg, 2, 23);
     GPTModel::LossSums sums;
     model.forward(0, mb, Tensor(), true, &sums);
     model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));

@@ -9,6 +9,7 @@
 
 #include "model/gpt_model.h"
 #include "model/linear.h"
+#include "model_test_batches.h"
 #include "testing.h"
 
 namespace gale {
@@ -163,21 +164,6 @@ TEST(MoeSharedExpert, OutputMatchesAFloat64Loop) {
   }
 }
 
-MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = c.seq_length;
-  const int64_t T = B * mb.S;
-  const auto r = random_vector(2 * T, seed);
-  for (int64_t i = 0; i < T; ++i) {
-    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
-    mb.loss_mask.push_back(1.0f);
-    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
-  }
-  return mb;
-}
-
 // Qwen2-MoE-like: LLaMA architecture, MoE layers 0 and 2 with a gated shared expert.
 ModelConfig model_config() {
   ModelConfig c;
@@ -219,7 +205,7 @@ TEST(MoeSharedExpertModel, EveryParameterMatchesFiniteDifferences) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(7);
-  const MicroBatch mb = make_batch(c, 2, 41);
+  const MicroBatch mb = testing::full_batch(c, 2, 41);
   auto objective = [&](bool backward) {
     if (backward) model.params().zero_grads();
     GPTModel::LossSums sums;
@@ -250,7 +236,7 @@ TEST(MoeSharedExpertModel, OverlapGivesTheSameLossAndGradients) {
     c.moe.shared_overlap = overlap;
     GPTModel model(c, single_process_partition(c), &ops);
     model.params().initialize(8);
-    const MicroBatch mb = make_batch(c, 2, 42);
+    const MicroBatch mb = testing::full_batch(c, 2, 42);
     GPTModel::LossSums sums;
     model.forward(0, mb, Tensor(), true, &sums);
     model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));

@@ -1,0 +1,57 @@
+// Random micro-batches and the mean-loss helper shared by the model tests (finite differences,
+// golden comparisons): one definition instead of a copy per test file.
+#pragma once
+
+#include <cstdint>
+
+#include "model/gpt_model.h"
+#include "testing.h"
+
+namespace gale::testing {
+
+// Random tokens and labels; about 20% of the loss mask off; with `documents` each sequence holds
+// two documents (positions restart at s = 5).
+inline MicroBatch masked_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = c.seq_length;
+  const int64_t T = B * mb.S;
+  const auto r = random_vector(3 * T, seed);
+  for (int64_t i = 0; i < T; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.loss_mask.push_back(r[2 * T + i] > -0.6f ? 1.0f : 0.0f);
+    const int64_t s = i % mb.S;
+    mb.position_ids.push_back(static_cast<int32_t>(documents && s >= 5 ? s - 5 : s));
+    if (documents) mb.document_ids.push_back(s >= 5 ? 1 : 0);
+  }
+  return mb;
+}
+
+// Random tokens and labels, every token in the loss, one document per sequence.
+inline MicroBatch full_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = c.seq_length;
+  const int64_t T = B * mb.S;
+  const auto r = random_vector(2 * T, seed);
+  for (int64_t i = 0; i < T; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>((r[i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.labels.push_back(static_cast<int32_t>((r[T + i] + 1.0f) * 0.5f * (c.vocab - 1)));
+    mb.loss_mask.push_back(1.0f);
+    mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
+  }
+  return mb;
+}
+
+// The micro-batch's mean loss; with `backward` the gradients of it (zeroed first), otherwise a
+// backward with scale 0 that only drops the saved state.
+inline double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
+  GPTModel::LossSums sums;
+  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
+  if (backward) model.params().zero_grads();
+  model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
+  return sums.loss_sum / sums.tokens;
+}
+
+}  // namespace gale::testing
