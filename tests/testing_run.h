@@ -2,6 +2,8 @@
 // validated arguments, the engine on a given world, and a trainer reading synthetic samples.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -29,6 +31,23 @@ inline const std::vector<std::string> kTinyLlama = {
     "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
 // Their token ids: 250, padded to 256 at TP 1, 2 and 4 with --make-vocab-size-divisible-by 64.
 constexpr int64_t kTinyVocab = 250;
+
+// ‖shard − ref‖ / ‖ref‖ over the elements of parameter `s` this rank holds (`shard`, in its local
+// layout) against the whole tensor `ref` of a single-process run (indexed by s.global_index); with
+// `ranges`, only the flat-buffer elements inside them (the distributed optimizer's owned shards).
+inline double shard_relative_error(const ParamSpec& s, const float* shard, const float* ref,
+                                   const std::vector<FlatRange>* ranges) {
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < s.local_numel(); ++i) {
+    if (ranges && std::none_of(ranges->begin(), ranges->end(),
+                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
+      continue;
+    const double r = ref[s.global_index(i)];
+    diff += (shard[i] - r) * (shard[i] - r);
+    norm += r * r;
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
 
 class TestRun {
  public:

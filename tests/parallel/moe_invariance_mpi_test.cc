@@ -93,19 +93,6 @@ const std::vector<std::string> kMoe = testing::join(
      {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
       "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff", "0.01"}});
 
-double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
-  double diff = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < s.local_numel(); ++i) {
-    if (ranges && std::none_of(ranges->begin(), ranges->end(),
-                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
-      continue;
-    const double r = ref[s.global_index(i)];
-    diff += (shard[i] - r) * (shard[i] - r);
-    norm += r * r;
-  }
-  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 // DeepSeek-V3-style routing on the same model: 8 experts, top-3 of sigmoid scores plus an expert
 // bias (updated fast enough to change the routing within the run), limited to the 2 best of 4
 // groups, weights scaled by 2.5, the per-sequence load-balancing loss.
@@ -216,8 +203,8 @@ void expect_matches_single_process(const std::vector<std::string>& base, const s
         EXPECT_GT(moved, 0.0) << s.name;
         continue;
       }
-      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
     }
   }
 }

@@ -62,19 +62,6 @@ const std::vector<std::string> kMoe = testing::join(
       "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff", "0.01", "--moe-shared-expert-intermediate-size", "32",
       "--moe-shared-expert-gate"}});
 
-double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
-  double diff = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < s.local_numel(); ++i) {
-    if (ranges && std::none_of(ranges->begin(), ranges->end(),
-                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
-      continue;
-    const double r = ref[s.global_index(i)];
-    diff += (shard[i] - r) * (shard[i] - r);
-    norm += r * r;
-  }
-  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 const testing::TestRun& single_process_run() {
   static std::unique_ptr<testing::TestRun> run;
   if (!run) {
@@ -113,8 +100,8 @@ TEST_P(MoeSharedExpertInvariance, MatchesSingleProcess) {
       shared += s.name.find("shared_experts") != std::string::npos;
       const int rid = ref.find(s.whole_model_name());  // under EP: the global expert
       ASSERT_GE(rid, 0) << s.name;
-      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
     }
   }
   EXPECT_GT(shared, 0);
