@@ -1,31 +1,18 @@
 // The LoRA flags: MindSpeed-LLM's names and defaults, and one-line errors naming the flag.
 #include <gtest/gtest.h>
 
+#include "pretrain_cli.h"
 #include "train/arguments.h"
 #include "train/model_setup.h"
 
 namespace gale {
 namespace {
 
-struct Cli {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  Cli() { add_all_pretrain_args(parser, args); }
-  Status parse(std::vector<std::string> extra, int64_t world = 1) {
-    std::vector<std::string> all = {"gale",  "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
-                                    "4", "--seq-length", "16", "--max-position-embeddings", "32",
-                                    "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3", "--mock-data"};
-    all.insert(all.end(), extra.begin(), extra.end());
-    std::vector<char*> ptrs;
-    for (auto& a : all) ptrs.push_back(a.data());
-    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    return validate_all_pretrain_args(args, parser, world);
-  }
-};
+using Cli = testing::PretrainCli;
 
 TEST(LoraArguments, MindSpeedDefaultsAndTheModelConfig) {
   Cli off;
-  ASSERT_TRUE(off.parse({}).ok());
+  ASSERT_TRUE(off.parse_minimal({}).ok());
   EXPECT_FALSE(off.args.lora.enabled());
   EXPECT_EQ(off.args.lora.lora_r, 16);
   EXPECT_EQ(off.args.lora.lora_alpha, 32);
@@ -33,7 +20,7 @@ TEST(LoraArguments, MindSpeedDefaultsAndTheModelConfig) {
   EXPECT_FALSE(model_config_from_args(off.args).lora.enabled());
 
   Cli on;
-  ASSERT_TRUE(on.parse({"--lora-target-modules", "linear_qkv", "linear_fc2", "--lora-alpha", "8"}).ok());
+  ASSERT_TRUE(on.parse_minimal({"--lora-target-modules", "linear_qkv", "linear_fc2", "--lora-alpha", "8"}).ok());
   on.args.model.padded_vocab_size = 128;
   const LoraConfig c = model_config_from_args(on.args).lora;
   EXPECT_TRUE(c.enabled());
@@ -60,17 +47,17 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
   };
   for (const Case& c : cases) {
     Cli cli;
-    const Status st = cli.parse(c.extra, c.world);
+    const Status st = cli.parse_minimal(c.extra, c.world);
     EXPECT_FALSE(st.ok());
     EXPECT_EQ(st.message(), c.message);
   }
   Cli r0;
-  EXPECT_TRUE(r0.parse({"--lora-r", "0"}).ok()) << "--lora-r 0 without targets: LoRA off";
+  EXPECT_TRUE(r0.parse_minimal({"--lora-r", "0"}).ok()) << "--lora-r 0 without targets: LoRA off";
   Cli dp;
-  EXPECT_TRUE(dp.parse({"--lora-target-modules", "linear_qkv", "--use-distributed-optimizer"}, 2).ok())
+  EXPECT_TRUE(dp.parse_minimal({"--lora-target-modules", "linear_qkv", "--use-distributed-optimizer"}, 2).ok())
       << "data parallelism and the distributed optimizer work with LoRA";
   Cli tp;
-  EXPECT_TRUE(tp.parse({"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2",
+  EXPECT_TRUE(tp.parse_minimal({"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2",
                         "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 4).ok())
       << "tensor (with sequence) and pipeline parallelism work with LoRA";
 }

@@ -4,36 +4,23 @@
 
 #include <cmath>
 
+#include "pretrain_cli.h"
 #include "train/arguments.h"
 #include "train/model_setup.h"
 
 namespace gale {
 namespace {
 
-struct Cli {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  Cli() { add_all_pretrain_args(parser, args); }
-  Status parse(std::vector<std::string> extra, int64_t world = 1) {
-    std::vector<std::string> all = {"gale",  "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
-                                    "4", "--seq-length", "16", "--max-position-embeddings", "32",
-                                    "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3", "--mock-data"};
-    all.insert(all.end(), extra.begin(), extra.end());
-    std::vector<char*> ptrs;
-    for (auto& a : all) ptrs.push_back(a.data());
-    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    return validate_all_pretrain_args(args, parser, world);
-  }
-};
+using Cli = testing::PretrainCli;
 
 TEST(MlaArguments, ComposesWithContextParallelism) {
   Cli cli;
-  EXPECT_TRUE(cli.parse({"--multi-latent-attention", "--context-parallel-size", "2"}, 2).ok());
+  EXPECT_TRUE(cli.parse_minimal({"--multi-latent-attention", "--context-parallel-size", "2"}, 2).ok());
 }
 
 TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   Cli cli;
-  ASSERT_TRUE(cli.parse({"--multi-latent-attention"}).ok());
+  ASSERT_TRUE(cli.parse_minimal({"--multi-latent-attention"}).ok());
   cli.args.model.padded_vocab_size = 128;
   const ModelConfig c = model_config_from_args(cli.args);
   EXPECT_TRUE(c.mla.enabled);
@@ -50,7 +37,7 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_FLOAT_EQ(c.softmax_scale(), 1.0f / std::sqrt(192.0f));
 
   Cli sized;
-  ASSERT_TRUE(sized.parse({"--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank", "16", "--qk-head-dim",
+  ASSERT_TRUE(sized.parse_minimal({"--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank", "16", "--qk-head-dim",
                            "8", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "16", "--qk-layernorm", "--rope-type",
                            "yarn", "--mscale", "0.7", "--mscale-all-dim", "0.7"})
                   .ok());
@@ -63,7 +50,7 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_EQ(s.mla.mscale_all_dim, 0.7);
 
   Cli yarn;  // DeepSeek-V3's YaRN: s 40, mscale = mscale_all_dim = 1: softmax scale m(40, 1)² / sqrt(Dq)
-  ASSERT_TRUE(yarn.parse({"--multi-latent-attention", "--rotary-scaling-factor", "40", "--mscale", "1",
+  ASSERT_TRUE(yarn.parse_minimal({"--multi-latent-attention", "--rotary-scaling-factor", "40", "--mscale", "1",
                           "--mscale-all-dim", "1"})
                   .ok());
   yarn.args.model.padded_vocab_size = 128;
@@ -72,12 +59,12 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_NEAR(y.softmax_scale(), m * m / std::sqrt(192.0), 1e-7);
 
   Cli rope;
-  ASSERT_TRUE(rope.parse({"--multi-latent-attention", "--rope-type", "rope"}).ok());
+  ASSERT_TRUE(rope.parse_minimal({"--multi-latent-attention", "--rope-type", "rope"}).ok());
   rope.args.model.padded_vocab_size = 128;
   EXPECT_FALSE(model_config_from_args(rope.args).mla.yarn);
 
   Cli off;
-  ASSERT_TRUE(off.parse({}).ok());
+  ASSERT_TRUE(off.parse_minimal({}).ok());
   off.args.model.padded_vocab_size = 128;
   EXPECT_FALSE(model_config_from_args(off.args).mla.enabled);
 }
@@ -92,7 +79,7 @@ class MlaArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(MlaArgumentErrors, OneLineNamingTheFlag) {
   Cli cli;
-  const Status s = cli.parse(GetParam().flags, GetParam().world);
+  const Status s = cli.parse_minimal(GetParam().flags, GetParam().world);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find(GetParam().expected), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();

@@ -1,4 +1,5 @@
 // Megatron flag parsing: names, defaults, derived values, and one-line errors naming the flag.
+#include "pretrain_cli.h"
 #include "train/arguments.h"
 #include "train/model_setup.h"
 
@@ -7,25 +8,8 @@
 namespace gale {
 namespace {
 
-struct Cli {
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  Cli() { add_all_pretrain_args(parser, args); }
-  Status parse(std::vector<std::string> argv, int64_t world = 1) {
-    std::vector<std::string> all = {"gale"};
-    all.insert(all.end(), argv.begin(), argv.end());
-    std::vector<char*> ptrs;
-    for (auto& a : all) ptrs.push_back(a.data());
-    GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    return validate_all_pretrain_args(args, parser, world);
-  }
-};
-
-std::vector<std::string> minimal() {
-  return {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "16",
-          "--max-position-embeddings", "32", "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3",
-          "--mock-data"};
-}
+using Cli = testing::PretrainCli;
+using testing::minimal_pretrain_flags;
 
 std::vector<std::string> with(std::vector<std::string> base, std::vector<std::string> extra) {
   base.insert(base.end(), extra.begin(), extra.end());
@@ -34,7 +18,7 @@ std::vector<std::string> with(std::vector<std::string> base, std::vector<std::st
 
 TEST(Arguments, MegatronDefaultsAndDerivedValues) {
   Cli c;
-  ASSERT_TRUE(c.parse(minimal()).ok());
+  ASSERT_TRUE(c.parse(minimal_pretrain_flags()).ok());
   EXPECT_EQ(c.args.model.ffn_hidden_size, 256);
   EXPECT_EQ(c.args.model.kv_channels, 16);
   EXPECT_EQ(c.args.model.num_kv_heads, 4);
@@ -53,7 +37,7 @@ TEST(Arguments, MegatronDefaultsAndDerivedValues) {
 
 TEST(Arguments, SwigluFfnRuleAndGqa) {
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--swiglu", "--group-query-attention", "--num-query-groups", "2",
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--swiglu", "--group-query-attention", "--num-query-groups", "2",
                                        "--disable-bias-linear", "--no-load-optim", "--hidden-size", "768",
                                        "--num-attention-heads", "12", "--num-query-groups", "4"}))
                   .ok());
@@ -73,7 +57,7 @@ TEST(Arguments, VocabPadding) {
 TEST(Arguments, MicrobatchGroupSizeFollowsMegatronsRules) {
   // PP 2 x 2 virtual stages on 2 ranks; micro-batches per iteration = global batch / 2.
   auto parse = [](std::vector<std::string> extra) {
-    std::vector<std::string> argv = minimal();
+    std::vector<std::string> argv = minimal_pretrain_flags();
     argv[1] = "4";  // --num-layers 4: 2 per stage, 1 per virtual stage
     Cli c;
     return c.parse(with(argv, with({"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
@@ -94,12 +78,12 @@ TEST(Arguments, MicrobatchGroupSizeFollowsMegatronsRules) {
             std::string::npos)
       << s.message();
   Cli plain;  // without interleaving the flag changes nothing, as in Megatron
-  EXPECT_TRUE(plain.parse(with(minimal(), {"--microbatch-group-size-per-virtual-pipeline-stage", "3"})).ok());
+  EXPECT_TRUE(plain.parse(with(minimal_pretrain_flags(), {"--microbatch-group-size-per-virtual-pipeline-stage", "3"})).ok());
 }
 
 TEST(Arguments, AliasAndEqualsSyntax) {
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--save=/tmp/x", "--persistent-save-interval", "5"})).ok());
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--save=/tmp/x", "--persistent-save-interval", "5"})).ok());
   EXPECT_EQ(c.args.checkpoint.save, "/tmp/x");
   EXPECT_EQ(c.args.checkpoint.save_interval, 5);
 }
@@ -107,7 +91,7 @@ TEST(Arguments, AliasAndEqualsSyntax) {
 // Megatron's router flags: defaults, and a DeepSeek-V3-style routing reaching the model config.
 TEST(Arguments, MoeRouterFlagsDefaultsAndModelConfig) {
   Cli d;
-  ASSERT_TRUE(d.parse(with(minimal(), {"--num-experts", "8"})).ok());
+  ASSERT_TRUE(d.parse(with(minimal_pretrain_flags(), {"--num-experts", "8"})).ok());
   EXPECT_EQ(d.args.moe.moe_router_score_function, "softmax");
   EXPECT_FALSE(d.args.moe.moe_router_enable_expert_bias);
   EXPECT_EQ(d.args.moe.moe_router_bias_update_rate, 1e-3);
@@ -121,7 +105,7 @@ TEST(Arguments, MoeRouterFlagsDefaultsAndModelConfig) {
   EXPECT_EQ(dc.moe.topk_scaling_factor, 1.0);
   EXPECT_EQ(dc.moe.capacity_factor, 0.0);
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--num-experts", "8", "--moe-router-topk", "4", "--moe-router-score-function",
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-topk", "4", "--moe-router-score-function",
                                        "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                                        "0.01", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
                                        "--moe-router-topk-scaling-factor", "2.5", "--moe-router-load-balancing-type",
@@ -141,14 +125,14 @@ TEST(Arguments, MoeRouterFlagsDefaultsAndModelConfig) {
   EXPECT_EQ(mc.moe.capacity_factor, 1.5);
   EXPECT_TRUE(mc.moe.drop_by_position);
   Cli negative;  // Megatron: a negative capacity factor is None (dropless)
-  ASSERT_TRUE(negative.parse(with(minimal(), {"--num-experts", "8", "--moe-expert-capacity-factor", "-1"})).ok());
+  ASSERT_TRUE(negative.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-expert-capacity-factor", "-1"})).ok());
   negative.args.model.padded_vocab_size = 128;
   EXPECT_EQ(model_config_from_args(negative.args).moe.capacity_factor, 0.0);
 }
 
 TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--num-experts", "8", "--moe-grouped-gemm"})).ok());
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-grouped-gemm"})).ok());
   EXPECT_EQ(c.args.moe.moe_router_topk, 2);
   EXPECT_EQ(c.args.moe.moe_ffn_hidden_size, 256);  // --ffn-hidden-size
   EXPECT_EQ(c.args.moe.moe_aux_loss_coeff, 0.0);
@@ -157,19 +141,19 @@ TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   EXPECT_EQ(c.args.moe.expert_tensor_parallel_size, 1);
   EXPECT_EQ(c.args.moe.moe_shared_expert_intermediate_size, kUnset);  // no shared expert
   Cli shared;
-  ASSERT_TRUE(shared.parse(with(minimal(), {"--num-experts", "4", "--disable-bias-linear",
+  ASSERT_TRUE(shared.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--disable-bias-linear",
                                             "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-gate"}))
                   .ok());
   EXPECT_EQ(shared.args.moe.moe_shared_expert_intermediate_size, 24);
   EXPECT_TRUE(shared.args.moe.moe_shared_expert_gate);
   Cli overlap;
-  ASSERT_TRUE(overlap.parse(with(minimal(), {"--num-experts", "4", "--disable-bias-linear",
+  ASSERT_TRUE(overlap.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--disable-bias-linear",
                                              "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-overlap",
                                              "--moe-token-dispatcher-type", "alltoall"}))
                   .ok());
   EXPECT_TRUE(overlap.args.moe.moe_shared_expert_overlap);
   Cli none;
-  ASSERT_TRUE(none.parse(with(minimal(), {"--num-experts", "0"})).ok());  // Megatron: 0 is None
+  ASSERT_TRUE(none.parse(with(minimal_pretrain_flags(), {"--num-experts", "0"})).ok());  // Megatron: 0 is None
   EXPECT_FALSE(none.args.moe.enabled());
   EXPECT_TRUE(none.args.moe.layer_pattern.empty());
   EXPECT_EQ(parse_moe_layer_freq("2", 5).value(), (std::vector<int>{1, 0, 1, 0, 1}));
@@ -185,56 +169,56 @@ TEST(Arguments, ExpertParallelism) {
   const std::vector<std::string> ep2 = {"--num-experts", "4", "--expert-model-parallel-size", "2",
                                         "--moe-token-dispatcher-type", "alltoall"};
   Cli ok;
-  ASSERT_TRUE(ok.parse(with(minimal(), ep2), 2).ok());
+  ASSERT_TRUE(ok.parse(with(minimal_pretrain_flags(), ep2), 2).ok());
   EXPECT_EQ(ok.args.parallel.expert_model_parallel_size, 2);
   EXPECT_EQ(ok.args.parallel.data_parallel_size, 2);
   Cli pp;
-  EXPECT_TRUE(pp.parse(with(minimal(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 4).ok());
+  EXPECT_TRUE(pp.parse(with(minimal_pretrain_flags(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 4).ok());
   Cli world;
-  EXPECT_EQ(world.parse(with(minimal(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 2).message(),
+  EXPECT_EQ(world.parse(with(minimal_pretrain_flags(), with(ep2, {"--pipeline-model-parallel-size", "2"})), 2).message(),
             "world size 2 is not divisible by --expert-model-parallel-size 2 x --pipeline-model-parallel-size 2 = 4");
   Cli odd;
-  EXPECT_EQ(odd.parse(with(minimal(), {"--num-experts", "6", "--expert-model-parallel-size", "4",
+  EXPECT_EQ(odd.parse(with(minimal_pretrain_flags(), {"--num-experts", "6", "--expert-model-parallel-size", "4",
                                        "--moe-token-dispatcher-type", "alltoall"}), 4).message(),
             "--num-experts 6 must be divisible by --expert-model-parallel-size 4");
   Cli dense;
-  EXPECT_EQ(dense.parse(with(minimal(), {"--expert-model-parallel-size", "2"}), 2).message(),
+  EXPECT_EQ(dense.parse(with(minimal_pretrain_flags(), {"--expert-model-parallel-size", "2"}), 2).message(),
             "--expert-model-parallel-size 2 needs --num-experts (a MoE model), found no --num-experts");
   Cli allgather;  // Megatron's default dispatcher
-  EXPECT_TRUE(allgather.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
+  EXPECT_TRUE(allgather.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok());
   Cli padded;  // padding rows are not carried by the all-gather dispatcher
-  EXPECT_EQ(padded.parse(with(minimal(), {"--num-experts", "4", "--expert-model-parallel-size", "2",
+  EXPECT_EQ(padded.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--expert-model-parallel-size", "2",
                                           "--moe-expert-capacity-factor", "1", "--moe-pad-expert-input-to-capacity"}),
                          2).message(),
             "--moe-pad-expert-input-to-capacity with --moe-token-dispatcher-type allgather and "
             "--expert-model-parallel-size 2: not supported yet (use alltoall)");
   Cli padded_alltoall;
-  EXPECT_TRUE(padded_alltoall.parse(with(minimal(), with(ep2, {"--moe-expert-capacity-factor", "1",
+  EXPECT_TRUE(padded_alltoall.parse(with(minimal_pretrain_flags(), with(ep2, {"--moe-expert-capacity-factor", "1",
                                                                "--moe-pad-expert-input-to-capacity"})), 2).ok());
 }
 
 TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
   Cli tp;
-  const Status st = tp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
+  const Status st = tp.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2"}), 2);
   EXPECT_EQ(st.message(),
             "--num-experts with --tensor-model-parallel-size 2: expected --sequence-parallel (MoE under TP routes each "
             "rank's own tokens), found it off");
   Cli sp;
-  EXPECT_TRUE(sp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
+  EXPECT_TRUE(sp.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"}),
                        2).ok());
   Cli etp1;
-  EXPECT_TRUE(etp1.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+  EXPECT_TRUE(etp1.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                           "--expert-tensor-parallel-size", "1"}), 2).ok());
   Cli etp;
-  EXPECT_EQ(etp.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "4", "--sequence-parallel",
+  EXPECT_EQ(etp.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "4", "--sequence-parallel",
                                        "--expert-tensor-parallel-size", "2"}), 4).message(),
             "--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
             "--tensor-model-parallel-size 4)");
   Cli tp_ep;
-  EXPECT_TRUE(tp_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+  EXPECT_TRUE(tp_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                            "--expert-model-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
   Cli etp1_ep;
-  EXPECT_EQ(etp1_ep.parse(with(minimal(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+  EXPECT_EQ(etp1_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                            "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1",
                                            "--global-batch-size", "4"}), 4).message(),
             "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 and --expert-model-parallel-size 2: not "
@@ -243,9 +227,9 @@ TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
 
 TEST(Arguments, MixtureOfExpertsWithContextParallelism) {
   Cli cp;
-  EXPECT_TRUE(cp.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2).ok());
+  EXPECT_TRUE(cp.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2).ok());
   Cli cp_ep;
-  EXPECT_EQ(cp_ep.parse(with(minimal(), {"--num-experts", "4", "--context-parallel-size", "2",
+  EXPECT_EQ(cp_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--context-parallel-size", "2",
                                          "--expert-model-parallel-size", "2"}), 4).message(),
             "--expert-model-parallel-size 2 with --context-parallel-size 2 and --num-experts: not supported yet (one of "
             "them must be 1)");
@@ -262,7 +246,7 @@ class ArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
 TEST_P(ArgumentErrors, OneLineNamingTheFlag) {
   const ErrorCase& e = GetParam();
   Cli c;
-  std::vector<std::string> argv = with(minimal(), e.extra);
+  std::vector<std::string> argv = with(minimal_pretrain_flags(), e.extra);
   Status st = c.parse(argv);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), e.code) << st.to_string();
@@ -423,30 +407,30 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Arguments, RecomputeFlagsAsMegatron) {
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--recompute-granularity", "full", "--recompute-method", "uniform",
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--recompute-granularity", "full", "--recompute-method", "uniform",
                                        "--recompute-num-layers", "2"}))
                   .ok());
   EXPECT_EQ(c.args.model.recompute_granularity, "full");
   EXPECT_EQ(c.args.model.recompute_method, "uniform");
   EXPECT_EQ(c.args.model.recompute_num_layers, 2);
   Cli s;
-  ASSERT_TRUE(s.parse(with(minimal(), {"--recompute-activations"})).ok());
+  ASSERT_TRUE(s.parse(with(minimal_pretrain_flags(), {"--recompute-activations"})).ok());
   EXPECT_EQ(s.args.model.recompute_granularity, "selective");
 }
 
 TEST(Arguments, NoopLayersAsMindSpeed) {
   Cli c;
-  ASSERT_TRUE(c.parse(with(minimal(), {"--noop-layers", "1,0,1"})).ok());
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--noop-layers", "1,0,1"})).ok());
   EXPECT_EQ(c.args.model.noop_layers, (std::vector<int64_t>{0, 1}));  // sorted, duplicates collapse
   Cli none;
-  ASSERT_TRUE(none.parse(minimal()).ok());
+  ASSERT_TRUE(none.parse(minimal_pretrain_flags()).ok());
   EXPECT_TRUE(none.args.model.noop_layers.empty());
 }
 
 TEST(Arguments, MissingRequiredFlags) {
   for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
                            "--max-position-embeddings", "--micro-batch-size", "--lr"}) {
-    std::vector<std::string> argv = minimal();
+    std::vector<std::string> argv = minimal_pretrain_flags();
     for (size_t i = 0; i < argv.size(); ++i)
       if (argv[i] == flag) {
         argv.erase(argv.begin() + static_cast<long>(i), argv.begin() + static_cast<long>(i) + 2);
@@ -460,7 +444,7 @@ TEST(Arguments, MissingRequiredFlags) {
 
 TEST(Arguments, NoDataIsAnError) {
   Cli c;
-  std::vector<std::string> argv = minimal();
+  std::vector<std::string> argv = minimal_pretrain_flags();
   argv.pop_back();  // --mock-data
   Status st = c.parse(argv);
   EXPECT_EQ(st.message().substr(0, 17), "no training data:");
@@ -468,36 +452,36 @@ TEST(Arguments, NoDataIsAnError) {
 
 TEST(Arguments, ContextParallelism) {
   Cli ok;
-  ASSERT_TRUE(ok.parse(with(minimal(), {"--context-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
+  ASSERT_TRUE(ok.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
   EXPECT_EQ(ok.args.parallel.context_parallel_size, 2);
   EXPECT_EQ(ok.args.parallel.data_parallel_size, 2);  // world 4 / CP 2
   EXPECT_EQ(ok.args.parallel.context_parallel_algo, "megatron_cp_algo");
   EXPECT_EQ(ok.args.parallel.cp_comm_type, "p2p");  // Megatron's default: ring attention
   Cli named;
-  ASSERT_TRUE(named.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo",
+  ASSERT_TRUE(named.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--context-parallel-algo",
                                            "megatron_cp_algo", "--cp-comm-type", "allgather"}), 2).ok());
   EXPECT_EQ(named.args.parallel.cp_comm_type, "allgather");
   Cli ring;
-  ASSERT_TRUE(ring.parse(with(minimal(), {"--context-parallel-size", "2", "--cp-comm-type", "p2p"}), 2).ok());
+  ASSERT_TRUE(ring.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--cp-comm-type", "p2p"}), 2).ok());
   EXPECT_EQ(ring.args.parallel.cp_comm_type, "p2p");
   // --seq-length 16 is cut into 2·CP chunks: CP 8 would need 16 chunks of 1, CP 3 six chunks.
   Cli c3;
-  EXPECT_EQ(c3.parse(with(minimal(), {"--context-parallel-size", "3"}), 3).message(),
+  EXPECT_EQ(c3.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "3"}), 3).message(),
             "--seq-length 16 must be divisible by 2 x --context-parallel-size 3 = 6 (each sequence is cut into 2 x CP "
             "equal chunks)");
-  // Ulysses splits heads and query groups over TP x CP (minimal(): 4 heads).
+  // Ulysses splits heads and query groups over TP x CP (minimal_pretrain_flags(): 4 heads).
   Cli ulysses;
-  ASSERT_TRUE(ulysses.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+  ASSERT_TRUE(ulysses.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                              "ulysses_cp_algo", "--seq-length", "32"}), 4).ok());
   EXPECT_EQ(ulysses.args.parallel.context_parallel_algo, "ulysses_cp_algo");
   Cli heads;
-  EXPECT_EQ(heads.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "2",
+  EXPECT_EQ(heads.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "2",
                                          "--context-parallel-algo", "ulysses_cp_algo", "--seq-length", "32"}), 8)
                 .message(),
             "--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: --num-attention-heads 4 must be "
             "divisible by --tensor-model-parallel-size 2 x --context-parallel-size 4 = 8");
   Cli groups;
-  EXPECT_EQ(groups.parse(with(minimal(), {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
+  EXPECT_EQ(groups.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
                                           "--group-query-attention", "--num-query-groups", "1"}), 2)
                 .message(),
             "--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: --num-query-groups 1 must "
@@ -505,7 +489,7 @@ TEST(Arguments, ContextParallelism) {
   // Hybrid: U divides CP with 1 < U < CP; heads and query groups split over TP x U; the ring across
   // the Ulysses groups is p2p.
   Cli hybrid;
-  ASSERT_TRUE(hybrid.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+  ASSERT_TRUE(hybrid.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
                                             "--ulysses-degree-in-cp", "2", "--seq-length", "32"}), 4).ok());
   EXPECT_EQ(hybrid.args.parallel.ulysses_degree_in_cp, 2);
   const std::vector<std::string> hybrid4 = {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
@@ -514,39 +498,39 @@ TEST(Arguments, ContextParallelism) {
     Cli bad;
     std::vector<std::string> flags = hybrid4;
     flags.insert(flags.end(), {"--ulysses-degree-in-cp", u});
-    EXPECT_EQ(bad.parse(with(minimal(), flags), 4).message(),
+    EXPECT_EQ(bad.parse(with(minimal_pretrain_flags(), flags), 4).message(),
               std::string("--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
                           "--context-parallel-size 4 and U dividing it (U = 1 is megatron_cp_algo, U = CP "
                           "ulysses_cp_algo), found ") + u);
   }
   Cli without_algo;
-  EXPECT_EQ(without_algo.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+  EXPECT_EQ(without_algo.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                                 "ulysses_cp_algo", "--ulysses-degree-in-cp", "2",
                                                 "--seq-length", "32"}), 4).message(),
             "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'ulysses_cp_algo'");
   Cli hybrid_heads;
-  EXPECT_EQ(hybrid_heads.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
+  EXPECT_EQ(hybrid_heads.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
                                                 "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp",
                                                 "2", "--seq-length", "32"}), 16)
                 .message(),
             "--context-parallel-algo hybrid_cp_algo splits the heads over TP x U: --num-attention-heads 4 must be "
             "divisible by --tensor-model-parallel-size 4 x --ulysses-degree-in-cp 2 = 8");
   Cli hybrid_groups;
-  EXPECT_EQ(hybrid_groups.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+  EXPECT_EQ(hybrid_groups.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                                  "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length", "32",
                                                  "--group-query-attention", "--num-query-groups", "1"}), 4)
                 .message(),
             "--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: --num-query-groups 1 must "
             "be divisible by --tensor-model-parallel-size 1 x --ulysses-degree-in-cp 2 = 2");
   Cli hybrid_allgather;
-  EXPECT_EQ(hybrid_allgather.parse(with(minimal(), {"--context-parallel-size", "4", "--context-parallel-algo",
+  EXPECT_EQ(hybrid_allgather.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                                     "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length",
                                                     "32", "--cp-comm-type", "allgather"}), 4)
                 .message(),
             "--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: expected "
             "--cp-comm-type p2p, found 'allgather'");
   Cli sp;
-  EXPECT_EQ(sp.parse(with(minimal(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
+  EXPECT_EQ(sp.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--tensor-model-parallel-size", "4",
                                       "--sequence-parallel", "--seq-length", "24"}), 16)
                 .message(),
             "--seq-length 24 / --context-parallel-size 4 = 6 must be divisible by --tensor-model-parallel-size 4 with "
@@ -555,7 +539,7 @@ TEST(Arguments, ContextParallelism) {
 
 TEST(Arguments, LayoutErrors) {
   Cli c;
-  EXPECT_EQ(c.parse(with(minimal(), {"--tensor-model-parallel-size", "3"}), 4).message(),
+  EXPECT_EQ(c.parse(with(minimal_pretrain_flags(), {"--tensor-model-parallel-size", "3"}), 4).message(),
             "world size 4 is not divisible by --tensor-model-parallel-size 3 x --pipeline-model-parallel-size 1 x "
             "--context-parallel-size 1 = 3");
 }
