@@ -1,4 +1,4 @@
-// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral, Mixtral and Qwen2-MoE.
+// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral, Mixtral, Qwen2-MoE and DeepSeek-V3.
 #include "train/hf_config.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kMistral: return "MistralForCausalLM";
     case HfArchitecture::kMixtral: return "MixtralForCausalLM";
     case HfArchitecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
+    case HfArchitecture::kDeepseekV3: return "DeepseekV3ForCausalLM";
   }
   return "?";
 }
@@ -34,6 +35,13 @@ class ConfigReader {
     }
     if (!v->is_number_integer() || v->get<int64_t>() <= 0)
       return InvalidArgument(path_, ": '", key, "' must be a positive integer, found ", v->dump());
+    return v->get<int64_t>();
+  }
+  StatusOr<int64_t> non_negative(const char* key, int64_t fallback) const {
+    const nlohmann::json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0)
+      return InvalidArgument(path_, ": '", key, "' must be a non-negative integer, found ", v->dump());
     return v->get<int64_t>();
   }
   StatusOr<double> number(const char* key, std::optional<double> fallback = std::nullopt) const {
@@ -95,6 +103,147 @@ Status read_llama3_rope_scaling(const ConfigReader& c, ModelArgs* m) {
 
 Status refuse(const ConfigReader& c, const char* key, const std::string& why) {
   return Unimplemented(c.path(), ": '", key, "' = ", c.dump(key), " is not supported yet (", why, ")");
+}
+
+// DeepSeek-V3's rope_scaling {"rope_type": "yarn", ...} as MLA's YaRN flags. Gale's YaRN has
+// MLATransformerConfig's fixed constants (model/yarn_rope.h): 4096 original positions, betas 32 and 1.
+// transformers scales the frequencies by max_position_embeddings / original_max_position_embeddings
+// and the attention by `factor`: both must be the one --rotary-scaling-factor. mscale and
+// mscale_all_dim are taken together (HF ignores mscale without mscale_all_dim).
+Status read_deepseek_yarn(const ConfigReader& c, int64_t max_positions, ModelArgs* m) {
+  const nlohmann::json& j = c.json().at("rope_scaling");
+  const std::string why = "Gale's MLA YaRN has 4096 original positions, beta_fast 32, beta_slow 1, factor = "
+                          "max_position_embeddings / 4096, and mscale with mscale_all_dim both set or both unset";
+  if (!j.is_object()) return refuse(c, "rope_scaling", why);
+  auto num = [&](const char* k, double fallback) {
+    auto it = j.find(k);
+    if (it == j.end() || it->is_null()) return fallback;
+    return it->is_number() ? it->get<double>() : -1.0;
+  };
+  const std::string type = j.value("rope_type", j.value("type", std::string()));
+  const double factor = num("factor", -1.0);
+  const double original = num("original_max_position_embeddings", static_cast<double>(max_positions));
+  const double mscale = num("mscale", 0.0), mscale_all_dim = num("mscale_all_dim", 0.0);
+  if (type != "yarn" || !(factor >= 1.0) || original != 4096.0 ||
+      static_cast<double>(max_positions) != factor * original || num("beta_fast", 32.0) != 32.0 ||
+      num("beta_slow", 1.0) != 1.0 || j.contains("attention_factor") || mscale < 0 || mscale_all_dim < 0 ||
+      (mscale == 0.0) != (mscale_all_dim == 0.0))
+    return refuse(c, "rope_scaling", why);
+  m->rotary_scaling_factor = factor;
+  m->mscale = mscale == 0.0 ? 1.0 : mscale;  // neither set: HF's m(s, 1) on cos/sin, Megatron's defaults 1 and 0
+  m->mscale_all_dim = mscale_all_dim;
+  return Status::Ok();
+}
+
+// DeepseekV3ForCausalLM: multi-latent attention with YaRN, first_k_dense_replace dense layers, then
+// sigmoid-scored experts with a correction bias, group-limited routing and n_shared_experts
+// ungated shared experts.
+Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  MoeArgs& moe = out.moe;
+  GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
+  GALE_ASSIGN_OR_RETURN(m.num_layers, c.positive("num_hidden_layers"));
+  GALE_ASSIGN_OR_RETURN(m.num_attention_heads, c.positive("num_attention_heads"));
+  GALE_ASSIGN_OR_RETURN(m.ffn_hidden_size, c.positive("intermediate_size"));
+  GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("max_position_embeddings"));
+  GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("rms_norm_eps", 1e-6));
+  m.multi_latent_attention = true;
+  m.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm always exist
+  // q_lora_rank null (DeepSeek-V2-Lite's direct q_proj) is refused: with --qk-layernorm Gale's direct
+  // query projection has a norm of its own (linear_q_proj.layer_norm_weight) that HF's lacks.
+  if (!c.set("q_lora_rank"))
+    return Unimplemented(c.path(), ": 'q_lora_rank' is null (a direct query projection), which is not supported yet "
+                         "(Gale's --qk-layernorm puts a norm before it that transformers' DeepseekV3 does not have)");
+  GALE_ASSIGN_OR_RETURN(m.q_lora_rank, c.positive("q_lora_rank"));
+  GALE_ASSIGN_OR_RETURN(m.kv_lora_rank, c.positive("kv_lora_rank"));
+  GALE_ASSIGN_OR_RETURN(m.qk_head_dim, c.positive("qk_nope_head_dim"));
+  GALE_ASSIGN_OR_RETURN(m.qk_pos_emb_head_dim, c.positive("qk_rope_head_dim"));
+  GALE_ASSIGN_OR_RETURN(m.v_head_dim, c.positive("v_head_dim"));
+  if (m.qk_pos_emb_head_dim % 2 != 0)
+    return InvalidArgument(c.path(), ": qk_rope_head_dim ", m.qk_pos_emb_head_dim, " must be even (RoPE rotates pairs)");
+  // MLA has no query groups: num_key_value_heads is not used by DeepseekV3Attention.
+  m.num_kv_heads = m.num_attention_heads;
+  m.kv_channels = m.hidden_size % m.num_attention_heads == 0 ? m.hidden_size / m.num_attention_heads : m.v_head_dim;
+  GALE_ASSIGN_OR_RETURN(std::string act, c.string("hidden_act", "silu"));
+  if (act != "silu") return refuse(c, "hidden_act", "the MLP is SwiGLU: silu(gate) * up");
+  GALE_ASSIGN_OR_RETURN(double theta, c.number("rope_theta", 10000.0));
+  if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
+    return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
+  m.rotary_base = static_cast<int64_t>(theta);
+  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_deepseek_yarn(c, m.max_position_embeddings, &m));
+  GALE_ASSIGN_OR_RETURN(bool interleave, c.boolean("rope_interleave", true));
+  if (!interleave)
+    return refuse(c, "rope_interleave", "Gale's MLA rotates q_pe/k_pe in DeepSeek's interleaved layout");
+  GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", false));
+  if (attention_bias) return refuse(c, "attention_bias", "MLA's projections have no biases");
+  if (c.set("quantization_config"))
+    return refuse(c, "quantization_config", "quantized (fp8) weights; dequantize them to bf16 first");
+  GALE_ASSIGN_OR_RETURN(int64_t mtp, c.non_negative("num_nextn_predict_layers", 0));
+  out.mtp_layers = mtp;
+  if (mtp > 0)  // DeepSeek's own checkpoints hold them as model.layers.{L, ...}; transformers ignores them too
+    out.warnings.push_back(str_cat(c.path(), ": num_nextn_predict_layers ", mtp,
+                                   ": the multi-token-prediction layers are not converted"));
+  GALE_ASSIGN_OR_RETURN(std::string scoring, c.string("scoring_func", "sigmoid"));
+  if (scoring != "sigmoid") return refuse(c, "scoring_func", "DeepseekV3ForCausalLM's router scores are sigmoids");
+  GALE_ASSIGN_OR_RETURN(std::string topk_method, c.string("topk_method", "noaux_tc"));
+  if (topk_method != "noaux_tc")
+    return refuse(c, "topk_method", "DeepseekV3ForCausalLM chooses experts by noaux_tc (scores + correction bias)");
+  GALE_ASSIGN_OR_RETURN(int64_t layer_freq, c.positive("moe_layer_freq", 1));
+  if (layer_freq != 1) return refuse(c, "moe_layer_freq", "transformers' DeepseekV3 has experts in every layer from first_k_dense_replace");
+  GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
+  m.group_query_attention = false;
+  m.num_query_groups = 1;
+  m.normalization = "RMSNorm";
+  m.position_embedding_type = "rope";
+  m.swiglu = true;
+  m.add_bias_linear = false;
+  m.add_qkv_bias = false;
+  m.untie_embeddings_and_output_weights = !tie;
+
+  const int64_t L = m.num_layers;
+  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("n_routed_experts"));
+  GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
+  if (moe.moe_router_topk > moe.num_experts)
+    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds n_routed_experts ",
+                           moe.num_experts);
+  GALE_ASSIGN_OR_RETURN(moe.moe_ffn_hidden_size, c.positive("moe_intermediate_size"));
+  GALE_ASSIGN_OR_RETURN(int64_t shared, c.positive("n_shared_experts"));
+  moe.moe_shared_expert_intermediate_size = shared * moe.moe_ffn_hidden_size;
+  moe.moe_shared_expert_gate = false;
+  moe.moe_router_score_function = "sigmoid";
+  moe.moe_router_enable_expert_bias = true;
+  GALE_ASSIGN_OR_RETURN(moe.moe_router_topk_scaling_factor, c.number("routed_scaling_factor", 1.0));
+  // Gale's sigmoid routing divides the k chosen scores by their sum (Megatron's); HF does so only
+  // with norm_topk_prob.
+  // With k = 1 Gale keeps σ (HF: σ / σ = 1 with norm_topk_prob).
+  GALE_ASSIGN_OR_RETURN(bool norm_topk, c.boolean("norm_topk_prob", true));
+  if (norm_topk != (moe.moe_router_topk > 1))
+    return refuse(c, "norm_topk_prob", "Gale's sigmoid routing divides the chosen scores by their sum when "
+                  "num_experts_per_tok > 1 and keeps the score when it is 1");
+  GALE_ASSIGN_OR_RETURN(int64_t groups, c.positive("n_group", 1));
+  GALE_ASSIGN_OR_RETURN(int64_t topk_group, c.positive("topk_group", 1));
+  if (moe.num_experts % groups != 0 || topk_group > groups)
+    return InvalidArgument(c.path(), ": n_group ", groups, " must divide n_routed_experts ", moe.num_experts,
+                           " and be at least topk_group ", topk_group);
+  if (topk_group < groups) {
+    // HF scores a group by the sum of its 2 best (score + bias) values; Megatron by its k / topk_group best.
+    if (moe.moe_router_topk % topk_group != 0 || moe.moe_router_topk / topk_group != 2)
+      return refuse(c, "topk_group", "Gale scores a group by its num_experts_per_tok / topk_group best experts; "
+                    "transformers by its 2 best, so num_experts_per_tok must be 2 x topk_group");
+    moe.moe_router_num_groups = groups;
+    moe.moe_router_group_topk = topk_group;
+  }
+  GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("aux_loss_alpha", 0.0));
+  GALE_ASSIGN_OR_RETURN(int64_t dense, c.non_negative("first_k_dense_replace", 0));
+  if (dense >= L)
+    return Unimplemented(c.path(), ": 'first_k_dense_replace' = ", dense, " leaves no MoE layer of the ", L,
+                         " (a dense DeepSeek-V3 is not supported yet)");
+  moe.layer_pattern.assign(static_cast<size_t>(L), 1);
+  for (int64_t i = 0; i < dense; ++i) moe.layer_pattern[static_cast<size_t>(i)] = 0;
+  moe.moe_layer_freq = "[";
+  for (int64_t i = 0; i < L; ++i) moe.moe_layer_freq += (i ? "," : "") + std::to_string(moe.layer_pattern[i]);
+  moe.moe_layer_freq += "]";
+  return Status::Ok();
 }
 
 Status read_gpt2(const ConfigReader& c, HfModel& out) {
@@ -263,6 +412,95 @@ void add_qwen2_moe_config(const MoeArgs& moe, int64_t L, nlohmann::json* j) {
   (*j)["mlp_only_layers"] = only;
 }
 
+// Whether a Gale MLA model is a DeepseekV3ForCausalLM: its rules, as read_deepseek_v3 sets them.
+Status deepseek_v3_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  std::string why;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok && why.empty()) why = what;
+  };
+  need(m.normalization == "RMSNorm" && m.swiglu && !m.add_bias_linear && !m.add_qkv_bias,
+       "RMSNorm, --swiglu and --disable-bias-linear");
+  need(m.position_embedding_type == "rope" && m.rotary_percent == 1.0, "--position-embedding-type rope");
+  need(m.qk_layernorm && m.q_lora_rank != kUnset, "--qk-layernorm and --q-lora-rank (q_a_layernorm, kv_a_layernorm)");
+  need(m.rope_type != "rope" || m.rotary_scaling_factor == 1.0, "YaRN tables (not --rope-type rope) when scaled");
+  need(m.rotary_scaling_factor == 1.0 ||
+           (static_cast<double>(m.max_position_embeddings) == m.rotary_scaling_factor * 4096.0 &&
+            (m.mscale_all_dim != 0.0 || m.mscale == 1.0) && m.mscale > 0.0),
+       "--max-position-embeddings = --rotary-scaling-factor x 4096 with YaRN, and --mscale 1 when "
+       "--mscale-all-dim is 0");
+  need(moe.enabled(), "--num-experts (DeepseekV3ForCausalLM has routed experts)");
+  if (moe.enabled()) {
+    bool dense_prefix = true;
+    bool seen_moe = false;
+    for (int f : moe.layer_pattern) {
+      if (f) seen_moe = true;
+      else if (seen_moe) dense_prefix = false;
+    }
+    need(dense_prefix && seen_moe, "--moe-layer-freq: dense layers first, then only MoE layers (first_k_dense_replace)");
+    need(moe.moe_router_score_function == "sigmoid" && moe.moe_router_enable_expert_bias,
+         "--moe-router-score-function sigmoid with --moe-router-enable-expert-bias");
+    need(!moe.moe_router_pre_softmax || moe.moe_router_score_function == "sigmoid", "no --moe-router-pre-softmax");
+    need(moe.moe_shared_expert_intermediate_size != kUnset && !moe.moe_shared_expert_gate &&
+             moe.moe_shared_expert_intermediate_size % moe.moe_ffn_hidden_size == 0,
+         "an ungated shared expert of a multiple of --moe-ffn-hidden-size (n_shared_experts)");
+    need(moe.moe_router_group_topk == kUnset || moe.moe_router_topk == 2 * moe.moe_router_group_topk,
+         "--moe-router-topk = 2 x --moe-router-group-topk (transformers scores a group by its 2 best experts)");
+  }
+  if (!why.empty())
+    return Unimplemented(where, ": a --multi-latent-attention model is written as DeepseekV3ForCausalLM only with ", why);
+  return Status::Ok();
+}
+
+// DeepseekV3ForCausalLM's config.json keys for an MLA model that passed deepseek_v3_from_args.
+void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
+  const ModelArgs& m = hf.model;
+  const MoeArgs& moe = hf.moe;
+  nlohmann::json& j = *out;
+  j["model_type"] = "deepseek_v3";
+  j["hidden_size"] = m.hidden_size;
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_key_value_heads"] = m.num_attention_heads;
+  j["intermediate_size"] = m.ffn_hidden_size;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = m.max_position_embeddings;
+  j["rms_norm_eps"] = m.norm_epsilon;
+  j["rope_theta"] = static_cast<double>(m.rotary_base);
+  j["q_lora_rank"] = m.q_lora_rank == kUnset ? nlohmann::json() : nlohmann::json(m.q_lora_rank);
+  j["kv_lora_rank"] = m.kv_lora_rank;
+  j["qk_nope_head_dim"] = m.qk_head_dim;
+  j["qk_rope_head_dim"] = m.qk_pos_emb_head_dim;
+  j["v_head_dim"] = m.v_head_dim;
+  j["rope_interleave"] = true;
+  if (m.rotary_scaling_factor > 1.0) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", m.rotary_scaling_factor},
+                         {"original_max_position_embeddings", 4096}, {"beta_fast", 32.0}, {"beta_slow", 1.0}};
+    if (m.mscale_all_dim != 0.0) {
+      j["rope_scaling"]["mscale"] = m.mscale;
+      j["rope_scaling"]["mscale_all_dim"] = m.mscale_all_dim;
+    }
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+  j["n_routed_experts"] = moe.num_experts;
+  j["num_experts_per_tok"] = moe.moe_router_topk;
+  j["moe_intermediate_size"] = moe.moe_ffn_hidden_size;
+  j["n_shared_experts"] = moe.moe_shared_expert_intermediate_size / moe.moe_ffn_hidden_size;
+  j["routed_scaling_factor"] = unset(moe.moe_router_topk_scaling_factor) ? 1.0 : moe.moe_router_topk_scaling_factor;
+  j["norm_topk_prob"] = moe.moe_router_topk > 1;
+  j["scoring_func"] = "sigmoid";
+  j["topk_method"] = "noaux_tc";
+  const bool groups = moe.moe_router_group_topk != kUnset;
+  j["n_group"] = groups ? moe.moe_router_num_groups : 1;
+  j["topk_group"] = groups ? moe.moe_router_group_topk : 1;
+  int64_t dense = 0;
+  while (dense < m.num_layers && moe.layer_pattern[static_cast<size_t>(dense)] == 0) ++dense;
+  j["first_k_dense_replace"] = dense;
+}
+
 }  // namespace
 
 StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::string& path, int64_t divisible_by,
@@ -281,11 +519,14 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "MistralForCausalLM") out.arch = HfArchitecture::kMistral;
   else if (name == "MixtralForCausalLM") out.arch = HfArchitecture::kMixtral;
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
+  else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM)");
-  GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2 ? read_gpt2(c, out) : read_llama_family(c, config, out));
+                         "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, DeepseekV3ForCausalLM)");
+  GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
+                       : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
+                                                                 : read_llama_family(c, config, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
   out.target_tensor_parallel = tensor_parallel;
@@ -312,13 +553,13 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
-  if (m.multi_latent_attention)
-    return Unimplemented(where, ": the model has --multi-latent-attention; writing it as a Hugging Face "
-                         "DeepSeek model is not supported yet");
+  if (m.multi_latent_attention) GALE_RETURN_IF_ERROR(deepseek_v3_from_args(m, moe, where));
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
-  if (moe.enabled()) {
+  if (m.multi_latent_attention) {
+    out.arch = HfArchitecture::kDeepseekV3;
+  } else if (moe.enabled()) {
     const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
     // Mixtral's and Qwen2-MoE's gates are the softmax top-k: no sigmoid scores, expert bias, scaling or groups.
     if (moe.moe_router_score_function != "softmax" || moe.moe_router_enable_expert_bias ||
@@ -379,6 +620,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["attn_pdrop"] = j["embd_pdrop"] = j["resid_pdrop"] = 0.0;
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = true;
+  } else if (hf.arch == HfArchitecture::kDeepseekV3) {
+    add_deepseek_v3_config(hf, &j);
   } else {
     j["model_type"] = hf.arch == HfArchitecture::kQwen2      ? "qwen2"
                       : hf.arch == HfArchitecture::kMixtral  ? "mixtral"

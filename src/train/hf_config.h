@@ -18,6 +18,23 @@
 //                       == 0 and i is not in mlp_only_layers) -> --moe-layer-freq as a list.
 //                       norm_topk_prob false (softmax over all experts, top-k, not renormalised) is
 //                       --moe-router-pre-softmax; true (renormalised over the k) is Megatron's default.
+//   DeepseekV3ForCausalLM multi-latent attention (--multi-latent-attention --qk-layernorm): q_lora_rank
+//                       (null: a direct query projection), kv_lora_rank, qk_nope_head_dim -> --qk-head-dim,
+//                       qk_rope_head_dim -> --qk-pos-emb-head-dim, v_head_dim; rope_scaling yarn ->
+//                       --rotary-scaling-factor / --mscale / --mscale-all-dim (only Gale's fixed YaRN
+//                       constants: original_max_position_embeddings 4096, beta_fast 32, beta_slow 1, factor
+//                       = max_position_embeddings / 4096); rope_interleave must be true. Layers from
+//                       first_k_dense_replace on (--moe-layer-freq as a list) have n_routed_experts
+//                       sigmoid-scored experts (--moe-router-score-function sigmoid), chosen on score +
+//                       e_score_correction_bias (--moe-router-enable-expert-bias), group-limited when
+//                       topk_group < n_group (--moe-router-num-groups / --moe-router-group-topk; HF's group
+//                       score is the sum of its 2 best, Megatron's of its k / topk_group best, so
+//                       num_experts_per_tok must be 2 x topk_group), scaled by routed_scaling_factor
+//                       (--moe-router-topk-scaling-factor), renormalised over the k (norm_topk_prob must be
+//                       true when k > 1, false when k = 1), and n_shared_experts x moe_intermediate_size ->
+//                       --moe-shared-expert-intermediate-size (no gate). Refused: attention_bias,
+//                       quantization_config, scoring_func other than sigmoid, topk_method other than
+//                       noaux_tc; num_nextn_predict_layers (multi-token prediction) is skipped with a warning.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
@@ -32,7 +49,7 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe };
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);
@@ -43,10 +60,11 @@ struct HfModel {
   // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
   // (= max_position_embeddings) and padded_vocab_size all set.
   ModelArgs model;
-  MoeArgs moe;                          // Mixtral's / Qwen2-MoE's experts (layer_pattern set); disabled for dense models
+  MoeArgs moe;                          // Mixtral's / Qwen2-MoE's / DeepSeek-V3's experts (layer_pattern set); disabled for dense models
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent
+  int64_t mtp_layers = 0;               // DeepSeek-V3's num_nextn_predict_layers: model.layers.{L, ...} skipped
   std::vector<std::string> warnings;    // accepted differences, printed by the caller
 };
 
@@ -57,7 +75,7 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
 
 // The HF architecture of a Gale model (from its Megatron flags), `vocab_size` real rows. Unimplemented
 // for models no supported HF architecture describes (e.g. LayerNorm with RoPE, or experts in only some
-// layers); `where` names the checkpoint.
+// layers, or an MLA model that is not DeepSeek-V3-shaped); `where` names the checkpoint.
 StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
                                      const std::string& where);
 

@@ -63,7 +63,15 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     log(str_cat("experts: ", m.moe.num_experts, " per layer, top-", m.moe.moe_router_topk, ", ffn ",
                 m.moe.moe_ffn_hidden_size, " (router_aux_loss_coef ", m.moe.moe_aux_loss_coeff,
                 " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
-  if (m.moe.enabled() && m.moe.moe_shared_expert_intermediate_size != kUnset)
+  if (m.arch == HfArchitecture::kDeepseekV3)
+    log(str_cat("multi-latent attention: q_lora_rank ", m.model.q_lora_rank, ", kv_lora_rank ", m.model.kv_lora_rank,
+                ", YaRN factor ", m.model.rotary_scaling_factor, "; shared expert: ffn ",
+                m.moe.moe_shared_expert_intermediate_size, ", ungated; MoE layers ", m.moe.moe_layer_freq,
+                ", routing sigmoid + expert bias, scaling ", m.moe.moe_router_topk_scaling_factor,
+                m.moe.moe_router_group_topk != kUnset
+                    ? str_cat(", best ", m.moe.moe_router_group_topk, " of ", m.moe.moe_router_num_groups, " groups")
+                    : std::string()));
+  else if (m.moe.enabled() && m.moe.moe_shared_expert_intermediate_size != kUnset)
     log(str_cat("shared expert: ffn ", m.moe.moe_shared_expert_intermediate_size, ", gated; MoE layers ",
                 m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"

@@ -304,6 +304,108 @@ bool moe_layer(const HfModel& m, int64_t i) {
   return m.moe.enabled() && (m.moe.layer_pattern.empty() || m.moe.layer_pattern.at(static_cast<size_t>(i)) != 0);
 }
 
+// DeepSeek-V3's multi-latent attention of layer i: HF's q_a_proj / q_a_layernorm / q_b_proj,
+// kv_a_proj_with_mqa / kv_a_layernorm / kv_b_proj and o_proj are Gale's linear_q_down_proj /
+// linear_q_up_proj.layer_norm_weight / linear_q_up_proj, linear_kv_down_proj /
+// linear_kv_up_proj.layer_norm_weight / linear_kv_up_proj and linear_proj, row for row: both store
+// q_b_proj's rows per head [nope; pe], kv_a_proj_with_mqa's as [latent; k_pe] and kv_b_proj's per
+// head [k_nope; v], and both rotate q_pe / k_pe in DeepSeek's interleaved layout (rope_interleave).
+struct MlaPair {
+  const char* hf;
+  const char* gale;
+  int64_t rows, cols;  // cols 0: a vector
+};
+std::vector<MlaPair> mla_pairs(const HfModel& m) {
+  const ModelArgs& a = m.model;
+  const int64_t H = a.hidden_size, NH = a.num_attention_heads, Cq = a.q_lora_rank, Ckv = a.kv_lora_rank;
+  const int64_t Dq = a.qk_head_dim + a.qk_pos_emb_head_dim, Dv = a.v_head_dim;
+  return {{"self_attn.q_a_proj.weight", "self_attention.linear_q_down_proj.weight", Cq, H},
+          {"self_attn.q_a_layernorm.weight", "self_attention.linear_q_up_proj.layer_norm_weight", Cq, 0},
+          {"self_attn.q_b_proj.weight", "self_attention.linear_q_up_proj.weight", NH * Dq, Cq},
+          {"self_attn.kv_a_proj_with_mqa.weight", "self_attention.linear_kv_down_proj.weight",
+           Ckv + a.qk_pos_emb_head_dim, H},
+          {"self_attn.kv_a_layernorm.weight", "self_attention.linear_kv_up_proj.layer_norm_weight", Ckv, 0},
+          {"self_attn.kv_b_proj.weight", "self_attention.linear_kv_up_proj.weight", NH * (a.qk_head_dim + Dv), Ckv},
+          {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", H, NH * Dv}};
+}
+
+// DeepSeek-V3's MoE layer i: mlp.gate.weight [E, H] is the router, mlp.gate.e_score_correction_bias
+// [E] its expert_bias, mlp.experts.j and mlp.shared_experts the SwiGLU experts and shared expert.
+Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
+  mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "input_layernorm.weight"), n1);
+    for (const MlaPair& p : mla_pairs(m)) {
+      const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
+      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(llama_layer(i, p.hf), shape));
+      mp.put(gale_layer(i, p.gale), t);
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
+    if (!moe_layer(m, i)) {
+      GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
+      continue;
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, d.H}));
+    mp.put(gale_layer(i, "mlp.router.weight"), router);
+    GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(llama_layer(i, "mlp.gate.e_score_correction_bias"), {E}));
+    mp.put(gale_layer(i, "mlp.router.expert_bias"), bias);
+    for (int64_t j = 0; j < E; ++j)
+      GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()),
+                                              gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
+                                              Fe, d.H, mp));
+    GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp.shared_experts."), gale_layer(i, "mlp.shared_experts."), Fs, d.H, mp));
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
+  mp.put("decoder.final_layernorm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  }
+  return Status::Ok();
+}
+
+Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+  mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "input_layernorm.weight"), n1);
+    for (const MlaPair& p : mla_pairs(m)) {
+      const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
+      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale_layer(i, p.gale), shape));
+      mp.put(llama_layer(i, p.hf), t);
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
+    if (!moe_layer(m, i)) {
+      GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));
+      continue;
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, d.H}));
+    mp.put(llama_layer(i, "mlp.gate.weight"), router);
+    GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(gale_layer(i, "mlp.router.expert_bias"), {E}));
+    mp.put(llama_layer(i, "mlp.gate.e_score_correction_bias"), bias);
+    for (int64_t j = 0; j < E; ++j)
+      GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
+                                              llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), Fe, d.H, mp));
+    GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_experts."), Fs, d.H, mp));
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
+  mp.put("model.norm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    mp.put("lm_head.weight", rows(head, 0, d.V));
+  }
+  return Status::Ok();
+}
+
 Status llama_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   const bool qkv_bias = m.model.add_qkv_bias;
@@ -394,13 +496,17 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
 
 StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf, DType store) {
   Mapper mp(hf, store);
-  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gpt2_to_gale(m, mp) : llama_to_gale(m, mp));
+  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gpt2_to_gale(m, mp)
+                       : m.arch == HfArchitecture::kDeepseekV3 ? deepseek_v3_to_gale(m, mp)
+                                                               : llama_to_gale(m, mp));
   return mp.take();
 }
 
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale, DType store) {
   Mapper mp(gale, store);
-  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2 ? gale_to_gpt2(m, mp) : gale_to_llama(m, mp));
+  GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gale_to_gpt2(m, mp)
+                       : m.arch == HfArchitecture::kDeepseekV3 ? gale_to_deepseek_v3(m, mp)
+                                                               : gale_to_llama(m, mp));
   return mp.take();
 }
 
@@ -409,6 +515,15 @@ bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   if (ends_with("rotary_emb.inv_freq")) return true;
+  // DeepSeek's multi-token-prediction layers model.layers.{L, ...} (num_nextn_predict_layers; a warning says so).
+  if (m.arch == HfArchitecture::kDeepseekV3 && name.rfind("model.layers.", 0) == 0) {
+    const size_t at = std::strlen("model.layers.");
+    size_t end = at;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end > at && end - at < 10 && std::stoll(name.substr(at, end - at)) >= m.model.num_layers &&
+        std::stoll(name.substr(at, end - at)) < m.model.num_layers + m.mtp_layers)
+      return true;
+  }
   if (m.arch == HfArchitecture::kGpt2 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias"))) return true;
   return name == "lm_head.weight" && !m.model.untie_embeddings_and_output_weights;
 }

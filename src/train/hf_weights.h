@@ -20,6 +20,19 @@
 //   mlp.experts.j.{gate,up}_proj, down_proj      -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert.{gate,up}_proj, down_proj  -> mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert_gate.weight [1, H]         -> mlp.shared_experts.gate_weight
+// DeepSeek-V3 (MLA; tensors copied row for row, both sides store DeepSeek's layouts and rotate q_pe /
+// k_pe interleaved):
+//   self_attn.q_a_proj [Cq, H], q_a_layernorm [Cq], q_b_proj [NH·(Dn+R), Cq]
+//                                                -> self_attention.linear_q_down_proj, linear_q_up_proj.layer_norm_weight,
+//                                                   linear_q_up_proj
+//   self_attn.kv_a_proj_with_mqa [Ckv+R, H] ([latent; k_pe]), kv_a_layernorm [Ckv], kv_b_proj [NH·(Dn+Dv), Ckv]
+//                                                -> linear_kv_down_proj, linear_kv_up_proj.layer_norm_weight,
+//                                                   linear_kv_up_proj
+//   self_attn.o_proj [H, NH·Dv]                  -> self_attention.linear_proj
+//   layers < first_k_dense_replace: mlp.{gate,up,down}_proj as LLaMA; the others:
+//   mlp.gate.weight [E, H], mlp.gate.e_score_correction_bias [E] -> mlp.router.weight, mlp.router.expert_bias
+//   mlp.experts.j.*, mlp.shared_experts.*        -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2,
+//                                                   mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

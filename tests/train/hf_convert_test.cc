@@ -196,7 +196,8 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
-                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe"));
+                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
+                                           "deepseek_v3"));
 
 // Qwen2-MoE's layer pattern, routing and gated shared expert land where Gale reads them: the
 // checkpoint records the flags, and zeroing the shared expert's gate weight (sigmoid 1/2 instead of
@@ -285,6 +286,140 @@ TEST(HfConvertErrors, SharedExpertModelsQwen2MoeCannotHold) {
   moe.moe_shared_expert_gate = true;
   m.add_qkv_bias = false;
   EXPECT_FALSE(hf_model_from_args(m, moe, 100, "x").ok());
+}
+
+// DeepSeek-V3 (tools/reference/hf_fixture_deepseek_v3.py): the checkpoint records MLA, YaRN and the
+// routing flags, and each tensor class the mapping moves matters to the golden logits: dropping the
+// correction bias (it changes 15 routing choices of the fixture's tokens), swapping gate and up of
+// the dense MLP, of the experts or of the shared expert, and rotating q_pe / k_pe in the rotate-half
+// order instead of DeepSeek's interleaved one each break the agreement with transformers.
+TEST(HfConvert, DeepseekV3RecordsMlaAndRoutingAndTheGoldenComparisonSeesThem) {
+  TempDir tmp;
+  Status s = convert_hf_to_gale(to_gale(fixture("deepseek_v3"), tmp.file("gale")), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["multi_latent_attention"], true);
+  EXPECT_EQ(args["qk_layernorm"], true);
+  EXPECT_EQ(args["q_lora_rank"], 16);
+  EXPECT_EQ(args["kv_lora_rank"], 12);
+  EXPECT_EQ(args["qk_head_dim"], 8);
+  EXPECT_EQ(args["qk_pos_emb_head_dim"], 4);
+  EXPECT_EQ(args["v_head_dim"], 6);
+  EXPECT_EQ(args["rotary_scaling_factor"], 4.0);
+  EXPECT_EQ(args["mscale"], 1.0);
+  EXPECT_EQ(args["mscale_all_dim"], 0.8);
+  EXPECT_EQ(args["num_experts"], 8);
+  EXPECT_EQ(args["moe_router_topk"], 2);
+  EXPECT_EQ(args["moe_ffn_hidden_size"], 16);
+  EXPECT_EQ(args["ffn_hidden_size"], 48);
+  EXPECT_EQ(args["moe_layer_freq"], "[0,1,1]");  // first_k_dense_replace 1
+  EXPECT_EQ(args["moe_router_score_function"], "sigmoid");
+  EXPECT_EQ(args["moe_router_enable_expert_bias"], true);
+  EXPECT_EQ(args["moe_router_topk_scaling_factor"], 2.5);
+  EXPECT_EQ(args["moe_router_num_groups"], 2);
+  EXPECT_EQ(args["moe_router_group_topk"], 1);
+  EXPECT_EQ(args["moe_shared_expert_intermediate_size"], 16);
+  EXPECT_EQ(args["moe_shared_expert_gate"], false);
+  const Golden g = read_golden("deepseek_v3");
+  auto swap_halves = [](ParamBuffer& pb, int id) {
+    float* w = pb.param_data(id);
+    const int64_t half = pb.spec(id).local_numel() / 2;
+    std::swap_ranges(w, w + half, w + half);
+  };
+  auto find = [](ParamBuffer& pb, const std::string& name) {
+    const int id = pb.find(name);
+    EXPECT_GE(id, 0) << name;
+    return id;
+  };
+  std::vector<std::pair<std::string, std::function<void(ParamBuffer&)>>> breaks;
+  breaks.push_back({"no correction bias", [&](ParamBuffer& pb) {
+    for (const char* n : {"decoder.layers.1.mlp.router.expert_bias", "decoder.layers.2.mlp.router.expert_bias"}) {
+      const int id = find(pb, n);
+      std::fill(pb.param_data(id), pb.param_data(id) + pb.spec(id).local_numel(), 0.0f);
+    }
+  }});
+  for (const char* fc1 : {"decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.2.mlp.shared_experts.linear_fc1.weight"})
+    breaks.push_back({std::string("gate/up swapped in ") + fc1, [&, fc1](ParamBuffer& pb) { swap_halves(pb, find(pb, fc1)); }});
+  breaks.push_back({"gate/up swapped in layer 1's experts", [&](ParamBuffer& pb) {  // some experts see no token
+    for (int j = 0; j < 8; ++j)
+      swap_halves(pb, find(pb, "decoder.layers.1.mlp.experts.local_experts." + std::to_string(j) + ".linear_fc1.weight"));
+  }});
+  breaks.push_back({"q_pe / k_pe rows in rotate-half order", [&](ParamBuffer& pb) {
+    const int64_t R = 4, Dq = 12, Ckv = 12, Cq = 16, H = 32;
+    auto permute = [&](float* rows, int64_t cols) {  // row r <- the interleaved layout's row
+      std::vector<float> pe(rows, rows + R * cols);
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t from = r < R / 2 ? 2 * r : 2 * (r - R / 2) + 1;
+        std::copy(pe.begin() + from * cols, pe.begin() + (from + 1) * cols, rows + r * cols);
+      }
+    };
+    for (int layer = 0; layer < 3; ++layer) {
+      const std::string p = "decoder.layers." + std::to_string(layer) + ".self_attention.";
+      float* q = pb.param_data(find(pb, p + "linear_q_up_proj.weight"));
+      for (int64_t h = 0; h < 4; ++h) permute(q + (h * Dq + 8) * Cq, Cq);
+      permute(pb.param_data(find(pb, p + "linear_kv_down_proj.weight")) + Ckv * H, H);
+    }
+  }});
+  for (const auto& [what, apply] : breaks) {
+    auto lm = load_model(tmp.file("gale"));
+    EXPECT_LT(compare(logits_of(*lm->model, g.tokens), g).max_diff, kLogitTolerance);
+    apply(lm->model->params());
+    EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance) << what;
+  }
+}
+
+// DeepSeek-V3's config.json keys Gale cannot express are refused with the file and the key; the
+// config written back from Gale's flags reads as the same model.
+TEST(HfConvertErrors, DeepseekV3OptionsGaleDoesNotHave) {
+  std::ifstream in(fixture("deepseek_v3") + "/config.json");
+  const nlohmann::json src = nlohmann::json::parse(in);
+  auto m = hf_model_from_config(src, "d/config.json", 128, 1);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->arch, HfArchitecture::kDeepseekV3);
+  EXPECT_EQ(m->moe.layer_pattern, (std::vector<int>{0, 1, 1}));
+  nlohmann::json back = hf_config_json(m.value(), "float32");
+  for (const char* key : {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                          "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                          "routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace", "norm_topk_prob",
+                          "max_position_embeddings", "rope_theta", "rms_norm_eps", "intermediate_size"})
+    EXPECT_EQ(back[key], src[key]) << key;
+  for (const char* key : {"rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                          "mscale_all_dim"})
+    EXPECT_EQ(back["rope_scaling"][key], src["rope_scaling"][key]) << key;
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = src;
+    edit(j);
+    auto r = hf_model_from_config(j, "d/config.json", 128, 1);
+    return r.ok() ? std::string("accepted") : r.status().message();
+  };
+  const std::string yarn = "Gale's MLA YaRN has 4096 original positions, beta_fast 32, beta_slow 1, factor = "
+                           "max_position_embeddings / 4096, and mscale with mscale_all_dim both set or both unset)";
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["rope_scaling"]["original_max_position_embeddings"] = 8192; }),
+            "d/config.json: 'rope_scaling' = " +
+                nlohmann::json({{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 4.0}, {"mscale", 1.0},
+                                {"mscale_all_dim", 0.8}, {"original_max_position_embeddings", 8192},
+                                {"rope_type", "yarn"}}).dump() + " is not supported yet (" + yarn);
+  EXPECT_NE(refused([](nlohmann::json& j) { j["rope_scaling"]["beta_fast"] = 16.0; }).find(yarn), std::string::npos);
+  EXPECT_NE(refused([](nlohmann::json& j) { j["max_position_embeddings"] = 8192; }).find(yarn), std::string::npos);
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["norm_topk_prob"] = false; }),
+            "d/config.json: 'norm_topk_prob' = false is not supported yet (Gale's sigmoid routing divides the chosen "
+            "scores by their sum when num_experts_per_tok > 1 and keeps the score when it is 1)");
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["num_experts_per_tok"] = 3; }).rfind("d/config.json: 'topk_group' = 1", 0), 0u);
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["attention_bias"] = true; }),
+            "d/config.json: 'attention_bias' = true is not supported yet (MLA's projections have no biases)");
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["rope_interleave"] = false; }).rfind("d/config.json: 'rope_interleave' = false", 0), 0u);
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["scoring_func"] = "softmax"; }).rfind("d/config.json: 'scoring_func' = \"softmax\"", 0), 0u);
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["q_lora_rank"] = nullptr; }).rfind("d/config.json: 'q_lora_rank' is null", 0), 0u);
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["first_k_dense_replace"] = 3; }),
+            "d/config.json: 'first_k_dense_replace' = 3 leaves no MoE layer of the 3 (a dense DeepSeek-V3 is not "
+            "supported yet)");
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["quantization_config"] = {{"quant_method", "fp8"}}; })
+                .rfind("d/config.json: 'quantization_config'", 0), 0u);
+  // n_group 1 (no group-limited routing) and no rope_scaling (plain RoPE) are accepted.
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["n_group"] = 1; j["topk_group"] = 1; j["num_experts_per_tok"] = 3; }), "accepted");
+  EXPECT_EQ(refused([](nlohmann::json& j) { j["rope_scaling"] = nullptr; }), "accepted");
 }
 
 // Mixtral's experts land where Gale's MoE layer reads them: the checkpoint records the MoE flags,

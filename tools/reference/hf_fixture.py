@@ -19,7 +19,7 @@
 # The weights are random but far from the default init (norm weights around 1, biases nonzero), so
 # that a wrong mapping of any tensor changes the logits. --check-export loads a directory written by
 # `gale convert --save-model-type hf` with transformers and compares its logits on the same tokens
-# with the fixture's.
+# with the fixture's. The DeepSeek-V3 fixture needs transformers >= 4.51: tools/reference/hf_fixture_deepseek_v3.py.
 import argparse
 import copy
 import json
