@@ -1,6 +1,6 @@
 // --qk-layernorm on standard (MHA/GQA) attention in one process: finite-difference gradients of every
 // parameter (RMSNorm and LayerNorm, head_dim unlike hidden/heads), Megatron's names and shapes, the
-// norm before RoPE (logits invariant to a shift of every position), flash against the reference
+// norm before RoPE (a document's logits independent of where it starts), flash against the reference
 // kernel, and decoding with the KV cache against the whole-sequence forward.
 #include <gtest/gtest.h>
 
@@ -127,22 +127,30 @@ TEST(QkLayerNorm, MegatronParameterNamesAndShapes) {
   EXPECT_EQ(plain.params().find("decoder.layers.0.self_attention.k_layernorm.weight"), -1);
 }
 
-// RoPE applied after the norms keeps attention a function of relative positions, so shifting every
-// position changes no logit; a norm after RoPE (its weight not a rotation) would.
+// RoPE applied after the norms keeps attention a function of position differences, so a document
+// (--reset-attention-mask's ids) gives the same logits wherever it starts in the sequence; a norm
+// after RoPE (its weight not a rotation) would not. (RoPE's positions are the indices in the
+// sequence, not position_ids.)
 TEST(QkLayerNorm, NormsComeBeforeRope) {
   for (bool llama : {true, false}) {
     ModelConfig c = qk_config(llama);
-    c.rotary_percent = 1.0;
     OpTable ops = reference_ops();
     GPTModel model(c, single_process_partition(c), &ops);
     model.params().initialize(11);
     perturb_qk_norms(model.params(), 3);
-    const Tensor a = model.forward_logits(make_batch(c, 2, 9, 0), Tensor());
-    const Tensor b = model.forward_logits(make_batch(c, 2, 9, 13), Tensor());
+    const int64_t S = c.seq_length, first = 3, n = S - first;  // document 1 at [3, S) in a, at [0, n) in b
+    MicroBatch a = make_batch(c, 1, 9, 0), b = a;
+    for (int64_t s = 0; s < S; ++s) {
+      a.document_ids.push_back(s < first ? 0 : 1);
+      b.tokens[s] = a.tokens[(s + first) % S];
+      b.document_ids.push_back(s < n ? 0 : 1);
+    }
+    const Tensor la = model.forward_logits(a, Tensor()), lb = model.forward_logits(b, Tensor());
     double worst = 0.0, scale = 0.0;
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      worst = std::max(worst, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
-      scale = std::max(scale, std::abs(double(a.data<float>()[i])));
+    for (int64_t i = 0; i < n * c.vocab; ++i) {
+      const double x = la.data<float>()[first * c.vocab + i], y = lb.data<float>()[i];
+      worst = std::max(worst, std::abs(x - y));
+      scale = std::max(scale, std::abs(x));
     }
     EXPECT_LT(worst, 1e-5 * scale) << (llama ? "RMSNorm" : "LayerNorm");
   }
