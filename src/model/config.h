@@ -159,6 +159,9 @@ struct ModelConfig {
   bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
   bool add_bias_linear = true;
   bool add_qkv_bias = false;
+  // --qk-layernorm without MLA (Megatron-Core's q_layernorm/k_layernorm): every query and key head
+  // normalised over its head_dim (norm type and eps as the layer norms) after linear_qkv, before RoPE.
+  bool qk_layernorm = false;
   bool tied_embeddings = true;
   PositionEmbedding position = PositionEmbedding::kLearnedAbsolute;
   double rotary_base = 10000.0;

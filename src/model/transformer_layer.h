@@ -2,7 +2,8 @@
 //
 // Shapes (T = S·B tokens, Tl = T/TP with sequence parallelism else T; NHl, KVl, Fl = this TP
 // rank's heads, KV heads and FFN columns):
-//   x_in [Tl, H] -> norm1 -> (SP all-gather) [T, H] -> linear_qkv [T, (NHl+2KVl)·HD] -> RoPE
+//   x_in [Tl, H] -> norm1 -> (SP all-gather) [T, H] -> linear_qkv [T, (NHl+2KVl)·HD]
+//   -> (--qk-layernorm: q_layernorm / k_layernorm on every q and k head over HD) -> RoPE
 //   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]
 //   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> (SP all-gather) -> linear_fc1 [T, Fl or 2Fl]
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
@@ -32,6 +33,9 @@ namespace gale {
 struct LayerParamIds {
   int norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int norm2_w = -1, norm2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  // --qk-layernorm (standard attention): q_layernorm / k_layernorm over head_dim, [HD] each,
+  // shared by all heads, so replicated over TP with a gradient partial per TP rank (all-reduced over TP)
+  int q_norm_w = -1, q_norm_b = -1, k_norm_w = -1, k_norm_b = -1;
   MlaParamIds mla;  // --multi-latent-attention: the latent projections instead of linear_qkv
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
@@ -51,6 +55,8 @@ struct LayerSaved {
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
   Tensor norm1_out;    // [T, H]
   CoreAttentionSaved attention;  // qkv after RoPE, lse, and what the context-parallel path keeps
+  Tensor q_pre, k_pre;      // --qk-layernorm: the q/k heads before their norm, [T·NHl, HD] and [T·KVl, HD]
+  Tensor q_stats, k_stats;  // their norm statistics (as norm1_stats, one column per head row)
   MlaSaved mla;        // --multi-latent-attention: its own inputs and attention state (norm1_out unused)
   Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
   Tensor x_mid;        // [Tl, H]

@@ -64,7 +64,7 @@ struct ModelArgs {
   int64_t qk_head_dim = 128;
   int64_t qk_pos_emb_head_dim = 64;
   int64_t v_head_dim = 128;
-  bool qk_layernorm = false;      // with MLA: norms on the q and kv latents
+  bool qk_layernorm = false;      // per-head q/k norms (with MLA: norms on the q and kv latents)
   std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
   double rotary_scaling_factor = 1.0;
   double mscale = 1.0;

@@ -15,7 +15,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
         "query/key head dimension of the rotary part (the key's is shared by all heads; even)");
   p.add("--v-head-dim", &a.v_head_dim, "value head dimension");
   p.add_flag("--qk-layernorm", &a.qk_layernorm,
-             "with --multi-latent-attention: --normalization on the query and key/value latents");
+             "--normalization on every query and key head over head_dim, before RoPE (Megatron-Core's "
+             "q_layernorm/k_layernorm); with --multi-latent-attention on the query and key/value latents");
   p.add_choice("--rope-type", &a.rope_type, {"rope", "yarn"},
                "RoPE type (default: yarn with --multi-latent-attention, rope otherwise; YaRN only with MLA)");
   p.add("--rotary-scaling-factor", &a.rotary_scaling_factor,
@@ -31,8 +32,6 @@ Status validate_mla_args(Arguments& a, const ArgParser& p) {
   if (!m.multi_latent_attention) {
     for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --multi-latent-attention");
-    if (m.qk_layernorm)
-      return InvalidArgument("--qk-layernorm: not supported yet without --multi-latent-attention");
     if (m.rotary_scaling_factor != 1.0 || m.rope_type == "yarn")
       return InvalidArgument("--rope-type yarn / --rotary-scaling-factor: YaRN is not supported yet without "
                              "--multi-latent-attention");

@@ -182,6 +182,8 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
       m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
   }
   // Multi-latent attention (absent in checkpoints saved before Gale had it: standard attention).
+  if (args.contains("qk_layernorm"))  // the per-head q/k norms, or MLA's latent norms
+    GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));
   if (auto it = args.find("multi_latent_attention"); it != args.end() && it->is_boolean() && it->get<bool>()) {
     m.multi_latent_attention = true;
     if (auto q = args.find("q_lora_rank"); q != args.end() && !q->is_null())
@@ -190,7 +192,6 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "qk_head_dim", where, &m.qk_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "qk_pos_emb_head_dim", where, &m.qk_pos_emb_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "v_head_dim", where, &m.v_head_dim));
-    GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));
     if (auto r = args.find("rope_type"); r != args.end() && !r->is_null())
       GALE_RETURN_IF_ERROR(get(args, "rope_type", where, &m.rope_type));
     GALE_RETURN_IF_ERROR(get(args, "rotary_scaling_factor", where, &m.rotary_scaling_factor));

@@ -1,4 +1,4 @@
-// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Mistral, Mixtral, Qwen2-MoE and DeepSeek-V3.
+// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE and DeepSeek-V3.
 #include "train/hf_config.h"
 
 #include <algorithm>
@@ -16,6 +16,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kMixtral: return "MixtralForCausalLM";
     case HfArchitecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
     case HfArchitecture::kDeepseekV3: return "DeepseekV3ForCausalLM";
+    case HfArchitecture::kQwen3: return "Qwen3ForCausalLM";
   }
   return "?";
 }
@@ -364,7 +365,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
-  if (mistral_like || qwen2) {
+  const bool qwen3 = out.arch == HfArchitecture::kQwen3;
+  if (mistral_like || qwen2 || qwen3) {
     GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
     if (use_window && c.set("sliding_window")) {
       GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window"));
@@ -380,6 +382,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.swiglu = true;
   m.add_bias_linear = false;
   m.add_qkv_bias = qwen2;
+  m.qk_layernorm = qwen3;  // Qwen3's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
   m.untie_embeddings_and_output_weights = !tie;
   if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
   if (out.arch == HfArchitecture::kQwen2Moe) GALE_RETURN_IF_ERROR(read_qwen2_moe_experts(c, j, out));
@@ -520,10 +523,12 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "MixtralForCausalLM") out.arch = HfArchitecture::kMixtral;
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
   else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
+  else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, DeepseekV3ForCausalLM)");
+                         "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
+                         "DeepseekV3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
                                                                  : read_llama_family(c, config, out));
@@ -557,6 +562,10 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
+  if (!m.multi_latent_attention && m.qk_layernorm && (moe.enabled() || !llama || m.add_qkv_bias))
+    return Unimplemented(where, ": the model has --qk-layernorm, which is written as Qwen3ForCausalLM only when it is "
+                         "LLaMA-shaped (RMSNorm, SwiGLU, rope with --rotary-percent 1, --disable-bias-linear, no "
+                         "--add-qkv-bias) without experts");
   if (m.multi_latent_attention) {
     out.arch = HfArchitecture::kDeepseekV3;
   } else if (moe.enabled()) {
@@ -589,7 +598,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
       out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
     }
   } else if (gpt2) out.arch = HfArchitecture::kGpt2;
-  else if (llama) out.arch = m.add_qkv_bias ? HfArchitecture::kQwen2 : HfArchitecture::kLlama;
+  else if (llama) out.arch = m.qk_layernorm   ? HfArchitecture::kQwen3
+                             : m.add_qkv_bias ? HfArchitecture::kQwen2
+                                              : HfArchitecture::kLlama;
   else
     return Unimplemented(where, ": no Hugging Face architecture Gale writes matches this model (normalization ",
                          m.normalization, ", swiglu ", m.swiglu ? "on" : "off", ", position embedding ",
@@ -626,6 +637,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["model_type"] = hf.arch == HfArchitecture::kQwen2      ? "qwen2"
                       : hf.arch == HfArchitecture::kMixtral  ? "mixtral"
                       : hf.arch == HfArchitecture::kQwen2Moe ? "qwen2_moe"
+                      : hf.arch == HfArchitecture::kQwen3    ? "qwen3"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -650,7 +662,9 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["num_experts_per_tok"] = hf.moe.moe_router_topk;
       j["router_jitter_noise"] = 0.0;
       j["output_router_logits"] = false;
-    } else if (hf.arch == HfArchitecture::kQwen2 || hf.arch == HfArchitecture::kQwen2Moe) {
+    } else if (hf.arch == HfArchitecture::kQwen2 || hf.arch == HfArchitecture::kQwen2Moe ||
+               hf.arch == HfArchitecture::kQwen3) {
+      if (hf.arch == HfArchitecture::kQwen3) j["attention_bias"] = false;
       j["use_sliding_window"] = false;
       j["sliding_window"] = m.max_position_embeddings;
       j["max_window_layers"] = m.num_layers;

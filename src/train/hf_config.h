@@ -9,6 +9,9 @@
 //                       --moe-ffn-hidden-size (and --ffn-hidden-size). Mixtral's routing (softmax over
 //                       all experts, top-k, renormalised over the k) is Megatron's default (top-k of the
 //                       logits, softmax over the k); router_jitter_noise must be 0.
+//   Qwen3ForCausalLM    LLaMA (no q/k/v bias; attention_bias must be false) + q_norm/k_norm: RMSNorm
+//                       over head_dim on every query/key head before RoPE (--qk-layernorm); head_dim
+//                       -> --kv-channels (it may differ from hidden_size / num_attention_heads)
 //   Qwen2MoeForCausalLM Qwen2 (q/k/v biases: --add-qkv-bias) with a SwiGLU mixture of experts and a
 //                       gated shared expert: num_experts -> --num-experts, num_experts_per_tok ->
 //                       --moe-router-topk, moe_intermediate_size -> --moe-ffn-hidden-size,
@@ -49,7 +52,7 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3 };
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);

@@ -25,17 +25,19 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
   if (given.empty()) return Status::Ok();
   const std::string family = given.rfind("llama", 0) == 0 ? "llama"
                              : given.rfind("qwen2", 0) == 0 ? "qwen2"
+                             : given.rfind("qwen3", 0) == 0 ? "qwen3"
                              : given.rfind("mixtral", 0) == 0 ? "mixtral"
                              : given.rfind("mistral", 0) == 0 ? "mistral"
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
+                         : m.arch == HfArchitecture::kQwen3 ? "qwen3"
                          : m.arch == HfArchitecture::kMistral ? "mistral"
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, mistral, mixtral");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));

@@ -418,6 +418,12 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
     GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
     mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), group_qkv(q, k, v, d.NH, d.KV, d.HD));
+    if (m.model.qk_layernorm) {  // Qwen3
+      GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(llama_layer(i, "self_attn.q_norm.weight"), {d.HD}));
+      mp.put(gale_layer(i, "self_attention.q_layernorm.weight"), qn);
+      GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(llama_layer(i, "self_attn.k_norm.weight"), {d.HD}));
+      mp.put(gale_layer(i, "self_attention.k_layernorm.weight"), kn);
+    }
     if (qkv_bias) {
       GALE_ASSIGN_OR_RETURN(Tensor qb, mp.get(llama_layer(i, "self_attn.q_proj.bias"), {d.NH * d.HD}));
       GALE_ASSIGN_OR_RETURN(Tensor kb, mp.get(llama_layer(i, "self_attn.k_proj.bias"), {d.KV * d.HD}));
@@ -461,6 +467,12 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     mp.put(llama_layer(i, "self_attn.q_proj.weight"), w[0]);
     mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
     mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
+    if (m.model.qk_layernorm) {  // Qwen3
+      GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(gale_layer(i, "self_attention.q_layernorm.weight"), {d.HD}));
+      mp.put(llama_layer(i, "self_attn.q_norm.weight"), qn);
+      GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(gale_layer(i, "self_attention.k_layernorm.weight"), {d.HD}));
+      mp.put(llama_layer(i, "self_attn.k_norm.weight"), kn);
+    }
     if (m.model.add_qkv_bias) {
       GALE_ASSIGN_OR_RETURN(Tensor qkv_b, mp.get(gale_layer(i, "self_attention.linear_qkv.bias"), {qkv_rows}));
       std::vector<Tensor> b = split_qkv(qkv_b, d.NH, d.KV, d.HD);

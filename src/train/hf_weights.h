@@ -5,6 +5,7 @@
 //   model.layers.i.input_layernorm.weight        -> decoder.layers.i.input_layernorm.weight
 //   self_attn.{q,k,v}_proj.{weight,bias}         -> self_attention.linear_qkv.{weight,bias}: rows regrouped per KV
 //                                                   group [q heads of the group; k; v] (Megatron's layout)
+//   self_attn.{q,k}_norm.weight [HD] (Qwen3)     -> self_attention.{q,k}_layernorm.weight
 //   self_attn.o_proj.weight                      -> self_attention.linear_proj.weight
 //   post_attention_layernorm.weight              -> pre_mlp_layernorm.weight
 //   mlp.gate_proj, mlp.up_proj                   -> mlp.linear_fc1.weight = [gate; up]

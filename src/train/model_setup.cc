@@ -23,6 +23,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.openai_gelu = m.openai_gelu;
   c.add_bias_linear = m.add_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
+  c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
   c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone

@@ -72,7 +72,7 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
 // exactly as transformers does.
 TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
-  for (const char* name : {"gpt2", "llama", "mixtral", "qwen2_moe", "deepseek_v3"}) {
+  for (const char* name : {"gpt2", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -18,6 +18,31 @@ TEST(MlaArguments, ComposesWithContextParallelism) {
   EXPECT_TRUE(cli.parse_minimal({"--multi-latent-attention", "--context-parallel-size", "2"}, 2).ok());
 }
 
+// Without MLA --qk-layernorm is standard attention's per-head q/k norms (Megatron-Core's
+// q_layernorm/k_layernorm); with MLA it is the latents' norms only.
+TEST(MlaArguments, QkLayerNormWithoutMlaIsThePerHeadNorm) {
+  Cli off;
+  ASSERT_TRUE(off.parse({}).ok());
+  off.args.model.padded_vocab_size = 128;
+  EXPECT_FALSE(model_config_from_args(off.args).qk_layernorm);
+  Cli on;
+  ASSERT_TRUE(on.parse({"--qk-layernorm", "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "8",
+                        "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                       2)
+                  .ok());
+  on.args.model.padded_vocab_size = 128;
+  const ModelConfig c = model_config_from_args(on.args);
+  EXPECT_TRUE(c.qk_layernorm);
+  EXPECT_FALSE(c.mla.qk_layernorm);
+  EXPECT_EQ(c.head_dim, 8);
+  Cli mla;
+  ASSERT_TRUE(mla.parse({"--multi-latent-attention", "--qk-layernorm"}).ok());
+  mla.args.model.padded_vocab_size = 128;
+  const ModelConfig m = model_config_from_args(mla.args);
+  EXPECT_FALSE(m.qk_layernorm);
+  EXPECT_TRUE(m.mla.qk_layernorm);
+}
+
 TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   Cli cli;
   ASSERT_TRUE(cli.parse_minimal({"--multi-latent-attention"}).ok());
@@ -101,8 +126,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
                   "--lora-target-modules linear_qkv"},
         ErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
-        ErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"},
-        ErrorCase{{"--qk-layernorm"}, 1, "--qk-layernorm: not supported yet without --multi-latent-attention"}));
+        ErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"}));
 
 }  // namespace
 }  // namespace gale

@@ -197,7 +197,29 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
-                                           "deepseek_v3"));
+                                           "deepseek_v3", "qwen3"));
+
+// Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
+// args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
+// the two norms of layer 0.
+TEST(HfConvert, Qwen3RecordsItsQkNormsAndTheGoldenComparisonSeesThem) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen3"), tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  EXPECT_TRUE(lm->config.qk_layernorm);
+  EXPECT_FALSE(lm->config.add_qkv_bias);
+  EXPECT_EQ(lm->config.head_dim, 24);
+  ParamBuffer& pb = lm->model->params();
+  const int q = pb.find("decoder.layers.0.self_attention.q_layernorm.weight");
+  const int k = pb.find("decoder.layers.0.self_attention.k_layernorm.weight");
+  ASSERT_GE(q, 0);
+  ASSERT_GE(k, 0);
+  EXPECT_EQ(pb.spec(q).global_shape, (Shape{24}));
+  const Golden g = read_golden("qwen3");
+  EXPECT_LT(compare(logits_of(*lm->model, g.tokens), g).max_diff, kLogitTolerance);
+  std::swap_ranges(pb.param_data(q), pb.param_data(q) + 24, pb.param_data(k));
+  EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+}
 
 // Qwen2-MoE's layer pattern, routing and gated shared expert land where Gale reads them: the
 // checkpoint records the flags, and zeroing the shared expert's gate weight (sigmoid 1/2 instead of

@@ -1,0 +1,138 @@
+// Parallel invariance of --qk-layernorm on standard attention (per-head q/k norms over head_dim,
+// [HD] weights shared by every head): tensor parallelism (each rank norms its own heads, the norm
+// weights' gradients all-reduced over TP), with sequence parallelism, pipeline parallelism, data
+// parallelism with the distributed optimizer, full recomputation, context parallelism (ring with
+// documents, Ulysses' head split) and flash attention reproduce the single-process run: losses and
+// grad norms within 1e-5 relative, final parameters 1e-3 and final gradients 3e-5 (as
+// tests/parallel/mla_invariance_mpi_test.cc; a missing reduction is off by O(1)).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/cpu/fused_ops.h"
+#include "layouts.h"
+#include "mpi_test_env.h"
+#include "testing_run.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2", 2, {"--tensor-model-parallel-size", "2"}},
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"dp2_distopt", 2, {"--use-distributed-optimizer"}},
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                    "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                    "--recompute-num-layers", "2"}},
+      {"tp2_sp_flash", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 0, {}, true},
+      {"cp2_docs", 2, {"--context-parallel-size", "2", "--reset-attention-mask"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--sequence-parallel"}},
+  };
+  return all;
+}
+
+const std::vector<std::string> kCommon = {
+    "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
+    "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5",
+    "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
+    "0", "--log-interval", "1000", "--clip-grad", "0.5", "--qk-layernorm", "--position-embedding-type", "rope"};
+// Qwen3-like (GQA 8/2, head_dim 12 unlike hidden/heads, RMSNorm, SwiGLU, no biases; half the head
+// dims rotary) and GPT-like (MHA, LayerNorm with biases on the q/k norms too, every head dim rotary:
+// the unrotated dims of k_layernorm.bias shift every score of a query alike, so their true gradient
+// is 0 and AdamW would turn its rounding noise into steps of size lr, 2e-3 apart between layouts).
+const std::vector<std::string> kQwen = {"--group-query-attention", "--num-query-groups", "2", "--kv-channels", "12",
+                                        "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                                        "--untie-embeddings-and-output-weights", "--rotary-percent", "0.5"};
+const std::vector<std::string> kGptLike = {};
+
+OpTable attention_ops(bool flash) {
+  OpTable ops = reference_ops();
+  if (flash) GALE_CHECK_OK(install_fused_kernel(ops, "attention", Isa::kAvx512));
+  return ops;
+}
+
+double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
+  double diff = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < s.local_numel(); ++i) {
+    if (ranges && std::none_of(ranges->begin(), ranges->end(),
+                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
+      continue;
+    const double r = ref[s.global_index(i)];
+    diff += (shard[i] - r) * (shard[i] - r);
+    norm += r * r;
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// The single-process run with the same model flags (and --reset-attention-mask when the layout has it).
+const testing::TestRun& single_process_run(bool qwen, bool flash, bool documents) {
+  static std::map<std::tuple<bool, bool, bool>, std::unique_ptr<testing::TestRun>> runs;
+  auto& run = runs[{qwen, flash, documents}];
+  if (!run) {
+    const std::vector<std::string> docs =
+        documents ? std::vector<std::string>{"--reset-attention-mask"} : std::vector<std::string>{};
+    run = std::make_unique<testing::TestRun>(testing::join({kCommon, qwen ? kQwen : kGptLike, docs}),
+                                             make_self_communicator("world"), testing::kTinyVocab, EngineOptions{},
+                                             attention_ops(flash));
+    run->train(5);
+  }
+  return *run;
+}
+
+class QkLayerNormInvariance : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(QkLayerNormInvariance, MatchesSingleProcess) {
+  const auto& [name, qwen] = GetParam();
+  const Layout* layout = testing::find_layout(layouts(), name);
+  ASSERT_NE(layout, nullptr);
+  Comm world = test::world();
+  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  const bool documents = std::find(layout->flags.begin(), layout->flags.end(), "--reset-attention-mask") !=
+                         layout->flags.end();
+  const testing::TestRun& reference = single_process_run(qwen, layout->flash_attention, documents);
+  testing::TestRun run(testing::join({kCommon, qwen ? kQwen : kGptLike, layout->flags}), world,
+                       testing::kTinyVocab, EngineOptions{layout->bucket_size, layout->recompute},
+                       attention_ops(layout->flash_attention));
+  run.train(5);
+  finish_param_sync(*run.engine);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
+        << "grad norm of iteration " << i + 1;
+  }
+  const ParamBuffer& ref = reference.engine->chunks[0]->params();
+  int qk_norms = 0;
+  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
+    const ParamBuffer& pb = run.engine->chunks[c]->params();
+    const std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      qk_norms += s.name.find("q_layernorm.weight") != std::string::npos;
+      const int rid = ref.find(s.name);
+      ASSERT_GE(rid, 0) << s.name;
+      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
+    }
+  }
+  EXPECT_GT(qk_norms, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, QkLayerNormInvariance,
+                         ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_qwen" : "_gpt");
+                         });
+
+}  // namespace
+}  // namespace gale
