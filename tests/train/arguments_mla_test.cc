@@ -22,11 +22,11 @@ TEST(MlaArguments, ComposesWithContextParallelism) {
 // q_layernorm/k_layernorm); with MLA it is the latents' norms only.
 TEST(MlaArguments, QkLayerNormWithoutMlaIsThePerHeadNorm) {
   Cli off;
-  ASSERT_TRUE(off.parse({}).ok());
+  ASSERT_TRUE(off.parse_minimal({}).ok());
   off.args.model.padded_vocab_size = 128;
   EXPECT_FALSE(model_config_from_args(off.args).qk_layernorm);
   Cli on;
-  ASSERT_TRUE(on.parse({"--qk-layernorm", "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "8",
+  ASSERT_TRUE(on.parse_minimal({"--qk-layernorm", "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "8",
                         "--tensor-model-parallel-size", "2", "--sequence-parallel"},
                        2)
                   .ok());
@@ -36,7 +36,7 @@ TEST(MlaArguments, QkLayerNormWithoutMlaIsThePerHeadNorm) {
   EXPECT_FALSE(c.mla.qk_layernorm);
   EXPECT_EQ(c.head_dim, 8);
   Cli mla;
-  ASSERT_TRUE(mla.parse({"--multi-latent-attention", "--qk-layernorm"}).ok());
+  ASSERT_TRUE(mla.parse_minimal({"--multi-latent-attention", "--qk-layernorm"}).ok());
   mla.args.model.padded_vocab_size = 128;
   const ModelConfig m = model_config_from_args(mla.args);
   EXPECT_FALSE(m.qk_layernorm);
