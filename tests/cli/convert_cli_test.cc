@@ -104,12 +104,14 @@ TEST(GaleConvert, AddEosTokenStopsGeneration) {
   ASSERT_EQ(std::find(greedy.begin(), greedy.begin() + cut, greedy[cut]), greedy.begin() + cut);
   std::string expected = prompt;
   for (size_t i = 0; i < cut; ++i) expected += " " + std::to_string(greedy[i]);
-  for (const std::string& beams : {"1", "2"}) {
+  for (const std::string beams : {"1", "2"}) {
     r = gale({"generate", "--load", out, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer", "--vocab-size",
               "99", "--prompt", prompt, "--max-new-tokens", "5", "--temperature", "0", "--num-beams", beams,
               "--add-eos-token", std::to_string(greedy[cut])});
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    if (beams == "1") EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << expected << "\n" << r.output;
+    if (beams == "1") {
+      EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << expected << "\n" << r.output;
+    }
     const size_t line_end = r.output.find('\n');
     EXPECT_EQ(r.output.substr(0, line_end).find(" " + std::to_string(greedy[cut]) + " "), std::string::npos)
         << r.output;
