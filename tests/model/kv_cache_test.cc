@@ -8,23 +8,11 @@
 #include <cmath>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model_test_batches.h"
 #include "tiny_model_training.h"
 
 namespace gale {
 namespace {
-
-// Tokens [B, S] sample-major as a micro-batch over positions [first, first + S) of each sample.
-MicroBatch slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first, int64_t S) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = S;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = first; s < first + S; ++s) {
-      mb.tokens.push_back(tokens[b * S_total + s]);
-      mb.position_ids.push_back(static_cast<int32_t>(s));
-    }
-  return mb;
-}
 
 struct Case {
   const char* name;
@@ -49,12 +37,12 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
   const int64_t B = 2, S = 23;
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
 
   KvCache cache = make_kv_cache(c, part, B, S);
   int64_t done = 0;
   for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor part_logits = model.forward_logits(slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    const Tensor part_logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
     ASSERT_EQ(cache.length, done + chunk);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < chunk; ++s) {

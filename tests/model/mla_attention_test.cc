@@ -176,19 +176,6 @@ TEST(Mla, FlashAttentionMatchesReference) {
   }
 }
 
-// Tokens [B, S] sample-major as a micro-batch over positions [first, first + S) of each sample.
-MicroBatch slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first, int64_t S) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = S;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = first; s < first + S; ++s) {
-      mb.tokens.push_back(tokens[b * S_total + s]);
-      mb.position_ids.push_back(static_cast<int32_t>(s));
-    }
-  return mb;
-}
-
 class MlaKvCache : public ::testing::TestWithParam<bool> {};
 
 // The cache holds every head's expanded, padded keys and values; decoding in chunks gives the
@@ -204,11 +191,11 @@ TEST_P(MlaKvCache, DecodingEqualsTheWholeSequenceForward) {
   const int64_t B = 2, S = 23;
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
   KvCache cache = make_kv_cache(c, part, B, S);
   int64_t done = 0;
   for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor logits = model.forward_logits(slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    const Tensor logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < chunk; ++s) {
         const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;
@@ -237,13 +224,13 @@ TEST(Mla, GreedyDecodingWithTheCacheEqualsTheNoCacheForward) {
   const int64_t steps = 12, total = static_cast<int64_t>(no_cache.size()) + steps;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t S = static_cast<int64_t>(no_cache.size());
-    no_cache.push_back(argmax_last(model.forward_logits(slice(no_cache, 1, S, 0, S), Tensor()), S));
+    no_cache.push_back(argmax_last(model.forward_logits(testing::position_slice(no_cache, 1, S, 0, S), Tensor()), S));
   }
   KvCache cache = make_kv_cache(c, part, 1, total);
   int64_t done = 0;
   while (static_cast<int64_t>(cached.size()) < total) {
     const int64_t S = static_cast<int64_t>(cached.size());
-    const Tensor logits = model.forward_logits(slice(cached, 1, S, done, S - done), Tensor(), &cache);
+    const Tensor logits = model.forward_logits(testing::position_slice(cached, 1, S, done, S - done), Tensor(), &cache);
     cached.push_back(argmax_last(logits, S - done));
     done = S;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/gpt_model.h"
 #include "testing.h"
@@ -41,6 +42,21 @@ inline MicroBatch full_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
     mb.loss_mask.push_back(1.0f);
     mb.position_ids.push_back(static_cast<int32_t>(i % mb.S));
   }
+  return mb;
+}
+
+// Tokens [B, S_total] sample-major as a micro-batch over positions [first, first + S) of each
+// sample (the KV-cache tests feed a sequence in chunks).
+inline MicroBatch position_slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first,
+                                 int64_t S) {
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = S;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = first; s < first + S; ++s) {
+      mb.tokens.push_back(tokens[b * S_total + s]);
+      mb.position_ids.push_back(static_cast<int32_t>(s));
+    }
   return mb;
 }
 

@@ -11,6 +11,7 @@
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "testing.h"
+#include "model_test_batches.h"
 #include "tiny_model_training.h"
 
 namespace gale {
@@ -67,14 +68,6 @@ MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed, int32_t po
   return mb;
 }
 
-double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
-  GPTModel::LossSums sums;
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  if (backward) model.params().zero_grads();
-  model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
-  return sums.loss_sum / sums.tokens;
-}
-
 class QkLayerNormGrad : public ::testing::TestWithParam<bool> {};
 
 TEST_P(QkLayerNormGrad, EveryParameterMatchesFiniteDifferences) {
@@ -84,10 +77,10 @@ TEST_P(QkLayerNormGrad, EveryParameterMatchesFiniteDifferences) {
   model.params().initialize(42);
   perturb_qk_norms(model.params(), 5);
   MicroBatch mb = make_batch(c, 2, 7, 0);
-  mean_loss(model, mb, true);
+  testing::mean_loss(model, mb, true);
   ParamBuffer& pb = model.params();
   std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return mean_loss(model, mb, false); };
+  auto loss = [&] { return testing::mean_loss(model, mb, false); };
   // Central differences in fp32, eps 1e-3, bound 1% of max(|derivative|, 1e-2) (as the MLA test).
   // The embedding's directions check the gradient of the layers' input.
   int norms = 0;
@@ -174,7 +167,7 @@ TEST(QkLayerNorm, FlashAttentionMatchesReference) {
   perturb_qk_norms(ref.params(), 4);
   perturb_qk_norms(flash.params(), 4);
   const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
-  const double l_ref = mean_loss(ref, mb, true), l_flash = mean_loss(flash, mb, true);
+  const double l_ref = testing::mean_loss(ref, mb, true), l_flash = testing::mean_loss(flash, mb, true);
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
   const ParamBuffer& a = ref.params();
   const ParamBuffer& b = flash.params();
@@ -190,19 +183,6 @@ TEST(QkLayerNorm, FlashAttentionMatchesReference) {
   }
 }
 
-// Tokens [B, S] sample-major as a micro-batch over positions [first, first + S) of each sample.
-MicroBatch slice(const std::vector<int32_t>& tokens, int64_t B, int64_t S_total, int64_t first, int64_t S) {
-  MicroBatch mb;
-  mb.B = B;
-  mb.S = S;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = first; s < first + S; ++s) {
-      mb.tokens.push_back(tokens[b * S_total + s]);
-      mb.position_ids.push_back(static_cast<int32_t>(s));
-    }
-  return mb;
-}
-
 // The cache holds the keys after norm and RoPE; decoding in chunks gives the whole-sequence logits.
 TEST(QkLayerNorm, KvCacheDecodingEqualsTheWholeSequenceForward) {
   const ModelConfig c = tiny_qk_config();
@@ -214,11 +194,11 @@ TEST(QkLayerNorm, KvCacheDecodingEqualsTheWholeSequenceForward) {
   const int64_t B = 2, S = 23;
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
   KvCache cache = make_kv_cache(c, part, B, S);
   int64_t done = 0;
   for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor logits = model.forward_logits(slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    const Tensor logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < chunk; ++s) {
         const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;

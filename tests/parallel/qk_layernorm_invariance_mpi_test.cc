@@ -62,19 +62,6 @@ OpTable attention_ops(bool flash) {
   return ops;
 }
 
-double relative_error(const ParamSpec& s, const float* shard, const float* ref, const std::vector<FlatRange>* ranges) {
-  double diff = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < s.local_numel(); ++i) {
-    if (ranges && std::none_of(ranges->begin(), ranges->end(),
-                               [&](const FlatRange& r) { return r.begin <= s.offset + i && s.offset + i < r.end; }))
-      continue;
-    const double r = ref[s.global_index(i)];
-    diff += (shard[i] - r) * (shard[i] - r);
-    norm += r * r;
-  }
-  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 // The single-process run with the same model flags (and --reset-attention-mask when the layout has it).
 const testing::TestRun& single_process_run(bool qwen, bool flash, bool documents) {
   static std::map<std::tuple<bool, bool, bool>, std::unique_ptr<testing::TestRun>> runs;
@@ -121,8 +108,8 @@ TEST_P(QkLayerNormInvariance, MatchesSingleProcess) {
       qk_norms += s.name.find("q_layernorm.weight") != std::string::npos;
       const int rid = ref.find(s.name);
       ASSERT_GE(rid, 0) << s.name;
-      EXPECT_LT(relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
     }
   }
   EXPECT_GT(qk_norms, 0);
