@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "testing_data.h"
 #include "train/engine.h"
 #include "train/trainer.h"
@@ -98,5 +100,39 @@ class TestRun {
   std::vector<double> losses, grad_norms;
   std::vector<double> load_balancing_losses;  // MoE: the logged load_balancing_loss of each iteration
 };
+
+// A multi-rank `run` against the single-process `reference` of the same model, both trained
+// `iterations` steps (call finish_param_sync on `run` first): losses and gradient norms of every
+// iteration within 1e-5 (relative), every parameter this rank holds within 1e-3 and its gradient,
+// over the flat ranges this rank owns (dense and expert), within `grad_tolerance`. Parameters are
+// matched by their whole-model name (under EP: the global expert). Returns how many of this rank's
+// parameters have `name_part` in their name, for the caller to check the layout holds them.
+inline int expect_matches_reference(const TestRun& run, const TestRun& reference, int iterations,
+                                    double grad_tolerance, const std::string& name_part) {
+  for (int i = 0; i < iterations; ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
+        << "grad norm of iteration " << i + 1;
+  }
+  const ParamBuffer& ref = reference.engine->chunks[0]->params();
+  int named = 0;
+  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
+    const ParamBuffer& pb = run.engine->chunks[c]->params();
+    std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+    if (!run.engine->expert_dp_sync.empty())
+      for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      named += s.name.find(name_part) != std::string::npos;
+      const int rid = ref.find(s.whole_model_name());
+      EXPECT_GE(rid, 0) << s.name;
+      if (rid < 0) continue;
+      EXPECT_LT(shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
+      EXPECT_LT(shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), grad_tolerance)
+          << "gradient " << s.name;
+    }
+  }
+  return named;
+}
 
 }  // namespace gale::testing

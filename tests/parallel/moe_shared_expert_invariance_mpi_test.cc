@@ -83,28 +83,7 @@ TEST_P(MoeSharedExpertInvariance, MatchesSingleProcess) {
                        EngineOptions{layout->bucket_size, layout->recompute});
   run.train(5);
   finish_param_sync(*run.engine);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
-    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
-        << "grad norm of iteration " << i + 1;
-  }
-  const ParamBuffer& ref = reference.engine->chunks[0]->params();
-  int shared = 0;  // the shared experts' tensors this rank holds
-  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
-    const ParamBuffer& pb = run.engine->chunks[c]->params();
-    std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
-    if (!run.engine->expert_dp_sync.empty())
-      for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
-    for (int id = 0; id < pb.size(); ++id) {
-      const ParamSpec& s = pb.spec(id);
-      shared += s.name.find("shared_experts") != std::string::npos;
-      const int rid = ref.find(s.whole_model_name());  // under EP: the global expert
-      ASSERT_GE(rid, 0) << s.name;
-      EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
-    }
-  }
-  EXPECT_GT(shared, 0);
+  EXPECT_GT(testing::expect_matches_reference(run, reference, 5, 1e-5, "shared_experts"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeSharedExpertInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),

@@ -93,26 +93,8 @@ TEST_P(QkLayerNormInvariance, MatchesSingleProcess) {
                        attention_ops(layout->flash_attention));
   run.train(5);
   finish_param_sync(*run.engine);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "loss of iteration " << i + 1;
-    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i])
-        << "grad norm of iteration " << i + 1;
-  }
-  const ParamBuffer& ref = reference.engine->chunks[0]->params();
-  int qk_norms = 0;
-  for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
-    const ParamBuffer& pb = run.engine->chunks[c]->params();
-    const std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
-    for (int id = 0; id < pb.size(); ++id) {
-      const ParamSpec& s = pb.spec(id);
-      qk_norms += s.name.find("q_layernorm.weight") != std::string::npos;
-      const int rid = ref.find(s.name);
-      ASSERT_GE(rid, 0) << s.name;
-      EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
-    }
-  }
-  EXPECT_GT(qk_norms, 0);
+  // 3e-5 for gradients, as the MLA layouts: TP sums the heads' norm gradients in another order.
+  EXPECT_GT(testing::expect_matches_reference(run, reference, 5, 3e-5, "q_layernorm.weight"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, QkLayerNormInvariance,
