@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev            # GEMM (oneDNN), shares OpenMP with Gale
+  ocl-icd-opencl-dev     # only a Recommends of libdnnl-dev, but its CMake config does find_package(OpenCL REQUIRED)
   libopenmpi-dev openmpi-bin  # collectives for multi-process training
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train for the demo tokenizer
   nlohmann-json3-dev libcli11-dev zlib1g-dev

@@ -40,6 +40,22 @@ inline double directional_derivative(const std::function<double()>& loss, float*
   return (plus - minus) / (2.0 * eps);
 }
 
+// The same derivative from the five-point stencil (−f(2h) + 8f(h) − 8f(−h) + f(−2h)) / 12h: its
+// truncation error is O(h⁴) instead of O(h²), so h can be ten times larger, which divides the fp32
+// rounding noise of the loss by about ten. For models whose losses are computed in fp32 through
+// oneDNN GEMMs, whose rounding differs between CPUs (AVX-512 vs AVX2 kernels).
+inline double directional_derivative_5point(const std::function<double()>& loss, float* x, const float* dir,
+                                            int64_t n, double h) {
+  std::vector<float> saved(x, x + n);
+  auto at = [&](double t) {
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(saved[i] + t * dir[i]);
+    return loss();
+  };
+  const double d = (-at(2 * h) + 8 * at(h) - 8 * at(-h) + at(-2 * h)) / (12.0 * h);
+  for (int64_t i = 0; i < n; ++i) x[i] = saved[i];
+  return d;
+}
+
 // |a − b| / max(|a|, |b|, floor)
 inline double rel_diff(double a, double b, double floor = 1e-12) {
   return std::fabs(a - b) / std::max({std::fabs(a), std::fabs(b), floor});

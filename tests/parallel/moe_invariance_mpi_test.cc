@@ -5,8 +5,10 @@
 // split over the expert-TP group), context parallelism (ring and Ulysses), the distributed
 // optimizer and full recomputation
 // reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
-// parameters and gradients (fp32, 1e-5 relative; under EP an expert sums its rows in another
-// order, (source rank, token) instead of token order, which stays well inside that bound).
+// parameters and gradients (fp32, 1e-5 relative, gradients 3e-5; under EP an expert sums its rows
+// in another order, (source rank, token) instead of token order, and padded to capacity its GEMMs
+// have other row counts, for which oneDNN's AVX2 kernel blocks the K-sum differently: 1.24e-5 was
+// measured there, against under 1e-5 with its AVX-512 kernels. A missing reduction is O(1)).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,7 +206,7 @@ void expect_matches_single_process(const std::vector<std::string>& base, const s
         continue;
       }
       EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), 1e-3) << "parameter " << s.name;
-      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 1e-5) << "gradient " << s.name;
+      EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), &owned), 3e-5) << "gradient " << s.name;
     }
   }
 }

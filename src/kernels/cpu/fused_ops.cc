@@ -53,9 +53,16 @@ void set_lm_head_chunk_tokens(int64_t tokens) { lm_head_chunk_tokens.store(token
 int64_t lm_head_chunk_tokens_setting() { return lm_head_chunk_tokens.load(); }
 
 const FusedKernelSet* fused_kernel_set(Isa isa) {
-  // Built on first use; the function pointers are plain data, so building them never runs ISA code.
-  static const FusedKernelSet sets[3] = {build_set(Isa::kScalar), build_set(Isa::kAvx2), build_set(Isa::kAvx512)};
-  if (static_cast<int>(isa) > static_cast<int>(hardware_isa())) return nullptr;
+  // Built on first use, and only for the ISAs this CPU runs: the add_*_kernels_<isa> functions live in
+  // files compiled with that ISA's flags, and the compiler may use its vector registers even to fill
+  // a table of pointers (GCC stores them with zmm moves), so calling them on a lesser CPU is SIGILL.
+  static const Isa hardware = hardware_isa();
+  static const FusedKernelSet sets[3] = {
+      build_set(Isa::kScalar),
+      hardware >= Isa::kAvx2 ? build_set(Isa::kAvx2) : FusedKernelSet{},
+      hardware >= Isa::kAvx512 ? build_set(Isa::kAvx512) : FusedKernelSet{},
+  };
+  if (static_cast<int>(isa) > static_cast<int>(hardware)) return nullptr;
   return &sets[static_cast<int>(isa)];
 }
 

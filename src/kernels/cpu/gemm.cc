@@ -106,6 +106,14 @@ bool has_isa_bits(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t level) {
   return (static_cast<unsigned>(isa) & static_cast<unsigned>(level)) == static_cast<unsigned>(level);
 }
 
+}  // namespace
+
+bool gemm_split_bit_exact() {
+  return has_isa_bits(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core);
+}
+
+namespace {
+
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";

@@ -37,8 +37,11 @@ using SgemmFn = decltype(&sgemm);
 // The rule (gemm_partition) splits only where that measured faster and leaves the library's
 // partition elsewhere, e.g. the QKV weight gradient (2304×768×1024: 283-296 threaded, 238-250
 // split). Splitting by whole rows or columns never changes the order of the K-sum inside an
-// element, so a split call equals the single-threaded sgemm bit for bit; it can differ from the
-// library's threaded call in the last bits (which may split K), within the GEMM tests' tolerance.
+// element, so with oneDNN's AVX-512 kernels a split call equals the single-threaded sgemm bit for
+// bit; it can differ from the library's threaded call in the last bits (which may split K), within
+// the GEMM tests' tolerance. oneDNN's AVX2 kernel (AMD Zen 3) picks its blocking from the product's
+// size, so there a part's sums can differ from the uncut product's in the last bits too: no cut
+// offset (multiples of 16, 24, 48 or 96) kept every shape identical (gemm_split_bit_exact()).
 void sgemm_partitioned(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
@@ -70,6 +73,8 @@ int64_t gemm_split_parts(int64_t extent, int threads);
 void sgemm_split(GemmSplit split, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 const char* gemm_split_name(GemmSplit s);  // "library", "rows", "cols"
+// True where a row or column split is bit-identical to one thread (oneDNN's kernel is AVX-512).
+bool gemm_split_bit_exact();
 
 // "oneDNN 2.6.3 sgemm, ISA avx512_core_amx, OpenMP runtime, 2 threads" for the start-up banner.
 std::string gemm_backend_description();
@@ -121,15 +126,19 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // oneDNN's implementation name for a bf16 matmul of this shape (e.g. "brg:avx512_core_amx"),
-// to say in reports whether AMX is used.
+// to say in reports whether AMX is used; "" where oneDNN has no bf16 matmul for this CPU
+// (oneDNN 2.6 needs AVX-512 for it: on AVX2-only CPUs such as AMD Zen 3 creating one fails).
 std::string gemm_bf16_implementation(int64_t M, int64_t N, int64_t K);
+// gemm_bf16_implementation(...) is not empty: the kMatmul path below can run here.
+bool bf16_matmul_available();
 
 // How gemm_bf16 computes. kMatmul: oneDNN's bf16 matmul. kSgemm: both inputs widened to f32
 // (exact) and multiplied by sgemm — the same products, accumulated in f32 in another order. The
 // matmul is chosen only where it runs on AMX tiles: on the development machine AMX is 2-7x faster
 // than sgemm, while without AMX oneDNN's bf16 matmul measured about half the sgemm rate, so --bf16
 // then keeps its memory saving (bf16 weights copy and activations) and fp32 GEMM speed.
-// GALE_BF16_GEMM=matmul|sgemm|auto forces the choice (tests, benchmarks).
+// GALE_BF16_GEMM=matmul|sgemm|auto forces the choice (tests, benchmarks); matmul where oneDNN has
+// no bf16 matmul for the CPU is a start-up error (validate_bf16_gemm_environment).
 enum class Bf16GemmPath { kMatmul, kSgemm };
 Bf16GemmPath bf16_gemm_path();
 // gemm_bf16 on a given path (gemm_bf16 itself uses bf16_gemm_path()); for tests and benchmarks.
@@ -137,7 +146,8 @@ void gemm_bf16_via(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int
                    const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // "oneDNN bf16 matmul (brg:avx512_core_amx_bf16, AMX)" or "f32 sgemm on widened inputs (...why)".
 std::string bf16_gemm_description();
-// A GALE_BF16_GEMM value that names no path: call at start-up for a clear error.
+// A GALE_BF16_GEMM value that names no path, or matmul where it cannot run: call at start-up for a
+// clear error.
 Status validate_bf16_gemm_environment();
 
 // f32 -> bf16 with round-to-nearest-even, NaN kept NaN (quiet), bit-identical to float_to_bf16

@@ -2,6 +2,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdlib>
+#include <oneapi/dnnl/dnnl.h>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -57,6 +58,17 @@ class MatmulCache {
     return cache_.emplace(k, std::move(m)).first->second;
   }
 
+  // oneDNN's kernel name for a bf16 matmul of this shape, or "" with `why` set where oneDNN has none
+  // for this CPU (oneDNN 2.6 needs AVX-512 for bf16 matmul; on an AVX2-only CPU creating it throws).
+  std::string probe(const MatmulKey& k, std::string* why) {
+    try {
+      return get(k).impl;
+    } catch (const dnnl::error& e) {
+      *why = e.what();
+      return "";
+    }
+  }
+
   const dnnl::engine& engine() const { return engine_; }
 
  private:
@@ -70,14 +82,23 @@ MatmulCache& cache() {
   return *c;
 }
 
+// The probe shape is the GPT-2-small fc1 GEMM; oneDNN picks its kernel by ISA, not by shape.
+MatmulKey probe_key() { return MatmulKey{false, true, 1024, 3072, 768, 768, 768, 3072, 1.0f, 0.0f}; }
+
 StatusOr<Bf16GemmPath> parse_path_env() {
   const char* env = std::getenv("GALE_BF16_GEMM");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
-    // The probe shape is the GPT-2-small fc1 GEMM; oneDNN picks its kernel by ISA, not by shape.
     bool amx = gemm_bf16_implementation(1024, 3072, 768).find("amx") != std::string::npos;
     return amx ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm;
   }
-  if (std::strcmp(env, "matmul") == 0) return Bf16GemmPath::kMatmul;
+  if (std::strcmp(env, "matmul") == 0) {
+    std::string why;
+    if (cache().probe(probe_key(), &why).empty())
+      return FailedPrecondition("GALE_BF16_GEMM=matmul: oneDNN ", dnnl_version()->major, ".", dnnl_version()->minor,
+                                " has no bf16 matmul for this CPU (it needs AVX-512; oneDNN said: ", why,
+                                "); use GALE_BF16_GEMM=sgemm or auto");
+    return Bf16GemmPath::kMatmul;
+  }
   if (std::strcmp(env, "sgemm") == 0) return Bf16GemmPath::kSgemm;
   return InvalidArgument("GALE_BF16_GEMM: expected matmul, sgemm or auto, found '", env, "'");
 }
@@ -104,9 +125,13 @@ Bf16GemmPath bf16_gemm_path() {
 std::string bf16_gemm_description() {
   const std::string impl = gemm_bf16_implementation(1024, 3072, 768);
   if (bf16_gemm_path() == Bf16GemmPath::kMatmul) return "oneDNN bf16 matmul (" + impl + ")";
+  if (!bf16_matmul_available())
+    return "f32 sgemm on bf16 inputs widened to f32 (oneDNN has no bf16 matmul for this CPU: it needs AVX-512)";
   return "f32 sgemm on bf16 inputs widened to f32 (oneDNN's bf16 matmul here is " + impl +
          ", without AMX slower than sgemm; GALE_BF16_GEMM=matmul forces it)";
 }
+
+bool bf16_matmul_available() { return !gemm_bf16_implementation(1024, 3072, 768).empty(); }
 
 Status validate_bf16_gemm_environment() {
   const char* env = std::getenv("GALE_BF16_GEMM");
@@ -130,6 +155,8 @@ void gemm_bf16_via(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int
     sgemm(trans_a, trans_b, M, N, K, alpha, a.data<float>(), a.size(1), b.data<float>(), b.size(1), beta, C, ldc);
     return;
   }
+  GALE_CHECK(bf16_matmul_available()) << "gemm_bf16 on the matmul path: oneDNN has no bf16 matmul for this CPU "
+                                          "(it needs AVX-512); bf16_gemm_path() never picks it here";
   const Matmul& m = cache().get(MatmulKey{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta});
   const dnnl::engine& eng = cache().engine();
   dnnl::stream stream(eng);
@@ -139,7 +166,8 @@ void gemm_bf16_via(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int
 }
 
 std::string gemm_bf16_implementation(int64_t M, int64_t N, int64_t K) {
-  return cache().get(MatmulKey{false, true, M, N, K, K, K, N, 1.0f, 0.0f}).impl;
+  std::string why;
+  return cache().probe(MatmulKey{false, true, M, N, K, K, K, N, 1.0f, 0.0f}, &why);
 }
 
 }  // namespace gale
