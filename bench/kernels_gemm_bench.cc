@@ -45,7 +45,9 @@ void BM_Gemm(benchmark::State& state) {
   std::vector<bf16> ah(a.size()), bh(b.size());
   convert_f32_to_bf16(a.data(), ah.data(), static_cast<int64_t>(a.size()));
   convert_f32_to_bf16(b.data(), bh.data(), static_cast<int64_t>(b.size()));
-  if (bf) state.SetLabel(gemm_bf16_implementation(M, N, K));
+  if (bf)  // the path gemm_bf16 takes here: oneDNN's matmul (named by its kernel) or sgemm on widened inputs
+    state.SetLabel(bf16_gemm_path() == Bf16GemmPath::kMatmul ? gemm_bf16_implementation(M, N, K)
+                                                             : std::string("sgemm on widened bf16"));
   for (auto _ : state) {
     if (bf)
       gemm_bf16(ta, tb, M, N, K, 1.0f, ah.data(), a_cols, bh.data(), b_cols, 0.0f, c.data(), N);
