@@ -101,6 +101,14 @@ class TestRun {
   std::vector<double> load_balancing_losses;  // MoE: the logged load_balancing_loss of each iteration
 };
 
+// The flat ranges of chunk `c` whose gradients this rank owns after the sync: dense and expert.
+inline std::vector<FlatRange> owned_flat_ranges(const TestRun& run, size_t c) {
+  std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
+  if (!run.engine->expert_dp_sync.empty())
+    for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
+  return owned;
+}
+
 // A multi-rank `run` against the single-process `reference` of the same model, both trained
 // `iterations` steps (call finish_param_sync on `run` first): losses and gradient norms of every
 // iteration within 1e-5 (relative), every parameter this rank holds within 1e-3 and its gradient,
@@ -118,9 +126,7 @@ inline int expect_matches_reference(const TestRun& run, const TestRun& reference
   int named = 0;
   for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
     const ParamBuffer& pb = run.engine->chunks[c]->params();
-    std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
-    if (!run.engine->expert_dp_sync.empty())
-      for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
+    std::vector<FlatRange> owned = owned_flat_ranges(run, c);
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       named += s.name.find(name_part) != std::string::npos;

@@ -189,9 +189,7 @@ void expect_matches_single_process(const std::vector<std::string>& base, const s
   }
   for (size_t c = 0; c < run.engine->chunks.size(); ++c) {
     const ParamBuffer& pb = run.engine->chunks[c]->params();
-    std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
-    if (!run.engine->expert_dp_sync.empty())
-      for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);
+    std::vector<FlatRange> owned = testing::owned_flat_ranges(run, c);
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       const int rid = ref.find(s.whole_model_name());  // under EP: the global expert
