@@ -17,6 +17,10 @@ void register_feature_use_fused_rotary_pos_emb(FeatureRegistry& registry) {
                ? std::string()
                : std::string("--use-fused-rotary-pos-emb requires --position-embedding-type rope");
   };
+  s.not_applicable = [](const Arguments& a) {
+    return a.model.rotary_interleaved ? std::string("--rotary-interleaved: the fused kernel rotates halves only")
+                                      : std::string();
+  };
   registry.add(std::make_unique<KernelFeature>(std::move(s)));
 }
 

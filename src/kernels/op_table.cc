@@ -95,6 +95,17 @@ void gelu_tanh_act_backward_ref(const float* dact, const float* u, float* du, fl
   if (dbias) column_sum_accumulate(du, dbias, rows, F);
 }
 
+void squared_relu_act_forward_ref(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
+  if (bias) add_bias_ref(u, bias, rows, F);
+  squared_relu_forward_ref(u, act, rows * F);
+}
+
+void squared_relu_act_backward_ref(const float* dact, const float* u, float* du, float* dbias, int64_t rows,
+                                   int64_t F) {
+  squared_relu_backward_ref(dact, u, du, rows * F);
+  if (dbias) column_sum_accumulate(du, dbias, rows, F);
+}
+
 void swiglu_act_forward_ref(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
   if (bias) add_bias_ref(u, bias, rows, 2 * F);
   swiglu_forward_ref(u, act, rows, F);
@@ -119,6 +130,8 @@ OpTable reference_ops() {
   t.gelu_backward = gelu_act_backward_ref;
   t.gelu_tanh_forward = gelu_tanh_act_forward_ref;
   t.gelu_tanh_backward = gelu_tanh_act_backward_ref;
+  t.squared_relu_forward = squared_relu_act_forward_ref;
+  t.squared_relu_backward = squared_relu_act_backward_ref;
   t.swiglu_forward = swiglu_act_forward_ref;
   t.swiglu_backward = swiglu_act_backward_ref;
   t.rope_forward = rope_forward_ref;

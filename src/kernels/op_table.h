@@ -120,6 +120,9 @@ struct OpTable {
   // `impl`; the bias-gelu-fusion feature reports itself inactive for such a model).
   ActivationForwardFn gelu_tanh_forward;
   ActivationBackwardFn gelu_tanh_backward;
+  // --squared-relu: likewise the reference kernels at every level.
+  ActivationForwardFn squared_relu_forward;
+  ActivationBackwardFn squared_relu_backward;
   ActivationForwardFn swiglu_forward;
   ActivationBackwardFn swiglu_backward;
   RopeFn rope_forward;

@@ -157,6 +157,10 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool swiglu = false;
   bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
+  bool squared_relu = false;  // --squared-relu: the MLP's activation is max(x, 0)²
+  // --apply-layernorm-1p: every norm weight w is stored zero-centred (initialised to 0) and the
+  // norm scales by 1 + w (model/norm_weight.h); its gradient is the same as a plain weight's.
+  bool norm_weight_1p = false;
   bool add_bias_linear = true;
   bool add_qkv_bias = false;
   // --qk-layernorm without MLA (Megatron-Core's q_layernorm/k_layernorm): every query and key head
@@ -167,9 +171,14 @@ struct ModelConfig {
   double rotary_base = 10000.0;
   double rotary_percent = 1.0;
   double rope_scaling_factor = 0.0;  // > 0: Llama 3.1 RoPE scaling (--use-rope-scaling --rope-scaling-factor)
+  bool rope_interleaved = false;     // --rotary-interleaved: pairs (2i, 2i+1) rotate (kernels/cpu/rope.h)
+  double rope_position_scale = 1.0;  // RoPE angles at position p use p·scale (1 / --rotary-seq-len-interpolation-factor)
   float attention_dropout = 0.0f;
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;
+  // --init-method-xavier-uniform: every weight matrix that would be N(0, init_std) (or its scaled
+  // output-layer variant) is U(−b, b) instead, b = √(6/(fan_in + fan_out)) of its global shape.
+  bool init_xavier_uniform = false;
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   RecomputePlan recompute;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/linear.h"
+#include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/yarn_rope.h"
 #include "parallel/mappings.h"
@@ -43,7 +44,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   for (int64_t i = 0; i < part_.num_layers; ++i)
     layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
   if (part_.post_process) {
-    ParamSpec w = make_param_spec("decoder.final_layernorm.weight", {c.hidden}, InitKind::kOnes, 0.0f, false);
+    ParamSpec w = make_param_spec("decoder.final_layernorm.weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
     w.sequence_parallel = part_.sequence_parallel;
     final_norm_w_ = params_.add(w);
     if (!c.rms_norm) {
@@ -63,6 +64,15 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
                                                        InitKind::kNormal, c.init_std, true), part_, 0));
     }
   }
+  // --init-method-xavier-uniform: Megatron passes xavier_uniform_ as both init_method and
+  // output_layer_init_method, so every weight matrix initialised N(0, σ) (or the scaled σ of the
+  // output projections) is Xavier-uniform instead, over its global (unsplit) shape.
+  if (c.init_xavier_uniform)
+    for (int id = 0; id < params_.size(); ++id) {
+      const ParamSpec& s = params_.spec(id);
+      if (s.init == InitKind::kNormal && s.global_shape.size() == 2)
+        params_.set_init(id, InitKind::kUniform, xavier_uniform_bound(s.global_shape[0], s.global_shape[1]));
+    }
   // LoRA: only the adapters train; every base parameter is frozen (no gradient, no optimizer state).
   if (c.lora.enabled())
     for (int id = 0; id < params_.size(); ++id)
@@ -72,7 +82,8 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   if (c.mla.enabled)
     rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
   else if (c.uses_rope_tables())
-    rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor);
+    rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor, c.rope_position_scale);
+  if (c.uses_rope_tables()) rope_.interleaved = c.rope_interleaved;
 }
 
 GPTModel::~GPTModel() = default;
@@ -244,7 +255,7 @@ Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats) const {
   const int64_t Tl = x.size(0), H = c.hidden;
   *stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
   Tensor y = Tensor::empty({Tl, H});
-  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), params_.param_data(final_norm_w_),
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, params_, final_norm_w_).data(),
                      final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
                      stats->data<float>(), Tl, H);
   return part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp) : copy_to_tp_region(y, *part_.tp);
@@ -332,7 +343,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   const int64_t Tl = d_y.size(0);
   Tensor d_x = Tensor::empty({Tl, H});
   ops_->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_y.data<float>(), st.final_in.data<float>(),
-                      params_.param_data(final_norm_w_), st.final_stats.data<float>(), d_x.data<float>(),
+                      NormScale(c, params_, final_norm_w_).data(), st.final_stats.data<float>(), d_x.data<float>(),
                       params_.grad_data(final_norm_w_), final_norm_b_ >= 0 ? params_.grad_data(final_norm_b_) : nullptr,
                       Tl, H);
   return d_x;

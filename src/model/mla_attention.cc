@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/threads.h"
 #include "model/linear.h"
+#include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -95,7 +96,7 @@ Tensor latent_norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w,
   const int64_t rows = x.size(0), n = x.size(1);
   Tensor y = Tensor::empty(x.shape());
   *stats = Tensor::empty({c.rms_norm ? 1 : 2, rows});
-  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), pb.param_data(w),
+  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, pb, w).data(),
                        b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, n);
   return y;
 }
@@ -104,7 +105,7 @@ Tensor latent_norm_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, int 
                             const Tensor& stats) {
   const ModelConfig& c = *rt.config;
   Tensor dx = Tensor::empty(x.shape());
-  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), x.data<float>(), pb.param_data(w),
+  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), x.data<float>(), NormScale(c, pb, w).data(),
                         stats.data<float>(), dx.data<float>(), pb.grad_data(w), b >= 0 ? pb.grad_data(b) : nullptr,
                         x.size(0), x.size(1));
   return dx;
@@ -142,7 +143,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
   MlaParamIds w;
   if (m.q_lora_rank == 0) {
     if (m.qk_layernorm) {  // Megatron fuses a norm of x into linear_q_proj
-      w.q_norm_w = norm("linear_q_proj.layer_norm_weight", H, InitKind::kOnes);
+      w.q_norm_w = norm("linear_q_proj.layer_norm_weight", H, norm_weight_init(c));
       if (ln) w.q_norm_b = norm("linear_q_proj.layer_norm_bias", H, InitKind::kZeros);
     }
     w.q_proj = pb.add(tp_split(make_param_spec(attn_name(layer, "linear_q_proj.weight"), {NH * m.q_head_dim(), H},
@@ -151,7 +152,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
     w.q_down = pb.add(replicated(make_param_spec(attn_name(layer, "linear_q_down_proj.weight"), {m.q_lora_rank, H},
                                                  InitKind::kNormal, std, true), part));
     if (m.qk_layernorm) {
-      w.q_norm_w = norm("linear_q_up_proj.layer_norm_weight", m.q_lora_rank, InitKind::kOnes);
+      w.q_norm_w = norm("linear_q_up_proj.layer_norm_weight", m.q_lora_rank, norm_weight_init(c));
       if (ln) w.q_norm_b = norm("linear_q_up_proj.layer_norm_bias", m.q_lora_rank, InitKind::kZeros);
     }
     w.q_up = pb.add(tp_split(make_param_spec(attn_name(layer, "linear_q_up_proj.weight"), {NH * m.q_head_dim(), m.q_lora_rank},
@@ -161,7 +162,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
                                                 {m.kv_lora_rank + m.qk_pos_emb_head_dim, H}, InitKind::kNormal, std, true),
                                 part));
   if (m.qk_layernorm) {
-    w.kv_norm_w = norm("linear_kv_up_proj.layer_norm_weight", m.kv_lora_rank, InitKind::kOnes);
+    w.kv_norm_w = norm("linear_kv_up_proj.layer_norm_weight", m.kv_lora_rank, norm_weight_init(c));
     if (ln) w.kv_norm_b = norm("linear_kv_up_proj.layer_norm_bias", m.kv_lora_rank, InitKind::kZeros);
   }
   w.kv_up = pb.add(tp_split(make_param_spec(attn_name(layer, "linear_kv_up_proj.weight"),

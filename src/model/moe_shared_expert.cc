@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "kernels/cpu/activation.h"
 #include "model/linear.h"
+#include "model/mlp_activation.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -60,10 +61,7 @@ Tensor shared_expert_forward(const ModelConfig& c, const OpTable& ops, const Par
   const int64_t T = x_full.size(0);
   Tensor u = linear_forward(x_full, weight(ops, pb, w.fc1_w));  // [T, Fl or 2Fl]
   Tensor act = Tensor::empty({T, Fl});
-  if (c.swiglu)
-    ops.swiglu_forward(u.data<float>(), nullptr, act.data<float>(), T, Fl);
-  else
-    ops.gelu_forward(u.data<float>(), nullptr, act.data<float>(), T, Fl);
+  mlp_activation_forward(c, ops)(u.data<float>(), nullptr, act.data<float>(), T, Fl);
   act = to_gemm_input(act, c.bf16);
   Tensor m = reduce_scatter_to_sequence_parallel_region(linear_forward(act, weight(ops, pb, w.fc2_w)), tp);  // [Tl, H]
   Tensor out = m, gate;
@@ -137,10 +135,7 @@ Tensor shared_expert_backward(const ModelConfig& c, const OpTable& ops, ParamBuf
   Tensor d_act = linear_backward(dm_full, s.act, weight(ops, pb, w.fc2_w));  // [T, Fl]
   s.act = Tensor();
   Tensor du = Tensor::empty(s.fc1_out.shape());
-  if (c.swiglu)
-    ops.swiglu_backward(d_act.data<float>(), s.fc1_out.data<float>(), du.data<float>(), nullptr, T, Fl);
-  else
-    ops.gelu_backward(d_act.data<float>(), s.fc1_out.data<float>(), du.data<float>(), nullptr, T, Fl);
+  mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), du.data<float>(), nullptr, T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
   Tensor dx = gather_from_sequence_parallel_region_backward(linear_backward(du, s.x_full, weight(ops, pb, w.fc1_w)), tp);

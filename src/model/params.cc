@@ -2,6 +2,7 @@
 #include "model/params.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/rng.h"
 #include "core/threads.h"
@@ -47,6 +48,18 @@ int ParamBuffer::add(ParamSpec spec) {
 void ParamBuffer::freeze(int id) {
   GALE_CHECK(!finalized()) << "freeze(" << spec(id).name << ") after finalize";
   specs_.at(static_cast<size_t>(id)).trainable = false;
+}
+
+void ParamBuffer::set_init(int id, InitKind init, float init_std) {
+  GALE_CHECK(!finalized()) << "set_init(" << spec(id).name << ") after finalize";
+  ParamSpec& s = specs_.at(static_cast<size_t>(id));
+  s.init = init;
+  s.init_std = init_std;
+}
+
+float xavier_uniform_bound(int64_t fan_out, int64_t fan_in) {
+  GALE_CHECK(fan_out > 0 && fan_in > 0) << "fan_out " << fan_out << ", fan_in " << fan_in;
+  return static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
 }
 
 void ParamBuffer::finalize() {
@@ -128,7 +141,7 @@ void ParamBuffer::initialize(uint64_t seed) {
         break;
       }
       case InitKind::kUniform: {
-        uint64_t stream = param_init_stream(s.name);
+        uint64_t stream = param_init_stream(s.whole_model_name());
         parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i)
             p[i] = s.init_std * (2.0f * uniform_at(seed, stream, static_cast<uint64_t>(s.global_index(i))) - 1.0f);

@@ -16,7 +16,8 @@
 
 namespace gale {
 
-// kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in)).
+// kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in);
+// --init-method-xavier-uniform: bound xavier_uniform_bound of the global shape).
 enum class InitKind { kNormal, kZeros, kOnes, kUniform };
 
 struct ParamSpec {
@@ -58,6 +59,10 @@ struct ParamSpec {
   int64_t global_index(int64_t local_index) const;
 };
 
+// Xavier (Glorot) uniform bound of a [fan_out, fan_in] weight: √(6/(fan_in + fan_out)), gain 1
+// (torch.nn.init.xavier_uniform_).
+float xavier_uniform_bound(int64_t fan_out, int64_t fan_in);
+
 class ParamBuffer {
  public:
   // Register a parameter; returns its id. Only before finalize().
@@ -69,6 +74,8 @@ class ParamBuffer {
   void finalize();
   // Mark parameter `id` frozen (trainable = false). Only before finalize().
   void freeze(int id);
+  // Change parameter `id`'s initialisation. Only before finalize().
+  void set_init(int id, InitKind init, float init_std);
   bool finalized() const { return params_.defined(); }
 
   int size() const { return static_cast<int>(specs_.size()); }

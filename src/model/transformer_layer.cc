@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
+#include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
 
@@ -17,8 +18,8 @@ namespace {
 
 std::string layer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".", rest); }
 
-ParamSpec norm_weight(std::string name, int64_t H, const ModelPartition& part) {
-  ParamSpec s = make_param_spec(std::move(name), {H}, InitKind::kOnes, 0.0f, false);
+ParamSpec norm_weight(const ModelConfig& c, std::string name, int64_t H, const ModelPartition& part) {
+  ParamSpec s = make_param_spec(std::move(name), {H}, norm_weight_init(c), 0.0f, false);
   s.sequence_parallel = part.sequence_parallel;
   return s;
 }
@@ -57,7 +58,7 @@ Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b,
   int64_t rows = x.size(0);
   Tensor y = Tensor::empty(x.shape());
   *stats = Tensor::empty({norm_stats_rows(c), rows});
-  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), pb.param_data(w),
+  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, pb, w).data(),
                        b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, c.hidden);
   return y;
 }
@@ -86,7 +87,7 @@ void head_norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int
   move_heads(qkv.data<float>(), layout, T, n, HD, pre->data<float>(), false);
   Tensor y = Tensor::empty({rows, HD});
   *stats = Tensor::empty({norm_stats_rows(c), rows});
-  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, pre->data<float>(), pb.param_data(w),
+  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, pre->data<float>(), NormScale(c, pb, w).data(),
                        b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, HD);
   move_heads(qkv.data<float>(), layout, T, n, HD, y.data<float>(), true);
 }
@@ -99,7 +100,7 @@ void head_norm_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, int b, T
   const int64_t T = d_qkv.size(0), HD = c.head_dim, rows = T * n;
   Tensor dy = Tensor::empty({rows, HD}), dx = Tensor::empty({rows, HD});
   move_heads(d_qkv.data<float>(), layout, T, n, HD, dy.data<float>(), false);
-  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), pre.data<float>(), pb.param_data(w),
+  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), pre.data<float>(), NormScale(c, pb, w).data(),
                         stats.data<float>(), dx.data<float>(), pb.grad_data(w), b >= 0 ? pb.grad_data(b) : nullptr,
                         rows, HD);
   move_heads(d_qkv.data<float>(), layout, T, n, HD, dx.data<float>(), true);
@@ -188,7 +189,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
   const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
   const bool ln = !c.rms_norm;
-  w.norm1_w = pb.add(norm_weight(layer_name(layer, "input_layernorm.weight"), H, part));
+  w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "input_layernorm.weight"), H, part));
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   if (c.mla.enabled) {
     w.mla = register_mla_params(pb, c, part, layer);
@@ -206,9 +207,9 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
         s.sequence_parallel = part.tp_size() > 1;
         return pb.add(s);
       };
-      w.q_norm_w = head_norm("self_attention.q_layernorm.weight", InitKind::kOnes);
+      w.q_norm_w = head_norm("self_attention.q_layernorm.weight", norm_weight_init(c));
       if (ln) w.q_norm_b = head_norm("self_attention.q_layernorm.bias", InitKind::kZeros);
-      w.k_norm_w = head_norm("self_attention.k_layernorm.weight", InitKind::kOnes);
+      w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
       if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
     }
   }
@@ -222,7 +223,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     b.sequence_parallel = part.sequence_parallel;
     w.proj_b = pb.add(b);
   }
-  w.norm2_w = pb.add(norm_weight(layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
+  w.norm2_w = pb.add(norm_weight(c, layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
   if (c.moe.is_moe_layer(layer)) {
     GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
@@ -306,7 +307,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor norm2_local = Tensor::empty({Tl, H});
   ops.bias_dropout_add_norm(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr,
                             x_in.data<float>(), x_mid.data<float>(), NormSpec{c.rms_norm, c.norm_eps},
-                            pb.param_data(w.norm2_w), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
+                            NormScale(c, pb, w.norm2_w).data(), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
                             norm2_local.data<float>(), norm2_stats.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
   proj = Tensor();
 
@@ -417,7 +418,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     s.norm2_out = Tensor();
   }
   Tensor d_x_mid = Tensor::empty({Tl, H});
-  ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), pb.param_data(w.norm2_w),
+  ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), NormScale(c, pb, w.norm2_w).data(),
                     s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
                     grad_or_null(w.norm2_b), Tl, H);
   add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
@@ -463,7 +464,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     s.norm1_out = Tensor();
   }
   Tensor d_x_in = Tensor::empty({Tl, H});
-  ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), pb.param_data(w.norm1_w),
+  ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), NormScale(c, pb, w.norm1_w).data(),
                     s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
                     grad_or_null(w.norm1_b), Tl, H);
   add_inplace(d_x_in.data<float>(), d_x_mid.data<float>(), Tl * H);  // the residual's gradient

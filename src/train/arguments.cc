@@ -24,10 +24,17 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
   p.add_flag("--use-rope-scaling", &a.use_rope_scaling, "Llama 3.x RoPE frequency scaling (low 1, high 4, context 8192)");
   p.add("--rope-scaling-factor", &a.rope_scaling_factor, "--use-rope-scaling: the factor low frequencies are divided by");
+  p.add_flag("--rotary-interleaved", &a.rotary_interleaved,
+             "RoPE rotates interleaved pairs (2i, 2i+1) instead of the two halves of each head");
+  p.add("--rotary-seq-len-interpolation-factor", &a.rotary_seq_len_interpolation_factor,
+        "RoPE position interpolation: positions divided by this factor (unset: none)");
   p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
   p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
+  p.add_flag("--apply-layernorm-1p", &a.apply_layernorm_1p,
+             "zero-centred norm weights: initialised to 0, the norms scale by 1 + weight");
   p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
   p.add_flag("--openai-gelu", &a.openai_gelu, "tanh-approximated GeLU (GPT-2's gelu_new) instead of the exact erf GeLU");
+  p.add_flag("--squared-relu", &a.squared_relu, "squared-ReLU MLP activation max(x, 0)² instead of GeLU");
   p.add_flag("--untie-embeddings-and-output-weights", &a.untie_embeddings_and_output_weights,
              "separate output layer weights instead of the tied input embedding");
   p.add_false("--disable-bias-linear", &a.add_bias_linear, "no biases in linear layers");
@@ -36,6 +43,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
   p.add("--init-method-std", &a.init_method_std, "standard deviation of the normal weight initialisation");
+  p.add_flag("--init-method-xavier-uniform", &a.init_method_xavier_uniform,
+             "Xavier-uniform initialisation of every weight matrix (bound √(6/(fan_in + fan_out)) of its whole "
+             "shape) instead of the normal one");
   p.add("--noop-layers", &a.noop_layers_flag,
         "comma-separated global layer indices (from 0) that are identity layers without parameters, to balance "
         "pipeline stages (MindSpeed)");
@@ -204,11 +214,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   };
   static const Entry entries[] = {
       {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
-      {"--apply-layernorm-1p", "zero-centered LayerNorm weights"},
-      {"--rotary-interleaved", "interleaved RoPE layout"},
-      {"--rotary-seq-len-interpolation-factor", "RoPE interpolation"},
-      {"--squared-relu", "squared-ReLU MLP"},
-      {"--init-method-xavier-uniform", "Xavier initialisation"},
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
@@ -332,6 +337,22 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   if (m.use_rope_scaling && !(m.rope_scaling_factor >= 1.0))
     return InvalidArgument("--rope-scaling-factor: expected a number ≥ 1, found ", m.rope_scaling_factor);
   if (m.openai_gelu && m.swiglu) return InvalidArgument("--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU");
+  if (m.squared_relu && m.swiglu)
+    return InvalidArgument("--squared-relu with --swiglu: the MLP has one activation (squared ReLU or SwiGLU)");
+  if (m.squared_relu && m.openai_gelu)
+    return InvalidArgument("--squared-relu with --openai-gelu: the MLP has one activation (squared ReLU or GeLU)");
+  if (m.rotary_interleaved && m.position_embedding_type != "rope" && !m.multi_latent_attention)
+    return InvalidArgument("--rotary-interleaved needs --position-embedding-type rope (or --multi-latent-attention), found ",
+                           m.position_embedding_type);
+  if (!unset(m.rotary_seq_len_interpolation_factor)) {
+    if (!(m.rotary_seq_len_interpolation_factor > 0.0))
+      return InvalidArgument("--rotary-seq-len-interpolation-factor: expected a positive number, found ",
+                             m.rotary_seq_len_interpolation_factor);
+    if (m.position_embedding_type != "rope" || m.multi_latent_attention)
+      return InvalidArgument("--rotary-seq-len-interpolation-factor needs --position-embedding-type rope without "
+                             "--multi-latent-attention (found ",
+                             m.multi_latent_attention ? "--multi-latent-attention" : m.position_embedding_type, ")");
+  }
   if (m.kv_channels == kUnset) {
     if (m.hidden_size % m.num_attention_heads != 0)
       return InvalidArgument("--hidden-size ", m.hidden_size, " must be divisible by --num-attention-heads ",

@@ -36,10 +36,16 @@ struct ModelArgs {
   double rotary_percent = 1.0;
   bool use_rope_scaling = false;      // --use-rope-scaling: Llama 3.1 RoPE scaling
   double rope_scaling_factor = 8.0;   // --rope-scaling-factor
+  // --rotary-seq-len-interpolation-factor f: RoPE positions divided by f (position interpolation;
+  // Hugging Face's rope_scaling {"rope_type": "linear", "factor": f}); unset: none.
+  double rotary_seq_len_interpolation_factor = kUnsetF;
+  bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;
   bool openai_gelu = false;  // --openai-gelu: tanh GeLU
+  bool squared_relu = false;  // --squared-relu: max(x, 0)² MLP activation
+  bool apply_layernorm_1p = false;  // --apply-layernorm-1p: norm weights stored zero-centred (scale 1 + w)
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;  // --disable-bias-linear sets false
   bool add_qkv_bias = false;
@@ -47,6 +53,7 @@ struct ModelArgs {
   double attention_dropout = 0.1;
   double hidden_dropout = 0.1;
   double init_method_std = 0.02;
+  bool init_method_xavier_uniform = false;  // --init-method-xavier-uniform: weight matrices U(±√(6/(fan_in+fan_out)))
   // Megatron's activation recomputation (--recompute-granularity full|selective, --recompute-method
   // uniform|block, --recompute-num-layers N; --recompute-activations = selective).
   std::string recompute_granularity;  // "" (none), "full" or "selective"

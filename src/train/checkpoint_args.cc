@@ -25,7 +25,11 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                                                                                            : "learned_absolute"}};
   // Recorded only when set, so that checkpoints saved before these flags still load.
   if (c.openai_gelu) j["openai_gelu"] = true;
+  if (c.squared_relu) j["squared_relu"] = true;
+  if (c.norm_weight_1p) j["apply_layernorm_1p"] = true;
   if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
+  if (c.rope_position_scale != 1.0) j["rope_position_scale"] = c.rope_position_scale;
+  if (c.rope_interleaved) j["rotary_interleaved"] = true;
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   return j;
 }
@@ -64,6 +68,11 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"mscale", m.mscale},
                       {"mscale_all_dim", m.mscale_all_dim}};
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
+  if (m.squared_relu) j["squared_relu"] = true;
+  if (m.apply_layernorm_1p) j["apply_layernorm_1p"] = true;
+  if (m.rotary_interleaved) j["rotary_interleaved"] = true;
+  if (!unset(m.rotary_seq_len_interpolation_factor))
+    j["rotary_seq_len_interpolation_factor"] = m.rotary_seq_len_interpolation_factor;
   if (m.use_rope_scaling) {                   // absent: no RoPE scaling
     j["use_rope_scaling"] = true;
     j["rope_scaling_factor"] = m.rope_scaling_factor;
@@ -159,6 +168,14 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   GALE_RETURN_IF_ERROR(get(args, "norm_epsilon", where, &m.norm_epsilon));
   GALE_RETURN_IF_ERROR(get(args, "swiglu", where, &m.swiglu));
   if (args.contains("openai_gelu")) GALE_RETURN_IF_ERROR(get(args, "openai_gelu", where, &m.openai_gelu));
+  if (args.contains("squared_relu")) GALE_RETURN_IF_ERROR(get(args, "squared_relu", where, &m.squared_relu));
+  if (args.contains("apply_layernorm_1p"))
+    GALE_RETURN_IF_ERROR(get(args, "apply_layernorm_1p", where, &m.apply_layernorm_1p));
+  if (args.contains("rotary_interleaved"))
+    GALE_RETURN_IF_ERROR(get(args, "rotary_interleaved", where, &m.rotary_interleaved));
+  if (args.contains("rotary_seq_len_interpolation_factor"))
+    GALE_RETURN_IF_ERROR(
+        get(args, "rotary_seq_len_interpolation_factor", where, &m.rotary_seq_len_interpolation_factor));
   if (args.contains("use_rope_scaling")) {
     GALE_RETURN_IF_ERROR(get(args, "use_rope_scaling", where, &m.use_rope_scaling));
     GALE_RETURN_IF_ERROR(get(args, "rope_scaling_factor", where, &m.rope_scaling_factor));

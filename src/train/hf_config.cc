@@ -86,14 +86,20 @@ Status refuse(const ConfigReader& c, const char* key, const std::string& why);
 
 // rope_scaling {"rope_type": "llama3", "factor": F, "low_freq_factor": 1, "high_freq_factor": 4,
 // "original_max_position_embeddings": 8192} is Megatron's --use-rope-scaling --rope-scaling-factor F
-// (its other constants are fixed); anything else is refused.
-Status read_llama3_rope_scaling(const ConfigReader& c, ModelArgs* m) {
+// (its other constants are fixed); {"rope_type": "linear", "factor": F} (position interpolation) is
+// --rotary-seq-len-interpolation-factor F; anything else is refused.
+Status read_llama_rope_scaling(const ConfigReader& c, ModelArgs* m) {
   const nlohmann::json& j = c.json().at("rope_scaling");
   const std::string why = "Megatron's --use-rope-scaling is Llama 3's scaling with low_freq_factor 1, high_freq_factor 4 "
-                          "and original_max_position_embeddings 8192";
+                          "and original_max_position_embeddings 8192; --rotary-seq-len-interpolation-factor is "
+                          "rope_type linear with a positive factor";
   if (!j.is_object()) return refuse(c, "rope_scaling", why);
   const std::string type = j.value("rope_type", j.value("type", std::string()));
   auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0; };
+  if (type == "linear" && num("factor") > 0.0) {
+    m->rotary_seq_len_interpolation_factor = num("factor");
+    return Status::Ok();
+  }
   if (type != "llama3" || num("factor") < 1.0 || num("low_freq_factor") != 1.0 || num("high_freq_factor") != 4.0 ||
       num("original_max_position_embeddings") != 8192.0)
     return refuse(c, "rope_scaling", why);
@@ -357,7 +363,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
     return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
   m.rotary_base = static_cast<int64_t>(theta);
-  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_llama3_rope_scaling(c, &m));
+  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
   GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", false));
   if (attention_bias) return refuse(c, "attention_bias", "biases on q/k/v/o; Qwen2's q/k/v-only bias is supported");
   GALE_ASSIGN_OR_RETURN(bool mlp_bias, c.boolean("mlp_bias", false));
@@ -562,6 +568,15 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
+  if (m.squared_relu || m.apply_layernorm_1p || m.rotary_interleaved)
+    return Unimplemented(where, ": the model has ",
+                         m.squared_relu         ? "--squared-relu"
+                         : m.apply_layernorm_1p ? "--apply-layernorm-1p"
+                                                : "--rotary-interleaved",
+                         ", which no Hugging Face architecture Gale writes can hold");
+  if (m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor))
+    return Unimplemented(where, ": the model has both --use-rope-scaling and --rotary-seq-len-interpolation-factor; "
+                         "a Hugging Face rope_scaling holds one of them (llama3 or linear)");
   if (!m.multi_latent_attention && m.qk_layernorm && (moe.enabled() || !llama || m.add_qkv_bias))
     return Unimplemented(where, ": the model has --qk-layernorm, which is written as Qwen3ForCausalLM only when it is "
                          "LLaMA-shaped (RMSNorm, SwiGLU, rope with --rotary-percent 1, --disable-bias-linear, no "
@@ -652,6 +667,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     if (m.use_rope_scaling)
       j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", m.rope_scaling_factor}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    else if (!unset(m.rotary_seq_len_interpolation_factor))
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", m.rotary_seq_len_interpolation_factor}};
     else
       j["rope_scaling"] = nullptr;
     j["attention_dropout"] = 0.0;

@@ -21,6 +21,8 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.norm_eps = static_cast<float>(m.norm_epsilon);
   c.swiglu = m.swiglu;
   c.openai_gelu = m.openai_gelu;
+  c.squared_relu = m.squared_relu;
+  c.norm_weight_1p = m.apply_layernorm_1p;
   c.add_bias_linear = m.add_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
   c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
@@ -31,9 +33,12 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rotary_base = static_cast<double>(m.rotary_base);
   c.rotary_percent = m.rotary_percent;
   c.rope_scaling_factor = m.use_rope_scaling ? m.rope_scaling_factor : 0.0;
+  c.rope_interleaved = m.rotary_interleaved;
+  c.rope_position_scale = unset(m.rotary_seq_len_interpolation_factor) ? 1.0 : 1.0 / m.rotary_seq_len_interpolation_factor;
   c.attention_dropout = static_cast<float>(m.attention_dropout);
   c.hidden_dropout = static_cast<float>(m.hidden_dropout);
   c.init_std = static_cast<float>(m.init_method_std);
+  c.init_xavier_uniform = m.init_method_xavier_uniform;
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
   if (m.multi_latent_attention) {

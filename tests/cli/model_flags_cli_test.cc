@@ -1,4 +1,5 @@
-// Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu): a run that
+// Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved): a run that
 // resumes with the same flags continues, one without them is refused naming the flag, and
 // --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
@@ -17,17 +18,26 @@ const std::string kModel =
     "--mock-data --eval-iters 0 --num-threads 1 --log-interval 1";
 
 TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
-  for (const std::string flags : {"--position-embedding-type rope --use-rope-scaling --rope-scaling-factor 16",
-                                  "--openai-gelu"}) {
+  struct Case {
+    std::string flags, base, key;  // the flags, what stays without them, the recorded key
+  };
+  for (const Case& c : {Case{"--position-embedding-type rope --use-rope-scaling --rope-scaling-factor 16",
+                             " --position-embedding-type rope", "rope_scaling_factor = 16.0"},
+                        Case{"--openai-gelu", "", "openai_gelu = true"},
+                        Case{"--squared-relu", "", "squared_relu = true"},
+                        Case{"--apply-layernorm-1p", "", "apply_layernorm_1p = true"},
+                        Case{"--position-embedding-type rope --rotary-seq-len-interpolation-factor 4",
+                             " --position-embedding-type rope", "rope_position_scale = 0.25"},
+                        Case{"--position-embedding-type rope --rotary-interleaved", " --position-embedding-type rope",
+                             "rotary_interleaved = true"}}) {
+    const std::string& flags = c.flags;
     testing::TempDir dir;
     const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";
     testing::CommandResult r = testing::run_gale("pretrain " + kModel + " " + flags + " --train-iters 2" + save, dir.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string base = flags.find("rope") != std::string::npos ? " --position-embedding-type rope" : "";
-    r = testing::run_gale("pretrain " + kModel + base + " --train-iters 4 --load " + dir.file("ckpt"), dir.path());
+    r = testing::run_gale("pretrain " + kModel + c.base + " --train-iters 4 --load " + dir.file("ckpt"), dir.path());
     EXPECT_EQ(r.exit_code, 1) << flags;
-    const std::string key = flags.find("rope") != std::string::npos ? "rope_scaling_factor = 16.0" : "openai_gelu = true";
-    EXPECT_NE((r.out + r.err).find("does not match this model: it was saved with " + key + ", this run has (absent)"),
+    EXPECT_NE((r.out + r.err).find("does not match this model: it was saved with " + c.key + ", this run has (absent)"),
               std::string::npos)
         << flags << "\n" << r.out << r.err;
     r = testing::run_gale("pretrain " + kModel + " " + flags + " --train-iters 4 --load " + dir.file("ckpt"), dir.path());

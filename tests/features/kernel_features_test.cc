@@ -59,6 +59,27 @@ TEST(KernelFeatures, OpenaiGeluHasOnlyTheReferenceKernel) {
   EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
 }
 
+TEST(KernelFeatures, SquaredReluHasOnlyTheReferenceKernel) {
+  ResolvedFeatures r({"--squared-relu"});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.ops.squared_relu_forward, reference_ops().squared_relu_forward);
+  EXPECT_EQ(r.ops.squared_relu_backward, reference_ops().squared_relu_backward);
+  EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
+}
+
+TEST(KernelFeatures, InterleavedRopeStaysOnTheReferenceKernel) {
+  ResolvedFeatures r({"--position-embedding-type", "rope", "--rotary-interleaved", "--use-fused-rotary-pos-emb"});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.impl("rope"), "reference");
+  EXPECT_FALSE(r.registry->active("use-fused-rotary-pos-emb"));
+  ASSERT_EQ(r.notices.size(), 1u);
+  EXPECT_EQ(r.notices[0],
+            "--use-fused-rotary-pos-emb is not active: --rotary-interleaved: the fused kernel rotates halves only");
+  ResolvedFeatures plain({"--position-embedding-type", "rope", "--use-fused-rotary-pos-emb"});
+  ASSERT_TRUE(plain.status.ok());
+  EXPECT_TRUE(plain.registry->active("use-fused-rotary-pos-emb"));
+}
+
 TEST(KernelFeatures, PartitionedGemmSwitchOff) {
   ResolvedFeatures r({"--optimization-level", "1", "--no-partitioned-gemm"});
   ASSERT_TRUE(r.status.ok());

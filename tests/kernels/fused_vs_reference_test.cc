@@ -283,11 +283,14 @@ TEST_P(FusedVsReference, RopeIsExact) {
                         Case{9, 2, 8, 1, 34, 1.0}, Case{4, 1, 2, 2, 128, 0.25}}) {
     SCOPED_TRACE(::testing::Message() << "S " << c.S << " B " << c.B << " NH " << c.NH << " HD " << c.HD);
     const int64_t rot = static_cast<int64_t>(c.HD * c.percent), row = (c.NH + 2 * c.KV) * c.HD;
-    const RopeTables tables = make_rope_tables(64, rot, 10000.0);
+    RopeTables tables = make_rope_tables(64, rot, 10000.0);
     std::vector<int32_t> pos(c.B * c.S);
     for (int64_t i = 0; i < c.B * c.S; ++i) pos[i] = static_cast<int32_t>((i * 7) % 64);
     auto x = random_vector(c.S * c.B * row, 61);
-    for (bool backward : {false, true}) {
+    // Interleaved tables (--rotary-interleaved) are handed to the reference: still exact.
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool backward = mode % 2 == 1;
+      tables.interleaved = mode >= 2;
       std::vector<float> a = x, b = x;
       const HeadLayout ql = qkv_query_layout(c.NH, c.KV, c.HD), kl = qkv_key_layout(c.NH, c.KV, c.HD);
       RopeFn rf = backward ? ref_.rope_backward : ref_.rope_forward;

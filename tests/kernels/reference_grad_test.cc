@@ -107,6 +107,31 @@ TEST(ActivationGrad, GeluTanh) {
   EXPECT_NEAR(out[2], 1.95459769f, 1e-6f);
 }
 
+// --squared-relu: finite differences (points away from the kink at 0), and the formula at known points.
+TEST(ActivationGrad, SquaredRelu) {
+  const int64_t n = 301;
+  auto x = random_vector(n, 27, 4.0f), r = random_vector(n, 28);
+  for (float& v : x)
+    if (std::fabs(v) < 0.05f) v += 0.1f;  // the step h of the finite difference must not cross 0
+  std::vector<float> y(n), dx(n);
+  auto loss = [&] {
+    squared_relu_forward_ref(x.data(), y.data(), n);
+    return dot(y.data(), r.data(), n);
+  };
+  squared_relu_backward_ref(r.data(), x.data(), dx.data(), n);
+  auto dir = random_vector(n, 29);
+  EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), n), directional_derivative(loss, x.data(), dir.data(), n, 1e-3)), kTol);
+  float pts[3] = {-1.5f, 0.0f, 3.0f}, out[3], dy[3] = {1.0f, 1.0f, 0.5f}, grad[3];
+  squared_relu_forward_ref(pts, out, 3);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 9.0f);
+  squared_relu_backward_ref(dy, pts, grad, 3);
+  EXPECT_EQ(grad[0], 0.0f);
+  EXPECT_EQ(grad[1], 0.0f);
+  EXPECT_EQ(grad[2], 3.0f);  // 0.5 · 2 · 3
+}
+
 TEST(ActivationGrad, SwiGLU) {
   const int64_t rows = 4, F = 19;
   auto x = random_vector(rows * 2 * F, 31, 3.0f), r = random_vector(rows * F, 32);
@@ -146,6 +171,58 @@ TEST(RopeGrad, BackwardIsTransposeAndPreservesNorm) {
   std::vector<float> z = x;
   rope_forward_ref(z.data(), ql, NH, S, B, HD, zeros.data(), tables);
   EXPECT_EQ(z, x);
+}
+
+// --rotary-interleaved as Megatron writes it: emb = [θ0, θ0, θ1, θ1, ...], rotate_half(x) pairs
+// (−x[2i+1], x[2i]), out = x·cos(emb) + rotate_half(x)·sin(emb) on the first R dims; the rest pass
+// through. Also: it is the rotate-half kernel on the dims reordered evens-then-odds.
+TEST(RopeGrad, InterleavedPairsAsMegatron) {
+  const int64_t S = 5, B = 2, NH = 2, KV = 1, HD = 8, R = 6;
+  const int64_t row = (NH + 2 * KV) * HD;
+  auto x = random_vector(S * B * row, 43);
+  std::vector<int32_t> pos(B * S);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) pos[b * S + s] = static_cast<int32_t>(2 * s + b);
+  RopeTables tables = make_rope_tables(32, R, 10000.0);
+  tables.interleaved = true;
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD);
+  std::vector<float> y = x;
+  rope_forward_ref(y.data(), ql, NH, S, B, HD, pos.data(), tables);
+  RopeTables halves = make_rope_tables(32, R, 10000.0);
+  for (int64_t t = 0; t < S * B; ++t) {
+    const double p = pos[(t % B) * S + t / B];
+    for (int64_t h = 0; h < NH; ++h) {
+      const float* in = x.data() + ql.offset(t, h);
+      const float* out = y.data() + ql.offset(t, h);
+      for (int64_t d = 0; d < HD; ++d) {
+        if (d >= R) {
+          EXPECT_EQ(out[d], in[d]);
+          continue;
+        }
+        const double theta = p * std::pow(10000.0, -2.0 * static_cast<double>(d / 2) / static_cast<double>(R));
+        const double rotated = d % 2 == 0 ? -in[d + 1] : in[d - 1];
+        EXPECT_NEAR(out[d], in[d] * std::cos(theta) + rotated * std::sin(theta), 1e-5) << t << " " << h << " " << d;
+      }
+      // The same head reordered [x0, x2, x4, x1, x3, x5, x6, x7] through the rotate-half kernel.
+      std::vector<float> perm(static_cast<size_t>(HD)), done(static_cast<size_t>(HD));
+      for (int64_t i = 0; i < R / 2; ++i) {
+        perm[i] = in[2 * i];
+        perm[i + R / 2] = in[2 * i + 1];
+      }
+      for (int64_t d = R; d < HD; ++d) perm[d] = in[d];
+      const int32_t one_pos = static_cast<int32_t>(p);
+      rope_forward_ref(perm.data(), contiguous_heads_layout(1, HD), 1, 1, 1, HD, &one_pos, halves);
+      for (int64_t i = 0; i < R / 2; ++i) {
+        EXPECT_EQ(out[2 * i], perm[i]);
+        EXPECT_EQ(out[2 * i + 1], perm[i + R / 2]);
+      }
+    }
+  }
+  // Backward is the transpose.
+  auto r = random_vector(S * B * row, 44);
+  std::vector<float> rt = r;
+  rope_backward_ref(rt.data(), ql, NH, S, B, HD, pos.data(), tables);
+  EXPECT_LT(rel_diff(dot(y.data(), r.data(), S * B * row), dot(x.data(), rt.data(), S * B * row)), 1e-5);
 }
 
 struct AttnCase {

@@ -1,5 +1,6 @@
 // Llama 3 RoPE scaling (--use-rope-scaling) against the inverse frequencies transformers computes
-// (tools/reference/rope_scaling_reference.py), and in the cos/sin tables.
+// (tools/reference/rope_scaling_reference.py), and in the cos/sin tables; position interpolation
+// (--rotary-seq-len-interpolation-factor).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,6 +45,24 @@ TEST(RopeScaling, TablesUseTheScaledFrequencies) {
   }
   EXPECT_EQ(scaled.cos[0 * 8 + 0], plain.cos[0]);  // the highest frequency is not scaled
   EXPECT_NE(scaled.cos[8999 * 8 + 7], plain.cos[8999 * 8 + 7]);
+}
+
+// --rotary-seq-len-interpolation-factor 4: position p gets the angles of position p/4 (exactly,
+// where p/4 is a whole position), at every frequency, with or without Llama 3 scaling.
+TEST(RopeScaling, PositionInterpolationDividesPositions) {
+  for (double llama3 : {0.0, 8.0}) {
+    const RopeTables plain = make_rope_tables(4096, 16, 10000.0, llama3);
+    const RopeTables interp = make_rope_tables(4096, 16, 10000.0, llama3, 1.0 / 4.0);
+    for (int64_t p : {0, 4, 400, 4092})
+      for (int64_t i = 0; i < 8; ++i) {
+        EXPECT_NEAR(interp.cos[static_cast<size_t>(p * 8 + i)], plain.cos[static_cast<size_t>(p / 4 * 8 + i)], 1e-6)
+            << p << " " << i;
+        EXPECT_NEAR(interp.sin[static_cast<size_t>(p * 8 + i)], plain.sin[static_cast<size_t>(p / 4 * 8 + i)], 1e-6)
+            << p << " " << i;
+      }
+    const double f0 = 1.0;  // i = 0: inv_freq 1, never scaled by Llama 3
+    EXPECT_NEAR(interp.sin[static_cast<size_t>(3 * 8)], std::sin(3.0 / 4.0 * f0), 1e-7);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model/param_builders.h"
 #include "model_test_batches.h"
 #include "testing.h"
 
@@ -39,6 +40,29 @@ ModelConfig llama_config() {
   c.heads = 4;
   c.kv_heads = 2;
   c.head_dim = 4;
+  return c;
+}
+
+// --squared-relu with --apply-layernorm-1p (zero-centred norm weights; the norms scale by 1 + w).
+ModelConfig squared_relu_1p_config() {
+  ModelConfig c = gpt_config();
+  c.squared_relu = true;
+  c.norm_weight_1p = true;
+  return c;
+}
+
+ModelConfig llama_1p_config() {
+  ModelConfig c = llama_config();
+  c.norm_weight_1p = true;
+  c.qk_layernorm = true;
+  return c;
+}
+
+// --rotary-interleaved with position interpolation (--rotary-seq-len-interpolation-factor 2).
+ModelConfig llama_interleaved_config() {
+  ModelConfig c = llama_config();
+  c.rope_interleaved = true;
+  c.rope_position_scale = 0.5;
   return c;
 }
 
@@ -78,7 +102,10 @@ TEST_P(ModelGrad, EveryParameterMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Configs, ModelGrad,
                          ::testing::Values(ModelCase{"gpt", gpt_config(), false},
                                            ModelCase{"llama_gqa_rope", llama_config(), false},
-                                           ModelCase{"llama_documents", llama_config(), true}),
+                                           ModelCase{"llama_documents", llama_config(), true},
+                                           ModelCase{"gpt_squared_relu_layernorm_1p", squared_relu_1p_config(), false},
+                                           ModelCase{"llama_qk_layernorm_1p", llama_1p_config(), false},
+                                           ModelCase{"llama_rope_interleaved", llama_interleaved_config(), false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, MegatronParameterNamesAndShapes) {
@@ -96,6 +123,97 @@ TEST(GPTModel, MegatronParameterNamesAndShapes) {
   EXPECT_EQ(pb.find("decoder.layers.0.input_layernorm.bias"), -1);
   EXPECT_FALSE(pb.spec(pb.find("decoder.final_layernorm.weight")).weight_decay);
   EXPECT_TRUE(pb.spec(pb.find("embedding.word_embeddings.weight")).weight_decay);
+}
+
+// --apply-layernorm-1p: a model whose norm weights hold w computes exactly what the plain model
+// computes with norm weights 1 + w, and both get the same gradients for them (∂/∂w = ∂/∂γ).
+TEST(GPTModel, ApplyLayernorm1pIsThePlainModelWithOnePlusWeights) {
+  for (ModelConfig plain_c : {gpt_config(), llama_1p_config()}) {
+    plain_c.norm_weight_1p = false;
+    ModelConfig c = plain_c;
+    c.norm_weight_1p = true;
+    OpTable ops = reference_ops();
+    GPTModel one_p(c, single_process_partition(c), &ops), plain(plain_c, single_process_partition(plain_c), &ops);
+    one_p.params().initialize(7);
+    ParamBuffer& a = one_p.params();
+    ParamBuffer& b = plain.params();
+    ASSERT_EQ(a.numel(), b.numel());
+    int norms = 0;
+    for (int id = 0; id < a.size(); ++id) {
+      const ParamSpec& s = a.spec(id);
+      const bool norm_weight = s.name.find("layernorm.weight") != std::string::npos;
+      if (norm_weight) {
+        ++norms;
+        for (int64_t i = 0; i < s.local_numel(); ++i) EXPECT_EQ(a.param_data(id)[i], 0.0f) << s.name;  // zero-centred
+        const auto w = random_vector(s.local_numel(), 200 + id, 0.3f);
+        std::copy(w.begin(), w.end(), a.param_data(id));
+      }
+      for (int64_t i = 0; i < s.local_numel(); ++i)
+        b.param_data(id)[i] = norm_weight ? 1.0f + a.param_data(id)[i] : a.param_data(id)[i];
+    }
+    EXPECT_EQ(norms, c.qk_layernorm ? 4 * c.num_layers + 1 : 2 * c.num_layers + 1);
+    MicroBatch mb = testing::masked_batch(c, 2, 9, false);
+    EXPECT_EQ(testing::mean_loss(one_p, mb, true), testing::mean_loss(plain, mb, true));
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_EQ(a.flat_grads().data<float>()[i], b.flat_grads().data<float>()[i]) << i;
+  }
+}
+
+// --init-method-xavier-uniform: every weight matrix is U(±√(6/(fan_in + fan_out))) of its global
+// shape (spread over the whole interval), norms and biases keep theirs, and a TP shard holds the
+// matching slice of the whole tensor.
+TEST(GPTModel, XavierUniformInitialisation) {
+  ModelConfig c = llama_config();
+  c.init_xavier_uniform = true;
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(11);
+  const ParamBuffer& pb = model.params();
+  int matrices = 0;
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const float* p = pb.param_data(id);
+    if (s.global_shape.size() != 2) {
+      for (int64_t i = 0; i < s.local_numel(); ++i) EXPECT_EQ(p[i], 1.0f) << s.name;  // RMSNorm weights
+      continue;
+    }
+    ++matrices;
+    const double bound = std::sqrt(6.0 / static_cast<double>(s.global_shape[0] + s.global_shape[1]));
+    double lo = 0.0, hi = 0.0, sum_sq = 0.0;
+    for (int64_t i = 0; i < s.local_numel(); ++i) {
+      lo = std::min(lo, double{p[i]});
+      hi = std::max(hi, double{p[i]});
+      sum_sq += double{p[i]} * p[i];
+    }
+    EXPECT_LE(hi, bound) << s.name;
+    EXPECT_GE(lo, -bound) << s.name;
+    EXPECT_GT(hi, 0.9 * bound) << s.name;
+    EXPECT_LT(lo, -0.9 * bound) << s.name;
+    // Variance of U(-b, b) is b²/3 (the normal init's 0.3² would be far off for these shapes).
+    EXPECT_NEAR(sum_sq / static_cast<double>(s.local_numel()), bound * bound / 3.0, 0.2 * bound * bound / 3.0) << s.name;
+  }
+  EXPECT_EQ(matrices, 2 + 4 * c.num_layers);  // embedding, output layer; QKV, proj, fc1, fc2 per layer
+
+  ParamSpec whole = make_param_spec("decoder.layers.0.mlp.linear_fc1.weight", {48, 16}, InitKind::kUniform,
+                                    xavier_uniform_bound(48, 16), true);
+  ParamSpec shard = whole;
+  shard.split_dim = 0;
+  shard.split_parts = 2;
+  shard.split_rank = 1;
+  ParamBuffer a, b;
+  a.add(whole);
+  b.add(shard);
+  a.finalize();
+  b.finalize();
+  a.initialize(9);
+  b.initialize(9);
+  for (int64_t i = 0; i < 24 * 16; ++i) EXPECT_EQ(b.param_data(0)[i], a.param_data(0)[24 * 16 + i]);
+  const int fc1 = pb.find("decoder.layers.0.mlp.linear_fc1.weight");
+  ParamBuffer same;
+  same.add(whole);
+  same.finalize();
+  same.initialize(11);
+  for (int64_t i = 0; i < 48 * 16; ++i) ASSERT_EQ(pb.param_data(fc1)[i], same.param_data(0)[i]);
 }
 
 TEST(GPTModel, InitialisationIsShardIndependent) {

@@ -401,9 +401,43 @@ INSTANTIATE_TEST_SUITE_P(
                   "--use-rope-scaling with --multi-latent-attention: MLA's RoPE scaling is YaRN (--rotary-scaling-factor)"},
         ErrorCase{{"--openai-gelu", "--swiglu"}, StatusCode::kInvalidArgument,
                   "--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU"},
+        ErrorCase{{"--squared-relu", "--swiglu"}, StatusCode::kInvalidArgument,
+                  "--squared-relu with --swiglu: the MLP has one activation (squared ReLU or SwiGLU)"},
+        ErrorCase{{"--squared-relu", "--openai-gelu"}, StatusCode::kInvalidArgument,
+                  "--squared-relu with --openai-gelu: the MLP has one activation (squared ReLU or GeLU)"},
+        ErrorCase{{"--rotary-interleaved"}, StatusCode::kInvalidArgument,
+                  "--rotary-interleaved needs --position-embedding-type rope (or --multi-latent-attention), found "
+                  "learned_absolute"},
+        ErrorCase{{"--rotary-seq-len-interpolation-factor", "2"}, StatusCode::kInvalidArgument,
+                  "--rotary-seq-len-interpolation-factor needs --position-embedding-type rope without "
+                  "--multi-latent-attention (found learned_absolute)"},
+        ErrorCase{{"--position-embedding-type", "rope", "--rotary-seq-len-interpolation-factor", "0"},
+                  StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"},
         ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
                   "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
                   "ranks)"}));
+
+TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--squared-relu", "--apply-layernorm-1p",
+                                                      "--init-method-xavier-uniform", "--position-embedding-type", "rope",
+                                                      "--rotary-seq-len-interpolation-factor", "4",
+                                                      "--rotary-interleaved"}))
+                  .ok());
+  c.args.model.padded_vocab_size = 128;
+  const ModelConfig m = model_config_from_args(c.args);
+  EXPECT_TRUE(m.squared_relu);
+  EXPECT_TRUE(m.norm_weight_1p);
+  EXPECT_TRUE(m.init_xavier_uniform);
+  EXPECT_EQ(m.rope_position_scale, 0.25);
+  EXPECT_TRUE(m.rope_interleaved);
+  Cli plain;
+  ASSERT_TRUE(plain.parse(minimal_pretrain_flags()).ok());
+  plain.args.model.padded_vocab_size = 128;
+  const ModelConfig p = model_config_from_args(plain.args);
+  EXPECT_FALSE(p.squared_relu || p.norm_weight_1p || p.init_xavier_uniform || p.rope_interleaved);
+  EXPECT_EQ(p.rope_position_scale, 1.0);
+}
 
 TEST(Arguments, RecomputeFlagsAsMegatron) {
   Cli c;

@@ -605,10 +605,10 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   EXPECT_NE(e.find("config.json: architecture 'FalconForCausalLM' is not supported yet"), std::string::npos) << e;
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
-    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
   });
   e = error_of(dir, tmp);
-  EXPECT_NE(e.find("config.json: 'rope_scaling' = {\"factor\":2.0,\"type\":\"linear\"} is not supported yet"),
+  EXPECT_NE(e.find("config.json: 'rope_scaling' = {\"factor\":2.0,\"type\":\"dynamic\"} is not supported yet"),
             std::string::npos)
       << e;
   edit_config(dir, [](nlohmann::json& j) {
@@ -646,6 +646,25 @@ TEST(HfConvert, Llama3RopeScalingConvertsAndRoundTrips) {
   const std::string e = error_of(dir, tmp);
   EXPECT_NE(e.find("'rope_scaling' = "), std::string::npos) << e;
   EXPECT_NE(e.find("Megatron's --use-rope-scaling is Llama 3's scaling with low_freq_factor 1"), std::string::npos) << e;
+}
+
+// rope_scaling {"rope_type": "linear"} (position interpolation) is --rotary-seq-len-interpolation-factor:
+// recorded, used by the model built from the checkpoint, and written back.
+TEST(HfConvert, LinearRopeScalingIsPositionInterpolation) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "llama");
+  edit_config(dir, [](nlohmann::json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  EXPECT_EQ(lm->config.rope_position_scale, 0.5);
+  EXPECT_EQ(lm->config.rope_scaling_factor, 0.0);
+  ASSERT_TRUE(convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("back")), quiet).ok());
+  std::ifstream config(tmp.file("back") + "/config.json");
+  const nlohmann::json back = nlohmann::json::parse(config);
+  EXPECT_EQ(back["rope_scaling"]["rope_type"], "linear");
+  EXPECT_EQ(back["rope_scaling"]["factor"], 2.0);
+  edit_config(dir, [](nlohmann::json& j) { j["rope_scaling"]["factor"] = 0.0; });
+  EXPECT_NE(error_of(dir, tmp).find("rope_type linear with a positive factor"), std::string::npos);
 }
 
 TEST(HfConvertErrors, MistralSlidingWindowShorterThanTheContext) {
@@ -793,6 +812,19 @@ TEST(HfConvertErrors, GaleCheckpointWithoutAnHfCounterpart) {
   // The recorded noop layers come back.
   nlohmann::json args = model_flags_json(m);
   EXPECT_EQ(model_args_from_json(args, "x").value().noop_layers, std::vector<int64_t>{1});
+  // --squared-relu and --apply-layernorm-1p have no Hugging Face form Gale writes; both come back
+  // from the recorded flags.
+  for (const char* flag : {"--squared-relu", "--apply-layernorm-1p"}) {
+    m = model_args_from_json(r->section("args").value(), "x").value();
+    (std::string(flag) == "--squared-relu" ? m.squared_relu : m.apply_layernorm_1p) = true;
+    hf = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+    ASSERT_FALSE(hf.ok());
+    EXPECT_EQ(hf.status().message(), std::string("ckpt/metadata.json: the model has ") + flag +
+                                         ", which no Hugging Face architecture Gale writes can hold");
+    const ModelArgs back = model_args_from_json(model_flags_json(m), "x").value();
+    EXPECT_EQ(back.squared_relu, m.squared_relu);
+    EXPECT_EQ(back.apply_layernorm_1p, m.apply_layernorm_1p);
+  }
 }
 
 // GPT-2 files saved from GPT2Model have no "transformer." prefix and may carry the causal-mask

@@ -1,4 +1,4 @@
-// Reference GeLU / SwiGLU / bias kernels.
+// Reference GeLU / squared-ReLU / SwiGLU / bias kernels.
 #include "kernels/cpu/activation.h"
 
 #include <cmath>
@@ -49,6 +49,21 @@ void gelu_tanh_backward_ref(const float* dy, const float* x, float* dx, int64_t 
       const float dt = (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * v * v);
       dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
     }
+  });
+}
+
+void squared_relu_forward_ref(const float* x, float* y, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float r = x[i] > 0.0f ? x[i] : 0.0f;
+      y[i] = r * r;
+    }
+  });
+}
+
+void squared_relu_backward_ref(const float* dy, const float* x, float* dx, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dx[i] = x[i] > 0.0f ? dy[i] * 2.0f * x[i] : 0.0f;
   });
 }
 

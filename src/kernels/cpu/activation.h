@@ -1,4 +1,4 @@
-// GeLU and SwiGLU activations and bias addition: plain reference kernels (level 0).
+// GeLU, squared ReLU and SwiGLU activations and bias addition: plain reference kernels (level 0).
 //
 // Backward kernels WRITE the input gradient (dx =), never accumulate.
 #pragma once
@@ -17,6 +17,11 @@ void gelu_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
 void gelu_tanh_forward_ref(const float* x, float* y, int64_t n);
 // dx = dy · d/dx of the above. dx may alias dy.
 void gelu_tanh_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
+
+// y = max(x, 0)² (Megatron's --squared-relu, Primer / Nemotron's relu2). y may alias x.
+void squared_relu_forward_ref(const float* x, float* y, int64_t n);
+// dx = dy · 2·max(x, 0). dx may alias dy.
+void squared_relu_backward_ref(const float* dy, const float* x, float* dx, int64_t n);
 
 // x is [rows, 2F]: gate = x[:, :F], up = x[:, F:]; y[rows, F] = silu(gate) · up.
 void swiglu_forward_ref(const float* x, float* y, int64_t rows, int64_t F);

@@ -1,6 +1,7 @@
 // Vectorised rotary position embedding (templates over a simd type V), in place on heads read
 // through a HeadLayout; the same arithmetic as the reference (kernels/cpu/rope.h), so the results
-// are bit-identical to it.
+// are bit-identical to it. Rotate-half layout only: interleaved tables (--rotary-interleaved) are
+// handed to the reference kernel (and the use-fused-rotary-pos-emb feature reports itself inactive).
 #pragma once
 
 #include "core/check.h"
@@ -15,6 +16,10 @@ void rope_apply(float* x, const HeadLayout& layout, int64_t heads, int64_t S, in
   using F = typename V::F;
   const int64_t half = tables.rot_dim / 2;
   GALE_CHECK_LE(tables.rot_dim, HD);
+  if (tables.interleaved) {
+    return sin_sign > 0.0f ? rope_forward_ref(x, layout, heads, S, B, HD, position_ids, tables)
+                           : rope_backward_ref(x, layout, heads, S, B, HD, position_ids, tables);
+  }
   const float* cos_table = tables.cos.data();
   const float* sin_table = tables.sin.data();
   const F sign = V::set1(sin_sign);

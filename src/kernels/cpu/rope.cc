@@ -18,7 +18,8 @@ double llama3_scaled_inv_freq(double inv_freq, double factor) {
   return (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
 }
 
-RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor) {
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor,
+                            double position_scale) {
   GALE_CHECK(rot_dim > 0 && rot_dim % 2 == 0) << "rot_dim " << rot_dim;
   RopeTables t;
   t.max_positions = max_positions;
@@ -30,7 +31,7 @@ RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base,
     for (int64_t i = 0; i < half; ++i) {
       double inv_freq = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
       if (llama3_scaling_factor > 0.0) inv_freq = llama3_scaled_inv_freq(inv_freq, llama3_scaling_factor);
-      double angle = static_cast<double>(p) * inv_freq;
+      double angle = static_cast<double>(p) * position_scale * inv_freq;
       t.cos[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
       t.sin[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
     }
@@ -53,11 +54,15 @@ void rope_apply(float* x, const HeadLayout& layout, int64_t heads, int64_t S, in
       const float* sn = tables.sin.data() + pos * half;
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x + layout.offset(t, h);
+        // The pair rotated at frequency i: (v[i], v[i + half]), or (v[2i], v[2i + 1]) interleaved.
+        const int64_t first_step = tables.interleaved ? 2 : 1, second_offset = tables.interleaved ? 1 : half;
         for (int64_t i = 0; i < half; ++i) {
-          float x1 = v[i], x2 = v[i + half];
+          float* a = v + i * first_step;
+          float* b = a + second_offset;
+          float x1 = *a, x2 = *b;
           float si = sin_sign * sn[i];
-          v[i] = x1 * c[i] - x2 * si;
-          v[i + half] = x2 * c[i] + x1 * si;
+          *a = x1 * c[i] - x2 * si;
+          *b = x2 * c[i] + x1 * si;
         }
       }
     }

@@ -1,8 +1,9 @@
-// Rotary position embedding (Megatron's non-interleaved "rotate half"): reference kernels.
+// Rotary position embedding (Megatron's "rotate half", or interleaved pairs): reference kernels.
 //
 // The first R = rot_dim dimensions of every head rotate; the rest pass through. For a token at
-// position p and i < R/2: (x_i, x_{i+R/2}) <- (x_i·cos θ_i − x_{i+R/2}·sin θ_i,
-//                                             x_{i+R/2}·cos θ_i + x_i·sin θ_i), θ_i = p·base^(−2i/R).
+// position p and i < R/2, θ_i = p·base^(−2i/R), the pair (a, b) = (x_i, x_{i+R/2}) (default), or
+// (x_{2i}, x_{2i+1}) with tables.interleaved (Megatron's --rotary-interleaved), becomes
+// (a·cos θ_i − b·sin θ_i, b·cos θ_i + a·sin θ_i).
 // Applied in place to `heads` heads laid out by `layout` (e.g. q or k inside the packed QKV).
 #pragma once
 
@@ -18,10 +19,14 @@ struct RopeTables {
   int64_t max_positions = 0;
   int64_t rot_dim = 0;
   std::vector<float> cos, sin;
+  bool interleaved = false;  // rotate pairs (2i, 2i+1) instead of (i, i + rot_dim/2)
 };
 // Frequencies inv_freq_i = base^(−2i/rot_dim); with `llama3_scaling_factor` > 0 (Megatron's
-// --use-rope-scaling --rope-scaling-factor) each one is rescaled by llama3_scaled_inv_freq.
-RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor = 0.0);
+// --use-rope-scaling --rope-scaling-factor) each one is rescaled by llama3_scaled_inv_freq. The
+// angle at position p is p·position_scale·inv_freq_i (position_scale 1/f: Megatron's
+// --rotary-seq-len-interpolation-factor f, linear position interpolation).
+RopeTables make_rope_tables(int64_t max_positions, int64_t rot_dim, double base, double llama3_scaling_factor = 0.0,
+                            double position_scale = 1.0);
 
 // Llama 3.1's RoPE scaling with Megatron's fixed constants (low_freq_factor 1, high_freq_factor 4,
 // original context 8192): with wavelength λ = 2π/f, f stays when λ < 8192/4, becomes f/factor when
