@@ -21,6 +21,8 @@ int log_world_size() { return g_world; }
 bool is_first_rank() { return g_rank == 0; }
 bool is_last_rank() { return g_rank == g_world - 1; }
 
+void print_datetime(const std::string& what) { print_rank0("[" + what + "] datetime: " + timestamp_now() + " "); }
+
 void print_rank0(const std::string& line) {
   if (!is_first_rank()) return;
   std::fputs(line.c_str(), stdout);

@@ -24,6 +24,9 @@ void warn_rank0(const std::string& line);  // "WARNING: ..." on stderr, rank 0 o
 // "2025-05-20 15:48:49" in local time, as Megatron's log line shows it.
 std::string timestamp_now();
 
+// Megatron's print_datetime on rank 0: "[<what>] datetime: 2025-05-20 15:48:49 ".
+void print_datetime(const std::string& what);
+
 // Monotonic seconds since an arbitrary origin.
 double now_seconds();
 

@@ -68,6 +68,8 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--train-samples", &a.train_samples, "samples to train (or --train-iters)");
   p.add("--exit-interval", &a.exit_interval, "exit after the iteration that is a multiple of this");
   p.add("--exit-duration-in-mins", &a.exit_duration_in_mins, "exit after this many minutes");
+  p.add_flag("--exit-signal-handler", &a.exit_signal_handler,
+             "on SIGTERM (to any rank), save the checkpoint (with --save) after the current iteration and exit");
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");

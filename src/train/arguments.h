@@ -90,6 +90,7 @@ struct TrainingArgs {
   int64_t exit_interval = kUnset;
   bool skip_train = false;  // --skip-train: no iterations; the validation and test evaluations only
   double exit_duration_in_mins = kUnsetF;
+  bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM saves a checkpoint and exits (train/exit_signal.h)
   int64_t seed = 1234;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
   double lr = kUnsetF;

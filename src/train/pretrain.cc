@@ -16,6 +16,7 @@
 #include "train/checkpointing.h"
 #include "train/data_setup.h"
 #include "train/engine.h"
+#include "train/exit_signal.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -145,6 +146,7 @@ int pretrain_main(int argc, char** argv) {
                         format_bytes(engine.optimizer->state_bytes()), ", gradient buffer ",
                         format_bytes(trainable * static_cast<int64_t>(sizeof(float)))));
   }
+  if (args.training.exit_signal_handler) install_exit_signal_handler();
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
 
   // ---- checkpoints ----

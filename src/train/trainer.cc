@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "model/context_parallel.h"
 #include "schedule/schedules.h"
+#include "train/exit_signal.h"
 #include "train/grad_sync.h"
 #include "train/model_setup.h"
 
@@ -190,7 +191,7 @@ Status Trainer::run() {
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
-  bool saved_at_last_iteration = false;
+  bool saved_at_last_iteration = false, exit_for_duration = false;
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   while (!t.skip_train && state_.iteration < train_iters_) {
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
@@ -240,19 +241,34 @@ Status Trainer::run() {
     if (do_valid && state_.iteration % l.eval_interval == 0)
       GALE_RETURN_IF_ERROR(
           evaluate_and_print(*valid_, &state_.consumed_valid_samples, str_cat("iteration ", state_.iteration)));
+    // Megatron's checkpoint_and_decide_exit: SIGTERM first, then the regular save, then the
+    // duration and iteration limits. The signal and the duration are decided by all ranks together
+    // (one all-reduce), so every rank stops at the same iteration.
     saved_at_last_iteration = false;
+    if (t.exit_signal_handler || !unset(t.exit_duration_in_mins)) {
+      int64_t exits[2] = {t.exit_signal_handler && exit_signal_received() ? 1 : 0,
+                          !unset(t.exit_duration_in_mins) && (now_seconds() - start) / 60.0 > t.exit_duration_in_mins};
+      const Comm& world = engine_->ps.world();
+      if (world->size() > 1) world->all_reduce(exits, 2, DType::kI64, ReduceOp::kMax);
+      if (exits[0]) {
+        if (save_fn_) GALE_RETURN_IF_ERROR(save_fn_(state_));
+        print_datetime("exiting program after receiving SIGTERM.");
+        return Status::Ok();
+      }
+      exit_for_duration = exits[1] != 0;
+    }
     if (save_fn_ && args_.checkpoint.save_interval > 0 && state_.iteration % args_.checkpoint.save_interval == 0) {
       GALE_RETURN_IF_ERROR(save_fn_(state_));
       saved_at_last_iteration = true;
     }
-    if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
+    if (exit_for_duration) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
-      print_rank0(str_cat("exiting program at iteration ", state_.iteration));
+      print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
       return Status::Ok();
     }
-    if (!unset(t.exit_duration_in_mins) && (now_seconds() - start) / 60.0 > t.exit_duration_in_mins) {
+    if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
-      print_rank0(str_cat("exiting program after ", t.exit_duration_in_mins, " minutes"));
+      print_datetime(str_cat("exiting program at iteration ", state_.iteration));
       return Status::Ok();
     }
   }
