@@ -100,6 +100,8 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--sgd-momentum", &a.sgd_momentum, "SGD momentum");
   p.add_false("--no-check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
               "do not stop on NaN/inf loss or gradients");
+  p.add_flag("--check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
+             "the default (older Megatron spelling); stop on a NaN or inf loss or gradient norm");
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
@@ -259,6 +261,18 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--loss-scale-window", true, "loss scaling only applies with --fp16"},
       {"--hysteresis", true, "loss scaling only applies with --fp16"},
       {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},
+      {"--deterministic-mode", false,
+       "Gale's kernels and reductions are deterministic for a given layout and thread count"},
+      {"--auto-detect-ckpt-format", false, "Gale reads its own checkpoint format (docs/formats/checkpoint.md)"},
+      {"--ckpt-fully-parallel-load", false, "every rank reads only the tensor pieces it holds"},
+      {"--no-ckpt-fully-parallel-save", false, "every rank writes the shard of the pieces it holds"},
+      {"--no-overlap-p2p-communication", false,
+       "Gale's pipeline sends are non-blocking and its receives posted ahead (schedule/pipeline_p2p.h)"},
+      {"--moe-permute-fusion", false, "Gale's dispatcher permutes tokens in one gather pass"},
+      {"--moe-per-layer-logging", false,
+       "per-layer MoE losses are not logged separately; the log line shows their mean over layers"},
+      {"--attention-backend", true,
+       "Gale has one attention kernel per level: the reference, or flash attention with --use-flash-attn"},
   };
   p.group("compatibility");
   for (const auto& c : compat) p.add_compat(c.flag, c.takes_value, c.note);

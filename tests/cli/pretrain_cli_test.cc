@@ -164,12 +164,16 @@ TEST(GalePretrain, ErrorsAreOneLineWithExitCode2) {
 TEST(GalePretrain, CompatibilityFlagsAreAcceptedWithANote) {
   test::RunResult r = test::run_with_timeout(
       tiny({"--use-mcore-models", "--attention-softmax-in-fp32", "--initial-loss-scale", "65536",
-            "--train-iters", "1"}),
+            "--deterministic-mode", "--attention-backend", "auto", "--no-overlap-p2p-communication",
+            "--ckpt-fully-parallel-load", "--check-for-nan-in-loss-and-grad", "--train-iters", "1"}),
       {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("accepted without effect: --initial-loss-scale: loss scaling only applies with --fp16"),
             std::string::npos)
       << r.output;
+  for (const char* flag : {"--deterministic-mode: ", "--attention-backend: ", "--no-overlap-p2p-communication: ",
+                           "--ckpt-fully-parallel-load: "})
+    EXPECT_NE(r.output.find(std::string("accepted without effect: ") + flag), std::string::npos) << flag << r.output;
 }
 
 }  // namespace
