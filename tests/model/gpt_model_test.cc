@@ -125,6 +125,26 @@ TEST(GPTModel, MegatronParameterNamesAndShapes) {
   EXPECT_TRUE(pb.spec(pb.find("embedding.word_embeddings.weight")).weight_decay);
 }
 
+// The initial values of `whole` and of tensor-parallel rank 1 of 2 of it (dim 0 split, in `blocks`
+// equal blocks each split), both initialised with `seed`.
+std::pair<std::vector<float>, std::vector<float>> whole_and_rank1_of_2(const ParamSpec& whole, int blocks,
+                                                                       uint64_t seed) {
+  ParamSpec shard = whole;
+  shard.split_dim = 0;
+  shard.split_blocks = blocks;
+  shard.split_parts = 2;
+  shard.split_rank = 1;
+  ParamBuffer a, b;
+  a.add(whole);
+  b.add(shard);
+  a.finalize();
+  b.finalize();
+  a.initialize(seed);
+  b.initialize(seed);
+  return {std::vector<float>(a.param_data(0), a.param_data(0) + a.numel()),
+          std::vector<float>(b.param_data(0), b.param_data(0) + b.numel())};
+}
+
 // --apply-layernorm-1p: a model whose norm weights hold w computes exactly what the plain model
 // computes with norm weights 1 + w, and both get the same gradients for them (∂/∂w = ∂/∂γ).
 TEST(GPTModel, ApplyLayernorm1pIsThePlainModelWithOnePlusWeights) {
@@ -194,26 +214,13 @@ TEST(GPTModel, XavierUniformInitialisation) {
   }
   EXPECT_EQ(matrices, 2 + 4 * c.num_layers);  // embedding, output layer; QKV, proj, fc1, fc2 per layer
 
-  ParamSpec whole = make_param_spec("decoder.layers.0.mlp.linear_fc1.weight", {48, 16}, InitKind::kUniform,
-                                    xavier_uniform_bound(48, 16), true);
-  ParamSpec shard = whole;
-  shard.split_dim = 0;
-  shard.split_parts = 2;
-  shard.split_rank = 1;
-  ParamBuffer a, b;
-  a.add(whole);
-  b.add(shard);
-  a.finalize();
-  b.finalize();
-  a.initialize(9);
-  b.initialize(9);
-  for (int64_t i = 0; i < 24 * 16; ++i) EXPECT_EQ(b.param_data(0)[i], a.param_data(0)[24 * 16 + i]);
+  const ParamSpec whole = make_param_spec("decoder.layers.0.mlp.linear_fc1.weight", {48, 16}, InitKind::kUniform,
+                                          xavier_uniform_bound(48, 16), true);
+  const auto [full, part] = whole_and_rank1_of_2(whole, 1, 9);
+  for (int64_t i = 0; i < 24 * 16; ++i) EXPECT_EQ(part[i], full[24 * 16 + i]);
   const int fc1 = pb.find("decoder.layers.0.mlp.linear_fc1.weight");
-  ParamBuffer same;
-  same.add(whole);
-  same.finalize();
-  same.initialize(11);
-  for (int64_t i = 0; i < 48 * 16; ++i) ASSERT_EQ(pb.param_data(fc1)[i], same.param_data(0)[i]);
+  const std::vector<float> same = whole_and_rank1_of_2(whole, 1, 11).first;  // the model's seed
+  for (int64_t i = 0; i < 48 * 16; ++i) ASSERT_EQ(pb.param_data(fc1)[i], same[i]);
 }
 
 TEST(GPTModel, InitialisationIsShardIndependent) {
@@ -223,20 +230,7 @@ TEST(GPTModel, InitialisationIsShardIndependent) {
   whole.name = "decoder.layers.0.mlp.linear_fc1.weight";
   whole.global_shape = {48, 16};
   whole.init_std = 0.02f;
-  ParamSpec shard = whole;
-  shard.split_dim = 0;
-  shard.split_blocks = 2;  // SwiGLU [gate; up]
-  shard.split_parts = 2;
-  shard.split_rank = 1;
-  ParamBuffer a, b;
-  a.add(whole);
-  b.add(shard);
-  a.finalize();
-  b.finalize();
-  a.initialize(9);
-  b.initialize(9);
-  const float* full = a.param_data(0);
-  const float* part = b.param_data(0);
+  const auto [full, part] = whole_and_rank1_of_2(whole, 2, 9);  // SwiGLU [gate; up]: two blocks
   // Rank 1 holds gate rows [12, 24) and up rows [36, 48).
   for (int64_t r = 0; r < 12; ++r)
     for (int64_t col = 0; col < 16; ++col) {
