@@ -58,6 +58,10 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
                "--recompute-num-layers layers of each pipeline stage (model chunk), one by one");
   p.add("--recompute-num-layers", &a.recompute_num_layers, "with full: the group size (uniform) or layer count (block)");
   p.add_flag("--recompute-activations", &a.recompute_activations, "same as --recompute-granularity selective");
+  p.add_list("--recompute-modules", &a.recompute_modules,
+             "with selective: the modules recomputed, of core_attn (default), layernorm, moe_act, mla_up_proj, mlp, "
+             "moe, shared_experts (Gale implements core_attn and layernorm)",
+             1);
 }
 
 void add_training_args(ArgParser& p, TrainingArgs& a) {
@@ -412,6 +416,20 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
     if (m.recompute_num_layers != kUnset)
       return InvalidArgument("--recompute-num-layers requires --recompute-granularity full");
   }
+  if (!m.recompute_modules.empty() && m.recompute_granularity != "selective")
+    return InvalidArgument("--recompute-modules requires --recompute-granularity selective, found ",
+                           m.recompute_granularity.empty() ? "no --recompute-granularity"
+                                                           : "--recompute-granularity " + m.recompute_granularity);
+  for (const std::string& module : m.recompute_modules) {
+    if (module == "core_attn" || module == "layernorm") continue;
+    if (module == "moe_act" || module == "mla_up_proj" || module == "mlp" || module == "moe" ||
+        module == "shared_experts")
+      return Unimplemented("--recompute-modules ", module,
+                           ": not supported yet (Gale recomputes core_attn, which it never keeps, and layernorm)");
+    return InvalidArgument("--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
+                           "shared_experts, found '", module, "'");
+  }
+  if (m.recompute_granularity == "selective" && m.recompute_modules.empty()) m.recompute_modules = {"core_attn"};
   if (m.max_position_embeddings < m.seq_length)
     return InvalidArgument("--max-position-embeddings ", m.max_position_embeddings, " must be at least --seq-length ",
                            m.seq_length);

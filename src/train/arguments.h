@@ -60,6 +60,9 @@ struct ModelArgs {
   std::string recompute_method;       // "" or, with full, "uniform" or "block"
   int64_t recompute_num_layers = kUnset;
   bool recompute_activations = false;
+  // --recompute-modules (selective; Megatron's default core_attn): what selective recomputation
+  // covers. Gale implements core_attn (never kept anyway) and layernorm (both norms' outputs).
+  std::vector<std::string> recompute_modules;
   // --noop-layers "0,23": global indices of identity layers (MindSpeed), parsed by validation.
   std::string noop_layers_flag;
   std::vector<int64_t> noop_layers;  // sorted, unique

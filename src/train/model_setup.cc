@@ -98,6 +98,12 @@ ModelConfig model_config_from_args(const Arguments& a) {
   return c;
 }
 
+void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
+  if (m.recompute_granularity != "selective") return;
+  for (const std::string& module : m.recompute_modules)
+    if (module == "layernorm") plan->norm_layers = RecomputePlan::kAllLayers;
+}
+
 OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
   OptimizerConfig o;

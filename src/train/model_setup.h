@@ -13,6 +13,10 @@ ModelConfig model_config_from_args(const Arguments& a);
 OptimizerConfig optimizer_config_from_args(const Arguments& a);
 // Megatron's get_optimizer_param_scheduler: steps counted in samples.
 LrSchedule lr_schedule_from_args(const Arguments& a);
+// --recompute-granularity selective --recompute-modules: `layernorm` recomputes both norms' outputs
+// in every layer (on top of what MindSpeed's --recompute-norm set in `plan`); core_attn needs
+// nothing (attention probabilities are never kept).
+void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan);
 // Iterations of the run: --train-iters, or --train-samples // global batch size.
 int64_t train_iters_from_args(const Arguments& a);
 

@@ -17,6 +17,7 @@
 #include "train/data_setup.h"
 #include "train/engine.h"
 #include "train/exit_signal.h"
+#include "train/model_setup.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -102,9 +103,10 @@ int pretrain_main(int argc, char** argv) {
   for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
-  if (args.model.recompute_granularity == "selective")
-    warn_rank0("--recompute-granularity selective: nothing to do; Gale never keeps attention scores or "
-               "probabilities for backward (both attention kernels recompute them from the log-sum-exp)");
+  if (args.model.recompute_granularity == "selective" && args.model.recompute_modules == std::vector<std::string>{"core_attn"})
+    warn_rank0("--recompute-granularity selective (--recompute-modules core_attn): nothing to do; Gale never keeps "
+               "attention scores or probabilities for backward (both attention kernels recompute them from the "
+               "log-sum-exp)");
 
   // ---- layout ----
   StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
@@ -127,6 +129,7 @@ int pretrain_main(int argc, char** argv) {
   EngineSetup setup{&ops, &engine_options.recompute};
   st = registry->apply(fctx, setup);
   if (!st.ok()) run_error(st);
+  apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
   if (args.parallel.ddp_bucket_size != kUnset) engine_options.ddp_bucket_size = args.parallel.ddp_bucket_size;
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);

@@ -370,6 +370,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "--noop-layers: expected comma-separated layer indices such as 0,23, found \"-1\" in \"-1\""},
         ErrorCase{{"--noop-layers", "2"}, StatusCode::kInvalidArgument,
                   "--noop-layers: layer 2 is not below --num-layers 2 (indices count from 0)"},
+        ErrorCase{{"--recompute-modules", "layernorm"}, StatusCode::kInvalidArgument,
+                  "--recompute-modules requires --recompute-granularity selective, found no --recompute-granularity"},
+        ErrorCase{{"--recompute-activations", "--recompute-modules", "layernorm", "moe_act"},
+                  StatusCode::kUnimplemented,
+                  "--recompute-modules moe_act: not supported yet (Gale recomputes core_attn, which it never keeps, "
+                  "and layernorm)"},
+        ErrorCase{{"--recompute-activations", "--recompute-modules", "norm"}, StatusCode::kInvalidArgument,
+                  "--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
+                  "shared_experts, found 'norm'"},
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
@@ -437,6 +446,22 @@ TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   const ModelConfig p = model_config_from_args(plain.args);
   EXPECT_FALSE(p.squared_relu || p.norm_weight_1p || p.init_xavier_uniform || p.rope_interleaved);
   EXPECT_EQ(p.rope_position_scale, 1.0);
+}
+
+TEST(Arguments, RecomputeModulesLayernormRecomputesBothNorms) {
+  Cli d;
+  ASSERT_TRUE(d.parse(with(minimal_pretrain_flags(), {"--recompute-granularity", "selective"})).ok());
+  EXPECT_EQ(d.args.model.recompute_modules, std::vector<std::string>{"core_attn"});  // Megatron's default
+  RecomputePlan plan;
+  apply_recompute_modules(d.args.model, &plan);
+  EXPECT_EQ(plan.norm_layers, 0);
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--recompute-activations", "--recompute-modules", "core_attn",
+                                                      "layernorm"}))
+                  .ok());
+  apply_recompute_modules(c.args.model, &plan);
+  EXPECT_EQ(plan.norm_layers, RecomputePlan::kAllLayers);
+  EXPECT_EQ(plan.activation_layers, 0);
 }
 
 TEST(Arguments, RecomputeFlagsAsMegatron) {
