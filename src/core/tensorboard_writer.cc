@@ -50,7 +50,9 @@ void put_varint(std::string* out, uint64_t v) {
 }
 
 // Field key: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
-void put_key(std::string* out, int field, int wire_type) { put_varint(out, (static_cast<uint64_t>(field) << 3) | wire_type); }
+void put_key(std::string* out, int field, int wire_type) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
+}
 
 void put_bytes(std::string* out, int field, std::string_view bytes) {
   put_key(out, field, 2);
