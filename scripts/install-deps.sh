@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # collectives for multi-process training
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train for the demo tokenizer
   nlohmann-json3-dev libcli11-dev zlib1g-dev
+  libisal-dev            # CRC-32C (crc32_iscsi) of TensorBoard event files (--tensorboard-dir)
   libicu-dev             # Unicode normalisation for Hugging Face tokenizer.json normalizers
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)

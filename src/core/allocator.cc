@@ -38,14 +38,20 @@ void* Allocator::allocate(size_t bytes) {
     }
     if (p == nullptr) {
       p = std::aligned_alloc(kPageBytes, cls);
-      if (p != nullptr) block_class_[p] = cls;
+      if (p != nullptr) {
+        block_class_[p] = cls;
+        reserved_.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed);
+      }
     }
   } else {
-    p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    p = std::aligned_alloc(kAlignment, rounded);
+    if (p != nullptr) reserved_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed);
   }
   GALE_CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) + static_cast<int64_t>(bytes);
   count_.fetch_add(1, std::memory_order_relaxed);
+  live_.fetch_add(1, std::memory_order_relaxed);
   for (std::atomic<int64_t>* high : {&peak_, &max_live_}) {
     int64_t seen = high->load(std::memory_order_relaxed);
     while (now > seen && !high->compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
@@ -57,6 +63,7 @@ void* Allocator::allocate(size_t bytes) {
 void Allocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   current_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  live_.fetch_sub(1, std::memory_order_relaxed);
   if (bytes >= kCacheMinBytes) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto it = block_class_.find(ptr);
@@ -69,6 +76,10 @@ void Allocator::deallocate(void* ptr, size_t bytes) {
       return;
     }
     block_class_.erase(it);
+    reserved_.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
+  } else {
+    reserved_.fetch_sub(static_cast<int64_t>((bytes + kAlignment - 1) / kAlignment * kAlignment),
+                        std::memory_order_relaxed);
   }
   std::free(ptr);
 }
@@ -83,6 +94,7 @@ void Allocator::release_cache() {
   for (auto& [cls, blocks] : cache_)
     for (void* p : blocks) {
       block_class_.erase(p);
+      reserved_.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
       std::free(p);
     }
   cache_.clear();

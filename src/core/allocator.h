@@ -39,7 +39,11 @@ class Allocator {
 
   int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
-  int64_t num_allocations() const { return count_.load(std::memory_order_relaxed); }
+  int64_t num_allocations() const { return count_.load(std::memory_order_relaxed); }  // ever made
+  int64_t live_allocations() const { return live_.load(std::memory_order_relaxed); }   // not yet freed
+  // Bytes this allocator holds from the system: every live block at its allocated size (64-byte
+  // multiple, or the size class of a large block) plus the free-block cache.
+  int64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
   int64_t cached_bytes() const;
   void release_cache();
@@ -48,6 +52,8 @@ class Allocator {
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> count_{0};
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> max_live_{0};  // the highest current_bytes() ever (reset_peak leaves it)
   mutable std::mutex cache_mutex_;
   std::map<size_t, std::vector<void*>> cache_;  // size class -> free blocks of that class

@@ -213,6 +213,23 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.add("--eval-interval", &a.eval_interval, "iterations between validation runs");
   p.add("--eval-iters", &a.eval_iters, "iterations per validation run");
   p.add("--timing-log-level", &a.timing_log_level, "timer detail (0-2)");
+  p.add("--tensorboard-dir", &a.tensorboard_dir,
+        "write TensorBoard event files to this directory (created if missing; last rank only)");
+  p.add("--tensorboard-log-interval", &a.tensorboard_log_interval, "iterations between TensorBoard scalars");
+  p.add("--tensorboard-queue-size", &a.tensorboard_queue_size,
+        "TensorBoard events kept in memory before they are written to the file");
+  p.add_flag("--log-timers-to-tensorboard", &a.log_timers_to_tensorboard,
+             "write iteration-time (and throughput with --log-throughput) to TensorBoard");
+  p.add_flag("--log-batch-size-to-tensorboard", &a.log_batch_size_to_tensorboard, "write batch-size to TensorBoard");
+  p.add_false("--no-log-learnig-rate-to-tensorboard", &a.log_learning_rate_to_tensorboard,
+              "do not write learning-rate to TensorBoard (Megatron's spelling)");
+  p.add_false("--no-log-loss-scale-to-tensorboard", &a.log_loss_scale_to_tensorboard,
+              "do not write loss-scale to TensorBoard");
+  p.add_flag("--log-validation-ppl-to-tensorboard", &a.log_validation_ppl_to_tensorboard,
+             "write validation perplexity to TensorBoard");
+  p.add_flag("--log-memory-to-tensorboard", &a.log_memory_to_tensorboard,
+             "write the host allocator's byte counts to TensorBoard");
+  p.add_flag("--log-world-size-to-tensorboard", &a.log_world_size_to_tensorboard, "write world-size to TensorBoard");
 }
 
 void add_unsupported_megatron_args(ArgParser& p) {
@@ -226,7 +243,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--rampup-batch-size", "batch-size ramp-up"},
-      {"--tensorboard-dir", "TensorBoard logging"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--ckpt-format", "Gale writes its own safetensors-based format (docs/formats/checkpoint.md)"},
       {"--async-save", "asynchronous checkpoint saving"},
@@ -524,6 +540,10 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
   if (l.eval_interval <= 0) return InvalidArgument("--eval-interval: expected a positive integer, found ", l.eval_interval);
   if (l.eval_iters < 0) return InvalidArgument("--eval-iters: expected a non-negative integer, found ", l.eval_iters);
+  if (l.tensorboard_log_interval <= 0)
+    return InvalidArgument("--tensorboard-log-interval: expected a positive integer, found ", l.tensorboard_log_interval);
+  if (l.tensorboard_queue_size <= 0)
+    return InvalidArgument("--tensorboard-queue-size: expected a positive integer, found ", l.tensorboard_queue_size);
   return Status::Ok();
 }
 

@@ -209,6 +209,17 @@ struct LoggingArgs {
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   int64_t timing_log_level = 0;
+  // TensorBoard (Megatron's flags; written by the last rank only, docs/formats/tensorboard.md).
+  std::string tensorboard_dir;  // empty: no TensorBoard logging
+  int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false;
+  bool log_batch_size_to_tensorboard = false;
+  bool log_learning_rate_to_tensorboard = true;  // --no-log-learnig-rate-to-tensorboard (sic)
+  bool log_loss_scale_to_tensorboard = true;
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;
+  bool log_world_size_to_tensorboard = false;
 };
 
 // Megatron-Core mixture of experts (train/arguments_moe.cc); inactive without --num-experts.

@@ -6,6 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "core/tensorboard_writer.h"
 #include "core/threads.h"
 #include "features/registry.h"
 #include "kernels/cpu/gemm.h"
@@ -113,6 +114,16 @@ int pretrain_main(int argc, char** argv) {
   if (!layout.ok()) return usage_error(layout.status());
   print_rank0(render_rank_layout(layout.value()));
 
+  // ---- TensorBoard: the last rank writes, as Megatron's ----
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (!args.logging.tensorboard_dir.empty() && is_last_rank()) {
+    print_rank_last("> setting tensorboard ...");
+    StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::open(args.logging.tensorboard_dir, args.logging.tensorboard_queue_size);
+    if (!w.ok()) run_error(InvalidArgument("--tensorboard-dir: ", w.status().message()));
+    tensorboard = std::move(w.value());
+  }
+
   // ---- data ----
   StatusOr<PretrainData> data_or = build_pretrain_data(args);
   if (!data_or.ok()) run_error(data_or.status());
@@ -151,6 +162,7 @@ int pretrain_main(int argc, char** argv) {
   }
   if (args.training.exit_signal_handler) install_exit_signal_handler();
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
+  trainer.set_tensorboard_writer(tensorboard.get());
 
   // ---- checkpoints ----
   if (!args.checkpoint.load.empty() || !args.lora.lora_load.empty()) {
@@ -164,6 +176,7 @@ int pretrain_main(int argc, char** argv) {
   print_rank0("training ...");
   host_allocator().reset_peak();
   st = trainer.run();
+  tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact), ", format_bytes(peak_rss_bytes()), " process peak RSS"));

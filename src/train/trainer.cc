@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/log.h"
 #include "model/context_parallel.h"
 #include "schedule/schedules.h"
@@ -174,9 +175,22 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
   return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
 }
 
-Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix) {
+Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix,
+                                   bool to_tensorboard) {
   GALE_ASSIGN_OR_RETURN(double loss, evaluate(data, consumed, args_.logging.eval_iters));
+  if (tensorboard_ && to_tensorboard) {
+    add_validation_scalars(*tensorboard_, args_.logging.log_validation_ppl_to_tensorboard, loss, state_.iteration,
+                           state_.consumed_train_samples);
+    GALE_RETURN_IF_ERROR(flush_tensorboard());
+  }
   print_rank_last(format_validation_block(prefix, loss));
+  return Status::Ok();
+}
+
+Status Trainer::flush_tensorboard() {
+  if (!tensorboard_) return Status::Ok();
+  Status st = tensorboard_->flush();
+  if (!st.ok()) return IOError("--tensorboard-dir ", args_.logging.tensorboard_dir, ": ", st.message());
   return Status::Ok();
 }
 
@@ -212,7 +226,43 @@ Status Trainer::run() {
                                " (grad norm ", r.step.grad_norm, ", loss ", loss,
                                "); lower --lr or use --no-check-for-nan-in-loss-and-grad to skip such iterations");
     }
-    if (state_.iteration % l.log_interval == 0) {
+    const bool log_due = state_.iteration % l.log_interval == 0;
+    // TensorBoard's iterations are the same on every rank (the params norm is a collective).
+    const bool tensorboard_due = !l.tensorboard_dir.empty() && state_.iteration % l.tensorboard_log_interval == 0;
+    const double params_norm =
+        l.log_params_norm && (log_due || tensorboard_due) ? engine_->optimizer->params_norm() : -1.0;
+    if (tensorboard_ && tensorboard_due) {
+      TensorBoardTrainingScalars s;
+      s.iteration = state_.iteration;
+      s.consumed_samples = state_.consumed_train_samples;
+      s.learning_rate = engine_->scheduler->lr();
+      s.batch_size = t.global_batch_size;
+      s.world_size = engine_->ps.world_size();
+      s.lm_loss = loss;
+      s.grad_norm = r.step.grad_norm;
+      s.num_zeros = r.step.num_zeros;
+      s.params_norm = params_norm;
+      const Allocator& a = host_allocator();
+      s.mem_reserved_bytes = a.reserved_bytes();
+      s.mem_allocated_bytes = a.current_bytes();
+      s.mem_max_allocated_bytes = a.peak_bytes();
+      s.mem_allocated_count = a.live_allocations();
+      TensorBoardTrainingFlags flags;
+      flags.learning_rate = l.log_learning_rate_to_tensorboard;
+      flags.batch_size = l.log_batch_size_to_tensorboard;
+      flags.loss_scale = l.log_loss_scale_to_tensorboard;
+      flags.world_size = l.log_world_size_to_tensorboard;
+      flags.memory = l.log_memory_to_tensorboard;
+      add_training_scalars(*tensorboard_, flags, s);
+    }
+    if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
+      const std::string& balancing = args_.moe.moe_router_load_balancing_type;
+      if (balancing == "aux_loss" || balancing == "seq_aux_loss")
+        tensorboard_->add_scalar(balancing == "aux_loss" ? "load_balancing_loss" : "seq_load_balancing_loss",
+                                 r.load_balancing_loss, state_.iteration);
+      if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
+    }
+    if (log_due) {
       const double now = now_seconds();
       const double per_iter = (now - interval_start) / static_cast<double>(iters_in_interval);
       TrainingLogFields f;
@@ -230,9 +280,14 @@ Status Trainer::run() {
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.num_zeros = r.step.num_zeros;
-      if (l.log_params_norm) f.params_norm = engine_->optimizer->params_norm();
+      f.params_norm = params_norm;
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
+      if (tensorboard_ && l.log_timers_to_tensorboard) {
+        tensorboard_->add_scalar("iteration-time", per_iter, state_.iteration);
+        if (l.log_throughput) tensorboard_->add_scalar("throughput", f.tflops_per_gpu, state_.iteration);
+      }
+      GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
       loss_total = load_balancing_total = z_loss_total = 0.0;
       advanced = skipped = nan_iters = iters_in_interval = 0;
@@ -240,7 +295,7 @@ Status Trainer::run() {
     }
     if (do_valid && state_.iteration % l.eval_interval == 0)
       GALE_RETURN_IF_ERROR(
-          evaluate_and_print(*valid_, &state_.consumed_valid_samples, str_cat("iteration ", state_.iteration)));
+          evaluate_and_print(*valid_, &state_.consumed_valid_samples, str_cat("iteration ", state_.iteration), true));
     // Megatron's checkpoint_and_decide_exit: SIGTERM first, then the regular save, then the
     // duration and iteration limits. The signal and the duration are decided by all ranks together
     // (one all-reduce), so every rank stops at the same iteration.
@@ -253,7 +308,7 @@ Status Trainer::run() {
       if (exits[0]) {
         if (save_fn_) GALE_RETURN_IF_ERROR(save_fn_(state_));
         print_datetime("exiting program after receiving SIGTERM.");
-        return Status::Ok();
+        return flush_tensorboard();
       }
       exit_for_duration = exits[1] != 0;
     }
@@ -264,24 +319,28 @@ Status Trainer::run() {
     if (exit_for_duration) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
       print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
-      return Status::Ok();
+      return flush_tensorboard();
     }
     if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
       print_datetime(str_cat("exiting program at iteration ", state_.iteration));
-      return Status::Ok();
+      return flush_tensorboard();
     }
   }
   if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
     GALE_RETURN_IF_ERROR(save_fn_(state_));
+  // Megatron writes the final evaluations to TensorBoard unless --skip-train (the test set's under
+  // the same 'lm loss validation' tags).
   if (do_valid)
     GALE_RETURN_IF_ERROR(evaluate_and_print(*valid_, &state_.consumed_valid_samples,
-                                            str_cat("iteration ", state_.iteration, " on validation set")));
+                                            str_cat("iteration ", state_.iteration, " on validation set"),
+                                            !t.skip_train));
   if (do_test) {
     int64_t consumed_test = 0;
-    GALE_RETURN_IF_ERROR(evaluate_and_print(*test_, &consumed_test, str_cat("iteration ", state_.iteration, " on test set")));
+    GALE_RETURN_IF_ERROR(evaluate_and_print(*test_, &consumed_test, str_cat("iteration ", state_.iteration, " on test set"),
+                                            !t.skip_train));
   }
-  return Status::Ok();
+  return flush_tensorboard();
 }
 
 }  // namespace gale

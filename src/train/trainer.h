@@ -42,6 +42,8 @@ class Trainer {
   // Called at every --save-interval, at --exit-interval and at the end of training.
   using SaveFn = std::function<Status(const TrainerState&)>;
   void set_save_fn(SaveFn fn) { save_fn_ = std::move(fn); }
+  // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
+  void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations.
@@ -61,7 +63,11 @@ class Trainer {
   // --variable-seq-lengths the longest sample's unpadded length, rounded up to a multiple of TP
   // under --sequence-parallel.
   int64_t micro_batch_length(const std::vector<TrainingSample>& samples) const;
-  Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix);
+  // Evaluates, prints Megatron's validation block and, with `to_tensorboard`, writes its scalars.
+  Status evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix,
+                            bool to_tensorboard);
+  // Writes pending TensorBoard records; a write error names --tensorboard-dir.
+  Status flush_tensorboard();
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
@@ -79,6 +85,7 @@ class Trainer {
   const SampleDataset* test_;
   TrainerState state_;
   SaveFn save_fn_;
+  TensorBoardWriter* tensorboard_ = nullptr;
   int64_t train_iters_ = 0;
   int64_t num_microbatches_ = 0;
 };

@@ -1,6 +1,7 @@
 // Formatting of Megatron's log line and validation block; Megatron's FLOPs formula.
 #include "train/training_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -52,6 +53,40 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" number of skipped iterations: %3lld |", static_cast<long long>(f.skipped_iterations));
   add(" number of nan iterations: %3lld |", static_cast<long long>(f.nan_iterations));
   return s;
+}
+
+void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& flags,
+                          const TensorBoardTrainingScalars& s) {
+  const int64_t it = s.iteration, samples = s.consumed_samples;
+  auto both = [&](const std::string& tag, double v) {
+    w.add_scalar(tag, v, it);
+    w.add_scalar(tag + " vs samples", v, samples);
+  };
+  if (flags.learning_rate) both("learning-rate", s.learning_rate);
+  if (flags.batch_size) both("batch-size", static_cast<double>(s.batch_size));
+  both("lm loss", s.lm_loss);
+  if (flags.loss_scale) both("loss-scale", s.loss_scale);
+  if (flags.world_size) both("world-size", static_cast<double>(s.world_size));
+  if (s.has_grad_norm) both("grad-norm", s.grad_norm);
+  if (s.num_zeros >= 0) both("num-zeros", static_cast<double>(s.num_zeros));
+  if (s.params_norm >= 0.0) both("params-norm", s.params_norm);
+  if (flags.memory) {
+    w.add_scalar("mem-reserved-bytes", static_cast<double>(s.mem_reserved_bytes), it);
+    w.add_scalar("mem-allocated-bytes", static_cast<double>(s.mem_allocated_bytes), it);
+    w.add_scalar("mem-max-allocated-bytes", static_cast<double>(s.mem_max_allocated_bytes), it);
+    w.add_scalar("mem-allocated-count", static_cast<double>(s.mem_allocated_count), it);
+  }
+}
+
+void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
+                            int64_t consumed_samples) {
+  w.add_scalar("lm loss validation", lm_loss, iteration);
+  w.add_scalar("lm loss validation vs samples", lm_loss, consumed_samples);
+  if (ppl) {
+    const double p = std::exp(std::min(20.0, lm_loss));
+    w.add_scalar("lm loss validation ppl", p, iteration);
+    w.add_scalar("lm loss validation ppl vs samples", p, consumed_samples);
+  }
 }
 
 std::string format_validation_block(const std::string& prefix, double lm_loss) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/tensorboard_writer.h"
+
 namespace gale {
 
 // Inputs of Megatron's num_floating_point_operations (standard GPT or MoE; no MLA/MTP).
@@ -40,6 +42,40 @@ struct TrainingLogFields {
   int64_t skipped_iterations = 0, nan_iterations = 0;
   std::string timestamp;  // "YYYY-mm-dd HH:MM:SS"; now when empty
 };
+
+// What Megatron's training_log writes to TensorBoard at an iteration that is a multiple of
+// --tensorboard-log-interval (values of that iteration, not interval averages).
+struct TensorBoardTrainingScalars {
+  int64_t iteration = 0, consumed_samples = 0;
+  double learning_rate = 0.0;
+  int64_t batch_size = 0, world_size = 1;
+  double lm_loss = 0.0;  // this iteration's
+  double loss_scale = 1.0;
+  bool has_grad_norm = true;
+  double grad_norm = 0.0;
+  int64_t num_zeros = -1;     // written when >= 0 (--log-num-zeros-in-grad)
+  double params_norm = -1.0;  // written when >= 0 (--log-params-norm)
+  // --log-memory-to-tensorboard: torch.cuda.memory_stats()' reserved_bytes / allocated_bytes
+  // (current and peak) / allocation (current count), from Gale's host allocator.
+  int64_t mem_reserved_bytes = 0, mem_allocated_bytes = 0, mem_max_allocated_bytes = 0, mem_allocated_count = 0;
+};
+
+// Which of them are written (Megatron's --log-*-to-tensorboard flags).
+struct TensorBoardTrainingFlags {
+  bool learning_rate = true, batch_size = false, loss_scale = true, world_size = false, memory = false;
+};
+
+// Adds the scalars in Megatron's order and with its tags ('learning-rate', 'learning-rate vs
+// samples', 'batch-size', ..., 'lm loss', 'lm loss vs samples', 'loss-scale', 'world-size',
+// 'grad-norm', 'num-zeros', 'params-norm', 'mem-*'): "X vs samples" at step = consumed samples,
+// the rest at step = iteration (docs/formats/tensorboard.md).
+void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& flags,
+                          const TensorBoardTrainingScalars& s);
+
+// evaluate_and_print_results' scalars: 'lm loss validation' (and with `ppl` 'lm loss validation
+// ppl', exp(min(20, loss))), each also "vs samples" at step = consumed training samples.
+void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
+                            int64_t consumed_samples);
 
 // " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
 std::string format_training_log_line(const TrainingLogFields& f);

@@ -96,6 +96,29 @@ TEST(Allocator, CountsExactBytesAndPeak) {
   EXPECT_EQ(a.peak_bytes() - before, 4020);
 }
 
+TEST(Allocator, CountsLiveAllocationsAndReservedBytes) {
+  Allocator& a = host_allocator();
+  a.release_cache();
+  const int64_t live = a.live_allocations(), reserved = a.reserved_bytes();
+  {
+    Tensor small = Tensor::empty({10});  // 40 bytes: one 64-byte line
+    EXPECT_EQ(a.live_allocations() - live, 1);
+    EXPECT_EQ(a.reserved_bytes() - reserved, 64);
+    {
+      Tensor big = Tensor::empty({(1 << 18) + 1});  // 1 MiB + 4 bytes: the size class 1 MiB + 128 KiB
+      EXPECT_EQ(a.live_allocations() - live, 2);
+      EXPECT_EQ(a.reserved_bytes() - reserved, 64 + (1 << 20) + (1 << 17));
+    }
+    EXPECT_EQ(a.live_allocations() - live, 1);
+    // The freed large block stays reserved in the cache until the cache is released.
+    EXPECT_EQ(a.reserved_bytes() - reserved, 64 + a.cached_bytes());
+    a.release_cache();
+    EXPECT_EQ(a.reserved_bytes() - reserved, 64);
+  }
+  EXPECT_EQ(a.live_allocations(), live);
+  EXPECT_EQ(a.reserved_bytes(), reserved);
+}
+
 TEST(BF16, RoundToNearestEven) {
   // 1 + 2^-8 is exactly halfway between two bf16 values: rounds to even (1.0).
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 1.0f / 256.0f)), 1.0f);

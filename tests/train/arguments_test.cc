@@ -35,6 +35,41 @@ TEST(Arguments, MegatronDefaultsAndDerivedValues) {
   EXPECT_TRUE(c.args.checkpoint.load_optim);
 }
 
+TEST(Arguments, TensorBoardFlagsAsMegatron) {
+  Cli defaults;
+  ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
+  const LoggingArgs& d = defaults.args.logging;
+  EXPECT_EQ(d.tensorboard_dir, "");
+  EXPECT_EQ(d.tensorboard_log_interval, 1);
+  EXPECT_EQ(d.tensorboard_queue_size, 1000);
+  EXPECT_FALSE(d.log_timers_to_tensorboard);
+  EXPECT_FALSE(d.log_batch_size_to_tensorboard);
+  EXPECT_TRUE(d.log_learning_rate_to_tensorboard);
+  EXPECT_TRUE(d.log_loss_scale_to_tensorboard);
+  EXPECT_FALSE(d.log_validation_ppl_to_tensorboard);
+  EXPECT_FALSE(d.log_memory_to_tensorboard);
+  EXPECT_FALSE(d.log_world_size_to_tensorboard);
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(),
+                           {"--tensorboard-dir", "runs/x", "--tensorboard-log-interval", "10", "--tensorboard-queue-size",
+                            "5", "--log-timers-to-tensorboard", "--log-batch-size-to-tensorboard",
+                            "--no-log-learnig-rate-to-tensorboard", "--no-log-loss-scale-to-tensorboard",
+                            "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard",
+                            "--log-world-size-to-tensorboard"}))
+                  .ok());
+  const LoggingArgs& l = c.args.logging;
+  EXPECT_EQ(l.tensorboard_dir, "runs/x");
+  EXPECT_EQ(l.tensorboard_log_interval, 10);
+  EXPECT_EQ(l.tensorboard_queue_size, 5);
+  EXPECT_TRUE(l.log_timers_to_tensorboard);
+  EXPECT_TRUE(l.log_batch_size_to_tensorboard);
+  EXPECT_FALSE(l.log_learning_rate_to_tensorboard);
+  EXPECT_FALSE(l.log_loss_scale_to_tensorboard);
+  EXPECT_TRUE(l.log_validation_ppl_to_tensorboard);
+  EXPECT_TRUE(l.log_memory_to_tensorboard);
+  EXPECT_TRUE(l.log_world_size_to_tensorboard);
+}
+
 TEST(Arguments, SwigluFfnRuleAndGqa) {
   Cli c;
   ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--swiglu", "--group-query-attention", "--num-query-groups", "2",
@@ -273,6 +308,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-layers", "2.5"}, StatusCode::kInvalidArgument, "--num-layers: expected an integer, found '2.5'"},
         ErrorCase{{"--normalization", "BatchNorm"}, StatusCode::kInvalidArgument, "--normalization..."},
         ErrorCase{{"--fp16"}, StatusCode::kUnimplemented, "--fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
+        ErrorCase{{"--tensorboard-log-interval", "0"}, StatusCode::kInvalidArgument,
+                  "--tensorboard-log-interval: expected a positive integer, found 0"},
+        ErrorCase{{"--tensorboard-queue-size", "-1"}, StatusCode::kInvalidArgument,
+                  "--tensorboard-queue-size: expected a positive integer, found -1"},
+        ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
+                  "--wandb-project: not supported yet (Weights & Biases logging)"},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
         ErrorCase{{"--moe-router-topk", "2"}, StatusCode::kInvalidArgument,
                   "--moe-router-topk needs --num-experts (a MoE model), found no --num-experts"},
