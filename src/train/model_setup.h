@@ -13,7 +13,9 @@ ModelConfig model_config_from_args(const Arguments& a);
 OptimizerConfig optimizer_config_from_args(const Arguments& a);
 // Megatron's get_optimizer_param_scheduler: steps counted in samples.
 LrSchedule lr_schedule_from_args(const Arguments& a);
-// Iterations of the run: --train-iters, or --train-samples // global batch size.
+// Iterations of the run: --train-iters, or Megatron's update_train_iters for --train-samples
+// (--train-samples // global batch size, or with --rampup-batch-size the ramp-up's iterations plus
+// whole global batches of the rest: NumMicroBatchesCalculator::train_iters_for_samples).
 int64_t train_iters_from_args(const Arguments& a);
 
 }  // namespace gale
