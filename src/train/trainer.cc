@@ -204,8 +204,10 @@ Status Trainer::run() {
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron checkpoints the iterations before a ramp-up step of the batch size.
     const int64_t global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
-    if (global_batch_size != last_global_batch_size && state_.iteration != 0 && save_fn_ && !saved_at_last_iteration)
-      GALE_RETURN_IF_ERROR(save_fn_(state_));
+    if (global_batch_size != last_global_batch_size) {
+      print_rank0(str_cat("ramping up batch size from ", last_global_batch_size, " to ", global_batch_size));
+      if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+    }
     last_global_batch_size = global_batch_size;
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;

@@ -49,9 +49,9 @@ class Trainer {
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
-  // changes the global batch size after the first iteration (of this process), a checkpoint of the
-  // iterations so far is saved before the first iteration at the new size (when --save is given and
-  // that iteration was not just saved).
+  // changes the global batch size it prints "ramping up batch size from A to B" and, after the
+  // first iteration (of this process), saves a checkpoint of the iterations so far before the first
+  // iteration at the new size (when --save is given and that iteration was not just saved).
   Status run();
 
   // One iteration (forward/backward of every micro-batch, gradient reduction, optimizer step,
