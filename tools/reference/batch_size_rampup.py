@@ -38,6 +38,7 @@ def main():
     print("4 -> 16 by 4 over 100:",
           {c: global_batch_size(c, *ramp) for c in (0, 33, 34, 66, 67, 99, 100, 101)})
     print("  train iters for 1000, 1015, 1016, 50:", [train_iters(t, *ramp) for t in (1000, 1015, 1016, 50)])
+    print("1 -> 2 by 1 over 3, train iters for 3:", train_iters(3, 1, 1, 3, 2))
     print("1 -> 8 by 1 over 9:", {c: global_batch_size(c, 1, 1, 9, 8) for c in (8, 9, 10)})
     print("4 -> 8 by 2 over 20:", {c: global_batch_size(c, 4, 2, 20, 8) for c in (0, 10, 21)})
     cli = (2, 1, 8, 4)
