@@ -228,6 +228,7 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
+      {"--decrease-batch-size-if-needed", "rounding global batch sizes down to a multiple of micro-batch size x DP"},
       {"--tensorboard-dir", "TensorBoard logging"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--ckpt-format", "Gale writes its own safetensors-based format (docs/formats/checkpoint.md)"},

@@ -155,5 +155,14 @@ TEST(BatchSizeRampup, FlagErrorsNameTheFlag) {
   }
 }
 
+TEST(BatchSizeRampup, DecreaseBatchSizeIfNeededIsNotSupportedYet) {
+  testing::PretrainCli c;
+  Status s = c.parse(sample_based({"--rampup-batch-size", "4", "4", "100", "--decrease-batch-size-if-needed"}));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "--decrease-batch-size-if-needed: not supported yet (rounding global batch sizes down to a multiple of "
+            "micro-batch size x DP)");
+}
+
 }  // namespace
 }  // namespace gale
