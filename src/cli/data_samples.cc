@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/batch_size_rampup.h"
 #include "train/data_setup.h"
 
 namespace gale::cli {
@@ -48,6 +49,14 @@ int run_data_samples(int argc, char** argv) {
     return fail(InvalidArgument("--micro-batch-size (or --global-batch-size) is required"));
   if (t.global_batch_size == kUnset) t.global_batch_size = t.micro_batch_size * dp;
   if (t.global_batch_size <= 0) return fail(InvalidArgument("--global-batch-size: expected a positive integer"));
+  if (!t.rampup_batch_size.empty()) {  // sizes the train iterations, hence the validation split
+    if (t.train_samples == kUnset)
+      return fail(InvalidArgument("--rampup-batch-size needs sample-based training (--train-samples), not --train-iters"));
+    if (t.micro_batch_size == kUnset) return fail(InvalidArgument("--rampup-batch-size needs --micro-batch-size"));
+    a.parallel.data_parallel_size = dp;
+    auto calculator = num_micro_batches_calculator_from_args(a);
+    if (!calculator.ok()) return fail(calculator.status());
+  }
   if ((t.train_iters == kUnset) == (t.train_samples == kUnset))
     return fail(InvalidArgument("give exactly one of --train-iters and --train-samples (they size the datasets)"));
   if (a.logging.eval_interval <= 0) return fail(InvalidArgument("--eval-interval: expected a positive integer"));

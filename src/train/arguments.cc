@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "train/batch_size_rampup.h"
+
 namespace gale {
 
 void add_model_args(ArgParser& p, ModelArgs& a) {
@@ -68,6 +70,11 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.group("training");
   p.add("--micro-batch-size", &a.micro_batch_size, "samples per micro-batch per data-parallel rank (required)");
   p.add("--global-batch-size", &a.global_batch_size, "samples per iteration; default micro-batch-size * data-parallel size");
+  p.add_list("--rampup-batch-size", &a.rampup_batch_size,
+             "<start batch size> <batch size increment> <ramp-up samples>: grow the global batch size from the "
+             "start by increments, each after ramp-up samples / ((global - start) / increment) consumed samples, up "
+             "to --global-batch-size (needs --train-samples)",
+             1);
   p.add("--train-iters", &a.train_iters, "iterations to train (or --train-samples)");
   p.add("--train-samples", &a.train_samples, "samples to train (or --train-iters)");
   p.add("--exit-interval", &a.exit_interval, "exit after the iteration that is a multiple of this");
@@ -242,7 +249,7 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
-      {"--rampup-batch-size", "batch-size ramp-up"},
+      {"--decrease-batch-size-if-needed", "rounding global batch sizes down to a multiple of micro-batch size x DP"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--ckpt-format", "Gale writes its own safetensors-based format (docs/formats/checkpoint.md)"},
       {"--async-save", "asynchronous checkpoint saving"},
@@ -487,6 +494,11 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
     if (t.lr_decay_iters != kUnset) return InvalidArgument("--lr-decay-iters needs --train-iters, not --train-samples");
     if (t.lr_warmup_iters != 0) return InvalidArgument("--lr-warmup-iters needs --train-iters, not --train-samples");
     if (t.lr_wsd_decay_iters != kUnset) return InvalidArgument("--lr-wsd-decay-iters needs --train-iters");
+  }
+  if (!t.rampup_batch_size.empty()) {
+    // Megatron: "expected no batch-size rampup for iteration-based training".
+    if (iters) return InvalidArgument("--rampup-batch-size needs sample-based training (--train-samples), not --train-iters");
+    GALE_RETURN_IF_ERROR(num_micro_batches_calculator_from_args(a).status());
   }
   if (!unset(t.lr_warmup_fraction) && (t.lr_warmup_iters != 0 || t.lr_warmup_samples != 0))
     return InvalidArgument("--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples are exclusive");

@@ -88,6 +88,9 @@ struct ModelArgs {
 struct TrainingArgs {
   int64_t micro_batch_size = kUnset;
   int64_t global_batch_size = kUnset;  // -> micro_batch_size * data_parallel_size
+  // --rampup-batch-size <start batch size> <batch size increment> <ramp-up samples> as given (empty:
+  // constant global batch size); read by num_micro_batches_calculator_from_args (model_setup.h).
+  std::vector<std::string> rampup_batch_size;
   int64_t train_iters = kUnset;
   int64_t train_samples = kUnset;
   int64_t exit_interval = kUnset;

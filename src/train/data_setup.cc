@@ -13,6 +13,7 @@
 #include "data/numpy_math.h"
 #include "data/split.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "train/model_setup.h"
 
 namespace gale {
 
@@ -167,7 +168,8 @@ SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
   int64_t train_iters = t.train_iters;
   if (t.train_samples != kUnset) {
     c.train = t.train_samples;
-    train_iters = gbs > 0 ? t.train_samples / gbs : 0;  // Megatron's update_train_iters (no ramp-up)
+    // Megatron's update_train_iters (with --rampup-batch-size: the ramp-up's iterations and the rest).
+    train_iters = !t.rampup_batch_size.empty() ? train_iters_from_args(a) : gbs > 0 ? t.train_samples / gbs : 0;
   } else {
     c.train = t.train_iters * gbs;
   }

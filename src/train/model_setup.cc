@@ -1,6 +1,8 @@
 // Flag-to-config translation for the model, optimizer and LR schedule.
 #include "train/model_setup.h"
 
+#include "train/batch_size_rampup.h"
+
 namespace gale {
 
 ModelConfig model_config_from_args(const Arguments& a) {
@@ -118,7 +120,10 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
 
 int64_t train_iters_from_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
-  return t.train_iters != kUnset ? t.train_iters : t.train_samples / t.global_batch_size;
+  if (t.train_iters != kUnset) return t.train_iters;
+  StatusOr<NumMicroBatchesCalculator> calculator = num_micro_batches_calculator_from_args(a);
+  GALE_CHECK_OK(calculator.status());  // validated with the flags
+  return calculator->train_iters_for_samples(t.train_samples);
 }
 
 LrSchedule lr_schedule_from_args(const Arguments& a) {

@@ -17,7 +17,9 @@ LrSchedule lr_schedule_from_args(const Arguments& a);
 // in every layer (on top of what MindSpeed's --recompute-norm set in `plan`); core_attn needs
 // nothing (attention probabilities are never kept).
 void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan);
-// Iterations of the run: --train-iters, or --train-samples // global batch size.
+// Iterations of the run: --train-iters, or Megatron's update_train_iters for --train-samples
+// (--train-samples // global batch size, or with --rampup-batch-size the ramp-up's iterations plus
+// whole global batches of the rest: NumMicroBatchesCalculator::train_iters_for_samples).
 int64_t train_iters_from_args(const Arguments& a);
 
 }  // namespace gale

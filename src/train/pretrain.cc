@@ -163,6 +163,14 @@ int pretrain_main(int argc, char** argv) {
   if (args.training.exit_signal_handler) install_exit_signal_handler();
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
   trainer.set_tensorboard_writer(tensorboard.get());
+  if (!args.training.rampup_batch_size.empty()) {  // Megatron's start-up lines of the ramp-up
+    const std::vector<std::string>& r = args.training.rampup_batch_size;
+    print_rank0(str_cat("will use batch size rampup starting from global batch size ", r[0], " to global batch size ",
+                        args.training.global_batch_size, " with batch size increments ", r[1], " over ", r[2],
+                        " samples."));
+  }
+  if (args.training.train_samples != kUnset)
+    print_rank0(str_cat("setting training iterations to ", trainer.train_iters()));
 
   // ---- checkpoints ----
   if (!args.checkpoint.load.empty() || !args.lora.lora_load.empty()) {

@@ -19,7 +19,11 @@ Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* tra
     : args_(args), engine_(engine), train_(train), valid_(valid), test_(test) {
   const TrainingArgs& t = args_.training;
   train_iters_ = train_iters_from_args(args_);
-  num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
+  StatusOr<NumMicroBatchesCalculator> calculator = num_micro_batches_calculator_from_args(args_);
+  GALE_CHECK_OK(calculator.status());  // validated with the flags
+  calculator_ = std::move(calculator).value();
+  eval_num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
+  num_microbatches_ = eval_num_microbatches_;
 }
 
 void Trainer::reduce_losses(double sums[2]) const {
@@ -129,6 +133,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
   const int64_t consumed = state_.consumed_train_samples;
+  const int64_t gbs = calculator_.global_batch_size(consumed);
+  GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
   start_grad_sync_iteration(*engine_, num_microbatches_);
   // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
   // consumed + m·mbs·dp + r·mbs + [0, mbs).
@@ -148,9 +154,10 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_moe_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
-  if (r.step.applied) scheduler.step(t.global_batch_size);
+  if (r.step.applied) scheduler.step(gbs);
   for (auto& chunk : engine_->chunks) chunk->params().refresh_bf16();  // --bf16: the GEMMs' copy of the new weights
-  state_.consumed_train_samples += t.global_batch_size;
+  r.global_batch_size = gbs;
+  state_.consumed_train_samples += gbs;
   return r;
 }
 
@@ -165,7 +172,7 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
       return load_micro_batch(data, first, first, mb);
     };
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                          forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                          forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
                                            /*forward_only=*/true, {}, microbatch_group()));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
@@ -199,18 +206,27 @@ Status Trainer::run() {
   const LoggingArgs& l = args_.logging;
   const bool do_valid = valid_ != nullptr && l.eval_iters > 0;
   const bool do_test = test_ != nullptr && l.eval_iters > 0;
-  const double flops_per_iteration = num_floating_point_operations(flops_model(), t.global_batch_size);
+  const FlopsModel flops = flops_model();
   const double start = now_seconds();
   double interval_start = start;
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false;
+  int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   while (!t.skip_train && state_.iteration < train_iters_) {
+    // Megatron checkpoints the iterations before a ramp-up step of the batch size.
+    const int64_t global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
+    if (global_batch_size != last_global_batch_size) {
+      print_rank0(str_cat("ramping up batch size from ", last_global_batch_size, " to ", global_batch_size));
+      if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+    }
+    last_global_batch_size = global_batch_size;
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;
     ++iters_in_interval;
+    const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
     state_.floating_point_operations_so_far += flops_per_iteration;
     const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
     if (r.step.applied) {
@@ -236,7 +252,7 @@ Status Trainer::run() {
       s.iteration = state_.iteration;
       s.consumed_samples = state_.consumed_train_samples;
       s.learning_rate = engine_->scheduler->lr();
-      s.batch_size = t.global_batch_size;
+      s.batch_size = r.global_batch_size;
       s.world_size = engine_->ps.world_size();
       s.lm_loss = loss;
       s.grad_norm = r.step.grad_norm;
@@ -273,7 +289,7 @@ Status Trainer::run() {
       f.log_throughput = l.log_throughput;
       f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));
       f.learning_rate = engine_->scheduler->lr();
-      f.global_batch_size = t.global_batch_size;
+      f.global_batch_size = r.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";

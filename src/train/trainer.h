@@ -7,6 +7,7 @@
 #include <string>
 
 #include "train/arguments.h"
+#include "train/batch_size_rampup.h"
 #include "train/engine.h"
 #include "train/sample_dataset.h"
 #include "train/training_log.h"
@@ -28,6 +29,9 @@ struct IterationResult {
   // micro-batches and divided by their number, averaged over the MoE layers (all pipeline stages)
   // and the data-parallel ranks; 0 when the loss is off.
   double load_balancing_loss = 0.0, z_loss = 0.0;
+  // The samples this iteration consumed: --global-batch-size, or during --rampup-batch-size the
+  // ramp-up's current global batch size.
+  int64_t global_batch_size = 0;
   StepResult step;
 };
 
@@ -46,13 +50,19 @@ class Trainer {
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
-  // exits, then the final validation and test evaluations.
+  // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
+  // changes the global batch size it prints "ramping up batch size from A to B" and, after the
+  // first iteration (of this process), saves a checkpoint of the iterations so far before the first
+  // iteration at the new size (when --save is given and that iteration was not just saved).
   Status run();
 
   // One iteration (forward/backward of every micro-batch, gradient reduction, optimizer step,
-  // scheduler step); advances consumed samples.
+  // scheduler step) over the global batch size of the consumed samples so far (ramped up or not);
+  // advances consumed samples by it. An error when that size is not a multiple of
+  // --micro-batch-size × the data-parallel size (Megatron's check at every step).
   StatusOr<IterationResult> train_step();
-  // Mean lm loss over `iters` global batches of `data` starting at sample `*consumed` (advanced).
+  // Mean lm loss over `iters` global batches of `data` starting at sample `*consumed` (advanced);
+  // always --global-batch-size samples each (Megatron's evaluation batch, no ramp-up).
   StatusOr<double> evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters);
 
   FlopsModel flops_model() const;
@@ -87,7 +97,9 @@ class Trainer {
   SaveFn save_fn_;
   TensorBoardWriter* tensorboard_ = nullptr;
   int64_t train_iters_ = 0;
-  int64_t num_microbatches_ = 0;
+  NumMicroBatchesCalculator calculator_;
+  int64_t num_microbatches_ = 0;       // of the current (or last) training iteration, per DP rank
+  int64_t eval_num_microbatches_ = 0;  // --global-batch-size / (micro-batch size × DP)
 };
 
 }  // namespace gale

@@ -1,0 +1,133 @@
+// `gale pretrain --rampup-batch-size` as a user runs it: the log lines' growing global batch size
+// and consumed samples, Megatron's checkpoint before a batch-size step, resuming in the middle of
+// the ramp-up with the same losses, the same losses on two data-parallel ranks, and the per-step
+// divisibility error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+// Open MPI as the tests run it (tests/mpi_test.cmake).
+const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                          "OMPI_MCA_mpi_yield_when_idle=1",
+                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+
+// A tiny model with dropout, 24 samples, micro-batch 1, ramping 2 -> 4 by 1 over 8 samples: two
+// increments of 4 samples. Iterations (consumed before -> global batch size): 0 -> 2, 2 -> 2,
+// 4 -> 3, 7 -> 3, 10 -> 4 (10 > 8), 14 -> 4, 18 -> 4; update_train_iters: 4 ramp-up iterations
+// reach 10 samples, then (24 - 10) // 4 = 3 more: 7 iterations, 22 samples.
+std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
+  std::vector<std::string> argv;
+  if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+  const std::vector<std::string> pretrain = {
+      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+      "--seq-length", "32", "--max-position-embeddings", "32", "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
+      "--lr", "3e-3", "--lr-warmup-samples", "4", "--lr-decay-style", "cosine", "--mock-data", "--vocab-size", "4096",
+      "--log-interval", "1", "--eval-interval", "3", "--eval-iters", "1", "--num-threads", "1"};
+  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+const std::vector<std::string> kRamp = {"--micro-batch-size", "1", "--global-batch-size", "4", "--train-samples",
+                                        "24", "--rampup-batch-size", "2", "1", "8"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<double> numbers(const std::string& output, const char* pattern) {
+  std::vector<double> out;
+  std::regex re(pattern);
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+std::vector<double> losses(const std::string& output) { return numbers(output, R"(\| lm loss: ([0-9.E+-]+) \|)"); }
+
+TEST(GalePretrainRampup, LogLinesShowTheGrowingBatchSize) {
+  test::RunResult r = test::run_with_timeout(tiny(1, kRamp), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("will use batch size rampup starting from global batch size 2 to global batch size 4 with "
+                          "batch size increments 1 over 8 samples."),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("setting training iterations to 7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ramping up batch size from 2 to 3"), std::string::npos);
+  EXPECT_NE(r.output.find("ramping up batch size from 3 to 4"), std::string::npos);
+  const std::vector<double> iteration = numbers(r.output, R"(\] iteration +(\d+)/ +7 \|)");
+  const std::vector<double> consumed = numbers(r.output, R"(\| consumed samples: +(\d+) \|)");
+  const std::vector<double> batch = numbers(r.output, R"(\| global batch size: +(\d+) \|)");
+  EXPECT_EQ(iteration, (std::vector<double>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(consumed, (std::vector<double>{2, 4, 7, 10, 14, 18, 22}));
+  EXPECT_EQ(batch, (std::vector<double>{2, 2, 3, 3, 4, 4, 4}));
+  EXPECT_EQ(losses(r.output).size(), 7u);
+}
+
+// Megatron saves before the first iteration of a new batch size (here before iterations 3 and 5);
+// a run resumed from iteration 3 (7 samples, mid-ramp) continues at batch size 3, then 4, with
+// exactly the uninterrupted run's samples and losses.
+TEST(GalePretrainRampup, ResumesInTheMiddleOfTheRampUp) {
+  auto dir = std::filesystem::temp_directory_path() / ("gale_rampup_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  test::RunResult whole = test::run_with_timeout(tiny(1, kRamp), {}, 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  test::RunResult first = test::run_with_timeout(
+      tiny(1, with(kRamp, {"--save", dir.string(), "--save-interval", "100", "--exit-interval", "3"})), {}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "iter_0000002")) << "no checkpoint before the batch-size step";
+  EXPECT_TRUE(std::filesystem::exists(dir / "iter_0000003"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "iter_0000001"));
+  test::RunResult second = test::run_with_timeout(tiny(1, with(kRamp, {"--load", dir.string()})), {}, 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(numbers(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{10, 14, 18, 22}));
+  EXPECT_EQ(numbers(second.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{3, 4, 4, 4}));
+  const std::vector<double> a = losses(whole.output), b = losses(second.output);
+  ASSERT_EQ(a.size(), 7u);
+  ASSERT_EQ(b.size(), 4u) << second.output;
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(b[i], a[3 + i]) << "iteration " << 4 + i;  // printed digits equal
+  std::filesystem::remove_all(dir);
+}
+
+// Two data-parallel ranks: 2 -> 6 by 2 over 8 samples gives batches 2, 2, 4, 6, 6, 6 (at 8 consumed
+// samples int(8 / 4.0) = 2 increments), i.e. 1, 1, 2, 3, 3, 3 micro-batches per rank, drawing
+// Megatron's samples: the same losses as one process.
+TEST(GalePretrainRampup, DataParallelRanksDrawTheSameSamples) {
+  const std::vector<std::string> ramp = {"--micro-batch-size", "1", "--global-batch-size", "6", "--train-samples",
+                                         "26", "--rampup-batch-size", "2", "2", "8", "--optimization-level", "0"};
+  test::RunResult one = test::run_with_timeout(tiny(1, ramp), kMpiEnv, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult dp = test::run_with_timeout(tiny(2, ramp), kMpiEnv, 300);
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_EQ(numbers(dp.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{2, 2, 4, 6, 6, 6}));
+  EXPECT_EQ(numbers(dp.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{2, 4, 8, 14, 20, 26}));
+  for (const char* pattern : {R"(\| lm loss: ([0-9.E+-]+) \|)", R"(\| lm loss value: ([0-9.E+-]+) \|)"}) {
+    const std::vector<double> a = numbers(one.output, pattern), b = numbers(dp.output, pattern);
+    ASSERT_EQ(a.size(), b.size()) << pattern << "\n" << dp.output;
+    ASSERT_GE(a.size(), 3u) << pattern;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << pattern << " #" << i;
+  }
+}
+
+// Megatron checks at every step that the current global batch size divides into micro-batches:
+// with micro-batch size 2 the ramp-up's 3 fails at iteration 3 (after 4 samples).
+TEST(GalePretrainRampup, IndivisibleBatchSizeFailsAtItsStep) {
+  const std::vector<std::string> ramp = {"--micro-batch-size", "2", "--global-batch-size", "4", "--train-samples",
+                                         "24", "--rampup-batch-size", "2", "1", "8"};
+  test::RunResult r = test::run_with_timeout(tiny(1, ramp), {}, 300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gale pretrain: error: --rampup-batch-size: the global batch size 3 after 4 consumed "
+                          "samples is not divisible by --micro-batch-size 2 times the data-parallel size 1"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(losses(r.output).size(), 2u);  // iterations 1 and 2 ran
+}
+
+}  // namespace
+}  // namespace gale
