@@ -7,15 +7,14 @@
 #include <filesystem>
 #include <regex>
 
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
-// Open MPI as the tests run it (tests/mpi_test.cmake).
-const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_mpi_yield_when_idle=1",
-                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+using testing::kMpiEnv;
+using testing::mpirun_argv;
 
 // A tiny model with dropout, 24 samples, micro-batch 1, ramping 2 -> 4 by 1 over 8 samples: two
 // increments of 4 samples. Iterations (consumed before -> global batch size): 0 -> 2, 2 -> 2,
@@ -23,7 +22,7 @@ const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLO
 // reach 10 samples, then (24 - 10) // 4 = 3 more: 7 iterations, 22 samples.
 std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
   std::vector<std::string> argv;
-  if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--attention-dropout", "0.1", "--hidden-dropout", "0.1",

@@ -5,22 +5,33 @@
 
 #include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
-const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_mpi_yield_when_idle=1",
-                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+using testing::kMpiEnv;
+using testing::mpirun_argv;
 
 const std::string kModel =
     "pretrain --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
     "--max-position-embeddings 16 --micro-batch-size 1 --global-batch-size 2 --lr 1e-3 --mock-data "
     "--vocab-size 4096 --eval-iters 0 --num-threads 1 --log-interval 1";
+
+// kModel resumed from `ckpt` for `iters` iterations, on `np` ranks (np > 1: under mpirun).
+std::vector<std::string> resume_argv(int np, int iters, const std::string& ckpt) {
+  std::vector<std::string> argv = np > 1 ? mpirun_argv(np) : std::vector<std::string>{};
+  argv.push_back(GALE_BINARY);
+  std::istringstream words(kModel);
+  for (std::string w; words >> w;) argv.push_back(w);
+  argv.insert(argv.end(), {"--train-iters", std::to_string(iters), "--load", ckpt});
+  return argv;
+}
 
 struct Scratch {
   std::filesystem::path dir;
@@ -65,12 +76,7 @@ TEST(ExitSignalCli, SigtermSavesAndExitsCleanlyThenResumes) {
   ASSERT_GE(stopped, 3);
   EXPECT_LT(stopped, 1000);
   // The checkpoint holds the last iteration, and a resumed run continues right after it.
-  test::RunResult resumed = test::run_with_timeout(
-      {GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length",
-       "16", "--max-position-embeddings", "16", "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-3",
-       "--mock-data", "--vocab-size", "4096", "--eval-iters", "0", "--num-threads", "1", "--log-interval", "1",
-       "--train-iters", std::to_string(stopped + 1), "--load", ckpt},
-      {}, 240);
+  test::RunResult resumed = test::run_with_timeout(resume_argv(1, stopped + 1, ckpt), {}, 240);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at iteration " + std::to_string(stopped)), std::string::npos) << resumed.output;
   EXPECT_EQ(last_iteration(resumed.output), stopped + 1) << resumed.output;
@@ -99,13 +105,7 @@ TEST(ExitSignalCli, OneRankSignalledStopsEveryRank) {
   EXPECT_NE(r.output.find("[exiting program after receiving SIGTERM.]"), std::string::npos) << r.output;
   const int stopped = last_iteration(r.output);
   ASSERT_GE(stopped, 3);
-  test::RunResult resumed = test::run_with_timeout(
-      {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY, "pretrain", "--num-layers", "2",
-       "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16", "--max-position-embeddings", "16",
-       "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-3", "--mock-data", "--vocab-size", "4096",
-       "--eval-iters", "0", "--num-threads", "1", "--log-interval", "1", "--train-iters", std::to_string(stopped + 1),
-       "--load", ckpt},
-      kMpiEnv, 240);
+  test::RunResult resumed = test::run_with_timeout(resume_argv(2, stopped + 1, ckpt), kMpiEnv, 240);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(last_iteration(resumed.output), stopped + 1) << resumed.output;
 }

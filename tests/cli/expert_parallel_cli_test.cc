@@ -8,20 +8,19 @@
 #include <filesystem>
 #include <regex>
 
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
-// Open MPI as the tests run it (tests/mpi_test.cmake).
-const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_mpi_yield_when_idle=1",
-                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+using testing::kMpiEnv;
+using testing::mpirun_argv;
 
 // A tiny Mixtral on `np` ranks (np > 1: under mpirun); --global-batch-size 4 on every layout.
 std::vector<std::string> mixtral(int np, std::vector<std::string> extra) {
   std::vector<std::string> argv;
-  if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
@@ -137,7 +136,7 @@ TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
 TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
   auto run = [](int np, std::vector<std::string> extra) {
     std::vector<std::string> argv;
-    if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+    if (np > 1) argv = mpirun_argv(np);
     const std::vector<std::string> pretrain = {
         GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
         "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "cli/cli_test_util.h"
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 #include "testing_tensorboard.h"
 
@@ -19,14 +20,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TbEvent;
 
-const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_mpi_yield_when_idle=1",
-                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+using testing::kMpiEnv;
+using testing::mpirun_argv;
 
 // A tiny GPT for 4 iterations of 4 samples, validation every 2 iterations.
 std::vector<std::string> tiny(int np, const std::string& tb_dir, std::vector<std::string> extra) {
   std::vector<std::string> argv;
-  if (np > 1) argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
+  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
