@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 
@@ -35,13 +36,6 @@ std::vector<std::string> mixtral(int np, std::vector<std::string> extra) {
   return argv;
 }
 
-std::vector<double> values(const std::string& output, const std::string& key) {
-  std::vector<double> out;
-  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 const std::vector<std::string> kEp2 = {"--expert-model-parallel-size", "2"};
 
 // Training losses, the load-balancing loss and the validation losses (forward-only exchanges) of
@@ -56,9 +50,9 @@ TEST(GalePretrainExpertParallel, LearnsWithTheLossesOfOneProcess) {
   ASSERT_EQ(ep.exit_code, 0) << ep.output;
   EXPECT_NE(ep.output.find("(experts: ETP 1 x EP 2 x EDP 1 x PP 1)"), std::string::npos) << ep.output;
   EXPECT_NE(ep.output.find("active: expert-parallel"), std::string::npos) << ep.output;
-  const std::vector<double> a = values(one.output, "lm loss"), b = values(ep.output, "lm loss");
-  const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(ep.output, "load_balancing_loss");
-  const std::vector<double> va = values(one.output, "lm loss value"), vb = values(ep.output, "lm loss value");
+  const std::vector<double> a = testing::logged_values(one.output, "lm loss"), b = testing::logged_values(ep.output, "lm loss");
+  const std::vector<double> la = testing::logged_values(one.output, "load_balancing_loss"), lb = testing::logged_values(ep.output, "load_balancing_loss");
+  const std::vector<double> va = testing::logged_values(one.output, "lm loss value"), vb = testing::logged_values(ep.output, "lm loss value");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u) << ep.output;
   ASSERT_EQ(lb.size(), 6u);
@@ -90,14 +84,14 @@ void expect_exact_resume(int np, const std::vector<std::string>& flags, std::vec
   load.insert(load.end(), {"--load", dir.string()});
   test::RunResult second = test::run_with_timeout(mixtral(np, load), kMpiEnv, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  const std::vector<double> a = values(whole.output, "lm loss"), b = values(second.output, "lm loss");
+  const std::vector<double> a = testing::logged_values(whole.output, "lm loss"), b = testing::logged_values(second.output, "lm loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u) << second.output;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;
   single.insert(single.end(), {"--load", dir.string()});
   test::RunResult one = test::run_with_timeout(mixtral(1, single), kMpiEnv, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const std::vector<double> c = values(one.output, "lm loss");
+  const std::vector<double> c = testing::logged_values(one.output, "lm loss");
   ASSERT_EQ(c.size(), 3u) << one.output;
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(c[i], a[3 + i], 1e-5 * a[3 + i]) << "iteration " << 4 + i;
   std::filesystem::remove_all(dir);
@@ -118,8 +112,8 @@ TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
   test::RunResult tp = test::run_with_timeout(mixtral(2, kTp2Sp), kMpiEnv, 300);
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   EXPECT_NE(tp.output.find("active: tensor-parallel"), std::string::npos) << tp.output;
-  const std::vector<double> a = values(one.output, "lm loss"), b = values(tp.output, "lm loss");
-  const std::vector<double> la = values(one.output, "load_balancing_loss"), lb = values(tp.output, "load_balancing_loss");
+  const std::vector<double> a = testing::logged_values(one.output, "lm loss"), b = testing::logged_values(tp.output, "lm loss");
+  const std::vector<double> la = testing::logged_values(one.output, "load_balancing_loss"), lb = testing::logged_values(tp.output, "load_balancing_loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u) << tp.output;
   ASSERT_EQ(lb.size(), 6u) << tp.output;
@@ -153,7 +147,7 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
   test::RunResult tp = run(2, kTp2Sp);
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   for (const char* key : {"lm loss", "load_balancing_loss", "z_loss", "grad norm"}) {
-    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    const std::vector<double> a = testing::logged_values(one.output, key), b = testing::logged_values(tp.output, key);
     ASSERT_EQ(a.size(), 4u) << key << one.output;
     ASSERT_EQ(b.size(), 4u) << key << tp.output;
     for (size_t i = 0; i < 4; ++i) {
@@ -191,7 +185,7 @@ TEST(GalePretrainMoeTensorParallel, WholeExpertsOnEveryTensorParallelRankAsOnePr
   test::RunResult tp = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   for (const char* key : {"lm loss", "load_balancing_loss"}) {
-    const std::vector<double> a = values(one.output, key), b = values(tp.output, key);
+    const std::vector<double> a = testing::logged_values(one.output, key), b = testing::logged_values(tp.output, key);
     ASSERT_EQ(a.size(), 6u) << key;
     ASSERT_EQ(b.size(), 6u) << key << tp.output;
     for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
@@ -206,7 +200,7 @@ TEST(GalePretrainMoeTensorParallel, ContextParallelAsOneProcess) {
   test::RunResult cp = test::run_with_timeout(mixtral(2, {"--context-parallel-size", "2"}), kMpiEnv, 300);
   ASSERT_EQ(cp.exit_code, 0) << cp.output;
   for (const char* key : {"lm loss", "load_balancing_loss"}) {
-    const std::vector<double> a = values(one.output, key), b = values(cp.output, key);
+    const std::vector<double> a = testing::logged_values(one.output, key), b = testing::logged_values(cp.output, key);
     ASSERT_EQ(a.size(), 6u) << key;
     ASSERT_EQ(b.size(), 6u) << key << cp.output;
     for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " of iteration " << i + 1;
@@ -237,7 +231,7 @@ TEST(GalePretrainExpertParallel, Bf16AsOneProcess) {
   flags.push_back("--bf16");
   test::RunResult ep = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
   ASSERT_EQ(ep.exit_code, 0) << ep.output;
-  const std::vector<double> a = values(one.output, "lm loss"), b = values(ep.output, "lm loss");
+  const std::vector<double> a = testing::logged_values(one.output, "lm loss"), b = testing::logged_values(ep.output, "lm loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
@@ -250,7 +244,7 @@ TEST(GalePretrainExpertParallel, AllGatherDispatcherGivesTheSameRun) {
   flags.insert(flags.end(), {"--moe-token-dispatcher-type", "allgather"});
   test::RunResult ag = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
   ASSERT_EQ(ag.exit_code, 0) << ag.output;
-  const std::vector<double> a = values(a2a.output, "lm loss"), b = values(ag.output, "lm loss");
+  const std::vector<double> a = testing::logged_values(a2a.output, "lm loss"), b = testing::logged_values(ag.output, "lm loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;

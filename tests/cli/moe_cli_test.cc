@@ -6,6 +6,7 @@
 #include <fstream>
 #include <regex>
 
+#include "cli/log_line.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -26,20 +27,13 @@ std::vector<std::string> mixtral(std::vector<std::string> extra) {
   return argv;
 }
 
-std::vector<double> values(const std::string& output, const std::string& key) {
-  std::vector<double> out;
-  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 TEST(GalePretrainMoe, LogsTheLoadBalancingLossAfterTheLmLossAndLearns) {
   test::RunResult r = test::run_with_timeout(mixtral({"--moe-z-loss-coeff", "1e-3"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex line(
       R"(\| global batch size:     4 \| lm loss: [0-9.]+E[+-]\d\d \| load_balancing_loss: [0-9.]+E[+-]\d\d \| z_loss: [0-9.]+E[+-]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \|)");
   EXPECT_TRUE(std::regex_search(r.output, line)) << r.output;
-  const std::vector<double> lm = values(r.output, "lm loss"), lb = values(r.output, "load_balancing_loss");
+  const std::vector<double> lm = testing::logged_values(r.output, "lm loss"), lb = testing::logged_values(r.output, "load_balancing_loss");
   ASSERT_EQ(lm.size(), 6u);
   ASSERT_EQ(lb.size(), 6u);
   EXPECT_LT(lm.back(), lm.front());
@@ -60,7 +54,7 @@ TEST(GalePretrainMoe, DeepSeekRoutingLogsTheSeqLoadBalancingLossAndLearns) {
                "--moe-pad-expert-input-to-capacity"}),
       {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<double> lm = values(r.output, "lm loss"), lb = values(r.output, "seq_load_balancing_loss");
+  const std::vector<double> lm = testing::logged_values(r.output, "lm loss"), lb = testing::logged_values(r.output, "seq_load_balancing_loss");
   ASSERT_EQ(lm.size(), 6u);
   ASSERT_EQ(lb.size(), 6u);
   EXPECT_LT(lm.back(), lm.front());
@@ -71,7 +65,7 @@ TEST(GalePretrainMoe, DeepSeekRoutingLogsTheSeqLoadBalancingLossAndLearns) {
 TEST(GalePretrainMoe, NoLoadBalancingLossWithoutItsCoefficient) {
   test::RunResult r = test::run_with_timeout(mixtral({"--moe-router-load-balancing-type", "none"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(values(r.output, "lm loss").size(), 6u);
+  EXPECT_EQ(testing::logged_values(r.output, "lm loss").size(), 6u);
   EXPECT_EQ(r.output.find("load_balancing_loss"), std::string::npos) << r.output;
 }
 
@@ -79,7 +73,7 @@ TEST(GalePretrainMoe, SameLossesAtEveryOptimizationLevelAndWithBf16) {
   auto run = [&](std::vector<std::string> flags) {
     test::RunResult r = test::run_with_timeout(mixtral(flags), {}, 300);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return values(r.output, "lm loss");
+    return testing::logged_values(r.output, "lm loss");
   };
   const std::vector<double> l0 = run({"--optimization-level", "0"});
   const std::vector<double> l2 = run({"--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu",
@@ -104,9 +98,9 @@ TEST(GalePretrainMoe, SaveThenResumeContinuesTheSameRun) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   test::RunResult second = test::run_with_timeout(mixtral({"--load", dir.string()}), {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  const std::vector<double> a = values(whole.output, "lm loss"), b = values(second.output, "lm loss");
-  const std::vector<double> la = values(whole.output, "load_balancing_loss"),
-                            lb = values(second.output, "load_balancing_loss");
+  const std::vector<double> a = testing::logged_values(whole.output, "lm loss"), b = testing::logged_values(second.output, "lm loss");
+  const std::vector<double> la = testing::logged_values(whole.output, "load_balancing_loss"),
+                            lb = testing::logged_values(second.output, "load_balancing_loss");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u);
   ASSERT_EQ(lb.size(), 3u);

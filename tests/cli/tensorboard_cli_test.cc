@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "cli/cli_test_util.h"
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 #include "testing_tensorboard.h"
@@ -71,13 +72,6 @@ std::vector<std::pair<std::string, int64_t>> tags_and_steps(const std::vector<Tb
   return out;
 }
 
-std::vector<double> printed(const std::string& output, const std::string& field) {
-  std::vector<double> out;
-  std::regex re("\\| " + field + ": ([0-9.E+-]+) \\|");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 std::vector<float> values_of(const std::vector<TbEvent>& events, const std::string& tag) {
   std::vector<float> out;
   for (const TbEvent& e : events)
@@ -111,13 +105,13 @@ TEST(GaleTensorBoard, WritesMegatronsTagsStepsAndTheLoggedLosses) {
   EXPECT_EQ(tags_and_steps(events), expected);
 
   // 'lm loss' is this iteration's loss: with --log-interval 1, the log line's.
-  const std::vector<double> logged = printed(r.output, "lm loss");
+  const std::vector<double> logged = testing::logged_values(r.output, "lm loss");
   const std::vector<float> written = values_of(events, "lm loss");
   ASSERT_EQ(logged.size(), 4u);
   ASSERT_EQ(written.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(written[i], logged[i], 1e-6 * logged[i]) << "iteration " << i + 1;
   EXPECT_EQ(values_of(events, "lm loss vs samples"), written);
-  const std::vector<double> lr = printed(r.output, "learning rate");
+  const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
   const std::vector<float> lr_written = values_of(events, "learning-rate");
   ASSERT_EQ(lr_written.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(lr_written[i], lr[i], 1e-6 * lr[i]);
@@ -162,7 +156,7 @@ TEST(GaleTensorBoard, FollowsTheIntervalAndTheLogFlags) {
   EXPECT_EQ(tags_and_steps(events), expected);
   for (float v : values_of(events, "batch-size")) EXPECT_EQ(v, 4.0f);
   for (float v : values_of(events, "world-size")) EXPECT_EQ(v, 1.0f);
-  const std::vector<double> norms = printed(r.output, "params norm"), zeros = printed(r.output, "num zeros");
+  const std::vector<double> norms = testing::logged_values(r.output, "params norm"), zeros = testing::logged_values(r.output, "num zeros");
   ASSERT_EQ(norms.size(), 4u);
   ASSERT_EQ(zeros.size(), 4u);
   const std::vector<float> norms_written = values_of(events, "params-norm");
@@ -192,7 +186,7 @@ TEST(GaleTensorBoard, OnlyTheLastRankWrites) {
       test::run_with_timeout(tiny(2, dir, {"--pipeline-model-parallel-size", "2", "--eval-iters", "0"}), kMpiEnv, 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<TbEvent> events = read_scalars(dir);  // exactly one file
-  const std::vector<double> logged = printed(r.output, "lm loss");
+  const std::vector<double> logged = testing::logged_values(r.output, "lm loss");
   const std::vector<float> written = values_of(events, "lm loss");
   ASSERT_EQ(logged.size(), 4u);
   ASSERT_EQ(written.size(), 4u);

@@ -1,0 +1,18 @@
+// Reading Megatron's training log line in CLI tests: the values printed after "| <key>: ".
+#pragma once
+
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace gale::testing {
+
+// Every "| <key>: <number> |" field of `output`, in order (e.g. key "lm loss": one per logged iteration).
+inline std::vector<double> logged_values(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+}  // namespace gale::testing
