@@ -14,23 +14,19 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::mpirun_argv;
+using testing::launch_argv;
 
 // A tiny model with dropout, 24 samples, micro-batch 1, ramping 2 -> 4 by 1 over 8 samples: two
 // increments of 4 samples. Iterations (consumed before -> global batch size): 0 -> 2, 2 -> 2,
 // 4 -> 3, 7 -> 3, 10 -> 4 (10 > 8), 14 -> 4, 18 -> 4; update_train_iters: 4 ramp-up iterations
 // reach 10 samples, then (24 - 10) // 4 = 3 more: 7 iterations, 22 samples.
 std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
-  std::vector<std::string> argv;
-  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
       "--lr", "3e-3", "--lr-warmup-samples", "4", "--lr-decay-style", "cosine", "--mock-data", "--vocab-size", "4096",
       "--log-interval", "1", "--eval-interval", "3", "--eval-iters", "1", "--num-threads", "1"};
-  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
+  return launch_argv(np, pretrain, extra);
 }
 
 const std::vector<std::string> kRamp = {"--micro-batch-size", "1", "--global-batch-size", "4", "--train-samples",

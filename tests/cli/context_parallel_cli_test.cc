@@ -12,12 +12,10 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::mpirun_argv;
+using testing::launch_argv;
 
 // A tiny LLaMA-style model with dropout and document masks, on `np` ranks (np > 1: under mpirun).
 std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
-  std::vector<std::string> argv;
-  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--group-query-attention", "--num-query-groups", "2", "--swiglu", "--normalization", "RMSNorm",
@@ -26,9 +24,7 @@ std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
       "--global-batch-size", "4", "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096",
       "--reset-attention-mask", "--log-interval", "1", "--eval-interval", "2", "--eval-iters", "1",
       "--num-threads", "1"};
-  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
+  return launch_argv(np, pretrain, extra);
 }
 
 std::vector<double> numbers(const std::string& output, const char* pattern) {

@@ -16,7 +16,7 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::mpirun_argv;
+using testing::launch_argv;
 
 const std::string kModel =
     "pretrain --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
@@ -25,12 +25,10 @@ const std::string kModel =
 
 // kModel resumed from `ckpt` for `iters` iterations, on `np` ranks (np > 1: under mpirun).
 std::vector<std::string> resume_argv(int np, int iters, const std::string& ckpt) {
-  std::vector<std::string> argv = np > 1 ? mpirun_argv(np) : std::vector<std::string>{};
-  argv.push_back(GALE_BINARY);
+  std::vector<std::string> program = {GALE_BINARY};
   std::istringstream words(kModel);
-  for (std::string w; words >> w;) argv.push_back(w);
-  argv.insert(argv.end(), {"--train-iters", std::to_string(iters), "--load", ckpt});
-  return argv;
+  for (std::string w; words >> w;) program.push_back(w);
+  return launch_argv(np, program, {"--train-iters", std::to_string(iters), "--load", ckpt});
 }
 
 struct Scratch {

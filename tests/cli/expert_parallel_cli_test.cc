@@ -16,12 +16,10 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::mpirun_argv;
+using testing::launch_argv;
 
 // A tiny Mixtral on `np` ranks (np > 1: under mpirun); --global-batch-size 4 on every layout.
 std::vector<std::string> mixtral(int np, std::vector<std::string> extra) {
-  std::vector<std::string> argv;
-  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
@@ -31,9 +29,7 @@ std::vector<std::string> mixtral(int np, std::vector<std::string> extra) {
       "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--num-experts", "4", "--moe-router-topk", "2",
       "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall",
       "--optimization-level", "0"};
-  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
+  return launch_argv(np, pretrain, extra);
 }
 
 const std::vector<std::string> kEp2 = {"--expert-model-parallel-size", "2"};
@@ -129,8 +125,6 @@ TEST(GalePretrainMoeTensorParallel, LearnsWithTheLossesOfOneProcess) {
 // and grad norms of one process.
 TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
   auto run = [](int np, std::vector<std::string> extra) {
-    std::vector<std::string> argv;
-    if (np > 1) argv = mpirun_argv(np);
     const std::vector<std::string> pretrain = {
         GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
         "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
@@ -138,9 +132,7 @@ TEST(GalePretrainMoeTensorParallel, BiasesGeluAndZLossAsOneProcess) {
         "--eval-iters", "0", "--num-threads", "1", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
         "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64", "--moe-aux-loss-coeff", "1e-2",
         "--moe-z-loss-coeff", "1e-3"};
-    argv.insert(argv.end(), pretrain.begin(), pretrain.end());
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return test::run_with_timeout(argv, kMpiEnv, 300);
+    return test::run_with_timeout(launch_argv(np, pretrain, extra), kMpiEnv, 300);
   };
   test::RunResult one = run(1, {});
   ASSERT_EQ(one.exit_code, 0) << one.output;

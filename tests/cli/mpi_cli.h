@@ -17,6 +17,15 @@ inline const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OM
 inline std::vector<std::string> mpirun_argv(int np) {
   return {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(np)};
 }
+
+// `program` then `extra`, under mpirun_argv(np) when np > 1.
+inline std::vector<std::string> launch_argv(int np, const std::vector<std::string>& program,
+                                            const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = np > 1 ? mpirun_argv(np) : std::vector<std::string>{};
+  argv.insert(argv.end(), program.begin(), program.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
 #endif
 
 }  // namespace gale::testing

@@ -22,20 +22,16 @@ namespace fs = std::filesystem;
 using testing::TbEvent;
 
 using testing::kMpiEnv;
-using testing::mpirun_argv;
+using testing::launch_argv;
 
 // A tiny GPT for 4 iterations of 4 samples, validation every 2 iterations.
 std::vector<std::string> tiny(int np, const std::string& tb_dir, std::vector<std::string> extra) {
-  std::vector<std::string> argv;
-  if (np > 1) argv = mpirun_argv(np);
   const std::vector<std::string> pretrain = {
       GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
       "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
       "--eval-interval", "2", "--eval-iters", "1", "--num-threads", "1", "--tensorboard-dir", tb_dir};
-  argv.insert(argv.end(), pretrain.begin(), pretrain.end());
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
+  return launch_argv(np, pretrain, extra);
 }
 
 std::string fresh_dir(const std::string& name) {
