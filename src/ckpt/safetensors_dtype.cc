@@ -116,6 +116,8 @@ StDType st_dtype_of(DType t) {
       return StDType::kU8;
     case DType::kF64:
       return StDType::kF64;
+    case DType::kF16:
+      return StDType::kF16;
   }
   return StDType::kU8;
 }
@@ -128,6 +130,8 @@ std::optional<DType> gale_dtype_of(StDType t) {
       return DType::kBF16;
     case StDType::kF64:
       return DType::kF64;
+    case StDType::kF16:
+      return DType::kF16;
     case StDType::kI32:
       return DType::kI32;
     case StDType::kI64:
@@ -143,26 +147,7 @@ std::optional<DType> gale_dtype_of(StDType t) {
   }
 }
 
-float half_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {  // inf / NaN
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {  // normal
-    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {  // signed zero
-    bits = sign;
-  } else {  // subnormal: value = mantissa * 2^-24, exact in float
-    float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    std::memcpy(&bits, &magnitude, 4);
-    bits |= sign;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float half_to_float(uint16_t h) { return f16_to_float(f16{h}); }
 
 Status convert_elements(StDType from, const void* src, DType to, void* dst, int64_t n, std::string_view what) {
   if (gale_dtype_of(from) == to && from != StDType::kBool) {

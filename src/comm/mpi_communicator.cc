@@ -64,16 +64,29 @@ bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes
   return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-std::vector<float> widen_bf16(const void* src, int64_t n) {
+bool is_half_float(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+// A bf16 or f16 buffer as f32 values, and back (rounded to nearest even).
+std::vector<float> widen_half(const void* src, int64_t n, DType dtype) {
   std::vector<float> out(static_cast<size_t>(n));
-  const bf16* s = static_cast<const bf16*>(src);
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(s[i]);
+  if (dtype == DType::kBF16) {
+    const bf16* s = static_cast<const bf16*>(src);
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(s[i]);
+  } else {
+    const f16* s = static_cast<const f16*>(src);
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(s[i]);
+  }
   return out;
 }
 
-void narrow_to_bf16(const float* src, void* dst, int64_t n) {
-  bf16* d = static_cast<bf16*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+void narrow_half(const float* src, void* dst, int64_t n, DType dtype) {
+  if (dtype == DType::kBF16) {
+    bf16* d = static_cast<bf16*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+  } else {
+    f16* d = static_cast<f16*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_f16(src[i]);
+  }
 }
 
 // MPI counts are int; element-wise operations on larger buffers go in chunks of this many.
@@ -137,10 +150,10 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     const int64_t es = dtype_size(dtype);
     if (size_ == 1) return local_copy(CommOp::kAllReduce, buf, buf, count, dtype);
     return collective(CommOp::kAllReduce, count * es, [=, this] {
-      if (dtype == DType::kBF16) {
-        std::vector<float> wide = widen_bf16(buf, count);
+      if (is_half_float(dtype)) {
+        std::vector<float> wide = widen_half(buf, count, dtype);
         all_reduce_chunks(wide.data(), count, DType::kF32, op);
-        narrow_to_bf16(wide.data(), buf, count);
+        narrow_half(wide.data(), buf, count, dtype);
       } else {
         all_reduce_chunks(buf, count, dtype, op);
       }
@@ -153,12 +166,12 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
     if (size_ == 1) return local_copy(CommOp::kReduceScatter, send, recv, recv_count, dtype);
     int n = mpi::to_int_count(recv_count, "reduce_scatter");
     return collective(CommOp::kReduceScatter, total * es, [=, this] {
-      if (dtype == DType::kBF16) {
-        std::vector<float> wide = widen_bf16(send, total);
+      if (is_half_float(dtype)) {
+        std::vector<float> wide = widen_half(send, total, dtype);
         std::vector<float> out(static_cast<size_t>(recv_count));
         mpi::check(MPI_Reduce_scatter_block(wide.data(), out.data(), n, MPI_FLOAT, mpi::reduce_op(op), comm_),
                    what("reduce_scatter"));
-        narrow_to_bf16(out.data(), recv, recv_count);
+        narrow_half(out.data(), recv, recv_count, dtype);
         return;
       }
       std::vector<char> copy;

@@ -9,8 +9,8 @@
 // than polling MPI_Iallreduce from a progress thread. Blocking forms run on the caller's thread
 // when the group has nothing in flight (no hand-off latency).
 //
-// Data types: f32, f64, i32, i64 reduce natively. bf16 sums (and max/min) are computed in f32:
-// the buffer is widened to f32, reduced, and rounded back to bf16 once, so the result is the
+// Data types: f32, f64, i32, i64 reduce natively. bf16 and f16 sums (and max/min) are computed in f32:
+// the buffer is widened to f32, reduced, and rounded back once, so the result is the
 // correctly rounded sum of the f32 values (not a chain of bf16 roundings), at twice the bytes on
 // the wire (CommStats still counts the bf16 bytes the caller passed). Non-reducing operations
 // move bf16 as 16-bit words.

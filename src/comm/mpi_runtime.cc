@@ -30,6 +30,8 @@ MPI_Datatype datatype(DType dtype) {
       return MPI_INT64_T;
     case DType::kBF16:
       return MPI_UINT16_T;
+    case DType::kF16:
+      return MPI_UINT16_T;
     case DType::kU16:
       return MPI_UINT16_T;
     case DType::kU8:

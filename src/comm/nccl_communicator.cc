@@ -42,6 +42,8 @@ ncclDataType_t nccl_type(DType dtype, bool reducing) {
       return ncclInt64;
     case DType::kBF16:
       return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
     case DType::kU8:
       return ncclUint8;
     case DType::kU16:

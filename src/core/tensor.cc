@@ -47,6 +47,7 @@ const char* dtype_name(DType t) {
     case DType::kU16: return "u16";
     case DType::kU8: return "u8";
     case DType::kF64: return "f64";
+    case DType::kF16: return "f16";
   }
   return "?";
 }
@@ -171,6 +172,8 @@ void Tensor::fill(float value) {
     std::fill_n(static_cast<float*>(data_), numel(), value);
   } else if (dtype_ == DType::kBF16) {
     std::fill_n(static_cast<bf16*>(data_), numel(), float_to_bf16(value));
+  } else if (dtype_ == DType::kF16) {
+    std::fill_n(static_cast<f16*>(data_), numel(), float_to_f16(value));
   } else {
     GALE_CHECK(false) << "fill on " << dtype_name(dtype_);
   }

@@ -41,6 +41,10 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "bf16 weights and GEMM inputs, f32 master weights/gradients/optimizer; halves the GEMM-input activations kept "
        "for backward; bf16 GEMMs use AMX where present", true,
        [](const Arguments& a) { return a.training.bf16; }});
+  add({"fp16", "--fp16", FeatureModule::kMemory, 0, "Megatron fp16 mixed precision with loss scaling",
+       "f16 weights and GEMM inputs (emulated: widened to f32 for sgemm), f32 master weights/gradients/optimizer; "
+       "dynamic or constant (--loss-scale) loss scaling skips overflowing iterations", true,
+       [](const Arguments& a) { return a.training.fp16; }});
   add({"overlap-param-gather", "--overlap-param-gather", FeatureModule::kMegatron, 0,
        "Megatron param-gather overlap", "distributed-optimizer parameter all-gather overlapped with forward", true,
        [](const Arguments& a) { return a.parallel.overlap_param_gather; }});

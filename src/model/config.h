@@ -181,6 +181,7 @@ struct ModelConfig {
   bool init_xavier_uniform = false;
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
+  bool fp16 = false;  // --fp16: the same with f16 (and dynamic loss scaling in the trainer)
   RecomputePlan recompute;
   FullRecompute full_recompute;
   MoeConfig moe;
@@ -201,6 +202,8 @@ struct ModelConfig {
     return mla.enabled ? mla.softmax_scale() : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   // Rotary tables are built with RoPE, and always with MLA (its rotary part).
+  // The type GEMM inputs and the weights' GEMM copy are stored in: kBF16, kF16 or kF32.
+  DType gemm_dtype() const { return bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32; }
   bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split

@@ -78,7 +78,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     for (int id = 0; id < params_.size(); ++id)
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
-  if (c.bf16) params_.enable_bf16();
+  if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype());
   if (c.mla.enabled)
     rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
   else if (c.uses_rope_tables())
@@ -117,7 +117,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.kv_cache = cache;
   rt.moe_losses = training ? &moe_losses_ : nullptr;
   rt.moe_token_counts = training ? &moe_token_counts_ : nullptr;
-  rt.moe_aux_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
+  rt.moe_aux_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
   const int64_t S_global = st.mb.global_length();
@@ -279,7 +279,7 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
   std::vector<float> dloss;
   if (keep && tp == 1 && num_microbatches_ > 0) {
-    const float scale = micro_batch_loss_scale(tokens, num_microbatches_);
+    const float scale = micro_batch_loss_scale(tokens, num_microbatches_) * grad_scale_;
     dloss.resize(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
     p.dloss = dloss.data();
@@ -413,7 +413,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
   Tensor y_full = final_norm_forward(x, &stats);
-  Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, Vl, H, ops_->gemm});
+  Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
   if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
@@ -463,7 +463,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
   };
   Tensor d = d_output;
   if (part_.post_process) {
-    d = head_backward(*st, loss_scale);
+    d = head_backward(*st, loss_scale * grad_scale_);
     ready();
   }
   const int64_t L = static_cast<int64_t>(layers_.size());

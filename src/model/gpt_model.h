@@ -50,7 +50,8 @@ class GPTModel {
   Tensor forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss);
 
   // Backward of micro-batch `mb_id`. On the last stage the gradient of the loss with respect to
-  // token t's loss is loss_scale·mask[t] (Megatron: 1 / (Σ mask · num_microbatches)), and
+  // token t's loss is loss_scale·grad_scale()·mask[t] (Megatron: 1 / (Σ mask · num_microbatches),
+  // times the loss scale), and
   // `d_output` is ignored; on other stages `d_output` [Tl, H] is the next stage's input gradient.
   // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
   Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
@@ -83,6 +84,12 @@ class GPTModel {
   // 1 / (Σ mask · num_microbatches)) already at forward time, so a fused LM head may finish its
   // backward inside forward (no logits kept). 0 (the default) disables that.
   void set_num_microbatches(int64_t n) { num_microbatches_ = n; }
+  // --fp16's loss scale (optim/grad_scaler.h), set by the trainer before each training iteration:
+  // every loss gradient backward starts from (the LM loss's per-token scale and the MoE auxiliary
+  // losses' coefficients) is multiplied by it, so every parameter gradient comes out multiplied by
+  // it. 1 (the default) changes nothing.
+  void set_grad_scale(float s) { grad_scale_ = s; }
+  float grad_scale() const { return grad_scale_; }
 
   // Σ over the MoE layers of this chunk and the training micro-batches since the last call of each
   // layer's auxiliary losses (without coefficients; model/moe_layer.h); resets the sums.
@@ -131,6 +138,7 @@ class GPTModel {
   GradReadyFn grad_ready_;
   ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
+  float grad_scale_ = 1.0f;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };

@@ -48,7 +48,7 @@ struct LayerRuntime {
   AttentionProblem attention;
   // MoE layers: the auxiliary losses of training forwards that keep state for backward are added
   // here (null: not collected), and backward scales their gradients by moe_aux_scale (Megatron's
-  // MoEAuxLossAutoScaler scale, 1 / num_microbatches).
+  // MoEAuxLossAutoScaler scale: the --fp16 loss scale / num_microbatches, without --fp16 1 / num_microbatches).
   MoeAuxLosses* moe_losses = nullptr;
   double moe_aux_scale = 1.0;
   // MoE layers with --moe-router-enable-expert-bias: the same forwards add the tokens each expert

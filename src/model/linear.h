@@ -1,5 +1,5 @@
 // Linear layers y = x·Wᵀ on [rows, in] activations with [out, in] weights, in f32 (sgemm) or,
-// under --bf16, with bf16 inputs accumulating in f32 (oneDNN matmul; AMX where the CPU has it).
+// under --bf16 / --fp16, with bf16 / f16 inputs accumulating in f32 (kernels/cpu/gemm.h).
 #pragma once
 
 #include "core/tensor.h"
@@ -9,31 +9,33 @@
 namespace gale {
 
 // A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
-// copy under --bf16 (null otherwise), the f32 gradient (null for a frozen weight: backward skips
-// dW), and the f32 GEMM to run (OpTable::gemm).
+// copy under --bf16 or f16 copy under --fp16 (null otherwise), the f32 gradient (null for a frozen
+// weight: backward skips dW), and the f32 GEMM to run (OpTable::gemm).
 struct LinearWeight {
   const float* w = nullptr;
   const bf16* w_bf16 = nullptr;
+  const f16* w_f16 = nullptr;
   float* grad = nullptr;
   int64_t out = 0, in = 0;
   SgemmFn gemm = sgemm;
 };
 
-// Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its bf16 copy when
-// the buffer has one (--bf16), its gradient, on `gemm`.
+// Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its GEMM copy when
+// the buffer has one (--bf16, --fp16), its gradient, on `gemm`.
 LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm);
 
-// y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 (then W's bf16 copy is used).
+// y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 / f16 (then W's copy of that type is used).
 Tensor linear_forward(const Tensor& x, const LinearWeight& w);
 // Backward of linear_forward: returns dx[M, in] (f32, written) and accumulates dW += dyᵀ·x (unless
-// w.grad is null). With
-// a bf16 x, dy is rounded to bf16 once and both products run as bf16 GEMMs.
+// w.grad is null). With a bf16 or f16 x, dy is rounded to that type once and both products run as
+// GEMMs of that type: under --fp16 a gradient beyond f16's range becomes infinite there, which is
+// what the loss scaler detects (optim/grad_scaler.h).
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w);
 
-// x as a GEMM input is stored: unchanged (f32), or rounded to bf16 under --bf16 (half the bytes of
-// the activations a layer keeps for backward).
-Tensor to_gemm_input(const Tensor& x, bool use_bf16);
-// A bf16 tensor widened back to f32 (or x itself when it is f32).
+// x as a GEMM input is stored: unchanged (`dtype` kF32, or x is already of `dtype`), or rounded to
+// bf16 (--bf16) or f16 (--fp16): half the bytes of the activations a layer keeps for backward.
+Tensor to_gemm_input(const Tensor& x, DType dtype);
+// A bf16 or f16 tensor widened back to f32 (or x itself when it is f32).
 Tensor to_f32(const Tensor& x);
 
 }  // namespace gale

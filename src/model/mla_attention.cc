@@ -179,14 +179,14 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   const OpTable& ops = *rt.ops;
   const Dims d = dims_of(rt, x.size(0));
   GALE_CHECK(rt.rope != nullptr && rt.rope->rot_dim == d.R) << "MLA needs rotary tables of --qk-pos-emb-head-dim";
-  const bool bf16 = c.bf16;
+  const DType gemm_dtype = c.gemm_dtype();
 
   // ---- queries [T, NHl·Dq] ----
   Tensor x_full, q_latent, q_stats, q_in, q;
   if (d.Cq == 0) {
     if (w.q_norm_w >= 0) {  // the norm fused into linear_q_proj, on this rank's tokens
       q_latent = to_f32(x);
-      x_full = gather_input(part, to_gemm_input(latent_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, q_latent, &q_stats), bf16));
+      x_full = gather_input(part, to_gemm_input(latent_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, q_latent, &q_stats), gemm_dtype));
     } else {
       x_full = gather_input(part, x);
     }
@@ -198,7 +198,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       q_latent = cq;
       cq_n = latent_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, cq, &q_stats);
     }
-    q_in = gather_input(part, to_gemm_input(cq_n, bf16));  // [T, Cq]
+    q_in = gather_input(part, to_gemm_input(cq_n, gemm_dtype));  // [T, Cq]
     q = linear_forward(q_in, weight(rt, pb, w.q_up));
   }
 
@@ -211,7 +211,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
     copy_columns(normed.data<float>(), d.Ckv, 0, ckv.data<float>(), d.Ckv + d.R, 0, d.Tl, d.Ckv);
   }
   const Tensor ckv_all = gather_input(part, ckv);  // [T, Ckv + R]
-  Tensor kv_in = to_gemm_input(columns(ckv_all, 0, d.Ckv), bf16);
+  Tensor kv_in = to_gemm_input(columns(ckv_all, 0, d.Ckv), gemm_dtype);
   Tensor kv = linear_forward(kv_in, weight(rt, pb, w.kv_up));  // [T, NHl·(Dn + Dv)]
 
   // ---- k_pe: de-interleaved and rotated once per token ----

@@ -167,7 +167,7 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
     Tensor act = Tensor::empty({n, Fe});
     const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
     mlp_activation_forward(c, ops)(u.data<float>(), b1, act.data<float>(), n, Fe);
-    act = to_gemm_input(act, c.bf16);
+    act = to_gemm_input(act, c.gemm_dtype());
     Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
     if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
     std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));

@@ -12,10 +12,11 @@ namespace gale {
 
 namespace {
 
-// The router in f32 (no bf16 copy is used even under --bf16).
+// The router in f32 (no bf16 or f16 copy is used even under --bf16 / --fp16).
 LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
   LinearWeight w = linear_weight(pb, id, ops.gemm);
   w.w_bf16 = nullptr;
+  w.w_f16 = nullptr;
   return w;
 }
 

@@ -62,7 +62,7 @@ Tensor shared_expert_forward(const ModelConfig& c, const OpTable& ops, const Par
   Tensor u = linear_forward(x_full, weight(ops, pb, w.fc1_w));  // [T, Fl or 2Fl]
   Tensor act = Tensor::empty({T, Fl});
   mlp_activation_forward(c, ops)(u.data<float>(), nullptr, act.data<float>(), T, Fl);
-  act = to_gemm_input(act, c.bf16);
+  act = to_gemm_input(act, c.gemm_dtype());
   Tensor m = reduce_scatter_to_sequence_parallel_region(linear_forward(act, weight(ops, pb, w.fc2_w)), tp);  // [Tl, H]
   Tensor out = m, gate;
   if (w.gate_w >= 0) {

@@ -98,18 +98,22 @@ Tensor ParamBuffer::grad(int id) const {
   return Tensor::from_blob(grad_data(id), spec(id).local_shape(), DType::kF32);
 }
 
-void ParamBuffer::enable_bf16() {
+void ParamBuffer::enable_gemm_copy(DType dtype) {
   GALE_CHECK(finalized());
-  if (!params_bf16_.defined()) params_bf16_ = Tensor::empty({numel_}, DType::kBF16);
-  refresh_bf16();
+  GALE_CHECK(dtype == DType::kBF16 || dtype == DType::kF16) << "a GEMM copy in " << dtype_name(dtype);
+  if (!params_gemm_.defined() || params_gemm_.dtype() != dtype) params_gemm_ = Tensor::empty({numel_}, dtype);
+  refresh_gemm_copy();
 }
 
-void ParamBuffer::refresh_bf16() { refresh_bf16(0, numel_); }
+void ParamBuffer::refresh_gemm_copy() { refresh_gemm_copy(0, numel_); }
 
-void ParamBuffer::refresh_bf16(int64_t offset, int64_t count) {
-  if (!has_bf16()) return;
+void ParamBuffer::refresh_gemm_copy(int64_t offset, int64_t count) {
+  if (!has_gemm_copy()) return;
   GALE_CHECK(offset >= 0 && offset + count <= numel_);
-  convert_f32_to_bf16(params_.data<float>() + offset, params_bf16_.data<bf16>() + offset, count);
+  if (params_gemm_.dtype() == DType::kBF16)
+    convert_f32_to_bf16(params_.data<float>() + offset, params_gemm_.data<bf16>() + offset, count);
+  else
+    convert_f32_to_f16(params_.data<float>() + offset, params_gemm_.data<f16>() + offset, count);
 }
 
 uint64_t param_init_stream(const std::string& name) {
@@ -150,7 +154,7 @@ void ParamBuffer::initialize(uint64_t seed) {
       }
     }
   }
-  refresh_bf16();
+  refresh_gemm_copy();
 }
 
 }  // namespace gale

@@ -111,14 +111,18 @@ class ParamBuffer {
     if (frozen_grad_sink_.defined()) frozen_grad_sink_.zero();
   }
 
-  // --bf16: a bf16 copy of every parameter for the model's GEMMs; the f32 buffer stays the
-  // optimizer's master copy (and gradients stay f32). Call refresh_bf16() after any change of the
-  // f32 values (initialisation, checkpoint load, optimizer step, parameter all-gather).
-  void enable_bf16();
-  bool has_bf16() const { return params_bf16_.defined(); }
-  const bf16* param_bf16_data(int id) const { return params_bf16_.data<bf16>() + spec(id).offset; }
-  void refresh_bf16();                                // the whole buffer
-  void refresh_bf16(int64_t offset, int64_t count);  // elements [offset, offset + count)
+  // --bf16 / --fp16: a bf16 or f16 copy of every parameter for the model's GEMMs (the GEMM copy);
+  // the f32 buffer stays the optimizer's master copy (and gradients stay f32). Call
+  // refresh_gemm_copy() after any change of the f32 values (initialisation, checkpoint load,
+  // optimizer step, parameter all-gather).
+  void enable_gemm_copy(DType dtype);  // kBF16 or kF16
+  bool has_gemm_copy() const { return params_gemm_.defined(); }
+  // The copy's type: kBF16, kF16, or kF32 when there is none.
+  DType gemm_copy_dtype() const { return has_gemm_copy() ? params_gemm_.dtype() : DType::kF32; }
+  const bf16* param_bf16_data(int id) const { return params_gemm_.data<bf16>() + spec(id).offset; }
+  const f16* param_f16_data(int id) const { return params_gemm_.data<f16>() + spec(id).offset; }
+  void refresh_gemm_copy();                                // the whole buffer
+  void refresh_gemm_copy(int64_t offset, int64_t count);  // elements [offset, offset + count)
 
   // Megatron's initialisation (docs/model.md), drawn from the counter-based RNG so that every
   // element's value depends only on (seed, parameter name, global index).
@@ -127,7 +131,7 @@ class ParamBuffer {
  private:
   std::vector<ParamSpec> specs_;
   int64_t numel_ = 0, dense_numel_ = 0, trainable_numel_ = 0;
-  Tensor params_, grads_, params_bf16_;
+  Tensor params_, grads_, params_gemm_;
   Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
 };
 

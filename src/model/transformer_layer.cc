@@ -142,7 +142,7 @@ Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tenso
 
 // A norm's output as the column-parallel linear after it takes it (GEMM input type, SP-gathered).
 Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
-  return gather_column_parallel_input(*rt.part, to_gemm_input(norm_out, rt.config->bf16));
+  return gather_column_parallel_input(*rt.part, to_gemm_input(norm_out, rt.config->gemm_dtype()));
 }
 
 // The MLP activation of u = fc1's output with its bias already added (as forward left it), as the
@@ -151,7 +151,7 @@ Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
 Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, int64_t T, int64_t Fl) {
   Tensor act = Tensor::empty({T, Fl});
   mlp_activation_forward(*rt.config, *rt.ops)(u, bias, act.data<float>(), T, Fl);
-  return to_gemm_input(act, rt.config->bf16);
+  return to_gemm_input(act, rt.config->gemm_dtype());
 }
 
 // Whether layer `layer` of this chunk recomputes what `plan_layers` (a RecomputePlan count) names.
@@ -267,14 +267,14 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
 
   // ---- attention block ----
   Tensor norm1_stats;
-  const bool bf16 = c.bf16;
+  const DType gemm_dtype = c.gemm_dtype();
   Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
   Tensor norm1_out, ctx;
   if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
-    Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), bf16);
+    Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
     ctx = mla_attention_forward(rt, pb, w.mla, ap, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
   } else {
     norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
@@ -299,7 +299,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
     ctx = cache ? cached_attention_forward(rt, ap, qkv, *cache) : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
   }
-  ctx = to_gemm_input(ctx, bf16);
+  ctx = to_gemm_input(ctx, gemm_dtype);
   Tensor proj = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj));  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
@@ -314,7 +314,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // ---- MLP block ----
   // The MoE MLP routes this rank's own tokens [Tl, H] (no sequence-parallel all-gather).
   Tensor norm2_out =
-      w.moe.defined() ? to_gemm_input(norm2_local, bf16) : norm_output_for_linear(rt, norm2_local);
+      w.moe.defined() ? to_gemm_input(norm2_local, gemm_dtype) : norm_output_for_linear(rt, norm2_local);
   norm2_local = Tensor();
   Tensor fc1_out, act, fc2;
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]

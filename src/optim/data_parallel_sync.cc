@@ -164,7 +164,7 @@ void DataParallelSync::finish_param_gather(size_t b) {
                 static_cast<size_t>(bucket.numel()) * sizeof(float));
     s.param_staging = Tensor();
   }
-  params_->refresh_bf16(bucket.range.begin, bucket.numel());  // --bf16: the GEMMs' copy of the gathered weights
+  params_->refresh_gemm_copy(bucket.range.begin, bucket.numel());  // --bf16/--fp16: the GEMM copy of the gathered weights
   s.params_stale = false;
 }
 

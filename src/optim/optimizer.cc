@@ -84,8 +84,13 @@ double Optimizer::norm_of(bool grads) const {
 double Optimizer::grad_norm() const { return norm_of(true); }
 double Optimizer::params_norm() const { return norm_of(false); }
 
-StepResult Optimizer::step(double lr, double wd, bool want_zeros) {
+StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale) {
   StepResult r;
+  if (inv_grad_scale != 1.0f)
+    for (BufferState& b : buffers_) {
+      float* g = b.buffer.params->flat_grads().data<float>();
+      for (const Segment& seg : b.segments) scale_inplace(g + seg.begin, seg.numel, inv_grad_scale);
+    }
   r.grad_norm = grad_norm();
   if (want_zeros) {
     int64_t zeros = 0, expert_zeros = 0;

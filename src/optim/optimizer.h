@@ -83,11 +83,14 @@ class Optimizer {
   // distributed optimizer it reads only the owned shards, so it is right before the parameter
   // all-gather too.
   double params_norm() const;
-  // Clip, then update every owned parameter element with learning rate `lr` and weight decay `wd`
-  // (0 for parameters without decay). Skips the update when the gradient norm is not finite.
+  // Unscale, clip, then update every owned parameter element with learning rate `lr` and weight
+  // decay `wd` (0 for parameters without decay). `inv_grad_scale` (--fp16's 1 / loss scale,
+  // optim/grad_scaler.h) multiplies every owned gradient element first, in place, as Megatron
+  // unscales its main gradients; 1 leaves them untouched. Skips the update when the gradient norm
+  // is not finite (the loss scaler's found_inf).
   // AdamW folds the clipping factor into its update (bit-identical; the gradient buffers keep the
   // unclipped values); SGD scales the owned gradients in place first.
-  StepResult step(double lr, double wd, bool count_zeros = false);
+  StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

@@ -17,7 +17,7 @@
 //
 // Conventions: all-reduces work in place on the tensor passed and return it; splits along S
 // return a view (a slice sharing storage, as Megatron's first-dimension split does); the other
-// operations return new tensors. f32 and bf16 are supported (bf16 sums are computed in f32 by
+// operations return new tensors. f32, bf16 and f16 are supported (half sums are computed in f32 by
 // the communicator). Dimension 0 (or the last dimension) must divide by the group size.
 //
 // The *_async forms start the communication and return at once; the result is valid after

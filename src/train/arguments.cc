@@ -116,6 +116,15 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
+  p.add_flag("--fp16", &a.fp16,
+             "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
+             "weights, gradients and optimizer state, with loss scaling");
+  p.add("--loss-scale", &a.loss_scale, "--fp16: a constant loss scale (a positive power of 2 is best); unset: dynamic");
+  p.add("--initial-loss-scale", &a.initial_loss_scale, "--fp16: initial dynamic loss scale");
+  p.add("--min-loss-scale", &a.min_loss_scale, "--fp16: minimum dynamic loss scale");
+  p.add("--loss-scale-window", &a.loss_scale_window,
+        "--fp16: iterations without overflow before the dynamic loss scale doubles");
+  p.add("--hysteresis", &a.hysteresis, "--fp16: overflows in a row before the dynamic loss scale halves");
   p.add("--num-threads", &a.num_threads, "Gale: compute threads per process (default: OMP_NUM_THREADS or all cores)");
 }
 
@@ -245,7 +254,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
     const char* why;
   };
   static const Entry entries[] = {
-      {"--fp16", "fp16 mixed precision; use fp32 or --bf16"},
       {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
@@ -282,11 +290,10 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--no-bias-swiglu-fusion", false, "the fused SwiGLU kernel is --use-fused-swiglu (MindSpeed)"},
       {"--no-rope-fusion", false, "the fused RoPE kernel is --use-fused-rotary-pos-emb (MindSpeed)"},
       {"--no-persist-layer-norm", false, "Gale has one fused LayerNorm kernel (level 1)"},
-      {"--loss-scale", true, "loss scaling only applies with --fp16"},
-      {"--initial-loss-scale", true, "loss scaling only applies with --fp16"},
-      {"--min-loss-scale", true, "loss scaling only applies with --fp16"},
-      {"--loss-scale-window", true, "loss scaling only applies with --fp16"},
-      {"--hysteresis", true, "loss scaling only applies with --fp16"},
+      {"--fp16-lm-cross-entropy", false, "Gale computes the cross entropy in fp32 from f32 logits"},
+      {"--accumulate-allreduce-grads-in-fp32", false, "Gale always accumulates and reduces gradients in fp32"},
+      {"--apply-query-key-layer-scaling", false,
+       "Gale computes the attention softmax in fp32, where this scaling changes nothing"},
       {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},
       {"--deterministic-mode", false,
        "Gale's kernels and reductions are deterministic for a given layout and thread count"},
@@ -548,6 +555,21 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   if (!(t.adam_eps > 0.0)) return InvalidArgument("--adam-eps: expected a positive number, found ", t.adam_eps);
   if (t.seed <= 0 || t.seed > 4294967295LL) return InvalidArgument("--seed: expected an integer in [1, 2^32-1], found ", t.seed);
   if (t.num_threads < 0) return InvalidArgument("--num-threads: expected a non-negative integer, found ", t.num_threads);
+  if (t.fp16) {
+    if (t.bf16) return InvalidArgument("--fp16 and --bf16 are exclusive: give one of them");
+    if (!unset(t.loss_scale) && !(t.loss_scale > 0.0))
+      return InvalidArgument("--loss-scale: expected a positive number, found ", t.loss_scale);
+    if (!(t.initial_loss_scale > 0.0))
+      return InvalidArgument("--initial-loss-scale: expected a positive number, found ", t.initial_loss_scale);
+    if (!(t.min_loss_scale > 0.0 && t.min_loss_scale <= t.initial_loss_scale))
+      return InvalidArgument("--min-loss-scale: expected a positive number not above --initial-loss-scale ",
+                             t.initial_loss_scale, ", found ", t.min_loss_scale);
+    if (t.loss_scale_window <= 0)
+      return InvalidArgument("--loss-scale-window: expected a positive integer, found ", t.loss_scale_window);
+    if (t.hysteresis <= 0) return InvalidArgument("--hysteresis: expected a positive integer, found ", t.hysteresis);
+    // As Megatron: with dynamic scaling non-finite gradients are the scaler's signal, not an error.
+    if (unset(t.loss_scale)) t.check_for_nan_in_loss_and_grad = false;
+  }
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
   if (l.eval_interval <= 0) return InvalidArgument("--eval-interval: expected a positive integer, found ", l.eval_interval);

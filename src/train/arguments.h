@@ -122,6 +122,14 @@ struct TrainingArgs {
   double sgd_momentum = 0.9;
   bool check_for_nan_in_loss_and_grad = true;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
+  bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
+  // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
+  // without it the scale is dynamic, starting at --initial-loss-scale.
+  double loss_scale = kUnsetF;
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
   int num_threads = 0;  // Gale: OpenMP threads (0 = OMP_NUM_THREADS or all cores)
 };
 

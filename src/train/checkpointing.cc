@@ -157,6 +157,12 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     sections["optimizer"] = {{"type", optimizer.config().type},
                              {"steps_taken", optimizer.steps_taken()},
                              {"use_distributed_optimizer", args.parallel.use_distributed_optimizer}};
+    if (engine.grad_scaler) {  // --fp16: Megatron keeps the scaler in the optimizer's state
+      const GradScalerState& g = engine.grad_scaler->state();
+      sections["optimizer"]["grad_scaler"] = {{"scale", g.scale},
+                                              {"growth_tracker", g.growth_tracker},
+                                              {"hysteresis_tracker", g.hysteresis_tracker}};
+    }
     sections["opt_param_scheduler"] = {{"max_lr", ls.max_lr},
                                        {"min_lr", ls.min_lr},
                                        {"lr_warmup_steps", ls.warmup_steps},
@@ -260,11 +266,19 @@ Status load_from(const std::string& flag, const std::string& dir, const Argument
                                 " optimizer state; this run uses --optimizer ", optimizer.config().type,
                                 " (use --no-load-optim to start the optimizer afresh)");
     optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
+    if (engine.grad_scaler && o.contains("grad_scaler")) {
+      const nlohmann::json& g = o.at("grad_scaler");
+      engine.grad_scaler->set_state(GradScalerState{g.at("scale").get<float>(), g.at("growth_tracker").get<int64_t>(),
+                                                    g.at("hysteresis_tracker").get<int64_t>()});
+    } else if (engine.grad_scaler) {
+      print_rank0(str_cat("  checkpoint ", r.directory(), " has no loss-scaler state (not an --fp16 run): the loss "
+                          "scale starts afresh"));
+    }
     GALE_ASSIGN_OR_RETURN(nlohmann::json sch, r.section("opt_param_scheduler"));
     scheduler.set_num_steps(sch.at("num_steps").get<int64_t>());
   }
   // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
-  for (auto& chunk : engine.chunks) chunk->params().refresh_bf16();
+  for (auto& chunk : engine.chunks) chunk->params().refresh_gemm_copy();
   *loaded = true;
   print_rank0(str_cat("  successfully loaded checkpoint from ", dir, " at iteration ", state.iteration));
   return Status::Ok();

@@ -173,6 +173,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                   engine->ps.model(), par.use_distributed_optimizer ? dp : nullptr,
                                                   expert_groups);
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
+  if (args.training.fp16) engine->grad_scaler = std::make_unique<GradScaler>(grad_scaler_config_from_args(args));
   return engine;
 }
 

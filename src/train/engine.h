@@ -9,6 +9,7 @@
 
 #include "model/gpt_model.h"
 #include "optim/data_parallel_sync.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
@@ -24,6 +25,8 @@ struct Engine {
   std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrScheduler> scheduler;
+  // --fp16: the loss scaler (constant with --loss-scale, else dynamic); null otherwise.
+  std::unique_ptr<GradScaler> grad_scaler;
   // Data-parallel gradient reduction / parameter gathering of each chunk (same order as `chunks`;
   // train/grad_sync.h drives them). Empty in an engine assembled by hand, which then must not be
   // data-parallel.

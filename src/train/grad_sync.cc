@@ -97,8 +97,8 @@ void finalize_model_grads(Engine& engine) {
   update_router_expert_bias(engine.ps, chunks);
 }
 
-StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros) {
-  StepResult r = engine.optimizer->step(lr, wd, count_zeros);
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale) {
+  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale);
   if (r.applied)
     for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
   if (r.applied)

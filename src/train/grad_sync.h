@@ -32,7 +32,8 @@ void finalize_model_grads(Engine& engine);
 
 // The optimizer step, then (distributed optimizer) the all-gather of the updated parameter
 // shards — deferred to the next forward with --overlap-param-gather.
-StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros);
+// `inv_grad_scale`: --fp16's 1 / loss scale (Optimizer::step), else 1.
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale = 1.0f);
 
 // Completes every parameter all-gather still pending (before reading all parameters: saving a
 // checkpoint, comparing them). A no-op without the distributed optimizer.

@@ -78,7 +78,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
         Tensor w = pb.param(id);
         GALE_RETURN_IF_ERROR(merge.merge_into(pb.spec(id).name, w));
       }
-    pb.refresh_bf16();
+    pb.refresh_gemm_copy();
   }
   return m;
 }

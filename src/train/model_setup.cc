@@ -43,6 +43,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.init_xavier_uniform = m.init_method_xavier_uniform;
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
+  c.fp16 = a.training.fp16;
   if (m.multi_latent_attention) {
     c.mla.enabled = true;
     c.mla.q_lora_rank = m.q_lora_rank == kUnset ? 0 : m.q_lora_rank;
@@ -124,6 +125,17 @@ int64_t train_iters_from_args(const Arguments& a) {
   StatusOr<NumMicroBatchesCalculator> calculator = num_micro_batches_calculator_from_args(a);
   GALE_CHECK_OK(calculator.status());  // validated with the flags
   return calculator->train_iters_for_samples(t.train_samples);
+}
+
+GradScalerConfig grad_scaler_config_from_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  GradScalerConfig c;
+  c.dynamic = unset(t.loss_scale);
+  c.initial_scale = c.dynamic ? t.initial_loss_scale : t.loss_scale;
+  c.min_scale = t.min_loss_scale;
+  c.growth_interval = t.loss_scale_window;
+  c.hysteresis = t.hysteresis;
+  return c;
 }
 
 LrSchedule lr_schedule_from_args(const Arguments& a) {

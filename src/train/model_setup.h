@@ -2,6 +2,7 @@
 #pragma once
 
 #include "model/config.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "train/arguments.h"
@@ -13,6 +14,9 @@ ModelConfig model_config_from_args(const Arguments& a);
 OptimizerConfig optimizer_config_from_args(const Arguments& a);
 // Megatron's get_optimizer_param_scheduler: steps counted in samples.
 LrSchedule lr_schedule_from_args(const Arguments& a);
+// --fp16's loss scaler: constant with --loss-scale, else dynamic from --initial-loss-scale,
+// --min-loss-scale, --loss-scale-window and --hysteresis (growth ×2, backoff ×0.5 as Megatron).
+GradScalerConfig grad_scaler_config_from_args(const Arguments& a);
 // --recompute-granularity selective --recompute-modules: `layernorm` recomputes both norms' outputs
 // in every layer (on top of what MindSpeed's --recompute-norm set in `plan`); core_attn needs
 // nothing (attention probabilities are never kept).

@@ -46,6 +46,9 @@ void print_banner(const ArgParser& p, const Arguments& args, const Comm& world) 
                       "), ", num_threads(), " compute threads per process"));
   print_rank0(str_cat("GEMM: ", gemm_backend_description()));
   if (args.training.bf16) print_rank0(str_cat("GEMM (--bf16): ", bf16_gemm_description()));
+  if (args.training.fp16)
+    print_rank0("GEMM (--fp16): f16 inputs widened to f32 for sgemm (exact products, f32 accumulation; oneDNN has "
+                "no f16 matmul without AVX512-FP16)");
   print_rank0(str_cat("CPU: ", isa_report()));
   print_rank0("------------------------ arguments ------------------------");
   for (const std::string& flag : p.given_flags()) print_rank0(str_cat("  ", flag));
@@ -104,6 +107,13 @@ int pretrain_main(int argc, char** argv) {
   for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
+  if (!args.training.fp16) {
+    for (const char* flag : {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
+      if (parser.was_set(flag)) warn_rank0(str_cat("accepted without effect: ", flag, ": loss scaling only applies with --fp16"));
+  } else if (unset(args.training.loss_scale)) {
+    warn_rank0("--fp16 with dynamic loss scaling: --check-for-nan-in-loss-and-grad is off, since non-finite gradients "
+                "are the loss scaler's signal (such iterations are skipped and counted)");
+  }
   if (args.model.recompute_granularity == "selective" && args.model.recompute_modules == std::vector<std::string>{"core_attn"})
     warn_rank0("--recompute-granularity selective (--recompute-modules core_attn): nothing to do; Gale never keeps "
                "attention scores or probabilities for backward (both attention kernels recompute them from the "

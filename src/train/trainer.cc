@@ -136,6 +136,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   const int64_t gbs = calculator_.global_batch_size(consumed);
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
   start_grad_sync_iteration(*engine_, num_microbatches_);
+  GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
+  for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
   // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
   // consumed + m·mbs·dp + r·mbs + [0, mbs).
   auto source = [&](int64_t m, MicroBatch* mb) {
@@ -153,9 +155,12 @@ StatusOr<IterationResult> Trainer::train_step() {
   r.tokens = sums[1];
   reduce_moe_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
-  r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad);
+  r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
+                          scaler ? scaler->inv_scale() : 1.0f);
+  if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
+  r.loss_scale = scaler ? scaler->scale() : 1.0f;  // as Megatron logs it: after the update
   if (r.step.applied) scheduler.step(gbs);
-  for (auto& chunk : engine_->chunks) chunk->params().refresh_bf16();  // --bf16: the GEMMs' copy of the new weights
+  for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();  // --bf16/--fp16: the GEMM copy of the new weights
   r.global_batch_size = gbs;
   state_.consumed_train_samples += gbs;
   return r;
@@ -236,13 +241,18 @@ Status Trainer::run() {
       z_loss_total += r.z_loss;
     } else {
       ++skipped;
-      if (!std::isfinite(r.step.grad_norm) || !std::isfinite(loss)) ++nan_iters;
+      // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
+      // an overflowing gradient is the loss scaler's routine signal, not a NaN; without loss
+      // scaling a non-finite gradient is one.
+      if (!std::isfinite(loss) || (!engine_->grad_scaler && !std::isfinite(r.step.grad_norm))) ++nan_iters;
       if (t.check_for_nan_in_loss_and_grad)
         return InvalidArgument("found NaN or inf in the gradients at iteration ", state_.iteration,
                                " (grad norm ", r.step.grad_norm, ", loss ", loss,
                                "); lower --lr or use --no-check-for-nan-in-loss-and-grad to skip such iterations");
     }
     const bool log_due = state_.iteration % l.log_interval == 0;
+    // Megatron's fp16 optimizer returns no gradient norm for a skipped (overflowed) iteration.
+    const bool has_grad_norm = r.step.applied || !engine_->grad_scaler;
     // TensorBoard's iterations are the same on every rank (the params norm is a collective).
     const bool tensorboard_due = !l.tensorboard_dir.empty() && state_.iteration % l.tensorboard_log_interval == 0;
     const double params_norm =
@@ -256,7 +266,9 @@ Status Trainer::run() {
       s.world_size = engine_->ps.world_size();
       s.lm_loss = loss;
       s.grad_norm = r.step.grad_norm;
-      s.num_zeros = r.step.num_zeros;
+      s.has_grad_norm = has_grad_norm;
+      s.loss_scale = r.loss_scale;
+      s.num_zeros = has_grad_norm ? r.step.num_zeros : -1;
       s.params_norm = params_norm;
       const Allocator& a = host_allocator();
       s.mem_reserved_bytes = a.reserved_bytes();
@@ -295,7 +307,9 @@ Status Trainer::run() {
       f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
-      f.num_zeros = r.step.num_zeros;
+      f.has_grad_norm = has_grad_norm;
+      f.loss_scale = r.loss_scale;
+      f.num_zeros = has_grad_norm ? r.step.num_zeros : -1;
       f.params_norm = params_norm;
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;

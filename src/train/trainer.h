@@ -32,6 +32,7 @@ struct IterationResult {
   // The samples this iteration consumed: --global-batch-size, or during --rampup-batch-size the
   // ramp-up's current global batch size.
   int64_t global_batch_size = 0;
+  double loss_scale = 1.0;  // --fp16: the loss scale after this iteration's update; else 1
   StepResult step;
 };
 

@@ -10,7 +10,7 @@ namespace gale::testing {
 // Every "| <key>: <number> |" field of `output`, in order (e.g. key "lm loss": one per logged iteration).
 inline std::vector<double> logged_values(const std::string& output, const std::string& key) {
   std::vector<double> out;
-  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
+  std::regex re("\\| " + key + ": +([0-9.E+-]+) \\|");  // counts are right-aligned
   for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
   return out;
 }

@@ -142,7 +142,7 @@ TEST(GalePretrain, ErrorsAreOneLineWithExitCode2) {
       {{"--global-batch-size", "3"},
        "gale pretrain: error: --global-batch-size 3 must be a multiple of --micro-batch-size 2 times the data-parallel "
        "size 1"},
-      {{"--fp16"}, "gale pretrain: error: --fp16: not supported yet (fp16 mixed precision; use fp32 or --bf16)"},
+      {{"--fp16", "--bf16"}, "gale pretrain: error: --fp16 and --bf16 are exclusive: give one of them"},
       {{"--use-fused-swiglu"}, "gale pretrain: error: --use-fused-swiglu requires --swiglu"},
       {{"--tensor-model-parallel-size", "2"},
        "gale pretrain: error: world size 1 is not divisible by --tensor-model-parallel-size 2 x "

@@ -87,11 +87,11 @@ TEST(Bf16, CopyFollowsTheMasterWeights) {
   GPTModel model(c, single_process_partition(c), &ops);
   ParamBuffer& pb = model.params();
   pb.initialize(3);
-  ASSERT_TRUE(pb.has_bf16());
+  ASSERT_TRUE(pb.has_gemm_copy());
   int id = pb.find("decoder.layers.0.mlp.linear_fc1.weight");
   EXPECT_EQ(pb.param_bf16_data(id)[7].bits, float_to_bf16(pb.param_data(id)[7]).bits);
   pb.param_data(id)[7] = 0.123456f;  // an optimizer step
-  pb.refresh_bf16();
+  pb.refresh_gemm_copy();
   EXPECT_EQ(bf16_to_float(pb.param_bf16_data(id)[7]), bf16_to_float(float_to_bf16(0.123456f)));
   EXPECT_EQ(pb.param_data(id)[7], 0.123456f);  // the master copy keeps every bit
 }

@@ -45,7 +45,7 @@ struct LinearCase {
   LoraWeights lora() { return LoraWeights{a.data(), b.data(), ga.data(), gb.data(), r, out, in, scaling, sgemm}; }
   Tensor forward(Tensor* u) {
     Tensor xt = Tensor::from_blob(x.data(), {M, in}, DType::kF32);
-    LinearWeight lw{w.data(), nullptr, nullptr, out, in, sgemm};
+    LinearWeight lw{w.data(), nullptr, nullptr, nullptr, out, in, sgemm};
     Tensor y = linear_forward(xt, lw);
     *u = lora_forward(xt, lora(), y);
     return y;
@@ -111,7 +111,7 @@ TEST(LoraLinear, MergeAddsScaledBA) {
   std::vector<float> merged = c.w;
   lora_merge(merged.data(), c.lora());
   Tensor xt = Tensor::from_blob(c.x.data(), {c.M, c.in}, DType::kF32);
-  Tensor y2 = linear_forward(xt, LinearWeight{merged.data(), nullptr, nullptr, c.out, c.in, sgemm});
+  Tensor y2 = linear_forward(xt, LinearWeight{merged.data(), nullptr, nullptr, nullptr, c.out, c.in, sgemm});
   for (int64_t i = 0; i < c.M * c.out; ++i) EXPECT_NEAR(y2.data<float>()[i], y.data<float>()[i], 1e-5) << i;
 }
 
@@ -262,7 +262,7 @@ TEST(LoraModel, Bf16RunsCloseToF32) {
   b16.params().initialize(8);
   randomise_lora_b(f32.params(), 4);
   randomise_lora_b(b16.params(), 4);
-  b16.params().refresh_bf16();
+  b16.params().refresh_gemm_copy();
   const MicroBatch mb = make_batch(c, 2, 13);
   testing::mean_loss(f32, mb, true);
   testing::mean_loss(b16, mb, true);

@@ -108,12 +108,12 @@ TEST(MoeSharedExpert, Bf16IsCloseToF32) {
     c.bf16 = bf16;
     SharedFixture f(c, 10, 35);
     if (bf16) {
-      f.pb.enable_bf16();
-      f.pb.refresh_bf16();
+      f.pb.enable_gemm_copy(DType::kBF16);
+      f.pb.refresh_gemm_copy();
     }
     f.pb.zero_grads();
     SharedExpertSaved saved;
-    const Tensor x = to_gemm_input(f.x, bf16);
+    const Tensor x = to_gemm_input(f.x, c.gemm_dtype());
     const Tensor y = shared_expert_forward(f.c, f.ops, f.pb, f.w, f.part, x, &saved);
     out->assign(y.data<float>(), y.data<float>() + y.numel());
     const Tensor dy = Tensor::from_blob(f.r.data(), f.x.shape(), DType::kF32);

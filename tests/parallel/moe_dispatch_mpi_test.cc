@@ -28,7 +28,7 @@ float value_of(int src, int64_t row, int64_t h) { return static_cast<float>(src 
 float stored(float v, DType dtype) {
   Tensor t = Tensor::empty({1, 1});
   t.data<float>()[0] = v;
-  return to_f32(to_gemm_input(t, dtype == DType::kBF16)).data<float>()[0];
+  return to_f32(to_gemm_input(t, dtype)).data<float>()[0];
 }
 
 void check_round_trip(const Comm& ep, int64_t El, int salt, DType dtype) {
@@ -40,7 +40,7 @@ void check_round_trip(const Comm& ep, int64_t El, int salt, DType dtype) {
   Tensor rows = Tensor::empty({n, H});
   for (int64_t r = 0; r < n; ++r)
     for (int64_t h = 0; h < H; ++h) rows.data<float>()[r * H + h] = value_of(me, r, h);
-  rows = to_gemm_input(rows, dtype == DType::kBF16);
+  rows = to_gemm_input(rows, dtype);
 
   const MoeDispatchPlan plan = make_dispatch_plan(ep, counts);
   ASSERT_EQ(plan.local_experts, El);
@@ -75,6 +75,7 @@ TEST(MoeDispatch, RoundTripOneExpertPerRank) { check_round_trip(test::world(), 1
 TEST(MoeDispatch, RoundTripUnevenCounts) { check_round_trip(test::world(), 3, 1, DType::kF32); }
 TEST(MoeDispatch, RoundTripRankWithoutTokens) { check_round_trip(test::world(), 2, 2, DType::kF32); }
 TEST(MoeDispatch, RoundTripBf16) { check_round_trip(test::world(), 2, 0, DType::kBF16); }
+TEST(MoeDispatch, RoundTripF16) { check_round_trip(test::world(), 2, 0, DType::kF16); }
 
 // --moe-shared-expert-overlap's hook: the callback runs once, on the calling thread, while the row
 // exchange is in flight, and may run collectives of another group (the shared expert's TP

@@ -155,4 +155,18 @@ Status validate_bf16_gemm_environment();
 void convert_f32_to_bf16(const float* x, bf16* y, int64_t n);
 void convert_bf16_to_f32(const bf16* x, float* y, int64_t n);
 
+// ---- f16 (kernels/cpu/f16_convert*.cc), for --fp16
+
+// C[M,N] = alpha·op(A)·op(B) + beta·C with f16 A and B and f32 C, accumulated in f32 (what fp16
+// tensor cores compute). oneDNN 2.6 has no f16 matmul for CPUs without AVX512-FP16, so both inputs
+// are widened to f32 (exact) and multiplied by `gemm`: the product of two halves is exact in f32,
+// so this is an f16 GEMM with f32 accumulation, at the f32 GEMM's speed.
+void gemm_f16(SgemmFn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const f16* A,
+              int64_t lda, const f16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// f32 -> f16 with round-to-nearest-even (overflow to infinity, NaN kept NaN), bit-identical to
+// float_to_f16 (core/dtype.h), and f16 -> f32 (exact). F16C where detected_isa() >= kAvx2.
+void convert_f32_to_f16(const float* x, f16* y, int64_t n);
+void convert_f16_to_f32(const f16* x, float* y, int64_t n);
+
 }  // namespace gale

@@ -1,0 +1,118 @@
+// `gale pretrain --fp16` as Megatron users run it: dynamic loss scaling from 2^32 skips the
+// overflowing first iterations and halves the scale as Megatron does, a constant --loss-scale
+// trains close to fp32, a resumed run continues the loss scale exactly, and bad flags are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "cli/cli_test_util.h"
+#include "cli/log_line.h"
+#include "data/data_test_util.h"
+
+namespace gale {
+namespace {
+
+const std::string kModel =
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "
+    "--tokenizer-type NullTokenizer --vocab-size 4096 --micro-batch-size 2 --global-batch-size 4 --lr 3e-3 "
+    "--mock-data --eval-iters 0 --num-threads 1 --log-interval 1";
+
+using testing::logged_values;
+
+TEST(Fp16Cli, DynamicScalingSkipsOverflowsAndHalvesTheScaleAsMegatron) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::run_gale("pretrain " + kModel + " --fp16 --train-iters 30", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("GEMM (--fp16): f16 inputs widened to f32"), std::string::npos) << r.out;
+  EXPECT_NE((r.out + r.err).find("--check-for-nan-in-loss-and-grad is off"), std::string::npos);
+  const std::vector<double> scale = logged_values(r.out, "loss scale");
+  const std::vector<double> skipped = logged_values(r.out, "number of skipped iterations");
+  const std::vector<double> nan = logged_values(r.out, "number of nan iterations");
+  ASSERT_EQ(scale.size(), 30u);
+  ASSERT_EQ(skipped.size(), 30u);
+  // Megatron's rule with --hysteresis 2: the first overflow keeps 2^32, each further one halves it;
+  // the first iteration that does not overflow keeps the scale and trains.
+  double expected = 4294967296.0;
+  int hysteresis = 2, first_trained = -1;
+  for (int i = 0; i < 30 && first_trained < 0; ++i) {
+    if (skipped[i] == 1.0) {
+      if (--hysteresis <= 0) expected /= 2;
+    } else {
+      first_trained = i;
+    }
+    EXPECT_EQ(scale[i], expected) << "iteration " << i + 1;
+    EXPECT_EQ(nan[i], 0.0) << "an overflow is not a NaN iteration";
+  }
+  ASSERT_GT(first_trained, 2) << "the tiny model should overflow f16 at 2^32 for a few iterations";
+  ASSERT_LT(first_trained, 28) << r.out;
+  // Skipped iterations print neither a loss nor a gradient norm (Megatron); trained ones do, and
+  // every later iteration trains at this scale (growth comes only after --loss-scale-window 1000).
+  const std::vector<double> loss = logged_values(r.out, "lm loss"), norm = logged_values(r.out, "grad norm");
+  EXPECT_EQ(loss.size(), static_cast<size_t>(30 - first_trained));
+  EXPECT_EQ(norm.size(), loss.size());
+  for (double l : loss) EXPECT_TRUE(std::isfinite(l) && l > 0.0);
+  EXPECT_LT(loss.back(), loss.front());  // it learns
+}
+
+TEST(Fp16Cli, ConstantLossScaleTrainsCloseToFp32) {
+  testing::TempDir dir;
+  testing::CommandResult f32 = testing::run_gale("pretrain " + kModel + " --train-iters 6", dir.path());
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  testing::CommandResult h = testing::run_gale("pretrain " + kModel + " --fp16 --loss-scale 1024 --train-iters 6", dir.path());
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  const std::vector<double> a = logged_values(f32.out, "lm loss"), b = logged_values(h.out, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 2e-3 * a[i]) << "iteration " << i + 1;
+  EXPECT_NE(a, b);  // the f16 rounding really happened
+  for (double s : logged_values(h.out, "loss scale")) EXPECT_EQ(s, 1024.0);
+  EXPECT_EQ(h.err.find("--check-for-nan-in-loss-and-grad is off"), std::string::npos);
+}
+
+TEST(Fp16Cli, ResumedRunContinuesTheLossScaleExactly) {
+  // A small window makes the scale grow within the run, so both trackers matter on resume.
+  const std::string flags =
+      " --fp16 --initial-loss-scale 1048576 --loss-scale-window 3 --hysteresis 1 --train-iters 12";
+  testing::TempDir dir;
+  testing::CommandResult whole = testing::run_gale("pretrain " + kModel + flags, dir.path());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const std::string ckpt = dir.file("ckpt");
+  testing::CommandResult first =
+      testing::run_gale("pretrain " + kModel + flags + " --exit-interval 6 --save-interval 100 --save " + ckpt, dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  testing::CommandResult second =
+      testing::run_gale("pretrain " + kModel + flags + " --load " + ckpt, dir.path());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::vector<double> scale = logged_values(whole.out, "loss scale");
+  ASSERT_EQ(scale.size(), 12u);
+  std::vector<double> tail(scale.begin() + 6, scale.end());
+  EXPECT_EQ(logged_values(second.out, "loss scale"), tail);
+  // The scale moved during the run (grew after clean windows or shrank after an overflow).
+  EXPECT_NE(*std::min_element(scale.begin(), scale.end()), *std::max_element(scale.begin(), scale.end()));
+  const std::vector<double> loss = logged_values(whole.out, "lm loss"), resumed = logged_values(second.out, "lm loss");
+  ASSERT_GE(loss.size(), resumed.size());
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed, std::vector<double>(loss.end() - static_cast<std::ptrdiff_t>(resumed.size()), loss.end()));
+}
+
+TEST(Fp16Cli, BadFlagsAreRefusedAndStrayLossScaleFlagsNoted) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::run_gale("pretrain " + kModel + " --fp16 --bf16 --train-iters 1", dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--fp16 and --bf16 are exclusive"), std::string::npos) << r.err;
+  r = testing::run_gale("pretrain " + kModel + " --fp16 --loss-scale -4 --train-iters 1", dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--loss-scale: expected a positive number, found -4"), std::string::npos) << r.err;
+  r = testing::run_gale("pretrain " + kModel + " --fp16 --hysteresis 0 --train-iters 1", dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--hysteresis: expected a positive integer, found 0"), std::string::npos) << r.err;
+  r = testing::run_gale("pretrain " + kModel + " --loss-scale 8 --train-iters 1", dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("accepted without effect: --loss-scale: loss scaling only applies with --fp16"),
+            std::string::npos)
+      << r.out << r.err;
+}
+
+}  // namespace
+}  // namespace gale
