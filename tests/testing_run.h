@@ -13,6 +13,7 @@
 
 #include "testing_data.h"
 #include "train/engine.h"
+#include "train/model_setup.h"
 #include "train/trainer.h"
 
 namespace gale::testing {
@@ -67,6 +68,7 @@ class TestRun {
     args.model.padded_vocab_size = pad_vocab_size(vocab, args.model.make_vocab_size_divisible_by,
                                                   args.parallel.tensor_model_parallel_size);
     data = std::make_unique<SyntheticDataset>(100000, args.model.seq_length, vocab);
+    apply_recompute_modules(args.model, &options.recompute);  // --recompute-modules, as gale pretrain
     auto built = build_engine(args, world, ops, options);
     GALE_CHECK_OK(built.status());
     engine = std::move(built).value();

@@ -1,6 +1,8 @@
 // Megatron's own parallelism and optimizer features, as the engine core implements them: listed
 // in the registry so `gale features` shows what a command line turns on (their flags belong to
 // the distributed/training argument groups).
+#include <algorithm>
+
 #include "features/registry.h"
 #include "features/simple_feature.h"
 
@@ -51,8 +53,16 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"recompute-granularity", "--recompute-granularity", FeatureModule::kMemory, 0,
        "Megatron activation recomputation (MindSpeed RecomputeMethodFeature, L2)",
        "full: layer groups (--recompute-method uniform|block, --recompute-num-layers) keep only their input and "
-       "rerun their forward in backward; selective: nothing to do (attention probabilities are never kept)",
-       true, [](const Arguments& a) { return a.model.recompute_granularity == "full"; }});
+       "rerun their forward in backward; selective: --recompute-modules core_attn (the default) changes nothing "
+       "(attention probabilities are never kept); layernorm, mlp, moe_act, shared_experts, moe and mla_up_proj "
+       "drop those activations and recompute them in backward (docs/model.md)",
+       true, [](const Arguments& a) {
+         const ModelArgs& m = a.model;
+         if (m.recompute_granularity == "full") return true;
+         return m.recompute_granularity == "selective" &&
+                std::any_of(m.recompute_modules.begin(), m.recompute_modules.end(),
+                            [](const std::string& module) { return module != "core_attn"; });
+       }});
 }
 
 }  // namespace gale

@@ -20,10 +20,27 @@ enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
 // `*_layers` layers of each model chunk (Megatron's order within the chunk; kAllLayers = every
 // layer; 0 = none). The recomputation calls the same kernels on the same saved inputs, so the
 // results equal the stored-activation run's.
+//
+// Megatron's --recompute-granularity selective --recompute-modules (every layer; `layernorm` is
+// norm_layers = kAllLayers, `core_attn` needs nothing: attention probabilities are never kept):
+//   mlp:            a dense layer's MLP keeps only its input (norm2's output on this rank's rows,
+//                   before the sequence-parallel all-gather); backward reruns the gather, fc1 (and
+//                   its LoRA branch), the activation (and fc2's LoRA branch) before going back;
+//   moe_act:        the routed experts drop their activation outputs and recompute them from the
+//                   kept fc1 outputs just before fc2's backward (as activation_layers does for the
+//                   dense MLP);
+//   shared_experts: the MoE shared expert keeps only its input and reruns its forward in backward;
+//   moe:            a MoE layer keeps only its input (router, dispatch, experts and shared expert
+//                   rerun in backward; the aux losses and expert-bias counts are counted by the
+//                   first forward only);
+//   mla_up_proj:    multi-latent attention drops its packed q/k/v rows (the up projections' outputs
+//                   after RoPE) once attention has run, and rebuilds them from the kept latents in
+//                   backward (model/mla_attention.h).
 struct RecomputePlan {
   static constexpr int64_t kAllLayers = INT64_MAX;
   int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
   int64_t norm_layers = 0;        // both norms' outputs [T, H] (from the layer input and x_mid)
+  bool mlp = false, moe_act = false, shared_experts = false, moe = false, mla_up_proj = false;
 };
 
 // Megatron's --recompute-granularity full (--recompute-method, --recompute-num-layers): layers that
@@ -94,6 +111,11 @@ struct MoeConfig {
   // --moe-shared-expert-overlap: the shared expert runs while the all-to-all dispatch of the
   // routed rows (backward: of their output gradients) is in flight; same results.
   bool shared_overlap = false;
+  // --moe-input-jitter-eps (0: none): the router's input (only the router's: the experts see the
+  // unjittered tokens) multiplied elementwise by noise in [1 − eps, 1 + eps) drawn from Gale's
+  // Philox streams by (seed, layer, global token id, column), in training and evaluation as
+  // Megatron (model/moe_router.h).
+  double input_jitter_eps = 0.0;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {

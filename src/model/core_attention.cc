@@ -117,6 +117,11 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   return ctx;
 }
 
+Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv) {
+  const Plan p = plan_of(rt);
+  return p.hs.group ? ulysses_seq_to_heads(*p.hs.group, *p.hs.split, p.B, qkv) : qkv;
+}
+
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
   const ModelConfig& c = *rt.config;
   const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();

@@ -51,6 +51,12 @@ struct CoreAttentionSaved {
 Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
                               CoreAttentionSaved* saved);
 
+// The rows core_attention_forward keeps as saved.qkv for the layer's packed rows `qkv` (after
+// RoPE): qkv itself, or under a Ulysses head split its all-to-all (every rank of the group must
+// call). For a layer that dropped saved.qkv after forward and rebuilds it before backward
+// (--recompute-modules mla_up_proj).
+Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv);
+
 // Incremental decoding (rt.kv_cache set, no context parallelism): the keys and values of qkv's rows
 // (the new positions) are written into `cache` (one layer's KvCache rows) after the cached ones, and
 // the new queries attend to every position up to their own. Returns [T, NHl·HD]; keeps nothing.

@@ -123,6 +123,38 @@ Tensor reduce_input_grad(const ModelPartition& part, const Tensor& dx) {
 
 LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
 
+// The packed, zero-padded q/k/v rows [T, NHl·3D] attention reads (queries' rotary part rotated):
+// the q projection of q_input (x_full with Cq = 0, else q_in), the kv up projection of kv_in and the
+// rotated shared k_pe [T, R].
+Tensor packed_qkv(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w, const Dims& d,
+                  const Tensor& q_input, const Tensor& kv_in, const Tensor& k_pe) {
+  Tensor q = linear_forward(q_input, weight(rt, pb, d.Cq == 0 ? w.q_proj : w.q_up));  // [T, NHl·Dq]
+  Tensor kv = linear_forward(kv_in, weight(rt, pb, w.kv_up));                      // [T, NHl·(Dn + Dv)]
+  Tensor qkv = Tensor::zeros({d.T, d.NHl * 3 * d.D});
+  {
+    float* p = qkv.data<float>();
+    const float *qp = q.data<float>(), *kvp = kv.data<float>(), *kpe = k_pe.data<float>();
+    const int64_t row = d.NHl * 3 * d.D;
+    for_rows(d.T, [&](int64_t t) {
+      for (int64_t h = 0; h < d.NHl; ++h) {
+        float* qh = p + t * row + h * 3 * d.D;
+        float *kh = qh + d.D, *vh = qh + 2 * d.D;
+        const float* qsrc = qp + (t * d.NHl + h) * d.Dq;
+        const float* kvsrc = kvp + (t * d.NHl + h) * (d.Dn + d.Dv);
+        std::memcpy(qh, qsrc, d.Dn * sizeof(float));
+        deinterleave(qsrc + d.Dn, qh + d.Dn, d.R);
+        std::memcpy(kh, kvsrc, d.Dn * sizeof(float));
+        std::memcpy(kh + d.Dn, kpe + t * d.R, d.R * sizeof(float));
+        std::memcpy(vh, kvsrc + d.Dn, d.Dv * sizeof(float));
+      }
+    });
+  }
+  HeadLayout q_pe = packed_query_layout(d);
+  q_pe.base += d.Dn;
+  rt.ops->rope_forward(qkv.data<float>(), q_pe, d.NHl, d.S, d.B, d.R, rt.rope_positions.data(), *rt.rope);
+  return qkv;
+}
+
 }  // namespace
 
 std::vector<int> MlaParamIds::all() const {
@@ -181,8 +213,8 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   GALE_CHECK(rt.rope != nullptr && rt.rope->rot_dim == d.R) << "MLA needs rotary tables of --qk-pos-emb-head-dim";
   const DType gemm_dtype = c.gemm_dtype();
 
-  // ---- queries [T, NHl·Dq] ----
-  Tensor x_full, q_latent, q_stats, q_in, q;
+  // ---- the q projection's input: x_full [T, H] (Cq = 0) or q_in [T, Cq] ----
+  Tensor x_full, q_latent, q_stats, q_in;
   if (d.Cq == 0) {
     if (w.q_norm_w >= 0) {  // the norm fused into linear_q_proj, on this rank's tokens
       q_latent = to_f32(x);
@@ -190,7 +222,6 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
     } else {
       x_full = gather_input(part, x);
     }
-    q = linear_forward(x_full, weight(rt, pb, w.q_proj));
   } else {
     Tensor cq = linear_forward(x, weight(rt, pb, w.q_down));  // [Tl, Cq]
     Tensor cq_n = cq;
@@ -199,7 +230,6 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       cq_n = latent_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, cq, &q_stats);
     }
     q_in = gather_input(part, to_gemm_input(cq_n, gemm_dtype));  // [T, Cq]
-    q = linear_forward(q_in, weight(rt, pb, w.q_up));
   }
 
   // ---- the kv latent and the shared k_pos_emb [T, Ckv + R] ----
@@ -212,7 +242,6 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   }
   const Tensor ckv_all = gather_input(part, ckv);  // [T, Ckv + R]
   Tensor kv_in = to_gemm_input(columns(ckv_all, 0, d.Ckv), gemm_dtype);
-  Tensor kv = linear_forward(kv_in, weight(rt, pb, w.kv_up));  // [T, NHl·(Dn + Dv)]
 
   // ---- k_pe: de-interleaved and rotated once per token ----
   Tensor k_pe = Tensor::empty({d.T, d.R});
@@ -222,30 +251,8 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   ops.rope_forward(k_pe.data<float>(), contiguous_heads_layout(1, d.R), 1, d.S, d.B, d.R, rt.rope_positions.data(),
                    *rt.rope);
 
-  // ---- packed, zero-padded q/k/v rows [T, NHl·3D] ----
-  Tensor qkv = Tensor::zeros({d.T, d.NHl * 3 * d.D});
-  {
-    float* p = qkv.data<float>();
-    const float *qp = q.data<float>(), *kvp = kv.data<float>(), *kpe = k_pe.data<float>();
-    const int64_t row = d.NHl * 3 * d.D;
-    for_rows(d.T, [&](int64_t t) {
-      for (int64_t h = 0; h < d.NHl; ++h) {
-        float* qh = p + t * row + h * 3 * d.D;
-        float *kh = qh + d.D, *vh = qh + 2 * d.D;
-        const float* qsrc = qp + (t * d.NHl + h) * d.Dq;
-        const float* kvsrc = kvp + (t * d.NHl + h) * (d.Dn + d.Dv);
-        std::memcpy(qh, qsrc, d.Dn * sizeof(float));
-        deinterleave(qsrc + d.Dn, qh + d.Dn, d.R);
-        std::memcpy(kh, kvsrc, d.Dn * sizeof(float));
-        std::memcpy(kh + d.Dn, kpe + t * d.R, d.R * sizeof(float));
-        std::memcpy(vh, kvsrc + d.Dn, d.Dv * sizeof(float));
-      }
-    });
-  }
-  q = kv = Tensor();
-  HeadLayout q_pe = packed_query_layout(d);
-  q_pe.base += d.Dn;
-  ops.rope_forward(qkv.data<float>(), q_pe, d.NHl, d.S, d.B, d.R, rt.rope_positions.data(), *rt.rope);
+  // ---- the up projections, packed and zero-padded q/k/v rows [T, NHl·3D] ----
+  Tensor qkv = packed_qkv(rt, pb, w, d, d.Cq == 0 ? x_full : q_in, kv_in, k_pe);
 
   Tensor out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
                      : core_attention_forward(rt, ap, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
@@ -265,6 +272,10 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
     saved->kv_stats = kv_stats;
     saved->kv_in = kv_in;
     saved->out = out;
+    if (c.recompute.mla_up_proj && !cache) {  // rebuilt in backward from the inputs kept above
+      saved->attention.qkv = Tensor();
+      saved->k_pe = k_pe;
+    }
   }
   return ctx;
 }
@@ -283,6 +294,12 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
       std::memcpy(d_out.data<float>() + (t * d.NHl + h) * d.D, d_ctx.data<float>() + (t * d.NHl + h) * d.Dv,
                   d.Dv * sizeof(float));
   });
+  if (!s.attention.qkv.defined()) {  // --recompute-modules mla_up_proj: rebuild the packed rows
+    GALE_CHECK(s.k_pe.defined()) << "MLA backward without its packed rows or what rebuilds them";
+    s.attention.qkv =
+        core_attention_kept_qkv(rt, packed_qkv(rt, pb, w, d, d.Cq == 0 ? s.x_full : s.q_in, s.kv_in, s.k_pe));
+    s.k_pe = Tensor();
+  }
   Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.out, d_out);  // [T, NHl·3D]
   d_out = Tensor();
   s.out = Tensor();

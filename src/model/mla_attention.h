@@ -40,6 +40,12 @@
 // before the norms and down projections, which then see the whole gradient of their own tokens:
 // without SP every TP rank computes the same weight gradient, with SP each rank that of its Tl
 // tokens, marked sequence_parallel so the trainer sums them over TP (docs/parallelism.md).
+//
+// --recompute-modules mla_up_proj (config.recompute.mla_up_proj, Megatron's output-discarding
+// checkpoint of the up projections and RoPE): once attention has run, the packed q/k/v rows
+// [T, NHl·3D] are dropped (the rotated k_pe [T, R] is kept); backward reruns the q and kv up
+// projections on the kept inputs, the packing and the queries' RoPE (same kernels, same values)
+// before attention's backward. Under a Ulysses head split that includes its all-to-all again.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +84,10 @@ struct MlaSaved {
   Tensor kv_latent;  // with the kv norm: [Tl, Ckv] the norm's input (f32)
   Tensor kv_stats;
   Tensor kv_in;      // [T, Ckv] linear_kv_up_proj's input (GEMM input type)
-  CoreAttentionSaved attention;  // the padded packed QKV rows after RoPE, lse, ...
+  CoreAttentionSaved attention;  // the padded packed QKV rows after RoPE, lse, ... (without the rows
+                                 // under --recompute-modules mla_up_proj)
+  Tensor k_pe;       // --recompute-modules mla_up_proj: [T, R] the shared rotary key part after RoPE, to
+                     // rebuild the packed rows from q_in (x_full) and kv_in in backward
   Tensor out;        // [T, NHl·D] attention's padded output (f32)
 };
 

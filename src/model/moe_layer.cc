@@ -172,7 +172,7 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
     if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
     std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
     (*fc1_outs)[e] = u;
-    (*acts)[e] = act;
+    if (!c.recompute.moe_act) (*acts)[e] = act;  // --recompute-modules moe_act: backward recomputes it
   });
   s->expert_in = rows;
   return split ? etp_reduce_scatter(etp, s->etp, out, in.size(0)) : out;
@@ -198,6 +198,11 @@ Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& p
     if (n == 0) return;
     const Tensor d_ye = d_out.slice(first, n);
     if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
+    if (!acts[e].defined()) {  // --recompute-modules moe_act: from fc1's output (its bias already added)
+      Tensor act = Tensor::empty({n, Fe});
+      mlp_activation_forward(c, ops)(fc1_outs[e].data<float>(), nullptr, act.data<float>(), n, Fe);
+      acts[e] = to_gemm_input(act, c.gemm_dtype());
+    }
     Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
     acts[e] = Tensor();
     Tensor du = Tensor::empty(fc1_outs[e].shape());
@@ -278,12 +283,13 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
-                   const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap) {
+                   const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap,
+                   const MoeJitterKey& jitter) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
   MoeRouterSaved router_saved;
   MoeRouting routing =
-      moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq);
+      moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq, jitter);
   const Tensor probs = routing.probs;
   const std::vector<int32_t>& experts = routing.experts;
   const std::vector<int64_t>& counts = routing.tokens_per_expert;

@@ -106,7 +106,8 @@ struct MoeSaved {
   Tensor expert_in;                    // [rows of the local experts, H] their input rows, local expert-major
                                        // (under ETP: the whole ETP group's rows)
   std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's input)
-  std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it
+  std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it (undefined
+                                       // with config.recompute.moe_act: recomputed from fc1_out)
   Tensor expert_out;                   // [R, H] permuted rows' expert outputs (for the routing-weight
                                        // gradient); all-gather: the local experts' outputs [N, H]
 };
@@ -118,11 +119,13 @@ struct MoeSaved {
 // split over (TP×CP; null: none). Every rank of each group must call with the same layer. `batch`:
 // the micro-batch's sequences B (rows t = s·B + b; seq_aux_loss). `overlap`, when set, runs once
 // while the all-to-all dispatch of the routed rows is in flight (the all-gather dispatcher: before
-// it; --moe-shared-expert-overlap, model/moe_shared_expert.h).
+// it; --moe-shared-expert-overlap, model/moe_shared_expert.h). `jitter` keys the router's input
+// jitter (--moe-input-jitter-eps; model/moe_router.h). With config.recompute.moe_act the experts'
+// activation outputs are not kept (backward recomputes them from the kept fc1 outputs).
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
                    bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1,
-                   const std::function<void()>& overlap = {});
+                   const std::function<void()>& overlap = {}, const MoeJitterKey& jitter = {});
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`. `overlap`,

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/rng.h"
+#include "core/threads.h"
 #include "kernels/cpu/norm.h"
 #include "model/linear.h"
 
@@ -23,6 +25,22 @@ LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
 bool splits(const Comm& g) { return g && g->size() > 1; }
 
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+// The router's GEMM input: x in f32, times the jitter noise with --moe-input-jitter-eps (a copy).
+Tensor router_input(const ModelConfig& c, const Tensor& x, const MoeJitterKey& key) {
+  if (c.moe.input_jitter_eps == 0.0) return to_f32(x);
+  const Tensor xf = to_f32(x);
+  const int64_t T = x.size(0), H = x.size(1);
+  Tensor y = Tensor::empty({T, H});
+  parallel_for(T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t id = key.row_ids ? key.row_ids[t] : t;
+      for (int64_t h = 0; h < H; ++h)
+        y.data<float>()[t * H + h] = xf.data<float>()[t * H + h] * moe_input_jitter(c, key.layer, id, h);
+    }
+  });
+  return y;
+}
 
 // Drops the pairs over each expert's capacity (experts[t·k + j] = -1).
 void drop_over_capacity(const ModelConfig& c, int64_t T, const Tensor& probs, std::vector<int32_t>* experts) {
@@ -104,13 +122,21 @@ void update_expert_bias(float* bias, const double* counts, int64_t E, double rat
   }
 }
 
+float moe_input_jitter(const ModelConfig& c, int64_t layer, int64_t id, int64_t h) {
+  const double eps = c.moe.input_jitter_eps;
+  if (eps == 0.0) return 1.0f;
+  const uint64_t stream = mix_stream(c.seed, 0x717, static_cast<uint64_t>(layer + 1));
+  const double u = uniform_at(c.seed, stream, static_cast<uint64_t>(id * c.hidden + h));
+  return static_cast<float>(1.0 - eps + 2.0 * eps * u);
+}
+
 MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
                               const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
-                              const Comm& seq) {
+                              const Comm& seq, const MoeJitterKey& jitter) {
   const MoeConfig& m = c.moe;
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
-  const Tensor logits = linear_forward(to_f32(x), router_weight(ops, pb, w.weight));  // [T, E]
+  const Tensor logits = linear_forward(router_input(c, x, jitter), router_weight(ops, pb, w.weight));  // [T, E]
   const float* bias = w.expert_bias >= 0 ? pb.param_data(w.expert_bias) : nullptr;
   Tensor scores = Tensor::empty({T, E}), lse = Tensor::empty({T}), q = Tensor::empty({T, k});
   std::vector<int32_t> experts(static_cast<size_t>(T * k));
@@ -204,6 +230,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   saved->aux_counts = std::move(aux_counts);
   saved->aux_groups = G;
   saved->aux_tokens = T / G * parts;
+  saved->jitter = jitter;
   if (m.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
   return r;
 }
@@ -265,7 +292,16 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     for (int64_t e = 0; e < E; ++e) sds += sc[e] * ds[e];
     for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(sc[e] * (ds[e] - sds) + z * sc[e]);
   }
-  Tensor dx = linear_backward(dlogits, to_f32(x), router_weight(ops, pb, w.weight));
+  Tensor dx = linear_backward(dlogits, router_input(c, x, s.jitter), router_weight(ops, pb, w.weight));
+  if (m.input_jitter_eps != 0.0) {  // through x ⊙ n: the noise redrawn
+    const int64_t H = x.size(1);
+    parallel_for(T, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t id = s.jitter.row_ids ? s.jitter.row_ids[t] : t;
+        for (int64_t h = 0; h < H; ++h) dx.data<float>()[t * H + h] *= moe_input_jitter(c, s.jitter.layer, id, h);
+      }
+    });
+  }
   s = MoeRouterSaved{};
   return dx;
 }

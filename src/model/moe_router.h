@@ -29,6 +29,13 @@
 //                 sequence, N = T/B·|seq|), averaged over the B sequences;
 //   z-loss:       z = Σ_t logsumexp(l_t)² / N.
 // The expert-bias counts are the kept (token, expert) pairs per expert (after dropping).
+// Input jitter (--moe-input-jitter-eps eps, Megatron's apply_input_jitter, training and evaluation
+// alike): the logits are l = (x ⊙ n)·W_routerᵀ with n [T, H] ~ U(1 − eps, 1 + eps) elementwise; only
+// the router sees x ⊙ n (the experts get x). Megatron draws n from torch's stream in the input's
+// dtype; Gale draws it in f32 from Philox, n = 1 − eps + 2·eps·uniform_at(seed, stream(layer),
+// id·H + h) for token id `id` (the global token id sample·S + position: the noise of a token does
+// not depend on the parallel layout, and backward redraws it instead of keeping it), so the values
+// differ from Megatron's. Backward: dW += dlᵀ·(x ⊙ n), dx = n ⊙ (dl·W).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +62,17 @@ struct MoeRouterIds {
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
 };
 
+// What the input jitter's noise is keyed by: the global layer and each local token row's global
+// id (null: the row index t, for a layer run on its own).
+struct MoeJitterKey {
+  int64_t layer = 0;
+  const int64_t* row_ids = nullptr;
+};
+
+// The jitter noise n of token id `id`, column h of the router's [·, H] input under config.moe's eps
+// (1 without jitter): in [1 − eps, 1 + eps].
+float moe_input_jitter(const ModelConfig& c, int64_t layer, int64_t id, int64_t h);
+
 // The routing of one micro-batch.
 struct MoeRouting {
   Tensor probs;                          // [T, k] routing weights (a dropped pair's value is not used)
@@ -75,14 +93,16 @@ struct MoeRouterSaved {
                                      // sequences under seq_aux_loss, else 1)
   int64_t aux_groups = 1;            // G
   int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq`
+  MoeJitterKey jitter;               // backward redraws the input's noise (row_ids must outlive backward)
 };
 
 // Routes x [T, H] (f32 or bf16; T = S·B rows t = s·B + b, `batch` = B). With `saved` (training) the
 // state for backward is kept and `losses`, when not null, receives the auxiliary losses summed over
 // `seq` (the group the sequence is split over, TP×CP; null: none, every rank of it must call).
+// `jitter` keys the input jitter's noise (unused without --moe-input-jitter-eps).
 MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
                               const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
-                              const Comm& seq = nullptr);
+                              const Comm& seq = nullptr, const MoeJitterKey& jitter = {});
 
 // Backward from the routing weights' gradient dprobs [T, k] (0 at dropped pairs) and the auxiliary
 // losses (their coefficients times `aux_scale`): accumulates the router weight's gradient and

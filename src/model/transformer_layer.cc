@@ -154,6 +154,11 @@ Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, i
   return to_gemm_input(act, rt.config->gemm_dtype());
 }
 
+// The MoE router's input-jitter key of global layer `layer` (model/moe_router.h).
+MoeJitterKey moe_jitter_key(const LayerRuntime& rt, int64_t layer) {
+  return MoeJitterKey{layer, rt.hidden_row_ids.empty() ? nullptr : rt.hidden_row_ids.data()};
+}
+
 // Whether layer `layer` of this chunk recomputes what `plan_layers` (a RecomputePlan count) names.
 bool recomputes(const LayerRuntime& rt, int64_t layer, int64_t plan_layers) {
   return layer - rt.part->first_layer < plan_layers;
@@ -313,28 +318,36 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
 
   // ---- MLP block ----
   // The MoE MLP routes this rank's own tokens [Tl, H] (no sequence-parallel all-gather).
-  Tensor norm2_out =
-      w.moe.defined() ? to_gemm_input(norm2_local, gemm_dtype) : norm_output_for_linear(rt, norm2_local);
+  Tensor mlp_in = to_gemm_input(norm2_local, gemm_dtype);  // [Tl, H]
   norm2_local = Tensor();
+  Tensor norm2_out = w.moe.defined() ? mlp_in : gather_column_parallel_input(part, mlp_in);
   Tensor fc1_out, act, fc2;
+  // --recompute-modules: what reruns in backward (config.h RecomputePlan)
+  const bool rerun_mlp = c.recompute.mlp && !w.moe.defined();
+  const bool rerun_moe = c.recompute.moe && w.moe.defined();
+  const bool rerun_shared = (c.recompute.shared_experts || c.recompute.moe) && w.shared.defined();
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
+    // --recompute-modules moe: this forward's state only gives the aux losses and counts; dropped at the end
+    MoeSaved moe_dropped;
+    MoeSaved* moe_saved = saved ? (rerun_moe ? &moe_dropped : &saved->moe) : nullptr;
     Tensor shared;  // the shared expert's output; --moe-shared-expert-overlap: during the dispatch
     const auto run_shared = [&] {
-      shared = shared_expert_forward(c, ops, pb, w.shared, part, norm2_out, saved ? &saved->shared : nullptr);
+      shared = shared_expert_forward(c, ops, pb, w.shared, part, norm2_out,
+                                     saved && !rerun_shared ? &saved->shared : nullptr);
     };
     const std::function<void()> overlap =
         w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr;
-    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, saved ? &saved->moe : nullptr, &aux, part.ep, part.ep_allgather,
-                      part.etp, part.moe_seq, B, overlap);
+    fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, moe_saved, &aux, part.ep, part.ep_allgather, part.etp,
+                      part.moe_seq, B, overlap, moe_jitter_key(rt, layer));
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
     }
     if (saved && rt.moe_token_counts && w.moe.expert_bias >= 0) {  // the expert-bias update's counts
       std::vector<int64_t>& n = (*rt.moe_token_counts)[layer];
-      n.resize(saved->moe.tokens_per_expert.size(), 0);
-      for (size_t e = 0; e < n.size(); ++e) n[e] += saved->moe.tokens_per_expert[e];
+      n.resize(moe_saved->tokens_per_expert.size(), 0);
+      for (size_t e = 0; e < n.size(); ++e) n[e] += moe_saved->tokens_per_expert[e];
     }
     if (w.shared.defined()) {  // routed + shared
       if (!shared.defined()) run_shared();
@@ -358,13 +371,16 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     saved->ctx = ctx;
     saved->x_mid = x_mid;
     saved->norm2_stats = norm2_stats;
-    saved->norm2_out = keep_norm ? norm2_out : Tensor();
-    saved->fc1_out = fc1_out;
-    saved->act = keep_act ? act : Tensor();
+    saved->norm2_out = keep_norm && !rerun_mlp && !rerun_moe ? norm2_out : Tensor();
+    // The MLP's input: a dense layer's rerun takes it (or recomputes it with the norm), a MoE
+    // layer's moe or shared-expert rerun takes it (the tensor moe.x holds anyway).
+    saved->mlp_in = (rerun_mlp && keep_norm) || rerun_moe || rerun_shared ? mlp_in : Tensor();
+    saved->fc1_out = rerun_mlp ? Tensor() : fc1_out;
+    saved->act = keep_act && !rerun_mlp ? act : Tensor();
     saved->lora_qkv_u = u_qkv;
     saved->lora_proj_u = u_proj;
-    saved->lora_fc1_u = u_fc1;
-    saved->lora_fc2_u = u_fc2;
+    saved->lora_fc1_u = rerun_mlp ? Tensor() : u_fc1;
+    saved->lora_fc2_u = rerun_mlp ? Tensor() : u_fc2;
   }
   return x_out;
 }
@@ -387,6 +403,14 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                 hidden_dropout(rt, layer, 2));
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
+    if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
+      GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
+      moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
+                  B, nullptr, moe_jitter_key(rt, layer));
+    }
+    if (w.shared.defined() && !s.shared.x.defined())  // --recompute-modules shared_experts (or moe)
+      shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
+    s.mlp_in = Tensor();
     Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
     const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
     d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
@@ -398,6 +422,19 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {
+    if (!s.fc1_out.defined()) {  // --recompute-modules mlp: rerun the MLP's forward up to fc2's input
+      Tensor in = s.mlp_in;
+      if (!in.defined()) {  // with layernorm recompute: from x_mid
+        Tensor stats;
+        in = to_gemm_input(norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats), c.gemm_dtype());
+      }
+      s.mlp_in = Tensor();
+      s.norm2_out = gather_column_parallel_input(part, in);
+      in = Tensor();
+      s.fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, s.norm2_out, &s.lora_fc1_u);
+      s.act = activation_forward(rt, s.fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
+      if (w.lora_fc2.defined()) adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, s.act, &s.lora_fc2_u);
+    }
     Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
     if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
     Tensor d_act = adapted_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2_full, s.act, s.lora_fc2_u);  // [T, Fl]

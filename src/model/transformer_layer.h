@@ -49,7 +49,10 @@ struct LayerParamIds {
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
-// stay undefined in layers where config.recompute says so; backward recomputes them.
+// stay undefined in layers where config.recompute says so; backward recomputes them. With
+// --recompute-modules mlp (dense layers) fc1_out, act, norm2_out and the fc1/fc2 LoRA rows stay
+// undefined too and mlp_in is kept; with moe, moe and shared stay empty and mlp_in is kept; with
+// shared_experts, shared stays empty (and mlp_in, the same tensor as moe.x, is kept).
 struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
@@ -62,6 +65,9 @@ struct LayerSaved {
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats
   Tensor norm2_out;    // [T, H]
+  Tensor mlp_in;       // --recompute-modules mlp / moe / shared_experts: [Tl, H] norm2's output as the
+                       // MLP takes it (GEMM input type, before the SP all-gather); undefined with layernorm
+                       // recompute in a dense layer (recomputed from x_mid)
   Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
   Tensor act;          // [T, Fl]
   MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)

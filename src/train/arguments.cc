@@ -61,8 +61,11 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--recompute-num-layers", &a.recompute_num_layers, "with full: the group size (uniform) or layer count (block)");
   p.add_flag("--recompute-activations", &a.recompute_activations, "same as --recompute-granularity selective");
   p.add_list("--recompute-modules", &a.recompute_modules,
-             "with selective: the modules recomputed, of core_attn (default), layernorm, moe_act, mla_up_proj, mlp, "
-             "moe, shared_experts (Gale implements core_attn and layernorm)",
+             "with selective: the modules recomputed, of core_attn (default; Gale never keeps attention "
+             "probabilities anyway), layernorm (both norms' outputs), mlp (dense MLPs keep only their input), "
+             "moe_act (the experts' activation outputs; needs --moe-grouped-gemm), shared_experts (the MoE shared "
+             "expert keeps only its input), moe (MoE layers keep only their input), mla_up_proj (MLA's up "
+             "projections and RoPE; needs --multi-latent-attention)",
              1);
 }
 
@@ -254,7 +257,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
     const char* why;
   };
   static const Entry entries[] = {
-      {"--moe-input-jitter-eps", "MoE input jitter"},
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--decrease-batch-size-if-needed", "rounding global batch sizes down to a multiple of micro-batch size x DP"},
@@ -451,11 +453,12 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
                            m.recompute_granularity.empty() ? "no --recompute-granularity"
                                                            : "--recompute-granularity " + m.recompute_granularity);
   for (const std::string& module : m.recompute_modules) {
-    if (module == "core_attn" || module == "layernorm") continue;
-    if (module == "moe_act" || module == "mla_up_proj" || module == "mlp" || module == "moe" ||
-        module == "shared_experts")
-      return Unimplemented("--recompute-modules ", module,
-                           ": not supported yet (Gale recomputes core_attn, which it never keeps, and layernorm)");
+    if (module == "mla_up_proj" && !m.multi_latent_attention)
+      return InvalidArgument("--recompute-modules mla_up_proj: expected --multi-latent-attention (it recomputes "
+                             "MLA's up projections), found it off");
+    if (module == "core_attn" || module == "layernorm" || module == "mlp" || module == "moe_act" ||
+        module == "moe" || module == "shared_experts" || module == "mla_up_proj")
+      continue;
     return InvalidArgument("--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
                            "shared_experts, found '", module, "'");
   }

@@ -258,6 +258,7 @@ struct MoeArgs {
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
+  double moe_input_jitter_eps = kUnsetF;   // None: no jitter
 
   // Derived by validation: one flag per layer (1: MoE); empty without --num-experts.
   std::vector<int> layer_pattern;

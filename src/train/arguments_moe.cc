@@ -57,6 +57,10 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
              "gate the shared expert's output per token: sigmoid(x·gate_weightᵀ)");
   p.add_flag("--moe-shared-expert-overlap", &a.moe_shared_expert_overlap,
              "run the shared expert while the all-to-all dispatcher's exchange is in flight (needs alltoall)");
+  p.add("--moe-input-jitter-eps", &a.moe_input_jitter_eps,
+        "multiply the router's input (not the experts') by noise ~ U(1-eps, 1+eps), in training and evaluation; "
+        "the noise comes from Gale's Philox streams keyed by layer and global token (the same for every "
+        "parallel layout), not from torch's generator, so its values differ from Megatron's");
 }
 
 namespace {
@@ -186,8 +190,25 @@ Status validate_moe_router_args(MoeArgs& m) {
   return Status::Ok();
 }
 
+// Megatron's checks of --recompute-modules that involve the MoE flags (TransformerConfig).
+Status validate_moe_recompute_modules(const Arguments& a) {
+  const ModelArgs& model = a.model;
+  if (model.recompute_granularity != "selective") return Status::Ok();
+  const auto has = [&](const char* module) {
+    return std::find(model.recompute_modules.begin(), model.recompute_modules.end(), module) !=
+           model.recompute_modules.end();
+  };
+  if (has("moe_act") && !a.moe.moe_grouped_gemm)
+    return InvalidArgument("--recompute-modules moe_act: expected --moe-grouped-gemm (Megatron supports it only with "
+                           "grouped GEMM), found it off");
+  if (has("shared_experts") && a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_overlap)
+    return InvalidArgument("--recompute-modules shared_experts: cannot work with --moe-shared-expert-overlap, found both");
+  return Status::Ok();
+}
+
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
+  GALE_RETURN_IF_ERROR(validate_moe_recompute_modules(a));
   if (m.num_experts == 0) m.num_experts = kUnset;  // Megatron: 0 means None
   const int64_t ep = a.parallel.expert_model_parallel_size;
   if (!m.enabled() && ep > 1)
@@ -200,7 +221,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                              "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
                              "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
-                             "--moe-shared-expert-overlap"})
+                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
@@ -215,6 +236,8 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "none")
     return Unimplemented("--moe-router-load-balancing-type ", lb, ": not supported yet (aux_loss, seq_aux_loss or none)");
   GALE_RETURN_IF_ERROR(validate_moe_router_args(m));
+  if (!unset(m.moe_input_jitter_eps) && !(m.moe_input_jitter_eps >= 0.0 && m.moe_input_jitter_eps < 1.0))
+    return InvalidArgument("--moe-input-jitter-eps: expected a number in [0, 1), found ", m.moe_input_jitter_eps);
   const std::string& disp = m.moe_token_dispatcher_type;
   if (disp != "allgather" && disp != "alltoall")
     return Unimplemented("--moe-token-dispatcher-type ", disp, ": not supported yet (allgather or alltoall)");

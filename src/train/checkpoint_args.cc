@@ -118,6 +118,8 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
     (*args)["moe_shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
     (*args)["moe_shared_expert_gate"] = moe.moe_shared_expert_gate;
   }
+  if (!unset(moe.moe_input_jitter_eps))  // absent: no jitter (older checkpoints too)
+    (*args)["moe_input_jitter_eps"] = moe.moe_input_jitter_eps;
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -143,6 +145,8 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
         get(args, "moe_shared_expert_intermediate_size", where, &moe.moe_shared_expert_intermediate_size));
     GALE_RETURN_IF_ERROR(get(args, "moe_shared_expert_gate", where, &moe.moe_shared_expert_gate));
   }
+  if (args.contains("moe_input_jitter_eps"))
+    GALE_RETURN_IF_ERROR(get(args, "moe_input_jitter_eps", where, &moe.moe_input_jitter_eps));
   StatusOr<std::vector<int>> pattern = parse_moe_layer_freq(moe.moe_layer_freq, num_layers);
   if (!pattern.ok()) return InvalidArgument(where, ": args 'moe_layer_freq': ", pattern.status().message());
   moe.layer_pattern = std::move(pattern.value());

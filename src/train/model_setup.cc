@@ -82,6 +82,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
     c.moe.shared_gate = moe.moe_shared_expert_gate;
     c.moe.shared_overlap = moe.moe_shared_expert_overlap;
+    c.moe.input_jitter_eps = unset(moe.moe_input_jitter_eps) ? 0.0 : moe.moe_input_jitter_eps;
   }
   if (a.lora.enabled()) {
     c.lora.r = a.lora.lora_r;
@@ -103,8 +104,14 @@ ModelConfig model_config_from_args(const Arguments& a) {
 
 void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
   if (m.recompute_granularity != "selective") return;
-  for (const std::string& module : m.recompute_modules)
+  for (const std::string& module : m.recompute_modules) {
     if (module == "layernorm") plan->norm_layers = RecomputePlan::kAllLayers;
+    plan->mlp = plan->mlp || module == "mlp";
+    plan->moe_act = plan->moe_act || module == "moe_act";
+    plan->shared_experts = plan->shared_experts || module == "shared_experts";
+    plan->moe = plan->moe || module == "moe";
+    plan->mla_up_proj = plan->mla_up_proj || module == "mla_up_proj";
+  }
 }
 
 OptimizerConfig optimizer_config_from_args(const Arguments& a) {

@@ -105,6 +105,35 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesSwigluOddSizes) {
   f.expect_gradients_match_finite_differences();
 }
 
+// --moe-input-jitter-eps: the router sees x ⊙ n (the noise fixed: keyed by the token rows), the
+// experts x; the router's weight and the input get the jittered gradients.
+TEST(MoeLayer, GradientsMatchFiniteDifferencesWithInputJitter) {
+  ModelConfig c = moe_config(8, 4, 2, 6, /*swiglu=*/true, /*bias=*/true);
+  c.moe.input_jitter_eps = 0.3;
+  LayerFixture f(c, 12, 15);
+  f.expect_gradients_match_finite_differences();
+  c.moe.sigmoid = true;  // and through the sigmoid scores
+  LayerFixture s(c, 10, 16);
+  s.expect_gradients_match_finite_differences();
+}
+
+// One expert, top-1: every token's weight is 1, so the output is the expert's on the unjittered
+// input, bit for bit the run without jitter, while the router's logits (here their z-loss) see the
+// noise.
+TEST(MoeLayer, InputJitterReachesTheRouterOnly) {
+  ModelConfig c = moe_config(8, 1, 1, 6, /*swiglu=*/false, /*bias=*/true);
+  LayerFixture plain(c, 12, 17);
+  c.moe.input_jitter_eps = 0.3;
+  LayerFixture jittered(c, 12, 17);
+  MoeSaved a, b;
+  MoeAuxLosses aux_a, aux_b;
+  const Tensor ya = moe_forward(plain.c, plain.ops, plain.pb, plain.w, plain.x, &a, &aux_a);
+  const Tensor yb = moe_forward(jittered.c, jittered.ops, jittered.pb, jittered.w, jittered.x, &b, &aux_b);
+  ASSERT_EQ(ya.numel(), yb.numel());
+  for (int64_t i = 0; i < ya.numel(); ++i) ASSERT_EQ(ya.data<float>()[i], yb.data<float>()[i]) << i;
+  EXPECT_NE(aux_a.z, aux_b.z);
+}
+
 TEST(MoeLayer, GradientsMatchFiniteDifferencesTopOneAndPreSoftmax) {
   ModelConfig c = moe_config(6, 5, 1, 4, true, false);
   LayerFixture top1(c, 9, 13);
@@ -323,8 +352,12 @@ TEST(MoeModel, MegatronNamesAndShapes) {
 // Whole model, two micro-batches: the differentiated objective is Σ_m (lm_m + coeffs·aux_m) / 2
 // (Megatron: the aux-loss gradient is scaled by 1 / num_microbatches), checked by finite
 // differences on every parameter; the aux losses are reported without coefficients.
-TEST(MoeModel, EveryParameterMatchesFiniteDifferencesWithAuxLosses) {
-  const ModelConfig c = mixtral_config();
+// With --moe-input-jitter-eps too (its noise the same in every evaluation of the same micro-batches).
+class MoeModelGradients : public ::testing::TestWithParam<double> {};
+
+TEST_P(MoeModelGradients, EveryParameterMatchesFiniteDifferencesWithAuxLosses) {
+  ModelConfig c = mixtral_config();
+  c.moe.input_jitter_eps = GetParam();
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(5);
@@ -352,6 +385,32 @@ TEST(MoeModel, EveryParameterMatchesFiniteDifferencesWithAuxLosses) {
     const double numeric = directional_derivative([&] { return objective(false); }, pb.param_data(id), dir.data(), n, 1e-3);
     EXPECT_LT(rel_diff(analytic, numeric, 2e-3), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(InputJitter, MoeModelGradients, ::testing::Values(0.0, 0.2),
+                         [](const auto& info) { return info.param == 0.0 ? std::string("none") : std::string("eps_0_2"); });
+
+// --moe-input-jitter-eps 0 is no jitter, bit for bit; so is an eps too small to move a float off
+// 1 (the noise path runs, every factor rounds to 1); a real eps changes the routing and the loss.
+TEST(MoeModel, InputJitterOfZeroIsNoJitter) {
+  OpTable ops = reference_ops();
+  auto run = [&](double eps) {
+    ModelConfig c = mixtral_config();
+    c.moe.input_jitter_eps = eps;
+    GPTModel model(c, single_process_partition(c), &ops);
+    model.params().initialize(6);
+    const MicroBatch mb = testing::full_batch(c, 2, 23);
+    GPTModel::LossSums sums;
+    model.forward(0, mb, Tensor(), true, &sums);
+    model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
+    const float* g = model.params().flat_grads().data<float>();
+    std::vector<float> out(g, g + model.params().numel());
+    out.push_back(static_cast<float>(sums.loss_sum));
+    return out;
+  };
+  const std::vector<float> none = run(0.0);
+  EXPECT_EQ(none, run(1e-9));
+  EXPECT_NE(none, run(0.2));
 }
 
 // --recompute-granularity full reruns the MoE layers' forward in backward: same gradients, and the

@@ -1,9 +1,10 @@
 // The MoE router: float64 PyTorch golden values (tools/reference/moe_router_reference.py), group-limited
-// top-k, capacity and token dropping rules, the expert-bias update.
+// top-k, capacity and token dropping rules, the expert-bias update, the input jitter's noise.
 #include "model/moe_router.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -227,6 +228,41 @@ TEST(MoeRouter, SigmoidWeightsAreTheSelectedScoresNormalisedAndScaled) {
     EXPECT_NEAR(r.probs.data<float>()[t * 2], 2.5 * s[5] / (s[5] + s[second]), 1e-5);
     EXPECT_NEAR(r.probs.data<float>()[t * 2 + 1], 2.5 * s[second] / (s[5] + s[second]), 1e-5);
   }
+}
+
+// --moe-input-jitter-eps: the noise lies in [1 - eps, 1 + eps], covers it (about uniformly: mean 1),
+// is a pure function of (seed, layer, token id, column), differs between layers, tokens and columns,
+// and is exactly 1 without jitter.
+TEST(MoeRouter, InputJitterNoiseIsUniformWithinItsBounds) {
+  ModelConfig c;
+  c.hidden = 16;
+  EXPECT_EQ(moe_input_jitter(c, 0, 5, 3), 1.0f);  // eps 0: none
+  c.moe.input_jitter_eps = 0.1;
+  const float lo = static_cast<float>(1.0 - 0.1), hi = static_cast<float>(1.0 + 0.1);
+  float mn = 2.0f, mx = 0.0f;
+  double sum = 0.0;
+  int64_t n = 0, same_as_layer0 = 0;
+  for (int64_t id = 0; id < 500; ++id)
+    for (int64_t h = 0; h < c.hidden; ++h) {
+      const float v = moe_input_jitter(c, 3, 1000 * id + 7, h);
+      EXPECT_GE(v, lo);
+      EXPECT_LE(v, hi);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
+      ++n;
+      same_as_layer0 += v == moe_input_jitter(c, 0, 1000 * id + 7, h);
+      ASSERT_EQ(v, moe_input_jitter(c, 3, 1000 * id + 7, h));  // a pure function
+    }
+  EXPECT_LT(mn, lo + 0.002f);
+  EXPECT_GT(mx, hi - 0.002f);
+  EXPECT_NEAR(sum / static_cast<double>(n), 1.0, 0.002);  // σ of the mean: 0.1/√3/√8000 ≈ 0.0006
+  EXPECT_LT(same_as_layer0, 10);
+  EXPECT_NE(moe_input_jitter(c, 3, 7, 0), moe_input_jitter(c, 3, 8, 0));
+  EXPECT_NE(moe_input_jitter(c, 3, 7, 0), moe_input_jitter(c, 3, 7, 1));
+  ModelConfig other = c;  // another --seed, other noise
+  other.seed = c.seed + 1;
+  EXPECT_NE(moe_input_jitter(c, 3, 7, 0), moe_input_jitter(other, 3, 7, 0));
 }
 
 }  // namespace

@@ -44,6 +44,14 @@ const std::vector<Layout>& layouts() {
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
                             "--ulysses-degree-in-cp", "2"}},
+      // --recompute-modules mla_up_proj: the packed rows rebuilt in backward (under Ulysses with the
+      // head split's all-to-all again).
+      {"tp2_sp_recompute_mla_up_proj", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--recompute-granularity", "selective", "--recompute-modules",
+                                           "mla_up_proj", "mlp"}},
+      {"cp2_ulysses_recompute_mla_up_proj", 2, {"--context-parallel-size", "2", "--context-parallel-algo",
+                                                "ulysses_cp_algo", "--recompute-activations", "--recompute-modules",
+                                                "mla_up_proj"}},
       {"tp4_sp", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},

@@ -3,8 +3,8 @@
 // holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
 // pipeline parallelism (1F1B and interleaved), tensor parallelism with sequence parallelism (experts
 // split over the expert-TP group), context parallelism (ring and Ulysses), the distributed
-// optimizer and full recomputation
-// reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
+// optimizer, full and selective recomputation (--recompute-modules moe, moe_act, mlp) and the input
+// jitter (--moe-input-jitter-eps) reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
 // parameters and gradients (fp32, 1e-5 relative, gradients 3e-5; under EP an expert sums its rows
 // in another order, (source rank, token) instead of token order, and padded to capacity its GEMMs
 // have other row counts, for which oneDNN's AVX2 kernel blocks the K-sum differently: 1.24e-5 was
@@ -79,6 +79,14 @@ const std::vector<Layout>& layouts() {
       {"tp2_sp_ep2_allgather", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                    "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      // Megatron's selective recomputation of the MoE layers (their forward, with its exchange, rerun
+      // in backward; the aux losses counted once), the experts' activations and the dense MLP.
+      {"ep2_recompute_moe", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
+                                "--recompute-granularity", "selective", "--recompute-modules", "moe", "mlp",
+                                "moe_act", "--moe-grouped-gemm"}},
+      {"tp2_sp_recompute_modules", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                       "--recompute-granularity", "selective", "--recompute-modules", "mlp",
+                                       "moe_act", "layernorm", "--moe-grouped-gemm"}},
   };
   return all;
 }
@@ -117,6 +125,13 @@ const std::vector<std::string> kDropping =
 // padded to its capacity (weight-0 rows).
 const std::vector<std::string> kDroppingPadded = testing::join(
     {kMoe, {"--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"}});
+
+// --moe-input-jitter-eps: the noise of a token is keyed by its global id, so every layout draws it
+// alike (under TP×SP, CP and EP each rank jitters only its own tokens).
+const std::vector<std::string> kJitter = testing::join({kMoe, {"--moe-input-jitter-eps", "0.1"}});
+const std::vector<std::string> kJitterLayouts = {"dp2",   "pp2",    "ep2",         "ep2_allgather", "tp2_sp",
+                                                 "cp2",   "cp2_ulysses", "tp2_sp_ep2", "tp2_sp_cp2",
+                                                 "ep2_full_recompute", "ep2_recompute_moe"};
 
 const std::vector<std::string> kRoutingLayouts = {"dp2",     "pp2",        "pp2_vpp2",   "ep2",
                                                   "ep2_allgather", "ep2_full_recompute", "tp2_sp", "cp2",
@@ -232,6 +247,13 @@ TEST_P(MoeDroppingInvariance, TokenDroppingMatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeDroppingInvariance, ::testing::ValuesIn(kDroppingLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoeJitterInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeJitterInvariance, InputJitterMatchesSingleProcess) { expect_matches_single_process(kJitter, GetParam(), false); }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeJitterInvariance, ::testing::ValuesIn(kJitterLayouts),
                          [](const auto& info) { return info.param; });
 
 class MoePaddedInvariance : public ::testing::TestWithParam<std::string> {};

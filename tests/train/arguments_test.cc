@@ -415,10 +415,23 @@ INSTANTIATE_TEST_SUITE_P(
                   "--noop-layers: layer 2 is not below --num-layers 2 (indices count from 0)"},
         ErrorCase{{"--recompute-modules", "layernorm"}, StatusCode::kInvalidArgument,
                   "--recompute-modules requires --recompute-granularity selective, found no --recompute-granularity"},
-        ErrorCase{{"--recompute-activations", "--recompute-modules", "layernorm", "moe_act"},
-                  StatusCode::kUnimplemented,
-                  "--recompute-modules moe_act: not supported yet (Gale recomputes core_attn, which it never keeps, "
-                  "and layernorm)"},
+        ErrorCase{{"--recompute-activations", "--recompute-modules", "layernorm", "mla_up_proj"},
+                  StatusCode::kInvalidArgument,
+                  "--recompute-modules mla_up_proj: expected --multi-latent-attention (it recomputes MLA's up "
+                  "projections), found it off"},
+        ErrorCase{{"--recompute-activations", "--recompute-modules", "moe_act", "--num-experts", "4"},
+                  StatusCode::kInvalidArgument,
+                  "--recompute-modules moe_act: expected --moe-grouped-gemm (Megatron supports it only with grouped "
+                  "GEMM), found it off"},
+        ErrorCase{{"--recompute-activations", "--recompute-modules", "shared_experts", "--num-experts", "4",
+                   "--disable-bias-linear", "--moe-shared-expert-intermediate-size", "24", "--moe-shared-expert-overlap",
+                   "--moe-token-dispatcher-type", "alltoall"},
+                  StatusCode::kInvalidArgument,
+                  "--recompute-modules shared_experts: cannot work with --moe-shared-expert-overlap, found both"},
+        ErrorCase{{"--num-experts", "4", "--moe-input-jitter-eps", "-0.1"}, StatusCode::kInvalidArgument,
+                  "--moe-input-jitter-eps: expected a number in [0, 1), found -0.1"},
+        ErrorCase{{"--moe-input-jitter-eps", "0.1"}, StatusCode::kInvalidArgument,
+                  "--moe-input-jitter-eps needs --num-experts (a MoE model), found no --num-experts"},
         ErrorCase{{"--recompute-activations", "--recompute-modules", "norm"}, StatusCode::kInvalidArgument,
                   "--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
                   "shared_experts, found 'norm'"},
@@ -505,6 +518,40 @@ TEST(Arguments, RecomputeModulesLayernormRecomputesBothNorms) {
   apply_recompute_modules(c.args.model, &plan);
   EXPECT_EQ(plan.norm_layers, RecomputePlan::kAllLayers);
   EXPECT_EQ(plan.activation_layers, 0);
+}
+
+TEST(Arguments, RecomputeModulesOfTheMlpAndMoe) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--recompute-granularity", "selective", "--recompute-modules", "mlp",
+                                                      "moe_act", "shared_experts", "moe", "--num-experts", "4",
+                                                      "--moe-grouped-gemm"}))
+                  .ok());
+  RecomputePlan plan;
+  apply_recompute_modules(c.args.model, &plan);
+  EXPECT_TRUE(plan.mlp);
+  EXPECT_TRUE(plan.moe_act);
+  EXPECT_TRUE(plan.shared_experts);
+  EXPECT_TRUE(plan.moe);
+  EXPECT_EQ(plan.norm_layers, 0);
+  EXPECT_FALSE(plan.mla_up_proj);
+  Cli one;
+  ASSERT_TRUE(one.parse(with(minimal_pretrain_flags(), {"--recompute-activations", "--recompute-modules", "mlp"})).ok());
+  RecomputePlan only_mlp;
+  apply_recompute_modules(one.args.model, &only_mlp);
+  EXPECT_TRUE(only_mlp.mlp);
+  EXPECT_FALSE(only_mlp.moe_act || only_mlp.shared_experts || only_mlp.moe);
+}
+
+TEST(Arguments, MoeInputJitterEps) {
+  Cli d;
+  ASSERT_TRUE(d.parse(with(minimal_pretrain_flags(), {"--num-experts", "4"})).ok());
+  EXPECT_TRUE(unset(d.args.moe.moe_input_jitter_eps));  // Megatron's None
+  d.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(d.args).moe.input_jitter_eps, 0.0);
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--moe-input-jitter-eps", "0.01"})).ok());
+  c.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(c.args).moe.input_jitter_eps, 0.01);
 }
 
 TEST(Arguments, RecomputeFlagsAsMegatron) {

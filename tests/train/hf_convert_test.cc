@@ -738,18 +738,21 @@ TEST(CheckpointArgs, MoeRoutingFlagsRoundTrip) {
   moe.moe_router_topk_scaling_factor = 2.5;
   moe.moe_router_num_groups = 4;
   moe.moe_router_group_topk = 2;
+  moe.moe_input_jitter_eps = 0.05;
   nlohmann::json args = nlohmann::json::object();
   add_moe_flags_json(moe, &args);
   const MoeArgs back = moe_args_from_json(args, "x", 2).value();
+  EXPECT_EQ(back.moe_input_jitter_eps, 0.05);
   EXPECT_EQ(back.moe_router_score_function, "sigmoid");
   EXPECT_TRUE(back.moe_router_enable_expert_bias);
   EXPECT_EQ(back.moe_router_topk_scaling_factor, 2.5);
   EXPECT_EQ(back.moe_router_num_groups, 4);
   EXPECT_EQ(back.moe_router_group_topk, 2);
   for (const char* key : {"moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor",
-                          "moe_router_num_groups", "moe_router_group_topk"})
+                          "moe_router_num_groups", "moe_router_group_topk", "moe_input_jitter_eps"})
     args.erase(key);
   const MoeArgs old = moe_args_from_json(args, "x", 2).value();
+  EXPECT_TRUE(unset(old.moe_input_jitter_eps));
   EXPECT_EQ(old.moe_router_score_function, "softmax");
   EXPECT_FALSE(old.moe_router_enable_expert_bias);
   EXPECT_TRUE(unset(old.moe_router_topk_scaling_factor));
