@@ -218,52 +218,59 @@ Status CheckpointWriter::finish_on_rank0(const std::string& tmp_dir, const std::
   return Status::Ok();
 }
 
-Status CheckpointWriter::commit(const nlohmann::json& sections) {
-  if (committed_) return FailedPrecondition("checkpoint ", final_dir(), ": commit() called twice");
-  committed_ = true;
+Status CheckpointWriter::check_sections(const nlohmann::json& sections) const {
   if (!sections.is_object() && !sections.is_null())  // null: no sections
     return InvalidArgument("checkpoint ", final_dir(), ": the metadata sections must be a JSON object");
   for (const char* key : kReservedKeys)
     if (sections.contains(key))
       return InvalidArgument("checkpoint ", final_dir(), ": metadata section '", key, "' is reserved for the format");
+  return Status::Ok();
+}
 
-  // 1. Rank 0 prepares the temporary directory and shares its token (and whether it succeeded).
-  std::string token;
+Status CheckpointWriter::prepare() {
+  // Rank 0 prepares the temporary directory and shares its token (and whether it succeeded).
   int64_t shared[3] = {0, 0, 0};  // ok, token high, token low
-  Status prepare;
+  Status prepared;
   if (comm_.rank() == 0) {
-    token = make_token();
+    token_ = make_token();
     std::error_code ec;
     fs::create_directories(save_dir_, ec);
     if (ec) {
-      prepare = IOError(save_dir_, ": cannot create the checkpoint directory: ", ec.message());
+      prepared = IOError(save_dir_, ": cannot create the checkpoint directory: ", ec.message());
     } else {
       remove_siblings(save_dir_, iteration_dir_name(iteration_) + ".tmp-");
-      fs::create_directory(final_dir() + ".tmp-" + token, ec);
-      if (ec) prepare = IOError(final_dir() + ".tmp-" + token, ": cannot create: ", ec.message());
+      fs::create_directory(final_dir() + ".tmp-" + token_, ec);
+      if (ec) prepared = IOError(final_dir() + ".tmp-" + token_, ": cannot create: ", ec.message());
     }
-    shared[0] = prepare.ok() ? 1 : 0;
-    shared[1] = static_cast<int64_t>(std::stoull(token.substr(0, 8), nullptr, 16));
-    shared[2] = static_cast<int64_t>(std::stoull(token.substr(8), nullptr, 16));
+    shared[0] = prepared.ok() ? 1 : 0;
+    shared[1] = static_cast<int64_t>(std::stoull(token_.substr(0, 8), nullptr, 16));
+    shared[2] = static_cast<int64_t>(std::stoull(token_.substr(8), nullptr, 16));
   }
   comm_.broadcast(shared, 3, DType::kI64, 0);
   if (shared[0] != 1) {
-    if (comm_.rank() == 0) return prepare;
+    if (comm_.rank() == 0) return prepared;
     return IOError("checkpoint ", final_dir(), ": rank 0 could not create the temporary directory");
   }
   if (comm_.rank() != 0) {
     char buf[24];
     std::snprintf(buf, sizeof(buf), "%08llx%08llx", static_cast<unsigned long long>(shared[1]),
                   static_cast<unsigned long long>(shared[2]));
-    token = buf;
+    token_ = buf;
   }
-  const std::string tmp_dir = final_dir() + ".tmp-" + token;
+  tmp_dir_ = final_dir() + ".tmp-" + token_;
+  return Status::Ok();
+}
 
-  // 2. Every rank writes its shard; the all-gather of the outcomes is the barrier.
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-  Status mine = write_shard(tmp_dir, &bytes, &crc);
-  int64_t report[kGatherFields] = {mine.ok() ? 1 : 0, static_cast<int64_t>(bytes), static_cast<int64_t>(crc)};
+void CheckpointWriter::write_own_shard() {
+  if (options_.before_shard_write) options_.before_shard_write();
+  shard_status_ = write_shard(tmp_dir_, &bytes_, &crc_);
+  shard_written_.store(true, std::memory_order_release);
+}
+
+Status CheckpointWriter::finish(const nlohmann::json& sections) {
+  // 2. The all-gather of every rank's shard outcome is the barrier.
+  const Status& mine = shard_status_;
+  int64_t report[kGatherFields] = {mine.ok() ? 1 : 0, static_cast<int64_t>(bytes_), static_cast<int64_t>(crc_)};
   std::vector<int64_t> gathered(static_cast<size_t>(kGatherFields * comm_.size()));
   comm_.all_gather(report, gathered.data(), kGatherFields, DType::kI64);
   int failed_rank = -1;
@@ -278,13 +285,48 @@ Status CheckpointWriter::commit(const nlohmann::json& sections) {
     result = IOError("checkpoint ", final_dir(), ": rank ", failed_rank,
                      " failed to write its shard; nothing was committed");
   } else if (comm_.rank() == 0) {
-    result = finish_on_rank0(tmp_dir, token, gathered, sections);
+    result = finish_on_rank0(tmp_dir_, token_, gathered, sections);
   }
   int64_t outcome = result.ok() ? 1 : 0;
   comm_.broadcast(&outcome, 1, DType::kI64, 0);
   if (result.ok() && outcome != 1)
     result = IOError("checkpoint ", final_dir(), ": rank 0 failed to commit the checkpoint (see its error)");
   return result;
+}
+
+Status CheckpointWriter::commit(const nlohmann::json& sections) {
+  if (committed_) return FailedPrecondition("checkpoint ", final_dir(), ": commit() called twice");
+  committed_ = true;
+  GALE_RETURN_IF_ERROR(check_sections(sections));
+  GALE_RETURN_IF_ERROR(prepare());
+  write_own_shard();  // the pieces are written from the caller's tensors, on this thread
+  return finish(sections);
+}
+
+Status CheckpointWriter::start_commit(const nlohmann::json& sections) {
+  if (committed_) return FailedPrecondition("checkpoint ", final_dir(), ": commit() called twice");
+  committed_ = true;
+  GALE_RETURN_IF_ERROR(check_sections(sections));
+  // The snapshot: the background thread must not read tensors that training keeps changing.
+  for (Piece& p : pieces_) p.data = p.data.clone();
+  pending_sections_ = std::make_unique<nlohmann::json>(sections);
+  GALE_RETURN_IF_ERROR(prepare());
+  writer_ = std::thread([this] { write_own_shard(); });
+  return Status::Ok();
+}
+
+Status CheckpointWriter::finish_commit() {
+  if (!writer_.joinable())
+    return FailedPrecondition("checkpoint ", final_dir(), ": finish_commit() without a successful start_commit()");
+  writer_.join();
+  pieces_.clear();  // the snapshot is on disk (or failed): release its memory before the collective
+  Status result = finish(*pending_sections_);
+  pending_sections_.reset();
+  return result;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (writer_.joinable()) writer_.join();
 }
 
 }  // namespace gale

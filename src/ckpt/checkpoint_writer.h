@@ -16,12 +16,27 @@
 //      first where the filesystem cannot swap — fsyncs <save>, then rewrites the tracker file
 //      atomically, and finally removes the replaced copy;
 //   3. rank 0 broadcasts the outcome, so every rank returns the same success or failure.
+//
+// Asynchronous commit (--async-save): the same protocol in two collective calls with the shard
+// write in between on a background thread, so that training continues while the files are written:
+//
+//   GALE_RETURN_IF_ERROR(w.start_commit(sections));  // copies the pieces, step 1, starts the writer
+//   ... training iterations; every rank may poll w.shard_written() ...
+//   GALE_RETURN_IF_ERROR(w.finish_commit());          // waits for the writer, steps 2-3
+//
+// The background thread only writes this rank's shard file: every communicator call (broadcast,
+// all-gather) stays on the calling thread. Nothing names the new checkpoint (no iter_XXXXXXX/, no
+// tracker update) before finish_commit(), so a crash while the writer runs leaves the previously
+// tracked checkpoint the latest. The copy costs host memory of the pieces this rank writes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -51,6 +66,9 @@ struct CheckpointWriterOptions {
   bool use_rename_exchange = true;
   // Update latest_checkpointed_iteration.txt (false for a save that must not become the latest).
   bool update_tracker = true;
+  // Test hook, run on every rank by the thread that writes the shard, just before it writes (the
+  // background thread after start_commit()); a test can hold the writer back with it.
+  std::function<void()> before_shard_write;
 };
 
 class CheckpointWriter {
@@ -58,6 +76,11 @@ class CheckpointWriter {
   // Nothing touches the disk before commit(). `comm` is the group of all ranks that write this
   // checkpoint (usually the world); make_self_communicator() for a single process.
   CheckpointWriter(std::string save_dir, int64_t iteration, Communicator& comm, CheckpointWriterOptions options = {});
+  // Waits for a background shard write still running; the checkpoint then stays uncommitted (its
+  // temporary directory is removed by the next save of the same iteration).
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // A whole tensor (the piece is the full tensor; stored under its plain name).
   Status add(const std::string& name, const Tensor& tensor);
@@ -77,6 +100,18 @@ class CheckpointWriter {
   // the directory into place and updates the tracker. Returns the same success or failure on every rank.
   Status commit(const nlohmann::json& sections);
 
+  // commit() in two parts for an asynchronous save. start_commit() is collective over `comm`: it
+  // checks `sections`, copies every added piece into memory this writer owns (the caller may change
+  // its tensors as soon as it returns), has rank 0 create the temporary directory, and starts a
+  // background thread that writes this rank's shard (file I/O only). An error (the same on every
+  // rank) leaves nothing running.
+  Status start_commit(const nlohmann::json& sections);
+  // Whether this rank's background shard write has finished (this rank only: no communication).
+  bool shard_written() const { return shard_written_.load(std::memory_order_acquire); }
+  // Collective over `comm`, after start_commit() succeeded: waits for this rank's shard write, then
+  // finishes as commit() does (barrier, metadata.json, rename, tracker). The same result on every rank.
+  Status finish_commit();
+
   const std::string& save_dir() const { return save_dir_; }
   int64_t iteration() const { return iteration_; }
   // <save>/iter_XXXXXXX
@@ -90,6 +125,13 @@ class CheckpointWriter {
     std::vector<int64_t> offsets;
     Tensor data;
   };
+  Status check_sections(const nlohmann::json& sections) const;
+  // Step 1: rank 0 creates the temporary directory; sets tmp_dir_ on every rank.
+  Status prepare();
+  // Steps 2-3 once this rank's shard is written (shard_status_, bytes_, crc_).
+  Status finish(const nlohmann::json& sections);
+  // The shard write with the test hook; records shard_status_, bytes_, crc_.
+  void write_own_shard();
   Status write_shard(const std::string& dir, uint64_t* bytes, uint32_t* crc) const;
   Status finish_on_rank0(const std::string& tmp_dir, const std::string& token, const std::vector<int64_t>& gathered,
                          const nlohmann::json& sections) const;
@@ -101,6 +143,14 @@ class CheckpointWriter {
   CheckpointWriterOptions options_;
   std::vector<Piece> pieces_;
   bool committed_ = false;
+  std::string token_, tmp_dir_;
+  // The shard write's outcome (written by the writer thread before shard_written_ is set).
+  Status shard_status_;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+  std::atomic<bool> shard_written_{false};
+  std::thread writer_;
+  std::unique_ptr<nlohmann::json> pending_sections_;  // between start_commit() and finish_commit()
 };
 
 }  // namespace gale

@@ -221,6 +221,13 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
   p.add_false("--no-save-rng", &a.save_rng, "do not save RNG state");
   p.add_flag("--finetune", &a.finetune, "load weights only; reset iteration, optimizer and RNG");
   p.add_flag("--exit-on-missing-checkpoint", &a.exit_on_missing_checkpoint, "stop if --load has no checkpoint");
+  p.add("--ckpt-format", &a.ckpt_format,
+        "Megatron's checkpoint format (torch, torch_dist, zarr, torch_dcp, fsdp_dtensor): accepted, but Gale always "
+        "writes its own sharded safetensors format (docs/formats/checkpoint.md)");
+  p.add_flag("--async-save", &a.async_save,
+             "save checkpoints asynchronously: each rank copies what it saves into host memory (peak host memory "
+             "rises by one such copy) and a background thread writes it while training continues; the tracker file "
+             "is written once every rank has finished (needs --ckpt-format torch_dist, torch_dcp or fsdp_dtensor)");
 }
 
 void add_logging_args(ArgParser& p, LoggingArgs& a) {
@@ -261,8 +268,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--decrease-batch-size-if-needed", "rounding global batch sizes down to a multiple of micro-batch size x DP"},
       {"--wandb-project", "Weights & Biases logging"},
-      {"--ckpt-format", "Gale writes its own safetensors-based format (docs/formats/checkpoint.md)"},
-      {"--async-save", "asynchronous checkpoint saving"},
       {"--tp-comm-overlap", "TP communication overlap"},
       {"--dataloader-type", "data loaders other than 'single'"},
       {"--split-sentences", "sentence splitting"},
@@ -302,6 +307,8 @@ void add_unsupported_megatron_args(ArgParser& p) {
       {"--auto-detect-ckpt-format", false, "Gale reads its own checkpoint format (docs/formats/checkpoint.md)"},
       {"--ckpt-fully-parallel-load", false, "every rank reads only the tensor pieces it holds"},
       {"--no-ckpt-fully-parallel-save", false, "every rank writes the shard of the pieces it holds"},
+      {"--use-persistent-ckpt-worker", false,
+       "Gale writes each --async-save from a background thread of the training process"},
       {"--no-overlap-p2p-communication", false,
        "Gale's pipeline sends are non-blocking and its receives posted ahead (schedule/pipeline_p2p.h)"},
       {"--moe-permute-fusion", false, "Gale's dispatcher permutes tokens in one gather pass"},
@@ -592,6 +599,13 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--save-interval: expected a positive integer, found ", c.save_interval);
   if (c.save.empty() && p.was_set("--save-interval"))
     return InvalidArgument("--save-interval needs --save (the directory to write checkpoints to)");
+  if (std::find(std::begin(kCkptFormats), std::end(kCkptFormats), c.ckpt_format) == std::end(kCkptFormats))
+    return InvalidArgument("--ckpt-format: expected one of torch, torch_dist, zarr, torch_dcp, fsdp_dtensor, found '",
+                           c.ckpt_format, "'");
+  // Megatron's save_checkpoint: no asynchronous save of legacy (torch) or zarr checkpoints.
+  if (c.async_save && c.ckpt_format != "torch_dist" && c.ckpt_format != "torch_dcp" && c.ckpt_format != "fsdp_dtensor")
+    return InvalidArgument("--async-save needs --ckpt-format torch_dist (or torch_dcp, fsdp_dtensor), found ",
+                           c.ckpt_format, " (Megatron has no asynchronous save for that format)");
   return Status::Ok();
 }
 

@@ -200,6 +200,9 @@ struct TokenizerArgs {
   int64_t vocab_extra_ids = 0;
 };
 
+// Megatron's --ckpt-format choices (megatron/training/arguments.py; zarr from its older releases).
+inline constexpr const char* kCkptFormats[] = {"torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"};
+
 struct CheckpointArgs {
   std::string save, load;
   int64_t save_interval = kUnset;
@@ -209,6 +212,12 @@ struct CheckpointArgs {
   bool save_rng = true;    // --no-save-rng
   bool finetune = false;
   bool exit_on_missing_checkpoint = false;
+  // --ckpt-format: one of kCkptFormats, accepted for Megatron's scripts; Gale always writes its own
+  // format (docs/formats/checkpoint.md). --async-save needs one with an asynchronous save in Megatron.
+  std::string ckpt_format = "torch_dist";
+  // --async-save: each rank copies what it saves into host memory (peak host memory rises by that
+  // copy) and a background thread writes the files; the tracker is written once all ranks finished.
+  bool async_save = false;
   bool use_checkpoint_args = false;  // gale generate / evaluate: the model flags come from the checkpoint's args
 };
 

@@ -1,6 +1,7 @@
 // Checkpoint save/load for the trainer on top of ckpt/ (sharded tensors + metadata sections).
 #include "train/checkpointing.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -109,15 +110,45 @@ std::string optimizer_tensor_name(const std::string& state, const std::string& p
 
 }  // namespace
 
-Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state) {
+void AsyncCheckpointSaves::schedule(std::unique_ptr<CheckpointWriter> writer, std::string saved_line) {
+  GALE_CHECK(writer_ == nullptr) << "an asynchronous checkpoint save is already in flight";
+  writer_ = std::move(writer);
+  saved_line_ = std::move(saved_line);
+}
+
+Status AsyncCheckpointSaves::maybe_finalize(bool blocking) {
+  if (empty()) return Status::Ok();
+  if (blocking) {
+    print_rank0("Unfinalized async checkpoint saves. Finalizing them synchronously now.");
+  } else {
+    // Every rank must agree before the commit's collectives: finished only when all writers are.
+    int64_t done = writer_->shard_written() ? 1 : 0;
+    std::vector<int64_t> all(static_cast<size_t>(world_.size()));
+    world_.all_gather(&done, all.data(), 1, DType::kI64);
+    if (std::find(all.begin(), all.end(), 0) != all.end()) return Status::Ok();
+  }
+  std::unique_ptr<CheckpointWriter> writer = std::move(writer_);
+  GALE_RETURN_IF_ERROR(writer->finish_commit());
+  print_rank0(saved_line_);
+  return Status::Ok();
+}
+
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
+                       AsyncCheckpointSaves* async) {
   const Optimizer& optimizer = *engine.optimizer;
   const LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
+  if (async && !async->empty()) {
+    print_rank0("WARNING: Starting a checkpoint save before previous has finished. Consider increasing the "
+                "checkpoint interval.");
+    GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
+  }
   char line[64];
   std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
   finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
-  CheckpointWriter w(ca.save, state.iteration, *engine.ps.world());
+  auto writer = std::make_unique<CheckpointWriter>(ca.save, state.iteration, *engine.ps.world());
+  CheckpointWriter& w = *writer;
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     const GPTModel& model = *engine.chunks[c];
     const ParamBuffer& pb = model.params();
@@ -175,8 +206,15 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                                        {"wd_incr_steps", ls.wd_incr_steps}};
   }
   if (ca.save_rng) sections["rng_state"] = {{"seed", args.training.seed}, {"generator", "philox4x32-10 counter-based"}};
+  std::string saved = str_cat("  successfully saved checkpoint at iteration ", line, " to ", ca.save);
+  if (async) {
+    GALE_RETURN_IF_ERROR(w.start_commit(sections));  // the snapshot; training may change the tensors now
+    async->schedule(std::move(writer), std::move(saved));
+    print_rank0(str_cat("  scheduled an async checkpoint save at iteration ", line, " to ", ca.save));
+    return Status::Ok();
+  }
   GALE_RETURN_IF_ERROR(w.commit(sections));
-  print_rank0(str_cat("  successfully saved checkpoint at iteration ", line, " to ", ca.save));
+  print_rank0(saved);
   return Status::Ok();
 }
 

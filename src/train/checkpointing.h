@@ -9,17 +9,49 @@
 // a rank of any layout, sharded or not, reads back the boxes it owns.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "ckpt/checkpoint_writer.h"
 #include "train/arguments.h"
 #include "train/engine.h"
 #include "train/trainer.h"
 
 namespace gale {
 
+// --async-save: the checkpoint being written in the background, finalised on the main thread
+// (Megatron's schedule_async_save / maybe_finalize_async_save). At most one save is in flight:
+// save_checkpoint() finalises the previous one (blocking) before it starts the next.
+class AsyncCheckpointSaves {
+ public:
+  explicit AsyncCheckpointSaves(Communicator& world) : world_(world) {}
+  // Waits for a writer still running (without finalising it: its checkpoint stays untracked).
+  ~AsyncCheckpointSaves() = default;
+
+  bool empty() const { return writer_ == nullptr; }
+  // Takes a writer whose start_commit() succeeded; `saved_line` is printed on rank 0 once the
+  // checkpoint is finalised.
+  void schedule(std::unique_ptr<CheckpointWriter> writer, std::string saved_line);
+  // Megatron's maybe_finalize_async_save. Collective over the world: every rank calls it at the same
+  // points (nothing happens, and nothing is communicated, when no save is in flight). Not blocking:
+  // one all-reduce tells whether every rank's writer has finished, and only then the commit is
+  // finished (metadata, rename, tracker). Blocking: prints Megatron's "Unfinalized async checkpoint
+  // saves. Finalizing them synchronously now." and waits for this rank's writer first.
+  Status maybe_finalize(bool blocking);
+
+ private:
+  Communicator& world_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::string saved_line_;
+};
+
 // Writes <args.checkpoint.save>/iter_<iteration>/ and updates the tracker (collective over the
 // world: every rank writes the pieces it owns; data-parallel replicas write nothing twice).
-Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state);
+// With `async` (--async-save) each rank copies what it writes into host memory and a background
+// thread writes it; `async` finalises the save later (the tracker is written then). A save still in
+// flight is finalised first (blocking), with Megatron's warning.
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
+                       AsyncCheckpointSaves* async = nullptr);
 
 // Loads <args.checkpoint.load> into the engine's model chunks (and, unless --finetune /
 // --no-load-optim, the optimizer, scheduler and trainer state), at whatever layout it was saved.

@@ -114,6 +114,9 @@ int pretrain_main(int argc, char** argv) {
     warn_rank0("--fp16 with dynamic loss scaling: --check-for-nan-in-loss-and-grad is off, since non-finite gradients "
                 "are the loss scaler's signal (such iterations are skipped and counted)");
   }
+  if (parser.was_set("--ckpt-format"))
+    warn_rank0(str_cat("accepted without effect: --ckpt-format ", args.checkpoint.ckpt_format,
+                       ": Gale always writes its own sharded safetensors format (docs/formats/checkpoint.md)"));
   if (args.model.recompute_granularity == "selective" && args.model.recompute_modules == std::vector<std::string>{"core_attn"})
     warn_rank0("--recompute-granularity selective (--recompute-modules core_attn): nothing to do; Gale never keeps "
                "attention scores or probabilities for backward (both attention kernels recompute them from the "
@@ -188,8 +191,15 @@ int pretrain_main(int argc, char** argv) {
     st = load_checkpoint(args, engine, trainer.state(), &loaded);
     if (!st.ok()) run_error(st);
   }
+  // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
+  std::unique_ptr<AsyncCheckpointSaves> async_saves;
+  if (!args.checkpoint.save.empty() && args.checkpoint.async_save) {
+    async_saves = std::make_unique<AsyncCheckpointSaves>(*engine.ps.world());
+    trainer.set_finalize_saves_fn([&](bool blocking) { return async_saves->maybe_finalize(blocking); });
+  }
   if (!args.checkpoint.save.empty())
-    trainer.set_save_fn([&](const TrainerState& s) { return save_checkpoint(args, engine, s); });
+    trainer.set_save_fn(
+        [&](const TrainerState& s) { return save_checkpoint(args, engine, s, async_saves.get()); });
 
   print_rank0("training ...");
   host_allocator().reset_peak();

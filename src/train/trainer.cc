@@ -206,6 +206,12 @@ Status Trainer::flush_tensorboard() {
   return Status::Ok();
 }
 
+Status Trainer::finish_run() {
+  GALE_RETURN_IF_ERROR(flush_tensorboard());
+  if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/true));
+  return Status::Ok();
+}
+
 Status Trainer::run() {
   const TrainingArgs& t = args_.training;
   const LoggingArgs& l = args_.logging;
@@ -221,6 +227,8 @@ Status Trainer::run() {
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   while (!t.skip_train && state_.iteration < train_iters_) {
+    // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
+    if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/false));
     // Megatron checkpoints the iterations before a ramp-up step of the batch size.
     const int64_t global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
     if (global_batch_size != last_global_batch_size) {
@@ -338,7 +346,7 @@ Status Trainer::run() {
       if (exits[0]) {
         if (save_fn_) GALE_RETURN_IF_ERROR(save_fn_(state_));
         print_datetime("exiting program after receiving SIGTERM.");
-        return flush_tensorboard();
+        return finish_run();
       }
       exit_for_duration = exits[1] != 0;
     }
@@ -349,12 +357,12 @@ Status Trainer::run() {
     if (exit_for_duration) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
       print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
-      return flush_tensorboard();
+      return finish_run();
     }
     if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
       if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
       print_datetime(str_cat("exiting program at iteration ", state_.iteration));
-      return flush_tensorboard();
+      return finish_run();
     }
   }
   if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
@@ -370,7 +378,7 @@ Status Trainer::run() {
     GALE_RETURN_IF_ERROR(evaluate_and_print(*test_, &consumed_test, str_cat("iteration ", state_.iteration, " on test set"),
                                             !t.skip_train));
   }
-  return flush_tensorboard();
+  return finish_run();
 }
 
 }  // namespace gale

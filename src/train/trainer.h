@@ -47,6 +47,11 @@ class Trainer {
   // Called at every --save-interval, at --exit-interval and at the end of training.
   using SaveFn = std::function<Status(const TrainerState&)>;
   void set_save_fn(SaveFn fn) { save_fn_ = std::move(fn); }
+  // --async-save: finalises the save in flight (AsyncCheckpointSaves::maybe_finalize), called as
+  // Megatron calls maybe_finalize_async_save: not blocking at the start of every iteration,
+  // blocking at the end of run() (after the final evaluations) and at every early exit.
+  using FinalizeSavesFn = std::function<Status(bool blocking)>;
+  void set_finalize_saves_fn(FinalizeSavesFn fn) { finalize_saves_fn_ = std::move(fn); }
   // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
 
@@ -79,6 +84,8 @@ class Trainer {
                             bool to_tensorboard);
   // Writes pending TensorBoard records; a write error names --tensorboard-dir.
   Status flush_tensorboard();
+  // The end of run(), normal or early: flushes TensorBoard, then finalises asynchronous saves (blocking).
+  Status finish_run();
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
@@ -96,6 +103,7 @@ class Trainer {
   const SampleDataset* test_;
   TrainerState state_;
   SaveFn save_fn_;
+  FinalizeSavesFn finalize_saves_fn_;
   TensorBoardWriter* tensorboard_ = nullptr;
   int64_t train_iters_ = 0;
   NumMicroBatchesCalculator calculator_;

@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ckpt/checkpoint_layout.h"
 #include "ckpt/checkpoint_reader.h"
@@ -234,6 +238,103 @@ TEST(Checkpoint, AFailedShardOnOneRankCommitsNothingAnywhere) {
   EXPECT_NE(messages[1].find("shard_00001.safetensors.tmp: write failed"), std::string::npos) << messages[1];
   EXPECT_NE(messages[0].find("rank 1 failed to write its shard; nothing was committed"), std::string::npos)
       << messages[0];
+  expect_latest(tmp.path(), 10, 1.0f);
+  EXPECT_FALSE(fs::exists(tmp.path() + "/iter_0000020"));
+}
+
+// The files of one iteration directory, by name: their bytes.
+std::map<std::string, std::string> iteration_files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    files[e.path().filename().string()] = read_bytes(e.path().string());
+  return files;
+}
+
+// --async-save's commit: the files are byte-identical to commit()'s, the pieces are copied at
+// start_commit() (the caller changes its tensors at once), and while the background writer is held
+// back nothing names the new checkpoint: no iter_0000020/, the tracker still says 10.
+TEST(Checkpoint, AsyncCommitWritesTheSameFilesAndTracksThemOnlyWhenFinished) {
+  TempDir sync_dir, async_dir;
+  ASSERT_TRUE(save_simple(async_dir.path(), 10, 1.0f).ok());
+  const Box flat_box{{3}, {5}};
+  Tensor flat = Tensor::empty({5});
+  for (int64_t i = 0; i < 5; ++i) flat.data<float>()[i] = 0.25f * static_cast<float>(i);
+  const nlohmann::json sections = {{"base", 2.0f}, {"trainer", {{"iteration", 20}}}};
+  {
+    Comm self = make_self_communicator();
+    CheckpointWriter w(sync_dir.path(), 20, *self);
+    Tensor t = grid_piece(whole_box({4, 8}), 2.0f);
+    ASSERT_TRUE(w.add("w", t).ok());
+    ASSERT_TRUE(w.add_flat("optimizer.exp_avg.w", 12, 3, flat).ok());
+    ASSERT_TRUE(w.commit(sections).ok());
+  }
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  CheckpointWriterOptions options;
+  options.before_shard_write = [released] { released.wait(); };
+  Comm self = make_self_communicator();
+  CheckpointWriter w(async_dir.path(), 20, *self, options);
+  Tensor t = grid_piece(whole_box({4, 8}), 2.0f);
+  ASSERT_TRUE(w.add("w", t).ok());
+  Tensor flat_copy = flat.clone();
+  ASSERT_TRUE(w.add_flat("optimizer.exp_avg.w", 12, 3, flat_copy).ok());
+  ASSERT_TRUE(w.start_commit(sections).ok());
+  t.fill(-1.0f);  // training goes on: the checkpoint must hold the values at start_commit()
+  flat_copy.fill(-1.0f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(w.shard_written());
+  EXPECT_FALSE(fs::exists(async_dir.path() + "/iter_0000020"));
+  EXPECT_EQ(read_bytes(async_dir.path() + "/latest_checkpointed_iteration.txt"), "10");
+  release.set_value();
+  for (int i = 0; i < 6000 && !w.shard_written(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(w.shard_written());
+  // Written, but not finished: still untracked.
+  EXPECT_FALSE(fs::exists(async_dir.path() + "/iter_0000020"));
+  EXPECT_EQ(read_bytes(async_dir.path() + "/latest_checkpointed_iteration.txt"), "10");
+  Status s = w.finish_commit();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(read_bytes(async_dir.path() + "/latest_checkpointed_iteration.txt"), "20");
+  EXPECT_EQ(iteration_files(async_dir.path() + "/iter_0000020"), iteration_files(sync_dir.path() + "/iter_0000020"));
+  expect_latest(async_dir.path(), 20, 2.0f);
+  EXPECT_EQ(w.finish_commit().code(), StatusCode::kFailedPrecondition);  // finished once only
+}
+
+// Two ranks commit asynchronously: each rank's writer runs on its own thread, the commit's
+// collectives stay on the ranks' threads, and the result loads like a synchronous save.
+TEST(Checkpoint, AsyncCommitOnTwoRanksIsTheSameAsCommit) {
+  TempDir sync_dir, async_dir;
+  for (bool async : {false, true}) {
+    run_ranks(2, [&](Communicator& comm) {
+      CheckpointWriter w(async ? async_dir.path() : sync_dir.path(), 30, comm);
+      Box b{{2 * comm.rank(), 0}, {2, 8}};
+      Tensor piece = grid_piece(b, 3.0f);
+      EXPECT_TRUE(w.add("w", {4, 8}, b.offsets, piece).ok());
+      if (!async) {
+        EXPECT_TRUE(w.commit({{"base", 3.0f}}).ok());
+        return;
+      }
+      EXPECT_TRUE(w.start_commit({{"base", 3.0f}}).ok());
+      piece.fill(0.0f);
+      Status s = w.finish_commit();
+      EXPECT_TRUE(s.ok()) << "rank " << comm.rank() << ": " << s.to_string();
+    });
+  }
+  expect_latest(async_dir.path(), 30, 3.0f);
+  EXPECT_EQ(iteration_files(async_dir.path() + "/iter_0000030"), iteration_files(sync_dir.path() + "/iter_0000030"));
+}
+
+// A writer destroyed while its background write runs (an error elsewhere ended the run) waits for
+// it and leaves the previous checkpoint the latest.
+TEST(Checkpoint, AnUnfinishedAsyncCommitIsNeverTracked) {
+  TempDir tmp;
+  ASSERT_TRUE(save_simple(tmp.path(), 10, 1.0f).ok());
+  {
+    Comm self = make_self_communicator();
+    CheckpointWriter w(tmp.path(), 20, *self);
+    Tensor t = grid_piece(whole_box({4, 8}), 2.0f);
+    ASSERT_TRUE(w.add("w", t).ok());
+    ASSERT_TRUE(w.start_commit({{"base", 2.0f}}).ok());
+  }
   expect_latest(tmp.path(), 10, 1.0f);
   EXPECT_FALSE(fs::exists(tmp.path() + "/iter_0000020"));
 }

@@ -35,6 +35,27 @@ TEST(Arguments, MegatronDefaultsAndDerivedValues) {
   EXPECT_TRUE(c.args.checkpoint.load_optim);
 }
 
+TEST(Arguments, CheckpointFormatAndAsyncSaveAsMegatron) {
+  Cli defaults;
+  ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
+  EXPECT_EQ(defaults.args.checkpoint.ckpt_format, "torch_dist");
+  EXPECT_FALSE(defaults.args.checkpoint.async_save);
+  for (const char* format : {"torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"}) {
+    Cli c;
+    Status st = c.parse(with(minimal_pretrain_flags(), {"--ckpt-format", format}));
+    ASSERT_TRUE(st.ok()) << format << ": " << st.to_string();
+    EXPECT_EQ(c.args.checkpoint.ckpt_format, format);
+  }
+  for (const char* format : {"torch_dist", "torch_dcp", "fsdp_dtensor"}) {
+    Cli c;
+    Status st = c.parse(with(minimal_pretrain_flags(), {"--async-save", "--ckpt-format", format}));
+    ASSERT_TRUE(st.ok()) << format << ": " << st.to_string();
+    EXPECT_TRUE(c.args.checkpoint.async_save);
+  }
+  Cli persistent;  // Megatron's newer scripts pair --async-save with it
+  ASSERT_TRUE(persistent.parse(with(minimal_pretrain_flags(), {"--async-save", "--use-persistent-ckpt-worker"})).ok());
+}
+
 TEST(Arguments, TensorBoardFlagsAsMegatron) {
   Cli defaults;
   ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
@@ -314,6 +335,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "--tensorboard-log-interval: expected a positive integer, found 0"},
         ErrorCase{{"--tensorboard-queue-size", "-1"}, StatusCode::kInvalidArgument,
                   "--tensorboard-queue-size: expected a positive integer, found -1"},
+        ErrorCase{{"--ckpt-format", "torch_distributed"}, StatusCode::kInvalidArgument,
+                  "--ckpt-format: expected one of torch, torch_dist, zarr, torch_dcp, fsdp_dtensor, found "
+                  "'torch_distributed'"},
+        ErrorCase{{"--async-save", "--ckpt-format", "torch"}, StatusCode::kInvalidArgument,
+                  "--async-save needs --ckpt-format torch_dist (or torch_dcp, fsdp_dtensor), found torch (Megatron "
+                  "has no asynchronous save for that format)"},
+        ErrorCase{{"--async-save", "--ckpt-format", "zarr"}, StatusCode::kInvalidArgument,
+                  "--async-save needs --ckpt-format torch_dist (or torch_dcp, fsdp_dtensor), found zarr (Megatron "
+                  "has no asynchronous save for that format)"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},

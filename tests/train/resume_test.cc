@@ -65,6 +65,35 @@ TEST(Resume, ContinuesBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
+// --async-save: training goes on (parameters and optimizer state change) before the save is
+// finalised; the checkpoint still holds the state at the save, and the resumed run continues
+// bit-for-bit. The tracker appears only at the finalisation.
+TEST(Resume, AsyncSaveContinuesBitForBit) {
+  const std::string dir = temp_dir("async");
+  TrainingRun whole({});
+  std::vector<double> expected = whole.train(6);
+
+  TrainingRun first({"--save", dir, "--save-interval", "3", "--async-save"});
+  first.train(3);
+  AsyncCheckpointSaves saves(*first.engine->ps.world());
+  ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state(), &saves).ok());
+  std::vector<double> a = first.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i], expected[3 + i]) << "the snapshot disturbed iteration " << 4 + i;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt"));
+  ASSERT_FALSE(saves.empty());
+  ASSERT_TRUE(saves.maybe_finalize(/*blocking=*/true).ok());
+  EXPECT_TRUE(saves.empty());
+
+  TrainingRun second({"--load", dir});
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(second.trainer->state().iteration, 3);
+  std::vector<double> b = second.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
+  std::filesystem::remove_all(dir);
+}
+
 // --moe-router-enable-expert-bias: the bias (a buffer, moved after every step) is saved as
 // decoder.layers.{i}.mlp.router.expert_bias and resumed, so the resumed run routes and trains
 // exactly like the uninterrupted one.
