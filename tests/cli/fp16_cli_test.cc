@@ -1,13 +1,18 @@
 // `gale pretrain --fp16` as Megatron users run it: dynamic loss scaling from 2^32 skips the
 // overflowing first iterations and halves the scale as Megatron does, a constant --loss-scale
-// trains close to fp32, a resumed run continues the loss scale exactly, and bad flags are refused.
+// trains close to fp32, a resumed run continues the loss scale exactly, tensor (sequence) and
+// data parallelism under mpirun skip the same iterations and train like one process, and bad flags
+// are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <regex>
+#include <sstream>
 
 #include "cli/cli_test_util.h"
 #include "cli/log_line.h"
+#include "cli/mpi_cli.h"
+#include "subprocess.h"
 #include "data/data_test_util.h"
 
 namespace gale {
@@ -94,6 +99,64 @@ TEST(Fp16Cli, ResumedRunContinuesTheLossScaleExactly) {
   ASSERT_GE(loss.size(), resumed.size());
   ASSERT_FALSE(resumed.empty());
   EXPECT_EQ(resumed, std::vector<double>(loss.end() - static_cast<std::ptrdiff_t>(resumed.size()), loss.end()));
+}
+
+// Runs `gale pretrain` with the tiny model (vocabulary 4096: no padding at TP 1 or 2, so the
+// layouts hold the same model), --fp16, `flags` and `extra` on `np` ranks under mpirun.
+test::RunResult run_fp16(int np, const std::string& flags, const std::vector<std::string>& extra = {}) {
+  std::string model = kModel;
+  model.replace(model.find("--vocab-size 4096"), 17, "--vocab-size 4095");
+  std::vector<std::string> pretrain = {GALE_BINARY, "pretrain"};
+  std::istringstream words(model + " --fp16 " + flags);
+  for (std::string w; words >> w;) pretrain.push_back(w);
+  return test::run_with_timeout(testing::launch_argv(np, pretrain, extra), testing::kMpiEnv, 300);
+}
+
+// f16 GEMM inputs all-gathered over the sequence-parallel group: both TP ranks must agree on each
+// overflow, so the loss-scale sequence is one process's, and the losses are close to it.
+TEST(Fp16Cli, TensorParallelSkipsTheSameIterationsAsOneProcess) {
+  test::RunResult one = run_fp16(1, "--train-iters 16");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> scale = logged_values(one.output, "loss scale"), loss = logged_values(one.output, "lm loss");
+  ASSERT_EQ(scale.size(), 16u);
+  ASSERT_GE(loss.size(), 3u);
+  test::RunResult tp = run_fp16(2, "--train-iters 16", {"--tensor-model-parallel-size", "2", "--sequence-parallel"});
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  EXPECT_EQ(logged_values(tp.output, "loss scale"), scale);
+  const std::vector<double> l = logged_values(tp.output, "lm loss");
+  ASSERT_EQ(l.size(), loss.size());
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l[i], loss[i], 1e-4 * loss[i]) << "logged loss " << i;
+}
+
+// The distributed optimizer: each data-parallel rank unscales its own shard of the reduced
+// gradients. With a constant scale the run equals one process's; with dynamic scaling the ranks
+// agree on every overflow (the norm is summed over them) and follow Megatron's rule. Each rank's
+// micro-batch gradient is twice one process's before the data-parallel average (as in Megatron),
+// so the overflows may come one halving later than with one process.
+TEST(Fp16Cli, DistributedOptimizerUnscalesItsShards) {
+  test::RunResult one = run_fp16(1, "--loss-scale 1024 --train-iters 6");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  test::RunResult dp = run_fp16(2, "--loss-scale 1024 --train-iters 6", {"--use-distributed-optimizer"});
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  const std::vector<double> a = logged_values(one.output, "lm loss"), b = logged_values(dp.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * a[i]) << "iteration " << i + 1;
+  // Adam hardly notices a gradient scale; the unscaled norm does.
+  const std::vector<double> na = logged_values(one.output, "grad norm"), nb = logged_values(dp.output, "grad norm");
+  ASSERT_EQ(na.size(), 6u);
+  ASSERT_EQ(nb.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(nb[i], na[i], 1e-2 * na[i]) << "iteration " << i + 1;
+  test::RunResult dynamic = run_fp16(2, "--train-iters 16", {"--use-distributed-optimizer"});
+  ASSERT_EQ(dynamic.exit_code, 0) << dynamic.output;
+  const std::vector<double> scale = logged_values(dynamic.output, "loss scale");
+  const std::vector<double> skipped = logged_values(dynamic.output, "number of skipped iterations");
+  ASSERT_EQ(scale.size(), 16u);
+  ASSERT_EQ(skipped.size(), 16u);
+  EXPECT_EQ(scale[0], 4294967296.0);
+  for (size_t i = 1; i < 16; ++i)
+    EXPECT_EQ(scale[i], skipped[i] == 1.0 ? scale[i - 1] / 2 : scale[i - 1]) << "iteration " << i + 1;
+  EXPECT_EQ(skipped.back(), 0.0);
 }
 
 TEST(Fp16Cli, BadFlagsAreRefusedAndStrayLossScaleFlagsNoted) {
