@@ -32,6 +32,12 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   add_lora_args(parser, args.lora);
+  parser.group("mixed precision");
+  parser.add_flag("--bf16", &args.training.bf16,
+                  "compute with bf16 weights and GEMM inputs, as `gale pretrain --bf16` (Megatron's generation scripts "
+                  "pass it)");
+  parser.add_flag("--fp16", &args.training.fp16,
+                  "compute with f16 weights and GEMM inputs, as `gale pretrain --fp16` (no loss scaling in inference)");
   parser.group("checkpoint");
   parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
   parser.add_flag("--use-checkpoint-args", &args.checkpoint.use_checkpoint_args,
@@ -40,6 +46,7 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
 
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
+  if (args.training.bf16 && args.training.fp16) return InvalidArgument("--fp16 and --bf16 are exclusive: give one of them");
   GALE_RETURN_IF_ERROR(validate_lora_merge_args(args.lora, parser));
   if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
@@ -71,6 +78,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
   ParamBuffer& pb = m->model->params();
   GALE_RETURN_IF_ERROR(load_parameters(reader, pb));
+  pb.refresh_gemm_copy();  // --bf16 / --fp16: the GEMM copy of the loaded weights
   if (!args.lora.lora_load.empty()) {
     GALE_ASSIGN_OR_RETURN(LoraMerge merge, LoraMerge::open(args.lora));
     for (int id = 0; id < pb.size(); ++id)
@@ -78,7 +86,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
         Tensor w = pb.param(id);
         GALE_RETURN_IF_ERROR(merge.merge_into(pb.spec(id).name, w));
       }
-    pb.refresh_gemm_copy();
+    pb.refresh_gemm_copy();  // of the merged weights
   }
   return m;
 }
