@@ -1,6 +1,8 @@
-// --fp16: f16 weights and GEMM inputs (the backward's gradients included) with f32 master weights
-// and gradients, and the loss scale every backward starts from (GPTModel::set_grad_scale): exact
-// in f32, the rescue of gradients that would underflow in f16, and the overflow it must detect.
+// --bf16 and --fp16: bf16 or f16 weights and GEMM inputs (the backward's gradients included) with
+// f32 master weights and gradients give gradients close to the f32 model's, keep f32 master values
+// exact and keep less activation memory; and --fp16's loss scale every backward starts from
+// (GPTModel::set_grad_scale): exact in f32, the rescue of gradients that would underflow in f16,
+// and the overflow it must detect.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,9 +14,8 @@
 namespace gale {
 namespace {
 
-enum class Precision { kF32, kF16 };
-
-ModelConfig config(Precision p, bool moe = false) {
+// A small LLaMA-style model computing its GEMMs in `gemm` (kF32, kBF16 or kF16).
+ModelConfig config(DType gemm, bool moe = false) {
   ModelConfig c;
   c.num_layers = 2;
   c.hidden = 64;
@@ -28,7 +29,8 @@ ModelConfig config(Precision p, bool moe = false) {
   c.rms_norm = true;
   c.swiglu = true;
   c.position = PositionEmbedding::kRope;
-  c.fp16 = p == Precision::kF16;
+  c.bf16 = gemm == DType::kBF16;
+  c.fp16 = gemm == DType::kF16;
   if (moe) {
     c.moe.num_experts = 4;
     c.moe.topk = 2;
@@ -55,14 +57,14 @@ MicroBatch batch(const ModelConfig& c) {
 
 struct Step {
   double loss = 0.0;
-  std::vector<float> grads;  // divided by the scale again
+  std::vector<float> grads;  // divided by the scale and the loss factor again
   int64_t kept_bytes = 0;    // tensor bytes held between forward and backward
 };
 
 // One forward/backward with the loss gradient multiplied by `loss_factor` (tiny factors stand for
-// tiny gradients) and the model's loss scale `grad_scale`; gradients divided back by both.
-Step run(Precision p, float grad_scale = 1.0f, float loss_factor = 1.0f, bool moe = false) {
-  ModelConfig c = config(p, moe);
+// tiny gradients) and the model's loss scale `grad_scale`.
+Step run(DType gemm, float grad_scale = 1.0f, float loss_factor = 1.0f, bool moe = false) {
+  ModelConfig c = config(gemm, moe);
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(11);
@@ -91,8 +93,17 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return std::sqrt(diff / norm);
 }
 
+TEST(Bf16, GradientsCloseToF32AndLessActivationMemory) {
+  Step f32 = run(DType::kF32), b16 = run(DType::kBF16);
+  EXPECT_NEAR(b16.loss, f32.loss, 2e-3 * f32.loss);
+  // bf16 keeps 8 bits of mantissa: relative rounding ~4e-3 per input, averaged over sums.
+  EXPECT_LT(rel_l2(b16.grads, f32.grads), 2e-2);
+  EXPECT_GT(rel_l2(b16.grads, f32.grads), 0.0);  // the bf16 path really ran
+  EXPECT_LT(b16.kept_bytes, f32.kept_bytes * 85 / 100) << b16.kept_bytes << " vs " << f32.kept_bytes;
+}
+
 TEST(Fp16, GradientsCloseToF32AndLessActivationMemory) {
-  Step f32 = run(Precision::kF32), h = run(Precision::kF16);
+  Step f32 = run(DType::kF32), h = run(DType::kF16);
   EXPECT_NEAR(h.loss, f32.loss, 1e-3 * f32.loss);
   // f16 keeps 11 bits of mantissa: relative rounding ~2.4e-4 per input, averaged over sums.
   EXPECT_LT(rel_l2(h.grads, f32.grads), 5e-3);
@@ -100,12 +111,37 @@ TEST(Fp16, GradientsCloseToF32AndLessActivationMemory) {
   EXPECT_LT(h.kept_bytes, f32.kept_bytes * 85 / 100) << h.kept_bytes << " vs " << f32.kept_bytes;
 }
 
+// The GEMM copy follows the master weights, which keep every bit.
+TEST(MixedPrecision, CopyFollowsTheMasterWeights) {
+  for (DType gemm : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(gemm));
+    ModelConfig c = config(gemm);
+    OpTable ops = reference_ops();
+    GPTModel model(c, single_process_partition(c), &ops);
+    ParamBuffer& pb = model.params();
+    pb.initialize(3);
+    ASSERT_EQ(pb.gemm_copy_dtype(), gemm);
+    int id = pb.find("decoder.layers.0.mlp.linear_fc1.weight");
+    auto copy = [&] {
+      return gemm == DType::kBF16 ? bf16_to_float(pb.param_bf16_data(id)[7]) : f16_to_float(pb.param_f16_data(id)[7]);
+    };
+    auto rounded = [&](float v) {
+      return gemm == DType::kBF16 ? bf16_to_float(float_to_bf16(v)) : f16_to_float(float_to_f16(v));
+    };
+    EXPECT_EQ(copy(), rounded(pb.param_data(id)[7]));
+    pb.param_data(id)[7] = 0.123456f;  // an optimizer step
+    pb.refresh_gemm_copy();
+    EXPECT_EQ(copy(), rounded(0.123456f));
+    EXPECT_EQ(pb.param_data(id)[7], 0.123456f);
+  }
+}
+
 TEST(Fp16, LossScaleMultipliesEveryGradientExactlyInF32) {
   // Powers of two: scaling the loss gradient scales every f32 gradient exactly, the MoE auxiliary
   // losses' included.
   for (bool moe : {false, true}) {
     SCOPED_TRACE(moe ? "moe" : "dense");
-    Step plain = run(Precision::kF32, 1.0f, 1.0f, moe), scaled = run(Precision::kF32, 1024.0f, 1.0f, moe);
+    Step plain = run(DType::kF32, 1.0f, 1.0f, moe), scaled = run(DType::kF32, 1024.0f, 1.0f, moe);
     ASSERT_EQ(plain.grads.size(), scaled.grads.size());
     int64_t differing = 0;
     for (size_t i = 0; i < plain.grads.size(); ++i) differing += plain.grads[i] != scaled.grads[i];
@@ -118,35 +154,20 @@ TEST(Fp16, LossScaleRescuesGradientsThatUnderflowInF16) {
   // every gradient behind the first f16 GEMM input is lost — all but the output layer's, which the
   // LM head computes in f32 (about half the norm here). Scaling the loss by 2^28 brings them back.
   const float tiny = 0x1p-28f;
-  Step ref = run(Precision::kF32, 1.0f, tiny);
-  Step unscaled = run(Precision::kF16, 1.0f, tiny);
-  Step scaled = run(Precision::kF16, 0x1p28f, tiny);
+  Step ref = run(DType::kF32, 1.0f, tiny);
+  Step unscaled = run(DType::kF16, 1.0f, tiny);
+  Step scaled = run(DType::kF16, 0x1p28f, tiny);
   EXPECT_GT(rel_l2(unscaled.grads, ref.grads), 0.3);
   EXPECT_LT(rel_l2(scaled.grads, ref.grads), 5e-3);
 }
 
 TEST(Fp16, TooLargeALossScaleOverflowsToNonFiniteGradients) {
-  Step h = run(Precision::kF16, 4294967296.0f);  // Megatron's initial 2^32
+  Step h = run(DType::kF16, 4294967296.0f);  // Megatron's initial 2^32
   int64_t non_finite = 0;
   for (float g : h.grads) non_finite += !std::isfinite(g);
   EXPECT_GT(non_finite, 0);
-  Step f32 = run(Precision::kF32, 4294967296.0f);  // f32 has the range for it
+  Step f32 = run(DType::kF32, 4294967296.0f);  // f32 has the range for it
   for (float g : f32.grads) ASSERT_TRUE(std::isfinite(g));
-}
-
-TEST(Fp16, CopyFollowsTheMasterWeights) {
-  ModelConfig c = config(Precision::kF16);
-  OpTable ops = reference_ops();
-  GPTModel model(c, single_process_partition(c), &ops);
-  ParamBuffer& pb = model.params();
-  pb.initialize(3);
-  ASSERT_EQ(pb.gemm_copy_dtype(), DType::kF16);
-  int id = pb.find("decoder.layers.0.mlp.linear_fc1.weight");
-  EXPECT_EQ(pb.param_f16_data(id)[7].bits, float_to_f16(pb.param_data(id)[7]).bits);
-  pb.param_data(id)[7] = 0.123456f;
-  pb.refresh_gemm_copy();
-  EXPECT_EQ(f16_to_float(pb.param_f16_data(id)[7]), f16_to_float(float_to_f16(0.123456f)));
-  EXPECT_EQ(pb.param_data(id)[7], 0.123456f);
 }
 
 }  // namespace
