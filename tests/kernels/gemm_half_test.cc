@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -92,30 +93,36 @@ TEST_P(Bf16Convert, MatchesDtypeBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Isas, Bf16Convert, ::testing::ValuesIn(runnable_isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
-// C = alpha·op(A)·op(B) + beta·C in double from the bf16 values.
-void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const std::vector<bf16>& A, int64_t lda,
-               const std::vector<bf16>& B, int64_t ldb, float beta, std::vector<double>& C, int64_t ldc) {
+float widen(bf16 v) { return bf16_to_float(v); }
+float widen(f16 v) { return f16_to_float(v); }
+void narrow(const float* x, bf16* y, int64_t n) { convert_f32_to_bf16(x, y, n); }
+void narrow(const float* x, f16* y, int64_t n) { convert_f32_to_f16(x, y, n); }
+
+// C = alpha·op(A)·op(B) + beta·C in double from the half (bf16 or f16) values.
+template <class T>
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const std::vector<T>& A, int64_t lda,
+               const std::vector<T>& B, int64_t ldb, float beta, std::vector<double>& C, int64_t ldc) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double s = 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        const double a = bf16_to_float(ta ? A[k * lda + m] : A[m * lda + k]);
-        const double b = bf16_to_float(tb ? B[n * ldb + k] : B[k * ldb + n]);
+        const double a = widen(ta ? A[k * lda + m] : A[m * lda + k]);
+        const double b = widen(tb ? B[n * ldb + k] : B[k * ldb + n]);
         s += a * b;
       }
       C[m * ldc + n] = alpha * s + beta * C[m * ldc + n];
     }
 }
 
-class GemmBf16Path : public ::testing::TestWithParam<Bf16GemmPath> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Bf16GemmPath::kMatmul && !bf16_matmul_available())
-      GTEST_SKIP() << "oneDNN has no bf16 matmul for this CPU (it needs AVX-512); the sgemm path is tested";
-  }
-};
+// A half GEMM (gemm_bf16_via, gemm_f16) with sgemm's conventions.
+template <class T>
+using HalfGemm = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t, const T*, int64_t,
+                                    float, float*, int64_t)>;
 
-TEST_P(GemmBf16Path, AllTransposesStridesAlphaBeta) {
+// Every transpose, padded strides, alpha and beta: within f32 accumulation of the exact products of
+// the double reference, with C's padding columns untouched.
+template <class T>
+void expect_matches_reference(const HalfGemm<T>& gemm) {
   struct Case {
     int64_t M, N, K;
     float alpha, beta;
@@ -128,25 +135,39 @@ TEST_P(GemmBf16Path, AllTransposesStridesAlphaBeta) {
         const int64_t lda = (ta ? c.M : c.K) + 3, ldb = (tb ? c.K : c.N) + 1, ldc = c.N + 2;
         const int64_t a_rows = ta ? c.K : c.M, b_rows = tb ? c.N : c.K;
         auto af = random_vector(a_rows * lda, 1), bf = random_vector(b_rows * ldb, 2), cf = random_vector(c.M * ldc, 3);
-        std::vector<bf16> A(af.size()), B(bf.size());
-        convert_f32_to_bf16(af.data(), A.data(), static_cast<int64_t>(af.size()));
-        convert_f32_to_bf16(bf.data(), B.data(), static_cast<int64_t>(bf.size()));
+        std::vector<T> A(af.size()), B(bf.size());
+        narrow(af.data(), A.data(), static_cast<int64_t>(af.size()));
+        narrow(bf.data(), B.data(), static_cast<int64_t>(bf.size()));
         std::vector<double> ref(cf.begin(), cf.end());
         reference(ta, tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, ref, ldc);
         std::vector<float> C = cf;
-        gemm_bf16_via(GetParam(), ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+        gemm(ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
         double err = 0.0, peak = 1e-30;
         for (int64_t m = 0; m < c.M; ++m)
           for (int64_t n = 0; n < c.N; ++n) {
             err = std::max(err, std::fabs(C[m * ldc + n] - ref[m * ldc + n]));
             peak = std::max(peak, std::fabs(ref[m * ldc + n]));
           }
-        // f32 accumulation of exact bf16 products.
         EXPECT_LE(err / peak, 1e-5);
-        // Padding columns of C are untouched.
         for (int64_t m = 0; m < c.M; ++m)
           for (int64_t n = c.N; n < ldc; ++n) EXPECT_EQ(C[m * ldc + n], cf[m * ldc + n]);
       }
+}
+
+class GemmBf16Path : public ::testing::TestWithParam<Bf16GemmPath> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Bf16GemmPath::kMatmul && !bf16_matmul_available())
+      GTEST_SKIP() << "oneDNN has no bf16 matmul for this CPU (it needs AVX-512); the sgemm path is tested";
+  }
+};
+
+TEST_P(GemmBf16Path, AllTransposesStridesAlphaBeta) {
+  const Bf16GemmPath path = GetParam();
+  expect_matches_reference<bf16>([path](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                                        int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    gemm_bf16_via(path, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
 }
 
 TEST_P(GemmBf16Path, DenseLayoutsAsTheModelUsesThem) {
@@ -270,42 +291,10 @@ INSTANTIATE_TEST_SUITE_P(Isas, F16Convert, ::testing::ValuesIn(runnable_isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 TEST(GemmF16, AllTransposesStridesAlphaBeta) {
-  struct Case {
-    int64_t M, N, K;
-    float alpha, beta;
-  };
-  for (const Case& c : {Case{1, 1, 1, 1.0f, 0.0f}, Case{17, 33, 65, 1.0f, 0.0f}, Case{64, 48, 128, 0.5f, 1.0f},
-                        Case{5, 130, 7, -2.0f, 0.25f}})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << c.M << "x" << c.N << "x" << c.K << " ta " << ta << " tb " << tb);
-        const int64_t lda = (ta ? c.M : c.K) + 3, ldb = (tb ? c.K : c.N) + 1, ldc = c.N + 2;
-        const int64_t a_rows = ta ? c.K : c.M, b_rows = tb ? c.N : c.K;
-        auto af = random_vector(a_rows * lda, 1), bf = random_vector(b_rows * ldb, 2), cf = random_vector(c.M * ldc, 3);
-        std::vector<f16> A(af.size()), B(bf.size());
-        convert_f32_to_f16(af.data(), A.data(), static_cast<int64_t>(af.size()));
-        convert_f32_to_f16(bf.data(), B.data(), static_cast<int64_t>(bf.size()));
-        std::vector<double> ref(cf.begin(), cf.end());
-        for (int64_t m = 0; m < c.M; ++m)
-          for (int64_t n = 0; n < c.N; ++n) {
-            double s = 0.0;
-            for (int64_t k = 0; k < c.K; ++k)
-              s += static_cast<double>(f16_to_float(ta ? A[k * lda + m] : A[m * lda + k])) *
-                   f16_to_float(tb ? B[n * ldb + k] : B[k * ldb + n]);
-            ref[m * ldc + n] = c.alpha * s + c.beta * ref[m * ldc + n];
-          }
-        std::vector<float> C = cf;
-        gemm_f16(sgemm, ta, tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
-        double err = 0.0, peak = 1e-30;
-        for (int64_t m = 0; m < c.M; ++m)
-          for (int64_t n = 0; n < c.N; ++n) {
-            err = std::max(err, std::fabs(C[m * ldc + n] - ref[m * ldc + n]));
-            peak = std::max(peak, std::fabs(ref[m * ldc + n]));
-          }
-        EXPECT_LE(err / peak, 1e-5);  // f32 accumulation of exact f16 products
-        for (int64_t m = 0; m < c.M; ++m)
-          for (int64_t n = c.N; n < ldc; ++n) EXPECT_EQ(C[m * ldc + n], cf[m * ldc + n]);  // padding untouched
-      }
+  expect_matches_reference<f16>([](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const f16* A,
+                                   int64_t lda, const f16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    gemm_f16(sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
 }
 
 }  // namespace
