@@ -78,6 +78,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
              "start by increments, each after ramp-up samples / ((global - start) / increment) consumed samples, up "
              "to --global-batch-size (needs --train-samples)",
              1);
+  p.add_flag("--decrease-batch-size-if-needed", &a.decrease_batch_size_if_needed,
+             "run each iteration on the global batch size rounded down to a multiple of --micro-batch-size times the "
+             "data-parallel size (e.g. after losing ranks), counting the rest as skipped samples");
   p.add("--train-iters", &a.train_iters, "iterations to train (or --train-samples)");
   p.add("--train-samples", &a.train_samples, "samples to train (or --train-iters)");
   p.add("--exit-interval", &a.exit_interval, "exit after the iteration that is a multiple of this");
@@ -266,7 +269,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   static const Entry entries[] = {
       {"--mtp-num-layers", "multi-token prediction"},
       {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
-      {"--decrease-batch-size-if-needed", "rounding global batch sizes down to a multiple of micro-batch size x DP"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--tp-comm-overlap", "TP communication overlap"},
       {"--dataloader-type", "data loaders other than 'single'"},
@@ -496,9 +498,13 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(required(t.micro_batch_size, "--micro-batch-size"));
   if (t.global_batch_size == kUnset) t.global_batch_size = t.micro_batch_size * a.parallel.data_parallel_size;
   GALE_RETURN_IF_ERROR(required(t.global_batch_size, "--global-batch-size"));
-  if (t.global_batch_size % (t.micro_batch_size * a.parallel.data_parallel_size) != 0)
+  if (t.global_batch_size % (t.micro_batch_size * a.parallel.data_parallel_size) != 0 && !t.decrease_batch_size_if_needed)
     return InvalidArgument("--global-batch-size ", t.global_batch_size, " must be a multiple of --micro-batch-size ",
                            t.micro_batch_size, " times the data-parallel size ", a.parallel.data_parallel_size);
+  if (t.decrease_batch_size_if_needed && t.global_batch_size < t.micro_batch_size * a.parallel.data_parallel_size)
+    return InvalidArgument("--decrease-batch-size-if-needed: --global-batch-size ", t.global_batch_size,
+                           " is smaller than --micro-batch-size ", t.micro_batch_size, " times the data-parallel size ",
+                           a.parallel.data_parallel_size, ": no micro-batch to run");
   bool iters = t.train_iters != kUnset, samples = t.train_samples != kUnset;
   if (iters == samples) return InvalidArgument("give exactly one of --train-iters and --train-samples");
   if (iters) {

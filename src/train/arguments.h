@@ -91,6 +91,9 @@ struct TrainingArgs {
   // --rampup-batch-size <start batch size> <batch size increment> <ramp-up samples> as given (empty:
   // constant global batch size); read by num_micro_batches_calculator_from_args (model_setup.h).
   std::vector<std::string> rampup_batch_size;
+  // Run each iteration on the global batch size rounded down to a multiple of micro-batch size ·
+  // DP instead of refusing it (Megatron's flag; the rest counts as skipped samples).
+  bool decrease_batch_size_if_needed = false;
   int64_t train_iters = kUnset;
   int64_t train_samples = kUnset;
   int64_t exit_interval = kUnset;

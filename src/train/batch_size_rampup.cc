@@ -27,7 +27,8 @@ StatusOr<BatchSizeRampup> parse_rampup_batch_size(const std::vector<std::string>
 StatusOr<NumMicroBatchesCalculator> NumMicroBatchesCalculator::create(int64_t global_batch_size,
                                                                       int64_t micro_batch_size,
                                                                       int64_t data_parallel_size,
-                                                                      const BatchSizeRampup* rampup) {
+                                                                      const BatchSizeRampup* rampup,
+                                                                      bool decrease_batch_size_if_needed) {
   if (global_batch_size <= 0)
     return InvalidArgument("--global-batch-size: expected a positive integer, found ", global_batch_size);
   if (micro_batch_size <= 0 || data_parallel_size <= 0)
@@ -37,6 +38,7 @@ StatusOr<NumMicroBatchesCalculator> NumMicroBatchesCalculator::create(int64_t gl
   c.global_batch_size_ = global_batch_size;
   c.micro_batch_size_ = micro_batch_size;
   c.data_parallel_size_ = data_parallel_size;
+  c.decrease_if_needed_ = decrease_batch_size_if_needed;
   if (rampup == nullptr) return c;
   const BatchSizeRampup& r = *rampup;
   if (r.start_global_batch_size <= 0)
@@ -76,9 +78,23 @@ int64_t NumMicroBatchesCalculator::global_batch_size(int64_t consumed_samples) c
   return rampup_.start_global_batch_size + steps * rampup_.batch_size_increment;
 }
 
+int64_t NumMicroBatchesCalculator::running_global_batch_size(int64_t consumed_samples) const {
+  const int64_t gbs = global_batch_size(consumed_samples);
+  const int64_t per_step = micro_batch_size_ * data_parallel_size_;
+  return decrease_if_needed_ ? gbs / per_step * per_step : gbs;
+}
+
 StatusOr<int64_t> NumMicroBatchesCalculator::num_micro_batches(int64_t consumed_samples) const {
   const int64_t gbs = global_batch_size(consumed_samples);
   const int64_t per_step = micro_batch_size_ * data_parallel_size_;
+  if (decrease_if_needed_) {
+    if (gbs < per_step)
+      return InvalidArgument("--decrease-batch-size-if-needed: the global batch size ", gbs, " after ",
+                             consumed_samples, " consumed samples is smaller than --micro-batch-size ",
+                             micro_batch_size_, " times the data-parallel size ", data_parallel_size_,
+                             ": no micro-batch to run");
+    return gbs / per_step;
+  }
   if (gbs % per_step != 0 && !ramps_up_)
     return InvalidArgument("--global-batch-size ", gbs, " must be a multiple of --micro-batch-size ", micro_batch_size_,
                            " times the data-parallel size ", data_parallel_size_);
@@ -104,10 +120,10 @@ StatusOr<NumMicroBatchesCalculator> num_micro_batches_calculator_from_args(const
   const TrainingArgs& t = a.training;
   if (t.rampup_batch_size.empty())
     return NumMicroBatchesCalculator::create(t.global_batch_size, t.micro_batch_size, a.parallel.data_parallel_size,
-                                             nullptr);
+                                             nullptr, t.decrease_batch_size_if_needed);
   GALE_ASSIGN_OR_RETURN(BatchSizeRampup rampup, parse_rampup_batch_size(t.rampup_batch_size));
   return NumMicroBatchesCalculator::create(t.global_batch_size, t.micro_batch_size, a.parallel.data_parallel_size,
-                                           &rampup);
+                                           &rampup, t.decrease_batch_size_if_needed);
 }
 
 }  // namespace gale

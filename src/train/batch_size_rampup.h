@@ -21,13 +21,16 @@ struct BatchSizeRampup {
 StatusOr<BatchSizeRampup> parse_rampup_batch_size(const std::vector<std::string>& values);
 
 // Megatron's ConstantNumMicroBatchesCalculator / RampupBatchsizeNumMicroBatchesCalculator
-// (megatron/core/num_microbatches_calculator.py) without --decrease-batch-size-if-needed.
+// (megatron/core/num_microbatches_calculator.py).
 //
 // With a ramp-up from S by increments I over R samples to the final global batch size G, there are
 // n = (G - S) / I increments of R / n samples each (a real number); after c consumed samples the
 // global batch size is G when c > R, else S + I · int(c / (R / n)) (double arithmetic, as Python's).
 // Each iteration consumes the global batch size of the samples consumed before it; a data-parallel
-// rank runs global / (micro-batch size · DP) micro-batches, which must divide exactly at every step.
+// rank runs global / (micro-batch size · DP) micro-batches, which must divide exactly at every step —
+// unless --decrease-batch-size-if-needed: then the iteration runs (and consumes) the *running*
+// global batch size, the global one rounded down to a multiple of micro-batch size · DP, and the
+// difference counts as skipped samples (Megatron's skipped_train_samples).
 class NumMicroBatchesCalculator {
  public:
   // Constant global batch size (no ramp-up). Megatron's checks of the ramp-up (positive start and
@@ -35,7 +38,8 @@ class NumMicroBatchesCalculator {
   // naming --rampup-batch-size; so are the two inputs on which Megatron's own code divides by zero
   // (start == G: no increments; zero ramp-up samples).
   static StatusOr<NumMicroBatchesCalculator> create(int64_t global_batch_size, int64_t micro_batch_size,
-                                                    int64_t data_parallel_size, const BatchSizeRampup* rampup);
+                                                    int64_t data_parallel_size, const BatchSizeRampup* rampup,
+                                                    bool decrease_batch_size_if_needed = false);
 
   bool ramps_up() const { return ramps_up_; }
   int64_t final_global_batch_size() const { return global_batch_size_; }
@@ -44,8 +48,14 @@ class NumMicroBatchesCalculator {
   // (Megatron's update(consumed_samples) then get_current_global_batch_size()).
   int64_t global_batch_size(int64_t consumed_samples) const;
 
-  // That iteration's micro-batches per data-parallel rank, with Megatron's consistency check: an
-  // error naming the flags when the global batch size is not a multiple of micro-batch size · DP.
+  // The samples that iteration runs: global_batch_size(consumed_samples), or with
+  // --decrease-batch-size-if-needed that rounded down to a multiple of micro-batch size · DP.
+  int64_t running_global_batch_size(int64_t consumed_samples) const;
+
+  // That iteration's micro-batches per data-parallel rank (running size / (micro-batch size · DP)),
+  // with Megatron's consistency check: an error naming the flags when the global batch size is not a
+  // multiple of micro-batch size · DP (without --decrease-batch-size-if-needed), or when the running
+  // size is 0 (with it).
   StatusOr<int64_t> num_micro_batches(int64_t consumed_samples) const;
 
   // Megatron's update_train_iters for --train-samples: iterations of the ramp-up while the consumed
@@ -56,6 +66,7 @@ class NumMicroBatchesCalculator {
  private:
   int64_t global_batch_size_ = 0, micro_batch_size_ = 0, data_parallel_size_ = 0;
   bool ramps_up_ = false;
+  bool decrease_if_needed_ = false;
   BatchSizeRampup rampup_;
   double rampup_samples_per_increment_ = 0.0;
 };

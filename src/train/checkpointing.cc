@@ -181,6 +181,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   sections["args"] = args_section(args);
   sections["trainer"] = {{"iteration", state.iteration},
                          {"consumed_train_samples", state.consumed_train_samples},
+                         {"skipped_train_samples", state.skipped_train_samples},
                          {"consumed_valid_samples", state.consumed_valid_samples},
                          {"num_floating_point_operations_so_far", state.floating_point_operations_so_far}};
   if (ca.save_optim) {
@@ -294,6 +295,7 @@ Status load_from(const std::string& flag, const std::string& dir, const Argument
     GALE_ASSIGN_OR_RETURN(nlohmann::json t, r.section("trainer"));
     state.iteration = t.at("iteration").get<int64_t>();
     state.consumed_train_samples = t.at("consumed_train_samples").get<int64_t>();
+    state.skipped_train_samples = t.value("skipped_train_samples", int64_t{0});  // older checkpoints: none
     state.consumed_valid_samples = t.at("consumed_valid_samples").get<int64_t>();
     state.floating_point_operations_so_far = t.at("num_floating_point_operations_so_far").get<double>();
   }

@@ -22,6 +22,7 @@ Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* tra
   StatusOr<NumMicroBatchesCalculator> calculator = num_micro_batches_calculator_from_args(args_);
   GALE_CHECK_OK(calculator.status());  // validated with the flags
   calculator_ = std::move(calculator).value();
+  // Rounded down with --decrease-batch-size-if-needed (Megatron evaluates get_num_microbatches()).
   eval_num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
   num_microbatches_ = eval_num_microbatches_;
 }
@@ -133,7 +134,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
   const int64_t consumed = state_.consumed_train_samples;
-  const int64_t gbs = calculator_.global_batch_size(consumed);
+  const int64_t gbs = calculator_.running_global_batch_size(consumed);  // --decrease-batch-size-if-needed: rounded
+  const int64_t skipped = calculator_.global_batch_size(consumed) - gbs;
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
   start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
@@ -163,6 +165,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();  // --bf16/--fp16: the GEMM copy of the new weights
   r.global_batch_size = gbs;
   state_.consumed_train_samples += gbs;
+  state_.skipped_train_samples += skipped;
   return r;
 }
 
@@ -181,7 +184,7 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
                                            /*forward_only=*/true, {}, microbatch_group()));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
-    *consumed += t.global_batch_size;
+    *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down
   }
   reduce_losses(sums);
   return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
@@ -225,6 +228,15 @@ Status Trainer::run() {
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false;
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
+  // Megatron's calculator says when it rounds a global batch size down (at start-up and at each
+  // ramp-up step).
+  auto say_if_decreased = [&](int64_t global) {
+    const int64_t running = calculator_.running_global_batch_size(state_.consumed_train_samples);
+    if (running != global)
+      print_rank0(str_cat("decreasing batch size from ", global, " to ", running, " to keep divisibility by "
+                          "micro_batch_size=", t.micro_batch_size, " * data_parallel_size=", engine_->ps.dp_size()));
+  };
+  if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
@@ -233,6 +245,7 @@ Status Trainer::run() {
     const int64_t global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
     if (global_batch_size != last_global_batch_size) {
       print_rank0(str_cat("ramping up batch size from ", last_global_batch_size, " to ", global_batch_size));
+      say_if_decreased(global_batch_size);
       if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
     }
     last_global_batch_size = global_batch_size;
@@ -305,6 +318,7 @@ Status Trainer::run() {
       f.iteration = state_.iteration;
       f.train_iters = train_iters_;
       f.consumed_samples = state_.consumed_train_samples;
+      f.skipped_samples = state_.skipped_train_samples;
       f.elapsed_ms_per_iteration = per_iter * 1000.0;
       f.log_throughput = l.log_throughput;
       f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));

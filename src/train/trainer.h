@@ -18,6 +18,9 @@ namespace gale {
 struct TrainerState {
   int64_t iteration = 0;
   int64_t consumed_train_samples = 0;
+  // --decrease-batch-size-if-needed: global-batch samples the rounded-down iterations did not run
+  // (Megatron's skipped_train_samples; printed as "skipped samples" once non-zero).
+  int64_t skipped_train_samples = 0;
   int64_t consumed_valid_samples = 0;
   double floating_point_operations_so_far = 0.0;
 };

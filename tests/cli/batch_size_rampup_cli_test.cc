@@ -1,11 +1,13 @@
 // `gale pretrain --rampup-batch-size` as a user runs it: the log lines' growing global batch size
 // and consumed samples, Megatron's checkpoint before a batch-size step, resuming in the middle of
-// the ramp-up with the same losses, the same losses on two data-parallel ranks, and the per-step
-// divisibility error.
+// the ramp-up with the same losses, the same losses on two data-parallel ranks, the per-step
+// divisibility error, and --decrease-batch-size-if-needed.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <regex>
+
+#include <unistd.h>
 
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
@@ -122,6 +124,49 @@ TEST(GalePretrainRampup, IndivisibleBatchSizeFailsAtItsStep) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(losses(r.output).size(), 2u);  // iterations 1 and 2 ran
+}
+
+// A global batch of 6 with micro-batch 4 runs 4 samples per iteration and skips 2: the same run as
+// --global-batch-size 4 (constant learning rate: Megatron's decay counts nominal samples), with
+// Megatron's start-up line, "skipped samples" in the log line, and both counters kept on resume.
+TEST(GalePretrainRampup, DecreaseBatchSizeIfNeededRunsTheRoundedBatch) {
+  const std::vector<std::string> common = {"--micro-batch-size", "4", "--train-iters", "4", "--lr-decay-style",
+                                           "constant", "--lr-warmup-samples", "0"};
+  auto iters = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = with(tiny(1, common), extra);
+    for (size_t i = 0; i < argv.size(); ++i)  // --train-iters runs: no warm-up in samples
+      if (argv[i] == "--lr-warmup-samples" && argv[i + 1] == "4") argv.erase(argv.begin() + i, argv.begin() + i + 2);
+    return test::run_with_timeout(argv, {}, 300);
+  };
+  test::RunResult four = iters({"--global-batch-size", "4"});
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  test::RunResult six = iters({"--global-batch-size", "6", "--decrease-batch-size-if-needed"});
+  ASSERT_EQ(six.exit_code, 0) << six.output;
+  EXPECT_NE(six.output.find("decreasing batch size from 6 to 4 to keep divisibility by micro_batch_size=4 * "
+                            "data_parallel_size=1"),
+            std::string::npos)
+      << six.output;
+  EXPECT_EQ(losses(six.output), losses(four.output));
+  ASSERT_EQ(losses(six.output).size(), 4u);
+  EXPECT_EQ(numbers(six.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{4, 8, 12, 16}));
+  EXPECT_EQ(numbers(six.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{2, 4, 6, 8}));
+  EXPECT_EQ(numbers(six.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{4, 4, 4, 4}));
+  EXPECT_EQ(numbers(four.output, R"(\| skipped samples: +(\d+) \|)").size(), 0u);
+  test::RunResult refused = iters({"--global-batch-size", "6"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  // Resume after iteration 2: the counters continue.
+  const std::string dir = std::filesystem::temp_directory_path() / ("gale_decrease_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  test::RunResult first = iters({"--global-batch-size", "6", "--decrease-batch-size-if-needed", "--save", dir,
+                                 "--save-interval", "2", "--exit-interval", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  test::RunResult second = iters({"--global-batch-size", "6", "--decrease-batch-size-if-needed", "--load", dir});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(numbers(second.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{6, 8}));
+  EXPECT_EQ(numbers(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{12, 16}));
+  const std::vector<double> all = losses(six.output), resumed = losses(second.output);
+  EXPECT_EQ(resumed, std::vector<double>(all.begin() + 2, all.end()));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

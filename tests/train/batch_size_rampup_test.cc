@@ -155,13 +155,28 @@ TEST(BatchSizeRampup, FlagErrorsNameTheFlag) {
   }
 }
 
-TEST(BatchSizeRampup, DecreaseBatchSizeIfNeededIsNotSupportedYet) {
-  testing::PretrainCli c;
-  Status s = c.parse(sample_based({"--rampup-batch-size", "4", "4", "100", "--decrease-batch-size-if-needed"}));
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(),
-            "--decrease-batch-size-if-needed: not supported yet (rounding global batch sizes down to a multiple of "
-            "micro-batch size x DP)");
+// --decrease-batch-size-if-needed (Megatron's _round): each iteration runs the global batch size
+// rounded down to a multiple of micro-batch size x DP; the ramp-up itself follows the unrounded size.
+TEST(BatchSizeRampup, DecreaseBatchSizeIfNeededRoundsDown) {
+  StatusOr<NumMicroBatchesCalculator> constant = NumMicroBatchesCalculator::create(10, 2, 2, nullptr, true);
+  ASSERT_TRUE(constant.ok());
+  EXPECT_EQ(constant->global_batch_size(0), 10);
+  EXPECT_EQ(constant->running_global_batch_size(0), 8);
+  EXPECT_EQ(constant->num_micro_batches(0).value(), 2);
+  BatchSizeRampup r{4, 2, 20};  // 4 -> 8 by 2: increments after 10 samples
+  StatusOr<NumMicroBatchesCalculator> c = NumMicroBatchesCalculator::create(8, 2, 2, &r, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->global_batch_size(10), 6);  // the step the plain calculator refuses
+  EXPECT_EQ(c->running_global_batch_size(10), 4);
+  EXPECT_EQ(c->num_micro_batches(10).value(), 1);
+  EXPECT_EQ(c->running_global_batch_size(21), 8);
+  StatusOr<NumMicroBatchesCalculator> tiny = NumMicroBatchesCalculator::create(8, 2, 2, &(r = {2, 2, 20}), true);
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->num_micro_batches(0).status().message(),
+            "--decrease-batch-size-if-needed: the global batch size 2 after 0 consumed samples is smaller than "
+            "--micro-batch-size 2 times the data-parallel size 2: no micro-batch to run");
+  testing::PretrainCli cli;
+  EXPECT_TRUE(cli.parse(sample_based({"--rampup-batch-size", "4", "4", "100", "--decrease-batch-size-if-needed"})).ok());
 }
 
 }  // namespace
