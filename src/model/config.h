@@ -52,6 +52,9 @@ struct FullRecompute {
   enum class Method { kNone, kUniform, kBlock };
   Method method = Method::kNone;
   int64_t num_layers = 0;
+  // --distribute-saved-activations: each TP rank keeps its 1/TP of a group's input (flat elements;
+  // the whole input when they do not divide), all-gathered over TP before the rerun.
+  bool distribute = false;
 
   // The group [first, end) of chunk-local layer i in a chunk of `chunk_layers`; first == end when
   // layer i is not recomputed.

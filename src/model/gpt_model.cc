@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "model/linear.h"
 #include "model/norm_weight.h"
@@ -367,7 +368,7 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     need();
     const auto [first, end] = config_.full_recompute.group(i, L);
     const bool rerun = training && first < end;  // --recompute-granularity full: keep the group's input only
-    if (rerun && i == first) st->layers[i].x_in = x;
+    if (rerun && i == first) st->layers[i].x_in = keep_recompute_input(x);
     x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + i, x,
                                   training && !rerun ? &st->layers[i] : nullptr);
   }
@@ -451,6 +452,25 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
   return groups;
 }
 
+Tensor GPTModel::keep_recompute_input(const Tensor& x) const {
+  const int64_t tp = part_.tp_size(), n = x.numel();
+  if (!config_.full_recompute.distribute || tp == 1 || n % tp != 0) return x;
+  const int64_t part = n / tp;
+  Tensor mine = Tensor::empty({part}, x.dtype());  // this rank's 1/TP of the flat elements, a copy
+  const size_t es = static_cast<size_t>(dtype_size(x.dtype()));
+  std::memcpy(mine.raw(), static_cast<const char*>(x.raw()) + static_cast<size_t>(part_.tp_rank() * part) * es,
+              static_cast<size_t>(part) * es);
+  return mine;
+}
+
+Tensor GPTModel::restore_recompute_input(const Tensor& kept, const Shape& shape) const {
+  if (kept.shape() == shape) return kept;  // kept whole
+  Tensor whole = Tensor::empty(shape, kept.dtype());
+  GALE_CHECK_EQ(kept.numel() * part_.tp_size(), whole.numel());
+  part_.tp->all_gather(kept.raw(), whole.raw(), kept.numel(), kept.dtype());
+  return whole;
+}
+
 Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
@@ -470,7 +490,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
   for (int64_t i = L; i-- > 0;) {
     const auto [first, end] = config_.full_recompute.group(i, L);
     if (first < end && i == end - 1) {  // rerun the group's forward from its kept input, keeping all
-      Tensor x = st->layers[first].x_in;
+      Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);
     }

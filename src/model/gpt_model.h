@@ -126,6 +126,10 @@ class GPTModel {
   Tensor final_norm_forward(const Tensor& x, Tensor* stats) const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
+  // --recompute-granularity full: the group input x as kept (with --distribute-saved-activations
+  // this TP rank's 1/TP of its flat elements), and back to `shape` (an all-gather over TP).
+  Tensor keep_recompute_input(const Tensor& x) const;
+  Tensor restore_recompute_input(const Tensor& kept, const Shape& shape) const;
 
   ModelConfig config_;
   ModelPartition part_;

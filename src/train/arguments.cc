@@ -60,6 +60,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
                "--recompute-num-layers layers of each pipeline stage (model chunk), one by one");
   p.add("--recompute-num-layers", &a.recompute_num_layers, "with full: the group size (uniform) or layer count (block)");
   p.add_flag("--recompute-activations", &a.recompute_activations, "same as --recompute-granularity selective");
+  p.add_flag("--distribute-saved-activations", &a.distribute_saved_activations,
+             "with --recompute-granularity full and tensor parallelism (without --sequence-parallel): each TP rank "
+             "keeps 1/TP of every recomputed group's input, all-gathered before the rerun");
   p.add_list("--recompute-modules", &a.recompute_modules,
              "with selective: the modules recomputed, of core_attn (default; Gale never keeps attention "
              "probabilities anyway), layernorm (both norms' outputs), mlp (dense MLPs keep only their input), "
@@ -268,7 +271,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   };
   static const Entry entries[] = {
       {"--mtp-num-layers", "multi-token prediction"},
-      {"--distribute-saved-activations", "distributing recomputed layers' inputs over TP ranks"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--tp-comm-overlap", "TP communication overlap"},
       {"--dataloader-type", "data loaders other than 'single'"},

@@ -60,6 +60,9 @@ struct ModelArgs {
   std::string recompute_method;       // "" or, with full, "uniform" or "block"
   int64_t recompute_num_layers = kUnset;
   bool recompute_activations = false;
+  // --distribute-saved-activations: with full recomputation and TP (without SP), each TP rank keeps
+  // 1/TP of every recomputed group's input; backward all-gathers it before the rerun.
+  bool distribute_saved_activations = false;
   // --recompute-modules (selective; Megatron's default core_attn): what selective recomputation
   // covers. Gale implements core_attn (never kept anyway) and layernorm (both norms' outputs).
   std::vector<std::string> recompute_modules;

@@ -224,6 +224,17 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.sequence_parallel && m.seq_length % tp != 0)
     return InvalidArgument("--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ", tp,
                            " with --sequence-parallel");
+  if (m.distribute_saved_activations) {  // Megatron's checks
+    if (tp == 1)
+      return InvalidArgument("--distribute-saved-activations distributes over tensor-parallel ranks: expected "
+                             "--tensor-model-parallel-size > 1, found 1");
+    if (m.recompute_granularity != "full")
+      return InvalidArgument("--distribute-saved-activations applies to --recompute-granularity full, found ",
+                             m.recompute_granularity.empty() ? "none" : m.recompute_granularity);
+    if (par.sequence_parallel)
+      return InvalidArgument("--distribute-saved-activations must be off with --sequence-parallel (the saved inputs "
+                             "are already split)");
+  }
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
   GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));

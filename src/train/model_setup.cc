@@ -98,6 +98,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.full_recompute.method =
         m.recompute_method == "uniform" ? FullRecompute::Method::kUniform : FullRecompute::Method::kBlock;
     c.full_recompute.num_layers = m.recompute_num_layers;
+    c.full_recompute.distribute = m.distribute_saved_activations;
   }
   return c;
 }

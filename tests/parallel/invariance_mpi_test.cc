@@ -116,6 +116,15 @@ const std::vector<Layout>& layouts() {
       // Megatron's full recomputation: reruns a layer group's forward (with SP: its all-gathers) in backward.
       {"tp2_sp_full_recompute", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity",
                                     "full", "--recompute-method", "uniform", "--recompute-num-layers", "3"}},
+      // --distribute-saved-activations (no SP): each TP rank keeps half of a group's input, all-gathered
+      // before the rerun.
+      {"tp2_full_recompute_distributed", 2, {"--tensor-model-parallel-size", "2", "--recompute-granularity", "full",
+                                             "--recompute-method", "uniform", "--recompute-num-layers", "2",
+                                             "--distribute-saved-activations"}},
+      {"tp2_pp2_full_recompute_block_distributed", 4, {"--tensor-model-parallel-size", "2",
+                                                       "--pipeline-model-parallel-size", "2", "--recompute-granularity",
+                                                       "full", "--recompute-method", "block", "--recompute-num-layers",
+                                                       "1", "--distribute-saved-activations"}},
       // Context parallelism (load-balanced split; 16 positions cut into 2·CP chunks) with ring
       // attention (--cp-comm-type p2p, the default), alone and with document masks, TP+SP, PP (1F1B
       // and interleaved), DP with the distributed optimizer and full recomputation.

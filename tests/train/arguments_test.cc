@@ -344,6 +344,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--async-save", "--ckpt-format", "zarr"}, StatusCode::kInvalidArgument,
                   "--async-save needs --ckpt-format torch_dist (or torch_dcp, fsdp_dtensor), found zarr (Megatron "
                   "has no asynchronous save for that format)"},
+        ErrorCase{{"--distribute-saved-activations"}, StatusCode::kInvalidArgument,
+                  "--distribute-saved-activations distributes over tensor-parallel ranks: expected "
+                  "--tensor-model-parallel-size > 1, found 1"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
@@ -507,10 +510,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "--rotary-seq-len-interpolation-factor needs --position-embedding-type rope without "
                   "--multi-latent-attention (found learned_absolute)"},
         ErrorCase{{"--position-embedding-type", "rope", "--rotary-seq-len-interpolation-factor", "0"},
-                  StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"},
-        ErrorCase{{"--distribute-saved-activations"}, StatusCode::kUnimplemented,
-                  "--distribute-saved-activations: not supported yet (distributing recomputed layers' inputs over TP "
-                  "ranks)"}));
+                  StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"}));
 
 TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   Cli c;
