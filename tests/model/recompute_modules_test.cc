@@ -24,16 +24,6 @@ TinyTrainingRun train(const ModelConfig& config, const OpTable& ops, int steps) 
   return testing::train_tiny(config, ops, /*documents=*/false, steps);
 }
 
-// Bit-for-bit: recomputation runs the same kernels on the same inputs.
-void expect_identical(const TinyTrainingRun& a, const TinyTrainingRun& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << what << ", step " << i + 1;
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    ASSERT_EQ(a.grads[i].size(), b.grads[i].size());
-    EXPECT_EQ(0, std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * sizeof(float)))
-        << what << ": gradients differ at step " << i + 1;
-  }
-}
 
 ModelConfig three_layers(ModelConfig c) {
   c.num_layers = 3;
@@ -103,7 +93,7 @@ TEST_P(RecomputeMlp, SameLossesAndGradientsWithLessMemory) {
     ModelConfig config = c.config;
     config.recompute = p.plan;
     const TinyTrainingRun rc = train(config, ops, steps);
-    expect_identical(stored, rc, p.what);
+    testing::expect_identical_runs(stored, rc, p.what);
     // The last layer's backward comes first and recomputes at once: the others' bytes are saved.
     EXPECT_LE(rc.first_step_peak_bytes, stored.first_step_peak_bytes - (L - 1) * p.saved_per_layer)
         << p.what << ": peak " << rc.first_step_peak_bytes << " vs " << stored.first_step_peak_bytes;
@@ -112,7 +102,7 @@ TEST_P(RecomputeMlp, SameLossesAndGradientsWithLessMemory) {
   ModelConfig full = c.config;
   full.recompute = mlp;
   full.full_recompute = {FullRecompute::Method::kUniform, 2};
-  expect_identical(stored, train(full, ops, steps), "mlp inside uniform 2");
+  testing::expect_identical_runs(stored, train(full, ops, steps), "mlp inside uniform 2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RecomputeMlp,
@@ -154,7 +144,7 @@ TEST_P(RecomputeMoe, SameLossesAndGradientsWithLessMemory) {
     config.recompute.shared_experts = p.shared_experts;
     config.recompute.moe = p.moe;
     const TinyTrainingRun rc = train(config, ops, steps);
-    expect_identical(stored, rc, p.what);
+    testing::expect_identical_runs(stored, rc, p.what);
     EXPECT_LE(rc.first_step_peak_bytes, stored.first_step_peak_bytes - (L - 1) * p.saved_per_layer)
         << p.what << ": peak " << rc.first_step_peak_bytes << " vs " << stored.first_step_peak_bytes;
   }
@@ -162,7 +152,7 @@ TEST_P(RecomputeMoe, SameLossesAndGradientsWithLessMemory) {
   all.recompute.moe_act = all.recompute.shared_experts = all.recompute.moe = all.recompute.mlp = true;
   all.recompute.norm_layers = RecomputePlan::kAllLayers;
   all.full_recompute = {FullRecompute::Method::kBlock, 2};
-  expect_identical(stored, train(all, ops, steps), "everything inside block 2");
+  testing::expect_identical_runs(stored, train(all, ops, steps), "everything inside block 2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RecomputeMoe,
@@ -199,14 +189,14 @@ TEST(RecomputeModules, MlaUpProjectionsGiveTheSameLossesAndGradientsWithLessMemo
       ModelConfig rc = c;
       rc.recompute.mla_up_proj = true;
       const TinyTrainingRun recomputed = train(rc, ops, 3);
-      expect_identical(stored, recomputed, what);
+      testing::expect_identical_runs(stored, recomputed, what);
       const int64_t T = 2 * c.seq_length, L = c.num_layers, R = c.mla.qk_pos_emb_head_dim;
       const int64_t saved = T * c.heads * 3 * c.mla.attention_head_dim() * 4 - T * R * 4;  // packed rows - k_pe
       EXPECT_LE(recomputed.first_step_peak_bytes, stored.first_step_peak_bytes - (L - 1) * saved)
           << what << ": peak " << recomputed.first_step_peak_bytes << " vs " << stored.first_step_peak_bytes;
       rc.recompute.norm_layers = RecomputePlan::kAllLayers;  // with layernorm and full recomputation
       rc.full_recompute = {FullRecompute::Method::kUniform, 2};
-      expect_identical(stored, train(rc, ops, 3), what + ", with layernorm inside uniform 2");
+      testing::expect_identical_runs(stored, train(rc, ops, 3), what + ", with layernorm inside uniform 2");
     }
 }
 

@@ -34,16 +34,6 @@ TinyTrainingRun train(const ModelConfig& config, const OpTable& ops, int steps) 
   return testing::train_tiny(config, ops, /*documents=*/false, steps);
 }
 
-// Bit-for-bit: recomputation runs the same kernels on the same inputs.
-void expect_identical(const TinyTrainingRun& a, const TinyTrainingRun& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << what << ", step " << i + 1;
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    ASSERT_EQ(a.grads[i].size(), b.grads[i].size());
-    EXPECT_EQ(0, std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * sizeof(float)))
-        << what << ": gradients differ at step " << i + 1;
-  }
-}
 
 struct Case {
   const char* name;
@@ -82,7 +72,7 @@ TEST_P(Recompute, SameLossesAndGradientsWithLessMemory) {
     ModelConfig config = c.config;
     config.recompute = {p.activation_layers, p.norm_layers};
     const TinyTrainingRun rc = train(config, ops, steps);
-    expect_identical(stored, rc, p.what);
+    testing::expect_identical_runs(stored, rc, p.what);
     // The peak (end of forward) lacks what the plan drops, except in the last layer, whose backward
     // comes first and recomputes at once.
     const int64_t act_layers = std::min<int64_t>(p.activation_layers, L - 1);
@@ -113,14 +103,14 @@ TEST_P(Recompute, FullRecomputeOfLayerGroups) {
     ModelConfig config = c.config;
     config.full_recompute = {p.method, p.num_layers};
     const TinyTrainingRun rc = train(config, ops, steps);
-    expect_identical(stored, rc, p.what);
+    testing::expect_identical_runs(stored, rc, p.what);
     EXPECT_LT(rc.first_step_peak_bytes, stored.first_step_peak_bytes) << p.what;
   }
   // With the activation and norm plans on top (inside the rerun forward they still apply).
   ModelConfig both = c.config;
   both.full_recompute = {FullRecompute::Method::kUniform, 2};
   both.recompute = {RecomputePlan::kAllLayers, RecomputePlan::kAllLayers};
-  expect_identical(stored, train(both, ops, steps), "uniform 2 with the activation and norm plans");
+  testing::expect_identical_runs(stored, train(both, ops, steps), "uniform 2 with the activation and norm plans");
 }
 
 TEST(FullRecompute, Groups) {

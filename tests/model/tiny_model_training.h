@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/allocator.h"
 #include "model/gpt_model.h"
@@ -91,6 +95,18 @@ inline TinyTrainingRun train_tiny(const ModelConfig& config, const OpTable& ops,
     ops.adamw_step(pb.flat_params().data<float>(), pb.flat_grads().data<float>(), m.data(), v.data(), pb.numel(), h);
   }
   return run;
+}
+
+// Bit for bit (recomputation runs the same kernels on the same inputs): the same losses and the
+// same gradient bytes at every step; `what` names the variant in failures.
+inline void expect_identical_runs(const TinyTrainingRun& a, const TinyTrainingRun& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << what << ", step " << i + 1;
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    ASSERT_EQ(a.grads[i].size(), b.grads[i].size());
+    EXPECT_EQ(0, std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * sizeof(float)))
+        << what << ": gradients differ at step " << i + 1;
+  }
 }
 
 }  // namespace gale::testing
