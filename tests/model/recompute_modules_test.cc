@@ -19,21 +19,9 @@ namespace gale {
 namespace {
 
 using testing::TinyTrainingRun;
-
-TinyTrainingRun train(const ModelConfig& config, const OpTable& ops, int steps) {
-  return testing::train_tiny(config, ops, /*documents=*/false, steps);
-}
-
-
-ModelConfig three_layers(ModelConfig c) {
-  c.num_layers = 3;
-  return c;
-}
-
-ModelConfig bf16(ModelConfig c) {
-  c.bf16 = true;
-  return c;
-}
+using testing::three_layers;
+constexpr auto train = testing::train_plain;
+constexpr auto bf16 = testing::with_bf16;
 
 // The tiny LLaMA with every layer a MoE MLP: 4 SwiGLU experts (odd Fe), top-2, both aux losses, and
 // a shared expert (with a gate when `gate`).

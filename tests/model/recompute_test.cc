@@ -18,22 +18,9 @@ namespace gale {
 namespace {
 
 using testing::TinyTrainingRun;
-
-// Three layers, so that "the first N layers" can leave some out.
-ModelConfig three_layers(ModelConfig c) {
-  c.num_layers = 3;
-  return c;
-}
-
-ModelConfig bf16(ModelConfig c) {
-  c.bf16 = true;
-  return c;
-}
-
-TinyTrainingRun train(const ModelConfig& config, const OpTable& ops, int steps) {
-  return testing::train_tiny(config, ops, /*documents=*/false, steps);
-}
-
+using testing::three_layers;
+constexpr auto train = testing::train_plain;
+constexpr auto bf16 = testing::with_bf16;
 
 struct Case {
   const char* name;

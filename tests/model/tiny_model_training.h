@@ -97,6 +97,21 @@ inline TinyTrainingRun train_tiny(const ModelConfig& config, const OpTable& ops,
   return run;
 }
 
+// `steps` steps of train_tiny on plain (document-free) micro-batches.
+inline TinyTrainingRun train_plain(const ModelConfig& config, const OpTable& ops, int steps) {
+  return train_tiny(config, ops, /*documents=*/false, steps);
+}
+
+// `c` with three layers (so that "the first N layers" can leave some out), and `c` under --bf16.
+inline ModelConfig three_layers(ModelConfig c) {
+  c.num_layers = 3;
+  return c;
+}
+inline ModelConfig with_bf16(ModelConfig c) {
+  c.bf16 = true;
+  return c;
+}
+
 // Bit for bit (recomputation runs the same kernels on the same inputs): the same losses and the
 // same gradient bytes at every step; `what` names the variant in failures.
 inline void expect_identical_runs(const TinyTrainingRun& a, const TinyTrainingRun& b, const std::string& what) {
