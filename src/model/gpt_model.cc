@@ -141,8 +141,9 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
                                                          InitKind::kNormal, c.init_std, true), part_, 0));
       // A decoder layer's parameters under Megatron's names (the submodule is saved as transformer_layer).
       const int64_t layer = c.num_layers + k;
+      const int first_id = params_.size();
       m.layer = register_layer_params(params_, c, part_, layer);
-      for (int id : m.layer.all())
+      for (int id = first_id; id < params_.size(); ++id)  // buffers (a router's expert_bias) included
         params_.rename_prefix(id, str_cat("decoder.layers.", layer, "."), prefix + "transformer_layer.");
       norm(prefix + "final_layernorm", &m.final_w, &m.final_b);
       mtp_.push_back(m);
