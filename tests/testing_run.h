@@ -89,6 +89,7 @@ class TestRun {
       losses.push_back(out.back());
       grad_norms.push_back(r->step.grad_norm);
       load_balancing_losses.push_back(r->load_balancing_loss);
+      mtp_losses.push_back(r->mtp_losses);
     }
     return out;
   }
@@ -101,6 +102,7 @@ class TestRun {
   std::unique_ptr<Trainer> trainer;
   std::vector<double> losses, grad_norms;
   std::vector<double> load_balancing_losses;  // MoE: the logged load_balancing_loss of each iteration
+  std::vector<std::vector<double>> mtp_losses;  // --mtp-num-layers: each iteration's MTP losses
 };
 
 // The flat ranges of chunk `c` whose gradients this rank owns after the sync: dense and expert.

@@ -105,7 +105,9 @@ struct MoeConfig {
   // --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity of rows, the
   // missing ones tokens that did not choose it, with weight 0.
   bool pad_to_capacity = false;
-  // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer.
+  // --moe-layer-freq as one flag per global layer (1: MoE); empty: every layer. Layer indices past
+  // its end are the multi-token-prediction layers (ModelConfig::mtp_num_layers), which take the
+  // last decoder layer's kind (Megatron builds them from the last layer's spec).
   std::vector<int> pattern;
   // --moe-shared-expert-intermediate-size (Fs, the total FFN size of the shared experts; 0: none)
   // and --moe-shared-expert-gate: every MoE layer's shared expert (model/moe_shared_expert.h).
@@ -122,7 +124,9 @@ struct MoeConfig {
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {
-    return enabled() && (pattern.empty() || pattern.at(static_cast<size_t>(layer)) != 0);
+    if (!enabled() || pattern.empty()) return enabled();
+    const size_t i = std::min(static_cast<size_t>(layer), pattern.size() - 1);
+    return pattern[i] != 0;
   }
 };
 
@@ -215,6 +219,11 @@ struct ModelConfig {
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;
+  // --mtp-num-layers D (0: none) and --mtp-loss-scaling-factor: DeepSeek-V3 multi-token prediction
+  // after the decoder (model/gpt_model.h). The MTP layers' transformer layers are global layers
+  // num_layers .. num_layers + D - 1 (dropout streams, MoE kind: MoeConfig::is_moe_layer).
+  int64_t mtp_num_layers = 0;
+  double mtp_loss_scaling_factor = 0.1;
 
   int64_t rot_dim() const {
     return mla.enabled ? mla.qk_pos_emb_head_dim : static_cast<int64_t>(head_dim * rotary_percent);
@@ -235,10 +244,12 @@ struct ModelConfig {
   bool is_noop_layer(int64_t layer) const {
     return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);
   }
-  // Layers with a MoE MLP (a --noop-layers layer has none).
+  // Layers with a MoE MLP (a --noop-layers layer has none), the MTP layers' included (Megatron
+  // counts them for the auxiliary losses' mean).
   int64_t num_moe_layers() const {
     int64_t n = 0;
     for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) && !is_noop_layer(i) ? 1 : 0;
+    for (int64_t i = num_layers; i < num_layers + mtp_num_layers; ++i) n += moe.is_moe_layer(i) ? 1 : 0;
     return n;
   }
 };

@@ -13,6 +13,60 @@
 
 namespace gale {
 
+namespace {
+
+// What one MTP layer keeps for backward (one micro-batch).
+struct MtpSaved {
+  std::vector<int32_t> tokens, positions, labels;  // rolled, [S, B] order
+  std::vector<float> mask;
+  float dloss_scale = 0.0f;  // the per-token loss gradient is dloss_scale·mask
+  Tensor e, e_stats;         // the embedding of the rolled ids [Tl, H] (enorm's input)
+  Tensor h, h_stats;         // the previous hidden states [Tl, H] (hnorm's input)
+  Tensor cat_full;           // eh_proj's input [T, 2H] (gathered under SP; GEMM input type)
+  LayerSaved layer;
+  Tensor final_in, final_stats, y_full, lse, head_saved;
+};
+
+// Megatron's roll_tensor(shifts=-1) along the sequence of [S, B]-ordered values: position s takes
+// position s + 1's value, the last position 0.
+template <typename V>
+void roll_left(std::vector<V>& v, int64_t S, int64_t B) {
+  for (int64_t s = 0; s + 1 < S; ++s)
+    for (int64_t b = 0; b < B; ++b) v[s * B + b] = v[(s + 1) * B + b];
+  for (int64_t b = 0; b < B; ++b) v[(S - 1) * B + b] = V(0);
+}
+
+// [a | b] of two [rows, H] f32 tensors: [rows, 2H].
+Tensor concat_columns(const Tensor& a, const Tensor& b) {
+  const int64_t rows = a.size(0), H = a.size(1);
+  Tensor ab = Tensor::empty({rows, 2 * H});
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* o = ab.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(pa + r * H, pa + (r + 1) * H, o + r * 2 * H);
+    std::copy(pb + r * H, pb + (r + 1) * H, o + r * 2 * H + H);
+  }
+  return ab;
+}
+
+// The two halves of the columns of ab [rows, 2H].
+void split_columns(const Tensor& ab, Tensor* a, Tensor* b) {
+  const int64_t rows = ab.size(0), H = ab.size(1) / 2;
+  *a = Tensor::empty({rows, H});
+  *b = Tensor::empty({rows, H});
+  const float* in = ab.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(in + r * 2 * H, in + r * 2 * H + H, a->data<float>() + r * H);
+    std::copy(in + r * 2 * H + H, in + (r + 1) * 2 * H, b->data<float>() + r * H);
+  }
+}
+
+// Dropout stream of MTP layer k's embedding (the decoder's embedding uses dropout_stream(seed, -1, 0)).
+uint64_t mtp_embedding_stream(uint64_t seed, int64_t k) { return dropout_stream(seed, -2 - k, 0); }
+
+}  // namespace
+
 struct GPTModel::State {
   MicroBatch mb;
   LayerRuntime rt;
@@ -21,6 +75,7 @@ struct GPTModel::State {
   std::vector<LayerSaved> layers;
   // Head (last stage).
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
+  std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
 };
 
 
@@ -64,6 +119,36 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       output_w_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
                                                        InitKind::kNormal, c.init_std, true), part_, 0));
     }
+  }
+  if (part_.post_process && c.mtp_num_layers > 0) {
+    GALE_CHECK(part_.pre_process) << "multi-token prediction needs the embedding on its stage (one pipeline stage)";
+    GALE_CHECK_EQ(part_.cp_size(), 1) << "multi-token prediction with context parallelism";
+    auto norm = [&](const std::string& name, int* w, int* b) {
+      ParamSpec sw = make_param_spec(name + ".weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
+      sw.sequence_parallel = part_.sequence_parallel;
+      *w = params_.add(sw);
+      if (c.rms_norm) return;
+      ParamSpec sb = make_param_spec(name + ".bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
+      sb.sequence_parallel = part_.sequence_parallel;
+      *b = params_.add(sb);
+    };
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) {
+      const std::string prefix = str_cat("mtp.layers.", k, ".");
+      MtpParamIds m;
+      norm(prefix + "enorm", &m.enorm_w, &m.enorm_b);
+      norm(prefix + "hnorm", &m.hnorm_w, &m.hnorm_b);
+      m.eh_proj_w = params_.add(tp_split(make_param_spec(prefix + "eh_proj.weight", {c.hidden, 2 * c.hidden},
+                                                         InitKind::kNormal, c.init_std, true), part_, 0));
+      // A decoder layer's parameters under Megatron's names (the submodule is saved as transformer_layer).
+      const int64_t layer = c.num_layers + k;
+      const int first_id = params_.size();
+      m.layer = register_layer_params(params_, c, part_, layer);
+      for (int id = first_id; id < params_.size(); ++id)  // buffers (a router's expert_bias) included
+        params_.rename_prefix(id, str_cat("decoder.layers.", layer, "."), prefix + "transformer_layer.");
+      norm(prefix + "final_layernorm", &m.final_w, &m.final_b);
+      mtp_.push_back(m);
+    }
+    mtp_losses_.assign(static_cast<size_t>(c.mtp_num_layers), 0.0);
   }
   // --init-method-xavier-uniform: Megatron passes xavier_uniform_ as both init_method and
   // output_layer_init_method, so every weight matrix initialised N(0, σ) (or the scaled σ of the
@@ -197,19 +282,18 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.max_positions = S_global;
 }
 
-Tensor GPTModel::embedding_forward(State& st) {
+Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32_t* positions, uint64_t stream) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
   const int64_t Vl = c.vocab / part_.tp_size();
   Tensor x = Tensor::empty({T, H});
-  ops_->embedding_forward(st.tokens_sb.data(), T, params_.param_data(word_emb_), part_.tp_rank() * Vl, Vl, H,
-                          x.data<float>());
+  ops_->embedding_forward(tokens, T, params_.param_data(word_emb_), part_.tp_rank() * Vl, Vl, H, x.data<float>());
   x = reduce_from_tp_region(x, *part_.tp);  // vocab-parallel lookup: each rank contributed its rows
   if (pos_emb_ >= 0) {
     const float* pe = params_.param_data(pos_emb_);
     float* xd = x.data<float>();
     for (int64_t t = 0; t < T; ++t) {
-      const float* row = pe + static_cast<int64_t>(st.positions_sb[t]) * H;
+      const float* row = pe + static_cast<int64_t>(positions[t]) * H;
       for (int64_t i = 0; i < H; ++i) xd[t * H + i] += row[i];
     }
   }
@@ -218,7 +302,7 @@ Tensor GPTModel::embedding_forward(State& st) {
   d.p = st.rt.training ? c.hidden_dropout : 0.0f;
   if (d.p > 0.0f) {
     d.seed = c.seed;
-    d.stream = dropout_stream(c.seed, -1, 0);
+    d.stream = stream;
     d.row_ids = st.rt.hidden_row_ids.data();
     d.cols_total = H;
     ops_->dropout(x.data<float>(), x.data<float>(), x.size(0), H, d);
@@ -226,7 +310,8 @@ Tensor GPTModel::embedding_forward(State& st) {
   return x;
 }
 
-Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
+void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_t* positions, uint64_t stream,
+                                  const Tensor& d_in) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
   Tensor d = d_in;
@@ -234,7 +319,7 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
     DropoutSpec ds;
     ds.p = c.hidden_dropout;
     ds.seed = c.seed;
-    ds.stream = dropout_stream(c.seed, -1, 0);
+    ds.stream = stream;
     ds.row_ids = st.rt.hidden_row_ids.data();
     ds.cols_total = H;
     d = Tensor::empty(d_in.shape());
@@ -242,47 +327,54 @@ Tensor GPTModel::embedding_backward(State& st, const Tensor& d_in) {
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
   if (pos_emb_ >= 0 && params_.spec(pos_emb_).trainable)  // frozen under LoRA: no gradient
-    ops_->embedding_backward(st.positions_sb.data(), T, d_full.data<float>(), 0, c.max_positions, H,
+    ops_->embedding_backward(positions, T, d_full.data<float>(), 0, c.max_positions, H,
                              params_.grad_data(pos_emb_));
   const int64_t Vl = c.vocab / part_.tp_size();
   if (params_.spec(word_emb_).trainable)
-    ops_->embedding_backward(st.tokens_sb.data(), T, d_full.data<float>(), part_.tp_rank() * Vl, Vl, H,
+    ops_->embedding_backward(tokens, T, d_full.data<float>(), part_.tp_rank() * Vl, Vl, H,
                              params_.grad_data(word_emb_));
-  return Tensor();
 }
 
-Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats) const {
+Tensor GPTModel::norm_forward(int w, int b, const Tensor& x, Tensor* stats) const {
   const ModelConfig& c = config_;
-  const int64_t Tl = x.size(0), H = c.hidden;
-  *stats = Tensor::empty({c.rms_norm ? 1 : 2, Tl});
-  Tensor y = Tensor::empty({Tl, H});
-  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, params_, final_norm_w_).data(),
-                     final_norm_b_ >= 0 ? params_.param_data(final_norm_b_) : nullptr, y.data<float>(),
-                     stats->data<float>(), Tl, H);
+  const int64_t rows = x.size(0), H = c.hidden;
+  *stats = Tensor::empty({c.rms_norm ? 1 : 2, rows});
+  Tensor y = Tensor::empty({rows, H});
+  ops_->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, params_, w).data(),
+                     b >= 0 ? params_.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, H);
+  return y;
+}
+
+Tensor GPTModel::norm_backward(int w, int b, const Tensor& dy, const Tensor& x, const Tensor& stats) {
+  const ModelConfig& c = config_;
+  const int64_t rows = x.size(0), H = c.hidden;
+  Tensor dx = Tensor::empty({rows, H});
+  ops_->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), x.data<float>(),
+                      NormScale(c, params_, w).data(), stats.data<float>(), dx.data<float>(), params_.grad_data(w),
+                      b >= 0 ? params_.grad_data(b) : nullptr, rows, H);
+  return dx;
+}
+
+Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats, Tensor* local) const {
+  Tensor y = norm_forward(final_norm_w_, final_norm_b_, x, stats);
+  if (local) *local = y;
   return part_.sequence_parallel ? gather_from_sequence_parallel_region(y, *part_.tp) : copy_to_tp_region(y, *part_.tp);
 }
 
-void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
+double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
+                                     const std::vector<float>& mask, float dloss_scale, Tensor* lse_out,
+                                     Tensor* saved_out) {
   const ModelConfig& c = config_;
-  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
+  const int64_t T = static_cast<int64_t>(labels.size()), H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
-  Tensor stats;
-  Tensor y_full = final_norm_forward(x, &stats);
-  // Per-token loss gradient, known now: the schedule's loss scale is 1 / (Σ mask · micro-batches),
-  // applied in backward; an eager implementation gets mask·scale later, so pass it only once known.
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
-                  st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
-  // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
-  double tokens = 0.0;
-  for (float m : st.mask_sb) tokens += m;
-  if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
-  // With one vocabulary slice and the micro-batch count known, the loss gradient per token is
-  // known now: pass it so a fused head can finish its backward here (schedules.h's loss scale).
+                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm};
+  // With one vocabulary slice and the loss gradient known now, a fused head may finish its
+  // backward here (schedules.h's loss scale).
   std::vector<float> dloss;
-  if (keep && tp == 1 && num_microbatches_ > 0) {
-    const float scale = micro_batch_loss_scale(tokens, num_microbatches_) * grad_scale_;
+  if (lse_out && tp == 1 && dloss_scale > 0.0f) {
     dloss.resize(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) dloss[t] = scale * st.mask_sb[t];
+    for (int64_t t = 0; t < T; ++t) dloss[t] = dloss_scale * mask[t];
     p.dloss = dloss.data();
     p.dW = params_.grad_data(output_w_);  // null when frozen (LoRA): no eager backward, no dW
   }
@@ -291,11 +383,11 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   float* ssum = smax + T;
   float* target = ssum + T;
   for (int64_t t = 0; t < T; ++t) {
-    int32_t label = st.labels_sb[t];
+    int32_t label = labels[t];
     GALE_CHECK(label >= 0 && label < c.vocab) << "label " << label << " outside the vocabulary of " << c.vocab;
   }
   Tensor saved;
-  ops_->lm_head_loss_forward(p, smax, ssum, target, keep ? &saved : nullptr);
+  ops_->lm_head_loss_forward(p, smax, ssum, target, lse_out ? &saved : nullptr);
   if (tp > 1) {
     // Merge the vocabulary slices: lse = gmax + log Σ_ranks sumexp_r·exp(max_r − gmax).
     Tensor gmax = Tensor::empty({T});
@@ -310,8 +402,45 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   for (int64_t t = 0; t < T; ++t) {
     lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
     double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
-    loss_sum += l * st.mask_sb[t];
+    loss_sum += l * mask[t];
   }
+  if (lse_out) {
+    *lse_out = lse;
+    *saved_out = saved;
+  }
+  return loss_sum;
+}
+
+Tensor GPTModel::output_loss_backward(const Tensor& y_full, const std::vector<int32_t>& labels,
+                                      const std::vector<float>& mask, float dloss_scale, const Tensor& lse,
+                                      Tensor* saved) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(labels.size()), H = c.hidden;
+  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
+  std::vector<float> dloss(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) dloss[t] = dloss_scale * mask[t];
+  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
+                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm};
+  Tensor d_y = Tensor::empty({T, H});
+  // dW is null for a frozen output layer (LoRA): no weight-gradient GEMM.
+  ops_->lm_head_loss_backward(p, lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
+                              saved);
+  return d_y;
+}
+
+void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
+  Tensor stats, y_local;
+  Tensor y_full = final_norm_forward(x, &stats, &y_local);
+  // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
+  double tokens = 0.0;
+  for (float m : st.mask_sb) tokens += m;
+  if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
+  // Per-token loss gradient, known now when the micro-batch count is: the schedule's loss scale
+  // is 1 / (Σ mask · micro-batches), applied in backward.
+  const float scale = keep && num_microbatches_ > 0 ? micro_batch_loss_scale(tokens, num_microbatches_) * grad_scale_
+                                                    : 0.0f;
+  Tensor lse, saved;
+  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved);
   if (part_.cp_size() > 1) part_.cp->all_reduce(&loss_sum, 1, DType::kF64, ReduceOp::kSum);
   if (loss) {
     loss->loss_sum = loss_sum;
@@ -323,31 +452,110 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
     st.final_out_full = y_full;
     st.lse = lse;
     st.head_saved = saved;
+    if (!mtp_.empty()) mtp_forward(st, y_local);
   }
 }
 
 Tensor GPTModel::head_backward(State& st, float loss_scale) {
-  const ModelConfig& c = config_;
-  const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
-  const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
-  std::vector<float> dloss(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) dloss[t] = loss_scale * st.mask_sb[t];
-  LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, st.final_out_full.data<float>(), params_.param_data(output_w_),
-                  st.labels_sb.data(), tp == 1, nullptr, nullptr, ops_->gemm};
-  Tensor d_y = Tensor::empty({T, H});
-  // dW is null for a frozen output layer (LoRA): no weight-gradient GEMM.
-  ops_->lm_head_loss_backward(p, st.lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
-                              &st.head_saved);
+  Tensor d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
   st.final_out_full = st.lse = Tensor();
   d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
                                 : copy_to_tp_region_backward(d_y, *part_.tp);
-  const int64_t Tl = d_y.size(0);
-  Tensor d_x = Tensor::empty({Tl, H});
-  ops_->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_y.data<float>(), st.final_in.data<float>(),
-                      NormScale(c, params_, final_norm_w_).data(), st.final_stats.data<float>(), d_x.data<float>(),
-                      params_.grad_data(final_norm_w_), final_norm_b_ >= 0 ? params_.grad_data(final_norm_b_) : nullptr,
-                      Tl, H);
-  return d_x;
+  if (!st.mtp.empty()) {  // the MTP layers' gradient of the final norm's output
+    const Tensor d_h0 = mtp_backward(st);
+    float* d = d_y.data<float>();
+    const float* e = d_h0.data<float>();
+    for (int64_t i = 0; i < d_y.numel(); ++i) d[i] += e[i];
+  }
+  return norm_backward(final_norm_w_, final_norm_b_, d_y, st.final_in, st.final_stats);
+}
+
+void GPTModel::mtp_forward(State& st, const Tensor& h0) {
+  const ModelConfig& c = config_;
+  const int64_t B = st.mb.B, S = st.mb.S, D = static_cast<int64_t>(mtp_.size());
+  const bool sp = part_.sequence_parallel;
+  Communicator& tp = *part_.tp;
+  std::vector<int32_t> tokens = st.tokens_sb, positions = st.positions_sb, labels = st.labels_sb;
+  std::vector<float> mask = st.mask_sb;
+  // MTPLossAutoScaler: each MTP loss's gradient is the main loss's backward scale (the --fp16 loss
+  // scale / micro-batches) times mtp_loss_scaling_factor / D / max(1, Σ mask_k).
+  const double backward_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
+  st.mtp.resize(static_cast<size_t>(D));
+  Tensor h = h0;
+  for (int64_t k = 0; k < D; ++k) {
+    const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
+    MtpSaved& m = st.mtp[static_cast<size_t>(k)];
+    roll_left(tokens, S, B);
+    roll_left(positions, S, B);
+    roll_left(labels, S, B);
+    roll_left(mask, S, B);
+    double n = 0.0;
+    for (float v : mask) n += v;
+    m.e = embedding_forward(st, tokens.data(), positions.data(), mtp_embedding_stream(c.seed, k));
+    const Tensor en = norm_forward(w.enorm_w, w.enorm_b, m.e, &m.e_stats);
+    const Tensor hn = norm_forward(w.hnorm_w, w.hnorm_b, h, &m.h_stats);
+    m.h = h;
+    const Tensor cat = concat_columns(en, hn);  // Megatron's order: the embedding first
+    const Tensor cat_full = sp ? gather_from_sequence_parallel_region(cat, tp) : copy_to_tp_region(cat, tp);
+    m.cat_full = to_gemm_input(cat_full, c.gemm_dtype());
+    Tensor z = linear_forward(m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));  // [T, H/TP]
+    z = gather_from_tp_region(z, tp);                                                        // [T, H]
+    if (sp) z = scatter_to_sequence_parallel_region(z, tp).clone();
+    m.final_in = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, &m.layer);
+    const Tensor hk = norm_forward(w.final_w, w.final_b, m.final_in, &m.final_stats);
+    m.y_full = sp ? gather_from_sequence_parallel_region(hk, tp) : copy_to_tp_region(hk, tp);
+    m.dloss_scale = static_cast<float>(c.mtp_loss_scaling_factor / static_cast<double>(D) / std::max(1.0, n) *
+                                       backward_scale);
+    const double loss_sum =
+        output_loss_forward(m.y_full, labels, mask, num_microbatches_ > 0 ? m.dloss_scale : 0.0f, &m.lse, &m.head_saved);
+    mtp_losses_[static_cast<size_t>(k)] += n > 0.0 ? loss_sum / n : 0.0;
+    m.tokens = tokens;
+    m.positions = positions;
+    m.labels = labels;
+    m.mask = mask;
+    h = hk;
+  }
+}
+
+Tensor GPTModel::mtp_backward(State& st) {
+  const ModelConfig& c = config_;
+  const bool sp = part_.sequence_parallel;
+  Communicator& tp = *part_.tp;
+  Tensor dh;  // the gradient of h_k from MTP layer k + 1
+  for (int64_t k = static_cast<int64_t>(mtp_.size()); k-- > 0;) {
+    const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
+    MtpSaved& m = st.mtp[static_cast<size_t>(k)];
+    Tensor d_y = output_loss_backward(m.y_full, m.labels, m.mask, m.dloss_scale, m.lse, &m.head_saved);
+    Tensor d_h = sp ? gather_from_sequence_parallel_region_backward(d_y, tp) : copy_to_tp_region_backward(d_y, tp);
+    if (dh.defined()) {
+      float* d = d_h.data<float>();
+      const float* e = dh.data<float>();
+      for (int64_t i = 0; i < d_h.numel(); ++i) d[i] += e[i];
+    }
+    const Tensor d_x = norm_backward(w.final_w, w.final_b, d_h, m.final_in, m.final_stats);
+    Tensor d_z = transformer_layer_backward(st.rt, params_, w.layer, c.num_layers + k, m.layer, d_x);
+    if (sp) d_z = scatter_to_sequence_parallel_region_backward(d_z, tp);
+    d_z = gather_from_tp_region_backward(d_z, tp);  // this rank's columns [T, H/TP]
+    Tensor d_cat = linear_backward(d_z, m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));
+    d_cat = sp ? gather_from_sequence_parallel_region_backward(d_cat, tp) : copy_to_tp_region_backward(d_cat, tp);
+    Tensor d_en, d_hn;
+    split_columns(d_cat, &d_en, &d_hn);
+    const Tensor d_e = norm_backward(w.enorm_w, w.enorm_b, d_en, m.e, m.e_stats);
+    embedding_backward(st, m.tokens.data(), m.positions.data(), mtp_embedding_stream(c.seed, k), d_e);
+    dh = norm_backward(w.hnorm_w, w.hnorm_b, d_hn, m.h, m.h_stats);
+    m = MtpSaved();  // release
+  }
+  return dh;
+}
+
+std::vector<int> GPTModel::MtpParamIds::all() const {
+  std::vector<int> ids;
+  for (int id : {enorm_w, enorm_b, hnorm_w, hnorm_b, eh_proj_w})
+    if (id >= 0) ids.push_back(id);
+  for (int id : layer.all()) ids.push_back(id);
+  for (int id : {final_w, final_b})
+    if (id >= 0) ids.push_back(id);
+  return ids;
 }
 
 Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss) {
@@ -360,7 +568,9 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     groups.pop_back();
   };
   if (part_.pre_process) need();
-  Tensor x = part_.pre_process ? embedding_forward(*st) : input;
+  Tensor x = part_.pre_process
+                 ? embedding_forward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0))
+                 : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
   if (training) st->layers.resize(layers_.size());
   const int64_t L = static_cast<int64_t>(layers_.size());
@@ -406,7 +616,9 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
     const std::vector<std::vector<int>> groups = backward_param_groups();
     for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
   }
-  Tensor x = part_.pre_process ? embedding_forward(st) : input;
+  Tensor x = part_.pre_process
+                 ? embedding_forward(st, st.tokens_sb.data(), st.positions_sb.data(), dropout_stream(c.seed, -1, 0))
+                 : input;
   for (size_t i = 0; i < layers_.size(); ++i)
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
   if (cache) cache->length += mb.S;
@@ -429,6 +641,8 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
 }
 
 int GPTModel::moe_expert_bias_id(int64_t layer) const {
+  const int64_t mtp = layer - config_.num_layers;  // MTP layers are global layers num_layers ...
+  if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) return mtp_[static_cast<size_t>(mtp)].layer.moe.expert_bias;
   const int64_t i = layer - part_.first_layer;
   if (i < 0 || i >= static_cast<int64_t>(layers_.size())) return -1;
   return layers_[static_cast<size_t>(i)].moe.expert_bias;
@@ -441,6 +655,8 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
     std::vector<int> head;
     for (int id : {final_norm_w_, final_norm_b_}) if (id >= 0) head.push_back(id);
     if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
+    for (const MtpParamIds& m : mtp_)  // the MTP layers run with the head
+      for (int id : m.all()) head.push_back(id);
     groups.push_back(head);
   }
   for (size_t i = layers_.size(); i-- > 0;) groups.push_back(layer_ids(layers_[i]));
@@ -498,7 +714,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
     ready();
   }
   if (part_.pre_process) {
-    embedding_backward(*st, d);
+    embedding_backward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0), d);
     ready();
     return Tensor();
   }

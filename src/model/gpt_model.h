@@ -7,8 +7,25 @@
 // parallelism; S is this rank's share of the sequence with context parallelism, see
 // model/micro_batch.h). Several micro-batches may be in flight at once (pipeline schedules): forward
 // stores the saved state of micro-batch `mb_id` and backward(mb_id) consumes it.
+//
+// Multi-token prediction (--mtp-num-layers D, Megatron-Core's MultiTokenPredictionBlock, DeepSeek-V3;
+// one pipeline stage, no context parallelism): in training forwards the last stage runs D MTP layers
+// after the decoder's final norm. With h_0 the final norm's output and ids, positions, labels and
+// loss mask rolled left by one more position per layer (Megatron's roll_tensor: the last position
+// gets id 0, label 0, mask 0), MTP layer k = 1..D ("mtp.layers.{k-1}.") computes
+//   e_k = embedding(ids_k, positions_k)  (the shared embedding, its dropout included)
+//   z_k = eh_proj([enorm(e_k), hnorm(h_{k-1})])  (concatenated along H: embedding first; eh_proj
+//         [H, 2H] without bias, column-parallel with its output gathered over TP)
+//   h_k = final_layernorm(transformer_layer(z_k))  (a layer like the decoder's: global layer index
+//         num_layers + k - 1, MoE when the last decoder layer is)
+//   ℓ_k = cross-entropy of the shared output layer's logits of h_k against labels_k,
+//         L_k = Σ mask_k·ℓ_k / max(1, Σ mask_k)
+// and backward adds the gradient of (mtp_loss_scaling_factor / D)·Σ_k L_k, times grad_scale() /
+// num_microbatches (Megatron's MTPLossAutoScaler), to the LM loss's; the LM loss itself (LossSums)
+// is unchanged. Evaluation forwards skip the MTP layers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -106,8 +123,18 @@ class GPTModel {
     n.swap(moe_token_counts_);
     return n;
   }
-  // The expert-bias buffer of global layer `layer` (-1: none on this chunk).
+  // The expert-bias buffer of global layer `layer` (-1: none on this chunk); the MTP layers are
+  // global layers num_layers ... num_layers + D - 1.
   int moe_expert_bias_id(int64_t layer) const;
+
+  // --mtp-num-layers: per MTP layer, Σ over the training micro-batches since the last call of L_k
+  // (its loss-mask mean cross-entropy; Megatron's MTPLossLoggingHelper tracker); resets the sums.
+  // Empty without MTP layers on this chunk.
+  std::vector<double> take_mtp_losses() {
+    std::vector<double> l = mtp_losses_;
+    std::fill(mtp_losses_.begin(), mtp_losses_.end(), 0.0);
+    return l;
+  }
 
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
@@ -120,10 +147,27 @@ class GPTModel {
  private:
   struct State;
   void build_runtime(State& st, const MicroBatch& mb, bool training, KvCache* cache = nullptr) const;
-  Tensor embedding_forward(State& st);
-  Tensor embedding_backward(State& st, const Tensor& d);
-  // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer.
-  Tensor final_norm_forward(const Tensor& x, Tensor* stats) const;
+  // The embedding of `tokens` at `positions` ([S, B] order), its dropout from stream `stream`.
+  Tensor embedding_forward(State& st, const int32_t* tokens, const int32_t* positions, uint64_t stream);
+  void embedding_backward(State& st, const int32_t* tokens, const int32_t* positions, uint64_t stream,
+                          const Tensor& d);
+  // Norm of x [rows, H] with weight w and bias b (-1: none); fills *stats.
+  Tensor norm_forward(int w, int b, const Tensor& x, Tensor* stats) const;
+  Tensor norm_backward(int w, int b, const Tensor& dy, const Tensor& x, const Tensor& stats);
+  // Σ ℓ·mask of the output layer's cross-entropy of y_full [T, H] against `labels` (merged over
+  // the vocabulary slices). `dloss_scale` > 0: the per-token loss gradient is dloss_scale·mask and
+  // a fused head may finish its backward now. With `lse` non-null the state for backward is kept.
+  double output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
+                             const std::vector<float>& mask, float dloss_scale, Tensor* lse, Tensor* saved);
+  // Its backward for per-token loss gradient dloss_scale·mask: returns d y_full [T, H].
+  Tensor output_loss_backward(const Tensor& y_full, const std::vector<int32_t>& labels,
+                              const std::vector<float>& mask, float dloss_scale, const Tensor& lse, Tensor* saved);
+  // The MTP layers' forward from h_0 [Tl, H] (training: state kept) and backward (returns d h_0).
+  void mtp_forward(State& st, const Tensor& h0);
+  Tensor mtp_backward(State& st);
+  // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer; *local (when
+  // given) gets the norm's output before the gather [Tl, H].
+  Tensor final_norm_forward(const Tensor& x, Tensor* stats, Tensor* local = nullptr) const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
   // --recompute-granularity full: the group input x as kept (with --distribute-saved-activations
@@ -138,6 +182,14 @@ class GPTModel {
   RopeTables rope_;
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
   std::vector<LayerParamIds> layers_;
+  // --mtp-num-layers: each MTP layer's parameters (last stage).
+  struct MtpParamIds {
+    int enorm_w = -1, enorm_b = -1, hnorm_w = -1, hnorm_b = -1, eh_proj_w = -1, final_w = -1, final_b = -1;
+    LayerParamIds layer;
+    std::vector<int> all() const;
+  };
+  std::vector<MtpParamIds> mtp_;
+  std::vector<double> mtp_losses_;
   std::map<int64_t, std::unique_ptr<State>> in_flight_;
   GradReadyFn grad_ready_;
   ParamsNeededFn params_needed_;

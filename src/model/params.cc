@@ -50,6 +50,17 @@ void ParamBuffer::freeze(int id) {
   specs_.at(static_cast<size_t>(id)).trainable = false;
 }
 
+void ParamBuffer::rename_prefix(int id, const std::string& from, const std::string& to) {
+  GALE_CHECK(!finalized()) << "rename_prefix(" << spec(id).name << ") after finalize";
+  ParamSpec& s = specs_.at(static_cast<size_t>(id));
+  for (std::string* n : {&s.name, &s.global_name}) {
+    if (n->empty()) continue;
+    GALE_CHECK(n->compare(0, from.size(), from) == 0) << *n << " does not start with " << from;
+    *n = to + n->substr(from.size());
+  }
+  GALE_CHECK_EQ(find(s.name), id) << "duplicate parameter " << s.name;
+}
+
 void ParamBuffer::set_init(int id, InitKind init, float init_std) {
   GALE_CHECK(!finalized()) << "set_init(" << spec(id).name << ") after finalize";
   ParamSpec& s = specs_.at(static_cast<size_t>(id));

@@ -74,6 +74,9 @@ class ParamBuffer {
   void finalize();
   // Mark parameter `id` frozen (trainable = false). Only before finalize().
   void freeze(int id);
+  // Rename parameter `id`: the prefix `from` of its name (and of its global name, when set) becomes
+  // `to` (the MTP layers' transformer layers, model/gpt_model.h). Only before finalize().
+  void rename_prefix(int id, const std::string& from, const std::string& to);
   // Change parameter `id`'s initialisation. Only before finalize().
   void set_init(int id, InitKind init, float init_std);
   bool finalized() const { return params_.defined(); }

@@ -51,6 +51,11 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--noop-layers", &a.noop_layers_flag,
         "comma-separated global layer indices (from 0) that are identity layers without parameters, to balance "
         "pipeline stages (MindSpeed)");
+  p.add("--mtp-num-layers", &a.mtp_num_layers,
+        "multi-token prediction (DeepSeek-V3): this many MTP layers after the decoder, layer k predicting the "
+        "token k+1 positions ahead (unset: none)");
+  p.add("--mtp-loss-scaling-factor", &a.mtp_loss_scaling_factor,
+        "weight of the MTP loss: the mean of the MTP layers' losses times this is added to the loss");
   p.group("activation recomputation");
   p.add_choice("--recompute-granularity", &a.recompute_granularity, {"full", "selective"},
                "full: keep only the input of layer groups and rerun their forward in backward; selective: core "
@@ -270,7 +275,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
     const char* why;
   };
   static const Entry entries[] = {
-      {"--mtp-num-layers", "multi-token prediction"},
       {"--wandb-project", "Weights & Biases logging"},
       {"--tp-comm-overlap", "TP communication overlap"},
       {"--dataloader-type", "data loaders other than 'single'"},
@@ -621,12 +625,29 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
 
 namespace gale {
 
+Status validate_mtp_args(Arguments& a) {
+  ModelArgs& m = a.model;
+  if (m.mtp_num_layers == kUnset) return Status::Ok();
+  if (m.mtp_num_layers < 1) return InvalidArgument("--mtp-num-layers: expected at least 1, found ", m.mtp_num_layers);
+  if (!(m.mtp_loss_scaling_factor >= 0.0))
+    return InvalidArgument("--mtp-loss-scaling-factor: expected a number ≥ 0, found ", m.mtp_loss_scaling_factor);
+  const ParallelArgs& par = a.parallel;
+  if (par.pipeline_model_parallel_size > 1)
+    return InvalidArgument("--mtp-num-layers with --pipeline-model-parallel-size ", par.pipeline_model_parallel_size,
+                           ": not supported yet (expected --pipeline-model-parallel-size 1)");
+  if (par.context_parallel_size > 1)
+    return InvalidArgument("--mtp-num-layers with --context-parallel-size ", par.context_parallel_size,
+                           ": not supported yet (expected --context-parallel-size 1)");
+  return Status::Ok();
+}
+
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
   GALE_RETURN_IF_ERROR(validate_lora_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mla_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

@@ -69,6 +69,10 @@ struct ModelArgs {
   // --noop-layers "0,23": global indices of identity layers (MindSpeed), parsed by validation.
   std::string noop_layers_flag;
   std::vector<int64_t> noop_layers;  // sorted, unique
+  // --mtp-num-layers (unset: no multi-token prediction) and --mtp-loss-scaling-factor (Megatron's
+  // 0.1): DeepSeek-V3 MTP layers after the decoder (model/gpt_model.h).
+  int64_t mtp_num_layers = kUnset;
+  double mtp_loss_scaling_factor = 0.1;
 
   // Megatron-Core multi-latent attention (train/arguments_mla.cc, model/mla_attention.h).
   bool multi_latent_attention = false;
@@ -337,6 +341,9 @@ Status validate_lora_args(Arguments& a, const ArgParser& p);
 // The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
 // After the model and parallel flags.
 Status validate_mla_args(Arguments& a, const ArgParser& p);
+// --mtp-num-layers (at least 1) and --mtp-loss-scaling-factor, and what MTP does not compose with
+// yet (pipeline and context parallelism). After the model and parallel flags.
+Status validate_mtp_args(Arguments& a);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
 // ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);

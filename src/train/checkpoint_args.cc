@@ -68,6 +68,10 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"mscale", m.mscale},
                       {"mscale_all_dim", m.mscale_all_dim}};
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
+  if (m.mtp_num_layers != kUnset) {  // recorded as Megatron does; inference builds the model without them
+    j["mtp_num_layers"] = m.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = m.mtp_loss_scaling_factor;
+  }
   if (m.squared_relu) j["squared_relu"] = true;
   if (m.apply_layernorm_1p) j["apply_layernorm_1p"] = true;
   if (m.rotary_interleaved) j["rotary_interleaved"] = true;

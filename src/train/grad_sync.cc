@@ -58,7 +58,12 @@ void update_router_expert_bias(const ParallelState& ps, const std::vector<GPTMod
   for (GPTModel* m : chunks) {
     std::map<int64_t, std::vector<int64_t>> n = m->take_moe_token_counts();
     const ModelPartition& part = m->partition();
-    for (int64_t layer = part.first_layer; layer < part.first_layer + part.num_layers; ++layer) {
+    // The chunk's layers, then (last stage) its MTP layers: global layers num_layers ...
+    const int64_t mtp = part.post_process ? m->config().mtp_num_layers : 0;
+    std::vector<int64_t> layers;
+    for (int64_t layer = part.first_layer; layer < part.first_layer + part.num_layers; ++layer) layers.push_back(layer);
+    for (int64_t k = 0; k < mtp; ++k) layers.push_back(m->config().num_layers + k);
+    for (int64_t layer : layers) {
       const int id = m->moe_expert_bias_id(layer);
       if (id < 0) continue;
       E = m->config().moe.num_experts;

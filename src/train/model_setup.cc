@@ -11,6 +11,8 @@ ModelConfig model_config_from_args(const Arguments& a) {
   ModelConfig c;
   c.num_layers = m.num_layers;
   c.noop_layers = m.noop_layers;
+  c.mtp_num_layers = m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers;
+  c.mtp_loss_scaling_factor = m.mtp_loss_scaling_factor;
   c.hidden = m.hidden_size;
   c.ffn = m.ffn_hidden_size;
   c.heads = m.num_attention_heads;

@@ -54,6 +54,21 @@ void Trainer::reduce_moe_losses(IterationResult* r) const {
   r->z_loss = sums[1] / per;
 }
 
+void Trainer::reduce_mtp_losses(IterationResult* r) const {
+  const int64_t D = args_.model.mtp_num_layers == kUnset ? 0 : args_.model.mtp_num_layers;
+  if (D == 0) return;
+  const ParallelState& ps = engine_->ps;
+  std::vector<double> sums(static_cast<size_t>(D), 0.0);
+  for (auto& chunk : engine_->chunks) {
+    const std::vector<double> l = chunk->take_mtp_losses();
+    for (size_t k = 0; k < l.size() && k < sums.size(); ++k) sums[k] += l[k];
+  }
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums.data(), D, DType::kF64, ReduceOp::kSum);
+  const double per = static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size()));
+  for (double& v : sums) v /= per;
+  r->mtp_losses = sums;
+}
+
 FlopsModel Trainer::flops_model() const {
   const ModelArgs& m = args_.model;
   FlopsModel f;
@@ -75,6 +90,12 @@ FlopsModel Trainer::flops_model() const {
     f.moe_topk = args_.moe.moe_router_topk;
     if (args_.moe.moe_shared_expert_intermediate_size != kUnset)
       f.moe_shared_ffn = args_.moe.moe_shared_expert_intermediate_size;
+  }
+  if (m.mtp_num_layers != kUnset) {  // Megatron: each MTP layer is one more layer of the last layer's kind
+    f.mtp_num_layers = m.mtp_num_layers;
+    f.num_layers += m.mtp_num_layers;
+    const bool last_is_moe = args_.moe.enabled() && (args_.moe.layer_pattern.empty() || args_.moe.layer_pattern.back() != 0);
+    if (last_is_moe) f.num_moe_layers += m.mtp_num_layers;
   }
   return f;
 }
@@ -156,6 +177,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   r.loss_sum = sums[0];
   r.tokens = sums[1];
   reduce_moe_losses(&r);
+  reduce_mtp_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
                           scaler ? scaler->inv_scale() : 1.0f);
@@ -225,6 +247,7 @@ Status Trainer::run() {
   double interval_start = start;
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
+  std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false;
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
@@ -255,6 +278,8 @@ Status Trainer::run() {
     const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
     state_.floating_point_operations_so_far += flops_per_iteration;
     const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
+    mtp_totals.resize(r.mtp_losses.size(), 0.0);
+    for (size_t k = 0; k < r.mtp_losses.size(); ++k) mtp_totals[k] += r.mtp_losses[k];
     if (r.step.applied) {
       ++advanced;
       loss_total += loss;
@@ -311,6 +336,9 @@ Status Trainer::run() {
                                  r.load_balancing_loss, state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
+    if (tensorboard_)  // Megatron's MTP tracker: every iteration
+      for (size_t k = 0; k < r.mtp_losses.size(); ++k)
+        tensorboard_->add_scalar(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k], state_.iteration);
     if (log_due) {
       const double now = now_seconds();
       const double per_iter = (now - interval_start) / static_cast<double>(iters_in_interval);
@@ -328,6 +356,7 @@ Status Trainer::run() {
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -342,6 +371,7 @@ Status Trainer::run() {
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
       loss_total = load_balancing_total = z_loss_total = 0.0;
+      std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;
     }

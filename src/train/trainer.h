@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
@@ -32,6 +33,10 @@ struct IterationResult {
   // micro-batches and divided by their number, averaged over the MoE layers (all pipeline stages)
   // and the data-parallel ranks; 0 when the loss is off.
   double load_balancing_loss = 0.0, z_loss = 0.0;
+  // --mtp-num-layers (Megatron's MTPLossLoggingHelper): per MTP layer its loss-mask mean
+  // cross-entropy, summed over the micro-batches and divided by their number, averaged over the
+  // data-parallel ranks; empty without MTP.
+  std::vector<double> mtp_losses;
   // The samples this iteration consumed: --global-batch-size, or during --rampup-batch-size the
   // ramp-up's current global batch size.
   int64_t global_batch_size = 0;
@@ -93,6 +98,8 @@ class Trainer {
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
   void reduce_moe_losses(IterationResult* r) const;
+  // The iteration's MTP losses as Megatron logs them (IterationResult), on every rank.
+  void reduce_mtp_losses(IterationResult* r) const;
   // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
   int64_t microbatch_group() const {
     const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;

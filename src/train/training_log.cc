@@ -24,8 +24,12 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
                        static_cast<double>(m.moe_shared_ffn)) *
                           moe_fraction) /
                      h * gated;
-  const double logit = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
-  return expansion * batch_size * m.seq_length * m.num_layers * h * h * (attention + mlp + logit);
+  const double D = static_cast<double>(m.mtp_num_layers);
+  const double logit = static_cast<double>(m.padded_vocab) * (1.0 + D) / (2.0 * m.num_layers * h);
+  // MTP: enorm, hnorm and final norm (3h) and eh_proj (2h²) per MTP layer, forward and backward.
+  const double mtp = 3.0 * 2.0 * D * (3.0 * h + 2.0 * h * h);
+  return expansion * batch_size * m.seq_length * m.num_layers * h * h * (attention + mlp + logit) +
+         static_cast<double>(batch_size) * m.seq_length * mtp;
 }
 
 std::string format_training_log_line(const TrainingLogFields& f) {
@@ -46,6 +50,8 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   if (f.load_balancing_loss > 0.0)
     add(f.seq_aux_loss ? " seq_load_balancing_loss: %.6E |" : " load_balancing_loss: %.6E |", f.load_balancing_loss);
   if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
+  for (size_t k = 0; k < f.mtp_losses.size(); ++k)
+    if (f.mtp_losses[k] >= 0.0) add(" mtp_%zu loss: %.6E |", k + 1, f.mtp_losses[k]);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
   if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensorboard_writer.h"
 
@@ -17,6 +18,9 @@ struct FlopsModel {
   // MoE: the layers with experts, each token through `moe_topk` experts of FFN size `moe_ffn` and
   // the shared expert of FFN size `moe_shared_ffn` (0: none).
   int64_t num_moe_layers = 0, moe_ffn = 0, moe_topk = 0, moe_shared_ffn = 0;
+  // --mtp-num-layers D: num_layers and num_moe_layers count the D MTP transformer layers too, and
+  // the formula adds their norms and eh_proj and D more output-layer products (Megatron's).
+  int64_t mtp_num_layers = 0;
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).
@@ -34,6 +38,9 @@ struct TrainingLogFields {
   // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).
   double load_balancing_loss = 0.0, z_loss = 0.0;
   bool seq_aux_loss = false;  // --moe-router-load-balancing-type seq_aux_loss: "seq_load_balancing_loss"
+  // --mtp-num-layers: each MTP layer's loss (Megatron's tracker, averaged like lm loss over the
+  // interval's advanced iterations), printed after them as "mtp_1 loss", "mtp_2 loss", ...
+  std::vector<double> mtp_losses;
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;
