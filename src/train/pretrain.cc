@@ -19,8 +19,8 @@
 #include "train/data_setup.h"
 #include "train/engine.h"
 #include "train/exit_signal.h"
-#include "train/timers_log.h"
 #include "train/model_setup.h"
+#include "train/timers_log.h"
 #include "train/trainer.h"
 
 namespace gale {
