@@ -2,9 +2,13 @@
 // checking every record's length and payload CRCs.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -101,6 +105,31 @@ inline std::vector<std::filesystem::path> event_files(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) return out;
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(entry.path());
+  return out;
+}
+
+// The scalar events of the only event file in `dir` (the file-version record checked and dropped);
+// a missing or second file, a damaged record or a record without a value fails the test.
+inline std::vector<TbEvent> read_scalar_events(const std::string& dir) {
+  std::vector<std::filesystem::path> files = event_files(dir);
+  EXPECT_EQ(files.size(), 1u) << dir;
+  if (files.empty()) return {};
+  std::ifstream in(files[0], std::ios::binary);
+  std::stringstream data;
+  data << in.rdbuf();
+  std::vector<std::string> payloads;
+  std::string error;
+  EXPECT_TRUE(read_tfrecords(data.str(), &payloads, &error)) << error;
+  std::vector<TbEvent> out;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    TbEvent e = parse_event(payloads[i]);
+    if (i == 0) {
+      EXPECT_EQ(e.file_version, "brain.Event:2");
+      continue;
+    }
+    EXPECT_TRUE(e.has_value) << "record " << i;
+    out.push_back(e);
+  }
   return out;
 }
 

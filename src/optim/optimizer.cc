@@ -84,14 +84,21 @@ double Optimizer::norm_of(bool grads) const {
 double Optimizer::grad_norm() const { return norm_of(true); }
 double Optimizer::params_norm() const { return norm_of(false); }
 
-StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale) {
+StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale, Timers* timers) {
   StepResult r;
-  if (inv_grad_scale != 1.0f)
+  if (inv_grad_scale != 1.0f) {
+    // Megatron's unscale-and-check-inf; the check for non-finite values is the norm's below.
+    ScopedTimer timer = ScopedTimer::level1(timers, "optimizer-unscale-and-check-inf");
     for (BufferState& b : buffers_) {
       float* g = b.buffer.params->flat_grads().data<float>();
       for (const Segment& seg : b.segments) scale_inplace(g + seg.begin, seg.numel, inv_grad_scale);
     }
-  r.grad_norm = grad_norm();
+  }
+  {
+    ScopedTimer timer = ScopedTimer::level1(timers, "optimizer-clip-main-grad");
+    r.grad_norm = grad_norm();
+  }
+  ScopedTimer count_timer = ScopedTimer::level1(timers, "optimizer-count-zeros");
   if (want_zeros) {
     int64_t zeros = 0, expert_zeros = 0;
     for (const BufferState& b : buffers_) {
@@ -104,7 +111,9 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     // Counts below 2^53 add exactly in doubles.
     r.num_zeros = static_cast<int64_t>(sum_over_groups(static_cast<double>(zeros), static_cast<double>(expert_zeros)));
   }
+  count_timer.stop();
   if (!std::isfinite(r.grad_norm)) return r;
+  ScopedTimer step_timer = ScopedTimer::level1(timers, "optimizer-inner-step");
   const double coeff = config_.clip_grad > 0.0 ? config_.clip_grad / (r.grad_norm + 1e-6) : 1.0;
   ++step_;
   AdamWHyper h;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/timers.h"
 #include "kernels/op_table.h"
 #include "model/params.h"
 #include "optim/grad_buckets.h"
@@ -90,7 +91,11 @@ class Optimizer {
   // is not finite (the loss scaler's found_inf).
   // AdamW folds the clipping factor into its update (bit-identical; the gradient buffers keep the
   // unclipped values); SGD scales the owned gradients in place first.
-  StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f);
+  // `timers` (may be null) times Megatron's level-1 phases: optimizer-unscale-and-check-inf (when
+  // `inv_grad_scale` is not 1), optimizer-clip-main-grad (the norm and, for SGD, the clipping),
+  // optimizer-count-zeros and optimizer-inner-step.
+  StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f,
+                  Timers* timers = nullptr);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

@@ -26,7 +26,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            const ParallelState& ps,
                                                            const std::vector<PipelineStep>& steps,
                                                            int64_t num_microbatches, const MicroBatchSource& source,
-                                                           bool forward_only, const ScheduleObserver& observer) {
+                                                           bool forward_only, const ScheduleObserver& observer,
+                                                           Timers* timers) {
   PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()));
   for (size_t c = 0; c < chunks.size(); ++c) {
     chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
@@ -47,6 +48,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   Status loaded = Status::Ok();
   for (int64_t m = 0; m < num_microbatches && loaded.ok(); ++m) {
     MicroBatch& mb = batches[static_cast<size_t>(m)];
+    ScopedTimer batch_timer(timers, "batch-generator", 2);
     loaded = source(m, &mb);
     shapes[static_cast<size_t>(m)] = activation_shape(*chunks[0], mb);
   }
@@ -71,17 +73,24 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     const PipelineStep& s = steps[i];
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
     prefetch(i + kPrefetchSteps);
-    Tensor received = receives(s) ? p2p.wait_recv(s.forward, s.chunk, s.microbatch) : Tensor();
+    Tensor received;
+    if (receives(s)) {
+      ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
+      received = p2p.wait_recv(s.forward, s.chunk, s.microbatch);
+    }
     if (s.forward) {
       MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
       GPTModel::LossSums sums;
+      ScopedTimer forward_timer(timers, "forward-compute", 2);
       Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums);
+      forward_timer.stop();
       if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
       if (model.partition().post_process) {
         result.loss_sum += sums.loss_sum;
         result.tokens += sums.tokens;
         if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
       } else {
+        ScopedTimer send_timer(timers, "forward-send", 2);
         p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
       }
     } else {
@@ -92,8 +101,13 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
         loss_scale = micro_batch_loss_scale(it->second, num_microbatches);
         loss_tokens.erase(it);
       }
+      ScopedTimer backward_timer(timers, "backward-compute", 2);
       Tensor d_input = model.backward(s.microbatch, received, loss_scale);
-      if (!model.partition().pre_process) p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+      backward_timer.stop();
+      if (!model.partition().pre_process) {
+        ScopedTimer send_timer(timers, "backward-send", 2);
+        p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+      }
     }
     p2p.release_completed();
     if (observer) observer(s);
@@ -104,20 +118,21 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
-    bool forward_only, const ScheduleObserver& observer) {
+    bool forward_only, const ScheduleObserver& observer, Timers* timers) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
-                                    num_microbatches, source, forward_only, observer);
+                                    num_microbatches, source, forward_only, observer, timers);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
-    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group) {
+    const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group,
+    Timers* timers) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
   return forward_backward_pipelined(
       chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only, microbatch_group), num_microbatches,
-      source, forward_only, observer);
+      source, forward_only, observer, timers);
 }
 
 }  // namespace gale

@@ -4,17 +4,27 @@
 namespace gale {
 
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
-                                                               const MicroBatchSource& source, bool forward_only) {
+                                                               const MicroBatchSource& source, bool forward_only,
+                                                               Timers* timers) {
   ForwardBackwardResult r;
   MicroBatch mb;
   model.set_num_microbatches(forward_only ? 0 : num_microbatches);
   for (int64_t m = 0; m < num_microbatches; ++m) {
-    GALE_RETURN_IF_ERROR(source(m, &mb));
     GPTModel::LossSums sums;
-    model.forward(m, mb, Tensor(), /*training=*/!forward_only, &sums);
+    {
+      ScopedTimer forward_timer(timers, "forward-compute", 2);
+      {
+        ScopedTimer batch_timer(timers, "batch-generator", 2);
+        GALE_RETURN_IF_ERROR(source(m, &mb));
+      }
+      model.forward(m, mb, Tensor(), /*training=*/!forward_only, &sums);
+    }
     r.loss_sum += sums.loss_sum;
     r.tokens += sums.tokens;
-    if (!forward_only) model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches));
+    if (!forward_only) {
+      ScopedTimer backward_timer(timers, "backward-compute", 2);
+      model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches));
+    }
   }
   return r;
 }
@@ -22,17 +32,17 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
-                                                 int64_t microbatch_group) {
+                                                 int64_t microbatch_group, Timers* timers) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
-    return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only);
+    return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);
   }
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
-                                                            observer);
+                                                            observer, timers);
   return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
-                                                       microbatch_group);
+                                                       microbatch_group, timers);
 }
 
 }  // namespace gale

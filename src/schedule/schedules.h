@@ -17,6 +17,12 @@
 // a flag over ps.pp()) that all of them loaded their micro-batches, so a load error stops every
 // stage instead of leaving its neighbours waiting. A micro-batch is dropped after its last
 // forward on the rank.
+//
+// `timers` (may be null; evaluation passes none, as Megatron's) times Megatron's level-2 schedule
+// timers: batch-generator (each MicroBatchSource call), forward-compute (a chunk's forward with the
+// loss; without pipelining it includes the batch generator, as Megatron's forward step reads its
+// batch), backward-compute, and with pipelining forward-recv / backward-recv (waiting for a posted
+// receive) and forward-send / backward-send (posting a send).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/timers.h"
 #include "model/gpt_model.h"
 #include "parallel/parallel_state.h"
 #include "schedule/pipeline_order.h"
@@ -44,14 +51,15 @@ using ScheduleObserver = std::function<void(const PipelineStep& step)>;
 // No pipeline: forward then backward of each micro-batch in turn (forward only when
 // `forward_only`, e.g. evaluation).
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
-                                                               const MicroBatchSource& source, bool forward_only);
+                                                               const MicroBatchSource& source, bool forward_only,
+                                                               Timers* timers = nullptr);
 
 // Megatron's 1F1B over ps.pp() (PP > 1, one chunk per rank): warm-up forwards, steady
 // one-forward-one-backward, cool-down backwards (pipeline_order.h); rank r holds the saved
 // activations of at most P − r micro-batches. Forward-only runs the forwards in order.
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
-    bool forward_only, const ScheduleObserver& observer = {});
+    bool forward_only, const ScheduleObserver& observer = {}, Timers* timers = nullptr);
 
 // Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
 // (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
@@ -60,7 +68,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {},
-    int64_t microbatch_group = 0);
+    int64_t microbatch_group = 0, Timers* timers = nullptr);
 
 // Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
 // the two schedules above (which call it with Megatron's orders). The order must run every
@@ -72,7 +80,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            const ParallelState& ps,
                                                            const std::vector<PipelineStep>& steps,
                                                            int64_t num_microbatches, const MicroBatchSource& source,
-                                                           bool forward_only, const ScheduleObserver& observer = {});
+                                                           bool forward_only, const ScheduleObserver& observer = {},
+                                                           Timers* timers = nullptr);
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // or interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
@@ -80,7 +89,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
-                                                 int64_t microbatch_group = 0);
+                                                 int64_t microbatch_group = 0, Timers* timers = nullptr);
 
 
 

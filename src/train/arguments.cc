@@ -249,14 +249,21 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.add_flag("--log-num-zeros-in-grad", &a.log_num_zeros_in_grad, "add the number of zero gradients to the log line");
   p.add("--eval-interval", &a.eval_interval, "iterations between validation runs");
   p.add("--eval-iters", &a.eval_iters, "iterations per validation run");
-  p.add("--timing-log-level", &a.timing_log_level, "timer detail (0-2)");
+  p.add("--timing-log-level", &a.timing_log_level,
+        "timers reported after each log line: 0 checkpoint and set-up times only, 1 adds forward-backward, "
+        "gradient reductions and optimizer phases, 2 adds per-micro-batch compute and pipeline transfers");
+  p.add_choice("--timing-log-option", &a.timing_log_option, {"max", "minmax", "all"},
+               "how timers are reported across ranks: the maximum, the minimum and maximum, or every rank");
+  p.add_false("--no-barrier-with-level-1-timing", &a.barrier_with_l1_time,
+              "start level-1 timers without first waiting for every rank");
   p.add("--tensorboard-dir", &a.tensorboard_dir,
         "write TensorBoard event files to this directory (created if missing; last rank only)");
   p.add("--tensorboard-log-interval", &a.tensorboard_log_interval, "iterations between TensorBoard scalars");
   p.add("--tensorboard-queue-size", &a.tensorboard_queue_size,
         "TensorBoard events kept in memory before they are written to the file");
   p.add_flag("--log-timers-to-tensorboard", &a.log_timers_to_tensorboard,
-             "write iteration-time (and throughput with --log-throughput) to TensorBoard");
+             "write iteration-time (and throughput with --log-throughput) and the timers of --timing-log-level to "
+             "TensorBoard");
   p.add_flag("--log-batch-size-to-tensorboard", &a.log_batch_size_to_tensorboard, "write batch-size to TensorBoard");
   p.add_false("--no-log-learnig-rate-to-tensorboard", &a.log_learning_rate_to_tensorboard,
               "do not write learning-rate to TensorBoard (Megatron's spelling)");
@@ -594,6 +601,8 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   }
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
+  if (l.timing_log_level < 0 || l.timing_log_level > 2)
+    return InvalidArgument("--timing-log-level: expected 0, 1 or 2, found ", l.timing_log_level);
   if (l.eval_interval <= 0) return InvalidArgument("--eval-interval: expected a positive integer, found ", l.eval_interval);
   if (l.eval_iters < 0) return InvalidArgument("--eval-iters: expected a non-negative integer, found ", l.eval_iters);
   if (l.tensorboard_log_interval <= 0)

@@ -238,7 +238,12 @@ struct LoggingArgs {
   bool log_num_zeros_in_grad = false;
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
+  // Megatron's timers (core/timers.h): --timing-log-level 0..2, --timing-log-option
+  // max|minmax|all, and --no-barrier-with-level-1-timing (level-1 timers start after a world barrier
+  // unless given).
   int64_t timing_log_level = 0;
+  std::string timing_log_option = "minmax";
+  bool barrier_with_l1_time = true;
   // TensorBoard (Megatron's flags; written by the last rank only, docs/formats/tensorboard.md).
   std::string tensorboard_dir;  // empty: no TensorBoard logging
   int64_t tensorboard_log_interval = 1;

@@ -11,6 +11,7 @@
 #include "optim/data_parallel_sync.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "core/timers.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
 #include "train/arguments.h"
@@ -35,6 +36,8 @@ struct Engine {
   // of its buffer, ParamBuffer::dense_numel() onwards) reduced over the expert-data-parallel
   // group, scaled by 1/DP; dp_sync then covers only the dense part. Empty without EP.
   std::vector<std::unique_ptr<DataParallelSync>> expert_dp_sync;
+  // The run's Megatron timers (core/timers.h; owned by the pretrain driver), or null: untimed.
+  Timers* timers = nullptr;
 
   std::vector<GPTModel*> chunk_pointers() const;
 };

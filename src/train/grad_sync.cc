@@ -95,19 +95,33 @@ void finalize_model_grads(Engine& engine) {
   const std::vector<GPTModel*> chunks = engine.chunk_pointers();
   if (engine.dp_sync.empty())
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
-  for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
-  for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
-  allreduce_sequence_parallel_grads(engine.ps, chunks);
-  allreduce_embedding_grads(engine.ps, chunks);
+  {
+    ScopedTimer timer = ScopedTimer::level1(engine.timers, "all-grads-sync");
+    for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
+    for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
+  }
+  {
+    ScopedTimer timer = ScopedTimer::level1(engine.timers, "layernorm-grads-all-reduce");
+    allreduce_sequence_parallel_grads(engine.ps, chunks);
+  }
+  {
+    ScopedTimer timer = ScopedTimer::level1(engine.timers, "embedding-grads-all-reduce");
+    allreduce_embedding_grads(engine.ps, chunks);
+  }
   update_router_expert_bias(engine.ps, chunks);
 }
 
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale) {
-  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale);
-  if (r.applied)
-    for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
-  if (r.applied)
-    for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
+  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers);
+  if (!r.applied) return r;
+  // Megatron times the distributed optimizer's all-gather when it runs here (not deferred to the
+  // next forward by --overlap-param-gather).
+  bool gathers_now = false;
+  for (const auto& sync : engine.dp_sync)
+    gathers_now = gathers_now || (sync->sharded() && !sync->config().overlap_param_gather);
+  ScopedTimer timer = ScopedTimer::level1(gathers_now ? engine.timers : nullptr, "params-all-gather");
+  for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
+  for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
   return r;
 }
 

@@ -28,11 +28,14 @@ namespace gale {
 // Zeroes every chunk's gradients and prepares the data-parallel sync for `num_microbatches`.
 void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches);
 
+// Times all-grads-sync (step 1), layernorm-grads-all-reduce (2) and embedding-grads-all-reduce (3)
+// with engine.timers, as Megatron's finalize_model_grads.
 void finalize_model_grads(Engine& engine);
 
 // The optimizer step, then (distributed optimizer) the all-gather of the updated parameter
 // shards — deferred to the next forward with --overlap-param-gather.
-// `inv_grad_scale`: --fp16's 1 / loss scale (Optimizer::step), else 1.
+// `inv_grad_scale`: --fp16's 1 / loss scale (Optimizer::step), else 1. Times the optimizer's phases
+// and params-all-gather (distributed optimizer without --overlap-param-gather) with engine.timers.
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale = 1.0f);
 
 // Completes every parameter all-gather still pending (before reading all parameters: saving a

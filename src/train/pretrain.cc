@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/tensorboard_writer.h"
 #include "core/threads.h"
+#include "core/timers.h"
 #include "features/registry.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
@@ -19,6 +20,7 @@
 #include "train/engine.h"
 #include "train/exit_signal.h"
 #include "train/model_setup.h"
+#include "train/timers_log.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -137,9 +139,17 @@ int pretrain_main(int argc, char** argv) {
     tensorboard = std::move(w.value());
   }
 
+  // ---- Megatron's timers (--timing-log-level, --timing-log-option; core/timers.h) ----
+  Timers timers(static_cast<int>(args.logging.timing_log_level),
+                parse_timing_log_option(args.logging.timing_log_option).value());  // a choice flag
+  timers.set_barrier([world] { world->barrier(); });
+  timers.set_barrier_with_level1(args.logging.barrier_with_l1_time);
+
   // ---- data ----
+  timers("train/valid/test-data-iterators-setup", 0).start(/*barrier=*/true);
   StatusOr<PretrainData> data_or = build_pretrain_data(args);
   if (!data_or.ok()) run_error(data_or.status());
+  timers("train/valid/test-data-iterators-setup", 0).stop();
   PretrainData& data = data_or.value();
   args.model.padded_vocab_size = pad_vocab_size(data.vocab_size, args.model.make_vocab_size_divisible_by,
                                                 args.parallel.tensor_model_parallel_size);
@@ -147,7 +157,8 @@ int pretrain_main(int argc, char** argv) {
                       args.model.padded_vocab_size - data.vocab_size, " dummy tokens (new size: ",
                       args.model.padded_vocab_size, ")"));
 
-  // ---- engine: features, model chunks, optimizer ----
+  // ---- engine: features, model chunks, optimizer (and the checkpoint below, as Megatron's setup) ----
+  timers("model-and-optimizer-setup", 0).start(/*barrier=*/true);
   OpTable ops = reference_ops();
   EngineOptions engine_options;
   EngineSetup setup{&ops, &engine_options.recompute};
@@ -159,6 +170,7 @@ int pretrain_main(int argc, char** argv) {
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
+  engine.timers = &timers;
   int64_t params = 0, trainable = 0;
   for (const auto& c : engine.chunks) {
     params += c->params().numel();
@@ -188,9 +200,13 @@ int pretrain_main(int argc, char** argv) {
   // ---- checkpoints ----
   if (!args.checkpoint.load.empty() || !args.lora.lora_load.empty()) {
     bool loaded = false;
+    timers("load-checkpoint", 0).start(/*barrier=*/true);
     st = load_checkpoint(args, engine, trainer.state(), &loaded);
     if (!st.ok()) run_error(st);
+    timers("load-checkpoint", 0).stop(/*barrier=*/true);
+    log_timers(timers, {"load-checkpoint"}, *world);
   }
+  timers("model-and-optimizer-setup", 0).stop();
   // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
   std::unique_ptr<AsyncCheckpointSaves> async_saves;
   if (!args.checkpoint.save.empty() && args.checkpoint.async_save) {
@@ -201,6 +217,8 @@ int pretrain_main(int argc, char** argv) {
     trainer.set_save_fn(
         [&](const TrainerState& s) { return save_checkpoint(args, engine, s, async_saves.get()); });
 
+  world->barrier();  // Megatron's timers.log(..., barrier=True)
+  log_timers(timers, {"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"}, *world);
   print_rank0("training ...");
   host_allocator().reset_peak();
   st = trainer.run();

@@ -11,6 +11,7 @@
 #include "train/exit_signal.h"
 #include "train/grad_sync.h"
 #include "train/model_setup.h"
+#include "train/timers_log.h"
 
 namespace gale {
 
@@ -167,10 +168,14 @@ StatusOr<IterationResult> Trainer::train_step() {
     int64_t first = consumed + m * mbs * dp + dp_rank * mbs;
     return load_micro_batch(*train_, first, first, mb);
   };
+  Timers* timers = engine_->timers;
+  // Megatron's forward-backward covers the schedule and finalize_model_grads.
+  ScopedTimer forward_backward_timer = ScopedTimer::level1(timers, "forward-backward");
   GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                         forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                         /*forward_only=*/false, {}, microbatch_group()));
+                                         /*forward_only=*/false, {}, microbatch_group(), timers));
   finalize_model_grads(*engine_);
+  forward_backward_timer.stop();
   IterationResult r;
   double sums[2] = {fb.loss_sum, fb.tokens};
   reduce_losses(sums);
@@ -179,12 +184,19 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_moe_losses(&r);
   reduce_mtp_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
+  ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
                           scaler ? scaler->inv_scale() : 1.0f);
   if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
+  {
+    // --bf16/--fp16: the GEMM copy of the new weights (Megatron's copy of the main params to the model's).
+    const bool half = engine_->chunks.front()->params().has_gemm_copy();
+    ScopedTimer copy_timer = ScopedTimer::level1(half ? timers : nullptr, "optimizer-copy-main-to-model-params");
+    for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();
+  }
+  optimizer_timer.stop();
   r.loss_scale = scaler ? scaler->scale() : 1.0f;  // as Megatron logs it: after the update
   if (r.step.applied) scheduler.step(gbs);
-  for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();  // --bf16/--fp16: the GEMM copy of the new weights
   r.global_batch_size = gbs;
   state_.consumed_train_samples += gbs;
   state_.skipped_train_samples += skipped;
@@ -259,6 +271,17 @@ Status Trainer::run() {
       print_rank0(str_cat("decreasing batch size from ", global, " to ", running, " to keep divisibility by "
                           "micro_batch_size=", t.micro_batch_size, " * data_parallel_size=", engine_->ps.dp_size()));
   };
+  // Megatron's save_checkpoint_and_time: the save timed as save-checkpoint and reported at once
+  // (a collective), its duration left out of the log interval's elapsed time.
+  auto save = [&]() -> Status {
+    const double save_start = now_seconds();
+    ScopedTimer timer(engine_->timers, "save-checkpoint", 0);
+    GALE_RETURN_IF_ERROR(save_fn_(state_));
+    timer.stop();
+    if (engine_->timers) log_timers(*engine_->timers, {"save-checkpoint"}, *engine_->ps.world());
+    interval_start += now_seconds() - save_start;
+    return Status::Ok();
+  };
   if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   while (!t.skip_train && state_.iteration < train_iters_) {
@@ -269,7 +292,7 @@ Status Trainer::run() {
     if (global_batch_size != last_global_batch_size) {
       print_rank0(str_cat("ramping up batch size from ", last_global_batch_size, " to ", global_batch_size));
       say_if_decreased(global_batch_size);
-      if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+      if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
     }
     last_global_batch_size = global_batch_size;
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
@@ -368,8 +391,18 @@ Status Trainer::run() {
         tensorboard_->add_scalar("iteration-time", per_iter, state_.iteration);
         if (l.log_throughput) tensorboard_->add_scalar("throughput", f.tflops_per_gpu, state_.iteration);
       }
+      // Megatron's timers of --timing-log-level, per iteration of the log interval (one collective
+      // over the world group; none at level 0): written to TensorBoard, then printed after the line.
+      GatheredTimes timer_times;
+      if (engine_->timers) {
+        timer_times = gather_timers(*engine_->timers, training_timer_names(engine_->timers->log_level()),
+                                    *engine_->ps.world(), /*reset=*/true);
+        if (l.log_timers_to_tensorboard)
+          write_timers(timer_times, tensorboard_, state_.iteration, static_cast<double>(l.log_interval));
+      }
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
+      if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
       loss_total = load_balancing_total = z_loss_total = 0.0;
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
@@ -388,29 +421,29 @@ Status Trainer::run() {
       const Comm& world = engine_->ps.world();
       if (world->size() > 1) world->all_reduce(exits, 2, DType::kI64, ReduceOp::kMax);
       if (exits[0]) {
-        if (save_fn_) GALE_RETURN_IF_ERROR(save_fn_(state_));
+        if (save_fn_) GALE_RETURN_IF_ERROR(save());
         print_datetime("exiting program after receiving SIGTERM.");
         return finish_run();
       }
       exit_for_duration = exits[1] != 0;
     }
     if (save_fn_ && args_.checkpoint.save_interval > 0 && state_.iteration % args_.checkpoint.save_interval == 0) {
-      GALE_RETURN_IF_ERROR(save_fn_(state_));
+      GALE_RETURN_IF_ERROR(save());
       saved_at_last_iteration = true;
     }
     if (exit_for_duration) {
-      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
       print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
       return finish_run();
     }
     if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
-      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save_fn_(state_));
+      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
       print_datetime(str_cat("exiting program at iteration ", state_.iteration));
       return finish_run();
     }
   }
   if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
-    GALE_RETURN_IF_ERROR(save_fn_(state_));
+    GALE_RETURN_IF_ERROR(save());
   // Megatron writes the final evaluations to TensorBoard unless --skip-train (the test set's under
   // the same 'lm loss validation' tags).
   if (do_valid)

@@ -40,27 +40,6 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-// The scalar events of the only event file in `dir` (the file-version record checked and dropped).
-std::vector<TbEvent> read_scalars(const std::string& dir) {
-  std::vector<fs::path> files = testing::event_files(dir);
-  EXPECT_EQ(files.size(), 1u) << dir;
-  if (files.empty()) return {};
-  std::vector<std::string> payloads;
-  std::string error;
-  EXPECT_TRUE(testing::read_tfrecords(testing::slurp(files[0].string()), &payloads, &error)) << error;
-  std::vector<TbEvent> out;
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    TbEvent e = testing::parse_event(payloads[i]);
-    if (i == 0) {
-      EXPECT_EQ(e.file_version, "brain.Event:2");
-      continue;
-    }
-    EXPECT_TRUE(e.has_value) << "record " << i;
-    out.push_back(e);
-  }
-  return out;
-}
-
 // (tag, step) of every event, in file order.
 std::vector<std::pair<std::string, int64_t>> tags_and_steps(const std::vector<TbEvent>& events) {
   std::vector<std::pair<std::string, int64_t>> out;
@@ -80,7 +59,7 @@ TEST(GaleTensorBoard, WritesMegatronsTagsStepsAndTheLoggedLosses) {
   test::RunResult r = test::run_with_timeout(tiny(1, dir, {"--log-validation-ppl-to-tensorboard"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("> setting tensorboard ..."), std::string::npos);
-  const std::vector<TbEvent> events = read_scalars(dir);
+  const std::vector<TbEvent> events = testing::read_scalar_events(dir);
   // Megatron's order: each value at the iteration, then the same value at the consumed samples
   // (4 per iteration).
   std::vector<std::pair<std::string, int64_t>> expected;
@@ -134,7 +113,7 @@ TEST(GaleTensorBoard, FollowsTheIntervalAndTheLogFlags) {
             "--no-log-loss-scale-to-tensorboard", "--log-params-norm", "--log-num-zeros-in-grad", "--eval-iters", "0"}),
       {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<TbEvent> events = read_scalars(dir);
+  const std::vector<TbEvent> events = testing::read_scalar_events(dir);
   std::vector<std::pair<std::string, int64_t>> expected;
   for (int64_t it = 1; it <= 4; ++it) {
     if (it % 2 == 0) {
@@ -181,7 +160,7 @@ TEST(GaleTensorBoard, OnlyTheLastRankWrites) {
   test::RunResult r =
       test::run_with_timeout(tiny(2, dir, {"--pipeline-model-parallel-size", "2", "--eval-iters", "0"}), kMpiEnv, 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<TbEvent> events = read_scalars(dir);  // exactly one file
+  const std::vector<TbEvent> events = testing::read_scalar_events(dir);  // exactly one file
   const std::vector<double> logged = testing::logged_values(r.output, "lm loss");
   const std::vector<float> written = values_of(events, "lm loss");
   ASSERT_EQ(logged.size(), 4u);

@@ -91,6 +91,30 @@ TEST(Arguments, TensorBoardFlagsAsMegatron) {
   EXPECT_TRUE(l.log_world_size_to_tensorboard);
 }
 
+TEST(Arguments, TimerFlagsAsMegatron) {
+  Cli defaults;
+  ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
+  EXPECT_EQ(defaults.args.logging.timing_log_level, 0);
+  EXPECT_EQ(defaults.args.logging.timing_log_option, "minmax");
+  EXPECT_TRUE(defaults.args.logging.barrier_with_l1_time);
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--timing-log-level", "2", "--timing-log-option", "all",
+                                                      "--no-barrier-with-level-1-timing"}))
+                  .ok());
+  EXPECT_EQ(c.args.logging.timing_log_level, 2);
+  EXPECT_EQ(c.args.logging.timing_log_option, "all");
+  EXPECT_FALSE(c.args.logging.barrier_with_l1_time);
+  for (const char* level : {"-1", "3"}) {
+    Cli bad;
+    EXPECT_EQ(bad.parse(with(minimal_pretrain_flags(), {"--timing-log-level", level})).message(),
+              std::string("--timing-log-level: expected 0, 1 or 2, found ") + level);
+  }
+  Cli option;
+  const Status s = option.parse(with(minimal_pretrain_flags(), {"--timing-log-option", "min"}));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--timing-log-option"), std::string::npos) << s.message();
+}
+
 TEST(Arguments, SwigluFfnRuleAndGqa) {
   Cli c;
   ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--swiglu", "--group-query-attention", "--num-query-groups", "2",
