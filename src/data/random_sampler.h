@@ -69,6 +69,7 @@ class PretrainingRandomSampler {
 
   // total − total mod (mbs·dp): the samples one epoch consumes.
   int64_t active_total_samples() const { return active_; }
+  int64_t total_samples() const { return o_.total_samples; }
 
  private:
   Status check_in_step(int64_t epoch) const;
