@@ -196,6 +196,12 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--reset-position-ids", &a.reset_position_ids, "restart position ids after each end-of-document");
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
   p.add("--num-workers", &a.num_workers, "data loader threads");
+  p.add("--dataloader-type", &a.dataloader_type,
+        "single: one pass in dataset order (default); cyclic: Megatron's shuffled order (torch.randperm seeded "
+        "with the epoch), epoch after epoch");
+  p.add_false("--no-data-sharding", &a.data_sharding,
+              "with --dataloader-type cyclic: shuffle the whole dataset and deal it out to the data-parallel ranks "
+              "instead of shuffling each rank's own bucket");
   p.add_false("--no-mmap-bin-files", &a.mmap_bin_files, "read .bin files instead of mapping them");
   p.add_flag("--is-instruction-dataset", &a.is_instruction_dataset,
              "MindSpeed-LLM: --data-path is an instruction dataset (PREFIX_packed_*_document) for fine-tuning");
@@ -284,7 +290,6 @@ void add_unsupported_megatron_args(ArgParser& p) {
   static const Entry entries[] = {
       {"--wandb-project", "Weights & Biases logging"},
       {"--tp-comm-overlap", "TP communication overlap"},
-      {"--dataloader-type", "data loaders other than 'single'"},
       {"--split-sentences", "sentence splitting"},
       {"--fp8-format", "FP8 training"},
       {"--use-legacy-models", "legacy Megatron models (Gale implements the MCore GPT model)"},

@@ -185,6 +185,11 @@ struct DataArgs {
   bool reset_attention_mask = false;
   int64_t num_workers = 2;
   bool mmap_bin_files = true;  // --no-mmap-bin-files
+  // Megatron's --dataloader-type: "single" (MegatronPretrainingSampler: consecutive indices from the
+  // consumed samples on) or "cyclic" (MegatronPretrainingRandomSampler under cyclic_iter, with
+  // --no-data-sharding; data/random_sampler.h); "external" is refused (not supported yet).
+  std::string dataloader_type = "single";
+  bool data_sharding = true;  // --no-data-sharding
   // MindSpeed-LLM's --is-instruction-dataset: --data-path P names P_packed_{input_ids,attention_mask,
   // labels}_document made by `gale preprocess --handler-name AlpacaStyleInstructionHandler`.
   bool is_instruction_dataset = false;

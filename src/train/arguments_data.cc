@@ -23,6 +23,11 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
   if (!d.split.empty() && !data_path && !d.mock_data)
     return InvalidArgument("--split is only used with --data-path (each --train/valid/test-data-path is used whole)");
   if (d.split.empty() && data_path) d.split = "969, 30, 1";  // Megatron's legacy default (it warns)
+  if (d.dataloader_type == "external")
+    return Unimplemented("--dataloader-type external: not supported yet (Megatron hands a user-built data loader "
+                         "through); accepted values: single, cyclic");
+  if (d.dataloader_type != "single" && d.dataloader_type != "cyclic")
+    return InvalidArgument("--dataloader-type: expected single or cyclic, found '", d.dataloader_type, "'");
   if (d.num_workers < 0)
     return InvalidArgument("--num-workers: expected a non-negative integer, found ", d.num_workers);
   if (t.vocab_extra_ids < 0)

@@ -5,7 +5,8 @@
 // TrainingSample and SampleDataset are defined in data/sample.h (included here). The trainer
 // reads train->get(consumed), get(consumed + 1), ... (Megatron's MegatronPretrainingSampler:
 // each iteration takes global-batch-size consecutive indices; data-parallel rank r of each
-// micro-batch chunk of mbs*dp indices takes [r*mbs, (r+1)*mbs)), so resuming at
+// micro-batch chunk of mbs*dp indices takes [r*mbs, (r+1)*mbs)), or with --dataloader-type cyclic
+// Megatron's shuffled order (data/random_sampler.h); either way resuming at
 // consumed_train_samples reads the same samples as an uninterrupted run.
 #pragma once
 

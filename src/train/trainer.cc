@@ -112,12 +112,38 @@ int64_t Trainer::micro_batch_length(const std::vector<TrainingSample>& samples) 
   return std::min(full, (longest + multiple - 1) / multiple * multiple);
 }
 
-Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base,
-                                 MicroBatch* mb) const {
+Status Trainer::micro_batch_samples(const SampleDataset& data, int64_t consumed, std::vector<int64_t>* indices,
+                                    std::vector<int64_t>* ids) {
+  const int64_t mbs = args_.training.micro_batch_size, dp_rank = engine_->ps.coords().dp;
+  indices->resize(static_cast<size_t>(mbs));
+  ids->resize(static_cast<size_t>(mbs));
+  if (args_.data.dataloader_type != "cyclic") {
+    for (int64_t b = 0; b < mbs; ++b) (*indices)[b] = (*ids)[b] = consumed + dp_rank * mbs + b;
+    return Status::Ok();
+  }
+  std::unique_ptr<PretrainingRandomSampler>& sampler = samplers_[&data];
+  if (!sampler || sampler->total_samples() != data.size()) {  // (a dataset at a reused address)
+    RandomSamplerOptions o;
+    o.name = &data == train_ ? "train" : &data == valid_ ? "validation" : &data == test_ ? "test" : "evaluation";
+    o.total_samples = data.size();
+    o.micro_batch_size = mbs;
+    o.data_parallel_size = engine_->ps.dp_size();
+    o.data_parallel_rank = dp_rank;
+    o.data_sharding = args_.data.data_sharding;
+    sampler = std::make_unique<PretrainingRandomSampler>(std::move(o));
+  }
+  int64_t epoch = 0;
+  GALE_RETURN_IF_ERROR(sampler->micro_batch(consumed, indices, &epoch));
+  for (int64_t b = 0; b < mbs; ++b) (*ids)[b] = epoch * data.size() + (*indices)[b];
+  return Status::Ok();
+}
+
+Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
+                                 const std::vector<int64_t>& ids, MicroBatch* mb) const {
   const int64_t B = args_.training.micro_batch_size, full = args_.model.seq_length;
   std::vector<TrainingSample> samples(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
-    int64_t index = first_index + b;
+    int64_t index = indices[b];
     if (index >= data.size())
       return OutOfRange("the dataset has ", data.size(), " samples; sample ", index, " was requested");
     GALE_RETURN_IF_ERROR(data.get(index, &samples[b]));
@@ -142,7 +168,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index,
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
     if (args_.data.reset_attention_mask)
       std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
-    mb->sample_ids[b] = sample_id_base + b;
+    mb->sample_ids[b] = ids[b];
   }
   // Context parallelism: keep this cp rank's positions of each sequence.
   if (engine_->ps.cp_size() > 1) {
@@ -154,7 +180,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, int64_t first_index,
 
 StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
-  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
   const int64_t consumed = state_.consumed_train_samples;
   const int64_t gbs = calculator_.running_global_batch_size(consumed);  // --decrease-batch-size-if-needed: rounded
   const int64_t skipped = calculator_.global_batch_size(consumed) - gbs;
@@ -162,11 +188,12 @@ StatusOr<IterationResult> Trainer::train_step() {
   start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
   for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
-  // Megatron's sampler: micro-batch m of this iteration on DP rank r holds samples
-  // consumed + m·mbs·dp + r·mbs + [0, mbs).
+  // Megatron's sampler: micro-batch m of this iteration starts after consumed + m·mbs·dp samples
+  // (with --dataloader-type single, DP rank r holds samples consumed + m·mbs·dp + r·mbs + [0, mbs)).
+  std::vector<int64_t> indices, ids;
   auto source = [&](int64_t m, MicroBatch* mb) {
-    int64_t first = consumed + m * mbs * dp + dp_rank * mbs;
-    return load_micro_batch(*train_, first, first, mb);
+    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
+    return load_micro_batch(*train_, indices, ids, mb);
   };
   Timers* timers = engine_->timers;
   // Megatron's forward-backward covers the schedule and finalize_model_grads.
@@ -205,13 +232,14 @@ StatusOr<IterationResult> Trainer::train_step() {
 
 StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters) {
   const TrainingArgs& t = args_.training;
-  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size(), dp_rank = engine_->ps.coords().dp;
+  const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
   double sums[2] = {0.0, 0.0};
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t base = *consumed;
+    std::vector<int64_t> indices, ids;
     auto source = [&](int64_t m, MicroBatch* mb) {
-      int64_t first = base + m * mbs * dp + dp_rank * mbs;
-      return load_micro_batch(data, first, first, mb);
+      GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
+      return load_micro_batch(data, indices, ids, mb);
     };
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,

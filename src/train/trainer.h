@@ -4,9 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "data/random_sampler.h"
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
 #include "train/engine.h"
@@ -82,7 +85,14 @@ class Trainer {
   FlopsModel flops_model() const;
 
  private:
-  Status load_micro_batch(const SampleDataset& data, int64_t first_index, int64_t sample_id_base, MicroBatch* mb) const;
+  // The samples of this data-parallel rank's micro-batch that starts after `consumed` samples of
+  // `data` (all ranks): with --dataloader-type single consumed + dp_rank·mbs + [0, mbs)
+  // (MegatronPretrainingSampler), with cyclic the sampler's (data/random_sampler.h). `ids` are the
+  // samples' global ids for the dropout streams: the index, plus epoch × len(data) when cyclic.
+  Status micro_batch_samples(const SampleDataset& data, int64_t consumed, std::vector<int64_t>* indices,
+                             std::vector<int64_t>* ids);
+  Status load_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
+                          const std::vector<int64_t>& ids, MicroBatch* mb) const;
   // The sequence length of a micro-batch of these samples: --seq-length, or with
   // --variable-seq-lengths the longest sample's unpadded length, rounded up to a multiple of TP
   // under --sequence-parallel.
@@ -119,6 +129,9 @@ class Trainer {
   NumMicroBatchesCalculator calculator_;
   int64_t num_microbatches_ = 0;       // of the current (or last) training iteration, per DP rank
   int64_t eval_num_microbatches_ = 0;  // --global-batch-size / (micro-batch size × DP)
+  // --dataloader-type cyclic: one sampler per dataset read, made at its first micro-batch (Megatron
+  // builds its loaders with the consumed samples at start-up).
+  std::map<const SampleDataset*, std::unique_ptr<PretrainingRandomSampler>> samplers_;
 };
 
 }  // namespace gale

@@ -56,6 +56,17 @@ TEST(Arguments, CheckpointFormatAndAsyncSaveAsMegatron) {
   ASSERT_TRUE(persistent.parse(with(minimal_pretrain_flags(), {"--async-save", "--use-persistent-ckpt-worker"})).ok());
 }
 
+TEST(Arguments, DataloaderTypeAndDataShardingAsMegatron) {
+  Cli defaults;
+  ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
+  EXPECT_EQ(defaults.args.data.dataloader_type, "single");
+  EXPECT_TRUE(defaults.args.data.data_sharding);
+  Cli cyclic;
+  ASSERT_TRUE(cyclic.parse(with(minimal_pretrain_flags(), {"--dataloader-type", "cyclic", "--no-data-sharding"})).ok());
+  EXPECT_EQ(cyclic.args.data.dataloader_type, "cyclic");
+  EXPECT_FALSE(cyclic.args.data.data_sharding);
+}
+
 TEST(Arguments, TensorBoardFlagsAsMegatron) {
   Cli defaults;
   ASSERT_TRUE(defaults.parse(minimal_pretrain_flags()).ok());
@@ -371,6 +382,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--distribute-saved-activations"}, StatusCode::kInvalidArgument,
                   "--distribute-saved-activations distributes over tensor-parallel ranks: expected "
                   "--tensor-model-parallel-size > 1, found 1"},
+        ErrorCase{{"--dataloader-type", "external"}, StatusCode::kUnimplemented,
+                  "--dataloader-type external: not supported yet (Megatron hands a user-built data loader through); "
+                  "accepted values: single, cyclic"},
+        ErrorCase{{"--dataloader-type", "Cyclic"}, StatusCode::kInvalidArgument,
+                  "--dataloader-type: expected single or cyclic, found 'Cyclic'"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
