@@ -18,20 +18,7 @@ using testing::dot;
 using testing::random_vector;
 using testing::rel_diff;
 
-ModelConfig gpt_config() {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 16;
-  c.ffn = 24;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab = 32;
-  c.seq_length = 8;
-  c.max_positions = 16;
-  c.init_std = 0.3f;
-  return c;
-}
+ModelConfig gpt_config() { return testing::gradcheck_gpt_config(); }
 
 ModelConfig llama_config() {
   ModelConfig c = gpt_config();

@@ -118,17 +118,7 @@ TEST(LoraLinear, MergeAddsScaledBA) {
 // ---- a model with adapters ----
 
 ModelConfig base_config(bool llama) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 16;
-  c.ffn = 24;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab = 32;
-  c.seq_length = 8;
-  c.max_positions = 16;
-  c.init_std = 0.3f;
+  ModelConfig c = testing::gradcheck_gpt_config();
   if (llama) {
     use_llama_architecture(c);
     c.heads = 4;

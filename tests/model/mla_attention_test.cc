@@ -26,17 +26,7 @@ using testing::rel_diff;
 
 // A 2-layer model with MLA: Dn 4, R 4 (Dq 8), Dv 3 (V padded to 8) or 10 (Q/K padded to 10).
 ModelConfig mla_config(bool llama, int64_t q_lora_rank, bool qk_layernorm, int64_t v_head_dim) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 16;
-  c.ffn = 24;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab = 32;
-  c.seq_length = 8;
-  c.max_positions = 16;
-  c.init_std = 0.3f;
+  ModelConfig c = testing::gradcheck_gpt_config();
   if (llama) use_llama_architecture(c);
   c.mla.enabled = true;
   c.mla.q_lora_rank = q_lora_rank;

@@ -10,6 +10,23 @@
 
 namespace gale::testing {
 
+// The 2-layer GPT the finite-difference and golden model tests share: small enough for a
+// directional derivative per parameter group, large init so that gradients are not tiny.
+inline ModelConfig gradcheck_gpt_config() {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = 16;
+  c.ffn = 24;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab = 32;
+  c.seq_length = 8;
+  c.max_positions = 16;
+  c.init_std = 0.3f;
+  return c;
+}
+
 // Random tokens and labels; about 20% of the loss mask off; with `documents` each sequence holds
 // two documents (positions restart at s = 5).
 inline MicroBatch masked_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {

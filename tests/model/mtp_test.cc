@@ -23,17 +23,7 @@ using testing::random_vector;
 using testing::rel_diff;
 
 ModelConfig small_gpt(int64_t mtp) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 16;
-  c.ffn = 24;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab = 32;
-  c.seq_length = 8;
-  c.max_positions = 16;
-  c.init_std = 0.3f;
+  ModelConfig c = testing::gradcheck_gpt_config();
   c.mtp_num_layers = mtp;
   c.mtp_loss_scaling_factor = 0.3;
   return c;
