@@ -94,39 +94,29 @@ TEST(MlaArguments, MegatronDefaultsAndTheModelConfig) {
   EXPECT_FALSE(model_config_from_args(off.args).mla.enabled);
 }
 
-struct ErrorCase {
-  std::vector<std::string> flags;
-  int64_t world;
-  std::string expected;  // a substring of the one-line message
-};
-
-class MlaArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
+class MlaArgumentErrors : public ::testing::TestWithParam<testing::FlagErrorCase> {};
 
 TEST_P(MlaArgumentErrors, OneLineNamingTheFlag) {
-  Cli cli;
-  const Status s = cli.parse_minimal(GetParam().flags, GetParam().world);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find(GetParam().expected), std::string::npos) << s.message();
-  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  testing::expect_one_line_error(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, MlaArgumentErrors,
     ::testing::Values(
-        ErrorCase{{"--multi-latent-attention", "--group-query-attention", "--num-query-groups", "2"}, 1,
+        testing::FlagErrorCase{{"--multi-latent-attention", "--group-query-attention", "--num-query-groups", "2"}, 1,
                   "--group-query-attention: not applicable"},
-        ErrorCase{{"--multi-latent-attention", "--kv-lora-rank", "0"}, 1, "--kv-lora-rank: expected a positive"},
-        ErrorCase{{"--multi-latent-attention", "--v-head-dim", "-3"}, 1, "--v-head-dim: expected a positive"},
-        ErrorCase{{"--multi-latent-attention", "--q-lora-rank", "0"}, 1, "--q-lora-rank: expected a positive"},
-        ErrorCase{{"--multi-latent-attention", "--qk-pos-emb-head-dim", "5"}, 1, "--qk-pos-emb-head-dim: expected an even"},
-        ErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "0.5"}, 1,
+        testing::FlagErrorCase{{"--multi-latent-attention", "--kv-lora-rank", "0"}, 1, "--kv-lora-rank: expected a positive"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--v-head-dim", "-3"}, 1, "--v-head-dim: expected a positive"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--q-lora-rank", "0"}, 1, "--q-lora-rank: expected a positive"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--qk-pos-emb-head-dim", "5"}, 1, "--qk-pos-emb-head-dim: expected an even"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "0.5"}, 1,
                   "--rotary-scaling-factor: expected at least 1"},
-        ErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
-        ErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
-        ErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
+        testing::FlagErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
+        testing::FlagErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
                   "--lora-target-modules linear_qkv"},
-        ErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
-        ErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"}));
+        testing::FlagErrorCase{{"--multi-latent-attention", "--cache-mla-latents"}, 1, "--cache-mla-latents: not supported yet"},
+        testing::FlagErrorCase{{"--q-lora-rank", "16"}, 1, "--q-lora-rank needs --multi-latent-attention"}));
 
 }  // namespace
 }  // namespace gale

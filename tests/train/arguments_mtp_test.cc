@@ -69,31 +69,21 @@ TEST(MtpArguments, FlopsCountTheMtpLayers) {
   EXPECT_NEAR(num_floating_point_operations(with, 2), expected, 1e-9 * expected);
 }
 
-struct ErrorCase {
-  std::vector<std::string> flags;
-  int64_t world;
-  std::string expected;
-};
-
-class MtpArgumentErrors : public ::testing::TestWithParam<ErrorCase> {};
+class MtpArgumentErrors : public ::testing::TestWithParam<testing::FlagErrorCase> {};
 
 TEST_P(MtpArgumentErrors, OneLineNamingTheFlag) {
-  Cli cli;
-  const Status s = cli.parse_minimal(GetParam().flags, GetParam().world);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find(GetParam().expected), std::string::npos) << s.message();
-  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  testing::expect_one_line_error(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, MtpArgumentErrors,
     ::testing::Values(
-        ErrorCase{{"--mtp-num-layers", "0"}, 1, "--mtp-num-layers: expected at least 1, found 0"},
-        ErrorCase{{"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "-1"}, 1,
+        testing::FlagErrorCase{{"--mtp-num-layers", "0"}, 1, "--mtp-num-layers: expected at least 1, found 0"},
+        testing::FlagErrorCase{{"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "-1"}, 1,
                   "--mtp-loss-scaling-factor: expected a number ≥ 0, found -1"},
-        ErrorCase{{"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2"}, 2,
+        testing::FlagErrorCase{{"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2"}, 2,
                   "--mtp-num-layers with --pipeline-model-parallel-size 2: not supported yet"},
-        ErrorCase{{"--mtp-num-layers", "1", "--context-parallel-size", "2"}, 2,
+        testing::FlagErrorCase{{"--mtp-num-layers", "1", "--context-parallel-size", "2"}, 2,
                   "--mtp-num-layers with --context-parallel-size 2: not supported yet"}));
 
 }  // namespace

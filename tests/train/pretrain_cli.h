@@ -2,6 +2,8 @@
 // every validation, as the binary does, without running anything.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
@@ -36,5 +38,21 @@ struct PretrainCli {
     return parse(argv, world);
   }
 };
+
+// A bad command line for the parametrised error tests: minimal_pretrain_flags() plus `flags` on
+// `world` ranks must fail with one line containing `expected`.
+struct FlagErrorCase {
+  std::vector<std::string> flags;
+  int64_t world;
+  std::string expected;  // a substring of the one-line message
+};
+
+inline void expect_one_line_error(const FlagErrorCase& e) {
+  PretrainCli cli;
+  const Status s = cli.parse_minimal(e.flags, e.world);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(e.expected), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+}
 
 }  // namespace gale::testing
