@@ -9,15 +9,7 @@
 // there; a missing reduction is off by O(1)).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <map>
-
-#include "kernels/cpu/fused_ops.h"
-#include "layouts.h"
-#include "mpi_test_env.h"
-#include "testing_run.h"
-#include "train/grad_sync.h"
+#include "layout_invariance.h"
 
 namespace gale {
 namespace {
@@ -75,45 +67,17 @@ const std::vector<std::string> kDeepseek = {"--q-lora-rank", "10", "--qk-layerno
                                             "--untie-embeddings-and-output-weights"};
 const std::vector<std::string> kGptLike = {"--qk-layernorm"};
 
-OpTable attention_ops(bool flash) {
-  OpTable ops = reference_ops();
-  if (flash) GALE_CHECK_OK(install_fused_kernel(ops, "attention", Isa::kAvx512));
-  return ops;
-}
-
-// The single-process run with the same model flags (and --reset-attention-mask when the layout has it).
-const testing::TestRun& single_process_run(bool deepseek, bool flash, bool documents) {
-  static std::map<std::tuple<bool, bool, bool>, std::unique_ptr<testing::TestRun>> runs;
-  auto& run = runs[{deepseek, flash, documents}];
-  if (!run) {
-    const std::vector<std::string> docs =
-        documents ? std::vector<std::string>{"--reset-attention-mask"} : std::vector<std::string>{};
-    run = std::make_unique<testing::TestRun>(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, docs}),
-                                             make_self_communicator("world"), testing::kTinyVocab, EngineOptions{},
-                                             attention_ops(flash));
-    run->train(5);
-  }
-  return *run;
-}
-
 class MlaInvariance : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(MlaInvariance, MatchesSingleProcess) {
   const auto& [name, deepseek] = GetParam();
   const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr);
-  Comm world = test::world();
-  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  const bool documents = std::find(layout->flags.begin(), layout->flags.end(), "--reset-attention-mask") !=
-                         layout->flags.end();
-  const testing::TestRun& reference = single_process_run(deepseek, layout->flash_attention, documents);
-  testing::TestRun run(testing::join({kCommon, deepseek ? kDeepseek : kGptLike, layout->flags}), world,
-                       testing::kTinyVocab, EngineOptions{layout->bucket_size, layout->recompute},
-                       attention_ops(layout->flash_attention));
-  run.train(5);
-  finish_param_sync(*run.engine);
+  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  testing::LayoutAndReference t =
+      testing::train_layout_and_reference(testing::join({kCommon, deepseek ? kDeepseek : kGptLike}), *layout, 5);
   // 3e-5 for gradients: TP4 sums four head groups in another order (1.3e-5 after five AdamW steps).
-  EXPECT_GT(testing::expect_matches_reference(run, reference, 5, 3e-5, "linear_kv_down_proj"), 0);
+  EXPECT_GT(testing::expect_matches_reference(*t.run, *t.reference, 5, 3e-5, "linear_kv_down_proj"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MlaInvariance,

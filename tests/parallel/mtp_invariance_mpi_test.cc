@@ -9,14 +9,9 @@
 // shared expert) under TP2+SP and DP2: the MTP layers' router, experts and expert bias too.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <map>
 
-#include "layouts.h"
-#include "mpi_test_env.h"
-#include "testing_run.h"
-#include "train/grad_sync.h"
+#include "layout_invariance.h"
 
 namespace gale {
 namespace {
@@ -42,30 +37,17 @@ const std::vector<std::string> kCommon = {
     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
     "--clip-grad", "0.5", "--mtp-num-layers", "2", "--mtp-loss-scaling-factor", "0.3"};
 
-const testing::TestRun& single_process_run(bool llama) {
-  static std::map<bool, std::unique_ptr<testing::TestRun>> runs;
-  auto& run = runs[llama];
-  if (!run) {
-    run = std::make_unique<testing::TestRun>(testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt}),
-                                             make_self_communicator("world"), testing::kTinyVocab);
-    run->train(4);
-  }
-  return *run;
-}
-
 class MtpInvariance : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(MtpInvariance, MatchesSingleProcess) {
   const auto& [name, llama] = GetParam();
   const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr);
-  Comm world = test::world();
-  if (layout->world != world->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  const testing::TestRun& reference = single_process_run(llama);
-  testing::TestRun run(testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt, layout->flags}), world,
-                       testing::kTinyVocab, EngineOptions{layout->bucket_size, layout->recompute});
-  run.train(4);
-  finish_param_sync(*run.engine);
+  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  testing::LayoutAndReference t =
+      testing::train_layout_and_reference(
+      testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt}), *layout, 4);
+  const testing::TestRun &run = *t.run, &reference = *t.reference;
   for (int i = 0; i < 4; ++i) {
     ASSERT_EQ(run.mtp_losses[i].size(), 2u);
     ASSERT_EQ(reference.mtp_losses[i].size(), 2u);
@@ -90,18 +72,11 @@ class MtpMoeInvariance : public ::testing::TestWithParam<std::string> {};
 TEST_P(MtpMoeInvariance, MatchesSingleProcess) {
   const Layout* layout = testing::find_layout(layouts(), GetParam());
   ASSERT_NE(layout, nullptr);
-  Comm world = test::world();
-  if (layout->world != world->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
-  static std::unique_ptr<testing::TestRun> reference;
-  if (!reference) {
-    reference = std::make_unique<testing::TestRun>(testing::join({kCommon, testing::kTinyLlama, kMoe}),
-                                                   make_self_communicator("world"), testing::kTinyVocab);
-    reference->train(4);
-  }
-  testing::TestRun run(testing::join({kCommon, testing::kTinyLlama, kMoe, layout->flags}), world, testing::kTinyVocab,
-                       EngineOptions{layout->bucket_size, layout->recompute});
-  run.train(4);
-  finish_param_sync(*run.engine);
+  if (layout->world != test::world()->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
+  testing::LayoutAndReference t =
+      testing::train_layout_and_reference(testing::join({kCommon, testing::kTinyLlama, kMoe}), *layout, 4);
+  testing::TestRun& run = *t.run;
+  const testing::TestRun* reference = t.reference;
   for (int i = 0; i < 4; ++i) {
     for (int k = 0; k < 2; ++k)
       EXPECT_NEAR(run.mtp_losses[i][k], reference->mtp_losses[i][k], 1e-5 * reference->mtp_losses[i][k])
