@@ -12,8 +12,12 @@ struct ArgParser::Impl {
   CLI::App app;
   std::string group = "general";
   std::vector<std::pair<std::string, CLI::Option*>> options;  // first name -> option
-  std::map<std::string, std::string> unsupported;              // flag -> why
-  std::map<std::string, std::vector<std::string>> unsupported_sink;
+  struct Refusal {
+    std::string message;  // the error after "<flag>: "
+    bool not_yet;         // add_unsupported (Unimplemented) rather than add_rejected (InvalidArgument)
+  };
+  std::map<std::string, Refusal> refused;  // flag -> its error
+  std::map<std::string, std::vector<std::string>> refused_sink;
   std::vector<std::pair<std::string, std::string>> compat;  // flag -> note
   std::map<std::string, std::string> compat_values;
   std::map<std::string, bool> compat_flags;
@@ -76,11 +80,20 @@ void ArgParser::add_false(const std::string& flag, bool* dest, const std::string
 }
 
 void ArgParser::add_unsupported(const std::string& flag, const std::string& why) {
-  auto& sink = impl_->unsupported_sink[flag];
-  CLI::Option* opt = impl_->app.add_option(flag, sink, "not supported yet: " + why)->expected(0, 1 << 20);
+  add_refused(flag, "not supported yet (" + why + ")", true);
+}
+
+void ArgParser::add_rejected(const std::string& flag, const std::string& message) {
+  add_refused(flag, message, false);
+}
+
+void ArgParser::add_refused(const std::string& flag, const std::string& message, bool not_yet) {
+  auto& sink = impl_->refused_sink[flag];
+  CLI::Option* opt =
+      impl_->app.add_option(flag, sink, (not_yet ? "" : "refused: ") + message)->expected(0, 1 << 20);
   opt->default_str("");  // with a captured default string, a value-less flag would count 0
-  impl_->record(flag, opt, false)->group("not supported yet");
-  impl_->unsupported[Impl::first_name(flag)] = why;
+  impl_->record(flag, opt, false)->group(not_yet ? "not supported yet" : "refused");
+  impl_->refused[Impl::first_name(flag)] = {message, not_yet};
 }
 
 void ArgParser::add_compat(const std::string& flag, bool takes_value, const std::string& note) {
@@ -130,15 +143,18 @@ Status ArgParser::parse(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(e.what());
   }
-  for (const auto& [flag, why] : impl_->unsupported) {
-    if (was_set(flag)) return Unimplemented(flag, ": not supported yet (", why, ")");
+  auto refusal = [](const std::string& flag, const Impl::Refusal& r) {
+    return r.not_yet ? Unimplemented(flag, ": ", r.message) : InvalidArgument(flag, ": ", r.message);
+  };
+  for (const auto& [flag, r] : impl_->refused) {
+    if (was_set(flag)) return refusal(flag, r);
   }
   // CLI11 (2.1, with always_capture_default) reports count() == 0 for an option given without
-  // values, so valueless unsupported flags (--fp16, --split-sentences) are also looked up in argv.
+  // values, so valueless refused flags (--fp16, --split-sentences) are also looked up in argv.
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    auto it = impl_->unsupported.find(arg.substr(0, arg.find('=')));
-    if (it != impl_->unsupported.end()) return Unimplemented(it->first, ": not supported yet (", it->second, ")");
+    auto it = impl_->refused.find(arg.substr(0, arg.find('=')));
+    if (it != impl_->refused.end()) return refusal(it->first, it->second);
   }
   return Status::Ok();
 }

@@ -42,6 +42,11 @@ class ArgParser {
   // A Megatron flag that Gale knows but does not implement yet: accepted by the parser (with any
   // number of values) and then rejected by parse() with "<flag>: not supported yet (<why>)".
   void add_unsupported(const std::string& flag, const std::string& why);
+  // A Megatron flag Gale always refuses, with "<flag>: <message>" (InvalidArgument): flags that
+  // Megatron itself rejects as deprecated (--batch-size: use --micro-batch-size) and flags of models
+  // Gale does not build (BERT, T5, retrieval, vision). Accepted with any number of values first, so
+  // that the error names this flag and not its values.
+  void add_rejected(const std::string& flag, const std::string& message);
 
   // A Megatron flag Gale accepts (so existing scripts run) although it changes nothing here, e.g.
   // --attention-softmax-in-fp32 (always true in Gale) or --initial-loss-scale without --fp16.
@@ -70,6 +75,7 @@ class ArgParser {
   std::vector<FlagInfo> flags() const;
 
  private:
+  void add_refused(const std::string& flag, const std::string& message, bool not_yet);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   bool help_requested_ = false;

@@ -238,6 +238,13 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
   p.add_false("--no-save-rng", &a.save_rng, "do not save RNG state");
   p.add_flag("--finetune", &a.finetune, "load weights only; reset iteration, optimizer and RNG");
   p.add_flag("--exit-on-missing-checkpoint", &a.exit_on_missing_checkpoint, "stop if --load has no checkpoint");
+  p.add("--ckpt-step", &a.ckpt_step, "load iter_<N> of the checkpoint directory instead of its latest iteration");
+  p.add("--pretrained-checkpoint", &a.pretrained_checkpoint,
+        "when --load holds no checkpoint, load this one's weights as --finetune does (iteration 0)");
+  p.add_flag("--override-opt_param-scheduler", &a.override_opt_param_scheduler,
+             "on --load, keep this run's learning-rate and weight-decay schedule flags");
+  p.add_flag("--use-checkpoint-opt_param-scheduler", &a.use_checkpoint_opt_param_scheduler,
+             "on --load, take the learning-rate and weight-decay schedule from the checkpoint");
   p.add("--ckpt-format", &a.ckpt_format,
         "Megatron's checkpoint format (torch, torch_dist, zarr, torch_dcp, fsdp_dtensor): accepted, but Gale always "
         "writes its own sharded safetensors format (docs/formats/checkpoint.md)");
@@ -282,70 +289,6 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.add_flag("--log-world-size-to-tensorboard", &a.log_world_size_to_tensorboard, "write world-size to TensorBoard");
 }
 
-void add_unsupported_megatron_args(ArgParser& p) {
-  struct Entry {
-    const char* flag;
-    const char* why;
-  };
-  static const Entry entries[] = {
-      {"--wandb-project", "Weights & Biases logging"},
-      {"--tp-comm-overlap", "TP communication overlap"},
-      {"--split-sentences", "sentence splitting"},
-      {"--fp8-format", "FP8 training"},
-      {"--use-legacy-models", "legacy Megatron models (Gale implements the MCore GPT model)"},
-      {"--spec", "custom layer specs"},
-      {"--encoder-num-layers", "encoder-decoder models"},
-      {"--num-distributed-optimizer-instances", "several distributed-optimizer instances"},
-      {"--data-parallel-random-init", "different initialisation per data-parallel rank"},
-  };
-  for (const auto& e : entries) p.add_unsupported(e.flag, e.why);
-  // Flags of existing Megatron/MindSpeed scripts that change nothing in Gale: accepted, and
-  // reported at start-up with the reason.
-  struct Compat {
-    const char* flag;
-    bool takes_value;
-    const char* note;
-  };
-  static const Compat compat[] = {
-      {"--use-mcore-models", false, "Gale implements the Megatron-Core GPT model"},
-      {"--attention-softmax-in-fp32", false, "Gale always computes the attention softmax in fp32"},
-      {"--no-masked-softmax-fusion", false,
-       "Gale has no separate masked-softmax kernel; fused attention is --use-flash-attn"},
-      {"--no-gradient-accumulation-fusion", false,
-       "Gale always writes weight gradients straight into the fp32 gradient buffer"},
-      {"--no-create-attention-mask-in-dataloader", false, "Gale never materialises attention masks"},
-      {"--no-bias-swiglu-fusion", false, "the fused SwiGLU kernel is --use-fused-swiglu (MindSpeed)"},
-      {"--no-rope-fusion", false, "the fused RoPE kernel is --use-fused-rotary-pos-emb (MindSpeed)"},
-      {"--no-persist-layer-norm", false, "Gale has one fused LayerNorm kernel (level 1)"},
-      {"--fp16-lm-cross-entropy", false, "Gale computes the cross entropy in fp32 from f32 logits"},
-      {"--accumulate-allreduce-grads-in-fp32", false, "Gale always accumulates and reduces gradients in fp32"},
-      {"--apply-query-key-layer-scaling", false,
-       "Gale computes the attention softmax in fp32, where this scaling changes nothing"},
-      {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},
-      {"--deterministic-mode", false,
-       "Gale's kernels and reductions are deterministic for a given layout and thread count"},
-      {"--auto-detect-ckpt-format", false, "Gale reads its own checkpoint format (docs/formats/checkpoint.md)"},
-      {"--ckpt-fully-parallel-load", false, "every rank reads only the tensor pieces it holds"},
-      {"--no-ckpt-fully-parallel-save", false, "every rank writes the shard of the pieces it holds"},
-      {"--use-persistent-ckpt-worker", false,
-       "Gale writes each --async-save from a background thread of the training process"},
-      {"--no-overlap-p2p-communication", false,
-       "Gale's pipeline sends are non-blocking and its receives posted ahead (schedule/pipeline_p2p.h)"},
-      {"--moe-permute-fusion", false, "Gale's dispatcher permutes tokens in one gather pass"},
-      {"--moe-per-layer-logging", false,
-       "per-layer MoE losses are not logged separately; the log line shows their mean over layers"},
-      {"--attention-backend", true,
-       "Gale has one attention kernel per level: the reference, or flash attention with --use-flash-attn"},
-  };
-  p.group("compatibility");
-  for (const auto& c : compat) p.add_compat(c.flag, c.takes_value, c.note);
-  // Implementation choices: Gale has one transformer implementation, which stands for both.
-  static std::string transformer_impl = "transformer_engine";
-  p.group("model");
-  p.add_choice("--transformer-impl", &transformer_impl, {"local", "transformer_engine"},
-               "accepted for compatibility: Gale has one implementation of both");
-}
-
 void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_model_args(p, a.model);
   add_training_args(p, a.training);
@@ -357,7 +300,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_moe_args(p, a.moe);
   add_lora_args(p, a.lora);
   add_mla_args(p, a.model);
-  add_unsupported_megatron_args(p);
+  add_megatron_compat_args(p, a.megatron_compat);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -625,6 +568,13 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--save-interval: expected a positive integer, found ", c.save_interval);
   if (c.save.empty() && p.was_set("--save-interval"))
     return InvalidArgument("--save-interval needs --save (the directory to write checkpoints to)");
+  if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler)
+    return InvalidArgument("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are exclusive: "
+                           "the schedule comes from the flags or from the checkpoint");
+  if (c.ckpt_step != kUnset && c.ckpt_step < 0)
+    return InvalidArgument("--ckpt-step: expected an iteration ≥ 0, found ", c.ckpt_step);
+  if (c.ckpt_step != kUnset && c.load.empty() && c.pretrained_checkpoint.empty())
+    return InvalidArgument("--ckpt-step needs --load (or --pretrained-checkpoint): the directory to load from");
   if (std::find(std::begin(kCkptFormats), std::end(kCkptFormats), c.ckpt_format) == std::end(kCkptFormats))
     return InvalidArgument("--ckpt-format: expected one of torch, torch_dist, zarr, torch_dcp, fsdp_dtensor, found '",
                            c.ckpt_format, "'");
@@ -665,6 +615,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   return Status::Ok();
 }
 

@@ -234,6 +234,14 @@ struct CheckpointArgs {
   // copy) and a background thread writes the files; the tracker is written once all ranks finished.
   bool async_save = false;
   bool use_checkpoint_args = false;  // gale generate / evaluate: the model flags come from the checkpoint's args
+  int64_t ckpt_step = kUnset;         // --ckpt-step: load iter_<N> of --load, not the tracker's iteration
+  // --pretrained-checkpoint: loaded as with --finetune when --load holds no checkpoint (Megatron).
+  std::string pretrained_checkpoint;
+  // What a resumed run takes of the saved learning-rate schedule (Megatron's _check_and_set): the
+  // flags' values (override), the checkpoint's (use-checkpoint), or, with neither, the flags' with a
+  // warning for each difference (Megatron stops there).
+  bool override_opt_param_scheduler = false;
+  bool use_checkpoint_opt_param_scheduler = false;
 };
 
 struct LoggingArgs {
@@ -304,6 +312,14 @@ struct LoraArgs {
   bool enabled() const { return !lora_target_modules.empty(); }
 };
 
+// Megatron flags Gale accepts only with the value that changes nothing here
+// (train/arguments_megatron_compat.cc).
+struct MegatronCompatArgs {
+  std::string rerun_mode = "disabled";       // --rerun-mode
+  std::string moe_router_dtype = "fp32";     // --moe-router-dtype
+  std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
+};
+
 struct Arguments {
   ModelArgs model;
   MoeArgs moe;
@@ -314,6 +330,7 @@ struct Arguments {
   TokenizerArgs tokenizer;
   CheckpointArgs checkpoint;
   LoggingArgs logging;
+  MegatronCompatArgs megatron_compat;
 };
 
 void add_model_args(ArgParser& p, ModelArgs& a);
@@ -327,8 +344,13 @@ void add_moe_args(ArgParser& p, MoeArgs& a);
 void add_lora_args(ArgParser& p, LoraArgs& a);
 // --multi-latent-attention and its sizes (Megatron names and defaults; train/arguments_mla.cc).
 void add_mla_args(ArgParser& p, ModelArgs& a);
-// Megatron flags Gale does not implement yet: accepted by the parser, rejected with "not supported yet".
-void add_unsupported_megatron_args(ArgParser& p);
+// Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):
+// accepted with a start-up note where it changes nothing in Gale, "not supported yet" where Gale
+// lacks it, Megatron's own error where Megatron rejects it; no Megatron flag is unknown.
+void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a);
+// The values those flags accept (--rerun-mode disabled, --moe-router-dtype fp32, and
+// --no-position-embedding only with RoPE, as Megatron).
+Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
 
 // Registers all groups above (what `gale pretrain` accepts).
 void add_all_pretrain_args(ArgParser& p, Arguments& a);

@@ -1,0 +1,101 @@
+// Every flag of Megatron's pretrain_gpt.py parser (core_v0.12.1, tests/data/reference/
+// megatron_flags_core_v0.12.1.txt from tools/reference/megatron_flags.py) is known to `gale
+// pretrain`: it runs, is accepted with a start-up note, or is refused with a reason naming it; none
+// is an unknown flag. And the few that Gale accepts only with some values.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "features/registry.h"
+#include "pretrain_cli.h"
+
+namespace gale {
+namespace {
+
+using testing::expect_one_line_error;
+using testing::FlagErrorCase;
+using testing::PretrainCli;
+
+std::vector<std::string> megatron_flags() {
+  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/megatron_flags_core_v0.12.1.txt");
+  std::vector<std::string> flags;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) flags.push_back(line);
+  return flags;
+}
+
+// `gale pretrain`'s parser: the pretrain flags and the features' own (MindSpeed's) flags.
+struct FullCli : PretrainCli {
+  std::unique_ptr<FeatureRegistry> registry = make_feature_registry();
+  FullCli() { registry->register_args(parser); }
+};
+
+TEST(MegatronFlags, NoneIsUnknown) {
+  const std::vector<std::string> flags = megatron_flags();
+  ASSERT_EQ(flags.size(), 456u);
+  for (const std::string& flag : flags) {
+    FullCli cli;
+    const Status st = cli.parse_minimal({flag});
+    if (st.ok()) continue;
+    EXPECT_EQ(st.message().find("unknown flag"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+}
+
+// A refused flag is named first in its one-line error, with or without values after it.
+TEST(MegatronFlags, RefusedFlagsNameThemselves) {
+  for (const char* flag : {"--fp8-recipe", "--use-torch-fsdp2", "--bert-load", "--batch-size", "--profile",
+                           "--calculate-per-token-loss", "--inference-max-requests"}) {
+    for (const std::vector<std::string>& tail : {std::vector<std::string>{}, std::vector<std::string>{"2"}}) {
+      PretrainCli cli;
+      std::vector<std::string> extra = {flag};
+      extra.insert(extra.end(), tail.begin(), tail.end());
+      const Status st = cli.parse_minimal(extra);
+      ASSERT_FALSE(st.ok()) << flag;
+      EXPECT_EQ(st.message().rfind(std::string(flag) + ":", 0), 0u) << st.message();
+    }
+  }
+}
+
+TEST(MegatronFlags, MegatronsOwnErrorsForRemovedFlags) {
+  expect_one_line_error({{"--batch-size", "4"}, 1, "--batch-size: no longer valid, use --micro-batch-size instead"});
+  expect_one_line_error({{"--warmup", "0.1"}, 1, "--warmup: no longer valid, use --lr-warmup-fraction instead"});
+  expect_one_line_error(
+      {{"--model-parallel-size", "2"}, 1, "--model-parallel-size: no longer valid, use --tensor-model-parallel-size"});
+  expect_one_line_error({{"--checkpoint-activations"}, 1, "use --recompute-activations"});
+  expect_one_line_error({{"--no-position-embedding"}, 1, "--no-position-embedding is deprecated, use "
+                                                         "--position-embedding-type (found learned_absolute)"});
+  PretrainCli rope;
+  EXPECT_TRUE(rope.parse_minimal({"--no-position-embedding", "--position-embedding-type", "rope"}).ok());
+}
+
+TEST(MegatronFlags, AcceptedValuesOnly) {
+  for (const std::vector<std::string>& ok : std::vector<std::vector<std::string>>{
+           {"--rerun-mode", "disabled"}, {"--moe-router-dtype", "fp32"}, {"--manual-gc", "--manual-gc-interval", "10"},
+           {"--local-rank", "3"}, {"--cross-entropy-fusion-impl", "te"}, {"--ckpt-step", "5", "--load", "x"},
+           {"--pretrained-checkpoint", "x"}, {"--override-opt_param-scheduler"},
+           {"--use-checkpoint-opt_param-scheduler"}}) {
+    PretrainCli cli;
+    const Status st = cli.parse_minimal(ok);
+    EXPECT_TRUE(st.ok()) << ok[0] << ": " << st.to_string();
+  }
+  PretrainCli notes;
+  ASSERT_TRUE(notes.parse_minimal({"--manual-gc", "--use-cpu-initialization"}).ok());
+  const std::vector<std::string> n = notes.parser.compat_notices();
+  ASSERT_EQ(n.size(), 2u);
+  EXPECT_EQ(n[0].rfind("--manual-gc: Python's garbage collector", 0), 0u) << n[0];  // registration order
+  EXPECT_EQ(n[1].rfind("--use-cpu-initialization: ", 0), 0u) << n[1];
+  for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
+           {{"--rerun-mode", "validate_results"}, 1, "--rerun-mode validate_results: not supported yet"},
+           {{"--rerun-mode", "sometimes"}, 1, "--rerun-mode: expected disabled, validate_results or report_stats"},
+           {{"--moe-router-dtype", "fp64"}, 1, "--moe-router-dtype fp64: not supported yet"},
+           {{"--moe-router-dtype", "bf16"}, 1, "--moe-router-dtype: expected fp32 or fp64, found 'bf16'"},
+           {{"--ckpt-step", "2"}, 1, "--ckpt-step needs --load"},
+           {{"--ckpt-step", "-2", "--load", "x"}, 1, "--ckpt-step: expected an iteration ≥ 0, found -2"},
+           {{"--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler"}, 1, "are exclusive"},
+       })
+    expect_one_line_error(e);
+}
+
+}  // namespace
+}  // namespace gale
