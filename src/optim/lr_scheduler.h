@@ -34,6 +34,8 @@ class LrScheduler {
   int64_t num_steps() const { return num_steps_; }
   void set_num_steps(int64_t n) { num_steps_ = n; }
   const LrSchedule& schedule() const { return s_; }
+  // A checkpoint's schedule (--use-checkpoint-opt_param-scheduler); num_steps is kept.
+  void set_schedule(const LrSchedule& schedule) { s_ = schedule; }
 
  private:
   LrSchedule s_;

@@ -229,23 +229,65 @@ bool in_set(const ParamSpec& s, ParamSet set) {
   return set == ParamSet::kAll || (set == ParamSet::kTrainable) == s.trainable;
 }
 
-// Loads the checkpoint in `dir` (`flag` names it in messages): the parameters of `set`, the
-// optimizer state and scheduler when `load_optim`, the trainer state when `load_trainer`.
-Status load_from(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
-                 TrainerState& state, ParamSet set, bool load_optim, bool load_trainer, bool* loaded) {
+// Megatron's checkpoint_exists: `dir` is given and has a tracker file.
+bool checkpoint_exists(const std::string& dir) {
+  return !dir.empty() && std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt");
+}
+
+// Megatron's OptimizerParamScheduler.load_state_dict: each saved schedule value `sd` against the
+// flags' (in `schedule`). --override-opt_param-scheduler keeps the flags', --use-checkpoint-
+// opt_param-scheduler takes the checkpoint's. With neither, Megatron stops at the first difference;
+// Gale keeps the flags' and warns.
+void restore_schedule(const nlohmann::json& sd, const CheckpointArgs& ca, LrSchedule& schedule) {
+  auto check_and_set = [&](auto& value, const char* key, const char* name) {
+    using T = std::decay_t<decltype(value)>;
+    if (!sd.contains(key)) return;
+    const T saved = sd.at(key).get<T>();
+    if (ca.override_opt_param_scheduler) {
+      print_rank0(str_cat(" > overriding ", name, " value to ", value));
+    } else if (ca.use_checkpoint_opt_param_scheduler) {
+      print_rank0(str_cat(" > using checkpoint value ", saved, " for ", name));
+      value = saved;
+    } else if (saved != value) {
+      warn_rank0(str_cat("the checkpoint's ", name, " is ", saved, ", this run's ", value,
+                         ": using this run's (Megatron stops here unless --override-opt_param-scheduler or "
+                         "--use-checkpoint-opt_param-scheduler is given)"));
+    }
+  };
+  check_and_set(schedule.max_lr, "max_lr", "learning rate");
+  check_and_set(schedule.min_lr, "min_lr", "minimum learning rate");
+  check_and_set(schedule.warmup_steps, "lr_warmup_steps", "warmup iterations");
+  check_and_set(schedule.decay_steps, "lr_decay_steps", "total number of iterations");
+  check_and_set(schedule.decay_style, "lr_decay_style", "learning rate decay style");
+  check_and_set(schedule.start_wd, "start_wd", "start weight decay");
+  check_and_set(schedule.end_wd, "end_wd", "end weight decay");
+  check_and_set(schedule.wd_incr_steps, "wd_incr_steps", "total number of weight decay iterations");
+  check_and_set(schedule.wd_incr_style, "wd_incr_style", "weight decay incr style");
+}
+
+// Loads the checkpoint in `dir` (`flag` names it in messages; iteration `step`, or the tracker's when
+// kUnset): the parameters of `set`, the optimizer state and scheduler when `load_optim`, the trainer
+// state when `load_trainer`.
+Status load_from(const std::string& flag, const std::string& dir, int64_t step, const Arguments& args,
+                 Engine& engine, TrainerState& state, ParamSet set, bool load_optim, bool load_trainer, bool* loaded) {
   Optimizer& optimizer = *engine.optimizer;
   LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
   *loaded = false;
   const std::string tracker = dir + "/latest_checkpointed_iteration.txt";
-  if (!std::filesystem::exists(tracker)) {
+  if (step == kUnset && !std::filesystem::exists(tracker)) {
     if (ca.exit_on_missing_checkpoint)
       return NotFound(flag, " ", dir, ": no checkpoint (", tracker, " does not exist) and --exit-on-missing-checkpoint");
     warn_rank0(str_cat("could not find the metadata file ", tracker,
                        "; will not load any checkpoints and will start from random"));
     return Status::Ok();
   }
-  GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(dir));
+  StatusOr<CheckpointReader> opened =
+      step == kUnset ? CheckpointReader::open(dir) : CheckpointReader::open_iteration(dir, step);
+  if (!opened.ok() && step != kUnset)
+    return NotFound("--ckpt-step ", step, ": ", flag, " ", dir, " has no checkpoint of that iteration (",
+                    opened.status().message(), ")");
+  GALE_ASSIGN_OR_RETURN(CheckpointReader r, std::move(opened));
   print_rank0(str_cat(" loading checkpoint from ", dir, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
@@ -315,6 +357,9 @@ Status load_from(const std::string& flag, const std::string& dir, const Argument
                           "scale starts afresh"));
     }
     GALE_ASSIGN_OR_RETURN(nlohmann::json sch, r.section("opt_param_scheduler"));
+    LrSchedule schedule = scheduler.schedule();
+    restore_schedule(sch, ca, schedule);
+    scheduler.set_schedule(schedule);
     scheduler.set_num_steps(sch.at("num_steps").get<int64_t>());
   }
   // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
@@ -328,19 +373,33 @@ Status load_from(const std::string& flag, const std::string& dir, const Argument
 
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
   const CheckpointArgs& ca = args.checkpoint;
+  // Megatron's load_checkpoint: without a checkpoint in --load, --pretrained-checkpoint's is loaded
+  // as with --finetune (weights only, iteration 0).
+  std::string flag = "--load", dir = ca.load;
+  bool finetune = ca.finetune;
+  if (!ca.pretrained_checkpoint.empty() && !checkpoint_exists(ca.load)) {
+    print_rank0(str_cat("Checkpoint file not found in load directory ", ca.load.empty() ? "(none)" : ca.load,
+                        " attempting to finetune with checkpoint in ", ca.pretrained_checkpoint));
+    if (!checkpoint_exists(ca.pretrained_checkpoint) && ca.ckpt_step == kUnset)
+      return NotFound("--pretrained-checkpoint ", ca.pretrained_checkpoint, ": no checkpoint found in the load "
+                      "directory or the pretrained directory (no latest_checkpointed_iteration.txt in either)");
+    flag = "--pretrained-checkpoint";
+    dir = ca.pretrained_checkpoint;
+    finetune = true;
+  }
   if (!args.lora.enabled())
-    return load_from("--load", ca.load, args, engine, state, ParamSet::kAll, !ca.finetune && ca.load_optim,
-                     !ca.finetune, loaded);
+    return load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kAll, !finetune && ca.load_optim,
+                     !finetune, loaded);
   // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
   // other parameters); --lora-load gives the adapters and resumes their training state.
   *loaded = false;
-  if (!ca.load.empty())
+  if (!dir.empty())
     GALE_RETURN_IF_ERROR(
-        load_from("--load", ca.load, args, engine, state, ParamSet::kFrozen, false, false, loaded));
+        load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kFrozen, false, false, loaded));
   if (args.lora.lora_load.empty()) return Status::Ok();
   bool lora_loaded = false;
-  GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, args, engine, state, ParamSet::kTrainable,
-                                 ca.load_optim, true, &lora_loaded));
+  GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, kUnset, args, engine, state,
+                                 ParamSet::kTrainable, ca.load_optim, true, &lora_loaded));
   *loaded = *loaded || lora_loaded;
   return Status::Ok();
 }

@@ -198,7 +198,7 @@ int pretrain_main(int argc, char** argv) {
     print_rank0(str_cat("setting training iterations to ", trainer.train_iters()));
 
   // ---- checkpoints ----
-  if (!args.checkpoint.load.empty() || !args.lora.lora_load.empty()) {
+  if (!args.checkpoint.load.empty() || !args.checkpoint.pretrained_checkpoint.empty() || !args.lora.lora_load.empty()) {
     bool loaded = false;
     timers("load-checkpoint", 0).start(/*barrier=*/true);
     st = load_checkpoint(args, engine, trainer.state(), &loaded);

@@ -143,6 +143,89 @@ TEST(Resume, FinetuneLoadsWeightsOnly) {
   std::filesystem::remove_all(dir);
 }
 
+// --ckpt-step N loads iter_N of --load, not the tracker's latest, and continues from it exactly.
+TEST(Resume, CkptStepLoadsThatIteration) {
+  const std::string dir = temp_dir("ckpt_step");
+  TrainingRun whole({});
+  std::vector<double> expected = whole.train(6);
+  TrainingRun first({"--save", dir, "--save-interval", "2"});
+  first.train(2);
+  ASSERT_TRUE(first.save().ok());
+  first.train(2);
+  ASSERT_TRUE(first.save().ok());  // the tracker now says 4
+  TrainingRun second({"--load", dir, "--ckpt-step", "2"});
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(second.trainer->state().iteration, 2);
+  std::vector<double> b = second.train(4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b[i], expected[2 + i]) << "iteration " << 3 + i;
+  TrainingRun missing({"--load", dir, "--ckpt-step", "3"});
+  Status st = missing.load(&loaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--ckpt-step 3"), std::string::npos) << st.message();
+  std::filesystem::remove_all(dir);
+}
+
+// --pretrained-checkpoint: used as --finetune when --load holds no checkpoint; ignored when it does.
+TEST(Resume, PretrainedCheckpointFinetunesWhenLoadIsEmpty) {
+  const std::string dir = temp_dir("pretrained"), empty = temp_dir("pretrained_empty");
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  first.train(3);
+  ASSERT_TRUE(first.save().ok());
+  TrainingRun finetune({"--load", dir, "--finetune"});
+  TrainingRun pretrained({"--load", empty, "--pretrained-checkpoint", dir});
+  bool loaded = false;
+  ASSERT_TRUE(finetune.load(&loaded).ok());
+  ASSERT_TRUE(pretrained.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(pretrained.trainer->state().iteration, 0);
+  EXPECT_EQ(pretrained.engine->optimizer->steps_taken(), 0);
+  EXPECT_EQ(pretrained.train(2), finetune.train(2));
+  TrainingRun resumed({"--load", dir, "--pretrained-checkpoint", empty});  // --load has one: a plain resume
+  ASSERT_TRUE(resumed.load(&loaded).ok());
+  EXPECT_EQ(resumed.trainer->state().iteration, 3);
+  TrainingRun neither({"--load", empty, "--pretrained-checkpoint", empty});
+  Status st = neither.load(&loaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--pretrained-checkpoint"), std::string::npos) << st.message();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(empty);
+}
+
+// The saved learning-rate schedule against a resumed run's flags: --use-checkpoint-opt_param-scheduler
+// takes the checkpoint's (and continues exactly), --override-opt_param-scheduler and no flag keep the
+// new flags'.
+TEST(Resume, OptParamSchedulerFromCheckpointOrFlags) {
+  const std::string dir = temp_dir("scheduler");
+  TrainingRun whole({});
+  std::vector<double> expected = whole.train(6);
+  TrainingRun first({"--save", dir, "--save-interval", "3"});
+  first.train(3);
+  ASSERT_TRUE(first.save().ok());
+  const std::vector<std::string> other_schedule = {"--load", dir, "--lr", "1e-3", "--lr-decay-style", "linear",
+                                                   "--lr-warmup-iters", "1", "--min-lr", "1e-5"};
+  TrainingRun from_checkpoint(testing::join({other_schedule, {"--use-checkpoint-opt_param-scheduler"}}));
+  bool loaded = false;
+  ASSERT_TRUE(from_checkpoint.load(&loaded).ok());
+  const LrSchedule& s = from_checkpoint.engine->scheduler->schedule();
+  EXPECT_DOUBLE_EQ(s.max_lr, 3e-3);
+  EXPECT_DOUBLE_EQ(s.min_lr, 0.0);
+  EXPECT_EQ(s.decay_style, "cosine");
+  EXPECT_DOUBLE_EQ(s.warmup_steps, 2 * 4);  // samples: --lr-warmup-iters 2 x global batch 4
+  std::vector<double> b = from_checkpoint.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--override-opt_param-scheduler"},
+                                                std::vector<std::string>{}}) {
+    TrainingRun from_flags(testing::join({other_schedule, extra}));
+    ASSERT_TRUE(from_flags.load(&loaded).ok());
+    EXPECT_DOUBLE_EQ(from_flags.engine->scheduler->schedule().max_lr, 1e-3);
+    EXPECT_EQ(from_flags.engine->scheduler->schedule().decay_style, "linear");
+    EXPECT_EQ(from_flags.engine->scheduler->num_steps(), 3 * 4);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // --noop-layers: the checkpoint has no tensors for the noop layer, a run with the same flag resumes
 // from it, one without it is told what is missing; the FLOPs of the log line count real layers.
 TEST(Resume, NoopLayersCheckpointAndFlops) {
