@@ -7,8 +7,7 @@
 
 namespace gale {
 
-double LrScheduler::lr() const {
-  const double max_lr = s_.max_lr, min_lr = s_.min_lr;
+double LrScheduler::lr(double max_lr, double min_lr) const {
   const double n = static_cast<double>(num_steps_);
   if (s_.warmup_steps > 0 && n <= s_.warmup_steps) return s_.init_lr + (max_lr - s_.init_lr) * n / s_.warmup_steps;
   if (s_.decay_style == "constant") return max_lr;

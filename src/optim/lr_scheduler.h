@@ -28,7 +28,10 @@ class LrScheduler {
  public:
   explicit LrScheduler(const LrSchedule& schedule) : s_(schedule) {}
 
-  double lr() const;            // at the current num_steps
+  double lr() const { return lr(s_.max_lr, s_.min_lr); }  // at the current num_steps
+  // The same schedule between other bounds (Megatron's per-param-group max_lr / min_lr, e.g.
+  // --decoupled-lr / --decoupled-min-lr): warmup from init_lr, then decay from max_lr to min_lr.
+  double lr(double max_lr, double min_lr) const;
   double weight_decay() const;  // at the current num_steps
   void step(int64_t increment) { num_steps_ += increment; }
   int64_t num_steps() const { return num_steps_; }

@@ -84,7 +84,8 @@ double Optimizer::norm_of(bool grads) const {
 double Optimizer::grad_norm() const { return norm_of(true); }
 double Optimizer::params_norm() const { return norm_of(false); }
 
-StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale, Timers* timers) {
+StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale, Timers* timers,
+                           std::optional<double> decoupled_lr) {
   StepResult r;
   if (inv_grad_scale != 1.0f) {
     // Megatron's unscale-and-check-inf; the check for non-finite values is the norm's below.
@@ -117,7 +118,6 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   const double coeff = config_.clip_grad > 0.0 ? config_.clip_grad / (r.grad_norm + 1e-6) : 1.0;
   ++step_;
   AdamWHyper h;
-  h.lr = static_cast<float>(lr);
   h.beta1 = static_cast<float>(config_.beta1);
   h.beta2 = static_cast<float>(config_.beta2);
   h.eps = static_cast<float>(config_.eps);
@@ -130,7 +130,11 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       float* p = params + seg.begin;
       float* g = grads + seg.begin;
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
+      const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
+                             b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
+      const double seg_lr = decoupled ? *decoupled_lr : lr;
       if (config_.type == "adam") {
+        h.lr = static_cast<float>(seg_lr);
         h.weight_decay = param_wd;
         h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
         ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset,
@@ -138,7 +142,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       } else {
         if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
         sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset : nullptr, seg.numel,
-                     static_cast<float>(lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
+                     static_cast<float>(seg_lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
       }
     }
   }

@@ -46,6 +46,9 @@ struct OptimizedBuffer {
   // Distributed optimizer: the disjoint ranges of the flat buffer this rank updates (its shard of
   // every bucket; possibly none). nullopt: the whole buffer.
   std::optional<std::vector<FlatRange>> owned;
+  // --decoupled-lr: the parameters updated with the decoupled rate (Megatron's
+  // is_embedding_or_output_parameter: the word embedding and the output layer); empty = none.
+  std::vector<bool> decoupled_lr;
 };
 
 // Expert parallelism: the groups over which the expert-parallel parameters' (ParamSpec::
@@ -94,8 +97,10 @@ class Optimizer {
   // `timers` (may be null) times Megatron's level-1 phases: optimizer-unscale-and-check-inf (when
   // `inv_grad_scale` is not 1), optimizer-clip-main-grad (the norm and, for SGD, the clipping),
   // optimizer-count-zeros and optimizer-inner-step.
+  // `decoupled_lr` (--decoupled-lr) replaces `lr` for the parameters OptimizedBuffer::decoupled_lr
+  // marks.
   StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f,
-                  Timers* timers = nullptr);
+                  Timers* timers = nullptr, std::optional<double> decoupled_lr = std::nullopt);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

@@ -101,6 +101,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd"}, "optimizer (adam is AdamW)");
   p.add("--lr", &a.lr, "peak learning rate (required)");
   p.add("--min-lr", &a.min_lr, "minimum learning rate");
+  p.add("--decoupled-lr", &a.decoupled_lr,
+        "peak learning rate of the word embedding and the output layer (the same schedule as --lr)");
+  p.add("--decoupled-min-lr", &a.decoupled_min_lr, "minimum of that learning rate (default: --min-lr)");
   p.add_choice("--lr-decay-style", &a.lr_decay_style, {"constant", "linear", "cosine", "inverse-square-root", "WSD"},
                "learning-rate decay");
   p.add("--lr-decay-iters", &a.lr_decay_iters, "iterations to decay over; default --train-iters");
@@ -492,6 +495,14 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   if (!(t.lr >= 0.0)) return InvalidArgument("--lr: expected a non-negative number, found ", t.lr);
   if (!(t.min_lr >= 0.0)) return InvalidArgument("--min-lr: expected a non-negative number, found ", t.min_lr);
   if (t.min_lr > t.lr) return InvalidArgument("--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
+  if (!std::isnan(t.decoupled_lr) && !(t.decoupled_lr >= 0.0))
+    return InvalidArgument("--decoupled-lr: expected a non-negative number, found ", t.decoupled_lr);
+  if (!std::isnan(t.decoupled_min_lr)) {
+    if (std::isnan(t.decoupled_lr))
+      return InvalidArgument("--decoupled-min-lr needs --decoupled-lr (the rate it is the minimum of)");
+    if (!(t.decoupled_min_lr >= 0.0))
+      return InvalidArgument("--decoupled-min-lr: expected a non-negative number, found ", t.decoupled_min_lr);
+  }
   if (t.lr_warmup_init > t.lr) return InvalidArgument("--lr-warmup-init ", t.lr_warmup_init, " must not exceed --lr ", t.lr);
   {
     // Megatron's scheduler asserts warmup < decay steps and decay steps > 0.

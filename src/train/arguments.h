@@ -111,6 +111,9 @@ struct TrainingArgs {
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
   double lr = kUnsetF;
   double min_lr = 0.0;
+  // --decoupled-lr / --decoupled-min-lr: the peak and floor of the word embedding's and output
+  // layer's rate (the same schedule; the floor defaults to --min-lr). NaN: not given.
+  double decoupled_lr = kUnsetF, decoupled_min_lr = kUnsetF;
   std::string lr_decay_style = "linear";
   int64_t lr_decay_iters = kUnset;
   int64_t lr_decay_samples = kUnset;

@@ -62,7 +62,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"taking arguments from the checkpoint (gale generate and gale evaluate have --use-checkpoint-args)",
        {"--use-checkpoint-args", "--use-mp-args-from-checkpoint-args", "--no-use-tokenizer-model-from-checkpoint-args"}},
       {"per-token loss normalisation across micro-batches", {"--calculate-per-token-loss"}},
-      {"a separate learning rate for the embedding and output layer", {"--decoupled-lr", "--decoupled-min-lr"}},
       {"learning-rate multipliers for head parameters", {"--head-lr-mult"}},
       {"skipping iterations", {"--iterations-to-skip"}},
       {"residual connections from the layernorm output", {"--apply-residual-connection-post-layernorm"}},

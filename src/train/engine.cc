@@ -1,6 +1,8 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
 
+#include <cmath>
+
 #include "train/model_setup.h"
 
 namespace gale {
@@ -151,6 +153,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         if (es) es->on_params_needed(ids);
       });
     OptimizedBuffer buffer{&model->params(), norm_counting(*model), std::nullopt};
+    if (!std::isnan(args.training.decoupled_lr)) {  // Megatron's is_embedding_or_output_parameter
+      buffer.decoupled_lr.assign(static_cast<size_t>(model->params().size()), false);
+      for (int id : {model->word_embedding_id(), model->output_weight_id()})
+        if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
+    }
     if (par.use_distributed_optimizer) {
       buffer.owned = s->owned_ranges();
       if (es)

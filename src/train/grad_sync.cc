@@ -111,8 +111,9 @@ void finalize_model_grads(Engine& engine) {
   update_router_expert_bias(engine.ps, chunks);
 }
 
-StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale) {
-  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers);
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale,
+                          std::optional<double> decoupled_lr) {
+  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers, decoupled_lr);
   if (!r.applied) return r;
   // Megatron times the distributed optimizer's all-gather when it runs here (not deferred to the
   // next forward by --overlap-param-gather).

@@ -36,7 +36,8 @@ void finalize_model_grads(Engine& engine);
 // shards — deferred to the next forward with --overlap-param-gather.
 // `inv_grad_scale`: --fp16's 1 / loss scale (Optimizer::step), else 1. Times the optimizer's phases
 // and params-all-gather (distributed optimizer without --overlap-param-gather) with engine.timers.
-StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale = 1.0f);
+StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale = 1.0f,
+                          std::optional<double> decoupled_lr = std::nullopt);
 
 // Completes every parameter all-gather still pending (before reading all parameters: saving a
 // checkpoint, comparing them). A no-op without the distributed optimizer.

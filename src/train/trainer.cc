@@ -70,6 +70,12 @@ void Trainer::reduce_mtp_losses(IterationResult* r) const {
   r->mtp_losses = sums;
 }
 
+std::optional<double> Trainer::decoupled_learning_rate() const {
+  const TrainingArgs& t = args_.training;
+  if (std::isnan(t.decoupled_lr)) return std::nullopt;
+  return engine_->scheduler->lr(t.decoupled_lr, std::isnan(t.decoupled_min_lr) ? t.min_lr : t.decoupled_min_lr);
+}
+
 FlopsModel Trainer::flops_model() const {
   const ModelArgs& m = args_.model;
   FlopsModel f;
@@ -213,7 +219,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   LrScheduler& scheduler = *engine_->scheduler;
   ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
-                          scaler ? scaler->inv_scale() : 1.0f);
+                          scaler ? scaler->inv_scale() : 1.0f, decoupled_learning_rate());
   if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
   {
     // --bf16/--fp16: the GEMM copy of the new weights (Megatron's copy of the main params to the model's).
@@ -359,6 +365,7 @@ Status Trainer::run() {
       s.iteration = state_.iteration;
       s.consumed_samples = state_.consumed_train_samples;
       s.learning_rate = engine_->scheduler->lr();
+      s.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       s.batch_size = r.global_batch_size;
       s.world_size = engine_->ps.world_size();
       s.lm_loss = loss;
@@ -402,6 +409,7 @@ Status Trainer::run() {
       f.log_throughput = l.log_throughput;
       f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));
       f.learning_rate = engine_->scheduler->lr();
+      f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,10 @@ class Trainer {
   StatusOr<double> evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters);
 
   FlopsModel flops_model() const;
+
+  // --decoupled-lr: the word embedding's and output layer's rate at the scheduler's current step
+  // (the schedule between --decoupled-lr and --decoupled-min-lr, default --min-lr); nullopt without.
+  std::optional<double> decoupled_learning_rate() const;
 
  private:
   // The samples of this data-parallel rank's micro-batch that starts after `consumed` samples of

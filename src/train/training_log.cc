@@ -45,6 +45,7 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" elapsed time per iteration (ms): %.1f |", f.elapsed_ms_per_iteration);
   if (f.log_throughput) add(" throughput per GPU (TFLOP/s/GPU): %.1f |", f.tflops_per_gpu);
   add(" learning rate: %.6E |", f.learning_rate);
+  if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
   if (f.load_balancing_loss > 0.0)
@@ -69,6 +70,8 @@ void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& 
     w.add_scalar(tag + " vs samples", v, samples);
   };
   if (flags.learning_rate) both("learning-rate", s.learning_rate);
+  if (flags.learning_rate && s.decoupled_learning_rate >= 0.0)
+    w.add_scalar("decoupled-learning-rate", s.decoupled_learning_rate, it);
   if (flags.batch_size) both("batch-size", static_cast<double>(s.batch_size));
   both("lm loss", s.lm_loss);
   if (flags.loss_scale) both("loss-scale", s.loss_scale);

@@ -32,6 +32,7 @@ struct TrainingLogFields {
   bool log_throughput = false;
   double tflops_per_gpu = 0.0;
   double learning_rate = 0.0;
+  double decoupled_learning_rate = -1.0;  // printed after it when >= 0 (--decoupled-lr)
   int64_t global_batch_size = 0;
   double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
   // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
@@ -55,6 +56,7 @@ struct TrainingLogFields {
 struct TensorBoardTrainingScalars {
   int64_t iteration = 0, consumed_samples = 0;
   double learning_rate = 0.0;
+  double decoupled_learning_rate = -1.0;  // 'decoupled-learning-rate' when >= 0 (--decoupled-lr)
   int64_t batch_size = 0, world_size = 1;
   double lm_loss = 0.0;  // this iteration's
   double loss_scale = 1.0;

@@ -44,6 +44,20 @@ TEST(LrScheduler, Cosine) {
   EXPECT_NEAR(sch.lr(), 1e-4 + 0.5 * (std::cos(M_PI * 0.25) + 1.0) * 9e-4, 1e-15);
 }
 
+// --decoupled-lr: the same warmup and decay between other bounds (Megatron's per-group max/min).
+TEST(LrScheduler, OtherBoundsFollowTheSameSchedule) {
+  LrSchedule s = base();
+  s.decay_style = "cosine";
+  LrScheduler sch(s);
+  sch.set_num_steps(10);  // warmup: from init_lr 0 towards the group's max
+  EXPECT_DOUBLE_EQ(sch.lr(5e-3, 5e-4), 5e-3 * 10 / 20);
+  sch.set_num_steps(40);
+  EXPECT_NEAR(sch.lr(5e-3, 5e-4), 5e-4 + 0.5 * (std::cos(M_PI * 0.25) + 1.0) * 4.5e-3, 1e-15);
+  EXPECT_EQ(sch.lr(s.max_lr, s.min_lr), sch.lr());
+  sch.set_num_steps(101);
+  EXPECT_DOUBLE_EQ(sch.lr(5e-3, 5e-4), 5e-4);
+}
+
 TEST(LrScheduler, ConstantAndInverseSquareRoot) {
   LrSchedule s = base();
   s.decay_style = "constant";

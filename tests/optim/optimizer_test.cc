@@ -150,6 +150,31 @@ TEST(ShardedOptimizerNorm, ClippingScalesOnlyOwnedGradients) {
     EXPECT_FLOAT_EQ(g[i], (i >= 3 && i < 9) ? before[i] * coeff : before[i]) << "element " << i;
 }
 
+// --decoupled-lr: the marked parameters step with the decoupled rate, the others with lr, each as an
+// optimizer given only that rate would.
+TEST_P(ShardedOptimizer, DecoupledParametersUseTheirOwnRate) {
+  const OpTable ops = reference_ops();
+  ParamBuffer mixed = make_buffer(), plain = make_buffer(), fast = make_buffer();
+  OptimizedBuffer marked{&mixed, {}, std::nullopt};
+  marked.decoupled_lr = {false, true, false};  // the bias
+  Optimizer a(config(GetParam()), {marked}, &ops, make_self_communicator("mp"));
+  Optimizer b(config(GetParam()), &plain, &ops, make_self_communicator("mp"));
+  Optimizer c(config(GetParam()), &fast, &ops, make_self_communicator("mp"));
+  for (int step = 0; step < 2; ++step) {
+    for (ParamBuffer* pb : {&mixed, &plain, &fast}) set_grads(*pb, step);
+    ASSERT_TRUE(a.step(1e-2, 0.1, false, 1.0f, nullptr, 5e-2).applied);
+    ASSERT_TRUE(b.step(1e-2, 0.1).applied);
+    ASSERT_TRUE(c.step(5e-2, 0.1).applied);
+  }
+  const ParamBuffer& with_bias_rate = fast;
+  for (int id = 0; id < mixed.size(); ++id) {
+    const ParamBuffer& expected = id == 1 ? with_bias_rate : plain;
+    for (int64_t i = 0; i < mixed.spec(id).local_numel(); ++i)
+      EXPECT_EQ(mixed.param_data(id)[i], expected.param_data(id)[i]) << mixed.spec(id).name << " element " << i;
+  }
+  EXPECT_NE(plain.param_data(1)[0], fast.param_data(1)[0]);  // the rates differ visibly
+}
+
 TEST(ShardedOptimizerNorm, AdamFoldsClippingIntoTheUpdate) {
   const OpTable ops = reference_ops();
   ParamBuffer clipped = make_buffer(), prescaled = make_buffer();

@@ -47,6 +47,12 @@ TEST(TrainingLog, OptionalFields) {
   EXPECT_EQ(line.find("lm loss"), std::string::npos);
   EXPECT_NE(line.find(" num zeros: 12 | params norm: 250.125 |"), std::string::npos) << line;
   EXPECT_NE(line.find(" number of skipped iterations:   1 | number of nan iterations:   1 |"), std::string::npos);
+  EXPECT_EQ(line.find("decoupled"), std::string::npos);
+  f.decoupled_learning_rate = 2.5e-5;  // --decoupled-lr: right after the learning rate, as Megatron
+  line = format_training_log_line(f);
+  EXPECT_NE(line.find(" learning rate: 1.000000E-04 | decoupled learning rate: 2.500000E-05 | global batch size:"),
+            std::string::npos)
+      << line;
 }
 
 TEST(TrainingLog, ValidationBlock) {
