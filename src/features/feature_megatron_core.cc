@@ -23,7 +23,7 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"expert-parallel", "--expert-model-parallel-size", FeatureModule::kMegatron, 0,
        "Megatron-Core expert parallelism (alltoall and allgather token dispatchers)",
        "each rank holds E/EP experts; tokens exchanged all-to-all; expert gradients reduced over expert-DP", true,
-       [](const Arguments& a) { return a.parallel.expert_model_parallel_size > 1; }});
+       [](const Arguments& a) { return expert_grid_ep_size(a) > 1; }});
   add({"virtual-pipeline", "--num-layers-per-virtual-pipeline-stage", FeatureModule::kMegatron, 0,
        "Megatron interleaved 1F1B", "several model chunks per pipeline rank (interleaved schedule)", true,
        [](const Arguments& a) {

@@ -35,8 +35,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "distributed-optimizer checkpoint gather over the main backend"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
-      {"moe-tp-extend-ep", FeatureModule::kKeyScenarios, "MoETpExtendEpFeature (L2)",
-       "split experts (not expert weights) over TP ranks"},
       {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},
       {"op-cal-tflops", FeatureModule::kKeyScenarios, "TflopsCalculateFeature (L2)", "per-operator FLOP accounting"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",

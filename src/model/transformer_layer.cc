@@ -234,9 +234,11 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
     const int64_t etp = part.etp ? part.etp->size() : 1, etp_rank = part.etp ? part.etp->rank() : 0;
     // Under TP the router's gradient is partial per TP rank (its own tokens), and so are whole
-    // experts' (--expert-tensor-parallel-size 1): both all-reduced over TP.
+    // experts' replicated on every TP rank (--expert-tensor-parallel-size 1 without EP): both
+    // all-reduced over TP. Under EP the experts are reduced over expert-DP only (Megatron): with
+    // expert TP 1 the TP ranks then hold different experts.
     w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
-                                part.tp_size() > 1 && etp == 1);
+                                part.tp_size() > 1 && etp == 1 && part.ep_size() == 1);
     w.shared = register_shared_expert_params(pb, c, part, layer);
     return w;
   }

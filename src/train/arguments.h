@@ -294,7 +294,13 @@ struct MoeArgs {
   bool moe_grouped_gemm = false;
   int64_t moe_ffn_hidden_size = kUnset;  // -> --ffn-hidden-size
   std::string moe_layer_freq = "1";      // int k (layer i is MoE iff i % k == 0) or a list "[1,0,1,...]"
-  int64_t expert_tensor_parallel_size = kUnset;  // -> --tensor-model-parallel-size
+  int64_t expert_tensor_parallel_size = kUnset;  // -> --tensor-model-parallel-size (1 under --moe-tp-extend-ep)
+  // MindSpeed's --moe-tp-extend-ep (features/feature_moe_tp_extend_ep.cc): the TP ranks split the
+  // experts instead of their weights, i.e. Megatron's --expert-tensor-parallel-size 1 with an
+  // expert-parallel size of TP x --expert-model-parallel-size on the same ranks
+  // (expert_grid_ep_size).
+  bool moe_tp_extend_ep = false;
+  bool moe_permutation_async_comm = false;  // accepted (MindSpeed requires it with --moe-tp-extend-ep); no effect
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
@@ -367,6 +373,9 @@ Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
 Status validate_moe_args(Arguments& a, const ArgParser& p);
+// The expert generator's expert-parallel size (the ranks a MoE layer's experts are spread over):
+// --expert-model-parallel-size, times --tensor-model-parallel-size under --moe-tp-extend-ep.
+int64_t expert_grid_ep_size(const Arguments& a);
 // The router flags of a MoE model (scaling factor, expert bias, groups, capacity); part of
 // validate_moe_args.
 Status validate_moe_router_args(MoeArgs& m);

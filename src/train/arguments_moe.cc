@@ -51,6 +51,13 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
         "MoE layers: int k (layer i is MoE iff i % k == 0) or a list such as \"[1,0,1,1]\" or \"([0]+[1]*3)\"");
   p.add("--expert-tensor-parallel-size", &a.expert_tensor_parallel_size,
         "tensor-parallel size of the experts; default --tensor-model-parallel-size (1 or the default)");
+  p.add_flag("--moe-tp-extend-ep", &a.moe_tp_extend_ep,
+             "MindSpeed: the TP ranks split the experts instead of their weights (= --expert-tensor-parallel-size 1 "
+             "with expert-parallel size TP x --expert-model-parallel-size); needs alltoall, --moe-grouped-gemm, "
+             "--moe-permutation-async-comm and no --moe-expert-capacity-factor");
+  p.add_flag("--moe-permutation-async-comm", &a.moe_permutation_async_comm,
+             "accepted (MindSpeed overlaps the allgather dispatcher's permutation all-gathers; required with "
+             "--moe-tp-extend-ep); no effect in Gale");
   p.add("--moe-shared-expert-intermediate-size", &a.moe_shared_expert_intermediate_size,
         "total FFN size of the shared experts every MoE layer adds to the routed ones (needs --disable-bias-linear)");
   p.add_flag("--moe-shared-expert-gate", &a.moe_shared_expert_gate,
@@ -206,6 +213,47 @@ Status validate_moe_recompute_modules(const Arguments& a) {
   return Status::Ok();
 }
 
+namespace {
+
+// MindSpeed's MoETpExtendEpFeature.validate_args, then the mapping: experts whole (expert TP 1),
+// spread over TP x EP ranks (expert_grid_ep_size).
+Status validate_moe_tp_extend_ep(Arguments& a) {
+  MoeArgs& m = a.moe;
+  const ParallelArgs& par = a.parallel;
+  const int64_t tp = par.tensor_model_parallel_size, ep = par.expert_model_parallel_size;
+  if (m.num_experts % (tp * ep) != 0)
+    return InvalidArgument("--moe-tp-extend-ep: expected --num-experts ", m.num_experts,
+                           " divisible by --tensor-model-parallel-size ", tp, " x --expert-model-parallel-size ", ep,
+                           " = ", tp * ep);
+  if (!m.moe_permutation_async_comm || !m.moe_grouped_gemm)
+    return InvalidArgument("--moe-tp-extend-ep needs --moe-permutation-async-comm and --moe-grouped-gemm (as MindSpeed), "
+                           "found ", m.moe_permutation_async_comm ? "" : "no --moe-permutation-async-comm",
+                           !m.moe_permutation_async_comm && !m.moe_grouped_gemm ? " and " : "",
+                           m.moe_grouped_gemm ? "" : "no --moe-grouped-gemm");
+  if (!unset(m.moe_expert_capacity_factor) && m.moe_expert_capacity_factor >= 0.0)
+    return InvalidArgument("--moe-tp-extend-ep: expected no --moe-expert-capacity-factor (dropless, as MindSpeed), found ",
+                           m.moe_expert_capacity_factor);
+  if (m.moe_token_dispatcher_type != "alltoall")
+    return InvalidArgument("--moe-tp-extend-ep: expected --moe-token-dispatcher-type alltoall (as MindSpeed), found ",
+                           m.moe_token_dispatcher_type);
+  if (m.expert_tensor_parallel_size != kUnset && m.expert_tensor_parallel_size != 1)
+    return InvalidArgument("--moe-tp-extend-ep: expected --expert-tensor-parallel-size 1 or unset (the experts are not "
+                           "split), found ", m.expert_tensor_parallel_size);
+  const int64_t grid = tp * ep * par.pipeline_model_parallel_size;
+  if (par.world_size % grid != 0)
+    return InvalidArgument("--moe-tp-extend-ep: world size ", par.world_size,
+                           " is not divisible by --tensor-model-parallel-size ", tp, " x --expert-model-parallel-size ",
+                           ep, " x --pipeline-model-parallel-size ", par.pipeline_model_parallel_size, " = ", grid);
+  m.expert_tensor_parallel_size = 1;
+  return Status::Ok();
+}
+
+}  // namespace
+
+int64_t expert_grid_ep_size(const Arguments& a) {
+  return a.parallel.expert_model_parallel_size * (a.moe.moe_tp_extend_ep ? a.parallel.tensor_model_parallel_size : 1);
+}
+
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
   GALE_RETURN_IF_ERROR(validate_moe_recompute_modules(a));
@@ -221,7 +269,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                              "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
                              "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
-                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps"})
+                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
@@ -255,17 +303,12 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (tp > 1 && !par.sequence_parallel)
     return InvalidArgument("--num-experts with --tensor-model-parallel-size ", tp,
                            ": expected --sequence-parallel (MoE under TP routes each rank's own tokens), found it off");
-  if (par.context_parallel_size > 1 && ep > 1)
-    return Unimplemented("--expert-model-parallel-size ", ep, " with --context-parallel-size ",
-                         par.context_parallel_size, " and --num-experts: not supported yet (one of them must be 1)");
+  if (m.moe_tp_extend_ep) GALE_RETURN_IF_ERROR(validate_moe_tp_extend_ep(a));
   if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
   const int64_t etp = m.expert_tensor_parallel_size;
   if (etp != tp && etp != 1)
     return Unimplemented("--expert-tensor-parallel-size ", etp,
                          " with --num-experts: not supported yet (expected 1 or --tensor-model-parallel-size ", tp, ")");
-  if (etp == 1 && tp > 1 && ep > 1)
-    return Unimplemented("--expert-tensor-parallel-size 1 with --tensor-model-parallel-size ", tp,
-                         " and --expert-model-parallel-size ", ep, ": not supported yet (expected the default, ", tp, ")");
   if (m.moe_ffn_hidden_size % etp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
                            ": expected a multiple of --expert-tensor-parallel-size ", etp);

@@ -201,7 +201,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   par.data_parallel_size = world_size / model_parallel;
   GALE_RETURN_IF_ERROR(validate_context_parallel(a));
   const int64_t ep = par.expert_model_parallel_size;
-  if (ep > 1) {  // the expert generator: world = ETP·EP·expert-DP·PP (ETP = 1: MoE refuses TP)
+  if (ep > 1) {  // the expert generator: world = ETP·EP·expert-DP·PP (ETP: compute_rank_layout checks it)
     const int64_t epp = ep * par.pipeline_model_parallel_size;
     if (world_size % epp != 0)
       return InvalidArgument("world size ", world_size, " is not divisible by --expert-model-parallel-size ", ep,

@@ -51,8 +51,9 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
 // Whether this rank writes the pieces of parameter `id`: one copy of every piece in the job.
 bool writes(const ParallelState& ps, const GPTModel& model, int id) {
   const ParamSpec& s = model.params().spec(id);
-  // An expert under expert parallelism is held by one EP rank of each expert-DP group.
-  if (s.expert_parallel) return ps.coords().edp == 0;
+  // An expert under expert parallelism is held by one EP rank of each expert-DP group (its
+  // unsplit tensors by expert-TP rank 0 of those).
+  if (s.expert_parallel) return ps.coords().edp == 0 && (s.split_dim >= 0 || ps.coords().etp == 0);
   if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
   if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;  // TP replicas
   // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
@@ -66,7 +67,10 @@ bool writes(const ParallelState& ps, const GPTModel& model, int id) {
 bool writes_state(const ParallelState& ps, const GPTModel& model, int id, bool sharded) {
   if (!sharded) return writes(ps, model, id);
   const ParamSpec& s = model.params().spec(id);
-  if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;
+  // Replicas over TP; for expert-parallel experts over expert-TP (with expert TP 1 the TP ranks
+  // hold different experts).
+  const int64_t tp_rank = s.expert_parallel ? ps.coords().etp : model.partition().tp_rank();
+  if (s.split_dim < 0 && tp_rank != 0) return false;
   return model.partition().pre_process || s.name != "embedding.word_embeddings.weight";
 }
 

@@ -72,7 +72,12 @@ std::vector<bool> norm_counting(const GPTModel& model) {
   std::vector<bool> counts(static_cast<size_t>(pb.size()), true);
   for (int id = 0; id < pb.size(); ++id) {
     const ParamSpec& s = pb.spec(id);
-    const bool tp_replica = s.split_dim < 0 && model.partition().tp_rank() != 0;
+    // A parameter whole on every rank of its tensor-parallel group counts on that group's rank 0;
+    // for expert-parallel experts the group is expert-TP (under --expert-tensor-parallel-size 1
+    // with EP the TP ranks hold different experts, all counted).
+    const ModelPartition& part = model.partition();
+    const int64_t tp_rank = s.expert_parallel ? (part.etp ? part.etp->rank() : 0) : part.tp_rank();
+    const bool tp_replica = s.split_dim < 0 && tp_rank != 0;
     const bool tied_copy = id == model.output_weight_id() && model.config().tied_embeddings &&
                            !model.partition().pre_process;
     counts[static_cast<size_t>(id)] = !tp_replica && !tied_copy;
@@ -86,7 +91,7 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   sizes.tp = static_cast<int>(args.parallel.tensor_model_parallel_size);
   sizes.pp = static_cast<int>(args.parallel.pipeline_model_parallel_size);
   sizes.cp = static_cast<int>(args.parallel.context_parallel_size);
-  sizes.ep = static_cast<int>(args.parallel.expert_model_parallel_size);
+  sizes.ep = static_cast<int>(expert_grid_ep_size(args));  // TP x EP under --moe-tp-extend-ep
   if (args.moe.num_experts > 0 && args.moe.expert_tensor_parallel_size > 0)
     sizes.etp = static_cast<int>(args.moe.expert_tensor_parallel_size);
   sizes.use_tp_pp_dp_mapping = args.parallel.use_tp_pp_dp_mapping;
@@ -135,7 +140,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       DataParallelConfig ec = dc;
       ec.region = FlatRange{pb.dense_numel(), pb.trainable_numel()};
       ec.separate_params.clear();
-      ec.grad_scale = 1.0 / static_cast<double>(dp->size());  // Megatron: 1 / dp_cp size
+      ec.context_parallel_size = 1;  // CP is folded into expert-DP's ranks; grad_scale says the factor
+      // Megatron: 1/(DP·CP) with the loss scaled by CP; Gale does not scale the loss by CP, so
+      // 1/DP: each expert's gradient sums the EP group's tokens (CP ranks' chunks included), the
+      // expert-DP sum covers the remaining replicas.
+      ec.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
                                          engine->ps.expert_dp()->size(), options.ddp_bucket_size);
       expert_sync = std::make_unique<DataParallelSync>(&model->params(), engine->ps.expert_dp(), ec);

@@ -2,7 +2,9 @@
 // (4 experts, top-2) trains with a falling loss and the same losses as one process; a checkpoint
 // saved with EP 2 resumes exactly with EP 2 and loads into one process (experts are stored by
 // their global index); the all-gather dispatcher gives the all-to-all one's losses. MoE with TP 2
-// and sequence parallelism: the same losses, exact resume, the checkpoint loads into one process.
+// and sequence parallelism: the same losses, exact resume, the checkpoint loads into one process;
+// also with --expert-tensor-parallel-size 1 and EP, with EP and CP, and a --moe-tp-extend-ep
+// checkpoint loaded under EP × CP.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -199,6 +201,50 @@ TEST(GalePretrainMoeTensorParallel, ContextParallelAsOneProcess) {
   }
 }
 
+// --expert-tensor-parallel-size 1 with TP 2 and EP 2 (world 4: each TP pair is an EP group holding
+// two whole experts per rank), with the distributed optimizer (both TP ranks write their experts'
+// state shards): exact resume, and the checkpoint loads into one process.
+const std::vector<std::string> kTp2SpEtp1Ep2 = {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                                "--make-vocab-size-divisible-by", "64", "--expert-tensor-parallel-size",
+                                                "1", "--expert-model-parallel-size", "2", "--use-distributed-optimizer"};
+
+TEST(GalePretrainMoeTensorParallel, WholeExpertsWithExpertParallelSaveThenResumeAndLoadIntoOneProcess) {
+  expect_exact_resume(4, kTp2SpEtp1Ep2);
+}
+
+// EP 2 with CP 2 (world 2: the CP pair is the EP group): exact resume, loads into one process.
+TEST(GalePretrainExpertParallel, WithContextParallelSaveThenResumeAndLoadIntoOneProcess) {
+  expect_exact_resume(2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2"});
+}
+
+// A checkpoint saved under MindSpeed's --moe-tp-extend-ep (TP 2: one TP rank per expert pair)
+// loads under EP 2 × CP 2: the same experts by global index, so iterations 4-6 are the
+// uninterrupted run's (up to the summation order inside the experts).
+TEST(GalePretrainMoeTensorParallel, TpExtendEpCheckpointLoadsUnderContextAndExpertParallelism) {
+  const std::vector<std::string> extend = {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--make-vocab-size-divisible-by", "64", "--moe-tp-extend-ep",
+                                           "--moe-permutation-async-comm", "--moe-grouped-gemm"};
+  auto dir = std::filesystem::temp_directory_path() / ("gale_extend_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  test::RunResult whole = test::run_with_timeout(mixtral(2, extend), kMpiEnv, 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("(experts: ETP 1 x EP 2 x EDP 1 x PP 1)"), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("active: moe-tp-extend-ep"), std::string::npos) << whole.output;
+  std::vector<std::string> save = extend;
+  save.insert(save.end(), {"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"});
+  test::RunResult first = test::run_with_timeout(mixtral(2, save), kMpiEnv, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  test::RunResult other = test::run_with_timeout(
+      mixtral(2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2", "--load", dir.string()}),
+      kMpiEnv, 300);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const std::vector<double> a = testing::logged_values(whole.output, "lm loss"), b = testing::logged_values(other.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u) << other.output;
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(b[i], a[3 + i], 1e-5 * a[3 + i]) << "iteration " << 4 + i;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GalePretrainMoeTensorParallel, TensorParallelWithoutSequenceParallelIsOneLine) {
   test::RunResult r = test::run_with_timeout(mixtral(2, {"--tensor-model-parallel-size", "2"}), kMpiEnv, 300);
   EXPECT_NE(r.exit_code, 0);
@@ -249,6 +295,14 @@ TEST(GalePretrainExpertParallel, FlagErrorsAreOneLine) {
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("--num-experts 3 must be divisible by --expert-model-parallel-size 2"), std::string::npos)
       << odd.output;
+  // Expert TP other than 1 or TP stays refused, naming the flags.
+  test::RunResult etp = test::run_with_timeout(
+      mixtral(1, {"--expert-tensor-parallel-size", "2"}), kMpiEnv, 120);
+  EXPECT_NE(etp.exit_code, 0);
+  EXPECT_NE(etp.output.find("--expert-tensor-parallel-size 2 with --num-experts: not supported yet (expected 1 or "
+                            "--tensor-model-parallel-size 1)"),
+            std::string::npos)
+      << etp.output;
   test::RunResult world = test::run_with_timeout(mixtral(2, {"--expert-model-parallel-size", "4"}), kMpiEnv, 120);
   EXPECT_NE(world.exit_code, 0);
   EXPECT_NE(world.output.find("world size 2 is not divisible by --expert-model-parallel-size 4 x "

@@ -2,7 +2,8 @@
 // gradients reduced like any other), expert parallelism (--expert-model-parallel-size: each rank
 // holds E/EP experts, tokens exchanged all-to-all, expert gradients reduced over expert-DP),
 // pipeline parallelism (1F1B and interleaved), tensor parallelism with sequence parallelism (experts
-// split over the expert-TP group), context parallelism (ring and Ulysses), the distributed
+// split over the expert-TP group, or whole with --expert-tensor-parallel-size 1, also with EP and
+// as MindSpeed's --moe-tp-extend-ep), context parallelism (ring and Ulysses; also with EP), the distributed
 // optimizer, full and selective recomputation (--recompute-modules moe, moe_act, mlp) and the input
 // jitter (--moe-input-jitter-eps) reproduce the single-process run: losses, grad norms, the logged load-balancing loss, final
 // parameters and gradients (fp32, 1e-5 relative, gradients 3e-5; under EP an expert sums its rows
@@ -79,6 +80,30 @@ const std::vector<Layout>& layouts() {
       {"tp2_sp_ep2_allgather", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                    "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "allgather"}},
       {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      // --expert-tensor-parallel-size 1 with EP under TP (Megatron's DeepSeek layout): the expert
+      // generator rank = ep + 2·edp, so each EP group is a TP pair exchanging its SP slices, whole
+      // experts, expert gradients reduced over expert-DP only (not over TP).
+      {"tp2_sp_etp1_ep2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-tensor-parallel-size",
+                              "1", "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"tp2_sp_etp1_ep2_allgather", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                        "--expert-tensor-parallel-size", "1", "--expert-model-parallel-size", "2",
+                                        "--moe-token-dispatcher-type", "allgather"}},
+      {"tp2_sp_etp1_ep2_distopt_overlap", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                              "--expert-tensor-parallel-size", "1", "--expert-model-parallel-size", "2",
+                                              "--moe-token-dispatcher-type", "alltoall", "--use-distributed-optimizer",
+                                              "--overlap-grad-reduce"}, 20000},
+      // MindSpeed's --moe-tp-extend-ep: the same layout from TP 2 and EP 1 (experts over the TP pair).
+      {"tp2_sp_tp_extend_ep", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-tp-extend-ep",
+                                  "--moe-permutation-async-comm", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+                                  "alltoall"}},
+      // EP with CP: CP folded into the expert grid (expert generator cp = 1): the EP group is the
+      // CP pair exchanging its chunks' tokens; expert gradients scaled by 1/DP, not 1/(DP·CP).
+      {"cp2_ep2", 2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
+                      "--moe-token-dispatcher-type", "alltoall"}},
+      {"cp2_ep2_allgather", 2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
+                                "--moe-token-dispatcher-type", "allgather"}},
+      {"cp2_ep2_dp2_distopt", 4, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
+                                  "--moe-token-dispatcher-type", "alltoall", "--use-distributed-optimizer"}},
       // Megatron's selective recomputation of the MoE layers (their forward, with its exchange, rerun
       // in backward; the aux losses counted once), the experts' activations and the dense MLP.
       {"ep2_recompute_moe", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall",
@@ -136,7 +161,8 @@ const std::vector<std::string> kJitterLayouts = {"dp2",   "pp2",    "ep2",      
 const std::vector<std::string> kRoutingLayouts = {"dp2",     "pp2",        "pp2_vpp2",   "ep2",
                                                   "ep2_allgather", "ep2_full_recompute", "tp2_sp", "cp2",
                                                   "dp2_distopt_overlap", "ep2_dp4", "ep2_dp4_distopt_overlap",
-                                                  "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2"};
+                                                  "tp2_sp_ep2", "tp2_sp_cp2", "ep2_pp2", "tp2_sp_etp1_ep2",
+                                                  "tp2_sp_tp_extend_ep", "cp2_ep2", "cp2_ep2_dp2_distopt"};
 const std::vector<std::string> kDroppingLayouts = {"dp2", "pp2", "ep2", "ep2_allgather", "ep2_dp4_distopt_overlap"};
 
 const testing::TestRun& single_process_run(const std::vector<std::string>& flags) {
@@ -173,8 +199,10 @@ void expect_matches_single_process(const std::vector<std::string>& base, const s
   const ParamBuffer& ref = reference.engine->chunks[0]->params();
   // Under EP each rank holds half the experts of each of its MoE layers, by local index.
   const int64_t num_experts = reference.engine->chunks[0]->config().moe.num_experts;
-  const bool ep = std::find(layout->flags.begin(), layout->flags.end(), "--expert-model-parallel-size") !=
-                  layout->flags.end();
+  auto has = [&](const char* flag) {
+    return std::find(layout->flags.begin(), layout->flags.end(), flag) != layout->flags.end();
+  };
+  const bool ep = has("--expert-model-parallel-size") || has("--moe-tp-extend-ep");
   int expert_parallel = 0;  // over this rank's chunks (a chunk of dense layers has none)
   for (const auto& chunk : run.engine->chunks)
     for (const ParamSpec& s : chunk->params().specs()) {
@@ -190,7 +218,8 @@ void expect_matches_single_process(const std::vector<std::string>& base, const s
                            // all-to-all: the combines send the rows this rank's experts got, so the
                            // EP group's sum is exact)
     const bool allgather = std::find(layout->flags.begin(), layout->flags.end(), "allgather") != layout->flags.end();
-    const int64_t P = 2, E = 4, k = 2, H = 64, T = 16 * 2 / run.engine->ps.tp_size(), e_x = 4;  // this rank's tokens
+    const int64_t P = 2, E = 4, k = 2, H = 64, e_x = 4;
+    const int64_t T = 16 * 2 / (run.engine->ps.tp_size() * run.engine->ps.cp_size());  // this rank's tokens
     const int64_t m = 8 / (2 * run.engine->ps.dp_size());
     int64_t moe_layers = 0;
     for (const auto& chunk : run.engine->chunks)

@@ -308,22 +308,61 @@ TEST(Arguments, MixtureOfExpertsWithTensorParallelismNeedsSequenceParallelism) {
   Cli tp_ep;
   EXPECT_TRUE(tp_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                            "--expert-model-parallel-size", "2", "--global-batch-size", "4"}), 4).ok());
+  // Megatron's DeepSeek layout: whole experts, EP carved out of the same ranks as TP.
   Cli etp1_ep;
-  EXPECT_EQ(etp1_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+  EXPECT_TRUE(etp1_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                            "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1",
-                                           "--global-batch-size", "4"}), 4).message(),
-            "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 and --expert-model-parallel-size 2: not "
-            "supported yet (expected the default, 2)");
+                                           "--global-batch-size", "4"}), 4).ok());
+  EXPECT_EQ(etp1_ep.args.moe.expert_tensor_parallel_size, 1);
+  EXPECT_EQ(expert_grid_ep_size(etp1_ep.args), 2);
 }
 
 TEST(Arguments, MixtureOfExpertsWithContextParallelism) {
   Cli cp;
   EXPECT_TRUE(cp.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--context-parallel-size", "2"}), 2).ok());
+  // CP folded into the expert grid, as Megatron's expert generator (cp = 1).
   Cli cp_ep;
-  EXPECT_EQ(cp_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--context-parallel-size", "2",
-                                         "--expert-model-parallel-size", "2"}), 4).message(),
-            "--expert-model-parallel-size 2 with --context-parallel-size 2 and --num-experts: not supported yet (one of "
-            "them must be 1)");
+  EXPECT_TRUE(cp_ep.parse(with(minimal_pretrain_flags(), {"--num-experts", "4", "--context-parallel-size", "2",
+                                         "--expert-model-parallel-size", "2"}), 2).ok());
+}
+
+// MindSpeed's --moe-tp-extend-ep: Megatron's expert TP 1 with expert-parallel size TP x EP, and
+// MindSpeed's requirements as one-line errors.
+TEST(Arguments, MoeTpExtendEpIsExpertTensorParallelOneOverTensorTimesExpertRanks) {
+  const std::vector<std::string> base = {"--num-experts", "8", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                         "--moe-token-dispatcher-type", "alltoall", "--moe-tp-extend-ep",
+                                         "--moe-permutation-async-comm", "--moe-grouped-gemm", "--global-batch-size", "4"};
+  Cli ok;
+  ASSERT_TRUE(ok.parse(with(minimal_pretrain_flags(), with(base, {"--expert-model-parallel-size", "2"})), 4).ok());
+  EXPECT_EQ(ok.args.moe.expert_tensor_parallel_size, 1);
+  EXPECT_EQ(expert_grid_ep_size(ok.args), 4);
+  EXPECT_EQ(ok.args.parallel.expert_model_parallel_size, 2);  // the flag as given
+  Cli tp_only;  // EP 1: the experts over the TP pair
+  ASSERT_TRUE(tp_only.parse(with(minimal_pretrain_flags(), base), 2).ok());
+  EXPECT_EQ(expert_grid_ep_size(tp_only.args), 2);
+  const std::vector<testing::FlagErrorCase> errors = {
+      {with(base, {"--num-experts", "4", "--expert-model-parallel-size", "4"}), 4,
+       "--moe-tp-extend-ep: expected --num-experts 4 divisible by --tensor-model-parallel-size 2 x "
+       "--expert-model-parallel-size 4 = 8"},
+      {{"--num-experts", "8", "--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-token-dispatcher-type",
+        "alltoall", "--moe-tp-extend-ep", "--moe-grouped-gemm"},
+       2, "--moe-tp-extend-ep needs --moe-permutation-async-comm and --moe-grouped-gemm (as MindSpeed), found no "
+          "--moe-permutation-async-comm"},
+      {{"--num-experts", "8", "--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-token-dispatcher-type",
+        "alltoall", "--moe-tp-extend-ep"},
+       2, "found no --moe-permutation-async-comm and no --moe-grouped-gemm"},
+      {with(base, {"--moe-expert-capacity-factor", "1.0"}), 2,
+       "--moe-tp-extend-ep: expected no --moe-expert-capacity-factor (dropless, as MindSpeed), found 1"},
+      {with(base, {"--moe-token-dispatcher-type", "allgather"}), 2,
+       "--moe-tp-extend-ep: expected --moe-token-dispatcher-type alltoall (as MindSpeed), found allgather"},
+      {with(base, {"--expert-tensor-parallel-size", "2"}), 2,
+       "--moe-tp-extend-ep: expected --expert-tensor-parallel-size 1 or unset (the experts are not split), found 2"},
+      {with(base, {"--expert-model-parallel-size", "2"}), 2,
+       "--moe-tp-extend-ep: world size 2 is not divisible by --tensor-model-parallel-size 2 x "
+       "--expert-model-parallel-size 2 x --pipeline-model-parallel-size 1 = 4"},
+      {{"--moe-tp-extend-ep"}, 1, "--moe-tp-extend-ep needs --num-experts (a MoE model), found no --num-experts"},
+  };
+  for (const testing::FlagErrorCase& e : errors) expect_one_line_error(e);
 }
 
 struct ErrorCase {
