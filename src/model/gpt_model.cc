@@ -498,8 +498,9 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     const Tensor cat = concat_columns(en, hn);  // Megatron's order: the embedding first
     const Tensor cat_full = sp ? gather_from_sequence_parallel_region(cat, tp) : copy_to_tp_region(cat, tp);
     m.cat_full = to_gemm_input(cat_full, c.gemm_dtype());
-    Tensor z = linear_forward(m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));  // [T, H/TP]
-    z = gather_from_tp_region(z, tp);                                                        // [T, H]
+    const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
+    Tensor z = linear_forward(m.cat_full, eh_proj);  // [T, H/TP]
+    z = gather_from_tp_region(z, tp);                // [T, H]
     if (sp) z = scatter_to_sequence_parallel_region(z, tp).clone();
     m.final_in = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, &m.layer);
     const Tensor hk = norm_forward(w.final_w, w.final_b, m.final_in, &m.final_stats);
@@ -536,7 +537,8 @@ Tensor GPTModel::mtp_backward(State& st) {
     Tensor d_z = transformer_layer_backward(st.rt, params_, w.layer, c.num_layers + k, m.layer, d_x);
     if (sp) d_z = scatter_to_sequence_parallel_region_backward(d_z, tp);
     d_z = gather_from_tp_region_backward(d_z, tp);  // this rank's columns [T, H/TP]
-    Tensor d_cat = linear_backward(d_z, m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));
+    const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
+    Tensor d_cat = linear_backward(d_z, m.cat_full, eh_proj);
     d_cat = sp ? gather_from_sequence_parallel_region_backward(d_cat, tp) : copy_to_tp_region_backward(d_cat, tp);
     Tensor d_en, d_hn;
     split_columns(d_cat, &d_en, &d_hn);

@@ -33,7 +33,9 @@ ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 
 // Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM.
-LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
+LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
+  return linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+}
 
 // A linear layer's output y = x·Wᵀ plus its LoRA branch when `lora` is defined; *u gets x·Aᵀ.
 Tensor adapted_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora,
