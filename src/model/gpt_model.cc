@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/flop_counter.h"
 #include "model/linear.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -708,6 +709,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
   for (int64_t i = L; i-- > 0;) {
     const auto [first, end] = config_.full_recompute.group(i, L);
     if (first < end && i == end - 1) {  // rerun the group's forward from its kept input, keeping all
+      FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);

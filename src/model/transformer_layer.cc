@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/rng.h"
+#include "kernels/flop_counter.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
@@ -406,12 +407,15 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
     if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
+      FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
       moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
                   B, nullptr, moe_jitter_key(rt, layer));
     }
-    if (w.shared.defined() && !s.shared.x.defined())  // --recompute-modules shared_experts (or moe)
+    if (w.shared.defined() && !s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe)
+      FlopCountRecompute recompute;
       shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
+    }
     s.mlp_in = Tensor();
     Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
     const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
@@ -425,6 +429,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     s.norm2_out = Tensor();
   } else {
     if (!s.fc1_out.defined()) {  // --recompute-modules mlp: rerun the MLP's forward up to fc2's input
+      FlopCountRecompute recompute;
       Tensor in = s.mlp_in;
       if (!in.defined()) {  // with layernorm recompute: from x_mid
         Tensor stats;
