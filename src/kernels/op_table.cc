@@ -121,6 +121,7 @@ void swiglu_act_backward_ref(const float* dact, const float* u, float* du, float
 OpTable reference_ops() {
   OpTable t;
   t.gemm = sgemm;
+  t.bf16_gemm = gemm_bf16;
   t.norm_forward = norm_forward_ref;
   t.norm_backward = norm_backward_ref;
   t.bias_dropout_add = bias_dropout_add_ref;

@@ -108,6 +108,8 @@ struct OpTable {
   // Every f32 GEMM of the linear layers and the LM head (kernels/cpu/gemm.h): sgemm on the
   // library's own threads, or sgemm_partitioned (level 1).
   SgemmFn gemm;
+  // Every bf16 GEMM of the linear layers under --bf16: gemm_bf16 (kernels/cpu/gemm.h) at every level.
+  Bf16GemmFn bf16_gemm;
   NormForwardFn norm_forward;
   NormBackwardFn norm_backward;
   BiasDropoutAddFn bias_dropout_add;

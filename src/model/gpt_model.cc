@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/flop_counter.h"
 #include "model/linear.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -498,8 +499,9 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     const Tensor cat = concat_columns(en, hn);  // Megatron's order: the embedding first
     const Tensor cat_full = sp ? gather_from_sequence_parallel_region(cat, tp) : copy_to_tp_region(cat, tp);
     m.cat_full = to_gemm_input(cat_full, c.gemm_dtype());
-    Tensor z = linear_forward(m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));  // [T, H/TP]
-    z = gather_from_tp_region(z, tp);                                                        // [T, H]
+    const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
+    Tensor z = linear_forward(m.cat_full, eh_proj);  // [T, H/TP]
+    z = gather_from_tp_region(z, tp);                // [T, H]
     if (sp) z = scatter_to_sequence_parallel_region(z, tp).clone();
     m.final_in = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, &m.layer);
     const Tensor hk = norm_forward(w.final_w, w.final_b, m.final_in, &m.final_stats);
@@ -536,7 +538,8 @@ Tensor GPTModel::mtp_backward(State& st) {
     Tensor d_z = transformer_layer_backward(st.rt, params_, w.layer, c.num_layers + k, m.layer, d_x);
     if (sp) d_z = scatter_to_sequence_parallel_region_backward(d_z, tp);
     d_z = gather_from_tp_region_backward(d_z, tp);  // this rank's columns [T, H/TP]
-    Tensor d_cat = linear_backward(d_z, m.cat_full, linear_weight(params_, w.eh_proj_w, ops_->gemm));
+    const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
+    Tensor d_cat = linear_backward(d_z, m.cat_full, eh_proj);
     d_cat = sp ? gather_from_sequence_parallel_region_backward(d_cat, tp) : copy_to_tp_region_backward(d_cat, tp);
     Tensor d_en, d_hn;
     split_columns(d_cat, &d_en, &d_hn);
@@ -706,6 +709,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
   for (int64_t i = L; i-- > 0;) {
     const auto [first, end] = config_.full_recompute.group(i, L);
     if (first < end && i == end - 1) {  // rerun the group's forward from its kept input, keeping all
+      FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);

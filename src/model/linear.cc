@@ -11,7 +11,7 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
   Tensor y = Tensor::empty({M, w.out});
   if (x.dtype() == DType::kBF16) {
     GALE_CHECK(w.w_bf16 != nullptr) << "bf16 activations need the weights' bf16 copy";
-    gemm_bf16(false, true, M, w.out, w.in, 1.0f, x.data<bf16>(), w.in, w.w_bf16, w.in, 0.0f, y.data<float>(), w.out);
+    w.bf16_gemm(false, true, M, w.out, w.in, 1.0f, x.data<bf16>(), w.in, w.w_bf16, w.in, 0.0f, y.data<float>(), w.out);
   } else if (x.dtype() == DType::kF16) {
     GALE_CHECK(w.w_f16 != nullptr) << "f16 activations need the weights' f16 copy";
     gemm_f16(w.gemm, false, true, M, w.out, w.in, 1.0f, x.data<f16>(), w.in, w.w_f16, w.in, 0.0f, y.data<float>(),
@@ -30,9 +30,9 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w)
   if (x.dtype() == DType::kBF16) {
     Tensor dy16 = to_gemm_input(dy, DType::kBF16);
     if (w.grad)
-      gemm_bf16(true, false, w.out, w.in, M, 1.0f, dy16.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
-    gemm_bf16(false, false, M, w.in, w.out, 1.0f, dy16.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f, dx.data<float>(),
-              w.in);
+      w.bf16_gemm(true, false, w.out, w.in, M, 1.0f, dy16.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
+    w.bf16_gemm(false, false, M, w.in, w.out, 1.0f, dy16.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f,
+                dx.data<float>(), w.in);
   } else if (x.dtype() == DType::kF16) {
     Tensor dy16 = to_gemm_input(dy, DType::kF16);
     if (w.grad)
@@ -70,7 +70,7 @@ Tensor to_f32(const Tensor& x) {
   return y;
 }
 
-LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm) {
+LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16GemmFn bf16_gemm) {
   const Shape shape = pb.spec(id).local_shape();
   float* grad = pb.spec(id).trainable ? pb.grad_data(id) : nullptr;  // frozen: no dW GEMM
   const DType copy = pb.gemm_copy_dtype();
@@ -80,7 +80,8 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm) {
                       grad,
                       shape[0],
                       shape[1],
-                      gemm};
+                      gemm,
+                      bf16_gemm};
 }
 
 }  // namespace gale

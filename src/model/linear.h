@@ -10,7 +10,8 @@ namespace gale {
 
 // A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
 // copy under --bf16 or f16 copy under --fp16 (null otherwise), the f32 gradient (null for a frozen
-// weight: backward skips dW), and the f32 GEMM to run (OpTable::gemm).
+// weight: backward skips dW), the f32 GEMM to run (OpTable::gemm; f16 GEMMs run on it too) and the
+// bf16 one (OpTable::bf16_gemm).
 struct LinearWeight {
   const float* w = nullptr;
   const bf16* w_bf16 = nullptr;
@@ -18,11 +19,12 @@ struct LinearWeight {
   float* grad = nullptr;
   int64_t out = 0, in = 0;
   SgemmFn gemm = sgemm;
+  Bf16GemmFn bf16_gemm = gemm_bf16;
 };
 
 // Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its GEMM copy when
-// the buffer has one (--bf16, --fp16), its gradient, on `gemm`.
-LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm);
+// the buffer has one (--bf16, --fp16), its gradient, on `gemm` and `bf16_gemm`.
+LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16GemmFn bf16_gemm = gemm_bf16);
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 / f16 (then W's copy of that type is used).
 Tensor linear_forward(const Tensor& x, const LinearWeight& w);

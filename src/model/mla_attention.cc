@@ -121,7 +121,9 @@ Tensor reduce_input_grad(const ModelPartition& part, const Tensor& dx) {
                                 : copy_to_tp_region_backward(dx, *part.tp);
 }
 
-LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
+LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
+  return linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+}
 
 // The packed, zero-padded q/k/v rows [T, NHl·3D] attention reads (queries' rotary part rotated):
 // the q projection of q_input (x_full with Cq = 0, else q_in), the kv up projection of kv_in and the

@@ -21,7 +21,9 @@ std::string expert_name(int64_t layer, int64_t expert, const char* rest) {
   return str_cat("decoder.layers.", layer, ".mlp.experts.local_experts.", expert, ".", rest);
 }
 
-LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) { return linear_weight(pb, id, ops.gemm); }
+LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
+  return linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
+}
 
 // Calls fn(e) for every expert. The experts run concurrently, one per thread (dynamic schedule:
 // they get different token counts), and each expert's GEMMs and kernels then run on its one thread

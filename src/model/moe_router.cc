@@ -16,7 +16,7 @@ namespace {
 
 // The router in f32 (no bf16 or f16 copy is used even under --bf16 / --fp16).
 LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
-  LinearWeight w = linear_weight(pb, id, ops.gemm);
+  LinearWeight w = linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
   w.w_bf16 = nullptr;
   w.w_f16 = nullptr;
   return w;

@@ -18,7 +18,9 @@ std::string shared_name(int64_t layer, const char* rest) {
   return str_cat("decoder.layers.", layer, ".mlp.shared_experts.", rest);
 }
 
-LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) { return linear_weight(pb, id, ops.gemm); }
+LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
+  return linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
+}
 
 }  // namespace
 

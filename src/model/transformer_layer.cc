@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/rng.h"
+#include "kernels/flop_counter.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
@@ -33,7 +34,9 @@ ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 
 // Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM.
-LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) { return linear_weight(pb, id, rt.ops->gemm); }
+LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
+  return linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+}
 
 // A linear layer's output y = x·Wᵀ plus its LoRA branch when `lora` is defined; *u gets x·Aᵀ.
 Tensor adapted_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora,
@@ -406,12 +409,15 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_norm2;
   if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
     if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
+      FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
       moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
                   B, nullptr, moe_jitter_key(rt, layer));
     }
-    if (w.shared.defined() && !s.shared.x.defined())  // --recompute-modules shared_experts (or moe)
+    if (w.shared.defined() && !s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe)
+      FlopCountRecompute recompute;
       shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
+    }
     s.mlp_in = Tensor();
     Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
     const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
@@ -425,6 +431,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     s.norm2_out = Tensor();
   } else {
     if (!s.fc1_out.defined()) {  // --recompute-modules mlp: rerun the MLP's forward up to fc2's input
+      FlopCountRecompute recompute;
       Tensor in = s.mlp_in;
       if (!in.defined()) {  // with layernorm recompute: from x_mid
         Tensor stats;

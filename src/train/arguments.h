@@ -271,6 +271,13 @@ struct LoggingArgs {
   bool log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;
+  // MindSpeed's log-line features, set by `gale pretrain` from their status in the feature registry
+  // (their flags belong to the features): --op-cal-tflops (features/feature_op_cal_tflops.cc) adds the
+  // throughputs of the FLOPs the kernels counted; --async-log-allreduce
+  // (features/feature_async_log_allreduce.cc) makes the data-parallel all-reduce of the logged loss
+  // non-blocking.
+  bool op_cal_tflops = false;
+  bool async_log_allreduce = false;
 };
 
 // Megatron-Core mixture of experts (train/arguments_moe.cc); inactive without --num-experts.

@@ -100,6 +100,9 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) return usage_error(st);
   // Off below level 2 or without an instruction dataset (a notice below says why).
   args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
+  // The log-line features the trainer reads (their flags belong to the features).
+  args.logging.op_cal_tflops = registry->active("op-cal-tflops");
+  args.logging.async_log_allreduce = registry->active("async-log-allreduce");
   if (args.training.num_threads > 0) {
     set_num_threads(args.training.num_threads);
   } else if (!std::getenv("OMP_NUM_THREADS")) {

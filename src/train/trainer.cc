@@ -6,10 +6,12 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
 #include "schedule/schedules.h"
 #include "train/exit_signal.h"
 #include "train/grad_sync.h"
+#include "train/loss_reduction.h"
 #include "train/model_setup.h"
 #include "train/timers_log.h"
 
@@ -191,6 +193,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   const int64_t gbs = calculator_.running_global_batch_size(consumed);  // --decrease-batch-size-if-needed: rounded
   const int64_t skipped = calculator_.global_batch_size(consumed) - gbs;
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
+  // --op-cal-tflops: count this step's kernels, as MindSpeed wraps Megatron's train_step.
+  if (args_.logging.op_cal_tflops) flop_counter_start();
   start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
   for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
@@ -210,10 +214,13 @@ StatusOr<IterationResult> Trainer::train_step() {
   finalize_model_grads(*engine_);
   forward_backward_timer.stop();
   IterationResult r;
-  double sums[2] = {fb.loss_sum, fb.tokens};
-  reduce_losses(sums);
-  r.loss_sum = sums[0];
-  r.tokens = sums[1];
+  // Megatron's all-reduce of the logged loss over DP, shared from the last pipeline stage; with
+  // --async-log-allreduce (MindSpeed) only started here and finished after the optimizer step.
+  const ParallelState& ps = engine_->ps;
+  const bool async_loss = args_.logging.async_log_allreduce;
+  Communicator* loss_pp = ps.pp_size() > 1 ? ps.pp().get() : nullptr;
+  LossReduction loss = LossReduction::start(ps.dp().get(), fb.loss_sum, fb.tokens, async_loss);
+  if (!async_loss) loss.finish(loss_pp);
   reduce_moe_losses(&r);
   reduce_mtp_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
@@ -228,9 +235,16 @@ StatusOr<IterationResult> Trainer::train_step() {
     for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();
   }
   optimizer_timer.stop();
+  if (async_loss) loss.finish(loss_pp);  // the loss is first read after train_step
+  r.loss_sum = loss.loss_sum();
+  r.tokens = loss.tokens();
   r.loss_scale = scaler ? scaler->scale() : 1.0f;  // as Megatron logs it: after the update
   if (r.step.applied) scheduler.step(gbs);
   r.global_batch_size = gbs;
+  if (args_.logging.op_cal_tflops) {
+    flop_counter_stop();
+    r.flops = flop_counter_counts();
+  }
   state_.consumed_train_samples += gbs;
   state_.skipped_train_samples += skipped;
   return r;
@@ -408,6 +422,15 @@ Status Trainer::run() {
       f.elapsed_ms_per_iteration = per_iter * 1000.0;
       f.log_throughput = l.log_throughput;
       f.tflops_per_gpu = flops_per_iteration / (per_iter * 1e12 * static_cast<double>(engine_->ps.world_size()));
+      if (l.log_throughput && l.op_cal_tflops) {
+        // MindSpeed's: the logged iteration's counts summed over every rank, per rank and second.
+        int64_t counts[2] = {r.flops.model, r.flops.with_recompute};
+        engine_->ps.world()->all_reduce(counts, 2, DType::kI64, ReduceOp::kSum);
+        const double per_gpu = per_iter * 1e12 * static_cast<double>(engine_->ps.world_size());
+        f.op_cal_tflops = true;
+        f.actual_tflops_per_gpu = static_cast<double>(counts[0]) / per_gpu;
+        f.actual_tflops_with_recompute_per_gpu = static_cast<double>(counts[1]) / per_gpu;
+      }
       f.learning_rate = engine_->scheduler->lr();
       f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/random_sampler.h"
+#include "kernels/flop_counter.h"
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
 #include "train/engine.h"
@@ -46,6 +47,8 @@ struct IterationResult {
   int64_t global_batch_size = 0;
   double loss_scale = 1.0;  // --fp16: the loss scale after this iteration's update; else 1
   StepResult step;
+  // --op-cal-tflops: the FLOPs this rank's kernels counted during the step (kernels/flop_counter.h).
+  FlopCounts flops;
 };
 
 class Trainer {

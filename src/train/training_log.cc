@@ -44,6 +44,10 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   if (f.skipped_samples > 0) add(" skipped samples: %12lld |", static_cast<long long>(f.skipped_samples));
   add(" elapsed time per iteration (ms): %.1f |", f.elapsed_ms_per_iteration);
   if (f.log_throughput) add(" throughput per GPU (TFLOP/s/GPU): %.1f |", f.tflops_per_gpu);
+  if (f.log_throughput && f.op_cal_tflops) {  // MindSpeed's two fields, after the formula's
+    add(" actual throughput per GPU (TFLOP/s/GPU): %.1f |", f.actual_tflops_per_gpu);
+    add(" actual throughput per GPU with recompute (TFLOP/s/GPU): %.1f |", f.actual_tflops_with_recompute_per_gpu);
+  }
   add(" learning rate: %.6E |", f.learning_rate);
   if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));

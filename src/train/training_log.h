@@ -31,6 +31,11 @@ struct TrainingLogFields {
   double elapsed_ms_per_iteration = 0.0;
   bool log_throughput = false;
   double tflops_per_gpu = 0.0;
+  // --op-cal-tflops (MindSpeed's TflopsCalculateFeature): with log_throughput, printed after
+  // tflops_per_gpu as "actual throughput per GPU (TFLOP/s/GPU)" (the FLOPs the kernels counted,
+  // recomputation left out) and "actual throughput per GPU with recompute (TFLOP/s/GPU)".
+  bool op_cal_tflops = false;
+  double actual_tflops_per_gpu = 0.0, actual_tflops_with_recompute_per_gpu = 0.0;
   double learning_rate = 0.0;
   double decoupled_learning_rate = -1.0;  // printed after it when >= 0 (--decoupled-lr)
   int64_t global_batch_size = 0;

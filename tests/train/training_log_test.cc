@@ -27,6 +27,34 @@ TEST(TrainingLog, MatchesMegatronExample) {
             "iterations:   0 | number of nan iterations:   0 |");
 }
 
+// --op-cal-tflops: MindSpeed's two fields right after the formula's throughput, only with
+// --log-throughput.
+TEST(TrainingLog, CountedThroughputsAfterTheFormulas) {
+  TrainingLogFields f;
+  f.timestamp = "2025-05-20 15:48:49";
+  f.iteration = 1;
+  f.train_iters = 50;
+  f.consumed_samples = 32;
+  f.elapsed_ms_per_iteration = 4256.1;
+  f.log_throughput = true;
+  f.tflops_per_gpu = 123.5;
+  f.op_cal_tflops = true;
+  f.actual_tflops_per_gpu = 110.04;
+  f.actual_tflops_with_recompute_per_gpu = 146.66;
+  f.learning_rate = 3.0e-5;
+  f.global_batch_size = 32;
+  f.lm_loss = 10.83373;
+  f.grad_norm = 5.679;
+  EXPECT_EQ(format_training_log_line(f),
+            " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples:           32 | elapsed time per "
+            "iteration (ms): 4256.1 | throughput per GPU (TFLOP/s/GPU): 123.5 | actual throughput per GPU "
+            "(TFLOP/s/GPU): 110.0 | actual throughput per GPU with recompute (TFLOP/s/GPU): 146.7 | learning rate: "
+            "3.000000E-05 | global batch size:    32 | lm loss: 1.083373E+01 | loss scale: 1.0 | grad norm: 5.679 | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |");
+  f.log_throughput = false;  // MindSpeed prints all three throughputs under --log-throughput only
+  EXPECT_EQ(format_training_log_line(f).find("throughput"), std::string::npos);
+}
+
 TEST(TrainingLog, OptionalFields) {
   TrainingLogFields f;
   f.timestamp = "2026-01-01 00:00:00";

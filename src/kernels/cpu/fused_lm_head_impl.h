@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/fused_common_impl.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/flop_counter.h"
 #include "kernels/op_table.h"
 
 namespace gale {
@@ -136,7 +137,10 @@ void lm_head_loss_backward(const LmHeadProblem& p, const float* lse, const float
   for (int64_t t0 = 0; t0 < p.T; t0 += tc_max) {
     const int64_t tc = min_i64(tc_max, p.T - t0);
     const float* xc = p.x + t0 * p.H;
-    p.gemm(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
+    {
+      FlopCountRecompute recompute;  // --op-cal-tflops: forward's product, run again
+      p.gemm(false, true, tc, p.Vl, p.H, 1.0f, xc, p.H, p.W, p.H, 0.0f, lg, p.Vl);
+    }
     parallel_for(tc, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t t = t0 + r;

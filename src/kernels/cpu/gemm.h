@@ -125,6 +125,8 @@ std::vector<std::string> gemm_startup_check(int local_processes = 1);
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+using Bf16GemmFn = decltype(&gemm_bf16);
+
 // oneDNN's implementation name for a bf16 matmul of this shape (e.g. "brg:avx512_core_amx"),
 // to say in reports whether AMX is used; "" where oneDNN has no bf16 matmul for this CPU
 // (oneDNN 2.6 needs AVX-512 for it: on AVX2-only CPUs such as AMD Zen 3 creating one fails).
