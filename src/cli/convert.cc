@@ -10,7 +10,7 @@ namespace gale::cli {
 
 int run_convert(int argc, char** argv) {
   ArgParser p("gale convert",
-              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) to a Gale checkpoint, or back");
+              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE, DeepSeek-V3) to a Gale checkpoint, or back");
   std::string load_type, save_type;
   HfToGaleOptions to_gale;
   GaleToHfOptions to_hf;
@@ -28,6 +28,10 @@ int run_convert(int argc, char** argv) {
         "hf -> gale: the TP size the vocabulary is padded for (the checkpoint loads at any TP it divides)");
   p.add("--target-pipeline-parallel-size", &target_pp,
         "accepted for compatibility: Gale checkpoints load at any pipeline-parallel size");
+  int64_t mtp_num_layers = kUnset;
+  p.add("--mtp-num-layers", &mtp_num_layers,
+        "DeepSeek-V3 multi-token prediction: convert the first N MTP layers (0: leave them out; default: all of "
+        "num_nextn_predict_layers, or of the checkpoint's mtp_num_layers)");
   p.add_choice("--save-dtype", &to_hf.save_dtype, {"fp32", "bf16"}, "gale -> hf: dtype of model.safetensors");
   p.add("--vocab-size", &to_hf.vocab_size,
         "gale -> hf: real vocabulary rows to keep (default: recorded by the conversion, else all padded rows)");
@@ -47,6 +51,8 @@ int run_convert(int argc, char** argv) {
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
                         ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (s.ok() && p.was_set("--mtp-num-layers") && mtp_num_layers < 0)
+    s = InvalidArgument("--mtp-num-layers: expected a non-negative integer, found ", mtp_num_layers);
   if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
   if (s.ok() && from_hf && !to_hf.lora.lora_load.empty())
     s = InvalidArgument("--lora-load: merging LoRA adapters needs --load-model-type gale (the base they were trained on)");
@@ -60,10 +66,12 @@ int run_convert(int argc, char** argv) {
   } else if (from_hf) {
     to_gale.load_dir = load_dir;
     to_gale.save_dir = save_dir;
+    to_gale.mtp_num_layers = mtp_num_layers;
     s = convert_hf_to_gale(to_gale, log);
   } else {
     to_hf.load_dir = load_dir;
     to_hf.save_dir = save_dir;
+    to_hf.mtp_num_layers = mtp_num_layers;
     s = convert_gale_to_hf(to_hf, log);
   }
   if (!s.ok()) {

@@ -223,6 +223,14 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
     GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
+  // Multi-token prediction (absent: none). Inference leaves the MTP layers out (train/inference_model.h).
+  if (auto it = args.find("mtp_num_layers"); it != args.end() && !it->is_null()) {
+    GALE_RETURN_IF_ERROR(get(args, "mtp_num_layers", where, &m.mtp_num_layers));
+    if (m.mtp_num_layers < 1)
+      return InvalidArgument(where, ": args 'mtp_num_layers' is ", m.mtp_num_layers, ", expected at least 1");
+    if (args.contains("mtp_loss_scaling_factor"))
+      GALE_RETURN_IF_ERROR(get(args, "mtp_loss_scaling_factor", where, &m.mtp_loss_scaling_factor));
+  }
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
   return m;

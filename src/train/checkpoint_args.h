@@ -5,8 +5,9 @@
 // ffn_hidden_size, num_attention_heads, kv_channels, group_query_attention, num_query_groups,
 // seq_length, max_position_embeddings, position_embedding_type, rotary_base, rotary_percent,
 // normalization, norm_epsilon, swiglu, untie_embeddings_and_output_weights, add_bias_linear,
-// add_qkv_bias, make_vocab_size_divisible_by, padded_vocab_size, noop_layers), so a checkpoint alone says how
-// to rebuild its model (`gale generate --use-checkpoint-args`, `gale convert`).
+// add_qkv_bias, make_vocab_size_divisible_by, padded_vocab_size, noop_layers, and mtp_num_layers /
+// mtp_loss_scaling_factor when set), so a checkpoint alone says how to rebuild its model
+// (`gale generate --use-checkpoint-args`, `gale convert`).
 #pragma once
 
 #include <nlohmann/json.hpp>

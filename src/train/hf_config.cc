@@ -185,11 +185,11 @@ Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
   if (attention_bias) return refuse(c, "attention_bias", "MLA's projections have no biases");
   if (c.set("quantization_config"))
     return refuse(c, "quantization_config", "quantized (fp8) weights; dequantize them to bf16 first");
+  // Multi-token prediction: DeepSeek's files hold MTP layer k as model.layers.{num_hidden_layers + k}
+  // (transformers ignores them); they become Megatron-Core's mtp.layers.{k} (--mtp-num-layers).
   GALE_ASSIGN_OR_RETURN(int64_t mtp, c.non_negative("num_nextn_predict_layers", 0));
-  out.mtp_layers = mtp;
-  if (mtp > 0)  // DeepSeek's own checkpoints hold them as model.layers.{L, ...}; transformers ignores them too
-    out.warnings.push_back(str_cat(c.path(), ": num_nextn_predict_layers ", mtp,
-                                   ": the multi-token-prediction layers are not converted"));
+  out.mtp_layers = out.mtp_layers_in_files = mtp;
+  m.mtp_num_layers = mtp > 0 ? mtp : kUnset;
   GALE_ASSIGN_OR_RETURN(std::string scoring, c.string("scoring_func", "sigmoid"));
   if (scoring != "sigmoid") return refuse(c, "scoring_func", "DeepseekV3ForCausalLM's router scores are sigmoids");
   GALE_ASSIGN_OR_RETURN(std::string topk_method, c.string("topk_method", "noaux_tc"));
@@ -508,6 +508,7 @@ void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
   int64_t dense = 0;
   while (dense < m.num_layers && moe.layer_pattern[static_cast<size_t>(dense)] == 0) ++dense;
   j["first_k_dense_replace"] = dense;
+  j["num_nextn_predict_layers"] = hf.mtp_layers;
 }
 
 }  // namespace
@@ -565,6 +566,11 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
   if (m.multi_latent_attention) GALE_RETURN_IF_ERROR(deepseek_v3_from_args(m, moe, where));
+  out.mtp_layers = m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers;
+  if (out.mtp_layers > 0 && !m.multi_latent_attention)
+    return Unimplemented(where, ": the model has --mtp-num-layers ", out.mtp_layers,
+                         " (multi-token prediction), which Gale writes only as DeepseekV3ForCausalLM's "
+                         "num_nextn_predict_layers (pass --mtp-num-layers 0 to leave the MTP layers out)");
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");

@@ -35,9 +35,10 @@
 //                       num_experts_per_tok must be 2 x topk_group), scaled by routed_scaling_factor
 //                       (--moe-router-topk-scaling-factor), renormalised over the k (norm_topk_prob must be
 //                       true when k > 1, false when k = 1), and n_shared_experts x moe_intermediate_size ->
-//                       --moe-shared-expert-intermediate-size (no gate). Refused: attention_bias,
-//                       quantization_config, scoring_func other than sigmoid, topk_method other than
-//                       noaux_tc; num_nextn_predict_layers (multi-token prediction) is skipped with a warning.
+//                       --moe-shared-expert-intermediate-size (no gate); num_nextn_predict_layers D > 0 ->
+//                       --mtp-num-layers D (multi-token prediction, train/hf_weights.h). Refused:
+//                       attention_bias, quantization_config, scoring_func other than sigmoid, topk_method
+//                       other than noaux_tc.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
@@ -67,7 +68,11 @@ struct HfModel {
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent
-  int64_t mtp_layers = 0;               // DeepSeek-V3's num_nextn_predict_layers: model.layers.{L, ...} skipped
+  // DeepSeek-V3's multi-token prediction: the MTP layers converted (model.layers.{L + k} <-> mtp.layers.{k},
+  // k < mtp_layers; model.mtp_num_layers agrees), and those config.json declares (import only; the
+  // files' layers from L + mtp_layers on are left out).
+  int64_t mtp_layers = 0;
+  int64_t mtp_layers_in_files = 0;
   std::vector<std::string> warnings;    // accepted differences, printed by the caller
 };
 
@@ -78,7 +83,8 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
 
 // The HF architecture of a Gale model (from its Megatron flags), `vocab_size` real rows. Unimplemented
 // for models no supported HF architecture describes (e.g. LayerNorm with RoPE, or experts in only some
-// layers, or an MLA model that is not DeepSeek-V3-shaped); `where` names the checkpoint.
+// layers, or an MLA model that is not DeepSeek-V3-shaped, or MTP layers in anything but DeepSeek-V3);
+// `where` names the checkpoint.
 StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
                                      const std::string& where);
 

@@ -1,6 +1,7 @@
 // The two conversion drivers: HF directory -> Gale checkpoint, Gale checkpoint -> HF directory.
 #include "train/hf_convert.h"
 
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -57,6 +58,13 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
                                                         o.target_tensor_parallel_size));
   GALE_RETURN_IF_ERROR(check_model_type_hf(o.model_type_hf, m, hf.config_path()));
+  if (o.mtp_num_layers != kUnset) {
+    if (o.mtp_num_layers < 0 || o.mtp_num_layers > m.mtp_layers_in_files)
+      return InvalidArgument("--mtp-num-layers ", o.mtp_num_layers, ": expected 0 to the ", m.mtp_layers_in_files,
+                             " multi-token-prediction layers of ", hf.config_path(), " (num_nextn_predict_layers)");
+    m.mtp_layers = o.mtp_num_layers;
+    m.model.mtp_num_layers = m.mtp_layers > 0 ? m.mtp_layers : kUnset;
+  }
   for (const std::string& w : m.warnings) log("warning: " + w);
   log(str_cat("converting ", hf_architecture_name(m.arch), " from ", o.load_dir, ": ", m.model.num_layers,
               " layers, hidden ", m.model.hidden_size, ", ", m.model.num_attention_heads, " heads (",
@@ -78,6 +86,25 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                 m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
                                              : "Megatron's default (norm_topk_prob true)"));
+  if (m.mtp_layers_in_files > 0)
+    log(m.mtp_layers > 0
+            ? str_cat("multi-token prediction: ", m.mtp_layers, " of the ", m.mtp_layers_in_files,
+                      " MTP layers (model.layers.", m.model.num_layers, "...) -> mtp.layers.* (--mtp-num-layers ",
+                      m.mtp_layers, ")")
+            : str_cat("multi-token prediction: the ", m.mtp_layers_in_files,
+                      " MTP layers are left out (--mtp-num-layers 0)"));
+  // DeepSeek-V3 repeats the embedding and lm_head in each MTP layer; Gale's MTP layers share the
+  // main ones, so the copies must equal them (read before the model, so only two are held at once).
+  const int64_t V = m.vocab_size, H = m.model.hidden_size;
+  for (const auto& [copy, original] : hf_mtp_shared_copies(m)) {
+    if (!hf.has(copy)) continue;  // not repeated in these files: nothing to check
+    GALE_ASSIGN_OR_RETURN(Tensor a, hf.read(copy, {V, H}));
+    GALE_ASSIGN_OR_RETURN(Tensor b, hf.read(original, {V, H}));
+    if (std::memcmp(a.data<float>(), b.data<float>(), a.nbytes()) != 0)
+      return FailedPrecondition(hf.file_of(copy), ": tensor '", copy, "' differs from '", original,
+                                "' (Gale's multi-token-prediction layers share the main embedding and output "
+                                "layer; convert with --mtp-num-layers 0 to leave them out)");
+  }
   // bf16 weights stay bf16 (exactly: the mapping only copies), halving the memory and the files.
   const DType store = hf.all_bf16() ? DType::kBF16 : DType::kF32;
   GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
@@ -125,6 +152,13 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
+  if (o.mtp_num_layers != kUnset) {
+    const int64_t saved = model.mtp_num_layers == kUnset ? 0 : model.mtp_num_layers;
+    if (o.mtp_num_layers < 0 || o.mtp_num_layers > saved)
+      return InvalidArgument("--mtp-num-layers ", o.mtp_num_layers, ": expected 0 to the ", saved,
+                             " multi-token-prediction layers of ", where, " (mtp_num_layers)");
+    model.mtp_num_layers = o.mtp_num_layers > 0 ? o.mtp_num_layers : kUnset;
+  }
   int64_t vocab = o.vocab_size;
   if (vocab == 0 && args.contains("vocab_size") && args["vocab_size"].is_number_integer())
     vocab = args["vocab_size"].get<int64_t>();
@@ -135,7 +169,8 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   }
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
-              ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size));
+              ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size,
+              m.mtp_layers > 0 ? str_cat(", ", m.mtp_layers, " MTP layers (num_nextn_predict_layers)") : std::string()));
   std::optional<LoraMerge> merge;
   if (!o.lora.lora_load.empty()) {
     GALE_ASSIGN_OR_RETURN(LoraMerge opened, LoraMerge::open(o.lora));

@@ -10,7 +10,9 @@
 // with the sections `gale pretrain --load` and `gale generate --use-checkpoint-args` read: "model",
 // "args" (every model flag, Megatron's names, plus vocab_size = HF's unpadded vocabulary),
 // "trainer" (iteration 0, nothing consumed) and "hf_source". Checkpoints saved by a parallel run
-// convert back too: the reader assembles each tensor from its TP/PP pieces.
+// convert back too: the reader assembles each tensor from its TP/PP pieces. DeepSeek-V3's
+// multi-token-prediction layers (num_nextn_predict_layers) convert both ways as --mtp-num-layers
+// (train/hf_weights.h); their copies of the embedding and lm_head must equal the main ones.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,10 @@ struct HfToGaleOptions {
   int64_t make_vocab_size_divisible_by = 128;
   int64_t target_tensor_parallel_size = 1;  // pads the vocabulary for this TP size
   std::string model_type_hf;                // optional MindSpeed --model-type-hf; must match config.json
+  // --mtp-num-layers (MindSpeed-LLM's DeepSeek-V3 converter flag): how many of DeepSeek-V3's
+  // num_nextn_predict_layers multi-token-prediction layers to convert (the first N; 0 leaves them
+  // out); kUnset: all of them.
+  int64_t mtp_num_layers = kUnset;
 };
 Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log);
 
@@ -39,6 +45,7 @@ struct GaleToHfOptions {
   std::string save_dtype = "fp32";  // "fp32" or "bf16"
   int64_t vocab_size = 0;   // real vocabulary rows; 0: the checkpoint's args vocab_size, else all padded rows
   LoraArgs lora;            // --lora-load set: merge these adapters into the weights (train/lora_merge.h)
+  int64_t mtp_num_layers = kUnset;  // --mtp-num-layers: MTP layers to write (the first N; 0: none); kUnset: all
 };
 Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log);
 

@@ -98,6 +98,11 @@ StatusOr<Tensor> HfFiles::read(const std::string& name, const Shape& shape) {
   return t;
 }
 
+std::string HfFiles::file_of(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? dir_ : files_[static_cast<size_t>(it->second.file)]->path();
+}
+
 bool HfFiles::all_bf16() const {
   for (const auto& [name, loc] : tensors_)
     if (st_dtype_is_float(loc.entry->dtype) && loc.entry->dtype != StDType::kBF16) return false;

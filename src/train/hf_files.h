@@ -39,6 +39,10 @@ class HfFiles {
   // ("FILE: tensor 'x' has shape [a, b], expected [c, d]") for another shape. A name starting
   // "transformer." is also found without that prefix (GPT-2 files saved from GPT2Model).
   StatusOr<Tensor> read(const std::string& name, const Shape& shape);
+  // Whether the weights hold `name`.
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // The safetensors file that holds `name` (the directory when none does), for error messages.
+  std::string file_of(const std::string& name) const;
   // Names of tensors no read() has returned, sorted.
   std::vector<std::string> unread() const;
   // Whether every floating-point tensor is stored as BF16 (then bf16 holds all of them exactly).

@@ -329,79 +329,124 @@ std::vector<MlaPair> mla_pairs(const HfModel& m) {
           {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", H, NH * Dv}};
 }
 
-// DeepSeek-V3's MoE layer i: mlp.gate.weight [E, H] is the router, mlp.gate.e_score_correction_bias
-// [E] its expert_bias, mlp.experts.j and mlp.shared_experts the SwiGLU experts and shared expert.
-Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
+// One DeepSeek-V3 decoder layer: HF's tensors under `hf` (e.g. "model.layers.3.") <-> Gale's under
+// `gale` ("decoder.layers.3." or "mtp.layers.0.transformer_layer."). A MoE layer's mlp.gate.weight
+// [E, H] is the router, mlp.gate.e_score_correction_bias [E] its expert_bias, mlp.experts.j and
+// mlp.shared_experts the SwiGLU experts and shared expert; a dense layer has LLaMA's MLP.
+Status deepseek_v3_layer_to_gale(const HfModel& m, const std::string& hf, const std::string& gale, bool moe,
+                                 Mapper& mp) {
   const Dims d = dims(m);
   const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(hf + "input_layernorm.weight", {d.H}));
+  mp.put(gale + "input_layernorm.weight", n1);
+  for (const MlaPair& p : mla_pairs(m)) {
+    const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(hf + p.hf, shape));
+    mp.put(gale + p.gale, t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(hf + "post_attention_layernorm.weight", {d.H}));
+  mp.put(gale + "pre_mlp_layernorm.weight", n2);
+  if (!moe) return swiglu_mlp_to_gale(hf + "mlp.", gale + "mlp.", d.F, d.H, mp);
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(hf + "mlp.gate.weight", {E, d.H}));
+  mp.put(gale + "mlp.router.weight", router);
+  GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(hf + "mlp.gate.e_score_correction_bias", {E}));
+  mp.put(gale + "mlp.router.expert_bias", bias);
+  for (int64_t j = 0; j < E; ++j)
+    GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(hf + "mlp.experts." + std::to_string(j) + ".",
+                                            gale + "mlp.experts.local_experts." + std::to_string(j) + ".", Fe, d.H, mp));
+  return swiglu_mlp_to_gale(hf + "mlp.shared_experts.", gale + "mlp.shared_experts.", Fs, d.H, mp);
+}
+
+Status gale_to_deepseek_v3_layer(const HfModel& m, const std::string& gale, const std::string& hf, bool moe,
+                                 Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
+  GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale + "input_layernorm.weight", {d.H}));
+  mp.put(hf + "input_layernorm.weight", n1);
+  for (const MlaPair& p : mla_pairs(m)) {
+    const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale + p.gale, shape));
+    mp.put(hf + p.hf, t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale + "pre_mlp_layernorm.weight", {d.H}));
+  mp.put(hf + "post_attention_layernorm.weight", n2);
+  if (!moe) return gale_to_swiglu_mlp(gale + "mlp.", hf + "mlp.", d.F, d.H, mp);
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale + "mlp.router.weight", {E, d.H}));
+  mp.put(hf + "mlp.gate.weight", router);
+  GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(gale + "mlp.router.expert_bias", {E}));
+  mp.put(hf + "mlp.gate.e_score_correction_bias", bias);
+  for (int64_t j = 0; j < E; ++j)
+    GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale + "mlp.experts.local_experts." + std::to_string(j) + ".",
+                                            hf + "mlp.experts." + std::to_string(j) + ".", Fe, d.H, mp));
+  return gale_to_swiglu_mlp(gale + "mlp.shared_experts.", hf + "mlp.shared_experts.", Fs, d.H, mp);
+}
+
+std::string hf_layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+std::string gale_mtp_prefix(int64_t k) { return "mtp.layers." + std::to_string(k) + "."; }
+
+// DeepSeek-V3's multi-token-prediction layer k, stored as HF layer L + k: enorm, hnorm, eh_proj
+// [H, 2H] (its input [enorm(embedding) | hnorm(h)], Megatron's order too, so copied as is) and
+// shared_head.norm are mtp.layers.k.{enorm, hnorm, eh_proj, final_layernorm}; the decoder layer's
+// tensors are mtp.layers.k.transformer_layer.* (a MoE layer: the last decoder layer is one). Its
+// embed_tokens and shared_head.head are copies of the main embedding and lm_head: Gale's MTP
+// layers share those (hf_mtp_shared_copies).
+const char* const kMtpNorms[][2] = {{"enorm.weight", "enorm.weight"},
+                                    {"hnorm.weight", "hnorm.weight"},
+                                    {"shared_head.norm.weight", "final_layernorm.weight"}};
+
+Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
   mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
-  for (int64_t i = 0; i < m.model.num_layers; ++i) {
-    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
-    mp.put(gale_layer(i, "input_layernorm.weight"), n1);
-    for (const MlaPair& p : mla_pairs(m)) {
-      const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
-      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(llama_layer(i, p.hf), shape));
-      mp.put(gale_layer(i, p.gale), t);
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
-    mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
-    if (!moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
-      continue;
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, d.H}));
-    mp.put(gale_layer(i, "mlp.router.weight"), router);
-    GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(llama_layer(i, "mlp.gate.e_score_correction_bias"), {E}));
-    mp.put(gale_layer(i, "mlp.router.expert_bias"), bias);
-    for (int64_t j = 0; j < E; ++j)
-      GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()),
-                                              gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
-                                              Fe, d.H, mp));
-    GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp.shared_experts."), gale_layer(i, "mlp.shared_experts."), Fs, d.H, mp));
-  }
+  for (int64_t i = 0; i < m.model.num_layers; ++i)
+    GALE_RETURN_IF_ERROR(deepseek_v3_layer_to_gale(m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
   GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
   mp.put("decoder.final_layernorm.weight", norm);
   if (m.model.untie_embeddings_and_output_weights) {
     GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
     mp.put("output_layer.weight", pad_rows(head, d.Vp));
   }
+  for (int64_t k = 0; k < m.mtp_layers; ++k) {
+    const std::string hf = hf_layer_prefix(m.model.num_layers + k), gale = gale_mtp_prefix(k);
+    for (const auto& [h, g] : kMtpNorms) {
+      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(hf + h, {d.H}));
+      mp.put(gale + g, t);
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(hf + "eh_proj.weight", {d.H, 2 * d.H}));
+    mp.put(gale + "eh_proj.weight", eh);
+    GALE_RETURN_IF_ERROR(deepseek_v3_layer_to_gale(m, hf, gale + "transformer_layer.", true, mp));
+  }
   return Status::Ok();
 }
 
 Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
-  const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
   mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
-  for (int64_t i = 0; i < m.model.num_layers; ++i) {
-    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale_layer(i, "input_layernorm.weight"), {d.H}));
-    mp.put(llama_layer(i, "input_layernorm.weight"), n1);
-    for (const MlaPair& p : mla_pairs(m)) {
-      const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
-      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale_layer(i, p.gale), shape));
-      mp.put(llama_layer(i, p.hf), t);
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
-    mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
-    if (!moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));
-      continue;
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, d.H}));
-    mp.put(llama_layer(i, "mlp.gate.weight"), router);
-    GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(gale_layer(i, "mlp.router.expert_bias"), {E}));
-    mp.put(llama_layer(i, "mlp.gate.e_score_correction_bias"), bias);
-    for (int64_t j = 0; j < E; ++j)
-      GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
-                                              llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), Fe, d.H, mp));
-    GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_experts."), Fs, d.H, mp));
-  }
+  for (int64_t i = 0; i < m.model.num_layers; ++i)
+    GALE_RETURN_IF_ERROR(gale_to_deepseek_v3_layer(m, gale_layer(i, ""), hf_layer_prefix(i), moe_layer(m, i), mp));
   GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
   mp.put("model.norm.weight", norm);
+  const char* head_name = m.model.untie_embeddings_and_output_weights ? "output_layer.weight"
+                                                                       : "embedding.word_embeddings.weight";
   if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get(head_name, {d.Vp, d.H}));
     mp.put("lm_head.weight", rows(head, 0, d.V));
+  }
+  for (int64_t k = 0; k < m.mtp_layers; ++k) {
+    const std::string hf = hf_layer_prefix(m.model.num_layers + k), gale = gale_mtp_prefix(k);
+    for (const auto& [h, g] : kMtpNorms) {
+      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale + g, {d.H}));
+      mp.put(hf + h, t);
+    }
+    GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(gale + "eh_proj.weight", {d.H, 2 * d.H}));
+    mp.put(hf + "eh_proj.weight", eh);
+    GALE_RETURN_IF_ERROR(gale_to_deepseek_v3_layer(m, gale + "transformer_layer.", hf, true, mp));
+    // DeepSeek-V3's files repeat the shared embedding and output layer in every MTP layer.
+    GALE_ASSIGN_OR_RETURN(Tensor e, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+    mp.put(hf + "embed_tokens.weight", rows(e, 0, d.V));
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get(head_name, {d.Vp, d.H}));
+    mp.put(hf + "shared_head.head.weight", rows(head, 0, d.V));
   }
   return Status::Ok();
 }
@@ -522,18 +567,30 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
   return mp.take();
 }
 
+std::vector<std::pair<std::string, std::string>> hf_mtp_shared_copies(const HfModel& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const char* head = m.model.untie_embeddings_and_output_weights ? "lm_head.weight" : "model.embed_tokens.weight";
+  for (int64_t k = 0; k < m.mtp_layers; ++k) {
+    const std::string hf = hf_layer_prefix(m.model.num_layers + k);
+    out.push_back({hf + "embed_tokens.weight", "model.embed_tokens.weight"});
+    out.push_back({hf + "shared_head.head.weight", head});
+  }
+  return out;
+}
+
 bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
   auto ends_with = [&](std::string_view s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   if (ends_with("rotary_emb.inv_freq")) return true;
-  // DeepSeek's multi-token-prediction layers model.layers.{L, ...} (num_nextn_predict_layers; a warning says so).
+  // DeepSeek's multi-token-prediction layers model.layers.{L + k} left out (--mtp-num-layers below
+  // num_nextn_predict_layers).
   if (m.arch == HfArchitecture::kDeepseekV3 && name.rfind("model.layers.", 0) == 0) {
     const size_t at = std::strlen("model.layers.");
     size_t end = at;
     while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-    if (end > at && end - at < 10 && std::stoll(name.substr(at, end - at)) >= m.model.num_layers &&
-        std::stoll(name.substr(at, end - at)) < m.model.num_layers + m.mtp_layers)
+    if (end > at && end - at < 10 && std::stoll(name.substr(at, end - at)) >= m.model.num_layers + m.mtp_layers &&
+        std::stoll(name.substr(at, end - at)) < m.model.num_layers + m.mtp_layers_in_files)
       return true;
   }
   if (m.arch == HfArchitecture::kGpt2 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias"))) return true;

@@ -34,6 +34,17 @@
 //   mlp.gate.weight [E, H], mlp.gate.e_score_correction_bias [E] -> mlp.router.weight, mlp.router.expert_bias
 //   mlp.experts.j.*, mlp.shared_experts.*        -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2,
 //                                                   mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
+//   multi-token prediction (num_nextn_predict_layers D, --mtp-num-layers D), MTP layer k < D stored as
+//   HF layer L + k (L = num_hidden_layers):
+//   model.layers.{L+k}.enorm, hnorm [H]          -> mtp.layers.k.enorm.weight, hnorm.weight
+//   model.layers.{L+k}.eh_proj.weight [H, 2H]    -> mtp.layers.k.eh_proj.weight (input [enorm(emb) | hnorm(h)]
+//                                                   on both sides: copied as is)
+//   model.layers.{L+k}.shared_head.norm.weight   -> mtp.layers.k.final_layernorm.weight
+//   model.layers.{L+k}.{input_layernorm, self_attn.*, post_attention_layernorm, mlp.*}
+//                                                -> mtp.layers.k.transformer_layer.* (as a MoE decoder layer)
+//   model.layers.{L+k}.embed_tokens.weight, shared_head.head.weight: copies of model.embed_tokens.weight
+//                                                   and lm_head.weight (Gale's MTP layers share the main
+//                                                   ones): checked on import, written on export
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.
@@ -41,6 +52,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -67,8 +79,15 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale,
                                                         DType store = DType::kF32);
 
+// DeepSeek-V3's per-MTP-layer copies of shared tensors, {copy, original}: model.layers.{L+k}.embed_tokens.weight
+// of model.embed_tokens.weight and model.layers.{L+k}.shared_head.head.weight of lm_head.weight (of
+// model.embed_tokens.weight when tied), for the k < m.mtp_layers converted. gale_tensors_from_hf does
+// not read them; the caller checks that each equals its original.
+std::vector<std::pair<std::string, std::string>> hf_mtp_shared_copies(const HfModel& m);
+
 // Whether an HF tensor that no mapping reads may be left behind: buffers some files carry
-// (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks) and a tied lm_head.weight.
+// (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks), a tied lm_head.weight, and
+// DeepSeek-V3's MTP layers from L + m.mtp_layers to L + m.mtp_layers_in_files (left out).
 bool hf_tensor_ignorable(const HfModel& m, const std::string& name);
 
 }  // namespace gale

@@ -72,6 +72,10 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   args.training.seed = seed;
   Arguments base = args;
   base.lora = LoraArgs{};  // --lora-load: the adapters are merged into the base weights below
+  // Multi-token prediction is a training objective: as Megatron's inference, the model is built
+  // without its MTP layers (from --mtp-num-layers or the checkpoint's args) and their tensors in
+  // the checkpoint are not read.
+  base.model.mtp_num_layers = kUnset;
   m->config = model_config_from_args(base);
   m->ops = std::make_unique<OpTable>(reference_ops());
   GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster

@@ -7,7 +7,9 @@
 // runs in fp32 on the fused kernels of the best ISA the CPU has (level 1 and flash attention: the
 // reference results within the tolerances tests/kernels checks) and keeps nothing for backward.
 // With --lora-load (and the --lora-r / --lora-alpha / --lora-target-modules it was trained with)
-// the adapters are merged into the base weights at load (train/lora_merge.h).
+// the adapters are merged into the base weights at load (train/lora_merge.h). A checkpoint trained
+// with --mtp-num-layers loads too: the model is built without the multi-token-prediction layers and
+// their tensors are ignored (as Megatron's inference does).
 #pragma once
 
 #include <cstdint>

@@ -66,6 +66,13 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
   r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--model-type-hf", "qwen2"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--model-type-hf qwen2 does not match"), std::string::npos) << r.output;
+  r = convert_to_gale(fixture("deepseek_v3"), tmp.file("out"), {"--mtp-num-layers", "-2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "gale convert: error: --mtp-num-layers: expected a non-negative integer, found -2\n");
+  r = convert_to_gale(fixture("deepseek_v3"), tmp.file("out"), {"--mtp-num-layers", "1"});  // the fixture has none
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --mtp-num-layers 1: expected 0 to the 0 multi-token-prediction layers of " +
+                          fixture("deepseek_v3") + "/config.json (num_nextn_predict_layers)\n");
 }
 
 // HF -> Gale, then `gale generate --use-checkpoint-args` continues the fixture's tokens greedily

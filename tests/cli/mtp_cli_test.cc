@@ -1,10 +1,13 @@
 // `gale pretrain --mtp-num-layers`: the mock-data run logs Megatron's "mtp_1 loss" (and
 // "mtp_2 loss") after lm loss, both falling; save and resume continue the same run exactly (the MTP
 // parameters and their optimizer state are in the checkpoint); with factor 0 the LM losses are
-// those of the model without MTP; pipeline parallelism is refused in one line.
+// those of the model without MTP; pipeline parallelism is refused in one line. `gale generate` and
+// `gale evaluate` load the MTP checkpoint (without its MTP layers).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <regex>
 
 #include "log_line.h"
 #include "subprocess.h"
@@ -60,6 +63,41 @@ TEST(GalePretrainMtp, LogsTheMtpLossesAndResumesExactly) {
     EXPECT_EQ(m1[3 + i], m1_b[i]) << "iteration " << 4 + i;
     EXPECT_EQ(m2[3 + i], m2_b[i]) << "iteration " << 4 + i;
   }
+
+  // generate and evaluate load the MTP checkpoint (iteration 6 now) as Megatron's inference does:
+  // the model without its MTP layers, their tensors ignored; from the checkpoint's args or from the
+  // command line's model flags (--mtp-num-layers among them), the same greedy tokens.
+  const std::vector<std::string> tokenizer = {"--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
+  auto generate = [&](std::vector<std::string> model) {
+    std::vector<std::string> argv = {GALE_BINARY, "generate", "--load", dir.string(), "--prompt", "5 17 300 2 41",
+                                     "--max-new-tokens", "6", "--temperature", "0"};
+    argv.insert(argv.end(), tokenizer.begin(), tokenizer.end());
+    argv.insert(argv.end(), model.begin(), model.end());
+    return test::run_with_timeout(argv, {}, 300);
+  };
+  test::RunResult from_args = generate({"--use-checkpoint-args"});
+  ASSERT_EQ(from_args.exit_code, 0) << from_args.output;
+  std::smatch tokens;
+  ASSERT_TRUE(std::regex_search(from_args.output, tokens, std::regex(R"(5 17 300 2 41( \d+){6}\n)")))
+      << from_args.output;
+  std::vector<std::string> flags = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                                    "--seq-length", "32", "--max-position-embeddings", "64", "--swiglu",
+                                    "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                                    "--disable-bias-linear", "--untie-embeddings-and-output-weights"};
+  flags.insert(flags.end(), mtp.begin(), mtp.end());
+  test::RunResult from_flags = generate(flags);
+  ASSERT_EQ(from_flags.exit_code, 0) << from_flags.output;
+  EXPECT_NE(from_flags.output.find(tokens.str()), std::string::npos) << from_flags.output;
+  {
+    std::ofstream docs(dir / "docs.jsonl");
+    docs << "{\"text\": \"5 17 300 2 41 7 7 9\"}\n{\"text\": \"1 2 3 4 5 6\"}\n";
+  }
+  std::vector<std::string> eval = {GALE_BINARY, "evaluate", "--load", dir.string(), "--use-checkpoint-args",
+                                   "--task", "ppl", "--task-data-path", (dir / "docs.jsonl").string()};
+  eval.insert(eval.end(), tokenizer.begin(), tokenizer.end());
+  test::RunResult ppl = test::run_with_timeout(eval, {}, 300);
+  ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
+  EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(\| lm loss: [0-9.E+-]+ \|)"))) << ppl.output;
   std::filesystem::remove_all(dir);
 }
 
