@@ -111,8 +111,10 @@ const std::vector<std::string> kLevel1 = {"forward-backward",       "layernorm-g
                                           "optimizer-inner-step",   "optimizer"};
 const std::vector<std::string> kLevel2 = {"batch-generator", "forward-compute", "backward-compute"};
 
-// Containment: a phase never takes longer than the timer around it.
-void expect_consistent(const Block& b, bool level2) {
+// Containment: a phase never takes longer than the timer around it. `pipelined`: the pipeline
+// schedules load every micro-batch before the first forward, so batch-generator is not inside
+// forward-compute there and the two are not compared.
+void expect_consistent(const Block& b, bool level2, bool pipelined = false) {
   for (size_t i = 0; i < b.names.size(); ++i) {
     EXPECT_LE(b.min_max[i].first, b.min_max[i].second) << b.names[i];
     EXPECT_GE(b.min_max[i].first, 0.0) << b.names[i];
@@ -125,7 +127,8 @@ void expect_consistent(const Block& b, bool level2) {
   if (!level2) return;
   EXPECT_GE(fb, b.max_of("forward-compute"));
   EXPECT_GE(fb, b.max_of("backward-compute"));
-  EXPECT_GE(b.max_of("forward-compute"), b.max_of("batch-generator"));  // without pipelining it reads the batch
+  if (!pipelined)
+    EXPECT_GE(b.max_of("forward-compute"), b.max_of("batch-generator"));  // without pipelining it reads the batch
   EXPECT_GT(b.max_of("backward-compute"), 0.0);
 }
 
@@ -243,7 +246,7 @@ TEST(GaleTimers, ReportsAcrossTwoPipelineRanks) {
     for (const char* name : {"forward-recv", "forward-send", "backward-recv", "backward-send",
                              "embedding-grads-all-reduce"})
       EXPECT_NE(std::find(b.names.begin(), b.names.end(), name), b.names.end()) << name;
-    expect_consistent(b, /*level2=*/true);
+    expect_consistent(b, /*level2=*/true, /*pipelined=*/true);
   }
 
   // --timing-log-option all: every rank's own time; rank 1 (last stage) alone receives activations,
