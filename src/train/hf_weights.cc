@@ -329,56 +329,44 @@ std::vector<MlaPair> mla_pairs(const HfModel& m) {
           {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", H, NH * Dv}};
 }
 
+// Which way a conversion copies: HF -> Gale (import) or Gale -> HF (export).
+enum class Direction { kToGale, kToHf };
+
+// One tensor between its HF name and its Gale name, in `dir`.
+Status copy_tensor(Direction dir, const std::string& hf, const std::string& gale, const Shape& shape, Mapper& mp) {
+  const bool to_gale = dir == Direction::kToGale;
+  GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+  mp.put(to_gale ? gale : hf, t);
+  return Status::Ok();
+}
+
+Status copy_swiglu_mlp(Direction dir, const std::string& hf, const std::string& gale, int64_t F, int64_t H,
+                       Mapper& mp) {
+  return dir == Direction::kToGale ? swiglu_mlp_to_gale(hf, gale, F, H, mp) : gale_to_swiglu_mlp(gale, hf, F, H, mp);
+}
+
 // One DeepSeek-V3 decoder layer: HF's tensors under `hf` (e.g. "model.layers.3.") <-> Gale's under
 // `gale` ("decoder.layers.3." or "mtp.layers.0.transformer_layer."). A MoE layer's mlp.gate.weight
 // [E, H] is the router, mlp.gate.e_score_correction_bias [E] its expert_bias, mlp.experts.j and
 // mlp.shared_experts the SwiGLU experts and shared expert; a dense layer has LLaMA's MLP.
-Status deepseek_v3_layer_to_gale(const HfModel& m, const std::string& hf, const std::string& gale, bool moe,
-                                 Mapper& mp) {
+Status copy_deepseek_v3_layer(Direction dir, const HfModel& m, const std::string& hf, const std::string& gale,
+                              bool moe, Mapper& mp) {
   const Dims d = dims(m);
   const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
-  GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(hf + "input_layernorm.weight", {d.H}));
-  mp.put(gale + "input_layernorm.weight", n1);
-  for (const MlaPair& p : mla_pairs(m)) {
-    const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
-    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(hf + p.hf, shape));
-    mp.put(gale + p.gale, t);
-  }
-  GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(hf + "post_attention_layernorm.weight", {d.H}));
-  mp.put(gale + "pre_mlp_layernorm.weight", n2);
-  if (!moe) return swiglu_mlp_to_gale(hf + "mlp.", gale + "mlp.", d.F, d.H, mp);
-  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(hf + "mlp.gate.weight", {E, d.H}));
-  mp.put(gale + "mlp.router.weight", router);
-  GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(hf + "mlp.gate.e_score_correction_bias", {E}));
-  mp.put(gale + "mlp.router.expert_bias", bias);
+  GALE_RETURN_IF_ERROR(copy_tensor(dir, hf + "input_layernorm.weight", gale + "input_layernorm.weight", {d.H}, mp));
+  for (const MlaPair& p : mla_pairs(m))
+    GALE_RETURN_IF_ERROR(
+        copy_tensor(dir, hf + p.hf, gale + p.gale, p.cols ? Shape{p.rows, p.cols} : Shape{p.rows}, mp));
+  GALE_RETURN_IF_ERROR(
+      copy_tensor(dir, hf + "post_attention_layernorm.weight", gale + "pre_mlp_layernorm.weight", {d.H}, mp));
+  if (!moe) return copy_swiglu_mlp(dir, hf + "mlp.", gale + "mlp.", d.F, d.H, mp);
+  GALE_RETURN_IF_ERROR(copy_tensor(dir, hf + "mlp.gate.weight", gale + "mlp.router.weight", {E, d.H}, mp));
+  GALE_RETURN_IF_ERROR(
+      copy_tensor(dir, hf + "mlp.gate.e_score_correction_bias", gale + "mlp.router.expert_bias", {E}, mp));
   for (int64_t j = 0; j < E; ++j)
-    GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(hf + "mlp.experts." + std::to_string(j) + ".",
-                                            gale + "mlp.experts.local_experts." + std::to_string(j) + ".", Fe, d.H, mp));
-  return swiglu_mlp_to_gale(hf + "mlp.shared_experts.", gale + "mlp.shared_experts.", Fs, d.H, mp);
-}
-
-Status gale_to_deepseek_v3_layer(const HfModel& m, const std::string& gale, const std::string& hf, bool moe,
-                                 Mapper& mp) {
-  const Dims d = dims(m);
-  const int64_t E = m.moe.num_experts, Fe = m.moe.moe_ffn_hidden_size, Fs = m.moe.moe_shared_expert_intermediate_size;
-  GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale + "input_layernorm.weight", {d.H}));
-  mp.put(hf + "input_layernorm.weight", n1);
-  for (const MlaPair& p : mla_pairs(m)) {
-    const Shape shape = p.cols ? Shape{p.rows, p.cols} : Shape{p.rows};
-    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale + p.gale, shape));
-    mp.put(hf + p.hf, t);
-  }
-  GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale + "pre_mlp_layernorm.weight", {d.H}));
-  mp.put(hf + "post_attention_layernorm.weight", n2);
-  if (!moe) return gale_to_swiglu_mlp(gale + "mlp.", hf + "mlp.", d.F, d.H, mp);
-  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale + "mlp.router.weight", {E, d.H}));
-  mp.put(hf + "mlp.gate.weight", router);
-  GALE_ASSIGN_OR_RETURN(Tensor bias, mp.get(gale + "mlp.router.expert_bias", {E}));
-  mp.put(hf + "mlp.gate.e_score_correction_bias", bias);
-  for (int64_t j = 0; j < E; ++j)
-    GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale + "mlp.experts.local_experts." + std::to_string(j) + ".",
-                                            hf + "mlp.experts." + std::to_string(j) + ".", Fe, d.H, mp));
-  return gale_to_swiglu_mlp(gale + "mlp.shared_experts.", hf + "mlp.shared_experts.", Fs, d.H, mp);
+    GALE_RETURN_IF_ERROR(copy_swiglu_mlp(dir, hf + "mlp.experts." + std::to_string(j) + ".",
+                                         gale + "mlp.experts.local_experts." + std::to_string(j) + ".", Fe, d.H, mp));
+  return copy_swiglu_mlp(dir, hf + "mlp.shared_experts.", gale + "mlp.shared_experts.", Fs, d.H, mp);
 }
 
 std::string hf_layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
@@ -399,7 +387,8 @@ Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
   mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
   for (int64_t i = 0; i < m.model.num_layers; ++i)
-    GALE_RETURN_IF_ERROR(deepseek_v3_layer_to_gale(m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
+    GALE_RETURN_IF_ERROR(
+        copy_deepseek_v3_layer(Direction::kToGale, m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
   GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
   mp.put("decoder.final_layernorm.weight", norm);
   if (m.model.untie_embeddings_and_output_weights) {
@@ -414,7 +403,7 @@ Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
     }
     GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(hf + "eh_proj.weight", {d.H, 2 * d.H}));
     mp.put(gale + "eh_proj.weight", eh);
-    GALE_RETURN_IF_ERROR(deepseek_v3_layer_to_gale(m, hf, gale + "transformer_layer.", true, mp));
+    GALE_RETURN_IF_ERROR(copy_deepseek_v3_layer(Direction::kToGale, m, hf, gale + "transformer_layer.", true, mp));
   }
   return Status::Ok();
 }
@@ -424,7 +413,8 @@ Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
   mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
   for (int64_t i = 0; i < m.model.num_layers; ++i)
-    GALE_RETURN_IF_ERROR(gale_to_deepseek_v3_layer(m, gale_layer(i, ""), hf_layer_prefix(i), moe_layer(m, i), mp));
+    GALE_RETURN_IF_ERROR(
+        copy_deepseek_v3_layer(Direction::kToHf, m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
   GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
   mp.put("model.norm.weight", norm);
   const char* head_name = m.model.untie_embeddings_and_output_weights ? "output_layer.weight"
@@ -441,7 +431,7 @@ Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
     }
     GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(gale + "eh_proj.weight", {d.H, 2 * d.H}));
     mp.put(hf + "eh_proj.weight", eh);
-    GALE_RETURN_IF_ERROR(gale_to_deepseek_v3_layer(m, gale + "transformer_layer.", hf, true, mp));
+    GALE_RETURN_IF_ERROR(copy_deepseek_v3_layer(Direction::kToHf, m, hf, gale + "transformer_layer.", true, mp));
     // DeepSeek-V3's files repeat the shared embedding and output layer in every MTP layer.
     GALE_ASSIGN_OR_RETURN(Tensor e, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
     mp.put(hf + "embed_tokens.weight", rows(e, 0, d.V));
