@@ -382,6 +382,16 @@ const char* const kMtpNorms[][2] = {{"enorm.weight", "enorm.weight"},
                                     {"hnorm.weight", "hnorm.weight"},
                                     {"shared_head.norm.weight", "final_layernorm.weight"}};
 
+// MTP layer k: DeepSeek-V3's decoder layer num_layers + k (its enorm, hnorm, eh_proj, shared_head.norm
+// and a full MoE layer) <-> Gale's mtp.layers.k.
+Status copy_mtp_layer(Direction dir, const HfModel& m, int64_t k, Mapper& mp) {
+  const Dims d = dims(m);
+  const std::string hf = hf_layer_prefix(m.model.num_layers + k), gale = gale_mtp_prefix(k);
+  for (const auto& [h, g] : kMtpNorms) GALE_RETURN_IF_ERROR(copy_tensor(dir, hf + h, gale + g, {d.H}, mp));
+  GALE_RETURN_IF_ERROR(copy_tensor(dir, hf + "eh_proj.weight", gale + "eh_proj.weight", {d.H, 2 * d.H}, mp));
+  return copy_deepseek_v3_layer(dir, m, hf, gale + "transformer_layer.", true, mp);
+}
+
 Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
@@ -396,14 +406,7 @@ Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
     mp.put("output_layer.weight", pad_rows(head, d.Vp));
   }
   for (int64_t k = 0; k < m.mtp_layers; ++k) {
-    const std::string hf = hf_layer_prefix(m.model.num_layers + k), gale = gale_mtp_prefix(k);
-    for (const auto& [h, g] : kMtpNorms) {
-      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(hf + h, {d.H}));
-      mp.put(gale + g, t);
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(hf + "eh_proj.weight", {d.H, 2 * d.H}));
-    mp.put(gale + "eh_proj.weight", eh);
-    GALE_RETURN_IF_ERROR(copy_deepseek_v3_layer(Direction::kToGale, m, hf, gale + "transformer_layer.", true, mp));
+    GALE_RETURN_IF_ERROR(copy_mtp_layer(Direction::kToGale, m, k, mp));
   }
   return Status::Ok();
 }
@@ -424,14 +427,8 @@ Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
     mp.put("lm_head.weight", rows(head, 0, d.V));
   }
   for (int64_t k = 0; k < m.mtp_layers; ++k) {
-    const std::string hf = hf_layer_prefix(m.model.num_layers + k), gale = gale_mtp_prefix(k);
-    for (const auto& [h, g] : kMtpNorms) {
-      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale + g, {d.H}));
-      mp.put(hf + h, t);
-    }
-    GALE_ASSIGN_OR_RETURN(Tensor eh, mp.get(gale + "eh_proj.weight", {d.H, 2 * d.H}));
-    mp.put(hf + "eh_proj.weight", eh);
-    GALE_RETURN_IF_ERROR(copy_deepseek_v3_layer(Direction::kToHf, m, hf, gale + "transformer_layer.", true, mp));
+    GALE_RETURN_IF_ERROR(copy_mtp_layer(Direction::kToHf, m, k, mp));
+    const std::string hf = hf_layer_prefix(m.model.num_layers + k);
     // DeepSeek-V3's files repeat the shared embedding and output layer in every MTP layer.
     GALE_ASSIGN_OR_RETURN(Tensor e, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
     mp.put(hf + "embed_tokens.weight", rows(e, 0, d.V));

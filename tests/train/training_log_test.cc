@@ -6,8 +6,8 @@
 namespace gale {
 namespace {
 
-TEST(TrainingLog, MatchesMegatronExample) {
-  // The example line of megatron.md §5, built from Megatron's own format strings.
+// The fields of the example line of megatron.md §5.
+TrainingLogFields megatron_example_fields() {
   TrainingLogFields f;
   f.timestamp = "2025-05-20 15:48:49";
   f.iteration = 1;
@@ -20,6 +20,12 @@ TEST(TrainingLog, MatchesMegatronExample) {
   f.global_batch_size = 32;
   f.lm_loss = 10.83373;
   f.grad_norm = 5.679;
+  return f;
+}
+
+TEST(TrainingLog, MatchesMegatronExample) {
+  // The example line of megatron.md §5, built from Megatron's own format strings.
+  const TrainingLogFields f = megatron_example_fields();
   EXPECT_EQ(format_training_log_line(f),
             " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples:           32 | elapsed time per "
             "iteration (ms): 4256.1 | throughput per GPU (TFLOP/s/GPU): 123.5 | learning rate: 3.000000E-05 | global "
@@ -30,21 +36,10 @@ TEST(TrainingLog, MatchesMegatronExample) {
 // --op-cal-tflops: MindSpeed's two fields right after the formula's throughput, only with
 // --log-throughput.
 TEST(TrainingLog, CountedThroughputsAfterTheFormulas) {
-  TrainingLogFields f;
-  f.timestamp = "2025-05-20 15:48:49";
-  f.iteration = 1;
-  f.train_iters = 50;
-  f.consumed_samples = 32;
-  f.elapsed_ms_per_iteration = 4256.1;
-  f.log_throughput = true;
-  f.tflops_per_gpu = 123.5;
+  TrainingLogFields f = megatron_example_fields();
   f.op_cal_tflops = true;
   f.actual_tflops_per_gpu = 110.04;
   f.actual_tflops_with_recompute_per_gpu = 146.66;
-  f.learning_rate = 3.0e-5;
-  f.global_batch_size = 32;
-  f.lm_loss = 10.83373;
-  f.grad_norm = 5.679;
   EXPECT_EQ(format_training_log_line(f),
             " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples:           32 | elapsed time per "
             "iteration (ms): 4256.1 | throughput per GPU (TFLOP/s/GPU): 123.5 | actual throughput per GPU "
