@@ -8,7 +8,8 @@
 // previous block's attention; model/ring_attention.h) or --cp-comm-type allgather (keys and values
 // all-gathered); ulysses_cp_algo (DeepSpeed-Ulysses: all-to-alls between the sequence and the
 // head split); and hybrid_cp_algo (--ulysses-degree-in-cp U: Ulysses within sub-groups of U
-// consecutive cp ranks, ring attention across them; parallel/hybrid_cp_groups.h).
+// consecutive cp ranks, ring attention across them; parallel/hybrid_cp_groups.h). Megatron's
+// --cp-comm-type a2a and a2a+p2p select the last two (train/arguments_parallel.cc resolves them).
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
 
@@ -32,7 +33,8 @@ class ContextParallelFeature : public Feature {
            "attention (--cp-comm-type p2p, default) or all-gathers them (allgather), "
            "ulysses_cp_algo trades the sequence split for a head split with all-to-alls, "
            "hybrid_cp_algo (--ulysses-degree-in-cp U) runs Ulysses within groups of U consecutive cp ranks and "
-           "the ring across the CP/U groups";
+           "the ring across the CP/U groups; Megatron's --cp-comm-type a2a runs as ulysses_cp_algo and a2a+p2p "
+           "(--hierarchical-context-parallel-sizes A P) as hybrid_cp_algo with U = A";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }
   std::string not_requested_reason(const FeatureContext& ctx) const override {

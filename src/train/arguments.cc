@@ -168,10 +168,14 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--ulysses-degree-in-cp", &a.ulysses_degree_in_cp,
         "hybrid_cp_algo: U, the cp ranks of each Ulysses sub-group (1 < U < CP, dividing CP; heads and query "
         "groups divisible by TP x U); the ring degree is CP / U");
-  p.add("--cp-comm-type", &a.cp_comm_type,
-        "context-parallel communication of megatron_cp_algo (Megatron): p2p (default; ring attention, key/value "
-        "blocks passed around the cp group, overlapped with attention) or allgather (keys and values all-gathered); "
-        "a2a and a2a+p2p are not supported yet");
+  p.add_list("--cp-comm-type", &a.cp_comm_type_list,
+             "context-parallel communication (Megatron; one type for all layers): p2p (default; ring attention, "
+             "key/value blocks passed around the cp group, overlapped with attention), allgather (keys and values "
+             "all-gathered), a2a (= --context-parallel-algo ulysses_cp_algo) or a2a+p2p (= hybrid_cp_algo, with "
+             "--hierarchical-context-parallel-sizes A P: all-to-all within A adjacent cp ranks, the ring across them)",
+             1);
+  p.add_list("--hierarchical-context-parallel-sizes", &a.hierarchical_context_parallel_sizes,
+             "--cp-comm-type a2a+p2p: the all-to-all and ring levels of the cp group, A P with A x P = CP", 1);
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
@@ -244,6 +248,13 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
   p.add("--ckpt-step", &a.ckpt_step, "load iter_<N> of the checkpoint directory instead of its latest iteration");
   p.add("--pretrained-checkpoint", &a.pretrained_checkpoint,
         "when --load holds no checkpoint, load this one's weights as --finetune does (iteration 0)");
+  p.add_flag("--use-checkpoint-args", &a.use_checkpoint_args,
+             "take the model flags Megatron takes from the checkpoint in --load (its metadata.json args; "
+             "train/checkpoint_args.h lists them) instead of the command line");
+  p.add_flag("--use-mp-args-from-checkpoint-args", &a.use_mp_args_from_checkpoint_args,
+             "with --use-checkpoint-args: also the tensor, pipeline and expert parallel sizes");
+  p.add_false("--no-use-tokenizer-model-from-checkpoint-args", &a.use_tokenizer_model_from_checkpoint_args,
+              "with --use-checkpoint-args: keep the command line's --tokenizer-model");
   p.add_flag("--override-opt_param-scheduler", &a.override_opt_param_scheduler,
              "on --load, keep this run's learning-rate and weight-decay schedule flags");
   p.add_flag("--use-checkpoint-opt_param-scheduler", &a.use_checkpoint_opt_param_scheduler,

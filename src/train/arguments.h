@@ -156,7 +156,13 @@ struct ParallelArgs {
   int64_t decoder_last_pipeline_num_layers = kUnset;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
-  std::string cp_comm_type = "p2p";  // Megatron's --cp-comm-type: p2p (ring attention) or allgather
+  // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved
+  // value: p2p (ring attention) or allgather for megatron_cp_algo. a2a and a2a+p2p resolve to
+  // ulysses_cp_algo and hybrid_cp_algo (context_parallel_algo, ulysses_degree_in_cp) with p2p here.
+  std::vector<std::string> cp_comm_type_list;
+  std::string cp_comm_type = "p2p";
+  // Megatron's --hierarchical-context-parallel-sizes (as given; their product must be the CP size).
+  std::vector<std::string> hierarchical_context_parallel_sizes;
   // MindSpeed's --ulysses-degree-in-cp: U, the Ulysses sub-group size of hybrid_cp_algo (0 = unset;
   // only valid with that algorithm; 1 < U < CP, U dividing CP).
   int64_t ulysses_degree_in_cp = 0;
@@ -236,7 +242,13 @@ struct CheckpointArgs {
   // --async-save: each rank copies what it saves into host memory (peak host memory rises by that
   // copy) and a background thread writes the files; the tracker is written once all ranks finished.
   bool async_save = false;
-  bool use_checkpoint_args = false;  // gale generate / evaluate: the model flags come from the checkpoint's args
+  // --use-checkpoint-args: the model flags come from the checkpoint's args (gale generate /
+  // evaluate: all of them; gale pretrain: Megatron's set, train/checkpoint_args.h), with
+  // --use-mp-args-from-checkpoint-args also the parallel sizes, and the tokenizer model unless
+  // --no-use-tokenizer-model-from-checkpoint-args.
+  bool use_checkpoint_args = false;
+  bool use_mp_args_from_checkpoint_args = false;
+  bool use_tokenizer_model_from_checkpoint_args = true;
   int64_t ckpt_step = kUnset;         // --ckpt-step: load iter_<N> of --load, not the tracker's iteration
   // --pretrained-checkpoint: loaded as with --finetune when --load holds no checkpoint (Megatron).
   std::string pretrained_checkpoint;

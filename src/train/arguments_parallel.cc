@@ -1,4 +1,6 @@
 // Validation of the distributed layout flags against the world size and the model shape.
+#include <cstdlib>
+
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
@@ -118,8 +120,67 @@ Status validate_interleaved_microbatches(const Arguments& a) {
                          ") to be a multiple of --pipeline-model-parallel-size ", pp);
 }
 
-// --context-parallel-size with MindSpeed's --context-parallel-algo and Megatron's --cp-comm-type.
-Status validate_context_parallel(const Arguments& a) {
+// Megatron's --cp-comm-type (one type, or one per layer) and --hierarchical-context-parallel-sizes,
+// resolved onto the algorithms Gale implements: p2p and allgather stay megatron_cp_algo's two
+// variants, a2a is ulysses_cp_algo, and a2a+p2p with sizes [A, P] is hybrid_cp_algo with
+// --ulysses-degree-in-cp A (Megatron's first level, A adjacent cp ranks, runs the all-to-all; the
+// ring runs across the second level). A lone A = 1 or P = 1 degenerates to the ring or to Ulysses.
+Status resolve_cp_comm_type(Arguments& a) {
+  ParallelArgs& par = a.parallel;
+  const std::vector<std::string>& types = par.cp_comm_type_list;
+  if (!types.empty()) {
+    const int64_t L = a.model.num_layers;
+    for (const std::string& t : types)
+      if (t != "p2p" && t != "a2a" && t != "allgather" && t != "a2a+p2p")
+        return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p, found '", t, "'");
+    if (types.size() > 1 && static_cast<int64_t>(types.size()) != L)
+      return InvalidArgument("--cp-comm-type: expected one type or one per layer (--num-layers ", L, "), found ",
+                             types.size(), " types");
+    for (const std::string& t : types)
+      if (t != types[0])
+        return Unimplemented("--cp-comm-type with different types per layer (", types[0], ", ", t,
+                             "): not supported yet (expected one type for all layers)");
+    par.cp_comm_type = types[0];
+  }
+  int64_t hierarchy_product = 1;
+  for (const std::string& v : par.hierarchical_context_parallel_sizes) {
+    char* end = nullptr;
+    const long long size = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || size < 1)
+      return InvalidArgument("--hierarchical-context-parallel-sizes: expected positive integers, found '", v, "'");
+    hierarchy_product *= size;
+  }
+  const auto& sizes = par.hierarchical_context_parallel_sizes;
+  if (!sizes.empty() && hierarchy_product != par.context_parallel_size)
+    return InvalidArgument("--hierarchical-context-parallel-sizes: expected sizes whose product is "
+                           "--context-parallel-size ", par.context_parallel_size, ", found a product of ",
+                           hierarchy_product);
+  const std::string comm = par.cp_comm_type, algo = par.context_parallel_algo;
+  if (comm != "a2a" && comm != "a2a+p2p") return Status::Ok();
+  if (comm == "a2a+p2p" && sizes.empty())
+    return InvalidArgument("--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm");
+  if (comm == "a2a+p2p" && sizes.size() != 2)
+    return InvalidArgument("--cp-comm-type a2a+p2p: expected two --hierarchical-context-parallel-sizes (the "
+                           "all-to-all level and the ring level), found ", sizes.size());
+  if (algo != "megatron_cp_algo" && !(comm == "a2a" && algo == "ulysses_cp_algo"))
+    return InvalidArgument("--cp-comm-type ", comm, " selects the context-parallel algorithm itself (",
+                           comm == "a2a" ? "ulysses_cp_algo" : "hybrid_cp_algo",
+                           "): expected --context-parallel-algo megatron_cp_algo (the default), found '", algo, "'");
+  if (par.context_parallel_size == 1) return Status::Ok();
+  const int64_t a2a_size = comm == "a2a" ? par.context_parallel_size : std::strtoll(sizes[0].c_str(), nullptr, 10);
+  par.cp_comm_type = "p2p";
+  if (a2a_size == par.context_parallel_size) {
+    par.context_parallel_algo = "ulysses_cp_algo";
+  } else if (a2a_size > 1) {
+    par.context_parallel_algo = "hybrid_cp_algo";
+    par.ulysses_degree_in_cp = a2a_size;
+  }
+  return Status::Ok();
+}
+
+// --context-parallel-size with MindSpeed's --context-parallel-algo and Megatron's --cp-comm-type
+// (already resolved by resolve_cp_comm_type).
+Status validate_context_parallel(const Arguments& a, const std::string& requested_comm) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
   static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"};
@@ -131,14 +192,6 @@ Status validate_context_parallel(const Arguments& a) {
                              "megatron_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                            "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
-  }
-  const std::string& comm = par.cp_comm_type;
-  if (comm != "p2p" && comm != "allgather") {
-    if (comm == "a2a" || comm == "a2a+p2p")
-      return Unimplemented("--cp-comm-type ", comm,
-                           ": not supported yet (Gale implements p2p, the ring, and allgather)");
-    return InvalidArgument("--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and "
-                           "allgather), found '", comm, "'");
   }
   const int64_t cp = par.context_parallel_size, U = par.ulysses_degree_in_cp;
   if (!hybrid && U != 0)
@@ -160,19 +213,29 @@ Status validate_context_parallel(const Arguments& a) {
                            " (each sequence is cut into 2 x CP equal chunks)");
   const int64_t tp = par.tensor_model_parallel_size;
   // Ulysses splits the heads and query groups over TP x CP, hybrid over TP x U.
-  const auto heads_divisible = [&](const char* algo, const char* name, const char* flag, int64_t degree) -> Status {
+  const auto heads_divisible = [&](const std::string& what, const char* name, const char* flag,
+                                   int64_t degree) -> Status {
     const struct { const char* what; const char* flag; int64_t count; } splits[] = {
         {"heads", "--num-attention-heads", a.model.num_attention_heads},
         {"query groups", "--num-query-groups", a.model.num_kv_heads}};
     for (const auto& sp : splits)
       if (sp.count % (tp * degree) != 0)
-        return InvalidArgument("--context-parallel-algo ", algo, " splits the ", sp.what, " over TP x ", name, ": ",
+        return InvalidArgument(what, " splits the ", sp.what, " over TP x ", name, ": ",
                                sp.flag, " ", sp.count, " must be divisible by --tensor-model-parallel-size ", tp, " x ",
                                flag, " ", degree, " = ", tp * degree);
     return Status::Ok();
   };
-  if (ulysses) GALE_RETURN_IF_ERROR(heads_divisible("ulysses_cp_algo", "CP", "--context-parallel-size", cp));
-  if (hybrid) GALE_RETURN_IF_ERROR(heads_divisible("hybrid_cp_algo", "U", "--ulysses-degree-in-cp", U));
+  // Reached through Megatron's --cp-comm-type a2a / a2a+p2p, the messages name that flag.
+  const bool from_comm = requested_comm == "a2a" || requested_comm == "a2a+p2p";
+  if (ulysses)
+    GALE_RETURN_IF_ERROR(heads_divisible(from_comm ? "--cp-comm-type " + requested_comm
+                                                   : std::string("--context-parallel-algo ulysses_cp_algo"),
+                                         "CP", "--context-parallel-size", cp));
+  if (hybrid)
+    GALE_RETURN_IF_ERROR(heads_divisible(from_comm ? "--cp-comm-type a2a+p2p"
+                                                   : std::string("--context-parallel-algo hybrid_cp_algo"),
+                                         "U", from_comm ? "the first --hierarchical-context-parallel-sizes"
+                                                        : "--ulysses-degree-in-cp", U));
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");
@@ -199,7 +262,10 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
-  GALE_RETURN_IF_ERROR(validate_context_parallel(a));
+  const std::string requested_comm =
+      par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
+  GALE_RETURN_IF_ERROR(resolve_cp_comm_type(a));
+  GALE_RETURN_IF_ERROR(validate_context_parallel(a, requested_comm));
   const int64_t ep = par.expert_model_parallel_size;
   if (ep > 1) {  // the expert generator: world = ETP·EP·expert-DP·PP (ETP: compute_rank_layout checks it)
     const int64_t epp = ep * par.pipeline_model_parallel_size;

@@ -2,7 +2,10 @@
 #include "train/checkpoint_args.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <type_traits>
+
+#include "ckpt/checkpoint_reader.h"
 
 namespace gale {
 
@@ -234,6 +237,118 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
   return m;
+}
+
+namespace {
+
+// As Megatron prints a Python value: strings bare, booleans True/False.
+std::string printed(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  return v.dump();
+}
+
+// One of Megatron's _set_arg: the checkpoint's value of `key` (when recorded) into *dest, unless
+// `flag` was given and the argument is not forced.
+template <class T>
+Status take(const nlohmann::json& saved, const std::string& where, const char* key, T* dest, const ArgParser& p,
+            const char* flag, bool force, std::vector<std::string>* lines) {
+  if (!force && p.was_set(flag)) return Status::Ok();
+  auto it = saved.find(key);
+  if (it == saved.end() || it->is_null()) {
+    lines->push_back(str_cat("Checkpoint did not provide arguments ", key));
+    return Status::Ok();
+  }
+  GALE_RETURN_IF_ERROR(get(saved, key, where, dest));
+  lines->push_back(str_cat("Setting ", key, " to ", printed(*it), " from checkpoint"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const ArgParser& p) {
+  std::vector<std::string> lines;
+  CheckpointArgs& ca = a.checkpoint;
+  if (!ca.use_checkpoint_args) {
+    for (const char* flag : {"--use-mp-args-from-checkpoint-args", "--no-use-tokenizer-model-from-checkpoint-args"})
+      if (p.was_set(flag)) lines.push_back(str_cat(flag, " has no effect without --use-checkpoint-args"));
+    return lines;
+  }
+  if (ca.load.empty()) return InvalidArgument("--use-checkpoint-args requires --load argument");
+  const std::string tracker = ca.load + "/latest_checkpointed_iteration.txt";
+  if (ca.ckpt_step == kUnset && !std::filesystem::exists(tracker)) {
+    lines.push_back("Checkpoint not found to provide arguments, using provided arguments.");
+    return lines;
+  }
+  StatusOr<CheckpointReader> opened = ca.ckpt_step == kUnset ? CheckpointReader::open(ca.load)
+                                                              : CheckpointReader::open_iteration(ca.load, ca.ckpt_step);
+  if (!opened.ok())
+    return Status(opened.status().code(), str_cat("--use-checkpoint-args: ", opened.status().message()));
+  const std::string where = opened.value().directory() + "/metadata.json";
+  StatusOr<nlohmann::json> section = opened.value().section("args");
+  if (!section.ok()) {
+    lines.push_back("Checkpoint provided does not have arguments saved, using provided arguments.");
+    return lines;
+  }
+  const nlohmann::json& saved = section.value();
+  if (!saved.is_object()) return InvalidArgument(where, ": args is not a JSON object");
+  ModelArgs& m = a.model;
+  MoeArgs& moe = a.moe;
+  const auto set = [&](const char* key, auto* dest, const char* flag, bool force) {
+    return take(saved, where, key, dest, p, flag, force, &lines);
+  };
+  // Model args, in Megatron's order (the first seven yield to the command line).
+  GALE_RETURN_IF_ERROR(set("num_layers", &m.num_layers, "--num-layers", false));
+  GALE_RETURN_IF_ERROR(set("hidden_size", &m.hidden_size, "--hidden-size", false));
+  GALE_RETURN_IF_ERROR(set("ffn_hidden_size", &m.ffn_hidden_size, "--ffn-hidden-size", false));
+  GALE_RETURN_IF_ERROR(set("seq_length", &m.seq_length, "--seq-length", false));
+  GALE_RETURN_IF_ERROR(set("num_attention_heads", &m.num_attention_heads, "--num-attention-heads", false));
+  GALE_RETURN_IF_ERROR(set("num_query_groups", &m.num_query_groups, "--num-query-groups", true));
+  GALE_RETURN_IF_ERROR(set("group_query_attention", &m.group_query_attention, "--group-query-attention", true));
+  GALE_RETURN_IF_ERROR(set("kv_channels", &m.kv_channels, "--kv-channels", false));
+  GALE_RETURN_IF_ERROR(set("max_position_embeddings", &m.max_position_embeddings, "--max-position-embeddings", false));
+  GALE_RETURN_IF_ERROR(set("position_embedding_type", &m.position_embedding_type, "--position-embedding-type", true));
+  if (m.position_embedding_type == "rope") m.use_rotary_position_embeddings = false;  // the type says it
+  GALE_RETURN_IF_ERROR(set("rotary_base", &m.rotary_base, "--rotary-base", true));
+  GALE_RETURN_IF_ERROR(set("rotary_percent", &m.rotary_percent, "--rotary-percent", true));
+  // Recorded only when true (checkpoint_model_section / model_flags_json): absent is false.
+  for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
+                           std::pair{"squared_relu", &m.squared_relu},
+                           std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
+    *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();
+    lines.push_back(str_cat("Setting ", key, " to ", *dest ? "True" : "False", " from checkpoint"));
+  }
+  GALE_RETURN_IF_ERROR(set("add_bias_linear", &m.add_bias_linear, "--disable-bias-linear", true));
+  GALE_RETURN_IF_ERROR(set("add_qkv_bias", &m.add_qkv_bias, "--add-qkv-bias", true));
+  GALE_RETURN_IF_ERROR(set("swiglu", &m.swiglu, "--swiglu", true));
+  GALE_RETURN_IF_ERROR(set("untie_embeddings_and_output_weights", &m.untie_embeddings_and_output_weights,
+                           "--untie-embeddings-and-output-weights", true));
+  GALE_RETURN_IF_ERROR(set("normalization", &m.normalization, "--normalization", true));
+  GALE_RETURN_IF_ERROR(set("attention_dropout", &m.attention_dropout, "--attention-dropout", true));
+  GALE_RETURN_IF_ERROR(set("hidden_dropout", &m.hidden_dropout, "--hidden-dropout", true));
+  // The MoE shape (absent in a dense model's args: the command line's, as Megatron's None).
+  GALE_RETURN_IF_ERROR(set("num_experts", &moe.num_experts, "--num-experts", true));
+  GALE_RETURN_IF_ERROR(set("moe_layer_freq", &moe.moe_layer_freq, "--moe-layer-freq", true));
+  GALE_RETURN_IF_ERROR(set("moe_ffn_hidden_size", &moe.moe_ffn_hidden_size, "--moe-ffn-hidden-size", true));
+  GALE_RETURN_IF_ERROR(set("moe_router_topk", &moe.moe_router_topk, "--moe-router-topk", true));
+  GALE_RETURN_IF_ERROR(set("moe_router_pre_softmax", &moe.moe_router_pre_softmax, "--moe-router-pre-softmax", true));
+  GALE_RETURN_IF_ERROR(set("moe_shared_expert_intermediate_size", &moe.moe_shared_expert_intermediate_size,
+                           "--moe-shared-expert-intermediate-size", true));
+  // Tokenizer.
+  GALE_RETURN_IF_ERROR(set("tokenizer_type", &a.tokenizer.tokenizer_type, "--tokenizer-type", true));
+  if (ca.use_tokenizer_model_from_checkpoint_args)
+    GALE_RETURN_IF_ERROR(set("tokenizer_model", &a.tokenizer.tokenizer_model, "--tokenizer-model", true));
+  // Model parallelism.
+  if (ca.use_mp_args_from_checkpoint_args) {
+    ParallelArgs& par = a.parallel;
+    GALE_RETURN_IF_ERROR(set("tensor_model_parallel_size", &par.tensor_model_parallel_size,
+                             "--tensor-model-parallel-size", true));
+    GALE_RETURN_IF_ERROR(set("pipeline_model_parallel_size", &par.pipeline_model_parallel_size,
+                             "--pipeline-model-parallel-size", true));
+    GALE_RETURN_IF_ERROR(set("expert_model_parallel_size", &par.expert_model_parallel_size,
+                             "--expert-model-parallel-size", true));
+  }
+  return lines;
 }
 
 }  // namespace gale

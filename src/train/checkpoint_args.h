@@ -12,9 +12,11 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/config.h"
+#include "train/arg_parser.h"
 #include "train/arguments.h"
 
 namespace gale {
@@ -37,5 +39,24 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args);
 // Their inverse: a dense MoeArgs when "args" has no num_experts; otherwise the recorded flags with
 // the layer pattern derived for `num_layers`. Errors name `where` and the key.
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers);
+
+// Megatron's --use-checkpoint-args for `gale pretrain` (its load_args_from_checkpoint), applied
+// before the flags are validated. With a checkpoint in --load (the tracker's iteration, or
+// --ckpt-step's), the model flags come from its "args" section as Megatron takes them:
+//  - a value given on the command line wins for --num-layers, --hidden-size, --ffn-hidden-size,
+//    --seq-length, --num-attention-heads, --kv-channels and --max-position-embeddings;
+//  - the checkpoint's value replaces the command line's for group_query_attention,
+//    num_query_groups, position_embedding_type, rotary_base, rotary_percent, rotary_interleaved,
+//    add_bias_linear, add_qkv_bias, squared_relu, swiglu, untie_embeddings_and_output_weights,
+//    apply_layernorm_1p, normalization, attention_dropout, hidden_dropout, the MoE shape
+//    (num_experts, moe_layer_freq, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax,
+//    moe_shared_expert_intermediate_size) and tokenizer_type, and for tokenizer_model unless
+//    --no-use-tokenizer-model-from-checkpoint-args;
+//  - with --use-mp-args-from-checkpoint-args also for the tensor, pipeline and expert parallel sizes.
+// Keys a checkpoint does not record keep the command line's value, as in Megatron; every other
+// flag (norm epsilon, MLA, MTP, routing rules, ...) is the command line's. Returns Megatron's
+// start-up lines ("Setting num_layers to 2 from checkpoint", or that no checkpoint provided
+// arguments). Errors: --use-checkpoint-args without --load, an unreadable checkpoint.
+StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const ArgParser& p);
 
 }  // namespace gale

@@ -100,7 +100,12 @@ nlohmann::json args_section(const Arguments& a) {
           {"tensor_model_parallel_size", a.parallel.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.parallel.pipeline_model_parallel_size},
           {"expert_model_parallel_size", a.parallel.expert_model_parallel_size},
-          {"data_parallel_size", a.parallel.data_parallel_size}});
+          {"data_parallel_size", a.parallel.data_parallel_size},
+          {"attention_dropout", a.model.attention_dropout},
+          {"hidden_dropout", a.model.hidden_dropout}});
+  // What --use-checkpoint-args takes of the tokenizer (recorded when given).
+  if (!a.tokenizer.tokenizer_type.empty()) j["tokenizer_type"] = a.tokenizer.tokenizer_type;
+  if (!a.tokenizer.tokenizer_model.empty()) j["tokenizer_model"] = a.tokenizer.tokenizer_model;
   if (a.lora.enabled())
     j.update(nlohmann::json{{"lora_r", a.lora.lora_r},
                             {"lora_alpha", a.lora.lora_alpha},

@@ -15,6 +15,7 @@
 #include "parallel/rank_grid.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
 #include "train/data_setup.h"
 #include "train/engine.h"
@@ -88,6 +89,9 @@ int pretrain_main(int argc, char** argv) {
   if (!world_or.ok()) return usage_error(world_or.status());
   Comm world = world_or.value();
   set_log_identity(world->rank(), world->size());
+  StatusOr<std::vector<std::string>> from_checkpoint = apply_checkpoint_args(args, parser);  // --use-checkpoint-args
+  if (!from_checkpoint.ok()) return usage_error(from_checkpoint.status());
+  for (const std::string& line : from_checkpoint.value()) print_rank0(line);
   st = validate_all_pretrain_args(args, parser, world->size());
   if (!st.ok()) return usage_error(st);
   st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA

@@ -100,11 +100,11 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
             "gale pretrain: error: --context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with "
             "1 < U < --context-parallel-size 1 and U dividing it (U = 1 is megatron_cp_algo, U = CP "
             "ulysses_cp_algo), found none\n");
-  test::RunResult a2a = test::run_with_timeout(tiny(1, {"--cp-comm-type", "a2a"}), {}, 60);
-  EXPECT_EQ(a2a.exit_code, 2);
-  EXPECT_EQ(a2a.output,
-            "gale pretrain: error: --cp-comm-type a2a: not supported yet (Gale implements p2p, the ring, and "
-            "allgather)\n");
+  test::RunResult a2a_p2p = test::run_with_timeout(tiny(1, {"--cp-comm-type", "a2a+p2p"}), {}, 60);
+  EXPECT_EQ(a2a_p2p.exit_code, 2);
+  EXPECT_EQ(a2a_p2p.output,
+            "gale pretrain: error: --hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp "
+            "comm\n");
 }
 
 }  // namespace

@@ -127,6 +127,43 @@ TEST(GalePretrain, SaveThenResumeThroughTheCli) {
   std::filesystem::remove_all(dir);
 }
 
+// Megatron's --use-checkpoint-args: the model flags come from the checkpoint's args, so a resume
+// that leaves them out continues exactly; a --num-layers given on the command line still wins (and
+// then does not match the checkpoint).
+TEST(GalePretrain, UseCheckpointArgsTakesTheModelFlagsFromTheCheckpoint) {
+  auto dir = std::filesystem::temp_directory_path() / ("gale_cli_ckpt_args_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> model = {"--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+                                          "--position-embedding-type", "rope", "--group-query-attention",
+                                          "--num-query-groups", "2", "--untie-embeddings-and-output-weights"};
+  std::vector<std::string> save = model;
+  save.insert(save.end(), {"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"});
+  test::RunResult whole = test::run_with_timeout(tiny(model), {}, 300);
+  test::RunResult first = test::run_with_timeout(tiny(save), {}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Only training flags: no model shape, no --swiglu/RMSNorm/rope/GQA/untied flags.
+  const std::vector<std::string> training = {GALE_BINARY, "pretrain", "--micro-batch-size", "2", "--global-batch-size",
+                                             "4", "--train-iters", "6", "--lr", "3e-3", "--mock-data", "--vocab-size",
+                                             "4096", "--log-interval", "1", "--eval-interval", "3", "--eval-iters", "1",
+                                             "--num-threads", "1", "--load", dir.string(), "--use-checkpoint-args"};
+  test::RunResult second = test::run_with_timeout(training, {}, 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("Setting num_layers to 2 from checkpoint"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("Setting swiglu to True from checkpoint"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("Setting normalization to RMSNorm from checkpoint"), std::string::npos);
+  std::vector<double> a = losses(whole.output), b = losses(second.output);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "iteration " << 4 + i;
+  std::vector<std::string> deeper = training;
+  deeper.insert(deeper.end(), {"--num-layers", "3"});
+  test::RunResult third = test::run_with_timeout(deeper, {}, 300);
+  EXPECT_NE(third.exit_code, 0) << third.output;
+  EXPECT_EQ(third.output.find("Setting num_layers"), std::string::npos) << third.output;
+  EXPECT_NE(third.output.find("num_layers"), std::string::npos) << third.output;  // the mismatch error
+  std::filesystem::remove_all(dir);
+}
+
 struct CliError {
   std::vector<std::string> extra;
   std::string message;
@@ -143,6 +180,7 @@ TEST(GalePretrain, ErrorsAreOneLineWithExitCode2) {
        "gale pretrain: error: --global-batch-size 3 must be a multiple of --micro-batch-size 2 times the data-parallel "
        "size 1"},
       {{"--fp16", "--bf16"}, "gale pretrain: error: --fp16 and --bf16 are exclusive: give one of them"},
+      {{"--use-checkpoint-args"}, "gale pretrain: error: --use-checkpoint-args requires --load argument"},
       {{"--use-fused-swiglu"}, "gale pretrain: error: --use-fused-swiglu requires --swiglu"},
       {{"--tensor-model-parallel-size", "2"},
        "gale pretrain: error: world size 1 is not divisible by --tensor-model-parallel-size 2 x "

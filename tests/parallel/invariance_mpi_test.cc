@@ -160,6 +160,11 @@ const std::vector<Layout>& layouts() {
       {"pp2_cp2_ulysses_full_recompute", 4, {"--pipeline-model-parallel-size", "2", "--context-parallel-size", "2",
                                              "--context-parallel-algo", "ulysses_cp_algo", "--recompute-granularity",
                                              "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
+      // Megatron's names for the same algorithms: --cp-comm-type a2a (Ulysses) and a2a+p2p with
+      // --hierarchical-context-parallel-sizes (the hybrid).
+      {"cp2_megatron_a2a", 2, {"--context-parallel-size", "2", "--cp-comm-type", "a2a"}},
+      {"cp4_megatron_a2a_p2p", 4, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                                   "--hierarchical-context-parallel-sizes", "2", "2"}},
       // Hybrid (--context-parallel-algo hybrid_cp_algo): Ulysses over U consecutive cp ranks (heads
       // and query groups split over TP x U), ring attention across the CP/U Ulysses groups; with
       // documents and flash attention, TP+SP, PP with full recomputation, and rings of 2 and 4.

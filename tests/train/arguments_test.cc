@@ -562,13 +562,24 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
                   "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
                   "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
-        ErrorCase{{"--cp-comm-type", "a2a"}, StatusCode::kUnimplemented,
-                  "--cp-comm-type a2a: not supported yet (Gale implements p2p, the ring, and allgather)"},
-        ErrorCase{{"--cp-comm-type", "a2a+p2p"}, StatusCode::kUnimplemented,
-                  "--cp-comm-type a2a+p2p: not supported yet (Gale implements p2p, the ring, and allgather)"},
+        ErrorCase{{"--cp-comm-type", "a2a+p2p"}, StatusCode::kInvalidArgument,
+                  "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm"},
+        ErrorCase{{"--cp-comm-type", "a2a", "--context-parallel-algo", "hybrid_cp_algo"},
+                  StatusCode::kInvalidArgument,
+                  "--cp-comm-type a2a selects the context-parallel algorithm itself (ulysses_cp_algo): expected "
+                  "--context-parallel-algo megatron_cp_algo (the default), found 'hybrid_cp_algo'"},
         ErrorCase{{"--cp-comm-type", "all_gather"}, StatusCode::kInvalidArgument,
-                  "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p (Gale implements p2p and allgather), "
-                  "found 'all_gather'"},
+                  "--cp-comm-type: expected p2p, a2a, allgather or a2a+p2p, found 'all_gather'"},
+        ErrorCase{{"--cp-comm-type", "p2p", "p2p", "p2p"}, StatusCode::kInvalidArgument,
+                  "--cp-comm-type: expected one type or one per layer (--num-layers 2), found 3 types"},
+        ErrorCase{{"--num-layers", "3", "--cp-comm-type", "p2p", "a2a", "p2p"}, StatusCode::kUnimplemented,
+                  "--cp-comm-type with different types per layer (p2p, a2a): not supported yet (expected one type "
+                  "for all layers)"},
+        ErrorCase{{"--hierarchical-context-parallel-sizes", "2", "2"}, StatusCode::kInvalidArgument,
+                  "--hierarchical-context-parallel-sizes: expected sizes whose product is --context-parallel-size 1, "
+                  "found a product of 4"},
+        ErrorCase{{"--hierarchical-context-parallel-sizes", "two"}, StatusCode::kInvalidArgument,
+                  "--hierarchical-context-parallel-sizes: expected positive integers, found 'two'"},
         ErrorCase{{"--use-rope-scaling"}, StatusCode::kInvalidArgument,
                   "--use-rope-scaling needs --position-embedding-type rope, found learned_absolute"},
         ErrorCase{{"--position-embedding-type", "rope", "--use-rope-scaling", "--rope-scaling-factor", "0.5"},
@@ -722,6 +733,38 @@ TEST(Arguments, ContextParallelism) {
   Cli ring;
   ASSERT_TRUE(ring.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--cp-comm-type", "p2p"}), 2).ok());
   EXPECT_EQ(ring.args.parallel.cp_comm_type, "p2p");
+  // Megatron's a2a is Ulysses over the whole cp group; a2a+p2p with sizes [A, P] is the hybrid with
+  // A adjacent cp ranks per all-to-all (A = 1: the ring; A = CP: Ulysses). One type per layer, all
+  // the same, is one type.
+  const auto resolved = [](std::vector<std::string> flags, int64_t world) {
+    Cli c;
+    const Status st = c.parse(with(minimal_pretrain_flags(), flags), world);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return std::tuple{c.args.parallel.context_parallel_algo, c.args.parallel.ulysses_degree_in_cp,
+                      c.args.parallel.cp_comm_type};
+  };
+  using Resolved = std::tuple<std::string, int64_t, std::string>;
+  EXPECT_EQ(resolved({"--context-parallel-size", "2", "--cp-comm-type", "a2a"}, 2),
+            (Resolved{"ulysses_cp_algo", 0, "p2p"}));
+  EXPECT_EQ(resolved({"--context-parallel-size", "2", "--cp-comm-type", "a2a", "a2a"}, 2),
+            (Resolved{"ulysses_cp_algo", 0, "p2p"}));
+  EXPECT_EQ(resolved({"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                      "--hierarchical-context-parallel-sizes", "2", "2"}, 4),
+            (Resolved{"hybrid_cp_algo", 2, "p2p"}));
+  EXPECT_EQ(resolved({"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                      "--hierarchical-context-parallel-sizes", "1", "4"}, 4),
+            (Resolved{"megatron_cp_algo", 0, "p2p"}));
+  EXPECT_EQ(resolved({"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                      "--hierarchical-context-parallel-sizes", "4", "1"}, 4),
+            (Resolved{"ulysses_cp_algo", 0, "p2p"}));
+  EXPECT_EQ(resolved({"--context-parallel-size", "4", "--hierarchical-context-parallel-sizes", "2", "2"}, 4),
+            (Resolved{"megatron_cp_algo", 0, "p2p"}));
+  Cli three_levels;
+  EXPECT_EQ(three_levels.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--cp-comm-type",
+                                                               "a2a+p2p", "--hierarchical-context-parallel-sizes",
+                                                               "2", "1", "2"}), 4).message(),
+            "--cp-comm-type a2a+p2p: expected two --hierarchical-context-parallel-sizes (the all-to-all level and "
+            "the ring level), found 3");
   // --seq-length 16 is cut into 2·CP chunks: CP 8 would need 16 chunks of 1, CP 3 six chunks.
   Cli c3;
   EXPECT_EQ(c3.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "3"}), 3).message(),
@@ -780,6 +823,21 @@ TEST(Arguments, ContextParallelism) {
                 .message(),
             "--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: --num-query-groups 1 must "
             "be divisible by --tensor-model-parallel-size 1 x --ulysses-degree-in-cp 2 = 2");
+  // Reached through Megatron's --cp-comm-type, the same rules name that flag.
+  Cli a2a_heads;
+  EXPECT_EQ(a2a_heads.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--tensor-model-parallel-size",
+                                                            "2", "--cp-comm-type", "a2a", "--seq-length", "32"}), 8)
+                .message(),
+            "--cp-comm-type a2a splits the heads over TP x CP: --num-attention-heads 4 must be divisible by "
+            "--tensor-model-parallel-size 2 x --context-parallel-size 4 = 8");
+  Cli a2a_p2p_heads;
+  EXPECT_EQ(a2a_p2p_heads.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4",
+                                                                "--tensor-model-parallel-size", "4", "--cp-comm-type",
+                                                                "a2a+p2p", "--hierarchical-context-parallel-sizes", "2",
+                                                                "2", "--seq-length", "32"}), 16)
+                .message(),
+            "--cp-comm-type a2a+p2p splits the heads over TP x U: --num-attention-heads 4 must be divisible by "
+            "--tensor-model-parallel-size 4 x the first --hierarchical-context-parallel-sizes 2 = 8");
   Cli hybrid_allgather;
   EXPECT_EQ(hybrid_allgather.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                                     "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length",
