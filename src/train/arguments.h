@@ -295,6 +295,8 @@ struct LoggingArgs {
 // Megatron-Core mixture of experts (train/arguments_moe.cc); inactive without --num-experts.
 struct MoeArgs {
   int64_t num_experts = kUnset;  // 0 is turned into None, as Megatron
+  // --moe-use-upcycling: --load holds a dense checkpoint, copied into every expert (train/checkpointing.h).
+  bool moe_use_upcycling = false;
   int64_t moe_router_topk = 2;
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = kUnsetF;

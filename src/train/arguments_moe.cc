@@ -11,6 +11,9 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.group("mixture of experts");
   p.add("--num-experts", &a.num_experts, "experts per MoE layer (E); 0 or unset: dense MLPs");
   p.add("--moe-router-topk", &a.moe_router_topk, "experts each token is routed to (k)");
+  p.add_flag("--moe-use-upcycling", &a.moe_use_upcycling,
+             "load the dense checkpoint in --load, copy each MLP into every expert of its layer (routers start "
+             "afresh), save the MoE model to --save at iteration 1 and train it from iteration 0 (Megatron)");
   p.add("--moe-aux-loss-coeff", &a.moe_aux_loss_coeff, "load-balancing loss coefficient (0 disables it)");
   p.add("--moe-z-loss-coeff", &a.moe_z_loss_coeff, "router z-loss coefficient (unset disables it)");
   p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
@@ -254,6 +257,23 @@ int64_t expert_grid_ep_size(const Arguments& a) {
   return a.parallel.expert_model_parallel_size * (a.moe.moe_tp_extend_ep ? a.parallel.tensor_model_parallel_size : 1);
 }
 
+// Megatron's --moe-use-upcycling copies each dense MLP whole into every expert of its layer.
+static Status validate_moe_upcycling(const Arguments& a) {
+  const MoeArgs& m = a.moe;
+  if (a.checkpoint.save.empty()) return InvalidArgument("When using upcycling, the --save option must be specified.");
+  if (a.checkpoint.load.empty())
+    return InvalidArgument("--moe-use-upcycling needs --load (the dense checkpoint to upcycle), found none");
+  if (m.moe_ffn_hidden_size != a.model.ffn_hidden_size)
+    return Unimplemented("--moe-use-upcycling with --moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
+                         ": not supported yet (each expert is a copy of the dense MLP: expected --ffn-hidden-size ",
+                         a.model.ffn_hidden_size, ")");
+  if (m.moe_shared_expert_intermediate_size != kUnset)
+    return Unimplemented("--moe-use-upcycling with --moe-shared-expert-intermediate-size: not supported yet (the "
+                         "dense MLP is copied into the routed experts only, as in Megatron)");
+  if (a.lora.enabled()) return Unimplemented("--moe-use-upcycling with --lora-target-modules: not supported yet");
+  return Status::Ok();
+}
+
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
   GALE_RETURN_IF_ERROR(validate_moe_recompute_modules(a));
@@ -261,6 +281,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   const int64_t ep = a.parallel.expert_model_parallel_size;
   if (!m.enabled() && ep > 1)
     return InvalidArgument("--expert-model-parallel-size ", ep, " needs --num-experts (a MoE model), found no --num-experts");
+  if (!m.enabled() && m.moe_use_upcycling)
+    return InvalidArgument("--moe-use-upcycling needs --num-experts (the MoE model to upcycle into), found no "
+                           "--num-experts");
   if (!m.enabled()) {
     if (m.num_experts != kUnset) return InvalidArgument("--num-experts: expected a positive integer, found ", m.num_experts);
     for (const char* flag : {"--moe-router-topk", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-ffn-hidden-size",
@@ -298,6 +321,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (m.moe_ffn_hidden_size <= 0)
     return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);
   GALE_ASSIGN_OR_RETURN(m.layer_pattern, parse_moe_layer_freq(m.moe_layer_freq, a.model.num_layers));
+  if (m.moe_use_upcycling) GALE_RETURN_IF_ERROR(validate_moe_upcycling(a));
   const int64_t tp = par.tensor_model_parallel_size;
   // Megatron asserts sequence parallelism for MoE under TP (training/arguments.py).
   if (tp > 1 && !par.sequence_parallel)

@@ -232,10 +232,24 @@ namespace {
 
 // Which parameters a load reads: all of them, only the frozen ones (the base under LoRA) or only
 // the trainable ones (the LoRA adapters).
-enum class ParamSet { kAll, kFrozen, kTrainable };
+// kUpcycle: every parameter, read from a dense checkpoint under its upcycling source name.
+enum class ParamSet { kAll, kFrozen, kTrainable, kUpcycle };
 
 bool in_set(const ParamSpec& s, ParamSet set) {
-  return set == ParamSet::kAll || (set == ParamSet::kTrainable) == s.trainable;
+  return set == ParamSet::kAll || set == ParamSet::kUpcycle || (set == ParamSet::kTrainable) == s.trainable;
+}
+
+// --moe-use-upcycling: the dense checkpoint's tensor a MoE parameter is read from, "" for none.
+// An expert's weight or bias is the dense MLP's (decoder.layers.L.mlp.experts.local_experts.E.X ->
+// decoder.layers.L.mlp.X); the router keeps its initial values (Megatron's upcycling takes the MoE
+// model's router); everything else has the same name in both.
+std::string upcycling_source(const std::string& name) {
+  static const std::string kExperts = ".mlp.experts.local_experts.", kRouter = ".mlp.router.";
+  if (name.find(kRouter) != std::string::npos) return "";
+  const size_t at = name.find(kExperts);
+  if (at == std::string::npos) return name;
+  const size_t rest = name.find('.', at + kExperts.size());  // after the expert index
+  return name.substr(0, at) + ".mlp." + name.substr(rest + 1);
 }
 
 // Megatron's checkpoint_exists: `dir` is given and has a tracker file.
@@ -311,6 +325,12 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     if (!current.contains(key))
       return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
                                 " = ", value.dump(), ", this run has (absent)");
+  if (set == ParamSet::kUpcycle) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json saved_args, r.section("args"));
+    if (saved_args.contains("num_experts") && !saved_args["num_experts"].is_null())
+      return FailedPrecondition("--moe-use-upcycling: checkpoint ", r.directory(), " is a MoE model (num_experts = ",
+                                saved_args["num_experts"].dump(), "); expected a dense one");
+  }
   if (load_optim && !r.metadata().contains("optimizer"))
     return FailedPrecondition("checkpoint ", r.directory(),
                               " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
@@ -321,10 +341,13 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       if (!in_set(s, set)) continue;
+      const std::string source =
+          set == ParamSet::kUpcycle ? upcycling_source(s.whole_model_name()) : s.whole_model_name();
+      if (source.empty()) continue;
       Tensor param = pb.param(id);
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
-        GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
+        GALE_RETURN_IF_ERROR(r.read_slice_into(source, s.global_shape, piece.offsets, dst));
       }
     }
     if (!load_optim) continue;
@@ -410,6 +433,31 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, kUnset, args, engine, state,
                                  ParamSet::kTrainable, ca.load_optim, true, &lora_loaded));
   *loaded = *loaded || lora_loaded;
+  return Status::Ok();
+}
+
+Status upcycle_checkpoint(const Arguments& args, Engine& engine, TrainerState& state) {
+  const CheckpointArgs& ca = args.checkpoint;
+  if (checkpoint_exists(ca.save))
+    return FailedPrecondition("--moe-use-upcycling: --save ", ca.save, ": The upcycling destination directory "
+                              "already exists. Please check if --moe-use-upcycling is mistakenly enabled. Upcycling "
+                              "should only be set for the first run when converting the dense model. All subsequent "
+                              "runs should remove this flag.");
+  if (!checkpoint_exists(ca.load) && ca.ckpt_step == kUnset)
+    return NotFound("--moe-use-upcycling: --load ", ca.load, " holds no checkpoint (no latest_checkpointed_iteration.txt)");
+  bool loaded = false;
+  // The weights and the trainer state (iteration, consumed samples, FLOPs) of the dense run; no
+  // optimizer state or RNG (Megatron turns both off for upcycling).
+  GALE_RETURN_IF_ERROR(
+      load_from("--load", ca.load, ca.ckpt_step, args, engine, state, ParamSet::kUpcycle, false, true, &loaded));
+  Arguments model_only = args;
+  model_only.checkpoint.save_optim = false;
+  model_only.checkpoint.async_save = false;
+  TrainerState saved = state;
+  saved.iteration = 1;  // Megatron saves the upcycled model as iteration 1 ...
+  GALE_RETURN_IF_ERROR(save_checkpoint(model_only, engine, saved));
+  print_rank0(str_cat("Upcycled checkpoint saved to ", ca.save));
+  state.iteration = 0;  // ... and trains it from iteration 0
   return Status::Ok();
 }
 

@@ -63,4 +63,13 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
 // unless --exit-on-missing-checkpoint makes that an error.
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
+// Megatron's --moe-use-upcycling (instead of load_checkpoint): reads the dense checkpoint in
+// --load into the MoE model, each dense MLP's weights and biases into every expert of its layer,
+// the routers keeping their initial values (with softmax-after-top-k routing the upcycled layer
+// then computes exactly the dense MLP); takes the dense run's consumed samples and FLOPs, no
+// optimizer state; saves the result to --save as iteration 1 without optimizer state, prints
+// "Upcycled checkpoint saved to <save>", and leaves `state` at iteration 0 for training. Errors: a
+// checkpoint already in --save (Megatron's message), none in --load, a MoE checkpoint in --load.
+Status upcycle_checkpoint(const Arguments& args, Engine& engine, TrainerState& state);
+
 }  // namespace gale

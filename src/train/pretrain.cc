@@ -208,7 +208,8 @@ int pretrain_main(int argc, char** argv) {
   if (!args.checkpoint.load.empty() || !args.checkpoint.pretrained_checkpoint.empty() || !args.lora.lora_load.empty()) {
     bool loaded = false;
     timers("load-checkpoint", 0).start(/*barrier=*/true);
-    st = load_checkpoint(args, engine, trainer.state(), &loaded);
+    st = args.moe.moe_use_upcycling ? upcycle_checkpoint(args, engine, trainer.state())
+                                     : load_checkpoint(args, engine, trainer.state(), &loaded);
     if (!st.ok()) run_error(st);
     timers("load-checkpoint", 0).stop(/*barrier=*/true);
     log_timers(timers, {"load-checkpoint"}, *world);

@@ -127,6 +127,63 @@ TEST(Resume, MoeExpertBiasContinuesBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
+// Megatron's --moe-use-upcycling: every expert starts as a copy of its layer's dense MLP and the
+// router afresh; with softmax after top-k the upcycled model computes the dense model exactly, so
+// its first loss is the dense run's next one (the same batch: the dense run's consumed samples).
+TEST(Resume, MoeUpcyclingCopiesTheDenseMlpIntoEveryExpert) {
+  const std::string dense_dir = temp_dir("upcycle_dense"), moe_dir = temp_dir("upcycle_moe");
+  const std::vector<std::string> no_dropout = {"--hidden-dropout", "0", "--attention-dropout", "0"};
+  TrainingRun dense(testing::join({no_dropout, {"--save", dense_dir, "--save-interval", "3"}}));
+  dense.train(2);
+  ASSERT_TRUE(dense.save().ok());
+  const double dense_next = dense.train(1)[0];
+  const std::vector<std::string> moe = testing::join({no_dropout, {"--num-experts", "4", "--moe-router-topk", "2"}});
+  TrainingRun fresh(moe);
+  TrainingRun up(testing::join({moe, {"--moe-use-upcycling", "--load", dense_dir, "--save", moe_dir,
+                                       "--save-interval", "3"}}));
+  ASSERT_TRUE(upcycle_checkpoint(up.args, *up.engine, up.trainer->state()).ok());
+  EXPECT_EQ(up.trainer->state().iteration, 0);
+  EXPECT_EQ(up.trainer->state().consumed_train_samples, 8);  // the dense run's two batches of 4
+  TrainingRun saved_dense(testing::join({no_dropout, {"--load", dense_dir}}));
+  bool loaded = false;
+  ASSERT_TRUE(saved_dense.load(&loaded).ok());
+  const ParamBuffer& d = saved_dense.model().params();
+  const ParamBuffer& u = up.model().params();
+  const auto same = [](const ParamBuffer& a, int ia, const ParamBuffer& b, int ib) {
+    const int64_t n = a.spec(ia).local_numel();
+    return n == b.spec(ib).local_numel() &&
+           std::equal(a.param_data(ia), a.param_data(ia) + n, b.param_data(ib));
+  };
+  for (int e = 0; e < 4; ++e)
+    for (const char* w : {"linear_fc1.weight", "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"}) {
+      const int id = u.find(str_cat("decoder.layers.1.mlp.experts.local_experts.", e, ".", w));
+      ASSERT_GE(id, 0) << w;
+      EXPECT_TRUE(same(u, id, d, d.find(str_cat("decoder.layers.1.mlp.", w)))) << "expert " << e << " " << w;
+    }
+  for (const char* name : {"decoder.layers.0.self_attention.linear_qkv.weight", "embedding.word_embeddings.weight"})
+    EXPECT_TRUE(same(u, u.find(name), d, d.find(name))) << name;
+  const ParamBuffer& f = fresh.model().params();
+  const int router = u.find("decoder.layers.0.mlp.router.weight");
+  ASSERT_GE(router, 0);
+  EXPECT_TRUE(same(u, router, f, f.find("decoder.layers.0.mlp.router.weight")));  // initial values
+  EXPECT_TRUE(std::filesystem::exists(moe_dir + "/iter_0000001/metadata.json"));
+  const double upcycled_first = up.train(1)[0];
+  EXPECT_NEAR(upcycled_first, dense_next, 1e-5 * dense_next);
+  // A second upcycling into the same --save is refused (Megatron's message), as is a MoE --load.
+  TrainingRun again(testing::join({moe, {"--moe-use-upcycling", "--load", dense_dir, "--save", moe_dir,
+                                          "--save-interval", "3"}}));
+  Status st = upcycle_checkpoint(again.args, *again.engine, again.trainer->state());
+  EXPECT_NE(st.message().find("The upcycling destination directory already exists"), std::string::npos)
+      << st.message();
+  const std::string other = temp_dir("upcycle_other");
+  TrainingRun from_moe(testing::join({moe, {"--moe-use-upcycling", "--load", moe_dir, "--save", other,
+                                             "--save-interval", "3"}}));
+  st = upcycle_checkpoint(from_moe.args, *from_moe.engine, from_moe.trainer->state());
+  EXPECT_NE(st.message().find("is a MoE model (num_experts = 4); expected a dense one"), std::string::npos)
+      << st.message();
+  for (const std::string& dir : {dense_dir, moe_dir, other}) std::filesystem::remove_all(dir);
+}
+
 TEST(Resume, FinetuneLoadsWeightsOnly) {
   const std::string dir = temp_dir("finetune");
   TrainingRun first({"--save", dir, "--save-interval", "3"});
