@@ -61,9 +61,7 @@ const std::vector<Reason>& unsupported_flags() {
        {"--ckpt-convert-format", "--ckpt-convert-save", "--ckpt-convert-update-legacy-dist-opt-format"}},
       {"taking arguments from the checkpoint (gale generate and gale evaluate have --use-checkpoint-args)",
        {"--use-checkpoint-args", "--use-mp-args-from-checkpoint-args", "--no-use-tokenizer-model-from-checkpoint-args"}},
-      {"per-token loss normalisation across micro-batches", {"--calculate-per-token-loss"}},
       {"learning-rate multipliers for head parameters", {"--head-lr-mult"}},
-      {"skipping iterations", {"--iterations-to-skip"}},
       {"residual connections from the layernorm output", {"--apply-residual-connection-post-layernorm"}},
       {"hierarchical context parallelism (--cp-comm-type a2a+p2p)", {"--hierarchical-context-parallel-sizes"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
@@ -268,6 +266,10 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
     if (c.moe_router_dtype != "fp32")
       return InvalidArgument("--moe-router-dtype: expected fp32 or fp64, found '", c.moe_router_dtype, "'");
   }
+  // Megatron's DistributedDataParallel: per-token gradients are summed, never averaged, in the collective.
+  if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
+    return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "
+                           "gradients are summed over data-parallel ranks, then divided by the loss tokens)");
   // Megatron's validate_args: the deprecated switch only with RoPE (which has no position table).
   if (p.was_set("--no-position-embedding") && a.model.position_embedding_type != "rope")
     return InvalidArgument("--no-position-embedding is deprecated, use --position-embedding-type (found ",
