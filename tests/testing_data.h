@@ -37,4 +37,21 @@ class SyntheticDataset : public SampleDataset {
   int64_t size_, S_, vocab_;
 };
 
+// SyntheticDataset whose samples have loss on their last 1 + (5·index mod S) positions only (the
+// earlier ones masked, as an instruction dataset's prompt), so micro-batches differ in their
+// loss-token counts: the case where --calculate-per-token-loss changes the gradients.
+class MaskedSyntheticDataset : public SyntheticDataset {
+ public:
+  MaskedSyntheticDataset(int64_t size, int64_t S, int64_t vocab) : SyntheticDataset(size, S, vocab), S_(S) {}
+  Status get(int64_t index, TrainingSample* out) const override {
+    GALE_RETURN_IF_ERROR(SyntheticDataset::get(index, out));
+    const int64_t kept = 1 + (5 * index) % S_;
+    for (int64_t s = 0; s < S_ - kept; ++s) out->loss_mask[s] = 0.0f;
+    return Status::Ok();
+  }
+
+ private:
+  int64_t S_;
+};
+
 }  // namespace gale::testing

@@ -94,6 +94,11 @@ class TestRun {
     return out;
   }
   GPTModel& model(size_t chunk = 0) { return *engine->chunks.at(chunk); }
+  // Trains on `d` instead (a new trainer, at iteration 0).
+  void set_data(std::unique_ptr<SyntheticDataset> d) {
+    data = std::move(d);
+    trainer = std::make_unique<Trainer>(args, engine.get(), data.get(), nullptr, nullptr);
+  }
 
   ArgParser parser{"gale pretrain", "test"};
   Arguments args;

@@ -437,9 +437,10 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   for (float m : st.mask_sb) tokens += m;
   if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
   // Per-token loss gradient, known now when the micro-batch count is: the schedule's loss scale
-  // is 1 / (Σ mask · micro-batches), applied in backward.
-  const float scale = keep && num_microbatches_ > 0 ? micro_batch_loss_scale(tokens, num_microbatches_) * grad_scale_
-                                                    : 0.0f;
+  // is 1 / (Σ mask · micro-batches) (1 with --calculate-per-token-loss), applied in backward.
+  const float scale = keep && num_microbatches_ > 0
+                          ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
+                          : 0.0f;
   Tensor lse, saved;
   double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved);
   if (part_.cp_size() > 1) part_.cp->all_reduce(&loss_sum, 1, DType::kF64, ReduceOp::kSum);

@@ -106,6 +106,11 @@ class GPTModel {
   // losses' coefficients) is multiplied by it, so every parameter gradient comes out multiplied by
   // it. 1 (the default) changes nothing.
   void set_grad_scale(float s) { grad_scale_ = s; }
+  // --calculate-per-token-loss: every micro-batch's loss gradient starts from scale 1 (its summed
+  // token loss; micro_batch_loss_scale), as the schedules' backward and the eager fused LM head
+  // use it. Off (the default): Megatron's 1 / (Σ mask · num_microbatches).
+  void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  bool per_token_loss() const { return per_token_loss_; }
   float grad_scale() const { return grad_scale_; }
 
   // Σ over the MoE layers of this chunk and the training micro-batches since the last call of each
@@ -195,6 +200,7 @@ class GPTModel {
   ParamsNeededFn params_needed_;
   int64_t num_microbatches_ = 0;
   float grad_scale_ = 1.0f;
+  bool per_token_loss_ = false;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };

@@ -37,4 +37,11 @@ inline float micro_batch_loss_scale(double tokens, int64_t num_microbatches) {
   return tokens > 0.0 ? static_cast<float>(1.0 / (tokens * static_cast<double>(num_microbatches))) : 0.0f;
 }
 
+// The same with Megatron's --calculate-per-token-loss: the differentiated objective is the summed
+// token loss of every micro-batch (scale 1; the trainer divides the gradients by the iteration's
+// tokens once, after the data-parallel reduction).
+inline float micro_batch_loss_scale(double tokens, int64_t num_microbatches, bool per_token_loss) {
+  return per_token_loss ? 1.0f : micro_batch_loss_scale(tokens, num_microbatches);
+}
+
 }  // namespace gale

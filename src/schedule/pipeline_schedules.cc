@@ -98,7 +98,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
       if (model.partition().post_process) {
         auto it = loss_tokens.find(s.microbatch);
         GALE_CHECK(it != loss_tokens.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
-        loss_scale = micro_batch_loss_scale(it->second, num_microbatches);
+        loss_scale = micro_batch_loss_scale(it->second, num_microbatches, model.per_token_loss());
         loss_tokens.erase(it);
       }
       ScopedTimer backward_timer(timers, "backward-compute", 2);

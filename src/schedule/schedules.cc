@@ -23,7 +23,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
     r.tokens += sums.tokens;
     if (!forward_only) {
       ScopedTimer backward_timer(timers, "backward-compute", 2);
-      model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches));
+      model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss()));
     }
   }
   return r;

@@ -95,6 +95,14 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--exit-duration-in-mins", &a.exit_duration_in_mins, "exit after this many minutes");
   p.add_flag("--exit-signal-handler", &a.exit_signal_handler,
              "on SIGTERM (to any rank), save the checkpoint (with --save) after the current iteration and exit");
+  p.add_list("--iterations-to-skip", &a.iterations_to_skip_flag,
+             "iterations to skip (counted from 0, as Megatron): each draws its global batch (consumed and skipped "
+             "samples advance) but runs no forward, backward or optimizer step, and is not logged",
+             1);
+  p.add_flag("--calculate-per-token-loss", &a.calculate_per_token_loss,
+             "weigh every loss token alike across the global batch: gradients are summed over micro-batches and "
+             "data-parallel ranks and divided once by the global batch's loss-mask tokens (not averaged per "
+             "micro-batch)");
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");
@@ -480,6 +488,20 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--decrease-batch-size-if-needed: --global-batch-size ", t.global_batch_size,
                            " is smaller than --micro-batch-size ", t.micro_batch_size, " times the data-parallel size ",
                            a.parallel.data_parallel_size, ": no micro-batch to run");
+  t.iterations_to_skip.clear();
+  for (const std::string& v : t.iterations_to_skip_flag) {
+    const size_t digits = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+    if (v.size() == digits || v.size() > digits + 18 || v.find_first_not_of("0123456789", digits) != std::string::npos)
+      return InvalidArgument("--iterations-to-skip: expected integers (iterations counted from 0), found '", v, "'");
+    t.iterations_to_skip.push_back(std::stoll(v));
+  }
+  if (t.calculate_per_token_loss && a.moe.num_experts > 0)
+    return Unimplemented("--calculate-per-token-loss with --num-experts ", a.moe.num_experts,
+                         ": not supported yet (Megatron rescales the MoE auxiliary losses by the local token count "
+                         "in that mode)");
+  if (t.calculate_per_token_loss && a.model.mtp_num_layers != kUnset)
+    return Unimplemented("--calculate-per-token-loss with --mtp-num-layers ", a.model.mtp_num_layers,
+                         ": not supported yet (Megatron sums the MTP losses instead of averaging them in that mode)");
   bool iters = t.train_iters != kUnset, samples = t.train_samples != kUnset;
   if (iters == samples) return InvalidArgument("give exactly one of --train-iters and --train-samples");
   if (iters) {

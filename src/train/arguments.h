@@ -144,6 +144,14 @@ struct TrainingArgs {
   int64_t loss_scale_window = 1000;
   int64_t hysteresis = 2;
   int num_threads = 0;  // Gale: OpenMP threads (0 = OMP_NUM_THREADS or all cores)
+  // --calculate-per-token-loss (Megatron): each micro-batch's loss is its summed token loss, and
+  // the gradients, summed (not averaged) over micro-batches and data-parallel ranks, are divided
+  // once by the iteration's loss tokens over the data-parallel group (train/grad_sync.h).
+  bool calculate_per_token_loss = false;
+  // --iterations-to-skip N [N ...] as given, and parsed: the iterations (counted from 0: the
+  // number of iterations done before it) that draw their batch and run nothing (Trainer::run).
+  std::vector<std::string> iterations_to_skip_flag;
+  std::vector<int64_t> iterations_to_skip;
 };
 
 struct ParallelArgs {

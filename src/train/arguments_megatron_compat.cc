@@ -59,8 +59,6 @@ const std::vector<Reason>& unsupported_flags() {
         "--replication-factor"}},
       {"converting checkpoints while training (gale convert converts Hugging Face checkpoints)",
        {"--ckpt-convert-format", "--ckpt-convert-save", "--ckpt-convert-update-legacy-dist-opt-format"}},
-      {"per-token loss normalisation across micro-batches", {"--calculate-per-token-loss"}},
-      {"skipping iterations", {"--iterations-to-skip"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
       {"a bucket count instead of --ddp-bucket-size", {"--ddp-num-buckets"}},
       {"overlapping the parameter all-gather with the optimizer step",
@@ -265,6 +263,10 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
     if (c.moe_router_dtype != "fp32")
       return InvalidArgument("--moe-router-dtype: expected fp32 or fp64, found '", c.moe_router_dtype, "'");
   }
+  // Megatron's DistributedDataParallel: per-token gradients are summed, never averaged, in the collective.
+  if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
+    return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "
+                           "gradients are summed over data-parallel ranks, then divided by the loss tokens)");
   // Megatron's validate_args: the deprecated switch only with RoPE (which has no position table).
   if (p.was_set("--no-position-embedding") && a.model.position_embedding_type != "rope")
     return InvalidArgument("--no-position-embedding is deprecated, use --position-embedding-type (found ",

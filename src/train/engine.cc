@@ -117,7 +117,10 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
                                             &engine->ops);
     model->params().initialize(config.seed);
+    model->set_per_token_loss(args.training.calculate_per_token_loss);
     DataParallelConfig dc;
+    // --calculate-per-token-loss: summed over DP, divided by the tokens after (finalize_model_grads).
+    if (args.training.calculate_per_token_loss) dc.grad_scale = 1.0;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kernels/cpu/optimizer.h"
 #include "model/moe_router.h"
 
 namespace gale {
@@ -91,7 +92,7 @@ void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
   for (auto& sync : engine.expert_dp_sync) sync->start_iteration(num_microbatches);
 }
 
-void finalize_model_grads(Engine& engine) {
+void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
   const std::vector<GPTModel*> chunks = engine.chunk_pointers();
   if (engine.dp_sync.empty())
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
@@ -109,6 +110,19 @@ void finalize_model_grads(Engine& engine) {
     allreduce_embedding_grads(engine.ps, chunks);
   }
   update_router_expert_bias(engine.ps, chunks);
+  if (num_tokens) {  // Megatron's per-token normalisation
+    const ParallelState& ps = engine.ps;
+    double total = *num_tokens;
+    if (ps.pp_size() > 1) ps.pp()->broadcast(&total, 1, DType::kF64, ps.pp_size() - 1);
+    if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&total, 1, DType::kF64, ReduceOp::kSum);
+    if (total > 0.0) {
+      const float scale = static_cast<float>(1.0 / total);
+      for (GPTModel* m : chunks) {
+        const Tensor& g = m->params().flat_grads();
+        if (g.numel() > 0) scale_inplace(g.data<float>(), g.numel(), scale);
+      }
+    }
+  }
 }
 
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale,

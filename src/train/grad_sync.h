@@ -16,10 +16,17 @@
 //   4. --moe-router-enable-expert-bias: every MoE layer's expert bias moves by the step's token
 //      counts summed over TP×DP×CP (Megatron does it here too, before the optimizer step; the bias
 //      does not enter the gradients, so the order does not matter).
+//   5. --calculate-per-token-loss (`num_tokens`: this rank's Σ mask over the iteration's
+//      micro-batches, meaningful on the last pipeline stage only): the count is broadcast from the
+//      last pipeline stage, summed over the data-parallel group (without CP: every cp rank already
+//      holds its sequences' whole count) and every gradient is multiplied by 1 / that total (none
+//      when it is 0). Step 1 then sums without the 1/DP factor (DataParallelConfig::grad_scale 1).
 // Steps 2 and 3 are sums over other groups, so they commute with step 1; with the distributed
 // optimizer they are right on the owned shards because every member of those groups owns the
 // same elements (same bucket layout, and the shared embedding in a bucket of its own).
 #pragma once
+
+#include <optional>
 
 #include "train/engine.h"
 
@@ -30,7 +37,7 @@ void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches);
 
 // Times all-grads-sync (step 1), layernorm-grads-all-reduce (2) and embedding-grads-all-reduce (3)
 // with engine.timers, as Megatron's finalize_model_grads.
-void finalize_model_grads(Engine& engine);
+void finalize_model_grads(Engine& engine, std::optional<double> num_tokens = std::nullopt);
 
 // The optimizer step, then (distributed optimizer) the all-gather of the updated parameter
 // shards — deferred to the next forward with --overlap-param-gather.

@@ -211,7 +211,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                         forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                          /*forward_only=*/false, {}, microbatch_group(), timers));
-  finalize_model_grads(*engine_);
+  finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
   IterationResult r;
   // Megatron's all-reduce of the logged loss over DP, shared from the last pipeline stage; with
@@ -309,7 +309,7 @@ Status Trainer::run() {
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
-  bool saved_at_last_iteration = false, exit_for_duration = false;
+  bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
   // Megatron's calculator says when it rounds a global batch size down (at start-up and at each
   // ramp-up step).
@@ -343,6 +343,24 @@ Status Trainer::run() {
       if (state_.iteration != 0 && save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
     }
     last_global_batch_size = global_batch_size;
+    // --iterations-to-skip (Megatron): the iteration draws its global batch (consumed samples
+    // advance by it, so the next iteration sees the next batch, and it counts as skipped samples)
+    // and runs nothing: no forward, backward or optimizer step, no scheduler step, no FLOPs, no log
+    // line, evaluation, checkpoint or exit check.
+    const std::vector<int64_t>& to_skip = t.iterations_to_skip;
+    if (std::find(to_skip.begin(), to_skip.end(), state_.iteration) != to_skip.end()) {
+      GALE_ASSIGN_OR_RETURN(const int64_t micro_batches, calculator_.num_micro_batches(state_.consumed_train_samples));
+      const int64_t batch = micro_batches * t.micro_batch_size * engine_->ps.dp_size();
+      ++state_.iteration;
+      state_.consumed_train_samples += batch;
+      state_.skipped_train_samples += batch;
+      saved_at_last_iteration = false;
+      // Megatron's final save is for an iteration that is not a multiple of --save-interval.
+      skipped_at_save_interval =
+          args_.checkpoint.save_interval > 0 && state_.iteration % args_.checkpoint.save_interval == 0;
+      continue;
+    }
+    skipped_at_save_interval = false;
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;
     ++iters_in_interval;
@@ -501,7 +519,7 @@ Status Trainer::run() {
       return finish_run();
     }
   }
-  if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration)
+  if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration && !skipped_at_save_interval)
     GALE_RETURN_IF_ERROR(save());
   // Megatron writes the final evaluations to TensorBoard unless --skip-train (the test set's under
   // the same 'lm loss validation' tags).
