@@ -109,11 +109,21 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       b.sequence_parallel = part_.sequence_parallel;
       final_norm_b_ = params_.add(b);
     }
+    if (c.mtp_num_layers > 0 && !part_.pre_process) {
+      // The MTP layers embed the rolled ids, so a last stage without the embedding holds copies of
+      // the first stage's (Megatron's mtp_process embedding; same names, so the same initial
+      // values; gradients summed with the first stage's over the embedding group).
+      word_emb_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
+                                                       InitKind::kNormal, c.init_std, true), part_, 0));
+      if (c.position == PositionEmbedding::kLearnedAbsolute)
+        pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
+                                               InitKind::kNormal, c.init_std, true));
+    }
     if (!c.tied_embeddings) {
       output_w_ = params_.add(tp_split(make_param_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
                                                        c.init_std, true), part_, 0));
-    } else if (part_.pre_process) {
-      output_w_ = word_emb_;
+    } else if (word_emb_ >= 0) {
+      output_w_ = word_emb_;  // the first stage's embedding, or the MTP stage's copy of it
     } else {
       // The last pipeline stage holds its own copy of the tied embedding (same name, so the same
       // initial values; gradients are summed with the first stage's over the embedding group).
@@ -122,7 +132,6 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     }
   }
   if (part_.post_process && c.mtp_num_layers > 0) {
-    GALE_CHECK(part_.pre_process) << "multi-token prediction needs the embedding on its stage (one pipeline stage)";
     GALE_CHECK_EQ(part_.cp_size(), 1) << "multi-token prediction with context parallelism";
     auto norm = [&](const std::string& name, int* w, int* b) {
       ParamSpec sw = make_param_spec(name + ".weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
@@ -552,6 +561,22 @@ Tensor GPTModel::mtp_backward(State& st) {
   return dh;
 }
 
+std::vector<int> GPTModel::embedding_group_param_ids() const {
+  if (part_.pre_process == part_.post_process) return {};  // one stage, or a middle one
+  const bool mtp = config_.mtp_num_layers > 0;
+  std::vector<int> ids;
+  if (part_.pre_process) {
+    if (config_.tied_embeddings || mtp) ids.push_back(word_emb_);
+    if (mtp && pos_emb_ >= 0) ids.push_back(pos_emb_);
+  } else if (mtp) {
+    ids.push_back(word_emb_);
+    if (pos_emb_ >= 0) ids.push_back(pos_emb_);
+  } else if (config_.tied_embeddings) {
+    ids.push_back(output_w_);
+  }
+  return ids;
+}
+
 std::vector<int> GPTModel::MtpParamIds::all() const {
   std::vector<int> ids;
   for (int id : {enorm_w, enorm_b, hnorm_w, hnorm_b, eh_proj_w})
@@ -659,6 +684,8 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
     std::vector<int> head;
     for (int id : {final_norm_w_, final_norm_b_}) if (id >= 0) head.push_back(id);
     if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
+    if (!part_.pre_process)  // the MTP stage's copies of the embedding (tied: the output layer too)
+      for (int id : {word_emb_, pos_emb_}) if (id >= 0) head.push_back(id);
     for (const MtpParamIds& m : mtp_)  // the MTP layers run with the head
       for (int id : m.all()) head.push_back(id);
     groups.push_back(head);

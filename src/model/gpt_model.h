@@ -9,7 +9,7 @@
 // stores the saved state of micro-batch `mb_id` and backward(mb_id) consumes it.
 //
 // Multi-token prediction (--mtp-num-layers D, Megatron-Core's MultiTokenPredictionBlock, DeepSeek-V3;
-// one pipeline stage, no context parallelism): in training forwards the last stage runs D MTP layers
+// no context parallelism): in training forwards the last stage runs D MTP layers
 // after the decoder's final norm. With h_0 the final norm's output and ids, positions, labels and
 // loss mask rolled left by one more position per layer (Megatron's roll_tensor: the last position
 // gets id 0, label 0, mask 0), MTP layer k = 1..D ("mtp.layers.{k-1}.") computes
@@ -22,7 +22,9 @@
 //         L_k = Σ mask_k·ℓ_k / max(1, Σ mask_k)
 // and backward adds the gradient of (mtp_loss_scaling_factor / D)·Σ_k L_k, times grad_scale() /
 // num_microbatches (Megatron's MTPLossAutoScaler), to the LM loss's; the LM loss itself (LossSums)
-// is unchanged. Evaluation forwards skip the MTP layers.
+// is unchanged. Evaluation forwards skip the MTP layers. With pipeline parallelism the MTP layers are
+// on the last stage (the last virtual chunk), which then holds a copy of the first stage's embedding
+// (embedding_group_param_ids) and embeds the rolled ids itself.
 #pragma once
 
 #include <algorithm>
@@ -144,10 +146,18 @@ class GPTModel {
   // Number of micro-batches whose forward state is held.
   size_t in_flight() const { return in_flight_.size(); }
 
-  // Ids of the embedding parameters (-1 when absent on this chunk).
+  // Ids of the embedding parameters (-1 when absent on this chunk). On a last pipeline stage with
+  // MTP layers the embedding ids are its copies of the first stage's (the output weight too when tied).
   int word_embedding_id() const { return word_emb_; }
   int position_embedding_id() const { return pos_emb_; }
   int output_weight_id() const { return output_w_; }
+  // The parameters whose gradients are summed over the embedding group (the first and last
+  // pipeline stage, Megatron's _allreduce_word_embedding_grads), in the same order on both: on the
+  // first stage the word embedding when tied or with MTP layers (and then the learned position
+  // embedding, which Megatron's MTP refuses; Gale keeps its copy equal too), on the last stage its
+  // copies (tied without MTP: the output weight). Empty on one-stage models and middle stages.
+  // On the last stage they are copies: not saved, not counted in the gradient norm.
+  std::vector<int> embedding_group_param_ids() const;
 
  private:
   struct State;

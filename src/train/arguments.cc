@@ -640,12 +640,12 @@ Status validate_mtp_args(Arguments& a) {
   if (!(m.mtp_loss_scaling_factor >= 0.0))
     return InvalidArgument("--mtp-loss-scaling-factor: expected a number ≥ 0, found ", m.mtp_loss_scaling_factor);
   const ParallelArgs& par = a.parallel;
-  if (par.pipeline_model_parallel_size > 1)
-    return InvalidArgument("--mtp-num-layers with --pipeline-model-parallel-size ", par.pipeline_model_parallel_size,
-                           ": not supported yet (expected --pipeline-model-parallel-size 1)");
+  // Megatron core_v0.12.1's validate_args refuses MTP with context parallelism; pipeline
+  // parallelism (interleaved too) puts the MTP layers on the last stage (model/gpt_model.h).
   if (par.context_parallel_size > 1)
     return InvalidArgument("--mtp-num-layers with --context-parallel-size ", par.context_parallel_size,
-                           ": not supported yet (expected --context-parallel-size 1)");
+                           ": Megatron does not support multi-token prediction with context parallelism "
+                           "(expected --context-parallel-size 1)");
   return Status::Ok();
 }
 

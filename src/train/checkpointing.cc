@@ -48,6 +48,14 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
   return out;
 }
 
+// Whether parameter `id` is the last pipeline stage's copy of the first stage's embedding (tied
+// output weight, MTP layers): saved by the first stage, loaded by name into both.
+bool is_embedding_copy(const GPTModel& model, int id) {
+  if (model.partition().pre_process) return false;
+  const std::vector<int> copies = model.embedding_group_param_ids();
+  return std::find(copies.begin(), copies.end(), id) != copies.end();
+}
+
 // Whether this rank writes the pieces of parameter `id`: one copy of every piece in the job.
 bool writes(const ParallelState& ps, const GPTModel& model, int id) {
   const ParamSpec& s = model.params().spec(id);
@@ -56,9 +64,7 @@ bool writes(const ParallelState& ps, const GPTModel& model, int id) {
   if (s.expert_parallel) return ps.coords().edp == 0 && (s.split_dim >= 0 || ps.coords().etp == 0);
   if (ps.coords().dp != 0 || ps.coords().cp != 0) return false;
   if (s.split_dim < 0 && model.partition().tp_rank() != 0) return false;  // TP replicas
-  // The last pipeline stage's copy of the tied embedding duplicates the first stage's.
-  if (!model.partition().pre_process && s.name == "embedding.word_embeddings.weight") return false;
-  return true;
+  return !is_embedding_copy(model, id);
 }
 
 // Whether this rank writes optimizer state for its owned segments of parameter `id`: without
@@ -71,7 +77,7 @@ bool writes_state(const ParallelState& ps, const GPTModel& model, int id, bool s
   // hold different experts).
   const int64_t tp_rank = s.expert_parallel ? ps.coords().etp : model.partition().tp_rank();
   if (s.split_dim < 0 && tp_rank != 0) return false;
-  return model.partition().pre_process || s.name != "embedding.word_embeddings.weight";
+  return !is_embedding_copy(model, id);
 }
 
 // The state tensors' slice for `box` of segment `seg` (a view: no copy).

@@ -78,10 +78,12 @@ std::vector<bool> norm_counting(const GPTModel& model) {
     const ModelPartition& part = model.partition();
     const int64_t tp_rank = s.expert_parallel ? (part.etp ? part.etp->rank() : 0) : part.tp_rank();
     const bool tp_replica = s.split_dim < 0 && tp_rank != 0;
-    const bool tied_copy = id == model.output_weight_id() && model.config().tied_embeddings &&
-                           !model.partition().pre_process;
-    counts[static_cast<size_t>(id)] = !tp_replica && !tied_copy;
+    counts[static_cast<size_t>(id)] = !tp_replica;
   }
+  // The last stage's copies of the first stage's embedding (tied output weight, MTP) do not count:
+  // the first stage's do.
+  if (!model.partition().pre_process)
+    for (int id : model.embedding_group_param_ids()) counts[static_cast<size_t>(id)] = false;
   return counts;
 }
 
@@ -129,11 +131,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                        options.ddp_bucket_size);
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
     // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
-    if (par.use_distributed_optimizer && config.tied_embeddings && engine->ps.pp_size() > 1) {
-      const ModelPartition& part = model->partition();
-      const int shared = part.pre_process ? model->word_embedding_id() : part.post_process ? model->output_weight_id() : -1;
-      if (shared >= 0) dc.separate_params.push_back(shared);
-    }
+    if (par.use_distributed_optimizer && engine->ps.pp_size() > 1)
+      for (int shared : model->embedding_group_param_ids()) dc.separate_params.push_back(shared);
     const bool ep = engine->ps.layout().sizes.ep > 1;
     const ParamBuffer& pb = model->params();
     if (ep) dc.region = FlatRange{0, pb.dense_numel()};

@@ -37,16 +37,14 @@ void allreduce_sequence_parallel_grads(const ParallelState& ps, const std::vecto
 
 void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
   if (ps.pp_size() == 1 || !ps.embedding() || ps.embedding()->size() == 1) return;
-  for (GPTModel* m : chunks) {
-    if (!m->config().tied_embeddings) return;
-    const bool holds = (m->partition().pre_process && m->word_embedding_id() >= 0) ||
-                       (m->partition().post_process && m->output_weight_id() >= 0);
-    if (!holds) continue;
-    const int id = m->partition().pre_process ? m->word_embedding_id() : m->output_weight_id();
-    if (!m->params().spec(id).trainable) continue;  // frozen (LoRA): no gradient
-    ps.embedding()->all_reduce(m->params().grad_data(id), m->params().spec(id).local_numel(), DType::kF32,
-                               ReduceOp::kSum);
-  }
+  // Tied embeddings or MTP layers: the first stage's embedding and the last stage's copy of it
+  // (GPTModel::embedding_group_param_ids, the same list on both).
+  for (GPTModel* m : chunks)
+    for (int id : m->embedding_group_param_ids()) {
+      if (!m->params().spec(id).trainable) continue;  // frozen (LoRA): no gradient
+      ps.embedding()->all_reduce(m->params().grad_data(id), m->params().spec(id).local_numel(), DType::kF32,
+                                 ReduceOp::kSum);
+    }
 }
 
 // --moe-router-enable-expert-bias (Megatron's _update_router_expert_bias): the pairs each expert

@@ -66,6 +66,8 @@ void Trainer::reduce_mtp_losses(IterationResult* r) const {
     const std::vector<double> l = chunk->take_mtp_losses();
     for (size_t k = 0; k < l.size() && k < sums.size(); ++k) sums[k] += l[k];
   }
+  // The MTP layers are on the last stage: every stage gets their losses (the others add zeros).
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(sums.data(), D, DType::kF64, ReduceOp::kSum);
   if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums.data(), D, DType::kF64, ReduceOp::kSum);
   const double per = static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size()));
   for (double& v : sums) v /= per;

@@ -190,30 +190,45 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineSchedule, ::testing::Values("pp2", "pp
                                                                       "tp2_pp2_sp", "pp2_dp2"),
                          [](const auto& info) { return info.param; });
 
-// The tied word embedding: the last stage's copy starts equal to the first stage's (initial
+// The last stage's copies of the first stage's embedding (GPTModel::embedding_group_param_ids): the
+// tied word embedding, and with MTP layers (--mtp-num-layers, on the last stage) the word embedding,
+// tied or not, and the learned position embedding. Each starts equal to the first stage's (initial
 // values depend only on the parameter name) and stays equal through training (its gradient is
 // summed over the embedding group, so both stages take the same optimizer step).
-TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
+struct EmbeddingCopies {
+  const char* name;
+  std::vector<std::string> flags;
+  std::vector<std::string> copies;  // the names of the copies, in order
+};
+
+class TiedEmbedding : public ::testing::TestWithParam<EmbeddingCopies> {};
+
+TEST_P(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
   Comm world = test::world();
   if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
-  TinyRun setup({"--pipeline-model-parallel-size", std::to_string(world->size())}, world, 8);
+  std::vector<std::string> flags = {"--pipeline-model-parallel-size", std::to_string(world->size())};
+  flags.insert(flags.end(), GetParam().flags.begin(), GetParam().flags.end());
+  TinyRun setup(flags, world, 8);
   Engine& e = *setup.engine;
   const Comm& emb = e.ps.embedding();
   ASSERT_TRUE(e.ps.is_pipeline_first_stage() || e.ps.is_pipeline_last_stage() || emb == nullptr);
   auto compare = [&](const char* when) {
     if (!emb) return;  // middle stages hold no copy
-    GPTModel& m = *e.chunks.front();
-    const int id = e.ps.is_pipeline_first_stage() ? m.word_embedding_id() : m.output_weight_id();
-    ASSERT_GE(id, 0);
-    EXPECT_EQ(m.params().spec(id).name, "embedding.word_embeddings.weight");
-    const int64_t n = m.params().spec(id).local_numel();
-    std::vector<float> mine(m.params().param_data(id), m.params().param_data(id) + n), theirs(static_cast<size_t>(n));
-    // Exchange the copies between the two members of the embedding group.
-    const int peer = 1 - emb->rank();
-    WorkPtr r = emb->recv_async(theirs.data(), n, DType::kF32, peer, 7);
-    emb->send(mine.data(), n, DType::kF32, peer, 7);
-    r->wait();
-    EXPECT_EQ(mine, theirs) << when;
+    GPTModel& m = e.ps.is_pipeline_first_stage() ? *e.chunks.front() : *e.chunks.back();
+    const std::vector<int> ids = m.embedding_group_param_ids();
+    ASSERT_EQ(ids.size(), GetParam().copies.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int id = ids[i];
+      EXPECT_EQ(m.params().spec(id).name, GetParam().copies[i]);
+      const int64_t n = m.params().spec(id).local_numel();
+      std::vector<float> mine(m.params().param_data(id), m.params().param_data(id) + n), theirs(static_cast<size_t>(n));
+      // Exchange the copies between the two members of the embedding group.
+      const int peer = 1 - emb->rank();
+      WorkPtr r = emb->recv_async(theirs.data(), n, DType::kF32, peer, 7);
+      emb->send(mine.data(), n, DType::kF32, peer, 7);
+      r->wait();
+      EXPECT_EQ(mine, theirs) << GetParam().copies[i] << " " << when;
+    }
   };
   compare("at initialisation");
   for (int step = 0; step < 2; ++step) {
@@ -226,6 +241,19 @@ TEST(TiedEmbedding, FirstAndLastStageCopiesStayIdentical) {
   }
   compare("after two steps");
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, TiedEmbedding,
+    ::testing::Values(
+        EmbeddingCopies{"tied", {}, {"embedding.word_embeddings.weight"}},
+        EmbeddingCopies{"mtp_tied",
+                        {"--mtp-num-layers", "1"},
+                        {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight"}},
+        EmbeddingCopies{"mtp_untied_rope_vpp2",
+                        {"--mtp-num-layers", "2", "--untie-embeddings-and-output-weights", "--position-embedding-type",
+                         "rope", "--num-layers", "8", "--num-virtual-stages-per-pipeline-rank", "2"},
+                        {"embedding.word_embeddings.weight"}}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // Any valid order runs through forward_backward_pipelined: GPipe's (all forwards, then all
 // backwards) holds all M micro-batches where 1F1B holds P − r, and gives the same gradients

@@ -1,6 +1,6 @@
 // The multi-token prediction flags: Megatron's names and defaults, the model config they give, the
-// MTP layers in the FLOPs formula, and one-line errors naming the flag for what MTP does not
-// compose with yet (pipeline and context parallelism).
+// MTP layers in the FLOPs formula, pipeline parallelism (with VPP) accepted, and one-line errors
+// naming the flag for what MTP does not compose with (context parallelism, as in Megatron).
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -29,6 +29,17 @@ TEST(MtpArguments, MegatronDefaultsAndTheModelConfig) {
   ASSERT_TRUE(factor.parse_minimal({"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"}).ok());
   factor.args.model.padded_vocab_size = 128;
   EXPECT_EQ(model_config_from_args(factor.args).mtp_loss_scaling_factor, 0.3);
+}
+
+TEST(MtpArguments, PipelineParallelismIsAccepted) {
+  Cli pp;
+  EXPECT_TRUE(pp.parse_minimal({"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2"}, 2).ok());
+  Cli vpp;
+  const Status vs = vpp.parse_minimal({"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2", "--num-layers",
+                                       "4", "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"},
+                                      2);
+  EXPECT_TRUE(vs.ok()) << vs.message();
+  EXPECT_EQ(vpp.args.parallel.virtual_pipeline_model_parallel_size, 2);
 }
 
 // The MTP layers follow the last decoder layer's kind (Megatron builds them from its spec).
@@ -81,10 +92,9 @@ INSTANTIATE_TEST_SUITE_P(
         testing::FlagErrorCase{{"--mtp-num-layers", "0"}, 1, "--mtp-num-layers: expected at least 1, found 0"},
         testing::FlagErrorCase{{"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "-1"}, 1,
                   "--mtp-loss-scaling-factor: expected a number ≥ 0, found -1"},
-        testing::FlagErrorCase{{"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2"}, 2,
-                  "--mtp-num-layers with --pipeline-model-parallel-size 2: not supported yet"},
         testing::FlagErrorCase{{"--mtp-num-layers", "1", "--context-parallel-size", "2"}, 2,
-                  "--mtp-num-layers with --context-parallel-size 2: not supported yet"}));
+                  "--mtp-num-layers with --context-parallel-size 2: Megatron does not support multi-token "
+                  "prediction with context parallelism (expected --context-parallel-size 1)"}));
 
 }  // namespace
 }  // namespace gale
