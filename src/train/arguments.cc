@@ -158,6 +158,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "pipeline size)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
+  p.add_flag("--account-for-embedding-in-pipeline-split", &a.account_for_embedding_in_pipeline_split,
+             "count the input embedding as one layer of the first (virtual) pipeline stage when dividing the layers");
+  p.add_flag("--account-for-loss-in-pipeline-split", &a.account_for_loss_in_pipeline_split,
+             "count the loss as one layer of the last (virtual) pipeline stage when dividing the layers");
   p.add("--context-parallel-size", &a.context_parallel_size,
         "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
   p.add("--context-parallel-algo", &a.context_parallel_algo,

@@ -154,6 +154,11 @@ struct ParallelArgs {
   int64_t microbatch_group_size_per_virtual_stage = kUnset;  // Megatron default: the pipeline size
   int64_t decoder_first_pipeline_num_layers = kUnset;
   int64_t decoder_last_pipeline_num_layers = kUnset;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the input embedding (the loss) counts as one layer of the first (last) virtual stage when the
+  // layers are divided among the stages (train/engine.h chunk_layers).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   std::string cp_comm_type = "p2p";  // Megatron's --cp-comm-type: p2p (ring attention) or allgather

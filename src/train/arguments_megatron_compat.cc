@@ -71,8 +71,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"a bucket count instead of --ddp-bucket-size", {"--ddp-num-buckets"}},
       {"overlapping the parameter all-gather with the optimizer step",
        {"--overlap-param-gather-with-optimizer-step"}},
-      {"uneven pipeline splits that count the embedding or loss as a layer (use --noop-layers)",
-       {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"}},
       {"checking weight hashes across data-parallel replicas", {"--check-weight-hash-across-dp-replicas-interval"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"the progress.txt job log", {"--log-progress"}},

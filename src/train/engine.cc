@@ -17,6 +17,18 @@ std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank,
   const ParallelArgs& par = args.parallel;
   const int64_t L = args.model.num_layers, pp = par.pipeline_model_parallel_size;
   const int64_t vpp = std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size);
+  const int64_t embedding = par.account_for_embedding_in_pipeline_split ? 1 : 0;
+  const int64_t loss = par.account_for_loss_in_pipeline_split ? 1 : 0;
+  if (embedding + loss > 0) {
+    // L + embedding + loss slots split evenly over the P·V virtual stages, in the order chunk 0 of
+    // every rank, then chunk 1, ...: the embedding takes the very first slot (virtual stage 0), the
+    // loss the very last one (chunk V-1 of the last rank).
+    const int64_t slots = L + embedding + loss, per_chunk = slots / pp / vpp;
+    const bool first_chunk = pp_rank == 0 && vp == 0, last_chunk = pp_rank == pp - 1 && vp == vpp - 1;
+    const int64_t slot = vp * (slots / vpp) + pp_rank * per_chunk;
+    return {first_chunk ? slot : slot - embedding,
+            per_chunk - (first_chunk ? embedding : 0) - (last_chunk ? loss : 0)};
+  }
   // Layers of each pipeline stage.
   std::vector<int64_t> stage(static_cast<size_t>(pp), 0);
   int64_t middle_layers = L, middle_stages = pp;

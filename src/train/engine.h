@@ -54,6 +54,9 @@ struct EngineOptions {
 // Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`
 // (Megatron's layout: even split, or --decoder-first/last-pipeline-num-layers, each stage's
 // layers divided evenly among its virtual chunks; chunk v of every stage precedes chunk v + 1).
+// With --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-split) the
+// embedding (the loss) counts as one layer of the first (last) virtual stage, which then builds one
+// transformer layer fewer, possibly none.
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
 
 // This rank's partition of virtual chunk `vp`; `hybrid` the sub-groups of hybrid_cp_algo (empty otherwise).
