@@ -181,7 +181,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
   p.add_flag("--overlap-grad-reduce", &a.overlap_grad_reduce, "overlap gradient reduction with backward");
   p.add_flag("--overlap-param-gather", &a.overlap_param_gather, "overlap parameter all-gather with forward");
-  p.add("--ddp-bucket-size", &a.ddp_bucket_size, "gradient bucket size in elements (default max(40M, 1M x data-parallel size))");
+  p.add("--ddp-bucket-size", &a.ddp_bucket_size,
+        "gradient bucket size in elements with --overlap-grad-reduce (default max(40M, 1M x data-parallel size))");
+  p.add("--ddp-num-buckets", &a.ddp_num_buckets,
+        "gradient buckets: the bucket size becomes this rank's parameter count / N (instead of --ddp-bucket-size)");
   p.add_flag("--use-tp-pp-dp-mapping", &a.use_tp_pp_dp_mapping, "rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp");
   p.add_choice("--distributed-backend", &a.distributed_backend, {"mpi", "nccl", "gloo"},
                "collectives backend (mpi on CPUs; nccl needs a CUDA build)");

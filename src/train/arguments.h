@@ -172,6 +172,9 @@ struct ParallelArgs {
   bool overlap_param_gather = false;
   bool use_tp_pp_dp_mapping = false;
   int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
+  // Megatron's --ddp-num-buckets N: the bucket size becomes this rank's parameter count (all its
+  // chunks) / N (excludes --ddp-bucket-size); build_engine applies it.
+  int64_t ddp_num_buckets = kUnset;
   std::string distributed_backend = "mpi";  // Megatron's default is nccl; Gale maps nccl to mpi on CPUs
   int64_t distributed_timeout_minutes = 10;
 

@@ -68,7 +68,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"hierarchical context parallelism (--cp-comm-type a2a+p2p)", {"--hierarchical-context-parallel-sizes"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
       {"upcycling a dense checkpoint to MoE", {"--moe-use-upcycling"}},
-      {"a bucket count instead of --ddp-bucket-size", {"--ddp-num-buckets"}},
       {"overlapping the parameter all-gather with the optimizer step",
        {"--overlap-param-gather-with-optimizer-step"}},
       {"checking weight hashes across data-parallel replicas", {"--check-weight-hash-across-dp-replicas-interval"}},

@@ -217,6 +217,13 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
   if (par.ddp_bucket_size != kUnset) GALE_RETURN_IF_ERROR(positive(par.ddp_bucket_size, "--ddp-bucket-size"));
+  if (par.ddp_num_buckets != kUnset) {  // Megatron's get_model
+    if (par.ddp_bucket_size != kUnset)
+      return InvalidArgument("--ddp-num-buckets and --ddp-bucket-size cannot both be given: expected one, found ",
+                             "--ddp-num-buckets ", par.ddp_num_buckets, " and --ddp-bucket-size ",
+                             par.ddp_bucket_size);
+    GALE_RETURN_IF_ERROR(positive(par.ddp_num_buckets, "--ddp-num-buckets"));
+  }
   int64_t model_parallel =
       par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)

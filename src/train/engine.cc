@@ -53,6 +53,12 @@ std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank,
   return {offset, stage[static_cast<size_t>(pp_rank)] / vpp};
 }
 
+int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_parameters) {
+  if (par.ddp_bucket_size != kUnset) return par.ddp_bucket_size;
+  if (par.ddp_num_buckets != kUnset) return std::max<int64_t>(1, num_parameters / par.ddp_num_buckets);
+  return 0;
+}
+
 ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
                                const HybridCpGroups& hybrid) {
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
@@ -125,17 +131,25 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
     engine->cp_hybrid = make_hybrid_cp_groups(engine->ps.cp(), par.ulysses_degree_in_cp);
+  // Every chunk first: --ddp-num-buckets divides the parameters of all of them.
+  std::vector<std::unique_ptr<GPTModel>> models;
+  int64_t num_parameters = 0;
   for (int64_t vp = 0; vp < vpp; ++vp) {
-    auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
-                                            &engine->ops);
-    model->params().initialize(config.seed);
+    models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
+                                                &engine->ops));
+    models.back()->params().initialize(config.seed);
+    num_parameters += models.back()->params().numel();
+  }
+  const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);
+  for (int64_t vp = 0; vp < vpp; ++vp) {
+    std::unique_ptr<GPTModel> model = std::move(models[static_cast<size_t>(vp)]);
     DataParallelConfig dc;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.context_parallel_size = engine->ps.cp_size();
     dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
-                                       options.ddp_bucket_size);
+                                       options.ddp_bucket_size, configured_bucket_size);
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
     // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
     if (par.use_distributed_optimizer && config.tied_embeddings && engine->ps.pp_size() > 1) {
@@ -158,7 +172,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       // expert-DP sum covers the remaining replicas.
       ec.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
-                                         engine->ps.expert_dp()->size(), options.ddp_bucket_size);
+                                         engine->ps.expert_dp()->size(), options.ddp_bucket_size,
+                                         configured_bucket_size);
       expert_sync = std::make_unique<DataParallelSync>(&model->params(), engine->ps.expert_dp(), ec);
     }
     DataParallelSync* s = sync.get();

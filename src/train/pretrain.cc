@@ -169,7 +169,6 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) run_error(st);
   apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
-  if (args.parallel.ddp_bucket_size != kUnset) engine_options.ddp_bucket_size = args.parallel.ddp_bucket_size;
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();

@@ -247,6 +247,15 @@ TEST(ParallelArgs, EmbeddingAndLossCountInThePipelineSplit) {
             "counts the embedding and the loss only in the even split)");
 }
 
+// Megatron's get_model: --ddp-num-buckets excludes --ddp-bucket-size and must be positive.
+TEST(ParallelArgs, DdpNumBuckets) {
+  EXPECT_EQ(message("--ddp-num-buckets 4", 1), "ok");
+  EXPECT_EQ(message("--ddp-num-buckets 4 --ddp-bucket-size 1000", 1),
+            "--ddp-num-buckets and --ddp-bucket-size cannot both be given: expected one, found --ddp-num-buckets 4 "
+            "and --ddp-bucket-size 1000");
+  EXPECT_EQ(message("--ddp-num-buckets 0", 1), "--ddp-num-buckets: expected a positive integer, found 0");
+}
+
 TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
   EXPECT_EQ(message("--global-batch-size 12", 4),
             "--global-batch-size 12 must be a multiple of --micro-batch-size 2 times the data-parallel size 4");
