@@ -130,6 +130,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
               "do not stop on NaN/inf loss or gradients");
   p.add_flag("--check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
              "the default (older Megatron spelling); stop on a NaN or inf loss or gradient norm");
+  p.add("--check-weight-hash-across-dp-replicas-interval", &a.check_weight_hash_across_dp_replicas_interval,
+        "every N iterations (and before the first) check that the data-parallel replicas hold the same parameters "
+        "(their hashes), and stop if not");
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
@@ -565,6 +568,9 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
     // As Megatron: with dynamic scaling non-finite gradients are the scaler's signal, not an error.
     if (unset(t.loss_scale)) t.check_for_nan_in_loss_and_grad = false;
   }
+  if (t.check_weight_hash_across_dp_replicas_interval != kUnset && t.check_weight_hash_across_dp_replicas_interval <= 0)
+    return InvalidArgument("--check-weight-hash-across-dp-replicas-interval: expected a positive integer, found ",
+                           t.check_weight_hash_across_dp_replicas_interval);
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
   if (l.timing_log_level < 0 || l.timing_log_level > 2)

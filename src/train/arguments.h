@@ -134,6 +134,10 @@ struct TrainingArgs {
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
   bool check_for_nan_in_loss_and_grad = true;
+  // Megatron's --check-weight-hash-across-dp-replicas-interval N: before the first iteration and
+  // every N iterations the parameters' hashes must agree across the data-parallel group
+  // (train/param_hash.h).
+  int64_t check_weight_hash_across_dp_replicas_interval = kUnset;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;

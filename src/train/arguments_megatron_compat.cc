@@ -70,7 +70,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"upcycling a dense checkpoint to MoE", {"--moe-use-upcycling"}},
       {"overlapping the parameter all-gather with the optimizer step",
        {"--overlap-param-gather-with-optimizer-step"}},
-      {"checking weight hashes across data-parallel replicas", {"--check-weight-hash-across-dp-replicas-interval"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"the progress.txt job log", {"--log-progress"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
