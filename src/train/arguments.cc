@@ -271,6 +271,9 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.group("logging");
   p.add("--log-interval", &a.log_interval, "iterations between log lines");
   p.add_flag("--log-throughput", &a.log_throughput, "add TFLOP/s to the log line");
+  p.add_flag("--log-progress", &a.log_progress,
+             "append the job's start and every checkpoint save (throughput, floating-point operations, tokens) to "
+             "progress.txt in the --save directory");
   p.add_flag("--log-params-norm", &a.log_params_norm, "add the parameter L2 norm to the log line");
   p.add_flag("--log-num-zeros-in-grad", &a.log_num_zeros_in_grad, "add the number of zero gradients to the log line");
   p.add("--eval-interval", &a.eval_interval, "iterations between validation runs");

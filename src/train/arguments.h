@@ -264,6 +264,8 @@ struct LoggingArgs {
   bool log_throughput = false;
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
+  // Megatron's --log-progress: append the job's progress to <--save>/progress.txt (train/progress_log.h).
+  bool log_progress = false;
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   // Megatron's timers (core/timers.h): --timing-log-level 0..2, --timing-log-option

@@ -71,7 +71,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"overlapping the parameter all-gather with the optimizer step",
        {"--overlap-param-gather-with-optimizer-step"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
-      {"the progress.txt job log", {"--log-progress"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
       {"YAML argument files", {"--yaml-cfg"}},
       {"TikTokenizer", {"--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens"}},
