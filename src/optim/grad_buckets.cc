@@ -10,10 +10,10 @@ namespace gale {
 int64_t default_bucket_size(int64_t dp) { return std::max<int64_t>(40000000, 1000000 * dp); }
 
 int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chunk_index, int64_t dp,
-                          int64_t override_size) {
+                          int64_t override_size, int64_t configured_size) {
   if (override_size > 0) return override_size;
   if (!overlap_grad_reduce || pp_rank > 0 || chunk_index > 0) return 0;
-  return default_bucket_size(dp);
+  return configured_size > 0 ? configured_size : default_bucket_size(dp);
 }
 
 std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options) {

@@ -43,10 +43,12 @@ int64_t default_bucket_size(int64_t dp);
 
 // Megatron's choice of bucket size for one model chunk (DistributedDataParallel): the default
 // size only with --overlap-grad-reduce, on the first pipeline stage and the first virtual chunk;
-// otherwise one bucket for the whole chunk (0 = unbounded). `override_size` > 0 replaces the rule
-// (tests use it to get many buckets from a tiny model).
+// otherwise one bucket for the whole chunk (0 = unbounded). `configured_size` > 0 is Megatron's
+// configured bucket size (--ddp-bucket-size, or the parameter count / --ddp-num-buckets), which
+// takes the default's place under the same rule. `override_size` > 0 replaces the rule (tests use
+// it to get many buckets from a tiny model).
 int64_t chunk_bucket_size(bool overlap_grad_reduce, int64_t pp_rank, int64_t chunk_index, int64_t dp,
-                          int64_t override_size = 0);
+                          int64_t override_size = 0, int64_t configured_size = 0);
 
 struct BucketPlanOptions {
   int64_t bucket_size = 0;  // 0 = one bucket (unbounded)

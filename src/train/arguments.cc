@@ -138,6 +138,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
               "do not stop on NaN/inf loss or gradients");
   p.add_flag("--check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
              "the default (older Megatron spelling); stop on a NaN or inf loss or gradient norm");
+  p.add("--check-weight-hash-across-dp-replicas-interval", &a.check_weight_hash_across_dp_replicas_interval,
+        "every N iterations (and before the first) check that the data-parallel replicas hold the same parameters "
+        "(their hashes), and stop if not");
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
@@ -166,6 +169,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "pipeline size)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
+  p.add_flag("--account-for-embedding-in-pipeline-split", &a.account_for_embedding_in_pipeline_split,
+             "count the input embedding as one layer of the first (virtual) pipeline stage when dividing the layers");
+  p.add_flag("--account-for-loss-in-pipeline-split", &a.account_for_loss_in_pipeline_split,
+             "count the loss as one layer of the last (virtual) pipeline stage when dividing the layers");
   p.add("--context-parallel-size", &a.context_parallel_size,
         "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
   p.add("--context-parallel-algo", &a.context_parallel_algo,
@@ -189,7 +196,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
   p.add_flag("--overlap-grad-reduce", &a.overlap_grad_reduce, "overlap gradient reduction with backward");
   p.add_flag("--overlap-param-gather", &a.overlap_param_gather, "overlap parameter all-gather with forward");
-  p.add("--ddp-bucket-size", &a.ddp_bucket_size, "gradient bucket size in elements (default max(40M, 1M x data-parallel size))");
+  p.add("--ddp-bucket-size", &a.ddp_bucket_size,
+        "gradient bucket size in elements with --overlap-grad-reduce (default max(40M, 1M x data-parallel size))");
+  p.add("--ddp-num-buckets", &a.ddp_num_buckets,
+        "gradient buckets: the bucket size becomes this rank's parameter count / N (instead of --ddp-bucket-size)");
   p.add_flag("--use-tp-pp-dp-mapping", &a.use_tp_pp_dp_mapping, "rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp");
   p.add_choice("--distributed-backend", &a.distributed_backend, {"mpi", "nccl", "gloo"},
                "collectives backend (mpi on CPUs; nccl needs a CUDA build)");
@@ -280,6 +290,9 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.group("logging");
   p.add("--log-interval", &a.log_interval, "iterations between log lines");
   p.add_flag("--log-throughput", &a.log_throughput, "add TFLOP/s to the log line");
+  p.add_flag("--log-progress", &a.log_progress,
+             "append the job's start and every checkpoint save (throughput, floating-point operations, tokens) to "
+             "progress.txt in the --save directory");
   p.add_flag("--log-params-norm", &a.log_params_norm, "add the parameter L2 norm to the log line");
   p.add_flag("--log-num-zeros-in-grad", &a.log_num_zeros_in_grad, "add the number of zero gradients to the log line");
   p.add("--eval-interval", &a.eval_interval, "iterations between validation runs");
@@ -591,6 +604,9 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
     // As Megatron: with dynamic scaling non-finite gradients are the scaler's signal, not an error.
     if (unset(t.loss_scale)) t.check_for_nan_in_loss_and_grad = false;
   }
+  if (t.check_weight_hash_across_dp_replicas_interval != kUnset && t.check_weight_hash_across_dp_replicas_interval <= 0)
+    return InvalidArgument("--check-weight-hash-across-dp-replicas-interval: expected a positive integer, found ",
+                           t.check_weight_hash_across_dp_replicas_interval);
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
   if (l.timing_log_level < 0 || l.timing_log_level > 2)

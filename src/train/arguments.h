@@ -134,6 +134,10 @@ struct TrainingArgs {
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
   bool check_for_nan_in_loss_and_grad = true;
+  // Megatron's --check-weight-hash-across-dp-replicas-interval N: before the first iteration and
+  // every N iterations the parameters' hashes must agree across the data-parallel group
+  // (train/param_hash.h).
+  int64_t check_weight_hash_across_dp_replicas_interval = kUnset;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
@@ -162,6 +166,11 @@ struct ParallelArgs {
   int64_t microbatch_group_size_per_virtual_stage = kUnset;  // Megatron default: the pipeline size
   int64_t decoder_first_pipeline_num_layers = kUnset;
   int64_t decoder_last_pipeline_num_layers = kUnset;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the input embedding (the loss) counts as one layer of the first (last) virtual stage when the
+  // layers are divided among the stages (train/engine.h chunk_layers).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved
@@ -181,6 +190,9 @@ struct ParallelArgs {
   bool overlap_param_gather = false;
   bool use_tp_pp_dp_mapping = false;
   int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
+  // Megatron's --ddp-num-buckets N: the bucket size becomes this rank's parameter count (all its
+  // chunks) / N (excludes --ddp-bucket-size); build_engine applies it.
+  int64_t ddp_num_buckets = kUnset;
   std::string distributed_backend = "mpi";  // Megatron's default is nccl; Gale maps nccl to mpi on CPUs
   int64_t distributed_timeout_minutes = 10;
 
@@ -272,6 +284,8 @@ struct LoggingArgs {
   bool log_throughput = false;
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
+  // Megatron's --log-progress: append the job's progress to <--save>/progress.txt (train/progress_log.h).
+  bool log_progress = false;
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   // Megatron's timers (core/timers.h): --timing-log-level 0..2, --timing-log-option

@@ -1,5 +1,6 @@
 // Validation of the distributed layout flags against the world size and the model shape.
 #include <cstdlib>
+#include <string>
 
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
@@ -16,11 +17,30 @@ Status positive(int64_t v, const char* flag) {
 
 // Megatron's pipeline split rules (arguments.py and TransformerConfig): layers divide evenly over
 // the stages, or over the middle stages once --decoder-first/last-pipeline-num-layers are taken
-// out, and each stage's layers divide by the virtual stages per rank. Sets the derived VPP size.
+// out, and each stage's layers divide by the virtual stages per rank. With
+// --account-for-embedding/loss-in-pipeline-split the embedding and the loss count as layers of the
+// even split (and exclude the uneven one). Sets the derived VPP size.
 Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   const int64_t pp = par.pipeline_model_parallel_size;
   const int64_t first = par.decoder_first_pipeline_num_layers, last = par.decoder_last_pipeline_num_layers;
   const bool uneven = first != kUnset || last != kUnset;
+  const bool with_embedding = par.account_for_embedding_in_pipeline_split;
+  const bool with_loss = par.account_for_loss_in_pipeline_split;
+  if (uneven && (with_embedding || with_loss))
+    return InvalidArgument(
+        with_embedding ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split",
+        " cannot be combined with ",
+        first != kUnset ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+        " (Megatron counts the embedding and the loss only in the even split)");
+  // The layers divided among the stages, and how the messages spell them.
+  const int64_t split_layers = num_layers + (with_embedding ? 1 : 0) + (with_loss ? 1 : 0);
+  std::string layers_text = "--num-layers " + std::to_string(num_layers);
+  if (split_layers != num_layers)
+    layers_text = "(" + layers_text + " + " + std::to_string(split_layers - num_layers) + " for the " +
+                  (with_embedding && with_loss ? "embedding and the loss"
+                   : with_embedding        ? "embedding"
+                                           : "loss") +
+                  ")";
   const bool by_layers = par.num_layers_per_virtual_pipeline_stage != kUnset;
   const bool by_stages = par.num_virtual_stages_per_pipeline_rank != kUnset;
   if (by_layers && by_stages)
@@ -43,15 +63,16 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   if (by_layers) {
     GALE_RETURN_IF_ERROR(
         positive(par.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage"));
-    if (num_layers % pp != 0)
-      return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp);
-    if ((num_layers / pp) % par.num_layers_per_virtual_pipeline_stage != 0)
-      return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
+    if (split_layers % pp != 0)
+      return InvalidArgument(layers_text, split_layers != num_layers ? " = " + std::to_string(split_layers) : "",
+                             " must be divisible by --pipeline-model-parallel-size ", pp);
+    if ((split_layers / pp) % par.num_layers_per_virtual_pipeline_stage != 0)
+      return InvalidArgument("the ", split_layers / pp, " layers per pipeline stage (", layers_text,
                              " / --pipeline-model-parallel-size ", pp,
                              ") must be divisible by "
                              "--num-layers-per-virtual-pipeline-stage ",
                              par.num_layers_per_virtual_pipeline_stage);
-    vpp = num_layers / pp / par.num_layers_per_virtual_pipeline_stage;
+    vpp = split_layers / pp / par.num_layers_per_virtual_pipeline_stage;
   } else if (by_stages) {
     GALE_RETURN_IF_ERROR(positive(par.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank"));
     vpp = par.num_virtual_stages_per_pipeline_rank;
@@ -61,11 +82,15 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
     GALE_RETURN_IF_ERROR(
         positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-pipeline-stage"));
   if (!uneven) {
-    if (num_layers % pp != 0)
+    if (split_layers % pp != 0) {
+      if (split_layers != num_layers)
+        return InvalidArgument(layers_text, " = ", split_layers, " must be divisible by --pipeline-model-parallel-size ",
+                               pp);
       return InvalidArgument("--num-layers ", num_layers, " must be divisible by --pipeline-model-parallel-size ", pp,
                              " (or give --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers)");
-    if ((num_layers / pp) % vpp != 0)
-      return InvalidArgument("the ", num_layers / pp, " layers per pipeline stage (--num-layers ", num_layers,
+    }
+    if ((split_layers / pp) % vpp != 0)
+      return InvalidArgument("the ", split_layers / pp, " layers per pipeline stage (", layers_text,
                              " / --pipeline-model-parallel-size ", pp,
                              ") must be divisible by --num-virtual-stages-per-pipeline-rank ", vpp);
     return Status::Ok();
@@ -254,6 +279,13 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   GALE_RETURN_IF_ERROR(positive(par.expert_model_parallel_size, "--expert-model-parallel-size"));
   GALE_RETURN_IF_ERROR(positive(par.distributed_timeout_minutes, "--distributed-timeout-minutes"));
   if (par.ddp_bucket_size != kUnset) GALE_RETURN_IF_ERROR(positive(par.ddp_bucket_size, "--ddp-bucket-size"));
+  if (par.ddp_num_buckets != kUnset) {  // Megatron's get_model
+    if (par.ddp_bucket_size != kUnset)
+      return InvalidArgument("--ddp-num-buckets and --ddp-bucket-size cannot both be given: expected one, found ",
+                             "--ddp-num-buckets ", par.ddp_num_buckets, " and --ddp-bucket-size ",
+                             par.ddp_bucket_size);
+    GALE_RETURN_IF_ERROR(positive(par.ddp_num_buckets, "--ddp-num-buckets"));
+  }
   int64_t model_parallel =
       par.tensor_model_parallel_size * par.pipeline_model_parallel_size * par.context_parallel_size;
   if (world_size % model_parallel != 0)

@@ -17,6 +17,18 @@ std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank,
   const ParallelArgs& par = args.parallel;
   const int64_t L = args.model.num_layers, pp = par.pipeline_model_parallel_size;
   const int64_t vpp = std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size);
+  const int64_t embedding = par.account_for_embedding_in_pipeline_split ? 1 : 0;
+  const int64_t loss = par.account_for_loss_in_pipeline_split ? 1 : 0;
+  if (embedding + loss > 0) {
+    // L + embedding + loss slots split evenly over the P·V virtual stages, in the order chunk 0 of
+    // every rank, then chunk 1, ...: the embedding takes the very first slot (virtual stage 0), the
+    // loss the very last one (chunk V-1 of the last rank).
+    const int64_t slots = L + embedding + loss, per_chunk = slots / pp / vpp;
+    const bool first_chunk = pp_rank == 0 && vp == 0, last_chunk = pp_rank == pp - 1 && vp == vpp - 1;
+    const int64_t slot = vp * (slots / vpp) + pp_rank * per_chunk;
+    return {first_chunk ? slot : slot - embedding,
+            per_chunk - (first_chunk ? embedding : 0) - (last_chunk ? loss : 0)};
+  }
   // Layers of each pipeline stage.
   std::vector<int64_t> stage(static_cast<size_t>(pp), 0);
   int64_t middle_layers = L, middle_stages = pp;
@@ -39,6 +51,12 @@ std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank,
   int64_t offset = vp * (L / vpp);
   for (int64_t s = 0; s < pp_rank; ++s) offset += stage[static_cast<size_t>(s)] / vpp;
   return {offset, stage[static_cast<size_t>(pp_rank)] / vpp};
+}
+
+int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_parameters) {
+  if (par.ddp_bucket_size != kUnset) return par.ddp_bucket_size;
+  if (par.ddp_num_buckets != kUnset) return std::max<int64_t>(1, num_parameters / par.ddp_num_buckets);
+  return 0;
 }
 
 ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
@@ -115,11 +133,19 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
     engine->cp_hybrid = make_hybrid_cp_groups(engine->ps.cp(), par.ulysses_degree_in_cp);
+  // Every chunk first: --ddp-num-buckets divides the parameters of all of them.
+  std::vector<std::unique_ptr<GPTModel>> models;
+  int64_t num_parameters = 0;
   for (int64_t vp = 0; vp < vpp; ++vp) {
-    auto model = std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
-                                            &engine->ops);
-    model->params().initialize(config.seed);
-    model->set_per_token_loss(args.training.calculate_per_token_loss);
+    models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
+                                                &engine->ops));
+    models.back()->params().initialize(config.seed);
+    models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
+    num_parameters += models.back()->params().numel();
+  }
+  const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);
+  for (int64_t vp = 0; vp < vpp; ++vp) {
+    std::unique_ptr<GPTModel> model = std::move(models[static_cast<size_t>(vp)]);
     DataParallelConfig dc;
     // --calculate-per-token-loss: summed over DP, divided by the tokens after (finalize_model_grads).
     if (args.training.calculate_per_token_loss) dc.grad_scale = 1.0;
@@ -128,7 +154,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.context_parallel_size = engine->ps.cp_size();
     dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
-                                       options.ddp_bucket_size);
+                                       options.ddp_bucket_size, configured_bucket_size);
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
     // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
     if (par.use_distributed_optimizer && engine->ps.pp_size() > 1)
@@ -148,7 +174,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       // expert-DP sum covers the remaining replicas.
       ec.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
-                                         engine->ps.expert_dp()->size(), options.ddp_bucket_size);
+                                         engine->ps.expert_dp()->size(), options.ddp_bucket_size,
+                                         configured_bucket_size);
       expert_sync = std::make_unique<DataParallelSync>(&model->params(), engine->ps.expert_dp(), ec);
     }
     DataParallelSync* s = sync.get();

@@ -44,8 +44,9 @@ struct Engine {
 
 // Settings of build_engine that are not command-line flags.
 struct EngineOptions {
-  // Gradient bucket size in elements for every chunk; 0 = Megatron's rule (chunk_bucket_size).
-  // Tests set it to get several buckets out of a tiny model.
+  // Gradient bucket size in elements for every chunk, whatever the flags; 0 = Megatron's rule
+  // (chunk_bucket_size with --ddp-bucket-size / --ddp-num-buckets). Tests set it to get several
+  // buckets out of a tiny model.
   int64_t ddp_bucket_size = 0;
   // Activations every chunk's backward recomputes (installed by the memory features).
   RecomputePlan recompute;
@@ -54,7 +55,17 @@ struct EngineOptions {
 // Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`
 // (Megatron's layout: even split, or --decoder-first/last-pipeline-num-layers, each stage's
 // layers divided evenly among its virtual chunks; chunk v of every stage precedes chunk v + 1).
+// With --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-split) the
+// embedding (the loss) counts as one layer of the first (last) virtual stage, which then builds one
+// transformer layer fewer, possibly none.
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
+
+// Megatron's configured data-parallel bucket size (get_model): --ddp-bucket-size, or
+// `num_parameters` (every element of every model chunk on this rank) / --ddp-num-buckets (at
+// least 1); 0 when neither flag is given (DistributedDataParallel's default then applies).
+// chunk_bucket_size decides where it applies: with --overlap-grad-reduce, on the first chunk of
+// the first pipeline stage.
+int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_parameters);
 
 // This rank's partition of virtual chunk `vp`; `hybrid` the sub-groups of hybrid_cp_algo (empty otherwise).
 ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,

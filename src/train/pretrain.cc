@@ -21,6 +21,7 @@
 #include "train/engine.h"
 #include "train/exit_signal.h"
 #include "train/model_setup.h"
+#include "train/progress_log.h"
 #include "train/timers_log.h"
 #include "train/trainer.h"
 
@@ -73,6 +74,7 @@ void print_active_features(const FeatureRegistry& registry, const FeatureContext
 }  // namespace
 
 int pretrain_main(int argc, char** argv) {
+  double job_start = wall_seconds();  // Megatron's _TRAIN_START_TIME (--log-progress)
   ArgParser parser("gale pretrain", "Pretrain a GPT/LLaMA-style model with Megatron-LM's pretrain_gpt.py flags.");
   Arguments args;
   add_all_pretrain_args(parser, args);
@@ -131,6 +133,15 @@ int pretrain_main(int argc, char** argv) {
                "attention scores or probabilities for backward (both attention kernels recompute them from the "
                "log-sum-exp)");
 
+  // ---- --log-progress: progress.txt in --save, started by the earliest rank's start time ----
+  std::unique_ptr<ProgressLog> progress;
+  if (args.logging.log_progress) {
+    world->all_reduce(&job_start, 1, DType::kF64, ReduceOp::kMin);
+    progress = std::make_unique<ProgressLog>(args.checkpoint.save, world, job_start);
+    st = progress->start_job();
+    if (!st.ok()) run_error(st);
+  }
+
   // ---- layout ----
   StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
   if (!layout.ok()) return usage_error(layout.status());
@@ -173,7 +184,6 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) run_error(st);
   apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
-  if (args.parallel.ddp_bucket_size != kUnset) engine_options.ddp_bucket_size = args.parallel.ddp_bucket_size;
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
@@ -221,9 +231,15 @@ int pretrain_main(int argc, char** argv) {
     async_saves = std::make_unique<AsyncCheckpointSaves>(*engine.ps.world());
     trainer.set_finalize_saves_fn([&](bool blocking) { return async_saves->maybe_finalize(blocking); });
   }
+  // --log-progress: the floating-point operations when this job started (from its checkpoint).
+  const double job_start_flops = trainer.state().floating_point_operations_so_far;
   if (!args.checkpoint.save.empty())
-    trainer.set_save_fn(
-        [&](const TrainerState& s) { return save_checkpoint(args, engine, s, async_saves.get()); });
+    trainer.set_save_fn([&](const TrainerState& s) -> Status {
+      GALE_RETURN_IF_ERROR(save_checkpoint(args, engine, s, async_saves.get()));
+      if (!progress) return Status::Ok();
+      return progress->saved_checkpoint(s.iteration, s.floating_point_operations_so_far, job_start_flops,
+                                        s.consumed_train_samples * args.model.seq_length, args.checkpoint.async_save);
+    });
 
   world->barrier();  // Megatron's timers.log(..., barrier=True)
   log_timers(timers, {"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"}, *world);

@@ -13,6 +13,7 @@
 #include "train/grad_sync.h"
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
+#include "train/param_hash.h"
 #include "train/timers_log.h"
 
 namespace gale {
@@ -299,6 +300,16 @@ Status Trainer::finish_run() {
   return Status::Ok();
 }
 
+Status Trainer::check_weight_hashes() {
+  finish_param_sync(*engine_);  // Megatron's disable_forward_pre_hook(param_sync=True)
+  std::vector<const ParamBuffer*> chunks;
+  for (const auto& c : engine_->chunks) chunks.push_back(&c->params());
+  GALE_RETURN_IF_ERROR(check_param_hashes_across_dp_replicas(chunks, engine_->ps.dp(), engine_->ps.expert_dp()));
+  engine_->ps.world()->barrier();
+  print_rank0(str_cat(">>> Weight hashes match after ", state_.iteration, " iterations..."));
+  return Status::Ok();
+}
+
 Status Trainer::run() {
   const TrainingArgs& t = args_.training;
   const LoggingArgs& l = args_.logging;
@@ -334,6 +345,9 @@ Status Trainer::run() {
   };
   if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
+  const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
+  // Megatron checks the hashes before the first iteration too.
+  if (!t.skip_train && hash_interval != kUnset) GALE_RETURN_IF_ERROR(check_weight_hashes());
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
     if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/false));
@@ -490,6 +504,8 @@ Status Trainer::run() {
     if (do_valid && state_.iteration % l.eval_interval == 0)
       GALE_RETURN_IF_ERROR(
           evaluate_and_print(*valid_, &state_.consumed_valid_samples, str_cat("iteration ", state_.iteration), true));
+    // Megatron's post_training_step_callbacks.
+    if (hash_interval != kUnset && state_.iteration % hash_interval == 0) GALE_RETURN_IF_ERROR(check_weight_hashes());
     // Megatron's checkpoint_and_decide_exit: SIGTERM first, then the regular save, then the
     // duration and iteration limits. The signal and the duration are decided by all ranks together
     // (one all-reduce), so every rank stops at the same iteration.

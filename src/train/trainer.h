@@ -112,6 +112,10 @@ class Trainer {
   Status flush_tensorboard();
   // The end of run(), normal or early: flushes TensorBoard, then finalises asynchronous saves (blocking).
   Status finish_run();
+  // --check-weight-hash-across-dp-replicas-interval: completes a parameter all-gather in flight,
+  // compares the parameter hashes across the data-parallel replicas (train/param_hash.h; an error
+  // when they differ) and prints Megatron's ">>> Weight hashes match after N iterations...".
+  Status check_weight_hashes();
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.

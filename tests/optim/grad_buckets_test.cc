@@ -29,6 +29,11 @@ TEST(GradBuckets, MegatronDefaultSizeAndWhenBucketingIsOn) {
   EXPECT_EQ(chunk_bucket_size(true, 1, 0, 8), 0);            // later pipeline stages: one bucket
   EXPECT_EQ(chunk_bucket_size(true, 0, 1, 8), 0);            // later virtual chunks: one bucket
   EXPECT_EQ(chunk_bucket_size(false, 2, 3, 8, 1234), 1234);  // the test override wins
+  // --ddp-bucket-size / --ddp-num-buckets take the default's place, under the same rule.
+  EXPECT_EQ(chunk_bucket_size(true, 0, 0, 8, 0, 5000), 5000);
+  EXPECT_EQ(chunk_bucket_size(false, 0, 0, 8, 0, 5000), 0);
+  EXPECT_EQ(chunk_bucket_size(true, 1, 0, 8, 0, 5000), 0);
+  EXPECT_EQ(chunk_bucket_size(true, 0, 1, 8, 0, 5000), 0);
 }
 
 TEST(GradBuckets, OneBucketWhenUnbounded) {

@@ -52,6 +52,17 @@ const std::vector<Layout>& layouts() {
       {"pp2_vpp2_uneven", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
                               "--num-layers", "6", "--decoder-first-pipeline-num-layers", "2"}},
       {"pp4", 4, {"--pipeline-model-parallel-size", "4"}},
+      // Megatron's --account-for-embedding/loss-in-pipeline-split: the first stage holds the
+      // embedding and 1 layer, the second 2; with virtual stages the first and the last virtual
+      // stage hold no transformer layer at all.
+      {"pp2_account_embedding", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "3",
+                                    "--account-for-embedding-in-pipeline-split"}},
+      {"pp2_vpp2_account_embedding_loss", 2, {"--pipeline-model-parallel-size", "2",
+                                              "--num-virtual-stages-per-pipeline-rank", "2", "--num-layers", "2",
+                                              "--account-for-embedding-in-pipeline-split",
+                                              "--account-for-loss-in-pipeline-split"}},
+      {"pp4_account_loss", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "7",
+                               "--account-for-loss-in-pipeline-split"}},
       // MindSpeed's --noop-layers (identity layers balancing the stages): the first stage holds the
       // embedding and one real layer, the second two real layers; the reference has the same noop layer.
       {"pp2_noop_layers", 2, {"--pipeline-model-parallel-size", "2", "--noop-layers", "0"}},

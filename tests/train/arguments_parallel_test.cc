@@ -201,6 +201,61 @@ TEST(ParallelArgs, UnevenFirstAndLastStages) {
             "give --num-virtual-stages-per-pipeline-rank");
 }
 
+// Megatron's rules for --account-for-embedding/loss-in-pipeline-split: the layers plus the
+// embedding and/or the loss divide by the pipeline stages (and by the virtual stages per rank),
+// and the uneven split is excluded.
+TEST(ParallelArgs, EmbeddingAndLossCountInThePipelineSplit) {
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split", 2),
+            "(--num-layers 8 + 1 for the embedding) = 9 must be divisible by --pipeline-model-parallel-size 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --account-for-loss-in-pipeline-split", 2),
+            "(--num-layers 8 + 1 for the loss) = 9 must be divisible by --pipeline-model-parallel-size 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split "
+                    "--account-for-loss-in-pipeline-split",
+                    2),
+            "ok");
+  EXPECT_EQ(message("--num-layers 7 --pipeline-model-parallel-size 4 --account-for-loss-in-pipeline-split", 4), "ok");
+  EXPECT_EQ(message("--num-layers 8 --pipeline-model-parallel-size 4 --account-for-loss-in-pipeline-split", 4),
+            "(--num-layers 8 + 1 for the loss) = 9 must be divisible by --pipeline-model-parallel-size 4");
+  // No pipeline: the flags change nothing and need nothing.
+  EXPECT_EQ(message("--account-for-embedding-in-pipeline-split", 1), "ok");
+  // Virtual stages: the layers of a stage, embedding and loss included, divide by them.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3 "
+                    "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+                    "--global-batch-size 4",
+                    2),
+            "the 5 layers per pipeline stage ((--num-layers 8 + 2 for the embedding and the loss) / "
+            "--pipeline-model-parallel-size 2) must be divisible by --num-virtual-stages-per-pipeline-rank 3");
+  EXPECT_EQ(message("--num-layers 7 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 "
+                    "--account-for-embedding-in-pipeline-split --global-batch-size 4",
+                    2),
+            "the 4 layers per pipeline stage ((--num-layers 7 + 1 for the embedding) / "
+            "--pipeline-model-parallel-size 2) must be divisible by --num-layers-per-virtual-pipeline-stage 3");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                    "--account-for-embedding-in-pipeline-split",
+                    2),
+            "(--num-layers 8 + 1 for the embedding) = 9 must be divisible by --pipeline-model-parallel-size 2");
+  // 7 layers + the embedding on 2 stages of 2 virtual stages of 2 slots.
+  Validated vpp = validate("--num-layers 7 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                           "--account-for-embedding-in-pipeline-split --global-batch-size 4",
+                           2);
+  ASSERT_TRUE(vpp.status.ok()) << vpp.status.to_string();
+  EXPECT_EQ(vpp.args.parallel.virtual_pipeline_model_parallel_size, 2);
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 "
+                    "--account-for-loss-in-pipeline-split",
+                    4),
+            "--account-for-loss-in-pipeline-split cannot be combined with --decoder-first-pipeline-num-layers (Megatron "
+            "counts the embedding and the loss only in the even split)");
+}
+
+// Megatron's get_model: --ddp-num-buckets excludes --ddp-bucket-size and must be positive.
+TEST(ParallelArgs, DdpNumBuckets) {
+  EXPECT_EQ(message("--ddp-num-buckets 4", 1), "ok");
+  EXPECT_EQ(message("--ddp-num-buckets 4 --ddp-bucket-size 1000", 1),
+            "--ddp-num-buckets and --ddp-bucket-size cannot both be given: expected one, found --ddp-num-buckets 4 "
+            "and --ddp-bucket-size 1000");
+  EXPECT_EQ(message("--ddp-num-buckets 0", 1), "--ddp-num-buckets: expected a positive integer, found 0");
+}
+
 TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
   EXPECT_EQ(message("--global-batch-size 12", 4),
             "--global-batch-size 12 must be a multiple of --micro-batch-size 2 times the data-parallel size 4");

@@ -1,4 +1,5 @@
-// Layer placement over pipeline ranks and virtual stages equals Megatron-Core's
+// Layer placement over pipeline ranks and virtual stages (also with
+// --account-for-embedding/loss-in-pipeline-split) equals Megatron-Core's
 // (get_transformer_layer_offset / get_num_layers_to_build, recorded in
 // tests/data/schedule/megatron_layers.json by tools/reference/pipeline_order.py), and every
 // layout places every layer exactly once, in order along the virtual stages.
@@ -12,24 +13,30 @@
 namespace gale {
 namespace {
 
-Arguments layout(int64_t num_layers, int64_t pp, int64_t vpp, int64_t first, int64_t last) {
+Arguments layout(int64_t num_layers, int64_t pp, int64_t vpp, int64_t first, int64_t last, bool embedding = false,
+                 bool loss = false) {
   Arguments a;
   a.model.num_layers = num_layers;
   a.parallel.pipeline_model_parallel_size = pp;
   a.parallel.virtual_pipeline_model_parallel_size = vpp;
   a.parallel.decoder_first_pipeline_num_layers = first;
   a.parallel.decoder_last_pipeline_num_layers = last;
+  a.parallel.account_for_embedding_in_pipeline_split = embedding;
+  a.parallel.account_for_loss_in_pipeline_split = loss;
   return a;
 }
 
 TEST(ChunkLayers, MatchMegatron) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/schedule/megatron_layers.json");
   ASSERT_TRUE(in.good()) << "tests/data/schedule/megatron_layers.json is missing";
-  int cases = 0;
+  int cases = 0, accounting = 0;
   for (const auto& j : nlohmann::json::parse(in)) {
     auto opt = [&](const char* key) { return j.at(key).is_null() ? kUnset : j.at(key).get<int64_t>(); };
     const int64_t pp = j.at("pp").get<int64_t>(), vpp = j.at("vpp").is_null() ? 1 : j.at("vpp").get<int64_t>();
-    Arguments a = layout(j.at("num_layers").get<int64_t>(), pp, vpp, opt("first"), opt("last"));
+    // --account-for-embedding/loss-in-pipeline-split, recorded only when set.
+    const bool embedding = j.value("embedding", false), loss = j.value("loss", false);
+    Arguments a = layout(j.at("num_layers").get<int64_t>(), pp, vpp, opt("first"), opt("last"), embedding, loss);
+    accounting += embedding || loss;
     const auto& ranks = j.at("chunks");
     ASSERT_EQ(static_cast<int64_t>(ranks.size()), pp);
     for (int64_t r = 0; r < pp; ++r)
@@ -39,10 +46,12 @@ TEST(ChunkLayers, MatchMegatron) {
       }
     ++cases;
   }
-  EXPECT_GE(cases, 10);
+  EXPECT_GE(cases, 20);
+  EXPECT_GE(accounting, 9);
 }
 
-// Virtual stage s = v·P + r holds the layers right after those of stage s − 1.
+// Virtual stage s = v·P + r holds the layers right after those of stage s − 1 (at least one,
+// except the first (last) virtual stage when it counts the embedding (loss) as a layer).
 void expect_contiguous(const Arguments& a) {
   const int64_t pp = a.parallel.pipeline_model_parallel_size, vpp = a.parallel.virtual_pipeline_model_parallel_size;
   int64_t next = 0;
@@ -50,7 +59,9 @@ void expect_contiguous(const Arguments& a) {
     for (int64_t r = 0; r < pp; ++r) {
       auto [first, count] = chunk_layers(a, r, v);
       EXPECT_EQ(first, next) << "rank " << r << " chunk " << v;
-      EXPECT_GE(count, 1);
+      const bool may_be_empty = (v == 0 && r == 0 && a.parallel.account_for_embedding_in_pipeline_split) ||
+                                (v == vpp - 1 && r == pp - 1 && a.parallel.account_for_loss_in_pipeline_split);
+      EXPECT_GE(count, may_be_empty ? 0 : 1);
       next = first + count;
     }
   EXPECT_EQ(next, a.model.num_layers);
@@ -70,6 +81,31 @@ TEST(ChunkLayers, EveryLayerExactlyOnce) {
   Arguments both = layout(6, 2, 1, 2, 4);
   expect_contiguous(both);
   EXPECT_EQ(chunk_layers(both, 1, 0), (std::pair<int64_t, int64_t>{2, 4}));
+}
+
+// --account-for-embedding/loss-in-pipeline-split: the embedding (loss) takes one layer's place on
+// the first (last) virtual stage.
+TEST(ChunkLayers, EmbeddingAndLossCountAsLayers) {
+  // 7 layers + the embedding on 4 stages: 1, 2, 2, 2.
+  Arguments embedding = layout(7, 4, 1, kUnset, kUnset, true, false);
+  expect_contiguous(embedding);
+  EXPECT_EQ(chunk_layers(embedding, 0, 0), (std::pair<int64_t, int64_t>{0, 1}));
+  EXPECT_EQ(chunk_layers(embedding, 3, 0), (std::pair<int64_t, int64_t>{5, 2}));
+  // 10 layers + embedding + loss on 2 stages x 3 virtual stages of 2: the first virtual stage holds
+  // the embedding and layer 0, the last layer 9 and the loss.
+  Arguments both = layout(10, 2, 3, kUnset, kUnset, true, true);
+  expect_contiguous(both);
+  EXPECT_EQ(chunk_layers(both, 0, 0), (std::pair<int64_t, int64_t>{0, 1}));
+  EXPECT_EQ(chunk_layers(both, 1, 0), (std::pair<int64_t, int64_t>{1, 2}));
+  EXPECT_EQ(chunk_layers(both, 1, 2), (std::pair<int64_t, int64_t>{9, 1}));
+  // One slot per virtual stage: the first and the last build no transformer layer.
+  Arguments empty_ends = layout(2, 2, 2, kUnset, kUnset, true, true);
+  expect_contiguous(empty_ends);
+  EXPECT_EQ(chunk_layers(empty_ends, 0, 0), (std::pair<int64_t, int64_t>{0, 0}));
+  EXPECT_EQ(chunk_layers(empty_ends, 1, 1), (std::pair<int64_t, int64_t>{2, 0}));
+  // Without pipelining the flags change nothing.
+  expect_contiguous(layout(5, 1, 1, kUnset, kUnset, true, true));
+  EXPECT_EQ(chunk_layers(layout(5, 1, 1, kUnset, kUnset, true, true), 0, 0), (std::pair<int64_t, int64_t>{0, 5}));
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ The layer placement comes from Megatron's own `get_transformer_layer_offset`
 bodies are compiled from the checkout and called with the pipeline rank and virtual rank set.
 Output: tests/data/schedule/megatron_layers.json, a list of
   {"num_layers": L, "pp": P, "vpp": V or null, "first": n or null, "last": n or null,
+   ["embedding": bool, "loss": bool,]
    "chunks": [[[first_layer, num_layers] for each virtual stage] for each pipeline rank]}
+("embedding"/"loss": --account-for-embedding/loss-in-pipeline-split, given only when set.)
 read by tests/train/chunk_layers_test.cc. (Megatron core_v0.12.1 places layers wrongly when
 virtual stages are combined with --decoder-last-pipeline-num-layers but not
 --decoder-first-pipeline-num-layers: ranks 0 and 1 get the same layers; with PP 2 and both
@@ -72,6 +74,11 @@ LAYER_CASES = [
     (4, 2, None, None, None), (8, 4, None, None, None), (8, 2, 2, None, None), (8, 4, 2, None, None),
     (12, 2, 3, None, None), (8, 4, None, 1, 3), (7, 4, None, 1, None), (9, 4, None, None, 3),
     (6, 3, None, 1, 3), (12, 4, 2, 2, 2), (14, 4, 2, 2, None), (16, 4, 2, 4, 4),
+    # (..., account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)
+    (3, 2, None, None, None, True, False), (7, 4, None, None, None, False, True),
+    (6, 4, None, None, None, True, True), (2, 2, None, None, None, True, True),
+    (5, 2, 3, None, None, True, False), (7, 2, 2, None, None, False, True), (2, 2, 2, None, None, True, True),
+    (14, 4, 2, None, None, True, True), (4, 1, None, None, None, True, True),
 ]
 
 
@@ -246,7 +253,8 @@ def layer_layouts(schedules, megatron_root):
     offset = load_function(os.path.join(core, "transformer_layer.py"), "get_transformer_layer_offset", namespace)
     count = load_function(os.path.join(core, "transformer_block.py"), "get_num_layers_to_build", namespace)
     cases = []
-    for num_layers, pp, vpp, first, last in LAYER_CASES:
+    for num_layers, pp, vpp, first, last, *account in LAYER_CASES:
+        embedding, loss = account or (False, False)
         ranks = []
         for rank in range(pp):
             ps.set_pipeline_model_parallel_world_size(pp)
@@ -257,11 +265,15 @@ def layer_layouts(schedules, megatron_root):
                 ps.set_virtual_pipeline_model_parallel_rank(v if vpp else None)
                 config = types.SimpleNamespace(
                     num_layers=num_layers, pipeline_model_parallel_size=pp, num_layers_in_first_pipeline_stage=first,
-                    num_layers_in_last_pipeline_stage=last, account_for_embedding_in_pipeline_split=False,
-                    account_for_loss_in_pipeline_split=False)
+                    num_layers_in_last_pipeline_stage=last, account_for_embedding_in_pipeline_split=embedding,
+                    account_for_loss_in_pipeline_split=loss)
                 chunks.append([offset(config), count(config)])
             ranks.append(chunks)
-        cases.append({"num_layers": num_layers, "pp": pp, "vpp": vpp, "first": first, "last": last, "chunks": ranks})
+        case = {"num_layers": num_layers, "pp": pp, "vpp": vpp, "first": first, "last": last}
+        if account:
+            case.update({"embedding": embedding, "loss": loss})
+        case["chunks"] = ranks
+        cases.append(case)
     return cases
 
 
