@@ -16,17 +16,11 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::launch_argv;
 using testing::logged_values;
 
 // A tiny GPT for 4 iterations of 4 samples (2 micro-batches per rank at DP 2), a log line each.
 std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
-  const std::vector<std::string> pretrain = {
-      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
-      "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
-      "--eval-iters", "0", "--num-threads", "1", "--log-throughput"};
-  return launch_argv(np, pretrain, extra);
+  return testing::tiny_gpt_pretrain(np, 4, {"--log-interval", "1", "--log-throughput"}, extra);
 }
 
 const char kActual[] = "actual throughput per GPU (TFLOP/s/GPU)";

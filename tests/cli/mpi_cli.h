@@ -26,6 +26,22 @@ inline std::vector<std::string> launch_argv(int np, const std::vector<std::strin
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
+
+#ifdef GALE_BINARY
+// `gale pretrain` on a tiny GPT (2 layers, hidden 64, sequence 32, mock data over 4096 tokens):
+// `train_iters` iterations of 4 samples in micro-batches of 1 (2 per rank at DP 2), no evaluation,
+// one thread per rank, then `flags` and `extra`; under mpirun when np > 1.
+inline std::vector<std::string> tiny_gpt_pretrain(int np, int train_iters, std::vector<std::string> flags,
+                                                  const std::vector<std::string>& extra) {
+  std::vector<std::string> pretrain = {
+      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
+      "--train-iters", std::to_string(train_iters), "--lr", "3e-3", "--mock-data", "--vocab-size", "4096",
+      "--eval-iters", "0", "--num-threads", "1"};
+  pretrain.insert(pretrain.end(), flags.begin(), flags.end());
+  return launch_argv(np, pretrain, extra);
+}
+#endif
 #endif
 
 }  // namespace gale::testing

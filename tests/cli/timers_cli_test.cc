@@ -20,16 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::kMpiEnv;
-using testing::launch_argv;
 
 // A tiny GPT for 4 iterations of 4 samples, a log line every 2, no evaluation.
 std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
-  const std::vector<std::string> pretrain = {
-      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
-      "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "2",
-      "--eval-iters", "0", "--num-threads", "1"};
-  return launch_argv(np, pretrain, extra);
+  return testing::tiny_gpt_pretrain(np, 4, {"--log-interval", "2"}, extra);
 }
 
 std::string fresh_dir(const std::string& name) {
