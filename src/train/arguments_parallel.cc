@@ -167,15 +167,16 @@ Status resolve_cp_comm_type(Arguments& a) {
                              "): not supported yet (expected one type for all layers)");
     par.cp_comm_type = types[0];
   }
+  std::vector<int64_t> sizes;  // --hierarchical-context-parallel-sizes, parsed
   int64_t hierarchy_product = 1;
   for (const std::string& v : par.hierarchical_context_parallel_sizes) {
     char* end = nullptr;
     const long long size = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || size < 1)
       return InvalidArgument("--hierarchical-context-parallel-sizes: expected positive integers, found '", v, "'");
+    sizes.push_back(size);
     hierarchy_product *= size;
   }
-  const auto& sizes = par.hierarchical_context_parallel_sizes;
   if (!sizes.empty() && hierarchy_product != par.context_parallel_size)
     return InvalidArgument("--hierarchical-context-parallel-sizes: expected sizes whose product is "
                            "--context-parallel-size ", par.context_parallel_size, ", found a product of ",
@@ -192,7 +193,7 @@ Status resolve_cp_comm_type(Arguments& a) {
                            comm == "a2a" ? "ulysses_cp_algo" : "hybrid_cp_algo",
                            "): expected --context-parallel-algo megatron_cp_algo (the default), found '", algo, "'");
   if (par.context_parallel_size == 1) return Status::Ok();
-  const int64_t a2a_size = comm == "a2a" ? par.context_parallel_size : std::strtoll(sizes[0].c_str(), nullptr, 10);
+  const int64_t a2a_size = comm == "a2a" ? par.context_parallel_size : sizes[0];
   par.cp_comm_type = "p2p";
   if (a2a_size == par.context_parallel_size) {
     par.context_parallel_algo = "ulysses_cp_algo";
