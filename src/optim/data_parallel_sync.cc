@@ -22,6 +22,8 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
     : params_(params), dp_(std::move(dp)), config_(std::move(config)) {
   GALE_CHECK(params_ && params_->finalized());
   GALE_CHECK(dp_) << "data-parallel sync needs the data-parallel group";
+  GALE_CHECK(!config_.inter_instance || config_.use_distributed_optimizer)
+      << "several distributed-optimizer instances need the distributed optimizer";
   dp_size_ = dp_->size();
   dp_rank_ = dp_->rank();
   GALE_CHECK(config_.context_parallel_size >= 1 && dp_size_ % config_.context_parallel_size == 0)
@@ -115,14 +117,18 @@ void DataParallelSync::finish_grad_sync() {
   float* grads = params_->flat_grads().data<float>();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = state_[b];
-    if (!s.grad_work) continue;
-    s.grad_work->wait();
-    s.grad_work.reset();
-    if (s.shard_staging.defined()) {
-      const FlatRange own = bucket_shard(buckets_[b], dp_size_, dp_rank_);
-      std::memcpy(grads + own.begin, s.shard_staging.raw(), static_cast<size_t>(own.size()) * sizeof(float));
-      s.grad_staging = s.shard_staging = Tensor();
+    const FlatRange own = bucket_shard(buckets_[b], dp_size_, dp_rank_);
+    if (s.grad_work) {
+      s.grad_work->wait();
+      s.grad_work.reset();
+      if (s.shard_staging.defined()) {
+        std::memcpy(grads + own.begin, s.shard_staging.raw(), static_cast<size_t>(own.size()) * sizeof(float));
+        s.grad_staging = s.shard_staging = Tensor();
+      }
     }
+    // The partial distributed optimizer: sum this instance's shard with the other instances'.
+    if (config_.inter_instance && config_.inter_instance->size() > 1 && own.size() > 0)
+      config_.inter_instance->all_reduce(grads + own.begin, own.size(), DType::kF32, ReduceOp::kSum);
   }
 }
 

@@ -56,6 +56,12 @@ struct DataParallelConfig {
   // gradient already sums the tokens of the EP ranks' micro-batches, so the sum over the
   // expert-DP group covers the DP·CP replicas' data once.
   double grad_scale = 0.0;
+  // Megatron's partial distributed optimizer (--num-distributed-optimizer-instances): the group
+  // across the instances (parallel/distopt_instance_groups.h), `dp` being this rank's instance.
+  // After the reduce-scatter inside the instance, finish_grad_sync all-reduces this rank's shard
+  // of every bucket over it, so each instance holds the gradient summed over all DP·CP ranks.
+  // Null: one instance. Only with use_distributed_optimizer.
+  Comm inter_instance;
 };
 
 class DataParallelSync {

@@ -194,6 +194,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
+  p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,
+        "with --use-distributed-optimizer: shard the optimizer state inside N groups of DP x CP / N consecutive "
+        "data-parallel ranks, replicated across the groups");
   p.add_flag("--overlap-grad-reduce", &a.overlap_grad_reduce, "overlap gradient reduction with backward");
   p.add_flag("--overlap-param-gather", &a.overlap_param_gather, "overlap parameter all-gather with forward");
   p.add("--ddp-bucket-size", &a.ddp_bucket_size,

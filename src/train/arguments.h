@@ -186,6 +186,10 @@ struct ParallelArgs {
   int64_t expert_model_parallel_size = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
+  // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
+  // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
+  // and replicated across instances (engine.h, optim/data_parallel_sync.h).
+  int64_t num_distributed_optimizer_instances = 1;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool use_tp_pp_dp_mapping = false;

@@ -32,7 +32,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--encoder-num-layers", "--decoder-num-layers", "--encoder-seq-length", "--decoder-seq-length",
         "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
         "--pipeline-model-parallel-split-rank"}},
-      {"several distributed-optimizer instances", {"--num-distributed-optimizer-instances"}},
       {"different initialisation per data-parallel rank", {"--data-parallel-random-init"}},
       {"CUDA graphs", {"--enable-cuda-graph", "--cuda-graph-scope", "--cuda-graph-warmup-steps", "--external-cuda-graph"}},
       {"fully sharded data parallelism (Gale shards optimizer state with --use-distributed-optimizer)",

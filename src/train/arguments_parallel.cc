@@ -15,6 +15,26 @@ Status positive(int64_t v, const char* flag) {
   return Status::Ok();
 }
 
+// Megatron's partial distributed optimizer (parallel_state and DistributedDataParallel asserts).
+Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
+  const int64_t n = par.num_distributed_optimizer_instances;
+  GALE_RETURN_IF_ERROR(positive(n, "--num-distributed-optimizer-instances"));
+  if (n == 1) return Status::Ok();
+  if (!par.use_distributed_optimizer)
+    return InvalidArgument("--num-distributed-optimizer-instances ", n,
+                           " shards the distributed optimizer: expected --use-distributed-optimizer");
+  if (par.expert_model_parallel_size > 1)
+    return InvalidArgument("--num-distributed-optimizer-instances ", n,
+                           ": Megatron's partial distributed optimizer cannot be used with expert parallelism "
+                           "(found --expert-model-parallel-size ", par.expert_model_parallel_size, ")");
+  const int64_t dp_cp = par.data_parallel_size * par.context_parallel_size;
+  if (dp_cp % n != 0)
+    return InvalidArgument("--num-distributed-optimizer-instances ", n,
+                           ": expected a divisor of the data-parallel size x --context-parallel-size, found ",
+                           par.data_parallel_size, " x ", par.context_parallel_size, " = ", dp_cp);
+  return Status::Ok();
+}
+
 // Megatron's pipeline split rules (arguments.py and TransformerConfig): layers divide evenly over
 // the stages, or over the middle stages once --decoder-first/last-pipeline-num-layers are taken
 // out, and each stage's layers divide by the virtual stages per rank. With
@@ -295,6 +315,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
+  GALE_RETURN_IF_ERROR(validate_distributed_optimizer_instances(par));
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
   GALE_RETURN_IF_ERROR(resolve_cp_comm_type(a));

@@ -68,10 +68,13 @@ bool writes(const ParallelState& ps, const GPTModel& model, int id) {
 }
 
 // Whether this rank writes optimizer state for its owned segments of parameter `id`: without
-// sharding exactly as the parameter; with the distributed optimizer every data-parallel rank
-// writes the segments it owns (minus TP replicas and the tied embedding's second copy).
-bool writes_state(const ParallelState& ps, const GPTModel& model, int id, bool sharded) {
+// sharding exactly as the parameter; with the distributed optimizer every data-parallel rank of
+// the first instance (--num-distributed-optimizer-instances: the others hold copies) writes the
+// segments it owns (minus TP replicas and the tied embedding's second copy).
+bool writes_state(const Engine& engine, const GPTModel& model, int id, bool sharded) {
+  const ParallelState& ps = engine.ps;
   if (!sharded) return writes(ps, model, id);
+  if (engine.distopt_instances.instance_id() != 0) return false;
   const ParamSpec& s = model.params().spec(id);
   // Replicas over TP; for expert-parallel experts over expert-TP (with expert TP 1 the TP ranks
   // hold different experts).
@@ -181,7 +184,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     // each rank writes the boxes of the global tensors that its owned segments cover.
     const auto opt_state = optimizer.state(c);
     for (const Optimizer::Segment& seg : optimizer.segments(c)) {
-      if (!writes_state(engine.ps, model, seg.param_id, optimizer.sharded(c))) continue;
+      if (!writes_state(engine, model, seg.param_id, optimizer.sharded(c))) continue;
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (const auto& [state_name, flat] : opt_state)

@@ -129,6 +129,15 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();
+  // Megatron's partial distributed optimizer: shards inside an instance, replicas across them.
+  const int64_t instances = par.num_distributed_optimizer_instances;
+  if (instances > 1) {
+    if (!par.use_distributed_optimizer || dp->size() % instances != 0)
+      return InvalidArgument("--num-distributed-optimizer-instances ", instances,
+                             ": expected --use-distributed-optimizer and a divisor of the dp-cp size ", dp->size());
+    engine->distopt_instances = make_distopt_instance_groups(dp, instances);
+  }
+  const Comm& shard_dp = instances > 1 ? engine->distopt_instances.intra : dp;
   std::vector<OptimizedBuffer> buffers;
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
@@ -153,6 +162,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.context_parallel_size = engine->ps.cp_size();
+    if (instances > 1) {  // reduce-scatter over the instance, then all-reduce the shard across instances
+      dc.inter_instance = engine->distopt_instances.inter;
+      dc.context_parallel_size = 1;  // an instance need not hold whole cp groups; grad_scale says the factor
+      if (dc.grad_scale == 0.0) dc.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());  // CP/(DP·CP)
+    }
     dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
                                        options.ddp_bucket_size, configured_bucket_size);
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
@@ -162,7 +176,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     const bool ep = engine->ps.layout().sizes.ep > 1;
     const ParamBuffer& pb = model->params();
     if (ep) dc.region = FlatRange{0, pb.dense_numel()};
-    auto sync = std::make_unique<DataParallelSync>(&model->params(), dp, dc);
+    auto sync = std::make_unique<DataParallelSync>(&model->params(), shard_dp, dc);
     std::unique_ptr<DataParallelSync> expert_sync;
     if (ep) {  // Megatron's expert-parallel buffers: reduced over expert-DP, scaled by 1/DP
       DataParallelConfig ec = dc;
@@ -215,7 +229,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     if (par.use_distributed_optimizer) expert_groups.shard_group = engine->ps.expert_dp();
   }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
-                                                  engine->ps.model(), par.use_distributed_optimizer ? dp : nullptr,
+                                                  engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
                                                   expert_groups);
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
   if (args.training.fp16) engine->grad_scaler = std::make_unique<GradScaler>(grad_scaler_config_from_args(args));

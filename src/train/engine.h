@@ -13,6 +13,7 @@
 #include "optim/lr_scheduler.h"
 #include "core/timers.h"
 #include "optim/optimizer.h"
+#include "parallel/distopt_instance_groups.h"
 #include "parallel/parallel_state.h"
 #include "train/arguments.h"
 
@@ -23,6 +24,10 @@ struct Engine {
   OpTable ops;
   // --context-parallel-algo hybrid_cp_algo: the Ulysses and ring sub-groups of ps.cp() (null otherwise).
   HybridCpGroups cp_hybrid;
+  // --num-distributed-optimizer-instances N > 1: the intra- and inter-instance sub-groups of
+  // ps.dp_cp() (parallel/distopt_instance_groups.h; null otherwise). The distributed optimizer
+  // shards over `intra`; dp_sync all-reduces each shard's gradients over `inter`.
+  DistOptInstanceGroups distopt_instances;
   std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrScheduler> scheduler;

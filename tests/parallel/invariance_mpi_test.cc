@@ -192,6 +192,19 @@ const std::vector<Layout>& layouts() {
                                                "uniform", "--recompute-num-layers", "1"}},
       {"cp8_hybrid_u2_docs", 8, {"--context-parallel-size", "8", "--context-parallel-algo", "hybrid_cp_algo",
                                  "--ulysses-degree-in-cp", "2", "--reset-attention-mask"}},
+      // Megatron's partial distributed optimizer (--num-distributed-optimizer-instances): shards
+      // inside instances of consecutive dp-cp ranks, gradient shards all-reduced across them; with
+      // overlap and several buckets, one rank per instance, and instances cutting cp groups apart.
+      {"dp4_distopt_2instances", 4, {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
+      {"dp4_distopt_2instances_overlap", 4, {"--use-distributed-optimizer", "--overlap-grad-reduce",
+                                             "--overlap-param-gather", "--num-distributed-optimizer-instances", "2"},
+       20000},
+      {"dp2_distopt_2instances", 2, {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
+      {"cp2_dp2_distopt_4instances", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer",
+                                         "--num-distributed-optimizer-instances", "4"}},
+      {"tp2_dp4_sp_distopt_2instances", 8, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                            "--use-distributed-optimizer", "--num-distributed-optimizer-instances",
+                                            "2"}},
       {"cp2_full_recompute", 2, {"--context-parallel-size", "2", "--recompute-granularity", "full",
                                  "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
       {"pp2_vpp2_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2",

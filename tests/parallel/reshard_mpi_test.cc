@@ -1,7 +1,8 @@
 // Checkpoint resharding across layouts (4 ranks): a checkpoint saved at TP2·PP2 after 3 iterations
 // resumes at TP1·PP4, at DP4 (4 ranks of TP1·PP1) and at interleaved PP2·VPP2·DP2, and iterations
 // 4–6 give the losses and gradient norms of an uninterrupted run within 1e-5 relative; the final
-// parameters match too. Each rank runs the uninterrupted single-process reference itself.
+// parameters match too. Each rank runs the uninterrupted single-process reference itself. The
+// same for a checkpoint of the partial distributed optimizer (--num-distributed-optimizer-instances).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "mpi_test_env.h"
 #include "testing_run.h"
+#include "ckpt/checkpoint_reader.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/trainer.h"
@@ -104,6 +106,57 @@ TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
           << "grad norm of iteration " << 4 + i;
     }
     // AdamW turns rounding in near-zero gradients into ±lr steps (see invariance_mpi_test.cc).
+    EXPECT_LT(max_relative_param_error(*resumed.engine, *whole.engine), 1e-3);
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Megatron's partial distributed optimizer: saved at DP4 with two instances of two ranks (only
+// the first instance writes the optimizer state; the second holds a copy), resumed with one
+// instance of four, with four instances of one and without the distributed optimizer.
+TEST(ReshardDistOptInstances, SavedWithTwoInstancesResumesWithOtherCounts) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainingRun whole(kGpt, {}, make_self_communicator("world"));
+  whole.train(6);
+  const std::string dir = shared_temp_dir(world, "distopt_instances");
+  {
+    TrainingRun first(kGpt, {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2", "--save", dir,
+                             "--save-interval", "3"},
+                      world);
+    first.train(3);
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
+    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
+  }
+  {  // DP rank 0 writes the parameters; only the first instance (world ranks 0 and 1) the state.
+    StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+    std::vector<int> writers;
+    for (const auto& shard : reader->metadata().at("shards")) writers.push_back(shard.at("rank").get<int>());
+    EXPECT_EQ(writers, (std::vector<int>{0, 1}));
+  }
+  const std::vector<std::pair<std::string, std::vector<std::string>>> targets = {
+      {"one instance", {"--use-distributed-optimizer"}},
+      {"four instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4"}},
+      {"two instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
+      {"no distributed optimizer", {}},
+  };
+  for (const auto& [name, flags] : targets) {
+    SCOPED_TRACE(name);
+    std::vector<std::string> load_flags = flags;
+    load_flags.insert(load_flags.end(), {"--load", dir});
+    TrainingRun resumed(kGpt, load_flags, world);
+    bool loaded = false;
+    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(loaded);
+    resumed.train(3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
+      EXPECT_NEAR(resumed.grad_norms[i], whole.grad_norms[3 + i], 1e-5 * whole.grad_norms[3 + i])
+          << "grad norm of iteration " << 4 + i;
+    }
     EXPECT_LT(max_relative_param_error(*resumed.engine, *whole.engine), 1e-3);
   }
   world->barrier();

@@ -256,6 +256,28 @@ TEST(ParallelArgs, DdpNumBuckets) {
   EXPECT_EQ(message("--ddp-num-buckets 0", 1), "--ddp-num-buckets: expected a positive integer, found 0");
 }
 
+// Megatron's partial distributed optimizer: needs the distributed optimizer, no expert
+// parallelism, and a count dividing DP x CP.
+TEST(ParallelArgs, DistributedOptimizerInstances) {
+  EXPECT_EQ(message("--use-distributed-optimizer --num-distributed-optimizer-instances 2", 4), "ok");
+  EXPECT_EQ(message("--use-distributed-optimizer --num-distributed-optimizer-instances 4 --context-parallel-size 2", 4),
+            "ok");
+  EXPECT_EQ(message("--num-distributed-optimizer-instances 2", 4),
+            "--num-distributed-optimizer-instances 2 shards the distributed optimizer: expected "
+            "--use-distributed-optimizer");
+  EXPECT_EQ(message("--use-distributed-optimizer --num-distributed-optimizer-instances 3", 4),
+            "--num-distributed-optimizer-instances 3: expected a divisor of the data-parallel size x "
+            "--context-parallel-size, found 4 x 1 = 4");
+  EXPECT_EQ(message("--use-distributed-optimizer --num-distributed-optimizer-instances 0", 4),
+            "--num-distributed-optimizer-instances: expected a positive integer, found 0");
+  EXPECT_EQ(message("--use-distributed-optimizer --num-distributed-optimizer-instances 2 --num-experts 4 "
+                    "--expert-model-parallel-size 2",
+                    4),
+            "--num-distributed-optimizer-instances 2: Megatron's partial distributed optimizer cannot be used with "
+            "expert parallelism (found --expert-model-parallel-size 2)");
+  EXPECT_EQ(message("--num-distributed-optimizer-instances 1", 4), "ok");
+}
+
 TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
   EXPECT_EQ(message("--global-batch-size 12", 4),
             "--global-batch-size 12 must be a multiple of --micro-batch-size 2 times the data-parallel size 4");
