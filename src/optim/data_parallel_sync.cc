@@ -135,7 +135,12 @@ void DataParallelSync::finish_grad_sync() {
 void DataParallelSync::after_optimizer_step() {
   if (!sharded() || dp_size_ == 1) return;
   for (BucketState& s : state_) s.params_stale = true;
-  if (config_.overlap_param_gather) return;  // the next forward gathers, bucket by bucket
+  if (config_.overlap_param_gather) {
+    // Started now (in flight: start_param_gather skips them), else by the next forward, bucket by bucket.
+    if (config_.gather_right_after_step)
+      for (size_t b = 0; b < buckets_.size(); ++b) start_param_gather(b);
+    return;
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) start_param_gather(b);
   for (size_t b = 0; b < buckets_.size(); ++b) finish_param_gather(b);
 }
@@ -183,6 +188,12 @@ void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
     // Prefetch the bucket the forward reaches next (the one below in the buffer).
     if (b > 0) start_param_gather(static_cast<size_t>(b - 1));
   }
+}
+
+int64_t DataParallelSync::param_gathers_in_flight() const {
+  int64_t n = 0;
+  for (const BucketState& s : state_) n += s.param_work ? 1 : 0;
+  return n;
 }
 
 void DataParallelSync::finish_param_sync() {

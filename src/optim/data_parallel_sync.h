@@ -13,8 +13,10 @@
 //   finish_grad_sync()         launch the buckets not yet launched, wait for every one
 //   [optimizer step on the owned ranges]
 //   after_optimizer_step()     distributed optimizer: all-gather the updated shards (blocking), or,
-//                              with --overlap-param-gather, leave it to the next forward; each
-//                              gathered bucket refreshes its part of the --bf16 weight copy
+//                              with --overlap-param-gather, leave it to the next forward (or, with
+//                              gather_right_after_step, start it now and let the forward wait);
+//                              each gathered bucket refreshes its part of the --bf16 weight copy.
+//                              Calling it again before the gathers complete changes nothing.
 //   finish_param_sync()        complete every pending all-gather now (checkpoints, evaluation)
 //
 // Gradients are averaged over the data-parallel group: each bucket is scaled by 1/dp (CP/dp with
@@ -62,6 +64,10 @@ struct DataParallelConfig {
   // of every bucket over it, so each instance holds the gradient summed over all DP·CP ranks.
   // Null: one instance. Only with use_distributed_optimizer.
   Comm inter_instance;
+  // --overlap-param-gather-with-optimizer-step (with overlap_param_gather): after_optimizer_step
+  // starts every bucket's all-gather at once instead of leaving them to the next forward, which
+  // then only waits. Megatron sets it on the first model chunk, which then has one bucket.
+  bool gather_right_after_step = false;
 };
 
 class DataParallelSync {
@@ -87,6 +93,8 @@ class DataParallelSync {
   void after_optimizer_step();
   void on_params_needed(const std::vector<int>& param_ids);
   void finish_param_sync();
+  // Buckets whose parameter all-gather has started and not yet been waited for.
+  int64_t param_gathers_in_flight() const;
 
  private:
   struct BucketState;

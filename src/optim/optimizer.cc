@@ -122,7 +122,8 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   h.beta2 = static_cast<float>(config_.beta2);
   h.eps = static_cast<float>(config_.eps);
   h.step = step_;
-  for (BufferState& b : buffers_) {
+  for (size_t bi = 0; bi < buffers_.size(); ++bi) {
+    BufferState& b = buffers_[bi];
     ParamBuffer& pb = *b.buffer.params;
     float* params = pb.flat_params().data<float>();
     float* grads = pb.flat_grads().data<float>();
@@ -145,6 +146,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
                      static_cast<float>(seg_lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
       }
     }
+    if (after_buffer_step_) after_buffer_step_(bi);
   }
   r.applied = true;
   return r;

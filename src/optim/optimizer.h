@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -102,6 +103,10 @@ class Optimizer {
   StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f,
                   Timers* timers = nullptr, std::optional<double> decoupled_lr = std::nullopt);
 
+  // Called by step() with the buffer's index as soon as that buffer's owned parameters are updated
+  // (--overlap-param-gather-with-optimizer-step starts the first chunk's all-gather there).
+  void set_after_buffer_step(std::function<void(size_t)> fn) { after_buffer_step_ = std::move(fn); }
+
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   const OptimizerConfig& config() const { return config_; }
@@ -134,6 +139,7 @@ class Optimizer {
   Comm norm_group_, shard_group_;
   ExpertNormGroups expert_groups_;
   int64_t step_ = 0;
+  std::function<void(size_t)> after_buffer_step_;
 };
 
 }  // namespace gale

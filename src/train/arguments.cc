@@ -199,6 +199,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "data-parallel ranks, replicated across the groups");
   p.add_flag("--overlap-grad-reduce", &a.overlap_grad_reduce, "overlap gradient reduction with backward");
   p.add_flag("--overlap-param-gather", &a.overlap_param_gather, "overlap parameter all-gather with forward");
+  p.add_flag("--overlap-param-gather-with-optimizer-step", &a.overlap_param_gather_with_optimizer_step,
+             "start the first model chunk's parameter all-gather (one bucket) right after the optimizer updates it, "
+             "overlapped with the other chunks' update (interleaved pipeline parallelism)");
   p.add("--ddp-bucket-size", &a.ddp_bucket_size,
         "gradient bucket size in elements with --overlap-grad-reduce (default max(40M, 1M x data-parallel size))");
   p.add("--ddp-num-buckets", &a.ddp_num_buckets,

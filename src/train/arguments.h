@@ -192,6 +192,9 @@ struct ParallelArgs {
   int64_t num_distributed_optimizer_instances = 1;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  // Megatron's --overlap-param-gather-with-optimizer-step: the first model chunk's all-gather (one
+  // bucket) starts as soon as the optimizer has updated that chunk, while it updates the others.
+  bool overlap_param_gather_with_optimizer_step = false;
   bool use_tp_pp_dp_mapping = false;
   int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
   // Megatron's --ddp-num-buckets N: the bucket size becomes this rank's parameter count (all its

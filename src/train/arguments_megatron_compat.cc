@@ -59,8 +59,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"converting checkpoints while training (gale convert converts Hugging Face checkpoints)",
        {"--ckpt-convert-format", "--ckpt-convert-save", "--ckpt-convert-update-legacy-dist-opt-format"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
-      {"overlapping the parameter all-gather with the optimizer step",
-       {"--overlap-param-gather-with-optimizer-step"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
       {"YAML argument files", {"--yaml-cfg"}},

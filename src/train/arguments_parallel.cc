@@ -358,6 +358,17 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
   GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));
+  if (par.overlap_param_gather_with_optimizer_step) {  // Megatron's validate_args
+    if (!par.use_distributed_optimizer)
+      return InvalidArgument("--overlap-param-gather-with-optimizer-step is only supported with the distributed "
+                             "optimizer: expected --use-distributed-optimizer");
+    if (!par.overlap_param_gather)
+      return InvalidArgument("--overlap-param-gather-with-optimizer-step needs --overlap-param-gather");
+    if (par.num_layers_per_virtual_pipeline_stage == kUnset && par.num_virtual_stages_per_pipeline_rank == kUnset)
+      return InvalidArgument("--overlap-param-gather-with-optimizer-step is only supported with interleaved pipeline "
+                             "parallelism: expected --num-layers-per-virtual-pipeline-stage or "
+                             "--num-virtual-stages-per-pipeline-rank");
+  }
   GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
   (void)p;
   return Status::Ok();

@@ -169,6 +169,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     }
     dc.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp, dp->size(),
                                        options.ddp_bucket_size, configured_bucket_size);
+    // Megatron: the first chunk, whose all-gather starts right after its update, gets one bucket.
+    if (par.overlap_param_gather_with_optimizer_step && vp == 0) {
+      dc.bucket_size = 0;
+      dc.gather_right_after_step = true;
+    }
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
     // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
     if (par.use_distributed_optimizer && engine->ps.pp_size() > 1)
@@ -231,6 +236,15 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
                                                   engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
                                                   expert_groups);
+  // --overlap-param-gather-with-optimizer-step: chunk 0's dense all-gather starts once the
+  // optimizer has updated chunk 0 (buffer 0), while it updates the other chunks. Its expert part
+  // waits for the whole step (Megatron's expert-parallel optimizer steps after the dense ones).
+  if (par.overlap_param_gather_with_optimizer_step) {
+    DataParallelSync* first = engine->dp_sync.front().get();
+    engine->optimizer->set_after_buffer_step([first](size_t b) {
+      if (b == 0) first->after_optimizer_step();
+    });
+  }
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
   if (args.training.fp16) engine->grad_scaler = std::make_unique<GradScaler>(grad_scaler_config_from_args(args));
   return engine;

@@ -133,7 +133,10 @@ StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros
   for (const auto& sync : engine.dp_sync)
     gathers_now = gathers_now || (sync->sharded() && !sync->config().overlap_param_gather);
   ScopedTimer timer = ScopedTimer::level1(gathers_now ? engine.timers : nullptr, "params-all-gather");
-  for (auto& sync : engine.dp_sync) sync->after_optimizer_step();
+  // A chunk with gather_right_after_step (--overlap-param-gather-with-optimizer-step) started its
+  // all-gather inside the step (build_engine's after-buffer hook).
+  for (auto& sync : engine.dp_sync)
+    if (!sync->config().gather_right_after_step) sync->after_optimizer_step();
   for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
   return r;
 }

@@ -98,6 +98,33 @@ TEST(DistributedOptimizer, OverlappedParamGatherChangesNoBit) {
   }
 }
 
+// --overlap-param-gather-with-optimizer-step only starts the first chunk's all-gather earlier (right
+// after the optimizer updates that chunk, as one bucket): bit-identical to gathering in the forward
+// with the same buckets.
+TEST(DistributedOptimizer, ParamGatherWithOptimizerStepChangesNoBit) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs PP2 x DP2";
+  const std::vector<std::string> flags = {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                                          "2", "--num-layers", "4", "--use-distributed-optimizer",
+                                          "--overlap-grad-reduce", "--overlap-param-gather"};
+  std::vector<std::string> with_step = flags;
+  with_step.push_back("--overlap-param-gather-with-optimizer-step");
+  TrainingRun in_forward(world, flags);
+  TrainingRun at_step(world, with_step);
+  ASSERT_EQ(at_step.engine->dp_sync.size(), 2u);
+  // One bucket, plus (on the first stage) the word embedding's own (shared with the last stage).
+  EXPECT_EQ(at_step.engine->dp_sync[0]->buckets().size(), at_step.engine->ps.coords().pp == 0 ? 2u : 1u);
+  EXPECT_TRUE(at_step.engine->dp_sync[0]->config().gather_right_after_step);
+  EXPECT_FALSE(at_step.engine->dp_sync[1]->config().gather_right_after_step);
+  const std::vector<double> a = in_forward.train(4), b = at_step.train(4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;
+  // After a step the first chunk's gathers are already under way; the second chunk's wait for its forward.
+  EXPECT_EQ(at_step.engine->dp_sync[0]->param_gathers_in_flight(),
+            static_cast<int64_t>(at_step.engine->dp_sync[0]->buckets().size()));
+  EXPECT_EQ(at_step.engine->dp_sync[1]->param_gathers_in_flight(), 0);
+  EXPECT_EQ(in_forward.engine->dp_sync[0]->param_gathers_in_flight(), 0);
+}
+
 // A directory name every rank agrees on (rank 0's pid).
 std::string shared_temp_dir(const Comm& world, const std::string& name) {
   int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;

@@ -152,6 +152,29 @@ TEST(ShardedOptimizerNorm, ClippingScalesOnlyOwnedGradients) {
 
 // --decoupled-lr: the marked parameters step with the decoupled rate, the others with lr, each as an
 // optimizer given only that rate would.
+// The after-buffer hook (--overlap-param-gather-with-optimizer-step) runs once per buffer, in
+// order, when that buffer is updated and the next one is not yet.
+TEST_P(ShardedOptimizer, AfterBufferHookSeesThatBufferUpdatedAndTheNextNot) {
+  const OpTable ops = reference_ops();
+  ParamBuffer first = make_buffer(), second = make_buffer();
+  Optimizer opt(config(GetParam()), {OptimizedBuffer{&first, {}, std::nullopt}, OptimizedBuffer{&second, {}, std::nullopt}},
+                &ops, make_self_communicator("mp"));
+  set_grads(first, 0);
+  set_grads(second, 0);
+  const float first_before = first.flat_params().data<float>()[0], second_before = second.flat_params().data<float>()[0];
+  std::vector<size_t> calls;
+  opt.set_after_buffer_step([&](size_t b) {
+    calls.push_back(b);
+    if (b == 0) {
+      EXPECT_NE(first.flat_params().data<float>()[0], first_before);
+      EXPECT_EQ(second.flat_params().data<float>()[0], second_before);
+    }
+  });
+  ASSERT_TRUE(opt.step(1e-2, 0.1).applied);
+  EXPECT_EQ(calls, (std::vector<size_t>{0, 1}));
+  EXPECT_NE(second.flat_params().data<float>()[0], second_before);
+}
+
 TEST_P(ShardedOptimizer, DecoupledParametersUseTheirOwnRate) {
   const OpTable ops = reference_ops();
   ParamBuffer mixed = make_buffer(), plain = make_buffer(), fast = make_buffer();

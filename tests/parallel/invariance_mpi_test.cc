@@ -205,6 +205,13 @@ const std::vector<Layout>& layouts() {
       {"tp2_dp4_sp_distopt_2instances", 8, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                             "--use-distributed-optimizer", "--num-distributed-optimizer-instances",
                                             "2"}},
+      // --overlap-param-gather-with-optimizer-step: the first chunk's all-gather (one bucket) starts
+      // inside the optimizer step.
+      {"pp2_vpp2_dp2_distopt_gather_with_step", 4, {"--pipeline-model-parallel-size", "2",
+                                                    "--num-virtual-stages-per-pipeline-rank", "2", "--num-layers", "8",
+                                                    "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                                    "--overlap-param-gather",
+                                                    "--overlap-param-gather-with-optimizer-step"}},
       {"cp2_full_recompute", 2, {"--context-parallel-size", "2", "--recompute-granularity", "full",
                                  "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
       {"pp2_vpp2_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2",

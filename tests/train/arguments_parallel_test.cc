@@ -278,6 +278,28 @@ TEST(ParallelArgs, DistributedOptimizerInstances) {
   EXPECT_EQ(message("--num-distributed-optimizer-instances 1", 4), "ok");
 }
 
+// Megatron's validate_args for --overlap-param-gather-with-optimizer-step.
+TEST(ParallelArgs, OverlapParamGatherWithOptimizerStep) {
+  const std::string ok = "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+                         "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                         "--global-batch-size 16 --overlap-param-gather-with-optimizer-step";
+  EXPECT_EQ(message(ok, 4), "ok");
+  EXPECT_EQ(message("--overlap-param-gather-with-optimizer-step --pipeline-model-parallel-size 2 "
+                    "--num-virtual-stages-per-pipeline-rank 2 --global-batch-size 16",
+                    4),
+            "--overlap-param-gather-with-optimizer-step is only supported with the distributed optimizer: expected "
+            "--use-distributed-optimizer");
+  EXPECT_EQ(message("--use-distributed-optimizer --overlap-param-gather-with-optimizer-step "
+                    "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 16",
+                    4),
+            "--overlap-param-gather-with-optimizer-step needs --overlap-param-gather");
+  EXPECT_EQ(message("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+                    "--overlap-param-gather-with-optimizer-step",
+                    4),
+            "--overlap-param-gather-with-optimizer-step is only supported with interleaved pipeline parallelism: "
+            "expected --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank");
+}
+
 TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
   EXPECT_EQ(message("--global-batch-size 12", 4),
             "--global-batch-size 12 must be a multiple of --micro-batch-size 2 times the data-parallel size 4");
