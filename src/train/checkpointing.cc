@@ -185,7 +185,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (const auto& [state_name, flat] : opt_state)
-          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets,
+          if (optimizer.holds_state(c, seg.param_id, state_name))
+            GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets,
                                      state_view(flat, seg, s, box)));
     }
   }
@@ -363,6 +364,7 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (auto& [state_name, flat] : opt_state) {
+          if (!optimizer.holds_state(c, seg.param_id, state_name)) continue;
           Tensor dst = state_view(flat, seg, s, box);
           GALE_RETURN_IF_ERROR(
               r.read_slice_into(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets, dst));
