@@ -342,6 +342,14 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     return FailedPrecondition("checkpoint ", r.directory(),
                               " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
                               "load it with --finetune or --no-load-optim");
+  // Another optimizer's state has other tensor names: say so before looking for them.
+  if (load_optim) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
+    if (o.at("type").get<std::string>() != optimizer.config().type)
+      return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
+                                " optimizer state; this run uses --optimizer ", optimizer.config().type,
+                                " (use --no-load-optim to start the optimizer afresh)");
+  }
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();
@@ -383,10 +391,6 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   }
   if (load_optim) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
-    if (o.at("type").get<std::string>() != optimizer.config().type)
-      return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
-                                " optimizer state; this run uses --optimizer ", optimizer.config().type,
-                                " (use --no-load-optim to start the optimizer afresh)");
     optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
     if (engine.grad_scaler && o.contains("grad_scaler")) {
       const nlohmann::json& g = o.at("grad_scaler");
