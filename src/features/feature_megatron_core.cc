@@ -36,6 +36,11 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"distributed-optimizer", "--use-distributed-optimizer", FeatureModule::kMegatron, 0,
        "Megatron distributed optimizer (ZeRO-1)", "optimizer state sharded across data-parallel ranks", true,
        [](const Arguments& a) { return a.parallel.use_distributed_optimizer; }});
+  add({"muon", "--optimizer muon", FeatureModule::kMegatron, 0,
+       "Megatron-LM Muon (emerging_optimizers; MindSpeed MuonOptimizerFeature, L0)",
+       "Newton-Schulz-orthogonalised momentum for the layers' 2-D weights (QKV split per query group, TP "
+       "duplicated or blockwise), AdamW for the rest", true,
+       [](const Arguments& a) { return a.training.optimizer == "muon"; }});
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,
        [](const Arguments& a) { return a.parallel.overlap_grad_reduce; }});

@@ -27,7 +27,7 @@ class OptimizerSelection : public Feature {
     return Status::Ok();
   }
   bool applicable(const FeatureContext& ctx, std::string* why) const override {
-    if (ctx.args->training.optimizer != "adam") {
+    if (ctx.args->training.optimizer != "adam" && ctx.args->training.optimizer != "muon") {  // muon: its AdamW part
       *why = "--optimizer is " + ctx.args->training.optimizer;
       return false;
     }

@@ -1,7 +1,8 @@
-// Clipping and AdamW / SGD updates over the owned pieces of flat buffers.
+// Clipping and AdamW / SGD / Muon updates over the owned pieces of flat buffers.
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <numeric>
 
 namespace gale {
 
@@ -28,17 +29,42 @@ std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::ve
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops,
-                     Comm norm_group, Comm shard_group, ExpertNormGroups expert_groups)
+                     Comm norm_group, Comm shard_group, ExpertNormGroups expert_groups, Comm tp_group)
     : config_(config),
       ops_(ops),
       norm_group_(std::move(norm_group)),
       shard_group_(std::move(shard_group)),
-      expert_groups_(std::move(expert_groups)) {
-  GALE_CHECK(config_.type == "adam" || config_.type == "sgd") << "optimizer " << config_.type;
+      expert_groups_(std::move(expert_groups)),
+      tp_group_(std::move(tp_group)) {
+  GALE_CHECK(config_.type == "adam" || config_.type == "sgd" || config_.type == "muon") << "optimizer " << config_.type;
+  const bool muon = config_.type == "muon";
+  if (muon) {
+    const MuonConfig& m = config_.muon;
+    std::optional<NsCoefficients> c = ns_coefficients(m.coefficient_type);
+    GALE_CHECK(c.has_value()) << "--muon-coefficient-type " << m.coefficient_type;
+    ns_coefficients_ = *c;
+    GALE_CHECK(m.num_ns_steps >= 1) << "--muon-num-ns-steps " << m.num_ns_steps;
+    GALE_CHECK(muon_scale_factor(1, 1, m.scale_mode).has_value()) << "--muon-scale-mode " << m.scale_mode;
+    GALE_CHECK(m.tp_mode == "duplicated" || m.tp_mode == "blockwise") << "--muon-tp-mode " << m.tp_mode;
+    GALE_CHECK(m.fp32_matmul_prec == "medium" || m.fp32_matmul_prec == "high")
+        << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
+  }
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
     if (b.counts_in_norm.empty()) b.counts_in_norm.assign(static_cast<size_t>(b.params->size()), true);
     GALE_CHECK_EQ(static_cast<int>(b.counts_in_norm.size()), b.params->size());
+    const size_t np = static_cast<size_t>(b.params->size());
+    if (b.muon.empty()) b.muon.assign(np, false);
+    if (b.qkv_split.empty()) b.qkv_split.assign(np, {});
+    GALE_CHECK_EQ(b.muon.size(), np);
+    GALE_CHECK_EQ(b.qkv_split.size(), np);
+    if (muon) {
+      GALE_CHECK(!b.owned.has_value()) << "--optimizer muon with the distributed optimizer is not supported";
+      for (size_t id = 0; id < np; ++id)
+        if (b.muon[id]) GALE_CHECK_EQ(b.params->spec(static_cast<int>(id)).global_shape.size(), 2u);
+    } else {
+      b.muon.assign(np, false);
+    }
     BufferState s;
     s.sharded = b.owned.has_value();
     // Frozen parameters (LoRA's base) sit after trainable_numel(): no segment, no state.
@@ -48,7 +74,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     int64_t n = 0;
     for (const FlatRange& r : ranges) n += std::max<int64_t>(0, r.size());
     s.buffer = std::move(b);
-    if (config_.type == "adam") {
+    if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
     } else if (config_.sgd_momentum != 0.0) {
@@ -134,7 +160,10 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
       const double seg_lr = decoupled ? *decoupled_lr : lr;
-      if (config_.type == "adam") {
+      if (b.buffer.muon[static_cast<size_t>(seg.param_id)]) {
+        if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
+        muon_step(b, seg, p, g, seg_lr, param_wd);
+      } else if (config_.type == "adam" || config_.type == "muon") {
         h.lr = static_cast<float>(seg_lr);
         h.weight_decay = param_wd;
         h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
@@ -155,15 +184,127 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   const BufferState& s = buffers_.at(b);
   if (config_.type == "adam") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
+  if (config_.type == "muon")
+    return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"momentum_buffer", s.exp_avg}};
   if (s.momentum.defined()) return {{"momentum_buffer", s.momentum}};
   return {};
 }
 
+bool Optimizer::is_muon(size_t b, int param_id) const {
+  return buffers_.at(b).buffer.muon.at(static_cast<size_t>(param_id));
+}
+
+bool Optimizer::holds_state(size_t b, int param_id, const std::string& name) const {
+  if (config_.type != "muon") return true;
+  return is_muon(b, param_id) == (name == "momentum_buffer");
+}
+
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (size_t b = 0; b < buffers_.size(); ++b)
-    for (const auto& [name, t] : state(b)) bytes += static_cast<int64_t>(t.nbytes());
+  for (const BufferState& s : buffers_)
+    for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum})
+      if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
+}
+
+namespace {
+
+// torch.lerp(start, end, weight) for a scalar weight, as ATen computes it on the CPU.
+inline float lerp(float start, float end, float weight) {
+  return std::abs(weight) < 0.5f ? std::fma(weight, end - start, start)
+                                 : std::fma(-(1.0f - weight), end - start, end);
+}
+
+// Rows [first, first + count) of every group of `per` rows of m [groups·per, cols] (the query, key
+// or value block of each query group), stacked: [groups·count, cols]. back: the reverse copy.
+void group_rows(float* m, int64_t groups, int64_t per, int64_t first, int64_t count, int64_t cols, float* block,
+                bool back) {
+  for (int64_t gi = 0; gi < groups; ++gi)
+    for (int64_t r = 0; r < count; ++r) {
+      float* row = m + (gi * per + first + r) * cols;
+      float* brow = block + (gi * count + r) * cols;
+      if (back)
+        std::copy(brow, brow + cols, row);
+      else
+        std::copy(row, row + cols, brow);
+    }
+}
+
+}  // namespace
+
+void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, const float* u,
+                            float* out) const {
+  const MuonConfig& mc = config_.muon;
+  const bool bf16 = mc.fp32_matmul_prec == "medium";
+  // The matrix to orthogonalise: the whole one (duplicated mode, gathered over TP) or the local shard.
+  const bool gather = mc.tp_mode == "duplicated" && spec.split_dim >= 0 && spec.split_parts > 1;
+  const Shape shape = gather ? spec.global_shape : spec.local_shape();
+  const int64_t rows = shape[0], cols = shape[1], numel = rows * cols, local = spec.local_numel();
+  std::vector<float> m(static_cast<size_t>(numel));
+  if (gather) {
+    GALE_CHECK(tp_group_ && tp_group_->size() == spec.split_parts)
+        << "Muon: " << spec.name << " is split over " << spec.split_parts << " ranks, the tensor-parallel group has "
+        << (tp_group_ ? tp_group_->size() : 1);
+    std::vector<float> shards(static_cast<size_t>(local * spec.split_parts));
+    tp_group_->all_gather(u, shards.data(), local, DType::kF32);
+    ParamSpec other = spec;
+    for (int64_t r = 0; r < spec.split_parts; ++r) {
+      other.split_rank = r;
+      const float* shard = shards.data() + r * local;
+      for (int64_t i = 0; i < local; ++i) m[static_cast<size_t>(other.global_index(i))] = shard[i];
+    }
+  } else {
+    std::copy(u, u + numel, m.data());
+  }
+  const float extra = static_cast<float>(mc.extra_scale_factor);
+  // Orthogonalises block [r, c] in place and scales it.
+  auto orthogonalise = [&](float* block, int64_t r, int64_t c) {
+    newton_schulz(block, block, r, c, mc.num_ns_steps, ns_coefficients_, bf16, ops_->gemm);
+    const float scale = static_cast<float>(*muon_scale_factor(r, c, mc.scale_mode));
+    for (int64_t i = 0; i < r * c; ++i) block[i] = block[i] * scale * extra;
+  };
+  const int64_t per = std::accumulate(qkv_split.begin(), qkv_split.end(), int64_t{0});
+  if (mc.split_qkv && per > 0 && rows % per == 0) {
+    const int64_t groups = rows / per;
+    int64_t first = 0;
+    std::vector<float> block;
+    for (int64_t count : qkv_split) {
+      block.resize(static_cast<size_t>(groups * count * cols));
+      group_rows(m.data(), groups, per, first, count, cols, block.data(), false);
+      orthogonalise(block.data(), groups * count, cols);
+      group_rows(m.data(), groups, per, first, count, cols, block.data(), true);
+      first += count;
+    }
+  } else {
+    orthogonalise(m.data(), rows, cols);
+  }
+  if (gather) {
+    for (int64_t i = 0; i < local; ++i) out[i] = m[static_cast<size_t>(spec.global_index(i))];
+  } else {
+    std::copy(m.begin(), m.end(), out);
+  }
+}
+
+void Optimizer::muon_step(BufferState& b, const Segment& seg, float* p, float* g, double lr, float wd) {
+  const MuonConfig& mc = config_.muon;
+  const ParamSpec& spec = b.buffer.params->spec(seg.param_id);
+  GALE_CHECK_EQ(seg.numel, spec.local_numel()) << "Muon updates whole parameters";
+  const int64_t n = seg.numel;
+  float* buf = b.exp_avg.data<float>() + seg.state_offset;
+  // Decoupled weight decay first (emerging_optimizers' WeightDecayMixin, "decoupled").
+  const float decay = static_cast<float>(-static_cast<double>(wd) * lr);
+  if (wd != 0.0f)
+    for (int64_t i = 0; i < n; ++i) p[i] = std::fma(p[i], decay, p[i]);
+  const float w = static_cast<float>(1.0 - mc.momentum), mom = static_cast<float>(mc.momentum);
+  std::vector<float> u(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    buf[i] = lerp(buf[i], g[i], w);
+    u[static_cast<size_t>(i)] = mc.nesterov ? lerp(g[i], buf[i], mom) : buf[i];
+  }
+  std::vector<float> update(static_cast<size_t>(n));
+  muon_update(spec, b.buffer.qkv_split[static_cast<size_t>(seg.param_id)], u.data(), update.data());
+  const float step = static_cast<float>(-lr);
+  for (int64_t i = 0; i < n; ++i) p[i] = std::fma(update[static_cast<size_t>(i)], step, p[i]);
 }
 
 }  // namespace gale

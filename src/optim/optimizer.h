@@ -1,5 +1,5 @@
 // The optimizer over the flat parameter/gradient buffers of this rank's model chunks: global-norm
-// clipping, NaN/inf detection and the AdamW or SGD update with per-parameter weight decay.
+// clipping, NaN/inf detection and the AdamW, SGD or Muon update with per-parameter weight decay.
 //
 // The optimizer updates the *owned* part of each buffer: all of it normally, or, with the
 // distributed optimizer (ZeRO-1, Megatron's DistributedOptimizer), this data-parallel rank's shard
@@ -19,17 +19,45 @@
 
 #include "comm/communicator.h"
 #include "core/timers.h"
+#include "kernels/cpu/newton_schulz.h"
 #include "kernels/op_table.h"
 #include "model/params.h"
 #include "optim/grad_buckets.h"
 
 namespace gale {
 
+// --optimizer muon (Megatron-LM's TensorParallelMuon over NVIDIA's emerging_optimizers): the
+// parameters OptimizedBuffer::muon marks get
+//   p ← p − lr·wd·p                         (decoupled weight decay, before the momentum)
+//   buf ← lerp(buf, g, 1 − momentum)        (an EMA: momentum·buf + (1 − momentum)·g)
+//   u ← nesterov ? lerp(g, buf, momentum) : buf
+//   p ← p − lr · NS(u) · scale(out, in) · extra_scale_factor
+// where NS is the Newton-Schulz orthogonalisation (kernels/cpu/newton_schulz.h) of the whole
+// [out, in] matrix, and scale the --muon-scale-mode factor of its shape. A fused QKV weight
+// (OptimizedBuffer::qkv_split) is orthogonalised as three matrices, the query, key and value rows
+// of every query group gathered. Every other parameter gets AdamW with the Adam settings (the
+// "scalar optimizer"). Clipping and the gradient norm are those of the other optimizers.
+// Tensor parallelism (tp_mode): "duplicated" all-gathers a split matrix over the tensor-parallel
+// group, orthogonalises the whole matrix on every rank and keeps this rank's shard (the result
+// does not depend on TP); "blockwise" orthogonalises each rank's shard on its own (it does).
+struct MuonConfig {
+  double momentum = 0.9;                   // --muon-momentum
+  bool nesterov = false;                   // --muon-nesterov
+  bool split_qkv = true;                   // --muon-no-split-qkv clears it
+  std::string scale_mode = "spectral";     // --muon-scale-mode: spectral, unit_rms_norm, shape_scaling
+  std::string fp32_matmul_prec = "medium"; // --muon-fp32-matmul-prec: medium (bf16 iteration) or high (f32)
+  std::string coefficient_type = "quintic";// --muon-coefficient-type
+  int64_t num_ns_steps = 5;                // --muon-num-ns-steps
+  std::string tp_mode = "duplicated";      // --muon-tp-mode: duplicated or blockwise
+  double extra_scale_factor = 1.0;         // --muon-extra-scale-factor
+};
+
 struct OptimizerConfig {
-  std::string type = "adam";  // "adam" (AdamW) or "sgd"
+  std::string type = "adam";  // "adam" (AdamW), "sgd" or "muon"
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double sgd_momentum = 0.9;
   double clip_grad = 1.0;  // 0 disables clipping
+  MuonConfig muon;
 };
 
 struct StepResult {
@@ -50,6 +78,12 @@ struct OptimizedBuffer {
   // --decoupled-lr: the parameters updated with the decoupled rate (Megatron's
   // is_embedding_or_output_parameter: the word embedding and the output layer); empty = none.
   std::vector<bool> decoupled_lr;
+  // --optimizer muon: the parameters Muon updates (Megatron: every 2-D parameter except the word
+  // embedding and the output layer); the others get AdamW. Empty = none.
+  std::vector<bool> muon;
+  // --muon-split-qkv: for a fused QKV weight, the rows of one query group's query, key and value
+  // blocks ({NH/KV·HD, HD, HD}); empty for every other parameter (or all empty).
+  std::vector<std::vector<int64_t>> qkv_split;
 };
 
 // Expert parallelism: the groups over which the expert-parallel parameters' (ParamSpec::
@@ -77,8 +111,10 @@ class Optimizer {
   // process). `shard_group` is the group whose ranks own disjoint parts of the buffers (the
   // data-parallel group with the distributed optimizer; null otherwise): norms and zero counts
   // are summed over it too.
+  // `tp_group` (Muon's duplicated mode) gathers the tensor-parallel shards of split matrices; null
+  // or size 1: none is split. Muon refuses sharded buffers (the distributed optimizer).
   Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group,
-            Comm shard_group = nullptr, ExpertNormGroups expert_groups = {});
+            Comm shard_group = nullptr, ExpertNormGroups expert_groups = {}, Comm tp_group = nullptr);
   // One buffer, every parameter counting.
   Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group);
 
@@ -117,7 +153,15 @@ class Optimizer {
   const std::vector<Segment>& segments(size_t b = 0) const { return buffers_.at(b).segments; }
   // State tensors of buffer `b`, indexed by Segment::state_offset: "exp_avg", "exp_avg_sq" for Adam,
   // "momentum_buffer" for SGD (with momentum). Without sharding they have the parameters' offsets.
+  // Muon: "exp_avg", "exp_avg_sq" and "momentum_buffer", where the momentum buffer of a Muon
+  // parameter lives in the exp_avg storage (the same tensor), so the state takes Adam's memory;
+  // holds_state() says which of them a parameter has.
   std::vector<std::pair<std::string, Tensor>> state(size_t b = 0) const;
+  // Whether parameter `param_id` of buffer `b` has state tensor `name` (Muon: momentum_buffer for
+  // the Muon parameters, exp_avg and exp_avg_sq for the others; otherwise every state() tensor).
+  bool holds_state(size_t b, int param_id, const std::string& name) const;
+  // Whether Muon updates parameter `param_id` of buffer `b`.
+  bool is_muon(size_t b, int param_id) const;
   // Bytes of optimizer state held by this rank (all buffers).
   int64_t state_bytes() const;
   void set_ops(const OpTable* ops) { ops_ = ops; }
@@ -132,12 +176,18 @@ class Optimizer {
   double norm_of(bool grads) const;
   // Sums the dense and the expert-parallel part each over its groups, then adds them.
   double sum_over_groups(double dense, double expert) const;
+  // Muon's update of one whole parameter (see MuonConfig), its clipped gradient in `g`.
+  void muon_step(BufferState& b, const Segment& seg, float* p, float* g, double lr, float wd);
+  // The orthogonalised, scaled update of momentum `u` (local shape) of parameter `spec`, into `out`.
+  void muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, const float* u, float* out) const;
 
   OptimizerConfig config_;
   std::vector<BufferState> buffers_;
   const OpTable* ops_;
   Comm norm_group_, shard_group_;
   ExpertNormGroups expert_groups_;
+  Comm tp_group_;
+  NsCoefficients ns_coefficients_;
   int64_t step_ = 0;
   std::function<void(size_t)> after_buffer_step_;
 };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/newton_schulz.h"
 #include "train/batch_size_rampup.h"
 
 namespace gale {
@@ -106,7 +107,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");
-  p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd"}, "optimizer (adam is AdamW)");
+  p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd", "muon", "dist_muon"},
+               "optimizer (adam is AdamW; muon: Muon for the 2-D weights of the layers, AdamW for the rest; "
+               "dist_muon is Megatron's deprecated spelling of muon with --use-distributed-optimizer)");
   p.add("--lr", &a.lr, "peak learning rate (required)");
   p.add("--min-lr", &a.min_lr, "minimum learning rate");
   p.add("--decoupled-lr", &a.decoupled_lr,
@@ -134,6 +137,25 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--adam-beta2", &a.adam_beta2, "AdamW beta2");
   p.add("--adam-eps", &a.adam_eps, "AdamW epsilon");
   p.add("--sgd-momentum", &a.sgd_momentum, "SGD momentum");
+  p.add("--muon-momentum", &a.muon_momentum, "Muon's momentum (an EMA of the gradients)");
+  p.add_false("--muon-no-split-qkv", &a.muon_split_qkv,
+              "Muon: orthogonalise the fused QKV weight whole, not its query, key and value rows apart");
+  p.add_flag("--muon-nesterov", &a.muon_nesterov, "Muon: Nesterov-style momentum");
+  p.add_choice("--muon-scale-mode", &a.muon_scale_mode, {"spectral", "unit_rms_norm", "shape_scaling"},
+               "Muon's update scale: sqrt(max(out, in)), sqrt(out/in) or sqrt(max(1, out/in))");
+  p.add_choice("--muon-fp32-matmul-prec", &a.muon_fp32_matmul_prec, {"low", "medium", "high"},
+               "Muon's Newton-Schulz precision: medium runs it on bf16 values, high in f32");
+  p.add("--muon-coefficient-type", &a.muon_coefficient_type,
+        "Muon's Newton-Schulz coefficients: simple, quintic, polar_express, cans, aol, deepseekv4, cubic5");
+  p.add("--muon-num-ns-steps", &a.muon_num_ns_steps, "Muon's Newton-Schulz steps");
+  p.add_choice("--muon-tp-mode", &a.muon_tp_mode, {"blockwise", "duplicated", "distributed"},
+               "Muon with TP: duplicated orthogonalises the whole (gathered) matrix on every rank, blockwise each "
+               "shard on its own");
+  p.add_flag("--muon-use-syrk", &a.muon_use_syrk,
+             "Muon: Megatron's Triton SYRK Gram kernel; accepted, the same products as plain GEMMs here");
+  p.add("--muon-extra-scale-factor", &a.muon_extra_scale_factor, "Muon: a further factor on every update");
+  p.add_choice("--muon-scalar-optimizer", &a.muon_scalar_optimizer, {"adam", "lion"},
+               "Muon: the optimizer of the other parameters (embeddings, output layer, biases, norms)");
   p.add_false("--no-check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
               "do not stop on NaN/inf loss or gradients");
   p.add_flag("--check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
@@ -495,6 +517,44 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   return Status::Ok();
 }
 
+// --optimizer muon: what Megatron refuses with an emerging optimizer, and what Gale lacks.
+Status validate_muon_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  if (t.optimizer == "dist_muon")
+    return Unimplemented("--optimizer dist_muon: not supported yet (Megatron's layer-wise distributed optimizer; "
+                         "use --optimizer muon without --use-distributed-optimizer)");
+  if (t.optimizer != "muon") return Status::Ok();
+  if (a.parallel.use_distributed_optimizer)
+    return Unimplemented("--optimizer muon with --use-distributed-optimizer: not supported yet (Megatron's layer-wise "
+                         "distributed optimizer)");
+  if (t.fp16)
+    return InvalidArgument("--optimizer muon with --fp16: expected --bf16 or fp32 (Megatron: emerging optimizer "
+                           "with fp16 is not supported)");
+  if (a.checkpoint.ckpt_format != "torch" && a.checkpoint.ckpt_format != "torch_dist")
+    return InvalidArgument("--optimizer muon: expected --ckpt-format torch or torch_dist, found ",
+                           a.checkpoint.ckpt_format, " (Megatron's emerging optimizers support those two)");
+  if (a.moe.num_experts > 0)
+    return Unimplemented("--optimizer muon with --num-experts ", a.moe.num_experts,
+                         ": not supported yet (the experts' expert-tensor-parallel Muon)");
+  if (t.muon_scalar_optimizer != "adam")
+    return Unimplemented("--muon-scalar-optimizer ", t.muon_scalar_optimizer, ": not supported yet (only adam)");
+  if (t.muon_tp_mode == "distributed")
+    return Unimplemented("--muon-tp-mode distributed: not supported yet (use duplicated or blockwise)");
+  if (t.muon_fp32_matmul_prec == "low")
+    return InvalidArgument("--muon-fp32-matmul-prec: expected medium or high, found low (torch's "
+                           "set_float32_matmul_precision has no 'low')");
+  if (!ns_coefficients(t.muon_coefficient_type))
+    return InvalidArgument("--muon-coefficient-type: expected one of ", ns_coefficient_type_list(), ", found '",
+                           t.muon_coefficient_type, "'");
+  if (t.muon_num_ns_steps < 1)
+    return InvalidArgument("--muon-num-ns-steps: expected at least 1, found ", t.muon_num_ns_steps);
+  const NsCoefficients c = *ns_coefficients(t.muon_coefficient_type);
+  if (c.fixed_steps > 0 && t.muon_num_ns_steps != c.fixed_steps)
+    return InvalidArgument("--muon-num-ns-steps: expected ", c.fixed_steps, " with --muon-coefficient-type ",
+                           t.muon_coefficient_type, ", found ", t.muon_num_ns_steps);
+  return Status::Ok();
+}
+
 Status validate_training_args(Arguments& a, const ArgParser& p) {
   TrainingArgs& t = a.training;
   GALE_RETURN_IF_ERROR(required(t.micro_batch_size, "--micro-batch-size"));
@@ -593,6 +653,7 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
   if (!(t.adam_beta1 >= 0.0 && t.adam_beta1 < 1.0)) return InvalidArgument("--adam-beta1: expected a value in [0, 1), found ", t.adam_beta1);
   if (!(t.adam_beta2 >= 0.0 && t.adam_beta2 < 1.0)) return InvalidArgument("--adam-beta2: expected a value in [0, 1), found ", t.adam_beta2);
   if (!(t.adam_eps > 0.0)) return InvalidArgument("--adam-eps: expected a positive number, found ", t.adam_eps);
+  GALE_RETURN_IF_ERROR(validate_muon_args(a));
   if (t.seed <= 0 || t.seed > 4294967295LL) return InvalidArgument("--seed: expected an integer in [1, 2^32-1], found ", t.seed);
   if (t.num_threads < 0) return InvalidArgument("--num-threads: expected a non-negative integer, found ", t.num_threads);
   if (t.fp16) {

@@ -133,6 +133,18 @@ struct TrainingArgs {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
+  // --optimizer muon (Megatron's flags and defaults; optim/optimizer.h MuonConfig).
+  double muon_momentum = 0.9;
+  bool muon_nesterov = false;
+  bool muon_split_qkv = true;  // --muon-no-split-qkv
+  std::string muon_scale_mode = "spectral";
+  std::string muon_fp32_matmul_prec = "medium";
+  std::string muon_coefficient_type = "quintic";
+  int64_t muon_num_ns_steps = 5;
+  std::string muon_tp_mode = "duplicated";
+  bool muon_use_syrk = false;  // accepted; the CPU's Gram products are plain GEMMs either way
+  double muon_extra_scale_factor = 1.0;
+  std::string muon_scalar_optimizer = "adam";
   bool check_for_nan_in_loss_and_grad = true;
   // Megatron's --check-weight-hash-across-dp-replicas-interval N: before the first iteration and
   // every N iterations the parameters' hashes must agree across the data-parallel group

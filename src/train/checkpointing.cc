@@ -188,7 +188,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (const auto& [state_name, flat] : opt_state)
-          GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets,
+          if (optimizer.holds_state(c, seg.param_id, state_name))
+            GALE_RETURN_IF_ERROR(w.add(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets,
                                      state_view(flat, seg, s, box)));
     }
   }
@@ -344,6 +345,14 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     return FailedPrecondition("checkpoint ", r.directory(),
                               " holds no optimizer state (saved with --no-save-optim, or written by gale convert): "
                               "load it with --finetune or --no-load-optim");
+  // Another optimizer's state has other tensor names: say so before looking for them.
+  if (load_optim) {
+    GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
+    if (o.at("type").get<std::string>() != optimizer.config().type)
+      return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
+                                " optimizer state; this run uses --optimizer ", optimizer.config().type,
+                                " (use --no-load-optim to start the optimizer afresh)");
+  }
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();
@@ -366,6 +375,7 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (auto& [state_name, flat] : opt_state) {
+          if (!optimizer.holds_state(c, seg.param_id, state_name)) continue;
           Tensor dst = state_view(flat, seg, s, box);
           GALE_RETURN_IF_ERROR(
               r.read_slice_into(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets, dst));
@@ -384,10 +394,6 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   }
   if (load_optim) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
-    if (o.at("type").get<std::string>() != optimizer.config().type)
-      return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
-                                " optimizer state; this run uses --optimizer ", optimizer.config().type,
-                                " (use --no-load-optim to start the optimizer afresh)");
     optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
     if (engine.grad_scaler && o.contains("grad_scaler")) {
       const nlohmann::json& g = o.at("grad_scaler");

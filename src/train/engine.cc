@@ -118,6 +118,27 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   return sizes;
 }
 
+// Megatron's _is_muon_excluded: is_embedding_or_output_parameter or not 2-D; it tags every 2-D
+// `linear_qkv.weight` for the QKV split.
+void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
+  const ParamBuffer& pb = model.params();
+  const size_t n = static_cast<size_t>(pb.size());
+  buffer->muon.assign(n, false);
+  buffer->qkv_split.assign(n, {});
+  const ModelConfig& c = model.config();
+  const std::string qkv = "linear_qkv.weight";
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    if (!s.trainable || s.global_shape.size() != 2 || id == model.word_embedding_id() ||
+        id == model.output_weight_id())
+      continue;
+    buffer->muon[static_cast<size_t>(id)] = true;
+    const bool is_qkv = s.name.size() >= qkv.size() && s.name.compare(s.name.size() - qkv.size(), qkv.size(), qkv) == 0;
+    if (is_qkv && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
+      buffer->qkv_split[static_cast<size_t>(id)] = {c.heads / c.kv_heads * c.head_dim, c.head_dim, c.head_dim};
+  }
+}
+
 StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
                                                const EngineOptions& options) {
   auto engine = std::make_unique<Engine>();
@@ -215,6 +236,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       for (int id : {model->word_embedding_id(), model->output_weight_id()})
         if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
     }
+    if (args.training.optimizer == "muon") set_muon_params(*model, &buffer);
     if (par.use_distributed_optimizer) {
       buffer.owned = s->owned_ranges();
       if (es)
@@ -235,7 +257,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
                                                   engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
-                                                  expert_groups);
+                                                  expert_groups, engine->ps.tp());
   // --overlap-param-gather-with-optimizer-step: chunk 0's dense all-gather starts once the
   // optimizer has updated chunk 0 (buffer 0), while it updates the other chunks. Its expert part
   // waits for the whole step (Megatron's expert-parallel optimizer steps after the dense ones).

@@ -80,6 +80,12 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
 // parameter exactly once across the model-parallel group).
 std::vector<bool> norm_counting(const GPTModel& model);
 
+// --optimizer muon: marks in `buffer` (OptimizedBuffer::muon, ::qkv_split) the parameters of
+// `model` that Muon updates, as Megatron picks them: every trainable 2-D parameter except the word
+// embedding and the output layer (the position embedding and the layers' linear weights); the
+// fused QKV weights split into one query group's {NH/KV·HD, HD, HD} query, key and value rows.
+void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer);
+
 // The parallel sizes of the layout flags on a world of `world_size` ranks.
 ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size);
 

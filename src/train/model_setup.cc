@@ -126,6 +126,15 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.eps = t.adam_eps;
   o.sgd_momentum = t.sgd_momentum;
   o.clip_grad = t.clip_grad;
+  o.muon.momentum = t.muon_momentum;
+  o.muon.nesterov = t.muon_nesterov;
+  o.muon.split_qkv = t.muon_split_qkv;
+  o.muon.scale_mode = t.muon_scale_mode;
+  o.muon.fp32_matmul_prec = t.muon_fp32_matmul_prec;
+  o.muon.coefficient_type = t.muon_coefficient_type;
+  o.muon.num_ns_steps = t.muon_num_ns_steps;
+  o.muon.tp_mode = t.muon_tp_mode;
+  o.muon.extra_scale_factor = t.muon_extra_scale_factor;
   return o;
 }
 

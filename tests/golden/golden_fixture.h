@@ -32,7 +32,8 @@ namespace gale::golden {
 
 // GALE_TEST_DATA_DIR "/golden".
 std::string golden_dir();
-// Every committed fixture: "gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd".
+// Every committed fixture: "gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon",
+// "llama_muon", "mixtral".
 std::vector<std::string> golden_fixture_names();
 
 // The model, in Megatron's argument names (docs/model.md glossary in comments).

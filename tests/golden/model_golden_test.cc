@@ -131,8 +131,11 @@ void train_ten_iterations(const GoldenFixture& f, bool fused) {
   Engine engine;
   engine.ops = s.ops;
   engine.chunks.push_back(std::move(s.model));
-  engine.optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(s.args), &engine.chunks[0]->params(),
-                                                 &engine.ops, make_self_communicator("mp"));
+  std::vector<OptimizedBuffer> buffers(1);
+  buffers[0].params = &engine.chunks[0]->params();
+  if (s.args.training.optimizer == "muon") set_muon_params(*engine.chunks[0], &buffers[0]);
+  engine.optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(s.args), std::move(buffers), &engine.ops,
+                                                 make_self_communicator("mp"));
   engine.scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(s.args));
   engine.chunks[0]->set_ops(&engine.ops);
   LrScheduler& scheduler = *engine.scheduler;

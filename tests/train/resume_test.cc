@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/checkpoint_reader.h"
 #include "testing_run.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
@@ -62,6 +63,47 @@ TEST(Resume, ContinuesBitForBit) {
   const ParamBuffer& p2 = second.model().params();
   for (int64_t i = 0; i < p1.numel(); ++i)
     ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
+  std::filesystem::remove_all(dir);
+}
+
+// --optimizer muon (GQA + SwiGLU: the QKV split, Nesterov): the Muon parameters' momentum buffers
+// and the other parameters' Adam moments are saved under their own names, and the resumed run
+// continues bit-for-bit. An Adam run cannot load that optimizer state.
+TEST(Resume, MuonContinuesBitForBit) {
+  const std::string dir = temp_dir("muon");
+  const std::vector<std::string> muon = {"--optimizer", "muon", "--muon-nesterov", "--group-query-attention",
+                                         "--num-query-groups", "2", "--swiglu", "--normalization", "RMSNorm",
+                                         "--position-embedding-type", "rope", "--disable-bias-linear"};
+  TrainingRun whole(muon);
+  std::vector<double> expected = whole.train(6);
+  TrainingRun first(testing::join({muon, {"--save", dir, "--save-interval", "3"}}));
+  first.train(3);
+  ASSERT_TRUE(first.save().ok());
+  StatusOr<CheckpointReader> r = CheckpointReader::open(dir);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const std::string qkv = "decoder.layers.0.self_attention.linear_qkv.weight";
+  EXPECT_TRUE(r->has_tensor("optimizer.momentum_buffer." + qkv));
+  EXPECT_FALSE(r->has_tensor("optimizer.exp_avg." + qkv));
+  EXPECT_TRUE(r->has_tensor("optimizer.exp_avg.embedding.word_embeddings.weight"));
+  EXPECT_TRUE(r->has_tensor("optimizer.exp_avg_sq.decoder.layers.0.input_layernorm.weight"));
+  EXPECT_FALSE(r->has_tensor("optimizer.momentum_buffer.embedding.word_embeddings.weight"));
+
+  TrainingRun second(testing::join({muon, {"--load", dir}}));
+  bool loaded = false;
+  ASSERT_TRUE(second.load(&loaded).ok());
+  ASSERT_TRUE(loaded);
+  std::vector<double> b = second.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << "iteration " << 4 + i;
+  const ParamBuffer& p1 = whole.model().params();
+  const ParamBuffer& p2 = second.model().params();
+  for (int64_t i = 0; i < p1.numel(); ++i)
+    ASSERT_EQ(p1.flat_params().data<float>()[i], p2.flat_params().data<float>()[i]) << i;
+
+  TrainingRun adam({"--load", dir, "--group-query-attention", "--num-query-groups", "2", "--swiglu",
+                    "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear"});
+  Status st = adam.load(&loaded);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("holds muon optimizer state"), std::string::npos) << st.to_string();
   std::filesystem::remove_all(dir);
 }
 

@@ -37,6 +37,9 @@ import torch
 import safetensors
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import muon_reference as muon_ref  # noqa: E402  (the Newton-Schulz orthogonalisation and Muon's scales)
+
 torch.set_default_dtype(torch.float64)
 torch.use_deterministic_algorithms(True)
 
@@ -63,6 +66,12 @@ ADAMW = dict(optimizer="adam", lr=1e-3, min_lr=1e-4, lr_warmup_iters=2, lr_decay
 MIXTRAL_MODEL = dict(LLAMA_MODEL, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=48, moe_aux_loss_coeff=0.1,
                      moe_z_loss_coeff=0.01)
 SGD = dict(ADAMW, optimizer="sgd", lr=0.05, min_lr=0.005, sgd_momentum=0.9, clip_grad=1.5)  # some steps clip, some not
+# Muon (muon_reference.py) for the 2-D weights except the word embedding and the output layer, AdamW
+# (ADAMW's settings) for the rest; the Newton-Schulz iteration in f32 ("high": this float64 run
+# cannot follow "medium"'s bf16 rounding).
+MUON = dict(ADAMW, optimizer="muon", lr=2e-3, muon_momentum=0.9, muon_nesterov=False, muon_split_qkv=True,
+            muon_scale_mode="spectral", muon_fp32_matmul_prec="high", muon_coefficient_type="quintic",
+            muon_num_ns_steps=5, muon_extra_scale_factor=1.0)
 
 CONFIGS = {
     # name: model, training, seeds, which files it owns, what it shares
@@ -76,6 +85,11 @@ CONFIGS = {
                         weights_from="gpt", data_seed=3, data="documents", mask_zeros=False, full_grads=False),
     "gpt_sgd": dict(model=GPT_MODEL, train=SGD, weights_from="gpt", inputs_from="gpt", full_grads=False,
                     forward=False),
+    "gpt_muon": dict(model=GPT_MODEL, train=MUON, weights_from="gpt", inputs_from="gpt", full_grads=False,
+                     forward=False),
+    "llama_muon": dict(model=LLAMA_MODEL, train=dict(MUON, muon_nesterov=True, muon_scale_mode="unit_rms_norm",
+                                                     muon_extra_scale_factor=0.5),
+                       weights_from="llama", inputs_from="llama", full_grads=False, forward=False),
     "mixtral": dict(model=MIXTRAL_MODEL, train=ADAMW, weight_seed=777, data_seed=4, data="plain", mask_zeros=True,
                     full_grads=True),
 }
@@ -118,10 +132,19 @@ def megatron_args(m, t):
           "--train-iters", t["train_iters"], "--optimizer", t["optimizer"], "--lr", t["lr"], "--min-lr", t["min_lr"],
           "--lr-warmup-iters", t["lr_warmup_iters"], "--lr-decay-iters", t["lr_decay_iters"],
           "--lr-decay-style", t["lr_decay_style"], "--weight-decay", t["weight_decay"], "--clip-grad", t["clip_grad"]]
-    if t["optimizer"] == "adam":
+    if t["optimizer"] in ("adam", "muon"):
         a += ["--adam-beta1", t["adam_beta1"], "--adam-beta2", t["adam_beta2"], "--adam-eps", t["adam_eps"]]
     else:
         a += ["--sgd-momentum", t["sgd_momentum"]]
+    if t["optimizer"] == "muon":
+        a += ["--muon-momentum", t["muon_momentum"], "--muon-scale-mode", t["muon_scale_mode"],
+              "--muon-fp32-matmul-prec", t["muon_fp32_matmul_prec"], "--muon-coefficient-type",
+              t["muon_coefficient_type"], "--muon-num-ns-steps", t["muon_num_ns_steps"],
+              "--muon-extra-scale-factor", t["muon_extra_scale_factor"]]
+        if t["muon_nesterov"]:
+            a += ["--muon-nesterov"]
+        if not t["muon_split_qkv"]:
+            a += ["--muon-no-split-qkv"]
     return [str(x) for x in a]
 
 
@@ -407,6 +430,22 @@ def decays(name, tensor):
     return not name.endswith(".bias") and tensor.dim() > 1
 
 
+def uses_muon(name, tensor, t):
+    """Megatron's Muon parameters: 2-D, not the word embedding nor the output layer."""
+    return (t["optimizer"] == "muon" and tensor.dim() == 2 and name != "embedding.word_embeddings.weight"
+            and name != "output_layer.weight")
+
+
+def muon_settings(name, m, t):
+    """muon_reference.py's configuration of one parameter (the QKV split for linear_qkv)."""
+    split = None
+    if t["muon_split_qkv"] and name.endswith("linear_qkv.weight"):
+        kv = m["kv_channels"]
+        split = [m["num_attention_heads"] // m["num_query_groups"] * kv, kv, kv]
+    return dict(qkv_split=split, steps=t["muon_num_ns_steps"], kind=t["muon_coefficient_type"],
+                scale_mode=t["muon_scale_mode"], extra_scale_factor=t["muon_extra_scale_factor"], bf16=False)
+
+
 def train(p0, cfg, inputs):
     """The 10-iteration run: gradient accumulation, clipping, AdamW/SGD, Megatron's LR schedule."""
     m, t = cfg["model"], cfg["train"]
@@ -442,7 +481,15 @@ def train(p0, cfg, inputs):
                 g = v.grad * scale
                 wd = t["weight_decay"] if decays(name, v) else 0.0
                 s = state[name]
-                if t["optimizer"] == "adam":
+                if uses_muon(name, v, t):
+                    mu = t["muon_momentum"]
+                    if s["buf"] is None:
+                        s["buf"] = torch.zeros_like(v)
+                    v -= lr * wd * v
+                    s["buf"] = mu * s["buf"] + (1 - mu) * g
+                    u = mu * s["buf"] + (1 - mu) * g if t["muon_nesterov"] else s["buf"]
+                    v -= lr * muon_ref.orthogonalised_update(u, muon_settings(name, m, t))
+                elif t["optimizer"] in ("adam", "muon"):
                     b1, b2 = t["adam_beta1"], t["adam_beta2"]
                     s["m"] = b1 * s["m"] + (1 - b1) * g
                     s["v"] = b2 * s["v"] + (1 - b2) * g * g
@@ -534,6 +581,49 @@ def train_with_torch_optim(p0, cfg, inputs):
         for g in opt.param_groups:
             g["lr"] = learning_rate(t, it * t["global_batch_size"])
         opt.step()
+        series["loss"].append(num / den)
+        series["grad_norm"].append(norm)
+        series["lr"].append(learning_rate(t, (it + 1) * t["global_batch_size"]))
+    return {k: v.detach() for k, v in p.items()}, series
+
+
+def train_with_muon_reference(p0, cfg, inputs):
+    """The muon run again: Muon parameters through muon_reference.muon-style in-place updates (lerp_,
+    add_ with alpha), the others through torch.optim.AdamW, clipping by clip_grad_norm_."""
+    m, t = cfg["model"], cfg["train"]
+    p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
+    adam = {k: v for k, v in p.items() if not uses_muon(k, v, t)}
+    groups = [{"params": [v for k, v in adam.items() if decays(k, v)], "weight_decay": t["weight_decay"]},
+              {"params": [v for k, v in adam.items() if not decays(k, v)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=0.0, betas=(t["adam_beta1"], t["adam_beta2"]), eps=t["adam_eps"])
+    bufs = {k: torch.zeros_like(v) for k, v in p.items() if k not in adam}
+    mbs = t["global_batch_size"] // t["micro_batch_size"]
+    series = {"loss": [], "grad_norm": [], "lr": []}
+    for it in range(t["train_iters"]):
+        opt.zero_grad(set_to_none=True)
+        for v in p.values():
+            v.grad = None
+        num, den = 0.0, 0.0
+        for mb in range(mbs):
+            batch = micro_batch(inputs, it, mb)
+            logits = forward(p, m, batch["tokens"], batch["position_ids"], batch.get("document_ids"), {})
+            losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+                                                       reduction="none")
+            mask = batch["loss_mask"].reshape(-1).to(torch.float64)
+            ((losses * mask).sum() / mask.sum() / mbs).backward()
+            num, den = num + float((losses.detach() * mask).sum()), den + float(mask.sum())
+        norm = float(torch.nn.utils.clip_grad_norm_(list(p.values()), t["clip_grad"]))
+        lr = learning_rate(t, it * t["global_batch_size"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        with torch.no_grad():
+            for k, buf in bufs.items():
+                v, g = p[k], p[k].grad
+                v.add_(v, alpha=-t["weight_decay"] * lr)
+                buf.lerp_(g, 1 - t["muon_momentum"])
+                u = g.lerp(buf, t["muon_momentum"]) if t["muon_nesterov"] else buf
+                v.add_(muon_ref.orthogonalised_update(u, muon_settings(k, m, t)), alpha=-lr)
         series["loss"].append(num / den)
         series["grad_norm"].append(norm)
         series["lr"].append(learning_rate(t, (it + 1) * t["global_batch_size"]))
@@ -705,7 +795,10 @@ def run_config(name, out_root, cache):
         fixture["finite_difference"] = finite_difference_check(weights, m, batch, np.random.RandomState(99))
 
     final, series = train(weights, cfg, inputs)
-    check_final, check_series = train_with_torch_optim(weights, cfg, inputs)
+    if t["optimizer"] == "muon":  # no torch.optim Muon: the cross-check is muon_reference.py's own (in place)
+        check_final, check_series = train_with_muon_reference(weights, cfg, inputs)
+    else:
+        check_final, check_series = train_with_torch_optim(weights, cfg, inputs)
     diff = max(float((final[k] - check_final[k]).abs().max()) for k in final)
     series_diff = max(abs(a - b) for k in ("loss", "grad_norm", "lr") for a, b in zip(series[k], check_series[k]))
     assert diff < 1e-12 and series_diff < 1e-12, f"{name}: torch.optim cross-check differs by {diff}, {series_diff}"

@@ -1,0 +1,179 @@
+// The Muon optimizer (--optimizer muon) against tools/reference/muon_reference.py's PyTorch
+// values: the Newton-Schulz orthogonalisation for each coefficient set in f32 and on bf16 values,
+// and three Muon steps (momentum, Nesterov, decoupled weight decay, scale modes, the extra scale,
+// the QKV split); plus the parameters that fall back to AdamW, and the checkpoint state names.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/newton_schulz.h"
+#include "kernels/cpu/optimizer.h"
+#include "kernels/op_table.h"
+#include "optim/optimizer.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/muon/muon.json");
+    GALE_CHECK(in.good()) << "tests/data/reference/muon/muon.json";
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+std::vector<float> floats(const nlohmann::json& j) { return j.get<std::vector<float>>(); }
+
+// Largest |a − b| over the elements.
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0.0f;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+TEST(NewtonSchulz, MatchesTheTorchReference) {
+  for (const nlohmann::json& c : reference()["newton_schulz"]) {
+    const int64_t rows = c["rows"], cols = c["cols"], steps = c["steps"];
+    const bool bf16 = c["bf16"];
+    SCOPED_TRACE(str_cat(c["kind"].get<std::string>(), " ", rows, "x", cols, " steps ", steps, bf16 ? " bf16" : " f32"));
+    const std::optional<NsCoefficients> k = ns_coefficients(c["kind"]);
+    ASSERT_TRUE(k.has_value());
+    const std::vector<float> in = floats(c["input"]), want = floats(c["output"]);
+    std::vector<float> got(in.size()), plain(in.size());
+    newton_schulz(in.data(), got.data(), rows, cols, steps, *k, bf16, sgemm);
+    newton_schulz_ref(in.data(), plain.data(), rows, cols, steps, *k, bf16);
+    // f32: summation order only (~1e-6 seen). bf16: equal to torch's bf16 addmm here, but a product
+    // element may round to the neighbouring bf16 value (2^-8 relative): one ulp of a 0.5 entry.
+    const float tol = bf16 ? 2e-3f : 5e-6f;
+    EXPECT_LT(max_diff(got, want), tol);
+    EXPECT_LT(max_diff(plain, want), tol);
+    if (!bf16) EXPECT_LT(max_diff(got, plain), 1e-5f);
+  }
+}
+
+TEST(NewtonSchulz, OrthogonalisesWithSingularValuesNearOne) {
+  // NS(G)·NS(G)ᵀ ≈ I for a wide G (the quintic set leaves singular values in about [0.7, 1.2]).
+  const int64_t rows = 8, cols = 32;
+  std::vector<float> g(rows * cols), x(rows * cols);
+  testing::fill_random(g.data(), rows * cols, 5);
+  newton_schulz(g.data(), x.data(), rows, cols, 5, *ns_coefficients("quintic"), false, sgemm);
+  for (int64_t i = 0; i < rows; ++i) {
+    double diag = 0.0;
+    for (int64_t k = 0; k < cols; ++k) diag += static_cast<double>(x[i * cols + k]) * x[i * cols + k];
+    EXPECT_GT(diag, 0.4);
+    EXPECT_LT(diag, 1.5);
+  }
+}
+
+TEST(NewtonSchulz, CoefficientSetsAndScaleFactors) {
+  EXPECT_FALSE(ns_coefficients("custom").has_value());
+  EXPECT_FALSE(ns_coefficients("Quintic").has_value());
+  const NsCoefficients q = *ns_coefficients("quintic"), p = *ns_coefficients("polar_express");
+  EXPECT_EQ(q.at(5), q.at(0));  // cycles
+  EXPECT_EQ(p.at(20), p.at(7));  // repeats its last triple
+  EXPECT_EQ(ns_coefficients("cubic5")->fixed_steps, 5);
+  EXPECT_DOUBLE_EQ(*muon_scale_factor(64, 16, "spectral"), 8.0);
+  EXPECT_DOUBLE_EQ(*muon_scale_factor(16, 64, "unit_rms_norm"), 0.5);
+  EXPECT_DOUBLE_EQ(*muon_scale_factor(16, 64, "shape_scaling"), 1.0);
+  EXPECT_DOUBLE_EQ(*muon_scale_factor(64, 16, "shape_scaling"), 2.0);
+  EXPECT_FALSE(muon_scale_factor(4, 4, "rms").has_value());
+}
+
+OptimizerConfig muon_config(const nlohmann::json& c) {
+  OptimizerConfig o;
+  o.type = "muon";
+  o.clip_grad = 0.0;
+  o.muon.momentum = c["momentum"];
+  o.muon.nesterov = c["nesterov"];
+  o.muon.scale_mode = c["scale_mode"];
+  o.muon.num_ns_steps = c["steps"];
+  o.muon.coefficient_type = c["kind"];
+  o.muon.extra_scale_factor = c["extra_scale_factor"];
+  o.muon.fp32_matmul_prec = c["bf16"].get<bool>() ? "medium" : "high";
+  return o;
+}
+
+TEST(Muon, StepsMatchTheTorchReference) {
+  const OpTable ops = reference_ops();
+  for (const nlohmann::json& c : reference()["muon_steps"]) {
+    const int64_t rows = c["rows"], cols = c["cols"];
+    const bool bf16 = c["bf16"];
+    SCOPED_TRACE(str_cat(rows, "x", cols, c["nesterov"].get<bool>() ? " nesterov" : "", bf16 ? " bf16" : "",
+                         " ", c["scale_mode"].get<std::string>()));
+    ParamBuffer pb;
+    ParamSpec w;
+    w.name = "decoder.layers.0.self_attention.linear_qkv.weight";
+    w.global_shape = {rows, cols};
+    pb.add(w);
+    pb.finalize();
+    const std::vector<float> p0 = floats(c["param"]);
+    std::copy(p0.begin(), p0.end(), pb.param_data(0));
+    OptimizedBuffer buffer{&pb, {}, std::nullopt};
+    buffer.muon = {true};
+    buffer.qkv_split = {c["qkv_split"].get<std::vector<int64_t>>()};
+    std::vector<OptimizedBuffer> buffers;
+    buffers.push_back(buffer);
+    Optimizer opt(muon_config(c), std::move(buffers), &ops, make_self_communicator("mp"));
+    for (size_t s = 0; s < c["grads"].size(); ++s) {
+      const std::vector<float> g = floats(c["grads"][s]);
+      std::copy(g.begin(), g.end(), pb.grad_data(0));
+      ASSERT_TRUE(opt.step(c["lrs"][s].get<double>(), c["wd"].get<double>()).applied);
+      const std::vector<float> got(pb.param_data(0), pb.param_data(0) + rows * cols);
+      // Updates are lr·O(1): f32 sums agree to ~5e-8, bf16 to a bf16 ulp of an update element.
+      EXPECT_LT(max_diff(got, floats(c["params_after"][s])), bf16 ? 1e-4f : 2e-7f) << "after step " << s + 1;
+    }
+  }
+}
+
+// A [4, 6] matrix with Muon, a [6] bias with AdamW: the bias moves exactly as adamw_step_ref, the
+// checkpoint names split accordingly, and the state is Adam's size (the momentum in exp_avg).
+TEST(Muon, OtherParametersGetAdamWAndTheStateNamesSplit) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb;
+  ParamSpec w;
+  w.name = "w";
+  w.global_shape = {4, 6};
+  pb.add(w);
+  ParamSpec b;
+  b.name = "b";
+  b.global_shape = {6};
+  b.weight_decay = false;
+  pb.add(b);
+  pb.finalize();
+  testing::fill_random(pb.flat_params().data<float>(), pb.numel(), 3);
+  testing::fill_random(pb.flat_grads().data<float>(), pb.numel(), 4);
+  std::vector<float> bias(pb.param_data(1), pb.param_data(1) + 6), m(6, 0.0f), v(6, 0.0f);
+  OptimizerConfig o;
+  o.type = "muon";
+  o.clip_grad = 0.0;
+  OptimizedBuffer buffer{&pb, {}, std::nullopt};
+  buffer.muon = {true, false};
+  std::vector<OptimizedBuffer> buffers;
+  buffers.push_back(buffer);
+  Optimizer opt(o, std::move(buffers), &ops, make_self_communicator("mp"));
+  ASSERT_TRUE(opt.step(1e-3, 0.1).applied);
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  adamw_step_ref(bias.data(), pb.grad_data(1), m.data(), v.data(), 6, h);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(pb.param_data(1)[i], bias[static_cast<size_t>(i)]);
+  EXPECT_TRUE(opt.is_muon(0, 0));
+  EXPECT_FALSE(opt.is_muon(0, 1));
+  EXPECT_TRUE(opt.holds_state(0, 0, "momentum_buffer"));
+  EXPECT_FALSE(opt.holds_state(0, 0, "exp_avg"));
+  EXPECT_TRUE(opt.holds_state(0, 1, "exp_avg_sq"));
+  EXPECT_FALSE(opt.holds_state(0, 1, "momentum_buffer"));
+  EXPECT_EQ(opt.state_bytes(), 2 * 30 * 4);
+  // The Muon parameter's momentum after one step from zero: (1 − 0.9)·g.
+  const auto state = opt.state(0);
+  const float* mom = state[2].second.data<float>();
+  EXPECT_EQ(state[2].first, "momentum_buffer");
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(mom[i], 0.1f * pb.grad_data(0)[i], 1e-7f);
+}
+
+}  // namespace
+}  // namespace gale

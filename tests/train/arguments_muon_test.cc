@@ -1,0 +1,83 @@
+// --optimizer muon's flags: Megatron's names and defaults, what reaches OptimizerConfig, and the
+// one-line refusals (what Megatron refuses with an emerging optimizer, and what Gale lacks yet).
+#include <gtest/gtest.h>
+
+#include "pretrain_cli.h"
+#include "train/model_setup.h"
+
+namespace gale {
+namespace {
+
+using Cli = testing::PretrainCli;
+
+TEST(ArgumentsMuon, MegatronDefaults) {
+  Cli c;
+  ASSERT_TRUE(c.parse_minimal({"--optimizer", "muon"}).ok());
+  const OptimizerConfig o = optimizer_config_from_args(c.args);
+  EXPECT_EQ(o.type, "muon");
+  EXPECT_DOUBLE_EQ(o.muon.momentum, 0.9);
+  EXPECT_FALSE(o.muon.nesterov);
+  EXPECT_TRUE(o.muon.split_qkv);
+  EXPECT_EQ(o.muon.scale_mode, "spectral");
+  EXPECT_EQ(o.muon.fp32_matmul_prec, "medium");
+  EXPECT_EQ(o.muon.coefficient_type, "quintic");
+  EXPECT_EQ(o.muon.num_ns_steps, 5);
+  EXPECT_EQ(o.muon.tp_mode, "duplicated");
+  EXPECT_DOUBLE_EQ(o.muon.extra_scale_factor, 1.0);
+  EXPECT_EQ(c.args.training.muon_scalar_optimizer, "adam");
+}
+
+TEST(ArgumentsMuon, FlagsReachTheOptimizerConfig) {
+  Cli c;
+  ASSERT_TRUE(c.parse_minimal({"--optimizer", "muon", "--muon-momentum", "0.95", "--muon-nesterov",
+                               "--muon-no-split-qkv", "--muon-scale-mode", "unit_rms_norm", "--muon-fp32-matmul-prec",
+                               "high", "--muon-coefficient-type", "polar_express", "--muon-num-ns-steps", "8",
+                               "--muon-tp-mode", "blockwise", "--muon-extra-scale-factor", "0.2", "--muon-use-syrk"})
+                  .ok());
+  const OptimizerConfig o = optimizer_config_from_args(c.args);
+  EXPECT_DOUBLE_EQ(o.muon.momentum, 0.95);
+  EXPECT_TRUE(o.muon.nesterov);
+  EXPECT_FALSE(o.muon.split_qkv);
+  EXPECT_EQ(o.muon.scale_mode, "unit_rms_norm");
+  EXPECT_EQ(o.muon.fp32_matmul_prec, "high");
+  EXPECT_EQ(o.muon.coefficient_type, "polar_express");
+  EXPECT_EQ(o.muon.num_ns_steps, 8);
+  EXPECT_EQ(o.muon.tp_mode, "blockwise");
+  EXPECT_DOUBLE_EQ(o.muon.extra_scale_factor, 0.2);
+  // The Muon flags are inert with another optimizer, as in Megatron (not validated there either).
+  Cli adam;
+  EXPECT_TRUE(adam.parse_minimal({"--muon-coefficient-type", "nonsense", "--muon-num-ns-steps", "0"}).ok());
+}
+
+class MuonFlagErrors : public ::testing::TestWithParam<testing::FlagErrorCase> {};
+
+TEST_P(MuonFlagErrors, OneLineNamingTheFlag) { testing::expect_one_line_error(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Refusals, MuonFlagErrors,
+    ::testing::Values(
+        testing::FlagErrorCase{{"--optimizer", "muon", "--use-distributed-optimizer"}, 1,
+                               "--optimizer muon with --use-distributed-optimizer: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "dist_muon"}, 1, "--optimizer dist_muon: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--fp16"}, 1, "--optimizer muon with --fp16"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--ckpt-format", "zarr"}, 1,
+                               "--optimizer muon: expected --ckpt-format torch or torch_dist, found zarr"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--num-experts", "4"}, 1,
+                               "--optimizer muon with --num-experts 4: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-scalar-optimizer", "lion"}, 1,
+                               "--muon-scalar-optimizer lion: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-tp-mode", "distributed"}, 1,
+                               "--muon-tp-mode distributed: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-tp-mode", "split"}, 1, "--muon-tp-mode"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-fp32-matmul-prec", "low"}, 1,
+                               "--muon-fp32-matmul-prec: expected medium or high, found low"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-coefficient-type", "custom"}, 1,
+                               "--muon-coefficient-type: expected one of simple, quintic"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-num-ns-steps", "0"}, 1,
+                               "--muon-num-ns-steps: expected at least 1, found 0"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-coefficient-type", "cubic5", "--muon-num-ns-steps", "6"},
+                               1, "--muon-num-ns-steps: expected 5 with --muon-coefficient-type cubic5, found 6"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-scale-mode", "rms"}, 1, "--muon-scale-mode"}));
+
+}  // namespace
+}  // namespace gale
