@@ -342,13 +342,15 @@ Status read_qwen2_moe_experts(const ConfigReader& c, const nlohmann::json& j, Hf
 
 // sliding_window W -> --sliding-window W when it is active in every layer and shorter than
 // max_position_embeddings (a longer window hides nothing). Mistral / Mixtral: every layer, unless
-// sliding_window is null or absent. Qwen2 / Qwen2-MoE / Qwen3: only with use_sliding_window, and
+// sliding_window is null (absent: transformers' default, 4096 for Mistral, none for Mixtral). Qwen2 / Qwen2-MoE / Qwen3: only with use_sliding_window, and
 // then in the layers i >= max_window_layers (default 28), or those layer_types names
 // "sliding_attention" (transformers' Qwen2Config); windows in only some layers are refused.
-Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistral_like, ModelArgs* m) {
+Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistral_like, bool mistral,
+                           ModelArgs* m) {
   GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
-  if (!use_window || !c.set("sliding_window")) return Status::Ok();
-  GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window"));
+  const bool absent = !c.json().contains("sliding_window");
+  if (!use_window || (!c.set("sliding_window") && !(absent && mistral))) return Status::Ok();
+  GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window", 4096));  // MistralConfig's default
   int64_t windowed = num_layers;  // layers with the window
   if (!mistral_like) {
     GALE_ASSIGN_OR_RETURN(int64_t max_window_layers, c.non_negative("max_window_layers", 28));
@@ -401,7 +403,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
   const bool qwen3 = out.arch == HfArchitecture::kQwen3;
-  if (mistral_like || qwen2 || qwen3) GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, &m));
+  if (mistral_like || qwen2 || qwen3)
+    GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, out.arch == HfArchitecture::kMistral, &m));
   m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
   m.normalization = "RMSNorm";

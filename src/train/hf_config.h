@@ -4,7 +4,7 @@
 //   LlamaForCausalLM    RMSNorm, SwiGLU, RoPE (rotate-half), no biases, GQA, tied or untied output
 //   Qwen2ForCausalLM    LLaMA + QKV bias (Megatron's --add-qkv-bias)
 //   MistralForCausalLM  LLaMA + sliding_window W -> --sliding-window W (none when null or at least
-//                       max_position_embeddings); a LLaMA-shaped model with --sliding-window is
+//                       max_position_embeddings; absent: 4096, transformers' default); a LLaMA-shaped model with --sliding-window is
 //                       written as Mistral. Qwen2 / Qwen2-MoE / Qwen3: use_sliding_window with
 //                       sliding_window W in every layer (max_window_layers 0, or layer_types all
 //                       "sliding_attention") -> --sliding-window W, written back that way; a window in

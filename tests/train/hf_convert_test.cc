@@ -714,6 +714,12 @@ TEST(HfConvert, MistralSlidingWindowIsRecordedAndWrittenBack) {
   EXPECT_EQ(w.recorded, 0);
   EXPECT_EQ(w.model, 0);
   EXPECT_EQ(w.back["architectures"], nlohmann::json({"LlamaForCausalLM"}));
+  // Absent: MistralConfig's default 4096, which covers this fixture's 64 positions.
+  w = window_round_trip(tmp, "mistral", [](nlohmann::json& j) {
+    j.erase("sliding_window");
+    j["max_position_embeddings"] = 8192;
+  });
+  EXPECT_EQ(w.recorded, 4096);
   w = window_round_trip(tmp, "mixtral", [](nlohmann::json& j) { j["sliding_window"] = 8; });
   EXPECT_EQ(w.model, 8);
   EXPECT_EQ(w.back["architectures"], nlohmann::json({"MixtralForCausalLM"}));
