@@ -11,7 +11,7 @@
 //          bias additions are not counted, as MindSpeed's mm count);
 //   attention forward:   4·B·NH·Sq·Sk·HD  (QKᵀ and PV, over the query heads: GQA counts NH, not KV);
 //   attention backward:  8·B·NH·Sq·Sk·HD  (dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q).
-// Masked blocks count: a causal or document mask does not lower the count, which is that of the
+// Masked blocks count: a causal, document or sliding-window mask does not lower the count, which is that of the
 // whole Sq×Sk score matrix of the call, although the flash kernel skips the tiles a mask hides
 // completely (MindSpeed counts npu_fusion_attention from its shapes, whatever its sparse mode).
 // Work that is not run at all is not counted: ring attention (context parallelism) skips the

@@ -202,6 +202,9 @@ struct ModelConfig {
   double rope_scaling_factor = 0.0;  // > 0: Llama 3.1 RoPE scaling (--use-rope-scaling --rope-scaling-factor)
   bool rope_interleaved = false;     // --rotary-interleaved: pairs (2i, 2i+1) rotate (kernels/cpu/rope.h)
   double rope_position_scale = 1.0;  // RoPE angles at position p use p·scale (1 / --rotary-seq-len-interpolation-factor)
+  // --sliding-window W (0: none): every layer's query at position i sees the keys at positions
+  // i − W + 1 .. i (AttentionProblem::window; Mistral-7B-v0.1's 4096).
+  int64_t sliding_window = 0;
   float attention_dropout = 0.0f;
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;

@@ -279,6 +279,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.HD = c.attention_head_dim();
   ap.scale = c.softmax_scale();
   ap.causal = true;
+  ap.window = c.sliding_window;
   if (!st.mb.document_ids.empty()) {
     ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data()
                    : hybrid ? rt.hybrid_q_doc_ids.data()

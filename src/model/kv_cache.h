@@ -2,7 +2,8 @@
 //
 // With a cache, GPTModel::forward_logits runs only the new tokens: each layer appends their keys and
 // values (after RoPE) to its cache rows and attends the new queries, at their global positions, to
-// every cached position (causal). Generating n tokens then costs O(n) layer rows instead of the
+// every cached position (causal; with a sliding window only the last W positions, by position:
+// the cache keeps every row). Generating n tokens then costs O(n) layer rows instead of the
 // O(n²) of rerunning the whole sequence each step; the logits are those of the whole-sequence
 // forward (tests/model/kv_cache_test.cc).
 #pragma once

@@ -31,6 +31,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
              "RoPE rotates interleaved pairs (2i, 2i+1) instead of the two halves of each head");
   p.add("--rotary-seq-len-interpolation-factor", &a.rotary_seq_len_interpolation_factor,
         "RoPE position interpolation: positions divided by this factor (unset: none)");
+  p.add("--sliding-window", &a.sliding_window,
+        "sliding-window attention: a query at position i attends only the keys at positions i-W+1 .. i "
+        "(Mistral's window; unset: full causal attention)");
   p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
   p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
   p.add_flag("--apply-layernorm-1p", &a.apply_layernorm_1p,
@@ -508,6 +511,8 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
                              " gives ", rot, " rotary dimensions; expected a positive even number");
     if (m.rotary_base <= 0) return InvalidArgument("--rotary-base: expected a positive integer, found ", m.rotary_base);
   }
+  if (m.sliding_window != kUnset && m.sliding_window <= 0)
+    return InvalidArgument("--sliding-window: expected a positive window (tokens), found ", m.sliding_window);
   if (!(m.norm_epsilon > 0.0)) return InvalidArgument("--norm-epsilon: expected a positive number, found ", m.norm_epsilon);
   GALE_RETURN_IF_ERROR(in_unit_interval(m.attention_dropout, "--attention-dropout"));
   GALE_RETURN_IF_ERROR(in_unit_interval(m.hidden_dropout, "--hidden-dropout"));

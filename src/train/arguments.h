@@ -40,6 +40,9 @@ struct ModelArgs {
   // Hugging Face's rope_scaling {"rope_type": "linear", "factor": f}); unset: none.
   double rotary_seq_len_interpolation_factor = kUnsetF;
   bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
+  // --sliding-window W (MindSpeed-LLM's flag; unset: None, full causal attention): a query at
+  // position i attends the keys at positions i − W + 1 .. i (Hugging Face Mistral's window).
+  int64_t sliding_window = kUnset;
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;

@@ -33,6 +33,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
   if (c.rope_position_scale != 1.0) j["rope_position_scale"] = c.rope_position_scale;
   if (c.rope_interleaved) j["rotary_interleaved"] = true;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   return j;
 }
@@ -78,6 +79,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   if (m.squared_relu) j["squared_relu"] = true;
   if (m.apply_layernorm_1p) j["apply_layernorm_1p"] = true;
   if (m.rotary_interleaved) j["rotary_interleaved"] = true;
+  if (m.sliding_window != kUnset) j["sliding_window"] = m.sliding_window;  // absent: None
   if (!unset(m.rotary_seq_len_interpolation_factor))
     j["rotary_seq_len_interpolation_factor"] = m.rotary_seq_len_interpolation_factor;
   if (m.use_rope_scaling) {                   // absent: no RoPE scaling
@@ -184,6 +186,11 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "apply_layernorm_1p", where, &m.apply_layernorm_1p));
   if (args.contains("rotary_interleaved"))
     GALE_RETURN_IF_ERROR(get(args, "rotary_interleaved", where, &m.rotary_interleaved));
+  if (auto it = args.find("sliding_window"); it != args.end() && !it->is_null()) {
+    GALE_RETURN_IF_ERROR(get(args, "sliding_window", where, &m.sliding_window));
+    if (m.sliding_window < 1)
+      return InvalidArgument(where, ": args 'sliding_window' is ", m.sliding_window, ", expected at least 1");
+  }
   if (args.contains("rotary_seq_len_interpolation_factor"))
     GALE_RETURN_IF_ERROR(
         get(args, "rotary_seq_len_interpolation_factor", where, &m.rotary_seq_len_interpolation_factor));
@@ -311,6 +318,8 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   if (m.position_embedding_type == "rope") m.use_rotary_position_embeddings = false;  // the type says it
   GALE_RETURN_IF_ERROR(set("rotary_base", &m.rotary_base, "--rotary-base", true));
   GALE_RETURN_IF_ERROR(set("rotary_percent", &m.rotary_percent, "--rotary-percent", true));
+  // MindSpeed's --sliding-window (recorded only when set; absent keeps the command line's).
+  GALE_RETURN_IF_ERROR(set("sliding_window", &m.sliding_window, "--sliding-window", true));
   // Recorded only when true (checkpoint_model_section / model_flags_json): absent is false.
   for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
                            std::pair{"squared_relu", &m.squared_relu},

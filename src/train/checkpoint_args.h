@@ -6,7 +6,7 @@
 // seq_length, max_position_embeddings, position_embedding_type, rotary_base, rotary_percent,
 // normalization, norm_epsilon, swiglu, untie_embeddings_and_output_weights, add_bias_linear,
 // add_qkv_bias, make_vocab_size_divisible_by, padded_vocab_size, noop_layers, and mtp_num_layers /
-// mtp_loss_scaling_factor when set), so a checkpoint alone says how to rebuild its model
+// mtp_loss_scaling_factor and sliding_window when set), so a checkpoint alone says how to rebuild its model
 // (`gale generate --use-checkpoint-args`, `gale convert`).
 #pragma once
 
@@ -46,7 +46,8 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
 //  - a value given on the command line wins for --num-layers, --hidden-size, --ffn-hidden-size,
 //    --seq-length, --num-attention-heads, --kv-channels and --max-position-embeddings;
 //  - the checkpoint's value replaces the command line's for group_query_attention,
-//    num_query_groups, position_embedding_type, rotary_base, rotary_percent, rotary_interleaved,
+//    num_query_groups, position_embedding_type, rotary_base, rotary_percent, sliding_window (when
+//    recorded), rotary_interleaved,
 //    add_bias_linear, add_qkv_bias, squared_relu, swiglu, untie_embeddings_and_output_weights,
 //    apply_layernorm_1p, normalization, attention_dropout, hidden_dropout, the MoE shape
 //    (num_experts, moe_layer_freq, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax,

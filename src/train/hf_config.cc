@@ -340,6 +340,37 @@ Status read_qwen2_moe_experts(const ConfigReader& c, const nlohmann::json& j, Hf
   return Status::Ok();
 }
 
+// sliding_window W -> --sliding-window W when it is active in every layer and shorter than
+// max_position_embeddings (a longer window hides nothing). Mistral / Mixtral: every layer, unless
+// sliding_window is null (absent: transformers' default, 4096 for Mistral, none for Mixtral). Qwen2 / Qwen2-MoE / Qwen3: only with use_sliding_window, and
+// then in the layers i >= max_window_layers (default 28), or those layer_types names
+// "sliding_attention" (transformers' Qwen2Config); windows in only some layers are refused.
+Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistral_like, bool mistral,
+                           ModelArgs* m) {
+  GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
+  const bool absent = !c.json().contains("sliding_window");
+  if (!use_window || (!c.set("sliding_window") && !(absent && mistral))) return Status::Ok();
+  GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window", 4096));  // MistralConfig's default
+  int64_t windowed = num_layers;  // layers with the window
+  if (!mistral_like) {
+    GALE_ASSIGN_OR_RETURN(int64_t max_window_layers, c.non_negative("max_window_layers", 28));
+    windowed = std::max<int64_t>(0, num_layers - max_window_layers);
+    if (c.set("layer_types")) {
+      const nlohmann::json& types = c.json().at("layer_types");
+      if (!types.is_array() || static_cast<int64_t>(types.size()) != num_layers)
+        return InvalidArgument(c.path(), ": 'layer_types' must list ", num_layers, " layer types, found ", types.dump());
+      windowed = std::count(types.begin(), types.end(), nlohmann::json("sliding_attention"));
+    }
+    if (windowed > 0 && windowed < num_layers)
+      return Unimplemented(c.path(), ": 'sliding_window' = ", window, " is used by ", windowed, " of ", num_layers,
+                           " layers (max_window_layers ", max_window_layers,
+                           "); Gale's --sliding-window applies to every layer, per-layer windows are not supported");
+  }
+  if (windowed == 0 || window >= m->max_position_embeddings) return Status::Ok();
+  m->sliding_window = window;
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -372,15 +403,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
   const bool qwen3 = out.arch == HfArchitecture::kQwen3;
-  if (mistral_like || qwen2 || qwen3) {
-    GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
-    if (use_window && c.set("sliding_window")) {
-      GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window"));
-      if (window < m.max_position_embeddings)
-        return Unimplemented(c.path(), ": 'sliding_window' = ", window, " is shorter than max_position_embeddings ",
-                             m.max_position_embeddings, ": sliding-window attention is not supported yet");
-    }
-  }
+  if (mistral_like || qwen2 || qwen3)
+    GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, out.arch == HfArchitecture::kMistral, &m));
   m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
   m.normalization = "RMSNorm";
@@ -619,9 +643,10 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
       out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
     }
   } else if (gpt2) out.arch = HfArchitecture::kGpt2;
-  else if (llama) out.arch = m.qk_layernorm   ? HfArchitecture::kQwen3
-                             : m.add_qkv_bias ? HfArchitecture::kQwen2
-                                              : HfArchitecture::kLlama;
+  else if (llama) out.arch = m.qk_layernorm                   ? HfArchitecture::kQwen3
+                             : m.add_qkv_bias                 ? HfArchitecture::kQwen2
+                             : m.sliding_window != kUnset     ? HfArchitecture::kMistral
+                                                              : HfArchitecture::kLlama;
   else
     return Unimplemented(where, ": no Hugging Face architecture Gale writes matches this model (normalization ",
                          m.normalization, ", swiglu ", m.swiglu ? "on" : "off", ", position embedding ",
@@ -629,6 +654,10 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          "); supported: GPT2LMHeadModel (LayerNorm, GeLU, learned_absolute, biases, tied, MHA) and "
                          "LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, SwiGLU, rope with --rotary-percent 1, "
                          "--disable-bias-linear)");
+  if (m.sliding_window != kUnset && (out.arch == HfArchitecture::kGpt2 || out.arch == HfArchitecture::kDeepseekV3))
+    return Unimplemented(where, ": the model has --sliding-window ", m.sliding_window, ", which ",
+                         hf_architecture_name(out.arch), " cannot hold (written as MistralForCausalLM, "
+                         "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
   if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
     return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
                            m.padded_vocab_size);
@@ -656,6 +685,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     add_deepseek_v3_config(hf, &j);
   } else {
     j["model_type"] = hf.arch == HfArchitecture::kQwen2      ? "qwen2"
+                      : hf.arch == HfArchitecture::kMistral  ? "mistral"
                       : hf.arch == HfArchitecture::kMixtral  ? "mixtral"
                       : hf.arch == HfArchitecture::kQwen2Moe ? "qwen2_moe"
                       : hf.arch == HfArchitecture::kQwen3    ? "qwen3"
@@ -679,8 +709,9 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["rope_scaling"] = nullptr;
     j["attention_dropout"] = 0.0;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+    const bool window = m.sliding_window != kUnset;
     if (hf.arch == HfArchitecture::kMixtral) {
-      j["sliding_window"] = nullptr;
+      j["sliding_window"] = window ? nlohmann::json(m.sliding_window) : nlohmann::json();
       j["num_local_experts"] = hf.moe.num_experts;
       j["num_experts_per_tok"] = hf.moe.moe_router_topk;
       j["router_jitter_noise"] = 0.0;
@@ -688,10 +719,13 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     } else if (hf.arch == HfArchitecture::kQwen2 || hf.arch == HfArchitecture::kQwen2Moe ||
                hf.arch == HfArchitecture::kQwen3) {
       if (hf.arch == HfArchitecture::kQwen3) j["attention_bias"] = false;
-      j["use_sliding_window"] = false;
-      j["sliding_window"] = m.max_position_embeddings;
-      j["max_window_layers"] = m.num_layers;
+      // With --sliding-window every layer has it: max_window_layers 0 (layers i >= 0 are windowed).
+      j["use_sliding_window"] = window;
+      j["sliding_window"] = window ? m.sliding_window : m.max_position_embeddings;
+      j["max_window_layers"] = window ? 0 : m.num_layers;
       if (hf.arch == HfArchitecture::kQwen2Moe) add_qwen2_moe_config(hf.moe, m.num_layers, &j);
+    } else if (hf.arch == HfArchitecture::kMistral) {
+      j["sliding_window"] = m.sliding_window;
     } else {
       j["attention_bias"] = false;
       j["mlp_bias"] = false;

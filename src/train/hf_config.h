@@ -3,7 +3,12 @@
 //   GPT2LMHeadModel     LayerNorm, GeLU MLP, learned absolute positions, linear biases, tied output
 //   LlamaForCausalLM    RMSNorm, SwiGLU, RoPE (rotate-half), no biases, GQA, tied or untied output
 //   Qwen2ForCausalLM    LLaMA + QKV bias (Megatron's --add-qkv-bias)
-//   MistralForCausalLM  LLaMA, when sliding_window is null or covers max_position_embeddings
+//   MistralForCausalLM  LLaMA + sliding_window W -> --sliding-window W (none when null or at least
+//                       max_position_embeddings; absent: 4096, transformers' default); a LLaMA-shaped model with --sliding-window is
+//                       written as Mistral. Qwen2 / Qwen2-MoE / Qwen3: use_sliding_window with
+//                       sliding_window W in every layer (max_window_layers 0, or layer_types all
+//                       "sliding_attention") -> --sliding-window W, written back that way; a window in
+//                       only some layers is refused (Gale's window applies to every layer).
 //   MixtralForCausalLM  Mistral with a SwiGLU mixture of experts in every layer: num_local_experts ->
 //                       --num-experts, num_experts_per_tok -> --moe-router-topk, intermediate_size ->
 //                       --moe-ffn-hidden-size (and --ffn-hidden-size). Mixtral's routing (softmax over
@@ -41,7 +46,7 @@
 //                       other than noaux_tc.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
-// hidden_act, an active sliding window, ...) is refused with one line naming the file and the key.
+// hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -76,10 +76,11 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
 }
 
 // HF -> Gale, then `gale generate --use-checkpoint-args` continues the fixture's tokens greedily
-// exactly as transformers does.
+// exactly as transformers does (mistral_swa: as the plain-torch reference with its window of 4,
+// tools/reference/sliding_window_fixture.py; the KV cache then holds keys older than the window).
 TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
-  for (const char* name : {"gpt2", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3"}) {
+  for (const char* name : {"gpt2", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "mistral_swa"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

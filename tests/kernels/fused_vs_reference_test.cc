@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -387,6 +388,7 @@ struct AttnCase {
   bool causal, docs;
   int positions;  // explicit q/k positions: 1 a context-parallel chunk, 2 the same with gaps between key positions
   float dropout;
+  int64_t window = 0;  // sliding window (0: none)
 };
 
 const AttnCase kAttnCases[] = {
@@ -402,6 +404,18 @@ const AttnCase kAttnCases[] = {
     {"cp_positions_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f},
     {"odd_hd", 3, 19, 19, 3, 1, 7, true, false, false, 0.1f},
     {"long_tiles", 1, 200, 200, 1, 1, 64, true, false, false, 0.0f},
+    // Sliding windows: W = 1 (only itself), small W on odd shapes with GQA, documents and dropout,
+    // W across tile boundaries (most key tiles skipped), W >= S (no effect), context-parallel
+    // positions with and without gaps, and a window without the causal mask.
+    {"window1", 2, 70, 70, 2, 1, 8, true, false, false, 0.0f, 1},
+    {"window5_gqa_docs_dropout", 2, 130, 130, 4, 2, 12, true, true, false, 0.1f, 5},
+    {"window64_long", 1, 300, 300, 2, 2, 16, true, false, false, 0.0f, 64},
+    {"window67_long_gqa", 2, 257, 257, 4, 1, 20, true, false, false, 0.2f, 67},
+    {"window_covers_all", 1, 100, 100, 2, 2, 24, true, false, false, 0.0f, 100},
+    {"window_odd_hd", 3, 19, 19, 3, 1, 7, true, false, false, 0.1f, 6},
+    {"window_cp_chunk", 2, 40, 150, 3, 3, 24, true, true, true, 0.0f, 37},
+    {"window_cp_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f, 20},
+    {"window_not_causal", 1, 77, 77, 2, 1, 12, false, false, false, 0.0f, 9},
 };
 
 class FlashVsReference : public ::testing::TestWithParam<std::tuple<Isa, AttnCase>> {};
@@ -437,6 +451,7 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   p.HD = c.HD;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.HD));
   p.causal = c.causal;
+  p.window = c.window;
   if (c.positions) {
     p.q_positions = qpos.data();
     p.k_positions = kpos.data();
@@ -479,6 +494,46 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   // Inputs are O(1): gradients are judged against max(peak, 1) (for T = 1, dq is 0 up to rounding).
   EXPECT_LE(peak_rel_error(dq, dq_ref, 1.0), kAttentionTol);
   EXPECT_LE(peak_rel_error(dkv, dkv_ref, 1.0), kAttentionTol);
+}
+
+// A sliding window makes the kernels skip every key tile the window hides from a whole query
+// tile: its keys and values are never read. NaN in them would reach the outputs through the tile
+// products otherwise (0·NaN), masked or not.
+TEST_P(FusedVsReference, FlashAttentionWindowSkipsKeyTilesBehindIt) {
+  const FusedKernelSet& f = *fused_kernel_set(GetParam());
+  const int64_t Sq = 64, Sk = 256, NH = 2, KV = 1, HD = 16, W = 16;
+  const int64_t q_row = NH * HD, kv_row = 2 * KV * HD;
+  auto q = random_vector(Sq * q_row, 81), kv = random_vector(Sk * kv_row, 82);
+  // Queries at positions 192..255 see keys 177..255: key tiles 0 and 1 (positions 0..127) are hidden.
+  std::vector<float> poisoned = kv;
+  for (int64_t j = 0; j < 128; ++j)
+    for (int64_t c = 0; c < kv_row; ++c) poisoned[j * kv_row + c] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> qpos(Sq);
+  for (int64_t i = 0; i < Sq; ++i) qpos[i] = static_cast<int32_t>(Sk - Sq + i);
+  AttentionProblem p;
+  p.B = 1;
+  p.Sq = Sq;
+  p.Sk = Sk;
+  p.NH = NH;
+  p.KV = KV;
+  p.HD = HD;
+  p.scale = 0.25f;
+  p.window = W;
+  p.q_positions = qpos.data();
+  const HeadLayout ql = contiguous_heads_layout(NH, HD);
+  const HeadLayout kl{kv_row, 0, 1, 2 * HD, 0}, vl{kv_row, HD, 1, 2 * HD, 0};
+  std::vector<float> out_ref(Sq * q_row), lse_ref(NH * Sq), out(out_ref.size()), lse(lse_ref.size());
+  attention_forward_ref(p, q.data(), ql, kv.data(), kl, kv.data(), vl, out_ref.data(), lse_ref.data());
+  f.attention_forward(p, q.data(), ql, poisoned.data(), kl, poisoned.data(), vl, out.data(), lse.data());
+  EXPECT_LE(peak_rel_error(out, out_ref), kAttentionTol);
+  auto dout = random_vector(out.size(), 83);
+  std::vector<float> dq_ref(q.size()), dkv_ref(kv.size()), dq(q.size()), dkv(kv.size(), 7.0f);
+  attention_backward_ref(p, q.data(), ql, kv.data(), kl, kv.data(), vl, out_ref.data(), lse_ref.data(), dout.data(),
+                         dq_ref.data(), dkv_ref.data(), dkv_ref.data());
+  f.attention_backward(p, q.data(), ql, poisoned.data(), kl, poisoned.data(), vl, out_ref.data(), lse_ref.data(),
+                       dout.data(), dq.data(), dkv.data(), dkv.data());
+  EXPECT_LE(peak_rel_error(dq, dq_ref, 1.0), kAttentionTol);
+  EXPECT_LE(peak_rel_error(dkv, dkv_ref, 1.0), kAttentionTol);  // zeros for the hidden keys
 }
 
 TEST(FlashAttention, PackedQkvLayoutAsTheModelCallsIt) {

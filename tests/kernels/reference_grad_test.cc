@@ -229,6 +229,7 @@ struct AttnCase {
   int64_t B, S, NH, KV, HD;
   bool docs;
   float dropout;
+  int64_t window = 0;
 };
 
 class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
@@ -250,6 +251,7 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   p.HD = c.HD;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.HD));
   if (c.docs) p.q_doc_ids = p.k_doc_ids = docs.data();
+  p.window = c.window;
   p.dropout_p = c.dropout;
   p.dropout_seed = 7;
   p.dropout_stream = 3;
@@ -274,7 +276,11 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
                          ::testing::Values(AttnCase{2, 7, 2, 2, 4, false, 0.0f}, AttnCase{1, 9, 4, 2, 8, false, 0.0f},
-                                           AttnCase{2, 8, 4, 1, 4, true, 0.0f}, AttnCase{2, 6, 2, 1, 4, false, 0.3f}));
+                                           AttnCase{2, 8, 4, 1, 4, true, 0.0f}, AttnCase{2, 6, 2, 1, 4, false, 0.3f},
+                                           AttnCase{2, 9, 4, 2, 4, false, 0.0f, 3},   // sliding window
+                                           AttnCase{2, 8, 4, 1, 4, true, 0.0f, 2},    // window + documents
+                                           AttnCase{1, 7, 2, 2, 4, false, 0.3f, 4},   // window + dropout
+                                           AttnCase{1, 6, 2, 1, 4, false, 0.0f, 1}));  // only itself
 
 TEST(Attention, CausalAndDocumentMasksHide) {
   // Changing a future token or another document's token must not change a query's output.
@@ -297,6 +303,40 @@ TEST(Attention, CausalAndDocumentMasksHide) {
   for (int64_t i = 0; i < 4 * HD; ++i) EXPECT_EQ(out1[i], out2[i]) << i;  // queries 0..3 unaffected
   // Query 3 is the first of its document: it sees only itself, so its output is its own value.
   for (int64_t c = 0; c < HD; ++c) EXPECT_NEAR(out1[3 * HD + c], qkv[3 * row + vl.base + c], 1e-6f);
+}
+
+TEST(Attention, SlidingWindowHidesKeysWOrMorePositionsBack) {
+  // Query i sees keys i − W + 1 .. i (Hugging Face Mistral's window): with W = 3, changing token 2
+  // changes queries 2, 3 and 4 and no other; with W = 1 each query's output is its own value.
+  const int64_t S = 7, HD = 4, row = 3 * HD;
+  auto qkv = random_vector(S * row, 62);
+  AttentionProblem p;
+  p.B = 1;
+  p.Sq = p.Sk = S;
+  p.NH = p.KV = 1;
+  p.HD = HD;
+  p.scale = 0.5f;
+  p.window = 3;
+  HeadLayout ql = qkv_query_layout(1, 1, HD), kl = qkv_key_layout(1, 1, HD), vl = qkv_value_layout(1, 1, HD);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) EXPECT_EQ(attention_visible(p, 0, i, j), j <= i && i - j < 3) << i << " " << j;
+  std::vector<float> out1(S * HD), out2(S * HD), lse(S);
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out1.data(), lse.data());
+  auto changed = qkv;
+  for (int64_t c = HD; c < row; ++c) changed[2 * row + c] += 1.0f;  // token 2's key and value
+  attention_forward_ref(p, changed.data(), ql, changed.data(), kl, changed.data(), vl, out2.data(), lse.data());
+  for (int64_t i = 0; i < S; ++i) {
+    double d = 0.0;
+    for (int64_t c = 0; c < HD; ++c) d = std::max(d, std::fabs(double(out1[i * HD + c]) - out2[i * HD + c]));
+    if (i >= 2 && i <= 4)
+      EXPECT_GT(d, 1e-4) << "query " << i;
+    else
+      EXPECT_EQ(d, 0.0) << "query " << i;
+  }
+  p.window = 1;
+  attention_forward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out1.data(), lse.data());
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t c = 0; c < HD; ++c) EXPECT_NEAR(out1[i * HD + c], qkv[i * row + vl.base + c], 1e-6f);
 }
 
 TEST(CrossEntropyGrad, MatchesFiniteDifferencesAndLogSoftmax) {

@@ -1,6 +1,7 @@
 // Incremental decoding with a KvCache gives the logits of the whole-sequence forward: GPT (learned
 // positions) and LLaMA (RoPE, GQA), two samples, chunks of several and of one token, the reference
-// and the flash attention kernel, and a model with a noop layer.
+// and the flash attention kernel, a model with a noop layer, and sliding windows (W = 5 and 1)
+// shorter than the sequence: the cache keeps every position and the window hides the old keys.
 #include "model/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@ namespace {
 struct Case {
   const char* name;
   bool llama, flash, noop;
+  int64_t window = 0;  // --sliding-window (0: none)
 };
 
 class KvCacheDecoding : public ::testing::TestWithParam<Case> {};
@@ -25,6 +27,7 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
   const Case& p = GetParam();
   ModelConfig c = p.llama ? testing::tiny_llama_config() : testing::tiny_gpt_config();
   c.attention_dropout = c.hidden_dropout = 0.0f;
+  c.sliding_window = p.window;
   if (p.noop) {
     c.num_layers = 3;
     c.noop_layers = {1};
@@ -59,7 +62,10 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
 
 INSTANTIATE_TEST_SUITE_P(Models, KvCacheDecoding,
                          ::testing::Values(Case{"gpt", false, false, false}, Case{"llama", true, false, false},
-                                           Case{"llama_flash", true, true, false}, Case{"gpt_flash_noop", false, true, true}),
+                                           Case{"llama_flash", true, true, false}, Case{"gpt_flash_noop", false, true, true},
+                                           Case{"llama_window5", true, false, false, 5},
+                                           Case{"llama_window5_flash", true, true, false, 5},
+                                           Case{"gpt_window1_flash", false, true, false, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Megatron flag parsing: names, defaults, derived values, and one-line errors naming the flag.
 #include "pretrain_cli.h"
 #include "train/arguments.h"
+#include "train/checkpoint_args.h"
 #include "train/model_setup.h"
 
 #include <gtest/gtest.h>
@@ -600,7 +601,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "--rotary-seq-len-interpolation-factor needs --position-embedding-type rope without "
                   "--multi-latent-attention (found learned_absolute)"},
         ErrorCase{{"--position-embedding-type", "rope", "--rotary-seq-len-interpolation-factor", "0"},
-                  StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"}));
+                  StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"},
+        ErrorCase{{"--sliding-window", "0"}, StatusCode::kInvalidArgument,
+                  "--sliding-window: expected a positive window (tokens), found 0"}));
 
 TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   Cli c;
@@ -622,6 +625,31 @@ TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   const ModelConfig p = model_config_from_args(plain.args);
   EXPECT_FALSE(p.squared_relu || p.norm_weight_1p || p.init_xavier_uniform || p.rope_interleaved);
   EXPECT_EQ(p.rope_position_scale, 1.0);
+}
+
+// MindSpeed-LLM's --sliding-window (default None): the model's window, recorded in the checkpoint
+// args only when set and read back.
+TEST(Arguments, SlidingWindowReachesTheModelAndTheCheckpointArgs) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--sliding-window", "4096"})).ok());
+  EXPECT_EQ(c.args.model.sliding_window, 4096);
+  c.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(c.args).sliding_window, 4096);
+  const nlohmann::json args = model_flags_json(c.args.model);
+  EXPECT_EQ(args["sliding_window"], 4096);
+  EXPECT_EQ(model_args_from_json(args, "x").value().sliding_window, 4096);
+  EXPECT_EQ(checkpoint_model_section(model_config_from_args(c.args))["sliding_window"], 4096);
+  Cli plain;
+  ASSERT_TRUE(plain.parse(minimal_pretrain_flags()).ok());
+  EXPECT_EQ(plain.args.model.sliding_window, kUnset);
+  plain.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(plain.args).sliding_window, 0);
+  EXPECT_FALSE(model_flags_json(plain.args.model).contains("sliding_window"));
+  EXPECT_EQ(model_args_from_json(model_flags_json(plain.args.model), "x").value().sliding_window, kUnset);
+  nlohmann::json bad = args;
+  bad["sliding_window"] = 0;
+  EXPECT_EQ(model_args_from_json(bad, "m.json").status().message(),
+            "m.json: args 'sliding_window' is 0, expected at least 1");
 }
 
 TEST(Arguments, RecomputeModulesLayernormRecomputesBothNorms) {

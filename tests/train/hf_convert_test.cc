@@ -4,7 +4,8 @@
 // the logits and loss transformers computed for a fixed token sequence. Converting it and running
 // Gale's model on the converted checkpoint must reproduce those logits within 1e-4 (fp32 compute on
 // both sides; the stored weights are exactly representable in f32). HF -> Gale -> HF must return
-// every tensor bit for bit.
+// every tensor bit for bit. mistral_swa is the mistral fixture with "sliding_window": 4 and the
+// logits of an independent torch reference with that window (tools/reference/sliding_window_fixture.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,12 +193,16 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
   if (name != "mistral") {
     EXPECT_EQ(out["architectures"], src["architectures"]);
   }
+  if (name == std::string("mistral_swa")) {
+    EXPECT_EQ(out["model_type"], "mistral");
+    EXPECT_EQ(out["sliding_window"], 4);
+  }
   EXPECT_EQ(out.value("tie_word_embeddings", true), src.value("tie_word_embeddings", name == "gpt2"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
-                                           "deepseek_v3", "qwen3"));
+                                           "deepseek_v3", "qwen3", "mistral_swa"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -667,14 +672,132 @@ TEST(HfConvert, LinearRopeScalingIsPositionInterpolation) {
   EXPECT_NE(error_of(dir, tmp).find("rope_type linear with a positive factor"), std::string::npos);
 }
 
-TEST(HfConvertErrors, MistralSlidingWindowShorterThanTheContext) {
+// The window the checkpoint records for `config` edited into the fixture `name` (0: none), and
+// the config.json converting it back writes.
+struct WindowRoundTrip {
+  int64_t recorded = 0, model = 0;
+  nlohmann::json back;
+};
+WindowRoundTrip window_round_trip(const TempDir& tmp, const std::string& name,
+                                  const std::function<void(nlohmann::json&)>& config) {
+  fs::remove_all(tmp.file(name));
+  std::string dir = copy_fixture(tmp, name);
+  edit_config(dir, config);
+  fs::remove_all(tmp.file("gale"));
+  fs::remove_all(tmp.file("back"));
+  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet);
+  EXPECT_TRUE(s.ok()) << s.message();
+  WindowRoundTrip out;
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  const nlohmann::json args = r->section("args").value();
+  out.recorded = args.value("sliding_window", int64_t{0});
+  out.model = load_model(tmp.file("gale"))->config.sliding_window;
+  s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("back")), quiet);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::ifstream in(tmp.file("back") + "/config.json");
+  out.back = nlohmann::json::parse(in);
+  return out;
+}
+
+// Mistral's sliding_window W < max_position_embeddings is --sliding-window W (recorded in the
+// checkpoint, used by the model, written back as MistralForCausalLM); W >= max_position_embeddings
+// hides nothing and is no window (written back as LLaMA).
+TEST(HfConvert, MistralSlidingWindowIsRecordedAndWrittenBack) {
   TempDir tmp;
-  std::string dir = copy_fixture(tmp, "mistral");
-  edit_config(dir, [](nlohmann::json& j) { j["sliding_window"] = 16; });
+  WindowRoundTrip w = window_round_trip(tmp, "mistral", [](nlohmann::json& j) { j["sliding_window"] = 16; });
+  EXPECT_EQ(w.recorded, 16);
+  EXPECT_EQ(w.model, 16);
+  EXPECT_EQ(w.back["architectures"], nlohmann::json({"MistralForCausalLM"}));
+  EXPECT_EQ(w.back["model_type"], "mistral");
+  EXPECT_EQ(w.back["sliding_window"], 16);
+  w = window_round_trip(tmp, "mistral", [](nlohmann::json& j) { j["sliding_window"] = 64; });
+  EXPECT_EQ(w.recorded, 0);
+  EXPECT_EQ(w.model, 0);
+  EXPECT_EQ(w.back["architectures"], nlohmann::json({"LlamaForCausalLM"}));
+  // Absent: MistralConfig's default 4096, which covers this fixture's 64 positions.
+  w = window_round_trip(tmp, "mistral", [](nlohmann::json& j) {
+    j.erase("sliding_window");
+    j["max_position_embeddings"] = 8192;
+  });
+  EXPECT_EQ(w.recorded, 4096);
+  w = window_round_trip(tmp, "mixtral", [](nlohmann::json& j) { j["sliding_window"] = 8; });
+  EXPECT_EQ(w.model, 8);
+  EXPECT_EQ(w.back["architectures"], nlohmann::json({"MixtralForCausalLM"}));
+  EXPECT_EQ(w.back["sliding_window"], 8);
+}
+
+// Qwen2's window applies to the layers i >= max_window_layers (transformers' Qwen2Config) and only
+// with use_sliding_window: in every layer it is --sliding-window, written back with
+// max_window_layers 0; in some layers only it is refused.
+TEST(HfConvert, Qwen2SlidingWindowInEveryLayerOrNone) {
+  TempDir tmp;
+  WindowRoundTrip w = window_round_trip(tmp, "qwen2", [](nlohmann::json& j) {
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 0;
+  });
+  EXPECT_EQ(w.model, 8);
+  EXPECT_EQ(w.back["architectures"], nlohmann::json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(w.back["use_sliding_window"], true);
+  EXPECT_EQ(w.back["sliding_window"], 8);
+  EXPECT_EQ(w.back["max_window_layers"], 0);
+  w = window_round_trip(tmp, "qwen2", [](nlohmann::json& j) {  // layer_types says it instead
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 28;
+    j["layer_types"] = {"sliding_attention", "sliding_attention"};
+  });
+  EXPECT_EQ(w.model, 8);
+  w = window_round_trip(tmp, "qwen2", [](nlohmann::json& j) {  // every layer below max_window_layers
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 2;
+  });
+  EXPECT_EQ(w.model, 0);
+  EXPECT_EQ(w.back["use_sliding_window"], false);
+  w = window_round_trip(tmp, "qwen2", [](nlohmann::json& j) {  // not used
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 0;
+  });
+  EXPECT_EQ(w.model, 0);
+}
+
+TEST(HfConvertErrors, SlidingWindowInSomeLayersOnly) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen2");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+    j["max_window_layers"] = 1;
+  });
   std::string e = error_of(dir, tmp);
-  EXPECT_NE(e.find("'sliding_window' = 16 is shorter than max_position_embeddings 64"), std::string::npos) << e;
-  edit_config(dir, [](nlohmann::json& j) { j["sliding_window"] = 64; });  // covers the whole context: fine
-  EXPECT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("ok")), quiet).ok());
+  EXPECT_NE(e.find("config.json: 'sliding_window' = 8 is used by 1 of 2 layers (max_window_layers 1); Gale's "
+                   "--sliding-window applies to every layer, per-layer windows are not supported"),
+            std::string::npos)
+      << e;
+  edit_config(dir, [](nlohmann::json& j) {
+    j["max_window_layers"] = 0;
+    j["layer_types"] = {"full_attention", "sliding_attention"};
+  });
+  e = error_of(dir, tmp);
+  EXPECT_NE(e.find("is used by 1 of 2 layers"), std::string::npos) << e;
+  // Gale -> HF: GPT-2 has no window.
+  ModelArgs m;
+  m.num_layers = 2;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.num_kv_heads = 4;
+  m.kv_channels = 16;
+  m.ffn_hidden_size = 256;
+  m.max_position_embeddings = 32;
+  m.padded_vocab_size = 128;
+  m.sliding_window = 8;
+  auto hf = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(hf.status().message(), "ckpt/metadata.json: the model has --sliding-window 8, which GPT2LMHeadModel cannot "
+                                   "hold (written as MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                                   "Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
 }
 
 TEST(HfConvertErrors, MixtralOptionsGaleDoesNotHaveAndMoeModelsMixtralCannotHold) {

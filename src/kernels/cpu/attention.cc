@@ -41,6 +41,7 @@ void masked_scores(const AttentionProblem& p, int64_t b, int64_t h, const float*
 
 bool attention_visible(const AttentionProblem& p, int64_t b, int64_t i, int64_t j) {
   if (p.causal && kpos(p, j) > qpos(p, i)) return false;
+  if (p.window > 0 && qpos(p, i) - kpos(p, j) >= p.window) return false;
   if (p.q_doc_ids && p.q_doc_ids[b * p.Sq + i] != p.k_doc_ids[b * p.Sk + j]) return false;
   return true;
 }

@@ -1,4 +1,4 @@
-// Scaled dot-product attention with causal / document masks, GQA and dropout: reference kernels.
+// Scaled dot-product attention with causal / document / sliding-window masks, GQA and dropout: reference kernels.
 //
 // Queries, keys and values are read in place through HeadLayouts (e.g. straight out of the packed
 // QKV rows); tokens are t = s·B + b. Query head h reads key/value head h / (NH/KV).
@@ -21,8 +21,15 @@ struct AttentionProblem {
   int64_t B = 0, Sq = 0, Sk = 0, NH = 0, KV = 0, HD = 0;
   float scale = 1.0f;  // usually 1/sqrt(HD)
   bool causal = true;  // a key is visible when its position <= the query's position
-  // Positions of the query rows / key rows (nullptr: 0..Sq-1 / 0..Sk-1). Used by the causal mask
-  // and by dropout; context parallelism passes the global positions of its chunks.
+  // Sliding window W (0: none; --sliding-window): a key is visible only when
+  // query position − key position < W, i.e. the query sees itself and the W − 1 keys before it.
+  // This is Hugging Face Mistral's mask (transformers' sliding_window_overlay: kv_idx > q_idx − W,
+  // AND-ed with the causal mask; flash-attn's window_size = (W − 1, 0)). Keys ahead of the query
+  // are left to `causal`. Combines with the document mask and GQA; uses the positions below, so
+  // context parallelism and KV-cache decoding see the window at global positions.
+  int64_t window = 0;
+  // Positions of the query rows / key rows (nullptr: 0..Sq-1 / 0..Sk-1). Used by the causal and
+  // window masks and by dropout; context parallelism passes the global positions of its chunks.
   const int32_t* q_positions = nullptr;
   const int32_t* k_positions = nullptr;
   // Document ids [B, Sq] / [B, Sk] (nullptr: one document): a key is visible only when its id

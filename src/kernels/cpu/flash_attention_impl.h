@@ -1,6 +1,6 @@
 // Flash attention on the CPU (templates over a simd type V): tiled, online softmax, never an
 // [Sq, Sk] matrix. Semantics are exactly attention_forward_ref / attention_backward_ref's
-// (kernels/cpu/attention.h): causal and document masks, explicit positions, GQA, dropout on the
+// (kernels/cpu/attention.h): causal, document and sliding-window masks, explicit positions, GQA, dropout on the
 // probabilities with the reference's Philox mask (each query lane draws one Philox block per 4
 // consecutive key positions and uses its 4 words), lse written by forward and used by backward.
 //
@@ -9,6 +9,10 @@
 // the masks and dropout are plain vertical vector operations over key rows, with no horizontal
 // reductions. Tile-product operands are copied next to each other first (Qᵀ, dOᵀ, and the K, V,
 // Q, dO rows, rows_operand), never read where the rows of a head sit 4 KiB apart.
+// Tiles the masks hide entirely are skipped, before any product: under the causal mask the key
+// tiles after the query tile, under a sliding window W also the key tiles W or more positions
+// behind every query of the tile, so a windowed sequence of S costs O(S·W) (plus an O(1) test per
+// pair of tiles), not O(S²).
 // Forward: one task per (batch, head, query tile), largest causal tiles first (dynamic schedule).
 // For each key tile the masks do not hide entirely: Sᵀ, mask, m' = max(m, max_j S), α = e^(m − m'),
 // P = e^(S − m'), l = α·l + Σ_j P, O = α·O + P'·V with P' = P after dropout. Finally O /= l and
@@ -109,11 +113,14 @@ class AttentionTiles {
 
 inline TileVisibility classify_tiles(const AttentionProblem& p, const TileRange& q, const TileRange& k) {
   const bool docs = p.q_doc_ids != nullptr;
+  const bool window = p.window > 0;
   if (p.causal && k.pos_min > q.pos_max) return TileVisibility::kNone;
+  if (window && int64_t{q.pos_min} - k.pos_max >= p.window) return TileVisibility::kNone;  // all behind the window
   if (docs && (k.doc_min > q.doc_max || k.doc_max < q.doc_min)) return TileVisibility::kNone;
   const bool causal_full = !p.causal || k.pos_max <= q.pos_min;
+  const bool window_full = !window || int64_t{q.pos_max} - k.pos_min < p.window;
   const bool docs_full = !docs || (q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min);
-  return causal_full && docs_full ? TileVisibility::kFull : TileVisibility::kPartial;
+  return causal_full && window_full && docs_full ? TileVisibility::kFull : TileVisibility::kPartial;
 }
 
 // Dropout counter of element (b, h, qpos, kpos = 0) (kernels/cpu/attention.h).
@@ -213,15 +220,35 @@ struct QueryLanes {
   }
 };
 
-// Largest position among the real query lanes c .. c + W − 1 (of mq): under a causal mask, key
-// rows past it are hidden from all W lanes and need no exp or dropout mask.
+// Key rows of a partial tile hidden from all of the real query lanes c .. c + W − 1 (of mq) by
+// position alone: under a causal mask those past the lanes' largest position, under a sliding
+// window those `window` or more positions behind their smallest. They need no exp or dropout mask.
 template <class V>
-int32_t lanes_pos_max(const QueryLanes& q, int64_t c, int64_t mq) {
-  const int64_t end = min_i64(c + V::W, mq);
-  int32_t mx = q.pos[c];
-  for (int64_t i = c + 1; i < end; ++i) mx = q.pos[i] > mx ? q.pos[i] : mx;
-  return mx;
-}
+class HiddenKeyRows {
+ public:
+  HiddenKeyRows(const AttentionProblem& p, const QueryLanes& q, int64_t c, int64_t mq, TileVisibility vis)
+      : causal_(p.causal), window_(p.window), active_(vis == TileVisibility::kPartial && (p.causal || p.window > 0)) {
+    if (!active_) return;
+    const int64_t end = min_i64(c + V::W, mq);
+    int32_t mx = q.pos[c], mn = q.pos[c];
+    for (int64_t i = c + 1; i < end; ++i) {
+      mx = q.pos[i] > mx ? q.pos[i] : mx;
+      mn = q.pos[i] < mn ? q.pos[i] : mn;
+    }
+    qmax_ = mx;
+    qmin_ = mn;
+  }
+  bool operator()(int32_t kpos) const {
+    return active_ && ((causal_ && kpos > qmax_) || (window_ > 0 && qmin_ - int64_t{kpos} >= window_));
+  }
+
+ private:
+  bool causal_;
+  int64_t window_;
+  bool active_;
+  int32_t qmax_ = 0;
+  int64_t qmin_ = 0;
+};
 
 // Which of the query lanes c .. c + W − 1 (of mq real ones) may see the key at position kpos in
 // document kdoc.
@@ -231,6 +258,11 @@ typename V::M visible_lanes(const AttentionProblem& p, const QueryLanes& q, int6
   typename V::M m = V::first(mq - c);
   if (vis == TileVisibility::kFull) return m;
   if (p.causal) m = V::mask_andnot(V::igt(V::iset1(static_cast<uint32_t>(kpos)), V::iload(q.pos + c)), m);
+  if (p.window > 0) {  // hidden when qpos > kpos + window − 1 (no threshold above INT32_MAX hides anything)
+    const int64_t last = kpos + p.window - 1;
+    if (last < std::numeric_limits<int32_t>::max())
+      m = V::mask_andnot(V::igt(V::iload(q.pos + c), V::iset1(static_cast<uint32_t>(static_cast<int32_t>(last)))), m);
+  }
   if (p.q_doc_ids) m = V::mask_and(V::ieq(V::iload(q.doc + c), V::iset1(static_cast<uint32_t>(kdoc))), m);
   return m;
 }
@@ -335,13 +367,12 @@ class FlashForward {
       tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kr.p, kr.stride, 1}, qt_packed, BQ, st, BQ, false);
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
-        // Key rows past every lane's query position are hidden from the whole vector (causal partial tiles).
-        const bool skip = p_.causal && vis == TileVisibility::kPartial;
-        const int32_t qmax = skip ? lanes_pos_max<V>(lanes, c, mq) : 0;
+        // Key rows hidden from the whole vector by position (causal / window partial tiles).
+        const HiddenKeyRows<V> hidden(p_, lanes, c, mq, vis);
         F mx = ninf;
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
-          if (skip && attn_kpos(p_, j0 + j) > qmax) continue;
+          if (hidden(attn_kpos(p_, j0 + j))) continue;
           const F sv =
               V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
                         V::load(sp), ninf);
@@ -358,7 +389,7 @@ class FlashForward {
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
           const int32_t kpos = attn_kpos(p_, j0 + j);
-          if (skip && kpos > qmax) {  // P = 0 in every lane
+          if (hidden(kpos)) {  // P = 0 in every lane
             V::store(sp, V::zero());
             continue;
           }
@@ -518,13 +549,12 @@ class FlashBackward {
           const typename V::M has_keys = V::gt(vlse, ninf);
           const F vdelta = V::load(delta + i0 + c);
           simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
-          const bool skip = p_.causal && vis == TileVisibility::kPartial;
-          const int32_t qmax = skip ? lanes_pos_max<V>(lanes, c, mq) : 0;
+          const HiddenKeyRows<V> hidden(p_, lanes, c, mq, vis);
           for (int64_t j = 0; j < nk; ++j) {
             float* sp = st + j * BQ + c;
             float* dp = dpt + j * BQ + c;
             const int32_t kpos = attn_kpos(p_, j0 + j);
-            if (skip && kpos > qmax) {  // hidden from every lane: P' = dS = 0
+            if (hidden(kpos)) {  // hidden from every lane: P' = dS = 0
               V::store(sp, V::zero());
               V::store(dp, V::zero());
               continue;
