@@ -139,6 +139,14 @@ TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) 
   EXPECT_LT(loss.back(), 0.8 * loss.front()) << one.output;
   EXPECT_FALSE(values(one.output, "rewards/accuracies").empty()) << one.output;
   EXPECT_LT(one.output.find("rewards/accuracies"), one.output.rfind("lm loss")) << "logged before lm loss";
+  // --variable-seq-lengths: each micro-batch of pairs is cut to its longest sequence; same losses.
+  test::RunResult variable =
+      test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {"--variable-seq-lengths"}), {}, 300);
+  ASSERT_EQ(variable.exit_code, 0) << variable.output;
+  EXPECT_NE(variable.output.find("active: variable-seq-lengths"), std::string::npos) << variable.output;
+  const std::vector<double> loss_variable = values(variable.output, "lm loss");
+  ASSERT_EQ(loss_variable.size(), loss.size()) << variable.output;
+  for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss_variable[i], loss[i], 1e-5 * loss[i]) << i + 1;
   // Data parallelism 2 (one micro-batch per rank instead of two on one rank): the same losses.
   test::RunResult two = test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), {}), testing::kMpiEnv, 300);
   ASSERT_EQ(two.exit_code, 0) << two.output;
