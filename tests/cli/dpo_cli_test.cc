@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <regex>
 
 #include "cli/cli_test_util.h"
@@ -128,8 +129,13 @@ TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) 
                     dir.path());
   ASSERT_EQ(p.exit_code, 0) << p.err;
   ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft"), 2));
-  test::RunResult one = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {}), {}, 300);
+  test::RunResult one = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), {"--tensorboard-dir", dir.file("tb")}), {}, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::string events;  // TensorBoard gets rewards/accuracies next to lm loss
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += read_file(e.path().string());
+  EXPECT_NE(events.find("rewards/accuracies"), std::string::npos);
+  EXPECT_NE(events.find("lm loss"), std::string::npos);
   EXPECT_NE(one.output.find("> pairwise train: documents [0, 5) of 5"), std::string::npos) << one.output;
   EXPECT_NE(one.output.find("loaded the reference model from"), std::string::npos) << one.output;
   const std::vector<double> loss = values(one.output, "lm loss");
