@@ -1,5 +1,6 @@
 // `gale preprocess`: Megatron's tools/preprocess_data.py (jsonl -> .bin/.idx per JSON key), and
-// MindSpeed-LLM's instruction handler (--handler-name AlpacaStyleInstructionHandler).
+// MindSpeed-LLM's instruction handlers (--handler-name AlpacaStyleInstructionHandler,
+// SharegptStyleInstructionHandler) and its pairwise handler (AlpacaStylePairwiseHandler, for DPO).
 #include "data/preprocess.h"
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "cli/subcommands.h"
 #include "core/log.h"
 #include "data/instruction_preprocess.h"
+#include "data/pairwise_preprocess.h"
 #include "data/sharegpt_records.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -61,7 +63,7 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
       columns = *parsed;
     }
     io.convert = [columns](const std::string& line) { return sharegpt_to_conversation(line, columns); };
-  } else {
+  } else if (f.handler_name != "AlpacaStylePairwiseHandler") {
     AlpacaColumns columns;
     if (!f.map_keys.empty()) {
       auto parsed = parse_map_keys(f.map_keys);
@@ -81,6 +83,31 @@ int run_instruction_handler(const InstructionFlags& f, const PreprocessOptions& 
                                   io.chat_template.replace_eos, "', the template's end token"));
   }
   io.pad = hf->pad_token_id() >= 0 ? hf->pad_token_id() : tok.eos;  // fix_model_tokenizer: no pad -> the EOS
+  if (f.handler_name == "AlpacaStylePairwiseHandler") {
+    if (f.pack || o.append_eod)
+      return fail(InvalidArgument("--handler-name AlpacaStylePairwiseHandler: --pack, --neat-pack and --append-eod "
+                                  "are not used by the pairwise handler (found one of them)"));
+    PairwisePreprocessOptions po;
+    po.input = o.input;
+    po.output_prefix = o.output_prefix;
+    po.chat_template = io.chat_template;
+    po.seq_length = f.seq_length;
+    po.log_interval = o.log_interval;
+    if (!f.map_keys.empty()) {
+      auto parsed = parse_pairwise_map_keys(f.map_keys);
+      if (!parsed.ok()) return fail(parsed.status());
+      po.columns = *parsed;
+    }
+    auto pstats = run_pairwise_preprocess(po, tok, stderr);
+    if (!pstats.ok()) return fail(pstats.status());
+    for (const auto& out : pstats->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
+    std::printf("%lld records: %lld pairs written, %lld dropped with %lld or more tokens (--seq-length), %lld "
+                "without chosen/rejected responses skipped\n",
+                static_cast<long long>(pstats->records), static_cast<long long>(pstats->written),
+                static_cast<long long>(pstats->dropped), static_cast<long long>(f.seq_length),
+                static_cast<long long>(pstats->filtered));
+    return 0;
+  }
   auto stats = run_instruction_preprocess(io, tok, stderr);
   if (!stats.ok()) return fail(stats.status());
   for (const auto& out : stats->outputs) std::printf("wrote %s.bin and %s.idx\n", out.c_str(), out.c_str());
@@ -119,7 +146,8 @@ int run_preprocess(int argc, char** argv) {
   p.add("--handler-name", &inst.handler_name,
         "GeneralPretrainHandler (the default: plain text), AlpacaStyleInstructionHandler (Alpaca records) or "
         "SharegptStyleInstructionHandler (ShareGPT conversations) through a chat template into "
-        "PREFIX_packed_{input_ids,attention_mask,labels}_document");
+        "PREFIX_packed_{input_ids,attention_mask,labels}_document; AlpacaStylePairwiseHandler (Alpaca preference "
+        "records with chosen/rejected, for --stage dpo) into PREFIX_packed_{chosen,rejected}_{input_ids,labels}_document");
   p.add("--prompt-type", &inst.prompt_type, "chat template of the instruction handler: empty, qwen, llama3, alpaca");
   p.add("--prompt-type-path", &inst.prompt_type_path, "custom template file (not supported)");
   p.add("--seq-length", &inst.seq_length, "instruction handler: truncation length; samples this long are dropped");
@@ -152,10 +180,10 @@ int run_preprocess(int argc, char** argv) {
   if (o.output_prefix.empty()) return fail(InvalidArgument("--output-prefix is required"));
   const bool instruction = !inst.handler_name.empty() && inst.handler_name != "GeneralPretrainHandler";
   if (instruction && inst.handler_name != "AlpacaStyleInstructionHandler" &&
-      inst.handler_name != "SharegptStyleInstructionHandler")
+      inst.handler_name != "SharegptStyleInstructionHandler" && inst.handler_name != "AlpacaStylePairwiseHandler")
     return fail(Unimplemented("--handler-name ", inst.handler_name,
-                              ": not supported (Gale has GeneralPretrainHandler, AlpacaStyleInstructionHandler and "
-                              "SharegptStyleInstructionHandler)"));
+                              ": not supported (Gale has GeneralPretrainHandler, AlpacaStyleInstructionHandler, "
+                              "SharegptStyleInstructionHandler and AlpacaStylePairwiseHandler)"));
   if (!instruction && (!inst.prompt_type.empty() || inst.seq_length != -1 || !inst.map_keys.empty() || inst.pack))
     return fail(InvalidArgument("--prompt-type, --seq-length, --map-keys and --pack need --handler-name "
                                 "AlpacaStyleInstructionHandler"));

@@ -24,8 +24,8 @@ class VariableSeqLengthsFeature : public Feature {
   int level() const override { return 2; }
   std::string counterpart() const override { return "MindSpeed VariableSequenceLengthFeature (L2)"; }
   std::string description() const override {
-    return "micro-batches of different lengths: an instruction dataset's micro-batch is padded to its longest "
-           "sample, not to --seq-length; pipeline transfers take each micro-batch's shape";
+    return "micro-batches of different lengths: an instruction (or pairwise) dataset's micro-batch is padded to its "
+           "longest sample, not to --seq-length; pipeline transfers take each micro-batch's shape";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->data.variable_seq_lengths; }
   Status validate(const FeatureContext& ctx) const override {
@@ -37,8 +37,9 @@ class VariableSeqLengthsFeature : public Feature {
     return Status::Ok();
   }
   bool applicable(const FeatureContext& ctx, std::string* why) const override {
-    if (ctx.args->data.is_instruction_dataset) return true;
-    *why = "pretraining samples are always --seq-length tokens (only --is-instruction-dataset samples are padded)";
+    if (ctx.args->data.is_instruction_dataset || ctx.args->dpo.is_pairwise_dataset) return true;
+    *why = "pretraining samples are always --seq-length tokens (only --is-instruction-dataset and "
+           "--is-pairwise-dataset samples are padded)";
     return false;
   }
 };

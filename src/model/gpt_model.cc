@@ -374,7 +374,7 @@ Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats, Tensor* loca
 
 double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
                                      const std::vector<float>& mask, float dloss_scale, Tensor* lse_out,
-                                     Tensor* saved_out) {
+                                     Tensor* saved_out, std::vector<double>* sample_sums, int64_t B) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(labels.size()), H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
@@ -410,10 +410,12 @@ double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int
   }
   Tensor lse = Tensor::empty({T});
   double loss_sum = 0.0;
+  if (sample_sums) sample_sums->assign(static_cast<size_t>(B), 0.0);
   for (int64_t t = 0; t < T; ++t) {
     lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
     double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
     loss_sum += l * mask[t];
+    if (sample_sums) (*sample_sums)[static_cast<size_t>(t % B)] += l * mask[t];
   }
   if (lse_out) {
     *lse_out = lse;
@@ -452,11 +454,14 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
                           ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
                           : 0.0f;
   Tensor lse, saved;
-  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved);
+  std::vector<double> sample_sums;
+  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved,
+                                        loss && part_.cp_size() == 1 ? &sample_sums : nullptr, st.mb.B);
   if (part_.cp_size() > 1) part_.cp->all_reduce(&loss_sum, 1, DType::kF64, ReduceOp::kSum);
   if (loss) {
     loss->loss_sum = loss_sum;
     loss->tokens = tokens;
+    loss->sample_loss_sums = std::move(sample_sums);
   }
   if (keep) {
     st.final_in = x;
@@ -624,6 +629,17 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     in_flight_[mb_id] = std::move(st);
   }
   return out;
+}
+
+void GPTModel::scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample) {
+  auto it = in_flight_.find(mb_id);
+  GALE_CHECK(it != in_flight_.end()) << "scale_loss_mask of micro-batch " << mb_id << " without its forward";
+  GALE_CHECK(part_.post_process && mtp_.empty() && part_.cp_size() == 1 && num_microbatches_ == 0)
+      << "scale_loss_mask: last stage, no MTP, no context parallelism, no eager LM-head backward";
+  State& st = *it->second;
+  const int64_t B = st.mb.B;
+  GALE_CHECK_EQ(static_cast<int64_t>(per_sample.size()), B);
+  for (size_t t = 0; t < st.mask_sb.size(); ++t) st.mask_sb[t] *= per_sample[t % static_cast<size_t>(B)];
 }
 
 Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, KvCache* cache) {

@@ -61,6 +61,9 @@ class GPTModel {
   struct LossSums {
     double loss_sum = 0.0;
     double tokens = 0.0;
+    // Σ ℓ·mask of each sample [B] (sample order of the MicroBatch): the negated sum of the
+    // log-probabilities of its masked labels (DPO, train/dpo.h). Without context parallelism only.
+    std::vector<double> sample_loss_sums;
   };
 
   // Forward of one micro-batch. `input` is the previous stage's output [Tl, H] (ignored on the
@@ -74,6 +77,13 @@ class GPTModel {
   // `d_output` is ignored; on other stages `d_output` [Tl, H] is the next stage's input gradient.
   // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
   Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
+
+  // DPO (train/dpo.h): multiplies the loss mask of in-flight training micro-batch `mb_id` by
+  // per_sample[b] for each sample b, so that backward(mb_id, {}, 1) starts every token t of sample
+  // b from the per-token loss gradient grad_scale()·per_sample[b]·mask[t]. Needs the forward to have
+  // run with set_num_microbatches(0) (no eager fused LM-head backward), no MTP layers, no context
+  // parallelism; last stage only.
+  void scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample);
 
   // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
   // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
@@ -172,8 +182,10 @@ class GPTModel {
   // Σ ℓ·mask of the output layer's cross-entropy of y_full [T, H] against `labels` (merged over
   // the vocabulary slices). `dloss_scale` > 0: the per-token loss gradient is dloss_scale·mask and
   // a fused head may finish its backward now. With `lse` non-null the state for backward is kept.
+  // `sample_sums` (optional, B entries): Σ ℓ·mask of each sample (token t = s·B + b).
   double output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
-                             const std::vector<float>& mask, float dloss_scale, Tensor* lse, Tensor* saved);
+                             const std::vector<float>& mask, float dloss_scale, Tensor* lse, Tensor* saved,
+                             std::vector<double>* sample_sums = nullptr, int64_t B = 1);
   // Its backward for per-token loss gradient dloss_scale·mask: returns d y_full [T, H].
   Tensor output_loss_backward(const Tensor& y_full, const std::vector<int32_t>& labels,
                               const std::vector<float>& mask, float dloss_scale, const Tensor& lse, Tensor* saved);

@@ -365,6 +365,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_logging_args(p, a.logging);
   add_moe_args(p, a.moe);
   add_lora_args(p, a.lora);
+  add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_megatron_compat_args(p, a.megatron_compat);
 }
@@ -748,6 +749,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   return Status::Ok();
 }
 

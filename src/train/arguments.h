@@ -386,6 +386,21 @@ struct LoraArgs {
   bool enabled() const { return !lora_target_modules.empty(); }
 };
 
+// MindSpeed-LLM's post-training stage and its DPO flags (train/arguments_dpo.cc, train/dpo.h).
+struct DpoArgs {
+  // --stage: "" (pretraining or plain fine-tuning), "sft" (the same: Gale's fine-tuning needs no
+  // stage) or "dpo" (offline DPO against a frozen reference model); MindSpeed-LLM's other stages are
+  // refused.
+  std::string stage;
+  bool is_pairwise_dataset = false;  // --is-pairwise-dataset: PREFIX_packed_{chosen,rejected}_*
+  double dpo_beta = 0.1;
+  std::string dpo_loss_type = "sigmoid";  // sigmoid, hinge, ipo
+  double dpo_label_smoothing = 0.0;
+  double pref_ftx = 0.0;
+  std::string ref_model;  // the reference model's checkpoint; "" = the --load checkpoint
+  bool enabled() const { return stage == "dpo"; }
+};
+
 // Megatron flags Gale accepts only with the value that changes nothing here
 // (train/arguments_megatron_compat.cc).
 struct MegatronCompatArgs {
@@ -398,6 +413,7 @@ struct Arguments {
   ModelArgs model;
   MoeArgs moe;
   LoraArgs lora;
+  DpoArgs dpo;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -416,6 +432,7 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a);
 void add_logging_args(ArgParser& p, LoggingArgs& a);
 void add_moe_args(ArgParser& p, MoeArgs& a);
 void add_lora_args(ArgParser& p, LoraArgs& a);
+void add_dpo_args(ArgParser& p, DpoArgs& a);
 // --multi-latent-attention and its sizes (Megatron names and defaults; train/arguments_mla.cc).
 void add_mla_args(ArgParser& p, ModelArgs& a);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):
@@ -447,6 +464,8 @@ Status validate_moe_router_args(MoeArgs& m);
 // The LoRA flags (values, target names) and what LoRA does not compose with yet (MoE layers).
 // After the model and parallel flags.
 Status validate_lora_args(Arguments& a, const ArgParser& p);
+// --stage dpo and its flags, and what DPO does not compose with yet (after the other groups).
+Status validate_dpo_args(Arguments& a, const ArgParser& p);
 // The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
 // After the model and parallel flags.
 Status validate_mla_args(Arguments& a, const ArgParser& p);

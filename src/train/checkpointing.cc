@@ -451,6 +451,34 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   return Status::Ok();
 }
 
+Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model) {
+  if (!std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt"))
+    return NotFound(flag, " ", dir, ": expected a checkpoint directory (with latest_checkpointed_iteration.txt)");
+  StatusOr<CheckpointReader> opened = CheckpointReader::open(dir);
+  if (!opened.ok()) return Status(opened.status().code(), str_cat(flag, " ", dir, ": ", opened.status().message()));
+  CheckpointReader r = std::move(opened).value();
+  GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
+  const nlohmann::json current = checkpoint_model_section(model.config());
+  for (const auto& [key, value] : current.items())
+    if (!saved_model.contains(key) || saved_model[key] != value)
+      return FailedPrecondition(flag, " ", r.directory(), " does not match this model: it was saved with ", key, " = ",
+                                saved_model.contains(key) ? saved_model[key].dump() : "(absent)", ", this run has ",
+                                value.dump());
+  ParamBuffer& pb = model.params();
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    Tensor param = pb.param(id);
+    for (const Piece& piece : pieces_of(s)) {
+      Tensor dst = rows_of(param, piece.first_row, piece.rows);
+      GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
+    }
+  }
+  pb.refresh_gemm_copy();
+  print_rank0(str_cat("  loaded the reference model from ", r.directory(), " (", flag, ") at iteration ",
+                      r.iteration()));
+  return Status::Ok();
+}
+
 Status upcycle_checkpoint(const Arguments& args, Engine& engine, TrainerState& state) {
   const CheckpointArgs& ca = args.checkpoint;
   if (checkpoint_exists(ca.save))

@@ -63,6 +63,11 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
 // unless --exit-on-missing-checkpoint makes that an error.
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
+// --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest
+// checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `model`, a standalone
+// model chunk built like the engine's; nothing else is read. The checkpoint must hold this model.
+Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model);
+
 // Megatron's --moe-use-upcycling (instead of load_checkpoint): reads the dense checkpoint in
 // --load into the MoE model, each dense MLP's weights and biases into every expert of its layer,
 // the routers keeping their initial values (with softmax-after-top-k routing the upcycled layer

@@ -11,6 +11,7 @@
 #include "data/gpt_dataset.h"
 #include "data/instruction_dataset.h"
 #include "data/numpy_math.h"
+#include "data/pairwise_dataset.h"
 #include "data/split.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "train/model_setup.h"
@@ -158,6 +159,46 @@ Status build_instruction_data(const Arguments& args, const SplitSampleCounts& co
   return Status::Ok();
 }
 
+// MindSpeed-LLM's pairwise data (--stage dpo --is-pairwise-dataset, data/pairwise_dataset.h): one
+// prefix, the legacy split, one dataset of pairs per non-empty split.
+Status build_pairwise_data(const Arguments& args, const SplitSampleCounts& counts, PretrainData* out,
+                           const std::function<void(const std::string&)>& log) {
+  const DataArgs& d = args.data;
+  if (d.mock_data || !d.train_data_path.empty() || !d.valid_data_path.empty() || !d.test_data_path.empty() ||
+      !d.data_args_path.empty() || !d.per_split_data_args_path.empty() || d.data_path.size() != 1)
+    return InvalidArgument("--is-pairwise-dataset: expected one --data-path PREFIX, found ", d.data_path.size(),
+                           " --data-path entries");
+  if (d.eod_mask_loss || d.reset_attention_mask || d.reset_position_ids || d.neat_pack)
+    return Unimplemented("--is-pairwise-dataset with --eod-mask-loss, --reset-attention-mask, --reset-position-ids "
+                         "or --neat-pack: not supported yet (one chosen or rejected sequence per sample)");
+  GALE_ASSIGN_OR_RETURN(auto sources, PairwiseSources::open(d.data_path[0], d.mmap_bin_files));
+  GALE_ASSIGN_OR_RETURN(auto bounds, legacy_split_bounds(d.split, sources->num_documents()));
+  InstructionSampleOptions o;
+  o.seq_length = args.model.seq_length;
+  o.vocab_size = out->vocab_size;
+  o.pad = out->eod;  // as instruction data: the tokenizer's pad token, or its EOS
+  o.eos = out->eod;
+  if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(out->tokenizer.get()); hf && hf->pad_token_id() >= 0)
+    o.pad = hf->pad_token_id();
+  else if (out->tokenizer->pad() >= 0)
+    o.pad = out->tokenizer->pad();
+  const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
+  const char* names[3] = {"train", "valid", "test"};
+  std::unique_ptr<SampleDataset>* splits[3] = {&out->train, &out->valid, &out->test};
+  for (int i = 0; i < 3; ++i) {
+    log(str_cat("> pairwise ", names[i], ": documents [", bounds[i], ", ", bounds[i + 1], ") of ",
+                sources->num_documents(), " in ", sources->prefix, " (", sizes[i], " pairs needed)"));
+    if (bounds[i + 1] <= bounds[i]) continue;
+    auto order = instruction_sample_order(bounds[i], bounds[i + 1], sizes[i], static_cast<uint32_t>(args.training.seed),
+                                          true);
+    *splits[i] = std::make_unique<PairwiseDataset>(sources, std::move(order), o);
+  }
+  if (!out->train && counts.train > 0)
+    return FailedPrecondition("--is-pairwise-dataset: the train split is empty (--split '", d.split, "' of ",
+                              sources->num_documents(), " documents)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
@@ -208,6 +249,10 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     return InvalidArgument("--seq-length: expected at least 2, found ", args.model.seq_length);
   if (args.training.seed < 0 || args.training.seed > 0xFFFFFFFFll)
     return InvalidArgument("--seed: expected an integer in [0, 2^32-1] (the data shuffles use numpy's RandomState)");
+  if (args.dpo.is_pairwise_dataset) {
+    GALE_RETURN_IF_ERROR(build_pairwise_data(args, pretrain_sample_counts(args), &out, log));
+    return out;
+  }
   if (d.is_instruction_dataset) {
     GALE_RETURN_IF_ERROR(build_instruction_data(args, pretrain_sample_counts(args), &out, log));
     return out;

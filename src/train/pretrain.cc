@@ -224,6 +224,18 @@ int pretrain_main(int argc, char** argv) {
     timers("load-checkpoint", 0).stop(/*barrier=*/true);
     log_timers(timers, {"load-checkpoint"}, *world);
   }
+  // --stage dpo: the frozen reference model, a second copy of the model loaded from --ref-model
+  // (default --load), run forward only (MindSpeed-LLM's DPOTrainer).
+  std::unique_ptr<GPTModel> reference;
+  if (args.dpo.enabled()) {
+    reference = std::make_unique<GPTModel>(engine.chunks.front()->config(), engine.chunks.front()->partition(),
+                                           &engine.ops);
+    const bool own = !args.dpo.ref_model.empty();
+    st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load,
+                            *reference);
+    if (!st.ok()) run_error(st);
+    trainer.set_dpo_reference(reference.get());
+  }
   timers("model-and-optimizer-setup", 0).stop();
   // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
   std::unique_ptr<AsyncCheckpointSaves> async_saves;

@@ -9,6 +9,8 @@
 #include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
 #include "schedule/schedules.h"
+#include "data/pairwise_dataset.h"
+#include "train/dpo.h"
 #include "train/exit_signal.h"
 #include "train/grad_sync.h"
 #include "train/loss_reduction.h"
@@ -189,6 +191,72 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
   return Status::Ok();
 }
 
+Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
+                                      const std::vector<int64_t>& ids, MicroBatch* mb) const {
+  const auto* pairs = dynamic_cast<const PairwiseDataset*>(&data);
+  if (!pairs) return FailedPrecondition("--stage dpo: the training data is not a pairwise dataset");
+  const int64_t n = static_cast<int64_t>(indices.size()), full = args_.model.seq_length;
+  std::vector<TrainingSample> samples(static_cast<size_t>(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (indices[i] >= data.size())
+      return OutOfRange("the dataset has ", data.size(), " pairs; pair ", indices[i], " was requested");
+    GALE_RETURN_IF_ERROR(pairs->get_pair(indices[i], &samples[i], &samples[n + i]));
+  }
+  const int64_t S = micro_batch_length(samples);
+  mb->B = 2 * n;
+  mb->S = S;
+  mb->S_global = 0;
+  mb->tokens.resize(2 * n * S);
+  mb->labels.resize(2 * n * S);
+  mb->loss_mask.resize(2 * n * S);
+  mb->position_ids.resize(2 * n * S);
+  mb->document_ids.clear();
+  mb->seq_positions.clear();
+  mb->key_document_ids.clear();
+  mb->sample_ids.resize(2 * n);
+  for (int64_t b = 0; b < 2 * n; ++b) {
+    const TrainingSample& sample = samples[b];
+    if (static_cast<int64_t>(sample.tokens.size()) != full)
+      return Internal("a pair sample has ", sample.tokens.size(), " tokens; expected --seq-length ", full);
+    std::copy_n(sample.tokens.begin(), S, mb->tokens.begin() + b * S);
+    std::copy_n(sample.labels.begin(), S, mb->labels.begin() + b * S);
+    std::copy_n(sample.loss_mask.begin(), S, mb->loss_mask.begin() + b * S);
+    std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
+    mb->sample_ids[b] = 2 * ids[b % n] + (b < n ? 0 : 1);
+  }
+  return Status::Ok();
+}
+
+StatusOr<ForwardBackwardResult> Trainer::dpo_forward_backward_all(int64_t consumed, double* accuracy) {
+  GALE_CHECK(dpo_reference_ && engine_->chunks.size() == 1) << "--stage dpo needs its reference model";
+  const int64_t mbs = args_.training.micro_batch_size, dp = engine_->ps.dp_size();
+  DpoOptions o;
+  o.loss_type = args_.dpo.dpo_loss_type;
+  o.beta = args_.dpo.dpo_beta;
+  o.label_smoothing = args_.dpo.dpo_label_smoothing;
+  o.pref_ftx = args_.dpo.pref_ftx;
+  ForwardBackwardResult fb;
+  double acc = 0.0;
+  std::vector<int64_t> indices, ids;
+  MicroBatch mb;
+  for (int64_t m = 0; m < num_microbatches_; ++m) {
+    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
+    GALE_RETURN_IF_ERROR(load_pair_micro_batch(*train_, indices, ids, &mb));
+    const DpoMicroBatchStats st =
+        dpo_forward_backward(*engine_->chunks.front(), *dpo_reference_, mb, m, num_microbatches_, o);
+    fb.loss_sum += st.loss;
+    fb.tokens += 1.0;
+    acc += st.accuracy;
+  }
+  // rewards/accuracies: the mean over micro-batches and data-parallel ranks (MindSpeed-LLM averages
+  // each micro-batch's over DP, Megatron over the micro-batches).
+  double sums[2] = {acc, static_cast<double>(num_microbatches_)};
+  if (engine_->ps.dp() && engine_->ps.dp()->size() > 1)
+    engine_->ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  *accuracy = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+  return fb;
+}
+
 StatusOr<IterationResult> Trainer::train_step() {
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
@@ -211,12 +279,18 @@ StatusOr<IterationResult> Trainer::train_step() {
   Timers* timers = engine_->timers;
   // Megatron's forward-backward covers the schedule and finalize_model_grads.
   ScopedTimer forward_backward_timer = ScopedTimer::level1(timers, "forward-backward");
-  GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                        forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                         /*forward_only=*/false, {}, microbatch_group(), timers));
+  ForwardBackwardResult fb;
+  double dpo_accuracy = -1.0;
+  if (args_.dpo.enabled()) {
+    GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
+  } else {
+    GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                               /*forward_only=*/false, {}, microbatch_group(), timers));
+  }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
   IterationResult r;
+  r.dpo_accuracy = dpo_accuracy;
   // Megatron's all-reduce of the logged loss over DP, shared from the last pipeline stage; with
   // --async-log-allreduce (MindSpeed) only started here and finished after the optimizer step.
   const ParallelState& ps = engine_->ps;
@@ -319,7 +393,7 @@ Status Trainer::run() {
   const double start = now_seconds();
   double interval_start = start;
   // Accumulators of the current log interval.
-  double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0;
+  double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
@@ -388,6 +462,7 @@ Status Trainer::run() {
     if (r.step.applied) {
       ++advanced;
       loss_total += loss;
+      dpo_accuracy_total += std::max(0.0, r.dpo_accuracy);
       load_balancing_total += r.load_balancing_loss;
       z_loss_total += r.z_loss;
     } else {
@@ -442,6 +517,8 @@ Status Trainer::run() {
                                  r.load_balancing_loss, state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
+    if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key
+      tensorboard_->add_scalar("rewards/accuracies", r.dpo_accuracy, state_.iteration);
     if (tensorboard_)  // Megatron's MTP tracker: every iteration
       for (size_t k = 0; k < r.mtp_losses.size(); ++k)
         tensorboard_->add_scalar(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k], state_.iteration);
@@ -469,6 +546,7 @@ Status Trainer::run() {
       f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      if (args_.dpo.enabled()) f.dpo_accuracy = dpo_accuracy_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
@@ -496,7 +574,7 @@ Status Trainer::run() {
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
-      loss_total = load_balancing_total = z_loss_total = 0.0;
+      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = 0.0;
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;

@@ -12,6 +12,7 @@
 
 #include "data/random_sampler.h"
 #include "kernels/flop_counter.h"
+#include "schedule/schedules.h"
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
 #include "train/engine.h"
@@ -42,6 +43,9 @@ struct IterationResult {
   // cross-entropy, summed over the micro-batches and divided by their number, averaged over the
   // data-parallel ranks; empty without MTP.
   std::vector<double> mtp_losses;
+  // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
+  // the pairs, micro-batches and data-parallel ranks; negative without DPO.
+  double dpo_accuracy = -1.0;
   // The samples this iteration consumed: --global-batch-size, or during --rampup-batch-size the
   // ramp-up's current global batch size.
   int64_t global_batch_size = 0;
@@ -67,6 +71,10 @@ class Trainer {
   // blocking at the end of run() (after the final evaluations) and at every early exit.
   using FinalizeSavesFn = std::function<Status(bool blocking)>;
   void set_finalize_saves_fn(FinalizeSavesFn fn) { finalize_saves_fn_ = std::move(fn); }
+  // --stage dpo: the frozen reference model (one chunk, the whole model; train/dpo.h). train_step
+  // then runs DPO micro-batches of pairs from a PairwiseDataset (data/pairwise_dataset.h): its
+  // reported loss sums are Σ over micro-batches of the mean pair loss and the micro-batch count.
+  void set_dpo_reference(GPTModel* reference) { dpo_reference_ = reference; }
   // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
 
@@ -101,6 +109,12 @@ class Trainer {
                              std::vector<int64_t>* ids);
   Status load_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
                           const std::vector<int64_t>& ids, MicroBatch* mb) const;
+  // --stage dpo: the pairs `indices` of a PairwiseDataset as one micro-batch of 2·mbs sequences
+  // (chosen ones first, then the rejected ones in the same order; sample ids 2·id and 2·id + 1).
+  Status load_pair_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
+                               const std::vector<int64_t>& ids, MicroBatch* mb) const;
+  // --stage dpo: the iteration's micro-batches (train/dpo.h); fills the loss sums and *accuracy.
+  StatusOr<ForwardBackwardResult> dpo_forward_backward_all(int64_t consumed, double* accuracy);
   // The sequence length of a micro-batch of these samples: --seq-length, or with
   // --variable-seq-lengths the longest sample's unpadded length, rounded up to a multiple of TP
   // under --sequence-parallel.
@@ -137,6 +151,7 @@ class Trainer {
   SaveFn save_fn_;
   FinalizeSavesFn finalize_saves_fn_;
   TensorBoardWriter* tensorboard_ = nullptr;
+  GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;
   NumMicroBatchesCalculator calculator_;
   int64_t num_microbatches_ = 0;       // of the current (or last) training iteration, per DP rank

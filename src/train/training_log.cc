@@ -51,6 +51,7 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" learning rate: %.6E |", f.learning_rate);
   if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
+  if (f.dpo_accuracy > 0.0) add(" rewards/accuracies: %.6E |", f.dpo_accuracy);
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
   if (f.load_balancing_loss > 0.0)
     add(f.seq_aux_loss ? " seq_load_balancing_loss: %.6E |" : " load_balancing_loss: %.6E |", f.load_balancing_loss);

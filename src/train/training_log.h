@@ -39,6 +39,9 @@ struct TrainingLogFields {
   double learning_rate = 0.0;
   double decoupled_learning_rate = -1.0;  // printed after it when >= 0 (--decoupled-lr)
   int64_t global_batch_size = 0;
+  // --stage dpo: MindSpeed-LLM's "rewards/accuracies" (averaged like lm loss), printed before lm
+  // loss as its loss dict orders them (skipped when <= 0, as every loss-dict entry).
+  double dpo_accuracy = -1.0;
   double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
   // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
   // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).

@@ -186,10 +186,10 @@ TEST_F(SftPreprocessErrors, UnknownTemplateHandlerAndFlags) {
   expect_fails_with(run(ok, hf("qwen2_style") + " --prompt-type qwen"), "--seq-length: expected a positive integer");
   expect_fails_with(run(ok, qwen_ + " --map-keys '{\"answer\":\"x\"}'"), "--map-keys: expected keys among");
   std::ofstream(dir_.file("in.jsonl")) << ok;
-  auto r = run_gale("preprocess --handler-name AlpacaStylePairwiseHandler --input " + dir_.file("in.jsonl") +
+  auto r = run_gale("preprocess --handler-name SharegptStylePairwiseHandler --input " + dir_.file("in.jsonl") +
                         " --output-prefix " + dir_.file("out") + " " + qwen_,
                     dir_.path());
-  expect_fails_with(r, "--handler-name AlpacaStylePairwiseHandler: not supported");
+  expect_fails_with(r, "--handler-name SharegptStylePairwiseHandler: not supported");
 }
 
 }  // namespace

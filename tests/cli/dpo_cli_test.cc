@@ -1,0 +1,186 @@
+// Offline DPO end to end: `gale preprocess --handler-name AlpacaStylePairwiseHandler` is
+// byte-identical to tools/reference/pairwise_reference.py (an independent statement of
+// MindSpeed-LLM's pairwise handler) for three templates; then a fine-tuned checkpoint trained with
+// `gale pretrain --stage dpo --is-pairwise-dataset` starts at loss log 2 (reference = policy),
+// the loss falls and rewards/accuracies is logged; data parallelism 2 under mpirun reproduces one
+// process; a separate --ref-model changes the start; errors are one line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "cli/cli_test_util.h"
+#include "cli/mpi_cli.h"
+#include "data/data_test_util.h"
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+using testing::read_file;
+using testing::run_gale;
+using testing::TempDir;
+
+const std::string kRef = std::string(GALE_TEST_DATA_DIR) + "/reference/dpo";
+const std::string kSft = std::string(GALE_TEST_DATA_DIR) + "/reference/sft";
+const std::string kTok = std::string(GALE_TEST_DATA_DIR) + "/tokenizers/";
+const std::string kQwen = kTok + "qwen2_style";
+const std::string kFullKeys =
+    "'{\"prompt\":\"instruction\",\"query\":\"input\",\"system\":\"system\",\"history\":\"history\","
+    "\"chosen\":\"chosen\",\"rejected\":\"rejected\"}'";
+const char* const kKeys[] = {"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"};
+
+std::string hf(const char* folder) { return "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " + kTok + folder; }
+
+std::string preprocess(const std::string& prefix, const std::string& flags) {
+  return "preprocess --handler-name AlpacaStylePairwiseHandler --input " + kRef + "/pairwise.jsonl --output-prefix " +
+         prefix + " " + flags;
+}
+
+TEST(DpoPreprocess, ByteIdenticalToTheReference) {
+  const std::pair<const char*, std::string> runs[] = {
+      {"qwen", hf("qwen2_style") + " --prompt-type qwen --seq-length 64 --map-keys " + kFullKeys},
+      {"llama3", hf("llama3_style") + " --prompt-type llama3 --seq-length 96"},
+      {"alpaca", hf("qwen2_style") + " --prompt-type alpaca --seq-length 120 --map-keys " + kFullKeys},
+  };
+  for (const auto& [name, flags] : runs) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    auto r = run_gale(preprocess(dir.file("out"), flags), dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* key : kKeys)
+      for (const char* ext : {".bin", ".idx"}) {
+        const std::string ours = read_file(dir.file(std::string("out_packed_") + key + "_document") + ext);
+        const std::string ref = read_file(kRef + "/" + name + "_packed_" + key + "_document" + ext);
+        ASSERT_FALSE(ref.empty());
+        EXPECT_TRUE(ours == ref) << key << ext << " differs (" << ours.size() << " vs " << ref.size() << " bytes)";
+      }
+  }
+}
+
+TEST(DpoPreprocess, ReportsAndErrors) {
+  TempDir dir;
+  auto r = run_gale(preprocess(dir.file("out"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64"), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("7 records: 5 pairs written, 1 dropped with 64 or more tokens (--seq-length), 1 without "
+                       "chosen/rejected responses skipped"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("out_packed_rejected_labels_document.bin"), std::string::npos) << r.out;
+  auto packed = run_gale(preprocess(dir.file("p"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64 --pack"),
+                         dir.path());
+  EXPECT_NE(packed.exit_code, 0);
+  EXPECT_NE(packed.err.find("--pack, --neat-pack and --append-eod are not used by the pairwise handler"),
+            std::string::npos)
+      << packed.err;
+  auto keys = run_gale(preprocess(dir.file("k"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64 "
+                                                                     "--map-keys '{\"chosen\":3}'"),
+                       dir.path());
+  EXPECT_NE(keys.exit_code, 0);
+  EXPECT_NE(keys.err.find("--map-keys: the value of 'chosen' must be a column name"), std::string::npos) << keys.err;
+}
+
+std::vector<double> values(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\\| " + key + ": ([0-9.E+-]+) \\|");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+// The tiny qwen-vocabulary model of the SFT tests, without dropout (exact comparisons).
+std::vector<std::string> model_flags() {
+  return {"pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+          "--max-position-embeddings", "128", "--lr", "1e-3", "--log-interval", "1", "--eval-interval", "1000",
+          "--eval-iters", "0", "--num-threads", "1", "--attention-dropout", "0", "--hidden-dropout", "0",
+          "--split", "100,0,0", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", kQwen};
+}
+
+// A fine-tuned starting point: `iters` SFT iterations on the SFT fixture, saved to `save`.
+void sft_checkpoint(const std::string& save, int iters) {
+  std::vector<std::string> argv = {GALE_BINARY};
+  for (const std::string& f : model_flags()) argv.push_back(f);
+  for (const std::string& f : {std::string("--is-instruction-dataset"), std::string("--data-path"), kSft + "/qwen",
+                               std::string("--micro-batch-size"), std::string("2"), std::string("--global-batch-size"),
+                               std::string("4"), std::string("--train-iters"), std::to_string(iters),
+                               std::string("--save"), save, std::string("--save-interval"), std::to_string(iters), std::string("--lr"), std::string("3e-3")})
+    argv.push_back(f);
+  test::RunResult r = test::run_with_timeout(argv, {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+std::vector<std::string> dpo(int np, const std::string& data, const std::string& load,
+                             std::vector<std::string> extra) {
+  std::vector<std::string> flags = model_flags();
+  for (const std::string& f : {std::string("--stage"), std::string("dpo"), std::string("--is-pairwise-dataset"),
+                               std::string("--data-path"), data, std::string("--load"), load,
+                               std::string("--finetune"), std::string("--micro-batch-size"), std::string("1"),
+                               std::string("--global-batch-size"), std::string("2"), std::string("--train-iters"),
+                               std::string("8"), std::string("--dpo-beta"), std::string("0.5")})
+    flags.push_back(f);
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return testing::launch_argv(np, {GALE_BINARY}, flags);
+}
+
+TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) {
+  TempDir dir;
+  auto p = run_gale(preprocess(dir.file("pairs"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64"),
+                    dir.path());
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft"), 2));
+  test::RunResult one = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), {"--tensorboard-dir", dir.file("tb")}), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::string events;  // TensorBoard gets rewards/accuracies next to lm loss
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += read_file(e.path().string());
+  EXPECT_NE(events.find("rewards/accuracies"), std::string::npos);
+  EXPECT_NE(events.find("lm loss"), std::string::npos);
+  EXPECT_NE(one.output.find("> pairwise train: documents [0, 5) of 5"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("loaded the reference model from"), std::string::npos) << one.output;
+  const std::vector<double> loss = values(one.output, "lm loss");
+  ASSERT_EQ(loss.size(), 8u) << one.output;
+  // Iteration 1: the reference is the policy itself, every log-ratio is 0 and the loss is log 2.
+  EXPECT_NEAR(loss.front(), std::log(2.0), 1e-6) << one.output;
+  EXPECT_LT(loss.back(), 0.8 * loss.front()) << one.output;
+  EXPECT_FALSE(values(one.output, "rewards/accuracies").empty()) << one.output;
+  EXPECT_LT(one.output.find("rewards/accuracies"), one.output.rfind("lm loss")) << "logged before lm loss";
+  // --variable-seq-lengths: each micro-batch of pairs is cut to its longest sequence; same losses.
+  test::RunResult variable =
+      test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {"--variable-seq-lengths"}), {}, 300);
+  ASSERT_EQ(variable.exit_code, 0) << variable.output;
+  EXPECT_NE(variable.output.find("active: variable-seq-lengths"), std::string::npos) << variable.output;
+  const std::vector<double> loss_variable = values(variable.output, "lm loss");
+  ASSERT_EQ(loss_variable.size(), loss.size()) << variable.output;
+  for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss_variable[i], loss[i], 1e-5 * loss[i]) << i + 1;
+  // Data parallelism 2 (one micro-batch per rank instead of two on one rank): the same losses.
+  test::RunResult two = test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), {}), testing::kMpiEnv, 300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::vector<double> loss2 = values(two.output, "lm loss");
+  ASSERT_EQ(loss2.size(), loss.size()) << two.output;
+  for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss2[i], loss[i], 1e-5 * loss[i]) << "iteration " << i + 1;
+  EXPECT_EQ(values(two.output, "rewards/accuracies"), values(one.output, "rewards/accuracies"));
+  // A reference model of its own (--ref-model: the fine-tuned model two iterations further): the
+  // policy differs from it at the first step, so the loss is no longer log 2.
+  ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft4"), 4));
+  test::RunResult other =
+      test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {"--ref-model", dir.file("sft4")}), {}, 300);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const std::vector<double> other_loss = values(other.output, "lm loss");
+  ASSERT_FALSE(other_loss.empty()) << other.output;
+  EXPECT_GT(std::abs(other_loss.front() - std::log(2.0)), 1e-3) << other.output;
+  // A missing reference checkpoint: one line naming --ref-model.
+  test::RunResult missing =
+      test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {"--ref-model", dir.file("none")}), {}, 300);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("--ref-model " + dir.file("none") + ": expected a checkpoint directory"),
+            std::string::npos)
+      << missing.output;
+  // An instruction dataset is not a pairwise one: one line naming the flag.
+  test::RunResult wrong = test::run_with_timeout(dpo(1, kSft + "/qwen", dir.file("sft"), {}), {}, 300);
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("(--is-pairwise-dataset)"), std::string::npos) << wrong.output;
+}
+
+}  // namespace
+}  // namespace gale

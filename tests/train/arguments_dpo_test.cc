@@ -1,0 +1,76 @@
+// The --stage / DPO flags: MindSpeed-LLM's names and defaults, and one-line refusals naming the
+// flags for everything DPO does not compose with yet.
+#include <gtest/gtest.h>
+
+#include "pretrain_cli.h"
+#include "train/arguments.h"
+
+namespace gale {
+namespace {
+
+using Cli = testing::PretrainCli;
+
+const std::vector<std::string> kDpo = {"--stage", "dpo", "--is-pairwise-dataset", "--load", "ckpt", "--eval-iters",
+                                       "0"};
+
+std::vector<std::string> dpo(std::vector<std::string> extra) {
+  std::vector<std::string> argv = kDpo;
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+TEST(DpoArguments, MindSpeedDefaults) {
+  Cli off;
+  ASSERT_TRUE(off.parse_minimal({}).ok());
+  EXPECT_FALSE(off.args.dpo.enabled());
+  EXPECT_EQ(off.args.dpo.dpo_beta, 0.1);
+  EXPECT_EQ(off.args.dpo.dpo_loss_type, "sigmoid");
+  EXPECT_EQ(off.args.dpo.dpo_label_smoothing, 0.0);
+  EXPECT_EQ(off.args.dpo.pref_ftx, 0.0);
+  EXPECT_TRUE(off.args.dpo.ref_model.empty());
+  Cli sft;
+  EXPECT_TRUE(sft.parse_minimal({"--stage", "sft"}).ok());
+  EXPECT_FALSE(sft.args.dpo.enabled());
+  Cli on;
+  ASSERT_TRUE(on.parse_minimal(dpo({"--dpo-beta", "0.5", "--dpo-loss-type", "ipo", "--ref-model", "ref"})).ok());
+  EXPECT_TRUE(on.args.dpo.enabled());
+  EXPECT_EQ(on.args.dpo.dpo_beta, 0.5);
+  EXPECT_EQ(on.args.dpo.dpo_loss_type, "ipo");
+  EXPECT_EQ(on.args.dpo.ref_model, "ref");
+  Cli dp;
+  EXPECT_TRUE(dp.parse_minimal(dpo({"--use-distributed-optimizer"}), 2).ok()) << "data parallelism works with DPO";
+}
+
+TEST(DpoArguments, RefusalsNameTheFlags) {
+  const testing::FlagErrorCase cases[] = {
+      {{"--stage", "ppo"}, 1, "--stage ppo: not supported yet (Gale has sft and dpo)"},
+      {{"--is-pairwise-dataset"}, 1, "--is-pairwise-dataset needs --stage dpo"},
+      {{"--dpo-beta", "0.2"}, 1, "--pref-ftx and --ref-model need --stage dpo"},
+      {{"--stage", "dpo", "--load", "ckpt", "--eval-iters", "0"}, 1, "--stage dpo: expected --is-pairwise-dataset"},
+      {{"--stage", "dpo", "--is-pairwise-dataset", "--eval-iters", "0"}, 1,
+       "--stage dpo: expected --ref-model or --load"},
+      {dpo({"--dpo-loss-type", "kto_pair"}), 1, "--dpo-loss-type: expected sigmoid, hinge or ipo, found 'kto_pair'"},
+      {dpo({"--dpo-beta", "0"}), 1, "--dpo-beta: expected a positive number, found 0"},
+      {dpo({"--dpo-label-smoothing", "0.7"}), 1, "--dpo-label-smoothing: expected a number in [0, 0.5], found 0.7"},
+      {dpo({"--pref-ftx", "-1"}), 1, "--pref-ftx: expected a non-negative number"},
+      {dpo({"--is-instruction-dataset"}), 1, "--is-instruction-dataset and --is-pairwise-dataset are exclusive"},
+      {dpo({"--tensor-model-parallel-size", "2"}), 2, "--stage dpo with --tensor-model-parallel-size"},
+      {dpo({"--pipeline-model-parallel-size", "2"}), 2, "not supported yet (DPO runs with data parallelism only)"},
+      {dpo({"--context-parallel-size", "2"}), 2, "not supported yet (DPO runs with data parallelism only)"},
+      {dpo({"--num-experts", "4"}), 1, "--stage dpo with --num-experts (MoE): not supported yet"},
+      {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
+      {dpo({"--lora-target-modules", "linear_qkv"}), 1, "--stage dpo with --lora-target-modules (LoRA)"},
+      {dpo({"--bf16"}), 1, "--stage dpo with --fp16 or --bf16: not supported yet"},
+      {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
+      {{"--stage", "dpo", "--is-pairwise-dataset", "--load", "ckpt"}, 1,
+       "--stage dpo: evaluation is not supported yet; pass --eval-iters 0 (found 100)"},
+      {dpo({"--refer-model-iter", "2"}), 1, "--refer-model-iter: not supported yet"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.expected);
+    testing::expect_one_line_error(c);
+  }
+}
+
+}  // namespace
+}  // namespace gale
