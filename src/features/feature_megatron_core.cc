@@ -38,8 +38,8 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        [](const Arguments& a) { return a.parallel.use_distributed_optimizer; }});
   add({"muon", "--optimizer muon", FeatureModule::kMegatron, 0,
        "Megatron-LM Muon (emerging_optimizers; MindSpeed MuonOptimizerFeature, L0)",
-       "Newton-Schulz-orthogonalised momentum for the layers' 2-D weights (QKV split per query group, TP "
-       "duplicated or blockwise), AdamW for the rest", true,
+       "Newton-Schulz-orthogonalised momentum for the layers' 2-D weights (QKV as separate query, key and "
+       "value matrices; TP duplicated or blockwise), AdamW for the rest", true,
        [](const Arguments& a) { return a.training.optimizer == "muon"; }});
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,

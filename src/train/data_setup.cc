@@ -110,6 +110,40 @@ std::vector<std::string> split_whitespace(const std::string& s) {
   return out;
 }
 
+// The sequence options shared by instruction and pairwise data: MindSpeed-LLM pads with the
+// tokenizer's pad token, or its EOS when it has none.
+InstructionSampleOptions instruction_sample_options(const Arguments& args, const PretrainData& out) {
+  InstructionSampleOptions o;
+  o.seq_length = args.model.seq_length;
+  o.vocab_size = out.vocab_size;
+  o.pad = out.eod;
+  o.eos = out.eod;
+  if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(out.tokenizer.get()); hf && hf->pad_token_id() >= 0)
+    o.pad = hf->pad_token_id();
+  else if (out.tokenizer->pad() >= 0)
+    o.pad = out.tokenizer->pad();
+  return o;
+}
+
+// One dataset per non-empty split of documents [bounds[i], bounds[i + 1]), drawn in
+// instruction_sample_order and built by `make` from that order; logs each split as
+// "> <kind> train: documents [a, b) of N in PREFIX (n <unit> needed)".
+void build_document_splits(const Arguments& args, const SplitSampleCounts& counts, const std::array<int64_t, 4>& bounds,
+                           const char* kind, const char* unit, int64_t num_documents, const std::string& prefix,
+                           PretrainData* out, const std::function<void(const std::string&)>& log,
+                           const std::function<std::unique_ptr<SampleDataset>(std::vector<int64_t>)>& make) {
+  const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
+  const char* names[3] = {"train", "valid", "test"};
+  std::unique_ptr<SampleDataset>* splits[3] = {&out->train, &out->valid, &out->test};
+  for (int i = 0; i < 3; ++i) {
+    log(str_cat("> ", kind, " ", names[i], ": documents [", bounds[i], ", ", bounds[i + 1], ") of ", num_documents,
+                " in ", prefix, " (", sizes[i], " ", unit, " needed)"));
+    if (bounds[i + 1] <= bounds[i]) continue;
+    *splits[i] = make(instruction_sample_order(bounds[i], bounds[i + 1], sizes[i],
+                                               static_cast<uint32_t>(args.training.seed), true));
+  }
+}
+
 // MindSpeed-LLM's instruction data (data/instruction_dataset.h): one prefix, the legacy split,
 // one DecoderPackedMTFDataset per non-empty split.
 Status build_instruction_data(const Arguments& args, const SplitSampleCounts& counts, PretrainData* out,
@@ -130,29 +164,12 @@ Status build_instruction_data(const Arguments& args, const SplitSampleCounts& co
                            "(MindSpeed-LLM resets the positions of packed samples only there)");
   GALE_ASSIGN_OR_RETURN(auto sources, InstructionSources::open(d.data_path[0], d.mmap_bin_files));
   GALE_ASSIGN_OR_RETURN(auto bounds, legacy_split_bounds(d.split, sources->num_documents()));
-  InstructionSampleOptions o;
-  o.seq_length = args.model.seq_length;
-  o.vocab_size = out->vocab_size;
-  o.pad = out->eod;  // MindSpeed-LLM: the tokenizer's pad token, or its EOS when it has none
-  o.eos = out->eod;
+  InstructionSampleOptions o = instruction_sample_options(args, *out);
   o.reset_attention_mask = d.reset_attention_mask;
   o.reset_position_ids = d.reset_position_ids;
   o.neat_pack = d.neat_pack;
-  if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(out->tokenizer.get()); hf && hf->pad_token_id() >= 0)
-    o.pad = hf->pad_token_id();
-  else if (out->tokenizer->pad() >= 0)
-    o.pad = out->tokenizer->pad();
-  const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
-  const char* names[3] = {"train", "valid", "test"};
-  std::unique_ptr<SampleDataset>* splits[3] = {&out->train, &out->valid, &out->test};
-  for (int i = 0; i < 3; ++i) {
-    log(str_cat("> instruction ", names[i], ": documents [", bounds[i], ", ", bounds[i + 1], ") of ",
-                sources->num_documents(), " in ", sources->prefix, " (", sizes[i], " samples needed)"));
-    if (bounds[i + 1] <= bounds[i]) continue;
-    auto order = instruction_sample_order(bounds[i], bounds[i + 1], sizes[i], static_cast<uint32_t>(args.training.seed),
-                                          true);
-    *splits[i] = make_instruction_dataset(sources, std::move(order), o);
-  }
+  build_document_splits(args, counts, bounds, "instruction", "samples", sources->num_documents(), sources->prefix, out,
+                        log, [&](std::vector<int64_t> order) { return make_instruction_dataset(sources, std::move(order), o); });
   if (!out->train && counts.train > 0)
     return FailedPrecondition("--is-instruction-dataset: the train split is empty (--split '", d.split, "' of ",
                               sources->num_documents(), " documents)");
@@ -173,26 +190,11 @@ Status build_pairwise_data(const Arguments& args, const SplitSampleCounts& count
                          "or --neat-pack: not supported yet (one chosen or rejected sequence per sample)");
   GALE_ASSIGN_OR_RETURN(auto sources, PairwiseSources::open(d.data_path[0], d.mmap_bin_files));
   GALE_ASSIGN_OR_RETURN(auto bounds, legacy_split_bounds(d.split, sources->num_documents()));
-  InstructionSampleOptions o;
-  o.seq_length = args.model.seq_length;
-  o.vocab_size = out->vocab_size;
-  o.pad = out->eod;  // as instruction data: the tokenizer's pad token, or its EOS
-  o.eos = out->eod;
-  if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(out->tokenizer.get()); hf && hf->pad_token_id() >= 0)
-    o.pad = hf->pad_token_id();
-  else if (out->tokenizer->pad() >= 0)
-    o.pad = out->tokenizer->pad();
-  const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
-  const char* names[3] = {"train", "valid", "test"};
-  std::unique_ptr<SampleDataset>* splits[3] = {&out->train, &out->valid, &out->test};
-  for (int i = 0; i < 3; ++i) {
-    log(str_cat("> pairwise ", names[i], ": documents [", bounds[i], ", ", bounds[i + 1], ") of ",
-                sources->num_documents(), " in ", sources->prefix, " (", sizes[i], " pairs needed)"));
-    if (bounds[i + 1] <= bounds[i]) continue;
-    auto order = instruction_sample_order(bounds[i], bounds[i + 1], sizes[i], static_cast<uint32_t>(args.training.seed),
-                                          true);
-    *splits[i] = std::make_unique<PairwiseDataset>(sources, std::move(order), o);
-  }
+  const InstructionSampleOptions o = instruction_sample_options(args, *out);
+  build_document_splits(args, counts, bounds, "pairwise", "pairs", sources->num_documents(), sources->prefix, out, log,
+                        [&](std::vector<int64_t> order) {
+                          return std::make_unique<PairwiseDataset>(sources, std::move(order), o);
+                        });
   if (!out->train && counts.train > 0)
     return FailedPrecondition("--is-pairwise-dataset: the train split is empty (--split '", d.split, "' of ",
                               sources->num_documents(), " documents)");
