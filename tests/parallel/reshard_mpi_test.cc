@@ -63,31 +63,23 @@ double max_relative_param_error(const Engine& run, const Engine& reference) {
   return worst;
 }
 
-class Reshard : public ::testing::TestWithParam<bool> {};
+using Targets = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
-TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
-  Comm world = test::world();
-  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const bool llama = GetParam();
-  const auto& model = llama ? kLlama : kGpt;
-  TrainingRun whole(model, {}, make_self_communicator("world"));
-  whole.train(6);
+// Trains 3 iterations of `model` with `flags` on `world`, checks them against `whole` and saves
+// to `dir`.
+void train_and_save(const std::vector<std::string>& model, std::vector<std::string> flags, const Comm& world,
+                    const TrainingRun& whole, const std::string& dir) {
+  flags.insert(flags.end(), {"--save", dir, "--save-interval", "3"});
+  TrainingRun first(model, flags, world);
+  first.train(3);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
+  ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
+}
 
-  const std::string dir = shared_temp_dir(world, llama ? "llama" : "gpt");
-  {
-    TrainingRun first(model, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--save", dir,
-               "--save-interval", "3"},
-              world);
-    first.train(3);
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
-    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
-  }
-  const std::vector<std::pair<std::string, std::vector<std::string>>> targets = {
-      {"TP1·PP4", {"--pipeline-model-parallel-size", "4"}},
-      {"DP4", {}},
-      {"PP2·VPP2·DP2", {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"}},
-      {"TP2·PP2 (same layout)", {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
-  };
+// Resumes the checkpoint in `dir` at each target layout: iteration 3 and its consumed samples,
+// then iterations 4–6 and the final parameters as in the uninterrupted `whole`.
+void expect_resumes_like_whole(const std::vector<std::string>& model, const Targets& targets, const Comm& world,
+                               const TrainingRun& whole, const std::string& dir) {
   for (const auto& [name, flags] : targets) {
     SCOPED_TRACE(name);
     std::vector<std::string> load_flags = flags;
@@ -112,6 +104,27 @@ TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+class Reshard : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const bool llama = GetParam();
+  const auto& model = llama ? kLlama : kGpt;
+  TrainingRun whole(model, {}, make_self_communicator("world"));
+  whole.train(6);
+  const std::string dir = shared_temp_dir(world, llama ? "llama" : "gpt");
+  train_and_save(model, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, world, whole,
+                 dir);
+  expect_resumes_like_whole(
+      model,
+      {{"TP1·PP4", {"--pipeline-model-parallel-size", "4"}},
+       {"DP4", {}},
+       {"PP2·VPP2·DP2", {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"}},
+       {"TP2·PP2 (same layout)", {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}}},
+      world, whole, dir);
+}
+
 // Megatron's partial distributed optimizer: saved at DP4 with two instances of two ranks (only
 // the first instance writes the optimizer state; the second holds a copy), resumed with one
 // instance of four, with four instances of one and without the distributed optimizer.
@@ -121,14 +134,8 @@ TEST(ReshardDistOptInstances, SavedWithTwoInstancesResumesWithOtherCounts) {
   TrainingRun whole(kGpt, {}, make_self_communicator("world"));
   whole.train(6);
   const std::string dir = shared_temp_dir(world, "distopt_instances");
-  {
-    TrainingRun first(kGpt, {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2", "--save", dir,
-                             "--save-interval", "3"},
-                      world);
-    first.train(3);
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
-    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
-  }
+  train_and_save(kGpt, {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}, world, whole,
+                 dir);
   {  // DP rank 0 writes the parameters; only the first instance (world ranks 0 and 1) the state.
     StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
     ASSERT_TRUE(reader.ok()) << reader.status().to_string();
@@ -136,31 +143,13 @@ TEST(ReshardDistOptInstances, SavedWithTwoInstancesResumesWithOtherCounts) {
     for (const auto& shard : reader->metadata().at("shards")) writers.push_back(shard.at("rank").get<int>());
     EXPECT_EQ(writers, (std::vector<int>{0, 1}));
   }
-  const std::vector<std::pair<std::string, std::vector<std::string>>> targets = {
-      {"one instance", {"--use-distributed-optimizer"}},
-      {"four instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4"}},
-      {"two instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
-      {"no distributed optimizer", {}},
-  };
-  for (const auto& [name, flags] : targets) {
-    SCOPED_TRACE(name);
-    std::vector<std::string> load_flags = flags;
-    load_flags.insert(load_flags.end(), {"--load", dir});
-    TrainingRun resumed(kGpt, load_flags, world);
-    bool loaded = false;
-    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_TRUE(loaded);
-    resumed.train(3);
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
-      EXPECT_NEAR(resumed.grad_norms[i], whole.grad_norms[3 + i], 1e-5 * whole.grad_norms[3 + i])
-          << "grad norm of iteration " << 4 + i;
-    }
-    EXPECT_LT(max_relative_param_error(*resumed.engine, *whole.engine), 1e-3);
-  }
-  world->barrier();
-  if (world->rank() == 0) std::filesystem::remove_all(dir);
+  expect_resumes_like_whole(
+      kGpt,
+      {{"one instance", {"--use-distributed-optimizer"}},
+       {"four instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "4"}},
+       {"two instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
+       {"no distributed optimizer", {}}},
+      world, whole, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Reshard, ::testing::Bool(),
