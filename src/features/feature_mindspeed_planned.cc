@@ -29,8 +29,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"use-fusion-attn-v2", FeatureModule::kFusedCompute, "FusionAttentionV2Feature (L2)", "second flash-attention kernel"},
       {"reset-bucket-group-order", FeatureModule::kCommunication, "ResetBucketGroupOrderFeature (L2)",
        "reorder gradient buckets by first-iteration use"},
-      {"disable-gloo-group", FeatureModule::kCommunication, "DisableGlooGroupFeature (L2)",
-       "distributed-optimizer checkpoint gather over the main backend"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},
