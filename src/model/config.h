@@ -77,6 +77,10 @@ struct MoeConfig {
   // --moe-router-pre-softmax: the top-k probabilities are the softmax over all E experts; by
   // default (Megatron's) the top-k is taken on the logits and the softmax runs over those k.
   bool pre_softmax = false;
+  // MindSpeed's --fix-router (for benchmarking a perfectly balanced load): the routing weights are
+  // computed from the real top-k as usual, but pair j of local token row t goes to expert
+  // (t·k + j) mod E instead of the one it chose (model/moe_router.h).
+  bool fix_router = false;
   // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
   // aux_loss or seq_aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0
   // disables each. seq_aux_loss: the load-balancing loss per sequence (DeepSeek's), averaged.

@@ -175,6 +175,8 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
       r.probs.data<float>()[i] = static_cast<float>(q.data<float>()[i] * m.topk_scaling_factor);
   }
   r.experts = experts;
+  if (m.fix_router)  // the weights stay those of the real choice (`experts`, which backward uses)
+    for (int64_t i = 0; i < T * k; ++i) r.experts[i] = static_cast<int32_t>(i % E);
   if (m.capacity_factor > 0.0) drop_over_capacity(c, T, r.probs, &r.experts);
   r.tokens_per_expert.assign(static_cast<size_t>(E), 0);
   for (int32_t e : r.experts)

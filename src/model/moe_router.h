@@ -13,6 +13,9 @@
 //       G consecutive groups of E/G; a group's score is the sum of its k/g largest routing values
 //       (the values the top-k is taken on: l, s or σ + b); only the g best groups are eligible;
 //   routing weights: q · --moe-router-topk-scaling-factor [T, k].
+// --fix-router (MindSpeed's, for benchmarking): after the weights above, pair j of row t is sent to
+// expert (t·k + j) mod E instead (every expert gets T·k/E pairs); the weights and their gradient are
+// still those of the real choice, which MoeRouterSaved::experts keeps.
 // Token dropping (--moe-expert-capacity-factor F, Megatron's apply_router_token_dropping): each
 // expert keeps at most C = ceil(T·k/E·F) of this rank's T tokens (no dropping when C > T): those
 // with the largest weights (ties: the earlier token) or with --moe-token-drop-policy position the
@@ -88,7 +91,7 @@ struct MoeRouterSaved {
   Tensor logsumexp;                  // [T] of the logits (z-loss)
   Tensor logits;                     // [T, E] under sigmoid with the z-loss (its softmax)
   Tensor probs;                      // [T, k] routing weights
-  std::vector<int32_t> experts;      // [T, k] chosen experts (before dropping)
+  std::vector<int32_t> experts;      // [T, k] chosen experts (before dropping; the real choice under fix_router)
   std::vector<int64_t> aux_counts;   // [G·E] tokens per expert of the aux top-k over `seq` (G = B
                                      // sequences under seq_aux_loss, else 1)
   int64_t aux_groups = 1;            // G

@@ -366,6 +366,9 @@ struct MoeArgs {
   // (expert_grid_ep_size).
   bool moe_tp_extend_ep = false;
   bool moe_permutation_async_comm = false;  // accepted (MindSpeed requires it with --moe-tp-extend-ep); no effect
+  // MindSpeed's --fix-router (features/feature_fix_router.cc): fixed round-robin expert choice for
+  // benchmarking (MoeConfig::fix_router).
+  bool fix_router = false;
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall

@@ -58,6 +58,9 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
              "MindSpeed: the TP ranks split the experts instead of their weights (= --expert-tensor-parallel-size 1 "
              "with expert-parallel size TP x --expert-model-parallel-size); needs alltoall, --moe-grouped-gemm, "
              "--moe-permutation-async-comm and no --moe-expert-capacity-factor");
+  p.add_flag("--fix-router", &a.fix_router,
+             "MindSpeed: route pair j of local token t to expert (t*topk + j) mod E (a balanced load for "
+             "benchmarking; the routing weights still come from the real top-k); needs --expert-model-parallel-size > 1");
   p.add_flag("--moe-permutation-async-comm", &a.moe_permutation_async_comm,
              "accepted (MindSpeed overlaps the allgather dispatcher's permutation all-gathers; required with "
              "--moe-tp-extend-ep); no effect in Gale");
@@ -292,7 +295,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                              "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
                              "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
-                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep"})
+                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep", "--fix-router"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
@@ -328,6 +331,8 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--num-experts with --tensor-model-parallel-size ", tp,
                            ": expected --sequence-parallel (MoE under TP routes each rank's own tokens), found it off");
   if (m.moe_tp_extend_ep) GALE_RETURN_IF_ERROR(validate_moe_tp_extend_ep(a));
+  if (m.fix_router && ep <= 1)  // MindSpeed's MoEFixRouterFeature.validate_args
+    return InvalidArgument("--fix-router: expected --expert-model-parallel-size greater than 1 (as MindSpeed), found ", ep);
   if (m.expert_tensor_parallel_size == kUnset) m.expert_tensor_parallel_size = tp;
   const int64_t etp = m.expert_tensor_parallel_size;
   if (etp != tp && etp != 1)

@@ -66,6 +66,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.topk = moe.moe_router_topk;
     c.moe.ffn = moe.moe_ffn_hidden_size;
     c.moe.pre_softmax = moe.moe_router_pre_softmax;
+    c.moe.fix_router = moe.fix_router;
     const std::string& lb = moe.moe_router_load_balancing_type;
     c.moe.aux_loss_coeff = lb == "aux_loss" || lb == "seq_aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
     c.moe.seq_aux_loss = lb == "seq_aux_loss";

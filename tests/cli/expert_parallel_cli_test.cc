@@ -4,7 +4,7 @@
 // their global index); the all-gather dispatcher gives the all-to-all one's losses. MoE with TP 2
 // and sequence parallelism: the same losses, exact resume, the checkpoint loads into one process;
 // also with --expert-tensor-parallel-size 1 and EP, with EP and CP, and a --moe-tp-extend-ep
-// checkpoint loaded under EP × CP.
+// checkpoint loaded under EP × CP. MindSpeed's --fix-router runs under EP 2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -286,6 +286,23 @@ TEST(GalePretrainExpertParallel, AllGatherDispatcherGivesTheSameRun) {
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+}
+
+// MindSpeed's --fix-router: the EP 2 run reports the feature, routes round robin (other losses than
+// the learned routing from the first iteration on) and still learns.
+TEST(GalePretrainExpertParallel, FixRouterRoutesRoundRobinAndLearns) {
+  test::RunResult learned = test::run_with_timeout(mixtral(2, kEp2), kMpiEnv, 300);
+  ASSERT_EQ(learned.exit_code, 0) << learned.output;
+  std::vector<std::string> flags = kEp2;
+  flags.push_back("--fix-router");
+  test::RunResult fixed = test::run_with_timeout(mixtral(2, flags), kMpiEnv, 300);
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  EXPECT_NE(fixed.output.find("active: fix-router (key scenarios, level 0)"), std::string::npos) << fixed.output;
+  const std::vector<double> a = testing::logged_values(learned.output, "lm loss"), b = testing::logged_values(fixed.output, "lm loss");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << fixed.output;
+  EXPECT_NE(b[0], a[0]);
+  EXPECT_LT(b.back(), b.front());
 }
 
 TEST(GalePretrainExpertParallel, FlagErrorsAreOneLine) {

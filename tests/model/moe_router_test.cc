@@ -193,6 +193,36 @@ TEST(MoeRouter, PaddingFillsEveryExpertToItsCapacity) {
   EXPECT_EQ(all.padding[0], (std::vector<int64_t>{6}));
 }
 
+// --fix-router (MindSpeed's): pair j of row t goes to expert (t·k + j) mod E, every expert gets T·k/E
+// pairs, and the weights and the gradients for x and the router weight are those of the real choice.
+TEST(MoeRouter, FixRouterSendsPairsRoundRobinWithTheRealWeightsAndGradients) {
+  const int64_t T = 6, E = 4, k = 2;
+  ModelConfig c = router_config(5, E, k);
+  RouterFixture f(c, T);
+  Tensor dprobs = Tensor::empty({T, k});
+  testing::fill_random(dprobs.data<float>(), dprobs.numel(), 9);
+  auto run = [&](bool fix, std::vector<float>* dw, std::vector<float>* dx) {
+    c.moe.fix_router = fix;
+    MoeRouterSaved saved;
+    MoeAuxLosses losses;
+    MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, &saved, &losses);
+    f.pb.zero_grads();
+    const Tensor g = moe_router_backward(c, f.ops, f.pb, f.w, saved, f.x, dprobs, 1.0);
+    dw->assign(f.pb.grad_data(f.w.weight), f.pb.grad_data(f.w.weight) + E * 5);
+    dx->assign(g.data<float>(), g.data<float>() + g.numel());
+    return r;
+  };
+  std::vector<float> dw_real, dx_real, dw_fixed, dx_fixed;
+  const MoeRouting real = run(false, &dw_real, &dx_real);
+  const MoeRouting fixed = run(true, &dw_fixed, &dx_fixed);
+  for (int64_t i = 0; i < T * k; ++i) EXPECT_EQ(fixed.experts[i], i % E) << i;
+  EXPECT_EQ(fixed.tokens_per_expert, (std::vector<int64_t>{3, 3, 3, 3}));
+  EXPECT_NE(real.experts, fixed.experts);  // the fixture's real choice is not the round robin
+  for (int64_t i = 0; i < T * k; ++i) EXPECT_EQ(fixed.probs.data<float>()[i], real.probs.data<float>()[i]) << i;
+  EXPECT_EQ(dw_fixed, dw_real);
+  EXPECT_EQ(dx_fixed, dx_real);
+}
+
 // Megatron's update: bias += rate · sign(mean − count), per expert.
 TEST(MoeRouter, ExpertBiasMovesTowardsTheMeanCount) {
   float bias[4] = {0.5f, 0.5f, 0.5f, -0.25f};
