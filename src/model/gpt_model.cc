@@ -456,12 +456,26 @@ void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool kee
   Tensor lse, saved;
   std::vector<double> sample_sums;
   double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved,
-                                        loss && part_.cp_size() == 1 ? &sample_sums : nullptr, st.mb.B);
-  if (part_.cp_size() > 1) part_.cp->all_reduce(&loss_sum, 1, DType::kF64, ReduceOp::kSum);
+                                        loss ? &sample_sums : nullptr, st.mb.B);
+  std::vector<double> sample_tokens;
+  if (loss) {
+    sample_tokens.assign(static_cast<size_t>(st.mb.B), 0.0);
+    for (size_t t = 0; t < st.mask_sb.size(); ++t) sample_tokens[t % sample_tokens.size()] += st.mask_sb[t];
+  }
+  if (part_.cp_size() > 1) {  // the whole sequences' sums: the micro-batch's and each sample's, in one all-reduce
+    std::vector<double> sums = {loss_sum};
+    sums.insert(sums.end(), sample_sums.begin(), sample_sums.end());
+    sums.insert(sums.end(), sample_tokens.begin(), sample_tokens.end());
+    part_.cp->all_reduce(sums.data(), static_cast<int64_t>(sums.size()), DType::kF64, ReduceOp::kSum);
+    loss_sum = sums[0];
+    std::copy(sums.begin() + 1, sums.begin() + 1 + static_cast<int64_t>(sample_sums.size()), sample_sums.begin());
+    std::copy(sums.end() - static_cast<int64_t>(sample_tokens.size()), sums.end(), sample_tokens.begin());
+  }
   if (loss) {
     loss->loss_sum = loss_sum;
     loss->tokens = tokens;
     loss->sample_loss_sums = std::move(sample_sums);
+    loss->sample_tokens = std::move(sample_tokens);
   }
   if (keep) {
     st.final_in = x;
@@ -634,8 +648,8 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
 void GPTModel::scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "scale_loss_mask of micro-batch " << mb_id << " without its forward";
-  GALE_CHECK(part_.post_process && mtp_.empty() && part_.cp_size() == 1 && num_microbatches_ == 0)
-      << "scale_loss_mask: last stage, no MTP, no context parallelism, no eager LM-head backward";
+  GALE_CHECK(part_.post_process && mtp_.empty() && num_microbatches_ == 0)
+      << "scale_loss_mask: last stage, no MTP, no eager LM-head backward";
   State& st = *it->second;
   const int64_t B = st.mb.B;
   GALE_CHECK_EQ(static_cast<int64_t>(per_sample.size()), B);

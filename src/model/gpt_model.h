@@ -62,8 +62,11 @@ class GPTModel {
     double loss_sum = 0.0;
     double tokens = 0.0;
     // Σ ℓ·mask of each sample [B] (sample order of the MicroBatch): the negated sum of the
-    // log-probabilities of its masked labels (DPO, train/dpo.h). Without context parallelism only.
+    // log-probabilities of its masked labels (DPO, train/dpo.h); with context parallelism over the
+    // whole sequences, on every cp rank (one all-reduce with loss_sum).
     std::vector<double> sample_loss_sums;
+    // Σ mask of each sample [B] (its label count), over the whole sequences likewise.
+    std::vector<double> sample_tokens;
   };
 
   // Forward of one micro-batch. `input` is the previous stage's output [Tl, H] (ignored on the
@@ -81,8 +84,8 @@ class GPTModel {
   // DPO (train/dpo.h): multiplies the loss mask of in-flight training micro-batch `mb_id` by
   // per_sample[b] for each sample b, so that backward(mb_id, {}, 1) starts every token t of sample
   // b from the per-token loss gradient grad_scale()·per_sample[b]·mask[t]. Needs the forward to have
-  // run with set_num_microbatches(0) (no eager fused LM-head backward), no MTP layers, no context
-  // parallelism; last stage only.
+  // run with set_num_microbatches(0) (no eager fused LM-head backward), no MTP layers; last stage
+  // only. With context parallelism each cp rank scales its own positions.
   void scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample);
 
   // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in

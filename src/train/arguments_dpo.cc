@@ -47,15 +47,15 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--stage dpo: expected --ref-model or --load (the reference model's checkpoint), found "
                            "neither");
   const ParallelArgs& par = a.parallel;
-  if (par.tensor_model_parallel_size > 1 || par.pipeline_model_parallel_size > 1 || par.context_parallel_size > 1)
-    return Unimplemented("--stage dpo with --tensor-model-parallel-size, --pipeline-model-parallel-size or "
-                         "--context-parallel-size > 1: not supported yet (DPO runs with data parallelism only)");
+  if (par.pipeline_model_parallel_size > 1)
+    return Unimplemented("--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with "
+                         "tensor, context and data parallelism)");
   if (a.moe.enabled()) return Unimplemented("--stage dpo with --num-experts (MoE): not supported yet");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return Unimplemented("--stage dpo with --mtp-num-layers: not supported yet");
-  if (a.lora.enabled()) return Unimplemented("--stage dpo with --lora-target-modules (LoRA): not supported yet");
-  if (a.training.fp16 || a.training.bf16)
-    return Unimplemented("--stage dpo with --fp16 or --bf16: not supported yet (DPO trains in fp32)");
+  if (a.training.fp16)
+    return Unimplemented("--stage dpo with --fp16: not supported yet (DPO trains in fp32 or --bf16, without loss "
+                         "scaling)");
   if (a.training.calculate_per_token_loss)
     return Unimplemented("--stage dpo with --calculate-per-token-loss: not supported (the DPO loss is per pair)");
   if (!a.training.rampup_batch_size.empty())

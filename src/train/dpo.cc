@@ -52,10 +52,7 @@ DpoPairLoss dpo_pair_loss(const DpoPairInput& in, const DpoOptions& o) {
 DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
                                         int64_t num_microbatches, const DpoOptions& o) {
   GALE_CHECK(mb.B % 2 == 0 && mb.B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
-  const int64_t n = mb.B / 2, S = mb.S;
-  std::vector<double> labels(static_cast<size_t>(mb.B), 0.0);
-  for (int64_t b = 0; b < mb.B; ++b)
-    for (int64_t s = 0; s < S; ++s) labels[b] += mb.loss_mask[b * S + s];
+  const int64_t n = mb.B / 2;
   reference.set_num_microbatches(0);
   GPTModel::LossSums ref;
   reference.forward(mb_id, mb, Tensor(), /*training=*/false, &ref);
@@ -64,6 +61,7 @@ DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, c
   policy.forward(mb_id, mb, Tensor(), /*training=*/true, &pol);
   GALE_CHECK_EQ(static_cast<int64_t>(pol.sample_loss_sums.size()), mb.B);
   GALE_CHECK_EQ(static_cast<int64_t>(ref.sample_loss_sums.size()), mb.B);
+  const std::vector<double>& labels = pol.sample_tokens;  // over the whole sequences (context parallelism)
   std::vector<float> weight(static_cast<size_t>(mb.B), 0.0f);
   DpoMicroBatchStats stats;
   const double scale = 1.0 / (static_cast<double>(n) * static_cast<double>(num_microbatches));

@@ -61,7 +61,8 @@ struct DpoMicroBatchStats {
 // Forward of `reference` (evaluation mode, nothing kept) and of `policy` (training) on `mb`
 // (B = 2n, header comment), then the policy's backward with the objective's per-token gradients,
 // 1 / num_microbatches of the micro-batch loss. One model chunk each, the whole model (no pipeline
-// or context parallelism). Parameter gradients accumulate in `policy`.
+// parallelism); with tensor or context parallelism every rank of the group computes the same pair
+// losses from the models' whole-sequence sums. Parameter gradients accumulate in `policy`.
 DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
                                         int64_t num_microbatches, const DpoOptions& o);
 

@@ -225,11 +225,13 @@ int pretrain_main(int argc, char** argv) {
     log_timers(timers, {"load-checkpoint"}, *world);
   }
   // --stage dpo: the frozen reference model, a second copy of the model loaded from --ref-model
-  // (default --load), run forward only (MindSpeed-LLM's DPOTrainer).
+  // (default --load), run forward only (MindSpeed-LLM's DPOTrainer). With LoRA it is the base model
+  // without the adapters (the --load checkpoint holds no adapter weights).
   std::unique_ptr<GPTModel> reference;
   if (args.dpo.enabled()) {
-    reference = std::make_unique<GPTModel>(engine.chunks.front()->config(), engine.chunks.front()->partition(),
-                                           &engine.ops);
+    ModelConfig reference_config = engine.chunks.front()->config();
+    reference_config.lora = LoraConfig{};
+    reference = std::make_unique<GPTModel>(reference_config, engine.chunks.front()->partition(), &engine.ops);
     const bool own = !args.dpo.ref_model.empty();
     st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load,
                             *reference);

@@ -224,6 +224,10 @@ Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vect
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
     mb->sample_ids[b] = 2 * ids[b % n] + (b < n ? 0 : 1);
   }
+  if (engine_->ps.cp_size() > 1) {  // this cp rank's positions of each sequence, as load_micro_batch
+    GALE_ASSIGN_OR_RETURN(ContextSplit split, make_context_split(S, engine_->ps.cp_size(), engine_->ps.coords().cp));
+    *mb = slice_micro_batch(*mb, split);
+  }
   return Status::Ok();
 }
 

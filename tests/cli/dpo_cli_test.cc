@@ -2,8 +2,9 @@
 // byte-identical to tools/reference/pairwise_reference.py (an independent statement of
 // MindSpeed-LLM's pairwise handler) for three templates; then a fine-tuned checkpoint trained with
 // `gale pretrain --stage dpo --is-pairwise-dataset` starts at loss log 2 (reference = policy),
-// the loss falls and rewards/accuracies is logged; data parallelism 2 under mpirun reproduces one
-// process; a separate --ref-model changes the start; errors are one line.
+// the loss falls and rewards/accuracies is logged; data parallelism 2, tensor parallelism 2 (also
+// with sequence parallelism) and context parallelism 2 under mpirun reproduce one process, bf16 stays close to fp32; a
+// separate --ref-model changes the start; errors are one line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,12 +124,17 @@ std::vector<std::string> dpo(int np, const std::string& data, const std::string&
   return testing::launch_argv(np, {GALE_BINARY}, flags);
 }
 
-TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) {
-  TempDir dir;
+// The pairs (dir/pairs) and a 2-iteration fine-tuned checkpoint (dir/sft) DPO starts from.
+void prepare_pairs_and_sft(const TempDir& dir) {
   auto p = run_gale(preprocess(dir.file("pairs"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64"),
                     dir.path());
   ASSERT_EQ(p.exit_code, 0) << p.err;
   ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft"), 2));
+}
+
+TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
   test::RunResult one = test::run_with_timeout(
       dpo(1, dir.file("pairs"), dir.file("sft"), {"--tensorboard-dir", dir.file("tb")}), {}, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -180,6 +186,74 @@ TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) 
   test::RunResult wrong = test::run_with_timeout(dpo(1, kSft + "/qwen", dir.file("sft"), {}), {}, 300);
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.output.find("(--is-pairwise-dataset)"), std::string::npos) << wrong.output;
+}
+
+// Tensor parallelism 2, with and without sequence parallelism (the vocabulary-parallel
+// cross-entropy gives every TP rank each sequence's log-probability), and context parallelism 2
+// (each sequence's sums all-reduced over the cp group): the one-process losses and accuracies. bf16 (bf16 policy and reference GEMMs): log 2 at the start (the reference is the
+// policy), then close to the fp32 run, and the loss falls.
+TEST(DpoPretrain, TensorAndContextParallelAndBf16RunsMatchOneFp32Process) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  test::RunResult one = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {}), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> loss = values(one.output, "lm loss");
+  ASSERT_EQ(loss.size(), 8u) << one.output;
+  for (std::vector<std::string> layout :
+       {std::vector<std::string>{"--tensor-model-parallel-size", "2"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
+        // Sequences of 48 (the pairs are shorter): CP 2 cuts them into chunks of 12, rank 0 holding
+        // positions [0, 12) and [36, 48), so the response labels (positions 34-45) of some pairs fall
+        // on both cp ranks.
+        std::vector<std::string>{"--context-parallel-size", "2", "--seq-length", "48"}}) {
+    std::string trace;
+    for (const std::string& f : layout) trace += f + " ";
+    SCOPED_TRACE(trace);
+    // The vocabulary padded as the one-process checkpoint's (1152 rows: a multiple of 64 x TP 2).
+    layout.insert(layout.end(), {"--make-vocab-size-divisible-by", "64"});
+    test::RunResult tp = test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), layout), testing::kMpiEnv, 300);
+    ASSERT_EQ(tp.exit_code, 0) << tp.output;
+    const std::vector<double> loss_tp = values(tp.output, "lm loss");
+    ASSERT_EQ(loss_tp.size(), loss.size()) << tp.output;
+    for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss_tp[i], loss[i], 1e-5 * loss[i]) << "iteration " << i + 1;
+    EXPECT_EQ(values(tp.output, "rewards/accuracies"), values(one.output, "rewards/accuracies"));
+  }
+  test::RunResult bf16 = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {"--bf16"}), {}, 300);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const std::vector<double> loss_bf16 = values(bf16.output, "lm loss");
+  ASSERT_EQ(loss_bf16.size(), loss.size()) << bf16.output;
+  EXPECT_NEAR(loss_bf16.front(), std::log(2.0), 1e-6) << bf16.output;
+  for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss_bf16[i], loss[i], 0.05 * loss[i]) << "iteration " << i + 1;
+  EXPECT_LT(loss_bf16.back(), 0.8 * loss_bf16.front()) << bf16.output;
+}
+
+// LoRA DPO: the policy is the fine-tuned model plus adapters (lora_B starts at 0) and the reference
+// the fine-tuned model itself, without adapters: the loss starts at log 2 and falls.
+TEST(DpoPretrain, LoraAdaptersTrainAgainstTheBaseModel) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  test::RunResult lora = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"),
+          {"--lr", "1e-2", "--lora-r", "8", "--lora-alpha", "16", "--lora-target-modules", "linear_qkv", "linear_proj",
+           "linear_fc1", "linear_fc2"}),
+      {}, 300);
+  ASSERT_EQ(lora.exit_code, 0) << lora.output;
+  EXPECT_NE(lora.output.find("loaded the reference model from"), std::string::npos) << lora.output;
+  const std::vector<double> loss = values(lora.output, "lm loss");
+  ASSERT_EQ(loss.size(), 8u) << lora.output;
+  EXPECT_NEAR(loss.front(), std::log(2.0), 1e-6) << lora.output;
+  EXPECT_LT(loss.back(), 0.8 * loss.front()) << lora.output;
+  // The adapters' run against a reference of its own: a further fine-tuned model is not the base,
+  // so the first loss is not log 2.
+  ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft4"), 4));
+  test::RunResult other = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"),
+          {"--lora-r", "8", "--lora-alpha", "16", "--lora-target-modules", "linear_qkv", "--ref-model", dir.file("sft4")}),
+      {}, 300);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const std::vector<double> other_loss = values(other.output, "lm loss");
+  ASSERT_FALSE(other_loss.empty()) << other.output;
+  EXPECT_GT(std::abs(other_loss.front() - std::log(2.0)), 1e-3) << other.output;
 }
 
 }  // namespace

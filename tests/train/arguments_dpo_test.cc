@@ -1,5 +1,5 @@
 // The --stage / DPO flags: MindSpeed-LLM's names and defaults, and one-line refusals naming the
-// flags for everything DPO does not compose with yet.
+// flags for everything DPO does not compose with yet (tensor parallelism and bf16 it does).
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -39,6 +39,13 @@ TEST(DpoArguments, MindSpeedDefaults) {
   EXPECT_EQ(on.args.dpo.ref_model, "ref");
   Cli dp;
   EXPECT_TRUE(dp.parse_minimal(dpo({"--use-distributed-optimizer"}), 2).ok()) << "data parallelism works with DPO";
+  Cli tp;
+  EXPECT_TRUE(tp.parse_minimal(dpo({"--tensor-model-parallel-size", "2", "--sequence-parallel"}), 2).ok())
+      << "tensor and sequence parallelism work with DPO";
+  Cli cp;
+  EXPECT_TRUE(cp.parse_minimal(dpo({"--context-parallel-size", "2"}), 2).ok()) << "context parallelism works with DPO";
+  Cli bf16;
+  EXPECT_TRUE(bf16.parse_minimal(dpo({"--bf16"})).ok()) << "bf16 works with DPO";
 }
 
 TEST(DpoArguments, RefusalsNameTheFlags) {
@@ -54,13 +61,12 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
       {dpo({"--dpo-label-smoothing", "0.7"}), 1, "--dpo-label-smoothing: expected a number in [0, 0.5], found 0.7"},
       {dpo({"--pref-ftx", "-1"}), 1, "--pref-ftx: expected a non-negative number"},
       {dpo({"--is-instruction-dataset"}), 1, "--is-instruction-dataset and --is-pairwise-dataset are exclusive"},
-      {dpo({"--tensor-model-parallel-size", "2"}), 2, "--stage dpo with --tensor-model-parallel-size"},
-      {dpo({"--pipeline-model-parallel-size", "2"}), 2, "not supported yet (DPO runs with data parallelism only)"},
-      {dpo({"--context-parallel-size", "2"}), 2, "not supported yet (DPO runs with data parallelism only)"},
+      {dpo({"--pipeline-model-parallel-size", "2"}), 2,
+       "--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with tensor, context and data "
+       "parallelism)"},
       {dpo({"--num-experts", "4"}), 1, "--stage dpo with --num-experts (MoE): not supported yet"},
       {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
-      {dpo({"--lora-target-modules", "linear_qkv"}), 1, "--stage dpo with --lora-target-modules (LoRA)"},
-      {dpo({"--bf16"}), 1, "--stage dpo with --fp16 or --bf16: not supported yet"},
+      {dpo({"--fp16"}), 1, "--stage dpo with --fp16: not supported yet (DPO trains in fp32 or --bf16, without loss scaling)"},
       {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
       {{"--stage", "dpo", "--is-pairwise-dataset", "--load", "ckpt"}, 1,
        "--stage dpo: evaluation is not supported yet; pass --eval-iters 0 (found 100)"},
