@@ -71,7 +71,7 @@ Status add_parameters(CheckpointWriter& w, const ParamBuffer& params) {
   for (int id = 0; id < params.size(); ++id) {
     const ParamSpec& s = params.spec(id);
     if (s.split_dim < 0 && s.split_rank != 0) continue;
-    GALE_RETURN_IF_ERROR(add_local(w, s, s.name, params.param(id)));
+    GALE_RETURN_IF_ERROR(add_local(w, s, s.name, params.param_values(id)));
   }
   return Status::Ok();
 }
@@ -89,8 +89,9 @@ Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const
 
 Status load_parameters(const CheckpointReader& r, ParamBuffer& params) {
   for (int id = 0; id < params.size(); ++id) {
-    Tensor local = params.param(id);
+    Tensor local = params.param_values(id);  // a copy under --reuse-fp32-param: stored split below
     GALE_RETURN_IF_ERROR(read_local(r, params.spec(id), params.spec(id).name, local));
+    if (params.is_split(id)) params.set_param_values(id, local.data<float>());
   }
   return Status::Ok();
 }

@@ -217,6 +217,9 @@ struct ModelConfig {
   bool init_xavier_uniform = false;
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
+  // --reuse-fp32-param (with bf16): the linear layers' f32 masters stored as their bf16 copy plus
+  // a 16-bit residual, the other parameters without a bf16 copy (ParamBuffer::enable_gemm_copy)
+  bool reuse_fp32_param = false;
   bool fp16 = false;  // --fp16: the same with f16 (and dynamic loss scaling in the trainer)
   RecomputePlan recompute;
   FullRecompute full_recompute;

@@ -174,7 +174,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     for (int id = 0; id < params_.size(); ++id)
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
   params_.finalize();
-  if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype());
+  if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);
   if (c.mla.enabled)
     rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
   else if (c.uses_rope_tables())

@@ -17,6 +17,7 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
     gemm_f16(w.gemm, false, true, M, w.out, w.in, 1.0f, x.data<f16>(), w.in, w.w_f16, w.in, 0.0f, y.data<float>(),
              w.out);
   } else {
+    GALE_CHECK(w.w != nullptr) << "f32 activations need the weights' f32 values (not kept under --reuse-fp32-param)";
     w.gemm(false, true, M, w.out, w.in, 1.0f, x.data<float>(), w.in, w.w, w.in, 0.0f, y.data<float>(), w.out);
   }
   return y;
@@ -41,6 +42,7 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w)
     gemm_f16(w.gemm, false, false, M, w.in, w.out, 1.0f, dy16.data<f16>(), w.out, w.w_f16, w.in, 0.0f,
              dx.data<float>(), w.in);
   } else {
+    GALE_CHECK(w.w != nullptr) << "f32 activations need the weights' f32 values (not kept under --reuse-fp32-param)";
     if (w.grad)
       w.gemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
     w.gemm(false, false, M, w.in, w.out, 1.0f, dy.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
@@ -74,7 +76,8 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16Gemm
   const Shape shape = pb.spec(id).local_shape();
   float* grad = pb.spec(id).trainable ? pb.grad_data(id) : nullptr;  // frozen: no dW GEMM
   const DType copy = pb.gemm_copy_dtype();
-  return LinearWeight{pb.param_data(id),
+  // --reuse-fp32-param: a weight stored split has no f32 values to read (the GEMM copy only).
+  return LinearWeight{pb.is_split(id) ? nullptr : pb.param_data(id),
                       copy == DType::kBF16 ? pb.param_bf16_data(id) : nullptr,
                       copy == DType::kF16 ? pb.param_f16_data(id) : nullptr,
                       grad,

@@ -8,7 +8,8 @@
 
 namespace gale {
 
-// A linear layer's weight [out, in] (this TP rank's shard): the f32 master values, their bf16
+// A linear layer's weight [out, in] (this TP rank's shard): the f32 master values (null for a
+// weight stored as bf16 + residual under --reuse-fp32-param, model/params.h), their bf16
 // copy under --bf16 or f16 copy under --fp16 (null otherwise), the f32 gradient (null for a frozen
 // weight: backward skips dW), the f32 GEMM to run (OpTable::gemm; f16 GEMMs run on it too) and the
 // bf16 one (OpTable::bf16_gemm).

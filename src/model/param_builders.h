@@ -28,4 +28,10 @@ inline ParamSpec tp_split(ParamSpec s, const ModelPartition& part, int dim, int 
   return s;
 }
 
+// `s` marked as a linear layer's weight read only through the GEMM copy (ParamSpec::gemm_weight).
+inline ParamSpec gemm_weight(ParamSpec s) {
+  s.gemm_weight = true;
+  return s;
+}
+
 }  // namespace gale

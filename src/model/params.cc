@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "core/bf16_split.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/cpu/gemm.h"
@@ -109,9 +111,27 @@ Tensor ParamBuffer::grad(int id) const {
   return Tensor::from_blob(grad_data(id), spec(id).local_shape(), DType::kF32);
 }
 
-void ParamBuffer::enable_gemm_copy(DType dtype) {
+void ParamBuffer::enable_gemm_copy(DType dtype, bool reuse_fp32) {
   GALE_CHECK(finalized());
   GALE_CHECK(dtype == DType::kBF16 || dtype == DType::kF16) << "a GEMM copy in " << dtype_name(dtype);
+  if (reuse_fp32) {
+    GALE_CHECK(dtype == DType::kBF16) << "--reuse-fp32-param needs bf16, not " << dtype_name(dtype);
+    if (reuse_fp32_) return;
+    params_gemm_ = Tensor();
+    split_.assign(specs_.size(), false);
+    reuse_fp32_ = true;
+    std::vector<float> values;
+    for (int id = 0; id < size(); ++id) {
+      const ParamSpec& s = spec(id);
+      if (!s.gemm_weight || !s.trainable) continue;
+      const float* p = params_.data<float>() + s.offset;
+      values.assign(p, p + s.local_numel());
+      split_[static_cast<size_t>(id)] = true;
+      store_split(id, 0, s.local_numel(), values.data());
+    }
+    return;
+  }
+  GALE_CHECK(!reuse_fp32_) << "a GEMM copy after --reuse-fp32-param";
   if (!params_gemm_.defined() || params_gemm_.dtype() != dtype) params_gemm_ = Tensor::empty({numel_}, dtype);
   refresh_gemm_copy();
 }
@@ -119,12 +139,103 @@ void ParamBuffer::enable_gemm_copy(DType dtype) {
 void ParamBuffer::refresh_gemm_copy() { refresh_gemm_copy(0, numel_); }
 
 void ParamBuffer::refresh_gemm_copy(int64_t offset, int64_t count) {
-  if (!has_gemm_copy()) return;
+  if (!params_gemm_.defined()) return;  // none, or --reuse-fp32-param (split storage is its own copy)
   GALE_CHECK(offset >= 0 && offset + count <= numel_);
   if (params_gemm_.dtype() == DType::kBF16)
     convert_f32_to_bf16(params_.data<float>() + offset, params_gemm_.data<bf16>() + offset, count);
   else
     convert_f32_to_f16(params_.data<float>() + offset, params_gemm_.data<f16>() + offset, count);
+}
+
+void ParamBuffer::merge_split(int id, int64_t begin, int64_t count, float* out) const {
+  const ParamSpec& s = spec(id);
+  const int64_t n = s.local_numel();
+  GALE_CHECK(begin >= 0 && begin + count <= n);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(params_.data<float>() + s.offset) + begin;
+  const uint16_t* r = reinterpret_cast<const uint16_t*>(params_.data<float>() + s.offset) + n + begin;
+  const int64_t flat = s.offset + begin;
+  parallel_for(count, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const bool tie = r[i] == 0x8000u && std::binary_search(ties_.begin(), ties_.end(), flat + i);
+      out[i] = merge_bf16_residual_to_f32(b[i], r[i], tie);
+    }
+  });
+}
+
+void ParamBuffer::store_split(int id, int64_t begin, int64_t count, const float* in) {
+  const ParamSpec& s = spec(id);
+  const int64_t n = s.local_numel();
+  GALE_CHECK(begin >= 0 && begin + count <= n);
+  uint16_t* b = reinterpret_cast<uint16_t*>(params_.data<float>() + s.offset) + begin;
+  uint16_t* r = reinterpret_cast<uint16_t*>(params_.data<float>() + s.offset) + n + begin;
+  parallel_for(count, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) split_f32_to_bf16_residual(in[i], &b[i], &r[i]);
+  });
+  // The tie list of [flat, flat + count): replaced by this piece's ties.
+  const int64_t flat = s.offset + begin;
+  std::vector<int64_t> found;
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t u;
+    std::memcpy(&u, in + i, 4);
+    if (bf16_split_tie_down(u)) found.push_back(flat + i);
+  }
+  auto lo = std::lower_bound(ties_.begin(), ties_.end(), flat);
+  auto hi = std::lower_bound(lo, ties_.end(), flat + count);
+  if (found.empty() && lo == hi) return;
+  const auto at = ties_.erase(lo, hi) - ties_.begin();
+  ties_.insert(ties_.begin() + at, found.begin(), found.end());
+}
+
+void ParamBuffer::read_values(int64_t offset, int64_t count, float* out) const {
+  GALE_CHECK(offset >= 0 && offset + count <= numel_);
+  if (!reuse_fp32_) {
+    std::memcpy(out, params_.data<float>() + offset, static_cast<size_t>(count) * sizeof(float));
+    return;
+  }
+  for (int id = 0; id < size(); ++id) {
+    const ParamSpec& s = spec(id);
+    const int64_t lo = std::max(offset, s.offset), hi = std::min(offset + count, s.offset + s.local_numel());
+    if (hi <= lo) continue;
+    if (is_split(id))
+      merge_split(id, lo - s.offset, hi - lo, out + (lo - offset));
+    else
+      std::memcpy(out + (lo - offset), params_.data<float>() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void ParamBuffer::write_values(int64_t offset, int64_t count, const float* in) {
+  GALE_CHECK(offset >= 0 && offset + count <= numel_);
+  if (!reuse_fp32_) {
+    float* dst = params_.data<float>() + offset;
+    if (dst != in) std::memcpy(dst, in, static_cast<size_t>(count) * sizeof(float));
+    refresh_gemm_copy(offset, count);
+    return;
+  }
+  for (int id = 0; id < size(); ++id) {
+    const ParamSpec& s = spec(id);
+    const int64_t lo = std::max(offset, s.offset), hi = std::min(offset + count, s.offset + s.local_numel());
+    if (hi <= lo) continue;
+    if (is_split(id)) {
+      store_split(id, lo - s.offset, hi - lo, in + (lo - offset));
+    } else {
+      float* dst = params_.data<float>() + lo;
+      if (dst != in + (lo - offset))
+        std::memcpy(dst, in + (lo - offset), static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+  }
+}
+
+Tensor ParamBuffer::param_values(int id) const {
+  if (!is_split(id)) return param(id);
+  Tensor t = Tensor::empty(spec(id).local_shape());
+  merge_split(id, 0, spec(id).local_numel(), t.data<float>());
+  return t;
+}
+
+int64_t ParamBuffer::value_bytes() const {
+  int64_t bytes = params_.defined() ? static_cast<int64_t>(params_.nbytes()) : 0;
+  if (params_gemm_.defined()) bytes += static_cast<int64_t>(params_gemm_.nbytes());
+  return bytes + static_cast<int64_t>(ties_.size() * sizeof(int64_t));
 }
 
 uint64_t param_init_stream(const std::string& name) {
@@ -136,10 +247,12 @@ uint64_t param_init_stream(const std::string& name) {
 void ParamBuffer::initialize(uint64_t seed) {
   GALE_CHECK(finalized());
 
+  std::vector<float> staged;  // a parameter stored split (--reuse-fp32-param) is set through its values
   for (int id = 0; id < size(); ++id) {
     const ParamSpec& s = spec(id);
-    float* p = param_data(id);
     int64_t n = s.local_numel();
+    if (is_split(id)) staged.resize(static_cast<size_t>(n));
+    float* p = is_split(id) ? staged.data() : param_data(id);
     switch (s.init) {
       case InitKind::kZeros:
         for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
@@ -164,6 +277,7 @@ void ParamBuffer::initialize(uint64_t seed) {
         break;
       }
     }
+    if (is_split(id)) set_param_values(id, p);
   }
   refresh_gemm_copy();
 }

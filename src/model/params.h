@@ -49,6 +49,10 @@ struct ParamSpec {
   // to local_experts.{r·E/EP + j} here); empty: the same as `name`. Initial values and checkpoint
   // tensors use it, so both are layout-independent.
   std::string global_name;
+  // A linear layer's weight that the model reads only through the GEMM copy (the transformer
+  // layers' linear_qkv, linear_proj, linear_fc1 and linear_fc2 weights): under --reuse-fp32-param
+  // its f32 master is stored as the bf16 GEMM copy plus a 16-bit residual (ParamBuffer).
+  bool gemm_weight = false;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
   const std::string& whole_model_name() const { return global_name.empty() ? name : global_name; }
@@ -93,10 +97,15 @@ class ParamBuffer {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int find(const std::string& name) const;  // -1 when absent
 
-  // Named views (shape = local shape).
+  // Named views (shape = local shape). Not for a parameter stored split (--reuse-fp32-param,
+  // below): it has no f32 view; read it with param_values() / read_values().
   Tensor param(int id) const;
   Tensor grad(int id) const;
-  float* param_data(int id) const { return params_.data<float>() + spec(id).offset; }
+  float* param_data(int id) const {
+    GALE_CHECK(!is_split(id)) << spec(id).name
+                              << " is stored as bf16 + residual (--reuse-fp32-param): it has no f32 view";
+    return params_.data<float>() + spec(id).offset;
+  }
   // A frozen parameter has no gradient: null, so that the model skips its gradient work (the dW
   // GEMMs, the embedding and output-layer gradients). A frozen 1-D parameter's (norm weights,
   // biases, whose gradients fused kernels compute alongside dx) is a scratch shared by all of them
@@ -118,22 +127,77 @@ class ParamBuffer {
   // the f32 buffer stays the optimizer's master copy (and gradients stay f32). Call
   // refresh_gemm_copy() after any change of the f32 values (initialisation, checkpoint load,
   // optimizer step, parameter all-gather).
-  void enable_gemm_copy(DType dtype);  // kBF16 or kF16
-  bool has_gemm_copy() const { return params_gemm_.defined(); }
+  //
+  // --reuse-fp32-param (`reuse_fp32`, bf16 only; MindSpeed's ReuseFP32Param): no separate GEMM
+  // buffer. A trainable ParamSpec::gemm_weight parameter of n elements keeps, in the 4n bytes its
+  // f32 master would take in the flat buffer, the bf16 copy b[0..n) (bytes [0, 2n), what the GEMMs
+  // read, bit-identical to the copy refresh_gemm_copy() makes) followed by a 16-bit residual
+  // r[0..n) (bytes [2n, 4n)): it is "stored split". Every other parameter (embeddings, norms,
+  // biases, the output layer: the model reads them in f32) stays f32 and has no GEMM copy. Either
+  // way a parameter takes 4 bytes instead of 6: 2 bytes per parameter less.
+  // Bit layout of element i with f32 bits u = (t << 16) | low, t = u >> 16:
+  //   b = round_to_nearest_even_bf16(f) (core/dtype.h: NaN → the quiet NaN (t | 0x40));
+  //   r = low (u's low 16 bits);
+  //   reconstruction: u = (b << 16 | r) − (rounded up ? 1 << 16 : 0), where b is NaN → not rounded
+  //   up; r < 0x8000 → not; r > 0x8000 → rounded up; r = 0x8000 (an exact tie) → rounded up unless
+  //   i is in the tie list.
+  // RNE maps 65537 f32 patterns to an even finite b (t = b with low ≤ 0x8000, t = b − 1 with
+  // low ≥ 0x8000) but 16 bits tell only 65536 apart: the one left over, an exact tie that rounded
+  // down to even t (u's low 17 bits = 0x08000), is recorded in a sorted list of flat indices (8
+  // bytes each; about one element in 131072 of trained weights, none for most initial values —
+  // MindSpeed's deterministic mode keeps that bit in the sign of Adam's exp_avg_sq instead).
+  // So every finite f — ±0, denormals, ties, values up to FLT_MAX that round to ±Inf in bf16 — is
+  // reconstructed bit for bit; ±Inf too; a NaN stays a NaN of the same sign (quiet, as b).
+  void enable_gemm_copy(DType dtype, bool reuse_fp32 = false);  // kBF16 or kF16
+  bool has_gemm_copy() const { return params_gemm_.defined() || reuse_fp32_; }
+  bool reuses_fp32() const { return reuse_fp32_; }
+  // Whether parameter `id` is stored split (bf16 + residual).
+  bool is_split(int id) const { return reuse_fp32_ && split_[static_cast<size_t>(id)]; }
   // The copy's type: kBF16, kF16, or kF32 when there is none.
-  DType gemm_copy_dtype() const { return has_gemm_copy() ? params_gemm_.dtype() : DType::kF32; }
-  const bf16* param_bf16_data(int id) const { return params_gemm_.data<bf16>() + spec(id).offset; }
+  DType gemm_copy_dtype() const {
+    return reuse_fp32_ ? DType::kBF16 : has_gemm_copy() ? params_gemm_.dtype() : DType::kF32;
+  }
+  // The GEMM copy of parameter `id`; with --reuse-fp32-param only a split parameter has one (null
+  // for the others).
+  const bf16* param_bf16_data(int id) const {
+    if (reuse_fp32_)
+      return is_split(id) ? reinterpret_cast<const bf16*>(params_.data<float>() + spec(id).offset) : nullptr;
+    return params_gemm_.data<bf16>() + spec(id).offset;
+  }
   const f16* param_f16_data(int id) const { return params_gemm_.data<f16>() + spec(id).offset; }
-  void refresh_gemm_copy();                                // the whole buffer
+  void refresh_gemm_copy();                                // the whole buffer (no-op with --reuse-fp32-param)
   void refresh_gemm_copy(int64_t offset, int64_t count);  // elements [offset, offset + count)
+
+  // The f32 values of flat elements [offset, offset + count) (the master values: reconstructed
+  // where stored split), into `out`. Any parameter, any storage.
+  void read_values(int64_t offset, int64_t count, float* out) const;
+  // Sets the f32 values of flat elements [offset, offset + count) from `in` (split again where
+  // stored split) and refreshes their GEMM copy.
+  void write_values(int64_t offset, int64_t count, const float* in);
+  // Parameter `id`'s values (local shape): its f32 view, or a copy when stored split. Read only.
+  Tensor param_values(int id) const;
+  // Sets parameter `id`'s values from `in` (local_numel() floats), its GEMM copy included.
+  void set_param_values(int id, const float* in) { write_values(spec(id).offset, spec(id).local_numel(), in); }
+  // --reuse-fp32-param: entries of the tie list (see above).
+  int64_t num_split_ties() const { return static_cast<int64_t>(ties_.size()); }
+  // Bytes this buffer holds for parameter values: the f32 buffer, the GEMM copy and the tie list
+  // (gradients not included).
+  int64_t value_bytes() const;
 
   // Megatron's initialisation (docs/model.md), drawn from the counter-based RNG so that every
   // element's value depends only on (seed, parameter name, global index).
   void initialize(uint64_t seed);
 
  private:
+  // Split storage of parameter `id` (a piece [begin, begin + count) of its local elements).
+  void merge_split(int id, int64_t begin, int64_t count, float* out) const;
+  void store_split(int id, int64_t begin, int64_t count, const float* in);
+
   std::vector<ParamSpec> specs_;
   int64_t numel_ = 0, dense_numel_ = 0, trainable_numel_ = 0;
+  bool reuse_fp32_ = false;
+  std::vector<bool> split_;     // per parameter, with reuse_fp32_
+  std::vector<int64_t> ties_;   // sorted flat indices of split elements that were exact ties rounded down
   Tensor params_, grads_, params_gemm_;
   Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
 };

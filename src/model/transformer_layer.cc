@@ -203,7 +203,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     w.mla = register_mla_params(pb, c, part, layer);
   } else {
     // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
-    w.qkv_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true), part, 0));
+    w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0));
     if (lora_targets(c.lora, LoraTarget::kQkv))
       w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
                                          LoraSplit::kColumn);
@@ -222,7 +222,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     }
   }
   const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
-  w.proj_w = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true), part, 1));
+  w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1));
   if (lora_targets(c.lora, LoraTarget::kProj))
     w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
                                         attn_out, LoraSplit::kRow);
@@ -247,13 +247,13 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
   int blocks = c.swiglu ? 2 : 1;
-  w.fc1_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), part, 0, blocks));
+  w.fc1_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true)), part, 0, blocks));
   if (lora_targets(c.lora, LoraTarget::kFc1))
     w.lora_fc1 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc1.weight"), c.fc1_out(), H,
                                        LoraSplit::kColumn, blocks);
   if (c.add_bias_linear)
     w.fc1_b = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc1.bias"), {c.fc1_out()}, InitKind::kZeros, 0, false), part, 0, blocks));
-  w.fc2_w = pb.add(tp_split(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), part, 1));
+  w.fc2_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true)), part, 1));
   if (lora_targets(c.lora, LoraTarget::kFc2))
     w.lora_fc2 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc2.weight"), H, c.ffn,
                                        LoraSplit::kRow);

@@ -151,15 +151,15 @@ void DataParallelSync::start_param_gather(size_t b) {
   const GradBucket& bucket = buckets_[b];
   float* p = params_->flat_params().data<float>() + bucket.range.begin;
   const int64_t n = bucket.numel(), shard = bucket.shard_numel(dp_size_);
-  if (bucket.padded_numel == n) {
+  // --reuse-fp32-param: the buffer holds split weights, so the f32 values travel through staging.
+  if (bucket.padded_numel == n && !params_->reuses_fp32()) {
     s.param_work = dp_->all_gather_async(p + dp_rank_ * shard, p, shard, DType::kF32);
     return;
   }
   s.param_staging = Tensor::zeros({bucket.padded_numel});
   float* staging = s.param_staging.data<float>();
   const FlatRange own = bucket_shard(bucket, dp_size_, dp_rank_);
-  std::memcpy(staging + dp_rank_ * shard, params_->flat_params().data<float>() + own.begin,
-              static_cast<size_t>(own.size()) * sizeof(float));
+  if (own.size() > 0) params_->read_values(own.begin, own.size(), staging + dp_rank_ * shard);
   s.param_work = dp_->all_gather_async(staging + dp_rank_ * shard, staging, shard, DType::kF32);
 }
 
@@ -170,12 +170,12 @@ void DataParallelSync::finish_param_gather(size_t b) {
   s.param_work->wait();
   s.param_work.reset();
   const GradBucket& bucket = buckets_[b];
-  if (s.param_staging.defined()) {
-    std::memcpy(params_->flat_params().data<float>() + bucket.range.begin, s.param_staging.raw(),
-                static_cast<size_t>(bucket.numel()) * sizeof(float));
+  if (s.param_staging.defined()) {  // with the GEMM copy of the gathered weights (--bf16/--fp16)
+    params_->write_values(bucket.range.begin, bucket.numel(), s.param_staging.data<float>());
     s.param_staging = Tensor();
+  } else {
+    params_->refresh_gemm_copy(bucket.range.begin, bucket.numel());  // --bf16/--fp16: the GEMM copy of the gathered weights
   }
-  params_->refresh_gemm_copy(bucket.range.begin, bucket.numel());  // --bf16/--fp16: the GEMM copy of the gathered weights
   s.params_stale = false;
 }
 

@@ -100,9 +100,17 @@ double Optimizer::norm_of(bool grads) const {
   for (const BufferState& b : buffers_) {
     const ParamBuffer& pb = *b.buffer.params;
     const float* base = grads ? pb.flat_grads().data<float>() : pb.flat_params().data<float>();
-    for (const Segment& seg : b.segments)
-      if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)])
-        (pb.spec(seg.param_id).expert_parallel ? expert_sq : sq) += ops_->sum_of_squares(base + seg.begin, seg.numel);
+    for (const Segment& seg : b.segments) {
+      if (!b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) continue;
+      double& acc = pb.spec(seg.param_id).expert_parallel ? expert_sq : sq;
+      if (!grads && pb.is_split(seg.param_id)) {  // --reuse-fp32-param: the reconstructed values
+        Tensor values = Tensor::empty({seg.numel});
+        pb.read_values(seg.begin, seg.numel, values.data<float>());
+        acc += ops_->sum_of_squares(values.data<float>(), seg.numel);
+      } else {
+        acc += ops_->sum_of_squares(base + seg.begin, seg.numel);
+      }
+    }
   }
   return std::sqrt(sum_over_groups(sq, expert_sq));
 }
@@ -148,31 +156,52 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   h.beta2 = static_cast<float>(config_.beta2);
   h.eps = static_cast<float>(config_.eps);
   h.step = step_;
+  // --reuse-fp32-param: a parameter stored split (model/params.h) is reconstructed in f32 blocks of
+  // kSplitBlock elements (a multiple of every vector width: each element's update is the same
+  // whatever block it falls in), updated, and split again; Muon's whole-matrix update takes it whole.
+  constexpr int64_t kSplitBlock = int64_t{1} << 16;
+  Tensor block;
   for (size_t bi = 0; bi < buffers_.size(); ++bi) {
     BufferState& b = buffers_[bi];
     ParamBuffer& pb = *b.buffer.params;
     float* params = pb.flat_params().data<float>();
     float* grads = pb.flat_grads().data<float>();
     for (const Segment& seg : b.segments) {
-      float* p = params + seg.begin;
       float* g = grads + seg.begin;
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
       const double seg_lr = decoupled ? *decoupled_lr : lr;
-      if (b.buffer.muon[static_cast<size_t>(seg.param_id)]) {
-        if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
-        muon_step(b, seg, p, g, seg_lr, param_wd);
-      } else if (config_.type == "adam" || config_.type == "muon") {
-        h.lr = static_cast<float>(seg_lr);
-        h.weight_decay = param_wd;
-        h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
-        ops_->adamw_step(p, g, b.exp_avg.data<float>() + seg.state_offset,
-                         b.exp_avg_sq.data<float>() + seg.state_offset, seg.numel, h);
-      } else {
-        if (coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
-        sgd_step_ref(p, g, b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset : nullptr, seg.numel,
-                     static_cast<float>(seg_lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
+      const bool muon = b.buffer.muon[static_cast<size_t>(seg.param_id)];
+      const bool adam = !muon && (config_.type == "adam" || config_.type == "muon");
+      if (!adam && coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
+      h.lr = static_cast<float>(seg_lr);
+      h.weight_decay = param_wd;
+      h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
+      // Elements [at, at + n) of the segment, their f32 values in p.
+      auto update = [&](float* p, int64_t at, int64_t n) {
+        if (muon) {
+          muon_step(b, seg, p, g, seg_lr, param_wd);
+        } else if (adam) {
+          ops_->adamw_step(p, g + at, b.exp_avg.data<float>() + seg.state_offset + at,
+                           b.exp_avg_sq.data<float>() + seg.state_offset + at, n, h);
+        } else {
+          sgd_step_ref(p, g + at,
+                       b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset + at : nullptr, n,
+                       static_cast<float>(seg_lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
+        }
+      };
+      if (!pb.is_split(seg.param_id)) {
+        update(params + seg.begin, 0, seg.numel);
+        continue;
+      }
+      const int64_t piece = muon ? seg.numel : std::min(seg.numel, kSplitBlock);
+      if (!block.defined() || block.numel() < piece) block = Tensor::empty({piece});
+      for (int64_t at = 0; at < seg.numel; at += piece) {
+        const int64_t n = std::min(piece, seg.numel - at);
+        pb.read_values(seg.begin + at, n, block.data<float>());
+        update(block.data<float>(), at, n);
+        pb.write_values(seg.begin + at, n, block.data<float>());
       }
     }
     if (after_buffer_step_) after_buffer_step_(bi);

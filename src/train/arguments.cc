@@ -169,6 +169,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
+  p.add_flag("--reuse-fp32-param", &a.reuse_fp32_param,
+             "MindSpeed: with --bf16 keep the f32 master weights as the bf16 parameters plus 16-bit residuals "
+             "(2 bytes per parameter less; bit-identical training)");
   p.add_flag("--fp16", &a.fp16,
              "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
              "weights, gradients and optimizer state, with loss scaling");

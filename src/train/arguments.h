@@ -154,6 +154,10 @@ struct TrainingArgs {
   // (train/param_hash.h).
   int64_t check_weight_hash_across_dp_replicas_interval = kUnset;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
+  // --reuse-fp32-param (MindSpeed, level 2; features/feature_reuse_fp32_param.cc): with --bf16 the
+  // f32 masters of the linear layers' weights are kept as their bf16 copy + a 16-bit residual (2
+  // bytes per parameter less). `gale pretrain` clears it below --optimization-level 2.
+  bool reuse_fp32_param = false;
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
   // without it the scale is dynamic, starting at --initial-loss-scale.

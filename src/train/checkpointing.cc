@@ -174,7 +174,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
       if (!writes(engine.ps, model, id)) continue;
       const ParamSpec& s = pb.spec(id);
       if (!s.trainable && !s.buffer) continue;  // LoRA: the checkpoint holds the adapters, not the frozen base
-      Tensor param = pb.param(id);
+      Tensor param = pb.param_values(id);  // f32 (reconstructed under --reuse-fp32-param)
       for (const Piece& piece : pieces_of(s))
         GALE_RETURN_IF_ERROR(
             w.add(s.whole_model_name(), s.global_shape, piece.offsets, rows_of(param, piece.first_row, piece.rows)));
@@ -362,11 +362,12 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       const std::string source =
           set == ParamSet::kUpcycle ? upcycling_source(s.whole_model_name()) : s.whole_model_name();
       if (source.empty()) continue;
-      Tensor param = pb.param(id);
+      Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
         GALE_RETURN_IF_ERROR(r.read_slice_into(source, s.global_shape, piece.offsets, dst));
       }
+      if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
     }
     if (!load_optim) continue;
     // Whatever layout saved it, each owned segment reads the boxes it covers.
@@ -467,11 +468,12 @@ Status load_model_weights(const std::string& flag, const std::string& dir, GPTMo
   ParamBuffer& pb = model.params();
   for (int id = 0; id < pb.size(); ++id) {
     const ParamSpec& s = pb.spec(id);
-    Tensor param = pb.param(id);
+    Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
     for (const Piece& piece : pieces_of(s)) {
       Tensor dst = rows_of(param, piece.first_row, piece.rows);
       GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
     }
+    if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
   }
   pb.refresh_gemm_copy();
   print_rank0(str_cat("  loaded the reference model from ", r.directory(), " (", flag, ") at iteration ",

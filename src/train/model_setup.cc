@@ -46,6 +46,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.init_xavier_uniform = m.init_method_xavier_uniform;
   c.seed = static_cast<uint64_t>(a.training.seed);
   c.bf16 = a.training.bf16;
+  c.reuse_fp32_param = a.training.reuse_fp32_param;
   c.fp16 = a.training.fp16;
   if (m.multi_latent_attention) {
     c.mla.enabled = true;

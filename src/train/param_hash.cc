@@ -58,7 +58,8 @@ Status check_param_hashes_across_dp_replicas(const std::vector<const ParamBuffer
     const ParamBuffer& pb = *chunks[c];
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
-      const uint64_t h = param_hash(pb.param_data(id), s.local_numel());
+      const Tensor values = pb.param_values(id);  // f32 (reconstructed under --reuse-fp32-param)
+      const uint64_t h = param_hash(values.data<float>(), s.local_numel());
       (s.expert_parallel ? expert : dense).push_back({c, s.name});
       (s.expert_parallel ? expert_hashes : dense_hashes).push_back(h);
     }

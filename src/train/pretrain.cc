@@ -106,6 +106,8 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) return usage_error(st);
   // Off below level 2 or without an instruction dataset (a notice below says why).
   args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
+  // Off below level 2 (a notice below says so).
+  args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");
@@ -195,6 +197,12 @@ int pretrain_main(int argc, char** argv) {
   }
   print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
                     engine.ps.coords().pp, "): ", params));
+  if (args.training.reuse_fp32_param) {
+    int64_t bytes = 0;
+    for (const auto& c : engine.chunks) bytes += c->params().value_bytes();
+    print_all(str_cat(" > --reuse-fp32-param: parameter values on rank ", world->rank(), " take ", bytes,
+                      " bytes (a plain --bf16 run: ", params * 6, ", 4 per f32 master + 2 per bf16 copy)"));
+  }
   if (args.lora.enabled()) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));
