@@ -239,6 +239,7 @@ int pretrain_main(int argc, char** argv) {
   if (args.dpo.enabled()) {
     ModelConfig reference_config = engine.chunks.front()->config();
     reference_config.lora = LoraConfig{};
+    reference_config.reuse_fp32_param = false;  // never stepped: plain f32 values and their bf16 copy
     reference = std::make_unique<GPTModel>(reference_config, engine.chunks.front()->partition(), &engine.ops);
     const bool own = !args.dpo.ref_model.empty();
     st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load,

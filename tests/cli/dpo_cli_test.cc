@@ -225,6 +225,11 @@ TEST(DpoPretrain, TensorAndContextParallelAndBf16RunsMatchOneFp32Process) {
   EXPECT_NEAR(loss_bf16.front(), std::log(2.0), 1e-6) << bf16.output;
   for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss_bf16[i], loss[i], 0.05 * loss[i]) << "iteration " << i + 1;
   EXPECT_LT(loss_bf16.back(), 0.8 * loss_bf16.front()) << bf16.output;
+  // --reuse-fp32-param keeps the policy's masters exactly: the bf16 run's losses bit for bit.
+  test::RunResult reuse = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), {"--bf16", "--reuse-fp32-param"}), {}, 300);
+  ASSERT_EQ(reuse.exit_code, 0) << reuse.output;
+  EXPECT_EQ(values(reuse.output, "lm loss"), loss_bf16) << reuse.output;
 }
 
 // LoRA DPO: the policy is the fine-tuned model plus adapters (lora_B starts at 0) and the reference
