@@ -13,7 +13,9 @@
 
 namespace gale {
 
-enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
+// kAlibi: no embedding added to the tokens; attention adds the per-head bias m_h·(j − i)
+// (AttentionProblem::alibi_slopes, --position-embedding-type alibi).
+enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone, kAlibi };
 
 // Activations that backward recomputes instead of keeping from forward (MindSpeed's
 // --recompute-activation-function and --recompute-norm, installed by their features): in the first

@@ -180,6 +180,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   else if (c.uses_rope_tables())
     rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor, c.rope_position_scale);
   if (c.uses_rope_tables()) rope_.interleaved = c.rope_interleaved;
+  if (c.position == PositionEmbedding::kAlibi) {
+    GALE_CHECK(!c.mla.enabled) << "ALiBi with multi-latent attention";
+    alibi_slopes_ = alibi_slopes(c.heads);  // all heads: each rank's heads read theirs at head_offset
+  }
 }
 
 GPTModel::~GPTModel() = default;
@@ -280,6 +284,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.scale = c.softmax_scale();
   ap.causal = true;
   ap.window = c.sliding_window;
+  ap.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
   if (!st.mb.document_ids.empty()) {
     ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data()
                    : hybrid ? rt.hybrid_q_doc_ids.data()

@@ -20,8 +20,8 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--num-query-groups", &a.num_query_groups, "number of key/value heads with --group-query-attention");
   p.add("--seq-length", &a.seq_length, "sequence length (required)");
   p.add("--max-position-embeddings", &a.max_position_embeddings, "maximum sequence length of position embeddings (required)");
-  p.add_choice("--position-embedding-type", &a.position_embedding_type, {"learned_absolute", "rope", "none"},
-               "position embedding");
+  p.add_choice("--position-embedding-type", &a.position_embedding_type, {"learned_absolute", "rope", "none", "alibi"},
+               "position embedding (alibi: MindSpeed's ALiBi, a per-head linear distance bias inside attention)");
   p.add_flag("--use-rotary-position-embeddings", &a.use_rotary_position_embeddings, "legacy spelling of --position-embedding-type rope");
   p.add("--rotary-base", &a.rotary_base, "RoPE base period");
   p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
@@ -34,6 +34,15 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--sliding-window", &a.sliding_window,
         "sliding-window attention: a query at position i attends only the keys at positions i-W+1 .. i "
         "(Mistral's window; unset: full causal attention)");
+  p.add("--alibi-fusion-attn-type", &a.alibi_fusion_attn_type,
+        "ALiBi bias form of MindSpeed's fusion attention (pse type): Gale's bias is type 2, -m*(i-j) inside "
+        "flash attention; 0 and 3 are refused");
+  p.add_flag("--square-alibi-mask", &a.square_alibi_mask,
+             "ALiBi (MindSpeed legacy path): [S, S] bias m*(j-i) instead of m*j; same probabilities, accepted");
+  p.add_flag("--fill-neg-inf", &a.fill_neg_inf,
+             "ALiBi (MindSpeed legacy path, with --square-alibi-mask): masked entries -inf; same probabilities, accepted");
+  p.add_flag("--alibi-diagonal-opposite", &a.alibi_diagonal_opposite,
+             "ALiBi: sign of the bias of keys after the query, which the causal mask hides; accepted");
   p.add_choice("--normalization", &a.normalization, {"LayerNorm", "RMSNorm"}, "normalization layer");
   p.add("--norm-epsilon", &a.norm_epsilon, "epsilon of the normalization layers");
   p.add_flag("--apply-layernorm-1p", &a.apply_layernorm_1p,
@@ -414,13 +423,40 @@ Status parse_noop_layers(ModelArgs& m) {
   return Status::Ok();
 }
 
+// --position-embedding-type alibi and MindSpeed's ALiBi flags (ModelArgs::alibi_fusion_attn_type).
+static Status validate_alibi_args(const ModelArgs& m, const ArgParser& p) {
+  const bool alibi = m.position_embedding_type == "alibi";
+  for (const char* flag : {"--alibi-fusion-attn-type", "--square-alibi-mask", "--fill-neg-inf", "--alibi-diagonal-opposite"})
+    if (p.was_set(flag) && !alibi)
+      return InvalidArgument(flag, " needs --position-embedding-type alibi, found ", m.position_embedding_type);
+  if (!alibi) return Status::Ok();
+  if (m.alibi_fusion_attn_type != kUnset && m.alibi_fusion_attn_type != 2) {
+    if (m.alibi_fusion_attn_type == 0 || m.alibi_fusion_attn_type == 3)
+      return InvalidArgument("--alibi-fusion-attn-type: expected 2 (Gale's in-kernel bias -m*(i-j)), found ",
+                             m.alibi_fusion_attn_type,
+                             m.alibi_fusion_attn_type == 0 ? " (an explicit compressed bias tensor, not supported)"
+                                                           : " (a different in-kernel bias form, not supported)");
+    return InvalidArgument("--alibi-fusion-attn-type: expected 0, 2 or 3 (MindSpeed), found ", m.alibi_fusion_attn_type);
+  }
+  if (m.fill_neg_inf && !m.square_alibi_mask)
+    return InvalidArgument("--fill-neg-inf needs --square-alibi-mask (MindSpeed), found it off");
+  if (m.multi_latent_attention)
+    return Unimplemented("--position-embedding-type alibi with --multi-latent-attention: not supported (MLA "
+                         "carries its positions in the RoPE part of its heads)");
+  return Status::Ok();
+}
+
 Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(required(m.num_layers, "--num-layers"));
   GALE_RETURN_IF_ERROR(required(m.hidden_size, "--hidden-size"));
   GALE_RETURN_IF_ERROR(required(m.num_attention_heads, "--num-attention-heads"));
   GALE_RETURN_IF_ERROR(required(m.seq_length, "--seq-length"));
   GALE_RETURN_IF_ERROR(required(m.max_position_embeddings, "--max-position-embeddings"));
+  if (m.use_rotary_position_embeddings && m.position_embedding_type == "alibi")
+    return InvalidArgument("--use-rotary-position-embeddings with --position-embedding-type alibi: expected one "
+                           "position embedding, found RoPE and ALiBi");
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
+  GALE_RETURN_IF_ERROR(validate_alibi_args(m, p));
   if (m.use_rope_scaling && m.position_embedding_type != "rope")
     return InvalidArgument("--use-rope-scaling needs --position-embedding-type rope, found ", m.position_embedding_type);
   if (m.use_rope_scaling && m.multi_latent_attention)

@@ -43,6 +43,17 @@ struct ModelArgs {
   // --sliding-window W (MindSpeed-LLM's flag; unset: None, full causal attention): a query at
   // position i attends the keys at positions i − W + 1 .. i (Hugging Face Mistral's window).
   int64_t sliding_window = kUnset;
+  // MindSpeed's ALiBi flags (--position-embedding-type alibi; kernels/cpu/attention.h). Gale always
+  // adds the bias −m_h·(i − j) inside flash attention, which is MindSpeed's fusion-attention pse
+  // type 2: --alibi-fusion-attn-type accepts 2 (or unset); 0 and 3 are refused (validate_model_args).
+  // --alibi-diagonal-opposite only changes the bias of keys after the query, which the causal mask
+  // hides; --square-alibi-mask ([S, S] bias m·(j − i) instead of Bloom's [1, S] m·j) and
+  // --fill-neg-inf (needs --square-alibi-mask; −inf instead of the dtype minimum in the masked
+  // entries) are legacy-path choices that give the same probabilities. All three are accepted.
+  int64_t alibi_fusion_attn_type = kUnset;
+  bool square_alibi_mask = false;
+  bool fill_neg_inf = false;
+  bool alibi_diagonal_opposite = false;
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;

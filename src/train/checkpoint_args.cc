@@ -25,6 +25,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                       {"untie_embeddings_and_output_weights", !c.tied_embeddings},
                       {"position_embedding_type", c.position == PositionEmbedding::kRope   ? "rope"
                                                   : c.position == PositionEmbedding::kNone ? "none"
+                                                  : c.position == PositionEmbedding::kAlibi ? "alibi"
                                                                                            : "learned_absolute"}};
   // Recorded only when set, so that checkpoints saved before these flags still load.
   if (c.openai_gelu) j["openai_gelu"] = true;

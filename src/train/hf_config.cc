@@ -555,6 +555,10 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
   else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
   else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
+  else if (name == "BloomForCausalLM" || config.value("model_type", "") == "bloom")
+    return Unimplemented(path, ": architecture '", name,
+                         "' (Bloom: ALiBi with an embedding LayerNorm and fused per-head query_key_value) is not "
+                         "supported yet; train ALiBi models with --position-embedding-type alibi instead");
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
@@ -589,6 +593,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
+  if (m.position_embedding_type == "alibi")
+    return Unimplemented(where, ": the model has --position-embedding-type alibi, which no Hugging Face architecture "
+                         "Gale writes can hold (BloomForCausalLM is not supported yet)");
   if (m.multi_latent_attention) GALE_RETURN_IF_ERROR(deepseek_v3_from_args(m, moe, where));
   out.mtp_layers = m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers;
   if (out.mtp_layers > 0 && !m.multi_latent_attention)

@@ -33,6 +33,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
   c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone
+               : m.position_embedding_type == "alibi" ? PositionEmbedding::kAlibi
                                                      : PositionEmbedding::kLearnedAbsolute;
   c.rotary_base = static_cast<double>(m.rotary_base);
   c.rotary_percent = m.rotary_percent;

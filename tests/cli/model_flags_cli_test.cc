@@ -51,5 +51,36 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
   }
 }
 
+// --position-embedding-type alibi: recorded in the checkpoint (a resume without it is refused, one
+// with it continues, `gale generate --use-checkpoint-args` restores it) and refused below
+// --optimization-level 2 (MindSpeed's AlibiFeature is level 2).
+TEST(ModelFlagsCli, AlibiIsRecordedAndNeedsLevel2) {
+  testing::TempDir dir;
+  const std::string alibi = " --position-embedding-type alibi";
+  testing::CommandResult r =
+      testing::run_gale("pretrain " + kModel + alibi + " --optimization-level 1 --train-iters 2", dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--position-embedding-type alibi: expected --optimization-level 2 (MindSpeed's AlibiFeature is "
+                       "level 2), found 1"),
+            std::string::npos)
+      << r.err;
+  const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";
+  r = testing::run_gale("pretrain " + kModel + alibi + " --train-iters 2" + save, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_gale("pretrain " + kModel + " --position-embedding-type none --train-iters 4 --load " +
+                            dir.file("ckpt"),
+                        dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE((r.out + r.err).find("alibi"), std::string::npos) << r.out << r.err;
+  r = testing::run_gale("pretrain " + kModel + alibi + " --train-iters 4 --load " + dir.file("ckpt"), dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(iteration +4/ +4 \|)"))) << r.out;
+  r = testing::run_gale("generate --load " + dir.file("ckpt") +
+                            " --use-checkpoint-args --tokenizer-type NullTokenizer --vocab-size 4096 --prompt '1 2 3' "
+                            "--temperature 0 --max-new-tokens 2",
+                        dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace gale

@@ -50,7 +50,7 @@ struct GoldenModelConfig {
   int tokenizer_vocab_size = 0;  // token ids are in [0, this)
   int make_vocab_size_divisible_by = 0;
   int padded_vocab_size = 0;            // V
-  std::string position_embedding_type;  // "learned_absolute" or "rope"
+  std::string position_embedding_type;  // "learned_absolute", "rope" or "alibi"
   double rotary_percent = 1.0;
   double rotary_base = 10000;
   std::string normalization;  // "LayerNorm" or "RMSNorm"

@@ -389,6 +389,7 @@ struct AttnCase {
   int positions;  // explicit q/k positions: 1 a context-parallel chunk, 2 the same with gaps between key positions
   float dropout;
   int64_t window = 0;  // sliding window (0: none)
+  bool alibi = false;  // ALiBi bias (the slopes of 2·NH heads; these are the second TP rank's)
 };
 
 const AttnCase kAttnCases[] = {
@@ -416,6 +417,16 @@ const AttnCase kAttnCases[] = {
     {"window_cp_chunk", 2, 40, 150, 3, 3, 24, true, true, true, 0.0f, 37},
     {"window_cp_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f, 20},
     {"window_not_causal", 1, 77, 77, 2, 1, 12, false, false, false, 0.0f, 9},
+    // ALiBi: odd shapes across tiles, GQA, documents, dropout, context-parallel positions (with
+    // gaps), sliding windows, keys ahead of the query (not causal).
+    {"alibi_causal", 2, 100, 100, 4, 4, 16, true, false, false, 0.0f, 0, true},
+    {"alibi_gqa_docs_dropout", 2, 130, 130, 6, 2, 12, true, true, false, 0.1f, 0, true},
+    {"alibi_odd_hd", 3, 19, 19, 3, 1, 7, true, false, false, 0.0f, 0, true},
+    {"alibi_cp_chunk_docs", 2, 40, 150, 5, 5, 24, true, true, true, 0.0f, 0, true},
+    {"alibi_cp_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f, 0, true},
+    {"alibi_window_gqa", 2, 257, 257, 4, 1, 20, true, false, false, 0.0f, 67, true},
+    {"alibi_window_cp", 2, 40, 150, 3, 3, 24, true, true, true, 0.0f, 37, true},
+    {"alibi_not_causal", 1, 77, 77, 2, 1, 12, false, false, false, 0.0f, 0, true},
 };
 
 class FlashVsReference : public ::testing::TestWithParam<std::tuple<Isa, AttnCase>> {};
@@ -467,6 +478,8 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   p.heads_total = 2 * c.NH;
   p.head_offset = c.NH;  // the second of two TP ranks
   p.max_positions = kpos[c.Sk - 1] + 1;
+  const std::vector<float> slopes = alibi_slopes(p.heads_total);
+  if (c.alibi) p.alibi_slopes = slopes.data();
 
   const int64_t out_n = c.Sq * c.B * q_row, lse_n = c.B * c.NH * c.Sq;
   std::vector<float> out_ref(out_n), lse_ref(lse_n), out(out_n, 3.0f), lse(lse_n, 3.0f);

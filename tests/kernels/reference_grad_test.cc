@@ -230,6 +230,7 @@ struct AttnCase {
   bool docs;
   float dropout;
   int64_t window = 0;
+  bool alibi = false;
 };
 
 class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
@@ -258,6 +259,8 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   p.sample_ids = samples.data();
   p.heads_total = c.NH;
   p.max_positions = c.S;
+  const std::vector<float> slopes = alibi_slopes(c.NH);
+  if (c.alibi) p.alibi_slopes = slopes.data();
   HeadLayout ql = qkv_query_layout(c.NH, c.KV, c.HD), kl = qkv_key_layout(c.NH, c.KV, c.HD),
              vl = qkv_value_layout(c.NH, c.KV, c.HD);
   std::vector<float> out(T * c.NH * c.HD), lse(c.B * c.NH * c.S), dqkv(T * row, 123.0f);
@@ -280,7 +283,92 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
                                            AttnCase{2, 9, 4, 2, 4, false, 0.0f, 3},   // sliding window
                                            AttnCase{2, 8, 4, 1, 4, true, 0.0f, 2},    // window + documents
                                            AttnCase{1, 7, 2, 2, 4, false, 0.3f, 4},   // window + dropout
-                                           AttnCase{1, 6, 2, 1, 4, false, 0.0f, 1}));  // only itself
+                                           AttnCase{1, 6, 2, 1, 4, false, 0.0f, 1},   // only itself
+                                           AttnCase{2, 9, 4, 2, 4, false, 0.0f, 0, true},  // ALiBi + GQA
+                                           AttnCase{2, 8, 3, 3, 4, true, 0.0f, 3, true},   // ALiBi + docs + window
+                                           AttnCase{1, 7, 2, 1, 4, false, 0.3f, 0, true}));  // ALiBi + dropout
+
+// Press et al.'s / MindSpeed's slopes (tools/reference/alibi_slopes_reference.py), Bloom's rule up
+// to float32 rounding: powers of two, and the interleaved extra slopes of 12 and 20 heads.
+TEST(Attention, AlibiSlopesMatchReference) {
+  const std::vector<std::vector<float>> expected = {
+  // NH = 1 (Bloom's float32 rule differs by at most 0)
+  {3.906250000e-03f},
+  // NH = 8 (Bloom's float32 rule differs by at most 0)
+  {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f, 6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f, 7.812500000e-03f, 3.906250000e-03f},
+  // NH = 12 (Bloom's float32 rule differs by at most 1.49e-08)
+  {5.000000000e-01f, 2.500000000e-01f, 1.250000000e-01f, 6.250000000e-02f, 3.125000000e-02f, 1.562500000e-02f, 7.812500000e-03f, 3.906250000e-03f, 7.071067691e-01f, 3.535533845e-01f, 1.767766923e-01f, 8.838834614e-02f},
+  // NH = 16 (Bloom's float32 rule differs by at most 2.98e-08)
+  {7.071067691e-01f, 5.000000000e-01f, 3.535533845e-01f, 2.500000000e-01f, 1.767766923e-01f, 1.250000000e-01f, 8.838834614e-02f, 6.250000000e-02f, 4.419417307e-02f, 3.125000000e-02f, 2.209708653e-02f, 1.562500000e-02f, 1.104854327e-02f, 7.812500000e-03f, 5.524271633e-03f, 3.906250000e-03f},
+  // NH = 20 (Bloom's float32 rule differs by at most 5.96e-08)
+  {7.071067691e-01f, 5.000000000e-01f, 3.535533845e-01f, 2.500000000e-01f, 1.767766923e-01f, 1.250000000e-01f, 8.838834614e-02f, 6.250000000e-02f, 4.419417307e-02f, 3.125000000e-02f, 2.209708653e-02f, 1.562500000e-02f, 1.104854327e-02f, 7.812500000e-03f, 5.524271633e-03f, 3.906250000e-03f, 8.408964276e-01f, 5.946035385e-01f, 4.204482138e-01f, 2.973017693e-01f},
+  };
+  for (const std::vector<float>& want : expected) {
+    const std::vector<float> got = alibi_slopes(static_cast<int64_t>(want.size()));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << want.size() << " heads, head " << i;
+  }
+}
+
+// The reference adds m_h·(kpos − qpos) to each visible score of head h (its global index
+// head_offset + h), before the softmax: compared with explicit per-query softmaxes, at
+// context-parallel positions (queries at the end of the keys) with documents and GQA.
+TEST(Attention, AlibiBiasOfGlobalHeadAtPositions) {
+  const int64_t B = 2, Sq = 5, Sk = 9, NH = 4, KV = 2, HD = 3;
+  auto q = random_vector(Sq * B * NH * HD, 71, 1.5f), kv = random_vector(Sk * B * 2 * KV * HD, 72, 1.5f);
+  const HeadLayout ql = contiguous_heads_layout(NH, HD);
+  const HeadLayout kl{2 * KV * HD, 0, 1, 2 * HD, 0}, vl{2 * KV * HD, HD, 1, 2 * HD, 0};
+  std::vector<int32_t> qpos(Sq), kpos(Sk), docs(B * Sk), qdocs(B * Sq);
+  for (int64_t j = 0; j < Sk; ++j) kpos[j] = static_cast<int32_t>(2 * j + 1);
+  for (int64_t i = 0; i < Sq; ++i) qpos[i] = kpos[Sk - Sq + i];
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < Sk; ++j) docs[b * Sk + j] = static_cast<int32_t>(j >= 3 + b);
+    for (int64_t i = 0; i < Sq; ++i) qdocs[b * Sq + i] = docs[b * Sk + Sk - Sq + i];
+  }
+  const std::vector<float> slopes = alibi_slopes(3 * NH);
+  AttentionProblem p;
+  p.B = B;
+  p.Sq = Sq;
+  p.Sk = Sk;
+  p.NH = NH;
+  p.KV = KV;
+  p.HD = HD;
+  p.scale = 0.6f;
+  p.q_positions = qpos.data();
+  p.k_positions = kpos.data();
+  p.q_doc_ids = qdocs.data();
+  p.k_doc_ids = docs.data();
+  p.heads_total = 3 * NH;
+  p.head_offset = NH;  // the second of three TP ranks
+  p.alibi_slopes = slopes.data();
+  std::vector<float> out(Sq * B * NH * HD), lse(B * NH * Sq);
+  attention_forward_ref(p, q.data(), ql, kv.data(), kl, kv.data(), vl, out.data(), lse.data());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t i = 0; i < Sq; ++i) {
+        const double m = std::pow(2.0, -8.0 * static_cast<double>(NH + h + 1) / 8.0);  // 12 heads: p = 8
+        std::vector<double> w(Sk, 0.0);
+        double mx = -1e300, sum = 0.0;
+        for (int64_t j = 0; j < Sk; ++j) {
+          if (kpos[j] > qpos[i] || docs[b * Sk + j] != qdocs[b * Sq + i]) continue;
+          double dot = 0.0;
+          for (int64_t c = 0; c < HD; ++c)
+            dot += q[(i * B + b) * NH * HD + h * HD + c] * kv[(j * B + b) * 2 * KV * HD + (h / 2) * 2 * HD + c];
+          w[j] = 0.6 * dot - m * (qpos[i] - kpos[j]);
+          mx = std::max(mx, w[j]);
+        }
+        for (int64_t j = 0; j < Sk; ++j)
+          if (kpos[j] <= qpos[i] && docs[b * Sk + j] == qdocs[b * Sq + i]) sum += std::exp(w[j] - mx);
+        EXPECT_NEAR(lse[(b * NH + h) * Sq + i], mx + std::log(sum), 1e-5);
+        for (int64_t c = 0; c < HD; ++c) {
+          double o = 0.0;
+          for (int64_t j = 0; j < Sk; ++j)
+            if (kpos[j] <= qpos[i] && docs[b * Sk + j] == qdocs[b * Sq + i])
+              o += std::exp(w[j] - mx) / sum * kv[(j * B + b) * 2 * KV * HD + (h / 2) * 2 * HD + HD + c];
+          EXPECT_NEAR(out[(i * B + b) * NH * HD + h * HD + c], o, 1e-5) << b << " " << h << " " << i;
+        }
+      }
+}
 
 TEST(Attention, CausalAndDocumentMasksHide) {
   // Changing a future token or another document's token must not change a query's output.

@@ -1,7 +1,8 @@
 // Incremental decoding with a KvCache gives the logits of the whole-sequence forward: GPT (learned
 // positions) and LLaMA (RoPE, GQA), two samples, chunks of several and of one token, the reference
 // and the flash attention kernel, a model with a noop layer, and sliding windows (W = 5 and 1)
-// shorter than the sequence: the cache keeps every position and the window hides the old keys.
+// shorter than the sequence: the cache keeps every position and the window hides the old keys;
+// ALiBi (the bias at the cached keys' absolute positions), also with a window and the flash kernel.
 #include "model/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@ struct Case {
   const char* name;
   bool llama, flash, noop;
   int64_t window = 0;  // --sliding-window (0: none)
+  bool alibi = false;  // --position-embedding-type alibi
 };
 
 class KvCacheDecoding : public ::testing::TestWithParam<Case> {};
@@ -28,6 +30,7 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
   ModelConfig c = p.llama ? testing::tiny_llama_config() : testing::tiny_gpt_config();
   c.attention_dropout = c.hidden_dropout = 0.0f;
   c.sliding_window = p.window;
+  if (p.alibi) c.position = PositionEmbedding::kAlibi;
   if (p.noop) {
     c.num_layers = 3;
     c.noop_layers = {1};
@@ -65,7 +68,10 @@ INSTANTIATE_TEST_SUITE_P(Models, KvCacheDecoding,
                                            Case{"llama_flash", true, true, false}, Case{"gpt_flash_noop", false, true, true},
                                            Case{"llama_window5", true, false, false, 5},
                                            Case{"llama_window5_flash", true, true, false, 5},
-                                           Case{"gpt_window1_flash", false, true, false, 1}),
+                                           Case{"gpt_window1_flash", false, true, false, 1},
+                                           Case{"gpt_alibi", false, false, false, 0, true},
+                                           Case{"llama_alibi_flash", true, true, false, 0, true},
+                                           Case{"llama_alibi_window5_flash", true, true, false, 5, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -25,13 +25,16 @@ inline OpTable attention_ops(bool flash) {
 }
 
 // `model` plus the layout's flags that change the model rather than how it is spread over ranks
-// (--reset-attention-mask, --num-layers N): what the single-process reference of that layout must run.
+// (--reset-attention-mask, --num-layers N, --sliding-window W): what the single-process reference of
+// that layout must run.
 inline std::vector<std::string> reference_flags(const std::vector<std::string>& model, const Layout& layout) {
   std::vector<std::string> flags = model;
   if (std::find(layout.flags.begin(), layout.flags.end(), "--reset-attention-mask") != layout.flags.end())
     flags.push_back("--reset-attention-mask");
-  const auto layers = std::find(layout.flags.begin(), layout.flags.end(), "--num-layers");
-  if (layers != layout.flags.end() && layers + 1 != layout.flags.end()) flags.insert(flags.end(), layers, layers + 2);
+  for (const char* valued : {"--num-layers", "--sliding-window"}) {
+    const auto it = std::find(layout.flags.begin(), layout.flags.end(), valued);
+    if (it != layout.flags.end() && it + 1 != layout.flags.end()) flags.insert(flags.end(), it, it + 2);
+  }
   return flags;
 }
 

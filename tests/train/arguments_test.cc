@@ -603,7 +603,30 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--position-embedding-type", "rope", "--rotary-seq-len-interpolation-factor", "0"},
                   StatusCode::kInvalidArgument, "--rotary-seq-len-interpolation-factor: expected a positive number, found 0"},
         ErrorCase{{"--sliding-window", "0"}, StatusCode::kInvalidArgument,
-                  "--sliding-window: expected a positive window (tokens), found 0"}));
+                  "--sliding-window: expected a positive window (tokens), found 0"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--use-rotary-position-embeddings"},
+                  StatusCode::kInvalidArgument,
+                  "--use-rotary-position-embeddings with --position-embedding-type alibi: expected one position "
+                  "embedding, found RoPE and ALiBi"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--use-rope-scaling"}, StatusCode::kInvalidArgument,
+                  "--use-rope-scaling needs --position-embedding-type rope, found alibi"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--rotary-interleaved"}, StatusCode::kInvalidArgument,
+                  "--rotary-interleaved needs --position-embedding-type rope (or --multi-latent-attention), found alibi"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--alibi-fusion-attn-type", "0"}, StatusCode::kInvalidArgument,
+                  "--alibi-fusion-attn-type: expected 2 (Gale's in-kernel bias -m*(i-j)), found 0 (an explicit "
+                  "compressed bias tensor, not supported)"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--alibi-fusion-attn-type", "3"}, StatusCode::kInvalidArgument,
+                  "--alibi-fusion-attn-type: expected 2 (Gale's in-kernel bias -m*(i-j)), found 3 (a different "
+                  "in-kernel bias form, not supported)"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--alibi-fusion-attn-type", "1"}, StatusCode::kInvalidArgument,
+                  "--alibi-fusion-attn-type: expected 0, 2 or 3 (MindSpeed), found 1"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--fill-neg-inf"}, StatusCode::kInvalidArgument,
+                  "--fill-neg-inf needs --square-alibi-mask (MindSpeed), found it off"},
+        ErrorCase{{"--square-alibi-mask"}, StatusCode::kInvalidArgument,
+                  "--square-alibi-mask needs --position-embedding-type alibi, found learned_absolute"},
+        ErrorCase{{"--position-embedding-type", "alibi", "--multi-latent-attention"}, StatusCode::kUnimplemented,
+                  "--position-embedding-type alibi with --multi-latent-attention: not supported (MLA carries its "
+                  "positions in the RoPE part of its heads)"}));
 
 TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   Cli c;
@@ -650,6 +673,27 @@ TEST(Arguments, SlidingWindowReachesTheModelAndTheCheckpointArgs) {
   bad["sliding_window"] = 0;
   EXPECT_EQ(model_args_from_json(bad, "m.json").status().message(),
             "m.json: args 'sliding_window' is 0, expected at least 1");
+}
+
+// MindSpeed's --position-embedding-type alibi: the model's bias, recorded in the checkpoint args;
+// the flags equal to Gale's semantics are accepted.
+TEST(Arguments, AlibiReachesTheModelAndTheCheckpointArgs) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--position-embedding-type", "alibi", "--alibi-fusion-attn-type",
+                                                      "2", "--square-alibi-mask", "--fill-neg-inf",
+                                                      "--alibi-diagonal-opposite"}))
+                  .ok());
+  c.args.model.padded_vocab_size = 128;
+  const ModelConfig m = model_config_from_args(c.args);
+  EXPECT_EQ(m.position, PositionEmbedding::kAlibi);
+  EXPECT_FALSE(m.uses_rope_tables());
+  EXPECT_EQ(checkpoint_model_section(m)["position_embedding_type"], "alibi");
+  const nlohmann::json args = model_flags_json(c.args.model);
+  EXPECT_EQ(args["position_embedding_type"], "alibi");
+  EXPECT_EQ(model_args_from_json(args, "x").value().position_embedding_type, "alibi");
+  Cli unset;
+  ASSERT_TRUE(unset.parse(with(minimal_pretrain_flags(), {"--position-embedding-type", "alibi"})).ok());
+  EXPECT_EQ(unset.args.model.alibi_fusion_attn_type, kUnset);
 }
 
 TEST(Arguments, RecomputeModulesLayernormRecomputesBothNorms) {

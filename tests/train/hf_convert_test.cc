@@ -291,6 +291,30 @@ TEST(HfConvert, Qwen2MoeRoutingAndLayerPatternFromTheConfig) {
   EXPECT_EQ(bad.status().message(), "q/config.json: 'mlp_only_layers' must hold layer indices 0 to 3, found [7]");
 }
 
+// ALiBi: Bloom checkpoints are refused on the way in, ALiBi models on the way out (one line each).
+TEST(HfConvertErrors, BloomAndAlibiAreRefused) {
+  const nlohmann::json bloom = {{"architectures", {"BloomForCausalLM"}}, {"model_type", "bloom"}, {"n_head", 8}};
+  auto in = hf_model_from_config(bloom, "b/config.json", 128, 1);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(in.status().message(),
+            "b/config.json: architecture 'BloomForCausalLM' (Bloom: ALiBi with an embedding LayerNorm and fused "
+            "per-head query_key_value) is not supported yet; train ALiBi models with --position-embedding-type alibi "
+            "instead");
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
+  ASSERT_TRUE(hf_model_from_args(m, MoeArgs{}, 100, "x").ok());
+  m.position_embedding_type = "alibi";
+  auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "ckpt/metadata.json: the model has --position-embedding-type alibi, which no Hugging Face architecture "
+            "Gale writes can hold (BloomForCausalLM is not supported yet)");
+}
+
 // Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.
 TEST(HfConvertErrors, SharedExpertModelsQwen2MoeCannotHold) {
   TempDir tmp;

@@ -92,6 +92,14 @@ CONFIGS = {
                        weights_from="llama", inputs_from="llama", full_grads=False, forward=False),
     "mixtral": dict(model=MIXTRAL_MODEL, train=ADAMW, weight_seed=777, data_seed=4, data="plain", mask_zeros=True,
                     full_grads=True),
+    # ALiBi (MindSpeed's --position-embedding-type alibi) on the LLaMA weights (no position table
+    # either way), plain and with document masks (the documents data of gpt_docmask).
+    "llama_alibi": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi"), train=ADAMW, weights_from="llama",
+                        inputs_from="llama", full_grads=False),
+    "llama_alibi_docmask": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi", reset_attention_mask=True,
+                                           reset_position_ids=True),
+                                train=ADAMW, weights_from="llama", inputs_from="gpt_docmask", data="documents",
+                                full_grads=False),
 }
 EOD = 95  # the document separator of the "documents" data (the last tokenizer id)
 
@@ -340,6 +348,14 @@ def moe_objective(m, aux):
     return m["moe_aux_loss_coeff"] * sum(aux["load_balancing"]) + m["moe_z_loss_coeff"] * sum(aux["z"])
 
 
+def alibi_slopes(n):
+    """Press et al.'s ALiBi slopes (as MindSpeed's get_slopes): 2^(-8i/p) for the largest power of two
+    p <= n, then every other slope of 2p heads for the remaining n - p."""
+    p = 2 ** int(math.floor(math.log2(n)))
+    slopes = [2.0 ** (-8.0 * (i + 1) / p) for i in range(p)]
+    return slopes + [2.0 ** (-8.0 * (i + 1) / (2 * p)) for i in range(0, 2 * (n - p), 2)]
+
+
 def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
     """tokens, position_ids: [B, S] -> logits [B, S, V]. MoE layers append their auxiliary losses to aux."""
     aux = {} if aux is None else aux
@@ -364,6 +380,9 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
         k = k.repeat_interleave(per_group, dim=2)  # query head h reads kv head h // per_group
         v = v.repeat_interleave(per_group, dim=2)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(HD)
+        if m["position_embedding_type"] == "alibi":  # + m_h (j - i): index in the sequence, not position_ids
+            idx = torch.arange(S, dtype=torch.float64)
+            scores = scores + torch.tensor(alibi_slopes(NH))[:, None, None] * (idx[None, :] - idx[:, None])
         scores = scores.masked_fill(~allowed[:, None], float("-inf"))
         ctx = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), v).reshape(B, S, NH * HD)
         x = x + linear(ctx, p, pre + "self_attention.linear_proj")
@@ -660,6 +679,19 @@ def self_checks():
     got = forward(p, m, tokens, pos)
     want = forward_by_loops(p, m, tokens, pos)
     assert torch.allclose(got, want, rtol=0, atol=1e-10), float((got - want).abs().max())
+    ma = dict(m, position_embedding_type="alibi")
+    got, want = forward(p, ma, tokens, pos), forward_by_loops(p, ma, tokens, pos)
+    assert torch.allclose(got, want, rtol=0, atol=1e-10), float((got - want).abs().max())
+    assert float((got - forward(p, m, tokens, pos)).abs().max()) > 1e-3, "alibi changes nothing"
+    # The slopes against the Press et al. recursion (power-of-two heads, then every other slope of 2p).
+    def press(n):
+        if math.log2(n).is_integer():
+            first = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+            return [first ** (i + 1) for i in range(n)]
+        c = 2 ** math.floor(math.log2(n))
+        return press(c) + press(2 * c)[0::2][: n - c]
+    for n in (1, 4, 8, 12, 16, 20):
+        assert all(abs(a - b) < 1e-15 for a, b in zip(alibi_slopes(n), press(n))) and len(alibi_slopes(n)) == n, n
     # The dense-gate MoE against a token-by-token loop (sort, softmax of the k largest logits).
     mm = dict(MIXTRAL_MODEL, num_layers=1)
     pm = {k: v + 0.05 * torch.randn(v.shape, generator=rng) for k, v in initial_weights(mm, 8).items()}
@@ -697,11 +729,14 @@ def forward_by_loops(p, m, tokens, position_ids):
         q = a @ W[base + j * HD: base + (j + 1) * HD].T
         k = a @ W[base + (NH // KV) * HD: base + (NH // KV + 1) * HD].T
         v = a @ W[base + (NH // KV + 1) * HD: base + (NH // KV + 2) * HD].T
-        q = rope(q[:, :, None], position_ids, m)[:, :, 0]
-        k = rope(k[:, :, None], position_ids, m)[:, :, 0]
+        if m["position_embedding_type"] == "rope":
+            q = rope(q[:, :, None], position_ids, m)[:, :, 0]
+            k = rope(k[:, :, None], position_ids, m)[:, :, 0]
+        # ALiBi as Bloom writes it: + m_h·j (the softmax cancels the row's constant −m_h·i).
+        slope = alibi_slopes(NH)[h] if m["position_embedding_type"] == "alibi" else 0.0
         for bi in range(B):
             for i in range(S):
-                s = torch.stack([q[bi, i] @ k[bi, j2] / math.sqrt(HD) for j2 in range(i + 1)])
+                s = torch.stack([q[bi, i] @ k[bi, j2] / math.sqrt(HD) + slope * j2 for j2 in range(i + 1)])
                 ctx[bi, i, h * HD:(h + 1) * HD] = torch.softmax(s, 0) @ v[bi, : i + 1]
     x = x + ctx @ p["decoder.layers.0.self_attention.linear_proj.weight"].T
     u = norm(x, p, "decoder.layers.0.pre_mlp_layernorm", m) @ p["decoder.layers.0.mlp.linear_fc1.weight"].T

@@ -26,18 +26,37 @@ inline float dropout_scale(const AttentionProblem& p, int64_t b, int64_t h, int6
   return u >= p.dropout_p ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
 }
 
-// scores[i, j] = scale·q_i·k_j for visible pairs, −inf otherwise; returns [Sq, Sk] in `s`.
+// scores[i, j] = scale·q_i·k_j (+ the ALiBi bias m·(kpos − qpos)) for visible pairs, −inf
+// otherwise; returns [Sq, Sk] in `s`.
 void masked_scores(const AttentionProblem& p, int64_t b, int64_t h, const float* q, const HeadLayout& ql,
                    const float* k, const HeadLayout& kl, float* s) {
   int64_t g = h / (p.NH / p.KV);
   const float* qh = q + ql.offset(b, h);
   const float* kg = k + kl.offset(b, g);
   sgemm(false, true, p.Sq, p.Sk, p.HD, p.scale, qh, p.B * ql.row_stride, kg, p.B * kl.row_stride, 0.0f, s, p.Sk);
+  const float slope = p.alibi_slopes ? p.alibi_slopes[p.head_offset + h] : 0.0f;
   for (int64_t i = 0; i < p.Sq; ++i)
-    for (int64_t j = 0; j < p.Sk; ++j)
-      if (!attention_visible(p, b, i, j)) s[i * p.Sk + j] = kNegInf;
+    for (int64_t j = 0; j < p.Sk; ++j) {
+      float& x = s[i * p.Sk + j];
+      if (!attention_visible(p, b, i, j))
+        x = kNegInf;
+      else if (p.alibi_slopes)
+        x += slope * static_cast<float>(kpos(p, j) - qpos(p, i));
+    }
 }
 }  // namespace
+
+std::vector<float> alibi_slopes(int64_t n) {
+  std::vector<float> m(static_cast<size_t>(n));
+  int64_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = i < p ? -8.0 * static_cast<double>(i + 1) / static_cast<double>(p)
+                           : -8.0 * static_cast<double>(2 * (i - p) + 1) / static_cast<double>(2 * p);
+    m[static_cast<size_t>(i)] = static_cast<float>(std::pow(2.0, e));
+  }
+  return m;
+}
 
 bool attention_visible(const AttentionProblem& p, int64_t b, int64_t i, int64_t j) {
   if (p.causal && kpos(p, j) > qpos(p, i)) return false;

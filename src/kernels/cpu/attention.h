@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/head_layout.h"
 
@@ -36,6 +37,16 @@ struct AttentionProblem {
   // equals the query's (--reset-attention-mask).
   const int32_t* q_doc_ids = nullptr;
   const int32_t* k_doc_ids = nullptr;
+  // ALiBi (--position-embedding-type alibi; Press et al., Bloom): the slopes of ALL heads
+  // [heads_total] (null: no bias). Local head h uses m = alibi_slopes[head_offset + h] (its global
+  // head index, so tensor / Ulysses head splits need nothing else) and every visible score gets
+  //   score(i, j) = scale·q_i·k_j + m·(kpos_j − qpos_i)
+  // computed as m·float(kpos − qpos) after the scale, before the masks and the softmax (a key never
+  // ahead of a causal query: the bias is −m·distance ≤ 0). It uses the positions above, so context
+  // parallelism and KV-cache decoding see it at global positions, and document masks only hide keys
+  // (within a row the bias differs from Bloom's m·kpos by the constant m·qpos, which the softmax
+  // cancels). The slopes are constants: no gradient flows to them.
+  const float* alibi_slopes = nullptr;
   // Dropout on the probabilities: element (sample, head, q position, k position) is kept when
   // dropout_uniform_at(dropout_seed, dropout_stream, index) >= dropout_p (core/rng.h: word index & 3
   // of the Philox block at counter index >> 2), where
@@ -48,6 +59,11 @@ struct AttentionProblem {
   int64_t head_offset = 0;              // global index of local head 0
   int64_t max_positions = 0;            // positions are < this
 };
+
+// ALiBi slopes of n heads: with p the largest power of two ≤ n, head i < p gets 2^(−8(i+1)/p); the
+// n − p remaining heads get the odd powers 2^(−8(2k+1)/(2p)), k = 0, 1, ... (the slopes of 2p heads
+// at even indices), Press et al.'s get_slopes and Hugging Face Bloom's build_alibi_tensor.
+std::vector<float> alibi_slopes(int64_t n);
 
 // True when query (b, i) may attend key (b, j).
 bool attention_visible(const AttentionProblem& p, int64_t b, int64_t i, int64_t j);

@@ -1,6 +1,7 @@
 // Flash attention on the CPU (templates over a simd type V): tiled, online softmax, never an
 // [Sq, Sk] matrix. Semantics are exactly attention_forward_ref / attention_backward_ref's
-// (kernels/cpu/attention.h): causal, document and sliding-window masks, explicit positions, GQA, dropout on the
+// (kernels/cpu/attention.h): causal, document and sliding-window masks, the ALiBi bias (added to Sᵀ before
+// the masks, in forward and in backward's recomputed P), explicit positions, GQA, dropout on the
 // probabilities with the reference's Philox mask (each query lane draws one Philox block per 4
 // consecutive key positions and uses its 4 words), lse written by forward and used by backward.
 //
@@ -201,9 +202,11 @@ RowsRef rows_operand(const float* first_row, int64_t stride, int64_t rows, int64
   return RowsRef{scratch, HDp};
 }
 
-// Per-lane data of one query tile: positions, document ids, dropout counter bases.
+// Per-lane data of one query tile: positions (also as floats, for the ALiBi bias), document ids,
+// dropout counter bases.
 struct QueryLanes {
   int32_t pos[kFlashBlockQ];
+  float posf[kFlashBlockQ];
   int32_t doc[kFlashBlockQ];
   int32_t drop_lo[kFlashBlockQ];
   int32_t drop_hi[kFlashBlockQ];
@@ -212,6 +215,7 @@ struct QueryLanes {
     for (int64_t c = 0; c < kFlashBlockQ; ++c) {
       const bool real = c < mq;
       pos[c] = real ? attn_qpos(p, i0 + c) : 0;
+      posf[c] = static_cast<float>(pos[c]);
       doc[c] = real && p.q_doc_ids ? p.q_doc_ids[b * p.Sq + i0 + c] : 0;
       const uint64_t base = real && p.dropout_p > 0.0f ? attn_dropout_row_base(p, b, h, pos[c]) : 0;
       drop_lo[c] = static_cast<int32_t>(static_cast<uint32_t>(base));
@@ -265,6 +269,13 @@ typename V::M visible_lanes(const AttentionProblem& p, const QueryLanes& q, int6
   }
   if (p.q_doc_ids) m = V::mask_and(V::ieq(V::iload(q.doc + c), V::iset1(static_cast<uint32_t>(kdoc))), m);
   return m;
+}
+
+// ALiBi: S + m·(kpos − qpos) for the query lanes c .. c + W − 1 (qposf: their positions as floats;
+// kpos − qpos is exact in floats, as the reference's m·float(kpos − qpos)).
+template <class V>
+typename V::F alibi_biased(typename V::F s, typename V::F slope, typename V::F qposf, int32_t kpos) {
+  return V::add(s, V::mul(slope, V::sub(V::set1(static_cast<float>(kpos)), qposf)));
 }
 
 // Dropout masks of the query lanes c .. c + W − 1 for the rows of a key tile (row j at position
@@ -357,6 +368,8 @@ class FlashForward {
     const int32_t* kdocs = p_.k_doc_ids ? p_.k_doc_ids + b * p_.Sk : nullptr;
     const bool drop = p_.dropout_p > 0.0f;
     const F ninf = V::set1(kFlashNegInf), keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
+    const bool alibi = p_.alibi_slopes != nullptr;
+    const F slope = V::set1(alibi ? p_.alibi_slopes[p_.head_offset + h] : 0.0f);
     for (int64_t kt = 0; kt < tiles_.num_k(); ++kt) {
       const TileVisibility vis = classify_tiles(p_, tiles_.q(b, qt), tiles_.k(b, kt));
       if (vis == TileVisibility::kNone) continue;
@@ -369,13 +382,15 @@ class FlashForward {
         if (c >= mq) break;
         // Key rows hidden from the whole vector by position (causal / window partial tiles).
         const HiddenKeyRows<V> hidden(p_, lanes, c, mq, vis);
+        const F qposf = V::load(lanes.posf + c);
         F mx = ninf;
         for (int64_t j = 0; j < nk; ++j) {
           float* sp = st + j * BQ + c;
-          if (hidden(attn_kpos(p_, j0 + j))) continue;
+          const int32_t kpos = attn_kpos(p_, j0 + j);
+          if (hidden(kpos)) continue;
+          const F score = alibi ? alibi_biased<V>(V::load(sp), slope, qposf, kpos) : V::load(sp);
           const F sv =
-              V::select(visible_lanes<V>(p_, lanes, c, mq, attn_kpos(p_, j0 + j), kdocs ? kdocs[j0 + j] : 0, vis),
-                        V::load(sp), ninf);
+              V::select(visible_lanes<V>(p_, lanes, c, mq, kpos, kdocs ? kdocs[j0 + j] : 0, vis), score, ninf);
           V::store(sp, sv);
           mx = V::max(mx, sv);
         }
@@ -524,6 +539,8 @@ class FlashBackward {
 
     const bool drop = p_.dropout_p > 0.0f;
     const F ninf = V::set1(kFlashNegInf), keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
+    const bool alibi = p_.alibi_slopes != nullptr;
+    const F slope = V::set1(alibi ? p_.alibi_slopes[p_.head_offset + h] : 0.0f);
     for (int64_t kt = 0; kt < tiles_.num_k(); ++kt) {
       const int64_t j0 = kt * BK, nk = min_i64(BK, p_.Sk - j0);
       std::memset(dk_acc, 0, sizeof(float) * static_cast<size_t>(nk * hdp_));
@@ -550,6 +567,7 @@ class FlashBackward {
           const F vdelta = V::load(delta + i0 + c);
           simd::PhiloxDropoutLanes<V> keep = key_dropout<V>(dropout_, lanes, c, tiles_.k(b, kt), drop);
           const HiddenKeyRows<V> hidden(p_, lanes, c, mq, vis);
+          const F qposf = V::load(lanes.posf + c);
           for (int64_t j = 0; j < nk; ++j) {
             float* sp = st + j * BQ + c;
             float* dp = dpt + j * BQ + c;
@@ -562,7 +580,8 @@ class FlashBackward {
             const typename V::M visible =
                 V::mask_and(has_keys, visible_lanes<V>(p_, lanes, c, mq, kpos, kdocs ? kdocs[j0 + j] : 0, vis));
             // P = exp(S − lse) where visible, else 0.
-            const F prob = V::select(visible, simd::exp<V>(V::sub(V::load(sp), vlse)), V::zero());
+            const F score = alibi ? alibi_biased<V>(V::load(sp), slope, qposf, kpos) : V::load(sp);
+            const F prob = V::select(visible, simd::exp<V>(V::sub(score, vlse)), V::zero());
             F dprob = V::load(dp);
             F dropped = prob;
             if (drop) {
