@@ -104,10 +104,6 @@ int pretrain_main(int argc, char** argv) {
   std::vector<std::string> notices;
   st = registry->resolve(fctx, &notices);
   if (!st.ok()) return usage_error(st);
-  // ALiBi is MindSpeed's level-2 AlibiFeature: below level 2 MindSpeed would train without the bias.
-  if (args.model.position_embedding_type == "alibi" && !registry->active("position-embedding-type"))
-    return usage_error(InvalidArgument("--position-embedding-type alibi: expected --optimization-level 2 (MindSpeed's "
-                                       "AlibiFeature is level 2), found ", fctx.optimization_level));
   // Off below level 2 or without an instruction dataset (a notice below says why).
   args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
   // Off below level 2 (a notice below says so).

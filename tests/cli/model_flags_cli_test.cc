@@ -1,12 +1,13 @@
 // Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
-// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved): a run that
-// resumes with the same flags continues, one without them is refused naming the flag, and
-// --use-checkpoint-args restores them.
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, and
+// --position-embedding-type alibi): a run that resumes with the same flags continues, one without
+// them is refused naming the flag, and --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
 
 #include <regex>
 
 #include "cli/cli_test_util.h"
+#include "cli/log_line.h"
 #include "data/data_test_util.h"
 
 namespace gale {
@@ -51,19 +52,26 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
   }
 }
 
-// --position-embedding-type alibi: recorded in the checkpoint (a resume without it is refused, one
-// with it continues, `gale generate --use-checkpoint-args` restores it) and refused below
-// --optimization-level 2 (MindSpeed's AlibiFeature is level 2).
-TEST(ModelFlagsCli, AlibiIsRecordedAndNeedsLevel2) {
+// --position-embedding-type alibi: the same model at every --optimization-level (level 0 runs the
+// reference attention with the bias, level 2 the flash kernels: the same losses within 1e-5),
+// recorded in the checkpoint (a resume without it is refused, one with it continues,
+// `gale generate --use-checkpoint-args` restores it).
+TEST(ModelFlagsCli, AlibiAtEveryLevelAndRecorded) {
   testing::TempDir dir;
   const std::string alibi = " --position-embedding-type alibi";
-  testing::CommandResult r =
-      testing::run_gale("pretrain " + kModel + alibi + " --optimization-level 1 --train-iters 2", dir.path());
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--position-embedding-type alibi: expected --optimization-level 2 (MindSpeed's AlibiFeature is "
-                       "level 2), found 1"),
-            std::string::npos)
-      << r.err;
+  std::vector<std::vector<double>> losses;
+  for (const char* level : {"0", "2"}) {
+    testing::CommandResult run = testing::run_gale(
+        "pretrain " + kModel + alibi + " --attention-dropout 0 --hidden-dropout 0 --use-flash-attn --optimization-level " + level +
+            " --train-iters 3",
+        dir.path());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.out.find("active: position-embedding-type"), std::string::npos) << run.out;
+    losses.push_back(testing::logged_values(run.out, "lm loss"));
+    ASSERT_EQ(losses.back().size(), 3u) << run.out;
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * losses[0][i]) << "iteration " << i + 1;
+  testing::CommandResult r;
   const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";
   r = testing::run_gale("pretrain " + kModel + alibi + " --train-iters 2" + save, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
