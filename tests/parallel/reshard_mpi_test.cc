@@ -199,6 +199,11 @@ TEST(ReshardExplicitSplit, SavedWithNumLayerListResumesAtOtherSplits) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(loaded);
     expect_params_equal_checkpoint(*resumed.engine, dir);
+    if (name == "PP2·DP2 3,1") {  // the list reaches the engine: layers 0-2 on the first stage, 3 on the second
+      const ModelPartition& part = resumed.engine->chunks[0]->partition();
+      using Range = std::pair<int64_t, int64_t>;
+      EXPECT_EQ((Range{part.first_layer, part.num_layers}), part.pre_process ? (Range{0, 3}) : (Range{3, 1}));
+    }
   }
   expect_resumes_like_whole(kGpt, targets, world, whole, dir);
 }
