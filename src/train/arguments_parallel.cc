@@ -377,7 +377,7 @@ StatusOr<std::vector<std::vector<int64_t>>> parse_num_layer_list(const std::stri
     item.erase(0, item.find_first_not_of(' '));
     item.erase(item.find_last_not_of(' ') + 1);
     const size_t digits = !item.empty() && item[0] == '-' ? 1 : 0;
-    if (item.size() <= digits || item.size() > 18 ||
+    if (item.size() <= digits || item.size() > digits + 9 ||
         item.find_first_not_of("0123456789", digits) != std::string::npos)
       return InvalidArgument(flag, ": expected comma-separated layer counts such as 4,6,6,4, found \"", item,
                              "\" in \"", text, "\"");
@@ -414,6 +414,7 @@ class NestedLayerLists {
         StatusOr<int64_t> times = repeat();
         if (!times.ok()) return times.status();
         row.insert(row.end(), static_cast<size_t>(*times), *count);
+        if (static_cast<int64_t>(row.size()) > kMaxRepeat) return error("a row of more than " + std::to_string(kMaxRepeat) + " counts");
         if (peek() == ']') break;
         GALE_RETURN_IF_ERROR(expect(','));
       }
@@ -421,6 +422,7 @@ class NestedLayerLists {
       StatusOr<int64_t> times = repeat();
       if (!times.ok()) return times.status();
       rows.insert(rows.end(), static_cast<size_t>(*times), row);
+      if (static_cast<int64_t>(rows.size()) > kMaxRepeat) return error("more than " + std::to_string(kMaxRepeat) + " rows");
       if (peek() == ']') break;
       GALE_RETURN_IF_ERROR(expect(','));
     }
@@ -453,7 +455,7 @@ class NestedLayerLists {
     if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
     const size_t digits = pos_;
     while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    if (pos_ == digits || pos_ - start > 18) {
+    if (pos_ == digits || pos_ - digits > 9) {
       pos_ = start;
       return error(peek() == '\0' ? "the end" : std::string("'") + peek() + "' where a count belongs");
     }
@@ -465,10 +467,12 @@ class NestedLayerLists {
     ++pos_;
     StatusOr<int64_t> n = integer();
     if (!n.ok()) return n.status();
-    if (*n < 1 || *n > 1000000) return error("repeat count " + std::to_string(*n) + " (expected at least 1)");
+    if (*n < 1 || *n > kMaxRepeat)
+      return error("repeat count " + std::to_string(*n) + " (expected 1 to " + std::to_string(kMaxRepeat) + ")");
     return n;
   }
 
+  static constexpr int64_t kMaxRepeat = 65536;  // bounds rows, counts per row and repeats (sums stay in range)
   const std::string& text_;
   size_t pos_ = 0;
 };

@@ -298,6 +298,9 @@ TEST(ParallelArgs, ExplicitPipelineSplit) {
             "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"\" in \"4,,4\"");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4x", 2),
             "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"4x\" in \"4,4x\"");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,1234567890", 2),
+            "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"1234567890\" in "
+            "\"4,1234567890\"");
   const std::string nested_syntax =
       "--pipeline-num-transformer-layers: expected nested lists such as [[0,1],[1,1]*2,[3,0]] (one row of counts "
       "per pipeline rank), found ";
@@ -310,7 +313,11 @@ TEST(ParallelArgs, ExplicitPipelineSplit) {
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[[4]]]", 2),
             nested_syntax + "\"[[4],[[4]]]\" (a list nested inside a row at character 7)");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4]*0,[4]]", 2),
-            nested_syntax + "\"[[4]*0,[4]]\" (repeat count 0 (expected at least 1) at character 7)");
+            nested_syntax + "\"[[4]*0,[4]]\" (repeat count 0 (expected 1 to 65536) at character 7)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4*65536,4],[4]]", 2),
+            nested_syntax + "\"[[4*65536,4],[4]]\" (a row of more than 65536 counts at character 12)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[1234567890]]", 2),
+            nested_syntax + "\"[[4],[1234567890]]\" ('1' where a count belongs at character 7)");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[4]]x", 2),
             nested_syntax + "\"[[4],[4]]x\" (text after the closing ] at character 10)");
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers []", 2),
