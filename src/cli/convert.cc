@@ -27,7 +27,11 @@ int run_convert(int argc, char** argv) {
   p.add("--target-tensor-parallel-size", &to_gale.target_tensor_parallel_size,
         "hf -> gale: the TP size the vocabulary is padded for (the checkpoint loads at any TP it divides)");
   p.add("--target-pipeline-parallel-size", &target_pp,
-        "accepted for compatibility: Gale checkpoints load at any pipeline-parallel size");
+        "accepted for compatibility (and checked against --num-layer-list): Gale checkpoints load at any "
+        "pipeline-parallel size");
+  p.add("--num-layer-list", &to_gale.num_layer_list,
+        "hf -> gale (MindSpeed-LLM): the layers of each target pipeline stage, comma-separated (e.g. 4,6,6,4), "
+        "checked against the model; Gale checkpoints load at any split");
   int64_t mtp_num_layers = kUnset;
   p.add("--mtp-num-layers", &mtp_num_layers,
         "DeepSeek-V3 multi-token prediction: convert the first N MTP layers (0: leave them out; default: all of "
@@ -51,6 +55,10 @@ int run_convert(int argc, char** argv) {
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
                         ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (s.ok() && !from_hf && !to_gale.num_layer_list.empty())
+    s = InvalidArgument("--num-layer-list describes the pipeline stages of a checkpoint written from hf: expected "
+                        "--load-model-type hf, found ", load_type, " (a Gale checkpoint holds whole tensors whatever "
+                        "split it was trained with)");
   if (s.ok() && p.was_set("--mtp-num-layers") && mtp_num_layers < 0)
     s = InvalidArgument("--mtp-num-layers: expected a non-negative integer, found ", mtp_num_layers);
   if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
@@ -67,6 +75,7 @@ int run_convert(int argc, char** argv) {
     to_gale.load_dir = load_dir;
     to_gale.save_dir = save_dir;
     to_gale.mtp_num_layers = mtp_num_layers;
+    to_gale.target_pipeline_parallel_size = target_pp;
     s = convert_hf_to_gale(to_gale, log);
   } else {
     to_hf.load_dir = load_dir;

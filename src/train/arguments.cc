@@ -206,6 +206,12 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "pipeline size)");
   p.add("--decoder-first-pipeline-num-layers", &a.decoder_first_pipeline_num_layers, "layers on the first pipeline stage");
   p.add("--decoder-last-pipeline-num-layers", &a.decoder_last_pipeline_num_layers, "layers on the last pipeline stage");
+  p.add("--num-layer-list", &a.num_layer_list,
+        "MindSpeed-LLM: the layers of each pipeline stage, comma-separated (e.g. 4,6,6,4; one per pipeline rank, "
+        "summing to --num-layers; no virtual stages)");
+  p.add("--pipeline-num-transformer-layers", &a.pipeline_num_transformer_layers,
+        "MindSpeed: the layers of each (pipeline rank, virtual stage), one row per pipeline rank (e.g. "
+        "[[0,1],[1,1]*2,[3,0]]; [..]*n repeats a row; summing to --num-layers)");
   p.add_flag("--account-for-embedding-in-pipeline-split", &a.account_for_embedding_in_pipeline_split,
              "count the input embedding as one layer of the first (virtual) pipeline stage when dividing the layers");
   p.add_flag("--account-for-loss-in-pipeline-split", &a.account_for_loss_in_pipeline_split,

@@ -201,6 +201,15 @@ struct ParallelArgs {
   // layers are divided among the stages (train/engine.h chunk_layers).
   bool account_for_embedding_in_pipeline_split = false;
   bool account_for_loss_in_pipeline_split = false;
+  // Explicit layers of every pipeline stage, as given: MindSpeed-LLM's --num-layer-list "1,3,3,1"
+  // (one count per pipeline rank, no virtual stages) and MindSpeed's
+  // --pipeline-num-transformer-layers "[[0,1],[1,1]*2,[3,0]]" (one row per pipeline rank, one
+  // count per virtual stage of that rank; `[..]*n` repeats a row n times). Validation parses the
+  // one given into pipeline_layers[pp rank][virtual stage] (empty when neither is given);
+  // train/engine.h chunk_layers places the layers from it.
+  std::string num_layer_list;
+  std::string pipeline_num_transformer_layers;
+  std::vector<std::vector<int64_t>> pipeline_layers;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved
@@ -469,6 +478,14 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a);
 Status validate_model_args(ModelArgs& m, const ArgParser& p);
 Status validate_training_args(Arguments& a, const ArgParser& p);
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size);
+// The explicit pipeline splits, parsed (rows: pipeline ranks; counts: their virtual stages),
+// without checking them against the layout. --num-layer-list "4,6,6,4" gives one row of one count
+// per pipeline rank; --pipeline-num-transformer-layers takes MindSpeed's nested lists, where
+// `[..]*n` (or a count followed by `*n`) repeats the element n times. A malformed text is an
+// error naming `flag`.
+StatusOr<std::vector<std::vector<int64_t>>> parse_num_layer_list(const std::string& text,
+                                                                 const char* flag = "--num-layer-list");
+StatusOr<std::vector<std::vector<int64_t>>> parse_pipeline_num_transformer_layers(const std::string& text);
 Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.

@@ -35,17 +35,93 @@ Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
   return Status::Ok();
 }
 
+// The flags an explicit split cannot be combined with (MindSpeed's and MindSpeed-LLM's rules, and
+// Megatron's own split flags, which it replaces).
+Status check_explicit_split_flags(const ParallelArgs& par, const ModelArgs& m) {
+  const bool list = !par.num_layer_list.empty();
+  const char* flag = list ? "--num-layer-list" : "--pipeline-num-transformer-layers";
+  if (list && !par.pipeline_num_transformer_layers.empty())
+    return InvalidArgument("--num-layer-list and --pipeline-num-transformer-layers both give the layers of each "
+                           "pipeline stage: expected one of them, found both");
+  if (!m.noop_layers_flag.empty())
+    return InvalidArgument(flag, " cannot be combined with --noop-layers (as in MindSpeed: both decide which "
+                           "stage holds which layers; give one), found --noop-layers ", m.noop_layers_flag);
+  for (auto [set, other] : {std::pair{par.decoder_first_pipeline_num_layers != kUnset,
+                                      "--decoder-first-pipeline-num-layers"},
+                            std::pair{par.decoder_last_pipeline_num_layers != kUnset,
+                                      "--decoder-last-pipeline-num-layers"},
+                            std::pair{par.account_for_embedding_in_pipeline_split,
+                                      "--account-for-embedding-in-pipeline-split"},
+                            std::pair{par.account_for_loss_in_pipeline_split, "--account-for-loss-in-pipeline-split"}})
+    if (set)
+      return InvalidArgument(flag, " gives every stage's layers itself: expected no ", other, ", found it set");
+  if (list) {  // MindSpeed-LLM's NumLayerListFeature
+    if (par.pipeline_model_parallel_size < 2)
+      return InvalidArgument("--num-layer-list splits the layers over pipeline stages: expected "
+                             "--pipeline-model-parallel-size > 1, found ", par.pipeline_model_parallel_size);
+    if (par.num_layers_per_virtual_pipeline_stage != kUnset || par.num_virtual_stages_per_pipeline_rank != kUnset)
+      return InvalidArgument("--num-layer-list cannot be combined with ",
+                             par.num_layers_per_virtual_pipeline_stage != kUnset
+                                 ? "--num-layers-per-virtual-pipeline-stage"
+                                 : "--num-virtual-stages-per-pipeline-rank",
+                             " (as in MindSpeed-LLM: one count per pipeline rank, no virtual stages; give "
+                             "--pipeline-num-transformer-layers for the layers of each virtual stage)");
+  }
+  return Status::Ok();
+}
+
+// --num-layer-list / --pipeline-num-transformer-layers against the layout (the VPP size already
+// derived): one row per pipeline rank, one count per virtual stage, none negative, summing to
+// --num-layers. Zero counts are allowed (MindSpeed's [[0,1],...]): a virtual stage may hold only
+// the embedding, only the loss, or nothing. Sets par.pipeline_layers.
+Status validate_explicit_split(ParallelArgs& par, int64_t num_layers) {
+  const bool list = !par.num_layer_list.empty();
+  const char* flag = list ? "--num-layer-list" : "--pipeline-num-transformer-layers";
+  const std::string& text = list ? par.num_layer_list : par.pipeline_num_transformer_layers;
+  StatusOr<std::vector<std::vector<int64_t>>> rows =
+      list ? parse_num_layer_list(text) : parse_pipeline_num_transformer_layers(text);
+  if (!rows.ok()) return rows.status();
+  const int64_t pp = par.pipeline_model_parallel_size, vpp = par.virtual_pipeline_model_parallel_size;
+  if (static_cast<int64_t>(rows->size()) != pp)
+    return InvalidArgument(flag, " ", text, ": expected ", list ? "one count" : "one row",
+                           " per pipeline rank (--pipeline-model-parallel-size ", pp, "), found ", rows->size());
+  int64_t total = 0;
+  for (size_t r = 0; r < rows->size(); ++r) {
+    const std::vector<int64_t>& row = (*rows)[r];
+    if (static_cast<int64_t>(row.size()) != vpp)
+      return InvalidArgument(flag, " ", text, ": expected ", vpp, " count", vpp == 1 ? "" : "s",
+                             " per row (the virtual stages of each pipeline rank", vpp == 1 ? ": none" : "",
+                             "), found ", row.size(), " in row ", r);
+    for (int64_t n : row) {
+      if (n < 0)
+        return InvalidArgument(flag, " ", text, ": expected layer counts >= 0, found ", n, " for pipeline rank ", r);
+      total += n;
+    }
+  }
+  if (total != num_layers)
+    return InvalidArgument(flag, " ", text, " places ", total, " layers: expected the sum to be --num-layers ",
+                           num_layers);
+  par.pipeline_layers = std::move(*rows);
+  return Status::Ok();
+}
+
 // Megatron's pipeline split rules (arguments.py and TransformerConfig): layers divide evenly over
 // the stages, or over the middle stages once --decoder-first/last-pipeline-num-layers are taken
 // out, and each stage's layers divide by the virtual stages per rank. With
 // --account-for-embedding/loss-in-pipeline-split the embedding and the loss count as layers of the
 // even split (and exclude the uneven one). Sets the derived VPP size.
-Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
+//
+// An explicit split (--num-layer-list, --pipeline-num-transformer-layers) replaces all of these;
+// validate_explicit_split checks it.
+Status validate_pipeline_split(ParallelArgs& par, const ModelArgs& m) {
+  const int64_t num_layers = m.num_layers;
   const int64_t pp = par.pipeline_model_parallel_size;
   const int64_t first = par.decoder_first_pipeline_num_layers, last = par.decoder_last_pipeline_num_layers;
   const bool uneven = first != kUnset || last != kUnset;
   const bool with_embedding = par.account_for_embedding_in_pipeline_split;
   const bool with_loss = par.account_for_loss_in_pipeline_split;
+  const bool explicit_split = !par.num_layer_list.empty() || !par.pipeline_num_transformer_layers.empty();
+  if (explicit_split) GALE_RETURN_IF_ERROR(check_explicit_split_flags(par, m));
   if (uneven && (with_embedding || with_loss))
     return InvalidArgument(
         with_embedding ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split",
@@ -101,6 +177,7 @@ Status validate_pipeline_split(ParallelArgs& par, int64_t num_layers) {
   if (par.microbatch_group_size_per_virtual_stage != kUnset)
     GALE_RETURN_IF_ERROR(
         positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-pipeline-stage"));
+  if (explicit_split) return validate_explicit_split(par, num_layers);
   if (!uneven) {
     if (split_layers % pp != 0) {
       if (split_layers != num_layers)
@@ -290,6 +367,122 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
 
 }  // namespace
 
+StatusOr<std::vector<std::vector<int64_t>>> parse_num_layer_list(const std::string& text, const char* flag) {
+  std::vector<int64_t> counts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    const size_t digits = !item.empty() && item[0] == '-' ? 1 : 0;
+    if (item.size() <= digits || item.size() > digits + 9 ||
+        item.find_first_not_of("0123456789", digits) != std::string::npos)
+      return InvalidArgument(flag, ": expected comma-separated layer counts such as 4,6,6,4, found \"", item,
+                             "\" in \"", text, "\"");
+    const int64_t n = std::strtoll(item.c_str(), nullptr, 10);
+    counts.push_back(n);
+    start = comma + 1;
+  }
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t n : counts) rows.push_back({n});
+  return rows;
+}
+
+namespace {
+
+// Reads MindSpeed's nested lists: outer := '[' row {',' row} ']'; row := '[' count {',' count} ']'
+// ['*' n]; count := integer ['*' n]. Blanks are ignored.
+class NestedLayerLists {
+ public:
+  explicit NestedLayerLists(const std::string& text) : text_(text) {}
+
+  StatusOr<std::vector<std::vector<int64_t>>> read() {
+    std::vector<std::vector<int64_t>> rows;
+    GALE_RETURN_IF_ERROR(expect('['));
+    if (peek() == ']') return error("an empty list");
+    while (true) {
+      if (peek() != '[') return error(peek() == '\0' ? "the end" : "a count outside a row");
+      ++pos_;
+      std::vector<int64_t> row;
+      if (peek() == ']') return error("an empty row");
+      while (true) {
+        if (peek() == '[') return error("a list nested inside a row");
+        StatusOr<int64_t> count = integer();
+        if (!count.ok()) return count.status();
+        StatusOr<int64_t> times = repeat();
+        if (!times.ok()) return times.status();
+        row.insert(row.end(), static_cast<size_t>(*times), *count);
+        if (static_cast<int64_t>(row.size()) > kMaxRepeat) return error("a row of more than " + std::to_string(kMaxRepeat) + " counts");
+        if (peek() == ']') break;
+        GALE_RETURN_IF_ERROR(expect(','));
+      }
+      ++pos_;
+      StatusOr<int64_t> times = repeat();
+      if (!times.ok()) return times.status();
+      rows.insert(rows.end(), static_cast<size_t>(*times), row);
+      if (static_cast<int64_t>(rows.size()) > kMaxRepeat) return error("more than " + std::to_string(kMaxRepeat) + " rows");
+      if (peek() == ']') break;
+      GALE_RETURN_IF_ERROR(expect(','));
+    }
+    ++pos_;
+    if (peek() != '\0') return error("text after the closing ]");
+    return rows;
+  }
+
+ private:
+  char peek() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+  Status error(const std::string& what) const {
+    return InvalidArgument("--pipeline-num-transformer-layers: expected nested lists such as [[0,1],[1,1]*2,[3,0]] "
+                           "(one row of counts per pipeline rank), found \"", text_, "\" (", what, " at character ",
+                           std::min(pos_, text_.size()) + 1, ")");
+  }
+  Status expect(char c) {
+    const char found = peek();
+    if (found == c) {
+      ++pos_;
+      return Status::Ok();
+    }
+    return error(found == '\0' ? "the end" : std::string("'") + found + "'");
+  }
+  StatusOr<int64_t> integer() {
+    peek();
+    const size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    const size_t digits = pos_;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+    if (pos_ == digits || pos_ - digits > 9) {
+      pos_ = start;
+      return error(peek() == '\0' ? "the end" : std::string("'") + peek() + "' where a count belongs");
+    }
+    return static_cast<int64_t>(std::strtoll(text_.c_str() + start, nullptr, 10));
+  }
+  // An optional '*' n (n >= 1): how many times the element before it stands.
+  StatusOr<int64_t> repeat() {
+    if (peek() != '*') return int64_t{1};
+    ++pos_;
+    StatusOr<int64_t> n = integer();
+    if (!n.ok()) return n.status();
+    if (*n < 1 || *n > kMaxRepeat)
+      return error("repeat count " + std::to_string(*n) + " (expected 1 to " + std::to_string(kMaxRepeat) + ")");
+    return n;
+  }
+
+  static constexpr int64_t kMaxRepeat = 65536;  // bounds rows, counts per row and repeats (sums stay in range)
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::vector<std::vector<int64_t>>> parse_pipeline_num_transformer_layers(const std::string& text) {
+  return NestedLayerLists(text).read();
+}
+
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size) {
   ParallelArgs& par = a.parallel;
   const ModelArgs& m = a.model;
@@ -357,7 +550,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   }
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
-  GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m.num_layers));
+  GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m));
   if (par.overlap_param_gather_with_optimizer_step) {  // Megatron's validate_args
     if (!par.use_distributed_optimizer)
       return InvalidArgument("--overlap-param-gather-with-optimizer-step is only supported with the distributed "

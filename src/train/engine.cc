@@ -1,6 +1,7 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "train/model_setup.h"
@@ -13,44 +14,46 @@ std::vector<GPTModel*> Engine::chunk_pointers() const {
   return out;
 }
 
-std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp) {
+std::vector<std::vector<int64_t>> pipeline_layer_counts(const Arguments& args) {
   const ParallelArgs& par = args.parallel;
+  if (!par.pipeline_layers.empty()) return par.pipeline_layers;
   const int64_t L = args.model.num_layers, pp = par.pipeline_model_parallel_size;
   const int64_t vpp = std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size);
+  std::vector<std::vector<int64_t>> counts(static_cast<size_t>(pp), std::vector<int64_t>(static_cast<size_t>(vpp)));
   const int64_t embedding = par.account_for_embedding_in_pipeline_split ? 1 : 0;
   const int64_t loss = par.account_for_loss_in_pipeline_split ? 1 : 0;
   if (embedding + loss > 0) {
-    // L + embedding + loss slots split evenly over the P·V virtual stages, in the order chunk 0 of
-    // every rank, then chunk 1, ...: the embedding takes the very first slot (virtual stage 0), the
-    // loss the very last one (chunk V-1 of the last rank).
-    const int64_t slots = L + embedding + loss, per_chunk = slots / pp / vpp;
-    const bool first_chunk = pp_rank == 0 && vp == 0, last_chunk = pp_rank == pp - 1 && vp == vpp - 1;
-    const int64_t slot = vp * (slots / vpp) + pp_rank * per_chunk;
-    return {first_chunk ? slot : slot - embedding,
-            per_chunk - (first_chunk ? embedding : 0) - (last_chunk ? loss : 0)};
+    // L + embedding + loss slots split evenly over the P·V virtual stages; the embedding takes a
+    // slot of the very first (chunk 0 of rank 0), the loss one of the very last (chunk V-1 of the
+    // last rank).
+    const int64_t per_chunk = (L + embedding + loss) / pp / vpp;
+    for (auto& row : counts) std::fill(row.begin(), row.end(), per_chunk);
+    counts.front().front() -= embedding;
+    counts.back().back() -= loss;
+    return counts;
   }
-  // Layers of each pipeline stage.
-  std::vector<int64_t> stage(static_cast<size_t>(pp), 0);
-  int64_t middle_layers = L, middle_stages = pp;
-  if (par.decoder_first_pipeline_num_layers != kUnset) {
-    stage[0] = par.decoder_first_pipeline_num_layers;
-    middle_layers -= stage[0];
-    --middle_stages;
-  }
-  if (par.decoder_last_pipeline_num_layers != kUnset && pp > 1) {
-    stage[static_cast<size_t>(pp - 1)] = par.decoder_last_pipeline_num_layers;
-    middle_layers -= stage[static_cast<size_t>(pp - 1)];
-    --middle_stages;
-  }
+  // Layers of each pipeline stage: the first/last flags, the rest even over the middle stages.
+  const bool first = par.decoder_first_pipeline_num_layers != kUnset;
+  const bool last = par.decoder_last_pipeline_num_layers != kUnset && pp > 1;
+  const int64_t middle_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
+  const int64_t middle_layers =
+      L - (first ? par.decoder_first_pipeline_num_layers : 0) - (last ? par.decoder_last_pipeline_num_layers : 0);
   for (int64_t s = 0; s < pp; ++s) {
-    bool fixed = (s == 0 && par.decoder_first_pipeline_num_layers != kUnset) ||
-                 (s == pp - 1 && pp > 1 && par.decoder_last_pipeline_num_layers != kUnset);
-    if (!fixed) stage[static_cast<size_t>(s)] = middle_stages > 0 ? middle_layers / middle_stages : 0;
+    int64_t stage = middle_stages > 0 ? middle_layers / middle_stages : 0;
+    if (s == 0 && first) stage = par.decoder_first_pipeline_num_layers;
+    if (s == pp - 1 && last) stage = par.decoder_last_pipeline_num_layers;
+    std::fill(counts[static_cast<size_t>(s)].begin(), counts[static_cast<size_t>(s)].end(), stage / vpp);
   }
-  // Chunk v of all stages comes before chunk v+1: offset = Σ_{v'<v} Σ_s stage[s]/vpp + Σ_{s'<pp_rank} stage[s']/vpp.
-  int64_t offset = vp * (L / vpp);
-  for (int64_t s = 0; s < pp_rank; ++s) offset += stage[static_cast<size_t>(s)] / vpp;
-  return {offset, stage[static_cast<size_t>(pp_rank)] / vpp};
+  return counts;
+}
+
+std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp) {
+  const std::vector<std::vector<int64_t>> counts = pipeline_layer_counts(args);
+  const size_t pp = counts.size(), r = static_cast<size_t>(pp_rank), v = static_cast<size_t>(vp);
+  int64_t offset = 0;  // the layers of the virtual stages before (r, v): chunks < v of every rank, chunk v of ranks < r
+  for (size_t c = 0; c <= v; ++c)
+    for (size_t s = 0; s < (c < v ? pp : r); ++s) offset += counts[s].at(c);
+  return {offset, counts.at(r).at(v)};
 }
 
 int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_parameters) {

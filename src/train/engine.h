@@ -57,12 +57,18 @@ struct EngineOptions {
   RecomputePlan recompute;
 };
 
-// Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`
-// (Megatron's layout: even split, or --decoder-first/last-pipeline-num-layers, each stage's
-// layers divided evenly among its virtual chunks; chunk v of every stage precedes chunk v + 1).
-// With --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-split) the
-// embedding (the loss) counts as one layer of the first (last) virtual stage, which then builds one
+// The transformer layers of every virtual stage, [pp rank][virtual chunk]: the explicit
+// --num-layer-list / --pipeline-num-transformer-layers (ParallelArgs::pipeline_layers), or
+// Megatron's split: even, or --decoder-first/last-pipeline-num-layers with the rest even, each
+// stage's layers divided evenly among its virtual chunks; with
+// --account-for-embedding-in-pipeline-split (--account-for-loss-in-pipeline-split) the embedding
+// (the loss) counts as one layer of the first (last) virtual stage, which then builds one
 // transformer layer fewer, possibly none.
+std::vector<std::vector<int64_t>> pipeline_layer_counts(const Arguments& args);
+
+// Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`: the
+// counts of pipeline_layer_counts laid out in virtual-stage order (chunk v of every stage precedes
+// chunk v + 1; within a chunk index, rank r precedes rank r + 1), as Megatron and MindSpeed.
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
 
 // Megatron's configured data-parallel bucket size (get_model): --ddp-bucket-size, or

@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint_writer.h"
 #include "ckpt/safetensors.h"
 #include "comm/communicator.h"
+#include "train/arguments.h"
 #include "train/checkpoint_args.h"
 #include "train/hf_config.h"
 #include "train/hf_files.h"
@@ -45,6 +46,29 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
   return Status::Ok();
 }
 
+// --num-layer-list against --target-pipeline-parallel-size and the model's `num_layers`.
+Status check_num_layer_list(const HfToGaleOptions& o, int64_t num_layers, const std::string& config_path,
+                            const ConvertLog& log) {
+  GALE_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> stages, parse_num_layer_list(o.num_layer_list));
+  if (static_cast<int64_t>(stages.size()) != o.target_pipeline_parallel_size)
+    return InvalidArgument("--num-layer-list ", o.num_layer_list, ": expected one count per target pipeline stage "
+                           "(--target-pipeline-parallel-size ", o.target_pipeline_parallel_size, "), found ",
+                           stages.size());
+  int64_t total = 0;
+  for (const auto& stage : stages) {
+    if (stage[0] < 0)
+      return InvalidArgument("--num-layer-list ", o.num_layer_list, ": expected layer counts >= 0, found ", stage[0]);
+    total += stage[0];
+  }
+  if (total != num_layers)
+    return InvalidArgument("--num-layer-list ", o.num_layer_list, " places ", total, " layers: expected the ",
+                           num_layers, " layers of ", config_path);
+  log(str_cat("--num-layer-list ", o.num_layer_list, ": the layers of the ", o.target_pipeline_parallel_size,
+              " pipeline stages (the checkpoint holds whole tensors; train with the same --num-layer-list, or any "
+              "other split)"));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
@@ -65,6 +89,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     m.mtp_layers = o.mtp_num_layers;
     m.model.mtp_num_layers = m.mtp_layers > 0 ? m.mtp_layers : kUnset;
   }
+  if (!o.num_layer_list.empty()) GALE_RETURN_IF_ERROR(check_num_layer_list(o, m.model.num_layers, hf.config_path(), log));
   for (const std::string& w : m.warnings) log("warning: " + w);
   log(str_cat("converting ", hf_architecture_name(m.arch), " from ", o.load_dir, ": ", m.model.num_layers,
               " layers, hidden ", m.model.hidden_size, ", ", m.model.num_attention_heads, " heads (",

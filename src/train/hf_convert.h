@@ -36,6 +36,12 @@ struct HfToGaleOptions {
   // num_nextn_predict_layers multi-token-prediction layers to convert (the first N; 0 leaves them
   // out); kUnset: all of them.
   int64_t mtp_num_layers = kUnset;
+  // MindSpeed-LLM's --target-pipeline-parallel-size and --num-layer-list (the layers of each
+  // target pipeline stage): checked against the model (one count per stage, none negative,
+  // summing to its layers) and reported; the checkpoint itself holds whole tensors under global
+  // layer names, so it loads at that split as at any other.
+  int64_t target_pipeline_parallel_size = 1;
+  std::string num_layer_list;
 };
 Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log);
 

@@ -73,6 +73,31 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "gale convert: error: --mtp-num-layers 1: expected 0 to the 0 multi-token-prediction layers of " +
                           fixture("deepseek_v3") + "/config.json (num_nextn_predict_layers)\n");
+  // MindSpeed-LLM's --num-layer-list: one count per target pipeline stage, summing to the model's
+  // layers (the fixture has 2); only for a checkpoint written from hf.
+  r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--target-pipeline-parallel-size", "2", "--num-layer-list",
+                                                          "1,2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --num-layer-list 1,2 places 3 layers: expected the 2 layers of " +
+                          fixture("llama") + "/config.json\n");
+  r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--num-layer-list", "1,1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --num-layer-list 1,1: expected one count per target pipeline stage "
+                      "(--target-pipeline-parallel-size 1), found 2\n");
+  r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--target-pipeline-parallel-size", "2", "--num-layer-list",
+                                                          "3,-1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --num-layer-list 3,-1: expected layer counts >= 0, found -1\n");
+  r = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir", "a", "--save-dir", "b",
+            "--num-layer-list", "1,1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "gale convert: error: --num-layer-list describes the pipeline stages of a checkpoint written "
+                      "from hf: expected --load-model-type hf, found gale (a Gale checkpoint holds whole tensors "
+                      "whatever split it was trained with)\n");
+  r = convert_to_gale(fixture("llama"), tmp.file("out"), {"--target-pipeline-parallel-size", "2", "--num-layer-list",
+                                                          "0,2"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--num-layer-list 0,2: the layers of the 2 pipeline stages"), std::string::npos) << r.output;
 }
 
 // HF -> Gale, then `gale generate --use-checkpoint-args` continues the fixture's tokens greedily

@@ -1,4 +1,4 @@
-// Parallel invariance: every TP / SP / CP / DP / PP layout (1F1B, interleaved, uneven stages), with
+// Parallel invariance: every TP / SP / CP / DP / PP layout (1F1B, interleaved, uneven and explicit stages), with
 // and without the distributed optimizer, the communication overlaps and activation recomputation,
 // reproduces the single-process run (with the same attention kernel): the losses and gradient
 // norms of 5 iterations and the final parameters and gradients, within 1e-5 relative in fp32 (with the distributed optimizer, the
@@ -69,6 +69,29 @@ const std::vector<Layout>& layouts() {
       {"pp2_vpp2_noop_layers_dp2", 4, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
                                        "1", "--noop-layers", "1,2", "--recompute-granularity", "full",
                                        "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
+      // Explicit splits: MindSpeed-LLM's --num-layer-list (one count per rank) and MindSpeed's
+      // --pipeline-num-transformer-layers (one per virtual stage), with uneven virtual stages
+      // inside a rank and virtual stages without any layer (the second chunk of rank 0 holds
+      // nothing at all: no parameter), and full recomputation over chunks of different sizes.
+      {"pp2_num_layer_list", 2, {"--pipeline-model-parallel-size", "2", "--num-layer-list", "1,3"}},
+      {"pp4_num_layer_list", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "7", "--num-layer-list",
+                                 "2,1,3,1"}},
+      {"pp2_dp2_num_layer_list_distopt", 4, {"--pipeline-model-parallel-size", "2", "--num-layer-list", "3,1",
+                                             "--use-distributed-optimizer"}},
+      {"pp2_vpp2_unaligned", 2, {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                                 "--num-layers", "5", "--pipeline-num-transformer-layers", "[[1,2],[1,1]]"}},
+      {"pp2_vpp2_unaligned_empty", 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                                       "1", "--pipeline-num-transformer-layers", "[[2,0],[1,1]]"}},
+      {"pp2_num_layer_list_full_recompute_block", 2, {"--pipeline-model-parallel-size", "2", "--num-layer-list", "1,3",
+                                                      "--recompute-granularity", "full", "--recompute-method", "block",
+                                                      "--recompute-num-layers", "2"}},
+      {"pp2_vpp2_unaligned_full_recompute_uniform", 2, {"--pipeline-model-parallel-size", "2",
+                                                        "--num-virtual-stages-per-pipeline-rank", "2", "--num-layers",
+                                                        "6", "--pipeline-num-transformer-layers", "[[3,0],[1,2]]",
+                                                        "--recompute-granularity", "full", "--recompute-method",
+                                                        "uniform", "--recompute-num-layers", "2"}},
+      {"pp4_vpp2_unaligned", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
+                                 "--num-layers", "8", "--pipeline-num-transformer-layers", "[[0,1],[1,1]*2,[3,0]]"}},
       {"pp4_vpp2", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
                        "--num-layers", "8"}},
       {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",

@@ -10,7 +10,9 @@
 // Pipeline parallelism (np 2 and 4): the MTP layers on the last stage (the last virtual chunk with
 // VPP) with its copy of the first stage's embedding, tied (GPT, whose learned position embedding is
 // copied too) and untied (LLaMA), the copies' gradients summed over the embedding group (with the
-// distributed optimizer in a bucket of their own), with TP2 and SP, and the MoE model at PP2.
+// distributed optimizer in a bucket of their own), with TP2 and SP, and the MoE model at PP2; with
+// explicit splits (--num-layer-list, --pipeline-num-transformer-layers), also a last stage (chunk)
+// without decoder layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,6 +35,14 @@ const std::vector<Layout>& layouts() {
       {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
       {"pp2_vpp2", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "4",
                        "--num-layers-per-virtual-pipeline-stage", "1"}},
+      // Explicit splits (--num-layer-list, --pipeline-num-transformer-layers): the MTP layers follow
+      // the last stage's (last chunk's) decoder layers, also when that holds none.
+      {"pp2_num_layer_list", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "3", "--num-layer-list",
+                                 "2,1"}},
+      {"pp2_num_layer_list_empty_last", 2, {"--pipeline-model-parallel-size", "2", "--num-layer-list", "2,0"}},
+      {"pp2_vpp2_unaligned", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "3",
+                                 "--num-virtual-stages-per-pipeline-rank", "2", "--pipeline-num-transformer-layers",
+                                 "[[1,1],[1,0]]"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
       {"pp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer",

@@ -2,7 +2,8 @@
 // resumes at TP1·PP4, at DP4 (4 ranks of TP1·PP1) and at interleaved PP2·VPP2·DP2, and iterations
 // 4–6 give the losses and gradient norms of an uninterrupted run within 1e-5 relative; the final
 // parameters match too. Each rank runs the uninterrupted single-process reference itself. The
-// same for a checkpoint of the partial distributed optimizer (--num-distributed-optimizer-instances).
+// same for a checkpoint of the partial distributed optimizer (--num-distributed-optimizer-instances)
+// and for one saved with an explicit split (--num-layer-list), resumed at other splits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,6 +151,61 @@ TEST(ReshardDistOptInstances, SavedWithTwoInstancesResumesWithOtherCounts) {
        {"two instances", {"--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"}},
        {"no distributed optimizer", {}}},
       world, whole, dir);
+}
+
+// Every parameter this rank holds equals, bit for bit, the checkpoint's tensor of that name.
+void expect_params_equal_checkpoint(const Engine& engine, const std::string& dir) {
+  StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  for (const auto& chunk : engine.chunks) {
+    const ParamBuffer& pb = chunk->params();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      StatusOr<Tensor> saved = reader->read(s.whole_model_name(), s.global_shape);
+      ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < s.local_numel(); ++i)
+        differ += pb.param_data(id)[i] != saved->data<float>()[s.global_index(i)];
+      EXPECT_EQ(differ, 0) << s.name;
+    }
+  }
+}
+
+// MindSpeed-LLM's --num-layer-list / MindSpeed's --pipeline-num-transformer-layers: a checkpoint
+// saved at PP2·DP2 with stages of 1 and 3 layers loads bit for bit at PP1 (DP4), at PP2 with 3 and
+// 1 layers, at PP4 with an empty stage and at PP2·VPP2 with uneven virtual stages, and training
+// resumes like the uninterrupted run.
+TEST(ReshardExplicitSplit, SavedWithNumLayerListResumesAtOtherSplits) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainingRun whole(kGpt, {}, make_self_communicator("world"));
+  whole.train(6);
+  const std::string dir = shared_temp_dir(world, "num_layer_list");
+  train_and_save(kGpt, {"--pipeline-model-parallel-size", "2", "--num-layer-list", "1,3"}, world, whole, dir);
+  const Targets targets = {
+      {"PP1·DP4", {}},
+      {"PP2·DP2 3,1", {"--pipeline-model-parallel-size", "2", "--num-layer-list", "3,1"}},
+      {"PP4 [[2],[0],[1],[1]]", {"--pipeline-model-parallel-size", "4", "--pipeline-num-transformer-layers",
+                                 "[[2],[0],[1],[1]]"}},
+      {"PP2·VPP2·DP2 [[1,2],[1,0]]", {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                                      "2", "--pipeline-num-transformer-layers", "[[1,2],[1,0]]"}}};
+  for (const auto& [name, flags] : targets) {  // the loaded parameters, before any training
+    SCOPED_TRACE(name);
+    std::vector<std::string> load_flags = flags;
+    load_flags.insert(load_flags.end(), {"--load", dir});
+    TrainingRun resumed(kGpt, load_flags, world);
+    bool loaded = false;
+    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(loaded);
+    expect_params_equal_checkpoint(*resumed.engine, dir);
+    if (name == "PP2·DP2 3,1") {  // the list reaches the engine: layers 0-2 on the first stage, 3 on the second
+      const ModelPartition& part = resumed.engine->chunks[0]->partition();
+      using Range = std::pair<int64_t, int64_t>;
+      EXPECT_EQ((Range{part.first_layer, part.num_layers}), part.pre_process ? (Range{0, 3}) : (Range{3, 1}));
+    }
+  }
+  expect_resumes_like_whole(kGpt, targets, world, whole, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Reshard, ::testing::Bool(),

@@ -247,6 +247,123 @@ TEST(ParallelArgs, EmbeddingAndLossCountInThePipelineSplit) {
             "counts the embedding and the loss only in the even split)");
 }
 
+// MindSpeed-LLM's --num-layer-list and MindSpeed's --pipeline-num-transformer-layers: parsed into
+// the layers of every (pipeline rank, virtual stage), with MindSpeed's rules on length, sum, sign
+// and the flags they exclude.
+TEST(ParallelArgs, ExplicitPipelineSplit) {
+  Validated list = validate("--pipeline-model-parallel-size 4 --num-layer-list 1,3,3,1", 4);
+  ASSERT_TRUE(list.status.ok()) << list.status.to_string();
+  EXPECT_EQ(list.args.parallel.pipeline_layers, (std::vector<std::vector<int64_t>>{{1}, {3}, {3}, {1}}));
+  // The nested lists with MindSpeed's repetition, a zero and interleaving (2 virtual stages).
+  Validated nested = validate("--num-layers 7 --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank "
+                              "2 --pipeline-num-transformer-layers [[0,1],[1,1]*2,[2,0]] --global-batch-size 8",
+                              4);
+  ASSERT_TRUE(nested.status.ok()) << nested.status.to_string();
+  EXPECT_EQ(nested.args.parallel.pipeline_layers,
+            (std::vector<std::vector<int64_t>>{{0, 1}, {1, 1}, {1, 1}, {2, 0}}));
+  // Without virtual stages, one count per row; blanks are ignored and a count may repeat too.
+  Validated rows = validate("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[3],[5*1]]", 2);
+  ASSERT_TRUE(rows.status.ok()) << rows.status.to_string();
+  EXPECT_EQ(rows.args.parallel.pipeline_layers, (std::vector<std::vector<int64_t>>{{3}, {5}}));
+  // Megatron's --num-layers-per-virtual-pipeline-stage sets the virtual stages (MindSpeed's way):
+  // 8 layers / 2 ranks / 2 per virtual stage = 2 virtual stages.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                    "--pipeline-num-transformer-layers [[1,2],[4,1]] --global-batch-size 4",
+                    2),
+            "ok");
+  // Length, sum and sign.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 4 --num-layer-list 2,3,3", 4),
+            "--num-layer-list 2,3,3: expected one count per pipeline rank (--pipeline-model-parallel-size 4), found 3");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 3,3", 2),
+            "--num-layer-list 3,3 places 6 layers: expected the sum to be --num-layers 8");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 9,-1", 2),
+            "--num-layer-list 9,-1: expected layer counts >= 0, found -1 for pipeline rank 1");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[4],[0]]", 2),
+            "--pipeline-num-transformer-layers [[4],[4],[0]]: expected one row per pipeline rank "
+            "(--pipeline-model-parallel-size 2), found 3");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--pipeline-num-transformer-layers [[2,2],[4]] --global-batch-size 4",
+                    2),
+            "--pipeline-num-transformer-layers [[2,2],[4]]: expected 2 counts per row (the virtual stages of each "
+            "pipeline rank), found 1 in row 1");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[2,2],[4,0]]", 2),
+            "--pipeline-num-transformer-layers [[2,2],[4,0]]: expected 1 count per row (the virtual stages of each "
+            "pipeline rank: none), found 2 in row 0");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[5]]", 2),
+            "--pipeline-num-transformer-layers [[4],[5]] places 9 layers: expected the sum to be --num-layers 8");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[9],[-1]]", 2),
+            "--pipeline-num-transformer-layers [[9],[-1]]: expected layer counts >= 0, found -1 for pipeline rank 1");
+  // Malformed text.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,,4", 2),
+            "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"\" in \"4,,4\"");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4x", 2),
+            "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"4x\" in \"4,4x\"");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,1234567890", 2),
+            "--num-layer-list: expected comma-separated layer counts such as 4,6,6,4, found \"1234567890\" in "
+            "\"4,1234567890\"");
+  const std::string nested_syntax =
+      "--pipeline-num-transformer-layers: expected nested lists such as [[0,1],[1,1]*2,[3,0]] (one row of counts "
+      "per pipeline rank), found ";
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [4,4]", 2),
+            nested_syntax + "\"[4,4]\" (a count outside a row at character 2)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[4]", 2),
+            nested_syntax + "\"[[4],[4]\" (the end at character 9)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[a]]", 2),
+            nested_syntax + "\"[[4],[a]]\" ('a' where a count belongs at character 7)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[[4]]]", 2),
+            nested_syntax + "\"[[4],[[4]]]\" (a list nested inside a row at character 7)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4]*0,[4]]", 2),
+            nested_syntax + "\"[[4]*0,[4]]\" (repeat count 0 (expected 1 to 65536) at character 7)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4*65536,4],[4]]", 2),
+            nested_syntax + "\"[[4*65536,4],[4]]\" (a row of more than 65536 counts at character 12)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[1234567890]]", 2),
+            nested_syntax + "\"[[4],[1234567890]]\" ('1' where a count belongs at character 7)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[4]]x", 2),
+            nested_syntax + "\"[[4],[4]]x\" (text after the closing ] at character 10)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers []", 2),
+            nested_syntax + "\"[]\" (an empty list at character 2)");
+  // The flags an explicit split excludes.
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --pipeline-num-transformer-layers "
+                    "[[4],[4]]",
+                    2),
+            "--num-layer-list and --pipeline-num-transformer-layers both give the layers of each pipeline stage: "
+            "expected one of them, found both");
+  EXPECT_EQ(message("--num-layer-list 8", 1),
+            "--num-layer-list splits the layers over pipeline stages: expected --pipeline-model-parallel-size > 1, "
+            "found 1");
+  EXPECT_EQ(message("--pipeline-num-transformer-layers [[8]]", 1), "ok");  // MindSpeed: one row for PP 1
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 --num-layer-list 4,4 "
+                    "--global-batch-size 4",
+                    2),
+            "--num-layer-list cannot be combined with --num-layers-per-virtual-pipeline-stage (as in MindSpeed-LLM: "
+            "one count per pipeline rank, no virtual stages; give --pipeline-num-transformer-layers for the layers "
+            "of each virtual stage)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --num-layer-list 4,4 "
+                    "--global-batch-size 4",
+                    2),
+            "--num-layer-list cannot be combined with --num-virtual-stages-per-pipeline-rank (as in MindSpeed-LLM: "
+            "one count per pipeline rank, no virtual stages; give --pipeline-num-transformer-layers for the layers "
+            "of each virtual stage)");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --noop-layers 0", 2),
+            "--num-layer-list cannot be combined with --noop-layers (as in MindSpeed: both decide which stage holds "
+            "which layers; give one), found --noop-layers 0");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-num-transformer-layers [[4],[4]] "
+                    "--decoder-first-pipeline-num-layers 4",
+                    2),
+            "--pipeline-num-transformer-layers gives every stage's layers itself: expected no "
+            "--decoder-first-pipeline-num-layers, found it set");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --decoder-last-pipeline-num-layers 4", 2),
+            "--num-layer-list gives every stage's layers itself: expected no --decoder-last-pipeline-num-layers, "
+            "found it set");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --account-for-embedding-in-pipeline-split",
+                    2),
+            "--num-layer-list gives every stage's layers itself: expected no "
+            "--account-for-embedding-in-pipeline-split, found it set");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --account-for-loss-in-pipeline-split", 2),
+            "--num-layer-list gives every stage's layers itself: expected no --account-for-loss-in-pipeline-split, "
+            "found it set");
+}
+
 // Megatron's get_model: --ddp-num-buckets excludes --ddp-bucket-size and must be positive.
 TEST(ParallelArgs, DdpNumBuckets) {
   EXPECT_EQ(message("--ddp-num-buckets 4", 1), "ok");

@@ -2,7 +2,8 @@
 // --account-for-embedding/loss-in-pipeline-split) equals Megatron-Core's
 // (get_transformer_layer_offset / get_num_layers_to_build, recorded in
 // tests/data/schedule/megatron_layers.json by tools/reference/pipeline_order.py), and every
-// layout places every layer exactly once, in order along the virtual stages.
+// layout places every layer exactly once, in order along the virtual stages; so do the explicit
+// counts of --num-layer-list / --pipeline-num-transformer-layers.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -106,6 +107,50 @@ TEST(ChunkLayers, EmbeddingAndLossCountAsLayers) {
   // Without pipelining the flags change nothing.
   expect_contiguous(layout(5, 1, 1, kUnset, kUnset, true, true));
   EXPECT_EQ(chunk_layers(layout(5, 1, 1, kUnset, kUnset, true, true), 0, 0), (std::pair<int64_t, int64_t>{0, 5}));
+}
+
+// MindSpeed's --pipeline-num-transformer-layers / MindSpeed-LLM's --num-layer-list: each virtual
+// stage holds its count, in virtual-stage order (MindSpeed's get_layer_offset_pp_vp_unaligned).
+Arguments explicit_layout(std::vector<std::vector<int64_t>> rows) {
+  int64_t total = 0;
+  for (const auto& row : rows)
+    for (int64_t n : row) total += n;
+  Arguments a = layout(total, static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size()), kUnset, kUnset);
+  a.parallel.pipeline_layers = std::move(rows);
+  return a;
+}
+
+TEST(ChunkLayers, ExplicitCountsPerStage) {
+  using Range = std::pair<int64_t, int64_t>;
+  // --num-layer-list 1,3 and 4,6,6,4 (no virtual stages).
+  Arguments two = explicit_layout({{1}, {3}});
+  expect_contiguous(two);
+  EXPECT_EQ(chunk_layers(two, 0, 0), (Range{0, 1}));
+  EXPECT_EQ(chunk_layers(two, 1, 0), (Range{1, 3}));
+  Arguments four = explicit_layout({{4}, {6}, {6}, {4}});
+  expect_contiguous(four);
+  EXPECT_EQ(chunk_layers(four, 2, 0), (Range{10, 6}));
+  EXPECT_EQ(chunk_layers(four, 3, 0), (Range{16, 4}));
+  // MindSpeed's example [[0,1],[1,1]*4,[1,0]]: 6 ranks, 2 virtual stages; chunk 0 of every rank
+  // first (layers 0-4), then chunk 1 (layers 5-9).
+  Arguments vpp = explicit_layout({{0, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 0}});
+  EXPECT_EQ(chunk_layers(vpp, 0, 0), (Range{0, 0}));
+  EXPECT_EQ(chunk_layers(vpp, 1, 0), (Range{0, 1}));
+  EXPECT_EQ(chunk_layers(vpp, 5, 0), (Range{4, 1}));
+  EXPECT_EQ(chunk_layers(vpp, 0, 1), (Range{5, 1}));
+  EXPECT_EQ(chunk_layers(vpp, 4, 1), (Range{9, 1}));
+  EXPECT_EQ(chunk_layers(vpp, 5, 1), (Range{10, 0}));
+  // Uneven virtual stages inside a rank: [[1,2],[4,1]] -> rank 0 holds 0 and 5-6, rank 1 1-4 and 7.
+  Arguments uneven = explicit_layout({{1, 2}, {4, 1}});
+  EXPECT_EQ(chunk_layers(uneven, 0, 0), (Range{0, 1}));
+  EXPECT_EQ(chunk_layers(uneven, 1, 0), (Range{1, 4}));
+  EXPECT_EQ(chunk_layers(uneven, 0, 1), (Range{5, 2}));
+  EXPECT_EQ(chunk_layers(uneven, 1, 1), (Range{7, 1}));
+  // Megatron's flags are the special case of the same table: first 2, last 2, middle 4 each.
+  EXPECT_EQ(pipeline_layer_counts(layout(12, 4, 2, 2, 2)),
+            (std::vector<std::vector<int64_t>>{{1, 1}, {2, 2}, {2, 2}, {1, 1}}));
+  EXPECT_EQ(pipeline_layer_counts(layout(10, 2, 3, kUnset, kUnset, true, true)),
+            (std::vector<std::vector<int64_t>>{{1, 2, 2}, {2, 2, 1}}));
 }
 
 }  // namespace
