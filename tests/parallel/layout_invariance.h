@@ -1,6 +1,9 @@
 // One parallel layout of a model against the single-process run of the same model: the shared body
-// of the invariance suites parameterised by (layout, model variant) (MLA, QK-layernorm, MTP).
+// of the invariance suites parameterised by (layout, model variant) (MLA, QK-layernorm, MTP, Muon,
+// sliding window, ALiBi).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
@@ -67,6 +70,20 @@ inline LayoutAndReference train_layout_and_reference(const std::vector<std::stri
   out.run->train(iterations);
   finish_param_sync(*out.run->engine);
   return out;
+}
+
+// The whole check of layout `name` of `layouts` for `model`: skipped when the test's world has
+// another size, else trained 5 steps beside its single-process reference, which it must reproduce
+// (expect_matches_reference: losses and grad norms, parameters, gradients within `grad_tolerance`,
+// `probe` a parameter whose gradient must be among those compared).
+inline void expect_layout_matches_single_process(const std::vector<Layout>& layouts, const std::string& name,
+                                                 const std::vector<std::string>& model, double grad_tolerance,
+                                                 const std::string& probe) {
+  const Layout* layout = find_layout(layouts, name);
+  ASSERT_NE(layout, nullptr) << name;
+  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  LayoutAndReference t = train_layout_and_reference(model, *layout, 5);
+  EXPECT_GT(expect_matches_reference(*t.run, *t.reference, 5, grad_tolerance, probe), 0);
 }
 
 }  // namespace gale::testing

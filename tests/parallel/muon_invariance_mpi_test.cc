@@ -49,12 +49,8 @@ class MuonInvariance : public ::testing::TestWithParam<std::tuple<std::string, b
 
 TEST_P(MuonInvariance, MatchesSingleProcess) {
   const auto& [name, llama] = GetParam();
-  const Layout* layout = testing::find_layout(layouts(), name);
-  ASSERT_NE(layout, nullptr);
-  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  testing::LayoutAndReference t =
-      testing::train_layout_and_reference(testing::join({kCommon, llama ? kLlama : kGptLike}), *layout, 5);
-  EXPECT_GT(testing::expect_matches_reference(*t.run, *t.reference, 5, 3e-5, "linear_qkv.weight"), 0);
+  testing::expect_layout_matches_single_process(layouts(), name, testing::join({kCommon, llama ? kLlama : kGptLike}),
+                                                3e-5, "linear_qkv.weight");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MuonInvariance,

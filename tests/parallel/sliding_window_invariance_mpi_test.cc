@@ -45,12 +45,7 @@ const std::vector<std::string> kCommon = {
 class SlidingWindowInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SlidingWindowInvariance, MatchesSingleProcess) {
-  const std::string& name = GetParam();
-  const Layout* layout = testing::find_layout(layouts(), name);
-  ASSERT_NE(layout, nullptr);
-  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
-  testing::LayoutAndReference t = testing::train_layout_and_reference(kCommon, *layout, 5);
-  EXPECT_GT(testing::expect_matches_reference(*t.run, *t.reference, 5, 3e-5, "linear_qkv.weight"), 0);
+  testing::expect_layout_matches_single_process(layouts(), GetParam(), kCommon, 3e-5, "linear_qkv.weight");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SlidingWindowInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
