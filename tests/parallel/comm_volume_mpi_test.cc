@@ -142,7 +142,8 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     // gradient blocks backward (each counted once sent, once received); allgather instead
     // all-gathers the keys and values (counted as its output, [T_global, 2·KV/TP·HD]) and
     // reduce-scatters their gradients (its input, the same size). Plus the loss head's two
-    // all-reduces of one double (Σ mask, Σ ℓ·mask).
+    // all-reduces: Σ mask (one double), then Σ ℓ·mask with each of the B samples' Σ ℓ·mask and
+    // Σ mask (1 + 2·B doubles; DPO's per-sequence sums, GPTModel::LossSums).
     // Ulysses instead: per micro-batch and layer four all-to-alls of this rank's tokens (counted as
     // their send buffer): QKV [T, (NH + 2·KV)/t·HD] and the attention output [T, NH/t·HD] forward,
     // their gradients backward.
@@ -153,7 +154,8 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
                                  : algo == "ulysses_cp_algo" ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
                                  : args.parallel.cp_comm_type == "p2p" ? 2 * kv_block * (3 * cp - 2)
                                                                        : 2 * cp * kv_block;
-    if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? 16 : 0));
+    const int64_t loss_sums = 8 * (2 + 2 * args.training.micro_batch_size);
+    if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? loss_sums : 0));
     // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
     // receives its gradient; one that is not the first receives its input and sends its gradient.
     pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;
