@@ -20,6 +20,18 @@
 
 namespace gale {
 
+namespace {
+
+// Context parallelism: keeps this cp rank's positions of each sequence of `mb` (S positions).
+Status keep_context_parallel_positions(const ParallelState& ps, int64_t S, MicroBatch* mb) {
+  if (ps.cp_size() <= 1) return Status::Ok();
+  GALE_ASSIGN_OR_RETURN(ContextSplit split, make_context_split(S, ps.cp_size(), ps.coords().cp));
+  *mb = slice_micro_batch(*mb, split);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* train, const SampleDataset* valid,
                  const SampleDataset* test)
     : args_(args), engine_(engine), train_(train), valid_(valid), test_(test) {
@@ -183,12 +195,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
       std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = ids[b];
   }
-  // Context parallelism: keep this cp rank's positions of each sequence.
-  if (engine_->ps.cp_size() > 1) {
-    GALE_ASSIGN_OR_RETURN(ContextSplit split, make_context_split(S, engine_->ps.cp_size(), engine_->ps.coords().cp));
-    *mb = slice_micro_batch(*mb, split);
-  }
-  return Status::Ok();
+  return keep_context_parallel_positions(engine_->ps, S, mb);
 }
 
 Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
@@ -224,11 +231,7 @@ Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vect
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
     mb->sample_ids[b] = 2 * ids[b % n] + (b < n ? 0 : 1);
   }
-  if (engine_->ps.cp_size() > 1) {  // this cp rank's positions of each sequence, as load_micro_batch
-    GALE_ASSIGN_OR_RETURN(ContextSplit split, make_context_split(S, engine_->ps.cp_size(), engine_->ps.coords().cp));
-    *mb = slice_micro_batch(*mb, split);
-  }
-  return Status::Ok();
+  return keep_context_parallel_positions(engine_->ps, S, mb);
 }
 
 StatusOr<ForwardBackwardResult> Trainer::dpo_forward_backward_all(int64_t consumed, double* accuracy) {
