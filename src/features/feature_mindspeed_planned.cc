@@ -25,8 +25,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "fused matmul + collective kernels (Ascend hardware)"},
       {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},
       {"use-fusion-attn-v2", FeatureModule::kFusedCompute, "FusionAttentionV2Feature (L2)", "second flash-attention kernel"},
-      {"reset-bucket-group-order", FeatureModule::kCommunication, "ResetBucketGroupOrderFeature (L2)",
-       "reorder gradient buckets by first-iteration use"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},

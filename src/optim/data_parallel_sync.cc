@@ -37,6 +37,11 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
     for (int id : buckets_[b].param_ids) bucket_of_param_[static_cast<size_t>(id)] = static_cast<int>(b);
   state_.resize(buckets_.size());
   ready_count_.assign(static_cast<size_t>(params_->size()), 0);
+  // The forward runs the buffer backwards: from the last bucket (the embedding end) to bucket 0.
+  next_gather_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) next_gather_[b] = static_cast<int>(b) - 1;
+  first_gather_ = static_cast<int>(buckets_.size()) - 1;
+  recorded_.assign(buckets_.size(), false);
 }
 
 DataParallelSync::~DataParallelSync() {
@@ -62,8 +67,9 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
   num_microbatches_ = num_microbatches;
   std::fill(ready_count_.begin(), ready_count_.end(), 0);
   std::fill(params_->flat_grads().data<float>() + region_.begin, params_->flat_grads().data<float>() + region_.end, 0.0f);
-  // The forward needs the last bucket (the embedding end of the buffer) first.
-  if (config_.overlap_param_gather && !buckets_.empty()) start_param_gather(buckets_.size() - 1);
+  // The bucket the forward needs first: the last one (the embedding end of the buffer), or the
+  // first of the recorded order.
+  if (config_.overlap_param_gather && first_gather_ >= 0) start_param_gather(static_cast<size_t>(first_gather_));
 }
 
 void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
@@ -183,11 +189,28 @@ void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
   for (int id : param_ids) {
     const int b = bucket_of_param_.at(static_cast<size_t>(id));
     if (b < 0) continue;  // another sync's region, or frozen: never updated, nothing to gather
-    if (!state_[static_cast<size_t>(b)].params_stale) continue;
+    if (config_.reset_bucket_group_order) record_bucket_use(b);
+    BucketState& s = state_[static_cast<size_t>(b)];
+    if (!s.params_stale) continue;
+    if (!s.param_work) ++unprefetched_param_gathers_;
     finish_param_gather(static_cast<size_t>(b));
-    // Prefetch the bucket the forward reaches next (the one below in the buffer).
-    if (b > 0) start_param_gather(static_cast<size_t>(b - 1));
+    // Prefetch the bucket the forward reaches next.
+    const int next = next_gather_[static_cast<size_t>(b)];
+    if (next >= 0) start_param_gather(static_cast<size_t>(next));
   }
+}
+
+void DataParallelSync::record_bucket_use(int b) {
+  if (order_reset_ || recorded_[static_cast<size_t>(b)]) return;
+  recorded_[static_cast<size_t>(b)] = true;
+  recorded_order_.push_back(b);
+  if (recorded_order_.size() < buckets_.size()) return;
+  // Every bucket seen: chain the prefetches in the order of first use (MindSpeed keeps the order of
+  // the first iteration's forward, as here, for the rest of the run).
+  for (size_t i = 0; i < recorded_order_.size(); ++i)
+    next_gather_[static_cast<size_t>(recorded_order_[i])] = i + 1 < recorded_order_.size() ? recorded_order_[i + 1] : -1;
+  first_gather_ = recorded_order_.front();
+  order_reset_ = true;
 }
 
 int64_t DataParallelSync::param_gathers_in_flight() const {

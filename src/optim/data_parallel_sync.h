@@ -7,7 +7,9 @@
 //                              with --overlap-param-gather launch the all-gather of the first bucket
 //                              the forward needs
 //   on_params_needed(ids)      forward pre-hook (--overlap-param-gather): wait for the all-gather of
-//                              the bucket holding these parameters and prefetch the next one
+//                              the bucket holding these parameters and prefetch the next one (the
+//                              one below in the buffer, or, with reset_bucket_group_order, the one
+//                              the first forward used next)
 //   on_grads_ready(ids)        backward hook (--overlap-grad-reduce): a bucket whose parameters are
 //                              all complete for the last micro-batch starts its reduction at once
 //   finish_grad_sync()         launch the buckets not yet launched, wait for every one
@@ -68,6 +70,15 @@ struct DataParallelConfig {
   // starts every bucket's all-gather at once instead of leaving them to the next forward, which
   // then only waits. Megatron sets it on the first model chunk, which then has one bucket.
   bool gather_right_after_step = false;
+  // MindSpeed's --reset-bucket-group-order (with overlap_param_gather): the forward's prefetch
+  // assumes it uses the buckets from the last to the first (the buffer holds the parameters in
+  // reverse forward order). Where the model runs them in another order (the last pipeline stage's
+  // copy of the tied embedding, say, which sits at the buffer's end and is used last), a bucket is
+  // prefetched long before it is needed and the next one has to be gathered while the forward
+  // waits. With this set, the order in which the forward first asks for each bucket is recorded;
+  // once every bucket has been asked for, prefetching follows it: start_iteration launches the
+  // first bucket of that order and each on_params_needed the one after the bucket it waited for.
+  bool reset_bucket_group_order = false;
 };
 
 class DataParallelSync {
@@ -95,12 +106,23 @@ class DataParallelSync {
   void finish_param_sync();
   // Buckets whose parameter all-gather has started and not yet been waited for.
   int64_t param_gathers_in_flight() const;
+  // Times on_params_needed found the bucket it needs stale with no all-gather in flight, so the
+  // forward waited for a whole all-gather it could have overlapped (since construction).
+  int64_t unprefetched_param_gathers() const { return unprefetched_param_gathers_; }
+  // The buckets in the order the forward asked for them (reset_bucket_group_order), complete once
+  // every bucket has been asked for; empty otherwise.
+  const std::vector<int>& recorded_bucket_order() const { return recorded_order_; }
+  // The bucket whose all-gather is prefetched after bucket b's (-1: none), and the one
+  // start_iteration launches.
+  int next_param_gather(size_t b) const { return next_gather_.at(b); }
+  int first_param_gather() const { return first_gather_; }
 
  private:
   struct BucketState;
   void start_grad_reduce(size_t b);
   void start_param_gather(size_t b);
   void finish_param_gather(size_t b);
+  void record_bucket_use(int b);
 
   ParamBuffer* params_;
   Comm dp_;
@@ -112,6 +134,13 @@ class DataParallelSync {
   std::vector<int64_t> ready_count_;  // per parameter: micro-batches whose gradient is complete
   int64_t num_microbatches_ = 1;
   FlatRange region_;
+  // Parameter all-gather order: next_gather_[b] follows bucket b, first_gather_ starts the forward.
+  std::vector<int> next_gather_;
+  int first_gather_ = -1;
+  std::vector<int> recorded_order_;  // reset_bucket_group_order: first-use order seen so far
+  std::vector<bool> recorded_;       // per bucket: in recorded_order_
+  bool order_reset_ = false;         // recorded_order_ complete and installed
+  int64_t unprefetched_param_gathers_ = 0;
 };
 
 }  // namespace gale

@@ -245,6 +245,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--overlap-param-gather-with-optimizer-step", &a.overlap_param_gather_with_optimizer_step,
              "start the first model chunk's parameter all-gather (one bucket) right after the optimizer updates it, "
              "overlapped with the other chunks' update (interleaved pipeline parallelism)");
+  p.add_flag("--reset-bucket-group-order", &a.reset_bucket_group_order,
+             "MindSpeed: with --overlap-param-gather, prefetch each bucket's parameter all-gather in the order the "
+             "first iteration's forward used them, not the buffer's order");
   p.add("--ddp-bucket-size", &a.ddp_bucket_size,
         "gradient bucket size in elements with --overlap-grad-reduce (default max(40M, 1M x data-parallel size))");
   p.add("--ddp-num-buckets", &a.ddp_num_buckets,

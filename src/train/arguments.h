@@ -234,6 +234,10 @@ struct ParallelArgs {
   // Megatron's --overlap-param-gather-with-optimizer-step: the first model chunk's all-gather (one
   // bucket) starts as soon as the optimizer has updated that chunk, while it updates the others.
   bool overlap_param_gather_with_optimizer_step = false;
+  // MindSpeed's --reset-bucket-group-order (features/feature_reset_bucket_group_order.cc): the
+  // all-gather prefetch follows the order the first forward used the buckets in
+  // (DataParallelConfig::reset_bucket_group_order). Cleared below --optimization-level 2.
+  bool reset_bucket_group_order = false;
   bool use_tp_pp_dp_mapping = false;
   int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
   // Megatron's --ddp-num-buckets N: the bucket size becomes this rank's parameter count (all its

@@ -185,6 +185,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
+    dc.reset_bucket_group_order = par.reset_bucket_group_order;
     dc.context_parallel_size = engine->ps.cp_size();
     if (instances > 1) {  // reduce-scatter over the instance, then all-reduce the shard across instances
       dc.inter_instance = engine->distopt_instances.inter;

@@ -108,6 +108,7 @@ int pretrain_main(int argc, char** argv) {
   args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
   // Off below level 2 (a notice below says so).
   args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
+  args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");

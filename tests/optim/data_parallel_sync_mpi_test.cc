@@ -213,5 +213,77 @@ TEST(DataParallelSync, FinishParamSyncGathersWhatTheForwardHasNotYetUsed) {
   for (int64_t i = 0; i < pb.numel(); ++i) EXPECT_EQ(p[i], true_param(i)) << "element " << i;
 }
 
+// A forward that uses the buckets in another order than the buffer's (here 1, last, 0, 2, ...).
+std::vector<size_t> shuffled_use_order(size_t n) {
+  std::vector<size_t> order = {1, n - 1, 0};
+  for (size_t b = 2; b + 1 < n; ++b) order.push_back(b);
+  return order;
+}
+
+// One iteration whose forward uses the buckets in `order`, after a step left them stale; checks each
+// bucket is complete when used. Returns the all-gathers the forward found not prefetched.
+int64_t forward_in_order(DataParallelSync& sync, ParamBuffer& pb, const std::vector<size_t>& order) {
+  sync.start_iteration(1);
+  sync.finish_grad_sync();
+  fill_stale_params(pb, sync.owned_ranges());
+  sync.after_optimizer_step();
+  const int64_t before = sync.unprefetched_param_gathers();
+  sync.start_iteration(1);
+  const float* p = pb.flat_params().data<float>();
+  for (size_t b : order) {
+    sync.on_params_needed(sync.buckets()[b].param_ids);
+    for (int64_t i = sync.buckets()[b].range.begin; i < sync.buckets()[b].range.end; ++i)
+      EXPECT_EQ(p[i], true_param(i)) << "bucket " << b << " element " << i;
+  }
+  sync.finish_grad_sync();
+  return sync.unprefetched_param_gathers() - before;
+}
+
+TEST(DataParallelSync, BufferOrderPrefetchWaitsWhenTheForwardUsesAnotherOrder) {
+  Comm dp = test::world();
+  if (dp->size() == 1) GTEST_SKIP() << "nothing to gather with one rank";
+  ParamBuffer pb = make_buffer();
+  DataParallelSync sync(&pb, dp, config(true, true, true, 10));
+  const size_t n = sync.buckets().size();
+  ASSERT_GE(n, 4u);
+  // The buffer's order (last to first) is all prefetched.
+  std::vector<size_t> buffer_order;
+  for (size_t b = n; b-- > 0;) buffer_order.push_back(b);
+  EXPECT_EQ(forward_in_order(sync, pb, buffer_order), 0);
+  // Another order waits for unprefetched gathers (bucket 1 first: the last one was prefetched
+  // instead; 2 after 0: nothing is prefetched after bucket 0).
+  EXPECT_GE(forward_in_order(sync, pb, shuffled_use_order(n)), 2);
+  EXPECT_TRUE(sync.recorded_bucket_order().empty());
+}
+
+TEST(DataParallelSync, ResetBucketGroupOrderPrefetchesInTheFirstForwardsOrder) {
+  Comm dp = test::world();
+  if (dp->size() == 1) GTEST_SKIP() << "nothing to gather with one rank";
+  ParamBuffer pb = make_buffer();
+  DataParallelConfig c = config(true, true, true, 10);
+  c.reset_bucket_group_order = true;
+  DataParallelSync sync(&pb, dp, c);
+  const size_t n = sync.buckets().size();
+  ASSERT_GE(n, 4u);
+  EXPECT_EQ(sync.first_param_gather(), static_cast<int>(n) - 1) << "before recording: the buffer's order";
+  const std::vector<size_t> order = shuffled_use_order(n);
+  // The recording forward still prefetches in the buffer's order (the order is complete only at its
+  // end): as many waits as without the flag.
+  ParamBuffer plain_pb = make_buffer();
+  DataParallelSync plain(&plain_pb, dp, config(true, true, true, 10));
+  const int64_t plain_waits = forward_in_order(plain, plain_pb, order);
+  EXPECT_GE(plain_waits, 2);
+  EXPECT_EQ(forward_in_order(sync, pb, order), plain_waits);
+  ASSERT_EQ(sync.recorded_bucket_order().size(), n);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(sync.recorded_bucket_order()[i], static_cast<int>(order[i]));
+  EXPECT_EQ(sync.first_param_gather(), static_cast<int>(order[0]));
+  EXPECT_EQ(sync.next_param_gather(order.back()), -1);
+  // From then on every bucket is prefetched, for as many iterations as run.
+  for (int it = 0; it < 3; ++it) EXPECT_EQ(forward_in_order(sync, pb, order), 0) << "iteration " << it;
+  // A parameter asked for twice (tied weights) does not disturb the recorded order.
+  sync.on_params_needed(sync.buckets()[order[0]].param_ids);
+  EXPECT_EQ(sync.recorded_bucket_order().size(), n);
+}
+
 }  // namespace
 }  // namespace gale
