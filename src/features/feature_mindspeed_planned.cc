@@ -24,7 +24,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
        "fused matmul + collective kernels (Ascend hardware)"},
       {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},
-      {"use-fusion-attn-v2", FeatureModule::kFusedCompute, "FusionAttentionV2Feature (L2)", "second flash-attention kernel"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},

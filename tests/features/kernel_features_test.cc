@@ -44,6 +44,30 @@ TEST(KernelFeatures, LevelTwoFlagsAddTheirKernels) {
   EXPECT_TRUE(r.notices.empty());
 }
 
+// MindSpeed's second flash-attention kernel (ALiBi's bias inside the kernel): Gale's flash kernels
+// take ALiBi, so the flag installs them like --use-flash-attn, alone or with it, and says why not
+// below level 2.
+TEST(KernelFeatures, FusionAttentionV2InstallsTheFlashKernels) {
+  const std::vector<std::string> alibi = {"--position-embedding-type", "alibi"};
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--use-fusion-attn-v2"}, std::vector<std::string>{"--use-fusion-attn-v2", "--use-flash-attn"}}) {
+    ResolvedFeatures r(with(alibi, flags));
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_TRUE(r.registry->active("use-fusion-attn-v2"));
+    EXPECT_EQ(r.impl("attention"), fused_kernel_name("attention", detected_isa()));
+    EXPECT_TRUE(r.notices.empty());
+  }
+  ResolvedFeatures plain(alibi);
+  EXPECT_EQ(plain.impl("attention"), "reference");
+  ResolvedFeatures low(with(alibi, {"--optimization-level", "1", "--use-fusion-attn-v2"}));
+  ASSERT_TRUE(low.status.ok());
+  EXPECT_EQ(low.impl("attention"), "reference");
+  ASSERT_EQ(low.notices.size(), 1u);
+  EXPECT_NE(low.notices[0].find("--use-fusion-attn-v2 is not active: it needs --optimization-level 2 (given 1)"),
+            std::string::npos)
+      << low.notices[0];
+}
+
 TEST(KernelFeatures, MegatronSwitchOff) {
   ResolvedFeatures r({"--no-bias-gelu-fusion", "--no-bias-dropout-fusion"});
   ASSERT_TRUE(r.status.ok());
