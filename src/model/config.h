@@ -192,6 +192,9 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool swiglu = false;
   bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
+  // --embed-layernorm (MindSpeed-LLM, Bloom's word_embeddings_layernorm): the embedding's output is
+  // normalised (the model's norm and epsilon; weights embedding.norm.weight/.bias) before its dropout.
+  bool embed_layernorm = false;
   bool squared_relu = false;  // --squared-relu: the MLP's activation is max(x, 0)²
   // --apply-layernorm-1p: every norm weight w is stored zero-centred (initialised to 0) and the
   // norm scales by 1 + w (model/norm_weight.h); its gradient is the same as a plain weight's.

@@ -76,6 +76,7 @@ struct GPTModel::State {
   std::vector<LayerSaved> layers;
   // Head (last stage).
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
+  Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
 };
 
@@ -97,6 +98,16 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     if (c.position == PositionEmbedding::kLearnedAbsolute)
       pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
                                        InitKind::kNormal, c.init_std, true));
+    if (c.embed_layernorm) {  // normalises the rows this rank holds (its 1/TP with SP), as the layers' norms
+      ParamSpec w = make_param_spec("embedding.norm.weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
+      w.sequence_parallel = part_.sequence_parallel;
+      emb_norm_w_ = params_.add(w);
+      if (!c.rms_norm) {
+        ParamSpec b = make_param_spec("embedding.norm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
+        b.sequence_parallel = part_.sequence_parallel;
+        emb_norm_b_ = params_.add(b);
+      }
+    }
   }
   for (int64_t i = 0; i < part_.num_layers; ++i)
     layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
@@ -314,6 +325,10 @@ Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32
     }
   }
   if (part_.sequence_parallel) x = scatter_to_sequence_parallel_region(x, *part_.tp).clone();
+  if (emb_norm_w_ >= 0) {
+    st.emb_norm_in = x;
+    x = norm_forward(emb_norm_w_, emb_norm_b_, x, &st.emb_norm_stats);
+  }
   DropoutSpec d;
   d.p = st.rt.training ? c.hidden_dropout : 0.0f;
   if (d.p > 0.0f) {
@@ -340,6 +355,11 @@ void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_
     ds.cols_total = H;
     d = Tensor::empty(d_in.shape());
     ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);  // backward: the same mask and scale
+  }
+  if (emb_norm_w_ >= 0) {
+    d = norm_backward(emb_norm_w_, emb_norm_b_, d, st.emb_norm_in, st.emb_norm_stats);
+    st.emb_norm_in = Tensor();
+    st.emb_norm_stats = Tensor();
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
   if (pos_emb_ >= 0 && params_.spec(pos_emb_).trainable)  // frozen under LoRA: no gradient
@@ -729,7 +749,7 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
   for (size_t i = layers_.size(); i-- > 0;) groups.push_back(layer_ids(layers_[i]));
   if (part_.pre_process) {
     std::vector<int> emb;
-    for (int id : {word_emb_, pos_emb_}) if (id >= 0) emb.push_back(id);
+    for (int id : {word_emb_, pos_emb_, emb_norm_w_, emb_norm_b_}) if (id >= 0) emb.push_back(id);
     groups.push_back(emb);
   }
   return groups;

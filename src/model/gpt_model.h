@@ -212,6 +212,7 @@ class GPTModel {
   RopeTables rope_;
   std::vector<float> alibi_slopes_;  // --position-embedding-type alibi: the slopes of all c.heads heads
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
+  int emb_norm_w_ = -1, emb_norm_b_ = -1;  // --embed-layernorm (first stage)
   std::vector<LayerParamIds> layers_;
   // --mtp-num-layers: each MTP layer's parameters (last stage).
   struct MtpParamIds {

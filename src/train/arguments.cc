@@ -48,6 +48,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--apply-layernorm-1p", &a.apply_layernorm_1p,
              "zero-centred norm weights: initialised to 0, the norms scale by 1 + weight");
   p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
+  p.add_flag("--embed-layernorm", &a.embed_layernorm,
+             "MindSpeed-LLM: normalise the embedding's output (--normalization's norm, with its weight and bias) before "
+             "the first layer, as Bloom's word_embeddings_layernorm");
   p.add_flag("--openai-gelu", &a.openai_gelu, "tanh-approximated GeLU (GPT-2's gelu_new) instead of the exact erf GeLU");
   p.add_flag("--squared-relu", &a.squared_relu, "squared-ReLU MLP activation max(x, 0)² instead of GeLU");
   p.add_flag("--untie-embeddings-and-output-weights", &a.untie_embeddings_and_output_weights,
@@ -776,6 +779,9 @@ Status validate_mtp_args(Arguments& a) {
   if (m.mtp_num_layers < 1) return InvalidArgument("--mtp-num-layers: expected at least 1, found ", m.mtp_num_layers);
   if (!(m.mtp_loss_scaling_factor >= 0.0))
     return InvalidArgument("--mtp-loss-scaling-factor: expected a number ≥ 0, found ", m.mtp_loss_scaling_factor);
+  if (m.embed_layernorm)
+    return Unimplemented("--embed-layernorm with --mtp-num-layers ", m.mtp_num_layers,
+                         ": not supported yet (the MTP layers' embedding would need its own copy of the embedding norm)");
   const ParallelArgs& par = a.parallel;
   // Megatron core_v0.12.1's validate_args refuses MTP with context parallelism; pipeline
   // parallelism (interleaved too) puts the MTP layers on the last stage (model/gpt_model.h).

@@ -58,6 +58,7 @@ struct ModelArgs {
   double norm_epsilon = 1e-5;
   bool swiglu = false;
   bool openai_gelu = false;  // --openai-gelu: tanh GeLU
+  bool embed_layernorm = false;  // --embed-layernorm: a norm after the embedding (Bloom; ModelConfig)
   bool squared_relu = false;  // --squared-relu: max(x, 0)² MLP activation
   bool apply_layernorm_1p = false;  // --apply-layernorm-1p: norm weights stored zero-centred (scale 1 + w)
   bool untie_embeddings_and_output_weights = false;

@@ -29,6 +29,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                                                                                            : "learned_absolute"}};
   // Recorded only when set, so that checkpoints saved before these flags still load.
   if (c.openai_gelu) j["openai_gelu"] = true;
+  if (c.embed_layernorm) j["embed_layernorm"] = true;
   if (c.squared_relu) j["squared_relu"] = true;
   if (c.norm_weight_1p) j["apply_layernorm_1p"] = true;
   if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
@@ -73,6 +74,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"mscale", m.mscale},
                       {"mscale_all_dim", m.mscale_all_dim}};
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
+  if (m.embed_layernorm) j["embed_layernorm"] = true;  // absent: no embedding norm
   if (m.mtp_num_layers != kUnset) {  // recorded as Megatron does; inference builds the model without them
     j["mtp_num_layers"] = m.mtp_num_layers;
     j["mtp_loss_scaling_factor"] = m.mtp_loss_scaling_factor;
@@ -182,6 +184,8 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   GALE_RETURN_IF_ERROR(get(args, "norm_epsilon", where, &m.norm_epsilon));
   GALE_RETURN_IF_ERROR(get(args, "swiglu", where, &m.swiglu));
   if (args.contains("openai_gelu")) GALE_RETURN_IF_ERROR(get(args, "openai_gelu", where, &m.openai_gelu));
+  if (args.contains("embed_layernorm"))
+    GALE_RETURN_IF_ERROR(get(args, "embed_layernorm", where, &m.embed_layernorm));
   if (args.contains("squared_relu")) GALE_RETURN_IF_ERROR(get(args, "squared_relu", where, &m.squared_relu));
   if (args.contains("apply_layernorm_1p"))
     GALE_RETURN_IF_ERROR(get(args, "apply_layernorm_1p", where, &m.apply_layernorm_1p));

@@ -1,4 +1,5 @@
-// Parsing and writing Hugging Face config.json for GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE and DeepSeek-V3.
+// Parsing and writing Hugging Face config.json for GPT-2, Bloom, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE and
+// DeepSeek-V3.
 #include "train/hf_config.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
     case HfArchitecture::kDeepseekV3: return "DeepseekV3ForCausalLM";
     case HfArchitecture::kQwen3: return "Qwen3ForCausalLM";
+    case HfArchitecture::kBloom: return "BloomForCausalLM";
   }
   return "?";
 }
@@ -279,6 +281,49 @@ Status read_gpt2(const ConfigReader& c, HfModel& out) {
   m.kv_channels = m.hidden_size / m.num_attention_heads;
   m.normalization = "LayerNorm";
   m.position_embedding_type = "learned_absolute";
+  m.add_bias_linear = true;
+  m.swiglu = false;
+  m.untie_embeddings_and_output_weights = false;
+  return Status::Ok();
+}
+
+// The sequence length a Bloom model is recorded with when its config.json names none: Bloom's
+// training length (ALiBi has no position table, so HF keeps no max_position_embeddings).
+constexpr int64_t kBloomDefaultSeqLength = 2048;
+
+// BloomForCausalLM: ALiBi, LayerNorm after the word embedding (--embed-layernorm), LayerNorm blocks
+// with biases everywhere, fused per-head query_key_value, a 4H MLP with Bloom's tanh GeLU
+// (--openai-gelu), the output layer tied to the embedding.
+Status read_bloom(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  // Older configs (bigscience/bloom-*) spell the sizes n_embed / num_attention_heads; BloomConfig
+  // writes hidden_size / n_layer / n_head, and leaves out those equal to its defaults (64, 2, 8),
+  // which transformers fills back in, as here.
+  GALE_ASSIGN_OR_RETURN(m.hidden_size, c.set("n_embed") ? c.positive("n_embed") : c.positive("hidden_size", 64));
+  GALE_ASSIGN_OR_RETURN(m.num_layers,
+                        c.set("num_hidden_layers") ? c.positive("num_hidden_layers") : c.positive("n_layer", 2));
+  GALE_ASSIGN_OR_RETURN(m.num_attention_heads,
+                        c.set("num_attention_heads") ? c.positive("num_attention_heads") : c.positive("n_head", 8));
+  GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("layer_norm_epsilon", 1e-5));
+  GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("seq_length", kBloomDefaultSeqLength));
+  GALE_ASSIGN_OR_RETURN(bool post_ln, c.boolean("apply_residual_connection_post_layernorm", false));
+  if (post_ln)
+    return refuse(c, "apply_residual_connection_post_layernorm", "Gale's residual is the block's input (pre-norm)");
+  GALE_ASSIGN_OR_RETURN(bool slow_exact, c.boolean("slow_but_exact", false));
+  if (slow_exact)
+    return refuse(c, "slow_but_exact", "Gale computes each linear layer in one GEMM (pretraining_tp slices off)");
+  GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", true));
+  if (!tie) return refuse(c, "tie_word_embeddings", "BloomForCausalLM's output layer is the word embedding");
+  if (m.hidden_size % m.num_attention_heads != 0)
+    return InvalidArgument(c.path(), ": hidden_size ", m.hidden_size, " is not a multiple of the ",
+                           m.num_attention_heads, " heads");
+  m.num_kv_heads = m.num_attention_heads;
+  m.kv_channels = m.hidden_size / m.num_attention_heads;
+  m.ffn_hidden_size = 4 * m.hidden_size;
+  m.normalization = "LayerNorm";
+  m.position_embedding_type = "alibi";
+  m.embed_layernorm = true;
+  m.openai_gelu = true;  // bloom_gelu_forward: the tanh approximation
   m.add_bias_linear = true;
   m.swiglu = false;
   m.untie_embeddings_and_output_weights = false;
@@ -555,16 +600,14 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
   else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
   else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
-  else if (name == "BloomForCausalLM" || config.value("model_type", "") == "bloom")
-    return Unimplemented(path, ": architecture '", name,
-                         "' (Bloom: ALiBi with an embedding LayerNorm and fused per-head query_key_value) is not "
-                         "supported yet; train ALiBi models with --position-embedding-type alibi instead");
+  else if (name == "BloomForCausalLM") out.arch = HfArchitecture::kBloom;
   else
     return Unimplemented(path, ": architecture '", name,
-                         "' is not supported yet (supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                         "Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
-                         "DeepseekV3ForCausalLM)");
+                         "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
+                         "Qwen2MoeForCausalLM, DeepseekV3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
+                       : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
                                                                  : read_llama_family(c, config, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
@@ -593,9 +636,19 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
   const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
-  if (m.position_embedding_type == "alibi")
-    return Unimplemented(where, ": the model has --position-embedding-type alibi, which no Hugging Face architecture "
-                         "Gale writes can hold (BloomForCausalLM is not supported yet)");
+  const bool bloom = m.position_embedding_type == "alibi" && m.embed_layernorm && m.normalization == "LayerNorm" &&
+                     !m.swiglu && m.openai_gelu && m.add_bias_linear && !m.untie_embeddings_and_output_weights &&
+                     m.num_kv_heads == m.num_attention_heads &&
+                     m.kv_channels * m.num_attention_heads == m.hidden_size && m.ffn_hidden_size == 4 * m.hidden_size &&
+                     !moe.enabled() && !m.qk_layernorm && m.sliding_window == kUnset;
+  if (m.position_embedding_type == "alibi" && !bloom)
+    return Unimplemented(where, ": the model has --position-embedding-type alibi, which Gale writes only as "
+                         "BloomForCausalLM: with --embed-layernorm, LayerNorm, --openai-gelu, linear biases, tied "
+                         "embeddings, multi-head attention (no GQA) and --ffn-hidden-size 4 x hidden, without experts, "
+                         "--qk-layernorm or --sliding-window");
+  if (m.embed_layernorm && !bloom)
+    return Unimplemented(where, ": the model has --embed-layernorm, which Gale writes only as BloomForCausalLM "
+                         "(with --position-embedding-type alibi)");
   if (m.multi_latent_attention) GALE_RETURN_IF_ERROR(deepseek_v3_from_args(m, moe, where));
   out.mtp_layers = m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers;
   if (out.mtp_layers > 0 && !m.multi_latent_attention)
@@ -649,7 +702,8 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
       out.arch = HfArchitecture::kMixtral;
       out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
     }
-  } else if (gpt2) out.arch = HfArchitecture::kGpt2;
+  } else if (bloom) out.arch = HfArchitecture::kBloom;
+  else if (gpt2) out.arch = HfArchitecture::kGpt2;
   else if (llama) out.arch = m.qk_layernorm                   ? HfArchitecture::kQwen3
                              : m.add_qkv_bias                 ? HfArchitecture::kQwen2
                              : m.sliding_window != kUnset     ? HfArchitecture::kMistral
@@ -687,6 +741,18 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["activation_function"] = m.openai_gelu ? "gelu_new" : "gelu";  // tanh approximation, or exact erf GeLU
     j["attn_pdrop"] = j["embd_pdrop"] = j["resid_pdrop"] = 0.0;
     j["scale_attn_weights"] = true;
+    j["tie_word_embeddings"] = true;
+  } else if (hf.arch == HfArchitecture::kBloom) {
+    j["model_type"] = "bloom";
+    j["hidden_size"] = m.hidden_size;
+    j["n_layer"] = m.num_layers;
+    j["n_head"] = m.num_attention_heads;
+    j["layer_norm_epsilon"] = m.norm_epsilon;
+    j["seq_length"] = m.max_position_embeddings;  // not read by transformers; Gale reads it back
+    j["apply_residual_connection_post_layernorm"] = false;
+    j["hidden_dropout"] = j["attention_dropout"] = 0.0;
+    j["pretraining_tp"] = 1;
+    j["slow_but_exact"] = false;
     j["tie_word_embeddings"] = true;
   } else if (hf.arch == HfArchitecture::kDeepseekV3) {
     add_deepseek_v3_config(hf, &j);

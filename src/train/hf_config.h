@@ -58,7 +58,7 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3 };
+enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);

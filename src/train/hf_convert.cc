@@ -31,15 +31,17 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("mixtral", 0) == 0 ? "mixtral"
                              : given.rfind("mistral", 0) == 0 ? "mistral"
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
+                             : given.rfind("bloom", 0) == 0 ? "bloom"
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
+                         : m.arch == HfArchitecture::kBloom ? "bloom"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
                          : m.arch == HfArchitecture::kQwen3 ? "qwen3"
                          : m.arch == HfArchitecture::kMistral ? "mistral"
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));

@@ -210,6 +210,105 @@ Status gale_to_gpt2(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// Bloom's fused query_key_value rows are per head: [q_h; k_h; v_h] for h = 0..NH-1 (HF's
+// _split_heads views them as [NH, 3, HD]); split into q, k, v rows and back.
+// BloomForCausalLM's files name its tensors "transformer.<name>"; the original bigscience/bloom-*
+// files were saved from BloomModel and name them "<name>". `prefix` is one of the two.
+std::string bloom_layer(const std::string& prefix, int64_t i, const char* rest) {
+  return prefix + "h." + std::to_string(i) + "." + rest;
+}
+
+std::vector<Tensor> split_bloom_qkv(const Tensor& qkv, int64_t NH, int64_t HD) {
+  Shape s = qkv.shape();
+  s[0] = NH * HD;
+  Tensor q = Tensor::empty(s), k = Tensor::empty(s), v = Tensor::empty(s);
+  for (int64_t h = 0; h < NH; ++h) {
+    copy_rows(qkv, (3 * h + 0) * HD, q, h * HD, HD);
+    copy_rows(qkv, (3 * h + 1) * HD, k, h * HD, HD);
+    copy_rows(qkv, (3 * h + 2) * HD, v, h * HD, HD);
+  }
+  return {q, k, v};
+}
+
+Tensor fuse_bloom_qkv(const std::vector<Tensor>& qkv, int64_t NH, int64_t HD) {
+  Shape s = qkv[0].shape();
+  s[0] = 3 * NH * HD;
+  Tensor out = Tensor::empty(s);
+  for (int64_t h = 0; h < NH; ++h)
+    for (int64_t j = 0; j < 3; ++j) copy_rows(qkv[static_cast<size_t>(j)], h * HD, out, (3 * h + j) * HD, HD);
+  return out;
+}
+
+// Bloom <-> Gale names: the layer tensors that map one to one ([out, in] in both).
+const std::pair<const char*, const char*> kBloomLayerTensors[] = {
+    {"input_layernorm.weight", "input_layernorm.weight"},
+    {"input_layernorm.bias", "input_layernorm.bias"},
+    {"post_attention_layernorm.weight", "pre_mlp_layernorm.weight"},
+    {"post_attention_layernorm.bias", "pre_mlp_layernorm.bias"},
+    {"self_attention.dense.weight", "self_attention.linear_proj.weight"},
+    {"self_attention.dense.bias", "self_attention.linear_proj.bias"},
+    {"mlp.dense_h_to_4h.weight", "mlp.linear_fc1.weight"},
+    {"mlp.dense_h_to_4h.bias", "mlp.linear_fc1.bias"},
+    {"mlp.dense_4h_to_h.weight", "mlp.linear_fc2.weight"},
+    {"mlp.dense_4h_to_h.bias", "mlp.linear_fc2.bias"},
+};
+const std::pair<const char*, const char*> kBloomOuterTensors[] = {
+    {"word_embeddings_layernorm.weight", "embedding.norm.weight"},
+    {"word_embeddings_layernorm.bias", "embedding.norm.bias"},
+    {"ln_f.weight", "decoder.final_layernorm.weight"},
+    {"ln_f.bias", "decoder.final_layernorm.bias"},
+};
+
+Shape bloom_layer_shape(const Dims& d, const std::string& gale_name) {
+  if (gale_name == "self_attention.linear_proj.weight") return {d.H, d.H};
+  if (gale_name == "mlp.linear_fc1.weight") return {d.F, d.H};
+  if (gale_name == "mlp.linear_fc1.bias") return {d.F};
+  if (gale_name == "mlp.linear_fc2.weight") return {d.H, d.F};
+  return {d.H};  // norms and the H-sized biases
+}
+
+// `to_gale`: Bloom -> Gale, else Gale -> Bloom.
+Status map_bloom(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) -> Status {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+    mp.put(to_gale ? gale : hf, t);
+    return Status::Ok();
+  };
+  std::string prefix = "transformer.";  // what Gale writes
+  if (to_gale) {
+    StatusOr<Tensor> wte = mp.get(prefix + "word_embeddings.weight", {d.V, d.H});
+    if (!wte.ok() && wte.status().code() == StatusCode::kNotFound) {
+      StatusOr<Tensor> bare = mp.get("word_embeddings.weight", {d.V, d.H});
+      if (bare.ok()) prefix.clear(), wte = std::move(bare);
+    }
+    GALE_RETURN_IF_ERROR(wte.status());
+    mp.put("embedding.word_embeddings.weight", pad_rows(wte.value(), d.Vp));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor wte, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+    mp.put(prefix + "word_embeddings.weight", rows(wte, 0, d.V));
+  }
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    for (const auto& [hf, gale] : kBloomLayerTensors)
+      GALE_RETURN_IF_ERROR(one(bloom_layer(prefix, i, hf), gale_layer(i, gale), bloom_layer_shape(d, gale)));
+    for (const bool weight : {true, false}) {
+      const std::string hf = bloom_layer(prefix, i, weight ? "self_attention.query_key_value.weight"
+                                                           : "self_attention.query_key_value.bias");
+      const std::string gale = gale_layer(i, weight ? "self_attention.linear_qkv.weight" : "self_attention.linear_qkv.bias");
+      const Shape shape = weight ? Shape{3 * d.H, d.H} : Shape{3 * d.H};
+      GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+      if (to_gale) {
+        const std::vector<Tensor> qkv = split_bloom_qkv(t, d.NH, d.HD);
+        mp.put(gale, group_qkv(qkv[0], qkv[1], qkv[2], d.NH, d.NH, d.HD));
+      } else {
+        mp.put(hf, fuse_bloom_qkv(split_qkv(t, d.NH, d.NH, d.HD), d.NH, d.HD));
+      }
+    }
+  }
+  for (const auto& [hf, gale] : kBloomOuterTensors) GALE_RETURN_IF_ERROR(one(prefix + hf, gale, {d.H}));
+  return Status::Ok();
+}
+
 // Mixtral's layer i MLP: block_sparse_moe.gate [E, H] is the router; expert j's w1 (gate) and w3
 // (up) [Fe, H] stack into linear_fc1 = [w1; w3], and w2 [H, Fe] is linear_fc2.
 std::string mixtral_expert(int64_t i, int64_t j, const char* w) {
@@ -541,6 +640,7 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
 StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf, DType store) {
   Mapper mp(hf, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gpt2_to_gale(m, mp)
+                       : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kDeepseekV3 ? deepseek_v3_to_gale(m, mp)
                                                                : llama_to_gale(m, mp));
   return mp.take();
@@ -549,6 +649,7 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale, DType store) {
   Mapper mp(gale, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gale_to_gpt2(m, mp)
+                       : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kDeepseekV3 ? gale_to_deepseek_v3(m, mp)
                                                                : gale_to_llama(m, mp));
   return mp.take();

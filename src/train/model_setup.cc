@@ -25,6 +25,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.norm_eps = static_cast<float>(m.norm_epsilon);
   c.swiglu = m.swiglu;
   c.openai_gelu = m.openai_gelu;
+  c.embed_layernorm = m.embed_layernorm;
   c.squared_relu = m.squared_relu;
   c.norm_weight_1p = m.apply_layernorm_1p;
   c.add_bias_linear = m.add_bias_linear;

@@ -197,11 +197,12 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
     EXPECT_EQ(out["model_type"], "mistral");
     EXPECT_EQ(out["sliding_window"], 4);
   }
-  EXPECT_EQ(out.value("tie_word_embeddings", true), src.value("tie_word_embeddings", name == "gpt2"));
+  EXPECT_EQ(out.value("tie_word_embeddings", true),
+            src.value("tie_word_embeddings", name == "gpt2" || name == "bloom"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
-                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
+                         ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
                                            "deepseek_v3", "qwen3", "mistral_swa"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
@@ -291,16 +292,62 @@ TEST(HfConvert, Qwen2MoeRoutingAndLayerPatternFromTheConfig) {
   EXPECT_EQ(bad.status().message(), "q/config.json: 'mlp_only_layers' must hold layer indices 0 to 3, found [7]");
 }
 
-// ALiBi: Bloom checkpoints are refused on the way in, ALiBi models on the way out (one line each).
-TEST(HfConvertErrors, BloomAndAlibiAreRefused) {
-  const nlohmann::json bloom = {{"architectures", {"BloomForCausalLM"}}, {"model_type", "bloom"}, {"n_head", 8}};
-  auto in = hf_model_from_config(bloom, "b/config.json", 128, 1);
-  ASSERT_FALSE(in.ok());
-  EXPECT_EQ(in.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(in.status().message(),
-            "b/config.json: architecture 'BloomForCausalLM' (Bloom: ALiBi with an embedding LayerNorm and fused "
-            "per-head query_key_value) is not supported yet; train ALiBi models with --position-embedding-type alibi "
-            "instead");
+// Bloom: the checkpoint records ALiBi, --embed-layernorm and the tanh GeLU; the embedding norm is
+// where Gale reads it (scaling its weight breaks the agreement with transformers); files saved
+// from BloomModel (no "transformer." prefix, as the original bigscience/bloom-* files) convert to
+// the same checkpoint; what Gale cannot compute is refused with the key named.
+TEST(HfConvert, BloomRecordsAlibiAndItsEmbeddingNorm) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("bloom"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["position_embedding_type"], "alibi");
+  EXPECT_EQ(args["embed_layernorm"], true);
+  EXPECT_EQ(args["openai_gelu"], true);
+  EXPECT_EQ(args["num_layers"], 2);  // BloomConfig's default, absent from config.json
+  EXPECT_EQ(args["ffn_hidden_size"], 4 * 48);
+  EXPECT_EQ(args["seq_length"], 32);
+  auto lm = load_model(tmp.file("gale"));
+  const Golden g = read_golden("bloom");
+  EXPECT_LT(compare(logits_of(*lm->model, g.tokens), g).max_diff, kLogitTolerance);
+  ParamBuffer& pb = lm->model->params();
+  const int w = pb.find("embedding.norm.weight");
+  ASSERT_GE(w, 0);
+  for (int64_t i = 0; i < 48; ++i) pb.param_data(w)[i] *= 1.5f;
+  EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+
+  // The same weights without the "transformer." prefix.
+  fs::create_directories(tmp.file("bare"));
+  fs::copy_file(fixture("bloom") + "/config.json", tmp.file("bare/config.json"));
+  auto f = SafetensorsFile::open(fixture("bloom") + "/model.safetensors");
+  ASSERT_TRUE(f.ok());
+  std::vector<Tensor> kept;
+  kept.reserve(f->entries().size());
+  SafetensorsWriter writer;
+  for (const SafetensorsEntry& e : f->entries()) {
+    kept.push_back(f->read(e.name, DType::kF32).value());
+    ASSERT_TRUE(writer.add(e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name, kept.back()).ok());
+  }
+  ASSERT_TRUE(writer.write(tmp.file("bare/model.safetensors")).ok());
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(tmp.file("bare"), tmp.file("gale_bare")), quiet).ok());
+  auto bare_lm = load_model(tmp.file("gale_bare"));
+  EXPECT_LT(compare(logits_of(*bare_lm->model, g.tokens), g).max_diff, kLogitTolerance);
+
+  std::ifstream in(fixture("bloom") + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const char* key : {"apply_residual_connection_post_layernorm", "slow_but_exact"}) {
+    nlohmann::json bad = j;
+    bad[key] = true;
+    auto m = hf_model_from_config(bad, "b/config.json", 128, 1);
+    ASSERT_FALSE(m.ok()) << key;
+    EXPECT_NE(m.status().message().find(std::string("b/config.json: '") + key + "'"), std::string::npos)
+        << m.status().message();
+  }
+}
+
+// ALiBi models go out as Bloom only when Bloom-shaped; anything else is refused in one line.
+TEST(HfConvertErrors, AlibiModelsOtherThanBloomAreRefused) {
   TempDir tmp;
   ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
   auto r = CheckpointReader::open(tmp.file("gale"));
@@ -311,8 +358,16 @@ TEST(HfConvertErrors, BloomAndAlibiAreRefused) {
   auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
-            "ckpt/metadata.json: the model has --position-embedding-type alibi, which no Hugging Face architecture "
-            "Gale writes can hold (BloomForCausalLM is not supported yet)");
+            "ckpt/metadata.json: the model has --position-embedding-type alibi, which Gale writes only as "
+            "BloomForCausalLM: with --embed-layernorm, LayerNorm, --openai-gelu, linear biases, tied embeddings, "
+            "multi-head attention (no GQA) and --ffn-hidden-size 4 x hidden, without experts, --qk-layernorm or "
+            "--sliding-window");
+  m.position_embedding_type = "rope";
+  m.embed_layernorm = true;
+  auto norm = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(norm.ok());
+  EXPECT_EQ(norm.status().message(), "ckpt/metadata.json: the model has --embed-layernorm, which Gale writes only as "
+                                     "BloomForCausalLM (with --position-embedding-type alibi)");
 }
 
 // Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.

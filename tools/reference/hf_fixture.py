@@ -1,4 +1,5 @@
-# Tiny random Hugging Face models (GPT-2, LLaMA, Qwen2, Mistral, Mixtral, Qwen2-MoE) and their logits: fixtures for `gale convert`.
+# Tiny random Hugging Face models (GPT-2, Bloom, LLaMA, Qwen2, Mistral, Mixtral, Qwen2-MoE) and their logits: fixtures for
+# `gale convert`.
 #
 # Run with a Python that has torch and transformers (the committed files came from Debian 12's
 # /usr/bin/python3 3.11 + python3-torch 1.13 in a venv with transformers 4.40.2 and safetensors 0.8.0):
@@ -56,6 +57,13 @@ def configs():
                  transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=4, n_inner=128,
                                          activation_function="gelu", layer_norm_epsilon=1e-5, **common),
                  torch.float32, None),
+        # Bloom: ALiBi, word_embeddings_layernorm, fused per-head query_key_value, tanh GeLU, tied.
+        # n_layer 2 is BloomConfig's default, so config.json leaves it out (Gale fills it in as
+        # transformers does); seq_length is an extra key Gale reads as the trained length.
+        "bloom": (transformers.BloomForCausalLM,
+                  transformers.BloomConfig(vocab_size=100, hidden_size=48, n_layer=2, n_head=4, layer_norm_epsilon=1e-5,
+                                           hidden_dropout=0.0, attention_dropout=0.0, seq_length=32),
+                  torch.float32, None),
         "llama": (transformers.LlamaForCausalLM,
                   transformers.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -162,7 +170,7 @@ def main():
     p.add_argument("--check-export", help="a Hugging Face directory written by `gale convert`")
     p.add_argument("--like", help="the fixture directory whose golden logits it must reproduce")
     p.add_argument("--tolerance", type=float, default=1e-4)
-    p.add_argument("--only", help="write this one fixture (gpt2, llama, qwen2, mistral, mixtral, qwen2_moe)")
+    p.add_argument("--only", help="write this one fixture (gpt2, bloom, llama, qwen2, mistral, mixtral, qwen2_moe)")
     a = p.parse_args()
     if a.check_export:
         sys.exit(0 if check_export(a.check_export, a.like) <= a.tolerance else 1)
