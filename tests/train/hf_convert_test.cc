@@ -305,7 +305,7 @@ TEST(HfConvert, BloomRecordsAlibiAndItsEmbeddingNorm) {
   EXPECT_EQ(args["position_embedding_type"], "alibi");
   EXPECT_EQ(args["embed_layernorm"], true);
   EXPECT_EQ(args["openai_gelu"], true);
-  EXPECT_EQ(args["num_layers"], 2);  // BloomConfig's default, absent from config.json
+  EXPECT_EQ(args["num_layers"], 2);
   EXPECT_EQ(args["ffn_hidden_size"], 4 * 48);
   EXPECT_EQ(args["seq_length"], 32);
   auto lm = load_model(tmp.file("gale"));

@@ -57,9 +57,9 @@ def configs():
                  transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=4, n_inner=128,
                                          activation_function="gelu", layer_norm_epsilon=1e-5, **common),
                  torch.float32, None),
-        # Bloom: ALiBi, word_embeddings_layernorm, fused per-head query_key_value, tanh GeLU, tied.
-        # n_layer 2 is BloomConfig's default, so config.json leaves it out (Gale fills it in as
-        # transformers does); seq_length is an extra key Gale reads as the trained length.
+        # Bloom: ALiBi, word_embeddings_layernorm, fused per-head query_key_value, tanh GeLU, tied;
+        # seq_length is an extra key Gale reads as the trained length. (Written with torch 2.5.1 and
+        # transformers 4.46.3 from PyPI; transformers 5 needs torch >= 2.6 for Bloom.)
         "bloom": (transformers.BloomForCausalLM,
                   transformers.BloomConfig(vocab_size=100, hidden_size=48, n_layer=2, n_head=4, layer_norm_epsilon=1e-5,
                                            hidden_dropout=0.0, attention_dropout=0.0, seq_length=32),
