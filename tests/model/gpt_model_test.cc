@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kernels/cpu/fused_ops.h"
 #include "model/param_builders.h"
 #include "model_test_batches.h"
@@ -53,6 +55,22 @@ ModelConfig llama_interleaved_config() {
   return c;
 }
 
+// Bloom-shaped: ALiBi, --embed-layernorm (a LayerNorm after the embedding), tanh GeLU.
+ModelConfig bloom_config() {
+  ModelConfig c = gpt_config();
+  c.position = PositionEmbedding::kAlibi;
+  c.embed_layernorm = true;
+  c.openai_gelu = true;
+  return c;
+}
+
+// --embed-layernorm with RMSNorm (the model's norm) and documents.
+ModelConfig llama_embed_norm_config() {
+  ModelConfig c = llama_config();
+  c.embed_layernorm = true;
+  return c;
+}
+
 struct ModelCase {
   const char* name;
   ModelConfig config;
@@ -92,8 +110,42 @@ INSTANTIATE_TEST_SUITE_P(Configs, ModelGrad,
                                            ModelCase{"llama_documents", llama_config(), true},
                                            ModelCase{"gpt_squared_relu_layernorm_1p", squared_relu_1p_config(), false},
                                            ModelCase{"llama_qk_layernorm_1p", llama_1p_config(), false},
-                                           ModelCase{"llama_rope_interleaved", llama_interleaved_config(), false}),
+                                           ModelCase{"llama_rope_interleaved", llama_interleaved_config(), false},
+                                           ModelCase{"bloom_alibi_embed_layernorm", bloom_config(), false},
+                                           ModelCase{"llama_embed_rmsnorm_documents", llama_embed_norm_config(), true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// --embed-layernorm: embedding.norm.weight (and .bias with LayerNorm), no weight decay, in the
+// first stage's embedding group; the norm changes the loss.
+TEST(GPTModel, EmbedLayernormAddsTheEmbeddingNorm) {
+  OpTable ops = reference_ops();
+  const ModelConfig plain = gpt_config(), normed = bloom_config();
+  GPTModel a(plain, single_process_partition(plain), &ops), b(normed, single_process_partition(normed), &ops);
+  const ParamBuffer& pb = b.params();
+  const int w = pb.find("embedding.norm.weight"), bias = pb.find("embedding.norm.bias");
+  ASSERT_GE(w, 0);
+  ASSERT_GE(bias, 0);
+  EXPECT_EQ(pb.spec(w).local_shape(), (Shape{plain.hidden}));
+  EXPECT_FALSE(pb.spec(w).weight_decay);
+  EXPECT_EQ(pb.size(), a.params().size() + 2 - 1);  // the norm's two, no position table (ALiBi)
+  ModelConfig rms = llama_embed_norm_config();
+  GPTModel r(rms, single_process_partition(rms), &ops);
+  EXPECT_GE(r.params().find("embedding.norm.weight"), 0);
+  EXPECT_EQ(r.params().find("embedding.norm.bias"), -1);
+  ModelConfig alibi_only = normed;
+  alibi_only.embed_layernorm = false;
+  GPTModel c(alibi_only, single_process_partition(alibi_only), &ops);
+  c.params().initialize(42);
+  b.params().initialize(7);
+  for (int id = 0; id < c.params().size(); ++id) {  // the same weights but for the norm
+    const int at = b.params().find(c.params().spec(id).name);
+    ASSERT_GE(at, 0) << c.params().spec(id).name;
+    std::copy(c.params().param_data(id), c.params().param_data(id) + c.params().spec(id).local_numel(),
+              b.params().param_data(at));
+  }
+  MicroBatch mb = testing::masked_batch(normed, 2, 7, false);
+  EXPECT_GT(std::fabs(testing::mean_loss(b, mb, false) - testing::mean_loss(c, mb, false)), 1e-4);
+}
 
 TEST(GPTModel, MegatronParameterNamesAndShapes) {
   ModelConfig c = llama_config();

@@ -4,7 +4,9 @@
 // keys, Ulysses, the Ulysses x ring hybrid: the bias at global positions), with a sliding window,
 // sequence and pipeline parallelism, with the reference and the flash kernel, reproduce the
 // single-process run: losses and grad norms within 1e-5 relative, final parameters and gradients
-// as tests/parallel/sliding_window_invariance_mpi_test.cc.
+// as tests/parallel/sliding_window_invariance_mpi_test.cc. A Bloom-shaped model (--embed-layernorm,
+// LayerNorm, biases, tied embeddings, tanh GeLU) checks the embedding norm under TP, SP (its rows
+// split, its gradient summed over the TP group), CP and PP (the tied embedding on two stages).
 #include <gtest/gtest.h>
 
 #include "layout_invariance.h"
@@ -51,6 +53,25 @@ TEST_P(AlibiInvariance, MatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, AlibiInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
+                         [](const auto& info) { return info.param; });
+
+// Bloom-shaped: MHA, LayerNorm with the embedding norm, linear biases, tied embeddings, tanh GeLU.
+const std::vector<std::string> kBloom = {
+    "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
+    "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5",
+    "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
+    "0", "--log-interval", "1000", "--clip-grad", "0.5", "--position-embedding-type", "alibi", "--embed-layernorm",
+    "--openai-gelu"};
+
+class BloomInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BloomInvariance, MatchesSingleProcess) {
+  testing::expect_layout_matches_single_process(layouts(), GetParam(), kBloom, 3e-5, "linear_qkv.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, BloomInvariance,
+                         ::testing::Values("tp2", "tp2_sp_flash", "cp2_docs_flash", "pp2", "tp2_cp2_sp", "tp4"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
