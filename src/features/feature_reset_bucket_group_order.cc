@@ -2,13 +2,15 @@
 //
 // With --overlap-param-gather the distributed optimizer leaves each bucket's parameter all-gather
 // to the next forward, which waits for the bucket it needs and prefetches the next. "Next" is the
-// bucket below in the buffer, right when the model uses its parameters in reverse buffer order. Gale's
-// models mostly do; one exception is the last pipeline stage with a tied embedding (its copy of
-// the word embedding sits at the buffer's end but is used last, by the output layer), where the
-// first prefetch is wasted and the first layer's bucket is gathered while the forward waits. With
-// the flag, DataParallelSync records the order in which the first forward asks for each bucket and
-// prefetches in that order from then on (optim/data_parallel_sync.h). It changes when all-gathers
-// start, never what they carry: losses and parameters are bit-identical.
+// bucket below in the buffer, right when the model uses its parameters in reverse buffer order.
+// MindSpeed added the flag for models whose definition order differs from their execution order
+// (multimodal ones, redefined blocks), where the prefetched bucket is not the next one needed and
+// the forward waits for an all-gather it could have overlapped. With the flag, DataParallelSync
+// records the order in which the first forward asks for each bucket and prefetches in that order
+// from then on (optim/data_parallel_sync.h). Gale's GPTModel registers its parameters in forward
+// order on every pipeline stage, so for it the recorded order is the buffer's and nothing changes;
+// the flag matters for a model that does not. It changes when all-gathers start, never what they
+// carry: losses and parameters are bit-identical.
 //
 // Level 2, communication module, as MindSpeed's. Needs --overlap-param-gather (MindSpeed's check;
 // Gale's --overlap-param-gather itself needs --use-distributed-optimizer and --overlap-grad-reduce).

@@ -72,10 +72,9 @@ struct DataParallelConfig {
   bool gather_right_after_step = false;
   // MindSpeed's --reset-bucket-group-order (with overlap_param_gather): the forward's prefetch
   // assumes it uses the buckets from the last to the first (the buffer holds the parameters in
-  // reverse forward order). Where the model runs them in another order (the last pipeline stage's
-  // copy of the tied embedding, say, which sits at the buffer's end and is used last), a bucket is
-  // prefetched long before it is needed and the next one has to be gathered while the forward
-  // waits. With this set, the order in which the forward first asks for each bucket is recorded;
+  // reverse forward order). Where a model runs them in another order, a bucket is prefetched long
+  // before it is needed and the next one has to be gathered while the forward waits (GPTModel
+  // registers its parameters in forward order, so it always matches). With this set, the order in which the forward first asks for each bucket is recorded;
   // once every bucket has been asked for, prefetching follows it: start_iteration launches the
   // first bucket of that order and each on_params_needed the one after the bucket it waited for.
   bool reset_bucket_group_order = false;

@@ -1,7 +1,7 @@
 // MindSpeed's --reset-bucket-group-order in the registry: implemented (no longer a planned flag), level 2
 // in the communication module, active only with --overlap-param-gather, inactive with its reason below
 // level 2. What it changes is tested in tests/optim/data_parallel_sync_mpi_test.cc (the prefetch order)
-// and tests/parallel/reset_bucket_group_order_mpi_test.cc (a PP2 x DP2 run: fewer serial all-gathers,
+// and tests/parallel/reset_bucket_group_order_mpi_test.cc (a PP2 x DP2 run: the recorded orders,
 // the same losses).
 #include <gtest/gtest.h>
 
