@@ -1,5 +1,5 @@
 // Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
-// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, and
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --embed-layernorm and
 // --position-embedding-type alibi): a run that resumes with the same flags continues, one without
 // them is refused naming the flag, and --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
@@ -25,6 +25,7 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
   for (const Case& c : {Case{"--position-embedding-type rope --use-rope-scaling --rope-scaling-factor 16",
                              " --position-embedding-type rope", "rope_scaling_factor = 16.0"},
                         Case{"--openai-gelu", "", "openai_gelu = true"},
+                        Case{"--embed-layernorm", "", "embed_layernorm = true"},
                         Case{"--squared-relu", "", "squared_relu = true"},
                         Case{"--apply-layernorm-1p", "", "apply_layernorm_1p = true"},
                         Case{"--position-embedding-type rope --rotary-seq-len-interpolation-factor 4",
