@@ -92,6 +92,38 @@ std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t n
   return steps;
 }
 
+Status check_dualpipev_microbatches(int pp, int64_t num_microbatches) {
+  if (pp < 2)
+    return InvalidArgument("--schedules-method dualpipev needs --pipeline-model-parallel-size >= 2, found ", pp);
+  if (num_microbatches < 2 * static_cast<int64_t>(pp))
+    return InvalidArgument("--schedules-method dualpipev needs at least 2 x --pipeline-model-parallel-size = ", 2 * pp,
+                           " micro-batches per iteration (--global-batch-size / (--micro-batch-size x data-parallel "
+                           "size)), found ", num_microbatches);
+  return Status::Ok();
+}
+
+std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only) {
+  GALE_CHECK_OK(check_dualpipev_microbatches(pp, num_microbatches));
+  GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
+  const int64_t P = pp, r = rank, M = num_microbatches;
+  std::vector<PipelineStep> steps;
+  int64_t next_forward[2] = {0, 0}, next_backward[2] = {0, 0};  // per chunk, in micro-batch order
+  auto F = [&](int chunk) { steps.push_back({true, chunk, next_forward[chunk]++}); };
+  auto B = [&](int chunk) {
+    if (!forward_only) steps.push_back({false, chunk, next_backward[chunk]++});
+  };
+  for (int64_t i = 0; i < 2 * (P - r - 1); ++i) F(0);
+  for (int64_t i = 0; i < r + 1; ++i) F(0), F(1);
+  for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1);
+  for (int64_t i = 0; i < M - 2 * P + r + 1; ++i) F(0), B(1), F(1), B(0);
+  for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1), B(0);
+  for (int64_t i = 0; i < r + 1; ++i) B(1), B(0);
+  for (int64_t i = 0; i < P - r - 1; ++i) B(0);
+  GALE_CHECK(next_forward[0] == M && next_forward[1] == M) << "dualpipev_order: forwards miscounted";
+  GALE_CHECK(forward_only || (next_backward[0] == M && next_backward[1] == M)) << "dualpipev_order: backwards miscounted";
+  return steps;
+}
+
 std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only) {
   std::vector<PipelineStep> steps;
   for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({true, 0, m});

@@ -62,6 +62,25 @@ int64_t interleaved_warmup(int pp, int rank, int vpp, int64_t num_microbatches, 
 std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t num_microbatches, bool forward_only,
                                             int64_t microbatch_group = 0);
 
+// DualPipeV (DeepSeek's dualpipev.py, MindSpeed's --schedules-method dualpipev): the layers are
+// cut into 2·P chunks, rank r holding chunk 0 = virtual stage r and chunk 1 = virtual stage
+// 2P−1−r, so activations go down the ranks through the chunk-0 stages and back up through the
+// chunk-1 stages (rank 0 runs the embedding and the loss). Each chunk's forwards and backwards
+// run in micro-batch order; rank r of P with M ≥ 2P micro-batches, F0/F1/B0/B1 a forward/backward
+// of chunk 0/1:
+//   1. 2(P−r−1) × F0                   warm-up down the V
+//   2. (r+1) × (F0, F1)
+//   3. (P−r−1) × (B1, F1)
+//   4. (M−2P+r+1) × (F0, B1, F1, B0)    steady: each forward paired with a backward of the other chunk
+//   5. (P−r−1) × (B1, F1, B0)
+//   6. (r+1) × (B1, B0)
+//   7. (P−r−1) × B0                    cool-down
+// DualPipeV overlaps the pairs (F with B) on the device; Gale runs a pair's forward, then its
+// backward. Every rank holds at most 2P + 1 (chunk, micro-batch) activations at once, DualPipeV's
+// profile (DeepSeek's "PP + 1" for 2P stages). Forward-only keeps the forwards in the same order.
+Status check_dualpipev_microbatches(int pp, int64_t num_microbatches);
+std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only);
+
 // GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
 // micro-batch order. It holds all M micro-batches at once on every stage.
 std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only);

@@ -20,9 +20,20 @@ void keep_until_exit(std::vector<Tensor> tensors, std::vector<WorkPtr> works) {
 }
 }  // namespace
 
-PipelineP2P::PipelineP2P(Comm pp, int num_chunks)
-    : pp_(std::move(pp)), rank_(pp_->rank()), size_(pp_->size()), num_chunks_(num_chunks) {
+PipelineP2P::PipelineP2P(Comm pp, int num_chunks, StagePlacement placement)
+    : pp_(std::move(pp)), rank_(pp_->rank()), size_(pp_->size()), num_chunks_(num_chunks), placement_(placement) {
   GALE_CHECK_GE(num_chunks_, 1);
+  GALE_CHECK(placement_ == StagePlacement::kLoop || num_chunks_ == 2) << "the V placement has two chunks per rank";
+}
+
+int PipelineP2P::stage_of(int rank, int chunk) const {
+  if (placement_ == StagePlacement::kV) return chunk == 0 ? rank : 2 * size_ - 1 - rank;
+  return chunk * size_ + rank;
+}
+
+int PipelineP2P::rank_of(int stage) const {
+  if (placement_ == StagePlacement::kV) return stage < size_ ? stage : 2 * size_ - 1 - stage;
+  return stage % size_;
 }
 
 PipelineP2P::~PipelineP2P() {
@@ -51,8 +62,9 @@ void PipelineP2P::post_recv(bool forward, int chunk, int64_t mb, const Shape& sh
   const int stage = virtual_stage(chunk);
   GALE_CHECK(forward ? !first_virtual_stage(chunk) : !last_virtual_stage(chunk))
       << "virtual stage " << stage << " receives no " << (forward ? "activation" : "gradient");
-  // Activations come from the previous stage, gradients from the next one (ring neighbours).
-  const int peer = forward ? (rank_ + size_ - 1) % size_ : (rank_ + 1) % size_;
+  // Activations come from the previous stage, gradients from the next one.
+  const int peer = rank_of(forward ? stage - 1 : stage + 1);
+  if (peer == rank_) return;  // handed over by send()
   Pending p;
   p.tensor = Tensor::empty(shape);
   p.work = pp_->recv_async(p.tensor.raw(), p.tensor.numel(), DType::kF32, peer,
@@ -65,6 +77,12 @@ bool PipelineP2P::recv_posted(bool forward, int chunk, int64_t mb) const {
 }
 
 Tensor PipelineP2P::wait_recv(bool forward, int chunk, int64_t mb) {
+  auto local = local_.find(Key{forward, chunk, mb});
+  if (local != local_.end()) {
+    Tensor t = std::move(local->second);
+    local_.erase(local);
+    return t;
+  }
   auto it = recvs_.find(Key{forward, chunk, mb});
   GALE_CHECK(it != recvs_.end()) << "no receive posted for " << (forward ? "forward" : "backward") << " of chunk "
                                  << chunk << ", micro-batch " << mb;
@@ -79,8 +97,14 @@ void PipelineP2P::send(bool forward, int chunk, int64_t mb, Tensor t) {
   GALE_CHECK(forward ? !last_virtual_stage(chunk) : !first_virtual_stage(chunk))
       << "virtual stage " << stage << " sends no " << (forward ? "activation" : "gradient");
   GALE_CHECK(t.defined() && t.dtype() == DType::kF32) << "pipeline transfers are f32 tensors";
-  const int peer = forward ? (rank_ + 1) % size_ : (rank_ + size_ - 1) % size_;
   const int receiver = forward ? stage + 1 : stage - 1;
+  const int peer = rank_of(receiver);
+  if (peer == rank_) {  // the V's turn on the last rank: the receiving chunk is here
+    const int receiver_chunk = virtual_stage(0) == receiver ? 0 : 1;
+    GALE_CHECK_EQ(virtual_stage(receiver_chunk), receiver);
+    local_[Key{forward, receiver_chunk, mb}] = std::move(t);
+    return;
+  }
   Pending p;
   p.work = pp_->send_async(t.raw(), t.numel(), DType::kF32, peer, tag(forward, receiver, mb, num_virtual_stages()));
   p.tensor = std::move(t);

@@ -12,6 +12,11 @@
 // it needs now; as long as the schedule's steps with their data dependencies form an acyclic
 // graph (as every Megatron schedule does), every wait is eventually satisfied.
 //
+// DualPipeV's V placement (--schedules-method dualpipev, two chunks per rank): chunk 0 of rank r is
+// virtual stage r and chunk 1 is stage 2P−1−r, so stage s feeds the rank below through chunk 0 and
+// the rank above through chunk 1; the last rank's chunk 0 feeds its own chunk 1, a hand-over inside
+// the process (no message).
+//
 // Tags are taken modulo 32768 (the smallest tag bound MPI guarantees); two messages between the
 // same pair of ranks could only share a tag if they were ≥ 32768 / (2·P·V) micro-batches apart,
 // and MPI's non-overtaking rule matches such messages in issue order anyway.
@@ -27,10 +32,13 @@
 
 namespace gale {
 
+// Which rank and chunk hold each virtual stage: Megatron's loop (stage c·P + r) or DualPipeV's V.
+enum class StagePlacement { kLoop, kV };
+
 class PipelineP2P {
  public:
-  // `pp` is this rank's pipeline group; `num_chunks` the model chunks per rank (V).
-  PipelineP2P(Comm pp, int num_chunks);
+  // `pp` is this rank's pipeline group; `num_chunks` the model chunks per rank (V; 2 for kV).
+  PipelineP2P(Comm pp, int num_chunks, StagePlacement placement = StagePlacement::kLoop);
   // Call finish() before. Transfers still in flight here (an error left the schedule early) keep
   // their buffers alive until the process ends instead of blocking: the job is going down.
   ~PipelineP2P();
@@ -38,7 +46,10 @@ class PipelineP2P {
   PipelineP2P& operator=(const PipelineP2P&) = delete;
 
   int num_virtual_stages() const { return size_ * num_chunks_; }
-  int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
+  int virtual_stage(int chunk) const { return stage_of(rank_, chunk); }
+  // The virtual stage of `chunk` on pipeline rank `rank`, and the rank holding `stage`.
+  int stage_of(int rank, int chunk) const;
+  int rank_of(int stage) const;
   // The first virtual stage (embedding) receives no activation; the last (loss) sends none.
   bool first_virtual_stage(int chunk) const { return virtual_stage(chunk) == 0; }
   bool last_virtual_stage(int chunk) const { return virtual_stage(chunk) == num_virtual_stages() - 1; }
@@ -70,7 +81,10 @@ class PipelineP2P {
   };
   Comm pp_;
   int rank_, size_, num_chunks_;
+  StagePlacement placement_;
   std::map<Key, Pending> recvs_;
+  // Transfers to this rank's own stages (the V's turn), by receiving step: handed over, not sent.
+  std::map<Key, Tensor> local_;
   std::vector<Pending> sends_;
 };
 

@@ -27,8 +27,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            const std::vector<PipelineStep>& steps,
                                                            int64_t num_microbatches, const MicroBatchSource& source,
                                                            bool forward_only, const ScheduleObserver& observer,
-                                                           Timers* timers) {
-  PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()));
+                                                           Timers* timers, StagePlacement placement) {
+  PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()), placement);
   for (size_t c = 0; c < chunks.size(); ++c) {
     chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
     const ModelPartition& part = chunks[c]->partition();
@@ -133,6 +133,18 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
   return forward_backward_pipelined(
       chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only, microbatch_group), num_microbatches,
       source, forward_only, observer, timers);
+}
+
+StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,
+                                                           const ParallelState& ps, int64_t num_microbatches,
+                                                           const MicroBatchSource& source, bool forward_only,
+                                                           const ScheduleObserver& observer, Timers* timers) {
+  const int pp = ps.pp_size(), rank = ps.coords().pp;
+  if (chunks.size() != 2)
+    return InvalidArgument("--schedules-method dualpipev runs two model chunks per pipeline rank, found ", chunks.size());
+  GALE_RETURN_IF_ERROR(check_dualpipev_microbatches(pp, num_microbatches));
+  return forward_backward_pipelined(chunks, ps, dualpipev_order(pp, rank, num_microbatches, forward_only),
+                                    num_microbatches, source, forward_only, observer, timers, StagePlacement::kV);
 }
 
 }  // namespace gale

@@ -32,8 +32,9 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
-                                                 int64_t microbatch_group, Timers* timers) {
+                                                 int64_t microbatch_group, Timers* timers, bool dualpipev) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
+  if (dualpipev) return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers);
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
     return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);

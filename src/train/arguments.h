@@ -211,6 +211,10 @@ struct ParallelArgs {
   std::string num_layer_list;
   std::string pipeline_num_transformer_layers;
   std::vector<std::vector<int64_t>> pipeline_layers;
+  // MindSpeed's --schedules-method: "" (Megatron's 1F1B / interleaved 1F1B) or "dualpipev"
+  // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation
+  // then sets virtual_pipeline_model_parallel_size to 2, the chunks per rank; train/engine.h).
+  std::string schedules_method;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved

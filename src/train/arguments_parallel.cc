@@ -223,12 +223,60 @@ Status validate_pipeline_split(ParallelArgs& par, const ModelArgs& m) {
   return Status::Ok();
 }
 
+// --schedules-method dualpipev (MindSpeed's DualpipeVFeature). Before the split: the flags that
+// place layers another way (virtual stages, explicit or uneven splits; Gale cuts the layers into
+// 2·PP equal chunks). After it (`split_done`): the chunks per rank (2) and the even cut.
+Status validate_dualpipev(ParallelArgs& par, const ModelArgs& m, bool split_done) {
+  if (par.schedules_method != "dualpipev") return Status::Ok();
+  const int64_t pp = par.pipeline_model_parallel_size;
+  if (!split_done) {
+    if (pp < 2)
+      return InvalidArgument("--schedules-method dualpipev needs --pipeline-model-parallel-size >= 2, found ", pp);
+    for (auto [set, flag] :
+         {std::pair{par.num_layers_per_virtual_pipeline_stage != kUnset, "--num-layers-per-virtual-pipeline-stage"},
+          std::pair{par.num_virtual_stages_per_pipeline_rank != kUnset, "--num-virtual-stages-per-pipeline-rank"},
+          std::pair{par.microbatch_group_size_per_virtual_stage != kUnset,
+                    "--microbatch-group-size-per-virtual-pipeline-stage"},
+          std::pair{!par.num_layer_list.empty(), "--num-layer-list"},
+          std::pair{!par.pipeline_num_transformer_layers.empty(), "--pipeline-num-transformer-layers"},
+          std::pair{par.decoder_first_pipeline_num_layers != kUnset, "--decoder-first-pipeline-num-layers"},
+          std::pair{par.decoder_last_pipeline_num_layers != kUnset, "--decoder-last-pipeline-num-layers"},
+          std::pair{par.account_for_embedding_in_pipeline_split, "--account-for-embedding-in-pipeline-split"},
+          std::pair{par.account_for_loss_in_pipeline_split, "--account-for-loss-in-pipeline-split"},
+          std::pair{par.overlap_param_gather_with_optimizer_step, "--overlap-param-gather-with-optimizer-step"}})
+      if (set)
+        return InvalidArgument("--schedules-method dualpipev places the layers itself (2 x PP equal chunks, rank r "
+                               "holding chunks r and 2PP-1-r): expected no ", flag, ", found it set");
+    return Status::Ok();
+  }
+  if (m.num_layers % (2 * pp) != 0)
+    return InvalidArgument("--schedules-method dualpipev cuts the layers into 2 x --pipeline-model-parallel-size = ",
+                           2 * pp, " equal chunks: expected --num-layers divisible by ", 2 * pp, ", found ",
+                           m.num_layers);
+  par.virtual_pipeline_model_parallel_size = 2;  // the V's two chunks per rank
+  return Status::Ok();
+}
+
+// DualPipeV's micro-batch count: at least 2·PP per iteration (DeepSeek's and MindSpeed's rule;
+// the V's warm-up alone runs 2·PP − 1 forwards on rank 0), with the global batch size known.
+Status validate_dualpipev_microbatches(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  if (par.schedules_method != "dualpipev") return Status::Ok();
+  const int64_t per_step = a.training.micro_batch_size * par.data_parallel_size;
+  const int64_t gbs = a.training.global_batch_size == kUnset ? per_step : a.training.global_batch_size;
+  if (per_step <= 0 || gbs % per_step != 0) return Status::Ok();
+  if (!a.training.rampup_batch_size.empty())
+    return InvalidArgument("--schedules-method dualpipev needs a fixed number of micro-batches per iteration (at "
+                           "least 2 x PP): expected no --rampup-batch-size");
+  return check_dualpipev_microbatches(static_cast<int>(par.pipeline_model_parallel_size), gbs / per_step);
+}
+
 // The interleaved schedule's micro-batch count (a multiple of PP, as Megatron requires). The
 // global batch size may still be unset (it defaults to micro-batch x DP) or not divide evenly;
 // the training-flag checks report that.
 Status validate_interleaved_microbatches(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
-  if (par.virtual_pipeline_model_parallel_size <= 1) return Status::Ok();
+  if (par.virtual_pipeline_model_parallel_size <= 1 || par.schedules_method == "dualpipev") return Status::Ok();
   const int64_t per_step = a.training.micro_batch_size * par.data_parallel_size;
   const int64_t gbs = a.training.global_batch_size == kUnset ? per_step : a.training.global_batch_size;
   if (per_step <= 0 || gbs % per_step != 0) return Status::Ok();
@@ -550,7 +598,9 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   }
   if (par.overlap_param_gather && !(par.use_distributed_optimizer && par.overlap_grad_reduce))
     return InvalidArgument("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
+  GALE_RETURN_IF_ERROR(validate_dualpipev(par, m, /*split_done=*/false));
   GALE_RETURN_IF_ERROR(validate_pipeline_split(par, m));
+  GALE_RETURN_IF_ERROR(validate_dualpipev(par, m, /*split_done=*/true));
   if (par.overlap_param_gather_with_optimizer_step) {  // Megatron's validate_args
     if (!par.use_distributed_optimizer)
       return InvalidArgument("--overlap-param-gather-with-optimizer-step is only supported with the distributed "
@@ -563,6 +613,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                              "--num-virtual-stages-per-pipeline-rank");
   }
   GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
+  GALE_RETURN_IF_ERROR(validate_dualpipev_microbatches(a));
   (void)p;
   return Status::Ok();
 }

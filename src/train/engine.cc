@@ -47,13 +47,22 @@ std::vector<std::vector<int64_t>> pipeline_layer_counts(const Arguments& args) {
   return counts;
 }
 
+bool uses_dualpipev(const Arguments& args) { return args.parallel.schedules_method == "dualpipev"; }
+
+int64_t virtual_stage_of(const Arguments& args, int64_t pp_rank, int64_t vp) {
+  const int64_t pp = args.parallel.pipeline_model_parallel_size;
+  if (uses_dualpipev(args)) return vp == 0 ? pp_rank : 2 * pp - 1 - pp_rank;
+  return vp * pp + pp_rank;
+}
+
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp) {
   const std::vector<std::vector<int64_t>> counts = pipeline_layer_counts(args);
-  const size_t pp = counts.size(), r = static_cast<size_t>(pp_rank), v = static_cast<size_t>(vp);
-  int64_t offset = 0;  // the layers of the virtual stages before (r, v): chunks < v of every rank, chunk v of ranks < r
-  for (size_t c = 0; c <= v; ++c)
-    for (size_t s = 0; s < (c < v ? pp : r); ++s) offset += counts[s].at(c);
-  return {offset, counts.at(r).at(v)};
+  const int64_t stage = virtual_stage_of(args, pp_rank, vp);
+  int64_t offset = 0;  // the layers of the virtual stages before (pp_rank, vp)
+  for (size_t s = 0; s < counts.size(); ++s)
+    for (size_t c = 0; c < counts[s].size(); ++c)
+      if (virtual_stage_of(args, static_cast<int64_t>(s), static_cast<int64_t>(c)) < stage) offset += counts[s][c];
+  return {offset, counts.at(static_cast<size_t>(pp_rank)).at(static_cast<size_t>(vp))};
 }
 
 int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_parameters) {
@@ -85,6 +94,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.num_layers = count;
   p.pre_process = ps.is_pipeline_first_stage() && vp == 0;
   p.post_process = ps.is_pipeline_last_stage() && vp == vpp - 1;
+  if (uses_dualpipev(args)) {  // the V: rank 0 holds the first stage (chunk 0) and the last (chunk 1)
+    p.pre_process = ps.is_pipeline_first_stage() && vp == 0;
+    p.post_process = ps.is_pipeline_first_stage() && vp == 1;
+  }
   return p;
 }
 
@@ -148,6 +161,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
+  engine->dualpipev = uses_dualpipev(args);
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);

@@ -43,6 +43,11 @@ struct Engine {
   std::vector<std::unique_ptr<DataParallelSync>> expert_dp_sync;
   // The run's Megatron timers (core/timers.h; owned by the pretrain driver), or null: untimed.
   Timers* timers = nullptr;
+  // --schedules-method dualpipev: `chunks` are the V's two chunks (stages rank and 2·PP−1−rank), the
+  // loss is on pipeline rank 0 and the tied embedding's two copies both live there.
+  bool dualpipev = false;
+  // The pipeline rank whose chunk computes the loss: the last, or 0 under DualPipeV.
+  int loss_pipeline_rank() const { return dualpipev ? 0 : ps.pp_size() - 1; }
 
   std::vector<GPTModel*> chunk_pointers() const;
 };
@@ -66,9 +71,17 @@ struct EngineOptions {
 // transformer layer fewer, possibly none.
 std::vector<std::vector<int64_t>> pipeline_layer_counts(const Arguments& args);
 
+// Whether the run uses DualPipeV (--schedules-method dualpipev).
+bool uses_dualpipev(const Arguments& args);
+
+// The virtual stage (position along the model) of chunk `vp` on pipeline rank `pp_rank`: v·PP + r
+// (Megatron's interleaving), or under DualPipeV r for chunk 0 and 2·PP−1−r for chunk 1.
+int64_t virtual_stage_of(const Arguments& args, int64_t pp_rank, int64_t vp);
+
 // Global layers [first, first + count) of virtual chunk `vp` on pipeline rank `pp_rank`: the
-// counts of pipeline_layer_counts laid out in virtual-stage order (chunk v of every stage precedes
-// chunk v + 1; within a chunk index, rank r precedes rank r + 1), as Megatron and MindSpeed.
+// counts of pipeline_layer_counts laid out in virtual-stage order (virtual_stage_of: chunk v of
+// every stage precedes chunk v + 1, within a chunk index rank r precedes rank r + 1, as Megatron
+// and MindSpeed; under DualPipeV down the ranks through chunk 0, back up through chunk 1).
 std::pair<int64_t, int64_t> chunk_layers(const Arguments& args, int64_t pp_rank, int64_t vp);
 
 // Megatron's configured data-parallel bucket size (get_model): --ddp-bucket-size, or

@@ -35,6 +35,26 @@ void allreduce_sequence_parallel_grads(const ParallelState& ps, const std::vecto
   }
 }
 
+// DualPipeV: the embedding (chunk 0) and its copy (chunk 1) are both on pipeline rank 0; each gets the
+// sum of the two gradients, as the embedding group's all-reduce gives them on two ranks.
+void sum_embedding_grads_of_v(const std::vector<GPTModel*>& chunks) {
+  if (chunks.size() != 2) return;
+  const std::vector<int> first = chunks[0]->embedding_group_param_ids();
+  const std::vector<int> second = chunks[1]->embedding_group_param_ids();
+  if (first.empty() && second.empty()) return;
+  GALE_CHECK_EQ(first.size(), second.size()) << "the V's embedding copies differ";
+  for (size_t i = 0; i < first.size(); ++i) {
+    ParamBuffer& a = chunks[0]->params();
+    ParamBuffer& b = chunks[1]->params();
+    if (!a.spec(first[i]).trainable) continue;  // frozen (LoRA): no gradient
+    const int64_t n = a.spec(first[i]).local_numel();
+    GALE_CHECK_EQ(n, b.spec(second[i]).local_numel());
+    float* ga = a.grad_data(first[i]);
+    float* gb = b.grad_data(second[i]);
+    for (int64_t k = 0; k < n; ++k) ga[k] = gb[k] = ga[k] + gb[k];
+  }
+}
+
 void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
   if (ps.pp_size() == 1 || !ps.embedding() || ps.embedding()->size() == 1) return;
   // Tied embeddings or MTP layers: the first stage's embedding and the last stage's copy of it
@@ -105,13 +125,16 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
   }
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "embedding-grads-all-reduce");
-    allreduce_embedding_grads(engine.ps, chunks);
+    if (engine.dualpipev)
+      sum_embedding_grads_of_v(chunks);
+    else
+      allreduce_embedding_grads(engine.ps, chunks);
   }
   update_router_expert_bias(engine.ps, chunks);
   if (num_tokens) {  // Megatron's per-token normalisation
     const ParallelState& ps = engine.ps;
     double total = *num_tokens;
-    if (ps.pp_size() > 1) ps.pp()->broadcast(&total, 1, DType::kF64, ps.pp_size() - 1);
+    if (ps.pp_size() > 1) ps.pp()->broadcast(&total, 1, DType::kF64, engine.loss_pipeline_rank());
     if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&total, 1, DType::kF64, ReduceOp::kSum);
     if (total > 0.0) {
       const float scale = static_cast<float>(1.0 / total);

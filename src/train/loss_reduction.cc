@@ -21,11 +21,11 @@ LossReduction::~LossReduction() {
   if (work_) work_->wait();
 }
 
-void LossReduction::finish(Communicator* pp) {
+void LossReduction::finish(Communicator* pp, int root) {
   GALE_CHECK(sums_ && !finished_) << "LossReduction::finish without start, or twice";
   if (work_) work_->wait();
   work_ = nullptr;
-  if (pp && pp->size() > 1) pp->broadcast(sums_->data(), 2, DType::kF64, pp->size() - 1);
+  if (pp && pp->size() > 1) pp->broadcast(sums_->data(), 2, DType::kF64, root < 0 ? pp->size() - 1 : root);
   finished_ = true;
 }
 

@@ -9,8 +9,8 @@
 
 namespace gale {
 
-// Sums {loss sum, tokens} over the data-parallel group, then gives every pipeline stage the last
-// stage's sums (the other stages hold none; they need the loss for the NaN decision and the log).
+// Sums {loss sum, tokens} over the data-parallel group, then gives every pipeline stage the loss
+// stage's sums (the last, or rank 0 under DualPipeV: `root`, -1 = the last) (the other stages hold none; they need the loss for the NaN decision and the log).
 //
 //   LossReduction r = LossReduction::start(dp, loss_sum, tokens, async);
 //   ... optimizer step ...
@@ -31,7 +31,7 @@ class LossReduction {
   // must outlive it.
   ~LossReduction();
 
-  void finish(Communicator* pp);
+  void finish(Communicator* pp, int root = -1);
   double loss_sum() const;
   double tokens() const;
 

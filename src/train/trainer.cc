@@ -50,8 +50,8 @@ void Trainer::reduce_losses(double sums[2]) const {
   // Every DP replica of the last stage holds its own micro-batches' sums (the model already summed
   // them over the cp group: every cp rank holds the whole sequences' sums).
   if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
-  // Other stages learn the loss from the last stage (for NaN decisions and logs on every rank).
-  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, ps.pp_size() - 1);
+  // Other stages learn the loss from the loss stage (for NaN decisions and logs on every rank).
+  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, engine_->loss_pipeline_rank());
 }
 
 void Trainer::reduce_moe_losses(IterationResult* r) const {
@@ -292,7 +292,8 @@ StatusOr<IterationResult> Trainer::train_step() {
     GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
   } else {
     GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                               /*forward_only=*/false, {}, microbatch_group(), timers));
+                                               /*forward_only=*/false, {}, microbatch_group(), timers,
+                                               engine_->dualpipev));
   }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
@@ -304,7 +305,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   const bool async_loss = args_.logging.async_log_allreduce;
   Communicator* loss_pp = ps.pp_size() > 1 ? ps.pp().get() : nullptr;
   LossReduction loss = LossReduction::start(ps.dp().get(), fb.loss_sum, fb.tokens, async_loss);
-  if (!async_loss) loss.finish(loss_pp);
+  if (!async_loss) loss.finish(loss_pp, engine_->loss_pipeline_rank());
   reduce_moe_losses(&r);
   reduce_mtp_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
@@ -319,7 +320,7 @@ StatusOr<IterationResult> Trainer::train_step() {
     for (auto& chunk : engine_->chunks) chunk->params().refresh_gemm_copy();
   }
   optimizer_timer.stop();
-  if (async_loss) loss.finish(loss_pp);  // the loss is first read after train_step
+  if (async_loss) loss.finish(loss_pp, engine_->loss_pipeline_rank());  // the loss is first read after train_step
   r.loss_sum = loss.loss_sum();
   r.tokens = loss.tokens();
   r.loss_scale = scaler ? scaler->scale() : 1.0f;  // as Megatron logs it: after the update
@@ -347,7 +348,8 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
     };
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
-                                           /*forward_only=*/true, {}, microbatch_group()));
+                                           /*forward_only=*/true, {}, microbatch_group(), nullptr,
+                                           engine_->dualpipev));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down

@@ -12,7 +12,7 @@
 // copied too) and untied (LLaMA), the copies' gradients summed over the embedding group (with the
 // distributed optimizer in a bucket of their own), with TP2 and SP, and the MoE model at PP2; with
 // explicit splits (--num-layer-list, --pipeline-num-transformer-layers), also a last stage (chunk)
-// without decoder layers.
+// without decoder layers; under DualPipeV on rank 0's second chunk, beside the embedding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,6 +45,11 @@ const std::vector<Layout>& layouts() {
                                  "[[1,1],[1,0]]"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
+      // DualPipeV: the MTP layers on rank 0's second chunk, beside the embedding they copy.
+      {"pp2_dualpipev", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--schedules-method",
+                            "dualpipev"}},
+      {"tp2_pp2_sp_dualpipev", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                   "--num-layers", "4", "--sequence-parallel", "--schedules-method", "dualpipev"}},
       {"pp2_dp2_distopt_overlap", 4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer",
                                       "--overlap-grad-reduce", "--overlap-param-gather"}},
   };

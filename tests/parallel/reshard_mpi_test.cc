@@ -2,8 +2,9 @@
 // resumes at TP1·PP4, at DP4 (4 ranks of TP1·PP1) and at interleaved PP2·VPP2·DP2, and iterations
 // 4–6 give the losses and gradient norms of an uninterrupted run within 1e-5 relative; the final
 // parameters match too. Each rank runs the uninterrupted single-process reference itself. The
-// same for a checkpoint of the partial distributed optimizer (--num-distributed-optimizer-instances)
-// and for one saved with an explicit split (--num-layer-list), resumed at other splits.
+// same for a checkpoint of the partial distributed optimizer (--num-distributed-optimizer-instances),
+// for one saved with an explicit split (--num-layer-list), resumed at other splits, and for one
+// saved under DualPipeV (--schedules-method dualpipev), resumed at plain PP and back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -206,6 +207,58 @@ TEST(ReshardExplicitSplit, SavedWithNumLayerListResumesAtOtherSplits) {
     }
   }
   expect_resumes_like_whole(kGpt, targets, world, whole, dir);
+}
+
+// DualPipeV's V placement (rank r: layer chunks r and 2PP−1−r, rank 0 the embedding and the loss):
+// a checkpoint saved at TP2·PP2 under DualPipeV loads bit for bit at plain PP2·DP2, at PP1·DP4 and
+// under DualPipeV again, and training resumes like the uninterrupted run; a plain TP2·PP2
+// checkpoint loads bit for bit under DualPipeV.
+TEST(ReshardDualPipeV, SavedUnderDualPipeVResumesAtPlainPipelineAndBack) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainingRun whole(kGpt, {}, make_self_communicator("world"));
+  whole.train(6);
+  const std::vector<std::string> v = {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                      "--schedules-method", "dualpipev"};
+  const std::string dir = shared_temp_dir(world, "dualpipev");
+  train_and_save(kGpt, v, world, whole, dir);
+  const Targets targets = {{"PP2·DP2", {"--pipeline-model-parallel-size", "2"}},
+                           {"PP1·DP4", {}},
+                           {"TP2·PP2 dualpipev (same layout)", v}};
+  for (const auto& [name, flags] : targets) {  // the loaded parameters, before any training
+    SCOPED_TRACE(name);
+    std::vector<std::string> load_flags = flags;
+    load_flags.insert(load_flags.end(), {"--load", dir});
+    TrainingRun resumed(kGpt, load_flags, world);
+    bool loaded = false;
+    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(loaded);
+    expect_params_equal_checkpoint(*resumed.engine, dir);
+  }
+  expect_resumes_like_whole(kGpt, targets, world, whole, dir);
+  // And the other way: a plain TP2·PP2 checkpoint under DualPipeV.
+  const std::string plain = shared_temp_dir(world, "dualpipev_from_plain");
+  train_and_save(kGpt, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, world, whole,
+                 plain);
+  {
+    std::vector<std::string> load_flags = v;
+    load_flags.insert(load_flags.end(), {"--load", plain});
+    TrainingRun resumed(kGpt, load_flags, world);
+    bool loaded = false;
+    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(loaded);
+    expect_params_equal_checkpoint(*resumed.engine, plain);
+    // The V reached the engine: rank 0 holds layers 0 and 3, rank 1 layers 1 and 2.
+    using Range = std::pair<int64_t, int64_t>;
+    const bool first = resumed.engine->ps.coords().pp == 0;
+    const ModelPartition& c0 = resumed.engine->chunks[0]->partition();
+    const ModelPartition& c1 = resumed.engine->chunks[1]->partition();
+    EXPECT_EQ((Range{c0.first_layer, c0.num_layers}), first ? (Range{0, 1}) : (Range{1, 1}));
+    EXPECT_EQ((Range{c1.first_layer, c1.num_layers}), first ? (Range{3, 1}) : (Range{2, 1}));
+  }
+  expect_resumes_like_whole(kGpt, {{"TP2·PP2 dualpipev from plain", v}}, world, whole, plain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Reshard, ::testing::Bool(),

@@ -1,6 +1,6 @@
 // The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
-// exactly its 1F1B / interleaved order, holds no more micro-batches than the schedule needs
-// (P − r for 1F1B), sends and receives one activation or gradient per micro-batch and
+// exactly its 1F1B / interleaved / DualPipeV order, holds no more micro-batches than the schedule
+// needs (P − r for 1F1B, 2P + 1 chunk activations for DualPipeV), sends and receives one activation or gradient per micro-batch and
 // virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation
 // gives the single-process loss, tied embeddings start and stay identical on the first and last
 // stage, and a bad micro-batch count is a clean error.
@@ -35,6 +35,12 @@ const std::vector<Case>& cases() {
       {"tp2_pp2_sp", 4, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
                           "--sequence-parallel"}},
       {"pp2_dp2", 4, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_dualpipev", 2, {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"}},
+      {"pp4_dualpipev", 4, {"--pipeline-model-parallel-size", "4", "--schedules-method", "dualpipev", "--num-layers",
+                             "8"}},
+      {"pp2_dp2_dualpipev", 4, {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"}},
+      {"tp2_pp2_sp_dualpipev", 4, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                                    "--sequence-parallel", "--schedules-method", "dualpipev"}},
   };
   return all;
 }
@@ -120,35 +126,45 @@ TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
     max_held = std::max(max_held, held);
   };
   e.ps.pp()->reset_stats();
-  auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, observer);
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, observer, 0, nullptr,
+                             e.dualpipev);
   ASSERT_TRUE(fb.ok()) << fb.status().to_string();
   // Point-to-point volume (docs/parallelism.md): one [Tl, H] f32 tensor per micro-batch and
   // virtual-stage boundary in each direction; Tl = S·B, divided by TP with sequence parallelism.
   const int64_t tl = kSeq * kMicroBatch / (setup.args.parallel.sequence_parallel ? e.ps.tp_size() : 1);
   const int64_t message = tl * 32 * 4;  // hidden size 32, f32
+  // DualPipeV: chunk 0 of rank r is stage r, chunk 1 stage 2P−1−r; the last rank's turn of the V
+  // (stage P−1 to P) stays inside the process.
+  auto stage_of = [&](int r, int c) { return e.dualpipev ? (c == 0 ? r : 2 * pp - 1 - r) : c * pp + r; };
+  auto rank_of = [&](int s) { return e.dualpipev ? (s < pp ? s : 2 * pp - 1 - s) : s % pp; };
   int64_t sends = 0, recvs = 0;
   for (int c = 0; c < vpp; ++c) {
-    const int stage = c * pp + rank, last = pp * vpp - 1;
-    sends += (stage < last) + (stage > 0);  // activation forward, gradient backward
-    recvs += (stage > 0) + (stage < last);
+    const int stage = stage_of(rank, c), last = pp * vpp - 1;
+    const bool down = stage < last && rank_of(stage + 1) != rank, up = stage > 0 && rank_of(stage - 1) != rank;
+    sends += down + up;  // activation forward, gradient backward
+    recvs += up + down;
   }
   const CommStats& stats = e.ps.pp()->stats();
   EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kSend)], sends * m);
   EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kRecv)], recvs * m);
   EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kSend)], sends * m * message);
   EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kRecv)], recvs * m * message);
-  const std::vector<PipelineStep> expected =
-      vpp == 1 ? one_f_one_b_order(pp, rank, m, false) : interleaved_order(pp, rank, vpp, m, false);
+  const std::vector<PipelineStep> expected = e.dualpipev ? dualpipev_order(pp, rank, m, false)
+                                             : vpp == 1  ? one_f_one_b_order(pp, rank, m, false)
+                                                         : interleaved_order(pp, rank, vpp, m, false);
   EXPECT_EQ(ran, expected);
   EXPECT_EQ(held, 0u) << "saved activations left after the iteration";
-  if (vpp == 1) {
+  if (e.dualpipev) {
+    EXPECT_EQ(max_held, static_cast<size_t>(2 * pp + 1));
+  } else if (vpp == 1) {
     EXPECT_LE(max_held, static_cast<size_t>(pp - rank));
     EXPECT_EQ(max_held, static_cast<size_t>(std::min<int64_t>(pp - rank, m)));
   } else {
     EXPECT_EQ(max_held, static_cast<size_t>(std::min(interleaved_warmup(pp, rank, vpp, m, false) + 1, m * vpp)));
   }
-  // The loss sums live on the last stage only; every token of this rank's micro-batches counted.
-  if (e.ps.is_pipeline_last_stage()) {
+  // The loss sums live on the loss stage only (the last rank, rank 0 under DualPipeV); every token
+  // of this rank's micro-batches counted.
+  if (e.ps.coords().pp == e.loss_pipeline_rank()) {
     EXPECT_EQ(fb->tokens, static_cast<double>(m * kMicroBatch * kSeq));
     EXPECT_GT(fb->loss_sum, 0.0);
   } else {
@@ -172,7 +188,7 @@ TEST_P(PipelineSchedule, ForwardOnlyMatchesSingleProcess) {
     for (auto& chunk : e.chunks) max_held = std::max(max_held, chunk->in_flight());
   };
   auto fb = forward_backward(e.chunk_pointers(), e.ps, run.num_microbatches(), run.source(), /*forward_only=*/true,
-                             observer);
+                             observer, 0, nullptr, e.dualpipev);
   ASSERT_TRUE(fb.ok()) << fb.status().to_string();
   EXPECT_EQ(max_held, 0u) << "forward-only keeps no activations";
   double sums[2] = {fb->loss_sum, fb->tokens};
@@ -180,14 +196,16 @@ TEST_P(PipelineSchedule, ForwardOnlyMatchesSingleProcess) {
   auto ref = forward_backward(reference.engine->chunk_pointers(), reference.engine->ps, reference.num_microbatches(),
                               reference.source(), /*forward_only=*/true);
   ASSERT_TRUE(ref.ok());
-  if (e.ps.is_pipeline_last_stage()) {
+  if (e.ps.coords().pp == e.loss_pipeline_rank()) {
     EXPECT_EQ(sums[1], ref->tokens);
     EXPECT_NEAR(sums[0] / sums[1], ref->loss_sum / ref->tokens, 1e-5 * ref->loss_sum / ref->tokens);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineSchedule, ::testing::Values("pp2", "pp2_vpp2", "pp4", "pp4_vpp2",
-                                                                      "tp2_pp2_sp", "pp2_dp2"),
+                                                                      "tp2_pp2_sp", "pp2_dp2", "pp2_dualpipev",
+                                                                      "pp4_dualpipev", "pp2_dp2_dualpipev",
+                                                                      "tp2_pp2_sp_dualpipev"),
                          [](const auto& info) { return info.param; });
 
 // The last stage's copies of the first stage's embedding (GPTModel::embedding_group_param_ids): the
@@ -254,6 +272,57 @@ INSTANTIATE_TEST_SUITE_P(
                          "rope", "--num-layers", "8", "--num-virtual-stages-per-pipeline-rank", "2"},
                         {"embedding.word_embeddings.weight"}}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// DualPipeV: rank 0 holds the first stage (chunk 0, the embedding) and the last (chunk 1, the
+// output layer and MTP layers) with their embedding copies; both chunks' copies start equal and stay
+// equal through training (finalize_model_grads sums their gradients on the rank). The other ranks
+// hold no copy.
+TEST_P(TiedEmbedding, DualPipeVCopiesOnRankZeroStayIdentical) {
+  Comm world = test::world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP();
+  if (GetParam().name == std::string("mtp_untied_rope_vpp2")) GTEST_SKIP() << "virtual stages are not DualPipeV's";
+  std::vector<std::string> flags = {"--pipeline-model-parallel-size", std::to_string(world->size()),
+                                    "--schedules-method", "dualpipev", "--num-layers", "8"};
+  flags.insert(flags.end(), GetParam().flags.begin(), GetParam().flags.end());
+  TinyRun setup(flags, world, 16);
+  Engine& e = *setup.engine;
+  ASSERT_EQ(e.chunks.size(), 2u);
+  GPTModel& first = *e.chunks[0];
+  GPTModel& last = *e.chunks[1];
+  EXPECT_EQ(first.partition().pre_process, e.ps.coords().pp == 0);
+  EXPECT_EQ(last.partition().post_process, e.ps.coords().pp == 0);
+  EXPECT_FALSE(last.partition().pre_process);
+  EXPECT_FALSE(first.partition().post_process);
+  auto compare = [&](const char* when) {
+    const std::vector<int> a = first.embedding_group_param_ids(), b = last.embedding_group_param_ids();
+    if (e.ps.coords().pp != 0) {
+      EXPECT_TRUE(a.empty() && b.empty());
+      return;
+    }
+    ASSERT_EQ(a.size(), GetParam().copies.size());
+    ASSERT_EQ(b.size(), GetParam().copies.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(first.params().spec(a[i]).name, GetParam().copies[i]);
+      EXPECT_EQ(last.params().spec(b[i]).name, GetParam().copies[i]);
+      const int64_t n = first.params().spec(a[i]).local_numel();
+      ASSERT_EQ(n, last.params().spec(b[i]).local_numel());
+      std::vector<float> x(first.params().param_data(a[i]), first.params().param_data(a[i]) + n);
+      std::vector<float> y(last.params().param_data(b[i]), last.params().param_data(b[i]) + n);
+      EXPECT_EQ(x, y) << GetParam().copies[i] << " " << when;
+    }
+  };
+  compare("at initialisation");
+  for (int step = 0; step < 2; ++step) {
+    start_grad_sync_iteration(e, setup.num_microbatches());
+    auto fb = forward_backward(e.chunk_pointers(), e.ps, setup.num_microbatches(), setup.source(), false, {}, 0,
+                               nullptr, e.dualpipev);
+    ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+    finalize_model_grads(e);
+    StepResult r = optimizer_step(e, 1e-3, 0.0, false);
+    ASSERT_TRUE(r.applied);
+  }
+  compare("after two steps");
+}
 
 // Any valid order runs through forward_backward_pipelined: GPipe's (all forwards, then all
 // backwards) holds all M micro-batches where 1F1B holds P − r, and gives the same gradients

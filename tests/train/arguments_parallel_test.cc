@@ -423,5 +423,78 @@ TEST(ParallelArgs, GlobalBatchDividesByMicroBatchTimesDataParallel) {
   EXPECT_EQ(message("--global-batch-size 24", 4), "ok");
 }
 
+// --schedules-method dualpipev (MindSpeed's DualpipeVFeature): two chunks per rank, the even V split,
+// at least 2·PP micro-batches, and a one-line refusal of every flag that places layers otherwise.
+TEST(ParallelArgs, DualPipeV) {
+  const std::string v = "--schedules-method dualpipev ";
+  Validated ok = validate(v + "--pipeline-model-parallel-size 2 --global-batch-size 8", 2);
+  ASSERT_TRUE(ok.status.ok()) << ok.status.to_string();
+  EXPECT_EQ(ok.args.parallel.virtual_pipeline_model_parallel_size, 2);  // the V's two chunks
+  EXPECT_EQ(ok.args.parallel.schedules_method, "dualpipev");
+  // DP, TP with SP, CP and the distributed optimizer combine with it.
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --global-batch-size 16 --use-distributed-optimizer "
+                        "--overlap-grad-reduce --overlap-param-gather",
+                    4),
+            "ok");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel "
+                        "--global-batch-size 8",
+                    4),
+            "ok");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --context-parallel-size 2 --global-batch-size 8", 4), "ok");
+  EXPECT_EQ(message(v + "--global-batch-size 8", 1),
+            "--schedules-method dualpipev needs --pipeline-model-parallel-size >= 2, found 1");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 4 --global-batch-size 16 --num-layers 12", 4),
+            "--schedules-method dualpipev cuts the layers into 2 x --pipeline-model-parallel-size = 8 equal chunks: "
+            "expected --num-layers divisible by 8, found 12");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --global-batch-size 6", 2),
+            "--schedules-method dualpipev needs at least 2 x --pipeline-model-parallel-size = 4 micro-batches per "
+            "iteration (--global-batch-size / (--micro-batch-size x data-parallel size)), found 3");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --global-batch-size 8", 4),  // DP2: 2 micro-batches
+            "--schedules-method dualpipev needs at least 2 x --pipeline-model-parallel-size = 4 micro-batches per "
+            "iteration (--global-batch-size / (--micro-batch-size x data-parallel size)), found 2");
+  const std::pair<const char*, const char*> others[] = {
+      {"--num-layers-per-virtual-pipeline-stage 2", "--num-layers-per-virtual-pipeline-stage"},
+      {"--num-virtual-stages-per-pipeline-rank 2", "--num-virtual-stages-per-pipeline-rank"},
+      {"--microbatch-group-size-per-virtual-pipeline-stage 2", "--microbatch-group-size-per-virtual-pipeline-stage"},
+      {"--num-layer-list 4,4", "--num-layer-list"},
+      {"--pipeline-num-transformer-layers [[2,2],[2,2]]", "--pipeline-num-transformer-layers"},
+      {"--decoder-first-pipeline-num-layers 2", "--decoder-first-pipeline-num-layers"},
+      {"--decoder-last-pipeline-num-layers 2", "--decoder-last-pipeline-num-layers"},
+      {"--account-for-embedding-in-pipeline-split", "--account-for-embedding-in-pipeline-split"},
+      {"--account-for-loss-in-pipeline-split", "--account-for-loss-in-pipeline-split"},
+  };
+  for (const auto& [flags, flag] : others)
+    EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --global-batch-size 8 " + flags, 2),
+              std::string("--schedules-method dualpipev places the layers itself (2 x PP equal chunks, rank r holding "
+                          "chunks r and 2PP-1-r): expected no ") +
+                  flag + ", found it set");
+  EXPECT_EQ(message(v + "--pipeline-model-parallel-size 2 --global-batch-size 16 --use-distributed-optimizer "
+                        "--overlap-grad-reduce --overlap-param-gather --overlap-param-gather-with-optimizer-step",
+                    4),
+            "--schedules-method dualpipev places the layers itself (2 x PP equal chunks, rank r holding chunks r and "
+            "2PP-1-r): expected no --overlap-param-gather-with-optimizer-step, found it set");
+}
+
+// Flags refused at parsing: another --schedules-method, and DualPipeV's deferred weight gradients.
+TEST(ParallelArgs, DualPipeVRefusesDwDetachAndOtherMethods) {
+  auto parse = [](std::vector<std::string> words) {
+    Arguments args;
+    ArgParser p("gale pretrain", "test");
+    add_all_pretrain_args(p, args);
+    words.insert(words.begin(), "gale");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    return p.parse(static_cast<int>(argv.size()), argv.data());
+  };
+  Status detach = parse({"--schedules-method", "dualpipev", "--dualpipev-dw-detach"});
+  EXPECT_EQ(detach.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(detach.message(),
+            "--dualpipev-dw-detach: not supported yet (DualPipeV's deferred weight-gradient steps: Gale's layer "
+            "backward computes each weight's gradient together with its input gradient)");
+  Status other = parse({"--schedules-method", "dualpipe"});
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("--schedules-method"), std::string::npos) << other.message();
+}
+
 }  // namespace
 }  // namespace gale

@@ -3,7 +3,7 @@
 // (get_transformer_layer_offset / get_num_layers_to_build, recorded in
 // tests/data/schedule/megatron_layers.json by tools/reference/pipeline_order.py), and every
 // layout places every layer exactly once, in order along the virtual stages; so do the explicit
-// counts of --num-layer-list / --pipeline-num-transformer-layers.
+// counts of --num-layer-list / --pipeline-num-transformer-layers; DualPipeV's V placement.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -82,6 +82,24 @@ TEST(ChunkLayers, EveryLayerExactlyOnce) {
   Arguments both = layout(6, 2, 1, 2, 4);
   expect_contiguous(both);
   EXPECT_EQ(chunk_layers(both, 1, 0), (std::pair<int64_t, int64_t>{2, 4}));
+}
+
+// --schedules-method dualpipev: 2·PP equal chunks along the V, rank r holding chunk r (its chunk 0)
+// and chunk 2PP−1−r (its chunk 1): down the ranks, then back up.
+TEST(ChunkLayers, DualPipeVPlacesTheLayersAlongTheV) {
+  Arguments a = layout(16, 4, 2, kUnset, kUnset);
+  a.parallel.schedules_method = "dualpipev";
+  using Range = std::pair<int64_t, int64_t>;
+  const Range expected[4][2] = {{{0, 2}, {14, 2}}, {{2, 2}, {12, 2}}, {{4, 2}, {10, 2}}, {{6, 2}, {8, 2}}};
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t v = 0; v < 2; ++v) {
+      EXPECT_EQ(chunk_layers(a, r, v), expected[r][v]) << "rank " << r << " chunk " << v;
+      EXPECT_EQ(virtual_stage_of(a, r, v), v == 0 ? r : 7 - r);
+    }
+  Arguments two = layout(4, 2, 2, kUnset, kUnset);
+  two.parallel.schedules_method = "dualpipev";
+  EXPECT_EQ(chunk_layers(two, 0, 1), (Range{3, 1}));
+  EXPECT_EQ(chunk_layers(two, 1, 1), (Range{2, 1}));
 }
 
 // --account-for-embedding/loss-in-pipeline-split: the embedding (loss) takes one layer's place on

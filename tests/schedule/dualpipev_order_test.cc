@@ -1,0 +1,139 @@
+// DualPipeV's step order: for PP = 4 and 10 micro-batches it is the order of DeepSeek's published
+// figure (dualpipe repo, images/dualpipev.png, transcribed below by hand), every (PP, M) order
+// completes against the V's data dependencies (no deadlock), each chunk's steps run in micro-batch
+// order, the activation peak is DualPipeV's, and too few micro-batches are refused.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "schedule/pipeline_order.h"
+
+namespace gale {
+namespace {
+
+// DeepSeek's figure "DualPipeV scheduling for 4 PP ranks (8 PP stages) and 10 micro-batches", one
+// row per device, read left to right: F m / B m is a forward / backward (full, or "backward for
+// input") of micro-batch m in either chunk; the "backward for weights" cells are left out (Gale's
+// backward computes them), an overlapped forward & backward cell is its forward, then its backward.
+const char* const kFigurePp4M10[4] = {
+    "F0 F1 F2 F3 F4 F5 F6 F0 B0 F1 B1 F2 B2 F3 F7 B3 F4 B0 F8 B4 F5 B1 F9 B5 F6 B2 B6 F7 B3 B7 F8 B4 B8 F9 B5 "
+    "B9 B6 B7 B8 B9",
+    "F0 F1 F2 F3 F4 F0 F5 F1 B0 F2 B1 F3 F6 B2 F4 B0 F7 B3 F5 B1 F8 B4 F6 B2 F9 B5 F7 B3 B6 F8 B4 B7 F9 B5 B8 "
+    "B6 B9 B7 B8 B9",
+    "F0 F1 F2 F0 F3 F1 F4 F2 B0 F3 F5 B1 F4 B0 F6 B2 F5 B1 F7 B3 F6 B2 F8 B4 F7 B3 F9 B5 F8 B4 B6 F9 B5 B7 B6 "
+    "B8 B7 B9 B8 B9",
+    "F0 F0 F1 F1 F2 F2 F3 F3 F4 B0 F4 B0 F5 B1 F5 B1 F6 B2 F6 B2 F7 B3 F7 B3 F8 B4 F8 B4 F9 B5 F9 B5 B6 B6 B7 "
+    "B7 B8 B8 B9 B9",
+};
+
+std::vector<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+TEST(DualPipeVOrder, MatchesDeepSeeksFigureForFourRanksAndTenMicroBatches) {
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> got;
+    for (const PipelineStep& s : dualpipev_order(4, r, 10, false))
+      got.push_back(str_cat(s.forward ? "F" : "B", s.microbatch));
+    EXPECT_EQ(got, words(kFigurePp4M10[r])) << "pipeline rank " << r;
+  }
+}
+
+// The chunks of the figure's rank 0 (its two shades): six chunk-0 forwards, then chunk 0 and 1
+// alternate; the first backward is chunk 1's (the loss), the steady pairs put a forward of one chunk
+// before a backward of the other.
+TEST(DualPipeVOrder, RankZeroStartsDownTheVAndPairsForwardsWithTheOtherChunksBackwards) {
+  const std::vector<PipelineStep> s = dualpipev_order(4, 0, 10, false);
+  std::vector<std::string> head;
+  for (size_t i = 0; i < 18; ++i) head.push_back(s[i].to_string());
+  EXPECT_EQ(head, (std::vector<std::string>{"F 0 0", "F 0 1", "F 0 2", "F 0 3", "F 0 4", "F 0 5", "F 0 6", "F 1 0",
+                                            "B 1 0", "F 1 1", "B 1 1", "F 1 2", "B 1 2", "F 1 3", "F 0 7", "B 1 3",
+                                            "F 1 4", "B 0 0"}));
+}
+
+// Runs every rank's order against the V's data dependencies (chunk 0 of rank r is stage r, chunk 1
+// stage 2P−1−r; forward (s, m) needs forward (s − 1, m); backward (s, m) its own forward and
+// backward (s + 1, m) unless s is the last stage), one step at a time on whichever rank can
+// proceed. False if the ranks stall with steps left. `peak[r]`: the most (chunk, micro-batch)
+// activations rank r held between a forward and its backward.
+bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak) {
+  std::vector<std::vector<PipelineStep>> orders;
+  for (int r = 0; r < pp; ++r) orders.push_back(dualpipev_order(pp, r, m, forward_only));
+  std::set<std::tuple<bool, int, int64_t>> done;
+  std::vector<size_t> next(static_cast<size_t>(pp), 0);
+  std::vector<int64_t> held(static_cast<size_t>(pp), 0);
+  peak->assign(static_cast<size_t>(pp), 0);
+  const int last = 2 * pp - 1;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      size_t& i = next[static_cast<size_t>(r)];
+      if (i == orders[static_cast<size_t>(r)].size()) continue;
+      const PipelineStep& s = orders[static_cast<size_t>(r)][i];
+      const int stage = s.chunk == 0 ? r : last - r;
+      const bool ready = s.forward ? (stage == 0 || done.count({true, stage - 1, s.microbatch}))
+                                   : done.count({true, stage, s.microbatch}) &&
+                                         (stage == last || done.count({false, stage + 1, s.microbatch}));
+      if (!ready) continue;
+      done.insert({s.forward, stage, s.microbatch});
+      int64_t& h = held[static_cast<size_t>(r)];
+      if (!forward_only) h += s.forward ? 1 : -1;
+      (*peak)[static_cast<size_t>(r)] = std::max((*peak)[static_cast<size_t>(r)], h);
+      ++i;
+      progress = true;
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    if (next[static_cast<size_t>(r)] != orders[static_cast<size_t>(r)].size()) return false;
+  return true;
+}
+
+TEST(DualPipeVOrder, EveryOrderCompletesWithEachChunkInMicroBatchOrder) {
+  std::vector<int64_t> peak;
+  for (int pp : {2, 3, 4, 8})
+    for (int64_t m : {2 * pp, 2 * pp + 1, 3 * pp, 4 * pp + 3, 20})
+      for (bool fwd : {false, true}) {
+        EXPECT_TRUE(simulate_v(pp, m, fwd, &peak)) << "pp " << pp << " m " << m << (fwd ? " forward-only" : "");
+        for (int r = 0; r < pp; ++r) {
+          const std::vector<PipelineStep> steps = dualpipev_order(pp, r, m, fwd);
+          ASSERT_EQ(steps.size(), static_cast<size_t>((fwd ? 2 : 4) * m)) << pp << " " << r << " " << m;
+          int64_t next[2][2] = {{0, 0}, {0, 0}};  // [forward][chunk]
+          for (const PipelineStep& s : steps) {
+            ASSERT_TRUE(s.chunk == 0 || s.chunk == 1);
+            EXPECT_EQ(s.microbatch, next[s.forward][s.chunk]++) << s.to_string() << " on rank " << r;
+          }
+        }
+      }
+}
+
+// DeepSeek's table: DualPipeV keeps PP_stages + 1 = 2P + 1 chunk activations on every device
+// (the same on every rank, unlike 1F1B's P − r), whatever the number of micro-batches.
+TEST(DualPipeVOrder, EveryRankHoldsTwicePipelineSizePlusOneActivations) {
+  std::vector<int64_t> peak;
+  for (int pp : {2, 3, 4, 8})
+    for (int64_t m : {2 * pp, 3 * pp, 20}) {
+      ASSERT_TRUE(simulate_v(pp, m, false, &peak));
+      EXPECT_EQ(peak, std::vector<int64_t>(static_cast<size_t>(pp), 2 * pp + 1)) << pp << " " << m;
+    }
+}
+
+TEST(DualPipeVOrder, NeedsTwicePipelineSizeMicroBatchesAndTwoRanks) {
+  EXPECT_TRUE(check_dualpipev_microbatches(2, 4).ok());
+  EXPECT_TRUE(check_dualpipev_microbatches(4, 8).ok());
+  Status few = check_dualpipev_microbatches(4, 7);
+  ASSERT_FALSE(few.ok());
+  EXPECT_EQ(few.message(), "--schedules-method dualpipev needs at least 2 x --pipeline-model-parallel-size = 8 "
+                           "micro-batches per iteration (--global-batch-size / (--micro-batch-size x data-parallel "
+                           "size)), found 7");
+  Status one = check_dualpipev_microbatches(1, 8);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.message(), "--schedules-method dualpipev needs --pipeline-model-parallel-size >= 2, found 1");
+}
+
+}  // namespace
+}  // namespace gale
