@@ -8,6 +8,7 @@
 // sequence parallelism, the flash kernel, the distributed optimizer over DP 2, PP 2 and ring CP 2. Losses and
 // grad norms within 1e-5 relative, parameters and gradients as layout_invariance.h checks. The
 // vocabulary pads to the same size at TP 1 and the tested TP (252 for TP 3, 256 for TP 2 and 4).
+// Muon's duplicated mode at TP 3 gathers the uneven shards.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -81,6 +82,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, UnalignedLinearInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())),
                                             ::testing::Values("gpt", "gpt_alibi", "llama_gqa")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// --optimizer muon (--muon-tp-mode duplicated, the default): the uneven shards of every matrix are
+// gathered (padded to the largest) and orthogonalised whole, as in the single-process run.
+TEST(UnalignedLinearMuon, DuplicatedModeMatchesSingleProcessAtTp3) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "tp3",
+      testing::join({kCommon, kLlamaGqa, vocab_flags(3), {"--optimizer", "muon", "--muon-fp32-matmul-prec", "high"}}),
+      3e-5, "linear_qkv.weight");
+}
 
 // ---- checkpoints between TP 3 and TP 1 ----
 
