@@ -8,7 +8,7 @@
 // sequence parallelism, the flash kernel, the distributed optimizer over DP 2, PP 2 and ring CP 2. Losses and
 // grad norms within 1e-5 relative, parameters and gradients as layout_invariance.h checks. The
 // vocabulary pads to the same size at TP 1 and the tested TP (252 for TP 3, 256 for TP 2 and 4).
-// Muon's duplicated mode at TP 3 gathers the uneven shards.
+// Muon's duplicated mode at TP 3 gathers the uneven shards; --qk-layernorm at TP 3 norms uneven head sets.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -90,6 +90,14 @@ TEST(UnalignedLinearMuon, DuplicatedModeMatchesSingleProcessAtTp3) {
       layouts(), "tp3",
       testing::join({kCommon, kLlamaGqa, vocab_flags(3), {"--optimizer", "muon", "--muon-fp32-matmul-prec", "high"}}),
       3e-5, "linear_qkv.weight");
+}
+
+// --qk-layernorm: each rank normalises its own 4, 4 or 2 query heads and 2, 2 or 1 key heads; the
+// shared weights' gradients are partial sums over the uneven head sets, all-reduced over TP.
+TEST(UnalignedLinearQkLayernorm, MatchesSingleProcessAtTp3) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "tp3", testing::join({kCommon, kLlamaGqa, vocab_flags(3), {"--qk-layernorm"}}), 3e-5,
+      "q_layernorm.weight");
 }
 
 // ---- checkpoints between TP 3 and TP 1 ----
