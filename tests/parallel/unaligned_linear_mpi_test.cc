@@ -177,5 +177,16 @@ TEST(UnalignedLinearCheckpoint, SavedAtTp1ResumesAtTp3) {
   expect_checkpoint_moves({}, {"--unaligned-linear", "--tensor-model-parallel-size", "3"}, "tp1_to_tp3");
 }
 
+// The distributed optimizer saves its state as boxes of the owned ranges (optim/shard_boxes.h),
+// shifted by each rank's uneven offset; resumed without it at TP 1 · DP 3 and with it at TP 3.
+TEST(UnalignedLinearCheckpoint, DistributedOptimizerStateMovesBetweenTp3AndTp1) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  expect_checkpoint_moves({"--unaligned-linear", "--tensor-model-parallel-size", "3", "--use-distributed-optimizer"},
+                          {}, "tp3_distopt_to_tp1");
+  expect_checkpoint_moves({"--use-distributed-optimizer"},
+                          {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--use-distributed-optimizer"},
+                          "tp1_distopt_to_tp3");
+}
+
 }  // namespace
 }  // namespace gale
