@@ -14,7 +14,8 @@
 // their TP x CP divisibility of the heads. Level 0, like the unaligned pipeline split: which
 // layouts run must not depend on --optimization-level. Tests: tests/parallel/
 // unaligned_linear_mpi_test.cc, tests/model/layer_shares_test.cc, tests/features/
-// unaligned_linear_feature_test.cc.
+// unaligned_linear_feature_test.cc, tests/cli/unaligned_linear_cli_test.cc,
+// tests/train/arguments_parallel_test.cc.
 #include "features/registry.h"
 
 namespace gale {

@@ -17,9 +17,10 @@ namespace {
 
 // The rank's units of one block of the split dimension (parallel/tp_share.h).
 TpShare block_share(const ParamSpec& s) {
-  const int64_t block = s.global_shape[static_cast<size_t>(s.split_dim)] / s.split_blocks;
-  GALE_CHECK(s.split_unit >= 1 && s.global_shape[static_cast<size_t>(s.split_dim)] % (s.split_blocks * s.split_unit) == 0)
-      << s.name << ": dimension " << s.split_dim << " of " << s.split_blocks << " block(s) of units of " << s.split_unit;
+  const int64_t extent = s.global_shape[static_cast<size_t>(s.split_dim)], block = extent / s.split_blocks;
+  GALE_CHECK(s.split_unit >= 1 && extent % (s.split_blocks * s.split_unit) == 0)
+      << s.name << ": dimension " << s.split_dim << " (" << extent << ") is not " << s.split_blocks
+      << " block(s) of units of " << s.split_unit;
   return tp_share(block / s.split_unit, s.split_parts, s.split_rank);
 }
 
