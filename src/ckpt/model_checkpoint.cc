@@ -56,7 +56,7 @@ std::vector<ShardBox> shard_boxes(const ParamSpec& spec) {
   for (int64_t b = 0; b < spec.split_blocks; ++b) {
     ShardBox sb{whole_box(local), whole_box(local)};
     sb.global.shape[d] = sb.local.shape[d] = block_local;
-    sb.global.offsets[d] = b * block_global + spec.split_rank * block_local;
+    sb.global.offsets[d] = b * block_global + spec.split_block_offset();
     sb.local.offsets[d] = b * block_local;
     boxes.push_back(std::move(sb));
   }

@@ -18,8 +18,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"swap-optimizer", FeatureModule::kMemory, "SwapOptimizerFeature (L2)",
        "keep optimizer state in host memory during forward/backward"},
       {"tp-2d", FeatureModule::kParallel, "TP2dFeature (L2)", "two-dimensional tensor parallelism"},
-      {"unaligned-linear", FeatureModule::kParallel, "UnalignedLinearFeature (L2)",
-       "tensor parallelism with heads not divisible by TP"},
       {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
        "fused matmul + collective kernels (Ascend hardware)"},
       {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},

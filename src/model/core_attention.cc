@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "model/context_parallel.h"
+#include "model/layer_shares.h"
 #include "model/linear.h"
 #include "model/ring_attention.h"
 
@@ -73,9 +74,9 @@ Plan plan_of(const LayerRuntime& rt) {
   p.keys = key_source_of(rt, p.layout);
   p.B = rt.mb->B;
   p.HD = c.attention_head_dim();
-  const int64_t tp = rt.part->tp_size();
-  p.NHa = c.heads / tp / p.hs.degree;
-  p.KVa = c.attention_kv_heads() / tp / p.hs.degree;
+  const LayerShares shares = layer_shares(c, *rt.part);
+  p.NHa = shares.heads / p.hs.degree;
+  p.KVa = shares.groups / p.hs.degree;
   p.ql = qkv_query_layout(p.NHa, p.KVa, p.HD);
   p.kl = qkv_key_layout(p.NHa, p.KVa, p.HD);
   p.vl = qkv_value_layout(p.NHa, p.KVa, p.HD);
@@ -124,8 +125,9 @@ Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv) {
 
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
   const ModelConfig& c = *rt.config;
-  const int64_t tp = rt.part->tp_size(), B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();
-  const int64_t NHl = c.heads / tp, KVl = c.attention_kv_heads() / tp, first = rt.kv_cache->length;
+  const LayerShares shares = layer_shares(c, *rt.part);
+  const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();
+  const int64_t NHl = shares.heads, KVl = shares.groups, first = rt.kv_cache->length;
   GALE_CHECK(rt.cp_split.cp_size == 1 && B == rt.kv_cache->B && first + S <= rt.kv_cache->max_length)
       << "kv cache: " << first << " + " << S << " positions of " << B << " samples in a cache of "
       << rt.kv_cache->max_length << " x " << rt.kv_cache->B;

@@ -7,6 +7,7 @@
 
 #include "kernels/flop_counter.h"
 #include "model/linear.h"
+#include "model/layer_shares.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/yarn_rope.h"
@@ -258,9 +259,10 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   AttentionProblem& ap = rt.attention;
   ap.B = B;
   ap.Sq = ap.Sk = S;
-  ap.NH = c.heads / tp;
-  ap.KV = c.attention_kv_heads() / tp;
-  ap.head_offset = part_.tp_rank() * (c.heads / tp);
+  const LayerShares shares = layer_shares(c, part_);  // this TP rank's heads (uneven: --unaligned-linear)
+  ap.NH = shares.heads;
+  ap.KV = shares.groups;
+  ap.head_offset = shares.head_offset;
   const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
   const bool hybrid = rt.cp_split.cp_size > 1 && part_.hybrid_cp();
   if (hybrid) {  // the ring block of this rank's Ulysses group, 1/U of this TP rank's heads

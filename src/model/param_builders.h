@@ -19,10 +19,12 @@ inline ParamSpec make_param_spec(std::string name, Shape global_shape, InitKind 
   return s;
 }
 
-// Split `s` across this partition's TP ranks along `dim` (`blocks` equal blocks, each split).
-inline ParamSpec tp_split(ParamSpec s, const ModelPartition& part, int dim, int blocks = 1) {
+// Split `s` across this partition's TP ranks along `dim` (`blocks` equal blocks, each split into
+// whole units of `unit` rows, dealt out by parallel/tp_share.h).
+inline ParamSpec tp_split(ParamSpec s, const ModelPartition& part, int dim, int blocks = 1, int64_t unit = 1) {
   s.split_dim = dim;
   s.split_blocks = blocks;
+  s.split_unit = unit;
   s.split_parts = part.tp_size();
   s.split_rank = part.tp_rank();
   return s;

@@ -9,15 +9,37 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/cpu/gemm.h"
+#include "parallel/tp_share.h"
 
 namespace gale {
 
+namespace {
+
+// The rank's units of one block of the split dimension (parallel/tp_share.h).
+TpShare block_share(const ParamSpec& s) {
+  const int64_t extent = s.global_shape[static_cast<size_t>(s.split_dim)], block = extent / s.split_blocks;
+  GALE_CHECK(s.split_unit >= 1 && extent % (s.split_blocks * s.split_unit) == 0)
+      << s.name << ": dimension " << s.split_dim << " (" << extent << ") is not " << s.split_blocks
+      << " block(s) of units of " << s.split_unit;
+  return tp_share(block / s.split_unit, s.split_parts, s.split_rank);
+}
+
+}  // namespace
+
+int64_t ParamSpec::split_block_rows() const {
+  if (split_dim < 0) return global_shape.empty() ? 1 : global_shape[0];
+  if (split_parts == 1) return global_shape[static_cast<size_t>(split_dim)] / split_blocks;
+  return block_share(*this).count * split_unit;
+}
+
+int64_t ParamSpec::split_block_offset() const {
+  if (split_dim < 0 || split_parts == 1) return 0;
+  return block_share(*this).offset * split_unit;
+}
+
 Shape ParamSpec::local_shape() const {
   Shape s = global_shape;
-  if (split_dim >= 0) {
-    GALE_CHECK_EQ(s[split_dim] % (split_blocks * split_parts), 0) << name;
-    s[split_dim] /= split_parts;
-  }
+  if (split_dim >= 0 && split_parts > 1) s[static_cast<size_t>(split_dim)] = split_blocks * split_block_rows();
   return s;
 }
 
@@ -34,7 +56,7 @@ int64_t ParamSpec::global_index(int64_t i) const {
   int64_t dg = global_shape[split_dim];
   int64_t block_local = dl / split_blocks, block_global = dg / split_blocks;
   int64_t block = d / block_local, within = d % block_local;
-  int64_t d_global = block * block_global + split_rank * block_local + within;
+  int64_t d_global = block * block_global + split_block_offset() + within;
   return (outer * dg + d_global) * inner + in;
 }
 

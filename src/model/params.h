@@ -27,6 +27,11 @@ struct ParamSpec {
   int split_blocks = 1;     // the split dimension holds this many equal blocks, each split (SwiGLU fc1: 2)
   int64_t split_parts = 1;  // TP size
   int64_t split_rank = 0;   // TP rank
+  // Each block is made of whole units of this many rows along split_dim (linear_qkv: one query
+  // group's rows, linear_proj: one group's heads·HD columns), dealt out to the TP ranks by
+  // parallel/tp_share.h: evenly when they divide, else (--unaligned-linear) one more unit to each
+  // of the first ranks. A unit never straddles two ranks.
+  int64_t split_unit = 1;
   InitKind init = InitKind::kNormal;
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
@@ -59,6 +64,10 @@ struct ParamSpec {
 
   Shape local_shape() const;
   int64_t local_numel() const;
+  // Along split_dim, the rows of each block this rank holds and where they start in the global
+  // block (the whole block and 0 when not split).
+  int64_t split_block_rows() const;
+  int64_t split_block_offset() const;
   // Row-major index in the global tensor of local element `i`.
   int64_t global_index(int64_t local_index) const;
 };

@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "kernels/flop_counter.h"
+#include "model/layer_shares.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
@@ -197,18 +198,20 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
   const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
   const bool ln = !c.rms_norm;
+  const LayerShares shares = layer_shares(c, part);
   w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "input_layernorm.weight"), H, part));
   if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
   if (c.mla.enabled) {
     w.mla = register_mla_params(pb, c, part, layer);
   } else {
-    // QKV rows are whole KV groups, so a contiguous split of dim 0 gives each TP rank its groups.
-    w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0));
+    // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
+    // gives each TP rank its groups (model/layer_shares.h).
+    w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0, 1, shares.qkv_rows_per_group));
     if (lora_targets(c.lora, LoraTarget::kQkv))
       w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
                                          LoraSplit::kColumn);
     if (c.qkv_bias())
-      w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0));
+      w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0, 1, shares.qkv_rows_per_group));
     if (c.qk_layernorm) {  // [HD] shared by every head: each TP rank's heads give a partial gradient
       auto head_norm = [&](const char* name, InitKind init) {
         ParamSpec s = make_param_spec(layer_name(layer, name), {HD}, init, 0.0f, false);
@@ -222,7 +225,9 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     }
   }
   const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
-  w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1));
+  // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
+  const int64_t proj_unit = c.mla.enabled ? c.mla.v_head_dim : shares.proj_cols_per_group;
+  w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1, 1, proj_unit));
   if (lora_targets(c.lora, LoraTarget::kProj))
     w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
                                         attn_out, LoraSplit::kRow);
@@ -271,8 +276,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
-  const int64_t tp = part.tp_size();
-  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, HD = c.head_dim, Fl = c.ffn / tp;
+  const LayerShares shares = layer_shares(c, part);
+  const int64_t NHl = shares.heads, KVl = shares.groups, HD = c.head_dim, Fl = shares.ffn;
   const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, Tl = x_in.size(0), H = c.hidden;
 
   // ---- attention block ----
@@ -396,8 +401,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   if (c.is_noop_layer(layer)) return d_out;
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
-  const int64_t tp = part.tp_size();
-  const int64_t NHl = c.heads / tp, KVl = c.kv_heads / tp, HD = c.head_dim, Fl = c.ffn / tp;
+  const LayerShares shares = layer_shares(c, part);
+  const int64_t NHl = shares.heads, KVl = shares.groups, HD = c.head_dim, Fl = shares.ffn;
   const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, Tl = d_out.size(0), H = c.hidden;
   const NormSpec norm{c.rms_norm, c.norm_eps};
   auto grad_or_null = [&](int id) { return id >= 0 ? pb.grad_data(id) : nullptr; };

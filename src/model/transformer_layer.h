@@ -1,7 +1,7 @@
 // One pre-norm transformer layer (attention + MLP) with explicit forward and backward.
 //
 // Shapes (T = S·B tokens, Tl = T/TP with sequence parallelism else T; NHl, KVl, Fl = this TP
-// rank's heads, KV heads and FFN columns):
+// rank's heads, KV heads and FFN columns, model/layer_shares.h: uneven under --unaligned-linear):
 //   x_in [Tl, H] -> norm1 -> (SP all-gather) [T, H] -> linear_qkv [T, (NHl+2KVl)·HD]
 //   -> (--qk-layernorm: q_layernorm / k_layernorm on every q and k head over HD) -> RoPE
 //   -> attention [T, NHl·HD] -> linear_proj (row-parallel, all-reduce / SP reduce-scatter) [Tl, H]

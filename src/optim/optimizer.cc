@@ -1,6 +1,7 @@
 // Clipping and AdamW / SGD / Muon updates over the owned pieces of flat buffers.
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -274,13 +275,21 @@ void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& q
     GALE_CHECK(tp_group_ && tp_group_->size() == spec.split_parts)
         << "Muon: " << spec.name << " is split over " << spec.split_parts << " ranks, the tensor-parallel group has "
         << (tp_group_ ? tp_group_->size() : 1);
-    std::vector<float> shards(static_cast<size_t>(local * spec.split_parts));
-    tp_group_->all_gather(u, shards.data(), local, DType::kF32);
+    // Shards may differ in size (--unaligned-linear): gathered padded to the largest.
     ParamSpec other = spec;
+    int64_t largest = 0;
     for (int64_t r = 0; r < spec.split_parts; ++r) {
       other.split_rank = r;
-      const float* shard = shards.data() + r * local;
-      for (int64_t i = 0; i < local; ++i) m[static_cast<size_t>(other.global_index(i))] = shard[i];
+      largest = std::max(largest, other.local_numel());
+    }
+    std::vector<float> mine(static_cast<size_t>(largest), 0.0f);
+    std::copy(u, u + local, mine.begin());
+    std::vector<float> shards(static_cast<size_t>(largest * spec.split_parts));
+    tp_group_->all_gather(mine.data(), shards.data(), largest, DType::kF32);
+    for (int64_t r = 0; r < spec.split_parts; ++r) {
+      other.split_rank = r;
+      const float* shard = shards.data() + r * largest;
+      for (int64_t i = 0, n = other.local_numel(); i < n; ++i) m[static_cast<size_t>(other.global_index(i))] = shard[i];
     }
   } else {
     std::copy(u, u + numel, m.data());

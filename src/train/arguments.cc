@@ -245,6 +245,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_list("--hierarchical-context-parallel-sizes", &a.hierarchical_context_parallel_sizes,
              "--cp-comm-type a2a+p2p: the all-to-all and ring levels of the cp group, A P with A x P = CP", 1);
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
+  p.add_flag("--unaligned-linear", &a.unaligned_linear,
+             "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "
+             "by TP: whole query groups (with their heads) and FFN columns dealt out unevenly, one more to each of "
+             "the first ranks (MindSpeed's UnalignedLinearFeature)");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,

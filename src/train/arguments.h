@@ -228,6 +228,9 @@ struct ParallelArgs {
   // only valid with that algorithm; 1 < U < CP, U dividing CP).
   int64_t ulysses_degree_in_cp = 0;
   int64_t expert_model_parallel_size = 1;
+  // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
+  // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).
+  bool unaligned_linear = false;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits

@@ -413,6 +413,46 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
   return Status::Ok();
 }
 
+// The TP split of the heads, query groups and FFN columns: divisible by TP (Megatron), or with
+// MindSpeed's --unaligned-linear dealt out unevenly in whole query groups (model/layer_shares.h)
+// for the model kinds that support it.
+Status validate_tensor_parallel_split(const Arguments& a) {
+  const ModelArgs& m = a.model;
+  const int64_t tp = a.parallel.tensor_model_parallel_size;
+  const char* groups_flag = m.num_kv_heads == m.num_attention_heads ? "--num-attention-heads " : "--num-query-groups ";
+  if (!a.parallel.unaligned_linear) {
+    const char* hint = " (or give --unaligned-linear)";
+    if (m.num_attention_heads % tp != 0)
+      return InvalidArgument("--num-attention-heads ", m.num_attention_heads,
+                             " must be divisible by --tensor-model-parallel-size ", tp, hint);
+    if (m.num_kv_heads % tp != 0)
+      return InvalidArgument(groups_flag, m.num_kv_heads, " must be divisible by --tensor-model-parallel-size ", tp,
+                             hint);
+    if (m.ffn_hidden_size % tp != 0)
+      return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size,
+                             " must be divisible by --tensor-model-parallel-size ", tp, hint);
+    return Status::Ok();
+  }
+  // MindSpeed's rules (UnalignedLinearFeature: no MoE) and what Gale's uneven split does not cover.
+  if (a.moe.num_experts > 0)
+    return InvalidArgument("--unaligned-linear does not support MoE models: found --num-experts ", a.moe.num_experts);
+  if (m.multi_latent_attention)
+    return InvalidArgument("--unaligned-linear does not support --multi-latent-attention");
+  if (a.lora.enabled())
+    return InvalidArgument("--unaligned-linear does not support LoRA: found --lora-target-modules");
+  if (m.mtp_num_layers > 0 && m.hidden_size % tp != 0)
+    return InvalidArgument("--unaligned-linear with --mtp-num-layers needs --hidden-size ", m.hidden_size,
+                           " divisible by --tensor-model-parallel-size ", tp, " (the MTP projection splits it evenly)");
+  if (m.num_kv_heads < tp)
+    return InvalidArgument("--unaligned-linear keeps every query group whole on one rank: ", groups_flag,
+                           m.num_kv_heads, " must be at least --tensor-model-parallel-size ", tp,
+                           " (a rank would hold no heads)");
+  if (m.ffn_hidden_size < tp)
+    return InvalidArgument("--unaligned-linear: --ffn-hidden-size ", m.ffn_hidden_size,
+                           " must be at least --tensor-model-parallel-size ", tp);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::vector<std::vector<int64_t>>> parse_num_layer_list(const std::string& text, const char* flag) {
@@ -569,22 +609,18 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                              " x --pipeline-model-parallel-size ", par.pipeline_model_parallel_size, " = ", epp);
   }
   int64_t tp = par.tensor_model_parallel_size;
-  if (m.num_attention_heads % tp != 0)
-    return InvalidArgument("--num-attention-heads ", m.num_attention_heads,
-                           " must be divisible by --tensor-model-parallel-size ", tp);
-  if (m.num_kv_heads % tp != 0)
-    return InvalidArgument(m.num_kv_heads == m.num_attention_heads ? "--num-attention-heads " : "--num-query-groups ",
-                           m.num_kv_heads, " must be divisible by --tensor-model-parallel-size ", tp);
-  if (m.ffn_hidden_size % tp != 0)
-    return InvalidArgument("--ffn-hidden-size ", m.ffn_hidden_size,
-                           " must be divisible by --tensor-model-parallel-size ", tp);
+  GALE_RETURN_IF_ERROR(validate_tensor_parallel_split(a));
   if (par.sequence_parallel && tp == 1) {
     warn_rank0("--sequence-parallel has no effect with --tensor-model-parallel-size 1; disabled");  // as Megatron
     par.sequence_parallel = false;
   }
+  // Kept with --unaligned-linear: Gale splits the sequence evenly (MindSpeed also deals it out
+  // unevenly there, which Gale does not implement).
   if (par.sequence_parallel && m.seq_length % tp != 0)
     return InvalidArgument("--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ", tp,
-                           " with --sequence-parallel");
+                           " with --sequence-parallel",
+                           par.unaligned_linear ? " (--unaligned-linear splits heads and FFN unevenly, not the sequence)"
+                                                : "");
   if (m.distribute_saved_activations) {  // Megatron's checks
     if (tp == 1)
       return InvalidArgument("--distribute-saved-activations distributes over tensor-parallel ranks: expected "

@@ -36,14 +36,14 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
     const int64_t block_local = local[0] / s.split_blocks, block_global = s.global_shape[0] / s.split_blocks;
     for (int b = 0; b < s.split_blocks; ++b) {
       std::vector<int64_t> offsets(local.size(), 0);
-      offsets[0] = b * block_global + s.split_rank * block_local;
+      offsets[0] = b * block_global + s.split_block_offset();
       out.push_back(Piece{offsets, b * block_local, block_local});
     }
     return out;
   }
   GALE_CHECK_EQ(s.split_blocks, 1) << s.name;
   std::vector<int64_t> offsets(local.size(), 0);
-  offsets[static_cast<size_t>(s.split_dim)] = s.split_rank * local[static_cast<size_t>(s.split_dim)];
+  offsets[static_cast<size_t>(s.split_dim)] = s.split_block_offset();
   out.push_back(Piece{offsets, 0, local[0]});
   return out;
 }

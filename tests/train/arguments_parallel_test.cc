@@ -79,14 +79,50 @@ TEST(ParallelArgs, WorldNotDivisible) {
 
 TEST(ParallelArgs, HeadsAndQueryGroupsDivideByTp) {
   EXPECT_EQ(message("--tensor-model-parallel-size 3", 3),
-            "--num-attention-heads 8 must be divisible by --tensor-model-parallel-size 3");
+            "--num-attention-heads 8 must be divisible by --tensor-model-parallel-size 3 (or give --unaligned-linear)");
   EXPECT_EQ(message("--group-query-attention --num-query-groups 2 --tensor-model-parallel-size 4", 4),
-            "--num-query-groups 2 must be divisible by --tensor-model-parallel-size 4");
+            "--num-query-groups 2 must be divisible by --tensor-model-parallel-size 4 (or give --unaligned-linear)");
   EXPECT_EQ(message("--ffn-hidden-size 100 --tensor-model-parallel-size 8", 8),
-            "--ffn-hidden-size 100 must be divisible by --tensor-model-parallel-size 8");
+            "--ffn-hidden-size 100 must be divisible by --tensor-model-parallel-size 8 (or give --unaligned-linear)");
   // Valid TP layouts pass.
   EXPECT_EQ(message("--group-query-attention --num-query-groups 4 --tensor-model-parallel-size 4", 4),
             "ok");
+}
+
+// MindSpeed's --unaligned-linear: uneven splits pass; what it does not cover is refused.
+TEST(ParallelArgs, UnalignedLinearLiftsDivisibility) {
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3", 3), "ok");
+  EXPECT_EQ(message("--unaligned-linear --num-attention-heads 10 --hidden-size 80 --group-query-attention "
+                    "--num-query-groups 5 --ffn-hidden-size 100 --tensor-model-parallel-size 3", 3),
+            "ok");
+  EXPECT_EQ(message("--unaligned-linear --num-attention-heads 10 --hidden-size 80 --group-query-attention "
+                    "--num-query-groups 2 --tensor-model-parallel-size 3", 3),
+            "--unaligned-linear keeps every query group whole on one rank: --num-query-groups 2 must be at least "
+            "--tensor-model-parallel-size 3 (a rank would hold no heads)");
+  EXPECT_EQ(message("--unaligned-linear --ffn-hidden-size 2 --tensor-model-parallel-size 3", 3),
+            "--unaligned-linear: --ffn-hidden-size 2 must be at least --tensor-model-parallel-size 3");
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --num-experts 4 --sequence-parallel "
+                    "--seq-length 30 --max-position-embeddings 30", 3),
+            "--unaligned-linear does not support MoE models: found --num-experts 4");
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --multi-latent-attention", 3),
+            "--unaligned-linear does not support --multi-latent-attention");
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --lora-target-modules linear_qkv", 3),
+            "--unaligned-linear does not support LoRA: found --lora-target-modules");
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --mtp-num-layers 1", 3),
+            "--unaligned-linear with --mtp-num-layers needs --hidden-size 64 divisible by "
+            "--tensor-model-parallel-size 3 (the MTP projection splits it evenly)");
+  // The sequence stays evenly split under --sequence-parallel.
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --sequence-parallel", 3),
+            "--seq-length 32 must be divisible by --tensor-model-parallel-size 3 with --sequence-parallel "
+            "(--unaligned-linear splits heads and FFN unevenly, not the sequence)");
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --sequence-parallel --seq-length 30 "
+                    "--max-position-embeddings 30", 3),
+            "ok");
+  // Ulysses context parallelism splits the heads over TP x CP evenly.
+  EXPECT_EQ(message("--unaligned-linear --tensor-model-parallel-size 3 --context-parallel-size 2 "
+                    "--context-parallel-algo ulysses_cp_algo --seq-length 36 --max-position-embeddings 36", 6),
+            "--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: --num-attention-heads 8 must be "
+            "divisible by --tensor-model-parallel-size 3 x --context-parallel-size 2 = 6");
 }
 
 TEST(ParallelArgs, SequenceParallelRules) {

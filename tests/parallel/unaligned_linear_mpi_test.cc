@@ -1,0 +1,192 @@
+// --unaligned-linear under mpirun: TP sizes that do not divide the heads, query groups or FFN
+// reproduce the single-process run, and checkpoints move between TP 3 and TP 1 bit for bit.
+//
+// Models: "gpt" (6 heads MHA, FFN 100, LayerNorm, GeLU, biases: TP 4 holds 2, 2, 1, 1 heads, TP 3
+// 34, 33, 33 FFN columns), "gpt_alibi" (the same with ALiBi: each rank's heads read their slopes at
+// their global index) and "llama_gqa" (10 heads in 5 query groups, FFN 100, RoPE, SwiGLU, RMSNorm,
+// a QKV bias: TP 3 holds 2, 2, 1 groups of 2 heads, TP 2 3 and 2). Layouts: TP 2, 3 and 4, with
+// sequence parallelism, the flash kernel, the distributed optimizer over DP 2, PP 2 and ring CP 2. Losses and
+// grad norms within 1e-5 relative, parameters and gradients as layout_invariance.h checks. The
+// vocabulary pads to the same size at TP 1 and the tested TP (252 for TP 3, 256 for TP 2 and 4).
+// Muon's duplicated mode at TP 3 gathers the uneven shards; --qk-layernorm at TP 3 norms uneven head sets.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <tuple>
+#include <unistd.h>
+
+#include "ckpt/checkpoint_reader.h"
+#include "layout_invariance.h"
+#include "train/checkpointing.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2", 2, {"--unaligned-linear", "--tensor-model-parallel-size", "2"}},
+      {"tp3", 3, {"--unaligned-linear", "--tensor-model-parallel-size", "3"}},
+      {"tp3_sp_flash", 3, {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--sequence-parallel"}, 0, {},
+       true},
+      {"tp4", 4, {"--unaligned-linear", "--tensor-model-parallel-size", "4"}},
+      {"tp4_sp", 4, {"--unaligned-linear", "--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+      {"tp3_dp2_distopt", 6,
+       {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--use-distributed-optimizer"}},
+      {"tp3_pp2", 6, {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--pipeline-model-parallel-size", "2"}},
+      {"tp3_cp2", 6, {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--context-parallel-size", "2"}},
+  };
+  return all;
+}
+
+const std::vector<std::string> kCommon = {
+    "--num-layers", "2", "--seq-length", "12", "--max-position-embeddings", "12", "--micro-batch-size", "2",
+    "--global-batch-size", "12", "--train-iters", "6", "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style",
+    "cosine", "--mock-data", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
+    "--log-interval", "1000", "--clip-grad", "0.5", "--ffn-hidden-size", "100"};
+const std::vector<std::string> kGpt = {"--num-attention-heads", "6", "--hidden-size", "48"};
+const std::vector<std::string> kGptAlibi = {"--num-attention-heads", "6", "--hidden-size", "48",
+                                            "--position-embedding-type", "alibi"};
+const std::vector<std::string> kLlamaGqa = {
+    "--num-attention-heads", "10", "--hidden-size", "80", "--group-query-attention", "--num-query-groups", "5",
+    "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear",
+    "--add-qkv-bias", "--untie-embeddings-and-output-weights"};
+
+const std::vector<std::string>& model_flags(const std::string& model) {
+  return model == "gpt" ? kGpt : model == "gpt_alibi" ? kGptAlibi : kLlamaGqa;
+}
+
+// --make-vocab-size-divisible-by d such that TP `tp` pads the 250 tokens as TP 1 does.
+std::vector<std::string> vocab_flags(int tp) {
+  return {"--make-vocab-size-divisible-by", tp % 3 == 0 ? "4" : "64"};
+}
+
+int tp_of(const Layout& layout) {
+  const auto it = std::find(layout.flags.begin(), layout.flags.end(), "--tensor-model-parallel-size");
+  return it == layout.flags.end() ? 1 : std::stoi(*(it + 1));
+}
+
+class UnalignedLinearInvariance : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(UnalignedLinearInvariance, MatchesSingleProcess) {
+  const auto& [name, model] = GetParam();
+  const Layout* layout = testing::find_layout(layouts(), name);
+  ASSERT_NE(layout, nullptr);
+  testing::expect_layout_matches_single_process(
+      layouts(), name, testing::join({kCommon, model_flags(model), vocab_flags(tp_of(*layout))}), 3e-5,
+      "linear_qkv.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, UnalignedLinearInvariance,
+                         ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())),
+                                            ::testing::Values("gpt", "gpt_alibi", "llama_gqa")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// --optimizer muon (--muon-tp-mode duplicated, the default): the uneven shards of every matrix are
+// gathered (padded to the largest) and orthogonalised whole, as in the single-process run.
+TEST(UnalignedLinearMuon, DuplicatedModeMatchesSingleProcessAtTp3) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "tp3",
+      testing::join({kCommon, kLlamaGqa, vocab_flags(3), {"--optimizer", "muon", "--muon-fp32-matmul-prec", "high"}}),
+      3e-5, "linear_qkv.weight");
+}
+
+// --qk-layernorm: each rank normalises its own 4, 4 or 2 query heads and 2, 2 or 1 key heads; the
+// shared weights' gradients are partial sums over the uneven head sets, all-reduced over TP.
+TEST(UnalignedLinearQkLayernorm, MatchesSingleProcessAtTp3) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "tp3", testing::join({kCommon, kLlamaGqa, vocab_flags(3), {"--qk-layernorm"}}), 3e-5,
+      "q_layernorm.weight");
+}
+
+// ---- checkpoints between TP 3 and TP 1 ----
+
+// A directory every rank agrees on (rank 0's pid), removed by rank 0 at the end.
+std::string shared_temp_dir(const Comm& world, const std::string& name) {
+  int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
+  pid = world->all_reduce_scalar(pid, ReduceOp::kMax);
+  return (std::filesystem::temp_directory_path() / ("gale_unaligned_" + name + "_" + std::to_string(pid))).string();
+}
+
+std::vector<std::string> run_flags(const std::vector<std::string>& layout) {
+  return testing::join({kCommon, kLlamaGqa, vocab_flags(3), layout});
+}
+
+// Every parameter this rank holds equals, bit for bit, the checkpoint's tensor of that name.
+void expect_params_equal_checkpoint(const Engine& engine, const std::string& dir) {
+  StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  for (const auto& chunk : engine.chunks) {
+    const ParamBuffer& pb = chunk->params();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      StatusOr<Tensor> saved = reader->read(s.whole_model_name(), s.global_shape);
+      ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < s.local_numel(); ++i)
+        differ += pb.param_data(id)[i] != saved->data<float>()[s.global_index(i)];
+      EXPECT_EQ(differ, 0) << s.name;
+    }
+  }
+}
+
+// Saved at `from` after 3 iterations, resumed at `to`: the loaded parameters are the saved ones bit
+// for bit, and iterations 4-6 give the uninterrupted single-process run's losses and grad norms.
+void expect_checkpoint_moves(const std::vector<std::string>& from, const std::vector<std::string>& to,
+                             const std::string& name) {
+  Comm world = test::world();
+  testing::TestRun whole(run_flags({}), make_self_communicator("world"), testing::kTinyVocab);
+  whole.train(6);
+  const std::string dir = shared_temp_dir(world, name);
+  {
+    std::vector<std::string> flags = from;
+    flags.insert(flags.end(), {"--save", dir, "--save-interval", "3"});
+    testing::TestRun first(run_flags(flags), world, testing::kTinyVocab);
+    first.train(3);
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
+    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
+    expect_params_equal_checkpoint(*first.engine, dir);
+  }
+  std::vector<std::string> flags = to;
+  flags.insert(flags.end(), {"--load", dir});
+  testing::TestRun resumed(run_flags(flags), world, testing::kTinyVocab);
+  bool loaded = false;
+  Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(resumed.trainer->state().iteration, 3);
+  expect_params_equal_checkpoint(*resumed.engine, dir);
+  resumed.train(3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
+    EXPECT_NEAR(resumed.grad_norms[i], whole.grad_norms[3 + i], 1e-5 * whole.grad_norms[3 + i])
+        << "grad norm of iteration " << 4 + i;
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(UnalignedLinearCheckpoint, SavedAtTp3ResumesAtTp1) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  expect_checkpoint_moves({"--unaligned-linear", "--tensor-model-parallel-size", "3"}, {}, "tp3_to_tp1");
+}
+
+TEST(UnalignedLinearCheckpoint, SavedAtTp1ResumesAtTp3) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  expect_checkpoint_moves({}, {"--unaligned-linear", "--tensor-model-parallel-size", "3"}, "tp1_to_tp3");
+}
+
+// The distributed optimizer saves its state as boxes of the owned ranges (optim/shard_boxes.h),
+// shifted by each rank's uneven offset; resumed without it at TP 1 · DP 3 and with it at TP 3.
+TEST(UnalignedLinearCheckpoint, DistributedOptimizerStateMovesBetweenTp3AndTp1) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  expect_checkpoint_moves({"--unaligned-linear", "--tensor-model-parallel-size", "3", "--use-distributed-optimizer"},
+                          {}, "tp3_distopt_to_tp1");
+  expect_checkpoint_moves({"--use-distributed-optimizer"},
+                          {"--unaligned-linear", "--tensor-model-parallel-size", "3", "--use-distributed-optimizer"},
+                          "tp1_distopt_to_tp3");
+}
+
+}  // namespace
+}  // namespace gale
