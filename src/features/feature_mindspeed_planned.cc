@@ -23,7 +23,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "tensor parallelism with heads not divisible by TP"},
       {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
        "fused matmul + collective kernels (Ascend hardware)"},
-      {"use-ascend-coc", FeatureModule::kFusedCompute, "CoCFeature (L2)", "chunked compute-over-communication for TP"},
       {"use-fusion-attn-v2", FeatureModule::kFusedCompute, "FusionAttentionV2Feature (L2)", "second flash-attention kernel"},
       {"reset-bucket-group-order", FeatureModule::kCommunication, "ResetBucketGroupOrderFeature (L2)",
        "reorder gradient buckets by first-iteration use"},
