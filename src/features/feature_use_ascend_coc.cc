@@ -39,8 +39,8 @@ class CocFeature : public Feature {
   }
   std::string description() const override {
     return "chunked TP compute-over-communication: each TP linear's GEMM and all-gather / reduce-scatter / "
-           "all-reduce cut into --coc-parallel-num (1|2|4|8) row chunks, one chunk's collective overlapping "
-           "another's GEMM, forward and backward; --coc-mode -1|0|1|2; --tp-comm-overlap runs it too (needs "
+           "all-reduce cut into --coc-parallel-num (1, 2, 4 or 8) row chunks, one chunk's collective overlapping "
+           "another's GEMM, forward and backward; --coc-mode -1 to 2; --tp-comm-overlap runs it too (needs "
            "--sequence-parallel); --coc-fused-kernel refused; conflicts with LoRA";
   }
   void register_args(ArgParser& parser) override {

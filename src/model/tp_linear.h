@@ -24,7 +24,7 @@ struct TpLinearComm {
   Communicator* tp = nullptr;
   bool sequence_parallel = false;
   int chunks = 1;  // 1: the plain mappings (parallel/mappings.h)
-  bool chunked() const { return chunks > 1 && tp->size() > 1; }
+  bool chunked() const { return chunks > 1 && tp != nullptr && tp->size() > 1; }
 };
 
 // x: this rank's input [Tl, in] under SP, else [T, in] -> y [T, out] (f32); *x_full gets the
