@@ -139,6 +139,10 @@ struct OpTable {
   // Σ g² of a gradient segment for the global gradient norm (clipping); installed with adamw.
   SumOfSquaresFn sum_of_squares;
 
+  // Row chunks of each tensor-parallel linear's GEMM + collective (model/tp_linear.h): 1 runs the
+  // plain mappings; the use-ascend-coc feature (--use-ascend-coc, --tp-comm-overlap) sets more.
+  int tp_comm_chunks = 1;
+
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;
 };

@@ -6,9 +6,16 @@
 namespace gale {
 
 Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
+  Tensor y = Tensor::empty({x.size(0), w.out});
+  linear_forward_into(x, w, y);
+  return y;
+}
+
+void linear_forward_into(const Tensor& x, const LinearWeight& w, Tensor& y) {
   const int64_t M = x.size(0);
   GALE_CHECK_EQ(x.size(1), w.in);
-  Tensor y = Tensor::empty({M, w.out});
+  GALE_CHECK(y.ndim() == 2 && y.size(0) == M && y.size(1) == w.out && y.dtype() == DType::kF32)
+      << "linear output " << y.shape_string() << " for " << M << " rows of " << w.out;
   if (x.dtype() == DType::kBF16) {
     GALE_CHECK(w.w_bf16 != nullptr) << "bf16 activations need the weights' bf16 copy";
     w.bf16_gemm(false, true, M, w.out, w.in, 1.0f, x.data<bf16>(), w.in, w.w_bf16, w.in, 0.0f, y.data<float>(), w.out);
@@ -20,34 +27,49 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
     GALE_CHECK(w.w != nullptr) << "f32 activations need the weights' f32 values (not kept under --reuse-fp32-param)";
     w.gemm(false, true, M, w.out, w.in, 1.0f, x.data<float>(), w.in, w.w, w.in, 0.0f, y.data<float>(), w.out);
   }
-  return y;
 }
 
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w) {
+  GALE_CHECK_EQ(x.size(0), dy.size(0));
+  // dy rounded to x's GEMM type once, for both products (as each product would round it alike).
+  const Tensor dy_gemm = to_gemm_input(dy, x.dtype());
+  linear_backward_weight(dy_gemm, x, w);
+  Tensor dx = Tensor::empty({dy.size(0), w.in});
+  linear_backward_data_into(dy_gemm, w, x.dtype(), dx);
+  return dx;
+}
+
+void linear_backward_data_into(const Tensor& dy, const LinearWeight& w, DType x_dtype, Tensor& dx) {
   const int64_t M = dy.size(0);
   GALE_CHECK_EQ(dy.size(1), w.out);
-  GALE_CHECK_EQ(x.size(0), M);
-  Tensor dx = Tensor::empty({M, w.in});
-  if (x.dtype() == DType::kBF16) {
-    Tensor dy16 = to_gemm_input(dy, DType::kBF16);
-    if (w.grad)
-      w.bf16_gemm(true, false, w.out, w.in, M, 1.0f, dy16.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
-    w.bf16_gemm(false, false, M, w.in, w.out, 1.0f, dy16.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f,
-                dx.data<float>(), w.in);
-  } else if (x.dtype() == DType::kF16) {
-    Tensor dy16 = to_gemm_input(dy, DType::kF16);
-    if (w.grad)
-      gemm_f16(w.gemm, true, false, w.out, w.in, M, 1.0f, dy16.data<f16>(), w.out, x.data<f16>(), w.in, 1.0f, w.grad,
-               w.in);
-    gemm_f16(w.gemm, false, false, M, w.in, w.out, 1.0f, dy16.data<f16>(), w.out, w.w_f16, w.in, 0.0f,
+  GALE_CHECK(dx.ndim() == 2 && dx.size(0) == M && dx.size(1) == w.in && dx.dtype() == DType::kF32)
+      << "linear input gradient " << dx.shape_string() << " for " << M << " rows of " << w.in;
+  const Tensor d = to_gemm_input(dy, x_dtype);
+  if (x_dtype == DType::kBF16) {
+    w.bf16_gemm(false, false, M, w.in, w.out, 1.0f, d.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f, dx.data<float>(),
+                w.in);
+  } else if (x_dtype == DType::kF16) {
+    gemm_f16(w.gemm, false, false, M, w.in, w.out, 1.0f, d.data<f16>(), w.out, w.w_f16, w.in, 0.0f,
              dx.data<float>(), w.in);
   } else {
     GALE_CHECK(w.w != nullptr) << "f32 activations need the weights' f32 values (not kept under --reuse-fp32-param)";
-    if (w.grad)
-      w.gemm(true, false, w.out, w.in, M, 1.0f, dy.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
-    w.gemm(false, false, M, w.in, w.out, 1.0f, dy.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
+    w.gemm(false, false, M, w.in, w.out, 1.0f, d.data<float>(), w.out, w.w, w.in, 0.0f, dx.data<float>(), w.in);
   }
-  return dx;
+}
+
+void linear_backward_weight(const Tensor& dy, const Tensor& x, const LinearWeight& w) {
+  if (!w.grad) return;  // frozen
+  const int64_t M = dy.size(0);
+  GALE_CHECK_EQ(dy.size(1), w.out);
+  GALE_CHECK_EQ(x.size(0), M);
+  const Tensor d = to_gemm_input(dy, x.dtype());
+  if (x.dtype() == DType::kBF16)
+    w.bf16_gemm(true, false, w.out, w.in, M, 1.0f, d.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
+  else if (x.dtype() == DType::kF16)
+    gemm_f16(w.gemm, true, false, w.out, w.in, M, 1.0f, d.data<f16>(), w.out, x.data<f16>(), w.in, 1.0f, w.grad,
+             w.in);
+  else
+    w.gemm(true, false, w.out, w.in, M, 1.0f, d.data<float>(), w.out, x.data<float>(), w.in, 1.0f, w.grad, w.in);
 }
 
 Tensor to_gemm_input(const Tensor& x, DType dtype) {

@@ -35,6 +35,16 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w);
 // what the loss scaler detects (optim/grad_scaler.h).
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w);
 
+// The pieces of both, for callers that split the rows (parallel/coc.h): the forward into a given
+// f32 y[M, out] (a row range of a larger output may be passed); the input gradient dx[M, in] = dy·W
+// (written) with dy rounded to `x_dtype` first when that is bf16 or f16; the weight gradient
+// dW += dyᵀ·x (nothing for a frozen weight). Each row of y and dx depends only on its own row of
+// x or dy, so computing them over any row split gives the same products (up to the GEMM's own
+// blocking, kernels/cpu/gemm.h gemm_split_bit_exact).
+void linear_forward_into(const Tensor& x, const LinearWeight& w, Tensor& y);
+void linear_backward_data_into(const Tensor& dy, const LinearWeight& w, DType x_dtype, Tensor& dx);
+void linear_backward_weight(const Tensor& dy, const Tensor& x, const LinearWeight& w);
+
 // x as a GEMM input is stored: unchanged (`dtype` kF32, or x is already of `dtype`), or rounded to
 // bf16 (--bf16) or f16 (--fp16): half the bytes of the activations a layer keeps for backward.
 Tensor to_gemm_input(const Tensor& x, DType dtype);

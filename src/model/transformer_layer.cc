@@ -12,6 +12,7 @@
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
+#include "model/tp_linear.h"
 #include "parallel/mappings.h"
 
 namespace gale {
@@ -147,6 +148,44 @@ Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tenso
 // A norm's output as the column-parallel linear after it takes it (GEMM input type, SP-gathered).
 Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
   return gather_column_parallel_input(*rt.part, to_gemm_input(norm_out, rt.config->gemm_dtype()));
+}
+
+// The TP communication of the layer's linears (--use-ascend-coc chunks, model/tp_linear.h).
+TpLinearComm tp_comm(const LayerRuntime& rt) {
+  return TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks};
+}
+
+// Whether linear `lora` runs chunked: CoC is on and the linear has no LoRA adapter (refused
+// together at start-up; a test's op table may still ask for both).
+bool chunked(const LayerRuntime& rt, const LoraIds& lora) { return tp_comm(rt).chunked() && !lora.defined(); }
+
+// A column-parallel linear on this rank's input x (GEMM type): *x_full gets the GEMM's (gathered) input.
+Tensor column_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora,
+                             const Tensor& x, Tensor* x_full, Tensor* u) {
+  if (chunked(rt, lora)) return column_parallel_linear_forward(tp_comm(rt), x, weight(rt, pb, w), x_full);
+  *x_full = gather_column_parallel_input(*rt.part, x);
+  return adapted_linear_forward(rt, pb, w, lora, *x_full, u);
+}
+
+// Its backward: this rank's input gradient, reduced over TP.
+Tensor column_linear_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, const LoraIds& lora, const Tensor& dy,
+                              const Tensor& x_full, Tensor& u) {
+  if (chunked(rt, lora)) return column_parallel_linear_backward(tp_comm(rt), dy, x_full, weight(rt, pb, w));
+  return reduce_column_parallel_input_grad(*rt.part, adapted_linear_backward(rt, pb, w, lora, dy, x_full, u));
+}
+
+// A row-parallel linear: [T, in] -> [Tl, H] reduced.
+Tensor row_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora, const Tensor& x,
+                          Tensor* u) {
+  if (chunked(rt, lora)) return row_parallel_linear_forward(tp_comm(rt), x, weight(rt, pb, w));
+  return reduce_row_parallel_output(*rt.part, adapted_linear_forward(rt, pb, w, lora, x, u));
+}
+
+// Its backward from this rank's output gradient dy [Tl, H]: dx [T, in].
+Tensor row_linear_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, const LoraIds& lora, const Tensor& dy,
+                           const Tensor& x, Tensor& u) {
+  if (chunked(rt, lora)) return row_parallel_linear_backward(tp_comm(rt), dy, x, weight(rt, pb, w));
+  return adapted_linear_backward(rt, pb, w, lora, reduce_row_parallel_output_backward(*rt.part, dy), x, u);
 }
 
 // The MLP activation of u = fc1's output with its bias already added (as forward left it), as the
@@ -292,8 +331,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
     ctx = mla_attention_forward(rt, pb, w.mla, ap, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
   } else {
-    norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats));
-    Tensor qkv = adapted_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
+    const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+    Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
     if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
     const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
     if (w.q_norm_w >= 0) {  // --qk-layernorm: per-head norms before RoPE
@@ -315,7 +354,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     ctx = cache ? cached_attention_forward(rt, ap, qkv, *cache) : core_attention_forward(rt, ap, qkv, attention_saved);  // [T, NHl·HD]
   }
   ctx = to_gemm_input(ctx, gemm_dtype);
-  Tensor proj = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj));  // [Tl, H]
+  Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
   // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
   Tensor x_mid = Tensor::empty({Tl, H});
   Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
@@ -330,7 +369,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // The MoE MLP routes this rank's own tokens [Tl, H] (no sequence-parallel all-gather).
   Tensor mlp_in = to_gemm_input(norm2_local, gemm_dtype);  // [Tl, H]
   norm2_local = Tensor();
-  Tensor norm2_out = w.moe.defined() ? mlp_in : gather_column_parallel_input(part, mlp_in);
+  Tensor norm2_out = w.moe.defined() ? mlp_in : Tensor();  // dense: the gathered input, from fc1
   Tensor fc1_out, act, fc2;
   // --recompute-modules: what reruns in backward (config.h RecomputePlan)
   const bool rerun_mlp = c.recompute.mlp && !w.moe.defined();
@@ -364,9 +403,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       add_inplace(fc2.data<float>(), shared.data<float>(), Tl * H);
     }
   } else {
-    fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, norm2_out, &u_fc1);  // [T, Fl or 2Fl]
+    fc1_out = column_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, mlp_in, &norm2_out, &u_fc1);  // [T, Fl or 2Fl]
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
-    fc2 = reduce_row_parallel_output(part, adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, act, &u_fc2));  // [Tl, H]
+    fc2 = row_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, act, &u_fc2);  // [Tl, H]
   }
   Tensor x_out = Tensor::empty({Tl, H});
   ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
@@ -449,10 +488,9 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       s.act = activation_forward(rt, s.fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
       if (w.lora_fc2.defined()) adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, s.act, &s.lora_fc2_u);
     }
-    Tensor d_fc2_full = reduce_row_parallel_output_backward(part, d_fc2);
     if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
-    Tensor d_act = adapted_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2_full, s.act, s.lora_fc2_u);  // [T, Fl]
-    d_fc2 = d_fc2_full = Tensor();
+    Tensor d_act = row_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2, s.act, s.lora_fc2_u);  // [T, Fl]
+    d_fc2 = Tensor();
     s.act = Tensor();
     Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
     mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(),
@@ -463,8 +501,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       Tensor stats;
       s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
     }
-    d_norm2 = reduce_column_parallel_input_grad(
-        part, adapted_linear_backward(rt, pb, w.fc1_w, w.lora_fc1, d_fc1, s.norm2_out, s.lora_fc1_u));
+    d_norm2 = column_linear_backward(rt, pb, w.fc1_w, w.lora_fc1, d_fc1, s.norm2_out, s.lora_fc1_u);
     d_fc1 = Tensor();
     s.norm2_out = Tensor();
   }
@@ -480,9 +517,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
-  Tensor d_proj_full = reduce_row_parallel_output_backward(part, d_proj);
-  Tensor d_ctx = adapted_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj_full, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
-  d_proj = d_proj_full = Tensor();
+  Tensor d_ctx = row_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
+  d_proj = Tensor();
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   Tensor d_norm1;
@@ -509,8 +545,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       Tensor stats;
       s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
     }
-    d_norm1 = reduce_column_parallel_input_grad(
-        part, adapted_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u));
+    d_norm1 = column_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u);
     d_qkv = Tensor();
     s.norm1_out = Tensor();
   }

@@ -16,8 +16,8 @@ struct Reason {
 const std::vector<Reason>& unsupported_flags() {
   static const std::vector<Reason> reasons = {
       {"Weights & Biases logging", {"--wandb-project", "--wandb-exp-name", "--wandb-save-dir"}},
-      {"TP communication overlap (Transformer Engine userbuffers)",
-       {"--tp-comm-overlap", "--tp-comm-overlap-cfg", "--tp-comm-overlap-rs-dgrad", "--tp-comm-bootstrap-backend",
+      {"Transformer Engine userbuffer settings; --tp-comm-overlap itself runs Gale's chunked TP overlap",
+       {"--tp-comm-overlap-cfg", "--tp-comm-overlap-rs-dgrad", "--tp-comm-bootstrap-backend",
         "--disable-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag",
         "--disable-tp-comm-overlap-rs", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs"}},
       {"FP8 training",

@@ -282,6 +282,36 @@ TEST_P(CommVolume, HybridSubGroupsCarryTheirShare) {
                 static_cast<long long>(want_ring));
 }
 
+// Chunked TP overlap (--use-ascend-coc --coc-parallel-num 4: OpTable::tp_comm_chunks) moves the
+// same TP bytes as the analytic count above, in more messages: each linear's collective becomes 4.
+TEST(CommVolumeChunkedTp, SameBytesInMoreMessages) {
+  Comm world = test::world();
+  int checked = 0;
+  for (const char* name : {"tp2", "tp2_sp", "tp4_sp", "tp2_pp2_sp"}) {
+    const Layout* layout = testing::find_layout(layouts(), name);
+    ASSERT_NE(layout, nullptr) << name;
+    if (layout->world != world->size()) continue;
+    int64_t calls[2] = {0, 0};
+    for (int chunks : {1, 4}) {
+      OpTable ops = reference_ops();
+      ops.tp_comm_chunks = chunks;
+      testing::TestRun run(testing::join({kCommon, kGpt, layout->flags}), world, kVocab,
+                           EngineOptions{layout->bucket_size, layout->recompute}, ops);
+      ASSERT_TRUE(run.trainer->train_step().ok());
+      run.engine->ps.reset_stats();
+      ASSERT_TRUE(run.trainer->train_step().ok());
+      const Comm& tp = run.engine->ps.group(Group::kTensor);
+      const int64_t want = expected_bytes(run.args, *run.engine).at(Group::kTensor);
+      EXPECT_NEAR(static_cast<double>(tp->stats().total_bytes()), static_cast<double>(want), 0.01 * want)
+          << name << " with " << chunks << " chunks (rank " << world->rank() << ")";
+      calls[chunks == 1 ? 0 : 1] = tp->stats().total_calls();
+    }
+    EXPECT_GT(calls[1], calls[0]) << name << ": the chunked linears' collectives are separate messages";
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no TP layout for " << world->size() << " ranks";
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
                          testing::layout_model_test_name);
