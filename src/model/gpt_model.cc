@@ -93,34 +93,29 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     : config_(config), part_(part), ops_(ops) {
   const ModelConfig& c = config_;
   GALE_CHECK_EQ(c.vocab % part_.tp_size(), 0);
+  // A norm over H outside the layers (`name`.weight, and .bias with LayerNorm): it normalises the
+  // rows this rank holds (its 1/TP with SP), so its gradient is summed over TP under SP.
+  auto norm = [&](const std::string& name, int* w, int* b) {
+    ParamSpec sw = make_param_spec(name + ".weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
+    sw.sequence_parallel = part_.sequence_parallel;
+    *w = params_.add(sw);
+    if (c.rms_norm) return;
+    ParamSpec sb = make_param_spec(name + ".bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
+    sb.sequence_parallel = part_.sequence_parallel;
+    *b = params_.add(sb);
+  };
   if (part_.pre_process) {
     word_emb_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
                                                      InitKind::kNormal, c.init_std, true), part_, 0));
     if (c.position == PositionEmbedding::kLearnedAbsolute)
       pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
                                        InitKind::kNormal, c.init_std, true));
-    if (c.embed_layernorm) {  // normalises the rows this rank holds (its 1/TP with SP), as the layers' norms
-      ParamSpec w = make_param_spec("embedding.norm.weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
-      w.sequence_parallel = part_.sequence_parallel;
-      emb_norm_w_ = params_.add(w);
-      if (!c.rms_norm) {
-        ParamSpec b = make_param_spec("embedding.norm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
-        b.sequence_parallel = part_.sequence_parallel;
-        emb_norm_b_ = params_.add(b);
-      }
-    }
+    if (c.embed_layernorm) norm("embedding.norm", &emb_norm_w_, &emb_norm_b_);
   }
   for (int64_t i = 0; i < part_.num_layers; ++i)
     layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
   if (part_.post_process) {
-    ParamSpec w = make_param_spec("decoder.final_layernorm.weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
-    w.sequence_parallel = part_.sequence_parallel;
-    final_norm_w_ = params_.add(w);
-    if (!c.rms_norm) {
-      ParamSpec b = make_param_spec("decoder.final_layernorm.bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
-      b.sequence_parallel = part_.sequence_parallel;
-      final_norm_b_ = params_.add(b);
-    }
+    norm("decoder.final_layernorm", &final_norm_w_, &final_norm_b_);
     if (c.mtp_num_layers > 0 && !part_.pre_process) {
       // The MTP layers embed the rolled ids, so a last stage without the embedding holds copies of
       // the first stage's (Megatron's mtp_process embedding; same names, so the same initial
@@ -145,15 +140,6 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   }
   if (part_.post_process && c.mtp_num_layers > 0) {
     GALE_CHECK_EQ(part_.cp_size(), 1) << "multi-token prediction with context parallelism";
-    auto norm = [&](const std::string& name, int* w, int* b) {
-      ParamSpec sw = make_param_spec(name + ".weight", {c.hidden}, norm_weight_init(c), 0.0f, false);
-      sw.sequence_parallel = part_.sequence_parallel;
-      *w = params_.add(sw);
-      if (c.rms_norm) return;
-      ParamSpec sb = make_param_spec(name + ".bias", {c.hidden}, InitKind::kZeros, 0.0f, false);
-      sb.sequence_parallel = part_.sequence_parallel;
-      *b = params_.add(sb);
-    };
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) {
       const std::string prefix = str_cat("mtp.layers.", k, ".");
       MtpParamIds m;

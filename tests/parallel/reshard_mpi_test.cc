@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <unistd.h>
 
 #include "mpi_test_env.h"
 #include "testing_run.h"
+#include "checkpoint_checks.h"
 #include "ckpt/checkpoint_reader.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
@@ -106,6 +108,20 @@ void expect_resumes_like_whole(const std::vector<std::string>& model, const Targ
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// Loads the checkpoint in `dir` at `flags` (no training) and checks that every parameter this rank
+// holds equals the checkpoint's, bit for bit; returns the run for further checks.
+std::unique_ptr<TrainingRun> load_bit_for_bit(const std::vector<std::string>& model, std::vector<std::string> flags,
+                                              const Comm& world, const std::string& dir) {
+  flags.insert(flags.end(), {"--load", dir});
+  auto resumed = std::make_unique<TrainingRun>(model, flags, world);
+  bool loaded = false;
+  Status st = load_checkpoint(resumed->args, *resumed->engine, resumed->trainer->state(), &loaded);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(loaded);
+  testing::expect_params_equal_checkpoint(*resumed->engine, dir);
+  return resumed;
+}
+
 class Reshard : public ::testing::TestWithParam<bool> {};
 
 TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
@@ -154,24 +170,6 @@ TEST(ReshardDistOptInstances, SavedWithTwoInstancesResumesWithOtherCounts) {
       world, whole, dir);
 }
 
-// Every parameter this rank holds equals, bit for bit, the checkpoint's tensor of that name.
-void expect_params_equal_checkpoint(const Engine& engine, const std::string& dir) {
-  StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
-  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
-  for (const auto& chunk : engine.chunks) {
-    const ParamBuffer& pb = chunk->params();
-    for (int id = 0; id < pb.size(); ++id) {
-      const ParamSpec& s = pb.spec(id);
-      StatusOr<Tensor> saved = reader->read(s.whole_model_name(), s.global_shape);
-      ASSERT_TRUE(saved.ok()) << saved.status().to_string();
-      int64_t differ = 0;
-      for (int64_t i = 0; i < s.local_numel(); ++i)
-        differ += pb.param_data(id)[i] != saved->data<float>()[s.global_index(i)];
-      EXPECT_EQ(differ, 0) << s.name;
-    }
-  }
-}
-
 // MindSpeed-LLM's --num-layer-list / MindSpeed's --pipeline-num-transformer-layers: a checkpoint
 // saved at PP2·DP2 with stages of 1 and 3 layers loads bit for bit at PP1 (DP4), at PP2 with 3 and
 // 1 layers, at PP4 with an empty stage and at PP2·VPP2 with uneven virtual stages, and training
@@ -192,16 +190,9 @@ TEST(ReshardExplicitSplit, SavedWithNumLayerListResumesAtOtherSplits) {
                                       "2", "--pipeline-num-transformer-layers", "[[1,2],[1,0]]"}}};
   for (const auto& [name, flags] : targets) {  // the loaded parameters, before any training
     SCOPED_TRACE(name);
-    std::vector<std::string> load_flags = flags;
-    load_flags.insert(load_flags.end(), {"--load", dir});
-    TrainingRun resumed(kGpt, load_flags, world);
-    bool loaded = false;
-    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_TRUE(loaded);
-    expect_params_equal_checkpoint(*resumed.engine, dir);
+    const std::unique_ptr<TrainingRun> resumed = load_bit_for_bit(kGpt, flags, world, dir);
     if (name == "PP2·DP2 3,1") {  // the list reaches the engine: layers 0-2 on the first stage, 3 on the second
-      const ModelPartition& part = resumed.engine->chunks[0]->partition();
+      const ModelPartition& part = resumed->engine->chunks[0]->partition();
       using Range = std::pair<int64_t, int64_t>;
       EXPECT_EQ((Range{part.first_layer, part.num_layers}), part.pre_process ? (Range{0, 3}) : (Range{3, 1}));
     }
@@ -227,14 +218,7 @@ TEST(ReshardDualPipeV, SavedUnderDualPipeVResumesAtPlainPipelineAndBack) {
                            {"TP2·PP2 dualpipev (same layout)", v}};
   for (const auto& [name, flags] : targets) {  // the loaded parameters, before any training
     SCOPED_TRACE(name);
-    std::vector<std::string> load_flags = flags;
-    load_flags.insert(load_flags.end(), {"--load", dir});
-    TrainingRun resumed(kGpt, load_flags, world);
-    bool loaded = false;
-    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_TRUE(loaded);
-    expect_params_equal_checkpoint(*resumed.engine, dir);
+    load_bit_for_bit(kGpt, flags, world, dir);
   }
   expect_resumes_like_whole(kGpt, targets, world, whole, dir);
   // And the other way: a plain TP2·PP2 checkpoint under DualPipeV.
@@ -242,19 +226,12 @@ TEST(ReshardDualPipeV, SavedUnderDualPipeVResumesAtPlainPipelineAndBack) {
   train_and_save(kGpt, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, world, whole,
                  plain);
   {
-    std::vector<std::string> load_flags = v;
-    load_flags.insert(load_flags.end(), {"--load", plain});
-    TrainingRun resumed(kGpt, load_flags, world);
-    bool loaded = false;
-    Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_TRUE(loaded);
-    expect_params_equal_checkpoint(*resumed.engine, plain);
+    const std::unique_ptr<TrainingRun> resumed = load_bit_for_bit(kGpt, v, world, plain);
     // The V reached the engine: rank 0 holds layers 0 and 3, rank 1 layers 1 and 2.
     using Range = std::pair<int64_t, int64_t>;
-    const bool first = resumed.engine->ps.coords().pp == 0;
-    const ModelPartition& c0 = resumed.engine->chunks[0]->partition();
-    const ModelPartition& c1 = resumed.engine->chunks[1]->partition();
+    const bool first = resumed->engine->ps.coords().pp == 0;
+    const ModelPartition& c0 = resumed->engine->chunks[0]->partition();
+    const ModelPartition& c1 = resumed->engine->chunks[1]->partition();
     EXPECT_EQ((Range{c0.first_layer, c0.num_layers}), first ? (Range{0, 1}) : (Range{1, 1}));
     EXPECT_EQ((Range{c1.first_layer, c1.num_layers}), first ? (Range{3, 1}) : (Range{2, 1}));
   }

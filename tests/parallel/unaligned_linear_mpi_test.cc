@@ -15,6 +15,7 @@
 #include <tuple>
 #include <unistd.h>
 
+#include "checkpoint_checks.h"
 #include "ckpt/checkpoint_reader.h"
 #include "layout_invariance.h"
 #include "train/checkpointing.h"
@@ -113,24 +114,6 @@ std::vector<std::string> run_flags(const std::vector<std::string>& layout) {
   return testing::join({kCommon, kLlamaGqa, vocab_flags(3), layout});
 }
 
-// Every parameter this rank holds equals, bit for bit, the checkpoint's tensor of that name.
-void expect_params_equal_checkpoint(const Engine& engine, const std::string& dir) {
-  StatusOr<CheckpointReader> reader = CheckpointReader::open(dir);
-  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
-  for (const auto& chunk : engine.chunks) {
-    const ParamBuffer& pb = chunk->params();
-    for (int id = 0; id < pb.size(); ++id) {
-      const ParamSpec& s = pb.spec(id);
-      StatusOr<Tensor> saved = reader->read(s.whole_model_name(), s.global_shape);
-      ASSERT_TRUE(saved.ok()) << saved.status().to_string();
-      int64_t differ = 0;
-      for (int64_t i = 0; i < s.local_numel(); ++i)
-        differ += pb.param_data(id)[i] != saved->data<float>()[s.global_index(i)];
-      EXPECT_EQ(differ, 0) << s.name;
-    }
-  }
-}
-
 // Saved at `from` after 3 iterations, resumed at `to`: the loaded parameters are the saved ones bit
 // for bit, and iterations 4-6 give the uninterrupted single-process run's losses and grad norms.
 void expect_checkpoint_moves(const std::vector<std::string>& from, const std::vector<std::string>& to,
@@ -146,7 +129,7 @@ void expect_checkpoint_moves(const std::vector<std::string>& from, const std::ve
     first.train(3);
     for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
     ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
-    expect_params_equal_checkpoint(*first.engine, dir);
+    testing::expect_params_equal_checkpoint(*first.engine, dir);
   }
   std::vector<std::string> flags = to;
   flags.insert(flags.end(), {"--load", dir});
@@ -156,7 +139,7 @@ void expect_checkpoint_moves(const std::vector<std::string>& from, const std::ve
   ASSERT_TRUE(st.ok()) << st.to_string();
   ASSERT_TRUE(loaded);
   EXPECT_EQ(resumed.trainer->state().iteration, 3);
-  expect_params_equal_checkpoint(*resumed.engine, dir);
+  testing::expect_params_equal_checkpoint(*resumed.engine, dir);
   resumed.train(3);
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
