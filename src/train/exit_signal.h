@@ -1,4 +1,4 @@
-// --exit-signal-handler: SIGTERM recorded by a signal handler and acted on between iterations.
+// --exit-signal-handler: SIGTERM recorded by a watcher thread and acted on between iterations.
 //
 // Megatron's DistributedSignalHandler: the handler only notes the signal; after every iteration
 // the trainer asks all ranks whether any received it (one all-reduce), and if so every rank saves
@@ -8,7 +8,14 @@
 
 namespace gale {
 
-// Installs the SIGTERM handler (sigaction; async-signal-safe: it sets a flag). Idempotent.
+// Blocks SIGTERM in the calling thread (and so in every thread it starts afterwards) and starts a
+// thread that takes it with sigwait and sets the flag. Call it before any other thread starts
+// (gale pretrain: right after parsing, before MPI_Init): an asynchronous handler running on a
+// compute thread pushes its signal frame below that thread's stack pointer, and with oneDNN's JIT
+// GEMM kernels on the stack that corrupted the heap now and then (one SIGTERM in ~20 ended in
+// "corrupted size vs. prev_size" on this machine; none with the signal blocked). A sigaction
+// handler that only sets the flag stays installed for threads that existed before the call.
+// Idempotent.
 void install_exit_signal_handler();
 
 // True once SIGTERM has reached this process after install_exit_signal_handler().

@@ -86,6 +86,8 @@ int pretrain_main(int argc, char** argv) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
+  // Before MPI_Init and the OpenMP threads: they inherit SIGTERM blocked (train/exit_signal.h).
+  if (args.training.exit_signal_handler) install_exit_signal_handler();
   StatusOr<Comm> world_or =
       init_world(args.parallel.distributed_backend, static_cast<double>(args.parallel.distributed_timeout_minutes));
   if (!world_or.ok()) return usage_error(world_or.status());
@@ -211,7 +213,6 @@ int pretrain_main(int argc, char** argv) {
                         format_bytes(engine.optimizer->state_bytes()), ", gradient buffer ",
                         format_bytes(trainable * static_cast<int64_t>(sizeof(float)))));
   }
-  if (args.training.exit_signal_handler) install_exit_signal_handler();
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
   trainer.set_tensorboard_writer(tensorboard.get());
   if (!args.training.rampup_batch_size.empty()) {  // Megatron's start-up lines of the ramp-up
