@@ -11,10 +11,11 @@ namespace gale {
 // Blocks SIGTERM in the calling thread (and so in every thread it starts afterwards) and starts a
 // thread that takes it with sigwait and sets the flag. Call it before any other thread starts
 // (gale pretrain: right after parsing, before MPI_Init): an asynchronous handler running on a
-// compute thread pushes its signal frame below that thread's stack pointer, and with oneDNN's JIT
-// GEMM kernels on the stack that corrupted the heap now and then (one SIGTERM in ~20 ended in
-// "corrupted size vs. prev_size" on this machine; none with the signal blocked). A sigaction
-// handler that only sets the flag stays installed for threads that existed before the call.
+// compute thread interrupts whatever runs there, and that corrupted the heap now and then even
+// though the handler only set a flag (about one SIGTERM in 10-20 ended in "corrupted size vs.
+// prev_size" at the next allocation on this machine; none in 160 with oneDNN limited to SSE4.1,
+// so its AVX2 JIT GEMM kernels are the likely victims; none in 270 with the signal blocked). A
+// sigaction handler that only sets the flag stays installed for threads that existed before.
 // Idempotent.
 void install_exit_signal_handler();
 
