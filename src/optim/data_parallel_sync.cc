@@ -201,7 +201,7 @@ void DataParallelSync::on_params_needed(const std::vector<int>& param_ids) {
 }
 
 void DataParallelSync::record_bucket_use(int b) {
-  if (order_reset_ || recorded_[static_cast<size_t>(b)]) return;
+  if (recorded_[static_cast<size_t>(b)]) return;  // seen already (complete: every bucket is)
   recorded_[static_cast<size_t>(b)] = true;
   recorded_order_.push_back(b);
   if (recorded_order_.size() < buckets_.size()) return;
@@ -210,7 +210,6 @@ void DataParallelSync::record_bucket_use(int b) {
   for (size_t i = 0; i < recorded_order_.size(); ++i)
     next_gather_[static_cast<size_t>(recorded_order_[i])] = i + 1 < recorded_order_.size() ? recorded_order_[i + 1] : -1;
   first_gather_ = recorded_order_.front();
-  order_reset_ = true;
 }
 
 int64_t DataParallelSync::param_gathers_in_flight() const {

@@ -137,8 +137,7 @@ class DataParallelSync {
   std::vector<int> next_gather_;
   int first_gather_ = -1;
   std::vector<int> recorded_order_;  // reset_bucket_group_order: first-use order seen so far
-  std::vector<bool> recorded_;       // per bucket: in recorded_order_
-  bool order_reset_ = false;         // recorded_order_ complete and installed
+  std::vector<bool> recorded_;       // per bucket: in recorded_order_ (complete: all buckets, chained)
   int64_t unprefetched_param_gathers_ = 0;
 };
 
