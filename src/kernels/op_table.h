@@ -142,6 +142,10 @@ struct OpTable {
   // Row chunks of each tensor-parallel linear's GEMM + collective (model/tp_linear.h): 1 runs the
   // plain mappings; the use-ascend-coc feature (--use-ascend-coc, --tp-comm-overlap) sets more.
   int tp_comm_chunks = 1;
+  // --use-ascend-mc2 (MindSpeed's MC2 linears): a column-parallel linear under sequence parallelism
+  // keeps only this rank's rows of its input for backward and all-gathers them again there,
+  // overlapped with the input-gradient GEMM (model/tp_linear.h).
+  bool tp_regather_input = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

@@ -11,6 +11,12 @@
 // The identity steps (column forward and row backward without SP) have nothing to overlap and run
 // as plain GEMMs. Rows are t = s·B + b and this rank's SP rows are contiguous, so micro-batches of
 // any size and row counts not divisible by `chunks` need nothing special.
+//
+// With `regather_input` (--use-ascend-mc2, MindSpeed's MC2 linears) under SP at TP > 1, the
+// column-parallel forward keeps only this rank's input rows [Tl, in] for backward instead of the
+// gathered [T, in]; backward all-gathers them again while dy·W runs, then reduce-scatters dx while
+// dW += dyᵀ·x_full runs (MindSpeed's ColumnSeqParallelLinearFunction with all-gather recomputation).
+// The products are the same GEMMs on the same values, so the results equal the chunked path's.
 #pragma once
 
 #include "comm/communicator.h"
@@ -24,14 +30,18 @@ struct TpLinearComm {
   Communicator* tp = nullptr;
   bool sequence_parallel = false;
   int chunks = 1;  // 1: the plain mappings (parallel/mappings.h)
+  bool regather_input = false;  // --use-ascend-mc2 (see above)
   bool chunked() const { return chunks > 1 && tp != nullptr && tp->size() > 1; }
+  // Whether column-parallel linears keep only this rank's input rows for backward.
+  bool keeps_local_input() const { return regather_input && sequence_parallel && tp != nullptr && tp->size() > 1; }
 };
 
-// x: this rank's input [Tl, in] under SP, else [T, in] -> y [T, out] (f32); *x_full gets the
-// GEMM's input [T, in] (gathered under SP), which backward takes.
-Tensor column_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const LinearWeight& w, Tensor* x_full);
-// dy [T, out], x_full [T, in] -> dx [Tl, in] (SP) or [T, in], summed over TP; dW accumulated.
-Tensor column_parallel_linear_backward(const TpLinearComm& c, const Tensor& dy, const Tensor& x_full,
+// x: this rank's input [Tl, in] under SP, else [T, in] -> y [T, out] (f32); *x_saved gets what
+// backward takes: the GEMM's input [T, in] (gathered under SP), or x itself when
+// c.keeps_local_input().
+Tensor column_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const LinearWeight& w, Tensor* x_saved);
+// dy [T, out], x_saved as forward left it -> dx [Tl, in] (SP) or [T, in], summed over TP; dW accumulated.
+Tensor column_parallel_linear_backward(const TpLinearComm& c, const Tensor& dy, const Tensor& x_saved,
                                        const LinearWeight& w);
 // x [T, in] (this rank's slice of in) -> y [Tl, out] (SP) or [T, out], summed over TP (f32).
 Tensor row_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const LinearWeight& w);

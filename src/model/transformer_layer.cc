@@ -145,24 +145,38 @@ Tensor reduce_column_parallel_input_grad(const ModelPartition& part, const Tenso
                                 : copy_to_tp_region_backward(dx, *part.tp);
 }
 
-// A norm's output as the column-parallel linear after it takes it (GEMM input type, SP-gathered).
-Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
-  return gather_column_parallel_input(*rt.part, to_gemm_input(norm_out, rt.config->gemm_dtype()));
+// The TP communication of the layer's linears (--use-ascend-coc chunks, --use-ascend-mc2's
+// re-gathered inputs; model/tp_linear.h).
+TpLinearComm tp_comm(const LayerRuntime& rt) {
+  return TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks,
+                      rt.ops->tp_regather_input};
 }
 
-// The TP communication of the layer's linears (--use-ascend-coc chunks, model/tp_linear.h).
-TpLinearComm tp_comm(const LayerRuntime& rt) {
-  return TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks};
+// A norm's output recomputed in backward as the column-parallel linear after it keeps it (GEMM
+// input type; SP-gathered unless the linear gathers it again itself).
+Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
+  Tensor x = to_gemm_input(norm_out, rt.config->gemm_dtype());
+  return tp_comm(rt).keeps_local_input() ? x : gather_column_parallel_input(*rt.part, x);
 }
 
 // Whether linear `lora` runs chunked: CoC is on and the linear has no LoRA adapter (refused
 // together at start-up; a test's op table may still ask for both).
 bool chunked(const LayerRuntime& rt, const LoraIds& lora) { return tp_comm(rt).chunked() && !lora.defined(); }
 
-// A column-parallel linear on this rank's input x (GEMM type): *x_full gets the GEMM's (gathered) input.
+// Whether a column-parallel linear goes through model/tp_linear.h: chunked, or keeping only this
+// rank's input rows (--use-ascend-mc2, refused with LoRA at start-up as norm_output_for_linear
+// assumes every column linear does it).
+bool tp_linear_column(const LayerRuntime& rt, const LoraIds& lora) {
+  GALE_CHECK(!(tp_comm(rt).keeps_local_input() && lora.defined()))
+      << "--use-ascend-mc2 with a LoRA adapter on a column-parallel linear";
+  return chunked(rt, lora) || tp_comm(rt).keeps_local_input();
+}
+
+// A column-parallel linear on this rank's input x (GEMM type): *x_full gets what its backward takes
+// (the GEMM's gathered input, or x under --use-ascend-mc2).
 Tensor column_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, const LoraIds& lora,
                              const Tensor& x, Tensor* x_full, Tensor* u) {
-  if (chunked(rt, lora)) return column_parallel_linear_forward(tp_comm(rt), x, weight(rt, pb, w), x_full);
+  if (tp_linear_column(rt, lora)) return column_parallel_linear_forward(tp_comm(rt), x, weight(rt, pb, w), x_full);
   *x_full = gather_column_parallel_input(*rt.part, x);
   return adapted_linear_forward(rt, pb, w, lora, *x_full, u);
 }
@@ -170,7 +184,7 @@ Tensor column_linear_forward(const LayerRuntime& rt, const ParamBuffer& pb, int 
 // Its backward: this rank's input gradient, reduced over TP.
 Tensor column_linear_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, const LoraIds& lora, const Tensor& dy,
                               const Tensor& x_full, Tensor& u) {
-  if (chunked(rt, lora)) return column_parallel_linear_backward(tp_comm(rt), dy, x_full, weight(rt, pb, w));
+  if (tp_linear_column(rt, lora)) return column_parallel_linear_backward(tp_comm(rt), dy, x_full, weight(rt, pb, w));
   return reduce_column_parallel_input_grad(*rt.part, adapted_linear_backward(rt, pb, w, lora, dy, x_full, u));
 }
 
@@ -482,9 +496,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         in = to_gemm_input(norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats), c.gemm_dtype());
       }
       s.mlp_in = Tensor();
-      s.norm2_out = gather_column_parallel_input(part, in);
+      s.fc1_out = column_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, in, &s.norm2_out, &s.lora_fc1_u);
       in = Tensor();
-      s.fc1_out = adapted_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, s.norm2_out, &s.lora_fc1_u);
       s.act = activation_forward(rt, s.fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
       if (w.lora_fc2.defined()) adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, s.act, &s.lora_fc2_u);
     }

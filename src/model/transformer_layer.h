@@ -56,7 +56,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
 struct LayerSaved {
   Tensor x_in;         // [Tl, H]
   Tensor norm1_stats;  // [2, Tl] LayerNorm (mean, rstd) or [1, Tl] RMSNorm (rstd)
-  Tensor norm1_out;    // [T, H]
+  Tensor norm1_out;    // [T, H] (--use-ascend-mc2: this rank's rows [Tl, H], gathered again in backward)
   CoreAttentionSaved attention;  // qkv after RoPE, lse, and what the context-parallel path keeps
   Tensor q_pre, k_pre;      // --qk-layernorm: the q/k heads before their norm, [T·NHl, HD] and [T·KVl, HD]
   Tensor q_stats, k_stats;  // their norm statistics (as norm1_stats, one column per head row)
@@ -64,7 +64,7 @@ struct LayerSaved {
   Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats
-  Tensor norm2_out;    // [T, H]
+  Tensor norm2_out;    // like norm1_out
   Tensor mlp_in;       // --recompute-modules mlp / moe / shared_experts: [Tl, H] norm2's output as the
                        // MLP takes it (GEMM input type, before the SP all-gather); undefined with layernorm
                        // recompute in a dense layer (recomputed from x_mid)

@@ -48,7 +48,7 @@ Tensor coc_all_gather_rows(const Tensor& x_local, Communicator& tp, int chunks, 
   const int n = tp.size();
   const int64_t Tl = x_local.size(0), K = x_local.numel() / std::max<int64_t>(Tl, 1);
   GALE_CHECK(x_local.ndim() == 2) << "chunked all-gather of a " << x_local.shape_string() << " tensor";
-  *x_full = Tensor::empty({n * Tl, K}, x_local.dtype());
+  if (x_full) *x_full = Tensor::empty({n * Tl, K}, x_local.dtype());
   Tensor y = Tensor::empty({n * Tl, N});
   const auto parts = coc_row_chunks(Tl, chunks);
   // Every chunk's gather is issued at once: the group runs them in order, so chunk i arrives while
@@ -67,7 +67,7 @@ Tensor coc_all_gather_rows(const Tensor& x_local, Communicator& tp, int chunks, 
     f(bufs[i], out);
     for (int r = 0; r < n; ++r) {
       copy_rows(out, r * m, y, r * Tl + c, m);
-      copy_rows(bufs[i], r * m, *x_full, r * Tl + c, m);
+      if (x_full) copy_rows(bufs[i], r * m, *x_full, r * Tl + c, m);
     }
     bufs[i] = Tensor();
   }

@@ -48,7 +48,7 @@ std::vector<std::pair<int64_t, int64_t>> coc_row_chunks(int64_t rows, int chunks
 // Writes out[n, N] (f32, preallocated, contiguous) = f(in[n, K]) for a block of rows.
 using CocRowsFn = std::function<void(const Tensor& in, Tensor& out)>;
 
-// x_local [Tl, K] (any dtype) -> [tp·Tl, N] f32; *x_full gets the gathered [tp·Tl, K] input.
+// x_local [Tl, K] (any dtype) -> [tp·Tl, N] f32; *x_full (may be null) gets the gathered [tp·Tl, K] input.
 Tensor coc_all_gather_rows(const Tensor& x_local, Communicator& tp, int chunks, int64_t N, const CocRowsFn& f,
                            Tensor* x_full, const std::function<void()>& tail = {});
 // x_full [tp·Tl, K] -> this rank's reduced rows [Tl, N] f32.

@@ -5,7 +5,8 @@
 // tests/parallel/layout_invariance.h; the TP group passes the same bytes in more messages. GPT
 // (LayerNorm, GeLU, biases) and LLaMA-style (SwiGLU, RMSNorm, RoPE, GQA) models, micro-batch 2,
 // with and without sequence parallelism, row counts not divisible by the chunks (seq 18: 18 rows per
-// rank at TP 2 + SP in 4 chunks), bf16, recompute, TP 4 and TP 2 x PP 2.
+// rank at TP 2 + SP in 4 chunks), bf16, recompute, TP 4 and TP 2 x PP 2. --use-ascend-mc2 the same
+// way (its TP group passes more bytes: the column-parallel inputs gathered again in backward).
 #include <gtest/gtest.h>
 
 #include "features/resolved_features.h"
@@ -22,6 +23,7 @@ struct CocLayout {
   std::vector<std::string> coc_flags;  // what the feature reads
   int chunks;                          // the chunk count the feature must install
   const char* seq = "16";              // --seq-length (a model flag: the single-process run takes it too)
+  bool recompute_norm = false;         // --recompute-norm (a feature: installed in EngineOptions for both runs)
 };
 
 const std::vector<CocLayout>& coc_layouts() {
@@ -42,6 +44,20 @@ const std::vector<CocLayout>& coc_layouts() {
        {"--use-ascend-coc", "--coc-parallel-num", "4"}, 4},
       {{"tp2_pp2_coc2", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
        {"--use-ascend-coc", "--coc-parallel-num", "2"}, 2},
+      // --use-ascend-mc2: 2 chunks and the column-parallel inputs gathered again in backward.
+      {{"tp2_sp_mc2", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}}, {"--use-ascend-mc2"}, 2},
+      {{"tp2_sp_seq18_bf16_mc2", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--bf16"}},
+       {"--use-ascend-mc2"}, 2, "18"},
+      {{"tp2_sp_recompute_mlp_mc2", 2,
+        {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--recompute-granularity", "selective",
+         "--recompute-modules", "mlp"}},
+       {"--use-ascend-mc2"}, 2},
+      {{"tp2_sp_recompute_norm_mc2", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+       {"--use-ascend-mc2"}, 2, "16", true},
+      {{"tp4_sp_mc2", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}}, {"--use-ascend-mc2"}, 2},
+      {{"tp2_sp_pp2_mc2", 4,
+        {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}},
+       {"--use-ascend-mc2"}, 2},
   };
   return all;
 }
@@ -77,12 +93,17 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   ResolvedFeatures resolved(testing::join({flags, cl->coc_flags}));
   ASSERT_TRUE(resolved.status.ok()) << resolved.status.message();
   ASSERT_EQ(resolved.ops.tp_comm_chunks, cl->chunks);
+  const bool mc2 = resolved.registry->active("use-ascend-mc2");
+  ASSERT_EQ(resolved.ops.tp_regather_input, mc2);
   OpTable coc_ops = reference_ops();
   coc_ops.tp_comm_chunks = resolved.ops.tp_comm_chunks;
+  coc_ops.tp_regather_input = resolved.ops.tp_regather_input;
 
-  testing::TestRun plain(flags, test::world(), testing::kTinyVocab);
+  EngineOptions options;
+  if (cl->recompute_norm) options.recompute.norm_layers = RecomputePlan::kAllLayers;
+  testing::TestRun plain(flags, test::world(), testing::kTinyVocab, options);
   plain.train(kIterations);
-  testing::TestRun coc(flags, test::world(), testing::kTinyVocab, EngineOptions{}, coc_ops);
+  testing::TestRun coc(flags, test::world(), testing::kTinyVocab, options, coc_ops);
   coc.train(kIterations);
   finish_param_sync(*coc.engine);
 
@@ -98,7 +119,12 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   }
   const CommStats& plain_tp = plain.model().partition().tp->stats();
   const CommStats& coc_tp = coc.model().partition().tp->stats();
-  EXPECT_EQ(coc_tp.total_bytes(), plain_tp.total_bytes()) << "the same TP bytes";
+  // MC2 gathers the column-parallel linears' inputs again in backward; with --recompute-norm the
+  // plain path gathers the recomputed norm outputs there too: the same bytes.
+  if (mc2 && !cl->recompute_norm)
+    EXPECT_GT(coc_tp.total_bytes(), plain_tp.total_bytes()) << "MC2 gathers the norms' outputs again";
+  else
+    EXPECT_EQ(coc_tp.total_bytes(), plain_tp.total_bytes()) << "the same TP bytes";
   EXPECT_GT(coc_tp.total_calls(), plain_tp.total_calls()) << "the TP collectives ran chunked";
 
   // The f32 single-process run (a bf16 layout is held to its plain bf16 layout above only).

@@ -7,7 +7,8 @@
 // (gemm_split_bit_exact) and TP is 2 (a sum of two values is the same in any order); otherwise
 // 1e-5·(1 + √K) relative to the largest magnitude, the GEMM row-split tolerance of
 // tests/kernels/cpu/gemm_partitioned_test.cc. The gathered input and the weight gradients (one GEMM
-// over the same whole rows in both paths) must be identical.
+// over the same whole rows in both paths) must be identical. Also --use-ascend-mc2's re-gathering
+// column-parallel linear against the plain one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,6 +129,56 @@ void check_case(const Case& c, int chunks) {
   const int64_t per_chunk = std::min<int64_t>(chunks, c.sp ? c.Tl : T);
   EXPECT_EQ(plain.calls, c.sp ? 4 : 2) << what;
   EXPECT_EQ(chunked.calls, (c.sp ? 4 : 2) * per_chunk) << what << ": one collective per chunk";
+}
+
+// --use-ascend-mc2's column-parallel linear under SP (TpLinearComm::regather_input) against the
+// plain one: it keeps x itself, not the gathered rows; its output is the chunked path's; its input
+// and weight gradients are the same GEMMs and reduce-scatter as the plain path (identical); the TP
+// group passes one more all-gather of x.
+void check_regather(DType dtype, int64_t Tl, int chunks) {
+  Communicator& tp = *test::world();
+  const int64_t T = Tl * tp.size(), in = 12, out = 10;
+  const std::string what = std::string(dtype == DType::kBF16 ? "bf16" : "f32") + " Tl=" + std::to_string(Tl) +
+                           " chunks=" + std::to_string(chunks);
+  const Tensor x = to_gemm_input(random_rows(Tl, in, 1), dtype);
+  const Tensor dy = random_rows(T, out, 2);
+  struct Result {
+    Tensor y, saved, dx, grad;
+    int64_t bytes = 0;
+  };
+  auto run = [&](const TpLinearComm& comm) {
+    TestWeight w(out, in, 10);
+    LinearWeight v = w.view();
+    tp.reset_stats();
+    Result r;
+    r.y = column_parallel_linear_forward(comm, x, v, &r.saved);
+    r.dx = column_parallel_linear_backward(comm, dy, r.saved, v);
+    r.grad = w.grad;
+    r.bytes = tp.stats().total_bytes();
+    return r;
+  };
+  const Result plain = run(TpLinearComm{&tp, true, 1}), mc2 = run(TpLinearComm{&tp, true, chunks, true});
+  ASSERT_TRUE((TpLinearComm{&tp, true, chunks, true}.keeps_local_input()));
+  expect_identical(mc2.saved, x, what + " kept input (this rank's rows)");
+  EXPECT_EQ(plain.saved.size(0), T) << what << ": the plain path keeps the gathered rows";
+  if (chunks == 1)
+    expect_identical(mc2.y, plain.y, what + " forward");
+  else
+    expect_same(mc2.y, plain.y, in, what + " forward");
+  expect_identical(mc2.dx, plain.dx, what + " input gradient");
+  expect_identical(mc2.grad, plain.grad, what + " weight gradient");
+  tp.reset_stats();
+  Tensor gathered = Tensor::empty({T, in}, dtype);
+  tp.all_gather(x.raw(), gathered.raw(), x.numel(), dtype);
+  EXPECT_EQ(mc2.bytes, plain.bytes + tp.stats().total_bytes()) << what << ": one more all-gather of x";
+}
+
+TEST(Mc2RegatheringColumnLinear, MatchesPlain) {
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int64_t Tl : {8, 5})
+      for (int chunks : {1, 2, 3}) check_regather(dtype, Tl, chunks);
+  // Without sequence parallelism or at TP 1 there is nothing to gather again.
+  EXPECT_FALSE((TpLinearComm{test::world().get(), false, 2, true}.keeps_local_input()));
 }
 
 TEST(CocRowChunks, BalancedAndNeverEmpty) {

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "layouts.h"
 #include "mpi_test_env.h"
@@ -282,8 +284,35 @@ TEST_P(CommVolume, HybridSubGroupsCarryTheirShare) {
                 static_cast<long long>(want_ring));
 }
 
+// The TP group's bytes and messages in a steady-state iteration of `layout` (GPT) on `ops`, and
+// the analytic count above, plus --use-ascend-mc2's extra all-gathers when ops.tp_regather_input:
+// the inputs of QKV and fc1 gathered again in backward, two more [T, H] f32 all-gathers (counted as
+// their output) per layer and micro-batch.
+struct TpVolume {
+  int64_t bytes = 0, calls = 0, want = 0;
+};
+TpVolume tp_volume(const Layout& layout, const OpTable& ops) {
+  testing::TestRun run(testing::join({kCommon, kGpt, layout.flags}), test::world(), kVocab,
+                       EngineOptions{layout.bucket_size, layout.recompute}, ops);
+  EXPECT_TRUE(run.trainer->train_step().ok());
+  run.engine->ps.reset_stats();
+  EXPECT_TRUE(run.trainer->train_step().ok());
+  const Comm& tp = run.engine->ps.group(Group::kTensor);
+  TpVolume v{tp->stats().total_bytes(), tp->stats().total_calls(),
+             expected_bytes(run.args, *run.engine).at(Group::kTensor)};
+  if (ops.tp_regather_input) {
+    const TrainingArgs& tr = run.args.training;
+    const int64_t T = run.args.model.seq_length * tr.micro_batch_size;
+    const int64_t m = tr.global_batch_size / (tr.micro_batch_size * run.engine->ps.dp_size());
+    for (const auto& chunk : run.engine->chunks)
+      v.want += m * 2 * chunk->partition().num_layers * 4 * T * run.args.model.hidden_size;
+  }
+  return v;
+}
+
 // Chunked TP overlap (--use-ascend-coc --coc-parallel-num 4: OpTable::tp_comm_chunks) moves the
 // same TP bytes as the analytic count above, in more messages: each linear's collective becomes 4.
+// --use-ascend-mc2 (2 chunks, inputs gathered again) moves exactly its two extra all-gathers more.
 TEST(CommVolumeChunkedTp, SameBytesInMoreMessages) {
   Comm world = test::world();
   int checked = 0;
@@ -291,20 +320,17 @@ TEST(CommVolumeChunkedTp, SameBytesInMoreMessages) {
     const Layout* layout = testing::find_layout(layouts(), name);
     ASSERT_NE(layout, nullptr) << name;
     if (layout->world != world->size()) continue;
+    const bool sp = std::find(layout->flags.begin(), layout->flags.end(), "--sequence-parallel") != layout->flags.end();
     int64_t calls[2] = {0, 0};
-    for (int chunks : {1, 4}) {
+    for (int variant : sp ? std::vector<int>{1, 4, 0} : std::vector<int>{1, 4}) {  // 0: MC2
       OpTable ops = reference_ops();
-      ops.tp_comm_chunks = chunks;
-      testing::TestRun run(testing::join({kCommon, kGpt, layout->flags}), world, kVocab,
-                           EngineOptions{layout->bucket_size, layout->recompute}, ops);
-      ASSERT_TRUE(run.trainer->train_step().ok());
-      run.engine->ps.reset_stats();
-      ASSERT_TRUE(run.trainer->train_step().ok());
-      const Comm& tp = run.engine->ps.group(Group::kTensor);
-      const int64_t want = expected_bytes(run.args, *run.engine).at(Group::kTensor);
-      EXPECT_NEAR(static_cast<double>(tp->stats().total_bytes()), static_cast<double>(want), 0.01 * want)
-          << name << " with " << chunks << " chunks (rank " << world->rank() << ")";
-      calls[chunks == 1 ? 0 : 1] = tp->stats().total_calls();
+      ops.tp_comm_chunks = variant == 0 ? 2 : variant;
+      ops.tp_regather_input = variant == 0;
+      const TpVolume v = tp_volume(*layout, ops);
+      EXPECT_NEAR(static_cast<double>(v.bytes), static_cast<double>(v.want), 0.01 * v.want)
+          << name << (variant == 0 ? " with MC2" : " with " + std::to_string(variant) + " chunks") << " (rank "
+          << world->rank() << ")";
+      if (variant != 0) calls[variant == 1 ? 0 : 1] = v.calls;
     }
     EXPECT_GT(calls[1], calls[0]) << name << ": the chunked linears' collectives are separate messages";
     ++checked;
