@@ -215,6 +215,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--pipeline-num-transformer-layers", &a.pipeline_num_transformer_layers,
         "MindSpeed: the layers of each (pipeline rank, virtual stage), one row per pipeline rank (e.g. "
         "[[0,1],[1,1]*2,[3,0]]; [..]*n repeats a row; summing to --num-layers)");
+  p.add("--pipeline-model-parallel-layout", &a.pipeline_model_parallel_layout,
+        "Megatron: the layers of every pipeline stage as symbols, stages split by '|' in Megatron's order (E "
+        "embedding, t decoder layer, m MTP layer, L loss; x*n and (..)*n repeat; e.g. \"Et*3|(tt|)*29,m|L\"); the "
+        "stage count / PP gives the virtual pipeline size");
   p.add_choice("--schedules-method", &a.schedules_method, {"dualpipev"},
                "MindSpeed: dualpipev runs DeepSeek's DualPipeV schedule (the layers cut into 2 x PP chunks, pipeline "
                "rank r holding chunks r and 2PP-1-r, so rank 0 holds the embedding and the loss; --num-layers "

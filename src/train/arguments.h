@@ -210,6 +210,9 @@ struct ParallelArgs {
   // train/engine.h chunk_layers places the layers from it.
   std::string num_layer_list;
   std::string pipeline_num_transformer_layers;
+  // Megatron's --pipeline-model-parallel-layout "Et*3|(tt|)*29,m|L" (train/pipeline_layout.h):
+  // every (pipeline rank, virtual stage)'s layers as symbols; the stage count gives the VPP size.
+  std::string pipeline_model_parallel_layout;
   std::vector<std::vector<int64_t>> pipeline_layers;
   // MindSpeed's --schedules-method: "" (Megatron's 1F1B / interleaved 1F1B) or "dualpipev"
   // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation

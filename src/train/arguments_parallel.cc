@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
+#include "train/pipeline_layout.h"
 
 namespace gale {
 
@@ -35,14 +36,29 @@ Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
   return Status::Ok();
 }
 
+// The flag that gives the explicit split (one of them is set).
+const char* explicit_split_flag(const ParallelArgs& par) {
+  if (!par.num_layer_list.empty()) return "--num-layer-list";
+  if (!par.pipeline_model_parallel_layout.empty()) return "--pipeline-model-parallel-layout";
+  return "--pipeline-num-transformer-layers";
+}
+
 // The flags an explicit split cannot be combined with (MindSpeed's and MindSpeed-LLM's rules, and
 // Megatron's own split flags, which it replaces).
 Status check_explicit_split_flags(const ParallelArgs& par, const ModelArgs& m) {
-  const bool list = !par.num_layer_list.empty();
-  const char* flag = list ? "--num-layer-list" : "--pipeline-num-transformer-layers";
-  if (list && !par.pipeline_num_transformer_layers.empty())
-    return InvalidArgument("--num-layer-list and --pipeline-num-transformer-layers both give the layers of each "
-                           "pipeline stage: expected one of them, found both");
+  const bool list = !par.num_layer_list.empty(), layout = !par.pipeline_model_parallel_layout.empty();
+  const char* flag = explicit_split_flag(par);
+  const int given = int{list} + int{layout} + int{!par.pipeline_num_transformer_layers.empty()};
+  if (given > 1)
+    return InvalidArgument("--num-layer-list, --pipeline-num-transformer-layers and --pipeline-model-parallel-layout "
+                           "each give the layers of every pipeline stage: expected one of them, found ", given);
+  if (layout && (par.num_layers_per_virtual_pipeline_stage != kUnset || par.num_virtual_stages_per_pipeline_rank != kUnset))
+    return InvalidArgument("--pipeline-model-parallel-layout gives the virtual stages itself (as Megatron: no more "
+                           "than one of it, --num-layers-per-virtual-pipeline-stage and "
+                           "--num-virtual-stages-per-pipeline-rank), found ",
+                           par.num_layers_per_virtual_pipeline_stage != kUnset
+                               ? "--num-layers-per-virtual-pipeline-stage"
+                               : "--num-virtual-stages-per-pipeline-rank");
   if (!m.noop_layers_flag.empty())
     return InvalidArgument(flag, " cannot be combined with --noop-layers (as in MindSpeed: both decide which "
                            "stage holds which layers; give one), found --noop-layers ", m.noop_layers_flag);
@@ -74,7 +90,16 @@ Status check_explicit_split_flags(const ParallelArgs& par, const ModelArgs& m) {
 // derived): one row per pipeline rank, one count per virtual stage, none negative, summing to
 // --num-layers. Zero counts are allowed (MindSpeed's [[0,1],...]): a virtual stage may hold only
 // the embedding, only the loss, or nothing. Sets par.pipeline_layers.
-Status validate_explicit_split(ParallelArgs& par, int64_t num_layers) {
+Status validate_explicit_split(ParallelArgs& par, const ModelArgs& m) {
+  const int64_t num_layers = m.num_layers;
+  if (!par.pipeline_model_parallel_layout.empty()) {
+    StatusOr<std::vector<std::vector<int64_t>>> layers =
+        pipeline_layout_layers(par.pipeline_model_parallel_layout, par.pipeline_model_parallel_size, num_layers,
+                               m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers);
+    if (!layers.ok()) return layers.status();
+    par.pipeline_layers = std::move(*layers);
+    return Status::Ok();
+  }
   const bool list = !par.num_layer_list.empty();
   const char* flag = list ? "--num-layer-list" : "--pipeline-num-transformer-layers";
   const std::string& text = list ? par.num_layer_list : par.pipeline_num_transformer_layers;
@@ -120,7 +145,8 @@ Status validate_pipeline_split(ParallelArgs& par, const ModelArgs& m) {
   const bool uneven = first != kUnset || last != kUnset;
   const bool with_embedding = par.account_for_embedding_in_pipeline_split;
   const bool with_loss = par.account_for_loss_in_pipeline_split;
-  const bool explicit_split = !par.num_layer_list.empty() || !par.pipeline_num_transformer_layers.empty();
+  const bool explicit_split = !par.num_layer_list.empty() || !par.pipeline_num_transformer_layers.empty() ||
+                              !par.pipeline_model_parallel_layout.empty();
   if (explicit_split) GALE_RETURN_IF_ERROR(check_explicit_split_flags(par, m));
   if (uneven && (with_embedding || with_loss))
     return InvalidArgument(
@@ -173,11 +199,24 @@ Status validate_pipeline_split(ParallelArgs& par, const ModelArgs& m) {
     GALE_RETURN_IF_ERROR(positive(par.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank"));
     vpp = par.num_virtual_stages_per_pipeline_rank;
   }
+  if (!par.pipeline_model_parallel_layout.empty()) {  // the stage count / PP (its other rules: pipeline_layout.h)
+    StatusOr<std::vector<std::string>> stages = parse_pipeline_layout(par.pipeline_model_parallel_layout);
+    if (!stages.ok()) return stages.status();
+    const int64_t n = static_cast<int64_t>(stages->size());
+    if (n % pp != 0)
+      return InvalidArgument("--pipeline-model-parallel-layout '", par.pipeline_model_parallel_layout,
+                             "': expected a number of stages divisible by --pipeline-model-parallel-size ", pp,
+                             ", found ", n);
+    vpp = n / pp;
+    if (vpp > 1 && pp == 1)
+      return InvalidArgument("--pipeline-model-parallel-layout '", par.pipeline_model_parallel_layout, "' has ", n,
+                             " stages: virtual pipeline stages need --pipeline-model-parallel-size > 1");
+  }
   par.virtual_pipeline_model_parallel_size = vpp;
   if (par.microbatch_group_size_per_virtual_stage != kUnset)
     GALE_RETURN_IF_ERROR(
         positive(par.microbatch_group_size_per_virtual_stage, "--microbatch-group-size-per-virtual-pipeline-stage"));
-  if (explicit_split) return validate_explicit_split(par, num_layers);
+  if (explicit_split) return validate_explicit_split(par, m);
   if (!uneven) {
     if (split_layers % pp != 0) {
       if (split_layers != num_layers)
@@ -239,6 +278,7 @@ Status validate_dualpipev(ParallelArgs& par, const ModelArgs& m, bool split_done
                     "--microbatch-group-size-per-virtual-pipeline-stage"},
           std::pair{!par.num_layer_list.empty(), "--num-layer-list"},
           std::pair{!par.pipeline_num_transformer_layers.empty(), "--pipeline-num-transformer-layers"},
+          std::pair{!par.pipeline_model_parallel_layout.empty(), "--pipeline-model-parallel-layout"},
           std::pair{par.decoder_first_pipeline_num_layers != kUnset, "--decoder-first-pipeline-num-layers"},
           std::pair{par.decoder_last_pipeline_num_layers != kUnset, "--decoder-last-pipeline-num-layers"},
           std::pair{par.account_for_embedding_in_pipeline_split, "--account-for-embedding-in-pipeline-split"},

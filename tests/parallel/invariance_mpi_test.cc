@@ -92,6 +92,10 @@ const std::vector<Layout>& layouts() {
                                                         "uniform", "--recompute-num-layers", "2"}},
       {"pp4_vpp2_unaligned", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
                                  "--num-layers", "8", "--pipeline-num-transformer-layers", "[[0,1],[1,1]*2,[3,0]]"}},
+      // Megatron's --pipeline-model-parallel-layout: PP 2 x VPP 2 from the stage count, rank 0's
+      // second virtual stage empty (the same placement path as the explicit splits above).
+      {"pp2_vpp2_layout", 2, {"--pipeline-model-parallel-size", "2", "--num-layers", "5",
+                              "--pipeline-model-parallel-layout", "Et|tt||ttL"}},
       {"pp4_vpp2", 4, {"--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
                        "--num-layers", "8"}},
       {"pp4_uneven", 4, {"--pipeline-model-parallel-size", "4", "--num-layers", "6",

@@ -283,6 +283,49 @@ TEST(ParallelArgs, EmbeddingAndLossCountInThePipelineSplit) {
             "counts the embedding and the loss only in the even split)");
 }
 
+// Megatron's --pipeline-model-parallel-layout: the VPP size from the stage count, the layers of
+// each (rank, virtual stage) from the symbols (train/pipeline_layout.h), and Megatron's exclusions.
+TEST(ParallelArgs, PipelineModelParallelLayout) {
+  Validated v = validate("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*2|ttt||t*3L "
+                         "--global-batch-size 4",
+                         2);
+  ASSERT_TRUE(v.status.ok()) << v.status.to_string();
+  EXPECT_EQ(v.args.parallel.virtual_pipeline_model_parallel_size, 2);
+  EXPECT_EQ(v.args.parallel.pipeline_layers, (std::vector<std::vector<int64_t>>{{2, 0}, {3, 3}}));
+  Validated flat = validate("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*5|t*3L", 2);
+  ASSERT_TRUE(flat.status.ok()) << flat.status.to_string();
+  EXPECT_EQ(flat.args.parallel.virtual_pipeline_model_parallel_size, 1);
+  EXPECT_EQ(flat.args.parallel.pipeline_layers, (std::vector<std::vector<int64_t>>{{5}, {3}}));
+  EXPECT_EQ(message("--pipeline-model-parallel-layout Et*8L", 1), "ok");
+  const std::string f = "--pipeline-model-parallel-layout ";
+  EXPECT_EQ(message("--pipeline-model-parallel-layout Et*4|t*4L", 1),
+            f + "'Et*4|t*4L' has 2 stages: virtual pipeline stages need --pipeline-model-parallel-size > 1");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*4|t*3|L", 2),
+            f + "'Et*4|t*3|L': expected a number of stages divisible by --pipeline-model-parallel-size 2, found 3");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*4|t*3L", 2),
+            f + "'Et*4|t*3L': expected --num-layers 8 decoder layers (t), found 7");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--pipeline-model-parallel-layout Et*4|t*4L",
+                    2),
+            "--pipeline-model-parallel-layout gives the virtual stages itself (as Megatron: no more than one of it, "
+            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank), found "
+            "--num-virtual-stages-per-pipeline-rank");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --pipeline-model-parallel-layout Et*4|t*4L",
+                    2),
+            "--num-layer-list, --pipeline-num-transformer-layers and --pipeline-model-parallel-layout each give the "
+            "layers of every pipeline stage: expected one of them, found 2");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 "
+                    "--pipeline-model-parallel-layout Et*4|t*4L",
+                    2),
+            "--pipeline-model-parallel-layout gives every stage's layers itself: expected no "
+            "--decoder-first-pipeline-num-layers, found it set");
+  EXPECT_EQ(message("--pipeline-model-parallel-size 2 --schedules-method dualpipev "
+                    "--pipeline-model-parallel-layout Et*4|t*4L",
+                    2),
+            "--schedules-method dualpipev places the layers itself (2 x PP equal chunks, rank r holding chunks r and "
+            "2PP-1-r): expected no --pipeline-model-parallel-layout, found it set");
+}
+
 // MindSpeed-LLM's --num-layer-list and MindSpeed's --pipeline-num-transformer-layers: parsed into
 // the layers of every (pipeline rank, virtual stage), with MindSpeed's rules on length, sum, sign
 // and the flags they exclude.
@@ -362,8 +405,8 @@ TEST(ParallelArgs, ExplicitPipelineSplit) {
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --num-layer-list 4,4 --pipeline-num-transformer-layers "
                     "[[4],[4]]",
                     2),
-            "--num-layer-list and --pipeline-num-transformer-layers both give the layers of each pipeline stage: "
-            "expected one of them, found both");
+            "--num-layer-list, --pipeline-num-transformer-layers and --pipeline-model-parallel-layout each give the "
+            "layers of every pipeline stage: expected one of them, found 2");
   EXPECT_EQ(message("--num-layer-list 8", 1),
             "--num-layer-list splits the layers over pipeline stages: expected --pipeline-model-parallel-size > 1, "
             "found 1");
