@@ -142,6 +142,10 @@ struct OpTable {
   // Row chunks of each tensor-parallel linear's GEMM + collective (model/tp_linear.h): 1 runs the
   // plain mappings; the use-ascend-coc feature (--use-ascend-coc, --tp-comm-overlap) sets more.
   int tp_comm_chunks = 1;
+  // MindSpeed's --moe-alltoall-overlap-comm (features/feature_moe_alltoall_overlap_comm.cc): the MoE
+  // all-to-all dispatcher overlaps its exchanges with independent compute (the shared expert in
+  // forward and backward, the experts' fc1 weight gradients with the input gradients' combine).
+  bool moe_alltoall_overlap = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;
