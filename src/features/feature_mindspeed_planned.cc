@@ -20,7 +20,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"tp-2d", FeatureModule::kParallel, "TP2dFeature (L2)", "two-dimensional tensor parallelism"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
-      {"moe-zero-memory", FeatureModule::kKeyScenarios, "MoEZeroMemoryFeature (L2)", "fine-grained MoE recomputation"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",
        "pipeline stages exchanging several tensors"},
       {"layerzero", FeatureModule::kMultimodal, "LayerZeroFeature (L2)", "hierarchical ZeRO-3 inside sub-groups"},

@@ -146,6 +146,10 @@ struct OpTable {
   // keeps only this rank's rows of its input for backward and all-gathers them again there,
   // overlapped with the input-gradient GEMM (model/tp_linear.h).
   bool tp_regather_input = false;
+  // MindSpeed's --moe-alltoall-overlap-comm (features/feature_moe_alltoall_overlap_comm.cc): the MoE
+  // all-to-all dispatcher overlaps its exchanges with independent compute (the shared expert in
+  // forward and backward, the experts' fc1 weight gradients with the input gradients' combine).
+  bool moe_alltoall_overlap = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

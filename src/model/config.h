@@ -38,8 +38,20 @@ enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone, kAlibi };
 //   mla_up_proj:    multi-latent attention drops its packed q/k/v rows (the up projections' outputs
 //                   after RoPE) once attention has run, and rebuilds them from the kept latents in
 //                   backward (model/mla_attention.h).
+//
+// MindSpeed's --moe-zero-memory (features/feature_moe_zero_memory.cc, model/moe_layer.h): what a
+// MoE layer's routed experts drop in forward and rebuild in backward. kLevel0: the experts' input
+// rows (the dispatched tokens, re-dispatched from the kept layer input in backward) and their
+// activation outputs (recomputed from the kept fc1 outputs); kLevel1: also the fc1 outputs
+// (recomputed from the re-dispatched rows) and the shared expert's state (rerun in backward).
+enum class MoeZeroMemory { kOff, kLevel0, kLevel1 };
+
 struct RecomputePlan {
   static constexpr int64_t kAllLayers = INT64_MAX;
+  // --moe-zero-memory; level1 only in the first moe_zero_memory_level1_layers layers of each model
+  // chunk (--moe-zero-memory-num-layers), level0 in the others.
+  MoeZeroMemory moe_zero_memory = MoeZeroMemory::kOff;
+  int64_t moe_zero_memory_level1_layers = kAllLayers;
   int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
   int64_t norm_layers = 0;        // both norms' outputs [T, H] (from the layer input and x_mid)
   bool mlp = false, moe_act = false, shared_experts = false, moe = false, mla_up_proj = false;

@@ -74,44 +74,70 @@ MoeDispatchPlan make_dispatch_plan(const Comm& ep, const std::vector<int64_t>& t
   return p;
 }
 
-Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows,
-                     const std::function<void()>& while_in_flight) {
-  GALE_CHECK_EQ(rows.size(0), p.num_sent());
-  const int64_t H = rows.size(1);
-  if (p.ep_size == 1) {  // one rank: global = local experts, nothing to move
-    if (while_in_flight) while_in_flight();
-    return rows;
-  }
-  const std::vector<int64_t> send = per_rank_elements(p.send_counts, p.ep_size, p.local_experts, H);
-  const std::vector<int64_t> recv = per_rank_elements(p.recv_counts, p.ep_size, p.local_experts, H);
-  Tensor received = Tensor::empty({p.num_received(), H}, rows.dtype());
-  WorkPtr exchange = ep->all_to_allv_async(rows.raw(), send, displacements(send), received.raw(), recv,
-                                           displacements(recv), rows.dtype());
-  if (while_in_flight) while_in_flight();
-  exchange->wait();
+Tensor PendingRows::wait() {
+  if (work_) work_->wait();
+  work_ = nullptr;
+  send_ = Tensor();
+  if (sort_ == nullptr) return std::move(received_);
+  const MoeDispatchPlan& p = *sort_;
+  const int64_t H = received_.size(1);
   std::vector<int64_t> source_major, expert_major;
   chunk_starts(p, &source_major, &expert_major);
-  Tensor out = Tensor::empty({p.num_received(), H}, rows.dtype());
-  move_chunks(p, static_cast<const char*>(received.raw()), source_major, static_cast<char*>(out.raw()), expert_major,
-              static_cast<size_t>(H) * dtype_size(rows.dtype()));
+  Tensor out = Tensor::empty({p.num_received(), H}, received_.dtype());
+  move_chunks(p, static_cast<const char*>(received_.raw()), source_major, static_cast<char*>(out.raw()), expert_major,
+              static_cast<size_t>(H) * dtype_size(received_.dtype()));
+  received_ = Tensor();
   return out;
 }
 
-Tensor combine_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows) {
-  GALE_CHECK_EQ(rows.size(0), p.num_received());
+PendingRows dispatch_rows_async(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows) {
+  GALE_CHECK_EQ(rows.size(0), p.num_sent());
+  PendingRows pending;
+  if (p.ep_size == 1) {  // one rank: global = local experts, nothing to move
+    pending.received_ = rows;
+    return pending;
+  }
   const int64_t H = rows.size(1);
-  if (p.ep_size == 1) return rows;
+  const std::vector<int64_t> send = per_rank_elements(p.send_counts, p.ep_size, p.local_experts, H);
+  const std::vector<int64_t> recv = per_rank_elements(p.recv_counts, p.ep_size, p.local_experts, H);
+  pending.send_ = rows;
+  pending.received_ = Tensor::empty({p.num_received(), H}, rows.dtype());
+  pending.sort_ = &p;
+  pending.work_ = ep->all_to_allv_async(rows.raw(), send, displacements(send), pending.received_.raw(), recv,
+                                        displacements(recv), rows.dtype());
+  return pending;
+}
+
+PendingRows combine_rows_async(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows) {
+  GALE_CHECK_EQ(rows.size(0), p.num_received());
+  PendingRows pending;
+  if (p.ep_size == 1) {
+    pending.received_ = rows;
+    return pending;
+  }
+  const int64_t H = rows.size(1);
   std::vector<int64_t> source_major, expert_major;
   chunk_starts(p, &source_major, &expert_major);
-  Tensor unsorted = Tensor::empty({p.num_received(), H}, rows.dtype());
-  move_chunks(p, static_cast<const char*>(rows.raw()), expert_major, static_cast<char*>(unsorted.raw()), source_major,
-              static_cast<size_t>(H) * dtype_size(rows.dtype()));
+  pending.send_ = Tensor::empty({p.num_received(), H}, rows.dtype());
+  move_chunks(p, static_cast<const char*>(rows.raw()), expert_major, static_cast<char*>(pending.send_.raw()),
+              source_major, static_cast<size_t>(H) * dtype_size(rows.dtype()));
   const std::vector<int64_t> send = per_rank_elements(p.recv_counts, p.ep_size, p.local_experts, H);
   const std::vector<int64_t> recv = per_rank_elements(p.send_counts, p.ep_size, p.local_experts, H);
-  Tensor out = Tensor::empty({p.num_sent(), H}, rows.dtype());
-  ep->all_to_allv_async(unsorted.raw(), send, displacements(send), out.raw(), recv, displacements(recv), rows.dtype())
-      ->wait();
-  return out;
+  pending.received_ = Tensor::empty({p.num_sent(), H}, rows.dtype());
+  pending.work_ = ep->all_to_allv_async(pending.send_.raw(), send, displacements(send), pending.received_.raw(), recv,
+                                        displacements(recv), rows.dtype());
+  return pending;
+}
+
+Tensor dispatch_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows,
+                     const std::function<void()>& while_in_flight) {
+  PendingRows pending = dispatch_rows_async(ep, p, rows);
+  if (while_in_flight) while_in_flight();
+  return pending.wait();
+}
+
+Tensor combine_rows(const Comm& ep, const MoeDispatchPlan& p, const Tensor& rows) {
+  return combine_rows_async(ep, p, rows).wait();
 }
 
 }  // namespace gale

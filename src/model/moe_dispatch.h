@@ -43,6 +43,29 @@ struct MoeDispatchPlan {
 // E must be a multiple of ep->size(). Collective over `ep`.
 MoeDispatchPlan make_dispatch_plan(const Comm& ep, const std::vector<int64_t>& tokens_per_expert);
 
+// A row exchange in flight (dispatch_rows_async / combine_rows_async): the all_to_allv has been
+// issued; wait() completes it and returns the rows in the receiver's order (a dispatch: sorted
+// expert-major). Keeps its buffers alive until then; wait() must be called exactly once, and
+// exchanges on one EP group are waited for in any order (they complete in issue order).
+class PendingRows {
+ public:
+  PendingRows() = default;
+  Tensor wait();
+
+ private:
+  friend PendingRows dispatch_rows_async(const Comm&, const MoeDispatchPlan&, const Tensor&);
+  friend PendingRows combine_rows_async(const Comm&, const MoeDispatchPlan&, const Tensor&);
+  WorkPtr work_;                            // null: nothing in flight (one EP rank)
+  Tensor send_, received_;                  // the exchange's buffers (received_: the result without a sort)
+  const MoeDispatchPlan* sort_ = nullptr;   // a dispatch: the plan its received chunks are sorted by
+};
+
+// Steps 2-3 without waiting: issues the row exchange of dispatch_rows (collective over `ep`, in
+// issue order with the group's other operations); `plan` must outlive the wait.
+PendingRows dispatch_rows_async(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows);
+// combine_rows without waiting (the unsort runs before the exchange is issued).
+PendingRows combine_rows_async(const Comm& ep, const MoeDispatchPlan& plan, const Tensor& rows);
+
 // Steps 2-3: `rows` [num_sent, H] (f32 or bf16) grouped by global expert -> [num_received, H]
 // grouped by local expert. Collective over `ep`. `while_in_flight`, when set, runs once on the
 // calling thread after the row exchange has started and before it is waited for (right away with

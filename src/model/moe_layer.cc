@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/flop_counter.h"
 #include "kernels/cpu/norm.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
@@ -142,6 +143,8 @@ Tensor etp_reduce_scatter(const Comm& etp, const MoeEtpLayout& l, const Tensor& 
 // whole group are gathered first (s->etp, s->expert_in), each rank's fc1 shard (column-parallel)
 // and fc2 shard (row-parallel) give partial outputs, reduce-scattered back to the rows' ranks; the
 // fc2 bias is added once (ETP rank 0) before the sum.
+// Under --moe-zero-memory (s->zero_memory) the input rows and activations (level1: and the fc1
+// outputs) are not kept.
 Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                        const Tensor& in, const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
   const int64_t H = c.hidden;
@@ -173,52 +176,123 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
     Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
     if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
     std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
-    (*fc1_outs)[e] = u;
-    if (!c.recompute.moe_act) (*acts)[e] = act;  // --recompute-modules moe_act: backward recomputes it
+    const bool off = s->zero_memory == MoeZeroMemory::kOff;
+    if (s->zero_memory != MoeZeroMemory::kLevel1) (*fc1_outs)[e] = u;
+    if (!c.recompute.moe_act && off) (*acts)[e] = act;  // --recompute-modules moe_act: backward recomputes it
   });
-  s->expert_in = rows;
+  if (s->zero_memory == MoeZeroMemory::kOff) s->expert_in = rows;
   return split ? etp_reduce_scatter(etp, s->etp, out, in.size(0)) : out;
 }
 
-// Backward of experts_forward: `d_out` [N, H] -> the rows' gradient [N, H]; accumulates the
-// experts' parameter gradients and releases the kept tensors (s->expert_in, fc1_out, act).
-Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                        const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
-                        MoeSaved& s) {
+// The local experts' offsets of the rows experts_forward ran (under ETP the group's).
+const std::vector<int64_t>& expert_row_offsets(const Comm& etp, const MoeSaved& s, const std::vector<int64_t>& in) {
+  return splits(etp) ? s.etp.offsets : in;
+}
+
+// The experts' input rows again (--moe-zero-memory): the re-dispatched rows of this rank, under
+// ETP all-gathered over the group as forward did.
+Tensor redispatched_rows(const Comm& etp, const MoeSaved& s, PendingRows& redispatch) {
+  const Tensor rows = redispatch.wait();
+  return splits(etp) ? etp_gather(etp, s.etp, rows) : rows;
+}
+
+// --moe-zero-memory level1: each local expert's fc1 output (bias added) and activation from its
+// rows, the same kernels as experts_forward (so the same bits).
+void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
+                   const Tensor& rows, const std::vector<int64_t>& offsets, int64_t Fe, MoeSaved& s) {
+  FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
+  s.fc1_out.assign(static_cast<size_t>(El), Tensor());
+  s.act.assign(static_cast<size_t>(El), Tensor());
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) return;
+    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+    Tensor act = Tensor::empty({n, Fe});
+    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
+    mlp_activation_forward(c, ops)(u.data<float>(), b1, act.data<float>(), n, Fe);
+    s.fc1_out[e] = u;
+    s.act[e] = to_gemm_input(act, c.gemm_dtype());
+  });
+}
+
+// Backward of experts_forward up to the rows: `d_out_local` [N, H] (this rank's rows) -> the rows'
+// gradient [N, H] (under ETP reduce-scattered back); accumulates the fc2 weight and bias and the
+// fc1 bias gradients and keeps in `du` each expert's fc1 output gradient (as the fc1 GEMMs take
+// it, `rows_dtype`) for experts_fc1_weight_grads. Releases the kept fc1 outputs and activations.
+Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                             const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
+                             DType rows_dtype, MoeSaved& s, std::vector<Tensor>* du) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);
   const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
-  const std::vector<int64_t>& offsets = split ? s.etp.offsets : in_offsets;
+  const std::vector<int64_t>& offsets = expert_row_offsets(etp, s, in_offsets);
   const Tensor d_out = split ? etp_gather(etp, s.etp, d_out_local) : d_out_local;
-  const Tensor rows = s.expert_in;
   std::vector<Tensor>& fc1_outs = s.fc1_out;
   std::vector<Tensor>& acts = s.act;
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
   Tensor d_in = Tensor::empty({offsets[El], H});
+  du->assign(static_cast<size_t>(El), Tensor());
   for_each_expert(El, [&](int64_t e) {
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) return;
     const Tensor d_ye = d_out.slice(first, n);
     if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
-    if (!acts[e].defined()) {  // --recompute-modules moe_act: from fc1's output (its bias already added)
+    if (!acts[e].defined()) {  // moe_act / zero memory: from fc1's output (its bias already added)
       Tensor act = Tensor::empty({n, Fe});
       mlp_activation_forward(c, ops)(fc1_outs[e].data<float>(), nullptr, act.data<float>(), n, Fe);
       acts[e] = to_gemm_input(act, c.gemm_dtype());
     }
     Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
     acts[e] = Tensor();
-    Tensor du = Tensor::empty(fc1_outs[e].shape());
+    Tensor d_u = Tensor::empty(fc1_outs[e].shape());
     float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
-    mlp_activation_backward(c, ops)(d_act.data<float>(), fc1_outs[e].data<float>(), du.data<float>(), db1, n, Fe);
+    mlp_activation_backward(c, ops)(d_act.data<float>(), fc1_outs[e].data<float>(), d_u.data<float>(), db1, n, Fe);
     fc1_outs[e] = Tensor();
-    const Tensor dxe = linear_backward(du, rows.slice(first, n), weight(ops, pb, w.fc1_w[e]));  // [n, H]
+    (*du)[e] = to_gemm_input(d_u, rows_dtype);  // rounded once for both products (as linear_backward)
+    Tensor dxe = Tensor::empty({n, H});
+    linear_backward_data_into((*du)[e], weight(ops, pb, w.fc1_w[e]), rows_dtype, dxe);  // [n, H]
     std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
   });
-  s.expert_in = Tensor();
   return split ? etp_reduce_scatter(etp, s.etp, d_in, d_out_local.size(0)) : d_in;
 }
 
+// The fc1 weight gradients from experts_backward_data's `du` and the experts' input rows; releases `du`.
+void experts_fc1_weight_grads(const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, const Tensor& rows,
+                              const std::vector<int64_t>& offsets, std::vector<Tensor>& du) {
+  const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
+  for_each_expert(El, [&](int64_t e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) return;
+    linear_backward_weight(du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+    du[e] = Tensor();
+  });
+}
+
+// Backward of experts_forward with its kept rows (the all-gather dispatcher): the rows' gradient.
+Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                        const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
+                        MoeSaved& s) {
+  std::vector<Tensor> du;
+  const Tensor rows = s.expert_in;
+  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out_local, in_offsets, etp, rows.dtype(), s, &du);
+  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, in_offsets), du);
+  s.expert_in = Tensor();
+  return d_in;
+}
+
 }  // namespace
+
+int64_t MoeSaved::tensor_bytes() const {
+  int64_t n = 0;
+  const auto add = [&](const Tensor& t) { n += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  for (const Tensor* t : {&x, &router.scores, &router.logsumexp, &router.logits, &router.probs, &probs,
+                          &gathered_probs, &expert_in, &expert_out})
+    add(*t);
+  for (const std::vector<Tensor>* v : {&fc1_out, &act})
+    for (const Tensor& t : *v) add(t);
+  return n;
+}
 
 std::vector<int> MoeParamIds::all() const {
   std::vector<int> ids;
@@ -286,7 +360,7 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
                    const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap,
-                   const MoeJitterKey& jitter) {
+                   const MoeJitterKey& jitter, MoeZeroMemory zero_memory) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
   MoeRouterSaved router_saved;
@@ -317,6 +391,8 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   Tensor expert_in, expert_out, gathered_probs;
   std::vector<int64_t> gathered_slot;
   MoeSaved st;  // the experts' kept tensors (and the expert-TP layout)
+  st.zero_memory = saved ? zero_memory : MoeZeroMemory::kOff;
+  GALE_CHECK(st.zero_memory == MoeZeroMemory::kOff || !gathered) << "--moe-zero-memory with the all-gather dispatcher";
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
     plan = make_dispatch_plan(ep, counts);
@@ -384,6 +460,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     saved->fc1_out = std::move(st.fc1_out);
     saved->act = std::move(st.act);
     saved->expert_out = expert_out;
+    saved->zero_memory = st.zero_memory;
   }
   return y;
 }
@@ -426,12 +503,39 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   Tensor d_expert_out = Tensor::empty({R, H});
   weighted_outputs_backward(g, H, k, s.permuted_slot, s.probs, s.expert_out, &d_expert_out, &dprobs);
   s.expert_out = Tensor();
-  // ---- to the experts' ranks, local experts, back to the token rows ----
-  const Tensor d_local_out = dispatch_rows(ep, s.plan, d_expert_out, overlap);  // [N, H] local expert-major
+  // ---- the exchanges (issued in this order on every EP rank): --moe-zero-memory re-dispatches
+  // the experts' input rows from x (level1 first: its fc1 recomputation needs them before the
+  // experts' backward; level0 after: only the fc1 weight gradients need them) ----
+  const bool level1 = s.zero_memory == MoeZeroMemory::kLevel1, redo = s.zero_memory != MoeZeroMemory::kOff;
+  const auto redispatch = [&] { return dispatch_rows_async(ep, s.plan, gather_rows(s.x, s.permuted_slot.data(), R, k)); };
+  PendingRows rows_again;
+  if (level1) rows_again = redispatch();
+  PendingRows grads = dispatch_rows_async(ep, s.plan, d_expert_out);  // to the experts' ranks
+  if (redo && !level1) rows_again = redispatch();
+  if (overlap) overlap();  // the shared expert's backward while they are in flight
+  const bool split = splits(etp);
+  const std::vector<int64_t>& offsets = expert_row_offsets(etp, s, s.plan.expert_offsets);
+  Tensor rows = s.expert_in;
+  if (level1) {
+    rows = redispatched_rows(etp, s, rows_again);
+    recompute_fc1(c, ops, pb, w, rows, offsets, c.moe.ffn / (split ? etp->size() : 1), s);
+  }
+  Tensor d_local_out = grads.wait();  // [N, H] local expert-major
   d_expert_out = Tensor();
-  Tensor d_expert_in = experts_backward(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s);
-  const Tensor d_rows = combine_rows(ep, s.plan, d_expert_in);  // [R, H] this rank's permuted rows
+  std::vector<Tensor> du;
+  Tensor d_expert_in =
+      experts_backward_data(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du);
+  d_local_out = Tensor();
+  if (redo && !level1) rows = redispatched_rows(etp, s, rows_again);
+  // ---- back to the token rows; --moe-alltoall-overlap-comm: the fc1 weight gradients meanwhile ----
+  PendingRows back;
+  if (ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
+  experts_fc1_weight_grads(ops, pb, w, rows, offsets, du);
+  rows = Tensor();
+  s.expert_in = Tensor();
+  if (!ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
   d_expert_in = Tensor();
+  const Tensor d_rows = back.wait();  // [R, H] this rank's permuted rows
   Tensor dx = Tensor::zeros({T, H});
   for (int64_t r = 0; r < R; ++r)  // (a padding row's gradient is 0)
     if (s.permuted_slot[r] >= 0) add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);

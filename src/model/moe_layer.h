@@ -104,12 +104,19 @@ struct MoeSaved {
   Tensor gathered_probs;               // all-gather: [P·T·k] the EP group's routing weights
   MoeEtpLayout etp;                    // the expert-TP exchange (none without ETP)
   Tensor expert_in;                    // [rows of the local experts, H] their input rows, local expert-major
-                                       // (under ETP: the whole ETP group's rows)
-  std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's input)
+                                       // (under ETP: the whole ETP group's rows); undefined under
+                                       // --moe-zero-memory: re-dispatched from x in backward
+  std::vector<Tensor> fc1_out;         // per local expert [n_j, Fe or 2Fe], bias included (the activation's
+                                       // input); undefined under level1: recomputed from the re-dispatched rows
   std::vector<Tensor> act;             // per local expert [n_j, Fe], as the fc2 GEMM takes it (undefined
-                                       // with config.recompute.moe_act: recomputed from fc1_out)
+                                       // with config.recompute.moe_act or --moe-zero-memory: recomputed)
   Tensor expert_out;                   // [R, H] permuted rows' expert outputs (for the routing-weight
                                        // gradient); all-gather: the local experts' outputs [N, H]
+  MoeZeroMemory zero_memory = MoeZeroMemory::kOff;  // what this forward dropped (config.h)
+
+  // Bytes of the tensors kept (x, the router's, probs, expert rows, fc1 outputs, activations,
+  // expert outputs; the index vectors are not counted): what --moe-zero-memory shrinks.
+  int64_t tensor_bytes() const;
 };
 
 // Returns y [T, H] (f32). With `saved` (training) the state for backward is kept and `losses`, when
@@ -122,15 +129,25 @@ struct MoeSaved {
 // it; --moe-shared-expert-overlap, model/moe_shared_expert.h). `jitter` keys the router's input
 // jitter (--moe-input-jitter-eps; model/moe_router.h). With config.recompute.moe_act the experts'
 // activation outputs are not kept (backward recomputes them from the kept fc1 outputs).
+// `zero_memory` (--moe-zero-memory, this layer's level; the all-to-all dispatcher only): level0
+// keeps neither the experts' input rows nor their activation outputs, level1 not their fc1 outputs
+// either; backward re-dispatches the rows from the kept input x and recomputes the rest with the
+// same kernels, so the results are bit-identical.
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
                    bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1,
-                   const std::function<void()>& overlap = {}, const MoeJitterKey& jitter = {});
+                   const std::function<void()>& overlap = {}, const MoeJitterKey& jitter = {},
+                   MoeZeroMemory zero_memory = MoeZeroMemory::kOff);
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`. `overlap`,
 // when set, runs once while the all-to-all dispatch of the output gradients is in flight (the
-// all-gather dispatcher: before it).
+// all-gather dispatcher: before it). All-to-all backward, in this order: the output gradients'
+// dispatch (under level1 after the input rows' re-dispatch, under level0 before it), `overlap`,
+// level1's fc1 recomputation, each expert's fc2 and activation backward and fc1 input gradient,
+// then the input gradients' combine and the fc1 weight gradients; with ops.moe_alltoall_overlap
+// (--moe-alltoall-overlap-comm) the combine is issued before the fc1 weight gradients so they
+// overlap it (without it: after). Only independent work moves, so every order gives the same bits.
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
                     const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr,
                     const std::function<void()>& overlap = {});

@@ -221,6 +221,21 @@ bool recomputes(const LayerRuntime& rt, int64_t layer, int64_t plan_layers) {
   return layer - rt.part->first_layer < plan_layers;
 }
 
+// The --moe-zero-memory level of layer `layer` of this chunk: level1 in the chunk's first
+// --moe-zero-memory-num-layers layers, level0 in the others.
+MoeZeroMemory moe_zero_memory(const LayerRuntime& rt, int64_t layer) {
+  const RecomputePlan& r = rt.config->recompute;
+  if (r.moe_zero_memory == MoeZeroMemory::kLevel1 && !recomputes(rt, layer, r.moe_zero_memory_level1_layers))
+    return MoeZeroMemory::kLevel0;
+  return r.moe_zero_memory;
+}
+
+// Whether the MoE shared expert runs while the routed rows' exchange is in flight
+// (--moe-shared-expert-overlap or --moe-alltoall-overlap-comm).
+bool overlaps_shared_expert(const LayerRuntime& rt) {
+  return rt.config->moe.shared_overlap || rt.ops->moe_alltoall_overlap;
+}
+
 }  // namespace
 
 uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
@@ -388,7 +403,11 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   // --recompute-modules: what reruns in backward (config.h RecomputePlan)
   const bool rerun_mlp = c.recompute.mlp && !w.moe.defined();
   const bool rerun_moe = c.recompute.moe && w.moe.defined();
-  const bool rerun_shared = (c.recompute.shared_experts || c.recompute.moe) && w.shared.defined();
+  // --moe-zero-memory level1 drops the shared expert's state too (MindSpeed recomputes its fc1 and
+  // activation): it reruns like --recompute-modules shared_experts.
+  const MoeZeroMemory zero_memory = w.moe.defined() ? moe_zero_memory(rt, layer) : MoeZeroMemory::kOff;
+  const bool rerun_shared = (c.recompute.shared_experts || c.recompute.moe || zero_memory == MoeZeroMemory::kLevel1) &&
+                            w.shared.defined();
   if (w.moe.defined()) {  // router, experts, weighted sum [Tl, H]
     MoeAuxLosses aux;
     // --recompute-modules moe: this forward's state only gives the aux losses and counts; dropped at the end
@@ -400,9 +419,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                      saved && !rerun_shared ? &saved->shared : nullptr);
     };
     const std::function<void()> overlap =
-        w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr;
+        w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared) : nullptr;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, moe_saved, &aux, part.ep, part.ep_allgather, part.etp,
-                      part.moe_seq, B, overlap, moe_jitter_key(rt, layer));
+                      part.moe_seq, B, overlap, moe_jitter_key(rt, layer), zero_memory);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
@@ -470,21 +489,25 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
       moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
-                  B, nullptr, moe_jitter_key(rt, layer));
+                  B, nullptr, moe_jitter_key(rt, layer), moe_zero_memory(rt, layer));
     }
-    if (w.shared.defined() && !s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe)
-      FlopCountRecompute recompute;
-      shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
-    }
-    s.mlp_in = Tensor();
-    Tensor d_shared;  // --moe-shared-expert-overlap: computed during the gradients' dispatch
-    const auto run_shared = [&] { d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2); };
+    Tensor d_shared;  // --moe-shared-expert-overlap / --moe-alltoall-overlap-comm: during the gradients' dispatch
+    const auto run_shared = [&] {
+      if (!s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe), --moe-zero-memory level1
+        FlopCountRecompute recompute;
+        GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": shared-expert rerun without the MoE's input";
+        shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
+      }
+      d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2);
+    };
     d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
-                           w.shared.defined() && c.moe.shared_overlap ? std::function<void()>(run_shared) : nullptr);
+                           w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared)
+                                                                            : nullptr);
     if (w.shared.defined()) {
       if (!d_shared.defined()) run_shared();
       add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
     }
+    s.mlp_in = Tensor();
     d_fc2 = Tensor();
     s.norm2_out = Tensor();
   } else {

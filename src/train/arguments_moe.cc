@@ -63,7 +63,7 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
              "benchmarking; the routing weights still come from the real top-k); needs --expert-model-parallel-size > 1");
   p.add_flag("--moe-permutation-async-comm", &a.moe_permutation_async_comm,
              "accepted (MindSpeed overlaps the allgather dispatcher's permutation all-gathers; required with "
-             "--moe-tp-extend-ep); no effect in Gale");
+             "--moe-tp-extend-ep and --moe-alltoall-overlap-comm); no effect in Gale");
   p.add("--moe-shared-expert-intermediate-size", &a.moe_shared_expert_intermediate_size,
         "total FFN size of the shared experts every MoE layer adds to the routed ones (needs --disable-bias-linear)");
   p.add_flag("--moe-shared-expert-gate", &a.moe_shared_expert_gate,
