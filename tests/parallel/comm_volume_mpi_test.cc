@@ -59,13 +59,13 @@ const std::vector<Layout>& layouts() {
       {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
       // MindSpeed's kvallgather_cp_algo: the same all-gather; the double ring: the ring's bytes; the
       // ring's key/value cache: fewer bytes backward (full: gradients only; half: values and
-      // gradients, in layers 0 and 2 with interval 1).
+      // gradients, in layers 0 and 3 of 4 with interval 2).
       {"cp2_kvallgather", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "kvallgather_cp_algo"}},
       {"cp4_window2", 4, {"--context-parallel-size", "4", "--cp-window-size", "2"}},
       {"cp4_kv_cache_full", 4, {"--context-parallel-size", "4", "--context-parallel-kv-cache-policy", "full"}},
-      {"cp4_window2_kv_cache_half_interval1", 4, {"--context-parallel-size", "4", "--cp-window-size", "2",
+      {"cp4_window2_kv_cache_half_interval2", 4, {"--context-parallel-size", "4", "--cp-window-size", "2",
                                                   "--context-parallel-kv-cache-policy", "half",
-                                                  "--context-parallel-cache-interval", "1"}},
+                                                  "--context-parallel-cache-interval", "2"}},
       {"tp2_cp2_sp_allgather", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
                                    "--sequence-parallel", "--cp-comm-type", "allgather"}},
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
@@ -164,7 +164,7 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     const auto per_layer_cp = [&](int64_t layer) -> int64_t {
       if (algo == "hybrid_cp_algo") return 0;
       if (algo == "ulysses_cp_algo") return 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim;
-      if (args.parallel.cp_comm_type != "p2p") return 2 * cp * kv_block;
+      if (algo == "kvallgather_cp_algo" || args.parallel.cp_comm_type != "p2p") return 2 * cp * kv_block;
       const std::string& policy = args.parallel.context_parallel_kv_cache_policy;
       const int64_t k = args.parallel.context_parallel_cache_interval;
       const bool cached = !policy.empty() && (k == 0 || layer % (k + 1) == 0);
