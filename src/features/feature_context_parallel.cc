@@ -11,6 +11,12 @@
 // head split); and hybrid_cp_algo (--ulysses-degree-in-cp U: Ulysses within sub-groups of U
 // consecutive cp ranks, ring attention across them; parallel/hybrid_cp_groups.h). Megatron's
 // --cp-comm-type a2a and a2a+p2p select the last two (train/arguments_parallel.cc resolves them).
+// MindSpeed's --cp-window-size W (same feature class there) runs the ring as a double ring: windows
+// of W consecutive ranks of the ring group pass the blocks among themselves, and each round's
+// first block travels to the next window meanwhile (LoongTrain; model/ring_attention.h), with
+// megatron_cp_algo's ring and hybrid_cp_algo's rings (1 <= W < ring size, W dividing it).
+// Tests: tests/parallel/invariance_mpi_test.cc, cp_extensions_invariance_mpi_test.cc,
+// ring_attention_mpi_test.cc, comm_volume_mpi_test.cc, tests/train/arguments_parallel_test.cc.
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
 
@@ -36,7 +42,8 @@ class ContextParallelFeature : public Feature {
            "ulysses_cp_algo trades the sequence split for a head split with all-to-alls, "
            "hybrid_cp_algo (--ulysses-degree-in-cp U) runs Ulysses within groups of U consecutive cp ranks and "
            "the ring across the CP/U groups; Megatron's --cp-comm-type a2a runs as ulysses_cp_algo and a2a+p2p "
-           "(--hierarchical-context-parallel-sizes A P) as hybrid_cp_algo with U = A";
+           "(--hierarchical-context-parallel-sizes A P) as hybrid_cp_algo with U = A; --cp-window-size W runs either "
+           "ring as a double ring (windows of W ranks, an outer ring across them)";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.context_parallel_size > 1; }
   std::string not_requested_reason(const FeatureContext& ctx) const override {
