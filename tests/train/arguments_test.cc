@@ -429,6 +429,11 @@ INSTANTIATE_TEST_SUITE_P(
                   "--dataloader-type: expected single or cyclic, found 'Cyclic'"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
+        ErrorCase{{"--use-ulysses-allgather-kv"}, StatusCode::kUnimplemented,
+                  "--use-ulysses-allgather-kv: not supported yet (Ulysses with all-gathered keys and values and "
+                  "all-to-all queries; Gale's ulysses_cp_algo runs all-to-alls of Q, K and V)"},
+        ErrorCase{{"--context-parallel-kv-cache-policy", "all"}, StatusCode::kInvalidArgument,
+                  "--context-parallel-kv-cache-policy..."},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
         ErrorCase{{"--moe-router-topk", "2"}, StatusCode::kInvalidArgument,
                   "--moe-router-topk needs --num-experts (a MoE model), found no --num-experts"},
