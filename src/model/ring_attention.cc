@@ -172,6 +172,11 @@ void join_half_blocks(int64_t T, int64_t KVHD, const float* keys, const float* v
   }
 }
 
+// Step s's entry of a RingSaved::cache (the block received at step s ≥ 1).
+float* cached_block(const Tensor& cache, int64_t s) {
+  return cache.data<float>() + (s - 1) * cache.size(1) * cache.size(2);
+}
+
 }  // namespace
 
 RingSaved ring_attention_forward(Communicator& cp, const ContextSplit& split, const RingOptions& opts,
@@ -199,10 +204,8 @@ RingSaved ring_attention_forward(Communicator& cp, const ContextSplit& split, co
     } else {
       forward(bp, qkv, ql, cur, bkl, cur, bvl, part_out.data<float>(), part_lse.data<float>());
       merge_attention_partial(B, ap.NH, Sl, HD, out, lse, part_out.data<float>(), part_lse.data<float>());
-      float* kept = full || half ? saved.cache.data<float>() + (s - 1) * saved.cache.size(1) * saved.cache.size(2)
-                                 : nullptr;
-      if (full) std::copy_n(cur, count, kept);
-      if (half) copy_half_block(Tl, KV * HD, cur, /*values=*/false, kept);
+      if (full) std::copy_n(cur, count, cached_block(saved.cache, s));
+      if (half) copy_half_block(Tl, KV * HD, cur, /*values=*/false, cached_block(saved.cache, s));
     }
     transport.end(s);
   }
@@ -247,11 +250,9 @@ void ring_attention_backward(Communicator& cp, const ContextSplit& split, const 
     // its cached keys with its travelled values).
     const float* cur = saved.local_kv.data<float>();
     if (s > 0) {
-      const float* kept = cached ? saved.cache.data<float>() + (s - 1) * saved.cache.size(1) * saved.cache.size(2)
-                                 : nullptr;
-      cur = cached ? kept : transport->current();
+      cur = cached ? cached_block(saved.cache, s) : transport->current();
       if (half) {
-        join_half_blocks(Tl, KV * HD, kept, transport->current(), joined.data<float>());
+        join_half_blocks(Tl, KV * HD, cached_block(saved.cache, s), transport->current(), joined.data<float>());
         cur = joined.data<float>();
       }
     }
