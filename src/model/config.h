@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/ring_options.h"
 #include "parallel/hybrid_cp_groups.h"
 
 namespace gale {
@@ -316,6 +317,13 @@ struct ModelPartition {
   // heads, the positions of the whole group), ring attention over the ring group, and the
   // all-to-all back. Both null otherwise.
   HybridCpGroups cp_hybrid;
+  // Ring attention (cp_ring, or hybrid's ring sub-group): --cp-window-size W, MindSpeed's double
+  // ring (windows of W consecutive ranks of the ring group; 1: one ring), and
+  // --context-parallel-kv-cache-policy with --context-parallel-cache-interval (the layers whose
+  // forward keeps the key/value blocks it received for backward). model/ring_options.h.
+  int64_t cp_window = 1;
+  RingKvCache cp_kv_cache = RingKvCache::kNone;
+  int64_t cp_cache_interval = 0;
   // Expert-parallel group (null or size 1 without EP): its ranks hold different experts of every
   // MoE layer (E/EP each, EP rank r the global experts r·E/EP ...) and exchange tokens over it
   // (model/moe_dispatch.h).
@@ -336,6 +344,10 @@ struct ModelPartition {
   int64_t ep_size() const { return ep ? ep->size() : 1; }
   int64_t ep_rank() const { return ep ? ep->rank() : 0; }
   bool hybrid_cp() const { return cp_hybrid.ulysses != nullptr; }
+  // The ring options of global layer `layer` (negative: none cached, e.g. a forward without backward).
+  RingOptions ring_options(int64_t layer) const {
+    return {cp_window, layer < 0 ? RingKvCache::kNone : ring_kv_cache_of_layer(cp_kv_cache, cp_cache_interval, layer)};
+  }
 };
 
 // The whole model on one process.

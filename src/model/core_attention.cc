@@ -85,7 +85,7 @@ Plan plan_of(const LayerRuntime& rt) {
 
 }  // namespace
 
-Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv_local,
+Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, int64_t layer, const Tensor& qkv_local,
                               CoreAttentionSaved* saved) {
   const OpTable& ops = *rt.ops;
   const Plan p = plan_of(rt);
@@ -94,11 +94,14 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   const int64_t rows = qkv.size(0);
   Tensor out = Tensor::empty({rows, NHa * HD});
   Tensor lse = Tensor::empty({B, NHa, rows / B});
-  Tensor kv_global, kv_local;
+  Tensor kv_global;
+  RingSaved ring;
   const float* q = qkv.data<float>();
   if (ring_keys(layout)) {
-    kv_local = ring_attention_forward(*keys.group, *keys.split, ops.attention_forward, ap, q, ql, kl, vl,
-                                      out.data<float>(), lse.data<float>());
+    // The cache serves only a backward: without `saved` nothing is kept.
+    const RingOptions opts = rt.part->ring_options(saved ? layer : -1);
+    ring = ring_attention_forward(*keys.group, *keys.split, opts, ops.attention_forward, ap, q, ql, kl, vl,
+                                  out.data<float>(), lse.data<float>());
   } else if (layout == CpAttention::kAllGather) {
     kv_global = all_gather_context_kv(*keys.group, *keys.split, B, q, kl, vl, KVa, HD);
     const float* kv = kv_global.data<float>();
@@ -112,7 +115,7 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
     saved->qkv = qkv;
     saved->lse = lse;
     saved->kv_global = kv_global;
-    saved->kv_local = kv_local;
+    saved->ring = ring;
     saved->head_out = hs.group ? out : Tensor();
   }
   return ctx;
@@ -155,7 +158,7 @@ Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& a
   const float* q = s.qkv.data<float>();
   float* dq = d_qkv.data<float>();
   if (ring_keys(layout)) {  // the blocks and their gradients travel around the ring
-    ring_attention_backward(*keys.group, *keys.split, ops.attention_backward, ap, q, ql, s.kv_local,
+    ring_attention_backward(*keys.group, *keys.split, rt.part->ring_options(-1), ops.attention_backward, ap, q, ql, s.ring,
                             out.data<float>(), s.lse.data<float>(), d_out.data<float>(), dq, kl, vl);
   } else if (layout == CpAttention::kAllGather) {  // dK, dV of every position, summed into their owners' rows
     const float* kv = s.kv_global.data<float>();

@@ -27,6 +27,7 @@
 
 #include "core/tensor.h"
 #include "model/layer_runtime.h"
+#include "model/ring_attention.h"
 
 namespace gale {
 
@@ -42,13 +43,16 @@ struct CoreAttentionSaved {
   Tensor qkv;        // packed QKV rows after RoPE [rows, (NHa + 2·KVa)·HD]
   Tensor lse;        // [B, NHa, rows/B]
   Tensor kv_global;  // kAllGather: keys and values of the whole sequence [S_global·B, 2·KVl·HD]
-  Tensor kv_local;   // kRing, kHybrid: this rank's key/value block [rows, 2·KVa·HD]
+  RingSaved ring;    // kRing, kHybrid: this rank's key/value block [rows, 2·KVa·HD] (and the blocks or keys
+                     // received, under --context-parallel-kv-cache-policy; model/ring_attention.h)
   Tensor head_out;   // kUlysses, kHybrid: attention's output on the head split [rows, NHa·HD]
 };
 
 // qkv [T, (NHl + 2·KVl)·HD] after RoPE -> the attention output [T, NHl·HD] (f32). `ap` is the
-// micro-batch's problem with this layer's dropout stream. With `saved` null nothing is kept.
-Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+// micro-batch's problem with this layer's dropout stream; `layer` the global layer index (it picks
+// the layers whose ring keeps a key/value cache, --context-parallel-cache-interval). With `saved`
+// null nothing is kept.
+Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, int64_t layer, const Tensor& qkv,
                               CoreAttentionSaved* saved);
 
 // The rows core_attention_forward keeps as saved.qkv for the layer's packed rows `qkv` (after

@@ -207,7 +207,8 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
 }
 
 Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
-                             const AttentionProblem& ap, const Tensor& x, Tensor* cache, MlaSaved* saved) {
+                             const AttentionProblem& ap, int64_t layer, const Tensor& x, Tensor* cache,
+                             MlaSaved* saved) {
   const ModelConfig& c = *rt.config;
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
@@ -257,7 +258,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   Tensor qkv = packed_qkv(rt, pb, w, d, d.Cq == 0 ? x_full : q_in, kv_in, k_pe);
 
   Tensor out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
-                     : core_attention_forward(rt, ap, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
+                     : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
   Tensor ctx = Tensor::empty({d.T, d.NHl * d.Dv});
   for_rows(d.T, [&](int64_t t) {
     for (int64_t h = 0; h < d.NHl; ++h)

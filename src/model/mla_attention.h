@@ -92,11 +92,13 @@ struct MlaSaved {
 };
 
 // x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. `ap`
-// is the micro-batch's attention problem with this layer's dropout stream. With rt.kv_cache the new
+// is the micro-batch's attention problem with this layer's dropout stream, `layer` the global layer
+// index (core_attention_forward). With rt.kv_cache the new
 // positions' expanded keys and values are appended to the layer's cache (`cache`); with `saved` null
 // nothing is kept.
 Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
-                             const AttentionProblem& ap, const Tensor& x, Tensor* cache, MlaSaved* saved);
+                             const AttentionProblem& ap, int64_t layer, const Tensor& x, Tensor* cache,
+                             MlaSaved* saved);
 
 // Backward: d_ctx [T, NHl·Dv] -> dx [Tl, H] (whole: no further TP reduction); parameter gradients
 // accumulated. Releases `saved`.

@@ -233,8 +233,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--context-parallel-size", &a.context_parallel_size,
         "context-parallel size: each sequence cut into 2 x CP chunks, cp rank r holding chunks r and 2CP-1-r");
   p.add("--context-parallel-algo", &a.context_parallel_algo,
-        "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; keys and values all-gathered) or "
-        "ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP) or "
+        "context-parallel algorithm (MindSpeed): megatron_cp_algo (default; ring attention, or with --cp-comm-type "
+        "allgather keys and values all-gathered) or kvallgather_cp_algo (keys and values all-gathered, queries local, "
+        "key/value gradients reduce-scattered; = --cp-comm-type allgather) or ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP) or "
         "hybrid_cp_algo (Ulysses within groups of --ulysses-degree-in-cp consecutive cp ranks, ring attention "
         "across them)");
   p.add("--ulysses-degree-in-cp", &a.ulysses_degree_in_cp,
@@ -248,6 +249,19 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
              1);
   p.add_list("--hierarchical-context-parallel-sizes", &a.hierarchical_context_parallel_sizes,
              "--cp-comm-type a2a+p2p: the all-to-all and ring levels of the cp group, A P with A x P = CP", 1);
+  p.add("--cp-window-size", &a.cp_window_size,
+        "ring attention (megatron_cp_algo with --cp-comm-type p2p, hybrid_cp_algo): W > 1 runs MindSpeed's double "
+        "ring, an inner ring of W consecutive ranks and an outer ring across the windows (1 <= W < ring size, W "
+        "dividing it; default 1: one ring)");
+  p.add_choice("--context-parallel-kv-cache-policy", &a.context_parallel_kv_cache_policy, {"full", "half"},
+               "ring attention keeps the key/value blocks received in forward for backward: full (keys and values; "
+               "backward sends only gradients) or half (keys; backward passes the values around again)");
+  p.add("--context-parallel-cache-interval", &a.context_parallel_cache_interval,
+        "with --context-parallel-kv-cache-policy: cache in every layer (0, default) or in layers 0, k+1, 2(k+1), ... "
+        "(0 <= k < --num-layers)");
+  p.add_unsupported("--use-ulysses-allgather-kv",
+                    "Ulysses with all-gathered keys and values and all-to-all queries; Gale's ulysses_cp_algo runs "
+                    "all-to-alls of Q, K and V");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--unaligned-linear", &a.unaligned_linear,
              "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "

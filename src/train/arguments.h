@@ -230,6 +230,15 @@ struct ParallelArgs {
   // MindSpeed's --ulysses-degree-in-cp: U, the Ulysses sub-group size of hybrid_cp_algo (0 = unset;
   // only valid with that algorithm; 1 < U < CP, U dividing CP).
   int64_t ulysses_degree_in_cp = 0;
+  // MindSpeed's --cp-window-size W: ring attention as a double ring, an inner ring of W consecutive
+  // ranks of the ring group and an outer ring across the windows (1: one ring; 1 <= W < ring size,
+  // W dividing it; model/ring_attention.h).
+  int64_t cp_window_size = 1;
+  // MindSpeed's --context-parallel-kv-cache-policy ("" = none, full, half) and
+  // --context-parallel-cache-interval k: ring attention keeps the key/value blocks (full) or the
+  // keys (half) it received in forward for backward, in every layer (k = 0) or every (k + 1)-th.
+  std::string context_parallel_kv_cache_policy;
+  int64_t context_parallel_cache_interval = 0;
   int64_t expert_model_parallel_size = 1;
   // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
   // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).

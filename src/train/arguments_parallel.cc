@@ -367,6 +367,15 @@ Status resolve_cp_comm_type(Arguments& a) {
                            "--context-parallel-size ", par.context_parallel_size, ", found a product of ",
                            hierarchy_product);
   const std::string comm = par.cp_comm_type, algo = par.context_parallel_algo;
+  // MindSpeed's kvallgather_cp_algo (Llama 3's all-gather CP) is the all-gather of keys and
+  // values: Megatron's --cp-comm-type allgather, which is all it may be combined with.
+  if (algo == "kvallgather_cp_algo" && comm != "a2a" && comm != "a2a+p2p") {
+    if (!types.empty() && comm != "allgather")
+      return InvalidArgument("--context-parallel-algo kvallgather_cp_algo all-gathers keys and values: expected "
+                             "--cp-comm-type allgather or none, found '", comm, "'");
+    par.cp_comm_type = "allgather";
+    return Status::Ok();
+  }
   if (comm != "a2a" && comm != "a2a+p2p") return Status::Ok();
   if (comm == "a2a+p2p" && sizes.empty())
     return InvalidArgument("--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm");
@@ -394,15 +403,15 @@ Status resolve_cp_comm_type(Arguments& a) {
 Status validate_context_parallel(const Arguments& a, const std::string& requested_comm) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
-  static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"};
+  static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo"};
   const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
-  if (algo != "megatron_cp_algo" && !ulysses && !hybrid) {
+  if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid) {
     for (const char* planned : kPlanned)
       if (algo == planned)
         return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements "
-                             "megatron_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
-    return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
-                           "adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
+                             "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
+    return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
+                           "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
   const int64_t cp = par.context_parallel_size, U = par.ulysses_degree_in_cp;
   if (!hybrid && U != 0)
@@ -450,6 +459,45 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");
+  return Status::Ok();
+}
+
+// MindSpeed's options of ring attention: the double ring (--cp-window-size) and the key/value cache
+// (--context-parallel-kv-cache-policy, --context-parallel-cache-interval), after
+// validate_context_parallel. Both need a ring: megatron_cp_algo with --cp-comm-type p2p, or the
+// ring sub-groups of hybrid_cp_algo.
+Status validate_ring_options(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const std::string& algo = par.context_parallel_algo;
+  const int64_t cp = par.context_parallel_size, W = par.cp_window_size, k = par.context_parallel_cache_interval;
+  const bool hybrid = algo == "hybrid_cp_algo";
+  const bool ring = cp > 1 && (hybrid || (algo == "megatron_cp_algo" && par.cp_comm_type == "p2p"));
+  const std::string needs = "ring attention (--context-parallel-size > 1 with megatron_cp_algo and --cp-comm-type "
+                            "p2p, or hybrid_cp_algo)";
+  const std::string found = cp == 1                     ? std::string("--context-parallel-size 1")
+                            : algo == "megatron_cp_algo" ? "--cp-comm-type " + par.cp_comm_type
+                                                         : "--context-parallel-algo " + algo;
+  if (W < 1) return InvalidArgument("--cp-window-size: expected a positive integer, found ", W);
+  if (W > 1) {
+    if (!ring) return InvalidArgument("--cp-window-size ", W, " applies to ", needs, ", found ", found);
+    const int64_t R = hybrid ? cp / par.ulysses_degree_in_cp : cp;
+    if (W >= R || R % W != 0)
+      return InvalidArgument("--cp-window-size ", W, ": expected W < ",
+                             hybrid ? "the ring degree --context-parallel-size / --ulysses-degree-in-cp = "
+                                    : "--context-parallel-size ",
+                             R, " and dividing it (windows of W ranks), found ", W);
+  }
+  const std::string& policy = par.context_parallel_kv_cache_policy;
+  if (!policy.empty() && !ring)
+    return InvalidArgument("--context-parallel-kv-cache-policy ", policy, " keeps the key/value blocks of ", needs,
+                           ", found ", found);
+  if (k < 0) return InvalidArgument("--context-parallel-cache-interval: expected a non-negative integer, found ", k);
+  if (k > 0 && policy.empty())
+    return InvalidArgument("--context-parallel-cache-interval ", k,
+                           " needs --context-parallel-kv-cache-policy full or half, found none");
+  if (k > 0 && k >= a.model.num_layers)
+    return InvalidArgument("--context-parallel-cache-interval ", k, ": expected less than --num-layers ",
+                           a.model.num_layers);
   return Status::Ok();
 }
 
@@ -641,6 +689,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
   GALE_RETURN_IF_ERROR(resolve_cp_comm_type(a));
   GALE_RETURN_IF_ERROR(validate_context_parallel(a, requested_comm));
+  GALE_RETURN_IF_ERROR(validate_ring_options(a));
   const int64_t ep = par.expert_model_parallel_size;
   if (ep > 1) {  // the expert generator: world = ETP·EP·expert-DP·PP (ETP: compute_rank_layout checks it)
     const int64_t epp = ep * par.pipeline_model_parallel_size;

@@ -81,6 +81,10 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
   p.cp_hybrid = hybrid;
   p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
+  p.cp_window = args.parallel.cp_window_size;
+  const std::string& policy = args.parallel.context_parallel_kv_cache_policy;
+  p.cp_kv_cache = policy == "full" ? RingKvCache::kFull : policy == "half" ? RingKvCache::kHalf : RingKvCache::kNone;
+  p.cp_cache_interval = args.parallel.context_parallel_cache_interval;
   if (ps.layout().sizes.ep > 1) {
     p.ep = ps.expert();
     p.ep_allgather = args.moe.moe_token_dispatcher_type == "allgather";

@@ -93,7 +93,7 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   EXPECT_EQ(adaptive.exit_code, 2);
   EXPECT_EQ(adaptive.output,
             "gale pretrain: error: --context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements "
-            "megatron_cp_algo, ulysses_cp_algo and hybrid_cp_algo)\n");
+            "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)\n");
   test::RunResult hybrid = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "hybrid_cp_algo"}), {}, 60);
   EXPECT_EQ(hybrid.exit_code, 2);
   EXPECT_EQ(hybrid.output,

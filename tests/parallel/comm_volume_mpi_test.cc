@@ -59,6 +59,15 @@ const std::vector<Layout>& layouts() {
       {"cp2", 2, {"--context-parallel-size", "2"}},
       {"cp4", 4, {"--context-parallel-size", "4"}},
       {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+      // MindSpeed's kvallgather_cp_algo: the same all-gather; the double ring: the ring's bytes; the
+      // ring's key/value cache: fewer bytes backward (full: gradients only; half: values and
+      // gradients, in layers 0 and 3 of 4 with interval 2).
+      {"cp2_kvallgather", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "kvallgather_cp_algo"}},
+      {"cp4_window2", 4, {"--context-parallel-size", "4", "--cp-window-size", "2"}},
+      {"cp4_kv_cache_full", 4, {"--context-parallel-size", "4", "--context-parallel-kv-cache-policy", "full"}},
+      {"cp4_window2_kv_cache_half_interval2", 4, {"--context-parallel-size", "4", "--cp-window-size", "2",
+                                                  "--context-parallel-kv-cache-policy", "half",
+                                                  "--context-parallel-cache-interval", "2"}},
       {"tp2_cp2_sp_allgather", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2",
                                    "--sequence-parallel", "--cp-comm-type", "allgather"}},
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
@@ -150,14 +159,25 @@ std::map<Group, int64_t> expected_bytes(const Arguments& args, const Engine& eng
     // their send buffer): QKV [T, (NH + 2·KV)/t·HD] and the attention output [T, NH/t·HD] forward,
     // their gradients backward.
     const int64_t kv_block = e * T * 2 * (c.kv_heads / t) * c.head_dim;
+    // With --context-parallel-kv-cache-policy the ring's cached layers send no key/value blocks
+    // backward (full) or only their value halves (half).
     // Hybrid: the cp group itself carries only the loss sums (expected_hybrid_bytes: its sub-groups).
     const std::string& algo = args.parallel.context_parallel_algo;
-    const int64_t per_layer_cp = algo == "hybrid_cp_algo"    ? 0
-                                 : algo == "ulysses_cp_algo" ? 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim
-                                 : args.parallel.cp_comm_type == "p2p" ? 2 * kv_block * (3 * cp - 2)
-                                                                       : 2 * cp * kv_block;
+    const auto per_layer_cp = [&](int64_t layer) -> int64_t {
+      if (algo == "hybrid_cp_algo") return 0;
+      if (algo == "ulysses_cp_algo") return 2 * e * T * (2 * c.heads + 2 * c.kv_heads) / t * c.head_dim;
+      if (algo == "kvallgather_cp_algo" || args.parallel.cp_comm_type != "p2p") return 2 * cp * kv_block;
+      const std::string& policy = args.parallel.context_parallel_kv_cache_policy;
+      const int64_t k = args.parallel.context_parallel_cache_interval;
+      const bool cached = !policy.empty() && (k == 0 || layer % (k + 1) == 0);
+      const int64_t backward_kv = !cached ? 2 * (cp - 1) : policy == "half" ? cp - 1 : 0;  // in half blocks
+      return 2 * (kv_block * (cp - 1) + kv_block / 2 * backward_kv + kv_block * cp);
+    };
     const int64_t loss_sums = 8 * (2 + 2 * args.training.micro_batch_size);
-    if (cp > 1) context += m * (per_layer_cp * part.num_layers + (last ? loss_sums : 0));
+    if (cp > 1) {
+      for (int64_t l = 0; l < part.num_layers; ++l) context += m * per_layer_cp(part.first_layer + l);
+      context += m * (last ? loss_sums : 0);
+    }
     // Pipeline: per micro-batch, a chunk that is not the last virtual stage sends its output and
     // receives its gradient; one that is not the first receives its input and sends its gradient.
     pp += m * 2 * ((last ? 0 : 1) + (first ? 0 : 1)) * Tl * H * e;

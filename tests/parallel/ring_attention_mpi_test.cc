@@ -1,9 +1,11 @@
-// Ring attention on cp groups of 2, 3 and 4 ranks: each rank's output, lse and dQ, dK, dV equal the rows of one attention over the whole sequence.
+// Ring attention on cp groups of 2, 3 and 4 ranks, as one ring, a double ring (--cp-window-size) and with the key/value cache: each rank's output, lse and dQ, dK, dV equal the rows of one attention over the whole sequence.
 //
 // The odd ring (3 ranks, a sub-group of a 4-rank world) sends and receives to different peers
 // every step, so a gradient passed the wrong way round fails here even where the 2-rank ring
-// (whose two neighbours are one rank) cannot tell. GQA (4 query heads, 2 key/value groups),
-// causal and document masks and attention dropout are on.
+// (whose two neighbours are one rank) cannot tell; so does the double ring of 4 ranks in windows
+// of 2, whose gradients cross to the next window one inner rank further on. GQA (4 query heads,
+// 2 key/value groups), causal and document masks and attention dropout are on. The cache also
+// shows in the bytes backward moves: the gradient blocks only (full), plus the values (half).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +22,13 @@ namespace {
 constexpr int64_t B = 2, NH = 4, KV = 2, HD = 8, C = 3;  // C: positions per chunk
 constexpr int64_t Wqkv = (NH + 2 * KV) * HD;
 
-void expect_ring_matches_whole_sequence(int64_t N) {
+// Backward's bytes over the cp group (sent plus received) for blocks of `block` floats.
+int64_t expected_backward_bytes(int64_t N, int64_t block, RingKvCache cache) {
+  const int64_t kv = cache == RingKvCache::kFull ? 0 : cache == RingKvCache::kHalf ? (N - 1) * block / 2 : (N - 1) * block;
+  return 2 * 4 * (kv + N * block);
+}
+
+void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}) {
   Comm world = test::world();
   if (world->size() < N) GTEST_SKIP() << "needs " << N << " ranks";
   std::vector<int> members;
@@ -73,11 +81,15 @@ void expect_ring_matches_whole_sequence(int64_t N) {
   ap.q_positions = pos.data();
   ap.q_doc_ids = docs_l.data();
   std::vector<float> out_l(Tl * NH * HD), lse_l(B * NH * Sl), dqkv_l(Tl * Wqkv);
-  const Tensor kv = ring_attention_forward(*cp, split, attention_forward_ref, ap, qkv_l.data(), ql, kl, vl,
-                                           out_l.data(), lse_l.data());
-  EXPECT_EQ(kv.numel(), Tl * 2 * KV * HD) << "only this rank's block is kept";
-  ring_attention_backward(*cp, split, attention_backward_ref, ap, qkv_l.data(), ql, kv, out_l.data(), lse_l.data(),
-                          dout_l.data(), dqkv_l.data(), kl, vl);
+  const RingSaved kept = ring_attention_forward(*cp, split, opts, attention_forward_ref, ap, qkv_l.data(), ql, kl, vl,
+                                                out_l.data(), lse_l.data());
+  EXPECT_EQ(kept.local_kv.numel(), Tl * 2 * KV * HD) << "this rank's block";
+  const int64_t cached = opts.cache == RingKvCache::kFull ? 2 : opts.cache == RingKvCache::kHalf ? 1 : 0;
+  EXPECT_EQ(kept.cache.defined() ? kept.cache.numel() : 0, (N - 1) * Tl * cached * KV * HD) << "the blocks received";
+  cp->reset_stats();
+  ring_attention_backward(*cp, split, opts, attention_backward_ref, ap, qkv_l.data(), ql, kept, out_l.data(),
+                          lse_l.data(), dout_l.data(), dqkv_l.data(), kl, vl);
+  EXPECT_EQ(cp->stats().total_bytes(), expected_backward_bytes(N, Tl * 2 * KV * HD, opts.cache));
   for (int64_t s = 0; s < Sl; ++s)
     for (int64_t b = 0; b < B; ++b) {
       const int64_t t = s * B + b, g = pos[s] * B + b;
@@ -94,6 +106,13 @@ void expect_ring_matches_whole_sequence(int64_t N) {
 TEST(RingAttention, TwoRanksMatchTheWholeSequence) { expect_ring_matches_whole_sequence(2); }
 TEST(RingAttention, ThreeRanksMatchTheWholeSequence) { expect_ring_matches_whole_sequence(3); }
 TEST(RingAttention, FourRanksMatchTheWholeSequence) { expect_ring_matches_whole_sequence(4); }
+TEST(RingAttention, DoubleRingMatchesTheWholeSequence) { expect_ring_matches_whole_sequence(4, {2, RingKvCache::kNone}); }
+TEST(RingAttention, FullCacheTwoRanks) { expect_ring_matches_whole_sequence(2, {1, RingKvCache::kFull}); }
+TEST(RingAttention, FullCacheThreeRanks) { expect_ring_matches_whole_sequence(3, {1, RingKvCache::kFull}); }
+TEST(RingAttention, HalfCacheTwoRanks) { expect_ring_matches_whole_sequence(2, {1, RingKvCache::kHalf}); }
+TEST(RingAttention, HalfCacheThreeRanks) { expect_ring_matches_whole_sequence(3, {1, RingKvCache::kHalf}); }
+TEST(RingAttention, DoubleRingFullCache) { expect_ring_matches_whole_sequence(4, {2, RingKvCache::kFull}); }
+TEST(RingAttention, DoubleRingHalfCache) { expect_ring_matches_whole_sequence(4, {2, RingKvCache::kHalf}); }
 
 }  // namespace
 }  // namespace gale

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/ring_options.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
 
@@ -573,6 +574,102 @@ TEST(ParallelArgs, DualPipeVRefusesDwDetachAndOtherMethods) {
   Status other = parse({"--schedules-method", "dualpipe"});
   EXPECT_FALSE(other.ok());
   EXPECT_NE(other.message().find("--schedules-method"), std::string::npos) << other.message();
+}
+
+// MindSpeed's kvallgather_cp_algo is the all-gather of keys and values (--cp-comm-type allgather).
+TEST(ParallelArgs, KvAllGatherContextParallel) {
+  Validated kv = validate("--context-parallel-size 2 --context-parallel-algo kvallgather_cp_algo", 2);
+  ASSERT_TRUE(kv.status.ok()) << kv.status.to_string();
+  EXPECT_EQ(kv.args.parallel.context_parallel_algo, "kvallgather_cp_algo");
+  EXPECT_EQ(kv.args.parallel.cp_comm_type, "allgather");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo kvallgather_cp_algo --cp-comm-type allgather", 2),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo kvallgather_cp_algo --cp-comm-type p2p", 2),
+            "--context-parallel-algo kvallgather_cp_algo all-gathers keys and values: expected --cp-comm-type "
+            "allgather or none, found 'p2p'");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo kvallgather_cp_algo --cp-comm-type a2a", 2),
+            "--cp-comm-type a2a selects the context-parallel algorithm itself (ulysses_cp_algo): expected "
+            "--context-parallel-algo megatron_cp_algo (the default), found 'kvallgather_cp_algo'");
+  // Gale keeps the load-balanced split with documents too (MindSpeed: S % CP with --reset-attention-mask).
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo kvallgather_cp_algo --reset-attention-mask "
+                    "--seq-length 36 --max-position-embeddings 36", 4),
+            "--seq-length 36 must be divisible by 2 x --context-parallel-size 4 = 8 (each sequence is cut into 2 x CP "
+            "equal chunks)");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo kvallgather_cp_algo --ulysses-degree-in-cp 2", 2),
+            "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'kvallgather_cp_algo'");
+}
+
+// --cp-window-size: 1 <= W < the ring size, W dividing it, and only for ring attention.
+TEST(ParallelArgs, CpWindowSize) {
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 2", 4), "ok");
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 1", 4), "ok");
+  EXPECT_EQ(message("--context-parallel-size 8 --context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2 "
+                    "--cp-window-size 2", 8),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 0", 4),
+            "--cp-window-size: expected a positive integer, found 0");
+  for (const char* w : {"4", "3", "8"})
+    EXPECT_EQ(message(std::string("--context-parallel-size 4 --cp-window-size ") + w, 4),
+              std::string("--cp-window-size ") + w + ": expected W < --context-parallel-size 4 and dividing it "
+              "(windows of W ranks), found " + w);
+  EXPECT_EQ(message("--context-parallel-size 8 --context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 4 "
+                    "--cp-window-size 2", 8),
+            "--cp-window-size 2: expected W < the ring degree --context-parallel-size / --ulysses-degree-in-cp = 2 "
+            "and dividing it (windows of W ranks), found 2");
+  const std::string needs = "ring attention (--context-parallel-size > 1 with megatron_cp_algo and --cp-comm-type "
+                            "p2p, or hybrid_cp_algo), found ";
+  EXPECT_EQ(message("--cp-window-size 2", 1), "--cp-window-size 2 applies to " + needs + "--context-parallel-size 1");
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 2 --cp-comm-type allgather", 4),
+            "--cp-window-size 2 applies to " + needs + "--cp-comm-type allgather");
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 2 --context-parallel-algo ulysses_cp_algo", 4),
+            "--cp-window-size 2 applies to " + needs + "--context-parallel-algo ulysses_cp_algo");
+  EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 2 --context-parallel-algo kvallgather_cp_algo", 4),
+            "--cp-window-size 2 applies to " + needs + "--context-parallel-algo kvallgather_cp_algo");
+}
+
+// --context-parallel-kv-cache-policy and --context-parallel-cache-interval (MindSpeed's rules, and
+// a ring to cache from).
+TEST(ParallelArgs, ContextParallelKvCache) {
+  Validated full = validate("--context-parallel-size 2 --context-parallel-kv-cache-policy full", 2);
+  ASSERT_TRUE(full.status.ok()) << full.status.to_string();
+  EXPECT_EQ(full.args.parallel.context_parallel_kv_cache_policy, "full");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-kv-cache-policy half --cp-window-size 2 "
+                    "--context-parallel-cache-interval 7", 4),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2 "
+                    "--context-parallel-kv-cache-policy full", 4),
+            "ok");
+  const std::string needs = "ring attention (--context-parallel-size > 1 with megatron_cp_algo and --cp-comm-type "
+                            "p2p, or hybrid_cp_algo), found ";
+  EXPECT_EQ(message("--context-parallel-kv-cache-policy full", 1),
+            "--context-parallel-kv-cache-policy full keeps the key/value blocks of " + needs +
+                "--context-parallel-size 1");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo ulysses_cp_algo "
+                    "--context-parallel-kv-cache-policy half", 2),
+            "--context-parallel-kv-cache-policy half keeps the key/value blocks of " + needs +
+                "--context-parallel-algo ulysses_cp_algo");
+  EXPECT_EQ(message("--context-parallel-size 2 --cp-comm-type allgather --context-parallel-kv-cache-policy half", 2),
+            "--context-parallel-kv-cache-policy half keeps the key/value blocks of " + needs +
+                "--cp-comm-type allgather");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-cache-interval 1", 2),
+            "--context-parallel-cache-interval 1 needs --context-parallel-kv-cache-policy full or half, found none");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-kv-cache-policy full "
+                    "--context-parallel-cache-interval -1", 2),
+            "--context-parallel-cache-interval: expected a non-negative integer, found -1");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-kv-cache-policy full "
+                    "--context-parallel-cache-interval 8", 2),
+            "--context-parallel-cache-interval 8: expected less than --num-layers 8");
+}
+
+// The layers each interval caches (MindSpeed's 1-based layer_number % (k + 1) == 1).
+TEST(ParallelArgs, CacheIntervalPicksLayers) {
+  std::vector<int64_t> cached;
+  for (int64_t layer = 0; layer < 8; ++layer)
+    if (ring_kv_cache_of_layer(RingKvCache::kHalf, 2, layer) == RingKvCache::kHalf) cached.push_back(layer);
+  EXPECT_EQ(cached, (std::vector<int64_t>{0, 3, 6}));
+  for (int64_t layer = 0; layer < 8; ++layer)
+    EXPECT_EQ(ring_kv_cache_of_layer(RingKvCache::kFull, 0, layer), RingKvCache::kFull) << layer;
+  EXPECT_EQ(ring_kv_cache_of_layer(RingKvCache::kNone, 0, 0), RingKvCache::kNone);
 }
 
 }  // namespace

@@ -429,6 +429,11 @@ INSTANTIATE_TEST_SUITE_P(
                   "--dataloader-type: expected single or cyclic, found 'Cyclic'"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
+        ErrorCase{{"--use-ulysses-allgather-kv"}, StatusCode::kUnimplemented,
+                  "--use-ulysses-allgather-kv: not supported yet (Ulysses with all-gathered keys and values and "
+                  "all-to-all queries; Gale's ulysses_cp_algo runs all-to-alls of Q, K and V)"},
+        ErrorCase{{"--context-parallel-kv-cache-policy", "all"}, StatusCode::kInvalidArgument,
+                  "--context-parallel-kv-cache-policy..."},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
         ErrorCase{{"--moe-router-topk", "2"}, StatusCode::kInvalidArgument,
                   "--moe-router-topk needs --num-experts (a MoE model), found no --num-experts"},
@@ -559,10 +564,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'megatron_cp_algo'"},
         ErrorCase{{"--context-parallel-algo", "adaptive_cp_algo"}, StatusCode::kUnimplemented,
                   "--context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo, "
-                  "ulysses_cp_algo and hybrid_cp_algo)"},
+                  "kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)"},
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
-                  "--context-parallel-algo: expected megatron_cp_algo, ulysses_cp_algo, hybrid_cp_algo, "
-                  "adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
+                  "--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
+                  "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},
         ErrorCase{{"--cp-comm-type", "a2a+p2p"}, StatusCode::kInvalidArgument,
                   "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm"},
         ErrorCase{{"--cp-comm-type", "a2a", "--context-parallel-algo", "hybrid_cp_algo"},
