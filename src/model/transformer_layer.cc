@@ -12,6 +12,7 @@
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
+#include "model/tp2d_layer.h"
 #include "model/tp_linear.h"
 #include "parallel/mappings.h"
 
@@ -232,6 +233,7 @@ std::vector<int> LayerParamIds::all() const {
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
+  if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
@@ -313,6 +315,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
+  if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
@@ -438,6 +441,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return d_out;
+  if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
