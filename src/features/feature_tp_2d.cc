@@ -28,10 +28,11 @@
 // --recompute-modules other than core_attn, --distribute-saved-activations, --optimizer muon,
 // --variable-seq-lengths. Data and pipeline parallelism (and the distributed optimizer, full
 // recomputation) work with it.
-// Tests: tests/parallel/tp2d_mpi_test.cc (mappings and linears against plain math, 2 and 4
-// ranks), tests/parallel/tp2d_invariance_mpi_test.cc (2x1, 1x2, 2x2 GPT and LLaMA vs one process,
-// 2x2 with DP 2 and PP 2), tests/parallel/tp2d_checkpoint_mpi_test.cc (TP2D <-> TP1),
-// tests/train/arguments_tp2d_test.cc (rules), tests/features/tp_2d_feature_test.cc.
+// Tests: tests/parallel/tp2d_mpi_test.cc (groups, mappings, linears and norms against plain math,
+// 2 and 4 ranks), tests/parallel/tp2d_invariance_mpi_test.cc (2x1, 1x2, 2x2 GPT and LLaMA vs one
+// process, with DP 2 + distributed optimizer, PP 2, full recomputation; checkpoints 2x2 <-> TP 1),
+// tests/cli/tp2d_cli_test.cc (mpirun -np 4 gale pretrain --tp-2d), tests/train/
+// arguments_parallel_test.cc and tests/features/tp_2d_feature_test.cc (rules).
 #include <array>
 
 #include "features/registry.h"

@@ -5,8 +5,8 @@
 // "llama" (8 heads in 4 query groups, hidden 64, FFN 96, RoPE, SwiGLU, RMSNorm, a QKV bias, no
 // other biases, untied output layer); both with hidden and attention dropout 0.1, so the dropout
 // masks of the [T/X, H/Y] pieces must be the single-process ones. Layouts (X x Y grids): 2x1 and
-// 1x2 on 2 ranks; 2x2, 1x2 with DP 2 and the distributed optimizer, 2x1 with PP 2 and 2x2 with full
-// recomputation on 4; 2x2 with DP 2 (distributed optimizer) and 2x2 with PP 2 on 8. Losses and grad
+// 1x2 on 2 ranks; 2x2, 1x2 with DP 2 and the distributed optimizer, 2x1 with PP 2 (1F1B, and
+// interleaved with 2 virtual stages of a 4-layer model) and 2x2 with full recomputation on 4; 2x2 with DP 2 (distributed optimizer) and 2x2 with PP 2 on 8. Losses and grad
 // norms within 1e-5 relative, parameters and gradients as layout_invariance.h checks.
 #include <gtest/gtest.h>
 
@@ -36,6 +36,9 @@ const std::vector<Layout>& layouts() {
       {"x2y2", 4, tp2d("2", "2", "4")},
       {"x1y2_dp2_distopt", 4, tp2d("1", "2", "2", {"--use-distributed-optimizer"})},
       {"x2y1_pp2", 4, tp2d("2", "1", "2", {"--pipeline-model-parallel-size", "2"})},
+      {"x2y1_pp2_vpp2", 4,
+       tp2d("2", "1", "2", {"--pipeline-model-parallel-size", "2", "--num-layers", "4",
+                            "--num-layers-per-virtual-pipeline-stage", "1"})},
       {"x2y2_full_recompute", 4,
        tp2d("2", "2", "4", {"--recompute-granularity", "full", "--recompute-method", "uniform",
                             "--recompute-num-layers", "1"})},
