@@ -23,11 +23,11 @@
 // by --use-ascend-coc's feature).
 // Refused (train/arguments_tp2d.cc and validate() below): --sequence-parallel, MoE,
 // --use-fused-rmsnorm, --use-ascend-coc / --tp-comm-overlap, DualPipeV (as MindSpeed); and, not
-// implemented in Gale's 2-D path, context parallelism, MLA, LoRA, --unaligned-linear,
-// --qk-layernorm, MTP, --embed-layernorm, --recompute-norm, --recompute-activation-function,
-// --recompute-modules other than core_attn, --distribute-saved-activations, --optimizer muon,
-// --variable-seq-lengths. Data and pipeline parallelism (and the distributed optimizer, full
-// recomputation) work with it.
+// implemented in Gale's 2-D path, context parallelism, MLA, LoRA, --unaligned-linear, MTP,
+// --embed-layernorm, --recompute-norm, --recompute-activation-function, --recompute-modules other
+// than core_attn, --distribute-saved-activations, --optimizer muon, --variable-seq-lengths. Data and
+// pipeline parallelism (1F1B, interleaved), the distributed optimizer, full recomputation and
+// --qk-layernorm work with it.
 // Tests: tests/parallel/tp2d_mpi_test.cc (groups, mappings, linears and norms against plain math,
 // 2 and 4 ranks), tests/parallel/tp2d_invariance_mpi_test.cc (2x1, 1x2, 2x2 GPT and LLaMA vs one
 // process, with DP 2 + distributed optimizer, PP 2, full recomputation; checkpoints 2x2 <-> TP 1),

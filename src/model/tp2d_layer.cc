@@ -7,6 +7,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
 #include "model/core_attention.h"
+#include "model/head_norm.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
@@ -124,6 +125,12 @@ LayerParamIds register_tp2d_layer_params(ParamBuffer& pb, const ModelConfig& c, 
                                             InitKind::kNormal, std, true),
                             g.x, g.y, 1, qkv_unit));
   if (c.qkv_bias()) w.qkv_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_qkv.bias"), qkv_rows, InitKind::kZeros));
+  if (c.qk_layernorm) {  // [HD] shared by every head: each rank's heads give a partial gradient
+    w.q_norm_w = pb.add(whole_1d(layer_name(layer, "self_attention.q_layernorm.weight"), HD, norm_weight_init(c)));
+    if (ln) w.q_norm_b = pb.add(whole_1d(layer_name(layer, "self_attention.q_layernorm.bias"), HD, InitKind::kZeros));
+    w.k_norm_w = pb.add(whole_1d(layer_name(layer, "self_attention.k_layernorm.weight"), HD, norm_weight_init(c)));
+    if (ln) w.k_norm_b = pb.add(whole_1d(layer_name(layer, "self_attention.k_layernorm.bias"), HD, InitKind::kZeros));
+  }
   w.proj_w = pb.add(block_2d(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"),
                                              {H, c.heads * HD}, InitKind::kNormal, out_std, true),
                              g.y, g.x));
@@ -161,6 +168,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b) + g.xr * qkv.size(1), qkv.size(0), qkv.size(1));
   Tensor qkv_heads = rows_to_heads(qkv, g.y);  // [T, (NHa+2KVa)·HD]
   qkv = Tensor();
+  qk_norm_forward(rt, pb, w, qkv_heads, NHa, KVa, saved);  // --qk-layernorm: on this rank's heads
   if (rt.rope) {
     ops.rope_forward(qkv_heads.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_forward(qkv_heads.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
@@ -262,6 +270,7 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
     ops.rope_backward(d_heads.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_backward(d_heads.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
+  qk_norm_backward(rt, pb, w, d_heads, NHa, KVa, s);
   Tensor d_qkv = heads_to_rows(d_heads, g.y);  // [T/Y, (NH+2KV)·HD/X]
   d_heads = Tensor();
   if (w.qkv_b >= 0)

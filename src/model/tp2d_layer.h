@@ -5,7 +5,7 @@
 //   x_in [T/X, H/Y] -> norm1 (model/tp2d_norm.h, statistics all-reduced over Y)
 //   -> linear_qkv (model/tp2d_linear.h, ag X, rs Y) [T/Y, (NH+2KV)·HD / X]: query groups of chunk x
 //   -> rows_to_heads over Y [T, (NH+2KV)·HD / (X·Y)]: all positions, 1/Y of those groups
-//   -> RoPE -> core attention (model/core_attention.h, heads (x·Y + y)·NH/(X·Y) ...)
+//   -> (--qk-layernorm) RoPE -> core attention (model/core_attention.h, heads (x·Y + y)·NH/(X·Y) ...)
 //   -> heads_to_rows over Y [T/Y, NH·HD/X] -> linear_proj (ag Y, rs X) [T/X, H/Y]
 //   -> x_mid = x_in + dropout(. + b_proj) -> norm2 -> linear_fc1 (ag X, rs Y) [T/Y, Fin/X]
 //   -> GeLU / SwiGLU [T/Y, F/X] -> linear_fc2 (ag Y, rs X) [T/X, H/Y] -> x_out = x_mid + dropout(...)
@@ -17,7 +17,7 @@
 // indices, so it is the single-process mask.
 //
 // Not supported here (validation refuses them with --tp-2d, train/arguments_parallel.cc): MoE,
-// MLA, LoRA, --qk-layernorm, the partial recomputations (norm, activation, --recompute-modules),
+// MLA, LoRA, the partial recomputations (norm, activation, --recompute-modules),
 // context parallelism, incremental decoding.
 #pragma once
 

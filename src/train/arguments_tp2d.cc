@@ -18,7 +18,6 @@ std::string unsupported_with_tp2d(const Arguments& a) {
   if (par.unaligned_linear) return "--unaligned-linear";
   if (par.context_parallel_size > 1) return "--context-parallel-size > 1";
   if (par.schedules_method == "dualpipev") return "--schedules-method dualpipev (as MindSpeed's DualPipeV)";
-  if (m.qk_layernorm) return "--qk-layernorm";
   if (m.mtp_num_layers > 0) return "--mtp-num-layers";
   if (m.embed_layernorm) return "--embed-layernorm";
   if (m.distribute_saved_activations) return "--distribute-saved-activations";

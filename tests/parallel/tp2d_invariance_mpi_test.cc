@@ -72,6 +72,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Tp2dInvariance,
                                             ::testing::Bool()),
                          testing::layout_model_test_name);
 
+// --qk-layernorm: each rank normalises the query and key heads it runs attention for (after the
+// all-to-all over Y); the shared [HD] weights' gradients are partial sums, summed over TP.
+TEST(Tp2dQkLayernorm, MatchesSingleProcessAt2x2) {
+  testing::expect_layout_matches_single_process(layouts(), "x2y2", testing::join({kCommon, kLlama, {"--qk-layernorm"}}),
+                                                3e-5, "q_layernorm.weight");
+}
+
+// LayerNorm q/k norms with biases; RoPE on every head dim, else k_layernorm.bias would shift every
+// score of a query alike (a true gradient of 0 that AdamW turns into steps of rounding noise).
+TEST(Tp2dQkLayernorm, LayerNormGptMatchesSingleProcessAt1x2) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "x1y2", testing::join({kCommon, kGpt, {"--qk-layernorm", "--position-embedding-type", "rope"}}), 3e-5,
+      "k_layernorm.bias");
+}
+
 // ---- checkpoints between TP 2x2 and TP 1 ----
 
 // A directory every rank agrees on (rank 0's pid), removed by rank 0 at the end.

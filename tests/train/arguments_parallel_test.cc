@@ -570,7 +570,6 @@ TEST(ParallelArgs, Tp2dRefusesWhatItDoesNotSupport) {
       {"--multi-latent-attention", "--multi-latent-attention"},
       {"--lora-target-modules linear_qkv", "--lora-target-modules (LoRA)"},
       {"--unaligned-linear", "--unaligned-linear"},
-      {"--qk-layernorm", "--qk-layernorm"},
       {"--mtp-num-layers 1", "--mtp-num-layers"},
       {"--embed-layernorm", "--embed-layernorm"},
       {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
