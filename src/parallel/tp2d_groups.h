@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/rank_grid.h"
 
 namespace gale {
 
@@ -22,6 +24,13 @@ struct Tp2dGroups {
 // The TP ranks of the X-axis and Y-axis groups of TP rank `tp_rank` (pure; tp_size = X·Y).
 std::vector<int64_t> tp2d_x_members(int64_t tp_size, int64_t tp_x, int64_t tp_rank);
 std::vector<int64_t> tp2d_y_members(int64_t tp_size, int64_t tp_x, int64_t tp_rank);
+
+// The lines `gale pretrain` and `gale layout` print after the rank layout: the grid's rule and the
+// "tp-x" and "tp-y" groups of every TP group in global ranks, as render_rank_layout lists groups:
+//   tp-2d: TP 4 = X 2 x Y 2, tp rank = x + 2*y
+//     tp-x                [0,1] [2,3] [4,5] [6,7]
+//     tp-y                [0,2] [1,3] [4,6] [5,7]
+std::string render_tp2d_groups(const RankLayout& layout, int64_t tp_x);
 
 // Creates both groups from the TP group `tp` (X must divide its size). Collective over `tp`:
 // every member calls it with the same X.
