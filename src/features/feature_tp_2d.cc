@@ -22,15 +22,16 @@
 // --enable-backward-overlap-ag-with-matmul) are accepted and refused (--coc-fused-kernel is refused
 // by --use-ascend-coc's feature).
 // Refused (train/arguments_tp2d.cc and validate() below): --sequence-parallel, MoE,
-// --use-fused-rmsnorm, --use-ascend-coc / --tp-comm-overlap, DualPipeV (as MindSpeed); and, not
-// implemented in Gale's 2-D path, context parallelism, MLA, LoRA, --unaligned-linear, MTP,
+// --use-fused-rmsnorm, --use-ascend-coc / --tp-comm-overlap, DualPipeV, hybrid_cp_algo (as
+// MindSpeed); and, not implemented in Gale's 2-D path, MLA, LoRA, --unaligned-linear, MTP,
 // --embed-layernorm, --recompute-norm, --recompute-activation-function, --recompute-modules other
 // than core_attn, --distribute-saved-activations, --optimizer muon, --variable-seq-lengths. Data and
-// pipeline parallelism (1F1B, interleaved), the distributed optimizer, full recomputation and
-// --qk-layernorm work with it.
+// pipeline parallelism (1F1B, interleaved), context parallelism (megatron_cp_algo ring or
+// all-gather, ulysses_cp_algo: attention on this rank's heads over the cp group, as at 1-D TP), the
+// distributed optimizer, full recomputation and --qk-layernorm work with it.
 // Tests: tests/parallel/tp2d_mpi_test.cc (groups, mappings, linears and norms against plain math,
 // 2 and 4 ranks), tests/parallel/tp2d_invariance_mpi_test.cc (2x1, 1x2, 2x2 GPT and LLaMA vs one
-// process, with DP 2 + distributed optimizer, PP 2, full recomputation; checkpoints 2x2 <-> TP 1),
+// process, with DP 2 + distributed optimizer, PP 2, CP 2, full recomputation; checkpoints 2x2 <-> TP 1),
 // tests/cli/tp2d_cli_test.cc (mpirun -np 4 gale pretrain --tp-2d), tests/train/
 // arguments_parallel_test.cc and tests/features/tp_2d_feature_test.cc (rules).
 #include <array>
@@ -51,7 +52,7 @@ class Tp2dFeature : public Feature {
   std::string description() const override {
     return "--tp-2d --tp-x X --tp-y Y: 2-D tensor parallelism over an X x Y grid of the TP ranks "
            "(X x Y = TP): [T/X, H/Y] activation pieces, 2-D linear weight blocks, norms all-reduced over Y, "
-           "attention heads split over X x Y; no SP, MoE, fused RMSNorm, CoC, DualPipeV or CP";
+           "attention heads split over X x Y; no SP, MoE, fused RMSNorm, CoC, DualPipeV or hybrid CP";
   }
   void register_args(ArgParser& parser) override {
     for (size_t i = 0; i < kOverlapFlags.size(); ++i)

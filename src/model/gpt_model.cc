@@ -252,7 +252,10 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   const LayerShares shares = layer_shares(c, part_);  // this TP rank's heads (uneven: --unaligned-linear)
   ap.NH = shares.heads;
   ap.KV = shares.groups;
-  ap.head_offset = shares.head_offset;
+  // --tp-2d: rank (x, y) runs 1/Y of the query groups of chunk x (model/tp2d_layer.h), so its first
+  // head is (x·Y + y)·NHl, not its TP rank's share.
+  ap.head_offset = part_.tp2d() ? (part_.tp_x->rank() * part_.tp_y->size() + part_.tp_y->rank()) * shares.heads
+                                : shares.head_offset;
   const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
   const bool hybrid = rt.cp_split.cp_size > 1 && part_.hybrid_cp();
   if (hybrid) {  // the ring block of this rank's Ulysses group, 1/U of this TP rank's heads

@@ -99,11 +99,11 @@ std::vector<int64_t> bias_slice(int64_t n_total, int blocks, const Grid& g) {
   return idx;
 }
 
-// AttentionProblem of this rank's heads: (x·Y + y)·NHa onwards (chunk x's groups, then 1/Y of them).
-AttentionProblem piece_attention(const LayerRuntime& rt, const Grid& g, int64_t layer) {
+// The micro-batch's AttentionProblem (its heads from (x·Y + y)·NHa: GPTModel's runtime) with this
+// layer's dropout stream.
+AttentionProblem piece_attention(const LayerRuntime& rt, int64_t layer) {
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(rt.config->seed, layer, 0);
-  ap.head_offset = (g.xr * g.Y + g.yr) * ap.NH;
   return ap;
 }
 
@@ -154,7 +154,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   const ModelConfig& c = *rt.config;
   const OpTable& ops = *rt.ops;
   const Grid g(*rt.part);
-  GALE_CHECK(rt.kv_cache == nullptr && rt.cp_split.cp_size == 1) << "--tp-2d: no kv cache, no context parallelism";
+  GALE_CHECK(rt.kv_cache == nullptr) << "--tp-2d: no kv cache";
   const DType gemm_dtype = c.gemm_dtype();
   const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
   const int64_t Tl = x_in.size(0), Hl = x_in.size(1);
@@ -173,7 +173,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
     ops.rope_forward(qkv_heads.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
     ops.rope_forward(qkv_heads.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
   }
-  const AttentionProblem ap = piece_attention(rt, g, layer);
+  const AttentionProblem ap = piece_attention(rt, layer);
   Tensor heads_out = core_attention_forward(rt, ap, qkv_heads, saved ? &saved->attention : nullptr);  // [T, NHa·HD]
   qkv_heads = Tensor();
   Tensor ctx_full;
@@ -262,7 +262,7 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
   Tensor d_ctx = rows_to_heads(linear_2d_backward(d_proj, s.ctx, weight(rt, pb, w.proj_w), g.y, g.x), g.y);
   d_proj = Tensor();
   s.ctx = Tensor();
-  const AttentionProblem ap = piece_attention(rt, g, layer);
+  const AttentionProblem ap = piece_attention(rt, layer);
   Tensor d_heads = core_attention_backward(rt, ap, s.attention, s.heads_out, d_ctx);  // [T, (NHa+2KVa)·HD]
   d_ctx = Tensor();
   s.heads_out = Tensor();

@@ -16,9 +16,10 @@
 // ones are (ParamSpec::sequence_parallel). Hidden dropout draws its mask at global (row, column)
 // indices, so it is the single-process mask.
 //
-// Not supported here (validation refuses them with --tp-2d, train/arguments_parallel.cc): MoE,
-// MLA, LoRA, the partial recomputations (norm, activation, --recompute-modules),
-// context parallelism, incremental decoding.
+// With context parallelism the rows are the cp rank's positions and core attention exchanges keys
+// and values (or trades positions for heads) over the cp group as in the 1-D layer. Not supported
+// here (validation refuses them with --tp-2d, train/arguments_tp2d.cc): MoE, MLA, LoRA, the
+// partial recomputations (norm, activation, --recompute-modules), incremental decoding.
 #pragma once
 
 #include <cstdint>

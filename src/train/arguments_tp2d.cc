@@ -16,7 +16,8 @@ std::string unsupported_with_tp2d(const Arguments& a) {
   if (m.multi_latent_attention) return "--multi-latent-attention";
   if (a.lora.enabled()) return "--lora-target-modules (LoRA)";
   if (par.unaligned_linear) return "--unaligned-linear";
-  if (par.context_parallel_size > 1) return "--context-parallel-size > 1";
+  if (par.context_parallel_size > 1 && par.context_parallel_algo == "hybrid_cp_algo")
+    return "--context-parallel-algo hybrid_cp_algo (as MindSpeed: megatron_cp_algo or ulysses_cp_algo)";
   if (par.schedules_method == "dualpipev") return "--schedules-method dualpipev (as MindSpeed's DualPipeV)";
   if (m.mtp_num_layers > 0) return "--mtp-num-layers";
   if (m.embed_layernorm) return "--embed-layernorm";
@@ -53,9 +54,11 @@ Status validate_tp2d(const Arguments& a) {
     return InvalidArgument("--tp-2d: --ffn-hidden-size ", m.ffn_hidden_size, " must be divisible by --tp-x ", X);
   if (m.hidden_size % Y != 0)
     return InvalidArgument("--tp-2d: --hidden-size ", m.hidden_size, " must be divisible by --tp-y ", Y);
-  if (m.seq_length % X != 0 || m.seq_length % Y != 0)
-    return InvalidArgument("--tp-2d: --seq-length ", m.seq_length, " must be divisible by --tp-x ", X, " and --tp-y ",
-                           Y, " (the rows are split by whole positions on both axes)");
+  const int64_t cp = par.context_parallel_size, s_local = m.seq_length / cp;  // CP validation checks the division
+  if (s_local % X != 0 || s_local % Y != 0)
+    return InvalidArgument("--tp-2d: --seq-length ", m.seq_length, cp > 1 ? " / --context-parallel-size " : "",
+                           cp > 1 ? std::to_string(cp) : "", " must be divisible by --tp-x ", X, " and --tp-y ", Y,
+                           " (the rows are split by whole positions on both axes)");
   return Status::Ok();
 }
 

@@ -5,9 +5,11 @@
 // "llama" (8 heads in 4 query groups, hidden 64, FFN 96, RoPE, SwiGLU, RMSNorm, a QKV bias, no
 // other biases, untied output layer); both with hidden and attention dropout 0.1, so the dropout
 // masks of the [T/X, H/Y] pieces must be the single-process ones. Layouts (X x Y grids): 2x1 and
-// 1x2 on 2 ranks; 2x2, 1x2 with DP 2 and the distributed optimizer, 2x1 with PP 2 (1F1B, and
-// interleaved with 2 virtual stages of a 4-layer model) and 2x2 with full recomputation on 4; 2x2 with DP 2 (distributed optimizer) and 2x2 with PP 2 on 8. Losses and grad
-// norms within 1e-5 relative, parameters and gradients as layout_invariance.h checks.
+// 1x2 on 2 ranks; on 4: 2x2, 1x2 with DP 2 and the distributed optimizer, 2x1 with PP 2 (1F1B, and
+// interleaved with 2 virtual stages of a 4-layer model), 2x2 with full recomputation, and CP 2
+// (2x1 ring, 1x2 all-gather, 1x2 Ulysses); on 8: 2x2 with DP 2 (distributed optimizer), PP 2 or
+// ring CP 2. Losses and grad norms within 1e-5 relative, parameters and gradients as
+// layout_invariance.h checks; --qk-layernorm at 2x2 and 1x2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -42,7 +44,12 @@ const std::vector<Layout>& layouts() {
       {"x2y2_full_recompute", 4,
        tp2d("2", "2", "4", {"--recompute-granularity", "full", "--recompute-method", "uniform",
                             "--recompute-num-layers", "1"})},
+      {"x2y1_cp2_ring", 4, tp2d("2", "1", "2", {"--context-parallel-size", "2"})},
+      {"x1y2_cp2_allgather", 4, tp2d("1", "2", "2", {"--context-parallel-size", "2", "--cp-comm-type", "allgather"})},
+      {"x1y2_cp2_ulysses", 4,
+       tp2d("1", "2", "2", {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"})},
       {"x2y2_dp2_distopt", 8, tp2d("2", "2", "4", {"--use-distributed-optimizer"})},
+      {"x2y2_cp2_ring", 8, tp2d("2", "2", "4", {"--context-parallel-size", "2"})},
       {"x2y2_pp2", 8, tp2d("2", "2", "4", {"--pipeline-model-parallel-size", "2"})},
   };
   return all;

@@ -581,7 +581,14 @@ TEST(ParallelArgs, Tp2dRefusesWhatItDoesNotSupport) {
   };
   for (const auto& [extra, what] : cases)
     EXPECT_EQ(message(g22 + extra, 4), "--tp-2d does not support " + what) << extra;
-  EXPECT_EQ(message(g22 + "--context-parallel-size 2", 8), "--tp-2d does not support --context-parallel-size > 1");
+  EXPECT_EQ(message(g22 + "--context-parallel-size 2", 8), "ok");
+  EXPECT_EQ(message(g22 + "--context-parallel-size 4 --context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2", 16),
+            "--tp-2d does not support --context-parallel-algo hybrid_cp_algo (as MindSpeed: megatron_cp_algo or "
+            "ulysses_cp_algo)");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 4 --tp-y 1 --seq-length 20 "
+                    "--max-position-embeddings 20 --context-parallel-size 2", 8),
+            "--tp-2d: --seq-length 20 / --context-parallel-size 2 must be divisible by --tp-x 4 and --tp-y 1 (the rows "
+            "are split by whole positions on both axes)");
   EXPECT_EQ(message(g22 + "--pipeline-model-parallel-size 2 --num-layers 8 --schedules-method dualpipev "
                           "--global-batch-size 8",
                     8),
