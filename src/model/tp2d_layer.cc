@@ -107,6 +107,15 @@ AttentionProblem piece_attention(const LayerRuntime& rt, int64_t layer) {
   return ap;
 }
 
+// RoPE's forward or backward (`fn`) on the NHa query and KVa key heads of packed rows [T, (NHa+2KVa)·HD]
+// at the micro-batch's positions; nothing without RoPE.
+void rope_heads(const LayerRuntime& rt, RopeFn fn, Tensor& t, int64_t NHa, int64_t KVa) {
+  if (!rt.rope) return;
+  const int64_t B = rt.mb->B, S = rt.mb->S, HD = rt.config->head_dim;
+  fn(t.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
+  fn(t.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
+}
+
 }  // namespace
 
 LayerParamIds register_tp2d_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part,
@@ -124,27 +133,30 @@ LayerParamIds register_tp2d_layer_params(ParamBuffer& pb, const ModelConfig& c, 
   w.qkv_w = pb.add(block_2d(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H},
                                             InitKind::kNormal, std, true),
                             g.x, g.y, 1, qkv_unit));
-  if (c.qkv_bias()) w.qkv_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_qkv.bias"), qkv_rows, InitKind::kZeros));
+  if (c.qkv_bias())
+    w.qkv_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_qkv.bias"), qkv_rows, InitKind::kZeros));
   if (c.qk_layernorm) {  // [HD] shared by every head: each rank's heads give a partial gradient
     w.q_norm_w = pb.add(whole_1d(layer_name(layer, "self_attention.q_layernorm.weight"), HD, norm_weight_init(c)));
     if (ln) w.q_norm_b = pb.add(whole_1d(layer_name(layer, "self_attention.q_layernorm.bias"), HD, InitKind::kZeros));
     w.k_norm_w = pb.add(whole_1d(layer_name(layer, "self_attention.k_layernorm.weight"), HD, norm_weight_init(c)));
     if (ln) w.k_norm_b = pb.add(whole_1d(layer_name(layer, "self_attention.k_layernorm.bias"), HD, InitKind::kZeros));
   }
-  w.proj_w = pb.add(block_2d(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"),
-                                             {H, c.heads * HD}, InitKind::kNormal, out_std, true),
+  w.proj_w = pb.add(block_2d(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, c.heads * HD},
+                                             InitKind::kNormal, out_std, true),
                              g.y, g.x));
-  if (c.add_bias_linear) w.proj_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_proj.bias"), H, InitKind::kZeros));
+  if (c.add_bias_linear)
+    w.proj_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_proj.bias"), H, InitKind::kZeros));
   w.norm2_w = pb.add(whole_1d(layer_name(layer, "pre_mlp_layernorm.weight"), H, norm_weight_init(c)));
   if (ln) w.norm2_b = pb.add(whole_1d(layer_name(layer, "pre_mlp_layernorm.bias"), H, InitKind::kZeros));
   const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 holds [gate; up]: each half split over X
-  w.fc1_w = pb.add(block_2d(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H},
-                                            InitKind::kNormal, std, true),
-                            g.x, g.y, blocks));
-  if (c.add_bias_linear) w.fc1_b = pb.add(whole_1d(layer_name(layer, "mlp.linear_fc1.bias"), c.fc1_out(), InitKind::kZeros));
-  w.fc2_w = pb.add(block_2d(make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn},
-                                            InitKind::kNormal, out_std, true),
-                            g.y, g.x));
+  w.fc1_w = pb.add(block_2d(
+      make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), g.x,
+      g.y, blocks));
+  if (c.add_bias_linear)
+    w.fc1_b = pb.add(whole_1d(layer_name(layer, "mlp.linear_fc1.bias"), c.fc1_out(), InitKind::kZeros));
+  w.fc2_w = pb.add(block_2d(
+      make_param_spec(layer_name(layer, "mlp.linear_fc2.weight"), {H, c.ffn}, InitKind::kNormal, out_std, true), g.y,
+      g.x));
   if (c.add_bias_linear) w.fc2_b = pb.add(whole_1d(layer_name(layer, "mlp.linear_fc2.bias"), H, InitKind::kZeros));
   return w;
 }
@@ -156,23 +168,20 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   const Grid g(*rt.part);
   GALE_CHECK(rt.kv_cache == nullptr) << "--tp-2d: no kv cache";
   const DType gemm_dtype = c.gemm_dtype();
-  const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
   const int64_t Tl = x_in.size(0), Hl = x_in.size(1);
   const int64_t NHa = c.heads / (g.X * g.Y), KVa = c.kv_heads / (g.X * g.Y);
 
   // ---- attention block ----
   Tensor norm1_stats, norm1_full;
-  Tensor qkv = linear_2d_forward(to_gemm_input(piece_norm_forward(rt, pb, g, w.norm1_w, w.norm1_b, x_in, &norm1_stats),
-                                               gemm_dtype),
-                                 weight(rt, pb, w.qkv_w), g.x, g.y, &norm1_full);  // [T/Y, (NH+2KV)·HD/X]
-  if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b) + g.xr * qkv.size(1), qkv.size(0), qkv.size(1));
+  Tensor qkv = linear_2d_forward(
+      to_gemm_input(piece_norm_forward(rt, pb, g, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype),
+      weight(rt, pb, w.qkv_w), g.x, g.y, &norm1_full);  // [T/Y, (NH+2KV)·HD/X]
+  if (w.qkv_b >= 0)
+    add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b) + g.xr * qkv.size(1), qkv.size(0), qkv.size(1));
   Tensor qkv_heads = rows_to_heads(qkv, g.y);  // [T, (NHa+2KVa)·HD]
   qkv = Tensor();
   qk_norm_forward(rt, pb, w, qkv_heads, NHa, KVa, saved);  // --qk-layernorm: on this rank's heads
-  if (rt.rope) {
-    ops.rope_forward(qkv_heads.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
-    ops.rope_forward(qkv_heads.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
-  }
+  rope_heads(rt, ops.rope_forward, qkv_heads, NHa, KVa);
   const AttentionProblem ap = piece_attention(rt, layer);
   Tensor heads_out = core_attention_forward(rt, ap, qkv_heads, saved ? &saved->attention : nullptr);  // [T, NHa·HD]
   qkv_heads = Tensor();
@@ -186,9 +195,9 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
 
   // ---- MLP block ----
   Tensor norm2_stats, norm2_full;
-  Tensor fc1_out = linear_2d_forward(to_gemm_input(piece_norm_forward(rt, pb, g, w.norm2_w, w.norm2_b, x_mid, &norm2_stats),
-                                                   gemm_dtype),
-                                     weight(rt, pb, w.fc1_w), g.x, g.y, &norm2_full);  // [T/Y, Fin/X]
+  Tensor fc1_out = linear_2d_forward(
+      to_gemm_input(piece_norm_forward(rt, pb, g, w.norm2_w, w.norm2_b, x_mid, &norm2_stats), gemm_dtype),
+      weight(rt, pb, w.fc1_w), g.x, g.y, &norm2_full);  // [T/Y, Fin/X]
   const int64_t Ty = fc1_out.size(0), Fl = c.ffn / g.X;
   std::vector<float> fc1_bias;  // this rank's elements of the whole fc1 bias
   if (w.fc1_b >= 0)
@@ -222,10 +231,10 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
   const ModelConfig& c = *rt.config;
   const OpTable& ops = *rt.ops;
   const Grid g(*rt.part);
-  const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.head_dim;
   const int64_t Tl = d_out.size(0), Hl = d_out.size(1);
   const int64_t NHa = c.heads / (g.X * g.Y), KVa = c.kv_heads / (g.X * g.Y);
-  GALE_CHECK(s.fc1_out.defined() && s.heads_out.defined()) << "layer " << layer << ": --tp-2d backward without its forward";
+  GALE_CHECK(s.fc1_out.defined() && s.heads_out.defined())
+      << "layer " << layer << ": --tp-2d backward without its forward";
 
   // ---- MLP block ----
   Tensor d_fc2 = Tensor::empty({Tl, Hl});
@@ -266,15 +275,13 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
   Tensor d_heads = core_attention_backward(rt, ap, s.attention, s.heads_out, d_ctx);  // [T, (NHa+2KVa)·HD]
   d_ctx = Tensor();
   s.heads_out = Tensor();
-  if (rt.rope) {
-    ops.rope_backward(d_heads.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
-    ops.rope_backward(d_heads.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
-  }
+  rope_heads(rt, ops.rope_backward, d_heads, NHa, KVa);
   qk_norm_backward(rt, pb, w, d_heads, NHa, KVa, s);
   Tensor d_qkv = heads_to_rows(d_heads, g.y);  // [T/Y, (NH+2KV)·HD/X]
   d_heads = Tensor();
   if (w.qkv_b >= 0)
-    column_sum_accumulate(d_qkv.data<float>(), pb.grad_data(w.qkv_b) + g.xr * d_qkv.size(1), d_qkv.size(0), d_qkv.size(1));
+    column_sum_accumulate(d_qkv.data<float>(), pb.grad_data(w.qkv_b) + g.xr * d_qkv.size(1), d_qkv.size(0),
+                          d_qkv.size(1));
   Tensor d_norm1 = linear_2d_backward(d_qkv, s.norm1_out, weight(rt, pb, w.qkv_w), g.x, g.y);
   d_qkv = Tensor();
   s.norm1_out = Tensor();

@@ -31,7 +31,8 @@ Tensor block(const Tensor& t, int64_t nr, int64_t rb, int64_t nc, int64_t cb) {
   const int64_t R = t.size(0) / nr, C = t.size(1) / nc;
   Tensor out = Tensor::empty({R, C});
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) out.data<float>()[r * C + c] = t.data<float>()[(rb * R + r) * t.size(1) + cb * C + c];
+    for (int64_t c = 0; c < C; ++c)
+      out.data<float>()[r * C + c] = t.data<float>()[(rb * R + r) * t.size(1) + cb * C + c];
   return out;
 }
 
