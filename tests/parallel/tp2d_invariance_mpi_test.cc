@@ -9,7 +9,7 @@
 // interleaved with 2 virtual stages of a 4-layer model), 2x2 with full recomputation, and CP 2
 // (2x1 ring, 1x2 all-gather, 1x2 Ulysses); on 8: 2x2 with DP 2 (distributed optimizer), PP 2 or
 // ring CP 2. Losses and grad norms within 1e-5 relative, parameters and gradients as
-// layout_invariance.h checks; --qk-layernorm at 2x2 and 1x2.
+// layout_invariance.h checks; --qk-layernorm at 2x2 and 1x2, ALiBi at 2x2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -92,6 +92,13 @@ TEST(Tp2dQkLayernorm, LayerNormGptMatchesSingleProcessAt1x2) {
   testing::expect_layout_matches_single_process(
       layouts(), "x1y2", testing::join({kCommon, kGpt, {"--qk-layernorm", "--position-embedding-type", "rope"}}), 3e-5,
       "k_layernorm.bias");
+}
+
+// ALiBi: each rank's heads read their slopes at their global index (x·Y + y)·NH/(X·Y) + h.
+TEST(Tp2dAlibi, MatchesSingleProcessAt2x2) {
+  testing::expect_layout_matches_single_process(
+      layouts(), "x2y2", testing::join({kCommon, kGpt, {"--position-embedding-type", "alibi"}}), 3e-5,
+      "linear_qkv.weight");
 }
 
 // ---- checkpoints between TP 2x2 and TP 1 ----
