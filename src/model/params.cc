@@ -58,12 +58,14 @@ Shape ParamSpec::local_shape() const {
 int64_t ParamSpec::local_numel() const { return shape_numel(local_shape()); }
 
 int64_t ParamSpec::global_index(int64_t i) const {
-  if (split2_parts > 1) {  // --tp-2d: the row as below, the columns shifted to this rank's
-    ParamSpec rows = *this;
-    rows.split2_parts = 1;
-    const int64_t local_cols = global_shape[1] / split2_parts;
-    const int64_t g = rows.global_index((i / local_cols) * global_shape[1]);  // its row's first element
-    return g + split2_offset() + i % local_cols;
+  if (split2_parts > 1) {  // --tp-2d: rows split along dimension 0 as below, columns shifted to this rank's
+    const int64_t local_cols = global_shape[1] / split2_parts, r = i / local_cols;
+    int64_t row = r;
+    if (split_parts > 1) {
+      const int64_t block_local = split_block_rows(), block_global = global_shape[0] / split_blocks;
+      row = (r / block_local) * block_global + split_block_offset() + r % block_local;
+    }
+    return row * global_shape[1] + split2_offset() + i % local_cols;
   }
   if (split_dim < 0 || split_parts == 1) return i;
   Shape local = local_shape();
