@@ -48,7 +48,7 @@ Status check_flat(const ParamBuffer& params, const std::string& state, const Ten
 
 std::vector<ShardBox> shard_boxes(const ParamSpec& spec) {
   const Shape local = spec.local_shape();
-  if (spec.split_dim < 0 || spec.split_parts == 1) return {ShardBox{whole_box(spec.global_shape), whole_box(local)}};
+  if (!spec.is_split()) return {ShardBox{whole_box(spec.global_shape), whole_box(local)}};
   const size_t d = static_cast<size_t>(spec.split_dim);
   const int64_t block_local = local[d] / spec.split_blocks;
   const int64_t block_global = spec.global_shape[d] / spec.split_blocks;
@@ -58,6 +58,10 @@ std::vector<ShardBox> shard_boxes(const ParamSpec& spec) {
     sb.global.shape[d] = sb.local.shape[d] = block_local;
     sb.global.offsets[d] = b * block_global + spec.split_block_offset();
     sb.local.offsets[d] = b * block_local;
+    if (spec.split2_parts > 1) {  // --tp-2d: this rank's columns
+      sb.global.shape[1] = local[1];
+      sb.global.offsets[1] = spec.split2_offset();
+    }
     boxes.push_back(std::move(sb));
   }
   return boxes;

@@ -3,14 +3,15 @@
 
 #include "cli/subcommands.h"
 #include "parallel/rank_grid.h"
+#include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
 
 namespace gale::cli {
 
 int run_layout(int argc, char** argv) {
   ParallelSizes s;
-  int64_t world = 0, tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, max_lines = 64;
-  bool tp_pp_dp = false;
+  int64_t world = 0, tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, max_lines = 64, tp_x = 1;
+  bool tp_pp_dp = false, tp_2d = false;
   ArgParser p("gale layout", "Print Megatron's rank layout and process groups for a world size and parallel sizes.");
   p.add("--world-size", &world, "number of processes (required)");
   p.add("--tensor-model-parallel-size", &tp, "tensor-parallel size");
@@ -19,6 +20,8 @@ int run_layout(int argc, char** argv) {
   p.add("--expert-model-parallel-size", &ep, "expert-parallel size");
   p.add("--expert-tensor-parallel-size", &etp, "tensor-parallel size of expert layers (default: TP)");
   p.add_flag("--use-tp-pp-dp-mapping", &tp_pp_dp, "order ranks tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp");
+  p.add_flag("--tp-2d", &tp_2d, "also list the X and Y groups of 2-D tensor parallelism (--tp-x X)");
+  p.add("--tp-x", &tp_x, "--tp-2d: the X axis of the grid (must divide the TP size)");
   p.add("--max-rank-lines", &max_lines, "ranks listed one per line before the listing is shortened");
   Status parsed = p.parse(argc, argv);
   if (p.help_requested()) {
@@ -26,6 +29,8 @@ int run_layout(int argc, char** argv) {
     return 0;
   }
   if (parsed.ok() && world <= 0) parsed = InvalidArgument("--world-size is required (a positive integer)");
+  if (parsed.ok() && tp_2d && (tp_x < 1 || tp % tp_x != 0))
+    parsed = InvalidArgument("--tp-2d: --tp-x ", tp_x, " must divide --tensor-model-parallel-size ", tp);
   if (!parsed.ok()) {
     std::fprintf(stderr, "gale layout: %s\n", parsed.message().c_str());
     return 2;
@@ -39,6 +44,7 @@ int run_layout(int argc, char** argv) {
     return 2;
   }
   std::printf("%s", render_rank_layout(layout.value(), static_cast<int>(max_lines)).c_str());
+  if (tp_2d) std::printf("%s", render_tp2d_groups(layout.value(), tp_x).c_str());
   return 0;
 }
 

@@ -17,7 +17,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "offload attention activations to host memory and prefetch them in backward"},
       {"swap-optimizer", FeatureModule::kMemory, "SwapOptimizerFeature (L2)",
        "keep optimizer state in host memory during forward/backward"},
-      {"tp-2d", FeatureModule::kParallel, "TP2dFeature (L2)", "two-dimensional tensor parallelism"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",

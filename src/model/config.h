@@ -337,6 +337,13 @@ struct ModelPartition {
   // size 1: none): the auxiliary losses are reduced over it (Megatron's sequence_partition_group).
   Comm moe_seq;
 
+  // --tp-2d (parallel/tp2d_groups.h, model/tp2d_layer.h): the TP group as an X×Y grid, TP rank
+  // r = x + X·y; tp_x holds the X ranks with this rank's y, tp_y the Y ranks with its x. The
+  // transformer layers' activations are [T/X, H/Y] pieces and their linears 2-D sharded; the
+  // embedding and the output layer keep the 1-D path over `tp`. Both null otherwise.
+  Comm tp_x, tp_y;
+  bool tp2d() const { return tp_x != nullptr; }
+
   int64_t tp_size() const { return tp ? tp->size() : 1; }
   int64_t tp_rank() const { return tp ? tp->rank() : 0; }
   int64_t cp_size() const { return cp ? cp->size() : 1; }

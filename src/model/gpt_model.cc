@@ -12,6 +12,7 @@
 #include "model/param_builders.h"
 #include "model/yarn_rope.h"
 #include "parallel/mappings.h"
+#include "parallel/tp2d_mappings.h"
 
 namespace gale {
 
@@ -231,8 +232,11 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   } else {
     GALE_CHECK_EQ(S_global, S) << "a micro-batch sliced for context parallelism in a model without it";
   }
-  const int64_t s_local = part_.sequence_parallel ? S / tp : S;
-  const int64_t s_offset = part_.sequence_parallel ? part_.tp_rank() * s_local : 0;
+  // The rows this rank holds between layers: its 1/TP under SP, its chunk x of X under --tp-2d.
+  const int64_t row_parts = part_.sequence_parallel ? tp : part_.tp2d() ? part_.tp_x->size() : 1;
+  const int64_t row_part = part_.sequence_parallel ? part_.tp_rank() : part_.tp2d() ? part_.tp_x->rank() : 0;
+  const int64_t s_local = S / row_parts;
+  const int64_t s_offset = row_part * s_local;
   if (rt.rope) {
     rt.rope_positions.resize(static_cast<size_t>(B * S));
     for (int64_t b = 0; b < B; ++b)
@@ -248,7 +252,10 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   const LayerShares shares = layer_shares(c, part_);  // this TP rank's heads (uneven: --unaligned-linear)
   ap.NH = shares.heads;
   ap.KV = shares.groups;
-  ap.head_offset = shares.head_offset;
+  // --tp-2d: rank (x, y) runs 1/Y of the query groups of chunk x (model/tp2d_layer.h), so its first
+  // head is (x·Y + y)·NHl, not its TP rank's share.
+  ap.head_offset = part_.tp2d() ? (part_.tp_x->rank() * part_.tp_y->size() + part_.tp_y->rank()) * shares.heads
+                                : shares.head_offset;
   const bool ulysses = rt.cp_split.cp_size > 1 && part_.cp_ulysses;
   const bool hybrid = rt.cp_split.cp_size > 1 && part_.hybrid_cp();
   if (hybrid) {  // the ring block of this rank's Ulysses group, 1/U of this TP rank's heads
@@ -313,6 +320,7 @@ Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32
     }
   }
   if (part_.sequence_parallel) x = scatter_to_sequence_parallel_region(x, *part_.tp).clone();
+  if (part_.tp2d()) x = scatter_to_2d_piece(x, *part_.tp_x, *part_.tp_y);  // [T/X, H/Y]
   if (emb_norm_w_ >= 0) {
     st.emb_norm_in = x;
     x = norm_forward(emb_norm_w_, emb_norm_b_, x, &st.emb_norm_stats);
@@ -324,7 +332,8 @@ Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32
     d.stream = stream;
     d.row_ids = st.rt.hidden_row_ids.data();
     d.cols_total = H;
-    ops_->dropout(x.data<float>(), x.data<float>(), x.size(0), H, d);
+    d.col_offset = hidden_col_offset();
+    ops_->dropout(x.data<float>(), x.data<float>(), x.size(0), x.size(1), d);
   }
   return x;
 }
@@ -341,8 +350,9 @@ void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_
     ds.stream = stream;
     ds.row_ids = st.rt.hidden_row_ids.data();
     ds.cols_total = H;
+    ds.col_offset = hidden_col_offset();
     d = Tensor::empty(d_in.shape());
-    ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), H, ds);  // backward: the same mask and scale
+    ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), d.size(1), ds);  // backward: the same mask and scale
   }
   if (emb_norm_w_ >= 0) {
     d = norm_backward(emb_norm_w_, emb_norm_b_, d, st.emb_norm_in, st.emb_norm_stats);
@@ -350,6 +360,7 @@ void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_
     st.emb_norm_stats = Tensor();
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
+  if (part_.tp2d()) d_full = scatter_to_2d_piece_backward(d, *part_.tp_x, *part_.tp_y);
   if (pos_emb_ >= 0 && params_.spec(pos_emb_).trainable)  // frozen under LoRA: no gradient
     ops_->embedding_backward(positions, T, d_full.data<float>(), 0, c.max_positions, H,
                              params_.grad_data(pos_emb_));
@@ -454,7 +465,8 @@ Tensor GPTModel::output_loss_backward(const Tensor& y_full, const std::vector<in
   return d_y;
 }
 
-void GPTModel::head_forward(State& st, const Tensor& x, LossSums* loss, bool keep) {
+void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool keep) {
+  const Tensor x = whole_hidden(x_in);  // --tp-2d: the final norm and the output layer see whole rows
   Tensor stats, y_local;
   Tensor y_full = final_norm_forward(x, &stats, &y_local);
   // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
@@ -511,7 +523,16 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
     const float* e = d_h0.data<float>();
     for (int64_t i = 0; i < d_y.numel(); ++i) d[i] += e[i];
   }
-  return norm_backward(final_norm_w_, final_norm_b_, d_y, st.final_in, st.final_stats);
+  const Tensor d_x = norm_backward(final_norm_w_, final_norm_b_, d_y, st.final_in, st.final_stats);
+  return part_.tp2d() ? gather_from_2d_piece_backward(d_x, *part_.tp_x, *part_.tp_y) : d_x;
+}
+
+Tensor GPTModel::whole_hidden(const Tensor& x) const {
+  return part_.tp2d() ? gather_from_2d_piece(x, *part_.tp_x, *part_.tp_y) : x;
+}
+
+int64_t GPTModel::hidden_col_offset() const {
+  return part_.tp2d() ? part_.tp_y->rank() * (config_.hidden / part_.tp_y->size()) : 0;
 }
 
 void GPTModel::mtp_forward(State& st, const Tensor& h0) {
@@ -698,7 +719,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
-  Tensor y_full = final_norm_forward(x, &stats);
+  Tensor y_full = final_norm_forward(whole_hidden(x), &stats);
   Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});

@@ -198,6 +198,10 @@ class GPTModel {
   // Final norm of x [Tl, H], gathered to [T, H] for the column-parallel output layer; *local (when
   // given) gets the norm's output before the gather [Tl, H].
   Tensor final_norm_forward(const Tensor& x, Tensor* stats, Tensor* local = nullptr) const;
+  // --tp-2d: the whole [T, H] of a layer piece [T/X, H/Y] (x itself otherwise), and the first
+  // column of this rank's piece (0 otherwise; hidden dropout's column offset).
+  Tensor whole_hidden(const Tensor& x) const;
+  int64_t hidden_col_offset() const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
   // --recompute-granularity full: the group input x as kept (with --distribute-saved-activations

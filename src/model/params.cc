@@ -37,15 +37,36 @@ int64_t ParamSpec::split_block_offset() const {
   return block_share(*this).offset * split_unit;
 }
 
+int64_t ParamSpec::split2_offset() const {
+  if (split2_parts == 1) return 0;
+  GALE_CHECK(global_shape.size() == 2 && split_dim == 0 && global_shape[1] % split2_parts == 0)
+      << name << ": a --tp-2d column split needs a 2-D tensor split along dimension 0 with columns divisible by "
+      << split2_parts;
+  return split2_rank * (global_shape[1] / split2_parts);
+}
+
 Shape ParamSpec::local_shape() const {
   Shape s = global_shape;
   if (split_dim >= 0 && split_parts > 1) s[static_cast<size_t>(split_dim)] = split_blocks * split_block_rows();
+  if (split2_parts > 1) {
+    split2_offset();  // checks the shape
+    s[1] /= split2_parts;
+  }
   return s;
 }
 
 int64_t ParamSpec::local_numel() const { return shape_numel(local_shape()); }
 
 int64_t ParamSpec::global_index(int64_t i) const {
+  if (split2_parts > 1) {  // --tp-2d: rows split along dimension 0 as below, columns shifted to this rank's
+    const int64_t local_cols = global_shape[1] / split2_parts, r = i / local_cols;
+    int64_t row = r;
+    if (split_parts > 1) {
+      const int64_t block_local = split_block_rows(), block_global = global_shape[0] / split_blocks;
+      row = (r / block_local) * block_global + split_block_offset() + r % block_local;
+    }
+    return row * global_shape[1] + split2_offset() + i % local_cols;
+  }
   if (split_dim < 0 || split_parts == 1) return i;
   Shape local = local_shape();
   // Decompose i into (outer, d, inner) around the split dimension.

@@ -32,6 +32,11 @@ struct ParamSpec {
   // parallel/tp_share.h: evenly when they divide, else (--unaligned-linear) one more unit to each
   // of the first ranks. A unit never straddles two ranks.
   int64_t split_unit = 1;
+  // --tp-2d (model/tp2d_layer.h): a 2-D weight whose dimension 0 is split as above over one axis
+  // of the X×Y tensor-parallel grid has its dimension 1 split too, evenly, over the other axis:
+  // this rank holds columns [split2_rank·C, (split2_rank + 1)·C), C = global columns / split2_parts.
+  int64_t split2_parts = 1;
+  int64_t split2_rank = 0;
   InitKind init = InitKind::kNormal;
   float init_std = 0.02f;
   bool weight_decay = true;         // false for biases and 1-D tensors (Megatron's rule)
@@ -68,6 +73,10 @@ struct ParamSpec {
   // block (the whole block and 0 when not split).
   int64_t split_block_rows() const;
   int64_t split_block_offset() const;
+  // First global column of this rank's columns (0 without a --tp-2d column split).
+  int64_t split2_offset() const;
+  // Whether the tensor is split at all (over TP, or over a --tp-2d axis).
+  bool is_split() const { return (split_dim >= 0 && split_parts > 1) || split2_parts > 1; }
   // Row-major index in the global tensor of local element `i`.
   int64_t global_index(int64_t local_index) const;
 };

@@ -8,10 +8,12 @@
 #include "core/rng.h"
 #include "kernels/flop_counter.h"
 #include "model/layer_shares.h"
+#include "model/head_norm.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
+#include "model/tp2d_layer.h"
 #include "model/tp_linear.h"
 #include "parallel/mappings.h"
 
@@ -66,50 +68,6 @@ Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b,
   rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x.data<float>(), NormScale(c, pb, w).data(),
                        b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, c.hidden);
   return y;
-}
-
-// Copies the `n` heads of `layout` in every row of qkv [T, ·] into rows [T·n, HD] of `heads`
-// (back = false), or those rows back into qkv (back = true).
-void move_heads(float* qkv, const HeadLayout& layout, int64_t T, int64_t n, int64_t HD, float* heads, bool back) {
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < n; ++h) {
-      float* at = qkv + layout.offset(t, h);
-      float* row = heads + (t * n + h) * HD;
-      if (back)
-        std::copy(row, row + HD, at);
-      else
-        std::copy(at, at + HD, row);
-    }
-}
-
-// --qk-layernorm's forward on the `n` heads of `layout` in qkv [T, ·], in place; *pre gets the
-// heads before the norm [T·n, HD] and *stats its statistics.
-void head_norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, Tensor& qkv,
-                       const HeadLayout& layout, int64_t n, Tensor* pre, Tensor* stats) {
-  const ModelConfig& c = *rt.config;
-  const int64_t T = qkv.size(0), HD = c.head_dim, rows = T * n;
-  *pre = Tensor::empty({rows, HD});
-  move_heads(qkv.data<float>(), layout, T, n, HD, pre->data<float>(), false);
-  Tensor y = Tensor::empty({rows, HD});
-  *stats = Tensor::empty({norm_stats_rows(c), rows});
-  rt.ops->norm_forward(NormSpec{c.rms_norm, c.norm_eps}, pre->data<float>(), NormScale(c, pb, w).data(),
-                       b >= 0 ? pb.param_data(b) : nullptr, y.data<float>(), stats->data<float>(), rows, HD);
-  move_heads(qkv.data<float>(), layout, T, n, HD, y.data<float>(), true);
-}
-
-// Its backward on d_qkv [T, ·] in place (the heads' gradient after the norm -> before it); the
-// weight's (and bias') gradients accumulated; releases pre and stats.
-void head_norm_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, int b, Tensor& d_qkv,
-                        const HeadLayout& layout, int64_t n, Tensor& pre, Tensor& stats) {
-  const ModelConfig& c = *rt.config;
-  const int64_t T = d_qkv.size(0), HD = c.head_dim, rows = T * n;
-  Tensor dy = Tensor::empty({rows, HD}), dx = Tensor::empty({rows, HD});
-  move_heads(d_qkv.data<float>(), layout, T, n, HD, dy.data<float>(), false);
-  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), pre.data<float>(), NormScale(c, pb, w).data(),
-                        stats.data<float>(), dx.data<float>(), pb.grad_data(w), b >= 0 ? pb.grad_data(b) : nullptr,
-                        rows, HD);
-  move_heads(d_qkv.data<float>(), layout, T, n, HD, dx.data<float>(), true);
-  pre = stats = Tensor();
 }
 
 DropoutSpec hidden_dropout(const LayerRuntime& rt, int64_t layer, int site) {
@@ -261,6 +219,7 @@ std::vector<int> LayerParamIds::all() const {
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
+  if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
@@ -342,6 +301,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
+  if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
@@ -364,17 +324,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
     if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
     const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
-    if (w.q_norm_w >= 0) {  // --qk-layernorm: per-head norms before RoPE
-      Tensor q_pre, k_pre, q_stats, k_stats;
-      head_norm_forward(rt, pb, w.q_norm_w, w.q_norm_b, qkv, ql, NHl, &q_pre, &q_stats);
-      head_norm_forward(rt, pb, w.k_norm_w, w.k_norm_b, qkv, kl, KVl, &k_pre, &k_stats);
-      if (saved) {
-        saved->q_pre = q_pre;
-        saved->k_pre = k_pre;
-        saved->q_stats = q_stats;
-        saved->k_stats = k_stats;
-      }
-    }
+    qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
     if (rt.rope) {
       ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
       ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
@@ -471,6 +421,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return d_out;
+  if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
@@ -572,10 +523,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
       ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
     }
-    if (w.q_norm_w >= 0) {
-      head_norm_backward(rt, pb, w.q_norm_w, w.q_norm_b, d_qkv, ql, NHl, s.q_pre, s.q_stats);
-      head_norm_backward(rt, pb, w.k_norm_w, w.k_norm_b, d_qkv, kl, KVl, s.k_pre, s.k_stats);
-    }
+    qk_norm_backward(rt, pb, w, d_qkv, NHl, KVl, s);
     if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
     if (!s.norm1_out.defined()) {  // recomputed
       Tensor stats;

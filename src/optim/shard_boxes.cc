@@ -21,7 +21,8 @@ std::vector<ParamBox> local_range_boxes(const ParamSpec& spec, int64_t begin, in
   const int64_t block_rows = rows / blocks;
   const int64_t global_block_rows = split && spec.split_dim == 0 ? spec.global_shape[0] / blocks : block_rows;
   const int64_t row_shift = split && spec.split_dim == 0 ? spec.split_block_offset() : 0;
-  const int64_t col_shift = split && spec.split_dim == 1 ? spec.split_block_offset() : 0;
+  // Columns shift with a split of dimension 1 (over TP, or a --tp-2d column split).
+  const int64_t col_shift = split && spec.split_dim == 1 ? spec.split_block_offset() : spec.split2_offset();
 
   std::vector<ParamBox> out;
   auto emit = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {  // local rows [r0, r1), cols [c0, c1)

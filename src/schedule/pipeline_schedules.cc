@@ -17,6 +17,8 @@ constexpr size_t kPrefetchSteps = 3;
 Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
   const ModelPartition& part = model.partition();
   const int64_t tokens = mb.S * mb.B;
+  if (part.tp2d())  // --tp-2d: the piece [T/X, H/Y]
+    return {tokens / part.tp_x->size(), model.config().hidden / part.tp_y->size()};
   return {part.sequence_parallel ? tokens / part.tp_size() : tokens, model.config().hidden};
 }
 

@@ -267,6 +267,13 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
              "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "
              "by TP: whole query groups (with their heads) and FFN columns dealt out unevenly, one more to each of "
              "the first ranks (MindSpeed's UnalignedLinearFeature)");
+  p.add_flag("--tp-2d", &a.tp_2d,
+             "2-D tensor parallelism (MindSpeed's TP2dFeature): the TP ranks as a --tp-x x --tp-y grid, activations "
+             "and linear weights sharded on both axes, norms all-reduced over the hidden axis");
+  p.add("--tp-x", &a.tp_x, "--tp-2d: the first axis of the grid (splits the sequence between layers, the linears' "
+                           "outputs of linear_qkv / linear_fc1)");
+  p.add("--tp-y", &a.tp_y, "--tp-2d: the second axis (splits the hidden size between layers); --tp-x x --tp-y = "
+                           "--tensor-model-parallel-size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,

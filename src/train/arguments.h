@@ -243,6 +243,10 @@ struct ParallelArgs {
   // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
   // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).
   bool unaligned_linear = false;
+  // MindSpeed's --tp-2d --tp-x X --tp-y Y (TP2dFeature; features/feature_tp_2d.cc): the TP group as an
+  // X×Y grid, X·Y = --tensor-model-parallel-size (model/tp2d_layer.h). Validated by validate_tp2d.
+  bool tp_2d = false;
+  int64_t tp_x = 1, tp_y = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
@@ -502,6 +506,9 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a);
 Status validate_model_args(ModelArgs& m, const ArgParser& p);
 Status validate_training_args(Arguments& a, const ArgParser& p);
 Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_size);
+// --tp-2d / --tp-x / --tp-y against the layout and the model (train/arguments_tp2d.cc): the grid,
+// the divisibility the 2-D sharding needs, and the combinations Gale's 2-D path does not support.
+Status validate_tp2d(const Arguments& a);
 // The explicit pipeline splits, parsed (rows: pipeline ranks; counts: their virtual stages),
 // without checking them against the layout. --num-layer-list "4,6,6,4" gives one row of one count
 // per pipeline rank; --pipeline-num-transformer-layers takes MindSpeed's nested lists, where

@@ -698,6 +698,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                              " x --pipeline-model-parallel-size ", par.pipeline_model_parallel_size, " = ", epp);
   }
   int64_t tp = par.tensor_model_parallel_size;
+  GALE_RETURN_IF_ERROR(validate_tp2d(a));
   GALE_RETURN_IF_ERROR(validate_tensor_parallel_split(a));
   if (par.sequence_parallel && tp == 1) {
     warn_rank0("--sequence-parallel has no effect with --tensor-model-parallel-size 1; disabled");  // as Megatron

@@ -28,7 +28,7 @@ struct Piece {
 std::vector<Piece> pieces_of(const ParamSpec& s) {
   Shape local = s.local_shape();
   std::vector<Piece> out;
-  if (s.split_dim < 0 || s.split_parts == 1) {
+  if (!s.is_split()) {
     out.push_back(Piece{std::vector<int64_t>(local.size(), 0), 0, local[0]});
     return out;
   }
@@ -37,6 +37,7 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
     for (int b = 0; b < s.split_blocks; ++b) {
       std::vector<int64_t> offsets(local.size(), 0);
       offsets[0] = b * block_global + s.split_block_offset();
+      if (s.split2_parts > 1) offsets[1] = s.split2_offset();  // --tp-2d: this rank's columns
       out.push_back(Piece{offsets, b * block_local, block_local});
     }
     return out;

@@ -72,7 +72,7 @@ int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_paramete
 }
 
 ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
-                               const HybridCpGroups& hybrid) {
+                               const HybridCpGroups& hybrid, const Tp2dGroups& tp2d) {
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   ModelPartition p;
   p.tp = ps.tp();
@@ -80,6 +80,8 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.cp = ps.cp();
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
   p.cp_hybrid = hybrid;
+  p.tp_x = tp2d.x;
+  p.tp_y = tp2d.y;
   p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
   p.cp_window = args.parallel.cp_window_size;
   const std::string& policy = args.parallel.context_parallel_kv_cache_policy;
@@ -184,11 +186,12 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
     engine->cp_hybrid = make_hybrid_cp_groups(engine->ps.cp(), par.ulysses_degree_in_cp);
+  if (par.tp_2d) engine->tp2d = make_tp2d_groups(engine->ps.tp(), par.tp_x);  // collective over TP
   // Every chunk first: --ddp-num-buckets divides the parameters of all of them.
   std::vector<std::unique_ptr<GPTModel>> models;
   int64_t num_parameters = 0;
   for (int64_t vp = 0; vp < vpp; ++vp) {
-    models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid),
+    models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d),
                                                 &engine->ops));
     models.back()->params().initialize(config.seed);
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);

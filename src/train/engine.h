@@ -14,6 +14,7 @@
 #include "core/timers.h"
 #include "optim/optimizer.h"
 #include "parallel/distopt_instance_groups.h"
+#include "parallel/tp2d_groups.h"
 #include "parallel/parallel_state.h"
 #include "train/arguments.h"
 
@@ -24,6 +25,7 @@ struct Engine {
   OpTable ops;
   // --context-parallel-algo hybrid_cp_algo: the Ulysses and ring sub-groups of ps.cp() (null otherwise).
   HybridCpGroups cp_hybrid;
+  Tp2dGroups tp2d;  // --tp-2d: the X and Y axes of the TP group (parallel/tp2d_groups.h), shared by every chunk
   // --num-distributed-optimizer-instances N > 1: the intra- and inter-instance sub-groups of
   // ps.dp_cp() (parallel/distopt_instance_groups.h; null otherwise). The distributed optimizer
   // shards over `intra`; dp_sync all-reduces each shard's gradients over `inter`.
@@ -93,7 +95,7 @@ int64_t configured_ddp_bucket_size(const ParallelArgs& par, int64_t num_paramete
 
 // This rank's partition of virtual chunk `vp`; `hybrid` the sub-groups of hybrid_cp_algo (empty otherwise).
 ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, int64_t vp,
-                               const HybridCpGroups& hybrid = {});
+                               const HybridCpGroups& hybrid = {}, const Tp2dGroups& tp2d = {});
 
 // Whether parameter `id` of `model` counts towards the global gradient norm on this rank (every
 // parameter exactly once across the model-parallel group).

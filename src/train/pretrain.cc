@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/rank_grid.h"
+#include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
 #include "train/checkpoint_args.h"
@@ -151,6 +152,7 @@ int pretrain_main(int argc, char** argv) {
   StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
   if (!layout.ok()) return usage_error(layout.status());
   print_rank0(render_rank_layout(layout.value()));
+  if (args.parallel.tp_2d) print_rank0(render_tp2d_groups(layout.value(), args.parallel.tp_x));
 
   // ---- TensorBoard: the last rank writes, as Megatron's ----
   std::unique_ptr<TensorBoardWriter> tensorboard;

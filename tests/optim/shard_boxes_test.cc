@@ -1,5 +1,5 @@
 // Local element ranges of tensor-parallel parameter shards map to boxes of the global tensor that
-// hold exactly those elements, for every kind of split the model uses.
+// hold exactly those elements, for every kind of split the model uses (--tp-2d's 2-D blocks too).
 #include "optim/shard_boxes.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +75,40 @@ TEST(ShardBoxes, SwigluTwoBlocksSplitSeparately) {
 
 TEST(ShardBoxes, RowParallelColumnsSplit) {
   for (int64_t r = 0; r < 4; ++r) check_all_ranges(spec({3, 8}, 1, 1, 4, r));
+}
+
+// --tp-2d weight blocks: rows split along dimension 0 over one axis (SwiGLU: each half), columns
+// evenly over the other (ParamSpec::split2_*).
+ParamSpec block_2d(Shape global, int blocks, int64_t row_parts, int64_t row_rank, int64_t col_parts,
+                   int64_t col_rank) {
+  ParamSpec s = spec(std::move(global), 0, blocks, row_parts, row_rank);
+  s.split2_parts = col_parts;
+  s.split2_rank = col_rank;
+  return s;
+}
+
+TEST(ShardBoxes, Tp2dBlocksSplitRowsAndColumns) {
+  for (int64_t rr = 0; rr < 2; ++rr)
+    for (int64_t cr = 0; cr < 2; ++cr) {
+      check_all_ranges(block_2d({6, 4}, 1, 2, rr, 2, cr));
+      check_all_ranges(block_2d({8, 4}, 2, 2, rr, 2, cr));
+    }
+  check_all_ranges(block_2d({6, 4}, 1, 1, 0, 2, 1));  // X = 1: the columns only
+  // The elements themselves: [8, 4] SwiGLU, row rank 1 of 2, column rank 0 of 2 holds rows 2, 3, 6,
+  // 7 and columns 0, 1; [6, 4], row rank 1, column rank 1 holds rows 3..5, columns 2, 3.
+  const ParamSpec swiglu = block_2d({8, 4}, 2, 2, 1, 2, 0);
+  EXPECT_EQ(swiglu.local_shape(), (Shape{4, 2}));
+  EXPECT_EQ(swiglu.global_index(0), 2 * 4 + 0);
+  EXPECT_EQ(swiglu.global_index(3), 3 * 4 + 1);
+  EXPECT_EQ(swiglu.global_index(5), 6 * 4 + 1);
+  const ParamSpec plain = block_2d({6, 4}, 1, 2, 1, 2, 1);
+  EXPECT_EQ(plain.local_shape(), (Shape{3, 2}));
+  EXPECT_EQ(plain.global_index(0), 3 * 4 + 2);
+  EXPECT_EQ(plain.global_index(5), 5 * 4 + 3);
+  const std::vector<ParamBox> whole = local_range_boxes(plain, 0, 6);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].global_offsets, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(whole[0].shape, (Shape{3, 2}));
 }
 
 TEST(ShardBoxes, WholeParameterIsOneBoxPerBlock) {

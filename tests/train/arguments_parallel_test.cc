@@ -674,3 +674,66 @@ TEST(ParallelArgs, CacheIntervalPicksLayers) {
 
 }  // namespace
 }  // namespace gale
+
+namespace gale {
+namespace {
+
+// MindSpeed's --tp-2d: the grid must be the TP size, the model must split on both axes, and what
+// Gale's 2-D path does not support is refused.
+TEST(ParallelArgs, Tp2dGridAndRules) {
+  const std::string g22 = "--tensor-model-parallel-size 4 --tp-2d --tp-x 2 --tp-y 2 ";
+  EXPECT_EQ(message(g22, 4), "ok");
+  EXPECT_EQ(message(g22 + "--group-query-attention --num-query-groups 4 --swiglu --normalization RMSNorm", 8), "ok");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 2 --tp-y 1", 4),
+            "--tp-2d: --tp-x 2 x --tp-y 1 must equal --tensor-model-parallel-size 4, found 2");
+  EXPECT_EQ(message("--tensor-model-parallel-size 2 --tp-2d --tp-x 0 --tp-y 2", 2),
+            "--tp-2d: --tp-x and --tp-y must be positive, found 0 and 2");
+  EXPECT_EQ(message("--tensor-model-parallel-size 2 --tp-x 2", 2), "--tp-x 2 / --tp-y 1 apply only with --tp-2d");
+  EXPECT_EQ(message(g22 + "--group-query-attention --num-query-groups 2", 4),
+            "--tp-2d: --num-query-groups 2 must be divisible by --tp-x x --tp-y = 4 (whole query groups over X, then "
+            "over Y for attention)");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 4 --tp-y 1 --ffn-hidden-size 102", 4),
+            "--tp-2d: --ffn-hidden-size 102 must be divisible by --tp-x 4");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 4 --tp-y 1 --seq-length 30 "
+                    "--max-position-embeddings 30", 4),
+            "--tp-2d: --seq-length 30 must be divisible by --tp-x 4 and --tp-y 1 (the rows are split by whole "
+            "positions on both axes)");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 1 --tp-y 4 --kv-channels 8 --hidden-size 66", 4),
+            "--tp-2d: --hidden-size 66 must be divisible by --tp-y 4");
+}
+
+TEST(ParallelArgs, Tp2dRefusesWhatItDoesNotSupport) {
+  const std::string g22 = "--tensor-model-parallel-size 4 --tp-2d --tp-x 2 --tp-y 2 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--sequence-parallel", "--sequence-parallel (2-D TP splits the sequence itself; as MindSpeed)"},
+      {"--num-experts 4 --moe-router-topk 2", "--num-experts (MoE; as MindSpeed)"},
+      {"--multi-latent-attention", "--multi-latent-attention"},
+      {"--lora-target-modules linear_qkv", "--lora-target-modules (LoRA)"},
+      {"--unaligned-linear", "--unaligned-linear"},
+      {"--mtp-num-layers 1", "--mtp-num-layers"},
+      {"--embed-layernorm", "--embed-layernorm"},
+      {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+       "--distribute-saved-activations",
+       "--distribute-saved-activations"},
+      {"--recompute-granularity selective --recompute-modules layernorm", "--recompute-modules layernorm"},
+      {"--optimizer muon", "--optimizer muon"},
+      {"--variable-seq-lengths", "--variable-seq-lengths"},
+  };
+  for (const auto& [extra, what] : cases)
+    EXPECT_EQ(message(g22 + extra, 4), "--tp-2d does not support " + what) << extra;
+  EXPECT_EQ(message(g22 + "--context-parallel-size 2", 8), "ok");
+  EXPECT_EQ(message(g22 + "--context-parallel-size 4 --context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2", 16),
+            "--tp-2d does not support --context-parallel-algo hybrid_cp_algo (as MindSpeed: megatron_cp_algo or "
+            "ulysses_cp_algo)");
+  EXPECT_EQ(message("--tensor-model-parallel-size 4 --tp-2d --tp-x 4 --tp-y 1 --seq-length 20 "
+                    "--max-position-embeddings 20 --context-parallel-size 2", 8),
+            "--tp-2d: --seq-length 20 / --context-parallel-size 2 must be divisible by --tp-x 4 and --tp-y 1 (the rows "
+            "are split by whole positions on both axes)");
+  EXPECT_EQ(message(g22 + "--pipeline-model-parallel-size 2 --num-layers 8 --schedules-method dualpipev "
+                          "--global-batch-size 8",
+                    8),
+            "--tp-2d does not support --schedules-method dualpipev (as MindSpeed's DualPipeV)");
+}
+
+}  // namespace
+}  // namespace gale
