@@ -276,6 +276,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
                                                   engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
                                                   expert_groups, engine->ps.tp());
+  if (args.training.swap_optimizer) GALE_RETURN_IF_ERROR(engine->optimizer->open_swap());
   // --overlap-param-gather-with-optimizer-step: chunk 0's dense all-gather starts once the
   // optimizer has updated chunk 0 (buffer 0), while it updates the other chunks. Its expert part
   // waits for the whole step (Megatron's expert-parallel optimizer steps after the dense ones).

@@ -131,6 +131,9 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.eps = t.adam_eps;
   o.sgd_momentum = t.sgd_momentum;
   o.clip_grad = t.clip_grad;
+  o.swap = t.swap_optimizer;
+  o.swap_times = t.swap_optimizer_times;
+  o.swap_dir = t.swap_optimizer_dir;
   o.muon.momentum = t.muon_momentum;
   o.muon.nesterov = t.muon_nesterov;
   o.muon.split_qkv = t.muon_split_qkv;
