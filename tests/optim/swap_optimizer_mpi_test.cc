@@ -16,8 +16,8 @@
 namespace gale {
 namespace {
 
-struct Run : testing::TestRun {
-  Run(const Comm& world, const std::vector<std::string>& flags)
+struct SwapRun : testing::TestRun {
+  SwapRun(const Comm& world, const std::vector<std::string>& flags)
       : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
                                 "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
                                 "--global-batch-size", "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters",
@@ -43,11 +43,11 @@ std::vector<std::string> swap_flags(int64_t times) {
 TEST(SwapOptimizerDp, ShardedStateSwapsBitIdentically) {
   Comm world = test::world();
   if (world->size() != 2) GTEST_SKIP() << "needs DP2";
-  Run plain(world, {});
+  SwapRun plain(world, {});
   ASSERT_GT(plain.engine->dp_sync[0]->buckets().size(), 2u);
   plain.train(4);
   for (int64_t times : {3, 16}) {
-    Run swapped(world, swap_flags(times));
+    SwapRun swapped(world, swap_flags(times));
     const std::vector<double> b = swapped.train(4);
     for (int i = 0; i < 4; ++i) {
       EXPECT_EQ(plain.losses[i], b[i]) << "times " << times << " iteration " << i + 1;
@@ -77,15 +77,15 @@ TEST(SwapOptimizerDp, CheckpointResumesWithAndWithoutTheFlag) {
       (std::filesystem::temp_directory_path() / ("gale_swapopt_dp2_" + std::to_string(pid))).string();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
   world->barrier();
-  Run whole(world, {});
+  SwapRun whole(world, {});
   const std::vector<double> expected = whole.train(6);
   const std::vector<uint32_t> expected_values = whole.values();
-  Run first(world, testing::join({{"--save", dir, "--save-interval", "3"}, swap_flags(3)}));
+  SwapRun first(world, testing::join({{"--save", dir, "--save-interval", "3"}, swap_flags(3)}));
   first.train(3);
   ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
   world->barrier();
   for (const std::vector<std::string>& flags : {std::vector<std::string>{}, swap_flags(5)}) {
-    Run second(world, testing::join({{"--load", dir}, flags}));
+    SwapRun second(world, testing::join({{"--load", dir}, flags}));
     bool loaded = false;
     ASSERT_TRUE(load_checkpoint(second.args, *second.engine, second.trainer->state(), &loaded).ok());
     ASSERT_TRUE(loaded);

@@ -21,9 +21,10 @@
 namespace gale {
 namespace {
 
+// 17 positions: 28064 parameters, so that 3 chunks differ in size.
 const std::vector<std::string> kFlags = {
     "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
-    "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "6",
+    "--max-position-embeddings", "17", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "6",
     "--lr", "3e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine", "--mock-data", "--hidden-dropout", "0.1",
     "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64",
     "--clip-grad", "0.05", "--weight-decay", "0.1", "--use-distributed-optimizer"};
@@ -35,8 +36,8 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
-struct Run : testing::TestRun {
-  explicit Run(const std::vector<std::string>& extra)
+struct SwapRun : testing::TestRun {
+  explicit SwapRun(const std::vector<std::string>& extra)
       : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab) {}
   Status save() { return save_checkpoint(args, *engine, trainer->state()); }
   Status load() {
@@ -70,15 +71,17 @@ class SwapOptimizer : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SwapOptimizer, TrainsBitIdenticallyToTheUnswappedRun) {
   const Case& c = GetParam();
-  Run plain(c.flags);
-  Run swapped(testing::join({c.flags, swap_flags(c.times)}));
+  SwapRun plain(c.flags);
+  SwapRun swapped(testing::join({c.flags, swap_flags(c.times)}));
   const OptimizerStateSwap* swap = swapped.engine->optimizer->swap();
   ASSERT_NE(swap, nullptr);
   EXPECT_EQ(swap->num_chunks(), c.expected_chunks);
   const std::vector<int64_t>& b = swap->bounds();
   std::set<int64_t> sizes;
   for (size_t i = 0; i + 1 < b.size(); ++i) sizes.insert(b[i + 1] - b[i]);
-  if (c.expected_chunks > 1) EXPECT_GT(sizes.size(), 1u) << "the chunks should be uneven";
+  if (c.expected_chunks > 1) {
+    EXPECT_GT(sizes.size(), 1u) << "the chunks should be uneven";
+  }
   const std::vector<double> x = plain.train(6), y = swapped.train(6);
   for (int i = 0; i < 6; ++i) {
     EXPECT_EQ(x[i], y[i]) << "loss of iteration " << i + 1;
@@ -106,10 +109,10 @@ INSTANTIATE_TEST_SUITE_P(
 // The allocator's exact count: the engine holds 8 bytes of Adam state per parameter without the
 // flag, the staging chunk (2 states × the largest chunk) with it; training's peak drops by as much.
 TEST(SwapOptimizerMemory, ResidentStateDropsToOneChunk) {
-  { Run warm({}); }  // statics (tables, thread pools) allocated once, before measuring
+  { SwapRun warm({}); }  // statics (tables, thread pools) allocated once, before measuring
   Allocator& a = host_allocator();
   const int64_t base = a.current_bytes();
-  auto plain = std::make_unique<Run>(std::vector<std::string>{});
+  auto plain = std::make_unique<SwapRun>(std::vector<std::string>{});
   const int64_t plain_bytes = a.current_bytes() - base, n = plain->numel();
   EXPECT_EQ(plain->engine->optimizer->state_bytes(), 8 * n);
   a.reset_peak();
@@ -117,7 +120,7 @@ TEST(SwapOptimizerMemory, ResidentStateDropsToOneChunk) {
   const int64_t plain_peak = a.peak_bytes() - base;
   plain.reset();
   ASSERT_EQ(a.current_bytes(), base);
-  auto swapped = std::make_unique<Run>(swap_flags(16));
+  auto swapped = std::make_unique<SwapRun>(swap_flags(16));
   const int64_t swapped_bytes = a.current_bytes() - base;
   const OptimizerStateSwap& swap = *swapped->engine->optimizer->swap();
   const std::vector<int64_t>& b = swap.bounds();
@@ -155,14 +158,14 @@ void expect_same_files(const std::string& a, const std::string& b) {
 
 TEST(SwapOptimizerCheckpoint, SameCheckpointAndResumesEitherWay) {
   const std::string dir_plain = temp_dir("plain"), dir_swap = temp_dir("swap");
-  Run whole({});
+  SwapRun whole({});
   const std::vector<double> expected = whole.train(6);
   const std::vector<uint32_t> expected_values = whole.values();
 
-  Run first_plain({"--save", dir_plain, "--save-interval", "3"});
+  SwapRun first_plain({"--save", dir_plain, "--save-interval", "3"});
   first_plain.train(3);
   ASSERT_TRUE(first_plain.save().ok());
-  Run first_swap(testing::join({{"--save", dir_swap, "--save-interval", "3"}, swap_flags(3)}));
+  SwapRun first_swap(testing::join({{"--save", dir_swap, "--save-interval", "3"}, swap_flags(3)}));
   first_swap.train(3);
   ASSERT_TRUE(first_swap.save().ok());
   expect_same_files(dir_plain, dir_swap);
@@ -171,7 +174,7 @@ TEST(SwapOptimizerCheckpoint, SameCheckpointAndResumesEitherWay) {
   for (const auto& [dir, flags] :
        {std::pair<std::string, std::vector<std::string>>{dir_swap, {}}, {dir_plain, swap_flags(3)},
         {dir_swap, swap_flags(16)}}) {
-    Run second(testing::join({{"--load", dir}, flags}));
+    SwapRun second(testing::join({{"--load", dir}, flags}));
     ASSERT_TRUE(second.load().ok());
     const std::vector<double> b = second.train(3);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], expected[3 + i]) << dir << " iteration " << 4 + i;
