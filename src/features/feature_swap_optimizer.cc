@@ -10,8 +10,10 @@
 // rank in --swap-optimizer-dir (Gale's flag; default $TMPDIR or /tmp), unlinked right after
 // mkstemp so nothing is left behind even after a crash, its blocks reserved at start-up, read and
 // written with pread/pwrite through ONE staging buffer of about state/times. Chunk boundaries fall
-// on multiples of 64 elements inside a parameter, so every AdamW call sees the same vector lanes:
-// training is bit-identical to the unswapped run. Checkpoints read the state from the file and a
+// on multiples of 64 elements inside a parameter, so every AdamW call sees the same vector lanes as
+// in an unchunked step: training is bit-identical to the unswapped run. (Gale's AVX2/AVX-512 AdamW
+// computes its masked tail with the same operations, so unaligned edges were bit-identical too
+// when tried; the alignment keeps that true for any kernel.) Checkpoints read the state from the file and a
 // load writes it back (each buffer's state is materialised for the duration of the save/load).
 //
 // Differences from MindSpeed: the f32 master weights stay resident. Gale's f32 parameter buffer is
