@@ -1,7 +1,8 @@
 // --swap-optimizer with the distributed optimizer at DP2 under mpirun: each rank's shard of the Adam
 // state lives in its own file, and training (losses, gradient norms, parameters, the state read
 // back) is the unswapped DP2 run's, bit for bit, with 3 uneven chunks and with more chunks than
-// buckets (16); a DP2 checkpoint saved with the flag resumes with and without it, bit for bit.
+// buckets (16); so is PP2 with two model chunks per rank (two optimizer buffers in one file); a DP2
+// checkpoint saved with the flag resumes with and without it, bit for bit.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -65,6 +66,30 @@ TEST(SwapOptimizerDp, ShardedStateSwapsBitIdentically) {
     // The shard's state only: one file per rank, half the elements each.
     EXPECT_EQ(swapped.engine->optimizer->swap()->file_bytes(), plain.engine->optimizer->state_bytes());
     EXPECT_LT(swapped.engine->optimizer->state_bytes(), plain.engine->optimizer->state_bytes() / (times - 1));
+  }
+}
+
+// PP2 with two virtual stages per rank: two model chunks (two optimizer buffers) per rank whose
+// states follow each other in the file, the chunks planned over both.
+TEST(SwapOptimizerDp, TwoModelChunksPerRankSwapBitIdentically) {
+  Comm world = test::world();
+  if (world->size() != 2) GTEST_SKIP() << "needs PP2";
+  const std::vector<std::string> pp = {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                                       "2", "--num-layers", "4"};
+  SwapRun plain(world, pp);
+  SwapRun swapped(world, testing::join({pp, swap_flags(3)}));
+  ASSERT_EQ(swapped.engine->optimizer->num_buffers(), 2u);
+  const std::vector<double> a = plain.train(4), b = swapped.train(4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;
+  EXPECT_EQ(plain.engine->optimizer->params_norm(), swapped.engine->optimizer->params_norm());
+  for (size_t c = 0; c < 2; ++c) {
+    const auto ps = plain.engine->optimizer->state(c), ss = swapped.engine->optimizer->state(c);
+    ASSERT_EQ(ps.size(), ss.size());
+    for (size_t k = 0; k < ps.size(); ++k) {
+      ASSERT_EQ(ps[k].second.numel(), ss[k].second.numel());
+      EXPECT_EQ(std::memcmp(ps[k].second.data<float>(), ss[k].second.data<float>(), ps[k].second.nbytes()), 0)
+          << ps[k].first << " of chunk " << c;
+    }
   }
 }
 
