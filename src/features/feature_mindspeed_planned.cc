@@ -13,8 +13,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
     const char* description;
   };
   static const Row rows[] = {
-      {"swap-attention", FeatureModule::kMemory, "SwapAttentionFeature (L2)",
-       "offload attention activations to host memory and prefetch them in backward"},
       {"tp-2d", FeatureModule::kParallel, "TP2dFeature (L2)", "two-dimensional tensor parallelism"},
       {"use-ascend-mc2", FeatureModule::kFusedCompute, "MC2Feature (L2)",
        "fused matmul + collective kernels (Ascend hardware)"},

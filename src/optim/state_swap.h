@@ -8,11 +8,11 @@
 // owned element lives in the file, and only one chunk of it is resident, in the staging buffer,
 // while the step updates that chunk's elements.
 //
-// The file is created with mkstemp in a directory (--swap-optimizer-dir, default $TMPDIR or /tmp)
-// and unlinked at once, so nothing is left behind, even after a crash; its blocks are reserved at
-// creation (posix_fallocate where the file system supports it) so that a full disk is a start-up
-// error, not a failure in the middle of training. Reads and writes are pread/pwrite of whole
-// chunks. A directory on tmpfs keeps the state in RAM again (just outside the allocator's count):
+// The file (core/swap_file.h) is created with mkstemp in a directory (--swap-optimizer-dir, default
+// $TMPDIR or /tmp) and unlinked at once, so nothing is left behind, even after a crash; its blocks
+// are reserved at creation (posix_fallocate where the file system supports it) so that a full disk
+// is a start-up error, not a failure in the middle of training. Reads and writes are pread/pwrite
+// of whole chunks. A directory on tmpfs keeps the state in RAM again (just outside the allocator's count):
 // point the flag at a disk.
 //
 // Layout: state tensor k (0 ≤ k < num_states: exp_avg, exp_avg_sq for Adam; momentum_buffer for
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/swap_file.h"
 #include "core/tensor.h"
 
 namespace gale {
@@ -47,29 +48,6 @@ struct StateRun {
 // and the result is bit-identical. Boundaries that coincide are merged. numel = 0: {0}.
 std::vector<int64_t> plan_swap_chunks(const std::vector<StateRun>& runs, int64_t numel, int64_t times,
                                       int64_t align = 64);
-
-// An anonymous temporary file (created in a directory, unlinked at once). Reads and writes are
-// whole: partial transfers and EINTR are retried; a failure is an IOError naming the file.
-class SwapFile {
- public:
-  // Creates the file in `dir` and reserves `bytes` (reads of unwritten bytes give zeros).
-  static StatusOr<std::unique_ptr<SwapFile>> create(const std::string& dir, int64_t bytes);
-  ~SwapFile();
-  SwapFile(const SwapFile&) = delete;
-  SwapFile& operator=(const SwapFile&) = delete;
-
-  Status write(int64_t offset, const void* data, int64_t bytes);
-  Status read(int64_t offset, void* data, int64_t bytes) const;
-  // The name it was created under (already unlinked), for messages.
-  const std::string& path() const { return path_; }
-  int64_t size() const { return size_; }
-
- private:
-  SwapFile(int fd, std::string path, int64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
-  int fd_;
-  std::string path_;
-  int64_t size_;
-};
 
 // The swapped optimizer state: the file, the chunk plan and the one staging buffer.
 class OptimizerStateSwap {

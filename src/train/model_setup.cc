@@ -122,6 +122,13 @@ void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
   }
 }
 
+SwapAttentionConfig swap_attention_config_from_args(const Arguments& a) {
+  StatusOr<SwapAttentionConfig> c = swap_attention_config(a.training.swap_modules, a.training.swap_attention_dir);
+  GALE_CHECK_OK(c.status());  // validated by the feature
+  c->enabled = a.training.swap_attention;
+  return *c;
+}
+
 OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
   OptimizerConfig o;

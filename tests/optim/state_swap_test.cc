@@ -51,7 +51,7 @@ TEST(PlanSwapChunks, AlignsInsideARunAndKeepsRunEdges) {
 
 TEST(SwapFile, AnonymousReadsWhatWasWrittenZerosElsewhere) {
   const std::string dir = fresh_dir("file");
-  auto f = SwapFile::create(dir, 4096);
+  auto f = SwapFile::create(dir, 4096, "--swap-optimizer-dir", "gale-swap-optimizer");
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the file must be unlinked at once";
   EXPECT_NE((*f)->path().find(dir), std::string::npos);
@@ -65,7 +65,7 @@ TEST(SwapFile, AnonymousReadsWhatWasWrittenZerosElsewhere) {
 }
 
 TEST(SwapFile, ErrorsNameTheDirectoryAndTheFile) {
-  auto missing = SwapFile::create("/nonexistent-gale-swap-dir/sub", 64);
+  auto missing = SwapFile::create("/nonexistent-gale-swap-dir/sub", 64, "--swap-optimizer-dir", "gale-swap-optimizer");
   ASSERT_FALSE(missing.ok());
   const std::string m = missing.status().message();
   EXPECT_NE(m.find("--swap-optimizer-dir /nonexistent-gale-swap-dir/sub"), std::string::npos) << m;
@@ -73,7 +73,7 @@ TEST(SwapFile, ErrorsNameTheDirectoryAndTheFile) {
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   // A reservation no disk holds (2^62 bytes).
   const std::string dir = fresh_dir("full");
-  auto huge = SwapFile::create(dir, int64_t{1} << 62);
+  auto huge = SwapFile::create(dir, int64_t{1} << 62, "--swap-optimizer-dir", "gale-swap-optimizer");
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("cannot reserve"), std::string::npos) << huge.status().message();
   EXPECT_TRUE(std::filesystem::is_empty(dir));
