@@ -19,7 +19,9 @@
 // and an unusable directory are one-line errors (the latter at start-up, naming the file).
 //
 // Tests: tests/train/swap_attention_test.cc (bit-identical training for each module set, GPT and
-// LLaMA-style, with full recomputation; allocator peak; unusable directory),
+// LLaMA-style, reference and fused kernels (flash attention), bf16, full recomputation; allocator
+// peak; unusable directory),
+// tests/parallel/swap_attention_mpi_test.cc (PP2, 1F1B and interleaved: forwards in flight),
 // tests/features/swap_attention_feature_test.cc (registry and rules).
 #include "features/registry.h"
 #include "model/activation_swap.h"

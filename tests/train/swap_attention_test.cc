@@ -1,5 +1,6 @@
 // --swap-attention on a tiny GPT and a LLaMA-style model (single process): the same losses,
 // gradient norms and parameters as the run without it, bit for bit, for each --swap-modules set,
+// with the reference and the fused kernels (flash attention),
 // with full recomputation of some layers and with several micro-batches in flight; the
 // allocator's training peak drops; the swap files leave nothing in their directory; an unusable
 // --swap-attention-dir is a start-up error naming it.
@@ -11,6 +12,7 @@
 #include <iostream>
 
 #include "core/allocator.h"
+#include "kernels/cpu/fused_ops.h"
 #include "testing_run.h"
 #include "train/grad_sync.h"
 
@@ -31,9 +33,17 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
+// The reference op table, or with the fused kernels (flash attention among them; the best build the
+// CPU has).
+OpTable ops_with(bool fused) {
+  OpTable ops = reference_ops();
+  if (fused) GALE_CHECK_OK(install_all_fused_kernels(ops, Isa::kAvx512));
+  return ops;
+}
+
 struct AttnRun : testing::TestRun {
-  explicit AttnRun(const std::vector<std::string>& extra)
-      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab) {}
+  explicit AttnRun(const std::vector<std::string>& extra, bool fused = false)
+      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab, {}, ops_with(fused)) {}
   std::vector<uint32_t> values() const {
     finish_param_sync(*engine);
     const Tensor& p = engine->chunks[0]->params().flat_params();
@@ -46,6 +56,7 @@ struct AttnRun : testing::TestRun {
 struct Case {
   const char* name;
   std::vector<std::string> flags;
+  bool fused = false;  // fused kernels: flash attention, fused norms
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -53,8 +64,8 @@ class SwapAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SwapAttention, TrainsBitIdenticallyToTheRunWithoutIt) {
   const std::string dir = fresh_dir(GetParam().name);
-  AttnRun plain(GetParam().flags);
-  AttnRun swapped(testing::join({GetParam().flags, {"--swap-attention", "--swap-attention-dir", dir}}));
+  AttnRun plain(GetParam().flags, GetParam().fused);
+  AttnRun swapped(testing::join({GetParam().flags, {"--swap-attention", "--swap-attention-dir", dir}}), GetParam().fused);
   const std::vector<double> a = plain.train(4), b = swapped.train(4);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(a[i], b[i]) << "loss of iteration " << i + 1;
@@ -73,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gpt_norms", {"--swap-modules", "input_norm,post_attention_norm"}},
         Case{"llama_bf16",
              testing::join({testing::kTinyLlama, {"--num-attention-heads", "4", "--num-query-groups", "2", "--bf16"}})},
+        Case{"llama_fused_kernels",
+             testing::join({testing::kTinyLlama, {"--num-attention-heads", "4", "--num-query-groups", "2"}}), true},
         Case{"gpt_full_recompute_first_layer",
              {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"}},
         Case{"gpt_four_microbatches", {"--micro-batch-size", "1"}}),
