@@ -29,7 +29,7 @@
 // --optimizer-selection already. A directory where the file cannot be created or reserved is a
 // start-up error naming the directory and the file.
 //
-// Tests: tests/optim/state_swap_test.cc (chunk plan, file IO, errors),
+// Tests: tests/optim/state_swap_test.cc (chunk plan, staging), tests/core/swap_file_test.cc (file IO, errors),
 // tests/train/swap_optimizer_test.cc (bit-identical training for times 1, 3, 16, SGD, checkpoint
 // resume either way, allocator bytes, unwritable directory),
 // tests/optim/swap_optimizer_mpi_test.cc (DP2 distributed optimizer, bit-identical),

@@ -1,14 +1,12 @@
 // --swap-optimizer's file tier (optim/state_swap.h): the chunk plan (even targets, 64-element
-// alignment inside a run, merging), the anonymous file (unlinked at once, reads what was written,
-// zeros where nothing was) and its errors (a missing directory, a reservation the disk refuses),
-// and the staging of chunks in and out.
+// alignment inside a run, merging) and the staging of chunks in and out of the file (the file
+// itself: tests/core/swap_file_test.cc).
 #include "optim/state_swap.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <numeric>
 
 namespace gale {
 namespace {
@@ -45,39 +43,10 @@ TEST(PlanSwapChunks, AlignsInsideARunAndKeepsRunEdges) {
     for (size_t i = 1; i < b.size(); ++i) EXPECT_LT(b[i - 1], b[i]);
     for (int64_t x : b)
       for (const StateRun& r : runs)
-        if (r.begin < x && x < r.begin + r.numel) EXPECT_EQ((x - r.begin) % 64, 0) << x << " times " << times;
+        if (r.begin < x && x < r.begin + r.numel) {
+          EXPECT_EQ((x - r.begin) % 64, 0) << x << " times " << times;
+        }
   }
-}
-
-TEST(SwapFile, AnonymousReadsWhatWasWrittenZerosElsewhere) {
-  const std::string dir = fresh_dir("file");
-  auto f = SwapFile::create(dir, 4096, "--swap-optimizer-dir", "gale-swap-optimizer");
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the file must be unlinked at once";
-  EXPECT_NE((*f)->path().find(dir), std::string::npos);
-  std::vector<float> in(100);
-  std::iota(in.begin(), in.end(), 1.0f);
-  ASSERT_TRUE((*f)->write(800, in.data(), 400).ok());
-  std::vector<float> out(300, -1.0f);
-  ASSERT_TRUE((*f)->read(400, out.data(), 1200).ok());
-  for (int i = 0; i < 300; ++i) EXPECT_EQ(out[i], i >= 100 && i < 200 ? in[i - 100] : 0.0f) << i;
-  std::filesystem::remove_all(dir);
-}
-
-TEST(SwapFile, ErrorsNameTheDirectoryAndTheFile) {
-  auto missing = SwapFile::create("/nonexistent-gale-swap-dir/sub", 64, "--swap-optimizer-dir", "gale-swap-optimizer");
-  ASSERT_FALSE(missing.ok());
-  const std::string m = missing.status().message();
-  EXPECT_NE(m.find("--swap-optimizer-dir /nonexistent-gale-swap-dir/sub"), std::string::npos) << m;
-  EXPECT_NE(m.find("gale-swap-optimizer-"), std::string::npos) << m;
-  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  // A reservation no disk holds (2^62 bytes).
-  const std::string dir = fresh_dir("full");
-  auto huge = SwapFile::create(dir, int64_t{1} << 62, "--swap-optimizer-dir", "gale-swap-optimizer");
-  ASSERT_FALSE(huge.ok());
-  EXPECT_NE(huge.status().message().find("cannot reserve"), std::string::npos) << huge.status().message();
-  EXPECT_TRUE(std::filesystem::is_empty(dir));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(OptimizerStateSwap, ChunksGoInAndOutThroughOneStagingBuffer) {
