@@ -13,10 +13,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
     const char* description;
   };
   static const Row rows[] = {
-      {"swap-attention", FeatureModule::kMemory, "SwapAttentionFeature (L2)",
-       "offload attention activations to host memory and prefetch them in backward"},
-      {"swap-optimizer", FeatureModule::kMemory, "SwapOptimizerFeature (L2)",
-       "keep optimizer state in host memory during forward/backward"},
       {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",

@@ -80,6 +80,7 @@ struct GPTModel::State {
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
+  std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
 };
 
 
@@ -664,6 +665,14 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     if (rerun && i == first) st->layers[i].x_in = keep_recompute_input(x);
     x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + i, x,
                                   training && !rerun ? &st->layers[i] : nullptr);
+    if (training && !rerun && swap_attention_.enabled) {
+      if (!st->swap) {
+        auto s = ActivationSwap::create(swap_attention_);
+        GALE_CHECK(s.ok()) << s.status().message();
+        st->swap = std::move(s).value();
+      }
+      st->swap->swap_out(i, st->layers[i]);
+    }
   }
   Tensor out;
   if (part_.post_process) {
@@ -806,6 +815,10 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);
+    }
+    if (st->swap) {  // --swap-attention: this layer's activations back, the next one's read started
+      st->swap->swap_in(i, st->layers[i]);
+      if (i > 0) st->swap->prefetch(i - 1);
     }
     d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + i, st->layers[i], d);
     ready();

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/op_table.h"
+#include "model/activation_swap.h"
 #include "model/config.h"
 #include "model/micro_batch.h"
 #include "model/params.h"
@@ -125,6 +126,9 @@ class GPTModel {
   // token loss; micro_batch_loss_scale), as the schedules' backward and the eager fused LM head
   // use it. Off (the default): Megatron's 1 / (Σ mask · num_microbatches).
   void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  // --swap-attention (model/activation_swap.h): training forwards write each layer's attention
+  // activations to a file and backward reads them back, one layer ahead. Off by default.
+  void set_swap_attention(const SwapAttentionConfig& c) { swap_attention_ = c; }
   bool per_token_loss() const { return per_token_loss_; }
   float grad_scale() const { return grad_scale_; }
 
@@ -232,6 +236,7 @@ class GPTModel {
   int64_t num_microbatches_ = 0;
   float grad_scale_ = 1.0f;
   bool per_token_loss_ = false;
+  SwapAttentionConfig swap_attention_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };

@@ -183,7 +183,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   qk_norm_forward(rt, pb, w, qkv_heads, NHa, KVa, saved);  // --qk-layernorm: on this rank's heads
   rope_heads(rt, ops.rope_forward, qkv_heads, NHa, KVa);
   const AttentionProblem ap = piece_attention(rt, layer);
-  Tensor heads_out = core_attention_forward(rt, ap, qkv_heads, saved ? &saved->attention : nullptr);  // [T, NHa·HD]
+  Tensor heads_out = core_attention_forward(rt, ap, layer, qkv_heads, saved ? &saved->attention : nullptr);  // [T, NHa·HD]
   qkv_heads = Tensor();
   Tensor ctx_full;
   Tensor proj = linear_2d_forward(to_gemm_input(heads_to_rows(heads_out, g.y), gemm_dtype), weight(rt, pb, w.proj_w),

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 namespace gale {
@@ -50,8 +51,11 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     GALE_CHECK(m.fp32_matmul_prec == "medium" || m.fp32_matmul_prec == "high")
         << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
   }
+  GALE_CHECK(!config_.swap || !muon) << "--swap-optimizer with --optimizer muon: not supported";
+  int64_t state_base = 0;
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
+    GALE_CHECK(!config_.swap || !b.params->reuses_fp32()) << "--swap-optimizer with --reuse-fp32-param: not supported";
     if (b.counts_in_norm.empty()) b.counts_in_norm.assign(static_cast<size_t>(b.params->size()), true);
     GALE_CHECK_EQ(static_cast<int>(b.counts_in_norm.size()), b.params->size());
     const size_t np = static_cast<size_t>(b.params->size());
@@ -75,7 +79,12 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     int64_t n = 0;
     for (const FlatRange& r : ranges) n += std::max<int64_t>(0, r.size());
     s.buffer = std::move(b);
-    if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
+    s.state_numel = n;
+    s.state_base = state_base;
+    state_base += n;
+    if (config_.swap) {
+      // no resident state: open_swap() creates the file
+    } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
     } else if (config_.sgd_momentum != 0.0) {
@@ -88,6 +97,49 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
 Optimizer::Optimizer(const OptimizerConfig& config, ParamBuffer* params, const OpTable* ops, Comm norm_group)
     : Optimizer(config, std::vector<OptimizedBuffer>{OptimizedBuffer{params, {}, std::nullopt}}, ops,
                 std::move(norm_group)) {}
+
+std::vector<std::string> Optimizer::state_names() const {
+  if (config_.type == "adam" || config_.type == "muon") return {"exp_avg", "exp_avg_sq"};
+  if (config_.sgd_momentum != 0.0) return {"momentum_buffer"};
+  return {};
+}
+
+Status Optimizer::open_swap() {
+  GALE_CHECK(config_.swap && !swap_) << "open_swap: needs --swap-optimizer, once";
+  std::vector<StateRun> runs;
+  int64_t total = 0;
+  for (const BufferState& b : buffers_) {
+    for (const Segment& seg : b.segments) runs.push_back(StateRun{b.state_base + seg.state_offset, seg.numel});
+    total += b.state_numel;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = !config_.swap_dir.empty() ? config_.swap_dir : tmp && *tmp ? std::string(tmp) : "/tmp";
+  GALE_ASSIGN_OR_RETURN(swap_, OptimizerStateSwap::create(dir, static_cast<int>(state_names().size()), total,
+                                                          plan_swap_chunks(runs, total, config_.swap_times)));
+  return Status::Ok();
+}
+
+float* Optimizer::state_at(BufferState& b, int k, int64_t index) {
+  if (swap_) return swap_->at(k, b.state_base + index);
+  Tensor& t = k == 1 ? b.exp_avg_sq : b.momentum.defined() ? b.momentum : b.exp_avg;
+  return t.data<float>() + index;
+}
+
+template <class Fn>
+void Optimizer::for_each_swap_piece(const BufferState& b, const Segment& seg, Fn&& fn) {
+  if (!swap_) {
+    fn(int64_t{0}, seg.numel);
+    return;
+  }
+  const int64_t first = b.state_base + seg.state_offset;
+  for (int64_t at = 0; at < seg.numel;) {
+    const int c = swap_->chunk_of(first + at);
+    swap_->load(c);  // writes back the previous chunk (H2D/D2H of MindSpeed's step, here pread/pwrite)
+    const int64_t n = std::min(seg.numel - at, swap_->bounds()[static_cast<size_t>(c) + 1] - (first + at));
+    fn(at, n);
+    at += n;
+  }
+}
 
 double Optimizer::sum_over_groups(double dense, double expert) const {
   auto sum = [](const Comm& g, double v) { return g && g->size() > 1 ? g->all_reduce_scalar(v, ReduceOp::kSum) : v; };
@@ -149,6 +201,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   }
   count_timer.stop();
   if (!std::isfinite(r.grad_norm)) return r;
+  GALE_CHECK(!config_.swap || swap_) << "--swap-optimizer: open_swap() before the first step";
   ScopedTimer step_timer = ScopedTimer::level1(timers, "optimizer-inner-step");
   const double coeff = config_.clip_grad > 0.0 ? config_.clip_grad / (r.grad_norm + 1e-6) : 1.0;
   ++step_;
@@ -184,16 +237,15 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         if (muon) {
           muon_step(b, seg, p, g, seg_lr, param_wd);
         } else if (adam) {
-          ops_->adamw_step(p, g + at, b.exp_avg.data<float>() + seg.state_offset + at,
-                           b.exp_avg_sq.data<float>() + seg.state_offset + at, n, h);
+          ops_->adamw_step(p, g + at, state_at(b, 0, seg.state_offset + at), state_at(b, 1, seg.state_offset + at), n,
+                           h);
         } else {
-          sgd_step_ref(p, g + at,
-                       b.momentum.defined() ? b.momentum.data<float>() + seg.state_offset + at : nullptr, n,
+          sgd_step_ref(p, g + at, config_.sgd_momentum != 0.0 ? state_at(b, 0, seg.state_offset + at) : nullptr, n,
                        static_cast<float>(seg_lr), static_cast<float>(config_.sgd_momentum), param_wd, step_ == 1);
         }
       };
       if (!pb.is_split(seg.param_id)) {
-        update(params + seg.begin, 0, seg.numel);
+        for_each_swap_piece(b, seg, [&](int64_t at, int64_t n) { update(params + seg.begin + at, at, n); });
         continue;
       }
       const int64_t piece = muon ? seg.numel : std::min(seg.numel, kSplitBlock);
@@ -207,12 +259,25 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     }
     if (after_buffer_step_) after_buffer_step_(bi);
   }
+  if (swap_) swap_->flush();
   r.applied = true;
   return r;
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   const BufferState& s = buffers_.at(b);
+  if (config_.swap) {  // copies, read from the file
+    GALE_CHECK(swap_) << "--swap-optimizer: open_swap() before reading the state";
+    std::vector<std::pair<std::string, Tensor>> out;
+    const std::vector<std::string> names = state_names();
+    for (size_t k = 0; k < names.size(); ++k) {
+      Tensor t = Tensor::empty({s.state_numel});
+      const Status st = swap_->read(static_cast<int>(k), s.state_base, s.state_numel, t.data<float>());
+      GALE_CHECK(st.ok()) << "--swap-optimizer: " << st.message();
+      out.emplace_back(names[k], std::move(t));
+    }
+    return out;
+  }
   if (config_.type == "adam") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
   if (config_.type == "muon")
     return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"momentum_buffer", s.exp_avg}};
@@ -229,8 +294,20 @@ bool Optimizer::holds_state(size_t b, int param_id, const std::string& name) con
   return is_muon(b, param_id) == (name == "momentum_buffer");
 }
 
+Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  if (!swap_) return Status::Ok();
+  const BufferState& s = buffers_.at(b);
+  const std::vector<std::string> names = state_names();
+  for (const auto& [name, t] : tensors) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    GALE_CHECK(it != names.end() && t.numel() == s.state_numel) << "optimizer state " << name;
+    GALE_RETURN_IF_ERROR(swap_->write(static_cast<int>(it - names.begin()), s.state_base, s.state_numel, t.data<float>()));
+  }
+  return Status::Ok();
+}
+
 int64_t Optimizer::state_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = swap_ ? swap_->staging_bytes() : 0;
   for (const BufferState& s : buffers_)
     for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum})
       if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());

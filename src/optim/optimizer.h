@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "kernels/op_table.h"
 #include "model/params.h"
 #include "optim/grad_buckets.h"
+#include "optim/state_swap.h"
 
 namespace gale {
 
@@ -58,6 +60,12 @@ struct OptimizerConfig {
   double sgd_momentum = 0.9;
   double clip_grad = 1.0;  // 0 disables clipping
   MuonConfig muon;
+  // --swap-optimizer (optim/state_swap.h): the fp32 state lives in an anonymous file in `swap_dir`
+  // ("" = $TMPDIR or /tmp) and comes back in `swap_times` chunks during the step. AdamW and SGD;
+  // not Muon, not --reuse-fp32-param. The owner calls open_swap() before the first step.
+  bool swap = false;
+  int64_t swap_times = 16;
+  std::string swap_dir;
 };
 
 struct StepResult {
@@ -162,8 +170,19 @@ class Optimizer {
   bool holds_state(size_t b, int param_id, const std::string& name) const;
   // Whether Muon updates parameter `param_id` of buffer `b`.
   bool is_muon(size_t b, int param_id) const;
-  // Bytes of optimizer state held by this rank (all buffers).
+  // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
+  // staging buffer only.
   int64_t state_bytes() const;
+
+  // --swap-optimizer: creates the state file (zeros: the initial state) and the staging buffer.
+  // Call once, before the first step or state access, when config().swap is set.
+  Status open_swap();
+  // The swapped state, or null (no --swap-optimizer).
+  const OptimizerStateSwap* swap() const { return swap_.get(); }
+  // Makes the values of state() tensors of buffer `b` the optimizer's: with --swap-optimizer
+  // state() returns copies read from the file, and a checkpoint load writes them back with this;
+  // otherwise state() shares the optimizer's storage and this does nothing.
+  Status store_state(size_t b, const std::vector<std::pair<std::string, Tensor>>& tensors);
   void set_ops(const OpTable* ops) { ops_ = ops; }
 
  private:
@@ -171,8 +190,19 @@ class Optimizer {
     OptimizedBuffer buffer;
     bool sharded = false;
     std::vector<Segment> segments;
-    Tensor exp_avg, exp_avg_sq, momentum;
+    Tensor exp_avg, exp_avg_sq, momentum;  // undefined with --swap-optimizer (the state is in swap_)
+    int64_t state_numel = 0;  // elements of each state tensor
+    int64_t state_base = 0;   // where they start in the swap file's packed order (all buffers)
   };
+  // The state tensors' names, in the swap file's order.
+  std::vector<std::string> state_names() const;
+  // Element `index` of state `k` (state_names() order) of buffer `b`, resident or in the staging
+  // chunk (which must hold it).
+  float* state_at(BufferState& b, int k, int64_t index);
+  // Calls fn(at, n) for the pieces [at, at + n) of segment `seg` that lie in one swap chunk each,
+  // with that chunk resident (one piece, the whole segment, without --swap-optimizer).
+  template <class Fn>
+  void for_each_swap_piece(const BufferState& b, const Segment& seg, Fn&& fn);
   double norm_of(bool grads) const;
   // Sums the dense and the expert-parallel part each over its groups, then adds them.
   double sum_over_groups(double dense, double expert) const;
@@ -190,6 +220,7 @@ class Optimizer {
   NsCoefficients ns_coefficients_;
   int64_t step_ = 0;
   std::function<void(size_t)> after_buffer_step_;
+  std::unique_ptr<OptimizerStateSwap> swap_;
 };
 
 }  // namespace gale

@@ -184,6 +184,24 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--reuse-fp32-param", &a.reuse_fp32_param,
              "MindSpeed: with --bf16 keep the f32 master weights as the bf16 parameters plus 16-bit residuals "
              "(2 bytes per parameter less; bit-identical training)");
+  p.add_flag("--swap-optimizer", &a.swap_optimizer,
+             "MindSpeed: keep the optimizer's fp32 state out of memory (in a temporary file in --swap-optimizer-dir) "
+             "and bring it back in --swap-optimizer-times chunks during the step; needs --use-distributed-optimizer");
+  p.add("--swap-optimizer-times", &a.swap_optimizer_times,
+        "MindSpeed: chunks the swapped optimizer state comes back in during the step (default 16; 0: all at once); "
+        "the resident state is about one chunk");
+  p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
+        "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
+        "use a disk, not tmpfs)");
+  p.add_flag("--swap-attention", &a.swap_attention,
+             "MindSpeed: move each layer's attention activations kept for backward to a temporary file (in "
+             "--swap-attention-dir) after its forward and read them back, one layer ahead, in backward");
+  p.add_list("--swap-modules", &a.swap_modules,
+             "MindSpeed: what --swap-attention moves, comma-separated: input_norm, self_attention, "
+             "post_attention_norm (default all three)");
+  p.add("--swap-attention-dir", &a.swap_attention_dir,
+        "Gale: directory of --swap-attention's temporary files (unlinked at once; default $TMPDIR or /tmp; use a "
+        "disk, not tmpfs)");
   p.add_flag("--fp16", &a.fp16,
              "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
              "weights, gradients and optimizer state, with loss scaling");

@@ -170,6 +170,21 @@ struct TrainingArgs {
   // f32 masters of the linear layers' weights are kept as their bf16 copy + a 16-bit residual (2
   // bytes per parameter less). `gale pretrain` clears it below --optimization-level 2.
   bool reuse_fp32_param = false;
+  // --swap-optimizer (MindSpeed, level 2; features/feature_swap_optimizer.cc, optim/state_swap.h):
+  // the optimizer's fp32 state in an anonymous file in --swap-optimizer-dir ("" = $TMPDIR or
+  // /tmp), brought back in --swap-optimizer-times chunks during the step. `gale pretrain` clears it
+  // below --optimization-level 2.
+  bool swap_optimizer = false;
+  int64_t swap_optimizer_times = 16;
+  std::string swap_optimizer_dir;
+  // --swap-attention (MindSpeed, level 2; features/feature_swap_attention.cc, model/activation_swap.h):
+  // each layer's attention activations kept for backward go to an anonymous file in
+  // --swap-attention-dir after its forward and come back, one layer ahead, in backward.
+  // --swap-modules: which (input_norm, self_attention, post_attention_norm; MindSpeed's default all
+  // three). `gale pretrain` clears it below --optimization-level 2.
+  bool swap_attention = false;
+  std::vector<std::string> swap_modules = {"input_norm", "self_attention", "post_attention_norm"};
+  std::string swap_attention_dir;
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
   // without it the scale is dynamic, starting at --initial-loss-scale.

@@ -383,6 +383,7 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
               r.read_slice_into(optimizer_tensor_name(state_name, s.whole_model_name()), s.global_shape, box.global_offsets, dst));
         }
     }
+    GALE_RETURN_IF_ERROR(optimizer.store_state(c, opt_state));  // --swap-optimizer: back into its file
   }
   if (!load_trainer) {
     state = TrainerState{};

@@ -122,6 +122,13 @@ void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
   }
 }
 
+SwapAttentionConfig swap_attention_config_from_args(const Arguments& a) {
+  StatusOr<SwapAttentionConfig> c = swap_attention_config(a.training.swap_modules, a.training.swap_attention_dir);
+  GALE_CHECK_OK(c.status());  // validated by the feature
+  c->enabled = a.training.swap_attention;
+  return *c;
+}
+
 OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
   OptimizerConfig o;
@@ -131,6 +138,9 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.eps = t.adam_eps;
   o.sgd_momentum = t.sgd_momentum;
   o.clip_grad = t.clip_grad;
+  o.swap = t.swap_optimizer;
+  o.swap_times = t.swap_optimizer_times;
+  o.swap_dir = t.swap_optimizer_dir;
   o.muon.momentum = t.muon_momentum;
   o.muon.nesterov = t.muon_nesterov;
   o.muon.split_qkv = t.muon_split_qkv;

@@ -111,6 +111,8 @@ int pretrain_main(int argc, char** argv) {
   args.data.variable_seq_lengths = registry->active("variable-seq-lengths");
   // Off below level 2 (a notice below says so).
   args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
+  args.training.swap_optimizer = registry->active("swap-optimizer");
+  args.training.swap_attention = registry->active("swap-attention");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
@@ -208,6 +210,10 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --reuse-fp32-param: parameter values on rank ", world->rank(), " take ", bytes,
                       " bytes (a plain --bf16 run: ", params * 6, ", 4 per f32 master + 2 per bf16 copy)"));
   }
+  if (const OptimizerStateSwap* swap = engine.optimizer->swap())
+    print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
+                      " bytes in ", swap->path(), " (unlinked), ", swap->staging_bytes(), " bytes resident (",
+                      swap->num_chunks(), " chunks)"));
   if (args.lora.enabled()) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));

@@ -138,10 +138,10 @@ TEST(FeatureRegistry, NotYetSupportedFlagsAreRejected) {
   add_all_pretrain_args(parser, args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
-  const char* argv[] = {"test", "--swap-attention"};
+  const char* argv[] = {"test", "--layerzero"};
   Status st = parser.parse(2, const_cast<char**>(argv));
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--swap-attention: not supported yet"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--layerzero: not supported yet"), std::string::npos) << st.message();
 }
 
 TEST(FeatureRegistry, DocsAreGeneratedFromTheRegistry) {
