@@ -49,13 +49,14 @@ enum class MoeZeroMemory { kOff, kLevel0, kLevel1 };
 
 struct RecomputePlan {
   static constexpr int64_t kAllLayers = INT64_MAX;
-  // --moe-zero-memory; level1 only in the first moe_zero_memory_level1_layers layers of each model
-  // chunk (--moe-zero-memory-num-layers), level0 in the others.
-  MoeZeroMemory moe_zero_memory = MoeZeroMemory::kOff;
-  int64_t moe_zero_memory_level1_layers = kAllLayers;
   int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
   int64_t norm_layers = 0;        // both norms' outputs [T, H] (from the layer input and x_mid)
   bool mlp = false, moe_act = false, shared_experts = false, moe = false, mla_up_proj = false;
+  // --moe-zero-memory; level1 only in the first moe_zero_memory_level1_layers layers of each model
+  // chunk (--moe-zero-memory-num-layers), level0 in the others. (After the fields above, which
+  // callers set positionally: {activation_layers, norm_layers}.)
+  MoeZeroMemory moe_zero_memory = MoeZeroMemory::kOff;
+  int64_t moe_zero_memory_level1_layers = kAllLayers;
 };
 
 // Megatron's --recompute-granularity full (--recompute-method, --recompute-num-layers): layers that
