@@ -39,11 +39,9 @@ struct TrainingRun : testing::TestRun {
       : TestRun(testing::join({kCommon, model, flags}), world, kVocab) {}
 };
 
-// A directory every rank agrees on (rank 0's pid), removed by rank 0 at the end.
+// A directory every rank agrees on, removed by rank 0 at the end.
 std::string shared_temp_dir(const Comm& world, const std::string& name) {
-  int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
-  pid = world->all_reduce_scalar(pid, ReduceOp::kMax);
-  return (std::filesystem::temp_directory_path() / ("gale_reshard_" + name + "_" + std::to_string(pid))).string();
+  return testing::shared_temp_dir(world, "reshard_" + name);
 }
 
 double max_relative_param_error(const Engine& run, const Engine& reference) {

@@ -103,51 +103,13 @@ TEST(Tp2dAlibi, MatchesSingleProcessAt2x2) {
 
 // ---- checkpoints between TP 2x2 and TP 1 ----
 
-// A directory every rank agrees on (rank 0's pid), removed by rank 0 at the end.
-std::string shared_temp_dir(const Comm& world, const std::string& name) {
-  int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
-  pid = world->all_reduce_scalar(pid, ReduceOp::kMax);
-  return (std::filesystem::temp_directory_path() / ("gale_tp2d_" + name + "_" + std::to_string(pid))).string();
-}
-
 std::vector<std::string> run_flags(const std::vector<std::string>& layout) {
   return testing::join({kCommon, kLlama, layout});
 }
 
-// Saved at `from` after 3 iterations, resumed at `to`: the loaded parameters are the saved ones bit
-// for bit, and iterations 4-6 give the uninterrupted single-process run's losses and grad norms.
 void expect_checkpoint_moves(const std::vector<std::string>& from, const std::vector<std::string>& to,
                              const std::string& name) {
-  Comm world = test::world();
-  testing::TestRun whole(run_flags({}), make_self_communicator("world"), testing::kTinyVocab);
-  whole.train(6);
-  const std::string dir = shared_temp_dir(world, name);
-  {
-    std::vector<std::string> flags = from;
-    flags.insert(flags.end(), {"--save", dir, "--save-interval", "3"});
-    testing::TestRun first(run_flags(flags), world, testing::kTinyVocab);
-    first.train(3);
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(first.losses[i], whole.losses[i], 1e-5 * whole.losses[i]) << i;
-    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
-    testing::expect_params_equal_checkpoint(*first.engine, dir);
-  }
-  std::vector<std::string> flags = to;
-  flags.insert(flags.end(), {"--load", dir});
-  testing::TestRun resumed(run_flags(flags), world, testing::kTinyVocab);
-  bool loaded = false;
-  Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  ASSERT_TRUE(loaded);
-  EXPECT_EQ(resumed.trainer->state().iteration, 3);
-  testing::expect_params_equal_checkpoint(*resumed.engine, dir);
-  resumed.train(3);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
-    EXPECT_NEAR(resumed.grad_norms[i], whole.grad_norms[3 + i], 1e-5 * whole.grad_norms[3 + i])
-        << "grad norm of iteration " << 4 + i;
-  }
-  world->barrier();
-  if (world->rank() == 0) std::filesystem::remove_all(dir);
+  testing::expect_checkpoint_moves(run_flags, from, to, "tp2d_" + name);
 }
 
 TEST(Tp2dCheckpoint, SavedAt2x2ResumesAtTp1AndBack) {
