@@ -10,6 +10,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "testing_files.h"
 #include "core/allocator.h"
 #include "testing_run.h"
 #include "train/checkpointing.h"
@@ -125,20 +126,7 @@ TEST(ReuseFp32ParamMemory, TwoBytesPerParameterLess) {
   EXPECT_EQ(plain_peak - reuse_peak, 2 * n);
 }
 
-// Compares every file of two checkpoint directories byte for byte.
-void expect_same_files(const std::string& a, const std::string& b) {
-  int files = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(a)) {
-    if (!e.is_regular_file()) continue;
-    const auto rel = std::filesystem::relative(e.path(), a);
-    std::ifstream fa(e.path(), std::ios::binary), fb(std::filesystem::path(b) / rel, std::ios::binary);
-    ASSERT_TRUE(fb.good()) << rel;
-    const std::string sa((std::istreambuf_iterator<char>(fa)), {}), sb((std::istreambuf_iterator<char>(fb)), {});
-    EXPECT_TRUE(sa == sb) << rel << " differs";
-    ++files;
-  }
-  EXPECT_GT(files, 0);
-}
+using testing::expect_same_files;
 
 TEST(ReuseFp32ParamCheckpoint, SameCheckpointAndResumesEitherWay) {
   const std::string dir_plain = temp_dir("plain"), dir_reuse = temp_dir("reuse");
