@@ -71,6 +71,11 @@ struct FullRecompute {
   // --distribute-saved-activations: each TP rank keeps its 1/TP of a group's input (flat elements;
   // the whole input when they do not divide), all-gathered over TP before the rerun.
   bool distribute = false;
+  // MindSpeed's --enable-recompute-layers-per-pp-rank (block): num_layers counts the layers of the
+  // pipeline rank, spread over its `rank_chunks` virtual stages: layer i of chunk `chunk`
+  // recomputes when i·rank_chunks + chunk < num_layers (MindSpeed's recompute priority).
+  bool per_pp_rank = false;
+  int64_t chunk = 0, rank_chunks = 1;
 
   // The group [first, end) of chunk-local layer i in a chunk of `chunk_layers`; first == end when
   // layer i is not recomputed.
@@ -79,7 +84,8 @@ struct FullRecompute {
       const int64_t first = i / num_layers * num_layers;
       return {first, std::min(first + num_layers, chunk_layers)};
     }
-    if (method == Method::kBlock && i < num_layers) return {i, i + 1};
+    const int64_t priority = per_pp_rank ? i * rank_chunks + chunk : i;
+    if (method == Method::kBlock && priority < num_layers) return {i, i + 1};
     return {i, i};
   }
 };

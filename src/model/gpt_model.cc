@@ -81,6 +81,9 @@ struct GPTModel::State {
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
+  FullRecompute full_recompute;           // the plan this micro-batch's forward followed
+  Shape hidden_shape;                     // a layer input's shape [Tl, H] (the recomputed groups')
+  bool recomputed = false;                // recompute() ran: backward reruns nothing
 };
 
 
@@ -642,8 +645,10 @@ std::vector<int> GPTModel::MtpParamIds::all() const {
   return ids;
 }
 
-Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss) {
+Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss,
+                         const FullRecompute* full_recompute) {
   auto st = std::make_unique<State>();
+  st->full_recompute = full_recompute ? *full_recompute : config_.full_recompute;
   build_runtime(*st, mb, training);
   std::vector<std::vector<int>> groups = params_needed_ ? backward_param_groups() : std::vector<std::vector<int>>{};
   auto need = [&] {  // the groups in forward order: the back of the backward order first
@@ -657,10 +662,11 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
                  : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
   if (training) st->layers.resize(layers_.size());
+  st->hidden_shape = x.shape();
   const int64_t L = static_cast<int64_t>(layers_.size());
   for (int64_t i = 0; i < L; ++i) {
     need();
-    const auto [first, end] = config_.full_recompute.group(i, L);
+    const auto [first, end] = st->full_recompute.group(i, L);
     const bool rerun = training && first < end;  // --recompute-granularity full: keep the group's input only
     if (rerun && i == first) st->layers[i].x_in = keep_recompute_input(x);
     x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + i, x,
@@ -792,6 +798,23 @@ Tensor GPTModel::restore_recompute_input(const Tensor& kept, const Shape& shape)
   return whole;
 }
 
+void GPTModel::recompute(int64_t mb_id) {
+  auto it = in_flight_.find(mb_id);
+  GALE_CHECK(it != in_flight_.end()) << "recompute of micro-batch " << mb_id << " without its forward";
+  State& st = *it->second;
+  if (st.recomputed) return;
+  st.recomputed = true;
+  const int64_t L = static_cast<int64_t>(layers_.size());
+  for (int64_t i = 0; i < L; ++i) {
+    const auto [first, end] = st.full_recompute.group(i, L);
+    if (first == end || i != first) continue;
+    FlopCountRecompute counted;  // --op-cal-tflops: counted with recompute only
+    Tensor x = restore_recompute_input(st.layers[first].x_in, st.hidden_shape);
+    for (int64_t j = first; j < end; ++j)
+      x = transformer_layer_forward(st.rt, params_, layers_[j], part_.first_layer + j, x, &st.layers[j]);
+  }
+}
+
 Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
@@ -809,8 +832,8 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
   }
   const int64_t L = static_cast<int64_t>(layers_.size());
   for (int64_t i = L; i-- > 0;) {
-    const auto [first, end] = config_.full_recompute.group(i, L);
-    if (first < end && i == end - 1) {  // rerun the group's forward from its kept input, keeping all
+    const auto [first, end] = st->full_recompute.group(i, L);
+    if (first < end && i == end - 1 && !st->recomputed) {  // rerun the group's forward from its kept input, keeping all
       FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)

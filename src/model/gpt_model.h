@@ -73,7 +73,19 @@ class GPTModel {
   // Forward of one micro-batch. `input` is the previous stage's output [Tl, H] (ignored on the
   // first stage). Returns this chunk's output [Tl, H]; on the last stage returns an empty tensor
   // and fills `loss`. With `training` the state for backward(mb_id) is kept (and dropout is on).
-  Tensor forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss);
+  // `full_recompute` (training; null: the configured ModelConfig::full_recompute) replaces the
+  // full-recompute plan for this micro-batch only (the RiPipe schedules: keep everything, or only
+  // the chunk input with all layers one group); backward and recompute() follow it.
+  Tensor forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss,
+                 const FullRecompute* full_recompute = nullptr);
+
+  // Reruns now, from their kept inputs, the forwards of the layer groups micro-batch `mb_id`
+  // recomputes (--recompute-granularity full, or the plan forward was given), keeping their
+  // activations, so that its backward reruns nothing: MindSpeed's RiPipe schedules run it ahead
+  // of the backward, while the gradient is still on its way. Same kernels and dropout masks as the
+  // backward-triggered rerun, so the gradients are bit-identical. A no-op when there is nothing to
+  // rerun or it already ran.
+  void recompute(int64_t mb_id);
 
   // Backward of micro-batch `mb_id`. On the last stage the gradient of the loss with respect to
   // token t's loss is loss_scale·grad_scale()·mask[t] (Megatron: 1 / (Σ mask · num_microbatches),

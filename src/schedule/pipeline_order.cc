@@ -2,12 +2,18 @@
 #include "schedule/pipeline_order.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "core/check.h"
 
 namespace gale {
 
-std::string PipelineStep::to_string() const { return str_cat(forward ? "F " : "B ", chunk, " ", microbatch); }
+std::string PipelineStep::to_string() const {
+  const char* kind = forward ? "F " : recompute ? "R " : "B ";
+  const char* keeps = !forward || keep == StepKeep::kConfigured ? "" : keep == StepKeep::kAll ? " all" : " input";
+  return str_cat(kind, chunk, " ", microbatch, keeps);
+}
 
 int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches) {
   return std::min<int64_t>(pp - rank - 1, num_microbatches);
@@ -130,6 +136,81 @@ std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_onl
   if (!forward_only)
     for (int64_t m = 0; m < num_microbatches; ++m) steps.push_back({false, 0, m});
   return steps;
+}
+
+std::vector<PipelineStep> recompute_in_advance_order(const std::vector<PipelineStep>& steps, int keep_chunk) {
+  std::vector<PipelineStep> out;
+  out.reserve(steps.size() * 2);
+  for (PipelineStep s : steps) {
+    GALE_CHECK(!s.recompute && s.keep == StepKeep::kConfigured) << "recompute_in_advance_order: a RiPipe order already";
+    if (s.forward && s.chunk == keep_chunk) s.keep = StepKeep::kAll;
+    if (!s.forward && s.chunk != keep_chunk) out.push_back({false, s.chunk, s.microbatch, /*recompute=*/true});
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<PipelineStep> recompute_in_bubble_order(const std::vector<PipelineStep>& steps, int64_t max_held) {
+  GALE_CHECK_GE(max_held, 1);
+  using Key = std::pair<int, int64_t>;  // (chunk, micro-batch)
+  std::map<Key, size_t> backward_at;    // each backward's position in `steps`
+  for (size_t i = 0; i < steps.size(); ++i) {
+    GALE_CHECK(!steps[i].recompute && steps[i].keep == StepKeep::kConfigured)
+        << "recompute_in_bubble_order: a RiPipe order already";
+    if (!steps[i].forward) backward_at[{steps[i].chunk, steps[i].microbatch}] = i;
+  }
+  std::vector<PipelineStep> out;
+  out.reserve(steps.size() * 2);
+  std::set<std::pair<size_t, Key>> due;  // kept-input forwards not rematerialised yet, by backward position
+  int64_t held = 0;                      // whole activations held
+  for (PipelineStep s : steps) {
+    const Key key{s.chunk, s.microbatch};
+    auto b = backward_at.find(key);
+    if (s.forward) {
+      if (b != backward_at.end()) {  // a training forward
+        // The recomputes due before this forward's backward will each hold one more.
+        const int64_t earlier = static_cast<int64_t>(
+            std::distance(due.begin(), due.lower_bound({b->second, Key{-1, -1}})));
+        if (held + 1 + earlier <= max_held) {
+          ++held;
+        } else {
+          s.keep = StepKeep::kInputOnly;
+          due.insert({b->second, key});
+        }
+      }
+    } else {
+      GALE_CHECK(b != backward_at.end());
+      if (due.erase({b->second, key}) > 0) {
+        out.push_back({false, s.chunk, s.microbatch, /*recompute=*/true});
+        ++held;
+      }
+      --held;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<PipelineStep> ripipe_interleaved_order(RiPipe ripipe, int pp, int rank, int vpp, int64_t num_microbatches,
+                                                   bool forward_only, int64_t microbatch_group) {
+  std::vector<PipelineStep> steps = interleaved_order(pp, rank, vpp, num_microbatches, forward_only, microbatch_group);
+  if (forward_only || ripipe == RiPipe::kNone) return steps;
+  if (ripipe == RiPipe::kAdvance) return recompute_in_advance_order(steps, rank == pp - 1 ? vpp - 1 : -1);
+  return recompute_in_bubble_order(steps, static_cast<int64_t>(pp) * vpp);
+}
+
+int64_t max_whole_activations(const std::vector<PipelineStep>& steps) {
+  int64_t held = 0, peak = 0;
+  for (const PipelineStep& s : steps) {
+    if (s.forward) {
+      if (s.keep != StepKeep::kInputOnly) ++held;
+    } else if (s.recompute) {
+      ++held;
+    }
+    peak = std::max(peak, held);
+    if (!s.forward && !s.recompute) --held;
+  }
+  return peak;
 }
 
 }  // namespace gale

@@ -28,13 +28,28 @@
 
 namespace gale {
 
+// MindSpeed's RiPipe recompute scheduling of the interleaved schedule (recompute_in_*_order below).
+enum class RiPipe : uint8_t { kNone, kAdvance, kBubble };
+
+// What a forward step keeps for its backward (MindSpeed's RiPipe schedules, below).
+enum class StepKeep : uint8_t {
+  kConfigured,  // what the model's --recompute-granularity full plan says
+  kAll,         // every activation: no full recompute for this (chunk, micro-batch)
+  kInputOnly,   // only the chunk's input: all its layers recompute (one group)
+};
+
 struct PipelineStep {
-  bool forward = true;     // forward step, else backward step
+  bool forward = true;     // forward step, else backward (or recompute) step
   int chunk = 0;           // model chunk (virtual stage) on this rank
   int64_t microbatch = 0;  // micro-batch of the iteration
+  // A recompute step (forward = false): reruns the (chunk, micro-batch)'s recomputed layers from
+  // their kept inputs, ahead of its backward, which then reruns nothing.
+  bool recompute = false;
+  StepKeep keep = StepKeep::kConfigured;  // forward steps
 
   bool operator==(const PipelineStep&) const = default;
-  // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json.
+  // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json; "R c m" for a recompute
+  // step, and a forward that keeps all activations or only its input is "F c m all" / "F c m input".
   std::string to_string() const;
 };
 
@@ -84,5 +99,38 @@ std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbat
 // GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
 // micro-batch order. It holds all M micro-batches at once on every stage.
 std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_only);
+
+// MindSpeed's RiPipe schedules (--recompute-in-advance / --recompute-in-bubble, interleaved 1F1B
+// only): the recompute of a (chunk, micro-batch) becomes a step of its own, "R c m", placed right
+// before its backward "B c m". The executor posts a backward's gradient receive a few steps ahead,
+// so R runs while that gradient is still on its way from the next stage (a rank waiting for it
+// idles: the pipeline bubble), instead of after it arrived as the backward-triggered recompute does.
+// Both take a training order (forward_only orders have no backward and are returned unchanged).
+//
+// --recompute-in-advance (with --recompute-granularity full): every backward of a chunk other than
+// `keep_chunk` gets an R step before it; the forwards of `keep_chunk` (the chunk holding the
+// model's last layers on the last pipeline rank; -1 elsewhere) keep all their activations
+// (StepKeep::kAll): its backwards follow its forwards closely, so recomputing there saves little
+// memory and costs time on the critical path.
+std::vector<PipelineStep> recompute_in_advance_order(const std::vector<PipelineStep>& steps, int keep_chunk);
+
+// --recompute-in-bubble (without --recompute-granularity): at most `max_held` (chunk, micro-batch)
+// activations are held whole at any time (MindSpeed: P·V, the pipeline size times the virtual
+// stages). Walking the order, a forward keeps everything (kConfigured) when the whole activations
+// held, plus the recomputes still due before its own backward, stay within max_held; otherwise
+// it keeps only its input (kInputOnly) and an R step rematerialises it right before its backward.
+// So only ranks whose interleaved warm-up holds more than max_held activations (the first ones:
+// W + 1 = 2(P−r−1) + (V−1)·P + 1 > P·V) recompute anything, and the held count never exceeds
+// max(max_held, what the order held before) (tests/schedule/pipeline_order_test.cc).
+std::vector<PipelineStep> recompute_in_bubble_order(const std::vector<PipelineStep>& steps, int64_t max_held);
+
+// interleaved_order of rank `rank` with `ripipe` applied (training orders only): the advance
+// order keeps chunk V−1 of the last rank whole, the bubble order holds at most P·V whole.
+std::vector<PipelineStep> ripipe_interleaved_order(RiPipe ripipe, int pp, int rank, int vpp, int64_t num_microbatches,
+                                                   bool forward_only, int64_t microbatch_group = 0);
+
+// The most (chunk, micro-batch) activations held whole at once while running `steps` (a kInputOnly
+// forward holds its chunk input only, until its R step).
+int64_t max_whole_activations(const std::vector<PipelineStep>& steps);
 
 }  // namespace gale

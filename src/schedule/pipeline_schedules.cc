@@ -38,6 +38,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     GALE_CHECK_EQ(part.post_process, p2p.last_virtual_stage(static_cast<int>(c)));
   }
   auto receives = [&](const PipelineStep& s) {
+    if (s.recompute) return false;
     return s.forward ? !p2p.first_virtual_stage(s.chunk) : !p2p.last_virtual_stage(s.chunk);
   };
   // Load this iteration's micro-batches first, and agree over the pipeline group that every
@@ -80,11 +81,18 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
       ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
       received = p2p.wait_recv(s.forward, s.chunk, s.microbatch);
     }
-    if (s.forward) {
+    if (s.recompute) {  // RiPipe: the recompute ahead of its backward (no transfer)
+      ScopedTimer recompute_timer(timers, "backward-compute", 2);
+      model.recompute(s.microbatch);
+    } else if (s.forward) {
       MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
       GPTModel::LossSums sums;
+      FullRecompute plan = model.config().full_recompute;  // StepKeep::kAll / kInputOnly override it
+      if (s.keep == StepKeep::kAll) plan.method = FullRecompute::Method::kNone;
+      if (s.keep == StepKeep::kInputOnly) plan.method = FullRecompute::Method::kUniform, plan.num_layers = int64_t{1} << 40;
       ScopedTimer forward_timer(timers, "forward-compute", 2);
-      Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums);
+      Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums,
+                                 s.keep == StepKeep::kConfigured ? nullptr : &plan);
       forward_timer.stop();
       if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
       if (model.partition().post_process) {
@@ -129,12 +137,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group,
-    Timers* timers) {
+    Timers* timers, RiPipe ripipe) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
   return forward_backward_pipelined(
-      chunks, ps, interleaved_order(pp, rank, vpp, num_microbatches, forward_only, microbatch_group), num_microbatches,
-      source, forward_only, observer, timers);
+      chunks, ps, ripipe_interleaved_order(ripipe, pp, rank, vpp, num_microbatches, forward_only, microbatch_group),
+      num_microbatches, source, forward_only, observer, timers);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,

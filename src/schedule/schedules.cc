@@ -32,8 +32,13 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
-                                                 int64_t microbatch_group, Timers* timers, bool dualpipev) {
+                                                 int64_t microbatch_group, Timers* timers, bool dualpipev,
+                                                 RiPipe ripipe) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
+  if (ripipe != RiPipe::kNone && (dualpipev || ps.pp_size() == 1 || chunks.size() == 1))
+    return InvalidArgument(ripipe == RiPipe::kAdvance ? "--recompute-in-advance" : "--recompute-in-bubble",
+                           " needs the interleaved pipeline schedule (--pipeline-model-parallel-size > 1 with virtual "
+                           "stages, without --schedules-method dualpipev)");
   if (dualpipev) return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers);
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
@@ -43,7 +48,7 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
                                                             observer, timers);
   return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
-                                                       microbatch_group, timers);
+                                                       microbatch_group, timers, ripipe);
 }
 
 }  // namespace gale

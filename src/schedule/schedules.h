@@ -66,10 +66,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving
 // (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
 // schedule table (--microbatch-group-size-per-virtual-pipeline-stage; 0 = P, Megatron's default).
 // num_microbatches must pass check_interleaved_microbatches (an InvalidArgument otherwise).
+// `ripipe`: MindSpeed's --recompute-in-advance / --recompute-in-bubble order
+// (ripipe_interleaved_order; training only).
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {},
-    int64_t microbatch_group = 0, Timers* timers = nullptr);
+    int64_t microbatch_group = 0, Timers* timers = nullptr, RiPipe ripipe = RiPipe::kNone);
 
 // DeepSeek's DualPipeV over ps.pp() (--schedules-method dualpipev): `chunks` are this rank's two
 // chunks, chunk 0 = virtual stage rank and chunk 1 = stage 2P−1−rank (StagePlacement::kV), so
@@ -100,12 +102,13 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
 // 0 = P), or DualPipeV when `dualpipev` (two chunks per rank in the V placement). `chunks` are this
-// rank's virtual stages in order.
+// rank's virtual stages in order. `ripipe` applies to the interleaved schedule only (an
+// InvalidArgument with any other).
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
                                                  int64_t microbatch_group = 0, Timers* timers = nullptr,
-                                                 bool dualpipev = false);
+                                                 bool dualpipev = false, RiPipe ripipe = RiPipe::kNone);
 
 
 

@@ -81,6 +81,17 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
                "--recompute-num-layers layers of each pipeline stage (model chunk), one by one");
   p.add("--recompute-num-layers", &a.recompute_num_layers, "with full: the group size (uniform) or layer count (block)");
   p.add_flag("--recompute-activations", &a.recompute_activations, "same as --recompute-granularity selective");
+  p.add_flag("--recompute-in-advance", &a.recompute_in_advance,
+             "MindSpeed (interleaved pipeline, --recompute-granularity full --recompute-method block): each "
+             "recompute runs as its own step before its backward, while the gradient is on its way; the last "
+             "pipeline rank's last virtual stage keeps its activations (no recompute there)");
+  p.add_flag("--recompute-in-bubble", &a.recompute_in_bubble,
+             "MindSpeed (interleaved pipeline, no --recompute-granularity): forwards that would hold more than PP x VPP "
+             "chunk activations keep only their input and recompute in a step before their backward");
+  p.add_flag("--enable-recompute-layers-per-pp-rank", &a.enable_recompute_layers_per_pp_rank,
+             "MindSpeed (--recompute-method block with virtual pipeline stages): --recompute-num-layers counts the "
+             "layers of the pipeline rank, spread over its virtual stages (layer l of stage v recomputes when "
+             "l x VPP + v < N)");
   p.add_flag("--distribute-saved-activations", &a.distribute_saved_activations,
              "with --recompute-granularity full and tensor parallelism (without --sequence-parallel): each TP rank "
              "keeps 1/TP of every recomputed group's input, all-gathered before the rerun");

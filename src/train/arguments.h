@@ -78,6 +78,14 @@ struct ModelArgs {
   // --distribute-saved-activations: with full recomputation and TP (without SP), each TP rank keeps
   // 1/TP of every recomputed group's input; backward all-gathers it before the rerun.
   bool distribute_saved_activations = false;
+  // MindSpeed's RiPipe (features/feature_recompute_in_advance.cc, feature_recompute_in_bubble.cc):
+  // recompute as a step of the interleaved schedule, run before its backward is due.
+  bool recompute_in_advance = false;
+  bool recompute_in_bubble = false;
+  // MindSpeed's --enable-recompute-layers-per-pp-rank (features/feature_enable_recompute_layers_per_pp_rank.cc):
+  // --recompute-method block's --recompute-num-layers counts the layers of the pipeline rank (all
+  // its virtual stages) instead of each model chunk's.
+  bool enable_recompute_layers_per_pp_rank = false;
   // --recompute-modules (selective; Megatron's default core_attn): what selective recomputation
   // covers. Gale implements core_attn (never kept anyway) and layernorm (both norms' outputs).
   std::vector<std::string> recompute_modules;

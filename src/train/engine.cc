@@ -168,6 +168,9 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
   engine->dualpipev = uses_dualpipev(args);
+  engine->ripipe = args.model.recompute_in_advance  ? RiPipe::kAdvance
+                   : args.model.recompute_in_bubble ? RiPipe::kBubble
+                                                    : RiPipe::kNone;
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
@@ -191,6 +194,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   std::vector<std::unique_ptr<GPTModel>> models;
   int64_t num_parameters = 0;
   for (int64_t vp = 0; vp < vpp; ++vp) {
+    config.full_recompute.chunk = vp;  // --enable-recompute-layers-per-pp-rank
+    config.full_recompute.rank_chunks = vpp;
     models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d),
                                                 &engine->ops));
     models.back()->params().initialize(config.seed);

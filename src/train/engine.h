@@ -9,6 +9,7 @@
 
 #include "model/gpt_model.h"
 #include "optim/data_parallel_sync.h"
+#include "schedule/pipeline_order.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "core/timers.h"
@@ -48,6 +49,8 @@ struct Engine {
   // --schedules-method dualpipev: `chunks` are the V's two chunks (stages rank and 2·PP−1−rank), the
   // loss is on pipeline rank 0 and the tied embedding's two copies both live there.
   bool dualpipev = false;
+  // --recompute-in-advance / --recompute-in-bubble (MindSpeed's RiPipe; interleaved schedule).
+  RiPipe ripipe = RiPipe::kNone;
   // The pipeline rank whose chunk computes the loss: the last, or 0 under DualPipeV.
   int loss_pipeline_rank() const { return dualpipev ? 0 : ps.pp_size() - 1; }
 

@@ -106,6 +106,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
         m.recompute_method == "uniform" ? FullRecompute::Method::kUniform : FullRecompute::Method::kBlock;
     c.full_recompute.num_layers = m.recompute_num_layers;
     c.full_recompute.distribute = m.distribute_saved_activations;
+    c.full_recompute.per_pp_rank = m.enable_recompute_layers_per_pp_rank;
   }
   return c;
 }

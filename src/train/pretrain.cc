@@ -113,6 +113,9 @@ int pretrain_main(int argc, char** argv) {
   args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
   args.training.swap_optimizer = registry->active("swap-optimizer");
   args.training.swap_attention = registry->active("swap-attention");
+  args.model.recompute_in_advance = registry->active("recompute-in-advance");
+  args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
+  args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");

@@ -110,6 +110,37 @@ TEST(FullRecompute, Groups) {
   EXPECT_EQ(none.group(0, 5), (std::pair<int64_t, int64_t>{0, 0}));
 }
 
+// --enable-recompute-layers-per-pp-rank: block's count covers the rank's V chunks, layer l of chunk
+// v recomputing when l·V + v < N (MindSpeed's priority). N = 3, V = 2, 3 layers per chunk: layers 0
+// and 1 of chunk 0, layer 0 of chunk 1.
+TEST(FullRecompute, PerPipelineRank) {
+  auto recomputed = [](int64_t chunk, int64_t chunks, int64_t n) {
+    FullRecompute f{FullRecompute::Method::kBlock, n};
+    f.per_pp_rank = true;
+    f.chunk = chunk;
+    f.rank_chunks = chunks;
+    std::vector<int64_t> layers;
+    for (int64_t i = 0; i < 3; ++i)
+      if (const auto [first, end] = f.group(i, 3); first < end) {
+        EXPECT_EQ(end, first + 1);
+        layers.push_back(i);
+      }
+    return layers;
+  };
+  EXPECT_EQ(recomputed(0, 2, 3), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(recomputed(1, 2, 3), (std::vector<int64_t>{0}));
+  EXPECT_EQ(recomputed(0, 2, 1), (std::vector<int64_t>{0}));
+  EXPECT_EQ(recomputed(1, 2, 1), (std::vector<int64_t>{}));
+  EXPECT_EQ(recomputed(1, 2, 6), (std::vector<int64_t>{0, 1, 2}));  // the whole rank
+  EXPECT_EQ(recomputed(2, 3, 4), (std::vector<int64_t>{}));          // priorities 2, 5, 8
+  EXPECT_EQ(recomputed(0, 3, 4), (std::vector<int64_t>{0, 1}));      // priorities 0, 3
+  // Without the flag the count is per chunk, whatever the chunk.
+  FullRecompute per_chunk{FullRecompute::Method::kBlock, 1};
+  per_chunk.chunk = 1;
+  per_chunk.rank_chunks = 2;
+  EXPECT_EQ(per_chunk.group(0, 3), (std::pair<int64_t, int64_t>{0, 1}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Recompute,
                          ::testing::Values(Case{"gpt_reference", three_layers(testing::tiny_gpt_config()), false},
                                            Case{"gpt_fused", three_layers(testing::tiny_gpt_config()), true},
