@@ -132,7 +132,7 @@ TEST(FullRecompute, PerPipelineRank) {
   EXPECT_EQ(recomputed(0, 2, 1), (std::vector<int64_t>{0}));
   EXPECT_EQ(recomputed(1, 2, 1), (std::vector<int64_t>{}));
   EXPECT_EQ(recomputed(1, 2, 6), (std::vector<int64_t>{0, 1, 2}));  // the whole rank
-  EXPECT_EQ(recomputed(2, 3, 4), (std::vector<int64_t>{}));          // priorities 2, 5, 8
+  EXPECT_EQ(recomputed(2, 3, 4), (std::vector<int64_t>{0}));         // priorities 2, 5, 8
   EXPECT_EQ(recomputed(0, 3, 4), (std::vector<int64_t>{0, 1}));      // priorities 0, 3
   // Without the flag the count is per chunk, whatever the chunk.
   FullRecompute per_chunk{FullRecompute::Method::kBlock, 1};
