@@ -89,7 +89,9 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
 // which rank and chunk hold each virtual stage (pipeline_p2p.h). The order must run every
 // (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it, with each
 // chunk's forwards in micro-batch order on every rank, and the steps of all ranks must form an
-// acyclic graph with their data dependencies. Benchmarks use it to compare Megatron's orders
+// acyclic graph with their data dependencies. Recompute steps (PipelineStep::recompute, the RiPipe
+// orders) call GPTModel::recompute between a forward and its backward and transfer nothing; a
+// forward's StepKeep overrides the model's full-recompute plan for its micro-batch. Benchmarks use it to compare Megatron's orders
 // with others (e.g. gpipe_order).
 StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps,
