@@ -277,9 +277,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--context-parallel-cache-interval", &a.context_parallel_cache_interval,
         "with --context-parallel-kv-cache-policy: cache in every layer (0, default) or in layers 0, k+1, 2(k+1), ... "
         "(0 <= k < --num-layers)");
-  p.add_unsupported("--use-ulysses-allgather-kv",
-                    "Ulysses with all-gathered keys and values and all-to-all queries; Gale's ulysses_cp_algo runs "
-                    "all-to-alls of Q, K and V");
+  p.add_flag("--use-ulysses-allgather-kv", &a.use_ulysses_allgather_kv,
+             "MindSpeed: with --context-parallel-algo ulysses_cp_algo and one query group per TP rank (MQA), "
+             "all-gather the keys and values over the cp group and all-to-all only the queries");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--unaligned-linear", &a.unaligned_linear,
              "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "

@@ -254,6 +254,9 @@ struct ParallelArgs {
   // keys (half) it received in forward for backward, in every layer (k = 0) or every (k + 1)-th.
   std::string context_parallel_kv_cache_policy;
   int64_t context_parallel_cache_interval = 0;
+  // MindSpeed's --use-ulysses-allgather-kv: under ulysses_cp_algo with one query group per TP rank,
+  // all-gather the keys and values and all-to-all only the queries (model/core_attention.h).
+  bool use_ulysses_allgather_kv = false;
   int64_t expert_model_parallel_size = 1;
   // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
   // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).

@@ -79,6 +79,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.sequence_parallel = args.parallel.sequence_parallel;
   p.cp = ps.cp();
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
+  p.cp_ulysses_allgather_kv = p.cp_ulysses && args.parallel.use_ulysses_allgather_kv;
   p.cp_hybrid = hybrid;
   p.tp_x = tp2d.x;
   p.tp_y = tp2d.y;
