@@ -2,8 +2,9 @@
 // gradients to the schedule's W steps changes when they are computed, not their sums (each weight
 // still accumulates its micro-batches in order), so the losses, gradient norms, gradients and
 // parameters of 4 iterations are bitwise equal, at PP2 and PP4, with TP2 + sequence parallelism
-// (whose column-parallel weight gradient runs on the gathered input) and under --bf16 (dy kept as
-// bf16), for the GPT (tied embedding) and the LLaMA-like model.
+// (whose column-parallel weight gradient runs on the gathered input), under --bf16 (dy kept as
+// bf16) and with full or MLP recomputation (the inputs recomputed in backward are what the deferred
+// GEMMs keep), for the GPT (tied embedding) and the LLaMA-like model.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +24,14 @@ const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       {"pp2", 2, testing::join({{"--pipeline-model-parallel-size", "2"}, kV})},
       {"pp2_bf16", 2, testing::join({{"--pipeline-model-parallel-size", "2", "--bf16"}, kV})},
+      {"pp2_recompute_full", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full", "--recompute-method",
+                       "uniform", "--recompute-num-layers", "1"},
+                      kV})},
+      {"pp2_recompute_mlp", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--recompute-granularity", "selective",
+                       "--recompute-modules", "mlp"},
+                      kV})},
       {"pp4", 4, testing::join({{"--pipeline-model-parallel-size", "4", "--num-layers", "8"}, kV})},
       {"tp2_pp2_sp", 4,
        testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
