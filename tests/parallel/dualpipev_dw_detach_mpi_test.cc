@@ -2,9 +2,10 @@
 // gradients to the schedule's W steps changes when they are computed, not their sums (each weight
 // still accumulates its micro-batches in order), so the losses, gradient norms, gradients and
 // parameters of 4 iterations are bitwise equal, at PP2 and PP4, with TP2 + sequence parallelism
-// (whose column-parallel weight gradient runs on the gathered input), under --bf16 (dy kept as
-// bf16) and with full or MLP recomputation (the inputs recomputed in backward are what the deferred
-// GEMMs keep), for the GPT (tied embedding) and the LLaMA-like model.
+// (whose column-parallel weight gradient runs on the gathered input), plain, chunked (CoC) or with
+// MC2's re-gathered inputs, under --bf16 (dy kept as bf16) and with full or MLP recomputation (the
+// inputs recomputed in backward are what the deferred GEMMs keep), for the GPT (tied embedding) and
+// the LLaMA-like model.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -36,8 +37,27 @@ const std::vector<Layout>& layouts() {
       {"tp2_pp2_sp", 4,
        testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
                       kV})},
+      // The op table's chunked TP linears (what --use-ascend-coc installs: the weight gradient runs
+      // while the last chunks' collectives travel) and --use-ascend-mc2's re-gathered inputs.
+      {"tp2_pp2_sp_coc2", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
+      {"tp2_pp2_sp_mc2", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
   };
   return all;
+}
+
+// The reference op table, with the layout's TP communication.
+OpTable layout_ops(const std::string& name) {
+  OpTable ops = reference_ops();
+  if (name == "tp2_pp2_sp_coc2") ops.tp_comm_chunks = 2;
+  if (name == "tp2_pp2_sp_mc2") {
+    ops.tp_comm_chunks = 2;
+    ops.tp_regather_input = true;
+  }
+  return ops;
 }
 
 // 4 layers (8 with PP4), 8 micro-batches of 2 (2·PP with PP4).
@@ -59,8 +79,10 @@ TEST_P(DualPipeVDwDetach, BitwiseEqualToDualPipeV) {
   if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   const std::vector<std::string> flags =
       testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt, layout->flags});
-  testing::TestRun plain(flags, test::world(), testing::kTinyVocab);
-  testing::TestRun detached(testing::join({flags, {"--dualpipev-dw-detach"}}), test::world(), testing::kTinyVocab);
+  const OpTable ops = layout_ops(name);
+  testing::TestRun plain(flags, test::world(), testing::kTinyVocab, EngineOptions{}, ops);
+  testing::TestRun detached(testing::join({flags, {"--dualpipev-dw-detach"}}), test::world(), testing::kTinyVocab,
+                            EngineOptions{}, ops);
   ASSERT_FALSE(plain.engine->dualpipev_dw_detach);
   ASSERT_TRUE(detached.engine->dualpipev_dw_detach);
   constexpr int kIterations = 4;
