@@ -119,7 +119,11 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
       }
       ScopedTimer backward_timer(timers, "backward-compute", 2);
       Tensor d_input = model.backward(s.microbatch, received, loss_scale, s.defer_weight ? &deferred : nullptr);
-      if (s.defer_weight) deferred.flush(s.chunk, s.microbatch);
+      if (s.defer_weight) {
+        deferred.flush(s.chunk, s.microbatch);
+        result.deferred_weight_grad_peak_bytes =
+            std::max(result.deferred_weight_grad_peak_bytes, deferred.held_bytes());
+      }
       backward_timer.stop();
       if (!model.partition().pre_process) {
         ScopedTimer send_timer(timers, "backward-send", 2);

@@ -44,6 +44,9 @@ using MicroBatchSource = std::function<Status(int64_t m, MicroBatch* mb)>;
 struct ForwardBackwardResult {
   double loss_sum = 0.0;  // Σ ℓ·mask over this rank's micro-batches (last pipeline stage)
   double tokens = 0.0;    // Σ mask
+  // --dualpipev-dw-detach: the most bytes the queued weight gradients' dy and x held at once
+  // (WeightGradStore::held_bytes; 0 without deferred steps).
+  int64_t deferred_weight_grad_peak_bytes = 0;
 };
 
 // Called after each step a pipeline schedule runs (tests record the order and the memory held).

@@ -161,6 +161,15 @@ TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
                                                          : interleaved_order(pp, rank, vpp, m, false);
   EXPECT_EQ(ran, expected);
   EXPECT_EQ(held, 0u) << "saved activations left after the iteration";
+  if (e.dualpipev_dw_detach) {
+    // At most r + 1 deferred backwards of one layer each (4 layers at PP2, 8 at PP4: 2·PP chunks),
+    // each holding x and dy of its 4 linears: qkv T·H + 3T·H, proj 2T·H, fc1 T·H + 4T·H, fc2
+    // 4T·H + T·H = 16·T·H f32 values (hidden 32, MHA, FFN 4H, no TP).
+    const int64_t t = kSeq * kMicroBatch;
+    EXPECT_EQ(fb->deferred_weight_grad_peak_bytes, (rank + 1) * 16 * t * 32 * 4);
+  } else {
+    EXPECT_EQ(fb->deferred_weight_grad_peak_bytes, 0);
+  }
   if (e.dualpipev) {
     EXPECT_EQ(max_held, static_cast<size_t>(2 * pp + 1));
   } else if (vpp == 1) {
