@@ -793,11 +793,13 @@ Tensor GPTModel::restore_recompute_input(const Tensor& kept, const Shape& shape)
   return whole;
 }
 
-Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
+Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale,
+                          WeightGradStore* defer_weight_grads) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
   std::unique_ptr<State> st = std::move(it->second);
   in_flight_.erase(it);
+  st->rt.weight_grads = defer_weight_grads;
   std::vector<std::vector<int>> groups = grad_ready_ ? backward_param_groups() : std::vector<std::vector<int>>{};
   size_t group = 0;
   auto ready = [&] {

@@ -2,12 +2,15 @@
 #include "schedule/pipeline_order.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "core/check.h"
 
 namespace gale {
 
-std::string PipelineStep::to_string() const { return str_cat(forward ? "F " : "B ", chunk, " ", microbatch); }
+std::string PipelineStep::to_string() const {
+  return str_cat(forward ? "F " : weight ? "W " : defer_weight ? "I " : "B ", chunk, " ", microbatch);
+}
 
 int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches) {
   return std::min<int64_t>(pp - rank - 1, num_microbatches);
@@ -102,25 +105,42 @@ Status check_dualpipev_microbatches(int pp, int64_t num_microbatches) {
   return Status::Ok();
 }
 
-std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only) {
+std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only,
+                                          bool dw_detach) {
   GALE_CHECK_OK(check_dualpipev_microbatches(pp, num_microbatches));
   GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
   const int64_t P = pp, r = rank, M = num_microbatches;
+  const bool detach = dw_detach && !forward_only;
   std::vector<PipelineStep> steps;
   int64_t next_forward[2] = {0, 0}, next_backward[2] = {0, 0};  // per chunk, in micro-batch order
+  std::deque<PipelineStep> deferred;                            // I steps whose W has not run, oldest first
   auto F = [&](int chunk) { steps.push_back({true, chunk, next_forward[chunk]++}); };
-  auto B = [&](int chunk) {
-    if (!forward_only) steps.push_back({false, chunk, next_backward[chunk]++});
+  auto B = [&](int chunk, bool defer = false) {
+    if (forward_only) return;
+    steps.push_back({false, chunk, next_backward[chunk]++, defer && detach});
+    if (steps.back().defer_weight) deferred.push_back(steps.back());
+  };
+  auto W = [&] {
+    if (!detach) return;
+    GALE_CHECK(!deferred.empty()) << "dualpipev_order: a weight step with nothing deferred";
+    steps.push_back({false, deferred.front().chunk, deferred.front().microbatch, false, true});
+    deferred.pop_front();
   };
   for (int64_t i = 0; i < 2 * (P - r - 1); ++i) F(0);
   for (int64_t i = 0; i < r + 1; ++i) F(0), F(1);
-  for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1);
+  for (int64_t i = 0; i < P - r - 1; ++i) B(1, true), W(), F(1);
   for (int64_t i = 0; i < M - 2 * P + r + 1; ++i) F(0), B(1), F(1), B(0);
   for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1), B(0);
-  for (int64_t i = 0; i < r + 1; ++i) B(1), B(0);
-  for (int64_t i = 0; i < P - r - 1; ++i) B(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    const bool later_half = i >= (r + 1) / 2;
+    B(1, later_half && (i > (r + 1) / 2 || r % 2 == 1));
+    B(0, later_half);
+  }
+  for (int64_t i = 0; i < P - r - 1; ++i) W(), B(0, true);
+  for (int64_t i = 0; i < r + 1; ++i) W();
   GALE_CHECK(next_forward[0] == M && next_forward[1] == M) << "dualpipev_order: forwards miscounted";
   GALE_CHECK(forward_only || (next_backward[0] == M && next_backward[1] == M)) << "dualpipev_order: backwards miscounted";
+  GALE_CHECK(deferred.empty()) << "dualpipev_order: weight gradients left queued";
   return steps;
 }
 

@@ -32,9 +32,13 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
-                                                 int64_t microbatch_group, Timers* timers, bool dualpipev) {
+                                                 int64_t microbatch_group, Timers* timers, bool dualpipev,
+                                                 bool dualpipev_dw_detach) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
-  if (dualpipev) return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers);
+  GALE_CHECK(dualpipev || !dualpipev_dw_detach) << "--dualpipev-dw-detach without --schedules-method dualpipev";
+  if (dualpipev)
+    return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers,
+                                      dualpipev_dw_detach);
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
     return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);

@@ -241,9 +241,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
                "MindSpeed: dualpipev runs DeepSeek's DualPipeV schedule (the layers cut into 2 x PP chunks, pipeline "
                "rank r holding chunks r and 2PP-1-r, so rank 0 holds the embedding and the loss; --num-layers "
                "divisible by 2 x PP, at least 2 x PP micro-batches per iteration)");
-  p.add_unsupported("--dualpipev-dw-detach",
-                    "DualPipeV's deferred weight-gradient steps: Gale's layer backward computes each weight's "
-                    "gradient together with its input gradient");
+  p.add_flag("--dualpipev-dw-detach", &a.dualpipev_dw_detach,
+             "MindSpeed: with --schedules-method dualpipev, the cool-down backwards (and those of DualPipeV's phase 3) "
+             "send their input gradient first and run the linears' weight gradients later, in the schedule's bubbles "
+             "(DeepSeek's WeightGradStore); dense GPT layers only");
   p.add_flag("--account-for-embedding-in-pipeline-split", &a.account_for_embedding_in_pipeline_split,
              "count the input embedding as one layer of the first (virtual) pipeline stage when dividing the layers");
   p.add_flag("--account-for-loss-in-pipeline-split", &a.account_for_loss_in_pipeline_split,

@@ -233,6 +233,10 @@ struct ParallelArgs {
   // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation
   // then sets virtual_pipeline_model_parallel_size to 2, the chunks per rank; train/engine.h).
   std::string schedules_method;
+  // MindSpeed's --dualpipev-dw-detach (DualPipeV only): some backward steps send their input
+  // gradient before the linears' weight gradients, which run later in the schedule's bubbles
+  // (schedule/pipeline_order.h dualpipev_order, model/weight_grad_store.h).
+  bool dualpipev_dw_detach = false;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved

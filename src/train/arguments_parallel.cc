@@ -311,6 +311,35 @@ Status validate_dualpipev_microbatches(const Arguments& a) {
   return check_dualpipev_microbatches(static_cast<int>(par.pipeline_model_parallel_size), gbs / per_step);
 }
 
+// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where the deferred weight gradients
+// are the dense GPT layers' linears (model/weight_grad_store.h): the layers whose backward Gale splits.
+// --overlap-grad-reduce would start a bucket's reduction once its layer's backward returns, before
+// the deferred weight gradients are in it.
+Status validate_dualpipev_dw_detach(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  if (!par.dualpipev_dw_detach) return Status::Ok();
+  if (par.schedules_method != "dualpipev")
+    return InvalidArgument("--dualpipev-dw-detach needs --schedules-method dualpipev, found --schedules-method '",
+                           par.schedules_method, "'");
+  const char* const splits = "--dualpipev-dw-detach defers the weight gradients of the dense GPT layers' linears only";
+  if (a.moe.enabled())
+    return InvalidArgument(splits, ": expected no MoE layers, found --num-experts ", a.moe.num_experts,
+                           " (not supported yet)");
+  if (a.lora.enabled())
+    return InvalidArgument(splits, ": expected no LoRA adapters, found --lora-target-modules (not supported yet)");
+  if (a.model.multi_latent_attention)
+    return InvalidArgument(splits, ": expected no --multi-latent-attention, found it set (not supported yet)");
+  if (par.tp_2d) return InvalidArgument(splits, ": expected no --tp-2d, found it set (not supported yet)");
+  if (a.training.swap_attention)
+    return InvalidArgument(splits, ": expected no --swap-attention (its swapped-in activations are reused before the "
+                           "deferred gradients run), found it set (not supported yet)");
+  if (par.overlap_grad_reduce)
+    return InvalidArgument("--dualpipev-dw-detach runs weight gradients after their layer's backward: expected no "
+                           "--overlap-grad-reduce (a bucket's reduction would start before them), found it set "
+                           "(not supported yet)");
+  return Status::Ok();
+}
+
 // The interleaved schedule's micro-batch count (a multiple of PP, as Megatron requires). The
 // global batch size may still be unset (it defaults to micro-batch x DP) or not divide evenly;
 // the training-flag checks report that.
@@ -755,6 +784,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   }
   GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
   GALE_RETURN_IF_ERROR(validate_dualpipev_microbatches(a));
+  GALE_RETURN_IF_ERROR(validate_dualpipev_dw_detach(a));
   (void)p;
   return Status::Ok();
 }

@@ -169,6 +169,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
   engine->dualpipev = uses_dualpipev(args);
+  engine->dualpipev_dw_detach = engine->dualpipev && args.parallel.dualpipev_dw_detach;
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
