@@ -15,7 +15,12 @@
 // of W consecutive ranks of the ring group pass the blocks among themselves, and each round's
 // first block travels to the next window meanwhile (LoongTrain; model/ring_attention.h), with
 // megatron_cp_algo's ring and hybrid_cp_algo's rings (1 <= W < ring size, W dividing it).
+// Ulysses with fewer query groups per TP rank than its degree (the degree a multiple of them) hands
+// each group's key and value to the ranks of its heads (MindSpeed's repeat all-to-all), and
+// MindSpeed's --use-ulysses-allgather-kv (one group per TP rank) sends only the queries through the
+// all-to-all and all-gathers the keys and values (model/core_attention.h).
 // Tests: tests/parallel/invariance_mpi_test.cc, cp_extensions_invariance_mpi_test.cc,
+// ulysses_gqa_invariance_mpi_test.cc,
 // ring_attention_mpi_test.cc, comm_volume_mpi_test.cc, tests/train/arguments_parallel_test.cc.
 // The flags belong to the distributed argument group (train/arguments.cc), which validates them.
 #include "features/registry.h"
@@ -39,7 +44,9 @@ class ContextParallelFeature : public Feature {
            "megatron_cp_algo passes key/value blocks around the cp ring, overlapping each send/recv with "
            "attention (--cp-comm-type p2p, default) or all-gathers them (allgather; kvallgather_cp_algo: the same "
            "all-gather of keys and values, queries local, dK/dV reduce-scattered), "
-           "ulysses_cp_algo trades the sequence split for a head split with all-to-alls, "
+           "ulysses_cp_algo trades the sequence split for a head split with all-to-alls (with fewer query groups "
+           "than ranks each group's key and value go to the ranks of its heads; --use-ulysses-allgather-kv with one "
+           "group per TP rank: queries by all-to-all, keys and values all-gathered), "
            "hybrid_cp_algo (--ulysses-degree-in-cp U) runs Ulysses within groups of U consecutive cp ranks and "
            "the ring across the CP/U groups; Megatron's --cp-comm-type a2a runs as ulysses_cp_algo and a2a+p2p "
            "(--hierarchical-context-parallel-sizes A P) as hybrid_cp_algo with U = A; --cp-window-size W runs either "

@@ -9,9 +9,11 @@
 // layer_number % (k + 1) == 1). The results are those of the uncached ring (the same blocks in the
 // same order); per cached layer backward sends N − 1 fewer blocks (full) or N − 1 fewer half blocks,
 // for up to S_global·B·2·KV·HD floats of extra activation memory. Works with the double ring
-// (--cp-window-size). Differences from MindSpeed: MindSpeed also caches for Ulysses (the
-// pre-all-to-all keys and values) and has --use-ulysses-allgather-kv; Gale refuses the policy
-// outside a ring and --use-ulysses-allgather-kv as not supported yet; MindSpeed requires flash
+// (--cp-window-size). Differences from MindSpeed: MindSpeed also takes the policy under Ulysses
+// (there it keeps the pre-all-to-all keys and values and sends them again in backward); Gale
+// refuses the policy outside a ring. MindSpeed's --use-ulysses-allgather-kv, part of the same
+// feature class there, is implemented (model/core_attention.h, feature context-parallel-algo);
+// MindSpeed requires flash
 // attention (Gale's ring runs with either kernel). Level 0 (MindSpeed: L2), like the other
 // context-parallel options: the engine reads the flags with the layout (train/engine.cc), so what
 // runs does not depend on --optimization-level; the flags belong to the distributed argument group
@@ -35,7 +37,7 @@ class ContextParallelKvCacheFeature : public Feature {
   std::string description() const override {
     return "ring attention keeps the key/value blocks received in forward for backward: full (backward sends only "
            "gradients) or half (the keys; the values travel again); --context-parallel-cache-interval k caches every "
-           "(k+1)-th layer; not for Ulysses (--use-ulysses-allgather-kv is not supported yet)";
+           "(k+1)-th layer; ring attention only (MindSpeed also takes it under Ulysses)";
   }
   bool requested(const FeatureContext& ctx) const override {
     return !ctx.args->parallel.context_parallel_kv_cache_policy.empty();

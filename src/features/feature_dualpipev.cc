@@ -7,7 +7,11 @@
 // (schedule/pipeline_order.h dualpipev_order). Layers keep their global numbers, so checkpoints load
 // at any other layout. Level 0, unlike MindSpeed's level 2: which rank holds which layers must not
 // depend on --optimization-level. The flags are parallel flags (train/arguments.cc), validated
-// with the pipeline split (train/arguments_parallel.cc); --dualpipev-dw-detach is refused.
+// with the pipeline split (train/arguments_parallel.cc). --dualpipev-dw-detach (MindSpeed's flag,
+// DeepSeek's zero-bubble backwards) turns the backwards of DualPipeV's phase 3 and cool-down into
+// input-gradient-only steps whose dense linear weight gradients run in later W steps
+// (model/weight_grad_store.h); it is refused with MoE, LoRA, MLA, --tp-2d, --swap-attention and
+// --overlap-grad-reduce.
 #include "features/registry.h"
 
 namespace gale {
@@ -24,7 +28,8 @@ class DualPipeVFeature : public Feature {
   std::string description() const override {
     return "--schedules-method dualpipev: DeepSeek's DualPipeV schedule (2 x PP layer chunks, rank r holding "
            "chunks r and 2PP-1-r: rank 0 runs the embedding and the loss; >= 2 x PP micro-batches); "
-           "--dualpipev-dw-detach is not supported";
+           "--dualpipev-dw-detach defers the dense layers' linear weight gradients into the cool-down's bubbles (not "
+           "with MoE, LoRA, MLA, --tp-2d, --swap-attention, --overlap-grad-reduce)";
   }
   bool requested(const FeatureContext& ctx) const override {
     return ctx.args->parallel.schedules_method == "dualpipev";

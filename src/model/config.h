@@ -315,6 +315,9 @@ struct ModelPartition {
   // --context-parallel-algo ulysses_cp_algo: attention runs on whole sequences for 1/CP of this TP
   // rank's heads, after an all-to-all from the sequence split to a head split (and back).
   bool cp_ulysses = false;
+  // --use-ulysses-allgather-kv (with cp_ulysses, one query group per TP rank): only the queries go
+  // through the all-to-all; the keys and values are all-gathered over cp (MindSpeed's AllGatherComm).
+  bool cp_ulysses_allgather_kv = false;
   // --cp-comm-type p2p (megatron_cp_algo): ring attention (model/ring_attention.h), the key/value
   // blocks passed around the cp group; false: all-gather of keys and values (allgather).
   bool cp_ring = false;

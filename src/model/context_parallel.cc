@@ -136,4 +136,67 @@ Tensor ulysses_heads_to_seq(Communicator& cp, const ContextSplit& split, int64_t
   return out;
 }
 
+Tensor repeat_kv_groups(const Tensor& packed_qkv, int64_t NH, int64_t KV, int64_t HD, int64_t D) {
+  GALE_CHECK(KV > 0 && D % KV == 0 && NH % D == 0) << "repeat_kv_groups: NH " << NH << ", KV " << KV << ", D " << D;
+  const int64_t T = packed_qkv.size(0), W = (NH + 2 * KV) * HD, NHa = NH / D, Wb = (NHa + 2) * HD;
+  GALE_CHECK_EQ(packed_qkv.size(1), W);
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD), vl = qkv_value_layout(NH, KV, HD);
+  Tensor out = Tensor::empty({T, D * Wb});
+  const float* in = packed_qkv.data<float>();
+  float* o = out.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < D; ++j) {
+      float* block = o + t * D * Wb + j * Wb;
+      const int64_t g = j / (D / KV);
+      std::copy_n(in + ql.offset(t, j * NHa), NHa * HD, block);  // the block's heads are adjacent in group g
+      std::copy_n(in + kl.offset(t, g), HD, block + NHa * HD);
+      std::copy_n(in + vl.offset(t, g), HD, block + (NHa + 1) * HD);
+    }
+  return out;
+}
+
+Tensor sum_repeated_kv_groups(const Tensor& d_blocks, int64_t NH, int64_t KV, int64_t HD, int64_t D) {
+  GALE_CHECK(KV > 0 && D % KV == 0 && NH % D == 0) << "sum_repeated_kv_groups: NH " << NH << ", KV " << KV << ", D " << D;
+  const int64_t T = d_blocks.size(0), NHa = NH / D, Wb = (NHa + 2) * HD;
+  GALE_CHECK_EQ(d_blocks.size(1), D * Wb);
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD), vl = qkv_value_layout(NH, KV, HD);
+  Tensor out = Tensor::zeros({T, (NH + 2 * KV) * HD});
+  const float* in = d_blocks.data<float>();
+  float* o = out.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < D; ++j) {
+      const float* block = in + t * D * Wb + j * Wb;
+      const int64_t g = j / (D / KV);
+      std::copy_n(block, NHa * HD, o + ql.offset(t, j * NHa));
+      float* dk = o + kl.offset(t, g);
+      float* dv = o + vl.offset(t, g);
+      for (int64_t d = 0; d < HD; ++d) {
+        dk[d] += block[NHa * HD + d];
+        dv[d] += block[(NHa + 1) * HD + d];
+      }
+    }
+  return out;
+}
+
+Tensor pack_query_heads(const Tensor& packed_qkv, int64_t NH, int64_t KV, int64_t HD) {
+  const int64_t T = packed_qkv.size(0), G = NH / KV;
+  GALE_CHECK_EQ(packed_qkv.size(1), (NH + 2 * KV) * HD);
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD);
+  Tensor out = Tensor::empty({T, NH * HD});
+  const float* in = packed_qkv.data<float>();
+  float* o = out.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < KV; ++g) std::copy_n(in + ql.offset(t, g * G), G * HD, o + (t * NH + g * G) * HD);
+  return out;
+}
+
+void unpack_query_heads_grad(const Tensor& d_query, float* dqkv, int64_t NH, int64_t KV, int64_t HD) {
+  const int64_t T = d_query.size(0), G = NH / KV;
+  GALE_CHECK_EQ(d_query.size(1), NH * HD);
+  const HeadLayout ql = qkv_query_layout(NH, KV, HD);
+  const float* in = d_query.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < KV; ++g) std::copy_n(in + (t * NH + g * G) * HD, G * HD, dqkv + ql.offset(t, g * G));
+}
+
 }  // namespace gale

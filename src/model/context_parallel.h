@@ -58,4 +58,21 @@ void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split,
 Tensor ulysses_seq_to_heads(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x);
 Tensor ulysses_heads_to_seq(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x);
 
+// Ulysses with fewer query groups than ranks (KV < D, D a multiple of KV; MindSpeed's repeat
+// all-to-all): every group's key and value are repeated D/KV times so that each of the D column
+// blocks is a packed QKV row of its own, NH/D query heads (all of one group) with that group's key
+// and value. packed_qkv [T, (NH + 2·KV)·HD] -> [T, D·(NH/D + 2)·HD]: block j = query heads
+// j·NH/D .. (j+1)·NH/D − 1, then key and value head j·KV/D. ulysses_seq_to_heads then hands block j
+// to rank j.
+Tensor repeat_kv_groups(const Tensor& packed_qkv, int64_t NH, int64_t KV, int64_t HD, int64_t D);
+// Its backward: d_blocks [T, D·(NH/D + 2)·HD] -> dQKV [T, (NH + 2·KV)·HD], the key and value
+// gradients of each group's D/KV copies summed.
+Tensor sum_repeated_kv_groups(const Tensor& d_blocks, int64_t NH, int64_t KV, int64_t HD, int64_t D);
+
+// --use-ulysses-allgather-kv: the query heads of packed QKV rows as [T, NH·HD] (queries travel by
+// all-to-all, keys and values by all_gather_context_kv), and the reverse for their gradients:
+// d_query [T, NH·HD] WRITTEN into dqkv's query heads.
+Tensor pack_query_heads(const Tensor& packed_qkv, int64_t NH, int64_t KV, int64_t HD);
+void unpack_query_heads_grad(const Tensor& d_query, float* dqkv, int64_t NH, int64_t KV, int64_t HD);
+
 }  // namespace gale

@@ -13,11 +13,19 @@ namespace gale {
 
 namespace {
 
+// How a Ulysses head split moves the keys and values to the ranks of the query heads.
+enum class HeadSplitKv {
+  kWholeGroups,  // KVl a multiple of the degree: each rank gets whole groups (queries, keys, values)
+  kRepeat,       // KVl < degree (dividing it): each group's key and value repeated to its D/KVl ranks
+  kAllGather,    // --use-ulysses-allgather-kv: queries by all-to-all, keys and values all-gathered
+};
+
 // The Ulysses all-to-all of a layout: the group, its split and degree (group null: no head split).
 struct HeadSplit {
   Communicator* group = nullptr;
   const ContextSplit* split = nullptr;
   int64_t degree = 1;
+  HeadSplitKv kv = HeadSplitKv::kWholeGroups;
 };
 
 HeadSplit head_split_of(const LayerRuntime& rt, CpAttention layout) {
@@ -44,12 +52,14 @@ KeySource key_source_of(const LayerRuntime& rt, CpAttention layout) {
 bool ring_keys(CpAttention layout) { return layout == CpAttention::kRing || layout == CpAttention::kHybrid; }
 
 // Everything forward and backward decide the same way: the layout, its groups, and the heads and
-// packed-QKV layouts of the rows attention runs on (NHa, KVa: this rank's heads after any head split).
+// packed-QKV layouts of the rows attention runs on (NHa, KVa: this rank's heads after any head split;
+// NHl, KVl: this TP rank's before it). Under kAllGather the rows are query heads only and ql
+// describes them; kl and vl describe the packed rows before the split (what is gathered).
 struct Plan {
   CpAttention layout;
   HeadSplit hs;
   KeySource keys;
-  int64_t B, HD, NHa, KVa;
+  int64_t B, HD, NHl, KVl, NHa, KVa;
   HeadLayout ql, kl, vl;
 };
 
@@ -75,12 +85,63 @@ Plan plan_of(const LayerRuntime& rt) {
   p.B = rt.mb->B;
   p.HD = c.attention_head_dim();
   const LayerShares shares = layer_shares(c, *rt.part);
-  p.NHa = shares.heads / p.hs.degree;
-  p.KVa = shares.groups / p.hs.degree;
+  p.NHl = shares.heads;
+  p.KVl = shares.groups;
+  const int64_t D = p.hs.degree;
+  if (p.hs.group && rt.part->cp_ulysses_allgather_kv) p.hs.kv = HeadSplitKv::kAllGather;
+  else if (p.hs.group && p.KVl % D != 0) p.hs.kv = HeadSplitKv::kRepeat;
+  GALE_CHECK(p.NHl % D == 0 && (p.KVl % D == 0 || D % p.KVl == 0))
+      << "Ulysses head split of " << p.NHl << " heads in " << p.KVl << " groups over " << D << " ranks";
+  p.NHa = p.NHl / D;
+  p.KVa = p.KVl % D == 0 ? p.KVl / D : 1;
+  if (p.hs.kv == HeadSplitKv::kAllGather) {
+    p.KVa = p.KVl;
+    p.ql = contiguous_heads_layout(p.NHa, p.HD);
+    p.kl = qkv_key_layout(p.NHl, p.KVl, p.HD);
+    p.vl = qkv_value_layout(p.NHl, p.KVl, p.HD);
+    return p;
+  }
   p.ql = qkv_query_layout(p.NHa, p.KVa, p.HD);
   p.kl = qkv_key_layout(p.NHa, p.KVa, p.HD);
   p.vl = qkv_value_layout(p.NHa, p.KVa, p.HD);
   return p;
+}
+
+// The rows attention runs on for this rank's packed rows `qkv_local`: themselves, or under a head
+// split the all-to-all of whole groups, of repeated groups, or of the query heads only.
+Tensor split_heads(const Plan& p, const Tensor& qkv_local) {
+  const HeadSplit& hs = p.hs;
+  if (!hs.group) return qkv_local;
+  switch (hs.kv) {
+    case HeadSplitKv::kWholeGroups:
+      return ulysses_seq_to_heads(*hs.group, *hs.split, p.B, qkv_local);
+    case HeadSplitKv::kRepeat:
+      return ulysses_seq_to_heads(*hs.group, *hs.split, p.B,
+                                  repeat_kv_groups(qkv_local, p.NHl, p.KVl, p.HD, hs.degree));
+    case HeadSplitKv::kAllGather:
+      return ulysses_seq_to_heads(*hs.group, *hs.split, p.B, pack_query_heads(qkv_local, p.NHl, p.KVl, p.HD));
+  }
+  return Tensor();
+}
+
+// Backward of split_heads for the gradient of the rows attention ran on (kAllGather: of the query
+// heads; the keys' and values' gradients are reduce-scattered into the result by the caller).
+Tensor merge_heads_grad(const Plan& p, const Tensor& d_rows) {
+  const HeadSplit& hs = p.hs;
+  if (!hs.group) return d_rows;
+  const Tensor d_cols = ulysses_heads_to_seq(*hs.group, *hs.split, p.B, d_rows);
+  switch (hs.kv) {
+    case HeadSplitKv::kWholeGroups:
+      return d_cols;
+    case HeadSplitKv::kRepeat:
+      return sum_repeated_kv_groups(d_cols, p.NHl, p.KVl, p.HD, hs.degree);
+    case HeadSplitKv::kAllGather: {
+      Tensor d_qkv = Tensor::empty({d_cols.size(0), (p.NHl + 2 * p.KVl) * p.HD});
+      unpack_query_heads_grad(d_cols, d_qkv.data<float>(), p.NHl, p.KVl, p.HD);
+      return d_qkv;
+    }
+  }
+  return Tensor();
 }
 
 }  // namespace
@@ -89,8 +150,8 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
                               CoreAttentionSaved* saved) {
   const OpTable& ops = *rt.ops;
   const Plan p = plan_of(rt);
-  const auto& [layout, hs, keys, B, HD, NHa, KVa, ql, kl, vl] = p;
-  const Tensor qkv = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, qkv_local) : qkv_local;
+  const auto& [layout, hs, keys, B, HD, NHl, KVl, NHa, KVa, ql, kl, vl] = p;
+  const Tensor qkv = split_heads(p, qkv_local);
   const int64_t rows = qkv.size(0);
   Tensor out = Tensor::empty({rows, NHa * HD});
   Tensor lse = Tensor::empty({B, NHa, rows / B});
@@ -102,8 +163,10 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
     const RingOptions opts = rt.part->ring_options(saved ? layer : -1);
     ring = ring_attention_forward(*keys.group, *keys.split, opts, ops.attention_forward, ap, q, ql, kl, vl,
                                   out.data<float>(), lse.data<float>());
-  } else if (layout == CpAttention::kAllGather) {
-    kv_global = all_gather_context_kv(*keys.group, *keys.split, B, q, kl, vl, KVa, HD);
+  } else if (layout == CpAttention::kAllGather || hs.kv == HeadSplitKv::kAllGather) {
+    kv_global = hs.kv == HeadSplitKv::kAllGather
+                    ? all_gather_context_kv(*hs.group, *hs.split, B, qkv_local.data<float>(), kl, vl, KVa, HD)
+                    : all_gather_context_kv(*keys.group, *keys.split, B, q, kl, vl, KVa, HD);
     const float* kv = kv_global.data<float>();
     ops.attention_forward(ap, q, ql, kv, context_key_layout(KVa, HD), kv, context_value_layout(KVa, HD),
                           out.data<float>(), lse.data<float>());
@@ -123,7 +186,8 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
 
 Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv) {
   const Plan p = plan_of(rt);
-  return p.hs.group ? ulysses_seq_to_heads(*p.hs.group, *p.hs.split, p.B, qkv) : qkv;
+  GALE_CHECK(p.hs.kv != HeadSplitKv::kAllGather) << "--use-ulysses-allgather-kv keeps the gathered keys and values too";
+  return split_heads(p, qkv);
 }
 
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
@@ -151,7 +215,7 @@ Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& a
   GALE_CHECK(s.qkv.defined() && s.lse.defined()) << "core attention backward without its forward's saved state";
   const OpTable& ops = *rt.ops;
   const Plan p = plan_of(rt);
-  const auto& [layout, hs, keys, B, HD, NHa, KVa, ql, kl, vl] = p;
+  const auto& [layout, hs, keys, B, HD, NHl, KVl, NHa, KVa, ql, kl, vl] = p;
   const Tensor d_out = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, d_ctx) : d_ctx;
   const Tensor out = hs.group ? s.head_out : to_f32(ctx);  // forward's output on the rows attention ran on
   Tensor d_qkv = Tensor::empty(s.qkv.shape());
@@ -160,19 +224,26 @@ Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& a
   if (ring_keys(layout)) {  // the blocks and their gradients travel around the ring
     ring_attention_backward(*keys.group, *keys.split, rt.part->ring_options(-1), ops.attention_backward, ap, q, ql, s.ring,
                             out.data<float>(), s.lse.data<float>(), d_out.data<float>(), dq, kl, vl);
-  } else if (layout == CpAttention::kAllGather) {  // dK, dV of every position, summed into their owners' rows
+  } else if (layout == CpAttention::kAllGather || hs.kv == HeadSplitKv::kAllGather) {
+    // dK, dV of every position, summed into their owners' rows
     const float* kv = s.kv_global.data<float>();
     Tensor dkv = Tensor::zeros(s.kv_global.shape());
     ops.attention_backward(ap, q, ql, kv, context_key_layout(KVa, HD), kv, context_value_layout(KVa, HD),
                            out.data<float>(), s.lse.data<float>(), d_out.data<float>(), dq, dkv.data<float>(),
                            dkv.data<float>());
+    if (hs.kv == HeadSplitKv::kAllGather) {  // the queries' gradient goes back by all-to-all
+      Tensor d_local = merge_heads_grad(p, d_qkv);
+      reduce_scatter_context_kv_grad(*hs.group, *hs.split, B, dkv, d_local.data<float>(), kl, vl, KVa, HD);
+      s = CoreAttentionSaved();
+      return d_local;
+    }
     reduce_scatter_context_kv_grad(*keys.group, *keys.split, B, dkv, dq, kl, vl, KVa, HD);
   } else {
     ops.attention_backward(ap, q, ql, q, kl, q, vl, out.data<float>(), s.lse.data<float>(), d_out.data<float>(),
                            dq, dq, dq);
   }
   s = CoreAttentionSaved();
-  return hs.group ? ulysses_heads_to_seq(*hs.group, *hs.split, B, d_qkv) : d_qkv;
+  return merge_heads_grad(p, d_qkv);
 }
 
 }  // namespace gale

@@ -36,6 +36,11 @@ enum class CpAttention { kNone, kAllGather, kRing, kUlysses, kHybrid };
 // The layout of `part` for a micro-batch split by `split` (kNone when split.cp_size is 1).
 CpAttention cp_attention_of(const ModelPartition& part, const ContextSplit& split);
 
+// The key/value heads attention sees on each rank after a Ulysses head split of KVl groups over
+// `degree` ranks: whole groups (KVl / degree), or one repeated group when KVl < degree (MindSpeed's
+// repeat all-to-all; --use-ulysses-allgather-kv keeps all KVl = 1).
+inline int64_t ulysses_kv_heads(int64_t KVl, int64_t degree) { return KVl % degree == 0 ? KVl / degree : 1; }
+
 // What forward keeps for backward. Shapes are those of the rows attention ran on: this rank's
 // T = S·B rows without a head split; Ulysses S_global·B rows for NHl/CP heads; hybrid
 // S_global/R·B rows (its ring block, R = CP/U) for NHl/U heads.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/flop_counter.h"
+#include "model/core_attention.h"
 #include "model/linear.h"
 #include "model/layer_shares.h"
 #include "model/norm_weight.h"
@@ -273,7 +274,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
     ap.Sk = S_global;
     ap.q_positions = rt.hybrid_positions.data();
     ap.NH /= U;
-    ap.KV /= U;
+    ap.KV = ulysses_kv_heads(ap.KV, U);
     ap.head_offset += (c % U) * ap.NH;
     if (!st.mb.document_ids.empty()) {
       rt.hybrid_q_doc_ids.resize(static_cast<size_t>(B * Sb));
@@ -284,7 +285,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   } else if (ulysses) {  // whole sequences in position order, 1/CP of this TP rank's heads
     ap.Sq = ap.Sk = S_global;
     ap.NH /= rt.cp_split.cp_size;
-    ap.KV /= rt.cp_split.cp_size;
+    ap.KV = part_.cp_ulysses_allgather_kv ? ap.KV : ulysses_kv_heads(ap.KV, rt.cp_split.cp_size);
     ap.head_offset += part_.cp_rank() * ap.NH;
   } else if (rt.cp_split.cp_size > 1 || cache) {  // queries at their global positions; keys: the sequence so far
     ap.Sk = S_global;
@@ -815,11 +816,13 @@ void GPTModel::recompute(int64_t mb_id) {
   }
 }
 
-Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale) {
+Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scale,
+                          WeightGradStore* defer_weight_grads) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "backward of micro-batch " << mb_id << " without its forward";
   std::unique_ptr<State> st = std::move(it->second);
   in_flight_.erase(it);
+  st->rt.weight_grads = defer_weight_grads;
   std::vector<std::vector<int>> groups = grad_ready_ ? backward_param_groups() : std::vector<std::vector<int>>{};
   size_t group = 0;
   auto ready = [&] {

@@ -40,6 +40,7 @@
 #include "model/micro_batch.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
+#include "model/weight_grad_store.h"
 
 namespace gale {
 
@@ -92,7 +93,11 @@ class GPTModel {
   // times the loss scale), and
   // `d_output` is ignored; on other stages `d_output` [Tl, H] is the next stage's input gradient.
   // Accumulates parameter gradients; returns the gradient of `input` (empty on the first stage).
-  Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale);
+  // With `defer_weight_grads` (--dualpipev-dw-detach) the dense transformer layers' linear weight
+  // gradients are queued there (model/weight_grad_store.h) and accumulate when the caller pops them;
+  // every other gradient accumulates now.
+  Tensor backward(int64_t mb_id, const Tensor& d_output, float loss_scale,
+                  WeightGradStore* defer_weight_grads = nullptr);
 
   // DPO (train/dpo.h): multiplies the loss mask of in-flight training micro-batch `mb_id` by
   // per_sample[b] for each sample b, so that backward(mb_id, {}, 1) starts every token t of sample

@@ -13,6 +13,10 @@
 #include "parallel/context_split.h"
 
 namespace gale {
+class WeightGradStore;  // model/weight_grad_store.h
+}
+
+namespace gale {
 
 // Everything a layer needs about the current micro-batch, built once per micro-batch.
 struct LayerRuntime {
@@ -54,6 +58,9 @@ struct LayerRuntime {
   // MoE layers with --moe-router-enable-expert-bias: the same forwards add the tokens each expert
   // kept (global layer -> [E]) here (null: not counted).
   std::map<int64_t, std::vector<int64_t>>* moe_token_counts = nullptr;
+  // Backward under --dualpipev-dw-detach (GPTModel::backward's `defer_weight_grads`): the dense
+  // transformer layers' linear weight gradients are queued here instead of computed (null: at once).
+  WeightGradStore* weight_grads = nullptr;
 };
 
 }  // namespace gale

@@ -2,6 +2,7 @@
 #include "model/linear.h"
 
 #include "kernels/cpu/gemm.h"
+#include "model/weight_grad_store.h"
 
 namespace gale {
 
@@ -59,6 +60,10 @@ void linear_backward_data_into(const Tensor& dy, const LinearWeight& w, DType x_
 
 void linear_backward_weight(const Tensor& dy, const Tensor& x, const LinearWeight& w) {
   if (!w.grad) return;  // frozen
+  if (w.defer) {  // --dualpipev-dw-detach: run later by the schedule's weight step
+    w.defer->put(dy, x, w);
+    return;
+  }
   const int64_t M = dy.size(0);
   GALE_CHECK_EQ(dy.size(1), w.out);
   GALE_CHECK_EQ(x.size(0), M);

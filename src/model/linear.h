@@ -8,11 +8,14 @@
 
 namespace gale {
 
+class WeightGradStore;  // model/weight_grad_store.h
+
 // A linear layer's weight [out, in] (this TP rank's shard): the f32 master values (null for a
 // weight stored as bf16 + residual under --reuse-fp32-param, model/params.h), their bf16
 // copy under --bf16 or f16 copy under --fp16 (null otherwise), the f32 gradient (null for a frozen
 // weight: backward skips dW), the f32 GEMM to run (OpTable::gemm; f16 GEMMs run on it too) and the
-// bf16 one (OpTable::bf16_gemm).
+// bf16 one (OpTable::bf16_gemm). With `defer` (--dualpipev-dw-detach's input-gradient-only backward
+// steps) linear_backward_weight queues dW there instead of computing it.
 struct LinearWeight {
   const float* w = nullptr;
   const bf16* w_bf16 = nullptr;
@@ -21,6 +24,7 @@ struct LinearWeight {
   int64_t out = 0, in = 0;
   SgemmFn gemm = sgemm;
   Bf16GemmFn bf16_gemm = gemm_bf16;
+  WeightGradStore* defer = nullptr;
 };
 
 // Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its GEMM copy when
@@ -40,7 +44,8 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const LinearWeight& w)
 // (written) with dy rounded to `x_dtype` first when that is bf16 or f16; the weight gradient
 // dW += dyᵀ·x (nothing for a frozen weight). Each row of y and dx depends only on its own row of
 // x or dy, so computing them over any row split gives the same products (up to the GEMM's own
-// blocking, kernels/cpu/gemm.h gemm_split_bit_exact).
+// blocking, kernels/cpu/gemm.h gemm_split_bit_exact). With w.defer the weight gradient is queued
+// there (dy and x kept alive) and runs when the store pops it.
 void linear_forward_into(const Tensor& x, const LinearWeight& w, Tensor& y);
 void linear_backward_data_into(const Tensor& dy, const LinearWeight& w, DType x_dtype, Tensor& dx);
 void linear_backward_weight(const Tensor& dy, const Tensor& x, const LinearWeight& w);

@@ -37,9 +37,12 @@ ParamSpec norm_bias(std::string name, int64_t H, const ModelPartition& part) {
 
 int64_t norm_stats_rows(const ModelConfig& c) { return c.rms_norm ? 1 : 2; }
 
-// Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM.
+// Parameter `id` of `pb` as a linear layer's weight, on the table's GEMM; its weight gradient
+// deferred to rt.weight_grads when backward has one (--dualpipev-dw-detach).
 LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
-  return linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+  LinearWeight w = linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+  w.defer = rt.weight_grads;
+  return w;
 }
 
 // A linear layer's output y = x·Wᵀ plus its LoRA branch when `lora` is defined; *u gets x·Aᵀ.

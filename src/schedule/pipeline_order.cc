@@ -2,6 +2,7 @@
 #include "schedule/pipeline_order.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 
@@ -10,7 +11,7 @@
 namespace gale {
 
 std::string PipelineStep::to_string() const {
-  const char* kind = forward ? "F " : recompute ? "R " : "B ";
+  const char* kind = forward ? "F " : recompute ? "R " : weight ? "W " : defer_weight ? "I " : "B ";
   const char* keeps = !forward || keep == StepKeep::kConfigured ? "" : keep == StepKeep::kAll ? " all" : " input";
   return str_cat(kind, chunk, " ", microbatch, keeps);
 }
@@ -108,25 +109,42 @@ Status check_dualpipev_microbatches(int pp, int64_t num_microbatches) {
   return Status::Ok();
 }
 
-std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only) {
+std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only,
+                                          bool dw_detach) {
   GALE_CHECK_OK(check_dualpipev_microbatches(pp, num_microbatches));
   GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
   const int64_t P = pp, r = rank, M = num_microbatches;
+  const bool detach = dw_detach && !forward_only;
   std::vector<PipelineStep> steps;
   int64_t next_forward[2] = {0, 0}, next_backward[2] = {0, 0};  // per chunk, in micro-batch order
+  std::deque<PipelineStep> deferred;                            // I steps whose W has not run, oldest first
   auto F = [&](int chunk) { steps.push_back({true, chunk, next_forward[chunk]++}); };
-  auto B = [&](int chunk) {
-    if (!forward_only) steps.push_back({false, chunk, next_backward[chunk]++});
+  auto B = [&](int chunk, bool defer = false) {
+    if (forward_only) return;
+    steps.push_back({false, chunk, next_backward[chunk]++, defer && detach});
+    if (steps.back().defer_weight) deferred.push_back(steps.back());
+  };
+  auto W = [&] {
+    if (!detach) return;
+    GALE_CHECK(!deferred.empty()) << "dualpipev_order: a weight step with nothing deferred";
+    steps.push_back({false, deferred.front().chunk, deferred.front().microbatch, false, true});
+    deferred.pop_front();
   };
   for (int64_t i = 0; i < 2 * (P - r - 1); ++i) F(0);
   for (int64_t i = 0; i < r + 1; ++i) F(0), F(1);
-  for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1);
+  for (int64_t i = 0; i < P - r - 1; ++i) B(1, true), W(), F(1);
   for (int64_t i = 0; i < M - 2 * P + r + 1; ++i) F(0), B(1), F(1), B(0);
   for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1), B(0);
-  for (int64_t i = 0; i < r + 1; ++i) B(1), B(0);
-  for (int64_t i = 0; i < P - r - 1; ++i) B(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    const bool later_half = i >= (r + 1) / 2;
+    B(1, later_half && (i > (r + 1) / 2 || r % 2 == 1));
+    B(0, later_half);
+  }
+  for (int64_t i = 0; i < P - r - 1; ++i) W(), B(0, true);
+  for (int64_t i = 0; i < r + 1; ++i) W();
   GALE_CHECK(next_forward[0] == M && next_forward[1] == M) << "dualpipev_order: forwards miscounted";
   GALE_CHECK(forward_only || (next_backward[0] == M && next_backward[1] == M)) << "dualpipev_order: backwards miscounted";
+  GALE_CHECK(deferred.empty()) << "dualpipev_order: weight gradients left queued";
   return steps;
 }
 
@@ -138,13 +156,25 @@ std::vector<PipelineStep> gpipe_order(int64_t num_microbatches, bool forward_onl
   return steps;
 }
 
+namespace {
+
+// The recompute step "R c m" of backward `b`.
+PipelineStep recompute_step(const PipelineStep& b) {
+  PipelineStep r{false, b.chunk, b.microbatch};
+  r.recompute = true;
+  return r;
+}
+
+}  // namespace
+
 std::vector<PipelineStep> recompute_in_advance_order(const std::vector<PipelineStep>& steps, int keep_chunk) {
   std::vector<PipelineStep> out;
   out.reserve(steps.size() * 2);
   for (PipelineStep s : steps) {
-    GALE_CHECK(!s.recompute && s.keep == StepKeep::kConfigured) << "recompute_in_advance_order: a RiPipe order already";
+    GALE_CHECK(!s.recompute && !s.weight && !s.defer_weight && s.keep == StepKeep::kConfigured)
+        << "recompute_in_advance_order: expected a plain interleaved order";
     if (s.forward && s.chunk == keep_chunk) s.keep = StepKeep::kAll;
-    if (!s.forward && s.chunk != keep_chunk) out.push_back({false, s.chunk, s.microbatch, /*recompute=*/true});
+    if (!s.forward && s.chunk != keep_chunk) out.push_back(recompute_step(s));
     out.push_back(s);
   }
   return out;
@@ -155,8 +185,9 @@ std::vector<PipelineStep> recompute_in_bubble_order(const std::vector<PipelineSt
   using Key = std::pair<int, int64_t>;  // (chunk, micro-batch)
   std::map<Key, size_t> backward_at;    // each backward's position in `steps`
   for (size_t i = 0; i < steps.size(); ++i) {
-    GALE_CHECK(!steps[i].recompute && steps[i].keep == StepKeep::kConfigured)
-        << "recompute_in_bubble_order: a RiPipe order already";
+    GALE_CHECK(!steps[i].recompute && !steps[i].weight && !steps[i].defer_weight &&
+               steps[i].keep == StepKeep::kConfigured)
+        << "recompute_in_bubble_order: expected a plain interleaved order";
     if (!steps[i].forward) backward_at[{steps[i].chunk, steps[i].microbatch}] = i;
   }
   std::vector<PipelineStep> out;
@@ -181,7 +212,7 @@ std::vector<PipelineStep> recompute_in_bubble_order(const std::vector<PipelineSt
     } else {
       GALE_CHECK(b != backward_at.end());
       if (due.erase({b->second, key}) > 0) {
-        out.push_back({false, s.chunk, s.microbatch, /*recompute=*/true});
+        out.push_back(recompute_step(s));
         ++held;
       }
       --held;

@@ -42,14 +42,23 @@ struct PipelineStep {
   bool forward = true;     // forward step, else backward (or recompute) step
   int chunk = 0;           // model chunk (virtual stage) on this rank
   int64_t microbatch = 0;  // micro-batch of the iteration
-  // A recompute step (forward = false): reruns the (chunk, micro-batch)'s recomputed layers from
-  // their kept inputs, ahead of its backward, which then reruns nothing.
+  // Backward steps of DualPipeV with --dualpipev-dw-detach (dualpipev_order):
+  //   defer_weight: the backward computes the input gradient (and the small parameters' gradients)
+  //                 and queues the linear weight gradients (model/weight_grad_store.h);
+  //   weight:       not a backward but a "W" step: it runs the oldest queued weight gradients,
+  //                 those of backward (chunk, microbatch).
+  bool defer_weight = false;
+  bool weight = false;
+  // A recompute step (forward = false; the RiPipe orders below): reruns the (chunk, micro-batch)'s
+  // recomputed layers from their kept inputs, ahead of its backward, which then reruns nothing.
   bool recompute = false;
   StepKeep keep = StepKeep::kConfigured;  // forward steps
 
   bool operator==(const PipelineStep&) const = default;
-  // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json; "R c m" for a recompute
-  // step, and a forward that keeps all activations or only its input is "F c m all" / "F c m input".
+  // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json; "I c m" for a backward that
+  // defers its weight gradients (input gradient only), "W c m" for a weight step, "R c m" for a
+  // recompute step, and a forward that keeps all activations or only its input is "F c m all" /
+  // "F c m input".
   std::string to_string() const;
 };
 
@@ -93,8 +102,20 @@ std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t n
 // DualPipeV overlaps the pairs (F with B) on the device; Gale runs a pair's forward, then its
 // backward. Every rank holds at most 2P + 1 (chunk, micro-batch) activations at once, DualPipeV's
 // profile (DeepSeek's "PP + 1" for 2P stages). Forward-only keeps the forwards in the same order.
+//
+// With `dw_detach` (--dualpipev-dw-detach, DeepSeek's zero-bubble backwards: dualpipev.py's
+// enable_zb and WeightGradStore) some backwards become I steps (input gradient only, sent on at
+// once; their weight gradients queued) and W steps run the queued weight gradients, oldest first:
+//   3. (P−r−1) × (I1, W, F1)       each I1's weight gradient right after it, before the forward
+//   6. (r+1) × (B1, B0), the later half as I1 / I0: from pair ⌊(r+1)/2⌋ on, starting with its
+//      B0 on even ranks and its B1 on odd ranks (r+1 I steps in all)
+//   7. (P−r−1) × (W, I0)           cool-down: each W fills the wait for the next gradient
+//   8. (r+1) × W                   the weight gradients left
+// Once a chunk's backwards start deferring (phase 6), all its later ones do, so every weight's
+// gradient still accumulates in micro-batch order (the same sums, bitwise).
 Status check_dualpipev_microbatches(int pp, int64_t num_microbatches);
-std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only);
+std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only,
+                                          bool dw_detach = false);
 
 // GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
 // micro-batch order. It holds all M micro-batches at once on every stage.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 
+#include "model/weight_grad_store.h"
 #include "schedule/pipeline_p2p.h"
 #include "schedule/schedules.h"
 
@@ -38,7 +39,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     GALE_CHECK_EQ(part.post_process, p2p.last_virtual_stage(static_cast<int>(c)));
   }
   auto receives = [&](const PipelineStep& s) {
-    if (s.recompute) return false;
+    if (s.weight || s.recompute) return false;
     return s.forward ? !p2p.first_virtual_stage(s.chunk) : !p2p.last_virtual_stage(s.chunk);
   };
   // Load this iteration's micro-batches first, and agree over the pipeline group that every
@@ -66,6 +67,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   ForwardBackwardResult result;
   std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
   size_t prefetched = 0;                  // steps [0, prefetched) have their receives posted
+  WeightGradStore deferred;               // the weight gradients of I steps until their W step
   auto prefetch = [&](size_t upto) {
     for (upto = std::min(upto, steps.size()); prefetched < upto; ++prefetched)
       if (receives(steps[prefetched]))
@@ -76,6 +78,17 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     const PipelineStep& s = steps[i];
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
     prefetch(i + kPrefetchSteps);
+    if (s.weight) {  // W: the oldest deferred backward's weight gradients
+      ScopedTimer weight_timer(timers, "backward-compute", 2);
+      const std::pair<int, int64_t> ran = deferred.pop();
+      weight_timer.stop();
+      GALE_CHECK(ran.first == s.chunk && ran.second == s.microbatch)
+          << "weight step " << s.to_string() << " found the deferred gradients of chunk " << ran.first
+          << " micro-batch " << ran.second;
+      p2p.release_completed();
+      if (observer) observer(s);
+      continue;
+    }
     Tensor received;
     if (receives(s)) {
       ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
@@ -112,7 +125,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
         loss_tokens.erase(it);
       }
       ScopedTimer backward_timer(timers, "backward-compute", 2);
-      Tensor d_input = model.backward(s.microbatch, received, loss_scale);
+      Tensor d_input = model.backward(s.microbatch, received, loss_scale, s.defer_weight ? &deferred : nullptr);
+      if (s.defer_weight) {
+        deferred.flush(s.chunk, s.microbatch);
+        result.deferred_weight_grad_peak_bytes =
+            std::max(result.deferred_weight_grad_peak_bytes, deferred.held_bytes());
+      }
       backward_timer.stop();
       if (!model.partition().pre_process) {
         ScopedTimer send_timer(timers, "backward-send", 2);
@@ -123,6 +141,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     if (observer) observer(s);
   }
   p2p.finish();
+  GALE_CHECK(deferred.empty()) << "the step order left deferred weight gradients unrun";
   return result;
 }
 
@@ -148,12 +167,13 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps, int64_t num_microbatches,
                                                            const MicroBatchSource& source, bool forward_only,
-                                                           const ScheduleObserver& observer, Timers* timers) {
+                                                           const ScheduleObserver& observer, Timers* timers,
+                                                           bool dw_detach) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   if (chunks.size() != 2)
     return InvalidArgument("--schedules-method dualpipev runs two model chunks per pipeline rank, found ", chunks.size());
   GALE_RETURN_IF_ERROR(check_dualpipev_microbatches(pp, num_microbatches));
-  return forward_backward_pipelined(chunks, ps, dualpipev_order(pp, rank, num_microbatches, forward_only),
+  return forward_backward_pipelined(chunks, ps, dualpipev_order(pp, rank, num_microbatches, forward_only, dw_detach),
                                     num_microbatches, source, forward_only, observer, timers, StagePlacement::kV);
 }
 

@@ -33,13 +33,16 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
                                                  int64_t microbatch_group, Timers* timers, bool dualpipev,
-                                                 RiPipe ripipe) {
+                                                 bool dualpipev_dw_detach, RiPipe ripipe) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
+  GALE_CHECK(dualpipev || !dualpipev_dw_detach) << "--dualpipev-dw-detach without --schedules-method dualpipev";
   if (ripipe != RiPipe::kNone && (dualpipev || ps.pp_size() == 1 || chunks.size() == 1))
     return InvalidArgument(ripipe == RiPipe::kAdvance ? "--recompute-in-advance" : "--recompute-in-bubble",
                            " needs the interleaved pipeline schedule (--pipeline-model-parallel-size > 1 with virtual "
                            "stages, without --schedules-method dualpipev)");
-  if (dualpipev) return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers);
+  if (dualpipev)
+    return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers,
+                                      dualpipev_dw_detach);
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
     return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);

@@ -44,6 +44,9 @@ using MicroBatchSource = std::function<Status(int64_t m, MicroBatch* mb)>;
 struct ForwardBackwardResult {
   double loss_sum = 0.0;  // Σ ℓ·mask over this rank's micro-batches (last pipeline stage)
   double tokens = 0.0;    // Σ mask
+  // --dualpipev-dw-detach: the most bytes the queued weight gradients' dy and x held at once
+  // (WeightGradStore::held_bytes; 0 without deferred steps).
+  int64_t deferred_weight_grad_peak_bytes = 0;
 };
 
 // Called after each step a pipeline schedule runs (tests record the order and the memory held).
@@ -77,17 +80,20 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
 // chunks, chunk 0 = virtual stage rank and chunk 1 = stage 2P−1−rank (StagePlacement::kV), so
 // pipeline rank 0 holds the embedding (chunk 0) and the loss (chunk 1); the order is
 // dualpipev_order. num_microbatches must pass check_dualpipev_microbatches (an InvalidArgument
-// otherwise).
+// otherwise). With `dw_detach` (--dualpipev-dw-detach) the order's I steps send their input
+// gradient before the linears' weight gradients run, in the later W steps (model/weight_grad_store.h);
+// the W steps are timed as backward-compute.
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps, int64_t num_microbatches,
                                                            const MicroBatchSource& source, bool forward_only,
                                                            const ScheduleObserver& observer = {},
-                                                           Timers* timers = nullptr);
+                                                           Timers* timers = nullptr, bool dw_detach = false);
 
 // Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
 // the schedules above (which call it with Megatron's and DualPipeV's orders); `placement` says
 // which rank and chunk hold each virtual stage (pipeline_p2p.h). The order must run every
-// (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it, with each
+// (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it (and for a
+// backward that defers its weight gradients, one weight step later, in the order they deferred), with each
 // chunk's forwards in micro-batch order on every rank, and the steps of all ranks must form an
 // acyclic graph with their data dependencies. Recompute steps (PipelineStep::recompute, the RiPipe
 // orders) call GPTModel::recompute between a forward and its backward and transfer nothing; a
@@ -103,14 +109,15 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
-// 0 = P), or DualPipeV when `dualpipev` (two chunks per rank in the V placement). `chunks` are this
-// rank's virtual stages in order. `ripipe` applies to the interleaved schedule only (an
-// InvalidArgument with any other).
+// 0 = P), or DualPipeV when `dualpipev` (two chunks per rank in the V placement; with `dualpipev_dw_detach`
+// its deferred weight gradients). `chunks` are this rank's virtual stages in order. `ripipe`
+// applies to the interleaved schedule only (an InvalidArgument with any other).
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
                                                  int64_t microbatch_group = 0, Timers* timers = nullptr,
-                                                 bool dualpipev = false, RiPipe ripipe = RiPipe::kNone);
+                                                 bool dualpipev = false, bool dualpipev_dw_detach = false,
+                                                 RiPipe ripipe = RiPipe::kNone);
 
 
 

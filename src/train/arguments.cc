@@ -252,9 +252,10 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
                "MindSpeed: dualpipev runs DeepSeek's DualPipeV schedule (the layers cut into 2 x PP chunks, pipeline "
                "rank r holding chunks r and 2PP-1-r, so rank 0 holds the embedding and the loss; --num-layers "
                "divisible by 2 x PP, at least 2 x PP micro-batches per iteration)");
-  p.add_unsupported("--dualpipev-dw-detach",
-                    "DualPipeV's deferred weight-gradient steps: Gale's layer backward computes each weight's "
-                    "gradient together with its input gradient");
+  p.add_flag("--dualpipev-dw-detach", &a.dualpipev_dw_detach,
+             "MindSpeed: with --schedules-method dualpipev, the cool-down backwards (and those of DualPipeV's phase 3) "
+             "send their input gradient first and run the linears' weight gradients later, in the schedule's bubbles "
+             "(DeepSeek's WeightGradStore); dense GPT layers only");
   p.add_flag("--account-for-embedding-in-pipeline-split", &a.account_for_embedding_in_pipeline_split,
              "count the input embedding as one layer of the first (virtual) pipeline stage when dividing the layers");
   p.add_flag("--account-for-loss-in-pipeline-split", &a.account_for_loss_in_pipeline_split,
@@ -288,9 +289,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add("--context-parallel-cache-interval", &a.context_parallel_cache_interval,
         "with --context-parallel-kv-cache-policy: cache in every layer (0, default) or in layers 0, k+1, 2(k+1), ... "
         "(0 <= k < --num-layers)");
-  p.add_unsupported("--use-ulysses-allgather-kv",
-                    "Ulysses with all-gathered keys and values and all-to-all queries; Gale's ulysses_cp_algo runs "
-                    "all-to-alls of Q, K and V");
+  p.add_flag("--use-ulysses-allgather-kv", &a.use_ulysses_allgather_kv,
+             "MindSpeed: with --context-parallel-algo ulysses_cp_algo and one query group per TP rank (MQA), "
+             "all-gather the keys and values over the cp group and all-to-all only the queries");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--unaligned-linear", &a.unaligned_linear,
              "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "

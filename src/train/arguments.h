@@ -241,6 +241,10 @@ struct ParallelArgs {
   // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation
   // then sets virtual_pipeline_model_parallel_size to 2, the chunks per rank; train/engine.h).
   std::string schedules_method;
+  // MindSpeed's --dualpipev-dw-detach (DualPipeV only): some backward steps send their input
+  // gradient before the linears' weight gradients, which run later in the schedule's bubbles
+  // (schedule/pipeline_order.h dualpipev_order, model/weight_grad_store.h).
+  bool dualpipev_dw_detach = false;
   int64_t context_parallel_size = 1;
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed's --context-parallel-algo
   // Megatron's --cp-comm-type as given (one type, or one per layer; empty = p2p) and its resolved
@@ -262,6 +266,9 @@ struct ParallelArgs {
   // keys (half) it received in forward for backward, in every layer (k = 0) or every (k + 1)-th.
   std::string context_parallel_kv_cache_policy;
   int64_t context_parallel_cache_interval = 0;
+  // MindSpeed's --use-ulysses-allgather-kv: under ulysses_cp_algo with one query group per TP rank,
+  // all-gather the keys and values and all-to-all only the queries (model/core_attention.h).
+  bool use_ulysses_allgather_kv = false;
   int64_t expert_model_parallel_size = 1;
   // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
   // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).

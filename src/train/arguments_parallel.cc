@@ -311,6 +311,35 @@ Status validate_dualpipev_microbatches(const Arguments& a) {
   return check_dualpipev_microbatches(static_cast<int>(par.pipeline_model_parallel_size), gbs / per_step);
 }
 
+// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where the deferred weight gradients
+// are the dense GPT layers' linears (model/weight_grad_store.h): the layers whose backward Gale splits.
+// --overlap-grad-reduce would start a bucket's reduction once its layer's backward returns, before
+// the deferred weight gradients are in it.
+Status validate_dualpipev_dw_detach(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  if (!par.dualpipev_dw_detach) return Status::Ok();
+  if (par.schedules_method != "dualpipev")
+    return InvalidArgument("--dualpipev-dw-detach needs --schedules-method dualpipev, found --schedules-method '",
+                           par.schedules_method, "'");
+  const char* const splits = "--dualpipev-dw-detach defers the weight gradients of the dense GPT layers' linears only";
+  if (a.moe.enabled())
+    return InvalidArgument(splits, ": expected no MoE layers, found --num-experts ", a.moe.num_experts,
+                           " (not supported yet)");
+  if (a.lora.enabled())
+    return InvalidArgument(splits, ": expected no LoRA adapters, found --lora-target-modules (not supported yet)");
+  if (a.model.multi_latent_attention)
+    return InvalidArgument(splits, ": expected no --multi-latent-attention, found it set (not supported yet)");
+  if (par.tp_2d) return InvalidArgument(splits, ": expected no --tp-2d, found it set (not supported yet)");
+  if (a.training.swap_attention)
+    return InvalidArgument(splits, ": expected no --swap-attention (its swapped-in activations are reused before the "
+                           "deferred gradients run), found it set (not supported yet)");
+  if (par.overlap_grad_reduce)
+    return InvalidArgument("--dualpipev-dw-detach runs weight gradients after their layer's backward: expected no "
+                           "--overlap-grad-reduce (a bucket's reduction would start before them), found it set "
+                           "(not supported yet)");
+  return Status::Ok();
+}
+
 // The interleaved schedule's micro-batch count (a multiple of PP, as Megatron requires). The
 // global batch size may still be unset (it defaults to micro-batch x DP) or not divide evenly;
 // the training-flag checks report that.
@@ -426,24 +455,30 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
   if (hybrid && par.cp_comm_type != "p2p")
     return InvalidArgument("--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: "
                            "expected --cp-comm-type p2p, found '", par.cp_comm_type, "'");
+  if (par.use_ulysses_allgather_kv && cp == 1)
+    return InvalidArgument("--use-ulysses-allgather-kv needs --context-parallel-size > 1 with ulysses_cp_algo, found "
+                           "--context-parallel-size 1");
   if (cp == 1) return Status::Ok();
   const int64_t S = a.model.seq_length;
   if (S % (2 * cp) != 0)
     return InvalidArgument("--seq-length ", S, " must be divisible by 2 x --context-parallel-size ", cp, " = ", 2 * cp,
                            " (each sequence is cut into 2 x CP equal chunks)");
   const int64_t tp = par.tensor_model_parallel_size;
-  // Ulysses splits the heads and query groups over TP x CP, hybrid over TP x U.
+  // Ulysses splits the heads over TP x CP, hybrid over TP x U; the query groups likewise, or, with
+  // fewer groups per TP rank than the degree (KVl dividing it), each group's key and value go to the
+  // D/KVl ranks holding its heads (MindSpeed's repeat all-to-all).
   const auto heads_divisible = [&](const std::string& what, const char* name, const char* flag,
                                    int64_t degree) -> Status {
-    const struct { const char* what; const char* flag; int64_t count; } splits[] = {
-        {"heads", "--num-attention-heads", a.model.num_attention_heads},
-        {"query groups", "--num-query-groups", a.model.num_kv_heads}};
-    for (const auto& sp : splits)
-      if (sp.count % (tp * degree) != 0)
-        return InvalidArgument(what, " splits the ", sp.what, " over TP x ", name, ": ",
-                               sp.flag, " ", sp.count, " must be divisible by --tensor-model-parallel-size ", tp, " x ",
-                               flag, " ", degree, " = ", tp * degree);
-    return Status::Ok();
+    const int64_t NH = a.model.num_attention_heads, KV = a.model.num_kv_heads;
+    if (NH % (tp * degree) != 0)
+      return InvalidArgument(what, " splits the heads over TP x ", name, ": --num-attention-heads ", NH,
+                             " must be divisible by --tensor-model-parallel-size ", tp, " x ", flag, " ", degree, " = ",
+                             tp * degree);
+    if (KV % tp == 0 && (KV / tp % degree == 0 || degree % (KV / tp) == 0)) return Status::Ok();
+    return InvalidArgument(what, " splits the query groups over TP x ", name, ": --num-query-groups ", KV,
+                           " must be divisible by --tensor-model-parallel-size ", tp, " x ", flag, " ", degree, " = ",
+                           tp * degree, ", or by TP with ", flag, " a multiple of the ", KV % tp == 0 ? KV / tp : KV,
+                           " groups per TP rank");
   };
   // Reached through Megatron's --cp-comm-type a2a / a2a+p2p, the messages name that flag.
   const bool from_comm = requested_comm == "a2a" || requested_comm == "a2a+p2p";
@@ -456,6 +491,15 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
                                                    : std::string("--context-parallel-algo hybrid_cp_algo"),
                                          "U", from_comm ? "the first --hierarchical-context-parallel-sizes"
                                                         : "--ulysses-degree-in-cp", U));
+  if (par.use_ulysses_allgather_kv) {
+    if (!ulysses)
+      return InvalidArgument("--use-ulysses-allgather-kv needs --context-parallel-algo ulysses_cp_algo, found '", algo,
+                             "'");
+    if (a.model.num_kv_heads != tp)
+      return InvalidArgument("--use-ulysses-allgather-kv all-gathers one key/value head per TP rank (as MindSpeed): "
+                             "expected --num-query-groups = --tensor-model-parallel-size ", tp, ", found ",
+                             a.model.num_kv_heads, " query groups");
+  }
   if (par.sequence_parallel && (S / cp) % tp != 0)
     return InvalidArgument("--seq-length ", S, " / --context-parallel-size ", cp, " = ", S / cp,
                            " must be divisible by --tensor-model-parallel-size ", tp, " with --sequence-parallel");
@@ -740,6 +784,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   }
   GALE_RETURN_IF_ERROR(validate_interleaved_microbatches(a));
   GALE_RETURN_IF_ERROR(validate_dualpipev_microbatches(a));
+  GALE_RETURN_IF_ERROR(validate_dualpipev_dw_detach(a));
   (void)p;
   return Status::Ok();
 }

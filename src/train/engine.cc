@@ -79,6 +79,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.sequence_parallel = args.parallel.sequence_parallel;
   p.cp = ps.cp();
   p.cp_ulysses = args.parallel.context_parallel_algo == "ulysses_cp_algo";
+  p.cp_ulysses_allgather_kv = p.cp_ulysses && args.parallel.use_ulysses_allgather_kv;
   p.cp_hybrid = hybrid;
   p.tp_x = tp2d.x;
   p.tp_y = tp2d.y;
@@ -168,6 +169,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
   engine->ops = ops;
   engine->dualpipev = uses_dualpipev(args);
+  engine->dualpipev_dw_detach = engine->dualpipev && args.parallel.dualpipev_dw_detach;
   engine->ripipe = args.model.recompute_in_advance  ? RiPipe::kAdvance
                    : args.model.recompute_in_bubble ? RiPipe::kBubble
                                                     : RiPipe::kNone;

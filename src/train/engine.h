@@ -49,6 +49,8 @@ struct Engine {
   // --schedules-method dualpipev: `chunks` are the V's two chunks (stages rank and 2·PP−1−rank), the
   // loss is on pipeline rank 0 and the tied embedding's two copies both live there.
   bool dualpipev = false;
+  // --dualpipev-dw-detach: DualPipeV's deferred weight-gradient steps (schedule/schedules.h).
+  bool dualpipev_dw_detach = false;
   // --recompute-in-advance / --recompute-in-bubble (MindSpeed's RiPipe; interleaved schedule).
   RiPipe ripipe = RiPipe::kNone;
   // The pipeline rank whose chunk computes the loss: the last, or 0 under DualPipeV.

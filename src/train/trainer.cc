@@ -293,7 +293,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   } else {
     GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                                /*forward_only=*/false, {}, microbatch_group(), timers,
-                                               engine_->dualpipev, engine_->ripipe));
+                                               engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe));
   }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();

@@ -4,6 +4,8 @@
 // order, the activation peak is DualPipeV's, and too few micro-batches are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -61,9 +63,10 @@ TEST(DualPipeVOrder, RankZeroStartsDownTheVAndPairsForwardsWithTheOtherChunksBac
 // backward (s + 1, m) unless s is the last stage), one step at a time on whichever rank can
 // proceed. False if the ranks stall with steps left. `peak[r]`: the most (chunk, micro-batch)
 // activations rank r held between a forward and its backward.
-bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak) {
+// With `dw_detach` the W steps need nothing from other ranks (their I step ran before on the rank).
+bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak, bool dw_detach = false) {
   std::vector<std::vector<PipelineStep>> orders;
-  for (int r = 0; r < pp; ++r) orders.push_back(dualpipev_order(pp, r, m, forward_only));
+  for (int r = 0; r < pp; ++r) orders.push_back(dualpipev_order(pp, r, m, forward_only, dw_detach));
   std::set<std::tuple<bool, int, int64_t>> done;
   std::vector<size_t> next(static_cast<size_t>(pp), 0);
   std::vector<int64_t> held(static_cast<size_t>(pp), 0);
@@ -75,6 +78,11 @@ bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak
       size_t& i = next[static_cast<size_t>(r)];
       if (i == orders[static_cast<size_t>(r)].size()) continue;
       const PipelineStep& s = orders[static_cast<size_t>(r)][i];
+      if (s.weight) {
+        ++i;
+        progress = true;
+        continue;
+      }
       const int stage = s.chunk == 0 ? r : last - r;
       const bool ready = s.forward ? (stage == 0 || done.count({true, stage - 1, s.microbatch}))
                                    : done.count({true, stage, s.microbatch}) &&
@@ -119,6 +127,73 @@ TEST(DualPipeVOrder, EveryRankHoldsTwicePipelineSizePlusOneActivations) {
     for (int64_t m : {2 * pp, 3 * pp, 20}) {
       ASSERT_TRUE(simulate_v(pp, m, false, &peak));
       EXPECT_EQ(peak, std::vector<int64_t>(static_cast<size_t>(pp), 2 * pp + 1)) << pp << " " << m;
+    }
+}
+
+std::vector<std::string> strings(const std::vector<PipelineStep>& steps) {
+  std::vector<std::string> out;
+  for (const PipelineStep& s : steps) out.push_back(s.to_string());
+  return out;
+}
+
+// --dualpipev-dw-detach, PP = 2 and 4 micro-batches, by hand from DeepSeek's dualpipev.py: rank 0
+// (P − r − 1 = 1) defers its phase-3 backward I 1 0 and runs its weight step at once, before the
+// next forward; in phase 6 the later half of the pairs defers (rank 0: its one B0; rank 1, odd: the
+// whole second pair); phase 7 puts a W before each cool-down I 0 m, phase 8 runs the r + 1 left.
+TEST(DualPipeVOrder, DwDetachDefersPhaseThreeAndTheCoolDownsWeightGradients) {
+  EXPECT_EQ(strings(dualpipev_order(2, 0, 4, false, true)),
+            (std::vector<std::string>{"F 0 0", "F 0 1", "F 0 2", "F 1 0", "I 1 0", "W 1 0", "F 1 1", "F 0 3", "B 1 1",
+                                      "F 1 2", "B 0 0", "B 1 2", "F 1 3", "B 0 1", "B 1 3", "I 0 2", "W 0 2", "I 0 3",
+                                      "W 0 3"}));
+  EXPECT_EQ(strings(dualpipev_order(2, 1, 4, false, true)),
+            (std::vector<std::string>{"F 0 0", "F 1 0", "F 0 1", "F 1 1", "F 0 2", "B 1 0", "F 1 2", "B 0 0", "F 0 3",
+                                      "B 1 1", "F 1 3", "B 0 1", "B 1 2", "B 0 2", "I 1 3", "I 0 3", "W 1 3",
+                                      "W 0 3"}));
+  // Forward-only has nothing to defer.
+  EXPECT_EQ(dualpipev_order(4, 1, 9, true, true), dualpipev_order(4, 1, 9, true, false));
+}
+
+// For every (PP, M, rank): the detached order is the plain one with some B steps turned into I steps
+// and W steps inserted; each W runs the oldest pending I's weight gradients; every chunk's weight
+// gradients accumulate in micro-batch order (at its B, or at the W of its I), which is what makes the
+// gradients bitwise those of plain DualPipeV; 2P − r − 1 backwards defer, at most r + 1 of them
+// pending at once (their linears' inputs and output gradients held until their W); and the ranks
+// still complete against the V's dependencies.
+TEST(DualPipeVOrder, DwDetachKeepsEachWeightsMicroBatchOrderAndCompletes) {
+  std::vector<int64_t> peak;
+  for (int pp : {2, 3, 4, 8})
+    for (int64_t m : {2 * pp, 2 * pp + 1, 3 * pp, 4 * pp + 3, 20}) {
+      EXPECT_TRUE(simulate_v(pp, m, false, &peak, true)) << "pp " << pp << " m " << m;
+      EXPECT_EQ(peak, std::vector<int64_t>(static_cast<size_t>(pp), 2 * pp + 1)) << pp << " " << m;
+      for (int r = 0; r < pp; ++r) {
+        const std::vector<PipelineStep> detached = dualpipev_order(pp, r, m, false, true);
+        std::vector<PipelineStep> stripped;
+        std::deque<PipelineStep> pending;
+        int64_t next_weight[2] = {0, 0}, deferred = 0;
+        size_t most_pending = 0;
+        for (const PipelineStep& s : detached) {
+          if (s.weight) {
+            ASSERT_FALSE(pending.empty()) << s.to_string() << " on rank " << r;
+            EXPECT_EQ(s.chunk, pending.front().chunk) << "rank " << r;
+            EXPECT_EQ(s.microbatch, pending.front().microbatch) << "rank " << r;
+            pending.pop_front();
+            EXPECT_EQ(s.microbatch, next_weight[s.chunk]++) << s.to_string() << " on rank " << r;
+            continue;
+          }
+          if (!s.forward && s.defer_weight) {
+            pending.push_back(s);
+            ++deferred;
+            most_pending = std::max(most_pending, pending.size());
+          } else if (!s.forward) {
+            EXPECT_EQ(s.microbatch, next_weight[s.chunk]++) << s.to_string() << " on rank " << r;
+          }
+          stripped.push_back({s.forward, s.chunk, s.microbatch});
+        }
+        EXPECT_TRUE(pending.empty());
+        EXPECT_EQ(stripped, dualpipev_order(pp, r, m, false)) << "pp " << pp << " rank " << r << " m " << m;
+        EXPECT_EQ(deferred, 2 * pp - r - 1) << "pp " << pp << " rank " << r;
+        EXPECT_EQ(most_pending, static_cast<size_t>(r + 1)) << "pp " << pp << " rank " << r;
+      }
     }
 }
 

@@ -1,7 +1,8 @@
 // The pipeline schedules under mpirun (2 and 4 ranks) with a tiny real model: each rank runs
-// exactly its 1F1B / interleaved / DualPipeV order, holds no more micro-batches than the schedule
-// needs (P − r for 1F1B, 2P + 1 chunk activations for DualPipeV), sends and receives one activation or gradient per micro-batch and
-// virtual-stage boundary, a load error on one stage stops all stages, forward-only evaluation
+// exactly its 1F1B / interleaved / DualPipeV order (with --dualpipev-dw-detach's I and W steps),
+// holds no more micro-batches than the schedule needs (P − r for 1F1B, 2P + 1 chunk activations
+// for DualPipeV), sends and receives one activation or gradient per micro-batch and virtual-stage
+// boundary, a load error on one stage stops all stages, forward-only evaluation
 // gives the single-process loss, tied embeddings start and stay identical on the first and last
 // stage, and a bad micro-batch count is a clean error.
 #include <gtest/gtest.h>
@@ -41,6 +42,12 @@ const std::vector<Case>& cases() {
       {"pp2_dp2_dualpipev", 4, {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"}},
       {"tp2_pp2_sp_dualpipev", 4, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
                                     "--sequence-parallel", "--schedules-method", "dualpipev"}},
+      // --dualpipev-dw-detach: the I and W steps of dualpipev_order, the same transfers and peak.
+      {"pp2_dualpipev_dw_detach", 2,
+       {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev", "--dualpipev-dw-detach"}},
+      {"pp4_dualpipev_dw_detach", 4,
+       {"--pipeline-model-parallel-size", "4", "--schedules-method", "dualpipev", "--num-layers", "8",
+        "--dualpipev-dw-detach"}},
   };
   return all;
 }
@@ -127,7 +134,7 @@ TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
   };
   e.ps.pp()->reset_stats();
   auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, observer, 0, nullptr,
-                             e.dualpipev);
+                             e.dualpipev, e.dualpipev_dw_detach);
   ASSERT_TRUE(fb.ok()) << fb.status().to_string();
   // Point-to-point volume (docs/parallelism.md): one [Tl, H] f32 tensor per micro-batch and
   // virtual-stage boundary in each direction; Tl = S·B, divided by TP with sequence parallelism.
@@ -149,11 +156,20 @@ TEST_P(PipelineSchedule, RunsMegatronOrderWithBoundedMemory) {
   EXPECT_EQ(stats.calls[static_cast<int>(CommOp::kRecv)], recvs * m);
   EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kSend)], sends * m * message);
   EXPECT_EQ(stats.bytes[static_cast<int>(CommOp::kRecv)], recvs * m * message);
-  const std::vector<PipelineStep> expected = e.dualpipev ? dualpipev_order(pp, rank, m, false)
+  const std::vector<PipelineStep> expected = e.dualpipev ? dualpipev_order(pp, rank, m, false, e.dualpipev_dw_detach)
                                              : vpp == 1  ? one_f_one_b_order(pp, rank, m, false)
                                                          : interleaved_order(pp, rank, vpp, m, false);
   EXPECT_EQ(ran, expected);
   EXPECT_EQ(held, 0u) << "saved activations left after the iteration";
+  if (e.dualpipev_dw_detach) {
+    // At most r + 1 deferred backwards of one layer each (4 layers at PP2, 8 at PP4: 2·PP chunks),
+    // each holding x and dy of its 4 linears: qkv T·H + 3T·H, proj 2T·H, fc1 T·H + 4T·H, fc2
+    // 4T·H + T·H = 16·T·H f32 values (hidden 32, MHA, FFN 4H, no TP).
+    const int64_t t = kSeq * kMicroBatch;
+    EXPECT_EQ(fb->deferred_weight_grad_peak_bytes, (rank + 1) * 16 * t * 32 * 4);
+  } else {
+    EXPECT_EQ(fb->deferred_weight_grad_peak_bytes, 0);
+  }
   if (e.dualpipev) {
     EXPECT_EQ(max_held, static_cast<size_t>(2 * pp + 1));
   } else if (vpp == 1) {
@@ -205,7 +221,8 @@ TEST_P(PipelineSchedule, ForwardOnlyMatchesSingleProcess) {
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineSchedule, ::testing::Values("pp2", "pp2_vpp2", "pp4", "pp4_vpp2",
                                                                       "tp2_pp2_sp", "pp2_dp2", "pp2_dualpipev",
                                                                       "pp4_dualpipev", "pp2_dp2_dualpipev",
-                                                                      "tp2_pp2_sp_dualpipev"),
+                                                                      "tp2_pp2_sp_dualpipev", "pp2_dualpipev_dw_detach",
+                                                                      "pp4_dualpipev_dw_detach"),
                          [](const auto& info) { return info.param; });
 
 // The last stage's copies of the first stage's embedding (GPTModel::embedding_group_param_ids): the

@@ -81,7 +81,7 @@ struct TinyRun {
     a.reset_peak();
     const int64_t base = a.current_bytes();
     auto fb = forward_backward(e.chunk_pointers(), e.ps, 8, source(), /*forward_only=*/false,
-                               [&](const PipelineStep& s) { r.steps.push_back(s); }, 0, nullptr, false, e.ripipe);
+                               [&](const PipelineStep& s) { r.steps.push_back(s); }, 0, nullptr, false, false, e.ripipe);
     GALE_CHECK_OK(fb.status());
     r.peak = a.peak_bytes() - base;
     r.fb = *fb;

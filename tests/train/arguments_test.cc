@@ -429,9 +429,6 @@ INSTANTIATE_TEST_SUITE_P(
                   "--dataloader-type: expected single or cyclic, found 'Cyclic'"},
         ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
                   "--wandb-project: not supported yet (Weights & Biases logging)"},
-        ErrorCase{{"--use-ulysses-allgather-kv"}, StatusCode::kUnimplemented,
-                  "--use-ulysses-allgather-kv: not supported yet (Ulysses with all-gathered keys and values and "
-                  "all-to-all queries; Gale's ulysses_cp_algo runs all-to-alls of Q, K and V)"},
         ErrorCase{{"--context-parallel-kv-cache-policy", "all"}, StatusCode::kInvalidArgument,
                   "--context-parallel-kv-cache-policy..."},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},
@@ -858,12 +855,41 @@ TEST(Arguments, ContextParallelism) {
                 .message(),
             "--context-parallel-algo ulysses_cp_algo splits the heads over TP x CP: --num-attention-heads 4 must be "
             "divisible by --tensor-model-parallel-size 2 x --context-parallel-size 4 = 8");
+  // Fewer query groups than CP ranks: each group's key and value go to the ranks of its heads.
+  Cli repeat;
+  EXPECT_TRUE(repeat.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--context-parallel-algo",
+                                                           "ulysses_cp_algo", "--group-query-attention",
+                                                           "--num-query-groups", "1"}), 2).ok());
   Cli groups;
   EXPECT_EQ(groups.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
-                                          "--group-query-attention", "--num-query-groups", "1"}), 2)
+                                          "--num-attention-heads", "6", "--hidden-size", "48",
+                                          "--group-query-attention", "--num-query-groups", "3"}), 2)
                 .message(),
-            "--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: --num-query-groups 1 must "
-            "be divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 = 2");
+            "--context-parallel-algo ulysses_cp_algo splits the query groups over TP x CP: --num-query-groups 3 must "
+            "be divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 = 2, or by TP with "
+            "--context-parallel-size a multiple of the 3 groups per TP rank");
+  // --use-ulysses-allgather-kv: Ulysses with one query group per TP rank (MindSpeed's rules).
+  Cli allgather_kv;
+  EXPECT_TRUE(allgather_kv.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2", "--context-parallel-algo",
+                                                                 "ulysses_cp_algo", "--group-query-attention",
+                                                                 "--num-query-groups", "1",
+                                                                 "--use-ulysses-allgather-kv"}), 2).ok());
+  EXPECT_TRUE(allgather_kv.args.parallel.use_ulysses_allgather_kv);
+  Cli allgather_kv_cp1;
+  EXPECT_EQ(allgather_kv_cp1.parse(with(minimal_pretrain_flags(), {"--use-ulysses-allgather-kv"}), 1).message(),
+            "--use-ulysses-allgather-kv needs --context-parallel-size > 1 with ulysses_cp_algo, found "
+            "--context-parallel-size 1");
+  Cli allgather_kv_ring;
+  EXPECT_EQ(allgather_kv_ring.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2",
+                                                                    "--use-ulysses-allgather-kv"}), 2).message(),
+            "--use-ulysses-allgather-kv needs --context-parallel-algo ulysses_cp_algo, found 'megatron_cp_algo'");
+  Cli allgather_kv_groups;
+  EXPECT_EQ(allgather_kv_groups.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "2",
+                                                                      "--context-parallel-algo", "ulysses_cp_algo",
+                                                                      "--group-query-attention", "--num-query-groups",
+                                                                      "2", "--use-ulysses-allgather-kv"}), 2).message(),
+            "--use-ulysses-allgather-kv all-gathers one key/value head per TP rank (as MindSpeed): expected "
+            "--num-query-groups = --tensor-model-parallel-size 1, found 2 query groups");
   // Hybrid: U divides CP with 1 < U < CP; heads and query groups split over TP x U; the ring across
   // the Ulysses groups is p2p.
   Cli hybrid;
@@ -896,10 +922,12 @@ TEST(Arguments, ContextParallelism) {
   Cli hybrid_groups;
   EXPECT_EQ(hybrid_groups.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--context-parallel-algo",
                                                  "hybrid_cp_algo", "--ulysses-degree-in-cp", "2", "--seq-length", "32",
-                                                 "--group-query-attention", "--num-query-groups", "1"}), 4)
+                                                 "--num-attention-heads", "6", "--hidden-size", "48",
+                                                 "--group-query-attention", "--num-query-groups", "3"}), 4)
                 .message(),
-            "--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: --num-query-groups 1 must "
-            "be divisible by --tensor-model-parallel-size 1 x --ulysses-degree-in-cp 2 = 2");
+            "--context-parallel-algo hybrid_cp_algo splits the query groups over TP x U: --num-query-groups 3 must "
+            "be divisible by --tensor-model-parallel-size 1 x --ulysses-degree-in-cp 2 = 2, or by TP with "
+            "--ulysses-degree-in-cp a multiple of the 3 groups per TP rank");
   // Reached through Megatron's --cp-comm-type, the same rules name that flag.
   Cli a2a_heads;
   EXPECT_EQ(a2a_heads.parse(with(minimal_pretrain_flags(), {"--context-parallel-size", "4", "--tensor-model-parallel-size",

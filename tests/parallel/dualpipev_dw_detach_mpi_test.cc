@@ -1,0 +1,117 @@
+// --dualpipev-dw-detach against plain DualPipeV on the same ranks: deferring the linears' weight
+// gradients to the schedule's W steps changes when they are computed, not their sums (each weight
+// still accumulates its micro-batches in order), so the losses, gradient norms, gradients and
+// parameters of 4 iterations are bitwise equal, at PP2 and PP4, with TP2 + sequence parallelism
+// (whose column-parallel weight gradient runs on the gathered input), plain, chunked (CoC) or with
+// MC2's re-gathered inputs, under --bf16 (dy kept as bf16) and with full or MLP recomputation (the
+// inputs recomputed in backward are what the deferred GEMMs keep), for the GPT (tied embedding) and
+// the LLaMA-like model.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "layouts.h"
+#include "mpi_test_env.h"
+#include "testing_run.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<std::string> kV = {"--schedules-method", "dualpipev"};
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"pp2", 2, testing::join({{"--pipeline-model-parallel-size", "2"}, kV})},
+      {"pp2_bf16", 2, testing::join({{"--pipeline-model-parallel-size", "2", "--bf16"}, kV})},
+      {"pp2_recompute_full", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full", "--recompute-method",
+                       "uniform", "--recompute-num-layers", "1"},
+                      kV})},
+      {"pp2_recompute_mlp", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--recompute-granularity", "selective",
+                       "--recompute-modules", "mlp"},
+                      kV})},
+      {"pp4", 4, testing::join({{"--pipeline-model-parallel-size", "4", "--num-layers", "8"}, kV})},
+      {"tp2_pp2_sp", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
+      // The op table's chunked TP linears (what --use-ascend-coc installs: the weight gradient runs
+      // while the last chunks' collectives travel) and --use-ascend-mc2's re-gathered inputs.
+      {"tp2_pp2_sp_coc2", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
+      {"tp2_pp2_sp_mc2", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
+  };
+  return all;
+}
+
+// The reference op table, with the layout's TP communication.
+OpTable layout_ops(const std::string& name) {
+  OpTable ops = reference_ops();
+  if (name == "tp2_pp2_sp_coc2") ops.tp_comm_chunks = 2;
+  if (name == "tp2_pp2_sp_mc2") {
+    ops.tp_comm_chunks = 2;
+    ops.tp_regather_input = true;
+  }
+  return ops;
+}
+
+// 4 layers (8 with PP4), 8 micro-batches of 2 (2·PP with PP4).
+const std::vector<std::string> kCommon = {
+    "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
+    "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3",
+    "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
+    "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
+    "--clip-grad", "0.5"};
+
+bool same_floats(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, sizeof(float) * n) == 0; }
+
+class DualPipeVDwDetach : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(DualPipeVDwDetach, BitwiseEqualToDualPipeV) {
+  const auto& [name, llama] = GetParam();
+  const Layout* layout = testing::find_layout(layouts(), name);
+  ASSERT_NE(layout, nullptr) << name;
+  if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  const std::vector<std::string> flags =
+      testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt, layout->flags});
+  const OpTable ops = layout_ops(name);
+  testing::TestRun plain(flags, test::world(), testing::kTinyVocab, EngineOptions{}, ops);
+  testing::TestRun detached(testing::join({flags, {"--dualpipev-dw-detach"}}), test::world(), testing::kTinyVocab,
+                            EngineOptions{}, ops);
+  ASSERT_FALSE(plain.engine->dualpipev_dw_detach);
+  ASSERT_TRUE(detached.engine->dualpipev_dw_detach);
+  constexpr int kIterations = 4;
+  plain.train(kIterations);
+  detached.train(kIterations);
+  for (int i = 0; i < kIterations; ++i) {
+    EXPECT_EQ(detached.losses[i], plain.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_EQ(detached.grad_norms[i], plain.grad_norms[i]) << "grad norm of iteration " << i + 1;
+  }
+  int compared = 0;
+  ASSERT_EQ(detached.engine->chunks.size(), 2u);
+  for (size_t c = 0; c < 2; ++c) {
+    const ParamBuffer& a = detached.engine->chunks[c]->params();
+    const ParamBuffer& b = plain.engine->chunks[c]->params();
+    ASSERT_EQ(a.size(), b.size());
+    for (int id = 0; id < a.size(); ++id) {
+      const int64_t n = shape_numel(a.spec(id).local_shape());
+      EXPECT_TRUE(same_floats(a.grad_data(id), b.grad_data(id), n)) << "gradient " << a.spec(id).name;
+      if (!a.is_split(id))
+        EXPECT_TRUE(same_floats(a.param_data(id), b.param_data(id), n)) << "parameter " << a.spec(id).name;
+      compared += a.spec(id).name.find("linear_fc1.weight") != std::string::npos;
+    }
+  }
+  EXPECT_GT(compared, 0) << "no deferred linear among the compared gradients";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DualPipeVDwDetach,
+                         ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
+                         testing::layout_model_test_name);
+
+}  // namespace
+}  // namespace gale
