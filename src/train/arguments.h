@@ -437,6 +437,9 @@ struct MoeArgs {
   // benchmarking (MoeConfig::fix_router).
   bool fix_router = false;
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
+  // MindSpeed's --n-shared-experts K (features/feature_n_shared_experts.cc): validation sets
+  // moe_shared_expert_intermediate_size = K · --ffn-hidden-size (MindSpeed's conversion); unset or 0: none.
+  int64_t n_shared_experts = kUnset;
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
   double moe_input_jitter_eps = kUnsetF;   // None: no jitter
