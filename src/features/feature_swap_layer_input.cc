@@ -17,7 +17,8 @@
 //
 // Tests: tests/train/swap_layer_input_test.cc (bit-identical training, GPT and LLaMA-style, bf16,
 // with --swap-attention, full recomputation, several micro-batches; the allocator's exact peak
-// drop; an unusable directory at start-up), tests/features/swap_layer_input_feature_test.cc.
+// drop; an unusable directory at start-up), tests/parallel/swap_attention_mpi_test.cc (PP2, 1F1B
+// and interleaved, alone and with --swap-attention), tests/features/swap_layer_input_feature_test.cc.
 #include "features/registry.h"
 
 namespace gale {
