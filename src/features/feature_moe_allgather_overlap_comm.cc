@@ -13,8 +13,8 @@
 //             the token gradients' after every expert's fc1 input-gradient GEMM, so the experts'
 //             fc1 weight-gradient GEMMs overlap it (MindSpeed's dx/dw sub-graph split).
 // Only the order of independent work changes, so losses and gradients are bit-identical to the
-// plain path (tests/parallel/moe_allgather_overlap_mpi_test.cc: EP2 and TP2+SP × EP2 with and
-// without expert TP).
+// plain path (tests/parallel/moe_allgather_overlap_mpi_test.cc: EP2, also with --recompute-modules
+// moe and dropped tokens, and TP2+SP × EP2 with and without expert TP).
 //
 // Requirements as MindSpeed's validate_args (one-line errors): a MoE model, --moe-token-dispatcher-
 // type allgather, --moe-permutation-async-comm and --moe-grouped-gemm (both accepted without effect

@@ -1,7 +1,8 @@
-// --moe-allgather-overlap-comm under expert parallelism (EP2 on 2 ranks; TP2+SP × EP2 with expert
+// --moe-allgather-overlap-comm under expert parallelism (EP2 on 2 ranks, also with the MoE
+// recomputed in backward and tokens dropped at capacity 0.5; TP2+SP × EP2 with expert
 // TP 2 and with expert TP 1 on 4 ranks), all-gather dispatcher, gated shared expert: every rank's
 // losses, grad norms, parameters and gradients after 3 steps are bit-identical to the same layout
-// without the flag (the flags go through the real feature registry), and the flag's rules.
+// without the flag (the flags go through the real feature registry).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,7 +27,11 @@ const std::vector<std::string> kMoe = testing::join(
       "--moe-token-dispatcher-type", "allgather", "--moe-grouped-gemm", "--moe-permutation-async-comm"}});
 
 std::vector<std::vector<std::string>> layouts(int world) {
-  if (world == 2) return {{"--expert-model-parallel-size", "2"}};
+  if (world == 2)
+    return {{"--expert-model-parallel-size", "2"},
+            // the MoE forward rerun in backward (with its all-gathers), and dropped tokens
+            {"--expert-model-parallel-size", "2", "--recompute-granularity", "selective", "--recompute-modules", "moe",
+             "--moe-expert-capacity-factor", "0.5", "--moe-token-drop-policy", "probs"}};
   return {{"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2"},
           {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
            "--expert-tensor-parallel-size", "1"}};
