@@ -200,8 +200,11 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
              "MindSpeed: what --swap-attention moves, comma-separated: input_norm, self_attention, "
              "post_attention_norm (default all three)");
   p.add("--swap-attention-dir", &a.swap_attention_dir,
-        "Gale: directory of --swap-attention's temporary files (unlinked at once; default $TMPDIR or /tmp; use a "
-        "disk, not tmpfs)");
+        "Gale: directory of --swap-attention's and --swap-layer-input's temporary files (unlinked at once; default "
+        "$TMPDIR or /tmp; use a disk, not tmpfs)");
+  p.add_flag("--swap-layer-input", &a.swap_layer_input,
+             "MindSpeed: move each transformer layer's input kept for backward to a temporary file (in "
+             "--swap-attention-dir) after its forward and read it back, one layer ahead, in backward");
   p.add_flag("--fp16", &a.fp16,
              "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
              "weights, gradients and optimizer state, with loss scaling");

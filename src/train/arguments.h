@@ -185,6 +185,11 @@ struct TrainingArgs {
   bool swap_attention = false;
   std::vector<std::string> swap_modules = {"input_norm", "self_attention", "post_attention_norm"};
   std::string swap_attention_dir;
+  // --swap-layer-input (MindSpeed's SwapLayerInputFeature, level 2; features/feature_swap_layer_input.cc):
+  // each layer's input kept for backward goes to the same file as --swap-attention's (in
+  // --swap-attention-dir) and comes back one layer ahead. `gale pretrain` clears it below
+  // --optimization-level 2.
+  bool swap_layer_input = false;
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
   // without it the scale is dynamic, starting at --initial-loss-scale.
@@ -444,6 +449,9 @@ struct MoeArgs {
   // benchmarking (MoeConfig::fix_router).
   bool fix_router = false;
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
+  // MindSpeed's --n-shared-experts K (features/feature_n_shared_experts.cc): validation sets
+  // moe_shared_expert_intermediate_size = K · --ffn-hidden-size (MindSpeed's conversion); unset or 0: none.
+  int64_t n_shared_experts = kUnset;
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
   double moe_input_jitter_eps = kUnsetF;   // None: no jitter

@@ -197,7 +197,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                 &engine->ops));
     models.back()->params().initialize(config.seed);
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
-    if (args.training.swap_attention) models.back()->set_swap_attention(swap_attention_config_from_args(args));
+    if (args.training.swap_attention || args.training.swap_layer_input)
+      models.back()->set_swap_attention(swap_attention_config_from_args(args));
     num_parameters += models.back()->params().numel();
   }
   const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);
@@ -287,7 +288,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                   engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
                                                   expert_groups, engine->ps.tp());
   if (args.training.swap_optimizer) GALE_RETURN_IF_ERROR(engine->optimizer->open_swap());
-  if (args.training.swap_attention) {  // an unusable directory is a start-up error, not one in the first forward
+  if (args.training.swap_attention || args.training.swap_layer_input) {  // an unusable directory: a start-up error
     GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,
                           ActivationSwap::create(swap_attention_config_from_args(args)));
   }

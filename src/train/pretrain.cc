@@ -113,6 +113,7 @@ int pretrain_main(int argc, char** argv) {
   args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
   args.training.swap_optimizer = registry->active("swap-optimizer");
   args.training.swap_attention = registry->active("swap-attention");
+  args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
