@@ -264,6 +264,13 @@ struct ParallelArgs {
   int64_t tp_x = 1, tp_y = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
+  // Megatron's custom FSDP (--use-custom-fsdp, newer Megatron's --use-megatron-fsdp) with
+  // --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params (default
+  // no_shard). validate_parallel_args resolves it: no_shard is plain data parallelism, optim is
+  // ZeRO-1 and turns on use_distributed_optimizer; optim_grads (ZeRO-2) and optim_grads_params
+  // (ZeRO-3) are refused, not supported yet (docs/parallelism.md §16).
+  bool use_custom_fsdp = false;
+  std::string data_parallel_sharding_strategy = "no_shard";
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
   // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
   // and replicated across instances (engine.h, optim/data_parallel_sync.h).

@@ -36,6 +36,37 @@ Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
   return Status::Ok();
 }
 
+// Megatron's custom FSDP (--use-custom-fsdp / --use-megatron-fsdp): each sharding strategy that
+// Gale has maps onto its data-parallel paths (docs/parallelism.md §16). no_shard is plain data
+// parallelism, optim is ZeRO-1, which is what the distributed optimizer does; optim_grads (ZeRO-2)
+// and optim_grads_params (ZeRO-3) would need gradient and parameter storage that is freed outside
+// this rank's shard, which Gale's flat per-chunk buffers do not have yet: refused.
+Status resolve_custom_fsdp(ParallelArgs& par) {
+  const std::string& strategy = par.data_parallel_sharding_strategy;
+  if (!par.use_custom_fsdp) {
+    if (strategy != "no_shard")
+      warn_rank0("--data-parallel-sharding-strategy " + strategy +
+                 " has no effect without --use-custom-fsdp (as in Megatron); use --use-distributed-optimizer for "
+                 "ZeRO-1");
+    return Status::Ok();
+  }
+  if (strategy == "optim_grads")
+    return Unimplemented("--data-parallel-sharding-strategy optim_grads: not supported yet (ZeRO-2: gradients kept "
+                         "only as this rank's shard; Gale keeps each model chunk's gradients in one whole buffer); "
+                         "expected no_shard or optim (ZeRO-1, as --use-distributed-optimizer)");
+  if (strategy == "optim_grads_params")
+    return Unimplemented("--data-parallel-sharding-strategy optim_grads_params: not supported yet (ZeRO-3: "
+                         "parameters kept only as this rank's shard and gathered per layer; Gale keeps each model "
+                         "chunk's parameters in one whole buffer); expected no_shard or optim (ZeRO-1, as "
+                         "--use-distributed-optimizer)");
+  if (strategy == "no_shard" && par.use_distributed_optimizer)
+    return InvalidArgument("--use-custom-fsdp --data-parallel-sharding-strategy no_shard keeps the optimizer state "
+                           "whole, but --use-distributed-optimizer shards it: expected --data-parallel-sharding-"
+                           "strategy optim (ZeRO-1), found no_shard");
+  if (strategy == "optim") par.use_distributed_optimizer = true;  // ZeRO-1 is the distributed optimizer
+  return Status::Ok();
+}
+
 // The flag that gives the explicit split (one of them is set).
 const char* explicit_split_flag(const ParallelArgs& par) {
   if (!par.num_layer_list.empty()) return "--num-layer-list";
@@ -684,6 +715,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
+  GALE_RETURN_IF_ERROR(resolve_custom_fsdp(par));
   GALE_RETURN_IF_ERROR(validate_distributed_optimizer_instances(par));
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
