@@ -267,10 +267,12 @@ struct ParallelArgs {
   // Megatron's custom FSDP (--use-custom-fsdp, newer Megatron's --use-megatron-fsdp) with
   // --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params (default
   // no_shard). validate_parallel_args resolves it: no_shard is plain data parallelism, optim is
-  // ZeRO-1 and turns on use_distributed_optimizer; optim_grads (ZeRO-2) and optim_grads_params
-  // (ZeRO-3) are refused, not supported yet (docs/parallelism.md §16).
+  // ZeRO-1 and turns on use_distributed_optimizer, optim_grads_params is ZeRO-3 (zero3() below);
+  // optim_grads (ZeRO-2) is refused, not supported yet (docs/parallelism.md §16).
   bool use_custom_fsdp = false;
   std::string data_parallel_sharding_strategy = "no_shard";
+  // ZeRO-3: --use-custom-fsdp with optim_grads_params (build_engine: optim/zero3_sync.h).
+  bool zero3() const { return use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params"; }
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
   // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
   // and replicated across instances (engine.h, optim/data_parallel_sync.h).

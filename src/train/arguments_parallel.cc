@@ -36,12 +36,57 @@ Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
   return Status::Ok();
 }
 
+// What ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params) runs with: data parallelism
+// only, fp32, one forward and backward per micro-batch, and no code that reads parameters outside
+// the per-layer gathers (docs/parallelism.md §16). The first combination found, or Ok.
+Status validate_zero3(Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const TrainingArgs& t = a.training;
+  auto refuse = [](const std::string& what, const std::string& why) {
+    return Unimplemented("--data-parallel-sharding-strategy optim_grads_params with ", what, ": not supported yet (",
+                         why, ")");
+  };
+  const char* parallel_only = "ZeRO-3 shards over the data-parallel group only";
+  if (par.tensor_model_parallel_size > 1)
+    return refuse(str_cat("--tensor-model-parallel-size ", par.tensor_model_parallel_size), parallel_only);
+  if (par.pipeline_model_parallel_size > 1)
+    return refuse(str_cat("--pipeline-model-parallel-size ", par.pipeline_model_parallel_size), parallel_only);
+  if (par.context_parallel_size > 1)
+    return refuse(str_cat("--context-parallel-size ", par.context_parallel_size), parallel_only);
+  if (par.expert_model_parallel_size > 1 || a.moe.num_experts > 0)
+    return refuse("MoE layers (--num-experts)", "the router's expert bias is read outside the per-layer gathers");
+  if (par.num_distributed_optimizer_instances > 1)
+    return refuse("--num-distributed-optimizer-instances", "one shard group: the whole data-parallel group");
+  if (par.overlap_param_gather_with_optimizer_step)
+    return refuse("--overlap-param-gather-with-optimizer-step", "nothing is gathered after the step");
+  if (t.bf16 || t.fp16)
+    return refuse(t.bf16 ? "--bf16" : "--fp16", "the half-precision GEMM copy is not sharded; ZeRO-3 runs in fp32");
+  if (t.optimizer == "muon") return refuse("--optimizer muon", "Muon orthogonalises whole matrices");
+  if (t.swap_optimizer) return refuse("--swap-optimizer", "its state file follows the flat layout");
+  if (t.calculate_per_token_loss)
+    return refuse("--calculate-per-token-loss", "the gradients are rescaled after the reduce-scatter");
+  if (t.check_weight_hash_across_dp_replicas_interval != kUnset)
+    return refuse("--check-weight-hash-across-dp-replicas-interval", "the ranks hold shards, not replicas");
+  if (a.model.recompute_granularity == "full")
+    return refuse("--recompute-granularity full", "a recomputed layer group would need all its layers gathered");
+  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
+    return refuse("--mtp-num-layers", "the MTP layers run inside the head");
+  if (a.lora.enabled()) return refuse("LoRA (--lora-target-modules)", "frozen parameters are not sharded");
+  if (a.dpo.stage == "dpo") return refuse("--stage dpo", "the reference model is not sharded");
+  if (a.checkpoint.async_save) return refuse("--async-save", "the gathered parameters are released after the save");
+  if (par.overlap_grad_reduce || par.overlap_param_gather)
+    warn_rank0("--overlap-grad-reduce / --overlap-param-gather have no effect with --data-parallel-sharding-strategy "
+               "optim_grads_params: Gale's ZeRO-3 gathers each layer before its use and reduce-scatters its gradients "
+               "after its backward, blocking");
+  return Status::Ok();
+}
+
 // Megatron's custom FSDP (--use-custom-fsdp / --use-megatron-fsdp): each sharding strategy that
 // Gale has maps onto its data-parallel paths (docs/parallelism.md §16). no_shard is plain data
-// parallelism, optim is ZeRO-1, which is what the distributed optimizer does; optim_grads (ZeRO-2)
-// and optim_grads_params (ZeRO-3) would need gradient and parameter storage that is freed outside
-// this rank's shard, which Gale's flat per-chunk buffers do not have yet: refused.
-Status resolve_custom_fsdp(ParallelArgs& par) {
+// parallelism, optim is ZeRO-1, which is what the distributed optimizer does, optim_grads_params
+// is ZeRO-3 (optim/zero3_sync.h; build_engine). optim_grads (ZeRO-2) is refused.
+Status resolve_custom_fsdp(Arguments& a) {
+  ParallelArgs& par = a.parallel;
   const std::string& strategy = par.data_parallel_sharding_strategy;
   if (!par.use_custom_fsdp) {
     if (strategy != "no_shard")
@@ -52,13 +97,9 @@ Status resolve_custom_fsdp(ParallelArgs& par) {
   }
   if (strategy == "optim_grads")
     return Unimplemented("--data-parallel-sharding-strategy optim_grads: not supported yet (ZeRO-2: gradients kept "
-                         "only as this rank's shard; Gale keeps each model chunk's gradients in one whole buffer); "
-                         "expected no_shard or optim (ZeRO-1, as --use-distributed-optimizer)");
-  if (strategy == "optim_grads_params")
-    return Unimplemented("--data-parallel-sharding-strategy optim_grads_params: not supported yet (ZeRO-3: "
-                         "parameters kept only as this rank's shard and gathered per layer; Gale keeps each model "
-                         "chunk's parameters in one whole buffer); expected no_shard or optim (ZeRO-1, as "
-                         "--use-distributed-optimizer)");
+                         "only as this rank's shard while the parameters stay whole); expected no_shard, optim "
+                         "(ZeRO-1, as --use-distributed-optimizer) or optim_grads_params (ZeRO-3)");
+  if (strategy == "optim_grads_params") return validate_zero3(a);
   if (strategy == "no_shard" && par.use_distributed_optimizer)
     return InvalidArgument("--use-custom-fsdp --data-parallel-sharding-strategy no_shard keeps the optimizer state "
                            "whole, but --use-distributed-optimizer shards it: expected --data-parallel-sharding-"
@@ -715,7 +756,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
-  GALE_RETURN_IF_ERROR(resolve_custom_fsdp(par));
+  GALE_RETURN_IF_ERROR(resolve_custom_fsdp(a));
   GALE_RETURN_IF_ERROR(validate_distributed_optimizer_instances(par));
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();

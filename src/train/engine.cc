@@ -228,6 +228,25 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     const bool ep = engine->ps.layout().sizes.ep > 1;
     const ParamBuffer& pb = model->params();
     if (ep) dc.region = FlatRange{0, pb.dense_numel()};
+    if (par.zero3()) {  // ZeRO-3: no buckets; the model's hooks gather and reduce-scatter per layer
+      std::vector<std::vector<int>> groups = model->backward_param_groups();
+      const bool tied = model->word_embedding_id() >= 0 && model->word_embedding_id() == model->output_weight_id();
+      auto z = std::make_unique<Zero3Sync>(&model->params(), dp, groups, tied ? model->word_embedding_id() : -1);
+      Zero3Sync* zs = z.get();
+      model->set_params_needed_fn([zs](const std::vector<int>& ids) { zs->on_params_needed(ids); });
+      model->set_grad_ready_fn([zs](const std::vector<int>& ids) { zs->on_grads_ready(ids); });
+      OptimizedBuffer buffer{&model->params(), norm_counting(*model), std::nullopt};
+      if (!std::isnan(args.training.decoupled_lr)) {
+        buffer.decoupled_lr.assign(static_cast<size_t>(model->params().size()), false);
+        for (int id : {model->word_embedding_id(), model->output_weight_id()})
+          if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
+      }
+      buffer.owned = z->owned_ranges();
+      buffers.push_back(std::move(buffer));
+      engine->chunks.push_back(std::move(model));
+      engine->zero3.push_back(std::move(z));
+      continue;
+    }
     auto sync = std::make_unique<DataParallelSync>(&model->params(), shard_dp, dc);
     std::unique_ptr<DataParallelSync> expert_sync;
     if (ep) {  // Megatron's expert-parallel buffers: reduced over expert-DP, scaled by 1/DP
@@ -282,7 +301,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     if (par.use_distributed_optimizer) expert_groups.shard_group = engine->ps.expert_dp();
   }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
-                                                  engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
+                                                  engine->ps.model(),
+                                                  par.use_distributed_optimizer || par.zero3() ? shard_dp : nullptr,
                                                   expert_groups, engine->ps.tp());
   if (args.training.swap_optimizer) GALE_RETURN_IF_ERROR(engine->optimizer->open_swap());
   if (args.training.swap_attention) {  // an unusable directory is a start-up error, not one in the first forward

@@ -210,6 +210,12 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --reuse-fp32-param: parameter values on rank ", world->rank(), " take ", bytes,
                       " bytes (a plain --bf16 run: ", params * 6, ", 4 per f32 master + 2 per bf16 copy)"));
   }
+  for (const auto& c : engine.chunks) {  // ZeRO-3 (optim/zero3_sync.h)
+    const ParamBuffer& pb = c->params();
+    if (!pb.sharded()) continue;
+    print_all(str_cat(" > ZeRO-3: rank ", world->rank(), " keeps its shards of ", pb.num_units(), " units: ",
+                      pb.shard_bytes(), " bytes of parameter values and gradients (whole: ", 8 * pb.numel(), ")"));
+  }
   if (const OptimizerStateSwap* swap = engine.optimizer->swap())
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
                       " bytes in ", swap->path(), " (unlinked), ", swap->staging_bytes(), " bytes resident (",

@@ -1,7 +1,8 @@
 // `gale pretrain --use-custom-fsdp` (Megatron-FSDP) under mpirun with two data-parallel ranks:
 // --data-parallel-sharding-strategy optim trains exactly as --use-distributed-optimizer (the same
 // losses and grad norms, to the last printed digit), no_shard exactly as plain data parallelism,
-// and optim_grads_params stops at start-up with its "not supported yet" line.
+// optim_grads_params (ZeRO-3) with the losses of plain data parallelism, and optim_grads stops at
+// start-up with its "not supported yet" line.
 #include <gtest/gtest.h>
 
 #include "cli/log_line.h"
@@ -39,11 +40,24 @@ TEST(CustomFsdpCli, NoShardTrainsAsPlainDataParallelism) {
   expect_same_training(tiny({"--use-megatron-fsdp"}), tiny({}));
 }
 
-TEST(CustomFsdpCli, ParameterShardingRefusedAtStartUp) {
-  const test::RunResult run = tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"});
+// ZeRO-3 through the CLI: the losses of plain data parallelism within 1e-5 (the gradient sums
+// run in another order), and the start-up line with the bytes each rank keeps.
+TEST(CustomFsdpCli, Zero3TrainsAsPlainDataParallelism) {
+  const test::RunResult zero3 = tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"});
+  const test::RunResult plain = tiny({});
+  ASSERT_EQ(zero3.exit_code, 0) << zero3.output;
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const std::vector<double> a = logged_values(zero3.output, "lm loss"), b = logged_values(plain.output, "lm loss");
+  ASSERT_EQ(a.size(), 4u) << zero3.output;
+  ASSERT_EQ(b.size(), 4u) << plain.output;
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << "iteration " << i + 1;
+  EXPECT_NE(zero3.output.find(" > ZeRO-3: rank 1 keeps its shards of 4 units: "), std::string::npos) << zero3.output;
+}
+
+TEST(CustomFsdpCli, GradientShardingAloneRefusedAtStartUp) {
+  const test::RunResult run = tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"});
   EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(run.output.find("--data-parallel-sharding-strategy optim_grads_params: not supported yet"),
-            std::string::npos)
+  EXPECT_NE(run.output.find("--data-parallel-sharding-strategy optim_grads: not supported yet"), std::string::npos)
       << run.output;
 }
 

@@ -1,6 +1,6 @@
 // Megatron's custom FSDP flags (--use-custom-fsdp / --use-megatron-fsdp with
 // --data-parallel-sharding-strategy): no_shard and optim map onto Gale's data-parallel paths,
-// optim_grads and optim_grads_params are refused at start-up with a message naming the strategy.
+// optim_grads_params is ZeRO-3 (refused with what it does not support), optim_grads is refused.
 #include <gtest/gtest.h>
 
 #include "features/registry.h"
@@ -56,14 +56,23 @@ TEST(CustomFsdpArgs, StrategyWithoutFsdpChangesNothing) {
   EXPECT_FALSE(cli.args.parallel.use_distributed_optimizer);
 }
 
-TEST(CustomFsdpArgs, GradientAndParameterShardingRefused) {
+TEST(CustomFsdpArgs, OptimGradsParamsIsZero3) {
+  PretrainCli cli;
+  const Status st = cli.parse_minimal({"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                                       "--use-distributed-optimizer", "--global-batch-size", "8"},
+                                      2);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(cli.args.parallel.zero3());
+  PretrainCli plain;
+  ASSERT_TRUE(plain.parse_minimal({"--data-parallel-sharding-strategy", "optim_grads_params"}).ok());
+  EXPECT_FALSE(plain.args.parallel.zero3());  // the strategy alone changes nothing, as in Megatron
+}
+
+TEST(CustomFsdpArgs, GradientShardingAloneRefused) {
   PretrainCli cli;
   const Status st = cli.parse_minimal(
-      {"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--global-batch-size", "8"}, 2);
+      {"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--global-batch-size", "8"}, 2);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  expect_one_line_error({{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
-                         2,
-                         "--data-parallel-sharding-strategy optim_grads_params: not supported yet (ZeRO-3"});
   expect_one_line_error({{"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
                          2,
                          "--data-parallel-sharding-strategy optim_grads: not supported yet (ZeRO-2"});
@@ -72,6 +81,31 @@ TEST(CustomFsdpArgs, GradientAndParameterShardingRefused) {
   expect_one_line_error({{"--use-custom-fsdp", "--use-distributed-optimizer"},
                          2,
                          "expected --data-parallel-sharding-strategy optim (ZeRO-1), found no_shard"});
+}
+
+// What ZeRO-3 does not run with: each refused at start-up, naming the flag.
+TEST(CustomFsdpArgs, Zero3CombinationsRefused) {
+  const std::vector<std::string> zero3 = {"--use-custom-fsdp", "--data-parallel-sharding-strategy",
+                                          "optim_grads_params"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tensor-model-parallel-size", "2"}, "with --tensor-model-parallel-size 2: not supported yet"},
+      {{"--pipeline-model-parallel-size", "2"}, "with --pipeline-model-parallel-size 2: not supported yet"},
+      {{"--context-parallel-size", "2"}, "with --context-parallel-size 2: not supported yet"},
+      {{"--num-experts", "4"}, "with MoE layers (--num-experts): not supported yet"},
+      {{"--bf16"}, "with --bf16: not supported yet"},
+      {{"--fp16"}, "with --fp16: not supported yet"},
+      {{"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+       "with --recompute-granularity full: not supported yet"},
+      {{"--calculate-per-token-loss"}, "with --calculate-per-token-loss: not supported yet"},
+      {{"--check-weight-hash-across-dp-replicas-interval", "2"},
+       "with --check-weight-hash-across-dp-replicas-interval: not supported yet"},
+      {{"--optimizer", "muon"}, "with --optimizer muon: not supported yet"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::vector<std::string> all = zero3;
+    all.insert(all.end(), flags.begin(), flags.end());
+    expect_one_line_error({all, 4, "--data-parallel-sharding-strategy optim_grads_params " + expected});
+  }
 }
 
 TEST(CustomFsdpArgs, RegisteredAsAFeature) {
