@@ -293,7 +293,7 @@ int ParamBuffer::unit_at(int64_t offset) const {
 }
 
 float* ParamBuffer::master_data(int64_t offset) const {
-  if (!sharded_) return params_.data<float>() + offset;
+  if (!values_sharded_) return params_.data<float>() + offset;
   const ParamUnit& x = units_[static_cast<size_t>(unit_at(offset))];
   GALE_CHECK(offset >= x.own_begin && offset < x.own_end) << "flat offset " << offset << " is not in this rank's shard";
   return shard_values_.data<float>() + x.shard_offset + (offset - x.own_begin);
@@ -319,7 +319,7 @@ float* ParamBuffer::unit_grad_data(int id) const {
   return unit_grads_[static_cast<size_t>(u)].data<float>() + (spec(id).offset - units_[static_cast<size_t>(u)].begin);
 }
 
-void ParamBuffer::shard_storage(std::vector<ParamUnit> units) {
+void ParamBuffer::shard_storage(std::vector<ParamUnit> units, bool values) {
   GALE_CHECK(params_.defined() && !sharded_) << "shard_storage: a finalized, unsharded buffer";
   GALE_CHECK(!has_frozen() && !has_gemm_copy()) << "shard_storage: frozen parameters or a GEMM copy";
   int64_t at = 0, shard = 0;
@@ -341,20 +341,24 @@ void ParamBuffer::shard_storage(std::vector<ParamUnit> units) {
     unit_of_param_[static_cast<size_t>(id)] = u;
   }
   grads_ = Tensor();  // zero: nothing to keep (freed first, so the whole buffers and the shards meet less)
-  shard_values_ = Tensor::empty({std::max<int64_t>(shard, 1)});
-  for (const ParamUnit& x : units_)
-    std::memcpy(shard_values_.data<float>() + x.shard_offset, params_.data<float>() + x.own_begin,
-                static_cast<size_t>(x.own_end - x.own_begin) * sizeof(float));
-  params_ = Tensor();
+  if (values) {
+    shard_values_ = Tensor::empty({std::max<int64_t>(shard, 1)});
+    for (const ParamUnit& x : units_)
+      std::memcpy(shard_values_.data<float>() + x.shard_offset, params_.data<float>() + x.own_begin,
+                  static_cast<size_t>(x.own_end - x.own_begin) * sizeof(float));
+    params_ = Tensor();
+  }
   shard_grads_ = Tensor::zeros({std::max<int64_t>(shard, 1)});
   unit_values_.assign(units_.size(), Tensor());
   unit_grads_.assign(units_.size(), Tensor());
   sharded_ = true;
+  values_sharded_ = values;
 }
 
 void ParamBuffer::set_unit_storage(int u, Tensor values, Tensor grads) {
   const ParamUnit& x = unit(u);
-  GALE_CHECK(values.numel() >= x.end - x.begin && grads.numel() >= x.end - x.begin);
+  GALE_CHECK((values_sharded_ ? values.numel() >= x.end - x.begin : !values.defined()) &&
+             grads.numel() >= x.end - x.begin);
   unit_values_[static_cast<size_t>(u)] = std::move(values);
   unit_grads_[static_cast<size_t>(u)] = std::move(grads);
 }
@@ -365,13 +369,17 @@ void ParamBuffer::release_unit(int u) {
 }
 
 int64_t ParamBuffer::shard_bytes() const {
-  return sharded_ ? static_cast<int64_t>(shard_values_.nbytes() + shard_grads_.nbytes()) : 0;
+  if (!sharded_) return 0;
+  return static_cast<int64_t>(shard_grads_.nbytes()) +
+         (values_sharded_ ? static_cast<int64_t>(shard_values_.nbytes()) : 0);
 }
 
 int64_t ParamBuffer::gathered_bytes() const {
   int64_t bytes = 0;
   for (size_t u = 0; u < unit_values_.size(); ++u)
-    if (unit_values_[u].defined()) bytes += static_cast<int64_t>(unit_values_[u].nbytes() + unit_grads_[u].nbytes());
+    if (unit_grads_[u].defined())
+      bytes += static_cast<int64_t>(unit_grads_[u].nbytes()) +
+               (unit_values_[u].defined() ? static_cast<int64_t>(unit_values_[u].nbytes()) : 0);
   return bytes;
 }
 

@@ -131,7 +131,7 @@ class ParamBuffer {
   float* param_data(int id) const {
     GALE_CHECK(!is_split(id)) << spec(id).name
                               << " is stored as bf16 + residual (--reuse-fp32-param): it has no f32 view";
-    if (sharded_) return unit_param_data(id);
+    if (values_sharded_) return unit_param_data(id);
     return params_.data<float>() + spec(id).offset;
   }
   // A frozen parameter has no gradient: null, so that the model skips its gradient work (the dW
@@ -158,19 +158,24 @@ class ParamBuffer {
   // the flat buffer, which is then freed) and a zeroed shard of its gradients, in two compact
   // buffers; `units` tile [0, numel()) in flat order and each holds whole parameters. A unit's
   // whole values and gradients exist only between set_unit_storage and release_unit: param_data /
-  // grad_data of a parameter of a released unit fail a GALE_CHECK naming it.
-  void shard_storage(std::vector<ParamUnit> units);
+  // grad_data of a parameter of a released unit fail a GALE_CHECK naming it. With `values` false
+  // (ZeRO-2) only the gradients are sharded so: the values stay in the whole flat buffer.
+  void shard_storage(std::vector<ParamUnit> units, bool values = true);
   bool sharded() const { return sharded_; }
+  bool values_sharded() const { return values_sharded_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   const ParamUnit& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   int unit_of(int id) const { return unit_of_param_.at(static_cast<size_t>(id)); }
-  bool unit_gathered(int u) const { return unit_values_.at(static_cast<size_t>(u)).defined(); }
-  // `values` and `grads`: f32, at least the unit's elements each (element 0 = the unit's begin).
+  // Whether unit u's whole gradients (and, values sharded, its whole values) exist now.
+  bool unit_gathered(int u) const { return unit_grads_.at(static_cast<size_t>(u)).defined(); }
+  // `values` (undefined when the values are not sharded) and `grads`: f32, at least the unit's
+  // elements each (element 0 = the unit's begin).
   void set_unit_storage(int u, Tensor values, Tensor grads);
   void release_unit(int u);
   const Tensor& unit_values(int u) const { return unit_values_.at(static_cast<size_t>(u)); }
   const Tensor& unit_grads(int u) const { return unit_grads_.at(static_cast<size_t>(u)); }
-  // This rank's shard of unit u in the compact buffers (own_end − own_begin elements).
+  // This rank's shard of unit u in the compact buffers (own_end − own_begin elements; values only
+  // when values_sharded()).
   float* shard_values(int u) const { return shard_values_.data<float>() + unit(u).shard_offset; }
   float* shard_grads(int u) const { return shard_grads_.data<float>() + unit(u).shard_offset; }
   // Bytes of the compact shards (values + gradients) and of the gathered units now.
@@ -258,7 +263,7 @@ class ParamBuffer {
   Tensor params_, grads_, params_gemm_;
   Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
   // shard_storage: the units, each parameter's unit, the compact shards and the gathered units.
-  bool sharded_ = false;
+  bool sharded_ = false, values_sharded_ = false;
   std::vector<ParamUnit> units_;
   std::vector<int> unit_of_param_;
   Tensor shard_values_, shard_grads_;

@@ -1,6 +1,15 @@
 // ZeRO-3 for one model chunk (Megatron-FSDP's --data-parallel-sharding-strategy
 // optim_grads_params): parameters, gradients and optimizer state sharded over the data-parallel
-// group, each unit's whole parameters gathered only while it is used.
+// group, each unit's whole parameters gathered only while it is used. Two variants:
+//   - ZeRO-2 (optim_grads; Zero3Options::shard_params false): only the gradients and the
+//     optimizer state are sharded; the values stay whole, nothing is gathered before a use, and
+//     after the optimizer step each unit's updated shards are all-gathered into the whole values.
+//   - MindSpeed's LayerZeRO (Zero3Options::replicas): the shard group is a sub-group of zero3_size
+//     consecutive DP ranks (ZeRO-3 inside it), and the optimizer state is sharded over the whole DP
+//     group (ZeRO-1): each shard is cut again into one piece per replica (the ranks holding the
+//     same shard in the other sub-groups), finish_grad_sync all-reduces the shards' gradients over
+//     the replicas, each rank updates its piece, and after_optimizer_step all-gathers the pieces
+//     over the replicas back into the shard.
 //
 // Units are the groups GPTModel reports to its hooks (the embedding, each transformer layer, the
 // head), each a contiguous run of whole parameters of the chunk's flat layout. A unit of n
@@ -18,8 +27,9 @@
 //                          it, add this rank's part to the gradient shard (so micro-batches
 //                          accumulate), release the unit, and all-gather the unit below it (the
 //                          next one backward needs).
-// start_iteration releases what is still gathered (an evaluation's forward) and zeroes the gradient shards; after the optimizer step nothing is gathered: the
-// next forward gathers the updated shards. gather_all / release_all bracket code that reads or
+// start_iteration releases what is still gathered (an evaluation's forward) and zeroes the
+// gradient shards; after the optimizer step nothing is gathered: the next forward gathers the
+// updated shards (after_optimizer_step completes them first for ZeRO-2 and LayerZeRO, above). gather_all / release_all bracket code that reads or
 // writes every parameter (checkpoints, weight hashes). All collectives are blocking, on the
 // calling thread, in the same order on every data-parallel rank.
 #pragma once
@@ -33,18 +43,33 @@
 
 namespace gale {
 
+struct Zero3Options {
+  bool shard_params = true;  // false: ZeRO-2
+  // LayerZeRO: the group across the shard groups (the ranks holding the same shard); null: none.
+  Comm replicas;
+};
+
 class Zero3Sync {
  public:
-  // `groups`: the chunk's parameter groups (any order; each contiguous in the flat layout, together
-  // tiling it). `pinned`: a parameter whose unit stays gathered from its first use in a forward to
-  // its own gradient report (-1: none). Shards the buffer's storage (ParamBuffer::shard_storage).
-  Zero3Sync(ParamBuffer* params, Comm dp, const std::vector<std::vector<int>>& groups, int pinned = -1);
+  // `shard`: the group the units are sharded over (the data-parallel group; LayerZeRO: a sub-group
+  // of it). `groups`: the chunk's parameter groups (any order; each contiguous in the flat layout,
+  // together tiling it). `pinned`: a parameter whose unit stays gathered from its first use in a
+  // forward to its own gradient report (-1: none). Shards the buffer's storage
+  // (ParamBuffer::shard_storage).
+  Zero3Sync(ParamBuffer* params, Comm shard, const std::vector<std::vector<int>>& groups, int pinned = -1,
+            Zero3Options options = {});
   Zero3Sync(const Zero3Sync&) = delete;
   Zero3Sync& operator=(const Zero3Sync&) = delete;
 
-  int64_t dp_size() const { return dp_size_; }
-  // This rank's shard of every unit, in flat offsets (empty shards left out).
+  int64_t dp_size() const { return dp_size_ * replica_count_; }
+  int64_t shard_group_size() const { return dp_size_; }
+  // What this rank's optimizer updates, in flat offsets (empty ones left out): its shard of every
+  // unit (LayerZeRO: its piece of the shard).
   std::vector<FlatRange> owned_ranges() const;
+  // LayerZeRO: the gradient all-reduce over the replicas; ZeRO-2 and LayerZeRO: the all-gather of
+  // the updated shards (pieces). No-ops where they do not apply.
+  void finish_grad_sync();
+  void after_optimizer_step();
 
   void start_iteration();
   void on_params_needed(const std::vector<int>& param_ids);
@@ -61,9 +86,14 @@ class Zero3Sync {
   void gather(int u);
   void reduce_scatter_grads(int u);
 
+  // LayerZeRO: this rank's piece of unit u's shard, in offsets from the shard's start.
+  std::pair<int64_t, int64_t> piece(int u) const;
+
   ParamBuffer* params_;
-  Comm dp_;
-  int64_t dp_size_ = 1, dp_rank_ = 0;
+  Comm dp_;  // the shard group
+  Zero3Options options_;
+  int64_t dp_size_ = 1, dp_rank_ = 0;  // in the shard group
+  int64_t replica_count_ = 1, replica_rank_ = 0;
   int pinned_unit_ = -1;
   int max_gathered_ = 0;
 };

@@ -119,6 +119,7 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "all-grads-sync");
     for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
     for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
+    for (auto& z : engine.zero3) z->finish_grad_sync();  // LayerZeRO: the shards over the replicas
   }
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "layernorm-grads-all-reduce");
@@ -162,6 +163,7 @@ StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros
   for (auto& sync : engine.dp_sync)
     if (!sync->config().gather_right_after_step) sync->after_optimizer_step();
   for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
+  for (auto& z : engine.zero3) z->after_optimizer_step();  // ZeRO-2, LayerZeRO: the updated shards out
   return r;
 }
 

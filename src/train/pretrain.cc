@@ -114,6 +114,7 @@ int pretrain_main(int argc, char** argv) {
   args.training.swap_optimizer = registry->active("swap-optimizer");
   args.training.swap_attention = registry->active("swap-attention");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
+  args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");
@@ -213,8 +214,10 @@ int pretrain_main(int argc, char** argv) {
   for (const auto& c : engine.chunks) {  // ZeRO-3 (optim/zero3_sync.h)
     const ParamBuffer& pb = c->params();
     if (!pb.sharded()) continue;
-    print_all(str_cat(" > ZeRO-3: rank ", world->rank(), " keeps its shards of ", pb.num_units(), " units: ",
-                      pb.shard_bytes(), " bytes of parameter values and gradients (whole: ", 8 * pb.numel(), ")"));
+    print_all(str_cat(pb.values_sharded() ? " > ZeRO-3: rank " : " > ZeRO-2: rank ", world->rank(),
+                      " keeps its shards of ", pb.num_units(), " units: ", pb.shard_bytes(),
+                      pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
+                      (pb.values_sharded() ? 8 : 4) * pb.numel(), ")"));
   }
   if (const OptimizerStateSwap* swap = engine.optimizer->swap())
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),

@@ -1,9 +1,13 @@
 // `gale pretrain --use-custom-fsdp` (Megatron-FSDP) under mpirun with two data-parallel ranks:
 // --data-parallel-sharding-strategy optim trains exactly as --use-distributed-optimizer (the same
 // losses and grad norms, to the last printed digit), no_shard exactly as plain data parallelism,
-// optim_grads_params (ZeRO-3) with the losses of plain data parallelism, and optim_grads stops at
-// start-up with its "not supported yet" line.
+// optim_grads (ZeRO-2), optim_grads_params (ZeRO-3) and MindSpeed's --layerzero with the losses of
+// plain data parallelism.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "cli/log_line.h"
 #include "cli/mpi_cli.h"
@@ -40,25 +44,35 @@ TEST(CustomFsdpCli, NoShardTrainsAsPlainDataParallelism) {
   expect_same_training(tiny({"--use-megatron-fsdp"}), tiny({}));
 }
 
-// ZeRO-3 through the CLI: the losses of plain data parallelism within 1e-5 (the gradient sums
-// run in another order), and the start-up line with the bytes each rank keeps.
-TEST(CustomFsdpCli, Zero3TrainsAsPlainDataParallelism) {
-  const test::RunResult zero3 = tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"});
+// ZeRO-3, ZeRO-2 and LayerZeRO through the CLI: the losses of plain data parallelism within 1e-5
+// (the gradient sums run in another order), and the start-up line with the bytes each rank keeps.
+TEST(CustomFsdpCli, ShardedRunsTrainAsPlainDataParallelism) {
+  const std::string yaml =
+      (std::filesystem::temp_directory_path() / ("gale_layerzero_cli_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(yaml);
+    f << "zero3_size: 1\nparam_dtype: fp32\nreduce_dtype: fp32\n";
+  }
   const test::RunResult plain = tiny({});
-  ASSERT_EQ(zero3.exit_code, 0) << zero3.output;
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  const std::vector<double> a = logged_values(zero3.output, "lm loss"), b = logged_values(plain.output, "lm loss");
-  ASSERT_EQ(a.size(), 4u) << zero3.output;
+  const std::vector<double> b = logged_values(plain.output, "lm loss");
   ASSERT_EQ(b.size(), 4u) << plain.output;
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << "iteration " << i + 1;
-  EXPECT_NE(zero3.output.find(" > ZeRO-3: rank 1 keeps its shards of 4 units: "), std::string::npos) << zero3.output;
-}
-
-TEST(CustomFsdpCli, GradientShardingAloneRefusedAtStartUp) {
-  const test::RunResult run = tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"});
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(run.output.find("--data-parallel-sharding-strategy optim_grads: not supported yet"), std::string::npos)
-      << run.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> runs = {
+      {{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
+       " > ZeRO-3: rank 1 keeps its shards of 4 units: "},
+      {{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+       " > ZeRO-2: rank 1 keeps its shards of 4 units: "},
+      {{"--layerzero", "--layerzero-config", yaml}, "active: layerzero ("},
+  };
+  for (const auto& [flags, line] : runs) {
+    const test::RunResult run = tiny(flags);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::vector<double> a = logged_values(run.output, "lm loss");
+    ASSERT_EQ(a.size(), 4u) << run.output;
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << flags[0] << ", iteration " << i + 1;
+    EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
+  }
+  std::filesystem::remove(yaml);
 }
 
 }  // namespace

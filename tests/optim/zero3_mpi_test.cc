@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
@@ -22,6 +23,18 @@ namespace {
 
 const std::vector<std::string> kZero3 = {"--use-custom-fsdp", "--data-parallel-sharding-strategy",
                                          "optim_grads_params"};
+const std::vector<std::string> kZero2 = {"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"};
+
+// --layerzero with a configuration file of `zero3_size` (one file per rank and size).
+std::vector<std::string> layerzero(const Comm& world, int64_t zero3_size) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("gale_layerzero_" + std::to_string(::getpid()) + "_" + std::to_string(world->rank()) +
+                             "_" + std::to_string(zero3_size) + ".yaml"))
+                               .string();
+  std::ofstream f(path);
+  f << "zero3_size: " << zero3_size << "\nparam_dtype: fp32\nreduce_dtype: fp32\n";
+  return {"--layerzero", "--layerzero-config", path};
+}
 
 struct Zero3Run : testing::TestRun {
   Zero3Run(const Comm& world, const std::vector<std::string>& model, const std::vector<std::string>& flags)
@@ -41,16 +54,17 @@ struct Zero3Run : testing::TestRun {
   }
 };
 
-// Largest relative difference between this rank's ZeRO-3 shards and the same elements of a
-// replicated run's parameters.
+// Largest relative difference (per unit) between this rank's ZeRO-3 shards (ZeRO-2: the whole
+// values) and the same elements of a replicated run's parameters.
 double shard_vs_replicated(const ParamBuffer& zero3, const ParamBuffer& plain) {
   double worst = 0.0;
   const float* p = plain.flat_params().data<float>();
   for (int u = 0; u < zero3.num_units(); ++u) {
     const ParamUnit& x = zero3.unit(u);
     double diff = 0.0, norm = 0.0;
-    for (int64_t i = x.own_begin; i < x.own_end; ++i) {
-      const double a = zero3.shard_values(u)[i - x.own_begin], b = p[i];
+    const bool whole = !zero3.values_sharded();
+    for (int64_t i = whole ? x.begin : x.own_begin; i < (whole ? x.end : x.own_end); ++i) {
+      const double a = whole ? zero3.flat_params().data<float>()[i] : zero3.shard_values(u)[i - x.own_begin], b = p[i];
       diff += (a - b) * (a - b);
       norm += b * b;
     }
@@ -59,14 +73,16 @@ double shard_vs_replicated(const ParamBuffer& zero3, const ParamBuffer& plain) {
   return worst;
 }
 
-TEST(Zero3, TrainsAsPlainDataParallelism) {
-  Comm world = test::world();
-  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+// `flags` (ZeRO-2, ZeRO-3 or LayerZeRO) against plain data parallelism on the same ranks, GPT (tied
+// embeddings: the pinned unit) and LLaMA (untied): 5 iterations of 8 micro-batches of one sample
+// (gradient accumulation over 8/dp per rank).
+void expect_trains_as_plain(const Comm& world, const std::vector<std::string>& flags, const std::string& label,
+                            int max_gathered) {
   for (const auto* model : {&testing::kTinyGpt, &testing::kTinyLlama}) {
-    const char* what = model == &testing::kTinyGpt ? "GPT (tied embeddings)" : "LLaMA (untied)";
+    const std::string what = label + (model == &testing::kTinyGpt ? ", GPT (tied embeddings)" : ", LLaMA (untied)");
     Zero3Run plain(world, *model, {});
-    Zero3Run zero3(world, *model, kZero3);
-    ASSERT_EQ(zero3.engine->zero3.size(), 1u);
+    Zero3Run zero3(world, *model, flags);
+    ASSERT_EQ(zero3.engine->zero3.size(), 1u) << what;
     EXPECT_TRUE(zero3.engine->dp_sync.empty());
     const ParamBuffer& pb = zero3.model().params();
     ASSERT_TRUE(pb.sharded());
@@ -82,12 +98,32 @@ TEST(Zero3, TrainsAsPlainDataParallelism) {
     // Between iterations nothing is gathered; during one, at most the unit in use and the pinned
     // (tied) embedding.
     EXPECT_EQ(zero3.engine->zero3[0]->gathered_units(), 0) << what;
-    EXPECT_LE(zero3.engine->zero3[0]->max_gathered_units(), 2) << what;
-    // The shards tile the model: every element is owned by exactly one rank.
+    EXPECT_LE(zero3.engine->zero3[0]->max_gathered_units(), max_gathered) << what;
+    // What the optimizers update tiles the model: every element exactly once over the DP group.
     int64_t owned = 0;
     for (const FlatRange& r : zero3.engine->zero3[0]->owned_ranges()) owned += r.size();
     EXPECT_EQ(world->all_reduce_scalar(owned), pb.numel()) << what;
   }
+}
+
+TEST(Zero3, TrainsAsPlainDataParallelism) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  expect_trains_as_plain(world, kZero3, "ZeRO-3", 2);
+}
+
+TEST(Zero3, Zero2TrainsAsPlainDataParallelism) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  expect_trains_as_plain(world, kZero2, "ZeRO-2", 2);
+}
+
+// LayerZeRO with every zero3_size that divides DP: 1 (ZeRO-1 only), sub-groups, DP (plain ZeRO-3).
+TEST(Zero3, LayerZeroTrainsAsPlainDataParallelism) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  for (int64_t z = 1; z <= world->size(); z *= 2)
+    expect_trains_as_plain(world, layerzero(world, z), "LayerZeRO zero3_size " + std::to_string(z), 2);
 }
 
 // Exact bytes (the allocator's counters) a rank holds for one run, above what the process held
@@ -123,6 +159,12 @@ TEST(Zero3, PeakMemoryDrops) {
   const Bytes plain = measure(world, {}, &n);
   const Bytes distopt = measure(world, {"--use-distributed-optimizer"}, &n);
   const Bytes zero3 = measure(world, kZero3, &n);
+  const Bytes zero2 = measure(world, kZero2, &n);
+  const Bytes lz = measure(world, layerzero(world, 2), &n);  // sub-groups of 2 (at DP 2: ZeRO-3)
+  // ZeRO-2: values whole, gradients and state sharded: 4 + 12/dp bytes per parameter.
+  EXPECT_LT(zero2.persistent, distopt.persistent);
+  EXPECT_LT(zero3.persistent, zero2.persistent);
+  EXPECT_LE(zero3.persistent, lz.persistent);
   // Model state per element: plain 4 (value) + 4 (gradient) + 8 (Adam); distributed optimizer
   // 4 + 4 + 8/dp; ZeRO-3 (4 + 4 + 8)/dp. What ZeRO-3 saves over the distributed optimizer
   // persistently is at least 8·n·(1 − 1/dp) minus a padding element per unit and rank.
@@ -134,6 +176,10 @@ TEST(Zero3, PeakMemoryDrops) {
   // The transient part of a ZeRO-3 step: activations, the gathered units and one reduce-scatter's
   // staging, far below the whole model's values.
   EXPECT_LT(zero3.step_peak - zero3.persistent, 4 * n);
+  if (world->rank() == 0)
+    std::printf("DP%lld: ZeRO-2 %lld / %lld, LayerZeRO zero3_size 2: %lld / %lld\n", static_cast<long long>(dp),
+                static_cast<long long>(zero2.persistent), static_cast<long long>(zero2.step_peak),
+                static_cast<long long>(lz.persistent), static_cast<long long>(lz.step_peak));
   if (world->rank() == 0)
     std::printf("DP%lld, %lld parameters, bytes per rank (persistent after 2 iterations / step peak / build peak): "
                 "plain DP %lld / %lld / %lld, distributed optimizer %lld / %lld / %lld, ZeRO-3 %lld / %lld / %lld\n",
@@ -183,8 +229,45 @@ TEST(Zero3, CheckpointsKeepTheCommonFormat) {
   resume(world, {}, "plain data parallelism");
   resume(world, {"--use-distributed-optimizer"}, "distributed optimizer");
   resume(make_self_communicator("world"), {}, "one process");
+  resume(world, kZero2, "ZeRO-2");
+  resume(world, layerzero(world, 2), "LayerZeRO zero3_size 2");
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A LayerZeRO checkpoint (its optimizer state in pieces over the whole DP group) and a ZeRO-2 one
+// resume with themselves bit for bit and with plain data parallelism.
+TEST(Zero3, LayerZeroAndZero2CheckpointsResume) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  Zero3Run plain(world, testing::kTinyGpt, {});
+  const std::vector<double> expected = plain.train(6);
+  for (const std::vector<std::string>& flags : {layerzero(world, 1), kZero2}) {
+    const std::string dir = shared_temp_dir(world, flags[0] == "--layerzero" ? "lz" : "z2");
+    if (world->rank() == 0) std::filesystem::remove_all(dir);
+    world->barrier();
+    std::vector<double> uninterrupted;
+    {
+      Zero3Run first(world, testing::kTinyGpt, testing::join({flags, {"--save", dir, "--save-interval", "3"}}));
+      first.train(3);
+      ASSERT_TRUE(first.save().ok());
+      uninterrupted = first.train(3);
+    }
+    world->barrier();
+    for (const std::vector<std::string>& resumed : {flags, std::vector<std::string>{}}) {
+      Zero3Run r(world, testing::kTinyGpt, testing::join({resumed, {"--load", dir}}));
+      ASSERT_TRUE(r.load().ok()) << flags[0];
+      const std::vector<double> losses = r.train(3);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_NEAR(losses[i], expected[3 + i], 1e-5 * expected[3 + i]) << flags[0] << ", iteration " << 4 + i;
+        if (!resumed.empty()) {
+          EXPECT_EQ(losses[i], uninterrupted[i]) << flags[0] << " resumed at its own layout";
+        }
+      }
+    }
+    world->barrier();
+    if (world->rank() == 0) std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Megatron's custom FSDP flags (--use-custom-fsdp / --use-megatron-fsdp with
 // --data-parallel-sharding-strategy): no_shard and optim map onto Gale's data-parallel paths,
-// optim_grads_params is ZeRO-3 (refused with what it does not support), optim_grads is refused.
+// optim_grads is ZeRO-2 and optim_grads_params ZeRO-3 (each refused with what it does not support).
 #include <gtest/gtest.h>
 
 #include "features/registry.h"
@@ -68,14 +68,17 @@ TEST(CustomFsdpArgs, OptimGradsParamsIsZero3) {
   EXPECT_FALSE(plain.args.parallel.zero3());  // the strategy alone changes nothing, as in Megatron
 }
 
-TEST(CustomFsdpArgs, GradientShardingAloneRefused) {
+TEST(CustomFsdpArgs, OptimGradsIsZero2) {
   PretrainCli cli;
-  const Status st = cli.parse_minimal(
-      {"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--global-batch-size", "8"}, 2);
-  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  expect_one_line_error({{"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+  ASSERT_TRUE(cli.parse_minimal({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads",
+                                 "--global-batch-size", "8"},
+                                2)
+                  .ok());
+  EXPECT_TRUE(cli.args.parallel.zero2());
+  EXPECT_FALSE(cli.args.parallel.zero3());
+  expect_one_line_error({{"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--bf16"},
                          2,
-                         "--data-parallel-sharding-strategy optim_grads: not supported yet (ZeRO-2"});
+                         "--data-parallel-sharding-strategy optim_grads with --bf16: not supported yet"});
   expect_one_line_error({{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "zero3"}, 1,
                          "--data-parallel-sharding-strategy"});
   expect_one_line_error({{"--use-custom-fsdp", "--use-distributed-optimizer"},
