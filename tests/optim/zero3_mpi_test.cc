@@ -1,9 +1,10 @@
-// ZeRO-3 (--use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params) in whole training
-// runs under mpirun at DP 2 and 4: the losses, gradient norms and updated parameters of plain data
+// ZeRO-3 (--use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params), ZeRO-2
+// (optim_grads) and MindSpeed's LayerZeRO (--layerzero, every zero3_size) in whole training runs
+// under mpirun at DP 2 and 4: the losses, gradient norms and updated parameters of plain data
 // parallelism (several micro-batches per rank: gradient accumulation), at most two units gathered
 // at once and none between iterations, the exact bytes each rank holds against plain data
-// parallelism and the distributed optimizer, and checkpoints in the common format (resumed with
-// ZeRO-3 bit for bit, and by plain data parallelism and one process).
+// parallelism and the distributed optimizer, and checkpoints in the common format (resumed bit for
+// bit at their own layout, and by plain data parallelism, the other variants and one process).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
