@@ -298,6 +298,18 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
                            "--tensor-model-parallel-size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
+  p.add_flag("--use-custom-fsdp,--use-megatron-fsdp", &a.use_custom_fsdp,
+             "Megatron's custom FSDP; what it shards is --data-parallel-sharding-strategy (no_shard: plain data "
+             "parallelism, optim: the distributed optimizer, optim_grads: ZeRO-2, optim_grads_params: ZeRO-3)");
+  p.add_choice("--data-parallel-sharding-strategy", &a.data_parallel_sharding_strategy,
+               {"no_shard", "optim", "optim_grads", "optim_grads_params"},
+               "with --use-custom-fsdp: no_shard (default), optim (ZeRO-1), optim_grads (ZeRO-2), optim_grads_params "
+               "(ZeRO-3)");
+  p.add_flag("--layerzero", &a.layerzero,
+             "MindSpeed's LayerZeRO: ZeRO-3 inside sub-groups of zero3_size consecutive data-parallel ranks, the "
+             "optimizer state sharded over the whole data-parallel group (needs --layerzero-config)");
+  p.add("--layerzero-config", &a.layerzero_config,
+        "MindSpeed: the LayerZeRO YAML file (zero3_size; param_dtype/reduce_dtype fp32; see docs/parallelism.md)");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,
         "with --use-distributed-optimizer: shard the optimizer state inside N groups of DP x CP / N consecutive "
         "data-parallel ranks, replicated across the groups");
