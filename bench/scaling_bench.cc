@@ -5,6 +5,7 @@
 //
 //   mpirun -np 4 build/bench/scaling_bench --tensor-model-parallel-size 2 --use-distributed-optimizer
 //       [--bench-iters 4] [--bench-warmup 1] [--bench-label tp2_dp2_distopt] [--bench-bucket-size ELEMENTS]
+//       [--bench-moe-allgather-overlap]  (the op table's --moe-allgather-overlap-comm switch)
 //
 // Model flags default to the benchmark's small GPT (below) and may be overridden. Every rank
 // prints nothing; the last rank prints one line of `key=value` fields.
@@ -66,6 +67,7 @@ struct BenchOptions {
   int iters = 4, warmup = 1;
   std::string label = "layout";
   int64_t bucket_size = 0;  // EngineOptions::ddp_bucket_size (0: Megatron's rule)
+  bool moe_allgather_overlap = false;  // OpTable::moe_allgather_overlap
 };
 
 int run(int argc, char** argv) {
@@ -94,6 +96,8 @@ int run(int argc, char** argv) {
       bench.label = value();
     else if (a == "--bench-bucket-size")
       bench.bucket_size = std::atoll(value().c_str());
+    else if (a == "--bench-moe-allgather-overlap")
+      bench.moe_allgather_overlap = true;
     else
       flags.push_back(a);  // a pretrain flag (repeated flags keep the last value)
   }
@@ -114,7 +118,9 @@ int run(int argc, char** argv) {
       pad_vocab_size(kVocab, args.model.make_vocab_size_divisible_by, args.parallel.tensor_model_parallel_size);
   EngineOptions options;
   options.ddp_bucket_size = bench.bucket_size;
-  auto built = build_engine(args, world, reference_ops(), options);
+  OpTable ops = reference_ops();
+  ops.moe_allgather_overlap = bench.moe_allgather_overlap;
+  auto built = build_engine(args, world, ops, options);
   if (!built.ok()) {
     if (world->rank() == 0) std::fprintf(stderr, "scaling_bench: %s\n", built.status().to_string().c_str());
     return 1;
@@ -144,6 +150,11 @@ int run(int argc, char** argv) {
   const double wait_max = world->all_reduce_scalar(wait, ReduceOp::kMax);
   const double wait_mean = world->all_reduce_scalar(wait, ReduceOp::kSum) / world->size();
   std::string groups;
+  const Comm& expert_ep = engine->ps.group(Group::kExpert);
+  if (expert_ep && expert_ep->size() > 1) {  // the MoE exchange's exposed time (mean over ranks)
+    const double ep_wait = world->all_reduce_scalar(expert_ep->stats().wait_seconds / bench.iters, ReduceOp::kSum);
+    groups += str_cat(" exposed_comm_expert_ep_s=", ep_wait / world->size());
+  }
   for (int g = 0; g < kNumGroups; ++g) {
     const Comm& c = engine->ps.group(static_cast<Group>(g));
     if (!c || c->stats().total_bytes() == 0) continue;

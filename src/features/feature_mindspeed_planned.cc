@@ -17,7 +17,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "overlap MoE all-to-all of one micro-batch with compute of another"},
       {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",
        "pipeline stages exchanging several tensors"},
-      {"layerzero", FeatureModule::kMultimodal, "LayerZeroFeature (L2)", "hierarchical ZeRO-3 inside sub-groups"},
   };
   for (const Row& r : rows) {
     SimpleFeatureSpec s;

@@ -11,7 +11,8 @@
 //
 // Rules, as MindSpeed: needs --pipeline-model-parallel-size > 1 with virtual stages (not
 // DualPipeV); needs --recompute-granularity full with --recompute-method block (MindSpeed refuses
-// uniform and selective); conflicts with --recompute-in-bubble. MoE models: not supported yet.
+// uniform and selective); conflicts with --recompute-in-bubble. MoE models and --swap-attention /
+// --swap-layer-input: not supported yet.
 //
 // Tests: tests/schedule/pipeline_order_test.cc (RiPipe*: where the R steps go),
 // tests/schedule/ripipe_mpi_test.cc (bit-identical gradients, steps run, held activations),
@@ -57,6 +58,9 @@ class RecomputeInAdvance : public Feature {
                                  : "--recompute-method " + a.model.recompute_method);
     if (a.moe.enabled())
       return Unimplemented("--recompute-in-advance with --num-experts: not supported yet");
+    if (a.training.swap_attention || a.training.swap_layer_input)
+      return Unimplemented("--recompute-in-advance with ", a.training.swap_attention ? "--swap-attention" : "--swap-layer-input",
+                           ": not supported yet");
     return Status::Ok();
   }
 };

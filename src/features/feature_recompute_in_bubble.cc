@@ -11,7 +11,8 @@
 //
 // Rules, as MindSpeed: needs --pipeline-model-parallel-size > 1 with virtual stages (not
 // DualPipeV); conflicts with --recompute-granularity (full or selective: bubble adds recomputation
-// where there is none), --swap-attention and --recompute-in-advance. MoE models: not supported yet.
+// where there is none), --swap-attention and --recompute-in-advance. MoE models and
+// --swap-layer-input: not supported yet.
 //
 // Tests: tests/schedule/pipeline_order_test.cc (RiPipe*: held activations bounded by P·V, where
 // the R steps go), tests/schedule/ripipe_mpi_test.cc (bit-identical gradients, the allocator's
@@ -56,6 +57,8 @@ class RecomputeInBubble : public Feature {
                              "schedules full recomputation)");
     if (a.training.swap_attention)
       return InvalidArgument("--recompute-in-bubble: conflicts with --swap-attention (as MindSpeed)");
+    if (a.training.swap_layer_input)
+      return Unimplemented("--recompute-in-bubble with --swap-layer-input: not supported yet");
     if (a.moe.enabled()) return Unimplemented("--recompute-in-bubble with --num-experts: not supported yet");
     return Status::Ok();
   }

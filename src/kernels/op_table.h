@@ -150,6 +150,11 @@ struct OpTable {
   // all-to-all dispatcher overlaps its exchanges with independent compute (the shared expert in
   // forward and backward, the experts' fc1 weight gradients with the input gradients' combine).
   bool moe_alltoall_overlap = false;
+  // MindSpeed's --moe-allgather-overlap-comm (features/feature_moe_allgather_overlap_comm.cc): the
+  // MoE all-gather dispatcher issues its all-gathers and reduce-scatters without waiting and
+  // overlaps them with the shared expert (forward and backward), the local rows' layout, the
+  // experts' backward and their fc1 weight gradients.
+  bool moe_allgather_overlap = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

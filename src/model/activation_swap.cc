@@ -89,6 +89,7 @@ void ActivationSwap::swap_out(int64_t layer, LayerSaved& saved) {
     add(direct(&LayerSaved::ctx));
   }
   if (config_.post_attention_norm) add(direct(&LayerSaved::norm2_out));
+  if (config_.layer_input) add(direct(&LayerSaved::x_in));
   layers_[layer] = std::move(entries);
 }
 

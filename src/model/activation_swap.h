@@ -12,7 +12,8 @@
 // is bit-identical.
 //
 // Swapped (each only where the layer kept it): input_norm → LayerSaved::norm1_out; self_attention →
-// attention.qkv, attention.lse and ctx; post_attention_norm → norm2_out.
+// attention.qkv, attention.lse and ctx; post_attention_norm → norm2_out; and with --swap-layer-input
+// (MindSpeed's SwapLayerInputFeature) the layer's input x_in, through the same file and prefetch.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,9 @@
 namespace gale {
 
 struct SwapAttentionConfig {
-  bool enabled = false;
+  bool enabled = false;  // anything swapped (--swap-attention or --swap-layer-input)
   bool input_norm = true, self_attention = true, post_attention_norm = true;  // --swap-modules
+  bool layer_input = false;  // --swap-layer-input: LayerSaved::x_in
   std::string dir;  // "" = $TMPDIR or /tmp
 };
 

@@ -143,8 +143,9 @@ class GPTModel {
   // token loss; micro_batch_loss_scale), as the schedules' backward and the eager fused LM head
   // use it. Off (the default): Megatron's 1 / (Σ mask · num_microbatches).
   void set_per_token_loss(bool on) { per_token_loss_ = on; }
-  // --swap-attention (model/activation_swap.h): training forwards write each layer's attention
-  // activations to a file and backward reads them back, one layer ahead. Off by default.
+  // --swap-attention / --swap-layer-input (model/activation_swap.h): training forwards write each
+  // layer's attention activations and/or its input to a file and backward reads them back, one
+  // layer ahead. Off by default.
   void set_swap_attention(const SwapAttentionConfig& c) { swap_attention_ = c; }
   bool per_token_loss() const { return per_token_loss_; }
   float grad_scale() const { return grad_scale_; }

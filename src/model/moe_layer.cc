@@ -65,6 +65,24 @@ Tensor all_gather_rows(const Comm& g, const Tensor& x) {
   return out;
 }
 
+// all_gather_rows without waiting: issues the all-gather of `x` over `g` into *out (allocated
+// here, [g·n, ...]); the caller keeps `x` alive and waits for the returned work before reading *out.
+WorkPtr all_gather_rows_async(const Comm& g, const Tensor& x, Tensor* out) {
+  Shape shape = x.shape();
+  shape[0] *= g->size();
+  *out = Tensor::empty(shape, x.dtype());
+  return g->all_gather_async(x.raw(), out->raw(), x.numel(), x.dtype());
+}
+
+// reduce_scatter_rows without waiting (the same sum; *out is valid after the returned work's wait).
+WorkPtr reduce_scatter_rows_async(const Comm& g, const Tensor& x, Tensor* out) {
+  Shape shape = x.shape();
+  GALE_CHECK_EQ(shape[0] % g->size(), 0);
+  shape[0] /= g->size();
+  *out = Tensor::empty(shape);
+  return g->reduce_scatter_async(x.raw(), out->raw(), out->numel(), DType::kF32, ReduceOp::kSum);
+}
+
 // Reduce-scatter (sum) of f32 `x` [g·n, ...] over `g`: this rank's block [n, ...].
 Tensor reduce_scatter_rows(const Comm& g, const Tensor& x) {
   Shape shape = x.shape();
@@ -269,18 +287,6 @@ void experts_fc1_weight_grads(const OpTable& ops, ParamBuffer& pb, const MoePara
   });
 }
 
-// Backward of experts_forward with its kept rows (the all-gather dispatcher): the rows' gradient.
-Tensor experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                        const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
-                        MoeSaved& s) {
-  std::vector<Tensor> du;
-  const Tensor rows = s.expert_in;
-  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out_local, in_offsets, etp, rows.dtype(), s, &du);
-  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, in_offsets), du);
-  s.expert_in = Tensor();
-  return d_in;
-}
-
 }  // namespace
 
 int64_t MoeSaved::tensor_bytes() const {
@@ -413,12 +419,27 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     // weighted outputs [EP·T, H] are reduce-scattered back to the tokens' ranks ----
     GALE_CHECK(routing.padding.empty()) << "--moe-pad-expert-input-to-capacity with the all-gather dispatcher";
     const int64_t P = ep->size(), El = E / P, first_expert = ep->rank() * El;
-    if (overlap) overlap();
-    const Tensor all_x = all_gather_rows(ep, x);  // [P·T, H]
     Tensor my_experts = Tensor::empty({T * k}, DType::kI32);
     std::memcpy(my_experts.raw(), experts.data(), static_cast<size_t>(T * k) * sizeof(int32_t));
-    const Tensor all_experts = all_gather_rows(ep, my_experts);  // [P·T·k]
-    gathered_probs = all_gather_rows(ep, probs.view({T * k}));  // [P·T·k]
+    Tensor all_x, all_experts;
+    WorkPtr x_work;
+    if (ops.moe_allgather_overlap) {
+      // --moe-allgather-overlap-comm: the routing's all-gathers first, then the hidden states'
+      // (they complete in issue order); the local rows' layout and the shared expert run while
+      // the hidden states are in flight
+      const Tensor flat_probs = probs.view({T * k});
+      WorkPtr e_work = all_gather_rows_async(ep, my_experts, &all_experts);
+      WorkPtr p_work = all_gather_rows_async(ep, flat_probs, &gathered_probs);
+      x_work = all_gather_rows_async(ep, x, &all_x);
+      if (overlap) overlap();
+      e_work->wait();
+      p_work->wait();
+    } else {
+      if (overlap) overlap();
+      all_x = all_gather_rows(ep, x);  // [P·T, H]
+      all_experts = all_gather_rows(ep, my_experts);  // [P·T·k]
+      gathered_probs = all_gather_rows(ep, probs.view({T * k}));  // [P·T·k]
+    }
     plan.ep_size = P;
     plan.local_experts = El;
     plan.expert_offsets.assign(static_cast<size_t>(El + 1), 0);
@@ -432,6 +453,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
       for (int64_t i = 0; i < P * T * k; ++i)
         if (ex[i] >= first_expert && ex[i] < first_expert + El) gathered_slot[next[ex[i] - first_expert]++] = i;
     }
+    if (x_work) x_work->wait();
     expert_in = gather_rows(all_x, gathered_slot.data(), plan.expert_offsets[El], k);
     expert_out = experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st);  // [N, H]
     Tensor partial = Tensor::zeros({P * T, H});
@@ -546,23 +568,58 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
 // Backward of the all-gather path: the output gradients of every EP rank's tokens are gathered;
 // this rank's experts give partial routing-weight and token gradients for all of them (zero where
 // another rank's expert served the slot), reduce-scattered back to the tokens' ranks.
+// With ops.moe_allgather_overlap (--moe-allgather-overlap-comm) the exchanges are issued without
+// waiting: `overlap` (the shared expert's backward) runs while the output gradients are gathered,
+// the experts' backward while the routing-weight gradients are reduce-scattered, and the experts'
+// fc1 weight-gradient GEMMs while the token gradients are (issued after every expert's input
+// gradient, the dx/dw split); without it `overlap` runs before the all-gather and every exchange
+// is waited for at once. The same sums run on the same operands either way.
 void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                                MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
-                               Tensor* dx_out) {
+                               Tensor* dx_out, const std::function<void()>& overlap) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk, P = ep->size();
   const int64_t N = s.plan.expert_offsets.back();
-  const Tensor all_dy = all_gather_rows(ep, dy);  // [P·T, H]
+  const bool async = ops.moe_allgather_overlap;
+  Tensor all_dy;  // [P·T, H]
+  if (async) {
+    WorkPtr dy_work = all_gather_rows_async(ep, dy, &all_dy);
+    if (overlap) overlap();
+    dy_work->wait();
+  } else {
+    if (overlap) overlap();
+    all_dy = all_gather_rows(ep, dy);
+  }
   const float* g = all_dy.data<float>();
   Tensor dprobs_partial = Tensor::zeros({P * T * k});
   Tensor d_out = Tensor::empty({N, H});
   weighted_outputs_backward(g, H, k, s.gathered_slot, s.gathered_probs, s.expert_out, &d_out, &dprobs_partial);
   s.expert_out = Tensor();
-  Tensor d_in = experts_backward(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, s);
+  all_dy = Tensor();
+  Tensor dprobs;
+  WorkPtr dprobs_work;
+  if (async) dprobs_work = reduce_scatter_rows_async(ep, dprobs_partial, &dprobs);
+  std::vector<Tensor> du;
+  const Tensor rows = s.expert_in;
+  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du);
+  d_out = Tensor();
   Tensor dx_partial = Tensor::zeros({P * T, H});
   for (int64_t r = 0; r < N; ++r)
     add_inplace(dx_partial.data<float>() + s.gathered_slot[r] / k * H, d_in.data<float>() + r * H, H);
-  *dx_out = reduce_scatter_rows(ep, dx_partial);
-  *dprobs_out = reduce_scatter_rows(ep, dprobs_partial).view({T, k});
+  d_in = Tensor();
+  Tensor dx;
+  WorkPtr dx_work;
+  if (async) dx_work = reduce_scatter_rows_async(ep, dx_partial, &dx);
+  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, s.plan.expert_offsets), du);
+  s.expert_in = Tensor();
+  if (async) {
+    dprobs_work->wait();
+    dx_work->wait();
+  } else {
+    dx = reduce_scatter_rows(ep, dx_partial);
+    dprobs = reduce_scatter_rows(ep, dprobs_partial);
+  }
+  *dx_out = dx;
+  *dprobs_out = dprobs.view({T, k});
 }
 
 }  // namespace
@@ -573,8 +630,7 @@ Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, c
   const int64_t T = dy.size(0), H = c.hidden;
   Tensor dprobs, dx;
   if (s.gathered) {
-    if (overlap) overlap();
-    gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx);
+    gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap);
   } else {
     routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap);
   }

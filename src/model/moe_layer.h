@@ -126,7 +126,9 @@ struct MoeSaved {
 // split over (TP×CP; null: none). Every rank of each group must call with the same layer. `batch`:
 // the micro-batch's sequences B (rows t = s·B + b; seq_aux_loss). `overlap`, when set, runs once
 // while the all-to-all dispatch of the routed rows is in flight (the all-gather dispatcher: before
-// it; --moe-shared-expert-overlap, model/moe_shared_expert.h). `jitter` keys the router's input
+// its all-gathers, or with ops.moe_allgather_overlap while they are in flight: the routing's and
+// then the hidden states', the local rows' layout computed before the hidden states are waited
+// for; --moe-shared-expert-overlap, model/moe_shared_expert.h). `jitter` keys the router's input
 // jitter (--moe-input-jitter-eps; model/moe_router.h). With config.recompute.moe_act the experts'
 // activation outputs are not kept (backward recomputes them from the kept fc1 outputs).
 // `zero_memory` (--moe-zero-memory, this layer's level; the all-to-all dispatcher only): level0
@@ -147,7 +149,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
 // level1's fc1 recomputation, each expert's fc2 and activation backward and fc1 input gradient,
 // then the input gradients' combine and the fc1 weight gradients; with ops.moe_alltoall_overlap
 // (--moe-alltoall-overlap-comm) the combine is issued before the fc1 weight gradients so they
-// overlap it (without it: after). Only independent work moves, so every order gives the same bits.
+// overlap it (without it: after). All-gather backward: `overlap` before the output gradients'
+// all-gather, or with ops.moe_allgather_overlap (--moe-allgather-overlap-comm) while it is in
+// flight; then the routing-weight gradients' reduce-scatter is issued before the experts' backward
+// and the token gradients' before the fc1 weight gradients. Only independent work moves, so every
+// order gives the same bits.
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
                     const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr,
                     const std::function<void()>& overlap = {});

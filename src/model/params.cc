@@ -275,6 +275,114 @@ Tensor ParamBuffer::param_values(int id) const {
   return t;
 }
 
+void ParamBuffer::zero_grads() {
+  if (grads_.defined()) grads_.zero();
+  if (shard_grads_.defined()) shard_grads_.zero();
+  for (Tensor& g : unit_grads_)
+    if (g.defined()) g.zero();
+  if (frozen_grad_sink_.defined()) frozen_grad_sink_.zero();
+}
+
+int ParamBuffer::unit_at(int64_t offset) const {
+  auto it = std::upper_bound(units_.begin(), units_.end(), offset,
+                             [](int64_t o, const ParamUnit& u) { return o < u.begin; });
+  GALE_CHECK(it != units_.begin()) << "flat offset " << offset << " before the first unit";
+  const int u = static_cast<int>(it - units_.begin()) - 1;
+  GALE_CHECK(offset < units_[static_cast<size_t>(u)].end) << "flat offset " << offset << " past the last unit";
+  return u;
+}
+
+float* ParamBuffer::master_data(int64_t offset) const {
+  if (!values_sharded_) return params_.data<float>() + offset;
+  const ParamUnit& x = units_[static_cast<size_t>(unit_at(offset))];
+  GALE_CHECK(offset >= x.own_begin && offset < x.own_end) << "flat offset " << offset << " is not in this rank's shard";
+  return shard_values_.data<float>() + x.shard_offset + (offset - x.own_begin);
+}
+
+float* ParamBuffer::master_grad(int64_t offset) const {
+  if (!sharded_) return grads_.data<float>() + offset;
+  const ParamUnit& x = units_[static_cast<size_t>(unit_at(offset))];
+  GALE_CHECK(offset >= x.own_begin && offset < x.own_end) << "flat offset " << offset << " is not in this rank's shard";
+  return shard_grads_.data<float>() + x.shard_offset + (offset - x.own_begin);
+}
+
+float* ParamBuffer::unit_param_data(int id) const {
+  const int u = unit_of(id);
+  GALE_CHECK(unit_gathered(u)) << spec(id).name << " is read while its ZeRO-3 unit " << u << " is not gathered";
+  return unit_values_[static_cast<size_t>(u)].data<float>() + (spec(id).offset - units_[static_cast<size_t>(u)].begin);
+}
+
+float* ParamBuffer::unit_grad_data(int id) const {
+  const int u = unit_of(id);
+  GALE_CHECK(unit_gathered(u)) << spec(id).name << "'s gradient is used while its ZeRO-3 unit " << u
+                               << " is not gathered";
+  return unit_grads_[static_cast<size_t>(u)].data<float>() + (spec(id).offset - units_[static_cast<size_t>(u)].begin);
+}
+
+void ParamBuffer::shard_storage(std::vector<ParamUnit> units, bool values) {
+  GALE_CHECK(params_.defined() && !sharded_) << "shard_storage: a finalized, unsharded buffer";
+  GALE_CHECK(!has_frozen() && !has_gemm_copy()) << "shard_storage: frozen parameters or a GEMM copy";
+  int64_t at = 0, shard = 0;
+  for (ParamUnit& x : units) {
+    GALE_CHECK(x.begin == at && x.end > x.begin && x.own_begin >= x.begin && x.own_end <= x.end &&
+               x.own_begin <= x.own_end)
+        << "ZeRO-3 units must tile the buffer in flat order";
+    at = x.end;
+    x.shard_offset = shard;
+    shard += x.own_end - x.own_begin;
+  }
+  GALE_CHECK_EQ(at, numel_) << "ZeRO-3 units must tile the buffer";
+  unit_of_param_.assign(specs_.size(), -1);
+  units_ = std::move(units);
+  for (int id = 0; id < size(); ++id) {
+    const int u = unit_at(spec(id).offset);
+    GALE_CHECK(spec(id).offset + spec(id).local_numel() <= units_[static_cast<size_t>(u)].end)
+        << spec(id).name << " straddles two ZeRO-3 units";
+    unit_of_param_[static_cast<size_t>(id)] = u;
+  }
+  grads_ = Tensor();  // zero: nothing to keep (freed first, so the whole buffers and the shards meet less)
+  if (values) {
+    shard_values_ = Tensor::empty({std::max<int64_t>(shard, 1)});
+    for (const ParamUnit& x : units_)
+      std::memcpy(shard_values_.data<float>() + x.shard_offset, params_.data<float>() + x.own_begin,
+                  static_cast<size_t>(x.own_end - x.own_begin) * sizeof(float));
+    params_ = Tensor();
+  }
+  shard_grads_ = Tensor::zeros({std::max<int64_t>(shard, 1)});
+  unit_values_.assign(units_.size(), Tensor());
+  unit_grads_.assign(units_.size(), Tensor());
+  sharded_ = true;
+  values_sharded_ = values;
+}
+
+void ParamBuffer::set_unit_storage(int u, Tensor values, Tensor grads) {
+  const ParamUnit& x = unit(u);
+  GALE_CHECK((values_sharded_ ? values.numel() >= x.end - x.begin : !values.defined()) &&
+             grads.numel() >= x.end - x.begin);
+  unit_values_[static_cast<size_t>(u)] = std::move(values);
+  unit_grads_[static_cast<size_t>(u)] = std::move(grads);
+}
+
+void ParamBuffer::release_unit(int u) {
+  unit_values_.at(static_cast<size_t>(u)) = Tensor();
+  unit_grads_.at(static_cast<size_t>(u)) = Tensor();
+}
+
+int64_t ParamBuffer::shard_bytes() const {
+  if (!sharded_) return 0;
+  return static_cast<int64_t>(shard_grads_.nbytes()) +
+         (values_sharded_ ? static_cast<int64_t>(shard_values_.nbytes()) : 0);
+}
+
+int64_t ParamBuffer::gathered_bytes() const {
+  int64_t bytes = 0;
+  for (size_t u = 0; u < unit_values_.size(); ++u)
+    if (unit_grads_[u].defined())
+      bytes += static_cast<int64_t>(unit_grads_[u].nbytes()) +
+               (unit_values_[u].defined() ? static_cast<int64_t>(unit_values_[u].nbytes()) : 0);
+  return bytes;
+}
+
 int64_t ParamBuffer::value_bytes() const {
   int64_t bytes = params_.defined() ? static_cast<int64_t>(params_.nbytes()) : 0;
   if (params_gemm_.defined()) bytes += static_cast<int64_t>(params_gemm_.nbytes());

@@ -20,6 +20,15 @@ namespace gale {
 // --init-method-xavier-uniform: bound xavier_uniform_bound of the global shape).
 enum class InitKind { kNormal, kZeros, kOnes, kUniform };
 
+// ZeRO-3 storage (ParamBuffer::shard_storage, optim/zero3_sync.h): a unit of whole parameters,
+// contiguous in the flat layout, and this rank's shard of it.
+struct ParamUnit {
+  int64_t begin = 0, end = 0;          // flat elements of the unit
+  int64_t own_begin = 0, own_end = 0;  // this rank's shard, inside [begin, end) (possibly empty)
+  int64_t shard_offset = 0;            // where the shard starts in the compact buffers
+  int64_t padded = 0;                  // end − begin rounded up to a multiple of the DP size
+};
+
 struct ParamSpec {
   std::string name;         // Megatron-Core name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
   Shape global_shape;       // the full, unsharded tensor
@@ -101,7 +110,7 @@ class ParamBuffer {
   void rename_prefix(int id, const std::string& from, const std::string& to);
   // Change parameter `id`'s initialisation. Only before finalize().
   void set_init(int id, InitKind init, float init_std);
-  bool finalized() const { return params_.defined(); }
+  bool finalized() const { return params_.defined() || sharded_; }
 
   int size() const { return static_cast<int>(specs_.size()); }
   int64_t numel() const { return numel_; }
@@ -122,6 +131,7 @@ class ParamBuffer {
   float* param_data(int id) const {
     GALE_CHECK(!is_split(id)) << spec(id).name
                               << " is stored as bf16 + residual (--reuse-fp32-param): it has no f32 view";
+    if (values_sharded_) return unit_param_data(id);
     return params_.data<float>() + spec(id).offset;
   }
   // A frozen parameter has no gradient: null, so that the model skips its gradient work (the dW
@@ -130,16 +140,47 @@ class ParamBuffer {
   // that nothing reads.
   float* grad_data(int id) const {
     const ParamSpec& s = spec(id);
-    if (s.trainable) return grads_.data<float>() + s.offset;
+    if (s.trainable) return sharded_ ? unit_grad_data(id) : grads_.data<float>() + s.offset;
     return s.global_shape.size() == 1 ? frozen_grad_sink_.data<float>() : nullptr;
   }
-  // The flat buffers: parameters [numel], gradients [trainable_numel].
+  // The flat buffers: parameters [numel], gradients [trainable_numel]. Undefined under
+  // shard_storage (use master_data / master_grad).
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
-  void zero_grads() {
-    grads_.zero();
-    if (frozen_grad_sink_.defined()) frozen_grad_sink_.zero();
-  }
+  void zero_grads();
+  // The f32 master value / gradient of flat element `offset`: in the flat buffers, or under
+  // shard_storage in the compact shards (`offset` must lie in this rank's shard of its unit).
+  float* master_data(int64_t offset) const;
+  float* master_grad(int64_t offset) const;
+
+  // ZeRO-3 (optim/zero3_sync.h). shard_storage (after finalize and initialize; all parameters
+  // trainable, no GEMM copy) keeps of every unit only this rank's shard of its values (taken from
+  // the flat buffer, which is then freed) and a zeroed shard of its gradients, in two compact
+  // buffers; `units` tile [0, numel()) in flat order and each holds whole parameters. A unit's
+  // whole values and gradients exist only between set_unit_storage and release_unit: param_data /
+  // grad_data of a parameter of a released unit fail a GALE_CHECK naming it. With `values` false
+  // (ZeRO-2) only the gradients are sharded so: the values stay in the whole flat buffer.
+  void shard_storage(std::vector<ParamUnit> units, bool values = true);
+  bool sharded() const { return sharded_; }
+  bool values_sharded() const { return values_sharded_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const ParamUnit& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  int unit_of(int id) const { return unit_of_param_.at(static_cast<size_t>(id)); }
+  // Whether unit u's whole gradients (and, values sharded, its whole values) exist now.
+  bool unit_gathered(int u) const { return unit_grads_.at(static_cast<size_t>(u)).defined(); }
+  // `values` (undefined when the values are not sharded) and `grads`: f32, at least the unit's
+  // elements each (element 0 = the unit's begin).
+  void set_unit_storage(int u, Tensor values, Tensor grads);
+  void release_unit(int u);
+  const Tensor& unit_values(int u) const { return unit_values_.at(static_cast<size_t>(u)); }
+  const Tensor& unit_grads(int u) const { return unit_grads_.at(static_cast<size_t>(u)); }
+  // This rank's shard of unit u in the compact buffers (own_end − own_begin elements; values only
+  // when values_sharded()).
+  float* shard_values(int u) const { return shard_values_.data<float>() + unit(u).shard_offset; }
+  float* shard_grads(int u) const { return shard_grads_.data<float>() + unit(u).shard_offset; }
+  // Bytes of the compact shards (values + gradients) and of the gathered units now.
+  int64_t shard_bytes() const;
+  int64_t gathered_bytes() const;
 
   // --bf16 / --fp16: a bf16 or f16 copy of every parameter for the model's GEMMs (the GEMM copy);
   // the f32 buffer stays the optimizer's master copy (and gradients stay f32). Call
@@ -207,6 +248,9 @@ class ParamBuffer {
   void initialize(uint64_t seed);
 
  private:
+  float* unit_param_data(int id) const;
+  float* unit_grad_data(int id) const;
+  int unit_at(int64_t offset) const;  // the unit holding flat element `offset`
   // Split storage of parameter `id` (a piece [begin, begin + count) of its local elements).
   void merge_split(int id, int64_t begin, int64_t count, float* out) const;
   void store_split(int id, int64_t begin, int64_t count, const float* in);
@@ -218,6 +262,12 @@ class ParamBuffer {
   std::vector<int64_t> ties_;   // sorted flat indices of split elements that were exact ties rounded down
   Tensor params_, grads_, params_gemm_;
   Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
+  // shard_storage: the units, each parameter's unit, the compact shards and the gathered units.
+  bool sharded_ = false, values_sharded_ = false;
+  std::vector<ParamUnit> units_;
+  std::vector<int> unit_of_param_;
+  Tensor shard_values_, shard_grads_;
+  std::vector<Tensor> unit_values_, unit_grads_;
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

@@ -192,9 +192,9 @@ MoeZeroMemory moe_zero_memory(const LayerRuntime& rt, int64_t layer) {
 }
 
 // Whether the MoE shared expert runs while the routed rows' exchange is in flight
-// (--moe-shared-expert-overlap or --moe-alltoall-overlap-comm).
+// (--moe-shared-expert-overlap, --moe-alltoall-overlap-comm or --moe-allgather-overlap-comm).
 bool overlaps_shared_expert(const LayerRuntime& rt) {
-  return rt.config->moe.shared_overlap || rt.ops->moe_alltoall_overlap;
+  return rt.config->moe.shared_overlap || rt.ops->moe_alltoall_overlap || rt.ops->moe_allgather_overlap;
 }
 
 }  // namespace

@@ -152,7 +152,6 @@ double Optimizer::norm_of(bool grads) const {
   double sq = 0.0, expert_sq = 0.0;
   for (const BufferState& b : buffers_) {
     const ParamBuffer& pb = *b.buffer.params;
-    const float* base = grads ? pb.flat_grads().data<float>() : pb.flat_params().data<float>();
     for (const Segment& seg : b.segments) {
       if (!b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)]) continue;
       double& acc = pb.spec(seg.param_id).expert_parallel ? expert_sq : sq;
@@ -161,7 +160,7 @@ double Optimizer::norm_of(bool grads) const {
         pb.read_values(seg.begin, seg.numel, values.data<float>());
         acc += ops_->sum_of_squares(values.data<float>(), seg.numel);
       } else {
-        acc += ops_->sum_of_squares(base + seg.begin, seg.numel);
+        acc += ops_->sum_of_squares(grads ? pb.master_grad(seg.begin) : pb.master_data(seg.begin), seg.numel);
       }
     }
   }
@@ -178,8 +177,8 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     // Megatron's unscale-and-check-inf; the check for non-finite values is the norm's below.
     ScopedTimer timer = ScopedTimer::level1(timers, "optimizer-unscale-and-check-inf");
     for (BufferState& b : buffers_) {
-      float* g = b.buffer.params->flat_grads().data<float>();
-      for (const Segment& seg : b.segments) scale_inplace(g + seg.begin, seg.numel, inv_grad_scale);
+      for (const Segment& seg : b.segments)
+        scale_inplace(b.buffer.params->master_grad(seg.begin), seg.numel, inv_grad_scale);
     }
   }
   {
@@ -191,10 +190,10 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     int64_t zeros = 0, expert_zeros = 0;
     for (const BufferState& b : buffers_) {
       const ParamBuffer& pb = *b.buffer.params;
-      const float* g = pb.flat_grads().data<float>();
       for (const Segment& seg : b.segments)
         if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)])
-          (pb.spec(seg.param_id).expert_parallel ? expert_zeros : zeros) += count_zeros(g + seg.begin, seg.numel);
+          (pb.spec(seg.param_id).expert_parallel ? expert_zeros : zeros) +=
+              count_zeros(pb.master_grad(seg.begin), seg.numel);
     }
     // Counts below 2^53 add exactly in doubles.
     r.num_zeros = static_cast<int64_t>(sum_over_groups(static_cast<double>(zeros), static_cast<double>(expert_zeros)));
@@ -218,10 +217,9 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   for (size_t bi = 0; bi < buffers_.size(); ++bi) {
     BufferState& b = buffers_[bi];
     ParamBuffer& pb = *b.buffer.params;
-    float* params = pb.flat_params().data<float>();
-    float* grads = pb.flat_grads().data<float>();
     for (const Segment& seg : b.segments) {
-      float* g = grads + seg.begin;
+      // The flat buffers, or under ZeRO-3 (ParamBuffer::shard_storage) this rank's compact shards.
+      float* g = pb.master_grad(seg.begin);
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
@@ -245,7 +243,8 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         }
       };
       if (!pb.is_split(seg.param_id)) {
-        for_each_swap_piece(b, seg, [&](int64_t at, int64_t n) { update(params + seg.begin + at, at, n); });
+        float* p = pb.master_data(seg.begin);
+        for_each_swap_piece(b, seg, [&](int64_t at, int64_t n) { update(p + at, at, n); });
         continue;
       }
       const int64_t piece = muon ? seg.numel : std::min(seg.numel, kSplitBlock);

@@ -211,8 +211,11 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
              "MindSpeed: what --swap-attention moves, comma-separated: input_norm, self_attention, "
              "post_attention_norm (default all three)");
   p.add("--swap-attention-dir", &a.swap_attention_dir,
-        "Gale: directory of --swap-attention's temporary files (unlinked at once; default $TMPDIR or /tmp; use a "
-        "disk, not tmpfs)");
+        "Gale: directory of --swap-attention's and --swap-layer-input's temporary files (unlinked at once; default "
+        "$TMPDIR or /tmp; use a disk, not tmpfs)");
+  p.add_flag("--swap-layer-input", &a.swap_layer_input,
+             "MindSpeed: move each transformer layer's input kept for backward to a temporary file (in "
+             "--swap-attention-dir) after its forward and read it back, one layer ahead, in backward");
   p.add_flag("--fp16", &a.fp16,
              "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
              "weights, gradients and optimizer state, with loss scaling");
@@ -306,6 +309,18 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
                            "--tensor-model-parallel-size");
   p.add_flag("--sequence-parallel", &a.sequence_parallel, "split activations along the sequence inside the TP group");
   p.add_flag("--use-distributed-optimizer", &a.use_distributed_optimizer, "shard optimizer state across data-parallel ranks");
+  p.add_flag("--use-custom-fsdp,--use-megatron-fsdp", &a.use_custom_fsdp,
+             "Megatron's custom FSDP; what it shards is --data-parallel-sharding-strategy (no_shard: plain data "
+             "parallelism, optim: the distributed optimizer, optim_grads: ZeRO-2, optim_grads_params: ZeRO-3)");
+  p.add_choice("--data-parallel-sharding-strategy", &a.data_parallel_sharding_strategy,
+               {"no_shard", "optim", "optim_grads", "optim_grads_params"},
+               "with --use-custom-fsdp: no_shard (default), optim (ZeRO-1), optim_grads (ZeRO-2), optim_grads_params "
+               "(ZeRO-3)");
+  p.add_flag("--layerzero", &a.layerzero,
+             "MindSpeed's LayerZeRO: ZeRO-3 inside sub-groups of zero3_size consecutive data-parallel ranks, the "
+             "optimizer state sharded over the whole data-parallel group (needs --layerzero-config)");
+  p.add("--layerzero-config", &a.layerzero_config,
+        "MindSpeed: the LayerZeRO YAML file (zero3_size; param_dtype/reduce_dtype fp32; see docs/parallelism.md)");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,
         "with --use-distributed-optimizer: shard the optimizer state inside N groups of DP x CP / N consecutive "
         "data-parallel ranks, replicated across the groups");

@@ -193,6 +193,11 @@ struct TrainingArgs {
   bool swap_attention = false;
   std::vector<std::string> swap_modules = {"input_norm", "self_attention", "post_attention_norm"};
   std::string swap_attention_dir;
+  // --swap-layer-input (MindSpeed's SwapLayerInputFeature, level 2; features/feature_swap_layer_input.cc):
+  // each layer's input kept for backward goes to the same file as --swap-attention's (in
+  // --swap-attention-dir) and comes back one layer ahead. `gale pretrain` clears it below
+  // --optimization-level 2.
+  bool swap_layer_input = false;
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
   // without it the scale is dynamic, starting at --initial-loss-scale.
@@ -279,6 +284,25 @@ struct ParallelArgs {
   int64_t tp_x = 1, tp_y = 1;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
+  // Megatron's custom FSDP (--use-custom-fsdp, newer Megatron's --use-megatron-fsdp) with
+  // --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params (default
+  // no_shard). validate_parallel_args resolves it: no_shard is plain data parallelism, optim is
+  // ZeRO-1 and turns on use_distributed_optimizer, optim_grads is ZeRO-2 and optim_grads_params
+  // ZeRO-3 (zero2() / zero3() below; docs/parallelism.md §16).
+  bool use_custom_fsdp = false;
+  std::string data_parallel_sharding_strategy = "no_shard";
+  // ZeRO-3: --use-custom-fsdp with optim_grads_params, or MindSpeed's --layerzero (build_engine:
+  // optim/zero3_sync.h); ZeRO-2: --use-custom-fsdp with optim_grads.
+  bool zero3() const {
+    return layerzero || (use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
+  }
+  bool zero2() const { return use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads"; }
+  // MindSpeed's --layerzero --layerzero-config FILE (features/feature_layerzero.cc): ZeRO-3 inside
+  // sub-groups of zero3_size consecutive DP ranks, the optimizer state sharded over the whole DP
+  // group. layerzero_zero3_size is read from the file by validate_parallel_args.
+  bool layerzero = false;
+  std::string layerzero_config;
+  int64_t layerzero_zero3_size = 0;
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
   // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
   // and replicated across instances (engine.h, optim/data_parallel_sync.h).
@@ -452,6 +476,9 @@ struct MoeArgs {
   // benchmarking (MoeConfig::fix_router).
   bool fix_router = false;
   int64_t moe_shared_expert_intermediate_size = kUnset;  // unset: no shared expert
+  // MindSpeed's --n-shared-experts K (features/feature_n_shared_experts.cc): validation sets
+  // moe_shared_expert_intermediate_size = K · --ffn-hidden-size (MindSpeed's conversion); unset or 0: none.
+  int64_t n_shared_experts = kUnset;
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
   double moe_input_jitter_eps = kUnsetF;   // None: no jitter

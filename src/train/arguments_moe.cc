@@ -66,6 +66,9 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
              "--moe-tp-extend-ep and --moe-alltoall-overlap-comm); no effect in Gale");
   p.add("--moe-shared-expert-intermediate-size", &a.moe_shared_expert_intermediate_size,
         "total FFN size of the shared experts every MoE layer adds to the routed ones (needs --disable-bias-linear)");
+  p.add("--n-shared-experts", &a.n_shared_experts,
+        "MindSpeed: K shared experts of --ffn-hidden-size each, i.e. --moe-shared-expert-intermediate-size "
+        "K x --ffn-hidden-size (not together with it; 0: none)");
   p.add_flag("--moe-shared-expert-gate", &a.moe_shared_expert_gate,
              "gate the shared expert's output per token: sigmoid(x·gate_weightᵀ)");
   p.add_flag("--moe-shared-expert-overlap", &a.moe_shared_expert_overlap,
@@ -107,6 +110,21 @@ Status parse_pattern_term(const std::string& term, std::vector<int>* out) {
     repeat = std::stoll(rest.substr(1));
   }
   for (int64_t r = 0; r < repeat; ++r) out->insert(out->end(), items.begin(), items.end());
+  return Status::Ok();
+}
+
+// MindSpeed's --n-shared-experts K (MoESharedExpertsFeature.pre_validate_args): K shared experts of
+// --ffn-hidden-size each become Megatron's --moe-shared-expert-intermediate-size K·ffn; 0 (falsy)
+// means none; both flags together are refused, as MindSpeed, even when they agree.
+Status resolve_n_shared_experts(Arguments& a, const ArgParser& p) {
+  MoeArgs& m = a.moe;
+  const int64_t K = m.n_shared_experts;
+  if (!p.was_set("--n-shared-experts") || K == 0) return Status::Ok();
+  if (K < 0) return InvalidArgument("--n-shared-experts: expected a non-negative integer, found ", K);
+  if (m.moe_shared_expert_intermediate_size != kUnset)
+    return InvalidArgument("--n-shared-experts ", K, " cannot be used with --moe-shared-expert-intermediate-size ",
+                           m.moe_shared_expert_intermediate_size, " (as MindSpeed): give one of them");
+  m.moe_shared_expert_intermediate_size = K * a.model.ffn_hidden_size;
   return Status::Ok();
 }
 
@@ -294,7 +312,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-router-score-function", "--moe-router-topk-scaling-factor",
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                              "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
-                             "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
+                             "--moe-shared-expert-intermediate-size", "--n-shared-experts", "--moe-shared-expert-gate",
                              "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep", "--fix-router"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
@@ -341,6 +359,7 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (m.moe_ffn_hidden_size % etp != 0)
     return InvalidArgument("--moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
                            ": expected a multiple of --expert-tensor-parallel-size ", etp);
+  GALE_RETURN_IF_ERROR(resolve_n_shared_experts(a, p));
   return validate_shared_expert_args(a, p);
 }
 

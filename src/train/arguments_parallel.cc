@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
+#include "train/layerzero_config.h"
 #include "train/pipeline_layout.h"
 
 namespace gale {
@@ -33,6 +34,102 @@ Status validate_distributed_optimizer_instances(const ParallelArgs& par) {
     return InvalidArgument("--num-distributed-optimizer-instances ", n,
                            ": expected a divisor of the data-parallel size x --context-parallel-size, found ",
                            par.data_parallel_size, " x ", par.context_parallel_size, " = ", dp_cp);
+  return Status::Ok();
+}
+
+// What ZeRO-2/3 (--data-parallel-sharding-strategy optim_grads / optim_grads_params, --layerzero;
+// `who` names it) runs with: data parallelism only, fp32, one forward and backward per
+// micro-batch, and no code that reads parameters outside the per-layer gathers
+// (docs/parallelism.md §16). The first combination found, or Ok.
+Status validate_zero3(Arguments& a, const std::string& who) {
+  const ParallelArgs& par = a.parallel;
+  const TrainingArgs& t = a.training;
+  auto refuse = [&who](const std::string& what, const std::string& why) {
+    return Unimplemented(who, " with ", what, ": not supported yet (", why, ")");
+  };
+  const char* parallel_only = "Gale's ZeRO-2/3 shards over the data-parallel group only";
+  if (par.tensor_model_parallel_size > 1)
+    return refuse(str_cat("--tensor-model-parallel-size ", par.tensor_model_parallel_size), parallel_only);
+  if (par.pipeline_model_parallel_size > 1)
+    return refuse(str_cat("--pipeline-model-parallel-size ", par.pipeline_model_parallel_size), parallel_only);
+  if (par.context_parallel_size > 1)
+    return refuse(str_cat("--context-parallel-size ", par.context_parallel_size), parallel_only);
+  if (par.expert_model_parallel_size > 1 || a.moe.num_experts > 0)
+    return refuse("MoE layers (--num-experts)", "the router's expert bias is read outside the per-layer gathers");
+  if (par.num_distributed_optimizer_instances > 1)
+    return refuse("--num-distributed-optimizer-instances", "one shard group: the whole data-parallel group");
+  if (par.overlap_param_gather_with_optimizer_step)
+    return refuse("--overlap-param-gather-with-optimizer-step", "nothing is gathered after the step");
+  if (t.bf16 || t.fp16)
+    return refuse(t.bf16 ? "--bf16" : "--fp16", "the half-precision GEMM copy is not sharded; ZeRO-3 runs in fp32");
+  if (t.optimizer == "muon") return refuse("--optimizer muon", "Muon orthogonalises whole matrices");
+  if (t.swap_optimizer) return refuse("--swap-optimizer", "its state file follows the flat layout");
+  if (t.calculate_per_token_loss)
+    return refuse("--calculate-per-token-loss", "the gradients are rescaled after the reduce-scatter");
+  if (t.check_weight_hash_across_dp_replicas_interval != kUnset)
+    return refuse("--check-weight-hash-across-dp-replicas-interval", "the ranks hold shards, not replicas");
+  if (a.model.recompute_granularity == "full")
+    return refuse("--recompute-granularity full", "a recomputed layer group would need all its layers gathered");
+  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
+    return refuse("--mtp-num-layers", "the MTP layers run inside the head");
+  if (a.lora.enabled()) return refuse("LoRA (--lora-target-modules)", "frozen parameters are not sharded");
+  if (a.dpo.stage == "dpo") return refuse("--stage dpo", "the reference model is not sharded");
+  if (a.checkpoint.async_save) return refuse("--async-save", "the gathered parameters are released after the save");
+  if (par.overlap_grad_reduce || par.overlap_param_gather)
+    warn_rank0("--overlap-grad-reduce / --overlap-param-gather have no effect with " + who +
+               ": Gale's ZeRO-2/3 gathers each layer before its use and reduce-scatters its gradients after its "
+               "backward, blocking");
+  return Status::Ok();
+}
+
+// Megatron's custom FSDP (--use-custom-fsdp / --use-megatron-fsdp): each sharding strategy maps
+// onto Gale's data-parallel paths (docs/parallelism.md §16). no_shard is plain data parallelism,
+// optim is ZeRO-1, which is what the distributed optimizer does, optim_grads (ZeRO-2) and
+// optim_grads_params (ZeRO-3) are optim/zero3_sync.h (build_engine). Also MindSpeed's --layerzero.
+// MindSpeed's --layerzero (features/feature_layerzero.cc): the configuration file, zero3_size
+// dividing the data-parallel size, and ZeRO-3's restrictions.
+Status resolve_layerzero(Arguments& a) {
+  ParallelArgs& par = a.parallel;
+  if (!par.layerzero) {
+    if (!par.layerzero_config.empty())
+      return InvalidArgument("--layerzero-config ", par.layerzero_config, " configures LayerZeRO: expected --layerzero");
+    return Status::Ok();
+  }
+  if (par.layerzero_config.empty())
+    return InvalidArgument("--layerzero needs --layerzero-config FILE.yaml (MindSpeed's LayerZeRO configuration)");
+  if (par.use_custom_fsdp && par.data_parallel_sharding_strategy != "no_shard")
+    return InvalidArgument("--layerzero and --use-custom-fsdp --data-parallel-sharding-strategy ",
+                           par.data_parallel_sharding_strategy, " both shard the model: expected one of them");
+  GALE_ASSIGN_OR_RETURN(LayerZeroConfig config, read_layerzero_config(par.layerzero_config));
+  const int64_t dp = par.data_parallel_size;
+  if (dp % config.zero3_size != 0)
+    return InvalidArgument("--layerzero-config ", par.layerzero_config, ": zero3_size ", config.zero3_size,
+                           " must divide the data-parallel size ", dp);
+  par.layerzero_zero3_size = config.zero3_size;
+  for (const std::string& key : config.accepted_without_effect)
+    warn_rank0("--layerzero-config " + par.layerzero_config + ": " + key +
+               " has no effect in Gale (each unit is gathered just before its use, blocking, in fp32)");
+  return validate_zero3(a, "--layerzero");
+}
+
+Status resolve_custom_fsdp(Arguments& a) {
+  ParallelArgs& par = a.parallel;
+  GALE_RETURN_IF_ERROR(resolve_layerzero(a));
+  const std::string& strategy = par.data_parallel_sharding_strategy;
+  if (!par.use_custom_fsdp) {
+    if (strategy != "no_shard")
+      warn_rank0("--data-parallel-sharding-strategy " + strategy +
+                 " has no effect without --use-custom-fsdp (as in Megatron); use --use-distributed-optimizer for "
+                 "ZeRO-1");
+    return Status::Ok();
+  }
+  if (strategy == "optim_grads" || strategy == "optim_grads_params")
+    return validate_zero3(a, "--data-parallel-sharding-strategy " + strategy);
+  if (strategy == "no_shard" && par.use_distributed_optimizer)
+    return InvalidArgument("--use-custom-fsdp --data-parallel-sharding-strategy no_shard keeps the optimizer state "
+                           "whole, but --use-distributed-optimizer shards it: expected --data-parallel-sharding-"
+                           "strategy optim (ZeRO-1), found no_shard");
+  if (strategy == "optim") par.use_distributed_optimizer = true;  // ZeRO-1 is the distributed optimizer
   return Status::Ok();
 }
 
@@ -728,6 +825,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
                            par.pipeline_model_parallel_size, " x --context-parallel-size ", par.context_parallel_size,
                            " = ", model_parallel);
   par.data_parallel_size = world_size / model_parallel;
+  GALE_RETURN_IF_ERROR(resolve_custom_fsdp(a));
   GALE_RETURN_IF_ERROR(validate_distributed_optimizer_instances(par));
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();

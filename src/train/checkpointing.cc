@@ -166,6 +166,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
   finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
+  const GatheredParams gathered(engine, /*write_back=*/false);  // ZeRO-3: every unit whole while writing
   auto writer = std::make_unique<CheckpointWriter>(ca.save, state.iteration, *engine.ps.world());
   CheckpointWriter& w = *writer;
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
@@ -355,6 +356,7 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
                                 " (use --no-load-optim to start the optimizer afresh)");
   }
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
+  const GatheredParams gathered(engine, /*write_back=*/true);  // ZeRO-3: loaded whole, each rank keeps its shard
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     ParamBuffer& pb = engine.chunks[c]->params();
     for (int id = 0; id < pb.size(); ++id) {

@@ -202,7 +202,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                 &engine->ops));
     models.back()->params().initialize(config.seed);
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
-    if (args.training.swap_attention) models.back()->set_swap_attention(swap_attention_config_from_args(args));
+    if (args.training.swap_attention || args.training.swap_layer_input)
+      models.back()->set_swap_attention(swap_attention_config_from_args(args));
     num_parameters += models.back()->params().numel();
   }
   const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);
@@ -235,6 +236,34 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     const bool ep = engine->ps.layout().sizes.ep > 1;
     const ParamBuffer& pb = model->params();
     if (ep) dc.region = FlatRange{0, pb.dense_numel()};
+    if (par.zero3() || par.zero2()) {  // no buckets: the model's hooks gather and reduce-scatter per layer
+      std::vector<std::vector<int>> groups = model->backward_param_groups();
+      const bool tied = model->word_embedding_id() >= 0 && model->word_embedding_id() == model->output_weight_id();
+      Zero3Options zo;
+      zo.shard_params = par.zero3();
+      Comm shard_group = dp;
+      if (par.layerzero && par.layerzero_zero3_size < dp->size()) {  // ZeRO-3 in sub-groups, ZeRO-1 over DP
+        engine->layerzero_groups = make_distopt_instance_groups(dp, dp->size() / par.layerzero_zero3_size);
+        shard_group = engine->layerzero_groups.intra;
+        zo.replicas = engine->layerzero_groups.inter;
+      }
+      auto z = std::make_unique<Zero3Sync>(&model->params(), shard_group, groups,
+                                           tied ? model->word_embedding_id() : -1, zo);
+      Zero3Sync* zs = z.get();
+      model->set_params_needed_fn([zs](const std::vector<int>& ids) { zs->on_params_needed(ids); });
+      model->set_grad_ready_fn([zs](const std::vector<int>& ids) { zs->on_grads_ready(ids); });
+      OptimizedBuffer buffer{&model->params(), norm_counting(*model), std::nullopt};
+      if (!std::isnan(args.training.decoupled_lr)) {
+        buffer.decoupled_lr.assign(static_cast<size_t>(model->params().size()), false);
+        for (int id : {model->word_embedding_id(), model->output_weight_id()})
+          if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
+      }
+      buffer.owned = z->owned_ranges();
+      buffers.push_back(std::move(buffer));
+      engine->chunks.push_back(std::move(model));
+      engine->zero3.push_back(std::move(z));
+      continue;
+    }
     auto sync = std::make_unique<DataParallelSync>(&model->params(), shard_dp, dc);
     std::unique_ptr<DataParallelSync> expert_sync;
     if (ep) {  // Megatron's expert-parallel buffers: reduced over expert-DP, scaled by 1/DP
@@ -289,10 +318,13 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     if (par.use_distributed_optimizer) expert_groups.shard_group = engine->ps.expert_dp();
   }
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
-                                                  engine->ps.model(), par.use_distributed_optimizer ? shard_dp : nullptr,
+                                                  engine->ps.model(),
+                                                  par.use_distributed_optimizer ? shard_dp
+                                                  : par.zero3() || par.zero2() ? dp
+                                                                                : nullptr,
                                                   expert_groups, engine->ps.tp());
   if (args.training.swap_optimizer) GALE_RETURN_IF_ERROR(engine->optimizer->open_swap());
-  if (args.training.swap_attention) {  // an unusable directory is a start-up error, not one in the first forward
+  if (args.training.swap_attention || args.training.swap_layer_input) {  // an unusable directory: a start-up error
     GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,
                           ActivationSwap::create(swap_attention_config_from_args(args)));
   }

@@ -14,6 +14,7 @@
 #include "optim/lr_scheduler.h"
 #include "core/timers.h"
 #include "optim/optimizer.h"
+#include "optim/zero3_sync.h"
 #include "parallel/distopt_instance_groups.h"
 #include "parallel/tp2d_groups.h"
 #include "parallel/parallel_state.h"
@@ -44,6 +45,13 @@ struct Engine {
   // of its buffer, ParamBuffer::dense_numel() onwards) reduced over the expert-data-parallel
   // group, scaled by 1/DP; dp_sync then covers only the dense part. Empty without EP.
   std::vector<std::unique_ptr<DataParallelSync>> expert_dp_sync;
+  // ZeRO-2/3 (--use-custom-fsdp --data-parallel-sharding-strategy optim_grads / optim_grads_params,
+  // --layerzero): each chunk's per-layer gathers and reduce-scatters (optim/zero3_sync.h); dp_sync
+  // is then empty. Empty otherwise.
+  std::vector<std::unique_ptr<Zero3Sync>> zero3;
+  // --layerzero with zero3_size < DP: `intra` the ZeRO-3 sub-groups of zero3_size consecutive
+  // ranks of ps.dp_cp(), `inter` the ranks holding the same shard in the others (null otherwise).
+  DistOptInstanceGroups layerzero_groups;
   // The run's Megatron timers (core/timers.h; owned by the pretrain driver), or null: untimed.
   Timers* timers = nullptr;
   // --schedules-method dualpipev: `chunks` are the V's two chunks (stages rank and 2·PP−1−rank), the

@@ -102,6 +102,7 @@ void update_router_expert_bias(const ParallelState& ps, const std::vector<GPTMod
 }  // namespace
 
 void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
+  for (auto& z : engine.zero3) z->start_iteration();
   if (engine.dp_sync.empty()) {
     for (auto& chunk : engine.chunks) chunk->params().zero_grads();
     return;
@@ -112,12 +113,13 @@ void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
 
 void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
   const std::vector<GPTModel*> chunks = engine.chunk_pointers();
-  if (engine.dp_sync.empty())
+  if (engine.dp_sync.empty() && engine.zero3.empty())
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "all-grads-sync");
     for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
     for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
+    for (auto& z : engine.zero3) z->finish_grad_sync();  // LayerZeRO: the shards over the replicas
   }
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "layernorm-grads-all-reduce");
@@ -161,7 +163,16 @@ StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros
   for (auto& sync : engine.dp_sync)
     if (!sync->config().gather_right_after_step) sync->after_optimizer_step();
   for (auto& sync : engine.expert_dp_sync) sync->after_optimizer_step();
+  for (auto& z : engine.zero3) z->after_optimizer_step();  // ZeRO-2, LayerZeRO: the updated shards out
   return r;
+}
+
+GatheredParams::GatheredParams(const Engine& engine, bool write_back) : engine_(engine), write_back_(write_back) {
+  for (const auto& z : engine_.zero3) z->gather_all();
+}
+
+GatheredParams::~GatheredParams() {
+  for (const auto& z : engine_.zero3) z->release_all(write_back_);
 }
 
 void finish_param_sync(const Engine& engine) {

@@ -46,6 +46,21 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens = std
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale = 1.0f,
                           std::optional<double> decoupled_lr = std::nullopt);
 
+// ZeRO-3 (Engine::zero3): every parameter of every chunk gathered for this object's lifetime
+// (reading or writing them all: checkpoints); released at the end, each rank's shard first taken
+// back from the gathered values when `write_back` (a load). Nothing without ZeRO-3.
+class GatheredParams {
+ public:
+  GatheredParams(const Engine& engine, bool write_back);
+  ~GatheredParams();
+  GatheredParams(const GatheredParams&) = delete;
+  GatheredParams& operator=(const GatheredParams&) = delete;
+
+ private:
+  const Engine& engine_;
+  bool write_back_;
+};
+
 // Completes every parameter all-gather still pending (before reading all parameters: saving a
 // checkpoint, comparing them). A no-op without the distributed optimizer.
 void finish_param_sync(const Engine& engine);

@@ -124,10 +124,18 @@ void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
 }
 
 SwapAttentionConfig swap_attention_config_from_args(const Arguments& a) {
-  StatusOr<SwapAttentionConfig> c = swap_attention_config(a.training.swap_modules, a.training.swap_attention_dir);
-  GALE_CHECK_OK(c.status());  // validated by the feature
-  c->enabled = a.training.swap_attention;
-  return *c;
+  SwapAttentionConfig c;
+  if (a.training.swap_attention) {
+    StatusOr<SwapAttentionConfig> modules = swap_attention_config(a.training.swap_modules, a.training.swap_attention_dir);
+    GALE_CHECK_OK(modules.status());  // validated by the feature
+    c = *modules;
+  } else {  // --swap-layer-input alone: no attention activations
+    c.input_norm = c.self_attention = c.post_attention_norm = false;
+    c.dir = a.training.swap_attention_dir;
+  }
+  c.layer_input = a.training.swap_layer_input;
+  c.enabled = a.training.swap_attention || a.training.swap_layer_input;
+  return c;
 }
 
 OptimizerConfig optimizer_config_from_args(const Arguments& a) {

@@ -116,7 +116,9 @@ int pretrain_main(int argc, char** argv) {
   args.model.recompute_in_advance = registry->active("recompute-in-advance");
   args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
+  args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
+  args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");
@@ -212,6 +214,14 @@ int pretrain_main(int argc, char** argv) {
     for (const auto& c : engine.chunks) bytes += c->params().value_bytes();
     print_all(str_cat(" > --reuse-fp32-param: parameter values on rank ", world->rank(), " take ", bytes,
                       " bytes (a plain --bf16 run: ", params * 6, ", 4 per f32 master + 2 per bf16 copy)"));
+  }
+  for (const auto& c : engine.chunks) {  // ZeRO-3 (optim/zero3_sync.h)
+    const ParamBuffer& pb = c->params();
+    if (!pb.sharded()) continue;
+    print_all(str_cat(pb.values_sharded() ? " > ZeRO-3: rank " : " > ZeRO-2: rank ", world->rank(),
+                      " keeps its shards of ", pb.num_units(), " units: ", pb.shard_bytes(),
+                      pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
+                      (pb.values_sharded() ? 8 : 4) * pb.numel(), ")"));
   }
   if (const OptimizerStateSwap* swap = engine.optimizer->swap())
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),

@@ -140,6 +140,15 @@ TEST(RiPipeFeatures, MoeIsNotSupportedYet) {
   EXPECT_EQ(r.status.message(), "--recompute-in-bubble with --num-experts: not supported yet");
 }
 
+TEST(RiPipeFeatures, SwappingActivationsIsNotSupportedYet) {
+  Resolved advance(with(with(kInterleaved, kBlock), {"--recompute-in-advance", "--swap-attention"}));
+  ASSERT_FALSE(advance.status.ok());
+  EXPECT_EQ(advance.status.message(), "--recompute-in-advance with --swap-attention: not supported yet");
+  Resolved bubble(with(kInterleaved, {"--recompute-in-bubble", "--swap-layer-input"}));
+  ASSERT_FALSE(bubble.status.ok());
+  EXPECT_EQ(bubble.status.message(), "--recompute-in-bubble with --swap-layer-input: not supported yet");
+}
+
 TEST(RiPipeFeatures, BelowLevelTwoNotActiveAndSaySo) {
   Resolved r(with(kInterleaved, {"--optimization-level", "1", "--recompute-in-bubble"}));
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();

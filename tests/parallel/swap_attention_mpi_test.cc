@@ -1,6 +1,7 @@
-// --swap-attention under pipeline parallelism (mpirun -np 2): with 1F1B and with the interleaved
-// schedule several micro-batches' forwards are in flight on a stage, each with its own swap file;
-// training is the run without the flag's, bit for bit.
+// --swap-attention and --swap-layer-input under pipeline parallelism (mpirun -np 2): with 1F1B and
+// with the interleaved schedule several micro-batches' forwards are in flight on a stage, each with
+// its own swap file (the second stage's first layer input is a received activation); training is
+// the run without the flags', bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -40,9 +41,13 @@ TEST(SwapAttentionPipeline, ForwardsInFlightSwapBitIdentically) {
        {std::vector<std::string>{}, {"--num-virtual-stages-per-pipeline-rank", "2"}}) {
     std::vector<uint32_t> plain_values, swapped_values;
     const std::vector<double> a = train(world, schedule, &plain_values);
-    const std::vector<double> b = train(world, testing::join({schedule, {"--swap-attention"}}), &swapped_values);
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << schedule.size() << " iteration " << i + 1;
-    EXPECT_EQ(plain_values, swapped_values) << (schedule.empty() ? "1F1B" : "interleaved");
+    for (const std::vector<std::string>& swap : {std::vector<std::string>{"--swap-attention"},
+                                                 {"--swap-layer-input"}, {"--swap-attention", "--swap-layer-input"}}) {
+      const std::vector<double> b = train(world, testing::join({schedule, swap}), &swapped_values);
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << swap.back() << " iteration " << i + 1;
+      EXPECT_EQ(plain_values, swapped_values) << swap.size() << " " << swap.back() << " "
+                                              << (schedule.empty() ? "1F1B" : "interleaved");
+    }
   }
 }
 

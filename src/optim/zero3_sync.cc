@@ -1,0 +1,182 @@
+// ZeRO-3: per-unit parameter all-gather and gradient reduce-scatter around forward and backward.
+#include "optim/zero3_sync.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/optimizer.h"
+
+namespace gale {
+
+Zero3Sync::Zero3Sync(ParamBuffer* params, Comm dp, const std::vector<std::vector<int>>& groups, int pinned,
+                     Zero3Options options)
+    : params_(params), dp_(std::move(dp)), options_(std::move(options)) {
+  GALE_CHECK(params_ && params_->finalized() && !params_->sharded());
+  GALE_CHECK(dp_) << "ZeRO-3 needs the data-parallel group";
+  GALE_CHECK(!options_.replicas || options_.shard_params) << "LayerZeRO shards the parameters";
+  dp_size_ = dp_->size();
+  dp_rank_ = dp_->rank();
+  if (options_.replicas) {
+    replica_count_ = options_.replicas->size();
+    replica_rank_ = options_.replicas->rank();
+  }
+  const int64_t total = dp_size_ * replica_count_;  // every unit splits into this many equal pieces
+  std::vector<ParamUnit> units;
+  for (const std::vector<int>& g : groups) {
+    if (g.empty()) continue;
+    ParamUnit x;
+    x.begin = params_->numel();
+    for (int id : g) {
+      const ParamSpec& s = params_->spec(id);
+      x.begin = std::min(x.begin, s.offset);
+      x.end = std::max(x.end, s.offset + s.local_numel());
+    }
+    units.push_back(x);
+  }
+  std::sort(units.begin(), units.end(), [](const ParamUnit& a, const ParamUnit& b) { return a.begin < b.begin; });
+  for (ParamUnit& x : units) {
+    const int64_t n = x.end - x.begin;
+    x.padded = (n + total - 1) / total * total;
+    const int64_t s = x.padded / dp_size_;
+    x.own_begin = std::min(x.end, x.begin + dp_rank_ * s);
+    x.own_end = std::min(x.end, x.begin + (dp_rank_ + 1) * s);
+  }
+  params_->shard_storage(std::move(units), options_.shard_params);
+  if (pinned >= 0) pinned_unit_ = params_->unit_of(pinned);
+}
+
+std::pair<int64_t, int64_t> Zero3Sync::piece(int u) const {
+  const ParamUnit& x = params_->unit(u);
+  const int64_t own = x.own_end - x.own_begin, p = x.padded / dp_size_ / replica_count_;
+  return {std::min(own, replica_rank_ * p), std::min(own, (replica_rank_ + 1) * p)};
+}
+
+std::vector<FlatRange> Zero3Sync::owned_ranges() const {
+  std::vector<FlatRange> owned;
+  for (int u = 0; u < params_->num_units(); ++u) {
+    const ParamUnit& x = params_->unit(u);
+    const auto [a, b] = piece(u);  // the whole shard without replicas
+    if (b > a) owned.push_back({x.own_begin + a, x.own_begin + b});
+  }
+  return owned;
+}
+
+void Zero3Sync::finish_grad_sync() {
+  if (!options_.replicas || replica_count_ == 1) return;
+  int64_t n = 0;  // the compact gradient shards: the same layout on every replica
+  for (int u = 0; u < params_->num_units(); ++u) n += params_->unit(u).own_end - params_->unit(u).own_begin;
+  if (n > 0 && params_->num_units() > 0)
+    options_.replicas->all_reduce(params_->shard_grads(0), n, DType::kF32, ReduceOp::kSum);
+}
+
+void Zero3Sync::after_optimizer_step() {
+  if (!options_.shard_params) {  // ZeRO-2: the updated shards into every rank's whole values
+    for (int u = 0; u < params_->num_units(); ++u) {
+      const ParamUnit& x = params_->unit(u);
+      const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
+      if (dp_size_ == 1) continue;
+      Tensor mine = Tensor::zeros({s}), all = Tensor::empty({x.padded});
+      std::memcpy(mine.raw(), params_->master_data(x.own_begin), static_cast<size_t>(own) * sizeof(float));
+      dp_->all_gather(mine.raw(), all.raw(), s, DType::kF32);
+      std::memcpy(params_->master_data(x.begin), all.raw(), static_cast<size_t>(x.end - x.begin) * sizeof(float));
+    }
+    return;
+  }
+  if (!options_.replicas || replica_count_ == 1) return;
+  for (int u = 0; u < params_->num_units(); ++u) {  // LayerZeRO: the updated pieces into the shard
+    const ParamUnit& x = params_->unit(u);
+    const int64_t own = x.own_end - x.own_begin, p = x.padded / dp_size_ / replica_count_;
+    const auto [a, b] = piece(u);
+    Tensor mine = Tensor::zeros({p}), all = Tensor::empty({p * replica_count_});
+    std::memcpy(mine.raw(), params_->shard_values(u) + a, static_cast<size_t>(b - a) * sizeof(float));
+    options_.replicas->all_gather(mine.raw(), all.raw(), p, DType::kF32);
+    std::memcpy(params_->shard_values(u), all.raw(), static_cast<size_t>(own) * sizeof(float));
+  }
+}
+
+int Zero3Sync::gathered_units() const {
+  int n = 0;
+  for (int u = 0; u < params_->num_units(); ++u) n += params_->unit_gathered(u) ? 1 : 0;
+  return n;
+}
+
+void Zero3Sync::gather(int u) {
+  if (params_->unit_gathered(u)) return;
+  const ParamUnit& x = params_->unit(u);
+  if (!options_.shard_params) {  // ZeRO-2: the values are whole; only the gradient buffer
+    params_->set_unit_storage(u, Tensor(), Tensor::zeros({x.padded}));
+    max_gathered_ = std::max(max_gathered_, gathered_units());
+    return;
+  }
+  const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
+  Tensor values = Tensor::empty({x.padded});
+  if (dp_size_ == 1) {
+    std::memcpy(values.raw(), params_->shard_values(u), static_cast<size_t>(own) * sizeof(float));
+  } else {
+    Tensor mine = Tensor::zeros({s});  // the last ranks' shards may be short: padded with zeros
+    std::memcpy(mine.raw(), params_->shard_values(u), static_cast<size_t>(own) * sizeof(float));
+    dp_->all_gather(mine.raw(), values.raw(), s, DType::kF32);
+  }
+  params_->set_unit_storage(u, std::move(values), Tensor::zeros({x.padded}));
+  max_gathered_ = std::max(max_gathered_, gathered_units());
+}
+
+void Zero3Sync::reduce_scatter_grads(int u) {
+  const ParamUnit& x = params_->unit(u);
+  const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
+  float* g = params_->unit_grads(u).data<float>();
+  float* shard = params_->shard_grads(u);
+  if (dp_size_ == 1) {
+    const float scale = 1.0f / static_cast<float>(replica_count_);
+    for (int64_t i = 0; i < own; ++i) shard[i] += g[i] * scale;
+    return;
+  }
+  // Megatron's gradient_scaling_factor 1/dp (LayerZeRO: over the whole DP group, whose replicas
+  // finish_grad_sync sums), then the sum; the padding is zero on every rank.
+  scale_inplace(g, x.padded, 1.0f / static_cast<float>(dp_size_ * replica_count_));
+  Tensor mine = Tensor::empty({s});
+  dp_->reduce_scatter(g, mine.raw(), s, DType::kF32, ReduceOp::kSum);
+  const float* r = mine.data<float>();
+  for (int64_t i = 0; i < own; ++i) shard[i] += r[i];
+}
+
+void Zero3Sync::start_iteration() {
+  release_all(/*write_back=*/false);  // what an evaluation forward left gathered: each iteration starts clean
+  params_->zero_grads();
+}
+
+void Zero3Sync::on_params_needed(const std::vector<int>& param_ids) {
+  if (param_ids.empty()) return;
+  const int u = params_->unit_of(param_ids.front());
+  for (int v = 0; v < params_->num_units(); ++v)
+    if (v != u && v != pinned_unit_ && params_->unit_gathered(v)) params_->release_unit(v);
+  gather(u);
+}
+
+void Zero3Sync::on_grads_ready(const std::vector<int>& param_ids) {
+  if (param_ids.empty()) return;
+  const int u = params_->unit_of(param_ids.front());
+  GALE_CHECK(params_->unit_gathered(u)) << "ZeRO-3 unit " << u << " reported its gradients while not gathered";
+  reduce_scatter_grads(u);
+  params_->release_unit(u);
+  if (u > 0) gather(u - 1);  // backward goes down the buffer: the unit below is next
+}
+
+void Zero3Sync::gather_all() {
+  if (!options_.shard_params) return;  // ZeRO-2: the values are whole
+  for (int u = 0; u < params_->num_units(); ++u) gather(u);
+}
+
+void Zero3Sync::release_all(bool write_back) {
+  for (int u = 0; u < params_->num_units(); ++u) {
+    if (!params_->unit_gathered(u)) continue;
+    if (write_back && options_.shard_params) {
+      const ParamUnit& x = params_->unit(u);
+      std::memcpy(params_->shard_values(u), params_->unit_values(u).data<float>() + (x.own_begin - x.begin),
+                  static_cast<size_t>(x.own_end - x.own_begin) * sizeof(float));
+    }
+    params_->release_unit(u);
+  }
+}
+
+}  // namespace gale

@@ -1,0 +1,101 @@
+// ZeRO-3 for one model chunk (Megatron-FSDP's --data-parallel-sharding-strategy
+// optim_grads_params): parameters, gradients and optimizer state sharded over the data-parallel
+// group, each unit's whole parameters gathered only while it is used. Two variants:
+//   - ZeRO-2 (optim_grads; Zero3Options::shard_params false): only the gradients and the
+//     optimizer state are sharded; the values stay whole, nothing is gathered before a use, and
+//     after the optimizer step each unit's updated shards are all-gathered into the whole values.
+//   - MindSpeed's LayerZeRO (Zero3Options::replicas): the shard group is a sub-group of zero3_size
+//     consecutive DP ranks (ZeRO-3 inside it), and the optimizer state is sharded over the whole DP
+//     group (ZeRO-1): each shard is cut again into one piece per replica (the ranks holding the
+//     same shard in the other sub-groups), finish_grad_sync all-reduces the shards' gradients over
+//     the replicas, each rank updates its piece, and after_optimizer_step all-gathers the pieces
+//     over the replicas back into the shard.
+//
+// Units are the groups GPTModel reports to its hooks (the embedding, each transformer layer, the
+// head), each a contiguous run of whole parameters of the chunk's flat layout. A unit of n
+// elements is padded to P = ⌈n/dp⌉·dp and cut into dp shards of P/dp elements, like a bucket of
+// the distributed optimizer (optim/grad_buckets.h): rank r keeps elements [r·s, min((r+1)·s, n)).
+// ParamBuffer::shard_storage keeps only those shards (values and gradients); the optimizer updates
+// them through the flat offsets of owned_ranges() (ParamBuffer::master_data / master_grad).
+//
+// Per micro-batch (no pipelining: forward, then backward):
+//   on_params_needed(ids)  forward pre-hook: all-gather the unit of `ids`; release every other
+//                          gathered unit except the pinned one (a tied embedding, which the head
+//                          reads too and whose gradient completes only after the embedding's
+//                          backward). The head is gathered last and so stays for the backward.
+//   on_grads_ready(ids)    after the unit's backward: scale its gradient by 1/dp, reduce-scatter
+//                          it, add this rank's part to the gradient shard (so micro-batches
+//                          accumulate), release the unit, and all-gather the unit below it (the
+//                          next one backward needs).
+// start_iteration releases what is still gathered (an evaluation's forward) and zeroes the
+// gradient shards; after the optimizer step nothing is gathered: the next forward gathers the
+// updated shards (after_optimizer_step completes them first for ZeRO-2 and LayerZeRO, above). gather_all / release_all bracket code that reads or
+// writes every parameter (checkpoints, weight hashes). All collectives are blocking, on the
+// calling thread, in the same order on every data-parallel rank.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/params.h"
+#include "optim/grad_buckets.h"
+
+namespace gale {
+
+struct Zero3Options {
+  bool shard_params = true;  // false: ZeRO-2
+  // LayerZeRO: the group across the shard groups (the ranks holding the same shard); null: none.
+  Comm replicas;
+};
+
+class Zero3Sync {
+ public:
+  // `shard`: the group the units are sharded over (the data-parallel group; LayerZeRO: a sub-group
+  // of it). `groups`: the chunk's parameter groups (any order; each contiguous in the flat layout,
+  // together tiling it). `pinned`: a parameter whose unit stays gathered from its first use in a
+  // forward to its own gradient report (-1: none). Shards the buffer's storage
+  // (ParamBuffer::shard_storage).
+  Zero3Sync(ParamBuffer* params, Comm shard, const std::vector<std::vector<int>>& groups, int pinned = -1,
+            Zero3Options options = {});
+  Zero3Sync(const Zero3Sync&) = delete;
+  Zero3Sync& operator=(const Zero3Sync&) = delete;
+
+  int64_t dp_size() const { return dp_size_ * replica_count_; }
+  int64_t shard_group_size() const { return dp_size_; }
+  // What this rank's optimizer updates, in flat offsets (empty ones left out): its shard of every
+  // unit (LayerZeRO: its piece of the shard).
+  std::vector<FlatRange> owned_ranges() const;
+  // LayerZeRO: the gradient all-reduce over the replicas; ZeRO-2 and LayerZeRO: the all-gather of
+  // the updated shards (pieces). No-ops where they do not apply.
+  void finish_grad_sync();
+  void after_optimizer_step();
+
+  void start_iteration();
+  void on_params_needed(const std::vector<int>& param_ids);
+  void on_grads_ready(const std::vector<int>& param_ids);
+  // Every unit gathered (values; zero gradients) / every unit released, its shard first taken back
+  // from the gathered values when `write_back` (after a checkpoint load).
+  void gather_all();
+  void release_all(bool write_back);
+  // Units gathered now, and the most gathered at once since construction.
+  int gathered_units() const;
+  int max_gathered_units() const { return max_gathered_; }
+
+ private:
+  void gather(int u);
+  void reduce_scatter_grads(int u);
+
+  // LayerZeRO: this rank's piece of unit u's shard, in offsets from the shard's start.
+  std::pair<int64_t, int64_t> piece(int u) const;
+
+  ParamBuffer* params_;
+  Comm dp_;  // the shard group
+  Zero3Options options_;
+  int64_t dp_size_ = 1, dp_rank_ = 0;  // in the shard group
+  int64_t replica_count_ = 1, replica_rank_ = 0;
+  int pinned_unit_ = -1;
+  int max_gathered_ = 0;
+};
+
+}  // namespace gale

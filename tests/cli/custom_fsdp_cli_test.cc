@@ -1,0 +1,79 @@
+// `gale pretrain --use-custom-fsdp` (Megatron-FSDP) under mpirun with two data-parallel ranks:
+// --data-parallel-sharding-strategy optim trains exactly as --use-distributed-optimizer (the same
+// losses and grad norms, to the last printed digit), no_shard exactly as plain data parallelism,
+// optim_grads (ZeRO-2), optim_grads_params (ZeRO-3) and MindSpeed's --layerzero with the losses of
+// plain data parallelism.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/log_line.h"
+#include "cli/mpi_cli.h"
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+using testing::kMpiEnv;
+using testing::logged_values;
+
+// 4 iterations of 4 samples, 2 micro-batches per rank at DP 2 (gradient accumulation).
+test::RunResult tiny(std::vector<std::string> extra) {
+  return test::run_with_timeout(testing::tiny_gpt_pretrain(2, 4, {"--log-interval", "1"}, extra), kMpiEnv, 300);
+}
+
+void expect_same_training(const test::RunResult& a, const test::RunResult& b) {
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(logged_values(a.output, "lm loss").size(), 4u) << a.output;
+  EXPECT_EQ(logged_values(a.output, "lm loss"), logged_values(b.output, "lm loss"));
+  EXPECT_EQ(logged_values(a.output, "grad norm"), logged_values(b.output, "grad norm"));
+}
+
+TEST(CustomFsdpCli, OptimTrainsAsTheDistributedOptimizer) {
+  const test::RunResult fsdp =
+      tiny({"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim", "--overlap-grad-reduce"});
+  expect_same_training(fsdp, tiny({"--use-distributed-optimizer", "--overlap-grad-reduce"}));
+  for (const char* line : {"active: custom-fsdp (", "active: distributed-optimizer ("})
+    EXPECT_NE(fsdp.output.find(line), std::string::npos) << line << "\n" << fsdp.output;
+}
+
+TEST(CustomFsdpCli, NoShardTrainsAsPlainDataParallelism) {
+  expect_same_training(tiny({"--use-megatron-fsdp"}), tiny({}));
+}
+
+// ZeRO-3, ZeRO-2 and LayerZeRO through the CLI: the losses of plain data parallelism within 1e-5
+// (the gradient sums run in another order), and the start-up line with the bytes each rank keeps.
+TEST(CustomFsdpCli, ShardedRunsTrainAsPlainDataParallelism) {
+  const std::string yaml =
+      (std::filesystem::temp_directory_path() / ("gale_layerzero_cli_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(yaml);
+    f << "zero3_size: 1\nparam_dtype: fp32\nreduce_dtype: fp32\n";
+  }
+  const test::RunResult plain = tiny({});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const std::vector<double> b = logged_values(plain.output, "lm loss");
+  ASSERT_EQ(b.size(), 4u) << plain.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> runs = {
+      {{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
+       " > ZeRO-3: rank 1 keeps its shards of 4 units: "},
+      {{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+       " > ZeRO-2: rank 1 keeps its shards of 4 units: "},
+      {{"--layerzero", "--layerzero-config", yaml}, "active: layerzero ("},
+  };
+  for (const auto& [flags, line] : runs) {
+    const test::RunResult run = tiny(flags);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::vector<double> a = logged_values(run.output, "lm loss");
+    ASSERT_EQ(a.size(), 4u) << run.output;
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << flags[0] << ", iteration " << i + 1;
+    EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
+  }
+  std::filesystem::remove(yaml);
+}
+
+}  // namespace
+}  // namespace gale
