@@ -108,7 +108,17 @@ void ActivationSwap::prefetch(int64_t layer) {
   auto it = layers_.find(layer);
   if (it == layers_.end() || reads_.count(layer)) return;
   const std::vector<Entry>* entries = &it->second;  // map nodes are stable
-  reads_[layer] = std::async(std::launch::async, [this, entries] { return read(*entries); });
+  // The buffers are allocated here, not on the thread, so that what the allocator counts at any
+  // moment does not depend on how far the read has got.
+  std::vector<Tensor> tensors;
+  for (const Entry& e : *entries) tensors.push_back(Tensor::empty(e.shape, e.dtype));
+  reads_[layer] = std::async(std::launch::async, [this, entries, tensors = std::move(tensors)]() mutable {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Status st = file_->read((*entries)[i].offset, tensors[i].raw(), (*entries)[i].bytes);
+      GALE_CHECK(st.ok()) << "--swap-attention: " << st.message();
+    }
+    return std::move(tensors);
+  });
 }
 
 void ActivationSwap::swap_in(int64_t layer, LayerSaved& saved) {

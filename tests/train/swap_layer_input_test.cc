@@ -4,15 +4,12 @@
 // peak drops by exactly the swapped inputs; the files leave nothing behind; an unusable
 // --swap-attention-dir is a start-up error naming it.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include "core/allocator.h"
-#include "testing_run.h"
-#include "train/grad_sync.h"
+#include "swap_runs.h"
 
 namespace gale {
 namespace {
@@ -24,23 +21,11 @@ const std::vector<std::string> kFlags = {
     "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64"};
 constexpr int64_t kVocab = 60;
 
-std::string fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("gale_swapinput_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+std::string fresh_dir(const std::string& name) { return testing::fresh_swap_dir("gale_swapinput", name); }
 
 struct InputRun : testing::TestRun {
   explicit InputRun(const std::vector<std::string>& extra)
       : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab) {}
-  std::vector<uint32_t> values() const {
-    finish_param_sync(*engine);
-    const Tensor& p = engine->chunks[0]->params().flat_params();
-    std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
-    std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
-    return out;
-  }
 };
 
 struct Case {
@@ -56,15 +41,7 @@ TEST_P(SwapLayerInput, TrainsBitIdenticallyToTheRunWithoutIt) {
   InputRun plain(GetParam().flags);
   InputRun swapped(testing::join({GetParam().flags, {"--swap-layer-input", "--swap-attention-dir", dir}}));
   ASSERT_TRUE(swapped.args.training.swap_layer_input);
-  const std::vector<double> a = plain.train(4), b = swapped.train(4);
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(a[i], b[i]) << "loss of iteration " << i + 1;
-    EXPECT_EQ(plain.grad_norms[i], swapped.grad_norms[i]) << "grad norm of iteration " << i + 1;
-  }
-  EXPECT_NE(a[0], a[3]);  // it trained
-  EXPECT_EQ(plain.values(), swapped.values());
-  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the swap files are unlinked";
-  std::filesystem::remove_all(dir);
+  testing::expect_trains_bit_identically(plain, swapped, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,19 +82,8 @@ TEST(SwapLayerInputMemory, TrainingPeakDropsByTheSwappedInputs) {
 
 TEST(SwapLayerInputErrors, UnusableDirectoryIsAStartUpError) {
   const std::string missing = "/nonexistent-gale-swap-dir";
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  add_all_pretrain_args(parser, args);
-  std::vector<std::string> argv =
-      testing::join({{"gale"}, kFlags, {"--swap-layer-input", "--swap-attention-dir", missing}});
-  std::vector<char*> ptrs;
-  for (auto& s : argv) ptrs.push_back(s.data());
-  ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
-  ASSERT_TRUE(validate_all_pretrain_args(args, parser, 1).ok());
-  args.model.padded_vocab_size = pad_vocab_size(kVocab, args.model.make_vocab_size_divisible_by, 1);
-  auto built = build_engine(args, make_self_communicator("world"), reference_ops(), {});
-  ASSERT_FALSE(built.ok());
-  const std::string m = built.status().message();
+  const std::string m = testing::engine_build_error(
+      testing::join({kFlags, {"--swap-layer-input", "--swap-attention-dir", missing}}), kVocab);
   EXPECT_NE(m.find("--swap-attention-dir " + missing), std::string::npos) << m;
 }
 

@@ -16,6 +16,7 @@
 #include "testing_files.h"
 #include "core/allocator.h"
 #include "kernels/cpu/fused_ops.h"
+#include "swap_runs.h"
 #include "testing_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
@@ -32,11 +33,7 @@ const std::vector<std::string> kFlags = {
     "--clip-grad", "0.05", "--weight-decay", "0.1", "--use-distributed-optimizer"};
 constexpr int64_t kVocab = 60;
 
-std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("gale_swapopt_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
+std::string temp_dir(const std::string& name) { return testing::fresh_swap_dir("gale_swapopt", name, false); }
 
 // The reference op table, or with the vectorised AdamW (the best build the CPU has).
 OpTable ops_with(bool fused_adamw) {
@@ -55,13 +52,7 @@ struct SwapRun : testing::TestRun {
     if (st.ok() && !loaded) return NotFound("nothing loaded");
     return st;
   }
-  std::vector<uint32_t> values() const {
-    finish_param_sync(*engine);
-    const Tensor& p = engine->chunks[0]->params().flat_params();
-    std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
-    std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
-    return out;
-  }
+  std::vector<uint32_t> values() const { return testing::param_bits(*this); }
   int64_t numel() const { return engine->chunks[0]->params().trainable_numel(); }
 };
 
@@ -185,19 +176,8 @@ TEST(SwapOptimizerCheckpoint, SameCheckpointAndResumesEitherWay) {
 
 TEST(SwapOptimizerErrors, UnusableDirectoryIsAStartUpError) {
   const std::string missing = "/nonexistent-gale-swap-dir";
-  ArgParser parser{"gale pretrain", "test"};
-  Arguments args;
-  add_all_pretrain_args(parser, args);
-  std::vector<std::string> argv = testing::join({{"gale"}, kFlags, swap_flags(4), {"--swap-optimizer-dir", missing}});
-  std::vector<char*> ptrs;
-  for (auto& s : argv) ptrs.push_back(s.data());
-  ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
-  Comm world = make_self_communicator("world");
-  ASSERT_TRUE(validate_all_pretrain_args(args, parser, 1).ok());
-  args.model.padded_vocab_size = pad_vocab_size(kVocab, args.model.make_vocab_size_divisible_by, 1);
-  auto built = build_engine(args, world, reference_ops(), {});
-  ASSERT_FALSE(built.ok());
-  const std::string m = built.status().message();
+  const std::string m =
+      testing::engine_build_error(testing::join({kFlags, swap_flags(4), {"--swap-optimizer-dir", missing}}), kVocab);
   EXPECT_NE(m.find("--swap-optimizer-dir " + missing), std::string::npos) << m;
   EXPECT_NE(m.find(missing + "/gale-swap-optimizer-"), std::string::npos) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;

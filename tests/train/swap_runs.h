@@ -1,0 +1,64 @@
+// Shared parts of the swap tests (--swap-attention, --swap-layer-input, --swap-optimizer): scratch directories, parameter bits, bit-identical runs and the start-up error of an engine.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "testing_run.h"
+#include "train/grad_sync.h"
+
+namespace gale::testing {
+
+// <system temp>/<prefix>_<name>_<pid>, emptied; created unless `create` is false.
+inline std::string fresh_swap_dir(const std::string& prefix, const std::string& name, bool create = true) {
+  auto dir = std::filesystem::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  if (create) std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// The bits of `run`'s first chunk's flat parameters (after any pending parameter all-gather).
+inline std::vector<uint32_t> param_bits(const TestRun& run) {
+  finish_param_sync(*run.engine);
+  const Tensor& p = run.engine->chunks[0]->params().flat_params();
+  std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
+  std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
+  return out;
+}
+
+// Trains both runs 4 iterations: losses, grad norms and final parameters equal bit for bit, the
+// loss moved, and the swap files were unlinked from `dir`, which is then removed.
+inline void expect_trains_bit_identically(TestRun& plain, TestRun& swapped, const std::string& dir) {
+  const std::vector<double> a = plain.train(4), b = swapped.train(4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i], b[i]) << "loss of iteration " << i + 1;
+    EXPECT_EQ(plain.grad_norms[i], swapped.grad_norms[i]) << "grad norm of iteration " << i + 1;
+  }
+  EXPECT_NE(a[0], a[3]);  // it trained
+  EXPECT_EQ(param_bits(plain), param_bits(swapped));
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the swap files are unlinked";
+  std::filesystem::remove_all(dir);
+}
+
+// What build_engine reports for the pretrain flags `flags` (one process, `vocab` token ids, the
+// reference ops): its error message, or "" when the engine builds. The flags must parse and validate.
+inline std::string engine_build_error(const std::vector<std::string>& flags, int64_t vocab) {
+  ArgParser parser{"gale pretrain", "test"};
+  Arguments args;
+  add_all_pretrain_args(parser, args);
+  std::vector<std::string> argv = join({{"gale"}, flags});
+  std::vector<char*> ptrs;
+  for (auto& s : argv) ptrs.push_back(s.data());
+  GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+  GALE_CHECK_OK(validate_all_pretrain_args(args, parser, 1));
+  args.model.padded_vocab_size = pad_vocab_size(vocab, args.model.make_vocab_size_divisible_by, 1);
+  auto built = build_engine(args, make_self_communicator("world"), reference_ops(), {});
+  return built.ok() ? std::string() : built.status().message();
+}
+
+}  // namespace gale::testing
