@@ -5,10 +5,10 @@
 // without the flag (the flags go through the real feature registry).
 #include <gtest/gtest.h>
 
-#include <cstring>
 
 #include "features/resolved_features.h"
 #include "mpi_test_env.h"
+#include "testing_bitwise.h"
 #include "testing_run.h"
 #include "train/grad_sync.h"
 
@@ -51,17 +51,6 @@ std::unique_ptr<testing::TestRun> train(const std::vector<std::string>& layout,
   return run;
 }
 
-void expect_bit_identical(const testing::TestRun& run, const testing::TestRun& plain, const std::string& what) {
-  EXPECT_EQ(run.losses, plain.losses) << what;
-  EXPECT_EQ(run.grad_norms, plain.grad_norms) << what;
-  const ParamBuffer& a = run.engine->chunks[0]->params();
-  const ParamBuffer& b = plain.engine->chunks[0]->params();
-  ASSERT_EQ(a.numel(), b.numel());
-  const size_t bytes = static_cast<size_t>(a.numel()) * sizeof(float);
-  EXPECT_EQ(0, std::memcmp(a.flat_params().data<float>(), b.flat_params().data<float>(), bytes)) << what << " params";
-  EXPECT_EQ(0, std::memcmp(a.flat_grads().data<float>(), b.flat_grads().data<float>(), bytes)) << what << " grads";
-}
-
 TEST(MoeAllgatherOverlapMpi, BitIdenticalToThePlainAllgatherDispatcher) {
   if (test::world()->size() != 2 && test::world()->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
   for (const std::vector<std::string>& layout : layouts(test::world()->size())) {
@@ -70,7 +59,7 @@ TEST(MoeAllgatherOverlapMpi, BitIdenticalToThePlainAllgatherDispatcher) {
     const auto plain = train(layout, {});
     EXPECT_GT(plain->engine->chunks[0]->params().numel(), 0);
     EXPECT_EQ(plain->losses.size(), 3u);
-    expect_bit_identical(*train(layout, {"--moe-allgather-overlap-comm"}), *plain, what);
+    testing::expect_runs_bit_identical(*train(layout, {"--moe-allgather-overlap-comm"}), *plain, what);
   }
 }
 

@@ -4,10 +4,10 @@
 // same layout without the flags (the flags go through the real feature registry).
 #include <gtest/gtest.h>
 
-#include <cstring>
 
 #include "features/resolved_features.h"
 #include "mpi_test_env.h"
+#include "testing_bitwise.h"
 #include "testing_run.h"
 #include "train/grad_sync.h"
 
@@ -42,28 +42,17 @@ std::unique_ptr<testing::TestRun> train(const std::vector<std::string>& feature_
   return run;
 }
 
-void expect_bit_identical(const testing::TestRun& run, const testing::TestRun& plain, const std::string& what) {
-  EXPECT_EQ(run.losses, plain.losses) << what;
-  EXPECT_EQ(run.grad_norms, plain.grad_norms) << what;
-  const ParamBuffer& a = run.engine->chunks[0]->params();
-  const ParamBuffer& b = plain.engine->chunks[0]->params();
-  ASSERT_EQ(a.numel(), b.numel());
-  const size_t bytes = static_cast<size_t>(a.numel()) * sizeof(float);
-  EXPECT_EQ(0, std::memcmp(a.flat_params().data<float>(), b.flat_params().data<float>(), bytes)) << what << " params";
-  EXPECT_EQ(0, std::memcmp(a.flat_grads().data<float>(), b.flat_grads().data<float>(), bytes)) << what << " grads";
-}
-
 TEST(MoeZeroMemoryMpi, OverlapAndZeroMemoryAreBitIdentical) {
   if (test::world()->size() != 2 && test::world()->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
   const auto plain = train({});
   EXPECT_GT(plain->engine->chunks[0]->params().numel(), 0);
   const std::vector<std::string> overlap = {"--moe-alltoall-overlap-comm"};
-  expect_bit_identical(*train(overlap), *plain, "overlap");
-  expect_bit_identical(*train(testing::join({overlap, {"--moe-zero-memory", "level0"}})), *plain, "level0");
-  expect_bit_identical(*train(testing::join({overlap, {"--moe-zero-memory", "level1"}})), *plain, "level1");
-  expect_bit_identical(*train(testing::join({overlap, {"--moe-zero-memory", "level1", "--moe-zero-memory-num-layers",
-                                                       "1"}})),
-                       *plain, "level1 in layer 0, level0 in layers 1 and 3");
+  testing::expect_runs_bit_identical(*train(overlap), *plain, "overlap");
+  testing::expect_runs_bit_identical(*train(testing::join({overlap, {"--moe-zero-memory", "level0"}})), *plain, "level0");
+  testing::expect_runs_bit_identical(*train(testing::join({overlap, {"--moe-zero-memory", "level1"}})), *plain, "level1");
+  testing::expect_runs_bit_identical(
+      *train(testing::join({overlap, {"--moe-zero-memory", "level1", "--moe-zero-memory-num-layers", "1"}})), *plain,
+      "level1 in layer 0, level0 in layers 1 and 3");
 }
 
 }  // namespace
