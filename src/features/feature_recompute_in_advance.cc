@@ -18,6 +18,7 @@
 // tests/schedule/ripipe_mpi_test.cc (bit-identical gradients, steps run, held activations),
 // tests/features/ripipe_features_test.cc (rules and messages).
 #include "features/registry.h"
+#include "features/ripipe_rules.h"
 
 namespace gale {
 
@@ -38,17 +39,7 @@ class RecomputeInAdvance : public Feature {
   bool requested(const FeatureContext& ctx) const override { return ctx.args->model.recompute_in_advance; }
   Status validate(const FeatureContext& ctx) const override {
     const Arguments& a = *ctx.args;
-    if (a.model.recompute_in_bubble)
-      return InvalidArgument("--recompute-in-advance and --recompute-in-bubble are exclusive (as MindSpeed): advance "
-                             "speeds up full recomputation, bubble adds recomputation where there is none");
-    if (a.parallel.pipeline_model_parallel_size <= 1 || a.parallel.virtual_pipeline_model_parallel_size <= 1 ||
-        a.parallel.schedules_method == "dualpipev")
-      return InvalidArgument("--recompute-in-advance: needs the interleaved pipeline schedule (--pipeline-model-"
-                             "parallel-size > 1 with --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-"
-                             "per-pipeline-rank, without --schedules-method dualpipev), found pipeline size ",
-                             a.parallel.pipeline_model_parallel_size, " with ",
-                             std::max<int64_t>(1, a.parallel.virtual_pipeline_model_parallel_size),
-                             " virtual stage(s) per rank", a.parallel.schedules_method.empty() ? "" : " (dualpipev)");
+    GALE_RETURN_IF_ERROR(validate_ripipe_schedule(a, "--recompute-in-advance"));
     if (a.model.recompute_granularity != "full" || a.model.recompute_method != "block")
       return InvalidArgument("--recompute-in-advance: needs --recompute-granularity full --recompute-method block (as "
                              "MindSpeed: it schedules those recomputes), found ",

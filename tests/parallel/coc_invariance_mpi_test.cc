@@ -1,7 +1,6 @@
 // Training with chunked TP overlap (--use-ascend-coc --coc-parallel-num N, --tp-comm-overlap),
 // its flags resolved by the real feature registry, against the same layout without it and against
-// the single-process run: losses and grad norms within 1e-5 relative of both (identical to the
-// plain layout where the GEMM is row-split exact and TP is 2), parameters and gradients as
+// the single-process run: losses and grad norms within 1e-5 relative of both, parameters and gradients as
 // tests/parallel/layout_invariance.h; the TP group passes the same bytes in more messages. GPT
 // (LayerNorm, GeLU, biases) and LLaMA-style (SwiGLU, RMSNorm, RoPE, GQA) models, micro-batch 2,
 // with and without sequence parallelism, row counts not divisible by the chunks (seq 18: 18 rows per
@@ -107,12 +106,8 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   coc.train(kIterations);
   finish_param_sync(*coc.engine);
 
-  const bool exact = false;  // see coc_mpi_test.cc: row-split sgemm is not bit-exact on every AVX-512 VM
+  // Within tolerance only: row-split sgemm is not bit-exact on every AVX-512 VM (coc_mpi_test.cc).
   for (int i = 0; i < kIterations; ++i) {
-    if (exact) {
-      EXPECT_EQ(coc.losses[i], plain.losses[i]) << "loss of iteration " << i + 1;
-      EXPECT_EQ(coc.grad_norms[i], plain.grad_norms[i]) << "grad norm of iteration " << i + 1;
-    }
     EXPECT_NEAR(coc.losses[i], plain.losses[i], 1e-5 * plain.losses[i]) << "loss of iteration " << i + 1;
     EXPECT_NEAR(coc.grad_norms[i], plain.grad_norms[i], 1e-5 * plain.grad_norms[i])
         << "grad norm of iteration " << i + 1;

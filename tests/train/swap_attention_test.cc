@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <iostream>
 
-#include "core/allocator.h"
 #include "kernels/cpu/fused_ops.h"
 #include "swap_runs.h"
 
@@ -73,25 +72,15 @@ INSTANTIATE_TEST_SUITE_P(
 // two of the 6 layers (that one, and the one being read ahead) are out.
 TEST(SwapAttentionMemory, TrainingPeakDrops) {
   const std::string dir = fresh_dir("memory");
-  { AttnRun warm({}); }  // statics (tables, thread pools) allocated once, before measuring
-  Allocator& a = host_allocator();
-  const int64_t base = a.current_bytes();
-  int64_t peaks[2];
-  for (int swap = 0; swap < 2; ++swap) {
-    std::vector<std::string> flags = {"--num-layers", "6"};
-    if (swap) flags.insert(flags.end(), {"--swap-attention", "--swap-attention-dir", dir});
-    auto run = std::make_unique<AttnRun>(flags);
-    a.reset_peak();
-    run->train(2);
-    peaks[swap] = a.peak_bytes() - base;
-  }
+  const auto [before, after] = testing::training_peaks<AttnRun>(
+      {"--num-layers", "6"}, {"--swap-attention", "--swap-attention-dir", dir});
   // Per layer the GPT layer keeps norm1_out and norm2_out [T, H], qkv [T, 3H], ctx [T, H] (f32)
   // and lse [B, NH, S]: T = 64 tokens, H = 32.
   const int64_t per_layer = 4 * (64 * 32 * 6 + 2 * 4 * 32);
-  std::cout << "[ swap-attention ] training peak " << peaks[0] << " -> " << peaks[1] << " bytes (" << per_layer
+  std::cout << "[ swap-attention ] training peak " << before << " -> " << after << " bytes (" << per_layer
             << " bytes swappable per layer)\n";
   // Exactly: the read-ahead buffers are allocated when the prefetch starts, not when its thread runs.
-  EXPECT_EQ(peaks[0] - peaks[1], 4 * per_layer);
+  EXPECT_EQ(before - after, 4 * per_layer);
   std::filesystem::remove_all(dir);
 }
 

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <iostream>
 
-#include "core/allocator.h"
 #include "swap_runs.h"
 
 namespace gale {
@@ -60,23 +59,13 @@ INSTANTIATE_TEST_SUITE_P(
 // four layers are in the file (layer 5's is back, layer 4's read ahead), so the peak falls by 4 inputs.
 TEST(SwapLayerInputMemory, TrainingPeakDropsByTheSwappedInputs) {
   const std::string dir = fresh_dir("memory");
-  { InputRun warm({}); }  // statics (tables, thread pools) allocated once, before measuring
-  Allocator& a = host_allocator();
-  const int64_t base = a.current_bytes();
-  int64_t peaks[2];
-  for (int swap = 0; swap < 2; ++swap) {
-    std::vector<std::string> flags = {"--num-layers", "6"};
-    if (swap) flags.insert(flags.end(), {"--swap-layer-input", "--swap-attention-dir", dir});
-    auto run = std::make_unique<InputRun>(flags);
-    a.reset_peak();
-    run->train(2);
-    peaks[swap] = a.peak_bytes() - base;
-  }
+  const auto [before, after] = testing::training_peaks<InputRun>(
+      {"--num-layers", "6"}, {"--swap-layer-input", "--swap-attention-dir", dir});
   const int64_t per_layer = 64 * 32 * 4;
-  std::cout << "[ swap-layer-input ] training peak " << peaks[0] << " -> " << peaks[1] << " bytes ("
-            << peaks[0] - peaks[1] << " = " << static_cast<double>(peaks[0] - peaks[1]) / per_layer
+  std::cout << "[ swap-layer-input ] training peak " << before << " -> " << after << " bytes ("
+            << before - after << " = " << static_cast<double>(before - after) / per_layer
             << " layer inputs of " << per_layer << " bytes)\n";
-  EXPECT_EQ(peaks[0] - peaks[1], 4 * per_layer);
+  EXPECT_EQ(before - after, 4 * per_layer);
   std::filesystem::remove_all(dir);
 }
 

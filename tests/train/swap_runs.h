@@ -6,9 +6,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "testing_run.h"
 #include "train/grad_sync.h"
 
@@ -59,6 +62,24 @@ inline std::string engine_build_error(const std::vector<std::string>& flags, int
   args.model.padded_vocab_size = pad_vocab_size(vocab, args.model.make_vocab_size_divisible_by, 1);
   auto built = build_engine(args, make_self_communicator("world"), reference_ops(), {});
   return built.ok() ? std::string() : built.status().message();
+}
+
+// The allocator's peak over 2 training iterations (above what was held before) of Run(flags), then
+// of Run(flags + swap_flags), after a warm-up run has allocated the process's statics.
+template <class Run>
+std::pair<int64_t, int64_t> training_peaks(const std::vector<std::string>& flags,
+                                           const std::vector<std::string>& swap_flags) {
+  { Run warm({}); }
+  Allocator& a = host_allocator();
+  const int64_t base = a.current_bytes();
+  int64_t peaks[2];
+  for (int swap = 0; swap < 2; ++swap) {
+    auto run = std::make_unique<Run>(swap ? join({flags, swap_flags}) : flags);
+    a.reset_peak();
+    run->train(2);
+    peaks[swap] = a.peak_bytes() - base;
+  }
+  return {peaks[0], peaks[1]};
 }
 
 }  // namespace gale::testing
