@@ -1,6 +1,7 @@
 // Training with chunked TP overlap (--use-ascend-coc --coc-parallel-num N, --tp-comm-overlap),
 // its flags resolved by the real feature registry, against the same layout without it and against
-// the single-process run: losses and grad norms within 1e-5 relative of both, parameters and gradients as
+// the single-process run: losses and grad norms within 1e-5 relative of both (bf16 layouts: 1e-3 of
+// the plain bf16 layout), parameters and gradients as
 // tests/parallel/layout_invariance.h; the TP group passes the same bytes in more messages. GPT
 // (LayerNorm, GeLU, biases) and LLaMA-style (SwiGLU, RMSNorm, RoPE, GQA) models, micro-batch 2,
 // with and without sequence parallelism, row counts not divisible by the chunks (seq 18: 18 rows per
@@ -107,10 +108,13 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   finish_param_sync(*coc.engine);
 
   // Within tolerance only: row-split sgemm is not bit-exact on every AVX-512 VM (coc_mpi_test.cc).
+  // Under --bf16 a last-bit difference of an f32 GEMM output can flip its rounding to bf16 (a step of
+  // 2^-8 relative), so those layouts are held to 1e-3 (seen: 7e-5 on the grad norm of iteration 4).
+  const bool bf16 = std::find(layout.flags.begin(), layout.flags.end(), "--bf16") != layout.flags.end();
+  const double tol = bf16 ? 1e-3 : 1e-5;
   for (int i = 0; i < kIterations; ++i) {
-    EXPECT_NEAR(coc.losses[i], plain.losses[i], 1e-5 * plain.losses[i]) << "loss of iteration " << i + 1;
-    EXPECT_NEAR(coc.grad_norms[i], plain.grad_norms[i], 1e-5 * plain.grad_norms[i])
-        << "grad norm of iteration " << i + 1;
+    EXPECT_NEAR(coc.losses[i], plain.losses[i], tol * plain.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(coc.grad_norms[i], plain.grad_norms[i], tol * plain.grad_norms[i]) << "grad norm of iteration " << i + 1;
   }
   const CommStats& plain_tp = plain.model().partition().tp->stats();
   const CommStats& coc_tp = coc.model().partition().tp->stats();
@@ -123,7 +127,7 @@ TEST_P(CocInvariance, MatchesPlainLayoutAndSingleProcess) {
   EXPECT_GT(coc_tp.total_calls(), plain_tp.total_calls()) << "the TP collectives ran chunked";
 
   // The f32 single-process run (a bf16 layout is held to its plain bf16 layout above only).
-  if (std::find(layout.flags.begin(), layout.flags.end(), "--bf16") != layout.flags.end()) return;
+  if (bf16) return;
   const testing::TestRun& reference =
       testing::single_process_run(testing::reference_flags(model, layout), false, kIterations);
   EXPECT_GT(testing::expect_matches_reference(coc, reference, kIterations, 3e-5, "linear_fc1.weight"), 0);
