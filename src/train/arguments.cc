@@ -321,6 +321,13 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
              "optimizer state sharded over the whole data-parallel group (needs --layerzero-config)");
   p.add("--layerzero-config", &a.layerzero_config,
         "MindSpeed: the LayerZeRO YAML file (zero3_size; param_dtype/reduce_dtype fp32; see docs/parallelism.md)");
+  p.add_flag("--use-torch-fsdp2", &a.use_torch_fsdp2,
+             "PyTorch FSDP2 (Megatron; MindSpeed's TorchFullyShardedDataParallelFeature): ZeRO-3 with each "
+             "transformer layer and the embedding gathered for its forward and backward, the head kept from the "
+             "forward's start to the backward's end (needs --untie-embeddings-and-output-weights)");
+  p.add("--fsdp2-config-path", &a.fsdp2_config_path,
+        "MindSpeed: the FSDP2 YAML file (sharding_size, sub_modules_to_wrap, reshard_after_forward, "
+        "num_to_forward_prefetch; fp32; see docs/parallelism.md)");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,
         "with --use-distributed-optimizer: shard the optimizer state inside N groups of DP x CP / N consecutive "
         "data-parallel ranks, replicated across the groups");

@@ -294,7 +294,7 @@ struct ParallelArgs {
   // ZeRO-3: --use-custom-fsdp with optim_grads_params, or MindSpeed's --layerzero (build_engine:
   // optim/zero3_sync.h); ZeRO-2: --use-custom-fsdp with optim_grads.
   bool zero3() const {
-    return layerzero || (use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
+    return layerzero || use_torch_fsdp2 || (use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
   }
   bool zero2() const { return use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads"; }
   // MindSpeed's --layerzero --layerzero-config FILE (features/feature_layerzero.cc): ZeRO-3 inside
@@ -303,6 +303,17 @@ struct ParallelArgs {
   bool layerzero = false;
   std::string layerzero_config;
   int64_t layerzero_zero3_size = 0;
+  // Megatron's --use-torch-fsdp2 with MindSpeed's --fsdp2-config-path FILE.yaml
+  // (features/feature_torch_fsdp2.cc; train/fsdp2_config.h): ZeRO-3 over groups of
+  // fsdp2_sharding_size consecutive DP ranks (the whole DP group without the file), replicated
+  // across the groups (HSDP). The fsdp2_* fields below are read from the file by
+  // validate_parallel_args (Megatron's defaults without it).
+  bool use_torch_fsdp2 = false;
+  std::string fsdp2_config_path;
+  int64_t fsdp2_sharding_size = 0;
+  bool fsdp2_wrap_embedding = true, fsdp2_wrap_layers = true, fsdp2_wrap_head = false;
+  bool fsdp2_reshard_after_forward = true;
+  int64_t fsdp2_forward_prefetch = 0;
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
   // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
   // and replicated across instances (engine.h, optim/data_parallel_sync.h).

@@ -34,9 +34,9 @@ const std::vector<Reason>& unsupported_flags() {
         "--pipeline-model-parallel-split-rank"}},
       {"different initialisation per data-parallel rank", {"--data-parallel-random-init"}},
       {"CUDA graphs", {"--enable-cuda-graph", "--cuda-graph-scope", "--cuda-graph-warmup-steps", "--external-cuda-graph"}},
-      {"PyTorch FSDP2 and Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
+      {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
-       {"--use-torch-fsdp2", "--suggested-communication-unit-size", "--init-model-with-meta-device"}},
+       {"--suggested-communication-unit-size", "--init-model-with-meta-device"}},
       {"the precision-aware optimizer (Gale keeps main parameters, gradients and Adam moments in fp32)",
        {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
         "--exp-avg-sq-dtype"}},

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
+#include "train/fsdp2_config.h"
 #include "train/layerzero_config.h"
 #include "train/pipeline_layout.h"
 
@@ -112,8 +113,50 @@ Status resolve_layerzero(Arguments& a) {
   return validate_zero3(a, "--layerzero");
 }
 
+// Megatron's --use-torch-fsdp2 with MindSpeed's --fsdp2-config-path (features/feature_torch_fsdp2.cc):
+// the conflicts, the configuration file (Megatron's defaults without it), sharding_size dividing the
+// data-parallel size, and ZeRO-3's restrictions.
+Status resolve_torch_fsdp2(Arguments& a) {
+  ParallelArgs& par = a.parallel;
+  if (!par.use_torch_fsdp2) {
+    if (!par.fsdp2_config_path.empty())
+      return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path,
+                             " configures FSDP2: expected --use-torch-fsdp2");
+    return Status::Ok();
+  }
+  GALE_RETURN_IF_ERROR(check_torch_fsdp2_conflicts(a));
+  Fsdp2Config config;
+  if (!par.fsdp2_config_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(config, read_fsdp2_config(par.fsdp2_config_path));
+  }
+  const int64_t dp = par.data_parallel_size;
+  if (config.sharding_size == 0) config.sharding_size = dp;
+  if (dp % config.sharding_size != 0)
+    return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path, ": sharding_size ", config.sharding_size,
+                           " must divide the data-parallel size ", dp);
+  if (config.num_to_forward_prefetch > 0 && a.model.num_layers != kUnset &&
+      config.num_to_forward_prefetch >= a.model.num_layers) {
+    warn_rank0(str_cat("--fsdp2-config-path ", par.fsdp2_config_path, ": num_to_forward_prefetch ",
+                       config.num_to_forward_prefetch, " is not below --num-layers ", a.model.num_layers,
+                       ": no prefetch (as MindSpeed)"));
+    config.num_to_forward_prefetch = 0;
+  }
+  par.fsdp2_sharding_size = config.sharding_size;
+  par.fsdp2_wrap_embedding = config.wrap_embedding;
+  par.fsdp2_wrap_layers = config.wrap_layers;
+  par.fsdp2_wrap_head = config.wrap_head;
+  par.fsdp2_reshard_after_forward = config.reshard_after_forward;
+  par.fsdp2_forward_prefetch = config.num_to_forward_prefetch;
+  for (const std::string& key : config.accepted_without_effect)
+    warn_rank0("--fsdp2-config-path " + par.fsdp2_config_path + ": " + key +
+               " has no effect in Gale (it trains on the CPU, in fp32: parameters, gradients and optimizer state "
+               "already are in host memory)");
+  return validate_zero3(a, "--use-torch-fsdp2");
+}
+
 Status resolve_custom_fsdp(Arguments& a) {
   ParallelArgs& par = a.parallel;
+  GALE_RETURN_IF_ERROR(resolve_torch_fsdp2(a));
   GALE_RETURN_IF_ERROR(resolve_layerzero(a));
   const std::string& strategy = par.data_parallel_sharding_strategy;
   if (!par.use_custom_fsdp) {

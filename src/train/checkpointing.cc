@@ -76,6 +76,8 @@ bool writes_state(const Engine& engine, const GPTModel& model, int id, bool shar
   const ParallelState& ps = engine.ps;
   if (!sharded) return writes(ps, model, id);
   if (engine.distopt_instances.instance_id() != 0) return false;
+  for (const auto& z : engine.zero3)
+    if (z->optimizer_state_copy()) return false;  // FSDP2's HSDP: the first replica writes the shards
   const ParamSpec& s = model.params().spec(id);
   // Replicas over TP; for expert-parallel experts over expert-TP (with expert TP 1 the TP ranks
   // hold different experts).

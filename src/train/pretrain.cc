@@ -119,6 +119,7 @@ int pretrain_main(int argc, char** argv) {
   args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
+  args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");
