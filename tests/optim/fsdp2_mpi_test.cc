@@ -197,6 +197,73 @@ TEST(Fsdp2, SchedulesAreBitwiseEqualAndHoldTheirBytes) {
                 static_cast<long long>(root_layers.peak_gathered));
 }
 
+// Exact bytes (the allocator's counters) a rank holds above what the process held before building
+// the run, for a larger model (4 layers, hidden 128): after two iterations (persistent) and the
+// peak during a third; and the Zero3Sync's own peak of gathered bytes.
+struct Bytes {
+  int64_t persistent = 0, step_peak = 0, gathered_peak = 0;
+};
+
+Bytes measure(const Comm& world, const std::vector<std::string>& flags) {
+  const int64_t base = host_allocator().current_bytes();
+  Bytes b;
+  {
+    Fsdp2Run run(world, testing::kTinyLlama, testing::join({{"--num-layers", "4", "--hidden-size", "128"}, flags}));
+    run.train(2);
+    b.persistent = host_allocator().current_bytes() - base;
+    host_allocator().reset_peak();
+    if (!run.engine->zero3.empty()) run.engine->zero3[0]->reset_peak();
+    run.train(1);
+    b.step_peak = host_allocator().peak_bytes() - base;
+    if (!run.engine->zero3.empty()) b.gathered_peak = run.engine->zero3[0]->max_gathered_bytes();
+  }
+  return b;
+}
+
+TEST(Fsdp2, BytesPerRank) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  const Bytes plain = measure(world, {});
+  const Bytes def = measure(world, fsdp2(world, ""));
+  const Bytes keep = measure(world, fsdp2(world, "reshard_after_forward: false\n"));
+  const Bytes pre = measure(world, fsdp2(world, "num_to_forward_prefetch: 1\n"));
+  const Bytes wrap_all = measure(world, fsdp2(world, "sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n"));
+  // The schedules change only what is gathered during a step: the same persistent shards.
+  EXPECT_EQ(keep.persistent, def.persistent);
+  EXPECT_EQ(pre.persistent, def.persistent);
+  EXPECT_EQ(wrap_all.persistent, def.persistent);
+  EXPECT_LT(def.persistent, plain.persistent);
+  EXPECT_LT(def.step_peak, plain.step_peak);
+  EXPECT_GT(keep.gathered_peak, def.gathered_peak);
+  EXPECT_GT(pre.gathered_peak, def.gathered_peak);
+  EXPECT_LT(wrap_all.gathered_peak, def.gathered_peak);
+  EXPECT_GT(keep.step_peak, def.step_peak);
+  // Exact accounting: a schedule's step peak moves by exactly its change in gathered bytes (the
+  // activations and everything else at the peak are the same).
+  for (const auto& [b, what] : {std::pair{&keep, "reshard_after_forward false"}, std::pair{&pre, "prefetch 1"},
+                                std::pair{&wrap_all, "head wrapped"}})
+    EXPECT_EQ(b->step_peak - def.step_peak, b->gathered_peak - def.gathered_peak) << what;
+  Bytes hsdp;
+  if (world->size() >= 4) {
+    hsdp = measure(world, fsdp2(world, "sharding_size: 2\n"));
+    EXPECT_GT(hsdp.persistent, def.persistent);  // shards of DP/2 ranks, the optimizer state on each replica
+  }
+  if (world->rank() == 0) {
+    auto row = [](const char* name, const Bytes& b) {
+      std::printf("  %-34s persistent %9lld  step peak %9lld  gathered peak %9lld\n", name,
+                  static_cast<long long>(b.persistent), static_cast<long long>(b.step_peak),
+                  static_cast<long long>(b.gathered_peak));
+    };
+    std::printf("DP%d, bytes per rank (4 layers, hidden 128):\n", world->size());
+    row("plain DP", plain);
+    row("--use-torch-fsdp2 (defaults)", def);
+    row("reshard_after_forward: false", keep);
+    row("num_to_forward_prefetch: 1", pre);
+    row("head wrapped too (no root)", wrap_all);
+    if (world->size() >= 4) row("sharding_size: 2 (HSDP)", hsdp);
+  }
+}
+
 std::string shared_temp_dir(const Comm& world, const std::string& name) {
   int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
   pid = world->all_reduce_scalar(pid, ReduceOp::kMax);
