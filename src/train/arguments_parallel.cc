@@ -69,8 +69,13 @@ Status validate_zero3(Arguments& a, const std::string& who) {
     return refuse("--calculate-per-token-loss", "the gradients are rescaled after the reduce-scatter");
   if (t.check_weight_hash_across_dp_replicas_interval != kUnset)
     return refuse("--check-weight-hash-across-dp-replicas-interval", "the ranks hold shards, not replicas");
-  if (a.model.recompute_granularity == "full")
-    return refuse("--recompute-granularity full", "a recomputed layer group would need all its layers gathered");
+  // One layer per recomputed group (uniform by 1, or block) reruns while the layer is gathered for
+  // its backward; a group of several would need them all gathered.
+  if (a.model.recompute_granularity == "full" && a.model.recompute_method == "uniform" &&
+      a.model.recompute_num_layers > 1)
+    return refuse(str_cat("--recompute-granularity full --recompute-method uniform --recompute-num-layers ",
+                          a.model.recompute_num_layers),
+                  "a recomputed layer group would need all its layers gathered; groups of 1 layer work");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return refuse("--mtp-num-layers", "the MTP layers run inside the head");
   if (a.lora.enabled()) return refuse("LoRA (--lora-target-modules)", "frozen parameters are not sharded");
@@ -147,6 +152,16 @@ Status resolve_torch_fsdp2(Arguments& a) {
   par.fsdp2_wrap_head = config.wrap_head;
   par.fsdp2_reshard_after_forward = config.reshard_after_forward;
   par.fsdp2_forward_prefetch = config.num_to_forward_prefetch;
+  if (config.recompute_layers) {  // MindSpeed's activation checkpointing of every transformer layer
+    ModelArgs& m = a.model;
+    if (!m.recompute_granularity.empty())
+      return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path, ": recompute_modules and "
+                             "--recompute-granularity ", m.recompute_granularity,
+                             " both set recomputation: expected one of them (MindSpeed: leave the flags out)");
+    m.recompute_granularity = "full";
+    m.recompute_method = "uniform";
+    m.recompute_num_layers = 1;
+  }
   for (const std::string& key : config.accepted_without_effect)
     warn_rank0("--fsdp2-config-path " + par.fsdp2_config_path + ": " + key +
                " has no effect in Gale (it trains on the CPU, in fp32: parameters, gradients and optimizer state "

@@ -81,9 +81,15 @@ StatusOr<Fsdp2Config> parse_fsdp2_config(const std::string& text, const std::str
       if (!ms.empty() && key == "ignored_modules")
         return Unimplemented(where, "ignored_modules: not supported yet (FSDP2 leaves an ignored module unsharded and "
                              "its gradients unreduced, which suits frozen modules; Gale trains every parameter)");
-      if (!ms.empty())
-        return Unimplemented(where, "recompute_modules: not supported yet (Gale's ZeRO-3 does not recompute; leave "
-                             "it empty)");
+      for (const std::string& m : ms) {
+        const std::string u = unit_of_module(m);
+        if (u == "layers") {
+          c.recompute_layers = true;
+        } else if (u != "rotary") {
+          return Unimplemented(where, "recompute_modules: '", m, "': not supported yet (Gale recomputes transformer "
+                               "layers only: layers or …TransformerLayer)");
+        }
+      }
     } else {
       return InvalidArgument(where, "unknown key ", key, " (expected sharding_size, sub_modules_to_wrap, "
                              "reshard_after_forward, param_dtype, reduce_dtype, output_dtype, cast_forward_inputs, "

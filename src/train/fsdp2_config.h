@@ -29,8 +29,11 @@
 //                       memory (pageable or pinned is a device-copy distinction)
 //   ignored_modules     must be empty (FSDP2 leaves an ignored module unsharded and its gradients
 //                       unreduced, for frozen modules; Gale trains every parameter): refused
-//   recompute_modules   must be empty: refused, not supported yet (MindSpeed wraps those modules in
-//                       activation checkpointing; Gale's ZeRO-3 refuses full recomputation)
+//   recompute_modules   [none] MindSpeed wraps those modules in activation checkpointing: `layers`
+//                       (…TransformerLayer) is Gale's --recompute-granularity full
+//                       --recompute-method uniform --recompute-num-layers 1 (each layer keeps its
+//                       input only and reruns its forward in its backward, while it is gathered);
+//                       the embedding and the head are refused, not supported yet
 // Any other key, or a value of the wrong type, is an error naming the file and the key.
 #pragma once
 
@@ -49,6 +52,7 @@ struct Fsdp2Config {
   bool wrap_embedding = true, wrap_layers = true, wrap_head = false;
   bool reshard_after_forward = true;
   int64_t num_to_forward_prefetch = 0;
+  bool recompute_layers = false;
   std::vector<std::string> accepted_without_effect;  // the keys given that change nothing in Gale
 };
 

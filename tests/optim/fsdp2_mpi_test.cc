@@ -105,6 +105,14 @@ TEST(Fsdp2, MegatronFlagAloneTrainsAsPlainDataParallelism) {
   expect_trains_as_plain(world, fsdp2(world, ""), "--use-torch-fsdp2", 1);
 }
 
+// recompute_modules [layers]: each layer reruns its forward in its backward, while gathered.
+TEST(Fsdp2, RecomputedLayersTrainAsPlainDataParallelism) {
+  Comm world = test::world();
+  if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
+  expect_trains_as_plain(world, fsdp2(world, "recompute_modules:\n  - layers\nnum_to_forward_prefetch: 1\n"),
+                         "recompute_modules layers", 1);
+}
+
 TEST(Fsdp2, HsdpShardingSize2TrainsAsPlainDataParallelism) {
   Comm world = test::world();
   if (world->size() < 4) GTEST_SKIP() << "needs DP 4";
@@ -178,6 +186,10 @@ TEST(Fsdp2, SchedulesAreBitwiseEqualAndHoldTheirBytes) {
   EXPECT_EQ(pre1.prefetched, 4 * (8 / world->size()) * 3);
   const Outcome pre2 = run_schedule(world, "num_to_forward_prefetch: 2\nreshard_after_forward: false\n");
   expect_bitwise(def, pre2, "num_to_forward_prefetch 2, reshard_after_forward false");
+
+  const Outcome recompute = run_schedule(world, "recompute_modules:\n  - layers\n");
+  expect_bitwise(def, recompute, "recompute_modules layers");
+  EXPECT_EQ(recompute.peak_gathered, def.peak_gathered);
 
   // Wrapping the head too (no root) and leaving the layers in the root: the same training.
   const Outcome head = run_schedule(world, "sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n");

@@ -86,8 +86,11 @@ TEST(Fsdp2Config, Refusals) {
   EXPECT_NE(message("ignored_modules:\n  - embedding\n").find("f.yaml: ignored_modules: not supported yet"),
             std::string::npos);
   EXPECT_NE(message("ignored_modules:\n  - vit\n").find("ignored_modules: 'vit' names no Gale unit"), std::string::npos);
-  EXPECT_NE(message("recompute_modules:\n  - layers\n").find("f.yaml: recompute_modules: not supported yet"),
+  EXPECT_NE(message("recompute_modules:\n  - head\n").find("f.yaml: recompute_modules: 'head': not supported yet"),
             std::string::npos);
+  EXPECT_TRUE(parse_fsdp2_config("recompute_modules:\n  - megatron.core.transformer.transformer_layer.TransformerLayer\n",
+                                 "f.yaml")
+                  ->recompute_layers);
   EXPECT_EQ(message("sharding_size: 2\nsharding_sizes: 2\n"),
             "--fsdp2-config-path f.yaml: unknown key sharding_sizes (expected sharding_size, sub_modules_to_wrap, "
             "reshard_after_forward, param_dtype, reduce_dtype, output_dtype, cast_forward_inputs, ignored_modules, "
@@ -123,6 +126,28 @@ TEST(Fsdp2Args, StartUpRules) {
     EXPECT_EQ(file.args.parallel.fsdp2_sharding_size, 2);
     EXPECT_FALSE(file.args.parallel.fsdp2_reshard_after_forward);
     EXPECT_EQ(file.args.parallel.fsdp2_forward_prefetch, 1);
+  }
+  {
+    std::ofstream f(path);
+    f << "recompute_modules:\n  - layers\n";
+  }
+  {
+    PretrainCli recompute;  // MindSpeed's checkpointing of every layer: full, uniform, one layer per group
+    ASSERT_TRUE(recompute.parse_minimal({"--use-torch-fsdp2", "--fsdp2-config-path", path, untie[0]}, 2).ok());
+    EXPECT_EQ(recompute.args.model.recompute_granularity, "full");
+    EXPECT_EQ(recompute.args.model.recompute_method, "uniform");
+    EXPECT_EQ(recompute.args.model.recompute_num_layers, 1);
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", "--fsdp2-config-path", path, untie[0], "--recompute-granularity",
+                          "selective"},
+                         2, "recompute_modules and --recompute-granularity selective both set recomputation"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--recompute-granularity", "full", "--recompute-method",
+                          "uniform", "--recompute-num-layers", "2"},
+                         2, "--use-torch-fsdp2 with --recompute-granularity full --recompute-method uniform "
+                            "--recompute-num-layers 2: not supported yet"});
+  {
+    std::ofstream f(path);
+    f << "sharding_size: 2\nreshard_after_forward: false\nnum_to_forward_prefetch: 1\n";
   }
   expect_one_line_error({{"--fsdp2-config-path", path}, 2, "configures FSDP2: expected --use-torch-fsdp2"});
   expect_one_line_error({{"--use-torch-fsdp2"}, 2, "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"});
