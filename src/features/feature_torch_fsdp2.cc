@@ -9,8 +9,9 @@
 // backward and its gradients reduce-scattered after its backward; the units not wrapped (the head
 // by default) form FSDP2's root, gathered from the forward's start to the backward's end. The YAML
 // keys (train/fsdp2_config.h): sub_modules_to_wrap, reshard_after_forward, num_to_forward_prefetch
-// (asynchronous all-gathers of the next wrapped units), fp32 dtypes, offload/pin accepted without
-// effect on a CPU, ignored_modules and recompute_modules refused. Without the file: Megatron's
+// (asynchronous all-gathers of the next wrapped units), recompute_modules [layers] (full
+// recomputation, one layer per group), fp32 dtypes, offload/pin accepted without effect on a CPU,
+// ignored_modules refused. Without the file: Megatron's
 // --use-torch-fsdp2 (whole DP, embedding and layers wrapped, reshard after forward).
 //
 // Rules: Megatron's (no pipeline or expert parallelism, no distributed optimizer, no --fp16,

@@ -219,6 +219,18 @@ int pretrain_main(int argc, char** argv) {
   for (const auto& c : engine.chunks) {  // ZeRO-3 (optim/zero3_sync.h)
     const ParamBuffer& pb = c->params();
     if (!pb.sharded()) continue;
+    if (args.parallel.use_torch_fsdp2)
+      print_rank0(str_cat(" > FSDP2: sharding_size ", args.parallel.fsdp2_sharding_size, " of DP ",
+                          args.parallel.data_parallel_size,
+                          args.parallel.fsdp2_sharding_size < args.parallel.data_parallel_size ? " (HSDP)" : "",
+                          ", reshard_after_forward ", args.parallel.fsdp2_reshard_after_forward ? "true" : "false",
+                          ", num_to_forward_prefetch ", args.parallel.fsdp2_forward_prefetch, ", root units: ",
+                          args.parallel.fsdp2_wrap_embedding ? "" : "embedding ",
+                          args.parallel.fsdp2_wrap_layers ? "" : "layers ", args.parallel.fsdp2_wrap_head ? "" : "head",
+                          (args.parallel.fsdp2_wrap_embedding && args.parallel.fsdp2_wrap_layers &&
+                           args.parallel.fsdp2_wrap_head)
+                              ? "none"
+                              : ""));
     print_all(str_cat(pb.values_sharded() ? " > ZeRO-3: rank " : " > ZeRO-2: rank ", world->rank(),
                       " keeps its shards of ", pb.num_units(), " units: ", pb.shard_bytes(),
                       pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
