@@ -384,13 +384,17 @@ void add_data_args(ArgParser& p, DataArgs& a) {
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
   std::vector<std::string> types = {"GPT2BPETokenizer",          "HuggingFaceTokenizer", "SentencePieceTokenizer",
-                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer"};
+                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer",
+                                    "PretrainedFromHF"};
   types.insert(types.end(), kUnsupportedTokenizerTypes.begin(), kUnsupportedTokenizerTypes.end());
   p.add_choice("--tokenizer-type", &a.tokenizer_type, types,
-               "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files)");
+               "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files; "
+               "MindSpeed-LLM's PretrainedFromHF is HuggingFaceTokenizer)");
   p.add("--vocab-file", &a.vocab_file, "vocabulary file (GPT-2 vocab.json)");
   p.add("--merge-file", &a.merge_file, "BPE merges file (GPT-2 merges.txt)");
-  p.add("--tokenizer-model", &a.tokenizer_model, "tokenizer model (SentencePiece .model, or tokenizer.json / its folder)");
+  p.add("--tokenizer-model,--tokenizer-name-or-path", &a.tokenizer_model,
+        "tokenizer model (SentencePiece .model, or tokenizer.json / its folder; MindSpeed-LLM: "
+        "--tokenizer-name-or-path)");
   p.add("--vocab-size", &a.vocab_size, "vocabulary size of NullTokenizer (and of --mock-data)");
   p.add("--vocab-extra-ids", &a.vocab_extra_ids, "extra sentinel ids added to the vocabulary");
 }
@@ -480,6 +484,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_megatron_compat_args(p, a.megatron_compat);
+  add_mindspeed_compat_args(p, a.mindspeed_compat);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -881,6 +886,7 @@ Status validate_mtp_args(Arguments& a) {
 }
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
+  GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));

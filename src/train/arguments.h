@@ -532,6 +532,14 @@ struct MegatronCompatArgs {
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
 };
 
+// MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).
+struct MindSpeedCompatArgs {
+  int sparse_mode = 0;          // --sparse-mode
+  int64_t pre_tockens = 65536;  // --pre-tockens: earlier tokens a query sees
+  int64_t next_tockens = 0;     // --next-tockens: later tokens a query sees
+  std::string attention_mask_type = "causal";  // --attention-mask-type: causal (general: not yet)
+};
+
 struct Arguments {
   ModelArgs model;
   MoeArgs moe;
@@ -544,6 +552,7 @@ struct Arguments {
   CheckpointArgs checkpoint;
   LoggingArgs logging;
   MegatronCompatArgs megatron_compat;
+  MindSpeedCompatArgs mindspeed_compat;
 };
 
 void add_model_args(ArgParser& p, ModelArgs& a);
@@ -565,6 +574,14 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a);
 // The values those flags accept (--rerun-mode disabled, --moe-router-dtype fp32, and
 // --no-position-embedding only with RoPE, as Megatron).
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
+
+// MindSpeed's flags outside its feature classes (train/arguments_mindspeed_compat.cc): accepted with
+// a start-up note where they change nothing in Gale; --sparse-mode / --pre-tockens / --next-tockens,
+// the band mask of Ascend's flash attention, mapped onto --sliding-window; the flags of MindSpeed's
+// core_r0.7/r0.8 branches refused with what replaced them.
+void add_mindspeed_compat_args(ArgParser& p, MindSpeedCompatArgs& a);
+// Checks the band-mask flags and sets --sliding-window from --pre-tockens; before the model checks.
+Status validate_mindspeed_compat_args(Arguments& a, const ArgParser& p);
 
 // Registers all groups above (what `gale pretrain` accepts).
 void add_all_pretrain_args(ArgParser& p, Arguments& a);
