@@ -410,8 +410,9 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     GALE_ASSIGN_OR_RETURN(bool exact, load_quantised_state(r, saved_quant, optimizer, engine.ps.world()->rank()));
     if (optimizer.quantised() && !exact)
       print_rank0(str_cat("  checkpoint ", r.directory(), ": optimizer state quantised again from its f32 values (",
-                          saved_quant.empty() ? std::string("saved without --quant-states")
-                                              : "saved with --quant-states " + saved_quant + " at another layout",
+                          saved_quant.empty()                              ? std::string("saved without --quant-states")
+                          : saved_quant != optimizer.config().quant_states ? "saved with --quant-states " + saved_quant
+                                                                           : std::string("saved at another layout"),
                           "): the run continues, not bit for bit"));
     if (engine.grad_scaler && o.contains("grad_scaler")) {
       const nlohmann::json& g = o.at("grad_scaler");
