@@ -85,7 +85,8 @@ void quantise_block(const float* x, int64_t len, QuantMode mode, Fp8Format forma
   }
   int exponent = amax > 0.0f ? std::ilogb(amax) - s.emax : -127;
   exponent = std::clamp(exponent, -127, 127);
-  for (int64_t i = 0; i < len; ++i) codes[i] = fp8_encode(std::ldexp(tmp[i], -exponent), format);
+  const float inv = std::ldexp(1.0f, -exponent);  // a power of two: the product is ldexp's, exactly
+  for (int64_t i = 0; i < len; ++i) codes[i] = fp8_encode(tmp[i] * inv, format);
   scales[b] = static_cast<uint8_t>(exponent + 127);
 }
 
@@ -99,8 +100,8 @@ void dequantise_block(const uint8_t* codes, int64_t len, QuantMode mode, Fp8Form
     for (int64_t i = 0; i < len; ++i) x[i] = table[codes[i]] * inv;
     return;
   }
-  const int exponent = static_cast<int>(scales[b]) - 127;
-  for (int64_t i = 0; i < len; ++i) x[i] = signed_sqrt(std::ldexp(table[codes[i]], exponent));
+  const float scale = std::ldexp(1.0f, static_cast<int>(scales[b]) - 127);  // exact, as above
+  for (int64_t i = 0; i < len; ++i) x[i] = signed_sqrt(table[codes[i]] * scale);
 }
 
 // adamw_step_ref's update of one element (the same expression, so the same rounding: this file,
