@@ -201,6 +201,12 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--swap-optimizer-times", &a.swap_optimizer_times,
         "MindSpeed: chunks the swapped optimizer state comes back in during the step (default 16; 0: all at once); "
         "the resident state is about one chunk");
+  p.add_choice("--quant-states", &a.quant_states, {"fp8", "hif8", "mxfp8"},
+               "MindSpeed: store Adam's moments in FP8 (exp_avg E4M3, exp_avg_sq E5M2): fp8 with an f32 scale per "
+               "block of up to 128 elements, mxfp8 with an E8M0 scale per 32 (k-scaled); dequantised to f32 for each "
+               "update (hif8: not supported yet)");
+  p.add_flag("--quant-grads", &a.quant_grads,
+             "MindSpeed: FP16 main gradients (not supported yet: Gale's gradient buffers are f32)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");

@@ -240,6 +240,14 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
                       " bytes in ", swap->path(), " (unlinked), ", swap->staging_bytes(), " bytes resident (",
                       swap->num_chunks(), " chunks)"));
+  if (engine.optimizer->quantised()) {
+    int64_t owned = 0;
+    for (size_t c = 0; c < engine.optimizer->num_buffers(); ++c)
+      for (const Optimizer::Segment& seg : engine.optimizer->segments(c)) owned += seg.numel;
+    print_all(str_cat(" > --quant-states ", args.training.quant_states, ": optimizer state of rank ", world->rank(), ": ",
+                      engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
+                      8 * owned, " bytes)"));
+  }
   if (args.lora.enabled()) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));
