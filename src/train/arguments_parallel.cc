@@ -466,8 +466,9 @@ Status validate_dualpipev_microbatches(const Arguments& a) {
   return check_dualpipev_microbatches(static_cast<int>(par.pipeline_model_parallel_size), gbs / per_step);
 }
 
-// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where the deferred weight gradients
-// are the dense GPT layers' linears (model/weight_grad_store.h): the layers whose backward Gale splits.
+// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where Gale splits a layer's backward
+// (model/weight_grad_store.h): the attention (standard or MLA) and MLP linears, the MoE experts and
+// shared experts; LoRA adapters and --tp-2d's linears are not split.
 // --overlap-grad-reduce would start a bucket's reduction once its layer's backward returns, before
 // the deferred weight gradients are in it.
 Status validate_dualpipev_dw_detach(const Arguments& a) {
@@ -476,14 +477,11 @@ Status validate_dualpipev_dw_detach(const Arguments& a) {
   if (par.schedules_method != "dualpipev")
     return InvalidArgument("--dualpipev-dw-detach needs --schedules-method dualpipev, found --schedules-method '",
                            par.schedules_method, "'");
-  const char* const splits = "--dualpipev-dw-detach defers the weight gradients of the dense GPT layers' linears only";
-  if (a.moe.enabled())
-    return InvalidArgument(splits, ": expected no MoE layers, found --num-experts ", a.moe.num_experts,
-                           " (not supported yet)");
+  const char* const splits =
+      "--dualpipev-dw-detach defers the weight gradients of the GPT layers' linears (attention, MLA, MLP, MoE "
+      "experts) only";
   if (a.lora.enabled())
     return InvalidArgument(splits, ": expected no LoRA adapters, found --lora-target-modules (not supported yet)");
-  if (a.model.multi_latent_attention)
-    return InvalidArgument(splits, ": expected no --multi-latent-attention, found it set (not supported yet)");
   if (par.tp_2d) return InvalidArgument(splits, ": expected no --tp-2d, found it set (not supported yet)");
   if (a.training.swap_attention)
     return InvalidArgument(splits, ": expected no --swap-attention (its swapped-in activations are reused before the "
