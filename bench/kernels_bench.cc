@@ -264,6 +264,24 @@ void BM_AdamW(benchmark::State& state) {  // 16 M parameters (GPT-2 small has 12
 }
 BENCHMARK(BM_AdamW)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
 
+// --optimizer-selection fused_ema_adamw: the same step plus the parameters' EMA in one pass.
+void BM_EmaAdamW(benchmark::State& state) {  // 16 M parameters, as BM_AdamW
+  OpTable t;
+  if (!table_for(state, state.range(0), &t)) return;
+  const int64_t n = 16ll << 20;
+  auto p = rand_vec(n, 21), g = rand_vec(n, 22, 0.01f);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f), s = p;
+  AdamWHyper h;
+  h.lr = 1e-4f;
+  h.weight_decay = 0.1f;
+  for (auto _ : state) {
+    t.ema_adamw_step(p.data(), g.data(), m.data(), v.data(), s.data(), n, h, 0.9999f);
+    ++h.step;
+  }
+  set_bytes(state, 9.0 * 4 * n);  // read p, g, m, v, s; write p, m, v, s
+}
+BENCHMARK(BM_EmaAdamW)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
+
 void BM_SumOfSquares(benchmark::State& state) {  // the gradient norm for --clip-grad, over 64 M values
   OpTable t;
   if (!table_for(state, state.range(0), &t)) return;

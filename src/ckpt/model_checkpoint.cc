@@ -91,10 +91,11 @@ Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const
   return Status::Ok();
 }
 
-Status load_parameters(const CheckpointReader& r, ParamBuffer& params) {
+Status load_parameters(const CheckpointReader& r, ParamBuffer& params, bool use_ema) {
   for (int id = 0; id < params.size(); ++id) {
     Tensor local = params.param_values(id);  // a copy under --reuse-fp32-param: stored split below
-    GALE_RETURN_IF_ERROR(read_local(r, params.spec(id), params.spec(id).name, local));
+    const std::string& name = params.spec(id).name;
+    GALE_RETURN_IF_ERROR(read_local(r, params.spec(id), use_ema ? ema_weight_name(r, name) : name, local));
     if (params.is_split(id)) params.set_param_values(id, local.data<float>());
   }
   return Status::Ok();
@@ -109,6 +110,18 @@ Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params
     GALE_RETURN_IF_ERROR(read_local(r, s, optimizer_state_name(state, s.name), local));
   }
   return Status::Ok();
+}
+
+std::string ema_weight_name(const CheckpointReader& r, const std::string& name) {
+  const std::string ema = optimizer_state_name("ema_params", name);
+  return r.has_tensor(ema) ? ema : name;
+}
+
+Status check_checkpoint_has_ema(const CheckpointReader& r, const std::string& flag) {
+  const StatusOr<nlohmann::json> o = r.section("optimizer");
+  if (o.ok() && o.value().is_object() && o.value().contains("ema_decay")) return Status::Ok();
+  return FailedPrecondition(flag, ": checkpoint ", r.directory(), " holds no parameter EMA (expected one saved by "
+                            "`gale pretrain --optimizer-selection fused_ema_adamw` with its optimizer state)");
 }
 
 }  // namespace gale

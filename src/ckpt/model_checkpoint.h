@@ -52,7 +52,16 @@ Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const
 
 // Reads every parameter's local shard from `r` into `params`; errors name the tensor (missing,
 // saved with another global shape, partly saved) and the checkpoint.
-Status load_parameters(const CheckpointReader& r, ParamBuffer& params);
+// `use_ema`: each parameter is read from its EMA, ema_weight_name(r, name), instead.
+Status load_parameters(const CheckpointReader& r, ParamBuffer& params, bool use_ema = false);
+
+// --use-ema: the tensor a weight `name` is read from: the parameter EMA that --optimizer-selection
+// fused_ema_adamw saves, optimizer_state_name("ema_params", name), when the checkpoint has it, else
+// `name` itself (buffers without a gradient, e.g. the MoE router's expert bias, have no EMA).
+std::string ema_weight_name(const CheckpointReader& r, const std::string& name);
+// --use-ema: Ok when the checkpoint holds the parameter EMA (its "optimizer" section records
+// ema_decay), else FailedPrecondition naming `flag`, the directory and how it should have been saved.
+Status check_checkpoint_has_ema(const CheckpointReader& r, const std::string& flag);
 // Reads one flat per-parameter state buffer saved by add_parameter_state.
 Status load_parameter_state(const CheckpointReader& r, const ParamBuffer& params, const std::string& state,
                             Tensor& flat);

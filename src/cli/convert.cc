@@ -39,6 +39,9 @@ int run_convert(int argc, char** argv) {
   p.add_choice("--save-dtype", &to_hf.save_dtype, {"fp32", "bf16"}, "gale -> hf: dtype of model.safetensors");
   p.add("--vocab-size", &to_hf.vocab_size,
         "gale -> hf: real vocabulary rows to keep (default: recorded by the conversion, else all padded rows)");
+  p.add_flag("--use-ema", &to_hf.use_ema,
+             "gale -> hf: write the parameter EMA kept by `gale pretrain --optimizer-selection fused_ema_adamw` "
+             "(MindSpeed's EMA weights) instead of the trained weights");
   add_lora_args(p, to_hf.lora);
   Status s = p.parse(argc, argv);
   if (s.ok() && p.help_requested()) {
@@ -61,6 +64,11 @@ int run_convert(int argc, char** argv) {
                         "split it was trained with)");
   if (s.ok() && p.was_set("--mtp-num-layers") && mtp_num_layers < 0)
     s = InvalidArgument("--mtp-num-layers: expected a non-negative integer, found ", mtp_num_layers);
+  if (s.ok() && to_hf.use_ema && (from_hf || !to_hf_dir))
+    s = InvalidArgument("--use-ema: exports a Gale checkpoint's parameter EMA, expected --load-model-type gale "
+                        "--save-model-type hf, found ", load_type, " -> ", save_type);
+  if (s.ok() && to_hf.use_ema && !to_hf.lora.lora_load.empty())
+    s = InvalidArgument("--use-ema with --lora-load: not supported yet (the EMA of LoRA adapters is not merged)");
   if (s.ok()) s = validate_lora_merge_args(to_hf.lora, p);
   if (s.ok() && from_hf && !to_hf.lora.lora_load.empty())
     s = InvalidArgument("--lora-load: merging LoRA adapters needs --load-model-type gale (the base they were trained on)");

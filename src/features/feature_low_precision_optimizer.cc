@@ -64,6 +64,10 @@ class LowPrecisionOptimizer : public Feature {
     if (t.swap_optimizer)
       return InvalidArgument("--quant-states ", t.quant_states,
                              ": conflicts with --swap-optimizer (the swapped state is f32); use one of them");
+    if (t.optimizer_selection == "fused_ema_adamw")
+      return Unimplemented("--quant-states ", t.quant_states,
+                           " with --optimizer-selection fused_ema_adamw: not supported yet (the fused EMA kernel "
+                           "reads f32 moments)");
     if (a.parallel.zero3() || a.parallel.zero2())
       return Unimplemented("--quant-states with ZeRO-2/3 (",
                            a.parallel.layerzero ? "--layerzero"

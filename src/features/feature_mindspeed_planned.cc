@@ -26,8 +26,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "adaptive_cp_algo or hybrid_adaptive_cp_algo)",
        {"--attention-mask-on-cpu", "--adaptive-cp-without-coarse", "--adaptive-cp-dynamic-attn-mask",
         "--adaptive-cp-only-reschedule", "--adaptive-cp-manually-set-mask-list"}},
-      {"ema-decay", nullptr, FeatureModule::kFusedCompute, "FusedEmaAdamwFeature",
-       "an exponential moving average of the weights updated with AdamW (--optimizer-selection fused_ema_adamw)", {}},
       {"auto-parallel", nullptr, FeatureModule::kParallel, "automatic parallelism (legacy code path)",
        "search of the parallel layout with a memory model and an operator cost model", {}},
       {"auto-settings", nullptr, FeatureModule::kParallel, "AutoSettingsFeature (L2)",

@@ -14,18 +14,11 @@ class OptimizerSelection : public Feature {
   int level() const override { return 1; }
   std::string counterpart() const override { return "MindSpeed --optimizer-selection fused_adamw (L0)"; }
   std::string description() const override {
-    return "vectorised AdamW over flat buffers and the gradient norm before it (fused_adamw, the default; fused_torch_adamw is the same kernel)";
+    return "vectorised AdamW over flat buffers and the gradient norm before it (fused_adamw, the default; "
+           "fused_torch_adamw is the same kernel; fused_ema_adamw's one-pass AdamW + EMA kernel is installed with it)";
   }
-  void register_args(ArgParser& parser) override {
-    parser.add_choice(flag(), &selection_, {"fused_adamw", "fused_torch_adamw", "fused_ema_adamw"},
-                      "AdamW implementation (MindSpeed)");
-  }
+  // --optimizer-selection is a training flag (train/arguments.cc): the optimizer reads it.
   bool requested(const FeatureContext& ctx) const override { return true; }
-  Status validate(const FeatureContext& ctx) const override {
-    if (selection_ == "fused_ema_adamw")
-      return Unimplemented("--optimizer-selection fused_ema_adamw: not supported yet (AdamW with EMA weights)");
-    return Status::Ok();
-  }
   bool applicable(const FeatureContext& ctx, std::string* why) const override {
     if (ctx.args->training.optimizer != "adam" && ctx.args->training.optimizer != "muon") {  // muon: its AdamW part
       *why = "--optimizer is " + ctx.args->training.optimizer;
@@ -36,9 +29,6 @@ class OptimizerSelection : public Feature {
   Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
     return install_fused_kernel(*setup.ops, "adamw", Isa::kAvx512);
   }
-
- private:
-  std::string selection_ = "fused_adamw";
 };
 
 }  // namespace

@@ -25,8 +25,8 @@
 //
 // Rules, as MindSpeed: needs --use-distributed-optimizer (the same requirement, Gale's wording);
 // conflicts with --reuse-fp32-param. Muon is refused (Gale's Muon refuses the distributed optimizer,
-// MindSpeed swaps it with its layer-wise one); fused_ema_adamw is refused by
-// --optimizer-selection already. A directory where the file cannot be created or reserved is a
+// MindSpeed swaps it with its layer-wise one); --optimizer-selection fused_ema_adamw is refused by
+// the fused-ema-adamw feature (as MindSpeed). A directory where the file cannot be created or reserved is a
 // start-up error naming the directory and the file.
 //
 // Tests: tests/optim/state_swap_test.cc (chunk plan, staging), tests/core/swap_file_test.cc (file IO, errors),

@@ -145,6 +145,7 @@ OpTable reference_ops() {
   t.lm_head_loss_forward = lm_head_loss_forward_ref;
   t.lm_head_loss_backward = lm_head_loss_backward_ref;
   t.adamw_step = adamw_step_ref;
+  t.ema_adamw_step = ema_adamw_step_ref;
   t.sum_of_squares = gale::sum_of_squares;
   for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
                          "bias_dropout_add_norm", "lm_head_loss", "adamw"})

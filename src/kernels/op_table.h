@@ -102,6 +102,7 @@ using RopeFn = decltype(&rope_forward_ref);
 using EmbeddingForwardFn = decltype(&embedding_forward_ref);
 using EmbeddingBackwardFn = decltype(&embedding_backward_ref);
 using AdamWFn = decltype(&adamw_step_ref);
+using EmaAdamWFn = decltype(&ema_adamw_step_ref);
 using SumOfSquaresFn = decltype(&sum_of_squares);
 
 struct OpTable {
@@ -136,6 +137,8 @@ struct OpTable {
   LmHeadLossForwardFn lm_head_loss_forward;
   LmHeadLossBackwardFn lm_head_loss_backward;
   AdamWFn adamw_step;
+  // --optimizer-selection fused_ema_adamw: AdamW and the parameters' EMA in one pass; installed with adamw.
+  EmaAdamWFn ema_adamw_step;
   // Σ g² of a gradient segment for the global gradient norm (clipping); installed with adamw.
   SumOfSquaresFn sum_of_squares;
 

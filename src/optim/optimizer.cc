@@ -61,10 +61,18 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     GALE_CHECK(!config_.swap) << "--quant-states with --swap-optimizer: not supported";
     quant_mode_ = config_.quant_states == "fp8" ? QuantMode::kLinear : QuantMode::kMx;
   }
+  GALE_CHECK(!config_.ema || config_.type == "adam")
+      << "--optimizer-selection fused_ema_adamw needs --optimizer adam, found " << config_.type;
+  GALE_CHECK(!config_.ema || !config_.swap) << "--optimizer-selection fused_ema_adamw with --swap-optimizer: not supported";
+  GALE_CHECK(!config_.ema || (config_.ema_decay >= 0.0 && config_.ema_decay <= 1.0))
+      << "--ema-decay " << config_.ema_decay << ": expected a value in [0, 1]";
+  GALE_CHECK(!(quant_ && config_.ema)) << "--quant-states with --optimizer-selection fused_ema_adamw: not supported";
   int64_t state_base = 0;
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
     GALE_CHECK(!config_.swap || !b.params->reuses_fp32()) << "--swap-optimizer with --reuse-fp32-param: not supported";
+    GALE_CHECK(!config_.ema || !b.params->reuses_fp32())
+        << "--optimizer-selection fused_ema_adamw with --reuse-fp32-param: not supported";
     if (b.counts_in_norm.empty()) b.counts_in_norm.assign(static_cast<size_t>(b.params->size()), true);
     GALE_CHECK_EQ(static_cast<int>(b.counts_in_norm.size()), b.params->size());
     const size_t np = static_cast<size_t>(b.params->size());
@@ -122,6 +130,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
+      if (config_.ema) s.ema = Tensor::zeros({n});  // set to the parameters at the first step
     } else if (config_.sgd_momentum != 0.0) {
       s.momentum = Tensor::zeros({n});
     }
@@ -133,7 +142,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, ParamBuffer* params, const O
     : Optimizer(config, std::vector<OptimizedBuffer>{OptimizedBuffer{params, {}, std::nullopt}}, ops,
                 std::move(norm_group)) {}
 
+float ema_decay_at(double ema_decay, int64_t step) {
+  const double t = static_cast<double>(step);
+  return static_cast<float>(std::min(ema_decay, (1.0 + t) / (10.0 + t)));
+}
+
 std::vector<std::string> Optimizer::state_names() const {
+  if (config_.ema) return {"exp_avg", "exp_avg_sq", "ema_params"};
   if (config_.type == "adam" || config_.type == "muon") return {"exp_avg", "exp_avg_sq"};
   if (config_.sgd_momentum != 0.0) return {"momentum_buffer"};
   return {};
@@ -156,7 +171,7 @@ Status Optimizer::open_swap() {
 
 float* Optimizer::state_at(BufferState& b, int k, int64_t index) {
   if (swap_) return swap_->at(k, b.state_base + index);
-  Tensor& t = k == 1 ? b.exp_avg_sq : b.momentum.defined() ? b.momentum : b.exp_avg;
+  Tensor& t = k == 2 ? b.ema : k == 1 ? b.exp_avg_sq : b.momentum.defined() ? b.momentum : b.exp_avg;
   return t.data<float>() + index;
 }
 
@@ -244,6 +259,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   h.beta2 = static_cast<float>(config_.beta2);
   h.eps = static_cast<float>(config_.eps);
   h.step = step_;
+  const float ema_decay = config_.ema ? ema_decay_at(config_.ema_decay, step_) : 0.0f;
   // --reuse-fp32-param: a parameter stored split (model/params.h) is reconstructed in f32 blocks of
   // kSplitBlock elements (a multiple of every vector width: each element's update is the same
   // whatever block it falls in), updated, and split again; Muon's whole-matrix update takes it whole.
@@ -273,6 +289,11 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         } else if (adam && quant_) {  // whole segments: blocks are not cut
           GALE_CHECK(at == 0 && n == seg.numel) << "--quant-states: a segment updated in pieces";
           adamw_step_quantised(p, g, quant_ref(b, si, false), quant_ref(b, si, true), n, b.quant[si].layout, h);
+        } else if (adam && config_.ema) {
+          float* s = state_at(b, 2, seg.state_offset + at);
+          if (step_ == 1) std::copy(p, p + n, s);  // MindSpeed: the EMA starts as the parameters
+          ops_->ema_adamw_step(p, g + at, state_at(b, 0, seg.state_offset + at), state_at(b, 1, seg.state_offset + at),
+                               s, n, h, ema_decay);
         } else if (adam) {
           ops_->adamw_step(p, g + at, state_at(b, 0, seg.state_offset + at), state_at(b, 1, seg.state_offset + at), n,
                            h);
@@ -345,6 +366,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
     }
     return out;
   }
+  if (config_.ema) return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"ema_params", s.ema}};
   if (config_.type == "adam") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
   if (config_.type == "muon")
     return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"momentum_buffer", s.exp_avg}};
@@ -386,7 +408,8 @@ Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string,
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = swap_ ? swap_->staging_bytes() : 0;
   for (const BufferState& s : buffers_)
-    for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum, &s.m_codes, &s.v_codes, &s.m_scales, &s.v_scales})
+    for (const Tensor* t :
+         {&s.exp_avg, &s.exp_avg_sq, &s.momentum, &s.m_codes, &s.v_codes, &s.m_scales, &s.v_scales, &s.ema})
       if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
 }

@@ -75,7 +75,19 @@ struct OptimizerConfig {
   // with the distributed optimizer a block cut by a shard boundary is quantised as two blocks,
   // one on each rank (Optimizer::quant_layout).
   std::string quant_states;
+  // --optimizer-selection fused_ema_adamw (MindSpeed's FusedEmaAdamW): AdamW also keeps an
+  // exponential moving average of the f32 parameters as a third state tensor, "ema_params", updated
+  // in the same pass after each applied step t (1, 2, ...; skipped steps do not count) with the
+  // updated values p_t:
+  //   d_t = min(ema_decay, (1 + t) / (10 + t))        (MindSpeed's use_num_updates warm-up)
+  //   ema ← d_t·ema + (1 − d_t)·p_t,  with ema = p_0 (the values before step 1) at the first step.
+  // Training itself is AdamW's, bit for bit. Adam only; not --swap-optimizer, --reuse-fp32-param.
+  bool ema = false;
+  double ema_decay = 0.9999;  // --ema-decay, in [0, 1]
 };
+
+// The EMA decay of applied step t (1-based) for --ema-decay `ema_decay` (OptimizerConfig::ema).
+float ema_decay_at(double ema_decay, int64_t step);
 
 struct StepResult {
   bool applied = false;    // false when the gradients were not finite (the update was skipped)
@@ -169,7 +181,8 @@ class Optimizer {
   // The owned pieces of buffer `b`'s parameters, in state order. Without sharding: one segment per
   // parameter, with state_offset equal to the parameter's offset.
   const std::vector<Segment>& segments(size_t b = 0) const { return buffers_.at(b).segments; }
-  // State tensors of buffer `b`, indexed by Segment::state_offset: "exp_avg", "exp_avg_sq" for Adam,
+  // State tensors of buffer `b`, indexed by Segment::state_offset: "exp_avg", "exp_avg_sq" for Adam
+  // (and "ema_params", the parameters' EMA, with OptimizerConfig::ema),
   // "momentum_buffer" for SGD (with momentum). Without sharding they have the parameters' offsets.
   // Muon: "exp_avg", "exp_avg_sq" and "momentum_buffer", where the momentum buffer of a Muon
   // parameter lives in the exp_avg storage (the same tensor), so the state takes Adam's memory;
@@ -214,6 +227,7 @@ class Optimizer {
     bool sharded = false;
     std::vector<Segment> segments;
     Tensor exp_avg, exp_avg_sq, momentum;  // undefined with --swap-optimizer (the state is in swap_)
+    Tensor ema;                            // OptimizerConfig::ema: the parameters' EMA (else undefined)
     int64_t state_numel = 0;  // elements of each state tensor
     int64_t state_base = 0;   // where they start in the swap file's packed order (all buffers)
     // --quant-states: per segment, its blocks and where its scales start (bytes).

@@ -163,6 +163,12 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--adam-beta2", &a.adam_beta2, "AdamW beta2");
   p.add("--adam-eps", &a.adam_eps, "AdamW epsilon");
   p.add("--sgd-momentum", &a.sgd_momentum, "SGD momentum");
+  p.add_choice("--optimizer-selection", &a.optimizer_selection, {"fused_adamw", "fused_torch_adamw", "fused_ema_adamw"},
+               "MindSpeed: the AdamW implementation; fused_ema_adamw also keeps an exponential moving average of the "
+               "parameters (saved in checkpoints as optimizer.ema_params.<name>; `gale convert --use-ema` exports it)");
+  p.add("--ema-decay", &a.ema_decay,
+        "MindSpeed: decay of fused_ema_adamw's parameter EMA, in [0, 1] (default 0.9999; the first steps use "
+        "min(decay, (1 + t) / (10 + t)))");
   p.add("--muon-momentum", &a.muon_momentum, "Muon's momentum (an EMA of the gradients)");
   p.add_false("--muon-no-split-qkv", &a.muon_split_qkv,
               "Muon: orthogonalise the fused QKV weight whole, not its query, key and value rows apart");

@@ -156,6 +156,11 @@ struct TrainingArgs {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
+  // --optimizer-selection (MindSpeed): fused_adamw (default) and fused_torch_adamw are the same
+  // AdamW; fused_ema_adamw also keeps an EMA of the parameters with decay --ema-decay
+  // (optim/optimizer.h OptimizerConfig::ema; features/feature_fused_ema_adamw.cc).
+  std::string optimizer_selection = "fused_adamw";
+  double ema_decay = 0.9999;
   // --optimizer muon (Megatron's flags and defaults; optim/optimizer.h MuonConfig).
   double muon_momentum = 0.9;
   bool muon_nesterov = false;
@@ -400,6 +405,9 @@ struct CheckpointArgs {
   bool save_rng = true;    // --no-save-rng
   bool finetune = false;
   bool exit_on_missing_checkpoint = false;
+  // --use-ema (`gale generate`, `gale evaluate`; `gale convert` has its own): read the model's
+  // weights from the checkpoint's parameter EMA (--optimizer-selection fused_ema_adamw) instead.
+  bool use_ema = false;
   // --ckpt-format: one of kCkptFormats, accepted for Megatron's scripts; Gale always writes its own
   // format (docs/formats/checkpoint.md). --async-save needs one with an asynchronous save in Megatron.
   std::string ckpt_format = "torch_dist";

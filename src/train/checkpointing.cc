@@ -216,6 +216,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                              {"steps_taken", optimizer.steps_taken()},
                              {"use_distributed_optimizer", args.parallel.use_distributed_optimizer}};
     if (optimizer.quantised()) sections["optimizer"]["quant_states"] = optimizer.config().quant_states;
+    // --optimizer-selection fused_ema_adamw: the EMA is in the tensors (optimizer.ema_params.<name>).
+    if (optimizer.config().ema) sections["optimizer"]["ema_decay"] = optimizer.config().ema_decay;
     if (engine.grad_scaler) {  // --fp16: Megatron keeps the scaler in the optimizer's state
       const GradScalerState& g = engine.grad_scaler->state();
       sections["optimizer"]["grad_scaler"] = {{"scale", g.scale},
@@ -360,6 +362,10 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       return FailedPrecondition("checkpoint ", r.directory(), " holds ", o.at("type").get<std::string>(),
                                 " optimizer state; this run uses --optimizer ", optimizer.config().type,
                                 " (use --no-load-optim to start the optimizer afresh)");
+    if (optimizer.config().ema && !o.contains("ema_decay"))
+      return FailedPrecondition("checkpoint ", r.directory(), " holds no parameter EMA (saved without "
+                                "--optimizer-selection fused_ema_adamw); this run uses fused_ema_adamw (use "
+                                "--no-load-optim to start the optimizer, and the EMA, from the loaded parameters)");
   }
   finish_param_sync(engine);  // nothing may still write into the parameters being loaded
   const GatheredParams gathered(engine, /*write_back=*/true);  // ZeRO-3: loaded whole, each rank keeps its shard

@@ -8,6 +8,7 @@
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_writer.h"
+#include "ckpt/model_checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "comm/communicator.h"
 #include "train/arguments.h"
@@ -175,6 +176,7 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   if (o.save_dtype != "fp32" && o.save_dtype != "bf16")
     return InvalidArgument("--save-dtype: expected fp32 or bf16, found '", o.save_dtype, "'");
   GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(o.load_dir));
+  if (o.use_ema) GALE_RETURN_IF_ERROR(check_checkpoint_has_ema(r, "--use-ema"));
   const std::string where = r.directory() + "/metadata.json";
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
@@ -195,6 +197,7 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
                 " rows of the padded vocabulary (pass --vocab-size to drop the padding)"));
   }
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
+  if (o.use_ema) log("writing the parameter EMA (optimizer.ema_params.*) instead of the trained weights");
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size,
               m.mtp_layers > 0 ? str_cat(", ", m.mtp_layers, " MTP layers (num_nextn_predict_layers)") : std::string()));
@@ -210,7 +213,8 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
                         hf_tensors_from_gale(
                             m,
                             [&](const std::string& name, const Shape& shape) -> StatusOr<Tensor> {
-                              GALE_ASSIGN_OR_RETURN(Tensor t, r.read(name, shape, DType::kF32));
+                              GALE_ASSIGN_OR_RETURN(
+                                  Tensor t, r.read(o.use_ema ? ema_weight_name(r, name) : name, shape, DType::kF32));
                               if (merge && merge->adapts(name)) GALE_RETURN_IF_ERROR(merge->merge_into(name, t));
                               return t;
                             },

@@ -52,6 +52,9 @@ struct GaleToHfOptions {
   int64_t vocab_size = 0;   // real vocabulary rows; 0: the checkpoint's args vocab_size, else all padded rows
   LoraArgs lora;            // --lora-load set: merge these adapters into the weights (train/lora_merge.h)
   int64_t mtp_num_layers = kUnset;  // --mtp-num-layers: MTP layers to write (the first N; 0: none); kUnset: all
+  // --use-ema: write the parameter EMA of --optimizer-selection fused_ema_adamw (the checkpoint's
+  // optimizer.ema_params.<name>) instead of the trained weights; a checkpoint without it is an error.
+  bool use_ema = false;
 };
 Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log);
 

@@ -40,6 +40,9 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
                   "compute with f16 weights and GEMM inputs, as `gale pretrain --fp16` (no loss scaling in inference)");
   parser.group("checkpoint");
   parser.add("--load", &args.checkpoint.load, "checkpoint directory written by `gale pretrain --save` (required)");
+  parser.add_flag("--use-ema", &args.checkpoint.use_ema,
+                  "run the parameter EMA that `gale pretrain --optimizer-selection fused_ema_adamw` saved (MindSpeed's "
+                  "EMA weights) instead of the trained weights");
   parser.add_flag("--use-checkpoint-args", &args.checkpoint.use_checkpoint_args,
                   "take the model flags from the checkpoint (its metadata.json args) instead of the command line");
 }
@@ -48,6 +51,8 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
   if (args.training.bf16 && args.training.fp16) return InvalidArgument("--fp16 and --bf16 are exclusive: give one of them");
   GALE_RETURN_IF_ERROR(validate_lora_merge_args(args.lora, parser));
+  if (args.checkpoint.use_ema && !args.lora.lora_load.empty())
+    return InvalidArgument("--use-ema with --lora-load: not supported yet (the EMA of LoRA adapters is not merged)");
   if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
   return validate_moe_args(args, parser);
@@ -56,6 +61,7 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
   auto m = std::make_unique<InferenceModel>();
   GALE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::open(args.checkpoint.load));
+  if (args.checkpoint.use_ema) GALE_RETURN_IF_ERROR(check_checkpoint_has_ema(reader, "--use-ema"));
   if (args.checkpoint.use_checkpoint_args) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json saved, reader.section("args"));
     const std::string where = reader.directory() + "/metadata.json";
@@ -81,7 +87,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
   ParamBuffer& pb = m->model->params();
-  GALE_RETURN_IF_ERROR(load_parameters(reader, pb));
+  GALE_RETURN_IF_ERROR(load_parameters(reader, pb, args.checkpoint.use_ema));
   pb.refresh_gemm_copy();  // --bf16 / --fp16: the GEMM copy of the loaded weights
   if (!args.lora.lora_load.empty()) {
     GALE_ASSIGN_OR_RETURN(LoraMerge merge, LoraMerge::open(args.lora));

@@ -9,7 +9,10 @@
 // With --lora-load (and the --lora-r / --lora-alpha / --lora-target-modules it was trained with)
 // the adapters are merged into the base weights at load (train/lora_merge.h). A checkpoint trained
 // with --mtp-num-layers loads too: the model is built without the multi-token-prediction layers and
-// their tensors are ignored (as Megatron's inference does).
+// their tensors are ignored (as Megatron's inference does). With --use-ema the weights are the
+// parameter EMA a `gale pretrain --optimizer-selection fused_ema_adamw` checkpoint holds
+// (optimizer.ema_params.<name>; ckpt/model_checkpoint.h ema_weight_name); a checkpoint without it
+// is an error.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +42,7 @@ struct InferenceModel {
   Tensor next_logits(std::span<const int32_t> ids, KvCache* cache) const;
 };
 
-// --load, --use-checkpoint-args, the model flags (with the MoE and LoRA flags) and the tokenizer flags, in the
+// --load, --use-ema, --use-checkpoint-args, the model flags (with the MoE and LoRA flags) and the tokenizer flags, in the
 // parser's current group order.
 void add_inference_model_args(ArgParser& parser, Arguments& args);
 

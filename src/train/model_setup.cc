@@ -151,6 +151,8 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.swap_times = t.swap_optimizer_times;
   o.swap_dir = t.swap_optimizer_dir;
   o.quant_states = t.quant_states;
+  o.ema = t.optimizer_selection == "fused_ema_adamw";
+  o.ema_decay = t.ema_decay;
   o.muon.momentum = t.muon_momentum;
   o.muon.nesterov = t.muon_nesterov;
   o.muon.split_qkv = t.muon_split_qkv;

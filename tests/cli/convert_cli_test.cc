@@ -100,6 +100,24 @@ TEST(GaleConvert, UsageErrorsAreOneLine) {
   EXPECT_NE(r.output.find("--num-layer-list 0,2: the layers of the 2 pipeline stages"), std::string::npos) << r.output;
 }
 
+// --use-ema (the parameter EMA of --optimizer-selection fused_ema_adamw): Gale -> HF only, and the
+// checkpoint must hold the EMA (tests/train/ema_adamw_test.cc exports one).
+TEST(GaleConvert, UseEmaErrors) {
+  TempDir tmp;
+  test::RunResult r = convert_to_gale(fixture("llama"), tmp.file("gale"), {"--use-ema"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "gale convert: error: --use-ema: exports a Gale checkpoint's parameter EMA, expected "
+                      "--load-model-type gale --save-model-type hf, found hf -> gale\n");
+  r = convert_to_gale(fixture("llama"), tmp.file("gale"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir", tmp.file("gale"),
+            "--save-dir", tmp.file("hf"), "--use-ema"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "gale convert: error: --use-ema: checkpoint " + tmp.file("gale") +
+                          "/iter_0000000 holds no parameter EMA (expected one saved by `gale pretrain "
+                          "--optimizer-selection fused_ema_adamw` with its optimizer state)\n");
+}
+
 // HF -> Gale, then `gale generate --use-checkpoint-args` continues the fixture's tokens greedily
 // exactly as transformers does (mistral_swa: as the plain-torch reference with its window of 4,
 // tools/reference/sliding_window_fixture.py; the KV cache then holds keys older than the window).

@@ -117,7 +117,6 @@ TEST(KernelFeatures, RequirementsNameBothFlags) {
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rotary-pos-emb"}).status.message(),
             "--use-fused-rotary-pos-emb requires --position-embedding-type rope");
-  EXPECT_EQ(ResolvedFeatures({"--optimizer-selection", "fused_ema_adamw"}).status.code(), StatusCode::kUnimplemented);
 }
 
 TEST(KernelFeatures, UnavailableIsaFallsBackAndSaysSo) {

@@ -50,6 +50,8 @@ TEST(LowPrecisionOptimizerFeature, RefusesWhatItCannotServe) {
        {"--quant-states fp8", "--swap-optimizer"}},
       {{"--quant-states", "fp8", "--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
        {"--quant-states", "optim_grads_params", "not supported yet"}},
+      {{"--quant-states", "fp8", "--optimizer-selection", "fused_ema_adamw"},
+       {"--quant-states fp8", "--optimizer-selection fused_ema_adamw", "not supported yet"}},
   };
   for (const Case& c : cases) {
     ResolvedFeatures r(c.flags);

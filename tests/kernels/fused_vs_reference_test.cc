@@ -347,6 +347,40 @@ TEST_P(FusedVsReference, AdamWIsExact) {
     }
 }
 
+// --optimizer-selection fused_ema_adamw: the one-pass kernel equals the reference (AdamW, then the
+// EMA pass) bit for bit, and its parameters and moments are plain AdamW's.
+TEST_P(FusedVsReference, EmaAdamWIsExact) {
+  for (int64_t n : {1, 15, 17, 1000, 100003})
+    for (float decay : {0.0f, 2.0f / 11.0f, 0.9999f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " decay " << decay);
+      AdamWHyper h;
+      h.lr = 3e-4f;
+      h.weight_decay = 0.1f;
+      h.step = 7;
+      h.grad_scale = 0.5f;
+      auto p0 = random_vector(n, 91), g = random_vector(n, 92, 0.01f), m0 = random_vector(n, 93, 0.001f);
+      auto v0 = random_vector(n, 94, 1e-6f), s0 = random_vector(n, 95);
+      for (auto& x : v0) x = std::fabs(x);
+      std::vector<float> p_ref = p0, m_ref = m0, v_ref = v0, s_ref = s0, p = p0, m = m0, v = v0, s = s0;
+      ref_.ema_adamw_step(p_ref.data(), g.data(), m_ref.data(), v_ref.data(), s_ref.data(), n, h, decay);
+      fused().ema_adamw_step(p.data(), g.data(), m.data(), v.data(), s.data(), n, h, decay);
+      EXPECT_EQ(bit_differences(p, p_ref), 0);
+      EXPECT_EQ(bit_differences(m, m_ref), 0);
+      EXPECT_EQ(bit_differences(v, v_ref), 0);
+      EXPECT_EQ(bit_differences(s, s_ref), 0);
+      std::vector<float> p_adam = p0, m_adam = m0, v_adam = v0;
+      fused().adamw_step(p_adam.data(), g.data(), m_adam.data(), v_adam.data(), n, h);
+      EXPECT_EQ(bit_differences(p, p_adam), 0) << "the EMA must not change the AdamW step";
+      EXPECT_EQ(bit_differences(m, m_adam), 0);
+      EXPECT_EQ(bit_differences(v, v_adam), 0);
+      // The EMA: d·s + (1 − d)·p_new element by element (decay 1 keeps s, 0 takes p_new).
+      for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 7))
+        EXPECT_EQ(s_ref[i], decay * s0[i] + (1.0f - decay) * p_ref[i]) << i;
+      if (decay == 1.0f) EXPECT_EQ(bit_differences(s, s0), 0);
+      if (decay == 0.0f) EXPECT_EQ(bit_differences(s, p), 0);
+    }
+}
+
 TEST_P(FusedVsReference, AdamWGradScaleEqualsClippingFirst) {
   const int64_t n = 5001;
   AdamWHyper h;
@@ -755,6 +789,7 @@ TEST(InstallFusedKernel, EveryOpGroupAndItsName) {
   EXPECT_EQ(t.norm_backward, s.norm_backward);
   EXPECT_EQ(t.lm_head_loss_backward, s.lm_head_loss_backward);
   EXPECT_EQ(t.adamw_step, s.adamw_step);
+  EXPECT_EQ(t.ema_adamw_step, s.ema_adamw_step);
   EXPECT_EQ(t.bias_dropout_add_norm, s.bias_dropout_add_norm);
   EXPECT_EQ(t.gemm, &sgemm_partitioned);
   EXPECT_EQ(t.impl["gemm"], "partitioned");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/allocator.h"
 #include "kernels/op_table.h"
@@ -216,6 +217,149 @@ TEST(ShardedOptimizerNorm, AdamFoldsClippingIntoTheUpdate) {
   ASSERT_TRUE(b.step(1e-2, 0.1).applied);
   for (int64_t i = 0; i < clipped.numel(); ++i)
     EXPECT_EQ(clipped.flat_params().data<float>()[i], prescaled.flat_params().data<float>()[i]) << "element " << i;
+}
+
+
+// --optimizer-selection fused_ema_adamw (OptimizerConfig::ema) ---------------------------------
+
+OptimizerConfig ema_config(double decay) {
+  OptimizerConfig c = config("adam");
+  c.ema = true;
+  c.ema_decay = decay;
+  return c;
+}
+
+const float* ema_of(const Optimizer& o, size_t b = 0) {
+  for (const auto& [name, t] : o.state(b))
+    if (name == "ema_params") return t.data<float>();
+  return nullptr;
+}
+
+TEST(EmaAdamW, DecayWarmsUpAsMindSpeed) {
+  EXPECT_EQ(ema_decay_at(0.9999, 1), 2.0f / 11.0f);
+  EXPECT_EQ(ema_decay_at(0.9999, 2), 0.25f);
+  EXPECT_EQ(ema_decay_at(0.5, 1), 2.0f / 11.0f);
+  EXPECT_EQ(ema_decay_at(0.5, 8), 0.5f);  // 9/18: the warm-up reaches the decay
+  EXPECT_EQ(ema_decay_at(0.5, 100), 0.5f);
+  EXPECT_EQ(ema_decay_at(0.0, 3), 0.0f);
+}
+
+// Parameters and moments are plain AdamW's, bit for bit; the EMA is the closed form
+//   e_T = (Π_t d_t)·p_0 + Σ_t (1 − d_t)·(Π_{u>t} d_u)·p_t
+// over the parameters p_t after each step (p_0 the initial values), computed here in double.
+TEST(EmaAdamW, TrainsAsAdamWAndKeepsTheClosedFormEma) {
+  const OpTable ops = reference_ops();
+  for (double decay : {0.9999, 0.3}) {
+    SCOPED_TRACE(::testing::Message() << "decay " << decay);
+    ParamBuffer plain = make_buffer(), ema = make_buffer();
+    Optimizer adam(config("adam"), &plain, &ops, make_self_communicator("mp"));
+    Optimizer with_ema(ema_config(decay), &ema, &ops, make_self_communicator("mp"));
+    EXPECT_EQ(with_ema.state_bytes(), 12 * ema.numel());
+    const int64_t n = plain.numel();
+    std::vector<std::vector<double>> p;  // p[t][i]
+    p.emplace_back(plain.flat_params().data<float>(), plain.flat_params().data<float>() + n);
+    constexpr int kSteps = 12;
+    for (int step = 0; step < kSteps; ++step) {
+      set_grads(plain, step);
+      set_grads(ema, step);
+      ASSERT_TRUE(adam.step(1e-2, 0.1).applied);
+      ASSERT_TRUE(with_ema.step(1e-2, 0.1).applied);
+      ASSERT_EQ(std::memcmp(plain.flat_params().data<float>(), ema.flat_params().data<float>(), 4 * n), 0)
+          << "step " << step + 1;
+      p.emplace_back(plain.flat_params().data<float>(), plain.flat_params().data<float>() + n);
+    }
+    const auto a = adam.state(0), e = with_ema.state(0);
+    ASSERT_EQ(e.size(), 3u);
+    EXPECT_EQ(e[2].first, "ema_params");
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(std::memcmp(a[k].second.data<float>(), e[k].second.data<float>(), 4 * n), 0) << a[k].first;
+    const float* got = ema_of(with_ema);
+    ASSERT_NE(got, nullptr);
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0.0, tail = 1.0;  // Π_{u>t} d_u, built from the last step down
+      for (int t = kSteps; t >= 1; --t) {
+        const double d = std::min(decay, (1.0 + t) / (10.0 + t));
+        want += (1.0 - d) * tail * p[static_cast<size_t>(t)][static_cast<size_t>(i)];
+        tail *= d;
+      }
+      want += tail * p[0][static_cast<size_t>(i)];
+      EXPECT_NEAR(got[i], want, 1e-6 * (1.0 + std::fabs(want))) << "element " << i;
+      EXPECT_NE(got[i], ema.flat_params().data<float>()[i]) << "the EMA lags the parameters";
+    }
+  }
+}
+
+// A hand-computed case: one parameter, lr 0 (the parameter stays p), decay 0.5: the EMA of a
+// constant is the constant; then with the EMA set to 0 by hand, step 9 (d = min(0.5, 10/19) = 0.5)
+// gives 0.5·0 + 0.5·p.
+TEST(EmaAdamW, HandComputedValues) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb;
+  ParamSpec w;
+  w.name = "w";
+  w.global_shape = {2};
+  pb.add(w);
+  pb.finalize();
+  pb.flat_params().data<float>()[0] = 3.0f;
+  pb.flat_params().data<float>()[1] = -1.5f;
+  Optimizer o(ema_config(0.5), &pb, &ops, make_self_communicator("mp"));
+  pb.flat_grads().data<float>()[0] = 1.0f;
+  pb.flat_grads().data<float>()[1] = 2.0f;
+  for (int step = 0; step < 8; ++step) ASSERT_TRUE(o.step(0.0, 0.0).applied);
+  const float* e = ema_of(o);
+  EXPECT_EQ(e[0], 3.0f);
+  EXPECT_EQ(e[1], -1.5f);
+  const_cast<float*>(e)[0] = 0.0f;  // state() shares the optimizer's storage
+  const_cast<float*>(e)[1] = 0.0f;
+  ASSERT_TRUE(o.step(0.0, 0.0).applied);
+  EXPECT_EQ(e[0], 1.5f);
+  EXPECT_EQ(e[1], -0.75f);
+  // A real step: lr 0.1, step 10 (d = 0.5): p ← p − 0.1·(m̂/(√v̂ + eps)), EMA = 0.5·e + 0.5·p_new.
+  const float p0 = pb.flat_params().data<float>()[0];
+  ASSERT_TRUE(o.step(0.1, 0.0).applied);
+  const float p1 = pb.flat_params().data<float>()[0];
+  EXPECT_NEAR(p1, p0 - 0.1f, 1e-6f);  // a constant gradient: m̂/√v̂ = 1
+  EXPECT_EQ(e[0], 0.5f * 1.5f + 0.5f * p1);
+}
+
+TEST(EmaAdamW, SkippedStepsLeaveTheEmaAndItsCount) {
+  const OpTable ops = reference_ops();
+  ParamBuffer pb = make_buffer();
+  Optimizer o(ema_config(0.9), &pb, &ops, make_self_communicator("mp"));
+  set_grads(pb, 0);
+  ASSERT_TRUE(o.step(1e-2, 0.0).applied);
+  const int64_t n = pb.numel();
+  const std::vector<float> before(ema_of(o), ema_of(o) + n);
+  pb.flat_grads().data<float>()[3] = std::nanf("");
+  EXPECT_FALSE(o.step(1e-2, 0.0).applied);
+  EXPECT_EQ(o.steps_taken(), 1);
+  EXPECT_EQ(std::memcmp(before.data(), ema_of(o), 4 * n), 0);
+}
+
+// Owned ranges that cut parameters (the distributed optimizer's shards): each shard's EMA, packed in
+// owned-range order, is the whole-buffer optimizer's EMA of those elements, bit for bit.
+TEST(EmaAdamW, ShardedEmaIsTheWholeBuffersEma) {
+  const OpTable ops = reference_ops();
+  ParamBuffer full = make_buffer(), left = make_buffer(), right = make_buffer();
+  const std::vector<FlatRange> left_ranges = {{3, 9}, {18, 23}};
+  const std::vector<FlatRange> right_ranges = {{0, 3}, {9, 18}, {23, 28}};
+  Optimizer whole(ema_config(0.9), &full, &ops, make_self_communicator("mp"));
+  Optimizer a(ema_config(0.9), {OptimizedBuffer{&left, {}, left_ranges}}, &ops, make_self_communicator("mp"));
+  Optimizer b(ema_config(0.9), {OptimizedBuffer{&right, {}, right_ranges}}, &ops, make_self_communicator("mp"));
+  EXPECT_EQ(a.state_bytes(), 12 * 11);
+  for (int step = 0; step < 4; ++step) {
+    for (ParamBuffer* pb : {&full, &left, &right}) set_grads(*pb, step);
+    ASSERT_TRUE(whole.step(1e-2, 0.1).applied);
+    ASSERT_TRUE(a.step(1e-2, 0.1).applied);
+    ASSERT_TRUE(b.step(1e-2, 0.1).applied);
+  }
+  const float* want = ema_of(whole);
+  for (const Optimizer* o : {&a, &b}) {
+    const float* got = ema_of(*o);
+    for (const Optimizer::Segment& seg : o->segments())
+      for (int64_t i = 0; i < seg.numel; ++i)
+        EXPECT_EQ(got[seg.state_offset + i], want[seg.begin + i]) << "element " << seg.begin + i;
+  }
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ void fill_elementwise(FusedKernelSet* s) {
   s->embedding_forward = &embedding_forward<V>;
   s->embedding_backward = &embedding_backward<V>;
   s->adamw_step = &adamw_step<V>;
+  s->ema_adamw_step = &ema_adamw_step<V>;
   s->sum_of_squares = &sum_of_squares<V>;
   s->exp = &exp_array<V>;
   s->erf = &erf_array<V>;

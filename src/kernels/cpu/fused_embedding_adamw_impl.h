@@ -64,6 +64,35 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const A
   });
 }
 
+// adamw_step and the EMA of the updated parameters in the same pass (ema_adamw_step_ref's
+// arithmetic, so bit-identical to it): s = d·s + (1 − d)·p_new.
+template <class V>
+void ema_adamw_step(float* p, const float* g, float* m, float* v, float* s, int64_t n, const AdamWHyper& h,
+                    float ema_decay) {
+  using F = typename V::F;
+  const float bc1 = 1.0f - __builtin_powf(h.beta1, static_cast<float>(h.step));
+  const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
+  const F b1 = V::set1(h.beta1), b2 = V::set1(h.beta2), c1 = V::set1(1.0f - h.beta1), c2 = V::set1(1.0f - h.beta2);
+  const F vbc1 = V::set1(bc1), vbc2 = V::set1(bc2), eps = V::set1(h.eps), wd = V::set1(h.weight_decay);
+  const F lr = V::set1(h.lr), grad_scale = V::set1(h.grad_scale);
+  const F keep = V::set1(ema_decay), take = V::set1(1.0f - ema_decay);
+  parallel_for(n, 1 << 15, [&](int64_t b, int64_t e) {
+    for_vectors<V>(e - b, [&](int64_t i0, int64_t k) GALE_ALWAYS_INLINE {
+      const int64_t i = b + i0;
+      const F gv = V::mul(ld<V>(g + i, k), grad_scale), pv = ld<V>(p + i, k);
+      const F mv = V::add(V::mul(b1, ld<V>(m + i, k)), V::mul(c1, gv));
+      const F vv = V::add(V::mul(b2, ld<V>(v + i, k)), V::mul(V::mul(c2, gv), gv));
+      const F denom = V::add(V::sqrt(V::div(vv, vbc2)), eps);
+      const F update = V::add(V::div(V::div(mv, vbc1), denom), V::mul(wd, pv));
+      const F pn = V::sub(pv, V::mul(lr, update));
+      st<V>(m + i, mv, k);
+      st<V>(v + i, vv, k);
+      st<V>(p + i, pn, k);
+      st<V>(s + i, V::add(V::mul(keep, ld<V>(s + i, k)), V::mul(take, pn)), k);
+    });
+  });
+}
+
 // Σ x² over [0, len) in blocks of kSumBlock elements, each summed in four float-vector chains (one
 // chain waits on the add latency: the scalar build ran 2.4x faster with four) that are added
 // pairwise; blocks are added in double.

@@ -32,6 +32,7 @@ struct FusedKernelSet {
   LmHeadLossForwardFn lm_head_loss_forward = nullptr;
   LmHeadLossBackwardFn lm_head_loss_backward = nullptr;
   AdamWFn adamw_step = nullptr;
+  EmaAdamWFn ema_adamw_step = nullptr;  // installed with adamw
 
   // Not (yet) an OpTable entry: the optimizer's gradient-norm reduction, Σ x² (deterministic,
   // vectorised; within 1e-6 relative of sum_of_squares in kernels/cpu/optimizer.h).

@@ -115,6 +115,7 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) 
     table.lm_head_loss_backward = s.lm_head_loss_backward;
   } else if (op == "adamw") {
     table.adamw_step = s.adamw_step;
+    table.ema_adamw_step = s.ema_adamw_step;  // --optimizer-selection fused_ema_adamw
     table.sum_of_squares = s.sum_of_squares;  // the gradient norm before the step
   }
   table.impl[op] = fused_kernel_name(op, isa);

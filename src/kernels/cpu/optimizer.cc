@@ -39,6 +39,19 @@ void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, con
   });
 }
 
+void ema_update_ref(float* s, const float* p, int64_t n, float ema_decay) {
+  const float keep = ema_decay, take = 1.0f - ema_decay;
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) s[i] = keep * s[i] + take * p[i];
+  });
+}
+
+void ema_adamw_step_ref(float* p, const float* g, float* m, float* v, float* s, int64_t n, const AdamWHyper& h,
+                        float ema_decay) {
+  adamw_step_ref(p, g, m, v, n, h);
+  ema_update_ref(s, p, n, ema_decay);
+}
+
 void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
                   bool first_step) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {

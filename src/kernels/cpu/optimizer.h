@@ -18,6 +18,16 @@ struct AdamWHyper {
 //   p = p − lr·( (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps) + wd·p )
 void adamw_step_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h);
 
+// MindSpeed's fused EMA AdamW (--optimizer-selection fused_ema_adamw, npu_apply_fused_ema_adamw in
+// AdamW mode): the AdamW step above, then the exponential moving average `s` of the parameters
+// takes the *updated* values:
+//   s = d·s + (1 − d)·p_new      (d = ema_decay; float arithmetic, no fused multiply-add)
+// The parameters and moments are exactly adamw_step_ref's. The reference is the two passes.
+void ema_adamw_step_ref(float* p, const float* g, float* m, float* v, float* s, int64_t n, const AdamWHyper& h,
+                        float ema_decay);
+// The EMA pass alone: s = d·s + (1 − d)·p.
+void ema_update_ref(float* s, const float* p, int64_t n, float ema_decay);
+
 // torch.optim.SGD with momentum and L2 weight decay: g' = g + wd·p; buf = first ? g' : μ·buf + g';
 // p = p − lr·buf.
 void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
