@@ -42,7 +42,7 @@ class QatFeature : public Feature {
   std::string counterpart() const override { return "MindSpeed QATQuantEngineFeature (L2)"; }
   std::string description() const override {
     return "quantisation-aware training: the transformer layers' linear weights MX fake-quantised in their GEMMs "
-           "(w4a16-mxfp4: E2M1, w8a16-mxfp8: E4M3; E8M0 scale per --qat-quant-block-size 32|128 elements along the "
+           "(w4a16-mxfp4: E2M1, w8a16-mxfp8: E4M3; E8M0 scale per --qat-quant-block-size (32 or 128) elements along the "
            "input dimension; -moe-only: routed experts only), straight-through gradients into the f32 masters";
   }
   bool requested(const FeatureContext& ctx) const override { return !ctx.args->model.qat_scheme.empty(); }
@@ -87,7 +87,8 @@ class QatFeature : public Feature {
       inputs.push_back({"the experts' linear_fc2", a.moe.moe_ffn_hidden_size, a.moe.expert_tensor_parallel_size,
                         "--moe-ffn-hidden-size / --expert-tensor-parallel-size"});
     for (const Input& in : inputs) {
-      const int64_t local = in.parts > 0 ? in.global / in.parts : in.global;
+      if (in.global <= 0 || in.parts <= 0) continue;  // not derived yet (pretrain validates the flags first)
+      const int64_t local = in.global / in.parts;
       if (local % c.block != 0)
         return InvalidArgument("--qat-quant-block-size ", c.block, " must divide the input dimension of ", in.weight,
                                " on each rank (", in.flags, " = ", local, ") for ", scheme);
