@@ -3,6 +3,7 @@
 // "-moe-only" leaving the dense layers' GEMM weights bit-identical, bf16, and recomputation.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -153,6 +154,28 @@ TEST(Qat, Bf16CopyIsFakeQuantisedExactly) {
       ASSERT_EQ(w.w[i], q[i]) << scheme << " " << i;
     }
   }
+}
+
+// --reuse-fp32-param (the master stored as its bf16 copy plus a residual, no f32 view): the GEMM
+// reads the same fake-quantised bf16 weight as with a separate bf16 copy.
+TEST(Qat, ReuseFp32ParamReadsTheSameQuantisedCopy) {
+  auto make = [](bool reuse) {
+    auto pb = std::make_unique<ParamBuffer>();
+    pb->add(gemm_weight(make_param_spec("decoder.layers.0.self_attention.linear_proj.weight", {8, 64},
+                                        InitKind::kNormal, 0.5f, true)));
+    mark_qat_params(*pb, qat("w4a16-mxfp4"));
+    pb->finalize();
+    pb->enable_gemm_copy(DType::kBF16, reuse);
+    pb->initialize(9);
+    pb->refresh_gemm_copy();
+    return pb;
+  };
+  const auto plain = make(false), reuse = make(true);
+  ASSERT_TRUE(reuse->is_split(0));
+  const LinearWeight a = linear_weight(*plain, 0, sgemm), b = linear_weight(*reuse, 0, sgemm);
+  ASSERT_NE(b.w_bf16, reuse->param_bf16_data(0));
+  EXPECT_EQ(0, std::memcmp(a.w_bf16, b.w_bf16, 8 * 64 * sizeof(bf16)));
+  EXPECT_EQ(0, std::memcmp(a.w, b.w, 8 * 64 * sizeof(float)));
 }
 
 // A tiny MoE model: layer 0 dense, layer 1 MoE with a shared expert; every input dimension a
