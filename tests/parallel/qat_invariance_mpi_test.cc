@@ -2,7 +2,7 @@
 // rank's shard, so with the block size dividing the row-parallel shards (linear_proj, linear_fc2)
 // every layout fake-quantises the same blocks of the same master values. Tensor parallelism (with
 // SP and full recomputation), pipeline and data parallelism (distributed optimizer) and, for the
-// -moe-only scheme, expert tensor and expert parallelism reproduce the single-process run: losses
+// MoE models, expert tensor and expert parallelism reproduce the single-process run: losses
 // and grad norms within 1e-5 relative, final parameters 1e-3, final gradients 3e-5 (as the other
 // invariance suites), over two steps (below: why not more). A layout that quantised other blocks
 // (whole rows of a row-parallel weight, say) is off by a quantisation error, ~1e-2 relative.
@@ -25,6 +25,7 @@ const std::vector<Layout>& layouts() {
                                     "--recompute-granularity", "full", "--recompute-method", "uniform",
                                     "--recompute-num-layers", "2"}},
       {"tp2_sp_bf16", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"ep2", 2, {"--expert-model-parallel-size", "2"}},
   };
   return all;
 }
@@ -63,6 +64,7 @@ TEST_P(QatInvariance, MatchesSingleProcess) {
   const Model& model = models()[static_cast<size_t>(m)];
   std::vector<std::string> flags = testing::join({kCommon, model.flags});
   if (name == "tp2" && m >= 2) GTEST_SKIP() << "MoE under TP needs --sequence-parallel (tp2_sp)";
+  if (name == "ep2" && m < 2) GTEST_SKIP() << "expert parallelism: the MoE models only";
   if (name == "tp2_sp_bf16") {
     if (m != 0) GTEST_SKIP() << "bf16: the dense MXFP4 model only";
     flags.push_back("--bf16");
