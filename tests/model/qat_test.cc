@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/allocator.h"
 #include "kernels/cpu/mx_quant.h"
 #include "kernels/op_table.h"
 #include "model/gpt_model.h"
@@ -153,6 +154,20 @@ TEST(Qat, Bf16CopyIsFakeQuantisedExactly) {
       ASSERT_EQ(bf16_to_float(w.w_bf16[i]), q[i]) << scheme << " " << i;
       ASSERT_EQ(w.w[i], q[i]) << scheme << " " << i;
     }
+  }
+}
+
+// The quantised copy comes from the allocator (so peak figures count it) and lives as long as its
+// LinearWeight: 4 bytes per element, 6 under --bf16.
+TEST(Qat, CopyIsAccountedAndReleased) {
+  for (bool bf16 : {false, true}) {
+    OneWeight f(16, 64, qat("w8a16-mxfp8"), bf16);
+    const int64_t before = host_allocator().current_bytes();
+    {
+      const LinearWeight w = f.weight();
+      EXPECT_GE(host_allocator().current_bytes() - before, 16 * 64 * (bf16 ? 6 : 4)) << "bf16 " << bf16;
+    }
+    EXPECT_EQ(host_allocator().current_bytes(), before) << "bf16 " << bf16;
   }
 }
 
