@@ -20,14 +20,15 @@
 //
 // Rules: the block size divides every quantised weight's input dimension on each rank (hidden
 // size; heads·kv-channels / TP for linear_proj; ffn / TP for linear_fc2; the expert and shared
-// expert ffn over their TP); -moe-only needs --num-experts; --fp16, --multi-latent-attention,
-// LoRA, --tp-2d and --unaligned-linear are not supported yet.
+// expert ffn over their TP; under --unaligned-linear every rank's uneven share); -moe-only needs
+// --num-experts; --fp16, --multi-latent-attention, LoRA and --tp-2d are not supported yet.
 //
 // Tests: tests/kernels/mx_quant_test.cc (kernels vs the numpy fixture), tests/model/qat_test.cc
 // (STE gradient, training per scheme, -moe-only leaves dense layers alone, bf16, recomputation),
 // tests/parallel/qat_mpi_test.cc (TP2 = TP1), tests/features/qat_feature_test.cc (rules).
 #include "features/registry.h"
 #include "model/qat.h"
+#include "parallel/tp_share.h"
 
 namespace gale {
 
@@ -58,40 +59,47 @@ class QatFeature : public Feature {
       return InvalidArgument(scheme, " with --multi-latent-attention: not supported yet");
     if (a.lora.enabled()) return InvalidArgument(scheme, " with --lora-target-modules (LoRA): not supported yet");
     if (a.parallel.tp_2d) return InvalidArgument(scheme, " with --tp-2d: not supported yet");
-    if (a.parallel.unaligned_linear) return InvalidArgument(scheme, " with --unaligned-linear: not supported yet");
     const bool moe = a.moe.enabled();
     if (c.moe_only && !moe)
       return InvalidArgument(scheme, " quantises only the routed experts' weights: it needs a MoE model "
                              "(--num-experts), found none");
-    // The input dimension of every quantised weight on one rank, with the flags that make it.
+    // The input dimension of every quantised weight on each rank, with the flags that make it:
+    // `units` whole units of `width` columns dealt out to `parts` ranks (parallel/tp_share.h: evenly,
+    // or under --unaligned-linear one more to each of the first ranks).
     const int64_t tp = a.parallel.tensor_model_parallel_size;
     bool dense_mlp = !moe;
     for (int layer : a.moe.layer_pattern) dense_mlp = dense_mlp || layer == 0;
     struct Input {
       const char* weight;
-      int64_t global, parts;
+      int64_t units, width, parts;
       const char* flags;
     };
     std::vector<Input> inputs;
-    inputs.push_back({"linear_qkv / linear_fc1", m.hidden_size, 1, "--hidden-size"});
+    inputs.push_back({"linear_qkv / linear_fc1", m.hidden_size, 1, 1, "--hidden-size"});
     if (!c.moe_only) {
-      inputs.push_back({"linear_proj", m.num_attention_heads * m.kv_channels, tp,
+      const int64_t groups = m.num_kv_heads > 0 ? m.num_kv_heads : m.num_attention_heads;
+      const int64_t group_width = groups > 0 ? m.num_attention_heads / groups * m.kv_channels : 0;
+      inputs.push_back({"linear_proj", groups, group_width, tp,
                         "--num-attention-heads x --kv-channels / --tensor-model-parallel-size"});
       if (dense_mlp)
-        inputs.push_back({"linear_fc2", m.ffn_hidden_size, tp, "--ffn-hidden-size / --tensor-model-parallel-size"});
+        inputs.push_back({"linear_fc2", m.ffn_hidden_size, 1, tp, "--ffn-hidden-size / --tensor-model-parallel-size"});
       if (moe && a.moe.moe_shared_expert_intermediate_size > 0)
-        inputs.push_back({"the shared experts' linear_fc2", a.moe.moe_shared_expert_intermediate_size, tp,
+        inputs.push_back({"the shared experts' linear_fc2", a.moe.moe_shared_expert_intermediate_size, 1, tp,
                           "--moe-shared-expert-intermediate-size / --tensor-model-parallel-size"});
     }
     if (moe)
-      inputs.push_back({"the experts' linear_fc2", a.moe.moe_ffn_hidden_size, a.moe.expert_tensor_parallel_size,
+      inputs.push_back({"the experts' linear_fc2", a.moe.moe_ffn_hidden_size, 1, a.moe.expert_tensor_parallel_size,
                         "--moe-ffn-hidden-size / --expert-tensor-parallel-size"});
     for (const Input& in : inputs) {
-      if (in.global <= 0 || in.parts <= 0) continue;  // not derived yet (pretrain validates the flags first)
-      const int64_t local = in.global / in.parts;
-      if (local % c.block != 0)
-        return InvalidArgument("--qat-quant-block-size ", c.block, " must divide the input dimension of ", in.weight,
-                               " on each rank (", in.flags, " = ", local, ") for ", scheme);
+      if (in.units <= 0 || in.width <= 0 || in.parts <= 0) continue;  // not derived yet (pretrain validates first)
+      for (int64_t r = 0; r < in.parts; ++r) {
+        const int64_t local = tp_share(in.units, in.parts, r).count * in.width;
+        if (local % c.block != 0)
+          return InvalidArgument("--qat-quant-block-size ", c.block, " must divide the input dimension of ", in.weight,
+                                 " on each rank (", in.flags, " = ", local,
+                                 in.units % in.parts != 0 ? " on rank " + std::to_string(r) : std::string(),
+                                 ") for ", scheme);
+      }
     }
     return Status::Ok();
   }

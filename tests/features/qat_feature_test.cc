@@ -38,6 +38,10 @@ TEST(QatFeature, ImplementedLevelTwoKeyScenario) {
   ResolvedFeatures b128(model({"--qat-scheme", "w8a16-mxfp8", "--qat-quant-block-size", "128", "--hidden-size", "128",
                                "--kv-channels", "32"}));
   ASSERT_TRUE(b128.status.ok()) << b128.status.to_string();
+  // Uneven shares that the block divides: 3 heads of 32 over TP 2 (64 and 32 columns).
+  ResolvedFeatures unaligned(model({"--qat-scheme", "w4a16-mxfp4", "--unaligned-linear", "--tensor-model-parallel-size",
+                                    "2", "--num-attention-heads", "3", "--kv-channels", "32"}));
+  ASSERT_TRUE(unaligned.status.ok()) << unaligned.status.to_string();
   ResolvedFeatures low(model({"--optimization-level", "1", "--qat-scheme", "w4a16-mxfp4"}));
   ASSERT_TRUE(low.status.ok()) << low.status.to_string();
   EXPECT_FALSE(low.registry->active("qat"));
@@ -61,7 +65,11 @@ TEST(QatFeature, RefusesWhatItCannotServe) {
       {{"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention"}, "with --multi-latent-attention: not supported yet"},
       {{"--qat-scheme", "w8a16-mxfp8", "--lora-target-modules", "linear_qkv"}, "LoRA): not supported yet"},
       {{"--qat-scheme", "w8a16-mxfp8", "--tp-2d"}, "with --tp-2d: not supported yet"},
-      {{"--qat-scheme", "w8a16-mxfp8", "--unaligned-linear"}, "with --unaligned-linear: not supported yet"},
+      // --unaligned-linear: 3 heads of 16 over TP 2 give rank 1 one head, 16 columns of linear_proj.
+      {{"--qat-scheme", "w8a16-mxfp8", "--unaligned-linear", "--tensor-model-parallel-size", "2",
+        "--num-attention-heads", "3"},
+       "input dimension of linear_proj on each rank (--num-attention-heads x --kv-channels / "
+       "--tensor-model-parallel-size = 16 on rank 1)"},
       {{"--qat-scheme", "w4a16-mxfp4-moe-only"}, "it needs a MoE model (--num-experts), found none"},
       // hidden 64 is not a multiple of 128.
       {{"--qat-scheme", "w8a16-mxfp8", "--qat-quant-block-size", "128"},
