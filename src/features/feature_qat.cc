@@ -1,7 +1,8 @@
 // MindSpeed's --qat-scheme / --qat-quant-block-size (QATQuantEngineFeature, key scenarios, level 2).
 //
 // What: the transformer layers' linear weights (linear_qkv, linear_proj, linear_fc1, linear_fc2 of
-// dense MLPs, routed and shared experts; with "-moe-only" the routed experts' only) are MX
+// dense MLPs, routed and shared experts, MLA's five projections; with "-moe-only" the routed
+// experts' only) are MX
 // fake-quantised in every GEMM that reads them — MXFP4 (E2M1 elements, w4a16-mxfp4) or MXFP8 (E4M3,
 // w8a16-mxfp8), one E8M0 power-of-two scale per block of 32 or 128 elements along the input
 // dimension, round-to-nearest-even with saturation (kernels/cpu/mx_quant.h). Activations stay as
@@ -20,8 +21,9 @@
 //
 // Rules: the block size divides every quantised weight's input dimension on each rank (hidden
 // size; heads·kv-channels / TP for linear_proj; ffn / TP for linear_fc2; the expert and shared
-// expert ffn over their TP; under --unaligned-linear every rank's uneven share); -moe-only needs
-// --num-experts; --fp16, --multi-latent-attention, LoRA and --tp-2d are not supported yet.
+// expert ffn over their TP; with MLA its latent ranks and heads·v-head-dim / TP; under
+// --unaligned-linear every rank's uneven share); -moe-only needs --num-experts; --fp16, LoRA and
+// --tp-2d are not supported yet.
 //
 // Tests: tests/kernels/mx_quant_test.cc (kernels vs the numpy fixture), tests/model/qat_test.cc
 // (STE gradient, training per scheme, -moe-only leaves dense layers alone, bf16, recomputation),
@@ -55,8 +57,6 @@ class QatFeature : public Feature {
     const QatConfig& c = qat.value();
     const std::string scheme = "--qat-scheme " + m.qat_scheme;
     if (a.training.fp16) return InvalidArgument(scheme, " with --fp16: not supported yet (use --bf16 or f32)");
-    if (m.multi_latent_attention)
-      return InvalidArgument(scheme, " with --multi-latent-attention: not supported yet");
     if (a.lora.enabled()) return InvalidArgument(scheme, " with --lora-target-modules (LoRA): not supported yet");
     if (a.parallel.tp_2d) return InvalidArgument(scheme, " with --tp-2d: not supported yet");
     const bool moe = a.moe.enabled();
@@ -75,12 +75,22 @@ class QatFeature : public Feature {
       const char* flags;
     };
     std::vector<Input> inputs;
-    inputs.push_back({"linear_qkv / linear_fc1", m.hidden_size, 1, 1, "--hidden-size"});
-    if (!c.moe_only) {
+    const bool mla = m.multi_latent_attention;
+    inputs.push_back({mla ? "linear_q_proj / linear_q_down_proj / linear_kv_down_proj / linear_fc1"
+                          : "linear_qkv / linear_fc1",
+                      m.hidden_size, 1, 1, "--hidden-size"});
+    if (!c.moe_only && mla) {
+      if (m.q_lora_rank > 0) inputs.push_back({"linear_q_up_proj", m.q_lora_rank, 1, 1, "--q-lora-rank"});
+      inputs.push_back({"linear_kv_up_proj", m.kv_lora_rank, 1, 1, "--kv-lora-rank"});
+      inputs.push_back({"linear_proj", m.num_attention_heads, m.v_head_dim, tp,
+                        "--num-attention-heads x --v-head-dim / --tensor-model-parallel-size"});
+    } else if (!c.moe_only) {
       const int64_t groups = m.num_kv_heads > 0 ? m.num_kv_heads : m.num_attention_heads;
       const int64_t group_width = groups > 0 ? m.num_attention_heads / groups * m.kv_channels : 0;
       inputs.push_back({"linear_proj", groups, group_width, tp,
                         "--num-attention-heads x --kv-channels / --tensor-model-parallel-size"});
+    }
+    if (!c.moe_only) {
       if (dense_mlp)
         inputs.push_back({"linear_fc2", m.ffn_hidden_size, 1, tp, "--ffn-hidden-size / --tensor-model-parallel-size"});
       if (moe && a.moe.moe_shared_expert_intermediate_size > 0)

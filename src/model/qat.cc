@@ -39,8 +39,12 @@ StatusOr<QatConfig> parse_qat_scheme(const std::string& scheme, int64_t block_si
 
 bool qat_selects(const QatConfig& c, const std::string& name) {
   if (!c.enabled()) return false;
-  const bool linear = ends_with(name, ".linear_qkv.weight") || ends_with(name, ".linear_proj.weight") ||
-                      ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc2.weight");
+  bool linear = false;
+  for (const char* suffix : {".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight", ".linear_fc2.weight",
+                             // multi-latent attention's projections (model/mla_attention.h)
+                             ".linear_q_proj.weight", ".linear_q_down_proj.weight", ".linear_q_up_proj.weight",
+                             ".linear_kv_down_proj.weight", ".linear_kv_up_proj.weight"})
+    linear = linear || ends_with(name, suffix);
   if (!linear) return false;
   return !c.moe_only || name.find(".mlp.experts.") != std::string::npos;
 }

@@ -3,7 +3,9 @@
 // they are.
 //
 // Which weights: every transformer layer's (MTP layers' included) linear_qkv, linear_proj,
-// linear_fc1 and linear_fc2 weight — dense MLPs, routed experts and shared experts; with a
+// linear_fc1 and linear_fc2 weight — dense MLPs, routed experts and shared experts — and, with
+// --multi-latent-attention, linear_q_proj, linear_q_down_proj, linear_q_up_proj,
+// linear_kv_down_proj and linear_kv_up_proj; with a
 // "-moe-only" scheme only the routed experts' (…mlp.experts.local_experts.*). The embedding, the
 // output layer, the router and MTP's eh_proj stay unquantised (parameter names decide: qat_selects).
 // Blocks of `block` elements run along each weight row [out, in], i.e. along the input (reduction)

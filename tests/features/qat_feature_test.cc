@@ -38,6 +38,9 @@ TEST(QatFeature, ImplementedLevelTwoKeyScenario) {
   ResolvedFeatures b128(model({"--qat-scheme", "w8a16-mxfp8", "--qat-quant-block-size", "128", "--hidden-size", "128",
                                "--kv-channels", "32"}));
   ASSERT_TRUE(b128.status.ok()) << b128.status.to_string();
+  ResolvedFeatures mla(model({"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention", "--kv-lora-rank", "64",
+                              "--q-lora-rank", "32", "--v-head-dim", "16"}));
+  ASSERT_TRUE(mla.status.ok()) << mla.status.to_string();
   // Uneven shares that the block divides: 3 heads of 32 over TP 2 (64 and 32 columns).
   ResolvedFeatures unaligned(model({"--qat-scheme", "w4a16-mxfp4", "--unaligned-linear", "--tensor-model-parallel-size",
                                     "2", "--num-attention-heads", "3", "--kv-channels", "32"}));
@@ -62,7 +65,15 @@ TEST(QatFeature, RefusesWhatItCannotServe) {
       {{"--qat-scheme", "w4a16-mxfp4", "--qat-quant-block-size", "64"},
        "--qat-quant-block-size: expected 32 or 128, found 64"},
       {{"--qat-scheme", "w4a16-mxfp4", "--fp16"}, "--qat-scheme w4a16-mxfp4 with --fp16: not supported yet"},
-      {{"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention"}, "with --multi-latent-attention: not supported yet"},
+      {{"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention", "--kv-lora-rank", "48", "--v-head-dim", "32"},
+       "input dimension of linear_kv_up_proj on each rank (--kv-lora-rank = 48)"},
+      {{"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention", "--kv-lora-rank", "64", "--q-lora-rank", "40",
+        "--v-head-dim", "32"},
+       "input dimension of linear_q_up_proj on each rank (--q-lora-rank = 40)"},
+      {{"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention", "--kv-lora-rank", "64", "--v-head-dim", "4",
+        "--tensor-model-parallel-size", "2"},
+       "input dimension of linear_proj on each rank (--num-attention-heads x --v-head-dim / "
+       "--tensor-model-parallel-size = 8)"},
       {{"--qat-scheme", "w8a16-mxfp8", "--lora-target-modules", "linear_qkv"}, "LoRA): not supported yet"},
       {{"--qat-scheme", "w8a16-mxfp8", "--tp-2d"}, "with --tp-2d: not supported yet"},
       // --unaligned-linear: 3 heads of 16 over TP 2 give rank 1 one head, 16 columns of linear_proj.

@@ -1,6 +1,7 @@
 // --qat-scheme in the model (model/qat.h): which weights are fake-quantised, the straight-through
 // gradient against finite differences on the fake-quantised weight, training with every scheme,
 // "-moe-only" leaving the dense layers' GEMM weights bit-identical, bf16, and recomputation.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -46,7 +47,12 @@ TEST(Qat, SelectsLinearWeightsByName) {
   for (const char* n : {"decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.1.self_attention.linear_proj.weight",
                         "decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.0.mlp.linear_fc2.weight",
                         "decoder.layers.0.mlp.shared_experts.linear_fc1.weight",
-                        "mtp.layers.0.transformer_layer.mlp.linear_fc2.weight"}) {
+                        "mtp.layers.0.transformer_layer.mlp.linear_fc2.weight",
+                        "decoder.layers.0.self_attention.linear_q_proj.weight",
+                        "decoder.layers.0.self_attention.linear_q_down_proj.weight",
+                        "decoder.layers.0.self_attention.linear_q_up_proj.weight",
+                        "decoder.layers.0.self_attention.linear_kv_down_proj.weight",
+                        "decoder.layers.0.self_attention.linear_kv_up_proj.weight"}) {
     EXPECT_TRUE(qat_selects(all, n)) << n;
     EXPECT_FALSE(qat_selects(moe, n)) << n;
   }
@@ -54,7 +60,8 @@ TEST(Qat, SelectsLinearWeightsByName) {
   EXPECT_TRUE(qat_selects(moe, "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"));
   for (const char* n : {"embedding.word_embeddings.weight", "output_layer.weight", "decoder.layers.0.mlp.router.weight",
                         "mtp.layers.0.eh_proj.weight", "decoder.layers.0.mlp.linear_fc1.bias",
-                        "decoder.layers.0.self_attention.linear_qkv.lora_A.weight"}) {
+                        "decoder.layers.0.self_attention.linear_qkv.lora_A.weight",
+                        "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight"}) {
     EXPECT_FALSE(qat_selects(all, n)) << n;
     EXPECT_FALSE(qat_selects(moe, n)) << n;
   }
@@ -299,6 +306,34 @@ TEST(Qat, MoeOnlyLeavesDenseWeightsBitIdentical) {
     EXPECT_EQ(experts, 8) << scheme;  // 4 experts x fc1, fc2
     EXPECT_GE(dense, 6) << scheme;    // qkv, proj x 2 layers, dense fc1/fc2, shared fc1/fc2
   }
+}
+
+// Multi-latent attention: its five projections and linear_proj are marked, its latent norms not.
+TEST(Qat, MarksMultiLatentAttentionProjections) {
+  ModelConfig c = tiny_moe_config();
+  c.moe = MoeConfig{};
+  c.position = PositionEmbedding::kRope;
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = 32;
+  c.mla.kv_lora_rank = 32;
+  c.mla.qk_head_dim = 8;
+  c.mla.qk_pos_emb_head_dim = 4;
+  c.mla.v_head_dim = 16;
+  c.mla.qk_layernorm = true;
+  c.qat = qat("w8a16-mxfp8");
+  const OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  std::vector<std::string> marked;
+  for (const ParamSpec& s : model.params().specs())
+    if (s.qat_element != MxElement::kNone && s.name.find("layers.0.") != std::string::npos) marked.push_back(s.name);
+  const std::vector<std::string> expected = {
+      "decoder.layers.0.self_attention.linear_q_down_proj.weight", "decoder.layers.0.self_attention.linear_q_up_proj.weight",
+      "decoder.layers.0.self_attention.linear_kv_down_proj.weight", "decoder.layers.0.self_attention.linear_kv_up_proj.weight",
+      "decoder.layers.0.self_attention.linear_proj.weight", "decoder.layers.0.mlp.linear_fc1.weight",
+      "decoder.layers.0.mlp.linear_fc2.weight"};
+  for (const std::string& e : expected)
+    EXPECT_NE(std::find(marked.begin(), marked.end(), e), marked.end()) << e << " not marked";
+  EXPECT_EQ(marked.size(), expected.size());
 }
 
 // Full recomputation reruns the layers on the same fake-quantised weights: bit-identical training.

@@ -1,7 +1,7 @@
 // Parallel invariance of --qat-scheme: MX blocks run along each weight's input dimension of one
 // rank's shard, so with the block size dividing the row-parallel shards (linear_proj, linear_fc2)
 // every layout fake-quantises the same blocks of the same master values. Tensor parallelism (with
-// SP and full recomputation, and --unaligned-linear's uneven shares), pipeline and data parallelism (distributed optimizer) and, for the
+// SP and full recomputation, and --unaligned-linear's uneven shares; multi-latent attention), pipeline and data parallelism (distributed optimizer) and, for the
 // MoE models, expert tensor and expert parallelism reproduce the single-process run: losses
 // and grad norms within 1e-5 relative, final parameters 1e-3, final gradients 3e-5 (as the other
 // invariance suites), over two steps (below: why not more). A layout that quantised other blocks
@@ -56,6 +56,11 @@ const std::vector<Model>& models() {
       {"mxfp8_moe_only", testing::join({{"--qat-scheme", "w8a16-mxfp8-moe-only"}, kMoe})},
       // 3 heads of 32: under --unaligned-linear TP 2 rank 0 holds 64 columns of linear_proj, rank 1 32.
       {"mxfp4_3heads", {"--qat-scheme", "w4a16-mxfp4", "--num-attention-heads", "3", "--kv-channels", "32"}},
+      // DeepSeek-like multi-latent attention: latents of 32, linear_proj 8 heads x 8 (32 per rank).
+      {"mxfp8_mla", {"--qat-scheme", "w8a16-mxfp8", "--multi-latent-attention", "--q-lora-rank", "32", "--kv-lora-rank",
+                     "32", "--qk-head-dim", "8", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "8", "--qk-layernorm",
+                     "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
+                     "--disable-bias-linear", "--untie-embeddings-and-output-weights"}},
   };
   return all;
 }
@@ -66,8 +71,9 @@ TEST_P(QatInvariance, MatchesSingleProcess) {
   const auto& [name, m] = GetParam();
   const Model& model = models()[static_cast<size_t>(m)];
   std::vector<std::string> flags = testing::join({kCommon, model.flags});
-  if (name == "tp2" && m >= 2) GTEST_SKIP() << "MoE under TP needs --sequence-parallel (tp2_sp)";
-  if (name == "ep2" && m != 2 && m != 3) GTEST_SKIP() << "expert parallelism: the MoE models only";
+  const bool moe = m == 2 || m == 3;
+  if (name == "tp2" && moe) GTEST_SKIP() << "MoE under TP needs --sequence-parallel (tp2_sp)";
+  if (name == "ep2" && !moe) GTEST_SKIP() << "expert parallelism: the MoE models only";
   if ((name == "tp2_unaligned") != (m == 4)) GTEST_SKIP() << "the 3-head model runs only the unaligned layout";
   if (name == "tp2_sp_bf16") {
     if (m != 0) GTEST_SKIP() << "bf16: the dense MXFP4 model only";
@@ -89,7 +95,7 @@ TEST_P(QatInvariance, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, QatInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())),
-                                            ::testing::Range(0, 5)),
+                                            ::testing::Range(0, 6)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + models()[std::get<1>(info.param)].name;
                          });
