@@ -61,8 +61,14 @@ class Feature {
   // MindSpeed / Megatron counterpart, for docs ("MindSpeed FusionAttentionFeature, L2").
   virtual std::string counterpart() const = 0;
   virtual std::string description() const = 0;
-  // False for features Gale lists (so their flags are known) but does not implement yet.
+  // False for features Gale lists (so their flags are known) but does not implement: planned ones
+  // ("not supported yet") and those that have no meaning outside Ascend NPUs or PyTorch.
   virtual bool implemented() const { return true; }
+  // For an unimplemented feature: "" if it is planned, else why Gale does not have it at all
+  // ("Ascend HCCL's per-group buffers; ..."). Its flags are then refused as "not available".
+  virtual std::string not_available_reason() const { return ""; }
+  // For an unimplemented feature: its other flags (sub-options), refused with the same reason.
+  virtual std::vector<std::string> sub_flags() const { return {}; }
 
   // Register the feature's own flags (bound to members of the feature object).
   virtual void register_args(ArgParser& parser) {}

@@ -9,9 +9,9 @@
 // depend on --optimization-level. The flags are parallel flags (train/arguments.cc), validated
 // with the pipeline split (train/arguments_parallel.cc). --dualpipev-dw-detach (MindSpeed's flag,
 // DeepSeek's zero-bubble backwards) turns the backwards of DualPipeV's phase 3 and cool-down into
-// input-gradient-only steps whose dense linear weight gradients run in later W steps
-// (model/weight_grad_store.h); it is refused with MoE, LoRA, MLA, --tp-2d, --swap-attention and
-// --overlap-grad-reduce.
+// input-gradient-only steps whose linear weight gradients (attention, MLA, MLP, MoE experts and
+// shared expert) run in later W steps (model/weight_grad_store.h); it is refused with LoRA,
+// --tp-2d, --swap-attention and --overlap-grad-reduce.
 #include "features/registry.h"
 
 namespace gale {
@@ -28,8 +28,8 @@ class DualPipeVFeature : public Feature {
   std::string description() const override {
     return "--schedules-method dualpipev: DeepSeek's DualPipeV schedule (2 x PP layer chunks, rank r holding "
            "chunks r and 2PP-1-r: rank 0 runs the embedding and the loss; >= 2 x PP micro-batches); "
-           "--dualpipev-dw-detach defers the dense layers' linear weight gradients into the cool-down's bubbles (not "
-           "with MoE, LoRA, MLA, --tp-2d, --swap-attention, --overlap-grad-reduce)";
+           "--dualpipev-dw-detach defers the layers' linear weight gradients (attention, MLA, MLP, MoE experts) into the "
+           "cool-down's bubbles (not with LoRA, --tp-2d, --swap-attention, --overlap-grad-reduce)";
   }
   bool requested(const FeatureContext& ctx) const override {
     return ctx.args->parallel.schedules_method == "dualpipev";

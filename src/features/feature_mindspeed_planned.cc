@@ -8,25 +8,77 @@ namespace gale {
 void register_feature_mindspeed_planned(FeatureRegistry& registry) {
   struct Row {
     const char* name;
+    const char* flag;  // nullptr: "--" + name; "": none (only sub-flags)
     FeatureModule module;
     const char* counterpart;
     const char* description;
+    std::vector<std::string> sub_flags;
   };
   static const Row rows[] = {
-      {"moe-fb-overlap", FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
-       "overlap MoE all-to-all of one micro-batch with compute of another"},
-      {"use-multiparameter-pipeline-model-parallel", FeatureModule::kMultimodal, "MultiParameterFeature (L2)",
-       "pipeline stages exchanging several tensors"},
+      {"deepseek-sparse-attention", "--experimental-attention-variant", FeatureModule::kMegatron,
+       "DeepSeekSparseAttention (L2)",
+       "DeepSeek-V3.2 sparse attention (--experimental-attention-variant dsa): a lightning indexer picks the keys "
+       "each query attends to",
+       {"--use-dsa-absorb", "--use-fused-lightning-indexer", "--use-fused-sparse-flash-attention",
+        "--use-fused-lightning-indexer-kl-loss"}},
+      {"adaptive-cp", "", FeatureModule::kParallel, "AdaptiveContextParallelFeature (L2)",
+       "mask-aware rescheduling of context-parallel blocks for arbitrary masks (--context-parallel-algo "
+       "adaptive_cp_algo or hybrid_adaptive_cp_algo)",
+       {"--attention-mask-on-cpu", "--adaptive-cp-without-coarse", "--adaptive-cp-dynamic-attn-mask",
+        "--adaptive-cp-only-reschedule", "--adaptive-cp-manually-set-mask-list"}},
+      {"ema-decay", nullptr, FeatureModule::kFusedCompute, "FusedEmaAdamwFeature",
+       "an exponential moving average of the weights updated with AdamW (--optimizer-selection fused_ema_adamw)", {}},
+      {"auto-parallel", nullptr, FeatureModule::kParallel, "automatic parallelism (legacy code path)",
+       "search of the parallel layout with a memory model and an operator cost model", {}},
+      {"auto-settings", nullptr, FeatureModule::kParallel, "AutoSettingsFeature (L2)",
+       "profile small runs, then search TP/PP/CP/EP and the memory features for a target cluster",
+       {"--auto-settings-type", "--auto-settings-work-dir", "--auto-settings-ranks", "--target-nnodes",
+        "--prof-file"}},
+      {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
+       "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
+       {"--automated-pipeline-perf"}},
+      {"optimize-send-recv-comm", nullptr, FeatureModule::kParallel, "OptimizeSendRecvCommFeature (L2)",
+       "the pipeline schedule's sends and receives as grouped point-to-point calls", {}},
+      {"compress-activation", nullptr, FeatureModule::kMemory, "CompressActivationFeature (L2)",
+       "lossless compression of the layers' saved activations between forward and backward", {}},
+      {"compress-dense", nullptr, FeatureModule::kMemory, "AnsCompressTensorFeature (L2)",
+       "lossless compression of the MLP's saved activations (level0 or level1)", {}},
+      {"compress-optimizer", nullptr, FeatureModule::kMemory, "CompressOptimizerFeature (L2)",
+       "lossless compression of the Adam moments between steps", {}},
+      {"param-and-grad-buffer-pad", nullptr, FeatureModule::kMemory, "BufferPadFeature (L2)",
+       "align each bucket's start in the parameter and gradient buffers to a byte multiple", {}},
+      {"smart-swap", nullptr, FeatureModule::kMemory, "SmartSwapFeature (L2)",
+       "an automatic swap policy searched from sampled steps", {}},
+      {"balanced-moe-experts", nullptr, FeatureModule::kKeyScenarios, "BalancedMoEFeature (L2)",
+       "replicate the hottest experts' parameters so their tokens are computed locally (with --moe-fb-overlap)",
+       {"--balanced-moe-hot-expert-num", "--trans-hot-expert-group-num"}},
+      {"enable-expert-placement", nullptr, FeatureModule::kKeyScenarios, "ExpertsPlacementFeature (L2)",
+       "predict each expert's load and migrate experts, with their optimizer state, between expert-parallel ranks",
+       {"--expert-placement-freq", "--enable-fine-grained-expert-placement", "--print-expert-load"}},
+      {"fix-sub-seq-length", nullptr, FeatureModule::kKeyScenarios, "ResetAttentionMaskFeature (L2)",
+       "packed documents attended as sub-sequences of one fixed length", {}},
+      {"moe-alltoall-mc2", nullptr, FeatureModule::kKeyScenarios, "MoEAlltoAllMC2Feature (L2)",
+       "the alltoall dispatcher's dispatch and combine fused with the expert GEMMs", {}},
+      {"moe-fb-overlap", nullptr, FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
+       "overlap MoE all-to-all of one micro-batch with compute of another", {}},
+      {"qad-enable", nullptr, FeatureModule::kKeyScenarios, "QADQuantEngineFeature",
+       "quantisation-aware distillation against a BF16 teacher",
+       {"--qad-teacher-load", "--kl-temperature", "--kl-loss-weight", "--kl-loss-reduction"}},
+      {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
+       "several sub-worlds with their own parallel layouts in one job", {}},
+      {"use-multiparameter-pipeline-model-parallel", nullptr, FeatureModule::kMultimodal,
+       "MultiParameterFeature (L2)", "pipeline stages exchanging several tensors", {}},
   };
   for (const Row& r : rows) {
     SimpleFeatureSpec s;
     s.name = r.name;
-    s.flag = std::string("--") + r.name;
+    s.flag = r.flag ? r.flag : std::string("--") + r.name;
     s.module = r.module;
     s.level = 2;
     s.counterpart = std::string("MindSpeed ") + r.counterpart;
     s.description = r.description;
     s.implemented = false;
+    s.sub_flags = r.sub_flags;
     registry.add(std::make_unique<SimpleFeature>(std::move(s)));
   }
 }

@@ -22,6 +22,11 @@ const char* feature_module_name(FeatureModule m) {
   return "?";
 }
 
+std::string implementation_status(const Feature& f) {
+  if (f.implemented()) return "implemented";
+  return f.not_available_reason().empty() ? "not supported yet" : "not applicable (Ascend/PyTorch only)";
+}
+
 void FeatureRegistry::add(std::unique_ptr<Feature> feature) {
   GALE_CHECK(find(feature->name()) == nullptr) << "feature " << feature->name() << " registered twice";
   features_.push_back(std::move(feature));
@@ -47,10 +52,19 @@ void FeatureRegistry::register_args(ArgParser& parser) {
              "features, each enabled by its own flag");
   for (const auto& f : features_) {
     parser.group(str_cat("features (MindSpeed): ", feature_module_name(f->module())));
-    if (f->implemented())
+    if (f->implemented()) {
       f->register_args(parser);
-    else if (!f->flag().empty())
-      parser.add_unsupported(f->flag(), f->description());
+      continue;
+    }
+    std::vector<std::string> flags = f->sub_flags();
+    if (!f->flag().empty()) flags.insert(flags.begin(), f->flag());
+    const std::string why = f->not_available_reason();
+    for (const std::string& flag : flags) {
+      if (why.empty())
+        parser.add_unsupported(flag, f->description());
+      else
+        parser.add_rejected(flag, "not available in Gale (" + why + ")");
+    }
   }
 }
 
@@ -63,7 +77,7 @@ Status FeatureRegistry::resolve(const FeatureContext& ctx, std::vector<std::stri
     const Feature& f = *features_[i];
     FeatureStatus& st = statuses_[i];
     if (!f.implemented()) {
-      st.why = "not supported yet";
+      st.why = implementation_status(f);
       continue;
     }
     const bool req = f.requested(ctx);
@@ -136,12 +150,18 @@ std::string FeatureRegistry::format_markdown() const {
      << "Levels (MindSpeed's `--optimization-level`, default 2): **0** the plain reference engine; **1** adds\n"
      << "the always-safe fused and vectorised rewrites; **2** adds acceleration features, each enabled by its\n"
      << "own flag.\n\n"
+     << "Status: **implemented**; **not supported yet** (planned: its flags are known and refused with that\n"
+     << "reason); **not applicable (Ascend/PyTorch only)** (MindSpeed features that tune Ascend NPUs, their\n"
+     << "networks and tools, or PyTorch itself: their flags are refused as \"not available in Gale\" with the\n"
+     << "reason). MindSpeed flags that change nothing in Gale (e.g. `--use-cp-send-recv-overlap`: Gale's ring\n"
+     << "always overlaps) are accepted with a start-up note; `gale pretrain --help` lists them.\n\n"
      << "| Feature | Flag | Module | Level | MindSpeed / Megatron counterpart | Status in Gale | What it does |\n"
      << "|---|---|---|---|---|---|---|\n";
   for (const auto& f : features_) {
     os << "| " << f->name() << " | " << (f->flag().empty() ? "—" : "`" + f->flag() + "`") << " | "
        << feature_module_name(f->module()) << " | " << f->level() << " | " << f->counterpart() << " | "
-       << (f->implemented() ? "implemented" : "not supported yet") << " | " << f->description() << " |\n";
+       << implementation_status(*f) << " | " << f->description()
+       << (f->not_available_reason().empty() ? "" : " (" + f->not_available_reason() + ")") << " |\n";
   }
   return os.str();
 }

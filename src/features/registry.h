@@ -39,6 +39,9 @@ class FeatureRegistry {
   int optimization_level_ = 2;
 };
 
+// "implemented", "not supported yet" (planned) or "not applicable (Ascend/PyTorch only)".
+std::string implementation_status(const Feature& f);
+
 // A registry holding every Gale feature (the build lists src/features/feature_*.cc).
 std::unique_ptr<FeatureRegistry> make_feature_registry();
 

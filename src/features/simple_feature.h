@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "features/feature.h"
 
@@ -18,6 +19,8 @@ struct SimpleFeatureSpec {
   bool implemented = true;
   // Whether the command line asks for it (for level 0/1 features: whether it is in use).
   std::function<bool(const Arguments&)> requested;
+  std::string not_available;           // unimplemented: why it has no place in Gale ("" = planned)
+  std::vector<std::string> sub_flags;  // unimplemented: its other flags, refused likewise
 };
 
 class SimpleFeature : public Feature {
@@ -30,6 +33,8 @@ class SimpleFeature : public Feature {
   std::string counterpart() const override { return s_.counterpart; }
   std::string description() const override { return s_.description; }
   bool implemented() const override { return s_.implemented; }
+  std::string not_available_reason() const override { return s_.not_available; }
+  std::vector<std::string> sub_flags() const override { return s_.sub_flags; }
   bool requested(const FeatureContext& ctx) const override { return s_.requested && s_.requested(*ctx.args); }
 
  private:

@@ -122,7 +122,9 @@ Tensor reduce_input_grad(const ModelPartition& part, const Tensor& dx) {
 }
 
 LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
-  return linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+  LinearWeight w = linear_weight(pb, id, rt.ops->gemm, rt.ops->bf16_gemm);
+  w.defer = rt.weight_grads;  // --dualpipev-dw-detach: the weight gradient queued (null: at once)
+  return w;
 }
 
 // The packed, zero-padded q/k/v rows [T, NHl·3D] attention reads (queries' rotary part rotated):

@@ -10,9 +10,11 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/flop_counter.h"
 #include "kernels/cpu/norm.h"
+#include "model/expert_loop.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/param_builders.h"
+#include "model/weight_grad_store.h"
 
 namespace gale {
 
@@ -24,22 +26,6 @@ std::string expert_name(int64_t layer, int64_t expert, const char* rest) {
 
 LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
   return linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
-}
-
-// Calls fn(e) for every expert. The experts run concurrently, one per thread (dynamic schedule:
-// they get different token counts), and each expert's GEMMs and kernels then run on its one thread
-// (OpenMP does not nest; oneDNN runs sequentially inside a parallel region). Splitting every small
-// per-expert GEMM over all threads instead left the threads waiting at the end of each region:
-// 2 threads ran 2-4x slower than 1 (docs/model.md). fn must only write what belongs to expert e.
-template <class Fn>
-void for_each_expert(int64_t E, Fn&& fn) {
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), E));
-  if (threads <= 1) {
-    for (int64_t e = 0; e < E; ++e) fn(e);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t e = 0; e < E; ++e) fn(e);
 }
 
 // The token of a permuted row's slot: t·k + j, or -(t + 1) for a padding row.
@@ -240,7 +226,7 @@ void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
 // it, `rows_dtype`) for experts_fc1_weight_grads. Releases the kept fc1 outputs and activations.
 Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                              const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
-                             DType rows_dtype, MoeSaved& s, std::vector<Tensor>* du) {
+                             DType rows_dtype, MoeSaved& s, std::vector<Tensor>* du, WeightGradStore* defer) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);
   const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
@@ -251,6 +237,7 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
   Tensor d_in = Tensor::empty({offsets[El], H});
   du->assign(static_cast<size_t>(El), Tensor());
+  if (defer) defer->begin_experts(El);
   for_each_expert(El, [&](int64_t e) {
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) return;
@@ -261,7 +248,15 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
       mlp_activation_forward(c, ops)(fc1_outs[e].data<float>(), nullptr, act.data<float>(), n, Fe);
       acts[e] = to_gemm_input(act, c.gemm_dtype());
     }
-    Tensor d_act = linear_backward(d_ye, acts[e], weight(ops, pb, w.fc2_w[e]));  // [n, Fe]
+    // [n, Fe]; the fc2 weight gradient at once or into the expert batch (as linear_backward).
+    const LinearWeight fc2 = weight(ops, pb, w.fc2_w[e]);
+    const Tensor d_ye_gemm = to_gemm_input(d_ye, acts[e].dtype());
+    if (defer)
+      defer->put_expert(e, d_ye_gemm, acts[e], fc2);
+    else
+      linear_backward_weight(d_ye_gemm, acts[e], fc2);
+    Tensor d_act = Tensor::empty({n, fc2.in});
+    linear_backward_data_into(d_ye_gemm, fc2, acts[e].dtype(), d_act);
     acts[e] = Tensor();
     Tensor d_u = Tensor::empty(fc1_outs[e].shape());
     float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
@@ -272,19 +267,26 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
     linear_backward_data_into((*du)[e], weight(ops, pb, w.fc1_w[e]), rows_dtype, dxe);  // [n, H]
     std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
   });
+  if (defer) defer->end_experts();
   return split ? etp_reduce_scatter(etp, s.etp, d_in, d_out_local.size(0)) : d_in;
 }
 
 // The fc1 weight gradients from experts_backward_data's `du` and the experts' input rows; releases `du`.
+// With `defer` (--dualpipev-dw-detach) they are queued there as one expert batch instead.
 void experts_fc1_weight_grads(const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, const Tensor& rows,
-                              const std::vector<int64_t>& offsets, std::vector<Tensor>& du) {
+                              const std::vector<int64_t>& offsets, std::vector<Tensor>& du, WeightGradStore* defer) {
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
+  if (defer) defer->begin_experts(El);
   for_each_expert(El, [&](int64_t e) {
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
-    linear_backward_weight(du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+    if (defer)
+      defer->put_expert(e, du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+    else
+      linear_backward_weight(du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
     du[e] = Tensor();
   });
+  if (defer) defer->end_experts();
 }
 
 }  // namespace
@@ -516,7 +518,7 @@ void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std:
 
 void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                              MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
-                             Tensor* dx_out, const std::function<void()>& overlap) {
+                             Tensor* dx_out, const std::function<void()>& overlap, WeightGradStore* defer) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
   const float* g = dy.data<float>();
   // ---- un-permutation: d(routing weight) and each permuted row's output gradient ----
@@ -546,13 +548,13 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   d_expert_out = Tensor();
   std::vector<Tensor> du;
   Tensor d_expert_in =
-      experts_backward_data(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du);
+      experts_backward_data(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
   d_local_out = Tensor();
   if (redo && !level1) rows = redispatched_rows(etp, s, rows_again);
   // ---- back to the token rows; --moe-alltoall-overlap-comm: the fc1 weight gradients meanwhile ----
   PendingRows back;
   if (ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
-  experts_fc1_weight_grads(ops, pb, w, rows, offsets, du);
+  experts_fc1_weight_grads(ops, pb, w, rows, offsets, du, defer);
   rows = Tensor();
   s.expert_in = Tensor();
   if (!ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
@@ -576,7 +578,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
 // is waited for at once. The same sums run on the same operands either way.
 void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
                                MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
-                               Tensor* dx_out, const std::function<void()>& overlap) {
+                               Tensor* dx_out, const std::function<void()>& overlap, WeightGradStore* defer) {
   const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk, P = ep->size();
   const int64_t N = s.plan.expert_offsets.back();
   const bool async = ops.moe_allgather_overlap;
@@ -600,7 +602,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   if (async) dprobs_work = reduce_scatter_rows_async(ep, dprobs_partial, &dprobs);
   std::vector<Tensor> du;
   const Tensor rows = s.expert_in;
-  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du);
+  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du, defer);
   d_out = Tensor();
   Tensor dx_partial = Tensor::zeros({P * T, H});
   for (int64_t r = 0; r < N; ++r)
@@ -609,7 +611,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   Tensor dx;
   WorkPtr dx_work;
   if (async) dx_work = reduce_scatter_rows_async(ep, dx_partial, &dx);
-  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, s.plan.expert_offsets), du);
+  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, s.plan.expert_offsets), du, defer);
   s.expert_in = Tensor();
   if (async) {
     dprobs_work->wait();
@@ -626,13 +628,13 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
 
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
                     const Tensor& dy, double aux_scale, const Comm& ep, const Comm& etp,
-                    const std::function<void()>& overlap) {
+                    const std::function<void()>& overlap, WeightGradStore* defer_weight_grads) {
   const int64_t T = dy.size(0), H = c.hidden;
   Tensor dprobs, dx;
   if (s.gathered) {
-    gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap);
+    gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap, defer_weight_grads);
   } else {
-    routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap);
+    routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap, defer_weight_grads);
   }
   // ---- router: routing weights and auxiliary losses -> logits ----
   const Tensor d_router_in = moe_router_backward(c, ops, pb, w.router(), s.router, s.x, dprobs, aux_scale);

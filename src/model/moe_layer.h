@@ -57,6 +57,8 @@
 
 namespace gale {
 
+class WeightGradStore;  // model/weight_grad_store.h
+
 // Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
 struct MoeParamIds {
   int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
@@ -153,9 +155,11 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
 // all-gather, or with ops.moe_allgather_overlap (--moe-allgather-overlap-comm) while it is in
 // flight; then the routing-weight gradients' reduce-scatter is issued before the experts' backward
 // and the token gradients' before the fc1 weight gradients. Only independent work moves, so every
-// order gives the same bits.
+// order gives the same bits. With `defer_weight_grads` (--dualpipev-dw-detach) the experts' fc1
+// and fc2 weight gradients are queued there as expert batches (model/weight_grad_store.h); the
+// router's and the biases' gradients are computed at once.
 Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, MoeSaved& s,
                     const Tensor& dy, double aux_scale, const Comm& ep = nullptr, const Comm& etp = nullptr,
-                    const std::function<void()>& overlap = {});
+                    const std::function<void()>& overlap = {}, WeightGradStore* defer_weight_grads = nullptr);
 
 }  // namespace gale

@@ -97,7 +97,8 @@ Tensor shared_expert_forward(const ModelConfig& c, const OpTable& ops, const Par
 }
 
 Tensor shared_expert_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const SharedExpertIds& w,
-                              const ModelPartition& part, SharedExpertSaved& s, const Tensor& d_out) {
+                              const ModelPartition& part, SharedExpertSaved& s, const Tensor& d_out,
+                              WeightGradStore* defer_weight_grads) {
   const int64_t Tl = d_out.size(0), H = c.hidden, Fl = c.moe.shared_ffn / part.tp_size();
   Communicator& tp = *part.tp;
   Tensor dm = d_out;
@@ -134,13 +135,15 @@ Tensor shared_expert_backward(const ModelConfig& c, const OpTable& ops, ParamBuf
   const Tensor dm_full = reduce_scatter_to_sequence_parallel_region_backward(dm, tp);  // [T, H]
   dm = Tensor();
   const int64_t T = dm_full.size(0);
-  Tensor d_act = linear_backward(dm_full, s.act, weight(ops, pb, w.fc2_w));  // [T, Fl]
+  LinearWeight fc2 = weight(ops, pb, w.fc2_w), fc1 = weight(ops, pb, w.fc1_w);
+  fc2.defer = fc1.defer = defer_weight_grads;
+  Tensor d_act = linear_backward(dm_full, s.act, fc2);  // [T, Fl]
   s.act = Tensor();
   Tensor du = Tensor::empty(s.fc1_out.shape());
   mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), du.data<float>(), nullptr, T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
-  Tensor dx = gather_from_sequence_parallel_region_backward(linear_backward(du, s.x_full, weight(ops, pb, w.fc1_w)), tp);
+  Tensor dx = gather_from_sequence_parallel_region_backward(linear_backward(du, s.x_full, fc1), tp);
   if (dx_gate.defined()) add_inplace(dx.data<float>(), dx_gate.data<float>(), Tl * H);
   s = SharedExpertSaved{};
   return dx;

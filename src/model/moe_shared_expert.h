@@ -34,6 +34,8 @@
 
 namespace gale {
 
+class WeightGradStore;  // model/weight_grad_store.h
+
 // Ids of one layer's shared-expert parameters in the ParamBuffer (-1 when absent).
 struct SharedExpertIds {
   int fc1_w = -1;   // decoder.layers.{i}.mlp.shared_experts.linear_fc1.weight [Fs or 2Fs, H] (TP dim 0)
@@ -64,8 +66,11 @@ Tensor shared_expert_forward(const ModelConfig& c, const OpTable& ops, const Par
                              const SharedExpertIds& w, const ModelPartition& part, const Tensor& x,
                              SharedExpertSaved* saved);
 
-// Returns dx [Tl, H] (f32) for d_out [Tl, H]; accumulates the shared expert's gradients. Releases `s`.
+// Returns dx [Tl, H] (f32) for d_out [Tl, H]; accumulates the shared expert's gradients (its two
+// linears' weight gradients queued in `defer_weight_grads` when given: --dualpipev-dw-detach; the
+// gate's at once). Releases `s`.
 Tensor shared_expert_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const SharedExpertIds& w,
-                              const ModelPartition& part, SharedExpertSaved& s, const Tensor& d_out);
+                              const ModelPartition& part, SharedExpertSaved& s, const Tensor& d_out,
+                              WeightGradStore* defer_weight_grads = nullptr);
 
 }  // namespace gale

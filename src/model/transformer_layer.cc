@@ -452,11 +452,12 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": shared-expert rerun without the MoE's input";
         shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
       }
-      d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2);
+      d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2, rt.weight_grads);
     };
     d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
                            w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared)
-                                                                            : nullptr);
+                                                                            : nullptr,
+                           rt.weight_grads);
     if (w.shared.defined()) {
       if (!d_shared.defined()) run_shared();
       add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 namespace gale {
@@ -52,6 +53,14 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
         << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
   }
   GALE_CHECK(!config_.swap || !muon) << "--swap-optimizer with --optimizer muon: not supported";
+  quant_ = !config_.quant_states.empty();
+  if (quant_) {
+    GALE_CHECK(config_.quant_states == "fp8" || config_.quant_states == "mxfp8")
+        << "--quant-states " << config_.quant_states << ": expected fp8 or mxfp8";
+    GALE_CHECK(config_.type == "adam") << "--quant-states quantises Adam's moments; --optimizer is " << config_.type;
+    GALE_CHECK(!config_.swap) << "--quant-states with --swap-optimizer: not supported";
+    quant_mode_ = config_.quant_states == "fp8" ? QuantMode::kLinear : QuantMode::kMx;
+  }
   int64_t state_base = 0;
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
@@ -84,6 +93,32 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     state_base += n;
     if (config_.swap) {
       // no resident state: open_swap() creates the file
+    } else if (quant_) {
+      // Blocks counted from the start of each parameter: fp8 gcd(numel, 128) elements (the whole
+      // parameter when that is below 16), mxfp8 32; a segment starting inside a block begins with
+      // the rest of that block.
+      int64_t scale_bytes = 0;
+      for (const Segment& seg : s.segments) {
+        const ParamSpec& spec = s.buffer.params->spec(seg.param_id);
+        const int64_t local = spec.local_numel(), start = seg.begin - spec.offset;
+        int64_t block = 32;
+        if (quant_mode_ == QuantMode::kLinear) {
+          const int64_t g = std::gcd(local, int64_t{128});
+          block = g >= 16 ? g : local;
+        }
+        const QuantLayout layout{quant_mode_, block, block - start % block};
+        s.quant.push_back(BufferState::QuantSegment{layout, scale_bytes});
+        scale_bytes += quant_num_blocks(seg.numel, layout) * quant_scale_bytes(quant_mode_);
+      }
+      s.m_codes = Tensor::zeros({n}, DType::kU8);
+      s.v_codes = Tensor::zeros({n}, DType::kU8);
+      s.m_scales = Tensor::zeros({scale_bytes}, DType::kU8);
+      s.v_scales = Tensor::zeros({scale_bytes}, DType::kU8);
+      if (quant_mode_ == QuantMode::kLinear) {  // scale 1 (codes 0: the zero state)
+        const float one = 1.0f;
+        for (Tensor* t : {&s.m_scales, &s.v_scales})
+          for (int64_t at = 0; at < scale_bytes; at += 4) std::memcpy(t->data<uint8_t>() + at, &one, sizeof one);
+      }
     } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
@@ -217,7 +252,8 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   for (size_t bi = 0; bi < buffers_.size(); ++bi) {
     BufferState& b = buffers_[bi];
     ParamBuffer& pb = *b.buffer.params;
-    for (const Segment& seg : b.segments) {
+    for (size_t si = 0; si < b.segments.size(); ++si) {
+      const Segment& seg = b.segments[si];
       // The flat buffers, or under ZeRO-3 (ParamBuffer::shard_storage) this rank's compact shards.
       float* g = pb.master_grad(seg.begin);
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
@@ -234,6 +270,9 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       auto update = [&](float* p, int64_t at, int64_t n) {
         if (muon) {
           muon_step(b, seg, p, g, seg_lr, param_wd);
+        } else if (adam && quant_) {  // whole segments: blocks are not cut
+          GALE_CHECK(at == 0 && n == seg.numel) << "--quant-states: a segment updated in pieces";
+          adamw_step_quantised(p, g, quant_ref(b, si, false), quant_ref(b, si, true), n, b.quant[si].layout, h);
         } else if (adam) {
           ops_->adamw_step(p, g + at, state_at(b, 0, seg.state_offset + at), state_at(b, 1, seg.state_offset + at), n,
                            h);
@@ -247,7 +286,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         for_each_swap_piece(b, seg, [&](int64_t at, int64_t n) { update(p + at, at, n); });
         continue;
       }
-      const int64_t piece = muon ? seg.numel : std::min(seg.numel, kSplitBlock);
+      const int64_t piece = muon || quant_ ? seg.numel : std::min(seg.numel, kSplitBlock);
       if (!block.defined() || block.numel() < piece) block = Tensor::empty({piece});
       for (int64_t at = 0; at < seg.numel; at += piece) {
         const int64_t n = std::min(piece, seg.numel - at);
@@ -263,8 +302,37 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   return r;
 }
 
+QuantStateRef Optimizer::quant_ref(const BufferState& b, size_t s, bool second) const {
+  const Segment& seg = b.segments[s];
+  const Tensor& codes = second ? b.v_codes : b.m_codes;
+  const Tensor& scales = second ? b.v_scales : b.m_scales;
+  return QuantStateRef{codes.data<uint8_t>() + seg.state_offset,
+                       scales.data<uint8_t>() + b.quant[s].scale_offset,
+                       second ? Fp8Format::kE5M2 : Fp8Format::kE4M3};
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::quantised_state(size_t b) const {
+  if (!quant_) return {};
+  const BufferState& s = buffers_.at(b);
+  return {{"exp_avg.codes", s.m_codes},
+          {"exp_avg_sq.codes", s.v_codes},
+          {"exp_avg.scales", s.m_scales},
+          {"exp_avg_sq.scales", s.v_scales}};
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   const BufferState& s = buffers_.at(b);
+  if (quant_) {  // dequantised copies
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (int k = 0; k < 2; ++k) {
+      Tensor t = Tensor::zeros({s.state_numel});
+      for (size_t si = 0; si < s.segments.size(); ++si)
+        dequantise_state_ref(quant_ref(s, si, k == 1), s.segments[si].numel, s.quant[si].layout,
+                             t.data<float>() + s.segments[si].state_offset);
+      out.emplace_back(k == 0 ? "exp_avg" : "exp_avg_sq", std::move(t));
+    }
+    return out;
+  }
   if (config_.swap) {  // copies, read from the file
     GALE_CHECK(swap_) << "--swap-optimizer: open_swap() before reading the state";
     std::vector<std::pair<std::string, Tensor>> out;
@@ -294,6 +362,16 @@ bool Optimizer::holds_state(size_t b, int param_id, const std::string& name) con
 }
 
 Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  if (quant_) {  // quantised again
+    const BufferState& s = buffers_.at(b);
+    for (const auto& [name, t] : tensors) {
+      GALE_CHECK((name == "exp_avg" || name == "exp_avg_sq") && t.numel() == s.state_numel) << "optimizer state " << name;
+      for (size_t si = 0; si < s.segments.size(); ++si)
+        quantise_state_ref(t.data<float>() + s.segments[si].state_offset, s.segments[si].numel, s.quant[si].layout,
+                           quant_ref(s, si, name == "exp_avg_sq"));
+    }
+    return Status::Ok();
+  }
   if (!swap_) return Status::Ok();
   const BufferState& s = buffers_.at(b);
   const std::vector<std::string> names = state_names();
@@ -308,7 +386,7 @@ Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string,
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = swap_ ? swap_->staging_bytes() : 0;
   for (const BufferState& s : buffers_)
-    for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum})
+    for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum, &s.m_codes, &s.v_codes, &s.m_scales, &s.v_scales})
       if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
 }

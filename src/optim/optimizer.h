@@ -21,6 +21,7 @@
 #include "comm/communicator.h"
 #include "core/timers.h"
 #include "kernels/cpu/newton_schulz.h"
+#include "kernels/cpu/quant_states.h"
 #include "kernels/op_table.h"
 #include "model/params.h"
 #include "optim/grad_buckets.h"
@@ -66,6 +67,14 @@ struct OptimizerConfig {
   bool swap = false;
   int64_t swap_times = 16;
   std::string swap_dir;
+  // --quant-states (MindSpeed's low-precision optimizer; kernels/cpu/quant_states.h): "" keeps the
+  // f32 moments; "fp8" stores exp_avg as E4M3 and exp_avg_sq as E5M2 codes with an f32 scale per
+  // block of gcd(numel, 128) elements of each parameter (one per parameter when that is below 16);
+  // "mxfp8" the same formats, k-scaled, with an E8M0 scale per 32 elements. AdamW only, not with
+  // --swap-optimizer. Blocks are counted from the start of each parameter (its local TP shard);
+  // with the distributed optimizer a block cut by a shard boundary is quantised as two blocks,
+  // one on each rank (Optimizer::quant_layout).
+  std::string quant_states;
 };
 
 struct StepResult {
@@ -156,6 +165,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
   size_t num_buffers() const { return buffers_.size(); }
   bool sharded(size_t b = 0) const { return buffers_.at(b).sharded; }
+  const ParamBuffer& buffer_params(size_t b) const { return *buffers_.at(b).buffer.params; }
   // The owned pieces of buffer `b`'s parameters, in state order. Without sharding: one segment per
   // parameter, with state_offset equal to the parameter's offset.
   const std::vector<Segment>& segments(size_t b = 0) const { return buffers_.at(b).segments; }
@@ -171,8 +181,20 @@ class Optimizer {
   // Whether Muon updates parameter `param_id` of buffer `b`.
   bool is_muon(size_t b, int param_id) const;
   // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
-  // staging buffer only.
+  // staging buffer only; with --quant-states the codes and scales.
   int64_t state_bytes() const;
+
+  // --quant-states: whether the moments are stored quantised, and the block layout of segment `s`
+  // of buffer `b` (its scales start at quant_scale_offset(b, s) bytes into the scale tensors).
+  bool quantised() const { return quant_; }
+  const QuantLayout& quant_layout(size_t b, size_t s) const { return buffers_.at(b).quant.at(s).layout; }
+  int64_t quant_scale_offset(size_t b, size_t s) const { return buffers_.at(b).quant.at(s).scale_offset; }
+  // The quantised storage of buffer `b` (shared, not copies): "exp_avg.codes", "exp_avg_sq.codes"
+  // (u8, one per state element, in state order), "exp_avg.scales", "exp_avg_sq.scales" (u8 bytes:
+  // f32 scales for fp8, E8M0 exponents for mxfp8, segment after segment). A checkpoint saves and
+  // restores them as they are, so that a resumed run continues bit for bit. Empty without
+  // --quant-states. (state() and store_state() then give and take dequantised f32 copies.)
+  std::vector<std::pair<std::string, Tensor>> quantised_state(size_t b) const;
 
   // --swap-optimizer: creates the state file (zeros: the initial state) and the staging buffer.
   // Call once, before the first step or state access, when config().swap is set.
@@ -181,6 +203,7 @@ class Optimizer {
   const OptimizerStateSwap* swap() const { return swap_.get(); }
   // Makes the values of state() tensors of buffer `b` the optimizer's: with --swap-optimizer
   // state() returns copies read from the file, and a checkpoint load writes them back with this;
+  // with --quant-states state() returns dequantised copies and this quantises them again;
   // otherwise state() shares the optimizer's storage and this does nothing.
   Status store_state(size_t b, const std::vector<std::pair<std::string, Tensor>>& tensors);
   void set_ops(const OpTable* ops) { ops_ = ops; }
@@ -193,7 +216,16 @@ class Optimizer {
     Tensor exp_avg, exp_avg_sq, momentum;  // undefined with --swap-optimizer (the state is in swap_)
     int64_t state_numel = 0;  // elements of each state tensor
     int64_t state_base = 0;   // where they start in the swap file's packed order (all buffers)
+    // --quant-states: per segment, its blocks and where its scales start (bytes).
+    struct QuantSegment {
+      QuantLayout layout;
+      int64_t scale_offset = 0;
+    };
+    std::vector<QuantSegment> quant;
+    Tensor m_codes, v_codes, m_scales, v_scales;  // u8
   };
+  // Segment `s` of `b`'s moments as quantised pieces.
+  QuantStateRef quant_ref(const BufferState& b, size_t s, bool second) const;
   // The state tensors' names, in the swap file's order.
   std::vector<std::string> state_names() const;
   // Element `index` of state `k` (state_names() order) of buffer `b`, resident or in the staging
@@ -221,6 +253,8 @@ class Optimizer {
   int64_t step_ = 0;
   std::function<void(size_t)> after_buffer_step_;
   std::unique_ptr<OptimizerStateSwap> swap_;
+  bool quant_ = false;
+  QuantMode quant_mode_ = QuantMode::kLinear;
 };
 
 }  // namespace gale

@@ -20,7 +20,8 @@ Zero3Sync::Zero3Sync(ParamBuffer* params, Comm dp, const std::vector<std::vector
     replica_count_ = options_.replicas->size();
     replica_rank_ = options_.replicas->rank();
   }
-  const int64_t total = dp_size_ * replica_count_;  // every unit splits into this many equal pieces
+  // Every unit splits into this many equal pieces (HSDP: shards only).
+  const int64_t total = dp_size_ * (options_.shard_optimizer_over_replicas ? replica_count_ : 1);
   std::vector<ParamUnit> units;
   for (const std::vector<int>& g : groups) {
     if (g.empty()) continue;
@@ -43,11 +44,17 @@ Zero3Sync::Zero3Sync(ParamBuffer* params, Comm dp, const std::vector<std::vector
   }
   params_->shard_storage(std::move(units), options_.shard_params);
   if (pinned >= 0) pinned_unit_ = params_->unit_of(pinned);
+  root_.assign(static_cast<size_t>(params_->num_units()), 0);
+  root_grads_pending_ = root_;
+  for (int id : options_.root_params) root_[static_cast<size_t>(params_->unit_of(id))] = 1;
+  GALE_CHECK(options_.forward_prefetch >= 0);
 }
 
 std::pair<int64_t, int64_t> Zero3Sync::piece(int u) const {
   const ParamUnit& x = params_->unit(u);
-  const int64_t own = x.own_end - x.own_begin, p = x.padded / dp_size_ / replica_count_;
+  const int64_t own = x.own_end - x.own_begin;
+  if (!options_.shard_optimizer_over_replicas) return {0, own};  // HSDP: the whole shard
+  const int64_t p = x.padded / dp_size_ / replica_count_;
   return {std::min(own, replica_rank_ * p), std::min(own, (replica_rank_ + 1) * p)};
 }
 
@@ -82,7 +89,7 @@ void Zero3Sync::after_optimizer_step() {
     }
     return;
   }
-  if (!options_.replicas || replica_count_ == 1) return;
+  if (!options_.replicas || replica_count_ == 1 || !options_.shard_optimizer_over_replicas) return;
   for (int u = 0; u < params_->num_units(); ++u) {  // LayerZeRO: the updated pieces into the shard
     const ParamUnit& x = params_->unit(u);
     const int64_t own = x.own_end - x.own_begin, p = x.padded / dp_size_ / replica_count_;
@@ -100,12 +107,49 @@ int Zero3Sync::gathered_units() const {
   return n;
 }
 
+bool Zero3Sync::pending(int u) const {
+  for (const Pending& p : pending_)
+    if (p.unit == u) return true;
+  return false;
+}
+
+void Zero3Sync::note_peak() {
+  int64_t bytes = params_->gathered_bytes();
+  for (const Pending& p : pending_) bytes += static_cast<int64_t>(p.values.nbytes());
+  max_gathered_bytes_ = std::max(max_gathered_bytes_, bytes);
+  max_gathered_ = std::max(max_gathered_, gathered_units());
+}
+
+void Zero3Sync::start_gather(int u) {
+  if (params_->unit_gathered(u) || pending(u)) return;
+  const ParamUnit& x = params_->unit(u);
+  const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
+  Pending p;
+  p.unit = u;
+  p.values = Tensor::empty({x.padded});
+  p.mine = Tensor::zeros({s});  // the last ranks' shards may be short: padded with zeros
+  std::memcpy(p.mine.raw(), params_->shard_values(u), static_cast<size_t>(own) * sizeof(float));
+  p.work = dp_->all_gather_async(p.mine.raw(), p.values.raw(), s, DType::kF32);
+  pending_.push_back(std::move(p));
+  ++prefetched_;
+  note_peak();
+}
+
 void Zero3Sync::gather(int u) {
   if (params_->unit_gathered(u)) return;
   const ParamUnit& x = params_->unit(u);
+  for (size_t i = 0; i < pending_.size(); ++i) {  // prefetched: wait for it
+    if (pending_[i].unit != u) continue;
+    Pending p = std::move(pending_[i]);
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    p.work->wait();
+    params_->set_unit_storage(u, std::move(p.values), Tensor::zeros({x.padded}));
+    note_peak();
+    return;
+  }
   if (!options_.shard_params) {  // ZeRO-2: the values are whole; only the gradient buffer
     params_->set_unit_storage(u, Tensor(), Tensor::zeros({x.padded}));
-    max_gathered_ = std::max(max_gathered_, gathered_units());
+    note_peak();
     return;
   }
   const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
@@ -118,7 +162,7 @@ void Zero3Sync::gather(int u) {
     dp_->all_gather(mine.raw(), values.raw(), s, DType::kF32);
   }
   params_->set_unit_storage(u, std::move(values), Tensor::zeros({x.padded}));
-  max_gathered_ = std::max(max_gathered_, gathered_units());
+  note_peak();
 }
 
 void Zero3Sync::reduce_scatter_grads(int u) {
@@ -148,18 +192,44 @@ void Zero3Sync::start_iteration() {
 void Zero3Sync::on_params_needed(const std::vector<int>& param_ids) {
   if (param_ids.empty()) return;
   const int u = params_->unit_of(param_ids.front());
-  for (int v = 0; v < params_->num_units(); ++v)
-    if (v != u && v != pinned_unit_ && params_->unit_gathered(v)) params_->release_unit(v);
+  const int n = params_->num_units();
+  if (options_.reshard_after_forward)
+    for (int v = 0; v < n; ++v)
+      if (v != u && v != pinned_unit_ && !root_[static_cast<size_t>(v)] && params_->unit_gathered(v))
+        params_->release_unit(v);
+  for (int v = 0; v < n; ++v)  // FSDP2's root: before the first unit's forward, in unit order
+    if (root_[static_cast<size_t>(v)]) gather(v);
   gather(u);
+  if (options_.forward_prefetch > 0 && options_.shard_params && dp_size_ > 1 && !root_[static_cast<size_t>(u)]) {
+    int started = 0;  // the next wrapped units, in forward (buffer) order
+    for (int v = u + 1; v < n && started < options_.forward_prefetch; ++v) {
+      if (root_[static_cast<size_t>(v)]) continue;
+      start_gather(v);
+      ++started;
+    }
+  }
 }
 
 void Zero3Sync::on_grads_ready(const std::vector<int>& param_ids) {
   if (param_ids.empty()) return;
   const int u = params_->unit_of(param_ids.front());
   GALE_CHECK(params_->unit_gathered(u)) << "ZeRO-3 unit " << u << " reported its gradients while not gathered";
-  reduce_scatter_grads(u);
-  params_->release_unit(u);
-  if (u > 0) gather(u - 1);  // backward goes down the buffer: the unit below is next
+  if (root_[static_cast<size_t>(u)]) {
+    root_grads_pending_[static_cast<size_t>(u)] = 1;  // FSDP2's root: reduce-scattered at the end
+  } else {
+    reduce_scatter_grads(u);
+    params_->release_unit(u);
+  }
+  if (u > 0) {
+    gather(u - 1);  // backward goes down the buffer: the unit below is next
+    return;
+  }
+  for (int v = 0; v < params_->num_units(); ++v) {  // the lowest unit's backward ends the backward
+    if (!root_grads_pending_[static_cast<size_t>(v)]) continue;
+    root_grads_pending_[static_cast<size_t>(v)] = 0;
+    reduce_scatter_grads(v);
+    params_->release_unit(v);
+  }
 }
 
 void Zero3Sync::gather_all() {
@@ -168,6 +238,9 @@ void Zero3Sync::gather_all() {
 }
 
 void Zero3Sync::release_all(bool write_back) {
+  for (Pending& p : pending_) p.work->wait();  // an unused prefetch (an evaluation's forward)
+  pending_.clear();
+  std::fill(root_grads_pending_.begin(), root_grads_pending_.end(), 0);
   for (int u = 0; u < params_->num_units(); ++u) {
     if (!params_->unit_gathered(u)) continue;
     if (write_back && options_.shard_params) {

@@ -11,6 +11,16 @@
 //     the replicas, each rank updates its piece, and after_optimizer_step all-gathers the pieces
 //     over the replicas back into the shard.
 //
+//   - PyTorch FSDP2 (--use-torch-fsdp2, train/fsdp2_config.h): ZeRO-3 with FSDP2's schedule
+//     options: Zero3Options::root_params (the units not wrapped on their own: FSDP2's root, all
+//     gathered before the first unit's forward and kept until the end of the backward, where their
+//     gradients are reduce-scattered after the lowest unit's), reshard_after_forward false (a unit
+//     stays gathered from its forward to its backward: no second all-gather), forward_prefetch n
+//     (a wrapped unit's forward starts the asynchronous all-gathers of the next n wrapped units,
+//     awaited at their own forward: the same bytes, so training is bitwise that of n = 0), and HSDP
+//     (replicas with shard_optimizer_over_replicas false: the shard gradients are all-reduced over
+//     the replicas like LayerZeRO's, but each rank keeps and updates its whole shard).
+//
 // Units are the groups GPTModel reports to its hooks (the embedding, each transformer layer, the
 // head), each a contiguous run of whole parameters of the chunk's flat layout. A unit of n
 // elements is padded to P = ⌈n/dp⌉·dp and cut into dp shards of P/dp elements, like a bucket of
@@ -45,8 +55,16 @@ namespace gale {
 
 struct Zero3Options {
   bool shard_params = true;  // false: ZeRO-2
-  // LayerZeRO: the group across the shard groups (the ranks holding the same shard); null: none.
+  // LayerZeRO and HSDP: the group across the shard groups (the ranks holding the same shard); null: none.
   Comm replicas;
+  // With replicas: LayerZeRO (true) cuts each shard's optimizer state again over the replicas;
+  // FSDP2's HSDP (false) keeps the whole shard's state on every replica (copies).
+  bool shard_optimizer_over_replicas = true;
+  // FSDP2 (see above): the root's parameters (any of a unit names it), whether a unit is released
+  // once the next one's forward begins, and how many wrapped units a forward prefetches.
+  std::vector<int> root_params;
+  bool reshard_after_forward = true;
+  int forward_prefetch = 0;
 };
 
 class Zero3Sync {
@@ -78,12 +96,32 @@ class Zero3Sync {
   // from the gathered values when `write_back` (after a checkpoint load).
   void gather_all();
   void release_all(bool write_back);
-  // Units gathered now, and the most gathered at once since construction.
+  // Units gathered now, and the most gathered at once since construction; the most bytes of
+  // gathered values and gradients at once (ParamBuffer::gathered_bytes, plus the values of
+  // all-gathers in flight) since construction or the last reset_peak.
   int gathered_units() const;
   int max_gathered_units() const { return max_gathered_; }
+  int64_t max_gathered_bytes() const { return max_gathered_bytes_; }
+  void reset_peak() { max_gathered_bytes_ = 0; }
+  // HSDP: this rank's optimizer state is a copy of the first replica's (a checkpoint writes it once).
+  bool optimizer_state_copy() const {
+    return options_.replicas && !options_.shard_optimizer_over_replicas && replica_rank_ > 0;
+  }
+  // All-gathers started ahead (forward_prefetch) since construction.
+  int64_t prefetched() const { return prefetched_; }
 
  private:
+  // An all-gather in flight (forward_prefetch): its staging shard and the whole values it fills.
+  struct Pending {
+    int unit = -1;
+    WorkPtr work;
+    Tensor mine, values;
+  };
+
   void gather(int u);
+  void start_gather(int u);
+  void note_peak();
+  bool pending(int u) const;
   void reduce_scatter_grads(int u);
 
   // LayerZeRO: this rank's piece of unit u's shard, in offsets from the shard's start.
@@ -96,6 +134,9 @@ class Zero3Sync {
   int64_t replica_count_ = 1, replica_rank_ = 0;
   int pinned_unit_ = -1;
   int max_gathered_ = 0;
+  int64_t max_gathered_bytes_ = 0, prefetched_ = 0;
+  std::vector<char> root_, root_grads_pending_;  // per unit
+  std::vector<Pending> pending_;
 };
 
 }  // namespace gale

@@ -14,7 +14,7 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
     GALE_ASSIGN_OR_RETURN(auto t, Gpt2BpeTokenizer::load(o.vocab_file, o.merge_file));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  if (type == "HuggingFaceTokenizer") {
+  if (type == "HuggingFaceTokenizer" || type == "PretrainedFromHF") {  // MindSpeed-LLM's name for it
     GALE_ASSIGN_OR_RETURN(auto t, HuggingFaceTokenizer::load(o.tokenizer_model));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }

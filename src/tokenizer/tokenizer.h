@@ -2,6 +2,7 @@
 // --tokenizer-model, --vocab-size): GPT2BPETokenizer, HuggingFaceTokenizer,
 // SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer and NullTokenizer, each
 // giving the ids Megatron's class of the same name gives (see docs/data.md for the rules).
+// MindSpeed-LLM's PretrainedFromHF (with --tokenizer-name-or-path) is HuggingFaceTokenizer.
 #pragma once
 
 #include <cstdint>

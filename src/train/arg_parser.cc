@@ -21,6 +21,7 @@ struct ArgParser::Impl {
   std::vector<std::pair<std::string, std::string>> compat;  // flag -> note
   std::map<std::string, std::string> compat_values;
   std::map<std::string, bool> compat_flags;
+  std::map<std::string, std::vector<std::string>> compat_lists;
   std::map<std::string, bool> supported;
   std::map<std::string, std::string> value_kind;  // flag -> "an integer" / "a number", for conversion errors
   Impl(const std::string& program, const std::string& description) : app(description, program) {
@@ -99,6 +100,13 @@ void ArgParser::add_refused(const std::string& flag, const std::string& message,
 void ArgParser::add_compat(const std::string& flag, bool takes_value, const std::string& note) {
   CLI::Option* opt = takes_value ? impl_->app.add_option(flag, impl_->compat_values[flag], "accepted: " + note)
                                  : impl_->app.add_flag(flag, impl_->compat_flags[flag], "accepted: " + note);
+  impl_->record(flag, opt)->group("accepted for compatibility (no effect in Gale)");
+  impl_->compat.emplace_back(Impl::first_name(flag), note);
+}
+
+void ArgParser::add_compat_list(const std::string& flag, const std::string& note) {
+  CLI::Option* opt = impl_->app.add_option(flag, impl_->compat_lists[flag], "accepted: " + note)->expected(1, 1 << 20);
+  opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   impl_->record(flag, opt)->group("accepted for compatibility (no effect in Gale)");
   impl_->compat.emplace_back(Impl::first_name(flag), note);
 }

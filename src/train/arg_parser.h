@@ -53,6 +53,8 @@ class ArgParser {
   // `note` says why; compat_notices() returns "<flag>: <note>" for each one given, for start-up.
   // `takes_value`: whether the flag is followed by a value.
   void add_compat(const std::string& flag, bool takes_value, const std::string& note);
+  // The same for a flag followed by one or more values (MindSpeed's `--virtual-optimizer 6 5 4 3`).
+  void add_compat_list(const std::string& flag, const std::string& note);
   std::vector<std::string> compat_notices() const;
 
   // Parse argv[1..argc) (argv[0] is the program name). Returns an error naming the flag for an

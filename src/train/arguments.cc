@@ -201,6 +201,12 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--swap-optimizer-times", &a.swap_optimizer_times,
         "MindSpeed: chunks the swapped optimizer state comes back in during the step (default 16; 0: all at once); "
         "the resident state is about one chunk");
+  p.add_choice("--quant-states", &a.quant_states, {"fp8", "hif8", "mxfp8"},
+               "MindSpeed: store Adam's moments in FP8 (exp_avg E4M3, exp_avg_sq E5M2): fp8 with an f32 scale per "
+               "block of up to 128 elements, mxfp8 with an E8M0 scale per 32 (k-scaled); dequantised to f32 for each "
+               "update (hif8: not supported yet)");
+  p.add_flag("--quant-grads", &a.quant_grads,
+             "MindSpeed: FP16 main gradients (not supported yet: Gale's gradient buffers are f32)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");
@@ -321,6 +327,13 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
              "optimizer state sharded over the whole data-parallel group (needs --layerzero-config)");
   p.add("--layerzero-config", &a.layerzero_config,
         "MindSpeed: the LayerZeRO YAML file (zero3_size; param_dtype/reduce_dtype fp32; see docs/parallelism.md)");
+  p.add_flag("--use-torch-fsdp2", &a.use_torch_fsdp2,
+             "PyTorch FSDP2 (Megatron; MindSpeed's TorchFullyShardedDataParallelFeature): ZeRO-3 with each "
+             "transformer layer and the embedding gathered for its forward and backward, the head kept from the "
+             "forward's start to the backward's end (needs --untie-embeddings-and-output-weights)");
+  p.add("--fsdp2-config-path", &a.fsdp2_config_path,
+        "MindSpeed: the FSDP2 YAML file (sharding_size, sub_modules_to_wrap, reshard_after_forward, "
+        "num_to_forward_prefetch; fp32; see docs/parallelism.md)");
   p.add("--num-distributed-optimizer-instances", &a.num_distributed_optimizer_instances,
         "with --use-distributed-optimizer: shard the optimizer state inside N groups of DP x CP / N consecutive "
         "data-parallel ranks, replicated across the groups");
@@ -377,13 +390,17 @@ void add_data_args(ArgParser& p, DataArgs& a) {
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
   std::vector<std::string> types = {"GPT2BPETokenizer",          "HuggingFaceTokenizer", "SentencePieceTokenizer",
-                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer"};
+                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer",
+                                    "PretrainedFromHF"};
   types.insert(types.end(), kUnsupportedTokenizerTypes.begin(), kUnsupportedTokenizerTypes.end());
   p.add_choice("--tokenizer-type", &a.tokenizer_type, types,
-               "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files)");
+               "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files; "
+               "MindSpeed-LLM's PretrainedFromHF is HuggingFaceTokenizer)");
   p.add("--vocab-file", &a.vocab_file, "vocabulary file (GPT-2 vocab.json)");
   p.add("--merge-file", &a.merge_file, "BPE merges file (GPT-2 merges.txt)");
-  p.add("--tokenizer-model", &a.tokenizer_model, "tokenizer model (SentencePiece .model, or tokenizer.json / its folder)");
+  p.add("--tokenizer-model,--tokenizer-name-or-path", &a.tokenizer_model,
+        "tokenizer model (SentencePiece .model, or tokenizer.json / its folder; MindSpeed-LLM: "
+        "--tokenizer-name-or-path)");
   p.add("--vocab-size", &a.vocab_size, "vocabulary size of NullTokenizer (and of --mock-data)");
   p.add("--vocab-extra-ids", &a.vocab_extra_ids, "extra sentinel ids added to the vocabulary");
 }
@@ -474,6 +491,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_mla_args(p, a.model);
   add_qat_args(p, a.model);
   add_megatron_compat_args(p, a.megatron_compat);
+  add_mindspeed_compat_args(p, a.mindspeed_compat);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -875,6 +893,7 @@ Status validate_mtp_args(Arguments& a) {
 }
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
+  GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));

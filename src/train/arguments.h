@@ -189,6 +189,11 @@ struct TrainingArgs {
   bool swap_optimizer = false;
   int64_t swap_optimizer_times = 16;
   std::string swap_optimizer_dir;
+  // --quant-states fp8|mxfp8 (MindSpeed's low-precision optimizer, level 0;
+  // features/feature_low_precision_optimizer.cc, kernels/cpu/quant_states.h): Adam's moments stored
+  // as FP8 codes with block scales ("" = f32). hif8 and --quant-grads are refused (not supported yet).
+  std::string quant_states;
+  bool quant_grads = false;
   // --swap-attention (MindSpeed, level 2; features/feature_swap_attention.cc, model/activation_swap.h):
   // each layer's attention activations kept for backward go to an anonymous file in
   // --swap-attention-dir after its forward and come back, one layer ahead, in backward.
@@ -298,7 +303,7 @@ struct ParallelArgs {
   // ZeRO-3: --use-custom-fsdp with optim_grads_params, or MindSpeed's --layerzero (build_engine:
   // optim/zero3_sync.h); ZeRO-2: --use-custom-fsdp with optim_grads.
   bool zero3() const {
-    return layerzero || (use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
+    return layerzero || use_torch_fsdp2 || (use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads_params");
   }
   bool zero2() const { return use_custom_fsdp && data_parallel_sharding_strategy == "optim_grads"; }
   // MindSpeed's --layerzero --layerzero-config FILE (features/feature_layerzero.cc): ZeRO-3 inside
@@ -307,6 +312,17 @@ struct ParallelArgs {
   bool layerzero = false;
   std::string layerzero_config;
   int64_t layerzero_zero3_size = 0;
+  // Megatron's --use-torch-fsdp2 with MindSpeed's --fsdp2-config-path FILE.yaml
+  // (features/feature_torch_fsdp2.cc; train/fsdp2_config.h): ZeRO-3 over groups of
+  // fsdp2_sharding_size consecutive DP ranks (the whole DP group without the file), replicated
+  // across the groups (HSDP). The fsdp2_* fields below are read from the file by
+  // validate_parallel_args (Megatron's defaults without it).
+  bool use_torch_fsdp2 = false;
+  std::string fsdp2_config_path;
+  int64_t fsdp2_sharding_size = 0;
+  bool fsdp2_wrap_embedding = true, fsdp2_wrap_layers = true, fsdp2_wrap_head = false;
+  bool fsdp2_reshard_after_forward = true;
+  int64_t fsdp2_forward_prefetch = 0;
   // Megatron's --num-distributed-optimizer-instances N ("partial DistOpt"): the dp-cp group splits
   // into N instances of DP·CP/N consecutive ranks; optimizer state is sharded inside an instance
   // and replicated across instances (engine.h, optim/data_parallel_sync.h).
@@ -525,6 +541,14 @@ struct MegatronCompatArgs {
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
 };
 
+// MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).
+struct MindSpeedCompatArgs {
+  int sparse_mode = 0;          // --sparse-mode
+  int64_t pre_tockens = 65536;  // --pre-tockens: earlier tokens a query sees
+  int64_t next_tockens = 0;     // --next-tockens: later tokens a query sees
+  std::string attention_mask_type = "causal";  // --attention-mask-type: causal (general: not yet)
+};
+
 struct Arguments {
   ModelArgs model;
   MoeArgs moe;
@@ -537,6 +561,7 @@ struct Arguments {
   CheckpointArgs checkpoint;
   LoggingArgs logging;
   MegatronCompatArgs megatron_compat;
+  MindSpeedCompatArgs mindspeed_compat;
 };
 
 void add_model_args(ArgParser& p, ModelArgs& a);
@@ -561,6 +586,14 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a);
 // The values those flags accept (--rerun-mode disabled, --moe-router-dtype fp32, and
 // --no-position-embedding only with RoPE, as Megatron).
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
+
+// MindSpeed's flags outside its feature classes (train/arguments_mindspeed_compat.cc): accepted with
+// a start-up note where they change nothing in Gale; --sparse-mode / --pre-tockens / --next-tockens,
+// the band mask of Ascend's flash attention, mapped onto --sliding-window; the flags of MindSpeed's
+// core_r0.7/r0.8 branches refused with what replaced them.
+void add_mindspeed_compat_args(ArgParser& p, MindSpeedCompatArgs& a);
+// Checks the band-mask flags and sets --sliding-window from --pre-tockens; before the model checks.
+Status validate_mindspeed_compat_args(Arguments& a, const ArgParser& p);
 
 // Registers all groups above (what `gale pretrain` accepts).
 void add_all_pretrain_args(ArgParser& p, Arguments& a);

@@ -24,7 +24,11 @@ const std::vector<Reason>& unsupported_flags() {
        {"--fp8-format", "--fp8-recipe", "--fp8-margin", "--fp8-interval", "--fp8-amax-history-len",
         "--fp8-amax-compute-algo", "--no-fp8-wgrad", "--fp8-param-gather", "--first-last-layers-bf16",
         "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
-        "--keep-fp8-transpose-cache-when-using-custom-fsdp"}},
+        "--keep-fp8-transpose-cache-when-using-custom-fsdp",
+        // MindSpeed's FP8 options of its Transformer Engine API, and its online comparison of the
+        // quantised casts and GEMMs against a CPU or BF16 reference.
+        "--fp8-reuse-quantized-weight", "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu",
+        "--te-comparison-with-bf16"}},
       {"sentence splitting", {"--split-sentences"}},
       {"legacy Megatron models (Gale implements the MCore GPT model)", {"--use-legacy-models"}},
       {"custom layer specs", {"--spec"}},
@@ -34,9 +38,9 @@ const std::vector<Reason>& unsupported_flags() {
         "--pipeline-model-parallel-split-rank"}},
       {"different initialisation per data-parallel rank", {"--data-parallel-random-init"}},
       {"CUDA graphs", {"--enable-cuda-graph", "--cuda-graph-scope", "--cuda-graph-warmup-steps", "--external-cuda-graph"}},
-      {"PyTorch FSDP2 and Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
+      {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
-       {"--use-torch-fsdp2", "--suggested-communication-unit-size", "--init-model-with-meta-device"}},
+       {"--suggested-communication-unit-size", "--init-model-with-meta-device"}},
       {"the precision-aware optimizer (Gale keeps main parameters, gradients and Adam moments in fp32)",
        {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
         "--exp-avg-sq-dtype"}},
@@ -46,7 +50,10 @@ const std::vector<Reason>& unsupported_flags() {
                                           "--check-for-spiky-loss"}},
       {"nsys and PyTorch profiling (profile gale with perf, docs/kernels.md)",
        {"--profile", "--profile-ranks", "--profile-step-start", "--profile-step-end", "--use-pytorch-profiler",
-        "--record-memory-history", "--memory-snapshot-path"}},
+        "--record-memory-history", "--memory-snapshot-path",
+        // MindSpeed's torch_npu profiler options.
+        "--profile-level", "--profile-with-cpu", "--profile-with-stack", "--profile-with-memory",
+        "--profile-record-shapes", "--profile-save-path"}},
       {"Megatron's straggler detector",
        {"--log-straggler", "--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}},
       {"the NVIDIA resiliency (fault-tolerance) package", {"--enable-ft-package", "--calc-ft-timeouts"}},

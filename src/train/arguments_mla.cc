@@ -5,14 +5,16 @@ namespace gale {
 
 void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.group("multi-latent attention");
-  p.add_flag("--multi-latent-attention", &a.multi_latent_attention,
+  p.add_flag("--multi-latent-attention,--multi-head-latent-attention", &a.multi_latent_attention,
              "DeepSeek-style multi-latent attention: queries and keys/values through low-rank latents "
              "(model/mla_attention.h)");
   p.add("--q-lora-rank", &a.q_lora_rank, "rank of the query latent; unset: a direct query projection");
   p.add("--kv-lora-rank", &a.kv_lora_rank, "rank of the key/value latent");
-  p.add("--qk-head-dim", &a.qk_head_dim, "query/key head dimension without the position-embedding part");
-  p.add("--qk-pos-emb-head-dim", &a.qk_pos_emb_head_dim,
-        "query/key head dimension of the rotary part (the key's is shared by all heads; even)");
+  p.add("--qk-head-dim,--qk-nope-head-dim", &a.qk_head_dim,
+        "query/key head dimension without the position-embedding part (MindSpeed-LLM: --qk-nope-head-dim)");
+  p.add("--qk-pos-emb-head-dim,--qk-rope-head-dim", &a.qk_pos_emb_head_dim,
+        "query/key head dimension of the rotary part (the key's is shared by all heads; even; MindSpeed-LLM: "
+        "--qk-rope-head-dim)");
   p.add("--v-head-dim", &a.v_head_dim, "value head dimension");
   p.add_flag("--qk-layernorm", &a.qk_layernorm,
              "--normalization on every query and key head over head_dim, before RoPE (Megatron-Core's "

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
+#include "train/fsdp2_config.h"
 #include "train/layerzero_config.h"
 #include "train/pipeline_layout.h"
 
@@ -68,8 +69,13 @@ Status validate_zero3(Arguments& a, const std::string& who) {
     return refuse("--calculate-per-token-loss", "the gradients are rescaled after the reduce-scatter");
   if (t.check_weight_hash_across_dp_replicas_interval != kUnset)
     return refuse("--check-weight-hash-across-dp-replicas-interval", "the ranks hold shards, not replicas");
-  if (a.model.recompute_granularity == "full")
-    return refuse("--recompute-granularity full", "a recomputed layer group would need all its layers gathered");
+  // One layer per recomputed group (uniform by 1, or block) reruns while the layer is gathered for
+  // its backward; a group of several would need them all gathered.
+  if (a.model.recompute_granularity == "full" && a.model.recompute_method == "uniform" &&
+      a.model.recompute_num_layers > 1)
+    return refuse(str_cat("--recompute-granularity full --recompute-method uniform --recompute-num-layers ",
+                          a.model.recompute_num_layers),
+                  "a recomputed layer group would need all its layers gathered; groups of 1 layer work");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return refuse("--mtp-num-layers", "the MTP layers run inside the head");
   if (a.lora.enabled()) return refuse("LoRA (--lora-target-modules)", "frozen parameters are not sharded");
@@ -112,8 +118,60 @@ Status resolve_layerzero(Arguments& a) {
   return validate_zero3(a, "--layerzero");
 }
 
+// Megatron's --use-torch-fsdp2 with MindSpeed's --fsdp2-config-path (features/feature_torch_fsdp2.cc):
+// the conflicts, the configuration file (Megatron's defaults without it), sharding_size dividing the
+// data-parallel size, and ZeRO-3's restrictions.
+Status resolve_torch_fsdp2(Arguments& a) {
+  ParallelArgs& par = a.parallel;
+  if (!par.use_torch_fsdp2) {
+    if (!par.fsdp2_config_path.empty())
+      return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path,
+                             " configures FSDP2: expected --use-torch-fsdp2");
+    return Status::Ok();
+  }
+  GALE_RETURN_IF_ERROR(check_torch_fsdp2_conflicts(a));
+  Fsdp2Config config;
+  if (!par.fsdp2_config_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(config, read_fsdp2_config(par.fsdp2_config_path));
+  }
+  const int64_t dp = par.data_parallel_size;
+  if (config.sharding_size == 0) config.sharding_size = dp;
+  if (dp % config.sharding_size != 0)
+    return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path, ": sharding_size ", config.sharding_size,
+                           " must divide the data-parallel size ", dp);
+  if (config.num_to_forward_prefetch > 0 && a.model.num_layers != kUnset &&
+      config.num_to_forward_prefetch >= a.model.num_layers) {
+    warn_rank0(str_cat("--fsdp2-config-path ", par.fsdp2_config_path, ": num_to_forward_prefetch ",
+                       config.num_to_forward_prefetch, " is not below --num-layers ", a.model.num_layers,
+                       ": no prefetch (as MindSpeed)"));
+    config.num_to_forward_prefetch = 0;
+  }
+  par.fsdp2_sharding_size = config.sharding_size;
+  par.fsdp2_wrap_embedding = config.wrap_embedding;
+  par.fsdp2_wrap_layers = config.wrap_layers;
+  par.fsdp2_wrap_head = config.wrap_head;
+  par.fsdp2_reshard_after_forward = config.reshard_after_forward;
+  par.fsdp2_forward_prefetch = config.num_to_forward_prefetch;
+  if (config.recompute_layers) {  // MindSpeed's activation checkpointing of every transformer layer
+    ModelArgs& m = a.model;
+    if (!m.recompute_granularity.empty())
+      return InvalidArgument("--fsdp2-config-path ", par.fsdp2_config_path, ": recompute_modules and "
+                             "--recompute-granularity ", m.recompute_granularity,
+                             " both set recomputation: expected one of them (MindSpeed: leave the flags out)");
+    m.recompute_granularity = "full";
+    m.recompute_method = "uniform";
+    m.recompute_num_layers = 1;
+  }
+  for (const std::string& key : config.accepted_without_effect)
+    warn_rank0("--fsdp2-config-path " + par.fsdp2_config_path + ": " + key +
+               " has no effect in Gale (it trains on the CPU, in fp32: parameters, gradients and optimizer state "
+               "already are in host memory)");
+  return validate_zero3(a, "--use-torch-fsdp2");
+}
+
 Status resolve_custom_fsdp(Arguments& a) {
   ParallelArgs& par = a.parallel;
+  GALE_RETURN_IF_ERROR(resolve_torch_fsdp2(a));
   GALE_RETURN_IF_ERROR(resolve_layerzero(a));
   const std::string& strategy = par.data_parallel_sharding_strategy;
   if (!par.use_custom_fsdp) {
@@ -408,8 +466,9 @@ Status validate_dualpipev_microbatches(const Arguments& a) {
   return check_dualpipev_microbatches(static_cast<int>(par.pipeline_model_parallel_size), gbs / per_step);
 }
 
-// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where the deferred weight gradients
-// are the dense GPT layers' linears (model/weight_grad_store.h): the layers whose backward Gale splits.
+// --dualpipev-dw-detach (MindSpeed's): DualPipeV only, and only where Gale splits a layer's backward
+// (model/weight_grad_store.h): the attention (standard or MLA) and MLP linears, the MoE experts and
+// shared experts; LoRA adapters and --tp-2d's linears are not split.
 // --overlap-grad-reduce would start a bucket's reduction once its layer's backward returns, before
 // the deferred weight gradients are in it.
 Status validate_dualpipev_dw_detach(const Arguments& a) {
@@ -418,14 +477,11 @@ Status validate_dualpipev_dw_detach(const Arguments& a) {
   if (par.schedules_method != "dualpipev")
     return InvalidArgument("--dualpipev-dw-detach needs --schedules-method dualpipev, found --schedules-method '",
                            par.schedules_method, "'");
-  const char* const splits = "--dualpipev-dw-detach defers the weight gradients of the dense GPT layers' linears only";
-  if (a.moe.enabled())
-    return InvalidArgument(splits, ": expected no MoE layers, found --num-experts ", a.moe.num_experts,
-                           " (not supported yet)");
+  const char* const splits =
+      "--dualpipev-dw-detach defers the weight gradients of the GPT layers' linears (attention, MLA, MLP, MoE "
+      "experts) only";
   if (a.lora.enabled())
     return InvalidArgument(splits, ": expected no LoRA adapters, found --lora-target-modules (not supported yet)");
-  if (a.model.multi_latent_attention)
-    return InvalidArgument(splits, ": expected no --multi-latent-attention, found it set (not supported yet)");
   if (par.tp_2d) return InvalidArgument(splits, ": expected no --tp-2d, found it set (not supported yet)");
   if (a.training.swap_attention)
     return InvalidArgument(splits, ": expected no --swap-attention (its swapped-in activations are reused before the "

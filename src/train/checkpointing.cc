@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint_writer.h"
 #include "core/log.h"
 #include "optim/shard_boxes.h"
+#include "train/quant_state_checkpoint.h"
 #include "train/checkpoint_args.h"
 #include "train/grad_sync.h"
 
@@ -76,6 +77,8 @@ bool writes_state(const Engine& engine, const GPTModel& model, int id, bool shar
   const ParallelState& ps = engine.ps;
   if (!sharded) return writes(ps, model, id);
   if (engine.distopt_instances.instance_id() != 0) return false;
+  for (const auto& z : engine.zero3)
+    if (z->optimizer_state_copy()) return false;  // FSDP2's HSDP: the first replica writes the shards
   const ParamSpec& s = model.params().spec(id);
   // Replicas over TP; for expert-parallel experts over expert-TP (with expert TP 1 the TP ranks
   // hold different experts).
@@ -195,6 +198,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                                      state_view(flat, seg, s, box)));
     }
   }
+  // --quant-states: this rank's codes and scales as they are (train/quant_state_checkpoint.h).
+  if (ca.save_optim) GALE_RETURN_IF_ERROR(add_quantised_state(w, optimizer, engine.ps.world()->rank()));
   const GPTModel& model = *engine.chunks.front();
   nlohmann::json sections;
   sections["gale_trainer_state_version"] = kTrainerStateVersion;
@@ -210,6 +215,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     sections["optimizer"] = {{"type", optimizer.config().type},
                              {"steps_taken", optimizer.steps_taken()},
                              {"use_distributed_optimizer", args.parallel.use_distributed_optimizer}};
+    if (optimizer.quantised()) sections["optimizer"]["quant_states"] = optimizer.config().quant_states;
     if (engine.grad_scaler) {  // --fp16: Megatron keeps the scaler in the optimizer's state
       const GradScalerState& g = engine.grad_scaler->state();
       sections["optimizer"]["grad_scaler"] = {{"scale", g.scale},
@@ -400,6 +406,16 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   if (load_optim) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
     optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
+    // --quant-states: the saved codes and scales when they fit this rank, else the f32 values
+    // quantised again above.
+    const std::string saved_quant = o.value("quant_states", std::string());
+    GALE_ASSIGN_OR_RETURN(bool exact, load_quantised_state(r, saved_quant, optimizer, engine.ps.world()->rank()));
+    if (optimizer.quantised() && !exact)
+      print_rank0(str_cat("  checkpoint ", r.directory(), ": optimizer state quantised again from its f32 values (",
+                          saved_quant.empty()                              ? std::string("saved without --quant-states")
+                          : saved_quant != optimizer.config().quant_states ? "saved with --quant-states " + saved_quant
+                                                                           : std::string("saved at another layout"),
+                          "): the run continues, not bit for bit"));
     if (engine.grad_scaler && o.contains("grad_scaler")) {
       const nlohmann::json& g = o.at("grad_scaler");
       engine.grad_scaler->set_state(GradScalerState{g.at("scale").get<float>(), g.at("growth_tracker").get<int64_t>(),

@@ -247,6 +247,24 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         shard_group = engine->layerzero_groups.intra;
         zo.replicas = engine->layerzero_groups.inter;
       }
+      if (par.use_torch_fsdp2) {  // FSDP2 (train/fsdp2_config.h)
+        if (par.fsdp2_sharding_size < dp->size()) {  // HSDP: ZeRO-3 in sub-groups, replicated across them
+          engine->layerzero_groups = make_distopt_instance_groups(dp, dp->size() / par.fsdp2_sharding_size);
+          shard_group = engine->layerzero_groups.intra;
+          zo.replicas = engine->layerzero_groups.inter;
+          zo.shard_optimizer_over_replicas = false;
+          engine->zero3_optimizer_group = shard_group;
+        }
+        zo.reshard_after_forward = par.fsdp2_reshard_after_forward;
+        zo.forward_prefetch = static_cast<int>(par.fsdp2_forward_prefetch);
+        for (const std::vector<int>& g : groups) {  // the units not wrapped on their own: the root
+          if (g.empty()) continue;
+          const bool embedding = std::find(g.begin(), g.end(), model->word_embedding_id()) != g.end();
+          const bool head = std::find(g.begin(), g.end(), model->output_weight_id()) != g.end();
+          const bool wrapped = embedding ? par.fsdp2_wrap_embedding : head ? par.fsdp2_wrap_head : par.fsdp2_wrap_layers;
+          if (!wrapped) zo.root_params.push_back(g.front());
+        }
+      }
       auto z = std::make_unique<Zero3Sync>(&model->params(), shard_group, groups,
                                            tied ? model->word_embedding_id() : -1, zo);
       Zero3Sync* zs = z.get();
@@ -320,7 +338,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
                                                   engine->ps.model(),
                                                   par.use_distributed_optimizer ? shard_dp
-                                                  : par.zero3() || par.zero2() ? dp
+                                                  : engine->zero3_optimizer_group ? engine->zero3_optimizer_group
+                                                  : par.zero3() || par.zero2()     ? dp
                                                                                 : nullptr,
                                                   expert_groups, engine->ps.tp());
   if (args.training.swap_optimizer) GALE_RETURN_IF_ERROR(engine->optimizer->open_swap());

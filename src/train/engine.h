@@ -49,9 +49,12 @@ struct Engine {
   // --layerzero): each chunk's per-layer gathers and reduce-scatters (optim/zero3_sync.h); dp_sync
   // is then empty. Empty otherwise.
   std::vector<std::unique_ptr<Zero3Sync>> zero3;
-  // --layerzero with zero3_size < DP: `intra` the ZeRO-3 sub-groups of zero3_size consecutive
+  // --layerzero with zero3_size < DP (FSDP2: sharding_size < DP): `intra` the ZeRO-3 sub-groups of consecutive
   // ranks of ps.dp_cp(), `inter` the ranks holding the same shard in the others (null otherwise).
   DistOptInstanceGroups layerzero_groups;
+  // FSDP2's HSDP (--use-torch-fsdp2 with sharding_size < DP): the group whose ranks update disjoint
+  // shards (layerzero_groups.intra; the replicas across it update copies); null otherwise.
+  Comm zero3_optimizer_group;
   // The run's Megatron timers (core/timers.h; owned by the pretrain driver), or null: untimed.
   Timers* timers = nullptr;
   // --schedules-method dualpipev: `chunks` are the V's two chunks (stages rank and 2·PP−1−rank), the

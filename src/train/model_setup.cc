@@ -154,6 +154,7 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.swap = t.swap_optimizer;
   o.swap_times = t.swap_optimizer_times;
   o.swap_dir = t.swap_optimizer_dir;
+  o.quant_states = t.quant_states;
   o.muon.momentum = t.muon_momentum;
   o.muon.nesterov = t.muon_nesterov;
   o.muon.split_qkv = t.muon_split_qkv;

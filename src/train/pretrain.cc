@@ -120,6 +120,7 @@ int pretrain_main(int argc, char** argv) {
   args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
+  args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)
   // The log-line features the trainer reads (their flags belong to the features).
   args.logging.op_cal_tflops = registry->active("op-cal-tflops");
   args.logging.async_log_allreduce = registry->active("async-log-allreduce");
@@ -219,6 +220,18 @@ int pretrain_main(int argc, char** argv) {
   for (const auto& c : engine.chunks) {  // ZeRO-3 (optim/zero3_sync.h)
     const ParamBuffer& pb = c->params();
     if (!pb.sharded()) continue;
+    if (args.parallel.use_torch_fsdp2)
+      print_rank0(str_cat(" > FSDP2: sharding_size ", args.parallel.fsdp2_sharding_size, " of DP ",
+                          args.parallel.data_parallel_size,
+                          args.parallel.fsdp2_sharding_size < args.parallel.data_parallel_size ? " (HSDP)" : "",
+                          ", reshard_after_forward ", args.parallel.fsdp2_reshard_after_forward ? "true" : "false",
+                          ", num_to_forward_prefetch ", args.parallel.fsdp2_forward_prefetch, ", root units: ",
+                          args.parallel.fsdp2_wrap_embedding ? "" : "embedding ",
+                          args.parallel.fsdp2_wrap_layers ? "" : "layers ", args.parallel.fsdp2_wrap_head ? "" : "head",
+                          (args.parallel.fsdp2_wrap_embedding && args.parallel.fsdp2_wrap_layers &&
+                           args.parallel.fsdp2_wrap_head)
+                              ? "none"
+                              : ""));
     print_all(str_cat(pb.values_sharded() ? " > ZeRO-3: rank " : " > ZeRO-2: rank ", world->rank(),
                       " keeps its shards of ", pb.num_units(), " units: ", pb.shard_bytes(),
                       pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
@@ -228,6 +241,14 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
                       " bytes in ", swap->path(), " (unlinked), ", swap->staging_bytes(), " bytes resident (",
                       swap->num_chunks(), " chunks)"));
+  if (engine.optimizer->quantised()) {
+    int64_t owned = 0;
+    for (size_t c = 0; c < engine.optimizer->num_buffers(); ++c)
+      for (const Optimizer::Segment& seg : engine.optimizer->segments(c)) owned += seg.numel;
+    print_all(str_cat(" > --quant-states ", args.training.quant_states, ": optimizer state of rank ", world->rank(), ": ",
+                      engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
+                      8 * owned, " bytes)"));
+  }
   if (args.lora.enabled()) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));

@@ -1,8 +1,8 @@
 // `gale pretrain --use-custom-fsdp` (Megatron-FSDP) under mpirun with two data-parallel ranks:
 // --data-parallel-sharding-strategy optim trains exactly as --use-distributed-optimizer (the same
 // losses and grad norms, to the last printed digit), no_shard exactly as plain data parallelism,
-// optim_grads (ZeRO-2), optim_grads_params (ZeRO-3) and MindSpeed's --layerzero with the losses of
-// plain data parallelism.
+// optim_grads (ZeRO-2), optim_grads_params (ZeRO-3), MindSpeed's --layerzero and --use-torch-fsdp2
+// with the losses of plain data parallelism.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -72,6 +72,37 @@ TEST(CustomFsdpCli, ShardedRunsTrainAsPlainDataParallelism) {
     for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << flags[0] << ", iteration " << i + 1;
     EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
   }
+  std::filesystem::remove(yaml);
+}
+
+// Megatron's --use-torch-fsdp2 alone and with MindSpeed's file (reshard_after_forward false, a
+// prefetch, the offload keys a CPU ignores): the losses of plain data parallelism within 1e-5, the
+// file's schedule printing the flag-alone run's losses and grad norms to the last digit, the
+// start-up lines and the warning.
+TEST(CustomFsdpCli, TorchFsdp2TrainsAsPlainDataParallelism) {
+  const std::string yaml =
+      (std::filesystem::temp_directory_path() / ("gale_fsdp2_cli_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(yaml);
+    f << "reshard_after_forward: false\nnum_to_forward_prefetch: 1\noffload_to_cpu: true\n";
+  }
+  const std::string untie = "--untie-embeddings-and-output-weights";
+  const test::RunResult plain = tiny({untie});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const std::vector<double> b = logged_values(plain.output, "lm loss");
+  ASSERT_EQ(b.size(), 4u) << plain.output;
+  const test::RunResult alone = tiny({untie, "--use-torch-fsdp2"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  const std::vector<double> a = logged_values(alone.output, "lm loss");
+  ASSERT_EQ(a.size(), 4u) << alone.output;
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << "iteration " << i + 1;
+  for (const char* line : {"active: torch-fsdp2 (", " > FSDP2: sharding_size 2 of DP 2, reshard_after_forward true, "
+                                                    "num_to_forward_prefetch 0, root units: head"})
+    EXPECT_NE(alone.output.find(line), std::string::npos) << line << "\n" << alone.output;
+  const test::RunResult file = tiny({untie, "--use-torch-fsdp2", "--fsdp2-config-path", yaml});
+  expect_same_training(file, alone);
+  for (const char* line : {"offload_to_cpu has no effect in Gale", "reshard_after_forward false, num_to_forward_prefetch 1"})
+    EXPECT_NE(file.output.find(line), std::string::npos) << line << "\n" << file.output;
   std::filesystem::remove(yaml);
 }
 

@@ -145,6 +145,33 @@ TEST(FeatureRegistry, NotYetSupportedFlagsAreRejected) {
       << st.message();
 }
 
+// MindSpeed features for Ascend NPUs or PyTorch: listed, never active, their flags and sub-flags refused.
+TEST(FeatureRegistry, AscendOnlyFeaturesAreListedAndRefused) {
+  auto registry = make_feature_registry();
+  const Feature* aiqos = registry->find("aiqos");
+  ASSERT_NE(aiqos, nullptr);
+  EXPECT_FALSE(aiqos->implemented());
+  EXPECT_EQ(implementation_status(*aiqos), "not applicable (Ascend/PyTorch only)");
+  EXPECT_EQ(implementation_status(*registry->find("smart-swap")), "not supported yet");
+  EXPECT_EQ(implementation_status(*registry->find("use-flash-attn")), "implemented");
+  EXPECT_NE(registry->format_markdown().find("| aiqos | `--aiqos` | communication | 2 | MindSpeed QosFeature (L2) | "
+                                             "not applicable (Ascend/PyTorch only) |"),
+            std::string::npos);
+  for (const char* flag : {"--aiqos", "--aiqos-mode"}) {
+    ArgParser parser("test", "test");
+    Arguments args;
+    add_all_pretrain_args(parser, args);
+    auto r = make_feature_registry();
+    r->register_args(parser);
+    const char* argv[] = {"test", flag, "auto"};
+    Status st = parser.parse(3, const_cast<char**>(argv));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << flag;
+    EXPECT_EQ(st.message().rfind(std::string(flag) + ": not available in Gale (it maps traffic to the virtual lanes", 0),
+              0u)
+        << st.message();
+  }
+}
+
 TEST(FeatureRegistry, DocsAreGeneratedFromTheRegistry) {
   auto registry = make_feature_registry();
   std::ifstream f(std::string(GALE_TEST_DATA_DIR) + "/../../docs/features.md");

@@ -1,11 +1,13 @@
 // The deferred weight-gradient queue of --dualpipev-dw-detach: a deferred dW is bitwise the one
 // computed at once (f32 and bf16 GEMM inputs), groups run oldest first in the order they were put,
-// the input gradient does not wait for them, and held_bytes accounts the dy and x they keep alive.
+// the input gradient does not wait for them, held_bytes accounts the dy and x they keep alive, and
+// MoE expert batches run through the experts' loop as at once.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
+#include "model/expert_loop.h"
 #include "model/linear.h"
 #include "model/weight_grad_store.h"
 #include "testing.h"
@@ -59,6 +61,55 @@ TEST(WeightGradStore, DeferredGradientsAreBitwiseTheImmediateOnesInPutOrder) {
     EXPECT_EQ(store.held_bytes(), 0);
     EXPECT_TRUE(same(later, now)) << dtype_name(dtype);
   }
+}
+
+// MoE experts: a batch of per-expert records (one slot left empty: an expert without rows) runs at
+// pop() through the experts' loop, each GEMM on one thread as at once, after the single records put
+// before it: bitwise the gradients the loop computes at once.
+TEST(WeightGradStore, ExpertBatchesRunLikeTheExpertLoop) {
+  constexpr int64_t kExperts = 3;
+  std::vector<std::vector<float>> w, x, dy;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    w.push_back(random_vector(kOut * kIn, 10 + e));
+    x.push_back(random_vector(kRows * kIn, 20 + e));
+    dy.push_back(random_vector(kRows * kOut, 30 + e));
+  }
+  std::vector<float> dense_w = random_vector(kOut * kIn, 40), dense_x = random_vector(kRows * kIn, 41),
+                     dense_dy = random_vector(kRows * kOut, 42);
+  const std::vector<float> start = random_vector(kOut * kIn, 7);
+  std::vector<std::vector<float>> now(kExperts + 1, start), later(kExperts + 1, start);
+  const auto weight_of = [&](int64_t e, std::vector<std::vector<float>>& grads) {
+    return LinearWeight{w[e].data(), nullptr, nullptr, grads[e].data(), kOut, kIn, sgemm};
+  };
+  const auto rows_of = [&](int64_t e) { return e == 1 ? int64_t{0} : kRows; };  // expert 1: no rows
+  // At once: a dense linear, then the experts' loop.
+  LinearWeight dense{dense_w.data(), nullptr, nullptr, now[kExperts].data(), kOut, kIn, sgemm};
+  linear_backward_weight(tensor_of(dense_dy, {kRows, kOut}), tensor_of(dense_x, {kRows, kIn}), dense);
+  for_each_expert(kExperts, [&](int64_t e) {
+    if (rows_of(e) == 0) return;
+    linear_backward_weight(tensor_of(dy[e], {kRows, kOut}), tensor_of(x[e], {kRows, kIn}), weight_of(e, now));
+  });
+  // Deferred: the same, into one backward step's group.
+  WeightGradStore store;
+  dense.grad = later[kExperts].data();
+  dense.defer = &store;
+  linear_backward_weight(tensor_of(dense_dy, {kRows, kOut}), tensor_of(dense_x, {kRows, kIn}), dense);
+  store.begin_experts(kExperts);
+  EXPECT_FALSE(store.empty());
+  for_each_expert(kExperts, [&](int64_t e) {
+    if (rows_of(e) == 0) return;
+    store.put_expert(e, tensor_of(dy[e], {kRows, kOut}), tensor_of(x[e], {kRows, kIn}), weight_of(e, later));
+  });
+  store.end_experts();
+  store.flush(0, 5);
+  const int64_t per_record = (kRows * kOut + kRows * kIn) * static_cast<int64_t>(sizeof(float));
+  EXPECT_EQ(store.held_bytes(), 3 * per_record);  // the dense record and two experts'
+  for (int64_t e = 0; e <= kExperts; ++e) EXPECT_TRUE(same(later[e], start)) << "slot " << e;
+  EXPECT_EQ(store.pop(), (std::pair<int, int64_t>{0, 5}));
+  EXPECT_TRUE(store.empty());
+  EXPECT_EQ(store.held_bytes(), 0);
+  for (int64_t e = 0; e <= kExperts; ++e) EXPECT_TRUE(same(later[e], now[e])) << "slot " << e;
+  EXPECT_TRUE(same(later[1], start)) << "the expert without rows has no gradient";
 }
 
 TEST(WeightGradStore, FrozenWeightsQueueNothing) {

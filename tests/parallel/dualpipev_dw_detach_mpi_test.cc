@@ -4,8 +4,9 @@
 // parameters of 4 iterations are bitwise equal, at PP2 and PP4, with TP2 + sequence parallelism
 // (whose column-parallel weight gradient runs on the gathered input), plain, chunked (CoC) or with
 // MC2's re-gathered inputs, under --bf16 (dy kept as bf16) and with full or MLP recomputation (the
-// inputs recomputed in backward are what the deferred GEMMs keep), for the GPT (tied embedding) and
-// the LLaMA-like model.
+// inputs recomputed in backward are what the deferred GEMMs keep), with MoE layers (experts and a
+// shared expert; EP 1 all-gather, EP 2 all-to-all) and with multi-latent attention, for the GPT
+// (tied embedding) and the LLaMA-like model.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +21,10 @@ namespace {
 using testing::Layout;
 
 const std::vector<std::string> kV = {"--schedules-method", "dualpipev"};
+// 4 experts of which each token picks 2, plus a shared expert (which, as in Megatron, has no biases).
+const std::vector<std::string> kMoe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
+                                       "--moe-aux-loss-coeff", "0.1", "--moe-shared-expert-intermediate-size", "32",
+                                       "--disable-bias-linear"};
 
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
@@ -44,6 +49,21 @@ const std::vector<Layout>& layouts() {
                       kV})},
       {"tp2_pp2_sp_mc2", 4,
        testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                      kV})},
+      // MoE layers: the experts' weight gradients deferred as expert batches (run one expert per
+      // thread, as at once), the shared expert's linears like the dense ones; all-gather dispatcher
+      // at EP 1, all-to-all at EP 2 (with DP 2).
+      {"pp2_moe", 2, testing::join({{"--pipeline-model-parallel-size", "2"}, kMoe, kV})},
+      {"pp2_dp2_ep2_alltoall", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                       "--moe-token-dispatcher-type", "alltoall"},
+                      kMoe,
+                      kV})},
+      // Multi-latent attention's five linears (GPT variant only: MLA has no query groups).
+      {"pp2_mla", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--multi-latent-attention", "--kv-lora-rank", "12",
+                       "--q-lora-rank", "10", "--qk-head-dim", "6", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "5",
+                       "--position-embedding-type", "rope"},
                       kV})},
   };
   return all;
@@ -77,6 +97,7 @@ TEST_P(DualPipeVDwDetach, BitwiseEqualToDualPipeV) {
   const Layout* layout = testing::find_layout(layouts(), name);
   ASSERT_NE(layout, nullptr) << name;
   if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
+  if (llama && name == "pp2_mla") GTEST_SKIP() << "MLA has no query groups (the LLaMA-like model has 4)";
   const std::vector<std::string> flags =
       testing::join({kCommon, llama ? testing::kTinyLlama : testing::kTinyGpt, layout->flags});
   const OpTable ops = layout_ops(name);

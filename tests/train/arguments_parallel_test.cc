@@ -581,9 +581,16 @@ TEST(ParallelArgs, DualPipeVDwDetach) {
   EXPECT_TRUE(ok.args.parallel.dualpipev_dw_detach);
   EXPECT_EQ(message("--pipeline-model-parallel-size 2 --global-batch-size 8 --dualpipev-dw-detach", 2),
             "--dualpipev-dw-detach needs --schedules-method dualpipev, found --schedules-method ''");
-  const std::string dense = "--dualpipev-dw-detach defers the weight gradients of the dense GPT layers' linears only: ";
-  EXPECT_EQ(message(v + "--dualpipev-dw-detach --num-experts 4", 2),
-            dense + "expected no MoE layers, found --num-experts 4 (not supported yet)");
+  const std::string dense =
+      "--dualpipev-dw-detach defers the weight gradients of the GPT layers' linears (attention, MLA, MLP, MoE "
+      "experts) only: ";
+  for (const char* moe_or_mla :
+       {"--num-experts 4", "--num-experts 4 --moe-shared-expert-intermediate-size 32 --disable-bias-linear",
+        "--multi-latent-attention --kv-lora-rank 12 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 5 "
+        "--position-embedding-type rope"}) {
+    Validated deferred = validate(v + "--dualpipev-dw-detach " + moe_or_mla, 2);
+    EXPECT_TRUE(deferred.status.ok()) << moe_or_mla << ": " << deferred.status.to_string();
+  }
   EXPECT_EQ(message(v + "--dualpipev-dw-detach --lora-target-modules linear_qkv", 2),
             dense + "expected no LoRA adapters, found --lora-target-modules (not supported yet)");
   EXPECT_EQ(message(v + "--dualpipev-dw-detach --swap-attention", 2),

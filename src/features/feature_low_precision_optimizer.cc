@@ -1,0 +1,83 @@
+// MindSpeed's low-precision optimizer (LowPrecisionOptimizerFeature, memory, level 0) in the registry.
+//
+// What: --quant-states fp8|mxfp8 stores AdamW's moments as FP8 codes with block scales between
+// steps (exp_avg E4M3, exp_avg_sq E5M2, as MindSpeed's quant_adamw.py); each step dequantises a
+// block to f32, updates it with the parameters, and quantises it again, in one pass
+// (kernels/cpu/quant_states.h has the formats, the scaling rules and the rounding). The state
+// takes 1 + 4/B bytes per element and moment (fp8, B = gcd(numel, 128): 1.03125 for B = 128) or
+// 1 + 1/32 (mxfp8) instead of 4: about 3.9x less (docs/parallelism.md has the measured figures).
+//
+// Level: MindSpeed registers it at optimization level 0, which only means no level gates it; it
+// changes numerics, so here too it is active exactly when --quant-states is given, at any
+// --optimization-level (the flag is the gate).
+//
+// Not supported yet (refused with a message saying so): --quant-states hif8 (Ascend's HiFloat8,
+// a tapered 8-bit format MindSpeed casts through torch_npu) and --quant-grads (FP16 main gradients:
+// Gale's gradient buffers, their data-parallel reduction and clipping are f32 throughout).
+//
+// Rules: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
+// --swap-optimizer (its file holds f32 state; the task's rule for this feature, MindSpeed's own
+// validation does not check it); refused with ZeRO-2/3 (--use-custom-fsdp optim_grads /
+// optim_grads_params, --layerzero: not supported yet). Compatible with the distributed optimizer
+// (blocks cut by shard boundaries are quantised in two parts, see optim/optimizer.h) and with
+// --reuse-fp32-param (as MindSpeed).
+//
+// Tests: tests/kernels/quant_states_test.cc (codes and block scaling vs the numpy fixture, fused vs
+// reference), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
+// state bytes, bitwise resume, cross loads), tests/optim/quant_states_mpi_test.cc (DP2 distributed
+// optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules).
+#include "features/registry.h"
+
+namespace gale {
+
+namespace {
+
+class LowPrecisionOptimizer : public Feature {
+ public:
+  std::string name() const override { return "low-precision-optimizer"; }
+  std::string flag() const override { return "--quant-states"; }
+  FeatureModule module() const override { return FeatureModule::kMemory; }
+  int level() const override { return 0; }
+  std::string counterpart() const override { return "MindSpeed LowPrecisionOptimizerFeature (L0)"; }
+  std::string description() const override {
+    return "AdamW moments stored as FP8 between steps (--quant-states fp8: exp_avg E4M3, exp_avg_sq E5M2, an f32 "
+           "scale per block of up to 128 elements; mxfp8: the same k-scaled with an E8M0 scale per 32) and "
+           "dequantised to f32 for the update in one fused pass: about 3.9x less optimizer-state memory; hif8 and "
+           "--quant-grads not supported yet";
+  }
+  bool requested(const FeatureContext& ctx) const override {
+    return !ctx.args->training.quant_states.empty() || ctx.args->training.quant_grads;
+  }
+  Status validate(const FeatureContext& ctx) const override {
+    const Arguments& a = *ctx.args;
+    const TrainingArgs& t = a.training;
+    if (t.quant_grads)
+      return Unimplemented("--quant-grads: not supported yet (MindSpeed's FP16 main gradients; Gale's gradient "
+                           "buffers, their data-parallel reduction and clipping are f32)");
+    if (t.quant_states == "hif8")
+      return Unimplemented("--quant-states hif8: not supported yet (Ascend's HiFloat8 format; use fp8 or mxfp8)");
+    if (t.quant_states != "fp8" && t.quant_states != "mxfp8")
+      return InvalidArgument("--quant-states: expected fp8 or mxfp8, found '", t.quant_states, "'");
+    if (t.optimizer != "adam")
+      return InvalidArgument("--quant-states ", t.quant_states,
+                             ": quantises AdamW's moments, needs --optimizer adam, found --optimizer ", t.optimizer);
+    if (t.swap_optimizer)
+      return InvalidArgument("--quant-states ", t.quant_states,
+                             ": conflicts with --swap-optimizer (the swapped state is f32); use one of them");
+    if (a.parallel.zero3() || a.parallel.zero2())
+      return Unimplemented("--quant-states with ZeRO-2/3 (",
+                           a.parallel.layerzero ? "--layerzero"
+                                                : "--data-parallel-sharding-strategy " +
+                                                      a.parallel.data_parallel_sharding_strategy,
+                           "): not supported yet (use --use-distributed-optimizer)");
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+void register_feature_low_precision_optimizer(FeatureRegistry& registry) {
+  registry.add(std::make_unique<LowPrecisionOptimizer>());
+}
+
+}  // namespace gale

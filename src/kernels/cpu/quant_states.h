@@ -1,0 +1,76 @@
+// Low-precision optimizer states (MindSpeed's --quant-states): FP8 codes with block scales for
+// Adam's moments, the reference quantise/dequantise kernels and the fused AdamW that reads and
+// writes the quantised moments in one pass.
+//
+// Two modes, as MindSpeed's quant_adamw.py (docs/parallelism.md, "Low-precision optimizer states"):
+//
+// kLinear (--quant-states fp8): a block of the state gets scale s = fmax / amax (f32; amax the
+//   block's largest |x|; s = 1 for an all-zero block; FLT_MAX when the division overflows), its
+//   elements become code = fp8(x · s), and dequantise to decode(code) · (1 / s). exp_avg uses E4M3
+//   (fmax 448), exp_avg_sq E5M2 (fmax 57344). 4 bytes of scale per block.
+// kMx (--quant-states mxfp8): MindSpeed's "k-scaling" first squares the value keeping its sign,
+//   y = bf16(sign(x) · x²) (round to nearest even, as its .to(torch.bfloat16)); the block's shared
+//   exponent is X = floor(log2(amax_y)) − emax (emax 8 for E4M3, 15 for E5M2: the OCP MX v1.0 rule;
+//   X = −127 for an all-zero block; clamped to [−127, 127]), stored as the E8M0 byte X + 127, and
+//   the elements become code = fp8(y · 2^−X). Dequantised: y' = decode(code) · 2^X, then
+//   x' = sign(y') · sqrt(|y'|). exp_avg E4M3, exp_avg_sq E5M2; 1 byte of scale per block.
+//
+// fp8() rounds to nearest, ties to even, with subnormals, and saturates at ±fmax (the scaled
+// values never exceed fmax beyond float rounding, so torch's non-saturating cast gives the same
+// codes). E4M3 is the "fn" variant (no infinities, 0x7F/0xFF NaN, never produced).
+//
+// Blocks (QuantLayout): a state piece of n elements is cut into blocks of `block` elements, the
+// first one `first` elements long (≤ block: a piece that starts inside a block of its parameter),
+// the last one whatever remains. Scales are stored one per block, in order.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/optimizer.h"
+
+namespace gale {
+
+enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
+enum class QuantMode : uint8_t { kLinear, kMx };
+
+// The largest finite value: 448 (E4M3) or 57344 (E5M2).
+float fp8_max(Fp8Format f);
+// fp8(x): round to nearest even, saturating at ±fp8_max (NaN maps to 0: never produced here).
+uint8_t fp8_encode(float x, Fp8Format f);
+// The value of a code (NaN for E4M3's 0x7F/0xFF and E5M2's inf/NaN codes).
+float fp8_decode(uint8_t code, Fp8Format f);
+// f32 → bf16 → f32, round to nearest even (the k-scaling's cast).
+float round_to_bf16(float x);
+
+struct QuantLayout {
+  QuantMode mode = QuantMode::kLinear;
+  int64_t block = 128;  // elements per block
+  int64_t first = 128;  // elements of the first block (1 ≤ first ≤ block)
+};
+
+// Blocks of a piece of n elements (0 for n = 0).
+int64_t quant_num_blocks(int64_t n, const QuantLayout& layout);
+// Bytes of one scale: 4 (kLinear, f32) or 1 (kMx, E8M0).
+int64_t quant_scale_bytes(QuantMode mode);
+
+// One quantised state piece: n codes and quant_num_blocks(n) scales (float* for kLinear, uint8_t*
+// for kMx, given as bytes).
+struct QuantStateRef {
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
+  Fp8Format format = Fp8Format::kE4M3;
+};
+
+// Reference (level 0) quantiser and dequantiser of x[0, n).
+void quantise_state_ref(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void dequantise_state_ref(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+
+// The reference AdamW over quantised moments: dequantise both to f32, adamw_step_ref, quantise.
+void adamw_step_quantised_ref(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                              const QuantLayout& layout, const AdamWHyper& h);
+// The same in one pass: each block's moments dequantised into a local buffer, updated with the
+// parameters, and quantised back (blocks in parallel). Bit-identical to the reference.
+void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                          const QuantLayout& layout, const AdamWHyper& h);
+
+}  // namespace gale

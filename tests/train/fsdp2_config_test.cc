@@ -1,0 +1,188 @@
+// MindSpeed's FSDP2 YAML file (--fsdp2-config-path): the keys Gale reads, those it accepts without
+// effect, every refusal's message (naming the file and the key); and --use-torch-fsdp2's start-up
+// rules, with and without the file (Megatron's flag alone).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "pretrain_cli.h"
+#include "train/fsdp2_config.h"
+
+namespace gale {
+namespace {
+
+using testing::expect_one_line_error;
+using testing::PretrainCli;
+
+std::string message(const std::string& text) {
+  StatusOr<Fsdp2Config> c = parse_fsdp2_config(text, "f.yaml");
+  return c.ok() ? "ok" : c.status().message();
+}
+
+TEST(Fsdp2Config, DefaultsAreMegatrons) {
+  StatusOr<Fsdp2Config> c = parse_fsdp2_config("# nothing\n", "f.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->sharding_size, 0);  // the whole data-parallel group
+  EXPECT_TRUE(c->wrap_embedding);
+  EXPECT_TRUE(c->wrap_layers);
+  EXPECT_FALSE(c->wrap_head);  // the root
+  EXPECT_TRUE(c->reshard_after_forward);
+  EXPECT_EQ(c->num_to_forward_prefetch, 0);
+  EXPECT_TRUE(c->accepted_without_effect.empty());
+}
+
+TEST(Fsdp2Config, MindSpeedsKeys) {
+  StatusOr<Fsdp2Config> c = parse_fsdp2_config(
+      "sharding_size: 2  # inside a node\n"
+      "sub_modules_to_wrap:\n"
+      "  - megatron.core.transformer.transformer_layer.TransformerLayer\n"
+      "  - megatron.core.models.common.embeddings.rotary_pos_embedding.RotaryEmbedding\n"
+      "  - head\n"
+      "reshard_after_forward: False\n"
+      "param_dtype: fp32\n"
+      "reduce_dtype: 'fp32'\n"
+      "cast_forward_inputs: True\n"
+      "offload_to_cpu: true\n"
+      "pin_memory: true\n"
+      "num_to_forward_prefetch: 2\n"
+      "ignored_modules:\n"
+      "recompute_modules:\n",
+      "f.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->sharding_size, 2);
+  EXPECT_FALSE(c->wrap_embedding);
+  EXPECT_TRUE(c->wrap_layers);
+  EXPECT_TRUE(c->wrap_head);
+  EXPECT_FALSE(c->reshard_after_forward);
+  EXPECT_EQ(c->num_to_forward_prefetch, 2);
+  EXPECT_EQ(c->accepted_without_effect, (std::vector<std::string>{"offload_to_cpu", "pin_memory"}));
+  EXPECT_EQ(parse_fsdp2_config("sharding_size: auto\n", "f.yaml")->sharding_size, 0);
+}
+
+TEST(Fsdp2Config, Refusals) {
+  EXPECT_EQ(message("sharding_size: 0\n"),
+            "--fsdp2-config-path f.yaml: sharding_size: expected an integer ≥ 1 (or auto), found '0'");
+  EXPECT_EQ(message("sharding_size: two\n"),
+            "--fsdp2-config-path f.yaml: sharding_size: expected an integer ≥ 1 (or auto), found 'two'");
+  EXPECT_EQ(message("reshard_after_forward: maybe\n"),
+            "--fsdp2-config-path f.yaml: reshard_after_forward: expected true or false, found 'maybe'");
+  EXPECT_NE(message("reshard_after_forward: 2\n").find("reshard_after_forward 2: not supported yet"), std::string::npos);
+  EXPECT_EQ(message("num_to_forward_prefetch: -1\n"),
+            "--fsdp2-config-path f.yaml: num_to_forward_prefetch: expected an integer ≥ 0, found '-1'");
+  EXPECT_EQ(message("param_dtype: bf16\n"),
+            "--fsdp2-config-path f.yaml: param_dtype bf16: not supported yet (Gale's FSDP2 runs in fp32; set "
+            "param_dtype: fp32 or leave it out)");
+  EXPECT_NE(message("reduce_dtype: fp16\n").find("reduce_dtype fp16: not supported yet"), std::string::npos);
+  EXPECT_NE(message("reduce_dtype: int8\n").find("reduce_dtype: expected fp32, bf16 or fp16, found 'int8'"),
+            std::string::npos);
+  EXPECT_NE(message("offload_to_cpu: sometimes\n").find("offload_to_cpu: expected true or false"), std::string::npos);
+  EXPECT_EQ(message("sub_modules_to_wrap:\n  - mindspeed_mm.models.ae.base.AEModel\n"),
+            "--fsdp2-config-path f.yaml: sub_modules_to_wrap: 'mindspeed_mm.models.ae.base.AEModel' names no Gale "
+            "unit (expected embedding or …LanguageModelEmbedding, layers or …TransformerLayer, head, "
+            "…RotaryEmbedding)");
+  EXPECT_NE(message("sub_modules_to_wrap: layers\n").find("sub_modules_to_wrap: expected a list"), std::string::npos);
+  EXPECT_NE(message("ignored_modules:\n  - embedding\n").find("f.yaml: ignored_modules: not supported yet"),
+            std::string::npos);
+  EXPECT_NE(message("ignored_modules:\n  - vit\n").find("ignored_modules: 'vit' names no Gale unit"), std::string::npos);
+  EXPECT_NE(message("recompute_modules:\n  - head\n").find("f.yaml: recompute_modules: 'head': not supported yet"),
+            std::string::npos);
+  EXPECT_TRUE(parse_fsdp2_config("recompute_modules:\n  - megatron.core.transformer.transformer_layer.TransformerLayer\n",
+                                 "f.yaml")
+                  ->recompute_layers);
+  EXPECT_EQ(message("sharding_size: 2\nsharding_sizes: 2\n"),
+            "--fsdp2-config-path f.yaml: unknown key sharding_sizes (expected sharding_size, sub_modules_to_wrap, "
+            "reshard_after_forward, param_dtype, reduce_dtype, output_dtype, cast_forward_inputs, ignored_modules, "
+            "offload_to_cpu, pin_memory, num_to_forward_prefetch, recompute_modules)");
+  EXPECT_NE(message("sharding_size: 2\nsharding_size: 4\n").find("f.yaml: key sharding_size given twice"),
+            std::string::npos);
+  StatusOr<Fsdp2Config> missing = read_fsdp2_config("/nonexistent/f.yaml");
+  EXPECT_EQ(missing.status().message(), "--fsdp2-config-path /nonexistent/f.yaml: cannot read the file");
+}
+
+TEST(Fsdp2Args, StartUpRules) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("gale_fsdp2_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(path);
+    f << "sharding_size: 2\nreshard_after_forward: false\nnum_to_forward_prefetch: 1\n";
+  }
+  const std::vector<std::string> untie = {"--untie-embeddings-and-output-weights"};
+  {
+    PretrainCli alone;  // Megatron's flag alone: whole DP, Megatron's defaults
+    ASSERT_TRUE(alone.parse_minimal({"--use-torch-fsdp2", untie[0], "--global-batch-size", "8"}, 4).ok());
+    EXPECT_TRUE(alone.args.parallel.zero3());
+    EXPECT_EQ(alone.args.parallel.fsdp2_sharding_size, 4);
+    EXPECT_TRUE(alone.args.parallel.fsdp2_reshard_after_forward);
+    EXPECT_FALSE(alone.args.parallel.fsdp2_wrap_head);
+  }
+  {
+    PretrainCli file;
+    ASSERT_TRUE(file.parse_minimal({"--use-torch-fsdp2", "--fsdp2-config-path", path, untie[0], "--num-layers", "4",
+                                    "--global-batch-size", "8"},
+                                   4)
+                    .ok());
+    EXPECT_EQ(file.args.parallel.fsdp2_sharding_size, 2);
+    EXPECT_FALSE(file.args.parallel.fsdp2_reshard_after_forward);
+    EXPECT_EQ(file.args.parallel.fsdp2_forward_prefetch, 1);
+  }
+  {
+    std::ofstream f(path);
+    f << "recompute_modules:\n  - layers\n";
+  }
+  {
+    PretrainCli recompute;  // MindSpeed's checkpointing of every layer: full, uniform, one layer per group
+    ASSERT_TRUE(recompute.parse_minimal({"--use-torch-fsdp2", "--fsdp2-config-path", path, untie[0]}, 2).ok());
+    EXPECT_EQ(recompute.args.model.recompute_granularity, "full");
+    EXPECT_EQ(recompute.args.model.recompute_method, "uniform");
+    EXPECT_EQ(recompute.args.model.recompute_num_layers, 1);
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", "--fsdp2-config-path", path, untie[0], "--recompute-granularity",
+                          "selective"},
+                         2, "recompute_modules and --recompute-granularity selective both set recomputation"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--recompute-granularity", "full", "--recompute-method",
+                          "uniform", "--recompute-num-layers", "2"},
+                         2, "--use-torch-fsdp2 with --recompute-granularity full --recompute-method uniform "
+                            "--recompute-num-layers 2: not supported yet"});
+  {
+    std::ofstream f(path);
+    f << "sharding_size: 2\nreshard_after_forward: false\nnum_to_forward_prefetch: 1\n";
+  }
+  expect_one_line_error({{"--fsdp2-config-path", path}, 2, "configures FSDP2: expected --use-torch-fsdp2"});
+  expect_one_line_error({{"--use-torch-fsdp2"}, 2, "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fsdp2-config-path", path, "--global-batch-size", "6"}, 3,
+                         "sharding_size 2 must divide the data-parallel size 3"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--bf16"}, 2, "--use-torch-fsdp2 with --bf16: not supported yet"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fp16"}, 2, "--use-torch-fsdp2 is not supported with --fp16"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--tensor-model-parallel-size", "2"}, 4,
+                         "--use-torch-fsdp2 with --tensor-model-parallel-size 2: not supported yet"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--context-parallel-size", "2"}, 4,
+                         "--use-torch-fsdp2 with --context-parallel-size 2: not supported yet"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--pipeline-model-parallel-size", "2"}, 4,
+                         "--use-torch-fsdp2 is not supported with pipeline parallelism"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--use-distributed-optimizer"}, 2,
+                         "--use-torch-fsdp2 is not supported with --use-distributed-optimizer"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--use-custom-fsdp", "--data-parallel-sharding-strategy",
+                          "optim_grads_params"},
+                         2, "--use-torch-fsdp2 and --use-custom-fsdp (Megatron-FSDP) both wrap the model"});
+  const std::string lz =
+      (std::filesystem::temp_directory_path() / ("gale_fsdp2_lz_" + std::to_string(::getpid()) + ".yaml")).string();
+  {
+    std::ofstream f(lz);
+    f << "zero3_size: 2\nparam_dtype: fp32\nreduce_dtype: fp32\n";
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--layerzero", "--layerzero-config", lz}, 2,
+                         "--use-torch-fsdp2 and --layerzero both shard the model"});
+  {
+    std::ofstream f(path);
+    f << "sharding_size: 2\nbogus: 1\n";
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fsdp2-config-path", path}, 2,
+                         "--fsdp2-config-path " + path + ": unknown key bogus"});
+  std::filesystem::remove(path);
+  std::filesystem::remove(lz);
+}
+
+}  // namespace
+}  // namespace gale
