@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/qat.h"
 #include "model/ring_options.h"
 #include "parallel/hybrid_cp_groups.h"
 
@@ -251,6 +252,8 @@ struct ModelConfig {
   MoeConfig moe;
   LoraConfig lora;
   MlaConfig mla;
+  // --qat-scheme / --qat-quant-block-size (model/qat.h): MX fake-quantised linear weights.
+  QatConfig qat;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;

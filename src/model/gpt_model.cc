@@ -11,6 +11,7 @@
 #include "model/layer_shares.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
+#include "model/qat.h"
 #include "model/yarn_rope.h"
 #include "parallel/mappings.h"
 #include "parallel/tp2d_mappings.h"
@@ -177,6 +178,7 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   if (c.lora.enabled())
     for (int id = 0; id < params_.size(); ++id)
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
+  mark_qat_params(params_, c.qat);  // --qat-scheme: the linear weights read fake-quantised
   params_.finalize();
   if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);
   if (c.mla.enabled)

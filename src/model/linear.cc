@@ -2,6 +2,7 @@
 #include "model/linear.h"
 
 #include "kernels/cpu/gemm.h"
+#include "model/qat.h"
 #include "model/weight_grad_store.h"
 
 namespace gale {
@@ -104,7 +105,7 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16Gemm
   float* grad = pb.spec(id).trainable ? pb.grad_data(id) : nullptr;  // frozen: no dW GEMM
   const DType copy = pb.gemm_copy_dtype();
   // --reuse-fp32-param: a weight stored split has no f32 values to read (the GEMM copy only).
-  return LinearWeight{pb.is_split(id) ? nullptr : pb.param_data(id),
+  LinearWeight w{pb.is_split(id) ? nullptr : pb.param_data(id),
                       copy == DType::kBF16 ? pb.param_bf16_data(id) : nullptr,
                       copy == DType::kF16 ? pb.param_f16_data(id) : nullptr,
                       grad,
@@ -112,6 +113,8 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16Gemm
                       shape[1],
                       gemm,
                       bf16_gemm};
+  if (pb.spec(id).qat_element != MxElement::kNone) qat_fake_quant_into(pb, id, w);
+  return w;
 }
 
 }  // namespace gale

@@ -25,10 +25,13 @@ struct LinearWeight {
   SgemmFn gemm = sgemm;
   Bf16GemmFn bf16_gemm = gemm_bf16;
   WeightGradStore* defer = nullptr;
+  // --qat-scheme (model/qat.h): the fake-quantised copies w (and w_bf16) then point into, owned here.
+  Tensor qat_w, qat_w_bf16;
 };
 
 // Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its GEMM copy when
-// the buffer has one (--bf16, --fp16), its gradient, on `gemm` and `bf16_gemm`.
+// the buffer has one (--bf16, --fp16), its gradient, on `gemm` and `bf16_gemm`. A weight marked
+// for --qat-scheme reads its MX fake-quantised copy instead (model/qat.h); its gradient is the master's.
 LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16GemmFn bf16_gemm = gemm_bf16);
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 / f16 (then W's copy of that type is used).

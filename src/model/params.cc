@@ -113,6 +113,13 @@ void ParamBuffer::set_init(int id, InitKind init, float init_std) {
   s.init_std = init_std;
 }
 
+void ParamBuffer::set_qat(int id, MxElement element, int64_t block) {
+  ParamSpec& s = specs_.at(static_cast<size_t>(id));
+  GALE_CHECK(s.global_shape.size() == 2) << "--qat-scheme on " << s.name << ", not a 2-D weight";
+  s.qat_element = element;
+  s.qat_block = block;
+}
+
 float xavier_uniform_bound(int64_t fan_out, int64_t fan_in) {
   GALE_CHECK(fan_out > 0 && fan_in > 0) << "fan_out " << fan_out << ", fan_in " << fan_in;
   return static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/mx_quant.h"
 
 namespace gale {
 
@@ -72,6 +73,10 @@ struct ParamSpec {
   // layers' linear_qkv, linear_proj, linear_fc1 and linear_fc2 weights): under --reuse-fp32-param
   // its f32 master is stored as the bf16 GEMM copy plus a 16-bit residual (ParamBuffer).
   bool gemm_weight = false;
+  // --qat-scheme (model/qat.h): the linear GEMMs read this weight MX fake-quantised to this element
+  // format in blocks of qat_block along its rows (kNone: as stored). The stored values are untouched.
+  MxElement qat_element = MxElement::kNone;
+  int64_t qat_block = 0;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
   const std::string& whole_model_name() const { return global_name.empty() ? name : global_name; }
@@ -110,6 +115,8 @@ class ParamBuffer {
   void rename_prefix(int id, const std::string& from, const std::string& to);
   // Change parameter `id`'s initialisation. Only before finalize().
   void set_init(int id, InitKind init, float init_std);
+  // Mark parameter `id` for --qat-scheme (ParamSpec::qat_element; model/qat.h). Any time.
+  void set_qat(int id, MxElement element, int64_t block);
   bool finalized() const { return params_.defined() || sharded_; }
 
   int size() const { return static_cast<int>(specs_.size()); }

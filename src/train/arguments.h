@@ -104,6 +104,10 @@ struct ModelArgs {
   int64_t qk_head_dim = 128;
   int64_t qk_pos_emb_head_dim = 64;
   int64_t v_head_dim = 128;
+  // MindSpeed's --qat-scheme / --qat-quant-block-size (features/feature_qat.cc, model/qat.h):
+  // "" (none) or w4a16-mxfp4[-moe-only] / w8a16-mxfp8[-moe-only]; MX blocks of 32 or 128.
+  std::string qat_scheme;
+  int64_t qat_quant_block_size = 32;
   bool qk_layernorm = false;      // per-head q/k norms (with MLA: norms on the q and kv latents)
   std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
   double rotary_scaling_factor = 1.0;
@@ -580,6 +584,9 @@ void add_lora_args(ArgParser& p, LoraArgs& a);
 void add_dpo_args(ArgParser& p, DpoArgs& a);
 // --multi-latent-attention and its sizes (Megatron names and defaults; train/arguments_mla.cc).
 void add_mla_args(ArgParser& p, ModelArgs& a);
+// MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
+// features/feature_qat.cc).
+void add_qat_args(ArgParser& p, ModelArgs& a);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):
 // accepted with a start-up note where it changes nothing in Gale, "not supported yet" where Gale
 // lacks it, Megatron's own error where Megatron rejects it; no Megatron flag is unknown.

@@ -50,6 +50,10 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.bf16 = a.training.bf16;
   c.reuse_fp32_param = a.training.reuse_fp32_param;
   c.fp16 = a.training.fp16;
+  // --qat-scheme (validated by features/feature_qat.cc; pretrain clears it below level 2).
+  StatusOr<QatConfig> qat = parse_qat_scheme(m.qat_scheme, m.qat_quant_block_size);
+  GALE_CHECK(qat.ok()) << qat.status().message();
+  c.qat = qat.value();
   if (m.multi_latent_attention) {
     c.mla.enabled = true;
     c.mla.q_lora_rank = m.q_lora_rank == kUnset ? 0 : m.q_lora_rank;

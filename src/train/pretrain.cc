@@ -113,6 +113,7 @@ int pretrain_main(int argc, char** argv) {
   args.training.reuse_fp32_param = registry->active("reuse-fp32-param");
   args.training.swap_optimizer = registry->active("swap-optimizer");
   args.training.swap_attention = registry->active("swap-attention");
+  if (!registry->active("qat")) args.model.qat_scheme.clear();  // below level 2: no QAT (a notice says so)
   args.model.recompute_in_advance = registry->active("recompute-in-advance");
   args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
