@@ -13,7 +13,8 @@
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
-#include "testing_run.h"
+#include "optimizer_test_model.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/engine.h"
 #include "train/grad_sync.h"
@@ -25,22 +26,10 @@ namespace {
 
 constexpr int64_t kVocab = 250;  // padded to 256 at TP 1 and 2
 
-struct TrainingRun : testing::TestRun {
+struct TrainingRun : testing::CheckpointRun {
   TrainingRun(const Comm& world, const std::vector<std::string>& flags, int64_t bucket_size = 0)
-      : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
-                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
-                                "--global-batch-size", "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters",
-                                "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by",
-                                "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
-                                "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"},
-                               flags}),
-                world, kVocab, EngineOptions{bucket_size, {}}) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    GALE_RETURN_IF_ERROR(load_checkpoint(args, *engine, trainer->state(), &loaded));
-    return loaded ? Status::Ok() : NotFound("no checkpoint in ", args.checkpoint.load);
-  }
+      : CheckpointRun(testing::join({testing::optimizer_test_model("6", "0.1"), flags}), world, kVocab,
+                       EngineOptions{bucket_size, {}}) {}
 };
 
 // The elements of chunk 0 this rank's optimizer owns.

@@ -12,7 +12,8 @@
 #include <filesystem>
 
 #include "mpi_test_env.h"
-#include "testing_run.h"
+#include "optimizer_test_model.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 
@@ -21,23 +22,10 @@ namespace {
 
 const std::vector<std::string> kEma = {"--optimizer-selection", "fused_ema_adamw", "--ema-decay", "0.95"};
 
-struct EmaRun : testing::TestRun {
+struct EmaRun : testing::CheckpointRun {
   EmaRun(const Comm& world, const std::vector<std::string>& flags)
-      : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
-                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
-                                "--global-batch-size", "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters",
-                                "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by",
-                                "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0",
-                                "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"},
-                               flags}),
-                world, testing::kTinyVocab, EngineOptions{20000, {}}) {}
-  std::vector<uint32_t> values() const {
-    finish_param_sync(*engine);
-    const Tensor& p = engine->chunks[0]->params().flat_params();
-    std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
-    std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
-    return out;
-  }
+      : CheckpointRun(testing::join({testing::optimizer_test_model("6", "0.1"), flags}), world, testing::kTinyVocab,
+                       EngineOptions{20000, {}}) {}
   Tensor ema() const {
     for (const auto& [name, t] : engine->optimizer->state(0))
       if (name == "ema_params") return t;

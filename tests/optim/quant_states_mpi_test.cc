@@ -13,30 +13,18 @@
 #include <filesystem>
 
 #include "mpi_test_env.h"
-#include "testing_run.h"
+#include "optimizer_test_model.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 
 namespace gale {
 namespace {
 
-struct QuantRun : testing::TestRun {
+struct QuantRun : testing::CheckpointRun {
   QuantRun(const Comm& world, const std::vector<std::string>& flags)
-      : TestRun(testing::join({{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8",
-                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
-                                "--global-batch-size", "8", "--train-iters", "12", "--lr", "5e-3", "--lr-warmup-iters",
-                                "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by",
-                                "64", "--hidden-dropout", "0.0", "--attention-dropout", "0.0", "--eval-iters", "0",
-                                "--log-interval", "1000", "--clip-grad", "0.5", "--weight-decay", "0.1"},
-                               flags}),
-                world, testing::kTinyVocab, EngineOptions{20000, {}}) {}
-  std::vector<uint32_t> values() const {
-    finish_param_sync(*engine);
-    const Tensor& p = engine->chunks[0]->params().flat_params();
-    std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
-    std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
-    return out;
-  }
+      : CheckpointRun(testing::join({testing::optimizer_test_model("12", "0.0"), flags}), world, testing::kTinyVocab,
+                       EngineOptions{20000, {}}) {}
 };
 
 const std::vector<std::string> kDistOpt = {"--use-distributed-optimizer", "--overlap-grad-reduce"};

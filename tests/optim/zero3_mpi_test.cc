@@ -15,7 +15,7 @@
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
-#include "testing_run.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 
@@ -37,9 +37,9 @@ std::vector<std::string> layerzero(const Comm& world, int64_t zero3_size) {
   return {"--layerzero", "--layerzero-config", path};
 }
 
-struct Zero3Run : testing::TestRun {
+struct Zero3Run : testing::CheckpointRun {
   Zero3Run(const Comm& world, const std::vector<std::string>& model, const std::vector<std::string>& flags)
-      : TestRun(testing::join({{"--num-layers", "3", "--hidden-size", "64", "--seq-length", "16",
+      : CheckpointRun(testing::join({{"--num-layers", "3", "--hidden-size", "64", "--seq-length", "16",
                                 "--max-position-embeddings", "16", "--micro-batch-size", "1", "--global-batch-size",
                                 "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters", "1", "--mock-data",
                                 "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
@@ -47,12 +47,6 @@ struct Zero3Run : testing::TestRun {
                                 "--clip-grad", "0.5", "--weight-decay", "0.1"},
                                model, flags}),
                 world, testing::kTinyVocab) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    GALE_RETURN_IF_ERROR(load_checkpoint(args, *engine, trainer->state(), &loaded));
-    return loaded ? Status::Ok() : NotFound("no checkpoint in ", args.checkpoint.load);
-  }
 };
 
 // Largest relative difference (per unit) between this rank's ZeRO-3 shards (ZeRO-2: the whole

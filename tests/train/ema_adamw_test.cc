@@ -13,7 +13,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/temp_dir.h"
 #include "kernels/cpu/fused_ops.h"
-#include "testing_run.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 #include "train/hf_convert.h"
@@ -39,24 +39,13 @@ OpTable ops_with(bool fused_adamw) {
   return ops;
 }
 
-struct EmaRun : testing::TestRun {
+struct EmaRun : testing::CheckpointRun {
   explicit EmaRun(const std::vector<std::string>& extra, bool fused_adamw = false)
-      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab, {}, ops_with(fused_adamw)) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    Status st = load_checkpoint(args, *engine, trainer->state(), &loaded);
-    if (st.ok() && !loaded) return NotFound("nothing loaded");
-    return st;
-  }
+      : CheckpointRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab, {}, ops_with(fused_adamw)) {}
   std::vector<uint32_t> bits(const float* x) const {
     std::vector<uint32_t> out(static_cast<size_t>(numel()));
     std::memcpy(out.data(), x, out.size() * sizeof(float));
     return out;
-  }
-  std::vector<uint32_t> values() {
-    finish_param_sync(*engine);
-    return bits(engine->chunks[0]->params().flat_params().data<float>());
   }
   const float* ema() const {
     for (const auto& [name, t] : engine->optimizer->state(0))

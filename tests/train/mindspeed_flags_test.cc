@@ -4,43 +4,21 @@
 // other names of Gale flags, and the band-mask flags mapped onto --sliding-window.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
-#include "features/registry.h"
-#include "pretrain_cli.h"
+#include "flag_inventory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gale {
 namespace {
 
 using testing::expect_one_line_error;
+using testing::FullCli;
 using testing::FlagErrorCase;
 using testing::PretrainCli;
 
-std::vector<std::string> mindspeed_flags() {
-  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/mindspeed_flags.txt");
-  std::vector<std::string> flags;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) flags.push_back(line);
-  return flags;
-}
-
-// `gale pretrain`'s parser: the pretrain flags and the features' own (MindSpeed's) flags.
-struct FullCli : PretrainCli {
-  std::unique_ptr<FeatureRegistry> registry = make_feature_registry();
-  FullCli() { registry->register_args(parser); }
-};
-
 TEST(MindSpeedFlags, NoneIsUnknown) {
-  const std::vector<std::string> flags = mindspeed_flags();
+  const std::vector<std::string> flags = testing::read_flag_list("reference/mindspeed_flags.txt");
   ASSERT_EQ(flags.size(), 225u);
-  for (const std::string& flag : flags) {
-    FullCli cli;
-    const Status st = cli.parse_minimal({flag});
-    if (st.ok()) continue;
-    EXPECT_EQ(st.message().find("unknown flag"), std::string::npos) << st.message();
-    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
-  }
+  testing::expect_none_unknown(flags);
 }
 
 TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {

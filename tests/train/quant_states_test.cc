@@ -26,17 +26,9 @@ const std::vector<std::string> kFlags = {
     "--clip-grad", "1.0", "--weight-decay", "0.1"};
 constexpr int64_t kVocab = 60;
 
-struct QuantRun : testing::TestRun {
+struct QuantRun : testing::CheckpointRun {
   explicit QuantRun(const std::vector<std::string>& extra)
-      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    Status st = load_checkpoint(args, *engine, trainer->state(), &loaded);
-    if (st.ok() && !loaded) return NotFound("nothing loaded");
-    return st;
-  }
-  std::vector<uint32_t> values() const { return testing::param_bits(*this); }
+      : CheckpointRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab) {}
 };
 
 std::vector<std::string> quant(const std::string& mode) { return {"--quant-states", mode}; }

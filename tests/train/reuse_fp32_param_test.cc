@@ -12,7 +12,7 @@
 
 #include "testing_files.h"
 #include "core/allocator.h"
-#include "testing_run.h"
+#include "testing_checkpoint_run.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 
@@ -26,17 +26,11 @@ const std::vector<std::string> kFlags = {
     "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64",
     "--bf16", "--clip-grad", "0.05"};
 
-struct BfRun : testing::TestRun {
+struct BfRun : testing::CheckpointRun {
   explicit BfRun(const std::vector<std::string>& extra)
-      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), 60) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    Status st = load_checkpoint(args, *engine, trainer->state(), &loaded);
-    if (st.ok() && !loaded) return NotFound("nothing loaded");
-    return st;
-  }
-  // Every parameter's f32 value, as bits.
+      : CheckpointRun(testing::join({kFlags, extra}), make_self_communicator("world"), 60) {}
+  // Every parameter's f32 value, as bits (every chunk, through read_values: the f32 values under
+  // --reuse-fp32-param, rather than the first chunk's flat buffer).
   std::vector<uint32_t> values() const {
     finish_param_sync(*engine);
     std::vector<uint32_t> out;

@@ -42,17 +42,9 @@ OpTable ops_with(bool fused_adamw) {
   return ops;
 }
 
-struct SwapRun : testing::TestRun {
+struct SwapRun : testing::CheckpointRun {
   explicit SwapRun(const std::vector<std::string>& extra, bool fused_adamw = false)
-      : TestRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab, {}, ops_with(fused_adamw)) {}
-  Status save() { return save_checkpoint(args, *engine, trainer->state()); }
-  Status load() {
-    bool loaded = false;
-    Status st = load_checkpoint(args, *engine, trainer->state(), &loaded);
-    if (st.ok() && !loaded) return NotFound("nothing loaded");
-    return st;
-  }
-  std::vector<uint32_t> values() const { return testing::param_bits(*this); }
+      : CheckpointRun(testing::join({kFlags, extra}), make_self_communicator("world"), kVocab, {}, ops_with(fused_adamw)) {}
   int64_t numel() const { return engine->chunks[0]->params().trainable_numel(); }
 };
 

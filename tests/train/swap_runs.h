@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/allocator.h"
-#include "testing_run.h"
+#include "testing_checkpoint_run.h"
 #include "train/grad_sync.h"
 
 namespace gale::testing {
@@ -23,15 +23,6 @@ inline std::string fresh_swap_dir(const std::string& prefix, const std::string& 
   std::filesystem::remove_all(dir);
   if (create) std::filesystem::create_directories(dir);
   return dir.string();
-}
-
-// The bits of `run`'s first chunk's flat parameters (after any pending parameter all-gather).
-inline std::vector<uint32_t> param_bits(const TestRun& run) {
-  finish_param_sync(*run.engine);
-  const Tensor& p = run.engine->chunks[0]->params().flat_params();
-  std::vector<uint32_t> out(static_cast<size_t>(p.numel()));
-  std::memcpy(out.data(), p.data<float>(), out.size() * sizeof(float));
-  return out;
 }
 
 // Trains both runs 4 iterations: losses, grad norms and final parameters equal bit for bit, the
