@@ -9,6 +9,13 @@ namespace gale {
 WeightGradStore::Record WeightGradStore::make_record(const Tensor& dy, const Tensor& x, const LinearWeight& w) {
   Record r{to_gemm_input(dy, x.dtype()), x, w};  // dy kept in the GEMM's type (half the bytes under --bf16)
   r.w.defer = nullptr;
+  // dW needs only the gradient: drop the weight's values, and --qat-scheme's fake-quantised copy
+  // with them (not held until the W step).
+  r.w.w = nullptr;
+  r.w.w_bf16 = nullptr;
+  r.w.w_f16 = nullptr;
+  r.w.qat_w = Tensor();
+  r.w.qat_w_bf16 = Tensor();
   return r;
 }
 
