@@ -15,11 +15,13 @@
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
-#include "testing_run.h"
+#include "zero3_testing.h"
 #include "train/checkpointing.h"
 
 namespace gale {
 namespace {
+
+using testing::shard_vs_replicated;
 
 // --use-torch-fsdp2 with a configuration file of `yaml` (one file per rank and content); `yaml`
 // empty: the flag alone (Megatron's defaults).
@@ -38,37 +40,12 @@ std::vector<std::string> fsdp2(const Comm& world, const std::string& yaml) {
   return flags;
 }
 
-struct Fsdp2Run : testing::TestRun {
-  Fsdp2Run(const Comm& world, const std::vector<std::string>& model, const std::vector<std::string>& flags)
-      : TestRun(testing::join({{"--num-layers", "3", "--hidden-size", "64", "--seq-length", "16",
-                                "--max-position-embeddings", "16", "--micro-batch-size", "1", "--global-batch-size",
-                                "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters", "1", "--mock-data",
-                                "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
-                                "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
-                                "--clip-grad", "0.5", "--weight-decay", "0.1"},
-                               model, flags}),
-            world, testing::kTinyVocab) {}
-};
+// FSDP2 runs the ZeRO-3 tests' model.
+using Fsdp2Run = testing::Zero3Run;
 
 // The GPT shape with untied embeddings (FSDP2 requires them, as Megatron) and the LLaMA shape.
 const std::vector<std::string> kGptUntied = testing::join({testing::kTinyGpt, {"--untie-embeddings-and-output-weights"}});
 
-// Largest relative difference (per unit) between this rank's shards and a replicated run's values.
-double shard_vs_replicated(const ParamBuffer& z, const ParamBuffer& plain) {
-  double worst = 0.0;
-  const float* p = plain.flat_params().data<float>();
-  for (int u = 0; u < z.num_units(); ++u) {
-    const ParamUnit& x = z.unit(u);
-    double diff = 0.0, norm = 0.0;
-    for (int64_t i = x.own_begin; i < x.own_end; ++i) {
-      const double a = z.shard_values(u)[i - x.own_begin], b = p[i];
-      diff += (a - b) * (a - b);
-      norm += b * b;
-    }
-    if (norm > 0.0) worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
-}
 
 // `flags` against plain data parallelism on the same ranks, GPT (untied) and LLaMA: 5 iterations
 // of 8 micro-batches of one sample. `replicas`: the HSDP replica count (1: whole-DP sharding).

@@ -15,12 +15,15 @@
 
 #include "core/allocator.h"
 #include "mpi_test_env.h"
-#include "testing_checkpoint_run.h"
+#include "zero3_testing.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 
 namespace gale {
 namespace {
+
+using testing::shard_vs_replicated;
+using testing::Zero3Run;
 
 const std::vector<std::string> kZero3 = {"--use-custom-fsdp", "--data-parallel-sharding-strategy",
                                          "optim_grads_params"};
@@ -37,36 +40,6 @@ std::vector<std::string> layerzero(const Comm& world, int64_t zero3_size) {
   return {"--layerzero", "--layerzero-config", path};
 }
 
-struct Zero3Run : testing::CheckpointRun {
-  Zero3Run(const Comm& world, const std::vector<std::string>& model, const std::vector<std::string>& flags)
-      : CheckpointRun(testing::join({{"--num-layers", "3", "--hidden-size", "64", "--seq-length", "16",
-                                "--max-position-embeddings", "16", "--micro-batch-size", "1", "--global-batch-size",
-                                "8", "--train-iters", "6", "--lr", "5e-3", "--lr-warmup-iters", "1", "--mock-data",
-                                "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
-                                "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
-                                "--clip-grad", "0.5", "--weight-decay", "0.1"},
-                               model, flags}),
-                world, testing::kTinyVocab) {}
-};
-
-// Largest relative difference (per unit) between this rank's ZeRO-3 shards (ZeRO-2: the whole
-// values) and the same elements of a replicated run's parameters.
-double shard_vs_replicated(const ParamBuffer& zero3, const ParamBuffer& plain) {
-  double worst = 0.0;
-  const float* p = plain.flat_params().data<float>();
-  for (int u = 0; u < zero3.num_units(); ++u) {
-    const ParamUnit& x = zero3.unit(u);
-    double diff = 0.0, norm = 0.0;
-    const bool whole = !zero3.values_sharded();
-    for (int64_t i = whole ? x.begin : x.own_begin; i < (whole ? x.end : x.own_end); ++i) {
-      const double a = whole ? zero3.flat_params().data<float>()[i] : zero3.shard_values(u)[i - x.own_begin], b = p[i];
-      diff += (a - b) * (a - b);
-      norm += b * b;
-    }
-    if (norm > 0.0) worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
-}
 
 // `flags` (ZeRO-2, ZeRO-3 or LayerZeRO) against plain data parallelism on the same ranks, GPT (tied
 // embeddings: the pinned unit) and LLaMA (untied): 5 iterations of 8 micro-batches of one sample

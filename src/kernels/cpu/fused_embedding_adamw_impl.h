@@ -41,34 +41,12 @@ void embedding_backward(const int32_t* ids, int64_t T, const float* dout, int64_
   });
 }
 
-template <class V>
-void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
-  using F = typename V::F;
-  const float bc1 = 1.0f - __builtin_powf(h.beta1, static_cast<float>(h.step));
-  const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
-  const F b1 = V::set1(h.beta1), b2 = V::set1(h.beta2), c1 = V::set1(1.0f - h.beta1), c2 = V::set1(1.0f - h.beta2);
-  const F vbc1 = V::set1(bc1), vbc2 = V::set1(bc2), eps = V::set1(h.eps), wd = V::set1(h.weight_decay);
-  const F lr = V::set1(h.lr), grad_scale = V::set1(h.grad_scale);
-  parallel_for(n, 1 << 15, [&](int64_t b, int64_t e) {
-    for_vectors<V>(e - b, [&](int64_t i0, int64_t k) GALE_ALWAYS_INLINE {
-      const int64_t i = b + i0;
-      const F gv = V::mul(ld<V>(g + i, k), grad_scale), pv = ld<V>(p + i, k);
-      const F mv = V::add(V::mul(b1, ld<V>(m + i, k)), V::mul(c1, gv));
-      const F vv = V::add(V::mul(b2, ld<V>(v + i, k)), V::mul(V::mul(c2, gv), gv));
-      const F denom = V::add(V::sqrt(V::div(vv, vbc2)), eps);
-      const F update = V::add(V::div(V::div(mv, vbc1), denom), V::mul(wd, pv));
-      st<V>(m + i, mv, k);
-      st<V>(v + i, vv, k);
-      st<V>(p + i, V::sub(pv, V::mul(lr, update)), k);
-    });
-  });
-}
-
-// adamw_step and the EMA of the updated parameters in the same pass (ema_adamw_step_ref's
-// arithmetic, so bit-identical to it): s = d·s + (1 − d)·p_new.
-template <class V>
-void ema_adamw_step(float* p, const float* g, float* m, float* v, float* s, int64_t n, const AdamWHyper& h,
-                    float ema_decay) {
+// One AdamW pass over [0, n); with `s` (kEma) also the EMA of the updated parameters,
+// s = d·s + (1 − d)·p_new (ema_adamw_step_ref's arithmetic). Same operations in the same order as
+// adamw_step_ref, so bit-identical to it.
+template <class V, bool kEma>
+GALE_ALWAYS_INLINE inline void adamw_pass(float* p, const float* g, float* m, float* v, float* s, int64_t n,
+                                          const AdamWHyper& h, float ema_decay) {
   using F = typename V::F;
   const float bc1 = 1.0f - __builtin_powf(h.beta1, static_cast<float>(h.step));
   const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
@@ -88,9 +66,21 @@ void ema_adamw_step(float* p, const float* g, float* m, float* v, float* s, int6
       st<V>(m + i, mv, k);
       st<V>(v + i, vv, k);
       st<V>(p + i, pn, k);
-      st<V>(s + i, V::add(V::mul(keep, ld<V>(s + i, k)), V::mul(take, pn)), k);
+      if constexpr (kEma) st<V>(s + i, V::add(V::mul(keep, ld<V>(s + i, k)), V::mul(take, pn)), k);
     });
   });
+}
+
+template <class V>
+void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h) {
+  adamw_pass<V, false>(p, g, m, v, nullptr, n, h, 0.0f);
+}
+
+// adamw_step and the EMA of the updated parameters in the same pass.
+template <class V>
+void ema_adamw_step(float* p, const float* g, float* m, float* v, float* s, int64_t n, const AdamWHyper& h,
+                    float ema_decay) {
+  adamw_pass<V, true>(p, g, m, v, s, n, h, ema_decay);
 }
 
 // Σ x² over [0, len) in blocks of kSumBlock elements, each summed in four float-vector chains (one
