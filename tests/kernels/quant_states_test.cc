@@ -3,6 +3,10 @@
 // bit-identical to the reference composition (dequantise, adamw_step_ref, quantise).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -10,6 +14,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/fp8_codec.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/quant_states.h"
 #include "testing.h"
 
@@ -178,6 +184,129 @@ TEST(QuantStates, QuantisedAdamWTracksF32AdamW) {
     EXPECT_LT(worst, 2e-3) << (mode == QuantMode::kLinear ? "fp8" : "mxfp8");
     EXPECT_GT(worst, 0.0);
   }
+}
+
+// The shared E8M0 rule (fp8_codec.h) is clamp(ilogb(amax) − emax, −127, 127) on every float
+// exponent, subnormals and +inf included, and −127 for 0 (what quant_states.cc computed with libm).
+TEST(QuantStates, E8M0ExponentIsTheIlogbRule) {
+  for (int emax : {2, 8, 15}) {
+    EXPECT_EQ(fp8::e8m0_exponent(0.0f, emax), -127);
+    EXPECT_EQ(fp8::e8m0_exponent(INFINITY, emax), 127);
+    for (uint32_t e = 0; e < 255; ++e)
+      for (uint32_t mant : {1u, 2u, 0x400000u, 0x7FFFFFu, 0x12345u, 0u}) {
+        const float x = from_bits((e << 23) | mant);
+        if (x == 0.0f) continue;
+        const int want = std::clamp(std::ilogb(x) - emax, -127, 127);
+        EXPECT_EQ(fp8::e8m0_exponent(x, emax), want) << "x " << x << " emax " << emax;
+      }
+  }
+  for (int k = -127; k <= 127; ++k) EXPECT_EQ(fp8::pow2(k), std::ldexp(1.0f, k)) << k;
+}
+
+// Values that exercise every branch of the codec: zeros (whole zero blocks), f32 subnormals, a wide
+// spread of magnitudes inside a block (FP8 subnormals after scaling), values whose squares overflow
+// (saturation, infinite amax), and ordinary ones; kind = (i / 41) % 6 so blocks mix kinds.
+float edge_value(int64_t i, uint64_t seed, bool nonneg) {
+  uint64_t z = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
+  z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 29;
+  const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
+  const float sign = nonneg || (z & 1u) ? 1.0f : -1.0f;
+  const int spread = static_cast<int>((z >> 8) % 64);
+  switch ((i / 41) % 6) {
+    case 0: return 0.0f;
+    case 1: return sign * u * 1e-39f;                           // f32 subnormal
+    case 2: return sign * std::ldexp(0.5f + u, spread - 50);    // 2^-50 .. 2^13 in one block
+    case 3: return sign * (0.5f + u) * 2e19f;                   // squares near FLT_MAX
+    case 4: return sign * (0.5f + u) * 3e30f;                   // squares overflow
+    default: return sign * (u - 0.5f) * 1e-2f;
+  }
+}
+
+// Every ISA build of the fused AdamW against the reference, bit for bit (parameters, codes,
+// scales): both modes, pieces whose first block is cut (a shard that starts inside a block), tails
+// shorter than a vector, and the edge values above in gradients and moments.
+TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
+  struct Case {
+    QuantLayout layout;
+    int64_t n;
+  };
+  const Case cases[] = {{{QuantMode::kLinear, 128, 128}, 1},    {{QuantMode::kLinear, 128, 37}, 1003},
+                        {{QuantMode::kLinear, 64, 63}, 4099},   {{QuantMode::kLinear, 7, 3}, 131},
+                        {{QuantMode::kLinear, 1000, 1}, 2500},  {{QuantMode::kMx, 32, 32}, 15},
+                        {{QuantMode::kMx, 32, 1}, 1001},        {{QuantMode::kMx, 32, 17}, 4097},
+                        {{QuantMode::kMx, 128, 100}, 777},      {{QuantMode::kMx, 5, 5}, 203}};
+  // How often the reference produced each edge (the inputs must reach them): FP8 subnormal codes,
+  // saturated codes, all-zero linear blocks (scale 1), overflowing linear scales (FLT_MAX), and
+  // clamped E8M0 exponents at either end.
+  int64_t subnormal = 0, saturated = 0, unit_scale = 0, max_scale = 0, e8m0_low = 0, e8m0_high = 0;
+  for (int tier = 0; tier <= static_cast<int>(hardware_isa()); ++tier) {
+    const Isa isa = static_cast<Isa>(tier);
+    for (const Case& c : cases) {
+      const int64_t n = c.n, sb = quant_num_blocks(n, c.layout) * quant_scale_bytes(c.layout.mode);
+      std::vector<float> p_ref(static_cast<size_t>(n)), m0(p_ref.size()), v0(p_ref.size());
+      for (int64_t i = 0; i < n; ++i) {
+        p_ref[i] = edge_value(i, 1, false);
+        m0[i] = edge_value(i + 7, 2, false) * 1e-3f;
+        v0[i] = edge_value(i + 13, 3, true) * 1e-3f;
+      }
+      std::vector<float> p = p_ref;
+      std::vector<uint8_t> mc(p.size()), vc(p.size()), ms(sb), vs(sb);
+      QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+      quantise_state_ref(m0.data(), n, c.layout, m);
+      quantise_state_ref(v0.data(), n, c.layout, v);
+      std::vector<uint8_t> mc2 = mc, vc2 = vc, ms2 = ms, vs2 = vs;
+      QuantStateRef m2{mc2.data(), ms2.data(), Fp8Format::kE4M3}, v2{vc2.data(), vs2.data(), Fp8Format::kE5M2};
+      AdamWHyper h;
+      h.lr = 1e-3f;
+      h.weight_decay = 0.1f;
+      for (int step = 1; step <= 3; ++step) {
+        h.step = step;
+        h.grad_scale = step == 2 ? 0.25f : 1.0f;
+        std::vector<float> g(p.size());
+        for (int64_t i = 0; i < n; ++i) g[i] = edge_value(i + 29 * step, 10 + static_cast<uint64_t>(step), false);
+        adamw_step_quantised_ref(p_ref.data(), g.data(), m, v, n, c.layout, h);
+        adamw_step_quantised_isa(isa, p.data(), g.data(), m2, v2, n, c.layout, h);
+        const std::string what = std::string(isa_name(isa)) + (c.layout.mode == QuantMode::kMx ? " mx" : " linear") +
+                                 " n " + std::to_string(n) + " block " + std::to_string(c.layout.block) + " first " +
+                                 std::to_string(c.layout.first) + " step " + std::to_string(step);
+        for (int64_t i = 0; i < n; ++i)  // a NaN parameter may differ in payload, never in NaN-ness
+          if (!(std::isnan(p[i]) && std::isnan(p_ref[i])))
+            ASSERT_EQ(bits(p[i]), bits(p_ref[i])) << what << " parameter " << i;
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(int{mc2[i]}, int{mc[i]}) << what << " exp_avg code " << i;
+          ASSERT_EQ(int{vc2[i]}, int{vc[i]}) << what << " exp_avg_sq code " << i;
+        }
+        ASSERT_EQ(ms, ms2) << what;
+        ASSERT_EQ(vs, vs2) << what;
+        for (int64_t i = 0; i < n; ++i) {
+          subnormal += (mc[i] & 0x78) == 0 && (mc[i] & 7) != 0;
+          saturated += (mc[i] & 0x7F) == 0x7E || (vc[i] & 0x7F) == 0x7B;
+        }
+        for (int64_t b = 0; b < quant_num_blocks(n, c.layout); ++b) {
+          if (c.layout.mode == QuantMode::kLinear) {
+            float sm;
+            std::memcpy(&sm, ms.data() + 4 * b, 4);
+            unit_scale += sm == 1.0f;
+            max_scale += sm == FLT_MAX;
+          } else {
+            e8m0_low += ms[b] == 0 || vs[b] == 0;
+            e8m0_high += ms[b] == 254 || vs[b] == 254;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(subnormal, 0);
+  EXPECT_GT(saturated, 0);
+  EXPECT_GT(unit_scale, 0);
+  EXPECT_GT(max_scale, 0);
+  EXPECT_GT(e8m0_low, 0);
+  EXPECT_GT(e8m0_high, 0);
+  std::printf("edges reached: %lld subnormal codes, %lld saturated, %lld unit scales, %lld FLT_MAX scales, "
+              "%lld E8M0 -127, %lld E8M0 127\n",
+              static_cast<long long>(subnormal), static_cast<long long>(saturated), static_cast<long long>(unit_scale),
+              static_cast<long long>(max_scale), static_cast<long long>(e8m0_low), static_cast<long long>(e8m0_high));
 }
 
 }  // namespace

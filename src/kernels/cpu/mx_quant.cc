@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/threads.h"
+#include "kernels/cpu/fp8_codec.h"
 
 namespace gale {
 
@@ -23,7 +24,7 @@ struct ElementFormat {
 
 ElementFormat element_format(MxElement e) {
   switch (e) {
-    case MxElement::kFp8E4M3: return {3, -6, 8, 448.0f};
+    case MxElement::kFp8E4M3: return {fp8::kE4M3.mant, fp8::kE4M3.emin, fp8::kE4M3.emax, fp8::kE4M3.max};
     case MxElement::kFp4E2M1: return {1, 0, 2, 6.0f};
     case MxElement::kNone: break;
   }
@@ -87,9 +88,6 @@ FastFormat fast_format(MxElement e) {
   return ff;
 }
 
-// 2^k as an f32 for k in [−127, 127] (2^−127 is subnormal).
-float pow2(int k) { return k >= -126 ? float_of(static_cast<uint32_t>(k + 127) << 23) : float_of(1u << 22); }
-
 void quantise_block_fast(const float* x, float* out, int64_t n, const FastFormat& ff) {
   uint32_t amax_bits = 0;  // |x| bits: NaN > Inf > every finite value, as unsigned integers
 #pragma omp simd reduction(max : amax_bits)
@@ -98,11 +96,9 @@ void quantise_block_fast(const float* x, float* out, int64_t n, const FastFormat
     std::memmove(out, x, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  // floor(log2(amax)) from the exponent field; a subnormal amax gives a scale below −127: clamped.
-  const int biased = static_cast<int>(amax_bits >> 23);
-  const int floor_log2 = biased == 0 ? -150 : biased - 127;
-  const int s = std::clamp(floor_log2 - ff.f.emax, kScaleMin, kScaleMax);
-  const float down = pow2(-s), up = pow2(s);
+  // floor(log2(amax)) − emax from the exponent field, clamped to E8M0's range (fp8_codec.h).
+  const int s = fp8::e8m0_exponent(float_of(amax_bits), ff.f.emax);
+  const float down = fp8::pow2(-s), up = fp8::pow2(s);
   const uint32_t half = (1u << (ff.shift - 1)) - 1, keep = ~((1u << ff.shift) - 1);
   const float magic = ff.magic;
   const uint32_t shift = ff.shift, max_bits = bits_of(ff.f.max), normal_min_bits = bits_of(ff.normal_min);

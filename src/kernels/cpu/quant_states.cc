@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,33 +10,17 @@
 
 #include "core/check.h"
 #include "core/threads.h"
+#include "kernels/cpu/fp8_codec.h"
 
 namespace gale {
 
 namespace {
 
-struct Fp8Spec {
-  int mant;          // mantissa bits
-  int bias;          // exponent bias
-  uint8_t max_code;  // magnitude code of the largest finite value
-  float max;
-  int emax;  // exponent of the largest normal binade (the OCP MX emax_elem)
-};
+using Fp8Spec = fp8::Spec;
+using fp8::bits_of;
+using fp8::float_of;
 
-constexpr Fp8Spec spec_of(Fp8Format f) {
-  return f == Fp8Format::kE4M3 ? Fp8Spec{3, 7, 0x7E, 448.0f, 8} : Fp8Spec{2, 15, 0x7B, 57344.0f, 15};
-}
-
-inline uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-inline float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
+constexpr const Fp8Spec& spec_of(Fp8Format f) { return f == Fp8Format::kE4M3 ? fp8::kE4M3 : fp8::kE5M2; }
 
 // Decoding tables, one per format.
 const std::array<float, 256>& decode_table(Fp8Format f) {
@@ -69,11 +52,8 @@ void quantise_block(const float* x, int64_t len, QuantMode mode, Fp8Format forma
   if (mode == QuantMode::kLinear) {
     float amax = 0.0f;
     for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(x[i]));
-    float scale = 1.0f;  // MindSpeed keeps the previous scale for an all-zero block: the same zeros
-    if (amax > 0.0f && std::isfinite(amax)) {
-      scale = s.max / amax;
-      if (std::isinf(scale)) scale = FLT_MAX;
-    }
+    const float scale = fp8::linear_scale(amax, s.max);  // 1 for an all-zero block (MindSpeed keeps
+                                                         // the previous scale: the same zeros)
     for (int64_t i = 0; i < len; ++i) codes[i] = fp8_encode(x[i] * scale, format);
     std::memcpy(scales + b * 4, &scale, sizeof scale);
     return;
@@ -83,9 +63,8 @@ void quantise_block(const float* x, int64_t len, QuantMode mode, Fp8Format forma
     tmp[i] = round_to_bf16(signed_square(x[i]));
     amax = std::max(amax, std::fabs(tmp[i]));
   }
-  int exponent = amax > 0.0f ? std::ilogb(amax) - s.emax : -127;
-  exponent = std::clamp(exponent, -127, 127);
-  const float inv = std::ldexp(1.0f, -exponent);  // a power of two: the product is ldexp's, exactly
+  const int exponent = fp8::e8m0_exponent(amax, s.emax);
+  const float inv = fp8::pow2(-exponent);  // a power of two: the product is ldexp's, exactly
   for (int64_t i = 0; i < len; ++i) codes[i] = fp8_encode(tmp[i] * inv, format);
   scales[b] = static_cast<uint8_t>(exponent + 127);
 }
@@ -100,18 +79,8 @@ void dequantise_block(const uint8_t* codes, int64_t len, QuantMode mode, Fp8Form
     for (int64_t i = 0; i < len; ++i) x[i] = table[codes[i]] * inv;
     return;
   }
-  const float scale = std::ldexp(1.0f, static_cast<int>(scales[b]) - 127);  // exact, as above
+  const float scale = fp8::pow2(static_cast<int>(scales[b]) - 127);  // exact, as above
   for (int64_t i = 0; i < len; ++i) x[i] = signed_sqrt(table[codes[i]] * scale);
-}
-
-// adamw_step_ref's update of one element (the same expression, so the same rounding: this file,
-// like optimizer.cc, is compiled without FMA contraction).
-inline void adamw_element(float& p, float g, float& m, float& v, const AdamWHyper& h, float bc1, float bc2) {
-  const float gi = g * h.grad_scale;
-  m = h.beta1 * m + (1.0f - h.beta1) * gi;
-  v = h.beta2 * v + (1.0f - h.beta2) * gi * gi;
-  float update = (m / bc1) / (std::sqrt(v / bc2) + h.eps) + h.weight_decay * p;
-  p -= h.lr * update;
 }
 
 }  // namespace
@@ -126,9 +95,8 @@ uint8_t fp8_encode(float x, Fp8Format f) {
   if (u > 0x7F800000u) return 0;  // NaN
   const float a = float_of(u);
   if (a >= s.max) return static_cast<uint8_t>(sign | s.max_code);
-  const float min_normal = std::ldexp(1.0f, 1 - s.bias);
-  if (a < min_normal) {  // the subnormal grid: multiples of 2^(1 − bias − mant); may round up to min_normal
-    const float q = std::nearbyint(std::ldexp(a, s.bias - 1 + s.mant));
+  if (a < s.min_normal) {  // the subnormal grid: multiples of 2^(1 − bias − mant); may round up to min_normal
+    const float q = std::nearbyint(a * s.sub_scale);  // exact product (a power of two, no overflow)
     return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));
   }
   const int shift = 23 - s.mant;
@@ -202,28 +170,20 @@ void adamw_step_quantised_ref(float* p, const float* g, QuantStateRef m, QuantSt
   quantise_state_ref(vf.data(), n, l, v);
 }
 
+void adamw_step_quantised_isa(Isa isa, float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                              const QuantLayout& l, const AdamWHyper& h) {
+  GALE_CHECK(l.block > 0 && l.first > 0 && l.first <= l.block) << "quantisation blocks " << l.first << "/" << l.block;
+  auto fn = isa == Isa::kAvx512 ? adamw_step_quantised_avx512
+            : isa == Isa::kAvx2 ? adamw_step_quantised_avx2
+                                : adamw_step_quantised_scalar;
+  fn(p, g, m, v, n, l, h);
+}
+
 void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
                           const QuantLayout& l, const AdamWHyper& h) {
-  GALE_CHECK(l.block > 0 && l.first > 0 && l.first <= l.block) << "quantisation blocks " << l.first << "/" << l.block;
-  const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(h.step));
-  const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(h.step));
-  const int64_t blocks = quant_num_blocks(n, l);
-  const int64_t longest = std::min(n, l.block);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, longest));
-  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-    std::vector<float> buf(static_cast<size_t>(3 * longest));
-    float* mb = buf.data();
-    float* vb = mb + longest;
-    float* tmp = vb + longest;
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t lo = block_start(b, l), len = std::min(n, block_start(b + 1, l)) - lo;
-      dequantise_block(m.codes + lo, len, l.mode, m.format, m.scales, b, mb);
-      dequantise_block(v.codes + lo, len, l.mode, v.format, v.scales, b, vb);
-      for (int64_t i = 0; i < len; ++i) adamw_element(p[lo + i], g[lo + i], mb[i], vb[i], h, bc1, bc2);
-      quantise_block(mb, len, l.mode, m.format, m.codes + lo, m.scales, b, tmp);
-      quantise_block(vb, len, l.mode, v.format, v.codes + lo, v.scales, b, tmp);
-    }
-  });
+  adamw_step_quantised_isa(detected_isa(), p, g, m, v, n, l, h);
 }
+
+const float* fp8_decode_table(Fp8Format f) { return decode_table(f).data(); }
 
 }  // namespace gale

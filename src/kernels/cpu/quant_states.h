@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/optimizer.h"
 
 namespace gale {
@@ -68,9 +69,23 @@ void dequantise_state_ref(QuantStateRef in, int64_t n, const QuantLayout& layout
 // The reference AdamW over quantised moments: dequantise both to f32, adamw_step_ref, quantise.
 void adamw_step_quantised_ref(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
                               const QuantLayout& layout, const AdamWHyper& h);
-// The same in one pass: each block's moments dequantised into a local buffer, updated with the
-// parameters, and quantised back (blocks in parallel). Bit-identical to the reference.
+// The same in one pass: each block's moments decoded, updated with the parameters, kept in a
+// local buffer and encoded back (blocks in parallel). Bit-identical to the reference on every ISA
+// tier; dispatches on detected_isa() (kernels/cpu/isa.h) to the builds below.
 void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
                           const QuantLayout& layout, const AdamWHyper& h);
+// One tier of it (tests, benchmarks): the one-lane baseline build, AVX2 and AVX-512
+// (quant_states_impl.h; call a vector tier only when hardware_isa() has it).
+void adamw_step_quantised_isa(Isa isa, float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                              const QuantLayout& layout, const AdamWHyper& h);
+void adamw_step_quantised_scalar(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                                 const QuantLayout& layout, const AdamWHyper& h);
+void adamw_step_quantised_avx2(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                               const QuantLayout& layout, const AdamWHyper& h);
+void adamw_step_quantised_avx512(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
+                                 const QuantLayout& layout, const AdamWHyper& h);
+
+// fp8_decode of each of the 256 codes of a format.
+const float* fp8_decode_table(Fp8Format f);
 
 }  // namespace gale
