@@ -16,6 +16,8 @@
 #include "core/threads.h"
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant_states.h"
 #include "kernels/op_table.h"
 
 namespace gale {
@@ -281,6 +283,43 @@ void BM_EmaAdamW(benchmark::State& state) {  // 16 M parameters, as BM_AdamW
   set_bytes(state, 9.0 * 4 * n);  // read p, g, m, v, s; write p, m, v, s
 }
 BENCHMARK(BM_EmaAdamW)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
+
+// --quant-states fp8 (arg 1 = 0: E4M3/E5M2 codes, f32 scale per 128) and mxfp8 (1: k-scaled,
+// E8M0 scale per 32): AdamW over FP8-coded moments, 4 M parameters (the reference is slow). Bytes:
+// read p, g, both codes; write p, both codes (scales not counted).
+void BM_QuantisedAdamW(benchmark::State& state) {
+  const int64_t impl = state.range(0);
+  const QuantLayout layout = state.range(1) == 0 ? QuantLayout{QuantMode::kLinear, 128, 128}
+                                                 : QuantLayout{QuantMode::kMx, 32, 32};
+  if (impl > 0 && static_cast<int>(impl - 1) > static_cast<int>(hardware_isa())) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  const int64_t n = 4ll << 20, sb = quant_num_blocks(n, layout) * quant_scale_bytes(layout.mode);
+  auto p = rand_vec(n, 21), g = rand_vec(n, 22, 0.01f);
+  std::vector<uint8_t> mc(n), vc(n), ms(sb), vs(sb);
+  const QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+  const std::vector<float> zero(n, 0.0f);
+  quantise_state_ref(zero.data(), n, layout, m);
+  quantise_state_ref(zero.data(), n, layout, v);
+  AdamWHyper h;
+  h.lr = 1e-4f;
+  h.weight_decay = 0.1f;
+  state.SetLabel(impl == 0 ? "reference" : isa_name(static_cast<Isa>(impl - 1)));
+  for (auto _ : state) {
+    if (impl == 0)
+      adamw_step_quantised_ref(p.data(), g.data(), m, v, n, layout, h);
+    else
+      adamw_step_quantised_isa(static_cast<Isa>(impl - 1), p.data(), g.data(), m, v, n, layout, h);
+    ++h.step;
+  }
+  set_bytes(state, 14.0 * n);
+}
+BENCHMARK(BM_QuantisedAdamW)
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+    ->ArgNames({"impl", "mx"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_SumOfSquares(benchmark::State& state) {  // the gradient norm for --clip-grad, over 64 M values
   OpTable t;

@@ -2,8 +2,9 @@
 //
 // What: --quant-states fp8|mxfp8 stores AdamW's moments as FP8 codes with block scales between
 // steps (exp_avg E4M3, exp_avg_sq E5M2, as MindSpeed's quant_adamw.py); each step dequantises a
-// block to f32, updates it with the parameters, and quantises it again, in one pass
-// (kernels/cpu/quant_states.h has the formats, the scaling rules and the rounding). The state
+// block to f32, updates it with the parameters, and quantises it again, in one vectorised pass
+// (AVX-512/AVX2/one-lane builds, bit-identical to the reference; kernels/cpu/quant_states.h has
+// the formats, the scaling rules and the rounding, kernels/cpu/fp8_codec.h the shared FP8 pieces). The state
 // takes 1 + 4/B bytes per element and moment (fp8, B = gcd(numel, 128): 1.03125 for B = 128) or
 // 1 + 1/32 (mxfp8) instead of 4: about 3.9x less (docs/parallelism.md has the measured figures).
 //
@@ -22,8 +23,8 @@
 // (blocks cut by shard boundaries are quantised in two parts, see optim/optimizer.h) and with
 // --reuse-fp32-param (as MindSpeed).
 //
-// Tests: tests/kernels/quant_states_test.cc (codes and block scaling vs the numpy fixture, fused vs
-// reference), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
+// Tests: tests/kernels/quant_states_test.cc (codes and block scaling vs the numpy fixture, every
+// ISA build of the fused kernel vs the reference on edge cases), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
 // state bytes, bitwise resume, cross loads), tests/optim/quant_states_mpi_test.cc (DP2 distributed
 // optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules).
 #include "features/registry.h"
