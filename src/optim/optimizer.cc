@@ -348,8 +348,8 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
     for (int k = 0; k < 2; ++k) {
       Tensor t = Tensor::zeros({s.state_numel});
       for (size_t si = 0; si < s.segments.size(); ++si)
-        dequantise_state_ref(quant_ref(s, si, k == 1), s.segments[si].numel, s.quant[si].layout,
-                             t.data<float>() + s.segments[si].state_offset);
+        dequantise_state(quant_ref(s, si, k == 1), s.segments[si].numel, s.quant[si].layout,
+                         t.data<float>() + s.segments[si].state_offset);
       out.emplace_back(k == 0 ? "exp_avg" : "exp_avg_sq", std::move(t));
     }
     return out;
@@ -389,8 +389,8 @@ Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string,
     for (const auto& [name, t] : tensors) {
       GALE_CHECK((name == "exp_avg" || name == "exp_avg_sq") && t.numel() == s.state_numel) << "optimizer state " << name;
       for (size_t si = 0; si < s.segments.size(); ++si)
-        quantise_state_ref(t.data<float>() + s.segments[si].state_offset, s.segments[si].numel, s.quant[si].layout,
-                           quant_ref(s, si, name == "exp_avg_sq"));
+        quantise_state(t.data<float>() + s.segments[si].state_offset, s.segments[si].numel, s.quant[si].layout,
+                       quant_ref(s, si, name == "exp_avg_sq"));
     }
     return Status::Ok();
   }

@@ -223,8 +223,8 @@ float edge_value(int64_t i, uint64_t seed, bool nonneg) {
   }
 }
 
-// Every ISA build of the fused AdamW against the reference, bit for bit (parameters, codes,
-// scales): both modes, pieces whose first block is cut (a shard that starts inside a block), tails
+// Every ISA build of the quantiser, the dequantiser and the fused AdamW against the reference,
+// bit for bit (parameters, codes, scales, dequantised values): both modes, pieces whose first block is cut (a shard that starts inside a block), tails
 // shorter than a vector, and the edge values above in gradients and moments.
 TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
   struct Case {
@@ -255,8 +255,23 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
       QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
       quantise_state_ref(m0.data(), n, c.layout, m);
       quantise_state_ref(v0.data(), n, c.layout, v);
-      std::vector<uint8_t> mc2 = mc, vc2 = vc, ms2 = ms, vs2 = vs;
+      std::vector<uint8_t> mc2(p.size()), vc2(p.size()), ms2(sb), vs2(sb);
       QuantStateRef m2{mc2.data(), ms2.data(), Fp8Format::kE4M3}, v2{vc2.data(), vs2.data(), Fp8Format::kE5M2};
+      // The quantiser and dequantiser of this ISA build first.
+      const std::string shape = std::string(isa_name(isa)) + (c.layout.mode == QuantMode::kMx ? " mx" : " linear") +
+                                " n " + std::to_string(n) + " first " + std::to_string(c.layout.first);
+      quantise_state_isa(isa, m0.data(), n, c.layout, m2);
+      quantise_state_isa(isa, v0.data(), n, c.layout, v2);
+      ASSERT_EQ(mc, mc2) << shape;
+      ASSERT_EQ(vc, vc2) << shape;
+      ASSERT_EQ(ms, ms2) << shape;
+      ASSERT_EQ(vs, vs2) << shape;
+      for (const auto& [ref, mine] : {std::pair{m, m2}, std::pair{v, v2}}) {
+        std::vector<float> want(p.size()), got(p.size());
+        dequantise_state_ref(ref, n, c.layout, want.data());
+        dequantise_state_isa(isa, mine, n, c.layout, got.data());
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[i]), bits(want[i])) << shape << " dequantised " << i;
+      }
       AdamWHyper h;
       h.lr = 1e-3f;
       h.weight_decay = 0.1f;

@@ -184,6 +184,28 @@ void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateR
   adamw_step_quantised_isa(detected_isa(), p, g, m, v, n, l, h);
 }
 
+void quantise_state_isa(Isa isa, const float* x, int64_t n, const QuantLayout& l, QuantStateRef out) {
+  GALE_CHECK(l.block > 0 && l.first > 0 && l.first <= l.block) << "quantisation blocks " << l.first << "/" << l.block;
+  auto fn = isa == Isa::kAvx512 ? quantise_state_avx512 : isa == Isa::kAvx2 ? quantise_state_avx2 : quantise_state_scalar;
+  fn(x, n, l, out);
+}
+
+void dequantise_state_isa(Isa isa, QuantStateRef in, int64_t n, const QuantLayout& l, float* x) {
+  GALE_CHECK(l.block > 0 && l.first > 0 && l.first <= l.block) << "quantisation blocks " << l.first << "/" << l.block;
+  auto fn = isa == Isa::kAvx512 ? dequantise_state_avx512
+            : isa == Isa::kAvx2 ? dequantise_state_avx2
+                                : dequantise_state_scalar;
+  fn(in, n, l, x);
+}
+
+void quantise_state(const float* x, int64_t n, const QuantLayout& l, QuantStateRef out) {
+  quantise_state_isa(detected_isa(), x, n, l, out);
+}
+
+void dequantise_state(QuantStateRef in, int64_t n, const QuantLayout& l, float* x) {
+  dequantise_state_isa(detected_isa(), in, n, l, x);
+}
+
 const float* fp8_decode_table(Fp8Format f) { return decode_table(f).data(); }
 
 }  // namespace gale

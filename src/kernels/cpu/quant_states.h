@@ -85,6 +85,19 @@ void adamw_step_quantised_avx2(float* p, const float* g, QuantStateRef m, QuantS
 void adamw_step_quantised_avx512(float* p, const float* g, QuantStateRef m, QuantStateRef v, int64_t n,
                                  const QuantLayout& layout, const AdamWHyper& h);
 
+// quantise_state_ref / dequantise_state_ref, vectorised (bit-identical; dispatch on detected_isa()),
+// and their per-ISA builds.
+void quantise_state(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void dequantise_state(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+void quantise_state_isa(Isa isa, const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void dequantise_state_isa(Isa isa, QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+void quantise_state_scalar(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void quantise_state_avx2(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void quantise_state_avx512(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out);
+void dequantise_state_scalar(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+void dequantise_state_avx2(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+void dequantise_state_avx512(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x);
+
 // fp8_decode of each of the 256 codes of a format.
 const float* fp8_decode_table(Fp8Format f);
 

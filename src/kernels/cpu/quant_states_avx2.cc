@@ -1,4 +1,4 @@
-// AVX2 build of the fused AdamW over FP8-coded moments (quant_states_impl.h).
+// AVX2 build of the fused AdamW over FP8-coded moments and the quantiser/dequantiser (quant_states_impl.h).
 // No implicit a·b + c -> fma contraction: the kernel keeps the reference's separate roundings.
 #pragma GCC optimize("fp-contract=off")
 #include "kernels/cpu/simd_avx2.h"
@@ -42,6 +42,14 @@ void adamw_step_quantised_avx2(float* p, const float* g, QuantStateRef m, QuantS
                                const QuantLayout& layout, const AdamWHyper& h) {
   quantvec::adamw_step_quantised<simd::Avx2>(p, g, m, v, n, layout, h, fp8_decode_table(m.format),
                                              fp8_decode_table(v.format));
+}
+
+void quantise_state_avx2(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out) {
+  quantvec::quantise_state<simd::Avx2>(x, n, layout, out);
+}
+
+void dequantise_state_avx2(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x) {
+  quantvec::dequantise_state<simd::Avx2>(in, n, layout, x, fp8_decode_table(in.format));
 }
 
 }  // namespace gale

@@ -1,4 +1,4 @@
-// AVX-512 build of the fused AdamW over FP8-coded moments (quant_states_impl.h).
+// AVX-512 build of the fused AdamW over FP8-coded moments and the quantiser/dequantiser (quant_states_impl.h).
 // No implicit a·b + c -> fma contraction: the kernel keeps the reference's separate roundings.
 #pragma GCC optimize("fp-contract=off")
 #include "kernels/cpu/simd_avx512.h"
@@ -22,6 +22,14 @@ void adamw_step_quantised_avx512(float* p, const float* g, QuantStateRef m, Quan
                                  const QuantLayout& layout, const AdamWHyper& h) {
   quantvec::adamw_step_quantised<simd::Avx512>(p, g, m, v, n, layout, h, fp8_decode_table(m.format),
                                                fp8_decode_table(v.format));
+}
+
+void quantise_state_avx512(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out) {
+  quantvec::quantise_state<simd::Avx512>(x, n, layout, out);
+}
+
+void dequantise_state_avx512(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x) {
+  quantvec::dequantise_state<simd::Avx512>(in, n, layout, x, fp8_decode_table(in.format));
 }
 
 }  // namespace gale

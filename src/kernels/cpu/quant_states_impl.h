@@ -169,4 +169,61 @@ void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateR
   });
 }
 
+// quantise_state_ref, vectorised: per block the largest magnitude (kMx: of the k-scaled values,
+// kept in a local buffer), then the codes with the new scale.
+template <class V>
+void quantise_state(const float* x, int64_t n, const QuantLayout& l, QuantStateRef out) {
+  using F = typename V::F;
+  const bool mx = l.mode == QuantMode::kMx;
+  const fp8::Spec& spec = out.format == Fp8Format::kE4M3 ? fp8::kE4M3 : fp8::kE5M2;
+  const int64_t blocks = quant_num_blocks(n, l);
+  const int64_t longest = n < l.block ? n : l.block;
+  const int64_t grain = fused::max_i64(1, (int64_t{1} << 14) / fused::max_i64(1, longest));
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    ScratchBuffer scratch(sizeof(float) * static_cast<size_t>(mx ? longest : 1));
+    float* buf = scratch.floats();
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b == 0 ? 0 : l.first + (b - 1) * l.block;
+      const int64_t len = fused::min_i64(n, l.first + b * l.block) - lo;
+      BlockState st{nullptr, &spec, out.codes + lo, out.scales, 0.0f};
+      F amax = V::zero();
+      fused::for_vectors<V>(len, [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
+        F y = fused::ld<V>(x + lo + i, k);
+        if (mx) {
+          y = k_scale<V>(y);
+          fused::st<V>(buf + i, y, k);
+        }
+        amax = V::max(V::abs(y), amax);
+      });
+      encode_block<V>(mx ? buf : x + lo, len, V::reduce_max(amax), mx, b, st);
+    }
+  });
+}
+
+// dequantise_state_ref, vectorised.
+template <class V>
+void dequantise_state(QuantStateRef in, int64_t n, const QuantLayout& l, float* x, const float* table) {
+  const bool mx = l.mode == QuantMode::kMx;
+  const int64_t blocks = quant_num_blocks(n, l);
+  const int64_t longest = n < l.block ? n : l.block;
+  const int64_t grain = fused::max_i64(1, (int64_t{1} << 14) / fused::max_i64(1, longest));
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b == 0 ? 0 : l.first + (b - 1) * l.block;
+      const int64_t len = fused::min_i64(n, l.first + b * l.block) - lo;
+      BlockState st{table, nullptr, in.codes + lo, in.scales, 0.0f};
+      if (mx) {
+        st.scale = fp8::pow2(static_cast<int>(in.scales[b]) - 127);
+      } else {
+        float s;
+        std::memcpy(&s, in.scales + 4 * b, sizeof s);
+        st.scale = 1.0f / s;
+      }
+      fused::for_vectors<V>(len, [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
+        fused::st<V>(x + lo + i, decode<V>(st, i, k, mx), k);
+      });
+    }
+  });
+}
+
 }  // namespace gale::quantvec

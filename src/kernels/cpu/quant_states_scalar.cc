@@ -1,4 +1,4 @@
-// Baseline (one-lane) build of the fused AdamW over FP8-coded moments (quant_states_impl.h).
+// Baseline (one-lane) build of the fused AdamW over FP8-coded moments and the quantiser/dequantiser (quant_states_impl.h).
 #pragma GCC optimize("fp-contract=off")
 #include "kernels/cpu/simd_scalar.h"
 #include "kernels/cpu/quant_states_impl.h"
@@ -21,6 +21,14 @@ void adamw_step_quantised_scalar(float* p, const float* g, QuantStateRef m, Quan
                                  const QuantLayout& layout, const AdamWHyper& h) {
   quantvec::adamw_step_quantised<simd::Scalar>(p, g, m, v, n, layout, h, fp8_decode_table(m.format),
                                                fp8_decode_table(v.format));
+}
+
+void quantise_state_scalar(const float* x, int64_t n, const QuantLayout& layout, QuantStateRef out) {
+  quantvec::quantise_state<simd::Scalar>(x, n, layout, out);
+}
+
+void dequantise_state_scalar(QuantStateRef in, int64_t n, const QuantLayout& layout, float* x) {
+  quantvec::dequantise_state<simd::Scalar>(in, n, layout, x, fp8_decode_table(in.format));
 }
 
 }  // namespace gale
