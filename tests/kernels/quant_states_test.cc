@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "kernels/cpu/fp8_codec.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/mx_quant.h"
 #include "kernels/cpu/quant_states.h"
 #include "testing.h"
 
@@ -221,6 +222,36 @@ float edge_value(int64_t i, uint64_t seed, bool nonneg) {
     case 4: return sign * (0.5f + u) * 3e30f;                   // squares overflow
     default: return sign * (u - 0.5f) * 1e-2f;
   }
+}
+
+// The two E4M3 users agree: --qat-scheme's MXFP8 fake quantiser (mx_quant.h) gives, for every
+// element, decode(encode(x · 2^−X)) · 2^X with this file's codec and the shared E8M0 exponent X
+// (ties, subnormal elements, saturation, signed zeros, tails; blocks without Inf/NaN).
+TEST(QuantStates, E4M3CodecAgreesWithTheMxFakeQuantiser) {
+  const int64_t rows = 37, cols = 100, block = 32;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float u = edge_value(i, 5, false);
+    x[static_cast<size_t>(i)] = std::isfinite(u) && std::fabs(u) < 1e30f ? u : 0.0f;
+  }
+  for (int64_t i = 0; i < rows * cols; i += 7) x[static_cast<size_t>(i)] = std::ldexp(1.0f + 0.0625f, -(i % 30));  // ties
+  x[5] = -0.0f;
+  std::vector<float> fake(x.size());
+  mx_fake_quant(x.data(), fake.data(), rows, cols, block, MxElement::kFp8E4M3);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c0 = 0; c0 < cols; c0 += block) {
+      const float* xb = x.data() + r * cols + c0;
+      const int64_t len = std::min(block, cols - c0);
+      float amax = 0.0f;
+      for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const int X = fp8::e8m0_exponent(amax, fp8::kE4M3.emax);
+      for (int64_t i = 0; i < len; ++i) {
+        const float want = amax == 0.0f ? xb[i]
+                                        : fp8_decode(fp8_encode(xb[i] * fp8::pow2(-X), Fp8Format::kE4M3),
+                                                     Fp8Format::kE4M3) * fp8::pow2(X);
+        ASSERT_EQ(bits(fake[static_cast<size_t>(r * cols + c0 + i)]), bits(want)) << "row " << r << " col " << c0 + i;
+      }
+    }
 }
 
 // Every ISA build of the quantiser, the dequantiser and the fused AdamW against the reference,
