@@ -3,11 +3,13 @@
 // of the flat buffers, the zeros added are exactly the rule's, get no optimizer state and stay
 // zero, and training is bit-identical to the unpadded run (losses, every parameter; gradient norms
 // too, except with the distributed optimizer at DP > 1: equal up to rounding) with plain data
-// parallelism, the distributed optimizer and overlapped reductions/gathers; checkpoints hold the
-// same tensors either way and load across (padded <-> unpadded) bit for bit.
+// parallelism, the distributed optimizer and overlapped reductions/gathers, --bf16, and PP2 (the
+// shared embedding's own bucket); checkpoints hold the same tensors either way and load across
+// (padded <-> unpadded) bit for bit.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,10 +17,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_reader.h"
 #include "mpi_test_env.h"
 #include "optim/optimizer_test_model.h"
 #include "testing_checkpoint_run.h"
-#include "ckpt/checkpoint_reader.h"
 #include "train/grad_sync.h"
 
 namespace gale {
@@ -60,10 +62,13 @@ class BufferPad : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(BufferPad, BucketsAlignedAndTrainingBitIdentical) {
   Comm world = test::world();
-  const int64_t dp = world->size();
+  const bool pipelined = std::find(GetParam().begin(), GetParam().end(), "--pipeline-model-parallel-size") !=
+                         GetParam().end();
+  if (pipelined && world->size() != 2) GTEST_SKIP() << "PP2 needs 2 ranks";
   PadRun plain(world, GetParam(), false), padded(world, GetParam(), true);
   const bool sharded = padded.args.parallel.use_distributed_optimizer;
   const DataParallelSync& sync = *padded.engine->dp_sync[0];
+  const int64_t dp = sync.dp_size();
   ASSERT_EQ(sync.buckets().size(), plain.engine->dp_sync[0]->buckets().size());
   ASSERT_GT(sync.buckets().size(), 1u);
   int64_t zeros = 0;
@@ -108,7 +113,8 @@ TEST_P(BufferPad, BucketsAlignedAndTrainingBitIdentical) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::vector<std::string>>& info) {
-  static const char* const names[] = {"plain", "overlap", "distopt", "distopt_overlap"};
+  static const char* const names[] = {"plain", "overlap", "distopt", "distopt_overlap", "bf16_distopt_overlap",
+                                      "pp2_distopt"};
   return names[info.index];
 }
 
@@ -117,7 +123,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::vector<std::string>{}, std::vector<std::string>{"--overlap-grad-reduce"},
                       std::vector<std::string>{"--use-distributed-optimizer"},
                       std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce",
-                                               "--overlap-param-gather"}),
+                                               "--overlap-param-gather"},
+                      // the --bf16 GEMM copy follows the padded layout
+                      std::vector<std::string>{"--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                               "--overlap-param-gather"},
+                      // the shared embedding's own bucket on each stage (2 ranks: PP2, DP1)
+                      std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}),
     case_name);
 
 // A directory name every rank agrees on (rank 0's pid).
