@@ -43,8 +43,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "lossless compression of the MLP's saved activations (level0 or level1)", {}},
       {"compress-optimizer", nullptr, FeatureModule::kMemory, "CompressOptimizerFeature (L2)",
        "lossless compression of the Adam moments between steps", {}},
-      {"param-and-grad-buffer-pad", nullptr, FeatureModule::kMemory, "BufferPadFeature (L2)",
-       "align each bucket's start in the parameter and gradient buffers to a byte multiple", {}},
       {"smart-swap", nullptr, FeatureModule::kMemory, "SmartSwapFeature (L2)",
        "an automatic swap policy searched from sampled steps", {}},
       {"balanced-moe-experts", nullptr, FeatureModule::kKeyScenarios, "BalancedMoEFeature (L2)",

@@ -90,6 +90,54 @@ int ParamBuffer::add(ParamSpec spec) {
   return static_cast<int>(specs_.size()) - 1;
 }
 
+void ParamBuffer::insert_padding(const std::vector<std::pair<int64_t, int64_t>>& gaps) {
+  GALE_CHECK(params_.defined() && !sharded_) << "insert_padding needs finalized, unsharded flat buffers";
+  GALE_CHECK(!reuse_fp32_) << "insert_padding: --reuse-fp32-param's split storage cannot be padded";
+  int64_t added = 0;
+  for (const auto& [at, count] : gaps) {
+    GALE_CHECK(at >= 0 && at <= trainable_numel_ && count >= 0)
+        << "padding of " << count << " at " << at << " outside the trainable buffer of " << trainable_numel_;
+    added += count;
+  }
+  if (added == 0) return;
+  // Elements inserted at or before `offset`: how far an element at `offset` moves.
+  auto shift = [&](int64_t offset) {
+    int64_t n = 0;
+    for (const auto& [at, count] : gaps)
+      if (at <= offset) n += count;
+    return n;
+  };
+  for (auto& [at, count] : padding_) at += shift(at);  // earlier padding moves with what follows it
+  for (const auto& [at, count] : gaps)
+    if (count > 0) padding_.emplace_back(at + shift(at) - count, count);
+  std::sort(padding_.begin(), padding_.end());
+  Tensor params = Tensor::zeros({numel_ + added}), grads = Tensor::zeros({trainable_numel_ + shift(trainable_numel_)});
+  for (ParamSpec& s : specs_) {
+    const int64_t to = s.offset + shift(s.offset), n = s.local_numel();
+    if (n > 0) {
+      std::memcpy(params.data<float>() + to, params_.data<float>() + s.offset, static_cast<size_t>(n) * sizeof(float));
+      if (s.trainable)
+        std::memcpy(grads.data<float>() + to, grads_.data<float>() + s.offset, static_cast<size_t>(n) * sizeof(float));
+    }
+    s.offset = to;
+  }
+  dense_numel_ += shift(dense_numel_);
+  trainable_numel_ += shift(trainable_numel_);
+  numel_ += added;
+  params_ = std::move(params);
+  grads_ = std::move(grads);
+  if (params_gemm_.defined()) {
+    params_gemm_ = Tensor::zeros({numel_}, params_gemm_.dtype());
+    refresh_gemm_copy();
+  }
+}
+
+int64_t ParamBuffer::padding_numel() const {
+  int64_t n = 0;
+  for (const auto& [at, count] : padding_) n += count;
+  return n;
+}
+
 void ParamBuffer::freeze(int id) {
   GALE_CHECK(!finalized()) << "freeze(" << spec(id).name << ") after finalize";
   specs_.at(static_cast<size_t>(id)).trainable = false;

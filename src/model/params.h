@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -118,6 +119,18 @@ class ParamBuffer {
   // Mark parameter `id` for --qat-scheme (ParamSpec::qat_element; model/qat.h). Any time.
   void set_qat(int id, MxElement element, int64_t block);
   bool finalized() const { return params_.defined() || sharded_; }
+  // --param-and-grad-buffer-pad (optim/grad_buckets.h pad_grad_buckets): after finalize(), insert
+  // `count` zero elements at flat offset `at` of the current layout for every (at, count) in `gaps`
+  // (`at` a parameter boundary, at most trainable_numel(); several gaps at one offset add up).
+  // Every parameter at or after `at` moves up by `count`: the flat buffers, numel(),
+  // dense_numel() and trainable_numel() grow, values and gradients move with their parameters, the
+  // GEMM copy is refreshed. The padding elements belong to no parameter: they stay zero (no
+  // optimizer segment, norm or checkpoint reaches them). Not with --reuse-fp32-param's split
+  // storage or shard_storage.
+  void insert_padding(const std::vector<std::pair<int64_t, int64_t>>& gaps);
+  // Elements of padding inserted so far (included in numel()), and their ranges in flat order.
+  int64_t padding_numel() const;
+  const std::vector<std::pair<int64_t, int64_t>>& padding() const { return padding_; }
 
   int size() const { return static_cast<int>(specs_.size()); }
   int64_t numel() const { return numel_; }
@@ -263,6 +276,7 @@ class ParamBuffer {
   void store_split(int id, int64_t begin, int64_t count, const float* in);
 
   std::vector<ParamSpec> specs_;
+  std::vector<std::pair<int64_t, int64_t>> padding_;  // (offset, count) of each padding run, current layout
   int64_t numel_ = 0, dense_numel_ = 0, trainable_numel_ = 0;
   bool reuse_fp32_ = false;
   std::vector<bool> split_;     // per parameter, with reuse_fp32_

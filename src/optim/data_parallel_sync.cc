@@ -30,8 +30,10 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
       << "the data-parallel group of " << dp_size_ << " ranks cannot hold context parallelism "
       << config_.context_parallel_size;
   region_ = config_.region.end < 0 ? FlatRange{0, params_->trainable_numel()} : config_.region;
-  buckets_ = plan_grad_buckets(*params_,
-                               BucketPlanOptions{config_.bucket_size, dp_size_, config_.separate_params, region_});
+  const BucketPlanOptions plan{config_.bucket_size, dp_size_, config_.separate_params, region_};
+  buckets_ = plan_grad_buckets(*params_, plan);
+  if (config_.buffer_pad > 0)
+    region_ = pad_grad_buckets(params_, &buckets_, plan, config_.buffer_pad, config_.use_distributed_optimizer);
   bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int id : buckets_[b].param_ids) bucket_of_param_[static_cast<size_t>(id)] = static_cast<int>(b);

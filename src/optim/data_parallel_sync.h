@@ -78,6 +78,11 @@ struct DataParallelConfig {
   // once every bucket has been asked for, prefetching follows it: start_iteration launches the
   // first bucket of that order and each on_params_needed the one after the bucket it waited for.
   bool reset_bucket_group_order = false;
+  // MindSpeed's --param-and-grad-buffer-pad, in elements of the flat buffers (0: none): the
+  // constructor pads the buffer so that every bucket starts at a multiple of it and, with the
+  // distributed optimizer, every rank's shard too (optim/grad_buckets.h pad_grad_buckets). The
+  // buckets' ranges then include their padding; the optimizer's segments do not.
+  int64_t buffer_pad = 0;
 };
 
 class DataParallelSync {

@@ -56,6 +56,27 @@ std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPla
   return buckets;
 }
 
+FlatRange pad_grad_buckets(ParamBuffer* pb, std::vector<GradBucket>* buckets, const BucketPlanOptions& options,
+                           int64_t align, bool sharded) {
+  GALE_CHECK_GE(align, 1);
+  const FlatRange region = options.region.end < 0 ? FlatRange{0, pb->trainable_numel()} : options.region;
+  GALE_CHECK_EQ(region.begin % align, 0) << "the bucket region must start aligned to " << align << " elements";
+  const int64_t multiple = sharded ? align * options.dp : align;
+  // Buckets in flat order are the reverse of the list (the last one starts at region.begin): each
+  // gets its zeros at its old end, and the ones below it move everything above them up.
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  for (const GradBucket& b : *buckets) gaps.emplace_back(b.range.end, (multiple - b.numel() % multiple) % multiple);
+  pb->insert_padding(gaps);
+  int64_t at = region.begin;
+  for (auto it = buckets->rbegin(); it != buckets->rend(); ++it) {
+    const int64_t size = (it->numel() + multiple - 1) / multiple * multiple;
+    it->range = FlatRange{at, at + size};
+    it->padded_numel = (size + options.dp - 1) / options.dp * options.dp;
+    at += size;
+  }
+  return FlatRange{region.begin, at};
+}
+
 FlatRange bucket_shard(const GradBucket& bucket, int64_t dp, int64_t rank) {
   GALE_CHECK(rank >= 0 && rank < dp) << "rank " << rank << " of " << dp;
   const int64_t s = bucket.shard_numel(dp);

@@ -65,6 +65,17 @@ struct BucketPlanOptions {
 // starts at its beginning); they tile the region exactly. A parameter of zero elements belongs to the bucket around it.
 std::vector<GradBucket> plan_grad_buckets(const ParamBuffer& pb, const BucketPlanOptions& options);
 
+// MindSpeed's --param-and-grad-buffer-pad (features/feature_param_and_grad_buffer_pad.cc): pads
+// `buckets` (plan_grad_buckets of `pb` with `options`) in place so that every bucket starts at a
+// multiple of `align` elements of the flat buffers and its size is a multiple of `align` — with
+// `sharded` (the distributed optimizer) a multiple of dp·align, so every rank's shard starts at a
+// multiple of `align` too (MindSpeed's padding of each bucket's end). The zeros go at each bucket's
+// high end (ParamBuffer::insert_padding), inside the bucket's range, so the buckets still tile
+// the (grown) region. Returns the region in the padded layout. The region must start at a
+// multiple of `align` (the dense region starts at 0; the expert one after the padded dense one).
+FlatRange pad_grad_buckets(ParamBuffer* pb, std::vector<GradBucket>* buckets, const BucketPlanOptions& options,
+                           int64_t align, bool sharded);
+
 // Rank `rank`'s shard of `bucket` in flat-buffer offsets (possibly empty).
 FlatRange bucket_shard(const GradBucket& bucket, int64_t dp, int64_t rank);
 

@@ -11,20 +11,31 @@ namespace gale {
 
 namespace {
 
-// The pieces of `pb`'s parameters inside `ranges`, with state packed in range order.
+// The pieces of `pb`'s parameters inside `ranges`, with state packed in range order and, inside a
+// range, in flat order. Elements of no parameter (--param-and-grad-buffer-pad's zeros,
+// ParamBuffer::insert_padding) get no state: without them the state is the ranges' elements.
 std::vector<Optimizer::Segment> segments_of(const ParamBuffer& pb, const std::vector<FlatRange>& ranges) {
   std::vector<Optimizer::Segment> out;
   int64_t state = 0;
   for (const FlatRange& r : ranges) {
     GALE_CHECK(r.begin >= 0 && r.end <= pb.trainable_numel())
         << "owned range [" << r.begin << ", " << r.end << ") outside the trainable buffer of " << pb.trainable_numel();
+    const size_t first = out.size();
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end, s.offset + s.local_numel());
       if (hi <= lo) continue;
-      out.push_back(Optimizer::Segment{id, lo, hi - lo, state + (lo - r.begin)});
+      out.push_back(Optimizer::Segment{id, lo, hi - lo, 0});
     }
-    state += std::max<int64_t>(0, r.size());
+    // State offset: the elements of this range's pieces below it (its position in the range when
+    // the pieces tile the range).
+    std::vector<size_t> by_offset;
+    for (size_t i = first; i < out.size(); ++i) by_offset.push_back(i);
+    std::sort(by_offset.begin(), by_offset.end(), [&](size_t a, size_t b) { return out[a].begin < out[b].begin; });
+    for (size_t i : by_offset) {
+      out[i].state_offset = state;
+      state += out[i].numel;
+    }
   }
   return out;
 }
@@ -94,7 +105,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
         s.sharded ? *b.owned : std::vector<FlatRange>{{0, b.params->trainable_numel()}};
     s.segments = segments_of(*b.params, ranges);
     int64_t n = 0;
-    for (const FlatRange& r : ranges) n += std::max<int64_t>(0, r.size());
+    for (const Segment& seg : s.segments) n += seg.numel;
     s.buffer = std::move(b);
     s.state_numel = n;
     s.state_base = state_base;

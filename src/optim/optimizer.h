@@ -179,11 +179,13 @@ class Optimizer {
   bool sharded(size_t b = 0) const { return buffers_.at(b).sharded; }
   const ParamBuffer& buffer_params(size_t b) const { return *buffers_.at(b).buffer.params; }
   // The owned pieces of buffer `b`'s parameters, in state order. Without sharding: one segment per
-  // parameter, with state_offset equal to the parameter's offset.
+  // parameter, with state_offset equal to the parameter's offset less the elements of
+  // --param-and-grad-buffer-pad's padding below it (ParamBuffer::insert_padding: no state for them).
   const std::vector<Segment>& segments(size_t b = 0) const { return buffers_.at(b).segments; }
   // State tensors of buffer `b`, indexed by Segment::state_offset: "exp_avg", "exp_avg_sq" for Adam
   // (and "ema_params", the parameters' EMA, with OptimizerConfig::ema),
-  // "momentum_buffer" for SGD (with momentum). Without sharding they have the parameters' offsets.
+  // "momentum_buffer" for SGD (with momentum). Without sharding (and without padding) they have the
+  // parameters' offsets.
   // Muon: "exp_avg", "exp_avg_sq" and "momentum_buffer", where the momentum buffer of a Muon
   // parameter lives in the exp_avg storage (the same tensor), so the state takes Adam's memory;
   // holds_state() says which of them a parameter has.

@@ -351,6 +351,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--reset-bucket-group-order", &a.reset_bucket_group_order,
              "MindSpeed: with --overlap-param-gather, prefetch each bucket's parameter all-gather in the order the "
              "first iteration's forward used them, not the buffer's order");
+  p.add("--param-and-grad-buffer-pad", &a.param_and_grad_buffer_pad,
+        "MindSpeed: pad the parameter and gradient buffers so that every bucket (and distributed-optimizer shard) "
+        "starts at a multiple of this many bytes (512 on Ascend)");
   p.add("--ddp-bucket-size", &a.ddp_bucket_size,
         "gradient bucket size in elements with --overlap-grad-reduce (default max(40M, 1M x data-parallel size))");
   p.add("--ddp-num-buckets", &a.ddp_num_buckets,

@@ -341,6 +341,11 @@ struct ParallelArgs {
   // all-gather prefetch follows the order the first forward used the buckets in
   // (DataParallelConfig::reset_bucket_group_order). Cleared below --optimization-level 2.
   bool reset_bucket_group_order = false;
+  // MindSpeed's --param-and-grad-buffer-pad N (features/feature_param_and_grad_buffer_pad.cc): every
+  // gradient bucket (and, with the distributed optimizer, every rank's shard of it) starts at a
+  // multiple of N bytes of the flat buffers (DataParallelConfig::buffer_pad). kUnset: none. Cleared
+  // below --optimization-level 2.
+  int64_t param_and_grad_buffer_pad = kUnset;
   bool use_tp_pp_dp_mapping = false;
   int64_t ddp_bucket_size = kUnset;  // gradient bucket elements (default: Megatron's max(40M, 1M·dp))
   // Megatron's --ddp-num-buckets N: the bucket size becomes this rank's parameter count (all its

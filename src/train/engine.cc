@@ -216,6 +216,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.reset_bucket_group_order = par.reset_bucket_group_order;
+    if (par.param_and_grad_buffer_pad > 0)  // bytes of the f32 buffers, in elements
+      dc.buffer_pad = par.param_and_grad_buffer_pad / static_cast<int64_t>(sizeof(float));
     dc.context_parallel_size = engine->ps.cp_size();
     if (instances > 1) {  // reduce-scatter over the instance, then all-reduce the shard across instances
       dc.inter_instance = engine->distopt_instances.inter;

@@ -119,6 +119,7 @@ int pretrain_main(int argc, char** argv) {
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
+  if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)
   // The log-line features the trainer reads (their flags belong to the features).
@@ -204,11 +205,16 @@ int pretrain_main(int argc, char** argv) {
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
   engine.timers = &timers;
-  int64_t params = 0, trainable = 0;
+  int64_t params = 0, trainable = 0, padding = 0;
   for (const auto& c : engine.chunks) {
-    params += c->params().numel();
-    trainable += c->params().trainable_numel();
+    padding += c->params().padding_numel();
+    params += c->params().numel() - c->params().padding_numel();
+    trainable += c->params().trainable_numel() - c->params().padding_numel();
   }
+  if (args.parallel.param_and_grad_buffer_pad > 0)
+    print_all(str_cat(" > --param-and-grad-buffer-pad ", args.parallel.param_and_grad_buffer_pad, ": rank ",
+                      world->rank(), " pads its parameter and gradient buffers with ", padding, " elements (",
+                      padding * 8, " bytes: 4 of f32 value and 4 of f32 gradient each)"));
   print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
                     engine.ps.coords().pp, "): ", params));
   if (args.training.reuse_fp32_param) {
