@@ -21,14 +21,15 @@
 namespace gale {
 namespace {
 
-// A tiny Mixtral (layers 0, 1 and 3 MoE) with 8 experts, top-2, the alltoall dispatcher; dropout on.
+// A tiny Mixtral (layers 0, 1 and 3 MoE) with 8 experts, top-3 (with three outputs per token their
+// summation order shows), the alltoall dispatcher; dropout on.
 const std::vector<std::string> kMoe = testing::join(
     {{"--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
       "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "8", "--lr", "2e-3",
       "--lr-warmup-iters", "1", "--mock-data", "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
       "--eval-iters", "0", "--log-interval", "1000"},
      testing::kTinyLlama,
-     {"--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
+     {"--num-experts", "8", "--moe-router-topk", "3", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
       "--moe-aux-loss-coeff", "0.01", "--moe-token-dispatcher-type", "alltoall"}});
 
 const std::vector<std::string> kPlacement = {"--enable-expert-placement", "--expert-placement-freq", "2",
