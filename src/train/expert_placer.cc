@@ -53,7 +53,8 @@ void ExpertPlacer::after_step(Engine& engine) {
   const int64_t P = ep ? ep->size() : 1;
   const int64_t dp = ps.dp_size(), edp = dp / P;
   const int64_t step = engine.optimizer->steps_taken();
-  const bool place = step > 0 && step % config_.freq == 0;
+  const bool place = step > 0 && step % config_.freq == 0 && step != last_placed_step_;  // (a skipped step: once)
+  if (place) last_placed_step_ = step;
   for (size_t c = 0; c < layers_.size(); ++c) {
     for (auto& [layer, w] : layers_[c]) {
       MoePlacement& pl = *w->placement;

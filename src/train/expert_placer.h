@@ -59,6 +59,7 @@ class ExpertPlacer {
   ExpertPlacementConfig config_;
   std::vector<std::vector<std::pair<int64_t, MoeParamIds*>>> layers_;  // per chunk
   std::vector<ExpertPlacementReport> reports_;
+  int64_t last_placed_step_ = -1;
 };
 
 // "…local_experts.{old}.rest" -> "…local_experts.{expert}.rest".

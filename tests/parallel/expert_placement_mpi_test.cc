@@ -127,6 +127,26 @@ TEST(ExpertPlacementMpi, MigrationReproducesTheUnplacedRunBitwise) {
   EXPECT_TRUE(experts_by_global_name(*placed, true) == experts_by_global_name(*plain, true)) << "expert gradients";
 }
 
+// --enable-fine-grained-expert-placement: a layer migrates only when the CV of its ranks' loads
+// drops by the threshold; some layers keep their placement at 0.05, and the run stays the same.
+TEST(ExpertPlacementMpi, FineGrainedMigratesOnlyWorthwhileLayers) {
+  if (test::world()->size() != 2 && test::world()->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  auto plain = make_run({}, {});
+  auto placed = make_run({}, testing::join({kPlacement, {"--enable-fine-grained-expert-placement",
+                                                         "--fine-grained-expert-placement-thre", "0.05"}}));
+  plain->train(6);
+  placed->train(6);
+  EXPECT_EQ(placed->losses, plain->losses);
+  int migrated = 0, kept = 0;
+  for (const auto& r : placed->engine->expert_placer->reports()) {
+    if (r.cv_before - r.cv_after < 0.05) EXPECT_FALSE(r.migrated) << "step " << r.step << " layer " << r.layer;
+    (r.migrated ? migrated : kept) += 1;
+  }
+  EXPECT_GT(migrated, 0);
+  EXPECT_GT(kept, 0);
+  expect_same_experts(*placed, *plain, "fine-grained");
+}
+
 TEST(ExpertPlacementMpi, PlacedCheckpointLoadsIntoAnUnplacedRun) {
   Comm world = test::world();
   if (world->size() != 2 && world->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
