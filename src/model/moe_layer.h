@@ -42,6 +42,9 @@
 //              reduce-scatters that back to the tokens' ranks (backward: all-gather of the output
 //              gradients, reduce-scatter of the token and routing-weight gradients). All EP ranks
 //              must hold the same T.
+// With a placement (MoeParamIds::placement, --enable-expert-placement, alltoall only) the chosen
+// global experts are relabelled to the physical experts that hold them before the permutation; a
+// token's k outputs and input gradients are still summed in global expert order.
 #pragma once
 
 #include <cstdint>

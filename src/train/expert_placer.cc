@@ -77,12 +77,14 @@ void ExpertPlacer::after_step(Engine& engine) {
       rep.cv_after = coefficient_of_variation(rep.after);
       const bool worth = !config_.fine_grained || rep.cv_before - rep.cv_after >= config_.fine_grained_thre;
       rep.migrated = worth && next != pl.physical;
+      const double start = now_seconds();
       if (rep.migrated) migrate(engine, c, *w, next);
+      rep.migration_seconds = now_seconds() - start;
       if (config_.print_load)
         print_rank0(str_cat("[expert load] step ", step, " layer ", layer, ": predicted tokens per expert ",
                             join_loads(rep.predicted), "; per EP rank ", join_loads(rep.before), " (cv ",
                             rep.cv_before, ") -> ", join_loads(rep.after), " (cv ", rep.cv_after, ")",
-                            rep.migrated ? ", migrated" : ", kept"));
+                            rep.migrated ? str_cat(", migrated in ", rep.migration_seconds, " s") : ", kept"));
       reports_.push_back(std::move(rep));
     }
   }

@@ -30,6 +30,7 @@ struct ExpertPlacementReport {
   std::vector<double> before, after;   // [EP] per-rank predicted load under the old and the new placement
   double cv_before = 0.0, cv_after = 0.0;
   bool migrated = false;               // the placement changed (fine-grained: and the CV dropped enough)
+  double migration_seconds = 0.0;      // wall time of the migration (0 when kept)
 };
 
 // Drives the placement of every MoE layer of an engine (alltoall dispatcher, plain optimizer; the
