@@ -158,6 +158,14 @@ struct OpTable {
   // overlaps them with the shared expert (forward and backward), the local rows' layout, the
   // experts' backward and their fc1 weight gradients.
   bool moe_allgather_overlap = false;
+  // MindSpeed's --enable-expert-placement (features/feature_enable_expert_placement.cc, applied by
+  // train/expert_placer.h after the optimizer steps): 0 off, else --expert-placement-freq; with
+  // --enable-fine-grained-expert-placement the least drop of the per-rank loads' coefficient of
+  // variation (--fine-grained-expert-placement-thre) a layer needs to migrate, else negative;
+  // --print-expert-load.
+  int64_t expert_placement_freq = 0;
+  double expert_placement_fine_grained_thre = -1.0;
+  bool print_expert_load = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

@@ -752,6 +752,17 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   return logits;
 }
 
+std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {
+  std::vector<std::pair<int64_t, MoeParamIds*>> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    MoeParamIds& w = layers_[i].moe;
+    if (!w.defined()) continue;
+    w.placement = std::make_shared<MoePlacement>(config().moe.num_experts);
+    out.emplace_back(part_.first_layer + static_cast<int64_t>(i), &w);
+  }
+  return out;
+}
+
 int GPTModel::moe_expert_bias_id(int64_t layer) const {
   const int64_t mtp = layer - config_.num_layers;  // MTP layers are global layers num_layers ...
   if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) return mtp_[static_cast<size_t>(mtp)].layer.moe.expert_bias;

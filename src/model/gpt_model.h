@@ -165,6 +165,9 @@ class GPTModel {
     n.swap(moe_token_counts_);
     return n;
   }
+  // --enable-expert-placement: gives each MoE transformer layer of this chunk (not the MTP layers)
+  // a placement, the identity (model/expert_placement.h), and returns (global layer, its ids).
+  std::vector<std::pair<int64_t, MoeParamIds*>> enable_expert_placement();
   // The expert-bias buffer of global layer `layer` (-1: none on this chunk); the MTP layers are
   // global layers num_layers ... num_layers + D - 1.
   int moe_expert_bias_id(int64_t layer) const;

@@ -376,8 +376,19 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
       moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq, jitter);
   const Tensor probs = routing.probs;
   const std::vector<int32_t>& experts = routing.experts;
-  const std::vector<int64_t>& counts = routing.tokens_per_expert;
-  const int64_t R = std::accumulate(counts.begin(), counts.end(), int64_t{0});  // the kept (token, expert) pairs
+  const std::vector<int64_t>& global_counts = routing.tokens_per_expert;
+  const int64_t R = std::accumulate(global_counts.begin(), global_counts.end(), int64_t{0});  // the kept (token, expert) pairs
+  // --enable-expert-placement: the counters of the load prediction (training forwards only), and
+  // the chosen experts relabelled to the physical experts that hold them (model/expert_placement.h)
+  MoePlacement* placed = w.placement.get();
+  if (placed && saved && losses)
+    for (int64_t e = 0; e < E; ++e) placed->counts[e] += global_counts[e];
+  if (placed && placed->identity()) placed = nullptr;
+  GALE_CHECK(!placed || (!(allgather && ep && ep->size() > 1) && routing.padding.empty()))
+      << "expert placement needs the alltoall dispatcher and no --moe-pad-expert-input-to-capacity";
+  std::vector<int64_t> counts = global_counts;  // per physical expert
+  if (placed)
+    for (int64_t e = 0; e < E; ++e) counts[placed->physical[e]] = global_counts[e];
   // ---- permutation: each expert's rows in token order (padding rows among them) ----
   std::vector<int64_t> offsets(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
@@ -386,11 +397,22 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < k; ++j)
-        if (experts[t * k + j] >= 0) permuted[next[experts[t * k + j]]++] = t * k + j;
+        if (experts[t * k + j] >= 0) {
+          const int64_t e = placed ? placed->physical[experts[t * k + j]] : experts[t * k + j];
+          permuted[next[e]++] = t * k + j;
+        }
     for (size_t e = 0; e < routing.padding.size(); ++e) {
       for (int64_t t : routing.padding[e]) permuted[next[e]++] = -(t + 1);
       std::stable_sort(permuted.begin() + offsets[e], permuted.begin() + offsets[e + 1],
                        [&](int64_t a, int64_t b) { return token_of(a, k) < token_of(b, k); });
+    }
+  }
+  std::vector<int64_t> row_order;  // with a placement: the rows in global expert order
+  if (placed) {
+    row_order.reserve(static_cast<size_t>(R));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t p = placed->physical[e];
+      for (int64_t r = offsets[p]; r < offsets[p + 1]; ++r) row_order.push_back(r);
     }
   }
   Tensor y = Tensor::zeros({T, H});
@@ -407,7 +429,8 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k), overlap);  // [N, H] local expert-major
     expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
     // ---- weighted un-permutation ----
-    for (int64_t r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t r = row_order.empty() ? i : row_order[i];
       if (permuted[r] < 0) continue;  // a padding row: weight 0
       const int64_t t = permuted[r] / k;
       const float q = probs.data<float>()[permuted[r]];
@@ -469,12 +492,13 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   }
   if (saved) {
     saved->router = std::move(router_saved);
-    saved->tokens_per_expert = counts;
+    saved->tokens_per_expert = global_counts;
     saved->x = x;
     saved->probs = probs;
     saved->experts = experts;
     saved->offsets = std::move(offsets);
     saved->permuted_slot = std::move(permuted);
+    saved->row_order = std::move(row_order);
     saved->plan = std::move(plan);
     saved->gathered = gathered;
     saved->gathered_slot = std::move(gathered_slot);
@@ -561,8 +585,10 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   d_expert_in = Tensor();
   const Tensor d_rows = back.wait();  // [R, H] this rank's permuted rows
   Tensor dx = Tensor::zeros({T, H});
-  for (int64_t r = 0; r < R; ++r)  // (a padding row's gradient is 0)
+  for (int64_t i = 0; i < R; ++i) {  // (a padding row's gradient is 0); global expert order
+    const int64_t r = s.row_order.empty() ? i : s.row_order[i];
     if (s.permuted_slot[r] >= 0) add_inplace(dx.data<float>() + s.permuted_slot[r] / k * H, d_rows.data<float>() + r * H, H);
+  }
   *dprobs_out = dprobs;
   *dx_out = dx;
 }

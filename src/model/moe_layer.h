@@ -42,15 +42,21 @@
 //              reduce-scatters that back to the tokens' ranks (backward: all-gather of the output
 //              gradients, reduce-scatter of the token and routing-weight gradients). All EP ranks
 //              must hold the same T.
+// With a placement (MoeParamIds::placement, --enable-expert-placement, alltoall only) the chosen
+// global experts are relabelled to the physical experts that hold them before the permutation; a
+// token's k outputs and input gradients are still summed in global expert order.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include <memory>
+
 #include "core/tensor.h"
 #include "kernels/op_table.h"
 #include "model/config.h"
+#include "model/expert_placement.h"
 #include "model/moe_dispatch.h"
 #include "model/moe_router.h"
 #include "model/params.h"
@@ -64,6 +70,10 @@ struct MoeParamIds {
   int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
   int expert_bias = -1;                   // decoder.layers.{i}.mlp.router.expert_bias [E] (a buffer; -1: none)
   std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per local expert j: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
+  // --enable-expert-placement (model/expert_placement.h): which physical expert (rank, slot) holds
+  // each global expert, and the load counters; null: the identity layout (local slot j of EP rank r
+  // is global expert r·El + j). Shared by the copies of these ids; changed only between steps.
+  std::shared_ptr<MoePlacement> placement;
   bool defined() const { return router_w >= 0; }
   std::vector<int> all() const;  // every parameter id, router first (not the expert bias, a buffer)
   MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias}; }
@@ -99,6 +109,9 @@ struct MoeSaved {
   std::vector<int64_t> offsets;        // [E + 1] expert e's rows are [offsets[e], offsets[e+1]) of the permuted order
   std::vector<int64_t> permuted_slot;  // [R] permuted row -> t·k + slot (R kept pairs); -(t + 1): a
                                        // padding row of token t (--moe-pad-expert-input-to-capacity)
+  std::vector<int64_t> row_order;      // with a placement: the permuted rows (physical expert order)
+                                       // in global expert order, the order a token's rows are summed
+                                       // in (so the sums are the unplaced run's); empty: identity
   MoeDispatchPlan plan;                // the exchange with the EP group (identity without EP); with
                                        // the all-gather dispatcher only local_experts and expert_offsets
   bool gathered = false;               // the all-gather dispatcher ran

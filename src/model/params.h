@@ -142,6 +142,9 @@ class ParamBuffer {
   bool has_frozen() const { return trainable_numel_ < numel_; }
   const ParamSpec& spec(int id) const { return specs_.at(static_cast<size_t>(id)); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // Renames parameter `id`'s whole-model tensor (ParamSpec::global_name): --enable-expert-placement
+  // moves an expert slot to another global expert, whose name its checkpoint tensors then take.
+  void set_global_name(int id, std::string name) { specs_.at(static_cast<size_t>(id)).global_name = std::move(name); }
   int find(const std::string& name) const;  // -1 when absent
 
   // Named views (shape = local shape). Not for a parameter stored split (--reuse-fp32-param,

@@ -1,5 +1,6 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
+#include "train/expert_placer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -359,6 +360,14 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     });
   }
   engine->scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(args));
+  if (ops.expert_placement_freq > 0) {
+    ExpertPlacementConfig pc;
+    pc.freq = ops.expert_placement_freq;
+    pc.fine_grained = ops.expert_placement_fine_grained_thre >= 0.0;
+    pc.fine_grained_thre = ops.expert_placement_fine_grained_thre;
+    pc.print_load = ops.print_expert_load;
+    engine->expert_placer = std::make_shared<ExpertPlacer>(pc, *engine);
+  }
   if (args.training.fp16) engine->grad_scaler = std::make_unique<GradScaler>(grad_scaler_config_from_args(args));
   return engine;
 }

@@ -22,6 +22,8 @@
 
 namespace gale {
 
+class ExpertPlacer;  // train/expert_placer.h
+
 struct Engine {
   ParallelState ps;
   OpTable ops;
@@ -35,6 +37,8 @@ struct Engine {
   std::vector<std::unique_ptr<GPTModel>> chunks;  // virtual pipeline stages of this rank, in order
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrScheduler> scheduler;
+  // --enable-expert-placement (train/expert_placer.h): runs after every optimizer step; null when off.
+  std::shared_ptr<ExpertPlacer> expert_placer;
   // --fp16: the loss scaler (constant with --loss-scale, else dynamic); null otherwise.
   std::unique_ptr<GradScaler> grad_scaler;
   // Data-parallel gradient reduction / parameter gathering of each chunk (same order as `chunks`;

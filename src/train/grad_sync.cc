@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/optimizer.h"
 #include "model/moe_router.h"
+#include "train/expert_placer.h"
 
 namespace gale {
 
@@ -151,6 +152,7 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale,
                           std::optional<double> decoupled_lr) {
   StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers, decoupled_lr);
+  if (engine.expert_placer) engine.expert_placer->after_step(engine);  // --enable-expert-placement
   if (!r.applied) return r;
   // Megatron times the distributed optimizer's all-gather when it runs here (not deferred to the
   // next forward by --overlap-param-gather).
