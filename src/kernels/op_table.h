@@ -158,6 +158,9 @@ struct OpTable {
   // overlaps them with the shared expert (forward and backward), the local rows' layout, the
   // experts' backward and their fc1 weight gradients.
   bool moe_allgather_overlap = false;
+  // MindSpeed's --moe-fb-overlap (features/feature_moe_fb_overlap.cc): DualPipeV runs the forward
+  // and the backward of each overlapped pair interleaved at the MoE all-to-alls (core/interleave.h).
+  bool moe_fb_overlap = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;
