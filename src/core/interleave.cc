@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <chrono>
 #include <exception>
 
 #include "core/check.h"
@@ -49,7 +50,7 @@ void fiber_main(int which) {
 
 }  // namespace
 
-void run_interleaved(const std::function<void()>& a, const std::function<void()>& b) {
+std::array<double, 2> run_interleaved(const std::function<void()>& a, const std::function<void()>& b) {
   GALE_CHECK(t_fibers == nullptr) << "run_interleaved: nested interleaving is not supported";
   Fibers f;
   f.fn[0] = &a;
@@ -62,15 +63,20 @@ void run_interleaved(const std::function<void()>& a, const std::function<void()>
     makecontext(&f.fiber[i], reinterpret_cast<void (*)()>(&fiber_main), 1, i);
   }
   t_fibers = &f;
+  std::array<double, 2> seconds = {0.0, 0.0};
   // Run the current fiber until it yields or ends; after a yield switch to the other unless it ended.
   while (!f.done[0] || !f.done[1]) {
     if (f.done[f.current]) f.current = 1 - f.current;
-    GALE_CHECK_EQ(swapcontext(&f.scheduler, &f.fiber[f.current]), 0);
+    const int ran = f.current;
+    const auto start = std::chrono::steady_clock::now();
+    GALE_CHECK_EQ(swapcontext(&f.scheduler, &f.fiber[ran]), 0);
+    seconds[static_cast<size_t>(ran)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!f.done[1 - f.current]) f.current = 1 - f.current;
   }
   t_fibers = nullptr;
   for (const std::exception_ptr& e : f.error)
     if (e) std::rethrow_exception(e);
+  return seconds;
 }
 
 void interleave_yield() {
