@@ -1,8 +1,8 @@
 // --moe-fb-overlap against plain DualPipeV on the same ranks: interleaving each overlapped pair's
 // forward and backward at the MoE all-to-alls changes when each micro-batch's pieces run, not what
 // they compute (each parameter still accumulates its micro-batches in the same order), so the losses,
-// gradient norms, gradients and parameters of 4 iterations are bitwise equal: at PP2 with EP 1 and
-// with EP2·DP2 (exchanges in flight while the other micro-batch computes), with a shared expert,
+// gradient norms, gradients and parameters of 4 iterations are bitwise equal: at PP2 and PP4 with
+// EP 1 and at PP2 with EP2·DP2 (exchanges in flight while the other micro-batch computes), with a shared expert,
 // under --bf16, with --dualpipev-dw-detach and with full recomputation, for the GPT and the
 // LLaMA-like model. The interleaving must really happen (fiber switches counted).
 #include <gtest/gtest.h>
@@ -31,6 +31,8 @@ const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       {"pp2", 2, testing::join({{"--pipeline-model-parallel-size", "2"}, kMoe, kV})},
       {"pp2_dp2_ep2", 4, testing::join({kEp2, kMoe, kV})},
+      // PP4: phase 5's pairs on ranks 0-2 and the last rank's unpaired first (F0, B1).
+      {"pp4", 4, testing::join({{"--pipeline-model-parallel-size", "4", "--num-layers", "8"}, kMoe, kV})},
       {"pp2_dp2_ep2_bf16", 4, testing::join({kEp2, {"--bf16"}, kMoe, kV})},
       {"pp2_dp2_ep2_dw_detach", 4, testing::join({kEp2, {"--dualpipev-dw-detach"}, kMoe, kV})},
       {"pp2_dp2_ep2_recompute_full", 4,
@@ -43,7 +45,7 @@ const std::vector<Layout>& layouts() {
   return all;
 }
 
-// 4 layers, 8 micro-batches of 2 (steady-state pairs at PP2: M − 2P + r + 1 ≥ 5 per rank).
+// 4 layers (8 at PP4), 8 micro-batches of 2 (overlapped pairs on every rank at PP2 and PP4).
 const std::vector<std::string> kCommon = {
     "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
     "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3",
