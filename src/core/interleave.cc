@@ -13,8 +13,9 @@ namespace gale {
 
 namespace {
 
-// Each fiber's stack: reserved once per thread, committed by the kernel as it is touched.
+// Each fiber's stack: reserved once per thread (never released), committed by the kernel as it is touched.
 constexpr size_t kStackBytes = size_t{64} << 20;
+constexpr size_t kGuardBytes = 4096;
 
 struct Fibers {
   ucontext_t scheduler;
@@ -33,6 +34,8 @@ void* stack(int which) {
   if (!t_stacks[which]) {
     void* p = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     GALE_CHECK(p != MAP_FAILED) << "run_interleaved: could not reserve a " << (kStackBytes >> 20) << " MiB fiber stack";
+    // A guard page at the bottom: an overflow faults instead of writing over other memory.
+    GALE_CHECK_EQ(mprotect(p, kGuardBytes, PROT_NONE), 0);
     t_stacks[which] = p;
   }
   return t_stacks[which];

@@ -2,7 +2,8 @@
 // forward and backward at the MoE all-to-alls changes when each micro-batch's pieces run, not what
 // they compute (each parameter still accumulates its micro-batches in the same order), so the losses,
 // gradient norms, gradients and parameters of 4 iterations are bitwise equal: at PP2 and PP4 with
-// EP 1 and at PP2 with EP2·DP2 (exchanges in flight while the other micro-batch computes), with a shared expert,
+// EP 1, at TP2 × PP2 with SP and expert-TP 1, and at PP2 with EP2·DP2 (exchanges in flight while the other
+// micro-batch computes), with a shared expert,
 // under --bf16, with --dualpipev-dw-detach and with full recomputation, for the GPT and the
 // LLaMA-like model. The interleaving must really happen (fiber switches counted).
 #include <gtest/gtest.h>
@@ -33,6 +34,12 @@ const std::vector<Layout>& layouts() {
       {"pp2_dp2_ep2", 4, testing::join({kEp2, kMoe, kV})},
       // PP4: phase 5's pairs on ranks 0-2 and the last rank's unpaired first (F0, B1).
       {"pp4", 4, testing::join({{"--pipeline-model-parallel-size", "4", "--num-layers", "8"}, kMoe, kV})},
+      // TP2 with SP and expert-TP 1: the TP collectives of both fibers on one group.
+      {"tp2_pp2_sp_etp1", 4,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                       "--expert-tensor-parallel-size", "1"},
+                      kMoe,
+                      kV})},
       {"pp2_dp2_ep2_bf16", 4, testing::join({kEp2, {"--bf16"}, kMoe, kV})},
       {"pp2_dp2_ep2_dw_detach", 4, testing::join({kEp2, {"--dualpipev-dw-detach"}, kMoe, kV})},
       {"pp2_dp2_ep2_recompute_full", 4,
