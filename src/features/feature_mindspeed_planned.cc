@@ -52,8 +52,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "packed documents attended as sub-sequences of one fixed length", {}},
       {"moe-alltoall-mc2", nullptr, FeatureModule::kKeyScenarios, "MoEAlltoAllMC2Feature (L2)",
        "the alltoall dispatcher's dispatch and combine fused with the expert GEMMs", {}},
-      {"moe-fb-overlap", nullptr, FeatureModule::kKeyScenarios, "MoEFwdBwdOverlapFeature (L2)",
-       "overlap MoE all-to-all of one micro-batch with compute of another", {}},
       {"qad-enable", nullptr, FeatureModule::kKeyScenarios, "QADQuantEngineFeature",
        "quantisation-aware distillation against a BF16 teacher",
        {"--qad-teacher-load", "--kl-temperature", "--kl-loss-weight", "--kl-loss-reduction"}},

@@ -22,7 +22,7 @@
 // weights [T, k] (small) instead of recomputing their gradient inputs earlier; no NPU swap.
 // Rules (one-line errors): level0 or level1; --moe-zero-memory-num-layers needs --moe-zero-memory
 // and 0 <= k <= --num-layers / --pipeline-model-parallel-size; a MoE model; --moe-alltoall-
-// overlap-comm (MindSpeed also accepts --moe-fb-overlap, not supported yet in Gale); the alltoall
+// overlap-comm (MindSpeed also accepts --moe-fb-overlap, not with --moe-zero-memory yet in Gale); the alltoall
 // dispatcher. Tests: tests/model/moe_zero_memory_test.cc (bit identity, kept bytes level1 < level0
 // < off), tests/parallel/moe_zero_memory_mpi_test.cc (EP2, TP2×EP2 with shared experts),
 // tests/features/moe_zero_memory_feature_test.cc (rules).
@@ -73,7 +73,7 @@ class MoeZeroMemoryFeature : public Feature {
       return InvalidArgument("--moe-zero-memory needs --num-experts (a MoE model), found no --num-experts");
     if (!ctx.parser->was_set("--moe-alltoall-overlap-comm"))
       return InvalidArgument("--moe-zero-memory needs --moe-alltoall-overlap-comm (as MindSpeed; its other option "
-                             "--moe-fb-overlap is not supported yet), found it off");
+                             "--moe-fb-overlap is not supported with --moe-zero-memory yet), found it off");
     if (a.moe.moe_token_dispatcher_type != "alltoall")
       return InvalidArgument("--moe-zero-memory: expected --moe-token-dispatcher-type alltoall, found ",
                              a.moe.moe_token_dispatcher_type);

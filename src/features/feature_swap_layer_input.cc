@@ -10,7 +10,7 @@
 // inputs of all layers but the ones in flight (docs/model.md, measured).
 //
 // How it differs from MindSpeed: MindSpeed moves the input to host memory on a copy stream (and
-// patches its --moe-fb-overlap layer functions, which Gale does not have); on a CPU host memory is
+// patches its --moe-fb-overlap layer functions, which Gale's fb-overlap does not need); on a CPU host memory is
 // the device's, so Gale's lower tier is the file. Layers under full recomputation keep only the
 // group's input for the rerun (model/gpt_model.cc); that one stays in memory. MindSpeed's feature
 // has no requirements or conflicts, and neither has Gale's.

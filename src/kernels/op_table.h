@@ -166,6 +166,9 @@ struct OpTable {
   int64_t expert_placement_freq = 0;
   double expert_placement_fine_grained_thre = -1.0;
   bool print_expert_load = false;
+  // MindSpeed's --moe-fb-overlap (features/feature_moe_fb_overlap.cc): DualPipeV runs the forward
+  // and the backward of each overlapped pair interleaved at the MoE all-to-alls (core/interleave.h).
+  bool moe_fb_overlap = false;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

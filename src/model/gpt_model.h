@@ -57,6 +57,7 @@ class GPTModel {
   const ParamBuffer& params() const { return params_; }
   // The op table the model calls (features may swap it before training starts).
   void set_ops(const OpTable* ops) { ops_ = ops; }
+  const OpTable& ops() const { return *ops_; }
 
   // Σ ℓ·mask and Σ mask over this micro-batch's tokens (last stage only); with context
   // parallelism over the whole sequences (summed over the cp group), on every cp rank.

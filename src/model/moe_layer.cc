@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/interleave.h"
 #include "core/threads.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/flop_counter.h"
@@ -426,8 +427,16 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
     plan = make_dispatch_plan(ep, counts);
-    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k), overlap);  // [N, H] local expert-major
-    expert_out = combine_rows(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
+    // --moe-fb-overlap (core/interleave.h): while each exchange is in flight the other micro-batch
+    // of the overlapped forward/backward pair computes (no-op outside a pair)
+    const std::function<void()> in_flight = [&] {
+      if (overlap) overlap();
+      interleave_yield();
+    };
+    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k), in_flight);  // [N, H] local expert-major
+    PendingRows back = combine_rows_async(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
+    interleave_yield();
+    expert_out = back.wait();
     // ---- weighted un-permutation ----
     for (int64_t i = 0; i < R; ++i) {
       const int64_t r = row_order.empty() ? i : row_order[i];
@@ -561,6 +570,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   PendingRows grads = dispatch_rows_async(ep, s.plan, d_expert_out);  // to the experts' ranks
   if (redo && !level1) rows_again = redispatch();
   if (overlap) overlap();  // the shared expert's backward while they are in flight
+  interleave_yield();      // --moe-fb-overlap: the other micro-batch of the pair computes meanwhile
   const bool split = splits(etp);
   const std::vector<int64_t>& offsets = expert_row_offsets(etp, s, s.plan.expert_offsets);
   Tensor rows = s.expert_in;
@@ -583,6 +593,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   s.expert_in = Tensor();
   if (!ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
   d_expert_in = Tensor();
+  interleave_yield();  // --moe-fb-overlap
   const Tensor d_rows = back.wait();  // [R, H] this rank's permuted rows
   Tensor dx = Tensor::zeros({T, H});
   for (int64_t i = 0; i < R; ++i) {  // (a padding row's gradient is 0); global expert order

@@ -13,7 +13,7 @@ namespace gale {
 std::string PipelineStep::to_string() const {
   const char* kind = forward ? "F " : recompute ? "R " : weight ? "W " : defer_weight ? "I " : "B ";
   const char* keeps = !forward || keep == StepKeep::kConfigured ? "" : keep == StepKeep::kAll ? " all" : " input";
-  return str_cat(kind, chunk, " ", microbatch, keeps);
+  return str_cat(kind, chunk, " ", microbatch, keeps, overlap_next ? " +" : "");
 }
 
 int64_t one_f_one_b_warmup(int pp, int rank, int64_t num_microbatches) {
@@ -110,7 +110,7 @@ Status check_dualpipev_microbatches(int pp, int64_t num_microbatches) {
 }
 
 std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only,
-                                          bool dw_detach) {
+                                          bool dw_detach, bool fb_overlap) {
   GALE_CHECK_OK(check_dualpipev_microbatches(pp, num_microbatches));
   GALE_CHECK(rank >= 0 && rank < pp) << "pipeline rank " << rank << " of " << pp;
   const int64_t P = pp, r = rank, M = num_microbatches;
@@ -133,8 +133,20 @@ std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbat
   for (int64_t i = 0; i < 2 * (P - r - 1); ++i) F(0);
   for (int64_t i = 0; i < r + 1; ++i) F(0), F(1);
   for (int64_t i = 0; i < P - r - 1; ++i) B(1, true), W(), F(1);
-  for (int64_t i = 0; i < M - 2 * P + r + 1; ++i) F(0), B(1), F(1), B(0);
-  for (int64_t i = 0; i < P - r - 1; ++i) B(1), F(1), B(0);
+  const bool overlap = fb_overlap && !forward_only;
+  auto pair = [&](int f_chunk) {  // F(f_chunk), B(1 - f_chunk): overlapped with --moe-fb-overlap
+    F(f_chunk);
+    steps.back().overlap_next = overlap;
+    B(1 - f_chunk);
+  };
+  for (int64_t i = 0; i < M - 2 * P + r + 1; ++i) {
+    if (i == 0 && r == P - 1)
+      F(0), B(1);
+    else
+      pair(0);
+    pair(1);
+  }
+  for (int64_t i = 0; i < P - r - 1; ++i) B(1), pair(1);
   for (int64_t i = 0; i < r + 1; ++i) {
     const bool later_half = i >= (r + 1) / 2;
     B(1, later_half && (i > (r + 1) / 2 || r % 2 == 1));

@@ -53,12 +53,15 @@ struct PipelineStep {
   // recomputed layers from their kept inputs, ahead of its backward, which then reruns nothing.
   bool recompute = false;
   StepKeep keep = StepKeep::kConfigured;  // forward steps
+  // A forward step of DualPipeV with --moe-fb-overlap (dualpipev_order's `fb_overlap`): its compute
+  // is interleaved with the backward step right after it (an overlapped pair, schedules.h).
+  bool overlap_next = false;
 
   bool operator==(const PipelineStep&) const = default;
   // "F c m" / "B c m", as in tests/data/schedule/megatron_order.json; "I c m" for a backward that
   // defers its weight gradients (input gradient only), "W c m" for a weight step, "R c m" for a
   // recompute step, and a forward that keeps all activations or only its input is "F c m all" /
-  // "F c m input".
+  // "F c m input"; a forward overlapped with the next backward ends in " +" ("F 0 4 +").
   std::string to_string() const;
 };
 
@@ -100,7 +103,7 @@ std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t n
 //   6. (r+1) × (B1, B0)
 //   7. (P−r−1) × B0                    cool-down
 // DualPipeV overlaps the pairs (F with B) on the device; Gale runs a pair's forward, then its
-// backward. Every rank holds at most 2P + 1 (chunk, micro-batch) activations at once, DualPipeV's
+// backward, or with `fb_overlap` (below) both interleaved at each MoE all-to-all. Every rank holds at most 2P + 1 (chunk, micro-batch) activations at once, DualPipeV's
 // profile (DeepSeek's "PP + 1" for 2P stages). Forward-only keeps the forwards in the same order.
 //
 // With `dw_detach` (--dualpipev-dw-detach, DeepSeek's zero-bubble backwards: dualpipev.py's
@@ -113,9 +116,15 @@ std::vector<PipelineStep> interleaved_order(int pp, int rank, int vpp, int64_t n
 //   8. (r+1) × W                   the weight gradients left
 // Once a chunk's backwards start deferring (phase 6), all its later ones do, so every weight's
 // gradient still accumulates in micro-batch order (the same sums, bitwise).
+//
+// With `fb_overlap` (--moe-fb-overlap, training orders) the forwards of DualPipeV's overlapped
+// pairs are marked PipelineStep::overlap_next, as DeepSeek's dualpipev.py overlaps them: in
+// phase 4 (F0, B1) and (F1, B0), in phase 5 (F1, B0); on the last rank (r = P−1) the first
+// phase-4 pair (F0, B1) stays sequential (its F0 feeds the F1 right after it on the same rank).
+// The steps and their order are unchanged; no backward of a pair defers its weight gradients.
 Status check_dualpipev_microbatches(int pp, int64_t num_microbatches);
 std::vector<PipelineStep> dualpipev_order(int pp, int rank, int64_t num_microbatches, bool forward_only,
-                                          bool dw_detach = false);
+                                          bool dw_detach = false, bool fb_overlap = false);
 
 // GPipe's order, for comparison (one chunk per rank): every forward, then every backward, in
 // micro-batch order. It holds all M micro-batches at once on every stage.

@@ -1,7 +1,9 @@
 // 1F1B and interleaved 1F1B: run a rank's step order with activations and gradients over ps.pp().
 #include <algorithm>
+#include <array>
 #include <map>
 
+#include "core/interleave.h"
 #include "model/weight_grad_store.h"
 #include "schedule/pipeline_p2p.h"
 #include "schedule/schedules.h"
@@ -21,6 +23,13 @@ Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
   if (part.tp2d())  // --tp-2d: the piece [T/X, H/Y]
     return {tokens / part.tp_x->size(), model.config().hidden / part.tp_y->size()};
   return {part.sequence_parallel ? tokens / part.tp_size() : tokens, model.config().hidden};
+}
+
+// Adds `seconds` to the level-2 timer `name` (nothing when `timers` is null or below level 2).
+void add_seconds(Timers* timers, const char* name, double seconds) {
+  if (!timers) return;
+  Timer& t = (*timers)(name, 2);
+  if (t.enabled()) t.set_elapsed(t.elapsed(/*reset=*/false) + seconds);
 }
 
 }  // namespace
@@ -74,6 +83,59 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
         p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch,
                       shapes[static_cast<size_t>(steps[prefetched].microbatch)]);
   };
+  // A forward step's compute and bookkeeping (loss sums); returns what it sends on (empty on the
+  // chunk holding the loss).
+  auto run_forward = [&](const PipelineStep& s, const Tensor& received) {
+    GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
+    MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
+    GPTModel::LossSums sums;
+    FullRecompute plan = model.config().full_recompute;  // StepKeep::kAll / kInputOnly override it
+    if (s.keep == StepKeep::kAll) plan.method = FullRecompute::Method::kNone;
+    if (s.keep == StepKeep::kInputOnly) plan.method = FullRecompute::Method::kUniform, plan.num_layers = int64_t{1} << 40;
+    Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums,
+                               s.keep == StepKeep::kConfigured ? nullptr : &plan);
+    if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
+    if (model.partition().post_process) {
+      result.loss_sum += sums.loss_sum;
+      result.tokens += sums.tokens;
+      if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
+    }
+    return out;
+  };
+  // A backward step's loss scale (the chunk holding the loss; 0 elsewhere), read before it runs.
+  auto backward_loss_scale = [&](const PipelineStep& s) {
+    if (!chunks[static_cast<size_t>(s.chunk)]->partition().post_process) return 0.0f;
+    auto it = loss_tokens.find(s.microbatch);
+    GALE_CHECK(it != loss_tokens.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
+    const float scale = micro_batch_loss_scale(it->second, num_microbatches,
+                                               chunks[static_cast<size_t>(s.chunk)]->per_token_loss());
+    loss_tokens.erase(it);
+    return scale;
+  };
+  auto run_backward = [&](const PipelineStep& s, const Tensor& received, float loss_scale) {
+    GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
+    Tensor d_input = model.backward(s.microbatch, received, loss_scale, s.defer_weight ? &deferred : nullptr);
+    if (s.defer_weight) {
+      deferred.flush(s.chunk, s.microbatch);
+      result.deferred_weight_grad_peak_bytes = std::max(result.deferred_weight_grad_peak_bytes, deferred.held_bytes());
+    }
+    return d_input;
+  };
+  auto send_forward = [&](const PipelineStep& s, Tensor out) {
+    if (chunks[static_cast<size_t>(s.chunk)]->partition().post_process) return;
+    ScopedTimer send_timer(timers, "forward-send", 2);
+    p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
+  };
+  auto send_backward = [&](const PipelineStep& s, Tensor d_input) {
+    if (chunks[static_cast<size_t>(s.chunk)]->partition().pre_process) return;
+    ScopedTimer send_timer(timers, "backward-send", 2);
+    p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+  };
+  auto receive = [&](const PipelineStep& s) {
+    if (!receives(s)) return Tensor();
+    ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
+    return p2p.wait_recv(s.forward, s.chunk, s.microbatch);
+  };
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep& s = steps[i];
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
@@ -89,53 +151,43 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
       if (observer) observer(s);
       continue;
     }
-    Tensor received;
-    if (receives(s)) {
-      ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
-      received = p2p.wait_recv(s.forward, s.chunk, s.microbatch);
+    if (s.forward && s.overlap_next) {
+      // --moe-fb-overlap: an overlapped pair, as DeepSeek's DualPipeV runs it: both receives, the
+      // forward and the backward interleaved at each MoE all-to-all (core/interleave.h), both sends.
+      GALE_CHECK(i + 1 < steps.size() && !steps[i + 1].forward && !steps[i + 1].weight && !steps[i + 1].recompute &&
+                 !steps[i + 1].defer_weight && steps[i + 1].chunk != s.chunk)
+          << "step " << s.to_string() << " is overlapped but not followed by a plain backward of the other chunk";
+      const PipelineStep& b = steps[i + 1];
+      prefetch(i + 1 + kPrefetchSteps);
+      const Tensor f_in = receive(s), b_in = receive(b);
+      const float loss_scale = backward_loss_scale(b);
+      Tensor out, d_input;
+      const std::array<double, 2> ran =
+          run_interleaved([&] { out = run_forward(s, f_in); }, [&] { d_input = run_backward(b, b_in, loss_scale); });
+      add_seconds(timers, "forward-compute", ran[0]);  // each one's own running time
+      add_seconds(timers, "backward-compute", ran[1]);
+      send_forward(s, std::move(out));
+      send_backward(b, std::move(d_input));
+      p2p.release_completed();
+      if (observer) observer(s), observer(b);
+      ++i;
+      continue;
     }
+    const Tensor received = receive(s);
     if (s.recompute) {  // RiPipe: the recompute ahead of its backward (no transfer)
       ScopedTimer recompute_timer(timers, "backward-compute", 2);
       model.recompute(s.microbatch);
     } else if (s.forward) {
-      MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
-      GPTModel::LossSums sums;
-      FullRecompute plan = model.config().full_recompute;  // StepKeep::kAll / kInputOnly override it
-      if (s.keep == StepKeep::kAll) plan.method = FullRecompute::Method::kNone;
-      if (s.keep == StepKeep::kInputOnly) plan.method = FullRecompute::Method::kUniform, plan.num_layers = int64_t{1} << 40;
       ScopedTimer forward_timer(timers, "forward-compute", 2);
-      Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums,
-                                 s.keep == StepKeep::kConfigured ? nullptr : &plan);
+      Tensor out = run_forward(s, received);
       forward_timer.stop();
-      if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
-      if (model.partition().post_process) {
-        result.loss_sum += sums.loss_sum;
-        result.tokens += sums.tokens;
-        if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
-      } else {
-        ScopedTimer send_timer(timers, "forward-send", 2);
-        p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
-      }
+      send_forward(s, std::move(out));
     } else {
-      float loss_scale = 0.0f;
-      if (model.partition().post_process) {
-        auto it = loss_tokens.find(s.microbatch);
-        GALE_CHECK(it != loss_tokens.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
-        loss_scale = micro_batch_loss_scale(it->second, num_microbatches, model.per_token_loss());
-        loss_tokens.erase(it);
-      }
+      const float loss_scale = backward_loss_scale(s);
       ScopedTimer backward_timer(timers, "backward-compute", 2);
-      Tensor d_input = model.backward(s.microbatch, received, loss_scale, s.defer_weight ? &deferred : nullptr);
-      if (s.defer_weight) {
-        deferred.flush(s.chunk, s.microbatch);
-        result.deferred_weight_grad_peak_bytes =
-            std::max(result.deferred_weight_grad_peak_bytes, deferred.held_bytes());
-      }
+      Tensor d_input = run_backward(s, received, loss_scale);
       backward_timer.stop();
-      if (!model.partition().pre_process) {
-        ScopedTimer send_timer(timers, "backward-send", 2);
-        p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
-      }
+      send_backward(s, std::move(d_input));
     }
     p2p.release_completed();
     if (observer) observer(s);
@@ -173,7 +225,9 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
   if (chunks.size() != 2)
     return InvalidArgument("--schedules-method dualpipev runs two model chunks per pipeline rank, found ", chunks.size());
   GALE_RETURN_IF_ERROR(check_dualpipev_microbatches(pp, num_microbatches));
-  return forward_backward_pipelined(chunks, ps, dualpipev_order(pp, rank, num_microbatches, forward_only, dw_detach),
+  const bool fb_overlap = chunks[0]->ops().moe_fb_overlap;
+  return forward_backward_pipelined(chunks, ps,
+                                    dualpipev_order(pp, rank, num_microbatches, forward_only, dw_detach, fb_overlap),
                                     num_microbatches, source, forward_only, observer, timers, StagePlacement::kV);
 }
 

@@ -82,7 +82,10 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
 // dualpipev_order. num_microbatches must pass check_dualpipev_microbatches (an InvalidArgument
 // otherwise). With `dw_detach` (--dualpipev-dw-detach) the order's I steps send their input
 // gradient before the linears' weight gradients run, in the later W steps (model/weight_grad_store.h);
-// the W steps are timed as backward-compute.
+// the W steps are timed as backward-compute. With the op table's moe_fb_overlap (--moe-fb-overlap)
+// the order's overlapped pairs (dualpipev_order's `fb_overlap`) wait for both receives, run their
+// forward and backward interleaved at each MoE all-to-all (core/interleave.h; each timed as
+// forward-compute / backward-compute while it runs), then send both results; bitwise the same results.
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps, int64_t num_microbatches,
                                                            const MicroBatchSource& source, bool forward_only,

@@ -64,9 +64,12 @@ TEST(DualPipeVOrder, RankZeroStartsDownTheVAndPairsForwardsWithTheOtherChunksBac
 // proceed. False if the ranks stall with steps left. `peak[r]`: the most (chunk, micro-batch)
 // activations rank r held between a forward and its backward.
 // With `dw_detach` the W steps need nothing from other ranks (their I step ran before on the rank).
-bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak, bool dw_detach = false) {
+// With `fb_overlap` an overlapped pair (a forward marked overlap_next and the backward after it) runs
+// as one step once both are ready, as the executor waits for both receives before computing either.
+bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak, bool dw_detach = false,
+                bool fb_overlap = false) {
   std::vector<std::vector<PipelineStep>> orders;
-  for (int r = 0; r < pp; ++r) orders.push_back(dualpipev_order(pp, r, m, forward_only, dw_detach));
+  for (int r = 0; r < pp; ++r) orders.push_back(dualpipev_order(pp, r, m, forward_only, dw_detach, fb_overlap));
   std::set<std::tuple<bool, int, int64_t>> done;
   std::vector<size_t> next(static_cast<size_t>(pp), 0);
   std::vector<int64_t> held(static_cast<size_t>(pp), 0);
@@ -83,16 +86,23 @@ bool simulate_v(int pp, int64_t m, bool forward_only, std::vector<int64_t>* peak
         progress = true;
         continue;
       }
-      const int stage = s.chunk == 0 ? r : last - r;
-      const bool ready = s.forward ? (stage == 0 || done.count({true, stage - 1, s.microbatch}))
-                                   : done.count({true, stage, s.microbatch}) &&
-                                         (stage == last || done.count({false, stage + 1, s.microbatch}));
-      if (!ready) continue;
-      done.insert({s.forward, stage, s.microbatch});
-      int64_t& h = held[static_cast<size_t>(r)];
-      if (!forward_only) h += s.forward ? 1 : -1;
-      (*peak)[static_cast<size_t>(r)] = std::max((*peak)[static_cast<size_t>(r)], h);
-      ++i;
+      auto stage_of = [&](const PipelineStep& x) { return x.chunk == 0 ? r : last - r; };
+      auto ready = [&](const PipelineStep& x) {
+        const int stage = stage_of(x);
+        return x.forward ? (stage == 0 || done.count({true, stage - 1, x.microbatch}))
+                         : done.count({true, stage, x.microbatch}) &&
+                               (stage == last || done.count({false, stage + 1, x.microbatch}));
+      };
+      const size_t n = s.overlap_next ? 2 : 1;
+      if (!ready(s) || (n == 2 && !ready(orders[static_cast<size_t>(r)][i + 1]))) continue;
+      for (size_t j = 0; j < n; ++j) {
+        const PipelineStep& x = orders[static_cast<size_t>(r)][i + j];
+        done.insert({x.forward, stage_of(x), x.microbatch});
+        int64_t& h = held[static_cast<size_t>(r)];
+        if (!forward_only) h += x.forward ? 1 : -1;
+        (*peak)[static_cast<size_t>(r)] = std::max((*peak)[static_cast<size_t>(r)], h);
+      }
+      i += n;
       progress = true;
     }
   }
@@ -117,6 +127,40 @@ TEST(DualPipeVOrder, EveryOrderCompletesWithEachChunkInMicroBatchOrder) {
           }
         }
       }
+}
+
+// --moe-fb-overlap marks DeepSeek's overlapped pairs (phase 4: (F0, B1) but the last rank's first,
+// (F1, B0); phase 5: (F1, B0)) and changes nothing else; every order with its pairs run as units
+// completes (no deadlock from waiting for both receives), with and without --dualpipev-dw-detach.
+TEST(DualPipeVOrder, FbOverlapMarksDeepSeeksOverlappedPairs) {
+  std::vector<int64_t> peak;
+  for (int pp : {2, 3, 4, 8})
+    for (int64_t m : {2 * pp, 2 * pp + 1, 3 * pp, 4 * pp + 3, 20})
+      for (bool detach : {false, true}) {
+        EXPECT_TRUE(simulate_v(pp, m, false, &peak, detach, true)) << "pp " << pp << " m " << m;
+        for (int r = 0; r < pp; ++r) {
+          const std::vector<PipelineStep> plain = dualpipev_order(pp, r, m, false, detach);
+          const std::vector<PipelineStep> paired = dualpipev_order(pp, r, m, false, detach, true);
+          ASSERT_EQ(plain.size(), paired.size());
+          int64_t pairs = 0;
+          for (size_t i = 0; i < plain.size(); ++i) {
+            PipelineStep unmarked = paired[i];
+            unmarked.overlap_next = false;
+            EXPECT_EQ(unmarked, plain[i]) << i;
+            if (!paired[i].overlap_next) continue;
+            ++pairs;
+            ASSERT_TRUE(paired[i].forward && i + 1 < paired.size());
+            const PipelineStep& b = paired[i + 1];
+            EXPECT_TRUE(!b.forward && !b.weight && !b.defer_weight && !b.recompute && b.chunk != paired[i].chunk)
+                << b.to_string();
+          }
+          EXPECT_EQ(pairs, 2 * (m - 2 * pp + r + 1) - (r == pp - 1 ? 1 : 0) + (pp - r - 1))
+              << "pp " << pp << " rank " << r << " m " << m;
+        }
+      }
+  // Forward-only orders have no backward to pair.
+  for (const PipelineStep& s : dualpipev_order(2, 0, 4, true, false, true)) EXPECT_FALSE(s.overlap_next);
+  EXPECT_EQ(dualpipev_order(2, 0, 6, false, false, true)[6].to_string(), "F 0 3 +");
 }
 
 // DeepSeek's table: DualPipeV keeps PP_stages + 1 = 2P + 1 chunk activations on every device
