@@ -33,7 +33,7 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            {{"--smart-swap"}, 1, "--smart-swap: not supported yet (an automatic swap policy"},
            {{"--adaptive-cp-only-reschedule"}, 1, "--adaptive-cp-only-reschedule: not supported yet (mask-aware"},
            {{"--experimental-attention-variant", "dsa"}, 1, "--experimental-attention-variant: not supported yet"},
-           {{"--print-expert-load"}, 1, "--print-expert-load: not supported yet"},
+           {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},
            // MindSpeed's FP8 and profiler options, with Megatron's.
            {{"--te-comparison-with-bf16"}, 1, "--te-comparison-with-bf16: not supported yet (FP8 training)"},
            {{"--profile-level", "level1"}, 1, "--profile-level: not supported yet (nsys and PyTorch profiling"},
