@@ -13,6 +13,7 @@
 
 #include "layouts.h"
 #include "mpi_test_env.h"
+#include "testing_bitwise.h"
 #include "testing_run.h"
 
 namespace gale {
@@ -88,8 +89,6 @@ const std::vector<std::string> kCommon = {
     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
     "--clip-grad", "0.5"};
 
-bool same_floats(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, sizeof(float) * n) == 0; }
-
 class DualPipeVDwDetach : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(DualPipeVDwDetach, BitwiseEqualToDualPipeV) {
@@ -109,24 +108,8 @@ TEST_P(DualPipeVDwDetach, BitwiseEqualToDualPipeV) {
   constexpr int kIterations = 4;
   plain.train(kIterations);
   detached.train(kIterations);
-  for (int i = 0; i < kIterations; ++i) {
-    EXPECT_EQ(detached.losses[i], plain.losses[i]) << "loss of iteration " << i + 1;
-    EXPECT_EQ(detached.grad_norms[i], plain.grad_norms[i]) << "grad norm of iteration " << i + 1;
-  }
-  int compared = 0;
   ASSERT_EQ(detached.engine->chunks.size(), 2u);
-  for (size_t c = 0; c < 2; ++c) {
-    const ParamBuffer& a = detached.engine->chunks[c]->params();
-    const ParamBuffer& b = plain.engine->chunks[c]->params();
-    ASSERT_EQ(a.size(), b.size());
-    for (int id = 0; id < a.size(); ++id) {
-      const int64_t n = shape_numel(a.spec(id).local_shape());
-      EXPECT_TRUE(same_floats(a.grad_data(id), b.grad_data(id), n)) << "gradient " << a.spec(id).name;
-      if (!a.is_split(id))
-        EXPECT_TRUE(same_floats(a.param_data(id), b.param_data(id), n)) << "parameter " << a.spec(id).name;
-      compared += a.spec(id).name.find("linear_fc1.weight") != std::string::npos;
-    }
-  }
+  const int compared = testing::expect_chunks_bit_identical(detached, plain, kIterations, "linear_fc1.weight");
   EXPECT_GT(compared, 0) << "no deferred linear among the compared gradients";
 }
 
