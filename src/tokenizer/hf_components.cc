@@ -2,6 +2,7 @@
 #include "tokenizer/hf_components.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
@@ -45,6 +46,13 @@ void replace_all(std::string* s, const std::string& from, const std::string& to)
 }
 
 bool is_white_space(uint32_t cp) { return char_class(cp) == CharClass::kSpace; }
+
+// A token id a post-processor adds: a non-negative integer that fits int32.
+StatusOr<int32_t> post_processor_id(const json& v, const std::string& what) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+    return InvalidArgument(what, ": expected a non-negative token id, found ", v.dump());
+  return static_cast<int32_t>(v.get<int64_t>());
+}
 
 StatusOr<std::string> string_pattern(const json& j, const std::string& what) {
   auto it = j.find("pattern");
@@ -338,14 +346,21 @@ Status HfPostProcessor::add(const json& j, const std::string& name) {
       std::string id = item["SpecialToken"]["id"].get<std::string>();
       if (!specials.contains(id) || !specials[id].contains("ids") || !specials[id]["ids"].is_array())
         return InvalidArgument(what, ": special token '", id, "' has no ids");
-      for (const auto& v : specials[id]["ids"]) (seen_sequence ? suffix : prefix).push_back(v.get<int32_t>());
+      for (const auto& v : specials[id]["ids"]) {
+        GALE_ASSIGN_OR_RETURN(int32_t token, post_processor_id(v, what + " special token '" + id + "'"));
+        (seen_sequence ? suffix : prefix).push_back(token);
+      }
     }
     prefix_.insert(prefix_.end(), prefix.begin(), prefix.end());
     suffix_.insert(suffix_.begin(), suffix.begin(), suffix.end());
   } else if (t == "RobertaProcessing" || t == "BertProcessing") {
-    if (!j.contains("cls") || !j.contains("sep")) return InvalidArgument(what, ": expected 'cls' and 'sep'");
-    prefix_.push_back(j["cls"][1].get<int32_t>());
-    suffix_.push_back(j["sep"][1].get<int32_t>());
+    if (!j.contains("cls") || !j.contains("sep") || !j["cls"].is_array() || j["cls"].size() != 2 ||
+        !j["sep"].is_array() || j["sep"].size() != 2)
+      return InvalidArgument(what, ": expected 'cls' and 'sep' as [token, id]");
+    GALE_ASSIGN_OR_RETURN(int32_t cls, post_processor_id(j["cls"][1], what + " cls"));
+    GALE_ASSIGN_OR_RETURN(int32_t sep, post_processor_id(j["sep"][1], what + " sep"));
+    prefix_.push_back(cls);
+    suffix_.push_back(sep);
   } else {
     return Unimplemented(name, ": post_processor type '", t,
                          "' is not supported (Gale supports TemplateProcessing, ByteLevel, RobertaProcessing, "

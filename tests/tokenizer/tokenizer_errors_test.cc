@@ -90,6 +90,26 @@ TEST(TokenizerErrors, UnsupportedTokenizerJsonPartsAreNamed) {
   EXPECT_NE(f.status().message().find("not in the vocabulary"), std::string::npos) << f.status().message();
 }
 
+// A post-processor's ids must be non-negative integers (found by fuzz/tokenizer_json_fuzz.cc: a
+// negative id was encoded).
+TEST(TokenizerErrors, PostProcessorIdsAreNonNegativeIntegers) {
+  for (const char* ids : {"[-28]", "[\"x\"]", "[1.5]", "[4294967296]"}) {
+    auto t = parse_with("post_processor",
+                        std::string(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},
+                                        {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": )") +
+                            ids + "}}}");
+    ASSERT_FALSE(t.ok()) << ids;
+    EXPECT_NE(t.status().message().find("special token '<s>': expected a non-negative token id"), std::string::npos)
+        << t.status().message();
+  }
+  auto r = parse_with("post_processor", R"({"type": "RobertaProcessing", "cls": ["<s>", -1], "sep": ["</s>", 2]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cls: expected a non-negative token id, found -1"), std::string::npos)
+      << r.status().message();
+  auto ok = parse_with("post_processor", R"({"type": "RobertaProcessing", "cls": ["<s>", 0], "sep": ["</s>", 2]})");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+}
+
 TEST(TokenizerErrors, InvalidUtf8AndUnknownIds) {
   auto t = build_tokenizer(gpt2(kVocab, kMerges));
   ASSERT_TRUE(t.ok());
