@@ -35,8 +35,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
        "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
        {"--automated-pipeline-perf"}},
-      {"optimize-send-recv-comm", nullptr, FeatureModule::kParallel, "OptimizeSendRecvCommFeature (L2)",
-       "the pipeline schedule's sends and receives as grouped point-to-point calls", {}},
       {"compress-activation", nullptr, FeatureModule::kMemory, "CompressActivationFeature (L2)",
        "lossless compression of the layers' saved activations between forward and backward", {}},
       {"compress-dense", nullptr, FeatureModule::kMemory, "AnsCompressTensorFeature (L2)",

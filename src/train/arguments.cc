@@ -351,6 +351,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--reset-bucket-group-order", &a.reset_bucket_group_order,
              "MindSpeed: with --overlap-param-gather, prefetch each bucket's parameter all-gather in the order the "
              "first iteration's forward used them, not the buffer's order");
+  p.add_flag("--optimize-send-recv-comm", &a.optimize_send_recv_comm,
+             "MindSpeed: the 1F1B pipeline schedule (without interleaving) sends the gradients on a second "
+             "communicator over the pipeline group, the activations on the pipeline group");
   p.add("--param-and-grad-buffer-pad", &a.param_and_grad_buffer_pad,
         "MindSpeed: pad the parameter and gradient buffers so that every bucket (and distributed-optimizer shard) "
         "starts at a multiple of this many bytes (512 on Ascend)");
