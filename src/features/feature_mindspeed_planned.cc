@@ -46,8 +46,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"balanced-moe-experts", nullptr, FeatureModule::kKeyScenarios, "BalancedMoEFeature (L2)",
        "replicate the hottest experts' parameters so their tokens are computed locally (with --moe-fb-overlap)",
        {"--balanced-moe-hot-expert-num", "--trans-hot-expert-group-num"}},
-      {"fix-sub-seq-length", nullptr, FeatureModule::kKeyScenarios, "ResetAttentionMaskFeature (L2)",
-       "packed documents attended as sub-sequences of one fixed length", {}},
       {"moe-alltoall-mc2", nullptr, FeatureModule::kKeyScenarios, "MoEAlltoAllMC2Feature (L2)",
        "the alltoall dispatcher's dispatch and combine fused with the expert GEMMs", {}},
       {"qad-enable", nullptr, FeatureModule::kKeyScenarios, "QADQuantEngineFeature",

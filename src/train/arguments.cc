@@ -381,6 +381,9 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--eod-mask-loss", &a.eod_mask_loss, "no loss on end-of-document tokens");
   p.add_flag("--reset-position-ids", &a.reset_position_ids, "restart position ids after each end-of-document");
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
+  p.add("--fix-sub-seq-length", &a.fix_sub_seq_length,
+        "MindSpeed: with --reset-attention-mask, attend within consecutive sub-sequences of this many positions (the "
+        "last one takes the rest) instead of the documents; <= 0 or > --seq-length: the documents (default -1)");
   p.add("--num-workers", &a.num_workers, "data loader threads");
   p.add("--dataloader-type", &a.dataloader_type,
         "single: one pass in dataset order (default); cyclic: Megatron's shuffled order (torch.randperm seeded "

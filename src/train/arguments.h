@@ -374,6 +374,11 @@ struct DataArgs {
   bool eod_mask_loss = false;
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+  // MindSpeed's --fix-sub-seq-length L (features/feature_fix_sub_seq_length.cc): with
+  // --reset-attention-mask and 0 < L <= --seq-length, attention blocks are the consecutive runs of
+  // L positions of each sample (the last one shorter), not its documents; otherwise (default -1)
+  // the documents. Cleared below --optimization-level 2.
+  int64_t fix_sub_seq_length = -1;
   int64_t num_workers = 2;
   bool mmap_bin_files = true;  // --no-mmap-bin-files
   // Megatron's --dataloader-type: "single" (MegatronPretrainingSampler: consecutive indices from the
