@@ -12,8 +12,7 @@
 // What it does in Gale: the same blocks, as the per-token document ids that express the mask
 // (data/sample.h: token i gets id i / L), so every attention path that honours documents — the
 // reference and flash kernels, ring, all-gather, Ulysses and hybrid context parallelism, which see
-// the ids at global positions — attends inside the fixed blocks. Micro-batches shortened by
-// --variable-seq-lengths keep the blocks of the full sample.
+// the ids at global positions — attends inside the fixed blocks.
 //
 // Rules: level 2 (key-scenarios module), as MindSpeed's ResetAttentionMaskFeature. Refused without
 // --reset-attention-mask (MindSpeed would silently ignore it) and with --is-instruction-dataset
