@@ -13,10 +13,14 @@ void assemble_sample(std::span<const int32_t> text, int add_extra_token, const S
   out->loss_mask.assign(s, 1.0f);
   out->position_ids.resize(s);
   out->document_ids.assign(s, 0);
+  const bool fixed_blocks = o.reset_attention_mask && o.fix_sub_seq_length > 0 &&
+                            o.fix_sub_seq_length <= static_cast<int64_t>(s);
   int32_t position = 0, document = 0;
   for (size_t i = 0; i < s; ++i) {
     out->position_ids[i] = o.reset_position_ids ? position : static_cast<int32_t>(i);
-    if (o.reset_attention_mask) out->document_ids[i] = document;
+    if (o.reset_attention_mask)
+      out->document_ids[i] = fixed_blocks ? static_cast<int32_t>(static_cast<int64_t>(i) / o.fix_sub_seq_length)
+                                          : document;
     ++position;
     if (out->tokens[i] == o.eod) {
       if (o.eod_mask_loss) out->loss_mask[i] = 0.0f;

@@ -2,7 +2,8 @@
 //
 // assemble_sample is Megatron's GPTDataset.__getitem__ + _get_ltor_masks_and_position_ids on
 // the S + E raw ids of a sample: tokens/labels, loss mask, position ids and the per-token
-// document ids that express --reset-attention-mask's block-diagonal causal mask.
+// document ids that express --reset-attention-mask's block-diagonal causal mask (with MindSpeed's
+// --fix-sub-seq-length L: blocks of L positions instead of the documents).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,8 @@ struct TrainingSample {
   std::vector<float> loss_mask;       // 0 at pads, and at EOD with --eod-mask-loss
   std::vector<int32_t> position_ids;  // arange(S), restarted after each EOD with --reset-position-ids
   std::vector<int32_t> document_ids;  // per token: index of its document inside the sample (0, 1, ...),
-                                      // incremented after each EOD; all 0 unless --reset-attention-mask.
+                                      // incremented after each EOD; all 0 unless --reset-attention-mask;
+                                      // with --fix-sub-seq-length L: position / L (attention blocks).
                                       // Attention is allowed only between tokens with equal ids.
   // Positions before the right padding (instruction samples: the document's tokens); the rest are
   // padding with loss mask 0, which no earlier position attends to. 0: no padding (all of them).
@@ -37,6 +39,10 @@ struct SampleOptions {
   bool eod_mask_loss = false;
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+  // MindSpeed's --fix-sub-seq-length L: with reset_attention_mask and 0 < L <= S, token i's
+  // "document" is i / L, whatever the EODs (MindSpeed replaces the documents' actual_seq_len by
+  // L, 2L, ..., S); the position ids and the loss mask still follow the EODs. Otherwise ignored.
+  int64_t fix_sub_seq_length = -1;
   int64_t vocab_size = 0;  // ids must be < this (0 = unchecked); catches datasets made with another tokenizer
 };
 

@@ -20,9 +20,16 @@ void keep_until_exit(std::vector<Tensor> tensors, std::vector<WorkPtr> works) {
 }
 }  // namespace
 
-PipelineP2P::PipelineP2P(Comm pp, int num_chunks, StagePlacement placement)
-    : pp_(std::move(pp)), rank_(pp_->rank()), size_(pp_->size()), num_chunks_(num_chunks), placement_(placement) {
+PipelineP2P::PipelineP2P(Comm pp, int num_chunks, StagePlacement placement, Comm backward_group)
+    : pp_(std::move(pp)),
+      backward_(std::move(backward_group)),
+      rank_(pp_->rank()),
+      size_(pp_->size()),
+      num_chunks_(num_chunks),
+      placement_(placement) {
   GALE_CHECK_GE(num_chunks_, 1);
+  GALE_CHECK(!backward_ || backward_->world_ranks() == pp_->world_ranks())
+      << "the backward pipeline group '" << backward_->name() << "' must hold the pipeline group's ranks in order";
   GALE_CHECK(placement_ == StagePlacement::kLoop || num_chunks_ == 2) << "the V placement has two chunks per rank";
 }
 
@@ -67,7 +74,7 @@ void PipelineP2P::post_recv(bool forward, int chunk, int64_t mb, const Shape& sh
   if (peer == rank_) return;  // handed over by send()
   Pending p;
   p.tensor = Tensor::empty(shape);
-  p.work = pp_->recv_async(p.tensor.raw(), p.tensor.numel(), DType::kF32, peer,
+  p.work = comm(forward).recv_async(p.tensor.raw(), p.tensor.numel(), DType::kF32, peer,
                            tag(forward, stage, mb, num_virtual_stages()));
   recvs_.emplace(key, std::move(p));
 }
@@ -106,7 +113,7 @@ void PipelineP2P::send(bool forward, int chunk, int64_t mb, Tensor t) {
     return;
   }
   Pending p;
-  p.work = pp_->send_async(t.raw(), t.numel(), DType::kF32, peer, tag(forward, receiver, mb, num_virtual_stages()));
+  p.work = comm(forward).send_async(t.raw(), t.numel(), DType::kF32, peer, tag(forward, receiver, mb, num_virtual_stages()));
   p.tensor = std::move(t);
   sends_.push_back(std::move(p));
 }

@@ -17,6 +17,11 @@
 // the rank above through chunk 1; the last rank's chunk 0 feeds its own chunk 1, a hand-over inside
 // the process (no message).
 //
+// Direction groups (MindSpeed's --optimize-send-recv-comm): with a `backward_group` the gradients
+// travel on it and only the activations on `pp`. It must hold the same ranks in the same order as
+// `pp` (a second communicator over the pipeline group, as MindSpeed's "pp_new_stream" group), so
+// the two directions never share a communicator's matching queue or stream.
+//
 // Tags are taken modulo 32768 (the smallest tag bound MPI guarantees); two messages between the
 // same pair of ranks could only share a tag if they were ≥ 32768 / (2·P·V) micro-batches apart,
 // and MPI's non-overtaking rule matches such messages in issue order anyway.
@@ -37,8 +42,9 @@ enum class StagePlacement { kLoop, kV };
 
 class PipelineP2P {
  public:
-  // `pp` is this rank's pipeline group; `num_chunks` the model chunks per rank (V; 2 for kV).
-  PipelineP2P(Comm pp, int num_chunks, StagePlacement placement = StagePlacement::kLoop);
+  // `pp` is this rank's pipeline group; `num_chunks` the model chunks per rank (V; 2 for kV);
+  // `backward_group`, when not null, the communicator the gradients travel on (see above).
+  PipelineP2P(Comm pp, int num_chunks, StagePlacement placement = StagePlacement::kLoop, Comm backward_group = nullptr);
   // Call finish() before. Transfers still in flight here (an error left the schedule early) keep
   // their buffers alive until the process ends instead of blocking: the job is going down.
   ~PipelineP2P();
@@ -79,7 +85,9 @@ class PipelineP2P {
     Tensor tensor;
     WorkPtr work;
   };
-  Comm pp_;
+  // The communicator of a direction: activations on pp_, gradients on backward_ (or pp_).
+  Communicator& comm(bool forward) const { return forward || !backward_ ? *pp_ : *backward_; }
+  Comm pp_, backward_;
   int rank_, size_, num_chunks_;
   StagePlacement placement_;
   std::map<Key, Pending> recvs_;

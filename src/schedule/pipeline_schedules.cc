@@ -39,8 +39,9 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            const std::vector<PipelineStep>& steps,
                                                            int64_t num_microbatches, const MicroBatchSource& source,
                                                            bool forward_only, const ScheduleObserver& observer,
-                                                           Timers* timers, StagePlacement placement) {
-  PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()), placement);
+                                                           Timers* timers, StagePlacement placement,
+                                                           const Comm& pp_backward) {
+  PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()), placement, pp_backward);
   for (size_t c = 0; c < chunks.size(); ++c) {
     chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
     const ModelPartition& part = chunks[c]->partition();
@@ -199,10 +200,11 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
-    bool forward_only, const ScheduleObserver& observer, Timers* timers) {
+    bool forward_only, const ScheduleObserver& observer, Timers* timers, const Comm& pp_backward) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
-                                    num_microbatches, source, forward_only, observer, timers);
+                                    num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop,
+                                    pp_backward);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(

@@ -33,13 +33,17 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
                                                  int64_t microbatch_group, Timers* timers, bool dualpipev,
-                                                 bool dualpipev_dw_detach, RiPipe ripipe) {
+                                                 bool dualpipev_dw_detach, RiPipe ripipe, const Comm& pp_backward) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
   GALE_CHECK(dualpipev || !dualpipev_dw_detach) << "--dualpipev-dw-detach without --schedules-method dualpipev";
   if (ripipe != RiPipe::kNone && (dualpipev || ps.pp_size() == 1 || chunks.size() == 1))
     return InvalidArgument(ripipe == RiPipe::kAdvance ? "--recompute-in-advance" : "--recompute-in-bubble",
                            " needs the interleaved pipeline schedule (--pipeline-model-parallel-size > 1 with virtual "
                            "stages, without --schedules-method dualpipev)");
+  if (pp_backward && ps.pp_size() > 1 && (dualpipev || chunks.size() > 1))
+    return InvalidArgument("--optimize-send-recv-comm applies to the 1F1B schedule without interleaving (as "
+                           "MindSpeed's), found ",
+                           dualpipev ? "--schedules-method dualpipev" : str_cat(chunks.size(), " model chunks per rank"));
   if (dualpipev)
     return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers,
                                       dualpipev_dw_detach);
@@ -49,7 +53,7 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
   }
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
-                                                            observer, timers);
+                                                            observer, timers, pp_backward);
   return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
                                                        microbatch_group, timers, ripipe);
 }

@@ -61,9 +61,13 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 // Megatron's 1F1B over ps.pp() (PP > 1, one chunk per rank): warm-up forwards, steady
 // one-forward-one-backward, cool-down backwards (pipeline_order.h); rank r holds the saved
 // activations of at most P − r micro-batches. Forward-only runs the forwards in order.
+// `pp_backward` (MindSpeed's --optimize-send-recv-comm; null: off): a second communicator over the
+// ranks of ps.pp() that carries the gradients, so each direction has a communicator of its own
+// (PipelineP2P's direction groups); the steps and what they compute are unchanged.
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
-    bool forward_only, const ScheduleObserver& observer = {}, Timers* timers = nullptr);
+    bool forward_only, const ScheduleObserver& observer = {}, Timers* timers = nullptr,
+    const Comm& pp_backward = nullptr);
 
 // Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
 // (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
@@ -94,7 +98,8 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
 
 // Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
 // the schedules above (which call it with Megatron's and DualPipeV's orders); `placement` says
-// which rank and chunk hold each virtual stage (pipeline_p2p.h). The order must run every
+// which rank and chunk hold each virtual stage (pipeline_p2p.h), `pp_backward` the communicator of
+// the gradients (null: ps.pp(), as the activations; see PipelineP2P). The order must run every
 // (chunk, micro-batch) forward once and, unless `forward_only`, its backward after it (and for a
 // backward that defers its weight gradients, one weight step later, in the order they deferred), with each
 // chunk's forwards in micro-batch order on every rank, and the steps of all ranks must form an
@@ -108,19 +113,22 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            int64_t num_microbatches, const MicroBatchSource& source,
                                                            bool forward_only, const ScheduleObserver& observer = {},
                                                            Timers* timers = nullptr,
-                                                           StagePlacement placement = StagePlacement::kLoop);
+                                                           StagePlacement placement = StagePlacement::kLoop,
+                                                           const Comm& pp_backward = nullptr);
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
 // 0 = P), or DualPipeV when `dualpipev` (two chunks per rank in the V placement; with `dualpipev_dw_detach`
 // its deferred weight gradients). `chunks` are this rank's virtual stages in order. `ripipe`
-// applies to the interleaved schedule only (an InvalidArgument with any other).
+// applies to the interleaved schedule only (an InvalidArgument with any other); `pp_backward`
+// (--optimize-send-recv-comm) to 1F1B only (an InvalidArgument with interleaving or DualPipeV;
+// ignored without pipelining, where nothing is sent).
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
                                                  int64_t microbatch_group = 0, Timers* timers = nullptr,
                                                  bool dualpipev = false, bool dualpipev_dw_detach = false,
-                                                 RiPipe ripipe = RiPipe::kNone);
+                                                 RiPipe ripipe = RiPipe::kNone, const Comm& pp_backward = nullptr);
 
 
 

@@ -351,6 +351,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--reset-bucket-group-order", &a.reset_bucket_group_order,
              "MindSpeed: with --overlap-param-gather, prefetch each bucket's parameter all-gather in the order the "
              "first iteration's forward used them, not the buffer's order");
+  p.add_flag("--optimize-send-recv-comm", &a.optimize_send_recv_comm,
+             "MindSpeed: the 1F1B pipeline schedule (without interleaving) sends the gradients on a second "
+             "communicator over the pipeline group, the activations on the pipeline group");
   p.add("--param-and-grad-buffer-pad", &a.param_and_grad_buffer_pad,
         "MindSpeed: pad the parameter and gradient buffers so that every bucket (and distributed-optimizer shard) "
         "starts at a multiple of this many bytes (512 on Ascend)");
@@ -378,6 +381,9 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--eod-mask-loss", &a.eod_mask_loss, "no loss on end-of-document tokens");
   p.add_flag("--reset-position-ids", &a.reset_position_ids, "restart position ids after each end-of-document");
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
+  p.add("--fix-sub-seq-length", &a.fix_sub_seq_length,
+        "MindSpeed: with --reset-attention-mask, attend within consecutive sub-sequences of this many positions (the "
+        "last one takes the rest) instead of the documents; <= 0 or > --seq-length: the documents (default -1)");
   p.add("--num-workers", &a.num_workers, "data loader threads");
   p.add("--dataloader-type", &a.dataloader_type,
         "single: one pass in dataset order (default); cyclic: Megatron's shuffled order (torch.randperm seeded "

@@ -341,6 +341,10 @@ struct ParallelArgs {
   // all-gather prefetch follows the order the first forward used the buckets in
   // (DataParallelConfig::reset_bucket_group_order). Cleared below --optimization-level 2.
   bool reset_bucket_group_order = false;
+  // MindSpeed's --optimize-send-recv-comm (features/feature_optimize_send_recv_comm.cc): the 1F1B
+  // schedule's gradients travel on a second communicator over the pipeline group's ranks
+  // (Engine::pp_backward). Cleared below --optimization-level 2.
+  bool optimize_send_recv_comm = false;
   // MindSpeed's --param-and-grad-buffer-pad N (features/feature_param_and_grad_buffer_pad.cc): every
   // gradient bucket (and, with the distributed optimizer, every rank's shard of it) starts at a
   // multiple of N bytes of the flat buffers (DataParallelConfig::buffer_pad). kUnset: none. Cleared
@@ -370,6 +374,11 @@ struct DataArgs {
   bool eod_mask_loss = false;
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+  // MindSpeed's --fix-sub-seq-length L (features/feature_fix_sub_seq_length.cc): with
+  // --reset-attention-mask and 0 < L <= --seq-length, attention blocks are the consecutive runs of
+  // L positions of each sample (the last one shorter), not its documents; otherwise (default -1)
+  // the documents. Cleared below --optimization-level 2.
+  int64_t fix_sub_seq_length = -1;
   int64_t num_workers = 2;
   bool mmap_bin_files = true;  // --no-mmap-bin-files
   // Megatron's --dataloader-type: "single" (MegatronPretrainingSampler: consecutive indices from the

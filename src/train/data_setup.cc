@@ -159,6 +159,9 @@ Status build_instruction_data(const Arguments& args, const SplitSampleCounts& co
                          "labels of instruction samples)");
   if (d.neat_pack && !d.reset_attention_mask)
     return InvalidArgument("--neat-pack requires --reset-attention-mask (as MindSpeed-LLM)");
+  if (d.fix_sub_seq_length > 0)
+    return Unimplemented("--fix-sub-seq-length with --is-instruction-dataset: not supported (MindSpeed applies it to "
+                         "pretraining samples only)");
   if (d.reset_position_ids && !d.reset_attention_mask)
     return InvalidArgument("--reset-position-ids with --is-instruction-dataset requires --reset-attention-mask "
                            "(MindSpeed-LLM resets the positions of packed samples only there)");
@@ -349,6 +352,7 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
   so.eod_mask_loss = d.eod_mask_loss;
   so.reset_position_ids = d.reset_position_ids;
   so.reset_attention_mask = d.reset_attention_mask;
+  so.fix_sub_seq_length = d.fix_sub_seq_length;
   so.vocab_size = out.vocab_size;
   const char* names[3] = {"train", "valid", "test"};
   for (int i = 0; i < 3; ++i) {

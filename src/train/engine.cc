@@ -177,6 +177,14 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
+  if (args.parallel.optimize_send_recv_comm && engine->ps.pp_size() > 1) {
+    if (vpp > 1 || engine->dualpipev)
+      return InvalidArgument("--optimize-send-recv-comm applies to the 1F1B schedule without interleaving (as "
+                             "MindSpeed's), found ",
+                             engine->dualpipev ? "--schedules-method dualpipev" : str_cat(vpp, " model chunks per rank"));
+    // Every member passes the whole group: a duplicate of the pipeline group (collective over it).
+    engine->pp_backward = engine->ps.pp()->make_group(engine->ps.pp()->world_ranks(), "pp-backward");
+  }
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();
   // Megatron's partial distributed optimizer: shards inside an instance, replicas across them.

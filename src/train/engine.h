@@ -68,6 +68,10 @@ struct Engine {
   bool dualpipev_dw_detach = false;
   // --recompute-in-advance / --recompute-in-bubble (MindSpeed's RiPipe; interleaved schedule).
   RiPipe ripipe = RiPipe::kNone;
+  // --optimize-send-recv-comm (MindSpeed's OptimizeSendRecvCommFeature): a second communicator over
+  // the ranks of ps.pp(), named "pp-backward", that carries the 1F1B schedule's gradients while the
+  // activations stay on ps.pp() (schedule/pipeline_p2p.h); null otherwise.
+  Comm pp_backward;
   // The pipeline rank whose chunk computes the loss: the last, or 0 under DualPipeV.
   int loss_pipeline_rank() const { return dualpipev ? 0 : ps.pp_size() - 1; }
 

@@ -119,6 +119,8 @@ int pretrain_main(int argc, char** argv) {
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.training.swap_layer_input = registry->active("swap-layer-input");
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
+  args.parallel.optimize_send_recv_comm = registry->active("optimize-send-recv-comm");
+  if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)

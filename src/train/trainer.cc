@@ -293,7 +293,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   } else {
     GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                                /*forward_only=*/false, {}, microbatch_group(), timers,
-                                               engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe));
+                                               engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe,
+                                               engine_->pp_backward));
   }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
@@ -349,7 +350,7 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
                                            /*forward_only=*/true, {}, microbatch_group(), nullptr,
-                                           engine_->dualpipev));
+                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down
