@@ -19,6 +19,10 @@
 // --moe-fb-overlap because its implementation lives in the fb-overlap MoE layer; Gale's lives in the
 // all-to-all dispatcher itself, so it runs under any schedule (and with --moe-fb-overlap under
 // DualPipeV, where the replicas' work runs between the interleaving points like the local experts').
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
 #include "features/registry.h"
 
 namespace gale {
@@ -100,7 +104,12 @@ class BalancedMoeExpertsFeature : public Feature {
   }
   Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
     setup.ops->moe_hot_experts = hot_;
-    setup.ops->moe_hot_expert_groups = std::min({groups_, hot_, kMaxHotExpertGroups});  // as MindSpeed
+    const int64_t groups = std::min({groups_, hot_, kMaxHotExpertGroups});  // as MindSpeed, with its warning
+    if (groups != groups_)
+      warn_rank0(str_cat("--trans-hot-expert-group-num ", groups_, " is greater than ",
+                         groups_ > hot_ ? "--balanced-moe-hot-expert-num " : "the maximum ",
+                         groups_ > hot_ ? hot_ : kMaxHotExpertGroups, ": using ", groups));
+    setup.ops->moe_hot_expert_groups = groups;
     return Status::Ok();
   }
 
