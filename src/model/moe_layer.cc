@@ -370,6 +370,7 @@ int64_t MoeSaved::tensor_bytes() const {
     add(*t);
   for (const std::vector<Tensor>* v : {&fc1_out, &act})
     for (const Tensor& t : *v) add(t);
+  if (hot) n += hot->state.tensor_bytes();  // --balanced-moe-experts: the replicas' kept tensors
   return n;
 }
 

@@ -1,7 +1,8 @@
 // --balanced-moe-experts against the same run without it, on a skewed router (sigmoid scores with
 // a fixed expert bias favouring two experts): at EP = world (2 or 4, 8 experts, top-2, alltoall,
 // N = 2 hot experts on M = 2 transfer groups) and under DualPipeV with --moe-fb-overlap at PP2 ×
-// EP2 × DP2 (4 ranks); at EP = world also under --bf16 and full recomputation. Hot experts must really be replicated and their rows must stay local: on the
+// EP2 × DP2 (4 ranks); at EP = world also under --bf16 and full recomputation, and EP 2 × expert-DP
+// 2 with the distributed optimizer on 4 ranks. Hot experts must really be replicated and their rows must stay local: on the
 // first step (identical parameters, so identical routing) every rank sends exactly the rows it
 // computed with a replica fewer through the all-to-all, twice (forward inputs, backward output
 // gradients), and the busiest rank's expert rows drop. Each row's output and input gradient are the
@@ -123,18 +124,26 @@ void expect_rows_stayed_local(const Counted& plain, const Counted& balanced, boo
 }
 
 // EP = world: fp32, --bf16 (the replicas carry the owners' bf16 GEMM copies) and full recomputation
-// (the forward reruns in backward, choosing and broadcasting the same hot experts again).
+// (the forward reruns in backward, choosing and broadcasting the same hot experts again); on 4
+// ranks also EP 2 × expert-DP 2 with the distributed optimizer (the owners' gradients, replicas'
+// included, reduce-scattered over expert-DP).
 class BalancedMoe : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
   const Comm& world = test::world();
   if (world->size() != 2 && world->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
   std::vector<std::string> extra;
+  int64_t ep = world->size();
+  if (GetParam() == "ep2_expert_dp2_distopt") {  // 4 ranks: EP 2 × expert-DP 2, the distributed optimizer
+    if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+    ep = 2;
+    extra = {"--use-distributed-optimizer"};
+  }
   if (GetParam() == "bf16") extra = {"--bf16"};
   if (GetParam() == "recompute_full")
     extra = {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"};
   const std::vector<std::string> flags =
-      testing::join({kCommon, {"--expert-model-parallel-size", std::to_string(world->size())}, extra});
+      testing::join({kCommon, {"--expert-model-parallel-size", std::to_string(ep)}, extra});
   auto plain = make_run(flags, {});
   auto balanced = make_run(flags, kBalanced);
   skew_router(*plain);
@@ -146,7 +155,7 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
   EXPECT_GT(expect_close(*balanced, *plain), 0) << "no expert among the compared parameters";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full"),
+INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full", "ep2_expert_dp2_distopt"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // DualPipeV with --moe-fb-overlap (PP2 × EP2 × DP2): the replicas' broadcasts, backward and
