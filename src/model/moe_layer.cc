@@ -210,7 +210,8 @@ Tensor etp_reduce_scatter(const Comm& etp, const MoeEtpLayout& l, const Tensor& 
 // fc2 bias is added once (ETP rank 0) before the sum.
 // Under --moe-zero-memory (s->zero_memory) the input rows and activations (level1: and the fc1
 // outputs) are not kept.
-Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& in, const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
+Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& in,
+                       const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);
   const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
@@ -261,7 +262,8 @@ Tensor redispatched_rows(const Comm& etp, const MoeSaved& s, PendingRows& redisp
 
 // --moe-zero-memory level1: each local expert's fc1 output (bias added) and activation from its
 // rows, the same kernels as experts_forward (so the same bits).
-void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& rows, const std::vector<int64_t>& offsets, int64_t Fe, MoeSaved& s) {
+void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& rows,
+                   const std::vector<int64_t>& offsets, int64_t Fe, MoeSaved& s) {
   FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
   s.fc1_out.assign(static_cast<size_t>(El), Tensor());
@@ -281,7 +283,8 @@ void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ExpertSet& w,
 // gradient [N, H] (under ETP reduce-scattered back); accumulates the fc2 weight and bias and the
 // fc1 bias gradients and keeps in `du` each expert's fc1 output gradient (as the fc1 GEMMs take
 // it, `rows_dtype`) for experts_fc1_weight_grads. Releases the kept fc1 outputs and activations.
-Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
+Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& d_out_local,
+                             const std::vector<int64_t>& in_offsets, const Comm& etp,
                              DType rows_dtype, MoeSaved& s, std::vector<Tensor>* du, WeightGradStore* defer) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);

@@ -135,8 +135,8 @@ struct MoeSaved {
   std::shared_ptr<MoeHotPass> hot;
 
   // Bytes of the tensors kept (x, the router's, probs, expert rows, fc1 outputs, activations,
-  // expert outputs, and a hot-expert pass's replica rows and outputs; the index vectors and the
-  // replicas' parameters are not counted): what --moe-zero-memory shrinks.
+  // expert outputs, and a hot-expert pass's replica input rows, fc1 outputs and activations; the
+  // index vectors and the replicas' parameters are not counted): what --moe-zero-memory shrinks.
   int64_t tensor_bytes() const;
 };
 
