@@ -124,7 +124,9 @@ void expect_rows_stayed_local(const Counted& plain, const Counted& balanced, boo
 }
 
 // EP = world: fp32, --bf16 (the replicas carry the owners' bf16 GEMM copies) and full recomputation
-// (the forward reruns in backward, choosing and broadcasting the same hot experts again); on 4
+// (the forward reruns in backward, choosing and broadcasting the same hot experts again), a shared
+// expert with --moe-alltoall-overlap-comm (the shared expert, the replicas and the exchanges
+// overlapped in both directions); on 4
 // ranks also EP 2 × expert-DP 2 with the distributed optimizer (the owners' gradients, replicas'
 // included, reduce-scattered over expert-DP).
 class BalancedMoe : public ::testing::TestWithParam<std::string> {};
@@ -139,13 +141,19 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
     ep = 2;
     extra = {"--use-distributed-optimizer"};
   }
+  std::vector<std::string> features;  // for both runs
+  if (GetParam() == "shared_expert_alltoall_overlap") {
+    extra = {"--moe-shared-expert-intermediate-size", "32", "--moe-permutation-async-comm"};
+    features = {"--moe-alltoall-overlap-comm"};
+  }
   if (GetParam() == "bf16") extra = {"--bf16"};
   if (GetParam() == "recompute_full")
     extra = {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"};
   const std::vector<std::string> flags =
       testing::join({kCommon, {"--expert-model-parallel-size", std::to_string(ep)}, extra});
-  auto plain = make_run(flags, {});
-  auto balanced = make_run(flags, kBalanced);
+  auto plain = make_run(flags, features);
+  auto balanced = make_run(flags, testing::join({kBalanced, features}));
+  EXPECT_EQ(balanced->engine->ops.moe_alltoall_overlap, !features.empty());
   skew_router(*plain);
   skew_router(*balanced);
   const Counted p = counted_step(*plain), b = counted_step(*balanced);
@@ -155,7 +163,8 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
   EXPECT_GT(expect_close(*balanced, *plain), 0) << "no expert among the compared parameters";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full", "ep2_expert_dp2_distopt"),
+INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full", "shared_expert_alltoall_overlap",
+                                                             "ep2_expert_dp2_distopt"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // DualPipeV with --moe-fb-overlap (PP2 × EP2 × DP2): the replicas' broadcasts, backward and
