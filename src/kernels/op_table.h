@@ -169,6 +169,12 @@ struct OpTable {
   // MindSpeed's --moe-fb-overlap (features/feature_moe_fb_overlap.cc): DualPipeV runs the forward
   // and the backward of each overlapped pair interleaved at the MoE all-to-alls (core/interleave.h).
   bool moe_fb_overlap = false;
+  // MindSpeed's --balanced-moe-experts (features/feature_balanced_moe_experts.cc): the number of hot
+  // experts (--balanced-moe-hot-expert-num) replicated on every EP rank per MoE layer and
+  // micro-batch by the all-to-all dispatcher (model/moe_hot_experts.h); 0: off.
+  int64_t moe_hot_experts = 0;
+  // --trans-hot-expert-group-num: duplicates of the EP group the replicas' transfers run on.
+  int64_t moe_hot_expert_groups = 1;
 
   // Which implementation fills each entry ("reference", "fused-avx512", ...), for start-up reports.
   std::map<std::string, std::string> impl;

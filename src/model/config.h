@@ -343,6 +343,10 @@ struct ModelPartition {
   Comm ep;
   // --moe-token-dispatcher-type allgather (else alltoall) with EP > 1 (model/moe_layer.h).
   bool ep_allgather = false;
+  // --balanced-moe-experts: M = --trans-hot-expert-group-num duplicates of `ep` (same ranks, same
+  // order) the hot experts' replicas are broadcast and their gradients returned on (the transfers
+  // of the experts of EP rank o on duplicate o mod M; model/moe_hot_experts.h). Empty otherwise.
+  std::vector<Comm> ep_hot_groups;
   // Expert-tensor-parallel group (null or size 1: whole experts): the MoE experts' fc1/fc2 are
   // split over it (--expert-tensor-parallel-size, default TP; model/moe_layer.h).
   Comm etp;

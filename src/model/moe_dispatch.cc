@@ -48,6 +48,24 @@ void move_chunks(const MoeDispatchPlan& p, const char* src, const std::vector<in
 
 }  // namespace
 
+void MoeDispatchCounters::note_expert_rows(long long rows) {
+  long long seen = max_expert_rows.load();
+  while (rows > seen && !max_expert_rows.compare_exchange_weak(seen, rows)) {
+  }
+}
+
+void MoeDispatchCounters::reset() {
+  rows_sent_to_other_ranks = 0;
+  hot_rows_computed_locally = 0;
+  max_expert_rows = 0;
+  replicas = 0;
+}
+
+MoeDispatchCounters& moe_dispatch_counters() {
+  static MoeDispatchCounters counters;
+  return counters;
+}
+
 int64_t MoeDispatchPlan::num_sent() const { return std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0}); }
 int64_t MoeDispatchPlan::num_received() const {
   return std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
@@ -100,6 +118,10 @@ PendingRows dispatch_rows_async(const Comm& ep, const MoeDispatchPlan& p, const 
   const int64_t H = rows.size(1);
   const std::vector<int64_t> send = per_rank_elements(p.send_counts, p.ep_size, p.local_experts, H);
   const std::vector<int64_t> recv = per_rank_elements(p.recv_counts, p.ep_size, p.local_experts, H);
+  long long sent_away = 0;
+  for (int64_t r = 0; r < p.ep_size; ++r)
+    if (r != ep->rank()) sent_away += send[static_cast<size_t>(r)] / H;
+  moe_dispatch_counters().rows_sent_to_other_ranks += sent_away;
   pending.send_ = rows;
   pending.received_ = Tensor::empty({p.num_received(), H}, rows.dtype());
   pending.sort_ = &p;

@@ -18,6 +18,7 @@
 // input gradients combined like the outputs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -26,6 +27,21 @@
 #include "core/tensor.h"
 
 namespace gale {
+
+// Process-wide counters of the MoE all-to-all dispatcher (tests, the docs' figures): rows that
+// left this process through the dispatches (forward inputs and backward output gradients; the rows
+// a rank keeps for its own experts are not counted), rows computed with a hot-expert replica
+// (--balanced-moe-experts, model/moe_hot_experts.h), the most rows one forward of this process ran
+// through its experts (local experts plus replicas), and the replicas made.
+struct MoeDispatchCounters {
+  std::atomic<long long> rows_sent_to_other_ranks{0};
+  std::atomic<long long> hot_rows_computed_locally{0};
+  std::atomic<long long> max_expert_rows{0};
+  std::atomic<long long> replicas{0};
+  void note_expert_rows(long long rows);
+  void reset();
+};
+MoeDispatchCounters& moe_dispatch_counters();
 
 // The row counts of one exchange over the EP group.
 struct MoeDispatchPlan {

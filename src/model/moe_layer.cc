@@ -14,6 +14,7 @@
 #include "model/expert_loop.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
+#include "model/moe_hot_experts.h"
 #include "model/param_builders.h"
 #include "model/weight_grad_store.h"
 
@@ -40,6 +41,31 @@ Tensor gather_rows(const Tensor& x, const int64_t* rows, int64_t n, int64_t k) {
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(out.raw());
   for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * row_bytes, src + token_of(rows[r], k) * row_bytes, row_bytes);
+  return out;
+}
+
+// Rows `rows` of f32 `x` [?, H] into a new [rows.size(), H] tensor.
+Tensor take_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+  const int64_t H = x.size(1);
+  Tensor out = Tensor::empty({static_cast<int64_t>(rows.size()), H});
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.data<float>() + static_cast<int64_t>(i) * H, x.data<float>() + rows[i] * H,
+                static_cast<size_t>(H) * sizeof(float));
+  return out;
+}
+
+// The inverse of two take_rows: f32 [n, H] = a's rows at `a_rows` and b's at `b_rows` (together
+// every row of the n once).
+Tensor merge_rows(const Tensor& a, const std::vector<int64_t>& a_rows, const Tensor& b,
+                  const std::vector<int64_t>& b_rows, int64_t n) {
+  GALE_CHECK_EQ(static_cast<int64_t>(a_rows.size() + b_rows.size()), n);
+  const int64_t H = a.size(1);
+  const size_t row_bytes = static_cast<size_t>(H) * sizeof(float);
+  Tensor out = Tensor::empty({n, H});
+  for (size_t i = 0; i < a_rows.size(); ++i)
+    std::memcpy(out.data<float>() + a_rows[i] * H, a.data<float>() + static_cast<int64_t>(i) * H, row_bytes);
+  for (size_t i = 0; i < b_rows.size(); ++i)
+    std::memcpy(out.data<float>() + b_rows[i] * H, b.data<float>() + static_cast<int64_t>(i) * H, row_bytes);
   return out;
 }
 
@@ -81,6 +107,40 @@ Tensor reduce_scatter_rows(const Comm& g, const Tensor& x) {
 }
 
 bool splits(const Comm& g) { return g && g->size() > 1; }
+
+// The experts a pass runs: this rank's local experts (parameters in the ParamBuffer) or the
+// replicas of remote hot experts (--balanced-moe-experts, model/moe_hot_experts.h). fc1/fc2 as
+// linear layers (their gradients included), the biases (null: none) and their gradients.
+struct ExpertSet {
+  int64_t count = 0;
+  std::function<LinearWeight(int64_t)> fc1, fc2;
+  std::function<const float*(int64_t)> fc1_bias, fc2_bias;
+  std::function<float*(int64_t)> fc1_bias_grad, fc2_bias_grad;
+};
+
+ExpertSet local_expert_set(const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w) {
+  ExpertSet x;
+  x.count = static_cast<int64_t>(w.fc1_w.size());
+  x.fc1 = [&ops, &pb, &w](int64_t e) { return weight(ops, pb, w.fc1_w[e]); };
+  x.fc2 = [&ops, &pb, &w](int64_t e) { return weight(ops, pb, w.fc2_w[e]); };
+  x.fc1_bias = [&pb, &w](int64_t e) -> const float* { return w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr; };
+  x.fc2_bias = [&pb, &w](int64_t e) -> const float* { return w.fc2_b[e] >= 0 ? pb.param_data(w.fc2_b[e]) : nullptr; };
+  x.fc1_bias_grad = [&pb, &w](int64_t e) -> float* { return w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr; };
+  x.fc2_bias_grad = [&pb, &w](int64_t e) -> float* { return w.fc2_b[e] >= 0 ? pb.grad_data(w.fc2_b[e]) : nullptr; };
+  return x;
+}
+
+ExpertSet replica_expert_set(const OpTable& ops, MoeHotExperts& hot) {
+  ExpertSet x;
+  x.count = hot.num_replicas();
+  x.fc1 = [&ops, &hot](int64_t e) { return hot.fc1(e, ops.gemm, ops.bf16_gemm); };
+  x.fc2 = [&ops, &hot](int64_t e) { return hot.fc2(e, ops.gemm, ops.bf16_gemm); };
+  x.fc1_bias = [&hot](int64_t e) { return hot.fc1_bias(e); };
+  x.fc2_bias = [&hot](int64_t e) { return hot.fc2_bias(e); };
+  x.fc1_bias_grad = [&hot](int64_t e) { return hot.fc1_bias_grad(e); };
+  x.fc2_bias_grad = [&hot](int64_t e) { return hot.fc2_bias_grad(e); };
+  return x;
+}
 
 // The expert-TP layout of this rank's local-expert rows (offsets [El + 1]): every ETP rank's row
 // counts per local expert, exchanged once (all-gather of El int64).
@@ -150,8 +210,8 @@ Tensor etp_reduce_scatter(const Comm& etp, const MoeEtpLayout& l, const Tensor& 
 // fc2 bias is added once (ETP rank 0) before the sum.
 // Under --moe-zero-memory (s->zero_memory) the input rows and activations (level1: and the fc1
 // outputs) are not kept.
-Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                       const Tensor& in, const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
+Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& in,
+                       const std::vector<int64_t>& in_offsets, const Comm& etp, MoeSaved* s) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);
   const int64_t Fe = c.moe.ffn / (split ? etp->size() : 1);
@@ -163,7 +223,7 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
     rows = etp_gather(etp, s->etp, in);
   }
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
-  GALE_CHECK_EQ(static_cast<int64_t>(w.fc1_w.size()), El) << "local experts";
+  GALE_CHECK_EQ(w.count, El) << "local experts";
   Tensor out = Tensor::empty({offsets[El], H});
   std::vector<Tensor>* fc1_outs = &s->fc1_out;
   std::vector<Tensor>* acts = &s->act;
@@ -173,13 +233,12 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ParamBuff
   for_each_expert(El, [&](int64_t e) {
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
-    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));  // [n, Fe or 2Fe]
+    Tensor u = linear_forward(rows.slice(offsets[e], n), w.fc1(e));  // [n, Fe or 2Fe]
     Tensor act = Tensor::empty({n, Fe});
-    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
-    mlp_activation_forward(c, ops)(u.data<float>(), b1, act.data<float>(), n, Fe);
+    mlp_activation_forward(c, ops)(u.data<float>(), w.fc1_bias(e), act.data<float>(), n, Fe);
     act = to_gemm_input(act, c.gemm_dtype());
-    Tensor ye = linear_forward(act, weight(ops, pb, w.fc2_w[e]));  // [n, H]
-    if (w.fc2_b[e] >= 0 && add_fc2_bias) add_bias_ref(ye.data<float>(), pb.param_data(w.fc2_b[e]), n, H);
+    Tensor ye = linear_forward(act, w.fc2(e));  // [n, H]
+    if (w.fc2_bias(e) && add_fc2_bias) add_bias_ref(ye.data<float>(), w.fc2_bias(e), n, H);
     std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
     const bool off = s->zero_memory == MoeZeroMemory::kOff;
     if (s->zero_memory != MoeZeroMemory::kLevel1) (*fc1_outs)[e] = u;
@@ -203,8 +262,8 @@ Tensor redispatched_rows(const Comm& etp, const MoeSaved& s, PendingRows& redisp
 
 // --moe-zero-memory level1: each local expert's fc1 output (bias added) and activation from its
 // rows, the same kernels as experts_forward (so the same bits).
-void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
-                   const Tensor& rows, const std::vector<int64_t>& offsets, int64_t Fe, MoeSaved& s) {
+void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& rows,
+                   const std::vector<int64_t>& offsets, int64_t Fe, MoeSaved& s) {
   FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
   s.fc1_out.assign(static_cast<size_t>(El), Tensor());
@@ -212,10 +271,9 @@ void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   for_each_expert(El, [&](int64_t e) {
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
-    Tensor u = linear_forward(rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+    Tensor u = linear_forward(rows.slice(offsets[e], n), w.fc1(e));
     Tensor act = Tensor::empty({n, Fe});
-    const float* b1 = w.fc1_b[e] >= 0 ? pb.param_data(w.fc1_b[e]) : nullptr;
-    mlp_activation_forward(c, ops)(u.data<float>(), b1, act.data<float>(), n, Fe);
+    mlp_activation_forward(c, ops)(u.data<float>(), w.fc1_bias(e), act.data<float>(), n, Fe);
     s.fc1_out[e] = u;
     s.act[e] = to_gemm_input(act, c.gemm_dtype());
   });
@@ -225,8 +283,8 @@ void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
 // gradient [N, H] (under ETP reduce-scattered back); accumulates the fc2 weight and bias and the
 // fc1 bias gradients and keeps in `du` each expert's fc1 output gradient (as the fc1 GEMMs take
 // it, `rows_dtype`) for experts_fc1_weight_grads. Releases the kept fc1 outputs and activations.
-Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
-                             const Tensor& d_out_local, const std::vector<int64_t>& in_offsets, const Comm& etp,
+Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, const ExpertSet& w, const Tensor& d_out_local,
+                             const std::vector<int64_t>& in_offsets, const Comm& etp,
                              DType rows_dtype, MoeSaved& s, std::vector<Tensor>* du, WeightGradStore* defer) {
   const int64_t H = c.hidden;
   const bool split = splits(etp);
@@ -243,14 +301,14 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) return;
     const Tensor d_ye = d_out.slice(first, n);
-    if (w.fc2_b[e] >= 0) column_sum_accumulate(d_ye.data<float>(), pb.grad_data(w.fc2_b[e]), n, H);
+    if (float* db2 = w.fc2_bias_grad(e)) column_sum_accumulate(d_ye.data<float>(), db2, n, H);
     if (!acts[e].defined()) {  // moe_act / zero memory: from fc1's output (its bias already added)
       Tensor act = Tensor::empty({n, Fe});
       mlp_activation_forward(c, ops)(fc1_outs[e].data<float>(), nullptr, act.data<float>(), n, Fe);
       acts[e] = to_gemm_input(act, c.gemm_dtype());
     }
     // [n, Fe]; the fc2 weight gradient at once or into the expert batch (as linear_backward).
-    const LinearWeight fc2 = weight(ops, pb, w.fc2_w[e]);
+    const LinearWeight fc2 = w.fc2(e);
     const Tensor d_ye_gemm = to_gemm_input(d_ye, acts[e].dtype());
     if (defer)
       defer->put_expert(e, d_ye_gemm, acts[e], fc2);
@@ -260,12 +318,12 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
     linear_backward_data_into(d_ye_gemm, fc2, acts[e].dtype(), d_act);
     acts[e] = Tensor();
     Tensor d_u = Tensor::empty(fc1_outs[e].shape());
-    float* db1 = w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr;
+    float* db1 = w.fc1_bias_grad(e);
     mlp_activation_backward(c, ops)(d_act.data<float>(), fc1_outs[e].data<float>(), d_u.data<float>(), db1, n, Fe);
     fc1_outs[e] = Tensor();
     (*du)[e] = to_gemm_input(d_u, rows_dtype);  // rounded once for both products (as linear_backward)
     Tensor dxe = Tensor::empty({n, H});
-    linear_backward_data_into((*du)[e], weight(ops, pb, w.fc1_w[e]), rows_dtype, dxe);  // [n, H]
+    linear_backward_data_into((*du)[e], w.fc1(e), rows_dtype, dxe);  // [n, H]
     std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
   });
   if (defer) defer->end_experts();
@@ -274,7 +332,7 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, ParamBuff
 
 // The fc1 weight gradients from experts_backward_data's `du` and the experts' input rows; releases `du`.
 // With `defer` (--dualpipev-dw-detach) they are queued there as one expert batch instead.
-void experts_fc1_weight_grads(const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w, const Tensor& rows,
+void experts_fc1_weight_grads(const ExpertSet& w, const Tensor& rows,
                               const std::vector<int64_t>& offsets, std::vector<Tensor>& du, WeightGradStore* defer) {
   const int64_t El = static_cast<int64_t>(offsets.size()) - 1;
   if (defer) defer->begin_experts(El);
@@ -282,15 +340,30 @@ void experts_fc1_weight_grads(const OpTable& ops, ParamBuffer& pb, const MoePara
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
     if (defer)
-      defer->put_expert(e, du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+      defer->put_expert(e, du[e], rows.slice(offsets[e], n), w.fc1(e));
     else
-      linear_backward_weight(du[e], rows.slice(offsets[e], n), weight(ops, pb, w.fc1_w[e]));
+      linear_backward_weight(du[e], rows.slice(offsets[e], n), w.fc1(e));
     du[e] = Tensor();
   });
   if (defer) defer->end_experts();
 }
 
 }  // namespace
+
+MoeHotPass::MoeHotPass() = default;
+MoeHotPass::~MoeHotPass() = default;
+
+std::vector<int64_t> MoeHotPass::slots(const std::vector<int64_t>& permuted) const {
+  std::vector<int64_t> out(hot_rows.size());
+  for (size_t i = 0; i < hot_rows.size(); ++i) out[i] = permuted[static_cast<size_t>(hot_rows[i])];
+  return out;
+}
+
+std::vector<int64_t> MoeHotPass::sent_slots(const std::vector<int64_t>& permuted) const {
+  std::vector<int64_t> out(sent_rows.size());
+  for (size_t i = 0; i < sent_rows.size(); ++i) out[i] = permuted[static_cast<size_t>(sent_rows[i])];
+  return out;
+}
 
 int64_t MoeSaved::tensor_bytes() const {
   int64_t n = 0;
@@ -300,6 +373,7 @@ int64_t MoeSaved::tensor_bytes() const {
     add(*t);
   for (const std::vector<Tensor>* v : {&fc1_out, &act})
     for (const Tensor& t : *v) add(t);
+  if (hot) n += hot->state.tensor_bytes();  // --balanced-moe-experts: the replicas' kept tensors
   return n;
 }
 
@@ -369,7 +443,7 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
                    const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap,
-                   const MoeJitterKey& jitter, MoeZeroMemory zero_memory) {
+                   const MoeJitterKey& jitter, MoeZeroMemory zero_memory, const std::vector<Comm>& hot_groups) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
   MoeRouterSaved router_saved;
@@ -426,17 +500,52 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
   GALE_CHECK(st.zero_memory == MoeZeroMemory::kOff || !gathered) << "--moe-zero-memory with the all-gather dispatcher";
   if (!gathered) {
     // ---- all-to-all: this rank's rows to the experts' ranks, local experts, and back ----
-    plan = make_dispatch_plan(ep, counts);
+    // --balanced-moe-experts (model/moe_hot_experts.h): the hot experts are chosen and their
+    // replicas broadcast; this rank's rows of the remote hot ones stay here (hot->hot_rows)
+    std::shared_ptr<MoeHotPass> hot;
+    std::vector<int64_t> send_counts = counts;
+    if (ops.moe_hot_experts > 0 && ep && ep->size() > 1) {
+      GALE_CHECK(!placed && routing.padding.empty() && !splits(etp) && st.zero_memory == MoeZeroMemory::kOff)
+          << "--balanced-moe-experts with expert placement, padding to capacity, expert-TP or --moe-zero-memory";
+      hot = std::make_shared<MoeHotPass>();
+      hot->experts = std::make_unique<MoeHotExperts>(ep, hot_groups, pb, w, counts, ops.moe_hot_experts);
+      hot->hot_offsets.assign(1, 0);
+      for (int64_t e = 0; e < E; ++e) {
+        const bool here = hot->experts->remote(e);
+        std::vector<int64_t>& to = here ? hot->hot_rows : hot->sent_rows;
+        for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) to.push_back(r);
+        if (here) {
+          send_counts[e] = 0;
+          hot->hot_offsets.push_back(static_cast<int64_t>(hot->hot_rows.size()));
+        }
+      }
+    }
+    plan = make_dispatch_plan(ep, send_counts);
+    Tensor hot_out;  // [hot rows, H] the replicas' outputs, replica-major
     // --moe-fb-overlap (core/interleave.h): while each exchange is in flight the other micro-batch
-    // of the overlapped forward/backward pair computes (no-op outside a pair)
+    // of the overlapped forward/backward pair computes (no-op outside a pair); the hot rows are
+    // computed while the other rows are dispatched
     const std::function<void()> in_flight = [&] {
       if (overlap) overlap();
+      if (hot) {
+        const ExpertSet replicas = replica_expert_set(ops, *hot->experts);
+        hot_out = experts_forward(c, ops, replicas, gather_rows(x, hot->slots(permuted).data(), hot->num_rows(), k),
+                                  hot->hot_offsets, nullptr, &hot->state);
+      }
       interleave_yield();
     };
-    expert_in = dispatch_rows(ep, plan, gather_rows(x, permuted.data(), R, k), in_flight);  // [N, H] local expert-major
-    PendingRows back = combine_rows_async(ep, plan, experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st));
+    const Tensor to_send = hot ? gather_rows(x, hot->sent_slots(permuted).data(), plan.num_sent(), k)
+                               : gather_rows(x, permuted.data(), R, k);
+    expert_in = dispatch_rows(ep, plan, to_send, in_flight);  // [N, H] local expert-major
+    const ExpertSet locals = local_expert_set(ops, pb, w);
+    PendingRows back = combine_rows_async(ep, plan, experts_forward(c, ops, locals, expert_in, plan.expert_offsets, etp, &st));
     interleave_yield();
     expert_out = back.wait();
+    const int64_t hot_rows = hot ? hot->num_rows() : 0;
+    moe_dispatch_counters().note_expert_rows(plan.num_received() + hot_rows);
+    moe_dispatch_counters().hot_rows_computed_locally += hot_rows;
+    if (hot) expert_out = merge_rows(expert_out, hot->sent_rows, hot_out, hot->hot_rows, R);
+    if (saved) saved->hot = hot;
     // ---- weighted un-permutation ----
     for (int64_t i = 0; i < R; ++i) {
       const int64_t r = row_order.empty() ? i : row_order[i];
@@ -489,7 +598,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     }
     if (x_work) x_work->wait();
     expert_in = gather_rows(all_x, gathered_slot.data(), plan.expert_offsets[El], k);
-    expert_out = experts_forward(c, ops, pb, w, expert_in, plan.expert_offsets, etp, &st);  // [N, H]
+    expert_out = experts_forward(c, ops, local_expert_set(ops, pb, w), expert_in, plan.expert_offsets, etp, &st);  // [N, H]
     Tensor partial = Tensor::zeros({P * T, H});
     for (int64_t r = 0; r < plan.expert_offsets[El]; ++r) {
       const float q = gathered_probs.data<float>()[gathered_slot[r]];
@@ -567,34 +676,55 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   const auto redispatch = [&] { return dispatch_rows_async(ep, s.plan, gather_rows(s.x, s.permuted_slot.data(), R, k)); };
   PendingRows rows_again;
   if (level1) rows_again = redispatch();
+  // --balanced-moe-experts: the hot rows' gradients stay here (their replicas' backward below)
+  Tensor d_hot_out;
+  if (s.hot) {
+    d_hot_out = take_rows(d_expert_out, s.hot->hot_rows);
+    d_expert_out = take_rows(d_expert_out, s.hot->sent_rows);
+  }
   PendingRows grads = dispatch_rows_async(ep, s.plan, d_expert_out);  // to the experts' ranks
   if (redo && !level1) rows_again = redispatch();
   if (overlap) overlap();  // the shared expert's backward while they are in flight
+  Tensor d_hot_in;         // the hot rows' input gradients, replica-major
+  if (s.hot) {             // the replicas' backward while the other rows' gradients are in flight
+    MoeHotPass& h = *s.hot;
+    const ExpertSet replicas = replica_expert_set(ops, *h.experts);
+    std::vector<Tensor> du;
+    d_hot_in = experts_backward_data(c, ops, replicas, d_hot_out, h.hot_offsets, nullptr, s.x.dtype(), h.state, &du,
+                                     nullptr);
+    d_hot_out = Tensor();
+    experts_fc1_weight_grads(replicas, h.state.expert_in, h.hot_offsets, du, nullptr);
+    h.state.expert_in = Tensor();
+  }
   interleave_yield();      // --moe-fb-overlap: the other micro-batch of the pair computes meanwhile
   const bool split = splits(etp);
   const std::vector<int64_t>& offsets = expert_row_offsets(etp, s, s.plan.expert_offsets);
   Tensor rows = s.expert_in;
   if (level1) {
     rows = redispatched_rows(etp, s, rows_again);
-    recompute_fc1(c, ops, pb, w, rows, offsets, c.moe.ffn / (split ? etp->size() : 1), s);
+    recompute_fc1(c, ops, local_expert_set(ops, pb, w), rows, offsets, c.moe.ffn / (split ? etp->size() : 1), s);
   }
   Tensor d_local_out = grads.wait();  // [N, H] local expert-major
   d_expert_out = Tensor();
   std::vector<Tensor> du;
+  const ExpertSet locals = local_expert_set(ops, pb, w);
   Tensor d_expert_in =
-      experts_backward_data(c, ops, pb, w, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
+      experts_backward_data(c, ops, locals, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
   d_local_out = Tensor();
   if (redo && !level1) rows = redispatched_rows(etp, s, rows_again);
   // ---- back to the token rows; --moe-alltoall-overlap-comm: the fc1 weight gradients meanwhile ----
   PendingRows back;
   if (ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
-  experts_fc1_weight_grads(ops, pb, w, rows, offsets, du, defer);
+  experts_fc1_weight_grads(locals, rows, offsets, du, defer);
   rows = Tensor();
   s.expert_in = Tensor();
   if (!ops.moe_alltoall_overlap) back = combine_rows_async(ep, s.plan, d_expert_in);
   d_expert_in = Tensor();
+  // --balanced-moe-experts: the replicas' gradients to the experts' owners while the combine is in flight
+  if (s.hot) s.hot->experts->reduce_grads_to_owners(pb, w);
   interleave_yield();  // --moe-fb-overlap
-  const Tensor d_rows = back.wait();  // [R, H] this rank's permuted rows
+  Tensor d_rows = back.wait();  // [R, H] this rank's permuted rows
+  if (s.hot) d_rows = merge_rows(d_rows, s.hot->sent_rows, d_hot_in, s.hot->hot_rows, R);
   Tensor dx = Tensor::zeros({T, H});
   for (int64_t i = 0; i < R; ++i) {  // (a padding row's gradient is 0); global expert order
     const int64_t r = s.row_order.empty() ? i : s.row_order[i];
@@ -639,7 +769,8 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   if (async) dprobs_work = reduce_scatter_rows_async(ep, dprobs_partial, &dprobs);
   std::vector<Tensor> du;
   const Tensor rows = s.expert_in;
-  Tensor d_in = experts_backward_data(c, ops, pb, w, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du, defer);
+  const ExpertSet locals = local_expert_set(ops, pb, w);
+  Tensor d_in = experts_backward_data(c, ops, locals, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du, defer);
   d_out = Tensor();
   Tensor dx_partial = Tensor::zeros({P * T, H});
   for (int64_t r = 0; r < N; ++r)
@@ -648,7 +779,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   Tensor dx;
   WorkPtr dx_work;
   if (async) dx_work = reduce_scatter_rows_async(ep, dx_partial, &dx);
-  experts_fc1_weight_grads(ops, pb, w, rows, expert_row_offsets(etp, s, s.plan.expert_offsets), du, defer);
+  experts_fc1_weight_grads(locals, rows, expert_row_offsets(etp, s, s.plan.expert_offsets), du, defer);
   s.expert_in = Tensor();
   if (async) {
     dprobs_work->wait();

@@ -64,6 +64,8 @@
 namespace gale {
 
 class WeightGradStore;  // model/weight_grad_store.h
+class MoeHotExperts;    // model/moe_hot_experts.h
+struct MoeHotPass;      // below
 
 // Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
 struct MoeParamIds {
@@ -128,10 +130,31 @@ struct MoeSaved {
   Tensor expert_out;                   // [R, H] permuted rows' expert outputs (for the routing-weight
                                        // gradient); all-gather: the local experts' outputs [N, H]
   MoeZeroMemory zero_memory = MoeZeroMemory::kOff;  // what this forward dropped (config.h)
+  // --balanced-moe-experts: this forward's hot experts and the rows computed with their replicas
+  // (null without); `plan` then covers only the rows sent through the all-to-all.
+  std::shared_ptr<MoeHotPass> hot;
 
   // Bytes of the tensors kept (x, the router's, probs, expert rows, fc1 outputs, activations,
-  // expert outputs; the index vectors are not counted): what --moe-zero-memory shrinks.
+  // expert outputs, and a hot-expert pass's replica input rows, fc1 outputs and activations; the
+  // index vectors and the replicas' parameters are not counted): what --moe-zero-memory shrinks.
   int64_t tensor_bytes() const;
+};
+
+// One forward's hot-expert replication (--balanced-moe-experts, ops.moe_hot_experts > 0 with the
+// all-to-all dispatcher and EP > 1): the replicas, which permuted rows (indices into the permuted
+// order) went through the all-to-all and which stayed here for a replica (replica-major, each
+// replica's rows in token order), and what the replicas' forward kept for backward.
+struct MoeHotPass {
+  std::unique_ptr<MoeHotExperts> experts;
+  std::vector<int64_t> sent_rows, hot_rows;
+  std::vector<int64_t> hot_offsets;  // [replicas + 1] replica i's rows [hot_offsets[i], hot_offsets[i+1]) of hot_rows
+  MoeSaved state;                    // expert_in, fc1_out, act of the replicas
+  MoeHotPass();
+  ~MoeHotPass();
+  int64_t num_rows() const { return static_cast<int64_t>(hot_rows.size()); }
+  // The slots (permuted[r]) of the hot rows and of the sent rows.
+  std::vector<int64_t> slots(const std::vector<int64_t>& permuted) const;
+  std::vector<int64_t> sent_slots(const std::vector<int64_t>& permuted) const;
 };
 
 // Returns y [T, H] (f32). With `saved` (training) the state for backward is kept and `losses`, when
@@ -150,11 +173,19 @@ struct MoeSaved {
 // keeps neither the experts' input rows nor their activation outputs, level1 not their fc1 outputs
 // either; backward re-dispatches the rows from the kept input x and recomputes the rest with the
 // same kernels, so the results are bit-identical.
+// With ops.moe_hot_experts = N > 0 (--balanced-moe-experts, all-to-all dispatcher, EP > 1) the N
+// hot experts of this micro-batch are replicated on every EP rank (model/moe_hot_experts.h): their
+// parameters broadcast over `hot_groups` (M duplicates of `ep`; empty: `ep`), each rank's rows of a
+// hot expert it does not own computed here with the replica while the other rows are dispatched;
+// moe_backward runs the replicas' backward while the output gradients are dispatched and sends
+// their weight gradients to the owners while the input gradients are combined. Each row's output
+// and input gradient are the same products of the same weights; an expert's weight gradient sums
+// its rows in another grouping (not bitwise).
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
                    bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1,
                    const std::function<void()>& overlap = {}, const MoeJitterKey& jitter = {},
-                   MoeZeroMemory zero_memory = MoeZeroMemory::kOff);
+                   MoeZeroMemory zero_memory = MoeZeroMemory::kOff, const std::vector<Comm>& hot_groups = {});
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`
 // multiplies the auxiliary losses' gradients (with their coefficients). Releases `s`. `overlap`,

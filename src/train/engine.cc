@@ -204,11 +204,19 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   // Every chunk first: --ddp-num-buckets divides the parameters of all of them.
   std::vector<std::unique_ptr<GPTModel>> models;
   int64_t num_parameters = 0;
+  // --balanced-moe-experts: M duplicates of the EP group for the hot experts' transfers (collective over EP)
+  std::vector<Comm> ep_hot_groups;
+  if (engine->ops.moe_hot_experts > 0 && engine->ps.layout().sizes.ep > 1) {
+    const Comm& ep = engine->ps.expert();
+    for (int64_t i = 0; i < std::max<int64_t>(1, engine->ops.moe_hot_expert_groups); ++i)
+      ep_hot_groups.push_back(ep->make_group(ep->world_ranks(), str_cat(ep->name(), "-hot", i)));
+  }
   for (int64_t vp = 0; vp < vpp; ++vp) {
     config.full_recompute.chunk = vp;  // --enable-recompute-layers-per-pp-rank
     config.full_recompute.rank_chunks = vpp;
-    models.push_back(std::make_unique<GPTModel>(config, chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d),
-                                                &engine->ops));
+    ModelPartition part = chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d);
+    part.ep_hot_groups = ep_hot_groups;
+    models.push_back(std::make_unique<GPTModel>(config, std::move(part), &engine->ops));
     models.back()->params().initialize(config.seed);
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
     if (args.training.swap_attention || args.training.swap_layer_input)

@@ -1,0 +1,156 @@
+// --balanced-moe-experts against the plain all-to-all dispatcher on a skewed router (run under mpirun, EP = world):
+//
+//   mpirun -np 2 build/bench/balanced_moe_bench [--layers 2] [--hidden 256] [--seq 512] [--experts 8]
+//                                               [--hot 2] [--groups 2] [--micro-batches 4] [--reps 5]
+//                                               [--skew 30]
+//
+// A GPT whose layers are all MoE (top-2 of --experts, sigmoid scores, the all-to-all dispatcher,
+// micro-batch 1, dropout off, no pipelining), EP = DP = world. The router is skewed by a fixed
+// expert bias (--skew/100 on expert 0, half of it on expert 1: both on EP rank 0), so EP rank 0's
+// experts get most rows. The repetitions alternate the plain dispatcher and --balanced-moe-experts
+// (the op table's hot expert number; the transfer groups are made once) on the same engine. Per
+// mode: seconds per forward/backward iteration (best of --reps, slowest rank), rows sent through
+// the all-to-all to other ranks (forward inputs and backward output gradients, all ranks, per
+// iteration), and the most rows one rank's experts (plus replicas) took in one micro-batch's layer.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "core/log.h"
+#include "model/moe_dispatch.h"
+#include "schedule/schedules.h"
+#include "train/engine.h"
+
+namespace gale {
+namespace {
+
+struct Options {
+  int layers = 2, hidden = 256, seq = 512, experts = 8, hot = 2, groups = 2, micro_batches = 4, reps = 5, skew = 30;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (flag == "--layers") o.layers = v;
+    else if (flag == "--hidden") o.hidden = v;
+    else if (flag == "--seq") o.seq = v;
+    else if (flag == "--experts") o.experts = v;
+    else if (flag == "--hot") o.hot = v;
+    else if (flag == "--groups") o.groups = v;
+    else if (flag == "--micro-batches") o.micro_batches = v;
+    else if (flag == "--reps") o.reps = v;
+    else if (flag == "--skew") o.skew = v;
+  }
+  return o;
+}
+
+std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* args) {
+  ArgParser parser("gale pretrain", "bench");
+  add_all_pretrain_args(parser, *args);
+  const int P = world->size();
+  std::vector<std::string> argv = {
+      "gale", "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
+      "--num-attention-heads", std::to_string(o.hidden / 64), "--seq-length", std::to_string(o.seq),
+      "--max-position-embeddings", std::to_string(o.seq), "--micro-batch-size", "1", "--global-batch-size",
+      std::to_string(P * o.micro_batches), "--train-iters", "1", "--lr", "1e-4", "--mock-data",
+      "--expert-model-parallel-size", std::to_string(P), "--num-experts", std::to_string(o.experts),
+      "--moe-router-topk", "2", "--moe-ffn-hidden-size", std::to_string(2 * o.hidden), "--moe-token-dispatcher-type",
+      "alltoall", "--moe-grouped-gemm", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+      "--moe-router-bias-update-rate", "0", "--hidden-dropout", "0", "--attention-dropout", "0"};
+  std::vector<char*> ptrs;
+  for (auto& a : argv) ptrs.push_back(a.data());
+  GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+  GALE_CHECK_OK(validate_all_pretrain_args(*args, parser, world->size()));
+  args->model.padded_vocab_size = 1024;
+  OpTable ops = reference_ops();
+  ops.moe_hot_experts = o.hot;  // what --balanced-moe-experts installs (the groups are made at build)
+  ops.moe_hot_expert_groups = o.groups;
+  auto e = build_engine(*args, world, ops);
+  GALE_CHECK_OK(e.status());
+  // the skewed router
+  for (GPTModel* c : e.value()->chunk_pointers()) {
+    const ParamBuffer& pb = c->params();
+    for (int id = 0; id < pb.size(); ++id)
+      if (pb.spec(id).name.find("router.expert_bias") != std::string::npos) {
+        pb.param_data(id)[0] = static_cast<float>(o.skew) / 100.0f;
+        pb.param_data(id)[1] = static_cast<float>(o.skew) / 200.0f;
+      }
+  }
+  return std::move(e).value();
+}
+
+MicroBatchSource synthetic_source(int64_t seq, int64_t dp_rank) {
+  return [seq, dp_rank](int64_t m, MicroBatch* mb) {
+    mb->B = 1;
+    mb->S = seq;
+    mb->tokens.resize(seq);
+    mb->labels.resize(seq);
+    mb->loss_mask.assign(seq, 1.0f);
+    mb->position_ids.resize(seq);
+    mb->document_ids.clear();
+    mb->sample_ids = {m};
+    for (int64_t s = 0; s < seq; ++s) {
+      mb->tokens[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17) % 1000);
+      mb->labels[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17 + 7) % 1000);
+      mb->position_ids[s] = static_cast<int32_t>(s);
+    }
+    return Status::Ok();
+  };
+}
+
+}  // namespace
+}  // namespace gale
+
+int main(int argc, char** argv) {
+  using namespace gale;
+  StatusOr<Comm> w = init_mpi_world();
+  if (!w.ok()) {
+    std::fprintf(stderr, "balanced_moe_bench: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  Comm world = w.value();
+  const Options o = parse(argc, argv);
+  Arguments args;
+  std::unique_ptr<Engine> e = build(o, world, &args);
+  const int64_t hot = e->ops.moe_hot_experts;
+  if (world->rank() == 0)
+    std::printf("EP%d (= DP), GPT %d MoE layers (%d experts top-2, sigmoid, expert bias %.2f / %.2f on experts 0 / 1), "
+                "hidden %d, seq %d, %d micro-batches of 1 per rank, N = %d hot experts on M = %d groups, best of %d\n",
+                world->size(), o.layers, o.experts, o.skew / 100.0, o.skew / 200.0, o.hidden, o.seq, o.micro_batches,
+                o.hot, o.groups, o.reps);
+  const MicroBatchSource source = synthetic_source(o.seq, e->ps.coords().dp);
+  double best[2] = {1e30, 1e30};
+  long long sent[2] = {0, 0}, max_rows[2] = {0, 0}, hot_rows[2] = {0, 0};
+  for (int r = 0; r < 2 * o.reps + 2; ++r) {  // the first two: warm-up
+    const int mode = r % 2;
+    e->ops.moe_hot_experts = mode == 1 ? hot : 0;
+    for (auto& c : e->chunks) c->params().zero_grads();
+    moe_dispatch_counters().reset();
+    world->barrier();
+    const double t0 = now_seconds();
+    auto fb = forward_backward(e->chunk_pointers(), e->ps, o.micro_batches, source, false);
+    GALE_CHECK_OK(fb.status());
+    const double t = world->all_reduce_scalar(now_seconds() - t0, ReduceOp::kMax);
+    const MoeDispatchCounters& k = moe_dispatch_counters();
+    const int64_t s = world->all_reduce_scalar(static_cast<int64_t>(k.rows_sent_to_other_ranks.load()), ReduceOp::kSum);
+    const int64_t m = world->all_reduce_scalar(static_cast<int64_t>(k.max_expert_rows.load()), ReduceOp::kMax);
+    const int64_t h = world->all_reduce_scalar(static_cast<int64_t>(k.hot_rows_computed_locally.load()), ReduceOp::kSum);
+    if (r < 2) continue;
+    best[mode] = std::min(best[mode], t);
+    sent[mode] = s;
+    max_rows[mode] = m;
+    hot_rows[mode] = h;
+  }
+  if (world->rank() == 0)
+    for (int mode = 0; mode < 2; ++mode)
+      std::printf("%-24s %8.3f s/iter   rows through the all-to-all %8lld   busiest rank's expert rows %6lld   "
+                  "rows on replicas %7lld\n",
+                  mode ? "--balanced-moe-experts" : "plain alltoall", best[mode], sent[mode], max_rows[mode],
+                  hot_rows[mode]);
+  return 0;
+}
