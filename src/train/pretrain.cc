@@ -118,6 +118,9 @@ int pretrain_main(int argc, char** argv) {
   args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.training.swap_layer_input = registry->active("swap-layer-input");
+  args.training.compress_optimizer = registry->active("compress-optimizer");  // off below level 2, as the swaps
+  if (!registry->active("compress-activation")) args.training.compress_activation.clear();
+  if (!registry->active("compress-dense")) args.training.compress_dense = "disable";
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
