@@ -338,7 +338,8 @@ int pretrain_main(int argc, char** argv) {
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
-                      " in tensors (exact), ", format_bytes(peak_rss_bytes()), " process peak RSS"));
+                      " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
+                      format_bytes(peak_rss_bytes()), " process peak RSS"));
   // --compress-optimizer / --compress-activation / --compress-dense: what the codec holds and did.
   if (swap && swap->compressed())
     print_all(str_cat(" > --compress-optimizer: optimizer state of rank ", world->rank(), ": ", swap->raw_bytes(),
