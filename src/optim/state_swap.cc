@@ -2,6 +2,7 @@
 #include "optim/state_swap.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 
@@ -82,6 +83,7 @@ Status OptimizerStateSwap::transfer(int c, bool to_file) {
     float* staged = staging_.data<float>() + static_cast<int64_t>(k) * max_chunk_;
     if (!file_) {  // --compress-optimizer: the blocks of a resident chunk are freed (stale after its update)
       CompressedPlanes& b = block(k, c);
+      const auto t0 = std::chrono::steady_clock::now();
       if (to_file) {
         GALE_CHECK(b.empty()) << "--compress-optimizer: chunk " << c << " compressed twice";
         b = compress_planes(staged, n, 4);
@@ -89,6 +91,8 @@ Status OptimizerStateSwap::transfer(int c, bool to_file) {
         decompress_planes(b, staged);
         b = CompressedPlanes();
       }
+      (to_file ? encode_seconds_ : decode_seconds_) +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       continue;
     }
     GALE_RETURN_IF_ERROR(to_file ? file_->write(file_offset(k, begin), staged, n * 4)

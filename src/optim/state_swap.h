@@ -99,6 +99,9 @@ class OptimizerStateSwap {
   int64_t raw_bytes() const { return static_cast<int64_t>(num_states_) * numel_ * 4; }
   // Bytes this state holds in memory: the staging buffer and the compressed blocks.
   int64_t resident_bytes() const { return staging_bytes() + compressed_bytes(); }
+  // --compress-optimizer: seconds spent compressing and decompressing chunks so far.
+  double encode_seconds() const { return encode_seconds_; }
+  double decode_seconds() const { return decode_seconds_; }
 
  private:
   OptimizerStateSwap() = default;
@@ -117,6 +120,7 @@ class OptimizerStateSwap {
   int64_t max_chunk_ = 0;
   Tensor staging_;  // [num_states · max_chunk] floats
   int resident_ = -1;
+  double encode_seconds_ = 0.0, decode_seconds_ = 0.0;
 };
 
 }  // namespace gale

@@ -345,7 +345,8 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --compress-optimizer: optimizer state of rank ", world->rank(), ": ", swap->raw_bytes(),
                       " bytes held as ", swap->compressed_bytes(), " compressed (ratio ",
                       fixed_str(static_cast<double>(swap->compressed_bytes()) / std::max<int64_t>(swap->raw_bytes(), 1), 4),
-                      ") + ", swap->staging_bytes(), " bytes of staging (", swap->num_chunks(), " chunks)"));
+                      ") + ", swap->staging_bytes(), " bytes of staging (", swap->num_chunks(), " chunks), encode ",
+                      fixed_str(swap->encode_seconds(), 3), " s, decode ", fixed_str(swap->decode_seconds(), 3), " s"));
   CompressStats act;
   for (const auto& c : engine.chunks) act.add(c->activation_compress_stats());
   if (act.tensors > 0)

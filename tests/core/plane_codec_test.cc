@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/threads.h"
 
 namespace gale {
 namespace {
@@ -43,13 +44,23 @@ std::vector<float> gaussian(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-TEST(PlaneCodec, RandomFloatsRoundTripAtOddSizes) {
+// One thread codes plane by plane; several code the planes at once: both give the same planes.
+TEST(PlaneCodec, RandomFloatsRoundTripAtOddSizesOnOneAndSeveralThreads) {
+  const int threads = num_threads();
   for (int64_t n : {1, 2, 3, 7, 63, 64, 65, 1000, 4097, 131073}) {
     const std::vector<float> in = gaussian(n, static_cast<uint32_t>(n));
-    expect_bits(in, round_trip(in));
-    expect_bits(in, round_trip(in, 1));  // sign/exponent plane only (--compress-dense level0)
-    expect_bits(in, round_trip(in, 0));  // nothing coded
+    std::vector<int64_t> sizes[2];
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      CompressedPlanes c;
+      expect_bits(in, round_trip(in, -1, &c));
+      for (const Tensor& p : c.planes) sizes[t - 1].push_back(p.numel());
+      expect_bits(in, round_trip(in, 1));  // sign/exponent plane only (--compress-dense level0)
+      expect_bits(in, round_trip(in, 0));  // nothing coded
+    }
+    EXPECT_EQ(sizes[0], sizes[1]) << n;
   }
+  set_num_threads(threads);
 }
 
 TEST(PlaneCodec, UniformRandomBytesStayRawAndRoundTrip) {
