@@ -14,7 +14,10 @@
 // payloads, infinities, denormals and negative zeros included); nothing is written to disk.
 //
 // Every stored plane is a u8 Tensor of its exact size, so the allocator's byte count (core/allocator.h)
-// shows the compressed footprint; encoding and decoding use scratch tensors of one plane's size.
+// shows the compressed footprint. With one thread, encoding and decoding work plane by plane with
+// scratch tensors of one plane's size; with several (core/threads.h), the planes are coded at once,
+// one per thread, from a scratch of every plane (the input's size, plus as much again for the zstd
+// frames when encoding). The coded bytes are the same either way.
 #pragma once
 
 #include <cstdint>
