@@ -15,8 +15,9 @@
 // (MindSpeed: compress-activation is compress-dense's successor, not both). A layer number outside
 // 1..--num-layers or a malformed value is an error naming the item.
 //
-// Tests: tests/model/activation_compress_test.cc (parsing, round trips of a layer's tensors),
-// tests/train/compress_activation_test.cc (bit-identical training, allocator peak, rules).
+// Tests: tests/train/compress_activation_test.cc (bit-identical training, allocator peak),
+// tests/parallel/compress_activation_mpi_test.cc (PP2, 1F1B and interleaved),
+// tests/features/compress_features_test.cc (parsing and rules), tests/cli/compress_cli_test.cc.
 #include "features/registry.h"
 #include "model/activation_compress.h"
 

@@ -16,7 +16,8 @@
 // (checked by compress-activation's feature).
 //
 // Tests: tests/train/compress_activation_test.cc (level0 and level1 bit-identical, allocator
-// peak, rules).
+// peak), tests/parallel/compress_activation_mpi_test.cc, tests/features/compress_features_test.cc
+// (rules), tests/cli/compress_cli_test.cc.
 #include "features/registry.h"
 #include "model/activation_compress.h"
 

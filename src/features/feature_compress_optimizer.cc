@@ -16,11 +16,13 @@
 //
 // Rules: conflicts with --optimizer-selection fused_ema_adamw (as MindSpeed) and with
 // --swap-optimizer and --quant-states (each stores the moments its own way); --optimizer muon,
-// --reuse-fp32-param and ZeRO-2/3 are not supported yet.
+// --reuse-fp32-param, ZeRO-2/3 (train/arguments_parallel.cc) and --enable-expert-placement (its
+// feature) are not supported yet.
 //
 // Tests: tests/core/plane_codec_test.cc (codec), tests/train/compress_optimizer_test.cc
 // (bit-identical training, state, checkpoints, allocator bytes, rules),
-// tests/optim/compress_optimizer_mpi_test.cc (DP2 distributed optimizer, bit-identical).
+// tests/optim/compress_optimizer_mpi_test.cc (DP2 with and without the distributed optimizer, PP2
+// chunks, bit-identical), tests/features/compress_features_test.cc (rules), tests/cli/compress_cli_test.cc.
 #include "features/registry.h"
 
 namespace gale {
