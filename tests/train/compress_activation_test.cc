@@ -97,7 +97,7 @@ TEST(CompressActivationMemory, TrainingPeakDrops) {
             << level0 << " (--compress-dense level0), " << level1 << " (level1)\n";
   EXPECT_EQ(before, before0);
   EXPECT_EQ(before, before1);
-  EXPECT_LT(all, before - before / 20);  // at least 5% lower
+  EXPECT_LT(all, before - before / 33);  // at least 3% lower
   EXPECT_LT(level0, before);
   EXPECT_LT(level1, level0);
   EXPECT_LT(all, level0);
