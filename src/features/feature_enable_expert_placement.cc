@@ -12,7 +12,8 @@
 // placement: not supported yet). Not supported yet (refused): --use-distributed-optimizer (MindSpeed
 // migrates the shards through a DP all-gather; Gale does not yet), the ZeRO-2/3 and FSDP layouts,
 // tensor, context and pipeline parallelism, --moe-tp-extend-ep,
-// --moe-pad-expert-input-to-capacity, --swap-optimizer, --quant-states and --reuse-fp32-param.
+// --moe-pad-expert-input-to-capacity, --swap-optimizer, --compress-optimizer, --quant-states and
+// --reuse-fp32-param.
 #include "features/registry.h"
 
 namespace gale {
@@ -79,6 +80,7 @@ class EnableExpertPlacementFeature : public Feature {
     if (m.moe_tp_extend_ep) return no("--moe-tp-extend-ep");
     if (m.moe_pad_expert_input_to_capacity) return no("--moe-pad-expert-input-to-capacity");
     if (a.training.swap_optimizer) return no("--swap-optimizer");
+    if (a.training.compress_optimizer) return no("--compress-optimizer");
     if (!a.training.quant_states.empty()) return no("--quant-states");
     if (a.training.reuse_fp32_param) return no("--reuse-fp32-param");
     return Status::Ok();

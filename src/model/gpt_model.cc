@@ -83,6 +83,7 @@ struct GPTModel::State {
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
+  std::unique_ptr<ActivationCompressor> compress;  // --compress-activation / --compress-dense
   FullRecompute full_recompute;           // the plan this micro-batch's forward followed
   Shape hidden_shape;                     // a layer input's shape [Tl, H] (the recomputed groups')
   bool recomputed = false;                // recompute() ran: backward reruns nothing
@@ -682,6 +683,10 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
       }
       st->swap->swap_out(i, st->layers[i]);
     }
+    if (training && !rerun && compress_.any()) {
+      if (!st->compress) st->compress = std::make_unique<ActivationCompressor>(compress_);
+      st->compress->compress(i, part_.first_layer + i, st->layers[i]);
+    }
   }
   Tensor out;
   if (part_.post_process) {
@@ -859,9 +864,11 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
       st->swap->swap_in(i, st->layers[i]);
       if (i > 0) st->swap->prefetch(i - 1);
     }
+    if (st->compress) st->compress->decompress(i, st->layers[i]);
     d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + i, st->layers[i], d);
     ready();
   }
+  if (st->compress) compress_stats_.add(st->compress->stats());
   if (part_.pre_process) {
     embedding_backward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0), d);
     ready();

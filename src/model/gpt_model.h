@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/op_table.h"
+#include "model/activation_compress.h"
 #include "model/activation_swap.h"
 #include "model/config.h"
 #include "model/micro_batch.h"
@@ -148,6 +149,11 @@ class GPTModel {
   // layer's attention activations and/or its input to a file and backward reads them back, one
   // layer ahead. Off by default.
   void set_swap_attention(const SwapAttentionConfig& c) { swap_attention_ = c; }
+  // --compress-activation / --compress-dense (model/activation_compress.h): training forwards keep
+  // the selected layers' saved activations losslessly compressed until their backward. Off by
+  // default. activation_compress_stats(): what was compressed, summed over the backwards so far.
+  void set_activation_compress(const ActivationCompressConfig& c) { compress_ = c; }
+  const CompressStats& activation_compress_stats() const { return compress_stats_; }
   bool per_token_loss() const { return per_token_loss_; }
   float grad_scale() const { return grad_scale_; }
 
@@ -259,6 +265,8 @@ class GPTModel {
   float grad_scale_ = 1.0f;
   bool per_token_loss_ = false;
   SwapAttentionConfig swap_attention_;
+  ActivationCompressConfig compress_;
+  CompressStats compress_stats_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };

@@ -64,6 +64,12 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
         << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
   }
   GALE_CHECK(!config_.swap || !muon) << "--swap-optimizer with --optimizer muon: not supported";
+  GALE_CHECK(!config_.compress || !muon) << "--compress-optimizer with --optimizer muon: not supported";
+  GALE_CHECK(!config_.compress || !config_.swap) << "--compress-optimizer with --swap-optimizer: not supported";
+  GALE_CHECK(!config_.compress || config_.quant_states.empty()) << "--compress-optimizer with --quant-states: not supported";
+  GALE_CHECK(!config_.compress || !config_.ema)
+      << "--compress-optimizer with --optimizer-selection fused_ema_adamw: not supported";
+  GALE_CHECK(!config_.compress || config_.compress_chunk >= 1) << "--compress-optimizer chunk " << config_.compress_chunk;
   quant_ = !config_.quant_states.empty();
   if (quant_) {
     GALE_CHECK(config_.quant_states == "fp8" || config_.quant_states == "mxfp8")
@@ -82,6 +88,8 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
   for (OptimizedBuffer& b : buffers) {
     GALE_CHECK(b.params->finalized());
     GALE_CHECK(!config_.swap || !b.params->reuses_fp32()) << "--swap-optimizer with --reuse-fp32-param: not supported";
+    GALE_CHECK(!config_.compress || !b.params->reuses_fp32())
+        << "--compress-optimizer with --reuse-fp32-param: not supported";
     GALE_CHECK(!config_.ema || !b.params->reuses_fp32())
         << "--optimizer-selection fused_ema_adamw with --reuse-fp32-param: not supported";
     if (b.counts_in_norm.empty()) b.counts_in_norm.assign(static_cast<size_t>(b.params->size()), true);
@@ -110,8 +118,8 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     s.state_numel = n;
     s.state_base = state_base;
     state_base += n;
-    if (config_.swap) {
-      // no resident state: open_swap() creates the file
+    if (config_.swap || config_.compress) {
+      // no resident state: open_swap() creates the file; --compress-optimizer's blocks below
     } else if (quant_) {
       // Blocks counted from the start of each parameter: fp8 gcd(numel, 128) elements (the whole
       // parameter when that is below 16), mxfp8 32; a segment starting inside a block begins with
@@ -146,6 +154,14 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
       s.momentum = Tensor::zeros({n});
     }
     buffers_.push_back(std::move(s));
+  }
+  if (config_.compress) {
+    std::vector<StateRun> runs;
+    for (const BufferState& b : buffers_)
+      for (const Segment& seg : b.segments) runs.push_back(StateRun{b.state_base + seg.state_offset, seg.numel});
+    const int64_t times = (state_base + config_.compress_chunk - 1) / config_.compress_chunk;
+    swap_ = OptimizerStateSwap::create_compressed(static_cast<int>(state_names().size()), state_base,
+                                                  plan_swap_chunks(runs, state_base, times));
   }
 }
 
@@ -365,7 +381,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
     }
     return out;
   }
-  if (config_.swap) {  // copies, read from the file
+  if (config_.swap || config_.compress) {  // copies, read from the file (decompressed)
     GALE_CHECK(swap_) << "--swap-optimizer: open_swap() before reading the state";
     std::vector<std::pair<std::string, Tensor>> out;
     const std::vector<std::string> names = state_names();
@@ -417,7 +433,7 @@ Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string,
 }
 
 int64_t Optimizer::state_bytes() const {
-  int64_t bytes = swap_ ? swap_->staging_bytes() : 0;
+  int64_t bytes = swap_ ? swap_->resident_bytes() : 0;
   for (const BufferState& s : buffers_)
     for (const Tensor* t :
          {&s.exp_avg, &s.exp_avg_sq, &s.momentum, &s.m_codes, &s.v_codes, &s.m_scales, &s.v_scales, &s.ema})

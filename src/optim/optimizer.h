@@ -67,6 +67,14 @@ struct OptimizerConfig {
   bool swap = false;
   int64_t swap_times = 16;
   std::string swap_dir;
+  // --compress-optimizer (MindSpeed's CompressOptimizerFeature; optim/state_swap.h): the fp32 state
+  // is held losslessly compressed in memory (core/plane_codec.h) in chunks of about `compress_chunk`
+  // elements (the swap optimizer's chunk plan: edges on 64-element multiples inside a parameter), and
+  // each chunk is decompressed into one staging buffer for its update and compressed again after it:
+  // training is bit-identical. AdamW and SGD; not Muon, --swap-optimizer, --quant-states,
+  // fused_ema_adamw or --reuse-fp32-param. Set up by the constructor.
+  bool compress = false;
+  int64_t compress_chunk = int64_t{1} << 16;
   // --quant-states (MindSpeed's low-precision optimizer; kernels/cpu/quant_states.h): "" keeps the
   // f32 moments; "fp8" stores exp_avg as E4M3 and exp_avg_sq as E5M2 codes with an f32 scale per
   // block of gcd(numel, 128) elements of each parameter (one per parameter when that is below 16);
@@ -196,7 +204,8 @@ class Optimizer {
   // Whether Muon updates parameter `param_id` of buffer `b`.
   bool is_muon(size_t b, int param_id) const;
   // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
-  // staging buffer only; with --quant-states the codes and scales.
+  // staging buffer only; with --compress-optimizer the staging buffer and the compressed chunks;
+  // with --quant-states the codes and scales.
   int64_t state_bytes() const;
 
   // --quant-states: whether the moments are stored quantised, and the block layout of segment `s`
@@ -214,7 +223,7 @@ class Optimizer {
   // --swap-optimizer: creates the state file (zeros: the initial state) and the staging buffer.
   // Call once, before the first step or state access, when config().swap is set.
   Status open_swap();
-  // The swapped state, or null (no --swap-optimizer).
+  // The swapped (or --compress-optimizer's compressed) state, or null.
   const OptimizerStateSwap* swap() const { return swap_.get(); }
   // Makes the values of state() tensors of buffer `b` the optimizer's: with --swap-optimizer
   // state() returns copies read from the file, and a checkpoint load writes them back with this;

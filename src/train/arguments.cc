@@ -228,6 +228,16 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--swap-layer-input", &a.swap_layer_input,
              "MindSpeed: move each transformer layer's input kept for backward to a temporary file (in "
              "--swap-attention-dir) after its forward and read it back, one layer ahead, in backward");
+  p.add_flag("--compress-optimizer", &a.compress_optimizer,
+             "MindSpeed: hold Adam's moments (and SGD's momentum) losslessly compressed in memory (byte planes + zstd) "
+             "between steps; each chunk is decompressed for its update and compressed again (bit-identical training)");
+  p.add("--compress-activation", &a.compress_activation,
+        "MindSpeed: layers whose activations kept for backward are held losslessly compressed from the end of their "
+        "forward to their backward: 1-based numbers and ranges ('1-3,5') or 0 for every layer");
+  p.add_choice("--compress-dense", &a.compress_dense, {"disable", "level0", "level1"},
+               "MindSpeed: hold each dense MLP's fc1 output (the activation's input) compressed until its backward: "
+               "level0 codes the sign/exponent byte and keeps the mantissa bytes in memory, level1 also moves the "
+               "mantissa bytes to a temporary file in $TMPDIR");
   p.add_flag("--fp16", &a.fp16,
              "f16 weights and GEMM inputs (emulated on the CPU: f16 values, f32 GEMMs; docs/training.md), f32 master "
              "weights, gradients and optimizer state, with loss scaling");

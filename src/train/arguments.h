@@ -212,6 +212,17 @@ struct TrainingArgs {
   // --swap-attention-dir) and comes back one layer ahead. `gale pretrain` clears it below
   // --optimization-level 2.
   bool swap_layer_input = false;
+  // --compress-optimizer (MindSpeed's CompressOptimizerFeature, level 2;
+  // features/feature_compress_optimizer.cc, optim/state_swap.h): the optimizer's fp32 state held
+  // losslessly compressed in memory, decompressed one chunk at a time for the step.
+  // --compress-activation (CompressActivationFeature, level 2; model/activation_compress.h): "" off,
+  // "0" every layer, or 1-based layer numbers and ranges ("1-3,5") whose saved activations are held
+  // compressed between forward and backward. --compress-dense (AnsCompressTensorFeature, level 2):
+  // disable, level0 or level1: each dense MLP's fc1 output held compressed (level1: its raw mantissa
+  // bytes in a temporary file). `gale pretrain` clears them below --optimization-level 2.
+  bool compress_optimizer = false;
+  std::string compress_activation;
+  std::string compress_dense = "disable";
   bool fp16 = false;  // the same in f16, with loss scaling (optim/grad_scaler.h)
   // --fp16's loss scaling (Megatron's flags and defaults): --loss-scale S gives a constant scale;
   // without it the scale is dynamic, starting at --initial-loss-scale.

@@ -65,6 +65,7 @@ Status validate_zero3(Arguments& a, const std::string& who) {
     return refuse(t.bf16 ? "--bf16" : "--fp16", "the half-precision GEMM copy is not sharded; ZeRO-3 runs in fp32");
   if (t.optimizer == "muon") return refuse("--optimizer muon", "Muon orthogonalises whole matrices");
   if (t.swap_optimizer) return refuse("--swap-optimizer", "its state file follows the flat layout");
+  if (t.compress_optimizer) return refuse("--compress-optimizer", "its compressed chunks follow the flat layout");
   if (t.calculate_per_token_loss)
     return refuse("--calculate-per-token-loss", "the gradients are rescaled after the reduce-scatter");
   if (t.check_weight_hash_across_dp_replicas_interval != kUnset)

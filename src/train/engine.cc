@@ -221,6 +221,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
     if (args.training.swap_attention || args.training.swap_layer_input)
       models.back()->set_swap_attention(swap_attention_config_from_args(args));
+    if (!args.training.compress_activation.empty() || args.training.compress_dense != "disable")
+      models.back()->set_activation_compress(activation_compress_config_from_args(args));
     num_parameters += models.back()->params().numel();
   }
   const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);

@@ -97,7 +97,8 @@ void ExpertPlacer::migrate(Engine& engine, size_t chunk, MoeParamIds& w, const s
   ParamBuffer& pb = engine.chunks[chunk]->params();
   Optimizer& opt = *engine.optimizer;
   GALE_CHECK(&opt.buffer_params(chunk) == &pb && !opt.sharded(chunk)) << "expert placement: chunk " << chunk;
-  const std::vector<std::pair<std::string, Tensor>> states = opt.state(chunk);  // shared storage (no swap, no quant)
+  GALE_CHECK(opt.swap() == nullptr && !opt.quantised()) << "expert placement: the optimizer state must be resident f32";
+  const std::vector<std::pair<std::string, Tensor>> states = opt.state(chunk);  // shared storage (no swap, no compression, no quant)
   // A slot's floats: per parameter its values, gradient and every state tensor's slice.
   int64_t slot_floats = 0;
   for (int id : slot_ids(w, 0)) slot_floats += pb.spec(id).local_numel() * static_cast<int64_t>(2 + states.size());

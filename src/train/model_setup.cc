@@ -127,6 +127,19 @@ void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
   }
 }
 
+ActivationCompressConfig activation_compress_config_from_args(const Arguments& a) {
+  ActivationCompressConfig c;
+  if (!a.training.compress_activation.empty()) {
+    StatusOr<std::vector<bool>> layers = parse_compress_activation(a.training.compress_activation, a.model.num_layers);
+    GALE_CHECK_OK(layers.status());  // validated by the feature
+    c.layers = *layers;
+  }
+  StatusOr<int> level = parse_compress_dense(a.training.compress_dense);
+  GALE_CHECK_OK(level.status());
+  c.dense_level = *level;
+  return c;
+}
+
 SwapAttentionConfig swap_attention_config_from_args(const Arguments& a) {
   SwapAttentionConfig c;
   if (a.training.swap_attention) {
@@ -154,6 +167,7 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.swap = t.swap_optimizer;
   o.swap_times = t.swap_optimizer_times;
   o.swap_dir = t.swap_optimizer_dir;
+  o.compress = t.compress_optimizer;
   o.quant_states = t.quant_states;
   o.ema = t.optimizer_selection == "fused_ema_adamw";
   o.ema_decay = t.ema_decay;

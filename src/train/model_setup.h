@@ -1,6 +1,7 @@
 // From validated flags to the model, optimizer and scheduler configurations.
 #pragma once
 
+#include "model/activation_compress.h"
 #include "model/activation_swap.h"
 #include "model/config.h"
 #include "optim/grad_scaler.h"
@@ -15,6 +16,8 @@ ModelConfig model_config_from_args(const Arguments& a);
 OptimizerConfig optimizer_config_from_args(const Arguments& a);
 // --swap-attention, --swap-modules, --swap-attention-dir.
 SwapAttentionConfig swap_attention_config_from_args(const Arguments& a);
+// --compress-activation, --compress-dense (validated by their features).
+ActivationCompressConfig activation_compress_config_from_args(const Arguments& a);
 // Megatron's get_optimizer_param_scheduler: steps counted in samples.
 LrSchedule lr_schedule_from_args(const Arguments& a);
 // --fp16's loss scaler: constant with --loss-scale, else dynamic from --initial-loss-scale,

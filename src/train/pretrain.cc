@@ -30,6 +30,17 @@ namespace gale {
 
 namespace {
 
+// `v` with `digits` decimals.
+std::string fixed_str(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+namespace {
+
 // Rank of this process from the launcher's environment (before MPI is up), for error printing.
 bool env_says_not_rank0() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
@@ -118,6 +129,9 @@ int pretrain_main(int argc, char** argv) {
   args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.training.swap_layer_input = registry->active("swap-layer-input");
+  args.training.compress_optimizer = registry->active("compress-optimizer");  // off below level 2, as the swaps
+  if (!registry->active("compress-activation")) args.training.compress_activation.clear();
+  if (!registry->active("compress-dense")) args.training.compress_dense = "disable";
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   args.parallel.optimize_send_recv_comm = registry->active("optimize-send-recv-comm");
   if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
@@ -245,7 +259,8 @@ int pretrain_main(int argc, char** argv) {
                       pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
                       (pb.values_sharded() ? 8 : 4) * pb.numel(), ")"));
   }
-  if (const OptimizerStateSwap* swap = engine.optimizer->swap())
+  const OptimizerStateSwap* swap = engine.optimizer->swap();
+  if (swap && !swap->compressed())
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
                       " bytes in ", swap->path(), " (unlinked), ", swap->staging_bytes(), " bytes resident (",
                       swap->num_chunks(), " chunks)"));
@@ -325,7 +340,23 @@ int pretrain_main(int argc, char** argv) {
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
-                      " in tensors (exact), ", format_bytes(peak_rss_bytes()), " process peak RSS"));
+                      " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
+                      format_bytes(peak_rss_bytes()), " process peak RSS"));
+  // --compress-optimizer / --compress-activation / --compress-dense: what the codec holds and did.
+  if (swap && swap->compressed())
+    print_all(str_cat(" > --compress-optimizer: optimizer state of rank ", world->rank(), ": ", swap->raw_bytes(),
+                      " bytes held as ", swap->compressed_bytes(), " compressed (ratio ",
+                      fixed_str(static_cast<double>(swap->compressed_bytes()) / std::max<int64_t>(swap->raw_bytes(), 1), 4),
+                      ") + ", swap->staging_bytes(), " bytes of staging (", swap->num_chunks(), " chunks), encode ",
+                      fixed_str(swap->encode_seconds(), 3), " s, decode ", fixed_str(swap->decode_seconds(), 3), " s"));
+  CompressStats act;
+  for (const auto& c : engine.chunks) act.add(c->activation_compress_stats());
+  if (act.tensors > 0)
+    print_all(str_cat(" > ", !args.training.compress_activation.empty() ? "--compress-activation" : "--compress-dense",
+                      ": rank ", world->rank(), " compressed ", act.tensors, " tensors, ", act.raw_bytes, " -> ",
+                      act.stored_bytes, " bytes in memory", act.file_bytes > 0 ? str_cat(" + ", act.file_bytes, " in the file") : "",
+                      " (ratio ", fixed_str(static_cast<double>(act.stored_bytes + act.file_bytes) / act.raw_bytes, 4),
+                      "), encode ", fixed_str(act.encode_seconds, 3), " s, decode ", fixed_str(act.decode_seconds, 3), " s"));
   return 0;
 }
 
