@@ -162,7 +162,7 @@ TEST(DsaKernels, TopkKeepsTheHighestIndexScores) {
       if (r > 0 && idx[t * K + r] >= 0) EXPECT_LT(idx[t * K + r - 1], idx[t * K + r]);  // ascending
     }
     for (int64_t j = 0; j <= i; ++j)
-      if (!kept[j]) EXPECT_LE(dsa_index_score(ip, b, i, j), worst_kept) << "row " << t << " key " << j;
+      if (!kept[j]) EXPECT_LE(dsa_index_score(ip, b, i, j), worst_kept + 1e-5f) << "row " << t << " key " << j;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/threads.h"
+#include "kernels/cpu/gemm.h"
 
 namespace gale {
 
@@ -110,27 +111,50 @@ float dsa_index_score(const DsaIndexerProblem& ip, int64_t b, int64_t i, int64_t
 
 void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
   const AttentionProblem& m = *ip.mask;
-  const int64_t B = m.B, S = m.Sq, K = ip.topk;
+  const int64_t B = m.B, S = m.Sq, K = ip.topk, NI = ip.NI, DI = ip.DI;
   GALE_CHECK(m.Sq == m.Sk && K > 0) << "DSA indexer: square problems and a positive top-k";
-  parallel_for(B * S, 16, [&](int64_t t0, int64_t t1) {
+  // Blocks of query rows of one sample: per indexer head one GEMM of the block's queries with the
+  // sample's keys (only keys up to the block's last row under a plain causal mask), then
+  // I = Σ_h w_h·ReLU(·) and the selection row by row.
+  constexpr int64_t kRows = 32;
+  const int64_t blocks = (S + kRows - 1) / kRows;
+  const bool causal_prefix = m.causal && !m.q_positions && !m.k_positions;
+  parallel_for(B * blocks, 1, [&](int64_t u0, int64_t u1) {
     std::vector<std::pair<float, int32_t>> cand;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i = t / B, b = t % B;
-      cand.clear();
-      for (int64_t j = 0; j < S; ++j)
-        if (attention_visible(m, b, i, j)) cand.emplace_back(dsa_index_score(ip, b, i, j), static_cast<int32_t>(j));
-      int32_t* row = idx + t * K;
-      int64_t n = static_cast<int64_t>(cand.size());
-      if (n > K) {
-        auto better = [](const std::pair<float, int32_t>& x, const std::pair<float, int32_t>& y) {
-          return x.first > y.first || (x.first == y.first && x.second < y.second);
-        };
-        std::nth_element(cand.begin(), cand.begin() + (K - 1), cand.end(), better);
-        cand.resize(K);
-        std::sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
-        n = K;
+    std::vector<float> dots, scores;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / blocks, i0 = (u % blocks) * kRows, i1 = std::min(S, i0 + kRows), nr = i1 - i0;
+      const int64_t N = causal_prefix ? i1 : S;
+      dots.resize(nr * N);
+      scores.assign(nr * N, 0.0f);
+      for (int64_t h = 0; h < NI; ++h) {
+        sgemm(false, true, nr, N, DI, 1.0f, ip.q + ((i0 * B + b) * NI + h) * DI, B * NI * DI, ip.k + b * DI, B * DI,
+              0.0f, dots.data(), N);
+        for (int64_t r = 0; r < nr; ++r) {
+          const float wh = ip.w[((i0 + r) * B + b) * NI + h];
+          const float* d = dots.data() + r * N;
+          float* sc = scores.data() + r * N;
+          for (int64_t j = 0; j < N; ++j) sc[j] += wh * std::max(0.0f, d[j]);
+        }
       }
-      for (int64_t r = 0; r < K; ++r) row[r] = r < n ? cand[r].second : -1;
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t i = i0 + r, t = i * B + b;
+        cand.clear();
+        for (int64_t j = 0; j < N; ++j)
+          if (attention_visible(m, b, i, j)) cand.emplace_back(scores[r * N + j], static_cast<int32_t>(j));
+        int32_t* row = idx + t * K;
+        int64_t n = static_cast<int64_t>(cand.size());
+        if (n > K) {
+          auto better = [](const std::pair<float, int32_t>& x, const std::pair<float, int32_t>& y) {
+            return x.first > y.first || (x.first == y.first && x.second < y.second);
+          };
+          std::nth_element(cand.begin(), cand.begin() + (K - 1), cand.end(), better);
+          cand.resize(K);
+          std::sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+          n = K;
+        }
+        for (int64_t e = 0; e < K; ++e) row[e] = e < n ? cand[e].second : -1;
+      }
     }
   });
 }
