@@ -20,6 +20,10 @@ constexpr double kKlEps = 1e-10;  // Megatron's log(x + 1e-10) in the KL
 // Row chunks of the indexer loss's backward, each with its own dk accumulator, summed in order: a
 // fixed count, so the result does not depend on the number of threads.
 constexpr int64_t kLossChunks = 8;
+// Chunk c holds the query rows t with (t / kLossRowBlock) % chunks == c: every chunk gets early and late
+// rows alike (a causal row's work grows with its position).
+constexpr int64_t kLossRowBlock = 16;
+inline bool in_chunk(int64_t t, int64_t c, int64_t chunks) { return (t / kLossRowBlock) % chunks == c; }
 
 inline float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
@@ -85,7 +89,7 @@ double kl_row(const DsaIndexerProblem& ip, const DsaTeacher& teacher, const int3
     const float* qh = teacher.q + teacher.ql.offset(t, h);
     double amax = -std::numeric_limits<double>::infinity();
     for (int64_t m = 0; m < n; ++m) {
-      a[m] = static_cast<double>(p.scale) * dot(qh, teacher.k + teacher.kl.offset(r->keys[m] * B + b, g), p.HD);
+      a[m] = static_cast<double>(p.scale) * dot_simd(qh, teacher.k + teacher.kl.offset(r->keys[m] * B + b, g), p.HD);
       amax = std::max(amax, a[m]);
     }
     double asum = 0.0;
@@ -105,7 +109,7 @@ float dsa_index_score(const DsaIndexerProblem& ip, int64_t b, int64_t i, int64_t
   const float* kj = ip.k + (j * B + b) * ip.DI;
   float s = 0.0f;
   for (int64_t h = 0; h < ip.NI; ++h)
-    s += ip.w[t * ip.NI + h] * std::max(0.0f, dot(ip.q + (t * ip.NI + h) * ip.DI, kj, ip.DI));
+    s += ip.w[t * ip.NI + h] * std::max(0.0f, dot_simd(ip.q + (t * ip.NI + h) * ip.DI, kj, ip.DI));
   return s;
 }
 
@@ -123,7 +127,10 @@ void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
     std::vector<std::pair<float, int32_t>> cand;
     std::vector<float> dots, scores;
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / blocks, i0 = (u % blocks) * kRows, i1 = std::min(S, i0 + kRows), nr = i1 - i0;
+      // Tasks pair a short causal block with a long one (0, n−1, 1, n−2, ...), so that the threads'
+      // contiguous task ranges carry similar work.
+      const int64_t v = u % blocks, blk = v % 2 == 0 ? v / 2 : blocks - 1 - v / 2;
+      const int64_t b = u / blocks, i0 = blk * kRows, i1 = std::min(S, i0 + kRows), nr = i1 - i0;
       const int64_t N = causal_prefix ? i1 : S;
       dots.resize(nr * N);
       scores.assign(nr * N, 0.0f);
@@ -167,8 +174,8 @@ double dsa_indexer_loss_forward_ref(const DsaIndexerProblem& ip, const DsaTeache
   parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
     KlRow r;
     for (int64_t c = c0; c < c1; ++c)
-      for (int64_t t = c * T / chunks; t < (c + 1) * T / chunks; ++t)
-        sums[c] += kl_row(ip, teacher, idx, sparse, t % ip.mask->B, t / ip.mask->B, &r);
+      for (int64_t t = 0; t < T; ++t)
+        if (in_chunk(t, c, chunks)) sums[c] += kl_row(ip, teacher, idx, sparse, t % ip.mask->B, t / ip.mask->B, &r);
   });
   double total = 0.0;
   for (double s : sums) total += s;
@@ -188,7 +195,8 @@ void dsa_indexer_loss_backward_ref(const DsaIndexerProblem& ip, const DsaTeacher
     for (int64_t c = c0; c < c1; ++c) {
       std::vector<float>& dkc = dk_chunk[c];
       dkc.assign(T * DI, 0.0f);
-      for (int64_t t = c * T / chunks; t < (c + 1) * T / chunks; ++t) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (!in_chunk(t, c, chunks)) continue;
         const int64_t b = t % B, i = t / B;
         kl_row(ip, teacher, idx, sparse, b, i, &r);
         const int64_t n = static_cast<int64_t>(r.keys.size());
@@ -208,15 +216,12 @@ void dsa_indexer_loss_backward_ref(const DsaIndexerProblem& ip, const DsaTeacher
           for (int64_t m = 0; m < n; ++m) {
             const int64_t tj = static_cast<int64_t>(r.keys[m]) * B + b;
             const float* kj = ip.k + tj * DI;
-            const float s = dot(qh, kj, DI);
+            const float s = dot_simd(qh, kj, DI);
             if (s <= 0.0f) continue;
             dwh += dI[m] * s;
             const float ds = static_cast<float>(dI[m] * wh);
-            float* dkj = dkc.data() + tj * DI;
-            for (int64_t c2 = 0; c2 < DI; ++c2) {
-              dqh[c2] += ds * kj[c2];
-              dkj[c2] += ds * qh[c2];
-            }
+            axpy_simd(ds, kj, dqh, DI);
+            axpy_simd(ds, qh, dkc.data() + tj * DI, DI);
           }
           dw[t * NI + h] = static_cast<float>(dwh);
         }
