@@ -123,6 +123,7 @@ void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
   constexpr int64_t kRows = 32;
   const int64_t blocks = (S + kRows - 1) / kRows;
   const bool causal_prefix = m.causal && !m.q_positions && !m.k_positions;
+  const bool plain_causal = causal_prefix && m.window == 0 && !m.q_doc_ids;
   parallel_for(B * blocks, 1, [&](int64_t u0, int64_t u1) {
     std::vector<std::pair<float, int32_t>> cand;
     std::vector<float> dots, scores;
@@ -139,16 +140,21 @@ void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
               0.0f, dots.data(), N);
         for (int64_t r = 0; r < nr; ++r) {
           const float wh = ip.w[((i0 + r) * B + b) * NI + h];
-          const float* d = dots.data() + r * N;
-          float* sc = scores.data() + r * N;
-          for (int64_t j = 0; j < N; ++j) sc[j] += wh * std::max(0.0f, d[j]);
+          const float* __restrict d = dots.data() + r * N;
+          float* __restrict sc = scores.data() + r * N;
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) sc[j] += wh * (d[j] > 0.0f ? d[j] : 0.0f);
         }
       }
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t i = i0 + r, t = i * B + b;
         cand.clear();
-        for (int64_t j = 0; j < N; ++j)
-          if (attention_visible(m, b, i, j)) cand.emplace_back(scores[r * N + j], static_cast<int32_t>(j));
+        if (plain_causal) {  // keys 0..i, no other mask
+          for (int64_t j = 0; j <= i; ++j) cand.emplace_back(scores[r * N + j], static_cast<int32_t>(j));
+        } else {
+          for (int64_t j = 0; j < N; ++j)
+            if (attention_visible(m, b, i, j)) cand.emplace_back(scores[r * N + j], static_cast<int32_t>(j));
+        }
         int32_t* row = idx + t * K;
         int64_t n = static_cast<int64_t>(cand.size());
         if (n > K) {
@@ -372,39 +378,49 @@ void dsa_sparse_attention_backward_fused(const AttentionProblem& p, const int32_
                                          const HeadLayout& vl, const float* out, const float* lse, const float* dout,
                                          float* dq, float* dk, float* dv) {
   GALE_CHECK(p.NH == p.KV) << "DSA sparse attention backward: every head its own keys (MLA)";
-  const int64_t B = p.B, S = p.Sq, out_row = p.NH * p.HD;
-  // One task per (sample, head): its keys' dk/dv rows are touched by no other task.
+  const int64_t B = p.B, S = p.Sq, HD = p.HD, out_row = p.NH * HD;
+  // One task per (sample, head): its keys' dk/dv rows are touched by no other task. The head's keys
+  // and values are first gathered into contiguous [S, HD] scratch (the selected rows are then read
+  // at a short stride), and dk/dv accumulate there before they are written back.
   parallel_for(B * p.NH, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<int64_t> rows(K);
-    std::vector<float> ds(K);
+    std::vector<float> ks(S * HD), vs(S * HD), dks(S * HD), dvs(S * HD), ds(K);
+    std::vector<int32_t> rows(K);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / p.NH, h = u % p.NH;
-      for (int64_t i = 0; i < S; ++i) {
-        std::memset(dk + kl.offset(i * B + b, h), 0, sizeof(float) * p.HD);
-        std::memset(dv + vl.offset(i * B + b, h), 0, sizeof(float) * p.HD);
+      for (int64_t j = 0; j < S; ++j) {
+        std::memcpy(ks.data() + j * HD, k + kl.offset(j * B + b, h), sizeof(float) * HD);
+        std::memcpy(vs.data() + j * HD, v + vl.offset(j * B + b, h), sizeof(float) * HD);
       }
+      std::fill(dks.begin(), dks.end(), 0.0f);
+      std::fill(dvs.begin(), dvs.end(), 0.0f);
       for (int64_t i = 0; i < S; ++i) {
         const int64_t t = i * B + b;
         const int32_t* keys = idx + t * K;
         int64_t n = 0;
         for (int64_t r = 0; r < K; ++r)
-          if (keys[r] >= 0) rows[n++] = keys[r] * B + b;
+          if (keys[r] >= 0) rows[n++] = keys[r];
         const float* qi = q + ql.offset(t, h);
-        const float* d = dout + t * out_row + h * p.HD;
+        const float* d = dout + t * out_row + h * HD;
         float* dqi = dq + ql.offset(t, h);
-        std::memset(dqi, 0, sizeof(float) * p.HD);
+        std::memset(dqi, 0, sizeof(float) * HD);
         const float l = lse[(b * p.NH + h) * S + i];
         if (l == kNegInf) continue;
-        const float delta = dot_simd(d, out + t * out_row + h * p.HD, p.HD);
+        const float delta = dot_simd(d, out + t * out_row + h * HD, HD);
         for (int64_t r = 0; r < n; ++r) {
-          const float pr = std::exp(p.scale * dot_simd(qi, k + kl.offset(rows[r], h), p.HD) - l);
-          axpy_simd(pr, d, dv + vl.offset(rows[r], h), p.HD);
-          ds[r] = p.scale * pr * (dot_simd(d, v + vl.offset(rows[r], h), p.HD) - delta);
+          const int64_t j = rows[r];
+          const float pr = std::exp(p.scale * dot_simd(qi, ks.data() + j * HD, HD) - l);
+          axpy_simd(pr, d, dvs.data() + j * HD, HD);
+          ds[r] = p.scale * pr * (dot_simd(d, vs.data() + j * HD, HD) - delta);
         }
         for (int64_t r = 0; r < n; ++r) {
-          axpy_simd(ds[r], k + kl.offset(rows[r], h), dqi, p.HD);
-          axpy_simd(ds[r], qi, dk + kl.offset(rows[r], h), p.HD);
+          const int64_t j = rows[r];
+          axpy_simd(ds[r], ks.data() + j * HD, dqi, HD);
+          axpy_simd(ds[r], qi, dks.data() + j * HD, HD);
         }
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        std::memcpy(dk + kl.offset(j * B + b, h), dks.data() + j * HD, sizeof(float) * HD);
+        std::memcpy(dv + vl.offset(j * B + b, h), dvs.data() + j * HD, sizeof(float) * HD);
       }
     }
   });
