@@ -18,13 +18,14 @@
 // are refused as not supported yet. As MindSpeed, --qk-layernorm is required.
 //
 // Rules: needs --multi-latent-attention and --qk-layernorm; --dsa-indexer-head-dim ≥
-// --qk-pos-emb-head-dim; refused (not supported yet): tensor, sequence and context parallelism,
-// --attention-dropout > 0, --mtp-num-layers, --tp-2d.
+// --qk-pos-emb-head-dim; refused (not supported yet): tensor (and so sequence and 2-D tensor) and
+// context parallelism, --attention-dropout > 0, --mtp-num-layers.
 //
 // Tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
 // finite differences of the model, indexer loss and its gradient, training), tests/features/dsa_feature_test.cc
-// (flags and refusals).
+// (flags and refusals), tests/cli/dsa_cli_test.cc (gale pretrain: learning, the log line, fused,
+// --bf16, two pipeline stages).
 #include "features/registry.h"
 
 namespace gale {
