@@ -91,7 +91,7 @@ void Trainer::reduce_mtp_losses(IterationResult* r) const {
 
 void Trainer::reduce_dsa_losses(IterationResult* r) const {
   const ModelConfig& c = engine_->chunks.front()->config();
-  if (!c.dsa.enabled) return;  // no extra collective without DSA
+  if (!c.dsa.enabled || !(c.dsa.loss_coeff > 0.0)) return;  // no loss (as Megatron: nothing logged), no collective
   int64_t dsa_layers = 0;      // of the whole model
   for (int64_t l = 0; l < c.num_layers; ++l) dsa_layers += c.is_noop_layer(l) ? 0 : 1;
   const ParallelState& ps = engine_->ps;

@@ -45,7 +45,8 @@ struct IterationResult {
   std::vector<double> mtp_losses;
   // --experimental-attention-variant dsa (Megatron's DSAIndexerLossLoggingHelper): the indexer loss
   // (coefficient included) summed over the micro-batches and divided by their number, averaged over
-  // the DSA layers (all pipeline stages) and the data-parallel ranks; negative without DSA.
+  // the DSA layers (all pipeline stages) and the data-parallel ranks; negative without DSA or
+  // without its loss (--dsa-indexer-loss-coeff 0).
   double indexer_loss = -1.0;
   // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
   // the pairs, micro-batches and data-parallel ranks; negative without DPO.

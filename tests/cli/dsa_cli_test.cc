@@ -1,9 +1,12 @@
 // `gale pretrain --experimental-attention-variant dsa`: the lm loss falls on the mock data, the log
 // line carries Megatron's "indexer loss" after the lm loss, the fused sparse attention gives the
 // reference's losses, under --bf16 too, and with pipeline parallelism (2 stages) the same losses and
-// indexer losses as one process.
+// indexer losses as one process; save and resume continue the run; generation refuses DSA.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <regex>
 
 #include "mpi_cli.h"
@@ -12,11 +15,11 @@
 namespace gale {
 namespace {
 
-std::vector<std::string> dsa_model(std::vector<std::string> extra) {
+std::vector<std::string> dsa_model(std::vector<std::string> extra, const char* iters = "8") {
   std::vector<std::string> argv = {
       "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "4",
-      "--train-iters", "8", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
+      "--train-iters", iters, "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
       "--eval-iters", "0", "--num-threads", "1", "--swiglu", "--normalization", "RMSNorm",
       "--position-embedding-type", "rope", "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout",
       "0.0", "--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank", "16", "--qk-head-dim", "16",
@@ -34,8 +37,8 @@ std::vector<double> numbers(const std::string& output, const char* field) {
   return out;
 }
 
-test::RunResult run(int np, std::vector<std::string> extra) {
-  std::vector<std::string> argv = dsa_model(std::move(extra));
+test::RunResult run(int np, std::vector<std::string> extra, const char* iters = "8") {
+  std::vector<std::string> argv = dsa_model(std::move(extra), iters);
   argv.insert(argv.begin(), GALE_BINARY);
   argv = testing::launch_argv(np, argv, {});
   return test::run_with_timeout(argv, testing::kMpiEnv, 300);
@@ -79,6 +82,40 @@ TEST(GalePretrainDsa, TwoPipelineStagesGiveTheSameLosses) {
     ASSERT_EQ(b.size(), 8u) << field << two.output;
     for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i] + 1e-9) << field << ", iteration " << i + 1;
   }
+}
+
+// The indexer's parameters are saved and loaded with the model: a resumed run continues the same
+// losses; without an indexer loss nothing is logged for it; generation refuses a DSA checkpoint.
+TEST(GalePretrainDsa, SaveResumeContinuesTheRunAndGenerateRefusesIt) {
+  const std::string dir = "/tmp/gale_dsa_ckpt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const test::RunResult whole = run(1, {}, "4");
+  const test::RunResult first = run(1, {"--save", dir, "--save-interval", "2", "--exit-interval", "2"}, "4");
+  const test::RunResult resumed = run(1, {"--load", dir}, "4");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  for (const char* field : {"lm loss", "indexer loss"}) {
+    const std::vector<double> a = numbers(whole.output, field), b = numbers(resumed.output, field);
+    ASSERT_EQ(a.size(), 4u) << field;
+    ASSERT_EQ(b.size(), 2u) << field << resumed.output;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(b[i], a[i + 2], 1e-6 * a[i + 2]) << field << ", iteration " << i + 3;
+  }
+  const test::RunResult gen = test::run_with_timeout(
+      {GALE_BINARY, "generate", "--load", dir, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer",
+       "--vocab-size", "4096", "--prompt", "1 2 3"},
+      {}, 120);
+  EXPECT_NE(gen.exit_code, 0);
+  EXPECT_NE(gen.output.find("DeepSeek sparse attention model"), std::string::npos) << gen.output;
+  EXPECT_NE(gen.output.find("not supported yet"), std::string::npos) << gen.output;
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> no_loss = dsa_model({}, "2");
+  no_loss.erase(no_loss.end() - 2, no_loss.end());  // drop --dsa-indexer-loss-coeff 0.5
+  no_loss.insert(no_loss.begin(), GALE_BINARY);
+  const test::RunResult plain = test::run_with_timeout(no_loss, {}, 120);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(numbers(plain.output, "lm loss").size(), 2u);
+  EXPECT_EQ(plain.output.find("indexer loss"), std::string::npos);
 }
 
 TEST(GalePretrainDsa, RefusedLayoutsAreOneLineErrorsNamingTheFlags) {
