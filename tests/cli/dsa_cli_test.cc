@@ -1,7 +1,8 @@
 // `gale pretrain --experimental-attention-variant dsa`: the lm loss falls on the mock data, the log
 // line carries Megatron's "indexer loss" after the lm loss, the fused sparse attention gives the
 // reference's losses, under --bf16 too, and with pipeline parallelism (2 stages) the same losses and
-// indexer losses as one process; save and resume continue the run; generation refuses DSA.
+// indexer losses as one process; recomputation gives the same run; save and resume continue the
+// run; generation refuses DSA.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -116,6 +117,25 @@ TEST(GalePretrainDsa, SaveResumeContinuesTheRunAndGenerateRefusesIt) {
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(numbers(plain.output, "lm loss").size(), 2u);
   EXPECT_EQ(plain.output.find("indexer loss"), std::string::npos);
+}
+
+// Full recomputation reruns the layer's forward (the indexer loss is counted once) and
+// --recompute-modules mla_up_proj rebuilds the packed rows the sparse attention reads: the same run.
+TEST(GalePretrainDsa, RecomputationGivesTheSameLossesAndIndexerLosses) {
+  const test::RunResult base = run(1, {}, "4");
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                 "--recompute-num-layers", "1"},
+        std::vector<std::string>{"--recompute-activations", "--recompute-modules", "mla_up_proj"}}) {
+    const test::RunResult r = run(1, flags, "4");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* field : {"lm loss", "indexer loss"}) {
+      const std::vector<double> a = numbers(base.output, field), b = numbers(r.output, field);
+      ASSERT_EQ(a.size(), 4u) << field;
+      EXPECT_EQ(a, b) << field << " with " << flags[0];
+    }
+  }
 }
 
 TEST(GalePretrainDsa, RefusedLayoutsAreOneLineErrorsNamingTheFlags) {
