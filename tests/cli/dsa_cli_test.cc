@@ -1,7 +1,7 @@
 // `gale pretrain --experimental-attention-variant dsa`: the lm loss falls on the mock data, the log
 // line carries Megatron's "indexer loss" after the lm loss, the fused sparse attention gives the
-// reference's losses, under --bf16 too, and with pipeline parallelism (2 stages) the same losses and
-// indexer losses as one process; recomputation gives the same run; save and resume continue the
+// reference's losses, under --bf16 too, and with 2 pipeline stages or 2 data-parallel ranks the same
+// losses and indexer losses as one process; recomputation gives the same run; save and resume continue the
 // run; generation refuses DSA.
 #include <gtest/gtest.h>
 
@@ -72,16 +72,21 @@ TEST(GalePretrainDsa, LearnsAndLogsTheIndexerLossWithReferenceAndFusedKernels) {
   for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(lm3[i], lm[i], 1e-2 * lm[i]) << "iteration " << i + 1;
 }
 
-TEST(GalePretrainDsa, TwoPipelineStagesGiveTheSameLosses) {
+TEST(GalePretrainDsa, PipelineAndDataParallelRanksGiveTheSameLosses) {
   const test::RunResult one = run(1, {});
-  const test::RunResult two = run(2, {"--pipeline-model-parallel-size", "2"});
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ASSERT_EQ(two.exit_code, 0) << two.output;
-  for (const char* field : {"lm loss", "indexer loss"}) {
-    const std::vector<double> a = numbers(one.output, field), b = numbers(two.output, field);
-    ASSERT_EQ(a.size(), 8u) << field;
-    ASSERT_EQ(b.size(), 8u) << field << two.output;
-    for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i] + 1e-9) << field << ", iteration " << i + 1;
+  for (const char* layout : {"--pipeline-model-parallel-size", "--data-parallel-size"}) {
+    const test::RunResult two = run(2, layout == std::string("--pipeline-model-parallel-size")
+                                           ? std::vector<std::string>{layout, "2"}
+                                           : std::vector<std::string>{});
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    for (const char* field : {"lm loss", "indexer loss"}) {
+      const std::vector<double> a = numbers(one.output, field), b = numbers(two.output, field);
+      ASSERT_EQ(a.size(), 8u) << field;
+      ASSERT_EQ(b.size(), 8u) << field << two.output;
+      for (size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i] + 1e-9) << layout << ", " << field << ", iteration " << i + 1;
+    }
   }
 }
 
