@@ -15,12 +15,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
     std::vector<std::string> sub_flags;
   };
   static const Row rows[] = {
-      {"deepseek-sparse-attention", "--experimental-attention-variant", FeatureModule::kMegatron,
-       "DeepSeekSparseAttention (L2)",
-       "DeepSeek-V3.2 sparse attention (--experimental-attention-variant dsa): a lightning indexer picks the keys "
-       "each query attends to",
-       {"--use-dsa-absorb", "--use-fused-lightning-indexer", "--use-fused-sparse-flash-attention",
-        "--use-fused-lightning-indexer-kl-loss"}},
       {"adaptive-cp", "", FeatureModule::kParallel, "AdaptiveContextParallelFeature (L2)",
        "mask-aware rescheduling of context-parallel blocks for arbitrary masks (--context-parallel-algo "
        "adaptive_cp_algo or hybrid_adaptive_cp_algo)",

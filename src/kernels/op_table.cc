@@ -139,6 +139,8 @@ OpTable reference_ops() {
   t.rope_backward = rope_backward_ref;
   t.attention_forward = attention_forward_ref;
   t.attention_backward = attention_backward_ref;
+  t.dsa_sparse_attention_forward = dsa_sparse_attention_forward_ref;
+  t.dsa_sparse_attention_backward = dsa_sparse_attention_backward_ref;
   t.embedding_forward = embedding_forward_ref;
   t.embedding_backward = embedding_backward_ref;
   t.bias_dropout_add_norm = bias_dropout_add_norm_ref;
@@ -148,7 +150,7 @@ OpTable reference_ops() {
   t.ema_adamw_step = ema_adamw_step_ref;
   t.sum_of_squares = gale::sum_of_squares;
   for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
-                         "bias_dropout_add_norm", "lm_head_loss", "adamw"})
+                         "bias_dropout_add_norm", "lm_head_loss", "adamw", "dsa_sparse_attention"})
     t.impl[op] = "reference";
   return t;
 }

@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dsa.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/embedding.h"
@@ -98,6 +99,8 @@ using LmHeadLossBackwardFn = void (*)(const LmHeadProblem& p, const float* lse, 
 using DropoutFn = decltype(&dropout_forward_ref);
 using AttentionForwardFn = decltype(&attention_forward_ref);
 using AttentionBackwardFn = decltype(&attention_backward_ref);
+using DsaSparseAttentionForwardFn = decltype(&dsa_sparse_attention_forward_ref);
+using DsaSparseAttentionBackwardFn = decltype(&dsa_sparse_attention_backward_ref);
 using RopeFn = decltype(&rope_forward_ref);
 using EmbeddingForwardFn = decltype(&embedding_forward_ref);
 using EmbeddingBackwardFn = decltype(&embedding_backward_ref);
@@ -132,6 +135,10 @@ struct OpTable {
   RopeFn rope_backward;
   AttentionForwardFn attention_forward;
   AttentionBackwardFn attention_backward;
+  // --experimental-attention-variant dsa: attention over the indexer's top-k keys (kernels/cpu/dsa.h);
+  // the reference, or the fused kernels with --use-fused-sparse-flash-attention.
+  DsaSparseAttentionForwardFn dsa_sparse_attention_forward;
+  DsaSparseAttentionBackwardFn dsa_sparse_attention_backward;
   EmbeddingForwardFn embedding_forward;
   EmbeddingBackwardFn embedding_backward;
   LmHeadLossForwardFn lm_head_loss_forward;

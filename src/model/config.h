@@ -199,6 +199,18 @@ struct MlaConfig {
   }
 };
 
+// DeepSeek sparse attention (--experimental-attention-variant dsa; model/dsa_indexer.h): a lightning
+// indexer per MLA layer picks each query's top-k keys, MLA attends only to them, and the indexer
+// learns from a KL loss against the main attention (its inputs detached from the model).
+struct DsaConfig {
+  bool enabled = false;
+  int64_t n_heads = 0;      // --dsa-indexer-n-heads (NI)
+  int64_t head_dim = 0;     // --dsa-indexer-head-dim (DI ≥ --qk-pos-emb-head-dim)
+  int64_t topk = 0;         // --dsa-indexer-topk (K)
+  double loss_coeff = 0.0;  // --dsa-indexer-loss-coeff (0: no indexer loss; the indexer then does not learn)
+  bool sparse_loss = false; // --dsa-indexer-use-sparse-loss: the KL over the selected keys only
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -252,6 +264,7 @@ struct ModelConfig {
   MoeConfig moe;
   LoraConfig lora;
   MlaConfig mla;
+  DsaConfig dsa;  // with mla.enabled
   // --qat-scheme / --qat-quant-block-size (model/qat.h): MX fake-quantised linear weights.
   QatConfig qat;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no

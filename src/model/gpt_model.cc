@@ -223,6 +223,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.training = training;
   rt.kv_cache = cache;
   rt.moe_losses = training ? &moe_losses_ : nullptr;
+  rt.dsa_indexer_loss = training ? &dsa_indexer_loss_ : nullptr;
   rt.moe_token_counts = training ? &moe_token_counts_ : nullptr;
   rt.moe_aux_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();

@@ -165,6 +165,14 @@ class GPTModel {
     return l;
   }
 
+  // Σ over the DSA layers of this chunk and the training micro-batches since the last call of the
+  // indexer loss (coefficient included; model/dsa_indexer.h); resets the sum.
+  double take_dsa_indexer_loss() {
+    const double l = dsa_indexer_loss_;
+    dsa_indexer_loss_ = 0.0;
+    return l;
+  }
+
   // --moe-router-enable-expert-bias: per MoE layer of this chunk (global index) the (token,
   // expert) pairs each expert kept in the training forwards since the last call ([E]); resets them.
   std::map<int64_t, std::vector<int64_t>> take_moe_token_counts() {
@@ -268,6 +276,7 @@ class GPTModel {
   ActivationCompressConfig compress_;
   CompressStats compress_stats_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
+  mutable double dsa_indexer_loss_ = 0.0;  // likewise
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };
 

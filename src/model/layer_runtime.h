@@ -55,6 +55,9 @@ struct LayerRuntime {
   // MoEAuxLossAutoScaler scale: the --fp16 loss scale / num_microbatches, without --fp16 1 / num_microbatches).
   MoeAuxLosses* moe_losses = nullptr;
   double moe_aux_scale = 1.0;
+  // DSA layers (--experimental-attention-variant dsa): the same forwards add their indexer loss
+  // (coefficient included) here (null: not collected); backward scales its gradient by moe_aux_scale.
+  double* dsa_indexer_loss = nullptr;
   // MoE layers with --moe-router-enable-expert-bias: the same forwards add the tokens each expert
   // kept (global layer -> [E]) here (null: not counted).
   std::map<int64_t, std::vector<int64_t>>* moe_token_counts = nullptr;

@@ -165,6 +165,8 @@ std::vector<int> MlaParamIds::all() const {
   std::vector<int> ids;
   for (int id : {q_proj, q_down, q_norm_w, q_norm_b, q_up, kv_down, kv_norm_w, kv_norm_b, kv_up})
     if (id >= 0) ids.push_back(id);
+  if (indexer.defined())
+    for (int id : indexer.all()) ids.push_back(id);
   return ids;
 }
 
@@ -205,6 +207,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
                                             {NH * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank}, InitKind::kNormal, std,
                                             true),
                             part, 0));
+  if (c.dsa.enabled) w.indexer = register_dsa_indexer_params(pb, c, layer);
   return w;
 }
 
@@ -259,8 +262,29 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   // ---- the up projections, packed and zero-padded q/k/v rows [T, NHl·3D] ----
   Tensor qkv = packed_qkv(rt, pb, w, d, d.Cq == 0 ? x_full : q_in, kv_in, k_pe);
 
-  Tensor out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
-                     : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
+  Tensor out, dsa_lse;
+  if (w.indexer.defined()) {  // DeepSeek sparse attention over the indexer's top-k keys
+    GALE_CHECK(!cache) << "--experimental-attention-variant dsa: decoding with a KV cache is not supported yet";
+    DsaIndexerState ist;
+    dsa_indexer_forward(rt, pb, w.indexer, ap, x, d.Cq == 0 ? x_full : q_in, &ist);
+    out = Tensor::empty({d.T, d.NHl * d.D});
+    dsa_lse = Tensor::empty({d.B, d.NHl, d.S});
+    const float* p = qkv.data<float>();
+    const HeadLayout ql = packed_query_layout(d), kl = qkv_key_layout(d.NHl, d.NHl, d.D),
+                     vl = qkv_value_layout(d.NHl, d.NHl, d.D);
+    ops.dsa_sparse_attention_forward(ap, ist.idx.data<int32_t>(), c.dsa.topk, p, ql, p, kl, p, vl, out.data<float>(),
+                                     dsa_lse.data<float>());
+    if (saved && rt.dsa_indexer_loss && c.dsa.loss_coeff > 0.0)
+      *rt.dsa_indexer_loss += dsa_indexer_loss(rt, ist, ap, DsaTeacher{&ap, p, ql, p, kl});
+    if (saved) {
+      saved->attention.qkv = qkv;
+      saved->indexer = std::move(ist);
+      saved->dsa_lse = dsa_lse;
+    }
+  } else {
+    out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
+                : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
+  }
   Tensor ctx = Tensor::empty({d.T, d.NHl * d.Dv});
   for_rows(d.T, [&](int64_t t) {
     for (int64_t h = 0; h < d.NHl; ++h)
@@ -305,7 +329,24 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
         core_attention_kept_qkv(rt, packed_qkv(rt, pb, w, d, d.Cq == 0 ? s.x_full : s.q_in, s.kv_in, s.k_pe));
     s.k_pe = Tensor();
   }
-  Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.out, d_out);  // [T, NHl·3D]
+  Tensor d_qkv;
+  if (w.indexer.defined()) {
+    const Tensor& qkv = s.attention.qkv;
+    const float* p = qkv.data<float>();
+    const HeadLayout ql = packed_query_layout(d), kl = qkv_key_layout(d.NHl, d.NHl, d.D),
+                     vl = qkv_value_layout(d.NHl, d.NHl, d.D);
+    d_qkv = Tensor::empty(qkv.shape());
+    float* dp = d_qkv.data<float>();
+    ops.dsa_sparse_attention_backward(ap, s.indexer.idx.data<int32_t>(), rt.config->dsa.topk, p, ql, p, kl, p, vl,
+                                      s.out.data<float>(), s.dsa_lse.data<float>(), d_out.data<float>(), dp, dp, dp);
+    if (rt.config->dsa.loss_coeff > 0.0)  // the indexer's own loss (its inputs are detached: nothing flows back)
+      dsa_indexer_backward(rt, pb, w.indexer, ap, DsaTeacher{&ap, p, ql, p, kl}, rt.moe_aux_scale, s.indexer);
+    s.indexer = DsaIndexerState();
+    s.attention = CoreAttentionSaved();
+    s.dsa_lse = Tensor();
+  } else {
+    d_qkv = core_attention_backward(rt, ap, s.attention, s.out, d_out);  // [T, NHl·3D]
+  }
   d_out = Tensor();
   s.out = Tensor();
   HeadLayout q_pe = packed_query_layout(d);

@@ -28,6 +28,13 @@
 // interleaved (pairs 2i, 2i+1) rotation; the attention output does not depend on it. The tables
 // are rt.rope: plain RoPE or YaRN (model/yarn_rope.h).
 //
+// DeepSeek sparse attention (--experimental-attention-variant dsa, c.dsa): the lightning indexer
+// (model/dsa_indexer.h) runs on the detached x and query latent and picks each query's top-k keys;
+// attention then runs over the same padded packed rows with OpTable::dsa_sparse_attention_* (only
+// the selected keys; no CP, TP, dropout or KV cache). In training forwards the indexer loss is computed
+// against these rows' dense attention and added to rt.dsa_indexer_loss; backward adds its gradient
+// (scaled by rt.moe_aux_scale) to the indexer's parameters only.
+//
 // Attention runs on the existing kernels (reference or flash, with the layer's masks, dropout and
 // KV cache) with KV = NH (every head its own key and value) at one head width D = max(Dq, Dv): the
 // shorter of q/k and v is zero-padded to D and the padded output columns are dropped. Zero
@@ -54,6 +61,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/core_attention.h"
+#include "model/dsa_indexer.h"
 #include "model/layer_runtime.h"
 #include "model/params.h"
 
@@ -67,6 +75,7 @@ struct MlaParamIds {
   int q_norm_w = -1, q_norm_b = -1;      // --qk-layernorm: [Cq], or [H] (linear_q_proj's) with Cq = 0
   int kv_down = -1, kv_up = -1;          // [Ckv + R, H] replicated; [NH·(Dn + Dv), Ckv] split over heads
   int kv_norm_w = -1, kv_norm_b = -1;    // --qk-layernorm: [Ckv]
+  DsaIndexerIds indexer;                 // --experimental-attention-variant dsa (model/dsa_indexer.h)
   bool defined() const { return kv_down >= 0; }
   std::vector<int> all() const;  // every defined id, in registration order
 };
@@ -89,6 +98,8 @@ struct MlaSaved {
   Tensor k_pe;       // --recompute-modules mla_up_proj: [T, R] the shared rotary key part after RoPE, to
                      // rebuild the packed rows from q_in (x_full) and kv_in in backward
   Tensor out;        // [T, NHl·D] attention's padded output (f32)
+  DsaIndexerState indexer;  // DSA: the indexer's activations and the selected keys
+  Tensor dsa_lse;           // DSA: the sparse attention's log-sum-exp [B, NHl, S]
 };
 
 // x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. `ap`

@@ -113,6 +113,14 @@ struct ModelArgs {
   double rotary_scaling_factor = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // Megatron-Core's --experimental-attention-variant dsa (DeepSeek sparse attention, with MLA;
+  // train/arguments_mla.cc, model/dsa_indexer.h): "" (none) or "dsa", and the indexer's flags.
+  std::string experimental_attention_variant;
+  int64_t dsa_indexer_n_heads = kUnset;
+  int64_t dsa_indexer_head_dim = kUnset;
+  int64_t dsa_indexer_topk = kUnset;
+  double dsa_indexer_loss_coeff = 0.0;  // Megatron's None: no indexer loss
+  bool dsa_indexer_use_sparse_loss = false;
 
   // Derived by validation.
   int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads

@@ -27,10 +27,57 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.add("--mscale-all-dim", &a.mscale_all_dim, "MLA's YaRN mscale_all_dim (softmax scale times m(s, this)^2)");
   p.add_unsupported("--cache-mla-latents",
                     "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
+  p.group("DeepSeek sparse attention");
+  p.add("--experimental-attention-variant", &a.experimental_attention_variant,
+        "dsa: DeepSeek-V3.2 sparse attention on MLA (a lightning indexer picks each query's top-k keys; "
+        "model/dsa_indexer.h); gated_delta_net is not supported yet");
+  p.add("--dsa-indexer-n-heads", &a.dsa_indexer_n_heads, "DSA indexer heads (required with dsa)");
+  p.add("--dsa-indexer-head-dim", &a.dsa_indexer_head_dim,
+        "DSA indexer head dimension (required with dsa; at least --qk-pos-emb-head-dim: RoPE on its first dims)");
+  p.add("--dsa-indexer-topk", &a.dsa_indexer_topk, "keys each query attends to under DSA (required with dsa)");
+  p.add("--dsa-indexer-loss-coeff", &a.dsa_indexer_loss_coeff,
+        "coefficient of the indexer's KL loss against the main attention (default 0: no loss; the indexer then "
+        "does not learn)");
+  p.add_flag("--dsa-indexer-use-sparse-loss", &a.dsa_indexer_use_sparse_loss,
+             "the indexer's KL loss over the selected top-k keys only (default: over every visible key)");
 }
+
+namespace {
+
+// --experimental-attention-variant and the DSA indexer flags (the feature file checks the rest of the
+// configuration: features/feature_dsa.cc).
+Status validate_dsa_args(const ModelArgs& m, const ArgParser& p) {
+  const std::string& v = m.experimental_attention_variant;
+  if (v == "gated_delta_net")
+    return Unimplemented("--experimental-attention-variant gated_delta_net: not supported yet (only dsa)");
+  if (!v.empty() && v != "dsa")
+    return InvalidArgument("--experimental-attention-variant: expected dsa (or gated_delta_net), found ", v);
+  if (v.empty()) {
+    for (const char* flag : {"--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
+                             "--dsa-indexer-loss-coeff", "--dsa-indexer-use-sparse-loss"})
+      if (p.was_set(flag)) return InvalidArgument(flag, " needs --experimental-attention-variant dsa");
+    return Status::Ok();
+  }
+  struct Size {
+    const char* flag;
+    int64_t value;
+  };
+  for (const Size& s : {Size{"--dsa-indexer-n-heads", m.dsa_indexer_n_heads},
+                        Size{"--dsa-indexer-head-dim", m.dsa_indexer_head_dim},
+                        Size{"--dsa-indexer-topk", m.dsa_indexer_topk}})
+    if (s.value == kUnset || s.value <= 0)
+      return InvalidArgument(s.flag, ": expected a positive integer with --experimental-attention-variant dsa, found ",
+                             s.value == kUnset ? std::string("none") : std::to_string(s.value));
+  if (!(m.dsa_indexer_loss_coeff >= 0.0))
+    return InvalidArgument("--dsa-indexer-loss-coeff: expected a non-negative number, found ", m.dsa_indexer_loss_coeff);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status validate_mla_args(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
+  GALE_RETURN_IF_ERROR(validate_dsa_args(m, p));
   if (!m.multi_latent_attention) {
     for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --multi-latent-attention");

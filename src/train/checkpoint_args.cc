@@ -73,6 +73,14 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"rotary_scaling_factor", m.rotary_scaling_factor},
                       {"mscale", m.mscale},
                       {"mscale_all_dim", m.mscale_all_dim}};
+  if (m.experimental_attention_variant == "dsa") {  // absent: dense attention
+    j["experimental_attention_variant"] = "dsa";
+    j["dsa_indexer_n_heads"] = m.dsa_indexer_n_heads;
+    j["dsa_indexer_head_dim"] = m.dsa_indexer_head_dim;
+    j["dsa_indexer_topk"] = m.dsa_indexer_topk;
+    j["dsa_indexer_loss_coeff"] = m.dsa_indexer_loss_coeff;
+    j["dsa_indexer_use_sparse_loss"] = m.dsa_indexer_use_sparse_loss;
+  }
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
   if (m.embed_layernorm) j["embed_layernorm"] = true;  // absent: no embedding norm
   if (m.mtp_num_layers != kUnset) {  // recorded as Megatron does; inference builds the model without them
@@ -238,6 +246,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
     GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
+  // DeepSeek sparse attention: inference (no KV-cache decoding with DSA yet) and conversion refuse it.
+  if (auto it = args.find("experimental_attention_variant"); it != args.end() && !it->is_null())
+    return Unimplemented(where, ": a DeepSeek sparse attention model (args 'experimental_attention_variant' ",
+                         it->dump(), "): generation, evaluation and conversion are not supported yet");
   // Multi-token prediction (absent: none). Inference leaves the MTP layers out (train/inference_model.h).
   if (auto it = args.find("mtp_num_layers"); it != args.end() && !it->is_null()) {
     GALE_RETURN_IF_ERROR(get(args, "mtp_num_layers", where, &m.mtp_num_layers));

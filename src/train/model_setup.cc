@@ -55,6 +55,14 @@ ModelConfig model_config_from_args(const Arguments& a) {
   GALE_CHECK(qat.ok()) << qat.status().message();
   c.qat = qat.value();
   if (m.multi_latent_attention) {
+    if (m.experimental_attention_variant == "dsa") {
+      c.dsa.enabled = true;
+      c.dsa.n_heads = m.dsa_indexer_n_heads;
+      c.dsa.head_dim = m.dsa_indexer_head_dim;
+      c.dsa.topk = m.dsa_indexer_topk;
+      c.dsa.loss_coeff = m.dsa_indexer_loss_coeff;
+      c.dsa.sparse_loss = m.dsa_indexer_use_sparse_loss;
+    }
     c.mla.enabled = true;
     c.mla.q_lora_rank = m.q_lora_rank == kUnset ? 0 : m.q_lora_rank;
     c.mla.kv_lora_rank = m.kv_lora_rank;

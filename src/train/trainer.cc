@@ -89,6 +89,20 @@ void Trainer::reduce_mtp_losses(IterationResult* r) const {
   r->mtp_losses = sums;
 }
 
+void Trainer::reduce_dsa_losses(IterationResult* r) const {
+  const ModelConfig& c = engine_->chunks.front()->config();
+  if (!c.dsa.enabled || !(c.dsa.loss_coeff > 0.0)) return;  // no loss (as Megatron: nothing logged), no collective
+  int64_t dsa_layers = 0;      // of the whole model
+  for (int64_t l = 0; l < c.num_layers; ++l) dsa_layers += c.is_noop_layer(l) ? 0 : 1;
+  const ParallelState& ps = engine_->ps;
+  double sum = 0.0;
+  for (auto& chunk : engine_->chunks) sum += chunk->take_dsa_indexer_loss();
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);  // every stage's layers
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);
+  r->indexer_loss = sum / (static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())) *
+                           static_cast<double>(std::max<int64_t>(1, dsa_layers)));
+}
+
 std::optional<double> Trainer::decoupled_learning_rate() const {
   const TrainingArgs& t = args_.training;
   if (std::isnan(t.decoupled_lr)) return std::nullopt;
@@ -309,6 +323,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   if (!async_loss) loss.finish(loss_pp, engine_->loss_pipeline_rank());
   reduce_moe_losses(&r);
   reduce_mtp_losses(&r);
+  reduce_dsa_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
@@ -404,6 +419,7 @@ Status Trainer::run() {
   double interval_start = start;
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
+  double indexer_loss_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
@@ -475,6 +491,7 @@ Status Trainer::run() {
       dpo_accuracy_total += std::max(0.0, r.dpo_accuracy);
       load_balancing_total += r.load_balancing_loss;
       z_loss_total += r.z_loss;
+      indexer_loss_total += std::max(0.0, r.indexer_loss);
     } else {
       ++skipped;
       // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
@@ -529,6 +546,8 @@ Status Trainer::run() {
     }
     if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key
       tensorboard_->add_scalar("rewards/accuracies", r.dpo_accuracy, state_.iteration);
+    if (tensorboard_ && r.indexer_loss >= 0.0)  // Megatron's DSA indexer-loss tracker: every iteration
+      tensorboard_->add_scalar("indexer loss", r.indexer_loss, state_.iteration);
     if (tensorboard_)  // Megatron's MTP tracker: every iteration
       for (size_t k = 0; k < r.mtp_losses.size(); ++k)
         tensorboard_->add_scalar(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k], state_.iteration);
@@ -561,6 +580,7 @@ Status Trainer::run() {
       f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
+      if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -584,7 +604,7 @@ Status Trainer::run() {
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
-      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = 0.0;
+      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = 0.0;
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;

@@ -43,6 +43,11 @@ struct IterationResult {
   // cross-entropy, summed over the micro-batches and divided by their number, averaged over the
   // data-parallel ranks; empty without MTP.
   std::vector<double> mtp_losses;
+  // --experimental-attention-variant dsa (Megatron's DSAIndexerLossLoggingHelper): the indexer loss
+  // (coefficient included) summed over the micro-batches and divided by their number, averaged over
+  // the DSA layers (all pipeline stages) and the data-parallel ranks; negative without DSA or
+  // without its loss (--dsa-indexer-loss-coeff 0).
+  double indexer_loss = -1.0;
   // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
   // the pairs, micro-batches and data-parallel ranks; negative without DPO.
   double dpo_accuracy = -1.0;
@@ -136,6 +141,7 @@ class Trainer {
   void reduce_moe_losses(IterationResult* r) const;
   // The iteration's MTP losses as Megatron logs them (IterationResult), on every rank.
   void reduce_mtp_losses(IterationResult* r) const;
+  void reduce_dsa_losses(IterationResult* r) const;
   // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
   int64_t microbatch_group() const {
     const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;

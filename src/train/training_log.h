@@ -50,6 +50,10 @@ struct TrainingLogFields {
   // --mtp-num-layers: each MTP layer's loss (Megatron's tracker, averaged like lm loss over the
   // interval's advanced iterations), printed after them as "mtp_1 loss", "mtp_2 loss", ...
   std::vector<double> mtp_losses;
+  // --experimental-attention-variant dsa: the indexer's KL loss (Megatron's tracker: coefficient
+  // included, mean over the DSA layers, averaged like lm loss), printed after them as "indexer loss"
+  // (skipped when negative).
+  double indexer_loss = -1.0;
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;

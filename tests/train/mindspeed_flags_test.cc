@@ -32,7 +32,7 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            // Planned features and their sub-flags.
            {{"--smart-swap"}, 1, "--smart-swap: not supported yet (an automatic swap policy"},
            {{"--adaptive-cp-only-reschedule"}, 1, "--adaptive-cp-only-reschedule: not supported yet (mask-aware"},
-           {{"--experimental-attention-variant", "dsa"}, 1, "--experimental-attention-variant: not supported yet"},
+           {{"--use-dsa-absorb"}, 1, "--use-dsa-absorb: not supported yet (DSA with MLA's up-projections absorbed"},
            {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},
            // MindSpeed's FP8 and profiler options, with Megatron's.
            {{"--te-comparison-with-bf16"}, 1, "--te-comparison-with-bf16: not supported yet (FP8 training)"},

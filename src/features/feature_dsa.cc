@@ -1,0 +1,111 @@
+// MindSpeed's DeepSeekSparseAttention (Megatron-Core's --experimental-attention-variant dsa) in the registry.
+//
+// What: DeepSeek-V3.2's sparse attention on multi-latent attention. Each MLA layer gets a lightning
+// indexer (--dsa-indexer-n-heads small heads of --dsa-indexer-head-dim) scoring every visible key for
+// every query, I(i, j) = Σ_h w_h(i)·ReLU(q_h(i)·k(j)); each query keeps its --dsa-indexer-topk best
+// keys and MLA attends only to those. The indexer learns from a KL loss (--dsa-indexer-loss-coeff,
+// optionally over the selected keys only: --dsa-indexer-use-sparse-loss) against the main attention's
+// head-summed distribution, with the indexer's inputs detached from the model; the loss is logged
+// as "indexer loss" (averaged over the DSA layers, as Megatron). With top-k ≥ the sequence length DSA
+// is dense causal MLA. model/dsa_indexer.h has the math, kernels/cpu/dsa.h the kernels.
+// --use-fused-sparse-flash-attention swaps the reference sparse attention kernels (level 0) for the
+// fused ones (per-row gathered keys, online softmax, vectorised).
+//
+// How it differs from MindSpeed: MindSpeed accepts its four fusion flags only all together
+// (--use-dsa-absorb with the NPU's fused lightning indexer, sparse flash attention and KL-loss
+// operators); Gale has a CPU fused sparse attention only, so --use-fused-sparse-flash-attention stands
+// alone and --use-dsa-absorb, --use-fused-lightning-indexer and --use-fused-lightning-indexer-kl-loss
+// are refused as not supported yet. As MindSpeed, --qk-layernorm is required.
+//
+// Rules: needs --multi-latent-attention and --qk-layernorm; --dsa-indexer-head-dim ≥
+// --qk-pos-emb-head-dim; refused (not supported yet): tensor (and so sequence and 2-D tensor) and
+// context parallelism, --attention-dropout > 0, --mtp-num-layers.
+//
+// Tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
+// reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
+// finite differences of the model, indexer loss and its gradient, training), tests/features/dsa_feature_test.cc
+// (flags and refusals), tests/cli/dsa_cli_test.cc (gale pretrain: learning, the log line, fused,
+// --bf16, two pipeline stages).
+#include "features/registry.h"
+
+namespace gale {
+
+namespace {
+
+class DsaFeature : public Feature {
+ public:
+  std::string name() const override { return "experimental-attention-variant"; }
+  std::string flag() const override { return "--experimental-attention-variant"; }
+  FeatureModule module() const override { return FeatureModule::kMegatron; }
+  int level() const override { return 0; }
+  std::string counterpart() const override { return "MindSpeed DeepSeekSparseAttention (dsa)"; }
+  std::string description() const override {
+    return "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
+           "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
+           "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
+           "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
+           "--multi-latent-attention and --qk-layernorm; no TP/SP/CP, attention dropout, MTP; --use-dsa-absorb, "
+           "--use-fused-lightning-indexer, --use-fused-lightning-indexer-kl-loss not supported yet";
+  }
+  void register_args(ArgParser& parser) override {
+    parser.add_flag("--use-fused-sparse-flash-attention", &fused_sfa_,
+                    "MindSpeed DSA: the fused sparse attention kernels (gathered top-k keys, online softmax)");
+    parser.add_unsupported("--use-dsa-absorb", "DSA with MLA's up-projections absorbed into the queries");
+    parser.add_unsupported("--use-fused-lightning-indexer", "a fused lightning indexer kernel");
+    parser.add_unsupported("--use-fused-lightning-indexer-kl-loss", "a fused lightning indexer KL-loss kernel");
+  }
+  bool requested(const FeatureContext& ctx) const override {
+    return ctx.args->model.experimental_attention_variant == "dsa" || fused_sfa_;
+  }
+  std::string not_requested_reason(const FeatureContext& ctx) const override {
+    return "not requested (--experimental-attention-variant dsa)";
+  }
+  Status validate(const FeatureContext& ctx) const override {
+    const Arguments& a = *ctx.args;
+    const ModelArgs& m = a.model;
+    const ParallelArgs& p = a.parallel;
+    if (m.experimental_attention_variant != "dsa")
+      return InvalidArgument("--use-fused-sparse-flash-attention needs --experimental-attention-variant dsa, found ",
+                             m.experimental_attention_variant.empty() ? "none" : m.experimental_attention_variant);
+    if (!m.multi_latent_attention)
+      return InvalidArgument("--experimental-attention-variant dsa needs --multi-latent-attention (DSA runs on MLA), "
+                             "found no --multi-latent-attention");
+    if (!m.qk_layernorm)
+      return InvalidArgument("--experimental-attention-variant dsa needs --qk-layernorm (as MindSpeed), found no "
+                             "--qk-layernorm");
+    if (m.dsa_indexer_head_dim < m.qk_pos_emb_head_dim)
+      return InvalidArgument("--dsa-indexer-head-dim: expected at least --qk-pos-emb-head-dim (", m.qk_pos_emb_head_dim,
+                             ": RoPE on its first dims), found ", m.dsa_indexer_head_dim);
+    if (p.tensor_model_parallel_size > 1 || p.sequence_parallel)
+      return Unimplemented("--experimental-attention-variant dsa with --tensor-model-parallel-size ",
+                           p.tensor_model_parallel_size, p.sequence_parallel ? " and --sequence-parallel" : "",
+                           ": not supported yet (expected --tensor-model-parallel-size 1)");
+    if (p.context_parallel_size > 1)
+      return Unimplemented("--experimental-attention-variant dsa with --context-parallel-size ",
+                           p.context_parallel_size, ": not supported yet (expected 1)");
+    if (a.model.attention_dropout != 0.0)
+      return Unimplemented("--experimental-attention-variant dsa with --attention-dropout ", a.model.attention_dropout,
+                           ": not supported yet (expected --attention-dropout 0)");
+    if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
+      return Unimplemented("--experimental-attention-variant dsa with --mtp-num-layers ", m.mtp_num_layers,
+                           ": not supported yet");
+    return Status::Ok();
+  }
+  Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
+    if (fused_sfa_) {
+      setup.ops->dsa_sparse_attention_forward = dsa_sparse_attention_forward_fused;
+      setup.ops->dsa_sparse_attention_backward = dsa_sparse_attention_backward_fused;
+      setup.ops->impl["dsa_sparse_attention"] = "fused";
+    }
+    return Status::Ok();
+  }
+
+ private:
+  bool fused_sfa_ = false;
+};
+
+}  // namespace
+
+void register_feature_dsa(FeatureRegistry& registry) { registry.add(std::make_unique<DsaFeature>()); }
+
+}  // namespace gale
