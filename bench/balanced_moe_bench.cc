@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "model/moe_dispatch.h"
 #include "schedule/schedules.h"
+#include "synthetic_batches.h"
 #include "train/engine.h"
 
 namespace gale {
@@ -84,25 +85,6 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
   return std::move(e).value();
 }
 
-MicroBatchSource synthetic_source(int64_t seq, int64_t dp_rank) {
-  return [seq, dp_rank](int64_t m, MicroBatch* mb) {
-    mb->B = 1;
-    mb->S = seq;
-    mb->tokens.resize(seq);
-    mb->labels.resize(seq);
-    mb->loss_mask.assign(seq, 1.0f);
-    mb->position_ids.resize(seq);
-    mb->document_ids.clear();
-    mb->sample_ids = {m};
-    for (int64_t s = 0; s < seq; ++s) {
-      mb->tokens[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17) % 1000);
-      mb->labels[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17 + 7) % 1000);
-      mb->position_ids[s] = static_cast<int32_t>(s);
-    }
-    return Status::Ok();
-  };
-}
-
 }  // namespace
 }  // namespace gale
 
@@ -123,7 +105,7 @@ int main(int argc, char** argv) {
                 "hidden %d, seq %d, %d micro-batches of 1 per rank, N = %d hot experts on M = %d groups, best of %d\n",
                 world->size(), o.layers, o.experts, o.skew / 100.0, o.skew / 200.0, o.hidden, o.seq, o.micro_batches,
                 o.hot, o.groups, o.reps);
-  const MicroBatchSource source = synthetic_source(o.seq, e->ps.coords().dp);
+  const MicroBatchSource source = bench::synthetic_source(o.seq, e->ps.coords().dp);
   double best[2] = {1e30, 1e30};
   long long sent[2] = {0, 0}, max_rows[2] = {0, 0}, hot_rows[2] = {0, 0};
   for (int r = 0; r < 2 * o.reps + 2; ++r) {  // the first two: warm-up

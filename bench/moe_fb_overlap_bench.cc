@@ -17,6 +17,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "synthetic_batches.h"
 #include "train/engine.h"
 
 namespace gale {
@@ -63,25 +64,6 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
   return std::move(e).value();
 }
 
-MicroBatchSource synthetic_source(int64_t seq, int64_t dp_rank) {
-  return [seq, dp_rank](int64_t m, MicroBatch* mb) {
-    mb->B = 1;
-    mb->S = seq;
-    mb->tokens.resize(seq);
-    mb->labels.resize(seq);
-    mb->loss_mask.assign(seq, 1.0f);
-    mb->position_ids.resize(seq);
-    mb->document_ids.clear();
-    mb->sample_ids = {m};
-    for (int64_t s = 0; s < seq; ++s) {
-      mb->tokens[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17) % 1000);
-      mb->labels[s] = static_cast<int32_t>((m * 131 + s * 7 + dp_rank * 17 + 7) % 1000);
-      mb->position_ids[s] = static_cast<int32_t>(s);
-    }
-    return Status::Ok();
-  };
-}
-
 }  // namespace
 }  // namespace gale
 
@@ -104,7 +86,7 @@ int main(int argc, char** argv) {
     std::printf("PP2 x EP2 x DP2 DualPipeV, GPT %d layers (MoE %d experts top-2), hidden %d, seq %d, %d micro-batches "
                 "of 1, best of %d\n",
                 o.layers, o.experts, o.hidden, o.seq, o.micro_batches, o.reps);
-  const MicroBatchSource source = synthetic_source(o.seq, e->ps.coords().dp);
+  const MicroBatchSource source = bench::synthetic_source(o.seq, e->ps.coords().dp);
   double best[2] = {1e30, 1e30}, wait[2] = {0.0, 0.0};
   for (int r = 0; r < 2 * o.reps + 2; ++r) {  // the first two: warm-up
     const int mode = r % 2;

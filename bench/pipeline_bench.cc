@@ -19,6 +19,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "synthetic_batches.h"
 #include "train/engine.h"
 
 namespace gale {
@@ -63,25 +64,6 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, int vpp, Argu
   return std::move(e).value();
 }
 
-MicroBatchSource synthetic_source(int64_t seq) {
-  return [seq](int64_t m, MicroBatch* mb) {
-    mb->B = 1;
-    mb->S = seq;
-    mb->tokens.resize(seq);
-    mb->labels.resize(seq);
-    mb->loss_mask.assign(seq, 1.0f);
-    mb->position_ids.resize(seq);
-    mb->document_ids.clear();
-    mb->sample_ids = {m};
-    for (int64_t s = 0; s < seq; ++s) {
-      mb->tokens[s] = static_cast<int32_t>((m * 131 + s * 7) % 1000);
-      mb->labels[s] = static_cast<int32_t>((m * 131 + s * 7 + 7) % 1000);
-      mb->position_ids[s] = static_cast<int32_t>(s);
-    }
-    return Status::Ok();
-  };
-}
-
 void run_case(const char* name, const Options& o, const Comm& world, int vpp, bool gpipe) {
   Arguments args;
   std::unique_ptr<Engine> e = build(o, world, vpp, &args);
@@ -99,7 +81,7 @@ void run_case(const char* name, const Options& o, const Comm& world, int vpp, bo
     const int64_t before = host_allocator().current_bytes();
     host_allocator().reset_peak();
     const double t0 = now_seconds();
-    auto fb = forward_backward_pipelined(e->chunk_pointers(), e->ps, order, m, synthetic_source(o.seq), false);
+    auto fb = forward_backward_pipelined(e->chunk_pointers(), e->ps, order, m, bench::synthetic_source(o.seq), false);
     GALE_CHECK_OK(fb.status());
     const double t = world->all_reduce_scalar(now_seconds() - t0, ReduceOp::kMax);
     held = std::max(held, host_allocator().peak_bytes() - before);
