@@ -96,6 +96,9 @@ class DsaFeature : public Feature {
       setup.ops->dsa_sparse_attention_forward = dsa_sparse_attention_forward_fused;
       setup.ops->dsa_sparse_attention_backward = dsa_sparse_attention_backward_fused;
       setup.ops->impl["dsa_sparse_attention"] = "fused";
+    } else {
+      // Not one of the ISA-dispatched op groups (fused_kernel_ops()): named only while DSA is on.
+      setup.ops->impl["dsa_sparse_attention"] = "reference";
     }
     return Status::Ok();
   }
