@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "model/moe_dispatch.h"
 #include "schedule/schedules.h"
+#include "bench_flags.h"
 #include "synthetic_batches.h"
 #include "train/engine.h"
 
@@ -34,19 +35,10 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (flag == "--layers") o.layers = v;
-    else if (flag == "--hidden") o.hidden = v;
-    else if (flag == "--seq") o.seq = v;
-    else if (flag == "--experts") o.experts = v;
-    else if (flag == "--hot") o.hot = v;
-    else if (flag == "--groups") o.groups = v;
-    else if (flag == "--micro-batches") o.micro_batches = v;
-    else if (flag == "--reps") o.reps = v;
-    else if (flag == "--skew") o.skew = v;
-  }
+  bench::parse_int_flags("balanced_moe_bench", argc, argv,
+                         {{"--layers", &o.layers}, {"--hidden", &o.hidden}, {"--seq", &o.seq},
+                          {"--experts", &o.experts}, {"--hot", &o.hot}, {"--groups", &o.groups},
+                          {"--micro-batches", &o.micro_batches}, {"--reps", &o.reps}, {"--skew", &o.skew}});
   return o;
 }
 

@@ -19,6 +19,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "bench_flags.h"
 #include "synthetic_batches.h"
 #include "train/engine.h"
 
@@ -31,15 +32,9 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (flag == "--layers") o.layers = v;
-    else if (flag == "--hidden") o.hidden = v;
-    else if (flag == "--seq") o.seq = v;
-    else if (flag == "--micro-batches") o.micro_batches = v;
-    else if (flag == "--reps") o.reps = v;
-  }
+  bench::parse_int_flags("pipeline_bench", argc, argv,
+                         {{"--layers", &o.layers}, {"--hidden", &o.hidden}, {"--seq", &o.seq},
+                          {"--micro-batches", &o.micro_batches}, {"--reps", &o.reps}});
   return o;
 }
 
