@@ -43,7 +43,7 @@ ModelConfig layer_config(int64_t H, int64_t ffn, int64_t E, bool bias) {
 }
 
 // One MoE layer (forward + backward) on this rank's T tokens: y, dx and this rank's parameter
-// gradients as floats; the allocator's peaks above the bytes live before the pass (over the
+// gradients as floats, then y of an evaluation forward; the allocator's peaks above the bytes live before the pass (over the
 // forward, over the backward, over both); seconds per pass.
 struct LayerResult {
   std::vector<float> values;
@@ -90,6 +90,9 @@ LayerResult run_layer(const ModelConfig& c, bool mc2, int64_t T) {
     const float* g = pb.flat_grads().data<float>();
     out.values.insert(out.values.end(), g, g + pb.numel());
     out.values.push_back(static_cast<float>(aux.load_balancing));
+    // a forward without saved state (evaluation: the combine's rows are not kept in permuted order)
+    const Tensor y_eval = moe_forward(c, ops, pb, w, x, nullptr, nullptr, ep);
+    out.values.insert(out.values.end(), y_eval.data<float>(), y_eval.data<float>() + y_eval.numel());
   }
   return out;
 }
