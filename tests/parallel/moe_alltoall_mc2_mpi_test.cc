@@ -2,8 +2,8 @@
 // on 2, EP4 on 4): one MoE layer's output, input gradient and parameter gradients are bit-identical to the
 // plain all-to-all dispatcher (dropless, token dropping, padding to capacity, bf16 GEMMs, biases),
 // its peak bytes (exact allocator accounting) are lower, and whole models (a gated shared expert,
-// with and without --moe-shared-expert-overlap, token dropping, full recompute, and on 4 ranks
-// TP2×EP2 with expert TP 1) train 3 steps to the same losses, grad norms, parameters and
+// with and without --moe-shared-expert-overlap, token dropping, padding to capacity, full
+// recompute, and on 4 ranks TP2×EP2 with expert TP 1 and PP2×EP2) train 3 steps to the same losses, grad norms, parameters and
 // gradients through the real feature registry. Prints the peak bytes and time per MoE layer of
 // both paths (the figures in docs/parallelism.md).
 #include <gtest/gtest.h>
@@ -178,10 +178,22 @@ std::unique_ptr<testing::TestRun> train(const std::vector<std::string>& flags,
   return run;
 }
 
+// Point-to-point sends on the run's expert-parallel group: the fused exchange's messages (the
+// plain dispatcher sends none there).
+int64_t ep_sends(const testing::TestRun& run) {
+  const Comm& ep = run.engine->ps.expert();
+  return ep && ep->size() > 1 ? ep->stats().calls[static_cast<int>(CommOp::kSend)] : -1;
+}
+
 void expect_model_bit_identical(const std::vector<std::string>& flags, const std::string& what) {
   const auto plain = train(flags, {});
   EXPECT_GT(plain->engine->chunks[0]->params().numel(), 0);
-  testing::expect_runs_bit_identical(*train(flags, {"--moe-alltoall-mc2"}), *plain, what);
+  const auto fused = train(flags, {"--moe-alltoall-mc2"});
+  testing::expect_runs_bit_identical(*fused, *plain, what);
+  if (ep_sends(*plain) >= 0) {  // EP > 1: the fused exchange did run
+    EXPECT_EQ(ep_sends(*plain), 0) << what;
+    EXPECT_GT(ep_sends(*fused), 0) << what;
+  }
 }
 
 TEST(MoeAlltoallMc2Mpi, ModelTrainsBitIdentically) {
@@ -191,13 +203,19 @@ TEST(MoeAlltoallMc2Mpi, ModelTrainsBitIdentically) {
   expect_model_bit_identical(testing::join({ep, {"--moe-shared-expert-overlap"}}), "shared-expert overlap");
   expect_model_bit_identical(testing::join({ep, {"--moe-expert-capacity-factor", "0.5"}}), "token dropping");
   expect_model_bit_identical(
+      testing::join({ep, {"--moe-expert-capacity-factor", "0.5", "--moe-pad-expert-input-to-capacity"}}),
+      "padding to capacity");
+  expect_model_bit_identical(
       testing::join({ep, {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers",
                           "1"}}),
       "full recompute");
-  if (world == 4)
+  if (world == 4) {
     expect_model_bit_identical({"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                 "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1"},
                                "TP2 x EP2, expert TP 1");
+    expect_model_bit_identical({"--pipeline-model-parallel-size", "2", "--expert-model-parallel-size", "2"},
+                               "PP2 x EP2");
+  }
 }
 
 }  // namespace
