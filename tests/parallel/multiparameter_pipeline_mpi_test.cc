@@ -5,7 +5,7 @@
 // the plain pipeline does read and which change its losses, while the multi-parameter run still
 // trains bitwise as the plain run on the right data (losses, gradient norms, every parameter and
 // gradient of 3 iterations, and an evaluation) — so the later stages' masks came with the
-// transfers. At PP2 and PP4, 1F1B and interleaved, with DP2, TP2 with sequence parallelism, with
+// transfers. At PP2 and PP4, 1F1B and interleaved (also RiPipe's --recompute-in-advance order), with DP2, TP2 with sequence parallelism, with
 // --optimize-send-recv-comm, and without --reset-attention-mask (the list of the hidden states
 // alone). The messages are counted: one more per forward transfer for the ids, none more backward
 // (the ids have no gradient), and the agreement's two per sending chunk and iteration.
@@ -29,6 +29,11 @@ const std::vector<Layout>& layouts() {
       {"pp2", 2, testing::join({{"--pipeline-model-parallel-size", "2"}, kDocuments})},
       {"pp2_vpp2", 2,
        testing::join({{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+                      kDocuments})},
+      {"pp2_vpp2_recompute_in_advance", 2,
+       testing::join({{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                       "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1",
+                       "--recompute-in-advance"},
                       kDocuments})},
       {"pp2_optimize_send_recv_comm", 2,
        testing::join({{"--pipeline-model-parallel-size", "2", "--optimize-send-recv-comm"}, kDocuments})},
@@ -98,6 +103,9 @@ TEST_P(MultiParameterPipeline, BitwiseEqualToThePlainPipeline) {
   ASSERT_EQ(plain.engine->stage_tensors, nullptr);
   ASSERT_NE(multi.engine->stage_tensors, nullptr);
   EXPECT_EQ(multi.engine->stage_tensors->document_ids, documents);
+  if (name.find("recompute_in_advance") != std::string::npos) {
+    ASSERT_EQ(multi.engine->ripipe, RiPipe::kAdvance);  // the RiPipe order (recompute steps between the transfers)
+  }
   plain.set_data(std::make_unique<DocumentsDataset>(16, false));
   multi.set_data(std::make_unique<DocumentsDataset>(16, /*wrong=*/pp_rank > 0));
   for (const testing::TestRun* run : {&plain, &multi}) {
