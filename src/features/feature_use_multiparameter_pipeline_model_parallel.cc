@@ -6,8 +6,8 @@
 // args.pipeline_tensor_shapes (one {shape, dtype} per tensor; by default the one hidden-states
 // tensor [S/CP, B, H] in the training dtype), each sent as its own p2p message in list order; the
 // backward step runs autograd from the outputs that require a gradient and sends back one
-// gradient per input (zeros for those without one). Multimodal models (MindSpeed-MM) use it to pass
-// e.g. attention masks or image features between stages. It supports 1F1B and interleaved 1F1B,
+// gradient per input (zeros for those without one). It is meant for multimodal models, whose stages
+// pass other per-sample tensors along with the hidden states. It supports 1F1B and interleaved 1F1B,
 // and refuses DualPipeV and --moe-fb-overlap.
 //
 // What it does in Gale: the stages exchange the list of schedule/stage_tensors.h — the hidden
