@@ -36,8 +36,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        {"--qad-teacher-load", "--kl-temperature", "--kl-loss-weight", "--kl-loss-reduction"}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
-      {"use-multiparameter-pipeline-model-parallel", nullptr, FeatureModule::kMultimodal,
-       "MultiParameterFeature (L2)", "pipeline stages exchanging several tensors", {}},
   };
   for (const Row& r : rows) {
     SimpleFeatureSpec s;

@@ -364,6 +364,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--optimize-send-recv-comm", &a.optimize_send_recv_comm,
              "MindSpeed: the 1F1B pipeline schedule (without interleaving) sends the gradients on a second "
              "communicator over the pipeline group, the activations on the pipeline group");
+  p.add_flag("--use-multiparameter-pipeline-model-parallel", &a.use_multiparameter_pipeline_model_parallel,
+             "MindSpeed: the pipeline stages exchange a list of typed tensors (the hidden states, and with "
+             "--reset-attention-mask the document ids) instead of the hidden states alone");
   p.add("--param-and-grad-buffer-pad", &a.param_and_grad_buffer_pad,
         "MindSpeed: pad the parameter and gradient buffers so that every bucket (and distributed-optimizer shard) "
         "starts at a multiple of this many bytes (512 on Ascend)");

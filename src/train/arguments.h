@@ -364,6 +364,10 @@ struct ParallelArgs {
   // schedule's gradients travel on a second communicator over the pipeline group's ranks
   // (Engine::pp_backward). Cleared below --optimization-level 2.
   bool optimize_send_recv_comm = false;
+  // MindSpeed's --use-multiparameter-pipeline-model-parallel
+  // (features/feature_use_multiparameter_pipeline_model_parallel.cc): the pipeline stages exchange
+  // a list of typed tensors (Engine::stage_tensors). Cleared below --optimization-level 2.
+  bool use_multiparameter_pipeline_model_parallel = false;
   // MindSpeed's --param-and-grad-buffer-pad N (features/feature_param_and_grad_buffer_pad.cc): every
   // gradient bucket (and, with the distributed optimizer, every rank's shard of it) starts at a
   // multiple of N bytes of the flat buffers (DataParallelConfig::buffer_pad). kUnset: none. Cleared

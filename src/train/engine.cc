@@ -185,6 +185,18 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     // Every member passes the whole group: a duplicate of the pipeline group (collective over it).
     engine->pp_backward = engine->ps.pp()->make_group(engine->ps.pp()->world_ranks(), "pp-backward");
   }
+  if (args.parallel.use_multiparameter_pipeline_model_parallel && engine->ps.pp_size() > 1) {
+    if (engine->dualpipev)
+      return InvalidArgument("--use-multiparameter-pipeline-model-parallel applies to the 1F1B and interleaved 1F1B "
+                             "schedules (as MindSpeed's), found --schedules-method dualpipev");
+    if (engine->ps.cp_size() > 1 && args.data.reset_attention_mask)
+      return Unimplemented("--use-multiparameter-pipeline-model-parallel with --context-parallel-size ",
+                           engine->ps.cp_size(),
+                           " and --reset-attention-mask: not supported yet (the keys' document ids of the whole "
+                           "sequences would have to travel with the hidden states)");
+    engine->stage_tensors = std::make_unique<StageTensors>();
+    engine->stage_tensors->document_ids = args.data.reset_attention_mask;
+  }
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();
   // Megatron's partial distributed optimizer: shards inside an instance, replicas across them.

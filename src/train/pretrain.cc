@@ -134,6 +134,8 @@ int pretrain_main(int argc, char** argv) {
   if (!registry->active("compress-dense")) args.training.compress_dense = "disable";
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   args.parallel.optimize_send_recv_comm = registry->active("optimize-send-recv-comm");
+  args.parallel.use_multiparameter_pipeline_model_parallel =
+      registry->active("use-multiparameter-pipeline-model-parallel");
   if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed

@@ -197,7 +197,11 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
   mb->loss_mask.resize(B * S);
   mb->position_ids.resize(B * S);
   mb->document_ids.clear();
-  if (args_.data.reset_attention_mask) mb->document_ids.resize(B * S);
+  // --use-multiparameter-pipeline-model-parallel: the stages after the first take the document ids
+  // from the pipeline transfer (schedule/stage_tensors.h); only the first pipeline rank reads them.
+  const bool document_ids =
+      args_.data.reset_attention_mask && !(engine_->stage_tensors && engine_->ps.coords().pp > 0);
+  if (document_ids) mb->document_ids.resize(B * S);
   mb->sample_ids.resize(B);
   for (int64_t b = 0; b < B; ++b) {  // the first S positions of each sample
     const TrainingSample& sample = samples[b];
@@ -205,8 +209,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
     std::copy_n(sample.labels.begin(), S, mb->labels.begin() + b * S);
     std::copy_n(sample.loss_mask.begin(), S, mb->loss_mask.begin() + b * S);
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
-    if (args_.data.reset_attention_mask)
-      std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
+    if (document_ids) std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = ids[b];
   }
   return keep_context_parallel_positions(engine_->ps, S, mb);
@@ -308,7 +311,7 @@ StatusOr<IterationResult> Trainer::train_step() {
     GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                                /*forward_only=*/false, {}, microbatch_group(), timers,
                                                engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe,
-                                               engine_->pp_backward));
+                                               engine_->pp_backward, engine_->stage_tensors.get()));
   }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
@@ -365,7 +368,8 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
                                            /*forward_only=*/true, {}, microbatch_group(), nullptr,
-                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward));
+                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
+                                           engine_->stage_tensors.get()));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down

@@ -138,10 +138,10 @@ TEST(FeatureRegistry, NotYetSupportedFlagsAreRejected) {
   add_all_pretrain_args(parser, args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
-  const char* argv[] = {"test", "--use-multiparameter-pipeline-model-parallel"};
+  const char* argv[] = {"test", "--dist-train"};
   Status st = parser.parse(2, const_cast<char**>(argv));
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--use-multiparameter-pipeline-model-parallel: not supported yet"), std::string::npos)
+  EXPECT_NE(st.message().find("--dist-train: not supported yet"), std::string::npos)
       << st.message();
 }
 
