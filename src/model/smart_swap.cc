@@ -90,6 +90,10 @@ SmartSwap::SmartSwap(const SmartSwapConfig& config, int64_t num_layers) : config
 void SmartSwap::begin_iteration() {
   ++iteration_;
   sampling_ = !planned_ && iteration_ == config_.warmup_iters;
+  if (planned_ && !stable_) {
+    stable_ = true;
+    host_allocator().reset_window_peak();
+  }
   if (!sampling_) return;
   profile_.segment_peaks.clear();
   profile_.windows.clear();
@@ -104,6 +108,8 @@ void SmartSwap::event() {
   profile_.segment_peaks.push_back(a.window_peak_bytes());
   a.reset_window_peak();
 }
+
+int64_t SmartSwap::stable_peak() const { return stable_ ? host_allocator().window_peak_bytes() : 0; }
 
 bool SmartSwap::after_forward(int64_t mb, int64_t layer, const LayerSaved& saved) {
   if (sampling_) {

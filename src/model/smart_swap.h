@@ -89,6 +89,11 @@ class SmartSwap {
   // The model, before layer `layer`'s backward of micro-batch `mb` (before it swaps anything in).
   void before_backward(int64_t mb, int64_t layer);
 
+  // The allocator's peak of live bytes since the first iteration with the policy began (0 before):
+  // what the run reports beside the prediction. It reads the allocator's window peak, which
+  // nothing else uses once the sampling is over.
+  int64_t stable_peak() const;
+
   // The ActivationSwap config of the swapped layers.
   const SwapAttentionConfig& swap_config() const { return swap_; }
   // Null until the policy is chosen.
@@ -105,6 +110,7 @@ class SmartSwap {
   int64_t iteration_ = 0;  // training iterations begun
   bool sampling_ = false;
   bool planned_ = false;
+  bool stable_ = false;  // an iteration with the policy has begun
   SmartSwapProfile profile_;
   SmartSwapPolicy policy_;
   // Sampling: the event indices of each (micro-batch, layer)'s forward end and backward start,

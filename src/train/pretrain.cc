@@ -350,6 +350,9 @@ int pretrain_main(int argc, char** argv) {
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
+  if (engine.smart_swap && engine.smart_swap->policy())
+    print_all(str_cat(" > --smart-swap: peak memory since the policy applied: ", engine.smart_swap->stable_peak(),
+                      " bytes in tensors (predicted ", engine.smart_swap->policy()->predicted_peak, ")"));
   // --compress-optimizer / --compress-activation / --compress-dense: what the codec holds and did.
   if (swap && swap->compressed())
     print_all(str_cat(" > --compress-optimizer: optimizer state of rank ", world->rank(), ": ", swap->raw_bytes(),
