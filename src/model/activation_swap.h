@@ -14,6 +14,9 @@
 // Swapped (each only where the layer kept it): input_norm → LayerSaved::norm1_out; self_attention →
 // attention.qkv, attention.lse and ctx; post_attention_norm → norm2_out; and with --swap-layer-input
 // (MindSpeed's SwapLayerInputFeature) the layer's input x_in, through the same file and prefetch.
+// --smart-swap (model/smart_swap.h) uses the same class for the layers its policy picks, with all
+// of those plus the dense MLP's x_mid, fc1_out and act, each only where it is the sole holder of its
+// storage (so that the allocator's bytes move exactly as its sampling predicts).
 #pragma once
 
 #include <cstdint>
