@@ -29,8 +29,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
        "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
        {"--automated-pipeline-perf"}},
-      {"smart-swap", nullptr, FeatureModule::kMemory, "SmartSwapFeature (L2)",
-       "an automatic swap policy searched from sampled steps", {}},
       {"qad-enable", nullptr, FeatureModule::kKeyScenarios, "QADQuantEngineFeature",
        "quantisation-aware distillation against a BF16 teacher",
        {"--qad-teacher-load", "--kl-temperature", "--kl-loss-weight", "--kl-loss-reduction"}},

@@ -380,6 +380,14 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,
                           ActivationSwap::create(swap_attention_config_from_args(args)));
   }
+  if (args.training.smart_swap) {  // one chunk (no pipeline parallelism: features/feature_smart_swap.cc)
+    GALE_CHECK_EQ(engine->chunks.size(), size_t{1}) << "--smart-swap needs one model chunk";
+    engine->smart_swap = std::make_unique<SmartSwap>(smart_swap_config_from_args(args),
+                                                     engine->chunks.front()->num_layers());
+    engine->chunks.front()->set_smart_swap(engine->smart_swap.get());
+    GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,  // an unusable directory: a start-up error
+                          ActivationSwap::create(engine->smart_swap->swap_config()));
+  }
   // --overlap-param-gather-with-optimizer-step: chunk 0's dense all-gather starts once the
   // optimizer has updated chunk 0 (buffer 0), while it updates the other chunks. Its expert part
   // waits for the whole step (Megatron's expert-parallel optimizer steps after the dense ones).

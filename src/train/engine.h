@@ -40,6 +40,9 @@ struct Engine {
   std::unique_ptr<LrScheduler> scheduler;
   // --enable-expert-placement (train/expert_placer.h): runs after every optimizer step; null when off.
   std::shared_ptr<ExpertPlacer> expert_placer;
+  // --smart-swap (model/smart_swap.h): the swap policy's sampling and state, shared by the (one)
+  // chunk; the trainer brackets every training iteration with it. Null when off.
+  std::unique_ptr<SmartSwap> smart_swap;
   // --fp16: the loss scaler (constant with --loss-scale, else dynamic); null otherwise.
   std::unique_ptr<GradScaler> grad_scaler;
   // Data-parallel gradient reduction / parameter gathering of each chunk (same order as `chunks`;

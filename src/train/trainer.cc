@@ -290,6 +290,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
   // --op-cal-tflops: count this step's kernels, as MindSpeed wraps Megatron's train_step.
   if (args_.logging.op_cal_tflops) flop_counter_start();
+  SmartSwap* smart_swap = engine_->smart_swap.get();  // --smart-swap: the iteration's bounds
+  if (smart_swap) smart_swap->begin_iteration();
   start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
   for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
@@ -349,6 +351,7 @@ StatusOr<IterationResult> Trainer::train_step() {
     flop_counter_stop();
     r.flops = flop_counter_counts();
   }
+  if (smart_swap && smart_swap->end_iteration()) print_all(" > " + smart_swap->policy()->describe());
   state_.consumed_train_samples += gbs;
   state_.skipped_train_samples += skipped;
   return r;

@@ -152,7 +152,7 @@ TEST(FeatureRegistry, AscendOnlyFeaturesAreListedAndRefused) {
   ASSERT_NE(aiqos, nullptr);
   EXPECT_FALSE(aiqos->implemented());
   EXPECT_EQ(implementation_status(*aiqos), "not applicable (Ascend/PyTorch only)");
-  EXPECT_EQ(implementation_status(*registry->find("smart-swap")), "not supported yet");
+  EXPECT_EQ(implementation_status(*registry->find("dist-train")), "not supported yet");
   EXPECT_EQ(implementation_status(*registry->find("use-flash-attn")), "implemented");
   EXPECT_NE(registry->format_markdown().find("| aiqos | `--aiqos` | communication | 2 | MindSpeed QosFeature (L2) | "
                                              "not applicable (Ascend/PyTorch only) |"),
