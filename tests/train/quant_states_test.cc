@@ -1,6 +1,7 @@
 // --quant-states on a tiny GPT (single process): 20 iterations stay within a stated tolerance of
 // the f32-state run for fp8, mxfp8 and hif8 (also with --bf16 --reuse-fp32-param); the optimizer-state
-// bytes are exactly the codes plus the block scales; a checkpoint resumes bit for bit; checkpoints
+// bytes are exactly the codes plus the block scales; hif8 scales each moment with its own target; a
+// checkpoint resumes bit for bit; checkpoints
 // cross between f32 and quantised runs (the f32 values quantised again); a deliberate mismatch of
 // the saved layout falls back to the f32 values.
 #include <gtest/gtest.h>
@@ -81,6 +82,37 @@ TEST(QuantStates, StateBytesAreCodesPlusScales) {
     std::printf("quant-states %s: %lld parameters, state %lld bytes (f32 %lld): %.4f bytes/parameter, %.2fx less\n",
                 mode, static_cast<long long>(n), static_cast<long long>(bytes), static_cast<long long>(8 * n),
                 static_cast<double>(bytes) / n, 8.0 * n / bytes);
+  }
+}
+
+// hif8 scales exp_avg's blocks with T = 15 and exp_avg_sq's with 224 (MindSpeed's "hif8_15" and
+// "hif8_224"). In a nonzero block T cancels up to float rounding, but an all-zero block's scale is
+// exactly 1 / T: a step on zero gradients from the zero state rewrites every scale (overwritten with
+// 1 first) to 1/15 and 1/224, through the step's own quantisation.
+TEST(QuantStates, Hif8ScaleTargetPerMoment) {
+  QuantRun q(quant("hif8"));
+  q.engine->chunks[0]->params().zero_grads();
+  std::vector<std::pair<std::string, Tensor>> st = q.engine->optimizer->quantised_state(0);
+  ASSERT_EQ(st.size(), 4u);
+  for (size_t k = 2; k < 4; ++k) {
+    float* s = reinterpret_cast<float*>(st[k].second.data<uint8_t>());
+    for (int64_t i = 0; i < st[k].second.numel() / 4; ++i) s[i] = 1.0f;
+  }
+  ASSERT_TRUE(q.engine->optimizer->step(1e-3, 0.1).applied);
+  for (size_t k = 0; k < 4; ++k) {
+    const Tensor& t = st[k].second;
+    const uint8_t* b = t.data<uint8_t>();
+    if (k < 2) {
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(int{b[i]}, 0) << st[k].first << " " << i;
+      continue;
+    }
+    const float want = 1.0f / (k == 2 ? kHiF8TargetExpAvg : kHiF8TargetExpAvgSq);
+    ASSERT_EQ(st[k].first, k == 2 ? "exp_avg.scales" : "exp_avg_sq.scales");
+    for (int64_t i = 0; i < t.numel() / 4; ++i) {
+      float s;
+      std::memcpy(&s, b + 4 * i, 4);
+      ASSERT_EQ(s, want) << st[k].first << " block " << i;
+    }
   }
 }
 
