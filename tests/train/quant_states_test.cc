@@ -1,9 +1,8 @@
 // --quant-states on a tiny GPT (single process): 20 iterations stay within a stated tolerance of
 // the f32-state run for fp8, mxfp8 and hif8 (also with --bf16 --reuse-fp32-param); the optimizer-state
 // bytes are exactly the codes plus the block scales; hif8 scales each moment with its own target; a
-// checkpoint resumes bit for bit; checkpoints
-// cross between f32 and quantised runs (the f32 values quantised again); a deliberate mismatch of
-// the saved layout falls back to the f32 values.
+// checkpoint resumes bit for bit; checkpoints cross between f32 and quantised runs (the f32 values
+// quantised again); a deliberate mismatch of the saved layout falls back to the f32 values.
 #include <gtest/gtest.h>
 
 #include <cstdio>
