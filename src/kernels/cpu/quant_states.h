@@ -17,9 +17,9 @@
 // kHiF8 (--quant-states hif8): both moments in HiFloat8 (below), blocks as kLinear, with MindSpeed's
 //   scale for it: s = fl(fl(T / amax) / T), T its "fp8_max" of the moment (15 for exp_avg, 224 for
 //   exp_avg_sq; QuantStateRef::target). MindSpeed multiplies by T / amax and then divides by T, so T
-//   cancels up to float rounding: the block's largest magnitude lands at about 1.0, the top of
-//   HiF8's 3-mantissa-bit range, and the codes use HiF8's exponents ≤ 0 only. (T / amax is
-//   FLT_MAX when the division overflows, 1 for an all-zero block, so that block's s is 1 / T.)
+//   cancels up to float rounding: the block's largest magnitude lands at about 1.0 (3 mantissa
+//   bits there), and a finite block's codes use HiF8's exponents ≤ 0 only. (T / amax is FLT_MAX
+//   when the division overflows, 1 for an all-zero block, so that block's s is 1 / T.)
 //   Dequantised: decode(code) · (1 / s). 4 bytes of scale per block.
 //
 // fp8() rounds to nearest, ties to even, with subnormals, and saturates at ±fmax (the scaled
