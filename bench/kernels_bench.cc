@@ -284,13 +284,15 @@ void BM_EmaAdamW(benchmark::State& state) {  // 16 M parameters, as BM_AdamW
 }
 BENCHMARK(BM_EmaAdamW)->Apply(ImplArgs)->Unit(benchmark::kMillisecond);
 
-// --quant-states fp8 (arg 1 = 0: E4M3/E5M2 codes, f32 scale per 128) and mxfp8 (1: k-scaled,
-// E8M0 scale per 32): AdamW over FP8-coded moments, 4 M parameters (the reference is slow). Bytes:
-// read p, g, both codes; write p, both codes (scales not counted).
+// --quant-states fp8 (arg 1 = 0: E4M3/E5M2 codes, f32 scale per 128), mxfp8 (1: k-scaled, E8M0
+// scale per 32) and hif8 (2: HiFloat8 codes, f32 scale per 128): AdamW over 8-bit-coded moments,
+// 4 M parameters (the reference is slow). Bytes: read p, g, both codes; write p, both codes (scales
+// not counted).
 void BM_QuantisedAdamW(benchmark::State& state) {
   const int64_t impl = state.range(0);
-  const QuantLayout layout = state.range(1) == 0 ? QuantLayout{QuantMode::kLinear, 128, 128}
-                                                 : QuantLayout{QuantMode::kMx, 32, 32};
+  const QuantLayout layout = state.range(1) == 0   ? QuantLayout{QuantMode::kLinear, 128, 128}
+                             : state.range(1) == 1 ? QuantLayout{QuantMode::kMx, 32, 32}
+                                                   : QuantLayout{QuantMode::kHiF8, 128, 128};
   if (impl > 0 && static_cast<int>(impl - 1) > static_cast<int>(hardware_isa())) {
     state.SkipWithError("ISA not supported by this CPU");
     return;
@@ -298,7 +300,9 @@ void BM_QuantisedAdamW(benchmark::State& state) {
   const int64_t n = 4ll << 20, sb = quant_num_blocks(n, layout) * quant_scale_bytes(layout.mode);
   auto p = rand_vec(n, 21), g = rand_vec(n, 22, 0.01f);
   std::vector<uint8_t> mc(n), vc(n), ms(sb), vs(sb);
-  const QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+  const bool hif8 = layout.mode == QuantMode::kHiF8;
+  const QuantStateRef m{mc.data(), ms.data(), hif8 ? Fp8Format::kHiF8 : Fp8Format::kE4M3, kHiF8TargetExpAvg};
+  const QuantStateRef v{vc.data(), vs.data(), hif8 ? Fp8Format::kHiF8 : Fp8Format::kE5M2, kHiF8TargetExpAvgSq};
   const std::vector<float> zero(n, 0.0f);
   quantise_state_ref(zero.data(), n, layout, m);
   quantise_state_ref(zero.data(), n, layout, v);
@@ -316,8 +320,8 @@ void BM_QuantisedAdamW(benchmark::State& state) {
   set_bytes(state, 14.0 * n);
 }
 BENCHMARK(BM_QuantisedAdamW)
-    ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
-    ->ArgNames({"impl", "mx"})
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})
+    ->ArgNames({"impl", "mode"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

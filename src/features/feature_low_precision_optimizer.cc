@@ -1,20 +1,23 @@
 // MindSpeed's low-precision optimizer (LowPrecisionOptimizerFeature, memory, level 0) in the registry.
 //
-// What: --quant-states fp8|mxfp8 stores AdamW's moments as FP8 codes with block scales between
-// steps (exp_avg E4M3, exp_avg_sq E5M2, as MindSpeed's quant_adamw.py); each step dequantises a
-// block to f32, updates it with the parameters, and quantises it again, in one vectorised pass
-// (AVX-512/AVX2/one-lane builds, bit-identical to the reference; kernels/cpu/quant_states.h has
-// the formats, the scaling rules and the rounding, kernels/cpu/fp8_codec.h the shared FP8 pieces). The state
-// takes 1 + 4/B bytes per element and moment (fp8, B = gcd(numel, 128): 1.03125 for B = 128) or
-// 1 + 1/32 (mxfp8) instead of 4: about 3.9x less (docs/parallelism.md has the measured figures).
+// What: --quant-states fp8|mxfp8|hif8 stores AdamW's moments as 8-bit codes with block scales
+// between steps (fp8 and mxfp8: exp_avg E4M3, exp_avg_sq E5M2; hif8: both Ascend's HiFloat8 with
+// MindSpeed's hif8 scale, fl(fl(T / amax) / T) with T = 15 and 224; as MindSpeed's quant_adamw.py);
+// each step dequantises a block to f32, updates it with the parameters, and quantises it again, in
+// one vectorised pass (AVX-512/AVX2/one-lane builds, bit-identical to the reference;
+// kernels/cpu/quant_states.h has the formats, the scaling rules and the rounding,
+// kernels/cpu/fp8_codec.h the shared FP8 pieces). The state takes 1 + 4/B bytes per element and
+// moment (fp8 and hif8, B = gcd(numel, 128): 1.03125 for B = 128) or 1 + 1/32 (mxfp8) instead of 4:
+// about 3.9x less (docs/model.md has the measured figures).
 //
 // Level: MindSpeed registers it at optimization level 0, which only means no level gates it; it
 // changes numerics, so here too it is active exactly when --quant-states is given, at any
 // --optimization-level (the flag is the gate).
 //
-// Not supported yet (refused with a message saying so): --quant-states hif8 (Ascend's HiFloat8,
-// a tapered 8-bit format MindSpeed casts through torch_npu) and --quant-grads (FP16 main gradients:
-// Gale's gradient buffers, their data-parallel reduction and clipping are f32 throughout).
+// Not supported yet (refused with a message saying so): --quant-grads (MindSpeed's FP16 main
+// gradients with a per-parameter f32 scale, requantised at every accumulation, the scales aligned
+// across data-parallel ranks by an all-reduce MIN and the reduction run in FP16: Gale's gradient
+// buffers, their data-parallel reduction and clipping are f32 throughout).
 //
 // Rules: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
 // --swap-optimizer (its file holds f32 state; the task's rule for this feature, MindSpeed's own
@@ -23,9 +26,10 @@
 // (blocks cut by shard boundaries are quantised in two parts, see optim/optimizer.h) and with
 // --reuse-fp32-param (as MindSpeed).
 //
-// Tests: tests/kernels/quant_states_test.cc (codes and block scaling vs the numpy fixture, every
-// ISA build of the fused kernel vs the reference on edge cases), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
-// state bytes, bitwise resume, cross loads), tests/optim/quant_states_mpi_test.cc (DP2 distributed
+// Tests: tests/kernels/quant_states_test.cc (FP8 and HiF8 codes and block scaling vs the numpy
+// fixtures, all 256 HiF8 codes round trip, every ISA build of the fused kernel vs the reference on
+// edge cases), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
+// state bytes, bitwise resume, cross loads; all three modes), tests/cli/quant_states_cli_test.cc, tests/optim/quant_states_mpi_test.cc (DP2 distributed
 // optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules).
 #include "features/registry.h"
 
@@ -41,10 +45,10 @@ class LowPrecisionOptimizer : public Feature {
   int level() const override { return 0; }
   std::string counterpart() const override { return "MindSpeed LowPrecisionOptimizerFeature (L0)"; }
   std::string description() const override {
-    return "AdamW moments stored as FP8 between steps (--quant-states fp8: exp_avg E4M3, exp_avg_sq E5M2, an f32 "
-           "scale per block of up to 128 elements; mxfp8: the same k-scaled with an E8M0 scale per 32) and "
-           "dequantised to f32 for the update in one fused pass: about 3.9x less optimizer-state memory; hif8 and "
-           "--quant-grads not supported yet";
+    return "AdamW moments stored as 8-bit codes between steps (--quant-states fp8: exp_avg E4M3, exp_avg_sq E5M2, "
+           "an f32 scale per block of up to 128 elements; mxfp8: the same k-scaled with an E8M0 scale per 32; hif8: "
+           "both HiFloat8 with fp8's blocks and MindSpeed's hif8 scale) and dequantised to f32 for the update in one "
+           "fused pass: about 3.9x less optimizer-state memory; --quant-grads not supported yet";
   }
   bool requested(const FeatureContext& ctx) const override {
     return !ctx.args->training.quant_states.empty() || ctx.args->training.quant_grads;
@@ -53,12 +57,12 @@ class LowPrecisionOptimizer : public Feature {
     const Arguments& a = *ctx.args;
     const TrainingArgs& t = a.training;
     if (t.quant_grads)
-      return Unimplemented("--quant-grads: not supported yet (MindSpeed's FP16 main gradients; Gale's gradient "
+      return Unimplemented("--quant-grads: not supported yet (MindSpeed keeps each parameter's main gradient as FP16 "
+                           "with an f32 scale of 65503 / amax, requantised at every accumulation, aligns the scales "
+                           "across data-parallel ranks with an all-reduce MIN and reduces in FP16; Gale's gradient "
                            "buffers, their data-parallel reduction and clipping are f32)");
-    if (t.quant_states == "hif8")
-      return Unimplemented("--quant-states hif8: not supported yet (Ascend's HiFloat8 format; use fp8 or mxfp8)");
-    if (t.quant_states != "fp8" && t.quant_states != "mxfp8")
-      return InvalidArgument("--quant-states: expected fp8 or mxfp8, found '", t.quant_states, "'");
+    if (t.quant_states != "fp8" && t.quant_states != "mxfp8" && t.quant_states != "hif8")
+      return InvalidArgument("--quant-states: expected fp8, hif8 or mxfp8, found '", t.quant_states, "'");
     if (t.optimizer != "adam")
       return InvalidArgument("--quant-states ", t.quant_states,
                              ": quantises AdamW's moments, needs --optimizer adam, found --optimizer ", t.optimizer);

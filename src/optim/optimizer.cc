@@ -7,6 +7,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "kernels/cpu/fp8_codec.h"
+
 namespace gale {
 
 namespace {
@@ -72,11 +74,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
   GALE_CHECK(!config_.compress || config_.compress_chunk >= 1) << "--compress-optimizer chunk " << config_.compress_chunk;
   quant_ = !config_.quant_states.empty();
   if (quant_) {
-    GALE_CHECK(config_.quant_states == "fp8" || config_.quant_states == "mxfp8")
-        << "--quant-states " << config_.quant_states << ": expected fp8 or mxfp8";
+    GALE_CHECK(config_.quant_states == "fp8" || config_.quant_states == "mxfp8" || config_.quant_states == "hif8")
+        << "--quant-states " << config_.quant_states << ": expected fp8, hif8 or mxfp8";
     GALE_CHECK(config_.type == "adam") << "--quant-states quantises Adam's moments; --optimizer is " << config_.type;
     GALE_CHECK(!config_.swap) << "--quant-states with --swap-optimizer: not supported";
-    quant_mode_ = config_.quant_states == "fp8" ? QuantMode::kLinear : QuantMode::kMx;
+    quant_mode_ = config_.quant_states == "fp8"    ? QuantMode::kLinear
+                  : config_.quant_states == "hif8" ? QuantMode::kHiF8
+                                                   : QuantMode::kMx;
   }
   GALE_CHECK(!config_.ema || config_.type == "adam")
       << "--optimizer-selection fused_ema_adamw needs --optimizer adam, found " << config_.type;
@@ -121,15 +125,15 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     if (config_.swap || config_.compress) {
       // no resident state: open_swap() creates the file; --compress-optimizer's blocks below
     } else if (quant_) {
-      // Blocks counted from the start of each parameter: fp8 gcd(numel, 128) elements (the whole
-      // parameter when that is below 16), mxfp8 32; a segment starting inside a block begins with
-      // the rest of that block.
+      // Blocks counted from the start of each parameter: fp8 and hif8 gcd(numel, 128) elements (the
+      // whole parameter when that is below 16), mxfp8 32; a segment starting inside a block begins
+      // with the rest of that block.
       int64_t scale_bytes = 0;
       for (const Segment& seg : s.segments) {
         const ParamSpec& spec = s.buffer.params->spec(seg.param_id);
         const int64_t local = spec.local_numel(), start = seg.begin - spec.offset;
         int64_t block = 32;
-        if (quant_mode_ == QuantMode::kLinear) {
+        if (quant_mode_ != QuantMode::kMx) {
           const int64_t g = std::gcd(local, int64_t{128});
           block = g >= 16 ? g : local;
         }
@@ -145,6 +149,12 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
         const float one = 1.0f;
         for (Tensor* t : {&s.m_scales, &s.v_scales})
           for (int64_t at = 0; at < scale_bytes; at += 4) std::memcpy(t->data<uint8_t>() + at, &one, sizeof one);
+      } else if (quant_mode_ == QuantMode::kHiF8) {  // codes 0 with an all-zero block's scale, 1 / T
+        for (const auto& [t, target] : {std::pair{&s.m_scales, kHiF8TargetExpAvg}, std::pair{&s.v_scales, kHiF8TargetExpAvgSq}}) {
+          const float zero_scale = fp8::hif8_scale(0.0f, target);
+          for (int64_t at = 0; at < scale_bytes; at += 4)
+            std::memcpy(t->data<uint8_t>() + at, &zero_scale, sizeof zero_scale);
+        }
       }
     } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
@@ -354,6 +364,9 @@ QuantStateRef Optimizer::quant_ref(const BufferState& b, size_t s, bool second) 
   const Segment& seg = b.segments[s];
   const Tensor& codes = second ? b.v_codes : b.m_codes;
   const Tensor& scales = second ? b.v_scales : b.m_scales;
+  if (quant_mode_ == QuantMode::kHiF8)  // MindSpeed's "hif8_15" and "hif8_224"
+    return QuantStateRef{codes.data<uint8_t>() + seg.state_offset, scales.data<uint8_t>() + b.quant[s].scale_offset,
+                         Fp8Format::kHiF8, second ? kHiF8TargetExpAvgSq : kHiF8TargetExpAvg};
   return QuantStateRef{codes.data<uint8_t>() + seg.state_offset,
                        scales.data<uint8_t>() + b.quant[s].scale_offset,
                        second ? Fp8Format::kE5M2 : Fp8Format::kE4M3};

@@ -78,7 +78,9 @@ struct OptimizerConfig {
   // --quant-states (MindSpeed's low-precision optimizer; kernels/cpu/quant_states.h): "" keeps the
   // f32 moments; "fp8" stores exp_avg as E4M3 and exp_avg_sq as E5M2 codes with an f32 scale per
   // block of gcd(numel, 128) elements of each parameter (one per parameter when that is below 16);
-  // "mxfp8" the same formats, k-scaled, with an E8M0 scale per 32 elements. AdamW only, not with
+  // "mxfp8" the same formats, k-scaled, with an E8M0 scale per 32 elements; "hif8" both moments as
+  // HiFloat8 codes with fp8's blocks and MindSpeed's hif8 scale (targets 15 and 224, which cancel:
+  // quant_states.h). AdamW only, not with
   // --swap-optimizer. Blocks are counted from the start of each parameter (its local TP shard);
   // with the distributed optimizer a block cut by a shard boundary is quantised as two blocks,
   // one on each rank (Optimizer::quant_layout).

@@ -208,11 +208,12 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
         "MindSpeed: chunks the swapped optimizer state comes back in during the step (default 16; 0: all at once); "
         "the resident state is about one chunk");
   p.add_choice("--quant-states", &a.quant_states, {"fp8", "hif8", "mxfp8"},
-               "MindSpeed: store Adam's moments in FP8 (exp_avg E4M3, exp_avg_sq E5M2): fp8 with an f32 scale per "
-               "block of up to 128 elements, mxfp8 with an E8M0 scale per 32 (k-scaled); dequantised to f32 for each "
-               "update (hif8: not supported yet)");
+               "MindSpeed: store Adam's moments as 8-bit codes: fp8 (exp_avg E4M3, exp_avg_sq E5M2) with an f32 "
+               "scale per block of up to 128 elements, mxfp8 (the same formats, k-scaled) with an E8M0 scale per 32, "
+               "hif8 (both HiFloat8) with fp8's blocks and MindSpeed's hif8 scale; dequantised to f32 for each update");
   p.add_flag("--quant-grads", &a.quant_grads,
-             "MindSpeed: FP16 main gradients (not supported yet: Gale's gradient buffers are f32)");
+             "MindSpeed: FP16 main gradients with a per-parameter scale (not supported yet: Gale's gradient buffers, "
+             "their data-parallel reduction and clipping are f32)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");

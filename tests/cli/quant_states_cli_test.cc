@@ -1,6 +1,7 @@
 // `gale pretrain --quant-states` end to end: the feature is listed active and the per-rank state
 // bytes are printed; a run saved at iteration 3 and resumed continues with the whole run's losses
-// exactly; hif8 and --quant-grads are refused with one line saying "not supported yet".
+// exactly; hif8 trains and prints its state bytes; --quant-grads is refused with one line saying
+// "not supported yet".
 #include <gtest/gtest.h>
 
 #include "cli/cli_test_util.h"
@@ -39,9 +40,18 @@ TEST(QuantStatesCli, TrainsAndResumesExactly) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b[i], a[3 + i]) << "iteration " << 4 + i;
 }
 
+TEST(QuantStatesCli, Hif8Trains) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::run_gale("pretrain " + kModel + " --quant-states hif8 --train-iters 3", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("active: low-precision-optimizer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" > --quant-states hif8: optimizer state of rank 0: "), std::string::npos) << r.out;
+  EXPECT_EQ(logged_values(r.out, "lm loss").size(), 3u) << r.out;
+}
+
 TEST(QuantStatesCli, RefusesWhatIsNotSupportedYet) {
   testing::TempDir dir;
-  for (const std::string& flags : {std::string("--quant-states hif8"), std::string("--quant-grads")}) {
+  for (const std::string& flags : {std::string("--quant-grads"), std::string("--quant-states fp8 --quant-grads")}) {
     testing::CommandResult r = testing::run_gale("pretrain " + kModel + " --train-iters 1 " + flags, dir.path());
     EXPECT_NE(r.exit_code, 0) << flags;
     EXPECT_NE((r.out + r.err).find("not supported yet"), std::string::npos) << r.out << r.err;

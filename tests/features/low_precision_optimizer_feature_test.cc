@@ -1,6 +1,6 @@
 // MindSpeed's low-precision optimizer in the registry: implemented, memory module, level 0 (active
-// whenever --quant-states is given, at any --optimization-level); hif8 and --quant-grads refused as
-// not supported yet; each combination it cannot serve is a one-line error naming both flags.
+// whenever --quant-states fp8|mxfp8|hif8 is given, at any --optimization-level); --quant-grads refused
+// as not supported yet; each combination it cannot serve is a one-line error naming both flags.
 #include <gtest/gtest.h>
 
 #include "features/resolved_features.h"
@@ -22,7 +22,7 @@ TEST(LowPrecisionOptimizerFeature, ImplementedLevelZeroMemoryFeature) {
 }
 
 TEST(LowPrecisionOptimizerFeature, ActiveAtEveryLevelWhenRequested) {
-  for (const char* mode : {"fp8", "mxfp8"})
+  for (const char* mode : {"fp8", "mxfp8", "hif8"})
     for (const char* level : {"0", "1", "2"})
       for (const std::vector<std::string>& extra :
            {std::vector<std::string>{}, {"--use-distributed-optimizer"}, {"--bf16", "--reuse-fp32-param"}}) {
@@ -41,11 +41,13 @@ TEST(LowPrecisionOptimizerFeature, RefusesWhatItCannotServe) {
     std::vector<std::string> expected;  // what the one-line error names
   };
   const Case cases[] = {
-      {{"--quant-states", "hif8"}, {"--quant-states hif8", "not supported yet", "HiFloat8"}},
       {{"--quant-grads"}, {"--quant-grads", "not supported yet", "f32"}},
       {{"--quant-states", "fp8", "--quant-grads"}, {"--quant-grads", "not supported yet"}},
       {{"--quant-states", "fp8", "--optimizer", "sgd"}, {"--quant-states fp8", "--optimizer adam", "--optimizer sgd"}},
       {{"--quant-states", "mxfp8", "--optimizer", "muon"}, {"--quant-states mxfp8", "--optimizer muon"}},
+      {{"--quant-states", "hif8", "--optimizer", "sgd"}, {"--quant-states hif8", "--optimizer adam", "--optimizer sgd"}},
+      {{"--quant-states", "hif8", "--use-distributed-optimizer", "--swap-optimizer"},
+       {"--quant-states hif8", "--swap-optimizer"}},
       {{"--quant-states", "fp8", "--use-distributed-optimizer", "--swap-optimizer"},
        {"--quant-states fp8", "--swap-optimizer"}},
       {{"--quant-states", "fp8", "--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},

@@ -1,6 +1,7 @@
-// --quant-states kernels: FP8 codes and block quantisation against the numpy fixture
-// (tools/reference/quant_states_reference.py), and the fused AdamW over quantised moments
-// bit-identical to the reference composition (dequantise, adamw_step_ref, quantise).
+// --quant-states kernels: FP8 and HiFloat8 codes and block quantisation against the numpy fixtures
+// (tools/reference/quant_states_reference.py, tools/reference/hif8_reference.py), and the fused
+// AdamW over quantised moments bit-identical to the reference composition (dequantise,
+// adamw_step_ref, quantise) on every ISA build.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +44,103 @@ uint32_t bits(float x) {
   return u;
 }
 Fp8Format format_of(const std::string& s) { return s == "e4m3" ? Fp8Format::kE4M3 : Fp8Format::kE5M2; }
+
+const nlohmann::json& hif8_golden() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/quant_states/hif8_golden.json");
+    GALE_CHECK(in.good()) << "missing tests/data/reference/quant_states/hif8_golden.json";
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+// A moment's quantised piece as the optimizer makes it: fp8 and mxfp8 exp_avg E4M3 / exp_avg_sq
+// E5M2; hif8 both HiF8 with MindSpeed's targets 15 / 224.
+QuantStateRef piece(uint8_t* codes, uint8_t* scales, QuantMode mode, bool second) {
+  if (mode == QuantMode::kHiF8)
+    return QuantStateRef{codes, scales, Fp8Format::kHiF8, second ? kHiF8TargetExpAvgSq : kHiF8TargetExpAvg};
+  return QuantStateRef{codes, scales, second ? Fp8Format::kE5M2 : Fp8Format::kE4M3};
+}
+const char* mode_name(QuantMode mode) {
+  return mode == QuantMode::kLinear ? "fp8" : mode == QuantMode::kMx ? "mxfp8" : "hif8";
+}
+
+// All 256 HiF8 codes: the value of each is the fixture's (decoded there from the field table), and
+// encoding it gives the code back (NaN → 0x80, ±Inf → 0x6F/0xEF); the decode table is the same.
+TEST(QuantStates, HiF8EveryCodeRoundTrips) {
+  const nlohmann::json& dec = hif8_golden()["decode"];
+  ASSERT_EQ(dec.size(), 256u);
+  const float* table = fp8_decode_table(Fp8Format::kHiF8);
+  int finite = 0;
+  for (int c = 0; c < 256; ++c) {
+    const float v = hif8_decode(static_cast<uint8_t>(c));
+    if (dec[static_cast<size_t>(c)].is_null()) {
+      EXPECT_TRUE(std::isnan(v)) << "code " << c;
+    } else {
+      EXPECT_EQ(bits(v), dec[static_cast<size_t>(c)].get<uint32_t>()) << "code " << c;
+    }
+    EXPECT_EQ(int{hif8_encode(v)}, c) << "code " << c << " value " << v;
+    EXPECT_EQ(int{fp8_encode(v, Fp8Format::kHiF8)}, c) << "code " << c;
+    EXPECT_EQ(bits(table[c]), bits(v)) << "code " << c;
+    finite += std::isfinite(v);
+  }
+  EXPECT_EQ(finite, 253);  // all but NaN and ±Inf
+  EXPECT_EQ(hif8_decode(0x6E), 32768.0f);
+  EXPECT_EQ(fp8_max(Fp8Format::kHiF8), 32768.0f);
+  EXPECT_EQ(hif8_decode(0x01), std::ldexp(1.0f, -22));
+  EXPECT_EQ(hif8_decode(0x08), 1.0f);
+  EXPECT_EQ(hif8_decode(0xEF), -INFINITY);
+}
+
+// Encoding at every mantissa-width boundary (each pair of neighbouring values, their tie and the
+// floats either side of it), zero, denormals, saturation, Inf and NaN, against the numpy fixture.
+TEST(QuantStates, HiF8CodesMatchTheFixture) {
+  const nlohmann::json& e = hif8_golden()["encode"];
+  ASSERT_GT(e["x"].size(), 1000u);
+  for (size_t i = 0; i < e["x"].size(); ++i) {
+    const float x = from_bits(e["x"][i].get<uint32_t>());
+    EXPECT_EQ(int{hif8_encode(x)}, e["codes"][i].get<int>()) << "x = " << x << " bits " << bits(x);
+  }
+  // Hand-checked anchors: ties go away from zero at each mantissa width.
+  EXPECT_EQ(hif8_decode(hif8_encode(1.0625f)), 1.125f);     // M3 tie (1 + 1/16)
+  EXPECT_EQ(hif8_decode(hif8_encode(-1.0625f)), -1.125f);
+  EXPECT_EQ(hif8_decode(hif8_encode(18.0f)), 20.0f);         // M2 tie at 2^4 (16 + 2)
+  EXPECT_EQ(hif8_decode(hif8_encode(320.0f)), 384.0f);       // M1 tie at 2^8 (256 + 64)
+  EXPECT_EQ(hif8_decode(hif8_encode(0x1.8p-20f)), 0x1p-19f);  // denormal tie
+  EXPECT_EQ(hif8_encode(0x1p-23f), 0x01);                     // half the smallest denormal rounds up
+  EXPECT_EQ(hif8_encode(-0x1.fffffep-24f), 0x00);             // below it: the only zero (never 0x80)
+  EXPECT_EQ(hif8_encode(40959.0f), 0x6E);
+  EXPECT_EQ(hif8_encode(1e30f), 0x6E);                        // finite overflow saturates
+  EXPECT_EQ(hif8_encode(-INFINITY), 0xEF);
+  EXPECT_EQ(hif8_encode(NAN), 0x80);
+}
+
+TEST(QuantStates, HiF8BlocksMatchTheFixture) {
+  for (const nlohmann::json& c : hif8_golden()["cases"]) {
+    const QuantLayout layout{QuantMode::kHiF8, c["block"].get<int64_t>(), c["first"].get<int64_t>()};
+    const float target = c["target"].get<float>();
+    const std::string what = "hif8 target " + std::to_string(target) + " block " + std::to_string(layout.block) +
+                             " first " + std::to_string(layout.first);
+    std::vector<float> x;
+    for (const auto& b : c["x"]) x.push_back(from_bits(b.get<uint32_t>()));
+    const int64_t n = static_cast<int64_t>(x.size());
+    const int64_t blocks = quant_num_blocks(n, layout);
+    ASSERT_EQ(blocks, static_cast<int64_t>(c["scales"].size())) << what;
+    std::vector<uint8_t> codes(x.size()), scales(static_cast<size_t>(blocks * quant_scale_bytes(QuantMode::kHiF8)));
+    const QuantStateRef ref{codes.data(), scales.data(), Fp8Format::kHiF8, target};
+    quantise_state_ref(x.data(), n, layout, ref);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(int{codes[i]}, c["codes"][i].get<int>()) << what << " element " << i;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint32_t sc;
+      std::memcpy(&sc, scales.data() + 4 * b, 4);
+      EXPECT_EQ(sc, c["scales"][b].get<uint32_t>()) << what << " block " << b;
+    }
+    std::vector<float> back(x.size());
+    dequantise_state_ref(ref, n, layout, back.data());
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_EQ(bits(back[i]), c["dequantised"][i].get<uint32_t>()) << what << " element " << i;
+  }
+}
 
 TEST(QuantStates, Fp8CodesMatchTheFixture) {
   for (const char* fmt : {"e4m3", "e5m2"}) {
@@ -121,7 +219,9 @@ TEST(QuantStates, FusedAdamWMatchesTheReference) {
                         {{QuantMode::kLinear, 64, 5}, 333},
                         {{QuantMode::kLinear, 777, 777}, 777},
                         {{QuantMode::kMx, 32, 32}, 1000},
-                        {{QuantMode::kMx, 32, 13}, 70001}};
+                        {{QuantMode::kMx, 32, 13}, 70001},
+                        {{QuantMode::kHiF8, 128, 128}, 1000},
+                        {{QuantMode::kHiF8, 64, 5}, 333}};
   for (const Case& c : cases) {
     const int64_t n = c.n, blocks = quant_num_blocks(n, c.layout);
     const int64_t sb = blocks * quant_scale_bytes(c.layout.mode);
@@ -130,11 +230,12 @@ TEST(QuantStates, FusedAdamWMatchesTheReference) {
     std::vector<uint8_t> mc(n), vc(n), ms(sb), vs(sb);
     std::vector<float> m0 = testing::random_vector(n, 2, 1e-2f), v0(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v0[i] = m0[i] * m0[i] * 3.0f;
-    QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+    const QuantMode mode = c.layout.mode;
+    const QuantStateRef m = piece(mc.data(), ms.data(), mode, false), v = piece(vc.data(), vs.data(), mode, true);
     quantise_state_ref(m0.data(), n, c.layout, m);
     quantise_state_ref(v0.data(), n, c.layout, v);
     std::vector<uint8_t> mc2 = mc, vc2 = vc, ms2 = ms, vs2 = vs;
-    QuantStateRef m2{mc2.data(), ms2.data(), Fp8Format::kE4M3}, v2{vc2.data(), vs2.data(), Fp8Format::kE5M2};
+    const QuantStateRef m2 = piece(mc2.data(), ms2.data(), mode, false), v2 = piece(vc2.data(), vs2.data(), mode, true);
     AdamWHyper h;
     h.lr = 1e-3f;
     h.weight_decay = 0.1f;
@@ -162,12 +263,13 @@ TEST(QuantStates, FusedAdamWMatchesTheReference) {
 // Quantised AdamW stays close to f32 AdamW: 20 steps of one piece, parameters within a stated bound.
 TEST(QuantStates, QuantisedAdamWTracksF32AdamW) {
   const int64_t n = 4096;
-  for (QuantMode mode : {QuantMode::kLinear, QuantMode::kMx}) {
-    const QuantLayout layout{mode, mode == QuantMode::kLinear ? 128 : 32, mode == QuantMode::kLinear ? 128 : 32};
+  for (QuantMode mode : {QuantMode::kLinear, QuantMode::kMx, QuantMode::kHiF8}) {
+    const int64_t block = mode == QuantMode::kMx ? 32 : 128;
+    const QuantLayout layout{mode, block, block};
     const int64_t sb = quant_num_blocks(n, layout) * quant_scale_bytes(mode);
     std::vector<float> p32 = testing::random_vector(n, 3), p = p32, m32(n, 0.0f), v32(n, 0.0f);
     std::vector<uint8_t> mc(n), vc(n), ms(sb), vs(sb);
-    QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+    const QuantStateRef m = piece(mc.data(), ms.data(), mode, false), v = piece(vc.data(), vs.data(), mode, true);
     std::vector<float> zero(n, 0.0f);
     quantise_state_ref(zero.data(), n, layout, m);
     quantise_state_ref(zero.data(), n, layout, v);
@@ -182,8 +284,9 @@ TEST(QuantStates, QuantisedAdamWTracksF32AdamW) {
     double worst = 0.0;
     for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(p[i]) - p32[i]));
     // 20 steps of at most lr each move a parameter by up to 0.02; the quantised moments stay within 10% of that.
-    EXPECT_LT(worst, 2e-3) << (mode == QuantMode::kLinear ? "fp8" : "mxfp8");
+    EXPECT_LT(worst, 2e-3) << mode_name(mode);
     EXPECT_GT(worst, 0.0);
+    std::printf("%s: worst parameter difference from f32 AdamW after 20 steps %.3g\n", mode_name(mode), worst);
   }
 }
 
@@ -266,11 +369,16 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
                         {{QuantMode::kLinear, 64, 63}, 4099},   {{QuantMode::kLinear, 7, 3}, 131},
                         {{QuantMode::kLinear, 1000, 1}, 2500},  {{QuantMode::kMx, 32, 32}, 15},
                         {{QuantMode::kMx, 32, 1}, 1001},        {{QuantMode::kMx, 32, 17}, 4097},
-                        {{QuantMode::kMx, 128, 100}, 777},      {{QuantMode::kMx, 5, 5}, 203}};
+                        {{QuantMode::kMx, 128, 100}, 777},      {{QuantMode::kMx, 5, 5}, 203},
+                        {{QuantMode::kHiF8, 128, 128}, 1},      {{QuantMode::kHiF8, 128, 37}, 1003},
+                        {{QuantMode::kHiF8, 64, 63}, 4099},     {{QuantMode::kHiF8, 7, 3}, 131},
+                        {{QuantMode::kHiF8, 1000, 1}, 2500}};
   // How often the reference produced each edge (the inputs must reach them): FP8 subnormal codes,
   // saturated codes, all-zero linear blocks (scale 1), overflowing linear scales (FLT_MAX), and
   // clamped E8M0 exponents at either end.
   int64_t subnormal = 0, saturated = 0, unit_scale = 0, max_scale = 0, e8m0_low = 0, e8m0_high = 0;
+  // HiF8: denormal codes, zero codes next to nonzero ones, zero-block scales (1 / T) and FLT_MAX / T.
+  int64_t hif8_denormal = 0, hif8_zero = 0, hif8_zero_scale = 0, hif8_max_scale = 0;
   for (int tier = 0; tier <= static_cast<int>(hardware_isa()); ++tier) {
     const Isa isa = static_cast<Isa>(tier);
     for (const Case& c : cases) {
@@ -282,14 +390,16 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
         v0[i] = edge_value(i + 13, 3, true) * 1e-3f;
       }
       std::vector<float> p = p_ref;
+      const QuantMode mode = c.layout.mode;
       std::vector<uint8_t> mc(p.size()), vc(p.size()), ms(sb), vs(sb);
-      QuantStateRef m{mc.data(), ms.data(), Fp8Format::kE4M3}, v{vc.data(), vs.data(), Fp8Format::kE5M2};
+      const QuantStateRef m = piece(mc.data(), ms.data(), mode, false), v = piece(vc.data(), vs.data(), mode, true);
       quantise_state_ref(m0.data(), n, c.layout, m);
       quantise_state_ref(v0.data(), n, c.layout, v);
       std::vector<uint8_t> mc2(p.size()), vc2(p.size()), ms2(sb), vs2(sb);
-      QuantStateRef m2{mc2.data(), ms2.data(), Fp8Format::kE4M3}, v2{vc2.data(), vs2.data(), Fp8Format::kE5M2};
+      const QuantStateRef m2 = piece(mc2.data(), ms2.data(), mode, false),
+                          v2 = piece(vc2.data(), vs2.data(), mode, true);
       // The quantiser and dequantiser of this ISA build first.
-      const std::string shape = std::string(isa_name(isa)) + (c.layout.mode == QuantMode::kMx ? " mx" : " linear") +
+      const std::string shape = std::string(isa_name(isa)) + " " + mode_name(mode) +
                                 " n " + std::to_string(n) + " first " + std::to_string(c.layout.first);
       quantise_state_isa(isa, m0.data(), n, c.layout, m2);
       quantise_state_isa(isa, v0.data(), n, c.layout, v2);
@@ -313,7 +423,7 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
         for (int64_t i = 0; i < n; ++i) g[i] = edge_value(i + 29 * step, 10 + static_cast<uint64_t>(step), false);
         adamw_step_quantised_ref(p_ref.data(), g.data(), m, v, n, c.layout, h);
         adamw_step_quantised_isa(isa, p.data(), g.data(), m2, v2, n, c.layout, h);
-        const std::string what = std::string(isa_name(isa)) + (c.layout.mode == QuantMode::kMx ? " mx" : " linear") +
+        const std::string what = std::string(isa_name(isa)) + " " + mode_name(mode) +
                                  " n " + std::to_string(n) + " block " + std::to_string(c.layout.block) + " first " +
                                  std::to_string(c.layout.first) + " step " + std::to_string(step);
         for (int64_t i = 0; i < n; ++i)  // a NaN parameter may differ in payload, never in NaN-ness
@@ -325,6 +435,20 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
         }
         ASSERT_EQ(ms, ms2) << what;
         ASSERT_EQ(vs, vs2) << what;
+        if (mode == QuantMode::kHiF8) {
+          for (int64_t i = 0; i < n; ++i) {
+            hif8_denormal += ((mc[i] & 0x78) == 0 && (mc[i] & 7) != 0) + ((vc[i] & 0x78) == 0 && (vc[i] & 7) != 0);
+            hif8_zero += (mc[i] == 0) + (vc[i] == 0);
+          }
+          for (int64_t b = 0; b < quant_num_blocks(n, c.layout); ++b) {
+            float sm, sv;
+            std::memcpy(&sm, ms.data() + 4 * b, 4);
+            std::memcpy(&sv, vs.data() + 4 * b, 4);
+            hif8_zero_scale += (sm == 1.0f / kHiF8TargetExpAvg) + (sv == 1.0f / kHiF8TargetExpAvgSq);
+            hif8_max_scale += (sm == FLT_MAX / kHiF8TargetExpAvg) + (sv == FLT_MAX / kHiF8TargetExpAvgSq);
+          }
+          continue;
+        }
         for (int64_t i = 0; i < n; ++i) {
           subnormal += (mc[i] & 0x78) == 0 && (mc[i] & 7) != 0;
           saturated += (mc[i] & 0x7F) == 0x7E || (vc[i] & 0x7F) == 0x7B;
@@ -349,6 +473,13 @@ TEST(QuantStates, EveryIsaMatchesTheReferenceOnEdgeCases) {
   EXPECT_GT(max_scale, 0);
   EXPECT_GT(e8m0_low, 0);
   EXPECT_GT(e8m0_high, 0);
+  EXPECT_GT(hif8_denormal, 0);
+  EXPECT_GT(hif8_zero, 0);
+  EXPECT_GT(hif8_zero_scale, 0);
+  EXPECT_GT(hif8_max_scale, 0);
+  std::printf("hif8 edges reached: %lld denormal codes, %lld zero codes, %lld zero-block scales, %lld FLT_MAX/T scales\n",
+              static_cast<long long>(hif8_denormal), static_cast<long long>(hif8_zero),
+              static_cast<long long>(hif8_zero_scale), static_cast<long long>(hif8_max_scale));
   std::printf("edges reached: %lld subnormal codes, %lld saturated, %lld unit scales, %lld FLT_MAX scales, "
               "%lld E8M0 -127, %lld E8M0 127\n",
               static_cast<long long>(subnormal), static_cast<long long>(saturated), static_cast<long long>(unit_scale),

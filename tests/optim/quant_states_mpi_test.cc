@@ -32,7 +32,7 @@ const std::vector<std::string> kDistOpt = {"--use-distributed-optimizer", "--ove
 TEST(QuantStatesDp, DistributedOptimizerWithinToleranceOfReplicatedStates) {
   Comm world = test::world();
   if (world->size() != 2) GTEST_SKIP() << "needs DP2";
-  for (const char* mode : {"fp8", "mxfp8"}) {
+  for (const char* mode : {"fp8", "mxfp8", "hif8"}) {
     QuantRun replicated(world, {"--quant-states", mode});
     QuantRun sharded(world, testing::join({kDistOpt, {"--quant-states", mode}}));
     ASSERT_GT(sharded.engine->dp_sync[0]->buckets().size(), 2u);
@@ -59,7 +59,7 @@ TEST(QuantStatesDp, DistributedOptimizerWithinToleranceOfReplicatedStates) {
     EXPECT_EQ(o.state_bytes(), 2 * (owned + scale_bytes)) << mode;
     const int64_t total = world->all_reduce_scalar(o.state_bytes(), ReduceOp::kSum);
     const int64_t cuts = world->all_reduce_scalar(cut, ReduceOp::kSum);
-    const int64_t one_scale = std::string(mode) == "fp8" ? 4 : 1;
+    const int64_t one_scale = std::string(mode) == "mxfp8" ? 1 : 4;  // fp8, hif8: f32 scales
     EXPECT_EQ(total, replicated.engine->optimizer->state_bytes() + 2 * one_scale * cuts) << mode;
     // No cut block (mxfp8's 32-element blocks here): the sharded run is the replicated one, bit for bit.
     if (cuts == 0) EXPECT_EQ(worst, 0.0) << mode;

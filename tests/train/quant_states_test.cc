@@ -1,8 +1,8 @@
 // --quant-states on a tiny GPT (single process): 20 iterations stay within a stated tolerance of
-// the f32-state run for fp8 and mxfp8 (also with --bf16 --reuse-fp32-param); the optimizer-state
-// bytes are exactly the codes plus the block scales; a checkpoint resumes bit for bit; checkpoints
-// cross between f32 and quantised runs (the f32 values quantised again); a deliberate mismatch of
-// the saved layout falls back to the f32 values.
+// the f32-state run for fp8, mxfp8 and hif8 (also with --bf16 --reuse-fp32-param); the optimizer-state
+// bytes are exactly the codes plus the block scales; hif8 scales each moment with its own target; a
+// checkpoint resumes bit for bit; checkpoints cross between f32 and quantised runs (the f32 values
+// quantised again); a deliberate mismatch of the saved layout falls back to the f32 values.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,14 +33,14 @@ struct QuantRun : testing::CheckpointRun {
 
 std::vector<std::string> quant(const std::string& mode) { return {"--quant-states", mode}; }
 
-// Relative loss difference over 20 iterations: fp8 and mxfp8 against f32 moments. Measured on this
+// Relative loss difference over 20 iterations: fp8, mxfp8 and hif8 against f32 moments. Measured on this
 // model (docs/parallelism.md): at most about 1e-3 over the 20 iterations; the bound is 1e-2.
 TEST(QuantStates, TrainsWithinToleranceOfF32States) {
   for (const std::vector<std::string>& base : {std::vector<std::string>{}, {"--bf16", "--reuse-fp32-param"}}) {
     QuantRun f32(base);
     const std::vector<double> ref = f32.train(20);
     ASSERT_LT(ref.back(), ref.front() - 0.3) << "the reference run must learn";
-    for (const char* mode : {"fp8", "mxfp8"}) {
+    for (const char* mode : {"fp8", "mxfp8", "hif8"}) {
       QuantRun q(testing::join({base, quant(mode)}));
       ASSERT_TRUE(q.engine->optimizer->quantised());
       const std::vector<double> got = q.train(20);
@@ -61,14 +61,14 @@ TEST(QuantStates, StateBytesAreCodesPlusScales) {
   const ParamBuffer& pb = f32.engine->chunks[0]->params();
   const int64_t n = pb.trainable_numel();
   EXPECT_EQ(f32.engine->optimizer->state_bytes(), 8 * n);
-  for (const char* mode : {"fp8", "mxfp8"}) {
+  for (const char* mode : {"fp8", "mxfp8", "hif8"}) {
     QuantRun q(quant(mode));
     int64_t scales = 0, numel = 0;
     for (int id = 0; id < pb.size(); ++id) {
       const int64_t local = pb.spec(id).local_numel();
       if (!pb.spec(id).trainable || local == 0) continue;
       numel += local;
-      if (std::string(mode) == "fp8") {
+      if (std::string(mode) != "mxfp8") {  // fp8 and hif8: an f32 scale per gcd(numel, 128) block
         const int64_t g = std::gcd(local, int64_t{128});
         scales += 4 * (g >= 16 ? local / g : 1);
       } else {
@@ -84,8 +84,39 @@ TEST(QuantStates, StateBytesAreCodesPlusScales) {
   }
 }
 
+// hif8 scales exp_avg's blocks with T = 15 and exp_avg_sq's with 224 (MindSpeed's "hif8_15" and
+// "hif8_224"). In a nonzero block T cancels up to float rounding, but an all-zero block's scale is
+// exactly 1 / T: a step on zero gradients from the zero state rewrites every scale (overwritten with
+// 1 first) to 1/15 and 1/224, through the step's own quantisation.
+TEST(QuantStates, Hif8ScaleTargetPerMoment) {
+  QuantRun q(quant("hif8"));
+  q.engine->chunks[0]->params().zero_grads();
+  std::vector<std::pair<std::string, Tensor>> st = q.engine->optimizer->quantised_state(0);
+  ASSERT_EQ(st.size(), 4u);
+  for (size_t k = 2; k < 4; ++k) {
+    float* s = reinterpret_cast<float*>(st[k].second.data<uint8_t>());
+    for (int64_t i = 0; i < st[k].second.numel() / 4; ++i) s[i] = 1.0f;
+  }
+  ASSERT_TRUE(q.engine->optimizer->step(1e-3, 0.1).applied);
+  for (size_t k = 0; k < 4; ++k) {
+    const Tensor& t = st[k].second;
+    const uint8_t* b = t.data<uint8_t>();
+    if (k < 2) {
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(int{b[i]}, 0) << st[k].first << " " << i;
+      continue;
+    }
+    const float want = 1.0f / (k == 2 ? kHiF8TargetExpAvg : kHiF8TargetExpAvgSq);
+    ASSERT_EQ(st[k].first, k == 2 ? "exp_avg.scales" : "exp_avg_sq.scales");
+    for (int64_t i = 0; i < t.numel() / 4; ++i) {
+      float s;
+      std::memcpy(&s, b + 4 * i, 4);
+      ASSERT_EQ(s, want) << st[k].first << " block " << i;
+    }
+  }
+}
+
 TEST(QuantStates, CheckpointResumesBitForBit) {
-  for (const char* mode : {"fp8", "mxfp8"}) {
+  for (const char* mode : {"fp8", "mxfp8", "hif8"}) {
     const std::string dir = testing::fresh_swap_dir("gale_quant", mode, false);
     QuantRun whole(quant(mode));
     const std::vector<double> expected = whole.train(6);
@@ -153,6 +184,10 @@ TEST(QuantStates, CheckpointsCrossBetweenModes) {
   QuantRun f(testing::join({quant("mxfp8"), {"--load", dir_fp8}}));
   ASSERT_TRUE(f.load().ok());
   EXPECT_EQ(f.train(1)[0], next_fp8[0]);
+  // fp8 checkpoint → hif8 run: the same, in HiF8.
+  QuantRun h(testing::join({quant("hif8"), {"--load", dir_fp8}}));
+  ASSERT_TRUE(h.load().ok());
+  EXPECT_EQ(h.train(1)[0], next_fp8[0]);
   std::filesystem::remove_all(dir_f32);
   std::filesystem::remove_all(dir_fp8);
 }

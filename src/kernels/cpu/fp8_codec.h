@@ -1,5 +1,6 @@
 // FP8 element formats and the E8M0 block-scale rule shared by --quant-states (quant_states.h) and
-// --qat-scheme's MX fake quantiser (mx_quant.h): one definition of E4M3/E5M2 and of the scale rules.
+// --qat-scheme's MX fake quantiser (mx_quant.h): one definition of E4M3/E5M2 and of the scale rules
+// (HiFloat8's codec is quant_states.h's hif8_encode / hif8_decode; its block scale is here).
 //
 // Header-only and safe in the ISA files (*_avx2.cc, *_avx512.cc): constants, and always-inlined
 // bit manipulation that calls no library function (the rule in kernels/cpu/isa.h).
@@ -64,5 +65,9 @@ GALE_FP8_INLINE float linear_scale(float amax, float fmax) {
   const float s = fmax / amax;
   return __builtin_isinf(s) ? 3.40282347e+38f : s;
 }
+
+// --quant-states hif8's per-block scale, MindSpeed's: fl(fl(target / amax) / target) with target / amax
+// as linear_scale has it (FLT_MAX on overflow, 1 for an all-zero or non-finite amax).
+GALE_FP8_INLINE float hif8_scale(float amax, float target) { return linear_scale(amax, target) / target; }
 
 }  // namespace gale::fp8

@@ -1,4 +1,4 @@
-// The fused AdamW over FP8-coded moments (--quant-states), as one template over a simd type V:
+// The fused AdamW over FP8- or HiF8-coded moments (--quant-states), as one template over a simd type V:
 // instantiated by quant_states_{scalar,avx2,avx512}.cc, bit-identical to adamw_step_quantised_ref.
 //
 // Per block: one vector pass decodes both moments (a gather from the 256-entry decode table),
@@ -51,6 +51,57 @@ GALE_ALWAYS_INLINE inline typename V::I encode(typename V::F x, const fp8::Spec&
   return V::iselect(V::iult(V::iset1(0x7F800000u), ab), V::iset1(0u), code);
 }
 
+// hif8_encode (quant_states.cc) lane by lane, with selects instead of its branches: round half away
+// from zero on the binade's mantissa width (add half a unit, cut), the code assembled for the rounded
+// exponent's dot field, then denormals, saturation at ±32768, zero, ±Inf and NaN.
+template <class V>
+GALE_ALWAYS_INLINE inline typename V::I encode_hif8(typename V::F x) {
+  using IO = QuantIo<V>;
+  using I = typename V::I;
+  const I ones = V::iset1(0xFFFFFFFFu);
+  const I u = IO::bits(x);
+  const I sign = V::iand(V::template srli<24>(u), V::iset1(0x80u));
+  const I a = V::iand(u, V::iset1(0x7FFFFFFFu));
+  // |e| of a biased exponent b: b − 127 or 127 − b (= ~b + 128).
+  auto abs_exp = [&](I b) GALE_ALWAYS_INLINE {
+    return V::iselect(V::igt(b, V::iset1(126u)), V::iadd(b, V::iset1(0u - 127u)), V::iadd(V::ixor(b, ones), V::iset1(128u)));
+  };
+  // 23 − mantissa bits: 20 for |e| ≤ 3, 21 to 7, 22 to 15, 23 beyond.
+  auto cut_of = [&](I ae) GALE_ALWAYS_INLINE {
+    I c = V::iset1(20u);
+    c = V::iselect(V::igt(ae, V::iset1(3u)), V::iset1(21u), c);
+    c = V::iselect(V::igt(ae, V::iset1(7u)), V::iset1(22u), c);
+    return V::iselect(V::igt(ae, V::iset1(15u)), V::iset1(23u), c);
+  };
+  const I biased = V::template srli<23>(a);
+  const I cut = cut_of(abs_exp(biased));
+  const I half = V::srlv(V::iset1(1u << 22), V::iadd(V::ixor(cut, ones), V::iset1(24u)));  // 2^(cut − 1)
+  const I below = V::iadd(V::iadd(half, half), ones);                                      // 2^cut − 1
+  const I r = V::iand(V::iadd(a, half), V::ixor(below, ones));
+  const I b2 = V::template srli<23>(r);
+  const I ae2 = abs_exp(b2);
+  const I mant = V::srlv(V::iand(r, V::iset1(0x7FFFFFu)), cut_of(ae2));
+  const I neg = V::iselect(V::igt(b2, V::iset1(126u)), V::iset1(0u), V::iset1(0x10u));  // exponent sign, bit 4
+  const I d4 = V::ior(V::ior(V::iset1(0x60u), neg), V::ior(V::template slli<1>(V::iadd(ae2, V::iset1(0u - 8u))), mant));
+  const I d3 = V::ior(V::ior(V::iset1(0x40u), neg), V::ior(V::template slli<2>(V::iadd(ae2, V::iset1(0u - 4u))), mant));
+  const I d2 = V::ior(V::ior(V::iset1(0x20u), neg), V::ior(V::template slli<3>(V::iadd(ae2, V::iset1(0u - 2u))), mant));
+  const I d1 = V::ior(V::ior(V::iset1(0x10u), V::template srli<1>(neg)), mant);
+  const I d0 = V::ior(V::iset1(0x08u), mant);
+  I code = d4;
+  code = V::iselect(V::igt(V::iset1(8u), ae2), d3, code);
+  code = V::iselect(V::igt(V::iset1(4u), ae2), d2, code);
+  code = V::iselect(V::igt(V::iset1(2u), ae2), d1, code);
+  code = V::iselect(V::ieq(ae2, V::iset1(0u)), d0, code);
+  // Denormals: rounded exponent ≤ −16 (b2 ≤ 111) → 2^(m − 23) with m = b2 − 104, at least 1.
+  const I denormal = V::iselect(V::igt(b2, V::iset1(104u)), V::iadd(b2, V::iset1(0u - 104u)), V::iset1(1u));
+  code = V::iselect(V::igt(V::iset1(112u), b2), denormal, code);
+  code = V::iselect(V::igt(r, V::iset1(0x473FFFFFu)), V::iset1(0x6Eu), code);  // ≥ 1.5 · 2^15: saturate
+  code = V::ior(sign, code);
+  code = V::iselect(V::igt(V::iset1(104u), biased), V::iset1(0u), code);  // |x| < 2^−23: zero
+  code = V::iselect(V::ieq(a, V::iset1(0x7F800000u)), V::ior(sign, V::iset1(0x6Fu)), code);
+  return V::iselect(V::iult(V::iset1(0x7F800000u), a), V::iset1(0x80u), code);
+}
+
 template <class V>
 GALE_ALWAYS_INLINE inline typename V::F negate(typename V::F x) {
   using IO = QuantIo<V>;
@@ -82,7 +133,8 @@ GALE_ALWAYS_INLINE inline typename V::F signed_sqrt(typename V::F y) {
 // One moment's block: how to decode it (table and scale) and where its codes and scale live.
 struct BlockState {
   const float* table;  // fp8_decode of each code
-  const fp8::Spec* spec;
+  const fp8::Spec* spec;  // FP8 codes; nullptr for HiF8
+  float target;  // HiF8: the scale target T
   uint8_t* codes;  // of the block
   uint8_t* scales;  // of the piece
   float scale;  // decode multiplier: 1 / linear scale, or 2^X
@@ -104,13 +156,24 @@ GALE_ALWAYS_INLINE inline void encode_block(const float* buf, int64_t len, float
     mul = fp8::pow2(-exponent);
     st.scales[b] = static_cast<uint8_t>(exponent + 127);
   } else {
-    mul = fp8::linear_scale(amax, st.spec->max);
+    mul = st.spec ? fp8::linear_scale(amax, st.spec->max) : fp8::hif8_scale(amax, st.target);
     std::memcpy(st.scales + 4 * b, &mul, sizeof mul);
   }
   const typename V::F vm = V::set1(mul);
+  if (!st.spec) {
+    fused::for_vectors<V>(len, [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
+      QuantIo<V>::store_u8(st.codes + i, encode_hif8<V>(V::mul(fused::ld<V>(buf + i, k), vm)), k);
+    });
+    return;
+  }
   fused::for_vectors<V>(len, [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
     QuantIo<V>::store_u8(st.codes + i, encode<V>(V::mul(fused::ld<V>(buf + i, k), vm), *st.spec), k);
   });
+}
+
+// The FP8 spec of a format, nullptr for HiF8.
+inline const fp8::Spec* spec_of(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? &fp8::kE4M3 : f == Fp8Format::kE5M2 ? &fp8::kE5M2 : nullptr;
 }
 
 template <class V>
@@ -118,8 +181,8 @@ void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateR
                           const QuantLayout& l, const AdamWHyper& h, const float* m_table, const float* v_table) {
   using F = typename V::F;
   const bool mx = l.mode == QuantMode::kMx;
-  const fp8::Spec& ms = m.format == Fp8Format::kE4M3 ? fp8::kE4M3 : fp8::kE5M2;
-  const fp8::Spec& vs = v.format == Fp8Format::kE4M3 ? fp8::kE4M3 : fp8::kE5M2;
+  const fp8::Spec* ms = spec_of(m.format);
+  const fp8::Spec* vs = spec_of(v.format);
   const float bc1 = 1.0f - __builtin_powf(h.beta1, static_cast<float>(h.step));
   const float bc2 = 1.0f - __builtin_powf(h.beta2, static_cast<float>(h.step));
   const F b1 = V::set1(h.beta1), b2 = V::set1(h.beta2), c1 = V::set1(1.0f - h.beta1), c2 = V::set1(1.0f - h.beta2);
@@ -135,7 +198,8 @@ void adamw_step_quantised(float* p, const float* g, QuantStateRef m, QuantStateR
     for (int64_t b = b0; b < b1_; ++b) {
       const int64_t lo = b == 0 ? 0 : l.first + (b - 1) * l.block;
       const int64_t len = fused::min_i64(n, l.first + b * l.block) - lo;
-      BlockState sm{m_table, &ms, m.codes + lo, m.scales, 0.0f}, sv{v_table, &vs, v.codes + lo, v.scales, 0.0f};
+      BlockState sm{m_table, ms, m.target, m.codes + lo, m.scales, 0.0f};
+      BlockState sv{v_table, vs, v.target, v.codes + lo, v.scales, 0.0f};
       if (mx) {
         sm.scale = fp8::pow2(static_cast<int>(m.scales[b]) - 127);
         sv.scale = fp8::pow2(static_cast<int>(v.scales[b]) - 127);
@@ -175,7 +239,7 @@ template <class V>
 void quantise_state(const float* x, int64_t n, const QuantLayout& l, QuantStateRef out) {
   using F = typename V::F;
   const bool mx = l.mode == QuantMode::kMx;
-  const fp8::Spec& spec = out.format == Fp8Format::kE4M3 ? fp8::kE4M3 : fp8::kE5M2;
+  const fp8::Spec* spec = spec_of(out.format);
   const int64_t blocks = quant_num_blocks(n, l);
   const int64_t longest = n < l.block ? n : l.block;
   const int64_t grain = fused::max_i64(1, (int64_t{1} << 14) / fused::max_i64(1, longest));
@@ -185,7 +249,7 @@ void quantise_state(const float* x, int64_t n, const QuantLayout& l, QuantStateR
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = b == 0 ? 0 : l.first + (b - 1) * l.block;
       const int64_t len = fused::min_i64(n, l.first + b * l.block) - lo;
-      BlockState st{nullptr, &spec, out.codes + lo, out.scales, 0.0f};
+      BlockState st{nullptr, spec, out.target, out.codes + lo, out.scales, 0.0f};
       F amax = V::zero();
       fused::for_vectors<V>(len, [&](int64_t i, int64_t k) GALE_ALWAYS_INLINE {
         F y = fused::ld<V>(x + lo + i, k);
@@ -211,7 +275,7 @@ void dequantise_state(QuantStateRef in, int64_t n, const QuantLayout& l, float* 
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = b == 0 ? 0 : l.first + (b - 1) * l.block;
       const int64_t len = fused::min_i64(n, l.first + b * l.block) - lo;
-      BlockState st{table, nullptr, in.codes + lo, in.scales, 0.0f};
+      BlockState st{table, nullptr, 0.0f, in.codes + lo, in.scales, 0.0f};
       if (mx) {
         st.scale = fp8::pow2(static_cast<int>(in.scales[b]) - 127);
       } else {
