@@ -80,6 +80,7 @@ struct GPTModel::State {
   std::vector<LayerSaved> layers;
   // Head (last stage).
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
+  Tensor distill_grad;  // QAD: d (weight·KL_mb) / d logits [T, V] before the loss scale
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
@@ -484,13 +485,16 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
   // Per-token loss gradient, known now when the micro-batch count is: the schedule's loss scale
   // is 1 / (Σ mask · micro-batches) (1 with --calculate-per-token-loss), applied in backward.
-  const float scale = keep && num_microbatches_ > 0
+  // QAD (set_distillation): the cross-entropy is only reported; the KL term's gradient is kept.
+  const bool distill = keep && distill_.teacher != nullptr;
+  const float scale = keep && !distill && num_microbatches_ > 0
                           ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
                           : 0.0f;
   Tensor lse, saved;
   std::vector<double> sample_sums;
-  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved,
-                                        loss ? &sample_sums : nullptr, st.mb.B);
+  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep && !distill ? &lse : nullptr,
+                                        &saved, loss ? &sample_sums : nullptr, st.mb.B);
+  if (distill) st.distill_grad = distillation_forward(st, y_full);
   std::vector<double> sample_tokens;
   if (loss) {
     sample_tokens.assign(static_cast<size_t>(st.mb.B), 0.0);
@@ -521,8 +525,50 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   }
 }
 
+Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
+  const ModelConfig& c = config_;
+  GALE_CHECK(part_.pre_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
+      << "QAD distillation needs one chunk with the whole model and vocabulary (no TP, CP, 2-D TP, PP, MTP)";
+  const int64_t B = st.mb.B, S = st.mb.S, T = B * S, V = c.vocab, H = c.hidden;
+  GALE_CHECK_EQ(y_full.size(0), T);
+  GALE_CHECK_EQ(distill_.teacher->config().vocab, V) << "the QAD teacher's vocabulary";
+  // The student's logits [T, V] (row t = s·B + b): the output layer's GEMM the fused head runs.
+  const Tensor student = linear_forward(
+      y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, V, H, ops_->gemm});
+  // The teacher's, [B, S, V] sample-major, into the same row order.
+  const Tensor by_sample = distill_.teacher->forward_logits(st.mb, Tensor());
+  Tensor teacher = Tensor::empty({T, V});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      std::copy(by_sample.data<float>() + (b * S + s) * V, by_sample.data<float>() + (b * S + s + 1) * V,
+                teacher.data<float>() + (s * B + b) * V);
+  std::vector<double> kl(static_cast<size_t>(T));
+  logits_kl_per_token(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, kl.data());
+  distill_kl_ += reduce_kl(kl, st.mask_sb, distill_.reduction);
+  // d (weight·KL_mb) / d kl_t = weight·mask_t (/ Σ mask with mean: the loss scale divides by it).
+  double tokens = 0.0;
+  for (float m : st.mask_sb) tokens += m;
+  const double k = distill_.weight * (distill_.reduction == KlReduction::kSum ? tokens : 1.0);
+  std::vector<float> coef(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) coef[t] = static_cast<float>(k * st.mask_sb[t]);
+  Tensor d = Tensor::empty({T, V});
+  logits_kl_backward(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, coef.data(),
+                     d.data<float>());
+  return d;
+}
+
 Tensor GPTModel::head_backward(State& st, float loss_scale) {
-  Tensor d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
+  Tensor d_y;
+  if (st.distill_grad.defined()) {  // QAD: the KL term's logit gradient through the output layer
+    float* g = st.distill_grad.data<float>();
+    for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= loss_scale;
+    d_y = linear_backward(st.distill_grad, st.final_out_full,
+                          LinearWeight{params_.param_data(output_w_), nullptr, nullptr, params_.grad_data(output_w_),
+                                       config_.vocab, config_.hidden, ops_->gemm});
+    st.distill_grad = Tensor();
+  } else {
+    d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
+  }
   st.final_out_full = st.lse = Tensor();
   d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
                                 : copy_to_tp_region_backward(d_y, *part_.tp);

@@ -315,6 +315,25 @@ int pretrain_main(int argc, char** argv) {
     if (!st.ok()) run_error(st);
     trainer.set_dpo_reference(reference.get());
   }
+  // --qad-enable: the frozen teacher, a second copy of the model without QAT loaded from
+  // --qad-teacher-load, run forward only by the student's head (GPTModel::set_distillation).
+  std::unique_ptr<GPTModel> teacher;
+  if (args.qad.qad_enable) {
+    GPTModel& student = *engine.chunks.front();
+    ModelConfig teacher_config = student.config();
+    teacher_config.qat = QatConfig{};           // the full-precision teacher
+    teacher_config.lora = LoraConfig{};
+    teacher_config.reuse_fp32_param = false;    // never stepped: plain f32 values and their bf16 copy
+    teacher = std::make_unique<GPTModel>(teacher_config, student.partition(), &engine.ops);
+    st = load_model_weights("--qad-teacher-load", args.qad.qad_teacher_load, *teacher, "QAD teacher model");
+    if (!st.ok()) run_error(st);
+    GPTModel::Distillation d;
+    d.teacher = teacher.get();
+    d.temperature = args.qad.kl_temperature;
+    d.weight = args.qad.kl_loss_weight;
+    d.reduction = args.qad.kl_loss_reduction == "sum" ? KlReduction::kSum : KlReduction::kMean;
+    student.set_distillation(d);
+  }
   timers("model-and-optimizer-setup", 0).stop();
   // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
   std::unique_ptr<AsyncCheckpointSaves> async_saves;

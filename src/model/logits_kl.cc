@@ -1,0 +1,83 @@
+// Per-token KL divergence of teacher and student logits and its gradient (model/logits_kl.h).
+#include "model/logits_kl.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/threads.h"
+
+namespace gale {
+
+namespace {
+
+// log Σ_v exp(x_v / τ) of one row, and the row's maximum of x / τ (for stable exponentials).
+double log_sum_exp(const float* x, int64_t V, double inv_t, double* max_out) {
+  double m = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<double>(x[v]) * inv_t);
+  double s = 0.0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[v]) * inv_t - m);
+  *max_out = m;
+  return m + std::log(s);
+}
+
+}  // namespace
+
+void logits_kl_per_token(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
+                         double* kl) {
+  GALE_CHECK(temperature > 0.0) << "KL temperature " << temperature;
+  const double inv_t = 1.0 / temperature;
+  parallel_for(T, 1, [&](int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) {
+    const float* s = student + t * V;
+    const float* z = teacher + t * V;
+    double ms = 0.0, mz = 0.0;
+    const double lse_s = log_sum_exp(s, V, inv_t, &ms), lse_z = log_sum_exp(z, V, inv_t, &mz);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double log_p = static_cast<double>(z[v]) * inv_t - lse_z;
+      const double log_q = static_cast<double>(s[v]) * inv_t - lse_s;
+      sum += std::exp(log_p) * (log_p - log_q);
+    }
+    kl[t] = temperature * temperature * sum;
+  }
+  });
+}
+
+void logits_kl_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
+                        const float* coef, float* d) {
+  GALE_CHECK(temperature > 0.0) << "KL temperature " << temperature;
+  const double inv_t = 1.0 / temperature;
+  parallel_for(T, 1, [&](int64_t begin, int64_t end) {
+  for (int64_t t = begin; t < end; ++t) {
+    const float* s = student + t * V;
+    const float* z = teacher + t * V;
+    float* dt = d + t * V;
+    if (coef[t] == 0.0f) {
+      std::fill(dt, dt + V, 0.0f);
+      continue;
+    }
+    double ms = 0.0, mz = 0.0;
+    const double lse_s = log_sum_exp(s, V, inv_t, &ms), lse_z = log_sum_exp(z, V, inv_t, &mz);
+    const double c = static_cast<double>(coef[t]) * temperature;
+    for (int64_t v = 0; v < V; ++v) {
+      const double q = std::exp(static_cast<double>(s[v]) * inv_t - lse_s);
+      const double p = std::exp(static_cast<double>(z[v]) * inv_t - lse_z);
+      dt[v] = static_cast<float>(c * (q - p));
+    }
+  }
+  });
+}
+
+double reduce_kl(const std::vector<double>& kl, const std::vector<float>& mask, KlReduction reduction) {
+  GALE_CHECK_EQ(kl.size(), mask.size());
+  double sum = 0.0, tokens = 0.0;
+  for (size_t t = 0; t < kl.size(); ++t) {
+    sum += static_cast<double>(mask[t]) * kl[t];
+    tokens += mask[t];
+  }
+  if (reduction == KlReduction::kSum) return sum;
+  return tokens > 0.0 ? sum / tokens : 0.0;
+}
+
+}  // namespace gale
