@@ -27,7 +27,7 @@ void logits_kl_per_token(const float* student, const float* teacher, int64_t T, 
                          double* kl) {
   GALE_CHECK(temperature > 0.0) << "KL temperature " << temperature;
   const double inv_t = 1.0 / temperature;
-  parallel_for(T, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(T, std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)), [&](int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) {
     const float* s = student + t * V;
     const float* z = teacher + t * V;
@@ -48,7 +48,7 @@ void logits_kl_backward(const float* student, const float* teacher, int64_t T, i
                         const float* coef, float* d) {
   GALE_CHECK(temperature > 0.0) << "KL temperature " << temperature;
   const double inv_t = 1.0 / temperature;
-  parallel_for(T, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(T, std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)), [&](int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) {
     const float* s = student + t * V;
     const float* z = teacher + t * V;
