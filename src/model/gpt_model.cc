@@ -535,25 +535,22 @@ Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   // The student's logits [T, V] (row t = s·B + b): the output layer's GEMM the fused head runs.
   const Tensor student = linear_forward(
       y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, V, H, ops_->gemm});
-  // The teacher's, [B, S, V] sample-major, into the same row order.
-  const Tensor by_sample = distill_.teacher->forward_logits(st.mb, Tensor());
-  Tensor teacher = Tensor::empty({T, V});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      std::copy(by_sample.data<float>() + (b * S + s) * V, by_sample.data<float>() + (b * S + s + 1) * V,
-                teacher.data<float>() + (s * B + b) * V);
-  std::vector<double> kl(static_cast<size_t>(T));
-  logits_kl_per_token(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, kl.data());
-  distill_kl_ += reduce_kl(kl, st.mask_sb, distill_.reduction);
+  // The teacher's, [B, S, V] sample-major: token t = s·B + b is its row b·S + s.
+  const Tensor teacher = distill_.teacher->forward_logits(st.mb, Tensor());
+  std::vector<int64_t> teacher_rows(static_cast<size_t>(T));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) teacher_rows[s * B + b] = b * S + s;
   // d (weight·KL_mb) / d kl_t = weight·mask_t (/ Σ mask with mean: the loss scale divides by it).
   double tokens = 0.0;
   for (float m : st.mask_sb) tokens += m;
   const double k = distill_.weight * (distill_.reduction == KlReduction::kSum ? tokens : 1.0);
   std::vector<float> coef(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) coef[t] = static_cast<float>(k * st.mask_sb[t]);
+  std::vector<double> kl(static_cast<size_t>(T));
   Tensor d = Tensor::empty({T, V});
-  logits_kl_backward(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, coef.data(),
-                     d.data<float>());
+  logits_kl_forward_backward(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, coef.data(),
+                             kl.data(), d.data<float>(), teacher_rows.data());
+  distill_kl_ += reduce_kl(kl, st.mask_sb, distill_.reduction);
   return d;
 }
 

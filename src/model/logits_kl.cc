@@ -69,6 +69,46 @@ void logits_kl_backward(const float* student, const float* teacher, int64_t T, i
   });
 }
 
+void logits_kl_forward_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
+                                const float* coef, double* kl, float* d, const int64_t* teacher_rows) {
+  GALE_CHECK(temperature > 0.0) << "KL temperature " << temperature;
+  const double inv_t = 1.0 / temperature;
+  parallel_for(T, std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)), [&](int64_t begin, int64_t end) {
+    std::vector<double> es(static_cast<size_t>(V)), ez(static_cast<size_t>(V));  // exp(x/τ − row max)
+    for (int64_t t = begin; t < end; ++t) {
+      const float* s = student + t * V;
+      const float* z = teacher + (teacher_rows ? teacher_rows[t] : t) * V;
+      double ms = -INFINITY, mz = -INFINITY;
+      for (int64_t v = 0; v < V; ++v) {
+        ms = std::max(ms, static_cast<double>(s[v]) * inv_t);
+        mz = std::max(mz, static_cast<double>(z[v]) * inv_t);
+      }
+      double ss = 0.0, sz = 0.0;
+      for (int64_t v = 0; v < V; ++v) {
+        es[v] = std::exp(static_cast<double>(s[v]) * inv_t - ms);
+        ez[v] = std::exp(static_cast<double>(z[v]) * inv_t - mz);
+        ss += es[v];
+        sz += ez[v];
+      }
+      const double lse_s = ms + std::log(ss), lse_z = mz + std::log(sz);
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double log_p = static_cast<double>(z[v]) * inv_t - lse_z;
+        const double log_q = static_cast<double>(s[v]) * inv_t - lse_s;
+        sum += ez[v] / sz * (log_p - log_q);
+      }
+      kl[t] = temperature * temperature * sum;
+      float* dt = d + t * V;
+      const double c = static_cast<double>(coef[t]) * temperature;
+      if (coef[t] == 0.0f) {
+        std::fill(dt, dt + V, 0.0f);
+        continue;
+      }
+      for (int64_t v = 0; v < V; ++v) dt[v] = static_cast<float>(c * (es[v] / ss - ez[v] / sz));
+    }
+  });
+}
+
 double reduce_kl(const std::vector<double>& kl, const std::vector<float>& mask, KlReduction reduction) {
   GALE_CHECK_EQ(kl.size(), mask.size());
   double sum = 0.0, tokens = 0.0;

@@ -28,6 +28,13 @@ void logits_kl_per_token(const float* student, const float* teacher, int64_t T, 
 void logits_kl_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
                         const float* coef, float* d);
 
+// Both in one pass (what the model runs: two exponentials per logit instead of seven): kl[t] and,
+// where coef[t] != 0, d[t, ·] as logits_kl_backward (rows with coef[t] == 0 are zeroed). The
+// teacher's row of token t is teacher_rows[t] (null: t), so sample-major teacher logits need no
+// reordering copy.
+void logits_kl_forward_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
+                                const float* coef, double* kl, float* d, const int64_t* teacher_rows = nullptr);
+
 // The micro-batch's KL term from the per-token values and the loss mask (header comment).
 double reduce_kl(const std::vector<double>& kl, const std::vector<float>& mask, KlReduction reduction);
 
