@@ -1,5 +1,5 @@
 // `gale pretrain --qad-enable` end to end: a teacher checkpoint equal to the student gives kl loss
-// 0 and zero gradients at the first iteration with the plain run's lm loss; a QAT student started
+// 0 and zero gradients at the first iteration with the plain run's lm loss (also under --bf16); a QAT student started
 // from the teacher's initial weights distils from it (kl loss falling, logged and in TensorBoard); data parallelism 2
 // under mpirun reproduces one process; the student's checkpoint holds exactly what a plain run's
 // does (no teacher) and the teacher's checkpoint is unchanged; a mismatched or missing teacher
@@ -79,6 +79,12 @@ TEST(GalePretrainQad, TeacherEqualToStudentStartsAtZeroKl) {
   EXPECT_EQ(logged_values(q.output, "lm loss")[0], logged_values(plain.output, "lm loss")[0]);
   EXPECT_LT(q.output.find("lm loss"), q.output.find("kl loss"));
   EXPECT_EQ(plain.output.find("kl loss"), std::string::npos);
+  // --bf16: the teacher gets its bf16 GEMM copy too, so the same weights still give KL 0.
+  test::RunResult bf16 =
+      gale(1, finetune(dir, 1, {"--bf16", "--qad-enable", "--qad-teacher-load", dir.file("teacher")}));
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  ASSERT_EQ(logged_values(bf16.output, "kl loss").size(), 1u) << bf16.output;
+  EXPECT_EQ(logged_values(bf16.output, "kl loss")[0], 0.0) << bf16.output;
 }
 
 TEST(GalePretrainQad, QatStudentDistilsAndDataParallelMatchesOneProcess) {
