@@ -20,16 +20,17 @@
 // runs the student's forward twice (once for the logged CE); Gale computes both from one forward.
 //
 // Rules: --qad-teacher-load is required; --kl-temperature > 0; --kl-loss-weight >= 0;
-// --kl-loss-reduction mean|sum (the parser). Not supported yet (refused naming the flag): tensor
-// (vocabulary-parallel logits), pipeline, context and 2-D tensor parallelism, MoE (as MindSpeed),
-// --mtp-num-layers, LoRA, --stage dpo, --fp16, --calculate-per-token-loss. Data parallelism (and
-// the distributed optimizer) work as for any loss.
+// --kl-loss-reduction mean|sum (the parser). Not supported yet (refused naming the flag):
+// pipeline, context and 2-D tensor parallelism, MoE (as MindSpeed), --mtp-num-layers, LoRA,
+// --stage dpo, --fp16, --calculate-per-token-loss. Data parallelism (and the distributed optimizer)
+// work as for any loss; tensor parallelism (with or without sequence parallelism) computes the KL
+// over the vocabulary slices with all-reduces over TP, as Megatron's vocab-parallel cross-entropy.
 //
 // Tests: tests/model/logits_kl_test.cc (KL and gradient vs finite differences and the numpy fixture
 // of tools/reference/qad_kl_reference.py), tests/model/qad_test.cc (teacher = student: KL 0 and zero
 // gradients, model gradients vs finite differences of the objective, the teacher unchanged by
 // training), tests/features/qad_feature_test.cc (rules), tests/cli/qad_cli_test.cc (gale pretrain:
-// the log line, DP 2 = one process, the student's checkpoint without the teacher, a mismatched
+// the log line, DP 2, TP 2 and TP 2 with SP = one process, the student's checkpoint without the teacher, a mismatched
 // teacher checkpoint).
 #include "features/registry.h"
 
@@ -48,7 +49,7 @@ class QadFeature : public Feature {
     return "quantisation-aware distillation: a frozen teacher loaded from --qad-teacher-load (same architecture) "
            "runs forward on every micro-batch; the student differentiates --kl-loss-weight x T^2 KL(teacher || "
            "student) of softmax(logits / T) (--kl-temperature T), mean or sum over masked tokens "
-           "(--kl-loss-reduction); lm loss only logged, kl loss logged; no TP/PP/CP, MoE, MTP, LoRA, DPO, fp16";
+           "(--kl-loss-reduction); lm loss only logged, kl loss logged; TP/SP/DP; no PP/CP, MoE, MTP, LoRA, DPO, fp16";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->qad.qad_enable; }
   Status validate(const FeatureContext& ctx) const override {
@@ -64,12 +65,9 @@ class QadFeature : public Feature {
     if (q.kl_loss_reduction != "mean" && q.kl_loss_reduction != "sum")
       return InvalidArgument("--kl-loss-reduction: expected mean or sum, found '", q.kl_loss_reduction, "'");
     auto refuse = [](const std::string& what) {
-      return Unimplemented("--qad-enable with ", what, ": not supported yet (QAD runs one process per model "
-                           "replica, with data parallelism)");
+      return Unimplemented("--qad-enable with ", what, ": not supported yet (QAD runs with tensor, sequence and "
+                           "data parallelism)");
     };
-    if (p.tensor_model_parallel_size > 1)
-      return refuse(str_cat("--tensor-model-parallel-size ", p.tensor_model_parallel_size,
-                            " (vocabulary-parallel logits)"));
     if (p.pipeline_model_parallel_size > 1)
       return refuse(str_cat("--pipeline-model-parallel-size ", p.pipeline_model_parallel_size));
     if (p.context_parallel_size > 1) return refuse(str_cat("--context-parallel-size ", p.context_parallel_size));

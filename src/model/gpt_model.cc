@@ -527,15 +527,17 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
 
 Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   const ModelConfig& c = config_;
-  GALE_CHECK(part_.pre_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
-      << "QAD distillation needs one chunk with the whole model and vocabulary (no TP, CP, 2-D TP, PP, MTP)";
+  GALE_CHECK(part_.pre_process && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
+      << "QAD distillation needs one chunk with the whole model (no CP, 2-D TP, PP, MTP)";
   const int64_t B = st.mb.B, S = st.mb.S, T = B * S, V = c.vocab, H = c.hidden;
+  const int64_t tp = part_.tp_size(), Vl = V / tp;  // this rank's vocabulary slice [tp_rank·Vl, +Vl)
   GALE_CHECK_EQ(y_full.size(0), T);
   GALE_CHECK_EQ(distill_.teacher->config().vocab, V) << "the QAD teacher's vocabulary";
-  // The student's logits [T, V] (row t = s·B + b): the output layer's GEMM the fused head runs.
+  // The student's logits [T, Vl] (row t = s·B + b): the output layer's GEMM the fused head runs.
   const Tensor student = linear_forward(
-      y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, V, H, ops_->gemm});
-  // The teacher's, [B, S, V] sample-major: token t = s·B + b is its row b·S + s.
+      y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
+  // The teacher's, [B, S, V] sample-major over the whole vocabulary (gathered over TP): token
+  // t = s·B + b is its row b·S + s, this rank's columns from tp_rank·Vl.
   const Tensor teacher = distill_.teacher->forward_logits(st.mb, Tensor());
   std::vector<int64_t> teacher_rows(static_cast<size_t>(T));
   for (int64_t s = 0; s < S; ++s)
@@ -547,9 +549,15 @@ Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   std::vector<float> coef(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) coef[t] = static_cast<float>(k * st.mask_sb[t]);
   std::vector<double> kl(static_cast<size_t>(T));
-  Tensor d = Tensor::empty({T, V});
-  logits_kl_forward_backward(student.data<float>(), teacher.data<float>(), T, V, distill_.temperature, coef.data(),
-                             kl.data(), d.data<float>(), teacher_rows.data());
+  Tensor d = Tensor::empty({T, Vl});
+  KlAllReduce over_tp;
+  if (tp > 1)
+    over_tp = [this](double* data, int64_t n, bool max) {
+      part_.tp->all_reduce(data, n, DType::kF64, max ? ReduceOp::kMax : ReduceOp::kSum);
+    };
+  logits_kl_forward_backward(student.data<float>(), teacher.data<float>() + part_.tp_rank() * Vl, T, Vl,
+                             distill_.temperature, coef.data(), kl.data(), d.data<float>(), teacher_rows.data(), V,
+                             over_tp);
   distill_kl_ += reduce_kl(kl, st.mask_sb, distill_.reduction);
   return d;
 }
@@ -561,7 +569,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
     for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= loss_scale;
     d_y = linear_backward(st.distill_grad, st.final_out_full,
                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, params_.grad_data(output_w_),
-                                       config_.vocab, config_.hidden, ops_->gemm});
+                                       config_.vocab / part_.tp_size(), config_.hidden, ops_->gemm});
     st.distill_grad = Tensor();
   } else {
     d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);

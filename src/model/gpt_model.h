@@ -175,8 +175,8 @@ class GPTModel {
   }
 
   // QAD (MindSpeed's --qad-enable, features/feature_qad.cc): a frozen teacher model whose logits
-  // the student's are distilled towards. With a teacher set, every training forward of this (last,
-  // whole-vocabulary) chunk also runs the teacher's forward_logits on the same micro-batch
+  // the student's are distilled towards. With a teacher set, every training forward of this chunk
+  // (the whole model) also runs the teacher's forward_logits on the same micro-batch
   // (evaluation mode: no dropout, nothing kept, no gradients), and the objective differentiated is
   // weight · KL_mb (model/logits_kl.h: τ² · KL(teacher ‖ student) per token, reduced over the
   // micro-batch's loss mask by `reduction`) instead of the cross-entropy, which is still computed
@@ -185,8 +185,11 @@ class GPTModel {
   // each micro-batch's term 1 / num_microbatches; with "sum" the Σ mask is multiplied back in.
   // Under --qat-scheme the student's logits come from its fake-quantised weights, the teacher's
   // from plain ones (its config has no QAT). Evaluation forwards are unchanged (cross-entropy).
-  // One chunk with the embedding and the head, no tensor, context or 2-D tensor parallelism, no MTP
-  // (GALE_CHECKed at the first forward; the feature refuses the flags first).
+  // Under tensor parallelism each rank holds its vocabulary slice of the student's logits and takes
+  // the same columns of the teacher's (whose forward_logits gathers the whole vocabulary); the KL's
+  // row maxima, exponential sums and per-token sums are all-reduced over TP (model/logits_kl.h), so
+  // every TP rank has the whole-vocabulary KL. One chunk with the embedding and the head, no
+  // context or 2-D tensor parallelism, no MTP (GALE_CHECKed; the feature refuses the flags first).
   struct Distillation {
     GPTModel* teacher = nullptr;  // nullptr: no distillation
     double temperature = 1.0;     // --kl-temperature

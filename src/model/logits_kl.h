@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace gale {
@@ -28,12 +29,20 @@ void logits_kl_per_token(const float* student, const float* teacher, int64_t T, 
 void logits_kl_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
                         const float* coef, float* d);
 
+// Sums (or maxima) of `n` doubles over the ranks that hold the vocabulary's slices, in place.
+using KlAllReduce = std::function<void(double* data, int64_t n, bool max)>;
+
 // Both in one pass (what the model runs: two exponentials per logit instead of seven): kl[t] and,
 // where coef[t] != 0, d[t, ·] as logits_kl_backward (rows with coef[t] == 0 are zeroed). The
-// teacher's row of token t is teacher_rows[t] (null: t), so sample-major teacher logits need no
-// reordering copy.
+// teacher's row of token t is teacher_rows[t] (null: t), at teacher + row·teacher_ld (0: V), so
+// sample-major teacher logits need no reordering copy.
+// Vocabulary-parallel (all_reduce set, Megatron's vocab-parallel cross-entropy's way): this rank
+// holds V columns of each row, student [T, V] and the teacher's matching columns; the row maxima
+// and exponential sums are reduced over the ranks first, kl[t] is the reduced (whole-vocabulary)
+// value on every rank, d this rank's columns (four exponentials per logit).
 void logits_kl_forward_backward(const float* student, const float* teacher, int64_t T, int64_t V, double temperature,
-                                const float* coef, double* kl, float* d, const int64_t* teacher_rows = nullptr);
+                                const float* coef, double* kl, float* d, const int64_t* teacher_rows = nullptr,
+                                int64_t teacher_ld = 0, const KlAllReduce& all_reduce = nullptr);
 
 // The micro-batch's KL term from the per-token values and the loss mask (header comment).
 double reduce_kl(const std::vector<double>& kl, const std::vector<float>& mask, KlReduction reduction);

@@ -21,12 +21,13 @@ using testing::logged_values;
 using testing::TempDir;
 
 // A tiny LLaMA-like model (input dimensions multiples of 32 for --qat-scheme), no dropout (exact
-// comparisons), 4 samples per iteration in micro-batches of 1.
+// comparisons), 4 samples per iteration in micro-batches of 1; 4095 tokens + EOD pad to 4096 at TP 1
+// and 2 alike, so that one teacher checkpoint serves both.
 std::vector<std::string> model(std::vector<std::string> extra) {
   std::vector<std::string> argv = {
       "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128",
       "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
-      "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1", "--eval-iters", "0",
+      "--lr", "3e-3", "--mock-data", "--vocab-size", "4095", "--log-interval", "1", "--eval-iters", "0",
       "--num-threads", "1", "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
       "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--attention-dropout", "0",
       "--hidden-dropout", "0"};
@@ -87,7 +88,7 @@ TEST(GalePretrainQad, TeacherEqualToStudentStartsAtZeroKl) {
   EXPECT_EQ(logged_values(bf16.output, "kl loss")[0], 0.0) << bf16.output;
 }
 
-TEST(GalePretrainQad, QatStudentDistilsAndDataParallelMatchesOneProcess) {
+TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(save_teacher(dir));
   const std::map<std::string, std::string> teacher_before = files(dir.file("teacher"));
@@ -110,16 +111,23 @@ TEST(GalePretrainQad, QatStudentDistilsAndDataParallelMatchesOneProcess) {
   std::string events;
   for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += testing::read_file(e.path().string());
   EXPECT_NE(events.find("kl loss"), std::string::npos);
-  // Data parallelism 2 (two micro-batches per rank instead of four on one): the same losses, up to
-  // the order of f64 sums of f32 values (1e-5 relative).
-  std::vector<std::string> two_flags = {"--train-iters", "6"};
-  two_flags.insert(two_flags.end(), qad.begin(), qad.end());
-  test::RunResult two = gale(2, two_flags);
-  ASSERT_EQ(two.exit_code, 0) << two.output;
-  for (const char* key : {"lm loss", "kl loss"}) {
-    const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
-    ASSERT_EQ(a.size(), b.size()) << key << "\n" << two.output;
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1;
+  // Data parallelism 2 (two micro-batches per rank instead of four on one), tensor parallelism 2
+  // (the KL over vocabulary slices, all-reduced over TP) with and without sequence parallelism:
+  // the same losses, up to the order of f64 sums of f32 values and GEMM splits (1e-5 relative).
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}) {
+    std::vector<std::string> two_flags = {"--train-iters", "6"};
+    two_flags.insert(two_flags.end(), qad.begin(), qad.end());
+    two_flags.insert(two_flags.end(), layout.begin(), layout.end());
+    test::RunResult two = gale(2, two_flags);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    for (const char* key : {"lm loss", "kl loss"}) {
+      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+      ASSERT_EQ(a.size(), b.size()) << key << "\n" << two.output;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1 << (layout.empty() ? " DP 2" : " TP 2");
+    }
   }
   // The student's checkpoint holds what a plain run's holds (no teacher weights): the same files,
   // the tensor shards of the same sizes (metadata.json records the run's flags, so it differs);

@@ -54,7 +54,6 @@ TEST(QadFeature, RequirementsAndRefusals) {
       {qad({"--kl-temperature", "0"}), {"--kl-temperature: expected a positive number, found 0"}},
       {qad({"--kl-temperature", "-1"}), {"--kl-temperature: expected a positive number, found -1"}},
       {qad({"--kl-loss-weight", "-0.5"}), {"--kl-loss-weight: expected a non-negative number, found -0.5"}},
-      {qad({"--tensor-model-parallel-size", "2"}), {"--tensor-model-parallel-size 2", "not supported yet"}},
       {qad({"--pipeline-model-parallel-size", "2"}), {"--pipeline-model-parallel-size 2", "not supported yet"}},
       {qad({"--context-parallel-size", "2"}), {"--context-parallel-size 2", "not supported yet"}},
       {qad({"--num-experts", "4"}), {"--num-experts", "not supported yet"}},

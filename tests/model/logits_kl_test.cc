@@ -142,6 +142,30 @@ TEST(LogitsKl, OnePassEqualsTheSeparateFunctions) {
   }
 }
 
+// The vocabulary-parallel path with one rank holding the whole vocabulary (the all-reduce is the
+// identity; it is called for the maxima, the sums and the KL) equals the one-pass path, with a
+// teacher row stride wider than the rows (a column slice of wider logits).
+TEST(LogitsKl, VocabularyParallelPathOnOneRankEqualsOnePass) {
+  const int64_t T = 4, V = 6, ld = 10, col = 3;
+  std::vector<float> s(T * V), wide(T * ld, 100.0f), z(T * V);
+  for (int64_t i = 0; i < T * V; ++i) {
+    s[i] = static_cast<float>(std::sin(0.53 * i) * 2.0);
+    z[i] = static_cast<float>(std::cos(0.29 * i) * 2.5);
+    wide[(i / V) * ld + col + i % V] = z[i];
+  }
+  const std::vector<float> coef = {1.0f, 0.5f, 0.0f, 2.0f};
+  std::vector<double> kl(T), kl_par(T);
+  std::vector<float> d(T * V), d_par(T * V);
+  int calls = 0;
+  const KlAllReduce identity = [&](double*, int64_t, bool) { ++calls; };
+  logits_kl_forward_backward(s.data(), z.data(), T, V, 1.7, coef.data(), kl.data(), d.data());
+  logits_kl_forward_backward(s.data(), wide.data() + col, T, V, 1.7, coef.data(), kl_par.data(), d_par.data(), nullptr,
+                             ld, identity);
+  EXPECT_EQ(calls, 3);
+  for (int64_t t = 0; t < T; ++t) EXPECT_NEAR(kl_par[t], kl[t], 1e-12 * kl[t]) << t;
+  for (int64_t i = 0; i < T * V; ++i) EXPECT_NEAR(d_par[i], d[i], 1e-7) << i;
+}
+
 TEST(LogitsKl, ReductionsAndEmptyMask) {
   const std::vector<double> kl = {1.0, 2.0, 4.0};
   EXPECT_DOUBLE_EQ(reduce_kl(kl, {1, 0, 1}, KlReduction::kMean), 2.5);
