@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "model/moe_dispatch.h"
 #include "schedule/schedules.h"
+#include "bench_engine.h"
 #include "bench_flags.h"
 #include "synthetic_batches.h"
 #include "train/engine.h"
@@ -43,11 +44,9 @@ Options parse(int argc, char** argv) {
 }
 
 std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* args) {
-  ArgParser parser("gale pretrain", "bench");
-  add_all_pretrain_args(parser, *args);
   const int P = world->size();
-  std::vector<std::string> argv = {
-      "gale", "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
+  std::vector<std::string> flags = {
+      "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
       "--num-attention-heads", std::to_string(o.hidden / 64), "--seq-length", std::to_string(o.seq),
       "--max-position-embeddings", std::to_string(o.seq), "--micro-batch-size", "1", "--global-batch-size",
       std::to_string(P * o.micro_batches), "--train-iters", "1", "--lr", "1e-4", "--mock-data",
@@ -55,18 +54,12 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
       "--moe-router-topk", "2", "--moe-ffn-hidden-size", std::to_string(2 * o.hidden), "--moe-token-dispatcher-type",
       "alltoall", "--moe-grouped-gemm", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
       "--moe-router-bias-update-rate", "0", "--hidden-dropout", "0", "--attention-dropout", "0"};
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-  GALE_CHECK_OK(validate_all_pretrain_args(*args, parser, world->size()));
-  args->model.padded_vocab_size = 1024;
   OpTable ops = reference_ops();
   ops.moe_hot_experts = o.hot;  // what --balanced-moe-experts installs (the groups are made at build)
   ops.moe_hot_expert_groups = o.groups;
-  auto e = build_engine(*args, world, ops);
-  GALE_CHECK_OK(e.status());
+  std::unique_ptr<Engine> e = bench::build_bench_engine(flags, world, args, ops);
   // the skewed router
-  for (GPTModel* c : e.value()->chunk_pointers()) {
+  for (GPTModel* c : e->chunk_pointers()) {
     const ParamBuffer& pb = c->params();
     for (int id = 0; id < pb.size(); ++id)
       if (pb.spec(id).name.find("router.expert_bias") != std::string::npos) {
@@ -74,7 +67,7 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
         pb.param_data(id)[1] = static_cast<float>(o.skew) / 200.0f;
       }
   }
-  return std::move(e).value();
+  return e;
 }
 
 }  // namespace
@@ -82,12 +75,7 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
 
 int main(int argc, char** argv) {
   using namespace gale;
-  StatusOr<Comm> w = init_mpi_world();
-  if (!w.ok()) {
-    std::fprintf(stderr, "balanced_moe_bench: %s\n", w.status().to_string().c_str());
-    return 1;
-  }
-  Comm world = w.value();
+  Comm world = bench::init_world_or_exit("balanced_moe_bench");
   const Options o = parse(argc, argv);
   Arguments args;
   std::unique_ptr<Engine> e = build(o, world, &args);

@@ -17,6 +17,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "bench_engine.h"
 #include "bench_flags.h"
 #include "synthetic_batches.h"
 #include "train/engine.h"
@@ -37,10 +38,8 @@ Options parse(int argc, char** argv) {
 }
 
 std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* args) {
-  ArgParser parser("gale pretrain", "bench");
-  add_all_pretrain_args(parser, *args);
-  std::vector<std::string> argv = {
-      "gale", "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
+  std::vector<std::string> flags = {
+      "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
       "--num-attention-heads", std::to_string(o.hidden / 64), "--seq-length", std::to_string(o.seq),
       "--max-position-embeddings", std::to_string(o.seq), "--micro-batch-size", "1", "--global-batch-size",
       std::to_string(2 * o.micro_batches), "--train-iters", "1", "--lr", "1e-4", "--mock-data",
@@ -48,14 +47,7 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
       "--num-experts", std::to_string(o.experts), "--moe-router-topk", "2", "--moe-ffn-hidden-size",
       std::to_string(2 * o.hidden), "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm",
       "--hidden-dropout", "0", "--attention-dropout", "0"};
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-  GALE_CHECK_OK(validate_all_pretrain_args(*args, parser, world->size()));
-  args->model.padded_vocab_size = 1024;
-  auto e = build_engine(*args, world, reference_ops());
-  GALE_CHECK_OK(e.status());
-  return std::move(e).value();
+  return bench::build_bench_engine(flags, world, args, reference_ops());
 }
 
 }  // namespace
@@ -63,12 +55,7 @@ std::unique_ptr<Engine> build(const Options& o, const Comm& world, Arguments* ar
 
 int main(int argc, char** argv) {
   using namespace gale;
-  StatusOr<Comm> w = init_mpi_world();
-  if (!w.ok()) {
-    std::fprintf(stderr, "moe_fb_overlap_bench: %s\n", w.status().to_string().c_str());
-    return 1;
-  }
-  Comm world = w.value();
+  Comm world = bench::init_world_or_exit("moe_fb_overlap_bench");
   if (world->size() != 4) {
     std::fprintf(stderr, "moe_fb_overlap_bench: run with 4 ranks (PP2 x EP2 x DP2)\n");
     return 1;

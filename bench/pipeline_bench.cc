@@ -19,6 +19,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "schedule/schedules.h"
+#include "bench_engine.h"
 #include "bench_flags.h"
 #include "synthetic_batches.h"
 #include "train/engine.h"
@@ -39,24 +40,15 @@ Options parse(int argc, char** argv) {
 }
 
 std::unique_ptr<Engine> build(const Options& o, const Comm& world, int vpp, Arguments* args) {
-  ArgParser parser("gale pretrain", "bench");
-  add_all_pretrain_args(parser, *args);
-  std::vector<std::string> argv = {
-      "gale", "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
+  std::vector<std::string> flags = {
+      "--num-layers", std::to_string(o.layers), "--hidden-size", std::to_string(o.hidden),
       "--num-attention-heads", std::to_string(o.hidden / 64), "--seq-length", std::to_string(o.seq),
       "--max-position-embeddings", std::to_string(o.seq), "--micro-batch-size", "1", "--global-batch-size",
       std::to_string(o.micro_batches), "--train-iters", "1", "--lr", "1e-4", "--mock-data",
       "--pipeline-model-parallel-size", std::to_string(world->size()), "--hidden-dropout", "0",
       "--attention-dropout", "0"};
-  if (vpp > 1) argv.insert(argv.end(), {"--num-virtual-stages-per-pipeline-rank", std::to_string(vpp)});
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-  GALE_CHECK_OK(validate_all_pretrain_args(*args, parser, world->size()));
-  args->model.padded_vocab_size = 1024;
-  auto e = build_engine(*args, world, reference_ops());
-  GALE_CHECK_OK(e.status());
-  return std::move(e).value();
+  if (vpp > 1) flags.insert(flags.end(), {"--num-virtual-stages-per-pipeline-rank", std::to_string(vpp)});
+  return bench::build_bench_engine(flags, world, args, reference_ops());
 }
 
 void run_case(const char* name, const Options& o, const Comm& world, int vpp, bool gpipe) {
@@ -98,12 +90,7 @@ void run_case(const char* name, const Options& o, const Comm& world, int vpp, bo
 
 int main(int argc, char** argv) {
   using namespace gale;
-  StatusOr<Comm> w = init_mpi_world();
-  if (!w.ok()) {
-    std::fprintf(stderr, "pipeline_bench: %s\n", w.status().to_string().c_str());
-    return 1;
-  }
-  Comm world = w.value();
+  Comm world = bench::init_world_or_exit("pipeline_bench");
   const Options o = parse(argc, argv);
   if (world->rank() == 0)
     std::printf("PP %d, GPT %d layers, hidden %d, seq %d, micro-batch 1, %d micro-batches, best of %d\n",

@@ -52,7 +52,7 @@ void* Allocator::allocate(size_t bytes) {
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) + static_cast<int64_t>(bytes);
   count_.fetch_add(1, std::memory_order_relaxed);
   live_.fetch_add(1, std::memory_order_relaxed);
-  for (std::atomic<int64_t>* high : {&peak_, &max_live_}) {
+  for (std::atomic<int64_t>* high : {&peak_, &window_peak_, &max_live_}) {
     int64_t seen = high->load(std::memory_order_relaxed);
     while (now > seen && !high->compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
     }

@@ -45,12 +45,18 @@ class Allocator {
   // multiple, or the size class of a large block) plus the free-block cache.
   int64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
+  // A second high-water mark, independent of peak_bytes(): what --smart-swap's sampling
+  // (model/smart_swap.h) reads between two points of an iteration without disturbing a caller's
+  // reset_peak() / peak_bytes() around the whole run.
+  int64_t window_peak_bytes() const { return window_peak_.load(std::memory_order_relaxed); }
+  void reset_window_peak() { window_peak_.store(current_bytes(), std::memory_order_relaxed); }
   int64_t cached_bytes() const;
   void release_cache();
 
  private:
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> window_peak_{0};
   std::atomic<int64_t> count_{0};
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> reserved_{0};

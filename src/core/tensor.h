@@ -75,6 +75,11 @@ class Tensor {
     return static_cast<T*>(data_);
   }
   void* raw() const { return data_; }
+  // Whether this Tensor is the only holder of its whole storage (no other Tensor shares it, and it
+  // spans all of it): releasing it returns exactly nbytes() to the allocator.
+  bool sole_owner() const {
+    return storage_ && storage_.use_count() == 1 && data_ == storage_->data() && storage_->bytes() == nbytes();
+  }
 
   // Same storage, new shape with the same number of elements. One dimension may be -1.
   Tensor view(const Shape& shape) const;

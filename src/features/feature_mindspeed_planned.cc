@@ -29,14 +29,8 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
        "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
        {"--automated-pipeline-perf"}},
-      {"smart-swap", nullptr, FeatureModule::kMemory, "SmartSwapFeature (L2)",
-       "an automatic swap policy searched from sampled steps", {}},
-      {"moe-alltoall-mc2", nullptr, FeatureModule::kKeyScenarios, "MoEAlltoAllMC2Feature (L2)",
-       "the alltoall dispatcher's dispatch and combine fused with the expert GEMMs", {}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
-      {"use-multiparameter-pipeline-model-parallel", nullptr, FeatureModule::kMultimodal,
-       "MultiParameterFeature (L2)", "pipeline stages exchanging several tensors", {}},
   };
   for (const Row& r : rows) {
     SimpleFeatureSpec s;

@@ -165,6 +165,10 @@ struct OpTable {
   // overlaps them with the shared expert (forward and backward), the local rows' layout, the
   // experts' backward and their fc1 weight gradients.
   bool moe_allgather_overlap = false;
+  // MindSpeed's --moe-alltoall-mc2 (features/feature_moe_alltoall_mc2.cc): the MoE all-to-all
+  // dispatcher's fused dispatch and combine (model/moe_mc2.h): rows written straight into the
+  // exchange's buffers and received straight into the experts' layout; bit-identical results.
+  bool moe_alltoall_mc2 = false;
   // MindSpeed's --enable-expert-placement (features/feature_enable_expert_placement.cc, applied by
   // train/expert_placer.h after the optimizer steps): 0 off, else --expert-placement-freq; with
   // --enable-fine-grained-expert-placement the least drop of the per-rank loads' coefficient of

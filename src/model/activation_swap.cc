@@ -58,12 +58,53 @@ ActivationSwap::~ActivationSwap() {
     if (r.valid()) r.wait();
 }
 
+std::vector<ActivationSwap::Entry> ActivationSwap::selected(const SwapAttentionConfig& config) {
+  std::vector<Entry> out;
+  auto direct = [&](Tensor LayerSaved::*m) {
+    Entry e;
+    e.member = m;
+    out.push_back(e);
+  };
+  auto in_attention = [&](Tensor CoreAttentionSaved::*m) {
+    Entry e;
+    e.attention_member = m;
+    out.push_back(e);
+  };
+  if (config.input_norm) direct(&LayerSaved::norm1_out);
+  if (config.self_attention) {
+    in_attention(&CoreAttentionSaved::qkv);
+    in_attention(&CoreAttentionSaved::lse);
+    direct(&LayerSaved::ctx);
+  }
+  if (config.post_attention_norm) direct(&LayerSaved::norm2_out);
+  if (config.layer_input) direct(&LayerSaved::x_in);
+  if (config.mlp) {
+    direct(&LayerSaved::x_mid);
+    direct(&LayerSaved::fc1_out);
+    direct(&LayerSaved::act);
+  }
+  return out;
+}
+
+bool ActivationSwap::swaps(const SwapAttentionConfig& config, const Tensor& t) {
+  return t.defined() && t.numel() > 0 && (!config.sole_owners_only || t.sole_owner());
+}
+
+int64_t ActivationSwap::releasable_bytes(const SwapAttentionConfig& config, const LayerSaved& saved) {
+  int64_t bytes = 0;
+  for (const Entry& e : selected(config)) {
+    const Tensor& t = field(saved, e);
+    if (swaps(config, t)) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
 void ActivationSwap::swap_out(int64_t layer, LayerSaved& saved) {
   GALE_CHECK(layers_.count(layer) == 0) << "--swap-attention: layer " << layer << " swapped out twice";
   std::vector<Entry> entries;
-  auto add = [&](Entry e) {
+  for (Entry e : selected(config_)) {
     Tensor& t = field(saved, e);
-    if (!t.defined() || t.numel() == 0) return;
+    if (!swaps(config_, t)) continue;
     e.shape = t.shape();
     e.dtype = t.dtype();
     e.bytes = static_cast<int64_t>(t.nbytes());
@@ -71,25 +112,7 @@ void ActivationSwap::swap_out(int64_t layer, LayerSaved& saved) {
     GALE_CHECK(st.ok()) << "--swap-attention: " << st.message();
     t = Tensor();  // released here (unless something else still holds the storage)
     entries.push_back(e);
-  };
-  auto direct = [](Tensor LayerSaved::*m) {
-    Entry e;
-    e.member = m;
-    return e;
-  };
-  auto in_attention = [](Tensor CoreAttentionSaved::*m) {
-    Entry e;
-    e.attention_member = m;
-    return e;
-  };
-  if (config_.input_norm) add(direct(&LayerSaved::norm1_out));
-  if (config_.self_attention) {
-    add(in_attention(&CoreAttentionSaved::qkv));
-    add(in_attention(&CoreAttentionSaved::lse));
-    add(direct(&LayerSaved::ctx));
   }
-  if (config_.post_attention_norm) add(direct(&LayerSaved::norm2_out));
-  if (config_.layer_input) add(direct(&LayerSaved::x_in));
   layers_[layer] = std::move(entries);
 }
 

@@ -14,6 +14,9 @@
 // Swapped (each only where the layer kept it): input_norm → LayerSaved::norm1_out; self_attention →
 // attention.qkv, attention.lse and ctx; post_attention_norm → norm2_out; and with --swap-layer-input
 // (MindSpeed's SwapLayerInputFeature) the layer's input x_in, through the same file and prefetch.
+// --smart-swap (model/smart_swap.h) uses the same class for the layers its policy picks, with all
+// of those plus the dense MLP's x_mid, fc1_out and act, each only where it is the sole holder of its
+// storage (so that the allocator's bytes move exactly as its sampling predicts).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,11 @@ struct SwapAttentionConfig {
   bool enabled = false;  // anything swapped (--swap-attention or --swap-layer-input)
   bool input_norm = true, self_attention = true, post_attention_norm = true;  // --swap-modules
   bool layer_input = false;  // --swap-layer-input: LayerSaved::x_in
+  bool mlp = false;  // --smart-swap: also the dense MLP's x_mid, fc1_out and act
+  // --smart-swap (model/smart_swap.h): swap only a tensor that is the sole holder of its storage
+  // (Tensor::sole_owner), so that swapping it out frees exactly its bytes and reading it back
+  // allocates exactly as many; a tensor sharing its storage stays in memory.
+  bool sole_owners_only = false;
   std::string dir;  // "" = $TMPDIR or /tmp
 };
 
@@ -58,6 +66,9 @@ class ActivationSwap {
   void prefetch(int64_t layer);
   // Puts layer `layer`'s tensors back into `saved` (waiting for its prefetch, or reading now).
   void swap_in(int64_t layer, LayerSaved& saved);
+  // The bytes swap_out(layer, saved) would release now (exact allocator bytes when
+  // config.sole_owners_only), without touching `saved`.
+  static int64_t releasable_bytes(const SwapAttentionConfig& config, const LayerSaved& saved);
   // Bytes written so far.
   int64_t file_bytes() const { return file_->size(); }
 
@@ -74,6 +85,13 @@ class ActivationSwap {
   static Tensor& field(LayerSaved& saved, const Entry& e) {
     return e.member ? saved.*(e.member) : saved.attention.*(e.attention_member);
   }
+  static const Tensor& field(const LayerSaved& saved, const Entry& e) {
+    return e.member ? saved.*(e.member) : saved.attention.*(e.attention_member);
+  }
+  // The members `config` selects, in swap order (shape, offset and bytes not yet filled).
+  static std::vector<Entry> selected(const SwapAttentionConfig& config);
+  // Whether `config` swaps tensor `t` (defined, not empty; the sole owner of its storage when asked).
+  static bool swaps(const SwapAttentionConfig& config, const Tensor& t);
   // Reads the entries' tensors (any thread).
   std::vector<Tensor> read(const std::vector<Entry>& entries) const;
 

@@ -735,6 +735,14 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
       }
       st->swap->swap_out(i, st->layers[i]);
     }
+    if (training && !rerun && smart_swap_ && smart_swap_->after_forward(mb_id, i, st->layers[i])) {
+      if (!st->swap) {  // --smart-swap: a layer of its policy
+        auto s = ActivationSwap::create(smart_swap_->swap_config());
+        GALE_CHECK(s.ok()) << s.status().message();
+        st->swap = std::move(s).value();
+      }
+      st->swap->swap_out(i, st->layers[i]);
+    }
     if (training && !rerun && compress_.any()) {
       if (!st->compress) st->compress = std::make_unique<ActivationCompressor>(compress_);
       st->compress->compress(i, part_.first_layer + i, st->layers[i]);
@@ -912,6 +920,7 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);
     }
+    if (smart_swap_) smart_swap_->before_backward(mb_id, i);  // --smart-swap: a segment boundary
     if (st->swap) {  // --swap-attention: this layer's activations back, the next one's read started
       st->swap->swap_in(i, st->layers[i]);
       if (i > 0) st->swap->prefetch(i - 1);

@@ -37,6 +37,7 @@
 #include "kernels/op_table.h"
 #include "model/activation_compress.h"
 #include "model/activation_swap.h"
+#include "model/smart_swap.h"
 #include "model/config.h"
 #include "model/logits_kl.h"
 #include "model/micro_batch.h"
@@ -55,6 +56,8 @@ class GPTModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelPartition& partition() const { return part_; }
+  // The transformer layers of this chunk (noop layers included).
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   ParamBuffer& params() { return params_; }
   const ParamBuffer& params() const { return params_; }
   // The op table the model calls (features may swap it before training starts).
@@ -150,6 +153,10 @@ class GPTModel {
   // layer's attention activations and/or its input to a file and backward reads them back, one
   // layer ahead. Off by default.
   void set_swap_attention(const SwapAttentionConfig& c) { swap_attention_ = c; }
+  // --smart-swap (model/smart_swap.h; not owned, outlives the model's training): told where each
+  // training forward's layers end and backward's begin, it decides which layers are swapped out
+  // (through the same ActivationSwap as --swap-attention). Null (the default): off.
+  void set_smart_swap(SmartSwap* s) { smart_swap_ = s; }
   // --compress-activation / --compress-dense (model/activation_compress.h): training forwards keep
   // the selected layers' saved activations losslessly compressed until their backward. Off by
   // default. activation_compress_stats(): what was compressed, summed over the backwards so far.
@@ -308,6 +315,7 @@ class GPTModel {
   float grad_scale_ = 1.0f;
   bool per_token_loss_ = false;
   SwapAttentionConfig swap_attention_;
+  SmartSwap* smart_swap_ = nullptr;
   ActivationCompressConfig compress_;
   CompressStats compress_stats_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it

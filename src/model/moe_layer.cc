@@ -15,6 +15,7 @@
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/moe_hot_experts.h"
+#include "model/moe_mc2.h"
 #include "model/param_builders.h"
 #include "model/weight_grad_store.h"
 
@@ -534,27 +535,46 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
       }
       interleave_yield();
     };
-    const Tensor to_send = hot ? gather_rows(x, hot->sent_slots(permuted).data(), plan.num_sent(), k)
-                               : gather_rows(x, permuted.data(), R, k);
-    expert_in = dispatch_rows(ep, plan, to_send, in_flight);  // [N, H] local expert-major
     const ExpertSet locals = local_expert_set(ops, pb, w);
-    PendingRows back = combine_rows_async(ep, plan, experts_forward(c, ops, locals, expert_in, plan.expert_offsets, etp, &st));
-    interleave_yield();
-    expert_out = back.wait();
-    const int64_t hot_rows = hot ? hot->num_rows() : 0;
-    moe_dispatch_counters().note_expert_rows(plan.num_received() + hot_rows);
-    moe_dispatch_counters().hot_rows_computed_locally += hot_rows;
-    if (hot) expert_out = merge_rows(expert_out, hot->sent_rows, hot_out, hot->hot_rows, R);
-    if (saved) saved->hot = hot;
-    // ---- weighted un-permutation ----
-    for (int64_t i = 0; i < R; ++i) {
-      const int64_t r = row_order.empty() ? i : row_order[i];
-      if (permuted[r] < 0) continue;  // a padding row: weight 0
-      const int64_t t = permuted[r] / k;
-      const float q = probs.data<float>()[permuted[r]];
-      const float* src = expert_out.data<float>() + r * H;
-      float* dst = y.data<float>() + t * H;
-      for (int64_t h = 0; h < H; ++h) dst[h] += q * src[h];
+    if (ops.moe_alltoall_mc2) {
+      // --moe-alltoall-mc2 (model/moe_mc2.h): each permuted row copied from x straight to its
+      // expert's input (this rank's experts) or the send buffer, received straight into the
+      // expert-major layout; the outputs sent straight from the experts' rows and reduced token by
+      // token where they land (kept in permuted order only for backward)
+      GALE_CHECK(!placed && !hot && !splits(etp) && st.zero_memory == MoeZeroMemory::kOff)
+          << "--moe-alltoall-mc2 with expert placement, hot-expert replicas, expert-TP or --moe-zero-memory";
+      const size_t row_bytes = static_cast<size_t>(H) * dtype_size(x.dtype());
+      const char* xs = static_cast<const char*>(x.raw());
+      expert_in = mc2_dispatch(
+          ep, plan, H, x.dtype(),
+          [&](int64_t r, void* dst) { std::memcpy(dst, xs + token_of(permuted[r], k) * row_bytes, row_bytes); },
+          in_flight);
+      Mc2Rows back = mc2_combine(ep, plan, experts_forward(c, ops, locals, expert_in, plan.expert_offsets, etp, &st),
+                                 saved != nullptr);
+      moe_dispatch_counters().note_expert_rows(plan.num_received());
+      mc2_weighted_unpermute(back, token_rows(permuted, T, k), permuted, probs, H, &y);
+      if (saved) expert_out = back.rows;  // [R, H] permuted order (the routing-weight gradient's)
+    } else {
+      const Tensor to_send = hot ? gather_rows(x, hot->sent_slots(permuted).data(), plan.num_sent(), k)
+                                 : gather_rows(x, permuted.data(), R, k);
+      expert_in = dispatch_rows(ep, plan, to_send, in_flight);  // [N, H] local expert-major
+      PendingRows back =
+          combine_rows_async(ep, plan, experts_forward(c, ops, locals, expert_in, plan.expert_offsets, etp, &st));
+      interleave_yield();
+      expert_out = back.wait();
+      const int64_t hot_rows = hot ? hot->num_rows() : 0;
+      moe_dispatch_counters().note_expert_rows(plan.num_received() + hot_rows);
+      moe_dispatch_counters().hot_rows_computed_locally += hot_rows;
+      if (hot) expert_out = merge_rows(expert_out, hot->sent_rows, hot_out, hot->hot_rows, R);
+      if (saved) saved->hot = hot;
+      // ---- weighted un-permutation ----
+      for (int64_t i = 0; i < R; ++i) {
+        const int64_t r = row_order.empty() ? i : row_order[i];
+        if (permuted[r] < 0) continue;  // a padding row: weight 0
+        const int64_t t = permuted[r] / k;
+        weighted_row_accumulate(y.data<float>() + t * H, expert_out.data<float>() + r * H,
+                                probs.data<float>()[permuted[r]], H);
+      }
     }
   } else {
     // ---- all-gather (Megatron's MoEAllGatherTokenDispatcher): every EP rank's tokens and
@@ -637,25 +657,72 @@ namespace {
 // the experts' ranks like the inputs, the input gradients come back like the outputs.
 // Backward of y_t += q_slot · out_r for every expert row r (slot = slot_of[r], token slot / k):
 // d_out[r] = q_slot · dy_t and dprobs[slot] = dy_t · out_r (summed in double). `dy` is [tokens, H].
+// One row of it: the row's output `o` [H] -> its output gradient `d` [H] and dprobs[slot].
+void weighted_output_row_backward(const float* dy, int64_t H, int64_t k, int64_t slot, const Tensor& probs,
+                                  const float* o, float* d, Tensor* dprobs) {
+  if (slot < 0) {  // a padding row: weight 0, no routing-weight gradient
+    std::fill(d, d + H, 0.0f);
+    return;
+  }
+  const int64_t t = slot / k;
+  const float q = probs.data<float>()[slot];
+  double dot = 0.0;
+  for (int64_t h = 0; h < H; ++h) {
+    dot += static_cast<double>(dy[t * H + h]) * o[h];
+    d[h] = q * dy[t * H + h];
+  }
+  dprobs->data<float>()[slot] = static_cast<float>(dot);
+}
+
 void weighted_outputs_backward(const float* dy, int64_t H, int64_t k, const std::vector<int64_t>& slot_of,
                                const Tensor& probs, const Tensor& out, Tensor* d_out, Tensor* dprobs) {
   GALE_CHECK_EQ(out.size(0), static_cast<int64_t>(slot_of.size()));
   for (size_t r = 0; r < slot_of.size(); ++r) {
-    const int64_t slot = slot_of[r], t = slot / k;
-    float* d = d_out->data<float>() + static_cast<int64_t>(r) * H;
-    if (slot < 0) {  // a padding row: weight 0, no routing-weight gradient
-      std::fill(d, d + H, 0.0f);
-      continue;
-    }
-    const float q = probs.data<float>()[slot];
-    const float* o = out.data<float>() + static_cast<int64_t>(r) * H;
-    double dot = 0.0;
-    for (int64_t h = 0; h < H; ++h) {
-      dot += static_cast<double>(dy[t * H + h]) * o[h];
-      d[h] = q * dy[t * H + h];
-    }
-    dprobs->data<float>()[slot] = static_cast<float>(dot);
+    const int64_t i = static_cast<int64_t>(r);
+    weighted_output_row_backward(dy, H, k, slot_of[r], probs, out.data<float>() + i * H,
+                                 d_out->data<float>() + i * H, dprobs);
   }
+}
+
+// Backward of the fused all-to-all path (--moe-alltoall-mc2, model/moe_mc2.h): each permuted
+// row's output gradient (and its routing-weight gradient) written straight to its expert's rank
+// (this rank's experts' rows in place), the experts' backward, then the input gradients sent
+// straight from the expert-major rows and summed token by token where they land. The same
+// products and sums in the same order as routed_experts_backward (bit-identical).
+void mc2_routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
+                                 MoeSaved& s, const Tensor& dy, const Comm& ep, const Comm& etp, Tensor* dprobs_out,
+                                 Tensor* dx_out, const std::function<void()>& overlap, WeightGradStore* defer) {
+  GALE_CHECK(!s.hot && s.row_order.empty() && !splits(etp) && s.zero_memory == MoeZeroMemory::kOff)
+      << "--moe-alltoall-mc2 with expert placement, hot-expert replicas, expert-TP or --moe-zero-memory";
+  const int64_t T = dy.size(0), H = c.hidden, k = c.moe.topk;
+  const float* g = dy.data<float>();
+  GALE_CHECK_EQ(s.expert_out.size(0), static_cast<int64_t>(s.permuted_slot.size()));
+  Tensor dprobs = Tensor::zeros({T, k});
+  const float* out = s.expert_out.data<float>();
+  Tensor d_local_out = mc2_dispatch(
+      ep, s.plan, H, DType::kF32,
+      [&](int64_t r, void* dst) {
+        weighted_output_row_backward(g, H, k, s.permuted_slot[r], s.probs, out + r * H, static_cast<float*>(dst),
+                                     &dprobs);
+      },
+      [&] {
+        if (overlap) overlap();  // the shared expert's backward while the gradients are in flight
+        interleave_yield();
+      });
+  s.expert_out = Tensor();
+  std::vector<Tensor> du;
+  const ExpertSet locals = local_expert_set(ops, pb, w);
+  Tensor d_expert_in =
+      experts_backward_data(c, ops, locals, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
+  d_local_out = Tensor();
+  experts_fc1_weight_grads(locals, s.expert_in, s.plan.expert_offsets, du, defer);
+  s.expert_in = Tensor();
+  Mc2Rows back = mc2_combine(ep, s.plan, d_expert_in, /*materialize=*/false);
+  d_expert_in = Tensor();  // (back.local keeps this rank's chunks)
+  Tensor dx = Tensor::empty({T, H});
+  mc2_sum_token_rows(back, token_rows(s.permuted_slot, T, k), H, &dx);
+  *dprobs_out = dprobs;
+  *dx_out = dx;
 }
 
 void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeParamIds& w,
@@ -801,6 +868,8 @@ Tensor moe_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, c
   Tensor dprobs, dx;
   if (s.gathered) {
     gathered_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap, defer_weight_grads);
+  } else if (ops.moe_alltoall_mc2) {
+    mc2_routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap, defer_weight_grads);
   } else {
     routed_experts_backward(c, ops, pb, w, s, dy, ep, etp, &dprobs, &dx, overlap, defer_weight_grads);
   }

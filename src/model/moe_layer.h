@@ -173,6 +173,9 @@ struct MoeHotPass {
 // keeps neither the experts' input rows nor their activation outputs, level1 not their fc1 outputs
 // either; backward re-dispatches the rows from the kept input x and recomputes the rest with the
 // same kernels, so the results are bit-identical.
+// With ops.moe_alltoall_mc2 (--moe-alltoall-mc2; EP > 1 or not, expert-TP 1, no placement, hot
+// experts or zero memory) the all-to-all path's dispatch and combine, forward and backward, are
+// the fused ones of model/moe_mc2.h: the same bits, fewer buffers.
 // With ops.moe_hot_experts = N > 0 (--balanced-moe-experts, all-to-all dispatcher, EP > 1) the N
 // hot experts of this micro-batch are replicated on every EP rank (model/moe_hot_experts.h): their
 // parameters broadcast over `hot_groups` (M duplicates of `ep`; empty: `ep`), each rank's rows of a

@@ -28,12 +28,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/status.h"
 #include "core/tensor.h"
+#include "schedule/pipeline_tensor_spec.h"
 
 namespace gale {
 
@@ -71,6 +74,23 @@ class PipelineP2P {
   // input gradient (backward) to the previous stage. The tensor is kept until the send completes.
   void send(bool forward, int chunk, int64_t mb, Tensor t);
 
+  // The same for a list of typed tensors: the receive of `specs` (for backward, the gradient
+  // specs), its tensors in that order, and the send of `tensors` (non-empty, each defined).
+  void post_recv_tensors(bool forward, int chunk, int64_t mb, const PipeTensorSpecs& specs);
+  std::vector<Tensor> wait_recv_tensors(bool forward, int chunk, int64_t mb);
+  void send_tensors(bool forward, int chunk, int64_t mb, std::vector<Tensor> tensors);
+
+  // What the stage of `chunk` sends forward for micro-batch mb (`outputs`; asked for chunks that
+  // are not the last stage) and expects to receive (`inputs`; chunks that are not the first).
+  using StageSpecsFn = std::function<PipeTensorSpecs(int chunk, int64_t mb)>;
+  // Before the first transfer of the micro-batches [0, num_microbatches): each stage sends the
+  // next one the descriptions of its outputs, which compares them with its inputs; then the
+  // stages agree over the pipeline group (one all-reduce, on every rank). A stage that found a
+  // mismatch returns an InvalidArgument naming both stages, the micro-batch and both lists; the
+  // others a FailedPrecondition naming that pipeline rank. No data transfer is posted by it, and
+  // every rank of the pipeline group must call it (with none in flight).
+  Status agree_on_tensors(const StageSpecsFn& outputs, const StageSpecsFn& inputs, int64_t num_microbatches);
+
   // Drops the sends that have completed (frees their tensors); does not block.
   void release_completed();
   // Waits for every send still in flight.
@@ -81,9 +101,10 @@ class PipelineP2P {
 
  private:
   using Key = std::tuple<bool, int, int64_t>;
+  // A transfer's tensors and, when it went through MPI, one work handle per tensor.
   struct Pending {
-    Tensor tensor;
-    WorkPtr work;
+    std::vector<Tensor> tensors;
+    std::vector<WorkPtr> works;
   };
   // The communicator of a direction: activations on pp_, gradients on backward_ (or pp_).
   Communicator& comm(bool forward) const { return forward || !backward_ ? *pp_ : *backward_; }
@@ -92,7 +113,7 @@ class PipelineP2P {
   StagePlacement placement_;
   std::map<Key, Pending> recvs_;
   // Transfers to this rank's own stages (the V's turn), by receiving step: handed over, not sent.
-  std::map<Key, Tensor> local_;
+  std::map<Key, std::vector<Tensor>> local_;
   std::vector<Pending> sends_;
 };
 

@@ -40,7 +40,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            int64_t num_microbatches, const MicroBatchSource& source,
                                                            bool forward_only, const ScheduleObserver& observer,
                                                            Timers* timers, StagePlacement placement,
-                                                           const Comm& pp_backward) {
+                                                           const Comm& pp_backward, const StageTensors* stage_tensors) {
   PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()), placement, pp_backward);
   for (size_t c = 0; c < chunks.size(); ++c) {
     chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
@@ -73,6 +73,16 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     return FailedPrecondition("pipeline stage ", failed_stage - 1, " could not load this iteration's micro-batches (",
                               "its error is reported by that rank)");
   if (num_microbatches == 0) return ForwardBackwardResult{};
+  // --use-multiparameter-pipeline-model-parallel: each transfer is stage_tensors' list; the stages
+  // first agree on every list of the iteration (a mismatch is an error on every stage, not a hang).
+  auto transfer_specs = [&](int64_t m) {
+    return stage_tensors->specs(shapes[static_cast<size_t>(m)], batches[static_cast<size_t>(m)]);
+  };
+  if (stage_tensors) {
+    GALE_CHECK(placement == StagePlacement::kLoop) << "several tensors per transfer with DualPipeV's placement";
+    const auto specs = [&](int, int64_t m) { return transfer_specs(m); };
+    GALE_RETURN_IF_ERROR(p2p.agree_on_tensors(specs, specs, num_microbatches));
+  }
   const int last_chunk = static_cast<int>(chunks.size()) - 1;
   ForwardBackwardResult result;
   std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
@@ -80,28 +90,42 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   WeightGradStore deferred;               // the weight gradients of I steps until their W step
   auto prefetch = [&](size_t upto) {
     for (upto = std::min(upto, steps.size()); prefetched < upto; ++prefetched)
-      if (receives(steps[prefetched]))
-        p2p.post_recv(steps[prefetched].forward, steps[prefetched].chunk, steps[prefetched].microbatch,
-                      shapes[static_cast<size_t>(steps[prefetched].microbatch)]);
+      if (receives(steps[prefetched])) {
+        const PipelineStep& s = steps[prefetched];
+        if (stage_tensors) {
+          const PipeTensorSpecs specs = transfer_specs(s.microbatch);
+          p2p.post_recv_tensors(s.forward, s.chunk, s.microbatch, s.forward ? specs : gradient_specs(specs));
+        } else {
+          p2p.post_recv(s.forward, s.chunk, s.microbatch, shapes[static_cast<size_t>(s.microbatch)]);
+        }
+      }
   };
   // A forward step's compute and bookkeeping (loss sums); returns what it sends on (empty on the
-  // chunk holding the loss).
-  auto run_forward = [&](const PipelineStep& s, const Tensor& received) {
+  // chunk holding the loss): the output, or with stage_tensors its list.
+  auto run_forward = [&](const PipelineStep& s, std::vector<Tensor> received_list) {
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
     MicroBatch& mb = batches[static_cast<size_t>(s.microbatch)];
+    Tensor received;
+    if (!received_list.empty())
+      received = stage_tensors ? stage_tensors->take_inputs(std::move(received_list), &mb) : std::move(received_list[0]);
     GPTModel::LossSums sums;
     FullRecompute plan = model.config().full_recompute;  // StepKeep::kAll / kInputOnly override it
     if (s.keep == StepKeep::kAll) plan.method = FullRecompute::Method::kNone;
     if (s.keep == StepKeep::kInputOnly) plan.method = FullRecompute::Method::kUniform, plan.num_layers = int64_t{1} << 40;
     Tensor out = model.forward(s.microbatch, mb, received, /*training=*/!forward_only, &sums,
                                s.keep == StepKeep::kConfigured ? nullptr : &plan);
+    std::vector<Tensor> sent;
+    if (out.defined()) {
+      if (stage_tensors) sent = stage_tensors->outputs(std::move(out), mb);
+      else sent.push_back(std::move(out));
+    }
     if (s.chunk == last_chunk) mb = MicroBatch();  // the model keeps what its backward needs
     if (model.partition().post_process) {
       result.loss_sum += sums.loss_sum;
       result.tokens += sums.tokens;
       if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
     }
-    return out;
+    return sent;
   };
   // A backward step's loss scale (the chunk holding the loss; 0 elsewhere), read before it runs.
   auto backward_loss_scale = [&](const PipelineStep& s) {
@@ -113,8 +137,11 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     loss_tokens.erase(it);
     return scale;
   };
-  auto run_backward = [&](const PipelineStep& s, const Tensor& received, float loss_scale) {
+  // The backward's received list is the gradients of the outputs that have one: the hidden states'.
+  auto run_backward = [&](const PipelineStep& s, std::vector<Tensor> received_list, float loss_scale) {
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
+    GALE_CHECK_LE(received_list.size(), size_t{1}) << "a backward receives the hidden states' gradient only";
+    const Tensor received = received_list.empty() ? Tensor() : std::move(received_list[0]);
     Tensor d_input = model.backward(s.microbatch, received, loss_scale, s.defer_weight ? &deferred : nullptr);
     if (s.defer_weight) {
       deferred.flush(s.chunk, s.microbatch);
@@ -122,20 +149,31 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     }
     return d_input;
   };
-  auto send_forward = [&](const PipelineStep& s, Tensor out) {
+  auto send_forward = [&](const PipelineStep& s, std::vector<Tensor> out) {
     if (chunks[static_cast<size_t>(s.chunk)]->partition().post_process) return;
     ScopedTimer send_timer(timers, "forward-send", 2);
-    p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
+    if (stage_tensors) p2p.send_tensors(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
+    else p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out.at(0)));
   };
+  // The input's gradient; with stage_tensors the list of the inputs that have one (the hidden states).
   auto send_backward = [&](const PipelineStep& s, Tensor d_input) {
     if (chunks[static_cast<size_t>(s.chunk)]->partition().pre_process) return;
     ScopedTimer send_timer(timers, "backward-send", 2);
-    p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+    if (stage_tensors) {
+      std::vector<Tensor> grads;
+      grads.push_back(std::move(d_input));
+      p2p.send_tensors(/*forward=*/false, s.chunk, s.microbatch, std::move(grads));
+    } else {
+      p2p.send(/*forward=*/false, s.chunk, s.microbatch, std::move(d_input));
+    }
   };
   auto receive = [&](const PipelineStep& s) {
-    if (!receives(s)) return Tensor();
+    std::vector<Tensor> list;
+    if (!receives(s)) return list;
     ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
-    return p2p.wait_recv(s.forward, s.chunk, s.microbatch);
+    if (stage_tensors) return p2p.wait_recv_tensors(s.forward, s.chunk, s.microbatch);
+    list.push_back(p2p.wait_recv(s.forward, s.chunk, s.microbatch));
+    return list;
   };
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep& s = steps[i];
@@ -160,11 +198,12 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
           << "step " << s.to_string() << " is overlapped but not followed by a plain backward of the other chunk";
       const PipelineStep& b = steps[i + 1];
       prefetch(i + 1 + kPrefetchSteps);
-      const Tensor f_in = receive(s), b_in = receive(b);
+      std::vector<Tensor> f_in = receive(s), b_in = receive(b);
       const float loss_scale = backward_loss_scale(b);
-      Tensor out, d_input;
-      const std::array<double, 2> ran =
-          run_interleaved([&] { out = run_forward(s, f_in); }, [&] { d_input = run_backward(b, b_in, loss_scale); });
+      std::vector<Tensor> out;
+      Tensor d_input;
+      const std::array<double, 2> ran = run_interleaved([&] { out = run_forward(s, std::move(f_in)); },
+                                                        [&] { d_input = run_backward(b, std::move(b_in), loss_scale); });
       add_seconds(timers, "forward-compute", ran[0]);  // each one's own running time
       add_seconds(timers, "backward-compute", ran[1]);
       send_forward(s, std::move(out));
@@ -174,19 +213,19 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
       ++i;
       continue;
     }
-    const Tensor received = receive(s);
+    std::vector<Tensor> received = receive(s);
     if (s.recompute) {  // RiPipe: the recompute ahead of its backward (no transfer)
       ScopedTimer recompute_timer(timers, "backward-compute", 2);
       model.recompute(s.microbatch);
     } else if (s.forward) {
       ScopedTimer forward_timer(timers, "forward-compute", 2);
-      Tensor out = run_forward(s, received);
+      std::vector<Tensor> out = run_forward(s, std::move(received));
       forward_timer.stop();
       send_forward(s, std::move(out));
     } else {
       const float loss_scale = backward_loss_scale(s);
       ScopedTimer backward_timer(timers, "backward-compute", 2);
-      Tensor d_input = run_backward(s, received, loss_scale);
+      Tensor d_input = run_backward(s, std::move(received), loss_scale);
       backward_timer.stop();
       send_backward(s, std::move(d_input));
     }
@@ -200,22 +239,23 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
-    bool forward_only, const ScheduleObserver& observer, Timers* timers, const Comm& pp_backward) {
+    bool forward_only, const ScheduleObserver& observer, Timers* timers, const Comm& pp_backward,
+    const StageTensors* stage_tensors) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
                                     num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop,
-                                    pp_backward);
+                                    pp_backward, stage_tensors);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group,
-    Timers* timers, RiPipe ripipe) {
+    Timers* timers, RiPipe ripipe, const StageTensors* stage_tensors) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
   return forward_backward_pipelined(
       chunks, ps, ripipe_interleaved_order(ripipe, pp, rank, vpp, num_microbatches, forward_only, microbatch_group),
-      num_microbatches, source, forward_only, observer, timers);
+      num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop, nullptr, stage_tensors);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,

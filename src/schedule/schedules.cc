@@ -33,7 +33,8 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer,
                                                  int64_t microbatch_group, Timers* timers, bool dualpipev,
-                                                 bool dualpipev_dw_detach, RiPipe ripipe, const Comm& pp_backward) {
+                                                 bool dualpipev_dw_detach, RiPipe ripipe, const Comm& pp_backward,
+                                                 const StageTensors* stage_tensors) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
   GALE_CHECK(dualpipev || !dualpipev_dw_detach) << "--dualpipev-dw-detach without --schedules-method dualpipev";
   if (ripipe != RiPipe::kNone && (dualpipev || ps.pp_size() == 1 || chunks.size() == 1))
@@ -44,6 +45,9 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
     return InvalidArgument("--optimize-send-recv-comm applies to the 1F1B schedule without interleaving (as "
                            "MindSpeed's), found ",
                            dualpipev ? "--schedules-method dualpipev" : str_cat(chunks.size(), " model chunks per rank"));
+  if (stage_tensors && ps.pp_size() > 1 && dualpipev)
+    return InvalidArgument("--use-multiparameter-pipeline-model-parallel applies to the 1F1B and interleaved 1F1B "
+                           "schedules (as MindSpeed's), found --schedules-method dualpipev");
   if (dualpipev)
     return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers,
                                       dualpipev_dw_detach);
@@ -53,9 +57,9 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
   }
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
-                                                            observer, timers, pp_backward);
+                                                            observer, timers, pp_backward, stage_tensors);
   return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
-                                                       microbatch_group, timers, ripipe);
+                                                       microbatch_group, timers, ripipe, stage_tensors);
 }
 
 }  // namespace gale

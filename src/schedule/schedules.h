@@ -35,6 +35,7 @@
 #include "parallel/parallel_state.h"
 #include "schedule/pipeline_order.h"
 #include "schedule/pipeline_p2p.h"
+#include "schedule/stage_tensors.h"
 
 namespace gale {
 
@@ -64,21 +65,25 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 // `pp_backward` (MindSpeed's --optimize-send-recv-comm; null: off): a second communicator over the
 // ranks of ps.pp() that carries the gradients, so each direction has a communicator of its own
 // (PipelineP2P's direction groups); the steps and what they compute are unchanged.
+// `stage_tensors` (MindSpeed's --use-multiparameter-pipeline-model-parallel; null: off): the
+// stages exchange its list of typed tensors instead of the hidden states alone (stage_tensors.h),
+// after agreeing on every transfer's list (PipelineP2P::agree_on_tensors); the same results.
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
     bool forward_only, const ScheduleObserver& observer = {}, Timers* timers = nullptr,
-    const Comm& pp_backward = nullptr);
+    const Comm& pp_backward = nullptr, const StageTensors* stage_tensors = nullptr);
 
 // Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
 // (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
 // schedule table (--microbatch-group-size-per-virtual-pipeline-stage; 0 = P, Megatron's default).
 // num_microbatches must pass check_interleaved_microbatches (an InvalidArgument otherwise).
 // `ripipe`: MindSpeed's --recompute-in-advance / --recompute-in-bubble order
-// (ripipe_interleaved_order; training only).
+// (ripipe_interleaved_order; training only). `stage_tensors`: as for 1F1B.
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {},
-    int64_t microbatch_group = 0, Timers* timers = nullptr, RiPipe ripipe = RiPipe::kNone);
+    int64_t microbatch_group = 0, Timers* timers = nullptr, RiPipe ripipe = RiPipe::kNone,
+    const StageTensors* stage_tensors = nullptr);
 
 // DeepSeek's DualPipeV over ps.pp() (--schedules-method dualpipev): `chunks` are this rank's two
 // chunks, chunk 0 = virtual stage rank and chunk 1 = stage 2P−1−rank (StagePlacement::kV), so
@@ -106,7 +111,7 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
 // acyclic graph with their data dependencies. Recompute steps (PipelineStep::recompute, the RiPipe
 // orders) call GPTModel::recompute between a forward and its backward and transfer nothing; a
 // forward's StepKeep overrides the model's full-recompute plan for its micro-batch. Benchmarks use it to compare Megatron's orders
-// with others (e.g. gpipe_order).
+// with others (e.g. gpipe_order). `stage_tensors` (the loop placement only): as for 1F1B.
 StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps,
                                                            const std::vector<PipelineStep>& steps,
@@ -114,7 +119,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            bool forward_only, const ScheduleObserver& observer = {},
                                                            Timers* timers = nullptr,
                                                            StagePlacement placement = StagePlacement::kLoop,
-                                                           const Comm& pp_backward = nullptr);
+                                                           const Comm& pp_backward = nullptr,
+                                                           const StageTensors* stage_tensors = nullptr);
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
@@ -122,13 +128,16 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 // its deferred weight gradients). `chunks` are this rank's virtual stages in order. `ripipe`
 // applies to the interleaved schedule only (an InvalidArgument with any other); `pp_backward`
 // (--optimize-send-recv-comm) to 1F1B only (an InvalidArgument with interleaving or DualPipeV;
-// ignored without pipelining, where nothing is sent).
+// ignored without pipelining, where nothing is sent). `stage_tensors`
+// (--use-multiparameter-pipeline-model-parallel) to 1F1B and interleaved 1F1B (an InvalidArgument
+// with DualPipeV, as MindSpeed's; ignored without pipelining).
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
                                                  int64_t microbatch_group = 0, Timers* timers = nullptr,
                                                  bool dualpipev = false, bool dualpipev_dw_detach = false,
-                                                 RiPipe ripipe = RiPipe::kNone, const Comm& pp_backward = nullptr);
+                                                 RiPipe ripipe = RiPipe::kNone, const Comm& pp_backward = nullptr,
+                                                 const StageTensors* stage_tensors = nullptr);
 
 
 

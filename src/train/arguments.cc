@@ -228,6 +228,19 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--swap-layer-input", &a.swap_layer_input,
              "MindSpeed: move each transformer layer's input kept for backward to a temporary file (in "
              "--swap-attention-dir) after its forward and read it back, one layer ahead, in backward");
+  p.add_flag("--smart-swap", &a.smart_swap,
+             "MindSpeed: choose, from a sampled warm-up iteration, the layers whose activations kept for backward go "
+             "to a temporary file (in --swap-attention-dir) so that the peak memory drops by --smart-swap-reduction-mb "
+             "(or to --smart-swap-target-mb), and swap them so for the rest of training (bit-identical)");
+  p.add("--smart-swap-warmup-iters", &a.smart_swap_warmup_iters,
+        "Gale: --smart-swap's plain iterations before the policy applies; the last one is sampled (default 2, "
+        "MindSpeed's warm-up steps)");
+  p.add("--smart-swap-reduction-mb", &a.smart_swap_reduction_mb,
+        "Gale: how much --smart-swap lowers the sampled peak, in MiB (default 3072, MindSpeed's reduction_memory); "
+        "when not reachable, as much as swapping can");
+  p.add("--smart-swap-target-mb", &a.smart_swap_target_mb,
+        "Gale: --smart-swap's target peak in MiB of live allocator memory instead of a reduction (MindSpeed's "
+        "target_mode; default 0: off)");
   p.add_flag("--compress-optimizer", &a.compress_optimizer,
              "MindSpeed: hold Adam's moments (and SGD's momentum) losslessly compressed in memory (byte planes + zstd) "
              "between steps; each chunk is decompressed for its update and compressed again (bit-identical training)");
@@ -364,6 +377,9 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--optimize-send-recv-comm", &a.optimize_send_recv_comm,
              "MindSpeed: the 1F1B pipeline schedule (without interleaving) sends the gradients on a second "
              "communicator over the pipeline group, the activations on the pipeline group");
+  p.add_flag("--use-multiparameter-pipeline-model-parallel", &a.use_multiparameter_pipeline_model_parallel,
+             "MindSpeed: the pipeline stages exchange a list of typed tensors (the hidden states, and with "
+             "--reset-attention-mask the document ids) instead of the hidden states alone");
   p.add("--param-and-grad-buffer-pad", &a.param_and_grad_buffer_pad,
         "MindSpeed: pad the parameter and gradient buffers so that every bucket (and distributed-optimizer shard) "
         "starts at a multiple of this many bytes (512 on Ascend)");

@@ -220,6 +220,16 @@ struct TrainingArgs {
   // --swap-attention-dir) and comes back one layer ahead. `gale pretrain` clears it below
   // --optimization-level 2.
   bool swap_layer_input = false;
+  // --smart-swap (MindSpeed's SmartSwapFeature, level 2; features/feature_smart_swap.cc,
+  // model/smart_swap.h): after --smart-swap-warmup-iters plain iterations (the last one sampled with
+  // the allocator's accounting) the layers whose activations go to a file in --swap-attention-dir
+  // are chosen so that the peak drops by --smart-swap-reduction-mb (MindSpeed's default 3 GiB) or
+  // to --smart-swap-target-mb (> 0), and swapped so for the rest of training. `gale pretrain`
+  // clears it below --optimization-level 2.
+  bool smart_swap = false;
+  int64_t smart_swap_warmup_iters = 2;
+  double smart_swap_reduction_mb = 3072.0;
+  double smart_swap_target_mb = 0.0;
   // --compress-optimizer (MindSpeed's CompressOptimizerFeature, level 2;
   // features/feature_compress_optimizer.cc, optim/state_swap.h): the optimizer's fp32 state held
   // losslessly compressed in memory, decompressed one chunk at a time for the step.
@@ -364,6 +374,10 @@ struct ParallelArgs {
   // schedule's gradients travel on a second communicator over the pipeline group's ranks
   // (Engine::pp_backward). Cleared below --optimization-level 2.
   bool optimize_send_recv_comm = false;
+  // MindSpeed's --use-multiparameter-pipeline-model-parallel
+  // (features/feature_use_multiparameter_pipeline_model_parallel.cc): the pipeline stages exchange
+  // a list of typed tensors (Engine::stage_tensors). Cleared below --optimization-level 2.
+  bool use_multiparameter_pipeline_model_parallel = false;
   // MindSpeed's --param-and-grad-buffer-pad N (features/feature_param_and_grad_buffer_pad.cc): every
   // gradient bucket (and, with the distributed optimizer, every rank's shard of it) starts at a
   // multiple of N bytes of the flat buffers (DataParallelConfig::buffer_pad). kUnset: none. Cleared

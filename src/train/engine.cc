@@ -185,6 +185,18 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     // Every member passes the whole group: a duplicate of the pipeline group (collective over it).
     engine->pp_backward = engine->ps.pp()->make_group(engine->ps.pp()->world_ranks(), "pp-backward");
   }
+  if (args.parallel.use_multiparameter_pipeline_model_parallel && engine->ps.pp_size() > 1) {
+    if (engine->dualpipev)
+      return InvalidArgument("--use-multiparameter-pipeline-model-parallel applies to the 1F1B and interleaved 1F1B "
+                             "schedules (as MindSpeed's), found --schedules-method dualpipev");
+    if (engine->ps.cp_size() > 1 && args.data.reset_attention_mask)
+      return Unimplemented("--use-multiparameter-pipeline-model-parallel with --context-parallel-size ",
+                           engine->ps.cp_size(),
+                           " and --reset-attention-mask: not supported yet (the keys' document ids of the whole "
+                           "sequences would have to travel with the hidden states)");
+    engine->stage_tensors = std::make_unique<StageTensors>();
+    engine->stage_tensors->document_ids = args.data.reset_attention_mask;
+  }
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();
   // Megatron's partial distributed optimizer: shards inside an instance, replicas across them.
@@ -367,6 +379,14 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   if (args.training.swap_attention || args.training.swap_layer_input) {  // an unusable directory: a start-up error
     GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,
                           ActivationSwap::create(swap_attention_config_from_args(args)));
+  }
+  if (args.training.smart_swap) {  // one chunk (no pipeline parallelism: features/feature_smart_swap.cc)
+    GALE_CHECK_EQ(engine->chunks.size(), size_t{1}) << "--smart-swap needs one model chunk";
+    engine->smart_swap = std::make_unique<SmartSwap>(smart_swap_config_from_args(args),
+                                                     engine->chunks.front()->num_layers());
+    engine->chunks.front()->set_smart_swap(engine->smart_swap.get());
+    GALE_ASSIGN_OR_RETURN(std::unique_ptr<ActivationSwap> probe,  // an unusable directory: a start-up error
+                          ActivationSwap::create(engine->smart_swap->swap_config()));
   }
   // --overlap-param-gather-with-optimizer-step: chunk 0's dense all-gather starts once the
   // optimizer has updated chunk 0 (buffer 0), while it updates the other chunks. Its expert part

@@ -10,6 +10,7 @@
 #include "model/gpt_model.h"
 #include "optim/data_parallel_sync.h"
 #include "schedule/pipeline_order.h"
+#include "schedule/stage_tensors.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "core/timers.h"
@@ -39,6 +40,9 @@ struct Engine {
   std::unique_ptr<LrScheduler> scheduler;
   // --enable-expert-placement (train/expert_placer.h): runs after every optimizer step; null when off.
   std::shared_ptr<ExpertPlacer> expert_placer;
+  // --smart-swap (model/smart_swap.h): the swap policy's sampling and state, shared by the (one)
+  // chunk; the trainer brackets every training iteration with it. Null when off.
+  std::unique_ptr<SmartSwap> smart_swap;
   // --fp16: the loss scaler (constant with --loss-scale, else dynamic); null otherwise.
   std::unique_ptr<GradScaler> grad_scaler;
   // Data-parallel gradient reduction / parameter gathering of each chunk (same order as `chunks`;
@@ -72,6 +76,9 @@ struct Engine {
   // the ranks of ps.pp(), named "pp-backward", that carries the 1F1B schedule's gradients while the
   // activations stay on ps.pp() (schedule/pipeline_p2p.h); null otherwise.
   Comm pp_backward;
+  // --use-multiparameter-pipeline-model-parallel (MindSpeed's MultiParameterFeature): the list of
+  // typed tensors the pipeline stages exchange (schedule/stage_tensors.h); null otherwise.
+  std::unique_ptr<StageTensors> stage_tensors;
   // The pipeline rank whose chunk computes the loss: the last, or 0 under DualPipeV.
   int loss_pipeline_rank() const { return dualpipev ? 0 : ps.pp_size() - 1; }
 

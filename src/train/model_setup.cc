@@ -1,6 +1,8 @@
 // Flag-to-config translation for the model, optimizer and LR schedule.
 #include "train/model_setup.h"
 
+#include <cmath>
+
 #include "train/batch_size_rampup.h"
 
 namespace gale {
@@ -145,6 +147,17 @@ ActivationCompressConfig activation_compress_config_from_args(const Arguments& a
   StatusOr<int> level = parse_compress_dense(a.training.compress_dense);
   GALE_CHECK_OK(level.status());
   c.dense_level = *level;
+  return c;
+}
+
+SmartSwapConfig smart_swap_config_from_args(const Arguments& a) {
+  const TrainingArgs& t = a.training;
+  SmartSwapConfig c;
+  c.enabled = t.smart_swap;
+  c.warmup_iters = t.smart_swap_warmup_iters;
+  c.reduction_bytes = static_cast<int64_t>(std::llround(t.smart_swap_reduction_mb * 1048576.0));
+  c.target_bytes = static_cast<int64_t>(std::llround(t.smart_swap_target_mb * 1048576.0));
+  c.dir = t.swap_attention_dir;
   return c;
 }
 

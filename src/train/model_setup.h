@@ -3,6 +3,7 @@
 
 #include "model/activation_compress.h"
 #include "model/activation_swap.h"
+#include "model/smart_swap.h"
 #include "model/config.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
@@ -16,6 +17,9 @@ ModelConfig model_config_from_args(const Arguments& a);
 OptimizerConfig optimizer_config_from_args(const Arguments& a);
 // --swap-attention, --swap-modules, --swap-attention-dir.
 SwapAttentionConfig swap_attention_config_from_args(const Arguments& a);
+// --smart-swap, --smart-swap-warmup-iters, --smart-swap-reduction-mb / --smart-swap-target-mb
+// (MiB, rounded to whole bytes), --swap-attention-dir.
+SmartSwapConfig smart_swap_config_from_args(const Arguments& a);
 // --compress-activation, --compress-dense (validated by their features).
 ActivationCompressConfig activation_compress_config_from_args(const Arguments& a);
 // Megatron's get_optimizer_param_scheduler: steps counted in samples.

@@ -129,11 +129,14 @@ int pretrain_main(int argc, char** argv) {
   args.model.recompute_in_bubble = registry->active("recompute-in-bubble");
   args.model.enable_recompute_layers_per_pp_rank = registry->active("enable-recompute-layers-per-pp-rank");
   args.training.swap_layer_input = registry->active("swap-layer-input");
+  args.training.smart_swap = registry->active("smart-swap");
   args.training.compress_optimizer = registry->active("compress-optimizer");  // off below level 2, as the swaps
   if (!registry->active("compress-activation")) args.training.compress_activation.clear();
   if (!registry->active("compress-dense")) args.training.compress_dense = "disable";
   args.parallel.reset_bucket_group_order = registry->active("reset-bucket-group-order");
   args.parallel.optimize_send_recv_comm = registry->active("optimize-send-recv-comm");
+  args.parallel.use_multiparameter_pipeline_model_parallel =
+      registry->active("use-multiparameter-pipeline-model-parallel");
   if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
@@ -259,6 +262,13 @@ int pretrain_main(int argc, char** argv) {
                       pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",
                       (pb.values_sharded() ? 8 : 4) * pb.numel(), ")"));
   }
+  if (engine.smart_swap) {
+    const SmartSwapConfig& c = engine.smart_swap->config();
+    print_rank0(str_cat(" > --smart-swap: ", c.warmup_iters, " iteration(s) without swapping, the last one sampled; then the "
+                        "policy for a peak ", c.target_bytes > 0 ? str_cat("of at most ", c.target_bytes, " bytes")
+                                                               : str_cat(c.reduction_bytes, " bytes lower"),
+                        " applies to the rest of training"));
+  }
   const OptimizerStateSwap* swap = engine.optimizer->swap();
   if (swap && !swap->compressed())
     print_all(str_cat(" > --swap-optimizer: optimizer state of rank ", world->rank(), ": ", swap->file_bytes(),
@@ -361,6 +371,9 @@ int pretrain_main(int argc, char** argv) {
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
+  if (engine.smart_swap && engine.smart_swap->policy())
+    print_all(str_cat(" > --smart-swap: peak memory since the policy applied: ", engine.smart_swap->stable_peak(),
+                      " bytes in tensors (predicted ", engine.smart_swap->policy()->predicted_peak, ")"));
   // --compress-optimizer / --compress-activation / --compress-dense: what the codec holds and did.
   if (swap && swap->compressed())
     print_all(str_cat(" > --compress-optimizer: optimizer state of rank ", world->rank(), ": ", swap->raw_bytes(),

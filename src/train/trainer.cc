@@ -206,7 +206,11 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
   mb->loss_mask.resize(B * S);
   mb->position_ids.resize(B * S);
   mb->document_ids.clear();
-  if (args_.data.reset_attention_mask) mb->document_ids.resize(B * S);
+  // --use-multiparameter-pipeline-model-parallel: the stages after the first take the document ids
+  // from the pipeline transfer (schedule/stage_tensors.h); only the first pipeline rank reads them.
+  const bool document_ids =
+      args_.data.reset_attention_mask && !(engine_->stage_tensors && engine_->ps.coords().pp > 0);
+  if (document_ids) mb->document_ids.resize(B * S);
   mb->sample_ids.resize(B);
   for (int64_t b = 0; b < B; ++b) {  // the first S positions of each sample
     const TrainingSample& sample = samples[b];
@@ -214,8 +218,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
     std::copy_n(sample.labels.begin(), S, mb->labels.begin() + b * S);
     std::copy_n(sample.loss_mask.begin(), S, mb->loss_mask.begin() + b * S);
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
-    if (args_.data.reset_attention_mask)
-      std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
+    if (document_ids) std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = ids[b];
   }
   return keep_context_parallel_positions(engine_->ps, S, mb);
@@ -296,6 +299,8 @@ StatusOr<IterationResult> Trainer::train_step() {
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
   // --op-cal-tflops: count this step's kernels, as MindSpeed wraps Megatron's train_step.
   if (args_.logging.op_cal_tflops) flop_counter_start();
+  SmartSwap* smart_swap = engine_->smart_swap.get();  // --smart-swap: the iteration's bounds
+  if (smart_swap) smart_swap->begin_iteration();
   start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
   for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
@@ -317,7 +322,7 @@ StatusOr<IterationResult> Trainer::train_step() {
     GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
                                                /*forward_only=*/false, {}, microbatch_group(), timers,
                                                engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe,
-                                               engine_->pp_backward));
+                                               engine_->pp_backward, engine_->stage_tensors.get()));
   }
   finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
@@ -356,6 +361,7 @@ StatusOr<IterationResult> Trainer::train_step() {
     flop_counter_stop();
     r.flops = flop_counter_counts();
   }
+  if (smart_swap && smart_swap->end_iteration()) print_all(" > " + smart_swap->policy()->describe());
   state_.consumed_train_samples += gbs;
   state_.skipped_train_samples += skipped;
   return r;
@@ -375,7 +381,8 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
                                            /*forward_only=*/true, {}, microbatch_group(), nullptr,
-                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward));
+                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
+                                           engine_->stage_tensors.get()));
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down

@@ -9,12 +9,14 @@
 
 #include <unistd.h>
 
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
+using testing::regex_values;
 using testing::kMpiEnv;
 using testing::launch_argv;
 
@@ -39,14 +41,7 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-std::vector<double> numbers(const std::string& output, const char* pattern) {
-  std::vector<double> out;
-  std::regex re(pattern);
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
-std::vector<double> losses(const std::string& output) { return numbers(output, R"(\| lm loss: ([0-9.E+-]+) \|)"); }
+std::vector<double> losses(const std::string& output) { return regex_values(output, R"(\| lm loss: ([0-9.E+-]+) \|)"); }
 
 TEST(GalePretrainRampup, LogLinesShowTheGrowingBatchSize) {
   test::RunResult r = test::run_with_timeout(tiny(1, kRamp), {}, 300);
@@ -58,9 +53,9 @@ TEST(GalePretrainRampup, LogLinesShowTheGrowingBatchSize) {
   EXPECT_NE(r.output.find("setting training iterations to 7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ramping up batch size from 2 to 3"), std::string::npos);
   EXPECT_NE(r.output.find("ramping up batch size from 3 to 4"), std::string::npos);
-  const std::vector<double> iteration = numbers(r.output, R"(\] iteration +(\d+)/ +7 \|)");
-  const std::vector<double> consumed = numbers(r.output, R"(\| consumed samples: +(\d+) \|)");
-  const std::vector<double> batch = numbers(r.output, R"(\| global batch size: +(\d+) \|)");
+  const std::vector<double> iteration = regex_values(r.output, R"(\] iteration +(\d+)/ +7 \|)");
+  const std::vector<double> consumed = regex_values(r.output, R"(\| consumed samples: +(\d+) \|)");
+  const std::vector<double> batch = regex_values(r.output, R"(\| global batch size: +(\d+) \|)");
   EXPECT_EQ(iteration, (std::vector<double>{1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(consumed, (std::vector<double>{2, 4, 7, 10, 14, 18, 22}));
   EXPECT_EQ(batch, (std::vector<double>{2, 2, 3, 3, 4, 4, 4}));
@@ -83,8 +78,8 @@ TEST(GalePretrainRampup, ResumesInTheMiddleOfTheRampUp) {
   EXPECT_FALSE(std::filesystem::exists(dir / "iter_0000001"));
   test::RunResult second = test::run_with_timeout(tiny(1, with(kRamp, {"--load", dir.string()})), {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_EQ(numbers(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{10, 14, 18, 22}));
-  EXPECT_EQ(numbers(second.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{3, 4, 4, 4}));
+  EXPECT_EQ(regex_values(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{10, 14, 18, 22}));
+  EXPECT_EQ(regex_values(second.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{3, 4, 4, 4}));
   const std::vector<double> a = losses(whole.output), b = losses(second.output);
   ASSERT_EQ(a.size(), 7u);
   ASSERT_EQ(b.size(), 4u) << second.output;
@@ -102,10 +97,10 @@ TEST(GalePretrainRampup, DataParallelRanksDrawTheSameSamples) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   test::RunResult dp = test::run_with_timeout(tiny(2, ramp), kMpiEnv, 300);
   ASSERT_EQ(dp.exit_code, 0) << dp.output;
-  EXPECT_EQ(numbers(dp.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{2, 2, 4, 6, 6, 6}));
-  EXPECT_EQ(numbers(dp.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{2, 4, 8, 14, 20, 26}));
+  EXPECT_EQ(regex_values(dp.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{2, 2, 4, 6, 6, 6}));
+  EXPECT_EQ(regex_values(dp.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{2, 4, 8, 14, 20, 26}));
   for (const char* pattern : {R"(\| lm loss: ([0-9.E+-]+) \|)", R"(\| lm loss value: ([0-9.E+-]+) \|)"}) {
-    const std::vector<double> a = numbers(one.output, pattern), b = numbers(dp.output, pattern);
+    const std::vector<double> a = regex_values(one.output, pattern), b = regex_values(dp.output, pattern);
     ASSERT_EQ(a.size(), b.size()) << pattern << "\n" << dp.output;
     ASSERT_GE(a.size(), 3u) << pattern;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << pattern << " #" << i;
@@ -148,10 +143,10 @@ TEST(GalePretrainRampup, DecreaseBatchSizeIfNeededRunsTheRoundedBatch) {
       << six.output;
   EXPECT_EQ(losses(six.output), losses(four.output));
   ASSERT_EQ(losses(six.output).size(), 4u);
-  EXPECT_EQ(numbers(six.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{4, 8, 12, 16}));
-  EXPECT_EQ(numbers(six.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{2, 4, 6, 8}));
-  EXPECT_EQ(numbers(six.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{4, 4, 4, 4}));
-  EXPECT_EQ(numbers(four.output, R"(\| skipped samples: +(\d+) \|)").size(), 0u);
+  EXPECT_EQ(regex_values(six.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{4, 8, 12, 16}));
+  EXPECT_EQ(regex_values(six.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{2, 4, 6, 8}));
+  EXPECT_EQ(regex_values(six.output, R"(\| global batch size: +(\d+) \|)"), (std::vector<double>{4, 4, 4, 4}));
+  EXPECT_EQ(regex_values(four.output, R"(\| skipped samples: +(\d+) \|)").size(), 0u);
   test::RunResult refused = iters({"--global-batch-size", "6"});
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   // Resume after iteration 2: the counters continue.
@@ -162,8 +157,8 @@ TEST(GalePretrainRampup, DecreaseBatchSizeIfNeededRunsTheRoundedBatch) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   test::RunResult second = iters({"--global-batch-size", "6", "--decrease-batch-size-if-needed", "--load", dir});
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_EQ(numbers(second.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{6, 8}));
-  EXPECT_EQ(numbers(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{12, 16}));
+  EXPECT_EQ(regex_values(second.output, R"(\| skipped samples: +(\d+) \|)"), (std::vector<double>{6, 8}));
+  EXPECT_EQ(regex_values(second.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{12, 16}));
   const std::vector<double> all = losses(six.output), resumed = losses(second.output);
   EXPECT_EQ(resumed, std::vector<double>(all.begin() + 2, all.end()));
   std::filesystem::remove_all(dir);

@@ -5,12 +5,14 @@
 
 #include <regex>
 
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
+using testing::regex_values;
 using testing::kMpiEnv;
 using testing::launch_argv;
 
@@ -25,13 +27,6 @@ std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
       "--reset-attention-mask", "--log-interval", "1", "--eval-interval", "2", "--eval-iters", "1",
       "--num-threads", "1"};
   return launch_argv(np, pretrain, extra);
-}
-
-std::vector<double> numbers(const std::string& output, const char* pattern) {
-  std::vector<double> out;
-  std::regex re(pattern);
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
 }
 
 // Trains with `flags` on one process and on `cp_size` ranks with --context-parallel-size cp_size
@@ -50,7 +45,7 @@ void expect_same_losses(const std::vector<std::string>& flags, double tolerance,
   EXPECT_NE(cp.output.find(world), std::string::npos) << cp.output;
   EXPECT_NE(cp.output.find("active: context-parallel-algo (parallel, level 0)"), std::string::npos) << cp.output;
   for (const char* pattern : {R"(\| lm loss: ([0-9.E+-]+) \|)", R"(\| lm loss value: ([0-9.E+-]+) \|)"}) {
-    const std::vector<double> a = numbers(one.output, pattern), b = numbers(cp.output, pattern);
+    const std::vector<double> a = regex_values(one.output, pattern), b = regex_values(cp.output, pattern);
     ASSERT_EQ(a.size(), b.size()) << pattern << "\n" << cp.output;
     ASSERT_GE(a.size(), 2u) << pattern << "\n" << one.output;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], tolerance * a[i]) << pattern << " #" << i;

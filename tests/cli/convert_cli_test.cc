@@ -12,6 +12,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "data/indexed_dataset.h"
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 #include <nlohmann/json.hpp>
@@ -21,9 +22,7 @@ namespace {
 
 using testing_util::TempDir;
 
-const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_rmaps_base_oversubscribe=1", "OMPI_MCA_mpi_yield_when_idle=1",
-                                          "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+using testing::kMpiEnv;
 
 std::string fixture(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
 

@@ -9,12 +9,14 @@
 
 #include <unistd.h>
 
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
+using testing::regex_values;
 using testing::kMpiEnv;
 using testing::launch_argv;
 
@@ -30,13 +32,6 @@ std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
   return launch_argv(np, pretrain, extra);
 }
 
-std::vector<double> numbers(const std::string& output, const char* pattern) {
-  std::vector<double> out;
-  std::regex re(pattern);
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 const char* kTrainLoss = R"(\| lm loss: ([0-9.E+-]+) \|)";
 const char* kEvalLoss = R"(\| lm loss value: ([0-9.E+-]+) \|)";
 
@@ -49,22 +44,22 @@ TEST(GalePretrainDataloaderType, CyclicReadsAnotherOrderThanSingle) {
   ASSERT_EQ(explicit_single.exit_code, 0) << explicit_single.output;
   test::RunResult cyclic = test::run_with_timeout(tiny(1, kCyclic), {}, 300);
   ASSERT_EQ(cyclic.exit_code, 0) << cyclic.output;
-  EXPECT_EQ(numbers(explicit_single.output, kTrainLoss), numbers(single.output, kTrainLoss));  // the default
-  const std::vector<double> a = numbers(single.output, kTrainLoss), b = numbers(cyclic.output, kTrainLoss);
+  EXPECT_EQ(regex_values(explicit_single.output, kTrainLoss), regex_values(single.output, kTrainLoss));  // the default
+  const std::vector<double> a = regex_values(single.output, kTrainLoss), b = regex_values(cyclic.output, kTrainLoss);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u) << cyclic.output;
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NE(a[i], b[i]) << "iteration " << i + 1;
   // Validation (after iterations 3 and 6, and the final one) and test read shuffled samples too.
-  const std::vector<double> va = numbers(single.output, kEvalLoss), vb = numbers(cyclic.output, kEvalLoss);
+  const std::vector<double> va = regex_values(single.output, kEvalLoss), vb = regex_values(cyclic.output, kEvalLoss);
   ASSERT_EQ(va.size(), 4u);
   ASSERT_EQ(vb.size(), 4u);
   for (size_t i = 0; i < va.size(); ++i) EXPECT_NE(va[i], vb[i]) << "evaluation " << i;
-  EXPECT_EQ(numbers(cyclic.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{4, 8, 12, 16, 20, 24}));
+  EXPECT_EQ(regex_values(cyclic.output, R"(\| consumed samples: +(\d+) \|)"), (std::vector<double>{4, 8, 12, 16, 20, 24}));
 }
 
 void expect_same_losses(const test::RunResult& one, const test::RunResult& other) {
   for (const char* pattern : {kTrainLoss, kEvalLoss}) {
-    const std::vector<double> a = numbers(one.output, pattern), b = numbers(other.output, pattern);
+    const std::vector<double> a = regex_values(one.output, pattern), b = regex_values(other.output, pattern);
     ASSERT_EQ(a.size(), b.size()) << pattern << "\n" << other.output;
     ASSERT_GE(a.size(), 3u) << pattern;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << pattern << " #" << i;
@@ -86,14 +81,14 @@ TEST(GalePretrainDataloaderType, PipelineAndDataParallelRanksReadOneProcesssSamp
   test::RunResult one_unsharded =
       test::run_with_timeout(tiny(1, {"--dataloader-type", "cyclic", "--no-data-sharding"}), kMpiEnv, 300);
   ASSERT_EQ(one_unsharded.exit_code, 0) << one_unsharded.output;
-  EXPECT_EQ(numbers(one_unsharded.output, kTrainLoss), numbers(one.output, kTrainLoss));  // one rank: one bucket
+  EXPECT_EQ(regex_values(one_unsharded.output, kTrainLoss), regex_values(one.output, kTrainLoss));  // one rank: one bucket
   test::RunResult dp =
       test::run_with_timeout(tiny(2, {"--dataloader-type", "cyclic", "--no-data-sharding"}), kMpiEnv, 300);
   ASSERT_EQ(dp.exit_code, 0) << dp.output;
   expect_same_losses(one, dp);
   test::RunResult dp_sharded = test::run_with_timeout(tiny(2, kCyclic), kMpiEnv, 300);
   ASSERT_EQ(dp_sharded.exit_code, 0) << dp_sharded.output;
-  EXPECT_NE(numbers(dp_sharded.output, kTrainLoss)[0], numbers(one.output, kTrainLoss)[0]);
+  EXPECT_NE(regex_values(dp_sharded.output, kTrainLoss)[0], regex_values(one.output, kTrainLoss)[0]);
 }
 
 TEST(GalePretrainDataloaderType, StopAndResumeContinuesTheShuffledOrder) {
@@ -109,13 +104,13 @@ TEST(GalePretrainDataloaderType, StopAndResumeContinuesTheShuffledOrder) {
   resume.insert(resume.end(), {"--load", dir.string()});
   test::RunResult second = test::run_with_timeout(tiny(1, resume), {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  const std::vector<double> a = numbers(whole.output, kTrainLoss), b = numbers(second.output, kTrainLoss);
+  const std::vector<double> a = regex_values(whole.output, kTrainLoss), b = regex_values(second.output, kTrainLoss);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 2u) << second.output;
   for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i], a[4 + i]) << "iteration " << 5 + i;  // printed digits equal
   // The validations after iteration 6 continue from the checkpoint's consumed validation samples;
   // the test set is read from its start.
-  const std::vector<double> va = numbers(whole.output, kEvalLoss), vb = numbers(second.output, kEvalLoss);
+  const std::vector<double> va = regex_values(whole.output, kEvalLoss), vb = regex_values(second.output, kEvalLoss);
   ASSERT_EQ(va.size(), 4u);
   ASSERT_EQ(vb.size(), 3u) << second.output;
   for (size_t i = 0; i < vb.size(); ++i) EXPECT_EQ(vb[i], va[1 + i]) << "evaluation " << i + 1;

@@ -11,10 +11,13 @@
 #include <regex>
 
 #include "mpi_cli.h"
+#include "cli/log_line.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
+
+using testing::logged_values;
 
 std::vector<std::string> dsa_model(std::vector<std::string> extra, const char* iters = "8") {
   std::vector<std::string> argv = {
@@ -31,13 +34,6 @@ std::vector<std::string> dsa_model(std::vector<std::string> extra, const char* i
   return argv;
 }
 
-std::vector<double> numbers(const std::string& output, const char* field) {
-  std::vector<double> out;
-  std::regex re(std::string("\\| ") + field + ": ([0-9.E+-]+) \\|");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 test::RunResult run(int np, std::vector<std::string> extra, const char* iters = "8") {
   std::vector<std::string> argv = dsa_model(std::move(extra), iters);
   argv.insert(argv.begin(), GALE_BINARY);
@@ -48,7 +44,7 @@ test::RunResult run(int np, std::vector<std::string> extra, const char* iters = 
 TEST(GalePretrainDsa, LearnsAndLogsTheIndexerLossWithReferenceAndFusedKernels) {
   const test::RunResult ref = run(1, {"--optimization-level", "0"});
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::vector<double> lm = numbers(ref.output, "lm loss"), idx = numbers(ref.output, "indexer loss");
+  const std::vector<double> lm = logged_values(ref.output, "lm loss"), idx = logged_values(ref.output, "indexer loss");
   ASSERT_EQ(lm.size(), 8u) << ref.output;
   ASSERT_EQ(idx.size(), 8u) << ref.output;
   EXPECT_LT(lm.back(), lm.front() - 0.1);
@@ -58,7 +54,7 @@ TEST(GalePretrainDsa, LearnsAndLogsTheIndexerLossWithReferenceAndFusedKernels) {
 
   const test::RunResult fused = run(1, {"--use-fused-sparse-flash-attention"});
   ASSERT_EQ(fused.exit_code, 0) << fused.output;
-  const std::vector<double> lm2 = numbers(fused.output, "lm loss"), idx2 = numbers(fused.output, "indexer loss");
+  const std::vector<double> lm2 = logged_values(fused.output, "lm loss"), idx2 = logged_values(fused.output, "indexer loss");
   ASSERT_EQ(lm2.size(), 8u);
   for (size_t i = 0; i < 8; ++i) {
     EXPECT_NEAR(lm2[i], lm[i], 1e-4 * lm[i]) << "iteration " << i + 1;
@@ -67,7 +63,7 @@ TEST(GalePretrainDsa, LearnsAndLogsTheIndexerLossWithReferenceAndFusedKernels) {
 
   const test::RunResult bf16 = run(1, {"--bf16"});
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
-  const std::vector<double> lm3 = numbers(bf16.output, "lm loss");
+  const std::vector<double> lm3 = logged_values(bf16.output, "lm loss");
   ASSERT_EQ(lm3.size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(lm3[i], lm[i], 1e-2 * lm[i]) << "iteration " << i + 1;
 }
@@ -81,7 +77,7 @@ TEST(GalePretrainDsa, PipelineAndDataParallelRanksGiveTheSameLosses) {
                                            : std::vector<std::string>{});
     ASSERT_EQ(two.exit_code, 0) << two.output;
     for (const char* field : {"lm loss", "indexer loss"}) {
-      const std::vector<double> a = numbers(one.output, field), b = numbers(two.output, field);
+      const std::vector<double> a = logged_values(one.output, field), b = logged_values(two.output, field);
       ASSERT_EQ(a.size(), 8u) << field;
       ASSERT_EQ(b.size(), 8u) << field << two.output;
       for (size_t i = 0; i < 8; ++i)
@@ -102,7 +98,7 @@ TEST(GalePretrainDsa, SaveResumeContinuesTheRunAndGenerateRefusesIt) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   for (const char* field : {"lm loss", "indexer loss"}) {
-    const std::vector<double> a = numbers(whole.output, field), b = numbers(resumed.output, field);
+    const std::vector<double> a = logged_values(whole.output, field), b = logged_values(resumed.output, field);
     ASSERT_EQ(a.size(), 4u) << field;
     ASSERT_EQ(b.size(), 2u) << field << resumed.output;
     for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(b[i], a[i + 2], 1e-6 * a[i + 2]) << field << ", iteration " << i + 3;
@@ -120,7 +116,7 @@ TEST(GalePretrainDsa, SaveResumeContinuesTheRunAndGenerateRefusesIt) {
   no_loss.insert(no_loss.begin(), GALE_BINARY);
   const test::RunResult plain = test::run_with_timeout(no_loss, {}, 120);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  EXPECT_EQ(numbers(plain.output, "lm loss").size(), 2u);
+  EXPECT_EQ(logged_values(plain.output, "lm loss").size(), 2u);
   EXPECT_EQ(plain.output.find("indexer loss"), std::string::npos);
 }
 
@@ -136,7 +132,7 @@ TEST(GalePretrainDsa, RecomputationGivesTheSameLossesAndIndexerLosses) {
     const test::RunResult r = run(1, flags, "4");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* field : {"lm loss", "indexer loss"}) {
-      const std::vector<double> a = numbers(base.output, field), b = numbers(r.output, field);
+      const std::vector<double> a = logged_values(base.output, field), b = logged_values(r.output, field);
       ASSERT_EQ(a.size(), 4u) << field;
       EXPECT_EQ(a, b) << field << " with " << flags[0];
     }

@@ -8,9 +8,13 @@
 
 namespace gale::testing {
 
-inline const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+// The one copy of that environment for tests that start mpirun themselves.
+inline const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1",
+                                                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                                 "OMPI_MCA_rmaps_base_oversubscribe=1",
                                                  "OMPI_MCA_mpi_yield_when_idle=1",
-                                                 "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"};
+                                                 "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+                                                 "OMP_NUM_THREADS=1"};
 
 #ifdef GALE_MPIEXEC
 // `mpirun --oversubscribe --bind-to none -np <np>` (the program and its flags follow).

@@ -9,6 +9,7 @@
 
 #include "cli/cli_test_util.h"
 #include "data/data_test_util.h"
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -108,9 +109,7 @@ TEST(SftPretrain, VariableSeqLengthsKeepTheLossesAndShrinkTheMicroBatches) {
   std::vector<std::string> argv = with({"--variable-seq-lengths", "--pipeline-model-parallel-size", "2"});
   pp.insert(pp.end(), argv.begin(), argv.end());
   test::RunResult piped = test::run_with_timeout(
-      pp, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1",
-           "OMPI_MCA_mpi_yield_when_idle=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none", "OMP_NUM_THREADS=1"},
-      300);
+      pp, testing::kMpiEnv, 300);
   ASSERT_EQ(piped.exit_code, 0) << piped.output;
   const std::vector<double> c = losses(piped.output);
   ASSERT_EQ(c.size(), a.size()) << piped.output;

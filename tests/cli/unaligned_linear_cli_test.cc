@@ -5,12 +5,14 @@
 
 #include <regex>
 
+#include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
 
+using testing::regex_values;
 using testing::kMpiEnv;
 using testing::launch_argv;
 
@@ -26,13 +28,6 @@ std::vector<std::string> tiny(int np, std::vector<std::string> extra) {
   return launch_argv(np, pretrain, extra);
 }
 
-std::vector<double> numbers(const std::string& output, const char* pattern) {
-  std::vector<double> out;
-  std::regex re(pattern);
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back(std::stod((*it)[1]));
-  return out;
-}
-
 void expect_same_losses(const std::vector<std::string>& flags, double tolerance) {
   test::RunResult one = test::run_with_timeout(tiny(1, flags), kMpiEnv, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -42,7 +37,7 @@ void expect_same_losses(const std::vector<std::string>& flags, double tolerance)
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   EXPECT_NE(tp.output.find("active: unaligned-linear (parallel, level 0)"), std::string::npos) << tp.output;
   for (const char* pattern : {R"(\| lm loss: ([0-9.E+-]+) \|)", R"(\| lm loss value: ([0-9.E+-]+) \|)"}) {
-    const std::vector<double> a = numbers(one.output, pattern), b = numbers(tp.output, pattern);
+    const std::vector<double> a = regex_values(one.output, pattern), b = regex_values(tp.output, pattern);
     ASSERT_EQ(a.size(), b.size()) << pattern << "\n" << tp.output;
     ASSERT_GE(a.size(), 2u) << pattern << "\n" << one.output;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], tolerance * a[i]) << pattern << " #" << i;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -33,11 +34,8 @@ JobResult run_job(const std::string& scenario, int victim, double limit_seconds,
       GALE_MPIEXEC, "--oversubscribe",      "--bind-to", "none", "-np", std::to_string(kRanks), GALE_MPI_FAILURE_HELPER,
       scenario,     std::to_string(victim), dir.string()};
   if (!timeout.empty()) argv.push_back(timeout);
-  std::vector<std::string> env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                  "OMPI_MCA_mpi_yield_when_idle=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none",
-                                  "OMP_NUM_THREADS=1"};
   JobResult job;
-  job.run = test::run_with_timeout(argv, env, limit_seconds);
+  job.run = test::run_with_timeout(argv, testing::kMpiEnv, limit_seconds);
   for (int r = 0; r < kRanks; ++r) {
     std::ifstream in(dir / (std::to_string(r) + ".pid"));
     int pid = 0;

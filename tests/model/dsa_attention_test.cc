@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/gpt_model.h"
+#include "mla_test_config.h"
 #include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
@@ -24,15 +25,7 @@ using testing::rel_diff;
 
 // A 2-layer MLA model (Dn 4, R 4, Dv 3, q latent 6, latent norms) with a DSA indexer of 2 heads of 6.
 ModelConfig dsa_config(int64_t topk, double coeff, bool llama = true) {
-  ModelConfig c = testing::gradcheck_gpt_config();
-  if (llama) use_llama_architecture(c);
-  c.mla.enabled = true;
-  c.mla.q_lora_rank = 6;
-  c.mla.kv_lora_rank = 5;
-  c.mla.qk_head_dim = 4;
-  c.mla.qk_pos_emb_head_dim = 4;
-  c.mla.v_head_dim = 3;
-  c.mla.qk_layernorm = true;
+  ModelConfig c = testing::mla_config(llama, /*q_lora_rank=*/6, /*qk_layernorm=*/true, /*v_head_dim=*/3);
   c.dsa.enabled = true;
   c.dsa.n_heads = 2;
   c.dsa.head_dim = 6;

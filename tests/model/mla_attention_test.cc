@@ -12,6 +12,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
+#include "mla_test_config.h"
 #include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
@@ -24,19 +25,7 @@ using testing::dot;
 using testing::random_vector;
 using testing::rel_diff;
 
-// A 2-layer model with MLA: Dn 4, R 4 (Dq 8), Dv 3 (V padded to 8) or 10 (Q/K padded to 10).
-ModelConfig mla_config(bool llama, int64_t q_lora_rank, bool qk_layernorm, int64_t v_head_dim) {
-  ModelConfig c = testing::gradcheck_gpt_config();
-  if (llama) use_llama_architecture(c);
-  c.mla.enabled = true;
-  c.mla.q_lora_rank = q_lora_rank;
-  c.mla.kv_lora_rank = 5;
-  c.mla.qk_head_dim = 4;
-  c.mla.qk_pos_emb_head_dim = 4;
-  c.mla.v_head_dim = v_head_dim;
-  c.mla.qk_layernorm = qk_layernorm;
-  return c;
-}
+using testing::mla_config;
 
 // DeepSeek's layer shape: MLA attention with a MoE MLP (4 SwiGLU experts, top-2) in layer 1.
 ModelConfig mla_moe_config() {

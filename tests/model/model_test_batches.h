@@ -27,6 +27,29 @@ inline ModelConfig gradcheck_gpt_config() {
   return c;
 }
 
+// The 3-layer LLaMA-style MoE model the MoE model tests share: layers 0 and 2 MoE (4 experts, top-2,
+// expert FFN 6, load-balancing coefficient 0.1), layer 1 dense; GQA with one KV head.
+inline ModelConfig tiny_moe_config() {
+  ModelConfig c;
+  c.num_layers = 3;
+  c.hidden = 8;
+  c.ffn = 12;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 4;
+  c.vocab = 24;
+  c.seq_length = 6;
+  c.max_positions = 8;
+  c.init_std = 0.3f;
+  use_llama_architecture(c);
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn = 6;
+  c.moe.aux_loss_coeff = 0.1;
+  c.moe.pattern = {1, 0, 1};
+  return c;
+}
+
 // Random tokens and labels; about 20% of the loss mask off; with `documents` each sequence holds
 // two documents (positions restart at s = 5).
 inline MicroBatch masked_batch(const ModelConfig& c, int64_t B, uint64_t seed, bool documents) {

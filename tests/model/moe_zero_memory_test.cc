@@ -112,23 +112,7 @@ TEST(MoeZeroMemory, KeptBytesShrinkByWhatEachLevelDrops) {
 // A whole model (layers 0 and 2 MoE, a gated SwiGLU shared expert): flat gradients and loss of one
 // training micro-batch.
 std::vector<float> run_model(MoeZeroMemory level, int64_t level1_layers, bool overlap_comm) {
-  ModelConfig c;
-  c.num_layers = 3;
-  c.hidden = 8;
-  c.ffn = 12;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 4;
-  c.vocab = 24;
-  c.seq_length = 6;
-  c.max_positions = 8;
-  c.init_std = 0.3f;
-  use_llama_architecture(c);
-  c.moe.num_experts = 4;
-  c.moe.topk = 2;
-  c.moe.ffn = 6;
-  c.moe.aux_loss_coeff = 0.1;
-  c.moe.pattern = {1, 0, 1};
+  ModelConfig c = testing::tiny_moe_config();
   c.moe.shared_ffn = 10;
   c.moe.shared_gate = true;
   c.recompute.moe_zero_memory = level;

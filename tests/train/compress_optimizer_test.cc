@@ -28,13 +28,9 @@ std::vector<std::string> model_flags(const std::string& hidden, const std::strin
           "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
           "--make-vocab-size-divisible-by", "64", "--clip-grad", "0.05", "--weight-decay", "0.1"};
 }
-constexpr int64_t kVocab = 60;
+constexpr int64_t kVocab = testing::kSwapTestVocab;
 
-OpTable ops_with(bool fused_adamw) {
-  OpTable ops = reference_ops();
-  if (fused_adamw) GALE_CHECK_OK(install_fused_kernel(ops, "adamw", Isa::kAvx512));
-  return ops;
-}
+OpTable ops_with(bool fused_adamw) { return testing::swap_test_ops(false, fused_adamw); }
 
 struct PackRun : testing::CheckpointRun {
   explicit PackRun(const std::vector<std::string>& extra, bool fused_adamw = false, const std::string& hidden = "64",

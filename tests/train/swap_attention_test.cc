@@ -15,22 +15,12 @@
 namespace gale {
 namespace {
 
-const std::vector<std::string> kFlags = {
-    "--num-layers", "3", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
-    "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "4",
-    "--lr", "3e-3", "--lr-warmup-iters", "1", "--mock-data", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
-    "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64"};
-constexpr int64_t kVocab = 60;
+const std::vector<std::string>& kFlags = testing::kActivationSwapFlags;
+constexpr int64_t kVocab = testing::kSwapTestVocab;
 
 std::string fresh_dir(const std::string& name) { return testing::fresh_swap_dir("gale_swapattn", name); }
 
-// The reference op table, or with the fused kernels (flash attention among them; the best build the
-// CPU has).
-OpTable ops_with(bool fused) {
-  OpTable ops = reference_ops();
-  if (fused) GALE_CHECK_OK(install_all_fused_kernels(ops, Isa::kAvx512));
-  return ops;
-}
+OpTable ops_with(bool fused) { return testing::swap_test_ops(fused); }
 
 struct AttnRun : testing::TestRun {
   explicit AttnRun(const std::vector<std::string>& extra, bool fused = false)

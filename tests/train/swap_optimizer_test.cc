@@ -31,16 +31,11 @@ const std::vector<std::string> kFlags = {
     "--lr", "3e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine", "--mock-data", "--hidden-dropout", "0.1",
     "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64",
     "--clip-grad", "0.05", "--weight-decay", "0.1", "--use-distributed-optimizer"};
-constexpr int64_t kVocab = 60;
+constexpr int64_t kVocab = testing::kSwapTestVocab;
 
 std::string temp_dir(const std::string& name) { return testing::fresh_swap_dir("gale_swapopt", name, false); }
 
-// The reference op table, or with the vectorised AdamW (the best build the CPU has).
-OpTable ops_with(bool fused_adamw) {
-  OpTable ops = reference_ops();
-  if (fused_adamw) GALE_CHECK_OK(install_fused_kernel(ops, "adamw", Isa::kAvx512));
-  return ops;
-}
+OpTable ops_with(bool fused_adamw) { return testing::swap_test_ops(false, fused_adamw); }
 
 struct SwapRun : testing::CheckpointRun {
   explicit SwapRun(const std::vector<std::string>& extra, bool fused_adamw = false)

@@ -1,4 +1,5 @@
-// Shared parts of the swap tests (--swap-attention, --swap-layer-input, --swap-optimizer): scratch directories, parameter bits, bit-identical runs and the start-up error of an engine.
+// Shared parts of the swap and compression tests (--swap-attention, --swap-layer-input, --swap-optimizer,
+// --compress-*): the tiny model, op tables, scratch directories, bit-identical runs and the start-up error of an engine.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,10 +13,30 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "kernels/cpu/fused_ops.h"
 #include "testing_checkpoint_run.h"
 #include "train/grad_sync.h"
 
 namespace gale::testing {
+
+// The tiny 3-layer GPT the activation swap/compression tests train (hidden 32, sequence 32, dropout
+// 0.1, 4 iterations of 2 micro-batches of 2).
+inline const std::vector<std::string> kActivationSwapFlags = {
+    "--num-layers", "3", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
+    "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "4",
+    "--lr", "3e-3", "--lr-warmup-iters", "1", "--mock-data", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
+    "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "64"};
+// The token ids of these tests' mock data (padded to 64).
+constexpr int64_t kSwapTestVocab = 60;
+
+// The reference op table; with every fused kernel (flash attention among them) when `fused`, or with
+// only the vectorised AdamW when `fused_adamw`; the best build the CPU has.
+inline OpTable swap_test_ops(bool fused, bool fused_adamw = false) {
+  OpTable ops = reference_ops();
+  if (fused) GALE_CHECK_OK(install_all_fused_kernels(ops, Isa::kAvx512));
+  if (fused_adamw && !fused) GALE_CHECK_OK(install_fused_kernel(ops, "adamw", Isa::kAvx512));
+  return ops;
+}
 
 // <system temp>/<prefix>_<name>_<pid>, emptied; created unless `create` is false.
 inline std::string fresh_swap_dir(const std::string& prefix, const std::string& name, bool create = true) {
