@@ -111,11 +111,14 @@ TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) 
   std::string events;
   for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += testing::read_file(e.path().string());
   EXPECT_NE(events.find("kl loss"), std::string::npos);
-  // Data parallelism 2 (two micro-batches per rank instead of four on one), tensor parallelism 2
+  // Data parallelism 2 (two micro-batches per rank instead of four on one; also with the distributed
+  // optimizer and its overlapped reduce-scatter and parameter all-gather), tensor parallelism 2
   // (the KL over vocabulary slices, all-reduced over TP) with and without sequence parallelism:
   // the same losses, up to the order of f64 sums of f32 values and GEMM splits (1e-5 relative).
   for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"},
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}) {
     std::vector<std::string> two_flags = {"--train-iters", "6"};
     two_flags.insert(two_flags.end(), qad.begin(), qad.end());
@@ -126,7 +129,8 @@ TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) 
       const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
       ASSERT_EQ(a.size(), b.size()) << key << "\n" << two.output;
       for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1 << (layout.empty() ? " DP 2" : " TP 2");
+        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1 << " with DP 2 or TP 2 and:"
+                                             << (layout.empty() ? std::string() : " " + layout[0]);
     }
   }
   // The student's checkpoint holds what a plain run's holds (no teacher weights): the same files,
