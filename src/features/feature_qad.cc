@@ -30,8 +30,8 @@
 // of tools/reference/qad_kl_reference.py), tests/model/qad_test.cc (teacher = student: KL 0 and zero
 // gradients, model gradients vs finite differences of the objective, the teacher unchanged by
 // training), tests/features/qad_feature_test.cc (rules), tests/cli/qad_cli_test.cc (gale pretrain:
-// the log line, DP 2, TP 2 and TP 2 with SP = one process, the student's checkpoint without the teacher, a mismatched
-// teacher checkpoint).
+// the log line, DP 2 (also with the distributed optimizer), TP 2 and TP 2 with SP = one process,
+// the student's checkpoint without the teacher, a mismatched teacher checkpoint).
 #include "features/registry.h"
 
 namespace gale {
