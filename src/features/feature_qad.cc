@@ -21,16 +21,19 @@
 //
 // Rules: --qad-teacher-load is required; --kl-temperature > 0; --kl-loss-weight >= 0;
 // --kl-loss-reduction mean|sum (the parser). Not supported yet (refused naming the flag):
-// pipeline, context and 2-D tensor parallelism, MoE (as MindSpeed), --mtp-num-layers, LoRA,
-// --stage dpo, --fp16, --calculate-per-token-loss. Data parallelism (and the distributed optimizer)
-// work as for any loss; tensor parallelism (with or without sequence parallelism) computes the KL
-// over the vocabulary slices with all-reduces over TP, as Megatron's vocab-parallel cross-entropy.
+// interleaved pipelines (virtual stages; also from --pipeline-model-parallel-layout, refused by
+// pretrain), DualPipeV, the multi-parameter pipeline, context and 2-D tensor parallelism, MoE (as
+// MindSpeed), --mtp-num-layers, LoRA, --stage dpo, --fp16, --calculate-per-token-loss. Data
+// parallelism (and the distributed optimizer) work as for any loss; tensor parallelism (with or
+// without sequence parallelism) computes the KL over the vocabulary slices with all-reduces over
+// TP, as Megatron's vocab-parallel cross-entropy; under pipeline parallelism the last stage holds
+// the whole teacher (MindSpeed refuses pipeline parallelism).
 //
 // Tests: tests/model/logits_kl_test.cc (KL and gradient vs finite differences and the numpy fixture
 // of tools/reference/qad_kl_reference.py), tests/model/qad_test.cc (teacher = student: KL 0 and zero
 // gradients, model gradients vs finite differences of the objective, the teacher unchanged by
 // training), tests/features/qad_feature_test.cc (rules), tests/cli/qad_cli_test.cc (gale pretrain:
-// the log line, DP 2 (also with the distributed optimizer), TP 2 and TP 2 with SP = one process,
+// the log line, DP 2 (also with the distributed optimizer), PP 2, TP 2 and TP 2 with SP = one process,
 // the student's checkpoint without the teacher, a mismatched teacher checkpoint).
 #include "features/registry.h"
 
@@ -49,7 +52,8 @@ class QadFeature : public Feature {
     return "quantisation-aware distillation: a frozen teacher loaded from --qad-teacher-load (same architecture) "
            "runs forward on every micro-batch; the student differentiates --kl-loss-weight x T^2 KL(teacher || "
            "student) of softmax(logits / T) (--kl-temperature T), mean or sum over masked tokens "
-           "(--kl-loss-reduction); lm loss only logged, kl loss logged; TP/SP/DP; no PP/CP, MoE, MTP, LoRA, DPO, fp16";
+           "(--kl-loss-reduction); lm loss only logged, kl loss logged; TP/SP/DP/PP (the last stage holds the whole "
+           "teacher); no virtual stages, DualPipeV, CP, MoE, MTP, LoRA, DPO, fp16";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->qad.qad_enable; }
   Status validate(const FeatureContext& ctx) const override {
@@ -65,11 +69,15 @@ class QadFeature : public Feature {
     if (q.kl_loss_reduction != "mean" && q.kl_loss_reduction != "sum")
       return InvalidArgument("--kl-loss-reduction: expected mean or sum, found '", q.kl_loss_reduction, "'");
     auto refuse = [](const std::string& what) {
-      return Unimplemented("--qad-enable with ", what, ": not supported yet (QAD runs with tensor, sequence and "
-                           "data parallelism)");
+      return Unimplemented("--qad-enable with ", what, ": not supported yet (QAD runs with tensor, sequence, "
+                           "data and non-interleaved pipeline parallelism)");
     };
-    if (p.pipeline_model_parallel_size > 1)
-      return refuse(str_cat("--pipeline-model-parallel-size ", p.pipeline_model_parallel_size));
+    if (p.num_layers_per_virtual_pipeline_stage != kUnset)
+      return refuse("--num-layers-per-virtual-pipeline-stage (an interleaved pipeline)");
+    if (p.num_virtual_stages_per_pipeline_rank != kUnset)
+      return refuse("--num-virtual-stages-per-pipeline-rank (an interleaved pipeline)");
+    if (!p.schedules_method.empty()) return refuse(str_cat("--schedules-method ", p.schedules_method));
+    if (p.use_multiparameter_pipeline_model_parallel) return refuse("--use-multiparameter-pipeline-model-parallel");
     if (p.context_parallel_size > 1) return refuse(str_cat("--context-parallel-size ", p.context_parallel_size));
     if (p.tp_2d) return refuse("--tp-2d");
     if (a.moe.enabled()) return refuse("--num-experts (MoE)");

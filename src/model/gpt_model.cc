@@ -527,8 +527,8 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
 
 Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   const ModelConfig& c = config_;
-  GALE_CHECK(part_.pre_process && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
-      << "QAD distillation needs one chunk with the whole model (no CP, 2-D TP, PP, MTP)";
+  GALE_CHECK(part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
+      << "QAD distillation: no context or 2-D tensor parallelism, no MTP";
   const int64_t B = st.mb.B, S = st.mb.S, T = B * S, V = c.vocab, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = V / tp;  // this rank's vocabulary slice [tp_rank·Vl, +Vl)
   GALE_CHECK_EQ(y_full.size(0), T);

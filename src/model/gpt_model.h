@@ -195,8 +195,10 @@ class GPTModel {
   // Under tensor parallelism each rank holds its vocabulary slice of the student's logits and takes
   // the same columns of the teacher's (whose forward_logits gathers the whole vocabulary); the KL's
   // row maxima, exponential sums and per-token sums are all-reduced over TP (model/logits_kl.h), so
-  // every TP rank has the whole-vocabulary KL. One chunk with the embedding and the head, no
-  // context or 2-D tensor parallelism, no MTP (GALE_CHECKed; the feature refuses the flags first).
+  // every TP rank has the whole-vocabulary KL. Set on the chunk with the head (the last pipeline
+  // stage's); the teacher is a whole model (every layer, the embedding and the head) with this
+  // rank's TP group. No context or 2-D tensor parallelism, no MTP (GALE_CHECKed; the feature
+  // refuses the flags first).
   struct Distillation {
     GPTModel* teacher = nullptr;  // nullptr: no distillation
     double temperature = 1.0;     // --kl-temperature

@@ -108,6 +108,7 @@ void Trainer::reduce_qad_losses(IterationResult* r) const {
   const ParallelState& ps = engine_->ps;
   double sum = 0.0;
   for (auto& chunk : engine_->chunks) sum += chunk->take_distillation_kl();
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);  // the last stage's, everywhere
   if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);
   r->kl_loss = sum / (static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())));
 }

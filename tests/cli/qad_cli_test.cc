@@ -88,7 +88,7 @@ TEST(GalePretrainQad, TeacherEqualToStudentStartsAtZeroKl) {
   EXPECT_EQ(logged_values(bf16.output, "kl loss")[0], 0.0) << bf16.output;
 }
 
-TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) {
+TEST(GalePretrainQad, QatStudentDistilsAndParallelLayoutsMatchOneProcess) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(save_teacher(dir));
   const std::map<std::string, std::string> teacher_before = files(dir.file("teacher"));
@@ -112,12 +112,14 @@ TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) 
   for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += testing::read_file(e.path().string());
   EXPECT_NE(events.find("kl loss"), std::string::npos);
   // Data parallelism 2 (two micro-batches per rank instead of four on one; also with the distributed
-  // optimizer and its overlapped reduce-scatter and parameter all-gather), tensor parallelism 2
+  // optimizer and its overlapped reduce-scatter and parameter all-gather), pipeline parallelism 2
+  // (the last stage holds the whole teacher), tensor parallelism 2
   // (the KL over vocabulary slices, all-reduced over TP) with and without sequence parallelism:
   // the same losses, up to the order of f64 sums of f32 values and GEMM splits (1e-5 relative).
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{},
         std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}) {
     std::vector<std::string> two_flags = {"--train-iters", "6"};
@@ -129,7 +131,7 @@ TEST(GalePretrainQad, QatStudentDistilsAndDataAndTensorParallelMatchOneProcess) 
       const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
       ASSERT_EQ(a.size(), b.size()) << key << "\n" << two.output;
       for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1 << " with DP 2 or TP 2 and:"
+        EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << key << " iteration " << i + 1 << " with DP 2, PP 2 or TP 2:"
                                              << (layout.empty() ? std::string() : " " + layout[0]);
     }
   }
