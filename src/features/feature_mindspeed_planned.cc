@@ -29,9 +29,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
        "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
        {"--automated-pipeline-perf"}},
-      {"qad-enable", nullptr, FeatureModule::kKeyScenarios, "QADQuantEngineFeature",
-       "quantisation-aware distillation against a BF16 teacher",
-       {"--qad-teacher-load", "--kl-temperature", "--kl-loss-weight", "--kl-loss-reduction"}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
   };

@@ -80,6 +80,7 @@ struct GPTModel::State {
   std::vector<LayerSaved> layers;
   // Head (last stage).
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
+  Tensor distill_grad;  // QAD: d (weight·KL_mb) / d logits [T, V] before the loss scale
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
@@ -484,13 +485,16 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
   // Per-token loss gradient, known now when the micro-batch count is: the schedule's loss scale
   // is 1 / (Σ mask · micro-batches) (1 with --calculate-per-token-loss), applied in backward.
-  const float scale = keep && num_microbatches_ > 0
+  // QAD (set_distillation): the cross-entropy is only reported; the KL term's gradient is kept.
+  const bool distill = keep && distill_.teacher != nullptr;
+  const float scale = keep && !distill && num_microbatches_ > 0
                           ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
                           : 0.0f;
   Tensor lse, saved;
   std::vector<double> sample_sums;
-  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep ? &lse : nullptr, &saved,
-                                        loss ? &sample_sums : nullptr, st.mb.B);
+  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep && !distill ? &lse : nullptr,
+                                        &saved, loss ? &sample_sums : nullptr, st.mb.B);
+  if (distill) st.distill_grad = distillation_forward(st, y_full);
   std::vector<double> sample_tokens;
   if (loss) {
     sample_tokens.assign(static_cast<size_t>(st.mb.B), 0.0);
@@ -521,8 +525,55 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   }
 }
 
+Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
+  const ModelConfig& c = config_;
+  GALE_CHECK(part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
+      << "QAD distillation: no context or 2-D tensor parallelism, no MTP";
+  const int64_t B = st.mb.B, S = st.mb.S, T = B * S, V = c.vocab, H = c.hidden;
+  const int64_t tp = part_.tp_size(), Vl = V / tp;  // this rank's vocabulary slice [tp_rank·Vl, +Vl)
+  GALE_CHECK_EQ(y_full.size(0), T);
+  GALE_CHECK_EQ(distill_.teacher->config().vocab, V) << "the QAD teacher's vocabulary";
+  // The student's logits [T, Vl] (row t = s·B + b): the output layer's GEMM the fused head runs.
+  const Tensor student = linear_forward(
+      y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
+  // The teacher's, [B, S, V] sample-major over the whole vocabulary (gathered over TP): token
+  // t = s·B + b is its row b·S + s, this rank's columns from tp_rank·Vl.
+  const Tensor teacher = distill_.teacher->forward_logits(st.mb, Tensor());
+  std::vector<int64_t> teacher_rows(static_cast<size_t>(T));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) teacher_rows[s * B + b] = b * S + s;
+  // d (weight·KL_mb) / d kl_t = weight·mask_t (/ Σ mask with mean: the loss scale divides by it).
+  double tokens = 0.0;
+  for (float m : st.mask_sb) tokens += m;
+  const double k = distill_.weight * (distill_.reduction == KlReduction::kSum ? tokens : 1.0);
+  std::vector<float> coef(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) coef[t] = static_cast<float>(k * st.mask_sb[t]);
+  std::vector<double> kl(static_cast<size_t>(T));
+  Tensor d = Tensor::empty({T, Vl});
+  KlAllReduce over_tp;
+  if (tp > 1)
+    over_tp = [this](double* data, int64_t n, bool max) {
+      part_.tp->all_reduce(data, n, DType::kF64, max ? ReduceOp::kMax : ReduceOp::kSum);
+    };
+  logits_kl_forward_backward(student.data<float>(), teacher.data<float>() + part_.tp_rank() * Vl, T, Vl,
+                             distill_.temperature, coef.data(), kl.data(), d.data<float>(), teacher_rows.data(), V,
+                             over_tp);
+  distill_kl_ += reduce_kl(kl, st.mask_sb, distill_.reduction);
+  return d;
+}
+
 Tensor GPTModel::head_backward(State& st, float loss_scale) {
-  Tensor d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
+  Tensor d_y;
+  if (st.distill_grad.defined()) {  // QAD: the KL term's logit gradient through the output layer
+    float* g = st.distill_grad.data<float>();
+    for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= loss_scale;
+    d_y = linear_backward(st.distill_grad, st.final_out_full,
+                          LinearWeight{params_.param_data(output_w_), nullptr, nullptr, params_.grad_data(output_w_),
+                                       config_.vocab / part_.tp_size(), config_.hidden, ops_->gemm});
+    st.distill_grad = Tensor();
+  } else {
+    d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
+  }
   st.final_out_full = st.lse = Tensor();
   d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
                                 : copy_to_tp_region_backward(d_y, *part_.tp);

@@ -39,6 +39,7 @@
 #include "model/activation_swap.h"
 #include "model/smart_swap.h"
 #include "model/config.h"
+#include "model/logits_kl.h"
 #include "model/micro_batch.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
@@ -180,6 +181,39 @@ class GPTModel {
     return l;
   }
 
+  // QAD (MindSpeed's --qad-enable, features/feature_qad.cc): a frozen teacher model whose logits
+  // the student's are distilled towards. With a teacher set, every training forward of this chunk
+  // (the whole model) also runs the teacher's forward_logits on the same micro-batch
+  // (evaluation mode: no dropout, nothing kept, no gradients), and the objective differentiated is
+  // weight · KL_mb (model/logits_kl.h: τ² · KL(teacher ‖ student) per token, reduced over the
+  // micro-batch's loss mask by `reduction`) instead of the cross-entropy, which is still computed
+  // and reported (LossSums) for logging only (MindSpeed's KL-only QAD). Backward scales that
+  // gradient by the schedule's loss scale: with "mean" it is 1 / (Σ mask · num_microbatches), i.e.
+  // each micro-batch's term 1 / num_microbatches; with "sum" the Σ mask is multiplied back in.
+  // Under --qat-scheme the student's logits come from its fake-quantised weights, the teacher's
+  // from plain ones (its config has no QAT). Evaluation forwards are unchanged (cross-entropy).
+  // Under tensor parallelism each rank holds its vocabulary slice of the student's logits and takes
+  // the same columns of the teacher's (whose forward_logits gathers the whole vocabulary); the KL's
+  // row maxima, exponential sums and per-token sums are all-reduced over TP (model/logits_kl.h), so
+  // every TP rank has the whole-vocabulary KL. Set on the chunk with the head (the last pipeline
+  // stage's); the teacher is a whole model (every layer, the embedding and the head) with this
+  // rank's TP group. No context or 2-D tensor parallelism, no MTP (GALE_CHECKed; the feature
+  // refuses the flags first).
+  struct Distillation {
+    GPTModel* teacher = nullptr;  // nullptr: no distillation
+    double temperature = 1.0;     // --kl-temperature
+    double weight = 1.0;          // --kl-loss-weight
+    KlReduction reduction = KlReduction::kMean;  // --kl-loss-reduction
+  };
+  void set_distillation(const Distillation& d) { distill_ = d; }
+  // Σ over the training micro-batches since the last call of KL_mb (reduced, without the weight:
+  // MindSpeed's "kl loss" metric); resets the sum.
+  double take_distillation_kl() {
+    const double l = distill_kl_;
+    distill_kl_ = 0.0;
+    return l;
+  }
+
   // --moe-router-enable-expert-bias: per MoE layer of this chunk (global index) the (token,
   // expert) pairs each expert kept in the training forwards since the last call ([E]); resets them.
   std::map<int64_t, std::vector<int64_t>> take_moe_token_counts() {
@@ -251,6 +285,9 @@ class GPTModel {
   int64_t hidden_col_offset() const;
   void head_forward(State& st, const Tensor& x, LossSums* loss, bool keep);
   Tensor head_backward(State& st, float loss_scale);
+  // QAD: the teacher's logits for st.mb, the KL term (added to distill_kl_) and the per-logit
+  // gradient of weight·KL_mb before the schedule's loss scale [T, V] (set_distillation).
+  Tensor distillation_forward(const State& st, const Tensor& y_full);
   // --recompute-granularity full: the group input x as kept (with --distribute-saved-activations
   // this TP rank's 1/TP of its flat elements), and back to `shape` (an all-gather over TP).
   Tensor keep_recompute_input(const Tensor& x) const;
@@ -285,6 +322,8 @@ class GPTModel {
   CompressStats compress_stats_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it
   mutable double dsa_indexer_loss_ = 0.0;  // likewise
+  Distillation distill_;      // QAD: the teacher and the KL options
+  double distill_kl_ = 0.0;   // Σ KL_mb since take_distillation_kl
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
 };
 

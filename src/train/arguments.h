@@ -588,6 +588,16 @@ struct DpoArgs {
   bool enabled() const { return stage == "dpo"; }
 };
 
+// MindSpeed's quantisation-aware distillation flags (QADQuantEngineFeature; train/arguments_qad.cc,
+// features/feature_qad.cc, model/logits_kl.h).
+struct QadArgs {
+  bool qad_enable = false;            // --qad-enable (--no-qad-enable: off)
+  std::string qad_teacher_load;       // the teacher's Gale checkpoint directory (required with it)
+  double kl_temperature = 1.0;        // τ of softmax(logits / τ), > 0
+  double kl_loss_weight = 1.0;        // the KL term's weight in the loss, >= 0
+  std::string kl_loss_reduction = "mean";  // over a micro-batch's masked tokens: mean or sum
+};
+
 // Megatron flags Gale accepts only with the value that changes nothing here
 // (train/arguments_megatron_compat.cc).
 struct MegatronCompatArgs {
@@ -609,6 +619,7 @@ struct Arguments {
   MoeArgs moe;
   LoraArgs lora;
   DpoArgs dpo;
+  QadArgs qad;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -634,6 +645,11 @@ void add_mla_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// MindSpeed's QAD flags --qad-enable, --qad-teacher-load, --kl-temperature, --kl-loss-weight,
+// --kl-loss-reduction (train/arguments_qad.cc; validated by features/feature_qad.cc).
+void add_qad_args(ArgParser& p, QadArgs& a);
+// The KL flags given without --qad-enable (an error naming them).
+Status validate_qad_args(const Arguments& a, const ArgParser& p);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):
 // accepted with a start-up note where it changes nothing in Gale, "not supported yet" where Gale
 // lacks it, Megatron's own error where Megatron rejects it; no Megatron flag is unknown.

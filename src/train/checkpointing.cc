@@ -478,7 +478,8 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   return Status::Ok();
 }
 
-Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model) {
+Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model,
+                          const std::string& what) {
   if (!std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt"))
     return NotFound(flag, " ", dir, ": expected a checkpoint directory (with latest_checkpointed_iteration.txt)");
   StatusOr<CheckpointReader> opened = CheckpointReader::open(dir);
@@ -502,8 +503,7 @@ Status load_model_weights(const std::string& flag, const std::string& dir, GPTMo
     if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
   }
   pb.refresh_gemm_copy();
-  print_rank0(str_cat("  loaded the reference model from ", r.directory(), " (", flag, ") at iteration ",
-                      r.iteration()));
+  print_rank0(str_cat("  loaded the ", what, " from ", r.directory(), " (", flag, ") at iteration ", r.iteration()));
   return Status::Ok();
 }
 

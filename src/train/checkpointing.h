@@ -66,7 +66,9 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
 // --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest
 // checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `model`, a standalone
 // model chunk built like the engine's; nothing else is read. The checkpoint must hold this model.
-Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model);
+// Also QAD's teacher (--qad-teacher-load); `what` names the model in the start-up line.
+Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model,
+                          const std::string& what = "reference model");
 
 // Megatron's --moe-use-upcycling (instead of load_checkpoint): reads the dense checkpoint in
 // --load into the MoE model, each dense MLP's weights and biases into every expert of its layer,

@@ -325,6 +325,34 @@ int pretrain_main(int argc, char** argv) {
     if (!st.ok()) run_error(st);
     trainer.set_dpo_reference(reference.get());
   }
+  // --qad-enable: the frozen teacher, a second copy of the model without QAT loaded from
+  // --qad-teacher-load, run forward only by the student's head (GPTModel::set_distillation). Under
+  // pipeline parallelism the last stage holds the whole teacher (every layer, one chunk with this
+  // rank's tensor-parallel group) and the other stages none.
+  std::unique_ptr<GPTModel> teacher;
+  if (args.qad.qad_enable && engine.chunks.size() > 1)  // virtual stages from --pipeline-model-parallel-layout
+    run_error(Unimplemented("--qad-enable with an interleaved pipeline (", engine.chunks.size(),
+                            " model chunks per rank): not supported yet"));
+  if (args.qad.qad_enable && engine.chunks.back()->partition().post_process) {
+    GPTModel& student = *engine.chunks.back();
+    ModelConfig teacher_config = student.config();
+    teacher_config.qat = QatConfig{};           // the full-precision teacher
+    teacher_config.lora = LoraConfig{};
+    teacher_config.reuse_fp32_param = false;    // never stepped: plain f32 values and their bf16 copy
+    ModelPartition whole = student.partition();
+    whole.first_layer = 0;
+    whole.num_layers = teacher_config.num_layers;
+    whole.pre_process = whole.post_process = true;
+    teacher = std::make_unique<GPTModel>(teacher_config, whole, &engine.ops);
+    st = load_model_weights("--qad-teacher-load", args.qad.qad_teacher_load, *teacher, "QAD teacher model");
+    if (!st.ok()) run_error(st);
+    GPTModel::Distillation d;
+    d.teacher = teacher.get();
+    d.temperature = args.qad.kl_temperature;
+    d.weight = args.qad.kl_loss_weight;
+    d.reduction = args.qad.kl_loss_reduction == "sum" ? KlReduction::kSum : KlReduction::kMean;
+    student.set_distillation(d);
+  }
   timers("model-and-optimizer-setup", 0).stop();
   // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
   std::unique_ptr<AsyncCheckpointSaves> async_saves;

@@ -103,6 +103,16 @@ void Trainer::reduce_dsa_losses(IterationResult* r) const {
                            static_cast<double>(std::max<int64_t>(1, dsa_layers)));
 }
 
+void Trainer::reduce_qad_losses(IterationResult* r) const {
+  if (!args_.qad.qad_enable) return;  // no collective without QAD
+  const ParallelState& ps = engine_->ps;
+  double sum = 0.0;
+  for (auto& chunk : engine_->chunks) sum += chunk->take_distillation_kl();
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);  // the last stage's, everywhere
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);
+  r->kl_loss = sum / (static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())));
+}
+
 std::optional<double> Trainer::decoupled_learning_rate() const {
   const TrainingArgs& t = args_.training;
   if (std::isnan(t.decoupled_lr)) return std::nullopt;
@@ -329,6 +339,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_moe_losses(&r);
   reduce_mtp_losses(&r);
   reduce_dsa_losses(&r);
+  reduce_qad_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
@@ -426,7 +437,7 @@ Status Trainer::run() {
   double interval_start = start;
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
-  double indexer_loss_total = 0.0;
+  double indexer_loss_total = 0.0, kl_loss_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
@@ -499,6 +510,7 @@ Status Trainer::run() {
       load_balancing_total += r.load_balancing_loss;
       z_loss_total += r.z_loss;
       indexer_loss_total += std::max(0.0, r.indexer_loss);
+      kl_loss_total += std::max(0.0, r.kl_loss);
     } else {
       ++skipped;
       // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
@@ -555,6 +567,8 @@ Status Trainer::run() {
       tensorboard_->add_scalar("rewards/accuracies", r.dpo_accuracy, state_.iteration);
     if (tensorboard_ && r.indexer_loss >= 0.0)  // Megatron's DSA indexer-loss tracker: every iteration
       tensorboard_->add_scalar("indexer loss", r.indexer_loss, state_.iteration);
+    if (tensorboard_ && tensorboard_due && r.kl_loss >= 0.0)  // a loss-dict key, like lm loss
+      tensorboard_->add_scalar("kl loss", r.kl_loss, state_.iteration);
     if (tensorboard_)  // Megatron's MTP tracker: every iteration
       for (size_t k = 0; k < r.mtp_losses.size(); ++k)
         tensorboard_->add_scalar(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k], state_.iteration);
@@ -588,6 +602,7 @@ Status Trainer::run() {
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
       if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      if (r.kl_loss >= 0.0) f.kl_loss = kl_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -611,7 +626,7 @@ Status Trainer::run() {
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       print_rank_last(format_training_log_line(f));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
-      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = 0.0;
+      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;

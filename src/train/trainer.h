@@ -48,6 +48,10 @@ struct IterationResult {
   // the DSA layers (all pipeline stages) and the data-parallel ranks; negative without DSA or
   // without its loss (--dsa-indexer-loss-coeff 0).
   double indexer_loss = -1.0;
+  // --qad-enable (MindSpeed's "kl loss" metric): each micro-batch's reduced KL term (without
+  // --kl-loss-weight) summed over the micro-batches and divided by their number, averaged over the
+  // data-parallel ranks; negative without QAD.
+  double kl_loss = -1.0;
   // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
   // the pairs, micro-batches and data-parallel ranks; negative without DPO.
   double dpo_accuracy = -1.0;
@@ -142,6 +146,8 @@ class Trainer {
   // The iteration's MTP losses as Megatron logs them (IterationResult), on every rank.
   void reduce_mtp_losses(IterationResult* r) const;
   void reduce_dsa_losses(IterationResult* r) const;
+  // --qad-enable: the iteration's KL term as MindSpeed logs it (IterationResult::kl_loss), on every rank.
+  void reduce_qad_losses(IterationResult* r) const;
   // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
   int64_t microbatch_group() const {
     const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;

@@ -59,6 +59,7 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   for (size_t k = 0; k < f.mtp_losses.size(); ++k)
     if (f.mtp_losses[k] >= 0.0) add(" mtp_%zu loss: %.6E |", k + 1, f.mtp_losses[k]);
   if (f.indexer_loss >= 0.0) add(" indexer loss: %.6E |", f.indexer_loss);
+  if (f.kl_loss >= 0.0) add(" kl loss: %.6E |", f.kl_loss);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
   if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));

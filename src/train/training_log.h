@@ -54,6 +54,9 @@ struct TrainingLogFields {
   // included, mean over the DSA layers, averaged like lm loss), printed after them as "indexer loss"
   // (skipped when negative).
   double indexer_loss = -1.0;
+  // --qad-enable: MindSpeed's "kl loss" (the KL term without its weight, averaged like lm loss),
+  // printed after them (skipped when negative).
+  double kl_loss = -1.0;
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;
