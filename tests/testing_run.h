@@ -35,6 +35,16 @@ inline const std::vector<std::string> kTinyLlama = {
 // Their token ids: 250, padded to 256 at TP 1, 2 and 4 with --make-vocab-size-divisible-by 64.
 constexpr int64_t kTinyVocab = 250;
 
+// The pipeline-schedule tests' run: 4 layers (tests at PP4 add --num-layers 8), hidden 64, 16
+// sequences of 16 tokens per iteration in micro-batches of 2, 5 iterations, cosine LR with warm-up,
+// dropout 0.1, clipping 0.5, no evaluation.
+inline const std::vector<std::string> kPipelineTestFlags = {
+    "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
+    "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3",
+    "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
+    "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
+    "--clip-grad", "0.5"};
+
 // ‖shard − ref‖ / ‖ref‖ over the elements of parameter `s` this rank holds (`shard`, in its local
 // layout) against the whole tensor `ref` of a single-process run (indexed by s.global_index); with
 // `ranges`, only the flat-buffer elements inside them (the distributed optimizer's owned shards).

@@ -82,12 +82,7 @@ OpTable layout_ops(const std::string& name) {
 }
 
 // 4 layers (8 with PP4), 8 micro-batches of 2 (2·PP with PP4).
-const std::vector<std::string> kCommon = {
-    "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
-    "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3",
-    "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
-    "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
-    "--clip-grad", "0.5"};
+const std::vector<std::string>& kCommon = testing::kPipelineTestFlags;
 
 class DualPipeVDwDetach : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 

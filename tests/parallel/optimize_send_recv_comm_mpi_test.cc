@@ -32,12 +32,7 @@ const std::vector<Layout>& layouts() {
 }
 
 // 4 layers (8 at PP4), 16 sequences of 16 tokens per iteration in micro-batches of 2.
-const std::vector<std::string> kCommon = {
-    "--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
-    "--micro-batch-size", "2", "--global-batch-size", "16", "--train-iters", "5", "--lr", "2e-3",
-    "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data", "--make-vocab-size-divisible-by", "64",
-    "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
-    "--clip-grad", "0.5"};
+const std::vector<std::string>& kCommon = testing::kPipelineTestFlags;
 
 // Samples right-padded after 5 + (7·index mod 12) tokens (loss mask 0 on the padding), as an
 // instruction dataset's: with --variable-seq-lengths each micro-batch is cut to its longest sample.
