@@ -88,19 +88,7 @@ TEST(DsaFeature, RefusesWhatItDoesNotCover) {
 }
 
 // The indexer flags (validate_all_pretrain_args: train/arguments_mla.cc).
-Status validated(std::vector<std::string> flags) {
-  ArgParser parser("gale pretrain", "dsa");
-  Arguments args;
-  add_all_pretrain_args(parser, args);
-  std::vector<std::string> argv = {"gale", "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
-                                   "--seq-length", "8", "--max-position-embeddings", "8", "--micro-batch-size", "1",
-                                   "--global-batch-size", "1", "--train-iters", "1", "--lr", "1e-3", "--mock-data"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-  return validate_all_pretrain_args(args, parser, 1);
-}
+Status validated(const std::vector<std::string>& flags) { return validated_pretrain_args(flags); }
 
 TEST(DsaFeature, IndexerFlagChecks) {
   EXPECT_TRUE(validated(dsa_flags()).ok()) << validated(dsa_flags()).message();

@@ -80,19 +80,7 @@ TEST(QadFeature, RequirementsAndRefusals) {
 }
 
 // The KL flags without --qad-enable (validate_all_pretrain_args: train/arguments_qad.cc).
-Status validated(std::vector<std::string> flags) {
-  ArgParser parser("gale pretrain", "qad");
-  Arguments args;
-  add_all_pretrain_args(parser, args);
-  std::vector<std::string> argv = {"gale", "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
-                                   "--seq-length", "8", "--max-position-embeddings", "8", "--micro-batch-size", "1",
-                                   "--global-batch-size", "1", "--train-iters", "1", "--lr", "1e-3", "--mock-data"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-  return validate_all_pretrain_args(args, parser, 1);
-}
+Status validated(const std::vector<std::string>& flags) { return validated_pretrain_args(flags); }
 
 TEST(QadFeature, KlFlagsNeedQadEnable) {
   EXPECT_TRUE(validated(qad()).ok()) << validated(qad()).message();

@@ -1,5 +1,6 @@
-// Test helper: a `gale pretrain` command line parsed, its features resolved by the real registry
-// and applied to an op table and a recompute plan (what pretrain hands the engine).
+// Test helpers: a `gale pretrain` command line parsed, its features resolved by the real registry
+// and applied to an op table and a recompute plan (what pretrain hands the engine); or only
+// validated as pretrain validates its arguments.
 #pragma once
 
 #include <memory>
@@ -39,5 +40,21 @@ struct ResolvedFeatures {
  private:
   std::vector<std::string> storage_;
 };
+
+// What validate_all_pretrain_args says of a tiny one-process run (2 layers, hidden 16, 2 heads,
+// sequence 8, one sample of mock data per iteration) with `flags` added.
+inline Status validated_pretrain_args(const std::vector<std::string>& flags) {
+  ArgParser parser("gale pretrain", "test");
+  Arguments args;
+  add_all_pretrain_args(parser, args);
+  std::vector<std::string> argv = {"gale", "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
+                                   "--seq-length", "8", "--max-position-embeddings", "8", "--micro-batch-size", "1",
+                                   "--global-batch-size", "1", "--train-iters", "1", "--lr", "1e-3", "--mock-data"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  std::vector<char*> ptrs;
+  for (auto& a : argv) ptrs.push_back(a.data());
+  GALE_RETURN_IF_ERROR(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
+  return validate_all_pretrain_args(args, parser, 1);
+}
 
 }  // namespace gale
