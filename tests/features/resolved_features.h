@@ -3,6 +3,8 @@
 // validated as pretrain validates its arguments.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +42,27 @@ struct ResolvedFeatures {
  private:
   std::vector<std::string> storage_;
 };
+
+// The features of the command line `base` followed by `more`.
+inline ResolvedFeatures resolve(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return ResolvedFeatures(base);
+}
+
+// Expects the command line `argv` to be refused with a one-line message that contains `part`.
+inline void expect_one_line_refusal(const std::vector<std::string>& argv, const std::string& part) {
+  ResolvedFeatures r(argv);
+  ASSERT_FALSE(r.status.ok()) << part;
+  EXPECT_NE(r.status.message().find(part), std::string::npos) << r.status.message();
+  EXPECT_EQ(r.status.message().find('\n'), std::string::npos) << r.status.message();
+}
+
+// The same for `base` followed by `more`.
+inline void expect_one_line_refusal(std::vector<std::string> base, const std::vector<std::string>& more,
+                                    const std::string& part) {
+  base.insert(base.end(), more.begin(), more.end());
+  expect_one_line_refusal(base, part);
+}
 
 // What validate_all_pretrain_args says of a tiny one-process run (2 layers, hidden 16, 2 heads,
 // sequence 8, one sample of mock data per iteration) with `flags` added.
