@@ -45,6 +45,21 @@ inline const std::vector<std::string> kPipelineTestFlags = {
     "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters", "0", "--log-interval", "1000",
     "--clip-grad", "0.5"};
 
+// A tiny Mixtral for the MoE multi-rank tests: kTinyLlama with 4 layers (0, 1 and 3 MoE; `experts`
+// experts of FFN 48, top-2, load-balancing 0.1) and a gated SwiGLU shared expert of FFN 32, the
+// `dispatcher` token dispatcher with grouped GEMMs; 3 iterations of 8 sequences of 16 tokens.
+inline std::vector<std::string> tiny_mixtral_flags(int experts, const std::string& dispatcher) {
+  return join({{"--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
+                "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "3", "--lr", "2e-3",
+                "--lr-warmup-iters", "1", "--mock-data", "--make-vocab-size-divisible-by", "64", "--hidden-dropout",
+                "0.1", "--eval-iters", "0", "--log-interval", "1000"},
+               kTinyLlama,
+               {"--num-experts", std::to_string(experts), "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
+                "--moe-layer-freq", "[1,1,0,1]", "--moe-aux-loss-coeff", "0.1", "--moe-shared-expert-intermediate-size",
+                "32", "--moe-shared-expert-gate", "--moe-token-dispatcher-type", dispatcher, "--moe-grouped-gemm",
+                "--moe-permutation-async-comm"}});
+}
+
 // ‖shard − ref‖ / ‖ref‖ over the elements of parameter `s` this rank holds (`shard`, in its local
 // layout) against the whole tensor `ref` of a single-process run (indexed by s.global_index); with
 // `ranges`, only the flat-buffer elements inside them (the distributed optimizer's owned shards).

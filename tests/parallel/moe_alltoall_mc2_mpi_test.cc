@@ -154,16 +154,8 @@ TEST(MoeAlltoallMc2Mpi, PeakBytesAndTimePerLayer) {
                 static_cast<long long>(plain.peak_bytes - fused.peak_bytes), plain.seconds * 1e3, fused.seconds * 1e3);
 }
 
-// A tiny Mixtral (layers 0, 1 and 3 MoE) with a gated SwiGLU shared expert of FFN size 32.
-const std::vector<std::string> kMoe = testing::join(
-    {{"--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
-      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "3", "--lr", "2e-3",
-      "--lr-warmup-iters", "1", "--mock-data", "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
-      "--eval-iters", "0", "--log-interval", "1000"},
-     testing::kTinyLlama,
-     {"--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
-      "--moe-aux-loss-coeff", "0.1", "--moe-shared-expert-intermediate-size", "32", "--moe-shared-expert-gate",
-      "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-permutation-async-comm"}});
+// A tiny Mixtral with a shared expert (testing_run.h).
+const std::vector<std::string> kMoe = testing::tiny_mixtral_flags(8, "alltoall");
 
 // The run of kMoe + `flags` with `feature_flags` resolved by the registry (ops and recompute plan).
 std::unique_ptr<testing::TestRun> train(const std::vector<std::string>& flags,

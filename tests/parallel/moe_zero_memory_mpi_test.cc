@@ -14,16 +14,8 @@
 namespace gale {
 namespace {
 
-// A tiny Mixtral (layers 0, 1 and 3 MoE) with a gated SwiGLU shared expert of FFN size 32.
-const std::vector<std::string> kMoe = testing::join(
-    {{"--num-layers", "4", "--hidden-size", "64", "--seq-length", "16", "--max-position-embeddings", "16",
-      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "3", "--lr", "2e-3",
-      "--lr-warmup-iters", "1", "--mock-data", "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1",
-      "--eval-iters", "0", "--log-interval", "1000"},
-     testing::kTinyLlama,
-     {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
-      "--moe-aux-loss-coeff", "0.1", "--moe-shared-expert-intermediate-size", "32", "--moe-shared-expert-gate",
-      "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-permutation-async-comm"}});
+// A tiny Mixtral with a shared expert (testing_run.h).
+const std::vector<std::string> kMoe = testing::tiny_mixtral_flags(4, "alltoall");
 
 std::vector<std::string> layout_flags(int world) {
   if (world == 2) return {"--expert-model-parallel-size", "2"};
