@@ -23,25 +23,34 @@ bool is_last_rank() { return g_rank == g_world - 1; }
 
 void print_datetime(const std::string& what) { print_rank0("[" + what + "] datetime: " + timestamp_now() + " "); }
 
+namespace {
+// `text` and a newline on stdout, `prefix` before its first line, one write per line (each line is
+// flushed): under mpirun, another rank's output then falls between whole lines of a long report.
+void write_lines(const char* prefix, const std::string& text) {
+  size_t begin = 0;
+  do {
+    const size_t end = text.find('\n', begin);
+    if (begin == 0) std::fputs(prefix, stdout);
+    std::fwrite(text.data() + begin, 1, (end == std::string::npos ? text.size() : end) - begin, stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    begin = end == std::string::npos ? std::string::npos : end + 1;
+  } while (begin != std::string::npos);
+}
+}  // namespace
+
 void print_rank0(const std::string& line) {
-  if (!is_first_rank()) return;
-  std::fputs(line.c_str(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (is_first_rank()) write_lines("", line);
 }
 
 void print_rank_last(const std::string& line) {
-  if (!is_last_rank()) return;
-  std::fputs(line.c_str(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (is_last_rank()) write_lines("", line);
 }
 
 void print_all(const std::string& line) {
-  if (g_world > 1) std::fprintf(stdout, "[rank %d] ", g_rank);
-  std::fputs(line.c_str(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  char prefix[32] = "";
+  if (g_world > 1) std::snprintf(prefix, sizeof prefix, "[rank %d] ", g_rank);
+  write_lines(prefix, line);
 }
 
 void warn_rank0(const std::string& line) {

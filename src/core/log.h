@@ -16,6 +16,8 @@ bool is_first_rank();
 bool is_last_rank();
 
 // Print a line (newline added) to stdout when this process is rank 0 / the last rank / any rank.
+// A text of several lines goes out one flushed line at a time: mpirun forwards each rank's output
+// in chunks of its own and cuts a long write, so another rank's line then falls between whole lines.
 void print_rank0(const std::string& line);
 void print_rank_last(const std::string& line);
 void print_all(const std::string& line);  // prefixed "[rank N] " when world > 1

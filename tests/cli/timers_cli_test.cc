@@ -68,7 +68,11 @@ std::vector<Block> blocks_of(const std::string& output) {
     b.header = lines[i];
     b.after = i > 0 ? lines[i - 1] : "";
     std::smatch m;
-    for (size_t j = i + 1; j < lines.size() && std::regex_match(lines[j], m, is_minmax ? minmax : max_only); ++j) {
+    for (size_t j = i + 1; j < lines.size(); ++j) {
+      // Under mpirun another rank's line ("[after training] peak memory ...") can land inside the
+      // report: mpirun forwards each rank's output in chunks of its own.
+      if (!lines[j].empty() && lines[j][0] == '[') continue;
+      if (!std::regex_match(lines[j], m, is_minmax ? minmax : max_only)) break;
       b.names.push_back(m[1]);
       const double lo = std::stod(m[2]), hi = is_minmax ? std::stod(m[3]) : lo;
       b.min_max.emplace_back(lo, hi);
