@@ -533,6 +533,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_mla_args(p, a.model);
   add_qat_args(p, a.model);
   add_qad_args(p, a.qad);
+  add_rerun_args(p, a.rerun);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
 }
@@ -949,6 +950,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
   return Status::Ok();
 }
 

@@ -598,10 +598,19 @@ struct QadArgs {
   std::string kl_loss_reduction = "mean";  // over a micro-batch's masked tokens: mean or sum
 };
 
+// Megatron's rerun state machine (train/arguments_rerun.cc, train/rerun_state_machine.h).
+struct RerunArgs {
+  std::string rerun_mode = "disabled";  // --rerun-mode: disabled, validate_results or report_stats
+  int64_t error_injection_rate = 0;     // --error-injection-rate: inject once per N validations (0: never)
+  std::string error_injection_type = "transient_error";  // correct_result, transient_error, persistent_error
+  bool check_for_spiky_loss = false;    // --check-for-spiky-loss
+  bool check_for_large_grads = false;   // --check-for-large-grads
+  std::string result_rejected_tracker_filename;  // --result-rejected-tracker-filename ("" = none)
+};
+
 // Megatron flags Gale accepts only with the value that changes nothing here
 // (train/arguments_megatron_compat.cc).
 struct MegatronCompatArgs {
-  std::string rerun_mode = "disabled";       // --rerun-mode
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
 };
@@ -620,6 +629,7 @@ struct Arguments {
   LoraArgs lora;
   DpoArgs dpo;
   QadArgs qad;
+  RerunArgs rerun;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -648,6 +658,8 @@ void add_qat_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAD flags --qad-enable, --qad-teacher-load, --kl-temperature, --kl-loss-weight,
 // --kl-loss-reduction (train/arguments_qad.cc; validated by features/feature_qad.cc).
 void add_qad_args(ArgParser& p, QadArgs& a);
+void add_rerun_args(ArgParser& p, RerunArgs& a);
+Status validate_rerun_args(const Arguments& a, const ArgParser& p);
 // The KL flags given without --qad-enable (an error naming them).
 Status validate_qad_args(const Arguments& a, const ArgParser& p);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):

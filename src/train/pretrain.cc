@@ -377,6 +377,7 @@ int pretrain_main(int argc, char** argv) {
   st = trainer.run();
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
+  if (trainer.exit_code() != 0) return trainer.exit_code();  // --rerun-mode validate_results (Megatron's sys.exit)
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
