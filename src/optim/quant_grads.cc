@@ -79,9 +79,7 @@ void QuantGradStore::stage_for_reduction() {
   for (int id = 0; id < params_->size(); ++id) {
     if (!holds(id)) continue;
     const ParamSpec& s = params_->spec(id);
-    const f16* q = codes_of(id);
-    float* x = g + s.offset;
-    for (int64_t i = 0; i < s.local_numel(); ++i) x[i] = f16_to_float(q[i]);
+    quant_grad_decode(codes_of(id), s.local_numel(), 1.0f, g + s.offset);  // float(code): scale 1
   }
 }
 
@@ -91,14 +89,9 @@ void QuantGradStore::finish_reduction() {
     if (!holds(id)) continue;
     const ParamSpec& s = params_->spec(id);
     const int64_t begin = s.offset, end = s.offset + s.local_numel();
-    const float inv = quant_grad_scale_inv(scales_[static_cast<size_t>(id)]);
-    f16* q = codes_of(id);
     for (const FlatRange& r : owned_) {
       const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
-      for (int64_t i = lo; i < hi; ++i) {
-        q[i - begin] = float_to_f16(g[i]);
-        g[i] = f16_to_float(q[i - begin]) * inv;
-      }
+      if (lo < hi) quant_grad_round_and_decode(g + lo, hi - lo, scales_[static_cast<size_t>(id)], codes_of(id) + (lo - begin));
     }
   }
 }

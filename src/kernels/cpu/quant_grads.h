@@ -14,8 +14,9 @@
 // Aligning a data-parallel group (MindSpeed's start_grad_sync hook): every rank takes the MIN of the
 // group's scales; where its own scale changes, q = fp16(float(q) · (new / old)) (ratio in f32).
 //
-// The reference implementation is written here element by element (F16C-compatible rounding:
-// core/dtype.h float_to_f16); tools/reference/quant_grads_reference.py restates it in numpy and
+// The f32 arithmetic is element by element; the FP16 conversions use the F16C kernels where the CPU
+// has them, else the scalar ones (core/dtype.h float_to_f16, round to nearest even: the same bits).
+// tools/reference/quant_grads_reference.py restates all of it in numpy and
 // tests/kernels/quant_grads_test.cc holds this code to its fixture.
 #pragma once
 
@@ -41,6 +42,9 @@ void quant_grad_decode(const f16* q, int64_t n, float scale, float* x);
 // Accumulates g into the held gradient (q, *scale): x = decode(q) + g, *scale updated from amax(x),
 // q = encode(x). `g` is used as the f32 scratch and left zero (the next contribution's target).
 void quant_grad_accumulate(f16* q, float* g, int64_t n, float* scale);
+// The end of the data-parallel sum: x holds summed values in the scaled domain; q = fp16(x), then
+// x = float(q) · scale_inv(scale) (the dequantised main gradient).
+void quant_grad_round_and_decode(float* x, int64_t n, float scale, f16* q);
 // Brings q from scale `old_scale` to `new_scale`: q = fp16(float(q) · fl(new / old)); zero when
 // old_scale is 0. Nothing when they are equal.
 void quant_grad_rescale(f16* q, int64_t n, float old_scale, float new_scale);
