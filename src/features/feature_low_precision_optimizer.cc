@@ -11,8 +11,8 @@
 // about 3.9x less (docs/model.md has the measured figures).
 //
 // Level: MindSpeed registers it at optimization level 0, which only means no level gates it; it
-// changes numerics, so here too it is active exactly when --quant-states is given, at any
-// --optimization-level (the flag is the gate).
+// changes numerics, so here too it is active exactly when --quant-states or --quant-grads is given,
+// at any --optimization-level (the flags are the gate).
 //
 // --quant-grads (optim/quant_grads.h, kernels/cpu/quant_grads.h): MindSpeed's FP16 main gradients
 // with one f32 scale per parameter (65503 / amax), requantised at every accumulation (once per
@@ -26,7 +26,7 @@
 // buffer during backward), expert parallelism (a second data-parallel group), several
 // distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after the hooks), ZeRO-2/3.
 //
-// Rules: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
+// Rules of --quant-states: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
 // --swap-optimizer (its file holds f32 state; the task's rule for this feature, MindSpeed's own
 // validation does not check it); refused with ZeRO-2/3 (--use-custom-fsdp optim_grads /
 // optim_grads_params, --layerzero: not supported yet). Compatible with the distributed optimizer
@@ -37,7 +37,11 @@
 // fixtures, all 256 HiF8 codes round trip, every ISA build of the fused kernel vs the reference on
 // edge cases), tests/train/quant_states_test.cc (training within tolerance of f32 states, exact
 // state bytes, bitwise resume, cross loads; all three modes), tests/cli/quant_states_cli_test.cc, tests/optim/quant_states_mpi_test.cc (DP2 distributed
-// optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules).
+// optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules);
+// --quant-grads: tests/kernels/quant_grads_test.cc (codec vs the numpy fixture, accumulation bound),
+// tests/train/quant_grads_test.cc (gradients, training within tolerance of f32, bytes, bitwise
+// resume), tests/optim/quant_grads_mpi_test.cc (DP2 vs one process, aligned scales, distributed
+// optimizer), tests/cli/quant_states_cli_test.cc.
 #include "features/registry.h"
 
 namespace gale {
