@@ -9,8 +9,11 @@
 
 namespace gale {
 
-QuantGradStore::QuantGradStore(ParamBuffer* params, Comm dp, std::vector<FlatRange> owned)
+QuantGradStore::QuantGradStore(ParamBuffer* params, Comm dp, std::vector<FlatRange> owned, double sum_factor)
     : params_(params), dp_(std::move(dp)), owned_(std::move(owned)) {
+  const double n = dp_ ? static_cast<double>(dp_->size()) : 1.0;
+  const double h = sum_factor > 0.0 ? n * sum_factor : 1.0;
+  if (h > 1.0) headroom_ = static_cast<float>(h);
   GALE_CHECK(params_->flat_grads().defined()) << "--quant-grads needs the flat f32 gradient buffer";
   if (owned_.empty()) owned_.push_back(FlatRange{0, params_->trainable_numel()});
   codes_ = Tensor::zeros({std::max<int64_t>(params_->trainable_numel(), 1)}, DType::kF16);
@@ -66,6 +69,8 @@ void QuantGradStore::align_scales() {
   if (!dp_ || dp_->size() == 1) return;
   std::vector<float> aligned = scales_;
   dp_->all_reduce(aligned.data(), static_cast<int64_t>(aligned.size()), DType::kF32, ReduceOp::kMin);
+  if (headroom_ != 1.0f)
+    for (float& a : aligned) a /= headroom_;
   for (int id = 0; id < params_->size(); ++id) {
     if (!holds(id)) continue;
     float& s = scales_[static_cast<size_t>(id)];

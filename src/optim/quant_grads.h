@@ -11,8 +11,9 @@
 //   accumulate(ids)        the grad-ready hook, once per parameter group and micro-batch
 //   accumulate_pending()   finalize: any contribution the hooks did not see (a fused LM head's
 //                          eager weight gradient of a later micro-batch) is taken over too
-//   align_scales()         MIN of every scale over the data-parallel group, the codes of the
-//                          parameters whose scale fell rescaled (MindSpeed's start_grad_sync)
+//   align_scales()         MIN of every scale over the data-parallel group (divided by the
+//                          sum's headroom where it needs one, see the constructor), the codes of
+//                          the parameters whose scale changed rescaled (MindSpeed's start_grad_sync)
 //   stage_for_reduction()  the f32 buffer ← float(codes): the FP16 values in the scaled domain,
 //                          which the data-parallel sync then scales by 1/DP and sums in f32
 //   finish_reduction()     on the owned ranges: codes ← fp16(reduced sum) (one rounding, as an
@@ -36,8 +37,12 @@ class QuantGradStore {
  public:
   // `dp`: the group whose ranks' gradients are summed (null or size 1: none). `owned`: the ranges of
   // the flat buffer whose reduced gradient this rank uses (the distributed optimizer's shards);
-  // empty: every trainable element.
-  QuantGradStore(ParamBuffer* params, Comm dp, std::vector<FlatRange> owned = {});
+  // empty: every trainable element. `sum_factor`: what the data-parallel sync multiplies each
+  // rank's values by before summing them (DataParallelConfig::grad_scale; 1/|dp| normally, CP/|dp|
+  // over the dp-cp group, 1 with --calculate-per-token-loss). Where |dp|·sum_factor = h > 1 the sum
+  // of h·65503-sized terms could overflow FP16, so align_scales divides the aligned scales by h (as
+  // MindSpeed divides its embedding-group scales by the group size); MindSpeed's 1/|dp| needs nothing.
+  QuantGradStore(ParamBuffer* params, Comm dp, std::vector<FlatRange> owned = {}, double sum_factor = 0.0);
 
   void zero();
   void accumulate(const std::vector<int>& param_ids);
@@ -62,6 +67,7 @@ class QuantGradStore {
   ParamBuffer* params_;
   Comm dp_;
   std::vector<FlatRange> owned_;
+  float headroom_ = 1.0f;      // the divisor of the aligned scales (see the constructor)
   Tensor codes_;               // kF16, trainable_numel() elements at the gradient buffer's offsets
   std::vector<float> scales_;  // per parameter id
 };

@@ -3,7 +3,8 @@
 // a stated tolerance of the one-process run of the same global batch (their FP16 roundings differ: 2
 // accumulations per rank plus the alignment and the sum, against 4 accumulations); the distributed
 // optimizer (reduce-scatter, owned shards dequantised) reproduces the replicated DP2 run's losses and
-// parameters bit for bit.
+// parameters bit for bit; with --calculate-per-token-loss (a sum without 1/DP) the scales leave the
+// FP16 sum its headroom.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +81,28 @@ TEST(QuantGradsDp, DistributedOptimizerMatchesReplicated) {
     EXPECT_NEAR(replicated.grad_norms[i], sharded.grad_norms[i], 1e-9 * replicated.grad_norms[i]) << i + 1;
   }
   EXPECT_EQ(replicated.values(), sharded.values());
+}
+
+// --calculate-per-token-loss sums the ranks' gradients without the 1/DP factor: two FP16 values near
+// 65503 would overflow, so the aligned scales are halved first (the sum's headroom). The run trains
+// (every gradient finite) within the tolerance above of the same run with f32 gradients.
+TEST(QuantGradsDp, PerTokenLossSumHasHeadroom) {
+  Comm world = test::world();
+  if (world->size() != 2) GTEST_SKIP() << "needs DP2";
+  const std::vector<std::string> per_token = {"--calculate-per-token-loss", "--use-distributed-optimizer"};
+  testing::CheckpointRun f32(testing::join({testing::optimizer_test_model("12", "0.0"), per_token}), world,
+                             testing::kTinyVocab);
+  QgRun q(world, per_token);
+  const std::vector<double> a = f32.train(4), b = q.train(4);
+  double worst = 0.0;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(q.grad_norms[i])) << "iteration " << i + 1;
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / a[i]);
+  }
+  if (world->rank() == 0)
+    std::printf("quant-grads DP2 --calculate-per-token-loss vs f32 gradients: worst relative loss difference %.3g\n",
+                worst);
+  EXPECT_LT(worst, 1e-3);
 }
 
 }  // namespace
