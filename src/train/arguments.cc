@@ -212,8 +212,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
                "scale per block of up to 128 elements, mxfp8 (the same formats, k-scaled) with an E8M0 scale per 32, "
                "hif8 (both HiFloat8) with fp8's blocks and MindSpeed's hif8 scale; dequantised to f32 for each update");
   p.add_flag("--quant-grads", &a.quant_grads,
-             "MindSpeed: FP16 main gradients with a per-parameter scale (not supported yet: Gale's gradient buffers, "
-             "their data-parallel reduction and clipping are f32)");
+             "MindSpeed: hold the main gradients as FP16 with a per-parameter f32 scale (65503 / amax), requantised "
+             "at every micro-batch's accumulation, the scales aligned by a data-parallel MIN before the sum; the "
+             "optimizer reads them dequantised (AdamW; the f32 gradient buffer stays: MindSpeed's numerics)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");

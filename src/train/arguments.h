@@ -204,7 +204,9 @@ struct TrainingArgs {
   std::string swap_optimizer_dir;
   // --quant-states fp8|mxfp8|hif8 (MindSpeed's low-precision optimizer, level 0;
   // features/feature_low_precision_optimizer.cc, kernels/cpu/quant_states.h): Adam's moments stored
-  // as FP8 or HiFloat8 codes with block scales ("" = f32). --quant-grads is refused (not supported yet).
+  // as FP8 or HiFloat8 codes with block scales ("" = f32). --quant-grads: the main gradients held as
+  // FP16 with a per-parameter scale between micro-batches and through the data-parallel sum
+  // (optim/quant_grads.h).
   std::string quant_states;
   bool quant_grads = false;
   // --swap-attention (MindSpeed, level 2; features/feature_swap_attention.cc, model/activation_swap.h):

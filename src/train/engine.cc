@@ -333,6 +333,17 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     }
     DataParallelSync* s = sync.get();
     DataParallelSync* es = expert_sync.get();
+    if (args.training.quant_grads) {  // validated: no overlap, no EP, one distributed-optimizer instance
+      const double factor = dc.grad_scale > 0.0 ? dc.grad_scale
+                                                 : static_cast<double>(dc.context_parallel_size) /
+                                                       static_cast<double>(shard_dp ? shard_dp->size() : 1);
+      auto store = std::make_unique<QuantGradStore>(
+          &model->params(), shard_dp, par.use_distributed_optimizer ? s->owned_ranges() : std::vector<FlatRange>{},
+          factor);
+      QuantGradStore* q = store.get();
+      model->set_grad_ready_fn([q](const std::vector<int>& ids) { q->accumulate(ids); });
+      engine->quant_grads.push_back(std::move(store));
+    }
     if (par.overlap_grad_reduce)
       model->set_grad_ready_fn([s, es](const std::vector<int>& ids) {
         s->on_grads_ready(ids);

@@ -282,6 +282,15 @@ int pretrain_main(int argc, char** argv) {
                       engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
                       8 * owned, " bytes)"));
   }
+  if (!engine.quant_grads.empty()) {  // --quant-grads: the FP16 main gradients beside the f32 buffer
+    int64_t held = 0, f32 = 0;
+    for (size_t c = 0; c < engine.quant_grads.size(); ++c) {
+      held += engine.quant_grads[c]->bytes();
+      f32 += engine.chunks[c]->params().flat_grads().nbytes();
+    }
+    print_all(str_cat(" > --quant-grads: gradients of rank ", world->rank(), ": FP16 codes and scales ", held,
+                      " bytes, f32 gradient buffer ", f32, " bytes"));
+  }
   if (args.lora.enabled()) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.4f%%", 100.0 * static_cast<double>(trainable) / static_cast<double>(params));
