@@ -65,9 +65,10 @@ class AutomatedPipelineFeature : public Feature {
     if (par.schedules_method == "dualpipev")
       return InvalidArgument("--automated-pipeline searches the 1F1B schedule's split: expected no --schedules-method "
                              "dualpipev, found it");
-    if (par.virtual_pipeline_model_parallel_size > 1)
-      return InvalidArgument("--automated-pipeline searches the 1F1B schedule's split: expected no virtual stages, "
-                             "found ", par.virtual_pipeline_model_parallel_size, " per pipeline rank");
+    for (const char* f : {"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"})
+      if (ctx.parser->was_set(f) || par.virtual_pipeline_model_parallel_size > 1)
+        return InvalidArgument("--automated-pipeline searches the 1F1B schedule's split: expected no virtual stages, "
+                               "found ", ctx.parser->was_set(f) ? f : "virtual stages", " set");
     for (const char* f : {"--recompute-granularity", "--recompute-method", "--recompute-num-layers",
                           "--recompute-activations", "--recompute-activation-function", "--noop-layers"})
       if (ctx.parser->was_set(f))
