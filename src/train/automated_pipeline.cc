@@ -11,6 +11,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "model/layer_profile.h"
+#include "parallel/rank_grid.h"
 #include "schedule/pipeline_order.h"
 #include "train/trainer.h"
 
@@ -27,6 +28,12 @@ std::vector<int64_t> even_split(int64_t L, int64_t P) {
   std::vector<int64_t> split(static_cast<size_t>(P), L / P);
   for (int64_t s = P - L % P; s < P; ++s) ++split[static_cast<size_t>(s)];
   return split;
+}
+
+// The pipeline stage of this rank (Megatron's layout, parallel/rank_grid.h).
+size_t pipeline_rank(const Arguments& args, const Comm& world) {
+  StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
+  return layout.ok() ? static_cast<size_t>(layout.value().coords(world->rank()).pp) : 0;
 }
 
 // C(n, k), saturating at `cap`.
@@ -114,12 +121,22 @@ PipelinePolicy search_pipeline_policy(const PipelineProfile& p, double save_memo
   PipelinePolicy best;
   // The limit: (1 - ratio) x the largest stage of the profiled split without recomputation.
   int64_t first = 0, even_max = 0;
+  std::vector<double> even_fwd(static_cast<size_t>(P)), even_bwd(static_cast<size_t>(P));
   for (int64_t s = 0; s < P; ++s) {
     const int64_t n = p.profiled_split[static_cast<size_t>(s)];
     best.even_stage_bytes.push_back(stage_memory_bytes(p, s, first, n, 0));
     even_max = std::max(even_max, best.even_stage_bytes.back());
+    for (int64_t l = first; l < first + n; ++l) {
+      even_fwd[static_cast<size_t>(s)] += p.layer_forward_s[static_cast<size_t>(l)];
+      even_bwd[static_cast<size_t>(s)] += p.layer_backward_s[static_cast<size_t>(l)];
+    }
     first += n;
   }
+  even_fwd.front() += p.embedding_forward_s;
+  even_bwd.front() += p.embedding_backward_s;
+  even_fwd.back() += p.head_forward_s;
+  even_bwd.back() += p.head_backward_s;
+  best.even_step_seconds = simulate_one_f_one_b(even_fwd, even_bwd, std::max<int64_t>(1, p.num_microbatches));
   const int64_t limit = static_cast<int64_t>(std::floor((1.0 - save_memory_ratio) * static_cast<double>(even_max)));
   // The splits: ≥ 1 layer per stage; when too many, MindSpeed's window around the average
   // (±0 up to 4 layers per stage, ±1 up to 7, ±2 beyond).
@@ -170,6 +187,7 @@ PipelinePolicy search_pipeline_policy(const PipelineProfile& p, double save_memo
     if (better) {
       c.candidates = best.candidates;
       c.even_stage_bytes = best.even_stage_bytes;
+      c.even_step_seconds = best.even_step_seconds;
       best = std::move(c);
       best_max_bytes = max_bytes;
       have = true;
@@ -409,6 +427,7 @@ Status append_pipeline_policy(const std::string& path, const nlohmann::json& key
                            {"predicted", {{"step_time_ms", policy.step_seconds * 1e3},
                                           {"stage_memory_bytes", policy.stage_bytes},
                                           {"even_split_stage_memory_bytes", policy.even_stage_bytes},
+                                          {"even_split_step_time_ms", policy.even_step_seconds * 1e3},
                                           {"memory_limit_bytes", policy.memory_limit_bytes},
                                           {"feasible", policy.feasible},
                                           {"candidates", policy.candidates}}},
@@ -440,20 +459,25 @@ std::vector<std::string> describe_pipeline_policy(const PipelinePolicy& policy, 
                             " under the limit ", policy.memory_limit_bytes,
                             policy.feasible ? "" : " (NOT met: no split fits; the least-memory one)"));
   }
-  if (!from_file)
-    lines.push_back(str_cat("  even split stage memory (bytes, the model): ", join(policy.even_stage_bytes), "; ",
-                            policy.candidates, " splits evaluated"));
+  if (!from_file) {
+    char ms[64];
+    std::snprintf(ms, sizeof ms, "%.3f", policy.even_step_seconds * 1e3);
+    lines.push_back(str_cat("  even split (the model, no recompute): step ", ms, " ms, stage memory (bytes) ",
+                            join(policy.even_stage_bytes), "; ", policy.candidates, " splits evaluated"));
+  }
   lines.push_back("=============================================");
   return lines;
 }
 
-Status run_automated_pipeline(Arguments& args, const Comm& world, const OpTable& ops, const EngineOptions& options,
-                              const SampleDataset* train) {
+StatusOr<AutomatedPipelineStage> run_automated_pipeline(Arguments& args, const Comm& world, const OpTable& ops,
+                                                        const EngineOptions& options, const SampleDataset* train) {
   const int64_t P = args.parallel.pipeline_model_parallel_size;
   const std::string& path = args.parallel.automated_pipeline_config;
   const nlohmann::json key = automated_pipeline_key(args);
-  // Rank 0 reads the file and decides; the others follow its broadcast (found, then the lists).
-  std::vector<int64_t> msg(static_cast<size_t>(2 * P + 1), 0);
+  // Rank 0 reads the file and decides; the others follow its broadcast (found, then the layers,
+  // the recomputed layers and the predicted bytes of every stage).
+  std::vector<int64_t> msg(static_cast<size_t>(3 * P + 1), 0);
+  AutomatedPipelineStage mine;
   Status file_status = Status::Ok();
   std::optional<PipelinePolicy> found;
   if (world->rank() == 0) {
@@ -467,6 +491,8 @@ Status run_automated_pipeline(Arguments& args, const Comm& world, const OpTable&
       for (int64_t s = 0; s < P; ++s) {
         msg[static_cast<size_t>(1 + s)] = found->num_layer_list[static_cast<size_t>(s)];
         msg[static_cast<size_t>(1 + P + s)] = found->recompute_module_list[static_cast<size_t>(s)];
+        msg[static_cast<size_t>(1 + 2 * P + s)] =
+            static_cast<int64_t>(found->stage_bytes.size()) == P ? found->stage_bytes[static_cast<size_t>(s)] : -1;
       }
     }
   }
@@ -479,11 +505,13 @@ Status run_automated_pipeline(Arguments& args, const Comm& world, const OpTable&
     print_rank0(str_cat("[automated pipeline] profiling ", kProfileIterations, " iterations at the even split (",
                         join(even_split(args.model.num_layers, P)), "), the first not recorded"));
     GALE_ASSIGN_OR_RETURN(PipelineProfile profile, profile_pipeline(args, world, ops, options, train));
+    mine.even_peak_bytes = profile.measured_peak_bytes[pipeline_rank(args, world)];
     if (world->rank() == 0) {
       policy = search_pipeline_policy(profile, args.parallel.save_memory_ratio);
       for (int64_t s = 0; s < P; ++s) {
         msg[static_cast<size_t>(1 + s)] = policy.num_layer_list[static_cast<size_t>(s)];
         msg[static_cast<size_t>(1 + P + s)] = policy.recompute_module_list[static_cast<size_t>(s)];
+        msg[static_cast<size_t>(1 + 2 * P + s)] = policy.stage_bytes[static_cast<size_t>(s)];
       }
       for (const std::string& line : describe_pipeline_policy(policy, false)) print_rank0(line);
       file_status = append_pipeline_policy(path, key, policy, profile);
@@ -503,7 +531,8 @@ Status run_automated_pipeline(Arguments& args, const Comm& world, const OpTable&
     args.parallel.pipeline_layers.push_back({msg[static_cast<size_t>(1 + s)]});
     args.parallel.recompute_layers_per_stage.push_back(msg[static_cast<size_t>(1 + P + s)]);
   }
-  return Status::Ok();
+  mine.predicted_bytes = msg[static_cast<size_t>(1 + 2 * P) + pipeline_rank(args, world)];
+  return mine;
 }
 
 }  // namespace gale

@@ -65,6 +65,7 @@ struct PipelinePolicy {
   std::vector<int64_t> num_layer_list;         // layers per stage
   std::vector<int64_t> recompute_module_list;  // per stage: its first k layers recompute (full layers)
   double step_seconds = 0.0;                   // the 1F1B simulation's step time
+  double even_step_seconds = 0.0;              // the same for the profiled (even) split, no recompute
   std::vector<int64_t> stage_bytes;            // the memory model, per stage
   std::vector<int64_t> even_stage_bytes;       // the same for the profiled (even) split, no recompute
   int64_t memory_limit_bytes = 0;
@@ -106,10 +107,16 @@ Status append_pipeline_policy(const std::string& path, const nlohmann::json& key
 // The policy's lines as rank 0 prints them.
 std::vector<std::string> describe_pipeline_policy(const PipelinePolicy& policy, bool from_file);
 
+// What run_automated_pipeline tells this rank about its pipeline stage, for the report after training.
+struct AutomatedPipelineStage {
+  int64_t predicted_bytes = -1;  // the memory model's figure for the policy (-1: not in the file)
+  int64_t even_peak_bytes = -1;  // the allocator's peak of the profiling iterations (-1: not profiled)
+};
+
 // The whole feature for `gale pretrain`: the policy from --automated-pipeline-config, or profiled,
 // searched (rank 0), broadcast, printed and appended there; then args' split and per-stage
 // recomputation set from it. Collective over `world`.
-Status run_automated_pipeline(Arguments& args, const Comm& world, const OpTable& ops, const EngineOptions& options,
-                              const SampleDataset* train);
+StatusOr<AutomatedPipelineStage> run_automated_pipeline(Arguments& args, const Comm& world, const OpTable& ops,
+                                                        const EngineOptions& options, const SampleDataset* train);
 
 }  // namespace gale

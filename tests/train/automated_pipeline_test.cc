@@ -72,6 +72,7 @@ TEST(AutomatedPipelineSearch, HeavyHeadMovesLayersOffTheLastStage) {
   EXPECT_TRUE(policy.feasible);
   EXPECT_EQ(policy.candidates, 7);  // 1..7 layers on stage 0
   EXPECT_DOUBLE_EQ(simulate_one_f_one_b({4, 8}, {8, 16}, 8), 204.0);
+  EXPECT_DOUBLE_EQ(policy.even_step_seconds, 204.0);
 }
 
 TEST(AutomatedPipelineSearch, MemoryLimitForcesRecompute) {
