@@ -13,7 +13,8 @@
 // --recompute-method / --recompute-activation-function / --noop-layers (MindSpeed drops them with a
 // warning: the policy decides the recomputation); --save-memory-ratio in [0, 1).
 // --automated-pipeline-perf (MindSpeed's performance mode: a micro-batch-size sequence and a
-// forward/backward order searched) is not supported yet.
+// forward/backward order searched) is refused by the parser as not supported yet
+// (train/arguments_automated_pipeline.cc).
 //
 // Tests: tests/train/automated_pipeline_test.cc (the search and the simulation on synthetic
 // profiles, the policy file), tests/features/automated_pipeline_feature_test.cc (rules),
@@ -38,15 +39,11 @@ class AutomatedPipelineFeature : public Feature {
            "--automated-pipeline-config and reused";
   }
   bool requested(const FeatureContext& ctx) const override {
-    return ctx.args->parallel.automated_pipeline || ctx.args->parallel.automated_pipeline_perf;
+    return ctx.args->parallel.automated_pipeline;
   }
   Status validate(const FeatureContext& ctx) const override {
     const Arguments& a = *ctx.args;
     const ParallelArgs& par = a.parallel;
-    if (par.automated_pipeline_perf)
-      return Unimplemented("--automated-pipeline-perf: not supported yet (MindSpeed's performance mode searches a "
-                           "micro-batch-size sequence and a forward/backward order; use --automated-pipeline, the "
-                           "memory mode)");
     const int64_t P = par.pipeline_model_parallel_size;
     if (P < 2)
       return InvalidArgument("--automated-pipeline searches the pipeline split: needs --pipeline-model-parallel-size "

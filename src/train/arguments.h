@@ -291,9 +291,8 @@ struct ParallelArgs {
   // (1 - save_memory_ratio) x the even split's largest stage, record the policy in
   // automated_pipeline_config (JSON, docs/formats/automated-pipeline.md; a matching entry there
   // skips the profiling) and train with it. --automated-pipeline-perf (MindSpeed's performance
-  // mode) is refused as not supported yet.
+  // mode) is refused by the parser as not supported yet.
   bool automated_pipeline = false;
-  bool automated_pipeline_perf = false;
   double save_memory_ratio = 0.20;
   std::string automated_pipeline_config = "autopipeline_config.json";
   // Set by the policy (not a flag): full-layer recomputation of the first k layers of pipeline
