@@ -18,6 +18,7 @@
 //
 // Tests: tests/train/automated_pipeline_test.cc (the search and the simulation on synthetic
 // profiles, the policy file), tests/features/automated_pipeline_feature_test.cc (rules),
+// tests/parallel/automated_pipeline_mpi_test.cc (the profile gathered at PP2 and PP2 x DP2),
 // tests/cli/automated_pipeline_cli_test.cc (PP2 under mpirun: the profile gathered, the policy
 // applied, losses equal to the same split by hand, the file reused).
 #include "features/registry.h"
