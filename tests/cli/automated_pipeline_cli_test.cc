@@ -1,7 +1,7 @@
 // `gale pretrain --automated-pipeline` at PP 2 under mpirun: the profile of both stages' layers is
 // gathered into the policy file, the chosen split and recomputation are applied, the run's losses
-// and gradient norms equal (as printed, 7 significant digits: the runs are bitwise equal) those of
-// the same split given by hand with --num-layer-list, and a second run takes the policy from the
+// and gradient norms equal, as printed (7 significant digits; full recomputation is bit-exact, so
+// nothing may differ), those of the same split given by hand with --num-layer-list, and a second run takes the policy from the
 // file without profiling.
 #include <gtest/gtest.h>
 
