@@ -26,9 +26,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "profile small runs, then search TP/PP/CP/EP and the memory features for a target cluster",
        {"--auto-settings-type", "--auto-settings-work-dir", "--auto-settings-ranks", "--target-nnodes",
         "--prof-file"}},
-      {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
-       "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
-       {"--automated-pipeline-perf"}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
   };

@@ -533,6 +533,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_qat_args(p, a.model);
+  add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
   add_rerun_args(p, a.rerun);
   add_megatron_compat_args(p, a.megatron_compat);

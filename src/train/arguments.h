@@ -287,6 +287,19 @@ struct ParallelArgs {
   // every (pipeline rank, virtual stage)'s layers as symbols; the stage count gives the VPP size.
   std::string pipeline_model_parallel_layout;
   std::vector<std::vector<int64_t>> pipeline_layers;
+  // MindSpeed's --automated-pipeline (features/feature_automated_pipeline.cc, train/automated_pipeline.h):
+  // before training, profile a few iterations at the even split, search the layer split and the
+  // per-stage full-layer recomputation for the 1F1B step under a memory limit of
+  // (1 - save_memory_ratio) x the even split's largest stage, record the policy in
+  // automated_pipeline_config (JSON, docs/formats/automated-pipeline.md; a matching entry there
+  // skips the profiling) and train with it. --automated-pipeline-perf (MindSpeed's performance
+  // mode) is refused by the parser as not supported yet.
+  bool automated_pipeline = false;
+  double save_memory_ratio = 0.20;
+  std::string automated_pipeline_config = "autopipeline_config.json";
+  // Set by the policy (not a flag): full-layer recomputation of the first k layers of pipeline
+  // rank r's stage, k = recompute_layers_per_stage[r] (empty: the --recompute-* flags apply).
+  std::vector<int64_t> recompute_layers_per_stage;
   // MindSpeed's --schedules-method: "" (Megatron's 1F1B / interleaved 1F1B) or "dualpipev"
   // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation
   // then sets virtual_pipeline_model_parallel_size to 2, the chunks per rank; train/engine.h).
@@ -657,6 +670,9 @@ void add_mla_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// MindSpeed's --automated-pipeline flags (train/arguments_automated_pipeline.cc; validated by
+// features/feature_automated_pipeline.cc).
+void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 // MindSpeed's QAD flags --qad-enable, --qad-teacher-load, --kl-temperature, --kl-loss-weight,
 // --kl-loss-reduction (train/arguments_qad.cc; validated by features/feature_qad.cc).
 void add_qad_args(ArgParser& p, QadArgs& a);

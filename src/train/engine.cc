@@ -226,6 +226,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   for (int64_t vp = 0; vp < vpp; ++vp) {
     config.full_recompute.chunk = vp;  // --enable-recompute-layers-per-pp-rank
     config.full_recompute.rank_chunks = vpp;
+    if (!par.recompute_layers_per_stage.empty()) {  // --automated-pipeline's policy: this stage's first k layers
+      config.full_recompute.method = FullRecompute::Method::kBlock;
+      config.full_recompute.num_layers = par.recompute_layers_per_stage.at(static_cast<size_t>(engine->ps.coords().pp));
+      config.full_recompute.per_pp_rank = false;
+    }
     ModelPartition part = chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d);
     part.ep_hot_groups = ep_hot_groups;
     models.push_back(std::make_unique<GPTModel>(config, std::move(part), &engine->ops));

@@ -16,6 +16,7 @@
 #include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/automated_pipeline.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
 #include "train/data_setup.h"
@@ -139,6 +140,7 @@ int pretrain_main(int argc, char** argv) {
       registry->active("use-multiparameter-pipeline-model-parallel");
   if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
+  args.parallel.automated_pipeline = registry->active("automated-pipeline");  // below level 2: the flags' split
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)
   // The log-line features the trainer reads (their flags belong to the features).
@@ -220,6 +222,12 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) run_error(st);
   apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
+  AutomatedPipelineStage autopipe;
+  if (args.parallel.automated_pipeline) {  // MindSpeed's: profile (or read) the policy, then build with it
+    StatusOr<AutomatedPipelineStage> a = run_automated_pipeline(args, world, ops, engine_options, data.train.get());
+    if (!a.ok()) run_error(a.status());
+    autopipe = a.value();
+  }
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
@@ -390,6 +398,15 @@ int pretrain_main(int argc, char** argv) {
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
+  if (args.parallel.automated_pipeline)  // the memory model against the allocator, per stage
+    print_all(str_cat(" > --automated-pipeline: rank ", world->rank(), " (pipeline stage ", engine.ps.coords().pp,
+                      ", ", args.parallel.pipeline_layers.at(static_cast<size_t>(engine.ps.coords().pp)).at(0),
+                      " layers, the first ",
+                      args.parallel.recompute_layers_per_stage.at(static_cast<size_t>(engine.ps.coords().pp)),
+                      " recomputed): peak ", host_allocator().peak_bytes(), " bytes in tensors (predicted ",
+                      autopipe.predicted_bytes, autopipe.even_peak_bytes >= 0
+                          ? str_cat("; ", autopipe.even_peak_bytes, " in the profiling iterations at the even split")
+                          : std::string(), ")"));
   if (engine.smart_swap && engine.smart_swap->policy())
     print_all(str_cat(" > --smart-swap: peak memory since the policy applied: ", engine.smart_swap->stable_peak(),
                       " bytes in tensors (predicted ", engine.smart_swap->policy()->predicted_peak, ")"));
