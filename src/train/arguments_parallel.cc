@@ -581,18 +581,60 @@ Status resolve_cp_comm_type(Arguments& a) {
   return Status::Ok();
 }
 
+// MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo, parallel/adaptive_cp.h) and its
+// flags: ring attention only (p2p, one ring, no key/value cache), no pipeline parallelism yet, the
+// dynamic mode with document masks, and the sub-flags only with the algorithm.
+Status validate_adaptive_cp(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const int64_t cp = par.context_parallel_size;
+  const bool on = par.context_parallel_algo == "adaptive_cp_algo" && cp > 1;
+  const std::pair<bool, const char*> sub_flags[] = {
+      {par.adaptive_cp_only_reschedule, "--adaptive-cp-only-reschedule"},
+      {par.adaptive_cp_without_coarse, "--adaptive-cp-without-coarse"},
+      {par.adaptive_cp_dynamic_attn_mask, "--adaptive-cp-dynamic-attn-mask"},
+      {par.attention_mask_on_cpu, "--attention-mask-on-cpu"},
+      {par.adaptive_cp_manually_set_mask_list, "--adaptive-cp-manually-set-mask-list"}};
+  for (const auto& [set, flag] : sub_flags)
+    if (set && !on)
+      return InvalidArgument(flag, " applies to --context-parallel-algo adaptive_cp_algo with --context-parallel-size "
+                             "> 1, found ", cp == 1 ? std::string("--context-parallel-size 1")
+                                                    : "--context-parallel-algo " + par.context_parallel_algo);
+  if (!on) return Status::Ok();
+  if (par.adaptive_cp_manually_set_mask_list)
+    return Unimplemented("--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list from "
+                         "a Python function the user edits, generate_adaptive_cp_mask_list_by_user; Gale derives every "
+                         "block from the document ids and --sliding-window)");
+  if (par.cp_comm_type != "p2p")
+    return InvalidArgument("--context-parallel-algo adaptive_cp_algo skips the empty blocks of ring attention: expected "
+                           "--cp-comm-type p2p, found '", par.cp_comm_type, "'");
+  if (par.cp_window_size > 1)
+    return Unimplemented("--cp-window-size ", par.cp_window_size,
+                         " with --context-parallel-algo adaptive_cp_algo: not supported yet (adaptive CP runs one ring)");
+  if (!par.context_parallel_kv_cache_policy.empty())
+    return Unimplemented("--context-parallel-kv-cache-policy ", par.context_parallel_kv_cache_policy,
+                         " with --context-parallel-algo adaptive_cp_algo: not supported yet");
+  if (par.pipeline_model_parallel_size > 1)
+    return Unimplemented("--context-parallel-algo adaptive_cp_algo with --pipeline-model-parallel-size ",
+                         par.pipeline_model_parallel_size, ": not supported yet (expected 1)");
+  if (a.data.reset_attention_mask && !par.adaptive_cp_dynamic_attn_mask)
+    return InvalidArgument("--context-parallel-algo adaptive_cp_algo with --reset-attention-mask: the document mask "
+                           "changes every micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask "
+                           "(a layout computed once would skip blocks that later micro-batches need)");
+  return Status::Ok();
+}
+
 // --context-parallel-size with MindSpeed's --context-parallel-algo and Megatron's --cp-comm-type
 // (already resolved by resolve_cp_comm_type).
 Status validate_context_parallel(const Arguments& a, const std::string& requested_comm) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
-  static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo"};
   const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
-  if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid) {
-    for (const char* planned : kPlanned)
-      if (algo == planned)
-        return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements "
-                             "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
+  const bool adaptive = algo == "adaptive_cp_algo";
+  if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid && !adaptive) {
+    if (algo == "hybrid_adaptive_cp_algo")
+      return Unimplemented("--context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (Gale implements "
+                           "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, hybrid_cp_algo and "
+                           "adaptive_cp_algo; Ulysses under adaptive CP's ring is not implemented)");
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
                            "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
@@ -609,6 +651,7 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
   if (hybrid && par.cp_comm_type != "p2p")
     return InvalidArgument("--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: "
                            "expected --cp-comm-type p2p, found '", par.cp_comm_type, "'");
+  GALE_RETURN_IF_ERROR(validate_adaptive_cp(a));
   if (par.use_ulysses_allgather_kv && cp == 1)
     return InvalidArgument("--use-ulysses-allgather-kv needs --context-parallel-size > 1 with ulysses_cp_algo, found "
                            "--context-parallel-size 1");
