@@ -11,14 +11,15 @@
 // layout for every micro-batch (required with document masks; otherwise it is computed once);
 // --attention-mask-on-cpu is accepted without effect. Not supported yet, refused naming the flag:
 // hybrid_adaptive_cp_algo, --adaptive-cp-manually-set-mask-list, --cp-window-size,
-// --context-parallel-kv-cache-policy and pipeline parallelism with it; --cp-comm-type other than
-// p2p is an error. Differences from MindSpeed: MindSpeed takes a general [S, S] mask set by the
+// --context-parallel-kv-cache-policy and --use-multiparameter-pipeline-model-parallel with it;
+// --cp-comm-type other than p2p is an error. Differences from MindSpeed: MindSpeed takes a general [S, S] mask set by the
 // user (--cp-attention-mask-type general), clusters its rows with PCA + k-means and schedules
 // rounds that also move queries to idle ranks; Gale derives the mask from its own mask flags, uses
 // a greedy swap search and keeps the ring (docs/parallelism.md §11.4). Level 0 like the other
 // context-parallel options (the engine reads the flags with the layout; MindSpeed: L2).
 // Tests: tests/parallel/adaptive_cp_test.cc (layouts and their block counts),
-// tests/parallel/adaptive_cp_invariance_mpi_test.cc (CP2, CP4, TP2·CP2 + SP against one process),
+// tests/parallel/adaptive_cp_invariance_mpi_test.cc (CP2, CP4, TP2·CP2 + SP, PP2·CP2 against one
+// process),
 // tests/parallel/ring_attention_mpi_test.cc (skipped blocks), tests/train/arguments_parallel_test.cc.
 #include "features/registry.h"
 

@@ -7,16 +7,18 @@
 //  1. The block structure. The mask is Gale's: causal, per document (--reset-attention-mask: the
 //     document ids of the micro-batch's samples) and banded (--sliding-window), so query q sees an
 //     interval of keys; the sequence is cut into G units of S/G positions and w[a][b] counts the
-//     visible pairs between query unit a and key unit b, summed over the samples. G ≤ 1024 with
-//     the default coarsening (MindSpeed coarsens the mask to 1024 × 1024), G = S with
-//     --adaptive-cp-without-coarse (single positions).
+//     visible pairs between query unit a and key unit b, summed over the samples. By default a
+//     unit holds at least S/1024 positions (MindSpeed coarsens the mask to 1024 × 1024) and a
+//     flash-attention tile (64 positions, or S/(4N) when a rank holds fewer than 4 tiles), so a
+//     remapped rank holds whole tiles; G = S with --adaptive-cp-without-coarse (single positions).
 //  2. The remap (skipped with --adaptive-cp-only-reschedule, which keeps the sequence in order,
 //     rank r holding positions r·S/N … (r+1)·S/N − 1, as MindSpeed's identity order). Each rank
 //     holds G/N units. Starting from the better of the contiguous order and Megatron's
 //     load-balanced split (when G is a multiple of 2N), pairs of units on different ranks are
 //     swapped while that lowers, in this order, (i) the largest number of non-empty blocks in a
 //     rank's row (attention calls per ring pass), (ii) the largest number of visible pairs in a
-//     row (work), (iii) the number of non-empty blocks. This greedy search is Gale's own; MindSpeed
+//     row (work; a gain within 1/32 does not pay for an extra non-empty block), (iii) the number
+//     of non-empty blocks (at most 2^18 candidate swaps). This greedy search is Gale's own; MindSpeed
 //     clusters the coarsened mask's rows (PCA + k-means) instead. Positions are kept ascending
 //     within a rank.
 //  3. The schedule. Gale keeps the ring: every block still travels around it (a later rank may
@@ -46,8 +48,8 @@ struct AdaptiveCpOptions {
   bool coarse = true;  // false: --adaptive-cp-without-coarse (units of one position)
 };
 
-// Units the sequence is cut into: S without coarsening, else the largest divisor of S that is at
-// most 1024 and a multiple of N.
+// Units the sequence is cut into: S without coarsening, else the largest divisor of S that is a
+// multiple of N and at most S / max(S/1024, min(64, S/(4N)), 1).
 int64_t adaptive_cp_units(int64_t S, int64_t N, bool coarse);
 
 // Megatron's load-balanced split (parallel/context_split.h) and the contiguous split (rank r holds

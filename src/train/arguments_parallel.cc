@@ -582,8 +582,8 @@ Status resolve_cp_comm_type(Arguments& a) {
 }
 
 // MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo, parallel/adaptive_cp.h) and its
-// flags: ring attention only (p2p, one ring, no key/value cache), no pipeline parallelism yet, the
-// dynamic mode with document masks, and the sub-flags only with the algorithm.
+// flags: ring attention only (p2p, one ring, no key/value cache), not with the multi-parameter
+// pipeline, the dynamic mode with document masks, and the sub-flags only with the algorithm.
 Status validate_adaptive_cp(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const int64_t cp = par.context_parallel_size;
@@ -613,9 +613,11 @@ Status validate_adaptive_cp(const Arguments& a) {
   if (!par.context_parallel_kv_cache_policy.empty())
     return Unimplemented("--context-parallel-kv-cache-policy ", par.context_parallel_kv_cache_policy,
                          " with --context-parallel-algo adaptive_cp_algo: not supported yet");
-  if (par.pipeline_model_parallel_size > 1)
-    return Unimplemented("--context-parallel-algo adaptive_cp_algo with --pipeline-model-parallel-size ",
-                         par.pipeline_model_parallel_size, ": not supported yet (expected 1)");
+  // Every pipeline stage reads the micro-batch and computes the same layout, except that the later
+  // stages of the multi-parameter pipeline take the document ids from the transfer instead.
+  if (par.use_multiparameter_pipeline_model_parallel)
+    return Unimplemented("--context-parallel-algo adaptive_cp_algo with --use-multiparameter-pipeline-model-parallel: "
+                         "not supported yet (the later stages would plan without the document ids)");
   if (a.data.reset_attention_mask && !par.adaptive_cp_dynamic_attn_mask)
     return InvalidArgument("--context-parallel-algo adaptive_cp_algo with --reset-attention-mask: the document mask "
                            "changes every micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask "

@@ -62,11 +62,12 @@ int64_t busiest_pairs(const CpLayout& l) {
   return n;
 }
 
-TEST(AdaptiveCp, UnitsCoarsenToAtMost1024) {
-  EXPECT_EQ(adaptive_cp_units(4096, 4, true), 1024);
-  EXPECT_EQ(adaptive_cp_units(6000, 4, true), 1000);  // the largest divisor <= 1024 that 4 divides
-  EXPECT_EQ(adaptive_cp_units(64, 4, true), 64);
-  EXPECT_EQ(adaptive_cp_units(4096, 4, false), 4096);  // --adaptive-cp-without-coarse: single positions
+TEST(AdaptiveCp, UnitsAreFlashTilesAndAtMost1024) {
+  EXPECT_EQ(adaptive_cp_units(4096, 4, true), 64);      // tiles of 64 positions
+  EXPECT_EQ(adaptive_cp_units(131072, 4, true), 1024);  // S/1024 = 128 positions per unit
+  EXPECT_EQ(adaptive_cp_units(6000, 4, true), 80);      // the largest divisor below 6000/64 that 4 divides
+  EXPECT_EQ(adaptive_cp_units(64, 4, true), 16);        // 4 units per rank below a tile
+  EXPECT_EQ(adaptive_cp_units(4096, 4, false), 4096);   // --adaptive-cp-without-coarse: single positions
 }
 
 TEST(AdaptiveCp, DocumentMaskSkipsMostBlocksAndBalancesThem) {

@@ -662,8 +662,11 @@ TEST(ParallelArgs, AdaptiveContextParallel) {
             "--context-parallel-kv-cache-policy full with --context-parallel-algo adaptive_cp_algo: not supported yet");
   EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
                     "--pipeline-model-parallel-size 2", 4),
-            "--context-parallel-algo adaptive_cp_algo with --pipeline-model-parallel-size 2: not supported yet "
-            "(expected 1)");
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
+                    "--pipeline-model-parallel-size 2 --use-multiparameter-pipeline-model-parallel", 4),
+            "--context-parallel-algo adaptive_cp_algo with --use-multiparameter-pipeline-model-parallel: not "
+            "supported yet (the later stages would plan without the document ids)");
   EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo "
                     "--ulysses-degree-in-cp 2", 4),
             "--context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo, "
