@@ -1,4 +1,4 @@
-// MindSpeed's adaptive context parallelism (AdaptiveContextParallelFeature, --context-parallel-algo adaptive_cp_algo) in the registry.
+// MindSpeed's adaptive context parallelism (AdaptiveContextParallelFeature, --context-parallel-algo adaptive_cp_algo | hybrid_adaptive_cp_algo) in the registry.
 //
 // Ring attention over a layout of the sequence chosen from the micro-batch's attention mask
 // (parallel/adaptive_cp.h): the mask's block structure (causal, per document with
@@ -9,8 +9,10 @@
 // and backward (model/ring_attention.h; the blocks still travel). --adaptive-cp-without-coarse
 // remaps single positions instead of units of S/1024; --adaptive-cp-dynamic-attn-mask computes the
 // layout for every micro-batch (required with document masks; otherwise it is computed once);
-// --attention-mask-on-cpu is accepted without effect. Not supported yet, refused naming the flag:
-// hybrid_adaptive_cp_algo, --adaptive-cp-manually-set-mask-list, --cp-window-size,
+// --attention-mask-on-cpu is accepted without effect. hybrid_adaptive_cp_algo (with
+// --ulysses-degree-in-cp U) is hybrid_cp_algo whose rings over the CP/U Ulysses groups run on an
+// adaptive layout (parallel/adaptive_cp.h hybrid_cp_layout). Not supported yet, refused naming the
+// flag: --adaptive-cp-manually-set-mask-list, --cp-window-size,
 // --context-parallel-kv-cache-policy and --use-multiparameter-pipeline-model-parallel with it;
 // --cp-comm-type other than p2p is an error. Differences from MindSpeed: MindSpeed takes a general [S, S] mask set by the
 // user (--cp-attention-mask-type general), clusters its rows with PCA + k-means and schedules
@@ -18,8 +20,8 @@
 // a greedy swap search and keeps the ring (docs/parallelism.md §11.4). Level 0 like the other
 // context-parallel options (the engine reads the flags with the layout; MindSpeed: L2).
 // Tests: tests/parallel/adaptive_cp_test.cc (layouts and their block counts),
-// tests/parallel/adaptive_cp_invariance_mpi_test.cc (CP2, CP4, TP2·CP2 + SP, PP2·CP2 against one
-// process),
+// tests/parallel/adaptive_cp_invariance_mpi_test.cc (CP2, CP4, TP2·CP2 + SP, PP2·CP2, hybrid CP4·U2
+// against one process),
 // tests/parallel/ring_attention_mpi_test.cc (skipped blocks), tests/train/arguments_parallel_test.cc.
 #include "features/registry.h"
 
@@ -39,11 +41,14 @@ class AdaptiveCpFeature : public Feature {
            "rank's non-empty blocks and work (--adaptive-cp-only-reschedule: in order; --adaptive-cp-without-coarse: "
            "single positions), the empty (query rank, key rank) blocks skipped in forward and backward; "
            "--adaptive-cp-dynamic-attn-mask: a layout per micro-batch (required with --reset-attention-mask); "
-           "hybrid_adaptive_cp_algo and --adaptive-cp-manually-set-mask-list not supported yet";
+           "hybrid_adaptive_cp_algo (--ulysses-degree-in-cp U): Ulysses groups, their ring adaptive; "
+           "--adaptive-cp-manually-set-mask-list not supported yet";
   }
   bool requested(const FeatureContext& ctx) const override {
-    return ctx.args->parallel.context_parallel_algo == "adaptive_cp_algo" &&
-           ctx.args->parallel.context_parallel_size > 1;
+    const ParallelArgs& p = ctx.args->parallel;
+    const bool named = p.adaptive_cp || p.context_parallel_algo == "adaptive_cp_algo" ||
+                       p.context_parallel_algo == "hybrid_adaptive_cp_algo";
+    return named && p.context_parallel_size > 1;
   }
   std::string not_requested_reason(const FeatureContext& ctx) const override {
     return "not requested (algorithm adaptive_cp_algo with a context-parallel size above 1)";

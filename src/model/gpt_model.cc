@@ -279,6 +279,11 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
     GALE_CHECK_EQ(U * part_.cp_hybrid.ring_degree(), N) << "hybrid cp: Ulysses x ring sub-groups";
     rt.hybrid_ulysses_split = hybrid_ulysses_split(S_global, N, U, c);
     rt.hybrid_ring_split = hybrid_ring_split(S_global, N, U, c);
+    if (rt.cp_split.layout) {  // hybrid_adaptive_cp_algo: the rings' adaptive layout
+      GALE_CHECK(rt.cp_split.layout->ring && rt.cp_split.layout->ring->cp_size == part_.cp_hybrid.ring_degree())
+          << "hybrid adaptive cp: a micro-batch without the rings' layout";
+      rt.hybrid_ring_split.layout = rt.cp_split.layout->ring;
+    }
     rt.hybrid_positions = rt.hybrid_ring_split.local_positions();
     const int64_t Sb = rt.hybrid_ring_split.local_length();
     ap.Sq = Sb;

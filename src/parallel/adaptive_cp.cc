@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "parallel/context_split.h"
 
 namespace gale {
 
@@ -219,6 +220,23 @@ CpLayout adaptive_cp_layout(const CpMaskSpec& mask, int64_t N, const AdaptiveCpO
   }
   improve_by_swaps(w, N, owner, /*budget=*/int64_t{1} << 18);
   return layout_of(w, owner, N, mask.S);
+}
+
+CpLayout hybrid_cp_layout(std::shared_ptr<const CpLayout> ring, int64_t U) {
+  GALE_CHECK(ring && U >= 1 && ring->local_length() % (2 * U) == 0)
+      << "hybrid adaptive cp: ring blocks of " << (ring ? ring->local_length() : 0) << " positions over " << U
+      << " Ulysses ranks";
+  const int64_t R = ring->cp_size, N = R * U, Sb = ring->local_length(), Sl = Sb / U;
+  CpLayout l;
+  l.cp_size = N;
+  l.seq_length = ring->seq_length;
+  l.positions.resize(static_cast<size_t>(ring->seq_length));
+  for (int64_t c = 0; c < N; ++c) {
+    const ContextSplit inner{Sb, U, c % U, {}};
+    for (int64_t s = 0; s < Sl; ++s) l.positions[c * Sl + s] = ring->position(c / U, inner.global_position(s));
+  }
+  l.ring = std::move(ring);
+  return l;
 }
 
 std::shared_ptr<const CpLayout> AdaptiveCpPlanner::layout_for(const CpMaskSpec& mask) {

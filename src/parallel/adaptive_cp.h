@@ -60,6 +60,14 @@ CpLayout contiguous_cp_layout(const CpMaskSpec& mask, int64_t N);
 // The adaptive layout of `mask` over N ranks (S a multiple of 2N).
 CpLayout adaptive_cp_layout(const CpMaskSpec& mask, int64_t N, const AdaptiveCpOptions& options);
 
+// hybrid_adaptive_cp_algo: the layout of the N = R·U cp ranks for `ring`, an adaptive layout over
+// the R ring sub-groups. As under hybrid_cp_algo (parallel/hybrid_cp_groups.h), Ulysses rank k of
+// group g holds the block-local indices of Megatron's split of ring rank g's S/R positions over U
+// ranks (ContextSplit{S/R, U, k}), so the Ulysses all-to-all delivers ring rank g's positions in its
+// layout's order; position s of cp rank c = g·U + k is ring.position(g, ContextSplit{S/R, U, k}
+// .global_position(s)). The result carries `ring` (CpLayout::ring).
+CpLayout hybrid_cp_layout(std::shared_ptr<const CpLayout> ring, int64_t ulysses_degree);
+
 // The layouts of a run: computed for every micro-batch with --adaptive-cp-dynamic-attn-mask, else
 // once, for the first micro-batch, and reused (MindSpeed's cached grid mask; the flags' validation
 // requires the dynamic mode when document masks change between micro-batches).
@@ -69,6 +77,7 @@ class AdaptiveCpPlanner {
       : N_(cp_size), options_(options), dynamic_(dynamic) {}
   std::shared_ptr<const CpLayout> layout_for(const CpMaskSpec& mask);
   int64_t layouts_computed() const { return computed_; }
+  int64_t ring_size() const { return N_; }
 
  private:
   int64_t N_;

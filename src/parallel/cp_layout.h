@@ -3,13 +3,14 @@
 // Megatron's load-balanced split (parallel/context_split.h) is a formula; MindSpeed's adaptive CP
 // (parallel/adaptive_cp.h) chooses the positions of every rank from the attention mask of the
 // micro-batch, so the choice travels as data: `positions` lists, rank after rank, the S/N global
-// positions each rank holds (ascending within a rank), and `block_pairs` counts, for every pair of
+// positions each rank holds (ascending within a rank for a ring's layout), and `block_pairs` counts, for every pair of
 // ranks (q, k), the visible (query, key) pairs between rank q's queries and rank k's keys, summed
 // over the samples of the micro-batch. A block with no visible pair is skipped by ring attention
 // (model/ring_attention.h): no attention is computed for it, in forward or backward.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gale {
@@ -19,6 +20,9 @@ struct CpLayout {
   int64_t seq_length = 0;           // S_global
   std::vector<int32_t> positions;   // [cp_size, S_global / cp_size], ascending within each rank
   std::vector<int64_t> block_pairs; // [cp_size, cp_size]: visible pairs of (query rank, key rank)
+  // hybrid_adaptive_cp_algo: the layout of the ring sub-groups (R = CP/U ranks, parallel/adaptive_cp.h),
+  // whose blocks the ring skips; this layout then only places the cp ranks' positions (no block_pairs).
+  std::shared_ptr<const CpLayout> ring;
 
   int64_t local_length() const { return seq_length / cp_size; }
   int32_t position(int64_t rank, int64_t s) const { return positions[static_cast<size_t>(rank * local_length() + s)]; }

@@ -307,7 +307,7 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "key/value gradients reduce-scattered; = --cp-comm-type allgather) or ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP) or "
         "hybrid_cp_algo (Ulysses within groups of --ulysses-degree-in-cp consecutive cp ranks, ring attention "
         "across them) or adaptive_cp_algo (ring attention over a layout chosen from the attention mask, the empty "
-        "blocks skipped)");
+        "blocks skipped) or hybrid_adaptive_cp_algo (hybrid_cp_algo with that ring)");
   p.add("--ulysses-degree-in-cp", &a.ulysses_degree_in_cp,
         "hybrid_cp_algo: U, the cp ranks of each Ulysses sub-group (1 < U < CP, dividing CP; heads and query "
         "groups divisible by TP x U); the ring degree is CP / U");

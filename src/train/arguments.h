@@ -323,6 +323,9 @@ struct ParallelArgs {
   // layout for every micro-batch (required with document masks), --attention-mask-on-cpu has no
   // effect (Gale derives the blocks on the host from the document ids), and
   // --adaptive-cp-manually-set-mask-list is refused (MindSpeed's user-edited Python hook).
+  // Resolved: --context-parallel-algo adaptive_cp_algo, or hybrid_adaptive_cp_algo, which then
+  // reads hybrid_cp_algo in context_parallel_algo (Ulysses groups, their rings adaptive).
+  bool adaptive_cp = false;
   bool adaptive_cp_only_reschedule = false;
   bool adaptive_cp_without_coarse = false;
   bool adaptive_cp_dynamic_attn_mask = false;

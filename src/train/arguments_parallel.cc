@@ -584,10 +584,21 @@ Status resolve_cp_comm_type(Arguments& a) {
 // MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo, parallel/adaptive_cp.h) and its
 // flags: ring attention only (p2p, one ring, no key/value cache), not with the multi-parameter
 // pipeline, the dynamic mode with document masks, and the sub-flags only with the algorithm.
+// MindSpeed's hybrid_adaptive_cp_algo is hybrid_cp_algo with adaptive rings: resolved here into
+// hybrid_cp_algo plus ParallelArgs::adaptive_cp (as adaptive_cp_algo sets it), before validation.
+void resolve_adaptive_cp(ParallelArgs& par) {
+  if (par.context_parallel_algo == "hybrid_adaptive_cp_algo") {
+    par.context_parallel_algo = "hybrid_cp_algo";
+    par.adaptive_cp = true;
+  }
+  if (par.context_parallel_algo == "adaptive_cp_algo") par.adaptive_cp = true;
+}
+
 Status validate_adaptive_cp(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const int64_t cp = par.context_parallel_size;
-  const bool on = par.context_parallel_algo == "adaptive_cp_algo" && cp > 1;
+  const bool on = par.adaptive_cp && cp > 1;
+  const std::string algo = par.context_parallel_algo == "hybrid_cp_algo" ? "hybrid_adaptive_cp_algo" : "adaptive_cp_algo";
   const std::pair<bool, const char*> sub_flags[] = {
       {par.adaptive_cp_only_reschedule, "--adaptive-cp-only-reschedule"},
       {par.adaptive_cp_without_coarse, "--adaptive-cp-without-coarse"},
@@ -596,30 +607,31 @@ Status validate_adaptive_cp(const Arguments& a) {
       {par.adaptive_cp_manually_set_mask_list, "--adaptive-cp-manually-set-mask-list"}};
   for (const auto& [set, flag] : sub_flags)
     if (set && !on)
-      return InvalidArgument(flag, " applies to --context-parallel-algo adaptive_cp_algo with --context-parallel-size "
-                             "> 1, found ", cp == 1 ? std::string("--context-parallel-size 1")
-                                                    : "--context-parallel-algo " + par.context_parallel_algo);
+      return InvalidArgument(flag, " applies to --context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo "
+                             "with --context-parallel-size > 1, found ",
+                             cp == 1 ? std::string("--context-parallel-size 1")
+                                     : "--context-parallel-algo " + par.context_parallel_algo);
   if (!on) return Status::Ok();
   if (par.adaptive_cp_manually_set_mask_list)
     return Unimplemented("--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list from "
                          "a Python function the user edits, generate_adaptive_cp_mask_list_by_user; Gale derives every "
                          "block from the document ids and --sliding-window)");
   if (par.cp_comm_type != "p2p")
-    return InvalidArgument("--context-parallel-algo adaptive_cp_algo skips the empty blocks of ring attention: expected "
+    return InvalidArgument("--context-parallel-algo ", algo, " skips the empty blocks of ring attention: expected "
                            "--cp-comm-type p2p, found '", par.cp_comm_type, "'");
   if (par.cp_window_size > 1)
-    return Unimplemented("--cp-window-size ", par.cp_window_size,
-                         " with --context-parallel-algo adaptive_cp_algo: not supported yet (adaptive CP runs one ring)");
+    return Unimplemented("--cp-window-size ", par.cp_window_size, " with --context-parallel-algo ", algo,
+                         ": not supported yet (adaptive CP runs one ring)");
   if (!par.context_parallel_kv_cache_policy.empty())
     return Unimplemented("--context-parallel-kv-cache-policy ", par.context_parallel_kv_cache_policy,
-                         " with --context-parallel-algo adaptive_cp_algo: not supported yet");
+                         " with --context-parallel-algo ", algo, ": not supported yet");
   // Every pipeline stage reads the micro-batch and computes the same layout, except that the later
   // stages of the multi-parameter pipeline take the document ids from the transfer instead.
   if (par.use_multiparameter_pipeline_model_parallel)
-    return Unimplemented("--context-parallel-algo adaptive_cp_algo with --use-multiparameter-pipeline-model-parallel: "
+    return Unimplemented("--context-parallel-algo ", algo, " with --use-multiparameter-pipeline-model-parallel: "
                          "not supported yet (the later stages would plan without the document ids)");
   if (a.data.reset_attention_mask && !par.adaptive_cp_dynamic_attn_mask)
-    return InvalidArgument("--context-parallel-algo adaptive_cp_algo with --reset-attention-mask: the document mask "
+    return InvalidArgument("--context-parallel-algo ", algo, " with --reset-attention-mask: the document mask "
                            "changes every micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask "
                            "(a layout computed once would skip blocks that later micro-batches need)");
   return Status::Ok();
@@ -633,10 +645,6 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
   const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
   const bool adaptive = algo == "adaptive_cp_algo";
   if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid && !adaptive) {
-    if (algo == "hybrid_adaptive_cp_algo")
-      return Unimplemented("--context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (Gale implements "
-                           "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, hybrid_cp_algo and "
-                           "adaptive_cp_algo; Ulysses under adaptive CP's ring is not implemented)");
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
                            "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
@@ -646,12 +654,13 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
                            algo, "'");
   // MindSpeed's rule: the hybrid needs both factors; U = 1 would be megatron_cp_algo's ring and
   // U = CP ulysses_cp_algo, which are selected by name instead.
+  const std::string hybrid_name = par.adaptive_cp ? "hybrid_adaptive_cp_algo" : "hybrid_cp_algo";
   if (hybrid && (U < 2 || U >= cp || cp % U != 0))
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+    return InvalidArgument("--context-parallel-algo ", hybrid_name, ": expected --ulysses-degree-in-cp U with 1 < U < "
                            "--context-parallel-size ", cp, " and U dividing it (U = 1 is megatron_cp_algo, U = CP "
                            "ulysses_cp_algo), found ", U == 0 ? std::string("none") : std::to_string(U));
   if (hybrid && par.cp_comm_type != "p2p")
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: "
+    return InvalidArgument("--context-parallel-algo ", hybrid_name, " runs ring attention across its Ulysses groups: "
                            "expected --cp-comm-type p2p, found '", par.cp_comm_type, "'");
   GALE_RETURN_IF_ERROR(validate_adaptive_cp(a));
   if (par.use_ulysses_allgather_kv && cp == 1)
@@ -932,6 +941,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
   GALE_RETURN_IF_ERROR(resolve_cp_comm_type(a));
+  resolve_adaptive_cp(par);
   GALE_RETURN_IF_ERROR(validate_context_parallel(a, requested_comm));
   GALE_RETURN_IF_ERROR(validate_ring_options(a));
   const int64_t ep = par.expert_model_parallel_size;

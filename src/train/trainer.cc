@@ -24,7 +24,8 @@ namespace {
 
 // Context parallelism: keeps this cp rank's positions of each sequence of `mb` (S positions):
 // Megatron's split, or under adaptive_cp_algo the layout `adaptive` chooses for the micro-batch's
-// mask (every cp rank reads the same samples, so every one computes the same layout).
+// mask (every cp rank reads the same samples, so every one computes the same layout); under
+// hybrid_adaptive_cp_algo that layout is the rings' and the cp ranks' follows from it.
 Status keep_context_parallel_positions(const ParallelState& ps, int64_t S, int64_t window,
                                        AdaptiveCpPlanner* adaptive, MicroBatch* mb) {
   if (ps.cp_size() <= 1) return Status::Ok();
@@ -32,10 +33,12 @@ Status keep_context_parallel_positions(const ParallelState& ps, int64_t S, int64
   if (adaptive) {
     const CpMaskSpec mask{mb->B, S, mb->document_ids.empty() ? nullptr : mb->document_ids.data(), window};
     const int64_t before = adaptive->layouts_computed();
-    split.layout = adaptive->layout_for(mask);
+    const std::shared_ptr<const CpLayout> ring = adaptive->layout_for(mask);
+    const int64_t ulysses = ps.cp_size() / adaptive->ring_size();
+    split.layout = ulysses > 1 ? std::make_shared<const CpLayout>(hybrid_cp_layout(ring, ulysses)) : ring;
     if (before == 0 && adaptive->layouts_computed() == 1) {  // the first layout, against Megatron's split
-      const CpLayout& l = *split.layout;
-      const CpLayout megatron = load_balanced_cp_layout(mask, ps.cp_size());
+      const CpLayout& l = *ring;
+      const CpLayout megatron = load_balanced_cp_layout(mask, adaptive->ring_size());
       int64_t busiest = 0, megatron_busiest = 0;
       for (int64_t r = 0; r < l.cp_size; ++r) {
         busiest = std::max(busiest, l.nonempty_in_row(r));

@@ -92,13 +92,12 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
                             "= 4 (each sequence is cut into 2 x CP equal chunks)"),
             std::string::npos)
       << odd.output;
-  test::RunResult adaptive =
-      test::run_with_timeout(tiny(1, {"--context-parallel-algo", "hybrid_adaptive_cp_algo"}), {}, 60);
+  test::RunResult adaptive = test::run_with_timeout(tiny(1, {"--adaptive-cp-manually-set-mask-list"}), {}, 60);
   EXPECT_EQ(adaptive.exit_code, 2);
   EXPECT_EQ(adaptive.output,
-            "gale pretrain: error: --context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (Gale "
-            "implements megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, hybrid_cp_algo and adaptive_cp_algo; "
-            "Ulysses under adaptive CP's ring is not implemented)\n");
+            "gale pretrain: error: --adaptive-cp-manually-set-mask-list applies to --context-parallel-algo "
+            "adaptive_cp_algo or hybrid_adaptive_cp_algo with --context-parallel-size > 1, found "
+            "--context-parallel-size 1\n");
   test::RunResult hybrid = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "hybrid_cp_algo"}), {}, 60);
   EXPECT_EQ(hybrid.exit_code, 2);
   EXPECT_EQ(hybrid.output,

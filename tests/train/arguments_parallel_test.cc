@@ -641,11 +641,11 @@ TEST(ParallelArgs, AdaptiveContextParallel) {
             "micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask (a layout computed once "
             "would skip blocks that later micro-batches need)");
   EXPECT_EQ(message("--adaptive-cp-only-reschedule", 1),
-            "--adaptive-cp-only-reschedule applies to --context-parallel-algo adaptive_cp_algo with "
-            "--context-parallel-size > 1, found --context-parallel-size 1");
+            "--adaptive-cp-only-reschedule applies to --context-parallel-algo adaptive_cp_algo or "
+            "hybrid_adaptive_cp_algo with --context-parallel-size > 1, found --context-parallel-size 1");
   EXPECT_EQ(message("--context-parallel-size 2 --adaptive-cp-dynamic-attn-mask", 2),
-            "--adaptive-cp-dynamic-attn-mask applies to --context-parallel-algo adaptive_cp_algo with "
-            "--context-parallel-size > 1, found --context-parallel-algo megatron_cp_algo");
+            "--adaptive-cp-dynamic-attn-mask applies to --context-parallel-algo adaptive_cp_algo or "
+            "hybrid_adaptive_cp_algo with --context-parallel-size > 1, found --context-parallel-algo megatron_cp_algo");
   EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
                     "--adaptive-cp-manually-set-mask-list", 2),
             "--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list from a Python "
@@ -667,11 +667,20 @@ TEST(ParallelArgs, AdaptiveContextParallel) {
                     "--pipeline-model-parallel-size 2 --use-multiparameter-pipeline-model-parallel", 4),
             "--context-parallel-algo adaptive_cp_algo with --use-multiparameter-pipeline-model-parallel: not "
             "supported yet (the later stages would plan without the document ids)");
-  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo "
-                    "--ulysses-degree-in-cp 2", 4),
-            "--context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo, "
-            "kvallgather_cp_algo, ulysses_cp_algo, hybrid_cp_algo and adaptive_cp_algo; Ulysses under adaptive CP's "
-            "ring is not implemented)");
+  // hybrid_adaptive_cp_algo: hybrid_cp_algo (Ulysses groups) whose rings are adaptive.
+  Validated hybrid = validate("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo "
+                              "--ulysses-degree-in-cp 2", 4);
+  ASSERT_TRUE(hybrid.status.ok()) << hybrid.status.to_string();
+  EXPECT_EQ(hybrid.args.parallel.context_parallel_algo, "hybrid_cp_algo");
+  EXPECT_TRUE(hybrid.args.parallel.adaptive_cp);
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo", 4),
+            "--context-parallel-algo hybrid_adaptive_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+            "--context-parallel-size 4 and U dividing it (U = 1 is megatron_cp_algo, U = CP ulysses_cp_algo), found "
+            "none");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo --ulysses-degree-in-cp "
+                    "2 --cp-window-size 2", 8),
+            "--cp-window-size 2 with --context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (adaptive CP "
+            "runs one ring)");
 }
 
 // --cp-window-size: 1 <= W < the ring size, W dividing it, and only for ring attention.
