@@ -1,4 +1,4 @@
-// MindSpeed's adaptive context parallelism (--context-parallel-algo adaptive_cp_algo): a layout of the sequence over the cp ranks chosen from the attention mask, so that ring attention can skip empty blocks.
+// MindSpeed's adaptive context parallelism (--context-parallel-algo adaptive_cp_algo | hybrid_adaptive_cp_algo): a layout of the sequence over the cp ranks chosen from the attention mask, so that ring attention can skip empty blocks.
 //
 // Ring attention computes, on every cp rank q, one attention call per key block k (the positions
 // of rank k). When the mask hides every (query, key) pair of block (q, k) the call is wasted work.
@@ -27,6 +27,8 @@
 //     ranks and sends only the blocks a round needs; Gale does not.
 //
 // The result is exact: an empty block contributes nothing to any output, lse or gradient.
+// hybrid_adaptive_cp_algo runs the same over the ring of its R = N/U Ulysses groups
+// (hybrid_cp_layout below).
 #pragma once
 
 #include <cstdint>
