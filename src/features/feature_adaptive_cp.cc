@@ -12,9 +12,9 @@
 // --attention-mask-on-cpu is accepted without effect. hybrid_adaptive_cp_algo (with
 // --ulysses-degree-in-cp U) is hybrid_cp_algo whose rings over the CP/U Ulysses groups run on an
 // adaptive layout (parallel/adaptive_cp.h hybrid_cp_layout). Not supported yet, refused naming the
-// flag: --adaptive-cp-manually-set-mask-list, --cp-window-size,
-// --context-parallel-kv-cache-policy and --use-multiparameter-pipeline-model-parallel with it;
-// --cp-comm-type other than p2p is an error. Differences from MindSpeed: MindSpeed takes a general [S, S] mask set by the
+// flag: --adaptive-cp-manually-set-mask-list and --use-multiparameter-pipeline-model-parallel with
+// it; --cp-comm-type other than p2p is an error. The double ring (--cp-window-size) and the ring's
+// key/value cache apply to its ring unchanged (the skip depends only on which rank's block is visiting). Differences from MindSpeed: MindSpeed takes a general [S, S] mask set by the
 // user (--cp-attention-mask-type general), clusters its rows with PCA + k-means and schedules
 // rounds that also move queries to idle ranks; Gale derives the mask from its own mask flags, uses
 // a greedy swap search and keeps the ring (docs/parallelism.md §11.4). Level 0 like the other

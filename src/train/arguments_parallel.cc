@@ -582,7 +582,7 @@ Status resolve_cp_comm_type(Arguments& a) {
 }
 
 // MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo, parallel/adaptive_cp.h) and its
-// flags: ring attention only (p2p, one ring, no key/value cache), not with the multi-parameter
+// flags: ring attention only (p2p; the double ring and the key/value cache apply), not with the multi-parameter
 // pipeline, the dynamic mode with document masks, and the sub-flags only with the algorithm.
 // MindSpeed's hybrid_adaptive_cp_algo is hybrid_cp_algo with adaptive rings: resolved here into
 // hybrid_cp_algo plus ParallelArgs::adaptive_cp (as adaptive_cp_algo sets it), before validation.
@@ -619,12 +619,6 @@ Status validate_adaptive_cp(const Arguments& a) {
   if (par.cp_comm_type != "p2p")
     return InvalidArgument("--context-parallel-algo ", algo, " skips the empty blocks of ring attention: expected "
                            "--cp-comm-type p2p, found '", par.cp_comm_type, "'");
-  if (par.cp_window_size > 1)
-    return Unimplemented("--cp-window-size ", par.cp_window_size, " with --context-parallel-algo ", algo,
-                         ": not supported yet (adaptive CP runs one ring)");
-  if (!par.context_parallel_kv_cache_policy.empty())
-    return Unimplemented("--context-parallel-kv-cache-policy ", par.context_parallel_kv_cache_policy,
-                         " with --context-parallel-algo ", algo, ": not supported yet");
   // Every pipeline stage reads the micro-batch and computes the same layout, except that the later
   // stages of the multi-parameter pipeline take the document ids from the transfer instead.
   if (par.use_multiparameter_pipeline_model_parallel)
@@ -723,7 +717,8 @@ Status validate_ring_options(const Arguments& a) {
   const std::string& algo = par.context_parallel_algo;
   const int64_t cp = par.context_parallel_size, W = par.cp_window_size, k = par.context_parallel_cache_interval;
   const bool hybrid = algo == "hybrid_cp_algo";
-  const bool ring = cp > 1 && (hybrid || (algo == "megatron_cp_algo" && par.cp_comm_type == "p2p"));
+  const bool ring = cp > 1 && (hybrid || ((algo == "megatron_cp_algo" || algo == "adaptive_cp_algo") &&
+                                          par.cp_comm_type == "p2p"));
   const std::string needs = "ring attention (--context-parallel-size > 1 with megatron_cp_algo and --cp-comm-type "
                             "p2p, or hybrid_cp_algo)";
   const std::string found = cp == 1                     ? std::string("--context-parallel-size 1")

@@ -9,7 +9,8 @@
 //   documents (--reset-attention-mask; the test data's documents average 6 positions, so at CP4 the
 //     first micro-batch's layout has 7 non-empty blocks of 16, Megatron's split 12), at CP2 and CP4,
 //     on flash attention, with --adaptive-cp-only-reschedule (the sequence in order), TP2 + SP and
-//     PP2 (every stage computes the same layouts), and hybrid_adaptive_cp_algo at CP4 with U = 2 (Ulysses
+//     PP2 (every stage computes the same layouts), the double ring with the half key/value cache
+//     (CP4, windows of 2), the full cache (CP2, in order: a block skipped), and hybrid_adaptive_cp_algo at CP4 with U = 2 (Ulysses
 //     pairs, their rings of 2 adaptive; in order, the first ring rank's queries skip the second's block);
 //   causal (nothing to skip at CP2: the layout balances the work) and --sliding-window 6 (a band;
 //     7 of 16 blocks, Megatron's split 14) with --adaptive-cp-without-coarse.
@@ -43,6 +44,10 @@ const std::vector<Layout>& layouts() {
       {"cp4_docs_only_reschedule", 4, adaptive(4, {"--adaptive-cp-only-reschedule"})},
       {"tp2_cp2_sp_docs", 4, adaptive(2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"})},
       {"pp2_cp2_docs", 4, adaptive(2, {"--pipeline-model-parallel-size", "2"})},
+      {"cp4_docs_window2_kv_cache_half", 4, adaptive(4, {"--cp-window-size", "2", "--context-parallel-kv-cache-policy",
+                                                         "half"})},
+      {"cp2_docs_kv_cache_full", 2, adaptive(2, {"--adaptive-cp-only-reschedule", "--context-parallel-kv-cache-policy",
+                                                 "full"})},
       {"cp4_hybrid_u2_docs", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_adaptive_cp_algo",
                                  "--ulysses-degree-in-cp", "2", "--adaptive-cp-dynamic-attn-mask"}},
       {"cp4_hybrid_u2_docs_only_reschedule", 4, {"--context-parallel-size", "4", "--context-parallel-algo",
@@ -64,6 +69,8 @@ const std::map<std::string, std::vector<std::string>>& masks() {
       {"cp4_docs_only_reschedule", kDocs},
       {"tp2_cp2_sp_docs", kDocs},
       {"pp2_cp2_docs", kDocs},
+      {"cp4_docs_window2_kv_cache_half", kDocs},
+      {"cp2_docs_kv_cache_full", kDocs},
       {"cp4_hybrid_u2_docs", kDocs},
       {"cp4_hybrid_u2_docs_only_reschedule", kDocs},
       {"cp2_causal", {}},

@@ -654,12 +654,12 @@ TEST(ParallelArgs, AdaptiveContextParallel) {
   EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo --cp-comm-type allgather", 2),
             "--context-parallel-algo adaptive_cp_algo skips the empty blocks of ring attention: expected "
             "--cp-comm-type p2p, found 'allgather'");
-  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo --cp-window-size 2", 4),
-            "--cp-window-size 2 with --context-parallel-algo adaptive_cp_algo: not supported yet (adaptive CP runs "
-            "one ring)");
-  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
-                    "--context-parallel-kv-cache-policy full", 2),
-            "--context-parallel-kv-cache-policy full with --context-parallel-algo adaptive_cp_algo: not supported yet");
+  // The double ring and the ring's key/value cache apply to its ring too.
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo --cp-window-size 2 "
+                    "--context-parallel-kv-cache-policy half", 4),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo --cp-window-size 4", 4),
+            "--cp-window-size 4: expected W < --context-parallel-size 4 and dividing it (windows of W ranks), found 4");
   EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
                     "--pipeline-model-parallel-size 2", 4),
             "ok");
@@ -678,9 +678,9 @@ TEST(ParallelArgs, AdaptiveContextParallel) {
             "--context-parallel-size 4 and U dividing it (U = 1 is megatron_cp_algo, U = CP ulysses_cp_algo), found "
             "none");
   EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo --ulysses-degree-in-cp "
-                    "2 --cp-window-size 2", 8),
-            "--cp-window-size 2 with --context-parallel-algo hybrid_adaptive_cp_algo: not supported yet (adaptive CP "
-            "runs one ring)");
+                    "2 --cp-comm-type allgather", 4),
+            "--context-parallel-algo hybrid_adaptive_cp_algo runs ring attention across its Ulysses groups: expected "
+            "--cp-comm-type p2p, found 'allgather'");
 }
 
 // --cp-window-size: 1 <= W < the ring size, W dividing it, and only for ring attention.
