@@ -15,11 +15,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
     std::vector<std::string> sub_flags;
   };
   static const Row rows[] = {
-      {"adaptive-cp", "", FeatureModule::kParallel, "AdaptiveContextParallelFeature (L2)",
-       "mask-aware rescheduling of context-parallel blocks for arbitrary masks (--context-parallel-algo "
-       "adaptive_cp_algo or hybrid_adaptive_cp_algo)",
-       {"--attention-mask-on-cpu", "--adaptive-cp-without-coarse", "--adaptive-cp-dynamic-attn-mask",
-        "--adaptive-cp-only-reschedule", "--adaptive-cp-manually-set-mask-list"}},
       {"auto-parallel", nullptr, FeatureModule::kParallel, "automatic parallelism (legacy code path)",
        "search of the parallel layout with a memory model and an operator cost model", {}},
       {"auto-settings", nullptr, FeatureModule::kParallel, "AutoSettingsFeature (L2)",

@@ -337,6 +337,9 @@ struct ModelPartition {
   // --cp-comm-type p2p (megatron_cp_algo): ring attention (model/ring_attention.h), the key/value
   // blocks passed around the cp group; false: all-gather of keys and values (allgather).
   bool cp_ring = false;
+  // --context-parallel-algo adaptive_cp_algo (with cp_ring): every micro-batch arrives sliced with
+  // an explicit layout (MicroBatch::cp_layout, parallel/adaptive_cp.h), whose empty blocks the ring skips.
+  bool cp_adaptive = false;
   // --context-parallel-algo hybrid_cp_algo (parallel/hybrid_cp_groups.h): the cp group factored
   // into Ulysses sub-groups of U = --ulysses-degree-in-cp consecutive cp ranks and ring sub-groups
   // of CP/U ranks; attention runs an all-to-all within the Ulysses group (1/U of this TP rank's

@@ -25,6 +25,7 @@ std::vector<T> slice_rows(const std::vector<T>& in, int64_t B, int64_t S, const 
 // Moves whole chunks between the rank-major order of a collective's buffer ([N, S_local·B, W]:
 // rank r's local rows) and global position order ([S_global·B, W]). `to_global` picks the direction.
 void permute_chunks(const ContextSplit& split, int64_t B, int64_t W, const float* src, float* dst, bool to_global) {
+  GALE_CHECK(!split.layout) << "the all-gather and Ulysses exchanges move Megatron's chunks, not an adaptive layout";
   const int64_t C = split.chunk_length(), Tl = split.local_length() * B, rows = C * B;
   for (int64_t r = 0; r < split.cp_size; ++r)
     for (int64_t h = 0; h < 2; ++h) {
@@ -54,6 +55,7 @@ MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split) 
   mb.key_document_ids = full.document_ids;
   mb.sample_ids = full.sample_ids;
   mb.seq_positions = pos;
+  mb.cp_layout = split.layout;
   return mb;
 }
 

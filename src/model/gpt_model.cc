@@ -232,10 +232,16 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
   const int64_t S_global = st.mb.global_length();
-  rt.cp_split = ContextSplit{S_global, part_.cp_size(), part_.cp_rank()};
+  rt.cp_split = ContextSplit{S_global, part_.cp_size(), part_.cp_rank(), {}};
   if (rt.cp_split.cp_size > 1) {
     GALE_CHECK(S_global == S * rt.cp_split.cp_size && static_cast<int64_t>(st.mb.seq_positions.size()) == S)
         << "context parallelism needs a micro-batch sliced for this cp rank (slice_micro_batch)";
+    // adaptive_cp_algo: the positions of every rank and the empty blocks come with the micro-batch.
+    GALE_CHECK(part_.cp_adaptive == static_cast<bool>(st.mb.cp_layout))
+        << "adaptive_cp_algo needs micro-batches sliced with an adaptive layout, and only it";
+    rt.cp_split.layout = st.mb.cp_layout;
+    GALE_CHECK(!rt.cp_split.layout || rt.cp_split.local_positions() == st.mb.seq_positions)
+        << "adaptive cp: the micro-batch's positions are not its layout's";
     GALE_CHECK(st.mb.document_ids.empty() || !st.mb.key_document_ids.empty())
         << "context parallelism with document ids needs the whole sequences' ids for the keys";
   } else if (cache) {
@@ -275,6 +281,11 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
     GALE_CHECK_EQ(U * part_.cp_hybrid.ring_degree(), N) << "hybrid cp: Ulysses x ring sub-groups";
     rt.hybrid_ulysses_split = hybrid_ulysses_split(S_global, N, U, c);
     rt.hybrid_ring_split = hybrid_ring_split(S_global, N, U, c);
+    if (rt.cp_split.layout) {  // hybrid_adaptive_cp_algo: the rings' adaptive layout
+      GALE_CHECK(rt.cp_split.layout->ring && rt.cp_split.layout->ring->cp_size == part_.cp_hybrid.ring_degree())
+          << "hybrid adaptive cp: a micro-batch without the rings' layout";
+      rt.hybrid_ring_split.layout = rt.cp_split.layout->ring;
+    }
     rt.hybrid_positions = rt.hybrid_ring_split.local_positions();
     const int64_t Sb = rt.hybrid_ring_split.local_length();
     ap.Sq = Sb;

@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "parallel/cp_layout.h"
 
 namespace gale {
 
@@ -24,6 +27,8 @@ struct MicroBatch {
   std::vector<int64_t> sample_ids;    // [B]: global index of each sample in the training stream (dropout streams)
   std::vector<int32_t> seq_positions;     // [S]: global position of each local position (empty: 0..S-1)
   std::vector<int32_t> key_document_ids;  // [B, S_global] with context parallelism and document ids, else empty
+  // adaptive_cp_algo: the layout this micro-batch was sliced with (parallel/cp_layout.h), else null.
+  std::shared_ptr<const CpLayout> cp_layout;
 
   int64_t global_length() const { return S_global > 0 ? S_global : S; }
   int32_t seq_position(int64_t s) const { return seq_positions.empty() ? static_cast<int32_t>(s) : seq_positions[s]; }

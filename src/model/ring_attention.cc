@@ -110,7 +110,9 @@ class RingBlocks {
     positions_.resize(static_cast<size_t>(N));
     docs_.resize(static_cast<size_t>(N));
     for (int64_t j = 0; j < N; ++j) {
-      positions_[j] = ContextSplit{S, N, j}.local_positions();
+      ContextSplit rank_j = split;  // with its adaptive layout, if any
+      rank_j.cp_rank = j;
+      positions_[j] = rank_j.local_positions();
       if (!ap.k_doc_ids) continue;
       docs_[j].resize(static_cast<size_t>(B * Sl));
       for (int64_t b = 0; b < B; ++b)
@@ -172,6 +174,11 @@ void join_half_blocks(int64_t T, int64_t KVHD, const float* keys, const float* v
   }
 }
 
+// adaptive_cp_algo: whether this rank's queries see no key of rank `owner`'s block (its attention is skipped).
+bool skipped(const ContextSplit& split, int64_t owner) {
+  return split.layout && !split.layout->nonempty(split.cp_rank, owner);
+}
+
 // Step s's entry of a RingSaved::cache (the block received at step s ≥ 1).
 float* cached_block(const Tensor& cache, int64_t s) {
   return cache.data<float>() + (s - 1) * cache.size(1) * cache.size(2);
@@ -199,11 +206,15 @@ RingSaved ring_attention_forward(Communicator& cp, const ContextSplit& split, co
     transport.begin(s);  // the next block's transfer overlaps this block's attention
     const float* cur = transport.current();
     const AttentionProblem bp = blocks.problem(topo.block_at(s));
-    if (s == 0) {
+    if (s == 0) {  // this rank's own block: never empty (every query sees itself)
       forward(bp, qkv, ql, cur, bkl, cur, bvl, out, lse);
     } else {
-      forward(bp, qkv, ql, cur, bkl, cur, bvl, part_out.data<float>(), part_lse.data<float>());
-      merge_attention_partial(B, ap.NH, Sl, HD, out, lse, part_out.data<float>(), part_lse.data<float>());
+      if (skipped(split, topo.block_at(s))) {
+        ++saved.skipped_blocks;
+      } else {
+        forward(bp, qkv, ql, cur, bkl, cur, bvl, part_out.data<float>(), part_lse.data<float>());
+        merge_attention_partial(B, ap.NH, Sl, HD, out, lse, part_out.data<float>(), part_lse.data<float>());
+      }
       if (full) std::copy_n(cur, count, cached_block(saved.cache, s));
       if (half) copy_half_block(Tl, KV * HD, cur, /*values=*/false, cached_block(saved.cache, s));
     }
@@ -261,19 +272,24 @@ void ring_attention_backward(Communicator& cp, const ContextSplit& split, const 
       grad = travelling[0].data<float>();
       backward(bp, qkv, ql, cur, bkl, cur, bvl, out, lse, dout, dqkv, grad, grad);
     } else {
+      // An empty block (adaptive_cp_algo) adds nothing: its gradient passes through unchanged.
+      const bool skip = skipped(split, topo.block_at(s));
       float* dg = block_grad.data<float>();
       float* dqp = dq_part.data<float>();
-      backward(bp, qkv, ql, cur, bkl, cur, bvl, out, lse, dout, dqp, dg, dg);
-      for (int64_t t = 0; t < Tl; ++t)
-        for (int64_t h = 0; h < NH; ++h) {
-          float* d = dqkv + ql.offset(t, h);
-          const float* p = dqp + ql.offset(t, h);
-          for (int64_t c = 0; c < HD; ++c) d[c] += p[c];
-        }
+      if (!skip) {
+        backward(bp, qkv, ql, cur, bkl, cur, bvl, out, lse, dout, dqp, dg, dg);
+        for (int64_t t = 0; t < Tl; ++t)
+          for (int64_t h = 0; h < NH; ++h) {
+            float* d = dqkv + ql.offset(t, h);
+            const float* p = dqp + ql.offset(t, h);
+            for (int64_t c = 0; c < HD; ++c) d[c] += p[c];
+          }
+      }
       grad_recv->wait();  // the block's gradient from the ranks it visited before
       grad_send->wait();
       grad = travelling[s % 2].data<float>();
-      for (int64_t e = 0; e < count; ++e) grad[e] += dg[e];
+      if (!skip)
+        for (int64_t e = 0; e < count; ++e) grad[e] += dg[e];
     }
     // The gradient follows its block one hop behind; the previous buffer's send has completed.
     float* other = travelling[(s + 1) % 2].data<float>();

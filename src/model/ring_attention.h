@@ -29,6 +29,11 @@
 // them around again (half: only the values travel). Memory per layer grows to S_global·B·2·KV·HD
 // (full) or S_local·B·2·KV·HD + (S_global − S_local)·B·KV·HD (half).
 //
+// Under adaptive_cp_algo the split carries an explicit layout (parallel/cp_layout.h): the ranks'
+// positions come from it, and a visiting block none of whose keys this rank's queries see is not
+// attended to (forward) and adds nothing to dQ or to its travelling gradient (backward); it still
+// travels, since later ranks of the ring may need it.
+//
 // Per layer and rank, forward sends N − 1 blocks of S_local·B·2·KV·HD floats; backward sends N − 1
 // key/value blocks (none with the full cache, N − 1 value halves with the half cache) and N
 // gradient blocks (docs/parallelism.md §11).
@@ -58,6 +63,10 @@ struct RingSaved {
   // RingKvCache::kFull: the N − 1 blocks received, in step order [N − 1, S_local·B, 2·KV·HD];
   // kHalf: their keys [N − 1, S_local·B, KV·HD]; kNone: undefined.
   Tensor cache;
+  // adaptive_cp_algo (split.layout): the visiting blocks whose attention forward skipped, because
+  // none of this rank's queries sees any of their keys (parallel/cp_layout.h). The blocks still
+  // travel around the ring; backward skips the same ones.
+  int64_t skipped_blocks = 0;
 };
 
 // Forward of this rank's queries (read from `qkv` through ql) against the keys and values of the

@@ -6,6 +6,11 @@
 namespace gale {
 
 int64_t ContextSplit::global_position(int64_t s, int64_t rank) const {
+  if (layout) {
+    GALE_CHECK(s >= 0 && s < layout->local_length() && rank >= 0 && rank < layout->cp_size)
+        << "local position " << s << " of cp rank " << rank << " outside the layout";
+    return layout->position(rank, s);
+  }
   const int64_t C = chunk_length();
   GALE_CHECK(s >= 0 && s < 2 * C) << "local position " << s << " outside the " << 2 * C << " a cp rank holds";
   return s < C ? rank * C + s : (2 * cp_size - 1 - rank) * C + (s - C);
@@ -24,7 +29,7 @@ StatusOr<ContextSplit> make_context_split(int64_t seq_length, int64_t cp_size, i
   if (cp_size > 1 && seq_length % (2 * cp_size) != 0)
     return InvalidArgument("--seq-length ", seq_length, " must be divisible by 2 x --context-parallel-size ", cp_size,
                            " = ", 2 * cp_size, " (each sequence is cut into 2·CP equal chunks)");
-  return ContextSplit{seq_length, cp_size, cp_rank};
+  return ContextSplit{seq_length, cp_size, cp_rank, {}};
 }
 
 }  // namespace gale

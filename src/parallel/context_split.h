@@ -7,12 +7,19 @@
 // position r·C + s for s < C and (2N−1−r)·C + (s − C) otherwise. With N = 1 the split is the
 // identity. Activations are [S, B, ...] with row t = s·B + b, so each chunk is a contiguous
 // range of C·B rows.
+//
+// Under --context-parallel-algo adaptive_cp_algo the positions come from an explicit layout
+// chosen per micro-batch (`layout`, parallel/cp_layout.h, parallel/adaptive_cp.h) instead of the
+// formula; chunk_length() then has no meaning (the all-gather and Ulysses paths, which use it,
+// never run with a layout).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/status.h"
+#include "parallel/cp_layout.h"
 
 namespace gale {
 
@@ -20,6 +27,8 @@ struct ContextSplit {
   int64_t seq_length = 0;  // S_global: positions of the whole sequence
   int64_t cp_size = 1;
   int64_t cp_rank = 0;
+  // adaptive_cp_algo: the micro-batch's layout (positions of every rank, empty blocks); null: the formula.
+  std::shared_ptr<const CpLayout> layout;
 
   // Positions per chunk (C) and held by each rank (2·C = S_global / N).
   int64_t chunk_length() const { return seq_length / (2 * cp_size); }

@@ -23,11 +23,11 @@ HybridCpGroups make_hybrid_cp_groups(const Comm& cp, int64_t ulysses_degree) {
 }
 
 ContextSplit hybrid_ulysses_split(int64_t seq_length, int64_t cp_size, int64_t ulysses_degree, int64_t cp_rank) {
-  return ContextSplit{seq_length / (cp_size / ulysses_degree), ulysses_degree, cp_rank % ulysses_degree};
+  return ContextSplit{seq_length / (cp_size / ulysses_degree), ulysses_degree, cp_rank % ulysses_degree, {}};
 }
 
 ContextSplit hybrid_ring_split(int64_t seq_length, int64_t cp_size, int64_t ulysses_degree, int64_t cp_rank) {
-  return ContextSplit{seq_length, cp_size / ulysses_degree, cp_rank / ulysses_degree};
+  return ContextSplit{seq_length, cp_size / ulysses_degree, cp_rank / ulysses_degree, {}};
 }
 
 }  // namespace gale

@@ -307,7 +307,8 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
         "allgather keys and values all-gathered) or kvallgather_cp_algo (keys and values all-gathered, queries local, "
         "key/value gradients reduce-scattered; = --cp-comm-type allgather) or ulysses_cp_algo (all-to-all from sequence to head split; heads and query groups divisible by TP x CP) or "
         "hybrid_cp_algo (Ulysses within groups of --ulysses-degree-in-cp consecutive cp ranks, ring attention "
-        "across them)");
+        "across them) or adaptive_cp_algo (ring attention over a layout chosen from the attention mask, the empty "
+        "blocks skipped) or hybrid_adaptive_cp_algo (hybrid_cp_algo with that ring)");
   p.add("--ulysses-degree-in-cp", &a.ulysses_degree_in_cp,
         "hybrid_cp_algo: U, the cp ranks of each Ulysses sub-group (1 < U < CP, dividing CP; heads and query "
         "groups divisible by TP x U); the ring degree is CP / U");
@@ -332,6 +333,19 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--use-ulysses-allgather-kv", &a.use_ulysses_allgather_kv,
              "MindSpeed: with --context-parallel-algo ulysses_cp_algo and one query group per TP rank (MQA), "
              "all-gather the keys and values over the cp group and all-to-all only the queries");
+  p.add_flag("--adaptive-cp-only-reschedule", &a.adaptive_cp_only_reschedule,
+             "MindSpeed, adaptive_cp_algo: keep the sequence in order (rank r holds positions r*S/CP ...) and only skip "
+             "the ring's empty blocks; no remap of positions across the cp ranks");
+  p.add_flag("--adaptive-cp-without-coarse", &a.adaptive_cp_without_coarse,
+             "MindSpeed, adaptive_cp_algo: remap single positions instead of units of S/1024 (the coarsened mask)");
+  p.add_flag("--adaptive-cp-dynamic-attn-mask", &a.adaptive_cp_dynamic_attn_mask,
+             "MindSpeed, adaptive_cp_algo: compute the layout for every micro-batch (the mask changes between "
+             "micro-batches; required with --reset-attention-mask), not once");
+  p.add_flag("--attention-mask-on-cpu", &a.attention_mask_on_cpu,
+             "MindSpeed, adaptive_cp_algo: keep the whole mask in host memory; no effect in Gale, which never builds "
+             "the mask (the blocks come from the document ids and --sliding-window on the host)");
+  p.add_flag("--adaptive-cp-manually-set-mask-list", &a.adaptive_cp_manually_set_mask_list,
+             "MindSpeed, adaptive_cp_algo: a mask list from a user-edited hook; not supported yet");
   p.add("--expert-model-parallel-size", &a.expert_model_parallel_size, "expert-parallel size");
   p.add_flag("--unaligned-linear", &a.unaligned_linear,
              "tensor parallelism with --num-attention-heads / --num-query-groups / --ffn-hidden-size not divisible "

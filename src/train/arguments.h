@@ -332,6 +332,20 @@ struct ParallelArgs {
   // MindSpeed's --use-ulysses-allgather-kv: under ulysses_cp_algo with one query group per TP rank,
   // all-gather the keys and values and all-to-all only the queries (model/core_attention.h).
   bool use_ulysses_allgather_kv = false;
+  // MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo; parallel/adaptive_cp.h):
+  // --adaptive-cp-only-reschedule keeps the sequence in order (no remap), --adaptive-cp-without-coarse
+  // remaps single positions instead of units of S/1024, --adaptive-cp-dynamic-attn-mask computes the
+  // layout for every micro-batch (required with document masks), --attention-mask-on-cpu has no
+  // effect (Gale derives the blocks on the host from the document ids), and
+  // --adaptive-cp-manually-set-mask-list is refused (MindSpeed's user-edited Python hook).
+  // Resolved: --context-parallel-algo adaptive_cp_algo, or hybrid_adaptive_cp_algo, which then
+  // reads hybrid_cp_algo in context_parallel_algo (Ulysses groups, their rings adaptive).
+  bool adaptive_cp = false;
+  bool adaptive_cp_only_reschedule = false;
+  bool adaptive_cp_without_coarse = false;
+  bool adaptive_cp_dynamic_attn_mask = false;
+  bool attention_mask_on_cpu = false;
+  bool adaptive_cp_manually_set_mask_list = false;
   int64_t expert_model_parallel_size = 1;
   // MindSpeed's --unaligned-linear: the attention's query groups (with their heads) and the FFN's
   // columns need not be divisible by the TP size; the first ranks hold one more (model/layer_shares.h).

@@ -93,8 +93,10 @@ void add_mindspeed_compat_args(ArgParser& p, MindSpeedCompatArgs& a) {
 Status validate_mindspeed_compat_args(Arguments& a, const ArgParser& p) {
   const MindSpeedCompatArgs& c = a.mindspeed_compat;
   if (c.attention_mask_type == "general")
-    return Unimplemented("--attention-mask-type general: not supported yet (Gale's attention is causal, per document "
-                         "with --reset-attention-mask, banded with --sliding-window)");
+    return Unimplemented("--attention-mask-type general: not supported yet (MindSpeed's general mask is an [S, S] "
+                         "tensor the user's Python code hands to set_attention_mask, with no flag or file to read it "
+                         "from; Gale's attention is causal, per document with --reset-attention-mask, banded with "
+                         "--sliding-window, and adaptive_cp_algo skips the empty blocks of those)");
   if (c.attention_mask_type != "causal")
     return InvalidArgument("--attention-mask-type: expected causal or general, found '", c.attention_mask_type, "'");
   const int mode = c.sparse_mode;

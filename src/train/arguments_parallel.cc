@@ -581,18 +581,64 @@ Status resolve_cp_comm_type(Arguments& a) {
   return Status::Ok();
 }
 
+// MindSpeed's adaptive CP (--context-parallel-algo adaptive_cp_algo, parallel/adaptive_cp.h) and its
+// flags: ring attention only (p2p; the double ring and the key/value cache apply), not with the multi-parameter
+// pipeline, the dynamic mode with document masks, and the sub-flags only with the algorithm.
+// MindSpeed's hybrid_adaptive_cp_algo is hybrid_cp_algo with adaptive rings: resolved here into
+// hybrid_cp_algo plus ParallelArgs::adaptive_cp (as adaptive_cp_algo sets it), before validation.
+void resolve_adaptive_cp(ParallelArgs& par) {
+  if (par.context_parallel_algo == "hybrid_adaptive_cp_algo") {
+    par.context_parallel_algo = "hybrid_cp_algo";
+    par.adaptive_cp = true;
+  }
+  if (par.context_parallel_algo == "adaptive_cp_algo") par.adaptive_cp = true;
+}
+
+Status validate_adaptive_cp(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const int64_t cp = par.context_parallel_size;
+  const bool on = par.adaptive_cp && cp > 1;
+  const std::string algo = par.context_parallel_algo == "hybrid_cp_algo" ? "hybrid_adaptive_cp_algo" : "adaptive_cp_algo";
+  const std::pair<bool, const char*> sub_flags[] = {
+      {par.adaptive_cp_only_reschedule, "--adaptive-cp-only-reschedule"},
+      {par.adaptive_cp_without_coarse, "--adaptive-cp-without-coarse"},
+      {par.adaptive_cp_dynamic_attn_mask, "--adaptive-cp-dynamic-attn-mask"},
+      {par.attention_mask_on_cpu, "--attention-mask-on-cpu"},
+      {par.adaptive_cp_manually_set_mask_list, "--adaptive-cp-manually-set-mask-list"}};
+  for (const auto& [set, flag] : sub_flags)
+    if (set && !on)
+      return InvalidArgument(flag, " applies to --context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo "
+                             "with --context-parallel-size > 1, found ",
+                             cp == 1 ? std::string("--context-parallel-size 1")
+                                     : "--context-parallel-algo " + par.context_parallel_algo);
+  if (!on) return Status::Ok();
+  if (par.adaptive_cp_manually_set_mask_list)
+    return Unimplemented("--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list from "
+                         "a Python function the user edits, generate_adaptive_cp_mask_list_by_user; Gale derives every "
+                         "block from the document ids and --sliding-window)");
+  if (par.cp_comm_type != "p2p")
+    return InvalidArgument("--context-parallel-algo ", algo, " skips the empty blocks of ring attention: expected "
+                           "--cp-comm-type p2p, found '", par.cp_comm_type, "'");
+  // Every pipeline stage reads the micro-batch and computes the same layout, except that the later
+  // stages of the multi-parameter pipeline take the document ids from the transfer instead.
+  if (par.use_multiparameter_pipeline_model_parallel)
+    return Unimplemented("--context-parallel-algo ", algo, " with --use-multiparameter-pipeline-model-parallel: "
+                         "not supported yet (the later stages would plan without the document ids)");
+  if (a.data.reset_attention_mask && !par.adaptive_cp_dynamic_attn_mask)
+    return InvalidArgument("--context-parallel-algo ", algo, " with --reset-attention-mask: the document mask "
+                           "changes every micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask "
+                           "(a layout computed once would skip blocks that later micro-batches need)");
+  return Status::Ok();
+}
+
 // --context-parallel-size with MindSpeed's --context-parallel-algo and Megatron's --cp-comm-type
 // (already resolved by resolve_cp_comm_type).
 Status validate_context_parallel(const Arguments& a, const std::string& requested_comm) {
   const ParallelArgs& par = a.parallel;
   const std::string& algo = par.context_parallel_algo;
-  static const char* const kPlanned[] = {"adaptive_cp_algo", "hybrid_adaptive_cp_algo"};
   const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
-  if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid) {
-    for (const char* planned : kPlanned)
-      if (algo == planned)
-        return Unimplemented("--context-parallel-algo ", algo, ": not supported yet (Gale implements "
-                             "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)");
+  const bool adaptive = algo == "adaptive_cp_algo";
+  if (algo != "megatron_cp_algo" && algo != "kvallgather_cp_algo" && !ulysses && !hybrid && !adaptive) {
     return InvalidArgument("--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
                            "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found '", algo, "'");
   }
@@ -602,13 +648,15 @@ Status validate_context_parallel(const Arguments& a, const std::string& requeste
                            algo, "'");
   // MindSpeed's rule: the hybrid needs both factors; U = 1 would be megatron_cp_algo's ring and
   // U = CP ulysses_cp_algo, which are selected by name instead.
+  const std::string hybrid_name = par.adaptive_cp ? "hybrid_adaptive_cp_algo" : "hybrid_cp_algo";
   if (hybrid && (U < 2 || U >= cp || cp % U != 0))
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+    return InvalidArgument("--context-parallel-algo ", hybrid_name, ": expected --ulysses-degree-in-cp U with 1 < U < "
                            "--context-parallel-size ", cp, " and U dividing it (U = 1 is megatron_cp_algo, U = CP "
                            "ulysses_cp_algo), found ", U == 0 ? std::string("none") : std::to_string(U));
   if (hybrid && par.cp_comm_type != "p2p")
-    return InvalidArgument("--context-parallel-algo hybrid_cp_algo runs ring attention across its Ulysses groups: "
+    return InvalidArgument("--context-parallel-algo ", hybrid_name, " runs ring attention across its Ulysses groups: "
                            "expected --cp-comm-type p2p, found '", par.cp_comm_type, "'");
+  GALE_RETURN_IF_ERROR(validate_adaptive_cp(a));
   if (par.use_ulysses_allgather_kv && cp == 1)
     return InvalidArgument("--use-ulysses-allgather-kv needs --context-parallel-size > 1 with ulysses_cp_algo, found "
                            "--context-parallel-size 1");
@@ -669,7 +717,8 @@ Status validate_ring_options(const Arguments& a) {
   const std::string& algo = par.context_parallel_algo;
   const int64_t cp = par.context_parallel_size, W = par.cp_window_size, k = par.context_parallel_cache_interval;
   const bool hybrid = algo == "hybrid_cp_algo";
-  const bool ring = cp > 1 && (hybrid || (algo == "megatron_cp_algo" && par.cp_comm_type == "p2p"));
+  const bool ring = cp > 1 && (hybrid || ((algo == "megatron_cp_algo" || algo == "adaptive_cp_algo") &&
+                                          par.cp_comm_type == "p2p"));
   const std::string needs = "ring attention (--context-parallel-size > 1 with megatron_cp_algo and --cp-comm-type "
                             "p2p, or hybrid_cp_algo)";
   const std::string found = cp == 1                     ? std::string("--context-parallel-size 1")
@@ -887,6 +936,7 @@ Status validate_parallel_args(Arguments& a, const ArgParser& p, int64_t world_si
   const std::string requested_comm =
       par.cp_comm_type_list.empty() ? par.cp_comm_type : par.cp_comm_type_list.front();
   GALE_RETURN_IF_ERROR(resolve_cp_comm_type(a));
+  resolve_adaptive_cp(par);
   GALE_RETURN_IF_ERROR(validate_context_parallel(a, requested_comm));
   GALE_RETURN_IF_ERROR(validate_ring_options(a));
   const int64_t ep = par.expert_model_parallel_size;

@@ -85,6 +85,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   p.tp_x = tp2d.x;
   p.tp_y = tp2d.y;
   p.cp_ring = !p.cp_ulysses && !p.hybrid_cp() && args.parallel.cp_comm_type == "p2p";
+  p.cp_adaptive = (p.cp_ring || p.hybrid_cp()) && args.parallel.adaptive_cp;
   p.cp_window = args.parallel.cp_window_size;
   const std::string& policy = args.parallel.context_parallel_kv_cache_policy;
   p.cp_kv_cache = policy == "full" ? RingKvCache::kFull : policy == "half" ? RingKvCache::kHalf : RingKvCache::kNone;
@@ -212,6 +213,12 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
     engine->cp_hybrid = make_hybrid_cp_groups(engine->ps.cp(), par.ulysses_degree_in_cp);
+  // adaptive_cp_algo (hybrid_adaptive_cp_algo): the layouts of the ring (of the ring sub-groups).
+  if (par.adaptive_cp && engine->ps.cp_size() > 1)
+    engine->adaptive_cp = std::make_unique<AdaptiveCpPlanner>(
+        engine->cp_hybrid.ring ? engine->cp_hybrid.ring_degree() : engine->ps.cp_size(),
+        AdaptiveCpOptions{!par.adaptive_cp_only_reschedule, !par.adaptive_cp_without_coarse},
+        par.adaptive_cp_dynamic_attn_mask);
   if (par.tp_2d) engine->tp2d = make_tp2d_groups(engine->ps.tp(), par.tp_x);  // collective over TP
   // Every chunk first: --ddp-num-buckets divides the parameters of all of them.
   std::vector<std::unique_ptr<GPTModel>> models;

@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "optim/quant_grads.h"
 #include "optim/zero3_sync.h"
+#include "parallel/adaptive_cp.h"
 #include "parallel/distopt_instance_groups.h"
 #include "parallel/tp2d_groups.h"
 #include "parallel/parallel_state.h"
@@ -31,6 +32,9 @@ struct Engine {
   OpTable ops;
   // --context-parallel-algo hybrid_cp_algo: the Ulysses and ring sub-groups of ps.cp() (null otherwise).
   HybridCpGroups cp_hybrid;
+  // --context-parallel-algo adaptive_cp_algo (CP > 1): the layouts micro-batches are sliced with
+  // (parallel/adaptive_cp.h; one per micro-batch with --adaptive-cp-dynamic-attn-mask); null otherwise.
+  std::unique_ptr<AdaptiveCpPlanner> adaptive_cp;
   Tp2dGroups tp2d;  // --tp-2d: the X and Y axes of the TP group (parallel/tp2d_groups.h), shared by every chunk
   // --num-distributed-optimizer-instances N > 1: the intra- and inter-instance sub-groups of
   // ps.dp_cp() (parallel/distopt_instance_groups.h; null otherwise). The distributed optimizer

@@ -76,6 +76,14 @@ TEST(GalePretrainContextParallel, HybridSameLossesAsOneProcess) {
                      {"--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp", "2"});
 }
 
+// adaptive_cp_algo on 4 ranks: the document-masked batches' layouts (one per micro-batch), their
+// empty blocks skipped, on flash attention; the start-up line compares the first layout with
+// Megatron's split.
+TEST(GalePretrainContextParallel, AdaptiveSameLossesAsOneProcess) {
+  expect_same_losses({"--use-flash-attn"}, 1e-5, 4,
+                     {"--context-parallel-algo", "adaptive_cp_algo", "--adaptive-cp-dynamic-attn-mask"});
+}
+
 TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   test::RunResult odd = test::run_with_timeout(tiny(2, {"--context-parallel-size", "2", "--seq-length", "30"}),
                                                kMpiEnv, 120);
@@ -84,11 +92,12 @@ TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
                             "= 4 (each sequence is cut into 2 x CP equal chunks)"),
             std::string::npos)
       << odd.output;
-  test::RunResult adaptive = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "adaptive_cp_algo"}), {}, 60);
+  test::RunResult adaptive = test::run_with_timeout(tiny(1, {"--adaptive-cp-manually-set-mask-list"}), {}, 60);
   EXPECT_EQ(adaptive.exit_code, 2);
   EXPECT_EQ(adaptive.output,
-            "gale pretrain: error: --context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements "
-            "megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)\n");
+            "gale pretrain: error: --adaptive-cp-manually-set-mask-list applies to --context-parallel-algo "
+            "adaptive_cp_algo or hybrid_adaptive_cp_algo with --context-parallel-size > 1, found "
+            "--context-parallel-size 1\n");
   test::RunResult hybrid = test::run_with_timeout(tiny(1, {"--context-parallel-algo", "hybrid_cp_algo"}), {}, 60);
   EXPECT_EQ(hybrid.exit_code, 2);
   EXPECT_EQ(hybrid.output,

@@ -3,7 +3,9 @@
 // The odd ring (3 ranks, a sub-group of a 4-rank world) sends and receives to different peers
 // every step, so a gradient passed the wrong way round fails here even where the 2-rank ring
 // (whose two neighbours are one rank) cannot tell; so does the double ring of 4 ranks in windows
-// of 2, whose gradients cross to the next window one inner rank further on. GQA (4 query heads,
+// of 2, whose gradients cross to the next window one inner rank further on. Under an adaptive
+// layout (adaptive_cp_algo: positions chosen from the document mask) the ring skips exactly the
+// blocks the layout counts as empty, and every block still travels (backward's bytes unchanged). GQA (4 query heads,
 // 2 key/value groups), causal and document masks and attention dropout are on. The cache also
 // shows in the bytes backward moves: the gradient blocks only (full), plus the values (half).
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include "kernels/cpu/attention.h"
 #include "model/ring_attention.h"
 #include "mpi_test_env.h"
+#include "parallel/adaptive_cp.h"
 #include "testing.h"
 
 namespace gale {
@@ -28,7 +31,7 @@ int64_t expected_backward_bytes(int64_t N, int64_t block, RingKvCache cache) {
   return 2 * 4 * (kv + N * block);
 }
 
-void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}) {
+void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}, bool adaptive = false) {
   Comm world = test::world();
   if (world->size() < N) GTEST_SKIP() << "needs " << N << " ranks";
   std::vector<int> members;
@@ -37,7 +40,7 @@ void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}) {
   Comm cp = world->make_group(members, "cp");
   if (!cp) return;  // a rank outside the ring
   const int64_t S = 2 * N * C;
-  const ContextSplit split{S, N, cp->rank()};
+  ContextSplit split{S, N, cp->rank(), {}};
   const int64_t Sl = split.local_length(), Tl = Sl * B;
   const HeadLayout ql = qkv_query_layout(NH, KV, HD), kl = qkv_key_layout(NH, KV, HD), vl = qkv_value_layout(NH, KV, HD);
 
@@ -47,6 +50,11 @@ void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}) {
   std::vector<int32_t> docs(B * S);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) docs[b * S + s] = static_cast<int32_t>((s + 2 * b) / 5);
+  if (adaptive) {
+    split.layout = std::make_shared<const CpLayout>(adaptive_cp_layout({B, S, docs.data(), 0}, N, {}));
+    // At CP 2 the layout balances the work over all 4 blocks; at CP 4 some are left empty.
+    if (N == 4) ASSERT_LT(split.layout->nonempty_blocks(), N * N) << "a mask with empty blocks";
+  }
   AttentionProblem whole;
   whole.B = B;
   whole.Sq = whole.Sk = S;
@@ -84,6 +92,7 @@ void expect_ring_matches_whole_sequence(int64_t N, RingOptions opts = {}) {
   const RingSaved kept = ring_attention_forward(*cp, split, opts, attention_forward_ref, ap, qkv_l.data(), ql, kl, vl,
                                                 out_l.data(), lse_l.data());
   EXPECT_EQ(kept.local_kv.numel(), Tl * 2 * KV * HD) << "this rank's block";
+  EXPECT_EQ(kept.skipped_blocks, adaptive ? N - split.layout->nonempty_in_row(cp->rank()) : 0) << "blocks skipped";
   const int64_t cached = opts.cache == RingKvCache::kFull ? 2 : opts.cache == RingKvCache::kHalf ? 1 : 0;
   EXPECT_EQ(kept.cache.defined() ? kept.cache.numel() : 0, (N - 1) * Tl * cached * KV * HD) << "the blocks received";
   cp->reset_stats();
@@ -113,6 +122,9 @@ TEST(RingAttention, HalfCacheTwoRanks) { expect_ring_matches_whole_sequence(2, {
 TEST(RingAttention, HalfCacheThreeRanks) { expect_ring_matches_whole_sequence(3, {1, RingKvCache::kHalf}); }
 TEST(RingAttention, DoubleRingFullCache) { expect_ring_matches_whole_sequence(4, {2, RingKvCache::kFull}); }
 TEST(RingAttention, DoubleRingHalfCache) { expect_ring_matches_whole_sequence(4, {2, RingKvCache::kHalf}); }
+TEST(RingAttention, AdaptiveLayoutTwoRanks) { expect_ring_matches_whole_sequence(2, {}, true); }
+TEST(RingAttention, AdaptiveLayoutThreeRanks) { expect_ring_matches_whole_sequence(3, {}, true); }
+TEST(RingAttention, AdaptiveLayoutFourRanks) { expect_ring_matches_whole_sequence(4, {}, true); }
 
 }  // namespace
 }  // namespace gale

@@ -624,6 +624,65 @@ TEST(ParallelArgs, KvAllGatherContextParallel) {
             "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'kvallgather_cp_algo'");
 }
 
+// MindSpeed's adaptive CP: ring attention over an adaptive layout (parallel/adaptive_cp.h); its
+// sub-flags only with it, the dynamic mode with document masks, and what is not supported yet.
+TEST(ParallelArgs, AdaptiveContextParallel) {
+  Validated on = validate("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo "
+                          "--adaptive-cp-only-reschedule --adaptive-cp-without-coarse --attention-mask-on-cpu", 4);
+  ASSERT_TRUE(on.status.ok()) << on.status.to_string();
+  EXPECT_TRUE(on.args.parallel.adaptive_cp_only_reschedule);
+  EXPECT_TRUE(on.args.parallel.adaptive_cp_without_coarse);
+  EXPECT_EQ(on.args.parallel.cp_comm_type, "p2p");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo --reset-attention-mask "
+                    "--adaptive-cp-dynamic-attn-mask --tensor-model-parallel-size 2 --sequence-parallel", 4),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo --reset-attention-mask", 2),
+            "--context-parallel-algo adaptive_cp_algo with --reset-attention-mask: the document mask changes every "
+            "micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask (a layout computed once "
+            "would skip blocks that later micro-batches need)");
+  EXPECT_EQ(message("--adaptive-cp-only-reschedule", 1),
+            "--adaptive-cp-only-reschedule applies to --context-parallel-algo adaptive_cp_algo or "
+            "hybrid_adaptive_cp_algo with --context-parallel-size > 1, found --context-parallel-size 1");
+  EXPECT_EQ(message("--context-parallel-size 2 --adaptive-cp-dynamic-attn-mask", 2),
+            "--adaptive-cp-dynamic-attn-mask applies to --context-parallel-algo adaptive_cp_algo or "
+            "hybrid_adaptive_cp_algo with --context-parallel-size > 1, found --context-parallel-algo megatron_cp_algo");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
+                    "--adaptive-cp-manually-set-mask-list", 2),
+            "--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list from a Python "
+            "function the user edits, generate_adaptive_cp_mask_list_by_user; Gale derives every block from the "
+            "document ids and --sliding-window)");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo --cp-comm-type allgather", 2),
+            "--context-parallel-algo adaptive_cp_algo skips the empty blocks of ring attention: expected "
+            "--cp-comm-type p2p, found 'allgather'");
+  // The double ring and the ring's key/value cache apply to its ring too.
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo --cp-window-size 2 "
+                    "--context-parallel-kv-cache-policy half", 4),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo adaptive_cp_algo --cp-window-size 4", 4),
+            "--cp-window-size 4: expected W < --context-parallel-size 4 and dividing it (windows of W ranks), found 4");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
+                    "--pipeline-model-parallel-size 2", 4),
+            "ok");
+  EXPECT_EQ(message("--context-parallel-size 2 --context-parallel-algo adaptive_cp_algo "
+                    "--pipeline-model-parallel-size 2 --use-multiparameter-pipeline-model-parallel", 4),
+            "--context-parallel-algo adaptive_cp_algo with --use-multiparameter-pipeline-model-parallel: not "
+            "supported yet (the later stages would plan without the document ids)");
+  // hybrid_adaptive_cp_algo: hybrid_cp_algo (Ulysses groups) whose rings are adaptive.
+  Validated hybrid = validate("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo "
+                              "--ulysses-degree-in-cp 2", 4);
+  ASSERT_TRUE(hybrid.status.ok()) << hybrid.status.to_string();
+  EXPECT_EQ(hybrid.args.parallel.context_parallel_algo, "hybrid_cp_algo");
+  EXPECT_TRUE(hybrid.args.parallel.adaptive_cp);
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo", 4),
+            "--context-parallel-algo hybrid_adaptive_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+            "--context-parallel-size 4 and U dividing it (U = 1 is megatron_cp_algo, U = CP ulysses_cp_algo), found "
+            "none");
+  EXPECT_EQ(message("--context-parallel-size 4 --context-parallel-algo hybrid_adaptive_cp_algo --ulysses-degree-in-cp "
+                    "2 --cp-comm-type allgather", 4),
+            "--context-parallel-algo hybrid_adaptive_cp_algo runs ring attention across its Ulysses groups: expected "
+            "--cp-comm-type p2p, found 'allgather'");
+}
+
 // --cp-window-size: 1 <= W < the ring size, W dividing it, and only for ring attention.
 TEST(ParallelArgs, CpWindowSize) {
   EXPECT_EQ(message("--context-parallel-size 4 --cp-window-size 2", 4), "ok");

@@ -559,9 +559,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "found none"},
         ErrorCase{{"--ulysses-degree-in-cp", "2"}, StatusCode::kInvalidArgument,
                   "--ulysses-degree-in-cp 2 needs --context-parallel-algo hybrid_cp_algo, found 'megatron_cp_algo'"},
-        ErrorCase{{"--context-parallel-algo", "adaptive_cp_algo"}, StatusCode::kUnimplemented,
-                  "--context-parallel-algo adaptive_cp_algo: not supported yet (Gale implements megatron_cp_algo, "
-                  "kvallgather_cp_algo, ulysses_cp_algo and hybrid_cp_algo)"},
+        ErrorCase{{"--context-parallel-algo", "hybrid_adaptive_cp_algo"}, StatusCode::kInvalidArgument,
+                  "--context-parallel-algo hybrid_adaptive_cp_algo: expected --ulysses-degree-in-cp U with 1 < U < "
+                  "--context-parallel-size 1 and U dividing it (U = 1 is megatron_cp_algo, U = CP ulysses_cp_algo), "
+                  "found none"},
         ErrorCase{{"--context-parallel-algo", "ring"}, StatusCode::kInvalidArgument,
                   "--context-parallel-algo: expected megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo, "
                   "hybrid_cp_algo, adaptive_cp_algo or hybrid_adaptive_cp_algo, found 'ring'"},

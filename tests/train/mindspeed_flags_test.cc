@@ -31,7 +31,9 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            {{"--ttp-dump-dir", "x"}, 1, "--ttp-dump-dir: not available in Gale (it talks to Ascend's MindIO TTP"},
            // Planned features and their sub-flags.
            {{"--dist-train"}, 1, "--dist-train: not supported yet (several sub-worlds"},
-           {{"--adaptive-cp-only-reschedule"}, 1, "--adaptive-cp-only-reschedule: not supported yet (mask-aware"},
+           {{"--adaptive-cp-manually-set-mask-list", "--context-parallel-size", "2", "--context-parallel-algo",
+             "adaptive_cp_algo"},
+            2, "--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list"},
            {{"--use-dsa-absorb"}, 1, "--use-dsa-absorb: not supported yet (DSA with MLA's up-projections absorbed"},
            {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},
            // MindSpeed's FP8 and profiler options, with Megatron's.
