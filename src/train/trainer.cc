@@ -495,8 +495,10 @@ Status Trainer::run() {
       continue;
     }
     skipped_at_save_interval = false;
+    const double step_start = now_seconds();
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     ++state_.iteration;
+    if (step_observer_) step_observer_(state_.iteration, now_seconds() - step_start);
     ++iters_in_interval;
     const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
     state_.floating_point_operations_so_far += flops_per_iteration;
