@@ -28,7 +28,7 @@ namespace gale {
 
 namespace {
 
-constexpr int kProfileIters = 3, kProfileMicroBatches = 2;
+constexpr int kProfileIters = 4, kProfileMicroBatches = 2;
 constexpr const char* kResultMagic = "gale-auto-settings";
 constexpr int kResultVersion = 1;
 

@@ -3,7 +3,7 @@
 // Instead of training: (1) profile: small real runs of this model (`gale pretrain --prof-file`,
 // under mpiexec when they use more than one rank) at 1 and 2 layers for TP = CP = 1 and, with
 // --nproc-per-node 2 or more, TP = 2 and CP = 2, each pipeline and data-parallel size 1, the
-// target's micro-batch size and sequence length, 2 micro-batches, 3 iterations;
+// target's micro-batch size and sequence length, 2 micro-batches, 4 iterations;
 // (2) fit the memory and step-time models to them (train/auto_settings_model.h); (3) search every
 // layout of --auto-settings-ranks ranks on --target-nnodes nodes (train/auto_settings_search.h);
 // (4) write --auto-settings-work-dir/auto_settings.json (docs/formats/auto-settings.md) and print

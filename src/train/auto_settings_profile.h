@@ -3,8 +3,9 @@
 // bytes per group; what --auto-settings fits its models to (train/auto_settings_model.h).
 //
 // The file is JSON, magic "gale-profile", version 1 (docs/formats/auto-settings.md). Times are
-// means over the iterations after the first (the first is warm-up: first touches, lazily
-// allocated optimizer state), each the maximum over the ranks; bytes are the allocator's exact
+// those of the fastest iteration after the first (the first is warm-up: first touches, lazily
+// allocated optimizer state; the fastest is the least disturbed by other processes), each the
+// maximum over the ranks; bytes are the allocator's exact
 // accounting (core/allocator.h): the peak since training started, and what stays allocated after
 // it (parameters, gradients, optimizer state).
 #pragma once
@@ -31,7 +32,7 @@ struct RunProfile {
   int64_t micro_batch_size = 1, global_batch_size = 1, num_micro_batches = 1;
   int64_t num_layers = 0, seq_length = 0, hidden_size = 0, num_threads = 0;
   bool sequence_parallel = false, distributed_optimizer = false;
-  // Iterations the times average (those after the first); 0 when the run had only one.
+  // Iterations the times are the fastest of (those after the first); 0 when the run had only one.
   int64_t measured_iterations = 0;
   double step_seconds = -1.0;
   double forward_backward_seconds = -1.0;  // -1: --timing-log-level 0 (no timers)
@@ -39,7 +40,8 @@ struct RunProfile {
   // Per rank, in world-rank order.
   std::vector<int64_t> peak_bytes, persistent_bytes, param_elems;
   // Bytes this rank passed to its tensor-, context-, data(-context)- and pipeline-parallel
-  // groups per iteration (communicator.h's counting), the maximum over the ranks.
+  // groups per iteration (mean over the measured ones; communicator.h's counting), the maximum
+  // over the ranks.
   int64_t tp_comm_bytes = 0, cp_comm_bytes = 0, dp_comm_bytes = 0, pp_comm_bytes = 0;
 
   int64_t max_peak_bytes() const;
@@ -62,7 +64,7 @@ class ProfileRecorder {
   const ParallelState* ps_;
   int64_t log_interval_;
   int64_t steps_ = 0, measured_ = 0;
-  double step_total_ = 0.0, fb_total_ = 0.0, opt_total_ = 0.0;
+  double step_min_ = 0.0, fb_min_ = 0.0, opt_min_ = 0.0;
   double last_[2] = {0.0, 0.0};
   int64_t last_iteration_ = 0;
 };
