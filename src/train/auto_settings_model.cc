@@ -83,6 +83,16 @@ StatusOr<AutoModels> fit_auto_models(const std::vector<RunProfile>& profiles, co
     const double ca = static_cast<double>(a.tp_comm_bytes + a.cp_comm_bytes) / static_cast<double>(a.num_micro_batches);
     const double cb = static_cast<double>(b.tp_comm_bytes + b.cp_comm_bytes) / static_cast<double>(b.num_micro_batches);
     pm.layer_comm_bytes = std::max(0.0, (cb - ca) / dl);
+    pm.fixed_comm_bytes = std::max(0.0, ca - pm.layer_comm_bytes * static_cast<double>(a.num_layers));
+    if (a.flops_per_iteration > 0.0 && b.flops_per_iteration > 0.0 && a.forward_backward_seconds >= 0.0 &&
+        b.forward_backward_seconds >= 0.0) {
+      const double ma = static_cast<double>(a.num_micro_batches), mb = static_cast<double>(b.num_micro_batches);
+      pm.run_flops = a.flops_per_iteration + b.flops_per_iteration;
+      pm.run_seconds = a.forward_backward_seconds + b.forward_backward_seconds;
+      pm.run_comm_bytes = static_cast<double>(a.tp_comm_bytes + a.cp_comm_bytes + b.tp_comm_bytes + b.cp_comm_bytes);
+      pm.layer_flops = (b.flops_per_iteration / mb - a.flops_per_iteration / ma) / dl;
+      pm.fixed_flops = a.flops_per_iteration / ma - pm.layer_flops * static_cast<double>(a.num_layers);
+    }
     m.pairs.push_back(pm);
     const double d = static_cast<double>(pm.tp * pm.cp);
     if (pm.cp == 1) {
@@ -128,6 +138,37 @@ StatusOr<AutoModels> fit_auto_models(const std::vector<RunProfile>& profiles, co
     m.layer_comm_bytes = bytes_sum / bw_n;
     m.bandwidth_measured = true;
   }
+  // With Megatron's FLOPs in every profile (and the forward-backward timer), times come from
+  // totals instead of differences of two short runs, which a loaded host makes noisy: one compute
+  // rate (FLOP/s of a rank) from the TP = CP = 1 runs; the d > 1 runs' time beyond their FLOPs at
+  // that rate, over the TP/CP bytes they passed, is the bandwidth; every pair's layer and fixed
+  // times follow from its FLOPs and bytes.
+  bool flops = true;
+  for (const PairMeasure& pm : m.pairs) flops = flops && pm.run_flops > 0.0 && pm.run_seconds > 0.0;
+  if (flops) {
+    m.flops_per_second = base->run_flops / base->run_seconds;
+    double bytes = 0, extra = 0;
+    for (const PairMeasure& pm : m.pairs) {
+      const double d = static_cast<double>(pm.tp * pm.cp);
+      if (d == 1.0 || pm.run_comm_bytes <= 0.0) continue;
+      bytes += pm.run_comm_bytes * 2.0 * (d - 1.0) / d;
+      extra += pm.run_seconds - pm.run_flops / d / m.flops_per_second;
+    }
+    if (bytes > 0.0) {
+      m.intra_bandwidth = std::clamp(extra > 0.0 ? bytes / extra : kMaxBandwidth, kMinBandwidth, kMaxBandwidth);
+      m.bandwidth_measured = true;
+    }
+    std::vector<std::pair<double, double>> fixed_times;
+    for (PairMeasure& pm : m.pairs) {
+      const double d = static_cast<double>(pm.tp * pm.cp);
+      const double wire = 2.0 * (d - 1.0) / d;
+      pm.layer_seconds = pm.layer_flops / d / m.flops_per_second + pm.layer_comm_bytes * wire / m.intra_bandwidth;
+      pm.fixed_seconds = pm.fixed_flops / d / m.flops_per_second + pm.fixed_comm_bytes * wire / m.intra_bandwidth;
+      fixed_times.push_back({d, pm.fixed_seconds});
+    }
+    m.layer_seconds_1 = base->layer_seconds;
+    m.fixed_seconds = fit_split(fixed_times);
+  }
   return m;
 }
 
@@ -166,7 +207,8 @@ AutoPrediction predict(const AutoModels& m, const AutoLayout& l) {
   const double wire = d > 1.0 ? size * 2.0 * (d - 1.0) / d : 0.0;
   double compute, comm;
   if (pm && !r.tp_cp_spans_nodes) {
-    comm = pm->tp * pm->cp > 1 ? std::min(pm->layer_seconds, wire / intra) : 0.0;
+    const double pair_wire = d > 1.0 ? pm->layer_comm_bytes * 2.0 * (d - 1.0) / d : 0.0;
+    comm = std::min(pm->layer_seconds, pair_wire / intra);
     compute = pm->layer_seconds - comm;
   } else {
     compute = m.layer_seconds_1 / d;

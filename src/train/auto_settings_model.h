@@ -11,13 +11,16 @@
 //            peak of a stage   = persistent (optimizer state / (DP·CP) under the distributed optimizer)
 //                                + transient; 1F1B keeps min(PP − stage, micro-batches) in flight
 //   time     per micro-batch   = L_stage · t_layer(d) + t_fixed(d) + pipeline send/recv
-//            t_layer(d)        = t_layer(1) / d + wire(d) / bandwidth      (TP/CP communication)
+//            t_layer(d)        = FLOPs_layer / d / rate + wire(d) / bandwidth  (TP/CP traffic)
 //            step              = (m + PP − 1) · per micro-batch + optimizer + DP gradient reduction
 //
-// Where a (TP, CP) pair was profiled its per-layer values are used as measured; others come from
-// f(d) = α + β / d fitted over the profiled degrees (β only, with one degree). The intra-node
-// bandwidth is what a d = 2 profile's communication cost; groups that span nodes use it times
-// --auto-settings-inter-node-bandwidth-ratio. docs/auto_settings.md states the assumptions.
+// rate is the FLOP/s of the TP = CP = 1 runs (Megatron's FLOPs over their forward-backward
+// seconds); the intra-node bandwidth is the d > 1 runs' TP/CP bytes over their time beyond their
+// FLOPs at that rate. Where a (TP, CP) pair was profiled its per-layer values are used as
+// measured; others come from f(d) = α + β / d fitted over the profiled degrees (β only, with one
+// degree). Groups that span nodes use the bandwidth times --auto-settings-inter-node-bandwidth-ratio.
+// Profiles without FLOPs: t_layer(1) and the bandwidth from differences of the runs' times.
+// docs/auto_settings.md states the assumptions.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +66,10 @@ struct PairMeasure {
   double layer_params = 0, fixed_params = 0;          // elements per rank
   double layer_activation = 0, fixed_activation = 0;  // transient bytes (one micro-batch in flight)
   double layer_seconds = 0, fixed_seconds = 0;        // forward-backward per micro-batch
-  double layer_comm_bytes = 0;                        // TP + CP bytes per layer per micro-batch
+  double layer_comm_bytes = 0, fixed_comm_bytes = 0;  // TP + CP bytes per micro-batch
+  // FLOPs (Megatron's, whole model) per layer and fixed part per micro-batch, and the two runs'
+  // totals per iteration: FLOPs, forward-backward seconds, TP + CP bytes (0: not in the profiles).
+  double layer_flops = 0, fixed_flops = 0, run_flops = 0, run_seconds = 0, run_comm_bytes = 0;
 };
 
 struct AutoModels {
@@ -75,6 +81,7 @@ struct AutoModels {
   double intra_bandwidth = 10e9;               // bytes/s
   bool bandwidth_measured = false;
   double optimizer_seconds_per_param = 0.0;
+  double flops_per_second = 0.0;  // a rank's compute rate (0: times from differences, no FLOPs)
   AutoTarget target;
 
   const PairMeasure* pair(int64_t tp, int64_t cp) const;

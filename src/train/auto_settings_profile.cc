@@ -58,7 +58,7 @@ void ProfileRecorder::on_step(int64_t iteration, double seconds) {
   ++measured_;
 }
 
-RunProfile ProfileRecorder::finish(const Arguments& args, const Engine& engine) {
+RunProfile ProfileRecorder::finish(const Arguments& args, const Engine& engine, double flops_per_iteration) {
   const Comm& world = ps_->world();
   RunProfile p;
   p.world_size = ps_->world_size();
@@ -77,6 +77,7 @@ RunProfile ProfileRecorder::finish(const Arguments& args, const Engine& engine) 
   p.sequence_parallel = args.parallel.sequence_parallel;
   p.distributed_optimizer = args.parallel.use_distributed_optimizer;
   p.measured_iterations = measured_;
+  p.flops_per_iteration = flops_per_iteration;
   const bool timed = timers_ != nullptr && measured_ > 0;
   double times[3] = {measured_ > 0 ? step_min_ : -1.0, timed ? fb_min_ : -1.0, timed ? opt_min_ : -1.0};
   world->all_reduce(times, 3, DType::kF64, ReduceOp::kMax);
@@ -117,6 +118,7 @@ std::string profile_to_json(const RunProfile& p) {
   j["measured_iterations"] = p.measured_iterations;
   j["seconds"] = {{"step", p.step_seconds}, {"forward_backward", p.forward_backward_seconds},
                   {"optimizer", p.optimizer_seconds}};
+  j["flops_per_iteration"] = p.flops_per_iteration;
   j["bytes"] = {{"peak", p.peak_bytes}, {"persistent", p.persistent_bytes}};
   j["param_elems"] = p.param_elems;
   j["comm_bytes_per_iteration"] = {
@@ -155,6 +157,7 @@ StatusOr<RunProfile> profile_from_json(const std::string& text) {
     p.step_seconds = s.at("step");
     p.forward_backward_seconds = s.at("forward_backward");
     p.optimizer_seconds = s.at("optimizer");
+    p.flops_per_iteration = j.at("flops_per_iteration");
     p.peak_bytes = j.at("bytes").at("peak").get<std::vector<int64_t>>();
     p.persistent_bytes = j.at("bytes").at("persistent").get<std::vector<int64_t>>();
     p.param_elems = j.at("param_elems").get<std::vector<int64_t>>();

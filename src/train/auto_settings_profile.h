@@ -37,6 +37,9 @@ struct RunProfile {
   double step_seconds = -1.0;
   double forward_backward_seconds = -1.0;  // -1: --timing-log-level 0 (no timers)
   double optimizer_seconds = -1.0;
+  // Megatron's num_floating_point_operations of one iteration (the whole model, every rank;
+  // training_log.h); 0 when unknown.
+  double flops_per_iteration = 0.0;
   // Per rank, in world-rank order.
   std::vector<int64_t> peak_bytes, persistent_bytes, param_elems;
   // Bytes this rank passed to its tensor-, context-, data(-context)- and pipeline-parallel
@@ -56,7 +59,8 @@ class ProfileRecorder {
   // `timers` may be null or below level 1 (no forward-backward / optimizer times).
   ProfileRecorder(Timers* timers, const ParallelState* ps, int64_t log_interval);
   void on_step(int64_t iteration, double seconds);
-  RunProfile finish(const Arguments& args, const Engine& engine);
+  // `flops_per_iteration`: Megatron's FLOPs of one iteration of the run (RunProfile's field).
+  RunProfile finish(const Arguments& args, const Engine& engine, double flops_per_iteration);
 
  private:
   double timer_delta(int which);

@@ -26,6 +26,7 @@
 #include "train/model_setup.h"
 #include "train/progress_log.h"
 #include "train/timers_log.h"
+#include "train/training_log.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -388,7 +389,8 @@ int pretrain_main(int argc, char** argv) {
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   if (profile) {
-    const RunProfile p = profile->finish(args, engine);  // a collective
+    const RunProfile p = profile->finish(  // a collective
+        args, engine, num_floating_point_operations(trainer.flops_model(), args.training.global_batch_size));
     if (world->rank() == 0) {
       st = write_profile(p, args.auto_settings.prof_file);
       if (!st.ok()) run_error(st);

@@ -79,7 +79,7 @@ TEST(AutoSettingsArgv, RemoveSetAndQuote) {
 
 RunProfile synthetic_profile(int64_t tp, int64_t cp, int64_t layers) {
   // Per rank: 1000·layers/tp + 500/tp params, 16 bytes each plus 64; transient 300·layers/(tp·cp)
-  // + 100; forward-backward 0.2 s per layer and micro-batch, / (tp·cp), plus 0.05 s.
+  // + 100.
   RunProfile p;
   p.world_size = tp * cp;
   p.tp = tp;
@@ -99,7 +99,12 @@ RunProfile synthetic_profile(int64_t tp, int64_t cp, int64_t layers) {
     p.persistent_bytes.push_back(persistent);
     p.peak_bytes.push_back(persistent + 300 * layers / d + 100);
   }
-  p.forward_backward_seconds = 2 * (0.2 * static_cast<double>(layers) / static_cast<double>(d) + 0.05);
+  // Megatron's FLOPs: 2e8 per layer and micro-batch, 5e7 fixed, at 1e9 FLOP/s; with d > 1 the
+  // ranks pass 1e7 bytes per layer and micro-batch and 1e6 fixed to their TP or CP group at 1e8 B/s.
+  p.flops_per_iteration = 2 * (2e8 * static_cast<double>(layers) + 5e7);
+  const double bytes = d > 1 ? 2 * (1e7 * static_cast<double>(layers) + 1e6) : 0.0;
+  (tp > 1 ? p.tp_comm_bytes : p.cp_comm_bytes) = static_cast<int64_t>(bytes);
+  p.forward_backward_seconds = p.flops_per_iteration / static_cast<double>(d) / 1e9 + bytes / 1e8;
   p.optimizer_seconds = 1e-6 * static_cast<double>(params);
   p.step_seconds = p.forward_backward_seconds + p.optimizer_seconds;
   return p;
@@ -141,6 +146,7 @@ TEST(AutoSettingsModel, FitRecoversTheSyntheticProfiles) {
   target.global_batch_size = 2;
   target.seq_length = 16;
   target.hidden_size = 8;
+  target.ranks_per_node = 8;
   StatusOr<AutoModels> m = fit_auto_models(profiles, target);
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_NEAR(m.value().bytes_per_param, 16.0, 1e-9);
@@ -154,6 +160,13 @@ TEST(AutoSettingsModel, FitRecoversTheSyntheticProfiles) {
   const AutoPrediction p = predict(m.value(), AutoLayout{4, 1, 2, 1});
   EXPECT_NEAR(p.persistent_bytes, 16.0 * 1125 + 64, 1e-6);
   EXPECT_NEAR(p.peak_bytes, 16.0 * 1125 + 64 + 4 * 2 * 75 + 100, 1e-6);
+  // Time: the rate and the bandwidth come back, and a TP 2 layout by hand: 2 micro-batches of
+  // 8 layers · (2e8 / 2 / 1e9 s + 1e7 B / 1e8 B/s) + (5e7 / 2 / 1e9 + 1e6 / 1e8), plus the
+  // optimizer: 1e-6 s · (8000 + 500) / 2 parameters.
+  EXPECT_NEAR(m.value().flops_per_second, 1e9, 1e-3);
+  EXPECT_NEAR(m.value().intra_bandwidth, 1e8, 1e-3);
+  const AutoPrediction t = predict(m.value(), AutoLayout{2, 1, 1, 1});
+  EXPECT_NEAR(t.step_seconds, 2 * (8 * (0.1 + 0.1) + (0.025 + 0.01)) + 1e-6 * 4250, 1e-9);
   // No profile lacks the TP = CP = 1 pair.
   profiles.erase(profiles.begin(), profiles.begin() + 2);
   EXPECT_NE(fit_auto_models(profiles, target).status().message().find("at tensor- and context-parallel size 1"),
