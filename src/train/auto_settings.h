@@ -27,6 +27,10 @@ class FeatureRegistry;
 // profiling run fails (naming its log file) or no layout fits.
 int auto_settings_main(const ArgParser& parser, Arguments& args, FeatureRegistry& registry, int argc, char** argv);
 
+// The flags of --auto-settings and --auto-parallel themselves (dropped from the runs they start
+// and from the printed command line).
+const std::vector<std::string>& auto_flags();
+
 // Command-line editing for the profiling runs and the printed best command line: `tokens` is
 // argv after the subcommand. remove_flag drops every occurrence of `flag` ("--flag v1 v2" up to the
 // next token starting with "--", and "--flag=v"); set_flag removes it and appends "flag value".
