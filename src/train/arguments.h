@@ -627,6 +627,10 @@ struct AutoSettingsArgs {
   double auto_settings_memory_limit_gib = 0.0;  // per-rank limit; 0: this host's memory / local ranks
   double auto_settings_inter_node_bandwidth_ratio = 0.25;  // inter-node / measured intra-node bandwidth
   std::string prof_file;                     // --prof-file: write this run's profile (JSON) here
+  // MindSpeed's --auto-parallel (features/feature_auto_parallel.cc, train/auto_parallel.h).
+  bool auto_parallel = false;
+  int64_t nnodes = 1;                        // its world: --nnodes × --nproc-per-node ranks
+  int64_t auto_parallel_max_trials = 8;      // Gale: real runs at most
 };
 
 struct Arguments {

@@ -16,6 +16,7 @@
 #include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/auto_parallel.h"
 #include "train/auto_settings.h"
 #include "train/auto_settings_profile.h"
 #include "train/checkpoint_args.h"
@@ -101,8 +102,10 @@ int pretrain_main(int argc, char** argv) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
-  // MindSpeed's --auto-settings: profile, model and search instead of training (train/auto_settings.h).
+  // MindSpeed's --auto-settings / --auto-parallel: profile, model and search instead of training
+  // (train/auto_settings.h, train/auto_parallel.h).
   if (args.auto_settings.auto_settings) return auto_settings_main(parser, args, *registry, argc, argv);
+  if (args.auto_settings.auto_parallel) return auto_parallel_main(parser, args, *registry, argc, argv);
   // Before MPI_Init and the OpenMP threads: they inherit SIGTERM blocked (train/exit_signal.h).
   if (args.training.exit_signal_handler) install_exit_signal_handler();
   StatusOr<Comm> world_or =

@@ -1,11 +1,13 @@
 // `gale auto-settings` end to end on 2 local ranks: its profiling runs, auto_settings.json and the
 // printed best command line; then the memory model it fitted against the exact peak bytes of real
-// runs of every 2-rank layout (train/auto_settings.h, docs/auto_settings.md). Step times are only
-// printed (the CI host is shared), never compared.
+// runs of every 2-rank layout (train/auto_settings.h, docs/auto_settings.md); and `gale pretrain
+// --auto-parallel` on 2 ranks (train/auto_parallel.h). Step times are only printed (the CI host is
+// shared), never compared.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -141,6 +143,45 @@ TEST_F(AutoSettingsCli, MemoryModelMatchesRealRuns) {
     ++checked;
   }
   EXPECT_EQ(checked, 4);
+}
+
+// `gale pretrain --auto-parallel` on 2 ranks: the same profiling, then real runs of sampled
+// layouts; auto_parallel.json names the fastest measured one and its command line.
+TEST(AutoParallelCli, RunsLayoutsAndNamesTheFastestMeasured) {
+  const std::string dir = ::testing::TempDir() + "gale_auto_parallel_" + std::to_string(getpid());
+  fs::remove_all(dir);
+  std::vector<std::string> argv = {GALE_BINARY, "pretrain"};
+  for (const std::string& a : tiny_model()) argv.push_back(a);
+  for (const char* a : {"--train-iters", "100", "--auto-parallel", "--nnodes", "1", "--nproc-per-node", "2",
+                        "--auto-parallel-max-trials", "3", "--auto-settings-memory-limit-gib", "1"})
+    argv.push_back(a);
+  argv.push_back("--auto-settings-work-dir");
+  argv.push_back(dir);
+  const test::RunResult r = test::run_with_timeout(argv, env(), 300.0);
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::cout << "gale pretrain --auto-parallel took " << r.seconds << " s\n";
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir + "/auto_parallel.json"));
+  EXPECT_EQ(j.at("magic"), "gale-auto-parallel");
+  EXPECT_EQ(j.at("version"), 1);
+  EXPECT_EQ(j.at("target").at("ranks"), 2);
+  const auto& trials = j.at("trials");
+  ASSERT_GE(trials.size(), 1u);
+  ASSERT_LE(trials.size(), 3u);
+  double fastest = 1e30;
+  for (const auto& t : trials) {
+    ASSERT_FALSE(t.contains("error")) << t.dump();
+    EXPECT_GT(t.at("measured_seconds").get<double>(), 0.0);
+    EXPECT_GT(t.at("peak_bytes").get<int64_t>(), 0);
+    EXPECT_EQ(t.at("tp").get<int64_t>() * t.at("cp").get<int64_t>() * t.at("pp").get<int64_t>() * t.at("dp").get<int64_t>(), 2);
+    fastest = std::min(fastest, t.at("measured_seconds").get<double>());
+  }
+  EXPECT_EQ(j.at("best").at("measured_seconds").get<double>(), fastest);
+  const std::string command = j.at("best").at("command");
+  EXPECT_EQ(command.rfind("mpiexec -np 2 gale pretrain --num-layers 4 ", 0), 0u) << command;
+  EXPECT_EQ(command.find("--auto-parallel"), std::string::npos);
+  EXPECT_NE(r.output.find(command), std::string::npos) << r.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace

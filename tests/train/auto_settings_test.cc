@@ -9,6 +9,7 @@
 
 #include "features/registry.h"
 #include "flag_inventory.h"
+#include "train/auto_parallel_search.h"
 #include "train/auto_settings_model.h"
 #include "train/auto_settings_profile.h"
 #include "train/auto_settings_search.h"
@@ -56,6 +57,15 @@ TEST(AutoSettingsFlags, ErrorsNameTheFlag) {
        "--auto-settings-inter-node-bandwidth-ratio: expected a fraction in (0, 1], found 1.5"},
       {{"--auto-settings", "--auto-settings-memory-limit-gib", "-1"}, "--auto-settings-memory-limit-gib: expected a non-negative size"},
       {{"--auto-settings", "--prof-file", "p.json"}, "--prof-file: conflicts with --auto-settings"},
+      {{"--auto-parallel", "--prof-file", "p.json"}, "--prof-file: conflicts with --auto-parallel"},
+      {{"--auto-parallel", "--auto-settings"}, "--auto-parallel: conflicts with --auto-settings"},
+      {{"--nnodes", "2"}, "--nnodes: only with --auto-parallel"},
+      {{"--auto-settings", "--nnodes", "2"}, "--nnodes: only with --auto-parallel"},
+      {{"--auto-parallel", "--target-nnodes", "2"}, "--target-nnodes: only with --auto-settings"},
+      {{"--auto-parallel", "--nnodes", "0"}, "--nnodes: expected a positive number of nodes, found 0"},
+      {{"--auto-parallel", "--auto-parallel-max-trials", "0"},
+       "--auto-parallel-max-trials: expected a positive number of runs, found 0"},
+      {{"--auto-settings-work-dir", "w"}, "--auto-settings-work-dir: only with --auto-settings or --auto-parallel"},
   };
   for (const auto& [flags, expected] : cases) {
     SCOPED_TRACE(flags[flags.size() > 1 ? 1 : 0]);
@@ -285,6 +295,68 @@ TEST(AutoSettingsSearch, DivisibilityExcludes) {
     }
   s.cp_algo = "ulysses_cp_algo";
   EXPECT_EQ(layout_exclusion(s, AutoLayout{2, 4, 1, 1}), "Ulysses CP 4 does not divide the 2 heads per TP rank");
+}
+
+std::vector<AutoCandidate> candidates(const std::vector<double>& predicted) {
+  std::vector<AutoCandidate> c;
+  for (size_t i = 0; i < predicted.size(); ++i) {
+    AutoCandidate a;
+    a.layout = AutoLayout{static_cast<int64_t>(i + 1), 1, 1, 1};  // tp = index + 1 names it
+    a.prediction.step_seconds = predicted[i];
+    a.fits = true;
+    c.push_back(a);
+  }
+  return c;
+}
+
+TEST(AutoParallelSearch, AccurateModelConvergesOnItsBest) {
+  // The model is right: the first draw is almost surely the clear best (1 s against 3 s and up,
+  // priors ±30%), it runs once, measures 1 s ± 5%, and the next draw picks it again: done.
+  const std::vector<double> truth = {3.0, 1.0, 4.0, 5.0};
+  int runs = 0;
+  const AutoParallelResult r = thompson_search(candidates(truth), 8, 7, [&](const AutoLayout& l) -> StatusOr<double> {
+    ++runs;
+    return truth[static_cast<size_t>(l.tp - 1)];
+  });
+  EXPECT_TRUE(r.converged);
+  ASSERT_GE(r.best, 0);
+  EXPECT_EQ(r.trials[static_cast<size_t>(r.best)].layout.tp, 2);
+  EXPECT_EQ(runs, static_cast<int>(r.trials.size()));
+  EXPECT_LE(runs, 2);
+}
+
+TEST(AutoParallelSearch, WrongModelExploresFailuresDropAndTheLimitHolds) {
+  // The model ranks layout 1 far ahead, but it fails (out of memory, say), and layout 2 runs far
+  // slower than predicted: the search must drop the first, move on to the others and answer the
+  // fastest measured.
+  const std::vector<double> predicted = {0.5, 1.1, 1.2, 1.3};
+  const std::vector<double> truth = {-1.0, 5.0, 1.25, 1.3};
+  std::vector<int64_t> ran;
+  auto runner = [&](const AutoLayout& l) -> StatusOr<double> {
+    ran.push_back(l.tp);
+    const double t = truth[static_cast<size_t>(l.tp - 1)];
+    if (t < 0) return InvalidArgument("exit 1");
+    return t;
+  };
+  const AutoParallelResult r = thompson_search(candidates(predicted), 8, 7, runner);
+  ASSERT_GE(r.best, 0);
+  EXPECT_EQ(r.trials[static_cast<size_t>(r.best)].layout.tp, 3);  // 1.25 s, the fastest that runs
+  std::vector<int64_t> sorted = ran;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "a layout ran twice";
+  for (const AutoParallelTrial& t : r.trials) {
+    if (t.layout.tp == 1) {
+      EXPECT_EQ(t.error, "exit 1");
+    }
+  }
+  // The same seed gives the same trials; the limit caps them.
+  ran.clear();
+  const AutoParallelResult again = thompson_search(candidates(predicted), 8, 7, runner);
+  ASSERT_EQ(again.trials.size(), r.trials.size());
+  for (size_t k = 0; k < r.trials.size(); ++k) EXPECT_EQ(again.trials[k].layout.tp, r.trials[k].layout.tp);
+  const AutoParallelResult capped = thompson_search(candidates(predicted), 1, 7, runner);
+  EXPECT_EQ(capped.trials.size(), 1u);
+  EXPECT_FALSE(capped.converged);
 }
 
 }  // namespace
