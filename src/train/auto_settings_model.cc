@@ -54,10 +54,15 @@ StatusOr<AutoModels> fit_auto_models(const std::vector<RunProfile>& profiles, co
   AutoModels m;
   m.target = target;
   std::map<std::pair<int64_t, int64_t>, std::map<int64_t, const RunProfile*>> by_pair;
+  const RunProfile* staged = nullptr;  // the PP 2 run (TP = CP = DP = 1)
   for (const RunProfile& p : profiles) {
+    if (p.pp == 2 && p.tp == 1 && p.cp == 1 && p.dp == 1 && p.num_layers == 2 && p.world_size == 2) {
+      staged = &p;
+      continue;
+    }
     if (p.pp != 1 || p.dp != 1)
       return InvalidArgument("--auto-settings: a profiling run of pipeline size ", p.pp, " and data-parallel size ", p.dp,
-                             " (expected 1 and 1)");
+                             " (expected 1 and 1, or a 2-layer run of pipeline size 2)");
     by_pair[{p.tp, p.cp}][p.num_layers] = &p;
   }
   std::vector<std::pair<double, double>> lp, fp, la, fa, fs;
@@ -138,6 +143,17 @@ StatusOr<AutoModels> fit_auto_models(const std::vector<RunProfile>& profiles, co
     m.layer_comm_bytes = bytes_sum / bw_n;
     m.bandwidth_measured = true;
   }
+  // The PP 2 run (one layer a stage): which shares of the fixed parameters and activations the
+  // first and the last stage hold, beyond their layer and its micro-batches in flight.
+  if (staged && base->fixed_params > 0.0 && base->fixed_activation > 0.0) {
+    const double in_flight = std::min<double>(2.0, static_cast<double>(staged->num_micro_batches));
+    auto transient = [&](size_t r) { return static_cast<double>(staged->peak_bytes[r] - staged->persistent_bytes[r]); };
+    m.first_param_share = std::max(0.0, (static_cast<double>(staged->param_elems[0]) - base->layer_params) / base->fixed_params);
+    m.last_param_share = std::max(0.0, (static_cast<double>(staged->param_elems[1]) - base->layer_params) / base->fixed_params);
+    m.first_activation_share = std::max(0.0, (transient(0) - in_flight * base->layer_activation) / base->fixed_activation);
+    m.last_activation_share = std::max(0.0, (transient(1) - base->layer_activation) / base->fixed_activation);
+    m.stage_shares = true;
+  }
   // With Megatron's FLOPs in every profile (and the forward-backward timer), times come from
   // totals instead of differences of two short runs, which a loaded host makes noisy: one compute
   // rate (FLOP/s of a rank) from the TP = CP = 1 runs; the d > 1 runs' time beyond their FLOPs at
@@ -182,18 +198,34 @@ AutoPrediction predict(const AutoModels& m, const AutoLayout& l) {
   const double tp = static_cast<double>(l.tp);
   const double p_layer = pm ? pm->layer_params : m.layer_params.at(tp);
   const double p_fixed_all = pm ? pm->fixed_params : m.fixed_params.at(tp);
-  const double p_fixed = l.pp == 1 || t.tied_embeddings ? p_fixed_all : p_fixed_all / 2.0;
-  const double params = layers * p_layer + p_fixed;
   // b comes from the TP = CP = 1 runs (unsharded); the distributed optimizer shards over the
   // data-parallel group with CP (Megatron's).
   const double dp_cp = static_cast<double>(l.dp * l.cp);
   double per_param = m.bytes_per_param;
   if (t.distributed_optimizer) per_param -= t.shardable_bytes_per_param * (1.0 - 1.0 / dp_cp);
-  r.persistent_bytes = per_param * params + m.persistent_intercept;
   const double a_layer = pm ? pm->layer_activation : m.layer_activation.at(d);
   const double a_fixed = pm ? pm->fixed_activation : m.fixed_activation.at(d);
   const double in_flight = std::min(static_cast<double>(l.pp), micro);
-  r.peak_bytes = r.persistent_bytes + layers * in_flight * a_layer + a_fixed;  // the first stage holds the most
+  double params;
+  if (l.pp > 1 && m.stage_shares) {
+    // The first stage: its layers with min(PP, m) micro-batches in flight and its share of the
+    // fixed part; the last: one micro-batch in flight and its share. The larger peak counts.
+    const double first_params = layers * p_layer + m.first_param_share * p_fixed_all;
+    const double last_params = layers * p_layer + m.last_param_share * p_fixed_all;
+    const double first = per_param * first_params + m.persistent_intercept + layers * in_flight * a_layer +
+                         m.first_activation_share * a_fixed;
+    const double last =
+        per_param * last_params + m.persistent_intercept + layers * a_layer + m.last_activation_share * a_fixed;
+    params = std::max(first_params, last_params);
+    r.peak_bytes = std::max(first, last);
+    r.persistent_bytes = per_param * (first >= last ? first_params : last_params) + m.persistent_intercept;
+  } else {
+    // Without the PP 2 run: every stage charged the whole fixed activation (conservative) and,
+    // with PP > 1, the fixed parameters (tied embeddings: both ends hold the embedding) or half.
+    params = layers * p_layer + (l.pp == 1 || t.tied_embeddings ? p_fixed_all : p_fixed_all / 2.0);
+    r.persistent_bytes = per_param * params + m.persistent_intercept;
+    r.peak_bytes = r.persistent_bytes + layers * in_flight * a_layer + a_fixed;  // the first stage holds the most
+  }
 
   const int64_t rpn = std::max<int64_t>(1, t.ranks_per_node);
   r.tp_cp_spans_nodes = l.tp * l.cp > rpn;

@@ -3,13 +3,17 @@
 //
 // The profiling runs are pipeline size 1, data-parallel size 1, the target's micro-batch size and
 // sequence length, 2 micro-batches, and for each profiled (TP, CP) two layer counts (1 and 2), so
-// that differences between the two isolate one transformer layer. Per split degree d = TP·CP:
+// that differences between the two isolate one transformer layer; plus, on 2 local ranks or more,
+// one 2-layer run of pipeline size 2 (what the first and the last stage hold). Per split degree
+// d = TP·CP:
 //
 //   memory   persistent bytes = b · params + c          (b, c: slope and intercept over the runs)
 //            params per rank   = L_stage · p_layer(TP) + p_fixed(TP, stage)
 //            transient peak    = L_stage · in_flight · a_layer(d) + a_fixed(d)
 //            peak of a stage   = persistent (optimizer state / (DP·CP) under the distributed optimizer)
-//                                + transient; 1F1B keeps min(PP − stage, micro-batches) in flight
+//                                + transient; 1F1B keeps min(PP − stage, micro-batches) in flight;
+//                                the first and last stages hold the shares of p_fixed and a_fixed a
+//                                PP 2 run measured (without it: all of a_fixed on every stage)
 //   time     per micro-batch   = L_stage · t_layer(d) + t_fixed(d) + pipeline send/recv
 //            t_layer(d)        = FLOPs_layer / d / rate + wire(d) / bandwidth  (TP/CP traffic)
 //            step              = (m + PP − 1) · per micro-batch + optimizer + DP gradient reduction
@@ -82,12 +86,17 @@ struct AutoModels {
   bool bandwidth_measured = false;
   double optimizer_seconds_per_param = 0.0;
   double flops_per_second = 0.0;  // a rank's compute rate (0: times from differences, no FLOPs)
+  // From the PP 2 run (stage_shares): the shares of the TP = CP = 1 fixed parameters and fixed
+  // activations the first and the last pipeline stage hold.
+  bool stage_shares = false;
+  double first_param_share = 1.0, last_param_share = 1.0, first_activation_share = 1.0, last_activation_share = 1.0;
   AutoTarget target;
 
   const PairMeasure* pair(int64_t tp, int64_t cp) const;
 };
 
-// The fit. `profiles` must hold, for TP = CP = 1 at least, runs of 1 and 2 layers (pp = dp = 1).
+// The fit. `profiles` must hold, for TP = CP = 1 at least, runs of 1 and 2 layers (pp = dp = 1);
+// a 2-layer run of PP 2 (TP = CP = DP = 1) is optional.
 StatusOr<AutoModels> fit_auto_models(const std::vector<RunProfile>& profiles, const AutoTarget& target);
 
 struct AutoPrediction {

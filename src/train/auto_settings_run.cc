@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -174,36 +175,40 @@ StatusOr<std::vector<RunProfile>> run_profiling(const Arguments& args, AutoRun& 
                         "--exit-duration-in-mins", "--train-samples", "--rampup-batch-size", "--eval-interval",
                         "--prof-file", "--wandb-project", "--log-progress"})
     remove_flag(base, f);
+  // (TP, CP, PP, layers): the pairs at 1 and 2 layers, then PP 2 at 2 layers with 2 local ranks.
+  std::vector<std::array<int64_t, 4>> runs;
+  for (const auto& [tp, cp] : pairs)
+    for (int64_t layers : {1, 2}) runs.push_back({tp, cp, 1, layers});
+  if (run.local_ranks >= 2) runs.push_back({1, 1, 2, 2});
   if (run.verbose)
-    print_rank0(str_cat(run.flag.substr(2), ": profiling ", pairs.size() * 2, " runs in ", run.work_dir, " (", run.threads,
+    print_rank0(str_cat(run.flag.substr(2), ": profiling ", runs.size(), " runs in ", run.work_dir, " (", run.threads,
                         " threads per rank)"));
   std::vector<RunProfile> profiles;
-  for (const auto& [tp, cp] : pairs) {
-    for (int64_t layers : {1, 2}) {
-      const std::string stem = str_cat(run.work_dir, "/profile_tp", tp, "_cp", cp, "_l", layers);
-      std::vector<std::string> tokens = with_layout(base, AutoLayout{tp, cp, 1, 1});
-      set_flag(tokens, "--num-layers", std::to_string(layers));
-      set_flag(tokens, "--global-batch-size", std::to_string(args.training.micro_batch_size * kProfileMicroBatches));
-      set_flag(tokens, "--train-iters", std::to_string(kProfileIters));
-      set_flag(tokens, "--eval-iters", "0");
-      set_flag(tokens, "--log-interval", std::to_string(kProfileIters + 1));
-      set_flag(tokens, "--timing-log-level", "1");
-      set_flag(tokens, "--num-threads", std::to_string(run.threads));
-      set_flag(tokens, "--prof-file", stem + ".json");
-      std::error_code ec;
-      std::filesystem::remove(stem + ".json", ec);
-      const int rc = run_pretrain_logged(run, tp * cp, tokens, stem + ".log");
-      if (rc != 0)
-        return InvalidArgument(run.flag, ": profiling run tp=", tp, " cp=", cp, " layers=", layers, " failed (exit ", rc,
-                               "); its output is in ", stem, ".log");
-      GALE_ASSIGN_OR_RETURN(RunProfile p, read_profile(stem + ".json"));
-      if (run.verbose)
-        print_rank0(str_cat("  profiled tp=", tp, " cp=", cp, " layers=", layers, ": step ", auto_fixed(p.step_seconds, 4),
-                            " s, peak ", p.max_peak_bytes(), " bytes"));
-      run.profiles.push_back({{"file", stem + ".json"}, {"tp", tp}, {"cp", cp}, {"num_layers", layers},
-                              {"step_seconds", p.step_seconds}, {"peak_bytes", p.max_peak_bytes()}});
-      profiles.push_back(std::move(p));
-    }
+  for (const auto& [tp, cp, pp, layers] : runs) {
+    const std::string stem = pp == 1 ? str_cat(run.work_dir, "/profile_tp", tp, "_cp", cp, "_l", layers)
+                                     : str_cat(run.work_dir, "/profile_pp", pp, "_l", layers);
+    std::vector<std::string> tokens = with_layout(base, AutoLayout{tp, cp, pp, 1});
+    set_flag(tokens, "--num-layers", std::to_string(layers));
+    set_flag(tokens, "--global-batch-size", std::to_string(args.training.micro_batch_size * kProfileMicroBatches));
+    set_flag(tokens, "--train-iters", std::to_string(kProfileIters));
+    set_flag(tokens, "--eval-iters", "0");
+    set_flag(tokens, "--log-interval", std::to_string(kProfileIters + 1));
+    set_flag(tokens, "--timing-log-level", "1");
+    set_flag(tokens, "--num-threads", std::to_string(run.threads));
+    set_flag(tokens, "--prof-file", stem + ".json");
+    std::error_code ec;
+    std::filesystem::remove(stem + ".json", ec);
+    const int rc = run_pretrain_logged(run, tp * cp * pp, tokens, stem + ".log");
+    if (rc != 0)
+      return InvalidArgument(run.flag, ": profiling run tp=", tp, " cp=", cp, " pp=", pp, " layers=", layers,
+                             " failed (exit ", rc, "); its output is in ", stem, ".log");
+    GALE_ASSIGN_OR_RETURN(RunProfile p, read_profile(stem + ".json"));
+    if (run.verbose)
+      print_rank0(str_cat("  profiled tp=", tp, " cp=", cp, " pp=", pp, " layers=", layers, ": step ",
+                          auto_fixed(p.step_seconds, 4), " s, peak ", p.max_peak_bytes(), " bytes"));
+    run.profiles.push_back({{"file", stem + ".json"}, {"tp", tp}, {"cp", cp}, {"pp", pp}, {"num_layers", layers},
+                            {"step_seconds", p.step_seconds}, {"peak_bytes", p.max_peak_bytes()}});
+    profiles.push_back(std::move(p));
   }
   return profiles;
 }

@@ -177,6 +177,29 @@ TEST(AutoSettingsModel, FitRecoversTheSyntheticProfiles) {
   EXPECT_NEAR(m.value().intra_bandwidth, 1e8, 1e-3);
   const AutoPrediction t = predict(m.value(), AutoLayout{2, 1, 1, 1});
   EXPECT_NEAR(t.step_seconds, 2 * (8 * (0.1 + 0.1) + (0.025 + 0.01)) + 1e-6 * 4250, 1e-9);
+  // With a PP 2 run (one layer a stage, 2 micro-batches): the first stage holds 300 of the 500
+  // fixed parameters and 40 of the 100 fixed activation bytes beyond its 2 layers in flight, the
+  // last 250 and 80 beyond its one. PP 2 of 8 layers, 2 micro-batches: both in flight at the first.
+  RunProfile staged = synthetic_profile(1, 1, 2);
+  staged.pp = 2;
+  staged.world_size = 2;
+  staged.param_elems = {1000 + 300, 1000 + 250};
+  staged.persistent_bytes = {16 * 1300 + 64, 16 * 1250 + 64};
+  staged.peak_bytes = {16 * 1300 + 64 + 2 * 300 + 40, 16 * 1250 + 64 + 300 + 80};
+  std::vector<RunProfile> with_staged = profiles;
+  with_staged.push_back(staged);
+  StatusOr<AutoModels> ms = fit_auto_models(with_staged, target);
+  ASSERT_TRUE(ms.ok()) << ms.status().message();
+  EXPECT_TRUE(ms.value().stage_shares);
+  EXPECT_NEAR(ms.value().first_param_share, 0.6, 1e-9);
+  EXPECT_NEAR(ms.value().last_activation_share, 0.8, 1e-9);
+  const AutoPrediction staged_peak = predict(ms.value(), AutoLayout{1, 1, 2, 1});
+  const double first = 16.0 * (4 * 1000 + 300) + 64 + 4 * 2 * 300 + 40;
+  const double last = 16.0 * (4 * 1000 + 250) + 64 + 4 * 300 + 80;
+  EXPECT_NEAR(staged_peak.peak_bytes, std::max(first, last), 1e-6);
+  EXPECT_FALSE(m.value().stage_shares);  // without it: the conservative rule
+  EXPECT_NEAR(predict(m.value(), AutoLayout{1, 1, 2, 1}).peak_bytes, 16.0 * (4 * 1000 + 500) + 64 + 4 * 2 * 300 + 100,
+              1e-6);
   // No profile lacks the TP = CP = 1 pair.
   profiles.erase(profiles.begin(), profiles.begin() + 2);
   EXPECT_NE(fit_auto_models(profiles, target).status().message().find("at tensor- and context-parallel size 1"),
