@@ -259,7 +259,11 @@ nlohmann::ordered_json models_json(const AutoModels& m) {
           {"layer_seconds_tp1", m.layer_seconds_1}, {"layer_comm_bytes", m.layer_comm_bytes},
           {"intra_node_bandwidth", m.intra_bandwidth}, {"bandwidth_measured", m.bandwidth_measured},
           {"inter_node_bandwidth", m.intra_bandwidth * m.target.inter_node_bandwidth_ratio},
-          {"optimizer_seconds_per_param", m.optimizer_seconds_per_param}, {"pairs", pairs}};
+          {"optimizer_seconds_per_param", m.optimizer_seconds_per_param},
+          {"stages", {{"measured", m.stage_shares}, {"first_param_share", m.first_param_share},
+                      {"last_param_share", m.last_param_share}, {"first_activation_share", m.first_activation_share},
+                      {"last_activation_share", m.last_activation_share}}},
+          {"pairs", pairs}};
 }
 
 nlohmann::ordered_json candidate_json(const AutoCandidate& c) {

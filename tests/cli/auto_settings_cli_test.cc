@@ -89,6 +89,7 @@ TEST_F(AutoSettingsCli, WritesAValidResultAndTheBestCommand) {
     EXPECT_GT(r.value().forward_backward_seconds, 0.0);
   }
   EXPECT_EQ(j.at("models").at("bytes_per_param"), 16.0);  // f32 weight + gradient + Adam's 2 moments
+  EXPECT_TRUE(j.at("models").at("stages").at("measured").get<bool>());
   // The 4 layouts of 2 ranks (tp, cp, pp, dp each 2 once); all fit 1 GiB; the best is the first.
   ASSERT_EQ(j.at("candidates").size() + j.at("excluded").size(), 4u);
   for (const auto& c : j.at("candidates")) EXPECT_TRUE(c.at("fits").get<bool>());
