@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "comm/launcher.h"
 #include "core/check.h"
 #include "core/log.h"
 
@@ -369,13 +370,6 @@ bool NcclWork::test() {
   }
   done_ = cudaEventQuery(slot_->event) == cudaSuccess;
   return done_;
-}
-
-int local_rank_from_launcher(int fallback) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
-    if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
-  }
-  return fallback;
 }
 
 }  // namespace

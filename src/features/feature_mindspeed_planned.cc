@@ -20,9 +20,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
        "adaptive_cp_algo or hybrid_adaptive_cp_algo)",
        {"--attention-mask-on-cpu", "--adaptive-cp-without-coarse", "--adaptive-cp-dynamic-attn-mask",
         "--adaptive-cp-only-reschedule", "--adaptive-cp-manually-set-mask-list"}},
-      {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
-       "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
-       {"--automated-pipeline-perf"}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
   };

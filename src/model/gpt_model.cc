@@ -2,9 +2,11 @@
 #include "model/gpt_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "kernels/flop_counter.h"
 #include "model/core_attention.h"
 #include "model/linear.h"
@@ -701,6 +703,38 @@ std::vector<int> GPTModel::MtpParamIds::all() const {
   return ids;
 }
 
+namespace {
+
+// --automated-pipeline's measurement points (model/layer_profile.h): time and live allocator bytes.
+struct ProfileMark {
+  double seconds = 0.0;
+  int64_t bytes = 0;
+};
+
+ProfileMark profile_mark() {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return {std::chrono::duration<double>(now).count(), host_allocator().current_bytes()};
+}
+
+void record_forward(LayerProfiler* p, int64_t key, const ProfileMark& start, int64_t input_bytes) {
+  const ProfileMark end = profile_mark();
+  LayerCost& c = p->costs[key];
+  c.forward_seconds += end.seconds - start.seconds;
+  c.kept_bytes += end.bytes - start.bytes;
+  c.input_bytes += input_bytes;
+  ++c.forwards;
+}
+
+void record_backward(LayerProfiler* p, int64_t key, const ProfileMark& start) {
+  LayerCost& c = p->costs[key];
+  c.backward_seconds += profile_mark().seconds - start.seconds;
+  ++c.backwards;
+}
+
+int64_t tensor_bytes(const Tensor& t) { return t.defined() ? t.numel() * dtype_size(t.dtype()) : 0; }
+
+}  // namespace
+
 Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& input, bool training, LossSums* loss,
                          const FullRecompute* full_recompute) {
   auto st = std::make_unique<State>();
@@ -713,10 +747,14 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     groups.pop_back();
   };
   if (part_.pre_process) need();
+  // --automated-pipeline: this training forward's pieces are measured (not RiPipe's plans).
+  LayerProfiler* const prof = training && !full_recompute && profiler_ && profiler_->recording ? profiler_ : nullptr;
+  ProfileMark mark = prof ? profile_mark() : ProfileMark{};
   Tensor x = part_.pre_process
                  ? embedding_forward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0))
                  : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
+  if (prof && part_.pre_process) record_forward(prof, LayerProfiler::kEmbedding, mark, 0);
   if (training) st->layers.resize(layers_.size());
   st->hidden_shape = x.shape();
   const int64_t L = static_cast<int64_t>(layers_.size());
@@ -724,6 +762,8 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
     need();
     const auto [first, end] = st->full_recompute.group(i, L);
     const bool rerun = training && first < end;  // --recompute-granularity full: keep the group's input only
+    if (prof) mark = profile_mark();
+    const int64_t input_bytes = prof ? tensor_bytes(x) : 0;
     if (rerun && i == first) st->layers[i].x_in = keep_recompute_input(x);
     x = transformer_layer_forward(st->rt, params_, layers_[i], part_.first_layer + i, x,
                                   training && !rerun ? &st->layers[i] : nullptr);
@@ -747,11 +787,15 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
       if (!st->compress) st->compress = std::make_unique<ActivationCompressor>(compress_);
       st->compress->compress(i, part_.first_layer + i, st->layers[i]);
     }
+    if (prof) record_forward(prof, part_.first_layer + i, mark, input_bytes);
   }
   Tensor out;
   if (part_.post_process) {
     need();
+    if (prof) mark = profile_mark();
+    const int64_t input_bytes = prof ? tensor_bytes(x) : 0;
     head_forward(*st, x, loss, training);
+    if (prof) record_forward(prof, LayerProfiler::kHead, mark, input_bytes);
   } else {
     out = x;
   }
@@ -907,13 +951,17 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
     if (grad_ready_) grad_ready_(groups.at(group++));
   };
   Tensor d = d_output;
+  LayerProfiler* const prof = profiler_ && profiler_->recording ? profiler_ : nullptr;  // --automated-pipeline
+  ProfileMark mark = prof ? profile_mark() : ProfileMark{};
   if (part_.post_process) {
     d = head_backward(*st, loss_scale * grad_scale_);
+    if (prof) record_backward(prof, LayerProfiler::kHead, mark);
     ready();
   }
   const int64_t L = static_cast<int64_t>(layers_.size());
   for (int64_t i = L; i-- > 0;) {
     const auto [first, end] = st->full_recompute.group(i, L);
+    if (prof) mark = profile_mark();
     if (first < end && i == end - 1 && !st->recomputed) {  // rerun the group's forward from its kept input, keeping all
       FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
@@ -927,11 +975,14 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
     }
     if (st->compress) st->compress->decompress(i, st->layers[i]);
     d = transformer_layer_backward(st->rt, params_, layers_[i], part_.first_layer + i, st->layers[i], d);
+    if (prof) record_backward(prof, part_.first_layer + i, mark);
     ready();
   }
   if (st->compress) compress_stats_.add(st->compress->stats());
   if (part_.pre_process) {
+    if (prof) mark = profile_mark();
     embedding_backward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0), d);
+    if (prof) record_backward(prof, LayerProfiler::kEmbedding, mark);
     ready();
     return Tensor();
   }

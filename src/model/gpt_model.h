@@ -39,6 +39,7 @@
 #include "model/activation_swap.h"
 #include "model/smart_swap.h"
 #include "model/config.h"
+#include "model/layer_profile.h"
 #include "model/logits_kl.h"
 #include "model/micro_batch.h"
 #include "model/params.h"
@@ -157,6 +158,10 @@ class GPTModel {
   // training forward's layers end and backward's begin, it decides which layers are swapped out
   // (through the same ActivationSwap as --swap-attention). Null (the default): off.
   void set_smart_swap(SmartSwap* s) { smart_swap_ = s; }
+  // --automated-pipeline (model/layer_profile.h; not owned, outlives the model's training): while
+  // its `recording` is set, training forwards and backwards add each piece's (embedding, layer,
+  // head) wall time and kept bytes to it. Null (the default): off. Not with recompute plans.
+  void set_layer_profiler(LayerProfiler* p) { profiler_ = p; }
   // --compress-activation / --compress-dense (model/activation_compress.h): training forwards keep
   // the selected layers' saved activations losslessly compressed until their backward. Off by
   // default. activation_compress_stats(): what was compressed, summed over the backwards so far.
@@ -318,6 +323,7 @@ class GPTModel {
   bool per_token_loss_ = false;
   SwapAttentionConfig swap_attention_;
   SmartSwap* smart_swap_ = nullptr;
+  LayerProfiler* profiler_ = nullptr;
   ActivationCompressConfig compress_;
   CompressStats compress_stats_;
   mutable MoeAuxLosses moe_losses_;  // build_runtime hands layers a pointer to it

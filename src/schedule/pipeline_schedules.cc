@@ -123,7 +123,11 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     if (model.partition().post_process) {
       result.loss_sum += sums.loss_sum;
       result.tokens += sums.tokens;
-      if (!forward_only) loss_tokens[s.microbatch] = sums.tokens;
+      if (!forward_only) {
+        loss_tokens[s.microbatch] = sums.tokens;
+        result.micro_batch_loss_sums.resize(static_cast<size_t>(num_microbatches), 0.0);
+        result.micro_batch_loss_sums[static_cast<size_t>(s.microbatch)] = sums.loss_sum;
+      }
     }
     return sent;
   };

@@ -21,6 +21,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
     }
     r.loss_sum += sums.loss_sum;
     r.tokens += sums.tokens;
+    if (!forward_only) r.micro_batch_loss_sums.push_back(sums.loss_sum);
     if (!forward_only) {
       ScopedTimer backward_timer(timers, "backward-compute", 2);
       model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss()));

@@ -45,6 +45,9 @@ using MicroBatchSource = std::function<Status(int64_t m, MicroBatch* mb)>;
 struct ForwardBackwardResult {
   double loss_sum = 0.0;  // Σ ℓ·mask over this rank's micro-batches (last pipeline stage)
   double tokens = 0.0;    // Σ mask
+  // Each micro-batch's Σ ℓ·mask, by micro-batch (the stage holding the loss; empty elsewhere and
+  // when forward-only): what --rerun-mode / --check-for-spiky-loss validate, as Megatron's loss_func.
+  std::vector<double> micro_batch_loss_sums;
   // --dualpipev-dw-detach: the most bytes the queued weight gradients' dy and x held at once
   // (WeightGradStore::held_bytes; 0 without deferred steps).
   int64_t deferred_weight_grad_peak_bytes = 0;

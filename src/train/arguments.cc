@@ -212,8 +212,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
                "scale per block of up to 128 elements, mxfp8 (the same formats, k-scaled) with an E8M0 scale per 32, "
                "hif8 (both HiFloat8) with fp8's blocks and MindSpeed's hif8 scale; dequantised to f32 for each update");
   p.add_flag("--quant-grads", &a.quant_grads,
-             "MindSpeed: FP16 main gradients with a per-parameter scale (not supported yet: Gale's gradient buffers, "
-             "their data-parallel reduction and clipping are f32)");
+             "MindSpeed: hold the main gradients as FP16 with a per-parameter f32 scale (65503 / amax), requantised "
+             "at every micro-batch's accumulation, the scales aligned by a data-parallel MIN before the sum; the "
+             "optimizer reads them dequantised (AdamW; the f32 gradient buffer stays: MindSpeed's numerics)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");
@@ -532,7 +533,9 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_qat_args(p, a.model);
+  add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
+  add_rerun_args(p, a.rerun);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
   add_auto_settings_args(p, a.auto_settings);
@@ -950,6 +953,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
   GALE_RETURN_IF_ERROR(validate_auto_settings_args(a, p));
   return Status::Ok();
 }

@@ -204,7 +204,9 @@ struct TrainingArgs {
   std::string swap_optimizer_dir;
   // --quant-states fp8|mxfp8|hif8 (MindSpeed's low-precision optimizer, level 0;
   // features/feature_low_precision_optimizer.cc, kernels/cpu/quant_states.h): Adam's moments stored
-  // as FP8 or HiFloat8 codes with block scales ("" = f32). --quant-grads is refused (not supported yet).
+  // as FP8 or HiFloat8 codes with block scales ("" = f32). --quant-grads: the main gradients held as
+  // FP16 with a per-parameter scale between micro-batches and through the data-parallel sum
+  // (optim/quant_grads.h).
   std::string quant_states;
   bool quant_grads = false;
   // --swap-attention (MindSpeed, level 2; features/feature_swap_attention.cc, model/activation_swap.h):
@@ -285,6 +287,19 @@ struct ParallelArgs {
   // every (pipeline rank, virtual stage)'s layers as symbols; the stage count gives the VPP size.
   std::string pipeline_model_parallel_layout;
   std::vector<std::vector<int64_t>> pipeline_layers;
+  // MindSpeed's --automated-pipeline (features/feature_automated_pipeline.cc, train/automated_pipeline.h):
+  // before training, profile a few iterations at the even split, search the layer split and the
+  // per-stage full-layer recomputation for the 1F1B step under a memory limit of
+  // (1 - save_memory_ratio) x the even split's largest stage, record the policy in
+  // automated_pipeline_config (JSON, docs/formats/automated-pipeline.md; a matching entry there
+  // skips the profiling) and train with it. --automated-pipeline-perf (MindSpeed's performance
+  // mode) is refused by the parser as not supported yet.
+  bool automated_pipeline = false;
+  double save_memory_ratio = 0.20;
+  std::string automated_pipeline_config = "autopipeline_config.json";
+  // Set by the policy (not a flag): full-layer recomputation of the first k layers of pipeline
+  // rank r's stage, k = recompute_layers_per_stage[r] (empty: the --recompute-* flags apply).
+  std::vector<int64_t> recompute_layers_per_stage;
   // MindSpeed's --schedules-method: "" (Megatron's 1F1B / interleaved 1F1B) or "dualpipev"
   // (DeepSeek's DualPipeV: 2·PP layer chunks, rank r holding chunks r and 2·PP−1−r; validation
   // then sets virtual_pipeline_model_parallel_size to 2, the chunks per rank; train/engine.h).
@@ -598,10 +613,19 @@ struct QadArgs {
   std::string kl_loss_reduction = "mean";  // over a micro-batch's masked tokens: mean or sum
 };
 
+// Megatron's rerun state machine (train/arguments_rerun.cc, train/rerun_state_machine.h).
+struct RerunArgs {
+  std::string rerun_mode = "disabled";  // --rerun-mode: disabled, validate_results or report_stats
+  int64_t error_injection_rate = 0;     // --error-injection-rate: inject once per N validations (0: never)
+  std::string error_injection_type = "transient_error";  // correct_result, transient_error, persistent_error
+  bool check_for_spiky_loss = false;    // --check-for-spiky-loss
+  bool check_for_large_grads = false;   // --check-for-large-grads
+  std::string result_rejected_tracker_filename;  // --result-rejected-tracker-filename ("" = none)
+};
+
 // Megatron flags Gale accepts only with the value that changes nothing here
 // (train/arguments_megatron_compat.cc).
 struct MegatronCompatArgs {
-  std::string rerun_mode = "disabled";       // --rerun-mode
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
 };
@@ -639,6 +663,7 @@ struct Arguments {
   LoraArgs lora;
   DpoArgs dpo;
   QadArgs qad;
+  RerunArgs rerun;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -665,9 +690,14 @@ void add_mla_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// MindSpeed's --automated-pipeline flags (train/arguments_automated_pipeline.cc; validated by
+// features/feature_automated_pipeline.cc).
+void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 // MindSpeed's QAD flags --qad-enable, --qad-teacher-load, --kl-temperature, --kl-loss-weight,
 // --kl-loss-reduction (train/arguments_qad.cc; validated by features/feature_qad.cc).
 void add_qad_args(ArgParser& p, QadArgs& a);
+void add_rerun_args(ArgParser& p, RerunArgs& a);
+Status validate_rerun_args(const Arguments& a, const ArgParser& p);
 // The KL flags given without --qad-enable (an error naming them).
 Status validate_qad_args(const Arguments& a, const ArgParser& p);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):

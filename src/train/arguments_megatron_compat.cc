@@ -45,9 +45,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
         "--exp-avg-sq-dtype"}},
       {"reducing gradients in bf16 (Gale reduces them in fp32)", {"--grad-reduce-in-bf16"}},
-      {"Megatron's rerun state machine", {"--error-injection-rate", "--error-injection-type",
-                                          "--result-rejected-tracker-filename", "--check-for-large-grads",
-                                          "--check-for-spiky-loss"}},
       {"nsys and PyTorch profiling (profile gale with perf, docs/kernels.md)",
        {"--profile", "--profile-ranks", "--profile-step-start", "--profile-step-end", "--use-pytorch-profiler",
         "--record-memory-history", "--memory-snapshot-path",
@@ -238,9 +235,6 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
     for (const char* flag : r.flags) p.add_rejected(flag, r.why);
   p.group("compatibility");
   for (const Compat& c : compat_flags()) p.add_compat(c.flag, c.takes_value, c.note);
-  p.add("--rerun-mode", &a.rerun_mode,
-        "Megatron's rerun state machine: disabled (the default) is accepted; validate_results and report_stats are "
-        "not supported yet");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.
@@ -251,11 +245,6 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
 
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
   const MegatronCompatArgs& c = a.megatron_compat;
-  if (c.rerun_mode == "validate_results" || c.rerun_mode == "report_stats")
-    return Unimplemented("--rerun-mode ", c.rerun_mode, ": not supported yet (Megatron's rerun state machine)");
-  if (c.rerun_mode != "disabled")
-    return InvalidArgument("--rerun-mode: expected disabled, validate_results or report_stats, found '", c.rerun_mode,
-                           "'");
   if (p.was_set("--moe-router-dtype")) {
     if (c.moe_router_dtype == "fp64")
       return Unimplemented("--moe-router-dtype fp64: not supported yet (Gale's router computes in fp32)");

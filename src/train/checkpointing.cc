@@ -210,6 +210,8 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                          {"skipped_train_samples", state.skipped_train_samples},
                          {"consumed_valid_samples", state.consumed_valid_samples},
                          {"num_floating_point_operations_so_far", state.floating_point_operations_so_far}};
+  // --rerun-mode validate_results: the rerun this checkpoint was saved for (train/rerun_state_machine.h).
+  if (!state.rerun_state_machine.is_null()) sections["rerun_state_machine"] = state.rerun_state_machine;
   if (ca.save_optim) {
     const LrSchedule& ls = scheduler.schedule();
     sections["optimizer"] = {{"type", optimizer.config().type},
@@ -408,6 +410,8 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     state.skipped_train_samples = t.value("skipped_train_samples", int64_t{0});  // older checkpoints: none
     state.consumed_valid_samples = t.at("consumed_valid_samples").get<int64_t>();
     state.floating_point_operations_so_far = t.at("num_floating_point_operations_so_far").get<double>();
+    state.rerun_state_machine = nullptr;
+    if (r.metadata().contains("rerun_state_machine")) state.rerun_state_machine = r.metadata()["rerun_state_machine"];
   }
   if (load_optim) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));

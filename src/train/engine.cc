@@ -226,6 +226,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
   for (int64_t vp = 0; vp < vpp; ++vp) {
     config.full_recompute.chunk = vp;  // --enable-recompute-layers-per-pp-rank
     config.full_recompute.rank_chunks = vpp;
+    if (!par.recompute_layers_per_stage.empty()) {  // --automated-pipeline's policy: this stage's first k layers
+      config.full_recompute.method = FullRecompute::Method::kBlock;
+      config.full_recompute.num_layers = par.recompute_layers_per_stage.at(static_cast<size_t>(engine->ps.coords().pp));
+      config.full_recompute.per_pp_rank = false;
+    }
     ModelPartition part = chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d);
     part.ep_hot_groups = ep_hot_groups;
     models.push_back(std::make_unique<GPTModel>(config, std::move(part), &engine->ops));
@@ -333,6 +338,17 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     }
     DataParallelSync* s = sync.get();
     DataParallelSync* es = expert_sync.get();
+    if (args.training.quant_grads) {  // validated: no overlap, no EP, one distributed-optimizer instance
+      const double factor = dc.grad_scale > 0.0 ? dc.grad_scale
+                                                 : static_cast<double>(dc.context_parallel_size) /
+                                                       static_cast<double>(shard_dp ? shard_dp->size() : 1);
+      auto store = std::make_unique<QuantGradStore>(
+          &model->params(), shard_dp, par.use_distributed_optimizer ? s->owned_ranges() : std::vector<FlatRange>{},
+          factor);
+      QuantGradStore* q = store.get();
+      model->set_grad_ready_fn([q](const std::vector<int>& ids) { q->accumulate(ids); });
+      engine->quant_grads.push_back(std::move(store));
+    }
     if (par.overlap_grad_reduce)
       model->set_grad_ready_fn([s, es](const std::vector<int>& ids) {
         s->on_grads_ready(ids);

@@ -15,6 +15,7 @@
 #include "optim/lr_scheduler.h"
 #include "core/timers.h"
 #include "optim/optimizer.h"
+#include "optim/quant_grads.h"
 #include "optim/zero3_sync.h"
 #include "parallel/distopt_instance_groups.h"
 #include "parallel/tp2d_groups.h"
@@ -53,6 +54,9 @@ struct Engine {
   // of its buffer, ParamBuffer::dense_numel() onwards) reduced over the expert-data-parallel
   // group, scaled by 1/DP; dp_sync then covers only the dense part. Empty without EP.
   std::vector<std::unique_ptr<DataParallelSync>> expert_dp_sync;
+  // --quant-grads (optim/quant_grads.h): each chunk's FP16 main gradients with per-parameter scales
+  // (same order as `chunks`; train/grad_sync.cc drives them). Empty without the flag.
+  std::vector<std::unique_ptr<QuantGradStore>> quant_grads;
   // ZeRO-2/3 (--use-custom-fsdp --data-parallel-sharding-strategy optim_grads / optim_grads_params,
   // --layerzero): each chunk's per-layer gathers and reduce-scatters (optim/zero3_sync.h); dp_sync
   // is then empty. Empty otherwise.

@@ -110,6 +110,7 @@ void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
   }
   for (auto& sync : engine.dp_sync) sync->start_iteration(num_microbatches);
   for (auto& sync : engine.expert_dp_sync) sync->start_iteration(num_microbatches);
+  for (auto& q : engine.quant_grads) q->zero();  // --quant-grads: the FP16 main gradients too
 }
 
 void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
@@ -118,9 +119,17 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "all-grads-sync");
+    // --quant-grads: the FP16 gradients complete, their scales aligned over the data-parallel group
+    // and their values staged (scaled domain) in the f32 buffer for the sum (optim/quant_grads.h).
+    for (auto& q : engine.quant_grads) {
+      q->accumulate_pending();
+      q->align_scales();
+      q->stage_for_reduction();
+    }
     for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
     for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
     for (auto& z : engine.zero3) z->finish_grad_sync();  // LayerZeRO: the shards over the replicas
+    for (auto& q : engine.quant_grads) q->finish_reduction();  // FP16 sums, dequantised for the optimizer
   }
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "layernorm-grads-all-reduce");

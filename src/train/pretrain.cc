@@ -19,6 +19,7 @@
 #include "train/auto_parallel.h"
 #include "train/auto_settings.h"
 #include "train/auto_settings_profile.h"
+#include "train/automated_pipeline.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
 #include "train/data_setup.h"
@@ -147,6 +148,7 @@ int pretrain_main(int argc, char** argv) {
       registry->active("use-multiparameter-pipeline-model-parallel");
   if (!registry->active("fix-sub-seq-length")) args.data.fix_sub_seq_length = -1;  // the documents
   if (!registry->active("param-and-grad-buffer-pad")) args.parallel.param_and_grad_buffer_pad = kUnset;
+  args.parallel.automated_pipeline = registry->active("automated-pipeline");  // below level 2: the flags' split
   args.parallel.layerzero = registry->active("layerzero");  // below level 2: plain data parallelism, as MindSpeed
   args.parallel.use_torch_fsdp2 = registry->active("torch-fsdp2");  // likewise (MindSpeed level 2)
   // The log-line features the trainer reads (their flags belong to the features).
@@ -228,6 +230,12 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) run_error(st);
   apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
+  AutomatedPipelineStage autopipe;
+  if (args.parallel.automated_pipeline) {  // MindSpeed's: profile (or read) the policy, then build with it
+    StatusOr<AutomatedPipelineStage> a = run_automated_pipeline(args, world, ops, engine_options, data.train.get());
+    if (!a.ok()) run_error(a.status());
+    autopipe = a.value();
+  }
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
@@ -289,6 +297,15 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --quant-states ", args.training.quant_states, ": optimizer state of rank ", world->rank(), ": ",
                       engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
                       8 * owned, " bytes)"));
+  }
+  if (!engine.quant_grads.empty()) {  // --quant-grads: the FP16 main gradients beside the f32 buffer
+    int64_t held = 0, f32 = 0;
+    for (size_t c = 0; c < engine.quant_grads.size(); ++c) {
+      held += engine.quant_grads[c]->bytes();
+      f32 += engine.chunks[c]->params().flat_grads().nbytes();
+    }
+    print_all(str_cat(" > --quant-grads: gradients of rank ", world->rank(), ": FP16 codes and scales ", held,
+                      " bytes, f32 gradient buffer ", f32, " bytes"));
   }
   if (args.lora.enabled()) {
     char pct[32];
@@ -391,6 +408,7 @@ int pretrain_main(int argc, char** argv) {
   st = trainer.run();
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
+  if (trainer.exit_code() != 0) return trainer.exit_code();  // --rerun-mode validate_results (Megatron's sys.exit)
   if (profile) {
     const RunProfile p = profile->finish(  // a collective
         args, engine, num_floating_point_operations(trainer.flops_model(), args.training.global_batch_size));
@@ -403,6 +421,15 @@ int pretrain_main(int argc, char** argv) {
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
+  if (args.parallel.automated_pipeline)  // the memory model against the allocator, per stage
+    print_all(str_cat(" > --automated-pipeline: rank ", world->rank(), " (pipeline stage ", engine.ps.coords().pp,
+                      ", ", args.parallel.pipeline_layers.at(static_cast<size_t>(engine.ps.coords().pp)).at(0),
+                      " layers, the first ",
+                      args.parallel.recompute_layers_per_stage.at(static_cast<size_t>(engine.ps.coords().pp)),
+                      " recomputed): peak ", host_allocator().peak_bytes(), " bytes in tensors (predicted ",
+                      autopipe.predicted_bytes, autopipe.even_peak_bytes >= 0
+                          ? str_cat("; ", autopipe.even_peak_bytes, " in the profiling iterations at the even split")
+                          : std::string(), ")"));
   if (engine.smart_swap && engine.smart_swap->policy())
     print_all(str_cat(" > --smart-swap: peak memory since the policy applied: ", engine.smart_swap->stable_peak(),
                       " bytes in tensors (predicted ", engine.smart_swap->policy()->predicted_peak, ")"));

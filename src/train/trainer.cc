@@ -1,11 +1,16 @@
 // The Megatron training loop.
 #include "train/trainer.h"
 
+#include <sys/utsname.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
+#include "comm/launcher.h"
 #include "core/allocator.h"
 #include "core/log.h"
+#include "kernels/cpu/fused_ops.h"
 #include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
 #include "schedule/schedules.h"
@@ -43,6 +48,64 @@ Trainer::Trainer(const Arguments& args, Engine* engine, const SampleDataset* tra
   // Rounded down with --decrease-batch-size-if-needed (Megatron evaluates get_num_microbatches()).
   eval_num_microbatches_ = t.global_batch_size / (t.micro_batch_size * engine_->ps.dp_size());
   num_microbatches_ = eval_num_microbatches_;
+  const RerunArgs& ra = args_.rerun;
+  RerunConfig rc;
+  rc.mode = parse_rerun_mode(ra.rerun_mode);
+  rc.error_injection_rate = ra.error_injection_rate;
+  rc.error_injection_type = parse_rerun_diagnostic(ra.error_injection_type);
+  rc.tracker_filename = ra.result_rejected_tracker_filename;
+  rc.seed = static_cast<uint64_t>(t.seed);
+  // Megatron's node is the host name and its device the GPU; here the rank's index on its node.
+  std::string node;
+  if (const char* n = std::getenv("GALE_NODE_NAME"); n && *n) node = n;
+  else if (utsname u; ::uname(&u) == 0) node = u.nodename;
+  Communicator* world = engine_->ps.world().get();
+  rerun_ = std::make_unique<RerunStateMachine>(rc, world, node, local_rank_from_launcher(world ? world->rank() : 0));
+}
+
+Status Trainer::validate_passes(const ForwardBackwardResult& fb) {
+  const RerunArgs& ra = args_.rerun;
+  const bool nan_checks = args_.training.check_for_nan_in_loss_and_grad && rerun_->mode() != RerunMode::kDisabled;
+  auto is_nan = [](double v) { return std::isnan(v); };
+  auto is_inf = [](double v) { return std::isinf(v); };
+  // Megatron's loss_func: each micro-batch's local loss (the stage holding the loss).
+  for (double loss : fb.micro_batch_loss_sums) {
+    if (nan_checks) {
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(loss, is_nan, "found NaN in local forward loss calculation", 0.0, true));
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(loss, is_inf, "found Inf in local forward loss calculation", 0.0, true));
+    }
+    if (ra.check_for_spiky_loss) {
+      auto spiky = [&](double v) { return rerun_->is_unexpectedly_large(v, 10.0, "loss"); };
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(loss, spiky, "Spiky loss", 0.0, false));
+    }
+  }
+  if (!nan_checks && !ra.check_for_large_grads) return Status::Ok();
+  // Megatron's gradient buffer check: each chunk's local gradient norm (here after the reduction:
+  // a NaN or Inf of any rank's gradients is in it).
+  for (size_t c = 0; c < engine_->chunks.size(); ++c) {
+    const Tensor& g = engine_->chunks[c]->params().flat_grads();
+    const double norm = std::sqrt(fused_sum_of_squares(g.data<float>(), g.numel()));
+    const std::string where = str_cat("model chunk #", c, " after the backward pass");
+    if (nan_checks) {
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(norm, is_nan, "found NaN in local grad norm for " + where, 0.0, true));
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(norm, is_inf, "found Inf in local grad norm for " + where, 0.0, true));
+    }
+    if (ra.check_for_large_grads) {
+      auto large = [&](double v) { return rerun_->is_unexpectedly_large(v, 10.0, "grads"); };
+      GALE_RETURN_IF_ERROR(rerun_->validate_result(norm, large, "found unexpected large grads in " + where, 0.0, false));
+    }
+  }
+  return Status::Ok();
+}
+
+void Trainer::discard_pass_sums() {
+  for (auto& chunk : engine_->chunks) {
+    chunk->take_moe_losses();
+    chunk->take_mtp_losses();
+    chunk->take_dsa_indexer_loss();
+    chunk->take_distillation_kl();
+    chunk->take_moe_token_counts();
+  }
 }
 
 void Trainer::reduce_losses(double sums[2]) const {
@@ -302,7 +365,6 @@ StatusOr<IterationResult> Trainer::train_step() {
   if (args_.logging.op_cal_tflops) flop_counter_start();
   SmartSwap* smart_swap = engine_->smart_swap.get();  // --smart-swap: the iteration's bounds
   if (smart_swap) smart_swap->begin_iteration();
-  start_grad_sync_iteration(*engine_, num_microbatches_);
   GradScaler* scaler = engine_->grad_scaler.get();  // --fp16
   for (auto& chunk : engine_->chunks) chunk->set_grad_scale(scaler ? scaler->scale() : 1.0f);
   // Megatron's sampler: micro-batch m of this iteration starts after consumed + m·mbs·dp samples
@@ -317,17 +379,29 @@ StatusOr<IterationResult> Trainer::train_step() {
   ScopedTimer forward_backward_timer = ScopedTimer::level1(timers, "forward-backward");
   ForwardBackwardResult fb;
   double dpo_accuracy = -1.0;
-  if (args_.dpo.enabled()) {
-    GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
-  } else {
-    GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
-                                               /*forward_only=*/false, {}, microbatch_group(), timers,
-                                               engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe,
-                                               engine_->pp_backward, engine_->stage_tensors.get()));
+  // Megatron's rerun loop: the passes run once, and again (from the same parameters and samples)
+  // when --rerun-mode asks for it (train/rerun_state_machine.h).
+  for (bool rerun = false; rerun_->should_run_forward_backward(state_.iteration); rerun = true) {
+    if (rerun) discard_pass_sums();
+    start_grad_sync_iteration(*engine_, num_microbatches_);
+    if (args_.dpo.enabled()) {
+      GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
+    } else {
+      GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                                 /*forward_only=*/false, {}, microbatch_group(), timers,
+                                                 engine_->dualpipev, engine_->dualpipev_dw_detach, engine_->ripipe,
+                                                 engine_->pp_backward, engine_->stage_tensors.get()));
+    }
+    finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
+    GALE_RETURN_IF_ERROR(validate_passes(fb));
   }
-  finalize_model_grads(*engine_, t.calculate_per_token_loss ? std::optional<double>(fb.tokens) : std::nullopt);
   forward_backward_timer.stop();
   IterationResult r;
+  r.rerun = rerun_->should_checkpoint_and_exit();
+  if (r.rerun.exit) {  // Megatron's train_step returns before the optimizer step
+    if (args_.logging.op_cal_tflops) flop_counter_stop();
+    return r;
+  }
   r.dpo_accuracy = dpo_accuracy;
   // Megatron's all-reduce of the logged loss over DP, shared from the last pipeline stage; with
   // --async-log-allreduce (MindSpeed) only started here and finished after the optimizer step.
@@ -434,6 +508,9 @@ Status Trainer::run() {
   const bool do_test = test_ != nullptr && l.eval_iters > 0;
   const FlopsModel flops = flops_model();
   const double start = now_seconds();
+  // A checkpoint saved to rerun its next iteration (--rerun-mode validate_results).
+  GALE_RETURN_IF_ERROR(rerun_->load_state_dict(state_.rerun_state_machine, "the loaded checkpoint"));
+  state_.rerun_state_machine = nullptr;
   double interval_start = start;
   // Accumulators of the current log interval.
   double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
@@ -497,6 +574,17 @@ Status Trainer::run() {
     skipped_at_save_interval = false;
     const double step_start = now_seconds();
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
+    if (r.rerun.exit) {  // --rerun-mode validate_results: the iteration's start saved, then exit
+      state_.rerun_state_machine = rerun_->state_dict();  // collective
+      if (r.rerun.checkpoint && save_fn_) GALE_RETURN_IF_ERROR(save());
+      if (r.rerun.checkpoint && !save_fn_)
+        print_rank0("WARNING: no --save directory: the iteration to rerun cannot be checkpointed");
+      state_.rerun_state_machine = nullptr;
+      exit_code_ = r.rerun.exit_code;
+      print_datetime(str_cat("exiting program at iteration ", state_.iteration, " with exit code ", exit_code_,
+                             " (--rerun-mode validate_results)"));
+      return finish_run();
+    }
     ++state_.iteration;
     if (step_observer_) step_observer_(state_.iteration, now_seconds() - step_start);
     ++iters_in_interval;

@@ -16,6 +16,7 @@
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
 #include "train/engine.h"
+#include "train/rerun_state_machine.h"
 #include "train/sample_dataset.h"
 #include "train/training_log.h"
 
@@ -30,6 +31,9 @@ struct TrainerState {
   int64_t skipped_train_samples = 0;
   int64_t consumed_valid_samples = 0;
   double floating_point_operations_so_far = 0.0;
+  // --rerun-mode validate_results: the rerun state machine's pending rerun
+  // (RerunStateMachine::state_dict; null when none).
+  nlohmann::json rerun_state_machine;
 };
 
 // Result of one training iteration.
@@ -62,6 +66,9 @@ struct IterationResult {
   StepResult step;
   // --op-cal-tflops: the FLOPs this rank's kernels counted during the step (kernels/flop_counter.h).
   FlopCounts flops;
+  // --rerun-mode validate_results: the job ends after this iteration's passes, without its
+  // optimizer step, with this exit code (0: it goes on), after saving a checkpoint when `checkpoint`.
+  RerunStateMachine::Decision rerun;
 };
 
 class Trainer {
@@ -97,6 +104,9 @@ class Trainer {
   // first iteration (of this process), saves a checkpoint of the iterations so far before the first
   // iteration at the new size (when --save is given and that iteration was not just saved).
   Status run();
+  // 0, or the exit code a --rerun-mode validate_results decision ended run() with (16: resume from
+  // the checkpoint on other hardware to finish the diagnosis; 17: failed on result validation).
+  int exit_code() const { return exit_code_; }
 
   // One iteration (forward/backward of every micro-batch, gradient reduction, optimizer step,
   // scheduler step) over the global batch size of the consumed samples so far (ramped up or not);
@@ -152,6 +162,13 @@ class Trainer {
   void reduce_dsa_losses(IterationResult* r) const;
   // --qad-enable: the iteration's KL term as MindSpeed logs it (IterationResult::kl_loss), on every rank.
   void reduce_qad_losses(IterationResult* r) const;
+  // Megatron's checks of an iteration's passes (loss_func's and the gradient buffer's), through the
+  // rerun state machine: NaN/Inf local losses and gradient norms with
+  // --check-for-nan-in-loss-and-grad under --rerun-mode validate_results or report_stats (disabled:
+  // the optimizer step's check stays the one), --check-for-spiky-loss, --check-for-large-grads.
+  Status validate_passes(const ForwardBackwardResult& fb);
+  // Drops what a discarded run of the passes summed into the model (auxiliary-loss trackers).
+  void discard_pass_sums();
   // --microbatch-group-size-per-virtual-pipeline-stage, 0 when unset (the schedule's default P).
   int64_t microbatch_group() const {
     const int64_t g = args_.parallel.microbatch_group_size_per_virtual_stage;
@@ -176,6 +193,8 @@ class Trainer {
   // --dataloader-type cyclic: one sampler per dataset read, made at its first micro-batch (Megatron
   // builds its loaders with the consumed samples at start-up).
   std::map<const SampleDataset*, std::unique_ptr<PretrainingRandomSampler>> samplers_;
+  std::unique_ptr<RerunStateMachine> rerun_;
+  int exit_code_ = 0;
 };
 
 }  // namespace gale

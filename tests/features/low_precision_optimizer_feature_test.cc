@@ -1,6 +1,7 @@
 // MindSpeed's low-precision optimizer in the registry: implemented, memory module, level 0 (active
-// whenever --quant-states fp8|mxfp8|hif8 is given, at any --optimization-level); --quant-grads refused
-// as not supported yet; each combination it cannot serve is a one-line error naming both flags.
+// whenever --quant-states fp8|mxfp8|hif8 or --quant-grads is given, at any --optimization-level); each
+// combination it cannot serve is a one-line error naming both flags (and "not supported yet" where
+// MindSpeed has it and Gale does not yet).
 #include <gtest/gtest.h>
 
 #include "features/resolved_features.h"
@@ -35,14 +36,38 @@ TEST(LowPrecisionOptimizerFeature, ActiveAtEveryLevelWhenRequested) {
       }
 }
 
+TEST(LowPrecisionOptimizerFeature, QuantGradsActiveAloneAndWithStates) {
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{"--quant-grads"}, {"--quant-grads", "--quant-states", "fp8"},
+        {"--quant-grads", "--use-distributed-optimizer"}, {"--quant-grads", "--bf16", "--optimization-level", "0"},
+        {"--quant-grads", "--fp16"}}) {
+    ResolvedFeatures r(argv);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_TRUE(r.registry->active("low-precision-optimizer"));
+    EXPECT_TRUE(r.args.training.quant_grads);
+  }
+}
+
 TEST(LowPrecisionOptimizerFeature, RefusesWhatItCannotServe) {
   struct Case {
     std::vector<std::string> flags;
     std::vector<std::string> expected;  // what the one-line error names
   };
   const Case cases[] = {
-      {{"--quant-grads"}, {"--quant-grads", "not supported yet", "f32"}},
-      {{"--quant-states", "fp8", "--quant-grads"}, {"--quant-grads", "not supported yet"}},
+      {{"--quant-grads", "--optimizer", "sgd"}, {"--quant-grads", "--optimizer adam", "--optimizer sgd"}},
+      {{"--quant-grads", "--optimizer", "muon"}, {"--quant-grads", "--optimizer muon"}},
+      {{"--quant-grads", "--use-distributed-optimizer", "--swap-optimizer"}, {"--quant-grads", "--swap-optimizer"}},
+      {{"--quant-grads", "--overlap-grad-reduce"}, {"--quant-grads", "--overlap-grad-reduce", "not supported yet"}},
+      {{"--quant-grads", "--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+       {"--quant-grads", "optim_grads", "not supported yet"}},
+      {{"--quant-grads", "--layerzero"}, {"--quant-grads", "--layerzero", "not supported yet"}},
+      {{"--quant-grads", "--num-experts", "4", "--expert-model-parallel-size", "2"},
+       {"--quant-grads", "--expert-model-parallel-size 2", "not supported yet"}},
+      {{"--quant-grads", "--use-distributed-optimizer", "--num-distributed-optimizer-instances", "2"},
+       {"--quant-grads", "--num-distributed-optimizer-instances 2", "not supported yet"}},
+      {{"--quant-grads", "--pipeline-model-parallel-size", "2", "--num-layers", "4", "--schedules-method", "dualpipev",
+        "--dualpipev-dw-detach"},
+       {"--quant-grads", "--dualpipev-dw-detach", "not supported yet"}},
       {{"--quant-states", "fp8", "--optimizer", "sgd"}, {"--quant-states fp8", "--optimizer adam", "--optimizer sgd"}},
       {{"--quant-states", "mxfp8", "--optimizer", "muon"}, {"--quant-states mxfp8", "--optimizer muon"}},
       {{"--quant-states", "hif8", "--optimizer", "sgd"}, {"--quant-states hif8", "--optimizer adam", "--optimizer sgd"}},

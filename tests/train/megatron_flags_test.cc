@@ -49,7 +49,8 @@ TEST(MegatronFlags, MegatronsOwnErrorsForRemovedFlags) {
 
 TEST(MegatronFlags, AcceptedValuesOnly) {
   for (const std::vector<std::string>& ok : std::vector<std::vector<std::string>>{
-           {"--rerun-mode", "disabled"}, {"--moe-router-dtype", "fp32"}, {"--manual-gc", "--manual-gc-interval", "10"},
+           {"--rerun-mode", "disabled"}, {"--rerun-mode", "validate_results"}, {"--rerun-mode", "report_stats"},
+           {"--moe-router-dtype", "fp32"}, {"--manual-gc", "--manual-gc-interval", "10"},
            {"--local-rank", "3"}, {"--cross-entropy-fusion-impl", "te"}, {"--ckpt-step", "5", "--load", "x"},
            {"--pretrained-checkpoint", "x"}, {"--override-opt_param-scheduler"},
            {"--use-checkpoint-opt_param-scheduler"}}) {
@@ -64,8 +65,15 @@ TEST(MegatronFlags, AcceptedValuesOnly) {
   EXPECT_EQ(n[0].rfind("--manual-gc: Python's garbage collector", 0), 0u) << n[0];  // registration order
   EXPECT_EQ(n[1].rfind("--use-cpu-initialization: ", 0), 0u) << n[1];
   for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
-           {{"--rerun-mode", "validate_results"}, 1, "--rerun-mode validate_results: not supported yet"},
-           {{"--rerun-mode", "sometimes"}, 1, "--rerun-mode: expected disabled, validate_results or report_stats"},
+           {{"--rerun-mode", "sometimes"}, 1, "--rerun-mode: sometimes not in {disabled,validate_results,report_stats}"},
+           {{"--error-injection-rate", "3"}, 1, "--error-injection-rate 3 needs --rerun-mode validate_results"},
+           {{"--rerun-mode", "validate_results", "--error-injection-rate", "-1"}, 1,
+            "--error-injection-rate: expected a count >= 0, found -1"},
+           {{"--error-injection-type", "correct_result"}, 1, "--error-injection-type needs --error-injection-rate > 0"},
+           {{"--rerun-mode", "report_stats", "--moe-router-enable-expert-bias", "--num-experts", "4",
+             "--moe-router-score-function", "sigmoid"},
+            1, "--rerun-mode report_stats with --moe-router-enable-expert-bias (the bias update after the backward): "
+               "not supported yet"},
            {{"--moe-router-dtype", "fp64"}, 1, "--moe-router-dtype fp64: not supported yet"},
            {{"--moe-router-dtype", "bf16"}, 1, "--moe-router-dtype: expected fp32 or fp64, found 'bf16'"},
            {{"--ckpt-step", "2"}, 1, "--ckpt-step needs --load"},
