@@ -14,6 +14,8 @@ const std::vector<Subcommand>& subcommands() {
       {"convert", "convert Hugging Face checkpoints (GPT-2, LLaMA, Qwen2, Mistral, Mixtral) to Gale checkpoints and back",
        run_convert},
       {"features", "list the acceleration features and which a command line turns on", run_features},
+      {"auto-settings", "profile small runs, model memory and step time, and search the parallel layout for a cluster "
+       "(`gale pretrain --auto-settings`)", run_auto_settings},
       {"layout", "print the rank layout and process groups for a world size and TP/PP/CP/EP sizes", run_layout},
   };
   return table;

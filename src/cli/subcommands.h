@@ -23,5 +23,6 @@ int run_merge_datasets(int argc, char** argv);
 int run_data_samples(int argc, char** argv);
 int run_features(int argc, char** argv);
 int run_layout(int argc, char** argv);
+int run_auto_settings(int argc, char** argv);
 
 }  // namespace gale::cli

@@ -15,12 +15,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
     std::vector<std::string> sub_flags;
   };
   static const Row rows[] = {
-      {"auto-parallel", nullptr, FeatureModule::kParallel, "automatic parallelism (legacy code path)",
-       "search of the parallel layout with a memory model and an operator cost model", {}},
-      {"auto-settings", nullptr, FeatureModule::kParallel, "AutoSettingsFeature (L2)",
-       "profile small runs, then search TP/PP/CP/EP and the memory features for a target cluster",
-       {"--auto-settings-type", "--auto-settings-work-dir", "--auto-settings-ranks", "--target-nnodes",
-        "--prof-file"}},
       {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
        "several sub-worlds with their own parallel layouts in one job", {}},
   };

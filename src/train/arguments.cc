@@ -552,6 +552,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_rerun_args(p, a.rerun);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
+  add_auto_settings_args(p, a.auto_settings);
 }
 
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
@@ -967,6 +968,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
   GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_auto_settings_args(a, p));
   return Status::Ok();
 }
 

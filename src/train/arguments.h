@@ -652,6 +652,25 @@ struct MindSpeedCompatArgs {
   std::string attention_mask_type = "causal";  // --attention-mask-type: causal (general: not yet)
 };
 
+// MindSpeed's auto settings (features/feature_auto_settings.cc, train/auto_settings.h) and
+// --prof-file, the profile a run writes (docs/formats/auto-settings.md).
+struct AutoSettingsArgs {
+  bool auto_settings = false;                // --auto-settings: profile, model and search instead of training
+  std::string auto_settings_type = "white";  // white (Gale's); black / mixed: not supported yet
+  std::string auto_settings_work_dir;        // default: the current directory
+  int64_t auto_settings_ranks = 8;           // the target world size to search layouts for
+  std::string auto_settings_log_level = "info";
+  int64_t target_nnodes = 1;                 // the target's nodes (ranks per node = ranks / nodes)
+  int64_t nproc_per_node = 2;                // local ranks the profiling runs may use (1 or more)
+  double auto_settings_memory_limit_gib = 0.0;  // per-rank limit; 0: this host's memory / local ranks
+  double auto_settings_inter_node_bandwidth_ratio = 0.25;  // inter-node / measured intra-node bandwidth
+  std::string prof_file;                     // --prof-file: write this run's profile (JSON) here
+  // MindSpeed's --auto-parallel (features/feature_auto_parallel.cc, train/auto_parallel.h).
+  bool auto_parallel = false;
+  int64_t nnodes = 1;                        // its world: --nnodes × --nproc-per-node ranks
+  int64_t auto_parallel_max_trials = 8;      // Gale: real runs at most
+};
+
 struct Arguments {
   ModelArgs model;
   MoeArgs moe;
@@ -667,6 +686,7 @@ struct Arguments {
   LoggingArgs logging;
   MegatronCompatArgs megatron_compat;
   MindSpeedCompatArgs mindspeed_compat;
+  AutoSettingsArgs auto_settings;
 };
 
 void add_model_args(ArgParser& p, ModelArgs& a);
@@ -709,6 +729,11 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
 void add_mindspeed_compat_args(ArgParser& p, MindSpeedCompatArgs& a);
 // Checks the band-mask flags and sets --sliding-window from --pre-tockens; before the model checks.
 Status validate_mindspeed_compat_args(Arguments& a, const ArgParser& p);
+
+// MindSpeed's --auto-settings and its flags, and --prof-file (train/arguments_auto_settings.cc).
+void add_auto_settings_args(ArgParser& p, AutoSettingsArgs& a);
+// Their values and what --auto-settings does not compose with (one line naming the flag).
+Status validate_auto_settings_args(const Arguments& a, const ArgParser& p);
 
 // Registers all groups above (what `gale pretrain` accepts).
 void add_all_pretrain_args(ArgParser& p, Arguments& a);

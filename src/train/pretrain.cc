@@ -16,6 +16,9 @@
 #include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/auto_parallel.h"
+#include "train/auto_settings.h"
+#include "train/auto_settings_profile.h"
 #include "train/automated_pipeline.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
@@ -25,6 +28,7 @@
 #include "train/model_setup.h"
 #include "train/progress_log.h"
 #include "train/timers_log.h"
+#include "train/training_log.h"
 #include "train/trainer.h"
 
 namespace gale {
@@ -99,6 +103,10 @@ int pretrain_main(int argc, char** argv) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
+  // MindSpeed's --auto-settings / --auto-parallel: profile, model and search instead of training
+  // (train/auto_settings.h, train/auto_parallel.h).
+  if (args.auto_settings.auto_settings) return auto_settings_main(parser, args, *registry, argc, argv);
+  if (args.auto_settings.auto_parallel) return auto_parallel_main(parser, args, *registry, argc, argv);
   // Before MPI_Init and the OpenMP threads: they inherit SIGTERM blocked (train/exit_signal.h).
   if (args.training.exit_signal_handler) install_exit_signal_handler();
   StatusOr<Comm> world_or =
@@ -389,12 +397,27 @@ int pretrain_main(int argc, char** argv) {
 
   world->barrier();  // Megatron's timers.log(..., barrier=True)
   log_timers(timers, {"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"}, *world);
+  // --prof-file: this run's profile (train/auto_settings_profile.h).
+  std::unique_ptr<ProfileRecorder> profile;
+  if (!args.auto_settings.prof_file.empty()) {
+    profile = std::make_unique<ProfileRecorder>(&timers, &engine.ps, args.logging.log_interval);
+    trainer.set_step_observer([&profile](int64_t iteration, double seconds) { profile->on_step(iteration, seconds); });
+  }
   print_rank0("training ...");
   host_allocator().reset_peak();
   st = trainer.run();
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   if (trainer.exit_code() != 0) return trainer.exit_code();  // --rerun-mode validate_results (Megatron's sys.exit)
+  if (profile) {
+    const RunProfile p = profile->finish(  // a collective
+        args, engine, num_floating_point_operations(trainer.flops_model(), args.training.global_batch_size));
+    if (world->rank() == 0) {
+      st = write_profile(p, args.auto_settings.prof_file);
+      if (!st.ok()) run_error(st);
+      print_rank0(str_cat(" > --prof-file: profile written to ", args.auto_settings.prof_file));
+    }
+  }
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));

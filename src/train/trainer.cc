@@ -597,6 +597,7 @@ Status Trainer::run() {
       continue;
     }
     skipped_at_save_interval = false;
+    const double step_start = now_seconds();
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     if (r.rerun.exit) {  // --rerun-mode validate_results: the iteration's start saved, then exit
       state_.rerun_state_machine = rerun_->state_dict();  // collective
@@ -610,6 +611,7 @@ Status Trainer::run() {
       return finish_run();
     }
     ++state_.iteration;
+    if (step_observer_) step_observer_(state_.iteration, now_seconds() - step_start);
     ++iters_in_interval;
     const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
     state_.floating_point_operations_so_far += flops_per_iteration;

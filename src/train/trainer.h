@@ -93,6 +93,10 @@ class Trainer {
   void set_dpo_reference(GPTModel* reference) { dpo_reference_ = reference; }
   // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
+  // --prof-file (train/auto_settings_profile.h): called after each training iteration (once its
+  // train_step returned) with the iteration number and the seconds train_step took on this rank.
+  using StepObserver = std::function<void(int64_t iteration, double seconds)>;
+  void set_step_observer(StepObserver fn) { step_observer_ = std::move(fn); }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
@@ -179,6 +183,7 @@ class Trainer {
   TrainerState state_;
   SaveFn save_fn_;
   FinalizeSavesFn finalize_saves_fn_;
+  StepObserver step_observer_;
   TensorBoardWriter* tensorboard_ = nullptr;
   GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;
