@@ -1,0 +1,63 @@
+// MindSpeed's dist-train rank map: the job's ranks cut into sub-worlds, each with its own TP/PP/DP
+// grid, chained into one pipeline (a pure computation, no communication).
+//
+// Sub-world i (in model_index order) owns the consecutive global ranks [first_rank, first_rank +
+// world_size), laid out inside as Megatron's default order with CP 1: local rank = tp + TP·(dp +
+// DP·pp). The sub-worlds' pipeline stages follow each other: sub-world i's local stage p is global
+// stage Σ_{j<i} PP_j + p, so the whole job is one pipeline of Σ PP_j stages per data-parallel index
+// d (every sub-world has the same DP; different DP is refused upstream).
+//
+// Transfers between adjacent global stages of one data-parallel index: inside a sub-world the
+// pipeline neighbour has the same tp coordinate; across the boundary between sub-worlds with
+// TP sizes t_send and t_recv, the receiving rank of tp coordinate j takes its tensor from the sending
+// rank of tp coordinate ⌊j·t_send / t_recv⌋. This is MindSpeed's matching of the two TP groups
+// (dist_ranks_match.py: the smaller group's ranks each face a contiguous block of the larger one's)
+// with only the message its receiver keeps: MindSpeed sends to every matched rank and the receiver
+// uses the first it got. Without sequence parallelism every TP rank of a stage holds the same
+// boundary activation (and, backward, the same input gradient), so any one of them will do.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gale {
+
+struct DistTrainSubWorld {
+  std::string name;  // the config's "name" (e.g. "vit", "gpt")
+  int first_rank = 0;
+  int world_size = 1;
+  int tp = 1, pp = 1;
+  int dp = 1;           // world_size / (tp·pp)
+  int first_stage = 0;  // global pipeline stage of its local stage 0
+  int64_t num_layers = 0;  // transformer layers it holds (split evenly over its PP stages)
+};
+
+// The sub-worlds in pipeline order, with the job-level lookups.
+struct DistTrainLayout {
+  std::vector<DistTrainSubWorld> subworlds;
+
+  int world_size() const;
+  int num_stages() const;  // Σ PP
+  int dp() const { return subworlds.empty() ? 1 : subworlds.front().dp; }
+  // The sub-world holding global rank `rank`.
+  int subworld_of(int rank) const;
+  // Coordinates of global rank `rank` inside its sub-world, and its global pipeline stage.
+  int tp_of(int rank) const;
+  int dp_of(int rank) const;
+  int stage_of(int rank) const;
+  // The global rank of sub-world `s` at (tp, dp, local stage pp).
+  int rank_at(int s, int tp, int dp, int pp) const;
+  // The sub-world holding global stage `stage`.
+  int subworld_of_stage(int stage) const;
+  // Every rank of data-parallel index `dp`, by global stage, then tp coordinate: the whole
+  // pipeline of one data-parallel replica (its "model-parallel group" across the sub-worlds).
+  std::vector<int> pipeline_ranks(int dp) const;
+  // The rank that `rank` receives from when stage `from_stage` (adjacent to its own) sends to it.
+  int source_of(int rank, int from_stage) const;
+  // The ranks of stage `to_stage` (adjacent) that receive from `rank` (see source_of); possibly none.
+  std::vector<int> targets_of(int rank, int to_stage) const;
+  // Transformer layers of every global stage (each sub-world's layers split evenly over its stages).
+  std::vector<int64_t> stage_layers() const;
+};
+
+}  // namespace gale

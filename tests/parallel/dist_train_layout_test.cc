@@ -1,0 +1,97 @@
+// The dist-train rank map (parallel/dist_train_layout.h): ranks → sub-world → grid coordinates and
+// global pipeline stage, each data-parallel replica's pipeline, and the peers of the transfers
+// inside a sub-world and across the boundary between TP sizes that differ (MindSpeed's block-wise
+// matching of the two TP groups, keeping the message the receiver uses).
+#include <gtest/gtest.h>
+
+#include "parallel/dist_train_layout.h"
+
+namespace gale {
+namespace {
+
+DistTrainSubWorld subworld(const char* name, int first_rank, int tp, int pp, int dp, int first_stage, int layers) {
+  DistTrainSubWorld s;
+  s.name = name;
+  s.first_rank = first_rank;
+  s.world_size = tp * pp * dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.dp = dp;
+  s.first_stage = first_stage;
+  s.num_layers = layers;
+  return s;
+}
+
+// 12 ranks: "vit" TP 1 x PP 1 x DP 2 (ranks 0-1), "gpt" TP 2 x PP 2 x DP 2 (ranks 2-9)... and a third
+// sub-world TP 1 x PP 1 x DP 2 (ranks 10-11): three stages of one chain per DP index.
+DistTrainLayout three_subworlds() {
+  DistTrainLayout l;
+  l.subworlds = {subworld("vit", 0, 1, 1, 2, 0, 2), subworld("gpt", 2, 2, 2, 2, 1, 4),
+                 subworld("head", 10, 1, 1, 2, 3, 1)};
+  return l;
+}
+
+TEST(DistTrainLayout, RanksToSubWorldsAndCoordinates) {
+  const DistTrainLayout l = three_subworlds();
+  EXPECT_EQ(l.world_size(), 12);
+  EXPECT_EQ(l.num_stages(), 4);
+  EXPECT_EQ(l.dp(), 2);
+  const int subworld[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2};
+  // Inside "gpt" (first rank 2): local rank = tp + 2·(dp + 2·pp).
+  const int tp[] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0};
+  const int dp[] = {0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1};
+  const int stage[] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3};
+  for (int r = 0; r < 12; ++r) {
+    EXPECT_EQ(l.subworld_of(r), subworld[r]) << r;
+    EXPECT_EQ(l.tp_of(r), tp[r]) << r;
+    EXPECT_EQ(l.dp_of(r), dp[r]) << r;
+    EXPECT_EQ(l.stage_of(r), stage[r]) << r;
+  }
+  EXPECT_EQ(l.rank_at(1, 1, 1, 1), 9);
+  EXPECT_EQ(l.subworld_of_stage(2), 1);
+  EXPECT_EQ(l.pipeline_ranks(0), (std::vector<int>{0, 2, 3, 6, 7, 10}));
+  EXPECT_EQ(l.pipeline_ranks(1), (std::vector<int>{1, 4, 5, 8, 9, 11}));
+  EXPECT_EQ(l.stage_layers(), (std::vector<int64_t>{2, 2, 2, 1}));
+}
+
+TEST(DistTrainLayout, PeersInsideAndAcrossSubWorlds) {
+  const DistTrainLayout l = three_subworlds();
+  // TP 1 → TP 2 (DP index 1: rank 1 → ranks 4, 5): one sender, both receive from it.
+  EXPECT_EQ(l.targets_of(1, 1), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.source_of(4, 0), 1);
+  EXPECT_EQ(l.source_of(5, 0), 1);
+  // ... backward the TP-2 stage's rank of tp 0 sends the gradient; its tp-1 rank sends nothing.
+  EXPECT_EQ(l.source_of(1, 1), 4);
+  EXPECT_EQ(l.targets_of(4, 0), (std::vector<int>{1}));
+  EXPECT_TRUE(l.targets_of(5, 0).empty());
+  // Inside "gpt": the same tp coordinate one stage on.
+  EXPECT_EQ(l.targets_of(3, 2), (std::vector<int>{7}));
+  EXPECT_EQ(l.source_of(7, 1), 3);
+  EXPECT_EQ(l.source_of(3, 2), 7);
+  // TP 2 → TP 1 (DP index 0: ranks 6, 7 → rank 10): the first of the two sends.
+  EXPECT_EQ(l.source_of(10, 2), 6);
+  EXPECT_EQ(l.targets_of(6, 3), (std::vector<int>{10}));
+  EXPECT_TRUE(l.targets_of(7, 3).empty());
+  // ... and backward rank 10's gradient goes to both.
+  EXPECT_EQ(l.targets_of(10, 2), (std::vector<int>{6, 7}));
+  EXPECT_EQ(l.source_of(6, 3), 10);
+  EXPECT_EQ(l.source_of(7, 3), 10);
+}
+
+// TP sizes that do not divide each other: 3 → 2 and 2 → 3, every receiver has exactly one source
+// and every rank of the larger group is covered when it receives.
+TEST(DistTrainLayout, TpSizesThatDoNotDivide) {
+  DistTrainLayout l;
+  l.subworlds = {subworld("a", 0, 3, 1, 1, 0, 1), subworld("b", 3, 2, 1, 1, 1, 1)};
+  EXPECT_EQ(l.source_of(3, 0), 0);  // ⌊0·3/2⌋
+  EXPECT_EQ(l.source_of(4, 0), 1);  // ⌊1·3/2⌋
+  EXPECT_EQ(l.source_of(0, 1), 3);  // ⌊0·2/3⌋
+  EXPECT_EQ(l.source_of(1, 1), 3);  // ⌊1·2/3⌋
+  EXPECT_EQ(l.source_of(2, 1), 4);  // ⌊2·2/3⌋
+  EXPECT_EQ(l.targets_of(3, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(l.targets_of(4, 0), (std::vector<int>{2}));
+  EXPECT_TRUE(l.targets_of(2, 1).empty());
+}
+
+}  // namespace
+}  // namespace gale
