@@ -29,8 +29,6 @@ void register_feature_mindspeed_planned(FeatureRegistry& registry) {
       {"automated-pipeline", nullptr, FeatureModule::kParallel, "automated pipeline (auto-settings group)",
        "online profiling and pipeline search: uneven layer split, recompute and micro-batch sizes",
        {"--automated-pipeline-perf"}},
-      {"dist-train", nullptr, FeatureModule::kMultimodal, "DistTrainFeature (L2)",
-       "several sub-worlds with their own parallel layouts in one job", {}},
   };
   for (const Row& r : rows) {
     SimpleFeatureSpec s;

@@ -166,8 +166,21 @@ void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
 StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
                                                const EngineOptions& options) {
   auto engine = std::make_unique<Engine>();
-  GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
-  engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
+  if (args.parallel.dist_train) {
+    // --dist-train: this rank's sub-world grid, with the pipeline across the sub-worlds (collective
+    // over the job); validated arguments refused what it does not support.
+    if (args.parallel.optimize_send_recv_comm || args.parallel.use_multiparameter_pipeline_model_parallel)
+      return Unimplemented("--dist-train with ",
+                           args.parallel.optimize_send_recv_comm ? "--optimize-send-recv-comm"
+                                                                 : "--use-multiparameter-pipeline-model-parallel",
+                           ": not supported yet");
+    GALE_CHECK_EQ(args.parallel.dist_train_layout.subworld_of(world->rank()), args.parallel.dist_train_subworld)
+        << "dist-train arguments validated for another rank";
+    engine->ps = ParallelState::create_dist_train(world, args.parallel.dist_train_layout);
+  } else {
+    GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
+    engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
+  }
   engine->ops = ops;
   engine->dualpipev = uses_dualpipev(args);
   engine->dualpipev_dw_detach = engine->dualpipev && args.parallel.dualpipev_dw_detach;

@@ -138,10 +138,10 @@ TEST(FeatureRegistry, NotYetSupportedFlagsAreRejected) {
   add_all_pretrain_args(parser, args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
-  const char* argv[] = {"test", "--dist-train"};
+  const char* argv[] = {"test", "--auto-parallel"};
   Status st = parser.parse(2, const_cast<char**>(argv));
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--dist-train: not supported yet"), std::string::npos)
+  EXPECT_NE(st.message().find("--auto-parallel: not supported yet"), std::string::npos)
       << st.message();
 }
 
@@ -152,7 +152,7 @@ TEST(FeatureRegistry, AscendOnlyFeaturesAreListedAndRefused) {
   ASSERT_NE(aiqos, nullptr);
   EXPECT_FALSE(aiqos->implemented());
   EXPECT_EQ(implementation_status(*aiqos), "not applicable (Ascend/PyTorch only)");
-  EXPECT_EQ(implementation_status(*registry->find("dist-train")), "not supported yet");
+  EXPECT_EQ(implementation_status(*registry->find("auto-parallel")), "not supported yet");
   EXPECT_EQ(implementation_status(*registry->find("use-flash-attn")), "implemented");
   EXPECT_NE(registry->format_markdown().find("| aiqos | `--aiqos` | communication | 2 | MindSpeed QosFeature (L2) | "
                                              "not applicable (Ascend/PyTorch only) |"),

@@ -30,7 +30,7 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            {{"--ai-framework", "mindspore"}, 1, "--ai-framework: not available in Gale (it picks the Python framework"},
            {{"--ttp-dump-dir", "x"}, 1, "--ttp-dump-dir: not available in Gale (it talks to Ascend's MindIO TTP"},
            // Planned features and their sub-flags.
-           {{"--dist-train"}, 1, "--dist-train: not supported yet (several sub-worlds"},
+           {{"--auto-parallel"}, 1, "--auto-parallel: not supported yet (search of the parallel layout"},
            {{"--adaptive-cp-only-reschedule"}, 1, "--adaptive-cp-only-reschedule: not supported yet (mask-aware"},
            {{"--use-dsa-absorb"}, 1, "--use-dsa-absorb: not supported yet (DSA with MLA's up-projections absorbed"},
            {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},

@@ -1,0 +1,79 @@
+// --dist-train's argument rules: the dist_config of --mm-model, what is refused with it, and each
+// sub-world's view of the arguments.
+#include "train/arguments.h"
+#include "train/dist_train_config.h"
+
+namespace gale {
+
+namespace {
+
+Status refuse(const std::string& what) {
+  return Unimplemented("--dist-train with ", what, ": not supported yet");
+}
+
+}  // namespace
+
+Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
+  ParallelArgs& par = a.parallel;
+  if (par.mm_model.empty())
+    return InvalidArgument("--dist-train needs --mm-model FILE (MindSpeed-MM's model JSON, whose \"dist_config\" ",
+                           "gives the sub-worlds), found no --mm-model");
+  // The layout comes from the dist_config, as MindSpeed overwrites these arguments per rank.
+  for (const char* flag :
+       {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size", "--num-layer-list",
+        "--pipeline-num-transformer-layers", "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers", "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split"})
+    if (p.was_set(flag))
+      return InvalidArgument("--dist-train takes the parallel layout from --mm-model's dist_config (each sub-world's ",
+                             "tensor/pipeline/context-parallel sizes and num_layers): expected no ", flag,
+                             ", found it given");
+  if (!a.model.untie_embeddings_and_output_weights)
+    return refuse("tied embeddings (the word embedding and the output layer live in different sub-worlds; "
+                  "give --untie-embeddings-and-output-weights)");
+  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
+  if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev (the 1F1B schedule runs)");
+  if (par.expert_model_parallel_size > 1) return refuse("--expert-model-parallel-size > 1");
+  if (par.use_tp_pp_dp_mapping) return refuse("--use-tp-pp-dp-mapping (each sub-world lays out tp-dp-pp)");
+  if (par.tp_2d) return refuse("--tp-2d");
+  if (par.use_custom_fsdp || par.layerzero || par.use_torch_fsdp2)
+    return refuse("--use-custom-fsdp / --layerzero / --use-torch-fsdp2");
+  if (!a.checkpoint.save.empty() || !a.checkpoint.load.empty())
+    return refuse("--save / --load (checkpoints of sub-worlds with different layouts)");
+
+  GALE_ASSIGN_OR_RETURN(DistTrainLayout layout, load_dist_train_config(par.mm_model, world_size, a.model.num_layers));
+  for (const DistTrainSubWorld& s : layout.subworlds)
+    if (par.sequence_parallel && s.tp != layout.subworlds.front().tp)
+      return refuse(str_cat("--sequence-parallel and sub-worlds of different tensor-parallel sizes (\"",
+                            layout.subworlds.front().name, "\" ", layout.subworlds.front().tp, ", \"", s.name, "\" ",
+                            s.tp, "): the boundary activation would have to be re-split along the sequence"));
+  std::string stage_layers;
+  for (int64_t n : layout.stage_layers()) stage_layers += str_cat(stage_layers.empty() ? "" : ",", n);
+  const int mine = layout.subworld_of(static_cast<int>(world_rank));
+  const Arguments original = a;
+  // Every sub-world's view passes the usual checks on a world of its TP x all stages x DP.
+  for (size_t i = 0; i < layout.subworlds.size(); ++i) {
+    const DistTrainSubWorld& s = layout.subworlds[i];
+    Arguments view = original;
+    view.parallel.dist_train = false;
+    view.parallel.tensor_model_parallel_size = s.tp;
+    view.parallel.pipeline_model_parallel_size = layout.num_stages();
+    view.parallel.num_layer_list = stage_layers;
+    const int64_t view_world = int64_t{s.tp} * layout.num_stages() * s.dp;
+    Status st = validate_all_pretrain_args(view, p, view_world);
+    if (!st.ok())
+      return Status(st.code(), str_cat("--dist-train sub-world \"", s.name, "\" (tensor_model_parallel_size ", s.tp,
+                                       ", pipeline stages ", s.first_stage, "-", s.first_stage + s.pp - 1, " of ",
+                                       layout.num_stages(), "): ", st.message()));
+    if (static_cast<int>(i) != mine) continue;
+    view.parallel.dist_train = true;
+    view.parallel.world_size = world_size;
+    view.parallel.dist_train_layout = layout;
+    view.parallel.dist_train_subworld = mine;
+    a = std::move(view);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gale

@@ -1,0 +1,120 @@
+// --dist-train (MindSpeed's DistTrainFeature) against the single-process run of the same model. The
+// job's ranks are cut into two sub-worlds by a dist_config (train/dist_train_config.h) that each
+// hold half of the 4 layers with their own TP/PP: the first the embedding, the second the output
+// layer and the loss. Activations cross the boundary forward and gradients backward point to point
+// (parallel/dist_train_pipeline_comm.h), across TP sizes that differ (1 → 2 fans one rank's output
+// out to two ranks; 2 → 1 takes it from the first of two), and with two data-parallel replicas of
+// the whole chain. 3 iterations must reproduce the single-process losses and gradient norms (1e-5
+// relative, as every invariance test), parameters (1e-3) and gradients (1e-5 relative: f32 sums in
+// another order under TP; measured at most 6.5e-7 on these layouts). The boundary messages are counted.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "mpi_test_env.h"
+#include "testing_run.h"
+#include "train/grad_sync.h"
+
+namespace gale {
+namespace {
+
+using testing::TestRun;
+
+constexpr int kIterations = 3;
+
+struct SubWorld {
+  const char* name;
+  int world_size, tp, pp, num_layers;
+};
+
+// MindSpeed-MM's model.json holding `subworlds` as its dist_config, in a file of this process.
+std::string write_config(const std::vector<SubWorld>& subworlds) {
+  std::string entries;
+  for (size_t i = 0; i < subworlds.size(); ++i) {
+    const SubWorld& s = subworlds[i];
+    entries += str_cat(i ? ", " : "", "{\"name\": \"", s.name, "\", \"model_index\": ", i, ", \"world_size\": ",
+                       s.world_size, ", \"tensor_model_parallel_size\": ", s.tp, ", \"pipeline_model_parallel_size\": ",
+                       s.pp, ", \"context_parallel_size\": 1, \"forward_only\": false, \"num_layers\": ", s.num_layers,
+                       "}");
+  }
+  const std::string path = str_cat(::testing::TempDir(), "gale_dist_train_", getpid(), ".json");
+  std::ofstream(path) << "{\"dist_config\": {\"model_name\": \"gpt\", \"use_multiparam_send_recv\": false, "
+                      << "\"model_config\": [" << entries << "]}}";
+  return path;
+}
+
+// LLaMA-style (untied output layer: dist-train needs it), 4 layers, 8 micro-batches of 2 per DP replica.
+std::vector<std::string> model_flags() {
+  return testing::join({testing::kPipelineTestFlags, testing::kTinyLlama});
+}
+
+const TestRun& reference() {
+  static std::unique_ptr<TestRun> run = [] {
+    auto r = std::make_unique<TestRun>(model_flags(), make_self_communicator("world"), testing::kTinyVocab);
+    r->train(kIterations);
+    return r;
+  }();
+  return *run;
+}
+
+// Trains `subworlds` on the test's world and compares with one process; returns the run.
+std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& subworlds) {
+  const std::string path = write_config(subworlds);
+  auto run = std::make_unique<TestRun>(testing::join({model_flags(), {"--dist-train", "--mm-model", path}}),
+                                       test::world(), testing::kTinyVocab);
+  std::remove(path.c_str());
+  run->train(kIterations);
+  finish_param_sync(*run->engine);
+  // Every layer is held by some rank: the probes name the first and the last sub-world's parts.
+  const int stage = run->engine->ps.coords().pp;
+  const char* probe = stage == 0 ? "embedding.word_embeddings" : "decoder.layers";
+  EXPECT_GT(testing::expect_matches_reference(*run, reference(), kIterations, 1e-5, probe), 0);
+  return run;
+}
+
+int64_t sends(const TestRun& run) { return run.engine->ps.pp()->stats().calls[static_cast<int>(CommOp::kSend)]; }
+int64_t recvs(const TestRun& run) { return run.engine->ps.pp()->stats().calls[static_cast<int>(CommOp::kRecv)]; }
+
+// 3 ranks: "encoder" TP 1 (rank 0, layers 0-1, the embedding), "decoder" TP 2 (ranks 1-2, layers 2-3,
+// the loss). Rank 0's output goes to both decoder ranks; only the decoder's TP rank 0 sends the gradient back.
+TEST(DistTrain, Tp1ToTp2) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 1, 1, 1, 2}, {"decoder", 2, 2, 1, 2}});
+  const ParallelState& ps = run->engine->ps;
+  EXPECT_EQ(ps.pp_size(), 2);
+  EXPECT_EQ(ps.tp_size(), ps.world_rank() == 0 ? 1 : 2);
+  const int64_t m = kIterations * 8;  // micro-batches
+  const int64_t expected_sends[] = {2 * m, m, 0}, expected_recvs[] = {m, m, m};
+  EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// 4 ranks: "encoder" TP 2 (ranks 0-1), "decoder" TP 1 x PP 2 (ranks 2, 3; one layer each): three
+// stages; the decoder's first stage takes its input from encoder rank 0 and sends its gradient to both.
+TEST(DistTrain, Tp2ToTp1Pp2) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 2, 1, 2}, {"decoder", 2, 1, 2, 2}});
+  const ParallelState& ps = run->engine->ps;
+  EXPECT_EQ(ps.pp_size(), 3);
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {m, 0, 3 * m, m}, expected_recvs[] = {m, m, 2 * m, m};
+  EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// 4 ranks: two sub-worlds of TP 1 and DP 2 each: two chains, rank 0 → 2 and rank 1 → 3, each
+// training 4 micro-batches per iteration, gradients reduced over each sub-world's DP group.
+TEST(DistTrain, DataParallelChains) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 1, 1, 2}, {"decoder", 2, 1, 1, 2}});
+  const ParallelState& ps = run->engine->ps;
+  EXPECT_EQ(ps.dp_size(), 2);
+  EXPECT_EQ(ps.pp()->world_ranks(), (std::vector<int>{ps.world_rank() % 2, ps.world_rank() % 2 + 2}));
+  EXPECT_EQ(sends(*run), kIterations * 4);
+  EXPECT_EQ(recvs(*run), kIterations * 4);
+}
+
+}  // namespace
+}  // namespace gale
