@@ -1,6 +1,6 @@
-// MindSpeed's dist-train rank map: the job's ranks cut into sub-worlds, each with its own TP/PP/DP
-// grid, chained into one pipeline (a pure computation, no communication).
+// The dist-train rank map: sub-worlds with their own TP/PP/DP grids chained into one pipeline.
 //
+// A pure computation (no communication) for MindSpeed's --dist-train.
 // Sub-world i (in model_index order) owns the consecutive global ranks [first_rank, first_rank +
 // world_size), laid out inside as Megatron's default order with CP 1: local rank = tp + TP·(dp +
 // DP·pp). The sub-worlds' pipeline stages follow each other: sub-world i's local stage p is global

@@ -1,6 +1,7 @@
-// The pipeline "group" of a dist-train job: one communicator whose ranks are the global pipeline
-// stages of a data-parallel replica across all sub-worlds (parallel/dist_train_layout.h).
+// The pipeline group of a dist-train job: one communicator whose ranks are the global stages.
 //
+// Its ranks are the pipeline stages of one data-parallel replica across all sub-worlds
+// (parallel/dist_train_layout.h).
 // ParallelState::pp() is this communicator under --dist-train, so the schedules, PipelineP2P and
 // the trainer's loss reductions run unchanged: rank() is this rank's global stage and size() the
 // number of stages. Underneath, every operation goes over `transport`, a real communicator over

@@ -1,6 +1,7 @@
-// MindSpeed's dist-train configuration (--dist-train with MindSpeed-MM's --mm-model model.json):
-// reading and validating its "dist_config", and the rank map it gives (parallel/dist_train_layout.h).
+// MindSpeed's dist-train configuration: the "dist_config" of --mm-model read and validated.
 //
+// --dist-train with MindSpeed-MM's --mm-model model.json gives the rank map of
+// parallel/dist_train_layout.h.
 // The file is MindSpeed-MM's model JSON; Gale reads only its "dist_config" object:
 //   {"dist_config": {"model_name": "gpt", "use_multiparam_send_recv": false,
 //     "model_config": [
