@@ -16,12 +16,16 @@
 // one communicator over every stage of all sub-worlds (DistTrainPipelineComm), so the 1F1B
 // schedule, the loss and the gradient norm (over all sub-worlds) run unchanged. Across a boundary
 // the receiving rank of TP coordinate j takes its tensor from the sending rank ⌊j·t_send/t_recv⌋.
-// Losses and gradients equal the single-process run (tests/parallel/dist_train_mpi_test.cc).
+// Data-parallel sizes may differ when each is a multiple of the smallest (MindSpeed's main_dp): a
+// sub-world of k times the replicas runs micro-batches k times smaller, slices of the other's, and
+// the transfers are cut and joined along the batch. Losses and gradients equal the single-process
+// run (tests/parallel/dist_train_mpi_test.cc).
 //
 // Rules: --mm-model FILE is required; the TP/PP/CP and pipeline-split flags are refused (the
 // config gives them); the config's rules are MindSpeed's plus Gale's num_layers
 // (train/dist_train_config.h). Not supported yet: forward_only sub-worlds, CP inside a sub-world,
-// different data-parallel sizes (so main_dp changes nothing), use_multiparam_send_recv, tied
+// DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
+// optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv, tied
 // embeddings, MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,
 // checkpoints, --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel.
 // MindSpeed files the feature at level 2; in Gale it works at every --optimization-level, as the

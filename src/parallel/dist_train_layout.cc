@@ -1,6 +1,8 @@
 // The dist-train rank map: sub-worlds, global pipeline stages and the peers of boundary transfers.
 #include "parallel/dist_train_layout.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace gale {
@@ -54,33 +56,52 @@ int DistTrainLayout::subworld_of_stage(int stage) const {
   return -1;
 }
 
+int DistTrainLayout::dp() const {
+  int d = 0;
+  for (const DistTrainSubWorld& s : subworlds) d = d == 0 ? s.dp : std::min(d, s.dp);
+  return std::max(d, 1);
+}
+
 std::vector<int> DistTrainLayout::pipeline_ranks(int dp) const {
   std::vector<int> out;
-  for (size_t i = 0; i < subworlds.size(); ++i)
+  for (size_t i = 0; i < subworlds.size(); ++i) {
+    const int k = dp_ratio(static_cast<int>(i));
     for (int p = 0; p < subworlds[i].pp; ++p)
-      for (int t = 0; t < subworlds[i].tp; ++t) out.push_back(rank_at(static_cast<int>(i), t, dp, p));
+      for (int d = dp * k; d < (dp + 1) * k; ++d)
+        for (int t = 0; t < subworlds[i].tp; ++t) out.push_back(rank_at(static_cast<int>(i), t, d, p));
+  }
   return out;
 }
 
-int DistTrainLayout::source_of(int rank, int from_stage) const {
+std::vector<DistTrainLayout::Peer> DistTrainLayout::sources_of(int rank, int from_stage) const {
   const int me = stage_of(rank);
   GALE_CHECK(from_stage == me - 1 || from_stage == me + 1) << "stage " << from_stage << " is not next to " << me;
-  const int s_recv = subworld_of(rank), s_send = subworld_of_stage(from_stage);
-  const DistTrainSubWorld& send = subworlds[static_cast<size_t>(s_send)];
-  const DistTrainSubWorld& recv = subworlds[static_cast<size_t>(s_recv)];
-  const int tp = s_send == s_recv ? tp_of(rank) : tp_of(rank) * send.tp / recv.tp;
-  return rank_at(s_send, tp, dp_of(rank), from_stage - send.first_stage);
+  const int b = subworld_of(rank), a = subworld_of_stage(from_stage);
+  const DistTrainSubWorld& send = subworlds[static_cast<size_t>(a)];
+  const DistTrainSubWorld& recv = subworlds[static_cast<size_t>(b)];
+  const int local = from_stage - send.first_stage, dp = dp_of(rank);
+  if (a == b) return {Peer{rank_at(a, tp_of(rank), dp, local), 0, 1}};
+  const int tp = tp_of(rank) * send.tp / recv.tp;
+  const int ka = dp_ratio(a), kb = dp_ratio(b);
+  if (ka <= kb) return {Peer{rank_at(a, tp, dp / (kb / ka), local), 0, 1}};
+  const int q = ka / kb;
+  std::vector<Peer> out;
+  for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, tp, dp * q + r, local), r, q});
+  return out;
 }
 
-std::vector<int> DistTrainLayout::targets_of(int rank, int to_stage) const {
+std::vector<DistTrainLayout::Peer> DistTrainLayout::targets_of(int rank, int to_stage) const {
   const int me = stage_of(rank);
-  const int s = subworld_of_stage(to_stage);
-  const DistTrainSubWorld& w = subworlds[static_cast<size_t>(s)];
-  std::vector<int> out;
-  for (int t = 0; t < w.tp; ++t) {
-    const int r = rank_at(s, t, dp_of(rank), to_stage - w.first_stage);
-    if (source_of(r, me) == rank) out.push_back(r);
-  }
+  const int a = subworld_of(rank), b = subworld_of_stage(to_stage);
+  const DistTrainSubWorld& w = subworlds[static_cast<size_t>(b)];
+  const int ka = dp_ratio(a), kb = dp_ratio(b), main = main_dp_of(rank);
+  std::vector<Peer> out;
+  for (int d = main * kb; d < (main + 1) * kb; ++d)
+    for (int t = 0; t < w.tp; ++t) {
+      const int r = rank_at(b, t, d, to_stage - w.first_stage);
+      for (const Peer& p : sources_of(r, me))
+        if (p.rank == rank) out.push_back(a != b && ka < kb ? Peer{r, d % (kb / ka), kb / ka} : Peer{r, 0, 1});
+    }
   return out;
 }
 

@@ -7,10 +7,19 @@
 // stage Σ_{j<i} PP_j + p, so the whole job is one pipeline of Σ PP_j stages per data-parallel index
 // d (every sub-world has the same DP; different DP is refused upstream).
 //
-// Transfers between adjacent global stages of one data-parallel index: inside a sub-world the
-// pipeline neighbour has the same tp coordinate; across the boundary between sub-worlds with
-// TP sizes t_send and t_recv, the receiving rank of tp coordinate j takes its tensor from the sending
-// rank of tp coordinate ⌊j·t_send / t_recv⌋. This is MindSpeed's matching of the two TP groups
+// Data parallelism: every DP size is a multiple k_i of the smallest (the "main" DP, MindSpeed's
+// main_dp). Main replica d is one pipeline: the ranks of dp index [d·k_i, (d+1)·k_i) of each
+// sub-world i; a sub-world with k_i > 1 runs micro-batches k_i times smaller, replica d·k_i + r
+// holding slice r of main replica d's micro-batch (along the batch: Megatron's sampler gives it
+// exactly those samples).
+//
+// Transfers between adjacent global stages: inside a sub-world the pipeline neighbour has the same
+// tp and dp coordinates; across the boundary between sub-worlds with TP sizes t_send and t_recv,
+// the receiving rank of tp coordinate j takes its tensor from the sending rank of tp coordinate
+// ⌊j·t_send / t_recv⌋. When the sender has q times the receiver's replicas, the receiver gathers q
+// pieces (piece r from the sender of dp index dp·q + r); when it has q times fewer, the sender
+// cuts its tensor into q slices along the batch and slice r goes to the receiver of dp index
+// ≡ r (mod q). This is MindSpeed's matching of the two TP groups
 // (dist_ranks_match.py: the smaller group's ranks each face a contiguous block of the larger one's)
 // with only the message its receiver keeps: MindSpeed sends to every matched rank and the receiver
 // uses the first it got. Without sequence parallelism every TP rank of a stage holds the same
@@ -36,9 +45,21 @@ struct DistTrainSubWorld {
 struct DistTrainLayout {
   std::vector<DistTrainSubWorld> subworlds;
 
+  // One peer of a transfer: its rank and which part of the batch the message is. For a sender's
+  // target, slice r of `slices` of its tensor along the batch; for a receiver's source, the place
+  // of the message as piece r of `slices` in its tensor (slices 1: the whole tensor).
+  struct Peer {
+    int rank = 0;
+    int slice = 0, slices = 1;
+    bool operator==(const Peer& o) const { return rank == o.rank && slice == o.slice && slices == o.slices; }
+  };
+
   int world_size() const;
   int num_stages() const;  // Σ PP
-  int dp() const { return subworlds.empty() ? 1 : subworlds.front().dp; }
+  int dp() const;          // the smallest DP size (the main one)
+  int dp_ratio(int s) const { return subworlds[static_cast<size_t>(s)].dp / dp(); }  // k_s
+  // The main data-parallel replica (pipeline) that `rank` belongs to.
+  int main_dp_of(int rank) const { return dp_of(rank) / dp_ratio(subworld_of(rank)); }
   // The sub-world holding global rank `rank`.
   int subworld_of(int rank) const;
   // Coordinates of global rank `rank` inside its sub-world, and its global pipeline stage.
@@ -49,13 +70,16 @@ struct DistTrainLayout {
   int rank_at(int s, int tp, int dp, int pp) const;
   // The sub-world holding global stage `stage`.
   int subworld_of_stage(int stage) const;
-  // Every rank of data-parallel index `dp`, by global stage, then tp coordinate: the whole
-  // pipeline of one data-parallel replica (its "model-parallel group" across the sub-worlds).
+  // Every rank of main replica `dp`, by global stage, then dp, then tp coordinate: the whole
+  // pipeline of one main data-parallel replica (its "model-parallel group" across the sub-worlds).
   std::vector<int> pipeline_ranks(int dp) const;
-  // The rank that `rank` receives from when stage `from_stage` (adjacent to its own) sends to it.
-  int source_of(int rank, int from_stage) const;
-  // The ranks of stage `to_stage` (adjacent) that receive from `rank` (see source_of); possibly none.
-  std::vector<int> targets_of(int rank, int to_stage) const;
+  // The ranks `rank` receives from when stage `from_stage` (adjacent to its own) sends to it.
+  std::vector<Peer> sources_of(int rank, int from_stage) const;
+  // The ranks of stage `to_stage` (adjacent) that receive from `rank` (see sources_of); possibly none.
+  std::vector<Peer> targets_of(int rank, int to_stage) const;
+  // Whether `rank` is the first of the replicas of its sub-world inside its main replica (dp index
+  // ≡ 0 mod k): it alone contributes to sums over the main replica's model group.
+  bool first_replica(int rank) const { return dp_of(rank) % dp_ratio(subworld_of(rank)) == 0; }
   // Transformer layers of every global stage (each sub-world's layers split evenly over its stages).
   std::vector<int64_t> stage_layers() const;
 };

@@ -33,7 +33,8 @@ ParallelState ParallelState::create(const Comm& world, const RankLayout& layout)
   return ps;
 }
 
-ParallelState ParallelState::create_dist_train(const Comm& world, const DistTrainLayout& dt) {
+ParallelState ParallelState::create_dist_train(const Comm& world, const DistTrainLayout& dt, int64_t hidden,
+                                               int64_t micro_batch) {
   GALE_CHECK_EQ(dt.world_size(), world->size()) << "dist-train sub-worlds for another world size";
   const int me = world->rank();
   const auto global = [&](std::vector<int> ranks) {
@@ -55,10 +56,12 @@ ParallelState ParallelState::create_dist_train(const Comm& world, const DistTrai
   ps.dist_train_ = std::make_shared<const DistTrainLayout>(dt);
   ps.pipeline_stages_ = dt.num_stages();
   ps.coords_.pp = dt.stage_of(me);
-  const std::vector<int> pipeline = dt.pipeline_ranks(dt.dp_of(me));
-  ps.groups_[static_cast<int>(Group::kModel)] = world->make_group(global(pipeline), "model");
+  const std::vector<int> pipeline = dt.pipeline_ranks(dt.main_dp_of(me));
+  ps.groups_[static_cast<int>(Group::kModel)] =
+      std::make_shared<DistTrainModelComm>(world->make_group(global(pipeline), "model"), dt.first_replica(me));
   Comm transport = world->make_group(global(pipeline), "pp-dist-train");
-  ps.groups_[static_cast<int>(Group::kPipeline)] = std::make_shared<DistTrainPipelineComm>(transport, ps.dist_train_, me);
+  ps.groups_[static_cast<int>(Group::kPipeline)] =
+      std::make_shared<DistTrainPipelineComm>(transport, ps.dist_train_, me, hidden, micro_batch);
   ps.groups_[static_cast<int>(Group::kEmbedding)] = nullptr;
   ps.groups_[static_cast<int>(Group::kPositionEmbedding)] = nullptr;
   return ps;

@@ -31,10 +31,14 @@ class ParallelState {
   // this rank's sub-world grid (TP, DP, ... made over the sub-world's ranks), except
   //   pp()    the whole pipeline across the sub-worlds (DistTrainPipelineComm): coords().pp is the
   //           global stage and pp_size() the number of stages of all sub-worlds;
-  //   model() every rank of this data-parallel index in every sub-world (the gradient norm's group);
+  //   model() every rank of this main data-parallel replica in every sub-world (the gradient norm's
+  //           group; DistTrainModelComm counts each sub-world's replicas once);
   //   embedding(), position_embedding()  null (dist-train needs untied embeddings).
   // layout() is the sub-world's grid and world() the job.
-  static ParallelState create_dist_train(const Comm& world, const DistTrainLayout& layout);
+  // `hidden` and `micro_batch` (this rank's) cut and join the transfers along the batch between
+  // sub-worlds of different data-parallel sizes (DistTrainPipelineComm).
+  static ParallelState create_dist_train(const Comm& world, const DistTrainLayout& layout, int64_t hidden,
+                                         int64_t micro_batch);
 
   const RankLayout& layout() const { return *layout_; }
   const RankCoords& coords() const { return coords_; }

@@ -1,5 +1,7 @@
 // --dist-train's argument rules: the dist_config of --mm-model, what is refused with it, and each
 // sub-world's view of the arguments.
+#include <algorithm>
+
 #include "train/arguments.h"
 #include "train/dist_train_config.h"
 
@@ -48,6 +50,23 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
       return refuse(str_cat("--sequence-parallel and sub-worlds of different tensor-parallel sizes (\"",
                             layout.subworlds.front().name, "\" ", layout.subworlds.front().tp, ", \"", s.name, "\" ",
                             s.tp, "): the boundary activation would have to be re-split along the sequence"));
+  const bool dp_differs = std::any_of(layout.subworlds.begin(), layout.subworlds.end(),
+                                      [&](const DistTrainSubWorld& s) { return s.dp != layout.dp(); });
+  if (dp_differs) {
+    // The sub-worlds of more replicas split each micro-batch: --micro-batch-size is the main DP's.
+    const char* what = par.use_distributed_optimizer               ? "--use-distributed-optimizer"
+                       : a.training.calculate_per_token_loss       ? "--calculate-per-token-loss"
+                       : a.data.dataloader_type != "single"        ? "--dataloader-type other than single"
+                       : a.moe.num_experts > 0 && a.moe.num_experts != kUnset ? "--num-experts"
+                                                                              : nullptr;
+    if (what) return refuse(str_cat(what, " and sub-worlds of different data-parallel sizes"));
+    for (size_t i = 0; i < layout.subworlds.size(); ++i)
+      if (a.training.micro_batch_size % layout.dp_ratio(static_cast<int>(i)) != 0)
+        return InvalidArgument("--dist-train: sub-world \"", layout.subworlds[i].name, "\" has ",
+                               layout.dp_ratio(static_cast<int>(i)), " times the data-parallel size ", layout.dp(),
+                               " and splits each micro-batch as many ways: expected a --micro-batch-size divisible by ",
+                               layout.dp_ratio(static_cast<int>(i)), ", found ", a.training.micro_batch_size);
+  }
   std::string stage_layers;
   for (int64_t n : layout.stage_layers()) stage_layers += str_cat(stage_layers.empty() ? "" : ",", n);
   const int mine = layout.subworld_of(static_cast<int>(world_rank));
@@ -60,6 +79,7 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
     view.parallel.tensor_model_parallel_size = s.tp;
     view.parallel.pipeline_model_parallel_size = layout.num_stages();
     view.parallel.num_layer_list = stage_layers;
+    view.training.micro_batch_size = a.training.micro_batch_size / layout.dp_ratio(static_cast<int>(i));
     const int64_t view_world = int64_t{s.tp} * layout.num_stages() * s.dp;
     Status st = validate_all_pretrain_args(view, p, view_world);
     if (!st.ok())

@@ -162,11 +162,19 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
     first_stage += s.pp;
     out.subworlds.push_back(s);
   }
-  for (const DistTrainSubWorld& s : out.subworlds)
-    if (s.dp != out.subworlds.front().dp)
-      return Unimplemented(where, ": sub-worlds of different data-parallel sizes (\"", out.subworlds.front().name,
-                           "\" ", out.subworlds.front().dp, ", \"", s.name, "\" ", s.dp,
-                           "; world_size / (tensor x pipeline size)): not supported yet");
+  // Data parallelism: MindSpeed's main_dp sub-world sets the job's DP; the others' DP sizes are
+  // multiples of it (their inner data parallelism splits its micro-batches).
+  const int main = out.dp();
+  for (size_t i = 0; i < out.subworlds.size(); ++i) {
+    const DistTrainSubWorld& s = out.subworlds[i];
+    if (s.dp % main != 0)
+      return Unimplemented(where, ": sub-worlds whose data-parallel sizes (world_size / (tensor x pipeline size)) ",
+                           "are not multiples of the smallest, ", main, " (\"", s.name, "\" has ", s.dp,
+                           "): not supported yet");
+    if (entries[i].main_dp && s.dp != main)
+      return InvalidArgument(where, ": dist_config.model_config (\"", s.name, "\").main_dp: expected the sub-world ",
+                             "of the smallest data-parallel size ", main, " (the job's), found one of ", s.dp);
+  }
   return out;
 }
 
@@ -186,7 +194,7 @@ int64_t dist_train_vocab_tp(const DistTrainLayout& layout) {
 
 std::string render_dist_train_layout(const DistTrainLayout& layout) {
   std::string out = str_cat("dist-train: ", layout.subworlds.size(), " sub-worlds, ", layout.num_stages(),
-                            " pipeline stages, data-parallel size ", layout.dp());
+                            " pipeline stages, main data-parallel size ", layout.dp());
   int64_t first_layer = 0;
   for (const DistTrainSubWorld& s : layout.subworlds) {
     out += str_cat("\n  ", s.name, ": ranks ", s.first_rank, "-", s.first_rank + s.world_size - 1, ", TP ", s.tp,

@@ -17,8 +17,11 @@
 // one GPT decoder cut along its layers, so each entry also gives "num_layers", the transformer
 // layers of that sub-world (consecutive; they sum to --num-layers, and each divides by its PP);
 // MindSpeed-MM's sub-models (a ViT, an LLM) carry their own layer counts in their model configs.
-// Not supported yet (Unimplemented, "not supported yet"): context_parallel_size > 1, forward_only
-// true, use_multiparam_send_recv true, and sub-worlds of different data-parallel sizes.
+// Data-parallel sizes (world_size / (TP·PP)) may differ when each is a multiple of the smallest
+// (MindSpeed's main_dp, which must then name a sub-world of the smallest DP; see
+// parallel/dist_train_layout.h). Not supported yet (Unimplemented, "not supported yet"):
+// context_parallel_size > 1, forward_only true, use_multiparam_send_recv true, and DP sizes that
+// are not multiples of the smallest.
 #pragma once
 
 #include <string>

@@ -176,7 +176,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                            ": not supported yet");
     GALE_CHECK_EQ(args.parallel.dist_train_layout.subworld_of(world->rank()), args.parallel.dist_train_subworld)
         << "dist-train arguments validated for another rank";
-    engine->ps = ParallelState::create_dist_train(world, args.parallel.dist_train_layout);
+    engine->ps = ParallelState::create_dist_train(world, args.parallel.dist_train_layout, args.model.hidden_size,
+                                                  args.training.micro_batch_size);
   } else {
     GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
     engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
@@ -256,6 +257,10 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     DataParallelConfig dc;
     // --calculate-per-token-loss: summed over DP, divided by the tokens after (finalize_model_grads).
     if (args.training.calculate_per_token_loss) dc.grad_scale = 1.0;
+    // --dist-train: every sub-world averages over the loss sub-world's replicas (a sub-world of k
+    // times the replicas holds slices of its micro-batches, whose gradients add up).
+    if (par.dist_train && !args.training.calculate_per_token_loss)
+      dc.grad_scale = 1.0 / par.dist_train_layout.subworlds.back().dp;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;

@@ -114,14 +114,33 @@ TEST(DistTrainConfig, NotSupportedYet) {
   EXPECT_NE(error_of(config(kEncoder + ", " + cp), 9).find("context_parallel_size 2: not supported yet"),
             std::string::npos)
       << error_of(config(kEncoder + ", " + cp), 9);
-  // DP 1 and DP 2.
+  // DP 2 and DP 3: not multiples.
+  const std::string enc2 =
+      "{\"name\": \"encoder\", \"model_index\": 0, \"world_size\": 2, \"num_layers\": 2}";
+  std::string dp3 = kDecoder;
+  dp3.replace(dp3.find("\"world_size\": 4"), 15, "\"world_size\": 12");
+  EXPECT_NE(error_of(config(enc2 + ", " + dp3), 14)
+                .find("sub-worlds whose data-parallel sizes (world_size / (tensor x pipeline size)) are not multiples "
+                      "of the smallest, 2 (\"decoder\" has 3): not supported yet"),
+            std::string::npos)
+      << error_of(config(enc2 + ", " + dp3), 14);
+}
+
+TEST(DistTrainConfig, DataParallelSizesThatAreMultiples) {
+  // encoder DP 1 (main), decoder DP 2.
   std::string dp2 = kDecoder;
   dp2.replace(dp2.find("\"world_size\": 4"), 15, "\"world_size\": 8");
-  EXPECT_NE(error_of(config(kEncoder + ", " + dp2), 9)
-                .find("sub-worlds of different data-parallel sizes (\"encoder\" 1, \"decoder\" 2; world_size / "
-                      "(tensor x pipeline size)): not supported yet"),
+  StatusOr<DistTrainLayout> l = parse_dist_train_config(config(kEncoder + ", " + dp2), "model.json", 9, 6);
+  ASSERT_FALSE(l.ok());  // kDecoder says main_dp: it must be a sub-world of the smallest DP
+  EXPECT_NE(l.status().message().find("(\"decoder\").main_dp: expected the sub-world of the smallest data-parallel "
+                                      "size 1 (the job's), found one of 2"),
             std::string::npos)
-      << error_of(config(kEncoder + ", " + dp2), 9);
+      << l.status().message();
+  dp2.replace(dp2.find(", \"main_dp\": true"), 17, "");
+  l = parse_dist_train_config(config(kEncoder + ", " + dp2), "model.json", 9, 6);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->dp(), 1);
+  EXPECT_EQ(l->dp_ratio(1), 2);
 }
 
 // --dist-train arguments for a job of `world` ranks seen by `rank`, with `config_text` as --mm-model.
@@ -195,6 +214,30 @@ TEST(DistTrainArgs, Refusals) {
   for (auto& a : argv) ptrs.push_back(a.data());
   ASSERT_TRUE(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()).ok());
   EXPECT_NE(validate_all_pretrain_args(args, parser, 2).message().find("--dist-train needs --mm-model FILE"),
+            std::string::npos);
+}
+
+TEST(DistTrainArgs, DataParallelSizesThatDiffer) {
+  // encoder TP 1 x DP 2 (ranks 0-1), decoder TP 2 x PP 2 x DP 1 (ranks 2-5): the encoder's replicas
+  // run micro-batches of half the size.
+  const std::string enc2 =
+      "{\"name\": \"encoder\", \"model_index\": 0, \"world_size\": 2, \"num_layers\": 2}";
+  const std::string text = config(enc2 + ", " + kDecoder);
+  DistTrainArgs enc(text, {"--micro-batch-size", "2"}, 6, 1), dec(text, {"--micro-batch-size", "2"}, 6, 2);
+  ASSERT_TRUE(enc.status.ok()) << enc.status.message();
+  ASSERT_TRUE(dec.status.ok()) << dec.status.message();
+  EXPECT_EQ(enc.args.training.micro_batch_size, 1);
+  EXPECT_EQ(enc.args.parallel.data_parallel_size, 2);
+  EXPECT_EQ(dec.args.training.micro_batch_size, 2);
+  EXPECT_EQ(dec.args.parallel.data_parallel_size, 1);
+  EXPECT_NE(DistTrainArgs(text, {}, 6).status.message().find(
+                "--dist-train: sub-world \"encoder\" has 2 times the data-parallel size 1 and splits each micro-batch "
+                "as many ways: expected a --micro-batch-size divisible by 2, found 1"),
+            std::string::npos);
+  EXPECT_NE(DistTrainArgs(text, {"--micro-batch-size", "2", "--use-distributed-optimizer"}, 6)
+                .status.message()
+                .find("--dist-train with --use-distributed-optimizer and sub-worlds of different data-parallel sizes: "
+                      "not supported yet"),
             std::string::npos);
 }
 

@@ -24,6 +24,13 @@ DistTrainSubWorld subworld(const char* name, int first_rank, int tp, int pp, int
 
 // 12 ranks: "vit" TP 1 x PP 1 x DP 2 (ranks 0-1), "gpt" TP 2 x PP 2 x DP 2 (ranks 2-9)... and a third
 // sub-world TP 1 x PP 1 x DP 2 (ranks 10-11): three stages of one chain per DP index.
+// Whole-tensor peers of the given ranks.
+std::vector<DistTrainLayout::Peer> peers(std::vector<int> ranks) {
+  std::vector<DistTrainLayout::Peer> out;
+  for (int r : ranks) out.push_back(DistTrainLayout::Peer{r, 0, 1});
+  return out;
+}
+
 DistTrainLayout three_subworlds() {
   DistTrainLayout l;
   l.subworlds = {subworld("vit", 0, 1, 1, 2, 0, 2), subworld("gpt", 2, 2, 2, 2, 1, 4),
@@ -57,25 +64,25 @@ TEST(DistTrainLayout, RanksToSubWorldsAndCoordinates) {
 TEST(DistTrainLayout, PeersInsideAndAcrossSubWorlds) {
   const DistTrainLayout l = three_subworlds();
   // TP 1 → TP 2 (DP index 1: rank 1 → ranks 4, 5): one sender, both receive from it.
-  EXPECT_EQ(l.targets_of(1, 1), (std::vector<int>{4, 5}));
-  EXPECT_EQ(l.source_of(4, 0), 1);
-  EXPECT_EQ(l.source_of(5, 0), 1);
+  EXPECT_EQ(l.targets_of(1, 1), peers({4, 5}));
+  EXPECT_EQ(l.sources_of(4, 0), peers({1}));
+  EXPECT_EQ(l.sources_of(5, 0), peers({1}));
   // ... backward the TP-2 stage's rank of tp 0 sends the gradient; its tp-1 rank sends nothing.
-  EXPECT_EQ(l.source_of(1, 1), 4);
-  EXPECT_EQ(l.targets_of(4, 0), (std::vector<int>{1}));
+  EXPECT_EQ(l.sources_of(1, 1), peers({4}));
+  EXPECT_EQ(l.targets_of(4, 0), peers({1}));
   EXPECT_TRUE(l.targets_of(5, 0).empty());
   // Inside "gpt": the same tp coordinate one stage on.
-  EXPECT_EQ(l.targets_of(3, 2), (std::vector<int>{7}));
-  EXPECT_EQ(l.source_of(7, 1), 3);
-  EXPECT_EQ(l.source_of(3, 2), 7);
+  EXPECT_EQ(l.targets_of(3, 2), peers({7}));
+  EXPECT_EQ(l.sources_of(7, 1), peers({3}));
+  EXPECT_EQ(l.sources_of(3, 2), peers({7}));
   // TP 2 → TP 1 (DP index 0: ranks 6, 7 → rank 10): the first of the two sends.
-  EXPECT_EQ(l.source_of(10, 2), 6);
-  EXPECT_EQ(l.targets_of(6, 3), (std::vector<int>{10}));
+  EXPECT_EQ(l.sources_of(10, 2), peers({6}));
+  EXPECT_EQ(l.targets_of(6, 3), peers({10}));
   EXPECT_TRUE(l.targets_of(7, 3).empty());
   // ... and backward rank 10's gradient goes to both.
-  EXPECT_EQ(l.targets_of(10, 2), (std::vector<int>{6, 7}));
-  EXPECT_EQ(l.source_of(6, 3), 10);
-  EXPECT_EQ(l.source_of(7, 3), 10);
+  EXPECT_EQ(l.targets_of(10, 2), peers({6, 7}));
+  EXPECT_EQ(l.sources_of(6, 3), peers({10}));
+  EXPECT_EQ(l.sources_of(7, 3), peers({10}));
 }
 
 // TP sizes that do not divide each other: 3 → 2 and 2 → 3, every receiver has exactly one source
@@ -83,14 +90,46 @@ TEST(DistTrainLayout, PeersInsideAndAcrossSubWorlds) {
 TEST(DistTrainLayout, TpSizesThatDoNotDivide) {
   DistTrainLayout l;
   l.subworlds = {subworld("a", 0, 3, 1, 1, 0, 1), subworld("b", 3, 2, 1, 1, 1, 1)};
-  EXPECT_EQ(l.source_of(3, 0), 0);  // ⌊0·3/2⌋
-  EXPECT_EQ(l.source_of(4, 0), 1);  // ⌊1·3/2⌋
-  EXPECT_EQ(l.source_of(0, 1), 3);  // ⌊0·2/3⌋
-  EXPECT_EQ(l.source_of(1, 1), 3);  // ⌊1·2/3⌋
-  EXPECT_EQ(l.source_of(2, 1), 4);  // ⌊2·2/3⌋
-  EXPECT_EQ(l.targets_of(3, 0), (std::vector<int>{0, 1}));
-  EXPECT_EQ(l.targets_of(4, 0), (std::vector<int>{2}));
+  EXPECT_EQ(l.sources_of(3, 0), peers({0}));  // ⌊0·3/2⌋
+  EXPECT_EQ(l.sources_of(4, 0), peers({1}));  // ⌊1·3/2⌋
+  EXPECT_EQ(l.sources_of(0, 1), peers({3}));  // ⌊0·2/3⌋
+  EXPECT_EQ(l.sources_of(1, 1), peers({3}));  // ⌊1·2/3⌋
+  EXPECT_EQ(l.sources_of(2, 1), peers({4}));  // ⌊2·2/3⌋
+  EXPECT_EQ(l.targets_of(3, 0), peers({0, 1}));
+  EXPECT_EQ(l.targets_of(4, 0), peers({2}));
   EXPECT_TRUE(l.targets_of(2, 1).empty());
+}
+
+// Different DP sizes: "enc" DP 2 (ranks 0-1), "dec" TP 2 x DP 1 (ranks 2-3), "head" DP 2 (ranks 4-5).
+// Main DP 1: one pipeline of all 6 ranks; "dec" gathers the two halves of its micro-batch from the
+// encoder's replicas, "head"'s replicas each take a slice of the decoder's output.
+TEST(DistTrainLayout, DataParallelSizesThatDiffer) {
+  DistTrainLayout l;
+  l.subworlds = {subworld("enc", 0, 1, 1, 2, 0, 1), subworld("dec", 2, 2, 1, 1, 1, 1),
+                 subworld("head", 4, 1, 1, 2, 2, 1)};
+  EXPECT_EQ(l.dp(), 1);
+  EXPECT_EQ(l.dp_ratio(0), 2);
+  EXPECT_EQ(l.dp_ratio(1), 1);
+  EXPECT_EQ(l.main_dp_of(1), 0);
+  EXPECT_EQ(l.pipeline_ranks(0), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(l.first_replica(0));
+  EXPECT_FALSE(l.first_replica(1));
+  EXPECT_FALSE(l.first_replica(5));
+  using P = DistTrainLayout::Peer;
+  // enc (DP 2) → dec (DP 1): each decoder TP rank gathers piece r from encoder replica r.
+  EXPECT_EQ(l.sources_of(2, 0), (std::vector<P>{{0, 0, 2}, {1, 1, 2}}));
+  EXPECT_EQ(l.sources_of(3, 0), (std::vector<P>{{0, 0, 2}, {1, 1, 2}}));
+  EXPECT_EQ(l.targets_of(1, 1), (std::vector<P>{{2, 0, 1}, {3, 0, 1}}));
+  // ... backward each encoder replica takes its slice of the decoder's TP rank 0's gradient.
+  EXPECT_EQ(l.sources_of(1, 1), (std::vector<P>{{2, 0, 1}}));
+  EXPECT_EQ(l.targets_of(2, 0), (std::vector<P>{{0, 0, 2}, {1, 1, 2}}));
+  EXPECT_TRUE(l.targets_of(3, 0).empty());
+  // dec (DP 1) → head (DP 2): slices forward, pieces backward.
+  EXPECT_EQ(l.targets_of(2, 2), (std::vector<P>{{4, 0, 2}, {5, 1, 2}}));
+  EXPECT_TRUE(l.targets_of(3, 2).empty());
+  EXPECT_EQ(l.sources_of(5, 1), (std::vector<P>{{2, 0, 1}}));
+  EXPECT_EQ(l.sources_of(3, 2), (std::vector<P>{{4, 0, 2}, {5, 1, 2}}));
+  EXPECT_EQ(l.targets_of(5, 1), (std::vector<P>{{2, 0, 1}, {3, 0, 1}}));
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // hold half of the 4 layers with their own TP/PP: the first the embedding, the second the output
 // layer and the loss. Activations cross the boundary forward and gradients backward point to point
 // (parallel/dist_train_pipeline_comm.h), across TP sizes that differ (1 → 2 fans one rank's output
-// out to two ranks; 2 → 1 takes it from the first of two), and with two data-parallel replicas of
-// the whole chain. 3 iterations must reproduce the single-process losses and gradient norms (1e-5
+// out to two ranks; 2 → 1 takes it from the first of two), with two data-parallel replicas of the
+// whole chain, and across data-parallel sizes that differ (one sub-world's micro-batches cut in
+// slices for the other's replicas, forward or backward). 3 iterations must reproduce the single-process losses and gradient norms (1e-5
 // relative, as every invariance test), parameters (1e-3) and gradients (1e-5 relative: f32 sums in
 // another order under TP; measured at most 6.5e-7 on these layouts). The boundary messages are counted.
 #include <gtest/gtest.h>
@@ -114,6 +115,46 @@ TEST(DistTrain, DataParallelChains) {
   EXPECT_EQ(ps.pp()->world_ranks(), (std::vector<int>{ps.world_rank() % 2, ps.world_rank() % 2 + 2}));
   EXPECT_EQ(sends(*run), kIterations * 4);
   EXPECT_EQ(recvs(*run), kIterations * 4);
+}
+
+// Data-parallel sizes that differ (MindSpeed's main_dp with inner data parallelism): the sub-world
+// of twice the replicas runs micro-batches of 1 sample, slices of the other's micro-batches of 2.
+
+// 3 ranks: "encoder" DP 2 (ranks 0, 1), "decoder" DP 1 (rank 2) gathers the two halves forward and
+// sends each its slice of the gradient backward.
+TEST(DistTrain, EncoderOfTwiceTheReplicas) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 1, 1, 2}, {"decoder", 1, 1, 1, 2}});
+  const ParallelState& ps = run->engine->ps;
+  EXPECT_EQ(run->args.training.micro_batch_size, ps.world_rank() < 2 ? 1 : 2);
+  const int64_t m = kIterations * 8;  // micro-batches of every rank
+  const int64_t expected_sends[] = {m, m, 2 * m}, expected_recvs[] = {m, m, 2 * m};
+  EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// 3 ranks: "encoder" DP 1 (rank 0) sends each "decoder" replica (ranks 1, 2; DP 2, the loss) its
+// slice and gathers their gradients.
+TEST(DistTrain, LossSubWorldOfTwiceTheReplicas) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 1, 1, 1, 2}, {"decoder", 2, 1, 1, 2}});
+  const ParallelState& ps = run->engine->ps;
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {2 * m, m, m}, expected_recvs[] = {2 * m, m, m};
+  EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// 4 ranks: "encoder" TP 2 x DP 1 (ranks 0, 1) → "decoder" TP 1 x DP 2 (ranks 2, 3): TP and DP change
+// at once; the encoder's TP rank 0 sends the slices, both encoder ranks gather the gradient.
+TEST(DistTrain, TensorAndDataParallelSizesChange) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 2, 1, 2}, {"decoder", 2, 1, 1, 2}});
+  const ParallelState& ps = run->engine->ps;
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {2 * m, 0, 2 * m, 2 * m}, expected_recvs[] = {2 * m, 2 * m, m, m};
+  EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
 }
 
 }  // namespace
