@@ -27,7 +27,8 @@
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
 // optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv, tied
 // embeddings, MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,
-// checkpoints, --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel.
+// --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel. Checkpoints are
+// written by whole-model names and load at any layout, dist-train or not.
 // MindSpeed files the feature at level 2; in Gale it works at every --optimization-level, as the
 // layout of the job cannot depend on it.
 #include "features/registry.h"

@@ -41,8 +41,6 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
   if (par.tp_2d) return refuse("--tp-2d");
   if (par.use_custom_fsdp || par.layerzero || par.use_torch_fsdp2)
     return refuse("--use-custom-fsdp / --layerzero / --use-torch-fsdp2");
-  if (!a.checkpoint.save.empty() || !a.checkpoint.load.empty())
-    return refuse("--save / --load (checkpoints of sub-worlds with different layouts)");
 
   GALE_ASSIGN_OR_RETURN(DistTrainLayout layout, load_dist_train_config(par.mm_model, world_size, a.model.num_layers));
   for (const DistTrainSubWorld& s : layout.subworlds)

@@ -7,14 +7,18 @@
 // whole chain, and across data-parallel sizes that differ (one sub-world's micro-batches cut in
 // slices for the other's replicas, forward or backward). 3 iterations must reproduce the single-process losses and gradient norms (1e-5
 // relative, as every invariance test), parameters (1e-3) and gradients (1e-5 relative: f32 sums in
-// another order under TP; measured at most 6.5e-7 on these layouts). The boundary messages are counted.
+// another order under TP; measured at most 6.5e-7 on these layouts). The boundary messages are counted,
+// and a checkpoint of the job loads in one process and back.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "mpi_test_env.h"
+#include "testing_checkpoint_run.h"
 #include "testing_run.h"
 #include "train/grad_sync.h"
 
@@ -155,6 +159,45 @@ TEST(DistTrain, TensorAndDataParallelSizesChange) {
   const int64_t expected_sends[] = {2 * m, 0, 2 * m, 2 * m}, expected_recvs[] = {2 * m, 2 * m, m, m};
   EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
   EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// Checkpoints: each sub-world writes its tensors by their whole-model names and shapes, so a
+// checkpoint saved by the TP 1 → TP 2 job after 2 iterations loads in one process and, again, in the
+// dist-train job; both then train iteration 3 to the uninterrupted single-process loss.
+TEST(DistTrain, CheckpointLoadsInOneProcessAndBack) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  const int64_t pid = test::world()->all_reduce_scalar(test::world()->rank() == 0 ? int64_t{getpid()} : int64_t{0});
+  const std::string dir = str_cat(::testing::TempDir(), "gale_dist_train_ckpt_", pid);
+  const std::vector<SubWorld> layout = {{"encoder", 1, 1, 1, 2}, {"decoder", 2, 2, 1, 2}};
+  {
+    const std::string path = write_config(layout);
+    testing::CheckpointRun run(testing::join({model_flags(), {"--dist-train", "--mm-model", path, "--save", dir, "--save-interval", "1000"}}),
+                               test::world(), testing::kTinyVocab);
+    std::remove(path.c_str());
+    run.train(2);
+    ASSERT_TRUE(run.save().ok());
+  }
+  test::world()->barrier();
+  if (test::world()->rank() == 0) {
+    testing::CheckpointRun one(testing::join({model_flags(), {"--load", dir}}), make_self_communicator("world"),
+                               testing::kTinyVocab);
+    ASSERT_TRUE(one.load().ok());
+    one.train(1);
+    EXPECT_NEAR(one.losses[0], reference().losses[2], 1e-5 * reference().losses[2]);
+    EXPECT_NEAR(one.grad_norms[0], reference().grad_norms[2], 1e-5 * reference().grad_norms[2]);
+  }
+  {
+    const std::string path = write_config(layout);
+    testing::CheckpointRun run(testing::join({model_flags(), {"--dist-train", "--mm-model", path, "--load", dir}}),
+                               test::world(), testing::kTinyVocab);
+    std::remove(path.c_str());
+    ASSERT_TRUE(run.load().ok());
+    run.train(1);
+    EXPECT_NEAR(run.losses[0], reference().losses[2], 1e-5 * reference().losses[2]);
+    EXPECT_NEAR(run.grad_norms[0], reference().grad_norms[2], 1e-5 * reference().grad_norms[2]);
+  }
+  test::world()->barrier();
+  if (test::world()->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
