@@ -23,7 +23,9 @@
 //
 // Rules: --mm-model FILE is required; the TP/PP/CP and pipeline-split flags are refused (the
 // config gives them); the config's rules are MindSpeed's plus Gale's num_layers
-// (train/dist_train_config.h). Not supported yet: forward_only sub-worlds, CP inside a sub-world,
+// (train/dist_train_config.h). Forward-only sub-worlds (a leading run; not the last) are frozen and
+// run forwards only, receiving no gradient. Not supported yet: forward_only after a trainable
+// sub-world, CP inside a sub-world,
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
 // optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv, tied
 // embeddings, MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,

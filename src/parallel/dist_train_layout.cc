@@ -92,6 +92,7 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::sources_of(int rank, int fro
 
 std::vector<DistTrainLayout::Peer> DistTrainLayout::targets_of(int rank, int to_stage) const {
   const int me = stage_of(rank);
+  if (to_stage < me && forward_only_stage(to_stage)) return {};  // no gradient for a frozen sub-world
   const int a = subworld_of(rank), b = subworld_of_stage(to_stage);
   const DistTrainSubWorld& w = subworlds[static_cast<size_t>(b)];
   const int ka = dp_ratio(a), kb = dp_ratio(b), main = main_dp_of(rank);
@@ -103,6 +104,15 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::targets_of(int rank, int to_
         if (p.rank == rank) out.push_back(a != b && ka < kb ? Peer{r, d % (kb / ka), kb / ka} : Peer{r, 0, 1});
     }
   return out;
+}
+
+int64_t DistTrainLayout::frozen_layers() const {
+  int64_t n = 0;
+  for (const DistTrainSubWorld& s : subworlds) {
+    if (!s.forward_only) break;
+    n += s.num_layers;
+  }
+  return n;
 }
 
 std::vector<int64_t> DistTrainLayout::stage_layers() const {

@@ -39,6 +39,9 @@ struct DistTrainSubWorld {
   int dp = 1;           // world_size / (tp·pp)
   int first_stage = 0;  // global pipeline stage of its local stage 0
   int64_t num_layers = 0;  // transformer layers it holds (split evenly over its PP stages)
+  // MindSpeed's forward_only: frozen, runs forward only; nothing is sent back to it (it leads the
+  // chain: only a prefix of sub-worlds may be forward-only).
+  bool forward_only = false;
 };
 
 // The sub-worlds in pipeline order, with the job-level lookups.
@@ -75,11 +78,16 @@ struct DistTrainLayout {
   std::vector<int> pipeline_ranks(int dp) const;
   // The ranks `rank` receives from when stage `from_stage` (adjacent to its own) sends to it.
   std::vector<Peer> sources_of(int rank, int from_stage) const;
-  // The ranks of stage `to_stage` (adjacent) that receive from `rank` (see sources_of); possibly none.
+  // The ranks of stage `to_stage` (adjacent) that receive from `rank` (see sources_of); possibly none
+  // (always none backward into a forward-only sub-world).
   std::vector<Peer> targets_of(int rank, int to_stage) const;
   // Whether `rank` is the first of the replicas of its sub-world inside its main replica (dp index
   // ≡ 0 mod k): it alone contributes to sums over the main replica's model group.
   bool first_replica(int rank) const { return dp_of(rank) % dp_ratio(subworld_of(rank)) == 0; }
+  // Whether global stage `stage` belongs to a forward-only sub-world.
+  bool forward_only_stage(int stage) const { return subworlds[static_cast<size_t>(subworld_of_stage(stage))].forward_only; }
+  // The transformer layers of the leading forward-only sub-worlds (frozen, with the embedding).
+  int64_t frozen_layers() const;
   // Transformer layers of every global stage (each sub-world's layers split evenly over its stages).
   std::vector<int64_t> stage_layers() const;
 };

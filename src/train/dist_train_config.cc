@@ -126,8 +126,6 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
                              " (its layers split evenly over its stages), found ", x.num_layers);
     if (x.cp > 1)
       return Unimplemented(named, ".context_parallel_size ", x.cp, ": not supported yet inside a dist-train sub-world");
-    if (x.forward_only)
-      return Unimplemented(named, ".forward_only true: not supported yet (every sub-world trains)");
     entries.push_back(x);
   }
   if (main_dp > 1) return InvalidArgument(where, ": dist_config.model_config: expected at most one main_dp true, found ", main_dp);
@@ -158,10 +156,21 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
     s.dp = static_cast<int>(x.world_size / (x.tp * x.pp));
     s.first_stage = first_stage;
     s.num_layers = x.num_layers;
+    s.forward_only = x.forward_only;
     first_rank += s.world_size;
     first_stage += s.pp;
     out.subworlds.push_back(s);
   }
+  // Forward-only (frozen) sub-worlds lead the chain: a trainable one before them would need their
+  // input gradients, and the last one computes the loss.
+  if (out.subworlds.back().forward_only)
+    return InvalidArgument(where, ": dist_config.model_config (\"", out.subworlds.back().name, "\").forward_only: ",
+                           "expected false for the last sub-world (it computes the loss), found true");
+  for (size_t i = 1; i < out.subworlds.size(); ++i)
+    if (out.subworlds[i].forward_only && !out.subworlds[i - 1].forward_only)
+      return Unimplemented(where, ": dist_config.model_config (\"", out.subworlds[i].name, "\").forward_only true after ",
+                           "the trainable \"", out.subworlds[i - 1].name, "\": not supported yet (only the leading ",
+                           "sub-worlds may be forward-only)");
   // Data parallelism: MindSpeed's main_dp sub-world sets the job's DP; the others' DP sizes are
   // multiples of it (their inner data parallelism splits its micro-batches).
   const int main = out.dp();

@@ -190,6 +190,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                     : RiPipe::kNone;
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
+  config.frozen_layers = args.parallel.dist_train ? args.parallel.dist_train_layout.frozen_layers() : options.frozen_layers;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   if (args.parallel.optimize_send_recv_comm && engine->ps.pp_size() > 1) {
     if (vpp > 1 || engine->dualpipev)

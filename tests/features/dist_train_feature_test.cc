@@ -106,9 +106,21 @@ TEST(DistTrainConfig, NotSupportedYet) {
   EXPECT_NE(error_of(config(both, ", \"use_multiparam_send_recv\": true"))
                 .find("use_multiparam_send_recv true: not supported yet"),
             std::string::npos);
-  EXPECT_NE(error_of(config(kEncoder.substr(0, kEncoder.size() - 1) + ", \"forward_only\": true}, " + kDecoder))
-                .find("(\"encoder\").forward_only true: not supported yet"),
+  // forward_only: a leading run of sub-worlds only, never the last.
+  const std::string frozen_encoder = kEncoder.substr(0, kEncoder.size() - 1) + ", \"forward_only\": true}";
+  EXPECT_EQ(error_of(config(frozen_encoder + ", " + kDecoder)), "");
+  EXPECT_NE(error_of(config(kEncoder + ", " + kDecoder.substr(0, kDecoder.size() - 1) + ", \"forward_only\": true}"))
+                .find("(\"decoder\").forward_only: expected false for the last sub-world (it computes the loss), "
+                      "found true"),
             std::string::npos);
+  const std::string middle =
+      "{\"name\": \"middle\", \"model_index\": 1, \"world_size\": 1, \"num_layers\": 1, \"forward_only\": true}";
+  std::string last = kDecoder;
+  last.replace(last.find("\"model_index\": 1"), 16, "\"model_index\": 2");
+  EXPECT_NE(error_of(config(kEncoder + ", " + middle + ", " + last), 6, 7)
+                .find("(\"middle\").forward_only true after the trainable \"encoder\": not supported yet"),
+            std::string::npos)
+      << error_of(config(kEncoder + ", " + middle + ", " + last), 6, 7);
   std::string cp = kDecoder;
   cp.replace(cp.find("\"world_size\": 4"), 15, "\"world_size\": 8, \"context_parallel_size\": 2");
   EXPECT_NE(error_of(config(kEncoder + ", " + cp), 9).find("context_parallel_size 2: not supported yet"),

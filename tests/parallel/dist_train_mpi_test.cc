@@ -32,6 +32,7 @@ constexpr int kIterations = 3;
 struct SubWorld {
   const char* name;
   int world_size, tp, pp, num_layers;
+  bool forward_only = false;
 };
 
 // MindSpeed-MM's model.json holding `subworlds` as its dist_config, in a file of this process.
@@ -41,8 +42,8 @@ std::string write_config(const std::vector<SubWorld>& subworlds) {
     const SubWorld& s = subworlds[i];
     entries += str_cat(i ? ", " : "", "{\"name\": \"", s.name, "\", \"model_index\": ", i, ", \"world_size\": ",
                        s.world_size, ", \"tensor_model_parallel_size\": ", s.tp, ", \"pipeline_model_parallel_size\": ",
-                       s.pp, ", \"context_parallel_size\": 1, \"forward_only\": false, \"num_layers\": ", s.num_layers,
-                       "}");
+                       s.pp, ", \"context_parallel_size\": 1, \"forward_only\": ", s.forward_only ? "true" : "false",
+                       ", \"num_layers\": ", s.num_layers, "}");
   }
   const std::string path = str_cat(::testing::TempDir(), "gale_dist_train_", getpid(), ".json");
   std::ofstream(path) << "{\"dist_config\": {\"model_name\": \"gpt\", \"use_multiparam_send_recv\": false, "
@@ -159,6 +160,54 @@ TEST(DistTrain, TensorAndDataParallelSizesChange) {
   const int64_t expected_sends[] = {2 * m, 0, 2 * m, 2 * m}, expected_recvs[] = {2 * m, 2 * m, m, m};
   EXPECT_EQ(sends(*run), expected_sends[ps.world_rank()]);
   EXPECT_EQ(recvs(*run), expected_recvs[ps.world_rank()]);
+}
+
+// A forward-only (frozen) encoder, MindSpeed's forward_only: rank 0 holds the embedding and layers
+// 0-1 frozen and runs its forwards only (as evaluation does, so without dropout: the test runs
+// without dropout); the TP-2 decoder trains and sends nothing back. The reference is one process with
+// the same parameters frozen (EngineOptions::frozen_layers): losses and gradient norms within 1e-5,
+// parameters 1e-3 (the frozen ones bit for bit: never updated), the trained ones' gradients 1e-5.
+TEST(DistTrain, ForwardOnlyEncoder) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  const std::vector<std::string> flags =
+      testing::join({model_flags(), {"--hidden-dropout", "0", "--attention-dropout", "0"}});
+  EngineOptions frozen;
+  frozen.frozen_layers = 2;
+  TestRun reference(flags, make_self_communicator("world"), testing::kTinyVocab, frozen);
+  reference.train(kIterations);
+  const std::string path = write_config({{"encoder", 1, 1, 1, 2, true}, {"decoder", 2, 2, 1, 2}});
+  TestRun run(testing::join({flags, {"--dist-train", "--mm-model", path}}), test::world(), testing::kTinyVocab);
+  std::remove(path.c_str());
+  // The frozen encoder is initialised as the reference (compared below after training, unchanged).
+  run.train(kIterations);
+  finish_param_sync(*run.engine);
+  for (int i = 0; i < kIterations; ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-5 * reference.losses[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], reference.grad_norms[i], 1e-5 * reference.grad_norms[i]) << "iteration " << i + 1;
+  }
+  const ParamBuffer& ref = reference.model().params();
+  const ParamBuffer& pb = run.model().params();
+  int frozen_params = 0, trained = 0;
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const int rid = ref.find(s.whole_model_name());
+    ASSERT_GE(rid, 0) << s.name;
+    EXPECT_LT(testing::shard_relative_error(s, pb.param_data(id), ref.param_data(rid), nullptr), s.trainable ? 1e-3 : 1e-12)
+        << "parameter " << s.name;
+    if (!s.trainable) {
+      ++frozen_params;
+      continue;
+    }
+    ++trained;
+    EXPECT_LT(testing::shard_relative_error(s, pb.grad_data(id), ref.grad_data(rid), nullptr), 1e-5) << "gradient " << s.name;
+  }
+  EXPECT_EQ(frozen_params > 0, run.engine->ps.world_rank() == 0);  // the encoder holds the frozen parameters
+  EXPECT_EQ(trained > 0, run.engine->ps.world_rank() > 0);
+  // Nothing travels back to the encoder: the decoder's TP rank 0 sends no gradient.
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {2 * m, 0, 0}, expected_recvs[] = {0, m, m};
+  EXPECT_EQ(sends(run), expected_sends[run.engine->ps.world_rank()]);
+  EXPECT_EQ(recvs(run), expected_recvs[run.engine->ps.world_rank()]);
 }
 
 // Checkpoints: each sub-world writes its tensors by their whole-model names and shapes, so a
