@@ -27,8 +27,8 @@
 // run forwards only, receiving no gradient. Not supported yet: forward_only after a trainable
 // sub-world, CP inside a sub-world,
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
-// optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv, tied
-// embeddings, MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,
+// optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv,
+// MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,
 // --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel. Checkpoints are
 // written by whole-model names and load at any layout, dist-train or not.
 // MindSpeed files the feature at level 2; in Gale it works at every --optimization-level, as the

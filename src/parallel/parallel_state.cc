@@ -62,7 +62,14 @@ ParallelState ParallelState::create_dist_train(const Comm& world, const DistTrai
   Comm transport = world->make_group(global(pipeline), "pp-dist-train");
   ps.groups_[static_cast<int>(Group::kPipeline)] =
       std::make_shared<DistTrainPipelineComm>(transport, ps.dist_train_, me, hidden, micro_batch);
-  ps.groups_[static_cast<int>(Group::kEmbedding)] = nullptr;
+  // Tied embeddings: the first and the last stage of this main replica, every TP rank and replica
+  // of both (their shards of the vocabulary differ; allreduce_embedding_grads sums whole tensors).
+  std::vector<int> ends;
+  for (int r : pipeline)
+    if (dt.stage_of(r) == 0 || dt.stage_of(r) == dt.num_stages() - 1) ends.push_back(r);
+  const bool at_end = ps.coords_.pp == 0 || ps.coords_.pp == dt.num_stages() - 1;
+  ps.groups_[static_cast<int>(Group::kEmbedding)] = world->make_group(at_end ? global(ends) : std::vector<int>{},
+                                                                      "embedding");
   ps.groups_[static_cast<int>(Group::kPositionEmbedding)] = nullptr;
   return ps;
 }

@@ -33,7 +33,8 @@ class ParallelState {
   //           global stage and pp_size() the number of stages of all sub-worlds;
   //   model() every rank of this main data-parallel replica in every sub-world (the gradient norm's
   //           group; DistTrainModelComm counts each sub-world's replicas once);
-  //   embedding(), position_embedding()  null (dist-train needs untied embeddings).
+  //   embedding() the first and last stages' ranks of this main replica (all their TP ranks and
+  //           replicas; null elsewhere), for tied embeddings; position_embedding() null.
   // layout() is the sub-world's grid and world() the job.
   // `hidden` and `micro_batch` (this rank's) cut and join the transfers along the batch between
   // sub-worlds of different data-parallel sizes (DistTrainPipelineComm).

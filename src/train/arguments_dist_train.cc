@@ -31,9 +31,6 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
       return InvalidArgument("--dist-train takes the parallel layout from --mm-model's dist_config (each sub-world's ",
                              "tensor/pipeline/context-parallel sizes and num_layers): expected no ", flag,
                              ", found it given");
-  if (!a.model.untie_embeddings_and_output_weights)
-    return refuse("tied embeddings (the word embedding and the output layer live in different sub-worlds; "
-                  "give --untie-embeddings-and-output-weights)");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev (the 1F1B schedule runs)");
   if (par.expert_model_parallel_size > 1) return refuse("--expert-model-parallel-size > 1");

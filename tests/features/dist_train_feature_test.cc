@@ -252,11 +252,10 @@ TEST(DistTrainArgs, DataParallelSizesThatDiffer) {
             std::string::npos);
 }
 
-TEST(DistTrainArgs, TiedEmbeddingsNotSupportedYet) {
-  EXPECT_NE(validated_pretrain_args({"--dist-train", "--mm-model", "x.json"}).message().find(
-                "--dist-train with tied embeddings (the word embedding and the output layer live in different "
-                "sub-worlds; give --untie-embeddings-and-output-weights): not supported yet"),
-            std::string::npos);
+TEST(DistTrainArgs, MissingConfigFile) {
+  const std::string path = str_cat(::testing::TempDir(), "gale_dist_train_missing_", getpid(), ".json");
+  EXPECT_EQ(validated_pretrain_args({"--dist-train", "--mm-model", path}).message(),
+            str_cat("--mm-model ", path, ": cannot open the file"));
 }
 
 TEST(DistTrainFeature, RegistryEntryAndConflicts) {

@@ -51,24 +51,26 @@ std::string write_config(const std::vector<SubWorld>& subworlds) {
   return path;
 }
 
-// LLaMA-style (untied output layer: dist-train needs it), 4 layers, 8 micro-batches of 2 per DP replica.
-std::vector<std::string> model_flags() {
-  return testing::join({testing::kPipelineTestFlags, testing::kTinyLlama});
+// LLaMA-style (untied output layer), 4 layers, 8 micro-batches of 2 per DP replica; or GPT-style
+// (tied embeddings: the last sub-world holds a copy of the word embedding).
+std::vector<std::string> model_flags(bool gpt = false) {
+  return testing::join({testing::kPipelineTestFlags, gpt ? testing::kTinyGpt : testing::kTinyLlama});
 }
 
-const TestRun& reference() {
-  static std::unique_ptr<TestRun> run = [] {
-    auto r = std::make_unique<TestRun>(model_flags(), make_self_communicator("world"), testing::kTinyVocab);
-    r->train(kIterations);
-    return r;
-  }();
+const TestRun& reference(bool gpt = false) {
+  static std::unique_ptr<TestRun> runs[2];
+  std::unique_ptr<TestRun>& run = runs[gpt ? 1 : 0];
+  if (!run) {
+    run = std::make_unique<TestRun>(model_flags(gpt), make_self_communicator("world"), testing::kTinyVocab);
+    run->train(kIterations);
+  }
   return *run;
 }
 
 // Trains `subworlds` on the test's world and compares with one process; returns the run.
-std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& subworlds) {
+std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& subworlds, bool gpt = false) {
   const std::string path = write_config(subworlds);
-  auto run = std::make_unique<TestRun>(testing::join({model_flags(), {"--dist-train", "--mm-model", path}}),
+  auto run = std::make_unique<TestRun>(testing::join({model_flags(gpt), {"--dist-train", "--mm-model", path}}),
                                        test::world(), testing::kTinyVocab);
   std::remove(path.c_str());
   run->train(kIterations);
@@ -76,7 +78,7 @@ std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& 
   // Every layer is held by some rank: the probes name the first and the last sub-world's parts.
   const int stage = run->engine->ps.coords().pp;
   const char* probe = stage == 0 ? "embedding.word_embeddings" : "decoder.layers";
-  EXPECT_GT(testing::expect_matches_reference(*run, reference(), kIterations, 1e-5, probe), 0);
+  EXPECT_GT(testing::expect_matches_reference(*run, reference(gpt), kIterations, 1e-5, probe), 0);
   return run;
 }
 
@@ -120,6 +122,22 @@ TEST(DistTrain, DataParallelChains) {
   EXPECT_EQ(ps.pp()->world_ranks(), (std::vector<int>{ps.world_rank() % 2, ps.world_rank() % 2 + 2}));
   EXPECT_EQ(sends(*run), kIterations * 4);
   EXPECT_EQ(recvs(*run), kIterations * 4);
+}
+
+// Tied embeddings (GPT): the last sub-world's copy of the word embedding is split over TP 2, the
+// first's is whole; their gradients are summed as whole tensors over the first and last stages.
+TEST(DistTrain, TiedEmbeddingsAcrossTpSizes) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 1, 1, 1, 2}, {"decoder", 2, 2, 1, 2}}, /*gpt=*/true);
+  // The decoder holds its copy (the output layer), which must equal the reference's embedding.
+  if (run->engine->ps.world_rank() > 0)
+    EXPECT_GE(run->model().params().find("embedding.word_embeddings.weight"), 0);
+}
+
+// ... and with data-parallel sizes that differ on top (TP 2 x DP 1 → TP 1 x DP 2).
+TEST(DistTrain, TiedEmbeddingsAcrossTpAndDpSizes) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  expect_dist_train_matches({{"encoder", 2, 2, 1, 2}, {"decoder", 2, 1, 1, 2}}, /*gpt=*/true);
 }
 
 // Data-parallel sizes that differ (MindSpeed's main_dp with inner data parallelism): the sub-world
