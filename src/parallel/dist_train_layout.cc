@@ -81,6 +81,14 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::sources_of(int rank, int fro
   const DistTrainSubWorld& recv = subworlds[static_cast<size_t>(b)];
   const int local = from_stage - send.first_stage, dp = dp_of(rank);
   if (a == b) return {Peer{rank_at(a, tp_of(rank), dp, local), 0, 1}};
+  if (sequence_parallel && (send.tp > 1 || recv.tp > 1)) {  // sequence slices (equal DP: validated)
+    const int j = tp_of(rank);
+    if (send.tp <= recv.tp) return {Peer{rank_at(a, j / (recv.tp / send.tp), dp, local), 0, 1}};
+    const int q = send.tp / recv.tp;
+    std::vector<Peer> out;
+    for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, j * q + r, dp, local), r, q, true});
+    return out;
+  }
   const int tp = tp_of(rank) * send.tp / recv.tp;
   const int ka = dp_ratio(a), kb = dp_ratio(b);
   if (ka <= kb) return {Peer{rank_at(a, tp, dp / (kb / ka), local), 0, 1}};
@@ -100,8 +108,16 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::targets_of(int rank, int to_
   for (int d = main * kb; d < (main + 1) * kb; ++d)
     for (int t = 0; t < w.tp; ++t) {
       const int r = rank_at(b, t, d, to_stage - w.first_stage);
-      for (const Peer& p : sources_of(r, me))
-        if (p.rank == rank) out.push_back(a != b && ka < kb ? Peer{r, d % (kb / ka), kb / ka} : Peer{r, 0, 1});
+      for (const Peer& p : sources_of(r, me)) {
+        if (p.rank != rank) continue;
+        const DistTrainSubWorld& v = subworlds[static_cast<size_t>(a)];
+        if (a != b && sequence_parallel && (v.tp > 1 || w.tp > 1) && v.tp < w.tp)
+          out.push_back(Peer{r, t % (w.tp / v.tp), w.tp / v.tp, true});
+        else if (a != b && ka < kb)
+          out.push_back(Peer{r, d % (kb / ka), kb / ka});
+        else
+          out.push_back(Peer{r, 0, 1});
+      }
     }
   return out;
 }

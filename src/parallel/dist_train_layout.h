@@ -19,7 +19,10 @@
 // ⌊j·t_send / t_recv⌋. When the sender has q times the receiver's replicas, the receiver gathers q
 // pieces (piece r from the sender of dp index dp·q + r); when it has q times fewer, the sender
 // cuts its tensor into q slices along the batch and slice r goes to the receiver of dp index
-// ≡ r (mod q). This is MindSpeed's matching of the two TP groups
+// ≡ r (mod q). With --sequence-parallel every TP rank of a TP > 1 stage holds its own sequence
+// slice, so across TP sizes t_send and t_recv (one a multiple of the other) the receiver of tp j
+// gathers the q = t_send/t_recv slices of tp j·q + r, or takes slice j mod q of tp ⌊j/q⌋'s when
+// q = t_recv/t_send. This is MindSpeed's matching of the two TP groups
 // (dist_ranks_match.py: the smaller group's ranks each face a contiguous block of the larger one's)
 // with only the message its receiver keeps: MindSpeed sends to every matched rank and the receiver
 // uses the first it got. Without sequence parallelism every TP rank of a stage holds the same
@@ -47,14 +50,22 @@ struct DistTrainSubWorld {
 // The sub-worlds in pipeline order, with the job-level lookups.
 struct DistTrainLayout {
   std::vector<DistTrainSubWorld> subworlds;
+  // --sequence-parallel: a stage of TP > 1 holds its TP rank's slice of the sequence, so across TP
+  // sizes that differ the pieces are sequence slices (DP sizes must then be equal).
+  bool sequence_parallel = false;
 
-  // One peer of a transfer: its rank and which part of the batch the message is. For a sender's
-  // target, slice r of `slices` of its tensor along the batch; for a receiver's source, the place
-  // of the message as piece r of `slices` in its tensor (slices 1: the whole tensor).
+  // One peer of a transfer: its rank and which part of the tensor the message is. For a sender's
+  // target, slice r of `slices` of its tensor; for a receiver's source, the place of the message as
+  // piece r of `slices` in its tensor (slices 1: the whole tensor). The slices are along the batch
+  // (rows s·B + r·B/q + [0, B/q) of every s), or with `sequence` along the sequence (the r-th of q
+  // equal row blocks: sequence parallelism's slices).
   struct Peer {
     int rank = 0;
     int slice = 0, slices = 1;
-    bool operator==(const Peer& o) const { return rank == o.rank && slice == o.slice && slices == o.slices; }
+    bool sequence = false;
+    bool operator==(const Peer& o) const {
+      return rank == o.rank && slice == o.slice && slices == o.slices && sequence == o.sequence;
+    }
   };
 
   int world_size() const;

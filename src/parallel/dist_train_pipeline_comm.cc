@@ -38,9 +38,18 @@ class AllWork : public Work {
   std::shared_ptr<void> keep_;
 };
 
-// Copies slice r of q along the batch between a whole tensor and a slice buffer: rows
-// s·B + r·B/q + [0, B/q) of `whole` <-> rows s·B/q + [0, B/q) of `part`.
-void copy_slice(char* whole, char* part, int64_t bytes, int64_t row_bytes, int64_t B, int r, int q, bool to_part) {
+// Copies slice r of q between a whole tensor and a slice buffer: along the sequence the r-th of q
+// equal blocks; along the batch rows s·B + r·B/q + [0, B/q) of `whole` <-> rows s·B/q + [0, B/q)
+// of `part`.
+void copy_slice(char* whole, char* part, int64_t bytes, int64_t row_bytes, int64_t B, int r, int q, bool to_part,
+                bool sequence) {
+  if (sequence) {
+    GALE_CHECK(bytes % (q * row_bytes) == 0) << "a sequence slice of part of a row";
+    char* w = whole + r * (bytes / q);
+    if (to_part) std::memcpy(part, w, static_cast<size_t>(bytes / q));
+    else std::memcpy(w, part, static_cast<size_t>(bytes / q));
+    return;
+  }
   GALE_CHECK(B % q == 0) << "micro-batch of " << B << " cut into " << q << " slices";
   const int64_t b = B / q, rows = bytes / row_bytes, S = rows / B;
   GALE_CHECK_EQ(S * B * row_bytes, bytes) << "a transfer that is not [S·B, H]";
@@ -101,7 +110,7 @@ WorkPtr DistTrainPipelineComm::send_async(const void* buf, int64_t n, DType dtyp
     }
     auto part = std::make_shared<std::vector<char>>(static_cast<size_t>(elems * dtype_size(dtype)));
     copy_slice(static_cast<char*>(const_cast<void*>(buf)), part->data(), n * dtype_size(dtype),
-               row_elems_ * dtype_size(dtype), micro_batch_, p.slice, p.slices, /*to_part=*/true);
+               row_elems_ * dtype_size(dtype), micro_batch_, p.slice, p.slices, /*to_part=*/true, p.sequence);
     works.push_back(transport_->send_async(part->data(), elems, dtype, index_of(p.rank), tag));
     slices.push_back(std::move(part));
   }
@@ -130,7 +139,7 @@ WorkPtr DistTrainPipelineComm::recv_async(void* buf, int64_t n, DType dtype, int
   auto place = [parts, sources, buf, bytes, row_bytes, B] {
     for (size_t i = 0; i < sources.size(); ++i)
       copy_slice(static_cast<char*>(buf), (*parts)[i].data(), bytes, row_bytes, B, sources[i].slice,
-                 sources[i].slices, /*to_part=*/false);
+                 sources[i].slices, /*to_part=*/false, sources[i].sequence);
   };
   return std::make_shared<AllWork>(std::move(works), std::move(place));
 }

@@ -13,7 +13,8 @@
 //     pieces put in place along the batch when they are several (the sender's sub-world has more
 //     replicas);
 // The batch dimension: a tensor is [S·B, H] with row s·B + b (B this rank's micro-batch size, H
-// `row_elems` elements per row), so slice r of q is rows s·B + r·B/q + [0, B/q) of every s.
+// `row_elems` elements per row), so slice r of q is rows s·B + r·B/q + [0, B/q) of every s; with
+// sequence parallelism across TP sizes that differ the slices are the q row blocks instead.
 //   - all_reduce_async: kMax / kMin over every rank; kSum with the ranks of tp coordinate > 0
 //     contributing zeros, so every stage counts once (the pipeline's sums — loss, MoE and MTP
 //     losses, load flags — are the same on every TP rank of a stage);

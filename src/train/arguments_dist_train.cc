@@ -40,11 +40,17 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
     return refuse("--use-custom-fsdp / --layerzero / --use-torch-fsdp2");
 
   GALE_ASSIGN_OR_RETURN(DistTrainLayout layout, load_dist_train_config(par.mm_model, world_size, a.model.num_layers));
-  for (const DistTrainSubWorld& s : layout.subworlds)
-    if (par.sequence_parallel && s.tp != layout.subworlds.front().tp)
-      return refuse(str_cat("--sequence-parallel and sub-worlds of different tensor-parallel sizes (\"",
-                            layout.subworlds.front().name, "\" ", layout.subworlds.front().tp, ", \"", s.name, "\" ",
-                            s.tp, "): the boundary activation would have to be re-split along the sequence"));
+  layout.sequence_parallel = par.sequence_parallel;
+  bool tp_differs = false;
+  for (size_t i = 1; i < layout.subworlds.size(); ++i) {
+    const DistTrainSubWorld& p = layout.subworlds[i - 1];
+    const DistTrainSubWorld& s = layout.subworlds[i];
+    tp_differs = tp_differs || p.tp != s.tp;
+    if (par.sequence_parallel && p.tp % s.tp != 0 && s.tp % p.tp != 0)
+      return refuse(str_cat("--sequence-parallel and neighbouring sub-worlds whose tensor-parallel sizes do not divide ",
+                            "one another (\"", p.name, "\" ", p.tp, ", \"", s.name, "\" ", s.tp,
+                            "): their sequence slices would not nest"));
+  }
   const bool dp_differs = std::any_of(layout.subworlds.begin(), layout.subworlds.end(),
                                       [&](const DistTrainSubWorld& s) { return s.dp != layout.dp(); });
   if (dp_differs) {
@@ -54,6 +60,8 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
                        : a.data.dataloader_type != "single"        ? "--dataloader-type other than single"
                        : a.moe.num_experts > 0 && a.moe.num_experts != kUnset ? "--num-experts"
                                                                               : nullptr;
+    if (!what && par.sequence_parallel && tp_differs)
+      what = "--sequence-parallel, tensor-parallel sizes that differ";
     if (what) return refuse(str_cat(what, " and sub-worlds of different data-parallel sizes"));
     for (size_t i = 0; i < layout.subworlds.size(); ++i)
       if (a.training.micro_batch_size % layout.dp_ratio(static_cast<int>(i)) != 0)

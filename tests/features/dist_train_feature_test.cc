@@ -204,10 +204,18 @@ TEST(DistTrainArgs, Refusals) {
                       "--tensor-model-parallel-size, found it given"),
             std::string::npos);
   EXPECT_NE(message({"--num-layer-list", "3,3"}).find("expected no --num-layer-list"), std::string::npos);
-  EXPECT_NE(message({"--sequence-parallel"})
-                .find("--dist-train with --sequence-parallel and sub-worlds of different tensor-parallel sizes "
-                      "(\"encoder\" 1, \"decoder\" 2)"),
-            std::string::npos);
+  // --sequence-parallel: TP sizes that do not divide one another (2 and 3).
+  const std::string tp2 = "{\"name\": \"encoder\", \"model_index\": 0, \"world_size\": 2, "
+                          "\"tensor_model_parallel_size\": 2, \"num_layers\": 2}";
+  const std::string tp3 = "{\"name\": \"decoder\", \"model_index\": 1, \"world_size\": 3, "
+                          "\"tensor_model_parallel_size\": 3, \"num_layers\": 4}";
+  EXPECT_NE(DistTrainArgs(config(tp2 + ", " + tp3), {"--sequence-parallel"}, 5)
+                .status.message()
+                .find("--dist-train with --sequence-parallel and neighbouring sub-worlds whose tensor-parallel sizes "
+                      "do not divide one another (\"encoder\" 2, \"decoder\" 3): their sequence slices would not "
+                      "nest: not supported yet"),
+            std::string::npos)
+      << DistTrainArgs(config(tp2 + ", " + tp3), {"--sequence-parallel"}, 5).status.message();
   // A sub-world's view that fails the usual checks names the sub-world: 2 heads do not divide by TP 4.
   std::string tp4 = kDecoder;
   tp4.replace(tp4.find("\"tensor_model_parallel_size\": 2"), 31, "\"tensor_model_parallel_size\": 4");

@@ -132,5 +132,23 @@ TEST(DistTrainLayout, DataParallelSizesThatDiffer) {
   EXPECT_EQ(l.targets_of(5, 1), (std::vector<P>{{2, 0, 1}, {3, 0, 1}}));
 }
 
+// --sequence-parallel: a TP > 1 stage's ranks hold sequence slices, so across TP 1 → 2 → 4 every
+// rank of the larger group gets its own slice and the smaller gathers them.
+TEST(DistTrainLayout, SequenceParallelSlices) {
+  DistTrainLayout l;
+  l.sequence_parallel = true;
+  l.subworlds = {subworld("a", 0, 1, 1, 1, 0, 1), subworld("b", 1, 2, 1, 1, 1, 1), subworld("c", 3, 4, 1, 1, 2, 1)};
+  using P = DistTrainLayout::Peer;
+  // a (whole) → b: slice j of 2 to b's tp j; backward a gathers the two.
+  EXPECT_EQ(l.targets_of(0, 1), (std::vector<P>{{1, 0, 2, true}, {2, 1, 2, true}}));
+  EXPECT_EQ(l.sources_of(2, 0), (std::vector<P>{{0, 0, 1}}));
+  EXPECT_EQ(l.sources_of(0, 1), (std::vector<P>{{1, 0, 2, true}, {2, 1, 2, true}}));
+  EXPECT_EQ(l.targets_of(2, 0), (std::vector<P>{{0, 0, 1}}));
+  // b (halves) → c (quarters): b's tp 1 sends its halves' halves to c's tp 2 and 3.
+  EXPECT_EQ(l.targets_of(2, 2), (std::vector<P>{{5, 0, 2, true}, {6, 1, 2, true}}));
+  EXPECT_EQ(l.sources_of(6, 1), (std::vector<P>{{2, 0, 1}}));
+  EXPECT_EQ(l.sources_of(2, 2), (std::vector<P>{{5, 0, 2, true}, {6, 1, 2, true}}));
+}
+
 }  // namespace
 }  // namespace gale

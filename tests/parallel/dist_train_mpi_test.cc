@@ -68,9 +68,10 @@ const TestRun& reference(bool gpt = false) {
 }
 
 // Trains `subworlds` on the test's world and compares with one process; returns the run.
-std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& subworlds, bool gpt = false) {
+std::unique_ptr<TestRun> expect_dist_train_matches(const std::vector<SubWorld>& subworlds, bool gpt = false,
+                                                   const std::vector<std::string>& more = {}) {
   const std::string path = write_config(subworlds);
-  auto run = std::make_unique<TestRun>(testing::join({model_flags(gpt), {"--dist-train", "--mm-model", path}}),
+  auto run = std::make_unique<TestRun>(testing::join({model_flags(gpt), {"--dist-train", "--mm-model", path}, more}),
                                        test::world(), testing::kTinyVocab);
   std::remove(path.c_str());
   run->train(kIterations);
@@ -122,6 +123,29 @@ TEST(DistTrain, DataParallelChains) {
   EXPECT_EQ(ps.pp()->world_ranks(), (std::vector<int>{ps.world_rank() % 2, ps.world_rank() % 2 + 2}));
   EXPECT_EQ(sends(*run), kIterations * 4);
   EXPECT_EQ(recvs(*run), kIterations * 4);
+}
+
+// --sequence-parallel across TP sizes that differ: the TP-2 sub-world's ranks hold sequence halves.
+// TP 1 → TP 2: rank 0 sends each decoder rank its half and gathers their gradient halves.
+TEST(DistTrain, SequenceParallelTp1ToTp2) {
+  if (test::world()->size() != 3) GTEST_SKIP() << "needs 3 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 1, 1, 1, 2}, {"decoder", 2, 2, 1, 2}}, false, {"--sequence-parallel"});
+  EXPECT_EQ(run->args.parallel.sequence_parallel, run->engine->ps.world_rank() > 0);  // off at TP 1
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {2 * m, m, m}, expected_recvs[] = {2 * m, m, m};
+  EXPECT_EQ(sends(*run), expected_sends[run->engine->ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[run->engine->ps.world_rank()]);
+}
+
+// TP 2 (sequence halves) → TP 1 × PP 2: the decoder's first stage gathers both halves, sends each
+// encoder rank its half of the gradient.
+TEST(DistTrain, SequenceParallelTp2ToTp1Pp2) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 2, 1, 2}, {"decoder", 2, 1, 2, 2}}, false, {"--sequence-parallel"});
+  const int64_t m = kIterations * 8;
+  const int64_t expected_sends[] = {m, m, 3 * m, m}, expected_recvs[] = {m, m, 3 * m, m};
+  EXPECT_EQ(sends(*run), expected_sends[run->engine->ps.world_rank()]);
+  EXPECT_EQ(recvs(*run), expected_recvs[run->engine->ps.world_rank()]);
 }
 
 // Tied embeddings (GPT): the last sub-world's copy of the word embedding is split over TP 2, the
