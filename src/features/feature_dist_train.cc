@@ -15,7 +15,8 @@
 // (parallel/dist_train_layout.h, ParallelState::create_dist_train), and the pipeline group becomes
 // one communicator over every stage of all sub-worlds (DistTrainPipelineComm), so the 1F1B
 // schedule, the loss and the gradient norm (over all sub-worlds) run unchanged. Across a boundary
-// the receiving rank of TP coordinate j takes its tensor from the sending rank ⌊j·t_send/t_recv⌋.
+// the receiving rank of TP coordinate j takes its tensor from the sending rank ⌊j·t_send/t_recv⌋
+// (with --sequence-parallel the TP ranks' sequence slices are gathered or cut instead).
 // Data-parallel sizes may differ when each is a multiple of the smallest (MindSpeed's main_dp): a
 // sub-world of k times the replicas runs micro-batches k times smaller, slices of the other's, and
 // the transfers are cut and joined along the batch. Losses and gradients equal the single-process
@@ -28,7 +29,7 @@
 // sub-world, CP inside a sub-world,
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
 // optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv,
-// MTP, EP, DualPipeV, --sequence-parallel with different TP sizes, ZeRO-3/FSDP,
+// MTP, EP, DualPipeV, --sequence-parallel with TP sizes that do not divide one another, ZeRO-3/FSDP,
 // --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel. Checkpoints are
 // written by whole-model names and load at any layout, dist-train or not.
 // MindSpeed files the feature at level 2; in Gale it works at every --optimization-level, as the
