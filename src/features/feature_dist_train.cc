@@ -26,7 +26,7 @@
 // config gives them); the config's rules are MindSpeed's plus Gale's num_layers
 // (train/dist_train_config.h). Forward-only sub-worlds (a leading run; not the last) are frozen and
 // run forwards only, receiving no gradient. Not supported yet: forward_only after a trainable
-// sub-world, CP inside a sub-world,
+// sub-world, CP sizes that differ between sub-worlds (equal ones work),
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
 // optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv,
 // MTP, EP, DualPipeV, --sequence-parallel with TP sizes that do not divide one another, ZeRO-3/FSDP,

@@ -32,20 +32,25 @@ int DistTrainLayout::tp_of(int rank) const {
   return (rank - s.first_rank) % s.tp;
 }
 
+int DistTrainLayout::cp_of(int rank) const {
+  const DistTrainSubWorld& s = subworlds[static_cast<size_t>(subworld_of(rank))];
+  return (rank - s.first_rank) / s.tp % s.cp;
+}
+
 int DistTrainLayout::dp_of(int rank) const {
   const DistTrainSubWorld& s = subworlds[static_cast<size_t>(subworld_of(rank))];
-  return (rank - s.first_rank) / s.tp % s.dp;
+  return (rank - s.first_rank) / (s.tp * s.cp) % s.dp;
 }
 
 int DistTrainLayout::stage_of(int rank) const {
   const DistTrainSubWorld& s = subworlds[static_cast<size_t>(subworld_of(rank))];
-  return s.first_stage + (rank - s.first_rank) / (s.tp * s.dp);
+  return s.first_stage + (rank - s.first_rank) / (s.tp * s.cp * s.dp);
 }
 
-int DistTrainLayout::rank_at(int s, int tp, int dp, int pp) const {
+int DistTrainLayout::rank_at(int s, int tp, int dp, int pp, int cp) const {
   const DistTrainSubWorld& w = subworlds[static_cast<size_t>(s)];
-  GALE_CHECK(tp >= 0 && tp < w.tp && dp >= 0 && dp < w.dp && pp >= 0 && pp < w.pp);
-  return w.first_rank + tp + w.tp * (dp + w.dp * pp);
+  GALE_CHECK(tp >= 0 && tp < w.tp && dp >= 0 && dp < w.dp && pp >= 0 && pp < w.pp && cp >= 0 && cp < w.cp);
+  return w.first_rank + tp + w.tp * (cp + w.cp * (dp + w.dp * pp));
 }
 
 int DistTrainLayout::subworld_of_stage(int stage) const {
@@ -68,7 +73,8 @@ std::vector<int> DistTrainLayout::pipeline_ranks(int dp) const {
     const int k = dp_ratio(static_cast<int>(i));
     for (int p = 0; p < subworlds[i].pp; ++p)
       for (int d = dp * k; d < (dp + 1) * k; ++d)
-        for (int t = 0; t < subworlds[i].tp; ++t) out.push_back(rank_at(static_cast<int>(i), t, d, p));
+        for (int c = 0; c < subworlds[i].cp; ++c)
+          for (int t = 0; t < subworlds[i].tp; ++t) out.push_back(rank_at(static_cast<int>(i), t, d, p, c));
   }
   return out;
 }
@@ -79,22 +85,22 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::sources_of(int rank, int fro
   const int b = subworld_of(rank), a = subworld_of_stage(from_stage);
   const DistTrainSubWorld& send = subworlds[static_cast<size_t>(a)];
   const DistTrainSubWorld& recv = subworlds[static_cast<size_t>(b)];
-  const int local = from_stage - send.first_stage, dp = dp_of(rank);
-  if (a == b) return {Peer{rank_at(a, tp_of(rank), dp, local), 0, 1}};
+  const int local = from_stage - send.first_stage, dp = dp_of(rank), cp = cp_of(rank);
+  if (a == b) return {Peer{rank_at(a, tp_of(rank), dp, local, cp), 0, 1}};
   if (sequence_parallel && (send.tp > 1 || recv.tp > 1)) {  // sequence slices (equal DP: validated)
     const int j = tp_of(rank);
-    if (send.tp <= recv.tp) return {Peer{rank_at(a, j / (recv.tp / send.tp), dp, local), 0, 1}};
+    if (send.tp <= recv.tp) return {Peer{rank_at(a, j / (recv.tp / send.tp), dp, local, cp), 0, 1}};
     const int q = send.tp / recv.tp;
     std::vector<Peer> out;
-    for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, j * q + r, dp, local), r, q, true});
+    for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, j * q + r, dp, local, cp), r, q, true});
     return out;
   }
   const int tp = tp_of(rank) * send.tp / recv.tp;
   const int ka = dp_ratio(a), kb = dp_ratio(b);
-  if (ka <= kb) return {Peer{rank_at(a, tp, dp / (kb / ka), local), 0, 1}};
+  if (ka <= kb) return {Peer{rank_at(a, tp, dp / (kb / ka), local, cp), 0, 1}};
   const int q = ka / kb;
   std::vector<Peer> out;
-  for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, tp, dp * q + r, local), r, q});
+  for (int r = 0; r < q; ++r) out.push_back(Peer{rank_at(a, tp, dp * q + r, local, cp), r, q});
   return out;
 }
 
@@ -107,7 +113,7 @@ std::vector<DistTrainLayout::Peer> DistTrainLayout::targets_of(int rank, int to_
   std::vector<Peer> out;
   for (int d = main * kb; d < (main + 1) * kb; ++d)
     for (int t = 0; t < w.tp; ++t) {
-      const int r = rank_at(b, t, d, to_stage - w.first_stage);
+      const int r = rank_at(b, t, d, to_stage - w.first_stage, cp_of(rank));
       for (const Peer& p : sources_of(r, me)) {
         if (p.rank != rank) continue;
         const DistTrainSubWorld& v = subworlds[static_cast<size_t>(a)];

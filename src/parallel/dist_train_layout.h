@@ -2,8 +2,9 @@
 //
 // A pure computation (no communication) for MindSpeed's --dist-train.
 // Sub-world i (in model_index order) owns the consecutive global ranks [first_rank, first_rank +
-// world_size), laid out inside as Megatron's default order with CP 1: local rank = tp + TP·(dp +
-// DP·pp). The sub-worlds' pipeline stages follow each other: sub-world i's local stage p is global
+// world_size), laid out inside as Megatron's default order: local rank = tp + TP·(cp + CP·(dp +
+// DP·pp)). Every sub-world has the same CP size, and a transfer keeps its cp coordinate (the
+// stages' CP chunks of the sequence are the same). The sub-worlds' pipeline stages follow each other: sub-world i's local stage p is global
 // stage Σ_{j<i} PP_j + p, so the whole job is one pipeline of Σ PP_j stages per data-parallel index
 // d (every sub-world has the same DP; different DP is refused upstream).
 //
@@ -39,7 +40,8 @@ struct DistTrainSubWorld {
   int first_rank = 0;
   int world_size = 1;
   int tp = 1, pp = 1;
-  int dp = 1;           // world_size / (tp·pp)
+  int cp = 1;           // context_parallel_size: the same in every sub-world
+  int dp = 1;           // world_size / (tp·cp·pp)
   int first_stage = 0;  // global pipeline stage of its local stage 0
   int64_t num_layers = 0;  // transformer layers it holds (split evenly over its PP stages)
   // MindSpeed's forward_only: frozen, runs forward only; nothing is sent back to it (it leads the
@@ -78,13 +80,14 @@ struct DistTrainLayout {
   int subworld_of(int rank) const;
   // Coordinates of global rank `rank` inside its sub-world, and its global pipeline stage.
   int tp_of(int rank) const;
+  int cp_of(int rank) const;
   int dp_of(int rank) const;
   int stage_of(int rank) const;
-  // The global rank of sub-world `s` at (tp, dp, local stage pp).
-  int rank_at(int s, int tp, int dp, int pp) const;
+  // The global rank of sub-world `s` at (tp, dp, local stage pp, cp).
+  int rank_at(int s, int tp, int dp, int pp, int cp = 0) const;
   // The sub-world holding global stage `stage`.
   int subworld_of_stage(int stage) const;
-  // Every rank of main replica `dp`, by global stage, then dp, then tp coordinate: the whole
+  // Every rank of main replica `dp`, by global stage, then dp, cp and tp coordinate: the whole
   // pipeline of one main data-parallel replica (its "model-parallel group" across the sub-worlds).
   std::vector<int> pipeline_ranks(int dp) const;
   // The ranks `rank` receives from when stage `from_stage` (adjacent to its own) sends to it.
@@ -93,8 +96,9 @@ struct DistTrainLayout {
   // (always none backward into a forward-only sub-world).
   std::vector<Peer> targets_of(int rank, int to_stage) const;
   // Whether `rank` is the first of the replicas of its sub-world inside its main replica (dp index
-  // ≡ 0 mod k): it alone contributes to sums over the main replica's model group.
-  bool first_replica(int rank) const { return dp_of(rank) % dp_ratio(subworld_of(rank)) == 0; }
+  // ≡ 0 mod k) and of its CP group (cp 0): it alone contributes to sums over the main replica's
+  // groups (the others hold the same reduced gradients and loss sums).
+  bool first_replica(int rank) const { return dp_of(rank) % dp_ratio(subworld_of(rank)) == 0 && cp_of(rank) == 0; }
   // Whether global stage `stage` belongs to a forward-only sub-world.
   bool forward_only_stage(int stage) const { return subworlds[static_cast<size_t>(subworld_of_stage(stage))].forward_only; }
   // The transformer layers of the leading forward-only sub-worlds (frozen, with the embedding).

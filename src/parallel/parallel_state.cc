@@ -49,6 +49,7 @@ ParallelState ParallelState::create_dist_train(const Comm& world, const DistTrai
   sizes.world_size = w.world_size;
   sizes.tp = w.tp;
   sizes.pp = w.pp;
+  sizes.cp = w.cp;
   StatusOr<RankLayout> layout = compute_rank_layout(sizes);
   GALE_CHECK_OK(layout.status());
   ParallelState ps = create(sub, layout.value());

@@ -80,10 +80,11 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
     Arguments view = original;
     view.parallel.dist_train = false;
     view.parallel.tensor_model_parallel_size = s.tp;
+    view.parallel.context_parallel_size = s.cp;
     view.parallel.pipeline_model_parallel_size = layout.num_stages();
     view.parallel.num_layer_list = stage_layers;
     view.training.micro_batch_size = a.training.micro_batch_size / layout.dp_ratio(static_cast<int>(i));
-    const int64_t view_world = int64_t{s.tp} * layout.num_stages() * s.dp;
+    const int64_t view_world = int64_t{s.tp} * s.cp * layout.num_stages() * s.dp;
     Status st = validate_all_pretrain_args(view, p, view_world);
     if (!st.ok())
       return Status(st.code(), str_cat("--dist-train sub-world \"", s.name, "\" (tensor_model_parallel_size ", s.tp,

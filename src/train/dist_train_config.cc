@@ -124,8 +124,9 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
     if (x.num_layers % x.pp != 0)
       return InvalidArgument(named, ".num_layers: expected a multiple of pipeline_model_parallel_size ", x.pp,
                              " (its layers split evenly over its stages), found ", x.num_layers);
-    if (x.cp > 1)
-      return Unimplemented(named, ".context_parallel_size ", x.cp, ": not supported yet inside a dist-train sub-world");
+    if (!entries.empty() && x.cp != entries.front().cp)
+      return Unimplemented(named, ".context_parallel_size ", x.cp, ": sub-worlds of different context-parallel sizes (\"",
+                           entries.front().name, "\" has ", entries.front().cp, "): not supported yet");
     entries.push_back(x);
   }
   if (main_dp > 1) return InvalidArgument(where, ": dist_config.model_config: expected at most one main_dp true, found ", main_dp);
@@ -153,7 +154,8 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
     s.world_size = static_cast<int>(x.world_size);
     s.tp = static_cast<int>(x.tp);
     s.pp = static_cast<int>(x.pp);
-    s.dp = static_cast<int>(x.world_size / (x.tp * x.pp));
+    s.cp = static_cast<int>(x.cp);
+    s.dp = static_cast<int>(x.world_size / (x.tp * x.pp * x.cp));
     s.first_stage = first_stage;
     s.num_layers = x.num_layers;
     s.forward_only = x.forward_only;
@@ -176,6 +178,9 @@ StatusOr<DistTrainLayout> parse_dist_train_config(const std::string& text, const
   const int main = out.dp();
   for (size_t i = 0; i < out.subworlds.size(); ++i) {
     const DistTrainSubWorld& s = out.subworlds[i];
+    if (s.dp != main && s.cp > 1)
+      return Unimplemented(where, ": sub-worlds of different data-parallel sizes with context_parallel_size ", s.cp,
+                           ": not supported yet");
     if (s.dp % main != 0)
       return Unimplemented(where, ": sub-worlds whose data-parallel sizes (world_size / (tensor x pipeline size)) ",
                            "are not multiples of the smallest, ", main, " (\"", s.name, "\" has ", s.dp,
@@ -207,7 +212,7 @@ std::string render_dist_train_layout(const DistTrainLayout& layout) {
   int64_t first_layer = 0;
   for (const DistTrainSubWorld& s : layout.subworlds) {
     out += str_cat("\n  ", s.name, ": ranks ", s.first_rank, "-", s.first_rank + s.world_size - 1, ", TP ", s.tp,
-                   " PP ", s.pp, " DP ", s.dp, ", pipeline stages ", s.first_stage, "-", s.first_stage + s.pp - 1,
+                   s.cp > 1 ? str_cat(" CP ", s.cp) : std::string(), " PP ", s.pp, " DP ", s.dp, ", pipeline stages ", s.first_stage, "-", s.first_stage + s.pp - 1,
                    ", layers ", first_layer, "-", first_layer + s.num_layers - 1);
     first_layer += s.num_layers;
   }

@@ -20,7 +20,8 @@
 // Data-parallel sizes (world_size / (TP·PP)) may differ when each is a multiple of the smallest
 // (MindSpeed's main_dp, which must then name a sub-world of the smallest DP; see
 // parallel/dist_train_layout.h). Not supported yet (Unimplemented, "not supported yet"):
-// context_parallel_size > 1, use_multiparam_send_recv true, DP sizes that are not multiples of the
+// context_parallel_size that differs between sub-worlds (or with DP sizes that differ),
+// use_multiparam_send_recv true, DP sizes that are not multiples of the
 // smallest, and forward_only sub-worlds after a trainable one (only a leading run of sub-worlds may be
 // forward-only; the last, holding the loss, may not).
 #pragma once

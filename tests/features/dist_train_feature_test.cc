@@ -123,7 +123,8 @@ TEST(DistTrainConfig, NotSupportedYet) {
       << error_of(config(kEncoder + ", " + middle + ", " + last), 6, 7);
   std::string cp = kDecoder;
   cp.replace(cp.find("\"world_size\": 4"), 15, "\"world_size\": 8, \"context_parallel_size\": 2");
-  EXPECT_NE(error_of(config(kEncoder + ", " + cp), 9).find("context_parallel_size 2: not supported yet"),
+  EXPECT_NE(error_of(config(kEncoder + ", " + cp), 9).find("(\"decoder\").context_parallel_size 2: sub-worlds of different context-parallel sizes "
+                      "(\"encoder\" has 1): not supported yet"),
             std::string::npos)
       << error_of(config(kEncoder + ", " + cp), 9);
   // DP 2 and DP 3: not multiples.

@@ -132,6 +132,27 @@ TEST(DistTrainLayout, DataParallelSizesThatDiffer) {
   EXPECT_EQ(l.targets_of(5, 1), (std::vector<P>{{2, 0, 1}, {3, 0, 1}}));
 }
 
+// Context parallelism: rank = tp + TP·(cp + CP·(dp + DP·pp)) inside a sub-world; transfers keep cp.
+TEST(DistTrainLayout, ContextParallelCoordinates) {
+  DistTrainLayout l;
+  DistTrainSubWorld a = subworld("a", 0, 1, 1, 1, 0, 1), b = subworld("b", 2, 2, 1, 1, 1, 1);
+  a.cp = b.cp = 2;
+  a.world_size = 2;
+  b.world_size = 4;
+  l.subworlds = {a, b};
+  EXPECT_EQ(l.world_size(), 6);
+  EXPECT_EQ(l.cp_of(1), 1);
+  EXPECT_EQ(l.cp_of(4), 1);  // b: local rank 2 = tp 0, cp 1
+  EXPECT_EQ(l.tp_of(5), 1);
+  EXPECT_EQ(l.stage_of(5), 1);
+  EXPECT_EQ(l.pipeline_ranks(0), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(l.targets_of(1, 1), peers({4, 5}));
+  EXPECT_EQ(l.sources_of(5, 0), peers({1}));
+  EXPECT_EQ(l.sources_of(1, 1), peers({4}));
+  EXPECT_TRUE(l.first_replica(2));
+  EXPECT_FALSE(l.first_replica(4));
+}
+
 // --sequence-parallel: a TP > 1 stage's ranks hold sequence slices, so across TP 1 → 2 → 4 every
 // rank of the larger group gets its own slice and the smaller gathers them.
 TEST(DistTrainLayout, SequenceParallelSlices) {

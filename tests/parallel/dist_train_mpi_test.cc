@@ -33,6 +33,7 @@ struct SubWorld {
   const char* name;
   int world_size, tp, pp, num_layers;
   bool forward_only = false;
+  int cp = 1;
 };
 
 // MindSpeed-MM's model.json holding `subworlds` as its dist_config, in a file of this process.
@@ -42,7 +43,7 @@ std::string write_config(const std::vector<SubWorld>& subworlds) {
     const SubWorld& s = subworlds[i];
     entries += str_cat(i ? ", " : "", "{\"name\": \"", s.name, "\", \"model_index\": ", i, ", \"world_size\": ",
                        s.world_size, ", \"tensor_model_parallel_size\": ", s.tp, ", \"pipeline_model_parallel_size\": ",
-                       s.pp, ", \"context_parallel_size\": 1, \"forward_only\": ", s.forward_only ? "true" : "false",
+                       s.pp, ", \"context_parallel_size\": ", s.cp, ", \"forward_only\": ", s.forward_only ? "true" : "false",
                        ", \"num_layers\": ", s.num_layers, "}");
   }
   const std::string path = str_cat(::testing::TempDir(), "gale_dist_train_", getpid(), ".json");
@@ -146,6 +147,21 @@ TEST(DistTrain, SequenceParallelTp2ToTp1Pp2) {
   const int64_t expected_sends[] = {m, m, 3 * m, m}, expected_recvs[] = {m, m, 3 * m, m};
   EXPECT_EQ(sends(*run), expected_sends[run->engine->ps.world_rank()]);
   EXPECT_EQ(recvs(*run), expected_recvs[run->engine->ps.world_rank()]);
+}
+
+// Context parallelism of 2 in both sub-worlds (ranks 0-1 and 2-3): each CP rank's chunks of the
+// sequence go to the same CP rank of the next sub-world; the loss, norm and tied sums count each CP
+// group once.
+TEST(DistTrain, ContextParallelInBothSubWorlds) {
+  if (test::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto run = expect_dist_train_matches({{"encoder", 2, 1, 1, 2, false, 2}, {"decoder", 2, 1, 1, 2, false, 2}}, true);
+  const ParallelState& ps = run->engine->ps;
+  EXPECT_EQ(ps.cp_size(), 2);
+  EXPECT_EQ(ps.dp_size(), 1);
+  EXPECT_EQ(ps.pp()->world_ranks(), (std::vector<int>{0, 1, 2, 3}));
+  const int64_t m = kIterations * 8;
+  EXPECT_EQ(sends(*run), m);
+  EXPECT_EQ(recvs(*run), m);
 }
 
 // Tied embeddings (GPT): the last sub-world's copy of the word embedding is split over TP 2, the
