@@ -9,7 +9,7 @@
 // dist_ranks_match.py), gradients travel back, and a forward_only sub-world (a frozen encoder)
 // receives none. main_dp names the sub-world whose DP size is the job's when they differ.
 //
-// What it does in Gale (docs/parallelism.md §6.10): Gale's model is one GPT decoder, so the
+// What it does in Gale (docs/parallelism.md §6.11): Gale's model is one GPT decoder, so the
 // sub-worlds cut it along its layers — each config entry gives its "num_layers" — the first holding
 // the embedding, the last the output layer and the loss. Each rank builds its sub-world's grid
 // (parallel/dist_train_layout.h, ParallelState::create_dist_train), and the pipeline group becomes
