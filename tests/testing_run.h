@@ -89,7 +89,7 @@ class TestRun {
     std::vector<char*> ptrs;
     for (auto& a : argv) ptrs.push_back(a.data());
     GALE_CHECK_OK(parser.parse(static_cast<int>(ptrs.size()), ptrs.data()));
-    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size()));
+    GALE_CHECK_OK(validate_all_pretrain_args(args, parser, world->size(), world->rank()));
     args.model.padded_vocab_size = pad_vocab_size(vocab, args.model.make_vocab_size_divisible_by,
                                                   args.parallel.tensor_model_parallel_size);
     data = std::make_unique<SyntheticDataset>(100000, args.model.seq_length, vocab);

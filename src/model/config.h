@@ -238,6 +238,9 @@ struct ModelConfig {
   // normalised over its head_dim (norm type and eps as the layer norms) after linear_qkv, before RoPE.
   bool qk_layernorm = false;
   bool tied_embeddings = true;
+  // --dist-train's forward-only sub-worlds: the embedding and the transformer layers of global index
+  // below this are frozen (no gradient, no optimizer state); 0: none.
+  int64_t frozen_layers = 0;
   PositionEmbedding position = PositionEmbedding::kLearnedAbsolute;
   double rotary_base = 10000.0;
   double rotary_percent = 1.0;

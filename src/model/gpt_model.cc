@@ -182,6 +182,15 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   if (c.lora.enabled())
     for (int id = 0; id < params_.size(); ++id)
       if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
+  // --dist-train forward-only sub-worlds: the embedding and the layers before c.frozen_layers.
+  if (c.frozen_layers > 0)
+    for (int id = 0; id < params_.size(); ++id) {
+      const std::string& name = params_.spec(id).name;
+      const std::string layers = "decoder.layers.";
+      bool frozen = name.rfind("embedding.", 0) == 0;
+      if (name.rfind(layers, 0) == 0) frozen = std::stoll(name.substr(layers.size())) < c.frozen_layers;
+      if (frozen && params_.spec(id).trainable) params_.freeze(id);
+    }
   mark_qat_params(params_, c.qat);  // --qat-scheme: the linear weights read fake-quantised
   params_.finalize();
   if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);

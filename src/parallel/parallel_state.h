@@ -13,6 +13,7 @@
 #include <array>
 
 #include "comm/communicator.h"
+#include "parallel/dist_train_layout.h"
 #include "parallel/rank_grid.h"
 
 namespace gale {
@@ -25,6 +26,20 @@ class ParallelState {
   // Creates every group of `layout` with world->make_group, in the same order on every rank
   // (a collective over `world`). `layout.sizes.world_size` must equal world->size().
   static ParallelState create(const Comm& world, const RankLayout& layout);
+
+  // --dist-train (parallel/dist_train_layout.h; a collective over `world`, the job): the groups of
+  // this rank's sub-world grid (TP, DP, ... made over the sub-world's ranks), except
+  //   pp()    the whole pipeline across the sub-worlds (DistTrainPipelineComm): coords().pp is the
+  //           global stage and pp_size() the number of stages of all sub-worlds;
+  //   model() every rank of this main data-parallel replica in every sub-world (the gradient norm's
+  //           group; DistTrainModelComm counts each sub-world's replicas once);
+  //   embedding() the first and last stages' ranks of this main replica (all their TP ranks and
+  //           replicas; null elsewhere), for tied embeddings; position_embedding() null.
+  // layout() is the sub-world's grid and world() the job.
+  // `hidden` and `micro_batch` (this rank's) cut and join the transfers along the batch between
+  // sub-worlds of different data-parallel sizes (DistTrainPipelineComm).
+  static ParallelState create_dist_train(const Comm& world, const DistTrainLayout& layout, int64_t hidden,
+                                         int64_t micro_batch);
 
   const RankLayout& layout() const { return *layout_; }
   const RankCoords& coords() const { return coords_; }
@@ -48,11 +63,13 @@ class ParallelState {
   const Comm& expert_dp() const { return group(Group::kExpertData); }
 
   int tp_size() const { return layout_->sizes.tp; }
-  int pp_size() const { return layout_->sizes.pp; }
+  int pp_size() const { return pipeline_stages_ > 0 ? pipeline_stages_ : layout_->sizes.pp; }
   int cp_size() const { return layout_->sizes.cp; }
   int dp_size() const { return layout_->dp; }
   bool is_pipeline_first_stage() const { return coords_.pp == 0; }
-  bool is_pipeline_last_stage() const { return coords_.pp == layout_->sizes.pp - 1; }
+  bool is_pipeline_last_stage() const { return coords_.pp == pp_size() - 1; }
+  // The dist-train rank map (null without --dist-train).
+  const std::shared_ptr<const DistTrainLayout>& dist_train() const { return dist_train_; }
 
   // Sums of the CommStats of every group this rank belongs to (each group counted once).
   CommStats total_stats() const;
@@ -65,6 +82,8 @@ class ParallelState {
   RankCoords coords_;
   Comm world_;
   std::array<Comm, kNumGroups> groups_;
+  int pipeline_stages_ = 0;  // --dist-train: the stages of all sub-worlds (0: the layout's PP)
+  std::shared_ptr<const DistTrainLayout> dist_train_;
 };
 
 }  // namespace gale

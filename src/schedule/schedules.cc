@@ -56,6 +56,9 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
     return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);
   }
+  // --dist-train: a forward-only (frozen) sub-world's stages run their forwards only, as evaluation
+  // does; the stage after them sends them no gradient (DistTrainPipelineComm).
+  if (ps.dist_train() && ps.dist_train()->forward_only_stage(ps.coords().pp)) forward_only = true;
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
                                                             observer, timers, pp_backward, stage_tensors);

@@ -393,6 +393,11 @@ void add_parallel_args(ArgParser& p, ParallelArgs& a) {
   p.add_flag("--optimize-send-recv-comm", &a.optimize_send_recv_comm,
              "MindSpeed: the 1F1B pipeline schedule (without interleaving) sends the gradients on a second "
              "communicator over the pipeline group, the activations on the pipeline group");
+  p.add_flag("--dist-train", &a.dist_train,
+             "MindSpeed: several sub-worlds with their own TP/PP/DP layouts in one job, chained along the model's "
+             "layers, described by --mm-model's dist_config");
+  p.add("--mm-model", &a.mm_model,
+        "MindSpeed-MM's model JSON; with --dist-train its \"dist_config\" gives the sub-worlds");
   p.add_flag("--use-multiparameter-pipeline-model-parallel", &a.use_multiparameter_pipeline_model_parallel,
              "MindSpeed: the pipeline stages exchange a list of typed tensors (the hidden states, and with "
              "--reset-attention-mask the document ids) instead of the hidden states alone");
@@ -953,7 +958,8 @@ Status validate_mtp_args(Arguments& a) {
   return Status::Ok();
 }
 
-Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size) {
+Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
+  if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "parallel/dist_train_layout.h"
 #include "train/arg_parser.h"
 
 namespace gale {
@@ -420,9 +421,20 @@ struct ParallelArgs {
   std::string distributed_backend = "mpi";  // Megatron's default is nccl; Gale maps nccl to mpi on CPUs
   int64_t distributed_timeout_minutes = 10;
 
+  // MindSpeed's --dist-train with MindSpeed-MM's --mm-model FILE (features/feature_dist_train.cc,
+  // train/dist_train_config.h): the job's ranks in sub-worlds of their own TP/PP/DP layouts, one
+  // after another along the model's layers.
+  bool dist_train = false;
+  std::string mm_model;
+
   // Derived.
   int64_t world_size = 1;
   int64_t data_parallel_size = 1;
+  // --dist-train: the rank map of the whole job and this rank's sub-world in it; the sizes above
+  // are this rank's view (its sub-world's TP, the whole pipeline's stages as PP, with the stages'
+  // layers as --num-layer-list).
+  DistTrainLayout dist_train_layout;
+  int dist_train_subworld = -1;
   int64_t virtual_pipeline_model_parallel_size = 1;  // model chunks per pipeline rank (1: no interleaving)
 };
 
@@ -778,7 +790,13 @@ Status validate_mtp_args(Arguments& a);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
 // ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);
-Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size);
+// `world_rank` matters only under --dist-train: the arguments become that rank's sub-world's view
+// (validate_dist_train_args).
+Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank = 0);
+// --dist-train: reads --mm-model's dist_config, refuses what is not supported with it, validates
+// every sub-world's view of the arguments (errors name the sub-world) and leaves `a` as the view of
+// the sub-world holding `world_rank` (train/arguments_dist_train.cc).
+Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank);
 
 // Megatron's vocabulary padding: ceil(V / (divisible_by * tp)) * divisible_by * tp.
 int64_t pad_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);

@@ -167,8 +167,22 @@ void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
 StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
                                                const EngineOptions& options) {
   auto engine = std::make_unique<Engine>();
-  GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
-  engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
+  if (args.parallel.dist_train) {
+    // --dist-train: this rank's sub-world grid, with the pipeline across the sub-worlds (collective
+    // over the job); validated arguments refused what it does not support.
+    if (args.parallel.optimize_send_recv_comm || args.parallel.use_multiparameter_pipeline_model_parallel)
+      return Unimplemented("--dist-train with ",
+                           args.parallel.optimize_send_recv_comm ? "--optimize-send-recv-comm"
+                                                                 : "--use-multiparameter-pipeline-model-parallel",
+                           ": not supported yet");
+    GALE_CHECK_EQ(args.parallel.dist_train_layout.subworld_of(world->rank()), args.parallel.dist_train_subworld)
+        << "dist-train arguments validated for another rank";
+    engine->ps = ParallelState::create_dist_train(world, args.parallel.dist_train_layout, args.model.hidden_size,
+                                                  args.training.micro_batch_size);
+  } else {
+    GALE_ASSIGN_OR_RETURN(RankLayout layout, compute_rank_layout(parallel_sizes_from_args(args, world->size())));
+    engine->ps = world->size() == 1 ? ParallelState() : ParallelState::create(world, layout);
+  }
   engine->ops = ops;
   engine->dualpipev = uses_dualpipev(args);
   engine->dualpipev_dw_detach = engine->dualpipev && args.parallel.dualpipev_dw_detach;
@@ -177,6 +191,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
                                                     : RiPipe::kNone;
   ModelConfig config = model_config_from_args(args);
   config.recompute = options.recompute;
+  config.frozen_layers = args.parallel.dist_train ? args.parallel.dist_train_layout.frozen_layers() : options.frozen_layers;
   const int64_t vpp = std::max<int64_t>(1, args.parallel.virtual_pipeline_model_parallel_size);
   if (args.parallel.optimize_send_recv_comm && engine->ps.pp_size() > 1) {
     if (vpp > 1 || engine->dualpipev)
@@ -255,6 +270,10 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     DataParallelConfig dc;
     // --calculate-per-token-loss: summed over DP, divided by the tokens after (finalize_model_grads).
     if (args.training.calculate_per_token_loss) dc.grad_scale = 1.0;
+    // --dist-train: every sub-world averages over the loss sub-world's replicas (a sub-world of k
+    // times the replicas holds slices of its micro-batches, whose gradients add up).
+    if (par.dist_train && !args.training.calculate_per_token_loss)
+      dc.grad_scale = 1.0 / par.dist_train_layout.subworlds.back().dp;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;

@@ -101,6 +101,9 @@ struct EngineOptions {
   int64_t ddp_bucket_size = 0;
   // Activations every chunk's backward recomputes (installed by the memory features).
   RecomputePlan recompute;
+  // The embedding and the transformer layers below this global index frozen (ModelConfig::frozen_layers;
+  // --dist-train sets it from its forward-only sub-worlds, tests build their single-process reference with it).
+  int64_t frozen_layers = 0;
 };
 
 // The transformer layers of every virtual stage, [pp rank][virtual chunk]: the explicit

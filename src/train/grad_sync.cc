@@ -58,6 +58,25 @@ void sum_embedding_grads_of_v(const std::vector<GPTModel*>& chunks) {
 
 void allreduce_embedding_grads(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
   if (ps.pp_size() == 1 || !ps.embedding() || ps.embedding()->size() == 1) return;
+  if (ps.dist_train()) {
+    // --dist-train: the two copies are split over different TP sizes, so the sum goes over whole
+    // tensors: each rank places its shard (its replicas' first only: they hold the same), all add.
+    const bool first_replica = ps.dist_train()->first_replica(ps.world_rank());
+    for (GPTModel* m : chunks)
+      for (int id : m->embedding_group_param_ids()) {
+        const ParamSpec& s = m->params().spec(id);
+        if (!s.trainable) continue;
+        int64_t numel = 1;
+        for (int64_t d : s.global_shape) numel *= d;
+        std::vector<float> whole(static_cast<size_t>(numel), 0.0f);
+        float* g = m->params().grad_data(id);
+        if (first_replica && (s.split_dim >= 0 || ps.coords().tp == 0))  // a TP-replicated one: once
+          for (int64_t i = 0; i < s.local_numel(); ++i) whole[static_cast<size_t>(s.global_index(i))] = g[i];
+        ps.embedding()->all_reduce(whole.data(), numel, DType::kF32, ReduceOp::kSum);
+        for (int64_t i = 0; i < s.local_numel(); ++i) g[i] = whole[static_cast<size_t>(s.global_index(i))];
+      }
+    return;
+  }
   // Tied embeddings or MTP layers: the first stage's embedding and the last stage's copy of it
   // (GPTModel::embedding_group_param_ids, the same list on both).
   for (GPTModel* m : chunks)

@@ -23,6 +23,7 @@
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
 #include "train/data_setup.h"
+#include "train/dist_train_config.h"
 #include "train/engine.h"
 #include "train/exit_signal.h"
 #include "train/model_setup.h"
@@ -117,7 +118,7 @@ int pretrain_main(int argc, char** argv) {
   StatusOr<std::vector<std::string>> from_checkpoint = apply_checkpoint_args(args, parser);  // --use-checkpoint-args
   if (!from_checkpoint.ok()) return usage_error(from_checkpoint.status());
   for (const std::string& line : from_checkpoint.value()) print_rank0(line);
-  st = validate_all_pretrain_args(args, parser, world->size());
+  st = validate_all_pretrain_args(args, parser, world->size(), world->rank());
   if (!st.ok()) return usage_error(st);
   st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA
   if (!st.ok()) return usage_error(st);
@@ -188,10 +189,14 @@ int pretrain_main(int argc, char** argv) {
   }
 
   // ---- layout ----
-  StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
-  if (!layout.ok()) return usage_error(layout.status());
-  print_rank0(render_rank_layout(layout.value()));
-  if (args.parallel.tp_2d) print_rank0(render_tp2d_groups(layout.value(), args.parallel.tp_x));
+  if (args.parallel.dist_train) {  // --dist-train: each sub-world has its own grid
+    print_rank0(render_dist_train_layout(args.parallel.dist_train_layout));
+  } else {
+    StatusOr<RankLayout> layout = compute_rank_layout(parallel_sizes_from_args(args, world->size()));
+    if (!layout.ok()) return usage_error(layout.status());
+    print_rank0(render_rank_layout(layout.value()));
+    if (args.parallel.tp_2d) print_rank0(render_tp2d_groups(layout.value(), args.parallel.tp_x));
+  }
 
   // ---- TensorBoard: the last rank writes, as Megatron's ----
   std::unique_ptr<TensorBoardWriter> tensorboard;
@@ -215,8 +220,11 @@ int pretrain_main(int argc, char** argv) {
   if (!data_or.ok()) run_error(data_or.status());
   timers("train/valid/test-data-iterators-setup", 0).stop();
   PretrainData& data = data_or.value();
+  // --dist-train: one padded vocabulary for every sub-world (the embedding and the output layer are
+  // split over different TP sizes), padded for the least common multiple of their TP sizes.
   args.model.padded_vocab_size = pad_vocab_size(data.vocab_size, args.model.make_vocab_size_divisible_by,
-                                                args.parallel.tensor_model_parallel_size);
+                                                args.parallel.dist_train ? dist_train_vocab_tp(args.parallel.dist_train_layout)
+                                                                         : args.parallel.tensor_model_parallel_size);
   print_rank0(str_cat(" > padded vocab (size: ", data.vocab_size, ") with ",
                       args.model.padded_vocab_size - data.vocab_size, " dummy tokens (new size: ",
                       args.model.padded_vocab_size, ")"));

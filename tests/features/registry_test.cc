@@ -1,5 +1,6 @@
 // The features manager: level gating, flags, requirement errors, notices, reports and docs.
 #include "features/registry.h"
+#include "features/simple_feature.h"
 
 #include <gtest/gtest.h>
 
@@ -132,17 +133,34 @@ TEST(FeatureRegistry, BadLevelIsAnError) {
   EXPECT_EQ(p.registry.resolve(ctx, &notices).message(), "--optimization-level: expected 0, 1 or 2, found 3");
 }
 
-TEST(FeatureRegistry, NotYetSupportedFlagsAreRejected) {
-  ArgParser parser("test", "test");
-  Arguments args;
-  add_all_pretrain_args(parser, args);
+// Every MindSpeed feature of the inventory is implemented or not applicable; a feature added to
+// the registry as planned (implemented, no reason it has no place) is refused, its sub-flags too.
+TEST(FeatureRegistry, PlannedFeaturesAreRejected) {
   auto registry = make_feature_registry();
-  registry->register_args(parser);
-  const char* argv[] = {"test", "--dist-train"};
-  Status st = parser.parse(2, const_cast<char**>(argv));
-  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--dist-train: not supported yet"), std::string::npos)
-      << st.message();
+  for (const auto& f : registry->features()) EXPECT_NE(implementation_status(*f), "not supported yet") << f->name();
+  SimpleFeatureSpec spec;
+  spec.name = "planned-example";
+  spec.flag = "--planned-example";
+  spec.module = FeatureModule::kParallel;
+  spec.level = 2;
+  spec.counterpart = "MindSpeed PlannedExampleFeature (L2)";
+  spec.description = "a feature Gale lists before it implements it";
+  spec.implemented = false;
+  spec.sub_flags = {"--planned-example-size"};
+  registry->add(std::make_unique<SimpleFeature>(spec));
+  EXPECT_EQ(implementation_status(*registry->find("planned-example")), "not supported yet");
+  for (const char* flag : {"--planned-example", "--planned-example-size"}) {
+    ArgParser parser("test", "test");
+    Arguments args;
+    add_all_pretrain_args(parser, args);
+    registry->register_args(parser);
+    const char* argv[] = {"test", flag};
+    Status st = parser.parse(2, const_cast<char**>(argv));
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << flag;
+    EXPECT_NE(st.message().find(std::string(flag) + ": not supported yet (a feature Gale lists before it implements it"),
+              std::string::npos)
+        << st.message();
+  }
 }
 
 // MindSpeed features for Ascend NPUs or PyTorch: listed, never active, their flags and sub-flags refused.
@@ -152,7 +170,6 @@ TEST(FeatureRegistry, AscendOnlyFeaturesAreListedAndRefused) {
   ASSERT_NE(aiqos, nullptr);
   EXPECT_FALSE(aiqos->implemented());
   EXPECT_EQ(implementation_status(*aiqos), "not applicable (Ascend/PyTorch only)");
-  EXPECT_EQ(implementation_status(*registry->find("dist-train")), "not supported yet");
   EXPECT_EQ(implementation_status(*registry->find("use-flash-attn")), "implemented");
   EXPECT_NE(registry->format_markdown().find("| aiqos | `--aiqos` | communication | 2 | MindSpeed QosFeature (L2) | "
                                              "not applicable (Ascend/PyTorch only) |"),

@@ -30,7 +30,6 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            {{"--ai-framework", "mindspore"}, 1, "--ai-framework: not available in Gale (it picks the Python framework"},
            {{"--ttp-dump-dir", "x"}, 1, "--ttp-dump-dir: not available in Gale (it talks to Ascend's MindIO TTP"},
            // Planned features and their sub-flags.
-           {{"--dist-train"}, 1, "--dist-train: not supported yet (several sub-worlds"},
            {{"--adaptive-cp-manually-set-mask-list", "--context-parallel-size", "2", "--context-parallel-algo",
              "adaptive_cp_algo"},
             2, "--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list"},
