@@ -111,15 +111,8 @@ int auto_parallel_main(const ArgParser& parser, Arguments& args, FeatureRegistry
   } else {
     j["best"] = nullptr;
   }
-  const std::string path = run.work_dir + "/auto_parallel.json";
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "gale pretrain: error: --auto-settings-work-dir: cannot write %s\n", path.c_str());
-      return 1;
-    }
-  }
+  std::string path;
+  if (!write_result_json(run.work_dir, "auto_parallel.json", j, &path)) return 1;
   print_rank0(str_cat("auto parallel: ", result.trials.size(), " runs (", result.converged ? "converged" : "stopped at the limit",
                       "); result written to ", path));
   if (best_cmd.empty()) {

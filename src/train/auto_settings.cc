@@ -66,6 +66,16 @@ std::string shell_join(const std::vector<std::string>& tokens) {
   return out;
 }
 
+bool write_result_json(const std::string& work_dir, const std::string& name, const nlohmann::json& result,
+                       std::string* path) {
+  *path = work_dir + "/" + name;
+  std::ofstream out(*path, std::ios::binary | std::ios::trunc);
+  out << result.dump(2) << "\n";
+  if (out) return true;
+  std::fprintf(stderr, "gale pretrain: error: --auto-settings-work-dir: cannot write %s\n", path->c_str());
+  return false;
+}
+
 int auto_settings_main(const ArgParser& parser, Arguments& args, FeatureRegistry& registry, int argc, char** argv) {
   const AutoSettingsArgs& as = args.auto_settings;
   AutoRun run;
@@ -114,15 +124,8 @@ int auto_settings_main(const ArgParser& parser, Arguments& args, FeatureRegistry
   } else {
     j["best"] = nullptr;
   }
-  const std::string result_path = run.work_dir + "/auto_settings.json";
-  {
-    std::ofstream out(result_path, std::ios::binary | std::ios::trunc);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "gale pretrain: error: --auto-settings-work-dir: cannot write %s\n", result_path.c_str());
-      return 1;
-    }
-  }
+  std::string result_path;
+  if (!write_result_json(run.work_dir, "auto_settings.json", j, &result_path)) return 1;
   if (run.verbose) {
     print_rank0(str_cat("auto settings: ", found.ranked.size(), " layouts of ", as.auto_settings_ranks, " ranks (",
                         as.target_nnodes, " nodes) fit ", gib(run.memory_limit), " per rank; ", found.over_memory.size(),
