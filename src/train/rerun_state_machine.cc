@@ -35,6 +35,13 @@ std::vector<std::string> gather_texts(Communicator* world, const std::string& te
   return texts;
 }
 
+// A result as Megatron's messages show it: nan, inf and -inf without the C library's sign of a NaN.
+std::string shown(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return str_cat(v);
+}
+
 const char* diagnostic_name(RerunDiagnostic d) {
   switch (d) {
     case RerunDiagnostic::kCorrectResult: return "Expected result";
@@ -248,7 +255,7 @@ void RerunStateMachine::track(const std::string& status, double result, const st
   const char* job = std::getenv("SLURM_JOBID");
   std::ofstream f(config_.tracker_filename, std::ios::app);
   f << "ts=" << timestamp_now() << " node=" << node_ << " device=" << device_ << " jobID=" << (job ? job : "N/A")
-    << " rank=" << rank_ << " iteration=" << iteration_ + 1 << " status=" << status << " result=" << result
+    << " rank=" << rank_ << " iteration=" << iteration_ + 1 << " status=" << status << " result=" << shown(result)
     << " message='" << message << "'\n";
   if (!f.good()) print_all("WARNING: could not write to --result-rejected-tracker-filename " + config_.tracker_filename);
 }
@@ -264,7 +271,7 @@ Status RerunStateMachine::validate_result(double result, const std::function<boo
     if (!reject(result)) return Status::Ok();
     track("rerun_disabled", result, message);
     const std::string full = str_cat("Rank ", rank_, ", node ", node_, ", device ", device_, ", iteration ",
-                                     iteration_ + 1, ": Unexpected result ", result, " (message='", message, "')");
+                                     iteration_ + 1, ": Unexpected result ", shown(result), " (message='", message, "')");
     if (fatal) return FailedPrecondition(full);
     print_all("WARNING: " + full);
     return Status::Ok();
@@ -296,7 +303,7 @@ Status RerunStateMachine::validate_result(double result, const std::function<boo
     initial_result_ = result;
     rerun_requested_ = true;
     track("initial_run", result, message);
-    print_all(str_cat("ERROR: Unexpected result ", result, " on rank ", rank_, " at iteration #", iteration_ + 1,
+    print_all(str_cat("ERROR: Unexpected result ", shown(result), " on rank ", rank_, " at iteration #", iteration_ + 1,
                       " invocation #", call.second, " (message='", message, "')"));
     return Status::Ok();
   }
@@ -306,8 +313,8 @@ Status RerunStateMachine::validate_result(double result, const std::function<boo
   if (state_ == State::kRerunningInPlace) {
     if (comparison > tolerance) {
       if (!fatal) continue_requested_ = true;
-      log_failure(str_cat("First rerun: unexpected result is not reproducible within the tolerance (", result,
-                          " != ", initial_result_, ")"),
+      log_failure(str_cat("First rerun: unexpected result is not reproducible within the tolerance (", shown(result),
+                          " != ", shown(initial_result_), ")"),
                   fatal);
       track("first_rerun_not_reproducible", result, message);
       log_failure("Possible transient error", fatal);
@@ -317,8 +324,8 @@ Status RerunStateMachine::validate_result(double result, const std::function<boo
       suspicious_node_ = node_;
       suspicious_device_ = device_;
       track("first_rerun_reproducible", result, message);
-      log_failure(str_cat("First rerun: unexpected result is reproducible within the tolerance (", result, " = ",
-                          initial_result_, "). Need to rerun on different hardware to verify correctness"),
+      log_failure(str_cat("First rerun: unexpected result is reproducible within the tolerance (", shown(result), " = ",
+                          shown(initial_result_), "). Need to rerun on different hardware to verify correctness"),
                   fatal);
     }
     return Status::Ok();
@@ -333,14 +340,14 @@ Status RerunStateMachine::validate_result(double result, const std::function<boo
     track("second_rerun_not_reproducible", result, message);
     print_all(str_cat("WARNING: Second rerun: unexpected result is not reproducible on different hardware, "
                       "therefore was likely incorrect (",
-                      result, " != ", initial_result_, ")"));
+                      shown(result), " != ", shown(initial_result_), ")"));
     log_failure("Possible persistent error", true);
     if (!fatal) continue_requested_ = true;
   } else {
     track("second_rerun_reproducible", result, message);
     print_all(str_cat("WARNING: Second rerun: unexpected result is reproducible on different hardware, therefore it "
                       "was likely correct (",
-                      result, " = ", initial_result_, ")"));
+                      shown(result), " = ", shown(initial_result_), ")"));
     log_failure(str_cat("Correct result (but possible Application error) (", message, ")"), true);
     if (!fatal) continue_requested_ = true;
   }

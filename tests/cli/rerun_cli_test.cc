@@ -71,6 +71,9 @@ TEST(RerunCli, RealNanLossIsCheckpointedAndDiagnosedElsewhere) {
   EXPECT_NE(other.output.find("Correct result (but possible Application error)"), std::string::npos) << other.output;
   EXPECT_EQ(tracked_statuses(dir.file("tracker.txt")),
             (std::vector<std::string>{"initial_run", "first_rerun_reproducible", "second_rerun_reproducible"}));
+  EXPECT_NE(testing::read_file(dir.file("tracker.txt")).find(" result=nan message='found NaN in local forward loss "
+                                                              "calculation'"),
+            std::string::npos);  // Megatron's spelling, without the C library's "-nan"
 }
 
 TEST(RerunCli, InjectedResultsOnTheirWayThroughTheStates) {
