@@ -75,18 +75,9 @@ int auto_parallel_main(const ArgParser& parser, Arguments& args, FeatureRegistry
   const AutoParallelResult result =
       thompson_search(found.ranked, static_cast<int>(as.auto_parallel_max_trials), kSeed, runner);
 
-  nlohmann::ordered_json j;
-  j["magic"] = kResultMagic;
-  j["version"] = kResultVersion;
-  j["target"] = {{"ranks", world}, {"nnodes", as.nnodes}, {"ranks_per_node", as.nproc_per_node},
-                 {"memory_limit_bytes", static_cast<int64_t>(run.memory_limit)}};
-  j["profiles"] = run.profiles;
-  j["models"] = models_json(m);
-  nlohmann::ordered_json cands = nlohmann::ordered_json::array();
-  for (const AutoCandidate& c : found.ranked) cands.push_back(candidate_json(c));
-  for (const AutoCandidate& c : found.over_memory) cands.push_back(candidate_json(c));
-  j["candidates"] = cands;
-  j["excluded"] = found.excluded;
+  nlohmann::ordered_json j = search_result_json(
+      kResultMagic, kResultVersion, "",
+      {{"ranks", world}, {"nnodes", as.nnodes}, {"ranks_per_node", as.nproc_per_node}}, run, m, found);
   nlohmann::ordered_json trials = nlohmann::ordered_json::array();
   for (const AutoParallelTrial& t : result.trials) {
     const std::string stem = stem_of(run, t.layout);

@@ -66,16 +66,6 @@ std::string shell_join(const std::vector<std::string>& tokens) {
   return out;
 }
 
-bool write_result_json(const std::string& work_dir, const std::string& name, const nlohmann::json& result,
-                       std::string* path) {
-  *path = work_dir + "/" + name;
-  std::ofstream out(*path, std::ios::binary | std::ios::trunc);
-  out << result.dump(2) << "\n";
-  if (out) return true;
-  std::fprintf(stderr, "gale pretrain: error: --auto-settings-work-dir: cannot write %s\n", path->c_str());
-  return false;
-}
-
 int auto_settings_main(const ArgParser& parser, Arguments& args, FeatureRegistry& registry, int argc, char** argv) {
   const AutoSettingsArgs& as = args.auto_settings;
   AutoRun run;
@@ -105,19 +95,10 @@ int auto_settings_main(const ArgParser& parser, Arguments& args, FeatureRegistry
     best_cmd = {"mpiexec", "-np", std::to_string(as.auto_settings_ranks), "gale", "pretrain"};
     best_cmd.insert(best_cmd.end(), tokens.begin(), tokens.end());
   }
-  nlohmann::ordered_json j;
-  j["magic"] = kResultMagic;
-  j["version"] = kResultVersion;
-  j["type"] = as.auto_settings_type;
-  j["target"] = {{"ranks", as.auto_settings_ranks}, {"nnodes", as.target_nnodes}, {"ranks_per_node", target.ranks_per_node},
-                 {"memory_limit_bytes", static_cast<int64_t>(run.memory_limit)}};
-  j["profiles"] = run.profiles;
-  j["models"] = models_json(m);
-  nlohmann::ordered_json cands = nlohmann::ordered_json::array();
-  for (const AutoCandidate& c : found.ranked) cands.push_back(candidate_json(c));
-  for (const AutoCandidate& c : found.over_memory) cands.push_back(candidate_json(c));
-  j["candidates"] = cands;
-  j["excluded"] = found.excluded;
+  nlohmann::ordered_json j = search_result_json(
+      kResultMagic, kResultVersion, as.auto_settings_type,
+      {{"ranks", as.auto_settings_ranks}, {"nnodes", as.target_nnodes}, {"ranks_per_node", target.ranks_per_node}}, run,
+      m, found);
   if (!best_cmd.empty()) {
     const AutoLayout& b = found.ranked.front().layout;
     j["best"] = {{"tp", b.tp}, {"cp", b.cp}, {"pp", b.pp}, {"dp", b.dp}, {"command", shell_join(best_cmd)}};

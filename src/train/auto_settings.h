@@ -13,8 +13,6 @@
 // `-np N`; Open MPI options such as oversubscription come from the environment (OMPI_MCA_*).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -41,9 +39,5 @@ void set_flag(std::vector<std::string>& tokens, const std::string& flag, const s
 // The command line as a shell would need it (tokens with spaces or quotes single-quoted).
 std::string shell_join(const std::vector<std::string>& tokens);
 
-// Writes `result` (indented JSON) to work_dir/name; false, with "gale pretrain: error:
-// --auto-settings-work-dir: cannot write PATH" on stderr, when it cannot.
-bool write_result_json(const std::string& work_dir, const std::string& name, const nlohmann::json& result,
-                       std::string* path);
 
 }  // namespace gale

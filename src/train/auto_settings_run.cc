@@ -276,4 +276,33 @@ nlohmann::ordered_json candidate_json(const AutoCandidate& c) {
           {"spans_nodes", {{"tp_cp", p.tp_cp_spans_nodes}, {"dp", p.dp_spans_nodes}, {"pp", p.pp_spans_nodes}}}};
 }
 
+nlohmann::ordered_json search_result_json(const std::string& magic, int version, const std::string& type,
+                                          nlohmann::ordered_json target, const AutoRun& run, const AutoModels& m,
+                                          const AutoSearchResult& found) {
+  nlohmann::ordered_json j;
+  j["magic"] = magic;
+  j["version"] = version;
+  if (!type.empty()) j["type"] = type;
+  target["memory_limit_bytes"] = static_cast<int64_t>(run.memory_limit);
+  j["target"] = std::move(target);
+  j["profiles"] = run.profiles;
+  j["models"] = models_json(m);
+  nlohmann::ordered_json cands = nlohmann::ordered_json::array();
+  for (const AutoCandidate& c : found.ranked) cands.push_back(candidate_json(c));
+  for (const AutoCandidate& c : found.over_memory) cands.push_back(candidate_json(c));
+  j["candidates"] = cands;
+  j["excluded"] = found.excluded;
+  return j;
+}
+
+bool write_result_json(const std::string& work_dir, const std::string& name, const nlohmann::ordered_json& result,
+                       std::string* path) {
+  *path = work_dir + "/" + name;
+  std::ofstream out(*path, std::ios::binary | std::ios::trunc);
+  out << result.dump(2) << "\n";
+  if (out) return true;
+  std::fprintf(stderr, "gale pretrain: error: --auto-settings-work-dir: cannot write %s\n", path->c_str());
+  return false;
+}
+
 }  // namespace gale

@@ -51,6 +51,16 @@ AutoSearchSpace make_auto_space(const Arguments& args, int64_t world, double mem
 
 nlohmann::ordered_json models_json(const AutoModels& m);
 nlohmann::ordered_json candidate_json(const AutoCandidate& c);
+// What auto_settings.json and auto_parallel.json begin with: magic, version, `type` (left out when
+// empty), `target`, the profiles run, the fitted models, every candidate (the fitting ones ranked
+// first, then those over the memory limit) and the layouts excluded.
+nlohmann::ordered_json search_result_json(const std::string& magic, int version, const std::string& type,
+                                          nlohmann::ordered_json target, const AutoRun& run, const AutoModels& m,
+                                          const AutoSearchResult& found);
+// Writes `result` (indented JSON) to work_dir/name (*path); false, with "gale pretrain: error:
+// --auto-settings-work-dir: cannot write PATH" on stderr, when it cannot.
+bool write_result_json(const std::string& work_dir, const std::string& name, const nlohmann::ordered_json& result,
+                       std::string* path);
 std::string layout_name(const AutoLayout& l);
 std::string gib(double bytes);
 std::string auto_fixed(double v, int digits);  // "%.*f"
