@@ -12,29 +12,18 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/reference_fixture.h"
 #include "kernels/cpu/quant_grads.h"
 
 namespace gale {
 namespace {
 
-const nlohmann::json& golden() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/quant_grads/golden.json");
-    GALE_CHECK(in.good()) << "missing tests/data/reference/quant_grads/golden.json";
-    return nlohmann::json::parse(in);
-  }();
-  return j;
-}
+using testing::bits;
+using testing::from_bits;
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+const nlohmann::json& golden() {
+  static const nlohmann::json j = testing::load_reference_json("quant_grads/golden.json");
+  return j;
 }
 
 TEST(QuantGradsCodec, AccumulationMatchesFixtureBitForBit) {

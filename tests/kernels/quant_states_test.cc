@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/reference_fixture.h"
 #include "kernels/cpu/fp8_codec.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/mx_quant.h"
@@ -24,24 +25,12 @@
 namespace gale {
 namespace {
 
-const nlohmann::json& golden() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/quant_states/golden.json");
-    GALE_CHECK(in.good()) << "missing tests/data/reference/quant_states/golden.json";
-    return nlohmann::json::parse(in);
-  }();
-  return j;
-}
+using testing::bits;
+using testing::from_bits;
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+const nlohmann::json& golden() {
+  static const nlohmann::json j = testing::load_reference_json("quant_states/golden.json");
+  return j;
 }
 Fp8Format format_of(const std::string& s) { return s == "e4m3" ? Fp8Format::kE4M3 : Fp8Format::kE5M2; }
 
