@@ -14,6 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
+#include "train/data_setup.h"
 
 namespace gale::cli {
 
@@ -200,9 +201,7 @@ int run_preprocess(int argc, char** argv) {
         InvalidArgument("--tokenizer-type is required (e.g. GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer)"));
   o.workers = static_cast<int>(workers);
 
-  TokenizerOptions to{tok.tokenizer_type,  tok.vocab_file, tok.merge_file,
-                      tok.tokenizer_model, tok.vocab_size, tok.vocab_extra_ids};
-  auto tokenizer = build_tokenizer(to);
+  auto tokenizer = build_tokenizer(tokenizer_options(tok));
   if (!tokenizer.ok()) return fail(tokenizer.status());
   const Tokenizer& t = **tokenizer;
   o.dtype = optimal_token_dtype(t.vocab_size());

@@ -32,7 +32,8 @@ constexpr size_t kSmallWord = 24;
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(const StringIdMap& vocab,
                                                      const std::vector<std::pair<std::string, std::string>>& merges,
-                                                     const BpeOptions& options, const std::string& name) {
+                                                     const BpeOptions& options, const std::string& name,
+                                                     const std::vector<int32_t>* ranks) {
   std::unique_ptr<BpeModel> m(new BpeModel());
   m->vocab_ = vocab;
   m->options_ = options;
@@ -61,7 +62,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(const StringIdMap& vocab,
       return InvalidArgument(name, ": merge ", r + 1, " ('", a, "' + '", b,
                              "') uses or makes a token that is not in the vocabulary");
     uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
-    m->merges_[key] = Merge{static_cast<int32_t>(r), ij->second};
+    m->merges_[key] = Merge{ranks ? (*ranks)[r] : static_cast<int32_t>(r), ij->second};
   }
   return m;
 }

@@ -39,10 +39,13 @@ class BpeModel {
  public:
   // `vocab` maps symbol-space keys to ids; `merges` are pairs of keys in rank order (a later
   // duplicate overrides an earlier one). Every merge's parts and result must be in the
-  // vocabulary; `name` (the file) is used in errors.
+  // vocabulary; `name` (the file) is used in errors. `ranks`, when given, holds each merge's
+  // rank instead of its index (equal ranks merge leftmost first): tiktoken's rank-based BPE is
+  // every split of every token into two tokens, ranked by the token's rank.
   static StatusOr<std::unique_ptr<BpeModel>> create(const StringIdMap& vocab,
                                                     const std::vector<std::pair<std::string, std::string>>& merges,
-                                                    const BpeOptions& options, const std::string& name);
+                                                    const BpeOptions& options, const std::string& name,
+                                                    const std::vector<int32_t>* ranks = nullptr);
 
   // Appends the ids of one pre-tokenized word (symbol space). Thread-safe.
   void encode_word(std::string_view word, std::vector<int32_t>* out) const;

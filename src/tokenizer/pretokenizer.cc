@@ -1,7 +1,8 @@
-// GPT-2 / Llama-3 / Qwen2 pre-tokenization without a regex engine.
+// GPT-2 / Llama-3 / Qwen2 / tiktoken v1 and v2 pre-tokenization without a regex engine.
 #include "tokenizer/pretokenizer.h"
 
 #include <string>
+#include <vector>
 
 #include "tokenizer/unicode.h"
 
@@ -107,14 +108,26 @@ void split_gpt2(const Cursor& t, std::vector<uint32_t>* ends) {
   }
 }
 
-void split_cl100k(const Cursor& t, size_t max_digits, std::vector<uint32_t>* ends) {
+// The whitespace alternatives of the cl100k-style patterns: \s*[\r\n]+ takes the run up to its last
+// newline, if it has one; else \s+(?!\S)|\s+.
+size_t newline_or_whitespace_piece(const Cursor& t, size_t i) {
+  size_t run_end = i, after_newline = 0;
+  int len;
+  while (run_end < t.n && t.cls(run_end, &len) == CharClass::kSpace) {
+    if (is_newline(t.p[run_end])) after_newline = run_end + 1;
+    run_end += static_cast<size_t>(len);
+  }
+  return after_newline ? after_newline : whitespace_piece(t, i);
+}
+
+void split_cl100k(const Cursor& t, size_t max_digits, bool contractions, std::vector<uint32_t>* ends) {
   size_t i = 0;
   while (i < t.n) {
     size_t end = 0;
     int len;
     unsigned char c = t.p[i];
     CharClass c0 = t.cls(i, &len);
-    if (c == '\'' && (end = contraction(t, i, true)) != 0) {
+    if (contractions && c == '\'' && (end = contraction(t, i, true)) != 0) {
       end += i;
     } else if (c0 == CharClass::kLetter) {
       end = t.run(i, CharClass::kLetter);
@@ -132,14 +145,106 @@ void split_cl100k(const Cursor& t, size_t max_digits, std::vector<uint32_t>* end
       end = t.run(c0 == CharClass::kOther ? i : i + 1, CharClass::kOther);  //  ?[^\s\p{L}\p{N}]+[\r\n]*
       while (end < t.n && is_newline(t.p[end])) ++end;
     } else {
-      // Whitespace: \s*[\r\n]+ takes the run up to its last newline, if it has one.
-      size_t run_end = i, after_newline = 0;
-      while (run_end < t.n && t.cls(run_end, &len) == CharClass::kSpace) {
-        if (is_newline(t.p[run_end])) after_newline = run_end + 1;
-        run_end += static_cast<size_t>(len);
-      }
-      end = after_newline ? after_newline : whitespace_piece(t, i);
+      end = newline_or_whitespace_piece(t, i);
     }
+    ends->push_back(static_cast<uint32_t>(end));
+    i = end;
+  }
+}
+
+// Tiktoken's v2 pattern needs the letters by case and the marks.
+struct CategoryCursor {
+  const Cursor& t;
+  CharCategory at(size_t i, int* len) const {
+    unsigned char c = t.p[i];
+    if (c < 0x80) {
+      *len = 1;
+      if (c >= 'A' && c <= 'Z') return CharCategory::kUpper;
+      if (c >= 'a' && c <= 'z') return CharCategory::kLower;
+      if (c >= '0' && c <= '9') return CharCategory::kNumber;
+      if (c == ' ' || (c >= '\t' && c <= '\r')) return CharCategory::kSpace;
+      return CharCategory::kOther;
+    }
+    return char_category(decode_utf8(t.p + i, len));
+  }
+  static bool upper(CharCategory c) {  // U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+    return c == CharCategory::kUpper || c == CharCategory::kOtherLetter || c == CharCategory::kMark;
+  }
+  static bool lower(CharCategory c) {  // L = [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+    return c == CharCategory::kLower || c == CharCategory::kOtherLetter || c == CharCategory::kMark;
+  }
+  static bool letter(CharCategory c) {
+    return c == CharCategory::kUpper || c == CharCategory::kLower || c == CharCategory::kOtherLetter;
+  }
+  // P = [^\r\n\p{L}\p{N}]
+  bool prefix(size_t i, CharCategory c) const { return !is_newline(t.p[i]) && !letter(c) && c != CharCategory::kNumber; }
+  // End of the run of characters satisfying `in` from i.
+  template <typename In>
+  size_t run(size_t i, In in) const {
+    int len;
+    while (i < t.n && in(at(i, &len))) i += static_cast<size_t>(len);
+    return i;
+  }
+};
+
+// P?U*L+ at i, as a backtracking engine matches it: P taken first; U* greedy, giving back one
+// character at a time until L+ can start. 0 when it does not match.
+size_t match_upper_star_lower_plus(const CategoryCursor& c, size_t i) {
+  int len;
+  CharCategory c0 = c.at(i, &len);
+  static thread_local std::vector<size_t> starts;  // the U run's character starts, then its end
+  for (size_t pos : {c.prefix(i, c0) ? i + static_cast<size_t>(len) : SIZE_MAX, i}) {
+    if (pos == SIZE_MAX) continue;
+    starts.clear();
+    size_t q = pos;
+    for (;;) {
+      starts.push_back(q);
+      if (q >= c.t.n) break;
+      CharCategory cq = c.at(q, &len);
+      if (!CategoryCursor::upper(cq)) break;
+      q += static_cast<size_t>(len);
+    }
+    for (size_t k = starts.size(); k-- > 0;) {
+      size_t s = starts[k];
+      if (s < c.t.n && CategoryCursor::lower(c.at(s, &len))) return c.run(s, CategoryCursor::lower);
+    }
+  }
+  return 0;
+}
+
+// P?U+L* at i; 0 when it does not match.
+size_t match_upper_plus_lower_star(const CategoryCursor& c, size_t i) {
+  int len;
+  CharCategory c0 = c.at(i, &len);
+  for (size_t pos : {c.prefix(i, c0) ? i + static_cast<size_t>(len) : SIZE_MAX, i}) {
+    if (pos == SIZE_MAX || pos >= c.t.n || !CategoryCursor::upper(c.at(pos, &len))) continue;
+    return c.run(c.run(pos, CategoryCursor::upper), CategoryCursor::lower);
+  }
+  return 0;
+}
+
+void split_tiktoken_v2(const Cursor& t, std::vector<uint32_t>* ends) {
+  CategoryCursor c{t};
+  auto symbol = [](CharCategory k) {  // [^\s\p{L}\p{N}]
+    return k != CharCategory::kSpace && k != CharCategory::kNumber && !CategoryCursor::letter(k);
+  };
+  size_t i = 0;
+  while (i < t.n) {
+    int len;
+    CharCategory c0 = c.at(i, &len);
+    size_t end = match_upper_star_lower_plus(c, i);
+    if (end == 0) end = match_upper_plus_lower_star(c, i);
+    if (end == 0 && c0 == CharCategory::kNumber) end = i + static_cast<size_t>(len);
+    if (end == 0) {
+      size_t from = symbol(c0) ? i : SIZE_MAX;
+      int l1;
+      if (from == SIZE_MAX && t.p[i] == ' ' && i + 1 < t.n && symbol(c.at(i + 1, &l1))) from = i + 1;
+      if (from != SIZE_MAX) {  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+        end = c.run(from, symbol);
+        while (end < t.n && (is_newline(t.p[end]) || t.p[end] == '/')) ++end;
+      }
+    }
+    if (end == 0) end = newline_or_whitespace_piece(t, i);
     ends->push_back(static_cast<uint32_t>(end));
     i = end;
   }
@@ -154,10 +259,16 @@ void pretokenize(SplitPattern pattern, std::string_view text, std::vector<uint32
       split_gpt2(t, ends);
       break;
     case SplitPattern::kLlama3:
-      split_cl100k(t, 3, ends);
+      split_cl100k(t, 3, /*contractions=*/true, ends);
       break;
     case SplitPattern::kQwen2:
-      split_cl100k(t, 1, ends);
+      split_cl100k(t, 1, /*contractions=*/true, ends);
+      break;
+    case SplitPattern::kTiktokenV1:
+      split_cl100k(t, 1, /*contractions=*/false, ends);
+      break;
+    case SplitPattern::kTiktokenV2:
+      split_tiktoken_v2(t, ends);
       break;
   }
 }

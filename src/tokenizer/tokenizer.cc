@@ -5,6 +5,7 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/null_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/tiktoken_tokenizer.h"
 
 namespace gale {
 
@@ -25,13 +26,18 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
     GALE_ASSIGN_OR_RETURN(auto t, SentencePieceTokenizer::load(o.tokenizer_model, variant, o.vocab_extra_ids));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
+  if (type == "TikTokenizer") {
+    TiktokenOptions to{o.tiktoken_pattern, o.vocab_size, o.tiktoken_num_special_tokens, o.tiktoken_special_tokens};
+    GALE_ASSIGN_OR_RETURN(auto t, TikTokenizer::load(o.tokenizer_model, to));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
   if (type == "NullTokenizer") {
     GALE_ASSIGN_OR_RETURN(auto t, NullTokenizer::create(o.vocab_size));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   return Unimplemented("--tokenizer-type ", type,
                        " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
-                       "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
+                       "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, TikTokenizer, NullTokenizer)");
 }
 
 }  // namespace gale

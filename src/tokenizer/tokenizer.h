@@ -1,6 +1,6 @@
 // Tokenizers chosen with Megatron's flags (--tokenizer-type, --vocab-file, --merge-file,
-// --tokenizer-model, --vocab-size): GPT2BPETokenizer, HuggingFaceTokenizer,
-// SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer and NullTokenizer, each
+// --tokenizer-model, --vocab-size, --tiktoken-*): GPT2BPETokenizer, HuggingFaceTokenizer,
+// SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, TikTokenizer and NullTokenizer, each
 // giving the ids Megatron's class of the same name gives (see docs/data.md for the rules).
 // MindSpeed-LLM's PretrainedFromHF (with --tokenizer-name-or-path) is HuggingFaceTokenizer.
 #pragma once
@@ -44,6 +44,10 @@ struct TokenizerOptions {
   std::string vocab_file, merge_file, tokenizer_model;
   int64_t vocab_size = -1;
   int64_t vocab_extra_ids = 0;
+  // TikTokenizer (--tiktoken-pattern, --tiktoken-num-special-tokens, --tiktoken-special-tokens).
+  std::string tiktoken_pattern;
+  int64_t tiktoken_num_special_tokens = 1000;
+  std::vector<std::string> tiktoken_special_tokens;
 };
 
 // Builds the tokenizer; errors name the flag or file and say what was expected (e.g. a

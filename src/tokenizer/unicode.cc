@@ -46,10 +46,17 @@ const ClassTable& table() {
 }
 }  // namespace
 
-CharClass char_class(uint32_t cp) {
-  if (cp >= 0x110000) return CharClass::kOther;
+CharCategory char_category(uint32_t cp) {
+  if (cp >= 0x110000) return CharCategory::kOther;
   const ClassTable& t = table();
-  return static_cast<CharClass>(t.stage2[t.stage1[cp >> 8]][cp & 0xFF]);
+  return static_cast<CharCategory>(t.stage2[t.stage1[cp >> 8]][cp & 0xFF]);
+}
+
+CharClass char_class(uint32_t cp) {
+  static constexpr CharClass kCoarse[] = {CharClass::kOther,  CharClass::kLetter, CharClass::kLetter,
+                                          CharClass::kLetter, CharClass::kOther,  CharClass::kNumber,
+                                          CharClass::kSpace};
+  return kCoarse[static_cast<uint8_t>(char_category(cp))];
 }
 
 size_t find_invalid_utf8(std::string_view s) {

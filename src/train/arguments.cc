@@ -452,8 +452,8 @@ void add_data_args(ArgParser& p, DataArgs& a) {
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
   std::vector<std::string> types = {"GPT2BPETokenizer",          "HuggingFaceTokenizer", "SentencePieceTokenizer",
-                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "NullTokenizer",
-                                    "PretrainedFromHF"};
+                                    "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "TikTokenizer",
+                                    "NullTokenizer",             "PretrainedFromHF"};
   types.insert(types.end(), kUnsupportedTokenizerTypes.begin(), kUnsupportedTokenizerTypes.end());
   p.add_choice("--tokenizer-type", &a.tokenizer_type, types,
                "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files; "
@@ -465,6 +465,11 @@ void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
         "--tokenizer-name-or-path)");
   p.add("--vocab-size", &a.vocab_size, "vocabulary size of NullTokenizer (and of --mock-data)");
   p.add("--vocab-extra-ids", &a.vocab_extra_ids, "extra sentinel ids added to the vocabulary");
+  p.add("--tiktoken-pattern", &a.tiktoken_pattern, "TikTokenizer's split pattern: v1 or v2");
+  p.add("--tiktoken-num-special-tokens", &a.tiktoken_num_special_tokens,
+        "TikTokenizer: number of special tokens, ids 0..N-1 (default 1000)");
+  p.add_list("--tiktoken-special-tokens", &a.tiktoken_special_tokens,
+             "TikTokenizer: the named special tokens, first; must include <unk> <s> </s> (their default)", 1);
 }
 
 void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {

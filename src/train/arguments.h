@@ -476,13 +476,18 @@ struct DataArgs {
 // Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up
 // can say "not supported yet" instead of "not a valid choice".
 inline const std::vector<std::string> kUnsupportedTokenizerTypes = {
-    "TikTokenizer", "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer", "NullMultimodalTokenizer"};
+    "BertWordPieceLowerCase", "BertWordPieceCase", "MultimodalTokenizer", "NullMultimodalTokenizer"};
 
 struct TokenizerArgs {
   std::string tokenizer_type;  // "" -> GPT2BPETokenizer (pretrain_gpt's default), or NullTokenizer with --mock-data
   std::string vocab_file, merge_file, tokenizer_model;
   int64_t vocab_size = kUnset;
   int64_t vocab_extra_ids = 0;
+  // TikTokenizer: --tiktoken-pattern v1|v2 (required there), --tiktoken-num-special-tokens
+  // (Megatron's default 1000), --tiktoken-special-tokens (default <unk> <s> </s>).
+  std::string tiktoken_pattern;
+  int64_t tiktoken_num_special_tokens = 1000;
+  std::vector<std::string> tiktoken_special_tokens;
 };
 
 // Megatron's --ckpt-format choices (megatron/training/arguments.py; zarr from its older releases).

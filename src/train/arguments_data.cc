@@ -37,8 +37,8 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
   for (const std::string& unsupported : kUnsupportedTokenizerTypes)
     if (t.tokenizer_type == unsupported)
       return Unimplemented("--tokenizer-type ", unsupported, ": not supported yet (Gale reads GPT2BPETokenizer, "
-                           "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer "
-                           "and NullTokenizer)");
+                           "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer, "
+                           "TikTokenizer and NullTokenizer)");
   if (t.tokenizer_type == "NullTokenizer" && t.vocab_size == kUnset)
     return InvalidArgument("--tokenizer-type NullTokenizer needs --vocab-size");
   return Status::Ok();

@@ -66,7 +66,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
       {"YAML argument files", {"--yaml-cfg"}},
-      {"TikTokenizer", {"--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens"}},
       {"datasets on S3", {"--s3-cache-path"}},
       {"process groups initialised outside Gale", {"--lazy-mpu-init"}},
       {"per-group NCCL communicator settings", {"--nccl-communicator-config-path"}},

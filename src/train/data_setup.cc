@@ -224,9 +224,15 @@ SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
   return c;
 }
 
+TokenizerOptions tokenizer_options(const TokenizerArgs& t) {
+  return TokenizerOptions{t.tokenizer_type,        t.vocab_file,         t.merge_file,
+                          t.tokenizer_model,       t.vocab_size,         t.vocab_extra_ids,
+                          t.tiktoken_pattern,      t.tiktoken_num_special_tokens, t.tiktoken_special_tokens};
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> build_pretrain_tokenizer(const Arguments& args) {
   const TokenizerArgs& t = args.tokenizer;
-  TokenizerOptions o{t.tokenizer_type, t.vocab_file, t.merge_file, t.tokenizer_model, t.vocab_size, t.vocab_extra_ids};
+  TokenizerOptions o = tokenizer_options(t);
   bool no_files = t.vocab_file.empty() && t.merge_file.empty() && t.tokenizer_model.empty();
   if (o.type.empty() && args.data.mock_data && no_files) {
     if (t.vocab_size == kUnset)

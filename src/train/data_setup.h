@@ -46,4 +46,7 @@ SplitSampleCounts pretrain_sample_counts(const Arguments& args);
 // --vocab-size when --mock-data is given without any tokenizer flag.
 StatusOr<std::unique_ptr<Tokenizer>> build_pretrain_tokenizer(const Arguments& args);
 
+// The tokenizer layer's options from the tokenizer flags (pretrain, preprocess, generate, ...).
+TokenizerOptions tokenizer_options(const TokenizerArgs& t);
+
 }  // namespace gale

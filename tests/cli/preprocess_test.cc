@@ -22,6 +22,8 @@ const std::string kGpt2 = "--tokenizer-type GPT2BPETokenizer --vocab-file " + kR
                           "/data/tokenizers/gpt2/vocab.json --merge-file " + kRepo + "/data/tokenizers/gpt2/merges.txt";
 const std::string kLlama3 = "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " +
                             std::string(GALE_TEST_DATA_DIR) + "/tokenizers/llama3_style";
+const std::string kTiktoken = "--tokenizer-type TikTokenizer --tiktoken-pattern v2 --vocab-size 4256 --tokenizer-model " +
+                              std::string(GALE_TEST_DATA_DIR) + "/tokenizers/tiktoken_gpt2_3k.json";
 
 void expect_same_files(const std::string& ours, const std::string& megatron) {
   for (const char* ext : {".bin", ".idx"}) {
@@ -39,7 +41,8 @@ struct PreprocessRun {
 
 TEST(Preprocess, ByteIdenticalToMegatronForEveryKey) {
   for (const PreprocessRun& run : {PreprocessRun{"gpt2_eod", kGpt2 + " --append-eod"}, PreprocessRun{"gpt2", kGpt2},
-                                   PreprocessRun{"llama3_eod", kLlama3 + " --append-eod"}}) {
+                                   PreprocessRun{"llama3_eod", kLlama3 + " --append-eod"},
+                                   PreprocessRun{"tiktoken_v2_eod", kTiktoken + " --append-eod"}}) {
     for (int workers : {1, 2}) {
       TempDir dir;
       auto r = run_gale("preprocess --input " + kRef + "/input.jsonl --output-prefix " + dir.file("out") +

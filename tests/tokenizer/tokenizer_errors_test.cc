@@ -49,7 +49,7 @@ TEST(TokenizerErrors, MissingFilesAndFlags) {
   TokenizerOptions null;
   null.type = "NullTokenizer";
   expect_error(null, "--vocab-size is required");
-  expect_error(model("TikTokenizer", kSpm), "--tokenizer-type TikTokenizer is not supported");
+  expect_error(model("BertWordPieceCase", kVocab), "--tokenizer-type BertWordPieceCase is not supported");
 }
 
 TEST(TokenizerErrors, FilesOfTheWrongKind) {

@@ -24,6 +24,23 @@ TEST(Unicode, Classes) {
   EXPECT_EQ(char_class(0x10FFFF), CharClass::kOther);
 }
 
+TEST(Unicode, CategoriesSplitLettersByCaseAndKeepMarks) {
+  EXPECT_EQ(char_category('A'), CharCategory::kUpper);
+  EXPECT_EQ(char_category('z'), CharCategory::kLower);
+  EXPECT_EQ(char_category(0x01C5), CharCategory::kUpper);        // Dz with caron, titlecase (Lt)
+  EXPECT_EQ(char_category(0x02B0), CharCategory::kOtherLetter);  // modifier letter small h (Lm)
+  EXPECT_EQ(char_category(0x4E2D), CharCategory::kOtherLetter);  // CJK ideograph (Lo, range entry)
+  EXPECT_EQ(char_category(0x0301), CharCategory::kMark);         // combining acute (Mn)
+  EXPECT_EQ(char_category(0x0903), CharCategory::kMark);         // Devanagari visarga (Mc)
+  EXPECT_EQ(char_category(0x20DD), CharCategory::kMark);         // combining enclosing circle (Me)
+  EXPECT_EQ(char_category(0x2164), CharCategory::kNumber);
+  EXPECT_EQ(char_category(0x3000), CharCategory::kSpace);
+  EXPECT_EQ(char_category(0x1F980), CharCategory::kOther);
+  // The coarse classes follow from the categories.
+  EXPECT_EQ(char_class(0x01C5), CharClass::kLetter);
+  EXPECT_EQ(char_class(0x0903), CharClass::kOther);
+}
+
 TEST(Unicode, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8("plain ascii"), std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("caf\xC3\xA9 \xF0\x9F\xA6\x80"), std::string_view::npos);

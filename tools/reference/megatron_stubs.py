@@ -35,6 +35,7 @@ def install():
 
     for name in ["megatron", "megatron.core", "megatron.core.datasets", "megatron.training", "megatron.training.tokenizer"]:
         stub(name)
+    sys.modules["megatron.training"].print_rank_0 = lambda *a, **k: None  # CustomTikTokenizer imports it from there
     utils = types.ModuleType("megatron.training.utils")
     utils.print_rank_0 = lambda *a, **k: None
     sys.modules[utils.__name__] = utils

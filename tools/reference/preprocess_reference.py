@@ -39,12 +39,15 @@ def main():
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     gpt2 = os.path.join(REPO, "data", "tokenizers", "gpt2")
     llama3 = os.path.join(REPO, "tests", "data", "tokenizers", "llama3_style")
+    tiktoken = os.path.join(REPO, "tests", "data", "tokenizers", "tiktoken_gpt2_3k.json")  # tiktoken_reference.py
     runs = [
         ("gpt2_eod", ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", os.path.join(gpt2, "vocab.json"),
                       "--merge-file", os.path.join(gpt2, "merges.txt"), "--append-eod"]),
         ("gpt2", ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", os.path.join(gpt2, "vocab.json"),
                   "--merge-file", os.path.join(gpt2, "merges.txt")]),
         ("llama3_eod", ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", llama3, "--append-eod"]),
+        ("tiktoken_v2_eod", ["--tokenizer-type", "TikTokenizer", "--tokenizer-model", tiktoken, "--tiktoken-pattern",
+                             "v2", "--vocab-size", "4256", "--append-eod"]),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in runs:
