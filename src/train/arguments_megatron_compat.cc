@@ -36,7 +36,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--encoder-num-layers", "--decoder-num-layers", "--encoder-seq-length", "--decoder-seq-length",
         "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
         "--pipeline-model-parallel-split-rank"}},
-      {"different initialisation per data-parallel rank", {"--data-parallel-random-init"}},
       {"CUDA graphs", {"--enable-cuda-graph", "--cuda-graph-scope", "--cuda-graph-warmup-steps", "--external-cuda-graph"}},
       {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
