@@ -658,6 +658,7 @@ struct RerunArgs {
 struct MegatronCompatArgs {
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
+  std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
 };
 
 // MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).

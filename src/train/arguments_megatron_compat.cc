@@ -64,7 +64,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
-      {"YAML argument files", {"--yaml-cfg"}},
       {"TikTokenizer", {"--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens"}},
       {"datasets on S3", {"--s3-cache-path"}},
       {"process groups initialised outside Gale", {"--lazy-mpu-init"}},
@@ -240,6 +239,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
   p.group("model");
   p.add_choice("--transformer-impl", &a.transformer_impl, {"local", "transformer_engine"},
                "accepted for compatibility: Gale has one implementation of both");
+  p.group("training");
+  p.add("--yaml-cfg", &a.yaml_cfg,
+        "Megatron's YAML argument file: it replaces the command line, whose other flags are ignored "
+        "(train/yaml_cfg.h)");
 }
 
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
