@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # collectives for multi-process training
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train for the demo tokenizer
   nlohmann-json3-dev libcli11-dev zlib1g-dev
+  libyaml-cpp-dev        # Megatron's --yaml-cfg argument files
   libzstd-dev            # zstd: the lossless codec of --compress-optimizer/--compress-activation/--compress-dense
   libisal-dev            # CRC-32C (crc32_iscsi) of TensorBoard event files (--tensorboard-dir)
   libicu-dev             # Unicode normalisation for Hugging Face tokenizer.json normalizers

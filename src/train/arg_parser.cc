@@ -23,6 +23,7 @@ struct ArgParser::Impl {
   std::map<std::string, bool> compat_flags;
   std::map<std::string, std::vector<std::string>> compat_lists;
   std::map<std::string, bool> supported;
+  std::map<std::string, ArgParser::Kind> kind;  // flag -> what follows it (FlagInfo::kind)
   std::map<std::string, std::string> value_kind;  // flag -> "an integer" / "a number", for conversion errors
   Impl(const std::string& program, const std::string& description) : app(description, program) {
     app.allow_extras(false);
@@ -31,10 +32,12 @@ struct ArgParser::Impl {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   static std::string first_name(const std::string& flag) { return flag.substr(0, flag.find(',')); }
-  CLI::Option* record(const std::string& flag, CLI::Option* opt, bool is_supported = true) {
+  CLI::Option* record(const std::string& flag, CLI::Option* opt, bool is_supported = true,
+                      ArgParser::Kind flag_kind = ArgParser::Kind::kValue) {
     opt->group(group);
     options.emplace_back(first_name(flag), opt);
     supported[first_name(flag)] = is_supported;
+    kind[first_name(flag)] = is_supported ? flag_kind : ArgParser::Kind::kRefused;
     return opt;
   }
 };
@@ -68,16 +71,16 @@ void ArgParser::add_list(const std::string& flag, std::vector<std::string>* dest
                          int min_values) {
   CLI::Option* opt = impl_->app.add_option(flag, *dest, help)->expected(min_values, 1 << 20);
   opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  impl_->record(flag, opt);
+  impl_->record(flag, opt, true, Kind::kList);
 }
 void ArgParser::add_flag(const std::string& flag, bool* dest, const std::string& help) {
-  impl_->record(flag, impl_->app.add_flag(flag, *dest, help));
+  impl_->record(flag, impl_->app.add_flag(flag, *dest, help), true, Kind::kSwitch);
 }
 void ArgParser::add_false(const std::string& flag, bool* dest, const std::string& help) {
   bool initial = *dest;
   CLI::Option* opt = impl_->app.add_flag_callback(flag, [dest] { *dest = false; }, help);
   opt->default_str(initial ? "false" : "true");
-  impl_->record(flag, opt);
+  impl_->record(flag, opt, true, Kind::kSwitch);
 }
 
 void ArgParser::add_unsupported(const std::string& flag, const std::string& why) {
@@ -100,14 +103,15 @@ void ArgParser::add_refused(const std::string& flag, const std::string& message,
 void ArgParser::add_compat(const std::string& flag, bool takes_value, const std::string& note) {
   CLI::Option* opt = takes_value ? impl_->app.add_option(flag, impl_->compat_values[flag], "accepted: " + note)
                                  : impl_->app.add_flag(flag, impl_->compat_flags[flag], "accepted: " + note);
-  impl_->record(flag, opt)->group("accepted for compatibility (no effect in Gale)");
+  impl_->record(flag, opt, true, takes_value ? Kind::kValue : Kind::kSwitch)
+      ->group("accepted for compatibility (no effect in Gale)");
   impl_->compat.emplace_back(Impl::first_name(flag), note);
 }
 
 void ArgParser::add_compat_list(const std::string& flag, const std::string& note) {
   CLI::Option* opt = impl_->app.add_option(flag, impl_->compat_lists[flag], "accepted: " + note)->expected(1, 1 << 20);
   opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  impl_->record(flag, opt)->group("accepted for compatibility (no effect in Gale)");
+  impl_->record(flag, opt, true, Kind::kList)->group("accepted for compatibility (no effect in Gale)");
   impl_->compat.emplace_back(Impl::first_name(flag), note);
 }
 
@@ -191,6 +195,7 @@ std::vector<ArgParser::FlagInfo> ArgParser::flags() const {
     info.help = opt->get_description();
     info.default_value = opt->get_default_str();
     info.supported = impl_->supported[name];
+    info.kind = impl_->kind[name];
     out.push_back(info);
   }
   return out;

@@ -70,9 +70,13 @@ class ArgParser {
   std::vector<std::string> given_flags() const;
 
   // All registered flags with their group, for documentation and `gale features`.
+  // kind: what follows the flag: one value, a list of values, nothing (a switch), or anything (a
+  // refused flag, accepted with any number of values so that its error names it).
+  enum class Kind { kValue, kList, kSwitch, kRefused };
   struct FlagInfo {
     std::string flag, group, help, default_value;
     bool supported = true;
+    Kind kind = Kind::kValue;
   };
   std::vector<FlagInfo> flags() const;
 

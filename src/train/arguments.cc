@@ -133,6 +133,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");
+  p.add_flag("--data-parallel-random-init", &a.data_parallel_random_init,
+             "initialise the parameters with a different seed (--seed + 10 x data-parallel rank) on each "
+             "data-parallel rank, then broadcast data-parallel rank 0's values before training, as Megatron");
   p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd", "muon", "dist_muon"},
                "optimizer (adam is AdamW; muon: Muon for the 2-D weights of the layers, AdamW for the rest; "
                "dist_muon is Megatron's deprecated spelling of muon with --use-distributed-optimizer)");

@@ -144,6 +144,10 @@ struct TrainingArgs {
   double exit_duration_in_mins = kUnsetF;
   bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM saves a checkpoint and exits (train/exit_signal.h)
   int64_t seed = 1234;
+  // --data-parallel-random-init: data-parallel rank r initialises its parameters with seed + 10·r
+  // (Megatron's _set_random_seed), then every rank takes data-parallel rank 0's values before
+  // training (Megatron's DDP broadcast_params), as pretrain_gpt.py does.
+  bool data_parallel_random_init = false;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
   double lr = kUnsetF;
   double min_lr = 0.0;
@@ -659,6 +663,7 @@ struct RerunArgs {
 struct MegatronCompatArgs {
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
+  std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
 };
 
 // MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).

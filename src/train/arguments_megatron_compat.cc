@@ -36,7 +36,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--encoder-num-layers", "--decoder-num-layers", "--encoder-seq-length", "--decoder-seq-length",
         "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
         "--pipeline-model-parallel-split-rank"}},
-      {"different initialisation per data-parallel rank", {"--data-parallel-random-init"}},
       {"CUDA graphs", {"--enable-cuda-graph", "--cuda-graph-scope", "--cuda-graph-warmup-steps", "--external-cuda-graph"}},
       {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
@@ -65,7 +64,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
       {"Megatron's functional-test mode", {"--test-mode"}},
-      {"YAML argument files", {"--yaml-cfg"}},
       {"datasets on S3", {"--s3-cache-path"}},
       {"process groups initialised outside Gale", {"--lazy-mpu-init"}},
       {"per-group NCCL communicator settings", {"--nccl-communicator-config-path"}},
@@ -240,6 +238,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
   p.group("model");
   p.add_choice("--transformer-impl", &a.transformer_impl, {"local", "transformer_engine"},
                "accepted for compatibility: Gale has one implementation of both");
+  p.group("training");
+  p.add("--yaml-cfg", &a.yaml_cfg,
+        "Megatron's YAML argument file: it replaces the command line, whose other flags are ignored "
+        "(train/yaml_cfg.h)");
 }
 
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {

@@ -1,5 +1,6 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
+#include "train/data_parallel_random_init.h"
 #include "train/expert_placer.h"
 
 #include <algorithm>
@@ -256,7 +257,12 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     ModelPartition part = chunk_partition(args, engine->ps, vp, engine->cp_hybrid, engine->tp2d);
     part.ep_hot_groups = ep_hot_groups;
     models.push_back(std::make_unique<GPTModel>(config, std::move(part), &engine->ops));
-    models.back()->params().initialize(config.seed);
+    if (args.training.data_parallel_random_init) {  // --data-parallel-random-init (train/data_parallel_random_init.h)
+      models.back()->params().initialize(data_parallel_init_seed(config.seed, engine->ps.coords().dp));
+      broadcast_params_from_data_parallel_rank0(models.back()->params(), engine->ps.dp_cp(), engine->ps.expert_dp());
+    } else {
+      models.back()->params().initialize(config.seed);
+    }
     models.back()->set_per_token_loss(args.training.calculate_per_token_loss);
     if (args.training.swap_attention || args.training.swap_layer_input)
       models.back()->set_swap_attention(swap_attention_config_from_args(args));

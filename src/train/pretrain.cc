@@ -31,6 +31,7 @@
 #include "train/timers_log.h"
 #include "train/training_log.h"
 #include "train/trainer.h"
+#include "train/yaml_cfg.h"
 
 namespace gale {
 
@@ -93,12 +94,42 @@ void print_active_features(const FeatureRegistry& registry, const FeatureContext
 
 int pretrain_main(int argc, char** argv) {
   double job_start = wall_seconds();  // Megatron's _TRAIN_START_TIME (--log-progress)
-  ArgParser parser("gale pretrain", "Pretrain a GPT/LLaMA-style model with Megatron-LM's pretrain_gpt.py flags.");
+  const char* kDescription = "Pretrain a GPT/LLaMA-style model with Megatron-LM's pretrain_gpt.py flags.";
+  // --yaml-cfg (train/yaml_cfg.h): as Megatron, the command line is parsed first, then the file's
+  // arguments replace it; `yaml_argv` is the command line the file stands for.
+  const std::string yaml_cfg = find_yaml_cfg(argc, argv);
+  std::vector<std::string> yaml_argv, yaml_ignored, yaml_notes;
+  std::vector<char*> yaml_ptrs;
+  if (!yaml_cfg.empty()) {
+    ArgParser cli("gale pretrain", kDescription);
+    Arguments cli_args;
+    add_all_pretrain_args(cli, cli_args);
+    auto cli_registry = make_feature_registry();
+    cli_registry->register_args(cli);
+    Status parsed = cli.parse(argc, argv);
+    if (!parsed.ok()) return usage_error(parsed);
+    if (cli.help_requested()) {
+      std::printf("%s", cli.help_text().c_str());
+      return 0;
+    }
+    for (const std::string& flag : cli.given_flags())
+      if (flag != "--yaml-cfg") yaml_ignored.push_back(flag);
+    StatusOr<YamlCfgArgs> from_file = yaml_cfg_to_args(yaml_cfg, cli);
+    if (!from_file.ok()) return usage_error(from_file.status());
+    yaml_argv = {argv[0]};
+    yaml_argv.insert(yaml_argv.end(), from_file->argv.begin(), from_file->argv.end());
+    yaml_notes = from_file->notes;
+    for (std::string& a : yaml_argv) yaml_ptrs.push_back(a.data());
+    argc = static_cast<int>(yaml_ptrs.size());
+    argv = yaml_ptrs.data();
+  }
+  ArgParser parser("gale pretrain", kDescription);
   Arguments args;
   add_all_pretrain_args(parser, args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
   Status st = parser.parse(argc, argv);
+  if (!st.ok() && !yaml_cfg.empty()) st = Status(st.code(), str_cat("--yaml-cfg ", yaml_cfg, ": ", st.message()));
   if (!st.ok()) return usage_error(st);
   if (parser.help_requested()) {
     std::printf("%s", parser.help_text().c_str());
@@ -118,7 +149,11 @@ int pretrain_main(int argc, char** argv) {
   StatusOr<std::vector<std::string>> from_checkpoint = apply_checkpoint_args(args, parser);  // --use-checkpoint-args
   if (!from_checkpoint.ok()) return usage_error(from_checkpoint.status());
   for (const std::string& line : from_checkpoint.value()) print_rank0(line);
+  if (!yaml_cfg.empty())  // Megatron's validate_yaml caps TP and PP at the world size
+    apply_yaml_cfg_world_caps(world->size(), &args.parallel.tensor_model_parallel_size,
+                              &args.parallel.pipeline_model_parallel_size);
   st = validate_all_pretrain_args(args, parser, world->size(), world->rank());
+  if (!st.ok() && !yaml_cfg.empty()) st = Status(st.code(), str_cat("--yaml-cfg ", yaml_cfg, ": ", st.message()));
   if (!st.ok()) return usage_error(st);
   st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA
   if (!st.ok()) return usage_error(st);
@@ -163,6 +198,14 @@ int pretrain_main(int argc, char** argv) {
   print_banner(parser, args, world);
   for (const std::string& w : gemm_startup_check(local_process_count())) warn_rank0(w);
   for (const std::string& n : notices) warn_rank0(n);
+  if (!yaml_cfg.empty()) {
+    std::string ignored;
+    for (const std::string& f : yaml_ignored) ignored += (ignored.empty() ? ": " : ", ") + f;
+    warn_rank0(str_cat("--yaml-cfg ", yaml_cfg, ": the arguments come from the file (Megatron's experimental YAML "
+                       "arguments); the command line's other flags are ignored",
+                       ignored));
+    for (const std::string& n : yaml_notes) warn_rank0(str_cat("--yaml-cfg ", yaml_cfg, ": ", n));
+  }
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
   if (!args.training.fp16) {
     for (const char* flag : {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
