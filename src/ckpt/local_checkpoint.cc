@@ -169,7 +169,10 @@ StatusOr<LocalCheckpointSearch> LocalCheckpointManager::find_latest() {
   gather_availability();
   LocalCheckpointSearch s;
   std::map<int64_t, std::set<int>> owners;
-  for (const auto& [key, ranks] : holders_) owners[key.first].insert(key.second);
+  // Owners beyond this world (a save by more ranks) do not count: assemble() then names the
+  // world size the parts were saved with.
+  for (const auto& [key, ranks] : holders_)
+    if (key.second < world_.size()) owners[key.first].insert(key.second);
   for (const auto& [iteration, set] : owners) {
     s.newest_seen = std::max(s.newest_seen, iteration);
     if (static_cast<int>(set.size()) == world_.size()) s.latest = std::max(s.latest, iteration);
@@ -244,7 +247,7 @@ Status LocalCheckpointManager::assemble(int64_t iteration, bool all_parts, const
     } else if (value("gale.local.world_size") != std::to_string(world)) {
       st = FailedPrecondition("local checkpoint of iteration ", iteration, " was saved by ",
                               value("gale.local.world_size"), " ranks; this run has ", world,
-                              " (a local checkpoint loads only at the layout that saved it)");
+                              " (a local checkpoint loads only at the world size that saved it)");
     } else if (value("gale.local.algo") != config_.algo) {
       st = FailedPrecondition("local checkpoint of iteration ", iteration, " was saved with "
                               "--non-persistent-local-ckpt-algo ", value("gale.local.algo"), "; this run has ",

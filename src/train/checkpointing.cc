@@ -585,7 +585,7 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
     }
     print_rank0(str_cat("Loading from a non-persistent checkpoint (non-persistent iter ", t->iteration, ")"));
     *tried = true;
-    return load_from("--non-persistent-global-ckpt-dir", dir, t->iteration, args, engine, state, ParamSet::kAll,
+    return load_from("--non-persistent-global-ckpt-dir", dir, kUnset, args, engine, state, ParamSet::kAll,
                      !finetune && ca.load_optim, !finetune, loaded);
   }
   // Local: the ranks' parts, own or replicated (collective from here on).

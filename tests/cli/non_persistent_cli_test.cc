@@ -133,6 +133,10 @@ void expect_local_resume(const std::vector<std::string>& layout, const std::stri
   EXPECT_TRUE(has(resumed.output, "Loading from a non-persistent checkpoint (non-persistent iter 2)")) << resumed.output;
   EXPECT_TRUE(has(resumed.output, "  successfully loaded checkpoint from " + local + " at iteration 2")) << resumed.output;
   EXPECT_EQ(logged_values(resumed.output, "lm loss"), tail(losses, 2)) << resumed.output;
+  // One process finds rank 0's parts of a two-rank save: refused, naming the world sizes.
+  test::RunResult one = pretrain(1, 4, flags);
+  EXPECT_NE(one.exit_code, 0) << one.output;
+  EXPECT_TRUE(has(one.output, "was saved by 2 ranks; this run has 1")) << one.output;
 }
 
 // fully_parallel: rank 1's part holds nothing (plain data parallelism writes one copy, from rank 0);
