@@ -126,6 +126,14 @@ Status CheckpointWriter::write_shard(const std::string& dir, uint64_t* bytes, ui
   *bytes = 0;
   *crc = 0;
   if (pieces_.empty()) return Status::Ok();
+  GALE_ASSIGN_OR_RETURN(SafetensorsWriteResult r, write_part(dir + "/" + shard_file_name(comm_.rank()), {}));
+  *bytes = r.bytes;
+  *crc = r.crc32;
+  return Status::Ok();
+}
+
+StatusOr<SafetensorsWriteResult> CheckpointWriter::write_part(const std::string& path,
+                                                              const std::map<std::string, std::string>& metadata) const {
   SafetensorsWriter w;
   nlohmann::json index = nlohmann::json::object();
   for (const Piece& p : pieces_) {
@@ -136,10 +144,8 @@ Status CheckpointWriter::write_shard(const std::string& dir, uint64_t* bytes, ui
   w.set_metadata("gale.version", std::to_string(kCheckpointVersion));
   w.set_metadata("gale.rank", std::to_string(comm_.rank()));
   w.set_metadata("gale.pieces", index.dump());
-  GALE_ASSIGN_OR_RETURN(SafetensorsWriteResult r, w.write(dir + "/" + shard_file_name(comm_.rank())));
-  *bytes = r.bytes;
-  *crc = r.crc32;
-  return Status::Ok();
+  for (const auto& [key, value] : metadata) w.set_metadata(key, value);
+  return w.write(path);
 }
 
 bool CheckpointWriter::step_done(CheckpointCommitStep step) const {

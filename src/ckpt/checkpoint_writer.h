@@ -33,12 +33,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ckpt/safetensors.h"
 #include "comm/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -111,6 +113,12 @@ class CheckpointWriter {
   // Collective over `comm`, after start_commit() succeeded: waits for this rank's shard write, then
   // finishes as commit() does (barrier, metadata.json, rename, tracker). The same result on every rank.
   Status finish_commit();
+
+  // Not collective: writes this rank's pieces to `path` (atomically) as a shard file, with
+  // `metadata` added to its __metadata__ (the local non-persistent checkpoints, ckpt/local_checkpoint.h).
+  // A rank without pieces writes a file without tensors.
+  StatusOr<SafetensorsWriteResult> write_part(const std::string& path,
+                                              const std::map<std::string, std::string>& metadata) const;
 
   const std::string& save_dir() const { return save_dir_; }
   int64_t iteration() const { return iteration_; }

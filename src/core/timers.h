@@ -9,7 +9,8 @@
 // timer is read up to now and keeps running), exactly as Megatron's.
 //
 // Gale's names and levels (Megatron's; the caller in parentheses):
-//   level 0: save-checkpoint (trainer, around every save), load-checkpoint (pretrain, --load),
+//   level 0: save-checkpoint (trainer, around every save), save-checkpoint-non-persistent (trainer,
+//            around every --non-persistent-save-interval save), load-checkpoint (pretrain, --load),
 //            model-and-optimizer-setup, train/valid/test-data-iterators-setup (pretrain start-up);
 //            each printed on its own by the code that times it.
 //   level 1: forward-backward (the schedule plus finalize_model_grads), all-grads-sync (the

@@ -507,6 +507,24 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
              "save checkpoints asynchronously: each rank copies what it saves into host memory (peak host memory "
              "rises by one such copy) and a background thread writes it while training continues; the tracker file "
              "is written once every rank has finished (needs --ckpt-format torch_dist, torch_dcp or fsdp_dtensor)");
+  p.add("--non-persistent-save-interval", &a.non_persistent_save_interval,
+        "iterations between non-persistent checkpoints (needs --save and --non-persistent-ckpt-type)");
+  p.add_choice("--non-persistent-ckpt-type", &a.non_persistent_ckpt_type, {"global", "local", "in_memory"},
+        "global: a normal checkpoint in --non-persistent-global-ckpt-dir with older ones removed; local: each rank "
+        "saves its part in --non-persistent-local-ckpt-dir/<rank>");
+  p.add("--non-persistent-global-ckpt-dir", &a.non_persistent_global_ckpt_dir,
+        "directory of the global non-persistent checkpoints (default <save>/non_persistent, read from "
+        "<load>/non_persistent)");
+  p.add("--non-persistent-local-ckpt-dir", &a.non_persistent_local_ckpt_dir,
+        "root directory of the local non-persistent checkpoints (each rank writes <dir>/<rank>/)");
+  p.add_choice("--non-persistent-local-ckpt-algo", &a.non_persistent_local_ckpt_algo, {"fully_parallel", "atomic"},
+        "fully_parallel: each rank saves its share of one copy (a load exchanges the parts); atomic: each rank "
+        "saves everything it holds (a load reads only its own part)");
+  p.add_flag("--replication", &a.replication,
+             "replicate local checkpoints: each part is also stored by the other ranks of its clique");
+  p.add("--replication-jump", &a.replication_jump,
+        "J: the spacing between the ranks of a replication clique (n, n+J, n+2J, ...)");
+  p.add("--replication-factor", &a.replication_factor, "F: the number of ranks holding each local part (default 2)");
 }
 
 void add_logging_args(ArgParser& p, LoggingArgs& a) {
@@ -978,6 +996,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_non_persistent_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));

@@ -530,6 +530,21 @@ struct CheckpointArgs {
   // warning for each difference (Megatron stops there).
   bool override_opt_param_scheduler = false;
   bool use_checkpoint_opt_param_scheduler = false;
+  // Megatron's non-persistent checkpoints (train/checkpointing.h, docs/formats/checkpoint.md):
+  // every --non-persistent-save-interval iterations (when no persistent save falls there) a
+  // checkpoint of type "global" (a normal checkpoint in --non-persistent-global-ckpt-dir, default
+  // <save>/non_persistent, older ones removed) or "local" (each rank's part in
+  // <--non-persistent-local-ckpt-dir>/<rank>/, with --non-persistent-local-ckpt-algo atomic: all the
+  // rank holds, fully_parallel: one copy of everything over the job). --replication stores every
+  // part on the --replication-factor ranks n, n+J, ... of its clique (J = --replication-jump).
+  int64_t non_persistent_save_interval = kUnset;
+  std::string non_persistent_ckpt_type;  // "" (none), global or local
+  std::string non_persistent_global_ckpt_dir;
+  std::string non_persistent_local_ckpt_dir;
+  std::string non_persistent_local_ckpt_algo = "fully_parallel";
+  bool replication = false;
+  int64_t replication_jump = kUnset;
+  int64_t replication_factor = 2;
 };
 
 struct LoggingArgs {
@@ -778,6 +793,9 @@ StatusOr<std::vector<std::vector<int64_t>>> parse_num_layer_list(const std::stri
 StatusOr<std::vector<std::vector<int64_t>>> parse_pipeline_num_transformer_layers(const std::string& text);
 Status validate_data_args(Arguments& a, const ArgParser& p);
 Status validate_checkpoint_args(Arguments& a, const ArgParser& p);
+// The non-persistent checkpoint flags (Megatron's validate_args checks, and what Gale does not
+// compose them with yet) on `world_size` ranks: --replication needs the world to split into cliques.
+Status validate_non_persistent_args(Arguments& a, const ArgParser& p, int64_t world_size);
 // After the model and parallel flags: the MoE flags, and what MoE does not compose with yet.
 Status validate_moe_args(Arguments& a, const ArgParser& p);
 // The expert generator's expert-parallel size (the ranks a MoE layer's experts are spread over):

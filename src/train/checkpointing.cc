@@ -1,13 +1,18 @@
 // Checkpoint save/load for the trainer on top of ckpt/ (sharded tensors + metadata sections).
 #include "train/checkpointing.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_layout.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_writer.h"
+#include "ckpt/local_checkpoint.h"
 #include "core/log.h"
 #include "optim/shard_boxes.h"
 #include "train/quant_state_checkpoint.h"
@@ -155,28 +160,19 @@ Status AsyncCheckpointSaves::maybe_finalize(bool blocking) {
   return Status::Ok();
 }
 
-Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
-                       AsyncCheckpointSaves* async) {
+namespace {
+
+// Adds this rank's pieces to `w`: with `all_held` everything it holds (a local checkpoint of
+// --non-persistent-local-ckpt-algo atomic, read back by this rank alone), otherwise the pieces
+// Gale's format assigns to it (one copy of every piece in the job).
+Status add_pieces(const Arguments& args, const Engine& engine, CheckpointWriter& w, bool all_held) {
   const Optimizer& optimizer = *engine.optimizer;
-  const LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
-  if (async && !async->empty()) {
-    print_rank0("WARNING: Starting a checkpoint save before previous has finished. Consider increasing the "
-                "checkpoint interval.");
-    GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
-  }
-  char line[64];
-  std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(state.iteration));
-  print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.save));
-  finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
-  const GatheredParams gathered(engine, /*write_back=*/false);  // ZeRO-3: every unit whole while writing
-  auto writer = std::make_unique<CheckpointWriter>(ca.save, state.iteration, *engine.ps.world());
-  CheckpointWriter& w = *writer;
   for (size_t c = 0; c < engine.chunks.size(); ++c) {
     const GPTModel& model = *engine.chunks[c];
     const ParamBuffer& pb = model.params();
     for (int id = 0; id < pb.size(); ++id) {
-      if (!writes(engine.ps, model, id)) continue;
+      if (!all_held && !writes(engine.ps, model, id)) continue;
       const ParamSpec& s = pb.spec(id);
       if (!s.trainable && !s.buffer) continue;  // LoRA: the checkpoint holds the adapters, not the frozen base
       Tensor param = pb.param_values(id);  // f32 (reconstructed under --reuse-fp32-param)
@@ -189,7 +185,7 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
     // each rank writes the boxes of the global tensors that its owned segments cover.
     const auto opt_state = optimizer.state(c);
     for (const Optimizer::Segment& seg : optimizer.segments(c)) {
-      if (!writes_state(engine, model, seg.param_id, optimizer.sharded(c))) continue;
+      if (!all_held && !writes_state(engine, model, seg.param_id, optimizer.sharded(c))) continue;
       const ParamSpec& s = pb.spec(seg.param_id);
       for (const ParamBox& box : local_range_boxes(s, seg.begin - s.offset, seg.begin - s.offset + seg.numel))
         for (const auto& [state_name, flat] : opt_state)
@@ -200,6 +196,14 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
   }
   // --quant-states: this rank's codes and scales as they are (train/quant_state_checkpoint.h).
   if (ca.save_optim) GALE_RETURN_IF_ERROR(add_quantised_state(w, optimizer, engine.ps.world()->rank()));
+  return Status::Ok();
+}
+
+// metadata.json's trainer sections (model, args, trainer, optimizer, scheduler, RNG).
+nlohmann::json checkpoint_sections(const Arguments& args, const Engine& engine, const TrainerState& state) {
+  const Optimizer& optimizer = *engine.optimizer;
+  const LrScheduler& scheduler = *engine.scheduler;
+  const CheckpointArgs& ca = args.checkpoint;
   const GPTModel& model = *engine.chunks.front();
   nlohmann::json sections;
   sections["gale_trainer_state_version"] = kTrainerStateVersion;
@@ -238,15 +242,117 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
                                        {"wd_incr_steps", ls.wd_incr_steps}};
   }
   if (ca.save_rng) sections["rng_state"] = {{"seed", args.training.seed}, {"generator", "philox4x32-10 counter-based"}};
-  std::string saved = str_cat("  successfully saved checkpoint at iteration ", line, " to ", ca.save);
+  return sections;
+}
+
+std::string iteration_field(int64_t iteration) {
+  char line[64];
+  std::snprintf(line, sizeof line, "%7lld", static_cast<long long>(iteration));
+  return line;
+}
+
+// The save itself, to `save_dir` (--save, or the global non-persistent directory).
+Status save_to(const std::string& save_dir, const Arguments& args, const Engine& engine, const TrainerState& state,
+               AsyncCheckpointSaves* async) {
+  if (async && !async->empty()) {
+    print_rank0("WARNING: Starting a checkpoint save before previous has finished. Consider increasing the "
+                "checkpoint interval.");
+    GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
+  }
+  const std::string line = iteration_field(state.iteration);
+  print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", save_dir));
+  finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
+  const GatheredParams gathered(engine, /*write_back=*/false);  // ZeRO-3: every unit whole while writing
+  auto writer = std::make_unique<CheckpointWriter>(save_dir, state.iteration, *engine.ps.world());
+  CheckpointWriter& w = *writer;
+  GALE_RETURN_IF_ERROR(add_pieces(args, engine, w, /*all_held=*/false));
+  const nlohmann::json sections = checkpoint_sections(args, engine, state);
+  std::string saved = str_cat("  successfully saved checkpoint at iteration ", line, " to ", save_dir);
   if (async) {
     GALE_RETURN_IF_ERROR(w.start_commit(sections));  // the snapshot; training may change the tensors now
     async->schedule(std::move(writer), std::move(saved));
-    print_rank0(str_cat("  scheduled an async checkpoint save at iteration ", line, " to ", ca.save));
+    print_rank0(str_cat("  scheduled an async checkpoint save at iteration ", line, " to ", save_dir));
     return Status::Ok();
   }
   GALE_RETURN_IF_ERROR(w.commit(sections));
   print_rank0(saved);
+  return Status::Ok();
+}
+
+// Megatron's cleanup_old_non_persistent_checkpoint(leave_ckpt_num=1), before a global
+// non-persistent save: every iter_<N> directory of `dir` but the newest is removed (rank 0 only),
+// so the job always keeps the last complete one until the new save is committed.
+void cleanup_old_non_persistent_checkpoints(const std::string& dir, Communicator& world) {
+  if (world.rank() != 0) return;
+  static const std::regex kIterDir(R"(iter_(\d+))");
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (e.is_directory(ec) && std::regex_match(name, m, kIterDir)) found.emplace_back(std::stoll(m[1].str()), e.path().string());
+  }
+  if (found.empty()) return;
+  std::sort(found.begin(), found.end());
+  auto list = [](auto begin, auto end) {
+    std::string text = "[";
+    for (auto it = begin; it != end; ++it) text += str_cat(it == begin ? "" : ", ", "'", it->second, "'");
+    return text + "]";
+  };
+  print_rank0(str_cat("Non-persistent checkpoints scheduled for removal: ", list(found.begin(), found.end() - 1)));
+  print_rank0(str_cat("Non-persistent checkpoints to be kept: ", list(found.end() - 1, found.end())));
+  for (auto it = found.begin(); it + 1 != found.end(); ++it) std::filesystem::remove_all(it->second, ec);
+}
+
+LocalCheckpointConfig local_config(const CheckpointArgs& ca) {
+  LocalCheckpointConfig c;
+  c.root = ca.non_persistent_local_ckpt_dir;
+  c.algo = ca.non_persistent_local_ckpt_algo;
+  c.replication = ca.replication;
+  c.jump = ca.replication ? static_cast<int>(ca.replication_jump) : 1;
+  c.factor = static_cast<int>(ca.replication_factor);
+  return c;
+}
+
+}  // namespace
+
+std::string non_persistent_global_dir(const CheckpointArgs& ca, const std::string& base) {
+  if (!ca.non_persistent_global_ckpt_dir.empty()) return ca.non_persistent_global_ckpt_dir;
+  return base.empty() ? std::string() : base + "/" + kNonPersistentSubdir;
+}
+
+Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
+                       AsyncCheckpointSaves* async) {
+  return save_to(args.checkpoint.save, args, engine, state, async);
+}
+
+Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
+                                      AsyncCheckpointSaves* async) {
+  const CheckpointArgs& ca = args.checkpoint;
+  if (ca.non_persistent_ckpt_type == "global") {
+    const std::string dir = non_persistent_global_dir(ca, ca.save);
+    if (async && !async->empty()) {  // the save in flight must be complete before older ones go
+      print_rank0("WARNING: Starting a checkpoint save before previous has finished. Consider increasing the "
+                  "checkpoint interval.");
+      GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
+    }
+    cleanup_old_non_persistent_checkpoints(dir, *engine.ps.world());
+    return save_to(dir, args, engine, state, async);
+  }
+  if (ca.non_persistent_ckpt_type != "local")
+    return InvalidArgument("Please use local or global non-persistent checkpoints (got: ",
+                           ca.non_persistent_ckpt_type.empty() ? std::string("None") : ca.non_persistent_ckpt_type, ")");
+  // Local: synchronous (a save in flight is finalised first); each rank writes its part.
+  if (async && !async->empty()) GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
+  const std::string line = iteration_field(state.iteration);
+  print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.non_persistent_local_ckpt_dir));
+  finish_param_sync(engine);
+  const GatheredParams gathered(engine, /*write_back=*/false);
+  CheckpointWriter w(ca.non_persistent_local_ckpt_dir, state.iteration, *engine.ps.world());
+  GALE_RETURN_IF_ERROR(add_pieces(args, engine, w, /*all_held=*/ca.non_persistent_local_ckpt_algo == "atomic"));
+  LocalCheckpointManager local(local_config(ca), *engine.ps.world());
+  GALE_RETURN_IF_ERROR(local.save(w, state.iteration, checkpoint_sections(args, engine, state)));
+  print_rank0(str_cat("  successfully saved local checkpoint from iteration ", line));
   return Status::Ok();
 }
 
@@ -314,7 +420,9 @@ void restore_schedule(const nlohmann::json& sd, const CheckpointArgs& ca, LrSche
 // kUnset): the parameters of `set`, the optimizer state and scheduler when `load_optim`, the trainer
 // state when `load_trainer`.
 Status load_from(const std::string& flag, const std::string& dir, int64_t step, const Arguments& args,
-                 Engine& engine, TrainerState& state, ParamSet set, bool load_optim, bool load_trainer, bool* loaded) {
+                 Engine& engine, TrainerState& state, ParamSet set, bool load_optim, bool load_trainer, bool* loaded,
+                 const std::string& shown_dir = "") {
+  const std::string& shown = shown_dir.empty() ? dir : shown_dir;  // the directory named in the log lines
   Optimizer& optimizer = *engine.optimizer;
   LrScheduler& scheduler = *engine.scheduler;
   const CheckpointArgs& ca = args.checkpoint;
@@ -333,7 +441,7 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     return NotFound("--ckpt-step ", step, ": ", flag, " ", dir, " has no checkpoint of that iteration (",
                     opened.status().message(), ")");
   GALE_ASSIGN_OR_RETURN(CheckpointReader r, std::move(opened));
-  print_rank0(str_cat(" loading checkpoint from ", dir, " at iteration ", r.iteration()));
+  print_rank0(str_cat(" loading checkpoint from ", shown, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
   const nlohmann::json current = checkpoint_model_section(engine.chunks.front()->config());
@@ -443,8 +551,68 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   // As Megatron: without the optimizer state the scheduler is not restored either (it restarts).
   for (auto& chunk : engine.chunks) chunk->params().refresh_gemm_copy();
   *loaded = true;
-  print_rank0(str_cat("  successfully loaded checkpoint from ", dir, " at iteration ", state.iteration));
+  print_rank0(str_cat("  successfully loaded checkpoint from ", shown, " at iteration ", state.iteration));
   return Status::Ok();
+}
+
+// The persistent checkpoint's iteration that a non-persistent one competes with (Megatron's
+// _load_base_checkpoint): --ckpt-step, else the tracker of --load, else -1.
+int64_t persistent_iteration(const CheckpointArgs& ca) {
+  if (ca.ckpt_step != kUnset) return ca.ckpt_step;
+  StatusOr<TrackerValue> t = read_tracker(ca.load);
+  return t.ok() && !t->release ? t->iteration : -1;
+}
+
+// Megatron's _get_non_persistent_iteration and _load_non_persistent_base_checkpoint: `*tried` says
+// whether the non-persistent checkpoint was chosen (then `*loaded` is its outcome).
+Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& state, bool finetune, bool* loaded,
+                           bool* tried) {
+  const CheckpointArgs& ca = args.checkpoint;
+  *tried = false;
+  const int64_t persistent = persistent_iteration(ca);
+  if (ca.non_persistent_ckpt_type == "global") {
+    const std::string dir = non_persistent_global_dir(ca, ca.load);
+    StatusOr<TrackerValue> t = read_tracker(dir);
+    if (!t.ok()) {
+      print_rank0(str_cat("WARNING: could not find the metadata file ", tracker_path(dir)));
+      print_rank0("    will not load any non-persistent checkpoint");
+      return Status::Ok();
+    }
+    if (t->release) return FailedPrecondition(tracker_path(dir), ": Non-persistent checkpoint can't be a release checkpoint");
+    if (t->iteration < persistent) {
+      print_rank0("WARNING: non-persistent checkpoints are older than persistent checkpoint");
+      return Status::Ok();
+    }
+    print_rank0(str_cat("Loading from a non-persistent checkpoint (non-persistent iter ", t->iteration, ")"));
+    *tried = true;
+    return load_from("--non-persistent-global-ckpt-dir", dir, kUnset, args, engine, state, ParamSet::kAll,
+                     !finetune && ca.load_optim, !finetune, loaded);
+  }
+  // Local: the ranks' parts, own or replicated (collective from here on).
+  LocalCheckpointManager local(local_config(ca), *engine.ps.world());
+  GALE_ASSIGN_OR_RETURN(LocalCheckpointSearch found, local.find_latest());
+  if (found.latest < 0 && found.newest_seen >= 0 && found.newest_seen >= persistent)
+    return NotFound("--non-persistent-ckpt-type local: the local checkpoint of iteration ", found.newest_seen, " in ",
+                    ca.non_persistent_local_ckpt_dir, " is incomplete: ", found.missing_part,
+                    " does not exist and no rank holds a replica of it (a lost node's directory?",
+                    ca.replication ? "" : " --replication keeps copies on other ranks",
+                    "); remove the local checkpoints to resume from ",
+                    persistent >= 0 ? str_cat("the persistent checkpoint of iteration ", persistent) : std::string("scratch"));
+  if (found.latest < 0) return Status::Ok();
+  if (found.latest < persistent) {
+    print_rank0("WARNING: non-persistent checkpoints are older than persistent checkpoint");
+    return Status::Ok();
+  }
+  print_rank0(str_cat("Loading from a non-persistent checkpoint (non-persistent iter ", found.latest, ")"));
+  *tried = true;
+  const std::string into = str_cat(local.own_dir(), "/load.tmp-", ::getpid());
+  Status st = local.assemble(found.latest, ca.non_persistent_local_ckpt_algo != "atomic", into);
+  if (st.ok())
+    st = load_from("--non-persistent-local-ckpt-dir", into, found.latest, args, engine, state, ParamSet::kAll,
+                   !finetune && ca.load_optim, !finetune, loaded, ca.non_persistent_local_ckpt_dir);
+  std::error_code ec;
+  std::filesystem::remove_all(into, ec);
+  return st;
 }
 
 }  // namespace
@@ -465,9 +633,15 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
     dir = ca.pretrained_checkpoint;
     finetune = true;
   }
-  if (!args.lora.enabled())
+  if (!args.lora.enabled()) {
+    if (!ca.non_persistent_ckpt_type.empty() && flag == "--load") {
+      bool tried = false;
+      GALE_RETURN_IF_ERROR(load_non_persistent(args, engine, state, finetune, loaded, &tried));
+      if (tried) return Status::Ok();
+    }
     return load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kAll, !finetune && ca.load_optim,
                      !finetune, loaded);
+  }
   // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
   // other parameters); --lora-load gives the adapters and resumes their training state.
   *loaded = false;

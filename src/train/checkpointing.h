@@ -53,6 +53,27 @@ class AsyncCheckpointSaves {
 Status save_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
                        AsyncCheckpointSaves* async = nullptr);
 
+// Megatron's _NON_PERSISTENT_CKPT_SUBDIR: global non-persistent checkpoints default to <save>/non_persistent.
+inline constexpr const char* kNonPersistentSubdir = "non_persistent";
+// The global non-persistent directory: --non-persistent-global-ckpt-dir, else <base>/non_persistent
+// (base: --save when saving, --load when loading; "" when both are empty).
+std::string non_persistent_global_dir(const CheckpointArgs& ca, const std::string& base);
+
+// Megatron's save_checkpoint(non_persistent_ckpt=True), at every --non-persistent-save-interval
+// (collective over the world):
+//  - global: Megatron's cleanup_old_non_persistent_checkpoint first (every iter_<N>/ of the global
+//    non-persistent directory but the newest is removed, so a loadable one always remains), then an
+//    ordinary checkpoint there (its own tracker; asynchronous with --async-save);
+//  - local: each rank writes its part to <--non-persistent-local-ckpt-dir>/<rank>/ (with
+//    --replication also its clique's parts), then removes its older parts (ckpt/local_checkpoint.h).
+//    With --non-persistent-local-ckpt-algo atomic a part holds everything the rank holds; with
+//    fully_parallel the pieces Gale's format assigns to the rank (one copy over the job).
+//    Synchronous: a save in flight is finalised first.
+// Prints Megatron's lines ("saving checkpoint at iteration ...", "  successfully saved local
+// checkpoint from iteration ...", "Non-persistent checkpoints scheduled for removal: [...]").
+Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engine, const TrainerState& state,
+                                      AsyncCheckpointSaves* async = nullptr);
+
 // Loads <args.checkpoint.load> into the engine's model chunks (and, unless --finetune /
 // --no-load-optim, the optimizer, scheduler and trainer state), at whatever layout it was saved.
 // With LoRA (--lora-target-modules) --load gives only the frozen base weights, and --lora-load (if
@@ -61,6 +82,11 @@ Status save_checkpoint(const Arguments& args, const Engine& engine, const Traine
 // the adapters (and their optimizer state).
 // `*loaded` is false when there is no checkpoint to load (a warning is printed, as Megatron does)
 // unless --exit-on-missing-checkpoint makes that an error.
+// With --non-persistent-ckpt-type (Megatron's _load_base_checkpoint) the non-persistent checkpoint
+// is loaded instead when its iteration is at least the persistent one's (the tracker of --load, or
+// --ckpt-step): global from non_persistent_global_dir(--load), local from the newest iteration
+// whose parts the ranks hold together (from replicas when a rank lost its directory). A local
+// checkpoint newer than the one loaded that lacks a part no rank holds is an error naming the file.
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
 // --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest

@@ -445,6 +445,11 @@ int pretrain_main(int argc, char** argv) {
       return progress->saved_checkpoint(s.iteration, s.floating_point_operations_so_far, job_start_flops,
                                         s.consumed_train_samples * args.model.seq_length, args.checkpoint.async_save);
     });
+  // Megatron's non-persistent saves (no --log-progress line for them, as Megatron).
+  if (!args.checkpoint.save.empty() && args.checkpoint.non_persistent_save_interval != kUnset)
+    trainer.set_non_persistent_save_fn([&](const TrainerState& s) -> Status {
+      return save_non_persistent_checkpoint(args, engine, s, async_saves.get());
+    });
 
   world->barrier();  // Megatron's timers.log(..., barrier=True)
   log_timers(timers, {"model-and-optimizer-setup", "train/valid/test-data-iterators-setup"}, *world);

@@ -554,15 +554,17 @@ Status Trainer::run() {
   };
   // Megatron's save_checkpoint_and_time: the save timed as save-checkpoint and reported at once
   // (a collective), its duration left out of the log interval's elapsed time.
-  auto save = [&]() -> Status {
+  auto save_with = [&](const SaveFn& fn, const char* timer_name) -> Status {
     const double save_start = now_seconds();
-    ScopedTimer timer(engine_->timers, "save-checkpoint", 0);
-    GALE_RETURN_IF_ERROR(save_fn_(state_));
+    ScopedTimer timer(engine_->timers, timer_name, 0);
+    GALE_RETURN_IF_ERROR(fn(state_));
     timer.stop();
-    if (engine_->timers) log_timers(*engine_->timers, {"save-checkpoint"}, *engine_->ps.world());
+    if (engine_->timers) log_timers(*engine_->timers, {timer_name}, *engine_->ps.world());
     interval_start += now_seconds() - save_start;
     return Status::Ok();
   };
+  auto save = [&]() { return save_with(save_fn_, "save-checkpoint"); };
+  const int64_t non_persistent_interval = args_.checkpoint.non_persistent_save_interval;
   if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
   const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
@@ -767,17 +769,22 @@ Status Trainer::run() {
       }
       exit_for_duration = exits[1] != 0;
     }
+    bool saved_non_persistent = false;
     if (save_fn_ && args_.checkpoint.save_interval > 0 && state_.iteration % args_.checkpoint.save_interval == 0) {
       GALE_RETURN_IF_ERROR(save());
       saved_at_last_iteration = true;
+    } else if (non_persistent_save_fn_ && non_persistent_interval > 0 &&
+               state_.iteration % non_persistent_interval == 0) {
+      GALE_RETURN_IF_ERROR(save_with(non_persistent_save_fn_, "save-checkpoint-non-persistent"));
+      saved_non_persistent = true;
     }
     if (exit_for_duration) {
-      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
+      if (save_fn_ && !saved_at_last_iteration && !saved_non_persistent) GALE_RETURN_IF_ERROR(save());
       print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
       return finish_run();
     }
     if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
-      if (save_fn_ && !saved_at_last_iteration) GALE_RETURN_IF_ERROR(save());
+      if (save_fn_ && !saved_at_last_iteration && !saved_non_persistent) GALE_RETURN_IF_ERROR(save());
       print_datetime(str_cat("exiting program at iteration ", state_.iteration));
       return finish_run();
     }

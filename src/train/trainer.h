@@ -82,6 +82,11 @@ class Trainer {
   // Called at every --save-interval, at --exit-interval and at the end of training.
   using SaveFn = std::function<Status(const TrainerState&)>;
   void set_save_fn(SaveFn fn) { save_fn_ = std::move(fn); }
+  // Called at every --non-persistent-save-interval where no persistent save falls (Megatron's
+  // checkpoint_and_decide_exit); timed as save-checkpoint-non-persistent. Such a save counts as the
+  // iteration's checkpoint for --exit-interval and --exit-duration-in-mins (no second, persistent
+  // save there), not for the save at the end of training.
+  void set_non_persistent_save_fn(SaveFn fn) { non_persistent_save_fn_ = std::move(fn); }
   // --async-save: finalises the save in flight (AsyncCheckpointSaves::maybe_finalize), called as
   // Megatron calls maybe_finalize_async_save: not blocking at the start of every iteration,
   // blocking at the end of run() (after the final evaluations) and at every early exit.
@@ -182,6 +187,7 @@ class Trainer {
   const SampleDataset* test_;
   TrainerState state_;
   SaveFn save_fn_;
+  SaveFn non_persistent_save_fn_;
   FinalizeSavesFn finalize_saves_fn_;
   StepObserver step_observer_;
   TensorBoardWriter* tensorboard_ = nullptr;
