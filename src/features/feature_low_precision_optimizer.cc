@@ -19,9 +19,13 @@
 // parameter group and micro-batch, from the f32 contribution the backward wrote), the scales aligned
 // across data-parallel ranks by an all-reduce MIN before the sum, the sum rounded to FP16 with the
 // aligned scale, and the optimizer, the gradient norm and clipping reading the dequantised values.
-// Gale's backward still writes each contribution into the f32 gradient buffer (as MindSpeed's
-// param.grad), so the FP16 codes add 2 bytes per element and 4 per parameter: the feature gives
-// MindSpeed's numerics, not its memory saving (docs/model.md). Works alone or with --quant-states.
+// Gale's backward still writes each contribution in f32 (as MindSpeed's param.grad), but only one
+// drain unit's at a time: the chunk's flat f32 gradient buffer is replaced by one scratch the size
+// of the largest unit (a layer, the head or the embedding), shared by all units and reused as the
+// data-parallel sum's staging and the optimizer's dequantised copy, plus f32 slots for the
+// parameters written outside their unit or summed in f32 afterwards (the tied word embedding, the
+// embedding group's copies, sequence-parallel norms and biases). Numerics are unchanged, bit for
+// bit (docs/model.md has the measured memory). Works alone or with --quant-states.
 // Refused (not supported yet, naming the flag): --overlap-grad-reduce (buckets would reduce the f32
 // buffer during backward), expert parallelism (a second data-parallel group), several
 // distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after the hooks), ZeRO-2/3.
@@ -61,7 +65,8 @@ class LowPrecisionOptimizer : public Feature {
            "both HiFloat8 with fp8's blocks and MindSpeed's hif8 scale) and dequantised to f32 for the update in one "
            "fused pass: about 3.9x less optimizer-state memory; --quant-grads: FP16 main gradients with a "
            "per-parameter scale (65503 / amax), requantised at every micro-batch accumulation, scales aligned by a "
-           "data-parallel MIN before the sum (MindSpeed's numerics; the f32 gradient buffer stays)";
+           "data-parallel MIN before the sum; f32 gradients only for the largest layer (a scratch every layer "
+           "shares) and the tied embedding";
   }
   bool requested(const FeatureContext& ctx) const override {
     return !ctx.args->training.quant_states.empty() || ctx.args->training.quant_grads;
