@@ -116,7 +116,9 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
 // in f32 after the data-parallel reduction), and with MTP layers the embedding (they read it in
 // the head's backward).
 std::vector<int> quant_grads_resident(const GPTModel& model) {
-  std::vector<int> ids = model.embedding_group_param_ids();
+  std::vector<int> ids;
+  // A chunk holding both ends (one pipeline stage) sums nothing over the embedding group.
+  if (!(model.partition().pre_process && model.partition().post_process)) ids = model.embedding_group_param_ids();
   if (model.output_weight_id() >= 0 && model.output_weight_id() == model.word_embedding_id())
     ids.push_back(model.output_weight_id());
   // The MTP layers (run with the head) embed the rolled ids with the embedding's weights.
