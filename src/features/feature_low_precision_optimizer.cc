@@ -26,9 +26,10 @@
 // parameters written outside their unit or summed in f32 afterwards (the tied word embedding, the
 // embedding group's copies, sequence-parallel norms and biases). Numerics are unchanged, bit for
 // bit (docs/model.md has the measured memory). Works alone or with --quant-states.
-// Refused (not supported yet, naming the flag): --overlap-grad-reduce (buckets would reduce the f32
-// buffer during backward), expert parallelism (a second data-parallel group), several
-// distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after the hooks), ZeRO-2/3.
+// Refused (not supported yet, naming the flag): --overlap-grad-reduce (buckets would be reduced
+// during the backward, before the scales are aligned), expert parallelism (a second data-parallel
+// group), several distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after
+// their unit's hook, into a scratch another unit then uses), ZeRO-2/3.
 //
 // Rules of --quant-states: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
 // --swap-optimizer (its file holds f32 state; the task's rule for this feature, MindSpeed's own
@@ -43,9 +44,10 @@
 // state bytes, bitwise resume, cross loads; all three modes), tests/cli/quant_states_cli_test.cc, tests/optim/quant_states_mpi_test.cc (DP2 distributed
 // optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules);
 // --quant-grads: tests/kernels/quant_grads_test.cc (codec vs the numpy fixture, accumulation bound),
-// tests/train/quant_grads_test.cc (gradients, training within tolerance of f32, bytes, bitwise
-// resume), tests/optim/quant_grads_mpi_test.cc (DP2 vs one process, aligned scales, distributed
-// optimizer), tests/cli/quant_states_cli_test.cc.
+// tests/train/quant_grads_test.cc (gradients, training within tolerance of f32, bytes of the codes
+// and of the f32 slots and scratch against the bound derived from the model, bitwise resume),
+// tests/optim/quant_grads_mpi_test.cc (DP2 vs one process, aligned scales, distributed optimizer,
+// TP2 + SP resident norms), tests/cli/quant_states_cli_test.cc.
 #include "features/registry.h"
 
 namespace gale {
