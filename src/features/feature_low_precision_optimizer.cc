@@ -19,12 +19,17 @@
 // parameter group and micro-batch, from the f32 contribution the backward wrote), the scales aligned
 // across data-parallel ranks by an all-reduce MIN before the sum, the sum rounded to FP16 with the
 // aligned scale, and the optimizer, the gradient norm and clipping reading the dequantised values.
-// Gale's backward still writes each contribution into the f32 gradient buffer (as MindSpeed's
-// param.grad), so the FP16 codes add 2 bytes per element and 4 per parameter: the feature gives
-// MindSpeed's numerics, not its memory saving (docs/model.md). Works alone or with --quant-states.
-// Refused (not supported yet, naming the flag): --overlap-grad-reduce (buckets would reduce the f32
-// buffer during backward), expert parallelism (a second data-parallel group), several
-// distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after the hooks), ZeRO-2/3.
+// Gale's backward still writes each contribution in f32 (as MindSpeed's param.grad), but only one
+// drain unit's at a time: the chunk's flat f32 gradient buffer is replaced by one scratch the size
+// of the largest unit (a layer, the head or the embedding), shared by all units and reused as the
+// data-parallel sum's staging and the optimizer's dequantised copy, plus f32 slots for the
+// parameters written outside their unit or summed in f32 afterwards (the tied word embedding, the
+// embedding group's copies, sequence-parallel norms and biases). Numerics are unchanged, bit for
+// bit (docs/model.md has the measured memory). Works alone or with --quant-states.
+// Refused (not supported yet, naming the flag): --overlap-grad-reduce (buckets would be reduced
+// during the backward, before the scales are aligned), expert parallelism (a second data-parallel
+// group), several distributed-optimizer instances, --dualpipev-dw-detach (weight gradients after
+// their unit's hook, into a scratch another unit then uses), ZeRO-2/3.
 //
 // Rules of --quant-states: AdamW only (--optimizer adam; SGD and Muon keep their f32 state); conflicts with
 // --swap-optimizer (its file holds f32 state; the task's rule for this feature, MindSpeed's own
@@ -39,9 +44,10 @@
 // state bytes, bitwise resume, cross loads; all three modes), tests/cli/quant_states_cli_test.cc, tests/optim/quant_states_mpi_test.cc (DP2 distributed
 // optimizer), tests/features/low_precision_optimizer_feature_test.cc (registry and rules);
 // --quant-grads: tests/kernels/quant_grads_test.cc (codec vs the numpy fixture, accumulation bound),
-// tests/train/quant_grads_test.cc (gradients, training within tolerance of f32, bytes, bitwise
-// resume), tests/optim/quant_grads_mpi_test.cc (DP2 vs one process, aligned scales, distributed
-// optimizer), tests/cli/quant_states_cli_test.cc.
+// tests/train/quant_grads_test.cc (gradients, training within tolerance of f32, bytes of the codes
+// and of the f32 slots and scratch against the bound derived from the model, bitwise resume),
+// tests/optim/quant_grads_mpi_test.cc (DP2 vs one process, aligned scales, distributed optimizer,
+// TP2 + SP resident norms), tests/cli/quant_states_cli_test.cc.
 #include "features/registry.h"
 
 namespace gale {
@@ -61,7 +67,8 @@ class LowPrecisionOptimizer : public Feature {
            "both HiFloat8 with fp8's blocks and MindSpeed's hif8 scale) and dequantised to f32 for the update in one "
            "fused pass: about 3.9x less optimizer-state memory; --quant-grads: FP16 main gradients with a "
            "per-parameter scale (65503 / amax), requantised at every micro-batch accumulation, scales aligned by a "
-           "data-parallel MIN before the sum (MindSpeed's numerics; the f32 gradient buffer stays)";
+           "data-parallel MIN before the sum; f32 gradients only for the largest layer (a scratch every layer "
+           "shares) and the tied embedding";
   }
   bool requested(const FeatureContext& ctx) const override {
     return !ctx.args->training.quant_states.empty() || ctx.args->training.quant_grads;

@@ -92,6 +92,7 @@ int ParamBuffer::add(ParamSpec spec) {
 
 void ParamBuffer::insert_padding(const std::vector<std::pair<int64_t, int64_t>>& gaps) {
   GALE_CHECK(params_.defined() && !sharded_) << "insert_padding needs finalized, unsharded flat buffers";
+  GALE_CHECK(grad_alias_.empty()) << "insert_padding: before alias_grads";
   GALE_CHECK(!reuse_fp32_) << "insert_padding: --reuse-fp32-param's split storage cannot be padded";
   int64_t added = 0;
   for (const auto& [at, count] : gaps) {
@@ -332,6 +333,7 @@ Tensor ParamBuffer::param_values(int id) const {
 
 void ParamBuffer::zero_grads() {
   if (grads_.defined()) grads_.zero();
+  if (grad_storage_.defined()) grad_storage_.zero();
   if (shard_grads_.defined()) shard_grads_.zero();
   for (Tensor& g : unit_grads_)
     if (g.defined()) g.zero();
@@ -355,10 +357,35 @@ float* ParamBuffer::master_data(int64_t offset) const {
 }
 
 float* ParamBuffer::master_grad(int64_t offset) const {
+  GALE_CHECK(grad_alias_.empty()) << "--quant-grads: the f32 gradient buffer is replaced by per-layer scratch; read "
+                                     "the gradients through the QuantGradStore";
   if (!sharded_) return grads_.data<float>() + offset;
   const ParamUnit& x = units_[static_cast<size_t>(unit_at(offset))];
   GALE_CHECK(offset >= x.own_begin && offset < x.own_end) << "flat offset " << offset << " is not in this rank's shard";
   return shard_grads_.data<float>() + x.shard_offset + (offset - x.own_begin);
+}
+
+void ParamBuffer::alias_grads(std::vector<int64_t> offsets, Tensor storage) {
+  GALE_CHECK(finalized() && !sharded_) << "alias_grads: after finalize, not with shard_storage";
+  GALE_CHECK_EQ(static_cast<int>(offsets.size()), size());
+  GALE_CHECK(storage.defined() && storage.dtype() == DType::kF32);
+  for (int id = 0; id < size(); ++id)
+    if (spec(id).trainable)
+      GALE_CHECK(offsets[static_cast<size_t>(id)] >= 0 &&
+                 offsets[static_cast<size_t>(id)] + spec(id).local_numel() <= storage.numel())
+          << spec(id).name << ": its gradient lies outside the aliased storage";
+  grad_alias_ = std::move(offsets);
+  grad_storage_ = std::move(storage);
+  grads_ = Tensor();
+}
+
+int64_t ParamBuffer::grad_storage_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor* t : {&grads_, &grad_storage_, &shard_grads_})
+    if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
+  for (const Tensor& g : unit_grads_)
+    if (g.defined()) bytes += static_cast<int64_t>(g.nbytes());
+  return bytes;
 }
 
 float* ParamBuffer::unit_param_data(int id) const {
@@ -376,6 +403,7 @@ float* ParamBuffer::unit_grad_data(int id) const {
 
 void ParamBuffer::shard_storage(std::vector<ParamUnit> units, bool values) {
   GALE_CHECK(params_.defined() && !sharded_) << "shard_storage: a finalized, unsharded buffer";
+  GALE_CHECK(grad_alias_.empty()) << "shard_storage: not with alias_grads";
   GALE_CHECK(!has_frozen() && !has_gemm_copy()) << "shard_storage: frozen parameters or a GEMM copy";
   int64_t at = 0, shard = 0;
   for (ParamUnit& x : units) {

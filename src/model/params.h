@@ -163,11 +163,14 @@ class ParamBuffer {
   // that nothing reads.
   float* grad_data(int id) const {
     const ParamSpec& s = spec(id);
-    if (s.trainable) return sharded_ ? unit_grad_data(id) : grads_.data<float>() + s.offset;
+    if (s.trainable) {
+      if (!grad_alias_.empty()) return grad_storage_.data<float>() + grad_alias_[static_cast<size_t>(id)];
+      return sharded_ ? unit_grad_data(id) : grads_.data<float>() + s.offset;
+    }
     return s.global_shape.size() == 1 ? frozen_grad_sink_.data<float>() : nullptr;
   }
-  // The flat buffers: parameters [numel], gradients [trainable_numel]. Undefined under
-  // shard_storage (use master_data / master_grad).
+  // The flat buffers: parameters [numel], gradients [trainable_numel]. The gradients are undefined
+  // under shard_storage (use master_data / master_grad) and under alias_grads.
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
   void zero_grads();
@@ -175,6 +178,16 @@ class ParamBuffer {
   // shard_storage in the compact shards (`offset` must lie in this rank's shard of its unit).
   float* master_data(int64_t offset) const;
   float* master_grad(int64_t offset) const;
+
+  // --quant-grads (optim/quant_grads.h): the flat f32 gradient buffer is freed and each trainable
+  // parameter's gradient lives at `storage` + offsets[id] instead (offsets: one per parameter, the
+  // frozen ones ignored); several parameters may share storage (the store drains one before another
+  // is written). After finalize, not with shard_storage; flat_grads() is then undefined and
+  // master_grad fails (the store serves the optimizer). `storage` is f32 and kept alive here.
+  void alias_grads(std::vector<int64_t> offsets, Tensor storage);
+  bool grads_aliased() const { return !grad_alias_.empty(); }
+  // Bytes of the f32 gradient storage: the flat buffer, the aliased storage, or the ZeRO shards.
+  int64_t grad_storage_bytes() const;
 
   // ZeRO-3 (optim/zero3_sync.h). shard_storage (after finalize and initialize; all parameters
   // trainable, no GEMM copy) keeps of every unit only this rank's shard of its values (taken from
@@ -285,6 +298,8 @@ class ParamBuffer {
   std::vector<bool> split_;     // per parameter, with reuse_fp32_
   std::vector<int64_t> ties_;   // sorted flat indices of split elements that were exact ties rounded down
   Tensor params_, grads_, params_gemm_;
+  std::vector<int64_t> grad_alias_;  // alias_grads: per parameter, its gradient's offset in grad_storage_
+  Tensor grad_storage_;
   Tensor frozen_grad_sink_;  // [largest frozen 1-D parameter], only with frozen 1-D parameters
   // shard_storage: the units, each parameter's unit, the compact shards and the gathered units.
   bool sharded_ = false, values_sharded_ = false;

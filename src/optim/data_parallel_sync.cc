@@ -68,7 +68,9 @@ void DataParallelSync::start_iteration(int64_t num_microbatches) {
   }
   num_microbatches_ = num_microbatches;
   std::fill(ready_count_.begin(), ready_count_.end(), 0);
-  std::fill(params_->flat_grads().data<float>() + region_.begin, params_->flat_grads().data<float>() + region_.end, 0.0f);
+  if (!params_->grads_aliased())  // --quant-grads: its store zeroes its gradients
+    std::fill(params_->flat_grads().data<float>() + region_.begin, params_->flat_grads().data<float>() + region_.end,
+              0.0f);
   // The bucket the forward needs first: the last one (the embedding end of the buffer), or the
   // first of the recorded order.
   if (config_.overlap_param_gather && first_gather_ >= 0) start_param_gather(static_cast<size_t>(first_gather_));
@@ -86,20 +88,23 @@ void DataParallelSync::on_grads_ready(const std::vector<int>& param_ids) {
   }
 }
 
+float DataParallelSync::bucket_scale() const {
+  return config_.grad_scale > 0.0 ? static_cast<float>(config_.grad_scale)
+                                  : static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_);
+}
+
 void DataParallelSync::start_grad_reduce(size_t b) {
   BucketState& s = state_[b];
   GALE_CHECK(!s.grad_launched) << "bucket " << b << " reduced twice in one iteration";
   s.grad_launched = true;
-  if (dp_size_ == 1 && config_.grad_scale <= 0.0) return;
+  if (!scales_buckets()) return;
+  GALE_CHECK(!params_->grads_aliased()) << "--quant-grads: its store reduces the gradients, not the sync";
   const GradBucket& bucket = buckets_[b];
   float* grads = params_->flat_grads().data<float>();
   float* g = grads + bucket.range.begin;
   const int64_t n = bucket.numel();
   // Megatron's gradient_scaling_factor (times CP: the cp ranks' partial gradients add up), then sum.
-  scale_inplace(g, n,
-                config_.grad_scale > 0.0
-                    ? static_cast<float>(config_.grad_scale)
-                    : static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_));
+  scale_inplace(g, n, bucket_scale());
   if (dp_size_ == 1) return;
   if (!sharded()) {
     s.grad_work = dp_->all_reduce_async(g, n, DType::kF32, ReduceOp::kSum);

@@ -95,6 +95,7 @@ class DataParallelSync {
 
   const DataParallelConfig& config() const { return config_; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  const Comm& group() const { return dp_; }
   int64_t dp_size() const { return dp_size_; }
   int64_t dp_rank() const { return dp_rank_; }
   bool sharded() const { return config_.use_distributed_optimizer; }
@@ -102,6 +103,13 @@ class DataParallelSync {
   // optimizer updates: its shard of every bucket (distributed optimizer), else the whole region.
   std::vector<FlatRange> owned_ranges() const;
 
+  // The factor each bucket is multiplied by before the sum (Megatron's gradient_scaling_factor:
+  // grad_scale, else CP/dp) and whether it is applied at all (not with one rank and no grad_scale).
+  float bucket_scale() const;
+  bool scales_buckets() const { return !(dp_size_ == 1 && config_.grad_scale <= 0.0); }
+  // --quant-grads (optim/quant_grads.h): the chunk's gradients are reduced by its QuantGradStore
+  // through the same buckets, so start_iteration leaves an aliased gradient buffer alone and
+  // finish_grad_sync must not be called.
   void start_iteration(int64_t num_microbatches);
   void on_grads_ready(const std::vector<int>& param_ids);
   void finish_grad_sync();

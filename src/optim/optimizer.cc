@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "kernels/cpu/fp8_codec.h"
+#include "optim/quant_grads.h"
 
 namespace gale {
 
@@ -235,6 +236,11 @@ double Optimizer::sum_over_groups(double dense, double expert) const {
   return dense + sum(expert_groups_.norm_group, sum(expert_groups_.shard_group, expert));
 }
 
+float* Optimizer::grad_of(const BufferState& b, const Segment& seg) const {
+  if (b.buffer.quant_grads) return b.buffer.quant_grads->main_grad(seg.param_id, seg.begin, seg.numel);
+  return b.buffer.params->master_grad(seg.begin);
+}
+
 double Optimizer::norm_of(bool grads) const {
   double sq = 0.0, expert_sq = 0.0;
   for (const BufferState& b : buffers_) {
@@ -247,7 +253,7 @@ double Optimizer::norm_of(bool grads) const {
         pb.read_values(seg.begin, seg.numel, values.data<float>());
         acc += ops_->sum_of_squares(values.data<float>(), seg.numel);
       } else {
-        acc += ops_->sum_of_squares(grads ? pb.master_grad(seg.begin) : pb.master_data(seg.begin), seg.numel);
+        acc += ops_->sum_of_squares(grads ? grad_of(b, seg) : pb.master_data(seg.begin), seg.numel);
       }
     }
   }
@@ -264,6 +270,10 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     // Megatron's unscale-and-check-inf; the check for non-finite values is the norm's below.
     ScopedTimer timer = ScopedTimer::level1(timers, "optimizer-unscale-and-check-inf");
     for (BufferState& b : buffers_) {
+      if (b.buffer.quant_grads) {  // --quant-grads: applied as the store hands the gradients out
+        b.buffer.quant_grads->scale(inv_grad_scale);
+        continue;
+      }
       for (const Segment& seg : b.segments)
         scale_inplace(b.buffer.params->master_grad(seg.begin), seg.numel, inv_grad_scale);
     }
@@ -280,7 +290,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       for (const Segment& seg : b.segments)
         if (b.buffer.counts_in_norm[static_cast<size_t>(seg.param_id)])
           (pb.spec(seg.param_id).expert_parallel ? expert_zeros : zeros) +=
-              count_zeros(pb.master_grad(seg.begin), seg.numel);
+              count_zeros(grad_of(b, seg), seg.numel);
     }
     // Counts below 2^53 add exactly in doubles.
     r.num_zeros = static_cast<int64_t>(sum_over_groups(static_cast<double>(zeros), static_cast<double>(expert_zeros)));
@@ -308,7 +318,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
     for (size_t si = 0; si < b.segments.size(); ++si) {
       const Segment& seg = b.segments[si];
       // The flat buffers, or under ZeRO-3 (ParamBuffer::shard_storage) this rank's compact shards.
-      float* g = pb.master_grad(seg.begin);
+      float* g = grad_of(b, seg);
       const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];

@@ -108,6 +108,8 @@ struct StepResult {
 // The parameters one optimizer updates: a chunk's buffer and which of its parameters count
 // towards the global gradient norm on this rank (false for tensor-parallel replicas on TP ranks
 // other than 0 and for duplicated tied weights, so that every parameter counts exactly once).
+class QuantGradStore;
+
 struct OptimizedBuffer {
   ParamBuffer* params = nullptr;
   std::vector<bool> counts_in_norm;  // empty = all count
@@ -123,6 +125,9 @@ struct OptimizedBuffer {
   // --muon-split-qkv: for a fused QKV weight, the rows of one query group's query, key and value
   // blocks ({NH/KV·HD, HD, HD}); empty for every other parameter (or all empty).
   std::vector<std::vector<int64_t>> qkv_split;
+  // --quant-grads (optim/quant_grads.h): the chunk's main gradients are read from its store (FP16
+  // codes dequantised a segment at a time), not from the params' f32 gradient buffer. Null: none.
+  QuantGradStore* quant_grads = nullptr;
 };
 
 // Expert parallelism: the groups over which the expert-parallel parameters' (ParamSpec::
@@ -263,6 +268,9 @@ class Optimizer {
   template <class Fn>
   void for_each_swap_piece(const BufferState& b, const Segment& seg, Fn&& fn);
   double norm_of(bool grads) const;
+  // Segment `seg`'s f32 gradient: in the flat buffer (or ZeRO shard), or --quant-grads' store's
+  // dequantised copy (valid until the next call).
+  float* grad_of(const BufferState& b, const Segment& seg) const;
   // Sums the dense and the expert-parallel part each over its groups, then adds them.
   double sum_over_groups(double dense, double expert) const;
   // Muon's update of one whole parameter (see MuonConfig), its clipped gradient in `g`.

@@ -217,7 +217,8 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--quant-grads", &a.quant_grads,
              "MindSpeed: hold the main gradients as FP16 with a per-parameter f32 scale (65503 / amax), requantised "
              "at every micro-batch's accumulation, the scales aligned by a data-parallel MIN before the sum; the "
-             "optimizer reads them dequantised (AdamW; the f32 gradient buffer stays: MindSpeed's numerics)");
+             "optimizer reads them dequantised (AdamW; f32 gradients only as one layer's scratch and for the tied "
+             "embedding)");
   p.add("--swap-optimizer-dir", &a.swap_optimizer_dir,
         "Gale: directory of --swap-optimizer's temporary state file (unlinked at once; default $TMPDIR or /tmp; "
         "use a disk, not tmpfs)");

@@ -111,6 +111,26 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   return p;
 }
 
+// --quant-grads (optim/quant_grads.h): the parameters whose f32 gradient must outlive their drain
+// unit: the tied word embedding (the LM head adds its weight gradient before the layers, the
+// embedding after them), the embedding group's copies and the sequence-parallel parameters (summed
+// in f32 after the data-parallel reduction), and with MTP layers the embedding (they read it in
+// the head's backward).
+std::vector<int> quant_grads_resident(const GPTModel& model) {
+  std::vector<int> ids;
+  // A chunk holding both ends (one pipeline stage) sums nothing over the embedding group.
+  if (!(model.partition().pre_process && model.partition().post_process)) ids = model.embedding_group_param_ids();
+  if (model.output_weight_id() >= 0 && model.output_weight_id() == model.word_embedding_id())
+    ids.push_back(model.output_weight_id());
+  // The MTP layers (run with the head) embed the rolled ids with the embedding's weights.
+  if (model.config().mtp_num_layers > 0)
+    for (int id : {model.word_embedding_id(), model.position_embedding_id()})
+      if (id >= 0) ids.push_back(id);
+  for (int id = 0; id < model.params().size(); ++id)
+    if (model.params().spec(id).sequence_parallel) ids.push_back(id);
+  return ids;
+}
+
 std::vector<bool> norm_counting(const GPTModel& model) {
   const ParamBuffer& pb = model.params();
   std::vector<bool> counts(static_cast<size_t>(pb.size()), true);
@@ -374,9 +394,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       const double factor = dc.grad_scale > 0.0 ? dc.grad_scale
                                                  : static_cast<double>(dc.context_parallel_size) /
                                                        static_cast<double>(shard_dp ? shard_dp->size() : 1);
-      auto store = std::make_unique<QuantGradStore>(
-          &model->params(), shard_dp, par.use_distributed_optimizer ? s->owned_ranges() : std::vector<FlatRange>{},
-          factor);
+      auto store = std::make_unique<QuantGradStore>(&model->params(), s, model->backward_param_groups(),
+                                                    quant_grads_resident(*model), factor);
       QuantGradStore* q = store.get();
       model->set_grad_ready_fn([q](const std::vector<int>& ids) { q->accumulate(ids); });
       engine->quant_grads.push_back(std::move(store));
@@ -398,6 +417,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
     }
     if (args.training.optimizer == "muon") set_muon_params(*model, &buffer);
+    if (args.training.quant_grads) buffer.quant_grads = engine->quant_grads.back().get();
     if (par.use_distributed_optimizer) {
       buffer.owned = s->owned_ranges();
       if (es)

@@ -138,17 +138,18 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
     GALE_CHECK(!engine.ps.dp_cp() || engine.ps.dp_cp()->size() == 1) << "a data-parallel engine without its sync";
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "all-grads-sync");
-    // --quant-grads: the FP16 gradients complete, their scales aligned over the data-parallel group
-    // and their values staged (scaled domain) in the f32 buffer for the sum (optim/quant_grads.h).
+    // --quant-grads: the FP16 gradients complete, their scales aligned over the data-parallel group,
+    // then summed through the sync's buckets by the store (every chunk has one: no expert
+    // parallelism, no ZeRO) and rounded to FP16 (optim/quant_grads.h).
     for (auto& q : engine.quant_grads) {
       q->accumulate_pending();
       q->align_scales();
-      q->stage_for_reduction();
+      q->reduce();
     }
-    for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
+    if (engine.quant_grads.empty())
+      for (auto& sync : engine.dp_sync) sync->finish_grad_sync();
     for (auto& sync : engine.expert_dp_sync) sync->finish_grad_sync();
     for (auto& z : engine.zero3) z->finish_grad_sync();  // LayerZeRO: the shards over the replicas
-    for (auto& q : engine.quant_grads) q->finish_reduction();  // FP16 sums, dequantised for the optimizer
   }
   {
     ScopedTimer timer = ScopedTimer::level1(engine.timers, "layernorm-grads-all-reduce");
@@ -171,8 +172,9 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
       const float scale = static_cast<float>(1.0 / total);
       for (GPTModel* m : chunks) {
         const Tensor& g = m->params().flat_grads();
-        if (g.numel() > 0) scale_inplace(g.data<float>(), g.numel(), scale);
+        if (g.defined() && g.numel() > 0) scale_inplace(g.data<float>(), g.numel(), scale);
       }
+      for (auto& q : engine.quant_grads) q->scale(scale);  // --quant-grads: its gradients
     }
   }
 }

@@ -21,9 +21,11 @@
 //      last pipeline stage, summed over the data-parallel group (without CP: every cp rank already
 //      holds its sequences' whole count) and every gradient is multiplied by 1 / that total (none
 //      when it is 0). Step 1 then sums without the 1/DP factor (DataParallelConfig::grad_scale 1).
-// --quant-grads (optim/quant_grads.h): step 1 starts by completing each chunk's FP16 main gradients,
-// aligning their scales over the data-parallel group (MIN) and staging them in the f32 buffer, and
-// ends by rounding the sums to FP16 and dequantising them; steps 2-5 see the dequantised values.
+// --quant-grads (optim/quant_grads.h): step 1 completes each chunk's FP16 main gradients, aligns
+// their scales over the data-parallel group (MIN) and sums them through the sync's buckets a
+// scratch-sized piece at a time (QuantGradStore::reduce, instead of the sync's own reduction),
+// rounding the sums to FP16; steps 2-3 run in f32 on the resident parameters' slots (the only
+// ones they touch), step 4's factor is applied as the store hands the gradients out.
 // Steps 2 and 3 are sums over other groups, so they commute with step 1; with the distributed
 // optimizer they are right on the owned shards because every member of those groups owns the
 // same elements (same bucket layout, and the shared embedding in a bucket of its own).

@@ -349,14 +349,17 @@ int pretrain_main(int argc, char** argv) {
                       engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
                       8 * owned, " bytes)"));
   }
-  if (!engine.quant_grads.empty()) {  // --quant-grads: the FP16 main gradients beside the f32 buffer
-    int64_t held = 0, f32 = 0;
+  if (!engine.quant_grads.empty()) {  // --quant-grads: the FP16 main gradients and their f32 scratch
+    int64_t held = 0, resident = 0, scratch = 0, full = 0;
     for (size_t c = 0; c < engine.quant_grads.size(); ++c) {
       held += engine.quant_grads[c]->bytes();
-      f32 += engine.chunks[c]->params().flat_grads().nbytes();
+      resident += engine.quant_grads[c]->resident_numel();
+      scratch += engine.quant_grads[c]->scratch_numel();
+      full += 4 * engine.chunks[c]->params().trainable_numel();
     }
     print_all(str_cat(" > --quant-grads: gradients of rank ", world->rank(), ": FP16 codes and scales ", held,
-                      " bytes, f32 gradient buffer ", f32, " bytes"));
+                      " bytes, f32 ", 4 * (resident + scratch), " bytes (resident ", resident, " and scratch ", scratch,
+                      " elements; a whole f32 gradient buffer: ", full, " bytes)"));
   }
   if (args.lora.enabled()) {
     char pct[32];

@@ -107,7 +107,9 @@ Status Trainer::validate_passes(const ForwardBackwardResult& fb) {
   // a NaN or Inf of any rank's gradients is in it).
   for (size_t c = 0; c < engine_->chunks.size(); ++c) {
     const Tensor& g = engine_->chunks[c]->params().flat_grads();
-    const double norm = std::sqrt(fused_sum_of_squares(g.data<float>(), g.numel()));
+    // --quant-grads: no flat buffer; the main gradients the optimizer reads, parameter by parameter.
+    const double norm = g.defined() ? std::sqrt(fused_sum_of_squares(g.data<float>(), g.numel()))
+                                    : std::sqrt(engine_->quant_grads.at(c)->local_sum_of_squares());
     const std::string where = str_cat("model chunk #", c, " after the backward pass");
     if (nan_checks) {
       GALE_RETURN_IF_ERROR(rerun_->validate_result(norm, is_nan, "found NaN in local grad norm for " + where, 0.0, true));

@@ -4,9 +4,10 @@
 // accumulations per rank plus the alignment and the sum, against 4 accumulations); the distributed
 // optimizer (reduce-scatter, owned shards dequantised) reproduces the replicated DP2 run's losses and
 // parameters bit for bit; with --calculate-per-token-loss (a sum without 1/DP) the scales leave the
-// FP16 sum its headroom.
+// FP16 sum its headroom; under TP2 with sequence parallelism the norms keep f32 slots.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -46,15 +47,17 @@ TEST(QuantGradsDp, Dp2WithinToleranceOfOneProcessAndAlignedAcrossRanks) {
   for (int i = 0; i < 6; ++i) {
     b.push_back(dp2.train(1)[0]);
     const ParamBuffer& pb = dp2.engine->chunks[0]->params();
-    const QuantGradStore& store = *dp2.engine->quant_grads[0];
-    std::vector<float> scales;
+    QuantGradStore& store = *dp2.engine->quant_grads[0];
+    std::vector<float> scales, g;
     for (int id = 0; id < pb.size(); ++id)
-      if (store.codes(id)) scales.push_back(store.scale(id));
+      if (store.codes(id)) {
+        scales.push_back(store.scale(id));
+        const std::vector<float> x = store.main_grad_copy(id);  // the reduced gradient the optimizer read
+        g.insert(g.end(), x.begin(), x.end());
+      }
     ASSERT_FALSE(scales.empty());
     EXPECT_TRUE(same_on_every_rank(world, scales)) << "scales aligned, iteration " << i + 1;
-    const Tensor& g = pb.flat_grads();
-    EXPECT_TRUE(same_on_every_rank(world, std::vector<float>(g.data<float>(), g.data<float>() + g.numel())))
-        << "reduced gradients, iteration " << i + 1;
+    EXPECT_TRUE(same_on_every_rank(world, g)) << "reduced gradients, iteration " << i + 1;
   }
   // The first step's gradients: each within 4·2^-11 (relative, in norm) of the same f32 gradient.
   const double first = std::fabs(dp2.grad_norms[0] - one.grad_norms[0]) / one.grad_norms[0];
@@ -81,6 +84,9 @@ TEST(QuantGradsDp, DistributedOptimizerMatchesReplicated) {
     EXPECT_NEAR(replicated.grad_norms[i], sharded.grad_norms[i], 1e-9 * replicated.grad_norms[i]) << i + 1;
   }
   EXPECT_EQ(replicated.values(), sharded.values());
+  // Neither keeps a whole f32 gradient buffer: the sum ran through the store's scratch.
+  for (const QgRun* r : {&replicated, &sharded})
+    EXPECT_FALSE(r->engine->chunks[0]->params().flat_grads().defined());
 }
 
 // --calculate-per-token-loss sums the ranks' gradients without the 1/DP factor: two FP16 values near
@@ -103,6 +109,38 @@ TEST(QuantGradsDp, PerTokenLossSumHasHeadroom) {
     std::printf("quant-grads DP2 --calculate-per-token-loss vs f32 gradients: worst relative loss difference %.3g\n",
                 worst);
   EXPECT_LT(worst, 1e-3);
+}
+
+
+// TP2 with sequence parallelism: the norms' and row-parallel biases' gradients are summed over TP in
+// f32 after the data-parallel step, so they keep f32 slots (resident, as the tied word embedding);
+// every other parameter's f32 gradient lives in the one-layer scratch. The run stays within the
+// tolerance above of the same run with f32 gradients.
+TEST(QuantGradsDp, SequenceParallelNormsAreResident) {
+  Comm world = test::world();
+  if (world->size() != 2) GTEST_SKIP() << "needs TP2";
+  const std::vector<std::string> tp = {"--tensor-model-parallel-size", "2", "--sequence-parallel"};
+  testing::CheckpointRun f32(testing::join({testing::optimizer_test_model("12", "0.0"), tp}), world,
+                             testing::kTinyVocab);
+  QgRun q(world, tp);
+  const std::vector<double> a = f32.train(4), b = q.train(4);
+  double worst = 0.0;
+  for (int i = 0; i < 4; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / a[i]);
+  if (world->rank() == 0)
+    std::printf("quant-grads TP2 + SP vs f32 gradients: worst relative loss difference %.3g\n", worst);
+  EXPECT_LT(worst, 1e-3);
+  const GPTModel& m = *q.engine->chunks[0];
+  const ParamBuffer& pb = m.params();
+  const QuantGradStore& store = *q.engine->quant_grads[0];
+  int sp = 0;
+  for (int id = 0; id < pb.size(); ++id) {
+    const bool want = pb.spec(id).sequence_parallel || id == m.word_embedding_id();
+    EXPECT_EQ(store.resident(id), want) << pb.spec(id).name;
+    sp += pb.spec(id).sequence_parallel ? 1 : 0;
+  }
+  EXPECT_GT(sp, 0) << "sequence-parallel parameters";
+  EXPECT_FALSE(pb.flat_grads().defined());
+  EXPECT_LT(store.f32_bytes(), 4 * pb.trainable_numel());
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // --quant-grads on a tiny GPT (single process, 4 micro-batches per step): the first step's gradient
 // norm within FP16's rounding of the f32 run's, the gradients the optimizer reads exactly the
 // dequantised FP16 codes, 8 iterations within a stated tolerance of the f32 run (also with
-// --quant-states fp8), the exact bytes of the FP16 main gradients, and a checkpoint
+// --quant-states fp8), the exact bytes of the FP16 main gradients and of their f32 scratch (no
+// whole f32 gradient buffer), and a checkpoint
 // resuming bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -48,15 +50,14 @@ TEST(QuantGrads, FirstGradientWithinFp16RoundingOfF32) {
   EXPECT_LT(rel, 4.0 * 0x1p-11);
   EXPECT_GT(rel, 0.0) << "the FP16 rounding must show";
   const ParamBuffer& pb = q.engine->chunks[0]->params();
-  const QuantGradStore& store = *q.engine->quant_grads[0];
-  const float* g = pb.flat_grads().data<float>();
+  QuantGradStore& store = *q.engine->quant_grads[0];
   int64_t checked = 0;
   for (int id = 0; id < pb.size(); ++id) {
     const f16* codes = store.codes(id);
     if (!codes) continue;
     const float inv = quant_grad_scale_inv(store.scale(id));
     EXPECT_NE(store.scale(id), 1.0f) << pb.spec(id).name << ": its scale follows its amax";
-    const float* x = g + pb.spec(id).offset;
+    const std::vector<float> x = store.main_grad_copy(id);  // what the optimizer read
     for (int64_t i = 0; i < pb.spec(id).local_numel(); ++i, ++checked)
       ASSERT_EQ(x[i], f16_to_float(codes[i]) * inv) << pb.spec(id).name << " " << i;
   }
@@ -84,11 +85,15 @@ TEST(QuantGrads, TrainsWithinToleranceOfF32) {
   }
 }
 
-// The FP16 main gradients: 2 bytes per trainable element and one f32 scale per trainable parameter,
-// beside the f32 buffer (4 bytes per element), which stays.
-TEST(QuantGrads, HeldBytesAreCodesPlusScales) {
+// The FP16 main gradients: 2 bytes per trainable element and one f32 scale per trainable parameter.
+// The flat f32 gradient buffer (4 bytes per element) is gone: f32 storage is one slot per resident
+// parameter (here the tied word embedding) plus a scratch the size of the largest drain unit's
+// other parameters (one transformer layer), each parameter padded to 16 floats, at least DP + 1
+// elements — derived here from the model, and well under the 4 bytes per element it replaces.
+TEST(QuantGrads, HeldBytesAreCodesPlusScalesAndOneLayerOfF32) {
   QgRun q(kQuant);
   const ParamBuffer& pb = q.engine->chunks[0]->params();
+  const QuantGradStore& store = *q.engine->quant_grads[0];
   int64_t numel = 0, params = 0;
   for (int id = 0; id < pb.size(); ++id)
     if (pb.spec(id).trainable && pb.spec(id).local_numel() > 0) {
@@ -96,11 +101,34 @@ TEST(QuantGrads, HeldBytesAreCodesPlusScales) {
       ++params;
     }
   ASSERT_EQ(numel, pb.trainable_numel());
-  EXPECT_EQ(q.engine->quant_grads[0]->bytes(), 2 * numel + 4 * params);
-  EXPECT_EQ(pb.flat_grads().nbytes(), 4 * numel);
-  std::printf("quant-grads: %lld elements in %lld parameters: FP16 codes and scales %lld bytes, f32 buffer %lld bytes\n",
-              static_cast<long long>(numel), static_cast<long long>(params),
-              static_cast<long long>(q.engine->quant_grads[0]->bytes()), static_cast<long long>(pb.flat_grads().nbytes()));
+  EXPECT_EQ(store.bytes(), 2 * numel + 4 * params);
+  EXPECT_FALSE(pb.flat_grads().defined()) << "the flat f32 gradient buffer must be freed";
+  // The bound: the resident parameters (the tied embedding only: no SP, no pipeline) plus the
+  // largest unit of the others, each rounded up to 16 floats.
+  auto padded = [&](int id) { return (pb.spec(id).local_numel() + 15) / 16 * 16; };
+  const GPTModel& m = *q.engine->chunks[0];
+  int64_t resident = 0, largest = 0;
+  for (int id = 0; id < pb.size(); ++id)
+    if (store.resident(id)) {
+      EXPECT_EQ(id, m.word_embedding_id()) << pb.spec(id).name << " resident";
+      resident += padded(id);
+    }
+  for (const std::vector<int>& unit : m.backward_param_groups()) {
+    int64_t n = 0;
+    for (int id : unit)
+      if (!store.resident(id)) n += padded(id);
+    largest = std::max(largest, n);
+  }
+  EXPECT_EQ(store.resident_numel(), resident);
+  EXPECT_EQ(store.scratch_numel(), largest);
+  EXPECT_EQ(store.f32_bytes(), 4 * (resident + largest));
+  EXPECT_EQ(pb.grad_storage_bytes(), store.f32_bytes());
+  EXPECT_LT(store.f32_bytes(), 4 * numel * 3 / 4) << "the f32 gradients must not be whole again";
+  std::printf("quant-grads: %lld elements in %lld parameters: FP16 codes and scales %lld bytes, f32 resident %lld + "
+              "scratch %lld elements = %lld bytes (a whole f32 buffer: %lld bytes)\n",
+              static_cast<long long>(numel), static_cast<long long>(params), static_cast<long long>(store.bytes()),
+              static_cast<long long>(resident), static_cast<long long>(largest),
+              static_cast<long long>(store.f32_bytes()), static_cast<long long>(4 * numel));
 }
 
 // The codes are zero at every iteration boundary and a scale only matters for a tensor whose whole
@@ -120,6 +148,7 @@ TEST(QuantGrads, CheckpointResumesBitForBit) {
   EXPECT_EQ(second.values(), expected_values);
   std::filesystem::remove_all(dir);
 }
+
 
 }  // namespace
 }  // namespace gale
