@@ -30,6 +30,15 @@ int64_t CommStats::total_calls() const {
   return t;
 }
 
+void Communicator::trace_issue(CommOp op, int64_t bytes) {
+  trace_instant(TraceCategory::kComm, comm_op_name(op), {{"bytes", bytes}, {"group_size", size()}}, "group", name());
+}
+
+void Communicator::trace_wait_event(CommOp op, int64_t bytes, double seconds) {
+  trace_complete_ending_now(TraceCategory::kComm, std::string(comm_op_name(op)) + " wait", seconds,
+                            {{"bytes", bytes}, {"group_size", size()}}, "group", name());
+}
+
 double Communicator::all_reduce_scalar(double value, ReduceOp op) {
   double v = value;
   all_reduce(&v, 1, DType::kF64, op);

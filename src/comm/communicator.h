@@ -22,6 +22,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/trace.h"
 
 namespace gale {
 
@@ -139,12 +140,23 @@ class Communicator {
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // Also an instant event of --profile's trace (core/trace.h, category comm: the operation's name,
+  // its bytes and the group) when communication is traced.
   void count(CommOp op, int64_t bytes) {
     stats_.calls[static_cast<int>(op)] += 1;
     stats_.bytes[static_cast<int>(op)] += bytes;
+    if (trace_active(TraceCategory::kComm)) trace_issue(op, bytes);
   }
   void add_wait_seconds(double seconds) { stats_.wait_seconds += seconds; }
+  // The time this rank was blocked on one operation, as a span "<op> wait" of the trace ending now.
+  void trace_wait(CommOp op, int64_t bytes, double seconds) {
+    if (trace_active(TraceCategory::kComm)) trace_wait_event(op, bytes, seconds);
+  }
   CommStats stats_;
+
+ private:
+  void trace_issue(CommOp op, int64_t bytes);
+  void trace_wait_event(CommOp op, int64_t bytes, double seconds);
 };
 
 // The single-process world: size 1, every collective copies send to recv.

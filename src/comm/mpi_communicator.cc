@@ -125,7 +125,10 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   const std::string& name() const override { return name_; }
   const char* backend() const override { return "mpi"; }
 
-  void record_wait(double seconds) { add_wait_seconds(seconds); }
+  void record_wait(CommOp op, int64_t bytes, double seconds) {
+    add_wait_seconds(seconds);
+    trace_wait(op, bytes, seconds);
+  }
 
   // Blocking forms: when this group has nothing queued or running, the MPI call runs on the
   // caller's thread (no hand-off latency); otherwise they queue behind the earlier collectives.
@@ -307,6 +310,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
       body();
       work->finish();
       add_wait_seconds(now_seconds() - start);
+      if (counted) trace_wait(op, bytes, now_seconds() - start);
       return work;
     }
     executor_.submit([work, body = std::move(body)] {
@@ -405,7 +409,7 @@ void MpiWork::wait() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
   }
-  if (auto owner = owner_.lock()) owner->record_wait(now_seconds() - start);
+  if (auto owner = owner_.lock()) owner->record_wait(op_, bytes_, now_seconds() - start);
 }
 
 Comm MpiCommunicator::make_group(const std::vector<int>& world_ranks, const std::string& name) {

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/memory_history.h"
 
 namespace gale {
 
@@ -57,11 +58,13 @@ void* Allocator::allocate(size_t bytes) {
     while (now > seen && !high->compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
     }
   }
+  if (MemoryHistory* h = history_.load(std::memory_order_relaxed)) h->on_alloc(p, bytes);
   return p;
 }
 
 void Allocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
+  if (MemoryHistory* h = history_.load(std::memory_order_relaxed)) h->on_free(ptr, bytes);
   current_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   live_.fetch_sub(1, std::memory_order_relaxed);
   if (bytes >= kCacheMinBytes) {
@@ -99,6 +102,15 @@ void Allocator::release_cache() {
     }
   cache_.clear();
   cache_bytes_ = 0;
+}
+
+bool Allocator::set_history(MemoryHistory* history) {
+  if (history == nullptr) {
+    history_.store(nullptr);
+    return true;
+  }
+  MemoryHistory* none = nullptr;
+  return history_.compare_exchange_strong(none, history) || none == history;
 }
 
 Allocator& host_allocator() {

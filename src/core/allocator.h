@@ -27,6 +27,8 @@
 
 namespace gale {
 
+class MemoryHistory;
+
 class Allocator {
  public:
   static constexpr size_t kAlignment = 64;
@@ -52,8 +54,13 @@ class Allocator {
   void reset_window_peak() { window_peak_.store(current_bytes(), std::memory_order_relaxed); }
   int64_t cached_bytes() const;
   void release_cache();
+  // --record-memory-history (core/memory_history.h): the history told of every allocate and
+  // deallocate, or none (null). set_history(h) with h non-null fails (false) while another is set.
+  bool set_history(MemoryHistory* history);
+  MemoryHistory* history() const { return history_.load(std::memory_order_relaxed); }
 
  private:
+  std::atomic<MemoryHistory*> history_{nullptr};
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> window_peak_{0};

@@ -77,8 +77,10 @@ std::vector<double> Timers::elapsed(const std::vector<std::string>& names, bool 
   return out;
 }
 
-ScopedTimer::ScopedTimer(Timers* timers, std::string_view name, int level, bool barrier) {
+ScopedTimer::ScopedTimer(Timers* timers, const char* name, int level, bool barrier,
+                         std::initializer_list<TraceArg> args) {
   if (!timers) return;
+  trace_.emplace(TraceCategory::kStep, name, args);
   Timer& t = (*timers)(name, level);
   if (!t.enabled()) return;
   t.start(barrier);
@@ -88,6 +90,7 @@ ScopedTimer::ScopedTimer(Timers* timers, std::string_view name, int level, bool 
 void ScopedTimer::stop() {
   if (timer_) timer_->stop();
   timer_ = nullptr;
+  if (trace_) trace_->finish();
 }
 
 std::vector<TimerMinMax> timers_min_max(const GatheredTimes& t, double normalizer) {

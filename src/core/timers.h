@@ -41,6 +41,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/trace.h"
+
 namespace gale {
 
 // --timing-log-option: what the report shows for each timer across ranks.
@@ -115,11 +117,15 @@ class Timers {
 };
 
 // Starts a timer (none when `timers` is null) and stops it at the end of the scope or at stop().
+// The same scope is a step-phase span of --profile's trace (core/trace.h), whatever the timer's
+// level, with `args` (the micro-batch and model chunk of forward-compute / backward-compute);
+// `name` must outlive the scope (a string literal).
 class ScopedTimer {
  public:
-  ScopedTimer(Timers* timers, std::string_view name, int level, bool barrier = false);
+  ScopedTimer(Timers* timers, const char* name, int level, bool barrier = false,
+              std::initializer_list<TraceArg> args = {});
   // A level-1 timer, started after the barrier when the timers say so (barrier_with_level1).
-  static ScopedTimer level1(Timers* timers, std::string_view name) {
+  static ScopedTimer level1(Timers* timers, const char* name) {
     return ScopedTimer(timers, name, 1, timers && timers->barrier_with_level1());
   }
   ~ScopedTimer() { stop(); }
@@ -128,6 +134,8 @@ class ScopedTimer {
   void stop();
 
  private:
+  // Opened only with timers (a null `timers` means the scope is not timed, nor traced).
+  std::optional<TraceScope> trace_;
   Timer* timer_ = nullptr;
 };
 

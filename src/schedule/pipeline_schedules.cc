@@ -155,14 +155,14 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   };
   auto send_forward = [&](const PipelineStep& s, std::vector<Tensor> out) {
     if (chunks[static_cast<size_t>(s.chunk)]->partition().post_process) return;
-    ScopedTimer send_timer(timers, "forward-send", 2);
+    ScopedTimer send_timer(timers, "forward-send", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}});
     if (stage_tensors) p2p.send_tensors(/*forward=*/true, s.chunk, s.microbatch, std::move(out));
     else p2p.send(/*forward=*/true, s.chunk, s.microbatch, std::move(out.at(0)));
   };
   // The input's gradient; with stage_tensors the list of the inputs that have one (the hidden states).
   auto send_backward = [&](const PipelineStep& s, Tensor d_input) {
     if (chunks[static_cast<size_t>(s.chunk)]->partition().pre_process) return;
-    ScopedTimer send_timer(timers, "backward-send", 2);
+    ScopedTimer send_timer(timers, "backward-send", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}});
     if (stage_tensors) {
       std::vector<Tensor> grads;
       grads.push_back(std::move(d_input));
@@ -174,7 +174,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   auto receive = [&](const PipelineStep& s) {
     std::vector<Tensor> list;
     if (!receives(s)) return list;
-    ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2);
+    ScopedTimer recv_timer(timers, s.forward ? "forward-recv" : "backward-recv", 2, false,
+                          {{"microbatch", s.microbatch}, {"chunk", s.chunk}});
     if (stage_tensors) return p2p.wait_recv_tensors(s.forward, s.chunk, s.microbatch);
     list.push_back(p2p.wait_recv(s.forward, s.chunk, s.microbatch));
     return list;
@@ -184,7 +185,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     GPTModel& model = *chunks[static_cast<size_t>(s.chunk)];
     prefetch(i + kPrefetchSteps);
     if (s.weight) {  // W: the oldest deferred backward's weight gradients
-      ScopedTimer weight_timer(timers, "backward-compute", 2);
+      ScopedTimer weight_timer(timers, "backward-compute", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}, {"weight", 1}});
       const std::pair<int, int64_t> ran = deferred.pop();
       weight_timer.stop();
       GALE_CHECK(ran.first == s.chunk && ran.second == s.microbatch)
@@ -219,16 +220,16 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     }
     std::vector<Tensor> received = receive(s);
     if (s.recompute) {  // RiPipe: the recompute ahead of its backward (no transfer)
-      ScopedTimer recompute_timer(timers, "backward-compute", 2);
+      ScopedTimer recompute_timer(timers, "backward-compute", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}, {"recompute", 1}});
       model.recompute(s.microbatch);
     } else if (s.forward) {
-      ScopedTimer forward_timer(timers, "forward-compute", 2);
+      ScopedTimer forward_timer(timers, "forward-compute", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}});
       std::vector<Tensor> out = run_forward(s, std::move(received));
       forward_timer.stop();
       send_forward(s, std::move(out));
     } else {
       const float loss_scale = backward_loss_scale(s);
-      ScopedTimer backward_timer(timers, "backward-compute", 2);
+      ScopedTimer backward_timer(timers, "backward-compute", 2, false, {{"microbatch", s.microbatch}, {"chunk", s.chunk}});
       Tensor d_input = run_backward(s, std::move(received), loss_scale);
       backward_timer.stop();
       send_backward(s, std::move(d_input));

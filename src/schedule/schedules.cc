@@ -12,7 +12,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
   for (int64_t m = 0; m < num_microbatches; ++m) {
     GPTModel::LossSums sums;
     {
-      ScopedTimer forward_timer(timers, "forward-compute", 2);
+      ScopedTimer forward_timer(timers, "forward-compute", 2, false, {{"microbatch", m}, {"chunk", 0}});
       {
         ScopedTimer batch_timer(timers, "batch-generator", 2);
         GALE_RETURN_IF_ERROR(source(m, &mb));
@@ -23,7 +23,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
     r.tokens += sums.tokens;
     if (!forward_only) r.micro_batch_loss_sums.push_back(sums.loss_sum);
     if (!forward_only) {
-      ScopedTimer backward_timer(timers, "backward-compute", 2);
+      ScopedTimer backward_timer(timers, "backward-compute", 2, false, {{"microbatch", m}, {"chunk", 0}});
       model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss()));
     }
   }

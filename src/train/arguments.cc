@@ -582,6 +582,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
   add_rerun_args(p, a.rerun);
+  add_profile_args(p, a.profile);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
   add_auto_settings_args(p, a.auto_settings);
@@ -986,6 +987,7 @@ Status validate_mtp_args(Arguments& a) {
 }
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
+  GALE_RETURN_IF_ERROR(validate_profile_args(a, p, world_size));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));

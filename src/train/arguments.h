@@ -673,6 +673,24 @@ struct RerunArgs {
   std::string result_rejected_tracker_filename;  // --result-rejected-tracker-filename ("" = none)
 };
 
+// Megatron's and MindSpeed's profiling flags (train/arguments_profile.cc; train/profiler.h).
+struct ProfileArgs {
+  bool profile = false;              // --profile: record a trace of the window below
+  int64_t profile_step_start = 10;   // the window: the iterations after start, up to and with end
+  int64_t profile_step_end = 12;     //   (Megatron's global steps: log iterations start+1 .. end)
+  std::vector<std::string> profile_ranks_flag = {"0"};  // --profile-ranks as given
+  std::vector<int64_t> profile_ranks = {0};             // parsed; -1 (MindSpeed): every rank
+  bool use_pytorch_profiler = false;  // accepted: Gale's trace is the profiler either way
+  bool record_memory_history = false;  // the last rank's allocator history (core/memory_history.h)
+  std::string memory_snapshot_path = "snapshot.json";
+  std::string profile_level = "level0";  // MindSpeed's: level_none, level0, level1, level2
+  bool profile_with_cpu = false;       // accepted: Gale's trace is the CPU's
+  bool profile_with_stack = false;     // not supported yet
+  bool profile_with_memory = false;
+  bool profile_record_shapes = false;
+  std::string profile_save_path;  // "": --tensorboard-dir, else ./profile_dir
+};
+
 // Megatron flags Gale accepts only with the value that changes nothing here
 // (train/arguments_megatron_compat.cc).
 struct MegatronCompatArgs {
@@ -715,6 +733,7 @@ struct Arguments {
   DpoArgs dpo;
   QadArgs qad;
   RerunArgs rerun;
+  ProfileArgs profile;
   TrainingArgs training;
   ParallelArgs parallel;
   DataArgs data;
@@ -749,6 +768,12 @@ void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 void add_qad_args(ArgParser& p, QadArgs& a);
 void add_rerun_args(ArgParser& p, RerunArgs& a);
 Status validate_rerun_args(const Arguments& a, const ArgParser& p);
+// --profile and its window, ranks and options, --record-memory-history, --memory-snapshot-path
+// (train/arguments_profile.cc).
+void add_profile_args(ArgParser& p, ProfileArgs& a);
+// The window (start >= 0, end > start), the ranks (integers in [-1, world size)), and
+// --profile-with-stack (not supported yet); parses --profile-ranks.
+Status validate_profile_args(Arguments& a, const ArgParser& p, int64_t world_size);
 // The KL flags given without --qad-enable (an error naming them).
 Status validate_qad_args(const Arguments& a, const ArgParser& p);
 // Every other flag of Megatron's pretrain_gpt.py parser (train/arguments_megatron_compat.cc):

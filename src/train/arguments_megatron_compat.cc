@@ -44,12 +44,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
         "--exp-avg-sq-dtype"}},
       {"reducing gradients in bf16 (Gale reduces them in fp32)", {"--grad-reduce-in-bf16"}},
-      {"nsys and PyTorch profiling (profile gale with perf, docs/kernels.md)",
-       {"--profile", "--profile-ranks", "--profile-step-start", "--profile-step-end", "--use-pytorch-profiler",
-        "--record-memory-history", "--memory-snapshot-path",
-        // MindSpeed's torch_npu profiler options.
-        "--profile-level", "--profile-with-cpu", "--profile-with-stack", "--profile-with-memory",
-        "--profile-record-shapes", "--profile-save-path"}},
       {"Megatron's straggler detector",
        {"--log-straggler", "--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}},
       {"the NVIDIA resiliency (fault-tolerance) package", {"--enable-ft-package", "--calc-ft-timeouts"}},

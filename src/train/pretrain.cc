@@ -12,6 +12,7 @@
 #include "features/registry.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/op_trace.h"
 #include "parallel/rank_grid.h"
 #include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
@@ -27,6 +28,7 @@
 #include "train/engine.h"
 #include "train/exit_signal.h"
 #include "train/model_setup.h"
+#include "train/profiler.h"
 #include "train/progress_log.h"
 #include "train/timers_log.h"
 #include "train/training_log.h"
@@ -281,6 +283,10 @@ int pretrain_main(int argc, char** argv) {
   if (!st.ok()) run_error(st);
   apply_recompute_modules(args.model, &engine_options.recompute);
   print_active_features(*registry, fctx, ops);
+  // --profile / --record-memory-history (train/profiler.h): a rank that records a trace traces its
+  // op table's calls (nothing is wrapped on the others).
+  Profiler profiler(args, world->rank(), world->size());
+  if (profiler.traces()) install_op_tracing(&ops);
   AutomatedPipelineStage autopipe;
   if (args.parallel.automated_pipeline) {  // MindSpeed's: profile (or read) the policy, then build with it
     StatusOr<AutomatedPipelineStage> a = run_automated_pipeline(args, world, ops, engine_options, data.train.get());
@@ -464,6 +470,8 @@ int pretrain_main(int argc, char** argv) {
   }
   print_rank0("training ...");
   host_allocator().reset_peak();
+  trainer.set_profiler(&profiler);
+  profiler.start_training();
   st = trainer.run();
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);

@@ -1,6 +1,8 @@
 // The Megatron training loop.
 #include "train/trainer.h"
 
+#include "train/profiler.h"
+
 #include <sys/utsname.h>
 
 #include <algorithm>
@@ -514,6 +516,7 @@ Status Trainer::flush_tensorboard() {
 
 Status Trainer::finish_run() {
   GALE_RETURN_IF_ERROR(flush_tensorboard());
+  if (profiler_) GALE_RETURN_IF_ERROR(profiler_->finish(state_.iteration));
   if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/true));
   return Status::Ok();
 }
@@ -602,6 +605,7 @@ Status Trainer::run() {
     }
     skipped_at_save_interval = false;
     const double step_start = now_seconds();
+    if (profiler_) profiler_->before_step(state_.iteration);
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
     if (r.rerun.exit) {  // --rerun-mode validate_results: the iteration's start saved, then exit
       state_.rerun_state_machine = rerun_->state_dict();  // collective
@@ -615,6 +619,7 @@ Status Trainer::run() {
       return finish_run();
     }
     ++state_.iteration;
+    if (profiler_) GALE_RETURN_IF_ERROR(profiler_->after_step(state_.iteration));
     if (step_observer_) step_observer_(state_.iteration, now_seconds() - step_start);
     ++iters_in_interval;
     const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
@@ -743,6 +748,7 @@ Status Trainer::run() {
           write_timers(timer_times, tensorboard_, state_.iteration, static_cast<double>(l.log_interval));
       }
       GALE_RETURN_IF_ERROR(flush_tensorboard());
+      if (profiler_) GALE_RETURN_IF_ERROR(profiler_->at_log(state_.iteration));
       print_rank_last(format_training_log_line(f));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
       loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;

@@ -23,6 +23,8 @@
 namespace gale {
 
 // Everything a checkpoint must restore for a resumed run to continue exactly.
+class Profiler;
+
 struct TrainerState {
   int64_t iteration = 0;
   int64_t consumed_train_samples = 0;
@@ -102,6 +104,8 @@ class Trainer {
   // train_step returned) with the iteration number and the seconds train_step took on this rank.
   using StepObserver = std::function<void(int64_t iteration, double seconds)>;
   void set_step_observer(StepObserver fn) { step_observer_ = std::move(fn); }
+  // --profile / --record-memory-history (train/profiler.h): told of every step, log line and the end.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
@@ -190,6 +194,7 @@ class Trainer {
   SaveFn non_persistent_save_fn_;
   FinalizeSavesFn finalize_saves_fn_;
   StepObserver step_observer_;
+  Profiler* profiler_ = nullptr;
   TensorBoardWriter* tensorboard_ = nullptr;
   GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;
