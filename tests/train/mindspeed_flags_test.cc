@@ -35,9 +35,10 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
             2, "--adaptive-cp-manually-set-mask-list: not supported yet (MindSpeed takes the mask list"},
            {{"--use-dsa-absorb"}, 1, "--use-dsa-absorb: not supported yet (DSA with MLA's up-projections absorbed"},
            {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},
-           // MindSpeed's FP8 and profiler options, with Megatron's.
+           // MindSpeed's FP8 options, with Megatron's, and the profiler's call stacks.
            {{"--te-comparison-with-bf16"}, 1, "--te-comparison-with-bf16: not supported yet (FP8 training)"},
-           {{"--profile-level", "level1"}, 1, "--profile-level: not supported yet (nsys and PyTorch profiling"},
+           {{"--profile", "--profile-with-stack"}, 1,
+            "--profile-with-stack: not supported yet (Gale's trace records no call stacks"},
            // core_r0.7/r0.8 flags, with what replaced them where something did.
            {{"--enable-zero3"}, 1,
             "--enable-zero3: a flag of MindSpeed's core_r0.7/r0.8 branches that MindSpeed master removed; Gale "
