@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "core/timers.h"
 #include "core/trace.h"
+#include "kernels/flop_counter.h"
 #include "kernels/op_trace.h"
 
 namespace gale {
@@ -132,6 +133,23 @@ TEST(OpTrace, EveryCallIsAKernelSpanWithItsSizes) {
   ASSERT_EQ(ev[1].args.size(), 1u);
   EXPECT_STREQ(ev[1].args[0].key, "n0");
   EXPECT_EQ(ev[1].args[0].value, 30);
+}
+
+// --op-cal-tflops with --profile: the tracing wrappers wrap the counting ones, and both still work.
+TEST(OpTrace, WrapsTheFlopCounter) {
+  OpTable ops = reference_ops();
+  install_flop_counting(&ops);
+  install_op_tracing(&ops);
+  std::vector<float> a(6 * 4, 1.0f), b(4 * 5, 1.0f), c(6 * 5, 0.0f);
+  TraceRecorder rec(TraceOptions{bits({TraceCategory::kKernel}), false, false}, 0);
+  rec.open_window();
+  flop_counter_start();
+  ops.gemm(false, false, 6, 5, 4, 1.0f, a.data(), 4, b.data(), 5, 0.0f, c.data(), 5);
+  flop_counter_stop();
+  rec.close_window();
+  EXPECT_EQ(flop_counter_counts().model, 2 * 6 * 5 * 4);
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec.events()[0].name, "gemm");
 }
 
 TEST(MemoryHistory, TotalsAreTheAllocatorsAccounting) {
