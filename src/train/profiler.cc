@@ -54,9 +54,10 @@ void Profiler::start_training() {
 void Profiler::before_step(int64_t completed) {
   if (history_) history_->set_iteration(completed + 1);
   if (!recorder_ || written_) return;
-  if (completed == start_) {
+  // From the first step run at or after the start (a skipped iteration or a resumed run may pass it).
+  if (!recorder_->window_open() && completed >= start_ && completed < end_) {
     recorder_->open_window();
-    print_all(str_cat(" > --profile: rank ", rank_, " records iterations ", start_ + 1, " to ", end_, " into ",
+    print_all(str_cat(" > --profile: rank ", rank_, " records iterations ", completed + 1, " to ", end_, " into ",
                       trace_path_));
   }
   if (recorder_->window_open()) iteration_span_.emplace(TraceCategory::kStep, "iteration",

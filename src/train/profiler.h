@@ -5,9 +5,9 @@
 // The window is Megatron's: with --profile-step-start S and --profile-step-end E, the trace covers
 // the training steps run while the completed-iteration count is S .. E−1, i.e. the log line's
 // iterations S+1 .. E (MindSpeed's torch_npu schedule skips S steps and records E − S: the same
-// steps). It opens before step S+1 and closes, and its file is written, after step E; a run that
-// ends inside the window writes what it recorded at its end; a window the run never reaches writes
-// nothing. Ranks: --profile-ranks (default [0], Megatron's; -1 every rank, MindSpeed's).
+// steps). It opens before step S+1 (or the first step run after it: --iterations-to-skip, a run
+// resumed past S) and closes, and its file is written, after step E; a run that ends inside the
+// window writes what it recorded at its end; a window the run never reaches writes nothing. Ranks: --profile-ranks (default [0], Megatron's; -1 every rank, MindSpeed's).
 // File: <dir>/gale-trace-rank<R>.json with dir = --profile-save-path, else --tensorboard-dir
 // (where Megatron's --use-pytorch-profiler writes), else ./profile_dir (MindSpeed's default).
 //

@@ -163,6 +163,13 @@ TEST(ProfileCli, LevelsShapesAndTheTensorBoardDirectory) {
     EXPECT_TRUE(a.contains("live_bytes"));
   }
   EXPECT_GT(ev.count("host memory"), 0u);
+  // A start iteration skipped (--iterations-to-skip): the window opens at the next step run.
+  r = run(1, {"--profile", "--profile-step-start", "1", "--profile-step-end", "3", "--iterations-to-skip", "1",
+              "--profile-level", "level_none", "--profile-save-path", dir + "/skip"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ev = events_by_name(read_json(dir + "/skip/gale-trace-rank0.json"));
+  ASSERT_EQ(ev.count("iteration"), 1u);
+  EXPECT_EQ(ev.find("iteration")->second.at("args").at("iteration"), 3);
   // A window the run never reaches writes nothing.
   r = run(1, {"--profile", "--profile-save-path", dir + "/none"});  // 10 .. 12, after the 4 iterations
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -192,7 +199,8 @@ TEST(ProfileCli, DataParallelCollectivesOnTheListedRankOnly) {
   EXPECT_EQ(gradient_reductions, 1) << "one all-reduce of every gradient per iteration";
   for (auto [it, end] = ev.equal_range("all_reduce wait"); it != end; ++it)
     if (it->second.at("args").at("bytes") == grad_bytes) ++waits;
-  EXPECT_EQ(waits, 1);
+  // Blocked on it once (none if the group thread had finished it before the rank waited).
+  EXPECT_LE(waits, 1);
   EXPECT_EQ(ev.count("iteration"), 1u);
   fs::remove_all(dir);
 }
