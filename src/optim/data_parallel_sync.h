@@ -83,6 +83,13 @@ struct DataParallelConfig {
   // distributed optimizer, every rank's shard too (optim/grad_buckets.h pad_grad_buckets). The
   // buckets' ranges then include their padding; the optimizer's segments do not.
   int64_t buffer_pad = 0;
+  // Megatron's bf16 gradient reduction (--grad-reduce-in-bf16, or --main-grads-dtype bf16, under
+  // --bf16): each bucket, once scaled, is rounded to bf16 (nearest even) and reduced as bf16 (half
+  // the bytes on the wire; the sum of the bf16 addends rounded to bf16 once: comm/), and the result
+  // comes back into the f32 buffer, so the optimizer reads bf16 values. With one rank the bucket is
+  // rounded all the same. The buffer itself stays f32 (micro-batches accumulate in f32, where
+  // Megatron's bf16 buffer rounds every accumulation).
+  bool reduce_in_bf16 = false;
 };
 
 class DataParallelSync {
@@ -132,6 +139,8 @@ class DataParallelSync {
  private:
   struct BucketState;
   void start_grad_reduce(size_t b);
+  // DataParallelConfig::reduce_in_bf16: the scaled bucket b as bf16, summed (reduce-scattered).
+  void start_bf16_grad_reduce(size_t b);
   void start_param_gather(size_t b);
   void finish_param_gather(size_t b);
   void record_bucket_use(int b);

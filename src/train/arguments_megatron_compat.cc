@@ -40,10 +40,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
        {"--suggested-communication-unit-size", "--init-model-with-meta-device"}},
-      {"the precision-aware optimizer (Gale keeps main parameters, gradients and Adam moments in fp32)",
-       {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
-        "--exp-avg-sq-dtype"}},
-      {"reducing gradients in bf16 (Gale reduces them in fp32)", {"--grad-reduce-in-bf16"}},
       {"nsys and PyTorch profiling (profile gale with perf, docs/kernels.md)",
        {"--profile", "--profile-ranks", "--profile-step-start", "--profile-step-end", "--use-pytorch-profiler",
         "--record-memory-history", "--memory-snapshot-path",
@@ -133,7 +129,6 @@ const std::vector<Compat>& compat_flags() {
       {"--no-rope-fusion", false, "the fused RoPE kernel is --use-fused-rotary-pos-emb (MindSpeed)"},
       {"--no-persist-layer-norm", false, "Gale has one fused LayerNorm kernel (level 1)"},
       {"--fp16-lm-cross-entropy", false, "Gale computes the cross entropy in fp32 from f32 logits"},
-      {"--accumulate-allreduce-grads-in-fp32", false, "Gale always accumulates and reduces gradients in fp32"},
       {"--apply-query-key-layer-scaling", false,
        "Gale computes the attention softmax in fp32, where this scaling changes nothing"},
       {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},

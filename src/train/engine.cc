@@ -304,6 +304,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.reset_bucket_group_order = par.reset_bucket_group_order;
+    dc.reduce_in_bf16 = args.training.bf16_grad_reduce();  // --grad-reduce-in-bf16, --main-grads-dtype bf16
     if (par.param_and_grad_buffer_pad > 0)  // bytes of the f32 buffers, in elements
       dc.buffer_pad = par.param_and_grad_buffer_pad / static_cast<int64_t>(sizeof(float));
     dc.context_parallel_size = engine->ps.cp_size();
