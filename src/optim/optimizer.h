@@ -221,7 +221,8 @@ class Optimizer {
   bool is_muon(size_t b, int param_id) const;
   // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
   // staging buffer only; with --compress-optimizer the staging buffer and the compressed chunks;
-  // with --quant-states the codes and scales.
+  // with --quant-states, or the precision-aware optimizer's fp16/fp8 moments, the codes and scales
+  // (not the step's transient f32 copies of one segment).
   int64_t state_bytes() const;
 
   // --quant-states: whether the moments are stored quantised, and the block layout of segment `s`
