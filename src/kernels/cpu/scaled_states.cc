@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/gemm.h"
+#include <vector>
+
+#include "core/threads.h"
+#include "kernels/cpu/f16_convert.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/quant_states.h"
 
 namespace gale {
@@ -25,23 +29,51 @@ int64_t state_dtype_bytes(StateDType d) { return d == StateDType::kF32 ? 4 : d =
 
 float scaled_state_range(StateDType d) { return d == StateDType::kF16 ? 65504.0f / 2.0f : 448.0f; }
 
+namespace {
+
+// Elements per parallel chunk: the passes below run on the thread pool (max and the per-element
+// rounding are exact, so the result does not depend on the split).
+constexpr int64_t kGrain = int64_t{1} << 14;
+
+float amax_of(const float* x, int64_t n) {
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+  std::vector<float> part(static_cast<size_t>(chunks), 0.0f);
+  parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      float m = 0.0f;
+      const int64_t e = std::min(n, (c + 1) * kGrain);
+#pragma omp simd reduction(max : m)
+      for (int64_t i = c * kGrain; i < e; ++i) m = std::max(m, std::fabs(x[i]));
+      part[static_cast<size_t>(c)] = m;
+    }
+  });
+  float amax = 0.0f;
+  for (float m : part) amax = std::max(amax, m);
+  return amax;
+}
+
+}  // namespace
+
 void quantise_scaled_state(float* x, int64_t n, ScaledStateRef out) {
   if (out.dtype == StateDType::kF32) {
     std::copy(x, x + n, static_cast<float*>(out.codes));
     return;
   }
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float scale = amax / scaled_state_range(out.dtype);
+  const float scale = amax_of(x, n) / scaled_state_range(out.dtype);
   *out.scale = scale;
   const float r = scale > 0.0f ? 1.0f / scale : 0.0f;
-  for (int64_t i = 0; i < n; ++i) x[i] *= r;
-  if (out.dtype == StateDType::kF16) {
-    convert_f32_to_f16(x, static_cast<f16*>(out.codes), n);
-    return;
-  }
-  uint8_t* codes = static_cast<uint8_t*>(out.codes);
-  for (int64_t i = 0; i < n; ++i) codes[i] = fp8_encode(x[i], Fp8Format::kE4M3);
+  const bool f16c = detected_isa() >= Isa::kAvx2;
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) x[i] *= r;
+    if (out.dtype == StateDType::kF16) {
+      f16* codes = static_cast<f16*>(out.codes) + b;
+      (f16c ? convert_f32_to_f16_avx2 : convert_f32_to_f16_scalar)(x + b, codes, e - b);
+      return;
+    }
+    uint8_t* codes = static_cast<uint8_t*>(out.codes);
+    for (int64_t i = b; i < e; ++i) codes[i] = fp8_encode(x[i], Fp8Format::kE4M3);
+  });
 }
 
 void dequantise_scaled_state(ScaledStateRef in, int64_t n, float* x) {
@@ -51,16 +83,20 @@ void dequantise_scaled_state(ScaledStateRef in, int64_t n, float* x) {
     return;
   }
   const float scale = *in.scale;
-  if (in.dtype == StateDType::kF16) {
-    convert_f16_to_f32(static_cast<const f16*>(in.codes), x, n);
-    for (int64_t i = 0; i < n; ++i) x[i] *= scale;
-    return;
-  }
-  // The quantiser's scale q = 1 / scale and the dequantisation's 1 / q, both f32.
+  // fp8: the quantiser's scale q = 1 / scale and the dequantisation's 1 / q, both f32.
   const float inv = scale > 0.0f ? 1.0f / (1.0f / scale) : 0.0f;
   const float* table = fp8_decode_table(Fp8Format::kE4M3);
-  const uint8_t* codes = static_cast<const uint8_t*>(in.codes);
-  for (int64_t i = 0; i < n; ++i) x[i] = table[codes[i]] * inv;
+  const bool f16c = detected_isa() >= Isa::kAvx2;
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    if (in.dtype == StateDType::kF16) {
+      (f16c ? convert_f16_to_f32_avx2 : convert_f16_to_f32_scalar)(static_cast<const f16*>(in.codes) + b, x + b, e - b);
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) x[i] *= scale;
+      return;
+    }
+    const uint8_t* codes = static_cast<const uint8_t*>(in.codes);
+    for (int64_t i = b; i < e; ++i) x[i] = table[codes[i]] * inv;
+  });
 }
 
 void adamw_step_scaled(float* p, const float* g, ScaledStateRef m, ScaledStateRef v, int64_t n,
