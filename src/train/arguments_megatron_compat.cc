@@ -247,6 +247,10 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
   if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
     return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "
                            "gradients are summed over data-parallel ranks, then divided by the loss tokens)");
+  // Megatron's validate_args: the hybrid device optimizer reuses the precision-aware optimizer's path.
+  if (p.was_set("--optimizer-cpu-offload") && !a.training.use_precision_aware_optimizer)
+    return InvalidArgument("--optimizer-cpu-offload must be used with --use-precision-aware-optimizer (Megatron's "
+                           "rule: its hybrid device optimizer reuses that code path)");
   // Megatron's validate_args: the deprecated switch only with RoPE (which has no position table).
   if (p.was_set("--no-position-embedding") && a.model.position_embedding_type != "rope")
     return InvalidArgument("--no-position-embedding is deprecated, use --position-embedding-type (found ",

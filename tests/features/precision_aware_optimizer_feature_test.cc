@@ -48,6 +48,13 @@ TEST(PrecisionAwareOptimizerFeature, ActiveWhenRequested) {
   // Without --bf16 Megatron's gradient buffer has the parameters' dtype: the flags change nothing.
   EXPECT_FALSE(ResolvedFeatures({"--grad-reduce-in-bf16"}).args.training.bf16_grad_reduce());
   EXPECT_FALSE(ResolvedFeatures(with_pa({"--main-grads-dtype", "bf16"})).args.training.bf16_grad_reduce());
+  // Megatron: --optimizer-cpu-offload (a no-op in Gale) only with the precision-aware optimizer.
+  EXPECT_TRUE(validated_pretrain_args(with_pa({"--optimizer-cpu-offload"})).ok());
+  const Status offload = validated_pretrain_args({"--optimizer-cpu-offload"});
+  ASSERT_FALSE(offload.ok());
+  EXPECT_NE(offload.message().find("--optimizer-cpu-offload must be used with --use-precision-aware-optimizer"),
+            std::string::npos)
+      << offload.message();
   // --accumulate-allreduce-grads-in-fp32 is Gale's default behaviour, accepted alone.
   EXPECT_TRUE(ResolvedFeatures({"--bf16", "--accumulate-allreduce-grads-in-fp32"}).status.ok());
 }
