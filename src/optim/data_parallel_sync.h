@@ -85,7 +85,8 @@ struct DataParallelConfig {
   int64_t buffer_pad = 0;
   // Megatron's bf16 gradient reduction (--grad-reduce-in-bf16, or --main-grads-dtype bf16, under
   // --bf16): each bucket, once scaled, is rounded to bf16 (nearest even) and reduced as bf16 (half
-  // the bytes on the wire; the sum of the bf16 addends rounded to bf16 once: comm/), and the result
+  // the bytes of the f32 collective as CommStats counts them and NCCL moves them; MPI widens bf16
+  // sums to f32 on the wire; the sum of the bf16 addends rounded to bf16 once: comm/), and the result
   // comes back into the f32 buffer, so the optimizer reads bf16 values. With one rank the bucket is
   // rounded all the same. The buffer itself stays f32 (micro-batches accumulate in f32, where
   // Megatron's bf16 buffer rounds every accumulation).

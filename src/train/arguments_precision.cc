@@ -21,7 +21,7 @@ void add_precision_args(ArgParser& p, TrainingArgs& a) {
   p.add_choice("--exp-avg-sq-dtype", &a.exp_avg_sq_dtype, {"fp32", "fp16", "fp8"},
                "Megatron: dtype of Adam's exp_avg_sq with --use-precision-aware-optimizer (as --exp-avg-dtype)");
   p.add_flag("--grad-reduce-in-bf16", &a.grad_reduce_in_bf16,
-             "Megatron: with --bf16, reduce the gradients over data parallelism in bf16 (half the bytes; each "
+             "Megatron: with --bf16, reduce the gradients over data parallelism in bf16 (a half-size collective; each "
              "bucket rounded to bf16 before the sum and the sum rounded to bf16)");
   p.add_flag("--accumulate-allreduce-grads-in-fp32", &a.accumulate_allreduce_grads_in_fp32,
              "Megatron: accumulate and reduce gradients in fp32 (Gale's default; --grad-reduce-in-bf16 overrides it, "

@@ -2,7 +2,7 @@
 //
 // --grad-reduce-in-bf16 (DataParallelConfig::reduce_in_bf16): every reduced element is exactly the
 // bf16 rounding of the sum of the two ranks' bf16-rounded scaled gradients, bucket by bucket, for the
-// all-reduce and for the distributed optimizer's reduce-scatter, at half the f32 bytes; against the
+// all-reduce and for the distributed optimizer's reduce-scatter, at half the f32 bytes CommStats counts; against the
 // f32 reduction each element is within the bound those roundings give (bf16's 2^-8 each). The precision-aware
 // optimizer with the distributed optimizer at DP2 trains within a stated tolerance of one process
 // with the same global batch (the per-segment scales follow the shards, so the runs are not the same
