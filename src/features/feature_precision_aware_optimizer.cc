@@ -21,7 +21,9 @@
 // master weights are the model's f32 buffer); with --quant-states, --quant-grads (MindSpeed's own
 // moment and gradient formats: use one), --swap-optimizer, --compress-optimizer, fused_ema_adamw;
 // ZeRO-2/3 layouts (not supported yet). --grad-reduce-in-bf16 / --main-grads-dtype bf16: not with
-// --quant-grads, ZeRO-2/3 or --num-distributed-optimizer-instances > 1 (not supported yet).
+// --quant-grads, ZeRO-2/3, --num-distributed-optimizer-instances > 1 or --dualpipev-dw-detach (not
+// supported yet). Each micro-batch's accumulation is rounded to bf16 in the f32 buffer, as
+// Megatron's bf16 buffer holds it (DataParallelSync::round_grads_to_bf16).
 //
 // Tests: tests/kernels/scaled_states_test.cc (codec vs the numpy fixture, the step vs the f32 step
 // within the format's bound), tests/train/precision_aware_optimizer_test.cc (training within
@@ -103,6 +105,9 @@ class PrecisionAwareOptimizer : public Feature {
       if (p.num_distributed_optimizer_instances > 1)
         return Unimplemented(what, " with --num-distributed-optimizer-instances ",
                              p.num_distributed_optimizer_instances, ": not supported yet; expected 1");
+      if (p.dualpipev_dw_detach)
+        return Unimplemented(what, " with --dualpipev-dw-detach: not supported yet (the detached weight gradients "
+                             "arrive after each micro-batch's bf16 rounding)");
     }
     return Status::Ok();
   }

@@ -95,6 +95,16 @@ float DataParallelSync::bucket_scale() const {
                                   : static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_);
 }
 
+void DataParallelSync::round_grads_to_bf16(const std::vector<int>& param_ids) {
+  float* grads = params_->flat_grads().data<float>();
+  for (int id : param_ids) {
+    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region, or frozen
+    const ParamSpec& spec = params_->spec(id);
+    float* g = grads + spec.offset;
+    for (int64_t i = 0, n = spec.local_numel(); i < n; ++i) g[i] = bf16_to_float(float_to_bf16(g[i]));
+  }
+}
+
 void DataParallelSync::start_grad_reduce(size_t b) {
   BucketState& s = state_[b];
   GALE_CHECK(!s.grad_launched) << "bucket " << b << " reduced twice in one iteration";

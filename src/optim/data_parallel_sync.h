@@ -88,8 +88,9 @@ struct DataParallelConfig {
   // the bytes of the f32 collective as CommStats counts them and NCCL moves them; MPI widens bf16
   // sums to f32 on the wire; the sum of the bf16 addends rounded to bf16 once: comm/), and the result
   // comes back into the f32 buffer, so the optimizer reads bf16 values. With one rank the bucket is
-  // rounded all the same. The buffer itself stays f32 (micro-batches accumulate in f32, where
-  // Megatron's bf16 buffer rounds every accumulation).
+  // rounded all the same. The buffer itself stays f32; the owner calls
+  // DataParallelSync::round_grads_to_bf16 after each micro-batch's contribution, so that it holds
+  // what Megatron's bf16 buffer holds (each accumulation summed in f32 and rounded to bf16 once).
   bool reduce_in_bf16 = false;
 };
 
@@ -120,6 +121,10 @@ class DataParallelSync {
   // finish_grad_sync must not be called.
   void start_iteration(int64_t num_microbatches);
   void on_grads_ready(const std::vector<int>& param_ids);
+  // DataParallelConfig::reduce_in_bf16: rounds the gradients of `param_ids` (those in this sync's
+  // region) to bf16 in place, nearest even: call it when a micro-batch's contribution to them is
+  // complete (before on_grads_ready), as Megatron's bf16 buffer rounds every accumulation.
+  void round_grads_to_bf16(const std::vector<int>& param_ids);
   void finish_grad_sync();
   void after_optimizer_step();
   void on_params_needed(const std::vector<int>& param_ids);

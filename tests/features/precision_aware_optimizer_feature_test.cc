@@ -89,6 +89,9 @@ TEST(PrecisionAwareOptimizerFeature, RefusesWhatItCannotServe) {
       {{"--bf16", "--grad-reduce-in-bf16", "--use-distributed-optimizer", "--num-distributed-optimizer-instances",
         "2"},
        {"--grad-reduce-in-bf16", "--num-distributed-optimizer-instances 2", "not supported yet"}},
+      {{"--bf16", "--grad-reduce-in-bf16", "--pipeline-model-parallel-size", "2", "--num-layers", "4",
+        "--schedules-method", "dualpipev", "--dualpipev-dw-detach"},
+       {"--grad-reduce-in-bf16", "--dualpipev-dw-detach", "not supported yet"}},
   };
   for (const Case& c : cases) {
     ResolvedFeatures r(c.flags);

@@ -1,6 +1,7 @@
 // Megatron's precision-aware optimizer and bf16 gradient reduction at DP2 under mpirun.
 //
-// --grad-reduce-in-bf16 (DataParallelConfig::reduce_in_bf16): every reduced element is exactly the
+// --grad-reduce-in-bf16 (DataParallelConfig::reduce_in_bf16): each micro-batch's accumulation is
+// rounded to bf16 (one rank, exact); every reduced element is exactly the
 // bf16 rounding of the sum of the two ranks' bf16-rounded scaled gradients, bucket by bucket, for the
 // all-reduce and for the distributed optimizer's reduce-scatter, at half the f32 bytes CommStats counts; against the
 // f32 reduction each element is within the bound those roundings give (bf16's 2^-8 each). The precision-aware
@@ -87,6 +88,27 @@ TEST(PrecisionAwareDp, Bf16ReductionIsTheBf16SumOfBf16Addends) {
     EXPECT_EQ(dp->all_reduce_scalar(checked), sharded ? static_cast<int64_t>(reduced[0].size())
                                                       : 2 * static_cast<int64_t>(reduced[0].size()));
   }
+}
+
+// Every micro-batch's accumulation is rounded to bf16 (round_grads_to_bf16, called by the model's
+// grad-ready hook): with one rank the buffer then holds bf16(bf16(a) + b), Megatron's bf16 buffer.
+TEST(PrecisionAwareDp, Bf16AccumulationRoundsEveryMicroBatch) {
+  ParamBuffer pb = make_buffer();
+  DataParallelConfig c;
+  c.reduce_in_bf16 = true;
+  DataParallelSync sync(&pb, make_self_communicator("dp"), c);
+  sync.start_iteration(2);
+  float* g = pb.flat_grads().data<float>();
+  const int64_t n = pb.numel();
+  std::vector<int> all;
+  for (int id = 0; id < pb.size(); ++id) all.push_back(id);
+  for (int64_t i = 0; i < n; ++i) g[i] += local_grad(0, i);
+  sync.round_grads_to_bf16(all);
+  for (int64_t i = 0; i < n; ++i) g[i] += local_grad(1, i);
+  sync.round_grads_to_bf16(all);
+  sync.finish_grad_sync();
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(g[i], bf16_round(bf16_round(local_grad(0, i)) + local_grad(1, i))) << "element " << i;
 }
 
 struct PaRun : testing::CheckpointRun {
