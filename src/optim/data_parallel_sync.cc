@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizer.h"
 
 namespace gale {
@@ -13,6 +14,7 @@ struct DataParallelSync::BucketState {
   bool grad_launched = false;
   WorkPtr grad_work;
   Tensor grad_staging, shard_staging;  // padded copies when the bucket is not a multiple of dp
+  Tensor bf16_staging, bf16_shard;     // DataParallelConfig::reduce_in_bf16: the bucket and the shard in bf16
   bool params_stale = false;           // this rank's shard was updated; the others not yet gathered
   WorkPtr param_work;
   Tensor param_staging;
@@ -93,11 +95,21 @@ float DataParallelSync::bucket_scale() const {
                                   : static_cast<float>(config_.context_parallel_size) / static_cast<float>(dp_size_);
 }
 
+void DataParallelSync::round_grads_to_bf16(const std::vector<int>& param_ids) {
+  float* grads = params_->flat_grads().data<float>();
+  for (int id : param_ids) {
+    if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region, or frozen
+    const ParamSpec& spec = params_->spec(id);
+    float* g = grads + spec.offset;
+    for (int64_t i = 0, n = spec.local_numel(); i < n; ++i) g[i] = bf16_to_float(float_to_bf16(g[i]));
+  }
+}
+
 void DataParallelSync::start_grad_reduce(size_t b) {
   BucketState& s = state_[b];
   GALE_CHECK(!s.grad_launched) << "bucket " << b << " reduced twice in one iteration";
   s.grad_launched = true;
-  if (!scales_buckets()) return;
+  if (!scales_buckets() && !config_.reduce_in_bf16) return;
   GALE_CHECK(!params_->grads_aliased()) << "--quant-grads: its store reduces the gradients, not the sync";
   const GradBucket& bucket = buckets_[b];
   float* grads = params_->flat_grads().data<float>();
@@ -105,6 +117,10 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   const int64_t n = bucket.numel();
   // Megatron's gradient_scaling_factor (times CP: the cp ranks' partial gradients add up), then sum.
   scale_inplace(g, n, bucket_scale());
+  if (config_.reduce_in_bf16) {
+    start_bf16_grad_reduce(b);
+    return;
+  }
   if (dp_size_ == 1) return;
   if (!sharded()) {
     s.grad_work = dp_->all_reduce_async(g, n, DType::kF32, ReduceOp::kSum);
@@ -122,6 +138,27 @@ void DataParallelSync::start_grad_reduce(size_t b) {
       dp_->reduce_scatter_async(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32, ReduceOp::kSum);
 }
 
+void DataParallelSync::start_bf16_grad_reduce(size_t b) {
+  BucketState& s = state_[b];
+  const GradBucket& bucket = buckets_[b];
+  float* g = params_->flat_grads().data<float>() + bucket.range.begin;
+  const int64_t n = bucket.numel();
+  s.bf16_staging = Tensor::zeros({bucket.padded_numel}, DType::kBF16);
+  convert_f32_to_bf16(g, s.bf16_staging.data<bf16>(), n);
+  if (dp_size_ == 1) {  // nothing to sum: the bucket as bf16 values
+    convert_bf16_to_f32(s.bf16_staging.data<bf16>(), g, n);
+    s.bf16_staging = Tensor();
+    return;
+  }
+  if (!sharded()) {
+    s.grad_work = dp_->all_reduce_async(s.bf16_staging.raw(), n, DType::kBF16, ReduceOp::kSum);
+    return;
+  }
+  const int64_t shard = bucket.shard_numel(dp_size_);
+  s.bf16_shard = Tensor::empty({shard}, DType::kBF16);
+  s.grad_work = dp_->reduce_scatter_async(s.bf16_staging.raw(), s.bf16_shard.raw(), shard, DType::kBF16, ReduceOp::kSum);
+}
+
 void DataParallelSync::finish_grad_sync() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     GALE_CHECK(!state_[b].params_stale) << "bucket " << b << " was never gathered: its parameters were not used";
@@ -134,7 +171,13 @@ void DataParallelSync::finish_grad_sync() {
     if (s.grad_work) {
       s.grad_work->wait();
       s.grad_work.reset();
-      if (s.shard_staging.defined()) {
+      if (s.bf16_staging.defined()) {  // reduce_in_bf16: the bf16 sum back into the f32 buffer
+        if (sharded())
+          convert_bf16_to_f32(s.bf16_shard.data<bf16>(), grads + own.begin, own.size());
+        else
+          convert_bf16_to_f32(s.bf16_staging.data<bf16>(), grads + buckets_[b].range.begin, buckets_[b].numel());
+        s.bf16_staging = s.bf16_shard = Tensor();
+      } else if (s.shard_staging.defined()) {
         std::memcpy(grads + own.begin, s.shard_staging.raw(), static_cast<size_t>(own.size()) * sizeof(float));
         s.grad_staging = s.shard_staging = Tensor();
       }

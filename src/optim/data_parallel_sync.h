@@ -83,6 +83,15 @@ struct DataParallelConfig {
   // distributed optimizer, every rank's shard too (optim/grad_buckets.h pad_grad_buckets). The
   // buckets' ranges then include their padding; the optimizer's segments do not.
   int64_t buffer_pad = 0;
+  // Megatron's bf16 gradient reduction (--grad-reduce-in-bf16, or --main-grads-dtype bf16, under
+  // --bf16): each bucket, once scaled, is rounded to bf16 (nearest even) and reduced as bf16 (half
+  // the bytes of the f32 collective as CommStats counts them and NCCL moves them; MPI widens bf16
+  // sums to f32 on the wire; the sum of the bf16 addends rounded to bf16 once: comm/), and the result
+  // comes back into the f32 buffer, so the optimizer reads bf16 values. With one rank the bucket is
+  // rounded all the same. The buffer itself stays f32; the owner calls
+  // DataParallelSync::round_grads_to_bf16 after each micro-batch's contribution, so that it holds
+  // what Megatron's bf16 buffer holds (each accumulation summed in f32 and rounded to bf16 once).
+  bool reduce_in_bf16 = false;
 };
 
 class DataParallelSync {
@@ -112,6 +121,10 @@ class DataParallelSync {
   // finish_grad_sync must not be called.
   void start_iteration(int64_t num_microbatches);
   void on_grads_ready(const std::vector<int>& param_ids);
+  // DataParallelConfig::reduce_in_bf16: rounds the gradients of `param_ids` (those in this sync's
+  // region) to bf16 in place, nearest even: call it when a micro-batch's contribution to them is
+  // complete (before on_grads_ready), as Megatron's bf16 buffer rounds every accumulation.
+  void round_grads_to_bf16(const std::vector<int>& param_ids);
   void finish_grad_sync();
   void after_optimizer_step();
   void on_params_needed(const std::vector<int>& param_ids);
@@ -132,6 +145,8 @@ class DataParallelSync {
  private:
   struct BucketState;
   void start_grad_reduce(size_t b);
+  // DataParallelConfig::reduce_in_bf16: the scaled bucket b as bf16, summed (reduce-scattered).
+  void start_bf16_grad_reduce(size_t b);
   void start_param_gather(size_t b);
   void finish_param_gather(size_t b);
   void record_bucket_use(int b);

@@ -83,6 +83,16 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
                   : config_.quant_states == "hif8" ? QuantMode::kHiF8
                                                    : QuantMode::kMx;
   }
+  GALE_CHECK(parse_state_dtype(config_.exp_avg_dtype, &m_dtype_) && parse_state_dtype(config_.exp_avg_sq_dtype, &v_dtype_))
+      << "--exp-avg-dtype " << config_.exp_avg_dtype << ", --exp-avg-sq-dtype " << config_.exp_avg_sq_dtype
+      << ": expected fp32, fp16 or fp8";
+  scaled_ = m_dtype_ != StateDType::kF32 || v_dtype_ != StateDType::kF32;
+  if (scaled_) {
+    GALE_CHECK(config_.type == "adam") << "--use-precision-aware-optimizer needs --optimizer adam, found " << config_.type;
+    GALE_CHECK(!quant_ && !config_.swap && !config_.compress && !config_.ema)
+        << "--use-precision-aware-optimizer with --quant-states, --swap-optimizer, --compress-optimizer or "
+           "fused_ema_adamw: not supported";
+  }
   GALE_CHECK(!config_.ema || config_.type == "adam")
       << "--optimizer-selection fused_ema_adamw needs --optimizer adam, found " << config_.type;
   GALE_CHECK(!config_.ema || !config_.swap) << "--optimizer-selection fused_ema_adamw with --swap-optimizer: not supported";
@@ -157,6 +167,19 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
             std::memcpy(t->data<uint8_t>() + at, &zero_scale, sizeof zero_scale);
         }
       }
+    } else if (scaled_) {  // an f32 moment as usual; an fp16 or fp8 one as codes and a scale per segment
+      const int64_t segments = static_cast<int64_t>(s.segments.size());
+      auto allocate = [&](StateDType d, Tensor* f32, Tensor* codes, Tensor* scales) {
+        if (d == StateDType::kF32) {
+          *f32 = Tensor::zeros({n});
+          return;
+        }
+        *codes = Tensor::zeros({n}, d == StateDType::kF16 ? DType::kF16 : DType::kU8);
+        *scales = Tensor::zeros({segments});  // TE's initial scale, 1; the codes are zero
+        std::fill(scales->data<float>(), scales->data<float>() + segments, 1.0f);
+      };
+      allocate(m_dtype_, &s.exp_avg, &s.m_codes, &s.m_scales);
+      allocate(v_dtype_, &s.exp_avg_sq, &s.v_codes, &s.v_scales);
     } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
       s.exp_avg_sq = Tensor::zeros({n});
@@ -312,6 +335,15 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
   // whatever block it falls in), updated, and split again; Muon's whole-matrix update takes it whole.
   constexpr int64_t kSplitBlock = int64_t{1} << 16;
   Tensor block;
+  // The precision-aware optimizer: f32 copies of a segment's scaled moments during its update.
+  Tensor m32, v32;
+  if (scaled_) {
+    int64_t largest = 0;
+    for (const BufferState& b : buffers_)
+      for (const Segment& seg : b.segments) largest = std::max(largest, seg.numel);
+    m32 = Tensor::empty({largest});
+    v32 = Tensor::empty({largest});
+  }
   for (size_t bi = 0; bi < buffers_.size(); ++bi) {
     BufferState& b = buffers_[bi];
     ParamBuffer& pb = *b.buffer.params;
@@ -336,6 +368,10 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         } else if (adam && quant_) {  // whole segments: blocks are not cut
           GALE_CHECK(at == 0 && n == seg.numel) << "--quant-states: a segment updated in pieces";
           adamw_step_quantised(p, g, quant_ref(b, si, false), quant_ref(b, si, true), n, b.quant[si].layout, h);
+        } else if (adam && scaled_) {  // whole segments: one scale per segment
+          GALE_CHECK(at == 0 && n == seg.numel) << "--use-precision-aware-optimizer: a segment updated in pieces";
+          adamw_step_scaled(p, g, scaled_ref(b, si, false), scaled_ref(b, si, true), n, h, m32.data<float>(),
+                            v32.data<float>(), ops_->adamw_step);
         } else if (adam && config_.ema) {
           float* s = state_at(b, 2, seg.state_offset + at);
           if (step_ == 1) std::copy(p, p + n, s);  // MindSpeed: the EMA starts as the parameters
@@ -354,7 +390,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         for_each_swap_piece(b, seg, [&](int64_t at, int64_t n) { update(p + at, at, n); });
         continue;
       }
-      const int64_t piece = muon || quant_ ? seg.numel : std::min(seg.numel, kSplitBlock);
+      const int64_t piece = muon || quant_ || scaled_ ? seg.numel : std::min(seg.numel, kSplitBlock);
       if (!block.defined() || block.numel() < piece) block = Tensor::empty({piece});
       for (int64_t at = 0; at < seg.numel; at += piece) {
         const int64_t n = std::min(piece, seg.numel - at);
@@ -382,7 +418,39 @@ QuantStateRef Optimizer::quant_ref(const BufferState& b, size_t s, bool second) 
                        second ? Fp8Format::kE5M2 : Fp8Format::kE4M3};
 }
 
+ScaledStateRef Optimizer::scaled_ref(const BufferState& b, size_t s, bool second) const {
+  const Segment& seg = b.segments[s];
+  const StateDType d = second ? v_dtype_ : m_dtype_;
+  if (d == StateDType::kF32) {
+    const Tensor& t = second ? b.exp_avg_sq : b.exp_avg;
+    return ScaledStateRef{t.data<float>() + seg.state_offset, nullptr, d};
+  }
+  const Tensor& codes = second ? b.v_codes : b.m_codes;
+  const Tensor& scales = second ? b.v_scales : b.m_scales;
+  return ScaledStateRef{static_cast<uint8_t*>(codes.raw()) + seg.state_offset * state_dtype_bytes(d),
+                        scales.data<float>() + static_cast<int64_t>(s), d};
+}
+
+std::string Optimizer::state_format() const {
+  if (quant_) return config_.quant_states;
+  if (scaled_) return str_cat("exp_avg:", state_dtype_name(m_dtype_), ",exp_avg_sq:", state_dtype_name(v_dtype_));
+  return "";
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::quantised_state(size_t b) const {
+  if (scaled_) {
+    const BufferState& s = buffers_.at(b);
+    std::vector<std::pair<std::string, Tensor>> out;
+    if (m_dtype_ != StateDType::kF32) {
+      out.emplace_back("exp_avg.codes", s.m_codes);
+      out.emplace_back("exp_avg.scales", s.m_scales);
+    }
+    if (v_dtype_ != StateDType::kF32) {
+      out.emplace_back("exp_avg_sq.codes", s.v_codes);
+      out.emplace_back("exp_avg_sq.scales", s.v_scales);
+    }
+    return out;
+  }
   if (!quant_) return {};
   const BufferState& s = buffers_.at(b);
   return {{"exp_avg.codes", s.m_codes},
@@ -393,6 +461,22 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::quantised_state(size_t b)
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   const BufferState& s = buffers_.at(b);
+  if (scaled_) {  // an f32 moment shared, an fp16 or fp8 one as a dequantised copy
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (int k = 0; k < 2; ++k) {
+      const char* name = k == 0 ? "exp_avg" : "exp_avg_sq";
+      if ((k == 0 ? m_dtype_ : v_dtype_) == StateDType::kF32) {
+        out.emplace_back(name, k == 0 ? s.exp_avg : s.exp_avg_sq);
+        continue;
+      }
+      Tensor t = Tensor::zeros({s.state_numel});
+      for (size_t si = 0; si < s.segments.size(); ++si)
+        dequantise_scaled_state(scaled_ref(s, si, k == 1), s.segments[si].numel,
+                                t.data<float>() + s.segments[si].state_offset);
+      out.emplace_back(name, std::move(t));
+    }
+    return out;
+  }
   if (quant_) {  // dequantised copies
     std::vector<std::pair<std::string, Tensor>> out;
     for (int k = 0; k < 2; ++k) {
@@ -434,6 +518,20 @@ bool Optimizer::holds_state(size_t b, int param_id, const std::string& name) con
 }
 
 Status Optimizer::store_state(size_t b, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  if (scaled_) {  // an fp16 or fp8 moment quantised again (an f32 one is the optimizer's own tensor)
+    const BufferState& s = buffers_.at(b);
+    for (const auto& [name, t] : tensors) {
+      GALE_CHECK((name == "exp_avg" || name == "exp_avg_sq") && t.numel() == s.state_numel) << "optimizer state " << name;
+      const bool second = name == "exp_avg_sq";
+      if ((second ? v_dtype_ : m_dtype_) == StateDType::kF32) continue;
+      for (size_t si = 0; si < s.segments.size(); ++si) {
+        const Segment& seg = s.segments[si];
+        std::vector<float> copy(t.data<float>() + seg.state_offset, t.data<float>() + seg.state_offset + seg.numel);
+        quantise_scaled_state(copy.data(), seg.numel, scaled_ref(s, si, second));
+      }
+    }
+    return Status::Ok();
+  }
   if (quant_) {  // quantised again
     const BufferState& s = buffers_.at(b);
     for (const auto& [name, t] : tensors) {

@@ -22,6 +22,7 @@
 #include "core/timers.h"
 #include "kernels/cpu/newton_schulz.h"
 #include "kernels/cpu/quant_states.h"
+#include "kernels/cpu/scaled_states.h"
 #include "kernels/op_table.h"
 #include "model/params.h"
 #include "optim/grad_buckets.h"
@@ -94,6 +95,14 @@ struct OptimizerConfig {
   // Training itself is AdamW's, bit for bit. Adam only; not --swap-optimizer, --reuse-fp32-param.
   bool ema = false;
   double ema_decay = 0.9999;  // --ema-decay, in [0, 1]
+  // Megatron's --use-precision-aware-optimizer (Transformer Engine's FusedAdam;
+  // kernels/cpu/scaled_states.h): the dtype each Adam moment is stored in between steps
+  // (--exp-avg-dtype, --exp-avg-sq-dtype): "fp32", "fp16" or "fp8" (E4M3); an fp16 or fp8 moment
+  // keeps one f32 scale per segment (amax / 32752 or amax / 448, renewed at every step) and is
+  // dequantised to f32 for the update. AdamW only; not with --quant-states, --swap-optimizer,
+  // --compress-optimizer or the EMA.
+  std::string exp_avg_dtype = "fp32";
+  std::string exp_avg_sq_dtype = "fp32";
 };
 
 // The EMA decay of applied step t (1-based) for --ema-decay `ema_decay` (OptimizerConfig::ema).
@@ -212,12 +221,17 @@ class Optimizer {
   bool is_muon(size_t b, int param_id) const;
   // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
   // staging buffer only; with --compress-optimizer the staging buffer and the compressed chunks;
-  // with --quant-states the codes and scales.
+  // with --quant-states, or the precision-aware optimizer's fp16/fp8 moments, the codes and scales
+  // (not the step's transient f32 copies of one segment).
   int64_t state_bytes() const;
 
   // --quant-states: whether the moments are stored quantised, and the block layout of segment `s`
   // of buffer `b` (its scales start at quant_scale_offset(b, s) bytes into the scale tensors).
-  bool quantised() const { return quant_; }
+  // Also true for the precision-aware optimizer's fp16/fp8 moments (OptimizerConfig::exp_avg_dtype).
+  bool quantised() const { return quant_ || scaled_; }
+  // How the moments are stored, as a checkpoint records it: the --quant-states mode, or for the
+  // precision-aware optimizer "exp_avg:<dtype>,exp_avg_sq:<dtype>"; "" for f32 moments.
+  std::string state_format() const;
   const QuantLayout& quant_layout(size_t b, size_t s) const { return buffers_.at(b).quant.at(s).layout; }
   int64_t quant_scale_offset(size_t b, size_t s) const { return buffers_.at(b).quant.at(s).scale_offset; }
   // The quantised storage of buffer `b` (shared, not copies): "exp_avg.codes", "exp_avg_sq.codes"
@@ -225,6 +239,8 @@ class Optimizer {
   // f32 scales for fp8, E8M0 exponents for mxfp8, segment after segment). A checkpoint saves and
   // restores them as they are, so that a resumed run continues bit for bit. Empty without
   // --quant-states. (state() and store_state() then give and take dequantised f32 copies.)
+  // The precision-aware optimizer: the same names for each fp16/fp8 moment, codes f16 or u8 (E4M3)
+  // and scales f32, one per segment (an f32 moment is not listed: state() shares it).
   std::vector<std::pair<std::string, Tensor>> quantised_state(size_t b) const;
 
   // --swap-optimizer: creates the state file (zeros: the initial state) and the staging buffer.
@@ -254,8 +270,10 @@ class Optimizer {
       int64_t scale_offset = 0;
     };
     std::vector<QuantSegment> quant;
-    Tensor m_codes, v_codes, m_scales, v_scales;  // u8
+    Tensor m_codes, v_codes, m_scales, v_scales;  // u8 (precision-aware: f16 or u8 codes, f32 scales)
   };
+  // The precision-aware optimizer: segment `s` of `b`'s first (second) moment.
+  ScaledStateRef scaled_ref(const BufferState& b, size_t s, bool second) const;
   // Segment `s` of `b`'s moments as quantised pieces.
   QuantStateRef quant_ref(const BufferState& b, size_t s, bool second) const;
   // The state tensors' names, in the swap file's order.
@@ -290,6 +308,9 @@ class Optimizer {
   std::unique_ptr<OptimizerStateSwap> swap_;
   bool quant_ = false;
   QuantMode quant_mode_ = QuantMode::kLinear;
+  // The precision-aware optimizer with an fp16 or fp8 moment; each moment's dtype.
+  bool scaled_ = false;
+  StateDType m_dtype_ = StateDType::kF32, v_dtype_ = StateDType::kF32;
 };
 
 }  // namespace gale

@@ -214,6 +214,26 @@ struct TrainingArgs {
   // (optim/quant_grads.h).
   std::string quant_states;
   bool quant_grads = false;
+  // Megatron's precision-aware optimizer (features/feature_precision_aware_optimizer.cc,
+  // train/arguments_precision.cc, kernels/cpu/scaled_states.h): --use-precision-aware-optimizer with
+  // --exp-avg-dtype / --exp-avg-sq-dtype fp32|fp16|fp8 (Adam's moments stored so, with one f32 scale
+  // per optimizer segment), --main-grads-dtype fp32|bf16 (bf16: with --bf16 the gradients are
+  // reduced in bf16, bf16_grad_reduce) and --main-params-dtype fp32|fp16 (fp16: not supported yet).
+  // Without the flag every dtype must stay fp32 (Megatron's rule).
+  bool use_precision_aware_optimizer = false;
+  std::string main_grads_dtype = "fp32";
+  std::string main_params_dtype = "fp32";
+  std::string exp_avg_dtype = "fp32";
+  std::string exp_avg_sq_dtype = "fp32";
+  // Megatron's --grad-reduce-in-bf16 and --accumulate-allreduce-grads-in-fp32 (as given): see
+  // bf16_grad_reduce().
+  bool grad_reduce_in_bf16 = false;
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  // Whether the data-parallel gradient reduction runs in bf16 (Megatron's bf16 gradient buffer):
+  // with --bf16, when --grad-reduce-in-bf16 or --main-grads-dtype bf16 is given (Megatron's
+  // validate_args; without --bf16 Megatron's buffer has the parameters' dtype and the flags change
+  // nothing, nor do they in Gale).
+  bool bf16_grad_reduce() const { return bf16 && (grad_reduce_in_bf16 || main_grads_dtype == "bf16"); }
   // --swap-attention (MindSpeed, level 2; features/feature_swap_attention.cc, model/activation_swap.h):
   // each layer's attention activations kept for backward go to an anonymous file in
   // --swap-attention-dir after its forward and come back, one layer ahead, in backward.
@@ -760,6 +780,10 @@ void add_mla_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// Megatron's precision-aware optimizer flags and --grad-reduce-in-bf16 /
+// --accumulate-allreduce-grads-in-fp32 (train/arguments_precision.cc; validated by
+// features/feature_precision_aware_optimizer.cc).
+void add_precision_args(ArgParser& p, TrainingArgs& a);
 // MindSpeed's --automated-pipeline flags (train/arguments_automated_pipeline.cc; validated by
 // features/feature_automated_pipeline.cc).
 void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);

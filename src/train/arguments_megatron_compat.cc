@@ -40,10 +40,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
        {"--suggested-communication-unit-size", "--init-model-with-meta-device"}},
-      {"the precision-aware optimizer (Gale keeps main parameters, gradients and Adam moments in fp32)",
-       {"--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
-        "--exp-avg-sq-dtype"}},
-      {"reducing gradients in bf16 (Gale reduces them in fp32)", {"--grad-reduce-in-bf16"}},
       {"Megatron's straggler detector",
        {"--log-straggler", "--disable-straggler-on-startup", "--straggler-ctrlr-port", "--straggler-minmax-count"}},
       {"the NVIDIA resiliency (fault-tolerance) package", {"--enable-ft-package", "--calc-ft-timeouts"}},
@@ -127,7 +123,6 @@ const std::vector<Compat>& compat_flags() {
       {"--no-rope-fusion", false, "the fused RoPE kernel is --use-fused-rotary-pos-emb (MindSpeed)"},
       {"--no-persist-layer-norm", false, "Gale has one fused LayerNorm kernel (level 1)"},
       {"--fp16-lm-cross-entropy", false, "Gale computes the cross entropy in fp32 from f32 logits"},
-      {"--accumulate-allreduce-grads-in-fp32", false, "Gale always accumulates and reduces gradients in fp32"},
       {"--apply-query-key-layer-scaling", false,
        "Gale computes the attention softmax in fp32, where this scaling changes nothing"},
       {"--num-dataset-builder-threads", true, "Gale builds dataset indices in C++ at start-up"},
@@ -246,6 +241,10 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
   if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
     return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "
                            "gradients are summed over data-parallel ranks, then divided by the loss tokens)");
+  // Megatron's validate_args: the hybrid device optimizer reuses the precision-aware optimizer's path.
+  if (p.was_set("--optimizer-cpu-offload") && !a.training.use_precision_aware_optimizer)
+    return InvalidArgument("--optimizer-cpu-offload must be used with --use-precision-aware-optimizer (Megatron's "
+                           "rule: its hybrid device optimizer reuses that code path)");
   // Megatron's validate_args: the deprecated switch only with RoPE (which has no position table).
   if (p.was_set("--no-position-embedding") && a.model.position_embedding_type != "rope")
     return InvalidArgument("--no-position-embedding is deprecated, use --position-embedding-type (found ",

@@ -221,7 +221,8 @@ nlohmann::json checkpoint_sections(const Arguments& args, const Engine& engine, 
     sections["optimizer"] = {{"type", optimizer.config().type},
                              {"steps_taken", optimizer.steps_taken()},
                              {"use_distributed_optimizer", args.parallel.use_distributed_optimizer}};
-    if (optimizer.quantised()) sections["optimizer"]["quant_states"] = optimizer.config().quant_states;
+    // --quant-states' mode, or the precision-aware optimizer's moment dtypes (Optimizer::state_format).
+    if (optimizer.quantised()) sections["optimizer"]["quant_states"] = optimizer.state_format();
     // --optimizer-selection fused_ema_adamw: the EMA is in the tensors (optimizer.ema_params.<name>).
     if (optimizer.config().ema) sections["optimizer"]["ema_decay"] = optimizer.config().ema_decay;
     if (engine.grad_scaler) {  // --fp16: Megatron keeps the scaler in the optimizer's state
@@ -524,15 +525,15 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   if (load_optim) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json o, r.section("optimizer"));
     optimizer.set_steps_taken(o.at("steps_taken").get<int64_t>());
-    // --quant-states: the saved codes and scales when they fit this rank, else the f32 values
-    // quantised again above.
+    // --quant-states (or the precision-aware optimizer's fp16/fp8 moments): the saved codes and
+    // scales when they fit this rank, else the f32 values quantised again above.
     const std::string saved_quant = o.value("quant_states", std::string());
     GALE_ASSIGN_OR_RETURN(bool exact, load_quantised_state(r, saved_quant, optimizer, engine.ps.world()->rank()));
     if (optimizer.quantised() && !exact)
       print_rank0(str_cat("  checkpoint ", r.directory(), ": optimizer state quantised again from its f32 values (",
-                          saved_quant.empty()                              ? std::string("saved without --quant-states")
-                          : saved_quant != optimizer.config().quant_states ? "saved with --quant-states " + saved_quant
-                                                                           : std::string("saved at another layout"),
+                          saved_quant.empty()                       ? std::string("saved with f32 moments")
+                          : saved_quant != optimizer.state_format() ? "saved with moments " + saved_quant
+                                                                    : std::string("saved at another layout"),
                           "): the run continues, not bit for bit"));
     if (engine.grad_scaler && o.contains("grad_scaler")) {
       const nlohmann::json& g = o.at("grad_scaler");

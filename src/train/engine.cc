@@ -304,6 +304,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.use_distributed_optimizer = par.use_distributed_optimizer;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.reset_bucket_group_order = par.reset_bucket_group_order;
+    dc.reduce_in_bf16 = args.training.bf16_grad_reduce();  // --grad-reduce-in-bf16, --main-grads-dtype bf16
     if (par.param_and_grad_buffer_pad > 0)  // bytes of the f32 buffers, in elements
       dc.buffer_pad = par.param_and_grad_buffer_pad / static_cast<int64_t>(sizeof(float));
     dc.context_parallel_size = engine->ps.cp_size();
@@ -400,8 +401,14 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       model->set_grad_ready_fn([q](const std::vector<int>& ids) { q->accumulate(ids); });
       engine->quant_grads.push_back(std::move(store));
     }
-    if (par.overlap_grad_reduce)
-      model->set_grad_ready_fn([s, es](const std::vector<int>& ids) {
+    if (par.overlap_grad_reduce || dc.reduce_in_bf16)
+      model->set_grad_ready_fn([s, es, overlap = par.overlap_grad_reduce, bf16 = dc.reduce_in_bf16](
+                                   const std::vector<int>& ids) {
+        if (bf16) {  // --grad-reduce-in-bf16: each accumulation rounded, as Megatron's bf16 buffer
+          s->round_grads_to_bf16(ids);
+          if (es) es->round_grads_to_bf16(ids);
+        }
+        if (!overlap) return;
         s->on_grads_ready(ids);
         if (es) es->on_grads_ready(ids);
       });

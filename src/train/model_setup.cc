@@ -190,6 +190,10 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.swap_dir = t.swap_optimizer_dir;
   o.compress = t.compress_optimizer;
   o.quant_states = t.quant_states;
+  if (t.use_precision_aware_optimizer) {
+    o.exp_avg_dtype = t.exp_avg_dtype;
+    o.exp_avg_sq_dtype = t.exp_avg_sq_dtype;
+  }
   o.ema = t.optimizer_selection == "fused_ema_adamw";
   o.ema_decay = t.ema_decay;
   o.muon.momentum = t.muon_momentum;

@@ -351,7 +351,10 @@ int pretrain_main(int argc, char** argv) {
     int64_t owned = 0;
     for (size_t c = 0; c < engine.optimizer->num_buffers(); ++c)
       for (const Optimizer::Segment& seg : engine.optimizer->segments(c)) owned += seg.numel;
-    print_all(str_cat(" > --quant-states ", args.training.quant_states, ": optimizer state of rank ", world->rank(), ": ",
+    const std::string what = args.training.quant_states.empty()
+                                 ? "--use-precision-aware-optimizer " + engine.optimizer->state_format()
+                                 : "--quant-states " + args.training.quant_states;
+    print_all(str_cat(" > ", what, ": optimizer state of rank ", world->rank(), ": ",
                       engine.optimizer->state_bytes(), " bytes for ", owned, " elements (f32 moments: ",
                       8 * owned, " bytes)"));
   }

@@ -38,7 +38,7 @@ Status add_quantised_state(CheckpointWriter& w, const Optimizer& optimizer, int 
 
 StatusOr<bool> load_quantised_state(const CheckpointReader& r, const std::string& saved_quant_states,
                                     Optimizer& optimizer, int rank) {
-  if (!optimizer.quantised() || saved_quant_states != optimizer.config().quant_states) return false;
+  if (!optimizer.quantised() || saved_quant_states != optimizer.state_format()) return false;
   // Every buffer must match before any is overwritten.
   for (size_t c = 0; c < optimizer.num_buffers(); ++c) {
     const std::string p = prefix(rank, c);
