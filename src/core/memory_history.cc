@@ -12,28 +12,6 @@
 
 namespace gale {
 
-namespace {
-
-void append_json_string(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(ch);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out->append(buf);
-    } else {
-      out->push_back(ch);
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
-
 MemoryHistory::~MemoryHistory() { detach(); }
 
 void MemoryHistory::attach() {

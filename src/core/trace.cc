@@ -46,6 +46,15 @@ const char* category_name(TraceCategory c) {
   return "other";
 }
 
+// Microseconds with three decimals (the trace format's unit; nanosecond resolution kept).
+void append_us(std::string* out, int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000), static_cast<long long>(ns % 1000));
+  out->append(buf);
+}
+
+}  // namespace
+
 void append_json_string(std::string* out, std::string_view s) {
   out->push_back('"');
   for (char ch : s) {
@@ -63,15 +72,6 @@ void append_json_string(std::string* out, std::string_view s) {
   }
   out->push_back('"');
 }
-
-// Microseconds with three decimals (the trace format's unit; nanosecond resolution kept).
-void append_us(std::string* out, int64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000), static_cast<long long>(ns % 1000));
-  out->append(buf);
-}
-
-}  // namespace
 
 TraceRecorder::TraceRecorder(TraceOptions options, int rank)
     : options_(options), rank_(rank), origin_ns_(steady_ns()) {}

@@ -153,4 +153,8 @@ void trace_complete_ending_now(TraceCategory cat, std::string_view name, double 
                                std::initializer_list<TraceArg> args = {}, std::string_view text_key = {},
                                std::string_view text = {});
 
+// Appends `s` as a JSON string literal (quotes, backslashes and control characters escaped;
+// other bytes as they are). The trace and the memory snapshot (core/memory_history.h) write with it.
+void append_json_string(std::string* out, std::string_view s);
+
 }  // namespace gale

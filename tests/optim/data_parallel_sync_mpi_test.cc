@@ -9,23 +9,10 @@
 
 #include "mpi_test_env.h"
 #include "optim/data_parallel_sync.h"
+#include "small_param_buffer.h"
 
 namespace gale {
 namespace {
-
-// Parameters of 35, 5, 13, 33, 17 and 2 elements (105 in all).
-ParamBuffer make_buffer() {
-  ParamBuffer pb;
-  const std::vector<Shape> shapes = {{7, 5}, {5}, {13}, {3, 11}, {17}, {2}};
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    ParamSpec s;
-    s.name = "p" + std::to_string(i);
-    s.global_shape = shapes[i];
-    pb.add(s);
-  }
-  pb.finalize();
-  return pb;
-}
 
 float local_grad(int rank, int64_t i) { return 0.5f * static_cast<float>(rank + 1) + 0.01f * static_cast<float>(i); }
 double mean_grad(int dp, int64_t i) { return 0.25 * (dp + 1) + 0.01 * static_cast<double>(i); }
@@ -62,7 +49,7 @@ int64_t bytes(const Comm& c, CommOp op) { return c->stats().bytes[static_cast<in
 
 TEST(DataParallelSync, AllReduceAveragesEveryBucket) {
   Comm dp = test::world();
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(false, false, false, 10));
   ASSERT_GT(sync.buckets().size(), 3u);
   fill_local_grads(pb, 0);
@@ -82,7 +69,7 @@ TEST(DataParallelSync, AllReduceAveragesEveryBucket) {
 
 TEST(DataParallelSync, ReduceScatterLeavesTheMeanInOwnedShards) {
   Comm dp = test::world();
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(true, false, false, 10));
   sync.start_iteration(1);
   fill_local_grads(pb, dp->rank());
@@ -107,7 +94,7 @@ TEST(DataParallelSync, ReduceScatterLeavesTheMeanInOwnedShards) {
 TEST(DataParallelSync, OverlapStartsEachBucketWhenItsLastParameterIsDone) {
   Comm dp = test::world();
   for (bool sharded : {false, true}) {
-    ParamBuffer pb = make_buffer();
+    ParamBuffer pb = testing::small_param_buffer();
     DataParallelSync sync(&pb, dp, config(sharded, true, false, 10));
     const auto& buckets = sync.buckets();
     sync.start_iteration(2);
@@ -139,7 +126,7 @@ TEST(DataParallelSync, OverlapStartsEachBucketWhenItsLastParameterIsDone) {
 
 TEST(DataParallelSync, UnreportedBucketsStillReduceAtTheEnd) {
   Comm dp = test::world();
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(false, true, false, 10));
   sync.start_iteration(1);
   fill_local_grads(pb, dp->rank());
@@ -157,7 +144,7 @@ void fill_stale_params(ParamBuffer& pb, const std::vector<FlatRange>& owned) {
 
 TEST(DataParallelSync, AllGatherRestoresEveryParameterAfterTheStep) {
   Comm dp = test::world();
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(true, false, false, 10));
   sync.start_iteration(1);
   sync.finish_grad_sync();
@@ -175,7 +162,7 @@ TEST(DataParallelSync, AllGatherRestoresEveryParameterAfterTheStep) {
 TEST(DataParallelSync, OverlappedAllGatherCompletesEachBucketBeforeItsUse) {
   Comm dp = test::world();
   if (dp->size() == 1) GTEST_SKIP() << "nothing to gather with one rank";
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(true, true, true, 10));
   const auto& buckets = sync.buckets();
   ASSERT_GE(buckets.size(), 3u);
@@ -202,7 +189,7 @@ TEST(DataParallelSync, OverlappedAllGatherCompletesEachBucketBeforeItsUse) {
 
 TEST(DataParallelSync, FinishParamSyncGathersWhatTheForwardHasNotYetUsed) {
   Comm dp = test::world();
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(true, true, true, 10));
   sync.start_iteration(1);
   sync.finish_grad_sync();
@@ -243,7 +230,7 @@ int64_t forward_in_order(DataParallelSync& sync, ParamBuffer& pb, const std::vec
 TEST(DataParallelSync, BufferOrderPrefetchWaitsWhenTheForwardUsesAnotherOrder) {
   Comm dp = test::world();
   if (dp->size() == 1) GTEST_SKIP() << "nothing to gather with one rank";
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelSync sync(&pb, dp, config(true, true, true, 10));
   const size_t n = sync.buckets().size();
   ASSERT_GE(n, 4u);
@@ -260,7 +247,7 @@ TEST(DataParallelSync, BufferOrderPrefetchWaitsWhenTheForwardUsesAnotherOrder) {
 TEST(DataParallelSync, ResetBucketGroupOrderPrefetchesInTheFirstForwardsOrder) {
   Comm dp = test::world();
   if (dp->size() == 1) GTEST_SKIP() << "nothing to gather with one rank";
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelConfig c = config(true, true, true, 10);
   c.reset_bucket_group_order = true;
   DataParallelSync sync(&pb, dp, c);
@@ -270,7 +257,7 @@ TEST(DataParallelSync, ResetBucketGroupOrderPrefetchesInTheFirstForwardsOrder) {
   const std::vector<size_t> order = front_to_back(n);
   // The recording forward still prefetches in the buffer's order (the order is complete only at its
   // end): as many waits as without the flag.
-  ParamBuffer plain_pb = make_buffer();
+  ParamBuffer plain_pb = testing::small_param_buffer();
   DataParallelSync plain(&plain_pb, dp, config(true, true, true, 10));
   EXPECT_EQ(forward_in_order(plain, plain_pb, order), static_cast<int64_t>(n) - 1);
   EXPECT_EQ(forward_in_order(sync, pb, order), static_cast<int64_t>(n) - 1);

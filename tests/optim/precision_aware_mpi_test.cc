@@ -15,24 +15,12 @@
 
 #include "mpi_test_env.h"
 #include "optim/data_parallel_sync.h"
+#include "small_param_buffer.h"
 #include "optimizer_test_model.h"
 #include "testing_checkpoint_run.h"
 
 namespace gale {
 namespace {
-
-ParamBuffer make_buffer() {
-  ParamBuffer pb;
-  const std::vector<Shape> shapes = {{7, 5}, {5}, {13}, {3, 11}, {17}, {2}};
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    ParamSpec s;
-    s.name = "p" + std::to_string(i);
-    s.global_shape = shapes[i];
-    pb.add(s);
-  }
-  pb.finalize();
-  return pb;
-}
 
 // Not bf16 values: the rounding shows in every element.
 float local_grad(int rank, int64_t i) {
@@ -55,7 +43,7 @@ TEST(PrecisionAwareDp, Bf16ReductionIsTheBf16SumOfBf16Addends) {
     int64_t sent[2] = {0, 0};
     std::vector<FlatRange> owned;
     for (bool bf16 : {false, true}) {
-      ParamBuffer pb = make_buffer();
+      ParamBuffer pb = testing::small_param_buffer();
       DataParallelConfig c;
       c.use_distributed_optimizer = sharded;
       c.bucket_size = 10;
@@ -93,7 +81,7 @@ TEST(PrecisionAwareDp, Bf16ReductionIsTheBf16SumOfBf16Addends) {
 // Every micro-batch's accumulation is rounded to bf16 (round_grads_to_bf16, called by the model's
 // grad-ready hook): with one rank the buffer then holds bf16(bf16(a) + b), Megatron's bf16 buffer.
 TEST(PrecisionAwareDp, Bf16AccumulationRoundsEveryMicroBatch) {
-  ParamBuffer pb = make_buffer();
+  ParamBuffer pb = testing::small_param_buffer();
   DataParallelConfig c;
   c.reduce_in_bf16 = true;
   DataParallelSync sync(&pb, make_self_communicator("dp"), c);

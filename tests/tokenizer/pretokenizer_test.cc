@@ -6,20 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/split_pieces.h"
+
 namespace gale {
 namespace {
-
-std::vector<std::string> split(SplitPattern p, const std::string& text) {
-  std::vector<uint32_t> ends;
-  pretokenize(p, text, &ends);
-  std::vector<std::string> out;
-  uint32_t start = 0;
-  for (uint32_t e : ends) {
-    out.push_back(text.substr(start, e - start));
-    start = e;
-  }
-  return out;
-}
 
 using V = std::vector<std::string>;
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/split_pieces.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gale {
@@ -34,18 +35,6 @@ const json& golden() {
 const std::string& vocab_path() {
   static std::string p = std::string(GALE_TEST_DATA_DIR) + "/tokenizers/tiktoken_gpt2_3k.json";
   return p;
-}
-
-std::vector<std::string> split(SplitPattern p, const std::string& text) {
-  std::vector<uint32_t> ends;
-  pretokenize(p, text, &ends);
-  std::vector<std::string> out;
-  uint32_t start = 0;
-  for (uint32_t e : ends) {
-    out.push_back(text.substr(start, e - start));
-    start = e;
-  }
-  return out;
 }
 
 TEST(TiktokenPattern, PiecesMatchTheRegexOnTextsAndRandomStrings) {
