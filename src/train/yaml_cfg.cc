@@ -145,21 +145,27 @@ struct Converter {
       bool b = false;
       return k.value.IsScalar() && parse_yaml_bool(k.value.Scalar(), &b) && (b ? "True" : "False") == def;
     }
-    if (k.value.IsSequence()) {
-      std::string joined;
-      for (const YAML::Node& item : k.value) {
-        if (!item.IsScalar()) return false;
-        joined += (joined.empty() ? "" : " ") + item.Scalar();
-      }
-      std::istringstream a(joined), b(def.size() >= 2 && def.front() == '[' ? def.substr(1, def.size() - 2) : def);
-      for (std::string x, y;;) {
-        const bool ha = static_cast<bool>(a >> x), hb = static_cast<bool>(b >> y);
-        if (ha != hb) return false;
-        if (!ha) return true;
-        if (!same(x, y)) return false;
-      }
-    }
+    if (k.value.IsSequence()) return same_list(k.value, def);
     return k.value.IsScalar() && same(k.value.Scalar(), def);
+  }
+
+  // Whether a YAML list holds the values of a default written as "[a, b]", "[a b]" or "a b".
+  static bool same_list(const YAML::Node& list, const std::string& def) {
+    std::string joined;
+    for (const YAML::Node& item : list) {
+      if (!item.IsScalar()) return false;
+      joined += (joined.empty() ? "" : " ") + item.Scalar();
+    }
+    std::string plain = def.size() >= 2 && def.front() == '[' ? def.substr(1, def.size() - 2) : def;
+    for (char& c : plain)
+      if (c == ',') c = ' ';
+    std::istringstream a(joined), b(plain);
+    for (std::string x, y;;) {
+      const bool ha = static_cast<bool>(a >> x), hb = static_cast<bool>(b >> y);
+      if (ha != hb) return false;
+      if (!ha) return true;
+      if (!same(x, y)) return false;
+    }
   }
 
   void emit(const std::string& flag, const std::vector<std::string>& vs = {}) {
@@ -178,6 +184,9 @@ struct Converter {
     // must not see it.
     if (d.kind == MegatronDest::kValue && k.value.IsScalar() && is_default(k, d) &&
         same(k.value.Scalar(), g->second.default_value))
+      return Status::Ok();
+    if (d.kind == MegatronDest::kList && k.value.IsSequence() && is_default(k, d) &&
+        same_list(k.value, g->second.default_value))
       return Status::Ok();
     if (d.kind == MegatronDest::kTrue || d.kind == MegatronDest::kFalse) {
       StatusOr<std::optional<bool>> b = boolean(k);

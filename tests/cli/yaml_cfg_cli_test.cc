@@ -3,18 +3,14 @@
 // for bit as printed), the command line's other flags are ignored and named, and errors are one
 // line naming the file and the key (exit code 2).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <regex>
 
+#include "data/data_test_util.h"
 #include "subprocess.h"
 
 namespace gale {
 namespace {
-
-namespace fs = std::filesystem;
 
 const char* kYaml = R"(# a tiny LLaMA-style model in the layout of Megatron's gpt_config.yaml
 language_model:
@@ -79,22 +75,16 @@ std::vector<std::string> losses(const std::string& output) {
 
 class YamlCfgCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gale_yaml_cfg_cli_test_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
+    testing::write_file(dir_.file(name), text);
+    return dir_.file(name);
   }
   test::RunResult pretrain(const std::vector<std::string>& flags) {
     std::vector<std::string> argv = {GALE_BINARY, "pretrain"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     return test::run_with_timeout(argv, {"GALE_YAML_CFG_CLI_THREADS=1"}, 300);
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(YamlCfgCli, TrainsAsTheEquivalentCommandLineAndIgnoresOtherFlags) {

@@ -3,14 +3,12 @@
 // TransformerConfig fields, refused flags at Megatron's default, ${VAR} substitution; and every
 // error names the file and the key, what was expected and what was found.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
+#include "data/data_test_util.h"
 #include "flag_inventory.h"
 #include "train/checkpoint_args.h"
 #include "train/yaml_cfg.h"
@@ -18,19 +16,11 @@
 namespace gale {
 namespace {
 
-namespace fs = std::filesystem;
-
 class YamlCfg : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gale_yaml_cfg_test_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
+    testing::write_file(dir_.file(name), text);
+    return dir_.file(name);
   }
   // The command line `text` stands for (without `--yaml-cfg FILE`), or the error.
   StatusOr<std::vector<std::string>> convert(const std::string& text, std::string* path_out = nullptr) {
@@ -46,7 +36,7 @@ class YamlCfg : public ::testing::Test {
     argv.erase(argv.begin(), argv.begin() + 2);
     return argv;
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 // A command line as {flag -> values} (flag order does not matter to the parser).
@@ -376,7 +366,7 @@ TEST_F(YamlCfg, DerivedFieldsAreIgnoredWithANote) {
 
 TEST_F(YamlCfg, RefusedFlagsAreAcceptedAtMegatronsDefaultOnly) {
   StatusOr<std::vector<std::string>> at_default =
-      convert("wandb_project: ''\nprofile_ranks: [0]\nprofile_step_end: 12\nuse_legacy_models: false\nfp8: null\n");
+      convert("wandb_project: ''\nstraggler_minmax_count: 1\nlog_straggler: false\nuse_legacy_models: false\nfp8: null\n");
   ASSERT_TRUE(at_default.ok()) << at_default.status().message();
   EXPECT_TRUE(at_default->empty());
 
@@ -451,7 +441,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(YamlCfg, MissingFile) {
   testing::FullCli cli;
-  const std::string path = (dir_ / "absent.yaml").string();
+  const std::string path = dir_.file("absent.yaml");
   StatusOr<YamlCfgArgs> r = yaml_cfg_to_args(path, cli.parser);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "--yaml-cfg " + path + ": cannot read the file");
