@@ -81,6 +81,11 @@ ScopedTimer::ScopedTimer(Timers* timers, const char* name, int level, bool barri
                          std::initializer_list<TraceArg> args) {
   if (!timers) return;
   trace_.emplace(TraceCategory::kStep, name, args);
+  if ((observer_ = timers->scope_observer())) {
+    name_ = name;
+    observer_->scope_begin(name);
+    start_ = std::chrono::steady_clock::now();
+  }
   Timer& t = (*timers)(name, level);
   if (!t.enabled()) return;
   t.start(barrier);
@@ -90,6 +95,10 @@ ScopedTimer::ScopedTimer(Timers* timers, const char* name, int level, bool barri
 void ScopedTimer::stop() {
   if (timer_) timer_->stop();
   timer_ = nullptr;
+  if (observer_) {
+    observer_->scope_end(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    observer_ = nullptr;
+  }
   if (trace_) trace_->finish();
 }
 

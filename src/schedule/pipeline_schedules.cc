@@ -25,9 +25,11 @@ Shape activation_shape(const GPTModel& model, const MicroBatch& mb) {
   return {part.sequence_parallel ? tokens / part.tp_size() : tokens, model.config().hidden};
 }
 
-// Adds `seconds` to the level-2 timer `name` (nothing when `timers` is null or below level 2).
+// Adds `seconds` to the level-2 timer `name` (nothing when `timers` is null or below level 2), and
+// tells the timers' scope observer of it as of a scope that ended.
 void add_seconds(Timers* timers, const char* name, double seconds) {
   if (!timers) return;
+  if (TimerScopeObserver* o = timers->scope_observer()) o->scope_end(name, seconds);
   Timer& t = (*timers)(name, 2);
   if (t.enabled()) t.set_elapsed(t.elapsed(/*reset=*/false) + seconds);
 }

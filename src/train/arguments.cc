@@ -532,6 +532,15 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.group("logging");
   p.add("--log-interval", &a.log_interval, "iterations between log lines");
   p.add_flag("--log-throughput", &a.log_throughput, "add TFLOP/s to the log line");
+  p.add_flag("--log-straggler", &a.log_straggler,
+             "at every log line, rank 0 prints each reading's fastest and slowest rank (forward compute, get_batch, "
+             "estimated TFLOP/s, CPU power/temperature/utilisation/clock)");
+  p.add_flag("--disable-straggler-on-startup", &a.disable_straggler_on_startup,
+             "start the straggler detector off (a connection to --straggler-ctrlr-port toggles it)");
+  p.add("--straggler-ctrlr-port", &a.straggler_ctrlr_port,
+        "rank 0's TCP port that toggles the straggler detector (default 65535)");
+  p.add("--straggler-minmax-count", &a.straggler_minmax_count,
+        "number of ranks of lowest and highest estimated TFLOP/s to list (default 1: none listed)");
   p.add_flag("--log-progress", &a.log_progress,
              "append the job's start and every checkpoint save (throughput, floating-point operations, tokens) to "
              "progress.txt in the --save directory");
@@ -928,6 +937,10 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
                            t.check_weight_hash_across_dp_replicas_interval);
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
+  if (l.straggler_ctrlr_port < 1 || l.straggler_ctrlr_port > 65535)
+    return InvalidArgument("--straggler-ctrlr-port: expected a TCP port in [1, 65535], found ", l.straggler_ctrlr_port);
+  if (l.straggler_minmax_count < 1)
+    return InvalidArgument("--straggler-minmax-count: expected a positive integer, found ", l.straggler_minmax_count);
   if (l.timing_log_level < 0 || l.timing_log_level > 2)
     return InvalidArgument("--timing-log-level: expected 0, 1 or 2, found ", l.timing_log_level);
   if (l.eval_interval <= 0) return InvalidArgument("--eval-interval: expected a positive integer, found ", l.eval_interval);

@@ -570,6 +570,12 @@ struct CheckpointArgs {
 struct LoggingArgs {
   int64_t log_interval = 100;
   bool log_throughput = false;
+  // Megatron's straggler detector (train/straggler_detector.h): --log-straggler,
+  // --disable-straggler-on-startup, --straggler-ctrlr-port, --straggler-minmax-count.
+  bool log_straggler = false;
+  bool disable_straggler_on_startup = false;
+  int64_t straggler_ctrlr_port = 65535;
+  int64_t straggler_minmax_count = 1;
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
   // Megatron's --log-progress: append the job's progress to <--save>/progress.txt (train/progress_log.h).

@@ -30,6 +30,7 @@
 #include "train/model_setup.h"
 #include "train/profiler.h"
 #include "train/progress_log.h"
+#include "train/straggler_detector.h"
 #include "train/timers_log.h"
 #include "train/training_log.h"
 #include "train/trainer.h"
@@ -474,8 +475,19 @@ int pretrain_main(int argc, char** argv) {
   print_rank0("training ...");
   host_allocator().reset_peak();
   trainer.set_profiler(&profiler);
+  std::unique_ptr<StragglerDetector> straggler;
+  if (args.logging.log_straggler) {  // Megatron configures it as training starts
+    const LoggingArgs& l = args.logging;
+    straggler = std::make_unique<StragglerDetector>(
+        world, StragglerOptions{!l.disable_straggler_on_startup, static_cast<int>(l.straggler_ctrlr_port),
+                                static_cast<int>(l.straggler_minmax_count), num_threads()});
+    timers.set_scope_observer(straggler.get());
+    trainer.set_straggler_detector(straggler.get());
+  }
   profiler.start_training();
   st = trainer.run();
+  timers.set_scope_observer(nullptr);
+  straggler.reset();
   tensorboard.reset();  // the last records reach the file even when the run failed
   if (!st.ok()) run_error(st);
   if (trainer.exit_code() != 0) return trainer.exit_code();  // --rerun-mode validate_results (Megatron's sys.exit)

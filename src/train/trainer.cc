@@ -23,6 +23,7 @@
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
 #include "train/param_hash.h"
+#include "train/straggler_detector.h"
 #include "train/timers_log.h"
 
 namespace gale {
@@ -547,6 +548,7 @@ Status Trainer::run() {
   double indexer_loss_total = 0.0, kl_loss_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
+  double flops_since_last_log = 0.0;  // Megatron's num_floating_point_operations_since_last_log_event
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
   // Megatron's calculator says when it rounds a global batch size down (at start-up and at each
@@ -624,6 +626,7 @@ Status Trainer::run() {
     ++iters_in_interval;
     const double flops_per_iteration = num_floating_point_operations(flops, r.global_batch_size);
     state_.floating_point_operations_so_far += flops_per_iteration;
+    flops_since_last_log += flops_per_iteration;
     const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
     mtp_totals.resize(r.mtp_losses.size(), 0.0);
     for (size_t k = 0; k < r.mtp_losses.size(); ++k) mtp_totals[k] += r.mtp_losses[k];
@@ -751,6 +754,9 @@ Status Trainer::run() {
       if (profiler_) GALE_RETURN_IF_ERROR(profiler_->at_log(state_.iteration));
       print_rank_last(format_training_log_line(f));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
+      if (straggler_)
+        for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);
+      flops_since_last_log = 0.0;
       loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;

@@ -24,6 +24,7 @@ namespace gale {
 
 // Everything a checkpoint must restore for a resumed run to continue exactly.
 class Profiler;
+class StragglerDetector;
 
 struct TrainerState {
   int64_t iteration = 0;
@@ -106,6 +107,8 @@ class Trainer {
   void set_step_observer(StepObserver fn) { step_observer_ = std::move(fn); }
   // --profile / --record-memory-history (train/profiler.h): told of every step, log line and the end.
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+  // --log-straggler (train/straggler_detector.h): reported at every log line, after it.
+  void set_straggler_detector(StragglerDetector* detector) { straggler_ = detector; }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
@@ -195,6 +198,7 @@ class Trainer {
   FinalizeSavesFn finalize_saves_fn_;
   StepObserver step_observer_;
   Profiler* profiler_ = nullptr;
+  StragglerDetector* straggler_ = nullptr;
   TensorBoardWriter* tensorboard_ = nullptr;
   GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;
