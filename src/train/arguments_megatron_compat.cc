@@ -29,7 +29,6 @@ const std::vector<Reason>& unsupported_flags() {
         // quantised casts and GEMMs against a CPU or BF16 reference.
         "--fp8-reuse-quantized-weight", "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu",
         "--te-comparison-with-bf16"}},
-      {"sentence splitting", {"--split-sentences"}},
       {"legacy Megatron models (Gale implements the MCore GPT model)", {"--use-legacy-models"}},
       {"custom layer specs", {"--spec"}},
       {"encoder-decoder models",
@@ -88,6 +87,9 @@ const std::vector<Reason>& rejected_flags() {
         "--inference-dynamic-batching-buffer-overflow-factor", "--inference-dynamic-batching-buffer-size-gb",
         "--inference-dynamic-batching-max-requests-override", "--inference-dynamic-batching-max-tokens-override",
         "--inference-max-requests", "--inference-max-seq-length", "--max-tokens-to-oom", "--flash-decode"}},
+      {"a flag of gale preprocess (Megatron's tools/preprocess_data.py), which splits the sentences of the "
+       "datasets it writes",
+       {"--split-sentences"}},
       // Megatron's own errors for its removed flags (validate_args).
       {"no longer valid, use --micro-batch-size instead", {"--batch-size"}},
       {"no longer valid, use --lr-warmup-fraction instead", {"--warmup"}},
