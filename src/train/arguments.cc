@@ -198,6 +198,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--check-weight-hash-across-dp-replicas-interval", &a.check_weight_hash_across_dp_replicas_interval,
         "every N iterations (and before the first) check that the data-parallel replicas hold the same parameters "
         "(their hashes), and stop if not");
+  p.add_flag("--test-mode", &a.test_mode,
+             "Megatron's real-time tests: before every training and evaluation iteration check that the "
+             "--qk-layernorm parameters are equal on every data- and tensor-parallel rank, and stop if not");
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");

@@ -195,6 +195,9 @@ struct TrainingArgs {
   // every N iterations the parameters' hashes must agree across the data-parallel group
   // (train/param_hash.h).
   int64_t check_weight_hash_across_dp_replicas_interval = kUnset;
+  // Megatron's --test-mode: before every training and evaluation iteration the --qk-layernorm
+  // parameters must be equal across the data- and tensor-parallel replicas (train/param_hash.h).
+  bool test_mode = false;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
   // --reuse-fp32-param (MindSpeed, level 2; features/feature_reuse_fp32_param.cc): with --bf16 the
   // f32 masters of the linear layers' weights are kept as their bf16 copy + a 16-bit residual (2

@@ -46,7 +46,6 @@ const std::vector<Reason>& unsupported_flags() {
        {"--ckpt-convert-format", "--ckpt-convert-save", "--ckpt-convert-update-legacy-dist-opt-format"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
       {"per-module configuration logs", {"--config-logger-dir"}},
-      {"Megatron's functional-test mode", {"--test-mode"}},
       {"datasets on S3", {"--s3-cache-path"}},
       {"process groups initialised outside Gale", {"--lazy-mpu-init"}},
       {"per-group NCCL communicator settings", {"--nccl-communicator-config-path"}},

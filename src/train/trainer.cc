@@ -391,6 +391,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   const int64_t gbs = calculator_.running_global_batch_size(consumed);  // --decrease-batch-size-if-needed: rounded
   const int64_t skipped = calculator_.global_batch_size(consumed) - gbs;
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
+  if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
   // --op-cal-tflops: count this step's kernels, as MindSpeed wraps Megatron's train_step.
   if (args_.logging.op_cal_tflops) flop_counter_start();
   SmartSwap* smart_swap = engine_->smart_swap.get();  // --smart-swap: the iteration's bounds
@@ -477,6 +478,7 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
   double sums[2] = {0.0, 0.0};
   for (int64_t it = 0; it < iters; ++it) {
+    if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
     const int64_t base = *consumed;
     std::vector<int64_t> indices, ids;
     auto source = [&](int64_t m, MicroBatch* mb) {
@@ -520,6 +522,13 @@ Status Trainer::finish_run() {
   if (profiler_) GALE_RETURN_IF_ERROR(profiler_->finish(state_.iteration));
   if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/true));
   return Status::Ok();
+}
+
+Status Trainer::run_realtime_tests() {
+  finish_param_sync(*engine_);  // the full parameters, also under --overlap-param-gather
+  std::vector<const ParamBuffer*> chunks;
+  for (const auto& c : engine_->chunks) chunks.push_back(&c->params());
+  return check_qk_layernorm_replicas(chunks, engine_->ps.dp(), engine_->ps.tp());
 }
 
 Status Trainer::check_weight_hashes() {
@@ -574,6 +583,9 @@ Status Trainer::run() {
   const int64_t non_persistent_interval = args_.checkpoint.non_persistent_save_interval;
   if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
+  if (t.test_mode)
+    print_rank0("--test-mode: before every training and evaluation iteration the --qk-layernorm parameters are "
+                "compared across the data- and tensor-parallel ranks");
   const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
   // Megatron checks the hashes before the first iteration too.
   if (!t.skip_train && hash_interval != kUnset) GALE_RETURN_IF_ERROR(check_weight_hashes());

@@ -165,6 +165,9 @@ class Trainer {
   // compares the parameter hashes across the data-parallel replicas (train/param_hash.h; an error
   // when they differ) and prints Megatron's ">>> Weight hashes match after N iterations...".
   Status check_weight_hashes();
+  // --test-mode: completes a parameter all-gather in flight and checks the --qk-layernorm
+  // parameters across the data- and tensor-parallel replicas (train/param_hash.h).
+  Status run_realtime_tests();
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
