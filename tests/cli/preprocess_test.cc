@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include <cstdlib>
-#include <optional>
 
 #include "cli/cli_test_util.h"
+#include "scoped_env.h"
 #include "data/data_test_util.h"
 #include "data/indexed_dataset.h"
 
@@ -18,6 +17,7 @@ namespace {
 using testing::read_file;
 using testing::run_gale;
 using testing::TempDir;
+using testing::ScopedEnv;
 
 const std::string kRef = std::string(GALE_TEST_DATA_DIR) + "/reference/preprocess";
 const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
@@ -61,22 +61,6 @@ TEST(Preprocess, ByteIdenticalToMegatronForEveryKey) {
   }
 }
 
-// Sets an environment variable for the test's child processes; restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Megatron's two runs of preprocess_data.py --split-sentences (split, then encode) against Gale's one,
 // with Punkt parameters trained on the Austen corpus (tools/reference/punkt_reference.py).

@@ -5,20 +5,20 @@
 #include "tokenizer/punkt.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "ckpt/temp_dir.h"
+#include "scoped_env.h"
 
 namespace gale {
 namespace {
 
 using json = nlohmann::json;
 using testing_util::TempDir;
+using testing::ScopedEnv;
 
 const std::string kNltkData = std::string(GALE_TEST_DATA_DIR) + "/nltk_data";
 const std::string kEnglish = kNltkData + "/tokenizers/punkt_tab/english";
@@ -122,21 +122,6 @@ TEST(Punkt, ParameterFileErrorsNameTheFileAndLine) {
   EXPECT_EQ(ok->ortho_context.at("the"), 34);
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(Punkt, FindsParametersAlongNltkDataAndSaysWhereItLooked) {
   TempDir empty;
