@@ -44,8 +44,10 @@ TEST(FtCli, SameLossesAndTimeoutsPersistedAcrossResume) {
   const std::vector<std::string> common = {"--log-interval", "1"};
   test::RunResult plain = test::run_with_timeout(tiny_gpt_pretrain(2, 17, common, {}), kMpiEnv, 300);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  // The calculated timeouts come from this tiny model (fractions of a second) and apply at once:
+  // the watchdog never checks here (interval 3600 s), so a loaded machine cannot trip them.
   const std::vector<std::string> ft = {"--enable-ft-package", "--calc-ft-timeouts", "--save", dir.string(),
-                                       "--save-interval", "8"};
+                                       "--save-interval", "8", "--ft-param-workload_check_interval", "3600"};
   test::RunResult r = test::run_with_timeout(tiny_gpt_pretrain(2, 17, with(common, ft), {}), kMpiEnv, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Fault tolerance only watches: the losses are the same, bit for bit as printed.
@@ -74,7 +76,7 @@ TEST(FtCli, SameLossesAndTimeoutsPersistedAcrossResume) {
   // loaded, calculates the setup timeout too; the step timeout it keeps (2 iterations < 16).
   test::RunResult resumed = test::run_with_timeout(
       tiny_gpt_pretrain(1, 19, {"--enable-ft-package", "--calc-ft-timeouts", "--load", dir.string(), "--save",
-                                dir.string(), "--save-interval", "100"},
+                                dir.string(), "--save-interval", "100", "--ft-param-workload_check_interval", "3600"},
                         {}),
       kMpiEnv, 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
