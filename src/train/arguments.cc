@@ -595,6 +595,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
   add_rerun_args(p, a.rerun);
+  add_ft_args(p, a.ft);
   add_profile_args(p, a.profile);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
@@ -1021,6 +1022,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
   GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_ft_args(a, p));
   GALE_RETURN_IF_ERROR(validate_auto_settings_args(a, p));
   return Status::Ok();
 }

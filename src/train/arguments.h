@@ -702,6 +702,19 @@ struct RerunArgs {
   std::string result_rejected_tracker_filename;  // --result-rejected-tracker-filename ("" = none)
 };
 
+// Megatron's fault-tolerance flags and the FT package's parameters (train/arguments_ft.cc,
+// train/ft_integration.h, docs/fault-tolerance.md).
+struct FtArgs {
+  bool enable_ft_package = false;  // --enable-ft-package
+  bool calc_ft_timeouts = false;   // --calc-ft-timeouts
+  // --ft-param-rank_section_timeouts: section:seconds entries (none: no timeout); the default is
+  // the example of Megatron's ft_integration.py.
+  std::string rank_section_timeouts = "setup:600,step:180,checkpointing:420";
+  std::string rank_out_of_section_timeout = "300";  // --ft-param-rank_out_of_section_timeout (none: off)
+  double safety_factor = 5.0;            // --ft-param-safety_factor (FT's default)
+  double workload_check_interval = 5.0;  // --ft-param-workload_check_interval: seconds (FT's default)
+};
+
 // Megatron's and MindSpeed's profiling flags (train/arguments_profile.cc; train/profiler.h).
 struct ProfileArgs {
   bool profile = false;              // --profile: record a trace of the window below
@@ -762,6 +775,7 @@ struct Arguments {
   DpoArgs dpo;
   QadArgs qad;
   RerunArgs rerun;
+  FtArgs ft;
   ProfileArgs profile;
   TrainingArgs training;
   ParallelArgs parallel;
@@ -801,6 +815,10 @@ void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 void add_qad_args(ArgParser& p, QadArgs& a);
 void add_rerun_args(ArgParser& p, RerunArgs& a);
 Status validate_rerun_args(const Arguments& a, const ArgParser& p);
+// --enable-ft-package, --calc-ft-timeouts and the --ft-param-* flags (train/arguments_ft.cc).
+void add_ft_args(ArgParser& p, FtArgs& a);
+// The --ft-param-* values, --save, and the flags given without --enable-ft-package (errors naming them).
+Status validate_ft_args(const Arguments& a, const ArgParser& p);
 // --profile and its window, ranks and options, --record-memory-history, --memory-snapshot-path
 // (train/arguments_profile.cc).
 void add_profile_args(ArgParser& p, ProfileArgs& a);

@@ -39,7 +39,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"Megatron-FSDP's unit and meta-device settings (--use-custom-fsdp runs "
        "--data-parallel-sharding-strategy no_shard and optim)",
        {"--suggested-communication-unit-size", "--init-model-with-meta-device"}},
-      {"the NVIDIA resiliency (fault-tolerance) package", {"--enable-ft-package", "--calc-ft-timeouts"}},
       {"ADLR autoresume (use --exit-signal-handler or --exit-duration-in-mins)",
        {"--adlr-autoresume", "--adlr-autoresume-interval"}},
       {"converting checkpoints while training (gale convert converts Hugging Face checkpoints)",
