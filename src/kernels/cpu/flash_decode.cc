@@ -51,11 +51,11 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
       const int64_t g = h / per_group;
       for (int64_t j = c * chunk; j < std::min(L, (c + 1) * chunk); ++j) {
         if (!attention_visible(p, 0, 0, j)) continue;
-        const float* kj = k + kl.offset(j, g * per_group);
+        const float* kj = k + kl.offset(j, g);
         float dot = 0.0f;
         for (int64_t d = 0; d < HD; ++d) dot += qh[d] * kj[d];
         const float s = dot * p.scale + static_cast<float>(alibi_bias(p, h, j));
-        const float* vj = v + vl.offset(j, g * per_group);
+        const float* vj = v + vl.offset(j, g);
         if (s > m) {  // rescale what is summed so far to the new maximum
           const float r = m == kNegInf ? 0.0f : std::exp(m - s);
           l *= r;
@@ -100,7 +100,7 @@ void flash_decode_forward_ref(const AttentionProblem& p, const float* q, const H
     for (int64_t j = 0; j < L; ++j) {
       if (!attention_visible(p, 0, 0, j)) continue;
       double dot = 0.0;
-      for (int64_t d = 0; d < HD; ++d) dot += double(q[ql.offset(0, h) + d]) * double(k[kl.offset(j, g * per_group) + d]);
+      for (int64_t d = 0; d < HD; ++d) dot += double(q[ql.offset(0, h) + d]) * double(k[kl.offset(j, g) + d]);
       s[j] = dot * p.scale + alibi_bias(p, h, j);
       M = std::max(M, s[j]);
     }
@@ -111,7 +111,7 @@ void flash_decode_forward_ref(const AttentionProblem& p, const float* q, const H
         if (!std::isfinite(s[j])) continue;
         const double e = std::exp(s[j] - M);
         total += e;
-        for (int64_t d = 0; d < HD; ++d) o[d] += e * double(v[vl.offset(j, g * per_group) + d]);
+        for (int64_t d = 0; d < HD; ++d) o[d] += e * double(v[vl.offset(j, g) + d]);
       }
     for (int64_t d = 0; d < HD; ++d) out[h * HD + d] = total > 0.0 ? static_cast<float>(o[d] / total) : 0.0f;
     lse[h] = total > 0.0 ? static_cast<float>(M + std::log(total)) : -std::numeric_limits<float>::infinity();
