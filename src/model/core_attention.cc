@@ -229,6 +229,16 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
   const Tensor kv_new = pack_context_kv(T, q, qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
   Tensor out = Tensor::empty({T, NHl * HD});
+  // Flash-decode steps (one new row) run after the loop, in parallel over the requests.
+  struct DecodeJob {
+    AttentionProblem p;
+    int32_t position;
+    const float* q;
+    const float* kv;
+    float* out;
+  };
+  std::vector<DecodeJob> jobs;
+  std::vector<Tensor> gathered_kv;  // keeps the gathered rows of the jobs alive
   int64_t row = 0;
   for (const RaggedRequest& r : batch.requests) {
     const int64_t L = r.cached + r.rows;
@@ -239,36 +249,45 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
       std::copy_n(kv_new.data<float>() + (row + i) * W, W,
                   pool.rows(local_layer, r.blocks[static_cast<size_t>(pos / bt)]) + (pos % bt) * W);
     }
-    Tensor gathered;  // the request's positions in one piece when they span several blocks
-    const float* kv = nullptr;
+    const float* kv = nullptr;  // the request's positions in one piece (gathered when they span blocks)
     if (L <= bt) {
       kv = pool.rows(local_layer, r.blocks[0]);
     } else {
-      gathered = Tensor::empty({L, W});
+      Tensor gathered = Tensor::empty({L, W});
       for (int64_t b = 0; b * bt < L; ++b)
         std::copy_n(pool.rows(local_layer, r.blocks[static_cast<size_t>(b)]), std::min(bt, L - b * bt) * W,
                     gathered.data<float>() + b * bt * W);
       kv = gathered.data<float>();
+      gathered_kv.push_back(gathered);
     }
-    std::vector<int32_t> positions(static_cast<size_t>(r.rows));
-    for (int64_t i = 0; i < r.rows; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(r.cached + i);
     AttentionProblem p = ap;
     p.B = 1;
     p.Sq = r.rows;
     p.Sk = L;
-    p.q_positions = positions.data();
     p.k_positions = nullptr;
     p.max_positions = L;
-    std::vector<float> lse(static_cast<size_t>(NHl * r.rows));
     const float* q_rows = q + row * ql.row_stride;
     float* o = out.data<float>() + row * NHl * HD;
-    if (batch.flash_decode_chunk > 0 && r.rows == 1)
-      flash_decode_forward(p, q_rows, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD),
-                           batch.flash_decode_chunk, o, lse.data());
-    else
+    if (batch.flash_decode_chunk > 0 && r.rows == 1) {
+      jobs.push_back(DecodeJob{p, static_cast<int32_t>(r.cached), q_rows, kv, o});
+    } else {
+      std::vector<int32_t> positions(static_cast<size_t>(r.rows));
+      for (int64_t i = 0; i < r.rows; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(r.cached + i);
+      p.q_positions = positions.data();
+      std::vector<float> lse(static_cast<size_t>(NHl * r.rows));
       rt.ops->attention_forward(p, q_rows, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD), o,
                                 lse.data());
+    }
     row += r.rows;
+  }
+  const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n_jobs > 1)
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    DecodeJob& job = jobs[static_cast<size_t>(j)];
+    job.p.q_positions = &job.position;
+    std::vector<float> lse(static_cast<size_t>(NHl));
+    flash_decode_forward(job.p, job.q, ql, job.kv, context_key_layout(KVl, HD), job.kv, context_value_layout(KVl, HD),
+                         batch.flash_decode_chunk, job.out, lse.data());
   }
   GALE_CHECK_EQ(row, T) << "ragged kv: the requests' rows do not cover the micro-batch";
   return out;

@@ -74,8 +74,8 @@ Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
 // Ragged decoding (rt.ragged_kv set; one sample of rows, no context or tensor-sequence split):
 // each request's rows write their keys and values into its blocks of local layer `local_layer`
 // and attend to its positions [0, cached + rows) at their own positions (model/kv_cache.h
-// RaggedKvBatch). A request with one new row and flash_decode_chunk > 0 attends with
-// flash_decode_forward.
+// RaggedKvBatch). The requests with one new row attend with flash_decode_forward when
+// flash_decode_chunk > 0, after the others and in parallel over the requests.
 Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
                                 int64_t local_layer);
 

@@ -35,9 +35,12 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
   const int64_t NH = p.NH, HD = p.HD, L = p.Sk, per_group = NH / p.KV;
   const int64_t chunks = std::max<int64_t>(1, (L + chunk - 1) / chunk);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  // Per (head, chunk): m, l, then HD accumulators.
+  // Per (head, chunk): m, l, then HD accumulators. Each chunk takes its scores first (a dot product
+  // in 8 interleaved partial sums), then their maximum, then the exponentials and the weighted sum
+  // of the values (one pass over the chunk's rows each).
   std::vector<float> part(static_cast<size_t>(NH * chunks * (HD + 2)));
-#pragma omp parallel for collapse(2) schedule(static) if (NH * chunks > 1 && L * NH * HD > 32768)
+  const bool parallel = NH * chunks > 1 && L * NH * HD >= (int64_t{1} << 20);  // worth a parallel region
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t h = 0; h < NH; ++h)
     for (int64_t c = 0; c < chunks; ++c) {
       float* slot = part.data() + (h * chunks + c) * (HD + 2);
@@ -48,22 +51,30 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
       l = 0.0f;
       for (int64_t d = 0; d < HD; ++d) acc[d] = 0.0f;
       const float* qh = q + ql.offset(0, h);
-      const int64_t g = h / per_group;
-      for (int64_t j = c * chunk; j < std::min(L, (c + 1) * chunk); ++j) {
-        if (!attention_visible(p, 0, 0, j)) continue;
-        const float* kj = k + kl.offset(j, g);
-        float dot = 0.0f;
-        for (int64_t d = 0; d < HD; ++d) dot += qh[d] * kj[d];
-        const float s = dot * p.scale + static_cast<float>(alibi_bias(p, h, j));
-        const float* vj = v + vl.offset(j, g);
-        if (s > m) {  // rescale what is summed so far to the new maximum
-          const float r = m == kNegInf ? 0.0f : std::exp(m - s);
-          l *= r;
-          for (int64_t d = 0; d < HD; ++d) acc[d] *= r;
-          m = s;
+      const int64_t g = h / per_group, first = c * chunk, n = std::min(L, first + chunk) - first;
+      std::vector<float> s(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t j = first + i;
+        if (!attention_visible(p, 0, 0, j)) {
+          s[static_cast<size_t>(i)] = kNegInf;
+          continue;
         }
-        const float e = std::exp(s - m);
+        const float* kj = k + kl.offset(j, g);
+        float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t d = 0;
+        for (; d + 8 <= HD; d += 8)
+          for (int u = 0; u < 8; ++u) lane[u] += qh[d + u] * kj[d + u];
+        float dot = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        for (; d < HD; ++d) dot += qh[d] * kj[d];
+        s[static_cast<size_t>(i)] = dot * p.scale + static_cast<float>(alibi_bias(p, h, j));
+        m = std::max(m, s[static_cast<size_t>(i)]);
+      }
+      if (m == kNegInf) continue;  // no visible key in this chunk
+      for (int64_t i = 0; i < n; ++i) {
+        if (s[static_cast<size_t>(i)] == kNegInf) continue;
+        const float e = std::exp(s[static_cast<size_t>(i)] - m);
         l += e;
+        const float* vj = v + vl.offset(first + i, g);
         for (int64_t d = 0; d < HD; ++d) acc[d] += e * vj[d];
       }
     }
