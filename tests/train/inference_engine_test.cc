@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/allocator.h"
 #include "kernels/cpu/fused_ops.h"
@@ -130,6 +131,64 @@ TEST_F(InferenceEngineTest, DynamicBatchingPausesJoinsAndGivesEveryBlockBack) {
       EXPECT_GT(r->peak_kv_bytes, 0);
     }
     EXPECT_EQ(host_allocator().current_bytes(), before) << "the KV buffer and every step's tensors are freed";
+  }
+}
+
+// The ragged forward's logits are each request's KvCache logits: three requests in blocks of 5
+// positions (several per request, not in order), prefilled together, then decoding one token each
+// while a fourth joins with its prompt; a sliding window of 6 too. Tolerance 2e-5 as the KV-cache
+// test: the same kernels, the GEMMs over a different number of rows.
+TEST_F(InferenceEngineTest, RaggedLogitsEqualEachRequestsKvCacheLogits) {
+  for (int64_t window : {0, 6}) {
+    c_.sliding_window = window;
+    GPTModel model(c_, single_process_partition(c_), &ops_);
+    model.params().initialize(7);
+    KvBlockPool pool(c_, single_process_partition(c_), 5, 40);
+    const std::vector<std::vector<int32_t>> seqs = {prompts_[0], prompts_[2], prompts_[3], prompts_[6]};  // 5, 17, 9, 12
+    std::vector<KvCache> caches;
+    std::vector<RaggedRequest> reqs(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      caches.push_back(make_kv_cache(c_, single_process_partition(c_), 1, c_.max_positions));
+      std::vector<int32_t> b = pool.allocate(5);
+      std::reverse(b.begin(), b.end());
+      reqs[i].blocks = b;
+    }
+    auto cache_logits = [&](size_t i, std::vector<int32_t> ids) {
+      MicroBatch mb;
+      mb.B = 1;
+      mb.S = static_cast<int64_t>(ids.size());
+      mb.tokens = ids;
+      mb.position_ids.assign(ids.size(), 0);
+      const Tensor l = model.forward_logits(mb, Tensor(), &caches[i]);
+      return std::vector<float>(l.data<float>() + (mb.S - 1) * c_.vocab, l.data<float>() + mb.S * c_.vocab);
+    };
+    // Step 1: requests 0..2 prefill; step 2: they decode one token each and request 3 prefills.
+    for (int step = 0; step < 2; ++step) {
+      RaggedKvBatch batch;
+      batch.pool = &pool;
+      std::vector<int32_t> tokens;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (step == 0 && i == 3) continue;
+        RaggedRequest r = reqs[i];
+        std::vector<int32_t> ids = (reqs[i].cached == 0) ? seqs[i] : std::vector<int32_t>{int32_t(7 + i)};
+        r.rows = static_cast<int64_t>(ids.size());
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        batch.requests.push_back(r);
+        which.push_back(i);
+      }
+      const Tensor got = model.forward_logits_ragged(tokens, batch);
+      for (size_t k = 0; k < which.size(); ++k) {
+        const size_t i = which[k];
+        const std::vector<int32_t> ids = (reqs[i].cached == 0) ? seqs[i] : std::vector<int32_t>{int32_t(7 + i)};
+        const std::vector<float> want = cache_logits(i, ids);
+        double worst = 0.0;
+        for (int64_t v = 0; v < c_.vocab; ++v)
+          worst = std::max(worst, std::abs(double(got.data<float>()[k * c_.vocab + v]) - double(want[v])));
+        EXPECT_LT(worst, 2e-5) << "window " << window << ", step " << step << ", request " << i;
+        reqs[i].cached += static_cast<int64_t>(ids.size());
+      }
+    }
   }
 }
 
