@@ -385,6 +385,11 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
   if (m.config.mla.enabled)
     return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
                                  " with --multi-latent-attention: batched decoding of MLA is not supported yet"));
+  if (m.config.moe.capacity_factor > 0.0)
+    return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
+                                 " with --moe-expert-capacity-factor ", m.config.moe.capacity_factor,
+                                 ": the tokens an expert drops would depend on the batch; not supported yet ",
+                                 "(dropless MoE, without the flag, batches)"));
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& text : texts) {
     std::vector<int32_t> ids;
