@@ -99,6 +99,7 @@ void add_fp8_params(ParamBuffer& pb, const Fp8Config& c) {
       for (ParamSpec* b : {&h, &sc}) {
         b->buffer = true;
         b->trainable = false;
+        b->fp8_state_buffer = true;
       }
       h.global_name = module_tensor(s.global_name, "._extra_state.fp8_amax_history");
       sc.global_name = module_tensor(s.global_name, "._extra_state.fp8_scale");

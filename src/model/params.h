@@ -85,6 +85,8 @@ struct ParamSpec {
   // fp8_state: the delayed recipe's amax-history buffer (the scale buffer is fp8_state + 1), else −1.
   bool fp8 = false;
   int fp8_state = -1;
+  // One of those state buffers (a checkpoint without it leaves the initial state: ckpt/model_checkpoint.h).
+  bool fp8_state_buffer = false;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
   const std::string& whole_model_name() const { return global_name.empty() ? name : global_name; }

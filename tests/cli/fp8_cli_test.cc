@@ -29,6 +29,24 @@ TEST(Fp8Cli, DelayedScalingResumesExactly) {
   EXPECT_NE(out.find("active: fp8"), std::string::npos) << out;
 }
 
+// A checkpoint saved without FP8 loads into a delayed-scaling run (its state starts afresh, as TE's
+// empty _extra_state); loading it back without FP8 ignores the saved FP8 state.
+TEST(Fp8Cli, CheckpointsCrossTheFp8Boundary) {
+  testing::TempDir dir;
+  const std::string a = dir.path() + "/plain", b = dir.path() + "/fp8";
+  testing::CommandResult save =
+      testing::run_gale("pretrain " + kModel + " --train-iters 2 --save-interval 2 --save " + a, dir.path());
+  ASSERT_EQ(save.exit_code, 0) << save.out << save.err;
+  testing::CommandResult fp8 = testing::run_gale(
+      "pretrain " + kModel + " --train-iters 4 --fp8-format e4m3 --load " + a + " --save-interval 4 --save " + b,
+      dir.path());
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.out << fp8.err;
+  EXPECT_EQ(logged_values(fp8.out, "lm loss").size(), 2u) << fp8.out;
+  testing::CommandResult back = testing::run_gale("pretrain " + kModel + " --train-iters 5 --load " + b, dir.path());
+  ASSERT_EQ(back.exit_code, 0) << back.out << back.err;
+  EXPECT_EQ(logged_values(back.out, "lm loss").size(), 1u) << back.out;
+}
+
 TEST(Fp8Cli, EveryRecipeTrainsAndChangesTheLoss) {
   testing::TempDir dir;
   testing::CommandResult plain = testing::run_gale("pretrain " + kModel + " --bf16 --train-iters 3", dir.path());
