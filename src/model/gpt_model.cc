@@ -192,6 +192,11 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (frozen && params_.spec(id).trainable) params_.freeze(id);
     }
   mark_qat_params(params_, c.qat);  // --qat-scheme: the linear weights read fake-quantised
+  if (c.fp8.enabled) {  // --fp8-format: FP8-emulated linear GEMMs (and the delayed recipe's state buffers)
+    Fp8Config fp8 = c.fp8;
+    fp8.num_layers = c.num_layers;
+    add_fp8_params(params_, fp8);
+  }
   params_.finalize();
   if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);
   if (c.mla.enabled)

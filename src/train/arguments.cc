@@ -591,6 +591,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_qat_args(p, a.model);
+  add_fp8_args(p, a.model);
   add_precision_args(p, a.training);
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);

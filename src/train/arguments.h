@@ -109,6 +109,18 @@ struct ModelArgs {
   // "" (none) or w4a16-mxfp4[-moe-only] / w8a16-mxfp8[-moe-only]; MX blocks of 32 or 128.
   std::string qat_scheme;
   int64_t qat_quant_block_size = 32;
+  // Megatron's FP8 flags (train/arguments_fp8.cc, features/feature_fp8.cc, model/fp8.h), emulated.
+  std::string fp8_format;                       // --fp8-format: "" (none), e4m3 or hybrid
+  std::string fp8_recipe = "delayed";           // --fp8-recipe: delayed, tensorwise or mxfp8
+  int fp8_margin = 0;                           // --fp8-margin
+  int fp8_interval = 1;                         // --fp8-interval (deprecated in Megatron: ignored)
+  int64_t fp8_amax_history_len = 1;             // --fp8-amax-history-len
+  std::string fp8_amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo: most_recent or max
+  bool fp8_wgrad = true;                        // false: --no-fp8-wgrad
+  bool fp8_param_gather = false;                // --fp8-param-gather (refused: feature_fp8.cc)
+  bool first_last_layers_bf16 = false;          // --first-last-layers-bf16
+  int64_t num_layers_at_start_in_bf16 = 1;      // --num-layers-at-start-in-bf16
+  int64_t num_layers_at_end_in_bf16 = 1;        // --num-layers-at-end-in-bf16
   bool qk_layernorm = false;      // per-head q/k norms (with MLA: norms on the q and kv latents)
   std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
   double rotary_scaling_factor = 1.0;
@@ -803,6 +815,9 @@ void add_mla_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// Megatron's FP8 flags --fp8-format, --fp8-recipe, ... (train/arguments_fp8.cc; validated by
+// features/feature_fp8.cc).
+void add_fp8_args(ArgParser& p, ModelArgs& a);
 // Megatron's precision-aware optimizer flags and --grad-reduce-in-bf16 /
 // --accumulate-allreduce-grads-in-fp32 (train/arguments_precision.cc; validated by
 // features/feature_precision_aware_optimizer.cc).

@@ -20,11 +20,8 @@ const std::vector<Reason>& unsupported_flags() {
        {"--tp-comm-overlap-cfg", "--tp-comm-overlap-rs-dgrad", "--tp-comm-bootstrap-backend",
         "--disable-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag",
         "--disable-tp-comm-overlap-rs", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs"}},
-      {"FP8 training",
-       {"--fp8-format", "--fp8-recipe", "--fp8-margin", "--fp8-interval", "--fp8-amax-history-len",
-        "--fp8-amax-compute-algo", "--no-fp8-wgrad", "--fp8-param-gather", "--first-last-layers-bf16",
-        "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
-        "--keep-fp8-transpose-cache-when-using-custom-fsdp",
+      {"FP8 training options beyond Megatron's emulated FP8 recipes (--fp8-format, model/fp8.h)",
+       {"--keep-fp8-transpose-cache-when-using-custom-fsdp",
         // MindSpeed's FP8 options of its Transformer Engine API, and its online comparison of the
         // quantised casts and GEMMs against a CPU or BF16 reference.
         "--fp8-reuse-quantized-weight", "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu",

@@ -488,6 +488,8 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       const std::string source =
           set == ParamSet::kUpcycle ? upcycling_source(s.whole_model_name()) : s.whole_model_name();
       if (source.empty()) continue;
+      // --fp8-recipe delayed's state from a checkpoint saved without it: the initial state stands.
+      if (s.fp8_state_buffer && !r.has_tensor(source)) continue;
       Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
@@ -674,6 +676,7 @@ Status load_model_weights(const std::string& flag, const std::string& dir, GPTMo
   ParamBuffer& pb = model.params();
   for (int id = 0; id < pb.size(); ++id) {
     const ParamSpec& s = pb.spec(id);
+    if (s.fp8_state_buffer && !r.has_tensor(s.whole_model_name())) continue;  // saved without FP8
     Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
     for (const Piece& piece : pieces_of(s)) {
       Tensor dst = rows_of(param, piece.first_row, piece.rows);

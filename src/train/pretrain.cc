@@ -438,6 +438,7 @@ int pretrain_main(int argc, char** argv) {
     GPTModel& student = *engine.chunks.back();
     ModelConfig teacher_config = student.config();
     teacher_config.qat = QatConfig{};           // the full-precision teacher
+    teacher_config.fp8 = Fp8Config{};
     teacher_config.lora = LoraConfig{};
     teacher_config.reuse_fp32_param = false;    // never stepped: plain f32 values and their bf16 copy
     ModelPartition whole = student.partition();
