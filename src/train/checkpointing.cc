@@ -18,6 +18,7 @@
 #include "train/quant_state_checkpoint.h"
 #include "train/checkpoint_args.h"
 #include "train/grad_sync.h"
+#include "train/megatron_checkpoint.h"
 
 namespace gale {
 
@@ -616,6 +617,29 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
   return st;
 }
 
+// A Megatron-LM checkpoint (legacy torch format) in `dir`: its model weights (and, unless
+// `finetune`, its iteration and consumed samples), through a Gale checkpoint written to a private
+// temporary directory of this process. Megatron's optimizer state is not read: --no-load-optim.
+Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
+                     TrainerState& state, bool finetune, bool* loaded) {
+  const CheckpointArgs& ca = args.checkpoint;
+  if (!finetune && ca.load_optim)
+    return FailedPrecondition(flag, " ", dir, " holds a Megatron-LM checkpoint: Gale loads its model weights and "
+                              "iteration but not Megatron's optimizer state (not supported yet); pass "
+                              "--no-load-optim (or --finetune)");
+  GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step));
+  print_rank0(str_cat(" reading Megatron's torch checkpoint ", m.directory, " (checkpoint_version ", m.checkpoint_version,
+                      ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel, ")"));
+  const std::string into = (std::filesystem::temp_directory_path() / str_cat("gale_megatron_load_", ::getpid())).string();
+  std::error_code ec;
+  std::filesystem::remove_all(into, ec);
+  Status st = save_megatron_as_gale(m, into, dir);
+  if (st.ok())
+    st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
+  std::filesystem::remove_all(into, ec);
+  return st;
+}
+
 }  // namespace
 
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
@@ -639,6 +663,11 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
       bool tried = false;
       GALE_RETURN_IF_ERROR(load_non_persistent(args, engine, state, finetune, loaded, &tried));
       if (tried) return Status::Ok();
+    }
+    if (!dir.empty()) {  // Megatron's own checkpoint formats (--auto-detect-ckpt-format is always on)
+      GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(dir, ca.ckpt_step));
+      if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone)
+        return load_megatron(flag, dir, args, engine, state, finetune, loaded);
     }
     return load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kAll, !finetune && ca.load_optim,
                      !finetune, loaded);
