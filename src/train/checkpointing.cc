@@ -637,7 +637,10 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
   if (st.ok())
     st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
   std::filesystem::remove_all(into, ec);
-  return st;
+  if (st.ok()) return st;
+  std::string message = st.message();  // name the Megatron directory, not the temporary one
+  for (size_t at; (at = message.find(into)) != std::string::npos;) message.replace(at, into.size(), dir);
+  return Status(st.code(), message);
 }
 
 }  // namespace

@@ -404,6 +404,23 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   return m;
 }
 
+StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where) {
+  Tracker tracker;
+  if (step != kUnset) {
+    tracker.iteration = step;
+  } else {
+    GALE_ASSIGN_OR_RETURN(tracker, read_tracker(load_dir));
+  }
+  const std::string dir = iteration_dir(load_dir, tracker);
+  std::string path = dir + "/mp_rank_00/model_optim_rng.pt";
+  if (!fs::exists(path)) path = dir + "/mp_rank_00_000/model_optim_rng.pt";
+  GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+  *where = path + " (args)";
+  nlohmann::json args = root->kind == PyValue::kDict ? args_json(root->get("args")) : nlohmann::json::object();
+  if (args.empty()) return DataLoss(path, ": expected Megatron's 'args' (an argparse.Namespace), found none");
+  return args;
+}
+
 TensorSource megatron_tensor_source(const MegatronCheckpoint& m) {
   return [&m](const std::string& name, const Shape& shape) -> StatusOr<Tensor> {
     auto it = m.tensors.find(name);

@@ -68,6 +68,10 @@ struct MegatronCheckpoint {
 // 'model', shards whose shapes disagree, MoE tensors.
 StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset);
 
+// The scalar attributes of the args Namespace of Megatron's torch checkpoint in <load_dir> (rank 0's
+// file; `where` is set to it), for --use-checkpoint-args.
+StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where);
+
 // `m` as a Gale checkpoint in <save_dir>/iter_<m.iteration> (+ tracker): the tensors, "model",
 // "args" (Megatron's model flags), "trainer" (iteration and consumed samples) and "megatron_source".
 Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir);

@@ -124,7 +124,7 @@ TEST(ConvertMegatron, Refusals) {
 
 // `gale pretrain --load <Megatron dir>` continues at Megatron's iteration (7) with its weights;
 // Megatron's optimizer state is not read, which needs --no-load-optim; --pretrained-checkpoint
-// fine-tunes from iteration 0.
+// fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
 TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration) {
   TempDir tmp;
   {
@@ -170,6 +170,26 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
             std::string::npos)
       << r.output;
   EXPECT_TRUE(std::filesystem::exists(tmp.file("c/iter_0000001/metadata.json")));
+  // --use-checkpoint-args takes the model flags from Megatron's args Namespace.
+  r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("tp1"), "--no-load-optim", "--micro-batch-size", "1",
+            "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8", "--vocab-size", "49",
+            "--make-vocab-size-divisible-by", "128", "--data-path", tmp.file("data_text_document"), "--split", "100,0,0", "--eval-iters", "0",
+            "--num-threads", "1"});
+  EXPECT_EQ(r.exit_code, 1);  // Megatron does not take the vocabulary padding from the checkpoint either
+  EXPECT_NE(r.output.find("checkpoint " + megatron("tp1") + "/iter_0000007 does not match this model: it was saved "
+                          "with padded_vocab_size = 64, this run has 128"),
+            std::string::npos)
+      << r.output;
+  r.output.clear();
+  r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("tp1"), "--no-load-optim", "--micro-batch-size", "1",
+            "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8", "--vocab-size", "49",
+            "--make-vocab-size-divisible-by", "32", "--data-path", tmp.file("data_text_document"), "--split",
+            "100,0,0", "--eval-iters", "0", "--num-threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Setting num_query_groups to 2 from checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 7"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
