@@ -139,6 +139,20 @@ TEST(MegatronCheckpoint, Tp2Pp2ShardsMergeIntoTheTp1Tensors) {
   EXPECT_LT(c.max_logit_diff, kLogitTolerance);
 }
 
+// Virtual pipeline chunks ('model0', 'model1') in Megatron's interleaved layer order.
+TEST(MegatronCheckpoint, VirtualPipelineChunksMergeInMegatronsLayerOrder) {
+  auto a = read_megatron_checkpoint(fixture("tp1"));
+  auto b = read_megatron_checkpoint(fixture("pp2vp2"));
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  EXPECT_EQ(b->pipeline_parallel, 2);
+  EXPECT_EQ(b->virtual_chunks, 2);
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, t] : a->tensors) {
+    ASSERT_TRUE(b->tensors.count(name)) << name;
+    EXPECT_TRUE(same_tensor(t, b->tensors.at(name))) << name;
+  }
+}
+
 // The golden comparison sees a wrong merge: SwiGLU's fc1 concatenated rank by rank (each rank's
 // [gate; up] kept together, the layout a plain column-parallel merge would give) changes the logits.
 TEST(MegatronCheckpoint, GoldenComparisonDetectsAPlainFc1Merge) {

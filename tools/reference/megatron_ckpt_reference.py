@@ -4,6 +4,9 @@ Writes tests/data/megatron/ (the fixtures of tests/ckpt/megatron_* and tests/cli
   tp1/                      iter_0000007/mp_rank_00/model_optim_rng.pt, latest_checkpointed_iteration.txt "7"
   tp2pp2/                   iter_0000007/mp_rank_{00,01}_{000,001}/model_optim_rng.pt: the same weights as
                             Megatron shards them at TP 2, PP 2
+  pp2vp2/                   iter_0000007/mp_rank_00_{000,001}/model_optim_rng.pt: PP 2 with 2 virtual
+                            pipeline chunks ('model0', 'model1'; Megatron's interleaved layer order:
+                            chunk 0 holds layers 0 | 1, chunk 1 layers 2 | 3 on stages 0 | 1)
   reference.json            tokens, labels, Megatron's logits and per-token losses for the tp1 weights
 Run (Megatron-LM core_v0.12.1 source in MEGATRON_LM; torch >= 1.13 on CPU):
   MEGATRON_LM=/tmp/meg PYTORCH_JIT=0 python3 tools/reference/megatron_ckpt_reference.py tests/data/megatron
@@ -126,6 +129,33 @@ def shard(sd, tp, pp, t, p):
     return out
 
 
+def save_virtual(root, pp, vp, sd):
+    """PP `pp` x `vp` virtual chunks at TP 1: chunk v of stage p holds global layers (v * pp + p) * n ..."""
+    n = NUM_LAYERS // (pp * vp)
+    for p in range(pp):
+        d = os.path.join(root, "iter_%07d" % ITERATION, "mp_rank_00_%03d" % p)
+        os.makedirs(d, exist_ok=True)
+        args = megatron_args(1, pp)
+        args.virtual_pipeline_model_parallel_size = vp
+        state = {"args": args, "checkpoint_version": 3.0, "iteration": ITERATION}
+        for v in range(vp):
+            first = (v * pp + p) * n
+            chunk = {}
+            for k, t in sd.items():
+                if k.startswith("decoder.layers."):
+                    i = int(k.split(".")[2])
+                    if first <= i < first + n:
+                        chunk["decoder.layers.%d.%s" % (i - first, k.split(".", 3)[3])] = t.clone()
+                elif k.startswith("embedding.") and p == 0 and v == 0:
+                    chunk[k] = t.clone()
+                elif not k.startswith(("decoder.layers.", "embedding.")) and p == pp - 1 and v == vp - 1:
+                    chunk[k] = t.clone()
+            state["model%d" % v] = chunk
+        torch.save(state, os.path.join(d, "model_optim_rng.pt"))
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(ITERATION))
+
+
 def save(root, tp, pp, sd):
     os.makedirs(root, exist_ok=True)
     for p in range(pp):
@@ -218,6 +248,7 @@ def main():
         losses = model(tokens, pos, mask, labels=labels)
     save(os.path.join(a.out, "tp1"), 1, 1, sd)
     save(os.path.join(a.out, "tp2pp2"), 2, 2, sd)
+    save_virtual(os.path.join(a.out, "pp2vp2"), 2, 2, sd)
     ref = {"tokens": tokens[0].tolist(), "labels": labels[0].tolist(), "vocab_size": VOCAB,
            "padded_vocab_size": PADDED, "loss": float(losses.float().mean()),
            "losses": [float(x) for x in losses[0]], "logits": [[float(x) for x in row] for row in logits[0]],
