@@ -574,6 +574,13 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         GALE_ASSIGN_OR_RETURN(Tensor piece, cut(w, split_of(name, swiglu), tp, t, name));
         sd->set(local, PyValue::tensor(piece.sole_owner() ? piece : piece.clone()));
       }
+      // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
+      // Engine's FP8 metadata): written as Megatron writes them.
+      for (int64_t i = 0; i < per_stage; ++i)
+        for (const char* linear : {"self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
+                                   "mlp.linear_fc2"})
+          sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
+      if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
       if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
         GALE_ASSIGN_OR_RETURN(Tensor piece, cut(whole.at("embedding.word_embeddings.weight"), Split::kRows, tp, t,
