@@ -16,6 +16,8 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "data/indexed_dataset.h"
+#include "cli/log_line.h"
+#include "cli/mpi_cli.h"
 #include "subprocess.h"
 #include "train/hf_files.h"
 
@@ -123,7 +125,8 @@ TEST(ConvertMegatron, Refusals) {
 }
 
 // `gale pretrain --load <Megatron dir>` continues at Megatron's iteration (7) with its weights;
-// Megatron's optimizer state is not read, which needs --no-load-optim; --pretrained-checkpoint
+// Megatron's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
+// same loss as one process; --pretrained-checkpoint
 // fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
 TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration) {
   TempDir tmp;
@@ -145,7 +148,7 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
       "--seq-length", "8", "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-4",
       "--attention-dropout", "0", "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer", "--vocab-size", "49",
       "--make-vocab-size-divisible-by", "32", "--data-path", tmp.file("data_text_document"), "--split", "100,0,0",
-      "--eval-iters", "0", "--num-threads", "1", "--save-interval", "1"};
+      "--eval-iters", "0", "--num-threads", "1", "--save-interval", "1", "--log-interval", "1"};
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = model;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -164,6 +167,19 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
       << r.output;
   EXPECT_TRUE(std::filesystem::exists(tmp.file("b/iter_0000008/metadata.json")));
   EXPECT_FALSE(std::filesystem::exists(tmp.file("b/iter_0000001")));
+  const std::vector<double> one_process = testing::logged_values(r.output, "lm loss");
+  ASSERT_EQ(one_process.size(), 1u) << r.output;  // iteration 8 only
+  // Two ranks at TP 2 (each converts the Megatron files in its own temporary directory) see the
+  // same loss: the weights are the same, only the reduction order differs (1e-5 relative).
+  std::vector<std::string> mpi = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY};
+  mpi.insert(mpi.end(), model.begin(), model.end());
+  mpi.insert(mpi.end(), {"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--save", tmp.file("d"),
+                         "--tensor-model-parallel-size", "2"});
+  r = test::run_with_timeout(mpi, testing::kMpiEnv, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> two_ranks = testing::logged_values(r.output, "lm loss");
+  ASSERT_EQ(two_ranks.size(), 1u) << r.output;
+  EXPECT_NEAR(two_ranks[0], one_process[0], 1e-5 * one_process[0]);
   r = run({"--train-iters", "1", "--pretrained-checkpoint", megatron("tp1"), "--save", tmp.file("c")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 0"),
