@@ -220,6 +220,44 @@ TEST(MegatronCheckpoint, WritesTheFixturesShardsAtTp2Pp2) {
   for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
 }
 
+// Megatron's --bf16 runs save bf16 parameters: they are merged and cut in bf16, bit for bit, and
+// stored as BFloat16Storage.
+TEST(MegatronCheckpoint, Bf16TensorsStayBf16BothWays) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(fixture("tp1"));
+  ASSERT_TRUE(m.ok());
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors) {
+    Tensor b = Tensor::empty(t.shape(), DType::kBF16);
+    for (int64_t i = 0; i < t.numel(); ++i) b.data<bf16>()[i] = float_to_bf16(t.data<float>()[i]);
+    tensors.push_back({name, b});
+  }
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  o.tensor_parallel = 2;
+  o.iteration = 3;
+  o.vocab_size = 50;
+  ASSERT_TRUE(write_megatron_checkpoint(o, m->model, tensors).ok());
+  auto back = read_megatron_checkpoint(tmp.file("mg"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->iteration, 3);
+  for (const NamedTensor& t : tensors) {
+    ASSERT_TRUE(back->tensors.count(t.name)) << t.name;
+    EXPECT_EQ(back->tensors.at(t.name).dtype(), DType::kBF16) << t.name;
+    EXPECT_TRUE(same_tensor(t.tensor, back->tensors.at(t.name))) << t.name;
+  }
+  auto raw = read_torch_file(tmp.file("mg/iter_0000003/mp_rank_01/model_optim_rng.pt"));
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ((*raw)->get("model")->get("output_layer.weight")->items[0]->storage_type, "BFloat16Storage");
+  // A bf16 Megatron checkpoint converts to a bf16 Gale checkpoint whose f32 reads equal the values.
+  ASSERT_TRUE(save_megatron_as_gale(back.value(), tmp.file("gale"), "mg").ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const Tensor& qkv = back->tensors.at("decoder.layers.2.self_attention.linear_qkv.weight");
+  Tensor f = r->read("decoder.layers.2.self_attention.linear_qkv.weight", qkv.shape()).value();
+  for (int64_t i = 0; i < f.numel(); ++i) ASSERT_EQ(f.data<float>()[i], bf16_to_float(qkv.data<bf16>()[i])) << i;
+}
+
 TEST(MegatronCheckpoint, DetectsTheFormats) {
   EXPECT_EQ(detect_checkpoint_format(fixture("tp1")).value(), CheckpointFormat::kMegatronTorch);
   TempDir tmp;
