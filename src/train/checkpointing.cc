@@ -630,13 +630,9 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
   GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step));
   print_rank0(str_cat(" reading Megatron's torch checkpoint ", m.directory, " (checkpoint_version ", m.checkpoint_version,
                       ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel, ")"));
-  const std::string into = (std::filesystem::temp_directory_path() / str_cat("gale_megatron_load_", ::getpid())).string();
-  std::error_code ec;
-  std::filesystem::remove_all(into, ec);
-  Status st = save_megatron_as_gale(m, into, dir);
-  if (st.ok())
-    st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
-  std::filesystem::remove_all(into, ec);
+  GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(m, dir));
+  const std::string into = copy.dir();
+  Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
   if (st.ok()) return st;
   std::string message = st.message();  // name the Megatron directory, not the temporary one
   for (size_t at; (at = message.find(into)) != std::string::npos;) message.replace(at, into.size(), dir);

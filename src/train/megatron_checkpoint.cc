@@ -1,7 +1,10 @@
 // Megatron's legacy `torch` checkpoints <-> Gale's whole tensors: merging and cutting the TP/PP pieces.
 #include "train/megatron_checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -419,6 +422,23 @@ StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t
   nlohmann::json args = root->kind == PyValue::kDict ? args_json(root->get("args")) : nlohmann::json::object();
   if (args.empty()) return DataLoss(path, ": expected Megatron's 'args' (an argparse.Namespace), found none");
   return args;
+}
+
+StatusOr<TemporaryGaleCheckpoint> TemporaryGaleCheckpoint::write(const MegatronCheckpoint& m,
+                                                                 const std::string& source_dir) {
+  static std::atomic<int> counter{0};
+  TemporaryGaleCheckpoint t;
+  t.dir_ = (fs::temp_directory_path() / str_cat("gale_megatron_", ::getpid(), "_", counter++)).string();
+  std::error_code ec;
+  fs::remove_all(t.dir_, ec);
+  GALE_RETURN_IF_ERROR(save_megatron_as_gale(m, t.dir_, source_dir));
+  return t;
+}
+
+TemporaryGaleCheckpoint::~TemporaryGaleCheckpoint() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
 }
 
 TensorSource megatron_tensor_source(const MegatronCheckpoint& m) {

@@ -76,6 +76,23 @@ StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t
 // "args" (Megatron's model flags), "trainer" (iteration and consumed samples) and "megatron_source".
 Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir);
 
+// A Megatron checkpoint as a Gale checkpoint in a private temporary directory of this process
+// ($TMPDIR/gale_megatron_<pid>_<n>), removed when the object goes: how `gale pretrain` and `gale
+// generate` load a Megatron --load directory through Gale's own reader.
+class TemporaryGaleCheckpoint {
+ public:
+  static StatusOr<TemporaryGaleCheckpoint> write(const MegatronCheckpoint& m, const std::string& source_dir);
+  TemporaryGaleCheckpoint(TemporaryGaleCheckpoint&& other) noexcept : dir_(std::move(other.dir_)) { other.dir_.clear(); }
+  TemporaryGaleCheckpoint& operator=(TemporaryGaleCheckpoint&&) = delete;
+  TemporaryGaleCheckpoint(const TemporaryGaleCheckpoint&) = delete;
+  ~TemporaryGaleCheckpoint();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  TemporaryGaleCheckpoint() = default;
+  std::string dir_;
+};
+
 // A TensorSource over m.tensors (f32 copies; a wrong shape is an error naming the tensor).
 TensorSource megatron_tensor_source(const MegatronCheckpoint& m);
 

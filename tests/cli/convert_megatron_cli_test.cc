@@ -98,6 +98,18 @@ TEST(ConvertMegatron, HfLlamaRoundTripsThroughMegatronsFormat) {
   EXPECT_GT(compared, 10);
 }
 
+// `gale generate --load <Megatron dir> --use-checkpoint-args`: greedy decoding picks the token
+// Megatron's logits rank first after the reference prompt (21; tests/data/megatron/reference.json).
+TEST(ConvertMegatron, GenerateReadsAMegatronCheckpoint) {
+  for (const char* dir : {"tp1", "tp2pp2"}) {
+    test::RunResult r = gale({"generate", "--load", megatron(dir), "--use-checkpoint-args", "--tokenizer-type",
+                              "NullTokenizer", "--vocab-size", "49", "--prompt", "3 17 42 8 0 49 25 11",
+                              "--max-new-tokens", "1", "--temperature", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("3 17 42 8 0 49 25 11 21\n"), std::string::npos) << dir << "\n" << r.output;
+  }
+}
+
 TEST(ConvertMegatron, Refusals) {
   TempDir tmp;
   test::RunResult r = convert("mg", "mg", megatron("tp1"), tmp.file("x"));
