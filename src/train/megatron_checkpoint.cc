@@ -143,6 +143,24 @@ std::string local_name(const std::string& rest) {
   return rest;
 }
 
+// Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
+// split_of knows; anything else (MLA, MoE, Mamba, ...) would be merged wrongly or dropped silently.
+bool known_tensor(const std::string& name) {
+  static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+                                             "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+                                             "output_layer.weight"};
+  static const std::set<std::string> kLayer = {
+      "input_layernorm.weight",           "input_layernorm.bias",           "self_attention.linear_qkv.weight",
+      "self_attention.linear_qkv.bias",   "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
+      "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight", "pre_mlp_layernorm.weight",
+      "pre_mlp_layernorm.bias",           "mlp.linear_fc1.weight",          "mlp.linear_fc1.bias",
+      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias"};
+  if (kTop.count(name)) return true;
+  int64_t i;
+  std::string rest;
+  return layer_of(name, &i, &rest) && kLayer.count(rest);
+}
+
 StatusOr<std::string> read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound(path, ": cannot read the file");
@@ -328,6 +346,8 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (m.args.empty())
     return DataLoss(first_path, ": expected Megatron's 'args' (an argparse.Namespace), found ",
                     first.get("args") ? first.get("args")->type_name() : std::string("none"));
+  if (m.args.value("multi_latent_attention", false))
+    return Unimplemented(first_path, ": a multi-latent-attention model: Megatron MLA checkpoints are not supported yet");
   if (auto it = m.args.find("num_experts"); it != m.args.end() && it->is_number_integer() && it->get<int64_t>() > 0)
     return Unimplemented(first_path, ": a MoE model (num_experts = ", it->get<int64_t>(),
                          "): Megatron MoE checkpoints are not supported yet");
@@ -368,6 +388,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
         int64_t i;
         std::string rest;
         if (layer_of(name, &i, &rest)) name = str_cat("decoder.layers.", offset + i, ".", local_name(rest));
+        if (!known_tensor(name))
+          return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's dense GPT model "
+                               "(multi-latent attention, MoE or other Megatron layers in this format: not supported yet)");
         std::vector<Tensor> parts;
         for (int64_t t = 0; t < m.tensor_parallel; ++t) {
           const PyValue* x = dicts[t]->get(k->s);

@@ -313,6 +313,25 @@ TEST(MegatronCheckpointErrors, TruncatedRankFileNamesTheFile) {
   EXPECT_NE(m.status().message().find(pt + ": expected a zip archive"), std::string::npos) << m.status().message();
 }
 
+// A tensor Gale's dense model has no place for (here a MoE router) is refused, naming the file and tensor.
+TEST(MegatronCheckpointErrors, UnknownTensorsAreRefused) {
+  TempDir tmp;
+  fs::create_directories(tmp.file("c/iter_0000007/mp_rank_00"));
+  auto root = read_torch_file(fixture("tp1/iter_0000007/mp_rank_00/model_optim_rng.pt"));
+  ASSERT_TRUE(root.ok());
+  PyValue* model = const_cast<PyValue*>((*root)->get("model"));
+  model->set("decoder.layers.0.self_attention.linear_q_down_proj.weight", PyValue::tensor(Tensor::zeros({4, 32})));
+  const std::string pt = tmp.file("c/iter_0000007/mp_rank_00/model_optim_rng.pt");
+  ASSERT_TRUE(write_torch_file(pt, **root).ok());
+  write(tmp.file("c/latest_checkpointed_iteration.txt"), "7");
+  auto m = read_megatron_checkpoint(tmp.file("c"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find(pt + ": tensor 'decoder.layers.0.self_attention.linear_q_down_proj.weight' in "
+                                           "'model' has no place in Gale's dense GPT model"),
+            std::string::npos)
+      << m.status().message();
+}
+
 TEST(MegatronCheckpointErrors, WriteChecksTheTargetSizes) {
   auto m = read_megatron_checkpoint(fixture("tp1"));
   ASSERT_TRUE(m.ok());
