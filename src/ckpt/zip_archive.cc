@@ -121,7 +121,9 @@ void ZipWriter::add(const std::string& name, std::string_view data) { entries_.e
 StatusOr<std::string> ZipWriter::finish() const {
   std::string out, central;
   std::set<std::string> seen;
-  for (const auto& [name, data] : entries_) {
+  for (const auto& entry : entries_) {
+    const std::string& name = entry.first;  // (not a structured binding: the lambda below captures it)
+    const std::string& data = entry.second;
     if (!seen.insert(name).second) return InvalidArgument("zip archive: entry '", name, "' added twice");
     const uint64_t offset = out.size();
     const uint32_t crc = crc32_update(0, data.data(), data.size());
