@@ -674,6 +674,13 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
   // other parameters); --lora-load gives the adapters and resumes their training state.
   *loaded = false;
+  if (!dir.empty()) {
+    GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(dir, ca.ckpt_step));
+    if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone)
+      return Unimplemented(flag, " ", dir, " holds a Megatron-LM checkpoint (", checkpoint_format_name(format),
+                           " format): LoRA on a Megatron base checkpoint is not supported yet (convert it first: gale "
+                           "convert --load-model-type mg --save-model-type gale)");
+  }
   if (!dir.empty())
     GALE_RETURN_IF_ERROR(
         load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kFrozen, false, false, loaded));

@@ -175,6 +175,13 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
                           "Megatron's optimizer state (not supported yet); pass --no-load-optim (or --finetune)"),
             std::string::npos)
       << r.output;
+  r = run({"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--lora-target-modules", "linear_qkv",
+           "--save", tmp.file("lora")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds a Megatron-LM checkpoint (torch format): LoRA on a Megatron base checkpoint is not "
+                          "supported yet"),
+            std::string::npos)
+      << r.output;
   r = run({"--train-iters", "8", "--load", megatron("tp2pp2"), "--no-load-optim", "--save", tmp.file("b")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp2pp2") + " at iteration 7"),
