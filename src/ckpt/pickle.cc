@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace gale {
 
@@ -110,9 +112,81 @@ std::string PyValue::type_name() const {
 
 namespace {
 
+// The children of a value, in order: items, then each entry's key and value, then the state.
+size_t child_count(const PyValue& v) { return v.items.size() + 2 * v.entries.size() + (v.state ? 1 : 0); }
+const PyRef& child(const PyValue& v, size_t k) {
+  if (k < v.items.size()) return v.items[k];
+  k -= v.items.size();
+  if (k < 2 * v.entries.size()) return k % 2 ? v.entries[k / 2].second : v.entries[k / 2].first;
+  return v.state;
+}
+
+// Whether the values under `root` form a tree-like graph (shared values allowed, no cycle) at most
+// `limit` deep. Iterative: a hostile pickle cannot exhaust the stack here.
+bool bounded_acyclic(const PyValue* root, size_t limit) {
+  std::unordered_map<const PyValue*, int> colour;  // 1: on the current path, 2: done
+  std::vector<std::pair<const PyValue*, size_t>> path{{root, 0}};
+  colour[root] = 1;
+  while (!path.empty()) {
+    auto& [v, next] = path.back();
+    if (next == child_count(*v)) {
+      colour[v] = 2;
+      path.pop_back();
+      continue;
+    }
+    const PyValue* c = child(*v, next++).get();
+    if (c == nullptr) continue;
+    int& seen = colour[c];
+    if (seen == 1) return false;  // a cycle
+    if (seen == 2) continue;
+    if (path.size() >= limit) return false;
+    seen = 1;
+    path.emplace_back(c, 0);
+  }
+  return true;
+}
+
+// Empties every container reachable from `roots` (iteratively), so that reference cycles a hostile
+// pickle built are broken and deep chains are freed without recursion.
+void dismantle(const std::vector<PyRef>& roots, const std::unordered_set<const PyValue*>& keep = {}) {
+  std::vector<PyRef> all, todo(roots.begin(), roots.end());
+  std::unordered_set<const PyValue*> seen;
+  while (!todo.empty()) {
+    PyRef v = std::move(todo.back());
+    todo.pop_back();
+    if (!v || keep.count(v.get()) || !seen.insert(v.get()).second) continue;
+    for (size_t k = 0; k < child_count(*v); ++k) todo.push_back(child(*v, k));
+    all.push_back(std::move(v));
+  }
+  for (const PyRef& v : all) {
+    v->items.clear();
+    v->entries.clear();
+    v->state.reset();
+  }
+}
+
+// Nesting deeper than this, or a reference cycle, is no torch.save state dict (which nests a few levels).
+constexpr size_t kMaxDepth = 256;
+
 class Machine {
  public:
   Machine(std::string_view b, const std::string& what) : b_(b), what_(what) {}
+  ~Machine() {
+    std::vector<PyRef> held = stack_;
+    for (const auto& [k, v] : memo_) held.push_back(v);
+    std::unordered_set<const PyValue*> keep;  // the result's values stay intact
+    if (result_) {
+      std::vector<const PyValue*> todo{result_.get()};
+      while (!todo.empty()) {
+        const PyValue* v = todo.back();
+        todo.pop_back();
+        if (!keep.insert(v).second) continue;
+        for (size_t k = 0; k < child_count(*v); ++k)
+          if (child(*v, k)) todo.push_back(child(*v, k).get());
+      }
+    }
+    dismantle(held, keep);
+  }
 
   StatusOr<PyRef> run() {
     while (true) {
@@ -128,6 +202,11 @@ class Machine {
         case 0x95: GALE_RETURN_IF_ERROR(le(8).status()); break;  // FRAME (protocol 4)
         case '.': {  // STOP
           GALE_ASSIGN_OR_RETURN(PyRef v, pop());
+          if (!bounded_acyclic(v.get(), kMaxDepth)) {
+            stack_.push_back(v);  // dismantled with the rest
+            return error(str_cat("the values nest deeper than ", kMaxDepth, " levels or refer to themselves"));
+          }
+          result_ = v;
           return v;
         }
         case '(': marks_.push_back(stack_.size()); break;
@@ -390,6 +469,7 @@ class Machine {
   std::vector<PyRef> stack_;
   std::vector<size_t> marks_;
   std::map<uint64_t, PyRef> memo_;
+  PyRef result_;
 };
 
 // --- writer ---

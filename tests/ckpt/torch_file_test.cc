@@ -140,6 +140,19 @@ TEST(Pickle, ErrorsNameTheFileOffsetAndOpcode) {
   EXPECT_NE(v.status().message().find("stack underflow"), std::string::npos) << v.status().message();
 }
 
+// Reference cycles (a list holding itself through the memo) and deep nesting are errors, not a
+// leak or a stack overflow when the values are freed.
+TEST(Pickle, CyclesAndDeepNestingAreRefused) {
+  auto v = parse_pickle(std::string("\x80\x02]q\x00" "h\x00" "a.", 9), "cycle.pkl");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("refer to themselves"), std::string::npos) << v.status().message();
+  v = parse_pickle("\x80\x02N" + std::string(100000, '\x85') + ".", "deep.pkl");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("nest deeper than 256 levels"), std::string::npos) << v.status().message();
+  v = parse_pickle("\x80\x02N" + std::string(200, '\x85') + ".", "fine.pkl");
+  EXPECT_TRUE(v.ok()) << v.status().message();
+}
+
 // A cheap deterministic fuzz: every prefix and every single-byte corruption of a real data.pkl.
 TEST(Pickle, TruncatedOrCorruptedPicklesNeverCrash) {
   auto z = ZipArchive::open(fixture_pt());
