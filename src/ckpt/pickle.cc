@@ -258,6 +258,20 @@ class Machine {
         }
         case '}': push(PyValue::dict()); break;
         case ']': push(PyValue::list()); break;
+        case 0x8f: push(PyValue::list()); break;  // EMPTY_SET: a set is read as a list
+        case 0x90: {                              // ADDITEMS
+          GALE_ASSIGN_OR_RETURN(std::vector<PyRef> items, pop_mark());
+          GALE_ASSIGN_OR_RETURN(PyRef set, top(PyValue::kList));
+          set->items.insert(set->items.end(), items.begin(), items.end());
+          break;
+        }
+        case 0x91: {  // FROZENSET
+          GALE_ASSIGN_OR_RETURN(std::vector<PyRef> items, pop_mark());
+          PyRef set = PyValue::list();
+          set->items = std::move(items);
+          push(set);
+          break;
+        }
         case ')': push(PyValue::tuple({})); break;
         case 'd': case 'l': case 't': {
           GALE_ASSIGN_OR_RETURN(std::vector<PyRef> items, pop_mark());
@@ -435,9 +449,16 @@ class Machine {
   }
   StatusOr<PyRef> call(const PyValue& callable, const std::vector<PyRef>& args) {
     const std::string name = callable.kind == PyValue::kGlobal ? callable.s : callable.type_name();
-    if (name == "collections.OrderedDict" || name == "builtins.dict") {
+    if (name == "collections.OrderedDict" || name == "builtins.dict" || name == "collections.defaultdict") {
       PyRef d = PyValue::dict();
       return d;
+    }
+    if (name == "builtins.set" || name == "__builtin__.set" || name == "builtins.frozenset" ||
+        name == "__builtin__.frozenset") {  // set(iterable): read as a list of its items
+      PyRef set = PyValue::list();
+      if (!args.empty() && (args[0]->kind == PyValue::kList || args[0]->kind == PyValue::kTuple))
+        set->items = args[0]->items;
+      return set;
     }
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       if (args.size() < 4 || args[0]->kind != PyValue::kStorage || args[1]->kind != PyValue::kInt ||

@@ -5,7 +5,8 @@
 //   if (it && it->kind == PyValue::kInt) ... it->i ...
 //   std::string out = write_pickle(*root);                   // protocol 2 again
 //
-// Understood: dicts (also collections.OrderedDict), lists, tuples, str, bytes, int (any size
+// Understood: dicts (also collections.OrderedDict and defaultdict), lists, sets (read as lists:
+// set(...), frozenset, EMPTY_SET/ADDITEMS), tuples, str, bytes, int (any size
 // that fits 64 bits), float, bool, None, the memo, GLOBAL (a kGlobal "module.name"), REDUCE,
 // NEWOBJ and BUILD (a kObject of that class with its arguments and state; argparse.Namespace's
 // attributes are its state dict, see attr()), BINPERSID (torch's storage references: a kStorage

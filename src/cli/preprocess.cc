@@ -17,6 +17,7 @@
 #include "train/arg_parser.h"
 #include "train/arguments.h"
 #include "train/data_setup.h"
+#include "train/punkt_pickle.h"
 
 namespace gale::cli {
 
@@ -140,8 +141,9 @@ int run_preprocess(int argc, char** argv) {
   p.add("--input", &o.input, "input .jsonl file (.gz is read too)");
   p.add_list("--json-keys", &o.json_keys, "keys to extract; each gets its own dataset (default: text)", 1);
   p.add_flag("--split-sentences", &split_sentences,
-             "split documents into sentences with NLTK's Punkt parameters for --lang (tokenizers/punkt_tab/LANG "
-             "in $NLTK_DATA or NLTK's default directories); each sentence is a sequence of PREFIX_KEY_sentence");
+             "split documents into sentences with NLTK's Punkt parameters for --lang (tokenizers/punkt_tab/LANG or "
+             "tokenizers/punkt/PY3/LANG.pickle in $NLTK_DATA or NLTK's default directories); each sentence is a "
+             "sequence of PREFIX_KEY_sentence");
   p.add_flag("--keep-newlines", &keep_newlines,
              "with --split-sentences: keep the newlines after a sentence in it (Megatron's CustomLanguageVars)");
   add_tokenizer_args(p, tok);
@@ -212,13 +214,13 @@ int run_preprocess(int argc, char** argv) {
     std::fprintf(stderr, "WARNING: --keep-newlines has no effect without --split-sentences\n");
   std::optional<PunktSentenceSplitter> splitter;
   if (split_sentences) {
-    auto dir = find_punkt_tab(lang);
-    if (!dir.ok()) return fail(dir.status());
-    auto params = load_punkt_tab(*dir);
+    auto where = find_punkt_parameters(lang);
+    if (!where.ok()) return fail(where.status());
+    auto params = where->pickle ? load_punkt_pickle(where->path) : load_punkt_tab(where->path);
     if (!params.ok()) return fail(params.status());
     splitter.emplace(std::move(*params), keep_newlines);
     o.split_sentences = [&splitter](std::string_view text) { return splitter->split(text); };
-    std::fprintf(stderr, "splitting sentences with the Punkt parameters in %s%s\n", dir->c_str(),
+    std::fprintf(stderr, "splitting sentences with the Punkt parameters in %s%s\n", where->path.c_str(),
                  keep_newlines ? " (keeping newlines)" : "");
   }
 

@@ -491,7 +491,7 @@ StatusOr<PunktParameters> load_punkt_tab(const std::string& dir) {
   return p;
 }
 
-StatusOr<std::string> find_punkt_tab(const std::string& lang) {
+StatusOr<PunktLocation> find_punkt_parameters(const std::string& lang) {
   std::vector<std::string> roots;
   if (const char* env = std::getenv("NLTK_DATA")) {
     std::string v = env;
@@ -506,20 +506,17 @@ StatusOr<std::string> find_punkt_tab(const std::string& lang) {
   for (const char* d : {"/usr/share/nltk_data", "/usr/local/share/nltk_data", "/usr/lib/nltk_data",
                         "/usr/local/lib/nltk_data"})
     roots.push_back(d);
-  std::string searched, pickle;
+  std::string searched;
   for (const std::string& root : roots) {
     const std::string dir = root + "/tokenizers/punkt_tab/" + lang;
-    if (is_dir(dir)) return dir;
+    if (is_dir(dir)) return PunktLocation{dir, false};
+    const std::string pickle = root + "/tokenizers/punkt/PY3/" + lang + ".pickle";
+    if (is_file(pickle)) return PunktLocation{pickle, true};
     searched += (searched.empty() ? "" : ", ") + root;
-    const std::string p = root + "/tokenizers/punkt/PY3/" + lang + ".pickle";
-    if (pickle.empty() && is_file(p)) pickle = p;
   }
-  std::string msg = str_cat("--split-sentences: no Punkt parameters for --lang ", lang, ": expected tokenizers/punkt_tab/",
-                            lang, "/ in one of the NLTK data directories ($NLTK_DATA, then NLTK's defaults): ",
-                            searched, ". Get them with: python3 -c \"import nltk; nltk.download('punkt_tab')\"");
-  if (!pickle.empty())
-    msg += str_cat(" (found ", pickle, ", NLTK 3.8's pickled form of the same parameters, which Gale does not read)");
-  return NotFound(msg);
+  return NotFound("--split-sentences: no Punkt parameters for --lang ", lang, ": expected tokenizers/punkt_tab/", lang,
+                  "/ or tokenizers/punkt/PY3/", lang, ".pickle in one of the NLTK data directories ($NLTK_DATA, then "
+                  "NLTK's defaults): ", searched, ". Get them with: python3 -c \"import nltk; nltk.download('punkt_tab')\"");
 }
 
 }  // namespace gale

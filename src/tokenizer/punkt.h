@@ -45,12 +45,17 @@ struct PunktParameters {
 // ortho_context.tab: one entry per line, tab-separated fields). Errors name the file and line.
 StatusOr<PunktParameters> load_punkt_tab(const std::string& dir);
 
-// Where NLTK looks for `tokenizers/punkt_tab/<lang>/`: each directory of $NLTK_DATA (':'-separated),
-// ~/nltk_data, /usr/share/nltk_data, /usr/local/share/nltk_data, /usr/lib/nltk_data,
-// /usr/local/lib/nltk_data. The first that has it wins; otherwise a NotFound error lists the
-// directories searched and how to get the data (a `punkt/PY3/<lang>.pickle` found instead is
-// named in the error: Gale reads the punkt_tab form of the same parameters).
-StatusOr<std::string> find_punkt_tab(const std::string& lang);
+// Where the parameters of `lang` are: NLTK 3.9's `tokenizers/punkt_tab/<lang>/` directory, or
+// NLTK 3.8's `tokenizers/punkt/PY3/<lang>.pickle` (what Megatron's nltk.load asks for; read by
+// train/punkt_pickle.h), in the directories NLTK searches, in its order: each of $NLTK_DATA
+// (':'-separated), ~/nltk_data, /usr/share/nltk_data, /usr/local/share/nltk_data,
+// /usr/lib/nltk_data, /usr/local/lib/nltk_data. In each directory punkt_tab is preferred. When
+// neither is anywhere, a NotFound error lists the directories searched and how to get the data.
+struct PunktLocation {
+  std::string path;
+  bool pickle = false;  // path is a .pickle file, else a punkt_tab directory
+};
+StatusOr<PunktLocation> find_punkt_parameters(const std::string& lang);
 
 class PunktSentenceSplitter {
  public:

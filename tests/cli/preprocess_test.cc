@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <filesystem>
+
 
 #include "cli/cli_test_util.h"
 #include "scoped_env.h"
@@ -84,6 +86,21 @@ TEST(Preprocess, SplitSentencesByteIdenticalToMegatron) {
       ASSERT_TRUE(ds.ok()) << ds.status().message();
       EXPECT_GT((*ds)->num_sequences(), 3 * (*ds)->num_documents());  // many sentences per document
     }
+  }
+  // NLTK 3.8's pickled parameters alone (what Megatron's nltk.load reads) give the same output.
+  TempDir pickled;
+  std::filesystem::create_directories(pickled.file("tokenizers/punkt/PY3"));
+  std::filesystem::copy_file(std::string(GALE_TEST_DATA_DIR) + "/nltk_data/tokenizers/punkt/PY3/english.pickle",
+                             pickled.file("tokenizers/punkt/PY3/english.pickle"));
+  {
+    ScopedEnv only_pickle("NLTK_DATA", pickled.path());
+    TempDir dir;
+    auto r = run_gale("preprocess --input " + kRef + "/split_input.jsonl --output-prefix " + dir.file("out") +
+                          " --split-sentences --append-eod --workers 1 " + kGpt2,
+                      dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("punkt/PY3/english.pickle"), std::string::npos) << r.err;
+    expect_same_files(dir.file("out_text_sentence"), kRef + "/megatron_gpt2_eod_split_text_sentence");
   }
   // Without parameters the error says where it looked and how to get them.
   ScopedEnv none("NLTK_DATA", home.path());

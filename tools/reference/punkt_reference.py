@@ -9,7 +9,8 @@ same parameters from `tokenizers/punkt_tab/<lang>/`). This script, with nltk==3.
 1. trains Punkt parameters on the bundled Austen corpus (NLTK's own english model cannot be
    downloaded here), adds a few abbreviations and collocations so that every heuristic is
    exercised, and writes them as NLTK 3.9's punkt_tab files (sorted, so the files are stable) under
-   tests/data/nltk_data/tokenizers/punkt_tab/english/;
+   tests/data/nltk_data/tokenizers/punkt_tab/english/, and as NLTK 3.8's pickle
+   tests/data/nltk_data/tokenizers/punkt/PY3/english.pickle;
 2. writes tests/data/reference/punkt_golden.json: texts (hand-written cases, corpus excerpts and
    random strings over every character class the algorithm looks at) with NLTK's sentence spans
    (code-point offsets) for the standard and the keep-newlines variants;
@@ -35,6 +36,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 CORPUS = os.path.join(REPO, "..", "shared", "data", "corpus")
 NLTK_DATA = os.path.join(REPO, "tests", "data", "nltk_data")
 TAB_DIR = os.path.join(NLTK_DATA, "tokenizers", "punkt_tab", "english")
+PICKLE = os.path.join(NLTK_DATA, "tokenizers", "punkt", "PY3", "english.pickle")
 GOLDEN = os.path.join(REPO, "tests", "data", "reference", "punkt_golden.json")
 PREPROCESS = os.path.join(REPO, "tests", "data", "reference", "preprocess")
 sys.path.insert(0, HERE)
@@ -66,6 +68,26 @@ def train_params():
     params.abbrev_types.update({"mr", "mrs", "dr", "e.g", "i.e", "u.s", "no", "st", "jan"})
     params.collocations.update({("##number##", "chapter"), ("st", "james"), ("jan", "##number##"), ("gone", "home"), ("end", "yes")})
     return params
+
+
+def write_pickle(params):
+    """NLTK 3.8's form of the same parameters, as nltk_data's punkt/PY3/<lang>.pickle holds them
+    (a pickled PunktSentenceTokenizer). Sets are pickled in sorted order so the file is stable."""
+    os.makedirs(os.path.dirname(PICKLE), exist_ok=True)
+
+    class SortedSet(set):
+        def __reduce__(self):
+            return (set, (sorted(self),))
+
+    tok = PunktSentenceTokenizer(params)
+    p = tok._params
+    p.abbrev_types, p.sent_starters, p.collocations = (SortedSet(p.abbrev_types), SortedSet(p.sent_starters),
+                                                       SortedSet(p.collocations))
+    ortho = p.ortho_context
+    p.ortho_context = type(ortho)(int, sorted(ortho.items()))
+    with open(PICKLE, "wb") as f:
+        pickle.dump(tok, f, protocol=2)
+    p.abbrev_types, p.sent_starters, p.collocations = set(p.abbrev_types), set(p.sent_starters), set(p.collocations)
 
 
 def write_tab(params):
@@ -213,6 +235,7 @@ def main():
         print(f"warning: nltk {nltk.__version__}; the goldens were made with 3.8.1", file=sys.stderr)
     params = train_params()
     write_tab(params)
+    write_pickle(params)
     write_golden(params)
     write_preprocess(params)
     print("wrote", TAB_DIR, GOLDEN, PREPROCESS, file=sys.stderr)
