@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "kernels/cpu/f16_convert.h"
+#include "kernels/cpu/fp8_scaling.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/quant_states.h"
 
@@ -31,26 +32,9 @@ float scaled_state_range(StateDType d) { return d == StateDType::kF16 ? 65504.0f
 
 namespace {
 
-// Elements per parallel chunk: the passes below run on the thread pool (max and the per-element
-// rounding are exact, so the result does not depend on the split).
+// Elements per parallel chunk: the passes below run on the thread pool (the per-element rounding
+// is exact, and so is the amax, fp8_amax, so the result does not depend on the split).
 constexpr int64_t kGrain = int64_t{1} << 14;
-
-float amax_of(const float* x, int64_t n) {
-  const int64_t chunks = (n + kGrain - 1) / kGrain;
-  std::vector<float> part(static_cast<size_t>(chunks), 0.0f);
-  parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; ++c) {
-      float m = 0.0f;
-      const int64_t e = std::min(n, (c + 1) * kGrain);
-#pragma omp simd reduction(max : m)
-      for (int64_t i = c * kGrain; i < e; ++i) m = std::max(m, std::fabs(x[i]));
-      part[static_cast<size_t>(c)] = m;
-    }
-  });
-  float amax = 0.0f;
-  for (float m : part) amax = std::max(amax, m);
-  return amax;
-}
 
 }  // namespace
 
@@ -59,7 +43,7 @@ void quantise_scaled_state(float* x, int64_t n, ScaledStateRef out) {
     std::copy(x, x + n, static_cast<float*>(out.codes));
     return;
   }
-  const float scale = amax_of(x, n) / scaled_state_range(out.dtype);
+  const float scale = fp8_amax(x, n) / scaled_state_range(out.dtype);
   *out.scale = scale;
   const float r = scale > 0.0f ? 1.0f / scale : 0.0f;
   const bool f16c = detected_isa() >= Isa::kAvx2;
