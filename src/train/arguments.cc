@@ -507,6 +507,11 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
   p.add("--ckpt-format", &a.ckpt_format,
         "Megatron's checkpoint format (torch, torch_dist, zarr, torch_dcp, fsdp_dtensor): accepted, but Gale always "
         "writes its own sharded safetensors format (docs/formats/checkpoint.md)");
+  p.add_choice("--ckpt-convert-format", &a.ckpt_convert_format, {"torch", "torch_dist", "zarr"},
+               "convert the --load checkpoint to this format in --ckpt-convert-save/FORMAT at this run's tensor and "
+               "pipeline parallel sizes, then exit (Megatron's conversion; Gale writes torch, Megatron's legacy "
+               "format: the model weights and the iteration)");
+  p.add("--ckpt-convert-save", &a.ckpt_convert_save, "the directory of --ckpt-convert-format's checkpoint");
   p.add_flag("--async-save", &a.async_save,
              "save checkpoints asynchronously: each rank copies what it saves into host memory (peak host memory "
              "rises by one such copy) and a background thread writes it while training continues; the tracker file "
@@ -975,6 +980,18 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
   if (std::find(std::begin(kCkptFormats), std::end(kCkptFormats), c.ckpt_format) == std::end(kCkptFormats))
     return InvalidArgument("--ckpt-format: expected one of torch, torch_dist, zarr, torch_dcp, fsdp_dtensor, found '",
                            c.ckpt_format, "'");
+  // Megatron's initialize_megatron: a conversion needs both directories.
+  if (!c.ckpt_convert_format.empty()) {
+    if (c.ckpt_convert_save.empty())
+      return InvalidArgument("--ckpt-convert-format ", c.ckpt_convert_format, " needs --ckpt-convert-save DIR");
+    if (c.load.empty())
+      return InvalidArgument("--ckpt-convert-format ", c.ckpt_convert_format, " needs --load: the checkpoint to convert");
+    if (c.ckpt_convert_format != "torch")
+      return Unimplemented("--ckpt-convert-format ", c.ckpt_convert_format,
+                           ": not supported yet (Gale writes Megatron's legacy torch format: --ckpt-convert-format torch)");
+  } else if (!c.ckpt_convert_save.empty()) {
+    return InvalidArgument("--ckpt-convert-save needs --ckpt-convert-format torch");
+  }
   // Megatron's save_checkpoint: no asynchronous save of legacy (torch) or zarr checkpoints.
   if (c.async_save && c.ckpt_format != "torch_dist" && c.ckpt_format != "torch_dcp" && c.ckpt_format != "fsdp_dtensor")
     return InvalidArgument("--async-save needs --ckpt-format torch_dist (or torch_dcp, fsdp_dtensor), found ",

@@ -547,6 +547,9 @@ struct CheckpointArgs {
   // --ckpt-format: one of kCkptFormats, accepted for Megatron's scripts; Gale always writes its own
   // format (docs/formats/checkpoint.md). --async-save needs one with an asynchronous save in Megatron.
   std::string ckpt_format = "torch_dist";
+  // Megatron's --ckpt-convert-format torch --ckpt-convert-save DIR: load --load, write it in
+  // Megatron's torch format to DIR/torch at this run's TP x PP, and exit (train/megatron_checkpoint.h).
+  std::string ckpt_convert_format, ckpt_convert_save;
   // --async-save: each rank copies what it saves into host memory (peak host memory rises by that
   // copy) and a background thread writes the files; the tracker is written once all ranks finished.
   bool async_save = false;

@@ -23,6 +23,7 @@
 #include "train/automated_pipeline.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
+#include "train/ckpt_convert.h"
 #include "train/data_setup.h"
 #include "train/dist_train_config.h"
 #include "train/engine.h"
@@ -221,6 +222,14 @@ int pretrain_main(int argc, char** argv) {
   if (parser.was_set("--ckpt-format"))
     warn_rank0(str_cat("accepted without effect: --ckpt-format ", args.checkpoint.ckpt_format,
                        ": Gale always writes its own sharded safetensors format (docs/formats/checkpoint.md)"));
+  // Megatron's --ckpt-convert-format: --load rewritten in Megatron's format, then the run ends.
+  if (!args.checkpoint.ckpt_convert_format.empty()) {
+    std::string converted;
+    st = convert_checkpoint_for_megatron(args, world, &converted);
+    if (!st.ok()) run_error(st);
+    print_rank0(converted);
+    return 0;
+  }
   if (args.model.recompute_granularity == "selective" && args.model.recompute_modules == std::vector<std::string>{"core_attn"})
     warn_rank0("--recompute-granularity selective (--recompute-modules core_attn): nothing to do; Gale never keeps "
                "attention scores or probabilities for backward (both attention kernels recompute them from the "

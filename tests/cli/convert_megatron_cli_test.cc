@@ -25,6 +25,7 @@ namespace gale {
 namespace {
 
 using testing_util::TempDir;
+using testing::logged_values;
 
 std::string megatron(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/megatron/" + name; }
 std::string hf(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
@@ -143,20 +144,21 @@ TEST(ConvertMegatron, Refusals) {
 // Megatron's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
 // same loss as one process; --pretrained-checkpoint
 // fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
-TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration) {
-  TempDir tmp;
-  {
-    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
-    std::mt19937 rng(5);
-    for (int d = 0; d < 100; ++d) {
-      std::vector<int32_t> doc(20);
-      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 49);
-      const int32_t len = 20;
-      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
-    }
-    ASSERT_TRUE(w->finalize().ok());
+// 100 documents of 20 random ids below 49, and the flags of a small LLaMA-style model trained on them.
+void write_small_dataset(const std::string& prefix) {
+  auto w = IndexedDatasetWriter::create(prefix, TokenDType::kUInt16).value();
+  std::mt19937 rng(5);
+  for (int d = 0; d < 100; ++d) {
+    std::vector<int32_t> doc(20);
+    for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 49);
+    const int32_t len = 20;
+    ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
   }
-  const std::vector<std::string> model = {
+  ASSERT_TRUE(w->finalize().ok());
+}
+
+std::vector<std::string> small_model(const TempDir& tmp) {
+  return {
       "pretrain", "--num-layers", "4", "--hidden-size", "32", "--ffn-hidden-size", "48", "--num-attention-heads", "4",
       "--group-query-attention", "--num-query-groups", "2", "--swiglu", "--position-embedding-type", "rope",
       "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--max-position-embeddings", "16",
@@ -164,6 +166,12 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
       "--attention-dropout", "0", "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer", "--vocab-size", "49",
       "--make-vocab-size-divisible-by", "32", "--data-path", tmp.file("data_text_document"), "--split", "100,0,0",
       "--eval-iters", "0", "--num-threads", "1", "--save-interval", "1", "--log-interval", "1"};
+}
+
+TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  const std::vector<std::string> model = small_model(tmp);
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = model;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -226,6 +234,49 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Setting num_query_groups to 2 from checkpoint"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 7"),
+            std::string::npos)
+      << r.output;
+}
+
+// Megatron's --ckpt-convert-format torch in `gale pretrain`: a Gale checkpoint rewritten in Megatron's
+// torch format, which continues training exactly like the Gale checkpoint it came from.
+TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = small_model(tmp);
+    a.insert(a.end(), extra.begin(), extra.end());
+    return gale(a);
+  };
+  test::RunResult r = run({"--train-iters", "2", "--save", tmp.file("gale")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run({"--train-iters", "2", "--load", tmp.file("gale"), "--ckpt-convert-format", "torch", "--ckpt-convert-save",
+           tmp.file("converted")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("> converted checkpoint: gale -> torch (" + tmp.file("converted") + "/torch)."),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(logged_values(r.output, "lm loss").size(), 0u) << r.output;  // no training
+  EXPECT_EQ(read_text(tmp.file("converted/torch/latest_checkpointed_iteration.txt")), "2");
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("converted/torch/iter_0000002/mp_rank_00/model_optim_rng.pt")));
+  // Both continue with a fresh optimizer from the same weights and iteration: the same losses.
+  test::RunResult from_gale = run({"--train-iters", "4", "--load", tmp.file("gale"), "--no-load-optim", "--no-load-rng"});
+  test::RunResult from_torch = run({"--train-iters", "4", "--load", tmp.file("converted/torch"), "--no-load-optim"});
+  ASSERT_EQ(from_gale.exit_code, 0) << from_gale.output;
+  ASSERT_EQ(from_torch.exit_code, 0) << from_torch.output;
+  const std::vector<double> losses = logged_values(from_gale.output, "lm loss");
+  EXPECT_EQ(losses.size(), 2u) << from_gale.output;
+  EXPECT_EQ(logged_values(from_torch.output, "lm loss"), losses) << from_torch.output;
+  // Refusals: other formats, a missing directory, a Megatron --load.
+  r = run({"--train-iters", "2", "--load", tmp.file("gale"), "--ckpt-convert-format", "torch_dist",
+           "--ckpt-convert-save", tmp.file("x")});
+  EXPECT_NE(r.output.find("--ckpt-convert-format torch_dist: not supported yet"), std::string::npos) << r.output;
+  r = run({"--train-iters", "2", "--load", tmp.file("gale"), "--ckpt-convert-format", "torch"});
+  EXPECT_NE(r.output.find("--ckpt-convert-format torch needs --ckpt-convert-save DIR"), std::string::npos) << r.output;
+  r = run({"--train-iters", "2", "--load", tmp.file("converted/torch"), "--ckpt-convert-format", "torch",
+           "--ckpt-convert-save", tmp.file("again")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("holds a Megatron torch checkpoint; Gale converts its own checkpoints here"),
             std::string::npos)
       << r.output;
 }
