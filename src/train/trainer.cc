@@ -514,6 +514,10 @@ Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed,
 }
 
 Status Trainer::flush_tensorboard() {
+  if (wandb_) {  // as TensorBoard: a failed write stops the run
+    Status w = wandb_->flush();
+    if (!w.ok()) return IOError("--wandb-save-dir ", args_.logging.wandb_save_dir, ": ", w.message());
+  }
   if (!tensorboard_) return Status::Ok();
   Status st = tensorboard_->flush();
   if (!st.ok()) return IOError("--tensorboard-dir ", args_.logging.tensorboard_dir, ": ", st.message());
