@@ -1026,6 +1026,7 @@ Status validate_mtp_args(Arguments& a) {
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
   GALE_RETURN_IF_ERROR(validate_profile_args(a, p, world_size));
+  GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
@@ -1037,7 +1038,6 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
-  GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   GALE_RETURN_IF_ERROR(validate_non_persistent_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));

@@ -284,7 +284,8 @@ int pretrain_main(int argc, char** argv) {
         (*m)(tag, v, step);
       });
     } else {
-      print_rank_last("> W&B: without --tensorboard-dir Megatron logs no training scalars to W&B; neither does Gale");
+      print_rank_last("> W&B: without --tensorboard-dir Megatron logs only iteration-time and throughput "
+                      "(--log-timers-to-tensorboard) to W&B; so does Gale");
     }
   }
 

@@ -96,14 +96,21 @@ TEST(GaleWandb, DefaultDirectoryIsUnderSave) {
   const std::string dir = fresh_dir("gale_wandb_cli_save");
   test::RunResult r = test::run_with_timeout(
       tiny(1, {"--train-iters", "2", "--eval-iters", "0", "--save", dir + "/ckpt", "--save-interval", "2",
-               "--wandb-project", "proj", "--wandb-exp-name", "exp"}),
+               "--wandb-project", "proj", "--wandb-exp-name", "exp", "--log-timers-to-tensorboard"}),
       {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_EQ(run_files(dir + "/ckpt/wandb/wandb").size(), 1u) << r.output;
-  // Without --tensorboard-dir Megatron logs no training scalars to W&B: config and exit only.
-  const std::vector<std::string> lines = testing::describe_wandb_run(run_files(dir + "/ckpt/wandb/wandb")[0]);
-  ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[2], "3 exit exit_code=0 runtime=<t>");
+  // Without --tensorboard-dir Megatron logs only iteration-time (--log-timers-to-tensorboard) to W&B.
+  const std::string file = run_files(dir + "/ckpt/wandb/wandb")[0];
+  const auto rows = testing::wandb_history(file);
+  ASSERT_EQ(rows.size(), 2u);
+  for (int64_t it = 1; it <= 2; ++it) {
+    EXPECT_GT(std::stod(rows.at(it).at("iteration-time")), 0.0);
+    EXPECT_EQ(rows.at(it).size(), 4u);  // iteration-time, _step, _runtime, _timestamp
+  }
+  const std::vector<std::string> lines = testing::describe_wandb_run(file);
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines[6], "7 exit exit_code=0 runtime=<t>");
   fs::remove_all(dir);
 }
 
