@@ -4,7 +4,11 @@
 #include "core/wandb_writer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <cstdio>
@@ -171,6 +175,36 @@ TEST(WandbWriter, FlushLeavesWholeRecordsAndAnUnfinishedRunExitsWithOne) {
   ASSERT_EQ(lines.size(), 9u);
   EXPECT_EQ(lines[6].substr(0, 17), "7 history step=3 ");
   EXPECT_EQ(lines[8], "9 exit exit_code=1 runtime=<t>");
+  fs::remove_all(dir);
+}
+
+// A write that fails (here the file-size limit, as a full disk would) is reported with the file's
+// path and the system's reason, and every later flush returns the same error. In a child process,
+// which lowers its own RLIMIT_FSIZE (SIGXFSZ ignored, so write() fails with EFBIG).
+TEST(WandbWriter, AFailedWriteIsReportedOnceAndSticks) {
+  const std::string dir = fresh_dir("gale_wandb_full");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    StatusOr<std::unique_ptr<WandbWriter>> w = WandbWriter::open(dir, "p", "e", {}, "full0001");
+    if (!w.ok()) _exit(10);
+    const auto size = static_cast<rlim_t>(fs::file_size(w.value()->path()));
+    rlimit lim{size + 16, size + 16};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(11);
+    for (int step = 1; step <= 50; ++step) w.value()->log("lm loss", step, step);
+    const Status st = w.value()->flush();
+    w.value()->log("lm loss", 1.0, 60);
+    const Status again = w.value()->flush();
+    const std::string expected = "cannot write " + w.value()->path() + ": File too large";
+    if (st.ok() || st.message().find(expected) == std::string::npos) _exit(12);
+    if (again.message() != st.message()) _exit(13);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: open failed, 11: setrlimit, 12: no or wrong error, 13: not sticky";
   fs::remove_all(dir);
 }
 
