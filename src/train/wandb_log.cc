@@ -12,7 +12,10 @@
 namespace gale {
 namespace {
 
-bool is_flag(const std::string& s) { return s.size() > 2 && s[0] == '-' && s[1] == '-' && !std::isdigit(s[2]) && s[2] != '.'; }
+// "--name" (not a negative number such as "--5"; values like "-1" never start with two dashes).
+bool is_flag(const std::string& s) {
+  return s.size() > 2 && s[0] == '-' && s[1] == '-' && !std::isdigit(static_cast<unsigned char>(s[2])) && s[2] != '.';
+}
 
 // A token as a JSON value of `type`: numbers stay numbers when they read as one.
 std::string json_value(const std::string& v, MegatronDest::Type type) {

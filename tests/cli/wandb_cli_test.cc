@@ -114,8 +114,9 @@ TEST(GaleWandb, DefaultDirectoryIsUnderSave) {
   fs::remove_all(dir);
 }
 
-// A write that fails (a file-size limit of 4 or 8 KiB: the run record with its config, ~14 KB, is larger) stops the
-// run with an error naming --wandb-save-dir and the file, as a failed TensorBoard write does.
+// A write that fails (a file-size limit of 4 or 8 KiB: the run record with its config, ~14 KB, is
+// larger) stops the run with an error naming --wandb-save-dir and the file, as a failed TensorBoard
+// write does.
 TEST(GaleWandb, AFailedWriteNamesTheFlag) {
   const std::string dir = fresh_dir("gale_wandb_cli_full");
   std::string command = "trap '' XFSZ; ulimit -f 8; exec";  // 8 blocks of 512 bytes (dash) or 1 KiB (bash)
@@ -131,7 +132,8 @@ TEST(GaleWandb, AFailedWriteNamesTheFlag) {
 }
 
 TEST(GaleWandb, MegatronsValidationErrors) {
-  test::RunResult r = test::run_with_timeout(tiny(1, {"--wandb-project", "proj", "--wandb-save-dir", "/nonexistent"}), {}, 120);
+  test::RunResult r =
+      test::run_with_timeout(tiny(1, {"--wandb-project", "proj", "--wandb-save-dir", "/nonexistent"}), {}, 120);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--wandb-exp-name: Please specify the wandb experiment name! (--wandb-project is 'proj')"),
             std::string::npos)
