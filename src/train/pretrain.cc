@@ -272,8 +272,10 @@ int pretrain_main(int argc, char** argv) {
   if (!args.logging.wandb_project.empty() && is_last_rank()) {
     const LoggingArgs& l = args.logging;
     const std::string dir = !l.wandb_save_dir.empty() ? l.wandb_save_dir : (std::filesystem::path(args.checkpoint.save) / "wandb").string();
-    StatusOr<std::unique_ptr<WandbWriter>> w =
-        WandbWriter::open(dir, l.wandb_project, l.wandb_exp_name, wandb_config_items(parsed_argv));
+    WandbItems config = wandb_config_items(parsed_argv);
+    config.emplace_back("rank", std::to_string(world->rank()));  // two of Megatron's derived args
+    config.emplace_back("world_size", std::to_string(world->size()));
+    StatusOr<std::unique_ptr<WandbWriter>> w = WandbWriter::open(dir, l.wandb_project, l.wandb_exp_name, config);
     if (!w.ok()) run_error(InvalidArgument("--wandb-save-dir: ", w.status().message()));
     wandb = std::move(w.value());
     print_rank_last(str_cat("> W&B offline run ", wandb->run_dir(), " (upload it with: wandb sync ", wandb->run_dir(),

@@ -69,6 +69,7 @@ TEST(GaleWandb, TheLastRankWritesTheLoggedValues) {
   EXPECT_NE(lines[1].find(" project=proj display_name=exp "), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find(" pipeline_model_parallel_size=2 "), std::string::npos);
   EXPECT_NE(lines[1].find(" wandb_project=\"proj\" "), std::string::npos);
+  EXPECT_NE(lines[1].find(" rank=1 world_size=2"), std::string::npos);  // the last rank wrote
   EXPECT_EQ(lines.back(), std::to_string(lines.size()) + " exit exit_code=0 runtime=<t>");
 
   const auto rows = testing::wandb_history(files[0]);
