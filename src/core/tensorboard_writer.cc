@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/protobuf_wire.h"
+
 namespace gale {
 
 uint32_t crc32c(const void* data, size_t size) {
@@ -37,46 +39,18 @@ uint32_t masked_crc32c(const void* data, size_t size) {
 
 namespace {
 
-void put_le(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-void put_varint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-// Field key: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
-void put_key(std::string* out, int field, int wire_type) {
-  put_varint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
-}
-
-void put_bytes(std::string* out, int field, std::string_view bytes) {
-  put_key(out, field, 2);
-  put_varint(out, bytes.size());
-  out->append(bytes);
-}
+using namespace pbwire;
 
 // Event's wall_time (1) and step (2), each left out when zero (proto3).
 void put_event_header(std::string* out, double wall_time, int64_t step) {
-  if (wall_time != 0.0 || std::signbit(wall_time)) {
-    uint64_t bits;
-    std::memcpy(&bits, &wall_time, sizeof bits);
-    put_key(out, 1, 1);
-    put_le(out, bits, 8);
-  }
-  if (step != 0) {
-    put_key(out, 2, 0);
-    put_varint(out, static_cast<uint64_t>(step));  // int64: two's complement, 10 bytes when negative
-  }
+  if (wall_time != 0.0 || std::signbit(wall_time)) put_double(out, 1, wall_time);
+  if (step != 0) put_varint_field(out, 2, static_cast<uint64_t>(step));  // int64: two's complement
 }
 
 }  // namespace
 
 std::string tfrecord_frame(std::string_view payload) {
+  using pbwire::put_le;
   std::string out;
   out.reserve(payload.size() + 16);
   put_le(&out, payload.size(), 8);
@@ -87,6 +61,7 @@ std::string tfrecord_frame(std::string_view payload) {
 }
 
 std::string encode_file_version_event(double wall_time) {
+  using pbwire::put_bytes;
   std::string event;
   put_event_header(&event, wall_time, 0);
   put_bytes(&event, 3, "brain.Event:2");
@@ -94,12 +69,10 @@ std::string encode_file_version_event(double wall_time) {
 }
 
 std::string encode_scalar_event(std::string_view tag, float value, int64_t step, double wall_time) {
+  using namespace pbwire;
   std::string v;
   if (!tag.empty()) put_bytes(&v, 1, tag);
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  put_key(&v, 2, 5);
-  put_le(&v, bits, 4);
+  put_float(&v, 2, value);
   std::string summary;
   put_bytes(&summary, 1, v);
   std::string event;
@@ -146,6 +119,7 @@ void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t s
   if (wall_time < 0.0) wall_time = unix_wall_time();
   pending_ += tfrecord_frame(encode_scalar_event(tag, static_cast<float>(value), step, wall_time));
   if (++pending_records_ >= queue_size_) (void)flush();
+  if (observer_) observer_(tag, value, step);
 }
 
 Status TensorBoardWriter::flush() {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,6 +59,11 @@ class TensorBoardWriter {
   // Writes the pending records to the file. A write error is reported once and ends writing.
   Status flush();
 
+  // Called with every scalar add_scalar queues, after queueing it: how the same scalars also reach
+  // the Weights & Biases run (train/wandb_log.h). Empty: none.
+  using ScalarObserver = std::function<void(std::string_view tag, double value, int64_t step)>;
+  void set_scalar_observer(ScalarObserver f) { observer_ = std::move(f); }
+
   const std::string& path() const { return path_; }
 
  private:
@@ -69,6 +75,7 @@ class TensorBoardWriter {
   int64_t pending_records_ = 0;
   std::string pending_;
   Status error_;
+  ScalarObserver observer_;
 };
 
 }  // namespace gale

@@ -565,6 +565,11 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
               "start level-1 timers without first waiting for every rank");
   p.add("--tensorboard-dir", &a.tensorboard_dir,
         "write TensorBoard event files to this directory (created if missing; last rank only)");
+  p.add("--wandb-project", &a.wandb_project,
+        "Weights & Biases project: the last rank writes the run offline, for `wandb sync` (needs --wandb-exp-name)");
+  p.add("--wandb-exp-name", &a.wandb_exp_name, "Weights & Biases run name (--wandb-project)");
+  p.add("--wandb-save-dir", &a.wandb_save_dir,
+        "directory of the Weights & Biases run (its wandb/offline-run-* directory); default {--save}/wandb");
   p.add("--tensorboard-log-interval", &a.tensorboard_log_interval, "iterations between TensorBoard scalars");
   p.add("--tensorboard-queue-size", &a.tensorboard_queue_size,
         "TensorBoard events kept in memory before they are written to the file");
@@ -999,6 +1004,20 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
   return Status::Ok();
 }
 
+// Megatron's _set_wandb_writer: the experiment name is required, the directory defaults to
+// {--save}/wandb.
+static Status validate_wandb_args(const Arguments& a) {
+  const LoggingArgs& l = a.logging;
+  if (l.wandb_project.empty()) return Status::Ok();
+  if (l.wandb_exp_name.empty())
+    return InvalidArgument("--wandb-exp-name: Please specify the wandb experiment name! (--wandb-project is '",
+                           l.wandb_project, "')");
+  if (l.wandb_save_dir.empty() && a.checkpoint.save.empty())
+    return InvalidArgument("--wandb-project needs --wandb-save-dir or --save (the run is written to "
+                           "{--save}/wandb), found neither");
+  return Status::Ok();
+}
+
 }  // namespace gale
 
 namespace gale {
@@ -1024,6 +1043,7 @@ Status validate_mtp_args(Arguments& a) {
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
   GALE_RETURN_IF_ERROR(validate_profile_args(a, p, world_size));
+  GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));

@@ -617,6 +617,10 @@ struct LoggingArgs {
   bool log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;
+  // Weights & Biases (Megatron's flags; the last rank writes an offline run for `wandb sync`,
+  // docs/formats/wandb.md): empty project: no W&B run.
+  std::string wandb_project, wandb_exp_name;
+  std::string wandb_save_dir;  // empty: {--save}/wandb
   // MindSpeed's log-line features, set by `gale pretrain` from their status in the feature registry
   // (their flags belong to the features): --op-cal-tflops (features/feature_op_cal_tflops.cc) adds the
   // throughputs of the FLOPs the kernels counted; --async-log-allreduce

@@ -15,7 +15,6 @@ struct Reason {
 // Flags Gale knows and does not implement (yet): "<flag>: not supported yet (<why>)".
 const std::vector<Reason>& unsupported_flags() {
   static const std::vector<Reason> reasons = {
-      {"Weights & Biases logging", {"--wandb-project", "--wandb-exp-name", "--wandb-save-dir"}},
       {"Transformer Engine userbuffer settings; --tp-comm-overlap itself runs Gale's chunked TP overlap",
        {"--tp-comm-overlap-cfg", "--tp-comm-overlap-rs-dgrad", "--tp-comm-bootstrap-backend",
         "--disable-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag",

@@ -2,11 +2,13 @@
 #include "train/pretrain.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 
 #include "core/allocator.h"
 #include "core/log.h"
 #include "core/tensorboard_writer.h"
+#include "core/wandb_writer.h"
 #include "core/threads.h"
 #include "core/timers.h"
 #include "features/registry.h"
@@ -36,6 +38,7 @@
 #include "train/timers_log.h"
 #include "train/training_log.h"
 #include "train/trainer.h"
+#include "train/wandb_log.h"
 #include "train/yaml_cfg.h"
 
 namespace gale {
@@ -133,6 +136,7 @@ int pretrain_main(int argc, char** argv) {
   add_all_pretrain_args(parser, args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
+  const std::vector<std::string> parsed_argv(argv + 1, argv + argc);  // --wandb-project's config
   Status st = parser.parse(argc, argv);
   if (!st.ok() && !yaml_cfg.empty()) st = Status(st.code(), str_cat("--yaml-cfg ", yaml_cfg, ": ", st.message()));
   if (!st.ok()) return usage_error(st);
@@ -271,6 +275,30 @@ int pretrain_main(int argc, char** argv) {
     if (!w.ok()) run_error(InvalidArgument("--tensorboard-dir: ", w.status().message()));
     tensorboard = std::move(w.value());
   }
+  // ---- Weights & Biases: the last rank writes an offline run (Megatron's _set_wandb_writer) ----
+  std::unique_ptr<WandbWriter> wandb;
+  std::unique_ptr<WandbScalarMirror> wandb_mirror;
+  if (!args.logging.wandb_project.empty() && is_last_rank()) {
+    const LoggingArgs& l = args.logging;
+    const std::string dir = !l.wandb_save_dir.empty() ? l.wandb_save_dir : (std::filesystem::path(args.checkpoint.save) / "wandb").string();
+    WandbItems config = wandb_config_items(parsed_argv);
+    config.emplace_back("rank", std::to_string(world->rank()));  // two of Megatron's derived args
+    config.emplace_back("world_size", std::to_string(world->size()));
+    StatusOr<std::unique_ptr<WandbWriter>> w = WandbWriter::open(dir, l.wandb_project, l.wandb_exp_name, config);
+    if (!w.ok()) run_error(InvalidArgument("--wandb-save-dir: ", w.status().message()));
+    wandb = std::move(w.value());
+    print_rank_last(str_cat("> W&B offline run ", wandb->run_dir(), " (upload it with: wandb sync ", wandb->run_dir(),
+                            ")"));
+    if (tensorboard) {
+      wandb_mirror = std::make_unique<WandbScalarMirror>(wandb.get());
+      tensorboard->set_scalar_observer([m = wandb_mirror.get()](std::string_view tag, double v, int64_t step) {
+        (*m)(tag, v, step);
+      });
+    } else {
+      print_rank_last("> W&B: without --tensorboard-dir Megatron logs only iteration-time and throughput "
+                      "(--log-timers-to-tensorboard) to W&B; so does Gale");
+    }
+  }
 
   // ---- Megatron's timers (--timing-log-level, --timing-log-option; core/timers.h) ----
   Timers timers(static_cast<int>(args.logging.timing_log_level),
@@ -398,6 +426,7 @@ int pretrain_main(int argc, char** argv) {
   }
   Trainer trainer(args, &engine, data.train.get(), data.valid.get(), data.test.get());
   trainer.set_tensorboard_writer(tensorboard.get());
+  trainer.set_wandb_writer(wandb.get());
   if (!args.training.rampup_batch_size.empty()) {  // Megatron's start-up lines of the ramp-up
     const std::vector<std::string>& r = args.training.rampup_batch_size;
     print_rank0(str_cat("will use batch size rampup starting from global batch size ", r[0], " to global batch size ",
@@ -513,6 +542,11 @@ int pretrain_main(int argc, char** argv) {
   timers.set_scope_observer(nullptr);
   straggler.reset();
   tensorboard.reset();  // the last records reach the file even when the run failed
+  if (wandb) {  // Megatron's wandb_writer.finish(); a failed run exits with 1
+    Status fin = wandb->finish(st.ok() ? trainer.exit_code() : 1);
+    if (st.ok() && !fin.ok()) st = IOError("--wandb-save-dir: ", fin.message());
+    wandb.reset();
+  }
   if (!st.ok()) run_error(st);
   if (trainer.exit_code() != 0) return trainer.exit_code();  // --rerun-mode validate_results (Megatron's sys.exit)
   if (profile) {

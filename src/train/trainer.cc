@@ -514,6 +514,10 @@ Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed,
 }
 
 Status Trainer::flush_tensorboard() {
+  if (wandb_) {  // as TensorBoard: a failed write stops the run
+    Status w = wandb_->flush();
+    if (!w.ok()) return IOError("--wandb-save-dir: ", w.message());
+  }
   if (!tensorboard_) return Status::Ok();
   Status st = tensorboard_->flush();
   if (!st.ok()) return IOError("--tensorboard-dir ", args_.logging.tensorboard_dir, ": ", st.message());
@@ -764,6 +768,9 @@ Status Trainer::run() {
       if (tensorboard_ && l.log_timers_to_tensorboard) {
         tensorboard_->add_scalar("iteration-time", per_iter, state_.iteration);
         if (l.log_throughput) tensorboard_->add_scalar("throughput", f.tflops_per_gpu, state_.iteration);
+      } else if (wandb_ && l.log_timers_to_tensorboard) {  // Megatron logs these two to W&B without TensorBoard too
+        wandb_->log("iteration-time", per_iter, state_.iteration);
+        if (l.log_throughput) wandb_->log("throughput", f.tflops_per_gpu, state_.iteration);
       }
       // Megatron's timers of --timing-log-level, per iteration of the log interval (one collective
       // over the world group; none at level 0): written to TensorBoard, then printed after the line.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/wandb_writer.h"
 #include "data/random_sampler.h"
 #include "kernels/flop_counter.h"
 #include "schedule/schedules.h"
@@ -102,6 +103,9 @@ class Trainer {
   void set_dpo_reference(GPTModel* reference) { dpo_reference_ = reference; }
   // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
+  // --wandb-project: the last rank's W&B run (fed by the TensorBoard writer's scalar observer);
+  // written whenever TensorBoard is flushed.
+  void set_wandb_writer(WandbWriter* w) { wandb_ = w; }
   // --prof-file (train/auto_settings_profile.h): called after each training iteration (once its
   // train_step returned) with the iteration number and the seconds train_step took on this rank.
   using StepObserver = std::function<void(int64_t iteration, double seconds)>;
@@ -208,6 +212,7 @@ class Trainer {
   StragglerDetector* straggler_ = nullptr;
   FtIntegration* ft_ = nullptr;
   TensorBoardWriter* tensorboard_ = nullptr;
+  WandbWriter* wandb_ = nullptr;
   GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;
   NumMicroBatchesCalculator calculator_;

@@ -427,8 +427,11 @@ INSTANTIATE_TEST_SUITE_P(
                   "accepted values: single, cyclic"},
         ErrorCase{{"--dataloader-type", "Cyclic"}, StatusCode::kInvalidArgument,
                   "--dataloader-type: expected single or cyclic, found 'Cyclic'"},
-        ErrorCase{{"--wandb-project", "p"}, StatusCode::kUnimplemented,
-                  "--wandb-project: not supported yet (Weights & Biases logging)"},
+        ErrorCase{{"--wandb-project", "p"}, StatusCode::kInvalidArgument,
+                  "--wandb-exp-name: Please specify the wandb experiment name! (--wandb-project is 'p')"},
+        ErrorCase{{"--wandb-project", "p", "--wandb-exp-name", "e"}, StatusCode::kInvalidArgument,
+                  "--wandb-project needs --wandb-save-dir or --save (the run is written to {--save}/wandb), found "
+                  "neither"},
         ErrorCase{{"--context-parallel-kv-cache-policy", "all"}, StatusCode::kInvalidArgument,
                   "--context-parallel-kv-cache-policy..."},
         ErrorCase{{"--num-experts", "-2"}, StatusCode::kInvalidArgument, "--num-experts: expected a positive integer, found -2"},

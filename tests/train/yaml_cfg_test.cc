@@ -371,13 +371,14 @@ TEST_F(YamlCfg, RefusedFlagsAreAcceptedAtMegatronsDefaultOnly) {
   EXPECT_TRUE(at_default->empty());
 
   std::string path;
-  StatusOr<std::vector<std::string>> set = convert("wandb_project: my-run\n", &path);
+  StatusOr<std::vector<std::string>> set = convert("config_logger_dir: my-dir\n", &path);
   ASSERT_TRUE(set.ok()) << set.status().message();
-  EXPECT_EQ(set.value(), (std::vector<std::string>{"--wandb-project", "my-run"}));
+  EXPECT_EQ(set.value(), (std::vector<std::string>{"--config-logger-dir", "my-dir"}));
   testing::FullCli cli;
   const Status st = cli.parse(set.value());
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--wandb-project: not supported yet (Weights & Biases logging)"), std::string::npos)
+  EXPECT_NE(st.message().find("--config-logger-dir: not supported yet (per-module configuration logs)"),
+            std::string::npos)
       << st.message();
 }
 
