@@ -211,6 +211,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
   for (int id : mla.all()) ids.push_back(id);
+  for (int id : mamba.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -222,6 +223,10 @@ std::vector<int> LayerParamIds::all() const {
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
+  if (c.hybrid.is_mamba_layer(layer)) {
+    w.mamba = register_mamba_params(pb, c, layer);
+    return w;
+  }
   if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
@@ -304,6 +309,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
+  if (w.mamba.defined()) return mamba_layer_forward(rt, pb, w.mamba, layer, x_in, saved ? &saved->mamba : nullptr);
   if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
@@ -424,6 +430,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return d_out;
+  if (w.mamba.defined()) return mamba_layer_backward(rt, pb, w.mamba, layer, s.mamba, d_out);
   if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;

@@ -34,6 +34,13 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.add_qkv_bias = m.add_qkv_bias;
   c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
+  if (m.is_hybrid_model) {  // validated: every layer a Mamba layer (train/arguments_hybrid.cc)
+    c.hybrid.enabled = true;
+    c.hybrid.layers = std::string(static_cast<size_t>(m.num_layers), 'M');
+    c.hybrid.d_state = m.mamba_state_dim;
+    c.hybrid.headdim = m.mamba_head_dim;
+    c.hybrid.ngroups = m.mamba_num_groups;
+  }
   c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone
                : m.position_embedding_type == "alibi" ? PositionEmbedding::kAlibi
