@@ -87,7 +87,7 @@ MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64
     w.norm_b = pb.add(make_param_spec(mixer_name(layer, "in_proj.layer_norm_bias"), {d.H}, InitKind::kZeros, 0, false));
   w.in_proj = pb.add(gemm_weight(make_param_spec(mixer_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
                                                  InitKind::kNormal, c.init_std, true)));
-  w.conv_w = pb.add(make_param_spec(mixer_name(layer, "conv1d.weight"), {d.conv_dim(), 1, d.K}, InitKind::kUniform,
+  w.conv_w = pb.add(make_param_spec(mixer_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
                                     conv_bound, true));
   w.conv_b = pb.add(make_param_spec(mixer_name(layer, "conv1d.bias"), {d.conv_dim()}, InitKind::kUniform, conv_bound,
                                     false));

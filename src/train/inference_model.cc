@@ -29,6 +29,7 @@ Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache)
 
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
+  add_hybrid_args(parser, args.model);  // refused below, but known
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   add_lora_args(parser, args.lora);

@@ -148,7 +148,7 @@ TEST(MambaMixerParams, MegatronNamesShapesAndInitialValues) {
   EXPECT_EQ(m.pb.spec(m.w.in_proj).name, "decoder.layers.0.mixer.in_proj.weight");
   EXPECT_EQ(m.pb.spec(m.w.in_proj).global_shape, (Shape{2 * 32 + 2 * 2 * 4 + 4, 16}));
   EXPECT_EQ(m.pb.spec(m.w.conv_w).name, "decoder.layers.0.mixer.conv1d.weight");
-  EXPECT_EQ(m.pb.spec(m.w.conv_w).global_shape, (Shape{32 + 16, 1, 4}));
+  EXPECT_EQ(m.pb.spec(m.w.conv_w).global_shape, (Shape{32 + 16, 4}));  // Megatron: [CD, 1, K]
   EXPECT_EQ(m.pb.spec(m.w.norm_w).name, "decoder.layers.0.mixer.in_proj.layer_norm_weight");
   EXPECT_EQ(m.pb.spec(m.w.gnorm_w).name, "decoder.layers.0.mixer.norm.weight");
   EXPECT_EQ(m.pb.spec(m.w.out_proj).name, "decoder.layers.0.mixer.out_proj.weight");
