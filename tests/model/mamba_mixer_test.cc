@@ -110,6 +110,17 @@ TEST(MambaMixerGradients, MatchFiniteDifferencesForEveryParameterAndTheInput) {
     for (size_t i = 0; i < v.size(); ++i) v[i] += cur[i];
     m.pb.set_param_values(id, v.data());
   }
+  // Δ ≈ 1 and A ≈ −0.5 (exp(Δ·A) ≈ 0.6), so that every path through the state is well measured
+  // (Megatron's initial Δ ≤ 0.1 makes the Δ gradients small, its A up to −16 forgets within a step).
+  {
+    std::vector<float> a(static_cast<size_t>(m.d.NH)), dt(static_cast<size_t>(m.d.NH));
+    testing::fill_random(a.data(), m.d.NH, 77, 0.3f);
+    testing::fill_random(dt.data(), m.d.NH, 78, 0.3f);
+    for (float& v : a) v -= 0.7f;
+    for (float& v : dt) v += 0.5f;
+    m.pb.set_param_values(m.w.a_log, a.data());
+    m.pb.set_param_values(m.w.dt_bias, dt.data());
+  }
   Tensor u = Tensor::empty({T, c.hidden}), r = Tensor::empty({T, c.hidden});
   testing::fill_random(u.data<float>(), u.numel(), 5);
   testing::fill_random(r.data<float>(), r.numel(), 6);
