@@ -213,7 +213,7 @@ struct DsaConfig {
 
 // --is-hybrid-model (Megatron's MambaModel, pretrain_mamba.py): the decoder's layers follow `layers`,
 // one symbol per global layer (model/hybrid_layers.h): 'M' a Mamba layer (model/mamba_mixer.h),
-// '*' an attention-only and '-' an MLP-only transformer layer (refused: not supported yet). The
+// '*' an attention-only and '-' an MLP-only transformer layer (model/transformer_layer.h). The
 // Mamba-2 mixer's sizes: d_inner = expand·hidden, nheads = d_inner / headdim, ngroups groups of B
 // and C (each d_state wide), a causal depthwise convolution of width d_conv.
 struct HybridConfig {

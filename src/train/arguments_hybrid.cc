@@ -30,9 +30,6 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   std::string layers;
   GALE_RETURN_IF_ERROR(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
                                               m.hybrid_override_pattern, &layers));
-  if (layers.find_first_not_of(kHybridMamba) != std::string::npos)
-    return Unimplemented("--is-hybrid-model: attention ('*') and MLP ('-') layers are not supported yet (only Mamba "
-                         "layers 'M'); the allocation is '", layers, "'");
   struct Size {
     const char* flag;
     int64_t value;

@@ -35,17 +35,19 @@ test::RunResult run(const std::vector<std::string>& argv, int np = 1) {
   return test::run_with_timeout(argv, np > 1 ? testing::kMpiEnv : std::vector<std::string>{}, 600);
 }
 
-// The loss falls, and DP 2 (each rank 2 of the 4 samples) gives the one-process losses: the
-// gradients differ only in the order of one sum (the all-reduce), ~1e-7 relative per step, which
-// 16 Adam steps leave far below 1e-4 of the loss.
+// Four layers "M*-M" (an attention and an MLP layer between Mamba layers; their gradients:
+// tests/model/hybrid_model_test.cc): the loss falls, and DP 2 (each rank 2 of the 4 samples) gives
+// the one-process losses: the gradients differ only in the order of one sum (the all-reduce), ~1e-7
+// relative per step, which 16 Adam steps leave far below 1e-4 of the loss.
 TEST(GalePretrainHybridMamba, LearnsAndDataParallelMatchesOneProcess) {
-  test::RunResult one = run(mamba(1, 16, {}));
+  const std::vector<std::string> pattern = {"--num-layers", "4", "--hybrid-override-pattern", "M*-M"};
+  test::RunResult one = run(mamba(1, 16, pattern));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<double> l = losses(one.output);
   ASSERT_EQ(l.size(), 16u);
   const double first = (l[0] + l[1] + l[2] + l[3]) / 4, last = (l[12] + l[13] + l[14] + l[15]) / 4;
   EXPECT_LT(last, first - 0.15) << one.output;
-  test::RunResult two = run(mamba(2, 16, {}), 2);
+  test::RunResult two = run(mamba(2, 16, pattern), 2);
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const std::vector<double> l2 = losses(two.output);
   ASSERT_EQ(l2.size(), 16u);
@@ -82,10 +84,9 @@ TEST(GalePretrainHybridMamba, RefusesWhatIsNotSupportedYet) {
     const char* message;
   };
   const Case cases[] = {
-      {{"--hybrid-attention-ratio", "0.5"},
-       "--is-hybrid-model: attention ('*') and MLP ('-') layers are not supported yet (only Mamba layers 'M'); the "
-       "allocation is 'M*'"},
-      {{"--hybrid-override-pattern", "M-"}, "attention ('*') and MLP ('-') layers are not supported yet"},
+      {{"--hybrid-attention-ratio", "0.5", "--hybrid-override-pattern", "MM"},
+       "--hybrid-override-pattern: the number of each type of layer in the pattern ('MM') must match the number in "
+       "the pattern the ratios give ('M*')"},
       {{"--hybrid-override-pattern", "MMM"}, "--hybrid-override-pattern: the pattern has the wrong length: expected 2"},
       {{"--hybrid-override-pattern", "MX"}, "--hybrid-override-pattern: 'X' is not a layer symbol"},
       {{"--mamba-head-dim", "48"}, "--mamba-head-dim: expected a divisor of the Mamba mixer's d_inner"},
