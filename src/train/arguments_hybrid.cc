@@ -52,7 +52,6 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
     int64_t value;
   };
   for (const Size2& s : {Size2{"--tensor-model-parallel-size", par.tensor_model_parallel_size},
-                         Size2{"--pipeline-model-parallel-size", par.pipeline_model_parallel_size},
                          Size2{"--context-parallel-size", par.context_parallel_size},
                          Size2{"--expert-model-parallel-size", par.expert_model_parallel_size}})
     if (s.value > 1)
@@ -71,7 +70,7 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
        {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",
         "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules", "--tp-2d",
         "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
-        "--automated-pipeline", "--reuse-fp32-param", "--fp16", "--num-layers-per-virtual-pipeline-stage",
+        "--automated-pipeline", "--reuse-fp32-param", "--log-throughput", "--fp16", "--num-layers-per-virtual-pipeline-stage",
         "--num-virtual-stages-per-pipeline-rank", "--schedules-method", "--dualpipev-dw-detach",
         "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--dpo", "--use-custom-fsdp",
         "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train"})

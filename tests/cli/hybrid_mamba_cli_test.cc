@@ -1,5 +1,5 @@
 // `gale pretrain --is-hybrid-model` (Megatron's pretrain_mamba.py): a falling loss on the mock data,
-// data parallelism 2 (mpirun) reproduces the one-process losses, save and resume continue the same
+// data and pipeline parallelism 2 (mpirun) reproduce the one-process losses, save and resume continue the same
 // run bit for bit, and what is not supported yet is refused in one line naming the flag.
 #include <gtest/gtest.h>
 
@@ -39,7 +39,7 @@ test::RunResult run(const std::vector<std::string>& argv, int np = 1) {
 // tests/model/hybrid_model_test.cc): the loss falls, and DP 2 (each rank 2 of the 4 samples) gives
 // the one-process losses: the gradients differ only in the order of one sum (the all-reduce), ~1e-7
 // relative per step, which 16 Adam steps leave far below 1e-4 of the loss.
-TEST(GalePretrainHybridMamba, LearnsAndDataParallelMatchesOneProcess) {
+TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   const std::vector<std::string> pattern = {"--num-layers", "4", "--hybrid-override-pattern", "M*-M"};
   test::RunResult one = run(mamba(1, 16, pattern));
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -52,6 +52,15 @@ TEST(GalePretrainHybridMamba, LearnsAndDataParallelMatchesOneProcess) {
   const std::vector<double> l2 = losses(two.output);
   ASSERT_EQ(l2.size(), 16u);
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l2[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
+  // Pipeline parallelism 2 ("M*" and "-M" on the two stages; Megatron's MambaStack selects its
+  // layers from the whole allocation too): the same arithmetic, so the same losses.
+  std::vector<std::string> pp = pattern;
+  pp.insert(pp.end(), {"--pipeline-model-parallel-size", "2"});
+  test::RunResult staged = run(mamba(2, 16, pp), 2);
+  ASSERT_EQ(staged.exit_code, 0) << staged.output;
+  const std::vector<double> lp = losses(staged.output);
+  ASSERT_EQ(lp.size(), 16u);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lp[i], l[i], 1e-5 * l[i]) << "iteration " << i + 1;
 }
 
 TEST(GalePretrainHybridMamba, SaveThenResumeContinuesTheSameRun) {
