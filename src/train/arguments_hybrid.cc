@@ -63,8 +63,6 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
     return Unimplemented("--is-hybrid-model with --mtp-num-layers: not supported yet");
   if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
-  if (!m.recompute_granularity.empty() || m.recompute_activations)
-    return Unimplemented("--is-hybrid-model with --recompute-granularity / --recompute-activations: not supported yet");
   // Flags of features that reach into the transformer layers' saved state or parameters.
   for (const char* flag :
        {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",
