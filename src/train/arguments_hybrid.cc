@@ -68,7 +68,7 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
        {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",
         "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules", "--tp-2d",
         "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
-        "--automated-pipeline", "--reuse-fp32-param", "--log-throughput", "--fp16", "--num-layers-per-virtual-pipeline-stage",
+        "--automated-pipeline", "--reuse-fp32-param", "--fp16", "--num-layers-per-virtual-pipeline-stage",
         "--num-virtual-stages-per-pipeline-rank", "--schedules-method", "--dualpipev-dw-detach",
         "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--dpo", "--use-custom-fsdp",
         "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train"})
