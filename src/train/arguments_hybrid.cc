@@ -70,9 +70,10 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
         "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
         "--automated-pipeline", "--reuse-fp32-param", "--fp16", "--num-layers-per-virtual-pipeline-stage",
         "--num-virtual-stages-per-pipeline-rank", "--schedules-method", "--dualpipev-dw-detach",
-        "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--dpo", "--use-custom-fsdp",
+        "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--use-custom-fsdp",
         "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train"})
     if (p.was_set(flag)) return Unimplemented("--is-hybrid-model with ", flag, ": not supported yet");
+  if (a.dpo.stage == "dpo") return Unimplemented("--is-hybrid-model with --stage dpo: not supported yet");
   return Status::Ok();
 }
 
