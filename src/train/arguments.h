@@ -732,6 +732,7 @@ struct ProfileArgs {
 struct MegatronCompatArgs {
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
+  std::vector<std::string> spec;  // --spec: only Megatron's Mamba stack spec, with --is-hybrid-model
   std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
 };
 

@@ -21,6 +21,15 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
 
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   const ModelArgs& m = a.model;
+  // pretrain_mamba.py's --spec: the Mamba stack spec is the hybrid model Gale builds.
+  const std::vector<std::string>& spec = a.megatron_compat.spec;
+  const std::vector<std::string> mamba_spec = {"megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"};
+  if (!spec.empty() && !(spec == mamba_spec && m.is_hybrid_model)) {
+    std::string found;
+    for (const std::string& s : spec) found += (found.empty() ? "" : " ") + s;
+    return Unimplemented("--spec: custom layer specs are not supported yet (only megatron.core.models.mamba."
+                         "mamba_layer_specs mamba_stack_spec, with --is-hybrid-model); found '", found, "'");
+  }
   if (!m.is_hybrid_model) {
     for (const char* flag : {"--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--hybrid-override-pattern",
                              "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"})

@@ -31,7 +31,6 @@ const std::vector<Reason>& unsupported_flags() {
         "--te-comparison-with-bf16"}},
       {"sentence splitting", {"--split-sentences"}},
       {"legacy Megatron models (Gale implements the MCore GPT model)", {"--use-legacy-models"}},
-      {"custom layer specs", {"--spec"}},
       {"encoder-decoder models",
        {"--encoder-num-layers", "--decoder-num-layers", "--encoder-seq-length", "--decoder-seq-length",
         "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
@@ -212,6 +211,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
     for (const char* flag : r.flags) p.add_rejected(flag, r.why);
   p.group("compatibility");
   for (const Compat& c : compat_flags()) p.add_compat(c.flag, c.takes_value, c.note);
+  p.add_list("--spec", &a.spec,
+             "Megatron's layer-spec module and name: only megatron.core.models.mamba.mamba_layer_specs "
+             "mamba_stack_spec (what pretrain_mamba.py needs) with --is-hybrid-model; other custom specs are not "
+             "supported yet");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.

@@ -91,7 +91,9 @@ TEST(GalePretrainHybridMamba, RecomputeIsExactAndBf16Close) {
 TEST(GalePretrainHybridMamba, SaveThenResumeContinuesTheSameRun) {
   auto dir = std::filesystem::temp_directory_path() / ("gale_mamba_ckpt_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  test::RunResult whole = run(mamba(1, 6, {}));
+  // pretrain_mamba.py's --spec names the model Gale builds: accepted, the same run.
+  test::RunResult whole =
+      run(mamba(1, 6, {"--spec", "megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"}));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   test::RunResult first = run(mamba(1, 6, {"--save", dir.string(), "--save-interval", "3", "--exit-interval", "3"}));
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -126,6 +128,7 @@ TEST(GalePretrainHybridMamba, RefusesWhatIsNotSupportedYet) {
       {{"--mamba-head-dim", "48"}, "--mamba-head-dim: expected a divisor of the Mamba mixer's d_inner"},
       {{"--mamba-num-groups", "3"}, "--mamba-num-groups: expected a divisor of the Mamba mixer's heads"},
       {{"--recompute-norm"}, "--is-hybrid-model with --recompute-norm: not supported yet"},
+      {{"--spec", "my.specs", "my_spec"}, "--spec: custom layer specs are not supported yet"},
       {{"--swap-attention"}, "--is-hybrid-model with --swap-attention: not supported yet"},
   };
   for (const Case& c : cases) {
