@@ -43,6 +43,10 @@ TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   const std::vector<std::string> pattern = {"--num-layers", "4", "--hybrid-override-pattern", "M*-M"};
   test::RunResult one = run(mamba(1, 16, pattern));
   ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("Hybrid allocation (M is mamba, * is attention, - is mlp): M*-M (1 attention, 1 mlp, 2 "
+                            "mamba layers)"),
+            std::string::npos)
+      << one.output;
   const std::vector<double> l = losses(one.output);
   ASSERT_EQ(l.size(), 16u);
   const double first = (l[0] + l[1] + l[2] + l[3]) / 4, last = (l[12] + l[13] + l[14] + l[15]) / 4;
