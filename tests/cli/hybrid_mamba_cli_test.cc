@@ -115,6 +115,14 @@ TEST(GalePretrainHybridMamba, SaveThenResumeContinuesTheSameRun) {
   EXPECT_NE(gen.output.find("--is-hybrid-model: inference (gale generate, evaluate, chat) is not supported yet"),
             std::string::npos)
       << gen.output;
+  // Nor is there a Hugging Face form of it yet.
+  test::RunResult hf = run({GALE_BINARY, "convert", "--load-model-type", "gale", "--save-model-type", "hf",
+                            "--load-dir", dir.string(), "--save-dir", (dir / "hf").string()});
+  EXPECT_NE(hf.exit_code, 0) << hf.output;
+  EXPECT_NE(hf.output.find("a hybrid Mamba model (--is-hybrid-model) is not written in Hugging Face's format yet"),
+            std::string::npos)
+      << hf.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "hf" / "config.json"));
   std::filesystem::remove_all(dir);
 }
 
