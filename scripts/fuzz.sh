@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets (fuzz/) with clang + AddressSanitizer + UBSan in build-fuzz/ and run
 # each for a bounded time from its seed corpus. Fails on any crash, leak or sanitizer report.
-# Usage: scripts/fuzz.sh [seconds per target, default 20]   (5 targets: idx, tokenizer_json, jsonl, pretokenizer, csv)
+# Usage: scripts/fuzz.sh [seconds per target, default 20]   (6 targets: idx, tokenizer_json, jsonl, pretokenizer, csv, torch_file)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -10,7 +10,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Releas
 ninja -C build-fuzz fuzz
 mkdir -p build-fuzz/artifacts
 status=0
-for target in idx tokenizer_json jsonl pretokenizer csv; do
+for target in idx tokenizer_json jsonl pretokenizer csv torch_file; do
   work=$(mktemp -d)
   cp -r "fuzz/corpus/$target/." "$work/"
   echo "fuzz_$target: ${secs}s"

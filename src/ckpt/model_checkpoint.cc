@@ -95,6 +95,9 @@ Status load_parameters(const CheckpointReader& r, ParamBuffer& params, bool use_
   for (int id = 0; id < params.size(); ++id) {
     Tensor local = params.param_values(id);  // a copy under --reuse-fp32-param: stored split below
     const std::string& name = params.spec(id).name;
+    // --fp8-recipe delayed's state (model/fp8.h) from a checkpoint saved without it: the initial
+    // state stands (scales 1, empty histories), as TE starts from an empty _extra_state.
+    if (params.spec(id).buffer && params.spec(id).fp8_state_buffer && !r.has_tensor(name)) continue;
     GALE_RETURN_IF_ERROR(read_local(r, params.spec(id), use_ema ? ema_weight_name(r, name) : name, local));
     if (params.is_split(id)) params.set_param_values(id, local.data<float>());
   }

@@ -53,6 +53,8 @@ Status add_parameter_state(CheckpointWriter& w, const ParamBuffer& params, const
 // Reads every parameter's local shard from `r` into `params`; errors name the tensor (missing,
 // saved with another global shape, partly saved) and the checkpoint.
 // `use_ema`: each parameter is read from its EMA, ema_weight_name(r, name), instead.
+// --fp8-recipe delayed's state buffers (ParamSpec::fp8_state_buffer) absent from the checkpoint
+// keep their initial values (a run saved without FP8 loads into an FP8 run).
 Status load_parameters(const CheckpointReader& r, ParamBuffer& params, bool use_ema = false);
 
 // --use-ema: the tensor a weight `name` is read from: the parameter EMA that --optimizer-selection

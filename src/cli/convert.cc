@@ -10,23 +10,29 @@ namespace gale::cli {
 
 int run_convert(int argc, char** argv) {
   ArgParser p("gale convert",
-              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE, DeepSeek-V3) to a Gale checkpoint, or back");
+              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE, DeepSeek-V3) to a Gale checkpoint, or back; or read and write Megatron-LM's own (torch format) checkpoints");
   std::string load_type, save_type;
   HfToGaleOptions to_gale;
   GaleToHfOptions to_hf;
   std::string load_dir, save_dir;
   int64_t target_pp = 1;
   p.group("conversion");
-  p.add_choice("--load-model-type", &load_type, {"hf", "gale", "mg"}, "what --load-dir holds: hf, or gale (alias mg)");
-  p.add_choice("--save-model-type", &save_type, {"hf", "gale", "mg"}, "what to write to --save-dir: gale (alias mg) or hf");
+  p.add_choice("--load-model-type", &load_type, {"hf", "gale", "mg", "megatron"},
+               "what --load-dir holds: hf, gale, or mg (alias megatron: a Megatron-LM checkpoint, --ckpt-format torch)");
+  p.add_choice("--save-model-type", &save_type, {"hf", "gale", "mg", "megatron"},
+               "what to write to --save-dir: gale, hf, or mg (alias megatron: Megatron-LM's torch format)");
+  std::string tokenizer_type;
+  p.add("--tokenizer-type", &tokenizer_type, "-> mg: the tokenizer_type recorded in Megatron's args (Megatron compares it)");
   p.add("--load-dir", &load_dir, "directory to read: an HF model (config.json + safetensors) or a Gale checkpoint");
   p.add("--save-dir", &save_dir, "directory to write");
   p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, llama, llama2, llama3, qwen2, mistral, mixtral");
   p.add("--make-vocab-size-divisible-by", &to_gale.make_vocab_size_divisible_by,
         "hf -> gale: pad the vocabulary to a multiple of this times the target TP size");
   p.add("--target-tensor-parallel-size", &to_gale.target_tensor_parallel_size,
-        "hf -> gale: the TP size the vocabulary is padded for (the checkpoint loads at any TP it divides)");
+        "hf -> gale: the TP size the vocabulary is padded for (the checkpoint loads at any TP it divides); -> mg: "
+        "the tensor-parallel size of the Megatron checkpoint written");
   p.add("--target-pipeline-parallel-size", &target_pp,
+        "-> mg: the pipeline-parallel size of the Megatron checkpoint written (layers split evenly); otherwise "
         "accepted for compatibility (and checked against --num-layer-list): Gale checkpoints load at any "
         "pipeline-parallel size");
   p.add("--num-layer-list", &to_gale.num_layer_list,
@@ -48,13 +54,23 @@ int run_convert(int argc, char** argv) {
     std::printf("%s", p.help_text().c_str());
     return 0;
   }
-  if (s.ok() && load_type.empty()) s = InvalidArgument("--load-model-type is required (hf or gale)");
-  if (s.ok() && save_type.empty()) s = InvalidArgument("--save-model-type is required (gale or hf)");
+  if (s.ok() && load_type.empty()) s = InvalidArgument("--load-model-type is required (hf, gale or mg)");
+  if (s.ok() && save_type.empty()) s = InvalidArgument("--save-model-type is required (gale, hf or mg)");
+  if (load_type == "megatron") load_type = "mg";
+  if (save_type == "megatron") save_type = "mg";
+  const bool megatron = load_type == "mg" || save_type == "mg";
+  if (s.ok() && load_type == "mg" && save_type == "mg")
+    s = InvalidArgument("--load-model-type mg --save-model-type mg: expected one side hf or gale (re-sharding a "
+                        "Megatron checkpoint: convert it to gale, then to mg at the new sizes)");
+  if (s.ok() && megatron && (!to_hf.lora.lora_load.empty() || to_hf.use_ema || p.was_set("--mtp-num-layers") ||
+                             !to_gale.num_layer_list.empty() || !to_gale.model_type_hf.empty()))
+    s = InvalidArgument("--lora-load, --use-ema, --mtp-num-layers, --num-layer-list and --model-type-hf are not "
+                        "supported with Megatron checkpoints (mg) yet");
   if (s.ok() && load_dir.empty()) s = InvalidArgument("--load-dir is required");
   if (s.ok() && save_dir.empty()) s = InvalidArgument("--save-dir is required");
   const bool from_hf = load_type == "hf", to_hf_dir = save_type == "hf";
   const bool merge_gale = !from_hf && !to_hf_dir && !to_hf.lora.lora_load.empty();  // LoRA merge, gale -> gale
-  if (s.ok() && from_hf == to_hf_dir && !merge_gale)
+  if (s.ok() && !megatron && from_hf == to_hf_dir && !merge_gale)
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
                         ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
@@ -77,7 +93,23 @@ int run_convert(int argc, char** argv) {
     return 2;
   }
   auto log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
-  if (merge_gale) {
+  if (megatron) {
+    MegatronConvertOptions mo;
+    auto format = [](const std::string& t) {
+      return t == "hf" ? ModelFormat::kHf : t == "mg" ? ModelFormat::kMegatron : ModelFormat::kGale;
+    };
+    mo.from = format(load_type);
+    mo.to = format(save_type);
+    mo.load_dir = load_dir;
+    mo.save_dir = save_dir;
+    mo.save_dtype = to_hf.save_dtype;
+    mo.make_vocab_size_divisible_by = to_gale.make_vocab_size_divisible_by;
+    mo.target_tensor_parallel_size = to_gale.target_tensor_parallel_size;
+    mo.target_pipeline_parallel_size = target_pp;
+    mo.vocab_size = to_hf.vocab_size;
+    mo.tokenizer_type = tokenizer_type;
+    s = convert_megatron(mo, log);
+  } else if (merge_gale) {
     s = merge_lora_checkpoint(load_dir, save_dir, to_hf.lora, log);
   } else if (from_hf) {
     to_gale.load_dir = load_dir;

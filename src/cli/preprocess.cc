@@ -4,6 +4,7 @@
 #include "data/preprocess.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/subcommands.h"
 #include "core/log.h"
@@ -11,6 +12,7 @@
 #include "data/pairwise_preprocess.h"
 #include "data/sharegpt_records.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/punkt.h"
 #include "tokenizer/tokenizer.h"
 #include "train/arg_parser.h"
 #include "train/arguments.h"
@@ -132,17 +134,20 @@ int run_preprocess(int argc, char** argv) {
   TokenizerArgs tok;
   int64_t partitions = 1, workers = -1;
   std::string lang = "english";
-  bool keep_sequential = false;
+  bool keep_sequential = false, split_sentences = false, keep_newlines = false;
   InstructionFlags inst;
   p.group("input data");
   p.add("--input", &o.input, "input .jsonl file (.gz is read too)");
   p.add_list("--json-keys", &o.json_keys, "keys to extract; each gets its own dataset (default: text)", 1);
-  p.add_unsupported("--split-sentences", "sentence splitting (NLTK punkt)");
-  p.add_unsupported("--keep-newlines", "sentence splitting (NLTK punkt)");
+  p.add_flag("--split-sentences", &split_sentences,
+             "split documents into sentences with NLTK's Punkt parameters for --lang (tokenizers/punkt_tab/LANG "
+             "in $NLTK_DATA or NLTK's default directories); each sentence is a sequence of PREFIX_KEY_sentence");
+  p.add_flag("--keep-newlines", &keep_newlines,
+             "with --split-sentences: keep the newlines after a sentence in it (Megatron's CustomLanguageVars)");
   add_tokenizer_args(p, tok);
   p.group("tokenization process");
   p.add_flag("--append-eod", &o.append_eod, "append the tokenizer's end-of-document token to every non-empty document");
-  p.add("--lang", &lang, "sentence-splitting language (accepted; only used with --split-sentences)");
+  p.add("--lang", &lang, "sentence-splitting language: the NLTK Punkt parameters to use with --split-sentences");
   p.group("instruction data (MindSpeed-LLM)");
   p.add("--handler-name", &inst.handler_name,
         "GeneralPretrainHandler (the default: plain text), AlpacaStyleInstructionHandler (Alpaca records) or "
@@ -162,7 +167,7 @@ int run_preprocess(int argc, char** argv) {
              "with --neat-pack --reset-attention-mask keeps attention inside each sample; long samples are cut to "
              "--seq-length - 1 instead of dropped");
   p.group("output data");
-  p.add("--output-prefix", &o.output_prefix, "output prefix: writes PREFIX_KEY_document.bin/.idx");
+  p.add("--output-prefix", &o.output_prefix, "output prefix: writes PREFIX_KEY_document.bin/.idx (PREFIX_KEY_sentence with --split-sentences)");
   p.group("runtime");
   p.add("--workers", &workers, "tokenizer threads (required); the output order is the input order");
   p.add("--partitions", &partitions, "input partitions (only 1: Gale parallelises with threads)");
@@ -200,6 +205,22 @@ int run_preprocess(int argc, char** argv) {
     return fail(
         InvalidArgument("--tokenizer-type is required (e.g. GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer)"));
   o.workers = static_cast<int>(workers);
+  if (split_sentences && instruction)
+    return fail(InvalidArgument("--split-sentences works with the plain-text handler only, not --handler-name ",
+                                inst.handler_name));
+  if (keep_newlines && !split_sentences)
+    std::fprintf(stderr, "WARNING: --keep-newlines has no effect without --split-sentences\n");
+  std::optional<PunktSentenceSplitter> splitter;
+  if (split_sentences) {
+    auto dir = find_punkt_tab(lang);
+    if (!dir.ok()) return fail(dir.status());
+    auto params = load_punkt_tab(*dir);
+    if (!params.ok()) return fail(params.status());
+    splitter.emplace(std::move(*params), keep_newlines);
+    o.split_sentences = [&splitter](std::string_view text) { return splitter->split(text); };
+    std::fprintf(stderr, "splitting sentences with the Punkt parameters in %s%s\n", dir->c_str(),
+                 keep_newlines ? " (keeping newlines)" : "");
+  }
 
   auto tokenizer = build_tokenizer(tokenizer_options(tok));
   if (!tokenizer.ok()) return fail(tokenizer.status());

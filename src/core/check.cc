@@ -32,6 +32,14 @@ void fatal_exit(int code, const std::string& message) {
   std::exit(code);
 }
 
+void fatal_exit_from_thread(int code, const std::string& message) {
+  if (!message.empty()) std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (AbortHook hook = g_abort_hook.exchange(nullptr)) hook(code);
+  std::_Exit(code);
+}
+
 CheckFailure::CheckFailure(const char* expr, const char* file, int line) {
   os_ << "CHECK failed: " << expr << " at " << file << ":" << line << ": ";
 }

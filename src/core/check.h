@@ -24,6 +24,10 @@ void set_abort_hook(AbortHook hook);
 // rank only, so that every rank stops instead of hanging). Runs the abort hook when code != 0
 // and other ranks may be waiting.
 [[noreturn]] void fatal_exit(int code, const std::string& message);
+// fatal_exit for a thread other than the main one (a watchdog): prints `message`, runs the abort
+// hook with `code`, then ends the process with std::_Exit(code) (no static destructors run while
+// the main thread may still be using them).
+[[noreturn]] void fatal_exit_from_thread(int code, const std::string& message);
 
 class CheckFailure {
  public:

@@ -13,8 +13,8 @@
 
 namespace gale {
 
-std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key) {
-  return output_prefix + "_" + key + "_document";
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key, bool sentences) {
+  return output_prefix + "_" + key + (sentences ? "_sentence" : "_document");
 }
 
 namespace {
@@ -25,6 +25,30 @@ struct EncodedLine {
   std::vector<std::vector<int32_t>> tokens;   // per key
   std::vector<std::vector<int32_t>> lengths;  // per key
 };
+
+// Encodes `text` as one sequence, or sentence by sentence; appends each non-empty sequence's length.
+Status encode_text(std::string_view text, const PreprocessOptions& o, const EncodeFn& encode,
+                   std::vector<int32_t>* toks, std::vector<int32_t>* lens) {
+  auto encode_one = [&](std::string_view piece) -> Status {
+    size_t before = toks->size();
+    GALE_RETURN_IF_ERROR(encode(piece, toks));
+    if (toks->size() > before) lens->push_back(static_cast<int32_t>(toks->size() - before));
+    return Status::Ok();
+  };
+  if (!o.split_sentences) return encode_one(text);
+  constexpr size_t kChunkCodePoints = 1000000;  // Megatron splits text[i:i+1000000] (Python code points)
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = begin, code_points = 0;
+    for (; end < text.size(); ++end) {
+      const bool lead = (static_cast<unsigned char>(text[end]) & 0xC0) != 0x80;
+      if (lead && code_points++ == kChunkCodePoints) break;
+    }
+    for (std::string_view sentence : o.split_sentences(text.substr(begin, end - begin)))
+      GALE_RETURN_IF_ERROR(encode_one(sentence));
+    begin = end;
+  }
+  return Status::Ok();
+}
 
 void encode_line(const std::string& line, const PreprocessOptions& o, const EncodeFn& encode, EncodedLine* out) {
   out->status = Status::Ok();
@@ -41,10 +65,8 @@ void encode_line(const std::string& line, const PreprocessOptions& o, const Enco
     toks.clear();
     lens.clear();
     for (const std::string& text : texts[k]) {
-      size_t before = toks.size();
-      out->status = encode(text, &toks);
+      out->status = encode_text(text, o, encode, &toks, &lens);
       if (!out->status.ok()) return;
-      if (toks.size() > before) lens.push_back(static_cast<int32_t>(toks.size() - before));
     }
     if (!toks.empty() && o.append_eod) {
       toks.push_back(o.eod);
@@ -95,7 +117,7 @@ StatusOr<PreprocessStats> run_preprocess(const PreprocessOptions& o, const Encod
   PreprocessStats stats;
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : o.json_keys) {
-    std::string prefix = preprocess_output_prefix(o.output_prefix, key);
+    std::string prefix = preprocess_output_prefix(o.output_prefix, key, static_cast<bool>(o.split_sentences));
     GALE_ASSIGN_OR_RETURN(auto w, IndexedDatasetWriter::create(prefix, o.dtype));
     writers.push_back(std::move(w));
     stats.outputs.push_back(prefix);

@@ -7,6 +7,12 @@
 // or each element of a list, each non-empty one its own sequence), plus the EOD token on its
 // last sequence with --append-eod; documents that tokenize to nothing are kept as empty
 // documents. Unlike Megatron, every key's dataset is finished (not only the last one).
+//
+// With a sentence splitter (--split-sentences) each text is cut into pieces of 1,000,000 code
+// points, as Megatron does, each piece into sentences, and each sentence that tokenizes to
+// something is its own sequence; the datasets are "{prefix}_{key}_sentence.bin/.idx". Megatron
+// does this in two runs (the first only writes "{input}_ss.jsonl"); Gale in one, with the same
+// output as Megatron's second run.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,8 @@
 namespace gale {
 
 using EncodeFn = std::function<Status(std::string_view text, std::vector<int32_t>* ids)>;
+// The sentences of a text, as views into it (called from several threads at once).
+using SplitFn = std::function<std::vector<std::string_view>(std::string_view text)>;
 
 struct PreprocessOptions {
   std::string input;
@@ -34,6 +42,7 @@ struct PreprocessOptions {
   TokenDType dtype = TokenDType::kUInt16;
   int32_t eod = 0;
   int64_t vocab_size = 0;  // ids must lie in [0, vocab_size)
+  SplitFn split_sentences;  // empty: every text is one sequence
 };
 
 struct PreprocessStats {
@@ -46,7 +55,9 @@ struct PreprocessStats {
   std::vector<std::string> outputs;  // the dataset prefixes written
 };
 
-std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key);
+// "{output_prefix}_{key}_document", or "_sentence" when sentences are split.
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key,
+                                     bool sentences = false);
 
 // Reads options.input, tokenizes with `encode` on options.workers threads and writes the
 // datasets. Progress lines ("Processed N documents (x docs/s, y MB/s).") go to `log` (may be

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/fp8.h"
 #include "model/qat.h"
 #include "model/ring_options.h"
 #include "parallel/hybrid_cp_groups.h"
@@ -290,6 +291,9 @@ struct ModelConfig {
   DsaConfig dsa;  // with mla.enabled
   // --qat-scheme / --qat-quant-block-size (model/qat.h): MX fake-quantised linear weights.
   QatConfig qat;
+  // --fp8-format and the other FP8 flags (model/fp8.h): FP8-emulated linear GEMMs. num_layers is
+  // filled in by the model.
+  Fp8Config fp8;
   // MindSpeed's --noop-layers: global indices (sorted) of layers that are the identity, with no
   // parameters; they keep their place in the layer numbering and in the pipeline split.
   std::vector<int64_t> noop_layers;

@@ -71,6 +71,14 @@ Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv);
 // the new queries attend to every position up to their own. Returns [T, NHl·HD]; keeps nothing.
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache);
 
+// Ragged decoding (rt.ragged_kv set; one sample of rows, no context or tensor-sequence split):
+// each request's rows write their keys and values into its blocks of local layer `local_layer`
+// and attend to its positions [0, cached + rows) at their own positions (model/kv_cache.h
+// RaggedKvBatch). The requests with one new row attend with flash_decode_forward when
+// flash_decode_chunk > 0, after the others and in parallel over the requests.
+Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+                                int64_t local_layer);
+
 // Backward of core_attention_forward: `ctx` is the output forward returned (f32, or the bf16 copy
 // the layer kept as a GEMM input), d_ctx its gradient [T, NHl·HD]. Returns dQKV [T, (NHl + 2·KVl)·HD]
 // (before RoPE's backward) and releases `saved`.

@@ -193,6 +193,11 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (frozen && params_.spec(id).trainable) params_.freeze(id);
     }
   mark_qat_params(params_, c.qat);  // --qat-scheme: the linear weights read fake-quantised
+  if (c.fp8.enabled) {  // --fp8-format: FP8-emulated linear GEMMs (and the delayed recipe's state buffers)
+    Fp8Config fp8 = c.fp8;
+    fp8.num_layers = c.num_layers;
+    add_fp8_params(params_, fp8);
+  }
   params_.finalize();
   if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);
   if (c.mla.enabled)
@@ -880,6 +885,41 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
       for (int64_t b = 0; b < B; ++b)
         std::copy(src + (r * T + s * B + b) * Vl, src + (r * T + s * B + b + 1) * Vl, dst + (b * S + s) * c.vocab + r * Vl);
   return logits;
+}
+
+Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
+  GALE_CHECK(part_.pre_process && part_.post_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d())
+      << "ragged decoding runs the whole model on one process";
+  const ModelConfig& c = config_;
+  MicroBatch mb;
+  mb.B = 1;
+  mb.S = static_cast<int64_t>(tokens.size());
+  mb.tokens = tokens;
+  for (const RaggedRequest& r : batch.requests)
+    for (int64_t i = 0; i < r.rows; ++i) mb.seq_positions.push_back(static_cast<int32_t>(r.cached + i));
+  GALE_CHECK_EQ(static_cast<int64_t>(mb.seq_positions.size()), mb.S) << "ragged decoding: tokens and request rows";
+  mb.position_ids = mb.seq_positions;
+  State st;
+  build_runtime(st, mb, /*training=*/false);
+  st.rt.ragged_kv = &batch;
+  if (params_needed_) {
+    const std::vector<std::vector<int>> groups = backward_param_groups();
+    for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
+  }
+  Tensor x = embedding_forward(st, st.tokens_sb.data(), st.positions_sb.data(), dropout_stream(c.seed, -1, 0));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
+  Tensor stats;
+  const Tensor y = final_norm_forward(x, &stats);  // [T, H]
+  const int64_t R = static_cast<int64_t>(batch.requests.size()), H = c.hidden;
+  Tensor last = Tensor::empty({R, H});
+  int64_t row = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    row += batch.requests[static_cast<size_t>(r)].rows;
+    GALE_CHECK(batch.requests[static_cast<size_t>(r)].rows > 0) << "ragged decoding: a request without new tokens";
+    std::copy_n(y.data<float>() + (row - 1) * H, H, last.data<float>() + r * H);
+  }
+  return linear_forward(last, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
 }
 
 std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {

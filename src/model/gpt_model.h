@@ -120,6 +120,15 @@ class GPTModel {
   // here); their keys and values join the cache and cache->length advances by mb.S.
   Tensor forward_logits(const MicroBatch& mb, const Tensor& input, KvCache* cache = nullptr);
 
+  // Ragged decoding of several requests at once (model/kv_cache.h RaggedKvBatch; the whole model on
+  // one process): `tokens` are the requests' new tokens, request r's rows after request r − 1's, at
+  // positions cached .. cached + rows − 1 of their own sequences. Every linear layer runs over all
+  // the rows together; attention runs per request against its blocks, which gain the new keys and
+  // values. Returns the logits [R, V] of each request's last new row (the next-token prediction);
+  // the caller advances each request's `cached` by its rows. A request's logits are those of
+  // forward_logits with a KvCache holding the same positions (tests/train/inference_engine_test.cc).
+  Tensor forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch);
+
   // Called during backward with the ids of parameters whose gradient contribution from the
   // micro-batch being back-propagated is complete (after the head, after each layer, after the
   // embedding), so data-parallel reduction of a bucket can start while backward continues

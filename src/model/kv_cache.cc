@@ -3,6 +3,8 @@
 
 #include "model/layer_shares.h"
 
+#include "core/check.h"
+
 namespace gale {
 
 KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t B, int64_t max_length) {
@@ -14,6 +16,49 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
     cache.layers.push_back(c.is_noop_layer(part.first_layer + i) ? Tensor()
                                                                    : Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()}));
   return cache;
+}
+
+KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64_t block_tokens, int64_t num_blocks)
+    : block_tokens_(block_tokens), num_blocks_(num_blocks) {
+  GALE_CHECK(block_tokens > 0 && num_blocks > 0) << "kv block pool of " << num_blocks << " blocks of " << block_tokens;
+  width_ = 2 * layer_shares(c, part).groups * c.attention_head_dim();
+  for (int64_t i = 0; i < part.num_layers; ++i) {
+    if (c.is_noop_layer(part.first_layer + i)) {
+      slot_.push_back(-1);
+      continue;
+    }
+    slot_.push_back(static_cast<int64_t>(storage_.size()));
+    storage_.push_back(Tensor::empty({num_blocks * block_tokens, width_}));
+  }
+  block_bytes_ = static_cast<int64_t>(storage_.size()) * block_tokens * width_ * static_cast<int64_t>(sizeof(float));
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+  taken_.assign(static_cast<size_t>(num_blocks), 0);
+}
+
+std::vector<int32_t> KvBlockPool::allocate(int64_t n) {
+  GALE_CHECK(n <= free_blocks()) << "kv block pool: " << n << " blocks asked, " << free_blocks() << " free";
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out.push_back(free_.back());
+    free_.pop_back();
+    taken_[static_cast<size_t>(out.back())] = 1;
+  }
+  return out;
+}
+
+void KvBlockPool::release(const std::vector<int32_t>& blocks) {
+  for (int32_t b : blocks) {
+    GALE_CHECK(b >= 0 && b < num_blocks_ && taken_[static_cast<size_t>(b)]) << "kv block pool: block " << b
+                                                                            << " released but not allocated";
+    taken_[static_cast<size_t>(b)] = 0;
+    free_.push_back(b);
+  }
+}
+
+float* KvBlockPool::rows(int64_t layer, int32_t id) {
+  const int64_t s = slot_.at(static_cast<size_t>(layer));
+  GALE_CHECK(s >= 0 && id >= 0 && id < num_blocks_) << "kv block pool: layer " << layer << ", block " << id;
+  return storage_[static_cast<size_t>(s)].data<float>() + static_cast<int64_t>(id) * block_tokens_ * width_;
 }
 
 }  // namespace gale

@@ -25,9 +25,59 @@ struct KvCache {
   // With MLA: every head's expanded key and value at the padded width, [max_length·B, 2·NHl·D]
   // (ModelConfig::attention_kv_heads / attention_head_dim; model/mla_attention.h), not the latent.
   std::vector<Tensor> layers;
+  // --flash-decode: > 0 makes a one-token step of one sample attend with the split-K flash decoding
+  // kernel (kernels/cpu/flash_decode.h) in chunks of this many cached positions; 0: the op table's
+  // attention_forward.
+  int64_t flash_decode_chunk = 0;
 };
 
 // An empty cache for `part`'s layers of `config` (this TP rank's KV heads).
 KvCache make_kv_cache(const ModelConfig& config, const ModelPartition& part, int64_t B, int64_t max_length);
+
+// Paged key/value storage for many requests (Megatron's DynamicInferenceContext memory buffer):
+// `num_blocks` blocks of `block_tokens` positions, allocated once; each block holds its positions'
+// keys and values for every layer of the chunk (rows of 2·KVl·HD floats as in KvCache::layers).
+// Requests take blocks from a free stack and give them back; the storage itself never changes size,
+// so the allocator's bytes return to where they were when the pool is destroyed.
+class KvBlockPool {
+ public:
+  KvBlockPool(const ModelConfig& config, const ModelPartition& part, int64_t block_tokens, int64_t num_blocks);
+
+  int64_t block_tokens() const { return block_tokens_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_blocks() const { return num_blocks_ - free_blocks(); }
+  int64_t row_width() const { return width_; }
+  // Bytes of one block over all layers (the pool holds num_blocks of them).
+  int64_t block_bytes() const { return block_bytes_; }
+  // Takes `n` blocks off the free stack (GALE_CHECKs that there are).
+  std::vector<int32_t> allocate(int64_t n);
+  // Gives blocks back (each must be allocated: a double release is a GALE_CHECK failure).
+  void release(const std::vector<int32_t>& blocks);
+  // The [block_tokens, row_width] rows of block `id` for local layer `layer` (not a noop layer).
+  float* rows(int64_t layer, int32_t id);
+
+ private:
+  int64_t block_tokens_, num_blocks_, width_ = 0, block_bytes_ = 0;
+  std::vector<int64_t> slot_;     // local layer -> storage slot (-1: noop layer, nothing stored)
+  std::vector<Tensor> storage_;   // per slot: [num_blocks·block_tokens, width]
+  std::vector<int32_t> free_;     // free block ids (a stack)
+  std::vector<char> taken_;       // per block: allocated
+};
+
+// One forward over several requests' new tokens (GPTModel::forward_logits_ragged): request r's
+// rows follow request r − 1's; their keys and values go to positions [cached, cached + rows) of
+// the request's blocks (enough of them for cached + rows positions, in position order), and its
+// queries attend (causally, at those positions) to positions [0, cached + rows) of its blocks only.
+struct RaggedRequest {
+  std::vector<int32_t> blocks;
+  int64_t cached = 0;
+  int64_t rows = 0;
+};
+struct RaggedKvBatch {
+  KvBlockPool* pool = nullptr;
+  std::vector<RaggedRequest> requests;
+  int64_t flash_decode_chunk = 0;  // as KvCache::flash_decode_chunk, for the requests with one new row
+};
 
 }  // namespace gale

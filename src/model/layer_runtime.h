@@ -47,6 +47,9 @@ struct LayerRuntime {
   // Incremental decoding (model/kv_cache.h): the micro-batch holds only new positions, after
   // kv_cache->length cached ones; attention appends their keys and values and reads the cache.
   KvCache* kv_cache = nullptr;
+  // Ragged decoding (GPTModel::forward_logits_ragged): the micro-batch is one row sequence holding
+  // several requests' new tokens; attention reads and appends each request's blocks.
+  RaggedKvBatch* ragged_kv = nullptr;
   // Attention problem for this micro-batch (masks, positions, dropout), shared by all layers;
   // the per-layer dropout stream is filled in by the layer.
   AttentionProblem attention;

@@ -7,6 +7,22 @@
 
 namespace gale {
 
+namespace {
+
+// --fp8-format: the weight [out, in] as the GEMM would read it (bf16 copy or f32), FP8-quantised;
+// `reduce_cols` as fp8_quantise (forward: along `in`; dgrad: along `out`).
+Tensor fp8_weight(const LinearWeight& w, bool reduce_cols) {
+  if (w.w_bf16 != nullptr) {
+    Tensor f = Tensor::empty({w.out, w.in});
+    convert_bf16_to_f32(w.w_bf16, f.data<float>(), w.out * w.in);
+    return fp8_quantise(f.data<float>(), w.out, w.in, w.fp8, kFp8Weight, reduce_cols);
+  }
+  GALE_CHECK(w.w != nullptr) << "--fp8-format: no weight values to quantise";
+  return fp8_quantise(w.w, w.out, w.in, w.fp8, kFp8Weight, reduce_cols);
+}
+
+}  // namespace
+
 Tensor linear_forward(const Tensor& x, const LinearWeight& w) {
   Tensor y = Tensor::empty({x.size(0), w.out});
   linear_forward_into(x, w, y);
@@ -18,6 +34,13 @@ void linear_forward_into(const Tensor& x, const LinearWeight& w, Tensor& y) {
   GALE_CHECK_EQ(x.size(1), w.in);
   GALE_CHECK(y.ndim() == 2 && y.size(0) == M && y.size(1) == w.out && y.dtype() == DType::kF32)
       << "linear output " << y.shape_string() << " for " << M << " rows of " << w.out;
+  if (w.fp8.active()) {  // y = Q(x)·Q(W)ᵀ in f32
+    const Tensor xq = fp8_quantise(x, w.fp8, kFp8Input, /*reduce_cols=*/true);
+    const Tensor wq = fp8_weight(w, /*reduce_cols=*/true);
+    w.gemm(false, true, M, w.out, w.in, 1.0f, xq.data<float>(), w.in, wq.data<float>(), w.in, 0.0f, y.data<float>(),
+           w.out);
+    return;
+  }
   if (x.dtype() == DType::kBF16) {
     GALE_CHECK(w.w_bf16 != nullptr) << "bf16 activations need the weights' bf16 copy";
     w.bf16_gemm(false, true, M, w.out, w.in, 1.0f, x.data<bf16>(), w.in, w.w_bf16, w.in, 0.0f, y.data<float>(), w.out);
@@ -46,6 +69,13 @@ void linear_backward_data_into(const Tensor& dy, const LinearWeight& w, DType x_
   GALE_CHECK_EQ(dy.size(1), w.out);
   GALE_CHECK(dx.ndim() == 2 && dx.size(0) == M && dx.size(1) == w.in && dx.dtype() == DType::kF32)
       << "linear input gradient " << dx.shape_string() << " for " << M << " rows of " << w.in;
+  if (w.fp8.active()) {  // dx = Q(dy)·Q(W), both blocked along `out` under mxfp8
+    const Tensor dq = fp8_quantise(to_gemm_input(dy, x_dtype), w.fp8, kFp8GradOutput, /*reduce_cols=*/true);
+    const Tensor wq = fp8_weight(w, /*reduce_cols=*/false);
+    w.gemm(false, false, M, w.in, w.out, 1.0f, dq.data<float>(), w.out, wq.data<float>(), w.in, 0.0f,
+           dx.data<float>(), w.in);
+    return;
+  }
   const Tensor d = to_gemm_input(dy, x_dtype);
   if (x_dtype == DType::kBF16) {
     w.bf16_gemm(false, false, M, w.in, w.out, 1.0f, d.data<bf16>(), w.out, w.w_bf16, w.in, 0.0f, dx.data<float>(),
@@ -69,6 +99,12 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, const LinearWeigh
   GALE_CHECK_EQ(dy.size(1), w.out);
   GALE_CHECK_EQ(x.size(0), M);
   const Tensor d = to_gemm_input(dy, x.dtype());
+  if (w.fp8.active() && w.fp8.config->wgrad) {  // dW += Q(dy)ᵀ·Q(x), both blocked along the rows under mxfp8
+    const Tensor dq = fp8_quantise(d, w.fp8, kFp8GradOutput, /*reduce_cols=*/false);
+    const Tensor xq = fp8_quantise(x, w.fp8, kFp8Input, /*reduce_cols=*/false);
+    w.gemm(true, false, w.out, w.in, M, 1.0f, dq.data<float>(), w.out, xq.data<float>(), w.in, 1.0f, w.grad, w.in);
+    return;
+  }
   if (x.dtype() == DType::kBF16)
     w.bf16_gemm(true, false, w.out, w.in, M, 1.0f, d.data<bf16>(), w.out, x.data<bf16>(), w.in, 1.0f, w.grad, w.in);
   else if (x.dtype() == DType::kF16)
@@ -114,6 +150,14 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16Gemm
                       gemm,
                       bf16_gemm};
   if (pb.spec(id).qat_element != MxElement::kNone) qat_fake_quant_into(pb, id, w);
+  if (pb.spec(id).fp8 && pb.fp8_config() != nullptr) {
+    w.fp8.config = pb.fp8_config();
+    const int state = pb.spec(id).fp8_state;
+    if (state >= 0) {
+      w.fp8.history = pb.param_data(state);
+      w.fp8.scale = pb.param_data(state + 1);
+    }
+  }
   return w;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
+#include "model/fp8.h"
 #include "model/params.h"
 
 namespace gale {
@@ -27,11 +28,15 @@ struct LinearWeight {
   WeightGradStore* defer = nullptr;
   // --qat-scheme (model/qat.h): the fake-quantised copies w (and w_bf16) then point into, owned here.
   Tensor qat_w, qat_w_bf16;
+  // --fp8-format (model/fp8.h): when active, the three GEMMs read FP8-quantised, dequantised f32
+  // operands (the weight from w_bf16 when there is one, else w) and run on `gemm` in f32.
+  Fp8Operands fp8;
 };
 
 // Parameter `id` of `pb` as a linear layer's weight: its local [out, in] shard, its GEMM copy when
 // the buffer has one (--bf16, --fp16), its gradient, on `gemm` and `bf16_gemm`. A weight marked
 // for --qat-scheme reads its MX fake-quantised copy instead (model/qat.h); its gradient is the master's.
+// A weight marked for --fp8-format carries its FP8 operands (model/fp8.h).
 LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16GemmFn bf16_gemm = gemm_bf16);
 
 // y[M, out] (f32) = x[M, in]·Wᵀ. x is f32, or bf16 / f16 (then W's copy of that type is used).

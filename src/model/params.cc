@@ -169,6 +169,13 @@ void ParamBuffer::set_qat(int id, MxElement element, int64_t block) {
   s.qat_block = block;
 }
 
+void ParamBuffer::set_fp8(int id, int state_id) {
+  ParamSpec& s = specs_.at(static_cast<size_t>(id));
+  GALE_CHECK(s.global_shape.size() == 2) << "--fp8-format on " << s.name << ", not a 2-D weight";
+  s.fp8 = true;
+  s.fp8_state = state_id;
+}
+
 float xavier_uniform_bound(int64_t fan_out, int64_t fan_in) {
   GALE_CHECK(fan_out > 0 && fan_in > 0) << "fan_out " << fan_out << ", fan_in " << fan_in;
   return static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "kernels/cpu/mx_quant.h"
 
 namespace gale {
+
+struct Fp8Config;  // model/fp8.h
 
 // kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in);
 // --init-method-xavier-uniform: bound xavier_uniform_bound of the global shape).
@@ -80,6 +83,12 @@ struct ParamSpec {
   // format in blocks of qat_block along its rows (kNone: as stored). The stored values are untouched.
   MxElement qat_element = MxElement::kNone;
   int64_t qat_block = 0;
+  // --fp8-format (model/fp8.h): the linear GEMMs reading this weight run on FP8-quantised operands;
+  // fp8_state: the delayed recipe's amax-history buffer (the scale buffer is fp8_state + 1), else −1.
+  bool fp8 = false;
+  int fp8_state = -1;
+  // One of those state buffers (a checkpoint without it leaves the initial state: ckpt/model_checkpoint.h).
+  bool fp8_state_buffer = false;
   int64_t offset = 0;               // in the flat buffers, set by ParamBuffer
 
   const std::string& whole_model_name() const { return global_name.empty() ? name : global_name; }
@@ -120,6 +129,11 @@ class ParamBuffer {
   void set_init(int id, InitKind init, float init_std);
   // Mark parameter `id` for --qat-scheme (ParamSpec::qat_element; model/qat.h). Any time.
   void set_qat(int id, MxElement element, int64_t block);
+  // Mark parameter `id` for --fp8-format (ParamSpec::fp8, fp8_state; model/fp8.h add_fp8_params).
+  void set_fp8(int id, int state_id);
+  // The FP8 configuration the marked weights' GEMMs follow (null: none), kept here for linear_weight.
+  void set_fp8_config(std::shared_ptr<const Fp8Config> c) { fp8_config_ = std::move(c); }
+  const Fp8Config* fp8_config() const { return fp8_config_.get(); }
   bool finalized() const { return params_.defined() || sharded_; }
   // --param-and-grad-buffer-pad (optim/grad_buckets.h pad_grad_buckets): after finalize(), insert
   // `count` zero elements at flat offset `at` of the current layout for every (at, count) in `gaps`
@@ -294,6 +308,7 @@ class ParamBuffer {
   void store_split(int id, int64_t begin, int64_t count, const float* in);
 
   std::vector<ParamSpec> specs_;
+  std::shared_ptr<const Fp8Config> fp8_config_;
   std::vector<std::pair<int64_t, int64_t>> padding_;  // (offset, count) of each padding run, current layout
   int64_t numel_ = 0, dense_numel_ = 0, trainable_numel_ = 0;
   bool reuse_fp32_ = false;

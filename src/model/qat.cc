@@ -37,15 +37,18 @@ StatusOr<QatConfig> parse_qat_scheme(const std::string& scheme, int64_t block_si
   return c;
 }
 
-bool qat_selects(const QatConfig& c, const std::string& name) {
-  if (!c.enabled()) return false;
+bool is_transformer_linear_weight(const std::string& name) {
   bool linear = false;
   for (const char* suffix : {".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight", ".linear_fc2.weight",
                              // multi-latent attention's projections (model/mla_attention.h)
                              ".linear_q_proj.weight", ".linear_q_down_proj.weight", ".linear_q_up_proj.weight",
                              ".linear_kv_down_proj.weight", ".linear_kv_up_proj.weight"})
     linear = linear || ends_with(name, suffix);
-  if (!linear) return false;
+  return linear;
+}
+
+bool qat_selects(const QatConfig& c, const std::string& name) {
+  if (!c.enabled() || !is_transformer_linear_weight(name)) return false;
   return !c.moe_only || name.find(".mlp.experts.") != std::string::npos;
 }
 

@@ -46,6 +46,10 @@ struct QatConfig {
 // and --qat-quant-block-size (32 or 128). Errors name the flag.
 StatusOr<QatConfig> parse_qat_scheme(const std::string& scheme, int64_t block_size);
 
+// Whether `name` is a transformer layer's linear weight (linear_qkv, linear_proj, linear_fc1,
+// linear_fc2, MLA's five projections; dense, experts, shared experts, MTP layers): the weights of
+// TE's Linear / LayerNormLinear modules (also --fp8-format's, model/fp8.h).
+bool is_transformer_linear_weight(const std::string& name);
 // Whether the parameter called `name` (its Megatron name, 2-D) is fake-quantised under `c`.
 bool qat_selects(const QatConfig& c, const std::string& name);
 

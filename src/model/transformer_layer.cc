@@ -345,6 +345,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     ap.dropout_stream = dropout_stream(c.seed, layer, 0);
     Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
     if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
+      GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
       Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
       ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
     } else {
@@ -358,7 +359,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
         ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
       }
       CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-      ctx = cache ? cached_attention_forward(rt, ap, qkv, *cache) : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
+      ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
+            : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
+                         : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
     }
     ctx = to_gemm_input(ctx, gemm_dtype);
     Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]

@@ -198,6 +198,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--check-weight-hash-across-dp-replicas-interval", &a.check_weight_hash_across_dp_replicas_interval,
         "every N iterations (and before the first) check that the data-parallel replicas hold the same parameters "
         "(their hashes), and stop if not");
+  p.add_flag("--test-mode", &a.test_mode,
+             "Megatron's real-time tests: before every training and evaluation iteration check that the "
+             "--qk-layernorm parameters are equal on every data- and tensor-parallel rank, and stop if not");
   p.add_flag("--bf16", &a.bf16,
              "bf16 weights and GEMM inputs (bf16 GEMMs accumulate in f32; AMX where the CPU has it), f32 master "
              "weights, gradients and optimizer state");
@@ -589,10 +592,12 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_mla_args(p, a.model);
   add_hybrid_args(p, a.model);
   add_qat_args(p, a.model);
+  add_fp8_args(p, a.model);
   add_precision_args(p, a.training);
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
   add_rerun_args(p, a.rerun);
+  add_ft_args(p, a.ft);
   add_profile_args(p, a.profile);
   add_megatron_compat_args(p, a.megatron_compat);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
@@ -1020,6 +1025,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
   GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_ft_args(a, p));
   GALE_RETURN_IF_ERROR(validate_auto_settings_args(a, p));
   return Status::Ok();
 }

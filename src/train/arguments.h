@@ -119,6 +119,18 @@ struct ModelArgs {
   // "" (none) or w4a16-mxfp4[-moe-only] / w8a16-mxfp8[-moe-only]; MX blocks of 32 or 128.
   std::string qat_scheme;
   int64_t qat_quant_block_size = 32;
+  // Megatron's FP8 flags (train/arguments_fp8.cc, features/feature_fp8.cc, model/fp8.h), emulated.
+  std::string fp8_format;                       // --fp8-format: "" (none), e4m3 or hybrid
+  std::string fp8_recipe = "delayed";           // --fp8-recipe: delayed, tensorwise or mxfp8
+  int fp8_margin = 0;                           // --fp8-margin
+  int fp8_interval = 1;                         // --fp8-interval (deprecated in Megatron: ignored)
+  int64_t fp8_amax_history_len = 1;             // --fp8-amax-history-len
+  std::string fp8_amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo: most_recent or max
+  bool fp8_wgrad = true;                        // false: --no-fp8-wgrad
+  bool fp8_param_gather = false;                // --fp8-param-gather (refused: feature_fp8.cc)
+  bool first_last_layers_bf16 = false;          // --first-last-layers-bf16
+  int64_t num_layers_at_start_in_bf16 = 1;      // --num-layers-at-start-in-bf16
+  int64_t num_layers_at_end_in_bf16 = 1;        // --num-layers-at-end-in-bf16
   bool qk_layernorm = false;      // per-head q/k norms (with MLA: norms on the q and kv latents)
   std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
   double rotary_scaling_factor = 1.0;
@@ -205,6 +217,9 @@ struct TrainingArgs {
   // every N iterations the parameters' hashes must agree across the data-parallel group
   // (train/param_hash.h).
   int64_t check_weight_hash_across_dp_replicas_interval = kUnset;
+  // Megatron's --test-mode: before every training and evaluation iteration the --qk-layernorm
+  // parameters must be equal across the data- and tensor-parallel replicas (train/param_hash.h).
+  bool test_mode = false;
   bool bf16 = false;  // bf16 weights and GEMM inputs; f32 master weights, gradients and optimizer state
   // --reuse-fp32-param (MindSpeed, level 2; features/feature_reuse_fp32_param.cc): with --bf16 the
   // f32 masters of the linear layers' weights are kept as their bf16 copy + a 16-bit residual (2
@@ -709,6 +724,19 @@ struct RerunArgs {
   std::string result_rejected_tracker_filename;  // --result-rejected-tracker-filename ("" = none)
 };
 
+// Megatron's fault-tolerance flags and the FT package's parameters (train/arguments_ft.cc,
+// train/ft_integration.h, docs/fault-tolerance.md).
+struct FtArgs {
+  bool enable_ft_package = false;  // --enable-ft-package
+  bool calc_ft_timeouts = false;   // --calc-ft-timeouts
+  // --ft-param-rank_section_timeouts: section:seconds entries (none: no timeout); the default is
+  // the example of Megatron's ft_integration.py.
+  std::string rank_section_timeouts = "setup:600,step:180,checkpointing:420";
+  std::string rank_out_of_section_timeout = "300";  // --ft-param-rank_out_of_section_timeout (none: off)
+  double safety_factor = 5.0;            // --ft-param-safety_factor (FT's default)
+  double workload_check_interval = 5.0;  // --ft-param-workload_check_interval: seconds (FT's default)
+};
+
 // Megatron's and MindSpeed's profiling flags (train/arguments_profile.cc; train/profiler.h).
 struct ProfileArgs {
   bool profile = false;              // --profile: record a trace of the window below
@@ -770,6 +798,7 @@ struct Arguments {
   DpoArgs dpo;
   QadArgs qad;
   RerunArgs rerun;
+  FtArgs ft;
   ProfileArgs profile;
   TrainingArgs training;
   ParallelArgs parallel;
@@ -799,6 +828,9 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
+// Megatron's FP8 flags --fp8-format, --fp8-recipe, ... (train/arguments_fp8.cc; validated by
+// features/feature_fp8.cc).
+void add_fp8_args(ArgParser& p, ModelArgs& a);
 // Megatron's precision-aware optimizer flags and --grad-reduce-in-bf16 /
 // --accumulate-allreduce-grads-in-fp32 (train/arguments_precision.cc; validated by
 // features/feature_precision_aware_optimizer.cc).
@@ -811,6 +843,10 @@ void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 void add_qad_args(ArgParser& p, QadArgs& a);
 void add_rerun_args(ArgParser& p, RerunArgs& a);
 Status validate_rerun_args(const Arguments& a, const ArgParser& p);
+// --enable-ft-package, --calc-ft-timeouts and the --ft-param-* flags (train/arguments_ft.cc).
+void add_ft_args(ArgParser& p, FtArgs& a);
+// The --ft-param-* values, --save, and the flags given without --enable-ft-package (errors naming them).
+Status validate_ft_args(const Arguments& a, const ArgParser& p);
 // --profile and its window, ranks and options, --record-memory-history, --memory-snapshot-path
 // (train/arguments_profile.cc).
 void add_profile_args(ArgParser& p, ProfileArgs& a);

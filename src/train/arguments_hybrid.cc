@@ -80,7 +80,7 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
         "--automated-pipeline", "--reuse-fp32-param", "--fp16", "--num-layers-per-virtual-pipeline-stage",
         "--num-virtual-stages-per-pipeline-rank", "--schedules-method", "--dualpipev-dw-detach",
         "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--use-custom-fsdp",
-        "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train"})
+        "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train", "--fp8-format"})
     if (p.was_set(flag)) return Unimplemented("--is-hybrid-model with ", flag, ": not supported yet");
   if (a.dpo.stage == "dpo") return Unimplemented("--is-hybrid-model with --stage dpo: not supported yet");
   return Status::Ok();

@@ -1,6 +1,8 @@
 // Model sections of checkpoint metadata: ModelConfig/ModelArgs to JSON and back.
 #include "train/checkpoint_args.h"
 
+#include "train/megatron_checkpoint.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <type_traits>
@@ -319,17 +321,25 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
     lines.push_back("Checkpoint not found to provide arguments, using provided arguments.");
     return lines;
   }
-  StatusOr<CheckpointReader> opened = ca.ckpt_step == kUnset ? CheckpointReader::open(ca.load)
-                                                              : CheckpointReader::open_iteration(ca.load, ca.ckpt_step);
-  if (!opened.ok())
-    return Status(opened.status().code(), str_cat("--use-checkpoint-args: ", opened.status().message()));
-  const std::string where = opened.value().directory() + "/metadata.json";
-  StatusOr<nlohmann::json> section = opened.value().section("args");
-  if (!section.ok()) {
-    lines.push_back("Checkpoint provided does not have arguments saved, using provided arguments.");
-    return lines;
+  nlohmann::json saved_json;
+  std::string where;
+  GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(ca.load, ca.ckpt_step));
+  if (format == CheckpointFormat::kMegatronTorch) {  // Megatron's own checkpoint: its args Namespace
+    GALE_ASSIGN_OR_RETURN(saved_json, read_megatron_args(ca.load, ca.ckpt_step, &where));
+  } else {
+    StatusOr<CheckpointReader> opened = ca.ckpt_step == kUnset ? CheckpointReader::open(ca.load)
+                                                                : CheckpointReader::open_iteration(ca.load, ca.ckpt_step);
+    if (!opened.ok())
+      return Status(opened.status().code(), str_cat("--use-checkpoint-args: ", opened.status().message()));
+    where = opened.value().directory() + "/metadata.json";
+    StatusOr<nlohmann::json> section = opened.value().section("args");
+    if (!section.ok()) {
+      lines.push_back("Checkpoint provided does not have arguments saved, using provided arguments.");
+      return lines;
+    }
+    saved_json = std::move(section).value();
   }
-  const nlohmann::json& saved = section.value();
+  const nlohmann::json& saved = saved_json;
   if (!saved.is_object()) return InvalidArgument(where, ": args is not a JSON object");
   ModelArgs& m = a.model;
   MoeArgs& moe = a.moe;

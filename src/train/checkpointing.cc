@@ -18,6 +18,7 @@
 #include "train/quant_state_checkpoint.h"
 #include "train/checkpoint_args.h"
 #include "train/grad_sync.h"
+#include "train/megatron_checkpoint.h"
 
 namespace gale {
 
@@ -488,6 +489,8 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
       const std::string source =
           set == ParamSet::kUpcycle ? upcycling_source(s.whole_model_name()) : s.whole_model_name();
       if (source.empty()) continue;
+      // --fp8-recipe delayed's state from a checkpoint saved without it: the initial state stands.
+      if (s.fp8_state_buffer && !r.has_tensor(source)) continue;
       Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
       for (const Piece& piece : pieces_of(s)) {
         Tensor dst = rows_of(param, piece.first_row, piece.rows);
@@ -616,6 +619,28 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
   return st;
 }
 
+// A Megatron-LM checkpoint (legacy torch format) in `dir`: its model weights (and, unless
+// `finetune`, its iteration and consumed samples), through a Gale checkpoint written to a private
+// temporary directory of this process. Megatron's optimizer state is not read: --no-load-optim.
+Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
+                     TrainerState& state, bool finetune, bool* loaded) {
+  const CheckpointArgs& ca = args.checkpoint;
+  if (!finetune && ca.load_optim)
+    return FailedPrecondition(flag, " ", dir, " holds a Megatron-LM checkpoint: Gale loads its model weights and "
+                              "iteration but not Megatron's optimizer state (not supported yet); pass "
+                              "--no-load-optim (or --finetune)");
+  GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step));
+  print_rank0(str_cat(" reading Megatron's torch checkpoint ", m.directory, " (checkpoint_version ", m.checkpoint_version,
+                      ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel, ")"));
+  GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(m, dir));
+  const std::string into = copy.dir();
+  Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
+  if (st.ok()) return st;
+  std::string message = st.message();  // name the Megatron directory, not the temporary one
+  for (size_t at; (at = message.find(into)) != std::string::npos;) message.replace(at, into.size(), dir);
+  return Status(st.code(), message);
+}
+
 }  // namespace
 
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
@@ -640,12 +665,24 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
       GALE_RETURN_IF_ERROR(load_non_persistent(args, engine, state, finetune, loaded, &tried));
       if (tried) return Status::Ok();
     }
+    if (!dir.empty()) {  // Megatron's own checkpoint formats (--auto-detect-ckpt-format is always on)
+      GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(dir, ca.ckpt_step));
+      if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone)
+        return load_megatron(flag, dir, args, engine, state, finetune, loaded);
+    }
     return load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kAll, !finetune && ca.load_optim,
                      !finetune, loaded);
   }
   // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
   // other parameters); --lora-load gives the adapters and resumes their training state.
   *loaded = false;
+  if (!dir.empty()) {
+    GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(dir, ca.ckpt_step));
+    if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone)
+      return Unimplemented(flag, " ", dir, " holds a Megatron-LM checkpoint (", checkpoint_format_name(format),
+                           " format): LoRA on a Megatron base checkpoint is not supported yet (convert it first: gale "
+                           "convert --load-model-type mg --save-model-type gale)");
+  }
   if (!dir.empty())
     GALE_RETURN_IF_ERROR(
         load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kFrozen, false, false, loaded));
@@ -674,6 +711,7 @@ Status load_model_weights(const std::string& flag, const std::string& dir, GPTMo
   ParamBuffer& pb = model.params();
   for (int id = 0; id < pb.size(); ++id) {
     const ParamSpec& s = pb.spec(id);
+    if (s.fp8_state_buffer && !r.has_tensor(s.whole_model_name())) continue;  // saved without FP8
     Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
     for (const Piece& piece : pieces_of(s)) {
       Tensor dst = rows_of(param, piece.first_row, piece.rows);

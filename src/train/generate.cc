@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 
@@ -12,6 +13,7 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "train/beam_search.h"
 #include "train/chat.h"
+#include "train/inference_engine.h"
 #include "train/inference_model.h"
 
 namespace gale {
@@ -32,6 +34,19 @@ struct GenerateArgs {
   int64_t history_turns = 3;
   std::vector<std::string> add_eos_tokens;
   std::vector<int32_t> stop_tokens;  // eod, the template's end token, --add-eos-token
+  // Megatron's inference flags (megatron/training/arguments.py _add_inference_args).
+  std::string prompts_file;          // many prompts, one per line (batched: train/inference_engine.h)
+  int64_t max_requests = 8;          // --inference-max-requests
+  int64_t max_seq_length = 2560;     // --inference-max-seq-length
+  int64_t max_tokens_to_oom = 12000; // --max-tokens-to-oom
+  int64_t batch_times_seqlen_threshold = -1;
+  bool flash_decode = false;
+  int64_t flash_decode_chunk = 256;  // Gale: --flash-decode-chunk-size
+  bool dynamic = false;              // --inference-dynamic-batching
+  DynamicBufferFlags buffer;
+  double overflow_factor = 0.0;      // set: --inference-dynamic-batching-buffer-overflow-factor
+  int64_t max_requests_override = 0, max_tokens_override = 0;
+  int64_t block_size = 256;          // Gale: --inference-dynamic-batching-block-size (Megatron's chunk of 256)
 };
 
 int failure(const Status& s);
@@ -103,6 +118,7 @@ std::vector<int32_t> sample_generate(const InferenceModel& m, const std::vector<
                                      uint64_t seed, StreamPrinter* stream) {
   std::vector<int32_t> out;
   KvCache cache = make_kv_cache(m.config, m.model->partition(), 1, m.config.max_positions);
+  if (g.flash_decode) cache.flash_decode_chunk = g.flash_decode_chunk;
   Tensor logits = m.next_logits(prompt, &cache);  // [new tokens, V]
   int64_t length = static_cast<int64_t>(prompt.size());
   for (int64_t step = 0; step < g.max_new_tokens && length < m.config.max_positions; ++step) {
@@ -142,6 +158,7 @@ std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<in
   o.stop_tokens = g.stop_tokens;
   std::vector<KvCache> caches;
   caches.push_back(make_kv_cache(m.config, m.model->partition(), 1, m.config.max_positions));
+  if (g.flash_decode) caches[0].flash_decode_chunk = g.flash_decode_chunk;
   BeamModel model;
   model.start = [&] {
     const Tensor logits = m.next_logits(prompt, &caches[0]);
@@ -265,6 +282,184 @@ int usage(const Status& s) {
   return 2;
 }
 
+// Megatron's inference flags, before the model loads: their values, and what gale generate cannot
+// serve with them.
+Status validate_inference_flags(const GenerateArgs& g, const ArgParser& parser) {
+  if (g.batch_times_seqlen_threshold != -1)
+    return InvalidArgument("--inference-batch-times-seqlen-threshold ", g.batch_times_seqlen_threshold,
+                           ": requires --pipeline-model-parallel-size > 1 (Megatron's check); gale generate runs the ",
+                           "whole model in one process, without pipeline stages (give -1, the default)");
+  if (g.max_requests < 1)
+    return InvalidArgument("--inference-max-requests: expected a positive integer, found ", g.max_requests);
+  if (g.max_seq_length < 1)
+    return InvalidArgument("--inference-max-seq-length: expected a positive integer, found ", g.max_seq_length);
+  if (g.max_tokens_to_oom < 1)
+    return InvalidArgument("--max-tokens-to-oom: expected a positive integer, found ", g.max_tokens_to_oom);
+  if (g.flash_decode_chunk < 1)
+    return InvalidArgument("--flash-decode-chunk-size: expected a positive integer, found ", g.flash_decode_chunk);
+  if (parser.was_set("--flash-decode-chunk-size") && !g.flash_decode)
+    return InvalidArgument("--flash-decode-chunk-size needs --flash-decode");
+  for (const char* flag : {"--inference-dynamic-batching-buffer-size-gb",
+                           "--inference-dynamic-batching-buffer-guaranteed-fraction",
+                           "--inference-dynamic-batching-buffer-overflow-factor",
+                           "--inference-dynamic-batching-max-requests-override",
+                           "--inference-dynamic-batching-max-tokens-override", "--inference-dynamic-batching-block-size"})
+    if (parser.was_set(flag) && !g.dynamic) return InvalidArgument(flag, " needs --inference-dynamic-batching");
+  if (g.dynamic) {
+    if (g.buffer.buffer_size_gb <= 0.0)
+      return InvalidArgument("--inference-dynamic-batching-buffer-size-gb: expected a positive number, found ",
+                             g.buffer.buffer_size_gb);
+    if (g.buffer.guaranteed_fraction < 0.0 || g.buffer.guaranteed_fraction > 1.0)
+      return InvalidArgument("--inference-dynamic-batching-buffer-guaranteed-fraction: expected a value in [0, 1], "
+                             "found ", g.buffer.guaranteed_fraction);
+    if (parser.was_set("--inference-dynamic-batching-buffer-overflow-factor") && g.overflow_factor <= 0.0)
+      return InvalidArgument("--inference-dynamic-batching-buffer-overflow-factor: expected a positive number, found ",
+                             g.overflow_factor);
+    if (parser.was_set("--inference-dynamic-batching-max-requests-override") && g.max_requests_override < 1)
+      return InvalidArgument("--inference-dynamic-batching-max-requests-override: expected a positive integer, "
+                             "found ", g.max_requests_override);
+    if (parser.was_set("--inference-dynamic-batching-max-tokens-override") && g.max_tokens_override < 1)
+      return InvalidArgument("--inference-dynamic-batching-max-tokens-override: expected a positive integer, found ",
+                             g.max_tokens_override);
+    if (g.block_size < 1)
+      return InvalidArgument("--inference-dynamic-batching-block-size: expected a positive integer, found ",
+                             g.block_size);
+    if (parser.was_set("--inference-max-requests"))
+      return InvalidArgument("--inference-max-requests with --inference-dynamic-batching: dynamic batching sizes ",
+                             "its requests from the buffer (--inference-dynamic-batching-max-requests-override)");
+  }
+  const bool batched = !g.prompts_file.empty() || g.dynamic;
+  if (batched) {
+    const char* what = g.dynamic ? "--inference-dynamic-batching" : "--prompts-file";
+    if (g.num_beams > 1)
+      return InvalidArgument("--num-beams ", g.num_beams, " with ", what,
+                             ": beam search of batched requests is not supported yet (give one --prompt)");
+    if (g.stream) return InvalidArgument("--stream with ", what, ": streaming batched requests is not supported yet");
+    if (g.task == "chat") return InvalidArgument("--task chat with ", what, ": the chat answers one prompt at a time");
+    if (!g.prompts_file.empty() && !g.prompt.empty())
+      return InvalidArgument("--prompt with --prompts-file: give the prompts in the file");
+  }
+  return Status::Ok();
+}
+
+// The prompts of --prompts-file: one per line (a line break inside a prompt is not possible;
+// empty lines are skipped).
+StatusOr<std::vector<std::string>> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("--prompts-file: cannot open '", path, "'");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) out.push_back(line);
+  }
+  if (out.empty()) return InvalidArgument("--prompts-file '", path, "': no prompt in it");
+  return out;
+}
+
+// Megatron's limits on the tokens asked for: prompt + --max-new-tokens within
+// --inference-max-seq-length, and (static batching) the batch's longest prompt + --max-new-tokens
+// times its size within --max-tokens-to-oom.
+Status check_requested_tokens(const GenerateArgs& g, const std::vector<std::vector<int32_t>>& prompts) {
+  const int64_t per_batch = g.dynamic ? 1 : g.max_requests;
+  for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(per_batch)) {
+    const size_t n = std::min(prompts.size() - first, static_cast<size_t>(per_batch));
+    int64_t longest = 0;
+    for (size_t i = first; i < first + n; ++i) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size()));
+    const int64_t max_sequence_length = longest + g.max_new_tokens;
+    if (max_sequence_length > g.max_seq_length)
+      return InvalidArgument("--inference-max-seq-length ", g.max_seq_length, ": maximum allowed sequence length was set ",
+                             "to ", g.max_seq_length, " tokens but requested generation of ", max_sequence_length,
+                             " tokens (a prompt of ", longest, " + --max-new-tokens ", g.max_new_tokens, ")");
+    if (!g.dynamic && max_sequence_length * static_cast<int64_t>(n) > g.max_tokens_to_oom)
+      return InvalidArgument("--max-tokens-to-oom ", g.max_tokens_to_oom, ": too many tokens. ",
+                             max_sequence_length * static_cast<int64_t>(n), " (", n, " requests of ",
+                             max_sequence_length, ") is greater than ", g.max_tokens_to_oom);
+  }
+  return Status::Ok();
+}
+
+// --prompts-file / --inference-dynamic-batching: every prompt through the batching engine; each
+// prompt's text (prompt and continuation) on its own line(s), in input order; a throughput line.
+int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vector<std::string>& texts, uint64_t seed) {
+  const Tokenizer& tokenizer = *m.tokenizer;
+  if (m.config.mla.enabled)
+    return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
+                                 " with --multi-latent-attention: batched decoding of MLA is not supported yet"));
+  if (m.config.moe.capacity_factor > 0.0)
+    return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
+                                 " with --moe-expert-capacity-factor ", m.config.moe.capacity_factor,
+                                 ": the tokens an expert drops would depend on the batch; not supported yet ",
+                                 "(dropless MoE, without the flag, batches)"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : texts) {
+    std::vector<int32_t> ids;
+    Status st = tokenizer.encode(text, &ids);
+    if (!st.ok()) return failure(st);
+    if (ids.empty()) ids.push_back(tokenizer.eod());
+    if (static_cast<int64_t>(ids.size()) > m.config.max_positions)
+      return failure(InvalidArgument("prompt ", prompts.size() + 1, ": ", ids.size(),
+                                     " tokens, more than --max-position-embeddings ", m.config.max_positions));
+    prompts.push_back(std::move(ids));
+  }
+  Status st = check_requested_tokens(g, prompts);
+  if (!st.ok()) return usage(st);
+  EngineOptions o;
+  o.dynamic = g.dynamic;
+  o.max_requests = g.max_requests;
+  o.kv_length = std::min(g.max_seq_length, m.config.max_positions);
+  o.max_new_tokens = g.max_new_tokens;
+  o.max_length = m.config.max_positions;
+  o.stop_tokens = g.stop_tokens;
+  o.flash_decode_chunk = g.flash_decode ? g.flash_decode_chunk : 0;
+  const int64_t vocab = tokenizer.vocab_size();
+  o.sample = [&](const float* logits, int64_t, int64_t step) {
+    return sample(logits, vocab, g, seed, static_cast<uint64_t>(step));
+  };
+  if (g.dynamic) {
+    const KvBlockPool probe(m.config, m.model->partition(), g.block_size, 1);
+    DynamicBufferFlags f = g.buffer;
+    if (g.overflow_factor > 0.0) f.overflow_factor = g.overflow_factor;
+    if (g.max_requests_override > 0) f.max_requests_override = g.max_requests_override;
+    if (g.max_tokens_override > 0) f.max_tokens_override = g.max_tokens_override;
+    StatusOr<DynamicBudget> b = dynamic_budget(f, g.block_size, probe.block_bytes(), g.max_seq_length);
+    if (!b.ok()) return usage(b.status());
+    o.budget = *b;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<EngineResult> r = run_inference_engine(*m.model, prompts, o);
+  if (!r.ok()) return failure(r.status());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int64_t prompt_tokens = 0, generated = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> ids = prompts[i];
+    ids.insert(ids.end(), r->generated[i].begin(), r->generated[i].end());
+    prompt_tokens += static_cast<int64_t>(prompts[i].size());
+    generated += static_cast<int64_t>(r->generated[i].size());
+    StatusOr<std::string> text = tokenizer.decode(std::span<const int32_t>(ids.data(), ids.size()));
+    if (!text.ok()) return failure(text.status());
+    std::printf("%s\n", text->c_str());
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%zu requests, %lld prompt tokens, %lld generated, %.1f tokens/s, ", prompts.size(),
+               static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
+               static_cast<double>(generated) / std::max(seconds, 1e-9));
+  if (g.dynamic)
+    std::fprintf(stderr, "dynamic batching: %lld steps, up to %lld requests a step, %lld joined mid-flight, %lld pauses, "
+                 "max requests %lld, max tokens %lld, peak KV bytes %lld of a %lld-byte buffer (%lld blocks of %lld "
+                 "positions), %lld blocks free at the end]\n",
+                 static_cast<long long>(r->steps), static_cast<long long>(r->peak_requests),
+                 static_cast<long long>(r->joined_mid_flight), static_cast<long long>(r->pauses),
+                 static_cast<long long>(o.budget.max_requests), static_cast<long long>(o.budget.max_tokens),
+                 static_cast<long long>(r->peak_kv_bytes), static_cast<long long>(r->kv_bytes_allocated),
+                 static_cast<long long>(o.budget.num_blocks), static_cast<long long>(o.budget.block_tokens),
+                 static_cast<long long>(r->free_blocks_at_end));
+  else
+    std::fprintf(stderr, "static batching: %lld steps, batches of up to %lld requests, peak KV bytes %lld]\n",
+                 static_cast<long long>(r->steps), static_cast<long long>(g.max_requests),
+                 static_cast<long long>(r->peak_kv_bytes));
+  return 0;
+}
+
 int failure(const Status& s) {
   std::fprintf(stderr, "gale generate: error: %s\n", s.message().c_str());
   return 1;
@@ -293,6 +488,34 @@ int generate_main(int argc, char** argv) {
   parser.add("--task", &g.task, "chat: an interactive conversation on standard input (MindSpeed-LLM's chat task)");
   parser.add("--prompt-type", &g.prompt_type, "--task chat: the chat template (empty, qwen, llama3, alpaca)");
   parser.add("--history-turns", &g.history_turns, "--task chat: earlier exchanges kept in the prompt");
+  parser.group("batched inference (Megatron's inference engine)");
+  parser.add("--prompts-file", &g.prompts_file,
+             "many prompts, one per line: generated together (static batching, or with --inference-dynamic-batching)");
+  parser.add("--inference-max-requests", &g.max_requests,
+             "static batching: the most prompts decoded together (Megatron's max batch size)");
+  parser.add("--inference-max-seq-length", &g.max_seq_length,
+             "KV-cache positions per request (prompt + generated); a longer request is an error");
+  parser.add("--max-tokens-to-oom", &g.max_tokens_to_oom,
+             "static batching: error when a batch's (longest prompt + --max-new-tokens) x its requests exceeds this");
+  parser.add("--inference-batch-times-seqlen-threshold", &g.batch_times_seqlen_threshold,
+             "Megatron's pipelined-forward threshold; needs pipeline stages, which gale generate has not (-1 only)");
+  parser.add_flag("--flash-decode", &g.flash_decode,
+                  "decode steps attend with split-K flash decoding (kernels/cpu/flash_decode.h)");
+  parser.add("--flash-decode-chunk-size", &g.flash_decode_chunk, "--flash-decode: cached positions per chunk (Gale)");
+  parser.add_flag("--inference-dynamic-batching", &g.dynamic,
+                  "continuous batching over a paged KV buffer: requests join and leave between steps");
+  parser.add("--inference-dynamic-batching-buffer-size-gb", &g.buffer.buffer_size_gb,
+             "the KV buffer (GiB), allocated at start");
+  parser.add("--inference-dynamic-batching-buffer-guaranteed-fraction", &g.buffer.guaranteed_fraction,
+             "fraction of the buffer reserved so that some active requests can always finish");
+  parser.add("--inference-dynamic-batching-buffer-overflow-factor", &g.overflow_factor,
+             "scale the max requests and tokens computed from the buffer");
+  parser.add("--inference-dynamic-batching-max-requests-override", &g.max_requests_override,
+             "the most requests at once (rounded up to a multiple of 64)");
+  parser.add("--inference-dynamic-batching-max-tokens-override", &g.max_tokens_override,
+             "the most tokens in one step (rounded up to a multiple of 64)");
+  parser.add("--inference-dynamic-batching-block-size", &g.block_size,
+             "positions per KV block (Gale; Megatron's chunk is 256)");
   Status st = parser.parse(argc, argv);
   if (!st.ok()) return usage(st);
   if (parser.help_requested()) {
@@ -315,8 +538,18 @@ int generate_main(int argc, char** argv) {
   if (g.task != "chat" && !g.prompt_type.empty()) return usage(InvalidArgument("--prompt-type needs --task chat"));
   if (g.history_turns < 0)
     return usage(InvalidArgument("--history-turns: expected a non-negative integer, found ", g.history_turns));
+  st = validate_inference_flags(g, parser);
+  if (!st.ok()) return usage(st);
   st = validate_inference_model_args(args, parser);
   if (!st.ok()) return usage(st);
+  std::vector<std::string> batch_prompts;
+  if (!g.prompts_file.empty()) {
+    StatusOr<std::vector<std::string>> read = read_prompts(g.prompts_file);
+    if (!read.ok()) return usage(read.status());
+    batch_prompts = std::move(*read);
+  } else if (g.dynamic) {
+    batch_prompts.push_back(g.prompt);
+  }
 
   StatusOr<std::unique_ptr<InferenceModel>> loaded = load_inference_model(args, seed);
   if (!loaded.ok()) return failure(loaded.status());
@@ -334,6 +567,7 @@ int generate_main(int argc, char** argv) {
   }
   st = collect_stop_tokens(tokenizer, nullptr, g);
   if (!st.ok()) return usage(st);
+  if (!batch_prompts.empty()) return run_batched(m, g, batch_prompts, static_cast<uint64_t>(seed));
 
   std::vector<int32_t> ids;
   st = tokenizer.encode(g.prompt, &ids);
@@ -343,6 +577,8 @@ int generate_main(int argc, char** argv) {
   if (static_cast<int64_t>(prompt_len) > m.config.max_positions)
     return failure(InvalidArgument("--prompt: ", prompt_len, " tokens, more than --max-position-embeddings ",
                                    m.config.max_positions));
+  st = check_requested_tokens(g, {ids});
+  if (!st.ok()) return usage(st);
   const auto start = std::chrono::steady_clock::now();
   double beam_score = 0.0;
   if (g.stream && g.num_beams == 1) {

@@ -119,6 +119,28 @@ void update_router_expert_bias(const ParallelState& ps, const std::vector<GPTMod
   for (size_t i = 0; i < biases.size(); ++i) update_expert_bias(biases[i], counts.data() + i * E, E, rate);
 }
 
+// --fp8-recipe delayed (model/fp8.h): the iteration's amaxes (history row 0 of every FP8 linear
+// layer, max-accumulated over its micro-batches) reduced with max over Megatron's amax reduction
+// group, TP×DP×CP of this stage (every rank holds the same layers, so the same list), then every
+// state's scale and history updated.
+void update_fp8_delayed_scaling(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
+  std::vector<Fp8StateRef> states;
+  const Fp8Config* config = nullptr;
+  for (GPTModel* m : chunks) {
+    const std::vector<Fp8StateRef> s = fp8_delayed_states(m->params());
+    states.insert(states.end(), s.begin(), s.end());
+    if (!s.empty()) config = m->params().fp8_config();
+  }
+  if (states.empty()) return;
+  std::vector<float> amax(states.size() * kFp8Roles);
+  for (size_t i = 0; i < states.size(); ++i) std::copy(states[i].history, states[i].history + kFp8Roles, &amax[i * kFp8Roles]);
+  const int64_t n = static_cast<int64_t>(amax.size());
+  if (ps.tp() && ps.tp()->size() > 1) ps.tp()->all_reduce(amax.data(), n, DType::kF32, ReduceOp::kMax);
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(amax.data(), n, DType::kF32, ReduceOp::kMax);
+  for (size_t i = 0; i < states.size(); ++i) std::copy(&amax[i * kFp8Roles], &amax[(i + 1) * kFp8Roles], states[i].history);
+  fp8_delayed_update_all(states, *config);
+}
+
 }  // namespace
 
 void start_grad_sync_iteration(Engine& engine, int64_t num_microbatches) {
@@ -163,6 +185,7 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
       allreduce_embedding_grads(engine.ps, chunks);
   }
   update_router_expert_bias(engine.ps, chunks);
+  update_fp8_delayed_scaling(engine.ps, chunks);
   if (num_tokens) {  // Megatron's per-token normalisation
     const ParallelState& ps = engine.ps;
     double total = *num_tokens;

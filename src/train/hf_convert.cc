@@ -17,6 +17,7 @@
 #include "train/hf_files.h"
 #include "train/hf_weights.h"
 #include "train/lora_merge.h"
+#include "train/megatron_checkpoint.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -69,6 +70,24 @@ Status check_num_layer_list(const HfToGaleOptions& o, int64_t num_layers, const 
   log(str_cat("--num-layer-list ", o.num_layer_list, ": the layers of the ", o.target_pipeline_parallel_size,
               " pipeline stages (the checkpoint holds whole tensors; train with the same --num-layer-list, or any "
               "other split)"));
+  return Status::Ok();
+}
+
+// config.json + model.safetensors of `tensors` (HF names) in save_dir.
+Status write_hf_directory(const HfModel& m, const std::vector<NamedTensor>& tensors, const std::string& save_dir,
+                          const std::string& save_dtype, const ConvertLog& log) {
+  std::error_code ec;
+  std::filesystem::create_directories(save_dir, ec);
+  if (ec) return FailedPrecondition("--save-dir ", save_dir, ": cannot create the directory (", ec.message(), ")");
+  SafetensorsWriter sw;  // references the tensors' data until write()
+  for (const NamedTensor& t : tensors) GALE_RETURN_IF_ERROR(sw.add(t.name, t.tensor));
+  sw.set_metadata("format", "pt");
+  const std::string weights = (std::filesystem::path(save_dir) / "model.safetensors").string();
+  GALE_RETURN_IF_ERROR(sw.write(weights).status());
+  const nlohmann::json config = hf_config_json(m, save_dtype == "bf16" ? "bfloat16" : "float32");
+  GALE_RETURN_IF_ERROR(
+      write_file_atomically((std::filesystem::path(save_dir) / "config.json").string(), config.dump(2) + "\n"));
+  log(str_cat("saved ", tensors.size(), " tensors (", save_dtype, ") and config.json to ", save_dir));
   return Status::Ok();
 }
 
@@ -222,18 +241,87 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
                               return t;
                             },
                             to_bf16 ? DType::kBF16 : DType::kF32));
-  std::error_code ec;
-  std::filesystem::create_directories(o.save_dir, ec);
-  if (ec) return FailedPrecondition("--save-dir ", o.save_dir, ": cannot create the directory (", ec.message(), ")");
-  SafetensorsWriter sw;  // references the tensors' data until write()
-  for (const NamedTensor& t : tensors) GALE_RETURN_IF_ERROR(sw.add(t.name, t.tensor));
-  sw.set_metadata("format", "pt");
-  const std::string weights = (std::filesystem::path(o.save_dir) / "model.safetensors").string();
-  GALE_RETURN_IF_ERROR(sw.write(weights).status());
-  const nlohmann::json config = hf_config_json(m, to_bf16 ? "bfloat16" : "float32");
-  GALE_RETURN_IF_ERROR(
-      write_file_atomically((std::filesystem::path(o.save_dir) / "config.json").string(), config.dump(2) + "\n"));
-  log(str_cat("saved ", tensors.size(), " tensors (", o.save_dtype, ") and config.json to ", o.save_dir));
+  return write_hf_directory(m, tensors, o.save_dir, o.save_dtype, log);
+}
+
+namespace {
+
+bool is_model_tensor(const std::string& name) {
+  for (const char* prefix : {"embedding.", "decoder.", "output_layer.", "mtp."})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) {
+  if (o.save_dtype != "fp32" && o.save_dtype != "bf16")
+    return InvalidArgument("--save-dtype: expected fp32 or bf16, found '", o.save_dtype, "'");
+  if (o.from == ModelFormat::kMegatron) {
+    GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(o.load_dir));
+    log(str_cat("read Megatron's torch checkpoint ", m.directory, " (iteration ", m.iteration, ", checkpoint_version ",
+                m.checkpoint_version, ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel,
+                m.virtual_chunks > 1 ? str_cat(" x ", m.virtual_chunks, " virtual chunks") : std::string(), "): ",
+                m.model.num_layers, " layers, hidden ", m.model.hidden_size, ", vocabulary ", m.vocab_size,
+                " padded to ", m.model.padded_vocab_size, ", ", m.tensors.size(), " tensors"));
+    if (o.to == ModelFormat::kGale) {
+      GALE_RETURN_IF_ERROR(save_megatron_as_gale(m, o.save_dir, o.load_dir));
+      log(str_cat("saved ", m.tensors.size(), " tensors to ", o.save_dir, " (iteration ", m.iteration, ")"));
+      return Status::Ok();
+    }
+    const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : m.vocab_size;
+    GALE_ASSIGN_OR_RETURN(HfModel hm, hf_model_from_args(m.model, MoeArgs{}, vocab, m.directory));
+    GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
+                          hf_tensors_from_gale(hm, megatron_tensor_source(m),
+                                               o.save_dtype == "bf16" ? DType::kBF16 : DType::kF32));
+    return write_hf_directory(hm, tensors, o.save_dir, o.save_dtype, log);
+  }
+  if (o.to != ModelFormat::kMegatron) return InvalidArgument("convert_megatron: expected mg on one side");
+  MegatronSaveOptions so;
+  so.save_dir = o.save_dir;
+  so.tensor_parallel = o.target_tensor_parallel_size;
+  so.pipeline_parallel = o.target_pipeline_parallel_size;
+  so.tokenizer_type = o.tokenizer_type;
+  std::vector<NamedTensor> tensors;
+  ModelArgs model;
+  if (o.from == ModelFormat::kHf) {
+    GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
+    GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
+                                                          o.target_tensor_parallel_size));
+    if (m.moe.enabled() || m.mtp_layers > 0)
+      return Unimplemented(o.load_dir, ": a ", hf_architecture_name(m.arch),
+                           " model with experts or multi-token prediction: writing it to Megatron's format is not "
+                           "supported yet");
+    for (const std::string& w : m.warnings) log("warning: " + w);
+    GALE_ASSIGN_OR_RETURN(tensors, gale_tensors_from_hf(
+                                       m, [&](const std::string& name, const Shape& shape) { return hf.read(name, shape); },
+                                       DType::kF32));
+    model = m.model;
+    so.vocab_size = o.vocab_size > 0 ? o.vocab_size : m.vocab_size;
+    so.release = true;
+  } else {
+    GALE_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(o.load_dir));
+    const std::string where = r.directory() + "/metadata.json";
+    GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
+    GALE_ASSIGN_OR_RETURN(model, model_args_from_json(args, where));
+    GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
+    if (moe.enabled())
+      return Unimplemented(where, ": a MoE model: writing it to Megatron's format is not supported yet");
+    for (const std::string& name : r.tensor_names()) {
+      if (!is_model_tensor(name)) continue;
+      GALE_ASSIGN_OR_RETURN(Shape shape, r.global_shape(name));
+      GALE_ASSIGN_OR_RETURN(Tensor t, r.read(name, shape, DType::kF32));
+      tensors.push_back({name, t});
+    }
+    so.vocab_size = o.vocab_size > 0 ? o.vocab_size : args.value("vocab_size", int64_t{0});
+    so.iteration = r.iteration();
+    if (auto t = r.section("trainer"); t.ok()) so.consumed_train_samples = t->value("consumed_train_samples", int64_t{0});
+  }
+  GALE_RETURN_IF_ERROR(write_megatron_checkpoint(so, model, tensors));
+  log(str_cat("saved Megatron's torch checkpoint (checkpoint_version 3.0, ", so.release ? std::string("release") : str_cat("iteration ", so.iteration),
+              ", TP ", so.tensor_parallel, " x PP ", so.pipeline_parallel, ", ", tensors.size(),
+              " tensors) to ", o.save_dir, so.release ? std::string() : std::string(
+              "; load it in Megatron with --no-load-optim --no-load-rng (or --finetune)")));
   return Status::Ok();
 }
 

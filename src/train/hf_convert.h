@@ -58,4 +58,23 @@ struct GaleToHfOptions {
 };
 Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log);
 
+// Megatron-LM's own checkpoints (train/megatron_checkpoint.h; `gale convert --load-model-type mg` /
+// `--save-model-type mg`). Reading takes Megatron's legacy torch format at any TP/PP; writing
+// produces it at target_tensor_parallel x target_pipeline_parallel.
+enum class ModelFormat { kHf, kGale, kMegatron };
+struct MegatronConvertOptions {
+  ModelFormat from = ModelFormat::kMegatron, to = ModelFormat::kGale;
+  std::string load_dir, save_dir;
+  std::string save_dtype = "fp32";                // to hf
+  int64_t make_vocab_size_divisible_by = 128;     // hf -> mg
+  int64_t target_tensor_parallel_size = 1;        // -> mg
+  int64_t target_pipeline_parallel_size = 1;      // -> mg
+  int64_t vocab_size = 0;                         // real vocabulary rows (0: recorded, else all padded rows)
+  std::string tokenizer_type;                     // -> mg: recorded in Megatron's args
+};
+// mg -> gale, mg -> hf, gale -> mg or hf -> mg (one side must be mg). hf -> mg writes Megatron's
+// "release" checkpoint (as MindSpeed-LLM does: Megatron then loads the weights only); gale -> mg
+// keeps the Gale checkpoint's iteration and consumed samples.
+Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log);
+
 }  // namespace gale

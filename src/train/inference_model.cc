@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/model_checkpoint.h"
@@ -11,6 +12,7 @@
 #include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/lora_merge.h"
+#include "train/megatron_checkpoint.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -61,7 +63,16 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
 
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
   auto m = std::make_unique<InferenceModel>();
-  GALE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::open(args.checkpoint.load));
+  // A Megatron checkpoint (torch format) is read through a temporary Gale copy.
+  std::optional<TemporaryGaleCheckpoint> megatron_copy;
+  GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(args.checkpoint.load));
+  if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone) {
+    GALE_ASSIGN_OR_RETURN(MegatronCheckpoint mc, read_megatron_checkpoint(args.checkpoint.load));
+    GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(mc, args.checkpoint.load));
+    megatron_copy.emplace(std::move(copy));
+  }
+  GALE_ASSIGN_OR_RETURN(CheckpointReader reader,
+                        CheckpointReader::open(megatron_copy ? megatron_copy->dir() : args.checkpoint.load));
   if (args.checkpoint.use_ema) GALE_RETURN_IF_ERROR(check_checkpoint_has_ema(reader, "--use-ema"));
   if (args.checkpoint.use_checkpoint_args) {
     GALE_ASSIGN_OR_RETURN(nlohmann::json saved, reader.section("args"));

@@ -66,6 +66,15 @@ ModelConfig model_config_from_args(const Arguments& a) {
   StatusOr<QatConfig> qat = parse_qat_scheme(m.qat_scheme, m.qat_quant_block_size);
   GALE_CHECK(qat.ok()) << qat.status().message();
   c.qat = qat.value();
+  // --fp8-format (validated by features/feature_fp8.cc).
+  StatusOr<Fp8Config> fp8 = parse_fp8_config(m.fp8_format, m.fp8_recipe, m.fp8_margin, m.fp8_amax_history_len,
+                                             m.fp8_amax_compute_algo, m.fp8_wgrad);
+  GALE_CHECK(fp8.ok()) << fp8.status().message();
+  c.fp8 = fp8.value();
+  if (m.first_last_layers_bf16) {
+    c.fp8.bf16_layers_at_start = m.num_layers_at_start_in_bf16;
+    c.fp8.bf16_layers_at_end = m.num_layers_at_end_in_bf16;
+  }
   if (m.multi_latent_attention) {
     if (m.experimental_attention_variant == "dsa") {
       c.dsa.enabled = true;

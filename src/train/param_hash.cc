@@ -2,6 +2,7 @@
 #include "train/param_hash.h"
 
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 
 #include "core/log.h"
@@ -74,6 +75,64 @@ Status check_param_hashes_across_dp_replicas(const std::vector<const ParamBuffer
     if (detail.empty()) detail = e;
   }
   if (!detail.empty()) return Internal("Parameter hashes not matching across DP replicas (", detail, ")");
+  return Status::Ok();
+}
+
+namespace {
+
+bool is_qk_layernorm(const std::string& name) {
+  return name.find("self_attention.q_layernorm.") != std::string::npos ||
+         name.find("self_attention.k_layernorm.") != std::string::npos;
+}
+
+// Gathers the concatenated `values` over `group` and compares every rank's with rank 0's.
+std::string compare_values(const std::vector<Hashed>& params, const std::vector<int64_t>& sizes,
+                           const std::vector<float>& values, const Comm& group, const char* parallelism) {
+  const int n = group->size();
+  if (n == 1) return "";
+  const size_t count = values.size();
+  std::vector<float> all(count * static_cast<size_t>(n));
+  group->all_gather(values.data(), all.data(), static_cast<int64_t>(count), DType::kF32);
+  for (int r = 1; r < n; ++r) {
+    size_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const float* a = all.data() + offset;
+      const float* b = all.data() + static_cast<size_t>(r) * count + offset;
+      const size_t len = static_cast<size_t>(sizes[i]);
+      if (std::memcmp(a, b, len * sizeof(float)) != 0) {
+        double sq = 0.0;
+        for (size_t k = 0; k < len; ++k) sq += (static_cast<double>(b[k]) - a[k]) * (static_cast<double>(b[k]) - a[k]);
+        return str_cat("--test-mode: discrepancy between ", params[i].name, " of model chunk ", params[i].chunk, " in ",
+                       parallelism, " ranks ", r, " and 0 (norm of the difference ", std::sqrt(sq), ")");
+      }
+      offset += len;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Status check_qk_layernorm_replicas(const std::vector<const ParamBuffer*>& chunks, const Comm& dp, const Comm& tp) {
+  std::vector<Hashed> params;
+  std::vector<int64_t> sizes;
+  std::vector<float> values;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const ParamBuffer& pb = *chunks[c];
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      if (!is_qk_layernorm(s.name)) continue;
+      const Tensor v = pb.param_values(id);
+      const float* data = v.data<float>();
+      params.push_back({c, s.name});
+      sizes.push_back(s.local_numel());
+      values.insert(values.end(), data, data + s.local_numel());
+    }
+  }
+  if (params.empty()) return Status::Ok();
+  std::string detail = compare_values(params, sizes, values, dp, "data-parallel");
+  if (detail.empty() && tp) detail = compare_values(params, sizes, values, tp, "tensor-parallel");
+  if (!detail.empty()) return Internal(detail);
   return Status::Ok();
 }
 

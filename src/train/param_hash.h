@@ -33,4 +33,16 @@ uint64_t param_hash(const float* data, int64_t n);
 Status check_param_hashes_across_dp_replicas(const std::vector<const ParamBuffer*>& chunks, const Comm& dp,
                                              const Comm& expert_dp);
 
+// Megatron's --test-mode (TransformerConfig.test_mode, Attention.run_realtime_tests): the
+// self-attention q_layernorm/k_layernorm parameters (--qk-layernorm; the names
+// "...self_attention.q_layernorm.*" and "...k_layernorm.*") are replicated over the data-parallel
+// and the tensor-parallel group and must be identical on every rank of both. Their values are
+// all-gathered over `dp`, then over `tp`, and compared element by element with rank 0's; every
+// rank of the group reaches the same verdict, so all stop together with "--test-mode: discrepancy
+// between NAME of model chunk C in data-parallel ranks R and 0 (norm of the difference X)"
+// ("tensor-parallel" for `tp`). Ok when the model has no such parameters. Megatron compares
+// each rank with every other in each attention forward; Gale compares all with rank 0, once per
+// training or evaluation iteration (the parameters change only at the optimizer step).
+Status check_qk_layernorm_replicas(const std::vector<const ParamBuffer*>& chunks, const Comm& dp, const Comm& tp);
+
 }  // namespace gale

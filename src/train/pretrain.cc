@@ -31,6 +31,7 @@
 #include "train/model_setup.h"
 #include "train/profiler.h"
 #include "train/progress_log.h"
+#include "train/ft_integration.h"
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
 #include "train/training_log.h"
@@ -234,6 +235,14 @@ int pretrain_main(int argc, char** argv) {
     st = progress->start_job();
     if (!st.ok()) run_error(st);
   }
+  // ---- --enable-ft-package: the "setup" section and the watchdog start here, as in Megatron ----
+  std::unique_ptr<FtIntegration> ft;
+  if (args.ft.enable_ft_package) {
+    StatusOr<std::unique_ptr<FtIntegration>> ft_or =
+        FtIntegration::setup(args.ft, args.checkpoint.save, args.checkpoint.async_save, world);
+    if (!ft_or.ok()) run_error(ft_or.status());
+    ft = std::move(ft_or).value();
+  }
 
   // ---- layout ----
   if (args.parallel.dist_train) {  // --dist-train: each sub-world has its own grid
@@ -404,6 +413,9 @@ int pretrain_main(int argc, char** argv) {
     st = args.moe.moe_use_upcycling ? upcycle_checkpoint(args, engine, trainer.state())
                                      : load_checkpoint(args, engine, trainer.state(), &loaded);
     if (!st.ok()) run_error(st);
+    // Megatron's on_checkpoint_loaded: only a persistent checkpoint's load tells the setup time (Gale
+    // cannot tell which one --non-persistent-ckpt-type local loaded, so none counts then).
+    if (ft && loaded) ft->on_checkpoint_loaded(args.checkpoint.non_persistent_ckpt_type == "local");
     timers("load-checkpoint", 0).stop(/*barrier=*/true);
     log_timers(timers, {"load-checkpoint"}, *world);
   }
@@ -434,6 +446,7 @@ int pretrain_main(int argc, char** argv) {
     GPTModel& student = *engine.chunks.back();
     ModelConfig teacher_config = student.config();
     teacher_config.qat = QatConfig{};           // the full-precision teacher
+    teacher_config.fp8 = Fp8Config{};
     teacher_config.lora = LoraConfig{};
     teacher_config.reuse_fp32_param = false;    // never stepped: plain f32 values and their bf16 copy
     ModelPartition whole = student.partition();
@@ -492,8 +505,10 @@ int pretrain_main(int argc, char** argv) {
     timers.set_scope_observer(straggler.get());
     trainer.set_straggler_detector(straggler.get());
   }
+  trainer.set_ft(ft.get());
   profiler.start_training();
   st = trainer.run();
+  if (st.ok() && ft) st = ft->shutdown();  // the last timeout update (a collective), then the watchdog stops
   timers.set_scope_observer(nullptr);
   straggler.reset();
   tensorboard.reset();  // the last records reach the file even when the run failed

@@ -20,6 +20,7 @@
 #include "data/pairwise_dataset.h"
 #include "train/dpo.h"
 #include "train/exit_signal.h"
+#include "train/ft_integration.h"
 #include "train/grad_sync.h"
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
@@ -406,6 +407,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   const int64_t gbs = calculator_.running_global_batch_size(consumed);  // --decrease-batch-size-if-needed: rounded
   const int64_t skipped = calculator_.global_batch_size(consumed) - gbs;
   GALE_ASSIGN_OR_RETURN(num_microbatches_, calculator_.num_micro_batches(consumed));
+  if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
   // --op-cal-tflops: count this step's kernels, as MindSpeed wraps Megatron's train_step.
   if (args_.logging.op_cal_tflops) flop_counter_start();
   SmartSwap* smart_swap = engine_->smart_swap.get();  // --smart-swap: the iteration's bounds
@@ -492,17 +494,20 @@ StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed,
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
   double sums[2] = {0.0, 0.0};
   for (int64_t it = 0; it < iters; ++it) {
+    if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
     const int64_t base = *consumed;
     std::vector<int64_t> indices, ids;
     auto source = [&](int64_t m, MicroBatch* mb) {
       GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
       return load_micro_batch(data, indices, ids, mb);
     };
+    if (ft_) ft_->on_eval_step_start();
     GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
                           forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
                                            /*forward_only=*/true, {}, microbatch_group(), nullptr,
                                            engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
                                            engine_->stage_tensors.get()));
+    if (ft_) ft_->on_eval_step_end();
     sums[0] += fb.loss_sum;
     sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down
@@ -533,8 +538,17 @@ Status Trainer::flush_tensorboard() {
 Status Trainer::finish_run() {
   GALE_RETURN_IF_ERROR(flush_tensorboard());
   if (profiler_) GALE_RETURN_IF_ERROR(profiler_->finish(state_.iteration));
+  if (ft_) ft_->on_checkpointing_start();
   if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/true));
+  if (ft_) GALE_RETURN_IF_ERROR(ft_->on_checkpointing_end(/*is_async_finalization=*/true));
   return Status::Ok();
+}
+
+Status Trainer::run_realtime_tests() {
+  finish_param_sync(*engine_);  // the full parameters, also under --overlap-param-gather
+  std::vector<const ParamBuffer*> chunks;
+  for (const auto& c : engine_->chunks) chunks.push_back(&c->params());
+  return check_qk_layernorm_replicas(chunks, engine_->ps.dp(), engine_->ps.tp());
 }
 
 Status Trainer::check_weight_hashes() {
@@ -579,7 +593,9 @@ Status Trainer::run() {
   auto save_with = [&](const SaveFn& fn, const char* timer_name) -> Status {
     const double save_start = now_seconds();
     ScopedTimer timer(engine_->timers, timer_name, 0);
+    if (ft_) ft_->on_checkpointing_start();  // Megatron's save_checkpoint
     GALE_RETURN_IF_ERROR(fn(state_));
+    if (ft_) GALE_RETURN_IF_ERROR(ft_->on_checkpointing_end(/*is_async_finalization=*/false));
     timer.stop();
     if (engine_->timers) log_timers(*engine_->timers, {timer_name}, *engine_->ps.world());
     interval_start += now_seconds() - save_start;
@@ -589,12 +605,18 @@ Status Trainer::run() {
   const int64_t non_persistent_interval = args_.checkpoint.non_persistent_save_interval;
   if (!t.skip_train) say_if_decreased(last_global_batch_size);
   if (t.skip_train) print_rank0("skipping training (--skip-train is on) ...");
+  if (t.test_mode)
+    print_rank0("--test-mode: before every training and evaluation iteration the --qk-layernorm parameters are "
+                "compared across the data- and tensor-parallel ranks");
   const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
   // Megatron checks the hashes before the first iteration too.
   if (!t.skip_train && hash_interval != kUnset) GALE_RETURN_IF_ERROR(check_weight_hashes());
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
+    // --enable-ft-package: inside "checkpointing" whether or not a save is in flight, as Megatron.
+    if (ft_) ft_->on_checkpointing_start();
     if (finalize_saves_fn_) GALE_RETURN_IF_ERROR(finalize_saves_fn_(/*blocking=*/false));
+    if (ft_) GALE_RETURN_IF_ERROR(ft_->on_checkpointing_end(/*is_async_finalization=*/true));
     // Megatron checkpoints the iterations before a ramp-up step of the batch size.
     const int64_t global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
     if (global_batch_size != last_global_batch_size) {
@@ -623,7 +645,9 @@ Status Trainer::run() {
     skipped_at_save_interval = false;
     const double step_start = now_seconds();
     if (profiler_) profiler_->before_step(state_.iteration);
+    if (ft_) ft_->on_training_step_start(state_.iteration + 1);
     GALE_ASSIGN_OR_RETURN(IterationResult r, train_step());
+    if (ft_) ft_->on_training_step_end();
     if (r.rerun.exit) {  // --rerun-mode validate_results: the iteration's start saved, then exit
       state_.rerun_state_machine = rerun_->state_dict();  // collective
       if (r.rerun.checkpoint && save_fn_) GALE_RETURN_IF_ERROR(save());

@@ -25,6 +25,7 @@ namespace gale {
 // Everything a checkpoint must restore for a resumed run to continue exactly.
 class Profiler;
 class StragglerDetector;
+class FtIntegration;
 
 struct TrainerState {
   int64_t iteration = 0;
@@ -109,6 +110,9 @@ class Trainer {
   void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   // --log-straggler (train/straggler_detector.h): reported at every log line, after it.
   void set_straggler_detector(StragglerDetector* detector) { straggler_ = detector; }
+  // --enable-ft-package (train/ft_integration.h): told where each training and evaluation
+  // iteration, save and async-save finalisation starts and ends.
+  void set_ft(FtIntegration* ft) { ft_ = ft; }
 
   // The whole run: iterations until --train-iters, with logging, evaluation, checkpoints and
   // exits, then the final validation and test evaluations. As Megatron, when --rampup-batch-size
@@ -165,6 +169,9 @@ class Trainer {
   // compares the parameter hashes across the data-parallel replicas (train/param_hash.h; an error
   // when they differ) and prints Megatron's ">>> Weight hashes match after N iterations...".
   Status check_weight_hashes();
+  // --test-mode: completes a parameter all-gather in flight and checks the --qk-layernorm
+  // parameters across the data- and tensor-parallel replicas (train/param_hash.h).
+  Status run_realtime_tests();
   // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
   void reduce_losses(double sums[2]) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
@@ -199,6 +206,7 @@ class Trainer {
   StepObserver step_observer_;
   Profiler* profiler_ = nullptr;
   StragglerDetector* straggler_ = nullptr;
+  FtIntegration* ft_ = nullptr;
   TensorBoardWriter* tensorboard_ = nullptr;
   GPTModel* dpo_reference_ = nullptr;
   int64_t train_iters_ = 0;

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+
 #include "cli/cli_test_util.h"
+#include "scoped_env.h"
 #include "data/data_test_util.h"
 #include "data/indexed_dataset.h"
 
@@ -15,6 +17,7 @@ namespace {
 using testing::read_file;
 using testing::run_gale;
 using testing::TempDir;
+using testing::ScopedEnv;
 
 const std::string kRef = std::string(GALE_TEST_DATA_DIR) + "/reference/preprocess";
 const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
@@ -56,6 +59,41 @@ TEST(Preprocess, ByteIdenticalToMegatronForEveryKey) {
       }
     }
   }
+}
+
+
+// Megatron's two runs of preprocess_data.py --split-sentences (split, then encode) against Gale's one,
+// with Punkt parameters trained on the Austen corpus (tools/reference/punkt_reference.py).
+TEST(Preprocess, SplitSentencesByteIdenticalToMegatron) {
+  TempDir home;
+  ScopedEnv nltk("NLTK_DATA", std::string(GALE_TEST_DATA_DIR) + "/nltk_data");
+  ScopedEnv env_home("HOME", home.path());
+  for (const PreprocessRun& run : {PreprocessRun{"gpt2_eod_split", ""},
+                                   PreprocessRun{"gpt2_eod_split_keep_newlines", " --keep-newlines"}}) {
+    for (int workers : {1, 2}) {
+      SCOPED_TRACE(std::string(run.name) + " workers " + std::to_string(workers));
+      TempDir dir;
+      auto r = run_gale("preprocess --input " + kRef + "/split_input.jsonl --output-prefix " + dir.file("out") +
+                            " --split-sentences --append-eod --workers " + std::to_string(workers) + " " + kGpt2 +
+                            run.flags,
+                        dir.path());
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.err.find("splitting sentences with the Punkt parameters in "), std::string::npos) << r.err;
+      expect_same_files(dir.file("out_text_sentence"), kRef + "/megatron_" + run.name + "_text_sentence");
+      auto ds = IndexedDataset::open(dir.file("out_text_sentence"));
+      ASSERT_TRUE(ds.ok()) << ds.status().message();
+      EXPECT_GT((*ds)->num_sequences(), 3 * (*ds)->num_documents());  // many sentences per document
+    }
+  }
+  // Without parameters the error says where it looked and how to get them.
+  ScopedEnv none("NLTK_DATA", home.path());
+  TempDir dir;
+  auto r = run_gale("preprocess --input " + kRef + "/split_input.jsonl --output-prefix " + dir.file("out") +
+                        " --split-sentences --lang german --workers 1 " + kGpt2,
+                    dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--split-sentences: no Punkt parameters for --lang german"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nltk.download('punkt_tab')"), std::string::npos) << r.err;
 }
 
 TEST(Preprocess, GzipInputAndManyWorkersKeepInputOrder) {
@@ -147,10 +185,6 @@ TEST_F(PreprocessErrors, BadFlagsAndFiles) {
                    " --workers 1 --partitions 2 " + kGpt2,
                dir_.path());
   EXPECT_NE(r.err.find("--partitions 2"), std::string::npos) << r.err;
-  r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") +
-                   " --workers 1 --split-sentences " + kGpt2,
-               dir_.path());
-  EXPECT_NE(r.err.find("--split-sentences: not supported"), std::string::npos) << r.err;
   r = run_gale("preprocess --input " + dir_.file("in.jsonl") + " --output-prefix " + dir_.file("o") + " --workers 1",
                dir_.path());
   EXPECT_NE(r.err.find("--tokenizer-type is required"), std::string::npos) << r.err;

@@ -2,7 +2,8 @@
 // positions) and LLaMA (RoPE, GQA), two samples, chunks of several and of one token, the reference
 // and the flash attention kernel, a model with a noop layer, and sliding windows (W = 5 and 1)
 // shorter than the sequence: the cache keeps every position and the window hides the old keys;
-// ALiBi (the bias at the cached keys' absolute positions), also with a window and the flash kernel.
+// ALiBi (the bias at the cached keys' absolute positions), also with a window and the flash kernel;
+// --flash-decode's split-K one-token steps.
 #include "model/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +62,38 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
     done += chunk;
   }
   EXPECT_EQ(done, S);
+}
+
+// --flash-decode: the one-token steps attend with split-K flash decoding (chunks of 3 cached
+// positions) and still give the whole-sequence logits (LLaMA: RoPE, GQA; a sliding window of 5).
+TEST(KvCacheFlashDecode, OneTokenStepsEqualTheWholeSequenceForward) {
+  for (int64_t window : {0, 5}) {
+    ModelConfig c = testing::tiny_llama_config();
+    c.sliding_window = window;
+    OpTable ops = reference_ops();
+    const ModelPartition part = single_process_partition(c);
+    GPTModel model(c, part, &ops);
+    model.params().initialize(5);
+    const int64_t S = 19;
+    std::vector<int32_t> tokens;
+    for (int64_t i = 0; i < S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
+    const Tensor whole = model.forward_logits(testing::position_slice(tokens, 1, S, 0, S), Tensor());
+    KvCache cache = make_kv_cache(c, part, 1, S);
+    cache.flash_decode_chunk = 3;
+    int64_t done = 0;
+    for (int64_t chunk : {6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+      const Tensor got = model.forward_logits(testing::position_slice(tokens, 1, S, done, chunk), Tensor(), &cache);
+      for (int64_t s = 0; s < chunk; ++s) {
+        double worst = 0.0;
+        for (int64_t v = 0; v < c.vocab; ++v)
+          worst = std::max(worst, std::abs(double(got.data<float>()[s * c.vocab + v]) -
+                                           double(whole.data<float>()[(done + s) * c.vocab + v])));
+        EXPECT_LT(worst, 2e-5) << "window " << window << ", position " << done + s;
+      }
+      done += chunk;
+    }
+    EXPECT_EQ(done, S);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, KvCacheDecoding,

@@ -87,5 +87,74 @@ TEST(ParamHash, OneChangedElementStopsEveryRank) {
                  "decoder.layers.1.mlp.experts.local_experts.0.linear_fc1.weight of model chunk 1)");
 }
 
+// One chunk with --qk-layernorm's parameters (LayerNorm: weight and bias) in two layers.
+std::vector<ParamBuffer> make_qk_chunks() {
+  std::vector<ParamBuffer> chunks(1);
+  for (int layer = 0; layer < 2; ++layer)
+    for (const char* n : {"q_layernorm.weight", "q_layernorm.bias", "k_layernorm.weight", "k_layernorm.bias",
+                          "linear_qkv.weight"}) {
+      ParamSpec s;
+      s.name = "decoder.layers." + std::to_string(layer) + ".self_attention." + n;
+      s.global_shape = {8};
+      s.init = InitKind::kNormal;
+      s.init_std = 0.02f;
+      chunks[0].add(s);
+    }
+  chunks[0].finalize();
+  chunks[0].initialize(99);
+  return chunks;
+}
+
+// --test-mode's check on `n` thread ranks, the same group standing for data- and tensor-parallel
+// (`as_tp` puts it in the tensor-parallel place and a single-rank group in the data-parallel one).
+std::vector<std::string> qk_check_on_ranks(int n, bool as_tp,
+                                           const std::function<void(int, std::vector<ParamBuffer>&)>& perturb) {
+  std::vector<std::string> results(static_cast<size_t>(n));
+  std::mutex mu;
+  run_ranks(n, [&](Communicator& comm) {
+    std::vector<ParamBuffer> chunks = make_qk_chunks();
+    perturb(comm.rank(), chunks);
+    std::vector<const ParamBuffer*> ptrs{&chunks[0]};
+    Comm group(&comm, [](Communicator*) {});
+    Comm self = make_self_communicator();
+    const Status st = as_tp ? check_qk_layernorm_replicas(ptrs, self, group) : check_qk_layernorm_replicas(ptrs, group, self);
+    std::lock_guard<std::mutex> lock(mu);
+    results[static_cast<size_t>(comm.rank())] = st.ok() ? "ok" : st.message();
+  });
+  return results;
+}
+
+TEST(TestMode, EqualQkLayernormsPass) {
+  for (bool as_tp : {false, true})
+    for (const std::string& r : qk_check_on_ranks(3, as_tp, [](int, std::vector<ParamBuffer>&) {})) EXPECT_EQ(r, "ok");
+}
+
+TEST(TestMode, ADifferentQkLayernormStopsEveryRankNamingIt) {
+  // Layer 1's k_layernorm.bias (id 8) differs on data-parallel rank 2: found; the linear layer's
+  // weight (id 4, not a q/k norm) is not compared.
+  auto results = qk_check_on_ranks(3, false, [](int rank, std::vector<ParamBuffer>& chunks) {
+    chunks[0].param_data(8)[3] = rank == 2 ? 1.5f : 1.0f;
+    if (rank == 1) chunks[0].param_data(4)[0] += 1.0f;
+  });
+  for (const std::string& r : results)
+    EXPECT_EQ(r, "--test-mode: discrepancy between decoder.layers.1.self_attention.k_layernorm.bias of model chunk 0 "
+                 "in data-parallel ranks 2 and 0 (norm of the difference 0.5)");
+  results = qk_check_on_ranks(2, true, [](int rank, std::vector<ParamBuffer>& chunks) {
+    chunks[0].param_data(0)[7] = rank == 1 ? 0.75f : 1.0f;
+  });
+  for (const std::string& r : results)
+    EXPECT_EQ(r, "--test-mode: discrepancy between decoder.layers.0.self_attention.q_layernorm.weight of model chunk 0 "
+                 "in tensor-parallel ranks 1 and 0 (norm of the difference 0.25)");
+  // Without such parameters there is nothing to compare.
+  std::vector<std::string> none(2);
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<ParamBuffer> chunks = make_chunks();
+    std::vector<const ParamBuffer*> ptrs{&chunks[0], &chunks[1]};
+    Comm group(&comm, [](Communicator*) {});
+    none[static_cast<size_t>(comm.rank())] = check_qk_layernorm_replicas(ptrs, group, group).ok() ? "ok" : "error";
+  });
+  EXPECT_EQ(none, (std::vector<std::string>{"ok", "ok"}));
+}
+
 }  // namespace
 }  // namespace gale

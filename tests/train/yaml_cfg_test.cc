@@ -366,7 +366,7 @@ TEST_F(YamlCfg, DerivedFieldsAreIgnoredWithANote) {
 
 TEST_F(YamlCfg, RefusedFlagsAreAcceptedAtMegatronsDefaultOnly) {
   StatusOr<std::vector<std::string>> at_default =
-      convert("wandb_project: ''\nconfig_logger_dir: ''\nenable_ft_package: false\nuse_legacy_models: false\nfp8: null\n");
+      convert("wandb_project: ''\nconfig_logger_dir: ''\nadlr_autoresume: false\nuse_legacy_models: false\nfp8: null\n");
   ASSERT_TRUE(at_default.ok()) << at_default.status().message();
   EXPECT_TRUE(at_default->empty());
 

@@ -25,6 +25,7 @@ struct ElementFormat {
 ElementFormat element_format(MxElement e) {
   switch (e) {
     case MxElement::kFp8E4M3: return {fp8::kE4M3.mant, fp8::kE4M3.emin, fp8::kE4M3.emax, fp8::kE4M3.max};
+    case MxElement::kFp8E5M2: return {fp8::kE5M2.mant, fp8::kE5M2.emin, fp8::kE5M2.emax, fp8::kE5M2.max};
     case MxElement::kFp4E2M1: return {1, 0, 2, 6.0f};
     case MxElement::kNone: break;
   }
@@ -124,6 +125,7 @@ void quantise_block_fast(const float* x, float* out, int64_t n, const FastFormat
 const char* mx_element_name(MxElement e) {
   switch (e) {
     case MxElement::kFp8E4M3: return "fp8_e4m3";
+    case MxElement::kFp8E5M2: return "fp8_e5m2";
     case MxElement::kFp4E2M1: return "fp4_e2m1";
     case MxElement::kNone: break;
   }

@@ -1,0 +1,100 @@
+// Batched generation for `gale generate --prompts-file`: Megatron's static batching
+// (--inference-max-requests prompts decoded together until all finish) and dynamic batching
+// (--inference-dynamic-batching: continuous batching over a paged KV buffer, Megatron-Core's
+// DynamicInferenceContext and DynamicInferenceEngine).
+//
+// Both run GPTModel::forward_logits_ragged: each step is ONE forward over the mixed batch of the
+// requests' new tokens — whole prompts of the requests that join (prefill) and one token of each
+// request already decoding — with every linear layer over all rows together and attention per
+// request against its own KV blocks (model/kv_cache.h). A request's tokens are those of generating
+// it alone (greedy: the same argmax; sampling: the same draws, as every request samples step k with
+// the draws of step k of a one-prompt run under the same --seed).
+//
+// Static: the requests in order, batches of max_requests; a batch's KV is one block of
+// kv_length = --inference-max-seq-length positions (capped at --max-position-embeddings) per
+// request, allocated for the batch; finished requests leave the forward, and the next batch starts
+// when the whole batch has finished (Megatron's static engine; unlike Megatron, which starts every
+// prompt at the shortest prompt's length, each prompt is prefilled whole in the first step).
+//
+// Dynamic: a KvBlockPool of DynamicBudget::num_blocks blocks of block_tokens positions. Before each
+// step, as DynamicInferenceContext.update_requests and add_request do:
+//   1. a decoding request whose blocks are full pauses; paused requests resume (oldest first, one
+//      new block each) — all that fit when more than paused + gtd_block_count blocks are free,
+//      otherwise only enough to bring the active requests up to gtd_request_count;
+//   2. waiting requests join in order while the requests stay within max_requests, the step's
+//      tokens within max_tokens, and the free blocks cover the prompt's blocks plus the guaranteed
+//      reserve gtd_block_count (the first that does not fit waits, and those behind it);
+// then the step's forward runs, each request samples its next token, and a request that finished
+// (a stop token, max_new_tokens, or the last position) gives its blocks back at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_model.h"
+
+namespace gale {
+
+// Megatron's DynamicInferenceContext sizing from the buffer flags, with Gale's block bytes.
+struct DynamicBudget {
+  int64_t block_tokens = 0;
+  int64_t block_bytes = 0;           // KV bytes of one block over all layers
+  int64_t num_blocks = 0;            // the buffer (rounded down to whole blocks)
+  int64_t max_requests = 0;          // requests in the context at once (active and paused)
+  int64_t max_tokens = 0;            // tokens in one step's forward
+  int64_t max_blocks_per_request = 0;  // ceil(max_seq_length / block_tokens)
+  int64_t gtd_request_count = 0;     // requests the reserve guarantees
+  int64_t gtd_block_count = 0;       // the reserve: gtd_request_count · max_blocks_per_request
+};
+
+struct DynamicBufferFlags {
+  double buffer_size_gb = 40.0;               // --inference-dynamic-batching-buffer-size-gb
+  double guaranteed_fraction = 0.2;           // --inference-dynamic-batching-buffer-guaranteed-fraction
+  std::optional<double> overflow_factor;      // --inference-dynamic-batching-buffer-overflow-factor
+  std::optional<int64_t> max_requests_override;  // --inference-dynamic-batching-max-requests-override
+  std::optional<int64_t> max_tokens_override;    // --inference-dynamic-batching-max-tokens-override
+};
+
+// As Megatron computes it: bytes rounded down to whole blocks; tokens = blocks · block_tokens,
+// max_requests = int(tokens / max_seq_length), max_tokens = tokens; with the overflow factor f
+// max_requests = round64(int(max_requests·f)), max_tokens = round64(int(max_tokens·f / 50)); the
+// overrides replace them (rounded up to a multiple of 64); max_requests = min(max_requests,
+// max_tokens); gtd_request_count = round64(min(max(1, requests of fraction·bytes), max_requests)).
+// Errors (naming the flag): a buffer smaller than one block, no request of max_seq_length fits, the
+// guaranteed requests exceed max_requests (Megatron's assertion), or the reserve is the whole buffer.
+StatusOr<DynamicBudget> dynamic_budget(const DynamicBufferFlags& flags, int64_t block_tokens, int64_t block_bytes,
+                                       int64_t max_seq_length);
+
+struct EngineOptions {
+  bool dynamic = false;
+  int64_t max_requests = 8;      // static: --inference-max-requests
+  int64_t kv_length = 0;         // static: KV positions per request
+  DynamicBudget budget;          // dynamic
+  int64_t max_new_tokens = 0;
+  int64_t max_length = 0;        // the last position + 1 (--max-position-embeddings)
+  std::vector<int32_t> stop_tokens;
+  int64_t flash_decode_chunk = 0;  // --flash-decode (0: off)
+  // The next token of request `request` at its decode step `step` from its logits row.
+  std::function<int32_t(const float* logits, int64_t request, int64_t step)> sample;
+};
+
+struct EngineResult {
+  std::vector<std::vector<int32_t>> generated;  // per request, in input order
+  int64_t steps = 0;              // forwards run
+  int64_t kv_bytes_allocated = 0; // static: the largest batch's KV; dynamic: the buffer
+  int64_t peak_kv_bytes = 0;      // the most KV bytes held by requests at once
+  int64_t peak_requests = 0;      // the most requests in one forward
+  int64_t pauses = 0;             // dynamic: times a request paused for a block
+  int64_t joined_mid_flight = 0;  // dynamic: requests that joined while others were decoding
+  int64_t free_blocks_at_end = 0, num_blocks = 0;  // dynamic: every block is back at the end
+};
+
+// Generates for every prompt (each non-empty and shorter than max_length) with `model` (the whole
+// model on one process, no multi-latent attention).
+StatusOr<EngineResult> run_inference_engine(GPTModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                            const EngineOptions& options);
+
+}  // namespace gale

@@ -1,0 +1,654 @@
+// Megatron's legacy `torch` checkpoints <-> Gale's whole tensors: merging and cutting the TP/PP pieces.
+#include "train/megatron_checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_writer.h"
+#include "ckpt/safetensors_dtype.h"
+#include "ckpt/torch_file.h"
+#include "comm/communicator.h"
+#include "train/checkpoint_args.h"
+#include "train/model_setup.h"
+
+namespace gale {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How tensor parallelism splits a tensor (Megatron-Core's GPT layers).
+enum class Split { kReplicated, kRows, kColumns, kGatedRows };
+
+Split split_of(const std::string& name, bool swiglu) {
+  if (ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias"))
+    return swiglu ? Split::kGatedRows : Split::kRows;
+  if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
+      name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
+    return Split::kRows;
+  if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, "mlp.linear_fc2.weight"))
+    return Split::kColumns;
+  return Split::kReplicated;  // norms, row-parallel biases, position embeddings
+}
+
+// Copies rows [r0, r0 + n) of `src` (any dtype, rows along dim 0) into `dst` at row d0.
+void copy_rows(const Tensor& src, int64_t r0, int64_t n, Tensor& dst, int64_t d0) {
+  const int64_t row_bytes = src.numel() / std::max<int64_t>(src.shape()[0], 1) * dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw()) + d0 * row_bytes, static_cast<const char*>(src.raw()) + r0 * row_bytes,
+              static_cast<size_t>(n * row_bytes));
+}
+
+StatusOr<Tensor> merge(const std::vector<Tensor>& parts, Split split, const std::string& name, const std::string& where) {
+  const Tensor& first = parts[0];
+  for (const Tensor& p : parts)
+    if (p.shape() != first.shape() || p.dtype() != first.dtype())
+      return DataLoss(where, ": tensor '", name, "' has shape ", first.shape_string(), " on tensor-parallel rank 0 but ",
+                      p.shape_string(), " (", dtype_name(p.dtype()), ") on another");
+  const int64_t tp = static_cast<int64_t>(parts.size());
+  if (split == Split::kReplicated || tp == 1) return first.clone();
+  if (first.ndim() == 0) return DataLoss(where, ": tensor '", name, "' is a scalar; expected a split tensor");
+  const int64_t rows = first.shape()[0];
+  if (split == Split::kRows || split == Split::kGatedRows) {
+    Shape shape = first.shape();
+    shape[0] = rows * tp;
+    Tensor out = Tensor::empty(shape, first.dtype());
+    if (split == Split::kRows) {
+      for (int64_t t = 0; t < tp; ++t) copy_rows(parts[t], 0, rows, out, t * rows);
+    } else {
+      if (rows % 2) return DataLoss(where, ": SwiGLU tensor '", name, "' has an odd number of rows (", rows, ")");
+      const int64_t half = rows / 2;
+      for (int64_t t = 0; t < tp; ++t) {
+        copy_rows(parts[t], 0, half, out, t * half);                 // gate
+        copy_rows(parts[t], half, half, out, tp * half + t * half);  // up
+      }
+    }
+    return out;
+  }
+  if (first.ndim() != 2) return DataLoss(where, ": row-parallel tensor '", name, "' is not 2-D: ", first.shape_string());
+  const int64_t cols = first.shape()[1], es = dtype_size(first.dtype());
+  Tensor out = Tensor::empty({rows, cols * tp}, first.dtype());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < tp; ++t)
+      std::memcpy(static_cast<char*>(out.raw()) + (r * cols * tp + t * cols) * es,
+                  static_cast<const char*>(parts[t].raw()) + r * cols * es, static_cast<size_t>(cols * es));
+  return out;
+}
+
+StatusOr<Tensor> cut(const Tensor& whole, Split split, int64_t tp, int64_t t, const std::string& name) {
+  if (split == Split::kReplicated || tp == 1) return whole;
+  const int64_t rows = whole.shape()[0];
+  if (split == Split::kRows || split == Split::kGatedRows) {
+    const int64_t parts = split == Split::kGatedRows ? 2 * tp : tp;
+    if (rows % parts)
+      return InvalidArgument("tensor '", name, "' of shape ", whole.shape_string(), ": ", rows,
+                             " rows do not split into ", parts, " equal parts for tensor-parallel size ", tp);
+    Shape shape = whole.shape();
+    shape[0] = rows / tp;
+    Tensor out = Tensor::empty(shape, whole.dtype());
+    if (split == Split::kRows) {
+      copy_rows(whole, t * (rows / tp), rows / tp, out, 0);
+    } else {
+      const int64_t half = rows / 2, piece = half / tp;
+      copy_rows(whole, t * piece, piece, out, 0);
+      copy_rows(whole, half + t * piece, piece, out, piece);
+    }
+    return out;
+  }
+  const int64_t cols = whole.shape()[1], es = dtype_size(whole.dtype());
+  if (cols % tp)
+    return InvalidArgument("tensor '", name, "' of shape ", whole.shape_string(), ": ", cols,
+                           " columns do not split into ", tp, " equal parts");
+  const int64_t c = cols / tp;
+  Tensor out = Tensor::empty({rows, c}, whole.dtype());
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(out.raw()) + r * c * es, static_cast<const char*>(whole.raw()) + (r * cols + t * c) * es,
+                static_cast<size_t>(c * es));
+  return out;
+}
+
+// "decoder.layers.<i>.<rest>": i and rest; false for other names.
+bool layer_of(const std::string& name, int64_t* index, std::string* rest) {
+  static const std::string kPrefix = "decoder.layers.";
+  if (name.rfind(kPrefix, 0) != 0) return false;
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos) return false;
+  const std::string digits = name.substr(kPrefix.size(), dot - kPrefix.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+  *index = std::stoll(digits);
+  *rest = name.substr(dot + 1);
+  return true;
+}
+
+// Transformer Engine's fused-norm names -> the local spec's (Gale's).
+std::string local_name(const std::string& rest) {
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
+      {"self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"},
+      {"mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"},
+      {"mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"}};
+  for (const auto& [te, local] : kRenames)
+    if (rest == te) return local;
+  return rest;
+}
+
+// Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
+// split_of knows; anything else (MLA, MoE, Mamba, ...) would be merged wrongly or dropped silently.
+bool known_tensor(const std::string& name) {
+  static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+                                             "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+                                             "output_layer.weight"};
+  static const std::set<std::string> kLayer = {
+      "input_layernorm.weight",           "input_layernorm.bias",           "self_attention.linear_qkv.weight",
+      "self_attention.linear_qkv.bias",   "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
+      "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight", "pre_mlp_layernorm.weight",
+      "pre_mlp_layernorm.bias",           "mlp.linear_fc1.weight",          "mlp.linear_fc1.bias",
+      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias"};
+  if (kTop.count(name)) return true;
+  int64_t i;
+  std::string rest;
+  return layer_of(name, &i, &rest) && kLayer.count(rest);
+}
+
+StatusOr<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path, ": cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Tracker {
+  int64_t iteration = 0;
+  bool release = false;
+};
+
+StatusOr<Tracker> read_tracker(const std::string& load_dir) {
+  const std::string path = load_dir + "/latest_checkpointed_iteration.txt";
+  GALE_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text == "release") return Tracker{0, true};
+  if (text.empty() || !std::all_of(text.begin(), text.end(), ::isdigit))
+    return DataLoss(path, ": expected an iteration number or 'release', found '", text, "'");
+  return Tracker{std::stoll(text), false};
+}
+
+std::string iteration_dir(const std::string& load_dir, const Tracker& t) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "iter_%07lld", static_cast<long long>(t.iteration));
+  return load_dir + "/" + (t.release ? std::string("release") : std::string(name));
+}
+
+CheckpointFormat format_of_dir(const std::string& dir, std::string* found) {
+  bool mp_rank = false;
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    names.push_back(e.path().filename().string());
+    if (names.back().rfind("mp_rank_0", 0) == 0) mp_rank = true;
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t k = 0; k < names.size() && k < 6; ++k) *found += (k ? ", " : "") + names[k];
+  if (names.size() > 6) *found += ", ...";
+  const bool dot_metadata = fs::exists(dir + "/.metadata"), metadata_json = fs::exists(dir + "/metadata.json");
+  if (metadata_json && dot_metadata) return CheckpointFormat::kMegatronTorchDist;
+  if (metadata_json) {  // Gale's metadata.json, or Megatron's dist_checkpointing with another backend
+    StatusOr<std::string> text = read_text(dir + "/metadata.json");
+    if (text.ok() && text.value().find("sharded_backend") != std::string::npos) return CheckpointFormat::kMegatronTorchDist;
+    return CheckpointFormat::kGale;
+  }
+  if (mp_rank) return CheckpointFormat::kMegatronTorch;
+  if (dot_metadata) return CheckpointFormat::kMegatronTorchDcp;
+  return CheckpointFormat::kNone;
+}
+
+// The args Namespace's scalar attributes as JSON (None and non-scalars left out).
+nlohmann::json args_json(const PyValue* args) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!args || args->kind != PyValue::kObject || !args->state || args->state->kind != PyValue::kDict) return j;
+  for (const auto& [k, v] : args->state->entries) {
+    if (k->kind != PyValue::kString) continue;
+    switch (v->kind) {
+      case PyValue::kBool: j[k->s] = v->b; break;
+      case PyValue::kInt: j[k->s] = v->i; break;
+      case PyValue::kFloat: j[k->s] = v->f; break;
+      case PyValue::kString: j[k->s] = v->s; break;
+      default: break;
+    }
+  }
+  return j;
+}
+
+int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+}  // namespace
+
+const char* checkpoint_format_name(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kNone: return "none";
+    case CheckpointFormat::kGale: return "gale";
+    case CheckpointFormat::kMegatronTorch: return "torch";
+    case CheckpointFormat::kMegatronTorchDist: return "torch_dist";
+    case CheckpointFormat::kMegatronTorchDcp: return "torch_dcp";
+  }
+  return "?";
+}
+
+StatusOr<CheckpointFormat> detect_checkpoint_format(const std::string& load_dir, int64_t step) {
+  Tracker t;
+  if (step != kUnset) {
+    t.iteration = step;
+  } else {
+    if (!fs::exists(load_dir + "/latest_checkpointed_iteration.txt")) return CheckpointFormat::kNone;
+    GALE_ASSIGN_OR_RETURN(t, read_tracker(load_dir));
+  }
+  const std::string dir = iteration_dir(load_dir, t);
+  if (!fs::is_directory(dir)) return CheckpointFormat::kNone;
+  std::string found;
+  const CheckpointFormat f = format_of_dir(dir, &found);
+  if (f == CheckpointFormat::kNone)
+    return FailedPrecondition(dir, ": expected a checkpoint (Gale's metadata.json, Megatron's mp_rank_* directories or "
+                                   "its distributed .metadata), found ",
+                              found.empty() ? std::string("an empty directory") : found);
+  return f;
+}
+
+StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step) {
+  Tracker tracker;
+  if (step != kUnset) {
+    tracker.iteration = step;
+  } else {
+    if (!fs::exists(load_dir + "/latest_checkpointed_iteration.txt"))
+      return NotFound(load_dir, ": expected a Megatron checkpoint directory with latest_checkpointed_iteration.txt");
+    GALE_ASSIGN_OR_RETURN(tracker, read_tracker(load_dir));
+  }
+  MegatronCheckpoint m;
+  m.directory = iteration_dir(load_dir, tracker);
+  m.release = tracker.release;
+  if (!fs::is_directory(m.directory)) return NotFound(m.directory, ": the checkpoint's iteration directory does not exist");
+  std::string found;
+  const CheckpointFormat format = format_of_dir(m.directory, &found);
+  if (format == CheckpointFormat::kMegatronTorchDist || format == CheckpointFormat::kMegatronTorchDcp)
+    return Unimplemented(m.directory, ": Megatron's ", checkpoint_format_name(format),
+                         " checkpoint format (.metadata", format == CheckpointFormat::kMegatronTorchDist ? " and metadata.json" : "",
+                         "): not supported yet; Gale reads Megatron's legacy torch format (convert it with Megatron: "
+                         "--ckpt-convert-format torch --ckpt-convert-save DIR)");
+  if (format != CheckpointFormat::kMegatronTorch)
+    return FailedPrecondition(m.directory, ": expected Megatron's torch format (mp_rank_* directories), found ",
+                              format == CheckpointFormat::kGale ? std::string("a Gale checkpoint (metadata.json)") : found);
+  // mp_rank_TT or mp_rank_TT_PPP directories.
+  std::map<std::pair<int64_t, int64_t>, std::string> files;
+  for (const auto& e : fs::directory_iterator(m.directory)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("mp_rank_", 0) != 0) continue;
+    std::vector<std::string> parts;
+    std::stringstream ss(name.substr(8));
+    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
+    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+    if (parts.size() == 3)
+      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
+                                                   "Megatron checkpoints is not supported yet");
+    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
+      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
+    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
+  }
+  for (const auto& [rank, path] : files) {
+    m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
+    m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
+  }
+  for (int64_t p = 0; p < m.pipeline_parallel; ++p)
+    for (int64_t t = 0; t < m.tensor_parallel; ++t)
+      if (!files.count({t, p}))
+        return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
+                        t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
+                        ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
+  // Each rank's model chunks: chunks[p][v][t] = the state dict.
+  std::map<std::pair<int64_t, int64_t>, PyRef> roots;
+  for (const auto& [rank, path] : files) {
+    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+    if (root->kind != PyValue::kDict)
+      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
+    roots[rank] = root;
+  }
+  const PyValue& first = *roots.at({0, 0});
+  const std::string first_path = files.at({0, 0});
+  if (first.get("model") == nullptr && first.get("model0") == nullptr)
+    return DataLoss(first_path, ": expected Megatron's 'model' (or 'model0', ...) state dict, found none");
+  m.virtual_chunks = 0;
+  if (first.get("model")) {
+    m.virtual_chunks = 1;
+  } else {
+    while (first.get(str_cat("model", m.virtual_chunks))) ++m.virtual_chunks;
+  }
+  if (const PyValue* v = first.get("checkpoint_version"))
+    m.checkpoint_version = v->kind == PyValue::kFloat ? v->f : v->kind == PyValue::kInt ? static_cast<double>(v->i) : 0;
+  if (m.checkpoint_version < 3.0)
+    return Unimplemented(first_path, ": checkpoint_version ", m.checkpoint_version,
+                         ": expected 3.0 (Megatron-Core's layouts; older query/key/value orderings are not supported)");
+  if (const PyValue* it = first.get("iteration"); it && it->kind == PyValue::kInt) m.iteration = it->i;
+  else if (const PyValue* total = first.get("total_iters"); total && total->kind == PyValue::kInt) m.iteration = total->i;
+  if (m.release) m.iteration = 0;
+  m.args = args_json(first.get("args"));
+  if (m.args.empty())
+    return DataLoss(first_path, ": expected Megatron's 'args' (an argparse.Namespace), found ",
+                    first.get("args") ? first.get("args")->type_name() : std::string("none"));
+  if (m.args.value("multi_latent_attention", false))
+    return Unimplemented(first_path, ": a multi-latent-attention model: Megatron MLA checkpoints are not supported yet");
+  if (auto it = m.args.find("num_experts"); it != m.args.end() && it->is_number_integer() && it->get<int64_t>() > 0)
+    return Unimplemented(first_path, ": a MoE model (num_experts = ", it->get<int64_t>(),
+                         "): Megatron MoE checkpoints are not supported yet");
+  m.consumed_train_samples = json_int(m.args, "consumed_train_samples", 0);
+  m.consumed_valid_samples = json_int(m.args, "consumed_valid_samples", 0);
+  m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
+  if (const PyValue* f = first.get("num_floating_point_operations_so_far"))
+    m.floating_point_operations_so_far = f->kind == PyValue::kFloat ? f->f : f->kind == PyValue::kInt ? f->i : 0.0;
+  const bool swiglu = m.args.value("swiglu", false);
+  // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
+  int64_t offset = 0;
+  for (int64_t v = 0; v < m.virtual_chunks; ++v) {
+    const std::string key = m.virtual_chunks == 1 && first.get("model") ? "model" : str_cat("model", v);
+    for (int64_t p = 0; p < m.pipeline_parallel; ++p) {
+      std::vector<const PyValue*> dicts;
+      for (int64_t t = 0; t < m.tensor_parallel; ++t) {
+        const PyValue* d = roots.at({t, p})->get(key);
+        if (d == nullptr || d->kind != PyValue::kDict)
+          return DataLoss(files.at({t, p}), ": expected the state dict '", key, "', found ",
+                          d ? d->type_name() : std::string("none"));
+        dicts.push_back(d);
+      }
+      int64_t layers = 0;
+      for (const auto& [k, val] : dicts[0]->entries) {
+        int64_t i;
+        std::string rest;
+        if (k->kind == PyValue::kString && layer_of(k->s, &i, &rest)) layers = std::max(layers, i + 1);
+      }
+      for (const auto& [k, val] : dicts[0]->entries) {
+        const std::string where = files.at({0, p});
+        if (k->kind != PyValue::kString) return DataLoss(where, ": a state-dict key that is not a string");
+        std::string name = k->s;
+        if (ends_with(name, "_extra_state")) continue;
+        if (name.find(".mlp.experts.") != std::string::npos || name.find(".mlp.router.") != std::string::npos)
+          return Unimplemented(where, ": tensor '", name, "': Megatron MoE layers are not supported yet");
+        if (val->kind != PyValue::kTensor)
+          return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
+        int64_t i;
+        std::string rest;
+        if (layer_of(name, &i, &rest)) name = str_cat("decoder.layers.", offset + i, ".", local_name(rest));
+        if (!known_tensor(name))
+          return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's dense GPT model "
+                               "(multi-latent attention, MoE or other Megatron layers in this format: not supported yet)");
+        std::vector<Tensor> parts;
+        for (int64_t t = 0; t < m.tensor_parallel; ++t) {
+          const PyValue* x = dicts[t]->get(k->s);
+          if (x == nullptr || x->kind != PyValue::kTensor)
+            return DataLoss(files.at({t, p}), ": expected tensor '", k->s, "' (as tensor-parallel rank 0 has), found ",
+                            x ? x->type_name() : std::string("none"));
+          parts.push_back(x->data);
+        }
+        GALE_ASSIGN_OR_RETURN(Tensor whole, merge(parts, split_of(name, swiglu), k->s, where));
+        if (!m.tensors.count(name)) m.tensors.emplace(name, std::move(whole));  // tied copies: the first
+      }
+      offset += layers;
+    }
+  }
+  // The model flags; Megatron records None for unset ones.
+  nlohmann::json a = m.args;
+  const std::string where = first_path + " (args)";
+  if (!a.contains("num_query_groups")) a["num_query_groups"] = 1;
+  if (!a.contains("kv_channels") && a.contains("hidden_size") && a.contains("num_attention_heads"))
+    a["kv_channels"] = a["hidden_size"].get<int64_t>() / std::max<int64_t>(a["num_attention_heads"].get<int64_t>(), 1);
+  if (!a.contains("seq_length") && a.contains("max_position_embeddings")) a["seq_length"] = a["max_position_embeddings"];
+  if (!a.contains("max_position_embeddings") && a.contains("seq_length")) a["max_position_embeddings"] = a["seq_length"];
+  if (!a.contains("norm_epsilon")) a["norm_epsilon"] = 1e-5;
+  auto emb = m.tensors.find("embedding.word_embeddings.weight");
+  if (emb == m.tensors.end())
+    return DataLoss(m.directory, ": no embedding.word_embeddings.weight in any pipeline stage's state dict");
+  a["padded_vocab_size"] = emb->second.shape()[0];
+  if (!a.contains("make_vocab_size_divisible_by")) a["make_vocab_size_divisible_by"] = 128;
+  if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
+  GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
+  m.model.padded_vocab_size = emb->second.shape()[0];
+  if (m.model.kv_channels == kUnset) m.model.kv_channels = m.model.hidden_size / m.model.num_attention_heads;
+  m.model.num_kv_heads = m.model.group_query_attention ? m.model.num_query_groups : m.model.num_attention_heads;
+  m.vocab_size = json_int(m.args, "vocab_size", m.model.padded_vocab_size);
+  if (m.model.num_layers != offset)
+    return DataLoss(m.directory, ": args say num_layers = ", m.model.num_layers, ", the state dicts hold ", offset, " layers");
+  return m;
+}
+
+StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where) {
+  Tracker tracker;
+  if (step != kUnset) {
+    tracker.iteration = step;
+  } else {
+    GALE_ASSIGN_OR_RETURN(tracker, read_tracker(load_dir));
+  }
+  const std::string dir = iteration_dir(load_dir, tracker);
+  std::string path = dir + "/mp_rank_00/model_optim_rng.pt";
+  if (!fs::exists(path)) path = dir + "/mp_rank_00_000/model_optim_rng.pt";
+  GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+  *where = path + " (args)";
+  nlohmann::json args = root->kind == PyValue::kDict ? args_json(root->get("args")) : nlohmann::json::object();
+  if (args.empty()) return DataLoss(path, ": expected Megatron's 'args' (an argparse.Namespace), found none");
+  return args;
+}
+
+StatusOr<TemporaryGaleCheckpoint> TemporaryGaleCheckpoint::write(const MegatronCheckpoint& m,
+                                                                 const std::string& source_dir) {
+  static std::atomic<int> counter{0};
+  TemporaryGaleCheckpoint t;
+  t.dir_ = (fs::temp_directory_path() / str_cat("gale_megatron_", ::getpid(), "_", counter++)).string();
+  std::error_code ec;
+  fs::remove_all(t.dir_, ec);
+  GALE_RETURN_IF_ERROR(save_megatron_as_gale(m, t.dir_, source_dir));
+  return t;
+}
+
+TemporaryGaleCheckpoint::~TemporaryGaleCheckpoint() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+TensorSource megatron_tensor_source(const MegatronCheckpoint& m) {
+  return [&m](const std::string& name, const Shape& shape) -> StatusOr<Tensor> {
+    auto it = m.tensors.find(name);
+    if (it == m.tensors.end()) return NotFound(m.directory, ": no tensor '", name, "' in the Megatron checkpoint");
+    const Tensor& t = it->second;
+    if (t.shape() != shape)
+      return FailedPrecondition(m.directory, ": tensor '", name, "' has shape ", t.shape_string(), ", expected ",
+                                shape_string(shape));
+    if (t.dtype() == DType::kF32) return t.clone();
+    Tensor out = Tensor::empty(shape, DType::kF32);
+    GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(t.dtype()), t.raw(), DType::kF32, out.raw(), t.numel(), name));
+    return out;
+  };
+}
+
+Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir) {
+  Arguments args;
+  args.model = m.model;
+  const ModelConfig config = model_config_from_args(args);
+  Comm self = make_self_communicator("world");
+  CheckpointWriter w(save_dir, m.iteration, *self);
+  for (const auto& [name, t] : m.tensors) {
+    if (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16) {
+      GALE_RETURN_IF_ERROR(w.add(name, t));
+    } else {
+      GALE_ASSIGN_OR_RETURN(Tensor f, megatron_tensor_source(m)(name, t.shape()));
+      GALE_RETURN_IF_ERROR(w.add(name, f));
+    }
+  }
+  nlohmann::json sections;
+  sections["gale_trainer_state_version"] = 1;
+  sections["model"] = checkpoint_model_section(config);
+  sections["args"] = model_flags_json(m.model);
+  sections["args"]["vocab_size"] = m.vocab_size;
+  sections["args"]["tensor_model_parallel_size"] = m.tensor_parallel;
+  sections["trainer"] = {{"iteration", m.iteration},
+                         {"consumed_train_samples", m.consumed_train_samples},
+                         {"skipped_train_samples", m.skipped_train_samples},
+                         {"consumed_valid_samples", m.consumed_valid_samples},
+                         {"num_floating_point_operations_so_far", m.floating_point_operations_so_far}};
+  sections["megatron_source"] = {{"directory", source_dir},
+                                 {"format", "torch"},
+                                 {"checkpoint_version", m.checkpoint_version},
+                                 {"tensor_model_parallel_size", m.tensor_parallel},
+                                 {"pipeline_model_parallel_size", m.pipeline_parallel}};
+  return w.commit(sections);
+}
+
+Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& model,
+                                 const std::vector<NamedTensor>& tensors) {
+  const int64_t tp = o.tensor_parallel, pp = o.pipeline_parallel;
+  if (tp <= 0 || pp <= 0)
+    return InvalidArgument("--target-tensor-parallel-size / --target-pipeline-parallel-size: expected positive sizes, "
+                           "found ", tp, " and ", pp);
+  if (model.num_layers % pp)
+    return InvalidArgument("--target-pipeline-parallel-size ", pp, ": the ", model.num_layers,
+                           " layers do not split evenly (Megatron's default split is needed)");
+  const int64_t heads = model.num_attention_heads,
+                groups = model.group_query_attention ? model.num_query_groups : model.num_attention_heads;
+  if (heads % tp || groups % tp || model.ffn_hidden_size % tp)
+    return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide the attention heads (", heads,
+                           "), query groups (", groups, ") and ffn_hidden_size (", model.ffn_hidden_size, ")");
+  if (model.mtp_num_layers != kUnset && model.mtp_num_layers > 0)
+    return Unimplemented("writing Megatron checkpoints of models with multi-token prediction: not supported yet");
+  const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
+  const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
+  const int64_t per_stage = model.num_layers / pp;
+  // The args Namespace: the flags Megatron's check_checkpoint_args and load_args_from_checkpoint read.
+  PyRef ns = PyValue::dict();
+  auto set_int = [&](const char* k, int64_t v) { ns->set(k, PyValue::integer(v)); };
+  auto set_bool = [&](const char* k, bool v) { ns->set(k, PyValue::boolean(v)); };
+  set_int("num_layers", model.num_layers);
+  set_int("hidden_size", model.hidden_size);
+  set_int("ffn_hidden_size", model.ffn_hidden_size);
+  set_int("num_attention_heads", heads);
+  set_int("kv_channels", model.kv_channels != kUnset ? model.kv_channels : model.hidden_size / heads);
+  set_bool("group_query_attention", model.group_query_attention);
+  set_int("num_query_groups", groups);
+  set_int("seq_length", model.seq_length);
+  set_int("max_position_embeddings", model.max_position_embeddings);
+  ns->set("position_embedding_type", PyValue::str(model.position_embedding_type));
+  set_bool("add_position_embedding", model.position_embedding_type == "learned_absolute");
+  set_int("rotary_base", model.rotary_base);
+  ns->set("rotary_percent", PyValue::real(model.rotary_percent));
+  set_bool("rotary_interleaved", model.rotary_interleaved);
+  ns->set("normalization", PyValue::str(model.normalization));
+  ns->set("norm_epsilon", PyValue::real(model.norm_epsilon));
+  set_bool("apply_layernorm_1p", model.apply_layernorm_1p);
+  set_bool("swiglu", model.swiglu);
+  set_bool("squared_relu", model.squared_relu);
+  set_bool("openai_gelu", model.openai_gelu);
+  set_bool("untie_embeddings_and_output_weights", model.untie_embeddings_and_output_weights);
+  set_bool("add_bias_linear", model.add_bias_linear);
+  set_bool("add_qkv_bias", model.add_qkv_bias);
+  set_int("make_vocab_size_divisible_by", model.make_vocab_size_divisible_by);
+  set_int("padded_vocab_size", padded);
+  set_int("vocab_size", vocab);
+  ns->set("tokenizer_type", o.tokenizer_type.empty() ? PyValue::none() : PyValue::str(o.tokenizer_type));
+  set_int("tensor_model_parallel_size", tp);
+  set_int("pipeline_model_parallel_size", pp);
+  ns->set("virtual_pipeline_model_parallel_size", PyValue::none());
+  ns->set("transformer_impl", PyValue::str("local"));
+  ns->set("ckpt_format", PyValue::str("torch"));
+  set_int("iteration", o.iteration);
+  set_int("consumed_train_samples", o.consumed_train_samples);
+  set_int("skipped_train_samples", 0);
+  set_int("consumed_valid_samples", 0);
+  set_bool("no_save_optim", true);
+  set_bool("no_save_rng", true);
+  set_bool("data_parallel_random_init", false);
+  set_bool("fp16", false);
+  set_bool("bf16", false);
+  ns->set("params_dtype", PyValue::global("torch.float32"));
+  PyRef args = PyValue::object("argparse.Namespace", ns);
+
+  // Whole tensors by stage; the vocabulary re-padded for tp.
+  std::map<std::string, Tensor> whole;
+  for (const NamedTensor& nt : tensors) {
+    Tensor t = nt.tensor;
+    if (nt.name.find(".mlp.experts.") != std::string::npos || nt.name.find(".mlp.router.") != std::string::npos ||
+        nt.name.rfind("mtp.", 0) == 0)
+      return Unimplemented("tensor '", nt.name, "': writing MoE or multi-token-prediction layers to Megatron's format is "
+                           "not supported yet");
+    if (nt.name == "embedding.word_embeddings.weight" || nt.name == "output_layer.weight") {
+      Tensor padded_t = Tensor::zeros({padded, t.shape()[1]}, t.dtype());
+      copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
+      t = padded_t;
+    }
+    whole[nt.name] = t;
+  }
+  char iter_name[32];
+  std::snprintf(iter_name, sizeof(iter_name), "iter_%07lld", static_cast<long long>(o.iteration));
+  const std::string iter_dir = o.save_dir + "/" + (o.release ? std::string("release") : std::string(iter_name));
+  const bool swiglu = model.swiglu;
+  for (int64_t p = 0; p < pp; ++p)
+    for (int64_t t = 0; t < tp; ++t) {
+      PyRef sd = PyValue::dict();
+      for (const auto& [name, w] : whole) {
+        int64_t i;
+        std::string rest, local = name;
+        if (layer_of(name, &i, &rest)) {
+          if (i / per_stage != p) continue;
+          local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
+        } else if (name.rfind("embedding.", 0) == 0) {
+          if (p != 0) continue;
+        } else if (name.rfind("output_layer.", 0) == 0 || name.rfind("decoder.final_layernorm.", 0) == 0) {
+          if (p != pp - 1) continue;
+        } else {
+          return Unimplemented("tensor '", name, "' has no place in Megatron-Core's GPT model (not supported yet)");
+        }
+        GALE_ASSIGN_OR_RETURN(Tensor piece, cut(w, split_of(name, swiglu), tp, t, name));
+        sd->set(local, PyValue::tensor(piece.sole_owner() ? piece : piece.clone()));
+      }
+      // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
+      // Engine's FP8 metadata): written as Megatron writes them.
+      for (int64_t i = 0; i < per_stage; ++i)
+        for (const char* linear : {"self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
+                                   "mlp.linear_fc2"})
+          sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
+      if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
+      // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
+      if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
+        GALE_ASSIGN_OR_RETURN(Tensor piece, cut(whole.at("embedding.word_embeddings.weight"), Split::kRows, tp, t,
+                                                "embedding.word_embeddings.weight"));
+        sd->set("output_layer.weight", PyValue::tensor(piece.clone()));
+      }
+      PyRef root = PyValue::dict();
+      root->set("args", args);
+      root->set("checkpoint_version", PyValue::real(3.0));
+      root->set("iteration", PyValue::integer(o.iteration));
+      root->set("model", sd);
+      char rank_name[48];
+      if (pp == 1)
+        std::snprintf(rank_name, sizeof(rank_name), "mp_rank_%02lld", static_cast<long long>(t));
+      else
+        std::snprintf(rank_name, sizeof(rank_name), "mp_rank_%02lld_%03lld", static_cast<long long>(t),
+                      static_cast<long long>(p));
+      const std::string dir = iter_dir + "/" + rank_name;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) return FailedPrecondition(dir, ": cannot create the directory (", ec.message(), ")");
+      GALE_RETURN_IF_ERROR(write_torch_file(dir + "/model_optim_rng.pt", *root));
+    }
+  return write_file_atomically(o.save_dir + "/latest_checkpointed_iteration.txt",
+                               o.release ? std::string("release") : std::to_string(o.iteration));
+}
+
+}  // namespace gale

@@ -1,0 +1,119 @@
+// Megatron-LM's own checkpoints of GPT models (docs/formats/megatron-checkpoint.md): detecting, reading and writing them.
+//
+//   GALE_ASSIGN_OR_RETURN(CheckpointFormat f, detect_checkpoint_format(dir));   // gale, torch, torch_dist, ...
+//   GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir)); // the legacy `torch` format
+//   // m.tensors: Gale's names and whole (global) shapes, the TP/PP/virtual-pipeline pieces merged
+//   GALE_RETURN_IF_ERROR(save_megatron_as_gale(m, "gale-ckpt"));                // an ordinary Gale checkpoint
+//   GALE_RETURN_IF_ERROR(write_megatron_checkpoint(opts, model, tensors));       // Megatron's `torch` format
+//
+// Megatron's legacy format (--ckpt-format torch): <dir>/latest_checkpointed_iteration.txt (an
+// iteration or "release"), <dir>/iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt, each a torch.save
+// of {'args': argparse.Namespace, 'checkpoint_version': 3.0, 'iteration': N, 'model' (or 'model0',
+// 'model1', ... per virtual pipeline chunk): the rank's state dict, optimizer, rng_state, ...}.
+// Megatron-Core's GPT state dict names are Gale's (embedding.word_embeddings.weight,
+// decoder.layers.i.self_attention.linear_qkv.weight, ...), but each pipeline stage (and chunk) numbers
+// its layers from 0, and tensor parallelism splits: rows of linear_qkv (whole query groups: [q heads;
+// k; v] per group), linear_fc1 (with SwiGLU each rank holds [its gate rows; its up rows]),
+// word_embeddings and output_layer (vocabulary rows), and columns of linear_proj and linear_fc2.
+// Transformer Engine's fused names (linear_qkv.layer_norm_weight, linear_fc1.layer_norm_weight and
+// their biases) read as input_layernorm / pre_mlp_layernorm; `_extra_state` entries are skipped.
+// MoE layers, expert parallelism and the `torch_dist` / `torch_dcp` formats: not supported yet
+// (clear errors naming the directory and what was found).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "train/arguments.h"
+#include "train/hf_weights.h"
+
+namespace gale {
+
+enum class CheckpointFormat {
+  kNone,           // no latest_checkpointed_iteration.txt
+  kGale,           // iter_NNNNNNN/metadata.json with Gale's format
+  kMegatronTorch,  // iter_NNNNNNN/mp_rank_*/model_optim_rng.pt
+  kMegatronTorchDist,  // iter_NNNNNNN/.metadata + metadata.json (Megatron's dist_checkpointing)
+  kMegatronTorchDcp,   // iter_NNNNNNN/.metadata only (torch.distributed.checkpoint)
+};
+const char* checkpoint_format_name(CheckpointFormat f);  // "gale", "torch", "torch_dist", ...
+
+// The format of the checkpoint <load_dir> holds at the tracker's iteration (or `step`'s): kNone
+// without a tracker (or without that iteration's directory). An iteration directory none of the
+// formats describes is FailedPrecondition naming it and what it holds.
+StatusOr<CheckpointFormat> detect_checkpoint_format(const std::string& load_dir, int64_t step = kUnset);
+
+struct MegatronCheckpoint {
+  std::string directory;  // the iteration directory read
+  int64_t iteration = 0;  // 0 for "release"
+  bool release = false;
+  double checkpoint_version = 0;
+  int64_t tensor_parallel = 1, pipeline_parallel = 1, virtual_chunks = 1;
+  nlohmann::json args;  // the scalar attributes of Megatron's args Namespace (None left out)
+  ModelArgs model;      // from args, padded_vocab_size = the embedding's rows
+  int64_t vocab_size = 0;  // args.vocab_size when recorded, else padded_vocab_size
+  int64_t consumed_train_samples = 0, consumed_valid_samples = 0, skipped_train_samples = 0;
+  double floating_point_operations_so_far = 0;
+  std::map<std::string, Tensor> tensors;  // Gale names, whole tensors, in the files' dtype
+};
+
+// Reads Megatron's legacy `torch` checkpoint in <load_dir> (the tracker's iteration, or `step`).
+// Errors name the file and what was expected and found: another format (torch_dist: "not supported
+// yet", with Megatron's conversion to --ckpt-format torch), a missing rank file, a pickle without
+// 'model', shards whose shapes disagree, MoE tensors.
+StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset);
+
+// The scalar attributes of the args Namespace of Megatron's torch checkpoint in <load_dir> (rank 0's
+// file; `where` is set to it), for --use-checkpoint-args.
+StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where);
+
+// `m` as a Gale checkpoint in <save_dir>/iter_<m.iteration> (+ tracker): the tensors, "model",
+// "args" (Megatron's model flags), "trainer" (iteration and consumed samples) and "megatron_source".
+Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir);
+
+// A Megatron checkpoint as a Gale checkpoint in a private temporary directory of this process
+// ($TMPDIR/gale_megatron_<pid>_<n>), removed when the object goes: how `gale pretrain` and `gale
+// generate` load a Megatron --load directory through Gale's own reader.
+class TemporaryGaleCheckpoint {
+ public:
+  static StatusOr<TemporaryGaleCheckpoint> write(const MegatronCheckpoint& m, const std::string& source_dir);
+  TemporaryGaleCheckpoint(TemporaryGaleCheckpoint&& other) noexcept : dir_(std::move(other.dir_)) { other.dir_.clear(); }
+  TemporaryGaleCheckpoint& operator=(TemporaryGaleCheckpoint&&) = delete;
+  TemporaryGaleCheckpoint(const TemporaryGaleCheckpoint&) = delete;
+  ~TemporaryGaleCheckpoint();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  TemporaryGaleCheckpoint() = default;
+  std::string dir_;
+};
+
+// A TensorSource over m.tensors (f32 copies; a wrong shape is an error naming the tensor).
+TensorSource megatron_tensor_source(const MegatronCheckpoint& m);
+
+struct MegatronSaveOptions {
+  std::string save_dir;
+  int64_t tensor_parallel = 1;
+  int64_t pipeline_parallel = 1;
+  int64_t iteration = 0;                    // written as iter_NNNNNNN, the tracker and 'iteration'
+  bool release = false;                     // written as release/ with the tracker "release" instead
+  int64_t vocab_size = 0;                   // real vocabulary rows (0: the model's padded size)
+  std::string tokenizer_type;               // recorded in args (Megatron compares it when it has a vocab file)
+  int64_t consumed_train_samples = 0;
+};
+
+// Writes Megatron's legacy `torch` checkpoint of `model` from Gale's whole tensors `tensors` at
+// o.tensor_parallel x o.pipeline_parallel (layers split evenly), with Megatron-Core's local layer
+// names (--transformer-impl local), the vocabulary padded for that TP size as Megatron pads it,
+// checkpoint_version 3.0, the iteration and an args Namespace with the model flags Megatron's
+// check_checkpoint_args compares; no optimizer or RNG state (load it in Megatron with --finetune or
+// --no-load-optim --no-load-rng).
+Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& model,
+                                 const std::vector<NamedTensor>& tensors);
+
+}  // namespace gale

@@ -1,0 +1,234 @@
+// Megatron-LM checkpoints as a user meets them: `gale convert` mg <-> gale / hf and `gale pretrain --load <Megatron dir>`.
+//
+// The fixtures tests/data/megatron/{tp1,tp2pp2} are Megatron core_v0.12.1 GPT checkpoints in the
+// legacy torch format (tools/reference/megatron_ckpt_reference.py; their logits are checked in
+// tests/train/megatron_checkpoint_test.cc). Here: the CLI paths, the round trip of an HF LLaMA
+// through Megatron's format (bit for bit), the refusals, and a pretrain run that continues a
+// Megatron checkpoint at its iteration.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <span>
+
+#include "ckpt/safetensors.h"
+#include "ckpt/temp_dir.h"
+#include "data/indexed_dataset.h"
+#include "cli/log_line.h"
+#include "cli/mpi_cli.h"
+#include "subprocess.h"
+#include "train/hf_files.h"
+
+namespace gale {
+namespace {
+
+using testing_util::TempDir;
+
+std::string megatron(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/megatron/" + name; }
+std::string hf(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
+
+test::RunResult gale(std::vector<std::string> args) {
+  args.insert(args.begin(), GALE_BINARY);
+  return test::run_with_timeout(args, {"OMP_NUM_THREADS=1"}, 300);
+}
+
+test::RunResult convert(const std::string& from, const std::string& to, const std::string& load, const std::string& save,
+                        std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"convert", "--load-model-type", from, "--save-model-type", to,
+                                "--load-dir", load, "--save-dir", save};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return gale(a);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+TEST(ConvertMegatron, MegatronToGaleAndBackAtTp2Pp2) {
+  TempDir tmp;
+  test::RunResult r = convert("mg", "gale", megatron("tp2pp2"), tmp.file("gale"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(iteration 7, checkpoint_version 3, TP 2 x PP 2): 4 layers, hidden 32, vocabulary 50 "
+                          "padded to 64, 36 tensors"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("gale/iter_0000007/metadata.json")));
+  r = convert("gale", "megatron", tmp.file("gale"), tmp.file("mg"),
+              {"--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("load it in Megatron with --no-load-optim --no-load-rng (or --finetune)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_text(tmp.file("mg/latest_checkpointed_iteration.txt")), "7");
+  for (const char* rank : {"mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"})
+    EXPECT_TRUE(std::filesystem::exists(tmp.file(std::string("mg/iter_0000007/") + rank + "/model_optim_rng.pt"))) << rank;
+  // mg -> hf: LayerNorm with RoPE is no HF architecture, which is said.
+  r = convert("mg", "hf", megatron("tp1"), tmp.file("hf"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("LayerNorm"), std::string::npos) << r.output;
+}
+
+// HF -> Megatron (TP 2 x PP 2, Megatron's "release" checkpoint) -> HF returns every tensor bit for
+// bit: LLaMA (GQA, SwiGLU, RMSNorm, untied), GPT-2 (biases, learned positions, tied embeddings: the
+// last stage's copy), Qwen2 (q/k/v biases), Qwen3 (q/k norms).
+TEST(ConvertMegatron, HfModelsRoundTripThroughMegatronsFormat) {
+  for (const char* arch : {"llama", "gpt2", "qwen2", "qwen3"}) {
+    TempDir tmp;
+    test::RunResult r = convert("hf", "mg", hf(arch), tmp.file("mg"),
+                                {"--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2",
+                                 "--tokenizer-type", "HuggingFaceTokenizer"});
+    ASSERT_EQ(r.exit_code, 0) << arch << r.output;
+    EXPECT_EQ(read_text(tmp.file("mg/latest_checkpointed_iteration.txt")), "release");
+    EXPECT_TRUE(std::filesystem::exists(tmp.file("mg/release/mp_rank_01_001/model_optim_rng.pt")));
+    r = convert("megatron", "hf", tmp.file("mg"), tmp.file("hf"));
+    ASSERT_EQ(r.exit_code, 0) << arch << r.output;
+    auto a = HfFiles::open(hf(arch));
+    auto b = SafetensorsFile::open(tmp.file("hf/model.safetensors"));
+    ASSERT_TRUE(a.ok() && b.ok()) << arch;
+    int compared = 0;
+    for (const SafetensorsEntry& e : b->entries()) {
+      Tensor y = b->read(e.name, DType::kF32).value();
+      auto x = a->read(e.name, y.shape());
+      ASSERT_TRUE(x.ok()) << arch << " " << x.status().message();
+      EXPECT_EQ(std::memcmp(x->raw(), y.raw(), y.nbytes()), 0) << arch << " " << e.name;
+      ++compared;
+    }
+    EXPECT_GT(compared, 10) << arch;
+  }
+}
+
+// `gale generate --load <Megatron dir> --use-checkpoint-args`: greedy decoding picks the token
+// Megatron's logits rank first after the reference prompt (21; tests/data/megatron/reference.json).
+TEST(ConvertMegatron, GenerateReadsAMegatronCheckpoint) {
+  for (const char* dir : {"tp1", "tp2pp2"}) {
+    test::RunResult r = gale({"generate", "--load", megatron(dir), "--use-checkpoint-args", "--tokenizer-type",
+                              "NullTokenizer", "--vocab-size", "49", "--prompt", "3 17 42 8 0 49 25 11",
+                              "--max-new-tokens", "1", "--temperature", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("3 17 42 8 0 49 25 11 21\n"), std::string::npos) << dir << "\n" << r.output;
+  }
+}
+
+TEST(ConvertMegatron, Refusals) {
+  TempDir tmp;
+  test::RunResult r = convert("mg", "mg", megatron("tp1"), tmp.file("x"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--load-model-type mg --save-model-type mg: expected one side hf or gale"), std::string::npos)
+      << r.output;
+  // Megatron's torch_dist format: detected, and refused naming the directory.
+  std::filesystem::create_directories(tmp.file("dist/iter_0000002"));
+  std::ofstream(tmp.file("dist/latest_checkpointed_iteration.txt")) << "2";
+  std::ofstream(tmp.file("dist/iter_0000002/.metadata")) << "x";
+  std::ofstream(tmp.file("dist/iter_0000002/metadata.json")) << R"({"sharded_backend": "torch_dist"})";
+  r = convert("mg", "gale", tmp.file("dist"), tmp.file("x"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(tmp.file("dist/iter_0000002") + ": Megatron's torch_dist checkpoint format (.metadata and "
+                                                            "metadata.json): not supported yet"),
+            std::string::npos)
+      << r.output;
+  // A Gale checkpoint given as mg.
+  ASSERT_EQ(convert("mg", "gale", megatron("tp1"), tmp.file("g")).exit_code, 0);
+  r = convert("mg", "hf", tmp.file("g"), tmp.file("x"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("expected Megatron's torch format (mp_rank_* directories), found a Gale checkpoint"),
+            std::string::npos)
+      << r.output;
+}
+
+// `gale pretrain --load <Megatron dir>` continues at Megatron's iteration (7) with its weights;
+// Megatron's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
+// same loss as one process; --pretrained-checkpoint
+// fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
+TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration) {
+  TempDir tmp;
+  {
+    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
+    std::mt19937 rng(5);
+    for (int d = 0; d < 100; ++d) {
+      std::vector<int32_t> doc(20);
+      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 49);
+      const int32_t len = 20;
+      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
+    }
+    ASSERT_TRUE(w->finalize().ok());
+  }
+  const std::vector<std::string> model = {
+      "pretrain", "--num-layers", "4", "--hidden-size", "32", "--ffn-hidden-size", "48", "--num-attention-heads", "4",
+      "--group-query-attention", "--num-query-groups", "2", "--swiglu", "--position-embedding-type", "rope",
+      "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--max-position-embeddings", "16",
+      "--seq-length", "8", "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-4",
+      "--attention-dropout", "0", "--hidden-dropout", "0", "--tokenizer-type", "NullTokenizer", "--vocab-size", "49",
+      "--make-vocab-size-divisible-by", "32", "--data-path", tmp.file("data_text_document"), "--split", "100,0,0",
+      "--eval-iters", "0", "--num-threads", "1", "--save-interval", "1", "--log-interval", "1"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = model;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return gale(a);
+  };
+  test::RunResult r = run({"--train-iters", "8", "--load", megatron("tp2pp2"), "--save", tmp.file("a")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds a Megatron-LM checkpoint: Gale loads its model weights and iteration but not "
+                          "Megatron's optimizer state (not supported yet); pass --no-load-optim (or --finetune)"),
+            std::string::npos)
+      << r.output;
+  r = run({"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--lora-target-modules", "linear_qkv",
+           "--save", tmp.file("lora")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds a Megatron-LM checkpoint (torch format): LoRA on a Megatron base checkpoint is not "
+                          "supported yet"),
+            std::string::npos)
+      << r.output;
+  r = run({"--train-iters", "8", "--load", megatron("tp2pp2"), "--no-load-optim", "--save", tmp.file("b")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp2pp2") + " at iteration 7"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("b/iter_0000008/metadata.json")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("b/iter_0000001")));
+  const std::vector<double> one_process = testing::logged_values(r.output, "lm loss");
+  ASSERT_EQ(one_process.size(), 1u) << r.output;  // iteration 8 only
+  // Two ranks at TP 2 (each converts the Megatron files in its own temporary directory) see the
+  // same loss: the weights are the same, only the reduction order differs (1e-5 relative).
+  std::vector<std::string> mpi = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY};
+  mpi.insert(mpi.end(), model.begin(), model.end());
+  mpi.insert(mpi.end(), {"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--save", tmp.file("d"),
+                         "--tensor-model-parallel-size", "2"});
+  r = test::run_with_timeout(mpi, testing::kMpiEnv, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> two_ranks = testing::logged_values(r.output, "lm loss");
+  ASSERT_EQ(two_ranks.size(), 1u) << r.output;
+  EXPECT_NEAR(two_ranks[0], one_process[0], 1e-5 * one_process[0]);
+  r = run({"--train-iters", "1", "--pretrained-checkpoint", megatron("tp1"), "--save", tmp.file("c")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 0"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("c/iter_0000001/metadata.json")));
+  // --use-checkpoint-args takes the model flags from Megatron's args Namespace.
+  r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("tp1"), "--no-load-optim", "--micro-batch-size", "1",
+            "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8", "--vocab-size", "49",
+            "--make-vocab-size-divisible-by", "128", "--data-path", tmp.file("data_text_document"), "--split", "100,0,0", "--eval-iters", "0",
+            "--num-threads", "1"});
+  EXPECT_EQ(r.exit_code, 1);  // Megatron does not take the vocabulary padding from the checkpoint either
+  EXPECT_NE(r.output.find("checkpoint " + megatron("tp1") + "/iter_0000007 does not match this model: it was saved "
+                          "with padded_vocab_size = 64, this run has 128"),
+            std::string::npos)
+      << r.output;
+  r.output.clear();
+  r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("tp1"), "--no-load-optim", "--micro-batch-size", "1",
+            "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8", "--vocab-size", "49",
+            "--make-vocab-size-divisible-by", "32", "--data-path", tmp.file("data_text_document"), "--split",
+            "100,0,0", "--eval-iters", "0", "--num-threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Setting num_query_groups to 2 from checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 7"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace gale
