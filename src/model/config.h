@@ -212,6 +212,25 @@ struct DsaConfig {
   bool sparse_loss = false; // --dsa-indexer-use-sparse-loss: the KL over the selected keys only
 };
 
+// --is-hybrid-model (Megatron's MambaModel, pretrain_mamba.py): the decoder's layers follow `layers`,
+// one symbol per global layer (model/hybrid_layers.h): 'M' a Mamba layer (model/mamba_mixer.h),
+// '*' an attention-only and '-' an MLP-only transformer layer (model/transformer_layer.h). The
+// Mamba-2 mixer's sizes: d_inner = expand·hidden, nheads = d_inner / headdim, ngroups groups of B
+// and C (each d_state wide), a causal depthwise convolution of width d_conv.
+struct HybridConfig {
+  bool enabled = false;
+  std::string layers;
+  int64_t d_state = 128;  // --mamba-state-dim
+  int64_t headdim = 64;   // --mamba-head-dim
+  int64_t ngroups = 8;    // --mamba-num-groups
+  int64_t expand = 2;
+  int64_t d_conv = 4;
+  bool is_mamba_layer(int64_t layer) const {
+    return enabled && layer >= 0 && layer < static_cast<int64_t>(layers.size()) &&
+           layers[static_cast<size_t>(layer)] == 'M';
+  }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -268,6 +287,7 @@ struct ModelConfig {
   MoeConfig moe;
   LoraConfig lora;
   MlaConfig mla;
+  HybridConfig hybrid;  // --is-hybrid-model
   DsaConfig dsa;  // with mla.enabled
   // --qat-scheme / --qat-quant-block-size (model/qat.h): MX fake-quantised linear weights.
   QatConfig qat;

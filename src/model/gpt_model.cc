@@ -126,7 +126,8 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   for (int64_t i = 0; i < part_.num_layers; ++i)
     layers_.push_back(register_layer_params(params_, c, part_, part_.first_layer + i));
   if (part_.post_process) {
-    norm("decoder.final_layernorm", &final_norm_w_, &final_norm_b_);
+    // Megatron's MambaStack names its final norm final_norm
+    norm(c.hybrid.enabled ? "decoder.final_norm" : "decoder.final_layernorm", &final_norm_w_, &final_norm_b_);
     if (c.mtp_num_layers > 0 && !part_.pre_process) {
       // The MTP layers embed the rolled ids, so a last stage without the embedding holds copies of
       // the first stage's (Megatron's mtp_process embedding; same names, so the same initial

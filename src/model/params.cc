@@ -517,6 +517,21 @@ void ParamBuffer::initialize(uint64_t seed) {
         });
         break;
       }
+      case InitKind::kMambaALog:
+      case InitKind::kMambaDtBias: {
+        const uint64_t stream = param_init_stream(s.whole_model_name());
+        for (int64_t i = 0; i < n; ++i) {
+          const double r = uniform_at(seed, stream, static_cast<uint64_t>(s.global_index(i)));
+          if (s.init == InitKind::kMambaALog) {
+            p[i] = static_cast<float>(std::log(1.0 + 15.0 * r));
+          } else {
+            const double lo = std::log(0.001), hi = std::log(0.1);
+            const double dt = std::max(std::exp(lo + r * (hi - lo)), 1e-4);
+            p[i] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus⁻¹
+          }
+        }
+        break;
+      }
     }
     if (is_split(id)) set_param_values(id, p);
   }

@@ -23,7 +23,9 @@ struct Fp8Config;  // model/fp8.h
 
 // kUniform: U(-init_std, init_std) (LoRA's A: kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in);
 // --init-method-xavier-uniform: bound xavier_uniform_bound of the global shape).
-enum class InitKind { kNormal, kZeros, kOnes, kUniform };
+// kMambaALog: log U(1, 16) (the Mamba mixer's A_log); kMambaDtBias: softplus⁻¹(Δ0) with
+// Δ0 = max(exp(U(log 0.001, log 0.1)), 1e-4) (its dt_bias; model/mamba_mixer.h).
+enum class InitKind { kNormal, kZeros, kOnes, kUniform, kMambaALog, kMambaDtBias };
 
 // ZeRO-3 storage (ParamBuffer::shard_storage, optim/zero3_sync.h): a unit of whole parameters,
 // contiguous in the flat layout, and this rank's shard of it.

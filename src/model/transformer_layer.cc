@@ -197,6 +197,15 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
   return rt.config->moe.shared_overlap || rt.ops->moe_alltoall_overlap || rt.ops->moe_allgather_overlap;
 }
 
+// --is-hybrid-model (model/hybrid_layers.h): an attention layer ('*') has no MLP, an MLP layer ('-')
+// no attention; every other layer (and a GPT model's) has both.
+bool has_attention(const ModelConfig& c, int64_t layer) {
+  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '-';
+}
+bool has_mlp(const ModelConfig& c, int64_t layer) {
+  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '*';
+}
+
 }  // namespace
 
 uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
@@ -211,6 +220,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
   for (int id : mla.all()) ids.push_back(id);
+  for (int id : mamba.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -222,6 +232,10 @@ std::vector<int> LayerParamIds::all() const {
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer) {
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
+  if (c.hybrid.is_mamba_layer(layer)) {
+    w.mamba = register_mamba_params(pb, c, layer);
+    return w;
+  }
   if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
@@ -229,45 +243,50 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
   const bool ln = !c.rms_norm;
   const LayerShares shares = layer_shares(c, part);
-  w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "input_layernorm.weight"), H, part));
-  if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "input_layernorm.bias"), H, part));
-  if (c.mla.enabled) {
-    w.mla = register_mla_params(pb, c, part, layer);
-  } else {
-    // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
-    // gives each TP rank its groups (model/layer_shares.h).
-    w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0, 1, shares.qkv_rows_per_group));
-    if (lora_targets(c.lora, LoraTarget::kQkv))
-      w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
-                                         LoraSplit::kColumn);
-    if (c.qkv_bias())
-      w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0, 1, shares.qkv_rows_per_group));
-    if (c.qk_layernorm) {  // [HD] shared by every head: each TP rank's heads give a partial gradient
-      auto head_norm = [&](const char* name, InitKind init) {
-        ParamSpec s = make_param_spec(layer_name(layer, name), {HD}, init, 0.0f, false);
-        s.sequence_parallel = part.tp_size() > 1;
-        return pb.add(s);
-      };
-      w.q_norm_w = head_norm("self_attention.q_layernorm.weight", norm_weight_init(c));
-      if (ln) w.q_norm_b = head_norm("self_attention.q_layernorm.bias", InitKind::kZeros);
-      w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
-      if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
+  const bool hybrid = c.hybrid.enabled;
+  if (has_attention(c, layer)) {
+    // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear).
+    w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
+    if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
+    if (c.mla.enabled) {
+      w.mla = register_mla_params(pb, c, part, layer);
+    } else {
+      // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
+      // gives each TP rank its groups (model/layer_shares.h).
+      w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0, 1, shares.qkv_rows_per_group));
+      if (lora_targets(c.lora, LoraTarget::kQkv))
+        w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
+                                           LoraSplit::kColumn);
+      if (c.qkv_bias())
+        w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0, 1, shares.qkv_rows_per_group));
+      if (c.qk_layernorm) {  // [HD] shared by every head: each TP rank's heads give a partial gradient
+        auto head_norm = [&](const char* name, InitKind init) {
+          ParamSpec s = make_param_spec(layer_name(layer, name), {HD}, init, 0.0f, false);
+          s.sequence_parallel = part.tp_size() > 1;
+          return pb.add(s);
+        };
+        w.q_norm_w = head_norm("self_attention.q_layernorm.weight", norm_weight_init(c));
+        if (ln) w.q_norm_b = head_norm("self_attention.q_layernorm.bias", InitKind::kZeros);
+        w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
+        if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
+      }
+    }
+    const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
+    // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
+    const int64_t proj_unit = c.mla.enabled ? c.mla.v_head_dim : shares.proj_cols_per_group;
+    w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1, 1, proj_unit));
+    if (lora_targets(c.lora, LoraTarget::kProj))
+      w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
+                                          attn_out, LoraSplit::kRow);
+    if (c.add_bias_linear) {
+      ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
+      b.sequence_parallel = part.sequence_parallel;
+      w.proj_b = pb.add(b);
     }
   }
-  const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
-  // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
-  const int64_t proj_unit = c.mla.enabled ? c.mla.v_head_dim : shares.proj_cols_per_group;
-  w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1, 1, proj_unit));
-  if (lora_targets(c.lora, LoraTarget::kProj))
-    w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
-                                        attn_out, LoraSplit::kRow);
-  if (c.add_bias_linear) {
-    ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
-    b.sequence_parallel = part.sequence_parallel;
-    w.proj_b = pb.add(b);
-  }
-  w.norm2_w = pb.add(norm_weight(c, layer_name(layer, "pre_mlp_layernorm.weight"), H, part));
-  if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, "pre_mlp_layernorm.bias"), H, part));
+  if (!has_mlp(c, layer)) return w;
+  w.norm2_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), H, part));
+  if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_bias" : "pre_mlp_layernorm.bias"), H, part));
   if (c.moe.is_moe_layer(layer)) {
     GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
     const int64_t etp = part.etp ? part.etp->size() : 1, etp_rank = part.etp ? part.etp->rank() : 0;
@@ -304,6 +323,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
+  if (w.mamba.defined()) return mamba_layer_forward(rt, pb, w.mamba, layer, x_in, saved ? &saved->mamba : nullptr);
   if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
@@ -315,40 +335,62 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor norm1_stats;
   const DType gemm_dtype = c.gemm_dtype();
   Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
-  AttentionProblem ap = rt.attention;
-  ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
-  Tensor norm1_out, ctx;
-  if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
-    GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
-    Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-    ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
+  const bool attn = has_attention(c, layer), mlp = has_mlp(c, layer);
+  Tensor norm1_out, ctx, x_mid, norm2_stats, norm2_local;
+  if (!attn) {  // a hybrid model's MLP layer ('-'): its norm on the input, no residual before it
+    x_mid = x_in;
+    norm2_local = norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_in, &norm2_stats);
   } else {
-    const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-    Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
-    if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
-    const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
-    qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
-    if (rt.rope) {
-      ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-      ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+    AttentionProblem ap = rt.attention;
+    ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+    Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
+    if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
+      GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
+      Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+      ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
+    } else {
+      const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+      Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
+      if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
+      const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+      qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
+      if (rt.rope) {
+        ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+        ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+      }
+      CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
+      ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
+            : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
+                         : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
     }
-    CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-    ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
-          : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
-                       : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
+    ctx = to_gemm_input(ctx, gemm_dtype);
+    Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
+    // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
+    x_mid = Tensor::empty({Tl, H});
+    if (!mlp) {  // a hybrid model's attention layer ('*'): the residual add alone
+      ops.bias_dropout_add(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr, x_in.data<float>(),
+                           x_mid.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
+    } else {
+      norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
+      norm2_local = Tensor::empty({Tl, H});
+      ops.bias_dropout_add_norm(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr,
+                                x_in.data<float>(), x_mid.data<float>(), NormSpec{c.rms_norm, c.norm_eps},
+                                NormScale(c, pb, w.norm2_w).data(), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
+                                norm2_local.data<float>(), norm2_stats.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
+    }
+    proj = Tensor();
   }
-  ctx = to_gemm_input(ctx, gemm_dtype);
-  Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
-  // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
-  Tensor x_mid = Tensor::empty({Tl, H});
-  Tensor norm2_stats = Tensor::empty({norm_stats_rows(c), Tl});
-  Tensor norm2_local = Tensor::empty({Tl, H});
-  ops.bias_dropout_add_norm(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr,
-                            x_in.data<float>(), x_mid.data<float>(), NormSpec{c.rms_norm, c.norm_eps},
-                            NormScale(c, pb, w.norm2_w).data(), w.norm2_b >= 0 ? pb.param_data(w.norm2_b) : nullptr,
-                            norm2_local.data<float>(), norm2_stats.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
-  proj = Tensor();
+  if (!mlp) {
+    if (saved) {
+      saved->x_in = x_in;
+      saved->norm1_stats = norm1_stats;
+      saved->norm1_out = !recomputes(rt, layer, c.recompute.norm_layers) ? norm1_out : Tensor();
+      saved->ctx = ctx;
+      saved->lora_qkv_u = u_qkv;
+      saved->lora_proj_u = u_proj;
+    }
+    return x_mid;
+  }
 
   // ---- MLP block ----
   // The MoE MLP routes this rank's own tokens [Tl, H] (no sequence-parallel all-gather).
@@ -427,6 +469,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return d_out;
+  if (w.mamba.defined()) return mamba_layer_backward(rt, pb, w.mamba, layer, s.mamba, d_out);
   if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
@@ -436,76 +479,85 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   const NormSpec norm{c.rms_norm, c.norm_eps};
   auto grad_or_null = [&](int id) { return id >= 0 ? pb.grad_data(id) : nullptr; };
 
-  // ---- MLP block ----  d_x_mid starts as d_out (residual), later += norm2 backward.
-  Tensor d_fc2 = Tensor::empty({Tl, H});
-  ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
-                                hidden_dropout(rt, layer, 2));
-  Tensor d_norm2;
-  if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
-    if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
-      FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
-      GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
-      moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
-                  B, nullptr, moe_jitter_key(rt, layer), moe_zero_memory(rt, layer), part.ep_hot_groups);
-    }
-    Tensor d_shared;  // --moe-shared-expert-overlap / --moe-alltoall-overlap-comm: during the gradients' dispatch
-    const auto run_shared = [&] {
-      if (!s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe), --moe-zero-memory level1
-        FlopCountRecompute recompute;
-        GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": shared-expert rerun without the MoE's input";
-        shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
-      }
-      d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2, rt.weight_grads);
-    };
-    d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
-                           w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared)
-                                                                            : nullptr,
-                           rt.weight_grads);
-    if (w.shared.defined()) {
-      if (!d_shared.defined()) run_shared();
-      add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
-    }
-    s.mlp_in = Tensor();
-    d_fc2 = Tensor();
-    s.norm2_out = Tensor();
+  Tensor d_x_mid;
+  if (!has_mlp(c, layer)) {  // a hybrid model's attention layer ('*')
+    d_x_mid = d_out;
   } else {
-    if (!s.fc1_out.defined()) {  // --recompute-modules mlp: rerun the MLP's forward up to fc2's input
-      FlopCountRecompute recompute;
-      Tensor in = s.mlp_in;
-      if (!in.defined()) {  // with layernorm recompute: from x_mid
-        Tensor stats;
-        in = to_gemm_input(norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats), c.gemm_dtype());
+    // ---- MLP block ----  d_x_mid starts as d_out (residual), later += norm2 backward.
+    Tensor d_fc2 = Tensor::empty({Tl, H});
+    ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
+                                  hidden_dropout(rt, layer, 2));
+    Tensor d_norm2;
+    if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
+      if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
+        FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
+        GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
+        moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
+                    B, nullptr, moe_jitter_key(rt, layer), moe_zero_memory(rt, layer), part.ep_hot_groups);
+      }
+      Tensor d_shared;  // --moe-shared-expert-overlap / --moe-alltoall-overlap-comm: during the gradients' dispatch
+      const auto run_shared = [&] {
+        if (!s.shared.x.defined()) {  // --recompute-modules shared_experts (or moe), --moe-zero-memory level1
+          FlopCountRecompute recompute;
+          GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": shared-expert rerun without the MoE's input";
+          shared_expert_forward(c, ops, pb, w.shared, part, s.mlp_in, &s.shared);
+        }
+        d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2, rt.weight_grads);
+      };
+      d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
+                             w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared)
+                                                                              : nullptr,
+                             rt.weight_grads);
+      if (w.shared.defined()) {
+        if (!d_shared.defined()) run_shared();
+        add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
       }
       s.mlp_in = Tensor();
-      s.fc1_out = column_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, in, &s.norm2_out, &s.lora_fc1_u);
-      in = Tensor();
-      s.act = activation_forward(rt, s.fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
-      if (w.lora_fc2.defined()) adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, s.act, &s.lora_fc2_u);
+      d_fc2 = Tensor();
+      s.norm2_out = Tensor();
+    } else {
+      if (!s.fc1_out.defined()) {  // --recompute-modules mlp: rerun the MLP's forward up to fc2's input
+        FlopCountRecompute recompute;
+        Tensor in = s.mlp_in;
+        if (!in.defined()) {  // with layernorm recompute: from x_mid
+          Tensor stats;
+          in = to_gemm_input(norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats), c.gemm_dtype());
+        }
+        s.mlp_in = Tensor();
+        s.fc1_out = column_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, in, &s.norm2_out, &s.lora_fc1_u);
+        in = Tensor();
+        s.act = activation_forward(rt, s.fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
+        if (w.lora_fc2.defined()) adapted_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, s.act, &s.lora_fc2_u);
+      }
+      if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
+      Tensor d_act = row_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2, s.act, s.lora_fc2_u);  // [T, Fl]
+      d_fc2 = Tensor();
+      s.act = Tensor();
+      Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
+      mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(),
+                                      grad_or_null(w.fc1_b), T, Fl);
+      d_act = Tensor();
+      s.fc1_out = Tensor();
+      if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)
+        Tensor stats;
+        s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
+      }
+      d_norm2 = column_linear_backward(rt, pb, w.fc1_w, w.lora_fc1, d_fc1, s.norm2_out, s.lora_fc1_u);
+      d_fc1 = Tensor();
+      s.norm2_out = Tensor();
     }
-    if (!s.act.defined()) s.act = activation_forward(rt, s.fc1_out.data<float>(), nullptr, T, Fl);  // recomputed
-    Tensor d_act = row_linear_backward(rt, pb, w.fc2_w, w.lora_fc2, d_fc2, s.act, s.lora_fc2_u);  // [T, Fl]
-    d_fc2 = Tensor();
-    s.act = Tensor();
-    Tensor d_fc1 = Tensor::empty(s.fc1_out.shape());
-    mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(),
-                                    grad_or_null(w.fc1_b), T, Fl);
-    d_act = Tensor();
-    s.fc1_out = Tensor();
-    if (!s.norm2_out.defined()) {  // recomputed from x_mid (forward fused it with the residual add)
-      Tensor stats;
-      s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
-    }
-    d_norm2 = column_linear_backward(rt, pb, w.fc1_w, w.lora_fc1, d_fc1, s.norm2_out, s.lora_fc1_u);
-    d_fc1 = Tensor();
-    s.norm2_out = Tensor();
+    d_x_mid = Tensor::empty({Tl, H});
+    ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), NormScale(c, pb, w.norm2_w).data(),
+                      s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
+                      grad_or_null(w.norm2_b), Tl, H);
+    add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
+    d_norm2 = Tensor();
+    s.x_mid = s.norm2_stats = Tensor();
   }
-  Tensor d_x_mid = Tensor::empty({Tl, H});
-  ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), NormScale(c, pb, w.norm2_w).data(),
-                    s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
-                    grad_or_null(w.norm2_b), Tl, H);
-  add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
-  d_norm2 = Tensor();
-  s.x_mid = s.norm2_stats = Tensor();
+  if (!has_attention(c, layer)) {  // a hybrid model's MLP layer ('-'): x_mid is x_in
+    s.x_in = Tensor();
+    return d_x_mid;
+  }
 
   // ---- attention block ----
   Tensor d_proj = Tensor::empty({Tl, H});

@@ -22,6 +22,7 @@
 #include "model/core_attention.h"
 #include "model/layer_runtime.h"
 #include "model/lora.h"
+#include "model/mamba_mixer.h"
 #include "model/mla_attention.h"
 #include "model/moe_layer.h"
 #include "model/moe_shared_expert.h"
@@ -40,12 +41,15 @@ struct LayerParamIds {
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
   LoraIds lora_qkv, lora_proj, lora_fc1, lora_fc2;  // --lora-target-modules adapters (model/lora.h)
+  MambaParamIds mamba;  // --is-hybrid-model: a Mamba layer ('M'; model/mamba_mixer.h) has only these
   std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
 // Registers the parameters of global layer `layer` (its MLP a MoE MLP where config.moe says so) with their
 // Megatron names, TP splits and init.
 // A --noop-layers layer registers none (every id -1); its forward and backward are the identity.
+// A Mamba layer of --is-hybrid-model registers only LayerParamIds::mamba; its forward and backward
+// are model/mamba_mixer.h's.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
@@ -74,6 +78,7 @@ struct LayerSaved {
   MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)
   SharedExpertSaved shared;  // MoE layers with a shared expert
   Tensor lora_qkv_u, lora_proj_u, lora_fc1_u, lora_fc2_u;  // x·Aᵀ [T, r] of each adapted linear
+  MambaLayerSaved mamba;  // a Mamba layer's state (every other field stays undefined)
 };
 
 // Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.

@@ -98,6 +98,16 @@ struct ModelArgs {
   int64_t mtp_num_layers = kUnset;
   double mtp_loss_scaling_factor = 0.1;
 
+  // Megatron's hybrid Mamba model (pretrain_mamba.py; train/arguments_hybrid.cc, model/mamba_mixer.h,
+  // model/hybrid_layers.h): --is-hybrid-model, the layer allocation and the Mamba-2 mixer's sizes.
+  bool is_hybrid_model = false;
+  double hybrid_attention_ratio = 0.0;
+  double hybrid_mlp_ratio = 0.0;
+  std::string hybrid_override_pattern;  // "" (None)
+  int64_t mamba_state_dim = 128;
+  int64_t mamba_head_dim = 64;
+  int64_t mamba_num_groups = 8;
+
   // Megatron-Core multi-latent attention (train/arguments_mla.cc, model/mla_attention.h).
   bool multi_latent_attention = false;
   int64_t q_lora_rank = kUnset;  // None: a direct query projection
@@ -757,6 +767,7 @@ struct ProfileArgs {
 struct MegatronCompatArgs {
   std::string moe_router_dtype = "fp32";     // --moe-router-dtype
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
+  std::vector<std::string> spec;  // --spec: only Megatron's Mamba stack spec, with --is-hybrid-model
   std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
 };
 
@@ -819,6 +830,8 @@ void add_lora_args(ArgParser& p, LoraArgs& a);
 void add_dpo_args(ArgParser& p, DpoArgs& a);
 // --multi-latent-attention and its sizes (Megatron names and defaults; train/arguments_mla.cc).
 void add_mla_args(ArgParser& p, ModelArgs& a);
+// --is-hybrid-model and the Mamba flags (Megatron names and defaults; train/arguments_hybrid.cc).
+void add_hybrid_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
@@ -910,6 +923,8 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p);
 // The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
 // After the model and parallel flags.
 Status validate_mla_args(Arguments& a, const ArgParser& p);
+// The hybrid model's layer allocation, sizes and what it cannot be combined with yet.
+Status validate_hybrid_args(const Arguments& a, const ArgParser& p);
 // --mtp-num-layers (at least 1) and --mtp-loss-scaling-factor, and what MTP does not compose with
 // yet (pipeline and context parallelism). After the model and parallel flags.
 Status validate_mtp_args(Arguments& a);

@@ -26,7 +26,6 @@ const std::vector<Reason>& unsupported_flags() {
         "--fp8-reuse-quantized-weight", "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu",
         "--te-comparison-with-bf16"}},
       {"legacy Megatron models (Gale implements the MCore GPT model)", {"--use-legacy-models"}},
-      {"custom layer specs", {"--spec"}},
       {"encoder-decoder models",
        {"--encoder-num-layers", "--decoder-num-layers", "--encoder-seq-length", "--decoder-seq-length",
         "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
@@ -46,9 +45,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"per-group NCCL communicator settings", {"--nccl-communicator-config-path"}},
       {"ring-exchange pipeline communication (a custom PyTorch build)", {"--use-ring-exchange-p2p"}},
       {"the workload inspector server", {"--run-workload-inspector-server"}},
-      {"hybrid Mamba models",
-       {"--is-hybrid-model", "--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--hybrid-override-pattern",
-        "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"}},
       {"multimodal rotary embeddings", {"--mrope-section"}},
       {"heterogeneous layer configurations",
        {"--heterogeneous-layers-config-path", "--heterogeneous-layers-config-encoded-json"}},
@@ -218,6 +214,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
     for (const char* flag : r.flags) p.add_rejected(flag, r.why);
   p.group("compatibility");
   for (const Compat& c : compat_flags()) p.add_compat(c.flag, c.takes_value, c.note);
+  p.add_list("--spec", &a.spec,
+             "Megatron's layer-spec module and name: only megatron.core.models.mamba.mamba_layer_specs "
+             "mamba_stack_spec (what pretrain_mamba.py needs) with --is-hybrid-model; other custom specs are not "
+             "supported yet");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.

@@ -75,6 +75,13 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
                       {"rotary_scaling_factor", m.rotary_scaling_factor},
                       {"mscale", m.mscale},
                       {"mscale_all_dim", m.mscale_all_dim}};
+  if (m.is_hybrid_model) {  // absent: a GPT model
+    j["is_hybrid_model"] = true;
+    j["hybrid_override_pattern"] = m.hybrid_override_pattern;
+    j["mamba_state_dim"] = m.mamba_state_dim;
+    j["mamba_head_dim"] = m.mamba_head_dim;
+    j["mamba_num_groups"] = m.mamba_num_groups;
+  }
   if (m.experimental_attention_variant == "dsa") {  // absent: dense attention
     j["experimental_attention_variant"] = "dsa";
     j["dsa_indexer_n_heads"] = m.dsa_indexer_n_heads;
@@ -230,6 +237,14 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     std::sort(m.noop_layers.begin(), m.noop_layers.end());
     for (size_t i = 0; i < m.noop_layers.size(); ++i)
       m.noop_layers_flag += (i ? "," : "") + std::to_string(m.noop_layers[i]);
+  }
+  // The hybrid Mamba model (absent: a GPT model).
+  if (auto it = args.find("is_hybrid_model"); it != args.end() && it->is_boolean() && it->get<bool>()) {
+    m.is_hybrid_model = true;
+    GALE_RETURN_IF_ERROR(get(args, "hybrid_override_pattern", where, &m.hybrid_override_pattern));
+    GALE_RETURN_IF_ERROR(get(args, "mamba_state_dim", where, &m.mamba_state_dim));
+    GALE_RETURN_IF_ERROR(get(args, "mamba_head_dim", where, &m.mamba_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "mamba_num_groups", where, &m.mamba_num_groups));
   }
   // Multi-latent attention (absent in checkpoints saved before Gale had it: standard attention).
   if (args.contains("qk_layernorm"))  // the per-head q/k norms, or MLA's latent norms

@@ -200,6 +200,9 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
+  if (model.is_hybrid_model)
+    return Unimplemented(r.directory(), ": a hybrid Mamba model (--is-hybrid-model) is not written in Hugging Face's "
+                         "format yet");
   if (o.mtp_num_layers != kUnset) {
     const int64_t saved = model.mtp_num_layers == kUnset ? 0 : model.mtp_num_layers;
     if (o.mtp_num_layers < 0 || o.mtp_num_layers > saved)

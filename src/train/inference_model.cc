@@ -31,6 +31,7 @@ Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache)
 
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
+  add_hybrid_args(parser, args.model);  // refused below, but known
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   add_lora_args(parser, args.lora);
@@ -79,6 +80,9 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
     GALE_ASSIGN_OR_RETURN(args.model, model_args_from_json(saved, where));
     GALE_ASSIGN_OR_RETURN(args.moe, moe_args_from_json(saved, where, args.model.num_layers));
   }
+  if (args.model.is_hybrid_model)
+    return Unimplemented("--is-hybrid-model: inference (gale generate, evaluate, chat) is not supported yet: the "
+                         "Mamba layers have no incremental state");
   GALE_ASSIGN_OR_RETURN(m->tokenizer, build_pretrain_tokenizer(args));
   if (!args.checkpoint.use_checkpoint_args)
     args.model.padded_vocab_size =

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "model/hybrid_layers.h"
 #include "train/batch_size_rampup.h"
 
 namespace gale {
@@ -34,6 +35,15 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.add_qkv_bias = m.add_qkv_bias;
   c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
+  if (m.is_hybrid_model) {  // validated (train/arguments_hybrid.cc)
+    c.hybrid.enabled = true;
+    GALE_CHECK(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
+                                      m.hybrid_override_pattern, &c.hybrid.layers)
+                   .ok());
+    c.hybrid.d_state = m.mamba_state_dim;
+    c.hybrid.headdim = m.mamba_head_dim;
+    c.hybrid.ngroups = m.mamba_num_groups;
+  }
   c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone
                : m.position_embedding_type == "alibi" ? PositionEmbedding::kAlibi

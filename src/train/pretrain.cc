@@ -1,6 +1,7 @@
 // The pretrain driver: wires arguments, features, data, engine, checkpoints and the trainer.
 #include "train/pretrain.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <cstdlib>
@@ -356,6 +357,13 @@ int pretrain_main(int argc, char** argv) {
                       padding * 8, " bytes: 4 of f32 value and 4 of f32 gradient each)"));
   print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
                     engine.ps.coords().pp, "): ", params));
+  if (args.model.is_hybrid_model && !engine.chunks.empty()) {  // Megatron's allocation report
+    const std::string& layers = engine.chunks.front()->config().hybrid.layers;
+    print_rank0(str_cat("Hybrid allocation (M is mamba, * is attention, - is mlp): ", layers, " (",
+                        std::count(layers.begin(), layers.end(), '*'), " attention, ",
+                        std::count(layers.begin(), layers.end(), '-'), " mlp, ",
+                        std::count(layers.begin(), layers.end(), 'M'), " mamba layers)"));
+  }
   if (args.training.reuse_fp32_param) {
     int64_t bytes = 0;
     for (const auto& c : engine.chunks) bytes += c->params().value_bytes();

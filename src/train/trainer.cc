@@ -15,6 +15,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
+#include "model/hybrid_layers.h"
 #include "schedule/schedules.h"
 #include "data/pairwise_dataset.h"
 #include "train/dpo.h"
@@ -223,6 +224,20 @@ FlopsModel Trainer::flops_model() const {
   f.ffn = m.ffn_hidden_size;
   f.padded_vocab = m.padded_vocab_size;
   f.swiglu = m.swiglu;
+  if (m.is_hybrid_model) {
+    std::string layers;  // validated at start-up
+    GALE_CHECK(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
+                                      m.hybrid_override_pattern, &layers)
+                   .ok());
+    f.hybrid = true;
+    f.gqa = m.group_query_attention;
+    f.attention_layers = std::count(layers.begin(), layers.end(), '*');
+    f.mlp_layers = std::count(layers.begin(), layers.end(), '-');
+    f.mamba_layers = std::count(layers.begin(), layers.end(), 'M');
+    f.mamba_state_dim = m.mamba_state_dim;
+    f.mamba_head_dim = m.mamba_head_dim;
+    f.mamba_num_groups = m.mamba_num_groups;
+  }
   if (args_.moe.enabled()) {
     for (size_t i = 0; i < args_.moe.layer_pattern.size(); ++i)  // MoE layers that are not noop layers
       f.num_moe_layers += args_.moe.layer_pattern[i] != 0 &&

@@ -9,7 +9,30 @@
 
 namespace gale {
 
+namespace {
+
+// Megatron's hybrid_flops (training.py, core_v0.12.1): 3 × the forward's attention, MLP, Mamba
+// (in_proj, a 7·d_inner·N scan estimate, out_proj) and logits products.
+double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
+  const double bs = static_cast<double>(batch_size) * static_cast<double>(m.seq_length);
+  const double h = static_cast<double>(m.hidden);
+  const double p = static_cast<double>(m.kv_channels) * static_cast<double>(m.heads) / h;
+  const double g = static_cast<double>(m.gqa ? m.query_groups : m.heads);
+  const double attention = 4.0 * bs * h * p * (h + h * (g / static_cast<double>(m.heads)) + m.seq_length / 2.0);
+  const double mlp = 4.0 * (static_cast<double>(m.ffn) / h) * (m.swiglu ? 1.5 : 1.0) * bs * h * h;
+  const double d_in = 2.0 * h;
+  const double nheads = std::floor(d_in / static_cast<double>(m.mamba_head_dim));
+  const double mamba = 2.0 * bs * h * (2.0 * d_in + 2.0 * m.mamba_num_groups * m.mamba_state_dim + nheads) +
+                       7.0 * bs * d_in * m.mamba_state_dim + 2.0 * bs * d_in * h;
+  const double forward = m.attention_layers * attention + m.mlp_layers * mlp + m.mamba_layers * mamba +
+                         2.0 * bs * h * static_cast<double>(m.padded_vocab);
+  return 3.0 * forward;
+}
+
+}  // namespace
+
 double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
+  if (m.hybrid) return hybrid_flops(m, batch_size);
   const double h = static_cast<double>(m.hidden);
   const double gated = m.swiglu ? 1.5 : 1.0;
   const double query_projection_ratio = static_cast<double>(m.kv_channels) * m.heads / h;

@@ -21,6 +21,12 @@ struct FlopsModel {
   // --mtp-num-layers D: num_layers and num_moe_layers count the D MTP transformer layers too, and
   // the formula adds their norms and eh_proj and D more output-layer products (Megatron's).
   int64_t mtp_num_layers = 0;
+  // --is-hybrid-model: Megatron's hybrid_flops instead (attention, MLP and Mamba layers counted
+  // from the allocation; `gqa` = --group-query-attention with query_groups its groups).
+  bool hybrid = false;
+  bool gqa = false;
+  int64_t attention_layers = 0, mlp_layers = 0, mamba_layers = 0;
+  int64_t mamba_state_dim = 0, mamba_head_dim = 0, mamba_num_groups = 0;
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).

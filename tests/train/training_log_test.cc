@@ -133,3 +133,48 @@ TEST(Flops, MoeWithASharedExpertByHand) {
 
 }  // namespace
 }  // namespace gale
+
+namespace gale {
+namespace {
+
+// --is-hybrid-model: Megatron's hybrid_flops, values from its training.py (core_v0.12.1) functions
+// run standalone: 2 × 32 tokens, hidden 64, "M*-M" (state 16, heads of 16, 2 groups), 4 heads of
+// 16 without GQA, FFN 256, vocabulary 4224; and 3 × 128 tokens, hidden 256, 2 attention, 5 Mamba
+// (Megatron's default sizes) and 1 MLP layer, 8 heads of 32 in 2 groups, SwiGLU FFN 704, vocab 32000.
+TEST(TrainingLog, HybridFlopsAreMegatrons) {
+  FlopsModel m;
+  m.hybrid = true;
+  m.seq_length = 32;
+  m.hidden = 64;
+  m.heads = 4;
+  m.query_groups = 4;
+  m.kv_channels = 16;
+  m.ffn = 256;
+  m.padded_vocab = 4224;
+  m.attention_layers = 1;
+  m.mamba_layers = 2;
+  m.mlp_layers = 1;
+  m.mamba_state_dim = 16;
+  m.mamba_head_dim = 16;
+  m.mamba_num_groups = 2;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0);
+  m.seq_length = 128;
+  m.hidden = 256;
+  m.heads = 8;
+  m.gqa = true;
+  m.query_groups = 2;
+  m.kv_channels = 32;
+  m.ffn = 704;
+  m.swiglu = true;
+  m.padded_vocab = 32000;
+  m.attention_layers = 2;
+  m.mamba_layers = 5;
+  m.mlp_layers = 1;
+  m.mamba_state_dim = 128;
+  m.mamba_head_dim = 64;
+  m.mamba_num_groups = 8;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 3), 34261696512.0);
+}
+
+}  // namespace
+}  // namespace gale

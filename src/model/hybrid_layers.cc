@@ -1,0 +1,83 @@
+// Megatron's hybrid layer allocation: ratios spread evenly, or an explicit pattern.
+#include "model/hybrid_layers.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gale {
+
+namespace {
+
+// Python's round() of a non-negative value: half to even.
+int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
+
+std::string allocate_auto(int64_t L, double attention_ratio, double mlp_ratio) {
+  std::string t(static_cast<size_t>(L), kHybridMamba);
+  const int64_t attention = round_half_even(static_cast<double>(L) * attention_ratio);
+  int64_t mamba = L - attention;
+  const double section = static_cast<double>(mamba) / static_cast<double>(attention + 1);
+  double x = section;
+  for (int64_t l = 0; l < L; ++l) {
+    if (x < 0.5) {
+      t[static_cast<size_t>(l)] = kHybridAttention;
+      x += section;
+    } else {
+      x -= 1.0;
+    }
+  }
+  const int64_t mlp = round_half_even(static_cast<double>(L) * mlp_ratio);
+  if (mlp > 0) {
+    mamba -= mlp;
+    const double per_mlp = static_cast<double>(mamba) / static_cast<double>(mlp);
+    x = per_mlp;
+    for (int64_t l = 0; l < L; ++l) {
+      if (t[static_cast<size_t>(l)] != kHybridMamba) continue;
+      if (x < 0.5) {
+        t[static_cast<size_t>(l)] = kHybridMlp;
+        x += per_mlp;
+      } else {
+        x -= 1.0;
+      }
+    }
+  }
+  return t;
+}
+
+bool counts_match(const std::string& a, const std::string& b) {
+  for (char s : {kHybridMamba, kHybridAttention, kHybridMlp})
+    if (std::count(a.begin(), a.end(), s) != std::count(b.begin(), b.end(), s)) return false;
+  return true;
+}
+
+}  // namespace
+
+Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
+                              const std::string& override_pattern, std::string* layers) {
+  if (num_layers <= 0) return InvalidArgument("--num-layers: expected a positive count for the hybrid model, found ", num_layers);
+  if (!(attention_ratio >= 0.0 && attention_ratio <= 1.0))
+    return InvalidArgument("--hybrid-attention-ratio: expected a value in [0, 1], found ", attention_ratio);
+  if (!(mlp_ratio >= 0.0 && mlp_ratio <= 1.0))
+    return InvalidArgument("--hybrid-mlp-ratio: expected a value in [0, 1], found ", mlp_ratio);
+  if (attention_ratio + mlp_ratio > 1.0)
+    return InvalidArgument("--hybrid-attention-ratio + --hybrid-mlp-ratio: expected at most 1, found ",
+                           attention_ratio + mlp_ratio);
+  std::string t = allocate_auto(num_layers, attention_ratio, mlp_ratio);
+  if (!override_pattern.empty()) {
+    if (static_cast<int64_t>(override_pattern.size()) != num_layers)
+      return InvalidArgument("--hybrid-override-pattern: the pattern has the wrong length: expected ", num_layers,
+                             " symbols (--num-layers), found ", override_pattern.size(), " ('", override_pattern, "')");
+    for (char s : override_pattern)
+      if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp)
+        return InvalidArgument("--hybrid-override-pattern: '", std::string(1, s),
+                               "' is not a layer symbol: expected one of M (Mamba), * (attention), - (MLP)");
+    if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(override_pattern, t))
+      return InvalidArgument("--hybrid-override-pattern: the number of each type of layer in the pattern ('",
+                             override_pattern, "') must match the number in the pattern the ratios give ('", t,
+                             "')");
+    t = override_pattern;
+  }
+  *layers = t;
+  return Status::Ok();
+}
+
+}  // namespace gale

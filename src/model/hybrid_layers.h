@@ -1,0 +1,30 @@
+// Megatron's hybrid layer allocation (--is-hybrid-model): which decoder layers are Mamba, attention or MLP.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace gale {
+
+// The layer symbols of a hybrid model (Megatron's mamba_hybrid_layer_allocation Symbols).
+inline constexpr char kHybridMamba = 'M';
+inline constexpr char kHybridAttention = '*';
+inline constexpr char kHybridMlp = '-';
+
+// The layer types of a `num_layers`-layer hybrid model, one symbol per layer, as Megatron's
+// allocate_layers computes them:
+//   attention: round(L·attention_ratio) layers (round half to even, as Python's round) spread so
+//     that the Mamba runs between them are even, starting and ending with Mamba: walking the layers
+//     with a budget x = m / (a + 1) (m Mamba layers, a attention layers), a layer is attention
+//     when x < 0.5 (then x += m / (a + 1)), else x −= 1;
+//   MLP: round(L·mlp_ratio) of the remaining Mamba layers, by the same walk over them with
+//     x = (m − mlp) / mlp;
+//   `override_pattern` (non-empty: --hybrid-override-pattern) replaces the result; it must have L
+//     symbols from {M, *, -} and, when either ratio is positive, as many layers of each type.
+// Errors name the flag, what was expected and what was found.
+Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
+                              const std::string& override_pattern, std::string* layers);
+
+}  // namespace gale

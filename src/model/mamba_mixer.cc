@@ -1,0 +1,407 @@
+// Mamba-2 mixer (in_proj, causal conv, selective scan, gated RMSNorm, out_proj) and the Mamba layer, forward and backward.
+#include "model/mamba_mixer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/threads.h"
+#include "model/norm_weight.h"
+#include "model/param_builders.h"
+#include "model/transformer_layer.h"
+
+namespace gale {
+
+namespace {
+
+constexpr float kGatedNormEps = 1e-5f;  // Megatron's MambaMixer norm
+
+inline float sigmoidf(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline float siluf(float v) { return v * sigmoidf(v); }
+inline float dsiluf(float v) {
+  const float s = sigmoidf(v);
+  return s * (1.0f + v * (1.0f - s));
+}
+// torch.nn.functional.softplus (beta 1, threshold 20).
+inline float softplusf(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+std::string mixer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".mixer.", rest); }
+
+// Layout of one in_proj row: z [DI], xBC [conv_dim] (x [DI], B [G·N], C [G·N]), dt [NH].
+struct Offsets {
+  int64_t R, xbc, dt;
+  explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
+};
+
+// conv_pre = conv(xBC) along s of each sample, bias included.
+void conv_forward(const MambaDims& d, const float* w, const float* bias, const float* zx, float* out, int64_t S,
+                  int64_t B) {
+  const Offsets o(d);
+  const int64_t CD = d.conv_dim(), K = d.K;
+  parallel_for(S * B, 64, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t) {
+      const int64_t s = t / B, b = t % B;
+      float* y = out + t * CD;
+      for (int64_t c = 0; c < CD; ++c) y[c] = bias[c];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s2 = s - K + 1 + k;
+        if (s2 < 0) continue;
+        const float* in = zx + (s2 * B + b) * o.R + o.xbc;
+        for (int64_t c = 0; c < CD; ++c) y[c] += w[c * K + k] * in[c];
+      }
+    }
+  });
+}
+
+// The gated norm's g = y·silu(z) of row t.
+inline float gate(const float* y, const float* zx, int64_t t, int64_t DI, int64_t R, int64_t i) {
+  return y[t * DI + i] * siluf(zx[t * R + i]);
+}
+
+}  // namespace
+
+MambaDims MambaDims::of(const ModelConfig& c) {
+  MambaDims d;
+  d.H = c.hidden;
+  d.DI = c.hybrid.expand * c.hidden;
+  d.P = c.hybrid.headdim;
+  d.NH = d.P > 0 ? d.DI / d.P : 0;
+  d.G = c.hybrid.ngroups;
+  d.N = c.hybrid.d_state;
+  d.K = c.hybrid.d_conv;
+  return d;
+}
+
+std::vector<int> MambaParamIds::all() const {
+  std::vector<int> ids;
+  for (int id : {norm_w, norm_b, in_proj, conv_w, conv_b, a_log, d, dt_bias, gnorm_w, out_proj})
+    if (id >= 0) ids.push_back(id);
+  return ids;
+}
+
+MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+  const MambaDims d = MambaDims::of(c);
+  MambaParamIds w;
+  const float conv_bound = 1.0f / std::sqrt(static_cast<float>(d.K));  // kaiming_uniform(a=√5), fan_in K
+  w.norm_w = pb.add(make_param_spec(mixer_name(layer, "in_proj.layer_norm_weight"), {d.H}, norm_weight_init(c), 0, false));
+  if (!c.rms_norm)
+    w.norm_b = pb.add(make_param_spec(mixer_name(layer, "in_proj.layer_norm_bias"), {d.H}, InitKind::kZeros, 0, false));
+  w.in_proj = pb.add(gemm_weight(make_param_spec(mixer_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
+                                                 InitKind::kNormal, c.init_std, true)));
+  w.conv_w = pb.add(make_param_spec(mixer_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
+                                    conv_bound, true));
+  w.conv_b = pb.add(make_param_spec(mixer_name(layer, "conv1d.bias"), {d.conv_dim()}, InitKind::kUniform, conv_bound,
+                                    false));
+  w.a_log = pb.add(make_param_spec(mixer_name(layer, "A_log"), {d.NH}, InitKind::kMambaALog, 0, false));
+  w.d = pb.add(make_param_spec(mixer_name(layer, "D"), {d.NH}, InitKind::kOnes, 0, false));
+  w.dt_bias = pb.add(make_param_spec(mixer_name(layer, "dt_bias"), {d.NH}, InitKind::kMambaDtBias, 0, false));
+  w.gnorm_w = pb.add(make_param_spec(mixer_name(layer, "norm.weight"), {d.DI}, InitKind::kOnes, 0, false));
+  const float out_std = c.init_std / std::sqrt(static_cast<float>(c.num_layers));  // Megatron's rescale, 1 residual
+  w.out_proj = pb.add(gemm_weight(make_param_spec(mixer_name(layer, "out_proj.weight"), {d.H, d.DI}, InitKind::kNormal,
+                                                  out_std, true)));
+  return w;
+}
+
+MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds& w, SgemmFn gemm,
+                                      Bf16GemmFn bf16_gemm) {
+  MambaMixerWeights m;
+  m.in_proj = linear_weight(pb, w.in_proj, gemm, bf16_gemm);
+  m.out_proj = linear_weight(pb, w.out_proj, gemm, bf16_gemm);
+  m.conv_w = pb.param_data(w.conv_w);
+  m.conv_b = pb.param_data(w.conv_b);
+  m.a_log = pb.param_data(w.a_log);
+  m.d = pb.param_data(w.d);
+  m.dt_bias = pb.param_data(w.dt_bias);
+  m.gnorm_w = pb.param_data(w.gnorm_w);
+  m.g_conv_w = pb.grad_data(w.conv_w);
+  m.g_conv_b = pb.grad_data(w.conv_b);
+  m.g_a_log = pb.grad_data(w.a_log);
+  m.g_d = pb.grad_data(w.d);
+  m.g_dt_bias = pb.grad_data(w.dt_bias);
+  m.g_gnorm_w = pb.grad_data(w.gnorm_w);
+  return m;
+}
+
+Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
+                           DType gemm_dtype, MambaMixerSaved* saved) {
+  const Offsets o(d);
+  const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
+  const int64_t heads_per_group = NH / G, gs = DI / G;
+  GALE_CHECK_EQ(u.size(0), T);
+  Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
+  const float* zxp = zx.data<float>();
+  Tensor conv_pre = Tensor::empty({T, CD});
+  conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), S, B);
+  Tensor xbc = Tensor::empty({T, CD});
+  {
+    const float* cp = conv_pre.data<float>();
+    float* xp = xbc.data<float>();
+    for (int64_t i = 0; i < T * CD; ++i) xp[i] = siluf(cp[i]);
+  }
+  // The selective scan, one (sample, head) at a time.
+  Tensor y = Tensor::empty({T, DI});
+  {
+    const float* xp = xbc.data<float>();
+    float* yp = y.data<float>();
+    parallel_for(B * NH, 1, [&](int64_t b0, int64_t e0) {
+      std::vector<float> st(static_cast<size_t>(P * N));
+      for (int64_t task = b0; task < e0; ++task) {
+        const int64_t b = task / NH, h = task % NH, g = h / heads_per_group;
+        const float A = -std::exp(w.a_log[h]);
+        std::fill(st.begin(), st.end(), 0.0f);
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t t = s * B + b;
+          const float dt = softplusf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]);
+          const float a = std::exp(dt * A);
+          const float* x = xp + t * CD + h * P;
+          const float* Bv = xp + t * CD + DI + g * N;
+          const float* Cv = xp + t * CD + DI + G * N + g * N;
+          for (int64_t p = 0; p < P; ++p) {
+            float* sp = st.data() + p * N;
+            const float dx = dt * x[p];
+            float acc = 0.0f;
+            for (int64_t n = 0; n < N; ++n) {
+              sp[n] = a * sp[n] + dx * Bv[n];
+              acc += sp[n] * Cv[n];
+            }
+            yp[t * DI + h * P + p] = acc + w.d[h] * x[p];
+          }
+        }
+      }
+    });
+  }
+  // Gated grouped RMSNorm.
+  Tensor normed = Tensor::empty({T, DI});
+  Tensor rstd = Tensor::empty({T, G});
+  {
+    const float* yp = y.data<float>();
+    float* np = normed.data<float>();
+    float* rp = rstd.data<float>();
+    parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+      for (int64_t t = b0; t < e0; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          double ss = 0.0;
+          for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
+            const float v = gate(yp, zxp, t, DI, o.R, i);
+            ss += static_cast<double>(v) * v;
+          }
+          const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(gs)) + kGatedNormEps);
+          rp[t * G + g] = r;
+          for (int64_t i = g * gs; i < (g + 1) * gs; ++i) np[t * DI + i] = gate(yp, zxp, t, DI, o.R, i) * r * w.gnorm_w[i];
+        }
+    });
+  }
+  Tensor normed_in = to_gemm_input(normed, gemm_dtype);
+  Tensor out = linear_forward(normed_in, w.out_proj);  // [T, H]
+  if (saved) {
+    saved->u = u;
+    saved->zxbcdt = zx;
+    saved->conv_pre = conv_pre;
+    saved->y = y;
+    saved->rstd = rstd;
+    saved->normed = normed_in;
+  }
+  return out;
+}
+
+Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& sv, const Tensor& d_out,
+                            int64_t S, int64_t B) {
+  const Offsets o(d);
+  const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G, K = d.K;
+  const int64_t heads_per_group = NH / G, gs = DI / G;
+  Tensor d_normed = linear_backward(d_out, sv.normed, w.out_proj);  // [T, DI]
+  sv.normed = Tensor();
+  const float* zxp = sv.zxbcdt.data<float>();
+  const float* yp = sv.y.data<float>();
+  const float* rp = sv.rstd.data<float>();
+  const float* dnp = d_normed.data<float>();
+  Tensor d_zx = Tensor::zeros({T, o.R});
+  float* dzx = d_zx.data<float>();
+  Tensor dy = Tensor::empty({T, DI});
+  float* dyp = dy.data<float>();
+  // Gated norm: n = g·r·w, r = (mean g² + eps)^−½, g = y·silu(z).
+  if (w.g_gnorm_w)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < DI; ++i)
+        w.g_gnorm_w[i] += dnp[t * DI + i] * gate(yp, zxp, t, DI, o.R, i) * rp[t * G + i / gs];
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t)
+      for (int64_t g = 0; g < G; ++g) {
+        const float r = rp[t * G + g];
+        double m = 0.0;
+        for (int64_t i = g * gs; i < (g + 1) * gs; ++i)
+          m += static_cast<double>(dnp[t * DI + i]) * w.gnorm_w[i] * gate(yp, zxp, t, DI, o.R, i);
+        const float mean = static_cast<float>(m / static_cast<double>(gs));
+        for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
+          const float gv = gate(yp, zxp, t, DI, o.R, i);
+          const float dg = r * dnp[t * DI + i] * w.gnorm_w[i] - gv * r * r * r * mean;
+          const float z = zxp[t * o.R + i];
+          dyp[t * DI + i] = dg * siluf(z);
+          dzx[t * o.R + i] = dg * yp[t * DI + i] * dsiluf(z);
+        }
+      }
+  });
+  d_normed = Tensor();
+  sv.y = sv.rstd = Tensor();
+  // The scan's backward, one (sample, group) at a time (its heads share B and C).
+  Tensor xbc = Tensor::empty({T, CD});
+  const float* cp = sv.conv_pre.data<float>();
+  {
+    float* xp = xbc.data<float>();
+    for (int64_t i = 0; i < T * CD; ++i) xp[i] = siluf(cp[i]);
+  }
+  const float* xp = xbc.data<float>();
+  Tensor d_xbc = Tensor::zeros({T, CD});
+  float* dxp = d_xbc.data<float>();
+  std::vector<double> d_alog(static_cast<size_t>(B * NH), 0.0), d_dd(static_cast<size_t>(B * NH), 0.0);
+  Tensor d_dt = Tensor::empty({T, NH});  // d loss / d softplus output
+  float* ddtp = d_dt.data<float>();
+  parallel_for(B * G, 1, [&](int64_t b0, int64_t e0) {
+    std::vector<float> states(static_cast<size_t>(S * P * N)), dst(static_cast<size_t>(P * N));
+    for (int64_t task = b0; task < e0; ++task) {
+      const int64_t b = task / G, g = task % G;
+      for (int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
+        const float A = -std::exp(w.a_log[h]);
+        auto dt_at = [&](int64_t t) { return softplusf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]); };
+        // forward states again
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t t = s * B + b;
+          const float dt = dt_at(t), a = std::exp(dt * A);
+          const float* x = xp + t * CD + h * P;
+          const float* Bv = xp + t * CD + DI + g * N;
+          float* cur = states.data() + s * P * N;
+          const float* prev = s > 0 ? cur - P * N : nullptr;
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t n = 0; n < N; ++n)
+              cur[p * N + n] = (prev ? a * prev[p * N + n] : 0.0f) + dt * x[p] * Bv[n];
+        }
+        std::fill(dst.begin(), dst.end(), 0.0f);
+        double dA = 0.0, dD = 0.0;
+        for (int64_t s = S - 1; s >= 0; --s) {
+          const int64_t t = s * B + b;
+          const float dt = dt_at(t), a = std::exp(dt * A);
+          const float* x = xp + t * CD + h * P;
+          const float* Bv = xp + t * CD + DI + g * N;
+          const float* Cv = xp + t * CD + DI + G * N + g * N;
+          float* dx = dxp + t * CD + h * P;
+          float* dB = dxp + t * CD + DI + g * N;
+          float* dC = dxp + t * CD + DI + G * N + g * N;
+          const float* dyv = dyp + t * DI + h * P;
+          const float* cur = states.data() + s * P * N;
+          const float* prev = s > 0 ? cur - P * N : nullptr;
+          double da = 0.0, ddt = 0.0;
+          for (int64_t p = 0; p < P; ++p) {
+            float* dsp = dst.data() + p * N;
+            float dxs = 0.0f;
+            for (int64_t n = 0; n < N; ++n) {
+              dsp[n] += dyv[p] * Cv[n];
+              dC[n] += dyv[p] * cur[p * N + n];
+              if (prev) da += static_cast<double>(dsp[n]) * prev[p * N + n];
+              ddt += static_cast<double>(dsp[n]) * x[p] * Bv[n];
+              dxs += dsp[n] * Bv[n];
+              dB[n] += dt * dsp[n] * x[p];
+            }
+            dD += static_cast<double>(dyv[p]) * x[p];
+            dx[p] += w.d[h] * dyv[p] + dt * dxs;
+          }
+          ddt += da * a * A;
+          dA += da * a * dt;
+          ddtp[t * NH + h] = static_cast<float>(ddt);
+          for (float& v : dst) v *= a;
+        }
+        d_alog[static_cast<size_t>(b * NH + h)] = dA * A;
+        d_dd[static_cast<size_t>(b * NH + h)] = dD;
+      }
+    }
+  });
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h) {
+      if (w.g_a_log) w.g_a_log[h] += static_cast<float>(d_alog[static_cast<size_t>(b * NH + h)]);
+      if (w.g_d) w.g_d[h] += static_cast<float>(d_dd[static_cast<size_t>(b * NH + h)]);
+    }
+  // Δ = softplus(dt + dt_bias): dΔ/d(dt) = sigmoid(dt + dt_bias).
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < NH; ++h) {
+      const float v = ddtp[t * NH + h] * sigmoidf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]);
+      dzx[t * o.R + o.dt + h] = v;
+      if (w.g_dt_bias) w.g_dt_bias[h] += v;
+    }
+  // SiLU and the convolution: channels are independent.
+  for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
+  parallel_for(CD, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) {
+          const float g = dxp[(s * B + b) * CD + c];
+          if (w.g_conv_b) w.g_conv_b[c] += g;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t s2 = s - K + 1 + k;
+            if (s2 < 0) continue;
+            const int64_t t2 = s2 * B + b;
+            if (w.g_conv_w) w.g_conv_w[c * K + k] += g * zxp[t2 * o.R + o.xbc + c];
+            dzx[t2 * o.R + o.xbc + c] += w.conv_w[c * K + k] * g;
+          }
+        }
+  });
+  sv.conv_pre = Tensor();
+  Tensor du = linear_backward(d_zx, sv.u, w.in_proj);
+  sv.u = sv.zxbcdt = Tensor();
+  return du;
+}
+
+namespace {
+
+DropoutSpec mamba_dropout(const LayerRuntime& rt, int64_t layer) {
+  DropoutSpec d;
+  d.p = rt.training ? rt.config->hidden_dropout : 0.0f;
+  d.seed = rt.config->seed;
+  d.stream = dropout_stream(rt.config->seed, layer, 2);
+  d.row_ids = rt.hidden_row_ids.data();
+  d.cols_total = rt.config->hidden;
+  return d;
+}
+
+}  // namespace
+
+Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
+                           const Tensor& x_in, MambaLayerSaved* saved) {
+  const ModelConfig& c = *rt.config;
+  const OpTable& ops = *rt.ops;
+  const int64_t T = x_in.size(0), H = c.hidden;
+  Tensor normed = Tensor::empty({T, H});
+  Tensor stats = Tensor::empty({c.rms_norm ? 1 : 2, T});
+  ops.norm_forward(NormSpec{c.rms_norm, c.norm_eps}, x_in.data<float>(), NormScale(c, pb, w.norm_w).data(),
+                   w.norm_b >= 0 ? pb.param_data(w.norm_b) : nullptr, normed.data<float>(), stats.data<float>(), T, H);
+  Tensor u = to_gemm_input(normed, c.gemm_dtype());
+  normed = Tensor();
+  Tensor out = mamba_mixer_forward(MambaDims::of(c), mamba_mixer_weights(pb, w, ops.gemm, ops.bf16_gemm), u, rt.mb->S,
+                                   rt.mb->B, c.gemm_dtype(), saved ? &saved->mixer : nullptr);
+  Tensor x_out = Tensor::empty({T, H});
+  ops.bias_dropout_add(out.data<float>(), nullptr, x_in.data<float>(), x_out.data<float>(), T, H,
+                       mamba_dropout(rt, layer));
+  if (saved) {
+    saved->x_in = x_in;
+    saved->norm_stats = stats;
+  }
+  return x_out;
+}
+
+Tensor mamba_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
+                            MambaLayerSaved& s, const Tensor& d_out) {
+  const ModelConfig& c = *rt.config;
+  const OpTable& ops = *rt.ops;
+  const int64_t T = d_out.size(0), H = c.hidden;
+  Tensor d_mix = Tensor::empty({T, H});
+  ops.bias_dropout_add_backward(d_out.data<float>(), d_mix.data<float>(), nullptr, T, H, mamba_dropout(rt, layer));
+  Tensor d_u = mamba_mixer_backward(MambaDims::of(c), mamba_mixer_weights(pb, w, ops.gemm, ops.bf16_gemm), s.mixer,
+                                    d_mix, rt.mb->S, rt.mb->B);
+  d_mix = Tensor();
+  Tensor d_x = Tensor::empty({T, H});
+  ops.norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_u.data<float>(), s.x_in.data<float>(),
+                    NormScale(c, pb, w.norm_w).data(), s.norm_stats.data<float>(), d_x.data<float>(),
+                    pb.grad_data(w.norm_w), w.norm_b >= 0 ? pb.grad_data(w.norm_b) : nullptr, T, H);
+  add_inplace(d_x.data<float>(), d_out.data<float>(), T * H);  // the residual
+  s.x_in = s.norm_stats = Tensor();
+  return d_x;
+}
+
+}  // namespace gale

@@ -1,0 +1,99 @@
+// The Mamba-2 mixer and the Mamba layer of Megatron's hybrid model (--is-hybrid-model), forward and backward.
+//
+// Mamba layer (Megatron's MambaLayer; global layer `layer`, T = S·B tokens, row t = s·B + b):
+//   u = norm(x_in)                                  --normalization, weight mixer.in_proj.layer_norm_weight
+//   x_out = x_in + dropout(mixer(u))                hidden dropout (site 2 of the layer's streams)
+// Mixer (Megatron's MambaMixer, Mamba-2; DI = expand·H, NH = DI / P heads of P = headdim channels,
+// G groups of B and C of N = d_state each, head h reads group h / (NH/G), K = d_conv):
+//   [z | xBC | dt] = u · in_projᵀ                   in_proj [2·DI + 2·G·N + NH, H], no bias
+//   xBC = silu(conv(xBC))                           causal depthwise convolution along s per sample:
+//                                                   c_s = bias + Σ_k w[k]·xBC_{s−K+1+k} (zero before s = 0)
+//   [x | B | C] = xBC                               x [DI] = NH heads × P, B and C [G·N]
+//   Δ_h = softplus(dt_h + dt_bias_h), A_h = −exp(A_log_h)
+//   state_s = exp(Δ_s·A)·state_{s−1} + Δ_s·x_s ⊗ B_s     [P, N] per head (state_{−1} = 0)
+//   y_s = state_s·C_s + D_h·x_s                     the selective state-space scan (SSD recurrence)
+//   g = y·silu(z); n = RMSNorm_grouped(g)·w         norm over groups of DI/G channels, eps 1e-5
+//                                                   (Megatron's RMSNormGated, norm_before_gate false)
+//   out = n · out_projᵀ                             out_proj [H, DI], no bias
+// The scan is the level-0 reference: sequential over s, one (sample, head) at a time. Its backward
+// recomputes the states forward (nothing of size S·P·N is kept) and runs the adjoint recurrence
+// dstate_s = dy_s ⊗ C_s + exp(Δ_{s+1}·A)·dstate_{s+1} backwards.
+//
+// Parameter names (Megatron-Core's state dict): decoder.layers.N.mixer.in_proj.layer_norm_weight
+// (and .layer_norm_bias with LayerNorm), mixer.in_proj.weight, mixer.conv1d.weight [DI + 2GN, 1, K],
+// mixer.conv1d.bias, mixer.A_log [NH], mixer.D [NH], mixer.dt_bias [NH], mixer.norm.weight [DI],
+// mixer.out_proj.weight. Initial values as Megatron's: in_proj N(0, σ), out_proj N(0, σ/√L),
+// conv1d weight and bias U(±1/√K), A_log = log U(1, 16), dt_bias = softplus⁻¹(Δ0) with
+// Δ0 = max(exp(U(log 0.001, log 0.1)), 1e-4), D and the norms 1. No tensor parallelism (TP 1).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/layer_runtime.h"
+#include "model/linear.h"
+#include "model/params.h"
+
+namespace gale {
+
+struct MambaDims {
+  int64_t H = 0, DI = 0, NH = 0, P = 0, G = 0, N = 0, K = 0;
+  int64_t conv_dim() const { return DI + 2 * G * N; }
+  int64_t in_proj_rows() const { return 2 * DI + 2 * G * N + NH; }
+  static MambaDims of(const ModelConfig& c);
+};
+
+// Ids of one Mamba layer's parameters (-1 where absent).
+struct MambaParamIds {
+  int norm_w = -1, norm_b = -1, in_proj = -1, conv_w = -1, conv_b = -1, a_log = -1, d = -1, dt_bias = -1,
+      gnorm_w = -1, out_proj = -1;
+  bool defined() const { return in_proj >= 0; }
+  std::vector<int> all() const;
+};
+
+MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer);
+
+// The mixer's weights as the kernels take them: the two linears, and the small parameters with
+// their gradients (null gradients: not accumulated).
+struct MambaMixerWeights {
+  LinearWeight in_proj, out_proj;
+  const float *conv_w = nullptr, *conv_b = nullptr, *a_log = nullptr, *d = nullptr, *dt_bias = nullptr,
+              *gnorm_w = nullptr;
+  float *g_conv_w = nullptr, *g_conv_b = nullptr, *g_a_log = nullptr, *g_d = nullptr, *g_dt_bias = nullptr,
+        *g_gnorm_w = nullptr;
+};
+MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds& w, SgemmFn gemm,
+                                      Bf16GemmFn bf16_gemm);
+
+// What the mixer keeps for backward (one micro-batch).
+struct MambaMixerSaved {
+  Tensor u;         // [T, H] the mixer's input (GEMM input type)
+  Tensor zxbcdt;    // [T, in_proj_rows] in_proj's output
+  Tensor conv_pre;  // [T, conv_dim] the convolution's output before SiLU
+  Tensor y;         // [T, DI] the scan's output (D skip included)
+  Tensor rstd;      // [T, G] the gated norm's 1/rms per group
+  Tensor normed;    // [T, DI] out_proj's input (GEMM input type)
+};
+
+// out [T, H] of u [T, H] (rows t = s·B + b). `saved` null: nothing kept.
+Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
+                           DType gemm_dtype, MambaMixerSaved* saved);
+// d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.
+Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& saved,
+                            const Tensor& d_out, int64_t S, int64_t B);
+
+// The Mamba layer (norm + mixer + residual).
+struct MambaLayerSaved {
+  Tensor x_in;        // [T, H]
+  Tensor norm_stats;  // the pre-norm's statistics
+  MambaMixerSaved mixer;
+  bool defined() const { return x_in.defined(); }
+};
+Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
+                           const Tensor& x_in, MambaLayerSaved* saved);
+Tensor mamba_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
+                            MambaLayerSaved& saved, const Tensor& d_out);
+
+}  // namespace gale

@@ -1,0 +1,89 @@
+// The hybrid Mamba model's flags (--is-hybrid-model; Megatron names and defaults) and their checks.
+#include "model/hybrid_layers.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+void add_hybrid_args(ArgParser& p, ModelArgs& a) {
+  p.group("hybrid Mamba model");
+  p.add_flag("--is-hybrid-model", &a.is_hybrid_model,
+             "Megatron's hybrid Mamba model (pretrain_mamba.py): the decoder's layers are Mamba-2 layers "
+             "(model/mamba_mixer.h) as --hybrid-attention-ratio, --hybrid-mlp-ratio or --hybrid-override-pattern "
+             "allocate them (model/hybrid_layers.h)");
+  p.add("--hybrid-attention-ratio", &a.hybrid_attention_ratio, "target fraction of attention layers ('*')");
+  p.add("--hybrid-mlp-ratio", &a.hybrid_mlp_ratio, "target fraction of MLP layers ('-')");
+  p.add("--hybrid-override-pattern", &a.hybrid_override_pattern,
+        "the layers' types, one symbol per layer: M (Mamba), * (attention), - (MLP)");
+  p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
+  p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
+  p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
+}
+
+Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
+  const ModelArgs& m = a.model;
+  // pretrain_mamba.py's --spec: the Mamba stack spec is the hybrid model Gale builds.
+  const std::vector<std::string>& spec = a.megatron_compat.spec;
+  const std::vector<std::string> mamba_spec = {"megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"};
+  if (!spec.empty() && !(spec == mamba_spec && m.is_hybrid_model)) {
+    std::string found;
+    for (const std::string& s : spec) found += (found.empty() ? "" : " ") + s;
+    return Unimplemented("--spec: custom layer specs are not supported yet (only megatron.core.models.mamba."
+                         "mamba_layer_specs mamba_stack_spec, with --is-hybrid-model); found '", found, "'");
+  }
+  if (!m.is_hybrid_model) {
+    for (const char* flag : {"--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--hybrid-override-pattern",
+                             "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"})
+      if (p.was_set(flag)) return InvalidArgument(flag, " needs --is-hybrid-model");
+    return Status::Ok();
+  }
+  std::string layers;
+  GALE_RETURN_IF_ERROR(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
+                                              m.hybrid_override_pattern, &layers));
+  struct Size {
+    const char* flag;
+    int64_t value;
+  };
+  for (const Size& s : {Size{"--mamba-state-dim", m.mamba_state_dim}, Size{"--mamba-head-dim", m.mamba_head_dim},
+                        Size{"--mamba-num-groups", m.mamba_num_groups}})
+    if (s.value <= 0) return InvalidArgument(s.flag, ": expected a positive integer, found ", s.value);
+  const int64_t d_inner = 2 * m.hidden_size;
+  if (d_inner % m.mamba_head_dim != 0)
+    return InvalidArgument("--mamba-head-dim: expected a divisor of the Mamba mixer's d_inner = 2 x --hidden-size = ",
+                           d_inner, ", found ", m.mamba_head_dim);
+  const int64_t nheads = d_inner / m.mamba_head_dim;
+  if (nheads % m.mamba_num_groups != 0)
+    return InvalidArgument("--mamba-num-groups: expected a divisor of the Mamba mixer's heads (2 x --hidden-size / "
+                           "--mamba-head-dim = ", nheads, "), found ", m.mamba_num_groups);
+  // What the Mamba layers do not handle yet.
+  const ParallelArgs& par = a.parallel;
+  struct Size2 {
+    const char* what;
+    int64_t value;
+  };
+  for (const Size2& s : {Size2{"--tensor-model-parallel-size", par.tensor_model_parallel_size},
+                         Size2{"--context-parallel-size", par.context_parallel_size},
+                         Size2{"--expert-model-parallel-size", par.expert_model_parallel_size}})
+    if (s.value > 1)
+      return Unimplemented("--is-hybrid-model with ", s.what, " > 1: not supported yet (found ", s.value, ")");
+  if (par.sequence_parallel) return Unimplemented("--is-hybrid-model with --sequence-parallel: not supported yet");
+  if (a.moe.enabled()) return Unimplemented("--is-hybrid-model with --num-experts: not supported yet");
+  if (m.multi_latent_attention)
+    return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
+    return Unimplemented("--is-hybrid-model with --mtp-num-layers: not supported yet");
+  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  // Flags of features that reach into the transformer layers' saved state or parameters.
+  for (const char* flag :
+       {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",
+        "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules", "--tp-2d",
+        "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
+        "--automated-pipeline", "--reuse-fp32-param", "--fp16", "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank", "--schedules-method", "--dualpipev-dw-detach",
+        "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--use-custom-fsdp",
+        "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train", "--fp8-format"})
+    if (p.was_set(flag)) return Unimplemented("--is-hybrid-model with ", flag, ": not supported yet");
+  if (a.dpo.stage == "dpo") return Unimplemented("--is-hybrid-model with --stage dpo: not supported yet");
+  return Status::Ok();
+}
+
+}  // namespace gale
