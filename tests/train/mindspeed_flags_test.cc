@@ -36,7 +36,7 @@ TEST(MindSpeedFlags, RefusalsNameTheFlagAndWhy) {
            {{"--use-dsa-absorb"}, 1, "--use-dsa-absorb: not supported yet (DSA with MLA's up-projections absorbed"},
            {{"--automated-pipeline-perf"}, 1, "--automated-pipeline-perf: not supported yet"},
            // MindSpeed's FP8 options, with Megatron's, and the profiler's call stacks.
-           {{"--te-comparison-with-bf16"}, 1, "--te-comparison-with-bf16: not supported yet (FP8 training)"},
+           {{"--te-comparison-with-bf16"}, 1, "--te-comparison-with-bf16: not supported yet (FP8 training options beyond Megatron's emulated FP8 recipes"},
            {{"--profile", "--profile-with-stack"}, 1,
             "--profile-with-stack: not supported yet (Gale's trace records no call stacks"},
            // core_r0.7/r0.8 flags, with what replaced them where something did.
