@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/fd_write.h"
 #include "core/protobuf_wire.h"
 
 namespace gale {
@@ -124,20 +125,10 @@ void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t s
 
 Status TensorBoardWriter::flush() {
   if (!error_.ok()) return error_;
-  size_t done = 0;
-  while (done < pending_.size()) {
-    const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error_ = IOError("cannot write ", path_, ": ", std::strerror(errno));
-      pending_.clear();
-      return error_;
-    }
-    done += static_cast<size_t>(n);
-  }
+  error_ = write_all_to_fd(fd_, pending_, path_);
   pending_.clear();
   pending_records_ = 0;
-  return Status::Ok();
+  return error_;
 }
 
 }  // namespace gale

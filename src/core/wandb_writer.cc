@@ -17,6 +17,7 @@
 #include <random>
 #include <system_error>
 
+#include "core/fd_write.h"
 #include "core/protobuf_wire.h"
 #include "core/tensorboard_writer.h"  // unix_wall_time
 
@@ -251,19 +252,9 @@ void WandbWriter::commit_row() {
 
 Status WandbWriter::flush() {
   if (!error_.ok()) return error_;
-  size_t done = 0;
-  while (done < pending_.size()) {
-    const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error_ = IOError("cannot write ", path_, ": ", std::strerror(errno));
-      pending_.clear();
-      return error_;
-    }
-    done += static_cast<size_t>(n);
-  }
+  error_ = write_all_to_fd(fd_, pending_, path_);
   pending_.clear();
-  return Status::Ok();
+  return error_;
 }
 
 Status WandbWriter::finish(int32_t exit_code) {
