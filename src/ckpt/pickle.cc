@@ -38,6 +38,11 @@ PyRef PyValue::dict() {
   p->kind = kDict;
   return p;
 }
+PyRef PyValue::ordered_dict() {
+  PyRef p = dict();
+  p->ordered = true;
+  return p;
+}
 PyRef PyValue::list() {
   auto p = std::make_shared<PyValue>();
   p->kind = kList;
@@ -451,6 +456,7 @@ class Machine {
     const std::string name = callable.kind == PyValue::kGlobal ? callable.s : callable.type_name();
     if (name == "collections.OrderedDict" || name == "builtins.dict" || name == "collections.defaultdict") {
       PyRef d = PyValue::dict();
+      d->ordered = name == "collections.OrderedDict";
       return d;
     }
     if (name == "builtins.set" || name == "__builtin__.set" || name == "builtins.frozenset" ||
@@ -569,7 +575,13 @@ Status encode(const PyValue& v, std::string& o, std::vector<const PyValue*>* ten
       }
       return Status::Ok();
     case PyValue::kDict:
-      o.push_back('}');
+      if (v.ordered) {  // OrderedDict() by REDUCE, then SETITEMS, as pickle writes one
+        put_global(o, "collections.OrderedDict");
+        o.push_back(')');
+        o.push_back('R');
+      } else {
+        o.push_back('}');
+      }
       if (v.entries.empty()) return Status::Ok();
       o.push_back('(');
       for (const auto& [k, x] : v.entries) {

@@ -41,6 +41,7 @@ struct PyValue {
   std::string storage_type;  // kStorage: "FloatStorage", "BFloat16Storage", ...
   std::vector<PyRef> items;  // kList / kTuple; kObject: constructor arguments; kTensor: {storage}
   std::vector<std::pair<PyRef, PyRef>> entries;  // kDict
+  bool ordered = false;  // kDict: written as a collections.OrderedDict (a module's state_dict())
   PyRef state;                                    // kObject: BUILD's state (argparse.Namespace: a kDict)
   Shape shape, stride;                            // kTensor
   Tensor data;  // kTensor for write_pickle's callers: the data to store (contiguous, `shape`)
@@ -51,6 +52,7 @@ struct PyValue {
   static PyRef real(double v);
   static PyRef str(std::string v);
   static PyRef dict();
+  static PyRef ordered_dict();  // a kDict written as collections.OrderedDict
   static PyRef list();
   static PyRef tuple(std::vector<PyRef> items);
   static PyRef global(std::string name);

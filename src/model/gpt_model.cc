@@ -84,6 +84,7 @@ struct GPTModel::State {
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
   Tensor distill_grad;  // QAD: d (weight·KL_mb) / d logits [T, V] before the loss scale
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
+  Tensor decoder_input;                // the embedding's output, kept for the forward observer
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
   std::unique_ptr<ActivationCompressor> compress;  // --compress-activation / --compress-dense
@@ -518,6 +519,14 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   const float scale = keep && !distill && num_microbatches_ > 0
                           ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
                           : 0.0f;
+  if (forward_observer_) {  // this rank's vocabulary slice of the logits
+    const int64_t T = y_full.shape()[0], H = config_.hidden, Vl = config_.vocab / part_.tp_size();
+    Tensor logits = Tensor::empty({T, Vl});
+    ops_->gemm(false, true, T, Vl, H, 1.0f, y_full.data<float>(), H, params_.param_data(output_w_), H, 0.0f,
+               logits.data<float>(), Vl);
+    forward_observer_(st.mb, st.decoder_input, logits);
+    st.decoder_input = Tensor();
+  }
   Tensor lse, saved;
   std::vector<double> sample_sums;
   double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep && !distill ? &lse : nullptr,
@@ -780,6 +789,7 @@ Tensor GPTModel::forward(int64_t mb_id, const MicroBatch& mb, const Tensor& inpu
                  ? embedding_forward(*st, st->tokens_sb.data(), st->positions_sb.data(), dropout_stream(config_.seed, -1, 0))
                  : input;
   GALE_CHECK(x.defined()) << "a non-first pipeline stage needs its input activation";
+  if (forward_observer_ && part_.pre_process && part_.post_process) st->decoder_input = x.clone();
   if (prof && part_.pre_process) record_forward(prof, LayerProfiler::kEmbedding, mark, 0);
   if (training) st->layers.resize(layers_.size());
   st->hidden_shape = x.shape();

@@ -159,6 +159,13 @@ class GPTModel {
   // token loss; micro_batch_loss_scale), as the schedules' backward and the eager fused LM head
   // use it. Off (the default): Megatron's 1 / (Σ mask · num_microbatches).
   void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  // --config-logger-dir (train/config_logger.h, Megatron's input_and_logits dump): called by every
+  // forward of a last stage (training and evaluation; not forward_logits) with the micro-batch, the
+  // embedding's output after its dropout (this rank's rows [Tl, H] in [S, B] order; undefined
+  // unless the stage is also the first) and this rank's logits [T, V/TP] ([S, B] rows) from the output layer's f32
+  // weights — an extra GEMM, done only while an observer is set.
+  using ForwardObserver = std::function<void(const MicroBatch& mb, const Tensor& decoder_input, const Tensor& logits)>;
+  void set_forward_observer(ForwardObserver fn) { forward_observer_ = std::move(fn); }
   // --swap-attention / --swap-layer-input (model/activation_swap.h): training forwards write each
   // layer's attention activations and/or its input to a file and backward reads them back, one
   // layer ahead. Off by default.
@@ -327,6 +334,7 @@ class GPTModel {
   std::map<int64_t, std::unique_ptr<State>> in_flight_;
   GradReadyFn grad_ready_;
   ParamsNeededFn params_needed_;
+  ForwardObserver forward_observer_;
   int64_t num_microbatches_ = 0;
   float grad_scale_ = 1.0f;
   bool per_token_loss_ = false;

@@ -565,6 +565,10 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
               "start level-1 timers without first waiting for every rank");
   p.add("--tensorboard-dir", &a.tensorboard_dir,
         "write TensorBoard event files to this directory (created if missing; last rank only)");
+  p.add("--config-logger-dir", &a.config_logger_dir,
+        "dump, as Megatron's config logger, each model chunk's configuration (JSON) and initial state dict, the "
+        "DDP and optimizer configurations, and every last-stage forward's input ids and logits (.pth) to this "
+        "directory, one file per rank and call (docs/formats/config-logger.md)");
   p.add("--wandb-project", &a.wandb_project,
         "Weights & Biases project: the last rank writes the run offline, for `wandb sync` (needs --wandb-exp-name)");
   p.add("--wandb-exp-name", &a.wandb_exp_name, "Weights & Biases run name (--wandb-project)");

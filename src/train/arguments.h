@@ -618,6 +618,7 @@ struct LoggingArgs {
   bool barrier_with_l1_time = true;
   // TensorBoard (Megatron's flags; written by the last rank only, docs/formats/tensorboard.md).
   std::string tensorboard_dir;  // empty: no TensorBoard logging
+  std::string config_logger_dir;  // --config-logger-dir: Megatron's config logger (train/config_logger.h)
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;
   bool log_timers_to_tensorboard = false;

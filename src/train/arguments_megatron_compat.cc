@@ -39,7 +39,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"the legacy distributed-optimizer checkpoint layout (deprecated by Megatron in February 2024)",
        {"--ckpt-convert-update-legacy-dist-opt-format"}},
       {"the DeepEP (flex) token dispatcher", {"--moe-enable-deepep"}},
-      {"per-module configuration logs", {"--config-logger-dir"}},
       {"datasets on S3", {"--s3-cache-path"}},
       {"process groups initialised outside Gale", {"--lazy-mpu-init"}},
       {"per-group NCCL communicator settings", {"--nccl-communicator-config-path"}},

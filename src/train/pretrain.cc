@@ -26,6 +26,7 @@
 #include "train/automated_pipeline.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
+#include "train/config_logger.h"
 #include "train/ckpt_convert.h"
 #include "train/data_setup.h"
 #include "train/dist_train_config.h"
@@ -341,10 +342,18 @@ int pretrain_main(int argc, char** argv) {
     if (!a.ok()) run_error(a.status());
     autopipe = a.value();
   }
+  std::unique_ptr<ConfigLogger> config_logger;  // --config-logger-dir; outlives the engine's forwards
   StatusOr<std::unique_ptr<Engine>> engine_or = build_engine(args, world, ops, engine_options);
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
   engine.timers = &timers;
+  if (!args.logging.config_logger_dir.empty()) {  // Megatron's get_all_ranks(): tp_dp_cp_pp_ep
+    const RankCoords& c = engine.ps.coords();
+    config_logger = std::make_unique<ConfigLogger>(args.logging.config_logger_dir,
+                                                   str_cat(c.tp, "_", c.dp, "_", c.cp, "_", c.pp, "_", c.ep));
+    st = start_config_logger(args, parsed_argv, engine, config_logger.get());
+    if (!st.ok()) run_error(st);
+  }
   int64_t params = 0, trainable = 0, padding = 0;
   for (const auto& c : engine.chunks) {
     padding += c->params().padding_numel();

@@ -73,7 +73,7 @@ TEST(TorchFile, WriteThenReadRoundTrips) {
   for (int i = 0; i < 6; ++i) f.data<float>()[i] = 0.25f * static_cast<float>(i) - 1.0f;
   Tensor b = Tensor::empty({5}, DType::kBF16);
   for (int i = 0; i < 5; ++i) b.data<bf16>()[i] = float_to_bf16(static_cast<float>(i));
-  PyRef model = PyValue::dict();
+  PyRef model = PyValue::ordered_dict();  // a state_dict(): collections.OrderedDict
   model->set("w", PyValue::tensor(f));
   model->set("b", PyValue::tensor(b));
   PyRef root = PyValue::dict();
@@ -94,6 +94,9 @@ TEST(TorchFile, WriteThenReadRoundTrips) {
   EXPECT_EQ(a->attr("name")->s, "ünïcode");
   EXPECT_EQ(a->attr("dtype")->s, "torch.bfloat16");
   EXPECT_EQ(a->attr("list")->items[1]->items[1]->f, -0.5);
+  EXPECT_TRUE((*back)->get("model")->ordered);
+  EXPECT_FALSE((*back)->ordered);
+  EXPECT_EQ((*back)->get("model")->entries.at(0).first->s, "w");  // insertion order kept
   const PyValue* w = (*back)->get("model")->get("w");
   EXPECT_EQ(w->data.shape(), (Shape{3, 2}));
   EXPECT_EQ(std::memcmp(w->data.raw(), f.raw(), f.nbytes()), 0);

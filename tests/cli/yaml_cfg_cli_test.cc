@@ -110,7 +110,7 @@ TEST_F(YamlCfgCli, ErrorsAreOneLineNamingTheFileAndTheKey) {
       {"language_model:\n  num_layers: two\n",
        ": key language_model.num_layers: expected an integer, found 'two'"},
       // Passed on, then refused by the parser with the flag's reason.
-      {"config_logger_dir: my-dir\n", ": --config-logger-dir: not supported yet (per-module configuration logs)"},
+      {"s3_cache_path: my-dir\n", ": --s3-cache-path: not supported yet (datasets on S3)"},
       // Validated as the command line is.
       {"num_layers: 2\nhidden_size: 64\nnum_attention_heads: 3\nseq_length: 16\nmax_position_embeddings: 16\n"
        "micro_batch_size: 1\ntrain_iters: 1\nlr: 1.e-3\nmock_data: true\n",

@@ -371,13 +371,13 @@ TEST_F(YamlCfg, RefusedFlagsAreAcceptedAtMegatronsDefaultOnly) {
   EXPECT_TRUE(at_default->empty());
 
   std::string path;
-  StatusOr<std::vector<std::string>> set = convert("config_logger_dir: my-dir\n", &path);
+  StatusOr<std::vector<std::string>> set = convert("s3_cache_path: my-dir\n", &path);
   ASSERT_TRUE(set.ok()) << set.status().message();
-  EXPECT_EQ(set.value(), (std::vector<std::string>{"--config-logger-dir", "my-dir"}));
+  EXPECT_EQ(set.value(), (std::vector<std::string>{"--s3-cache-path", "my-dir"}));
   testing::FullCli cli;
   const Status st = cli.parse(set.value());
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("--config-logger-dir: not supported yet (per-module configuration logs)"),
+  EXPECT_NE(st.message().find("--s3-cache-path: not supported yet (datasets on S3)"),
             std::string::npos)
       << st.message();
 }
