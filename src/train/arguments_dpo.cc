@@ -52,13 +52,8 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
                          "tensor, context, expert and data parallelism)");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return Unimplemented("--stage dpo with --mtp-num-layers: not supported yet");
-  if (a.training.fp16)
-    return Unimplemented("--stage dpo with --fp16: not supported yet (DPO trains in fp32 or --bf16, without loss "
-                         "scaling)");
   if (a.training.calculate_per_token_loss)
     return Unimplemented("--stage dpo with --calculate-per-token-loss: not supported (the DPO loss is per pair)");
-  if (!a.training.rampup_batch_size.empty())
-    return Unimplemented("--stage dpo with --rampup-batch-size: not supported yet");
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 // separate --ref-model changes the start; errors are one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -394,6 +395,69 @@ TEST(DpoPretrain, MoeExpertParallelMatchesOneProcess) {
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_NEAR(v_ep[i].loss, v[i].loss, 1e-5 * v[i].loss) << v[i].where;
     EXPECT_EQ(v_ep[i].accuracy, v[i].accuracy) << v[i].where;
+  }
+}
+
+// The values of a log-line field with padding ("global batch size:     2 |", "grad norm: 5.290 |").
+std::vector<double> padded_values(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\\| " + key + ": +([0-9.E+-]+) \\|");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+// The argv without its "--train-iters N" (sample-based training for --rampup-batch-size).
+std::vector<std::string> without_train_iters(std::vector<std::string> argv) {
+  auto it = std::find(argv.begin(), argv.end(), "--train-iters");
+  if (it != argv.end()) argv.erase(it, it + 2);
+  return argv;
+}
+
+// --fp16 with loss scaling: the policy's per-token loss gradients and auxiliary losses start from
+// the loss scale (unscaled before the step), so the fp16 run starts at log 2 and follows the fp32
+// run, its logged (unscaled) gradient norms included. --rampup-batch-size: the micro-batch count
+// changes with the global batch size and the DPO objective stays the mean over micro-batches, so
+// data parallelism 2 (half the micro-batches per rank) reproduces one process, gradient norms
+// included.
+TEST(DpoPretrain, Fp16LossScalingAndRampupBatchSize) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  test::RunResult fp32 = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {}), {}, 300);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  test::RunResult fp16 = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), {"--fp16", "--initial-loss-scale", "1024"}), {}, 300);
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.output;
+  const std::vector<double> loss = values(fp32.output, "lm loss"), loss16 = values(fp16.output, "lm loss");
+  const std::vector<double> norm = padded_values(fp32.output, "grad norm");
+  const std::vector<double> norm16 = padded_values(fp16.output, "grad norm");
+  ASSERT_EQ(loss.size(), 8u) << fp32.output;
+  ASSERT_EQ(loss16.size(), loss.size()) << fp16.output;
+  ASSERT_EQ(norm16.size(), norm.size()) << fp16.output;
+  EXPECT_EQ(padded_values(fp16.output, "loss scale").front(), 1024.0) << fp16.output;
+  EXPECT_NEAR(loss16.front(), std::log(2.0), 1e-6) << fp16.output;
+  for (size_t i = 0; i < loss.size(); ++i) {
+    EXPECT_NEAR(loss16[i], loss[i], 2e-3 * loss[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(norm16[i], norm[i], 1e-2 * norm[i]) << "iteration " << i + 1;
+  }
+  // Global batch size 2 for 8 pairs, then 4 (16 pairs in all, 6 iterations).
+  const std::vector<std::string> ramp = {"--global-batch-size", "4", "--train-samples", "16", "--rampup-batch-size",
+                                         "2", "2", "8"};
+  test::RunResult one = test::run_with_timeout(without_train_iters(dpo(1, dir.file("pairs"), dir.file("sft"), ramp)),
+                                               {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(padded_values(one.output, "global batch size"), (std::vector<double>{2, 2, 2, 2, 4, 4})) << one.output;
+  test::RunResult two = test::run_with_timeout(without_train_iters(dpo(2, dir.file("pairs"), dir.file("sft"), ramp)),
+                                               testing::kMpiEnv, 300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::vector<double> l1 = values(one.output, "lm loss"), l2 = values(two.output, "lm loss");
+  const std::vector<double> n1 = padded_values(one.output, "grad norm"), n2 = padded_values(two.output, "grad norm");
+  ASSERT_EQ(l1.size(), 6u) << one.output;
+  ASSERT_EQ(l2.size(), l1.size()) << two.output;
+  ASSERT_EQ(n2.size(), n1.size()) << two.output;
+  for (size_t i = 0; i < l1.size(); ++i) {
+    EXPECT_NEAR(l2[i], l1[i], 1e-5 * l1[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(n2[i], n1[i], 1e-3 * n1[i]) << "iteration " << i + 1;
   }
 }
 
