@@ -130,11 +130,6 @@ void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& loss
   }
 }
 
-void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
-                            int64_t consumed_samples) {
-  add_validation_scalars(w, ppl, LossDict{{"lm loss", lm_loss}}, iteration, consumed_samples);
-}
-
 std::string format_validation_block(const std::string& prefix, const LossDict& losses) {
   char buf[160];
   std::string line = " validation loss at " + prefix + " | ";

@@ -111,8 +111,6 @@ using LossDict = std::vector<std::pair<std::string, double>>;
 // validation ppl', exp(min(20, value))), each also "vs samples" at step = consumed training samples.
 void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& losses, int64_t iteration,
                             int64_t consumed_samples);
-void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
-                            int64_t consumed_samples);
 
 // " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
 std::string format_training_log_line(const TrainingLogFields& f);
