@@ -292,7 +292,8 @@ TEST(DpoPretrain, LoraAdaptersTrainAgainstTheBaseModel) {
 // at every --eval-interval and at the end, and in TensorBoard; data parallelism 2 reproduces them;
 // --skip-train evaluates at the start (log 2 and accuracy 0: the reference is the policy); and the
 // saved iteration-4 policy evaluated with --skip-train against the same reference gives the
-// training run's iteration-4 values (the same validation pairs).
+// training run's iteration-4 values (the same validation pairs); context parallelism 2 and tensor
+// parallelism 2 with sequence parallelism evaluate as one process.
 TEST(DpoPretrain, EvaluatesTheValidationPairsAndSkipTrainOnlyEvaluates) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
@@ -355,6 +356,29 @@ TEST(DpoPretrain, EvaluatesTheValidationPairsAndSkipTrainOnlyEvaluates) {
   ASSERT_EQ(v4.size(), 1u) << at4.output;
   EXPECT_NEAR(v4[0].loss, v[0].loss, 1e-6 * v[0].loss) << at4.output;
   EXPECT_EQ(v4[0].accuracy, v[0].accuracy) << at4.output;
+  // Context parallelism 2 and tensor parallelism 2 with sequence parallelism evaluate as one
+  // process (sequences of 48, as the training comparison's CP run; evaluation every 2 of 4 iterations).
+  const std::vector<std::string> short_eval = {"--seq-length", "48", "--train-iters", "4", "--eval-interval", "2"};
+  test::RunResult base = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), with(short_eval)), {}, 300);
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::vector<DpoValidation> vb = validations(base.output);
+  ASSERT_EQ(vb.size(), 3u) << base.output;
+  for (std::vector<std::string> layout :
+       {std::vector<std::string>{"--context-parallel-size", "2"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--make-vocab-size-divisible-by", "64"}}) {
+    SCOPED_TRACE(layout.front());
+    layout.insert(layout.begin(), short_eval.begin(), short_eval.end());
+    test::RunResult r =
+        test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), with(layout)), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<DpoValidation> vr = validations(r.output);
+    ASSERT_EQ(vr.size(), vb.size()) << r.output;
+    for (size_t i = 0; i < vb.size(); ++i) {
+      EXPECT_NEAR(vr[i].loss, vb[i].loss, 1e-5 * vb[i].loss) << vb[i].where;
+      EXPECT_EQ(vr[i].accuracy, vb[i].accuracy) << vb[i].where;
+    }
+  }
 }
 
 // MoE policy and reference (4 experts, top-2, load-balancing loss): the loss starts at log 2 and
