@@ -131,13 +131,12 @@ void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& loss
 }
 
 std::string format_validation_block(const std::string& prefix, const LossDict& losses) {
-  char buf[160];
+  char value_text[32], ppl_text[32];
   std::string line = " validation loss at " + prefix + " | ";
   for (const auto& [key, value] : losses) {
-    std::snprintf(buf, sizeof buf, "%s value: %.6E | ", key.c_str(), value);
-    line += buf;
-    std::snprintf(buf, sizeof buf, "%s PPL: %.6E | ", key.c_str(), std::exp(std::min(20.0, value)));
-    line += buf;
+    std::snprintf(value_text, sizeof value_text, "%.6E", value);
+    std::snprintf(ppl_text, sizeof ppl_text, "%.6E", std::exp(std::min(20.0, value)));
+    line += key + " value: " + value_text + " | " + key + " PPL: " + ppl_text + " | ";
   }
   std::string rule(line.size() + 1, '-');
   return rule + "\n" + line + "\n" + rule;
