@@ -49,21 +49,11 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
   const ParallelArgs& par = a.parallel;
   if (par.pipeline_model_parallel_size > 1)
     return Unimplemented("--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with "
-                         "tensor, context and data parallelism)");
-  if (a.moe.enabled()) return Unimplemented("--stage dpo with --num-experts (MoE): not supported yet");
+                         "tensor, context, expert and data parallelism)");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return Unimplemented("--stage dpo with --mtp-num-layers: not supported yet");
-  if (a.training.fp16)
-    return Unimplemented("--stage dpo with --fp16: not supported yet (DPO trains in fp32 or --bf16, without loss "
-                         "scaling)");
   if (a.training.calculate_per_token_loss)
     return Unimplemented("--stage dpo with --calculate-per-token-loss: not supported (the DPO loss is per pair)");
-  if (!a.training.rampup_batch_size.empty())
-    return Unimplemented("--stage dpo with --rampup-batch-size: not supported yet");
-  if (a.training.skip_train) return Unimplemented("--stage dpo with --skip-train: not supported yet");
-  if (a.logging.eval_iters > 0)
-    return Unimplemented("--stage dpo: evaluation is not supported yet; pass --eval-iters 0 (found ",
-                         a.logging.eval_iters, ")");
   return Status::Ok();
 }
 

@@ -49,22 +49,18 @@ DpoPairLoss dpo_pair_loss(const DpoPairInput& in, const DpoOptions& o) {
   return out;
 }
 
-DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
-                                        int64_t num_microbatches, const DpoOptions& o) {
-  GALE_CHECK(mb.B % 2 == 0 && mb.B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
-  const int64_t n = mb.B / 2;
-  reference.set_num_microbatches(0);
-  GPTModel::LossSums ref;
-  reference.forward(mb_id, mb, Tensor(), /*training=*/false, &ref);
-  policy.set_num_microbatches(0);  // the loss gradient is known only after the forward
-  GPTModel::LossSums pol;
-  policy.forward(mb_id, mb, Tensor(), /*training=*/true, &pol);
-  GALE_CHECK_EQ(static_cast<int64_t>(pol.sample_loss_sums.size()), mb.B);
-  GALE_CHECK_EQ(static_cast<int64_t>(ref.sample_loss_sums.size()), mb.B);
+namespace {
+
+// The micro-batch's stats from both models' per-sequence sums; with `weight`, each sequence's
+// per-token loss gradient −(d objective / d log π)·scale.
+DpoMicroBatchStats pair_stats(const GPTModel::LossSums& pol, const GPTModel::LossSums& ref, int64_t B,
+                              const DpoOptions& o, double scale, std::vector<float>* weight) {
+  GALE_CHECK_EQ(static_cast<int64_t>(pol.sample_loss_sums.size()), B);
+  GALE_CHECK_EQ(static_cast<int64_t>(ref.sample_loss_sums.size()), B);
+  const int64_t n = B / 2;
   const std::vector<double>& labels = pol.sample_tokens;  // over the whole sequences (context parallelism)
-  std::vector<float> weight(static_cast<size_t>(mb.B), 0.0f);
   DpoMicroBatchStats stats;
-  const double scale = 1.0 / (static_cast<double>(n) * static_cast<double>(num_microbatches));
+  if (weight) weight->assign(static_cast<size_t>(B), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     DpoPairInput in;
     in.policy_chosen = -pol.sample_loss_sums[i];
@@ -76,13 +72,46 @@ DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, c
     const DpoPairLoss l = dpo_pair_loss(in, o);
     stats.loss += l.loss / static_cast<double>(n);
     stats.accuracy += (l.chosen_reward > l.rejected_reward ? 1.0 : 0.0) / static_cast<double>(n);
+    if (!weight) continue;
     // log π = −Σ ℓ·mask: the per-token loss gradient is −(d objective / d log π).
-    weight[i] = static_cast<float>(-l.d_policy_chosen * scale);
-    weight[n + i] = static_cast<float>(-l.d_policy_rejected * scale);
+    (*weight)[i] = static_cast<float>(-l.d_policy_chosen * scale);
+    (*weight)[n + i] = static_cast<float>(-l.d_policy_rejected * scale);
   }
+  return stats;
+}
+
+}  // namespace
+
+DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
+                                        int64_t num_microbatches, const DpoOptions& o) {
+  GALE_CHECK(mb.B % 2 == 0 && mb.B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
+  const int64_t n = mb.B / 2;
+  reference.set_num_microbatches(0);
+  GPTModel::LossSums ref;
+  reference.forward(mb_id, mb, Tensor(), /*training=*/false, &ref);
+  // The loss gradient is known only after the forward (no eager LM-head backward), so the model's
+  // micro-batch count is 0 and its backward scale 1 / num_microbatches comes in through the grad
+  // scale instead: the MoE auxiliary losses' gradients get it as Megatron's MoEAuxLossAutoScaler
+  // (loss scale / micro-batches), and the per-token weights below leave it out.
+  const float grad_scale = policy.grad_scale();
+  policy.set_num_microbatches(0);
+  policy.set_grad_scale(grad_scale / static_cast<float>(num_microbatches));
+  GPTModel::LossSums pol;
+  policy.forward(mb_id, mb, Tensor(), /*training=*/true, &pol);
+  std::vector<float> weight;
+  const DpoMicroBatchStats stats = pair_stats(pol, ref, mb.B, o, 1.0 / static_cast<double>(n), &weight);
   policy.scale_loss_mask(mb_id, weight);
   policy.backward(mb_id, Tensor(), 1.0f);
+  policy.set_grad_scale(grad_scale);
   return stats;
+}
+
+DpoMicroBatchStats dpo_forward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, const DpoOptions& o) {
+  GALE_CHECK(mb.B % 2 == 0 && mb.B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
+  GPTModel::LossSums ref, pol;
+  reference.forward(0, mb, Tensor(), /*training=*/false, &ref);
+  policy.forward(0, mb, Tensor(), /*training=*/false, &pol);
+  return pair_stats(pol, ref, mb.B, o, 0.0, nullptr);
 }
 
 }  // namespace gale

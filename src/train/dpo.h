@@ -63,7 +63,15 @@ struct DpoMicroBatchStats {
 // 1 / num_microbatches of the micro-batch loss. One model chunk each, the whole model (no pipeline
 // parallelism); with tensor or context parallelism every rank of the group computes the same pair
 // losses from the models' whole-sequence sums. Parameter gradients accumulate in `policy`.
+// MoE models: the policy's auxiliary losses (load balancing, z-loss) add their gradients scaled
+// by the model's grad scale / num_microbatches, as Megatron's MoEAuxLossAutoScaler does in a DPO
+// micro-batch of MindSpeed-LLM; the reference model runs in evaluation mode and adds none.
 DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
                                         int64_t num_microbatches, const DpoOptions& o);
+
+// Evaluation of one micro-batch (MindSpeed-LLM evaluates with the training loss function, forward
+// only): both models' forwards in evaluation mode (no dropout, nothing kept, no auxiliary losses)
+// and the micro-batch's loss and accuracy. Nothing accumulates in either model.
+DpoMicroBatchStats dpo_forward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, const DpoOptions& o);
 
 }  // namespace gale

@@ -370,14 +370,23 @@ Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vect
                                          engine_->adaptive_cp.get(), mb);
 }
 
+namespace {
+
+DpoOptions dpo_options(const DpoArgs& a) {
+  DpoOptions o;
+  o.loss_type = a.dpo_loss_type;
+  o.beta = a.dpo_beta;
+  o.label_smoothing = a.dpo_label_smoothing;
+  o.pref_ftx = a.pref_ftx;
+  return o;
+}
+
+}  // namespace
+
 StatusOr<ForwardBackwardResult> Trainer::dpo_forward_backward_all(int64_t consumed, double* accuracy) {
   GALE_CHECK(dpo_reference_ && engine_->chunks.size() == 1) << "--stage dpo needs its reference model";
   const int64_t mbs = args_.training.micro_batch_size, dp = engine_->ps.dp_size();
-  DpoOptions o;
-  o.loss_type = args_.dpo.dpo_loss_type;
-  o.beta = args_.dpo.dpo_beta;
-  o.label_smoothing = args_.dpo.dpo_label_smoothing;
-  o.pref_ftx = args_.dpo.pref_ftx;
+  const DpoOptions o = dpo_options(args_.dpo);
   ForwardBackwardResult fb;
   double acc = 0.0;
   std::vector<int64_t> indices, ids;
@@ -490,41 +499,65 @@ StatusOr<IterationResult> Trainer::train_step() {
 }
 
 StatusOr<double> Trainer::evaluate(const SampleDataset& data, int64_t* consumed, int64_t iters) {
+  GALE_ASSIGN_OR_RETURN(LossDict losses, evaluate_losses(data, consumed, iters));
+  return losses.back().second;  // lm loss
+}
+
+StatusOr<LossDict> Trainer::evaluate_losses(const SampleDataset& data, int64_t* consumed, int64_t iters) {
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
-  double sums[2] = {0.0, 0.0};
+  const bool dpo = args_.dpo.enabled();
+  GALE_CHECK(!dpo || (dpo_reference_ && engine_->chunks.size() == 1)) << "--stage dpo needs its reference model";
+  const DpoOptions o = dpo_options(args_.dpo);
+  double sums[3] = {0.0, 0.0, 0.0};  // loss, tokens (DPO: micro-batches), DPO: accuracy
   for (int64_t it = 0; it < iters; ++it) {
     if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
     const int64_t base = *consumed;
     std::vector<int64_t> indices, ids;
-    auto source = [&](int64_t m, MicroBatch* mb) {
-      GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
-      return load_micro_batch(data, indices, ids, mb);
-    };
     if (ft_) ft_->on_eval_step_start();
-    GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                          forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
-                                           /*forward_only=*/true, {}, microbatch_group(), nullptr,
-                                           engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
-                                           engine_->stage_tensors.get()));
+    if (dpo) {  // MindSpeed-LLM: each micro-batch's loss and accuracy, averaged over the micro-batches
+      MicroBatch mb;
+      for (int64_t m = 0; m < eval_num_microbatches_; ++m) {
+        GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
+        GALE_RETURN_IF_ERROR(load_pair_micro_batch(data, indices, ids, &mb));
+        const DpoMicroBatchStats st = dpo_forward(*engine_->chunks.front(), *dpo_reference_, mb, o);
+        sums[0] += st.loss;
+        sums[1] += 1.0;
+        sums[2] += st.accuracy;
+      }
+    } else {
+      auto source = [&](int64_t m, MicroBatch* mb) {
+        GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
+        return load_micro_batch(data, indices, ids, mb);
+      };
+      GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
+                            forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
+                                             /*forward_only=*/true, {}, microbatch_group(), nullptr,
+                                             engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
+                                             engine_->stage_tensors.get()));
+      sums[0] += fb.loss_sum;
+      sums[1] += fb.tokens;
+    }
     if (ft_) ft_->on_eval_step_end();
-    sums[0] += fb.loss_sum;
-    sums[1] += fb.tokens;
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down
   }
-  reduce_losses(sums);
-  return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+  if (dpo && engine_->ps.dp() && engine_->ps.dp()->size() > 1)  // no pipeline: every rank holds its sums
+    engine_->ps.dp()->all_reduce(sums, 3, DType::kF64, ReduceOp::kSum);
+  if (!dpo) reduce_losses(sums);
+  const double lm_loss = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+  if (!dpo) return LossDict{{"lm loss", lm_loss}};
+  return LossDict{{"rewards/accuracies", sums[1] > 0.0 ? sums[2] / sums[1] : 0.0}, {"lm loss", lm_loss}};
 }
 
 Status Trainer::evaluate_and_print(const SampleDataset& data, int64_t* consumed, const std::string& prefix,
                                    bool to_tensorboard) {
-  GALE_ASSIGN_OR_RETURN(double loss, evaluate(data, consumed, args_.logging.eval_iters));
+  GALE_ASSIGN_OR_RETURN(LossDict losses, evaluate_losses(data, consumed, args_.logging.eval_iters));
   if (tensorboard_ && to_tensorboard) {
-    add_validation_scalars(*tensorboard_, args_.logging.log_validation_ppl_to_tensorboard, loss, state_.iteration,
+    add_validation_scalars(*tensorboard_, args_.logging.log_validation_ppl_to_tensorboard, losses, state_.iteration,
                            state_.consumed_train_samples);
     GALE_RETURN_IF_ERROR(flush_tensorboard());
   }
-  print_rank_last(format_validation_block(prefix, loss));
+  print_rank_last(format_validation_block(prefix, losses));
   return Status::Ok();
 }
 

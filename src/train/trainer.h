@@ -158,6 +158,10 @@ class Trainer {
                                const std::vector<int64_t>& ids, MicroBatch* mb) const;
   // --stage dpo: the iteration's micro-batches (train/dpo.h); fills the loss sums and *accuracy.
   StatusOr<ForwardBackwardResult> dpo_forward_backward_all(int64_t consumed, double* accuracy);
+  // The averaged loss dict of `iters` evaluation batches of `data` from sample `*consumed`
+  // (advanced): {lm loss}, or with --stage dpo (train/dpo.h dpo_forward on pairs) MindSpeed-LLM's
+  // {rewards/accuracies, lm loss}, each the mean over the micro-batches of every DP rank.
+  StatusOr<LossDict> evaluate_losses(const SampleDataset& data, int64_t* consumed, int64_t iters);
   // The sequence length of a micro-batch of these samples: --seq-length, or with
   // --variable-seq-lengths the longest sample's unpadded length, rounded up to a multiple of TP
   // under --sequence-parallel.

@@ -117,26 +117,33 @@ void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& 
   }
 }
 
-void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
+void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& losses, int64_t iteration,
                             int64_t consumed_samples) {
-  w.add_scalar("lm loss validation", lm_loss, iteration);
-  w.add_scalar("lm loss validation vs samples", lm_loss, consumed_samples);
-  if (ppl) {
-    const double p = std::exp(std::min(20.0, lm_loss));
-    w.add_scalar("lm loss validation ppl", p, iteration);
-    w.add_scalar("lm loss validation ppl vs samples", p, consumed_samples);
+  for (const auto& [key, value] : losses) {
+    w.add_scalar(key + " validation", value, iteration);
+    w.add_scalar(key + " validation vs samples", value, consumed_samples);
+    if (ppl) {
+      const double p = std::exp(std::min(20.0, value));
+      w.add_scalar(key + " validation ppl", p, iteration);
+      w.add_scalar(key + " validation ppl vs samples", p, consumed_samples);
+    }
   }
 }
 
-std::string format_validation_block(const std::string& prefix, double lm_loss) {
-  char buf[128];
+std::string format_validation_block(const std::string& prefix, const LossDict& losses) {
+  char value_text[32], ppl_text[32];
   std::string line = " validation loss at " + prefix + " | ";
-  std::snprintf(buf, sizeof buf, "lm loss value: %.6E | ", lm_loss);
-  line += buf;
-  std::snprintf(buf, sizeof buf, "lm loss PPL: %.6E | ", std::exp(std::min(20.0, lm_loss)));
-  line += buf;
+  for (const auto& [key, value] : losses) {
+    std::snprintf(value_text, sizeof value_text, "%.6E", value);
+    std::snprintf(ppl_text, sizeof ppl_text, "%.6E", std::exp(std::min(20.0, value)));
+    line += key + " value: " + value_text + " | " + key + " PPL: " + ppl_text + " | ";
+  }
   std::string rule(line.size() + 1, '-');
   return rule + "\n" + line + "\n" + rule;
+}
+
+std::string format_validation_block(const std::string& prefix, double lm_loss) {
+  return format_validation_block(prefix, LossDict{{"lm loss", lm_loss}});
 }
 
 }  // namespace gale

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensorboard_writer.h"
@@ -102,16 +103,22 @@ struct TensorBoardTrainingFlags {
 void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& flags,
                           const TensorBoardTrainingScalars& s);
 
-// evaluate_and_print_results' scalars: 'lm loss validation' (and with `ppl` 'lm loss validation
-// ppl', exp(min(20, loss))), each also "vs samples" at step = consumed training samples.
-void add_validation_scalars(TensorBoardWriter& w, bool ppl, double lm_loss, int64_t iteration,
+// Megatron's loss dict as an evaluation averages it: (key, value) in the loss function's key order
+// ("lm loss"; --stage dpo: "rewards/accuracies", then "lm loss").
+using LossDict = std::vector<std::pair<std::string, double>>;
+
+// evaluate_and_print_results' scalars, for each key: '<key> validation' (and with `ppl` '<key>
+// validation ppl', exp(min(20, value))), each also "vs samples" at step = consumed training samples.
+void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& losses, int64_t iteration,
                             int64_t consumed_samples);
 
 // " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
 std::string format_training_log_line(const TrainingLogFields& f);
 
 // The three lines Megatron prints after an evaluation: a dashed rule, " validation loss at
-// <prefix> | lm loss value: ... | lm loss PPL: ... | ", and the rule again.
+// <prefix> | lm loss value: ... | lm loss PPL: ... | " (each key's value and PPL in turn), and the
+// rule again.
+std::string format_validation_block(const std::string& prefix, const LossDict& losses);
 std::string format_validation_block(const std::string& prefix, double lm_loss);
 
 }  // namespace gale

@@ -7,8 +7,10 @@
 // separate --ref-model changes the start; errors are one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "cli/cli_test_util.h"
@@ -98,10 +100,12 @@ std::vector<std::string> model_flags() {
           "--split", "100,0,0", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", kQwen};
 }
 
-// A fine-tuned starting point: `iters` SFT iterations on the SFT fixture, saved to `save`.
-void sft_checkpoint(const std::string& save, int iters) {
+// A fine-tuned starting point: `iters` SFT iterations on the SFT fixture, saved to `save`; `extra`
+// model flags (MoE) come after the tiny model's.
+void sft_checkpoint(const std::string& save, int iters, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {GALE_BINARY};
   for (const std::string& f : model_flags()) argv.push_back(f);
+  argv.insert(argv.end(), extra.begin(), extra.end());
   for (const std::string& f : {std::string("--is-instruction-dataset"), std::string("--data-path"), kSft + "/qwen",
                                std::string("--micro-batch-size"), std::string("2"), std::string("--global-batch-size"),
                                std::string("4"), std::string("--train-iters"), std::to_string(iters),
@@ -125,11 +129,33 @@ std::vector<std::string> dpo(int np, const std::string& data, const std::string&
 }
 
 // The pairs (dir/pairs) and a 2-iteration fine-tuned checkpoint (dir/sft) DPO starts from.
-void prepare_pairs_and_sft(const TempDir& dir) {
+void prepare_pairs_and_sft(const TempDir& dir, const std::vector<std::string>& model_extra = {}) {
   auto p = run_gale(preprocess(dir.file("pairs"), hf("qwen2_style") + " --prompt-type qwen --seq-length 64"),
                     dir.path());
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft"), 2));
+  ASSERT_NO_FATAL_FAILURE(sft_checkpoint(dir.file("sft"), 2, model_extra));
+}
+
+// Megatron's validation blocks with MindSpeed-LLM's DPO loss dict: where ("iteration 4", "iteration
+// 8 on validation set"), rewards/accuracies and lm loss values; each PPL is exp(min(20, value)).
+struct DpoValidation {
+  std::string where;
+  double accuracy = 0.0, loss = 0.0;
+};
+std::vector<DpoValidation> validations(const std::string& output) {
+  std::vector<DpoValidation> out;
+  const std::string num = "([0-9.E+-]+)";
+  std::regex re(" validation loss at (iteration [0-9]+(?: on validation set)?) \\| rewards/accuracies value: " + num +
+                " \\| rewards/accuracies PPL: " + num + " \\| lm loss value: " + num + " \\| lm loss PPL: " + num +
+                " \\| \n");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) {
+    const auto& m = *it;
+    DpoValidation v{m[1], std::stod(m[2]), std::stod(m[4])};
+    EXPECT_NEAR(std::stod(m[3]), std::exp(v.accuracy), 1e-6 * std::exp(v.accuracy)) << m[0];
+    EXPECT_NEAR(std::stod(m[5]), std::exp(v.loss), 1e-6 * std::exp(v.loss)) << m[0];
+    out.push_back(v);
+  }
+  return out;
 }
 
 TEST(DpoPretrain, PreprocessFineTuneThenDpoLowersTheLossAndDataParallelMatches) {
@@ -259,6 +285,204 @@ TEST(DpoPretrain, LoraAdaptersTrainAgainstTheBaseModel) {
   const std::vector<double> other_loss = values(other.output, "lm loss");
   ASSERT_FALSE(other_loss.empty()) << other.output;
   EXPECT_GT(std::abs(other_loss.front() - std::log(2.0)), 1e-3) << other.output;
+}
+
+// Evaluation (--eval-interval / --eval-iters on the pairwise validation split, MindSpeed-LLM's
+// DPO loss function forward only): Megatron's validation blocks with rewards/accuracies and lm loss
+// at every --eval-interval and at the end, and in TensorBoard; data parallelism 2 reproduces them;
+// --skip-train evaluates at the start (log 2 and accuracy 0: the reference is the policy); and the
+// saved iteration-4 policy evaluated with --skip-train against the same reference gives the
+// training run's iteration-4 values (the same validation pairs); context parallelism 2 and tensor
+// parallelism 2 with sequence parallelism evaluate as one process.
+TEST(DpoPretrain, EvaluatesTheValidationPairsAndSkipTrainOnlyEvaluates) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  const std::vector<std::string> eval = {"--split", "60,40,0", "--eval-interval", "4", "--eval-iters", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), eval.begin(), eval.end());
+    return extra;
+  };
+  test::RunResult one = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"),
+          with({"--tensorboard-dir", dir.file("tb"), "--save", dir.file("dpo"), "--save-interval", "4"})),
+      {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("> pairwise valid: documents [3, 5) of 5"), std::string::npos) << one.output;
+  const std::vector<DpoValidation> v = validations(one.output);
+  ASSERT_EQ(v.size(), 3u) << one.output;
+  EXPECT_EQ(v[0].where, "iteration 4");
+  EXPECT_EQ(v[1].where, "iteration 8");
+  EXPECT_EQ(v[2].where, "iteration 8 on validation set");
+  for (const DpoValidation& x : v) {
+    EXPECT_GT(x.loss, 0.0) << x.where;
+    EXPECT_GT(std::abs(x.loss - std::log(2.0)), 1e-3) << x.where << ": the policy has moved away from the reference";
+    EXPECT_GE(x.accuracy, 0.0) << x.where;
+    EXPECT_LE(x.accuracy, 1.0) << x.where;
+  }
+  std::string events;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("tb"))) events += read_file(e.path().string());
+  EXPECT_NE(events.find("rewards/accuracies validation"), std::string::npos);
+  EXPECT_NE(events.find("lm loss validation vs samples"), std::string::npos);
+  // Data parallelism 2: one micro-batch per rank, the same means.
+  test::RunResult two = test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), with({})), testing::kMpiEnv, 300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::vector<DpoValidation> v2 = validations(two.output);
+  ASSERT_EQ(v2.size(), v.size()) << two.output;
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v2[i].where, v[i].where);
+    EXPECT_NEAR(v2[i].loss, v[i].loss, 1e-5 * v[i].loss) << v[i].where;
+    EXPECT_EQ(v2[i].accuracy, v[i].accuracy) << v[i].where;
+  }
+  // --skip-train: no iteration, one evaluation of the fine-tuned policy against itself.
+  test::RunResult skip = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), with({"--skip-train"})), {}, 300);
+  ASSERT_EQ(skip.exit_code, 0) << skip.output;
+  EXPECT_NE(skip.output.find("skipping training (--skip-train is on) ..."), std::string::npos) << skip.output;
+  EXPECT_TRUE(values(skip.output, "lm loss").empty()) << skip.output;
+  const std::vector<DpoValidation> at_start = validations(skip.output);
+  ASSERT_EQ(at_start.size(), 1u) << skip.output;
+  EXPECT_EQ(at_start[0].where, "iteration 0 on validation set");
+  EXPECT_NEAR(at_start[0].loss, std::log(2.0), 1e-6) << skip.output;
+  EXPECT_EQ(at_start[0].accuracy, 0.0) << skip.output;
+  // The policy saved at iteration 4, the fine-tuned model as reference: the validation pairs the
+  // training run evaluated at iteration 4 (the first of the split), the same values.
+  {
+    std::ofstream latest(dir.file("dpo") + "/latest_checkpointed_iteration.txt", std::ios::trunc);
+    latest << "4";
+  }
+  test::RunResult at4 = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("dpo"), with({"--skip-train", "--ref-model", dir.file("sft")})), {}, 300);
+  ASSERT_EQ(at4.exit_code, 0) << at4.output;
+  const std::vector<DpoValidation> v4 = validations(at4.output);
+  ASSERT_EQ(v4.size(), 1u) << at4.output;
+  EXPECT_NEAR(v4[0].loss, v[0].loss, 1e-6 * v[0].loss) << at4.output;
+  EXPECT_EQ(v4[0].accuracy, v[0].accuracy) << at4.output;
+  // Context parallelism 2 and tensor parallelism 2 with sequence parallelism evaluate as one
+  // process (sequences of 48, as the training comparison's CP run; evaluation every 2 of 4 iterations).
+  const std::vector<std::string> short_eval = {"--seq-length", "48", "--train-iters", "4", "--eval-interval", "2"};
+  test::RunResult base = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), with(short_eval)), {}, 300);
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::vector<DpoValidation> vb = validations(base.output);
+  ASSERT_EQ(vb.size(), 3u) << base.output;
+  for (std::vector<std::string> layout :
+       {std::vector<std::string>{"--context-parallel-size", "2"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--make-vocab-size-divisible-by", "64"}}) {
+    SCOPED_TRACE(layout.front());
+    layout.insert(layout.begin(), short_eval.begin(), short_eval.end());
+    test::RunResult r =
+        test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), with(layout)), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<DpoValidation> vr = validations(r.output);
+    ASSERT_EQ(vr.size(), vb.size()) << r.output;
+    for (size_t i = 0; i < vb.size(); ++i) {
+      EXPECT_NEAR(vr[i].loss, vb[i].loss, 1e-5 * vb[i].loss) << vb[i].where;
+      EXPECT_EQ(vr[i].accuracy, vb[i].accuracy) << vb[i].where;
+    }
+  }
+}
+
+// MoE policy and reference (4 experts, top-2, load-balancing loss): the loss starts at log 2 and
+// falls, load_balancing_loss is logged; expert parallelism 2 (with data parallelism 2: the expert
+// layers' tokens exchanged by all-to-all in both models' forwards) reproduces one process's losses,
+// accuracies, auxiliary losses and validation values.
+TEST(DpoPretrain, MoeExpertParallelMatchesOneProcess) {
+  TempDir dir;
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64",
+                                        "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall"};
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir, moe));
+  std::vector<std::string> flags = moe;
+  flags.insert(flags.end(), {"--split", "60,40,0", "--eval-interval", "4", "--eval-iters", "1"});
+  test::RunResult one = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), flags), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> loss = values(one.output, "lm loss");
+  ASSERT_EQ(loss.size(), 8u) << one.output;
+  EXPECT_NEAR(loss.front(), std::log(2.0), 1e-6) << one.output;
+  EXPECT_LT(loss.back(), 0.8 * loss.front()) << one.output;
+  const std::vector<double> balance = values(one.output, "load_balancing_loss");
+  ASSERT_EQ(balance.size(), loss.size()) << one.output;
+  const std::vector<DpoValidation> v = validations(one.output);
+  ASSERT_EQ(v.size(), 3u) << one.output;
+  flags.insert(flags.end(), {"--expert-model-parallel-size", "2"});
+  test::RunResult ep = test::run_with_timeout(dpo(2, dir.file("pairs"), dir.file("sft"), flags), testing::kMpiEnv, 300);
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  const std::vector<double> loss_ep = values(ep.output, "lm loss");
+  const std::vector<double> balance_ep = values(ep.output, "load_balancing_loss");
+  ASSERT_EQ(loss_ep.size(), loss.size()) << ep.output;
+  ASSERT_EQ(balance_ep.size(), balance.size()) << ep.output;
+  for (size_t i = 0; i < loss.size(); ++i) {
+    EXPECT_NEAR(loss_ep[i], loss[i], 1e-5 * loss[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(balance_ep[i], balance[i], 1e-5 * balance[i]) << "iteration " << i + 1;
+  }
+  EXPECT_EQ(values(ep.output, "rewards/accuracies"), values(one.output, "rewards/accuracies"));
+  const std::vector<DpoValidation> v_ep = validations(ep.output);
+  ASSERT_EQ(v_ep.size(), v.size()) << ep.output;
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_NEAR(v_ep[i].loss, v[i].loss, 1e-5 * v[i].loss) << v[i].where;
+    EXPECT_EQ(v_ep[i].accuracy, v[i].accuracy) << v[i].where;
+  }
+}
+
+// The values of a log-line field with padding ("global batch size:     2 |", "grad norm: 5.290 |").
+std::vector<double> padded_values(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\\| " + key + ": +([0-9.E+-]+) \\|");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+// The argv without its "--train-iters N" (sample-based training for --rampup-batch-size).
+std::vector<std::string> without_train_iters(std::vector<std::string> argv) {
+  auto it = std::find(argv.begin(), argv.end(), "--train-iters");
+  if (it != argv.end()) argv.erase(it, it + 2);
+  return argv;
+}
+
+// --fp16 with loss scaling: the policy's per-token loss gradients and auxiliary losses start from
+// the loss scale (unscaled before the step), so the fp16 run starts at log 2 and follows the fp32
+// run, its logged (unscaled) gradient norms included. --rampup-batch-size: the micro-batch count
+// changes with the global batch size and the DPO objective stays the mean over micro-batches, so
+// data parallelism 2 (half the micro-batches per rank) reproduces one process, gradient norms
+// included.
+TEST(DpoPretrain, Fp16LossScalingAndRampupBatchSize) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  test::RunResult fp32 = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), {}), {}, 300);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  test::RunResult fp16 = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), {"--fp16", "--initial-loss-scale", "1024"}), {}, 300);
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.output;
+  const std::vector<double> loss = values(fp32.output, "lm loss"), loss16 = values(fp16.output, "lm loss");
+  const std::vector<double> norm = padded_values(fp32.output, "grad norm");
+  const std::vector<double> norm16 = padded_values(fp16.output, "grad norm");
+  ASSERT_EQ(loss.size(), 8u) << fp32.output;
+  ASSERT_EQ(loss16.size(), loss.size()) << fp16.output;
+  ASSERT_EQ(norm16.size(), norm.size()) << fp16.output;
+  EXPECT_EQ(padded_values(fp16.output, "loss scale").front(), 1024.0) << fp16.output;
+  EXPECT_NEAR(loss16.front(), std::log(2.0), 1e-6) << fp16.output;
+  for (size_t i = 0; i < loss.size(); ++i) {
+    EXPECT_NEAR(loss16[i], loss[i], 2e-3 * loss[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(norm16[i], norm[i], 1e-2 * norm[i]) << "iteration " << i + 1;
+  }
+  // Global batch size 2 for 8 pairs, then 4 (16 pairs in all, 6 iterations).
+  const std::vector<std::string> ramp = {"--global-batch-size", "4", "--train-samples", "16", "--rampup-batch-size",
+                                         "2", "2", "8"};
+  test::RunResult one = test::run_with_timeout(without_train_iters(dpo(1, dir.file("pairs"), dir.file("sft"), ramp)),
+                                               {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(padded_values(one.output, "global batch size"), (std::vector<double>{2, 2, 2, 2, 4, 4})) << one.output;
+  test::RunResult two = test::run_with_timeout(without_train_iters(dpo(2, dir.file("pairs"), dir.file("sft"), ramp)),
+                                               testing::kMpiEnv, 300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::vector<double> l1 = values(one.output, "lm loss"), l2 = values(two.output, "lm loss");
+  const std::vector<double> n1 = padded_values(one.output, "grad norm"), n2 = padded_values(two.output, "grad norm");
+  ASSERT_EQ(l1.size(), 6u) << one.output;
+  ASSERT_EQ(l2.size(), l1.size()) << two.output;
+  ASSERT_EQ(n2.size(), n1.size()) << two.output;
+  for (size_t i = 0; i < l1.size(); ++i) {
+    EXPECT_NEAR(l2[i], l1[i], 1e-5 * l1[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(n2[i], n1[i], 1e-3 * n1[i]) << "iteration " << i + 1;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // The --stage / DPO flags: MindSpeed-LLM's names and defaults, and one-line refusals naming the
-// flags for everything DPO does not compose with yet (tensor parallelism and bf16 it does).
+// flags for everything DPO does not compose with yet (tensor, context and expert parallelism, MoE, bf16,
+// fp16, --rampup-batch-size, evaluation and --skip-train it does).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "pretrain_cli.h"
 #include "train/arguments.h"
@@ -46,6 +49,25 @@ TEST(DpoArguments, MindSpeedDefaults) {
   EXPECT_TRUE(cp.parse_minimal(dpo({"--context-parallel-size", "2"}), 2).ok()) << "context parallelism works with DPO";
   Cli bf16;
   EXPECT_TRUE(bf16.parse_minimal(dpo({"--bf16"})).ok()) << "bf16 works with DPO";
+  Cli eval;
+  EXPECT_TRUE(eval.parse_minimal({"--stage", "dpo", "--is-pairwise-dataset", "--load", "ckpt"}).ok())
+      << "DPO evaluates (Megatron's default --eval-iters 100)";
+  Cli skip;
+  EXPECT_TRUE(skip.parse_minimal(dpo({"--skip-train"})).ok()) << "DPO evaluates only with --skip-train";
+  Cli fp16;
+  EXPECT_TRUE(fp16.parse_minimal(dpo({"--fp16"})).ok()) << "fp16 with loss scaling works with DPO";
+  Cli ramp;  // sample-based: the minimal flags without their --train-iters
+  std::vector<std::string> ramp_argv = testing::minimal_pretrain_flags();
+  ramp_argv.erase(std::find(ramp_argv.begin(), ramp_argv.end(), "--train-iters"),
+                  std::find(ramp_argv.begin(), ramp_argv.end(), "--train-iters") + 2);
+  for (const std::string& f : dpo({"--rampup-batch-size", "2", "2", "8", "--global-batch-size", "4", "--micro-batch-size",
+                                   "1", "--train-samples", "16"}))
+    ramp_argv.push_back(f);
+  const Status ramp_status = ramp.parse(ramp_argv);
+  EXPECT_TRUE(ramp_status.ok()) << "--rampup-batch-size works with DPO: " << ramp_status.message();
+  Cli moe;
+  EXPECT_TRUE(moe.parse_minimal(dpo({"--num-experts", "4", "--expert-model-parallel-size", "2"}), 2).ok())
+      << "MoE policy and reference models with expert parallelism";
 }
 
 TEST(DpoArguments, RefusalsNameTheFlags) {
@@ -62,14 +84,10 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
       {dpo({"--pref-ftx", "-1"}), 1, "--pref-ftx: expected a non-negative number"},
       {dpo({"--is-instruction-dataset"}), 1, "--is-instruction-dataset and --is-pairwise-dataset are exclusive"},
       {dpo({"--pipeline-model-parallel-size", "2"}), 2,
-       "--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with tensor, context and data "
-       "parallelism)"},
-      {dpo({"--num-experts", "4"}), 1, "--stage dpo with --num-experts (MoE): not supported yet"},
+       "--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with tensor, context, expert "
+       "and data parallelism)"},
       {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
-      {dpo({"--fp16"}), 1, "--stage dpo with --fp16: not supported yet (DPO trains in fp32 or --bf16, without loss scaling)"},
       {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
-      {{"--stage", "dpo", "--is-pairwise-dataset", "--load", "ckpt"}, 1,
-       "--stage dpo: evaluation is not supported yet; pass --eval-iters 0 (found 100)"},
       {dpo({"--refer-model-iter", "2"}), 1, "--refer-model-iter: not supported yet"},
   };
   for (const auto& c : cases) {

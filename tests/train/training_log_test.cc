@@ -88,6 +88,17 @@ TEST(TrainingLog, ValidationBlock) {
   EXPECT_NE(format_validation_block("iteration 1 on test set", 30.0).find("lm loss PPL: 4.851652E+08 |"), std::string::npos);
 }
 
+// --stage dpo: every key of the loss dict in its order (MindSpeed-LLM's DPO loss function returns
+// rewards/accuracies, then lm loss), value and PPL each, as Megatron's evaluate_and_print_results.
+TEST(TrainingLog, ValidationBlockOfEveryLossDictKey) {
+  std::string b = format_validation_block("iteration 4", LossDict{{"rewards/accuracies", 0.5}, {"lm loss", 0.25}});
+  std::string line =
+      " validation loss at iteration 4 | rewards/accuracies value: 5.000000E-01 | rewards/accuracies PPL: "
+      "1.648721E+00 | lm loss value: 2.500000E-01 | lm loss PPL: 1.284025E+00 | ";
+  std::string rule(line.size() + 1, '-');
+  EXPECT_EQ(b, rule + "\n" + line + "\n" + rule);
+}
+
 TEST(Flops, Gpt2SmallByHand) {
   FlopsModel m;
   m.seq_length = 256;
