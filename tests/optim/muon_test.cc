@@ -1,10 +1,15 @@
 // The Muon optimizer (--optimizer muon) against tools/reference/muon_reference.py's PyTorch
 // values: the Newton-Schulz orthogonalisation for each coefficient set in f32 and on bf16 values,
 // and three Muon steps (momentum, Nesterov, decoupled weight decay, scale modes, the extra scale,
-// the QKV split); plus the parameters that fall back to AdamW, and the checkpoint state names.
+// the QKV split); plus the parameters that fall back to AdamW, and the checkpoint state names;
+// and the sharded iteration of --muon-tp-mode distributed against the whole-matrix one.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -54,6 +59,80 @@ TEST(NewtonSchulz, MatchesTheTorchReference) {
     EXPECT_LT(max_diff(plain, want), tol);
     if (!bf16) EXPECT_LT(max_diff(got, plain), 1e-5f);
   }
+}
+
+// --muon-tp-mode distributed: `parts` threads each iterate on their shard of g [rows, cols] split
+// along `split_dim` (uneven shards too), summing their norms and Gram matrices through a shared
+// buffer; the shards put together equal newton_schulz() of the whole matrix.
+std::vector<float> sharded_result(const std::vector<float>& g, int64_t rows, int64_t cols, int split_dim,
+                                  const std::vector<int64_t>& sizes, bool bf16, const NsCoefficients& k) {
+  const int parts = static_cast<int>(sizes.size());
+  std::vector<float> out(g.size());
+  std::barrier<> sync(parts);
+  std::mutex mu;
+  std::vector<float> acc;
+  std::vector<std::thread> threads;
+  int64_t first = 0;
+  for (int p = 0; p < parts; ++p) {
+    const int64_t n = sizes[static_cast<size_t>(p)], lo = first;
+    first += n;
+    threads.emplace_back([&, n, lo, p] {
+      const int64_t r = split_dim == 0 ? n : rows, c = split_dim == 0 ? cols : n;
+      std::vector<float> shard(static_cast<size_t>(r * c)), res(shard.size());
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j)
+          shard[static_cast<size_t>(i * c + j)] =
+              split_dim == 0 ? g[static_cast<size_t>((lo + i) * cols + j)] : g[static_cast<size_t>(i * cols + lo + j)];
+      const NsAllReduce sum = [&](float* data, int64_t count) {
+        if (p == 0) acc.assign(static_cast<size_t>(count), 0.0f);
+        sync.arrive_and_wait();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          for (int64_t i = 0; i < count; ++i) acc[static_cast<size_t>(i)] += data[i];
+        }
+        sync.arrive_and_wait();
+        std::copy(acc.begin(), acc.begin() + count, data);
+        sync.arrive_and_wait();
+      };
+      newton_schulz_sharded(shard.data(), res.data(), r, c, split_dim, 5, k, bf16, sum, sgemm);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j)
+          (split_dim == 0 ? out[static_cast<size_t>((lo + i) * cols + j)] : out[static_cast<size_t>(i * cols + lo + j)]) =
+              res[static_cast<size_t>(i * c + j)];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+TEST(NewtonSchulz, ShardedIterationEqualsTheWholeMatrixOne) {
+  const NsCoefficients k = *ns_coefficients("quintic");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Tall and wide matrices split along either dimension: the sharded iteration runs through
+  // the Gram matrix of the unsplit side, the whole-matrix one through the smaller one.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{24, 16}, {16, 24}, {12, 12}})
+    for (int split_dim : {0, 1})
+      for (const bool bf16 : {false, true}) {
+        const int64_t along = split_dim == 0 ? rows : cols;
+        const std::vector<int64_t> sizes = {along / 2 + 2, along / 2 - 2};  // uneven (--unaligned-linear)
+        SCOPED_TRACE(str_cat(rows, "x", cols, " split along ", split_dim, bf16 ? " bf16" : " f32"));
+        std::vector<float> g(static_cast<size_t>(rows * cols));
+        for (float& v : g) v = normal(rng);
+        std::vector<float> whole(g.size());
+        newton_schulz(g.data(), whole.data(), rows, cols, 5, k, bf16, sgemm);
+        const std::vector<float> sharded = sharded_result(g, rows, cols, split_dim, sizes, bf16, k);
+        // f32: summation order only. bf16: each product rounded to bf16 (2^-8 relative) along
+        // another path (the other Gram matrix, partial sums rounded): a few ulps of 0.3-sized entries.
+        EXPECT_LT(max_diff(sharded, whole), bf16 ? 3e-2f : 2e-5f);
+        // Not the blockwise result: each shard orthogonalised on its own differs.
+        if (split_dim == 0) {
+          std::vector<float> out(static_cast<size_t>(sizes[0] * cols));
+          newton_schulz(g.data(), out.data(), sizes[0], cols, 5, k, bf16, sgemm);
+          std::vector<float> mine(sharded.begin(), sharded.begin() + static_cast<int64_t>(out.size()));
+          EXPECT_GT(max_diff(out, mine), 5e-2f);
+        }
+      }
 }
 
 TEST(NewtonSchulz, OrthogonalisesWithSingularValuesNearOne) {
