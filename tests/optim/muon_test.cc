@@ -2,7 +2,8 @@
 // values: the Newton-Schulz orthogonalisation for each coefficient set in f32 and on bf16 values,
 // and three Muon steps (momentum, Nesterov, decoupled weight decay, scale modes, the extra scale,
 // the QKV split); plus the parameters that fall back to AdamW, and the checkpoint state names;
-// and the sharded iteration of --muon-tp-mode distributed against the whole-matrix one.
+// the sharded iteration of --muon-tp-mode distributed against the whole-matrix one; and a MoE expert
+// set against tools/reference/muon_experts_reference.py's numpy values.
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -207,6 +208,67 @@ TEST(Muon, StepsMatchTheTorchReference) {
       EXPECT_LT(max_diff(got, floats(c["params_after"][s])), bf16 ? 1e-4f : 2e-7f) << "after step " << s + 1;
     }
   }
+}
+
+// A tiny MoE expert set (tools/reference/muon_experts_reference.py, numpy): 3 experts' SwiGLU fc1
+// [8, 6] and fc2 [6, 4] and the router [3, 6], two Nesterov Muon steps in f32 with weight decay:
+// each expert's matrix orthogonalised on its own (Megatron's TEGroupedMLP weights), not stacked.
+TEST(Muon, ExpertsAreOrthogonalisedEachOnItsOwn) {
+  static const nlohmann::json ref = [] {
+    std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/muon/muon_experts.json");
+    GALE_CHECK(in.good()) << "tests/data/reference/muon/muon_experts.json";
+    return nlohmann::json::parse(in);
+  }();
+  const OpTable ops = reference_ops();
+  ParamBuffer pb;
+  for (const nlohmann::json& t : ref["tensors"]) {
+    ParamSpec w;
+    w.name = t["name"];
+    w.global_shape = t["shape"].get<std::vector<int64_t>>();
+    pb.add(w);
+  }
+  pb.finalize();
+  const size_t n = ref["tensors"].size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<float> p0 = floats(ref["tensors"][i]["param"]);
+    std::copy(p0.begin(), p0.end(), pb.param_data(static_cast<int>(i)));
+  }
+  OptimizedBuffer buffer{&pb, {}, std::nullopt};
+  buffer.muon.assign(n, true);
+  buffer.expert_tp.assign(n, false);
+  for (size_t i = 0; i + 1 < n; ++i) buffer.expert_tp[i] = true;  // whole here: expert-TP 1
+  std::vector<OptimizedBuffer> buffers;
+  buffers.push_back(buffer);
+  OptimizerConfig o;
+  o.type = "muon";
+  o.clip_grad = 0.0;
+  o.muon.momentum = ref["momentum"];
+  o.muon.nesterov = true;
+  o.muon.fp32_matmul_prec = "high";
+  Optimizer opt(o, std::move(buffers), &ops, make_self_communicator("mp"));
+  const double lr = ref["lr"], wd = ref["wd"];
+  for (int s = 0; s < 2; ++s) {
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<float> g = floats(ref["tensors"][i]["grads"][s]);
+      std::copy(g.begin(), g.end(), pb.grad_data(static_cast<int>(i)));
+    }
+    ASSERT_TRUE(opt.step(lr, wd).applied);
+    for (size_t i = 0; i < n; ++i) {
+      const nlohmann::json& t = ref["tensors"][i];
+      const std::vector<float> want = floats(t["params_after"][s]);
+      const std::vector<float> got(pb.param_data(static_cast<int>(i)), pb.param_data(static_cast<int>(i)) + want.size());
+      // Updates are lr·O(1): f32 sums in another order, a few 1e-8.
+      EXPECT_LT(max_diff(got, want), 2e-7f) << t["name"].get<std::string>() << " after step " << s + 1;
+    }
+  }
+  // The experts' fc1 orthogonalised stacked into one [24, 6] matrix would have moved expert 1
+  // elsewhere after the first step: recompute that step from the initial values.
+  const std::vector<float> stacked = floats(ref["stacked_fc1_update"]);
+  const std::vector<float> p0 = floats(ref["tensors"][2]["param"]), want = floats(ref["tensors"][2]["params_after"][0]);
+  std::vector<float> stacked_after(p0.size());
+  for (size_t k = 0; k < p0.size(); ++k)
+    stacked_after[k] = p0[k] - static_cast<float>(lr * wd) * p0[k] - static_cast<float>(lr) * stacked[p0.size() + k];
+  EXPECT_GT(max_diff(stacked_after, want), 1e-3f);
 }
 
 // A [4, 6] matrix with Muon, a [6] bias with AdamW: the bias moves exactly as adamw_step_ref, the
