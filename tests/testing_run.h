@@ -135,8 +135,15 @@ class TestRun {
   std::vector<std::vector<double>> mtp_losses;  // --mtp-num-layers: each iteration's MTP losses
 };
 
-// The flat ranges of chunk `c` whose gradients this rank owns after the sync: dense and expert.
+// The flat ranges of chunk `c` whose gradients this rank owns after the sync, dense and expert: with
+// a sharded optimizer its segments (the only gradients its step reads, and clips in place).
 inline std::vector<FlatRange> owned_flat_ranges(const TestRun& run, size_t c) {
+  const Optimizer& optimizer = *run.engine->optimizer;
+  if (optimizer.sharded(c)) {  // the optimizer's pieces: ZeRO-1's shards, or Muon's layer-wise whole parameters
+    std::vector<FlatRange> owned;
+    for (const Optimizer::Segment& seg : optimizer.segments(c)) owned.push_back({seg.begin, seg.begin + seg.numel});
+    return owned;
+  }
   std::vector<FlatRange> owned = run.engine->dp_sync[c]->owned_ranges();
   if (!run.engine->expert_dp_sync.empty())
     for (const FlatRange& r : run.engine->expert_dp_sync[c]->owned_ranges()) owned.push_back(r);

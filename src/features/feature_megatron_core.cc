@@ -39,7 +39,8 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"muon", "--optimizer muon", FeatureModule::kMegatron, 0,
        "Megatron-LM Muon (emerging_optimizers; MindSpeed MuonOptimizerFeature, L0)",
        "Newton-Schulz-orthogonalised momentum for the layers' 2-D weights (QKV as separate query, key and "
-       "value matrices; TP duplicated or blockwise), AdamW for the rest", true,
+       "value matrices; TP duplicated, distributed or blockwise; MoE experts each apart; layer-wise with the "
+       "distributed optimizer), AdamW for the rest", true,
        [](const Arguments& a) { return a.training.optimizer == "muon"; }});
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,

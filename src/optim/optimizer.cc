@@ -62,7 +62,8 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     ns_coefficients_ = *c;
     GALE_CHECK(m.num_ns_steps >= 1) << "--muon-num-ns-steps " << m.num_ns_steps;
     GALE_CHECK(muon_scale_factor(1, 1, m.scale_mode).has_value()) << "--muon-scale-mode " << m.scale_mode;
-    GALE_CHECK(m.tp_mode == "duplicated" || m.tp_mode == "blockwise") << "--muon-tp-mode " << m.tp_mode;
+    GALE_CHECK(m.tp_mode == "duplicated" || m.tp_mode == "distributed" || m.tp_mode == "blockwise")
+        << "--muon-tp-mode " << m.tp_mode;
     GALE_CHECK(m.fp32_matmul_prec == "medium" || m.fp32_matmul_prec == "high")
         << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
   }
@@ -112,10 +113,15 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     const size_t np = static_cast<size_t>(b.params->size());
     if (b.muon.empty()) b.muon.assign(np, false);
     if (b.qkv_split.empty()) b.qkv_split.assign(np, {});
+    if (b.expert_tp.empty()) b.expert_tp.assign(np, false);
     GALE_CHECK_EQ(b.muon.size(), np);
     GALE_CHECK_EQ(b.qkv_split.size(), np);
+    GALE_CHECK_EQ(b.expert_tp.size(), np);
+    GALE_CHECK(b.layer_wise_owner.empty() || (b.layer_wise_owner.size() == np && b.owned.has_value()))
+        << "layer-wise owners: one per parameter, with the owned ranges";
     if (muon) {
-      GALE_CHECK(!b.owned.has_value()) << "--optimizer muon with the distributed optimizer is not supported";
+      GALE_CHECK(!b.owned.has_value() || !b.layer_wise_owner.empty())
+          << "--optimizer muon with the element-wise distributed optimizer: Muon runs layer-wise";
       for (size_t id = 0; id < np; ++id)
         if (b.muon[id]) GALE_CHECK_EQ(b.params->spec(static_cast<int>(id)).global_shape.size(), 2u);
     } else {
@@ -399,6 +405,7 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
         pb.write_values(seg.begin + at, n, block.data<float>());
       }
     }
+    gather_layer_wise(b);
     if (after_buffer_step_) after_buffer_step_(bi);
   }
   if (swap_) swap_->flush();
@@ -587,19 +594,25 @@ void group_rows(float* m, int64_t groups, int64_t per, int64_t first, int64_t co
 
 }  // namespace
 
-void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, const float* u,
-                            float* out) const {
+void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, bool expert_tp,
+                            const float* u, float* out) const {
   const MuonConfig& mc = config_.muon;
   const bool bf16 = mc.fp32_matmul_prec == "medium";
-  // The matrix to orthogonalise: the whole one (duplicated mode, gathered over TP) or the local shard.
-  const bool gather = mc.tp_mode == "duplicated" && spec.split_dim >= 0 && spec.split_parts > 1;
+  const bool split = spec.split_dim >= 0 && spec.split_parts > 1;
+  const Comm& group = expert_tp ? expert_groups_.tp_group : tp_group_;
+  if (split && mc.tp_mode != "blockwise") {
+    GALE_CHECK(group && group->size() == spec.split_parts)
+        << "Muon: " << spec.name << " is split over " << spec.split_parts << " ranks, the "
+        << (expert_tp ? "expert-" : "") << "tensor-parallel group has " << (group ? group->size() : 1);
+  }
+  // The matrix to orthogonalise: the whole one (duplicated mode, gathered over TP) or the local
+  // shard (distributed mode: orthogonalised whole through collectives; blockwise: on its own).
+  const bool gather = mc.tp_mode == "duplicated" && split;
+  const bool sharded = mc.tp_mode == "distributed" && split;
   const Shape shape = gather ? spec.global_shape : spec.local_shape();
   const int64_t rows = shape[0], cols = shape[1], numel = rows * cols, local = spec.local_numel();
   std::vector<float> m(static_cast<size_t>(numel));
   if (gather) {
-    GALE_CHECK(tp_group_ && tp_group_->size() == spec.split_parts)
-        << "Muon: " << spec.name << " is split over " << spec.split_parts << " ranks, the tensor-parallel group has "
-        << (tp_group_ ? tp_group_->size() : 1);
     // Shards may differ in size (--unaligned-linear): gathered padded to the largest.
     ParamSpec other = spec;
     int64_t largest = 0;
@@ -610,7 +623,7 @@ void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& q
     std::vector<float> mine(static_cast<size_t>(largest), 0.0f);
     std::copy(u, u + local, mine.begin());
     std::vector<float> shards(static_cast<size_t>(largest * spec.split_parts));
-    tp_group_->all_gather(mine.data(), shards.data(), largest, DType::kF32);
+    group->all_gather(mine.data(), shards.data(), largest, DType::kF32);
     for (int64_t r = 0; r < spec.split_parts; ++r) {
       other.split_rank = r;
       const float* shard = shards.data() + r * largest;
@@ -620,31 +633,81 @@ void Optimizer::muon_update(const ParamSpec& spec, const std::vector<int64_t>& q
     std::copy(u, u + numel, m.data());
   }
   const float extra = static_cast<float>(mc.extra_scale_factor);
-  // Orthogonalises block [r, c] in place and scales it.
-  auto orthogonalise = [&](float* block, int64_t r, int64_t c) {
-    newton_schulz(block, block, r, c, mc.num_ns_steps, ns_coefficients_, bf16, ops_->gemm);
-    const float scale = static_cast<float>(*muon_scale_factor(r, c, mc.scale_mode));
+  const NsAllReduce sum = [&group](float* data, int64_t n) { group->all_reduce(data, n, DType::kF32, ReduceOp::kSum); };
+  // Orthogonalises block [r, c] in place (sharded: this rank's part of a matrix whose whole has
+  // `whole_rows` rows and the global columns) and scales it by the whole matrix's factor.
+  auto orthogonalise = [&](float* block, int64_t r, int64_t c, int64_t whole_rows) {
+    if (sharded)
+      newton_schulz_sharded(block, block, r, c, spec.split_dim, mc.num_ns_steps, ns_coefficients_, bf16, sum,
+                            ops_->gemm);
+    else
+      newton_schulz(block, block, r, c, mc.num_ns_steps, ns_coefficients_, bf16, ops_->gemm);
+    const int64_t whole_cols = sharded ? spec.global_shape[1] : c;
+    const float scale = static_cast<float>(*muon_scale_factor(whole_rows, whole_cols, mc.scale_mode));
     for (int64_t i = 0; i < r * c; ++i) block[i] = block[i] * scale * extra;
   };
   const int64_t per = std::accumulate(qkv_split.begin(), qkv_split.end(), int64_t{0});
-  if (mc.split_qkv && per > 0 && rows % per == 0) {
-    const int64_t groups = rows / per;
+  // The same choice on every rank of the group: by the whole matrix's rows.
+  const int64_t whole_rows = sharded ? spec.global_shape[0] : rows;
+  if (mc.split_qkv && per > 0 && whole_rows % per == 0) {
+    GALE_CHECK_EQ(rows % per, 0) << "Muon: " << spec.name << "'s rows are not whole query groups";
+    const int64_t groups = rows / per, whole_groups = whole_rows / per;
     int64_t first = 0;
     std::vector<float> block;
     for (int64_t count : qkv_split) {
       block.resize(static_cast<size_t>(groups * count * cols));
       group_rows(m.data(), groups, per, first, count, cols, block.data(), false);
-      orthogonalise(block.data(), groups * count, cols);
+      orthogonalise(block.data(), groups * count, cols, whole_groups * count);
       group_rows(m.data(), groups, per, first, count, cols, block.data(), true);
       first += count;
     }
   } else {
-    orthogonalise(m.data(), rows, cols);
+    orthogonalise(m.data(), rows, cols, whole_rows);
   }
   if (gather) {
     for (int64_t i = 0; i < local; ++i) out[i] = m[static_cast<size_t>(spec.global_index(i))];
   } else {
     std::copy(m.begin(), m.end(), out);
+  }
+}
+
+void Optimizer::gather_layer_wise(BufferState& b) {
+  const std::vector<int>& owner = b.buffer.layer_wise_owner;
+  if (owner.empty()) return;
+  ParamBuffer& pb = *b.buffer.params;
+  for (const bool expert : {false, true}) {
+    const Comm& group = expert ? expert_groups_.shard_group : shard_group_;
+    if (!group || group->size() == 1) continue;
+    const int size = group->size(), me = group->rank();
+    // Each rank's parameters, in id order, packed: rank r's block of the gather holds them.
+    std::vector<std::vector<int>> ids(static_cast<size_t>(size));
+    std::vector<int64_t> numel(static_cast<size_t>(size), 0);
+    for (int id = 0; id < pb.size(); ++id) {
+      const int r = owner[static_cast<size_t>(id)];
+      if (r < 0 || pb.spec(id).expert_parallel != expert) continue;
+      GALE_CHECK(r < size) << "layer-wise owner " << r << " of " << pb.spec(id).name << " in a group of " << size;
+      ids[static_cast<size_t>(r)].push_back(id);
+      numel[static_cast<size_t>(r)] += pb.spec(id).local_numel();
+    }
+    const int64_t largest = *std::max_element(numel.begin(), numel.end());
+    if (largest == 0) continue;
+    std::vector<float> mine(static_cast<size_t>(largest), 0.0f), all(static_cast<size_t>(largest * size));
+    int64_t at = 0;
+    for (int id : ids[static_cast<size_t>(me)]) {
+      const ParamSpec& s = pb.spec(id);
+      pb.read_values(s.offset, s.local_numel(), mine.data() + at);
+      at += s.local_numel();
+    }
+    group->all_gather(mine.data(), all.data(), largest, DType::kF32);
+    for (int r = 0; r < size; ++r) {
+      if (r == me) continue;
+      at = static_cast<int64_t>(r) * largest;
+      for (int id : ids[static_cast<size_t>(r)]) {
+        const ParamSpec& s = pb.spec(id);
+        pb.write_values(s.offset, s.local_numel(), all.data() + at);
+        at += s.local_numel();
+      }
+    }
   }
 }
 
@@ -665,7 +728,8 @@ void Optimizer::muon_step(BufferState& b, const Segment& seg, float* p, float* g
     u[static_cast<size_t>(i)] = mc.nesterov ? lerp(g[i], buf[i], mom) : buf[i];
   }
   std::vector<float> update(static_cast<size_t>(n));
-  muon_update(spec, b.buffer.qkv_split[static_cast<size_t>(seg.param_id)], u.data(), update.data());
+  const size_t id = static_cast<size_t>(seg.param_id);
+  muon_update(spec, b.buffer.qkv_split[id], b.buffer.expert_tp[id], u.data(), update.data());
   const float step = static_cast<float>(-lr);
   for (int64_t i = 0; i < n; ++i) p[i] = std::fma(update[static_cast<size_t>(i)], step, p[i]);
 }

@@ -43,7 +43,13 @@ namespace gale {
 // "scalar optimizer"). Clipping and the gradient norm are those of the other optimizers.
 // Tensor parallelism (tp_mode): "duplicated" all-gathers a split matrix over the tensor-parallel
 // group, orthogonalises the whole matrix on every rank and keeps this rank's shard (the result
-// does not depend on TP); "blockwise" orthogonalises each rank's shard on its own (it does).
+// does not depend on TP); "distributed" orthogonalises the whole matrix without gathering it, each
+// rank iterating on its shard with the Gram matrices summed over the group
+// (kernels/cpu/newton_schulz.h newton_schulz_sharded: the duplicated result up to rounding);
+// "blockwise" orthogonalises each rank's shard on its own (it depends on TP). The experts' matrices
+// (OptimizedBuffer::expert_tp) use the expert-tensor-parallel group instead; each expert's matrix
+// is a parameter of its own, so each is orthogonalised apart (Megatron's TEGroupedMLP weights).
+// With the distributed optimizer Muon runs layer-wise (OptimizedBuffer::layer_wise_owner).
 struct MuonConfig {
   double momentum = 0.9;                   // --muon-momentum
   bool nesterov = false;                   // --muon-nesterov
@@ -52,7 +58,7 @@ struct MuonConfig {
   std::string fp32_matmul_prec = "medium"; // --muon-fp32-matmul-prec: medium (bf16 iteration) or high (f32)
   std::string coefficient_type = "quintic";// --muon-coefficient-type
   int64_t num_ns_steps = 5;                // --muon-num-ns-steps
-  std::string tp_mode = "duplicated";      // --muon-tp-mode: duplicated or blockwise
+  std::string tp_mode = "duplicated";      // --muon-tp-mode: duplicated, distributed or blockwise
   double extra_scale_factor = 1.0;         // --muon-extra-scale-factor
 };
 
@@ -134,6 +140,18 @@ struct OptimizedBuffer {
   // --muon-split-qkv: for a fused QKV weight, the rows of one query group's query, key and value
   // blocks ({NH/KV·HD, HD, HD}); empty for every other parameter (or all empty).
   std::vector<std::vector<int64_t>> qkv_split;
+  // Parameters split over the expert-tensor-parallel group (ExpertNormGroups::tp_group), not the
+  // tensor-parallel one: the MoE experts' weights. Empty = none.
+  std::vector<bool> expert_tp;
+  // --optimizer muon --use-distributed-optimizer (Megatron's LayerWiseDistributedOptimizer, its
+  // ping-pong assignment; optim/layer_wise.h): per parameter, the rank of its shard group that
+  // updates it whole (-1: none, e.g. frozen), the data-parallel group's (the optimizer's
+  // `shard_group`) or, for expert-parallel parameters, the expert-data-parallel group's
+  // (ExpertNormGroups::shard_group). `owned` then holds exactly this rank's parameters, whose state
+  // only this rank keeps; the gradients are all-reduced as without the distributed optimizer, and
+  // step() ends each buffer by all-gathering the updated parameters from their owners. Empty = not
+  // layer-wise.
+  std::vector<int> layer_wise_owner;
   // --quant-grads (optim/quant_grads.h): the chunk's main gradients are read from its store (FP16
   // codes dequantised a segment at a time), not from the params' f32 gradient buffer. Null: none.
   QuantGradStore* quant_grads = nullptr;
@@ -146,6 +164,7 @@ struct OptimizedBuffer {
 struct ExpertNormGroups {
   Comm norm_group;   // the expert tensor-model-pipeline group (tp-ep-pp of the expert generator)
   Comm shard_group;  // the expert-data-parallel group with the distributed optimizer; else null
+  Comm tp_group;     // the expert-tensor-parallel group (Muon's split expert matrices); may be null
 };
 
 class Optimizer {
@@ -164,8 +183,9 @@ class Optimizer {
   // process). `shard_group` is the group whose ranks own disjoint parts of the buffers (the
   // data-parallel group with the distributed optimizer; null otherwise): norms and zero counts
   // are summed over it too.
-  // `tp_group` (Muon's duplicated mode) gathers the tensor-parallel shards of split matrices; null
-  // or size 1: none is split. Muon refuses sharded buffers (the distributed optimizer).
+  // `tp_group` (Muon's duplicated and distributed modes) is the group of the tensor-parallel shards
+  // of split matrices; null or size 1: none is split. Muon takes sharded buffers only layer-wise
+  // (OptimizedBuffer::layer_wise_owner).
   Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer> buffers, const OpTable* ops, Comm norm_group,
             Comm shard_group = nullptr, ExpertNormGroups expert_groups = {}, Comm tp_group = nullptr);
   // One buffer, every parameter counting.
@@ -293,8 +313,12 @@ class Optimizer {
   double sum_over_groups(double dense, double expert) const;
   // Muon's update of one whole parameter (see MuonConfig), its clipped gradient in `g`.
   void muon_step(BufferState& b, const Segment& seg, float* p, float* g, double lr, float wd);
-  // The orthogonalised, scaled update of momentum `u` (local shape) of parameter `spec`, into `out`.
-  void muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, const float* u, float* out) const;
+  // The orthogonalised, scaled update of momentum `u` (local shape) of parameter `spec`, into `out`;
+  // `expert_tp`: split over the expert-tensor-parallel group.
+  void muon_update(const ParamSpec& spec, const std::vector<int64_t>& qkv_split, bool expert_tp, const float* u,
+                   float* out) const;
+  // Layer-wise buffers: every parameter updated on another rank, all-gathered from its owner.
+  void gather_layer_wise(BufferState& b);
 
   OptimizerConfig config_;
   std::vector<BufferState> buffers_;

@@ -801,26 +801,26 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
 // --optimizer muon: what Megatron refuses with an emerging optimizer, and what Gale lacks.
 Status validate_muon_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
-  if (t.optimizer == "dist_muon")
-    return Unimplemented("--optimizer dist_muon: not supported yet (Megatron's layer-wise distributed optimizer; "
-                         "use --optimizer muon without --use-distributed-optimizer)");
   if (t.optimizer != "muon") return Status::Ok();
-  if (a.parallel.use_distributed_optimizer)
-    return Unimplemented("--optimizer muon with --use-distributed-optimizer: not supported yet (Megatron's layer-wise "
-                         "distributed optimizer)");
+  const ParallelArgs& par = a.parallel;
+  if (par.use_distributed_optimizer) {  // Megatron's layer-wise distributed optimizer (optim/layer_wise.h)
+    const char* what = par.overlap_param_gather ? "--overlap-param-gather"
+                       : par.num_distributed_optimizer_instances > 1 ? "--num-distributed-optimizer-instances"
+                       : t.quant_grads ? "--quant-grads"
+                       : nullptr;
+    if (what)
+      return Unimplemented("--optimizer muon with --use-distributed-optimizer and ", what,
+                           ": not supported yet (Muon's layer-wise distributed optimizer all-reduces the gradients "
+                           "and gathers whole parameters after its step)");
+  }
   if (t.fp16)
     return InvalidArgument("--optimizer muon with --fp16: expected --bf16 or fp32 (Megatron: emerging optimizer "
                            "with fp16 is not supported)");
   if (a.checkpoint.ckpt_format != "torch" && a.checkpoint.ckpt_format != "torch_dist")
     return InvalidArgument("--optimizer muon: expected --ckpt-format torch or torch_dist, found ",
                            a.checkpoint.ckpt_format, " (Megatron's emerging optimizers support those two)");
-  if (a.moe.num_experts > 0)
-    return Unimplemented("--optimizer muon with --num-experts ", a.moe.num_experts,
-                         ": not supported yet (the experts' expert-tensor-parallel Muon)");
   if (t.muon_scalar_optimizer != "adam")
     return Unimplemented("--muon-scalar-optimizer ", t.muon_scalar_optimizer, ": not supported yet (only adam)");
-  if (t.muon_tp_mode == "distributed")
-    return Unimplemented("--muon-tp-mode distributed: not supported yet (use duplicated or blockwise)");
   if (t.muon_fp32_matmul_prec == "low")
     return InvalidArgument("--muon-fp32-matmul-prec: expected medium or high, found low (torch's "
                            "set_float32_matmul_precision has no 'low')");
@@ -1047,6 +1047,12 @@ Status validate_mtp_args(Arguments& a) {
 }
 
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
+  // Megatron: --optimizer dist_muon is the deprecated spelling of --optimizer muon
+  // --use-distributed-optimizer (its layer-wise distributed optimizer).
+  if (a.training.optimizer == "dist_muon") {
+    a.training.optimizer = "muon";
+    a.parallel.use_distributed_optimizer = true;
+  }
   GALE_RETURN_IF_ERROR(validate_profile_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);

@@ -128,6 +128,9 @@ const std::vector<Compat>& compat_flags() {
       {"--attention-backend", true,
        "Gale has one attention kernel per level: the reference, or flash attention with --use-flash-attn"},
       {"--moe-use-legacy-grouped-gemm", false, "Gale has one grouped-GEMM implementation (--moe-grouped-gemm)"},
+      {"--no-use-layer-wise-param-layout", false,
+       "Gale's layer-wise distributed Muon always deals whole parameters to the ranks ping-pong, the layout this "
+       "flag selects (docs/parallelism.md 8.2)"},
       // Deprecated in Megatron and without effect there.
       {"--no-async-tensor-model-parallel-allreduce", false, "deprecated in Megatron and ignored there"},
       {"--use-dist-ckpt", false, "deprecated in Megatron and ignored there (--ckpt-format chooses the format)"},

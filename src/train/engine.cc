@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/layer_wise.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -165,12 +166,14 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
 }
 
 // Megatron's _is_muon_excluded: is_embedding_or_output_parameter or not 2-D; it tags every 2-D
-// `linear_qkv.weight` for the QKV split.
+// `linear_qkv.weight` for the QKV split, and the MoE experts' weights (`.mlp.experts.`, each expert a
+// matrix of its own) as split over the expert-tensor-parallel group.
 void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
   const ParamBuffer& pb = model.params();
   const size_t n = static_cast<size_t>(pb.size());
   buffer->muon.assign(n, false);
   buffer->qkv_split.assign(n, {});
+  buffer->expert_tp.assign(n, false);
   const ModelConfig& c = model.config();
   const std::string qkv = "linear_qkv.weight";
   for (int id = 0; id < pb.size(); ++id) {
@@ -179,6 +182,7 @@ void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
         id == model.output_weight_id())
       continue;
     buffer->muon[static_cast<size_t>(id)] = true;
+    buffer->expert_tp[static_cast<size_t>(id)] = s.name.find(".mlp.experts.") != std::string::npos;
     const bool is_qkv = s.name.size() >= qkv.size() && s.name.compare(s.name.size() - qkv.size(), qkv.size(), qkv) == 0;
     if (is_qkv && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
       buffer->qkv_split[static_cast<size_t>(id)] = {c.heads / c.kv_heads * c.head_dim, c.head_dim, c.head_dim};
@@ -245,6 +249,10 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     engine->distopt_instances = make_distopt_instance_groups(dp, instances);
   }
   const Comm& shard_dp = instances > 1 ? engine->distopt_instances.intra : dp;
+  // --optimizer muon --use-distributed-optimizer: Megatron's layer-wise distributed optimizer
+  // (optim/layer_wise.h): gradients all-reduced, whole parameters owned, gathered by the optimizer.
+  const bool layer_wise = par.use_distributed_optimizer && args.training.optimizer == "muon";
+  const bool element_wise = par.use_distributed_optimizer && !layer_wise;
   std::vector<OptimizedBuffer> buffers;
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
   if (par.context_parallel_algo == "hybrid_cp_algo" && engine->ps.cp_size() > 1)
@@ -301,7 +309,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     if (par.dist_train && !args.training.calculate_per_token_loss)
       dc.grad_scale = 1.0 / par.dist_train_layout.subworlds.back().dp;
     dc.overlap_grad_reduce = par.overlap_grad_reduce;
-    dc.use_distributed_optimizer = par.use_distributed_optimizer;
+    dc.use_distributed_optimizer = element_wise;
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.reset_bucket_group_order = par.reset_bucket_group_order;
     dc.reduce_in_bf16 = args.training.bf16_grad_reduce();  // --grad-reduce-in-bf16, --main-grads-dtype bf16
@@ -322,7 +330,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     }
     // Megatron: with the distributed optimizer the embedding shared by the first and last pipeline
     // stage gets a bucket of its own, so both stages shard it alike before its all-reduce.
-    if (par.use_distributed_optimizer && engine->ps.pp_size() > 1)
+    if (element_wise && engine->ps.pp_size() > 1)
       for (int shared : model->embedding_group_param_ids()) dc.separate_params.push_back(shared);
     const bool ep = engine->ps.layout().sizes.ep > 1;
     const ParamBuffer& pb = model->params();
@@ -425,7 +433,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     }
     if (args.training.optimizer == "muon") set_muon_params(*model, &buffer);
     if (args.training.quant_grads) buffer.quant_grads = engine->quant_grads.back().get();
-    if (par.use_distributed_optimizer) {
+    if (layer_wise) {
+      const Comm& edp = engine->ps.expert_dp();
+      buffer.layer_wise_owner = layer_wise_owners(pb, dp->size(), ep ? edp->size() : 1);
+      buffer.owned = layer_wise_ranges(pb, buffer.layer_wise_owner, dp->rank(), ep ? edp->rank() : 0);
+    } else if (par.use_distributed_optimizer) {
       buffer.owned = s->owned_ranges();
       if (es)
         for (const FlatRange& r : es->owned_ranges()) buffer.owned->push_back(r);
@@ -443,6 +455,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     expert_groups.norm_group = engine->ps.group(Group::kExpertTensorExpertPipeline);
     if (par.use_distributed_optimizer) expert_groups.shard_group = engine->ps.expert_dp();
   }
+  if (args.moe.num_experts > 0) expert_groups.tp_group = engine->ps.expert_tp();  // Muon's split experts
   engine->optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(args), std::move(buffers), &engine->ops,
                                                   engine->ps.model(),
                                                   par.use_distributed_optimizer ? shard_dp

@@ -163,6 +163,7 @@ int pretrain_main(int argc, char** argv) {
   if (!yaml_cfg.empty())  // Megatron's validate_yaml caps TP and PP at the world size
     apply_yaml_cfg_world_caps(world->size(), &args.parallel.tensor_model_parallel_size,
                               &args.parallel.pipeline_model_parallel_size);
+  const bool dist_muon = args.training.optimizer == "dist_muon";  // validation turns it into muon
   st = validate_all_pretrain_args(args, parser, world->size(), world->rank());
   if (!st.ok() && !yaml_cfg.empty()) st = Status(st.code(), str_cat("--yaml-cfg ", yaml_cfg, ": ", st.message()));
   if (!st.ok()) return usage_error(st);
@@ -218,6 +219,8 @@ int pretrain_main(int argc, char** argv) {
     for (const std::string& n : yaml_notes) warn_rank0(str_cat("--yaml-cfg ", yaml_cfg, ": ", n));
   }
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
+  if (dist_muon)  // Megatron warns alike
+    warn_rank0("--optimizer dist_muon is deprecated: use --optimizer muon --use-distributed-optimizer (the same run)");
   if (!args.training.fp16) {
     for (const char* flag : {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
       if (parser.was_set(flag)) warn_rank0(str_cat("accepted without effect: ", flag, ": loss scaling only applies with --fp16"));

@@ -1,5 +1,6 @@
 // --optimizer muon's flags: Megatron's names and defaults, what reaches OptimizerConfig, and the
-// one-line refusals (what Megatron refuses with an emerging optimizer, and what Gale lacks yet).
+// one-line refusals (what Megatron refuses with an emerging optimizer, and what Gale lacks yet);
+// the layer-wise distributed optimizer's spellings.
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -49,6 +50,26 @@ TEST(ArgumentsMuon, FlagsReachTheOptimizerConfig) {
   EXPECT_TRUE(adam.parse_minimal({"--muon-coefficient-type", "nonsense", "--muon-num-ns-steps", "0"}).ok());
 }
 
+// Megatron's layer-wise distributed optimizer: --optimizer muon --use-distributed-optimizer, or the
+// deprecated --optimizer dist_muon (which becomes exactly that); the TP distributed mode and MoE
+// experts are accepted.
+TEST(ArgumentsMuon, LayerWiseDistributedOptimizerAndExperts) {
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{"--optimizer", "dist_muon"},
+                                                std::vector<std::string>{"--optimizer", "muon",
+                                                                         "--use-distributed-optimizer"}}) {
+    Cli c;
+    ASSERT_TRUE(c.parse_minimal(flags).ok()) << flags[1];
+    EXPECT_EQ(c.args.training.optimizer, "muon");
+    EXPECT_TRUE(c.args.parallel.use_distributed_optimizer);
+    EXPECT_EQ(optimizer_config_from_args(c.args).type, "muon");
+  }
+  Cli tp;
+  ASSERT_TRUE(tp.parse_minimal({"--optimizer", "muon", "--muon-tp-mode", "distributed"}).ok());
+  EXPECT_EQ(optimizer_config_from_args(tp.args).muon.tp_mode, "distributed");
+  Cli moe;
+  EXPECT_TRUE(moe.parse_minimal({"--optimizer", "muon", "--num-experts", "4"}).ok());
+}
+
 class MuonFlagErrors : public ::testing::TestWithParam<testing::FlagErrorCase> {};
 
 TEST_P(MuonFlagErrors, OneLineNamingTheFlag) { testing::expect_one_line_error(GetParam()); }
@@ -56,18 +77,17 @@ TEST_P(MuonFlagErrors, OneLineNamingTheFlag) { testing::expect_one_line_error(Ge
 INSTANTIATE_TEST_SUITE_P(
     Refusals, MuonFlagErrors,
     ::testing::Values(
-        testing::FlagErrorCase{{"--optimizer", "muon", "--use-distributed-optimizer"}, 1,
-                               "--optimizer muon with --use-distributed-optimizer: not supported yet"},
-        testing::FlagErrorCase{{"--optimizer", "dist_muon"}, 1, "--optimizer dist_muon: not supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "muon", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                "--overlap-param-gather"},
+                               1, "--optimizer muon with --use-distributed-optimizer and --overlap-param-gather: not "
+                                  "supported yet"},
+        testing::FlagErrorCase{{"--optimizer", "dist_muon", "--quant-grads"}, 1,
+                               "--optimizer muon with --use-distributed-optimizer and --quant-grads: not supported yet"},
         testing::FlagErrorCase{{"--optimizer", "muon", "--fp16"}, 1, "--optimizer muon with --fp16"},
         testing::FlagErrorCase{{"--optimizer", "muon", "--ckpt-format", "zarr"}, 1,
                                "--optimizer muon: expected --ckpt-format torch or torch_dist, found zarr"},
-        testing::FlagErrorCase{{"--optimizer", "muon", "--num-experts", "4"}, 1,
-                               "--optimizer muon with --num-experts 4: not supported yet"},
         testing::FlagErrorCase{{"--optimizer", "muon", "--muon-scalar-optimizer", "lion"}, 1,
                                "--muon-scalar-optimizer lion: not supported yet"},
-        testing::FlagErrorCase{{"--optimizer", "muon", "--muon-tp-mode", "distributed"}, 1,
-                               "--muon-tp-mode distributed: not supported yet"},
         testing::FlagErrorCase{{"--optimizer", "muon", "--muon-tp-mode", "split"}, 1, "--muon-tp-mode"},
         testing::FlagErrorCase{{"--optimizer", "muon", "--muon-fp32-matmul-prec", "low"}, 1,
                                "--muon-fp32-matmul-prec: expected medium or high, found low"},

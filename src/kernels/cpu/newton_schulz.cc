@@ -15,13 +15,20 @@ void round_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
 }
 
-// X [m, n] = g or gᵀ (m ≤ n), divided by its Frobenius norm (at least 1e-15); rounded to bf16
-// when asked. Returns whether g was transposed.
-bool load_normalised(const float* g, int64_t rows, int64_t cols, bool bf16, std::vector<float>* x) {
-  const bool transpose = rows > cols;
+// X [m, n] = g or gᵀ, divided by its Frobenius norm (at least 1e-15); rounded to bf16 when asked.
+// `transpose` < 0: transposed when rows > cols (so that m ≤ n); else as given. `sum` (sharded
+// matrices) adds the other shards' sum of squares. Returns whether g was transposed.
+bool load_normalised(const float* g, int64_t rows, int64_t cols, bool bf16, int transpose_mode, const NsAllReduce* sum,
+                     std::vector<float>* x) {
+  const bool transpose = transpose_mode < 0 ? rows > cols : transpose_mode > 0;
   x->resize(static_cast<size_t>(rows * cols));
   double sq = 0.0;
   for (int64_t i = 0; i < rows * cols; ++i) sq += static_cast<double>(g[i]) * g[i];
+  if (sum) {
+    float total = static_cast<float>(sq);
+    (*sum)(&total, 1);
+    sq = total;
+  }
   const float norm = std::max(static_cast<float>(std::sqrt(sq)), 1e-15f);
   float* X = x->data();
   if (transpose) {
@@ -68,18 +75,30 @@ void reference_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, 
 }
 
 void iterate(GemmOp op, const float* g, float* out, int64_t rows, int64_t cols, int64_t steps,
-             const NsCoefficients& coefficients, bool bf16, SgemmFn gemm) {
-  GALE_CHECK(rows > 0 && cols > 0) << "newton_schulz: empty matrix " << rows << "x" << cols;
+             const NsCoefficients& coefficients, bool bf16, SgemmFn gemm, int transpose_mode = -1,
+             const NsAllReduce* sum = nullptr) {
+  GALE_CHECK(sum ? rows >= 0 && cols >= 0 : rows > 0 && cols > 0)
+      << "newton_schulz: empty matrix " << rows << "x" << cols;
   GALE_CHECK(coefficients.fixed_steps == 0 || coefficients.fixed_steps == steps)
       << "newton_schulz: this coefficient set takes exactly " << coefficients.fixed_steps << " steps, not " << steps;
   std::vector<float> x;
-  const bool transpose = load_normalised(g, rows, cols, bf16, &x);
-  const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+  const bool transpose = load_normalised(g, rows, cols, bf16, transpose_mode, sum, &x);
+  // X [m, n]: m the Gram matrix's side (whole on every rank), n this rank's part when sharded.
+  const int64_t m = transpose ? cols : rows, n = transpose ? rows : cols;
   std::vector<float> a(static_cast<size_t>(m * m)), b(static_cast<size_t>(m * m)), next(x.size());
   for (int64_t s = 0; s < steps; ++s) {
     const auto& [ca, cb, cc] = coefficients.at(s);
-    op(true, m, m, n, 1.0f, x.data(), x.data(), 0.0f, a.data(), gemm);  // A = X·Xᵀ
+    if (n > 0) {
+      op(true, m, m, n, 1.0f, x.data(), x.data(), 0.0f, a.data(), gemm);  // A = X·Xᵀ
+    } else {
+      std::fill(a.begin(), a.end(), 0.0f);
+    }
     if (bf16) round_bf16(a.data(), m * m);
+    if (sum) {  // the shards' partial Gram matrices, summed (bf16: the sum rounded again)
+      (*sum)(a.data(), m * m);
+      if (bf16) round_bf16(a.data(), m * m);
+    }
+    if (n == 0) continue;
     next = x;
     if (cc != 0.0f) {
       b = a;
@@ -152,6 +171,12 @@ std::string ns_coefficient_type_list() { return "simple, quintic, polar_express,
 void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, int64_t steps,
                    const NsCoefficients& coefficients, bool bf16, SgemmFn gemm) {
   iterate(library_gemm, g, out, rows, cols, steps, coefficients, bf16, gemm);
+}
+
+void newton_schulz_sharded(const float* g, float* out, int64_t rows, int64_t cols, int split_dim, int64_t steps,
+                           const NsCoefficients& coefficients, bool bf16, const NsAllReduce& sum, SgemmFn gemm) {
+  GALE_CHECK(split_dim == 0 || split_dim == 1) << "newton_schulz_sharded: split_dim " << split_dim;
+  iterate(library_gemm, g, out, rows, cols, steps, coefficients, bf16, gemm, split_dim == 0 ? 1 : 0, &sum);
 }
 
 void newton_schulz_ref(const float* g, float* out, int64_t rows, int64_t cols, int64_t steps,

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,23 @@ std::string ns_coefficient_type_list();
 // precision described above.
 void newton_schulz(const float* g, float* out, int64_t rows, int64_t cols, int64_t steps,
                    const NsCoefficients& coefficients, bool bf16, SgemmFn gemm = sgemm);
+
+// Sums `n` floats in place over the ranks that hold the other shards of a matrix.
+using NsAllReduce = std::function<void(float* data, int64_t n)>;
+
+// --muon-tp-mode distributed (emerging_optimizers' newton_schulz_tp, mode "distributed"): the same
+// iteration on a matrix split over ranks along `split_dim` (0: rows, 1: columns), g [rows, cols]
+// being this rank's shard (rows or cols may be 0). Every rank calls it with its shard and `sum`
+// over the same group. The shard is laid out so that the split dimension is X's long side (X = gᵀ
+// for split_dim 0, g for 1, whatever the shape), so that the Gram matrix A = X·Xᵀ is a sum over
+// the shards: the norm's sum of squares and each step's A are summed with `sum` (A rounded to bf16
+// before and after the sum in "medium" precision), the rest (B, X) is local. The result is this
+// rank's shard of the orthogonalised matrix; the whole equals newton_schulz() of the gathered
+// matrix up to rounding, also where the unsharded call transposes the other way (each step is a
+// polynomial p(X·Xᵀ)·X = X·p(Xᵀ·X), the same matrix through either Gram matrix).
+void newton_schulz_sharded(const float* g, float* out, int64_t rows, int64_t cols, int split_dim, int64_t steps,
+                           const NsCoefficients& coefficients, bool bf16, const NsAllReduce& sum,
+                           SgemmFn gemm = sgemm);
 
 // A plain triple-loop version of the same iteration (f32 or bf16-rounded likewise), the reference
 // the GEMM version is tested against.
