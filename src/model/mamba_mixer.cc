@@ -68,7 +68,8 @@ Tensor in_proj_backward(const MambaMixerWeights& w, const Tensor& d_zx, const Te
 
 // out_proj: row-parallel over w.tp (plain at TP 1).
 Tensor out_proj_forward(const MambaMixerWeights& w, const Tensor& normed) {
-  return w.tp.tp == nullptr ? linear_forward(normed, w.out_proj) : row_parallel_linear_forward(w.tp, normed, w.out_proj);
+  return w.tp.tp == nullptr ? linear_forward(normed, w.out_proj)
+                            : row_parallel_linear_forward(w.tp, normed, w.out_proj);
 }
 
 Tensor out_proj_backward(const MambaMixerWeights& w, const Tensor& d_out, const Tensor& normed) {
@@ -145,11 +146,13 @@ MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64
   w.conv_b = pb.add(split(make_param_spec(mixer_name(layer, "conv1d.bias"), {d.conv_dim()}, InitKind::kUniform,
                                           conv_bound, false),
                           0, {d.DI, GN, GN}));
-  w.a_log = pb.add(split(make_param_spec(mixer_name(layer, "A_log"), {d.NH}, InitKind::kMambaALog, 0, false), 0, {d.NH}));
+  w.a_log =
+      pb.add(split(make_param_spec(mixer_name(layer, "A_log"), {d.NH}, InitKind::kMambaALog, 0, false), 0, {d.NH}));
   w.d = pb.add(split(make_param_spec(mixer_name(layer, "D"), {d.NH}, InitKind::kOnes, 0, false), 0, {d.NH}));
   w.dt_bias =
       pb.add(split(make_param_spec(mixer_name(layer, "dt_bias"), {d.NH}, InitKind::kMambaDtBias, 0, false), 0, {d.NH}));
-  w.gnorm_w = pb.add(split(make_param_spec(mixer_name(layer, "norm.weight"), {d.DI}, InitKind::kOnes, 0, false), 0, {d.DI}));
+  w.gnorm_w =
+      pb.add(split(make_param_spec(mixer_name(layer, "norm.weight"), {d.DI}, InitKind::kOnes, 0, false), 0, {d.DI}));
   const float out_std = c.init_std / std::sqrt(static_cast<float>(c.num_layers));  // Megatron's rescale, 1 residual
   w.out_proj = pb.add(gemm_weight(split(make_param_spec(mixer_name(layer, "out_proj.weight"), {d.H, d.DI},
                                                         InitKind::kNormal, out_std, true),

@@ -31,7 +31,8 @@ TpShare block_share(const ParamSpec& s, int64_t b) {
   } else {
     int64_t sum = 0;
     for (int64_t e : s.split_block_extents) {
-      GALE_CHECK(s.split_unit >= 1 && e % s.split_unit == 0) << s.name << ": block of " << e << " rows is not units of " << s.split_unit;
+      GALE_CHECK(s.split_unit >= 1 && e % s.split_unit == 0)
+          << s.name << ": block of " << e << " rows is not units of " << s.split_unit;
       sum += e;
     }
     GALE_CHECK(sum == extent && static_cast<int64_t>(s.split_block_extents.size()) == s.split_blocks)
@@ -84,9 +85,14 @@ int64_t ParamSpec::split2_offset() const {
 Shape ParamSpec::local_shape() const {
   Shape s = global_shape;
   if (split_dim >= 0 && split_parts > 1) {
-    int64_t rows = 0;
-    for (int64_t b = 0; b < split_blocks; ++b) rows += split_block(b).rows;
-    s[static_cast<size_t>(split_dim)] = rows;
+    if (split_block_extents.empty()) {
+      s[static_cast<size_t>(split_dim)] = split_blocks * split_block_rows();
+    } else {
+      block_share(*this, 0);  // checks the blocks
+      int64_t rows = 0;
+      for (int64_t extent : split_block_extents) rows += tp_share(extent / split_unit, split_parts, split_rank).count;
+      s[static_cast<size_t>(split_dim)] = rows * split_unit;
+    }
   }
   if (split2_parts > 1) {
     split2_offset();  // checks the shape
@@ -120,10 +126,14 @@ int64_t ParamSpec::global_index(int64_t i) const {
     const int64_t block = d / block_local, within = d % block_local;
     return (outer * dg + block * block_global + split_block_offset() + within) * inner + in;
   }
-  for (int64_t b = 0; b < split_blocks; ++b) {
-    const SplitBlock blk = split_block(b);
-    if (d < blk.local_start + blk.rows)
-      return (outer * dg + blk.global_start + blk.offset + d - blk.local_start) * inner + in;
+  int64_t global_start = 0, local_start = 0;  // one pass over the blocks (split_block's walk)
+  for (int64_t extent : split_block_extents) {
+    const TpShare share = tp_share(extent / split_unit, split_parts, split_rank);
+    const int64_t rows = share.count * split_unit;
+    if (d < local_start + rows)
+      return (outer * dg + global_start + share.offset * split_unit + d - local_start) * inner + in;
+    global_start += extent;
+    local_start += rows;
   }
   GALE_CHECK(false) << name << ": local row " << d << " of " << dl;
   return -1;

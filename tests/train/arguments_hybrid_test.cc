@@ -23,7 +23,8 @@ TEST(HybridArguments, TensorAndSequenceParallelAccepted) {
        std::vector<std::tuple<std::string, int64_t, std::vector<std::string>>>{
            {"2", 2, {"--tensor-model-parallel-size", "2"}},
            {"2", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-           {"4", 8, {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}},
+           {"4", 8,
+            {"--tensor-model-parallel-size", "4", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}},
            {"8", 8, {"--tensor-model-parallel-size", "8", "--num-attention-heads", "8"}}}) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid(groups, flags), world);
