@@ -50,14 +50,13 @@ std::vector<ShardBox> shard_boxes(const ParamSpec& spec) {
   const Shape local = spec.local_shape();
   if (!spec.is_split()) return {ShardBox{whole_box(spec.global_shape), whole_box(local)}};
   const size_t d = static_cast<size_t>(spec.split_dim);
-  const int64_t block_local = local[d] / spec.split_blocks;
-  const int64_t block_global = spec.global_shape[d] / spec.split_blocks;
   std::vector<ShardBox> boxes;
   for (int64_t b = 0; b < spec.split_blocks; ++b) {
+    const ParamSpec::SplitBlock k = spec.split_block(b);
     ShardBox sb{whole_box(local), whole_box(local)};
-    sb.global.shape[d] = sb.local.shape[d] = block_local;
-    sb.global.offsets[d] = b * block_global + spec.split_block_offset();
-    sb.local.offsets[d] = b * block_local;
+    sb.global.shape[d] = sb.local.shape[d] = k.rows;
+    sb.global.offsets[d] = k.global_start + k.offset;
+    sb.local.offsets[d] = k.local_start;
     if (spec.split2_parts > 1) {  // --tp-2d: this rank's columns
       sb.global.shape[1] = local[1];
       sb.global.offsets[1] = spec.split2_offset();

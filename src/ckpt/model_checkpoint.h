@@ -2,7 +2,8 @@
 //
 // Each ParamSpec says how this rank's local tensor maps into the global one (model/params.h): a
 // tensor-parallel shard is `split_blocks` boxes of the global tensor (one for an ordinary
-// column/row-parallel weight, two for SwiGLU's [gate; up] fc1). Saving adds those boxes under the
+// column/row-parallel weight, two for SwiGLU's [gate; up] fc1, five of unequal sizes for a Mamba
+// mixer's [z | x | B | C | dt] in_proj). Saving adds those boxes under the
 // parameter's global name; loading reads the same boxes back from whatever pieces were saved, so
 // a checkpoint written at TP2·PP2 loads at TP1·PP4 (docs/formats/checkpoint.md).
 //

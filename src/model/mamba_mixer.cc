@@ -52,6 +52,31 @@ void conv_forward(const MambaDims& d, const float* w, const float* bias, const f
   });
 }
 
+// in_proj: column-parallel over w.tp (plain at TP 1); *u_saved gets what backward takes.
+Tensor in_proj_forward(const MambaMixerWeights& w, const Tensor& u, Tensor* u_saved) {
+  if (w.tp.tp == nullptr) {
+    *u_saved = u;
+    return linear_forward(u, w.in_proj);
+  }
+  return column_parallel_linear_forward(w.tp, u, w.in_proj, u_saved);
+}
+
+Tensor in_proj_backward(const MambaMixerWeights& w, const Tensor& d_zx, const Tensor& u_saved) {
+  if (w.tp.tp == nullptr) return linear_backward(d_zx, u_saved, w.in_proj);
+  return column_parallel_linear_backward(w.tp, d_zx, u_saved, w.in_proj);
+}
+
+// out_proj: row-parallel over w.tp (plain at TP 1).
+Tensor out_proj_forward(const MambaMixerWeights& w, const Tensor& normed) {
+  return w.tp.tp == nullptr ? linear_forward(normed, w.out_proj)
+                            : row_parallel_linear_forward(w.tp, normed, w.out_proj);
+}
+
+Tensor out_proj_backward(const MambaMixerWeights& w, const Tensor& d_out, const Tensor& normed) {
+  return w.tp.tp == nullptr ? linear_backward(d_out, normed, w.out_proj)
+                            : row_parallel_linear_backward(w.tp, d_out, normed, w.out_proj);
+}
+
 // The gated norm's g = y·silu(z) of row t.
 inline float gate(const float* y, const float* zx, int64_t t, int64_t DI, int64_t R, int64_t i) {
   return y[t * DI + i] * siluf(zx[t * R + i]);
@@ -71,6 +96,17 @@ MambaDims MambaDims::of(const ModelConfig& c) {
   return d;
 }
 
+MambaDims MambaDims::tp_local(int64_t tp) const {
+  GALE_CHECK(tp >= 1 && G % tp == 0 && NH % tp == 0 && DI % tp == 0)
+      << "Mamba mixer: tensor-parallel size " << tp << " must divide the groups (" << G << "), heads (" << NH
+      << ") and d_inner (" << DI << ")";
+  MambaDims d = *this;
+  d.DI /= tp;
+  d.NH /= tp;
+  d.G /= tp;
+  return d;
+}
+
 std::vector<int> MambaParamIds::all() const {
   std::vector<int> ids;
   for (int id : {norm_w, norm_b, in_proj, conv_w, conv_b, a_log, d, dt_bias, gnorm_w, out_proj})
@@ -78,26 +114,49 @@ std::vector<int> MambaParamIds::all() const {
   return ids;
 }
 
-MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, const ModelPartition* part) {
   const MambaDims d = MambaDims::of(c);
+  const int64_t GN = d.G * d.N;
+  const bool tp = part != nullptr && part->tp_size() > 1;
+  if (tp) d.tp_local(part->tp_size());  // checks the split
+  // Split along `dim` in blocks of these extents (one block: an even split), or replicated at TP 1.
+  auto split = [&](ParamSpec s, int dim, std::vector<int64_t> extents) {
+    if (!tp) return s;
+    s = tp_split(std::move(s), *part, dim, static_cast<int>(extents.size()));
+    if (extents.size() > 1) s.split_block_extents = std::move(extents);
+    return s;
+  };
+  auto pre_norm = [&](ParamSpec s) {
+    s.sequence_parallel = part != nullptr && part->sequence_parallel;
+    return s;
+  };
   MambaParamIds w;
   const float conv_bound = 1.0f / std::sqrt(static_cast<float>(d.K));  // kaiming_uniform(a=√5), fan_in K
-  w.norm_w = pb.add(make_param_spec(mixer_name(layer, "in_proj.layer_norm_weight"), {d.H}, norm_weight_init(c), 0, false));
+  w.norm_w = pb.add(pre_norm(make_param_spec(mixer_name(layer, "in_proj.layer_norm_weight"), {d.H},
+                                             norm_weight_init(c), 0, false)));
   if (!c.rms_norm)
-    w.norm_b = pb.add(make_param_spec(mixer_name(layer, "in_proj.layer_norm_bias"), {d.H}, InitKind::kZeros, 0, false));
-  w.in_proj = pb.add(gemm_weight(make_param_spec(mixer_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
-                                                 InitKind::kNormal, c.init_std, true)));
-  w.conv_w = pb.add(make_param_spec(mixer_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
-                                    conv_bound, true));
-  w.conv_b = pb.add(make_param_spec(mixer_name(layer, "conv1d.bias"), {d.conv_dim()}, InitKind::kUniform, conv_bound,
-                                    false));
-  w.a_log = pb.add(make_param_spec(mixer_name(layer, "A_log"), {d.NH}, InitKind::kMambaALog, 0, false));
-  w.d = pb.add(make_param_spec(mixer_name(layer, "D"), {d.NH}, InitKind::kOnes, 0, false));
-  w.dt_bias = pb.add(make_param_spec(mixer_name(layer, "dt_bias"), {d.NH}, InitKind::kMambaDtBias, 0, false));
-  w.gnorm_w = pb.add(make_param_spec(mixer_name(layer, "norm.weight"), {d.DI}, InitKind::kOnes, 0, false));
+    w.norm_b = pb.add(pre_norm(make_param_spec(mixer_name(layer, "in_proj.layer_norm_bias"), {d.H},
+                                               InitKind::kZeros, 0, false)));
+  w.in_proj = pb.add(gemm_weight(split(make_param_spec(mixer_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
+                                                       InitKind::kNormal, c.init_std, true),
+                                       0, {d.DI, d.DI, GN, GN, d.NH})));
+  w.conv_w = pb.add(split(make_param_spec(mixer_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
+                                          conv_bound, true),
+                          0, {d.DI, GN, GN}));
+  w.conv_b = pb.add(split(make_param_spec(mixer_name(layer, "conv1d.bias"), {d.conv_dim()}, InitKind::kUniform,
+                                          conv_bound, false),
+                          0, {d.DI, GN, GN}));
+  w.a_log =
+      pb.add(split(make_param_spec(mixer_name(layer, "A_log"), {d.NH}, InitKind::kMambaALog, 0, false), 0, {d.NH}));
+  w.d = pb.add(split(make_param_spec(mixer_name(layer, "D"), {d.NH}, InitKind::kOnes, 0, false), 0, {d.NH}));
+  w.dt_bias =
+      pb.add(split(make_param_spec(mixer_name(layer, "dt_bias"), {d.NH}, InitKind::kMambaDtBias, 0, false), 0, {d.NH}));
+  w.gnorm_w =
+      pb.add(split(make_param_spec(mixer_name(layer, "norm.weight"), {d.DI}, InitKind::kOnes, 0, false), 0, {d.DI}));
   const float out_std = c.init_std / std::sqrt(static_cast<float>(c.num_layers));  // Megatron's rescale, 1 residual
-  w.out_proj = pb.add(gemm_weight(make_param_spec(mixer_name(layer, "out_proj.weight"), {d.H, d.DI}, InitKind::kNormal,
-                                                  out_std, true)));
+  w.out_proj = pb.add(gemm_weight(split(make_param_spec(mixer_name(layer, "out_proj.weight"), {d.H, d.DI},
+                                                        InitKind::kNormal, out_std, true),
+                                        1, {d.DI})));
   return w;
 }
 
@@ -126,8 +185,9 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
   const Offsets o(d);
   const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
   const int64_t heads_per_group = NH / G, gs = DI / G;
-  GALE_CHECK_EQ(u.size(0), T);
-  Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
+  Tensor u_saved;
+  Tensor zx = in_proj_forward(w, u, &u_saved);  // [T, R]
+  GALE_CHECK_EQ(zx.size(0), T);
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
   conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), S, B);
@@ -191,9 +251,9 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
     });
   }
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
-  Tensor out = linear_forward(normed_in, w.out_proj);  // [T, H]
+  Tensor out = out_proj_forward(w, normed_in);  // [T, H] (this rank's rows under SP)
   if (saved) {
-    saved->u = u;
+    saved->u = u_saved;
     saved->zxbcdt = zx;
     saved->conv_pre = conv_pre;
     saved->y = y;
@@ -208,7 +268,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   const Offsets o(d);
   const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G, K = d.K;
   const int64_t heads_per_group = NH / G, gs = DI / G;
-  Tensor d_normed = linear_backward(d_out, sv.normed, w.out_proj);  // [T, DI]
+  Tensor d_normed = out_proj_backward(w, d_out, sv.normed);  // [T, DI]
   sv.normed = Tensor();
   const float* zxp = sv.zxbcdt.data<float>();
   const float* yp = sv.y.data<float>();
@@ -343,7 +403,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
         }
   });
   sv.conv_pre = Tensor();
-  Tensor du = linear_backward(d_zx, sv.u, w.in_proj);
+  Tensor du = in_proj_backward(w, d_zx, sv.u);
   sv.u = sv.zxbcdt = Tensor();
   return du;
 }
@@ -360,6 +420,15 @@ DropoutSpec mamba_dropout(const LayerRuntime& rt, int64_t layer) {
   return d;
 }
 
+// This rank's dims and weights, the linears over the partition's TP group.
+MambaDims mixer_dims(const LayerRuntime& rt) { return MambaDims::of(*rt.config).tp_local(rt.part->tp_size()); }
+
+MambaMixerWeights mixer_weights(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w) {
+  MambaMixerWeights m = mamba_mixer_weights(pb, w, rt.ops->gemm, rt.ops->bf16_gemm);
+  m.tp = TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks, rt.ops->tp_regather_input};
+  return m;
+}
+
 }  // namespace
 
 Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
@@ -373,8 +442,8 @@ Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const 
                    w.norm_b >= 0 ? pb.param_data(w.norm_b) : nullptr, normed.data<float>(), stats.data<float>(), T, H);
   Tensor u = to_gemm_input(normed, c.gemm_dtype());
   normed = Tensor();
-  Tensor out = mamba_mixer_forward(MambaDims::of(c), mamba_mixer_weights(pb, w, ops.gemm, ops.bf16_gemm), u, rt.mb->S,
-                                   rt.mb->B, c.gemm_dtype(), saved ? &saved->mixer : nullptr);
+  Tensor out = mamba_mixer_forward(mixer_dims(rt), mixer_weights(rt, pb, w), u, rt.mb->S, rt.mb->B, c.gemm_dtype(),
+                                   saved ? &saved->mixer : nullptr);
   Tensor x_out = Tensor::empty({T, H});
   ops.bias_dropout_add(out.data<float>(), nullptr, x_in.data<float>(), x_out.data<float>(), T, H,
                        mamba_dropout(rt, layer));
@@ -392,8 +461,7 @@ Tensor mamba_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mamba
   const int64_t T = d_out.size(0), H = c.hidden;
   Tensor d_mix = Tensor::empty({T, H});
   ops.bias_dropout_add_backward(d_out.data<float>(), d_mix.data<float>(), nullptr, T, H, mamba_dropout(rt, layer));
-  Tensor d_u = mamba_mixer_backward(MambaDims::of(c), mamba_mixer_weights(pb, w, ops.gemm, ops.bf16_gemm), s.mixer,
-                                    d_mix, rt.mb->S, rt.mb->B);
+  Tensor d_u = mamba_mixer_backward(mixer_dims(rt), mixer_weights(rt, pb, w), s.mixer, d_mix, rt.mb->S, rt.mb->B);
   d_mix = Tensor();
   Tensor d_x = Tensor::empty({T, H});
   ops.norm_backward(NormSpec{c.rms_norm, c.norm_eps}, d_u.data<float>(), s.x_in.data<float>(),

@@ -24,7 +24,18 @@
 // mixer.conv1d.bias, mixer.A_log [NH], mixer.D [NH], mixer.dt_bias [NH], mixer.norm.weight [DI],
 // mixer.out_proj.weight. Initial values as Megatron's: in_proj N(0, σ), out_proj N(0, σ/√L),
 // conv1d weight and bias U(±1/√K), A_log = log U(1, 16), dt_bias = softplus⁻¹(Δ0) with
-// Δ0 = max(exp(U(log 0.001, log 0.1)), 1e-4), D and the norms 1. No tensor parallelism (TP 1).
+// Δ0 = max(exp(U(log 0.001, log 0.1)), 1e-4), D and the norms 1.
+//
+// Tensor parallelism (Megatron's MambaMixer at TP > 1; TP divides G, hence NH and DI): each rank
+// holds NH/TP heads and G/TP groups. in_proj is column-parallel with each of its parts split on
+// its own: the local rows are [z_r | x_r | B_r | C_r | dt_r] (rank r's DI/TP, DI/TP, G·N/TP,
+// G·N/TP, NH/TP rows of each part), the global tensor stays [z | x | B | C | dt]; conv1d splits
+// x|B|C the same way, A_log, D, dt_bias by head and norm.weight by channel; out_proj is
+// row-parallel. A rank's heads read only its own groups and the gated norm's groups lie inside
+// one rank, so the mixer needs no communication besides the two linears' (model/tp_linear.h):
+// under --sequence-parallel in_proj all-gathers its input along the sequence and out_proj
+// reduce-scatters its output, else out_proj all-reduces. The pre-norm is replicated (its
+// gradient all-reduced over TP under SP, as the transformer layers' norms).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +46,7 @@
 #include "model/layer_runtime.h"
 #include "model/linear.h"
 #include "model/params.h"
+#include "model/tp_linear.h"
 
 namespace gale {
 
@@ -43,6 +55,8 @@ struct MambaDims {
   int64_t conv_dim() const { return DI + 2 * G * N; }
   int64_t in_proj_rows() const { return 2 * DI + 2 * G * N + NH; }
   static MambaDims of(const ModelConfig& c);
+  // One TP rank's share of `tp`: DI, NH and G divided by tp (H, P, N, K whole).
+  MambaDims tp_local(int64_t tp) const;
 };
 
 // Ids of one Mamba layer's parameters (-1 where absent).
@@ -53,7 +67,9 @@ struct MambaParamIds {
   std::vector<int> all() const;
 };
 
-MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer);
+// `part` null: TP 1; else the parameters split over part->tp as above.
+MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer,
+                                    const ModelPartition* part = nullptr);
 
 // The mixer's weights as the kernels take them: the two linears, and the small parameters with
 // their gradients (null gradients: not accumulated).
@@ -63,13 +79,14 @@ struct MambaMixerWeights {
               *gnorm_w = nullptr;
   float *g_conv_w = nullptr, *g_conv_b = nullptr, *g_a_log = nullptr, *g_d = nullptr, *g_dt_bias = nullptr,
         *g_gnorm_w = nullptr;
+  TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
 };
 MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds& w, SgemmFn gemm,
                                       Bf16GemmFn bf16_gemm);
 
 // What the mixer keeps for backward (one micro-batch).
 struct MambaMixerSaved {
-  Tensor u;         // [T, H] the mixer's input (GEMM input type)
+  Tensor u;         // [T, H] in_proj's input (GEMM input type; gathered under SP)
   Tensor zxbcdt;    // [T, in_proj_rows] in_proj's output
   Tensor conv_pre;  // [T, conv_dim] the convolution's output before SiLU
   Tensor y;         // [T, DI] the scan's output (D skip included)
@@ -77,7 +94,8 @@ struct MambaMixerSaved {
   Tensor normed;    // [T, DI] out_proj's input (GEMM input type)
 };
 
-// out [T, H] of u [T, H] (rows t = s·B + b). `saved` null: nothing kept.
+// out [T, H] of u [T, H] (rows t = s·B + b; `d` this rank's dims, MambaDims::tp_local). Under
+// sequence parallelism u and out are this rank's [T/TP, H] rows. `saved` null: nothing kept.
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
                            DType gemm_dtype, MambaMixerSaved* saved);
 // d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.

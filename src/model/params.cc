@@ -15,26 +15,63 @@ namespace gale {
 
 namespace {
 
-// The rank's units of one block of the split dimension (parallel/tp_share.h).
-TpShare block_share(const ParamSpec& s) {
-  const int64_t extent = s.global_shape[static_cast<size_t>(s.split_dim)], block = extent / s.split_blocks;
-  GALE_CHECK(s.split_unit >= 1 && extent % (s.split_blocks * s.split_unit) == 0)
-      << s.name << ": dimension " << s.split_dim << " (" << extent << ") is not " << s.split_blocks
-      << " block(s) of units of " << s.split_unit;
-  return tp_share(block / s.split_unit, s.split_parts, s.split_rank);
+// Global extent of block b along the split dimension.
+int64_t block_extent(const ParamSpec& s, int64_t b) {
+  if (!s.split_block_extents.empty()) return s.split_block_extents[static_cast<size_t>(b)];
+  return s.global_shape[static_cast<size_t>(s.split_dim)] / s.split_blocks;
+}
+
+// The rank's units of block b of the split dimension (parallel/tp_share.h).
+TpShare block_share(const ParamSpec& s, int64_t b) {
+  const int64_t extent = s.global_shape[static_cast<size_t>(s.split_dim)];
+  if (s.split_block_extents.empty()) {
+    GALE_CHECK(s.split_unit >= 1 && extent % (s.split_blocks * s.split_unit) == 0)
+        << s.name << ": dimension " << s.split_dim << " (" << extent << ") is not " << s.split_blocks
+        << " block(s) of units of " << s.split_unit;
+  } else {
+    int64_t sum = 0;
+    for (int64_t e : s.split_block_extents) {
+      GALE_CHECK(s.split_unit >= 1 && e % s.split_unit == 0)
+          << s.name << ": block of " << e << " rows is not units of " << s.split_unit;
+      sum += e;
+    }
+    GALE_CHECK(sum == extent && static_cast<int64_t>(s.split_block_extents.size()) == s.split_blocks)
+        << s.name << ": " << s.split_block_extents.size() << " blocks of " << sum << " rows for " << s.split_blocks
+        << " blocks of dimension " << s.split_dim << " (" << extent << ")";
+  }
+  return tp_share(block_extent(s, b) / s.split_unit, s.split_parts, s.split_rank);
 }
 
 }  // namespace
 
 int64_t ParamSpec::split_block_rows() const {
+  GALE_CHECK(split_block_extents.empty()) << name << ": unequal blocks (split_block)";
   if (split_dim < 0) return global_shape.empty() ? 1 : global_shape[0];
   if (split_parts == 1) return global_shape[static_cast<size_t>(split_dim)] / split_blocks;
-  return block_share(*this).count * split_unit;
+  return block_share(*this, 0).count * split_unit;
 }
 
 int64_t ParamSpec::split_block_offset() const {
+  GALE_CHECK(split_block_extents.empty()) << name << ": unequal blocks (split_block)";
   if (split_dim < 0 || split_parts == 1) return 0;
-  return block_share(*this).offset * split_unit;
+  return block_share(*this, 0).offset * split_unit;
+}
+
+ParamSpec::SplitBlock ParamSpec::split_block(int64_t b) const {
+  GALE_CHECK(split_dim >= 0 && b >= 0 && b < split_blocks) << name << ": block " << b;
+  SplitBlock out;
+  for (int64_t k = 0; k <= b; ++k) {
+    const int64_t extent = block_extent(*this, k);
+    const TpShare share = split_parts > 1 ? block_share(*this, k) : TpShare{0, extent / split_unit};
+    if (k == b) {
+      out.rows = share.count * split_unit;
+      out.offset = share.offset * split_unit;
+    } else {
+      out.global_start += extent;
+      out.local_start += share.count * split_unit;
+    }
+  }
+  return out;
 }
 
 int64_t ParamSpec::split2_offset() const {
@@ -47,7 +84,16 @@ int64_t ParamSpec::split2_offset() const {
 
 Shape ParamSpec::local_shape() const {
   Shape s = global_shape;
-  if (split_dim >= 0 && split_parts > 1) s[static_cast<size_t>(split_dim)] = split_blocks * split_block_rows();
+  if (split_dim >= 0 && split_parts > 1) {
+    if (split_block_extents.empty()) {
+      s[static_cast<size_t>(split_dim)] = split_blocks * split_block_rows();
+    } else {
+      block_share(*this, 0);  // checks the blocks
+      int64_t rows = 0;
+      for (int64_t extent : split_block_extents) rows += tp_share(extent / split_unit, split_parts, split_rank).count;
+      s[static_cast<size_t>(split_dim)] = rows * split_unit;
+    }
+  }
   if (split2_parts > 1) {
     split2_offset();  // checks the shape
     s[1] /= split2_parts;
@@ -75,10 +121,22 @@ int64_t ParamSpec::global_index(int64_t i) const {
   int64_t dl = local[split_dim];
   int64_t outer = i / (dl * inner), d = (i / inner) % dl, in = i % inner;
   int64_t dg = global_shape[split_dim];
-  int64_t block_local = dl / split_blocks, block_global = dg / split_blocks;
-  int64_t block = d / block_local, within = d % block_local;
-  int64_t d_global = block * block_global + split_block_offset() + within;
-  return (outer * dg + d_global) * inner + in;
+  if (split_block_extents.empty()) {
+    const int64_t block_local = dl / split_blocks, block_global = dg / split_blocks;
+    const int64_t block = d / block_local, within = d % block_local;
+    return (outer * dg + block * block_global + split_block_offset() + within) * inner + in;
+  }
+  int64_t global_start = 0, local_start = 0;  // one pass over the blocks (split_block's walk)
+  for (int64_t extent : split_block_extents) {
+    const TpShare share = tp_share(extent / split_unit, split_parts, split_rank);
+    const int64_t rows = share.count * split_unit;
+    if (d < local_start + rows)
+      return (outer * dg + global_start + share.offset * split_unit + d - local_start) * inner + in;
+    global_start += extent;
+    local_start += rows;
+  }
+  GALE_CHECK(false) << name << ": local row " << d << " of " << dl;
+  return -1;
 }
 
 int ParamBuffer::add(ParamSpec spec) {

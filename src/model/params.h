@@ -48,6 +48,10 @@ struct ParamSpec {
   // parallel/tp_share.h: evenly when they divide, else (--unaligned-linear) one more unit to each
   // of the first ranks. A unit never straddles two ranks.
   int64_t split_unit = 1;
+  // Non-empty: the split_blocks blocks along split_dim have these global extents instead of equal
+  // ones (the Mamba mixer's in_proj z|x|B|C|dt and conv1d x|B|C, model/mamba_mixer.h); each is
+  // dealt out in units of split_unit as an equal block is.
+  std::vector<int64_t> split_block_extents;
   // --tp-2d (model/tp2d_layer.h): a 2-D weight whose dimension 0 is split as above over one axis
   // of the X×Y tensor-parallel grid has its dimension 1 split too, evenly, over the other axis:
   // this rank holds columns [split2_rank·C, (split2_rank + 1)·C), C = global columns / split2_parts.
@@ -96,9 +100,15 @@ struct ParamSpec {
   Shape local_shape() const;
   int64_t local_numel() const;
   // Along split_dim, the rows of each block this rank holds and where they start in the global
-  // block (the whole block and 0 when not split).
+  // block (the whole block and 0 when not split). Equal blocks only (split_block for any).
   int64_t split_block_rows() const;
   int64_t split_block_offset() const;
+  // Block b along split_dim: where it starts in the global and in the local tensor, the rows this
+  // rank holds of it and where they start within the global block.
+  struct SplitBlock {
+    int64_t global_start = 0, local_start = 0, rows = 0, offset = 0;
+  };
+  SplitBlock split_block(int64_t b) const;
   // First global column of this rank's columns (0 without a --tp-2d column split).
   int64_t split2_offset() const;
   // Whether the tensor is split at all (over TP, or over a --tp-2d axis).

@@ -233,7 +233,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   LayerParamIds w;
   if (c.is_noop_layer(layer)) return w;  // the identity: no parameters
   if (c.hybrid.is_mamba_layer(layer)) {
-    w.mamba = register_mamba_params(pb, c, layer);
+    w.mamba = register_mamba_params(pb, c, layer, &part);
     return w;
   }
   if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);

@@ -17,20 +17,25 @@ std::vector<ParamBox> local_range_boxes(const ParamSpec& spec, int64_t begin, in
   const bool split = spec.split_dim >= 0 && spec.split_parts > 1;
   GALE_CHECK(!split || spec.split_dim == 0 || spec.split_blocks == 1) << spec.name;
   // Rows of the local tensor are cut into split_blocks blocks, each placed in its own global block.
-  const int64_t blocks = split && spec.split_dim == 0 ? spec.split_blocks : 1;
-  const int64_t block_rows = rows / blocks;
-  const int64_t global_block_rows = split && spec.split_dim == 0 ? spec.global_shape[0] / blocks : block_rows;
-  const int64_t row_shift = split && spec.split_dim == 0 ? spec.split_block_offset() : 0;
+  const bool row_split = split && spec.split_dim == 0;
+  const int64_t blocks = row_split ? spec.split_blocks : 1;
+  std::vector<ParamSpec::SplitBlock> block(static_cast<size_t>(blocks));
+  if (row_split)
+    for (int64_t b = 0; b < blocks; ++b) block[static_cast<size_t>(b)] = spec.split_block(b);
+  else
+    block[0].rows = rows;
   // Columns shift with a split of dimension 1 (over TP, or a --tp-2d column split).
   const int64_t col_shift = split && spec.split_dim == 1 ? spec.split_block_offset() : spec.split2_offset();
 
   std::vector<ParamBox> out;
   auto emit = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {  // local rows [r0, r1), cols [c0, c1)
+    size_t b = 0;
     while (r0 < r1) {
-      const int64_t block = r0 / block_rows;
-      const int64_t stop = std::min(r1, (block + 1) * block_rows);
+      while (r0 >= block[b].local_start + block[b].rows) ++b;
+      const ParamSpec::SplitBlock& k = block[b];
+      const int64_t stop = std::min(r1, k.local_start + k.rows);
       ParamBox box;
-      const int64_t global_row = block * global_block_rows + row_shift + (r0 - block * block_rows);
+      const int64_t global_row = k.global_start + k.offset + (r0 - k.local_start);
       box.global_offsets = two_d ? std::vector<int64_t>{global_row, c0 + col_shift} : std::vector<int64_t>{global_row};
       box.shape = two_d ? Shape{stop - r0, c1 - c0} : Shape{stop - r0};
       box.local_begin = r0 * cols + c0;

@@ -54,18 +54,22 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   if (nheads % m.mamba_num_groups != 0)
     return InvalidArgument("--mamba-num-groups: expected a divisor of the Mamba mixer's heads (2 x --hidden-size / "
                            "--mamba-head-dim = ", nheads, "), found ", m.mamba_num_groups);
-  // What the Mamba layers do not handle yet.
+  // Tensor parallelism splits the mixer by groups and heads (Megatron's MambaMixer asserts d_inner,
+  // ngroups and nheads divisible by the TP size; the groups divide the heads, which divide d_inner).
   const ParallelArgs& par = a.parallel;
+  const int64_t tp = par.tensor_model_parallel_size;
+  if (tp > 1 && m.mamba_num_groups % tp != 0)
+    return InvalidArgument("--mamba-num-groups: expected a multiple of --tensor-model-parallel-size (", tp,
+                           ": each rank holds ngroups / TP groups of the Mamba mixer), found ", m.mamba_num_groups);
+  // What the Mamba layers do not handle yet.
   struct Size2 {
     const char* what;
     int64_t value;
   };
-  for (const Size2& s : {Size2{"--tensor-model-parallel-size", par.tensor_model_parallel_size},
-                         Size2{"--context-parallel-size", par.context_parallel_size},
+  for (const Size2& s : {Size2{"--context-parallel-size", par.context_parallel_size},
                          Size2{"--expert-model-parallel-size", par.expert_model_parallel_size}})
     if (s.value > 1)
       return Unimplemented("--is-hybrid-model with ", s.what, " > 1: not supported yet (found ", s.value, ")");
-  if (par.sequence_parallel) return Unimplemented("--is-hybrid-model with --sequence-parallel: not supported yet");
   if (a.moe.enabled()) return Unimplemented("--is-hybrid-model with --num-experts: not supported yet");
   if (m.multi_latent_attention)
     return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");

@@ -40,12 +40,12 @@ std::vector<Piece> pieces_of(const ParamSpec& s) {
     return out;
   }
   if (s.split_dim == 0) {
-    const int64_t block_local = local[0] / s.split_blocks, block_global = s.global_shape[0] / s.split_blocks;
     for (int b = 0; b < s.split_blocks; ++b) {
+      const ParamSpec::SplitBlock k = s.split_block(b);
       std::vector<int64_t> offsets(local.size(), 0);
-      offsets[0] = b * block_global + s.split_block_offset();
+      offsets[0] = k.global_start + k.offset;
       if (s.split2_parts > 1) offsets[1] = s.split2_offset();  // --tp-2d: this rank's columns
-      out.push_back(Piece{offsets, b * block_local, block_local});
+      out.push_back(Piece{offsets, k.local_start, k.rows});
     }
     return out;
   }

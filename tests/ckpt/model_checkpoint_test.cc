@@ -96,6 +96,28 @@ TEST(ModelCheckpoint, ShardBoxesFollowTheSplitBlocks) {
         EXPECT_EQ(fc1.global_index((b.local.offsets[0] + r) * 4 + c), (b.global.offsets[0] + r) * 4 + c);
 }
 
+// A Mamba in_proj's unequal blocks z|x|B|C|dt (4, 4, 2, 2, 6 rows): TP rank 1 of 2 writes its half
+// of each, and its local rows map to the same global rows as ParamSpec::global_index.
+TEST(ModelCheckpoint, ShardBoxesFollowUnequalBlocks) {
+  ParamSpec in_proj;
+  in_proj.name = "in_proj";
+  in_proj.global_shape = {18, 3};
+  in_proj.split_dim = 0;
+  in_proj.split_blocks = 5;
+  in_proj.split_block_extents = {4, 4, 2, 2, 6};
+  in_proj.split_parts = 2;
+  in_proj.split_rank = 1;
+  const std::vector<ShardBox> boxes = shard_boxes(in_proj);
+  ASSERT_EQ(boxes.size(), 5u);
+  const int64_t global_rows[] = {2, 6, 9, 11, 15}, local_rows[] = {0, 2, 4, 5, 6}, rows[] = {2, 2, 1, 1, 3};
+  for (size_t b = 0; b < 5; ++b) {
+    EXPECT_EQ(boxes[b].global, (Box{{global_rows[b], 0}, {rows[b], 3}})) << b;
+    EXPECT_EQ(boxes[b].local, (Box{{local_rows[b], 0}, {rows[b], 3}})) << b;
+    for (int64_t r = 0; r < rows[b]; ++r)
+      EXPECT_EQ(in_proj.global_index((local_rows[b] + r) * 3 + 1), (global_rows[b] + r) * 3 + 1);
+  }
+}
+
 // TP2 models save; TP1 and TP4 models load. Gale's initialisation does not depend on the layout,
 // so the loaded values must equal a fresh initialisation at the loading layout, bit for bit.
 TEST(ModelCheckpoint, SavedAtTp2LoadsAtTp1AndTp4) {

@@ -1,6 +1,7 @@
 // `gale pretrain --is-hybrid-model` (Megatron's pretrain_mamba.py): a falling loss on the mock data,
-// data and pipeline parallelism 2 (mpirun) reproduce the one-process losses, save and resume continue the same
-// run bit for bit, and what is not supported yet is refused in one line naming the flag.
+// data, pipeline and tensor (+ sequence) parallelism 2 (mpirun) reproduce the one-process losses,
+// save and resume continue the same run bit for bit, and what is not supported yet is refused in
+// one line naming the flag.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -65,6 +66,17 @@ TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   const std::vector<double> lp = losses(staged.output);
   ASSERT_EQ(lp.size(), 16u);
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lp[i], l[i], 1e-5 * l[i]) << "iteration " << i + 1;
+  // Tensor parallelism 2 with sequence parallelism (each rank 4 heads in 1 group; the invariance of
+  // the gradients: tests/parallel/hybrid_invariance_mpi_test.cc): the sums run in another order, as DP's.
+  // Megatron pads the vocabulary to a multiple of 128·TP: 64·2 keeps the one-process run's 4224 rows.
+  std::vector<std::string> tp = pattern;
+  tp.insert(tp.end(), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--make-vocab-size-divisible-by",
+                       "64"});
+  test::RunResult split = run(mamba(2, 16, tp), 2);
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  const std::vector<double> lt = losses(split.output);
+  ASSERT_EQ(lt.size(), 16u);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lt[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
 }
 
 // Recomputation reruns the same kernels with the same dropout masks: full (block, 3 of the 4
@@ -148,10 +160,10 @@ TEST(GalePretrainHybridMamba, RefusesWhatIsNotSupportedYet) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.message << "\n" << r.output;
   }
-  // At TP 2 (two processes): refused before anything is built.
-  test::RunResult tp = run(mamba(2, 2, {"--tensor-model-parallel-size", "2"}), 2);
+  // At TP 2 (two processes) with one group of B and C: refused before anything is built.
+  test::RunResult tp = run(mamba(2, 2, {"--tensor-model-parallel-size", "2", "--mamba-num-groups", "1"}), 2);
   EXPECT_NE(tp.exit_code, 0) << tp.output;
-  EXPECT_NE(tp.output.find("--is-hybrid-model with --tensor-model-parallel-size > 1: not supported yet"),
+  EXPECT_NE(tp.output.find("--mamba-num-groups: expected a multiple of --tensor-model-parallel-size (2"),
             std::string::npos)
       << tp.output;
   // The Mamba flags need the hybrid model.

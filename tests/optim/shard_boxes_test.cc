@@ -73,6 +73,31 @@ TEST(ShardBoxes, SwigluTwoBlocksSplitSeparately) {
   }
 }
 
+// The Mamba mixer's in_proj: unequal blocks z|x|B|C|dt (ParamSpec::split_block_extents) of 4, 4,
+// 2, 2 and 6 rows, each split on its own: rank 1 of 2 holds rows 2, 3 | 6, 7 | 9 | 11 | 15..17.
+TEST(ShardBoxes, UnequalBlocksSplitEachOnItsOwn) {
+  for (int64_t r = 0; r < 2; ++r) {
+    ParamSpec s = spec({18, 3}, 0, 5, 2, r);
+    s.split_block_extents = {4, 4, 2, 2, 6};
+    check_all_ranges(s);
+    ParamSpec v = spec({18}, 0, 5, 2, r);
+    v.split_block_extents = {4, 4, 2, 2, 6};
+    check_all_ranges(v);
+  }
+  ParamSpec s = spec({18}, 0, 5, 2, 1);
+  s.split_block_extents = {4, 4, 2, 2, 6};
+  EXPECT_EQ(s.local_shape(), (Shape{9}));
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < 9; ++i) rows.push_back(s.global_index(i));
+  EXPECT_EQ(rows, (std::vector<int64_t>{2, 3, 6, 7, 9, 11, 15, 16, 17}));
+  EXPECT_EQ(local_range_boxes(s, 0, 9).size(), 5u);
+  const ParamSpec::SplitBlock dt = s.split_block(4);
+  EXPECT_EQ(dt.global_start, 12);
+  EXPECT_EQ(dt.local_start, 6);
+  EXPECT_EQ(dt.rows, 3);
+  EXPECT_EQ(dt.offset, 3);
+}
+
 TEST(ShardBoxes, RowParallelColumnsSplit) {
   for (int64_t r = 0; r < 4; ++r) check_all_ranges(spec({3, 8}, 1, 1, 4, r));
 }

@@ -141,6 +141,36 @@ TEST_P(Reshard, SavedAtTp2Pp2ResumesAtOtherLayouts) {
       world, whole, dir);
 }
 
+// The hybrid Mamba model ("M*-M", 8 heads in 4 groups): in_proj's z|x|B|C|dt parts, conv1d's x|B|C,
+// the heads' A_log, D and dt_bias, the gated norm's weight and out_proj are stored as global tensors
+// (each TP rank writes its share of every part), so a checkpoint saved at TP2·DP2 with SP loads bit
+// for bit at TP1 (DP4), TP4 and TP2·PP2 and resumes there like the uninterrupted run; one saved at
+// TP1 (DP4) resumes at TP2·PP2 and TP4 the same way.
+TEST(ReshardHybrid, SavedAtOneTpSizeResumesAtOthers) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::vector<std::string> model = {
+      "--num-attention-heads", "8", "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--mamba-state-dim", "8",
+      "--mamba-head-dim", "16", "--mamba-num-groups", "4", "--normalization", "RMSNorm", "--position-embedding-type",
+      "rope"};
+  TrainingRun whole(model, {}, make_self_communicator("world"));
+  whole.train(6);
+  const Targets from_tp2 = {
+      {"TP1·DP4", {}},
+      {"TP4·SP", {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+      {"TP2·PP2", {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}}};
+  const std::string dir = shared_temp_dir(world, "hybrid_tp2");
+  train_and_save(model, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, world, whole, dir);
+  for (const auto& [name, flags] : from_tp2) {
+    SCOPED_TRACE(name);
+    load_bit_for_bit(model, flags, world, dir);
+  }
+  expect_resumes_like_whole(model, from_tp2, world, whole, dir);
+  const std::string dir1 = shared_temp_dir(world, "hybrid_tp1");
+  train_and_save(model, {}, world, whole, dir1);
+  expect_resumes_like_whole(model, {from_tp2[1], from_tp2[2]}, world, whole, dir1);
+}
+
 // Megatron's partial distributed optimizer: saved at DP4 with two instances of two ranks (only
 // the first instance writes the optimizer state; the second holds a copy), resumed with one
 // instance of four, with four instances of one and without the distributed optimizer.
