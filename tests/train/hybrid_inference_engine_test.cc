@@ -1,7 +1,9 @@
 // Batched generation of a hybrid Mamba model (train/inference_engine.h with model/mamba_state.h):
 // static batches and dynamic batching (requests pausing for blocks and joining mid-flight, each
 // holding a Mamba state slot) give every request, at every step, the logits (within 1e-4 relative)
-// and greedy tokens of rerunning its whole sequence; the slots and blocks all come back.
+// and greedy tokens of rerunning its whole sequence; the slots and blocks all come back. Beam search
+// over per-beam caches that beams take over or clone (as `gale generate --num-beams` keeps them)
+// finds the hypothesis of a search over whole-sequence forwards.
 #include "train/inference_engine.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include "core/allocator.h"
 #include "kernels/cpu/fused_ops.h"
 #include "model/hybrid_test_model.h"
+#include "train/beam_search.h"
 
 namespace gale {
 namespace {
@@ -111,6 +114,64 @@ TEST_F(HybridEngineTest, DynamicBatchingMovesTheMambaSlotsWithTheRequests) {
     EXPECT_EQ(r->free_mamba_slots_at_end, r->mamba_slots);
   }
   EXPECT_EQ(host_allocator().current_bytes(), before) << "the KV buffer, the Mamba slots and every step's tensors are freed";
+}
+
+// Beam search with one KvCache per beam, as train/generate.cc's beam_generate: a beam continuing
+// another takes over its cache when it is the last to, else a clone_kv_cache (Mamba states and all);
+// against the same search whose every row is a whole-sequence forward of the beam's tokens.
+TEST_F(HybridEngineTest, BeamSearchOverCachedBeamsFindsTheFullForwardHypothesis) {
+  const int64_t V = c_.vocab;
+  BeamSearchOptions o;
+  o.num_beams = 3;
+  o.max_new_tokens = 8;
+  for (const std::vector<int32_t>& prompt : {prompts_[0], prompts_[3], prompts_[7]}) {
+    std::vector<KvCache> caches;
+    caches.push_back(make_kv_cache(c_, model_->partition(), 1, c_.max_positions));
+    auto cached_row = [&](KvCache& cache, const std::vector<int32_t>& ids) {
+      MicroBatch mb;
+      mb.B = 1;
+      mb.S = static_cast<int64_t>(ids.size());
+      mb.tokens = ids;
+      mb.position_ids.assign(ids.size(), 0);
+      const Tensor l = model_->forward_logits(mb, Tensor(), &cache);
+      return log_softmax_row(l.data<float>() + (mb.S - 1) * V, V, 1.0);
+    };
+    BeamModel cached;
+    cached.start = [&] { return cached_row(caches[0], prompt); };
+    cached.advance = [&](const std::vector<int>& parents, const std::vector<int32_t>& tokens) {
+      std::vector<KvCache> next(parents.size());
+      for (size_t i = 0; i < parents.size(); ++i) {
+        const bool last_use =
+            std::find(parents.begin() + static_cast<std::ptrdiff_t>(i) + 1, parents.end(), parents[i]) == parents.end();
+        next[i] = last_use ? std::move(caches[parents[i]]) : clone_kv_cache(caches[parents[i]]);
+      }
+      caches = std::move(next);
+      std::vector<std::vector<double>> rows;
+      for (size_t i = 0; i < caches.size(); ++i) rows.push_back(cached_row(caches[i], {tokens[i]}));
+      return rows;
+    };
+    std::vector<std::vector<int32_t>> seqs = {prompt};
+    BeamModel full;
+    auto full_row = [&](const std::vector<int32_t>& ids) {
+      const std::vector<float> l = testing::full_forward_last_logits(*model_, ids);
+      return log_softmax_row(l.data(), V, 1.0);
+    };
+    full.start = [&] { return full_row(prompt); };
+    full.advance = [&](const std::vector<int>& parents, const std::vector<int32_t>& tokens) {
+      std::vector<std::vector<int32_t>> next;
+      std::vector<std::vector<double>> rows;
+      for (size_t i = 0; i < parents.size(); ++i) {
+        next.push_back(seqs[static_cast<size_t>(parents[i])]);
+        next.back().push_back(tokens[i]);
+        rows.push_back(full_row(next.back()));
+      }
+      seqs = std::move(next);
+      return rows;
+    };
+    const BeamSearchResult a = beam_search(o, cached), b = beam_search(o, full);
+    EXPECT_EQ(a.tokens, b.tokens) << "prompt of " << prompt.size();
+    EXPECT_NEAR(a.score, b.score, 1e-4 * std::abs(b.score)) << "prompt of " << prompt.size();
+  }
 }
 
 }  // namespace
