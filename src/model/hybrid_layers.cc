@@ -80,4 +80,23 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
   return Status::Ok();
 }
 
+Status check_mamba_sizes(int64_t hidden, int64_t state_dim, int64_t head_dim, int64_t num_groups) {
+  struct Size {
+    const char* flag;
+    int64_t value;
+  };
+  for (const Size& s : {Size{"--mamba-state-dim", state_dim}, Size{"--mamba-head-dim", head_dim},
+                        Size{"--mamba-num-groups", num_groups}})
+    if (s.value <= 0) return InvalidArgument(s.flag, ": expected a positive integer, found ", s.value);
+  const int64_t d_inner = 2 * hidden;
+  if (d_inner % head_dim != 0)
+    return InvalidArgument("--mamba-head-dim: expected a divisor of the Mamba mixer's d_inner = 2 x --hidden-size = ",
+                           d_inner, ", found ", head_dim);
+  const int64_t nheads = d_inner / head_dim;
+  if (nheads % num_groups != 0)
+    return InvalidArgument("--mamba-num-groups: expected a divisor of the Mamba mixer's heads (2 x --hidden-size / "
+                           "--mamba-head-dim = ", nheads, "), found ", num_groups);
+  return Status::Ok();
+}
+
 }  // namespace gale

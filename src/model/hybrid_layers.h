@@ -27,4 +27,8 @@ inline constexpr char kHybridMlp = '-';
 Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
                               const std::string& override_pattern, std::string* layers);
 
+// The Mamba mixer's sizes (d_inner = 2·hidden): --mamba-state-dim, --mamba-head-dim and
+// --mamba-num-groups positive, the head dimension dividing d_inner and the groups the heads.
+Status check_mamba_sizes(int64_t hidden, int64_t state_dim, int64_t head_dim, int64_t num_groups);
+
 }  // namespace gale

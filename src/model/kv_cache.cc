@@ -7,15 +7,38 @@
 
 namespace gale {
 
+bool layer_keeps_kv(const ModelConfig& c, int64_t layer) {
+  if (c.is_noop_layer(layer)) return false;
+  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) == '*';
+}
+
 KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t B, int64_t max_length) {
   KvCache cache;
   cache.B = B;
   cache.max_length = max_length;
   const int64_t KVl = layer_shares(c, part).groups;
   for (int64_t i = 0; i < part.num_layers; ++i)
-    cache.layers.push_back(c.is_noop_layer(part.first_layer + i) ? Tensor()
-                                                                   : Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()}));
+    cache.layers.push_back(layer_keeps_kv(c, part.first_layer + i)
+                               ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()})
+                               : Tensor());
+  if (c.hybrid.enabled) {
+    cache.mamba = MambaStatePool(c, part, B);
+    for (int64_t b = 0; b < B; ++b) cache.mamba.allocate();  // slot b: sample b, zero
+  }
   return cache;
+}
+
+KvCache clone_kv_cache(const KvCache& src) {
+  KvCache dst = src;
+  for (Tensor& t : dst.layers) {
+    if (!t.defined()) continue;
+    const Tensor from = t;
+    t = Tensor::empty(from.shape(), from.dtype());
+    const int64_t rows = src.length * src.B;
+    if (rows > 0) t.slice(0, rows).copy_from(from.slice(0, rows));
+  }
+  dst.mamba = src.mamba.clone();
+  return dst;
 }
 
 KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64_t block_tokens, int64_t num_blocks)
@@ -23,7 +46,7 @@ KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64
   GALE_CHECK(block_tokens > 0 && num_blocks > 0) << "kv block pool of " << num_blocks << " blocks of " << block_tokens;
   width_ = 2 * layer_shares(c, part).groups * c.attention_head_dim();
   for (int64_t i = 0; i < part.num_layers; ++i) {
-    if (c.is_noop_layer(part.first_layer + i)) {
+    if (!layer_keeps_kv(c, part.first_layer + i)) {
       slot_.push_back(-1);
       continue;
     }

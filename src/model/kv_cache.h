@@ -6,6 +6,11 @@
 // the cache keeps every row). Generating n tokens then costs O(n) layer rows instead of the
 // O(n²) of rerunning the whole sequence each step; the logits are those of the whole-sequence
 // forward (tests/model/kv_cache_test.cc).
+//
+// A hybrid Mamba model (--is-hybrid-model) keeps keys and values only for its attention layers
+// ('*'); its Mamba layers ('M') keep their decoding state instead (model/mamba_state.h: the
+// convolution's last inputs and the scan's state, one slot per sample or request), and its MLP
+// layers ('-') nothing.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +18,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/mamba_state.h"
 
 namespace gale {
 
@@ -24,15 +30,26 @@ struct KvCache {
   // heads then the KVl value heads (context_key_layout / context_value_layout); empty for noop layers.
   // With MLA: every head's expanded key and value at the padded width, [max_length·B, 2·NHl·D]
   // (ModelConfig::attention_kv_heads / attention_head_dim; model/mla_attention.h), not the latent.
+  // Empty for noop layers and a hybrid model's Mamba and MLP layers (layer_keeps_kv).
   std::vector<Tensor> layers;
+  // A hybrid model's Mamba layers: slot b is sample b's state (B slots, zero when made).
+  MambaStatePool mamba;
   // --flash-decode: > 0 makes a one-token step of one sample attend with the split-K flash decoding
   // kernel (kernels/cpu/flash_decode.h) in chunks of this many cached positions; 0: the op table's
   // attention_forward.
   int64_t flash_decode_chunk = 0;
 };
 
-// An empty cache for `part`'s layers of `config` (this TP rank's KV heads).
+// Whether global layer `layer` attends, i.e. keeps keys and values (not a noop layer, nor a hybrid
+// model's Mamba or MLP layer).
+bool layer_keeps_kv(const ModelConfig& config, int64_t layer);
+
+// An empty cache for `part`'s layers of `config` (this TP rank's KV heads; B zero Mamba states).
 KvCache make_kv_cache(const ModelConfig& config, const ModelPartition& part, int64_t B, int64_t max_length);
+
+// A cache holding `src`'s filled positions and Mamba states in storage of its own (a beam that
+// branches off another continues from the same state without changing it).
+KvCache clone_kv_cache(const KvCache& src);
 
 // Paged key/value storage for many requests (Megatron's DynamicInferenceContext memory buffer):
 // `num_blocks` blocks of `block_tokens` positions, allocated once; each block holds its positions'
@@ -59,7 +76,7 @@ class KvBlockPool {
 
  private:
   int64_t block_tokens_, num_blocks_, width_ = 0, block_bytes_ = 0;
-  std::vector<int64_t> slot_;     // local layer -> storage slot (-1: noop layer, nothing stored)
+  std::vector<int64_t> slot_;     // local layer -> storage slot (-1: no keys and values, layer_keeps_kv)
   std::vector<Tensor> storage_;   // per slot: [num_blocks·block_tokens, width]
   std::vector<int32_t> free_;     // free block ids (a stack)
   std::vector<char> taken_;       // per block: allocated
@@ -69,13 +86,17 @@ class KvBlockPool {
 // rows follow request r − 1's; their keys and values go to positions [cached, cached + rows) of
 // the request's blocks (enough of them for cached + rows positions, in position order), and its
 // queries attend (causally, at those positions) to positions [0, cached + rows) of its blocks only.
+// A hybrid model's Mamba layers run the request's rows from, and leave their state in, its slot
+// `mamba_slot` of `mamba` (fresh — zero — when cached is 0).
 struct RaggedRequest {
   std::vector<int32_t> blocks;
   int64_t cached = 0;
   int64_t rows = 0;
+  int64_t mamba_slot = -1;
 };
 struct RaggedKvBatch {
   KvBlockPool* pool = nullptr;
+  MambaStatePool* mamba = nullptr;  // a hybrid model's Mamba states (null without Mamba layers)
   std::vector<RaggedRequest> requests;
   int64_t flash_decode_chunk = 0;  // as KvCache::flash_decode_chunk, for the requests with one new row
 };

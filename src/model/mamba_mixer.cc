@@ -1,7 +1,9 @@
 // Mamba-2 mixer (in_proj, causal conv, selective scan, gated RMSNorm, out_proj) and the Mamba layer, forward and backward.
 #include "model/mamba_mixer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/threads.h"
@@ -32,20 +34,24 @@ struct Offsets {
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
 
-// conv_pre = conv(xBC) along s of each sample, bias included.
-void conv_forward(const MambaDims& d, const float* w, const float* bias, const float* zx, float* out, int64_t S,
-                  int64_t B) {
+// conv_pre = conv(xBC) along each sequence, bias included; before a sequence's position 0 the
+// inputs are its conv_state's rows (zero without one). `row_seq` [T]: each row's sequence and position.
+void conv_forward(const MambaDims& d, const float* w, const float* bias, const float* zx, float* out,
+                  const std::vector<MambaSequence>& seqs, const std::vector<std::pair<int64_t, int64_t>>& row_seq) {
   const Offsets o(d);
-  const int64_t CD = d.conv_dim(), K = d.K;
-  parallel_for(S * B, 64, [&](int64_t b0, int64_t e0) {
+  const int64_t CD = d.conv_dim(), K = d.K, T = static_cast<int64_t>(row_seq.size());
+  parallel_for(T, 64, [&](int64_t b0, int64_t e0) {
     for (int64_t t = b0; t < e0; ++t) {
-      const int64_t s = t / B, b = t % B;
+      const MambaSequence& q = seqs[static_cast<size_t>(row_seq[static_cast<size_t>(t)].first)];
+      const int64_t s = row_seq[static_cast<size_t>(t)].second;
       float* y = out + t * CD;
       for (int64_t c = 0; c < CD; ++c) y[c] = bias[c];
       for (int64_t k = 0; k < K; ++k) {
         const int64_t s2 = s - K + 1 + k;
-        if (s2 < 0) continue;
-        const float* in = zx + (s2 * B + b) * o.R + o.xbc;
+        const float* in = s2 >= 0         ? zx + (q.first + s2 * q.stride) * o.R + o.xbc
+                          : q.conv_state ? q.conv_state + (K - 1 + s2) * CD
+                                         : nullptr;
+        if (!in) continue;
         for (int64_t c = 0; c < CD; ++c) y[c] += w[c * K + k] * in[c];
       }
     }
@@ -75,6 +81,22 @@ Tensor out_proj_forward(const MambaMixerWeights& w, const Tensor& normed) {
 Tensor out_proj_backward(const MambaMixerWeights& w, const Tensor& d_out, const Tensor& normed) {
   return w.tp.tp == nullptr ? linear_backward(d_out, normed, w.out_proj)
                             : row_parallel_linear_backward(w.tp, d_out, normed, w.out_proj);
+}
+
+// conv_state ← the last K−1 inputs (xBC before the convolution) of each sequence with a state.
+void conv_state_update(const MambaDims& d, const float* zx, const std::vector<MambaSequence>& seqs) {
+  const Offsets o(d);
+  const int64_t CD = d.conv_dim(), K = d.K;
+  std::vector<float> next(static_cast<size_t>(std::max<int64_t>(K - 1, 0) * CD));
+  for (const MambaSequence& q : seqs) {
+    if (!q.conv_state) continue;
+    for (int64_t j = 0; j < K - 1; ++j) {
+      const int64_t pos = q.length - (K - 1) + j;  // < 0: still in the old state, at row length + j
+      const float* src = pos >= 0 ? zx + (q.first + pos * q.stride) * o.R + o.xbc : q.conv_state + (q.length + j) * CD;
+      std::copy_n(src, CD, next.data() + j * CD);
+    }
+    std::copy(next.begin(), next.end(), q.conv_state);
+  }
 }
 
 // The gated norm's g = y·silu(z) of row t.
@@ -180,17 +202,28 @@ MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds
   return m;
 }
 
-Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
-                           DType gemm_dtype, MambaMixerSaved* saved) {
+namespace {
+
+Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
+                     const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved) {
   const Offsets o(d);
-  const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
-  const int64_t heads_per_group = NH / G, gs = DI / G;
   Tensor u_saved;
-  Tensor zx = in_proj_forward(w, u, &u_saved);  // [T, R]
-  GALE_CHECK_EQ(zx.size(0), T);
+  Tensor zx = in_proj_forward(w, u, &u_saved);  // [T, R]: the whole sequence's rows (gathered under SP)
+  const int64_t T = zx.size(0), CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
+  const int64_t heads_per_group = NH / G, gs = DI / G;
+  std::vector<std::pair<int64_t, int64_t>> row_seq(static_cast<size_t>(T), {-1, -1});
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (int64_t s = 0; s < seqs[i].length; ++s) {
+      const int64_t t = seqs[i].first + s * seqs[i].stride;
+      GALE_CHECK(t >= 0 && t < T && row_seq[static_cast<size_t>(t)].first < 0)
+          << "mamba mixer: sequence " << i << " row " << t << " outside the " << T << " rows or taken twice";
+      row_seq[static_cast<size_t>(t)] = {static_cast<int64_t>(i), s};
+    }
+  for (int64_t t = 0; t < T; ++t) GALE_CHECK(row_seq[static_cast<size_t>(t)].first >= 0) << "mamba mixer: row " << t << " in no sequence";
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
-  conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), S, B);
+  conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), seqs, row_seq);
+  conv_state_update(d, zxp, seqs);
   Tensor xbc = Tensor::empty({T, CD});
   {
     const float* cp = conv_pre.data<float>();
@@ -202,14 +235,18 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
   {
     const float* xp = xbc.data<float>();
     float* yp = y.data<float>();
-    parallel_for(B * NH, 1, [&](int64_t b0, int64_t e0) {
+    parallel_for(static_cast<int64_t>(seqs.size()) * NH, 1, [&](int64_t b0, int64_t e0) {
       std::vector<float> st(static_cast<size_t>(P * N));
       for (int64_t task = b0; task < e0; ++task) {
-        const int64_t b = task / NH, h = task % NH, g = h / heads_per_group;
+        const MambaSequence& q = seqs[static_cast<size_t>(task / NH)];
+        const int64_t h = task % NH, g = h / heads_per_group;
         const float A = -std::exp(w.a_log[h]);
-        std::fill(st.begin(), st.end(), 0.0f);
-        for (int64_t s = 0; s < S; ++s) {
-          const int64_t t = s * B + b;
+        if (q.ssm_state)
+          std::copy_n(q.ssm_state + h * P * N, P * N, st.begin());
+        else
+          std::fill(st.begin(), st.end(), 0.0f);
+        for (int64_t s = 0; s < q.length; ++s) {
+          const int64_t t = q.first + s * q.stride;
           const float dt = softplusf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]);
           const float a = std::exp(dt * A);
           const float* x = xp + t * CD + h * P;
@@ -226,6 +263,7 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
             yp[t * DI + h * P + p] = acc + w.d[h] * x[p];
           }
         }
+        if (q.ssm_state) std::copy(st.begin(), st.end(), q.ssm_state + h * P * N);
       }
     });
   }
@@ -261,6 +299,20 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
     saved->normed = normed_in;
   }
   return out;
+}
+
+}  // namespace
+
+Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
+                           DType gemm_dtype, MambaMixerSaved* saved) {
+  std::vector<MambaSequence> seqs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = MambaSequence{b, B, S, nullptr, nullptr};
+  return mixer_forward(d, w, u, seqs, gemm_dtype, saved);
+}
+
+Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
+                                     const std::vector<MambaSequence>& seqs, DType gemm_dtype) {
+  return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr);
 }
 
 Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& sv, const Tensor& d_out,
@@ -429,6 +481,29 @@ MambaMixerWeights mixer_weights(const LayerRuntime& rt, const ParamBuffer& pb, c
   return m;
 }
 
+// Inference forwards: each sample's (rt.kv_cache) or request's (rt.ragged_kv) rows with its decoding
+// state; empty otherwise (training and whole-sequence forwards: every sample from the zero state).
+std::vector<MambaSequence> decoding_sequences(const LayerRuntime& rt, int64_t layer) {
+  std::vector<MambaSequence> seqs;
+  const int64_t local = layer - rt.part->first_layer;
+  if (rt.ragged_kv) {
+    MambaStatePool* pool = rt.ragged_kv->mamba;
+    GALE_CHECK(pool) << "ragged decoding of a hybrid model without Mamba state slots (RaggedKvBatch::mamba)";
+    int64_t row = 0;
+    for (const RaggedRequest& r : rt.ragged_kv->requests) {
+      seqs.push_back(MambaSequence{row, 1, r.rows, pool->conv(local, r.mamba_slot), pool->ssm(local, r.mamba_slot)});
+      row += r.rows;
+    }
+  } else if (rt.kv_cache) {
+    KvCache& cache = *rt.kv_cache;
+    const int64_t B = rt.mb->B, S = rt.mb->S;
+    GALE_CHECK(cache.mamba.slots() == B) << "kv cache of a hybrid model: " << cache.mamba.slots()
+                                         << " Mamba state slots for " << B << " samples";
+    for (int64_t b = 0; b < B; ++b) seqs.push_back(MambaSequence{b, B, S, cache.mamba.conv(local, b), cache.mamba.ssm(local, b)});
+  }
+  return seqs;
+}
+
 }  // namespace
 
 Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w, int64_t layer,
@@ -442,8 +517,12 @@ Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const 
                    w.norm_b >= 0 ? pb.param_data(w.norm_b) : nullptr, normed.data<float>(), stats.data<float>(), T, H);
   Tensor u = to_gemm_input(normed, c.gemm_dtype());
   normed = Tensor();
-  Tensor out = mamba_mixer_forward(mixer_dims(rt), mixer_weights(rt, pb, w), u, rt.mb->S, rt.mb->B, c.gemm_dtype(),
-                                   saved ? &saved->mixer : nullptr);
+  const MambaDims d = mixer_dims(rt);
+  const MambaMixerWeights mw = mixer_weights(rt, pb, w);
+  const std::vector<MambaSequence> seqs = decoding_sequences(rt, layer);
+  Tensor out = seqs.empty() ? mamba_mixer_forward(d, mw, u, rt.mb->S, rt.mb->B, c.gemm_dtype(),
+                                                  saved ? &saved->mixer : nullptr)
+                            : mamba_mixer_forward_sequences(d, mw, u, seqs, c.gemm_dtype());
   Tensor x_out = Tensor::empty({T, H});
   ops.bias_dropout_add(out.data<float>(), nullptr, x_in.data<float>(), x_out.data<float>(), T, H,
                        mamba_dropout(rt, layer));

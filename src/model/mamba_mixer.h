@@ -98,11 +98,31 @@ struct MambaMixerSaved {
 // sequence parallelism u and out are this rank's [T/TP, H] rows. `saved` null: nothing kept.
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
                            DType gemm_dtype, MambaMixerSaved* saved);
+
+// One sequence's rows of the mixer's input: positions 0 .. length−1 (after the ones its state has
+// seen) are rows first + s·stride. With a decoding state (model/mamba_state.h; both null: the state
+// before position 0, and nothing written back) the convolution reads the last K−1 inputs from
+// conv_state [K−1, CD] before position 0 and the scan starts from ssm_state [NH, P, N]; both are
+// then replaced by those after the last position. length 1 is the single-token recurrence of a
+// decode step (mamba_ssm's causal_conv1d_update and selective_state_update):
+//   c = bias + Σ_{k<K−1} w[k]·conv_state[k] + w[K−1]·xBC;  conv_state ← [conv_state[1..], xBC]
+//   state ← exp(Δ·A)·state + Δ·x ⊗ B;  y = state·C + D·x
+struct MambaSequence {
+  int64_t first = 0, stride = 1, length = 0;
+  float* conv_state = nullptr;
+  float* ssm_state = nullptr;
+};
+// out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept for
+// backward). mamba_mixer_forward is this with sample b's rows b, b + B, ... and no states.
+Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
+                                     const std::vector<MambaSequence>& seqs, DType gemm_dtype);
 // d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.
 Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& saved,
                             const Tensor& d_out, int64_t S, int64_t B);
 
-// The Mamba layer (norm + mixer + residual).
+// The Mamba layer (norm + mixer + residual). In inference forwards with rt.kv_cache (sample b's
+// state in slot b of its `mamba` pool) or rt.ragged_kv (request r's rows in its `mamba_slot`) the
+// mixer continues each sequence from its decoding state and leaves the state after its new rows.
 struct MambaLayerSaved {
   Tensor x_in;        // [T, H]
   Tensor norm_stats;  // the pre-norm's statistics

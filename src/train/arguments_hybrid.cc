@@ -39,21 +39,7 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   std::string layers;
   GALE_RETURN_IF_ERROR(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
                                               m.hybrid_override_pattern, &layers));
-  struct Size {
-    const char* flag;
-    int64_t value;
-  };
-  for (const Size& s : {Size{"--mamba-state-dim", m.mamba_state_dim}, Size{"--mamba-head-dim", m.mamba_head_dim},
-                        Size{"--mamba-num-groups", m.mamba_num_groups}})
-    if (s.value <= 0) return InvalidArgument(s.flag, ": expected a positive integer, found ", s.value);
-  const int64_t d_inner = 2 * m.hidden_size;
-  if (d_inner % m.mamba_head_dim != 0)
-    return InvalidArgument("--mamba-head-dim: expected a divisor of the Mamba mixer's d_inner = 2 x --hidden-size = ",
-                           d_inner, ", found ", m.mamba_head_dim);
-  const int64_t nheads = d_inner / m.mamba_head_dim;
-  if (nheads % m.mamba_num_groups != 0)
-    return InvalidArgument("--mamba-num-groups: expected a divisor of the Mamba mixer's heads (2 x --hidden-size / "
-                           "--mamba-head-dim = ", nheads, "), found ", m.mamba_num_groups);
+  GALE_RETURN_IF_ERROR(check_mamba_sizes(m.hidden_size, m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_groups));
   // Tensor parallelism splits the mixer by groups and heads (Megatron's MambaMixer asserts d_inner,
   // ngroups and nheads divisible by the TP size; the groups divide the heads, which divide d_inner).
   const ParallelArgs& par = a.parallel;

@@ -78,6 +78,8 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   if (m.is_hybrid_model) {  // absent: a GPT model
     j["is_hybrid_model"] = true;
     j["hybrid_override_pattern"] = m.hybrid_override_pattern;
+    j["hybrid_attention_ratio"] = m.hybrid_attention_ratio;  // the layers when there is no pattern
+    j["hybrid_mlp_ratio"] = m.hybrid_mlp_ratio;
     j["mamba_state_dim"] = m.mamba_state_dim;
     j["mamba_head_dim"] = m.mamba_head_dim;
     j["mamba_num_groups"] = m.mamba_num_groups;
@@ -242,6 +244,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   if (auto it = args.find("is_hybrid_model"); it != args.end() && it->is_boolean() && it->get<bool>()) {
     m.is_hybrid_model = true;
     GALE_RETURN_IF_ERROR(get(args, "hybrid_override_pattern", where, &m.hybrid_override_pattern));
+    if (args.contains("hybrid_attention_ratio"))  // absent in checkpoints saved before Gale wrote them
+      GALE_RETURN_IF_ERROR(get(args, "hybrid_attention_ratio", where, &m.hybrid_attention_ratio));
+    if (args.contains("hybrid_mlp_ratio"))
+      GALE_RETURN_IF_ERROR(get(args, "hybrid_mlp_ratio", where, &m.hybrid_mlp_ratio));
     GALE_RETURN_IF_ERROR(get(args, "mamba_state_dim", where, &m.mamba_state_dim));
     GALE_RETURN_IF_ERROR(get(args, "mamba_head_dim", where, &m.mamba_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "mamba_num_groups", where, &m.mamba_num_groups));

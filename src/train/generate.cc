@@ -133,21 +133,8 @@ std::vector<int32_t> sample_generate(const InferenceModel& m, const std::vector<
   return out;
 }
 
-// A cache holding `src`'s filled positions in storage of its own (a beam that branches off).
-KvCache copy_kv_cache(const KvCache& src) {
-  KvCache dst = src;
-  for (Tensor& t : dst.layers) {
-    if (!t.defined()) continue;
-    const Tensor from = t;
-    t = Tensor::empty(from.shape(), from.dtype());
-    const int64_t rows = src.length * src.B;
-    if (rows > 0) t.slice(0, rows).copy_from(from.slice(0, rows));
-  }
-  return dst;
-}
-
 // Beam search over the model: one KV cache per beam; a beam that continues another takes over its
-// cache (the last beam to continue it) or a copy of it.
+// cache (the last beam to continue it) or a copy of it (a hybrid model's Mamba states with it).
 std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& g,
                                    double* score) {
   const int64_t vocab = m.tokenizer->vocab_size();
@@ -169,7 +156,7 @@ std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<in
     for (size_t i = 0; i < parents.size(); ++i) {
       const bool last_use = std::find(parents.begin() + static_cast<std::ptrdiff_t>(i) + 1, parents.end(), parents[i]) ==
                             parents.end();
-      next[i] = last_use ? std::move(caches[parents[i]]) : copy_kv_cache(caches[parents[i]]);
+      next[i] = last_use ? std::move(caches[parents[i]]) : clone_kv_cache(caches[parents[i]]);
     }
     caches = std::move(next);
     std::vector<std::vector<double>> rows;
@@ -417,6 +404,11 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
   };
   if (g.dynamic) {
     const KvBlockPool probe(m.config, m.model->partition(), g.block_size, 1);
+    if (probe.block_bytes() == 0)
+      return usage(InvalidArgument("--inference-dynamic-batching with a hybrid model without attention layers ('*' in ",
+                                   "the layer pattern '", m.config.hybrid.layers, "'): the buffer is sized by key/value "
+                                   "blocks and this model keeps none; not supported yet (use --prompts-file without ",
+                                   "--inference-dynamic-batching)"));
     DynamicBufferFlags f = g.buffer;
     if (g.overflow_factor > 0.0) f.overflow_factor = g.overflow_factor;
     if (g.max_requests_override > 0) f.max_requests_override = g.max_requests_override;
@@ -457,6 +449,8 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
     std::fprintf(stderr, "static batching: %lld steps, batches of up to %lld requests, peak KV bytes %lld]\n",
                  static_cast<long long>(r->steps), static_cast<long long>(g.max_requests),
                  static_cast<long long>(r->peak_kv_bytes));
+  if (r->mamba_state_bytes > 0)
+    std::fprintf(stderr, "[hybrid model: Mamba decoding states %lld bytes]\n", static_cast<long long>(r->mamba_state_bytes));
   return 0;
 }
 

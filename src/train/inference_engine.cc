@@ -19,6 +19,7 @@ struct Request {
   std::vector<int32_t> prompt;
   std::vector<int32_t> out;
   std::vector<int32_t> blocks;
+  int64_t mamba_slot = -1;          // a hybrid model's Mamba state slot
   int64_t cached = 0;               // positions in its blocks
   bool prefilled = false;
 };
@@ -29,15 +30,17 @@ bool is_stop(const EngineOptions& o, int32_t t) {
 
 // One forward over `batch` (prefill: whole prompt; decode: the last token), then each request's
 // next token. Returns the requests that finished (their order in `batch`).
-std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, const std::vector<Request*>& batch, const EngineOptions& o,
-                         EngineResult& r) {
+std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mamba, const std::vector<Request*>& batch,
+                         const EngineOptions& o, EngineResult& r) {
   RaggedKvBatch rb;
   rb.pool = &pool;
+  rb.mamba = mamba.has_layers() ? &mamba : nullptr;
   rb.flash_decode_chunk = o.flash_decode_chunk;
   std::vector<int32_t> tokens;
   for (Request* q : batch) {
     RaggedRequest rr;
     rr.blocks = q->blocks;
+    rr.mamba_slot = q->mamba_slot;
     rr.cached = q->cached;
     if (!q->prefilled) {
       tokens.insert(tokens.end(), q->prompt.begin(), q->prompt.end());
@@ -74,6 +77,17 @@ bool nothing_to_generate(const EngineOptions& o, const std::vector<int32_t>& pro
   return o.max_new_tokens == 0 || static_cast<int64_t>(prompt.size()) >= o.max_length;
 }
 
+// A request joins: its Mamba state slot (a hybrid model), zero. And leaves: its blocks and slot go back.
+void take_mamba_slot(MambaStatePool& mamba, Request& q) {
+  if (mamba.has_layers()) q.mamba_slot = mamba.allocate();
+}
+void leave(KvBlockPool& pool, MambaStatePool& mamba, Request& q) {
+  pool.release(q.blocks);
+  q.blocks.clear();
+  if (q.mamba_slot >= 0) mamba.release(q.mamba_slot);
+  q.mamba_slot = -1;
+}
+
 StatusOr<EngineResult> run_static(GPTModel& model, std::vector<Request>& all, const EngineOptions& o) {
   EngineResult r;
   std::vector<Request*> todo;
@@ -82,16 +96,20 @@ StatusOr<EngineResult> run_static(GPTModel& model, std::vector<Request>& all, co
   for (size_t first = 0; first < todo.size(); first += static_cast<size_t>(o.max_requests)) {
     const size_t n = std::min(todo.size() - first, static_cast<size_t>(o.max_requests));
     KvBlockPool pool(model.config(), model.partition(), o.kv_length, static_cast<int64_t>(n));
+    MambaStatePool mamba(model.config(), model.partition(), static_cast<int64_t>(n));
     r.kv_bytes_allocated = std::max(r.kv_bytes_allocated, pool.block_bytes() * pool.num_blocks());
     r.peak_kv_bytes = std::max(r.peak_kv_bytes, pool.block_bytes() * pool.num_blocks());
+    r.mamba_state_bytes = std::max(r.mamba_state_bytes, mamba.has_layers() ? mamba.slot_bytes() * mamba.slots() : 0);
     std::vector<Request*> active(todo.begin() + static_cast<std::ptrdiff_t>(first),
                                  todo.begin() + static_cast<std::ptrdiff_t>(first + n));
-    for (Request* q : active) q->blocks = pool.allocate(1);
+    for (Request* q : active) {
+      q->blocks = pool.allocate(1);
+      take_mamba_slot(mamba, *q);
+    }
     while (!active.empty()) {
-      const std::vector<size_t> done = step(model, pool, active, o, r);
+      const std::vector<size_t> done = step(model, pool, mamba, active, o, r);
       for (auto it = done.rbegin(); it != done.rend(); ++it) {
-        pool.release(active[*it]->blocks);
-        active[*it]->blocks.clear();
+        leave(pool, mamba, *active[*it]);
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(*it));
       }
     }
@@ -115,6 +133,11 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
                              " tokens of one step (--inference-dynamic-batching-max-tokens-override or the buffer flags)");
     waiting.push_back(&q);
   }
+  // A hybrid model's Mamba states: one slot per request in the context (active or paused), at most
+  // max_requests and the number of requests.
+  MambaStatePool mamba(model.config(), model.partition(),
+                       std::min<int64_t>(b.max_requests, static_cast<int64_t>(waiting.size())));
+  r.mamba_state_bytes = mamba.has_layers() ? mamba.slot_bytes() * mamba.slots() : 0;
   std::vector<Request*> active;  // decoding or about to prefill, in admission order
   std::deque<Request*> paused;
   while (!waiting.empty() || !active.empty() || !paused.empty()) {
@@ -154,6 +177,7 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
           pool.free_blocks() < need + b.gtd_block_count)
         break;
       q->blocks = pool.allocate(need);
+      take_mamba_slot(mamba, *q);
       tokens += len;
       active.push_back(q);
       waiting.pop_front();
@@ -167,14 +191,15 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
                       "--inference-dynamic-batching-buffer-guaranteed-fraction");
     }
     r.peak_kv_bytes = std::max(r.peak_kv_bytes, pool.used_blocks() * pool.block_bytes());
-    const std::vector<size_t> done = step(model, pool, active, o, r);
+    const std::vector<size_t> done = step(model, pool, mamba, active, o, r);
     for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      pool.release(active[*it]->blocks);
-      active[*it]->blocks.clear();
+      leave(pool, mamba, *active[*it]);
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(*it));
     }
   }
   r.free_blocks_at_end = pool.free_blocks();
+  r.free_mamba_slots_at_end = mamba.free_slots();
+  r.mamba_slots = mamba.slots();
   return r;
 }
 

@@ -26,6 +26,12 @@
 //      reserve gtd_block_count (the first that does not fit waits, and those behind it);
 // then the step's forward runs, each request samples its next token, and a request that finished
 // (a stop token, max_new_tokens, or the last position) gives its blocks back at once.
+//
+// A hybrid Mamba model (--is-hybrid-model): the blocks hold only its attention layers' keys and
+// values; each request also holds a Mamba state slot (model/mamba_state.h) from when it joins
+// (zero: its prefill starts the sequence) until it finishes — kept while it is paused — and the
+// ragged forward continues each request's Mamba layers from its slot (Megatron's per-request
+// Mamba states of the dynamic context).
 #pragma once
 
 #include <cstdint>
@@ -90,6 +96,11 @@ struct EngineResult {
   int64_t pauses = 0;             // dynamic: times a request paused for a block
   int64_t joined_mid_flight = 0;  // dynamic: requests that joined while others were decoding
   int64_t free_blocks_at_end = 0, num_blocks = 0;  // dynamic: every block is back at the end
+  // A hybrid model's Mamba states (model/mamba_state.h; 0 without Mamba layers): the bytes of the
+  // slots allocated (static: the largest batch's; dynamic: min(max_requests, requests) slots), and
+  // under dynamic batching the slots and those free at the end (all of them).
+  int64_t mamba_state_bytes = 0;
+  int64_t mamba_slots = 0, free_mamba_slots_at_end = 0;
 };
 
 // Generates for every prompt (each non-empty and shorter than max_length) with `model` (the whole

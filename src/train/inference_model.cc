@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/model_checkpoint.h"
 #include "kernels/cpu/fused_ops.h"
+#include "model/hybrid_layers.h"
 #include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/lora_merge.h"
@@ -31,7 +32,7 @@ Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache)
 
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
-  add_hybrid_args(parser, args.model);  // refused below, but known
+  add_hybrid_args(parser, args.model);  // --is-hybrid-model: Mamba layers with their decoding state
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   add_lora_args(parser, args.lora);
@@ -50,6 +51,29 @@ void add_inference_model_args(ArgParser& parser, Arguments& args) {
                   "take the model flags from the checkpoint (its metadata.json args) instead of the command line");
 }
 
+namespace {
+
+// A hybrid Mamba model (its flags from the command line or the checkpoint): the layer pattern and
+// the mixer's sizes as `gale pretrain` checks them (train/arguments_hybrid.cc), and what its
+// inference does not do.
+Status check_hybrid_inference(const Arguments& args) {
+  const ModelArgs& m = args.model;
+  if (!m.is_hybrid_model) return Status::Ok();
+  std::string layers;
+  GALE_RETURN_IF_ERROR(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
+                                              m.hybrid_override_pattern, &layers));
+  GALE_RETURN_IF_ERROR(check_mamba_sizes(m.hidden_size, m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_groups));
+  if (args.training.fp16) return Unimplemented("--is-hybrid-model with --fp16: not supported yet (as in gale pretrain)");
+  if (!args.lora.lora_load.empty())
+    return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
+  if (args.moe.enabled()) return Unimplemented("--is-hybrid-model with --num-experts: not supported yet");
+  if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
+  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.load.empty()) return InvalidArgument("--load is required (the checkpoint to read the model from)");
   if (args.training.bf16 && args.training.fp16) return InvalidArgument("--fp16 and --bf16 are exclusive: give one of them");
@@ -58,7 +82,8 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
     return InvalidArgument("--use-ema with --lora-load: not supported yet (the EMA of LoRA adapters is not merged)");
   if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
-  return validate_moe_args(args, parser);
+  GALE_RETURN_IF_ERROR(validate_moe_args(args, parser));
+  return check_hybrid_inference(args);
 }
 
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
@@ -80,9 +105,7 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
     GALE_ASSIGN_OR_RETURN(args.model, model_args_from_json(saved, where));
     GALE_ASSIGN_OR_RETURN(args.moe, moe_args_from_json(saved, where, args.model.num_layers));
   }
-  if (args.model.is_hybrid_model)
-    return Unimplemented("--is-hybrid-model: inference (gale generate, evaluate, chat) is not supported yet: the "
-                         "Mamba layers have no incremental state");
+  GALE_RETURN_IF_ERROR(check_hybrid_inference(args));
   GALE_ASSIGN_OR_RETURN(m->tokenizer, build_pretrain_tokenizer(args));
   if (!args.checkpoint.use_checkpoint_args)
     args.model.padded_vocab_size =

@@ -13,6 +13,8 @@
 // parameter EMA a `gale pretrain --optimizer-selection fused_ema_adamw` checkpoint holds
 // (optimizer.ema_params.<name>; ckpt/model_checkpoint.h ema_weight_name); a checkpoint without it
 // is an error.
+// A hybrid Mamba model (--is-hybrid-model) runs too: its Mamba layers keep their decoding state in
+// the KvCache (model/mamba_state.h); --fp16 and --lora-load with it are refused, as in training.
 #pragma once
 
 #include <cstdint>
