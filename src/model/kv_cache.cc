@@ -11,10 +11,12 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
   KvCache cache;
   cache.B = B;
   cache.max_length = max_length;
-  const int64_t KVl = layer_shares(c, part).groups;
-  for (int64_t i = 0; i < part.num_layers; ++i)
-    cache.layers.push_back(c.is_noop_layer(part.first_layer + i) ? Tensor()
-                                                                   : Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()}));
+  for (int64_t i = 0; i < part.num_layers; ++i) {
+    const int64_t layer = part.first_layer + i;  // heterogeneous layers: its own query groups, none without attention
+    const bool attends = !c.is_noop_layer(layer) && c.attention_kind(layer) == SubBlock::kBlock;
+    const int64_t KVl = layer_shares(c.for_layer(layer), part).groups;
+    cache.layers.push_back(attends ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()}) : Tensor());
+  }
   return cache;
 }
 
@@ -22,6 +24,10 @@ KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64
     : block_tokens_(block_tokens), num_blocks_(num_blocks) {
   GALE_CHECK(block_tokens > 0 && num_blocks > 0) << "kv block pool of " << num_blocks << " blocks of " << block_tokens;
   width_ = 2 * layer_shares(c, part).groups * c.attention_head_dim();
+  for (int64_t i = 0; i < part.num_layers; ++i)
+    GALE_CHECK(!c.layer_differs(part.first_layer + i) && c.attention_kind(part.first_layer + i) == SubBlock::kBlock)
+        << "ragged decoding with heterogeneous layers (--heterogeneous-layers-config-*): not supported yet (layer "
+        << part.first_layer + i << " has its own attention)";
   for (int64_t i = 0; i < part.num_layers; ++i) {
     if (c.is_noop_layer(part.first_layer + i)) {
       slot_.push_back(-1);
