@@ -53,7 +53,7 @@ const std::vector<std::string> kCommon = {
 class HeterogeneousInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HeterogeneousInvariance, MatchesSingleProcess) {
-  testing::expect_layout_matches_single_process(layouts(), GetParam(), kCommon, 3e-5, "self_attention.weight");
+  testing::expect_layout_matches_single_process(layouts(), GetParam(), kCommon, 3e-5, "linear_qkv.weight");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
