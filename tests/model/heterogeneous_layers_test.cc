@@ -1,11 +1,12 @@
 // Heterogeneous layers (ModelConfig::hetero): finite-difference gradients through every sub-block
-// kind, Megatron's parameter names, and the loss of tools/reference/heterogeneous_reference.py.
+// kind, Megatron's parameter names, KV-cache decoding, and the loss of tools/reference/heterogeneous_reference.py.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/gpt_model.h"
+#include "model/kv_cache.h"
 #include "model_test_batches.h"
 #include "testing.h"
 #include "train/heterogeneous_config.h"
@@ -102,6 +103,37 @@ TEST(HeterogeneousLayers, MegatronParameterNamesAndShapes) {
     EXPECT_LT(pb.find(name), 0) << name;
   for (int id = 0; id < pb.size(); ++id)
     EXPECT_EQ(pb.spec(id).name.rfind("decoder.layers.4.", 0), std::string::npos) << pb.spec(id).name;
+}
+
+// Incremental decoding with a KvCache (each layer's own query groups, no cache for a layer without
+// attention) gives the logits of the whole-sequence forward.
+TEST(HeterogeneousLayers, KvCacheDecodingEqualsTheWholeSequenceForward) {
+  ModelConfig c = hetero_config();
+  c.attention_dropout = c.hidden_dropout = 0.0f;
+  OpTable ops = reference_ops();
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(5);
+  const int64_t B = 2, S = 12;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
+  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
+  KvCache cache = make_kv_cache(c, part, B, S);
+  EXPECT_EQ(cache.layers[0].size(1), 2 * 1 * c.head_dim);  // one query group
+  EXPECT_FALSE(cache.layers[1].defined());                  // no-op attention
+  EXPECT_FALSE(cache.layers[2].defined());                  // linear attention
+  EXPECT_EQ(cache.layers[3].size(1), 2 * 4 * c.head_dim);
+  int64_t done = 0;
+  for (int64_t chunk : {5, 1, 1, 5}) {
+    const Tensor got = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < chunk; ++s)
+        for (int64_t v = 0; v < c.vocab; ++v)
+          EXPECT_NEAR(got.data<float>()[(b * chunk + s) * c.vocab + v],
+                      whole.data<float>()[(b * S + done + s) * c.vocab + v], 2e-5)
+              << "sample " << b << ", position " << done + s;
+    done += chunk;
+  }
 }
 
 // The reference's tiny Llama-style model (RMSNorm, SwiGLU, no biases, untied output, no position
