@@ -231,6 +231,19 @@ struct HybridConfig {
   }
 };
 
+// Megatron's heterogeneous layers (--heterogeneous-layers-config-path / -encoded-json, the
+// block_configs of a Llama-Nemotron NAS config.json; train/heterogeneous_config.h): what each
+// sub-block (attention, MLP) of one layer is. kBlock: the usual sub-block with this layer's query
+// groups / FFN size; kNoOp: the identity (no norm, no residual add, no parameters); kLinear: the
+// residual x + dropout(norm(x)·Wᵀ (+ b)) with one W [H, H] (Megatron's ColumnParallelLinearGathered).
+enum class SubBlock { kBlock, kNoOp, kLinear };
+struct HeteroLayer {
+  SubBlock attention = SubBlock::kBlock;
+  int64_t kv_heads = 0;  // query groups of a kBlock attention
+  SubBlock mlp = SubBlock::kBlock;
+  int64_t ffn = 0;  // F of a kBlock MLP
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -302,6 +315,8 @@ struct ModelConfig {
   // num_layers .. num_layers + D - 1 (dropout streams, MoE kind: MoeConfig::is_moe_layer).
   int64_t mtp_num_layers = 0;
   double mtp_loss_scaling_factor = 0.1;
+  // Heterogeneous layers: one entry per decoder layer; empty: every layer as the flags say.
+  std::vector<HeteroLayer> hetero;
 
   int64_t rot_dim() const {
     return mla.enabled ? mla.qk_pos_emb_head_dim : static_cast<int64_t>(head_dim * rotary_percent);
@@ -319,6 +334,36 @@ struct ModelConfig {
   bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+  // Layer `layer`'s sub-blocks, query groups and FFN size (the model-wide ones without hetero and
+  // for the MTP layers past the decoder).
+  const HeteroLayer* hetero_layer(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(hetero.size()) ? &hetero[static_cast<size_t>(layer)] : nullptr;
+  }
+  int64_t layer_kv_heads(int64_t layer) const {
+    const HeteroLayer* h = hetero_layer(layer);
+    return h && h->attention == SubBlock::kBlock ? h->kv_heads : kv_heads;
+  }
+  int64_t layer_ffn(int64_t layer) const {
+    const HeteroLayer* h = hetero_layer(layer);
+    return h && h->mlp == SubBlock::kBlock ? h->ffn : ffn;
+  }
+  // This config with layer `layer`'s query groups and FFN size (what its sub-blocks are built with).
+  ModelConfig for_layer(int64_t layer) const {
+    ModelConfig l = *this;
+    l.kv_heads = layer_kv_heads(layer);
+    l.ffn = layer_ffn(layer);
+    return l;
+  }
+  // Whether layer `layer` differs from the model-wide sizes (then for_layer builds it).
+  bool layer_differs(int64_t layer) const { return layer_kv_heads(layer) != kv_heads || layer_ffn(layer) != ffn; }
+  SubBlock attention_kind(int64_t layer) const {
+    const HeteroLayer* h = hetero_layer(layer);
+    return h ? h->attention : SubBlock::kBlock;
+  }
+  SubBlock mlp_kind(int64_t layer) const {
+    const HeteroLayer* h = hetero_layer(layer);
+    return h ? h->mlp : SubBlock::kBlock;
+  }
   bool is_noop_layer(int64_t layer) const {
     return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);
   }

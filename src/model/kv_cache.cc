@@ -9,18 +9,20 @@ namespace gale {
 
 bool layer_keeps_kv(const ModelConfig& c, int64_t layer) {
   if (c.is_noop_layer(layer)) return false;
-  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) == '*';
+  if (c.hybrid.enabled) return c.hybrid.layers.at(static_cast<size_t>(layer)) == '*';
+  return c.attention_kind(layer) == SubBlock::kBlock;  // heterogeneous layers: none for no-op or linear
 }
 
 KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t B, int64_t max_length) {
   KvCache cache;
   cache.B = B;
   cache.max_length = max_length;
-  const int64_t KVl = layer_shares(c, part).groups;
-  for (int64_t i = 0; i < part.num_layers; ++i)
-    cache.layers.push_back(layer_keeps_kv(c, part.first_layer + i)
-                               ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()})
-                               : Tensor());
+  for (int64_t i = 0; i < part.num_layers; ++i) {
+    const int64_t layer = part.first_layer + i;  // heterogeneous layers: each its own query groups
+    const int64_t KVl = layer_shares(c.for_layer(layer), part).groups;
+    cache.layers.push_back(layer_keeps_kv(c, layer) ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()})
+                                                    : Tensor());
+  }
   if (c.hybrid.enabled) {
     cache.mamba = MambaStatePool(c, part, B);
     for (int64_t b = 0; b < B; ++b) cache.mamba.allocate();  // slot b: sample b, zero
@@ -45,6 +47,10 @@ KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64
     : block_tokens_(block_tokens), num_blocks_(num_blocks) {
   GALE_CHECK(block_tokens > 0 && num_blocks > 0) << "kv block pool of " << num_blocks << " blocks of " << block_tokens;
   width_ = 2 * layer_shares(c, part).groups * c.attention_head_dim();
+  for (int64_t i = 0; i < part.num_layers; ++i)
+    GALE_CHECK(!c.layer_differs(part.first_layer + i) && c.attention_kind(part.first_layer + i) == SubBlock::kBlock)
+        << "ragged decoding with heterogeneous layers (--heterogeneous-layers-config-*): not supported yet (layer "
+        << part.first_layer + i << " has its own attention)";
   for (int64_t i = 0; i < part.num_layers; ++i) {
     if (!layer_keeps_kv(c, part.first_layer + i)) {
       slot_.push_back(-1);

@@ -200,10 +200,50 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
 // --is-hybrid-model (model/hybrid_layers.h): an attention layer ('*') has no MLP, an MLP layer ('-')
 // no attention; every other layer (and a GPT model's) has both.
 bool has_attention(const ModelConfig& c, int64_t layer) {
+  if (c.attention_kind(layer) == SubBlock::kNoOp) return false;  // a heterogeneous layer's no_op attention
   return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '-';
 }
 bool has_mlp(const ModelConfig& c, int64_t layer) {
+  if (c.mlp_kind(layer) == SubBlock::kNoOp) return false;
   return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '*';
+}
+
+// A heterogeneous layer's linear replacement (SubBlock::kLinear, Megatron's
+// ColumnParallelLinearGathered): W [H, H] column-parallel on this rank's norm output x [Tl, H] (GEMM
+// type), its bias added to this rank's H/TP columns, the columns all-gathered over TP and, with
+// sequence parallelism, this rank's rows kept: returns [Tl, H]; *x_full gets what backward takes.
+Tensor linear_replacement_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b, const Tensor& x,
+                                  Tensor* x_full) {
+  Tensor u;
+  Tensor y = column_linear_forward(rt, pb, w, LoraIds{}, x, x_full, &u);  // [T, H/TP]
+  if (b >= 0) add_bias_ref(y.data<float>(), pb.param_data(b), y.size(0), y.size(1));
+  const ModelPartition& part = *rt.part;
+  Tensor full = gather_from_tp_region(y, *part.tp);  // [T, H]
+  return part.sequence_parallel ? scatter_to_sequence_parallel_region(full, *part.tp) : full;
+}
+
+// Its backward from dy [Tl, H]: this rank's input gradient [Tl, H] (reduced over TP); dW and db accumulated.
+Tensor linear_replacement_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, int b, const Tensor& dy,
+                                   const Tensor& x_full) {
+  const ModelPartition& part = *rt.part;
+  const Tensor d_full = part.sequence_parallel ? scatter_to_sequence_parallel_region_backward(dy, *part.tp) : dy;
+  const Tensor d_y = gather_from_tp_region_backward(d_full, *part.tp);  // [T, H/TP]
+  if (b >= 0) column_sum_accumulate(d_y.data<float>(), pb.grad_data(b), d_y.size(0), d_y.size(1));
+  Tensor u;
+  return column_linear_backward(rt, pb, w, LoraIds{}, d_y, x_full, u);
+}
+
+// Registers a linear replacement's W [H, H] (split by output rows) and bias under `prefix`.
+void register_linear_replacement(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer,
+                                 const char* prefix, int* w, int* b) {
+  const int64_t H = c.hidden;
+  *w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, str_cat(prefix, "weight").c_str()), {H, H},
+                                                   InitKind::kNormal, c.init_std, true)),
+                       part, 0));
+  if (c.add_bias_linear)
+    *b = pb.add(tp_split(make_param_spec(layer_name(layer, str_cat(prefix, "bias").c_str()), {H}, InitKind::kZeros, 0,
+                                         false),
+                         part, 0));
 }
 
 }  // namespace
@@ -214,8 +254,8 @@ uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
 
 std::vector<int> LayerParamIds::all() const {
   std::vector<int> ids;
-  for (int id : {norm1_w, norm1_b, qkv_w, qkv_b, q_norm_w, q_norm_b, k_norm_w, k_norm_b, proj_w, proj_b, norm2_w,
-                 norm2_b, fc1_w, fc1_b, fc2_w, fc2_b})
+  for (int id : {norm1_w, norm1_b, linear_attn_w, linear_attn_b, qkv_w, qkv_b, q_norm_w, q_norm_b, k_norm_w, k_norm_b,
+                 proj_w, proj_b, norm2_w, norm2_b, linear_mlp_w, linear_mlp_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
@@ -237,6 +277,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     return w;
   }
   if (part.tp2d()) return register_tp2d_layer_params(pb, c, part, layer);
+  if (c.layer_differs(layer)) return register_layer_params(pb, c.for_layer(layer), part, layer);  // its own sizes
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
@@ -248,45 +289,53 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear).
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
-    if (c.mla.enabled) {
-      w.mla = register_mla_params(pb, c, part, layer);
+    if (c.attention_kind(layer) == SubBlock::kLinear) {
+      register_linear_replacement(pb, c, part, layer, "self_attention.", &w.linear_attn_w, &w.linear_attn_b);
     } else {
-      // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
-      // gives each TP rank its groups (model/layer_shares.h).
-      w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0, 1, shares.qkv_rows_per_group));
-      if (lora_targets(c.lora, LoraTarget::kQkv))
-        w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
-                                           LoraSplit::kColumn);
-      if (c.qkv_bias())
-        w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0, 1, shares.qkv_rows_per_group));
-      if (c.qk_layernorm) {  // [HD] shared by every head: each TP rank's heads give a partial gradient
-        auto head_norm = [&](const char* name, InitKind init) {
-          ParamSpec s = make_param_spec(layer_name(layer, name), {HD}, init, 0.0f, false);
-          s.sequence_parallel = part.tp_size() > 1;
-          return pb.add(s);
-        };
-        w.q_norm_w = head_norm("self_attention.q_layernorm.weight", norm_weight_init(c));
-        if (ln) w.q_norm_b = head_norm("self_attention.q_layernorm.bias", InitKind::kZeros);
-        w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
-        if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
+      if (c.mla.enabled) {
+        w.mla = register_mla_params(pb, c, part, layer);
+      } else {
+        // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
+        // gives each TP rank its groups (model/layer_shares.h).
+        w.qkv_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_qkv.weight"), {qkv_rows, H}, InitKind::kNormal, std, true)), part, 0, 1, shares.qkv_rows_per_group));
+        if (lora_targets(c.lora, LoraTarget::kQkv))
+          w.lora_qkv = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_qkv.weight"), qkv_rows, H,
+                                             LoraSplit::kColumn);
+        if (c.qkv_bias())
+          w.qkv_b = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.linear_qkv.bias"), {qkv_rows}, InitKind::kZeros, 0, false), part, 0, 1, shares.qkv_rows_per_group));
+        if (c.qk_layernorm) {  // [HD] shared by every head: each TP rank's heads give a partial gradient
+          auto head_norm = [&](const char* name, InitKind init) {
+            ParamSpec s = make_param_spec(layer_name(layer, name), {HD}, init, 0.0f, false);
+            s.sequence_parallel = part.tp_size() > 1;
+            return pb.add(s);
+          };
+          w.q_norm_w = head_norm("self_attention.q_layernorm.weight", norm_weight_init(c));
+          if (ln) w.q_norm_b = head_norm("self_attention.q_layernorm.bias", InitKind::kZeros);
+          w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
+          if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
+        }
       }
-    }
-    const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
-    // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
-    const int64_t proj_unit = c.mla.enabled ? c.mla.v_head_dim : shares.proj_cols_per_group;
-    w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1, 1, proj_unit));
-    if (lora_targets(c.lora, LoraTarget::kProj))
-      w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
-                                          attn_out, LoraSplit::kRow);
-    if (c.add_bias_linear) {
-      ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
-      b.sequence_parallel = part.sequence_parallel;
-      w.proj_b = pb.add(b);
+      const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
+      // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
+      const int64_t proj_unit = c.mla.enabled ? c.mla.v_head_dim : shares.proj_cols_per_group;
+      w.proj_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "self_attention.linear_proj.weight"), {H, attn_out}, InitKind::kNormal, out_std, true)), part, 1, 1, proj_unit));
+      if (lora_targets(c.lora, LoraTarget::kProj))
+        w.lora_proj = register_lora_params(pb, c.lora, part, layer_name(layer, "self_attention.linear_proj.weight"), H,
+                                            attn_out, LoraSplit::kRow);
+      if (c.add_bias_linear) {
+        ParamSpec b = make_param_spec(layer_name(layer, "self_attention.linear_proj.bias"), {H}, InitKind::kZeros, 0, false);
+        b.sequence_parallel = part.sequence_parallel;
+        w.proj_b = pb.add(b);
+      }
     }
   }
   if (!has_mlp(c, layer)) return w;
   w.norm2_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), H, part));
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_bias" : "pre_mlp_layernorm.bias"), H, part));
+  if (c.mlp_kind(layer) == SubBlock::kLinear) {
+    register_linear_replacement(pb, c, part, layer, "mlp.", &w.linear_mlp_w, &w.linear_mlp_b);
+    return w;
+  }
   if (c.moe.is_moe_layer(layer)) {
     GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "MoE layers with TP need sequence parallelism";
     const int64_t etp = part.etp ? part.etp->size() : 1, etp_rank = part.etp ? part.etp->rank() : 0;
@@ -325,6 +374,14 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
   if (w.mamba.defined()) return mamba_layer_forward(rt, pb, w.mamba, layer, x_in, saved ? &saved->mamba : nullptr);
   if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
+  if (!has_attention(c, layer) && !has_mlp(c, layer)) return x_in;  // heterogeneous: both sub-blocks no_op
+  if (c.layer_differs(layer)) {  // a heterogeneous layer's own query groups / FFN size
+    const ModelConfig lc = c.for_layer(layer);
+    LayerRuntime lrt = rt;
+    lrt.config = &lc;
+    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    return transformer_layer_forward(lrt, pb, w, layer, x_in, saved);
+  }
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
@@ -341,30 +398,36 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     x_mid = x_in;
     norm2_local = norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_in, &norm2_stats);
   } else {
-    AttentionProblem ap = rt.attention;
-    ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-    Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
-    if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
-      GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
-      Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-      ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
-    } else {
+    Tensor proj;
+    if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
       const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-      Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
-      if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
-      const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
-      qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
-      if (rt.rope) {
-        ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-        ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+      proj = linear_replacement_forward(rt, pb, w.linear_attn_w, w.linear_attn_b, x_norm, &norm1_out);  // [Tl, H]
+    } else {
+      AttentionProblem ap = rt.attention;
+      ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+      Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
+      if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
+        GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
+        Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+        ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
+      } else {
+        const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+        Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
+        if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
+        const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+        qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
+        if (rt.rope) {
+          ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+          ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+        }
+        CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
+        ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
+              : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
+                           : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
       }
-      CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
-      ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
-            : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
-                         : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
+      ctx = to_gemm_input(ctx, gemm_dtype);
+      proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
     }
-    ctx = to_gemm_input(ctx, gemm_dtype);
-    Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
     // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
     x_mid = Tensor::empty({Tl, H});
     if (!mlp) {  // a hybrid model's attention layer ('*'): the residual add alone
@@ -433,6 +496,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       if (!shared.defined()) run_shared();
       add_inplace(fc2.data<float>(), shared.data<float>(), Tl * H);
     }
+  } else if (w.linear_mlp_w >= 0) {  // a heterogeneous layer's linear replacement (bias inside)
+    fc2 = linear_replacement_forward(rt, pb, w.linear_mlp_w, w.linear_mlp_b, mlp_in, &norm2_out);  // [Tl, H]
   } else {
     fc1_out = column_linear_forward(rt, pb, w.fc1_w, w.lora_fc1, mlp_in, &norm2_out, &u_fc1);  // [T, Fl or 2Fl]
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
@@ -471,6 +536,14 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   if (c.is_noop_layer(layer)) return d_out;
   if (w.mamba.defined()) return mamba_layer_backward(rt, pb, w.mamba, layer, s.mamba, d_out);
   if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
+  if (!has_attention(c, layer) && !has_mlp(c, layer)) return d_out;
+  if (c.layer_differs(layer)) {
+    const ModelConfig lc = c.for_layer(layer);
+    LayerRuntime lrt = rt;
+    lrt.config = &lc;
+    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    return transformer_layer_backward(lrt, pb, w, layer, s, d_out);
+  }
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
   const LayerShares shares = layer_shares(c, part);
@@ -513,6 +586,14 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         add_inplace(d_norm2.data<float>(), d_shared.data<float>(), Tl * H);
       }
       s.mlp_in = Tensor();
+      d_fc2 = Tensor();
+      s.norm2_out = Tensor();
+    } else if (w.linear_mlp_w >= 0) {  // a heterogeneous layer's linear replacement
+      if (!s.norm2_out.defined()) {  // recomputed
+        Tensor stats;
+        s.norm2_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm2_w, w.norm2_b, s.x_mid, &stats));
+      }
+      d_norm2 = linear_replacement_backward(rt, pb, w.linear_mlp_w, w.linear_mlp_b, d_fc2, s.norm2_out);
       d_fc2 = Tensor();
       s.norm2_out = Tensor();
     } else {
@@ -563,34 +644,44 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
-  Tensor d_ctx = row_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
-  d_proj = Tensor();
-  AttentionProblem ap = rt.attention;
-  ap.dropout_stream = dropout_stream(c.seed, layer, 0);
   Tensor d_norm1;
-  if (w.mla.defined()) {
-    d_norm1 = mla_attention_backward(rt, pb, w.mla, ap, s.mla, d_ctx);  // [Tl, H], whole
-    d_ctx = Tensor();
-    s.ctx = Tensor();
-  } else {
-    const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
-    Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
-    float* dq = d_qkv.data<float>();
-    d_ctx = Tensor();
-    s.ctx = Tensor();
-    if (rt.rope) {
-      ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-      ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
-    }
-    qk_norm_backward(rt, pb, w, d_qkv, NHl, KVl, s);
-    if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+  if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement
     if (!s.norm1_out.defined()) {  // recomputed
       Tensor stats;
       s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
     }
-    d_norm1 = column_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u);
-    d_qkv = Tensor();
+    d_norm1 = linear_replacement_backward(rt, pb, w.linear_attn_w, w.linear_attn_b, d_proj, s.norm1_out);
+    d_proj = Tensor();
     s.norm1_out = Tensor();
+  } else {
+    Tensor d_ctx = row_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
+    d_proj = Tensor();
+    AttentionProblem ap = rt.attention;
+    ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+    if (w.mla.defined()) {
+      d_norm1 = mla_attention_backward(rt, pb, w.mla, ap, s.mla, d_ctx);  // [Tl, H], whole
+      d_ctx = Tensor();
+      s.ctx = Tensor();
+    } else {
+      const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+      Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
+      float* dq = d_qkv.data<float>();
+      d_ctx = Tensor();
+      s.ctx = Tensor();
+      if (rt.rope) {
+        ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+        ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
+      }
+      qk_norm_backward(rt, pb, w, d_qkv, NHl, KVl, s);
+      if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+      if (!s.norm1_out.defined()) {  // recomputed
+        Tensor stats;
+        s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));
+      }
+      d_norm1 = column_linear_backward(rt, pb, w.qkv_w, w.lora_qkv, d_qkv, s.norm1_out, s.lora_qkv_u);
+      d_qkv = Tensor();
+      s.norm1_out = Tensor();
+    }
   }
   Tensor d_x_in = Tensor::empty({Tl, H});
   ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), NormScale(c, pb, w.norm1_w).data(),

@@ -42,6 +42,9 @@ struct LayerParamIds {
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
   LoraIds lora_qkv, lora_proj, lora_fc1, lora_fc2;  // --lora-target-modules adapters (model/lora.h)
   MambaParamIds mamba;  // --is-hybrid-model: a Mamba layer ('M'; model/mamba_mixer.h) has only these
+  // Heterogeneous layers' linear replacements (ModelConfig::hetero, SubBlock::kLinear): W [H, H]
+  // column-parallel (its output gathered over TP) and its bias, instead of attention / the MLP.
+  int linear_attn_w = -1, linear_attn_b = -1, linear_mlp_w = -1, linear_mlp_b = -1;
   std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
@@ -50,6 +53,10 @@ struct LayerParamIds {
 // A --noop-layers layer registers none (every id -1); its forward and backward are the identity.
 // A Mamba layer of --is-hybrid-model registers only LayerParamIds::mamba; its forward and backward
 // are model/mamba_mixer.h's.
+// A heterogeneous layer (ModelConfig::hetero) registers its own query groups' linear_qkv and FFN
+// size's fc1/fc2; a no-op sub-block registers nothing (its norm included), a linear replacement
+// its norm (input_layernorm / pre_mlp_layernorm) and self_attention.weight / mlp.weight [H, H]
+// (and .bias), Megatron's local-spec names.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act

@@ -605,6 +605,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_dpo_args(p, a.dpo);
   add_mla_args(p, a.model);
   add_hybrid_args(p, a.model);
+  add_heterogeneous_args(p, a.model);
   add_qat_args(p, a.model);
   add_fp8_args(p, a.model);
   add_precision_args(p, a.training);
@@ -1063,6 +1064,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_lora_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mla_args(a, p));
   GALE_RETURN_IF_ERROR(validate_hybrid_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_heterogeneous_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));

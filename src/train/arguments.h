@@ -107,6 +107,11 @@ struct ModelArgs {
   int64_t mamba_state_dim = 128;
   int64_t mamba_head_dim = 64;
   int64_t mamba_num_groups = 8;
+  // Megatron's --heterogeneous-layers-config-path / --heterogeneous-layers-config-encoded-json
+  // (train/arguments_heterogeneous.cc, train/heterogeneous_config.h): "" (None). Validation reads
+  // the file into the encoded JSON, which checkpoints keep (as Megatron).
+  std::string heterogeneous_layers_config_path;
+  std::string heterogeneous_layers_config_encoded_json;
 
   // Megatron-Core multi-latent attention (train/arguments_mla.cc, model/mla_attention.h).
   bool multi_latent_attention = false;
@@ -833,6 +838,8 @@ void add_dpo_args(ArgParser& p, DpoArgs& a);
 void add_mla_args(ArgParser& p, ModelArgs& a);
 // --is-hybrid-model and the Mamba flags (Megatron names and defaults; train/arguments_hybrid.cc).
 void add_hybrid_args(ArgParser& p, ModelArgs& a);
+// --heterogeneous-layers-config-path / --heterogeneous-layers-config-encoded-json.
+void add_heterogeneous_args(ArgParser& p, ModelArgs& a);
 // MindSpeed's QAT flags --qat-scheme, --qat-quant-block-size (train/arguments_qat.cc; validated by
 // features/feature_qat.cc).
 void add_qat_args(ArgParser& p, ModelArgs& a);
@@ -926,6 +933,9 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p);
 Status validate_mla_args(Arguments& a, const ArgParser& p);
 // The hybrid model's layer allocation, sizes and what it cannot be combined with yet.
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p);
+// The heterogeneous layer configuration: the JSON read and checked against the model flags, and
+// what it cannot be combined with yet.
+Status validate_heterogeneous_args(Arguments& a, const ArgParser& p);
 // --mtp-num-layers (at least 1) and --mtp-loss-scaling-factor, and what MTP does not compose with
 // yet (pipeline and context parallelism). After the model and parallel flags.
 Status validate_mtp_args(Arguments& a);

@@ -45,8 +45,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"ring-exchange pipeline communication (a custom PyTorch build)", {"--use-ring-exchange-p2p"}},
       {"the workload inspector server", {"--run-workload-inspector-server"}},
       {"multimodal rotary embeddings", {"--mrope-section"}},
-      {"heterogeneous layer configurations",
-       {"--heterogeneous-layers-config-path", "--heterogeneous-layers-config-encoded-json"}},
   };
   return reasons;
 }

@@ -92,6 +92,8 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["dsa_indexer_loss_coeff"] = m.dsa_indexer_loss_coeff;
     j["dsa_indexer_use_sparse_loss"] = m.dsa_indexer_use_sparse_loss;
   }
+  if (!m.heterogeneous_layers_config_encoded_json.empty())  // absent: None (Megatron keeps the text, as here)
+    j["heterogeneous_layers_config_encoded_json"] = m.heterogeneous_layers_config_encoded_json;
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
   if (m.embed_layernorm) j["embed_layernorm"] = true;  // absent: no embedding norm
   if (m.mtp_num_layers != kUnset) {  // recorded as Megatron does; inference builds the model without them
@@ -252,6 +254,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mamba_head_dim", where, &m.mamba_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "mamba_num_groups", where, &m.mamba_num_groups));
   }
+  // Heterogeneous layers (absent or null: none).
+  if (auto it = args.find("heterogeneous_layers_config_encoded_json"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "heterogeneous_layers_config_encoded_json", where,
+                             &m.heterogeneous_layers_config_encoded_json));
   // Multi-latent attention (absent in checkpoints saved before Gale had it: standard attention).
   if (args.contains("qk_layernorm"))  // the per-head q/k norms, or MLA's latent norms
     GALE_RETURN_IF_ERROR(get(args, "qk_layernorm", where, &m.qk_layernorm));

@@ -184,8 +184,10 @@ void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
     buffer->muon[static_cast<size_t>(id)] = true;
     buffer->expert_tp[static_cast<size_t>(id)] = s.name.find(".mlp.experts.") != std::string::npos;
     const bool is_qkv = s.name.size() >= qkv.size() && s.name.compare(s.name.size() - qkv.size(), qkv.size(), qkv) == 0;
-    if (is_qkv && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
-      buffer->qkv_split[static_cast<size_t>(id)] = {c.heads / c.kv_heads * c.head_dim, c.head_dim, c.head_dim};
+    // The layer's query groups from its rows (NH + 2·KV)·HD: heterogeneous layers have their own.
+    const int64_t kv = c.head_dim > 0 ? (s.global_shape[0] / c.head_dim - c.heads) / 2 : 0;
+    if (is_qkv && kv > 0 && c.heads % kv == 0)
+      buffer->qkv_split[static_cast<size_t>(id)] = {c.heads / kv * c.head_dim, c.head_dim, c.head_dim};
   }
 }
 

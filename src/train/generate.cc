@@ -402,6 +402,12 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
   o.sample = [&](const float* logits, int64_t, int64_t step) {
     return sample(logits, vocab, g, seed, static_cast<uint64_t>(step));
   };
+  // The batched engine's key/value blocks have one width for every layer.
+  for (int64_t l = 0; l < m.config.num_layers; ++l)
+    if (m.config.layer_differs(l) || m.config.attention_kind(l) != SubBlock::kBlock)
+      return usage(Unimplemented(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
+                                 " with heterogeneous layers (--heterogeneous-layers-config-*): not supported yet (layer ",
+                                 l, " has its own attention or MLP; give one --prompt at a time)"));
   if (g.dynamic) {
     const KvBlockPool probe(m.config, m.model->partition(), g.block_size, 1);
     if (probe.block_bytes() == 0)

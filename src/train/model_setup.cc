@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/hybrid_layers.h"
+#include "train/heterogeneous_config.h"
 #include "train/batch_size_rampup.h"
 
 namespace gale {
@@ -43,6 +44,14 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.hybrid.d_state = m.mamba_state_dim;
     c.hybrid.headdim = m.mamba_head_dim;
     c.hybrid.ngroups = m.mamba_num_groups;
+  }
+  if (!m.heterogeneous_layers_config_encoded_json.empty()) {  // validated (train/arguments_heterogeneous.cc)
+    StatusOr<std::vector<HeteroLayer>> layers = parse_heterogeneous_layers(
+        m.heterogeneous_layers_config_encoded_json,
+        HeteroModelShape{m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size},
+        "--heterogeneous-layers-config-encoded-json");
+    GALE_CHECK(layers.ok()) << layers.status().message();
+    c.hetero = layers.value();
   }
   c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone

@@ -1,0 +1,79 @@
+// Megatron's heterogeneous layer flags (--heterogeneous-layers-config-path / -encoded-json) and their checks.
+#include <fstream>
+#include <sstream>
+
+#include "train/arguments.h"
+#include "train/heterogeneous_config.h"
+
+namespace gale {
+
+void add_heterogeneous_args(ArgParser& p, ModelArgs& a) {
+  p.group("heterogeneous architecture");
+  p.add("--heterogeneous-layers-config-path", &a.heterogeneous_layers_config_path,
+        "a Llama-Nemotron NAS (DeciLM) config.json whose block_configs give each layer's attention (usual with its "
+        "own query groups, no_op or replace_with_linear) and MLP (its own FFN size, no_op or replace_with_linear); "
+        "train/heterogeneous_config.h");
+  p.add("--heterogeneous-layers-config-encoded-json", &a.heterogeneous_layers_config_encoded_json,
+        "the same configuration as a JSON string (kept in checkpoints); read instead of the path when given");
+}
+
+Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
+  ModelArgs& m = a.model;
+  const bool from_json = !m.heterogeneous_layers_config_encoded_json.empty();
+  if (!from_json && m.heterogeneous_layers_config_path.empty()) return Status::Ok();
+  const std::string source =
+      from_json ? "--heterogeneous-layers-config-encoded-json"
+                : "--heterogeneous-layers-config-path " + m.heterogeneous_layers_config_path;
+  if (!from_json) {  // Megatron reads the file into the encoded JSON, which the checkpoint keeps
+    std::ifstream in(m.heterogeneous_layers_config_path, std::ios::binary);
+    if (!in) return InvalidArgument(source, ": cannot read the file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    m.heterogeneous_layers_config_encoded_json = text.str();
+  }
+  HeteroModelShape shape{m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size};
+  GALE_ASSIGN_OR_RETURN(const std::vector<HeteroLayer> layers,
+                        parse_heterogeneous_layers(m.heterogeneous_layers_config_encoded_json, shape, source));
+  // Tensor parallelism splits each layer's query groups and FFN columns, and a linear
+  // replacement's H output rows, evenly.
+  const int64_t tp = a.parallel.tensor_model_parallel_size;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const HeteroLayer& l = layers[i];
+    if (l.attention == SubBlock::kBlock && l.kv_heads % tp != 0)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: the layer's ", l.kv_heads,
+                             " query groups must be divisible by --tensor-model-parallel-size ", tp);
+    if (l.mlp == SubBlock::kBlock && l.ffn % tp != 0)
+      return InvalidArgument(source, ": block_configs[", i, "].ffn: the layer's FFN size ", l.ffn,
+                             " must be divisible by --tensor-model-parallel-size ", tp);
+    if ((l.attention == SubBlock::kLinear || l.mlp == SubBlock::kLinear) && m.hidden_size % tp != 0)
+      return InvalidArgument(source, ": block_configs[", i, "]: a replace_with_linear sub-block needs --hidden-size ",
+                             m.hidden_size, " divisible by --tensor-model-parallel-size ", tp);
+  }
+  // What the heterogeneous layers do not handle yet.
+  const ParallelArgs& par = a.parallel;
+  if (par.context_parallel_size > 1)
+    return Unimplemented(source, " with --context-parallel-size > 1: not supported yet (found ",
+                         par.context_parallel_size, ")");
+  if (par.expert_model_parallel_size > 1 || a.moe.enabled())
+    return Unimplemented(source, " with --num-experts: not supported yet");
+  if (m.multi_latent_attention) return Unimplemented(source, " with --multi-latent-attention: not supported yet");
+  if (m.is_hybrid_model) return Unimplemented(source, " with --is-hybrid-model: not supported yet");
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
+    return Unimplemented(source, " with --mtp-num-layers: not supported yet");
+  if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
+  for (const char* flag :
+       {"--recompute-activation-function", "--recompute-norm", "--swap-attention",
+        "--swap-layer-input", "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
+        "--tp-2d", "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
+        "--automated-pipeline", "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+        "--schedules-method", "--dualpipev-dw-detach", "--recompute-in-advance", "--recompute-in-bubble",
+        "--use-custom-fsdp", "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train",
+        "--fp8-format", "--pipeline-model-parallel-layout"})
+    if (p.was_set(flag)) return Unimplemented(source, " with ", flag, ": not supported yet");
+  for (const std::string& module : m.recompute_modules)  // core_attn keeps nothing anyway
+    if (module != "core_attn") return Unimplemented(source, " with --recompute-modules ", module, ": not supported yet");
+  if (a.dpo.stage == "dpo") return Unimplemented(source, " with --stage dpo: not supported yet");
+  return Status::Ok();
+}
+
+}  // namespace gale

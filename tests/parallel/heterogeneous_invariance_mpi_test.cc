@@ -1,0 +1,63 @@
+// Parallel invariance of heterogeneous layers (--heterogeneous-layers-config-encoded-json): tensor
+// parallelism (with and without sequence parallelism: the linear replacements' gathered output) and
+// pipeline parallelism (stages holding different layer kinds, with full recomputation) and data
+// parallelism with the distributed optimizer reproduce the single-process run:
+// losses and grad norms within 1e-5 relative, final parameters and gradients as
+// tests/parallel/qk_layernorm_invariance_mpi_test.cc.
+#include <gtest/gtest.h>
+
+#include "layout_invariance.h"
+
+namespace gale {
+namespace {
+
+using testing::Layout;
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2", 2, {"--tensor-model-parallel-size", "2"}},
+      {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"pp2_full_recompute", 2, {"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
+                                 "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
+      {"dp2_distopt", 2, {"--use-distributed-optimizer"}},
+      {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--sequence-parallel"}},
+  };
+  return all;
+}
+
+// Four layers of every kind: 2 query groups and ffn_mult 1.0 (FFN 256); no-op attention and a
+// linear MLP; a linear attention and FFN 96; the default 4 groups and a no-op MLP.
+const char* kBlocks = R"({"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 8, "block_configs": [
+  {"attention": {"n_heads_in_group": 4, "no_op": false, "replace_with_linear": false},
+   "ffn": {"ffn_mult": 1.0, "no_op": false, "replace_with_linear": false}},
+  {"attention": {"n_heads_in_group": null, "no_op": true, "replace_with_linear": false},
+   "ffn": {"ffn_mult": null, "no_op": false, "replace_with_linear": true}},
+  {"attention": {"n_heads_in_group": null, "no_op": false, "replace_with_linear": true},
+   "ffn": {"ffn_hidden_size": 96, "no_op": false, "replace_with_linear": false}},
+  {"attention": {"n_heads_in_group": 2, "no_op": false, "replace_with_linear": false},
+   "ffn": {"ffn_mult": null, "no_op": true, "replace_with_linear": false}}]})";
+
+// LLaMA-like (RMSNorm, SwiGLU, RoPE, untied) with biases on, so that the linear replacements' TP-split
+// biases count, and dropout everywhere.
+const std::vector<std::string> kCommon = {
+    "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "8", "--seq-length", "16",
+    "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5",
+    "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
+    "0", "--log-interval", "1000", "--clip-grad", "0.5", "--position-embedding-type", "rope",
+    "--group-query-attention", "--num-query-groups", "4", "--normalization", "RMSNorm", "--swiglu",
+    "--untie-embeddings-and-output-weights", "--heterogeneous-layers-config-encoded-json", kBlocks};
+
+class HeterogeneousInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HeterogeneousInvariance, MatchesSingleProcess) {
+  testing::expect_layout_matches_single_process(layouts(), GetParam(), kCommon, 3e-5, "linear_qkv.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gale

@@ -1,0 +1,150 @@
+// --heterogeneous-layers-config-*: the block_configs JSON read as Megatron does, and every malformed
+// or unsupported entry refused with the layer index and field named.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/temp_dir.h"
+#include "train/arg_parser.h"
+#include "train/arguments.h"
+#include "train/heterogeneous_config.h"
+
+namespace gale {
+namespace {
+
+const HeteroModelShape kShape{2, 64, 8, 4, 160};  // 2 layers, H 64, 8 heads in 4 groups, FFN 160
+
+std::string blocks(const std::string& first, const std::string& second = R"({"attention": {}, "ffn": {}})") {
+  return R"({"block_configs": [)" + first + ", " + second + "]}";
+}
+
+std::string error(const std::string& json) {
+  StatusOr<std::vector<HeteroLayer>> r = parse_heterogeneous_layers(json, kShape, "--flag");
+  return r.ok() ? "ok" : r.status().message();
+}
+
+TEST(HeterogeneousConfig, ReadsMegatronFields) {
+  StatusOr<std::vector<HeteroLayer>> r = parse_heterogeneous_layers(
+      blocks(R"({"attention": {"n_heads_in_group": 8, "no_op": false, "replace_with_linear": false},
+                 "ffn": {"ffn_mult": 2.625, "no_op": false, "replace_with_linear": false}})",
+             R"({"attention": {"n_heads_in_group": null, "no_op": true}, "mlp": {"replace_with_linear": true}})"),
+      kShape, "--flag");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<HeteroLayer>& l = r.value();
+  EXPECT_EQ(l[0].attention, SubBlock::kBlock);
+  EXPECT_EQ(l[0].kv_heads, 1);  // 8 heads / 8 per group
+  EXPECT_EQ(l[0].ffn, 256);     // int(2 * 2.625 * 64 / 3) = 112 -> the multiple of 256 above
+  EXPECT_EQ(l[1].attention, SubBlock::kNoOp);
+  EXPECT_EQ(l[1].mlp, SubBlock::kLinear);
+  // Defaults: the model's groups and FFN; num_query_groups / ffn_hidden_size taken as they are.
+  r = parse_heterogeneous_layers(blocks(R"({"attention": {"num_query_groups": 2}, "ffn": {"ffn_hidden_size": 96}})"),
+                                 kShape, "--flag");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value()[0].kv_heads, 2);
+  EXPECT_EQ(r.value()[0].ffn, 96);
+  EXPECT_EQ(r.value()[1].kv_heads, 4);
+  EXPECT_EQ(r.value()[1].ffn, 160);
+  // ffn_mult exactly on a multiple: 2 * 6 * 64 / 3 = 256.
+  r = parse_heterogeneous_layers(blocks(R"({"attention": {}, "ffn": {"ffn_mult": 6}})"), kShape, "--flag");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value()[0].ffn, 256);
+}
+
+TEST(HeterogeneousConfig, MalformedEntriesNameLayerAndField) {
+  EXPECT_EQ(error("{"), "--flag: not valid JSON");
+  EXPECT_EQ(error("{}"), "--flag: expected a \"block_configs\" list (one entry per layer)");
+  EXPECT_EQ(error(R"({"block_configs": [{"attention": {}, "ffn": {}}]})"),
+            "--flag: block_configs has 1 entries, expected one per layer (--num-layers 2)");
+  EXPECT_EQ(error(R"({"num_hidden_layers": 3, "block_configs": []})"),
+            "--flag: num_hidden_layers is 3 but --num-layers is 2 (expected the same)");
+  EXPECT_EQ(error(R"({"hidden_size": 32, "block_configs": []})"),
+            "--flag: hidden_size is 32 but --hidden-size is 64 (expected the same)");
+  EXPECT_EQ(error(blocks(R"({"ffn": {}})")), "--flag: block_configs[0].attention: missing");
+  EXPECT_EQ(error(blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {}})")),
+            "--flag: block_configs[1].ffn: missing");
+  EXPECT_EQ(error(blocks(R"({"attention": {"no_op": true, "replace_with_linear": true}, "ffn": {}})")),
+            "--flag: block_configs[0].attention: no_op and replace_with_linear are both true (expected at most one)");
+  EXPECT_EQ(error(blocks(R"({"attention": {"no_op": "yes"}, "ffn": {}})")),
+            "--flag: block_configs[0].attention.no_op: expected true or false, found \"yes\"");
+  EXPECT_EQ(error(blocks(R"({"attention": {"n_heads_in_group": 3}, "ffn": {}})")),
+            "--flag: block_configs[0].attention.n_heads_in_group: --num-attention-heads 8 must be a multiple of "
+            "n_heads_in_group 3");
+  EXPECT_EQ(error(blocks(R"({"attention": {"n_heads_in_group": 0}, "ffn": {}})")),
+            "--flag: block_configs[0].attention.n_heads_in_group: expected a positive integer or null, found 0");
+  EXPECT_EQ(error(blocks(R"({"attention": {"num_query_groups": 3}, "ffn": {}})")),
+            "--flag: block_configs[0].attention.num_query_groups: 3 must divide --num-attention-heads 8");
+  EXPECT_EQ(error(blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {"no_op": true, "n_heads_in_group": 2}, "ffn": {}})")),
+            "--flag: block_configs[1].attention.n_heads_in_group: a query-group count for a no_op attention "
+            "(expected null)");
+  EXPECT_EQ(error(blocks(R"({"attention": {}, "ffn": {"replace_with_linear": true, "ffn_mult": 1.0}})")),
+            "--flag: block_configs[0].ffn.ffn_mult: an FFN size for a replace_with_linear MLP (expected null)");
+  EXPECT_EQ(error(blocks(R"({"attention": {}, "ffn": {"ffn_mult": -1}})")),
+            "--flag: block_configs[0].ffn.ffn_mult: expected a positive number or null, found -1");
+  EXPECT_EQ(error(blocks(R"({"attention": {"window_length": 4096}, "ffn": {}})")),
+            "--flag: block_configs[0].attention.window_length: not supported yet (expected null or false, found 4096)");
+  EXPECT_EQ(error(blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {}, "ffn": {"sparsify": ["x"]}})")),
+            "--flag: block_configs[1].ffn.sparsify: not supported yet (expected null or false, found [\"x\"])");
+}
+
+// The flags end to end: the path read into the encoded JSON, the TP split checked per layer, and
+// combinations not supported yet refused.
+struct Validated {
+  Status status;
+  Arguments args;
+};
+Validated validate(std::vector<std::string> extra) {
+  std::vector<std::string> words = {"gale", "--mock-data", "--num-layers", "2", "--hidden-size", "64",
+                                    "--num-attention-heads", "8", "--seq-length", "32", "--max-position-embeddings",
+                                    "32", "--micro-batch-size", "2", "--train-iters", "10", "--lr", "1e-3",
+                                    "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "160"};
+  words.insert(words.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  Validated v;
+  ArgParser p("gale pretrain", "test");
+  add_all_pretrain_args(p, v.args);
+  Status parsed = p.parse(static_cast<int>(argv.size()), argv.data());
+  EXPECT_TRUE(parsed.ok()) << parsed.to_string();
+  const int64_t world = 2;
+  v.status = validate_all_pretrain_args(v.args, p, world);
+  return v;
+}
+
+TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
+  const std::string two_groups = blocks(R"({"attention": {"n_heads_in_group": 4}, "ffn": {"ffn_hidden_size": 96}})");
+  Validated ok = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--tensor-model-parallel-size", "2"});
+  EXPECT_TRUE(ok.status.ok()) << ok.status.to_string();
+
+  testing_util::TempDir dir;
+  const std::string path = dir.path() + "/config.json";
+  std::ofstream(path) << two_groups;
+  Validated from_path = validate({"--heterogeneous-layers-config-path", path});
+  ASSERT_TRUE(from_path.status.ok()) << from_path.status.to_string();
+  EXPECT_EQ(from_path.args.model.heterogeneous_layers_config_encoded_json, two_groups);  // kept for checkpoints
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-path", dir.path() + "/missing.json"}).status.message(),
+            "--heterogeneous-layers-config-path " + dir.path() + "/missing.json: cannot read the file");
+
+  const std::string one_group = blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {"n_heads_in_group": 8}, "ffn": {}})");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", one_group, "--tensor-model-parallel-size", "2"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[1].attention: the layer's 1 query groups must "
+            "be divisible by --tensor-model-parallel-size 2");
+  const std::string odd_ffn = blocks(R"({"attention": {}, "ffn": {"ffn_hidden_size": 99}})");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", odd_ffn, "--tensor-model-parallel-size", "2"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[0].ffn: the layer's FFN size 99 must be "
+            "divisible by --tensor-model-parallel-size 2");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json with --context-parallel-size > 1: not supported yet (found 2)");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity", "selective",
+                      "--recompute-modules", "mlp"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json with --recompute-modules mlp: not supported yet");
+}
+
+}  // namespace
+}  // namespace gale
