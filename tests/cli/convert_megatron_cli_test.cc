@@ -241,27 +241,35 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
 }
 
 // Megatron's torch_dist checkpoints (tests/data/megatron/torch_dist_*, the tp1 weights saved by
-// Megatron's dist_checkpointing at TP 1 and at TP 2 x PP 2): `gale convert` to HF writes the same
-// files as from the torch-format fixture, and `gale pretrain --load` continues them at any layout
+// Megatron's dist_checkpointing at TP 1 and at TP 2 x PP 2): `gale convert` to Gale writes the same
+// tensor files as from the torch-format fixture, and `gale pretrain --load` continues them at any layout
 // with the loss the torch-format fixture gives.
-TEST(ConvertMegatron, TorchDistToHfEqualsTheTorchFormatsHfOutput) {
+TEST(ConvertMegatron, TorchDistToGaleEqualsTheTorchFormatsConversion) {
+  // (The fixture model, LayerNorm with SwiGLU, has no HF architecture: `--save-model-type hf` refuses
+  // it for either format; the HF writer is tested from the torch format.)
   TempDir tmp;
-  test::RunResult r = convert("mg", "hf", megatron("torch_dist_tp2pp2"), tmp.file("from_dist"));
+  test::RunResult r = convert("mg", "gale", megatron("torch_dist_tp2pp2"), tmp.file("from_dist"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("read Megatron's torch_dist checkpoint " + megatron("torch_dist_tp2pp2") +
-                          "/iter_0000007 (iteration 7, checkpoint_version 3, TP 2 x PP 2): 4 layers"),
+                          "/iter_0000007 (iteration 7, checkpoint_version 3, TP 2 x PP 2): 4 layers, hidden 32, "
+                          "vocabulary 50 padded to 64, 36 tensors"),
             std::string::npos)
       << r.output;
-  r = convert("mg", "hf", megatron("tp1"), tmp.file("from_torch"));
+  r = convert("mg", "gale", megatron("tp1"), tmp.file("from_torch"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  size_t files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(tmp.file("from_torch"))) {
+  size_t files = 0;  // the tensor files, byte for byte (metadata.json names the source directory and format)
+  for (const auto& e : std::filesystem::directory_iterator(tmp.file("from_torch/iter_0000007"))) {
     const std::string name = e.path().filename().string();
-    EXPECT_EQ(testing_util::read_bytes(tmp.file("from_dist/" + name)), testing_util::read_bytes(e.path().string()))
+    if (name == "metadata.json") continue;
+    EXPECT_EQ(testing_util::read_bytes(tmp.file("from_dist/iter_0000007/" + name)),
+              testing_util::read_bytes(e.path().string()))
         << name;
     ++files;
   }
-  EXPECT_GE(files, 2u);
+  EXPECT_GE(files, 1u);
+  r = convert("mg", "hf", megatron("torch_dist_tp1"), tmp.file("hf"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no Hugging Face architecture Gale writes matches this model"), std::string::npos) << r.output;
 }
 
 TEST(ConvertMegatron, PretrainLoadsTorchDistAtAnyLayout) {
@@ -308,10 +316,14 @@ TEST(ConvertMegatron, PretrainLoadsTorchDistAtAnyLayout) {
   // A model flag that disagrees with the checkpoint is named.
   std::vector<std::string> wrong = model;
   *(std::find(wrong.begin(), wrong.end(), "--ffn-hidden-size") + 1) = "64";
-  wrong.insert(wrong.end(), {"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--no-load-optim"});
+  wrong.insert(wrong.end(), {"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--no-load-optim", "--save",
+                             tmp.file("e")});
   r = gale(wrong);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("ffn_hidden_size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint " + megatron("torch_dist_tp1") + "/iter_0000007 does not match this model: it "
+                          "was saved with ffn_hidden_size = 48, this run has 64"),
+            std::string::npos)
+      << r.output;
   // --use-checkpoint-args reads Megatron's args from common.pt.
   r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("torch_dist_tp1"), "--no-load-optim",
             "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8",
