@@ -294,7 +294,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
   if (dist) {
     GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format));
-    files[{0, 0}] = state.where;
+    files[{0, 0}] = m.directory;  // named in messages
     roots[{0, 0}] = state.root;
   }
   for (const auto& e : fs::directory_iterator(m.directory)) {

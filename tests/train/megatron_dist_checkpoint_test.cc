@@ -2,8 +2,9 @@
 //
 // tests/data/megatron/torch_dist_tp1, torch_dist_tp2pp2 and torch_dcp_tp1
 // (tools/reference/megatron_torch_dist_reference.py) hold the weights of the legacy tp1/ fixture,
-// saved by Megatron core_v0.12.1 with dist_checkpointing.save (one gloo process; and four at TP 2 x
-// PP 2) and with torch.distributed.checkpoint.save (--ckpt-format torch_dcp); torch_dist.json is
+// saved by Megatron core_v0.12.1 with dist_checkpointing.save (one gloo process, with an SGD
+// optimizer's momentum; and four at TP 2 x PP 2) and with torch.distributed.checkpoint.save
+// (--ckpt-format torch_dcp); torch_dist.json is
 // torch's own reading of each .metadata (keys, kinds, global shapes, dtypes, chunk counts). Gale's
 // DCP reader must list the same; the Megatron reader must give bit for bit the tp1 tensors (so the
 // source layout does not matter) and Megatron's logits; broken checkpoints fail naming what is wrong.
@@ -44,10 +45,14 @@ TEST(DcpReader, ListsWhatTorchReadsFromTheMetadata) {
   }
 }
 
-// Every layout gives the legacy tp1 fixture's tensors bit for bit, and Megatron's logits.
+// Every layout gives the legacy tp1 fixture's tensors bit for bit, and Megatron's logits;
+// torch_dist_tp1's optimizer state (SGD momentum buffers) is skipped.
 TEST(MegatronDistCheckpoint, EveryLayoutGivesTheTp1TensorsAndMegatronsLogits) {
   auto want = read_megatron_checkpoint(fixture("tp1"));
   ASSERT_TRUE(want.ok()) << want.status().message();
+  auto with_optimizer = DcpCheckpoint::open(fixture("torch_dist_tp1/iter_0000007"));
+  ASSERT_TRUE(with_optimizer.ok());
+  EXPECT_EQ(with_optimizer->tensors().count("optimizer.state.momentum_buffer.decoder.layers.mlp.linear_fc1.weight"), 1u);
   for (const char* dir : kDirs) {
     SCOPED_TRACE(dir);
     auto m = read_megatron_checkpoint(fixture(dir));
@@ -135,7 +140,8 @@ TEST(MegatronDistCheckpointErrors, KeyWithoutAPlaceInGalesModelIsNamed) {
   const std::string dir = patched_copy(tmp, "torch_dist_tp1", "output_layer.weight", "output_lay3r.weight");
   auto m = read_megatron_checkpoint(dir);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("tensor 'output_lay3r.weight' in 'model' has no place in Gale's dense GPT model"),
+  EXPECT_NE(m.status().message().find(dir + "/iter_0000007: tensor 'output_lay3r.weight' in 'model' has no place in "
+                                      "Gale's dense GPT model"),
             std::string::npos)
       << m.status().message();
 }

@@ -14,7 +14,8 @@ Writes, next to the legacy-format fixtures of megatron_ckpt_reference.py (same w
 Checks: torch_dist_tp1 loaded back with dist_checkpointing.load into a fresh model gives the tp1 tensors
 bit for bit, and that model's logits match reference.json's within 1e-5 (reference.json
 came from torch 1.13: 3.1e-6 measured under torch 2.5.1).
-A CPU shim: torch.cuda.synchronize (called by Megatron's writer) is a no-op without CUDA.
+CPU shims: torch.cuda.synchronize (called by Megatron's writer) is a no-op without CUDA, and
+FP32Optimizer's CUDA loss scale is made on the CPU (its base __init__ is called directly).
 Run (PyPI torch 2.5.1 with packaging, psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_reference.py tests/data/megatron
 """
@@ -93,7 +94,10 @@ def worker(rank, world, tp, pp, fixtures, out, port, fmt):
         os.makedirs(ckpt, exist_ok=True)
     dist.barrier()
     if fmt == "torch_dist":
-        dist_checkpointing.save(state(model, tp, pp, fmt), ckpt, get_default_save_sharded_strategy("torch_dist"))
+        st = state(model, tp, pp, fmt)
+        if world == 1:  # with optimizer state, as a training run saves it (Gale skips it)
+            st["optimizer"] = sgd_with_momentum(model, mine).sharded_state_dict(st["model"])
+        dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
     else:  # what save_checkpoint does for --ckpt-format torch_dcp
         torch.distributed.checkpoint.save(state_dict=state(model, tp, pp, fmt),
                                           storage_writer=torch.distributed.checkpoint.FileSystemWriter(ckpt))
@@ -118,6 +122,23 @@ def worker(rank, world, tp, pp, fixtures, out, port, fmt):
         assert diff < 1e-5, diff
         print("dist_checkpointing.load of", ckpt, "gives the tp1 tensors; logits match reference.json within", diff)
     dist.destroy_process_group()
+
+
+def sgd_with_momentum(model, weights):
+    """Megatron's FP32Optimizer over torch SGD after one step (momentum buffers set), the weights restored."""
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer.optimizer import FP32Optimizer, MegatronOptimizer
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.01)
+    sgd.step()
+    model.load_state_dict(weights, strict=True)
+    # FP32Optimizer.__init__ puts its loss scale on CUDA; on CPU its base __init__ and a CPU scale.
+    opt = FP32Optimizer.__new__(FP32Optimizer)
+    MegatronOptimizer.__init__(opt, sgd, OptimizerConfig(optimizer="sgd", lr=0.1), lambda o, config=None: None)
+    opt._scale = torch.tensor([1.0])
+    opt.is_stub_optimizer = False
+    return opt
 
 
 def build_fresh(tp, pp):
