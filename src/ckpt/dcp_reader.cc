@@ -66,10 +66,14 @@ bool dtype_of_torch_name(const std::string& name, DType* out) {
 }
 
 StatusOr<DcpCheckpoint> DcpCheckpoint::open(const std::string& dir) {
+  GALE_ASSIGN_OR_RETURN(std::string bytes, read_whole(dir + "/.metadata"));
+  return from_metadata(bytes, dir);
+}
+
+StatusOr<DcpCheckpoint> DcpCheckpoint::from_metadata(std::string_view bytes, const std::string& dir) {
   DcpCheckpoint c;
   c.dir_ = dir;
   const std::string path = dir + "/.metadata";
-  GALE_ASSIGN_OR_RETURN(std::string bytes, read_whole(path));
   GALE_ASSIGN_OR_RETURN(PyRef root, parse_pickle(bytes, path));
   if (!ends_with(class_of(root.get()), ".Metadata"))
     return DataLoss(path, ": expected torch.distributed.checkpoint's Metadata, found ", root->type_name());

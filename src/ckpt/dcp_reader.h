@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/pickle.h"
@@ -47,6 +48,8 @@ class DcpCheckpoint {
  public:
   // Parses <dir>/.metadata (the .distcp files are opened when read).
   static StatusOr<DcpCheckpoint> open(const std::string& dir);
+  // The same from the bytes of a .metadata file (`dir` is where its .distcp files would be).
+  static StatusOr<DcpCheckpoint> from_metadata(std::string_view bytes, const std::string& dir);
 
   const std::string& directory() const { return dir_; }
   const std::map<std::string, DcpTensorInfo>& tensors() const { return tensors_; }
