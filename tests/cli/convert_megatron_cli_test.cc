@@ -106,7 +106,7 @@ TEST(ConvertMegatron, HfModelsRoundTripThroughMegatronsFormat) {
 // `gale generate --load <Megatron dir> --use-checkpoint-args`: greedy decoding picks the token
 // Megatron's logits rank first after the reference prompt (21; tests/data/megatron/reference.json).
 TEST(ConvertMegatron, GenerateReadsAMegatronCheckpoint) {
-  for (const char* dir : {"tp1", "tp2pp2"}) {
+  for (const char* dir : {"tp1", "tp2pp2", "torch_dist_tp2pp2", "torch_dcp_tp1"}) {
     test::RunResult r = gale({"generate", "--load", megatron(dir), "--use-checkpoint-args", "--tokenizer-type",
                               "NullTokenizer", "--vocab-size", "49", "--prompt", "3 17 42 8 0 49 25 11",
                               "--max-new-tokens", "1", "--temperature", "0"});
