@@ -1,7 +1,8 @@
 // Megatron's torch_dist / torch_dcp checkpoints (saved by Megatron itself) against torch's listing and Megatron's logits.
 //
-// tests/data/megatron/torch_dist_tp1, torch_dist_tp2pp2 and torch_dcp_tp1
-// (tools/reference/megatron_torch_dist_reference.py) hold the weights of the legacy tp1/ fixture,
+// tests/data/megatron/torch_dist_tp1, torch_dist_tp2pp2, torch_dcp_tp1 and torch_dist_bf16_layers
+// (tools/reference/megatron_torch_dist_reference.py) hold the weights of the legacy tp1/ fixture
+// (the last in bf16, one key per layer),
 // saved by Megatron core_v0.12.1 with dist_checkpointing.save (one gloo process, with an SGD
 // optimizer's momentum; and four at TP 2 x PP 2) and with torch.distributed.checkpoint.save
 // (--ckpt-format torch_dcp); torch_dist.json is
@@ -31,17 +32,42 @@ const char* const kDirs[] = {"torch_dist_tp1", "torch_dist_tp2pp2", "torch_dcp_t
 TEST(DcpReader, ListsWhatTorchReadsFromTheMetadata) {
   std::ifstream in(fixture("torch_dist.json"));
   const nlohmann::json want = nlohmann::json::parse(in);
-  for (const char* dir : kDirs) {
+  for (const char* dir : {"torch_dist_tp1", "torch_dist_tp2pp2", "torch_dcp_tp1", "torch_dist_bf16_layers"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();
     nlohmann::json got = nlohmann::json::object();
-    for (const auto& [key, info] : c->tensors())
+    for (const auto& [key, info] : c->tensors()) {
       got[key] = {{"kind", "tensor"}, {"shape", info.shape}, {"dtype", info.torch_dtype},
                   {"chunks", info.chunks.size()}};
+      EXPECT_TRUE(info.dtype_known) << key;
+      EXPECT_EQ(info.dtype, std::string(dir) == "torch_dist_bf16_layers" ? DType::kBF16 : DType::kF32) << key;
+    }
     for (const auto& [key, chunk] : c->objects()) got[key] = {{"kind", "bytes"}};
     EXPECT_EQ(got, want[dir]["keys"]);
-    for (const auto& [key, info] : c->tensors()) EXPECT_TRUE(info.dtype_known && info.dtype == DType::kF32) << key;
+  }
+}
+
+// --bf16 weights saved with one key per layer (Megatron's non-homogeneous layout): the tp1 tensors
+// rounded to bf16, bit for bit.
+TEST(MegatronDistCheckpoint, Bf16WeightsWithOneKeyPerLayer) {
+  auto want = read_megatron_checkpoint(fixture("tp1"));
+  auto m = read_megatron_checkpoint(fixture("torch_dist_bf16_layers"));
+  ASSERT_TRUE(want.ok() && m.ok()) << m.status().message();
+  auto c = DcpCheckpoint::open(fixture("torch_dist_bf16_layers/iter_0000007"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->tensors().count("decoder.layers.3.mlp.linear_fc1.weight"), 1u);
+  ASSERT_EQ(m->tensors.size(), want->tensors.size());
+  for (const auto& [name, t] : want->tensors) {
+    ASSERT_TRUE(m->tensors.count(name)) << name;
+    const Tensor& got = m->tensors.at(name);
+    ASSERT_EQ(got.dtype(), DType::kBF16) << name;
+    ASSERT_EQ(got.shape(), t.shape()) << name;
+    const float* f = t.data<float>();
+    const uint16_t* b = static_cast<const uint16_t*>(got.raw());
+    int64_t differ = 0;
+    for (int64_t k = 0; k < t.numel(); ++k) differ += b[k] != float_to_bf16(f[k]).bits;
+    EXPECT_EQ(differ, 0) << name;
   }
 }
 

@@ -9,6 +9,8 @@ Writes, next to the legacy-format fixtures of megatron_ckpt_reference.py (same w
                        that layout and given its shard of the tp1 weights with load_state_dict(strict=True))
   torch_dcp_tp1/       --ckpt-format torch_dcp: torch.distributed.checkpoint.save of generate_state_dict's dict
                        (the plain state_dict_for_save_checkpoint() under 'model')
+  torch_dist_bf16_layers/  the tp1 weights in bf16 (model.bfloat16(), as --bf16 saves them), saved with Megatron's
+                       non-homogeneous layout: one key per global layer (decoder.layers.3.mlp...) instead of stacked
   torch_dist.json      per directory: every .metadata key with its kind, global shape and dtype, as torch's
                        FileSystemReader reads them (the test compares Gale's listing with it)
 Checks: torch_dist_tp1 loaded back with dist_checkpointing.load into a fresh model gives the tp1 tensors
@@ -72,10 +74,15 @@ def build(tp, pp, rank, world, port):
     return model
 
 
-def state(model, tp, pp, fmt):
+def state(model, tp, pp, fmt, per_layer=False):
     args = ref.megatron_args(tp, pp)
     args.ckpt_format = fmt
-    sd = model.sharded_state_dict() if fmt == "torch_dist" else model.state_dict_for_save_checkpoint()
+    if per_layer:  # bf16 weights, one key per layer
+        args.bf16, args.params_dtype = True, torch.bfloat16
+    if fmt != "torch_dist":
+        sd = model.state_dict_for_save_checkpoint()
+    else:
+        sd = model.sharded_state_dict(metadata={"non_homogeneous_layers": True} if per_layer else None)
     return {"args": args, "checkpoint_version": 3.0, "iteration": ITERATION, "model": sd,
             "num_floating_point_operations_so_far": 0.0}
 
@@ -93,9 +100,13 @@ def worker(rank, world, tp, pp, fixtures, out, port, fmt):
     if rank == 0:
         os.makedirs(ckpt, exist_ok=True)
     dist.barrier()
+    per_layer = fmt == "torch_dist_bf16"
+    if per_layer:
+        fmt = "torch_dist"
+        model.bfloat16()
     if fmt == "torch_dist":
-        st = state(model, tp, pp, fmt)
-        if world == 1:  # with optimizer state, as a training run saves it (Gale skips it)
+        st = state(model, tp, pp, fmt, per_layer)
+        if world == 1 and not per_layer:  # with optimizer state, as a training run saves it (Gale skips it)
             st["optimizer"] = sgd_with_momentum(model, mine).sharded_state_dict(st["model"])
         dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
     else:  # what save_checkpoint does for --ckpt-format torch_dcp
@@ -105,7 +116,7 @@ def worker(rank, world, tp, pp, fixtures, out, port, fmt):
     if rank == 0:
         with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(ITERATION))
-    if fmt == "torch_dist" and world == 1:  # load it back, compare tensors and logits
+    if fmt == "torch_dist" and world == 1 and not per_layer:  # load it back, compare tensors and logits
         fresh = build_fresh(tp, pp)
         loaded = dist_checkpointing.load({"model": fresh.sharded_state_dict()}, ckpt)["model"]
         fresh.load_state_dict(loaded, strict=True)
@@ -177,7 +188,7 @@ def main():
     ap.add_argument("out")
     a = ap.parse_args()
     layouts = [("torch_dist_tp1", "torch_dist", 1, 1), ("torch_dist_tp2pp2", "torch_dist", 2, 2),
-               ("torch_dcp_tp1", "torch_dcp", 1, 1)]
+               ("torch_dcp_tp1", "torch_dcp", 1, 1), ("torch_dist_bf16_layers", "torch_dist_bf16", 1, 1)]
     result = {}
     for k, (name, fmt, tp, pp) in enumerate(layouts):
         out = os.path.join(a.out, name)
