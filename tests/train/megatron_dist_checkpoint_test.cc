@@ -188,6 +188,26 @@ TEST(MegatronDistCheckpointErrors, AChunkOutsideItsFile) {
       << t.status().message();
 }
 
+// torch_dcp keeps one rank's local tensors per key: a checkpoint saved at TP 2 is refused, naming the sizes.
+TEST(MegatronDistCheckpointErrors, ATorchDcpSavedAtTensorParallelTwoIsRefused) {
+  TempDir tmp;
+  fs::copy(fixture("torch_dcp_tp1"), tmp.file("c"), fs::copy_options::recursive);
+  const std::string path = tmp.file("c/iter_0000007/__0_0.distcp");  // args.tensor_model_parallel_size 1 -> 2
+  std::string bytes = testing_util::read_bytes(path);
+  const std::string from = std::string("tensor_model_parallel_sizeq\x1fK\x01", 30);
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + from.size() - 1] = 2;
+  testing_util::write_bytes(path, bytes);
+  auto m = read_megatron_checkpoint(tmp.file("c"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find(": a torch_dcp checkpoint saved at tensor-parallel size 2 x pipeline-parallel "
+                                      "size 1: not supported"),
+            std::string::npos)
+      << m.status().message();
+}
+
 TEST(MegatronDistCheckpointErrors, ATorchDcpDirectoryWithoutArgsIsRefused) {
   // A torch_dist directory without metadata.json reads as torch_dcp, whose args are a DCP object.
   TempDir tmp;
