@@ -236,6 +236,43 @@ int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
 }
 
+// The torch format's mp_rank_TT[_PPP]/model_optim_rng.pt files of m.directory: their paths and
+// state dicts by (tensor rank, pipeline rank); sets m.tensor_parallel / m.pipeline_parallel.
+Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_t>, std::string>& files,
+                       std::map<std::pair<int64_t, int64_t>, PyRef>& roots) {
+  for (const auto& e : fs::directory_iterator(m.directory)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("mp_rank_", 0) != 0) continue;
+    std::vector<std::string> parts;
+    std::stringstream ss(name.substr(8));
+    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
+    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+    if (parts.size() == 3)
+      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
+                                                   "Megatron checkpoints is not supported yet");
+    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
+      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
+    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
+  }
+  for (const auto& [rank, path] : files) {
+    m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
+    m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
+  }
+  for (int64_t p = 0; p < m.pipeline_parallel; ++p)
+    for (int64_t t = 0; t < m.tensor_parallel; ++t)
+      if (!files.count({t, p}))
+        return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
+                        t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
+                        ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
+  for (const auto& [rank, path] : files) {  // each rank's state dict
+    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+    if (root->kind != PyValue::kDict)
+      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
+    roots[rank] = root;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* checkpoint_format_name(CheckpointFormat f) {
@@ -296,39 +333,8 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
     GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format));
     files[{0, 0}] = m.directory;  // named in messages
     roots[{0, 0}] = state.root;
-  }
-  for (const auto& e : fs::directory_iterator(m.directory)) {
-    if (dist) break;
-    const std::string name = e.path().filename().string();
-    if (name.rfind("mp_rank_", 0) != 0) continue;
-    std::vector<std::string> parts;
-    std::stringstream ss(name.substr(8));
-    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
-    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
-    if (parts.size() == 3)
-      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
-                                                   "Megatron checkpoints is not supported yet");
-    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
-      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
-    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
-  }
-  for (const auto& [rank, path] : files) {
-    m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
-    m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
-  }
-  for (int64_t p = 0; p < m.pipeline_parallel; ++p)
-    for (int64_t t = 0; t < m.tensor_parallel; ++t)
-      if (!files.count({t, p}))
-        return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
-                        t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
-                        ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
-  // Each rank's model chunks: chunks[p][v][t] = the state dict.
-  for (const auto& [rank, path] : files) {
-    if (dist) break;
-    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
-    if (root->kind != PyValue::kDict)
-      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
-    roots[rank] = root;
+  } else {
+    GALE_RETURN_IF_ERROR(read_rank_files(m, files, roots));
   }
   const PyValue& first = *roots.at({0, 0});
   const std::string first_path = files.at({0, 0});

@@ -94,10 +94,7 @@ StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, Che
   PyRef model = PyValue::dict();
   for (const auto& [key, info] : c.tensors()) {
     if (key.find("_extra_state") != std::string::npos) continue;
-    if (training_state(key)) {
-      ++s.skipped_optimizer;
-      continue;
-    }
+    if (training_state(key)) continue;
     std::string name = key;
     if (!dist) {
       if (!starts_with(key, "model."))

@@ -16,8 +16,7 @@
 // saved at TP 1 x PP 1 (local tensors of several ranks share a key there and only one copy is kept).
 // The result has the shape of a torch-format rank file: {'args', 'checkpoint_version', 'iteration',
 // 'num_floating_point_operations_so_far', 'model': {torch-format name with the global layer number:
-// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out (counted in
-// `skipped_optimizer`). Errors name the directory and key: a missing common.pt or .distcp file, a
+// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out. Errors name the directory and key: a missing common.pt or .distcp file, a
 // stacked tensor whose leading dimension is not num_layers, an unsupported dtype, a TP/PP torch_dcp.
 #pragma once
 
@@ -32,8 +31,7 @@ namespace gale {
 
 struct MegatronDistState {
   PyRef root;                     // as a torch-format rank file's dict
-  std::string where;              // the file holding args (common.pt, or .metadata for torch_dcp)
-  int64_t skipped_optimizer = 0;  // optimizer / RNG / rerun-state entries not read
+  std::string where;  // the file holding args (common.pt, or .metadata for torch_dcp)
 };
 
 StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format);
