@@ -16,8 +16,9 @@
 // saved at TP 1 x PP 1 (local tensors of several ranks share a key there and only one copy is kept).
 // The result has the shape of a torch-format rank file: {'args', 'checkpoint_version', 'iteration',
 // 'num_floating_point_operations_so_far', 'model': {torch-format name with the global layer number:
-// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out. Errors name the directory and key: a missing common.pt or .distcp file, a
-// stacked tensor whose leading dimension is not num_layers, an unsupported dtype, a TP/PP torch_dcp.
+// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out. Errors name
+// the directory and key: a missing common.pt or .distcp file, a stacked tensor whose leading
+// dimension is not num_layers, an unsupported dtype, a torch_dcp saved at TP/PP > 1.
 #pragma once
 
 #include <cstdint>
