@@ -83,7 +83,8 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().rfind("mp_rank_", 0) == 0)
         return Unimplemented(
-            dir, ": a Megatron legacy (torch) checkpoint, not a Gale one; converting it is not supported yet");
+            dir, ": a Megatron legacy (torch) checkpoint, not a Gale one; this path reads Gale checkpoints only (convert "
+                 "it: gale convert --load-model-type mg --save-model-type gale)");
     return FailedPrecondition(dir, ": incomplete checkpoint (no ", kCheckpointMetadataFileName,
                               ": the save did not finish)");
   }
@@ -95,7 +96,8 @@ StatusOr<CheckpointReader> CheckpointReader::open_directory(const std::string& d
   if (!meta.is_object()) return DataLoss(meta_path, ": expected a JSON object");
   if (meta.contains("sharded_backend"))
     return Unimplemented(dir, ": a Megatron '", meta["sharded_backend"].dump(),
-                         "' checkpoint, not a Gale one; converting it is not supported yet");
+                         "' checkpoint, not a Gale one; this path reads Gale checkpoints only (convert it: gale convert "
+                         "--load-model-type mg --save-model-type gale)");
   if (!meta.contains("format") || meta["format"] != kCheckpointFormat)
     return DataLoss(meta_path, ": format ", meta.contains("format") ? meta["format"].dump() : std::string("missing"),
                     ", expected \"", kCheckpointFormat, "\"");

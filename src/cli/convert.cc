@@ -10,7 +10,7 @@ namespace gale::cli {
 
 int run_convert(int argc, char** argv) {
   ArgParser p("gale convert",
-              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE, DeepSeek-V3) to a Gale checkpoint, or back; or read and write Megatron-LM's own (torch format) checkpoints");
+              "Convert a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE, DeepSeek-V3) to a Gale checkpoint, or back; or read Megatron-LM's own checkpoints (torch, torch_dist, torch_dcp) and write its torch format");
   std::string load_type, save_type;
   HfToGaleOptions to_gale;
   GaleToHfOptions to_hf;
@@ -18,7 +18,7 @@ int run_convert(int argc, char** argv) {
   int64_t target_pp = 1;
   p.group("conversion");
   p.add_choice("--load-model-type", &load_type, {"hf", "gale", "mg", "megatron"},
-               "what --load-dir holds: hf, gale, or mg (alias megatron: a Megatron-LM checkpoint, --ckpt-format torch)");
+               "what --load-dir holds: hf, gale, or mg (alias megatron: a Megatron-LM checkpoint, --ckpt-format torch, torch_dist or torch_dcp)");
   p.add_choice("--save-model-type", &save_type, {"hf", "gale", "mg", "megatron"},
                "what to write to --save-dir: gale, hf, or mg (alias megatron: Megatron-LM's torch format)");
   std::string tokenizer_type;

@@ -506,7 +506,8 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
              "on --load, take the learning-rate and weight-decay schedule from the checkpoint");
   p.add("--ckpt-format", &a.ckpt_format,
         "Megatron's checkpoint format (torch, torch_dist, zarr, torch_dcp, fsdp_dtensor): accepted, but Gale always "
-        "writes its own sharded safetensors format (docs/formats/checkpoint.md)");
+        "writes its own sharded safetensors format (docs/formats/checkpoint.md) and detects what --load holds (its "
+        "own, Megatron's torch, torch_dist or torch_dcp: docs/formats/megatron-checkpoint.md)");
   p.add_choice("--ckpt-convert-format", &a.ckpt_convert_format, {"torch", "torch_dist", "zarr"},
                "convert the --load checkpoint to this format in --ckpt-convert-save/FORMAT at this run's tensor and "
                "pipeline parallel sizes, then exit (Megatron's conversion; Gale writes torch, Megatron's legacy "

@@ -110,8 +110,8 @@ const std::vector<Compat>& compat_flags() {
       {"--deterministic-mode", false,
        "Gale's kernels and reductions are deterministic for a given layout and thread count"},
       {"--auto-detect-ckpt-format", false,
-       "Gale always detects the format of --load / --pretrained-checkpoint: its own, or Megatron's torch format "
-       "(docs/formats/megatron-checkpoint.md)"},
+       "Gale always detects the format of --load / --pretrained-checkpoint: its own, or Megatron's torch, "
+       "torch_dist or torch_dcp format (docs/formats/megatron-checkpoint.md)"},
       {"--ckpt-fully-parallel-load", false, "every rank reads only the tensor pieces it holds"},
       {"--no-ckpt-fully-parallel-save", false, "every rank writes the shard of the pieces it holds"},
       {"--use-persistent-ckpt-worker", false,

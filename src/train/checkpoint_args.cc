@@ -336,7 +336,8 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   nlohmann::json saved_json;
   std::string where;
   GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(ca.load, ca.ckpt_step));
-  if (format == CheckpointFormat::kMegatronTorch) {  // Megatron's own checkpoint: its args Namespace
+  if (format == CheckpointFormat::kMegatronTorch || format == CheckpointFormat::kMegatronTorchDist ||
+      format == CheckpointFormat::kMegatronTorchDcp) {  // Megatron's own checkpoint: its args Namespace
     GALE_ASSIGN_OR_RETURN(saved_json, read_megatron_args(ca.load, ca.ckpt_step, &where));
   } else {
     StatusOr<CheckpointReader> opened = ca.ckpt_step == kUnset ? CheckpointReader::open(ca.load)

@@ -619,7 +619,7 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
   return st;
 }
 
-// A Megatron-LM checkpoint (legacy torch format) in `dir`: its model weights (and, unless
+// A Megatron-LM checkpoint (torch, torch_dist or torch_dcp format) in `dir`: its model weights (and, unless
 // `finetune`, its iteration and consumed samples), through a Gale checkpoint written to a private
 // temporary directory of this process. Megatron's optimizer state is not read: --no-load-optim.
 Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
@@ -630,8 +630,9 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
                               "iteration but not Megatron's optimizer state (not supported yet); pass "
                               "--no-load-optim (or --finetune)");
   GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step));
-  print_rank0(str_cat(" reading Megatron's torch checkpoint ", m.directory, " (checkpoint_version ", m.checkpoint_version,
-                      ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel, ")"));
+  print_rank0(str_cat(" reading Megatron's ", checkpoint_format_name(m.format), " checkpoint ", m.directory,
+                      " (checkpoint_version ", m.checkpoint_version, ", saved at TP ", m.tensor_parallel, " x PP ",
+                      m.pipeline_parallel, "): model weights only, Megatron's optimizer and RNG state are not read"));
   GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(m, dir));
   const std::string into = copy.dir();
   Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);

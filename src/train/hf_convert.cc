@@ -259,7 +259,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     return InvalidArgument("--save-dtype: expected fp32 or bf16, found '", o.save_dtype, "'");
   if (o.from == ModelFormat::kMegatron) {
     GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(o.load_dir));
-    log(str_cat("read Megatron's torch checkpoint ", m.directory, " (iteration ", m.iteration, ", checkpoint_version ",
+    log(str_cat("read Megatron's ", checkpoint_format_name(m.format), " checkpoint ", m.directory, " (iteration ", m.iteration, ", checkpoint_version ",
                 m.checkpoint_version, ", TP ", m.tensor_parallel, " x PP ", m.pipeline_parallel,
                 m.virtual_chunks > 1 ? str_cat(" x ", m.virtual_chunks, " virtual chunks") : std::string(), "): ",
                 m.model.num_layers, " layers, hidden ", m.model.hidden_size, ", vocabulary ", m.vocab_size,

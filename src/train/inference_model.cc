@@ -88,7 +88,7 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
 
 StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
   auto m = std::make_unique<InferenceModel>();
-  // A Megatron checkpoint (torch format) is read through a temporary Gale copy.
+  // A Megatron checkpoint (torch, torch_dist or torch_dcp format) is read through a temporary Gale copy.
   std::optional<TemporaryGaleCheckpoint> megatron_copy;
   GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(args.checkpoint.load));
   if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone) {

@@ -17,6 +17,7 @@
 #include "ckpt/torch_file.h"
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
+#include "train/megatron_dist_checkpoint.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -235,6 +236,43 @@ int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
 }
 
+// The torch format's mp_rank_TT[_PPP]/model_optim_rng.pt files of m.directory: their paths and
+// state dicts by (tensor rank, pipeline rank); sets m.tensor_parallel / m.pipeline_parallel.
+Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_t>, std::string>& files,
+                       std::map<std::pair<int64_t, int64_t>, PyRef>& roots) {
+  for (const auto& e : fs::directory_iterator(m.directory)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("mp_rank_", 0) != 0) continue;
+    std::vector<std::string> parts;
+    std::stringstream ss(name.substr(8));
+    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
+    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+    if (parts.size() == 3)
+      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
+                                                   "Megatron checkpoints is not supported yet");
+    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
+      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
+    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
+  }
+  for (const auto& [rank, path] : files) {
+    m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
+    m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
+  }
+  for (int64_t p = 0; p < m.pipeline_parallel; ++p)
+    for (int64_t t = 0; t < m.tensor_parallel; ++t)
+      if (!files.count({t, p}))
+        return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
+                        t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
+                        ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
+  for (const auto& [rank, path] : files) {  // each rank's state dict
+    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+    if (root->kind != PyValue::kDict)
+      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
+    roots[rank] = root;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* checkpoint_format_name(CheckpointFormat f) {
@@ -282,47 +320,21 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (!fs::is_directory(m.directory)) return NotFound(m.directory, ": the checkpoint's iteration directory does not exist");
   std::string found;
   const CheckpointFormat format = format_of_dir(m.directory, &found);
-  if (format == CheckpointFormat::kMegatronTorchDist || format == CheckpointFormat::kMegatronTorchDcp)
-    return Unimplemented(m.directory, ": Megatron's ", checkpoint_format_name(format),
-                         " checkpoint format (.metadata", format == CheckpointFormat::kMegatronTorchDist ? " and metadata.json" : "",
-                         "): not supported yet; Gale reads Megatron's legacy torch format (convert it with Megatron: "
-                         "--ckpt-convert-format torch --ckpt-convert-save DIR)");
-  if (format != CheckpointFormat::kMegatronTorch)
-    return FailedPrecondition(m.directory, ": expected Megatron's torch format (mp_rank_* directories), found ",
+  const bool dist = format == CheckpointFormat::kMegatronTorchDist || format == CheckpointFormat::kMegatronTorchDcp;
+  if (format != CheckpointFormat::kMegatronTorch && !dist)
+    return FailedPrecondition(m.directory, ": expected Megatron's torch, torch_dist or torch_dcp format (mp_rank_* "
+                              "directories or .metadata), found ",
                               format == CheckpointFormat::kGale ? std::string("a Gale checkpoint (metadata.json)") : found);
-  // mp_rank_TT or mp_rank_TT_PPP directories.
+  m.format = format;
+  // mp_rank_TT or mp_rank_TT_PPP directories; torch_dist / torch_dcp: one global state dict.
   std::map<std::pair<int64_t, int64_t>, std::string> files;
-  for (const auto& e : fs::directory_iterator(m.directory)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("mp_rank_", 0) != 0) continue;
-    std::vector<std::string> parts;
-    std::stringstream ss(name.substr(8));
-    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
-    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
-    if (parts.size() == 3)
-      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
-                                                   "Megatron checkpoints is not supported yet");
-    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
-      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
-    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
-  }
-  for (const auto& [rank, path] : files) {
-    m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
-    m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
-  }
-  for (int64_t p = 0; p < m.pipeline_parallel; ++p)
-    for (int64_t t = 0; t < m.tensor_parallel; ++t)
-      if (!files.count({t, p}))
-        return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
-                        t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
-                        ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
-  // Each rank's model chunks: chunks[p][v][t] = the state dict.
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
-  for (const auto& [rank, path] : files) {
-    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
-    if (root->kind != PyValue::kDict)
-      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
-    roots[rank] = root;
+  if (dist) {
+    GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format));
+    files[{0, 0}] = m.directory;  // named in messages
+    roots[{0, 0}] = state.root;
+  } else {
+    GALE_RETURN_IF_ERROR(read_rank_files(m, files, roots));
   }
   const PyValue& first = *roots.at({0, 0});
   const std::string first_path = files.at({0, 0});
@@ -405,6 +417,10 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
       offset += layers;
     }
   }
+  if (dist) {  // global tensors; the layout that saved them, for the record
+    m.tensor_parallel = json_int(m.args, "tensor_model_parallel_size", 1);
+    m.pipeline_parallel = json_int(m.args, "pipeline_model_parallel_size", 1);
+  }
   // The model flags; Megatron records None for unset ones.
   nlohmann::json a = m.args;
   const std::string where = first_path + " (args)";
@@ -438,6 +454,16 @@ StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t
     GALE_ASSIGN_OR_RETURN(tracker, read_tracker(load_dir));
   }
   const std::string dir = iteration_dir(load_dir, tracker);
+  std::string found;
+  const CheckpointFormat format = format_of_dir(dir, &found);
+  if (format == CheckpointFormat::kMegatronTorchDist || format == CheckpointFormat::kMegatronTorchDcp) {
+    GALE_ASSIGN_OR_RETURN(PyRef ns, read_megatron_dist_args(dir, format, where));
+    const std::string file = *where;
+    *where += " (args)";
+    nlohmann::json args = args_json(ns.get());
+    if (args.empty()) return DataLoss(file, ": expected Megatron's 'args' (an argparse.Namespace), found ", ns->type_name());
+    return args;
+  }
   std::string path = dir + "/mp_rank_00/model_optim_rng.pt";
   if (!fs::exists(path)) path = dir + "/mp_rank_00_000/model_optim_rng.pt";
   GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
@@ -505,7 +531,7 @@ Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& sav
                          {"consumed_valid_samples", m.consumed_valid_samples},
                          {"num_floating_point_operations_so_far", m.floating_point_operations_so_far}};
   sections["megatron_source"] = {{"directory", source_dir},
-                                 {"format", "torch"},
+                                 {"format", checkpoint_format_name(m.format)},
                                  {"checkpoint_version", m.checkpoint_version},
                                  {"tensor_model_parallel_size", m.tensor_parallel},
                                  {"pipeline_model_parallel_size", m.pipeline_parallel}};

@@ -17,7 +17,8 @@
 // word_embeddings and output_layer (vocabulary rows), and columns of linear_proj and linear_fc2.
 // Transformer Engine's fused names (linear_qkv.layer_norm_weight, linear_fc1.layer_norm_weight and
 // their biases) read as input_layernorm / pre_mlp_layernorm; `_extra_state` entries are skipped.
-// MoE layers, expert parallelism and the `torch_dist` / `torch_dcp` formats: not supported yet
+// Megatron's `torch_dist` (and TP1 x PP1 `torch_dcp`) directories read the same way, from their global
+// tensors (train/megatron_dist_checkpoint.h). MoE layers and expert parallelism: not supported yet
 // (clear errors naming the directory and what was found).
 #pragma once
 
@@ -50,6 +51,7 @@ StatusOr<CheckpointFormat> detect_checkpoint_format(const std::string& load_dir,
 
 struct MegatronCheckpoint {
   std::string directory;  // the iteration directory read
+  CheckpointFormat format = CheckpointFormat::kMegatronTorch;  // torch, torch_dist or torch_dcp
   int64_t iteration = 0;  // 0 for "release"
   bool release = false;
   double checkpoint_version = 0;
@@ -62,14 +64,15 @@ struct MegatronCheckpoint {
   std::map<std::string, Tensor> tensors;  // Gale names, whole tensors, in the files' dtype
 };
 
-// Reads Megatron's legacy `torch` checkpoint in <load_dir> (the tracker's iteration, or `step`).
-// Errors name the file and what was expected and found: another format (torch_dist: "not supported
-// yet", with Megatron's conversion to --ckpt-format torch), a missing rank file, a pickle without
-// 'model', shards whose shapes disagree, MoE tensors.
+// Reads Megatron's checkpoint in <load_dir> (the tracker's iteration, or `step`): the legacy `torch`
+// format, `torch_dist` or `torch_dcp` (whose tensors are global: tensor_parallel / pipeline_parallel
+// are then the layout that saved it, from args). Only the model is read (no optimizer or RNG state).
+// Errors name the file and what was expected and found: a Gale checkpoint, a missing rank file, a
+// pickle without 'model', shards whose shapes disagree, MoE tensors, keys with no place in Gale's model.
 StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset);
 
-// The scalar attributes of the args Namespace of Megatron's torch checkpoint in <load_dir> (rank 0's
-// file; `where` is set to it), for --use-checkpoint-args.
+// The scalar attributes of the args Namespace of Megatron's checkpoint in <load_dir> (rank 0's file,
+// or torch_dist's common.pt; `where` is set to it), for --use-checkpoint-args.
 StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where);
 
 // `m` as a Gale checkpoint in <save_dir>/iter_<m.iteration> (+ tracker): the tensors, "model",

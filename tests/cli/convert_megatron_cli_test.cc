@@ -106,7 +106,7 @@ TEST(ConvertMegatron, HfModelsRoundTripThroughMegatronsFormat) {
 // `gale generate --load <Megatron dir> --use-checkpoint-args`: greedy decoding picks the token
 // Megatron's logits rank first after the reference prompt (21; tests/data/megatron/reference.json).
 TEST(ConvertMegatron, GenerateReadsAMegatronCheckpoint) {
-  for (const char* dir : {"tp1", "tp2pp2"}) {
+  for (const char* dir : {"tp1", "tp2pp2", "torch_dist_tp2pp2", "torch_dcp_tp1"}) {
     test::RunResult r = gale({"generate", "--load", megatron(dir), "--use-checkpoint-args", "--tokenizer-type",
                               "NullTokenizer", "--vocab-size", "49", "--prompt", "3 17 42 8 0 49 25 11",
                               "--max-new-tokens", "1", "--temperature", "0"});
@@ -121,22 +121,23 @@ TEST(ConvertMegatron, Refusals) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--load-model-type mg --save-model-type mg: expected one side hf or gale"), std::string::npos)
       << r.output;
-  // Megatron's torch_dist format: detected, and refused naming the directory.
+  // Megatron's torch_dist format without its common.pt: refused naming the file.
   std::filesystem::create_directories(tmp.file("dist/iter_0000002"));
   std::ofstream(tmp.file("dist/latest_checkpointed_iteration.txt")) << "2";
   std::ofstream(tmp.file("dist/iter_0000002/.metadata")) << "x";
   std::ofstream(tmp.file("dist/iter_0000002/metadata.json")) << R"({"sharded_backend": "torch_dist"})";
   r = convert("mg", "gale", tmp.file("dist"), tmp.file("x"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find(tmp.file("dist/iter_0000002") + ": Megatron's torch_dist checkpoint format (.metadata and "
-                                                            "metadata.json): not supported yet"),
+  EXPECT_NE(r.output.find(tmp.file("dist/iter_0000002") + "/common.pt: missing; Megatron's torch_dist checkpoint "
+                                                            "keeps args and iteration there"),
             std::string::npos)
       << r.output;
   // A Gale checkpoint given as mg.
   ASSERT_EQ(convert("mg", "gale", megatron("tp1"), tmp.file("g")).exit_code, 0);
   r = convert("mg", "hf", tmp.file("g"), tmp.file("x"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("expected Megatron's torch format (mp_rank_* directories), found a Gale checkpoint"),
+  EXPECT_NE(r.output.find("expected Megatron's torch, torch_dist or torch_dcp format (mp_rank_* directories or "
+                          ".metadata), found a Gale checkpoint"),
             std::string::npos)
       << r.output;
 }
@@ -237,6 +238,99 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
   EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("tp1") + " at iteration 7"),
             std::string::npos)
       << r.output;
+}
+
+// Megatron's torch_dist checkpoints (tests/data/megatron/torch_dist_*, the tp1 weights saved by
+// Megatron's dist_checkpointing at TP 1 and at TP 2 x PP 2): `gale convert` to Gale writes the same
+// tensor files as from the torch-format fixture, and `gale pretrain --load` continues them at any layout
+// with the loss the torch-format fixture gives.
+TEST(ConvertMegatron, TorchDistToGaleEqualsTheTorchFormatsConversion) {
+  // (The fixture model, LayerNorm with SwiGLU, has no HF architecture: `--save-model-type hf` refuses
+  // it for either format; the HF writer is tested from the torch format.)
+  TempDir tmp;
+  test::RunResult r = convert("mg", "gale", megatron("torch_dist_tp2pp2"), tmp.file("from_dist"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("read Megatron's torch_dist checkpoint " + megatron("torch_dist_tp2pp2") +
+                          "/iter_0000007 (iteration 7, checkpoint_version 3, TP 2 x PP 2): 4 layers, hidden 32, "
+                          "vocabulary 50 padded to 64, 36 tensors"),
+            std::string::npos)
+      << r.output;
+  r = convert("mg", "gale", megatron("tp1"), tmp.file("from_torch"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t files = 0;  // the tensor files, byte for byte (metadata.json names the source directory and format)
+  for (const auto& e : std::filesystem::directory_iterator(tmp.file("from_torch/iter_0000007"))) {
+    const std::string name = e.path().filename().string();
+    if (name == "metadata.json") continue;
+    EXPECT_EQ(testing_util::read_bytes(tmp.file("from_dist/iter_0000007/" + name)),
+              testing_util::read_bytes(e.path().string()))
+        << name;
+    ++files;
+  }
+  EXPECT_GE(files, 1u);
+  r = convert("mg", "hf", megatron("torch_dist_tp1"), tmp.file("hf"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no Hugging Face architecture Gale writes matches this model"), std::string::npos) << r.output;
+}
+
+TEST(ConvertMegatron, PretrainLoadsTorchDistAtAnyLayout) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  const std::vector<std::string> model = small_model(tmp);
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = model;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return gale(a);
+  };
+  test::RunResult r = run({"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--save", tmp.file("a")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> torch_format = testing::logged_values(r.output, "lm loss");
+  ASSERT_EQ(torch_format.size(), 1u) << r.output;
+  r = run({"--train-iters", "8", "--load", megatron("torch_dist_tp2pp2"), "--no-load-optim", "--ckpt-format",
+           "torch_dist", "--save", tmp.file("b")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("reading Megatron's torch_dist checkpoint " + megatron("torch_dist_tp2pp2") +
+                          "/iter_0000007 (checkpoint_version 3, saved at TP 2 x PP 2): model weights only, Megatron's "
+                          "optimizer and RNG state are not read"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron("torch_dist_tp2pp2") + " at iteration 7"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(testing::logged_values(r.output, "lm loss"), torch_format) << r.output;  // the same weights
+  // Two ranks at TP 2, and at PP 2: the same loss up to the reduction order.
+  for (const char* layout : {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"}) {
+    std::vector<std::string> mpi = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY};
+    mpi.insert(mpi.end(), model.begin(), model.end());
+    mpi.insert(mpi.end(), {"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--no-load-optim", "--save",
+                           tmp.file(str_cat("c", layout)), layout, "2"});
+    r = test::run_with_timeout(mpi, testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<double> two_ranks = testing::logged_values(r.output, "lm loss");
+    ASSERT_EQ(two_ranks.size(), 1u) << layout << r.output;
+    EXPECT_NEAR(two_ranks[0], torch_format[0], 1e-5 * torch_format[0]) << layout;
+  }
+  // Megatron's optimizer state is not read: refused without --no-load-optim.
+  r = run({"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--save", tmp.file("d")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("pass --no-load-optim (or --finetune)"), std::string::npos) << r.output;
+  // A model flag that disagrees with the checkpoint is named.
+  std::vector<std::string> wrong = model;
+  *(std::find(wrong.begin(), wrong.end(), "--ffn-hidden-size") + 1) = "64";
+  wrong.insert(wrong.end(), {"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--no-load-optim", "--save",
+                             tmp.file("e")});
+  r = gale(wrong);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint " + megatron("torch_dist_tp1") + "/iter_0000007 does not match this model: it "
+                          "was saved with ffn_hidden_size = 48, this run has 64"),
+            std::string::npos)
+      << r.output;
+  // --use-checkpoint-args reads Megatron's args from common.pt.
+  r = gale({"pretrain", "--use-checkpoint-args", "--load", megatron("torch_dist_tp1"), "--no-load-optim",
+            "--micro-batch-size", "1", "--global-batch-size", "2", "--lr", "1e-4", "--train-iters", "8",
+            "--vocab-size", "49", "--make-vocab-size-divisible-by", "32", "--data-path",
+            tmp.file("data_text_document"), "--split", "100,0,0", "--eval-iters", "0", "--num-threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Setting num_query_groups to 2 from checkpoint"), std::string::npos) << r.output;
 }
 
 // Megatron's --ckpt-convert-format torch in `gale pretrain`: a Gale checkpoint rewritten in Megatron's
