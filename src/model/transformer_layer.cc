@@ -221,6 +221,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : shared.all()) ids.push_back(id);
   for (int id : mla.all()) ids.push_back(id);
   for (int id : mamba.all()) ids.push_back(id);
+  for (int id : gdn.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -243,9 +244,14 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
   const bool ln = !c.rms_norm;
   const LayerShares shares = layer_shares(c, part);
-  const bool hybrid = c.hybrid.enabled;
-  if (has_attention(c, layer)) {
-    // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear).
+  // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear),
+  // and so are a GDN model's (Megatron builds it with Transformer Engine's spec only).
+  const bool hybrid = c.hybrid.enabled || c.gdn.enabled;
+  if (c.gdn.is_gdn_layer(layer)) {  // the GDN mixer in place of self-attention, its norm fused into in_proj
+    w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "self_attention.in_proj.layer_norm_weight"), H, part));
+    if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "self_attention.in_proj.layer_norm_bias"), H, part));
+    w.gdn = register_gdn_params(pb, c, layer);
+  } else if (has_attention(c, layer)) {
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
     if (c.mla.enabled) {
@@ -344,7 +350,13 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     AttentionProblem ap = rt.attention;
     ap.dropout_stream = dropout_stream(c.seed, layer, 0);
     Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
-    if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
+    Tensor proj;
+    if (w.gdn.defined()) {  // [T, H] of norm1's output (TP 1: T = Tl)
+      GALE_CHECK(!cache && !rt.ragged_kv) << "--experimental-attention-variant gdn: decoding is not supported yet";
+      Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+      proj = gdn_forward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), x_norm, S, B, gemm_dtype,
+                         saved ? &saved->gdn : nullptr);
+    } else if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
       GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
       Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
       ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
@@ -363,8 +375,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
             : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
                          : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
     }
-    ctx = to_gemm_input(ctx, gemm_dtype);
-    Tensor proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
+    if (!w.gdn.defined()) {
+      ctx = to_gemm_input(ctx, gemm_dtype);
+      proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
+    }
     // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
     x_mid = Tensor::empty({Tl, H});
     if (!mlp) {  // a hybrid model's attention layer ('*'): the residual add alone
@@ -563,12 +577,19 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
-  Tensor d_ctx = row_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj, s.ctx, s.lora_proj_u);  // [T, NHl·HD]
+  Tensor d_norm1;
+  if (w.gdn.defined()) {  // the GDN mixer: [Tl, H] of linear_proj's place (TP 1)
+    d_norm1 = gdn_backward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), s.gdn, d_proj, S, B);
+    d_proj = Tensor();
+  }
+  Tensor d_ctx = w.gdn.defined() ? Tensor()
+                                 : row_linear_backward(rt, pb, w.proj_w, w.lora_proj, d_proj, s.ctx, s.lora_proj_u);
   d_proj = Tensor();
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(c.seed, layer, 0);
-  Tensor d_norm1;
-  if (w.mla.defined()) {
+  if (w.gdn.defined()) {
+    // done above
+  } else if (w.mla.defined()) {
     d_norm1 = mla_attention_backward(rt, pb, w.mla, ap, s.mla, d_ctx);  // [Tl, H], whole
     d_ctx = Tensor();
     s.ctx = Tensor();

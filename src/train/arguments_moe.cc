@@ -156,18 +156,23 @@ Status validate_shared_expert_args(const Arguments& a, const ArgParser& p) {
 }  // namespace
 
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers) {
+  return parse_layer_pattern("--moe-layer-freq", value, num_layers, [](int64_t k, int64_t i) { return i % k == 0; });
+}
+
+StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::string& value, int64_t num_layers,
+                                               bool (*every)(int64_t k, int64_t i)) {
   std::string v;
   for (char ch : value)
     if (!std::isspace(static_cast<unsigned char>(ch))) v += ch;
   const auto bad = [&](const std::string& why) {
-    return InvalidArgument("--moe-layer-freq: expected an integer >= 1 or a list of ", num_layers,
+    return InvalidArgument(flag, ": expected an integer >= 1 or a list of ", num_layers,
                            " zeros and ones, found '", value, "' (", why, ")");
   };
   std::vector<int> pattern;
   if (!v.empty() && std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
     const int64_t k = std::stoll(v);
     if (k < 1) return bad("not positive");
-    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(i % k == 0 ? 1 : 0);
+    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(every(k, i) ? 1 : 0);
     return pattern;
   }
   while (v.size() >= 2 && v.front() == '(' && v.back() == ')') v = v.substr(1, v.size() - 2);
