@@ -25,7 +25,7 @@ std::vector<std::string> gdn_model(std::vector<std::string> extra, const char* i
   std::vector<std::string> argv = {
       "pretrain", "--num-layers", "4", "--hidden-size", "48", "--num-attention-heads", "4", "--seq-length", "48",
       "--max-position-embeddings", "48", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters",
-      iters, "--lr", "3e-3", "--mock-data", "--vocab-size", "512", "--log-interval", "1", "--eval-iters", "0",
+      iters, "--lr", "1e-2", "--mock-data", "--vocab-size", "4096", "--log-interval", "1", "--eval-iters", "0",
       "--num-threads", "1", "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
       "--disable-bias-linear", "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
       "--experimental-attention-variant", variant, "--linear-num-key-heads", "2", "--linear-num-value-heads", "4",
@@ -42,20 +42,25 @@ test::RunResult run(int np, std::vector<std::string> extra, const char* iters = 
 }
 
 TEST(GalePretrainGdn, MixedLayersLearnAndEverySpellingGivesTheSameRun) {
-  const test::RunResult a = run(1, {"--linear-attention-freq", "2"});
+  // The mock data's losses are noisy at this size: the mean of the last six iterations against the first six's.
+  const test::RunResult a = run(1, {"--linear-attention-freq", "2"}, "24");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const std::vector<double> lm = logged_values(a.output, "lm loss");
-  ASSERT_EQ(lm.size(), 8u) << a.output;
-  EXPECT_LT(lm.back(), lm.front() - 0.3) << a.output;
+  ASSERT_EQ(lm.size(), 24u) << a.output;
+  double first = 0.0, last = 0.0;
+  for (size_t i = 0; i < 6; ++i) first += lm[i] / 6.0, last += lm[18 + i] / 6.0;
+  EXPECT_LT(last, first - 0.15) << a.output;
   // Megatron's deprecated spelling (with its warning) and the same pattern as a list.
-  const test::RunResult b = run(1, {"--linear-attention-freq", "([1]+[0])*2"}, "8", "gated_delta_net");
+  const test::RunResult b = run(1, {"--linear-attention-freq", "([1]+[0])*2"}, "24", "gated_delta_net");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("gated_delta_net is deprecated"), std::string::npos) << b.output;
   EXPECT_EQ(logged_values(b.output, "lm loss"), lm);
   // Another pattern is another model: every layer GDN but the last.
-  const test::RunResult c = run(1, {"--linear-attention-freq", "4"});
+  const test::RunResult c = run(1, {"--linear-attention-freq", "4"}, "4");
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_NE(logged_values(c.output, "lm loss"), lm);
+  const std::vector<double> lc = logged_values(c.output, "lm loss");
+  ASSERT_EQ(lc.size(), 4u);
+  EXPECT_NE(lc[1], lm[1]);
 }
 
 TEST(GalePretrainGdn, TwoPipelineStagesGiveOneProcesssLosses) {
@@ -105,7 +110,7 @@ TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactlyAndGenerateRefusesIt) {
   EXPECT_EQ(b[1], a[3]);
   const test::RunResult gen = test::run_with_timeout(
       {GALE_BINARY, "generate", "--load", dir, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer",
-       "--vocab-size", "512", "--prompt", "1 2 3"},
+       "--vocab-size", "4096", "--prompt", "1 2 3"},
       {}, 120);
   EXPECT_NE(gen.exit_code, 0);
   EXPECT_NE(gen.output.find("Gated DeltaNet model"), std::string::npos) << gen.output;
@@ -140,7 +145,7 @@ TEST(GalePretrainGdn, RefusalsAreErrorsNamingTheFlags) {
   std::vector<std::string> plain = {GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "48",
                                     "--num-attention-heads", "4", "--seq-length", "48", "--max-position-embeddings",
                                     "48", "--micro-batch-size", "2", "--train-iters", "1", "--mock-data",
-                                    "--vocab-size", "512", "--linear-attention-freq", "2"};
+                                    "--vocab-size", "4096", "--linear-attention-freq", "2"};
   const test::RunResult r = test::run_with_timeout(plain, {}, 120);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--linear-attention-freq needs --experimental-attention-variant gdn"), std::string::npos)
