@@ -1,8 +1,8 @@
 // `gale pretrain --experimental-attention-variant gdn`: a tiny model with Gated DeltaNet and full-attention
 // layers learns on the mock data; the deprecated spelling gated_delta_net and the list form of
-// --linear-attention-freq give the same run; two pipeline stages give one process's losses; save and
-// resume continue the run exactly; full recomputation gives the same run and --bf16 a close one;
-// refused combinations are errors naming the flags.
+// --linear-attention-freq give the same run; two pipeline stages or two data-parallel ranks give one
+// process's losses; save and resume continue the run exactly; full recomputation gives the same run and
+// --bf16 a close one; refused combinations are errors naming the flags.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -63,15 +63,20 @@ TEST(GalePretrainGdn, MixedLayersLearnAndEverySpellingGivesTheSameRun) {
   EXPECT_NE(lc[1], lm[1]);
 }
 
-TEST(GalePretrainGdn, TwoPipelineStagesGiveOneProcesssLosses) {
+TEST(GalePretrainGdn, TwoPipelineStagesOrDataParallelRanksGiveOneProcesssLosses) {
   const test::RunResult one = run(1, {"--linear-attention-freq", "2"}, "4");
-  const test::RunResult two = run(2, {"--linear-attention-freq", "2", "--pipeline-model-parallel-size", "2"}, "4");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ASSERT_EQ(two.exit_code, 0) << two.output;
-  const std::vector<double> a = logged_values(one.output, "lm loss"), b = logged_values(two.output, "lm loss");
+  const std::vector<double> a = logged_values(one.output, "lm loss");
   ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u) << two.output;
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "iteration " << i + 1;
+  for (const char* layout : {"--pipeline-model-parallel-size", "--data-parallel-size"}) {
+    std::vector<std::string> flags = {"--linear-attention-freq", "2"};
+    if (layout == std::string("--pipeline-model-parallel-size")) flags.insert(flags.end(), {layout, "2"});
+    const test::RunResult two = run(2, flags, "4");  // without --pipeline-model-parallel-size: DP 2
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    const std::vector<double> b = logged_values(two.output, "lm loss");
+    ASSERT_EQ(b.size(), 4u) << two.output;
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << layout << ", iteration " << i + 1;
+  }
 }
 
 // Full recomputation reruns a GDN layer's forward in backward: the same run; --bf16 within 1%.
