@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "core/threads.h"
-#include "model/causal_conv1d.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/transformer_layer.h"
@@ -32,6 +31,26 @@ struct Offsets {
   int64_t R, xbc, dt;
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
+
+// conv_pre = conv(xBC) along s of each sample, bias included.
+void conv_forward(const MambaDims& d, const float* w, const float* bias, const float* zx, float* out, int64_t S,
+                  int64_t B) {
+  const Offsets o(d);
+  const int64_t CD = d.conv_dim(), K = d.K;
+  parallel_for(S * B, 64, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t) {
+      const int64_t s = t / B, b = t % B;
+      float* y = out + t * CD;
+      for (int64_t c = 0; c < CD; ++c) y[c] = bias[c];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s2 = s - K + 1 + k;
+        if (s2 < 0) continue;
+        const float* in = zx + (s2 * B + b) * o.R + o.xbc;
+        for (int64_t c = 0; c < CD; ++c) y[c] += w[c * K + k] * in[c];
+      }
+    }
+  });
+}
 
 // The gated norm's g = y·silu(z) of row t.
 inline float gate(const float* y, const float* zx, int64_t t, int64_t DI, int64_t R, int64_t i) {
@@ -111,7 +130,7 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
   Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
-  causal_conv1d_forward(zxp + o.xbc, o.R, w.conv_w, w.conv_b, conv_pre.data<float>(), CD, d.K, S, B);
+  conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), S, B);
   Tensor xbc = Tensor::empty({T, CD});
   {
     const float* cp = conv_pre.data<float>();
@@ -308,7 +327,21 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
     }
   // SiLU and the convolution: channels are independent.
   for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
-  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, w.conv_w, dzx + o.xbc, o.R, w.g_conv_w, w.g_conv_b, CD, K, S, B);
+  parallel_for(CD, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) {
+          const float g = dxp[(s * B + b) * CD + c];
+          if (w.g_conv_b) w.g_conv_b[c] += g;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t s2 = s - K + 1 + k;
+            if (s2 < 0) continue;
+            const int64_t t2 = s2 * B + b;
+            if (w.g_conv_w) w.g_conv_w[c * K + k] += g * zxp[t2 * o.R + o.xbc + c];
+            dzx[t2 * o.R + o.xbc + c] += w.conv_w[c * K + k] * g;
+          }
+        }
+  });
   sv.conv_pre = Tensor();
   Tensor du = linear_backward(d_zx, sv.u, w.in_proj);
   sv.u = sv.zxbcdt = Tensor();
