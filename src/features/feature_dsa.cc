@@ -1,4 +1,5 @@
-// MindSpeed's DeepSeekSparseAttention (Megatron-Core's --experimental-attention-variant dsa) in the registry.
+// Megatron-Core's --experimental-attention-variant in the registry: dsa (MindSpeed's DeepSeekSparseAttention)
+// and gdn (Gated DeltaNet linear attention).
 //
 // What: DeepSeek-V3.2's sparse attention on multi-latent attention. Each MLA layer gets a lightning
 // indexer (--dsa-indexer-n-heads small heads of --dsa-indexer-head-dim) scoring every visible key for
@@ -21,7 +22,18 @@
 // --qk-pos-emb-head-dim; refused (not supported yet): tensor (and so sequence and 2-D tensor) and
 // context parallelism, --attention-dropout > 0, --mtp-num-layers.
 //
-// Tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
+// gdn (Megatron's deprecated spelling gated_delta_net accepted): Qwen3-Next's Gated DeltaNet replaces
+// self-attention in the layers --linear-attention-freq selects (an int N: every N-th layer keeps full
+// attention; or a 0/1 list), sizes --linear-conv-kernel-dim, --linear-key-head-dim,
+// --linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads (Megatron's defaults 4,
+// 128, 128, 16, 32); model/gated_delta_net.h has the math (level 0: the reference recurrence).
+// Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): tensor, sequence
+// and context parallelism, --multi-latent-attention, --is-hybrid-model, LoRA, --mtp-num-layers,
+// decoding (generate/evaluate refuse the checkpoint), gdn2.
+// Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
+// init), tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, save/resume).
+//
+// DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
 // finite differences of the model, indexer loss and its gradient, training), tests/features/dsa_feature_test.cc
 // (flags and refusals), tests/cli/dsa_cli_test.cc (gale pretrain: learning, the log line, fused,
@@ -38,9 +50,15 @@ class DsaFeature : public Feature {
   std::string flag() const override { return "--experimental-attention-variant"; }
   FeatureModule module() const override { return FeatureModule::kMegatron; }
   int level() const override { return 0; }
-  std::string counterpart() const override { return "MindSpeed DeepSeekSparseAttention (dsa)"; }
+  std::string counterpart() const override {
+    return "MindSpeed DeepSeekSparseAttention (dsa); Megatron-Core GatedDeltaNet (gdn)";
+  }
   std::string description() const override {
-    return "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
+    return "--experimental-attention-variant gdn (or gated_delta_net): Gated DeltaNet linear attention in the "
+           "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
+           "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
+           "no TP/SP/CP, MLA, hybrid, LoRA, MTP, decoding; gdn2 not supported yet. "
+           "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
            "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
@@ -55,15 +73,17 @@ class DsaFeature : public Feature {
     parser.add_unsupported("--use-fused-lightning-indexer-kl-loss", "a fused lightning indexer KL-loss kernel");
   }
   bool requested(const FeatureContext& ctx) const override {
-    return ctx.args->model.experimental_attention_variant == "dsa" || fused_sfa_;
+    const std::string& v = ctx.args->model.experimental_attention_variant;
+    return v == "dsa" || v == "gdn" || fused_sfa_;
   }
   std::string not_requested_reason(const FeatureContext& ctx) const override {
-    return "not requested (--experimental-attention-variant dsa)";
+    return "not requested (--experimental-attention-variant dsa or gdn)";
   }
   Status validate(const FeatureContext& ctx) const override {
     const Arguments& a = *ctx.args;
     const ModelArgs& m = a.model;
     const ParallelArgs& p = a.parallel;
+    if (m.experimental_attention_variant == "gdn" && !fused_sfa_) return validate_gdn(a);
     if (m.experimental_attention_variant != "dsa")
       return InvalidArgument("--use-fused-sparse-flash-attention needs --experimental-attention-variant dsa, found ",
                              m.experimental_attention_variant.empty() ? "none" : m.experimental_attention_variant);
@@ -92,6 +112,7 @@ class DsaFeature : public Feature {
     return Status::Ok();
   }
   Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
+    if (ctx.args->model.experimental_attention_variant == "gdn") return Status::Ok();  // level 0: model/gated_delta_net.h
     if (fused_sfa_) {
       setup.ops->dsa_sparse_attention_forward = dsa_sparse_attention_forward_fused;
       setup.ops->dsa_sparse_attention_backward = dsa_sparse_attention_backward_fused;
@@ -104,6 +125,26 @@ class DsaFeature : public Feature {
   }
 
  private:
+  // What Gated DeltaNet does not compose with yet (the flags' own checks: train/arguments_gdn.cc).
+  static Status validate_gdn(const Arguments& a) {
+    const ParallelArgs& p = a.parallel;
+    if (p.tensor_model_parallel_size > 1 || p.sequence_parallel)
+      return Unimplemented("--experimental-attention-variant gdn with --tensor-model-parallel-size ",
+                           p.tensor_model_parallel_size, p.sequence_parallel ? " and --sequence-parallel" : "",
+                           ": not supported yet (expected --tensor-model-parallel-size 1)");
+    if (p.context_parallel_size > 1)
+      return Unimplemented("--experimental-attention-variant gdn with --context-parallel-size ",
+                           p.context_parallel_size, ": not supported yet (expected 1)");
+    if (a.lora.enabled())
+      return Unimplemented("--experimental-attention-variant gdn with --lora-target-modules: not supported yet "
+                           "(GDN layers have no linear_qkv / linear_proj)");
+    if (p.tp_2d) return Unimplemented("--experimental-attention-variant gdn with --tp-2d: not supported yet");
+    if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
+      return Unimplemented("--experimental-attention-variant gdn with --mtp-num-layers ", a.model.mtp_num_layers,
+                           ": not supported yet");
+    return Status::Ok();
+  }
+
   bool fused_sfa_ = false;
 };
 

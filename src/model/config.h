@@ -244,6 +244,25 @@ struct HeteroLayer {
   int64_t ffn = 0;  // F of a kBlock MLP
 };
 
+// Megatron-Core's Gated DeltaNet linear attention (--experimental-attention-variant gdn /
+// gated_delta_net; model/gated_delta_net.h): the layers whose pattern entry is 1 replace
+// self-attention by the GDN mixer (--linear-attention-freq N: every N-th layer keeps full
+// attention). Sizes: NK key heads and NV value heads (NV a multiple of NK) of DK and DV channels, a
+// causal depthwise convolution of width K over q, k and v.
+struct GdnConfig {
+  bool enabled = false;
+  std::vector<int> pattern;  // one entry per global layer: 1 GDN, 0 full attention
+  int64_t conv_kernel = 4;      // --linear-conv-kernel-dim (K)
+  int64_t key_head_dim = 128;   // --linear-key-head-dim (DK)
+  int64_t value_head_dim = 128; // --linear-value-head-dim (DV)
+  int64_t num_key_heads = 16;   // --linear-num-key-heads (NK)
+  int64_t num_value_heads = 32; // --linear-num-value-heads (NV)
+  bool is_gdn_layer(int64_t layer) const {
+    return enabled && layer >= 0 && layer < static_cast<int64_t>(pattern.size()) &&
+           pattern[static_cast<size_t>(layer)] != 0;
+  }
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -302,6 +321,7 @@ struct ModelConfig {
   MlaConfig mla;
   HybridConfig hybrid;  // --is-hybrid-model
   DsaConfig dsa;  // with mla.enabled
+  GdnConfig gdn;  // --experimental-attention-variant gdn
   // --qat-scheme / --qat-quant-block-size (model/qat.h): MX fake-quantised linear weights.
   QatConfig qat;
   // --fp8-format and the other FP8 flags (model/fp8.h): FP8-emulated linear GEMMs. num_layers is

@@ -261,6 +261,7 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : shared.all()) ids.push_back(id);
   for (int id : mla.all()) ids.push_back(id);
   for (int id : mamba.all()) ids.push_back(id);
+  for (int id : gdn.all()) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -284,9 +285,14 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
   const bool ln = !c.rms_norm;
   const LayerShares shares = layer_shares(c, part);
-  const bool hybrid = c.hybrid.enabled;
-  if (has_attention(c, layer)) {
-    // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear).
+  // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear),
+  // and so are a GDN model's (Megatron builds it with Transformer Engine's spec only).
+  const bool hybrid = c.hybrid.enabled || c.gdn.enabled;
+  if (c.gdn.is_gdn_layer(layer)) {  // the GDN mixer in place of self-attention, its norm fused into in_proj
+    w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "self_attention.in_proj.layer_norm_weight"), H, part));
+    if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "self_attention.in_proj.layer_norm_bias"), H, part));
+    w.gdn = register_gdn_params(pb, c, layer);
+  } else if (has_attention(c, layer)) {
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
     if (c.attention_kind(layer) == SubBlock::kLinear) {
@@ -399,7 +405,12 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     norm2_local = norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_in, &norm2_stats);
   } else {
     Tensor proj;
-    if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
+    if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] of norm1's output (TP 1)
+      GALE_CHECK(!rt.kv_cache && !rt.ragged_kv) << "--experimental-attention-variant gdn: decoding is not supported yet";
+      Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+      proj = gdn_forward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), x_norm, S, B, gemm_dtype,
+                         saved ? &saved->gdn : nullptr);
+    } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
       const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
       proj = linear_replacement_forward(rt, pb, w.linear_attn_w, w.linear_attn_b, x_norm, &norm1_out);  // [Tl, H]
     } else {
@@ -645,7 +656,10 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
   Tensor d_norm1;
-  if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement
+  if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] (TP 1)
+    d_norm1 = gdn_backward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), s.gdn, d_proj, S, B);
+    d_proj = Tensor();
+  } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement
     if (!s.norm1_out.defined()) {  // recomputed
       Tensor stats;
       s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));

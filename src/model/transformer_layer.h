@@ -9,6 +9,8 @@
 //   -> GeLU / SwiGLU [T, Fl] -> linear_fc2 (row-parallel) [Tl, H] -> x_out = x_mid + dropout(. + b_fc2)
 // With --multi-latent-attention the span from norm1 to attention is model/mla_attention.h (down
 // projections on the Tl local rows, latents gathered, up projections over heads).
+// With --experimental-attention-variant gdn the layers it selects replace the span from norm1's output
+// to linear_proj's by model/gated_delta_net.h's mixer (no bias; TP 1).
 // With context parallelism T = S·B counts this cp rank's positions only, and attention exchanges
 // keys and values (or trades the sequence split for a head split) over the cp group:
 // model/core_attention.h.
@@ -20,6 +22,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/core_attention.h"
+#include "model/gated_delta_net.h"
 #include "model/layer_runtime.h"
 #include "model/lora.h"
 #include "model/mamba_mixer.h"
@@ -45,6 +48,7 @@ struct LayerParamIds {
   // Heterogeneous layers' linear replacements (ModelConfig::hetero, SubBlock::kLinear): W [H, H]
   // column-parallel (its output gathered over TP) and its bias, instead of attention / the MLP.
   int linear_attn_w = -1, linear_attn_b = -1, linear_mlp_w = -1, linear_mlp_b = -1;
+  GdnParamIds gdn;      // --experimental-attention-variant gdn: a GDN layer's mixer instead of qkv / proj
   std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
@@ -86,6 +90,7 @@ struct LayerSaved {
   SharedExpertSaved shared;  // MoE layers with a shared expert
   Tensor lora_qkv_u, lora_proj_u, lora_fc1_u, lora_fc2_u;  // x·Aᵀ [T, r] of each adapted linear
   MambaLayerSaved mamba;  // a Mamba layer's state (every other field stays undefined)
+  GdnSaved gdn;           // a GDN layer's mixer state (instead of attention, ctx and the qkv/proj inputs)
 };
 
 // Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.

@@ -149,6 +149,15 @@ struct ModelArgs {
   int64_t dsa_indexer_topk = kUnset;
   double dsa_indexer_loss_coeff = 0.0;  // Megatron's None: no indexer loss
   bool dsa_indexer_use_sparse_loss = false;
+  // Megatron-Core's Gated DeltaNet (--experimental-attention-variant gdn, its deprecated spelling
+  // gated_delta_net normalised to gdn; train/arguments_gdn.cc, model/gated_delta_net.h).
+  std::string linear_attention_freq;  // "" (None), an int N or a list expression
+  int64_t linear_conv_kernel_dim = 4;
+  int64_t linear_key_head_dim = 128;
+  int64_t linear_value_head_dim = 128;
+  int64_t linear_num_key_heads = 16;
+  int64_t linear_num_value_heads = 32;
+  std::vector<int> linear_attention_pattern;  // derived: one entry per layer, 1 = GDN
 
   // Derived by validation.
   int64_t num_kv_heads = 0;       // = num_query_groups with GQA, else num_attention_heads
@@ -942,6 +951,14 @@ Status validate_mtp_args(Arguments& a);
 // --moe-layer-freq: an int k (layer i is MoE iff i % k == 0) or a list of L zeros and ones
 // ("[1,0,1,1]"; Megatron's Python expressions such as "([0]+[1]*3)" are also read).
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers);
+// A Megatron layer-pattern flag (`flag` names it in errors): an int k gives entry i = every(k, i),
+// a list expression as parse_moe_layer_freq's gives the list (L entries of 0 and 1).
+StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::string& value, int64_t num_layers,
+                                               bool (*every)(int64_t k, int64_t i));
+// Gated DeltaNet (--experimental-attention-variant gdn; train/arguments_gdn.cc): its flags, added
+// by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
+void add_gdn_args(ArgParser& p, ModelArgs& a);
+Status validate_gdn_args(ModelArgs& m, const ArgParser& p);
 // `world_rank` matters only under --dist-train: the arguments become that rank's sub-world's view
 // (validate_dist_train_args).
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank = 0);

@@ -58,6 +58,9 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
     return Unimplemented(source, " with --num-experts: not supported yet");
   if (m.multi_latent_attention) return Unimplemented(source, " with --multi-latent-attention: not supported yet");
   if (m.is_hybrid_model) return Unimplemented(source, " with --is-hybrid-model: not supported yet");
+  if (!m.experimental_attention_variant.empty())
+    return Unimplemented(source, " with --experimental-attention-variant ", m.experimental_attention_variant,
+                         ": not supported yet");
   if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
     return Unimplemented(source, " with --mtp-num-layers: not supported yet");
   if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");

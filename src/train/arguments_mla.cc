@@ -30,7 +30,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.group("DeepSeek sparse attention");
   p.add("--experimental-attention-variant", &a.experimental_attention_variant,
         "dsa: DeepSeek-V3.2 sparse attention on MLA (a lightning indexer picks each query's top-k keys; "
-        "model/dsa_indexer.h); gated_delta_net is not supported yet");
+        "model/dsa_indexer.h); gdn (or its deprecated spelling gated_delta_net): Gated DeltaNet linear attention "
+        "in the layers --linear-attention-freq selects (model/gated_delta_net.h); gdn2 is not supported yet");
   p.add("--dsa-indexer-n-heads", &a.dsa_indexer_n_heads, "DSA indexer heads (required with dsa)");
   p.add("--dsa-indexer-head-dim", &a.dsa_indexer_head_dim,
         "DSA indexer head dimension (required with dsa; at least --qk-pos-emb-head-dim: RoPE on its first dims)");
@@ -40,19 +41,19 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
         "does not learn)");
   p.add_flag("--dsa-indexer-use-sparse-loss", &a.dsa_indexer_use_sparse_loss,
              "the indexer's KL loss over the selected top-k keys only (default: over every visible key)");
+  add_gdn_args(p, a);
 }
 
 namespace {
 
 // --experimental-attention-variant and the DSA indexer flags (the feature file checks the rest of the
 // configuration: features/feature_dsa.cc).
-Status validate_dsa_args(const ModelArgs& m, const ArgParser& p) {
+Status validate_dsa_args(ModelArgs& m, const ArgParser& p) {
+  GALE_RETURN_IF_ERROR(validate_gdn_args(m, p));  // normalises gated_delta_net to gdn
   const std::string& v = m.experimental_attention_variant;
-  if (v == "gated_delta_net")
-    return Unimplemented("--experimental-attention-variant gated_delta_net: not supported yet (only dsa)");
-  if (!v.empty() && v != "dsa")
-    return InvalidArgument("--experimental-attention-variant: expected dsa (or gated_delta_net), found ", v);
-  if (v.empty()) {
+  if (!v.empty() && v != "dsa" && v != "gdn")
+    return InvalidArgument("--experimental-attention-variant: expected dsa or gdn (or gated_delta_net), found ", v);
+  if (v != "dsa") {
     for (const char* flag : {"--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
                              "--dsa-indexer-loss-coeff", "--dsa-indexer-use-sparse-loss"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --experimental-attention-variant dsa");

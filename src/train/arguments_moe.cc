@@ -153,32 +153,65 @@ Status validate_shared_expert_args(const Arguments& a, const ArgParser& p) {
   return Status::Ok();
 }
 
+// A sum of terms, each a [..] list or a parenthesised sum, either optionally followed by "*n"
+// (Megatron's Python list expressions such as "([1]*3+[0])*2").
+Status parse_pattern_sum(const std::string& v, std::vector<int>* out) {
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t end = start;
+    int depth = 0;
+    for (; end < v.size(); ++end) {
+      if (v[end] == '(') ++depth;
+      if (v[end] == ')') --depth;
+      if (v[end] == '+' && depth == 0) break;
+    }
+    const std::string term = v.substr(start, end - start);
+    if (!term.empty() && term[0] == '(') {
+      const size_t close = term.rfind(')');
+      if (close == std::string::npos) return InvalidArgument("unbalanced '(' in '", term, "'");
+      std::vector<int> inner;
+      GALE_RETURN_IF_ERROR(parse_pattern_sum(term.substr(1, close - 1), &inner));
+      const std::string rest = term.substr(close + 1);
+      int64_t repeat = 1;
+      if (!rest.empty()) {
+        if (rest[0] != '*' || rest.size() < 2 ||
+            !std::all_of(rest.begin() + 1, rest.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }))
+          return InvalidArgument("'", rest, "' after a group: expected *<count>");
+        repeat = std::stoll(rest.substr(1));
+      }
+      for (int64_t r = 0; r < repeat; ++r) out->insert(out->end(), inner.begin(), inner.end());
+    } else {
+      GALE_RETURN_IF_ERROR(parse_pattern_term(term, out));
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_t num_layers) {
+  return parse_layer_pattern("--moe-layer-freq", value, num_layers, [](int64_t k, int64_t i) { return i % k == 0; });
+}
+
+StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::string& value, int64_t num_layers,
+                                               bool (*every)(int64_t k, int64_t i)) {
   std::string v;
   for (char ch : value)
     if (!std::isspace(static_cast<unsigned char>(ch))) v += ch;
   const auto bad = [&](const std::string& why) {
-    return InvalidArgument("--moe-layer-freq: expected an integer >= 1 or a list of ", num_layers,
+    return InvalidArgument(flag, ": expected an integer >= 1 or a list of ", num_layers,
                            " zeros and ones, found '", value, "' (", why, ")");
   };
   std::vector<int> pattern;
   if (!v.empty() && std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
     const int64_t k = std::stoll(v);
     if (k < 1) return bad("not positive");
-    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(i % k == 0 ? 1 : 0);
+    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(every(k, i) ? 1 : 0);
     return pattern;
   }
-  while (v.size() >= 2 && v.front() == '(' && v.back() == ')') v = v.substr(1, v.size() - 2);
-  size_t start = 0;
-  while (start <= v.size()) {
-    size_t plus = v.find('+', start);
-    if (plus == std::string::npos) plus = v.size();
-    const Status st = parse_pattern_term(v.substr(start, plus - start), &pattern);
-    if (!st.ok()) return bad(st.message());
-    start = plus + 1;
-  }
+  const Status st = parse_pattern_sum(v, &pattern);
+  if (!st.ok()) return bad(st.message());
   if (static_cast<int64_t>(pattern.size()) != num_layers)
     return bad(str_cat(pattern.size(), " entries for --num-layers ", num_layers));
   return pattern;

@@ -94,6 +94,16 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (!m.heterogeneous_layers_config_encoded_json.empty())  // absent: None (Megatron keeps the text, as here)
     j["heterogeneous_layers_config_encoded_json"] = m.heterogeneous_layers_config_encoded_json;
+  if (m.experimental_attention_variant == "gdn") {  // Megatron's config fields of Gated DeltaNet
+    j["experimental_attention_variant"] = "gdn";
+    const std::vector<int>& pattern = m.linear_attention_pattern;
+    j["linear_attention_freq"] = pattern;  // as the list Megatron's la_freq_type / config would hold
+    j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
+    j["linear_key_head_dim"] = m.linear_key_head_dim;
+    j["linear_value_head_dim"] = m.linear_value_head_dim;
+    j["linear_num_key_heads"] = m.linear_num_key_heads;
+    j["linear_num_value_heads"] = m.linear_num_value_heads;
+  }
   if (m.openai_gelu) j["openai_gelu"] = true;  // absent: exact GeLU
   if (m.embed_layernorm) j["embed_layernorm"] = true;  // absent: no embedding norm
   if (m.mtp_num_layers != kUnset) {  // recorded as Megatron does; inference builds the model without them
@@ -277,7 +287,8 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   }
   // DeepSeek sparse attention: inference (no KV-cache decoding with DSA yet) and conversion refuse it.
   if (auto it = args.find("experimental_attention_variant"); it != args.end() && !it->is_null())
-    return Unimplemented(where, ": a DeepSeek sparse attention model (args 'experimental_attention_variant' ",
+    return Unimplemented(where, ": a ", it->is_string() && it->get<std::string>() == "dsa" ? "DeepSeek sparse attention" : "Gated DeltaNet",
+                         " model (args 'experimental_attention_variant' ",
                          it->dump(), "): generation, evaluation and conversion are not supported yet");
   // Multi-token prediction (absent: none). Inference leaves the MTP layers out (train/inference_model.h).
   if (auto it = args.find("mtp_num_layers"); it != args.end() && !it->is_null()) {

@@ -84,6 +84,15 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.fp8.bf16_layers_at_start = m.num_layers_at_start_in_bf16;
     c.fp8.bf16_layers_at_end = m.num_layers_at_end_in_bf16;
   }
+  if (m.experimental_attention_variant == "gdn") {  // validated (train/arguments_gdn.cc)
+    c.gdn.enabled = true;
+    c.gdn.pattern = m.linear_attention_pattern;
+    c.gdn.conv_kernel = m.linear_conv_kernel_dim;
+    c.gdn.key_head_dim = m.linear_key_head_dim;
+    c.gdn.value_head_dim = m.linear_value_head_dim;
+    c.gdn.num_key_heads = m.linear_num_key_heads;
+    c.gdn.num_value_heads = m.linear_num_value_heads;
+  }
   if (m.multi_latent_attention) {
     if (m.experimental_attention_variant == "dsa") {
       c.dsa.enabled = true;

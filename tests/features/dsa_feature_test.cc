@@ -98,7 +98,9 @@ TEST(DsaFeature, IndexerFlagChecks) {
   };
   const Case cases[] = {
       {{"--dsa-indexer-topk", "4"}, "--dsa-indexer-topk needs --experimental-attention-variant dsa"},
-      {{"--experimental-attention-variant", "gated_delta_net"}, "gated_delta_net: not supported yet"},
+      {{"--experimental-attention-variant", "gdn2"}, "--experimental-attention-variant gdn2: not supported yet"},
+      {{"--experimental-attention-variant", "gated_delta_net"},
+       "--experimental-attention-variant gdn needs --linear-attention-freq"},
       {{"--experimental-attention-variant", "nsa"}, "expected dsa"},
       {{"--multi-latent-attention", "--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", "2",
         "--dsa-indexer-head-dim", "8"},

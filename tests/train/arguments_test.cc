@@ -252,6 +252,14 @@ TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
   EXPECT_EQ(parse_moe_layer_freq("[0, 1, 1]", 3).value(), (std::vector<int>{0, 1, 1}));
   EXPECT_EQ(parse_moe_layer_freq("([0]+[1]*3)", 4).value(), (std::vector<int>{0, 1, 1, 1}));
   EXPECT_EQ(parse_moe_layer_freq("[1,0]*2+[1]", 5).value(), (std::vector<int>{1, 0, 1, 0, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("([1]*2+[0])*2", 6).value(), (std::vector<int>{1, 1, 0, 1, 1, 0}));
+  // --linear-attention-freq's int rule (Megatron's get_linear_attention_pattern): 0 where (i + 1) % N == 0.
+  const auto linear = [](int64_t k, int64_t i) { return (i + 1) % k != 0; };
+  EXPECT_EQ(parse_layer_pattern("--linear-attention-freq", "4", 8, linear).value(),
+            (std::vector<int>{1, 1, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(parse_layer_pattern("--linear-attention-freq", "([1]*3+[0]*1)*2", 8, linear).value(),
+            (std::vector<int>{1, 1, 1, 0, 1, 1, 1, 0}));
+  EXPECT_FALSE(parse_layer_pattern("--linear-attention-freq", "([1]*3+[0]*1)*2", 7, linear).ok());
   EXPECT_FALSE(parse_moe_layer_freq("0", 4).ok());
   EXPECT_FALSE(parse_moe_layer_freq("[1,0]*x", 4).ok());
 }

@@ -144,6 +144,10 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
                       "--recompute-modules", "mlp"})
                 .status.message(),
             "--heterogeneous-layers-config-encoded-json with --recompute-modules mlp: not supported yet");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--experimental-attention-variant",
+                      "gdn", "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet");
 }
 
 }  // namespace

@@ -1,0 +1,406 @@
+// Gated DeltaNet mixer: in_proj, causal conv, l2-normalised q/k, the gated delta rule, gated RMSNorm, out_proj.
+#include "model/gated_delta_net.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/threads.h"
+#include "model/causal_conv1d.h"
+#include "model/norm_weight.h"
+#include "model/param_builders.h"
+
+namespace gale {
+
+namespace {
+
+constexpr float kL2NormEps = 1e-6f;  // FLA's l2norm
+constexpr int64_t kChunk = 64;       // backward keeps the state at every kChunk-th position
+
+inline float sigmoidf(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline float siluf(float v) { return v * sigmoidf(v); }
+inline float dsiluf(float v) {
+  const float s = sigmoidf(v);
+  return s * (1.0f + v * (1.0f - s));
+}
+inline float softplusf(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }  // torch's, threshold 20
+
+std::string gdn_name(int64_t layer, const char* rest) {
+  return str_cat("decoder.layers.", layer, ".self_attention.", rest);
+}
+
+// Column offsets of one in_proj row: q, k, v, z, b (β's logit), a (the decay's input).
+struct Offsets {
+  int64_t R, k, v, z, b, a;
+  explicit Offsets(const GdnDims& d)
+      : R(d.in_proj_rows()), k(d.qk_dim()), v(2 * d.qk_dim()), z(d.conv_dim()), b(d.conv_dim() + d.v_dim()),
+        a(d.conv_dim() + d.v_dim() + d.NV) {}
+};
+
+// What the recurrence reads, from in_proj's output and the convolution's: v (silu'd), q and k
+// l2-normalised (with their 1/norm), the log-decay g and β.
+struct Prepared {
+  Tensor qkv;     // [T, conv_dim] silu(conv): q | k | v (q and k replaced by their normalised values)
+  Tensor rq, rk;  // [T, NK] 1/√(Σx² + eps)
+  Tensor g, beta; // [T, NV]
+};
+
+Prepared prepare(const GdnDims& d, const GdnWeights& w, const float* zx, const float* conv_pre, int64_t T) {
+  const Offsets o(d);
+  const int64_t CD = d.conv_dim(), NK = d.NK, DK = d.DK, NV = d.NV;
+  Prepared p;
+  p.qkv = Tensor::empty({T, CD});
+  p.rq = Tensor::empty({T, NK});
+  p.rk = Tensor::empty({T, NK});
+  p.g = Tensor::empty({T, NV});
+  p.beta = Tensor::empty({T, NV});
+  float* x = p.qkv.data<float>();
+  float *rq = p.rq.data<float>(), *rk = p.rk.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t) {
+      float* row = x + t * CD;
+      for (int64_t c = 0; c < CD; ++c) row[c] = siluf(conv_pre[t * CD + c]);
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t h = 0; h < NK; ++h) {
+          float* v = row + part * d.qk_dim() + h * DK;
+          double ss = 0.0;
+          for (int64_t i = 0; i < DK; ++i) ss += static_cast<double>(v[i]) * v[i];
+          const float r = 1.0f / std::sqrt(static_cast<float>(ss) + kL2NormEps);
+          for (int64_t i = 0; i < DK; ++i) v[i] *= r;
+          (part == 0 ? rq : rk)[t * NK + h] = r;
+        }
+      for (int64_t h = 0; h < NV; ++h) {
+        g[t * NV + h] = -std::exp(w.a_log[h]) * softplusf(zx[t * o.R + o.a + h] + w.dt_bias[h]);
+        beta[t * NV + h] = sigmoidf(zx[t * o.R + o.b + h]);
+      }
+    }
+  });
+  return p;
+}
+
+// One step of the gated delta rule on state st [DK, DV]: st ← exp(g)·st; st += k ⊗ β(v − stᵀk).
+inline void delta_step(float* st, const float* k, const float* v, float a, float beta, float* kv, int64_t DK,
+                       int64_t DV) {
+  for (int64_t i = 0; i < DK * DV; ++i) st[i] *= a;
+  std::fill(kv, kv + DV, 0.0f);
+  for (int64_t i = 0; i < DK; ++i)
+    for (int64_t j = 0; j < DV; ++j) kv[j] += k[i] * st[i * DV + j];
+  for (int64_t j = 0; j < DV; ++j) kv[j] = beta * (v[j] - kv[j]);  // now u
+  for (int64_t i = 0; i < DK; ++i)
+    for (int64_t j = 0; j < DV; ++j) st[i * DV + j] += k[i] * kv[j];
+}
+
+}  // namespace
+
+GdnDims GdnDims::of(const ModelConfig& c) {
+  GdnDims d;
+  d.H = c.hidden;
+  d.NK = c.gdn.num_key_heads;
+  d.NV = c.gdn.num_value_heads;
+  d.DK = c.gdn.key_head_dim;
+  d.DV = c.gdn.value_head_dim;
+  d.K = c.gdn.conv_kernel;
+  d.norm_eps = c.norm_eps;
+  return d;
+}
+
+std::vector<int> GdnParamIds::all() const {
+  std::vector<int> ids;
+  for (int id : {in_proj, conv_w, dt_bias, a_log, out_norm_w, out_proj})
+    if (id >= 0) ids.push_back(id);
+  return ids;
+}
+
+GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+  const GdnDims d = GdnDims::of(c);
+  GdnParamIds w;
+  const float conv_bound = 1.0f / std::sqrt(static_cast<float>(d.K));  // kaiming_uniform(a=√5), fan_in K
+  w.in_proj = pb.add(gemm_weight(make_param_spec(gdn_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
+                                                 InitKind::kNormal, c.init_std, true)));
+  w.conv_w = pb.add(make_param_spec(gdn_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
+                                    conv_bound, true));
+  w.dt_bias = pb.add(make_param_spec(gdn_name(layer, "dt_bias"), {d.NV}, InitKind::kOnes, 0, false));
+  w.a_log = pb.add(make_param_spec(gdn_name(layer, "A_log"), {d.NV}, InitKind::kMambaALog, 0, false));
+  w.out_norm_w = pb.add(make_param_spec(gdn_name(layer, "out_norm.weight"), {d.DV}, norm_weight_init(c), 0, false));
+  const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));  // output_layer_init_method
+  w.out_proj = pb.add(gemm_weight(make_param_spec(gdn_name(layer, "out_proj.weight"), {d.H, d.v_dim()},
+                                                  InitKind::kNormal, out_std, true)));
+  return w;
+}
+
+GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnParamIds& w, SgemmFn gemm,
+                       Bf16GemmFn bf16_gemm) {
+  GdnWeights m;
+  m.in_proj = linear_weight(pb, w.in_proj, gemm, bf16_gemm);
+  m.out_proj = linear_weight(pb, w.out_proj, gemm, bf16_gemm);
+  m.conv_w = pb.param_data(w.conv_w);
+  m.dt_bias = pb.param_data(w.dt_bias);
+  m.a_log = pb.param_data(w.a_log);
+  const NormScale scale(c, pb, w.out_norm_w);
+  m.out_norm.assign(scale.data(), scale.data() + pb.spec(w.out_norm_w).local_numel());
+  m.g_conv_w = pb.grad_data(w.conv_w);
+  m.g_dt_bias = pb.grad_data(w.dt_bias);
+  m.g_a_log = pb.grad_data(w.a_log);
+  m.g_out_norm = pb.grad_data(w.out_norm_w);
+  return m;
+}
+
+Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
+                   GdnSaved* saved) {
+  const Offsets of(d);
+  const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
+  const int64_t r = NV / NK;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
+  GALE_CHECK_EQ(u.size(0), T);
+  Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
+  const float* zxp = zx.data<float>();
+  Tensor conv_pre = Tensor::empty({T, CD});
+  causal_conv1d_forward(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, S, B);
+  Prepared p = prepare(d, w, zxp, conv_pre.data<float>(), T);
+  Tensor o = Tensor::empty({T, VD});
+  {
+    const float *x = p.qkv.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+    float* op = o.data<float>();
+    parallel_for(B * NV, 1, [&](int64_t b0, int64_t e0) {
+      std::vector<float> st(static_cast<size_t>(DK * DV)), tmp(static_cast<size_t>(DV));
+      for (int64_t task = b0; task < e0; ++task) {
+        const int64_t b = task / NV, h = task % NV, kh = h / r;
+        std::fill(st.begin(), st.end(), 0.0f);
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t t = s * B + b;
+          const float* q = x + t * CD + kh * DK;
+          const float* k = x + t * CD + d.qk_dim() + kh * DK;
+          const float* v = x + t * CD + 2 * d.qk_dim() + h * DV;
+          delta_step(st.data(), k, v, std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
+          float* out = op + t * VD + h * DV;
+          std::fill(out, out + DV, 0.0f);
+          for (int64_t i = 0; i < DK; ++i)
+            for (int64_t j = 0; j < DV; ++j) out[j] += q[i] * st[static_cast<size_t>(i * DV + j)];
+          for (int64_t j = 0; j < DV; ++j) out[j] *= scale;
+        }
+      }
+    });
+  }
+  // The gated output norm, per (row, value head) over DV.
+  Tensor normed = Tensor::empty({T, VD});
+  Tensor rstd = Tensor::empty({T, NV});
+  {
+    const float* op = o.data<float>();
+    float *np = normed.data<float>(), *rp = rstd.data<float>();
+    parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+      for (int64_t t = b0; t < e0; ++t)
+        for (int64_t h = 0; h < NV; ++h) {
+          const float* xv = op + t * VD + h * DV;
+          double ss = 0.0;
+          for (int64_t j = 0; j < DV; ++j) ss += static_cast<double>(xv[j]) * xv[j];
+          const float rs = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(DV)) + d.norm_eps);
+          rp[t * NV + h] = rs;
+          for (int64_t j = 0; j < DV; ++j)
+            np[t * VD + h * DV + j] = xv[j] * rs * w.out_norm[static_cast<size_t>(j)] * siluf(zxp[t * of.R + of.z + h * DV + j]);
+        }
+    });
+  }
+  Tensor normed_in = to_gemm_input(normed, gemm_dtype);
+  Tensor out = linear_forward(normed_in, w.out_proj);  // [T, H]
+  if (saved) {
+    saved->u = u;
+    saved->zx = zx;
+    saved->conv_pre = conv_pre;
+    saved->o = o;
+    saved->rstd = rstd;
+    saved->normed = normed_in;
+  }
+  return out;
+}
+
+Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const Tensor& d_out, int64_t S, int64_t B) {
+  const Offsets of(d);
+  const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
+  const int64_t r = NV / NK, QK = d.qk_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
+  Tensor d_normed = linear_backward(d_out, sv.normed, w.out_proj);  // [T, VD]
+  sv.normed = Tensor();
+  const float* zxp = sv.zx.data<float>();
+  Tensor d_zx = Tensor::zeros({T, of.R});
+  float* dzx = d_zx.data<float>();
+  // Gated norm: y = x·rs·w ⊙ silu(z), rs = (mean x² + eps)^−½.
+  Tensor d_o = Tensor::empty({T, VD});
+  {
+    const float *op = sv.o.data<float>(), *rp = sv.rstd.data<float>(), *dn = d_normed.data<float>();
+    float* dop = d_o.data<float>();
+    if (w.g_out_norm)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < NV; ++h)
+          for (int64_t j = 0; j < DV; ++j)
+            w.g_out_norm[j] += dn[t * VD + h * DV + j] * siluf(zxp[t * of.R + of.z + h * DV + j]) *
+                               op[t * VD + h * DV + j] * rp[t * NV + h];
+    parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+      for (int64_t t = b0; t < e0; ++t)
+        for (int64_t h = 0; h < NV; ++h) {
+          const float rs = rp[t * NV + h];
+          const float* xv = op + t * VD + h * DV;
+          double m = 0.0;
+          for (int64_t j = 0; j < DV; ++j) {
+            const float z = zxp[t * of.R + of.z + h * DV + j];
+            const float dnj = dn[t * VD + h * DV + j] * siluf(z) * w.out_norm[static_cast<size_t>(j)];
+            m += static_cast<double>(dnj) * xv[j];
+          }
+          const float mean = static_cast<float>(m / static_cast<double>(DV));
+          for (int64_t j = 0; j < DV; ++j) {
+            const float z = zxp[t * of.R + of.z + h * DV + j];
+            const float dy = dn[t * VD + h * DV + j];
+            const float n = xv[j] * rs * w.out_norm[static_cast<size_t>(j)];
+            dzx[t * of.R + of.z + h * DV + j] = dy * n * dsiluf(z);
+            dop[t * VD + h * DV + j] = rs * dy * siluf(z) * w.out_norm[static_cast<size_t>(j)] - xv[j] * rs * rs * rs * mean;
+          }
+        }
+    });
+  }
+  d_normed = Tensor();
+  sv.o = sv.rstd = Tensor();
+  // The recurrence's adjoint, one (sample, value head) at a time; q and k gradients per value head
+  // (summed into their key head below), g and β gradients per (row, value head).
+  Prepared p = prepare(d, w, zxp, sv.conv_pre.data<float>(), T);
+  const float *x = p.qkv.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+  Tensor dq_v = Tensor::zeros({T, NV * DK}), dk_v = Tensor::zeros({T, NV * DK});
+  Tensor d_qkv = Tensor::zeros({T, CD});  // d silu output (v part filled here, q and k below)
+  Tensor dg = Tensor::empty({T, NV}), dbeta = Tensor::empty({T, NV});
+  {
+    float *dqv = dq_v.data<float>(), *dkv = dk_v.data<float>(), *dx = d_qkv.data<float>();
+    float *dgp = dg.data<float>(), *dbp = dbeta.data<float>();
+    const float* dop = d_o.data<float>();
+    const int64_t chunks = (S + kChunk - 1) / kChunk, SZ = DK * DV;
+    parallel_for(B * NV, 1, [&](int64_t b0, int64_t e0) {
+      std::vector<float> ckpt(static_cast<size_t>(chunks * SZ)), states(static_cast<size_t>((kChunk + 1) * SZ));
+      std::vector<float> ds(static_cast<size_t>(SZ)), pm(static_cast<size_t>(SZ)), tmp(static_cast<size_t>(DV));
+      std::vector<float> kvv(static_cast<size_t>(DV)), uu(static_cast<size_t>(DV)), du(static_cast<size_t>(DV));
+      for (int64_t task = b0; task < e0; ++task) {
+        const int64_t b = task / NV, h = task % NV, kh = h / r;
+        auto q_at = [&](int64_t t) { return x + t * CD + kh * DK; };
+        auto k_at = [&](int64_t t) { return x + t * CD + QK + kh * DK; };
+        auto v_at = [&](int64_t t) { return x + t * CD + 2 * QK + h * DV; };
+        // forward again, keeping the state at each chunk's start
+        std::vector<float> st(static_cast<size_t>(SZ), 0.0f);
+        for (int64_t s = 0; s < S; ++s) {
+          if (s % kChunk == 0) std::copy(st.begin(), st.end(), ckpt.begin() + (s / kChunk) * SZ);
+          const int64_t t = s * B + b;
+          delta_step(st.data(), k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
+        }
+        std::fill(ds.begin(), ds.end(), 0.0f);
+        for (int64_t c = chunks - 1; c >= 0; --c) {
+          const int64_t s0 = c * kChunk, len = std::min(kChunk, S - s0);
+          std::copy(ckpt.begin() + c * SZ, ckpt.begin() + (c + 1) * SZ, states.begin());
+          for (int64_t i = 0; i < len; ++i) {
+            const int64_t t = (s0 + i) * B + b;
+            std::copy(states.begin() + i * SZ, states.begin() + (i + 1) * SZ, states.begin() + (i + 1) * SZ);
+            delta_step(states.data() + (i + 1) * SZ, k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h],
+                       tmp.data(), DK, DV);
+          }
+          for (int64_t i = len - 1; i >= 0; --i) {
+            const int64_t t = (s0 + i) * B + b;
+            const float* prev = states.data() + i * SZ;
+            const float* cur = states.data() + (i + 1) * SZ;
+            const float *q = q_at(t), *k = k_at(t), *v = v_at(t), *dov = dop + t * VD + h * DV;
+            const float a = std::exp(g[t * NV + h]), bt = beta[t * NV + h];
+            float* dq = dqv + t * NV * DK + h * DK;
+            float* dk = dkv + t * NV * DK + h * DK;
+            // o = curᵀ (q·scale)
+            for (int64_t ii = 0; ii < DK; ++ii) {
+              double acc = 0.0;
+              for (int64_t j = 0; j < DV; ++j) {
+                ds[static_cast<size_t>(ii * DV + j)] += scale * q[ii] * dov[j];
+                acc += static_cast<double>(cur[ii * DV + j]) * dov[j];
+              }
+              dq[ii] += scale * static_cast<float>(acc);
+            }
+            // P = a·prev, kv = Pᵀk, u = β(v − kv), cur = P + k ⊗ u
+            for (int64_t n = 0; n < SZ; ++n) pm[static_cast<size_t>(n)] = a * prev[n];
+            std::fill(kvv.begin(), kvv.end(), 0.0f);
+            for (int64_t ii = 0; ii < DK; ++ii)
+              for (int64_t j = 0; j < DV; ++j) kvv[static_cast<size_t>(j)] += k[ii] * pm[static_cast<size_t>(ii * DV + j)];
+            for (int64_t j = 0; j < DV; ++j) uu[static_cast<size_t>(j)] = bt * (v[j] - kvv[static_cast<size_t>(j)]);
+            std::fill(du.begin(), du.end(), 0.0f);
+            for (int64_t ii = 0; ii < DK; ++ii) {
+              double acc = 0.0;
+              for (int64_t j = 0; j < DV; ++j) {
+                const float dsv = ds[static_cast<size_t>(ii * DV + j)];
+                acc += static_cast<double>(dsv) * uu[static_cast<size_t>(j)];
+                du[static_cast<size_t>(j)] += dsv * k[ii];
+              }
+              dk[ii] += static_cast<float>(acc);
+            }
+            double dbt = 0.0;
+            for (int64_t j = 0; j < DV; ++j) {
+              dbt += static_cast<double>(du[static_cast<size_t>(j)]) * (v[j] - kvv[static_cast<size_t>(j)]);
+              dx[t * CD + 2 * QK + h * DV + j] = bt * du[static_cast<size_t>(j)];
+              du[static_cast<size_t>(j)] *= -bt;  // now d kv
+            }
+            dbp[t * NV + h] = static_cast<float>(dbt);
+            double da = 0.0;
+            for (int64_t ii = 0; ii < DK; ++ii) {
+              double acc = 0.0;
+              for (int64_t j = 0; j < DV; ++j) {
+                const size_t n = static_cast<size_t>(ii * DV + j);
+                acc += static_cast<double>(pm[n]) * du[static_cast<size_t>(j)];
+                const float dp = ds[n] + k[ii] * du[static_cast<size_t>(j)];
+                da += static_cast<double>(dp) * prev[n];
+                ds[n] = a * dp;
+              }
+              dk[ii] += static_cast<float>(acc);
+            }
+            dgp[t * NV + h] = static_cast<float>(da) * a;
+          }
+        }
+      }
+    });
+  }
+  d_o = Tensor();
+  // g = −exp(A_log)·softplus(a + dt_bias), β = sigmoid(b): their inputs' gradients.
+  {
+    const float *dgp = dg.data<float>(), *dbp = dbeta.data<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < NV; ++h) {
+        const float da = dgp[t * NV + h] * -std::exp(w.a_log[h]) * sigmoidf(zxp[t * of.R + of.a + h] + w.dt_bias[h]);
+        dzx[t * of.R + of.a + h] = da;
+        if (w.g_dt_bias) w.g_dt_bias[h] += da;
+        if (w.g_a_log) w.g_a_log[h] += dgp[t * NV + h] * g[t * NV + h];
+        const float bt = beta[t * NV + h];
+        dzx[t * of.R + of.b + h] = dbp[t * NV + h] * bt * (1.0f - bt);
+      }
+  }
+  // Key heads: sum their value heads' q and k gradients, then the l2norm's backward
+  // dx = r·(dy − y·(y·dy)) with y the normalised vector.
+  {
+    const float *dqv = dq_v.data<float>(), *dkv = dk_v.data<float>(), *rq = p.rq.data<float>(), *rk = p.rk.data<float>();
+    float* dx = d_qkv.data<float>();
+    parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+      std::vector<float> dy(static_cast<size_t>(DK));
+      for (int64_t t = b0; t < e0; ++t)
+        for (int64_t part = 0; part < 2; ++part)
+          for (int64_t kh = 0; kh < NK; ++kh) {
+            const float* src = part == 0 ? dqv : dkv;
+            std::fill(dy.begin(), dy.end(), 0.0f);
+            for (int64_t h = kh * r; h < (kh + 1) * r; ++h)
+              for (int64_t i = 0; i < DK; ++i) dy[static_cast<size_t>(i)] += src[t * NV * DK + h * DK + i];
+            const float* y = x + t * CD + part * QK + kh * DK;
+            double dot = 0.0;
+            for (int64_t i = 0; i < DK; ++i) dot += static_cast<double>(y[i]) * dy[static_cast<size_t>(i)];
+            const float rr = (part == 0 ? rq : rk)[t * NK + kh];
+            for (int64_t i = 0; i < DK; ++i)
+              dx[t * CD + part * QK + kh * DK + i] = rr * (dy[static_cast<size_t>(i)] - y[i] * static_cast<float>(dot));
+          }
+    });
+  }
+  // SiLU, then the convolution (into in_proj's q | k | v columns).
+  {
+    float* dx = d_qkv.data<float>();
+    const float* cp = sv.conv_pre.data<float>();
+    for (int64_t i = 0; i < T * CD; ++i) dx[i] *= dsiluf(cp[i]);
+    causal_conv1d_backward(dx, zxp, of.R, w.conv_w, dzx, of.R, w.g_conv_w, nullptr, CD, d.K, S, B);
+  }
+  sv.conv_pre = Tensor();
+  Tensor du = linear_backward(d_zx, sv.u, w.in_proj);
+  sv.u = sv.zx = Tensor();
+  return du;
+}
+
+}  // namespace gale
