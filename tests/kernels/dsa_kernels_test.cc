@@ -14,17 +14,12 @@
 
 #include "kernels/cpu/attention.h"
 #include "testing.h"
+#include "testing_json.h"
 
 namespace gale {
 namespace {
 
 using testing::random_vector;
-
-std::vector<float> floats(const nlohmann::json& j) {
-  std::vector<float> v;
-  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
 
 // max |a − b| / max(max |b|, 1e-3)
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
@@ -55,8 +50,8 @@ TEST_P(DsaGolden, MatchesTheNumpyReference) {
   p.NH = p.KV = NH;
   p.HD = HD;
   p.scale = static_cast<float>(f["scale"].get<double>());
-  const std::vector<float> qI = floats(f["qI"]), kI = floats(f["kI"]), w = floats(f["w"]);
-  const std::vector<float> q = floats(f["q"]), k = floats(f["k"]), v = floats(f["v"]), dout = floats(f["dout"]);
+  const std::vector<float> qI = testing::json_floats(f["qI"]), kI = testing::json_floats(f["kI"]), w = testing::json_floats(f["w"]);
+  const std::vector<float> q = testing::json_floats(f["q"]), k = testing::json_floats(f["k"]), v = testing::json_floats(f["v"]), dout = testing::json_floats(f["dout"]);
   DsaIndexerProblem ip{&p, NI, DI, K, qI.data(), kI.data(), w.data()};
 
   std::vector<int32_t> idx(T * K);
@@ -68,14 +63,14 @@ TEST_P(DsaGolden, MatchesTheNumpyReference) {
   SparseBackward bwd = fused ? dsa_sparse_attention_backward_fused : dsa_sparse_attention_backward_ref;
   std::vector<float> out(T * NH * HD), lse(B * NH * S);
   fwd(p, idx.data(), K, q.data(), l, k.data(), l, v.data(), l, out.data(), lse.data());
-  EXPECT_LT(rel_err(out, floats(f["out"])), 1e-5);
-  EXPECT_LT(rel_err(lse, floats(f["lse"])), 1e-5);
+  EXPECT_LT(rel_err(out, testing::json_floats(f["out"])), 1e-5);
+  EXPECT_LT(rel_err(lse, testing::json_floats(f["lse"])), 1e-5);
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
   bwd(p, idx.data(), K, q.data(), l, k.data(), l, v.data(), l, out.data(), lse.data(), dout.data(), dq.data(),
       dk.data(), dv.data());
-  EXPECT_LT(rel_err(dq, floats(f["attention_dq"])), 1e-5);
-  EXPECT_LT(rel_err(dk, floats(f["attention_dk"])), 1e-5);
-  EXPECT_LT(rel_err(dv, floats(f["attention_dv"])), 1e-5);
+  EXPECT_LT(rel_err(dq, testing::json_floats(f["attention_dq"])), 1e-5);
+  EXPECT_LT(rel_err(dk, testing::json_floats(f["attention_dk"])), 1e-5);
+  EXPECT_LT(rel_err(dv, testing::json_floats(f["attention_dv"])), 1e-5);
 
   DsaTeacher teacher{&p, q.data(), l, k.data(), l};
   for (const bool sparse : {false, true}) {
@@ -84,9 +79,9 @@ TEST_P(DsaGolden, MatchesTheNumpyReference) {
     EXPECT_NEAR(kl, f[name].get<double>(), 1e-5 * std::max(1.0, std::abs(f[name].get<double>()))) << name;
     std::vector<float> gq(qI.size()), gk(kI.size()), gw(w.size());
     dsa_indexer_loss_backward_ref(ip, teacher, idx.data(), sparse, 1.0, gq.data(), gk.data(), gw.data());
-    EXPECT_LT(rel_err(gq, floats(f[name + "_dq"])), 1e-5) << name;
-    EXPECT_LT(rel_err(gk, floats(f[name + "_dk"])), 1e-5) << name;
-    EXPECT_LT(rel_err(gw, floats(f[name + "_dw"])), 1e-5) << name;
+    EXPECT_LT(rel_err(gq, testing::json_floats(f[name + "_dq"])), 1e-5) << name;
+    EXPECT_LT(rel_err(gk, testing::json_floats(f[name + "_dk"])), 1e-5) << name;
+    EXPECT_LT(rel_err(gw, testing::json_floats(f[name + "_dw"])), 1e-5) << name;
   }
 }
 

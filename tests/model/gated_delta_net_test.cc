@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "testing.h"
+#include "testing_json.h"
 
 namespace gale {
 namespace {
@@ -52,20 +53,6 @@ struct Mixer {
   }
 };
 
-std::vector<float> floats(const nlohmann::json& j) {
-  std::vector<float> v;
-  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
-
-// f32 against float64: values are O(1) and each output sums a few hundred products, so rounding stays
-// near 1e-6 relative; the reference's own gradients are central differences with step 1e-6 in
-// float64 (error ~1e-9). 1e-4 absolute + 1e-3 relative leaves room for another CPU's GEMM and libm.
-void expect_close(const float* got, const std::vector<float>& want, const std::string& what) {
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-3 * std::fabs(want[i])) << what << " [" << i << "]";
-}
-
 TEST(GatedDeltaNetGolden, ForwardAndBackwardMatchTheFloat64Reference) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/gdn/golden.json");
   ASSERT_TRUE(in.good());
@@ -79,21 +66,21 @@ TEST(GatedDeltaNetGolden, ForwardAndBackwardMatchTheFloat64Reference) {
                                                 {"dt_bias", m.w.dt_bias}, {"a_log", m.w.a_log},
                                                 {"norm_w", m.w.out_norm_w}, {"w_out", m.w.out_proj}};
   for (const auto& [name, id] : params) {
-    const std::vector<float> v = floats(g["inputs"][name]);
+    const std::vector<float> v = testing::json_floats(g["inputs"][name]);
     ASSERT_EQ(static_cast<int64_t>(v.size()), m.pb.spec(id).local_numel()) << name;
     m.pb.set_param_values(id, v.data());
   }
-  const std::vector<float> uv = floats(g["inputs"]["u"]), rv = floats(g["r"]);
+  const std::vector<float> uv = testing::json_floats(g["inputs"]["u"]), rv = testing::json_floats(g["r"]);
   Tensor u = Tensor::empty({S * B, c.hidden});
   std::copy(uv.begin(), uv.end(), u.data<float>());
   Tensor r = Tensor::empty({S * B, c.hidden});
   std::copy(rv.begin(), rv.end(), r.data<float>());
   GdnSaved saved;
   Tensor out = m.forward(u, S, B, &saved);
-  expect_close(out.data<float>(), floats(g["out"]), "out");
+  testing::expect_near_reference(out.data<float>(), testing::json_floats(g["out"]), "out");
   Tensor du = gdn_backward(m.d, m.weights(), saved, r, S, B);
-  expect_close(du.data<float>(), floats(g["grads"]["u"]), "d u");
-  for (const auto& [name, id] : params) expect_close(m.pb.grad_data(id), floats(g["grads"][name]), name);
+  testing::expect_near_reference(du.data<float>(), testing::json_floats(g["grads"]["u"]), "d u");
+  for (const auto& [name, id] : params) testing::expect_near_reference(m.pb.grad_data(id), testing::json_floats(g["grads"][name]), name);
   EXPECT_FALSE(saved.defined());  // backward released what forward kept
 }
 

@@ -2,6 +2,7 @@
 // with respect to the student's logits against the numpy fixture of
 // tools/reference/qad_kl_reference.py and against central differences of the C++ loss itself.
 #include "model/logits_kl.h"
+#include "testing_json.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +13,6 @@
 
 namespace gale {
 namespace {
-
-std::vector<float> floats(const nlohmann::json& j) {
-  std::vector<float> v;
-  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
 
 KlReduction reduction_of(const std::string& r) { return r == "sum" ? KlReduction::kSum : KlReduction::kMean; }
 
@@ -50,7 +45,7 @@ TEST(LogitsKl, MatchesTheNumpyFixture) {
   ASSERT_TRUE(in.good()) << "tests/data/golden/qad_kl/fixture.json (tools/reference/qad_kl_reference.py)";
   const nlohmann::json f = nlohmann::json::parse(in);
   const int64_t T = f["T"], V = f["V"];
-  const std::vector<float> s = floats(f["student"]), z = floats(f["teacher"]), mask = floats(f["mask"]);
+  const std::vector<float> s = testing::json_floats(f["student"]), z = testing::json_floats(f["teacher"]), mask = testing::json_floats(f["mask"]);
   ASSERT_EQ(static_cast<int64_t>(s.size()), T * V);
   for (const auto& c : f["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());

@@ -18,22 +18,10 @@
 #include "model/hybrid_test_model.h"
 #include "model/kv_cache.h"
 #include "model/mamba_mixer.h"
+#include "testing_json.h"
 
 namespace gale {
 namespace {
-
-std::vector<float> floats(const nlohmann::json& j) {
-  std::vector<float> v;
-  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
-
-// f32 against float64, the same budget as tests/model/mamba_mixer_test.cc's golden (1e-4 absolute +
-// 1e-3 relative): O(1) values, each a sum of a few hundred products.
-void expect_close(const float* got, const std::vector<float>& want, const std::string& what) {
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-3 * std::fabs(want[i])) << what << " [" << i << "]";
-}
 
 // Two samples: their prompts (5 and 2 positions) prefilled in one ragged pass from fresh slots, then
 // 4 decode steps of both together, one position each; outputs and final states against the golden,
@@ -62,7 +50,7 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
                                                 {"a_log", w.a_log},  {"d", w.d},           {"dt_bias", w.dt_bias},
                                                 {"norm_w", w.gnorm_w}, {"w_out", w.out_proj}};
   for (const auto& [name, id] : params) {
-    const std::vector<float> v = floats(g["inputs"][name]);
+    const std::vector<float> v = testing::json_floats(g["inputs"][name]);
     ASSERT_EQ(static_cast<int64_t>(v.size()), pb.spec(id).local_numel()) << name;
     pb.set_param_values(id, v.data());
   }
@@ -75,8 +63,8 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
   for (const auto& s : samples) {
     slot.push_back(pool.allocate());
     prompt.push_back(s["prompt"]);
-    u.push_back(floats(s["u"]));
-    out.push_back(floats(s["out"]));
+    u.push_back(testing::json_floats(s["u"]));
+    out.push_back(testing::json_floats(s["out"]));
   }
   // Prefill: sample b's prompt rows after sample b − 1's.
   std::vector<MambaSequence> seqs;
@@ -90,7 +78,7 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
     std::copy_n(u[b].data(), prompt[b] * H, x.data<float>() + seqs[b].first * H);
   Tensor y = mamba_mixer_forward_sequences(d, mw, x, seqs, DType::kF32);
   for (int64_t b = 0; b < B; ++b)
-    expect_close(y.data<float>() + seqs[b].first * H, std::vector<float>(out[b].begin(), out[b].begin() + prompt[b] * H),
+    testing::expect_near_reference(y.data<float>() + seqs[b].first * H, std::vector<float>(out[b].begin(), out[b].begin() + prompt[b] * H),
                  "prefill of sample " + std::to_string(b));
   // Decode: one row per sample, rows t = b.
   for (int64_t k = 0; k < decode; ++k) {
@@ -102,13 +90,13 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
     }
     Tensor ys = mamba_mixer_forward_sequences(d, mw, xs, steps, DType::kF32);
     for (int64_t b = 0; b < B; ++b)
-      expect_close(ys.data<float>() + b * H,
+      testing::expect_near_reference(ys.data<float>() + b * H,
                    std::vector<float>(out[b].begin() + (prompt[b] + k) * H, out[b].begin() + (prompt[b] + k + 1) * H),
                    "decode step " + std::to_string(k) + " of sample " + std::to_string(b));
   }
   for (int64_t b = 0; b < B; ++b) {
-    expect_close(pool.conv(0, slot[b]), floats(samples[b]["conv_state"]), "conv state " + std::to_string(b));
-    expect_close(pool.ssm(0, slot[b]), floats(samples[b]["ssm_state"]), "ssm state " + std::to_string(b));
+    testing::expect_near_reference(pool.conv(0, slot[b]), testing::json_floats(samples[b]["conv_state"]), "conv state " + std::to_string(b));
+    testing::expect_near_reference(pool.ssm(0, slot[b]), testing::json_floats(samples[b]["ssm_state"]), "ssm state " + std::to_string(b));
   }
   // Slots: a released slot comes back zeroed.
   pool.release(slot[0]);

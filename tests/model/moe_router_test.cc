@@ -11,15 +11,10 @@
 
 #include "model/param_builders.h"
 #include "testing.h"
+#include "testing_json.h"
 
 namespace gale {
 namespace {
-
-std::vector<float> floats(const nlohmann::json& j) {
-  std::vector<float> v;
-  for (const auto& x : j) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
 
 struct RouterFixture {
   ModelConfig c;
@@ -77,11 +72,11 @@ TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
     if (!g["capacity"].is_null()) c.moe.capacity_factor = g["capacity"];
     c.moe.drop_by_position = g["policy"] == "position";
     RouterFixture f(c, T);
-    const std::vector<float> x = floats(g["x"]), W = floats(g["W"]), R = floats(g["R"]);
+    const std::vector<float> x = testing::json_floats(g["x"]), W = testing::json_floats(g["W"]), R = testing::json_floats(g["R"]);
     std::copy(x.begin(), x.end(), f.x.data<float>());
     std::copy(W.begin(), W.end(), f.pb.param_data(f.w.weight));
     if (c.moe.expert_bias) {
-      const std::vector<float> b = floats(g["bias"]);
+      const std::vector<float> b = testing::json_floats(g["bias"]);
       std::copy(b.begin(), b.end(), f.pb.param_data(f.w.expert_bias));
     }
     MoeRouterSaved saved;

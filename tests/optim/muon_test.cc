@@ -19,6 +19,7 @@
 #include "kernels/op_table.h"
 #include "optim/optimizer.h"
 #include "testing.h"
+#include "testing_json.h"
 
 namespace gale {
 namespace {
@@ -31,8 +32,6 @@ const nlohmann::json& reference() {
   }();
   return j;
 }
-
-std::vector<float> floats(const nlohmann::json& j) { return j.get<std::vector<float>>(); }
 
 // Largest |a − b| over the elements.
 float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -49,7 +48,7 @@ TEST(NewtonSchulz, MatchesTheTorchReference) {
     SCOPED_TRACE(str_cat(c["kind"].get<std::string>(), " ", rows, "x", cols, " steps ", steps, bf16 ? " bf16" : " f32"));
     const std::optional<NsCoefficients> k = ns_coefficients(c["kind"]);
     ASSERT_TRUE(k.has_value());
-    const std::vector<float> in = floats(c["input"]), want = floats(c["output"]);
+    const std::vector<float> in = testing::json_floats(c["input"]), want = testing::json_floats(c["output"]);
     std::vector<float> got(in.size()), plain(in.size());
     newton_schulz(in.data(), got.data(), rows, cols, steps, *k, bf16, sgemm);
     newton_schulz_ref(in.data(), plain.data(), rows, cols, steps, *k, bf16);
@@ -191,7 +190,7 @@ TEST(Muon, StepsMatchTheTorchReference) {
     w.global_shape = {rows, cols};
     pb.add(w);
     pb.finalize();
-    const std::vector<float> p0 = floats(c["param"]);
+    const std::vector<float> p0 = testing::json_floats(c["param"]);
     std::copy(p0.begin(), p0.end(), pb.param_data(0));
     OptimizedBuffer buffer{&pb, {}, std::nullopt};
     buffer.muon = {true};
@@ -200,12 +199,12 @@ TEST(Muon, StepsMatchTheTorchReference) {
     buffers.push_back(buffer);
     Optimizer opt(muon_config(c), std::move(buffers), &ops, make_self_communicator("mp"));
     for (size_t s = 0; s < c["grads"].size(); ++s) {
-      const std::vector<float> g = floats(c["grads"][s]);
+      const std::vector<float> g = testing::json_floats(c["grads"][s]);
       std::copy(g.begin(), g.end(), pb.grad_data(0));
       ASSERT_TRUE(opt.step(c["lrs"][s].get<double>(), c["wd"].get<double>()).applied);
       const std::vector<float> got(pb.param_data(0), pb.param_data(0) + rows * cols);
       // Updates are lr·O(1): f32 sums agree to ~5e-8, bf16 to a bf16 ulp of an update element.
-      EXPECT_LT(max_diff(got, floats(c["params_after"][s])), bf16 ? 1e-4f : 2e-7f) << "after step " << s + 1;
+      EXPECT_LT(max_diff(got, testing::json_floats(c["params_after"][s])), bf16 ? 1e-4f : 2e-7f) << "after step " << s + 1;
     }
   }
 }
@@ -230,7 +229,7 @@ TEST(Muon, ExpertsAreOrthogonalisedEachOnItsOwn) {
   pb.finalize();
   const size_t n = ref["tensors"].size();
   for (size_t i = 0; i < n; ++i) {
-    const std::vector<float> p0 = floats(ref["tensors"][i]["param"]);
+    const std::vector<float> p0 = testing::json_floats(ref["tensors"][i]["param"]);
     std::copy(p0.begin(), p0.end(), pb.param_data(static_cast<int>(i)));
   }
   OptimizedBuffer buffer{&pb, {}, std::nullopt};
@@ -249,13 +248,13 @@ TEST(Muon, ExpertsAreOrthogonalisedEachOnItsOwn) {
   const double lr = ref["lr"], wd = ref["wd"];
   for (int s = 0; s < 2; ++s) {
     for (size_t i = 0; i < n; ++i) {
-      const std::vector<float> g = floats(ref["tensors"][i]["grads"][s]);
+      const std::vector<float> g = testing::json_floats(ref["tensors"][i]["grads"][s]);
       std::copy(g.begin(), g.end(), pb.grad_data(static_cast<int>(i)));
     }
     ASSERT_TRUE(opt.step(lr, wd).applied);
     for (size_t i = 0; i < n; ++i) {
       const nlohmann::json& t = ref["tensors"][i];
-      const std::vector<float> want = floats(t["params_after"][s]);
+      const std::vector<float> want = testing::json_floats(t["params_after"][s]);
       const std::vector<float> got(pb.param_data(static_cast<int>(i)), pb.param_data(static_cast<int>(i)) + want.size());
       // Updates are lr·O(1): f32 sums in another order, a few 1e-8.
       EXPECT_LT(max_diff(got, want), 2e-7f) << t["name"].get<std::string>() << " after step " << s + 1;
@@ -263,8 +262,8 @@ TEST(Muon, ExpertsAreOrthogonalisedEachOnItsOwn) {
   }
   // The experts' fc1 orthogonalised stacked into one [24, 6] matrix would have moved expert 1
   // elsewhere after the first step: recompute that step from the initial values.
-  const std::vector<float> stacked = floats(ref["stacked_fc1_update"]);
-  const std::vector<float> p0 = floats(ref["tensors"][2]["param"]), want = floats(ref["tensors"][2]["params_after"][0]);
+  const std::vector<float> stacked = testing::json_floats(ref["stacked_fc1_update"]);
+  const std::vector<float> p0 = testing::json_floats(ref["tensors"][2]["param"]), want = testing::json_floats(ref["tensors"][2]["params_after"][0]);
   std::vector<float> stacked_after(p0.size());
   for (size_t k = 0; k < p0.size(); ++k)
     stacked_after[k] = p0[k] - static_cast<float>(lr * wd) * p0[k] - static_cast<float>(lr) * stacked[p0.size() + k];
