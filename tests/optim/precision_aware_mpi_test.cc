@@ -128,7 +128,9 @@ TEST(PrecisionAwareDp, DistributedOptimizerWithinToleranceOfOneProcess) {
   if (world->rank() == 0)
     std::printf("precision-aware fp8/fp16 DP2 vs one process: worst relative loss difference %.3g\n", worst);
   EXPECT_LT(worst, 2e-3);
-  EXPECT_EQ(a[0], b[0]);
+  // The first loss precedes any update: only the GEMMs' blocking of half the rows may round
+  // differently (exactly equal on AVX-512; 1 ulp-level differences seen on an AVX2 CPU).
+  EXPECT_NEAR(a[0], b[0], 1e-6 * a[0]);
   const Optimizer& o = *dp2.engine->optimizer;
   int64_t owned = 0;
   for (const Optimizer::Segment& s : o.segments(0)) owned += s.numel;

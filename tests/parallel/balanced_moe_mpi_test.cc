@@ -66,12 +66,17 @@ double relative_error(const float* a, const float* b, int64_t n) {
 }
 
 // Losses, gradient norms, every parameter and gradient of this rank (same layout, same ids).
-// Returns how many expert parameters were compared.
-int expect_close(const testing::TestRun& run, const testing::TestRun& ref) {
+// Returns how many expert parameters were compared. `bf16`: the experts' rows meet bf16 GEMMs in
+// a different grouping (the replicas' rows apart), so each product rounds differently: 5e-5 on
+// the losses and gradient norms and 5e-3 on the gradients (bf16's own step is 7.8e-3; measured on
+// an AVX2 CPU without native bf16 dot products, 4 ranks: 1.4e-5 and 1.9e-3), 1e-6 / 1e-5 in f32.
+int expect_close(const testing::TestRun& run, const testing::TestRun& ref, bool bf16 = false) {
+  const double scalar_tol = bf16 ? 5e-5 : 1e-6, tensor_tol = bf16 ? 5e-3 : 1e-5;
   EXPECT_EQ(run.losses.size(), ref.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(run.losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "loss of iteration " << i + 1;
-    EXPECT_NEAR(run.grad_norms[i], ref.grad_norms[i], 1e-6 * ref.grad_norms[i]) << "grad norm of iteration " << i + 1;
+    EXPECT_NEAR(run.losses[i], ref.losses[i], scalar_tol * ref.losses[i]) << "loss of iteration " << i + 1;
+    EXPECT_NEAR(run.grad_norms[i], ref.grad_norms[i], scalar_tol * ref.grad_norms[i])
+        << "grad norm of iteration " << i + 1;
   }
   int experts = 0;
   for (size_t c = 0; c < ref.engine->chunks.size(); ++c) {
@@ -82,8 +87,8 @@ int expect_close(const testing::TestRun& run, const testing::TestRun& ref) {
       const ParamSpec& s = pb.spec(id);
       if (!s.trainable) continue;
       experts += s.expert_parallel;
-      EXPECT_LT(relative_error(pb.param_data(id), rb.param_data(id), s.local_numel()), 1e-5) << "parameter " << s.name;
-      EXPECT_LT(relative_error(pb.grad_data(id), rb.grad_data(id), s.local_numel()), 1e-5) << "gradient " << s.name;
+      EXPECT_LT(relative_error(pb.param_data(id), rb.param_data(id), s.local_numel()), tensor_tol) << "parameter " << s.name;
+      EXPECT_LT(relative_error(pb.grad_data(id), rb.grad_data(id), s.local_numel()), tensor_tol) << "gradient " << s.name;
     }
   }
   return experts;
@@ -160,7 +165,7 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
   expect_rows_stayed_local(p, b, GetParam() == "recompute_full");
   plain->train(3);
   balanced->train(3);
-  EXPECT_GT(expect_close(*balanced, *plain), 0) << "no expert among the compared parameters";
+  EXPECT_GT(expect_close(*balanced, *plain, GetParam() == "bf16"), 0) << "no expert among the compared parameters";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full", "shared_expert_alltoall_overlap",
