@@ -246,8 +246,10 @@ Status ConfigLogger::write_torch(const std::string& prefix, const PyValue& value
   return Status::Ok();
 }
 
-nlohmann::ordered_json megatron_transformer_config(const Arguments& a, const std::vector<std::string>& argv) {
-  const nlohmann::ordered_json args = megatron_args(argv);
+namespace {
+
+// TransformerConfig from Megatron's args (megatron_args) and the sizes Gale derived.
+nlohmann::ordered_json transformer_config(const Arguments& a, const nlohmann::ordered_json& args) {
   const ModelArgs& m = a.model;
   const ParallelArgs& par = a.parallel;
   const int64_t heads = m.num_attention_heads;
@@ -288,6 +290,12 @@ nlohmann::ordered_json megatron_transformer_config(const Arguments& a, const std
   if (args.contains("cp_comm_type") && args["cp_comm_type"].is_array() && args["cp_comm_type"].size() == 1)
     o["cp_comm_type"] = args["cp_comm_type"][0];
   return fill(transformer_config_fields(), args, o);
+}
+
+}  // namespace
+
+nlohmann::ordered_json megatron_transformer_config(const Arguments& a, const std::vector<std::string>& argv) {
+  return transformer_config(a, megatron_args(argv));
 }
 
 StatusOr<PyRef> megatron_state_dict(const GPTModel& model, int64_t num_local_experts, int64_t ep_rank) {
@@ -347,10 +355,9 @@ PyRef input_and_logits_payload(const MicroBatch& mb, const Tensor& decoder_input
     p->set("position_ids", PyValue::none());
   }
   p->set("attention_mask", PyValue::none());
-  if (decoder_input.defined()) {
-    Tensor d = decoder_input.clone();
-    const int64_t H = d.shape()[1];
-    p->set("decoder_input", PyValue::tensor(d.view({d.shape()[0] / B, B, H})));
+  if (decoder_input.defined()) {  // written before the caller lets go of it: a view, no copy
+    const int64_t H = decoder_input.shape()[1];
+    p->set("decoder_input", PyValue::tensor(decoder_input.view({decoder_input.shape()[0] / B, B, H})));
   } else {
     p->set("decoder_input", PyValue::none());
   }
@@ -362,7 +369,7 @@ PyRef input_and_logits_payload(const MicroBatch& mb, const Tensor& decoder_input
 Status start_config_logger(const Arguments& a, const std::vector<std::string>& argv, Engine& engine,
                            ConfigLogger* logger) {
   const nlohmann::ordered_json args = megatron_args(argv);
-  const nlohmann::ordered_json config = megatron_transformer_config(a, argv);
+  const nlohmann::ordered_json config = transformer_config(a, args);
   const int64_t ep = std::max<int64_t>(1, a.parallel.expert_model_parallel_size);
   const int64_t local_experts = a.moe.enabled() ? a.moe.num_experts / ep : 0;
   const std::string model_prefix = a.model.is_hybrid_model ? "MambaModel" : "GPTModel";
