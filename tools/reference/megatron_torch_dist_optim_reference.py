@@ -1,0 +1,258 @@
+"""Tiny Megatron-LM torch_dist checkpoints that hold Adam's optimizer state, for Gale's resume of a Megatron run.
+
+Writes, next to the other fixtures of tests/data/megatron (megatron_ckpt_reference.py's model made smaller: 2 layers,
+hidden 16, ffn 24, 4 heads in 2 query groups, vocabulary 50 padded to 64, Megatron's own initialisation):
+  torch_dist_adam/       the non-distributed optimizer's layout: Megatron core_v0.12.1's FP32Optimizer over
+                         torch.optim.AdamW (betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on the matrices, none on
+                         the norms, as Megatron's param groups), after 7 real AdamW steps on synthetic gradients
+                         with the learning rate of Megatron's OptimizerParamScheduler (linear, warmup 4 samples,
+                         decay 40, lr 1e-3 -> 1e-4, 2 samples per iteration); saved by dist_checkpointing.save
+                         (torch_dist) in one gloo process: model (f32), optimizer.state.exp_avg.<key>,
+                         optimizer.state.exp_avg_sq.<key>, common.pt's optimizer {'state': {'common_step'},
+                         'param_groups'}, opt_param_scheduler, iteration 7
+  torch_dist_adam_dp2/   the same state as the distributed optimizer saves it with its default
+                         fully_sharded_model_space layout, at TP 2 x DP 2 (four gloo processes), the model in bf16
+                         (--bf16): each rank's sharded state dict is built as
+                         DistributedOptimizer.sharded_param_state_fs_model_space builds it (every model
+                         ShardedTensor / SwiGLU factory replaced by optimizer.state.{fp32_param,exp_avg,exp_avg_sq}.<key>
+                         holding the flattened_range of the parameter that the rank's contiguous half of the
+                         flat buffer covers; DP coordinate of replica_id 0), common.pt's optimizer
+                         {'optimizer': {'param_groups' with 'step'}, 'param_state_sharding_type'}; Megatron's own
+                         torch_dist writer stores those N-D flattened pieces (global shape
+                         [X // x, Y // y, ..., x * y * ...]). The script loads it back with dist_checkpointing.load
+                         and checks every tensor.
+  torch_dist_optim.json  per fixture: the step, the scheduler state, and for every tensor (Megatron's torch-format
+                         names, global layer numbers, TP 1 layout) its sum and first four values, for Gale's tests.
+Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
+Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
+  MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_optim_reference.py tests/data/megatron
+"""
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import megatron_ckpt_reference as ref  # noqa: E402  (shims, sizes, megatron_args, shard)
+import megatron_torch_dist_reference as dref  # noqa: E402  (build, the CPU shim of torch.cuda.synchronize)
+
+# A smaller model than the other fixtures (the optimizer state triples the tensors): 2 layers, hidden 16,
+# 4 heads in 2 query groups, SwiGLU ffn 24, vocabulary 50 padded to 64; Megatron's initialisation (seed 1234).
+ref.NUM_LAYERS, ref.HIDDEN, ref.FFN = 2, 16, 24
+ITERATION = ref.ITERATION
+if not hasattr(np, "product"):  # numpy 2 dropped the alias that core_v0.12.1's sharding validation calls
+    np.product = np.prod
+GBS = 2
+LR, MIN_LR, WARMUP, DECAY = 1e-3, 1e-4, 2 * GBS, 20 * GBS
+BETAS, EPS, WD = (0.9, 0.95), 1e-8, 0.1
+
+
+def scheduler(groups):
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    class Holder:  # OptimizerParamScheduler only sets the groups' lr and weight_decay
+        param_groups = groups
+    return OptimizerParamScheduler(Holder(), init_lr=0.0, max_lr=LR, min_lr=MIN_LR, lr_warmup_steps=WARMUP,
+                                   lr_decay_steps=DECAY, lr_decay_style="linear", start_wd=WD, end_wd=WD,
+                                   wd_incr_steps=DECAY, wd_incr_style="constant")
+
+
+def megatron_groups(model):
+    """Megatron's two param groups: weight decay on the matrices, none on the 1-D norms."""
+    extra = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False}
+    return [{"params": [p for p in model.parameters() if p.dim() > 1], "wd_mult": 1.0, **extra},
+            {"params": [p for p in model.parameters() if p.dim() == 1], "wd_mult": 0.0, **extra}]
+
+
+def args_for(tp, dp, distributed):
+    a = ref.megatron_args(tp, 1)
+    a.ckpt_format = "torch_dist"
+    a.optimizer, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay = "adam", BETAS[0], BETAS[1], EPS, WD
+    a.lr, a.min_lr, a.lr_decay_style, a.lr_warmup_iters, a.lr_decay_iters = LR, MIN_LR, "linear", 2, 20
+    a.global_batch_size, a.micro_batch_size, a.data_parallel_size = GBS, 1, dp
+    a.consumed_train_samples = ITERATION * GBS
+    a.use_distributed_optimizer = distributed
+    a.ckpt_fully_parallel_save = True
+    if distributed:
+        a.bf16, a.params_dtype = True, torch.bfloat16
+    return a
+
+
+def train_adamw():
+    """7 AdamW steps of Megatron's FP32Optimizer (world 1): the model, the optimizer and the scheduler."""
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer.optimizer import FP32Optimizer, MegatronOptimizer
+    torch.manual_seed(1234)
+    model = dref.build(1, 1, 0, 1, 29400 + os.getpid() % 300)
+    groups = megatron_groups(model)
+    adamw = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    sched = scheduler(adamw.param_groups)
+    g = torch.Generator().manual_seed(7)
+    for _ in range(ITERATION):
+        for p in model.parameters():
+            p.grad = 0.05 * torch.randn(p.shape, generator=g)
+        adamw.step()
+        sched.step(increment=GBS)
+    opt = FP32Optimizer.__new__(FP32Optimizer)  # its __init__ puts the loss scale on CUDA
+    MegatronOptimizer.__init__(opt, adamw, OptimizerConfig(optimizer="adam", lr=LR), lambda o, config=None: None)
+    opt._scale = torch.tensor([1.0])
+    opt.is_stub_optimizer = False
+    return model, opt, sched
+
+
+def global_state(model, adamw):
+    """{name: {'fp32_param', 'exp_avg', 'exp_avg_sq'}} in the TP 1 torch-format names."""
+    out = {}
+    for name, p in model.named_parameters():
+        s = adamw.state[p]
+        out[name] = {"fp32_param": p.detach().clone(), "exp_avg": s["exp_avg"].clone(),
+                     "exp_avg_sq": s["exp_avg_sq"].clone()}
+    return out
+
+
+def save_non_distributed(out):
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    model, opt, sched = train_adamw()
+    ckpt = os.path.join(out, "iter_%07d" % ITERATION)
+    os.makedirs(ckpt, exist_ok=True)
+    st = {"args": args_for(1, 1, False), "checkpoint_version": 3.0, "iteration": ITERATION,
+          "model": model.sharded_state_dict(), "num_floating_point_operations_so_far": 0.0,
+          "opt_param_scheduler": sched.state_dict()}
+    st["optimizer"] = opt.sharded_state_dict(st["model"])
+    dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(ITERATION))
+    state = global_state(model, opt.optimizer)
+    groups = opt.optimizer.state_dict()["param_groups"]
+    dist.destroy_process_group()
+    return state, groups, sched.state_dict()
+
+
+def dp_ranges(model, dp):
+    """Each parameter's (start, stop) slice of its flattened local tensor owned by DP rank r: the flat buffer
+    holds the parameters in reverse order (as Megatron's DDP buffer), padded to a multiple of dp, cut in dp
+    contiguous parts."""
+    params = list(model.named_parameters())[::-1]
+    total = sum(p.numel() for _, p in params)
+    per = -(-total // dp)
+    ranges, at = {}, 0
+    for name, p in params:
+        ranges[name] = [(max(at, r * per) - at, min(at + p.numel(), (r + 1) * per) - at) for r in range(dp)]
+        at += p.numel()
+    return ranges
+
+
+def fs_model_space(model, model_sd, state, dp_rank, tp, tp_rank):
+    """DistributedOptimizer.sharded_param_state_fs_model_space for this rank: {param_idx: {state key: ShardedBase}}."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensorFactory
+    by_name = {}
+    for k, sh in model_sd.items():
+        if "_extra_state" not in k:
+            by_name[k] = sh
+    local = {s: ref.shard({k: v[s] for k, v in state.items()}, tp, 1, tp_rank, 0)
+             for s in ("fp32_param", "exp_avg", "exp_avg_sq")}
+    out, idx = {}, 0
+    for name, (start, stop) in ((n, r[dp_rank]) for n, r in dp_ranges(model, 2).items()):
+        if start >= stop:
+            continue
+        sh = by_name[name]
+        tensors = {}
+        for s in ("fp32_param", "exp_avg", "exp_avg_sq"):
+            data = local[s][name].reshape(-1)[start:stop].clone()
+            kw = dict(key="optimizer.state.%s.%s" % (s, sh.key), data=data, dtype=data.dtype,
+                      flattened_range=slice(start, stop), replica_id=(*sh.replica_id[:2], 0))
+            if isinstance(sh, ShardedTensorFactory):
+                kw.pop("dtype")
+            tensors[s] = dataclasses.replace(sh, **kw)
+        out[idx] = tensors
+        idx += 1
+    return out
+
+
+def dp2_worker(rank, world, out, port, state, groups, sched_sd):
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    tp = 2
+    model = dref.build(tp, 1, rank, world, port)
+    t = parallel_state.get_tensor_model_parallel_rank()
+    d = parallel_state.get_data_parallel_rank()
+    weights = {k: v["fp32_param"] for k, v in state.items()}
+    model.load_state_dict(ref.shard(weights, tp, 1, t, 0), strict=True)
+    model.bfloat16()
+    ckpt = os.path.join(out, "iter_%07d" % ITERATION)
+    if rank == 0:
+        os.makedirs(ckpt, exist_ok=True)
+    dist.barrier()
+    model_sd = model.sharded_state_dict()
+    dist_groups = []
+    for grp in groups:
+        g = {k: v for k, v in grp.items() if k != "params"}
+        g["step"] = ITERATION  # DistributedOptimizer.state_dict: torch Adam's step moved into the groups
+        dist_groups.append(g)
+    optimizer = {"optimizer": {"param_groups": dist_groups},
+                 "param_state": fs_model_space(model, model_sd, state, d, tp, t),
+                 "param_state_sharding_type": "fully_sharded_model_space"}
+    st = {"args": args_for(tp, 2, True), "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
+          "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
+    dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
+    dist.barrier()
+    # Megatron reads it back: the same sharded state dict, emptied, loaded.
+    empty = fs_model_space(model, model.sharded_state_dict(), {k: {s: torch.zeros_like(x) for s, x in v.items()}
+                                                               for k, v in state.items()}, d, tp, t)
+    loaded = dist_checkpointing.load({"optimizer": {"param_state": empty}}, ckpt)["optimizer"]["param_state"]
+    want = fs_model_space(model, model.sharded_state_dict(), state, d, tp, t)
+    for i, tensors in want.items():
+        for s, sh in tensors.items():
+            got = loaded[i][s]
+            got = got.data if hasattr(got, "data") and not torch.is_tensor(got) else got
+            assert torch.equal(got, sh.data), (i, s)
+    if rank == 0:
+        with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(ITERATION))
+        print("dist_checkpointing.load of", ckpt, "gives every rank's fp32_param / exp_avg / exp_avg_sq pieces back")
+    dist.destroy_process_group()
+
+
+def summary(state):
+    out = {}
+    for name, v in sorted(state.items()):
+        for s, t in v.items():
+            out.setdefault(s, {})[name] = {"shape": list(t.shape), "sum": float(t.double().sum()),
+                                           "first": [float(x) for x in t.reshape(-1)[:4]]}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    a = ap.parse_args()
+    result = {}
+    out = os.path.join(a.out, "torch_dist_adam")
+    shutil.rmtree(out, ignore_errors=True)
+    state, groups, sched_sd = save_non_distributed(out)
+    for x in groups:
+        x.pop("params")
+    result["torch_dist_adam"] = {"step": ITERATION, "opt_param_scheduler": sched_sd, "param_groups": groups,
+                                 "tensors": summary(state)}
+    out = os.path.join(a.out, "torch_dist_adam_dp2")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    mp.spawn(dp2_worker, args=(4, out, 29700 + os.getpid() % 200, state, groups, sched_sd), nprocs=4, join=True)
+    result["torch_dist_adam_dp2"] = {"step": ITERATION, "opt_param_scheduler": sched_sd}
+    result["listing"] = {n: dref.listing(os.path.join(a.out, n, "iter_%07d" % ITERATION))
+                         for n in ("torch_dist_adam", "torch_dist_adam_dp2")}
+    with open(os.path.join(a.out, "torch_dist_optim.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", ", ".join(result))
+
+
+if __name__ == "__main__":
+    main()
