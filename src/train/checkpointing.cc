@@ -620,22 +620,29 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
 }
 
 // A Megatron-LM checkpoint (torch, torch_dist or torch_dcp format) in `dir`: its model weights (and, unless
-// `finetune`, its iteration and consumed samples), through a Gale checkpoint written to a private
-// temporary directory of this process. Megatron's optimizer state is not read: --no-load-optim.
+// `finetune`, its iteration and consumed samples; unless --no-load-optim too, a torch_dist checkpoint's
+// optimizer state, step and scheduler), through a Gale checkpoint written to a private temporary
+// directory of this process. Megatron's RNG state (torch's generators) has no Gale counterpart: not read.
 Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
                      TrainerState& state, bool finetune, bool* loaded) {
   const CheckpointArgs& ca = args.checkpoint;
-  if (!finetune && ca.load_optim)
-    return FailedPrecondition(flag, " ", dir, " holds a Megatron-LM checkpoint: Gale loads its model weights and "
-                              "iteration but not Megatron's optimizer state (not supported yet); pass "
-                              "--no-load-optim (or --finetune)");
-  GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step));
+  const bool load_optim = !finetune && ca.load_optim;
+  GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step, load_optim));
+  std::string what = "model weights only, Megatron's optimizer and RNG state are not read";
+  if (m.optimizer) {
+    const MegatronOptimizerState& o = *m.optimizer;
+    std::string states;
+    for (const auto& [name, t] : o.tensors) states += (states.empty() ? "" : ", ") + name;
+    what = str_cat("model weights", o.fp32_masters ? " (its fp32 master copies)" : "",
+                   ", ", o.type, " optimizer state (", o.layout, ": ", states.empty() ? std::string("none") : states,
+                   "; step ", o.step, "), scheduler and iteration; Megatron's RNG state is not read");
+  }
   print_rank0(str_cat(" reading Megatron's ", checkpoint_format_name(m.format), " checkpoint ", m.directory,
                       " (checkpoint_version ", m.checkpoint_version, ", saved at TP ", m.tensor_parallel, " x PP ",
-                      m.pipeline_parallel, "): model weights only, Megatron's optimizer and RNG state are not read"));
+                      m.pipeline_parallel, "): ", what));
   GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(m, dir));
   const std::string into = copy.dir();
-  Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, false, !finetune, loaded, dir);
+  Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, load_optim, !finetune, loaded, dir);
   if (st.ok()) return st;
   std::string message = st.message();  // name the Megatron directory, not the temporary one
   for (size_t at; (at = message.find(into)) != std::string::npos;) message.replace(at, into.size(), dir);

@@ -144,6 +144,50 @@ std::string local_name(const std::string& rest) {
   return rest;
 }
 
+// A torch-format name whose layers are numbered from `offset` -> Gale's: the global layer number and
+// the local spec's norm names.
+std::string gale_name_of(const std::string& name, int64_t offset) {
+  int64_t i;
+  std::string rest;
+  return layer_of(name, &i, &rest) ? str_cat("decoder.layers.", offset + i, ".", local_name(rest)) : name;
+}
+
+// Megatron's optimizer state tensors (torch-format names) -> Gale's names in m.optimizer; the fp32
+// master copies replace the model weights in m.tensors.
+Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
+  std::map<std::string, std::map<std::string, Tensor>> named;
+  const bool tied = !m.args.value("untie_embeddings_and_output_weights", false);
+  for (auto& [state, by_name] : o.tensors)
+    for (auto& [name, t] : by_name) {
+      if (ends_with(name, "_extra_state")) continue;
+      const std::string g = gale_name_of(name, 0);
+      if (tied && g == "output_layer.weight") continue;
+      auto w = m.tensors.find(g);
+      if (w == m.tensors.end())
+        return DataLoss(m.directory, ": optimizer state '", state, "' of '", name, "': the model holds no such tensor");
+      if (t.shape() != w->second.shape())
+        return DataLoss(m.directory, ": optimizer state '", state, "' of '", name, "' has shape ", t.shape_string(),
+                        ", the model tensor ", w->second.shape_string());
+      Tensor f = t;
+      if (t.dtype() != DType::kF32) {
+        f = Tensor::empty(t.shape(), DType::kF32);
+        GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(t.dtype()), t.raw(), DType::kF32, f.raw(), t.numel(), name));
+      }
+      if (state == "fp32_param") {
+        w->second = std::move(f);  // Megatron's master copy: the weights it trains on
+        o.fp32_masters = true;
+      } else {
+        named[state][g] = std::move(f);
+      }
+    }
+  o.tensors = std::move(named);
+  // torch's SGD keeps no step: with momentum buffers saved, the steps taken are the iterations (so
+  // that Gale's first step does not start the buffers afresh).
+  if (o.step == 0 && o.tensors.count("momentum_buffer")) o.step = m.iteration;
+  m.optimizer = std::move(o);
+  return Status::Ok();
+}
+
 // Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
 // split_of knows; anything else (MLA, MoE, Mamba, ...) would be merged wrongly or dropped silently.
 bool known_tensor(const std::string& name) {
@@ -305,7 +349,7 @@ StatusOr<CheckpointFormat> detect_checkpoint_format(const std::string& load_dir,
   return f;
 }
 
-StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step) {
+StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step, bool with_optimizer) {
   Tracker tracker;
   if (step != kUnset) {
     tracker.iteration = step;
@@ -326,13 +370,20 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
                               "directories or .metadata), found ",
                               format == CheckpointFormat::kGale ? std::string("a Gale checkpoint (metadata.json)") : found);
   m.format = format;
+  if (with_optimizer && format != CheckpointFormat::kMegatronTorchDist)
+    return Unimplemented(m.directory, ": Megatron's optimizer state is read from torch_dist checkpoints only; this one "
+                         "is in the ", checkpoint_format_name(format), " format (not supported yet): pass "
+                         "--no-load-optim (or --finetune) to load the model weights and iteration only, or save it in "
+                         "Megatron with --ckpt-format torch_dist");
   // mp_rank_TT or mp_rank_TT_PPP directories; torch_dist / torch_dcp: one global state dict.
   std::map<std::pair<int64_t, int64_t>, std::string> files;
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
+  std::optional<MegatronOptimizerState> optimizer;
   if (dist) {
-    GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format));
+    GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format, with_optimizer));
     files[{0, 0}] = m.directory;  // named in messages
     roots[{0, 0}] = state.root;
+    optimizer = std::move(state.optimizer);
   } else {
     GALE_RETURN_IF_ERROR(read_rank_files(m, files, roots));
   }
@@ -397,9 +448,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
           return Unimplemented(where, ": tensor '", name, "': Megatron MoE layers are not supported yet");
         if (val->kind != PyValue::kTensor)
           return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
-        int64_t i;
-        std::string rest;
-        if (layer_of(name, &i, &rest)) name = str_cat("decoder.layers.", offset + i, ".", local_name(rest));
+        name = gale_name_of(name, offset);
         if (!known_tensor(name))
           return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's dense GPT model "
                                "(multi-latent attention, MoE or other Megatron layers in this format: not supported yet)");
@@ -436,6 +485,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   a["padded_vocab_size"] = emb->second.shape()[0];
   if (!a.contains("make_vocab_size_divisible_by")) a["make_vocab_size_divisible_by"] = 128;
   if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
+  if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
   m.model.padded_vocab_size = emb->second.shape()[0];
   if (m.model.kv_channels == kUnset) m.model.kv_channels = m.model.hidden_size / m.model.num_attention_heads;
@@ -519,6 +569,9 @@ Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& sav
       GALE_RETURN_IF_ERROR(w.add(name, f));
     }
   }
+  if (m.optimizer)  // Gale's names for optimizer state (docs/formats/checkpoint.md): optimizer.<state>.<param>
+    for (const auto& [state, by_name] : m.optimizer->tensors)
+      for (const auto& [name, t] : by_name) GALE_RETURN_IF_ERROR(w.add(str_cat("optimizer.", state, ".", name), t));
   nlohmann::json sections;
   sections["gale_trainer_state_version"] = 1;
   sections["model"] = checkpoint_model_section(config);
@@ -530,6 +583,15 @@ Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& sav
                          {"skipped_train_samples", m.skipped_train_samples},
                          {"consumed_valid_samples", m.consumed_valid_samples},
                          {"num_floating_point_operations_so_far", m.floating_point_operations_so_far}};
+  if (m.optimizer) {
+    const MegatronOptimizerState& o = *m.optimizer;
+    sections["optimizer"] = {{"type", o.type},
+                             {"steps_taken", o.step},
+                             {"use_distributed_optimizer", o.layout != "non-distributed"},
+                             {"megatron_layout", o.layout}};
+    if (!o.grad_scaler.is_null()) sections["optimizer"]["grad_scaler"] = o.grad_scaler;
+    sections["opt_param_scheduler"] = o.scheduler;  // Megatron's state dict: Gale's section has its keys
+  }
   sections["megatron_source"] = {{"directory", source_dir},
                                  {"format", checkpoint_format_name(m.format)},
                                  {"checkpoint_version", m.checkpoint_version},

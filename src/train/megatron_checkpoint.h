@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "core/tensor.h"
 #include "train/arguments.h"
 #include "train/hf_weights.h"
+#include "train/megatron_dist_optimizer.h"
 
 namespace gale {
 
@@ -62,21 +64,31 @@ struct MegatronCheckpoint {
   int64_t consumed_train_samples = 0, consumed_valid_samples = 0, skipped_train_samples = 0;
   double floating_point_operations_so_far = 0;
   std::map<std::string, Tensor> tensors;  // Gale names, whole tensors, in the files' dtype
+  // read with `with_optimizer`: Megatron's optimizer state, its tensors by Gale name (the fp32 master
+  // copies are not among them: they replace the model weights in `tensors`)
+  std::optional<MegatronOptimizerState> optimizer;
 };
 
 // Reads Megatron's checkpoint in <load_dir> (the tracker's iteration, or `step`): the legacy `torch`
 // format, `torch_dist` or `torch_dcp` (whose tensors are global: tensor_parallel / pipeline_parallel
-// are then the layout that saved it, from args). Only the model is read (no optimizer or RNG state).
-// Errors name the file and what was expected and found: a Gale checkpoint, a missing rank file, a
-// pickle without 'model', shards whose shapes disagree, MoE tensors, keys with no place in Gale's model.
-StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset);
+// are then the layout that saved it, from args). The model is read, and with `with_optimizer` the
+// optimizer state of a torch_dist checkpoint (train/megatron_dist_optimizer.h: Adam's moments or SGD's
+// momentum, step, scheduler; the fp32 master copies of a --bf16/--fp16 run become the weights); never
+// the RNG state. Errors name the file and what was expected and found: a Gale checkpoint, a missing
+// rank file, a pickle without 'model', shards whose shapes disagree, MoE tensors, keys with no place in
+// Gale's model; with `with_optimizer`, a torch or torch_dcp checkpoint (Unimplemented) and the
+// optimizer layouts read_megatron_dist_optimizer refuses, each naming --no-load-optim.
+StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset,
+                                                      bool with_optimizer = false);
 
 // The scalar attributes of the args Namespace of Megatron's checkpoint in <load_dir> (rank 0's file,
 // or torch_dist's common.pt; `where` is set to it), for --use-checkpoint-args.
 StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t step, std::string* where);
 
 // `m` as a Gale checkpoint in <save_dir>/iter_<m.iteration> (+ tracker): the tensors, "model",
-// "args" (Megatron's model flags), "trainer" (iteration and consumed samples) and "megatron_source".
+// "args" (Megatron's model flags), "trainer" (iteration and consumed samples) and "megatron_source";
+// with m.optimizer also its state as Gale's (optimizer.<state>.<name> f32 tensors, "optimizer" with
+// Megatron's args.optimizer as type and its step, "opt_param_scheduler" as Megatron saved it).
 Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir);
 
 // A Megatron checkpoint as a Gale checkpoint in a private temporary directory of this process

@@ -42,6 +42,22 @@ bool stacked_layer_key(const std::string& key, std::string* rest) {
   return !rest->empty() && !std::isdigit(static_cast<unsigned char>((*rest)[0]));
 }
 
+// Global tensor `t` of sharded key `name` into `out` under its torch-format names: a stacked layer
+// tensor as one slice per global layer, anything else as is.
+Status add_global_tensor(const std::string& dir, const std::string& key, const std::string& name, Tensor t,
+                         int64_t layers, bool dist, PyValue& out) {
+  std::string rest;
+  if (dist && stacked_layer_key(name, &rest)) {
+    if (t.ndim() == 0 || t.shape()[0] != layers)
+      return DataLoss(dir, ": tensor '", key, "' of shape ", t.shape_string(), ": expected the layers stacked along "
+                           "its first dimension (args.num_layers = ", layers, ")");
+    for (int64_t i = 0; i < layers; ++i) out.set(str_cat("decoder.layers.", i, ".", rest), PyValue::tensor(slice0(t, i)));
+    return Status::Ok();
+  }
+  out.set(name, PyValue::tensor(std::move(t)));
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<PyRef> read_megatron_dist_args(const std::string& dir, CheckpointFormat format, std::string* where) {
@@ -62,7 +78,8 @@ StatusOr<PyRef> read_megatron_dist_args(const std::string& dir, CheckpointFormat
   return c.read_object("args");
 }
 
-StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format) {
+StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format,
+                                                     bool with_optimizer) {
   const bool dist = format == CheckpointFormat::kMegatronTorchDist;
   if (!dist && format != CheckpointFormat::kMegatronTorchDcp)
     return Internal(dir, ": read_megatron_dist_state of a ", checkpoint_format_name(format), " checkpoint");
@@ -71,8 +88,9 @@ StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, Che
   GALE_ASSIGN_OR_RETURN(PyRef args, read_megatron_dist_args(dir, format, &s.where));
   s.root->set("args", args);
   GALE_ASSIGN_OR_RETURN(DcpCheckpoint c, DcpCheckpoint::open(dir));
+  PyRef common;
   if (dist) {  // the non-sharded entries
-    GALE_ASSIGN_OR_RETURN(PyRef common, read_torch_file(s.where));
+    GALE_ASSIGN_OR_RETURN(common, read_torch_file(s.where));
     for (const char* key : {"checkpoint_version", "iteration", "num_floating_point_operations_so_far"})
       for (const auto& [k, v] : common->entries)
         if (k->kind == PyValue::kString && k->s == key) s.root->set(key, v);
@@ -103,18 +121,23 @@ StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, Che
       name = key.substr(6);
     }
     GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
-    std::string rest;
-    if (dist && stacked_layer_key(name, &rest)) {
-      if (t.ndim() == 0 || t.shape()[0] != layers)
-        return DataLoss(dir, ": tensor '", key, "' of shape ", t.shape_string(), ": expected the layers stacked along "
-                             "its first dimension (args.num_layers = ", layers, ")");
-      for (int64_t i = 0; i < layers; ++i)
-        model->set(str_cat("decoder.layers.", i, ".", rest), PyValue::tensor(slice0(t, i)));
-      continue;
-    }
-    model->set(name, PyValue::tensor(std::move(t)));
+    GALE_RETURN_IF_ERROR(add_global_tensor(dir, key, name, std::move(t), layers, dist, *model));
   }
   s.root->set("model", model);
+  if (!with_optimizer) return s;
+  if (!dist)
+    return Internal(dir, ": read_megatron_dist_state: optimizer state is read from torch_dist checkpoints only");
+  GALE_ASSIGN_OR_RETURN(MegatronOptimizerState o, read_megatron_dist_optimizer(c, *common, args.get(), dir));
+  for (auto& [state, by_key] : o.tensors) {  // Megatron's sharded keys -> torch-format names
+    PyValue named;
+    named.kind = PyValue::kDict;
+    for (auto& [key, t] : by_key)
+      GALE_RETURN_IF_ERROR(add_global_tensor(dir, "optimizer.state." + state + "." + key, key, std::move(t), layers,
+                                             dist, named));
+    by_key.clear();
+    for (const auto& [k, v] : named.entries) by_key[k->s] = v->data;
+  }
+  s.optimizer = std::move(o);
   return s;
 }
 

@@ -16,26 +16,32 @@
 // saved at TP 1 x PP 1 (local tensors of several ranks share a key there and only one copy is kept).
 // The result has the shape of a torch-format rank file: {'args', 'checkpoint_version', 'iteration',
 // 'num_floating_point_operations_so_far', 'model': {torch-format name with the global layer number:
-// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out. Errors name
+// tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out of it. With
+// `with_optimizer` (torch_dist only) `optimizer` holds Megatron's optimizer state
+// (train/megatron_dist_optimizer.h), its tensors named as 'model's are. Errors name
 // the directory and key: a missing common.pt or .distcp file, a stacked tensor whose leading
 // dimension is not num_layers, an unsupported dtype, a torch_dcp saved at TP/PP > 1.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ckpt/pickle.h"
 #include "core/status.h"
 #include "train/megatron_checkpoint.h"
+#include "train/megatron_dist_optimizer.h"
 
 namespace gale {
 
 struct MegatronDistState {
   PyRef root;                     // as a torch-format rank file's dict
   std::string where;  // the file holding args (common.pt, or .metadata for torch_dcp)
+  std::optional<MegatronOptimizerState> optimizer;  // with_optimizer: tensors by torch-format name
 };
 
-StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format);
+StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format,
+                                                     bool with_optimizer = false);
 
 // The args Namespace of the torch_dist / torch_dcp checkpoint in iteration directory `dir` (`where` names its file).
 StatusOr<PyRef> read_megatron_dist_args(const std::string& dir, CheckpointFormat format, std::string* where);

@@ -8,12 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <span>
 
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "data/indexed_dataset.h"
@@ -21,6 +24,7 @@
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 #include "train/hf_files.h"
+#include "train/megatron_checkpoint.h"
 
 namespace gale {
 namespace {
@@ -143,7 +147,7 @@ TEST(ConvertMegatron, Refusals) {
 }
 
 // `gale pretrain --load <Megatron dir>` continues at Megatron's iteration (7) with its weights;
-// Megatron's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
+// the torch format's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
 // same loss as one process; --pretrained-checkpoint
 // fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
 // 100 documents of 20 random ids below 49, and the flags of a small LLaMA-style model trained on them.
@@ -181,8 +185,8 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
   };
   test::RunResult r = run({"--train-iters", "8", "--load", megatron("tp2pp2"), "--save", tmp.file("a")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("holds a Megatron-LM checkpoint: Gale loads its model weights and iteration but not "
-                          "Megatron's optimizer state (not supported yet); pass --no-load-optim (or --finetune)"),
+  EXPECT_NE(r.output.find("Megatron's optimizer state is read from torch_dist checkpoints only; this one is in the "
+                          "torch format (not supported yet): pass --no-load-optim (or --finetune)"),
             std::string::npos)
       << r.output;
   r = run({"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--lora-target-modules", "linear_qkv",
@@ -309,9 +313,12 @@ TEST(ConvertMegatron, PretrainLoadsTorchDistAtAnyLayout) {
     ASSERT_EQ(two_ranks.size(), 1u) << layout << r.output;
     EXPECT_NEAR(two_ranks[0], torch_format[0], 1e-5 * torch_format[0]) << layout;
   }
-  // Megatron's optimizer state is not read: refused without --no-load-optim.
+  // Without --no-load-optim Megatron's optimizer state is read: this one (SGD's) lacks the scheduler.
   r = run({"--train-iters", "8", "--load", megatron("torch_dist_tp1"), "--save", tmp.file("d")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state"),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("pass --no-load-optim (or --finetune)"), std::string::npos) << r.output;
   // A model flag that disagrees with the checkpoint is named.
   std::vector<std::string> wrong = model;
@@ -376,6 +383,107 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
   EXPECT_NE(r.output.find("holds a Megatron torch checkpoint; Gale converts its own checkpoints here"),
             std::string::npos)
       << r.output;
+}
+
+// Megatron's optimizer state from torch_dist (tests/data/megatron/torch_dist_adam: the non-distributed
+// optimizer's layout, f32; torch_dist_adam_dp2: the distributed optimizer's fully_sharded_model_space
+// pieces at TP 2 x DP 2 with bf16 weights and fp32 master copies; both Megatron core_v0.12.1 after 7
+// AdamW steps, tools/reference/megatron_torch_dist_optim_reference.py). Iteration 8 in Gale, in one
+// process and on two ranks (TP 2, or DP 2 with the distributed optimizer), must be AdamW's update from
+// that state: with the gradient g that the saved first moment implies, g = (m8 - b1 m7) / (1 - b1),
+// the second moment is v8 = b2 v7 + (1 - b2) g^2 (v7 loaded) and the weights are
+// p8 = p7 - lr (m8 / (1 - b1^8) / (sqrt(v8 / (1 - b2^8)) + eps) + wd p7) (the fp32 masters p7, step 8:
+// the step restored; lr 7.5e-4: the linear schedule at Megatron's num_steps 14, restored; the log line
+// shows 7e-4, the rate after the scheduler's step), checked on every element of every tensor.
+std::vector<std::string> adam_model(const TempDir& tmp) {
+  std::vector<std::string> a = small_model(tmp);
+  const std::pair<const char*, const char*> edits[] = {
+      {"--num-layers", "2"}, {"--hidden-size", "16"}, {"--ffn-hidden-size", "24"}, {"--lr", "1e-3"}, {"--save-interval", "8"}};
+  for (const auto& [flag, value] : edits) *(std::find(a.begin(), a.end(), flag) + 1) = value;
+  a.insert(a.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
+                     "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear", "--lr-warmup-iters",
+                     "2", "--lr-decay-iters", "20", "--train-iters", "8"});
+  return a;
+}
+
+void expect_adamw_step(const MegatronCheckpoint& from, const std::string& saved, const std::string& what) {
+  constexpr double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, lr = 7.5e-4;
+  auto r = CheckpointReader::open(saved);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(from.optimizer.has_value());
+  const double bc1 = 1 - std::pow(b1, 8), bc2 = 1 - std::pow(b2, 8);
+  int64_t checked = 0;
+  for (const auto& [name, m7t] : from.optimizer->tensors.at("exp_avg")) {
+    const Tensor& v7t = from.optimizer->tensors.at("exp_avg_sq").at(name);
+    const Tensor& p7t = from.tensors.at(name);
+    auto p8t = r->read(name, p7t.shape());
+    auto m8t = r->read("optimizer.exp_avg." + name, p7t.shape());
+    auto v8t = r->read("optimizer.exp_avg_sq." + name, p7t.shape());
+    ASSERT_TRUE(p8t.ok() && m8t.ok() && v8t.ok()) << name;
+    const float *m7 = m7t.data<float>(), *v7 = v7t.data<float>(), *p7 = p7t.data<float>();
+    const float *m8 = m8t->data<float>(), *v8 = v8t->data<float>(), *p8 = p8t->data<float>();
+    const double decay = p7t.ndim() > 1 ? wd : 0.0;  // Megatron's rule: none on 1-D tensors
+    for (int64_t i = 0; i < p7t.numel(); ++i, ++checked) {
+      const double g = (m8[i] - b1 * m7[i]) / (1 - b1);
+      ASSERT_NEAR(v8[i], b2 * v7[i] + (1 - b2) * g * g, 1e-5 * (std::abs(v8[i]) + b2 * v7[i]) + 1e-12)
+          << what << " " << name << " [" << i << "]";
+      const double update = m8[i] / bc1 / (std::sqrt(v8[i] / bc2) + eps);
+      ASSERT_NEAR(p8[i], p7[i] - lr * (update + decay * p7[i]), 3e-7 * std::abs(p7[i]) + 1e-5 * lr * std::abs(update) + 1e-9)
+          << what << " " << name << " [" << i << "]";
+    }
+  }
+  EXPECT_GT(checked, 6000) << what;
+}
+
+TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  const std::vector<std::string> model = adam_model(tmp);
+  struct Case {
+    const char* fixture;
+    int np;
+    std::vector<std::string> extra;
+    const char* layout;
+  };
+  const Case cases[] = {
+      {"torch_dist_adam", 1, {}, "non-distributed"},
+      {"torch_dist_adam", 2, {"--use-distributed-optimizer"}, "non-distributed"},
+      {"torch_dist_adam_dp2", 1, {"--bf16"}, "fully_sharded_model_space"},
+      {"torch_dist_adam_dp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "fully_sharded_model_space"},
+  };
+  std::map<std::string, double> one_process_loss;
+  int k = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str_cat(c.fixture, " on ", c.np, " ranks"));
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = c.extra;
+    extra.insert(extra.end(), {"--load", megatron(c.fixture), "--save", save});
+    test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const bool bf16 = std::string(c.fixture) == "torch_dist_adam_dp2";
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch_dist checkpoint ", megatron(c.fixture),
+                                    "/iter_0000007 (checkpoint_version 3, saved at TP ", bf16 ? 2 : 1, " x PP 1): model "
+                                    "weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer state (",
+                                    c.layout, ": exp_avg, exp_avg_sq; step 7), scheduler and iteration; Megatron's RNG "
+                                    "state is not read")),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron(c.fixture) + " at iteration 7"),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;  // iteration 8 only
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);  // logged after the scheduler's step, as Megatron's: num_steps 16
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (c.np == 1) one_process_loss[c.fixture] = loss[0];
+    else EXPECT_NEAR(loss[0], one_process_loss.at(c.fixture), 1e-5 * loss[0]);  // the reduction order differs
+    auto from = read_megatron_checkpoint(megatron(c.fixture), kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    expect_adamw_step(*from, save, c.fixture);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+// Megatron's optimizer state in a torch_dist checkpoint -> model-space global tensors, step and scheduler state.
+#include "train/megatron_dist_optimizer.h"
+
+#include <cstring>
+#include <set>
+
+#include "ckpt/safetensors_dtype.h"
+
+namespace gale {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+const char kOutWay[] = "pass --no-load-optim (or --finetune) to load the model weights and iteration only";
+
+// A Python scalar (or one-element tensor, as torch's Adam step and the loss scale are) as JSON; null otherwise.
+nlohmann::json scalar_json(const PyValue& v) {
+  switch (v.kind) {
+    case PyValue::kBool: return v.b;
+    case PyValue::kInt: return v.i;
+    case PyValue::kFloat: return v.f;
+    case PyValue::kString: return v.s;
+    case PyValue::kTensor: {
+      if (!v.data.defined() || v.data.numel() != 1) return nullptr;
+      float x = 0;
+      if (!convert_elements(st_dtype_of(v.data.dtype()), v.data.raw(), DType::kF32, &x, 1, "scalar").ok()) return nullptr;
+      return static_cast<double>(x);
+    }
+    default: return nullptr;
+  }
+}
+
+// A dict of scalars (opt_param_scheduler, grad_scaler) as a JSON object.
+nlohmann::json scalars_json(const PyValue& d) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : d.entries)
+    if (k->kind == PyValue::kString) {
+      nlohmann::json x = scalar_json(*v);
+      if (!x.is_null()) j[k->s] = x;
+    }
+  return j;
+}
+
+// The optimizer steps taken: torch Adam's step, which Megatron saves as state['common_step'] (the
+// non-distributed optimizers) or in every param group (the distributed optimizer); all must agree.
+StatusOr<int64_t> step_of(const PyValue& inner, const std::string& where) {
+  std::set<int64_t> steps;
+  if (const PyValue* state = inner.get("state"); state && state->kind == PyValue::kDict)
+    if (const PyValue* s = state->get("common_step")) {
+      const nlohmann::json j = scalar_json(*s);
+      if (!j.is_number()) return DataLoss(where, ": optimizer.state.common_step: expected a number, found ", s->type_name());
+      steps.insert(static_cast<int64_t>(j.get<double>()));
+    }
+  if (const PyValue* groups = inner.get("param_groups"); groups && groups->kind == PyValue::kList)
+    for (const PyRef& g : groups->items)
+      if (g->kind == PyValue::kDict)
+        if (const PyValue* s = g->get("step")) {
+          const nlohmann::json j = scalar_json(*s);
+          if (j.is_number()) steps.insert(static_cast<int64_t>(j.get<double>()));
+        }
+  if (steps.size() > 1)
+    return Unimplemented(where, ": the optimizer's param groups record different steps (", *steps.begin(), " and ",
+                         *steps.rbegin(), "): not supported (Megatron shares one step); ", kOutWay);
+  return steps.empty() ? int64_t{0} : *steps.begin();
+}
+
+}  // namespace
+
+StatusOr<Tensor> unflatten_model_space(const Tensor& flat, const Shape& global, const std::string& what) {
+  const size_t n = global.size();
+  const Shape& fs = flat.shape();
+  auto refuse = [&]() {
+    return DataLoss(what, ": shape ", flat.shape_string(), ": expected the model tensor's ", shape_string(global),
+                    " or its N-D flattened form [", n, " fragment counts dividing it, local numel]");
+  };
+  if (fs.size() != n + 1) return refuse();
+  Shape local(n);
+  int64_t numel = 1;
+  for (size_t d = 0; d < n; ++d) {
+    if (fs[d] <= 0 || global[d] % fs[d] != 0) return refuse();
+    local[d] = global[d] / fs[d];
+    numel *= local[d];
+  }
+  if (fs[n] != numel) return refuse();
+  const int64_t esize = dtype_size(flat.dtype());
+  Tensor out = Tensor::empty(global, flat.dtype());
+  if (n == 0 || numel == 0) return out;
+  // Strides (elements) of the global tensor; each local block is copied row by row (its last dim).
+  std::vector<int64_t> stride(n, 1);
+  for (size_t d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * global[d];
+  const int64_t blocks = flat.numel() / numel, row = local[n - 1], rows = numel / row;
+  const char* src = static_cast<const char*>(flat.raw());
+  char* dst = static_cast<char*>(out.raw());
+  std::vector<int64_t> f(n), r(n);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t k = b, d = static_cast<int64_t>(n) - 1; d >= 0; --d) f[d] = k % fs[d], k /= fs[d];  // fragment index
+    for (int64_t q = 0; q < rows; ++q) {
+      int64_t at = 0;
+      r[n - 1] = 0;
+      for (int64_t k = q, d = static_cast<int64_t>(n) - 2; d >= 0; --d) r[d] = k % local[d], k /= local[d];
+      for (size_t d = 0; d < n; ++d) at += (f[d] * local[d] + r[d]) * stride[d];
+      std::memcpy(dst + at * esize, src + (b * numel + q * row) * esize, static_cast<size_t>(row * esize));
+    }
+  }
+  return out;
+}
+
+StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoint& c, const PyValue& common,
+                                                              const PyValue* args, const std::string& dir) {
+  const std::string where = dir + "/common.pt";
+  static const std::string kState = "optimizer.state.";
+  MegatronOptimizerState o;
+  const PyValue* opt = common.get("optimizer");
+  bool sharded = false;
+  for (const auto& [key, info] : c.tensors()) sharded = sharded || starts_with(key, "optimizer.");
+  for (const auto& [key, info] : c.objects()) sharded = sharded || starts_with(key, "optimizer.");
+  if (opt == nullptr && !sharded)
+    return FailedPrecondition(dir, ": Megatron's checkpoint holds no optimizer state (saved with --no-save-optim, or "
+                                   "not by a training run): ", kOutWay);
+  if (opt == nullptr || opt->kind != PyValue::kDict)
+    return DataLoss(where, ": expected Megatron's 'optimizer' dict (the non-sharded optimizer state), found ",
+                    opt ? opt->type_name() : std::string("none"));
+  for (const auto& [k, v] : opt->entries)
+    if (k->kind == PyValue::kInt)
+      return Unimplemented(where, ": the state of several optimizers (Megatron's ChainedOptimizer, e.g. with "
+                                  "--decoupled-lr or MoE expert parameters): not supported yet; ", kOutWay);
+  o.layout = "non-distributed";
+  if (const PyValue* t = opt->get("param_state_sharding_type")) {
+    if (t->kind != PyValue::kString)
+      return DataLoss(where, ": optimizer.param_state_sharding_type: expected a string, found ", t->type_name());
+    o.layout = t->s;
+    if (o.layout != "fully_sharded_model_space" && o.layout != "fully_reshardable")
+      return Unimplemented(dir, ": Megatron's distributed optimizer state in the '", o.layout,
+                           "' layout (its data-parallel buffers, tied to the saving run's layout): not supported "
+                           "yet (Gale reads fully_sharded_model_space and fully_reshardable; Megatron writes them with "
+                           "--ckpt-fully-parallel-save in core_v0.12, --dist-ckpt-optim-fully-reshardable later); ",
+                           kOutWay);
+  }
+  for (const auto& [key, info] : c.tensors())
+    if (starts_with(key, "optimizer.") && !starts_with(key, kState))
+      return Unimplemented(dir, ": optimizer tensor '", key, "' (Megatron's bucket-space distributed optimizer "
+                                "layout, tied to the saving run's data-parallel buffers): not supported yet; ",
+                           kOutWay);
+  const PyValue* inner = opt->get("optimizer");  // the float16 and distributed optimizers nest torch's dict
+  if (inner == nullptr || inner->kind != PyValue::kDict) inner = opt;
+  GALE_ASSIGN_OR_RETURN(o.step, step_of(*inner, where));
+  if (const PyValue* g = opt->get("grad_scaler"); g && g->kind == PyValue::kDict) {
+    const nlohmann::json s = scalars_json(*g);
+    o.grad_scaler = {{"scale", s.value("scale", 1.0)},
+                     {"growth_tracker", s.value("growth_tracker", 0)},
+                     {"hysteresis_tracker", s.value("hysteresis_tracker", 0)}};
+  }
+  const PyValue* sched = common.get("opt_param_scheduler");
+  if (sched == nullptr || sched->kind != PyValue::kDict)
+    return DataLoss(where, ": expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state (Megatron's "
+                    "own load needs it too), found ", sched ? sched->type_name() : std::string("none"), "; ", kOutWay);
+  o.scheduler = scalars_json(*sched);
+  for (const auto& [key, info] : c.tensors()) {
+    if (!starts_with(key, kState)) continue;
+    const size_t dot = key.find('.', kState.size());
+    if (dot == std::string::npos) return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.state.<state>.<key>");
+    std::string state = key.substr(kState.size(), dot - kState.size());
+    const std::string model_key = key.substr(dot + 1);
+    if (state == "param") state = "fp32_param";  // fully_reshardable's name for the master copies
+    auto m = c.tensors().find(model_key);
+    if (m == c.tensors().end())
+      return DataLoss(dir, ": optimizer tensor '", key, "' has no model tensor '", model_key, "' in the checkpoint");
+    GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
+    if (t.shape() != m->second.shape) {
+      GALE_ASSIGN_OR_RETURN(t, unflatten_model_space(t, m->second.shape, dir + ": optimizer tensor '" + key + "'"));
+    }
+    o.tensors[state][model_key] = std::move(t);
+  }
+  // args.optimizer, or (args without it) what the state names say: Adam's second moment, SGD's momentum.
+  const PyValue* type = args ? args->attr("optimizer") : nullptr;
+  o.type = type && type->kind == PyValue::kString ? type->s
+           : o.tensors.count("exp_avg_sq")         ? "adam"
+           : o.tensors.count("momentum_buffer")    ? "sgd"
+                                                   : "";
+  if (o.type.empty())
+    return DataLoss(dir, ": Megatron's args record no 'optimizer' and the optimizer state has neither Adam's "
+                         "exp_avg_sq nor SGD's momentum_buffer: ", kOutWay);
+  if (o.tensors.empty() && o.type != "sgd")  // SGD without momentum has no tensor state
+    return FailedPrecondition(dir, ": Megatron's checkpoint holds no optimizer.state.* tensors (only the non-sharded "
+                                   "optimizer state): ", kOutWay);
+  return o;
+}
+
+}  // namespace gale

@@ -1,0 +1,62 @@
+// Megatron's optimizer state in a torch_dist checkpoint, read back in model space (Adam's moments, fp32 master params).
+//
+//   GALE_ASSIGN_OR_RETURN(DcpCheckpoint c, DcpCheckpoint::open(iter_dir));
+//   GALE_ASSIGN_OR_RETURN(MegatronOptimizerState o, read_megatron_dist_optimizer(c, *common, args, iter_dir));
+//   o.tensors["exp_avg"]["decoder.layers.self_attention.linear_qkv.weight"]   // [L, ...], as the model key
+//
+// Megatron (megatron/core/optimizer, docs/formats/megatron-checkpoint.md) saves, under `optimizer`:
+//  - the non-distributed optimizers (FP32Optimizer, Float16OptimizerWithFloat16Params): a sharded tensor
+//    `optimizer.state.<state>.<model key>` per optimizer state (exp_avg, exp_avg_sq for Adam;
+//    momentum_buffer for SGD) and `optimizer.state.fp32_param.<model key>` for the fp32 master copies of
+//    bf16/fp16 params, each sharded exactly as the model tensor; in common.pt the torch optimizer's
+//    {'state': {'common_step': step}, 'param_groups': [...]} (under 'optimizer' with the float16 one, with
+//    its 'grad_scaler');
+//  - the distributed optimizer: common.pt {'optimizer': {'param_groups': [... 'step' ...]}, 'grad_scaler',
+//    'param_state_sharding_type'} and, for the model-space layouts, the same keys
+//    (`fully_sharded_model_space`, the default of core_v0.12's --ckpt-fully-parallel-save: each DP rank's
+//    flattened range of every parameter, which Megatron's torch_dist writer stores as an N-D flattened
+//    tensor of global shape [X / x, Y / y, ..., x * y * ...] for a model tensor [X, Y, ...] of local
+//    shape [x, y, ...]; `fully_reshardable`: whole tensors, the master copies under
+//    `optimizer.state.param.<key>`).
+// The result holds every state as global tensors of the model key's shape, the master copies under
+// "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
+// the bucket-space layouts (dp_reshardable, dp_zero_gather_scatter, fully_sharded_bucket_space: tied to the
+// saving run's data-parallel buffers), chained optimizers (several optimizer states), a checkpoint
+// without optimizer state (FailedPrecondition) and steps that differ between param groups.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ckpt/dcp_reader.h"
+#include "ckpt/pickle.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace gale {
+
+struct MegatronOptimizerState {
+  std::string layout;  // "fully_sharded_model_space", "fully_reshardable" or "non-distributed"
+  std::string type;    // Megatron's args.optimizer ("adam", "sgd"); without it, what the state names say
+  int64_t step = 0;    // optimizer steps taken (torch's Adam step; 0 when not recorded, e.g. SGD)
+  nlohmann::json scheduler;    // opt_param_scheduler's state dict (max_lr, num_steps, ...)
+  nlohmann::json grad_scaler;  // {"scale", "growth_tracker", "hysteresis_tracker"} when saved (--fp16), else null
+  bool fp32_masters = false;   // set by read_megatron_checkpoint when the master copies became the weights
+  // state ("exp_avg", "exp_avg_sq", "momentum_buffer", "fp32_param") -> tensor name -> global tensor
+  std::map<std::string, std::map<std::string, Tensor>> tensors;
+};
+
+// The optimizer state of the torch_dist iteration directory `dir`: `c` its DCP index, `common` common.pt's
+// dict, `args` Megatron's args Namespace (for args.optimizer). Tensors are keyed by Megatron's sharded
+// model keys (stacked layers as saved).
+StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoint& c, const PyValue& common,
+                                                              const PyValue* args, const std::string& dir);
+
+// The model-space tensor of global shape `global` from its N-D flattened form `flat` (shape [F_0, ..., F_{n-1},
+// N] with F_d dividing global[d] and N the product of global[d] / F_d): each row of N elements is the local
+// block at offsets f * (global / F), row-major. `what` names the tensor in errors.
+StatusOr<Tensor> unflatten_model_space(const Tensor& flat, const Shape& global, const std::string& what);
+
+}  // namespace gale

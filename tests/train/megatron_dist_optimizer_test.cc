@@ -1,0 +1,192 @@
+// Megatron's optimizer state read from torch_dist checkpoints: both layouts against the values torch recorded.
+//
+// tests/data/megatron/torch_dist_adam (the non-distributed optimizer: FP32Optimizer over torch AdamW,
+// f32 weights) and torch_dist_adam_dp2 (the same state as the distributed optimizer's
+// fully_sharded_model_space pieces at TP 2 x DP 2, bf16 weights with fp32 master copies) come from
+// tools/reference/megatron_torch_dist_optim_reference.py (Megatron core_v0.12.1's dist_checkpointing,
+// 7 AdamW steps); torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
+// and first values. Both layouts must give those values, and exactly the same tensors as each other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/dcp_reader.h"
+#include "ckpt/torch_file.h"
+#include "train/megatron_checkpoint.h"
+#include "train/megatron_dist_optimizer.h"
+#include "train/megatron_fixture.h"
+
+namespace gale {
+namespace {
+
+using namespace megatron_fixture;
+
+nlohmann::json reference() {
+  std::ifstream in(fixture("torch_dist_optim.json"));
+  return nlohmann::json::parse(in);
+}
+
+void expect_values(const Tensor& t, const nlohmann::json& want, const std::string& what) {
+  ASSERT_EQ(t.dtype(), DType::kF32) << what;
+  EXPECT_EQ(nlohmann::json(t.shape()), want["shape"]) << what;
+  const float* p = t.data<float>();
+  double sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) sum += p[i];
+  EXPECT_NEAR(sum, want["sum"].get<double>(), 1e-9 * (1 + std::abs(sum))) << what;
+  for (size_t i = 0; i < want["first"].size(); ++i) EXPECT_EQ(p[i], want["first"][i].get<float>()) << what << " [" << i << "]";
+}
+
+StatusOr<MegatronCheckpoint> read_with_optimizer(const std::string& dir) {
+  return read_megatron_checkpoint(fixture(dir), kUnset, /*with_optimizer=*/true);
+}
+
+TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
+  const nlohmann::json ref = reference();
+  const nlohmann::json& tensors = ref["torch_dist_adam"]["tensors"];
+  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2"}) {
+    SCOPED_TRACE(dir);
+    auto m = read_with_optimizer(dir);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_TRUE(m->optimizer.has_value());
+    const MegatronOptimizerState& o = *m->optimizer;
+    EXPECT_EQ(o.layout, std::string(dir) == "torch_dist_adam" ? "non-distributed" : "fully_sharded_model_space");
+    EXPECT_EQ(o.type, "adam");
+    EXPECT_EQ(o.step, 7);
+    EXPECT_EQ(o.fp32_masters, std::string(dir) == "torch_dist_adam_dp2");  // bf16 weights: the masters replace them
+    EXPECT_EQ(o.scheduler, ref[dir]["opt_param_scheduler"]);
+    EXPECT_TRUE(o.grad_scaler.is_null());
+    ASSERT_EQ(o.tensors.size(), 2u);  // exp_avg, exp_avg_sq (fp32_param went into the weights)
+    for (const char* state : {"exp_avg", "exp_avg_sq"}) {
+      ASSERT_EQ(o.tensors.at(state).size(), tensors[state].size()) << state;
+      for (const auto& [name, want] : tensors[state].items()) {
+        auto t = o.tensors.at(state).find(name);
+        ASSERT_NE(t, o.tensors.at(state).end()) << state << " " << name;
+        expect_values(t->second, want, str_cat(state, " ", name));
+      }
+    }
+    for (const auto& [name, want] : tensors["fp32_param"].items()) {  // the weights Adam updates
+      Tensor w = m->tensors.at(name);
+      ASSERT_EQ(w.dtype(), DType::kF32) << name;
+      expect_values(w, want, str_cat("weight ", name));
+    }
+  }
+}
+
+// Gale's DCP index of both fixtures is torch's: the flattened pieces' global shapes ([L, TP, 1, numel]
+// for the stacked linear_qkv) and chunk counts included.
+TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
+  const nlohmann::json want = reference()["listing"];
+  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2"}) {
+    SCOPED_TRACE(dir);
+    auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    nlohmann::json got = nlohmann::json::object();
+    for (const auto& [key, info] : c->tensors())
+      got[key] = {{"kind", "tensor"}, {"shape", info.shape}, {"dtype", info.torch_dtype}, {"chunks", info.chunks.size()}};
+    for (const auto& [key, chunk] : c->objects()) got[key] = {{"kind", "bytes"}};
+    EXPECT_EQ(got, want[dir]);
+  }
+}
+
+TEST(MegatronDistOptimizer, FlattenedPiecesReassembleAsTheModelTensor) {
+  // global [4, 6] cut into 2 x 3 fragments of local shape [2, 2]: row f of the flattened form is the
+  // block at (2 f0, 2 f1), row-major.
+  Tensor flat = Tensor::empty({2, 3, 4}, DType::kF32);
+  for (int64_t i = 0; i < flat.numel(); ++i) flat.data<float>()[i] = static_cast<float>(i);
+  auto g = unflatten_model_space(flat, {4, 6}, "t");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const float want[4][6] = {{0, 1, 4, 5, 8, 9}, {2, 3, 6, 7, 10, 11}, {12, 13, 16, 17, 20, 21}, {14, 15, 18, 19, 22, 23}};
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 6; ++c) EXPECT_EQ(g->data<float>()[r * 6 + c], want[r][c]) << r << "," << c;
+  auto bad = unflatten_model_space(flat, {4, 5}, "optimizer tensor 'x'");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("optimizer tensor 'x': shape [2, 3, 4]: expected the model tensor's [4, 5] or "
+                                        "its N-D flattened form"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+// Megatron's SGD (the torch_dist_tp1 fixture: FP32Optimizer over torch SGD with momentum, saved without a
+// scheduler): refused as Megatron's own load would fail on it; with a scheduler added, its momentum
+// buffers read as tensors of the model keys' shapes.
+TEST(MegatronDistOptimizer, SgdMomentum) {
+  auto m = read_with_optimizer("torch_dist_tp1");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("common.pt: expected Megatron's 'opt_param_scheduler' state dict next to the "
+                                      "optimizer state (Megatron's own load needs it too), found none; pass "
+                                      "--no-load-optim (or --finetune)"),
+            std::string::npos)
+      << m.status().message();
+  const std::string dir = fixture("torch_dist_tp1/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(c.ok() && common.ok());
+  (*common)->set("opt_param_scheduler", PyValue::dict());
+  auto o = read_megatron_dist_optimizer(*c, **common, nullptr, dir);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->type, "sgd");  // the fixture's args record no optimizer: SGD's momentum says it
+  EXPECT_EQ(o->step, 0);      // torch's SGD keeps none
+  ASSERT_EQ(o->tensors.size(), 1u);
+  for (const auto& [key, t] : o->tensors.at("momentum_buffer")) EXPECT_EQ(t.shape(), c->tensors().at(key).shape) << key;
+  EXPECT_EQ(o->tensors.at("momentum_buffer").size(), 12u);  // Megatron's keys: stacked layers count once
+}
+
+TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
+  // The torch format: refused before reading.
+  auto m = read_with_optimizer("tp1");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist checkpoints only; this one is "
+                                      "in the torch format (not supported yet): pass --no-load-optim (or --finetune)"),
+            std::string::npos)
+      << m.status().message();
+  // A torch_dist checkpoint without optimizer state.
+  m = read_with_optimizer("torch_dist_tp2pp2");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("holds no optimizer state (saved with --no-save-optim, or not by a training "
+                                      "run): pass --no-load-optim (or --finetune)"),
+            std::string::npos)
+      << m.status().message();
+  // The bucket-space layouts of the distributed optimizer, and several optimizers.
+  auto c = DcpCheckpoint::open(fixture("torch_dist_adam_dp2/iter_0000007"));
+  ASSERT_TRUE(c.ok());
+  PyRef common = PyValue::dict(), opt = PyValue::dict();
+  common->set("optimizer", opt);
+  common->set("opt_param_scheduler", PyValue::dict());
+  opt->set("param_state_sharding_type", PyValue::str("dp_reshardable"));
+  auto o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("D: Megatron's distributed optimizer state in the 'dp_reshardable' layout"),
+            std::string::npos)
+      << o.status().message();
+  EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
+  PyRef chained = PyValue::dict();
+  chained->entries.emplace_back(PyValue::integer(0), PyValue::dict());
+  common->set("optimizer", chained);
+  o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("D/common.pt: the state of several optimizers (Megatron's ChainedOptimizer"),
+            std::string::npos)
+      << o.status().message();
+  // Steps that differ between param groups.
+  PyRef inner = PyValue::dict(), groups = PyValue::list();
+  for (int64_t step : {7, 6}) {
+    PyRef g = PyValue::dict();
+    g->set("step", PyValue::integer(step));
+    groups->items.push_back(g);
+  }
+  inner->set("param_groups", groups);
+  opt = PyValue::dict();
+  opt->set("optimizer", inner);
+  opt->set("param_state_sharding_type", PyValue::str("fully_sharded_model_space"));
+  common->set("optimizer", opt);
+  o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("record different steps (6 and 7)"), std::string::npos) << o.status().message();
+}
+
+}  // namespace
+}  // namespace gale
