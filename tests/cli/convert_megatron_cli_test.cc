@@ -387,8 +387,9 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
 
 // Megatron's optimizer state from torch_dist (tests/data/megatron/torch_dist_adam: the non-distributed
 // optimizer's layout, f32; torch_dist_adam_dp2: the distributed optimizer's fully_sharded_model_space
-// pieces at TP 2 x DP 2 with bf16 weights and fp32 master copies; both Megatron core_v0.12.1 after 7
-// AdamW steps, tools/reference/megatron_torch_dist_optim_reference.py). Iteration 8 in Gale, in one
+// pieces at TP 2 x DP 2 with bf16 weights and fp32 master copies; torch_dist_adam_reshardable: its
+// fully_reshardable layout; all Megatron core_v0.12.1 after 7 AdamW steps,
+// tools/reference/megatron_torch_dist_optim_reference.py). Iteration 8 in Gale, in one
 // process and on two ranks (TP 2, or DP 2 with the distributed optimizer), must be AdamW's update from
 // that state: with the gradient g that the saved first moment implies, g = (m8 - b1 m7) / (1 - b1),
 // the second moment is v8 = b2 v7 + (1 - b2) g^2 (v7 loaded) and the weights are
@@ -450,6 +451,7 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
       {"torch_dist_adam", 2, {"--use-distributed-optimizer"}, "non-distributed"},
       {"torch_dist_adam_dp2", 1, {"--bf16"}, "fully_sharded_model_space"},
       {"torch_dist_adam_dp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "fully_sharded_model_space"},
+      {"torch_dist_adam_reshardable", 1, {"--bf16"}, "fully_reshardable"},
   };
   std::map<std::string, double> one_process_loss;
   int k = 0;
@@ -462,9 +464,9 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
     extra.insert(extra.end(), {"--load", megatron(c.fixture), "--save", save});
     test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const bool bf16 = std::string(c.fixture) == "torch_dist_adam_dp2";
+    const bool bf16 = std::string(c.fixture) != "torch_dist_adam", tp2 = std::string(c.fixture) == "torch_dist_adam_dp2";
     EXPECT_NE(r.output.find(str_cat("reading Megatron's torch_dist checkpoint ", megatron(c.fixture),
-                                    "/iter_0000007 (checkpoint_version 3, saved at TP ", bf16 ? 2 : 1, " x PP 1): model "
+                                    "/iter_0000007 (checkpoint_version 3, saved at TP ", tp2 ? 2 : 1, " x PP 1): model "
                                     "weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer state (",
                                     c.layout, ": exp_avg, exp_avg_sq; step 7), scheduler and iteration; Megatron's RNG "
                                     "state is not read")),

@@ -5,11 +5,12 @@
 // fully_sharded_model_space pieces at TP 2 x DP 2, bf16 weights with fp32 master copies) come from
 // tools/reference/megatron_torch_dist_optim_reference.py (Megatron core_v0.12.1's dist_checkpointing,
 // 7 AdamW steps); torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
-// and first values. Both layouts must give those values, and exactly the same tensors as each other.
+// and first values. Every layout must give those values, and exactly the same tensors as each other.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/dcp_reader.h"
@@ -45,16 +46,19 @@ StatusOr<MegatronCheckpoint> read_with_optimizer(const std::string& dir) {
 TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
   const nlohmann::json ref = reference();
   const nlohmann::json& tensors = ref["torch_dist_adam"]["tensors"];
-  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2"}) {
+  const std::map<std::string, std::string> layouts = {{"torch_dist_adam", "non-distributed"},
+                                                      {"torch_dist_adam_dp2", "fully_sharded_model_space"},
+                                                      {"torch_dist_adam_reshardable", "fully_reshardable"}};
+  for (const auto& [dir, layout] : layouts) {
     SCOPED_TRACE(dir);
     auto m = read_with_optimizer(dir);
     ASSERT_TRUE(m.ok()) << m.status().message();
     ASSERT_TRUE(m->optimizer.has_value());
     const MegatronOptimizerState& o = *m->optimizer;
-    EXPECT_EQ(o.layout, std::string(dir) == "torch_dist_adam" ? "non-distributed" : "fully_sharded_model_space");
+    EXPECT_EQ(o.layout, layout);
     EXPECT_EQ(o.type, "adam");
     EXPECT_EQ(o.step, 7);
-    EXPECT_EQ(o.fp32_masters, std::string(dir) == "torch_dist_adam_dp2");  // bf16 weights: the masters replace them
+    EXPECT_EQ(o.fp32_masters, dir != "torch_dist_adam");  // bf16 weights: the masters replace them
     EXPECT_EQ(o.scheduler, ref[dir]["opt_param_scheduler"]);
     EXPECT_TRUE(o.grad_scaler.is_null());
     ASSERT_EQ(o.tensors.size(), 2u);  // exp_avg, exp_avg_sq (fp32_param went into the weights)
@@ -78,7 +82,7 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
 // for the stacked linear_qkv) and chunk counts included.
 TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   const nlohmann::json want = reference()["listing"];
-  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2"}) {
+  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();

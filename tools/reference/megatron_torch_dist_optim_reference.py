@@ -21,6 +21,10 @@ hidden 16, ffn 24, 4 heads in 2 query groups, vocabulary 50 padded to 64, Megatr
                          torch_dist writer stores those N-D flattened pieces (global shape
                          [X // x, Y // y, ..., x * y * ...]). The script loads it back with dist_checkpointing.load
                          and checks every tensor.
+  torch_dist_adam_reshardable/  the same state in the distributed optimizer's fully_reshardable layout (Megatron main's
+                         --dist-ckpt-optim-fully-reshardable; built as its sharded_param_state_fully_reshardable builds
+                         it: whole tensors under optimizer.state.{param,exp_avg,exp_avg_sq}.<key>), TP 1, bf16 model,
+                         saved by core_v0.12.1's torch_dist writer in one process
   torch_dist_optim.json  per fixture: the step, the scheduler state, and for every tensor (Megatron's torch-format
                          names, global layer numbers, TP 1 layout) its sum and first four values, for Gale's tests.
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
@@ -221,6 +225,40 @@ def dp2_worker(rank, world, out, port, state, groups, sched_sd):
     dist.destroy_process_group()
 
 
+def reshardable_worker(rank, world, out, port, state, groups, sched_sd):
+    """One process, TP 1: the distributed optimizer's fully_reshardable layout (Megatron main's
+    sharded_param_state_fully_reshardable: whole model-space tensors replacing each model ShardedTensor,
+    the master copies under 'param'), bf16 model."""
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.mapping import ShardedTensorFactory
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    model = dref.build(1, 1, rank, world, port)
+    model.load_state_dict({k: v["fp32_param"] for k, v in state.items()}, strict=True)
+    model.bfloat16()
+    ckpt = os.path.join(out, "iter_%07d" % ITERATION)
+    os.makedirs(ckpt, exist_ok=True)
+    model_sd = model.sharded_state_dict()
+    param_state = {}
+    for idx, (name, sh) in enumerate((k, v) for k, v in model_sd.items() if "_extra_state" not in k):
+        tensors = {}
+        for s, key in (("param", "fp32_param"), ("exp_avg", "exp_avg"), ("exp_avg_sq", "exp_avg_sq")):
+            data = state[name][key].clone()
+            kw = dict(key="optimizer.state.%s.%s" % (s, sh.key), data=data, dtype=data.dtype)
+            if isinstance(sh, ShardedTensorFactory):
+                kw.pop("dtype")
+            tensors[s] = dataclasses.replace(sh, **kw)
+        param_state[idx] = tensors
+    dist_groups = [dict({k: v for k, v in g.items() if k != "params"}, step=ITERATION) for g in groups]
+    optimizer = {"optimizer": {"param_groups": dist_groups}, "param_state": param_state,
+                 "param_state_sharding_type": "fully_reshardable"}
+    st = {"args": args_for(1, 1, True), "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
+          "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
+    dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(ITERATION))
+    dist.destroy_process_group()
+
+
 def summary(state):
     out = {}
     for name, v in sorted(state.items()):
@@ -247,8 +285,12 @@ def main():
     os.makedirs(out)
     mp.spawn(dp2_worker, args=(4, out, 29700 + os.getpid() % 200, state, groups, sched_sd), nprocs=4, join=True)
     result["torch_dist_adam_dp2"] = {"step": ITERATION, "opt_param_scheduler": sched_sd}
-    result["listing"] = {n: dref.listing(os.path.join(a.out, n, "iter_%07d" % ITERATION))
-                         for n in ("torch_dist_adam", "torch_dist_adam_dp2")}
+    out = os.path.join(a.out, "torch_dist_adam_reshardable")
+    shutil.rmtree(out, ignore_errors=True)
+    mp.spawn(reshardable_worker, args=(1, out, 29900 + os.getpid() % 90, state, groups, sched_sd), nprocs=1, join=True)
+    result["torch_dist_adam_reshardable"] = {"step": ITERATION, "opt_param_scheduler": sched_sd}
+    names = ("torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable")
+    result["listing"] = {n: dref.listing(os.path.join(a.out, n, "iter_%07d" % ITERATION)) for n in names}
     with open(os.path.join(a.out, "torch_dist_optim.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("wrote", ", ".join(result))
