@@ -451,6 +451,7 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
       {"torch_dist_adam", 2, {"--use-distributed-optimizer"}, "non-distributed"},
       {"torch_dist_adam_dp2", 1, {"--bf16"}, "fully_sharded_model_space"},
       {"torch_dist_adam_dp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "fully_sharded_model_space"},
+      {"torch_dist_adam_dp2", 2, {"--bf16", "--pipeline-model-parallel-size", "2"}, "fully_sharded_model_space"},
       {"torch_dist_adam_reshardable", 1, {"--bf16"}, "fully_reshardable"},
   };
   std::map<std::string, double> one_process_loss;

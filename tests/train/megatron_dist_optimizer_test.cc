@@ -137,6 +137,29 @@ TEST(MegatronDistOptimizer, SgdMomentum) {
   EXPECT_EQ(o->tensors.at("momentum_buffer").size(), 12u);  // Megatron's keys: stacked layers count once
 }
 
+// --fp16: the loss scaler's state next to the optimizer's (Megatron's DynamicGradScaler.state_dict: the
+// scale a one-element tensor, the trackers ints).
+TEST(MegatronDistOptimizer, GradScalerState) {
+  const std::string dir = fixture("torch_dist_adam_dp2/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(c.ok() && common.ok());
+  PyValue* opt = nullptr;
+  for (auto& [k, v] : (*common)->entries)
+    if (k->s == "optimizer") opt = v.get();
+  ASSERT_NE(opt, nullptr);
+  Tensor scale = Tensor::empty({1}, DType::kF32);
+  scale.data<float>()[0] = 1024.0f;
+  PyRef g = PyValue::dict();
+  g->set("scale", PyValue::tensor(scale));
+  g->set("growth_tracker", PyValue::integer(3));
+  g->set("hysteresis_tracker", PyValue::integer(2));
+  opt->set("grad_scaler", g);
+  auto o = read_megatron_dist_optimizer(*c, **common, nullptr, dir);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->grad_scaler, nlohmann::json({{"scale", 1024.0}, {"growth_tracker", 3}, {"hysteresis_tracker", 2}}));
+}
+
 TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
   // The torch format: refused before reading.
   auto m = read_with_optimizer("tp1");
