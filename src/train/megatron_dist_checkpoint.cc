@@ -51,7 +51,8 @@ Status add_global_tensor(const std::string& dir, const std::string& key, const s
     if (t.ndim() == 0 || t.shape()[0] != layers)
       return DataLoss(dir, ": tensor '", key, "' of shape ", t.shape_string(), ": expected the layers stacked along "
                            "its first dimension (args.num_layers = ", layers, ")");
-    for (int64_t i = 0; i < layers; ++i) out.set(str_cat("decoder.layers.", i, ".", rest), PyValue::tensor(slice0(t, i)));
+    for (int64_t i = 0; i < layers; ++i)
+      out.set(str_cat("decoder.layers.", i, ".", rest), PyValue::tensor(slice0(t, i)));
     return Status::Ok();
   }
   out.set(name, PyValue::tensor(std::move(t)));

@@ -24,7 +24,8 @@ nlohmann::json scalar_json(const PyValue& v) {
     case PyValue::kTensor: {
       if (!v.data.defined() || v.data.numel() != 1) return nullptr;
       float x = 0;
-      if (!convert_elements(st_dtype_of(v.data.dtype()), v.data.raw(), DType::kF32, &x, 1, "scalar").ok()) return nullptr;
+      if (!convert_elements(st_dtype_of(v.data.dtype()), v.data.raw(), DType::kF32, &x, 1, "scalar").ok())
+        return nullptr;
       return static_cast<double>(x);
     }
     default: return nullptr;
@@ -49,7 +50,8 @@ StatusOr<int64_t> step_of(const PyValue& inner, const std::string& where) {
   if (const PyValue* state = inner.get("state"); state && state->kind == PyValue::kDict)
     if (const PyValue* s = state->get("common_step")) {
       const nlohmann::json j = scalar_json(*s);
-      if (!j.is_number()) return DataLoss(where, ": optimizer.state.common_step: expected a number, found ", s->type_name());
+      if (!j.is_number())
+        return DataLoss(where, ": optimizer.state.common_step: expected a number, found ", s->type_name());
       steps.insert(static_cast<int64_t>(j.get<double>()));
     }
   if (const PyValue* groups = inner.get("param_groups"); groups && groups->kind == PyValue::kList)
@@ -153,13 +155,15 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
   }
   const PyValue* sched = common.get("opt_param_scheduler");
   if (sched == nullptr || sched->kind != PyValue::kDict)
-    return DataLoss(where, ": expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state (Megatron's "
-                    "own load needs it too), found ", sched ? sched->type_name() : std::string("none"), "; ", kOutWay);
+    return DataLoss(where, ": expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state "
+                    "(Megatron's own load needs it too), found ", sched ? sched->type_name() : std::string("none"),
+                    "; ", kOutWay);
   o.scheduler = scalars_json(*sched);
   for (const auto& [key, info] : c.tensors()) {
     if (!starts_with(key, kState)) continue;
     const size_t dot = key.find('.', kState.size());
-    if (dot == std::string::npos) return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.state.<state>.<key>");
+    if (dot == std::string::npos)
+      return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.state.<state>.<key>");
     std::string state = key.substr(kState.size(), dot - kState.size());
     const std::string model_key = key.substr(dot + 1);
     if (state == "param") state = "fp32_param";  // fully_reshardable's name for the master copies

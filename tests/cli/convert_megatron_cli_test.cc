@@ -399,7 +399,8 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
 std::vector<std::string> adam_model(const TempDir& tmp) {
   std::vector<std::string> a = small_model(tmp);
   const std::pair<const char*, const char*> edits[] = {
-      {"--num-layers", "2"}, {"--hidden-size", "16"}, {"--ffn-hidden-size", "24"}, {"--lr", "1e-3"}, {"--save-interval", "8"}};
+      {"--num-layers", "2"}, {"--hidden-size", "16"}, {"--ffn-hidden-size", "24"},
+      {"--lr", "1e-3"},       {"--save-interval", "8"}};
   for (const auto& [flag, value] : edits) *(std::find(a.begin(), a.end(), flag) + 1) = value;
   a.insert(a.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
                      "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear", "--lr-warmup-iters",
@@ -429,7 +430,8 @@ void expect_adamw_step(const MegatronCheckpoint& from, const std::string& saved,
       ASSERT_NEAR(v8[i], b2 * v7[i] + (1 - b2) * g * g, 1e-5 * (std::abs(v8[i]) + b2 * v7[i]) + 1e-12)
           << what << " " << name << " [" << i << "]";
       const double update = m8[i] / bc1 / (std::sqrt(v8[i] / bc2) + eps);
-      ASSERT_NEAR(p8[i], p7[i] - lr * (update + decay * p7[i]), 3e-7 * std::abs(p7[i]) + 1e-5 * lr * std::abs(update) + 1e-9)
+      ASSERT_NEAR(p8[i], p7[i] - lr * (update + decay * p7[i]),
+                  3e-7 * std::abs(p7[i]) + 1e-5 * lr * std::abs(update) + 1e-9)
           << what << " " << name << " [" << i << "]";
     }
   }
@@ -465,7 +467,8 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
     extra.insert(extra.end(), {"--load", megatron(c.fixture), "--save", save});
     test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const bool bf16 = std::string(c.fixture) != "torch_dist_adam", tp2 = std::string(c.fixture) == "torch_dist_adam_dp2";
+    const bool bf16 = std::string(c.fixture) != "torch_dist_adam";
+    const bool tp2 = std::string(c.fixture) == "torch_dist_adam_dp2";
     EXPECT_NE(r.output.find(str_cat("reading Megatron's torch_dist checkpoint ", megatron(c.fixture),
                                     "/iter_0000007 (checkpoint_version 3, saved at TP ", tp2 ? 2 : 1, " x PP 1): model "
                                     "weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer state (",

@@ -36,7 +36,8 @@ void expect_values(const Tensor& t, const nlohmann::json& want, const std::strin
   double sum = 0;
   for (int64_t i = 0; i < t.numel(); ++i) sum += p[i];
   EXPECT_NEAR(sum, want["sum"].get<double>(), 1e-9 * (1 + std::abs(sum))) << what;
-  for (size_t i = 0; i < want["first"].size(); ++i) EXPECT_EQ(p[i], want["first"][i].get<float>()) << what << " [" << i << "]";
+  for (size_t i = 0; i < want["first"].size(); ++i)
+    EXPECT_EQ(p[i], want["first"][i].get<float>()) << what << " [" << i << "]";
 }
 
 StatusOr<MegatronCheckpoint> read_with_optimizer(const std::string& dir) {
@@ -88,7 +89,8 @@ TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
     ASSERT_TRUE(c.ok()) << c.status().message();
     nlohmann::json got = nlohmann::json::object();
     for (const auto& [key, info] : c->tensors())
-      got[key] = {{"kind", "tensor"}, {"shape", info.shape}, {"dtype", info.torch_dtype}, {"chunks", info.chunks.size()}};
+      got[key] = {
+          {"kind", "tensor"}, {"shape", info.shape}, {"dtype", info.torch_dtype}, {"chunks", info.chunks.size()}};
     for (const auto& [key, chunk] : c->objects()) got[key] = {{"kind", "bytes"}};
     EXPECT_EQ(got, want[dir]);
   }
@@ -101,7 +103,8 @@ TEST(MegatronDistOptimizer, FlattenedPiecesReassembleAsTheModelTensor) {
   for (int64_t i = 0; i < flat.numel(); ++i) flat.data<float>()[i] = static_cast<float>(i);
   auto g = unflatten_model_space(flat, {4, 6}, "t");
   ASSERT_TRUE(g.ok()) << g.status().message();
-  const float want[4][6] = {{0, 1, 4, 5, 8, 9}, {2, 3, 6, 7, 10, 11}, {12, 13, 16, 17, 20, 21}, {14, 15, 18, 19, 22, 23}};
+  const float want[4][6] = {
+      {0, 1, 4, 5, 8, 9}, {2, 3, 6, 7, 10, 11}, {12, 13, 16, 17, 20, 21}, {14, 15, 18, 19, 22, 23}};
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 6; ++c) EXPECT_EQ(g->data<float>()[r * 6 + c], want[r][c]) << r << "," << c;
   auto bad = unflatten_model_space(flat, {4, 5}, "optimizer tensor 'x'");
@@ -165,8 +168,8 @@ TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
   auto m = read_with_optimizer("tp1");
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist checkpoints only; this one is "
-                                      "in the torch format (not supported yet): pass --no-load-optim (or --finetune)"),
+  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist checkpoints only; this one "
+                                      "is in the torch format (not supported yet): pass --no-load-optim (or --finetune)"),
             std::string::npos)
       << m.status().message();
   // A torch_dist checkpoint without optimizer state.
