@@ -27,11 +27,17 @@
 // attention; or a 0/1 list), sizes --linear-conv-kernel-dim, --linear-key-head-dim,
 // --linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads (Megatron's defaults 4,
 // 128, 128, 16, 32); model/gated_delta_net.h has the math (level 0: the reference recurrence).
+// gale generate, evaluate and the batched engine run a GDN checkpoint (its args: --use-checkpoint-args):
+// each sequence's GDN layers keep a decoding state (the convolution's last K−1 inputs and the delta
+// rule's state, model/mamba_state.h) as Megatron's ssm_prefill / ssm_decode, its attention layers
+// their keys and values.
 // Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): tensor, sequence
-// and context parallelism, --multi-latent-attention, --is-hybrid-model, LoRA, --mtp-num-layers,
-// decoding (generate/evaluate refuse the checkpoint), gdn2.
+// and context parallelism, --multi-latent-attention, --is-hybrid-model, LoRA (and --lora-load in
+// inference), --mtp-num-layers, conversion to or from Megatron's and Hugging Face's formats, gdn2.
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
-// init), tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, save/resume).
+// init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
+// tests/train/gdn_inference_test.cc (batched engine, evaluate's loss), tests/cli/gdn_cli_test.cc
+// (flags and refusals, gale pretrain: learning, save/resume; gale generate / evaluate).
 //
 // DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
@@ -57,7 +63,8 @@ class DsaFeature : public Feature {
     return "--experimental-attention-variant gdn (or gated_delta_net): Gated DeltaNet linear attention in the "
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
-           "no TP/SP/CP, MLA, hybrid, LoRA, MTP, decoding; gdn2 not supported yet. "
+           "generate/evaluate/batched serving with per-sequence GDN decoding states; "
+           "no TP/SP/CP, MLA, hybrid, LoRA, MTP, conversion; gdn2 not supported yet. "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "

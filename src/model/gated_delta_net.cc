@@ -144,29 +144,38 @@ GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnPar
   return m;
 }
 
-Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
-                   GdnSaved* saved) {
+namespace {
+
+// The mixer over sequences of rows (gdn_forward: one per sample, no states).
+Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std::vector<GdnSequence>& seqs,
+               DType gemm_dtype, GdnSaved* saved) {
   const Offsets of(d);
-  const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
+  const int64_t T = u.size(0), CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK;
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
-  GALE_CHECK_EQ(u.size(0), T);
+  std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
+  for (const GdnSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
+  check_conv_sequences(conv_seqs, T, "gated delta net");
   Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
-  causal_conv1d_forward(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, S, B);
+  causal_conv1d_forward_sequences(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, conv_seqs);
   Prepared p = prepare(d, w, zxp, conv_pre.data<float>(), T);
   Tensor o = Tensor::empty({T, VD});
   {
     const float *x = p.qkv.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
     float* op = o.data<float>();
-    parallel_for(B * NV, 1, [&](int64_t b0, int64_t e0) {
+    parallel_for(static_cast<int64_t>(seqs.size()) * NV, 1, [&](int64_t b0, int64_t e0) {
       std::vector<float> st(static_cast<size_t>(DK * DV)), tmp(static_cast<size_t>(DV));
       for (int64_t task = b0; task < e0; ++task) {
-        const int64_t b = task / NV, h = task % NV, kh = h / r;
-        std::fill(st.begin(), st.end(), 0.0f);
-        for (int64_t s = 0; s < S; ++s) {
-          const int64_t t = s * B + b;
+        const GdnSequence& q_seq = seqs[static_cast<size_t>(task / NV)];
+        const int64_t h = task % NV, kh = h / r;
+        if (q_seq.rec_state)
+          std::copy_n(q_seq.rec_state + h * DK * DV, DK * DV, st.begin());
+        else
+          std::fill(st.begin(), st.end(), 0.0f);
+        for (int64_t s = 0; s < q_seq.length; ++s) {
+          const int64_t t = q_seq.first + s * q_seq.stride;
           const float* q = x + t * CD + kh * DK;
           const float* k = x + t * CD + d.qk_dim() + kh * DK;
           const float* v = x + t * CD + 2 * d.qk_dim() + h * DV;
@@ -177,6 +186,7 @@ Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64
             for (int64_t j = 0; j < DV; ++j) out[j] += q[i] * st[static_cast<size_t>(i * DV + j)];
           for (int64_t j = 0; j < DV; ++j) out[j] *= scale;
         }
+        if (q_seq.rec_state) std::copy(st.begin(), st.end(), q_seq.rec_state + h * DK * DV);
       }
     });
   }
@@ -210,6 +220,21 @@ Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64
     saved->normed = normed_in;
   }
   return out;
+}
+
+}  // namespace
+
+Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
+                   GdnSaved* saved) {
+  GALE_CHECK_EQ(u.size(0), S * B);
+  std::vector<GdnSequence> seqs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = GdnSequence{b, B, S, nullptr, nullptr};
+  return forward(d, w, u, seqs, gemm_dtype, saved);
+}
+
+Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
+                             const std::vector<GdnSequence>& seqs, DType gemm_dtype) {
+  return forward(d, w, u, seqs, gemm_dtype, nullptr);
 }
 
 Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const Tensor& d_out, int64_t S, int64_t B) {

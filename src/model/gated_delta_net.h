@@ -78,6 +78,22 @@ struct GdnSaved {
 // out [T, H] of u [T, H]. `saved` null: nothing kept.
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
                    GdnSaved* saved);
+// Decoding (model/mamba_state.h): one sequence's rows of the mixer's input, positions 0 .. length−1
+// (after the ones its state has seen) at rows first + s·stride. conv_state [K−1, conv_dim] holds
+// the convolution's last K−1 inputs (q | k | v before it) and rec_state [NV, DK, DV] the delta
+// rule's state S per value head; the sequence continues from them and leaves them after its last
+// position (both null: the state before position 0, nothing written back). length 1 is a decode
+// step, O(1) in the positions already seen (Megatron's GatedDeltaNet ssm_decode: the convolution's
+// causal_conv1d_update and one step of the recurrence); longer is prefill (ssm_prefill).
+struct GdnSequence {
+  int64_t first = 0, stride = 1, length = 0;
+  float* conv_state = nullptr;
+  float* rec_state = nullptr;
+};
+// out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept).
+// gdn_forward is this with sample b's rows b, b + B, ... and no states.
+Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
+                             const std::vector<GdnSequence>& seqs, DType gemm_dtype);
 // d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.
 Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& saved, const Tensor& d_out, int64_t S, int64_t B);
 

@@ -10,6 +10,7 @@ namespace gale {
 bool layer_keeps_kv(const ModelConfig& c, int64_t layer) {
   if (c.is_noop_layer(layer)) return false;
   if (c.hybrid.enabled) return c.hybrid.layers.at(static_cast<size_t>(layer)) == '*';
+  if (c.gdn.is_gdn_layer(layer)) return false;  // its decoding state instead (model/mamba_state.h)
   return c.attention_kind(layer) == SubBlock::kBlock;  // heterogeneous layers: none for no-op or linear
 }
 
@@ -23,7 +24,7 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
     cache.layers.push_back(layer_keeps_kv(c, layer) ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()})
                                                     : Tensor());
   }
-  if (c.hybrid.enabled) {
+  if (c.hybrid.enabled || c.gdn.enabled) {
     cache.mamba = MambaStatePool(c, part, B);
     for (int64_t b = 0; b < B; ++b) cache.mamba.allocate();  // slot b: sample b, zero
   }
@@ -41,6 +42,27 @@ KvCache clone_kv_cache(const KvCache& src) {
   }
   dst.mamba = src.mamba.clone();
   return dst;
+}
+
+std::vector<RecurrentRows> recurrent_decoding_rows(KvCache* cache, RaggedKvBatch* ragged, int64_t B, int64_t S,
+                                                   int64_t local) {
+  std::vector<RecurrentRows> rows;
+  if (ragged) {
+    MambaStatePool* pool = ragged->mamba;
+    GALE_CHECK(pool) << "ragged decoding of a model with Mamba or GDN layers without state slots "
+                        "(RaggedKvBatch::mamba)";
+    int64_t row = 0;
+    for (const RaggedRequest& r : ragged->requests) {
+      rows.push_back(RecurrentRows{row, 1, r.rows, pool->conv(local, r.mamba_slot), pool->ssm(local, r.mamba_slot)});
+      row += r.rows;
+    }
+  } else if (cache) {
+    GALE_CHECK(cache->mamba.slots() == B) << "kv cache of a model with Mamba or GDN layers: " << cache->mamba.slots()
+                                          << " state slots for " << B << " samples";
+    for (int64_t b = 0; b < B; ++b)
+      rows.push_back(RecurrentRows{b, B, S, cache->mamba.conv(local, b), cache->mamba.ssm(local, b)});
+  }
+  return rows;
 }
 
 KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64_t block_tokens, int64_t num_blocks)

@@ -10,7 +10,9 @@
 // A hybrid Mamba model (--is-hybrid-model) keeps keys and values only for its attention layers
 // ('*'); its Mamba layers ('M') keep their decoding state instead (model/mamba_state.h: the
 // convolution's last inputs and the scan's state, one slot per sample or request), and its MLP
-// layers ('-') nothing.
+// layers ('-') nothing. So do a Gated DeltaNet model's GDN layers (--experimental-attention-variant
+// gdn: the convolution's last inputs and the delta rule's state); its full-attention layers keep
+// keys and values.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ struct KvCache {
   // (ModelConfig::attention_kv_heads / attention_head_dim; model/mla_attention.h), not the latent.
   // Empty for noop layers and a hybrid model's Mamba and MLP layers (layer_keeps_kv).
   std::vector<Tensor> layers;
-  // A hybrid model's Mamba layers: slot b is sample b's state (B slots, zero when made).
+  // A hybrid model's Mamba layers or a GDN model's GDN layers: slot b is sample b's state (B slots,
+  // zero when made).
   MambaStatePool mamba;
   // --flash-decode: > 0 makes a one-token step of one sample attend with the split-K flash decoding
   // kernel (kernels/cpu/flash_decode.h) in chunks of this many cached positions; 0: the op table's
@@ -41,7 +44,7 @@ struct KvCache {
 };
 
 // Whether global layer `layer` attends, i.e. keeps keys and values (not a noop layer, nor a hybrid
-// model's Mamba or MLP layer).
+// model's Mamba or MLP layer, nor a GDN layer).
 bool layer_keeps_kv(const ModelConfig& config, int64_t layer);
 
 // An empty cache for `part`'s layers of `config` (this TP rank's KV heads; B zero Mamba states).
@@ -86,8 +89,8 @@ class KvBlockPool {
 // rows follow request r − 1's; their keys and values go to positions [cached, cached + rows) of
 // the request's blocks (enough of them for cached + rows positions, in position order), and its
 // queries attend (causally, at those positions) to positions [0, cached + rows) of its blocks only.
-// A hybrid model's Mamba layers run the request's rows from, and leave their state in, its slot
-// `mamba_slot` of `mamba` (fresh — zero — when cached is 0).
+// A hybrid model's Mamba layers (a GDN model's GDN layers) run the request's rows from, and leave
+// their state in, its slot `mamba_slot` of `mamba` (fresh — zero — when cached is 0).
 struct RaggedRequest {
   std::vector<int32_t> blocks;
   int64_t cached = 0;
@@ -96,9 +99,22 @@ struct RaggedRequest {
 };
 struct RaggedKvBatch {
   KvBlockPool* pool = nullptr;
-  MambaStatePool* mamba = nullptr;  // a hybrid model's Mamba states (null without Mamba layers)
+  MambaStatePool* mamba = nullptr;  // the Mamba or GDN layers' states (null without such layers)
   std::vector<RaggedRequest> requests;
   int64_t flash_decode_chunk = 0;  // as KvCache::flash_decode_chunk, for the requests with one new row
 };
+
+// A recurrent (Mamba or GDN) layer's sequences in an inference forward: sample b's rows b, b + B, ...
+// with slot b of cache->mamba (a KvCache forward of B samples of S new positions), or request r's
+// rows after request r − 1's with its mamba_slot (ragged); empty when both are null (training and
+// whole-sequence forwards: every sample from the zero state). `local_layer`: the layer's index in
+// the chunk.
+struct RecurrentRows {
+  int64_t first = 0, stride = 1, length = 0;
+  float* conv = nullptr;  // MambaStatePool::conv
+  float* ssm = nullptr;   // MambaStatePool::ssm
+};
+std::vector<RecurrentRows> recurrent_decoding_rows(KvCache* cache, RaggedKvBatch* ragged, int64_t B, int64_t S,
+                                                   int64_t local_layer);
 
 }  // namespace gale

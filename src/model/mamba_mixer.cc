@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/threads.h"
+#include "model/causal_conv1d.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/transformer_layer.h"
@@ -34,30 +35,6 @@ struct Offsets {
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
 
-// conv_pre = conv(xBC) along each sequence, bias included; before a sequence's position 0 the
-// inputs are its conv_state's rows (zero without one). `row_seq` [T]: each row's sequence and position.
-void conv_forward(const MambaDims& d, const float* w, const float* bias, const float* zx, float* out,
-                  const std::vector<MambaSequence>& seqs, const std::vector<std::pair<int64_t, int64_t>>& row_seq) {
-  const Offsets o(d);
-  const int64_t CD = d.conv_dim(), K = d.K, T = static_cast<int64_t>(row_seq.size());
-  parallel_for(T, 64, [&](int64_t b0, int64_t e0) {
-    for (int64_t t = b0; t < e0; ++t) {
-      const MambaSequence& q = seqs[static_cast<size_t>(row_seq[static_cast<size_t>(t)].first)];
-      const int64_t s = row_seq[static_cast<size_t>(t)].second;
-      float* y = out + t * CD;
-      for (int64_t c = 0; c < CD; ++c) y[c] = bias[c];
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t s2 = s - K + 1 + k;
-        const float* in = s2 >= 0         ? zx + (q.first + s2 * q.stride) * o.R + o.xbc
-                          : q.conv_state ? q.conv_state + (K - 1 + s2) * CD
-                                         : nullptr;
-        if (!in) continue;
-        for (int64_t c = 0; c < CD; ++c) y[c] += w[c * K + k] * in[c];
-      }
-    }
-  });
-}
-
 // in_proj: column-parallel over w.tp (plain at TP 1); *u_saved gets what backward takes.
 Tensor in_proj_forward(const MambaMixerWeights& w, const Tensor& u, Tensor* u_saved) {
   if (w.tp.tp == nullptr) {
@@ -81,22 +58,6 @@ Tensor out_proj_forward(const MambaMixerWeights& w, const Tensor& normed) {
 Tensor out_proj_backward(const MambaMixerWeights& w, const Tensor& d_out, const Tensor& normed) {
   return w.tp.tp == nullptr ? linear_backward(d_out, normed, w.out_proj)
                             : row_parallel_linear_backward(w.tp, d_out, normed, w.out_proj);
-}
-
-// conv_state ← the last K−1 inputs (xBC before the convolution) of each sequence with a state.
-void conv_state_update(const MambaDims& d, const float* zx, const std::vector<MambaSequence>& seqs) {
-  const Offsets o(d);
-  const int64_t CD = d.conv_dim(), K = d.K;
-  std::vector<float> next(static_cast<size_t>(std::max<int64_t>(K - 1, 0) * CD));
-  for (const MambaSequence& q : seqs) {
-    if (!q.conv_state) continue;
-    for (int64_t j = 0; j < K - 1; ++j) {
-      const int64_t pos = q.length - (K - 1) + j;  // < 0: still in the old state, at row length + j
-      const float* src = pos >= 0 ? zx + (q.first + pos * q.stride) * o.R + o.xbc : q.conv_state + (q.length + j) * CD;
-      std::copy_n(src, CD, next.data() + j * CD);
-    }
-    std::copy(next.begin(), next.end(), q.conv_state);
-  }
 }
 
 // The gated norm's g = y·silu(z) of row t.
@@ -211,19 +172,13 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   Tensor zx = in_proj_forward(w, u, &u_saved);  // [T, R]: the whole sequence's rows (gathered under SP)
   const int64_t T = zx.size(0), CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
   const int64_t heads_per_group = NH / G, gs = DI / G;
-  std::vector<std::pair<int64_t, int64_t>> row_seq(static_cast<size_t>(T), {-1, -1});
-  for (size_t i = 0; i < seqs.size(); ++i)
-    for (int64_t s = 0; s < seqs[i].length; ++s) {
-      const int64_t t = seqs[i].first + s * seqs[i].stride;
-      GALE_CHECK(t >= 0 && t < T && row_seq[static_cast<size_t>(t)].first < 0)
-          << "mamba mixer: sequence " << i << " row " << t << " outside the " << T << " rows or taken twice";
-      row_seq[static_cast<size_t>(t)] = {static_cast<int64_t>(i), s};
-    }
-  for (int64_t t = 0; t < T; ++t) GALE_CHECK(row_seq[static_cast<size_t>(t)].first >= 0) << "mamba mixer: row " << t << " in no sequence";
+  std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
+  for (const MambaSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
+  check_conv_sequences(conv_seqs, T, "mamba mixer");
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
-  conv_forward(d, w.conv_w, w.conv_b, zxp, conv_pre.data<float>(), seqs, row_seq);
-  conv_state_update(d, zxp, seqs);
+  // Before each sequence's position 0 its conv_state's inputs (zero without one); then its last K−1 inputs.
+  causal_conv1d_forward_sequences(zxp + o.xbc, o.R, w.conv_w, w.conv_b, conv_pre.data<float>(), CD, d.K, conv_seqs);
   Tensor xbc = Tensor::empty({T, CD});
   {
     const float* cp = conv_pre.data<float>();
@@ -439,21 +394,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
     }
   // SiLU and the convolution: channels are independent.
   for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
-  parallel_for(CD, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t s = 0; s < S; ++s) {
-          const float g = dxp[(s * B + b) * CD + c];
-          if (w.g_conv_b) w.g_conv_b[c] += g;
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t s2 = s - K + 1 + k;
-            if (s2 < 0) continue;
-            const int64_t t2 = s2 * B + b;
-            if (w.g_conv_w) w.g_conv_w[c * K + k] += g * zxp[t2 * o.R + o.xbc + c];
-            dzx[t2 * o.R + o.xbc + c] += w.conv_w[c * K + k] * g;
-          }
-        }
-  });
+  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, w.conv_w, dzx + o.xbc, o.R, w.g_conv_w, w.g_conv_b, CD, K, S, B);
   sv.conv_pre = Tensor();
   Tensor du = in_proj_backward(w, d_zx, sv.u);
   sv.u = sv.zxbcdt = Tensor();
@@ -481,26 +422,13 @@ MambaMixerWeights mixer_weights(const LayerRuntime& rt, const ParamBuffer& pb, c
   return m;
 }
 
-// Inference forwards: each sample's (rt.kv_cache) or request's (rt.ragged_kv) rows with its decoding
-// state; empty otherwise (training and whole-sequence forwards: every sample from the zero state).
+// Inference forwards: each sample's or request's rows with its decoding state (kv_cache.h
+// recurrent_decoding_rows); empty otherwise.
 std::vector<MambaSequence> decoding_sequences(const LayerRuntime& rt, int64_t layer) {
   std::vector<MambaSequence> seqs;
-  const int64_t local = layer - rt.part->first_layer;
-  if (rt.ragged_kv) {
-    MambaStatePool* pool = rt.ragged_kv->mamba;
-    GALE_CHECK(pool) << "ragged decoding of a hybrid model without Mamba state slots (RaggedKvBatch::mamba)";
-    int64_t row = 0;
-    for (const RaggedRequest& r : rt.ragged_kv->requests) {
-      seqs.push_back(MambaSequence{row, 1, r.rows, pool->conv(local, r.mamba_slot), pool->ssm(local, r.mamba_slot)});
-      row += r.rows;
-    }
-  } else if (rt.kv_cache) {
-    KvCache& cache = *rt.kv_cache;
-    const int64_t B = rt.mb->B, S = rt.mb->S;
-    GALE_CHECK(cache.mamba.slots() == B) << "kv cache of a hybrid model: " << cache.mamba.slots()
-                                         << " Mamba state slots for " << B << " samples";
-    for (int64_t b = 0; b < B; ++b) seqs.push_back(MambaSequence{b, B, S, cache.mamba.conv(local, b), cache.mamba.ssm(local, b)});
-  }
+  for (const RecurrentRows& r :
+       recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, rt.mb->B, rt.mb->S, layer - rt.part->first_layer))
+    seqs.push_back(MambaSequence{r.first, r.stride, r.length, r.conv, r.ssm});
   return seqs;
 }
 

@@ -1,15 +1,20 @@
-// Incremental decoding state of a hybrid model's Mamba layers (Megatron's MambaMixer inference state).
+// Incremental decoding state of a model's recurrent layers: a hybrid model's Mamba layers
+// (Megatron's MambaMixer inference state) and a Gated DeltaNet model's GDN layers (Megatron's
+// GatedDeltaNet ssm_prefill / ssm_decode state).
 //
-// Per Mamba layer of the model chunk and per slot (one decoding sequence), as Megatron's MambaMixer
-// keeps for inference (mamba_ssm's causal_conv1d_update / selective_state_update):
-//   conv [K−1, CD]     the last K−1 inputs of the causal convolution (xBC before the convolution),
+// Per recurrent layer of the model chunk and per slot (one decoding sequence):
+//   conv [K−1, CD]     the last K−1 inputs of the causal convolution (before the convolution),
 //                      oldest first: row j is the input at position length − (K−1) + j (zeros
-//                      before position 0), CD = conv_dim = DI + 2·G·N;
-//   ssm  [NH, P, N]    the selective scan's state after the last position (state_s of
-//                      model/mamba_mixer.h).
+//                      before position 0; model/causal_conv1d.h ConvSequence). Mamba: xBC,
+//                      CD = DI + 2·G·N; GDN: q | k | v, CD = 2·NK·DK + NV·DV (Megatron keeps it
+//                      transposed [CD, K], the last column the current input);
+//   ssm                the recurrence's state after the last position: Mamba's selective scan
+//                      [NH, P, N] (state_s of model/mamba_mixer.h), GDN's delta rule [NV, DK, DV]
+//                      (S_s of model/gated_delta_net.h).
 // A fresh slot is zero (the state before position 0). Prefill runs the prompt's positions in one
 // pass from the slot's state and leaves the state after its last position; a decode step is the
-// same for one position, the single-token recurrence (model/mamba_mixer.h mamba_mixer_forward_sequences).
+// same for one position, the single-token recurrence (model/mamba_mixer.h mamba_mixer_forward_sequences,
+// model/gated_delta_net.h gdn_forward_sequences).
 // The slots are allocated once (zeroed); allocate/release hand them to requests (ragged decoding,
 // train/inference_engine.h), and copy() moves one slot's state to another (beam reordering).
 #pragma once
@@ -24,17 +29,17 @@ namespace gale {
 
 class MambaStatePool {
  public:
-  MambaStatePool() = default;  // no Mamba layers, no slots
-  // `slots` slots for every Mamba layer of `part` (none: an empty pool when the chunk has no Mamba layer).
+  MambaStatePool() = default;  // no recurrent layers, no slots
+  // `slots` slots for every Mamba or GDN layer of `part` (none: an empty pool when the chunk has no such layer).
   MambaStatePool(const ModelConfig& config, const ModelPartition& part, int64_t slots);
 
-  // Whether the chunk has Mamba layers (otherwise nothing is stored).
+  // Whether the chunk has recurrent layers (otherwise nothing is stored).
   bool has_layers() const { return !conv_.empty(); }
   int64_t slots() const { return slots_; }
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
-  // Bytes of one slot over all Mamba layers (the pool holds slots() of them).
+  // Bytes of one slot over all recurrent layers (the pool holds slots() of them).
   int64_t slot_bytes() const { return slot_bytes_; }
-  // The state of local layer `layer` (a Mamba layer) in `slot`.
+  // The state of local layer `layer` (a Mamba or GDN layer) in `slot`.
   float* conv(int64_t layer, int64_t slot);
   float* ssm(int64_t layer, int64_t slot);
   // Takes a free slot, zeroed (GALE_CHECKs that there is one); gives one back (a double release is a
@@ -48,10 +53,10 @@ class MambaStatePool {
 
  private:
   int64_t index(int64_t layer) const;
-  int64_t slots_ = 0, conv_numel_ = 0, ssm_numel_ = 0, slot_bytes_ = 0;
-  std::vector<int64_t> index_;  // local layer -> its storage (-1: not a Mamba layer)
-  std::vector<Tensor> conv_;    // per Mamba layer: [slots, K−1, CD]
-  std::vector<Tensor> ssm_;     // per Mamba layer: [slots, NH, P, N]
+  int64_t slots_ = 0, slot_bytes_ = 0;
+  std::vector<int64_t> index_;  // local layer -> its storage (-1: not a recurrent layer)
+  std::vector<Tensor> conv_;    // per recurrent layer: [slots, K−1, CD]
+  std::vector<Tensor> ssm_;     // per recurrent layer: [slots, NH, P, N] or [slots, NV, DK, DV]
   std::vector<int64_t> free_;   // free slots (a stack)
   std::vector<char> taken_;
 };

@@ -406,10 +406,13 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   } else {
     Tensor proj;
     if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] of norm1's output (TP 1)
-      GALE_CHECK(!rt.kv_cache && !rt.ragged_kv) << "--experimental-attention-variant gdn: decoding is not supported yet";
       Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-      proj = gdn_forward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), x_norm, S, B, gemm_dtype,
-                         saved ? &saved->gdn : nullptr);
+      const GdnWeights gw = gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm);
+      std::vector<GdnSequence> seqs;  // decoding: each sample's or request's rows with its state
+      for (const RecurrentRows& r : recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, B, S, layer - part.first_layer))
+        seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm});
+      proj = seqs.empty() ? gdn_forward(GdnDims::of(c), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
+                          : gdn_forward_sequences(GdnDims::of(c), gw, x_norm, seqs, gemm_dtype);
     } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
       const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
       proj = linear_replacement_forward(rt, pb, w.linear_attn_w, w.linear_attn_b, x_norm, &norm1_out);  // [Tl, H]

@@ -285,11 +285,30 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
     GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
-  // DeepSeek sparse attention: inference (no KV-cache decoding with DSA yet) and conversion refuse it.
-  if (auto it = args.find("experimental_attention_variant"); it != args.end() && !it->is_null())
-    return Unimplemented(where, ": a ", it->is_string() && it->get<std::string>() == "dsa" ? "DeepSeek sparse attention" : "Gated DeltaNet",
-                         " model (args 'experimental_attention_variant' ",
-                         it->dump(), "): generation, evaluation and conversion are not supported yet");
+  // Gated DeltaNet: its pattern and sizes, checked as the flags. DeepSeek sparse attention (or any
+  // other variant): inference (no KV-cache decoding with DSA yet) and conversion refuse it.
+  if (auto it = args.find("experimental_attention_variant"); it != args.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>() != "gdn")
+      return Unimplemented(where, ": ",
+                           it->is_string() && it->get<std::string>() == "dsa" ? "a DeepSeek sparse attention model"
+                                                                               : "an attention variant",
+                           " (args 'experimental_attention_variant' ", it->dump(),
+                           "): generation, evaluation and conversion are not supported yet");
+    m.experimental_attention_variant = "gdn";
+    auto freq = args.find("linear_attention_freq");
+    if (freq == args.end() || !(freq->is_number_integer() || freq->is_array()))
+      return InvalidArgument(where, ": args 'linear_attention_freq' of a Gated DeltaNet model: expected an int or a "
+                             "list of one 0/1 per layer, found ", freq == args.end() ? "none" : freq->dump());
+    m.linear_attention_freq = freq->dump();  // "4" or "[1,1,1,0]": the flag's spellings
+    GALE_RETURN_IF_ERROR(get(args, "linear_conv_kernel_dim", where, &m.linear_conv_kernel_dim));
+    GALE_RETURN_IF_ERROR(get(args, "linear_key_head_dim", where, &m.linear_key_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "linear_value_head_dim", where, &m.linear_value_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "linear_num_key_heads", where, &m.linear_num_key_heads));
+    GALE_RETURN_IF_ERROR(get(args, "linear_num_value_heads", where, &m.linear_num_value_heads));
+    ArgParser none("checkpoint args", "");  // no flag given: validate_gdn_args checks the values only
+    if (Status s = validate_gdn_args(m, none); !s.ok())
+      return Status(s.code(), str_cat(where, ": args: ", s.message()));
+  }
   // Multi-token prediction (absent: none). Inference leaves the MTP layers out (train/inference_model.h).
   if (auto it = args.find("mtp_num_layers"); it != args.end() && !it->is_null()) {
     GALE_RETURN_IF_ERROR(get(args, "mtp_num_layers", where, &m.mtp_num_layers));
@@ -301,6 +320,12 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
   return m;
+}
+
+Status refuse_gdn_conversion(const ModelArgs& m, const std::string& where) {
+  if (m.experimental_attention_variant != "gdn") return Status::Ok();
+  return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
+                       "to or from Megatron's and Hugging Face's formats is not supported yet");
 }
 
 namespace {

@@ -134,7 +134,7 @@ std::vector<int32_t> sample_generate(const InferenceModel& m, const std::vector<
 }
 
 // Beam search over the model: one KV cache per beam; a beam that continues another takes over its
-// cache (the last beam to continue it) or a copy of it (a hybrid model's Mamba states with it).
+// cache (the last beam to continue it) or a copy of it (a hybrid model's Mamba or a GDN model's GDN states with it).
 std::vector<int32_t> beam_generate(const InferenceModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& g,
                                    double* score) {
   const int64_t vocab = m.tokenizer->vocab_size();
@@ -410,6 +410,11 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
                                  l, " has its own attention or MLP; give one --prompt at a time)"));
   if (g.dynamic) {
     const KvBlockPool probe(m.config, m.model->partition(), g.block_size, 1);
+    if (probe.block_bytes() == 0 && m.config.gdn.enabled)
+      return usage(InvalidArgument("--inference-dynamic-batching with a Gated DeltaNet model without full-attention "
+                                   "layers (no 0 in its linear_attention_freq pattern): the buffer is sized by "
+                                   "key/value blocks and this model keeps none; not supported yet (use --prompts-file "
+                                   "without --inference-dynamic-batching)"));
     if (probe.block_bytes() == 0)
       return usage(InvalidArgument("--inference-dynamic-batching with a hybrid model without attention layers ('*' in ",
                                    "the layer pattern '", m.config.hybrid.layers, "'): the buffer is sized by key/value "
@@ -456,7 +461,9 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
                  static_cast<long long>(r->steps), static_cast<long long>(g.max_requests),
                  static_cast<long long>(r->peak_kv_bytes));
   if (r->mamba_state_bytes > 0)
-    std::fprintf(stderr, "[hybrid model: Mamba decoding states %lld bytes]\n", static_cast<long long>(r->mamba_state_bytes));
+    std::fprintf(stderr, m.config.gdn.enabled ? "[Gated DeltaNet model: GDN decoding states %lld bytes]\n"
+                                              : "[hybrid model: Mamba decoding states %lld bytes]\n",
+                 static_cast<long long>(r->mamba_state_bytes));
   return 0;
 }
 

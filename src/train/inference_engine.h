@@ -31,7 +31,8 @@
 // values; each request also holds a Mamba state slot (model/mamba_state.h) from when it joins
 // (zero: its prefill starts the sequence) until it finishes — kept while it is paused — and the
 // ragged forward continues each request's Mamba layers from its slot (Megatron's per-request
-// Mamba states of the dynamic context).
+// Mamba states of the dynamic context). A Gated DeltaNet model's GDN layers do the same
+// (mamba_state_bytes then counts their states).
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,9 @@
 // is an error.
 // A hybrid Mamba model (--is-hybrid-model) runs too: its Mamba layers keep their decoding state in
 // the KvCache (model/mamba_state.h); --fp16 and --lora-load with it are refused, as in training.
+// So does a Gated DeltaNet model (--experimental-attention-variant gdn, its flags from the
+// checkpoint's args under --use-checkpoint-args): its GDN layers keep their convolution and delta
+// rule states; --lora-load with it is refused.
 #pragma once
 
 #include <cstdint>

@@ -2,13 +2,16 @@
 // layers learns on the mock data; the deprecated spelling gated_delta_net and the list form of
 // --linear-attention-freq give the same run; two pipeline stages or two data-parallel ranks give one
 // process's losses; save and resume continue the run exactly; full recomputation gives the same run and
-// --bf16 a close one; refused combinations are errors naming the flags.
+// --bf16 a close one; gale generate and evaluate load the checkpoint (GDN decoding states); refused
+// combinations are errors naming the flags.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 
 #include "cli/log_line.h"
 #include "mpi_cli.h"
@@ -97,8 +100,8 @@ TEST(GalePretrainGdn, RecomputationGivesTheSameLossesAndBf16IsClose) {
 }
 
 // The GDN parameters are saved and loaded with the model: a resumed run continues the same losses
-// exactly; generation refuses a GDN checkpoint.
-TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactlyAndGenerateRefusesIt) {
+// exactly.
+TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactly) {
   const std::string dir = "/tmp/gale_gdn_ckpt_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const test::RunResult whole = run(1, {"--linear-attention-freq", "2"}, "4");
@@ -113,13 +116,83 @@ TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactlyAndGenerateRefusesIt) {
   ASSERT_EQ(b.size(), 2u) << resumed.output;
   EXPECT_EQ(b[0], a[2]);
   EXPECT_EQ(b[1], a[3]);
-  const test::RunResult gen = test::run_with_timeout(
-      {GALE_BINARY, "generate", "--load", dir, "--use-checkpoint-args", "--tokenizer-type", "NullTokenizer",
-       "--vocab-size", "4096", "--prompt", "1 2 3"},
-      {}, 120);
-  EXPECT_NE(gen.exit_code, 0);
-  EXPECT_NE(gen.output.find("Gated DeltaNet model"), std::string::npos) << gen.output;
-  EXPECT_NE(gen.output.find("not supported yet"), std::string::npos) << gen.output;
+  std::filesystem::remove_all(dir);
+}
+
+// `gale generate` and `gale evaluate` on a GDN checkpoint of `gale pretrain` (the model from its
+// args): greedy texts alone equal those of static and dynamic batching (each request's GDN states
+// in a slot), beam search and perplexity run; conversion and --lora-load are refused in one line.
+TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
+  const std::string dir = "/tmp/gale_gdn_infer_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const test::RunResult trained =
+      run(1, {"--linear-attention-freq", "2", "--save", dir + "/ckpt", "--save-interval", "4"}, "4");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  auto infer = [&](const char* sub, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {GALE_BINARY, sub, "--load", dir + "/ckpt", "--use-checkpoint-args",
+                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run_with_timeout(argv, {"OMP_NUM_THREADS=1"}, 300);
+  };
+  // The texts: the output without the statistics lines.
+  static const std::regex stats_line(R"(\[[^\]\n]*(tokens/s|decoding states)[^\]\n]*\]\n)");
+  const std::vector<std::string> prompts = {"1 2 3", "17 5 9 9 30 12 7 100 4", "42", "8 8 8 8 8"};
+  std::string alone, file;
+  for (const std::string& p : prompts) {
+    const test::RunResult r = infer("generate", {"--prompt", p, "--temperature", "0", "--max-new-tokens", "10"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string text = std::regex_replace(r.output, stats_line, "");
+    EXPECT_EQ(text.rfind(p, 0), 0u) << "the prompt, then its continuation: " << r.output;
+    EXPECT_GT(text.size(), p.size() + 10) << r.output;
+    alone += text;
+    file += p + "\n";
+  }
+  {
+    std::ofstream out(dir + "/prompts.txt");
+    out << file;
+  }
+  const test::RunResult st = infer("generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0",
+                                                "--max-new-tokens", "10", "--inference-max-requests", "2"});
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_EQ(std::regex_replace(st.output, stats_line, ""), alone);
+  // 2 requests' states of the 2 GDN layers: conv 2·(2·2·8 + 4·6) and the delta rule's 4·8·6 floats.
+  EXPECT_NE(st.output.find("[Gated DeltaNet model: GDN decoding states " +
+                           std::to_string(2 * 2 * (2 * (2 * 2 * 8 + 4 * 6) + 4 * 8 * 6) * 4) + " bytes]"),
+            std::string::npos)
+      << st.output;
+  const test::RunResult dyn = infer(
+      "generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0", "--max-new-tokens", "10",
+                   "--inference-dynamic-batching", "--inference-dynamic-batching-buffer-size-gb", "0.0035",
+                   "--inference-max-seq-length", "48", "--inference-dynamic-batching-block-size", "8",
+                   "--inference-dynamic-batching-max-tokens-override", "16"});
+  ASSERT_EQ(dyn.exit_code, 0) << dyn.output;
+  EXPECT_EQ(std::regex_replace(dyn.output, stats_line, ""), alone);
+  const test::RunResult beam = infer("generate", {"--prompt", prompts[1], "--num-beams", "3", "--max-new-tokens", "6"});
+  EXPECT_EQ(beam.exit_code, 0) << beam.output;
+  {
+    std::ofstream out(dir + "/docs.jsonl");
+    out << "{\"text\": \"5 9 11 2 40 7 33 1 8 8 60 21\"}\n";
+  }
+  const test::RunResult ppl = infer("evaluate", {"--task", "ppl", "--task-data-path", dir + "/docs.jsonl"});
+  ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
+  EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(documents: 1 \| tokens: 12 \| lm loss: [0-9.E+-]+)")))
+      << ppl.output;
+  const test::RunResult lora =
+      infer("generate", {"--prompt", "1 2", "--lora-load", dir + "/ckpt", "--lora-target-modules", "linear_fc1"});
+  EXPECT_NE(lora.exit_code, 0);
+  EXPECT_NE(lora.output.find("--lora-load with a Gated DeltaNet model (--experimental-attention-variant gdn): not "
+                             "supported yet"),
+            std::string::npos)
+      << lora.output;
+  const test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
+                                                     "--save-model-type", "hf", "--load-dir", dir + "/ckpt",
+                                                     "--save-dir", dir + "/hf"},
+                                                    {}, 60);
+  EXPECT_NE(hf.exit_code, 0);
+  EXPECT_NE(hf.output.find("a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion to or "
+                           "from Megatron's and Hugging Face's formats is not supported yet"),
+            std::string::npos)
+      << hf.output;
   std::filesystem::remove_all(dir);
 }
 
