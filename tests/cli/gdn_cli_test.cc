@@ -133,12 +133,19 @@ TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactlyAndGenerateRefusesIt) {
 TEST(GalePretrainGdn, TensorParallelRunsGiveOneProcesssLossesAndResumeAtOneProcess) {
   const std::string dir = "/tmp/gale_gdn_tp_ckpt_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
-  const test::RunResult one = run(1, {"--linear-attention-freq", "2"}, "4");
-  const test::RunResult tp = run(2, {"--linear-attention-freq", "2", "--tensor-model-parallel-size", "2"}, "4");
-  const test::RunResult sp = run(2, {"--linear-attention-freq", "2", "--tensor-model-parallel-size", "2",
-                                     "--sequence-parallel", "--save", dir, "--save-interval", "2", "--exit-interval",
-                                     "2"}, "4");
-  const test::RunResult resumed = run(1, {"--linear-attention-freq", "2", "--load", dir}, "4");
+  const std::vector<std::string> model = {"--linear-attention-freq", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return extra;
+  };
+  const test::RunResult one = run(1, model, "4");
+  // Megatron pads the vocabulary to a multiple of 128·TP: 64·2 keeps the one-process run's 4224 rows.
+  const test::RunResult tp = run(2, with({"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"}),
+                                 "4");
+  const test::RunResult sp = run(2, with({"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64",
+                                          "--sequence-parallel", "--save", dir, "--save-interval", "2",
+                                          "--exit-interval", "2"}), "4");
+  const test::RunResult resumed = run(1, with({"--load", dir}), "4");
   for (const test::RunResult* r : {&one, &tp, &sp, &resumed}) ASSERT_EQ(r->exit_code, 0) << r->output;
   const std::vector<double> a = logged_values(one.output, "lm loss"), b = logged_values(tp.output, "lm loss"),
                             c = logged_values(sp.output, "lm loss"), d = logged_values(resumed.output, "lm loss");
