@@ -27,17 +27,21 @@
 // attention; or a 0/1 list), sizes --linear-conv-kernel-dim, --linear-key-head-dim,
 // --linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads (Megatron's defaults 4,
 // 128, 128, 16, 32); model/gated_delta_net.h has the math (level 0: the reference recurrence).
+// Tensor and sequence parallelism split the mixer by heads as Megatron's GatedDeltaNet
+// (--linear-num-key-heads and --linear-num-value-heads multiples of the TP size).
 // gale generate, evaluate and the batched engine run a GDN checkpoint (its args: --use-checkpoint-args):
 // each sequence's GDN layers keep a decoding state (the convolution's last K−1 inputs and the delta
 // rule's state, model/mamba_state.h) as Megatron's ssm_prefill / ssm_decode, its attention layers
 // their keys and values.
-// Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): tensor, sequence
-// and context parallelism, --multi-latent-attention, --is-hybrid-model, LoRA (and --lora-load in
+// Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): context
+// parallelism, --tp-2d, --multi-latent-attention, --is-hybrid-model, LoRA (and --lora-load in
 // inference), --mtp-num-layers, conversion to or from Megatron's and Hugging Face's formats, gdn2.
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
-// tests/train/gdn_inference_test.cc (batched engine, evaluate's loss), tests/cli/gdn_cli_test.cc
-// (flags and refusals, gale pretrain: learning, save/resume; gale generate / evaluate).
+// tests/train/gdn_inference_test.cc (batched engine, evaluate's loss), tests/parallel/
+// gdn_invariance_mpi_test.cc (TP 2 and 4, with and without SP, against one process),
+// tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, save/resume, a TP 2
+// checkpoint loaded at TP 1; gale generate / evaluate).
 //
 // DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
@@ -63,8 +67,8 @@ class DsaFeature : public Feature {
     return "--experimental-attention-variant gdn (or gated_delta_net): Gated DeltaNet linear attention in the "
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
-           "generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "no TP/SP/CP, MLA, hybrid, LoRA, MTP, conversion; gdn2 not supported yet. "
+           "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
+           "no CP, MLA, hybrid, LoRA, MTP, conversion; gdn2 not supported yet. "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
@@ -132,13 +136,17 @@ class DsaFeature : public Feature {
   }
 
  private:
-  // What Gated DeltaNet does not compose with yet (the flags' own checks: train/arguments_gdn.cc).
+  // Gated DeltaNet's heads against the tensor-parallel size, and what it does not compose with yet
+  // (the flags' own checks: train/arguments_gdn.cc).
   static Status validate_gdn(const Arguments& a) {
     const ParallelArgs& p = a.parallel;
-    if (p.tensor_model_parallel_size > 1 || p.sequence_parallel)
-      return Unimplemented("--experimental-attention-variant gdn with --tensor-model-parallel-size ",
-                           p.tensor_model_parallel_size, p.sequence_parallel ? " and --sequence-parallel" : "",
-                           ": not supported yet (expected --tensor-model-parallel-size 1)");
+    const int64_t tp = p.tensor_model_parallel_size;
+    // Each TP rank holds NK/TP key heads and NV/TP value heads (Megatron's GatedDeltaNet splits them
+    // so); NV is a multiple of NK (train/arguments_gdn.cc), so NK's check covers both.
+    if (tp > 1 && a.model.linear_num_key_heads % tp != 0)
+      return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (", tp,
+                             ": each rank holds 1/TP of the Gated DeltaNet heads), found ",
+                             a.model.linear_num_key_heads);
     if (p.context_parallel_size > 1)
       return Unimplemented("--experimental-attention-variant gdn with --context-parallel-size ",
                            p.context_parallel_size, ": not supported yet (expected 1)");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/threads.h"
 #include "model/causal_conv1d.h"
@@ -103,6 +104,16 @@ GdnDims GdnDims::of(const ModelConfig& c) {
   return d;
 }
 
+GdnDims GdnDims::tp_local(int64_t tp) const {
+  GALE_CHECK(tp >= 1 && NK % tp == 0 && NV % tp == 0)
+      << "Gated DeltaNet: tensor-parallel size " << tp << " must divide the key heads (" << NK << ") and value heads ("
+      << NV << ")";
+  GdnDims d = *this;
+  d.NK /= tp;
+  d.NV /= tp;
+  return d;
+}
+
 std::vector<int> GdnParamIds::all() const {
   std::vector<int> ids;
   for (int id : {in_proj, conv_w, dt_bias, a_log, out_norm_w, out_proj})
@@ -110,20 +121,34 @@ std::vector<int> GdnParamIds::all() const {
   return ids;
 }
 
-GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer) {
+GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer, const ModelPartition* part) {
   const GdnDims d = GdnDims::of(c);
+  const bool tp = part != nullptr && part->tp_size() > 1;
+  if (tp) d.tp_local(part->tp_size());  // checks the split
+  // Split along `dim` in sections of these extents, each on its own (model/param_builders.h), or
+  // replicated at TP 1.
+  auto split = [&](ParamSpec s, int dim, std::vector<int64_t> extents) {
+    return tp ? tp_split_sections(std::move(s), *part, dim, std::move(extents)) : s;
+  };
+  const int64_t QK = d.qk_dim(), VD = d.v_dim();
   GdnParamIds w;
   const float conv_bound = 1.0f / std::sqrt(static_cast<float>(d.K));  // kaiming_uniform(a=√5), fan_in K
-  w.in_proj = pb.add(gemm_weight(make_param_spec(gdn_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
-                                                 InitKind::kNormal, c.init_std, true)));
-  w.conv_w = pb.add(make_param_spec(gdn_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
-                                    conv_bound, true));
-  w.dt_bias = pb.add(make_param_spec(gdn_name(layer, "dt_bias"), {d.NV}, InitKind::kOnes, 0, false));
-  w.a_log = pb.add(make_param_spec(gdn_name(layer, "A_log"), {d.NV}, InitKind::kMambaALog, 0, false));
-  w.out_norm_w = pb.add(make_param_spec(gdn_name(layer, "out_norm.weight"), {d.DV}, norm_weight_init(c), 0, false));
+  w.in_proj = pb.add(gemm_weight(split(make_param_spec(gdn_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
+                                                       InitKind::kNormal, c.init_std, true),
+                                       0, {QK, QK, VD, VD, d.NV, d.NV})));
+  w.conv_w = pb.add(split(make_param_spec(gdn_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
+                                          conv_bound, true),
+                          0, {QK, QK, VD}));
+  w.dt_bias = pb.add(split(make_param_spec(gdn_name(layer, "dt_bias"), {d.NV}, InitKind::kOnes, 0, false), 0, {d.NV}));
+  w.a_log = pb.add(split(make_param_spec(gdn_name(layer, "A_log"), {d.NV}, InitKind::kMambaALog, 0, false), 0, {d.NV}));
+  // Replicated: every value head's norm shares it, so each TP rank's heads give a partial gradient.
+  ParamSpec out_norm = make_param_spec(gdn_name(layer, "out_norm.weight"), {d.DV}, norm_weight_init(c), 0, false);
+  out_norm.sequence_parallel = tp;
+  w.out_norm_w = pb.add(out_norm);
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));  // output_layer_init_method
-  w.out_proj = pb.add(gemm_weight(make_param_spec(gdn_name(layer, "out_proj.weight"), {d.H, d.v_dim()},
-                                                  InitKind::kNormal, out_std, true)));
+  w.out_proj = pb.add(gemm_weight(split(make_param_spec(gdn_name(layer, "out_proj.weight"), {d.H, VD},
+                                                        InitKind::kNormal, out_std, true),
+                                        1, {VD})));
   return w;
 }
 
@@ -150,13 +175,15 @@ namespace {
 Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std::vector<GdnSequence>& seqs,
                DType gemm_dtype, GdnSaved* saved) {
   const Offsets of(d);
-  const int64_t T = u.size(0), CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
+  const int64_t CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK;
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
+  Tensor u_saved;
+  Tensor zx = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);  // [T, R] (gathered under SP)
+  const int64_t T = zx.size(0);
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
   for (const GdnSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
   check_conv_sequences(conv_seqs, T, "gated delta net");
-  Tensor zx = linear_forward(u, w.in_proj);  // [T, R]
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
   causal_conv1d_forward_sequences(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, conv_seqs);
@@ -210,9 +237,9 @@ Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std
     });
   }
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
-  Tensor out = linear_forward(normed_in, w.out_proj);  // [T, H]
+  Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
   if (saved) {
-    saved->u = u;
+    saved->u = u_saved;
     saved->zx = zx;
     saved->conv_pre = conv_pre;
     saved->o = o;
@@ -226,8 +253,7 @@ Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std
 
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
                    GdnSaved* saved) {
-  GALE_CHECK_EQ(u.size(0), S * B);
-  std::vector<GdnSequence> seqs(static_cast<size_t>(B));
+  std::vector<GdnSequence> seqs(static_cast<size_t>(B));  // S·B rows after in_proj's SP gather
   for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = GdnSequence{b, B, S, nullptr, nullptr};
   return forward(d, w, u, seqs, gemm_dtype, saved);
 }
@@ -242,7 +268,7 @@ Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const T
   const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK, QK = d.qk_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
-  Tensor d_normed = linear_backward(d_out, sv.normed, w.out_proj);  // [T, VD]
+  Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T, VD]
   sv.normed = Tensor();
   const float* zxp = sv.zx.data<float>();
   Tensor d_zx = Tensor::zeros({T, of.R});
@@ -423,7 +449,7 @@ Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const T
     causal_conv1d_backward(dx, zxp, of.R, w.conv_w, dzx, of.R, w.g_conv_w, nullptr, CD, d.K, S, B);
   }
   sv.conv_pre = Tensor();
-  Tensor du = linear_backward(d_zx, sv.u, w.in_proj);
+  Tensor du = column_parallel_linear_backward(w.tp, d_zx, sv.u, w.in_proj);
   sv.u = sv.zx = Tensor();
   return du;
 }

@@ -21,7 +21,20 @@
 // conv1d.weight [2·NK·DK + NV·DV, K] (Megatron's [C, 1, K] without its unit dimension, as the
 // Mamba mixer's), dt_bias [NV], A_log [NV], out_norm.weight [DV], out_proj.weight. Initial values
 // as Megatron's: in_proj N(0, σ), out_proj N(0, σ/√(2L)), conv1d U(±1/√K) (PyTorch's default),
-// dt_bias 1, A_log = log U(1, 16), out_norm 1 (0 with --apply-layernorm-1p). No tensor parallelism.
+// dt_bias 1, A_log = log U(1, 16), out_norm 1 (0 with --apply-layernorm-1p).
+//
+// Tensor parallelism (Megatron's GatedDeltaNet at TP > 1; TP divides NK and NV): each rank holds
+// NK/TP key heads and NV/TP value heads (value head h still reads key head h / r). in_proj is
+// column-parallel with each of its six sections split on its own: the local rows are
+// [q_r | k_r | v_r | z_r | b_r | a_r] (rank r's NK·DK/TP, NK·DK/TP, NV·DV/TP, NV·DV/TP, NV/TP, NV/TP
+// rows of each section; the global tensor stays [q | k | v | z | b | a], Megatron's sharded
+// in_proj.weight split into query, key, value, z, beta, alpha); conv1d.weight splits q | k | v the
+// same way, dt_bias and A_log by value head; out_norm.weight [DV] is replicated (every head's norm
+// shares it: its gradient is summed over TP); out_proj is row-parallel. The heads of a rank read only
+// that rank's channels, so the mixer needs no communication besides the two linears'
+// (model/tp_linear.h): under --sequence-parallel in_proj all-gathers its input along the sequence
+// and out_proj reduce-scatters its output, else out_proj all-reduces. The layer's pre-norm is
+// replicated as the transformer layers' norms.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +44,7 @@
 #include "model/config.h"
 #include "model/linear.h"
 #include "model/params.h"
+#include "model/tp_linear.h"
 
 namespace gale {
 
@@ -42,6 +56,8 @@ struct GdnDims {
   int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }
   int64_t in_proj_rows() const { return 2 * qk_dim() + 2 * v_dim() + 2 * NV; }
   static GdnDims of(const ModelConfig& c);
+  // One TP rank's share of `tp`: NK and NV divided by tp (H, DK, DV, K whole).
+  GdnDims tp_local(int64_t tp) const;
 };
 
 // Ids of one GDN mixer's parameters (-1 where absent; the layer's norm is the layer's).
@@ -51,7 +67,9 @@ struct GdnParamIds {
   std::vector<int> all() const;
 };
 
-GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer);
+// `part` null: TP 1; else the parameters split over part->tp as above.
+GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer,
+                                const ModelPartition* part = nullptr);
 
 // The mixer's weights as the kernels take them (null gradients: not accumulated). out_norm holds
 // the norm's scale (1 + w with --apply-layernorm-1p).
@@ -60,13 +78,14 @@ struct GdnWeights {
   const float *conv_w = nullptr, *dt_bias = nullptr, *a_log = nullptr;
   std::vector<float> out_norm;
   float *g_conv_w = nullptr, *g_dt_bias = nullptr, *g_a_log = nullptr, *g_out_norm = nullptr;
+  TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
 };
 GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnParamIds& w, SgemmFn gemm,
                        Bf16GemmFn bf16_gemm);
 
 // What the mixer keeps for backward (one micro-batch).
 struct GdnSaved {
-  Tensor u;         // [T, H] the mixer's input (GEMM input type)
+  Tensor u;         // [T, H] in_proj's input (GEMM input type; gathered under SP)
   Tensor zx;        // [T, in_proj_rows] in_proj's output
   Tensor conv_pre;  // [T, conv_dim] the convolution's output before SiLU
   Tensor o;         // [T, NV·DV] the recurrence's output
@@ -75,7 +94,8 @@ struct GdnSaved {
   bool defined() const { return u.defined(); }
 };
 
-// out [T, H] of u [T, H]. `saved` null: nothing kept.
+// out [T, H] of u [T, H] (rows t = s·B + b; `d` this rank's dims, GdnDims::tp_local). Under
+// sequence parallelism u and out are this rank's [T/TP, H] rows. `saved` null: nothing kept.
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
                    GdnSaved* saved);
 // Decoding (model/mamba_state.h): one sequence's rows of the mixer's input, positions 0 .. length−1
@@ -90,11 +110,13 @@ struct GdnSequence {
   float* conv_state = nullptr;
   float* rec_state = nullptr;
 };
-// out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept).
+// out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept; no
+// sequence parallelism).
 // gdn_forward is this with sample b's rows b, b + B, ... and no states.
 Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
                              const std::vector<GdnSequence>& seqs, DType gemm_dtype);
-// d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.
+// d_u [T, H] of d_out [T, H] (this rank's rows under SP, summed over TP); accumulates the
+// parameter gradients; releases `saved`.
 Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& saved, const Tensor& d_out, int64_t S, int64_t B);
 
 }  // namespace gale

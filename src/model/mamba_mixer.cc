@@ -35,29 +35,6 @@ struct Offsets {
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
 
-// in_proj: column-parallel over w.tp (plain at TP 1); *u_saved gets what backward takes.
-Tensor in_proj_forward(const MambaMixerWeights& w, const Tensor& u, Tensor* u_saved) {
-  if (w.tp.tp == nullptr) {
-    *u_saved = u;
-    return linear_forward(u, w.in_proj);
-  }
-  return column_parallel_linear_forward(w.tp, u, w.in_proj, u_saved);
-}
-
-Tensor in_proj_backward(const MambaMixerWeights& w, const Tensor& d_zx, const Tensor& u_saved) {
-  if (w.tp.tp == nullptr) return linear_backward(d_zx, u_saved, w.in_proj);
-  return column_parallel_linear_backward(w.tp, d_zx, u_saved, w.in_proj);
-}
-
-// out_proj: row-parallel over w.tp (plain at TP 1).
-Tensor out_proj_forward(const MambaMixerWeights& w, const Tensor& normed) {
-  return w.tp.tp == nullptr ? linear_forward(normed, w.out_proj)
-                            : row_parallel_linear_forward(w.tp, normed, w.out_proj);
-}
-
-Tensor out_proj_backward(const MambaMixerWeights& w, const Tensor& d_out, const Tensor& normed) {
-  return w.tp.tp == nullptr ? linear_backward(d_out, normed, w.out_proj)
-                            : row_parallel_linear_backward(w.tp, d_out, normed, w.out_proj);
 }
 
 // The gated norm's g = y·silu(z) of row t.
@@ -102,12 +79,8 @@ MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64
   const int64_t GN = d.G * d.N;
   const bool tp = part != nullptr && part->tp_size() > 1;
   if (tp) d.tp_local(part->tp_size());  // checks the split
-  // Split along `dim` in blocks of these extents (one block: an even split), or replicated at TP 1.
   auto split = [&](ParamSpec s, int dim, std::vector<int64_t> extents) {
-    if (!tp) return s;
-    s = tp_split(std::move(s), *part, dim, static_cast<int>(extents.size()));
-    if (extents.size() > 1) s.split_block_extents = std::move(extents);
-    return s;
+    return tp ? tp_split_sections(std::move(s), *part, dim, std::move(extents)) : s;
   };
   auto pre_norm = [&](ParamSpec s) {
     s.sequence_parallel = part != nullptr && part->sequence_parallel;
@@ -169,7 +142,8 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
                      const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved) {
   const Offsets o(d);
   Tensor u_saved;
-  Tensor zx = in_proj_forward(w, u, &u_saved);  // [T, R]: the whole sequence's rows (gathered under SP)
+  // [T, R]: the whole sequence's rows (gathered under SP)
+  Tensor zx = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);
   const int64_t T = zx.size(0), CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
   const int64_t heads_per_group = NH / G, gs = DI / G;
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
@@ -244,7 +218,7 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
     });
   }
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
-  Tensor out = out_proj_forward(w, normed_in);  // [T, H] (this rank's rows under SP)
+  Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
   if (saved) {
     saved->u = u_saved;
     saved->zxbcdt = zx;
@@ -275,7 +249,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   const Offsets o(d);
   const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G, K = d.K;
   const int64_t heads_per_group = NH / G, gs = DI / G;
-  Tensor d_normed = out_proj_backward(w, d_out, sv.normed);  // [T, DI]
+  Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T, DI]
   sv.normed = Tensor();
   const float* zxp = sv.zxbcdt.data<float>();
   const float* yp = sv.y.data<float>();
@@ -396,7 +370,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
   causal_conv1d_backward(dxp, zxp + o.xbc, o.R, w.conv_w, dzx + o.xbc, o.R, w.g_conv_w, w.g_conv_b, CD, K, S, B);
   sv.conv_pre = Tensor();
-  Tensor du = in_proj_backward(w, d_zx, sv.u);
+  Tensor du = column_parallel_linear_backward(w.tp, d_zx, sv.u, w.in_proj);
   sv.u = sv.zxbcdt = Tensor();
   return du;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/params.h"
@@ -27,6 +28,15 @@ inline ParamSpec tp_split(ParamSpec s, const ModelPartition& part, int dim, int 
   s.split_unit = unit;
   s.split_parts = part.tp_size();
   s.split_rank = part.tp_rank();
+  return s;
+}
+
+// Split `s` across this partition's TP ranks along `dim`, whose global extent is made of sections of
+// these extents, each split on its own (one section: an even split): rank r holds the r-th part of
+// every section, in order (ParamSpec::split_block_extents; the Mamba and GDN mixers' in_proj and conv1d).
+inline ParamSpec tp_split_sections(ParamSpec s, const ModelPartition& part, int dim, std::vector<int64_t> extents) {
+  s = tp_split(std::move(s), part, dim, static_cast<int>(extents.size()));
+  if (extents.size() > 1) s.split_block_extents = std::move(extents);
   return s;
 }
 

@@ -19,6 +19,10 @@ CocRowsFn input_grad_rows(const LinearWeight& w, DType x_dtype) {
 }  // namespace
 
 Tensor column_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const LinearWeight& w, Tensor* x_saved) {
+  if (c.tp == nullptr) {
+    *x_saved = x;
+    return linear_forward(x, w);
+  }
   if (c.keeps_local_input()) {
     *x_saved = x;
     if (c.chunked()) return coc_all_gather_rows(x, *c.tp, c.chunks, w.out, forward_rows(w), nullptr);
@@ -56,6 +60,7 @@ Tensor column_backward_regathering(Communicator& tp, const Tensor& dy, const Ten
 
 Tensor column_parallel_linear_backward(const TpLinearComm& c, const Tensor& dy, const Tensor& x_full,
                                        const LinearWeight& w) {
+  if (c.tp == nullptr) return linear_backward(dy, x_full, w);
   if (c.keeps_local_input()) return column_backward_regathering(*c.tp, dy, x_full, w);
   if (!c.chunked()) {
     Tensor dx = linear_backward(dy, x_full, w);
@@ -70,6 +75,7 @@ Tensor column_parallel_linear_backward(const TpLinearComm& c, const Tensor& dy, 
 }
 
 Tensor row_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const LinearWeight& w) {
+  if (c.tp == nullptr) return linear_forward(x, w);
   if (!c.chunked()) {
     Tensor y = linear_forward(x, w);
     return c.sequence_parallel ? reduce_scatter_to_sequence_parallel_region(y, *c.tp)
@@ -80,6 +86,7 @@ Tensor row_parallel_linear_forward(const TpLinearComm& c, const Tensor& x, const
 }
 
 Tensor row_parallel_linear_backward(const TpLinearComm& c, const Tensor& dy, const Tensor& x, const LinearWeight& w) {
+  if (c.tp == nullptr) return linear_backward(dy, x, w);
   if (!c.chunked() || !c.sequence_parallel) {
     const Tensor dy_full = c.sequence_parallel ? reduce_scatter_to_sequence_parallel_region_backward(dy, *c.tp)
                                                : reduce_from_tp_region_backward(dy, *c.tp);

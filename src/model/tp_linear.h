@@ -26,8 +26,10 @@
 namespace gale {
 
 // How a layer's TP linears communicate: the TP group, sequence parallelism, the CoC chunk count.
+// A null group makes each of the four functions below the plain linear (a mixer called outside a
+// layer at TP 1, e.g. by its unit tests).
 struct TpLinearComm {
-  Communicator* tp = nullptr;
+  Communicator* tp = nullptr;  // null: no TP group (plain linears)
   bool sequence_parallel = false;
   int chunks = 1;  // 1: the plain mappings (parallel/mappings.h)
   bool regather_input = false;  // --use-ascend-mc2 (see above)

@@ -113,6 +113,15 @@ TpLinearComm tp_comm(const LayerRuntime& rt) {
                       rt.ops->tp_regather_input};
 }
 
+// A GDN layer's mixer on this rank: its share of the heads, its linears over the layer's TP group.
+GdnDims gdn_dims(const LayerRuntime& rt) { return GdnDims::of(*rt.config).tp_local(rt.part->tp_size()); }
+
+GdnWeights gdn_layer_weights(const LayerRuntime& rt, const ParamBuffer& pb, const GdnParamIds& w) {
+  GdnWeights m = gdn_weights(*rt.config, pb, w, rt.ops->gemm, rt.ops->bf16_gemm);
+  m.tp = tp_comm(rt);
+  return m;
+}
+
 // A norm's output recomputed in backward as the column-parallel linear after it keeps it (GEMM
 // input type; SP-gathered unless the linear gathers it again itself).
 Tensor norm_output_for_linear(const LayerRuntime& rt, Tensor norm_out) {
@@ -291,7 +300,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   if (c.gdn.is_gdn_layer(layer)) {  // the GDN mixer in place of self-attention, its norm fused into in_proj
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "self_attention.in_proj.layer_norm_weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "self_attention.in_proj.layer_norm_bias"), H, part));
-    w.gdn = register_gdn_params(pb, c, layer);
+    w.gdn = register_gdn_params(pb, c, layer, &part);
   } else if (has_attention(c, layer)) {
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
@@ -405,14 +414,14 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     norm2_local = norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_in, &norm2_stats);
   } else {
     Tensor proj;
-    if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] of norm1's output (TP 1)
+    if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] of norm1's output, heads split over TP
       Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
-      const GdnWeights gw = gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm);
+      const GdnWeights gw = gdn_layer_weights(rt, pb, w.gdn);
       std::vector<GdnSequence> seqs;  // decoding: each sample's or request's rows with its state
       for (const RecurrentRows& r : recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, B, S, layer - part.first_layer))
         seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm});
-      proj = seqs.empty() ? gdn_forward(GdnDims::of(c), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
-                          : gdn_forward_sequences(GdnDims::of(c), gw, x_norm, seqs, gemm_dtype);
+      proj = seqs.empty() ? gdn_forward(gdn_dims(rt), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
+                          : gdn_forward_sequences(gdn_dims(rt), gw, x_norm, seqs, gemm_dtype);
     } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
       const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
       proj = linear_replacement_forward(rt, pb, w.linear_attn_w, w.linear_attn_b, x_norm, &norm1_out);  // [Tl, H]
@@ -659,8 +668,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
   Tensor d_norm1;
-  if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H] (TP 1)
-    d_norm1 = gdn_backward(GdnDims::of(c), gdn_weights(c, pb, w.gdn, ops.gemm, ops.bf16_gemm), s.gdn, d_proj, S, B);
+  if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H]
+    d_norm1 = gdn_backward(gdn_dims(rt), gdn_layer_weights(rt, pb, w.gdn), s.gdn, d_proj, S, B);
     d_proj = Tensor();
   } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement
     if (!s.norm1_out.defined()) {  // recomputed

@@ -10,8 +10,10 @@
 // With --multi-latent-attention the span from norm1 to attention is model/mla_attention.h (down
 // projections on the Tl local rows, latents gathered, up projections over heads).
 // With --experimental-attention-variant gdn the layers it selects replace the span from norm1's output
-// to linear_proj's by model/gated_delta_net.h's mixer (no bias; TP 1; decoding continues each
-// sequence from its state in the KvCache's or ragged batch's slots, model/mamba_state.h).
+// to linear_proj's by model/gated_delta_net.h's mixer (no bias; its heads split over TP, in_proj
+// column- and out_proj row-parallel, so the SP all-gather and reduce-scatter sit where linear_qkv's
+// and linear_proj's do; decoding continues each sequence from its state in the KvCache's or ragged
+// batch's slots, model/mamba_state.h).
 // With context parallelism T = S·B counts this cp rank's positions only, and attention exchanges
 // keys and values (or trades the sequence split for a head split) over the cp group:
 // model/core_attention.h.

@@ -2,7 +2,9 @@
 // layers learns on the mock data; the deprecated spelling gated_delta_net and the list form of
 // --linear-attention-freq give the same run; two pipeline stages or two data-parallel ranks give one
 // process's losses; save and resume continue the run exactly; full recomputation gives the same run and
-// --bf16 a close one; gale generate and evaluate load the checkpoint (GDN decoding states); refused
+// --bf16 a close one; tensor parallelism 2 (with and without sequence parallelism) gives one
+// process's losses, saves Megatron's per-rank split of in_proj and resumes at TP 1; gale generate and
+// evaluate load the checkpoint (GDN decoding states); refused
 // combinations are errors naming the flags.
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <regex>
 
+#include "ckpt/safetensors.h"
 #include "cli/log_line.h"
 #include "mpi_cli.h"
 #include "subprocess.h"
@@ -196,6 +199,48 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
   std::filesystem::remove_all(dir);
 }
 
+// TP 2 splits every GDN layer by heads (one key head, two value heads per rank; the invariance of the
+// gradients: tests/parallel/gdn_invariance_mpi_test.cc): one process's losses, the sums in another
+// order. A checkpoint saved at TP 2 with SP holds each rank's share of in_proj's six sections as
+// separate pieces and a TP 1 run resumes from it with one process's losses.
+TEST(GalePretrainGdn, TensorParallelRunsGiveOneProcesssLossesAndResumeAtOneProcess) {
+  const std::string dir = "/tmp/gale_gdn_tp_ckpt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> model = {"--linear-attention-freq", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return extra;
+  };
+  const test::RunResult one = run(1, model, "4");
+  // Megatron pads the vocabulary to a multiple of 128·TP: 64·2 keeps the one-process run's 4224 rows.
+  const test::RunResult tp = run(2, with({"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"}),
+                                 "4");
+  const test::RunResult sp = run(2, with({"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64",
+                                          "--sequence-parallel", "--save", dir, "--save-interval", "2",
+                                          "--exit-interval", "2"}), "4");
+  const test::RunResult resumed = run(1, with({"--load", dir}), "4");
+  for (const test::RunResult* r : {&one, &tp, &sp, &resumed}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  const std::vector<double> a = logged_values(one.output, "lm loss"), b = logged_values(tp.output, "lm loss"),
+                            c = logged_values(sp.output, "lm loss"), d = logged_values(resumed.output, "lm loss");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u) << tp.output;
+  ASSERT_EQ(c.size(), 2u) << sp.output;
+  ASSERT_EQ(d.size(), 2u) << resumed.output;
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "TP 2, iteration " << i + 1;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(c[i], a[i], 1e-5 * a[i]) << "TP 2 with SP, iteration " << i + 1;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(d[i], a[2 + i], 1e-5 * a[2 + i]) << "resumed at TP 1, iteration " << i + 3;
+  // in_proj [q 16 | k 16 | v 24 | z 24 | b 4 | a 4] rows: TP rank 1 saves the second half of each section.
+  const StatusOr<SafetensorsFile> shard = SafetensorsFile::open(dir + "/iter_0000002/shard_00001.safetensors");
+  ASSERT_TRUE(shard.ok()) << shard.status().to_string();
+  for (const char* row : {"8", "24", "44", "68", "82", "86"})
+    EXPECT_TRUE(shard->contains(std::string("decoder.layers.0.self_attention.in_proj.weight@") + row + ",0")) << row;
+  for (const char* row : {"8", "24", "44"})  // conv1d's q | k | v, dt_bias and A_log by value head
+    EXPECT_TRUE(shard->contains(std::string("decoder.layers.0.self_attention.conv1d.weight@") + row + ",0")) << row;
+  EXPECT_TRUE(shard->contains("decoder.layers.0.self_attention.A_log@2"));
+  EXPECT_TRUE(shard->contains("decoder.layers.0.self_attention.out_proj.weight@0,12"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GalePretrainGdn, RefusalsAreErrorsNamingTheFlags) {
   struct Case {
     int np;  // the ranks the layout needs
@@ -205,8 +250,10 @@ TEST(GalePretrainGdn, RefusalsAreErrorsNamingTheFlags) {
   };
   const Case cases[] = {
       {1, {}, "gdn", "--experimental-attention-variant gdn needs --linear-attention-freq"},
-      {2, {"--linear-attention-freq", "2", "--tensor-model-parallel-size", "2"}, "gdn",
-       "--experimental-attention-variant gdn with --tensor-model-parallel-size 2: not supported yet"},
+      {2, {"--linear-attention-freq", "2", "--tensor-model-parallel-size", "2", "--linear-num-key-heads", "3",
+           "--linear-num-value-heads", "6"}, "gdn",
+       "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (2: each rank holds 1/TP of the "
+       "Gated DeltaNet heads), found 3"},
       {2, {"--linear-attention-freq", "2", "--context-parallel-size", "2"}, "gdn",
        "--experimental-attention-variant gdn with --context-parallel-size 2: not supported yet"},
       {1, {"--linear-attention-freq", "2"}, "gdn2", "--experimental-attention-variant gdn2: not supported yet"},
