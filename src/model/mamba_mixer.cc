@@ -35,8 +35,6 @@ struct Offsets {
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
 
-}
-
 // The gated norm's g = y·silu(z) of row t.
 inline float gate(const float* y, const float* zx, int64_t t, int64_t DI, int64_t R, int64_t i) {
   return y[t * DI + i] * siluf(zx[t * R + i]);
