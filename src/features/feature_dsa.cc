@@ -94,15 +94,7 @@ class DsaFeature : public Feature {
     if (m.experimental_attention_variant != "dsa")
       return InvalidArgument("--use-fused-sparse-flash-attention needs --experimental-attention-variant dsa, found ",
                              m.experimental_attention_variant.empty() ? "none" : m.experimental_attention_variant);
-    if (!m.multi_latent_attention)
-      return InvalidArgument("--experimental-attention-variant dsa needs --multi-latent-attention (DSA runs on MLA), "
-                             "found no --multi-latent-attention");
-    if (!m.qk_layernorm)
-      return InvalidArgument("--experimental-attention-variant dsa needs --qk-layernorm (as MindSpeed), found no "
-                             "--qk-layernorm");
-    if (m.dsa_indexer_head_dim < m.qk_pos_emb_head_dim)
-      return InvalidArgument("--dsa-indexer-head-dim: expected at least --qk-pos-emb-head-dim (", m.qk_pos_emb_head_dim,
-                             ": RoPE on its first dims), found ", m.dsa_indexer_head_dim);
+    GALE_RETURN_IF_ERROR(check_dsa_model_args(m));  // MLA, its latent norms, the indexer's rotary dims
     if (p.tensor_model_parallel_size > 1 || p.sequence_parallel)
       return Unimplemented("--experimental-attention-variant dsa with --tensor-model-parallel-size ",
                            p.tensor_model_parallel_size, p.sequence_parallel ? " and --sequence-parallel" : "",
