@@ -21,6 +21,10 @@
 // Rules: needs --multi-latent-attention and --qk-layernorm; --dsa-indexer-head-dim ≥
 // --qk-pos-emb-head-dim; refused (not supported yet): tensor (and so sequence and 2-D tensor) and
 // context parallelism, --attention-dropout > 0, --mtp-num-layers.
+// gale generate and evaluate run a DSA checkpoint (its args: --use-checkpoint-args): the KV cache
+// keeps each layer's indexer keys and a decode step picks each new query's top-k among all cached
+// positions (model/dsa_indexer.h dsa_indexer_decode); batched generation (as for MLA), --flash-decode
+// and conversion are refused.
 //
 // gdn (Megatron's deprecated spelling gated_delta_net accepted): Qwen3-Next's Gated DeltaNet replaces
 // self-attention in the layers --linear-attention-freq selects (an int N: every N-th layer keeps full
@@ -46,8 +50,9 @@
 // DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
 // finite differences of the model, indexer loss and its gradient, training), tests/features/dsa_feature_test.cc
-// (flags and refusals), tests/cli/dsa_cli_test.cc (gale pretrain: learning, the log line, fused,
-// --bf16, two pipeline stages).
+// (flags and refusals), tests/model/dsa_decode_test.cc (cached decoding against whole-sequence
+// forwards), tests/train/dsa_checkpoint_args_test.cc, tests/cli/dsa_cli_test.cc (gale pretrain:
+// learning, the log line, fused, --bf16, two pipeline stages; gale generate / evaluate).
 #include "features/registry.h"
 
 namespace gale {
@@ -73,7 +78,8 @@ class DsaFeature : public Feature {
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
            "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
-           "--multi-latent-attention and --qk-layernorm; no TP/SP/CP, attention dropout, MTP; --use-dsa-absorb, "
+           "--multi-latent-attention and --qk-layernorm; generate/evaluate with a KV cache of indexer keys; no TP/SP/CP, "
+           "attention dropout, MTP, batched serving, conversion; --use-dsa-absorb, "
            "--use-fused-lightning-indexer, --use-fused-lightning-indexer-kl-loss not supported yet";
   }
   void register_args(ArgParser& parser) override {
@@ -98,15 +104,7 @@ class DsaFeature : public Feature {
     if (m.experimental_attention_variant != "dsa")
       return InvalidArgument("--use-fused-sparse-flash-attention needs --experimental-attention-variant dsa, found ",
                              m.experimental_attention_variant.empty() ? "none" : m.experimental_attention_variant);
-    if (!m.multi_latent_attention)
-      return InvalidArgument("--experimental-attention-variant dsa needs --multi-latent-attention (DSA runs on MLA), "
-                             "found no --multi-latent-attention");
-    if (!m.qk_layernorm)
-      return InvalidArgument("--experimental-attention-variant dsa needs --qk-layernorm (as MindSpeed), found no "
-                             "--qk-layernorm");
-    if (m.dsa_indexer_head_dim < m.qk_pos_emb_head_dim)
-      return InvalidArgument("--dsa-indexer-head-dim: expected at least --qk-pos-emb-head-dim (", m.qk_pos_emb_head_dim,
-                             ": RoPE on its first dims), found ", m.dsa_indexer_head_dim);
+    GALE_RETURN_IF_ERROR(check_dsa_model_args(m));  // MLA, its latent norms, the indexer's rotary dims
     if (p.tensor_model_parallel_size > 1 || p.sequence_parallel)
       return Unimplemented("--experimental-attention-variant dsa with --tensor-model-parallel-size ",
                            p.tensor_model_parallel_size, p.sequence_parallel ? " and --sequence-parallel" : "",

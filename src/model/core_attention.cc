@@ -191,7 +191,7 @@ Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv) {
   return split_heads(p, qkv);
 }
 
-Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
+void append_to_kv_cache(const LayerRuntime& rt, const Tensor& qkv, Tensor& cache) {
   const ModelConfig& c = *rt.config;
   const LayerShares shares = layer_shares(c, *rt.part);
   const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();
@@ -199,10 +199,19 @@ Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
   GALE_CHECK(rt.cp_split.cp_size == 1 && B == rt.kv_cache->B && first + S <= rt.kv_cache->max_length)
       << "kv cache: " << first << " + " << S << " positions of " << B << " samples in a cache of "
       << rt.kv_cache->max_length << " x " << rt.kv_cache->B;
+  const Tensor kv_new =
+      pack_context_kv(S * B, qkv.data<float>(), qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
+  std::copy_n(kv_new.data<float>(), kv_new.numel(), cache.data<float>() + first * B * kv_new.size(1));
+}
+
+Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache) {
+  const ModelConfig& c = *rt.config;
+  const LayerShares shares = layer_shares(c, *rt.part);
+  const int64_t B = rt.mb->B, S = rt.mb->S, HD = c.attention_head_dim();
+  const int64_t NHl = shares.heads, KVl = shares.groups;
+  append_to_kv_cache(rt, qkv, cache);
   const float* q = qkv.data<float>();
   const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
-  const Tensor kv_new = pack_context_kv(S * B, q, qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
-  std::copy_n(kv_new.data<float>(), kv_new.numel(), cache.data<float>() + first * B * kv_new.size(1));
   Tensor out = Tensor::empty({S * B, NHl * HD});
   Tensor lse = Tensor::empty({B, NHl, S});
   const float* kv = cache.data<float>();

@@ -71,6 +71,11 @@ Tensor core_attention_kept_qkv(const LayerRuntime& rt, const Tensor& qkv);
 // the new queries attend to every position up to their own. Returns [T, NHl·HD]; keeps nothing.
 Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv, Tensor& cache);
 
+// Its first half, for a layer that attends to the cache its own way (DSA's sparse attention,
+// model/mla_attention.h): the keys and values of qkv's rows written into `cache` after the
+// rt.kv_cache->length cached positions (a GALE_CHECK that they fit).
+void append_to_kv_cache(const LayerRuntime& rt, const Tensor& qkv, Tensor& cache);
+
 // Ragged decoding (rt.ragged_kv set; one sample of rows, no context or tensor-sequence split):
 // each request's rows write their keys and values into its blocks of local layer `local_layer`
 // and attend to its positions [0, cached + rows) at their own positions (model/kv_cache.h

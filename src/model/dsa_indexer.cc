@@ -1,6 +1,7 @@
 // DeepSeek sparse attention's lightning indexer: parameters, top-k forward, KL loss and its backward.
 #include "model/dsa_indexer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -20,6 +21,31 @@ LinearWeight weight(const LayerRuntime& rt, const ParamBuffer& pb, int id) {
 }
 
 NormSpec k_norm_spec(const ModelConfig& c) { return NormSpec{false, c.norm_eps}; }  // always LayerNorm
+
+// The indexer's queries, keys and weights of the rows of x and qr (S positions of B samples at
+// rt.rope_positions) into st, with the inputs and k_norm's input and statistics.
+void indexer_project(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids, const Tensor& x,
+                     const Tensor& qr, DsaIndexerState* st) {
+  const ModelConfig& c = *rt.config;
+  const DsaConfig& d = c.dsa;
+  const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, R = c.mla.qk_pos_emb_head_dim;
+  GALE_CHECK(x.size(0) == T && qr.size(0) == T) << "DSA indexer: whole sequences on this rank";
+  st->x = x;
+  st->qr = qr;
+  st->q = linear_forward(qr, weight(rt, pb, ids.wq_b));  // [T, NI·DI]
+  rt.ops->rope_forward(st->q.data<float>(), contiguous_heads_layout(d.n_heads, d.head_dim), d.n_heads, S, B, R,
+                       rt.rope_positions.data(), *rt.rope);
+  st->k_pre = linear_forward(x, weight(rt, pb, ids.wk));  // [T, DI]
+  st->k = Tensor::empty({T, d.head_dim});
+  st->k_stats = Tensor::empty({2, T});
+  rt.ops->norm_forward(k_norm_spec(c), st->k_pre.data<float>(), pb.param_data(ids.k_norm_w), pb.param_data(ids.k_norm_b),
+                       st->k.data<float>(), st->k_stats.data<float>(), T, d.head_dim);
+  rt.ops->rope_forward(st->k.data<float>(), contiguous_heads_layout(1, d.head_dim), 1, S, B, R,
+                       rt.rope_positions.data(), *rt.rope);
+  st->w = linear_forward(x, weight(rt, pb, ids.weights_proj));  // [T, NI]
+  const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.n_heads * d.head_dim)));
+  for (int64_t e = 0; e < st->w.numel(); ++e) st->w.data<float>()[e] *= w_scale;
+}
 
 }  // namespace
 
@@ -53,26 +79,28 @@ DsaIndexerProblem dsa_indexer_problem(const ModelConfig& c, const AttentionProbl
 void dsa_indexer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids,
                          const AttentionProblem& ap, const Tensor& x, const Tensor& qr, DsaIndexerState* st) {
   const ModelConfig& c = *rt.config;
-  const DsaConfig& d = c.dsa;
-  const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, R = c.mla.qk_pos_emb_head_dim;
-  GALE_CHECK(x.size(0) == T && qr.size(0) == T) << "DSA indexer: whole sequences on this rank";
-  st->x = x;
-  st->qr = qr;
-  st->q = linear_forward(qr, weight(rt, pb, ids.wq_b));  // [T, NI·DI]
-  rt.ops->rope_forward(st->q.data<float>(), contiguous_heads_layout(d.n_heads, d.head_dim), d.n_heads, S, B, R,
-                       rt.rope_positions.data(), *rt.rope);
-  st->k_pre = linear_forward(x, weight(rt, pb, ids.wk));  // [T, DI]
-  st->k = Tensor::empty({T, d.head_dim});
-  st->k_stats = Tensor::empty({2, T});
-  rt.ops->norm_forward(k_norm_spec(c), st->k_pre.data<float>(), pb.param_data(ids.k_norm_w), pb.param_data(ids.k_norm_b),
-                       st->k.data<float>(), st->k_stats.data<float>(), T, d.head_dim);
-  rt.ops->rope_forward(st->k.data<float>(), contiguous_heads_layout(1, d.head_dim), 1, S, B, R,
-                       rt.rope_positions.data(), *rt.rope);
-  st->w = linear_forward(x, weight(rt, pb, ids.weights_proj));  // [T, NI]
-  const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.n_heads * d.head_dim)));
-  for (int64_t e = 0; e < st->w.numel(); ++e) st->w.data<float>()[e] *= w_scale;
-  st->idx = Tensor::empty({T, d.topk}, DType::kI32);
+  indexer_project(rt, pb, ids, x, qr, st);
+  st->idx = Tensor::empty({x.size(0), c.dsa.topk}, DType::kI32);
   dsa_indexer_topk_ref(dsa_indexer_problem(c, ap, *st), st->idx.data<int32_t>());
+}
+
+Tensor dsa_indexer_decode(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids,
+                          const AttentionProblem& ap, const Tensor& x, const Tensor& qr, int64_t cached,
+                          Tensor& key_cache) {
+  const ModelConfig& c = *rt.config;
+  const int64_t B = rt.mb->B, S = rt.mb->S, T = S * B, DI = c.dsa.head_dim;
+  GALE_CHECK(ap.B == B && ap.Sq == S && ap.Sk == cached + S && key_cache.size(1) == DI &&
+             key_cache.size(0) >= (cached + S) * B)
+      << "DSA indexer decoding: " << S << " new positions after " << cached << " of " << B
+      << " samples, an indexer key cache of " << key_cache.size(0) << " rows";
+  DsaIndexerState st;
+  indexer_project(rt, pb, ids, x, qr, &st);
+  std::copy_n(st.k.data<float>(), T * DI, key_cache.data<float>() + cached * B * DI);  // rows s·B + b
+  DsaIndexerProblem ip = dsa_indexer_problem(c, ap, st);
+  ip.k = key_cache.data<float>();  // every cached position's key, the new ones last
+  Tensor idx = Tensor::empty({T, c.dsa.topk}, DType::kI32);
+  dsa_indexer_topk_ref(ip, idx.data<int32_t>());
+  return idx;
 }
 
 double dsa_indexer_loss(const LayerRuntime& rt, const DsaIndexerState& st, const AttentionProblem& ap,

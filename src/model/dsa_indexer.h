@@ -56,6 +56,16 @@ struct DsaIndexerState {
 void dsa_indexer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids,
                          const AttentionProblem& ap, const Tensor& x, const Tensor& qr, DsaIndexerState* st);
 
+// Decoding with a KvCache (model/kv_cache.h): x and qr hold the S new positions of B samples (at
+// rt.rope_positions). Their indexer keys are written into `key_cache` (the layer's
+// KvCache::indexer_keys, rows s·B + b) after the `cached` positions, and each new query picks its
+// top-k among every position up to its own, cached or new (`ap`: Sq = S at the new positions
+// q_positions, Sk = cached + S): the selection the whole-sequence forward makes for that row.
+// Returns idx [S·B, K] (key positions, as kernels/cpu/dsa.h).
+Tensor dsa_indexer_decode(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids,
+                          const AttentionProblem& ap, const Tensor& x, const Tensor& qr, int64_t cached,
+                          Tensor& key_cache);
+
 // The indexer loss L_I of the micro-batch (coefficient included) against the main attention's packed
 // q/k rows `teacher` (detached; MLA's padded layout).
 double dsa_indexer_loss(const LayerRuntime& rt, const DsaIndexerState& st, const AttentionProblem& ap,

@@ -23,6 +23,8 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
     const int64_t KVl = layer_shares(c.for_layer(layer), part).groups;
     cache.layers.push_back(layer_keeps_kv(c, layer) ? Tensor::empty({max_length * B, 2 * KVl * c.attention_head_dim()})
                                                     : Tensor());
+    if (c.dsa.enabled)
+      cache.indexer_keys.push_back(layer_keeps_kv(c, layer) ? Tensor::empty({max_length * B, c.dsa.head_dim}) : Tensor());
   }
   if (c.hybrid.enabled || c.gdn.enabled) {
     cache.mamba = MambaStatePool(c, part, B);
@@ -33,13 +35,14 @@ KvCache make_kv_cache(const ModelConfig& c, const ModelPartition& part, int64_t 
 
 KvCache clone_kv_cache(const KvCache& src) {
   KvCache dst = src;
-  for (Tensor& t : dst.layers) {
-    if (!t.defined()) continue;
-    const Tensor from = t;
-    t = Tensor::empty(from.shape(), from.dtype());
-    const int64_t rows = src.length * src.B;
-    if (rows > 0) t.slice(0, rows).copy_from(from.slice(0, rows));
-  }
+  const int64_t rows = src.length * src.B;
+  for (std::vector<Tensor>* per_layer : {&dst.layers, &dst.indexer_keys})
+    for (Tensor& t : *per_layer) {
+      if (!t.defined()) continue;
+      const Tensor from = t;
+      t = Tensor::empty(from.shape(), from.dtype());
+      if (rows > 0) t.slice(0, rows).copy_from(from.slice(0, rows));
+    }
   dst.mamba = src.mamba.clone();
   return dst;
 }

@@ -13,6 +13,10 @@
 // layers ('-') nothing. So do a Gated DeltaNet model's GDN layers (--experimental-attention-variant
 // gdn: the convolution's last inputs and the delta rule's state); its full-attention layers keep
 // keys and values.
+//
+// A DeepSeek sparse attention model (--experimental-attention-variant dsa, model/dsa_indexer.h)
+// keeps, besides each MLA layer's keys and values, its lightning indexer's key of every cached
+// position: a new query scores them all and attends to its top-k positions only.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +38,9 @@ struct KvCache {
   // (ModelConfig::attention_kv_heads / attention_head_dim; model/mla_attention.h), not the latent.
   // Empty for noop layers and a hybrid model's Mamba and MLP layers (layer_keeps_kv).
   std::vector<Tensor> layers;
+  // DSA models: per layer of the chunk the indexer's keys (after k_norm and RoPE), [max_length·B, DI]
+  // rows s·B + b; empty for other models.
+  std::vector<Tensor> indexer_keys;
   // A hybrid model's Mamba layers or a GDN model's GDN layers: slot b is sample b's state (B slots,
   // zero when made).
   MambaStatePool mamba;
@@ -47,11 +54,12 @@ struct KvCache {
 // model's Mamba or MLP layer, nor a GDN layer).
 bool layer_keeps_kv(const ModelConfig& config, int64_t layer);
 
-// An empty cache for `part`'s layers of `config` (this TP rank's KV heads; B zero Mamba states).
+// An empty cache for `part`'s layers of `config` (this TP rank's KV heads; B zero Mamba states; DSA
+// indexer keys).
 KvCache make_kv_cache(const ModelConfig& config, const ModelPartition& part, int64_t B, int64_t max_length);
 
-// A cache holding `src`'s filled positions and Mamba states in storage of its own (a beam that
-// branches off another continues from the same state without changing it).
+// A cache holding `src`'s filled positions (and their DSA indexer keys) and Mamba states in storage
+// of its own (a beam that branches off another continues from the same state without changing it).
 KvCache clone_kv_cache(const KvCache& src);
 
 // Paged key/value storage for many requests (Megatron's DynamicInferenceContext memory buffer):

@@ -6,6 +6,8 @@
 
 #include "core/check.h"
 #include "core/threads.h"
+#include "model/context_parallel.h"
+#include "model/kv_cache.h"
 #include "model/linear.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -159,6 +161,17 @@ Tensor packed_qkv(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamI
   return qkv;
 }
 
+// Attention's padded output [T, NHl·D] -> the context [T, NHl·Dv] (each head's first Dv columns).
+Tensor padded_to_ctx(const Dims& d, const Tensor& out) {
+  Tensor ctx = Tensor::empty({d.T, d.NHl * d.Dv});
+  for_rows(d.T, [&](int64_t t) {
+    for (int64_t h = 0; h < d.NHl; ++h)
+      std::memcpy(ctx.data<float>() + (t * d.NHl + h) * d.Dv, out.data<float>() + (t * d.NHl + h) * d.D,
+                  d.Dv * sizeof(float));
+  });
+  return ctx;
+}
+
 }  // namespace
 
 std::vector<int> MlaParamIds::all() const {
@@ -264,33 +277,37 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
 
   Tensor out, dsa_lse;
   if (w.indexer.defined()) {  // DeepSeek sparse attention over the indexer's top-k keys
-    GALE_CHECK(!cache) << "--experimental-attention-variant dsa: decoding with a KV cache is not supported yet";
-    DsaIndexerState ist;
-    dsa_indexer_forward(rt, pb, w.indexer, ap, x, d.Cq == 0 ? x_full : q_in, &ist);
     out = Tensor::empty({d.T, d.NHl * d.D});
     dsa_lse = Tensor::empty({d.B, d.NHl, d.S});
     const float* p = qkv.data<float>();
-    const HeadLayout ql = packed_query_layout(d), kl = qkv_key_layout(d.NHl, d.NHl, d.D),
-                     vl = qkv_value_layout(d.NHl, d.NHl, d.D);
-    ops.dsa_sparse_attention_forward(ap, ist.idx.data<int32_t>(), c.dsa.topk, p, ql, p, kl, p, vl, out.data<float>(),
-                                     dsa_lse.data<float>());
-    if (saved && rt.dsa_indexer_loss && c.dsa.loss_coeff > 0.0)
-      *rt.dsa_indexer_loss += dsa_indexer_loss(rt, ist, ap, DsaTeacher{&ap, p, ql, p, kl});
-    if (saved) {
-      saved->attention.qkv = qkv;
-      saved->indexer = std::move(ist);
-      saved->dsa_lse = dsa_lse;
+    const HeadLayout ql = packed_query_layout(d);
+    if (cache) {  // decoding: the new keys, values and indexer keys join the cache; attention reads it
+      append_to_kv_cache(rt, qkv, *cache);
+      Tensor& keys = rt.kv_cache->indexer_keys.at(static_cast<size_t>(layer - part.first_layer));
+      const Tensor idx =
+          dsa_indexer_decode(rt, pb, w.indexer, ap, x, d.Cq == 0 ? x_full : q_in, rt.kv_cache->length, keys);
+      const float* kv = cache->data<float>();
+      ops.dsa_sparse_attention_forward(ap, idx.data<int32_t>(), c.dsa.topk, p, ql, kv, context_key_layout(d.NHl, d.D),
+                                       kv, context_value_layout(d.NHl, d.D), out.data<float>(), dsa_lse.data<float>());
+    } else {
+      DsaIndexerState ist;
+      dsa_indexer_forward(rt, pb, w.indexer, ap, x, d.Cq == 0 ? x_full : q_in, &ist);
+      const HeadLayout kl = qkv_key_layout(d.NHl, d.NHl, d.D), vl = qkv_value_layout(d.NHl, d.NHl, d.D);
+      ops.dsa_sparse_attention_forward(ap, ist.idx.data<int32_t>(), c.dsa.topk, p, ql, p, kl, p, vl, out.data<float>(),
+                                       dsa_lse.data<float>());
+      if (saved && rt.dsa_indexer_loss && c.dsa.loss_coeff > 0.0)
+        *rt.dsa_indexer_loss += dsa_indexer_loss(rt, ist, ap, DsaTeacher{&ap, p, ql, p, kl});
+      if (saved) {
+        saved->attention.qkv = qkv;
+        saved->indexer = std::move(ist);
+        saved->dsa_lse = dsa_lse;
+      }
     }
   } else {
     out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
                 : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
   }
-  Tensor ctx = Tensor::empty({d.T, d.NHl * d.Dv});
-  for_rows(d.T, [&](int64_t t) {
-    for (int64_t h = 0; h < d.NHl; ++h)
-      std::memcpy(ctx.data<float>() + (t * d.NHl + h) * d.Dv, out.data<float>() + (t * d.NHl + h) * d.D,
-                  d.Dv * sizeof(float));
-  });
+  Tensor ctx = padded_to_ctx(d, out);
   if (saved) {
     saved->x = x;
     saved->x_full = x_full;

@@ -31,9 +31,12 @@
 // DeepSeek sparse attention (--experimental-attention-variant dsa, c.dsa): the lightning indexer
 // (model/dsa_indexer.h) runs on the detached x and query latent and picks each query's top-k keys;
 // attention then runs over the same padded packed rows with OpTable::dsa_sparse_attention_* (only
-// the selected keys; no CP, TP, dropout or KV cache). In training forwards the indexer loss is computed
+// the selected keys; no CP, TP or dropout). In training forwards the indexer loss is computed
 // against these rows' dense attention and added to rt.dsa_indexer_loss; backward adds its gradient
-// (scaled by rt.moe_aux_scale) to the indexer's parameters only.
+// (scaled by rt.moe_aux_scale) to the indexer's parameters only. Decoding with a KV cache: the new
+// positions' keys and values join the layer's cache, their indexer keys the cache's indexer keys
+// (model/kv_cache.h), each new query picks its top-k among all cached positions up to its own
+// (dsa_indexer_decode) and attends to those rows of the cache. No ragged (batched engine) decoding.
 //
 // Attention runs on the existing kernels (reference or flash, with the layer's masks, dropout and
 // KV cache) with KV = NH (every head its own key and value) at one head width D = max(Dq, Dv): the

@@ -959,6 +959,12 @@ StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::stri
 // by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
 void add_gdn_args(ArgParser& p, ModelArgs& a);
 Status validate_gdn_args(ModelArgs& m, const ArgParser& p);
+// DeepSeek sparse attention (--experimental-attention-variant dsa; train/arguments_mla.cc): the
+// variant's name and the indexer flags' values (run by validate_mla_args; normalises the GDN
+// spelling through validate_gdn_args), and the model it needs (MLA with --qk-layernorm, indexer
+// head dim ≥ --qk-pos-emb-head-dim: features/feature_dsa.cc, and checkpoint args read for inference).
+Status validate_dsa_args(ModelArgs& m, const ArgParser& p);
+Status check_dsa_model_args(const ModelArgs& m);
 // `world_rank` matters only under --dist-train: the arguments become that rank's sub-world's view
 // (validate_dist_train_args).
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank = 0);

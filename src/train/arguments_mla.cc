@@ -44,10 +44,6 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   add_gdn_args(p, a);
 }
 
-namespace {
-
-// --experimental-attention-variant and the DSA indexer flags (the feature file checks the rest of the
-// configuration: features/feature_dsa.cc).
 Status validate_dsa_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(validate_gdn_args(m, p));  // normalises gated_delta_net to gdn
   const std::string& v = m.experimental_attention_variant;
@@ -74,7 +70,18 @@ Status validate_dsa_args(ModelArgs& m, const ArgParser& p) {
   return Status::Ok();
 }
 
-}  // namespace
+Status check_dsa_model_args(const ModelArgs& m) {
+  if (!m.multi_latent_attention)
+    return InvalidArgument("--experimental-attention-variant dsa needs --multi-latent-attention (DSA runs on MLA), "
+                           "found no --multi-latent-attention");
+  if (!m.qk_layernorm)
+    return InvalidArgument("--experimental-attention-variant dsa needs --qk-layernorm (as MindSpeed), found no "
+                           "--qk-layernorm");
+  if (m.dsa_indexer_head_dim < m.qk_pos_emb_head_dim)
+    return InvalidArgument("--dsa-indexer-head-dim: expected at least --qk-pos-emb-head-dim (", m.qk_pos_emb_head_dim,
+                           ": RoPE on its first dims), found ", m.dsa_indexer_head_dim);
+  return Status::Ok();
+}
 
 Status validate_mla_args(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;

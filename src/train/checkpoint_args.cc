@@ -285,14 +285,28 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mscale", where, &m.mscale));
     GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
-  // Gated DeltaNet: its pattern and sizes, checked as the flags. DeepSeek sparse attention (or any
-  // other variant): inference (no KV-cache decoding with DSA yet) and conversion refuse it.
-  if (auto it = args.find("experimental_attention_variant"); it != args.end() && !it->is_null()) {
+  // DeepSeek sparse attention: the indexer's sizes (a loss coefficient of None or absent: 0, as the
+  // flag's default), checked as the flags; conversion refuses it (refuse_variant_conversion).
+  if (auto it = args.find("experimental_attention_variant"); it != args.end() && *it == "dsa") {
+    m.experimental_attention_variant = "dsa";
+    GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_n_heads", where, &m.dsa_indexer_n_heads));
+    GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_head_dim", where, &m.dsa_indexer_head_dim));
+    GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_topk", where, &m.dsa_indexer_topk));
+    if (auto c = args.find("dsa_indexer_loss_coeff"); c != args.end() && !c->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_loss_coeff", where, &m.dsa_indexer_loss_coeff));
+    if (args.contains("dsa_indexer_use_sparse_loss"))
+      GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_use_sparse_loss", where, &m.dsa_indexer_use_sparse_loss));
+    ArgParser none("checkpoint args", "");  // no flag given: the values only
+    Status s = validate_dsa_args(m, none);
+    if (s.ok()) s = check_dsa_model_args(m);
+    if (!s.ok()) return Status(s.code(), str_cat(where, ": args: ", s.message()));
+  }
+  // Gated DeltaNet: its pattern and sizes, checked as the flags. Any other variant: inference and
+  // conversion refuse it.
+  if (auto it = args.find("experimental_attention_variant");
+      it != args.end() && !it->is_null() && m.experimental_attention_variant != "dsa") {
     if (!it->is_string() || it->get<std::string>() != "gdn")
-      return Unimplemented(where, ": ",
-                           it->is_string() && it->get<std::string>() == "dsa" ? "a DeepSeek sparse attention model"
-                                                                               : "an attention variant",
-                           " (args 'experimental_attention_variant' ", it->dump(),
+      return Unimplemented(where, ": an attention variant (args 'experimental_attention_variant' ", it->dump(),
                            "): generation, evaluation and conversion are not supported yet");
     m.experimental_attention_variant = "gdn";
     auto freq = args.find("linear_attention_freq");
@@ -322,10 +336,12 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   return m;
 }
 
-Status refuse_gdn_conversion(const ModelArgs& m, const std::string& where) {
-  if (m.experimental_attention_variant != "gdn") return Status::Ok();
-  return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
-                       "to or from Megatron's and Hugging Face's formats is not supported yet");
+Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
+  const std::string& v = m.experimental_attention_variant;
+  if (v != "gdn" && v != "dsa") return Status::Ok();
+  return Unimplemented(where, ": ", v == "gdn" ? "a Gated DeltaNet model" : "a DeepSeek sparse attention model",
+                       " (args 'experimental_attention_variant' \"", v, "\"): conversion to or from Megatron's and "
+                       "Hugging Face's formats is not supported yet");
 }
 
 namespace {

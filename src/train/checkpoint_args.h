@@ -31,13 +31,15 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 // checkpoint's "args" section. A missing or mistyped key is InvalidArgument naming `where` (the
 // metadata file) and the key, e.g. "ckpt/iter_0000000/metadata.json: args has no 'norm_epsilon'".
 // A Gated DeltaNet model's args (experimental_attention_variant "gdn", linear_attention_freq an int
-// or the 0/1 list, the linear_* sizes) are checked as the flags are (validate_gdn_args); DSA's
-// are refused (no decoding with it yet).
+// or the 0/1 list, the linear_* sizes) are checked as the flags are (validate_gdn_args); so are a
+// DeepSeek sparse attention model's ("dsa", the dsa_indexer_* sizes: validate_dsa_args and
+// check_dsa_model_args). Other variants are refused.
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
-// Unimplemented for a Gated DeltaNet model (`where`: the checkpoint whose args `m` are): converting
-// it to or from Megatron's and Hugging Face's formats is not supported yet. Ok otherwise.
-Status refuse_gdn_conversion(const ModelArgs& m, const std::string& where);
+// Unimplemented for a Gated DeltaNet or a DeepSeek sparse attention model (`where`: the checkpoint
+// whose args `m` are): converting it to or from Megatron's and Hugging Face's formats is not
+// supported yet. Ok otherwise.
+Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 
 // The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,
 // moe_layer_freq, moe_router_pre_softmax), added to an "args" object; nothing for a dense model.

@@ -562,6 +562,10 @@ int generate_main(int argc, char** argv) {
   if (!loaded.ok()) return failure(loaded.status());
   const InferenceModel& m = *loaded.value();
   const Tokenizer& tokenizer = *m.tokenizer;
+  if (g.flash_decode && m.config.dsa.enabled)
+    return usage(Unimplemented("--flash-decode with a DeepSeek sparse attention model (--experimental-attention-variant "
+                               "dsa): not supported yet (flash decoding attends to every cached position, DSA to each "
+                               "query's top-k)"));
   if (g.num_beams > 1 && 2 * g.num_beams >= tokenizer.vocab_size())
     return usage(InvalidArgument("--num-beams ", g.num_beams, ": expected fewer than half the vocabulary (",
                                  tokenizer.vocab_size(), " tokens)"));

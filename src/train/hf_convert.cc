@@ -199,7 +199,7 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   const std::string where = r.directory() + "/metadata.json";
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
-  GALE_RETURN_IF_ERROR(refuse_gdn_conversion(model, where));
+  GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
   if (model.is_hybrid_model)
     return Unimplemented(r.directory(), ": a hybrid Mamba model (--is-hybrid-model) is not written in Hugging Face's "
@@ -305,7 +305,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     const std::string where = r.directory() + "/metadata.json";
     GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
     GALE_ASSIGN_OR_RETURN(model, model_args_from_json(args, where));
-    GALE_RETURN_IF_ERROR(refuse_gdn_conversion(model, where));
+    GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
     GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
     if (moe.enabled())
       return Unimplemented(where, ": a MoE model: writing it to Megatron's format is not supported yet");

@@ -487,7 +487,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
-  GALE_RETURN_IF_ERROR(refuse_gdn_conversion(m.model, where));
+  GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, where));
   m.model.padded_vocab_size = emb->second.shape()[0];
   if (m.model.kv_channels == kUnset) m.model.kv_channels = m.model.hidden_size / m.model.num_attention_heads;
   m.model.num_kv_heads = m.model.group_query_attention ? m.model.num_query_groups : m.model.num_attention_heads;

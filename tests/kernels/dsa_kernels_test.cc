@@ -1,7 +1,8 @@
 // DeepSeek sparse attention kernels (kernels/cpu/dsa.h): the numpy golden fixture
 // (tools/reference/dsa_reference.py: top-k, sparse attention and its gradients, the dense and sparse
 // indexer KL and its gradients), top-k ≥ S equal to dense causal attention, finite differences of the
-// sparse attention and of the indexer loss, and the fused sparse attention against the reference.
+// sparse attention and of the indexer loss, the fused sparse attention against the reference, and
+// decoding's problems (the last queries at their positions over every key) against the whole one.
 #include "kernels/cpu/dsa.h"
 
 #include <gtest/gtest.h>
@@ -281,6 +282,40 @@ TEST(DsaKernels, FusedSparseAttentionMatchesReference) {
       EXPECT_LT(rel_err(a2, a), 1e-5) << "K " << K;
       EXPECT_LT(rel_err(b2, b), 1e-5) << "K " << K;
       EXPECT_LT(rel_err(c2, c), 1e-5) << "K " << K;
+    }
+  }
+}
+
+// Decoding's problems (model/dsa_indexer.h dsa_indexer_decode): the last n query rows at their
+// positions over all Sk keys (Sq = n < Sk) select the keys, and attend (reference and fused) to give
+// the outputs, of those rows of the whole square problem — causal, and with a sliding window.
+TEST(DsaKernels, TrailingQueriesAtTheirPositionsGiveTheSquareProblemsRows) {
+  for (const int64_t window : {0, 7}) {
+    const Problem pr(false, window);
+    const int64_t K = 5, B = pr.p.B, S = pr.p.Sq, NH = pr.p.NH, HD = pr.p.HD;
+    const std::vector<int32_t> whole = pr.topk(K);
+    std::vector<float> out(pr.q.size()), lse(B * NH * S);
+    dsa_sparse_attention_forward_ref(pr.p, whole.data(), K, pr.q.data(), pr.l, pr.k.data(), pr.l, pr.v.data(), pr.l,
+                                     out.data(), lse.data());
+    for (const int64_t n : {1, 3}) {
+      const int64_t first = S - n;  // rows first·B ... S·B − 1
+      std::vector<int32_t> positions;
+      for (int64_t i = first; i < S; ++i) positions.push_back(static_cast<int32_t>(i));
+      AttentionProblem p = pr.p;
+      p.Sq = n;
+      p.q_positions = positions.data();
+      const DsaIndexerProblem ip{&p, pr.NI, pr.DI, K, pr.qI.data() + first * B * pr.NI * pr.DI, pr.kI.data(),
+                                 pr.w.data() + first * B * pr.NI};
+      std::vector<int32_t> idx(n * B * K);
+      dsa_indexer_topk_ref(ip, idx.data());
+      EXPECT_EQ(idx, std::vector<int32_t>(whole.begin() + first * B * K, whole.end())) << "window " << window << ", n " << n;
+      const float* q = pr.q.data() + first * B * NH * HD;
+      const std::vector<float> want(out.begin() + first * B * NH * HD, out.end());
+      for (SparseForward f : {&dsa_sparse_attention_forward_ref, &dsa_sparse_attention_forward_fused}) {
+        std::vector<float> o(n * B * NH * HD), l(B * NH * n);
+        f(p, idx.data(), K, q, pr.l, pr.k.data(), pr.l, pr.v.data(), pr.l, o.data(), l.data());
+        EXPECT_LT(rel_err(o, want), 2e-6) << "window " << window << ", n " << n;
+      }
     }
   }
 }

@@ -116,7 +116,8 @@ float dsa_index_score(const DsaIndexerProblem& ip, int64_t b, int64_t i, int64_t
 void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
   const AttentionProblem& m = *ip.mask;
   const int64_t B = m.B, S = m.Sq, K = ip.topk, NI = ip.NI, DI = ip.DI;
-  GALE_CHECK(m.Sq == m.Sk && K > 0) << "DSA indexer: square problems and a positive top-k";
+  GALE_CHECK(m.Sq <= m.Sk && K > 0) << "DSA indexer: " << m.Sq << " queries over " << m.Sk
+                                    << " keys with top-k " << K << " (expected at most as many queries as keys, K > 0)";
   // Blocks of query rows of one sample: per indexer head one GEMM of the block's queries with the
   // sample's keys (only keys up to the block's last row under a plain causal mask), then
   // I = Σ_h w_h·ReLU(·) and the selection row by row.
@@ -132,7 +133,7 @@ void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx) {
       // contiguous task ranges carry similar work.
       const int64_t v = u % blocks, blk = v % 2 == 0 ? v / 2 : blocks - 1 - v / 2;
       const int64_t b = u / blocks, i0 = blk * kRows, i1 = std::min(S, i0 + kRows), nr = i1 - i0;
-      const int64_t N = causal_prefix ? i1 : S;
+      const int64_t N = causal_prefix ? i1 : m.Sk;
       dots.resize(nr * N);
       scores.assign(nr * N, 0.0f);
       for (int64_t h = 0; h < NI; ++h) {

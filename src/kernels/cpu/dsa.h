@@ -1,7 +1,9 @@
 // DeepSeek sparse attention (DSA, DeepSeek-V3.2) kernels: the lightning indexer's top-k, its KL loss
 // against the main attention, and attention over the selected keys — reference (level 0) and fused.
 //
-// Rows are the model's token rows t = s·B + b. The mask (causal, sliding window, documents) is the
+// Rows are the model's token rows t = s·B + b: query rows i·B + b (i < Sq), key rows j·B + b (j < Sk;
+// Sk = Sq in training, and in decoding the cached positions with the new ones last, the queries at
+// their positions p.q_positions). The mask (causal, sliding window, documents) is the
 // AttentionProblem's: a key j is a candidate of query (b, i) when attention_visible(p, b, i, j).
 //
 // Lightning indexer (NI heads of width DI; q [T, NI·DI], k [T, DI], w [T, NI], all after RoPE/norm,
@@ -35,14 +37,15 @@
 
 namespace gale {
 
-// The indexer's inputs for one micro-batch: mask->B, mask->Sq (= Sk = S) and the visibility rules.
+// The indexer's inputs for one micro-batch: mask->B, mask->Sq queries, mask->Sk ≥ Sq keys (Sk = Sq
+// but for decoding's top-k; the loss and its backward need Sk = Sq) and the visibility rules.
 struct DsaIndexerProblem {
   const AttentionProblem* mask = nullptr;
   int64_t NI = 0, DI = 0;   // indexer heads and head width
   int64_t topk = 0;         // K
-  const float* q = nullptr; // [T, NI·DI]
-  const float* k = nullptr; // [T, DI]
-  const float* w = nullptr; // [T, NI]
+  const float* q = nullptr; // [Sq·B, NI·DI]
+  const float* k = nullptr; // [Sk·B, DI]
+  const float* w = nullptr; // [Sq·B, NI]
 };
 
 // The main attention the indexer loss learns from (detached): p->NH heads, p->HD, p->scale.
@@ -57,7 +60,7 @@ struct DsaTeacher {
 // Index score of query row (b, i) and key j (no mask applied).
 float dsa_index_score(const DsaIndexerProblem& ip, int64_t b, int64_t i, int64_t j);
 
-// The top-k key indices idx [T, K] (row t = i·B + b; ascending, −1 padded).
+// The top-k key indices idx [Sq·B, K] (row t = i·B + b; key indices j < Sk ascending, −1 padded).
 void dsa_indexer_topk_ref(const DsaIndexerProblem& ip, int32_t* idx);
 
 // Σ over rows of KL(target ‖ π) (see above); `idx` [T, K] is read only with `sparse`.
@@ -67,12 +70,13 @@ double dsa_indexer_loss_forward_ref(const DsaIndexerProblem& ip, const DsaTeache
 void dsa_indexer_loss_backward_ref(const DsaIndexerProblem& ip, const DsaTeacher& teacher, const int32_t* idx,
                                    bool sparse, double g, float* dq, float* dk, float* dw);
 
-// Attention of every query over its K selected keys (idx [T, K], −1 entries skipped). out in the
-// attention kernels' output layout [T, NH·HD], lse [B, NH, S].
+// Attention of every query over its K selected keys (idx [Sq·B, K], −1 entries skipped; key j at row
+// j·B + b of k and v, j < Sk: decoding reads the KV cache's rows). out in the attention kernels'
+// output layout [Sq·B, NH·HD], lse [B, NH, Sq].
 void dsa_sparse_attention_forward_ref(const AttentionProblem& p, const int32_t* idx, int64_t K, const float* q,
                                       const HeadLayout& ql, const float* k, const HeadLayout& kl, const float* v,
                                       const HeadLayout& vl, float* out, float* lse);
-// Backward: dq written, dk and dv written (zeroed, then accumulated over the queries that chose them).
+// Backward (Sk = Sq): dq written, dk and dv written (zeroed, then accumulated over the queries that chose them).
 void dsa_sparse_attention_backward_ref(const AttentionProblem& p, const int32_t* idx, int64_t K, const float* q,
                                        const HeadLayout& ql, const float* k, const HeadLayout& kl, const float* v,
                                        const HeadLayout& vl, const float* out, const float* lse, const float* dout,
