@@ -47,9 +47,12 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--stage dpo: expected --ref-model or --load (the reference model's checkpoint), found "
                            "neither");
   const ParallelArgs& par = a.parallel;
-  if (par.pipeline_model_parallel_size > 1)
-    return Unimplemented("--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with "
-                         "tensor, context, expert and data parallelism)");
+  // Pipeline parallelism runs the reference model's forwards and then the policy's through the
+  // 1F1B or interleaved 1F1B schedule (train/dpo.h dpo_iteration).
+  if (par.schedules_method == "dualpipev")
+    return Unimplemented("--stage dpo with --schedules-method dualpipev: not supported yet (DPO runs with the 1F1B "
+                         "and interleaved 1F1B schedules)");
+  if (par.dist_train) return Unimplemented("--stage dpo with --dist-train: not supported yet");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return Unimplemented("--stage dpo with --mtp-num-layers: not supported yet");
   if (a.training.calculate_per_token_loss)
