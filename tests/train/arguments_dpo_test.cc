@@ -56,6 +56,13 @@ TEST(DpoArguments, MindSpeedDefaults) {
                                 2)
                   .ok())
       << "the interleaved pipeline works with DPO";
+  Cli dualpipev;
+  EXPECT_TRUE(dualpipev
+                  .parse_minimal(dpo({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--schedules-method",
+                                      "dualpipev", "--global-batch-size", "8"}),
+                                 2)
+                  .ok())
+      << "DualPipeV works with DPO";
   Cli bf16;
   EXPECT_TRUE(bf16.parse_minimal(dpo({"--bf16"})).ok()) << "bf16 works with DPO";
   Cli eval;
@@ -92,12 +99,8 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
       {dpo({"--dpo-label-smoothing", "0.7"}), 1, "--dpo-label-smoothing: expected a number in [0, 0.5], found 0.7"},
       {dpo({"--pref-ftx", "-1"}), 1, "--pref-ftx: expected a non-negative number"},
       {dpo({"--is-instruction-dataset"}), 1, "--is-instruction-dataset and --is-pairwise-dataset are exclusive"},
-      {dpo({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev",
-            "--global-batch-size", "8"}),
-       2,
-       "--stage dpo with --schedules-method dualpipev: not supported yet (DPO runs with the 1F1B and interleaved 1F1B "
-       "schedules)"},
       {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
+      {dpo({"--dist-train", "--mm-model", "model.json"}), 2, "--dist-train with --stage dpo: not supported yet"},
       {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
       {dpo({"--refer-model-iter", "2"}), 1, "--refer-model-iter: not supported yet"},
   };
