@@ -29,7 +29,7 @@
 // sub-world, CP sizes that differ between sub-worlds (equal ones work),
 // DP sizes that are not multiples of the smallest (and, with different DP sizes, the distributed
 // optimizer, per-token loss, other dataloaders and MoE), use_multiparam_send_recv,
-// MTP, EP, DualPipeV, --sequence-parallel with TP sizes that do not divide one another, ZeRO-3/FSDP,
+// MTP, DPO, EP, DualPipeV, --sequence-parallel with TP sizes that do not divide one another, ZeRO-3/FSDP,
 // --optimize-send-recv-comm and --use-multiparameter-pipeline-model-parallel. Checkpoints are
 // written by whole-model names and load at any layout, dist-train or not.
 // MindSpeed files the feature at level 2; in Gale it works at every --optimization-level, as the

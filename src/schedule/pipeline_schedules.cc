@@ -42,10 +42,11 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            int64_t num_microbatches, const MicroBatchSource& source,
                                                            bool forward_only, const ScheduleObserver& observer,
                                                            Timers* timers, StagePlacement placement,
-                                                           const Comm& pp_backward, const StageTensors* stage_tensors) {
+                                                           const Comm& pp_backward, const StageTensors* stage_tensors,
+                                                           const MicroBatchLoss& loss) {
   PipelineP2P p2p(ps.pp(), static_cast<int>(chunks.size()), placement, pp_backward);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    chunks[c]->set_num_microbatches(forward_only ? 0 : num_microbatches);  // the eager fused LM head
+    chunks[c]->set_num_microbatches(forward_only || loss ? 0 : num_microbatches);  // the eager fused LM head
     const ModelPartition& part = chunks[c]->partition();
     GALE_CHECK_EQ(part.pre_process, p2p.first_virtual_stage(static_cast<int>(c)));
     GALE_CHECK_EQ(part.post_process, p2p.last_virtual_stage(static_cast<int>(c)));
@@ -87,7 +88,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   }
   const int last_chunk = static_cast<int>(chunks.size()) - 1;
   ForwardBackwardResult result;
-  std::map<int64_t, double> loss_tokens;  // last stage: Σ mask of each micro-batch until its backward
+  std::map<int64_t, float> loss_scales;   // last stage: each micro-batch's backward loss scale until its backward
   size_t prefetched = 0;                  // steps [0, prefetched) have their receives posted
   WeightGradStore deferred;               // the weight gradients of I steps until their W step
   auto prefetch = [&](size_t upto) {
@@ -125,8 +126,10 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
     if (model.partition().post_process) {
       result.loss_sum += sums.loss_sum;
       result.tokens += sums.tokens;
+      const float loss_scale = loss ? loss(model, s.microbatch, sums)
+                                    : micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss());
       if (!forward_only) {
-        loss_tokens[s.microbatch] = sums.tokens;
+        loss_scales[s.microbatch] = loss_scale;
         result.micro_batch_loss_sums.resize(static_cast<size_t>(num_microbatches), 0.0);
         result.micro_batch_loss_sums[static_cast<size_t>(s.microbatch)] = sums.loss_sum;
       }
@@ -136,11 +139,10 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
   // A backward step's loss scale (the chunk holding the loss; 0 elsewhere), read before it runs.
   auto backward_loss_scale = [&](const PipelineStep& s) {
     if (!chunks[static_cast<size_t>(s.chunk)]->partition().post_process) return 0.0f;
-    auto it = loss_tokens.find(s.microbatch);
-    GALE_CHECK(it != loss_tokens.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
-    const float scale = micro_batch_loss_scale(it->second, num_microbatches,
-                                               chunks[static_cast<size_t>(s.chunk)]->per_token_loss());
-    loss_tokens.erase(it);
+    auto it = loss_scales.find(s.microbatch);
+    GALE_CHECK(it != loss_scales.end()) << "backward of micro-batch " << s.microbatch << " before its forward";
+    const float scale = it->second;
+    loss_scales.erase(it);
     return scale;
   };
   // The backward's received list is the gradients of the outputs that have one: the hidden states'.
@@ -247,29 +249,30 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
     bool forward_only, const ScheduleObserver& observer, Timers* timers, const Comm& pp_backward,
-    const StageTensors* stage_tensors) {
+    const StageTensors* stage_tensors, const MicroBatchLoss& loss) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   return forward_backward_pipelined({&model}, ps, one_f_one_b_order(pp, rank, num_microbatches, forward_only),
                                     num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop,
-                                    pp_backward, stage_tensors);
+                                    pp_backward, stage_tensors, loss);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer, int64_t microbatch_group,
-    Timers* timers, RiPipe ripipe, const StageTensors* stage_tensors) {
+    Timers* timers, RiPipe ripipe, const StageTensors* stage_tensors, const MicroBatchLoss& loss) {
   const int pp = ps.pp_size(), rank = ps.coords().pp, vpp = static_cast<int>(chunks.size());
   GALE_RETURN_IF_ERROR(check_interleaved_microbatches(pp, num_microbatches, microbatch_group));
   return forward_backward_pipelined(
       chunks, ps, ripipe_interleaved_order(ripipe, pp, rank, vpp, num_microbatches, forward_only, microbatch_group),
-      num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop, nullptr, stage_tensors);
+      num_microbatches, source, forward_only, observer, timers, StagePlacement::kLoop, nullptr, stage_tensors,
+      loss);
 }
 
 StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPTModel*>& chunks,
                                                            const ParallelState& ps, int64_t num_microbatches,
                                                            const MicroBatchSource& source, bool forward_only,
                                                            const ScheduleObserver& observer, Timers* timers,
-                                                           bool dw_detach) {
+                                                           bool dw_detach, const MicroBatchLoss& loss) {
   const int pp = ps.pp_size(), rank = ps.coords().pp;
   if (chunks.size() != 2)
     return InvalidArgument("--schedules-method dualpipev runs two model chunks per pipeline rank, found ", chunks.size());
@@ -277,7 +280,8 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
   const bool fb_overlap = chunks[0]->ops().moe_fb_overlap;
   return forward_backward_pipelined(chunks, ps,
                                     dualpipev_order(pp, rank, num_microbatches, forward_only, dw_detach, fb_overlap),
-                                    num_microbatches, source, forward_only, observer, timers, StagePlacement::kV);
+                                    num_microbatches, source, forward_only, observer, timers, StagePlacement::kV,
+                                    nullptr, nullptr, loss);
 }
 
 }  // namespace gale

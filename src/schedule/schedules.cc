@@ -5,10 +5,10 @@ namespace gale {
 
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
                                                                const MicroBatchSource& source, bool forward_only,
-                                                               Timers* timers) {
+                                                               Timers* timers, const MicroBatchLoss& loss) {
   ForwardBackwardResult r;
   MicroBatch mb;
-  model.set_num_microbatches(forward_only ? 0 : num_microbatches);
+  model.set_num_microbatches(forward_only || loss ? 0 : num_microbatches);
   for (int64_t m = 0; m < num_microbatches; ++m) {
     GPTModel::LossSums sums;
     {
@@ -21,10 +21,12 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
     }
     r.loss_sum += sums.loss_sum;
     r.tokens += sums.tokens;
+    const float loss_scale =
+        loss ? loss(model, m, sums) : micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss());
     if (!forward_only) r.micro_batch_loss_sums.push_back(sums.loss_sum);
     if (!forward_only) {
       ScopedTimer backward_timer(timers, "backward-compute", 2, false, {{"microbatch", m}, {"chunk", 0}});
-      model.backward(m, Tensor(), micro_batch_loss_scale(sums.tokens, num_microbatches, model.per_token_loss()));
+      model.backward(m, Tensor(), loss_scale);
     }
   }
   return r;
@@ -35,7 +37,7 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                                                  bool forward_only, const ScheduleObserver& observer,
                                                  int64_t microbatch_group, Timers* timers, bool dualpipev,
                                                  bool dualpipev_dw_detach, RiPipe ripipe, const Comm& pp_backward,
-                                                 const StageTensors* stage_tensors) {
+                                                 const StageTensors* stage_tensors, const MicroBatchLoss& loss) {
   GALE_CHECK(!chunks.empty()) << "no model chunks";
   GALE_CHECK(dualpipev || !dualpipev_dw_detach) << "--dualpipev-dw-detach without --schedules-method dualpipev";
   if (ripipe != RiPipe::kNone && (dualpipev || ps.pp_size() == 1 || chunks.size() == 1))
@@ -51,19 +53,19 @@ StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& c
                            "schedules (as MindSpeed's), found --schedules-method dualpipev");
   if (dualpipev)
     return forward_backward_dualpipev(chunks, ps, num_microbatches, source, forward_only, observer, timers,
-                                      dualpipev_dw_detach);
+                                      dualpipev_dw_detach, loss);
   if (ps.pp_size() == 1) {
     GALE_CHECK_EQ(chunks.size(), 1u) << "virtual pipeline stages need --pipeline-model-parallel-size > 1";
-    return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers);
+    return forward_backward_no_pipelining(*chunks[0], num_microbatches, source, forward_only, timers, loss);
   }
   // --dist-train: a forward-only (frozen) sub-world's stages run their forwards only, as evaluation
   // does; the stage after them sends them no gradient (DistTrainPipelineComm).
   if (ps.dist_train() && ps.dist_train()->forward_only_stage(ps.coords().pp)) forward_only = true;
   if (chunks.size() == 1)
     return forward_backward_pipelining_without_interleaving(*chunks[0], ps, num_microbatches, source, forward_only,
-                                                            observer, timers, pp_backward, stage_tensors);
+                                                            observer, timers, pp_backward, stage_tensors, loss);
   return forward_backward_pipelining_with_interleaving(chunks, ps, num_microbatches, source, forward_only, observer,
-                                                       microbatch_group, timers, ripipe, stage_tensors);
+                                                       microbatch_group, timers, ripipe, stage_tensors, loss);
 }
 
 }  // namespace gale

@@ -56,11 +56,21 @@ struct ForwardBackwardResult {
 // Called after each step a pipeline schedule runs (tests record the order and the memory held).
 using ScheduleObserver = std::function<void(const PipelineStep& step)>;
 
+// A micro-batch loss other than Megatron's token mean, computed on the chunk holding the LM head
+// from the model's loss sums, per-sequence sums included (--stage dpo's pair loss, train/dpo.h).
+// Given one, a schedule runs its chunks without the eager fused LM-head backward
+// (GPTModel::set_num_microbatches(0)), calls it after every forward of that chunk (forward-only
+// too) with the micro-batch's index and sums, and starts that micro-batch's backward from the loss
+// scale it returns (it may first have scaled the model's loss mask, GPTModel::scale_loss_mask).
+// The result's loss sums stay the model's cross-entropy sums. Empty (the default): Megatron's loss.
+using MicroBatchLoss = std::function<float(GPTModel& model, int64_t m, const GPTModel::LossSums& sums)>;
+
 // No pipeline: forward then backward of each micro-batch in turn (forward only when
 // `forward_only`, e.g. evaluation).
 StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, int64_t num_microbatches,
                                                                const MicroBatchSource& source, bool forward_only,
-                                                               Timers* timers = nullptr);
+                                                               Timers* timers = nullptr,
+                                                               const MicroBatchLoss& loss = {});
 
 // Megatron's 1F1B over ps.pp() (PP > 1, one chunk per rank): warm-up forwards, steady
 // one-forward-one-backward, cool-down backwards (pipeline_order.h); rank r holds the saved
@@ -74,7 +84,7 @@ StatusOr<ForwardBackwardResult> forward_backward_no_pipelining(GPTModel& model, 
 StatusOr<ForwardBackwardResult> forward_backward_pipelining_without_interleaving(
     GPTModel& model, const ParallelState& ps, int64_t num_microbatches, const MicroBatchSource& source,
     bool forward_only, const ScheduleObserver& observer = {}, Timers* timers = nullptr,
-    const Comm& pp_backward = nullptr, const StageTensors* stage_tensors = nullptr);
+    const Comm& pp_backward = nullptr, const StageTensors* stage_tensors = nullptr, const MicroBatchLoss& loss = {});
 
 // Megatron's interleaved 1F1B over ps.pp(): `chunks` are this rank's V model chunks in order
 // (chunk c is virtual stage c·P + rank). `microbatch_group`: micro-batches per group of the
@@ -86,7 +96,7 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelining_with_interleaving(
     const std::vector<GPTModel*>& chunks, const ParallelState& ps, int64_t num_microbatches,
     const MicroBatchSource& source, bool forward_only, const ScheduleObserver& observer = {},
     int64_t microbatch_group = 0, Timers* timers = nullptr, RiPipe ripipe = RiPipe::kNone,
-    const StageTensors* stage_tensors = nullptr);
+    const StageTensors* stage_tensors = nullptr, const MicroBatchLoss& loss = {});
 
 // DeepSeek's DualPipeV over ps.pp() (--schedules-method dualpipev): `chunks` are this rank's two
 // chunks, chunk 0 = virtual stage rank and chunk 1 = stage 2P−1−rank (StagePlacement::kV), so
@@ -102,7 +112,8 @@ StatusOr<ForwardBackwardResult> forward_backward_dualpipev(const std::vector<GPT
                                                            const ParallelState& ps, int64_t num_microbatches,
                                                            const MicroBatchSource& source, bool forward_only,
                                                            const ScheduleObserver& observer = {},
-                                                           Timers* timers = nullptr, bool dw_detach = false);
+                                                           Timers* timers = nullptr, bool dw_detach = false,
+                                                           const MicroBatchLoss& loss = {});
 
 // Runs an arbitrary step order over ps.pp() with the same transfers, loading and loss handling as
 // the schedules above (which call it with Megatron's and DualPipeV's orders); `placement` says
@@ -123,7 +134,8 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
                                                            Timers* timers = nullptr,
                                                            StagePlacement placement = StagePlacement::kLoop,
                                                            const Comm& pp_backward = nullptr,
-                                                           const StageTensors* stage_tensors = nullptr);
+                                                           const StageTensors* stage_tensors = nullptr,
+                                                           const MicroBatchLoss& loss = {});
 
 // Dispatches to the schedule the layout needs: no pipelining (one chunk, PP = 1), 1F1B (PP > 1),
 // interleaved 1F1B (several chunks per rank, in groups of `microbatch_group` micro-batches;
@@ -133,14 +145,15 @@ StatusOr<ForwardBackwardResult> forward_backward_pipelined(const std::vector<GPT
 // (--optimize-send-recv-comm) to 1F1B only (an InvalidArgument with interleaving or DualPipeV;
 // ignored without pipelining, where nothing is sent). `stage_tensors`
 // (--use-multiparameter-pipeline-model-parallel) to 1F1B and interleaved 1F1B (an InvalidArgument
-// with DualPipeV, as MindSpeed's; ignored without pipelining).
+// with DualPipeV, as MindSpeed's; ignored without pipelining). `loss` (MicroBatchLoss) to every one.
 StatusOr<ForwardBackwardResult> forward_backward(const std::vector<GPTModel*>& chunks, const ParallelState& ps,
                                                  int64_t num_microbatches, const MicroBatchSource& source,
                                                  bool forward_only, const ScheduleObserver& observer = {},
                                                  int64_t microbatch_group = 0, Timers* timers = nullptr,
                                                  bool dualpipev = false, bool dualpipev_dw_detach = false,
                                                  RiPipe ripipe = RiPipe::kNone, const Comm& pp_backward = nullptr,
-                                                 const StageTensors* stage_tensors = nullptr);
+                                                 const StageTensors* stage_tensors = nullptr,
+                                                 const MicroBatchLoss& loss = {});
 
 
 

@@ -32,6 +32,7 @@ Status validate_dist_train_args(Arguments& a, const ArgParser& p, int64_t world_
                              "tensor/pipeline/context-parallel sizes and num_layers): expected no ", flag,
                              ", found it given");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
+  if (a.dpo.enabled()) return refuse("--stage dpo");
   if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev (the 1F1B schedule runs)");
   if (par.expert_model_parallel_size > 1) return refuse("--expert-model-parallel-size > 1");
   if (par.use_tp_pp_dp_mapping) return refuse("--use-tp-pp-dp-mapping (each sub-world lays out tp-dp-pp)");

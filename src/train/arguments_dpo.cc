@@ -46,10 +46,9 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
   if (d.ref_model.empty() && a.checkpoint.load.empty())
     return InvalidArgument("--stage dpo: expected --ref-model or --load (the reference model's checkpoint), found "
                            "neither");
-  const ParallelArgs& par = a.parallel;
-  if (par.pipeline_model_parallel_size > 1)
-    return Unimplemented("--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with "
-                         "tensor, context, expert and data parallelism)");
+  // Pipeline parallelism (1F1B, interleaved 1F1B, DualPipeV) runs the reference model's forwards
+  // and then the policy's through the layout's schedule (train/dpo.h dpo_iteration); --dist-train
+  // refuses DPO itself (train/arguments_dist_train.cc, which validates its runs instead).
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
     return Unimplemented("--stage dpo with --mtp-num-layers: not supported yet");
   if (a.training.calculate_per_token_loss)

@@ -702,7 +702,7 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   return Status::Ok();
 }
 
-Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model,
+Status load_model_weights(const std::string& flag, const std::string& dir, const std::vector<GPTModel*>& models,
                           const std::string& what) {
   if (!std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt"))
     return NotFound(flag, " ", dir, ": expected a checkpoint directory (with latest_checkpointed_iteration.txt)");
@@ -710,24 +710,27 @@ Status load_model_weights(const std::string& flag, const std::string& dir, GPTMo
   if (!opened.ok()) return Status(opened.status().code(), str_cat(flag, " ", dir, ": ", opened.status().message()));
   CheckpointReader r = std::move(opened).value();
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
-  const nlohmann::json current = checkpoint_model_section(model.config());
+  GALE_CHECK(!models.empty()) << "no model chunks to load";
+  const nlohmann::json current = checkpoint_model_section(models.front()->config());
   for (const auto& [key, value] : current.items())
     if (!saved_model.contains(key) || saved_model[key] != value)
       return FailedPrecondition(flag, " ", r.directory(), " does not match this model: it was saved with ", key, " = ",
                                 saved_model.contains(key) ? saved_model[key].dump() : "(absent)", ", this run has ",
                                 value.dump());
-  ParamBuffer& pb = model.params();
-  for (int id = 0; id < pb.size(); ++id) {
-    const ParamSpec& s = pb.spec(id);
-    if (s.fp8_state_buffer && !r.has_tensor(s.whole_model_name())) continue;  // saved without FP8
-    Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
-    for (const Piece& piece : pieces_of(s)) {
-      Tensor dst = rows_of(param, piece.first_row, piece.rows);
-      GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
+  for (GPTModel* model : models) {
+    ParamBuffer& pb = model->params();
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      if (s.fp8_state_buffer && !r.has_tensor(s.whole_model_name())) continue;  // saved without FP8
+      Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
+      for (const Piece& piece : pieces_of(s)) {
+        Tensor dst = rows_of(param, piece.first_row, piece.rows);
+        GALE_RETURN_IF_ERROR(r.read_slice_into(s.whole_model_name(), s.global_shape, piece.offsets, dst));
+      }
+      if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
     }
-    if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
+    pb.refresh_gemm_copy();
   }
-  pb.refresh_gemm_copy();
   print_rank0(str_cat("  loaded the ", what, " from ", r.directory(), " (", flag, ") at iteration ", r.iteration()));
   return Status::Ok();
 }

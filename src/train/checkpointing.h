@@ -90,10 +90,11 @@ Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engin
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
 // --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest
-// checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `model`, a standalone
-// model chunk built like the engine's; nothing else is read. The checkpoint must hold this model.
-// Also QAD's teacher (--qad-teacher-load); `what` names the model in the start-up line.
-Status load_model_weights(const std::string& flag, const std::string& dir, GPTModel& model,
+// checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `models`, standalone
+// model chunks built like the engine's (this rank's virtual stages); nothing else is read. The
+// checkpoint must hold this model. Also QAD's teacher (--qad-teacher-load); `what` names the model
+// in the start-up line (one line for all the chunks).
+Status load_model_weights(const std::string& flag, const std::string& dir, const std::vector<GPTModel*>& models,
                           const std::string& what = "reference model");
 
 // Megatron's --moe-use-upcycling (instead of load_checkpoint): reads the dense checkpoint in

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 
 #include "core/check.h"
 
@@ -82,27 +84,60 @@ DpoMicroBatchStats pair_stats(const GPTModel::LossSums& pol, const GPTModel::Los
 
 }  // namespace
 
+namespace {
+
+// The policy's pair loss of micro-batch `m` from both models' sums; training: scales the policy's
+// loss mask by each sequence's per-token loss gradient (the pair mean's 1 / n; the micro-batch
+// count is in the grad scale, PolicyGradScale), so its backward starts from scale 1.
+DpoMicroBatchStats policy_pair_loss(GPTModel& policy, int64_t m, const GPTModel::LossSums& pol,
+                                    const GPTModel::LossSums& ref, const DpoOptions& o, bool training) {
+  const int64_t B = static_cast<int64_t>(pol.sample_loss_sums.size());
+  GALE_CHECK(B % 2 == 0 && B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
+  std::vector<float> weight;
+  const DpoMicroBatchStats stats =
+      pair_stats(pol, ref, B, o, 1.0 / static_cast<double>(B / 2), training ? &weight : nullptr);
+  if (training) policy.scale_loss_mask(m, weight);
+  return stats;
+}
+
+// While a training pass runs: the loss gradient is known only after the forward (no eager LM-head
+// backward), so the chunks' micro-batch count is 0 and the backward scale 1 / num_microbatches
+// comes in through the grad scale instead: the MoE auxiliary losses' gradients get it as Megatron's
+// MoEAuxLossAutoScaler (loss scale / micro-batches), and the per-token weights leave it out. The
+// grad scales are restored at the end of the scope.
+class PolicyGradScale {
+ public:
+  PolicyGradScale(const std::vector<GPTModel*>& chunks, int64_t num_microbatches) : chunks_(chunks) {
+    for (GPTModel* c : chunks_) {
+      scales_.push_back(c->grad_scale());
+      c->set_num_microbatches(0);
+      c->set_grad_scale(c->grad_scale() / static_cast<float>(num_microbatches));
+    }
+  }
+  ~PolicyGradScale() {
+    for (size_t i = 0; i < chunks_.size(); ++i) chunks_[i]->set_grad_scale(scales_[i]);
+  }
+  PolicyGradScale(const PolicyGradScale&) = delete;
+  PolicyGradScale& operator=(const PolicyGradScale&) = delete;
+
+ private:
+  std::vector<GPTModel*> chunks_;
+  std::vector<float> scales_;
+};
+
+}  // namespace
+
 DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, int64_t mb_id,
                                         int64_t num_microbatches, const DpoOptions& o) {
   GALE_CHECK(mb.B % 2 == 0 && mb.B > 0) << "a DPO micro-batch holds chosen and rejected sequences";
-  const int64_t n = mb.B / 2;
   reference.set_num_microbatches(0);
   GPTModel::LossSums ref;
   reference.forward(mb_id, mb, Tensor(), /*training=*/false, &ref);
-  // The loss gradient is known only after the forward (no eager LM-head backward), so the model's
-  // micro-batch count is 0 and its backward scale 1 / num_microbatches comes in through the grad
-  // scale instead: the MoE auxiliary losses' gradients get it as Megatron's MoEAuxLossAutoScaler
-  // (loss scale / micro-batches), and the per-token weights below leave it out.
-  const float grad_scale = policy.grad_scale();
-  policy.set_num_microbatches(0);
-  policy.set_grad_scale(grad_scale / static_cast<float>(num_microbatches));
+  const PolicyGradScale scale({&policy}, num_microbatches);
   GPTModel::LossSums pol;
   policy.forward(mb_id, mb, Tensor(), /*training=*/true, &pol);
-  std::vector<float> weight;
-  const DpoMicroBatchStats stats = pair_stats(pol, ref, mb.B, o, 1.0 / static_cast<double>(n), &weight);
-  policy.scale_loss_mask(mb_id, weight);
+  const DpoMicroBatchStats stats = policy_pair_loss(policy, mb_id, pol, ref, o, /*training=*/true);
   policy.backward(mb_id, Tensor(), 1.0f);
-  policy.set_grad_scale(grad_scale);
   return stats;
 }
 
@@ -111,7 +146,40 @@ DpoMicroBatchStats dpo_forward(GPTModel& policy, GPTModel& reference, const Micr
   GPTModel::LossSums ref, pol;
   reference.forward(0, mb, Tensor(), /*training=*/false, &ref);
   policy.forward(0, mb, Tensor(), /*training=*/false, &pol);
-  return pair_stats(pol, ref, mb.B, o, 0.0, nullptr);
+  return policy_pair_loss(policy, 0, pol, ref, o, /*training=*/false);
+}
+
+StatusOr<DpoIterationStats> dpo_iteration(const std::vector<GPTModel*>& policy, const std::vector<GPTModel*>& reference,
+                                          int64_t num_microbatches, bool forward_only, const DpoOptions& o,
+                                          const DpoSchedule& run) {
+  GALE_CHECK_EQ(policy.size(), reference.size()) << "the reference model's chunks are the policy's virtual stages";
+  // The reference model's pass: each micro-batch's per-sequence sums, where the loss is.
+  std::map<int64_t, GPTModel::LossSums> ref;
+  auto keep = [&](GPTModel&, int64_t m, const GPTModel::LossSums& sums) {
+    ref[m] = sums;
+    return 0.0f;
+  };
+  GALE_RETURN_IF_ERROR(run(reference, /*forward_only=*/true, keep).status());
+  // The policy's pass with the pair loss.
+  DpoIterationStats stats;
+  auto pair_loss = [&](GPTModel& model, int64_t m, const GPTModel::LossSums& pol) {
+    auto it = ref.find(m);
+    GALE_CHECK(it != ref.end()) << "micro-batch " << m << " has no reference log-probabilities";
+    const DpoMicroBatchStats st = policy_pair_loss(model, m, pol, it->second, o, !forward_only);
+    ref.erase(it);
+    stats.loss_sum += st.loss;
+    stats.accuracy_sum += st.accuracy;
+    stats.micro_batches += 1.0;
+    if (!forward_only) {
+      stats.micro_batch_losses.resize(static_cast<size_t>(num_microbatches), 0.0);
+      stats.micro_batch_losses[static_cast<size_t>(m)] = st.loss;
+    }
+    return 1.0f;
+  };
+  std::optional<PolicyGradScale> scale;
+  if (!forward_only) scale.emplace(policy, num_microbatches);
+  GALE_RETURN_IF_ERROR(run(policy, forward_only, pair_loss).status());
+  return stats;
 }
 
 }  // namespace gale

@@ -22,12 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "model/gpt_model.h"
 #include "model/micro_batch.h"
+#include "schedule/schedules.h"
 
 namespace gale {
 
@@ -61,8 +63,9 @@ struct DpoMicroBatchStats {
 // Forward of `reference` (evaluation mode, nothing kept) and of `policy` (training) on `mb`
 // (B = 2n, header comment), then the policy's backward with the objective's per-token gradients,
 // 1 / num_microbatches of the micro-batch loss. One model chunk each, the whole model (no pipeline
-// parallelism); with tensor or context parallelism every rank of the group computes the same pair
-// losses from the models' whole-sequence sums. Parameter gradients accumulate in `policy`.
+// parallelism: dpo_iteration runs any layout); with tensor or context parallelism every rank of
+// the group computes the same pair losses from the models' whole-sequence sums. Parameter
+// gradients accumulate in `policy`.
 // MoE models: the policy's auxiliary losses (load balancing, z-loss) add their gradients scaled
 // by the model's grad scale / num_microbatches, as Megatron's MoEAuxLossAutoScaler does in a DPO
 // micro-batch of MindSpeed-LLM; the reference model runs in evaluation mode and adds none.
@@ -73,5 +76,34 @@ DpoMicroBatchStats dpo_forward_backward(GPTModel& policy, GPTModel& reference, c
 // only): both models' forwards in evaluation mode (no dropout, nothing kept, no auxiliary losses)
 // and the micro-batch's loss and accuracy. Nothing accumulates in either model.
 DpoMicroBatchStats dpo_forward(GPTModel& policy, GPTModel& reference, const MicroBatch& mb, const DpoOptions& o);
+
+// Runs one pass over the iteration's micro-batches: the layout's schedule (schedule/schedules.h
+// forward_backward, the same micro-batch source every call) over `chunks` with the micro-batch
+// loss `loss`, forward only or forward and backward.
+using DpoSchedule = std::function<StatusOr<ForwardBackwardResult>(const std::vector<GPTModel*>& chunks,
+                                                                  bool forward_only, const MicroBatchLoss& loss)>;
+
+// Sums over one iteration's micro-batches, on the ranks holding the loss (the last pipeline stage;
+// zeros and no losses elsewhere).
+struct DpoIterationStats {
+  double loss_sum = 0.0;      // Σ of the micro-batches' losses
+  double accuracy_sum = 0.0;  // Σ of their accuracies
+  double micro_batches = 0.0;
+  std::vector<double> micro_batch_losses;  // training: each micro-batch's loss, by micro-batch
+};
+
+// One DPO iteration with any parallel layout, pipeline parallelism included: `policy` and
+// `reference` are this rank's chunks of the two models (the same virtual stages, so the same
+// partitions). First the reference model's forwards of all the micro-batches run through `run`
+// (forward only), keeping each micro-batch's per-sequence sums where the loss is; then the
+// policy's pass (training: forward and backward, as dpo_forward_backward; `forward_only`:
+// evaluation, as dpo_forward) with the pair loss as its micro-batch loss: on the chunk holding the
+// LM head it pairs the policy's sums with the reference's and, training, scales the loss mask by
+// each sequence's per-token gradient, its backward starting from scale 1 (the 1 / num_microbatches
+// in the policy's grad scale while the pass runs, as dpo_forward_backward). Parameter gradients
+// accumulate in `policy`; `reference` keeps nothing.
+StatusOr<DpoIterationStats> dpo_iteration(const std::vector<GPTModel*>& policy, const std::vector<GPTModel*>& reference,
+                                          int64_t num_microbatches, bool forward_only, const DpoOptions& o,
+                                          const DpoSchedule& run);
 
 }  // namespace gale

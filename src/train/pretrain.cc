@@ -471,18 +471,22 @@ int pretrain_main(int argc, char** argv) {
   }
   // --stage dpo: the frozen reference model, a second copy of the model loaded from --ref-model
   // (default --load), run forward only (MindSpeed-LLM's DPOTrainer). With LoRA it is the base model
-  // without the adapters (the --load checkpoint holds no adapter weights).
-  std::unique_ptr<GPTModel> reference;
+  // without the adapters (the --load checkpoint holds no adapter weights). Under pipeline
+  // parallelism each rank holds the reference's chunks of its own virtual stages, as the policy's.
+  std::vector<std::unique_ptr<GPTModel>> reference;
   if (args.dpo.enabled()) {
-    ModelConfig reference_config = engine.chunks.front()->config();
-    reference_config.lora = LoraConfig{};
-    reference_config.reuse_fp32_param = false;  // never stepped: plain f32 values and their bf16 copy
-    reference = std::make_unique<GPTModel>(reference_config, engine.chunks.front()->partition(), &engine.ops);
+    std::vector<GPTModel*> chunks;
+    for (const auto& policy : engine.chunks) {
+      ModelConfig reference_config = policy->config();
+      reference_config.lora = LoraConfig{};
+      reference_config.reuse_fp32_param = false;  // never stepped: plain f32 values and their bf16 copy
+      reference.push_back(std::make_unique<GPTModel>(reference_config, policy->partition(), &engine.ops));
+      chunks.push_back(reference.back().get());
+    }
     const bool own = !args.dpo.ref_model.empty();
-    st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load,
-                            *reference);
+    st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load, chunks);
     if (!st.ok()) run_error(st);
-    trainer.set_dpo_reference(reference.get());
+    trainer.set_dpo_reference(chunks);
   }
   // --qad-enable: the frozen teacher, a second copy of the model without QAT loaded from
   // --qad-teacher-load, run forward only by the student's head (GPTModel::set_distillation). Under
@@ -504,7 +508,7 @@ int pretrain_main(int argc, char** argv) {
     whole.num_layers = teacher_config.num_layers;
     whole.pre_process = whole.post_process = true;
     teacher = std::make_unique<GPTModel>(teacher_config, whole, &engine.ops);
-    st = load_model_weights("--qad-teacher-load", args.qad.qad_teacher_load, *teacher, "QAD teacher model");
+    st = load_model_weights("--qad-teacher-load", args.qad.qad_teacher_load, {teacher.get()}, "QAD teacher model");
     if (!st.ok()) run_error(st);
     GPTModel::Distillation d;
     d.teacher = teacher.get();

@@ -138,13 +138,13 @@ void Trainer::discard_pass_sums() {
   }
 }
 
-void Trainer::reduce_losses(double sums[2]) const {
+void Trainer::reduce_losses(double* sums, int n) const {
   const ParallelState& ps = engine_->ps;
   // Every DP replica of the last stage holds its own micro-batches' sums (the model already summed
   // them over the cp group: every cp rank holds the whole sequences' sums).
-  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, n, DType::kF64, ReduceOp::kSum);
   // Other stages learn the loss from the loss stage (for NaN decisions and logs on every rank).
-  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, 2, DType::kF64, engine_->loss_pipeline_rank());
+  if (ps.pp_size() > 1) ps.pp()->broadcast(sums, n, DType::kF64, engine_->loss_pipeline_rank());
 }
 
 void Trainer::reduce_moe_losses(IterationResult* r) const {
@@ -384,27 +384,30 @@ DpoOptions dpo_options(const DpoArgs& a) {
 }  // namespace
 
 StatusOr<ForwardBackwardResult> Trainer::dpo_forward_backward_all(int64_t consumed, double* accuracy) {
-  GALE_CHECK(dpo_reference_ && engine_->chunks.size() == 1) << "--stage dpo needs its reference model";
   const int64_t mbs = args_.training.micro_batch_size, dp = engine_->ps.dp_size();
-  const DpoOptions o = dpo_options(args_.dpo);
-  ForwardBackwardResult fb;
-  double acc = 0.0;
   std::vector<int64_t> indices, ids;
-  MicroBatch mb;
-  for (int64_t m = 0; m < num_microbatches_; ++m) {
+  auto source = [&](int64_t m, MicroBatch* mb) {
     GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
-    GALE_RETURN_IF_ERROR(load_pair_micro_batch(*train_, indices, ids, &mb));
-    const DpoMicroBatchStats st =
-        dpo_forward_backward(*engine_->chunks.front(), *dpo_reference_, mb, m, num_microbatches_, o);
-    fb.loss_sum += st.loss;
-    fb.tokens += 1.0;
-    acc += st.accuracy;
-  }
+    return load_pair_micro_batch(*train_, indices, ids, mb);
+  };
+  // The reference model's pass is forward only: no deferred weight gradients, no RiPipe order.
+  auto run = [&](const std::vector<GPTModel*>& chunks, bool forward_only, const MicroBatchLoss& loss) {
+    return forward_backward(chunks, engine_->ps, num_microbatches_, source, forward_only, {}, microbatch_group(),
+                            engine_->timers, engine_->dualpipev, !forward_only && engine_->dualpipev_dw_detach,
+                            forward_only ? RiPipe::kNone : engine_->ripipe, engine_->pp_backward,
+                            engine_->stage_tensors.get(), loss);
+  };
+  GALE_ASSIGN_OR_RETURN(const DpoIterationStats st,
+                        dpo_iteration(engine_->chunk_pointers(), dpo_reference_, num_microbatches_,
+                                      /*forward_only=*/false, dpo_options(args_.dpo), run));
+  ForwardBackwardResult fb;
+  fb.loss_sum = st.loss_sum;
+  fb.tokens = st.micro_batches;
+  fb.micro_batch_loss_sums = st.micro_batch_losses;
   // rewards/accuracies: the mean over micro-batches and data-parallel ranks (MindSpeed-LLM averages
-  // each micro-batch's over DP, Megatron over the micro-batches).
-  double sums[2] = {acc, static_cast<double>(num_microbatches_)};
-  if (engine_->ps.dp() && engine_->ps.dp()->size() > 1)
-    engine_->ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  // each micro-batch's over DP, Megatron over the micro-batches), shared from the loss stage.
+  double sums[2] = {st.accuracy_sum, st.micro_batches};
+  reduce_losses(sums);
   *accuracy = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
   return fb;
 }
@@ -507,43 +510,37 @@ StatusOr<LossDict> Trainer::evaluate_losses(const SampleDataset& data, int64_t* 
   const TrainingArgs& t = args_.training;
   const int64_t mbs = t.micro_batch_size, dp = engine_->ps.dp_size();
   const bool dpo = args_.dpo.enabled();
-  GALE_CHECK(!dpo || (dpo_reference_ && engine_->chunks.size() == 1)) << "--stage dpo needs its reference model";
-  const DpoOptions o = dpo_options(args_.dpo);
   double sums[3] = {0.0, 0.0, 0.0};  // loss, tokens (DPO: micro-batches), DPO: accuracy
   for (int64_t it = 0; it < iters; ++it) {
     if (t.test_mode) GALE_RETURN_IF_ERROR(run_realtime_tests());
     const int64_t base = *consumed;
     std::vector<int64_t> indices, ids;
     if (ft_) ft_->on_eval_step_start();
+    auto source = [&](int64_t m, MicroBatch* mb) {
+      GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
+      return dpo ? load_pair_micro_batch(data, indices, ids, mb) : load_micro_batch(data, indices, ids, mb);
+    };
+    auto run = [&](const std::vector<GPTModel*>& chunks, bool forward_only, const MicroBatchLoss& loss) {
+      return forward_backward(chunks, engine_->ps, eval_num_microbatches_, source, forward_only, {},
+                              microbatch_group(), nullptr, engine_->dualpipev, false, RiPipe::kNone,
+                              engine_->pp_backward, engine_->stage_tensors.get(), loss);
+    };
     if (dpo) {  // MindSpeed-LLM: each micro-batch's loss and accuracy, averaged over the micro-batches
-      MicroBatch mb;
-      for (int64_t m = 0; m < eval_num_microbatches_; ++m) {
-        GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
-        GALE_RETURN_IF_ERROR(load_pair_micro_batch(data, indices, ids, &mb));
-        const DpoMicroBatchStats st = dpo_forward(*engine_->chunks.front(), *dpo_reference_, mb, o);
-        sums[0] += st.loss;
-        sums[1] += 1.0;
-        sums[2] += st.accuracy;
-      }
+      GALE_ASSIGN_OR_RETURN(const DpoIterationStats st,
+                            dpo_iteration(engine_->chunk_pointers(), dpo_reference_, eval_num_microbatches_,
+                                          /*forward_only=*/true, dpo_options(args_.dpo), run));
+      sums[0] += st.loss_sum;
+      sums[1] += st.micro_batches;
+      sums[2] += st.accuracy_sum;
     } else {
-      auto source = [&](int64_t m, MicroBatch* mb) {
-        GALE_RETURN_IF_ERROR(micro_batch_samples(data, base + m * mbs * dp, &indices, &ids));
-        return load_micro_batch(data, indices, ids, mb);
-      };
-      GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb,
-                            forward_backward(engine_->chunk_pointers(), engine_->ps, eval_num_microbatches_, source,
-                                             /*forward_only=*/true, {}, microbatch_group(), nullptr,
-                                             engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
-                                             engine_->stage_tensors.get()));
+      GALE_ASSIGN_OR_RETURN(ForwardBackwardResult fb, run(engine_->chunk_pointers(), /*forward_only=*/true, {}));
       sums[0] += fb.loss_sum;
       sums[1] += fb.tokens;
     }
     if (ft_) ft_->on_eval_step_end();
     *consumed += eval_num_microbatches_ * mbs * dp;  // --global-batch-size, or rounded down
   }
-  if (dpo && engine_->ps.dp() && engine_->ps.dp()->size() > 1)  // no pipeline: every rank holds its sums
-    engine_->ps.dp()->all_reduce(sums, 3, DType::kF64, ReduceOp::kSum);
-  if (!dpo) reduce_losses(sums);
+  reduce_losses(sums, dpo ? 3 : 2);
   const double lm_loss = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
   if (!dpo) return LossDict{{"lm loss", lm_loss}};
   return LossDict{{"rewards/accuracies", sums[1] > 0.0 ? sums[2] / sums[1] : 0.0}, {"lm loss", lm_loss}};

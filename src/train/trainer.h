@@ -97,10 +97,11 @@ class Trainer {
   // blocking at the end of run() (after the final evaluations) and at every early exit.
   using FinalizeSavesFn = std::function<Status(bool blocking)>;
   void set_finalize_saves_fn(FinalizeSavesFn fn) { finalize_saves_fn_ = std::move(fn); }
-  // --stage dpo: the frozen reference model (one chunk, the whole model; train/dpo.h). train_step
-  // then runs DPO micro-batches of pairs from a PairwiseDataset (data/pairwise_dataset.h): its
-  // reported loss sums are Σ over micro-batches of the mean pair loss and the micro-batch count.
-  void set_dpo_reference(GPTModel* reference) { dpo_reference_ = reference; }
+  // --stage dpo: the frozen reference model's chunks on this rank, the policy's virtual stages
+  // (train/dpo.h dpo_iteration). train_step then runs DPO micro-batches of pairs from a
+  // PairwiseDataset (data/pairwise_dataset.h) through the layout's schedule: its reported loss sums
+  // are Σ over micro-batches of the mean pair loss and the micro-batch count.
+  void set_dpo_reference(std::vector<GPTModel*> reference) { dpo_reference_ = std::move(reference); }
   // --tensorboard-dir: the writer of the last rank (nullptr elsewhere, or without the flag).
   void set_tensorboard_writer(TensorBoardWriter* w) { tensorboard_ = w; }
   // --wandb-project: the last rank's W&B run (fed by the TensorBoard writer's scalar observer);
@@ -156,10 +157,11 @@ class Trainer {
   // (chosen ones first, then the rejected ones in the same order; sample ids 2·id and 2·id + 1).
   Status load_pair_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
                                const std::vector<int64_t>& ids, MicroBatch* mb) const;
-  // --stage dpo: the iteration's micro-batches (train/dpo.h); fills the loss sums and *accuracy.
+  // --stage dpo: the iteration's micro-batches (train/dpo.h dpo_iteration); fills the loss sums
+  // and *accuracy (on every rank).
   StatusOr<ForwardBackwardResult> dpo_forward_backward_all(int64_t consumed, double* accuracy);
   // The averaged loss dict of `iters` evaluation batches of `data` from sample `*consumed`
-  // (advanced): {lm loss}, or with --stage dpo (train/dpo.h dpo_forward on pairs) MindSpeed-LLM's
+  // (advanced): {lm loss}, or with --stage dpo (train/dpo.h dpo_iteration on pairs) MindSpeed-LLM's
   // {rewards/accuracies, lm loss}, each the mean over the micro-batches of every DP rank.
   StatusOr<LossDict> evaluate_losses(const SampleDataset& data, int64_t* consumed, int64_t iters);
   // The sequence length of a micro-batch of these samples: --seq-length, or with
@@ -180,8 +182,9 @@ class Trainer {
   // --test-mode: completes a parameter all-gather in flight and checks the --qk-layernorm
   // parameters across the data- and tensor-parallel replicas (train/param_hash.h).
   Status run_realtime_tests();
-  // Sums (loss, tokens) over the data-parallel group and shares them from the last pipeline stage.
-  void reduce_losses(double sums[2]) const;
+  // Sums `n` sums (loss, tokens; DPO: and accuracy) over the data-parallel group and shares them
+  // from the pipeline stage holding the loss.
+  void reduce_losses(double* sums, int n = 2) const;
   // The iteration's MoE auxiliary losses as Megatron logs them (IterationResult), on every rank.
   void reduce_moe_losses(IterationResult* r) const;
   // The iteration's MTP losses as Megatron logs them (IterationResult), on every rank.
@@ -217,7 +220,7 @@ class Trainer {
   FtIntegration* ft_ = nullptr;
   TensorBoardWriter* tensorboard_ = nullptr;
   WandbWriter* wandb_ = nullptr;
-  GPTModel* dpo_reference_ = nullptr;
+  std::vector<GPTModel*> dpo_reference_;
   int64_t train_iters_ = 0;
   NumMicroBatchesCalculator calculator_;
   int64_t num_microbatches_ = 0;       // of the current (or last) training iteration, per DP rank

@@ -3,7 +3,8 @@
 // MindSpeed-LLM's pairwise handler) for three templates; then a fine-tuned checkpoint trained with
 // `gale pretrain --stage dpo --is-pairwise-dataset` starts at loss log 2 (reference = policy),
 // the loss falls and rewards/accuracies is logged; data parallelism 2, tensor parallelism 2 (also
-// with sequence parallelism) and context parallelism 2 under mpirun reproduce one process, bf16 stays close to fp32; a
+// with sequence parallelism), context parallelism 2 and pipeline parallelism 2 (1F1B, interleaved,
+// with DP 2, DualPipeV) under mpirun reproduce one process, bf16 stays close to fp32; a
 // separate --ref-model changes the start; errors are one line.
 #include <gtest/gtest.h>
 
@@ -483,6 +484,85 @@ TEST(DpoPretrain, Fp16LossScalingAndRampupBatchSize) {
     EXPECT_NEAR(l2[i], l1[i], 1e-5 * l1[i]) << "iteration " << i + 1;
     EXPECT_NEAR(n2[i], n1[i], 1e-3 * n1[i]) << "iteration " << i + 1;
   }
+}
+
+// Pipeline parallelism (a 4-layer model): 1F1B over two stages, the interleaved schedule (two
+// virtual stages of one layer per rank), PP 2 x DP 2 and DualPipeV (with and without
+// --dualpipev-dw-detach; global batch 4, its 2·P micro-batches) reproduce one process's losses,
+// gradient norms, rewards/accuracies and validation values (the reference model's forwards run
+// through the same pipeline, each stage holding its layers); a PP 2 run saved at iteration 4 and
+// resumed (--ref-model the fine-tuned model) continues with the uninterrupted run's losses.
+TEST(DpoPretrain, PipelineParallelMatchesOneProcessAndResumes) {
+  TempDir dir;
+  const std::vector<std::string> layers = {"--num-layers", "4"};
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir, layers));
+  std::vector<std::string> flags = layers;
+  flags.insert(flags.end(), {"--split", "60,40,0", "--eval-interval", "4", "--eval-iters", "1"});
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), flags.begin(), flags.end());
+    return extra;
+  };
+  // `np` ranks with `layout` give `one`'s losses, gradient norms, accuracies and validation values.
+  auto expect_same = [&](const test::RunResult& one, int np, const std::vector<std::string>& layout) {
+    std::string trace = "np " + std::to_string(np);
+    for (const std::string& f : layout) trace += " " + f;
+    SCOPED_TRACE(trace);
+    const std::vector<double> loss = values(one.output, "lm loss"), norm = padded_values(one.output, "grad norm");
+    const std::vector<DpoValidation> v = validations(one.output);
+    test::RunResult pp =
+        test::run_with_timeout(dpo(np, dir.file("pairs"), dir.file("sft"), with(layout)), testing::kMpiEnv, 300);
+    ASSERT_EQ(pp.exit_code, 0) << pp.output;
+    const std::vector<double> loss_pp = values(pp.output, "lm loss"), norm_pp = padded_values(pp.output, "grad norm");
+    ASSERT_EQ(loss_pp.size(), loss.size()) << pp.output;
+    ASSERT_EQ(norm_pp.size(), norm.size()) << pp.output;
+    for (size_t i = 0; i < loss.size(); ++i) {
+      EXPECT_NEAR(loss_pp[i], loss[i], 1e-5 * loss[i]) << "iteration " << i + 1;
+      EXPECT_NEAR(norm_pp[i], norm[i], 1e-4 * norm[i]) << "iteration " << i + 1;
+    }
+    EXPECT_EQ(values(pp.output, "rewards/accuracies"), values(one.output, "rewards/accuracies"));
+    const std::vector<DpoValidation> v_pp = validations(pp.output);
+    ASSERT_EQ(v_pp.size(), v.size()) << pp.output;
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_EQ(v_pp[i].where, v[i].where);
+      EXPECT_NEAR(v_pp[i].loss, v[i].loss, 1e-5 * v[i].loss) << v[i].where;
+      EXPECT_EQ(v_pp[i].accuracy, v[i].accuracy) << v[i].where;
+    }
+  };
+  test::RunResult one = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), with({})), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> loss = values(one.output, "lm loss");
+  ASSERT_EQ(loss.size(), 8u) << one.output;
+  ASSERT_EQ(padded_values(one.output, "grad norm").size(), loss.size()) << one.output;
+  EXPECT_NEAR(loss.front(), std::log(2.0), 1e-6) << one.output;
+  ASSERT_EQ(validations(one.output).size(), 3u) << one.output;
+  expect_same(one, 2, {"--pipeline-model-parallel-size", "2", "--save", dir.file("pp2"), "--save-interval", "4"});
+  expect_same(one, 2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"});
+  expect_same(one, 4, {"--pipeline-model-parallel-size", "2"});
+  const std::vector<std::string> batch4 = {"--global-batch-size", "4", "--train-iters", "4", "--eval-interval", "2"};
+  test::RunResult one4 = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("sft"), with(batch4)), {}, 300);
+  ASSERT_EQ(one4.exit_code, 0) << one4.output;
+  ASSERT_EQ(values(one4.output, "lm loss").size(), 4u) << one4.output;
+  for (const char* detach : {"", "--dualpipev-dw-detach"}) {
+    std::vector<std::string> layout = batch4;
+    layout.insert(layout.end(), {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"});
+    if (*detach) layout.push_back(detach);
+    expect_same(one4, 2, layout);
+  }
+  // Resume the PP 2 run from its iteration-4 checkpoint (not --finetune: the iteration, optimizer
+  // and consumed samples come back) against the fine-tuned reference: iterations 5-8 as before.
+  std::vector<std::string> resume = dpo(2, dir.file("pairs"), dir.file("pp2"),
+                                        with({"--pipeline-model-parallel-size", "2", "--ref-model", dir.file("sft")}));
+  resume.erase(std::find(resume.begin(), resume.end(), "--finetune"));
+  {
+    std::ofstream latest(dir.file("pp2") + "/latest_checkpointed_iteration.txt", std::ios::trunc);
+    latest << "4";
+  }
+  test::RunResult resumed = test::run_with_timeout(resume, testing::kMpiEnv, 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::vector<double> loss_resumed = values(resumed.output, "lm loss");
+  ASSERT_EQ(loss_resumed.size(), 4u) << resumed.output;
+  for (size_t i = 0; i < loss_resumed.size(); ++i)
+    EXPECT_NEAR(loss_resumed[i], loss[4 + i], 1e-5 * loss[4 + i]) << "iteration " << i + 5;
 }
 
 }  // namespace

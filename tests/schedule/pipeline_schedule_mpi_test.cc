@@ -3,11 +3,12 @@
 // holds no more micro-batches than the schedule needs (P − r for 1F1B, 2P + 1 chunk activations
 // for DualPipeV), sends and receives one activation or gradient per micro-batch and virtual-stage
 // boundary, a load error on one stage stops all stages, forward-only evaluation
-// gives the single-process loss, tied embeddings start and stay identical on the first and last
+// gives the single-process loss, a MicroBatchLoss starts the backward on the loss stage, tied embeddings start and stay identical on the first and last
 // stage, and a bad micro-batch count is a clean error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "mpi_test_env.h"
 #include "schedule/schedules.h"
@@ -215,6 +216,55 @@ TEST_P(PipelineSchedule, ForwardOnlyMatchesSingleProcess) {
   if (e.ps.coords().pp == e.loss_pipeline_rank()) {
     EXPECT_EQ(sums[1], ref->tokens);
     EXPECT_NEAR(sums[0] / sums[1], ref->loss_sum / ref->tokens, 1e-5 * ref->loss_sum / ref->tokens);
+  }
+}
+
+// A MicroBatchLoss (--stage dpo's hook) runs on the loss stage only, once per micro-batch right
+// after its forward, with the per-sequence sums; returning Megatron's scale it gives the default
+// schedule's gradients (there from the eager fused LM-head backward, here from the backward's).
+TEST_P(PipelineSchedule, MicroBatchLossStartsTheBackward) {
+  const Case* c = find_case(GetParam());
+  ASSERT_NE(c, nullptr);
+  Comm world = test::world();
+  if (c->world != world->size()) GTEST_SKIP() << c->name << " needs " << c->world << " ranks";
+  TinyRun setup(c->flags, world, 16);
+  Engine& e = *setup.engine;
+  const int64_t m = setup.num_microbatches();
+  auto fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, {}, 0, nullptr,
+                             e.dualpipev, e.dualpipev_dw_detach);
+  ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+  std::vector<std::vector<float>> expected;
+  for (auto& chunk : e.chunks) {
+    const Tensor& g = chunk->params().flat_grads();
+    expected.emplace_back(g.data<float>(), g.data<float>() + g.numel());
+    chunk->params().zero_grads();
+  }
+  std::vector<int64_t> called;
+  auto loss = [&](GPTModel& model, int64_t mb, const GPTModel::LossSums& sums) {
+    EXPECT_TRUE(model.partition().post_process);
+    EXPECT_EQ(sums.sample_loss_sums.size(), static_cast<size_t>(kMicroBatch));
+    double total = 0.0;
+    for (double x : sums.sample_loss_sums) total += x;
+    EXPECT_NEAR(total, sums.loss_sum, 1e-9 * sums.loss_sum);
+    called.push_back(mb);
+    return micro_batch_loss_scale(sums.tokens, m);
+  };
+  fb = forward_backward(e.chunk_pointers(), e.ps, m, setup.source(), /*forward_only=*/false, {}, 0, nullptr,
+                        e.dualpipev, e.dualpipev_dw_detach, RiPipe::kNone, nullptr, nullptr, loss);
+  ASSERT_TRUE(fb.ok()) << fb.status().to_string();
+  std::vector<int64_t> all(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) all[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(called, e.ps.coords().pp == e.loss_pipeline_rank() ? all : std::vector<int64_t>{});
+  for (size_t k = 0; k < e.chunks.size(); ++k) {
+    const Tensor& g = e.chunks[k]->params().flat_grads();
+    ASSERT_EQ(static_cast<size_t>(g.numel()), expected[k].size());
+    double max_diff = 0.0, max_abs = 0.0;
+    for (size_t i = 0; i < expected[k].size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::abs(g.data<float>()[i] - expected[k][i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::abs(expected[k][i])));
+    }
+    EXPECT_GT(max_abs, 0.0) << "chunk " << k;
+    EXPECT_LE(max_diff, 1e-5 * max_abs) << "chunk " << k;
   }
 }
 

@@ -1,6 +1,6 @@
 // The --stage / DPO flags: MindSpeed-LLM's names and defaults, and one-line refusals naming the
-// flags for everything DPO does not compose with yet (tensor, context and expert parallelism, MoE, bf16,
-// fp16, --rampup-batch-size, evaluation and --skip-train it does).
+// flags for everything DPO does not compose with yet (tensor, context, pipeline and expert parallelism,
+// MoE, bf16, fp16, --rampup-batch-size, evaluation and --skip-train it does).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,6 +47,22 @@ TEST(DpoArguments, MindSpeedDefaults) {
       << "tensor and sequence parallelism work with DPO";
   Cli cp;
   EXPECT_TRUE(cp.parse_minimal(dpo({"--context-parallel-size", "2"}), 2).ok()) << "context parallelism works with DPO";
+  Cli pp;
+  EXPECT_TRUE(pp.parse_minimal(dpo({"--pipeline-model-parallel-size", "2"}), 2).ok())
+      << "pipeline parallelism (1F1B) works with DPO";
+  Cli vpp;
+  EXPECT_TRUE(vpp.parse_minimal(dpo({"--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                                     "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"}),
+                                2)
+                  .ok())
+      << "the interleaved pipeline works with DPO";
+  Cli dualpipev;
+  EXPECT_TRUE(dualpipev
+                  .parse_minimal(dpo({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--schedules-method",
+                                      "dualpipev", "--global-batch-size", "8"}),
+                                 2)
+                  .ok())
+      << "DualPipeV works with DPO";
   Cli bf16;
   EXPECT_TRUE(bf16.parse_minimal(dpo({"--bf16"})).ok()) << "bf16 works with DPO";
   Cli eval;
@@ -83,10 +99,8 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
       {dpo({"--dpo-label-smoothing", "0.7"}), 1, "--dpo-label-smoothing: expected a number in [0, 0.5], found 0.7"},
       {dpo({"--pref-ftx", "-1"}), 1, "--pref-ftx: expected a non-negative number"},
       {dpo({"--is-instruction-dataset"}), 1, "--is-instruction-dataset and --is-pairwise-dataset are exclusive"},
-      {dpo({"--pipeline-model-parallel-size", "2"}), 2,
-       "--stage dpo with --pipeline-model-parallel-size > 1: not supported yet (DPO runs with tensor, context, expert "
-       "and data parallelism)"},
       {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
+      {dpo({"--dist-train", "--mm-model", "model.json"}), 2, "--dist-train with --stage dpo: not supported yet"},
       {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
       {dpo({"--refer-model-iter", "2"}), 1, "--refer-model-iter: not supported yet"},
   };
