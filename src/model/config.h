@@ -214,7 +214,8 @@ struct DsaConfig {
 
 // --is-hybrid-model (Megatron's MambaModel, pretrain_mamba.py): the decoder's layers follow `layers`,
 // one symbol per global layer (model/hybrid_layers.h): 'M' a Mamba layer (model/mamba_mixer.h),
-// '*' an attention-only and '-' an MLP-only transformer layer (model/transformer_layer.h). The
+// '*' an attention-only, '-' an MLP-only and 'E' a MoE-only transformer layer (model/transformer_layer.h;
+// MoeConfig::pattern marks the 'E' layers). The
 // Mamba-2 mixer's sizes: d_inner = expand·hidden, nheads = d_inner / headdim, ngroups groups of B
 // and C (each d_state wide), a causal depthwise convolution of width d_conv.
 struct HybridConfig {

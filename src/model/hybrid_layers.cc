@@ -44,7 +44,7 @@ std::string allocate_auto(int64_t L, double attention_ratio, double mlp_ratio) {
 }
 
 bool counts_match(const std::string& a, const std::string& b) {
-  for (char s : {kHybridMamba, kHybridAttention, kHybridMlp})
+  for (char s : {kHybridMamba, kHybridAttention, kHybridMlp, kHybridMoe})
     if (std::count(a.begin(), a.end(), s) != std::count(b.begin(), b.end(), s)) return false;
   return true;
 }
@@ -67,9 +67,9 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
       return InvalidArgument("--hybrid-override-pattern: the pattern has the wrong length: expected ", num_layers,
                              " symbols (--num-layers), found ", override_pattern.size(), " ('", override_pattern, "')");
     for (char s : override_pattern)
-      if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp)
+      if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp && s != kHybridMoe)
         return InvalidArgument("--hybrid-override-pattern: '", std::string(1, s),
-                               "' is not a layer symbol: expected one of M (Mamba), * (attention), - (MLP)");
+                               "' is not a layer symbol: expected one of M (Mamba), * (attention), - (MLP), E (MoE)");
     if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(override_pattern, t))
       return InvalidArgument("--hybrid-override-pattern: the number of each type of layer in the pattern ('",
                              override_pattern, "') must match the number in the pattern the ratios give ('", t,
@@ -77,6 +77,23 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
     t = override_pattern;
   }
   *layers = t;
+  return Status::Ok();
+}
+
+std::vector<int> hybrid_moe_layer_flags(const std::string& layers) {
+  std::vector<int> flags;
+  for (char s : layers) flags.push_back(s == kHybridMoe ? 1 : 0);
+  return flags;
+}
+
+Status check_hybrid_moe_layers(const std::string& layers, bool moe_enabled) {
+  const bool has_moe = layers.find(kHybridMoe) != std::string::npos;
+  if (has_moe && !moe_enabled)
+    return InvalidArgument("--hybrid-override-pattern: the MoE layers ('E') of '", layers,
+                           "' need --num-experts, found no --num-experts");
+  if (!has_moe && moe_enabled)
+    return InvalidArgument("--num-experts with --is-hybrid-model: expected MoE layers ('E') in "
+                           "--hybrid-override-pattern, found none in '", layers, "'");
   return Status::Ok();
 }
 

@@ -1,8 +1,9 @@
-// Megatron's hybrid layer allocation (--is-hybrid-model): which decoder layers are Mamba, attention or MLP.
+// Megatron's hybrid layer allocation (--is-hybrid-model): which decoder layers are Mamba, attention, MLP or MoE.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -12,6 +13,9 @@ namespace gale {
 inline constexpr char kHybridMamba = 'M';
 inline constexpr char kHybridAttention = '*';
 inline constexpr char kHybridMlp = '-';
+// A MoE layer (Megatron-Core's Symbols.MOE, Nemotron-H MoE): pre_mlp_layernorm and the MoE MLP of
+// --num-experts (model/moe_layer.h), no attention. The ratios never allocate one; only a pattern does.
+inline constexpr char kHybridMoe = 'E';
 
 // The layer types of a `num_layers`-layer hybrid model, one symbol per layer, as Megatron's
 // allocate_layers computes them:
@@ -22,10 +26,18 @@ inline constexpr char kHybridMlp = '-';
 //   MLP: round(L·mlp_ratio) of the remaining Mamba layers, by the same walk over them with
 //     x = (m − mlp) / mlp;
 //   `override_pattern` (non-empty: --hybrid-override-pattern) replaces the result; it must have L
-//     symbols from {M, *, -} and, when either ratio is positive, as many layers of each type.
+//     symbols from {M, *, -, E} and, when either ratio is positive, as many layers of each type.
 // Errors name the flag, what was expected and what was found.
 Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
                               const std::string& override_pattern, std::string* layers);
+
+// One flag per layer of `layers` (allocate_hybrid_layers' result): 1 for a MoE layer ('E'), else 0
+// (MoeArgs::layer_pattern / MoeConfig::pattern of a hybrid model).
+std::vector<int> hybrid_moe_layer_flags(const std::string& layers);
+
+// 'E' layers and --num-experts go together: MoE layers need experts (`moe_enabled`), and experts
+// need MoE layers to live in (Megatron would silently build none).
+Status check_hybrid_moe_layers(const std::string& layers, bool moe_enabled);
 
 // The Mamba mixer's sizes (d_inner = 2·hidden): --mamba-state-dim, --mamba-head-dim and
 // --mamba-num-groups positive, the head dimension dividing d_inner and the groups the heads.

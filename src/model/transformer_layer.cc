@@ -9,6 +9,7 @@
 #include "kernels/flop_counter.h"
 #include "model/layer_shares.h"
 #include "model/head_norm.h"
+#include "model/hybrid_layers.h"
 #include "model/linear.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
@@ -207,10 +208,12 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
 }
 
 // --is-hybrid-model (model/hybrid_layers.h): an attention layer ('*') has no MLP, an MLP layer ('-')
-// no attention; every other layer (and a GPT model's) has both.
+// or a MoE layer ('E') no attention; every other layer (and a GPT model's) has both.
 bool has_attention(const ModelConfig& c, int64_t layer) {
   if (c.attention_kind(layer) == SubBlock::kNoOp) return false;  // a heterogeneous layer's no_op attention
-  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '-';
+  if (!c.hybrid.enabled) return true;
+  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
+  return kind != kHybridMlp && kind != kHybridMoe;
 }
 bool has_mlp(const ModelConfig& c, int64_t layer) {
   if (c.mlp_kind(layer) == SubBlock::kNoOp) return false;
@@ -345,8 +348,11 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     }
   }
   if (!has_mlp(c, layer)) return w;
-  w.norm2_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), H, part));
-  if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, hybrid ? "mlp.linear_fc1.layer_norm_bias" : "pre_mlp_layernorm.bias"), H, part));
+  // A MoE MLP has no linear_fc1 to fuse its norm into: Transformer Engine's spec keeps pre_mlp_layernorm
+  // (a hybrid model's 'E' layers, Megatron's moe_layer spec).
+  const bool fused_norm2 = hybrid && !c.moe.is_moe_layer(layer);
+  w.norm2_w = pb.add(norm_weight(c, layer_name(layer, fused_norm2 ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), H, part));
+  if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, fused_norm2 ? "mlp.linear_fc1.layer_norm_bias" : "pre_mlp_layernorm.bias"), H, part));
   if (c.mlp_kind(layer) == SubBlock::kLinear) {
     register_linear_replacement(pb, c, part, layer, "mlp.", &w.linear_mlp_w, &w.linear_mlp_b);
     return w;
@@ -409,7 +415,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
   const bool attn = has_attention(c, layer), mlp = has_mlp(c, layer);
   Tensor norm1_out, ctx, x_mid, norm2_stats, norm2_local;
-  if (!attn) {  // a hybrid model's MLP layer ('-'): its norm on the input, no residual before it
+  if (!attn) {  // a hybrid model's MLP or MoE layer ('-', 'E'): its norm on the input, no residual before it
     x_mid = x_in;
     norm2_local = norm_forward(rt, pb, w.norm2_w, w.norm2_b, x_in, &norm2_stats);
   } else {
@@ -658,7 +664,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     d_norm2 = Tensor();
     s.x_mid = s.norm2_stats = Tensor();
   }
-  if (!has_attention(c, layer)) {  // a hybrid model's MLP layer ('-'): x_mid is x_in
+  if (!has_attention(c, layer)) {  // a hybrid model's MLP or MoE layer ('-', 'E'): x_mid is x_in
     s.x_in = Tensor();
     return d_x_mid;
   }

@@ -942,6 +942,10 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p);
 Status validate_mla_args(Arguments& a, const ArgParser& p);
 // The hybrid model's layer allocation, sizes and what it cannot be combined with yet.
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p);
+// A hybrid MoE model's MoeArgs::layer_pattern (train/arguments_hybrid_moe.cc; part of
+// validate_moe_args): 1 for each 'E' layer of the hybrid pattern. Refuses --moe-layer-freq, a
+// pattern without 'E' and the MoE accelerations not supported in hybrid models yet.
+StatusOr<std::vector<int>> hybrid_moe_layer_pattern(const Arguments& a, const ArgParser& p);
 // The heterogeneous layer configuration: the JSON read and checked against the model flags, and
 // what it cannot be combined with yet.
 Status validate_heterogeneous_args(Arguments& a, const ArgParser& p);

@@ -52,11 +52,10 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
     const char* what;
     int64_t value;
   };
-  for (const Size2& s : {Size2{"--context-parallel-size", par.context_parallel_size},
-                         Size2{"--expert-model-parallel-size", par.expert_model_parallel_size}})
+  for (const Size2& s : {Size2{"--context-parallel-size", par.context_parallel_size}})
     if (s.value > 1)
       return Unimplemented("--is-hybrid-model with ", s.what, " > 1: not supported yet (found ", s.value, ")");
-  if (a.moe.enabled()) return Unimplemented("--is-hybrid-model with --num-experts: not supported yet");
+  GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
   if (m.multi_latent_attention)
     return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
   if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)

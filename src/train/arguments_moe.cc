@@ -374,7 +374,11 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (m.moe_ffn_hidden_size == kUnset) m.moe_ffn_hidden_size = a.model.ffn_hidden_size;
   if (m.moe_ffn_hidden_size <= 0)
     return InvalidArgument("--moe-ffn-hidden-size: expected a positive integer, found ", m.moe_ffn_hidden_size);
-  GALE_ASSIGN_OR_RETURN(m.layer_pattern, parse_moe_layer_freq(m.moe_layer_freq, a.model.num_layers));
+  if (a.model.is_hybrid_model) {
+    GALE_ASSIGN_OR_RETURN(m.layer_pattern, hybrid_moe_layer_pattern(a, p));
+  } else {
+    GALE_ASSIGN_OR_RETURN(m.layer_pattern, parse_moe_layer_freq(m.moe_layer_freq, a.model.num_layers));
+  }
   if (m.moe_use_upcycling) GALE_RETURN_IF_ERROR(validate_moe_upcycling(a));
   const int64_t tp = par.tensor_model_parallel_size;
   // Megatron asserts sequence parallelism for MoE under TP (training/arguments.py).

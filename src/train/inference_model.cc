@@ -66,7 +66,7 @@ Status check_hybrid_inference(const Arguments& args) {
   if (args.training.fp16) return Unimplemented("--is-hybrid-model with --fp16: not supported yet (as in gale pretrain)");
   if (!args.lora.lora_load.empty())
     return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
-  if (args.moe.enabled()) return Unimplemented("--is-hybrid-model with --num-experts: not supported yet");
+  GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, args.moe.enabled()));
   if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
   if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
   return Status::Ok();

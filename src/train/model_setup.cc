@@ -136,7 +136,9 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.drop_by_position = moe.moe_token_drop_policy == "position";
     c.moe.pad_to_capacity = moe.moe_pad_expert_input_to_capacity;
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
-    c.moe.pattern = moe.layer_pattern;
+    // A hybrid model's MoE layers are its pattern's 'E' layers (also when the flags come from a
+    // checkpoint, whose moe_layer_freq does not say so).
+    c.moe.pattern = c.hybrid.enabled ? hybrid_moe_layer_flags(c.hybrid.layers) : moe.layer_pattern;
     c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
     c.moe.shared_gate = moe.moe_shared_expert_gate;
     c.moe.shared_overlap = moe.moe_shared_expert_overlap;

@@ -12,7 +12,8 @@ namespace gale {
 namespace {
 
 // Megatron's hybrid_flops (training.py, core_v0.12.1): 3 × the forward's attention, MLP, Mamba
-// (in_proj, a 7·d_inner·N scan estimate, out_proj) and logits products.
+// (in_proj, a 7·d_inner·N scan estimate, out_proj) and logits products; Megatron-Core main's
+// moe_layer_flops for the MoE layers ('E': the top-k routed experts and the shared expert).
 double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
   const double bs = static_cast<double>(batch_size) * static_cast<double>(m.seq_length);
   const double h = static_cast<double>(m.hidden);
@@ -24,8 +25,12 @@ double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
   const double nheads = std::floor(d_in / static_cast<double>(m.mamba_head_dim));
   const double mamba = 2.0 * bs * h * (2.0 * d_in + 2.0 * m.mamba_num_groups * m.mamba_state_dim + nheads) +
                        7.0 * bs * d_in * m.mamba_state_dim + 2.0 * bs * d_in * h;
+  const double moe = 4.0 * bs * h *
+                     (static_cast<double>(m.moe_ffn) * static_cast<double>(m.moe_topk) +
+                      static_cast<double>(m.moe_shared_ffn)) *
+                     (m.swiglu ? 1.5 : 1.0);
   const double forward = m.attention_layers * attention + m.mlp_layers * mlp + m.mamba_layers * mamba +
-                         2.0 * bs * h * static_cast<double>(m.padded_vocab);
+                         static_cast<double>(m.num_moe_layers) * moe + 2.0 * bs * h * static_cast<double>(m.padded_vocab);
   return 3.0 * forward;
 }
 

@@ -23,7 +23,8 @@ struct FlopsModel {
   // the formula adds their norms and eh_proj and D more output-layer products (Megatron's).
   int64_t mtp_num_layers = 0;
   // --is-hybrid-model: Megatron's hybrid_flops instead (attention, MLP and Mamba layers counted
-  // from the allocation; `gqa` = --group-query-attention with query_groups its groups).
+  // from the allocation, its MoE layers ('E') are num_moe_layers; `gqa` = --group-query-attention
+  // with query_groups its groups).
   bool hybrid = false;
   bool gqa = false;
   int64_t attention_layers = 0, mlp_layers = 0, mamba_layers = 0;

@@ -1,6 +1,6 @@
 // The Gated DeltaNet mixer: float64 numpy golden values (tools/reference/gated_delta_net_reference.py),
 // finite-difference gradients of every parameter and the input (also across backward's 64-step
-// chunks), and Megatron's parameter names and initial values.
+// chunks), and Megatron's parameter names and initial values (in a GDN model with MoE layers too).
 #include "model/gated_delta_net.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/gemm.h"
+#include "model/gpt_model.h"
 #include "testing.h"
 #include "testing_json.h"
 
@@ -181,6 +182,34 @@ TEST(GatedDeltaNetParams, MegatronNamesShapesAndInitialValues) {
   for (int64_t i = 0; i < m.pb.spec(m.w.conv_w).local_numel(); ++i) EXPECT_LE(std::fabs(conv[i]), 0.5f);
   EXPECT_NEAR(m.pb.spec(m.w.in_proj).init_std, 0.02f, 1e-7f);
   EXPECT_NEAR(m.pb.spec(m.w.out_proj).init_std, 0.02f / std::sqrt(8.0f), 1e-7f);  // σ/√(2L), L = 4
+}
+
+// A GDN model's norms are fused into the next linear (Megatron builds it with Transformer Engine's
+// spec), except before a MoE MLP, which has no linear_fc1: there the spec keeps pre_mlp_layernorm.
+TEST(GatedDeltaNetParams, MoeLayersKeepPreMlpLayernorm) {
+  ModelConfig c = gdn_config(16, 2, 4, 8, 6, 4);
+  c.ffn = 24;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab = 32;
+  c.seq_length = 8;
+  c.max_positions = 16;
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  c.moe.num_experts = 2;
+  c.moe.topk = 1;
+  c.moe.ffn = 8;
+  c.moe.pattern = {1, 0};
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  const ParamBuffer& pb = model.params();
+  for (const char* name : {"decoder.layers.0.self_attention.in_proj.layer_norm_weight",
+                           "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+                           "decoder.layers.1.mlp.linear_fc1.layer_norm_weight"})
+    EXPECT_GE(pb.find(name), 0) << name;
+  for (const char* name : {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", "decoder.layers.1.pre_mlp_layernorm.weight"})
+    EXPECT_LT(pb.find(name), 0) << name;
 }
 
 }  // namespace

@@ -57,5 +57,19 @@ TEST(HybridLayers, RefusesInvalidPatternsAsMegatron) {
   EXPECT_NE(st.message().find("--hybrid-attention-ratio: expected a value in [0, 1]"), std::string::npos);
 }
 
+// Megatron-Core's 'E' (Symbols.MOE): a MoE layer in a pattern; the ratios never give one, so a
+// pattern with 'E' beside a positive ratio has the wrong counts.
+TEST(HybridLayers, MoeLayersComeFromThePatternOnly) {
+  std::string layers;
+  ASSERT_TRUE(allocate_hybrid_layers(5, 0.0, 0.0, "ME*EM", &layers).ok());
+  EXPECT_EQ(layers, "ME*EM");
+  EXPECT_EQ(hybrid_moe_layer_flags(layers), (std::vector<int>{0, 1, 0, 1, 0}));
+  Status st = allocate_hybrid_layers(4, 0.25, 0.0, "ME*M", &layers);
+  EXPECT_NE(st.message().find("number of each type of layer"), std::string::npos) << st.message();
+  st = allocate_hybrid_layers(4, 0.0, 0.0, "MMFM", &layers);
+  EXPECT_NE(st.message().find("expected one of M (Mamba), * (attention), - (MLP), E (MoE)"), std::string::npos)
+      << st.message();
+}
+
 }  // namespace
 }  // namespace gale

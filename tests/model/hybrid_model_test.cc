@@ -1,8 +1,10 @@
 // The hybrid Mamba model (--is-hybrid-model) as a whole: finite-difference gradients of every
-// parameter through Mamba ('M'), attention-only ('*') and MLP-only ('-') layers, and Megatron's names.
+// parameter through Mamba ('M'), attention-only ('*'), MLP-only ('-') and MoE ('E') layers, and
+// Megatron's names.
 #include <gtest/gtest.h>
 
 #include "model/gpt_model.h"
+#include "model/hybrid_layers.h"
 #include "model_test_batches.h"
 #include "testing.h"
 
@@ -24,10 +26,26 @@ ModelConfig hybrid_config() {
   return c;
 }
 
+// "M*E-M" with a MoE layer ('E'): 4 experts of FFN 8, every token to all 4 (top-4 of 4: the
+// routing weights are a smooth softmax, so finite differences see no top-k switch; the top-k
+// selection itself: tests/model/moe_router_test.cc), and a shared expert of FFN 8 (no linear biases:
+// the shared expert has none).
+ModelConfig hybrid_moe_config() {
+  ModelConfig c = hybrid_config();
+  c.add_bias_linear = false;
+  c.num_layers = 5;
+  c.hybrid.layers = "M*E-M";
+  c.moe.num_experts = 4;
+  c.moe.topk = 4;
+  c.moe.ffn = 8;
+  c.moe.shared_ffn = 8;
+  c.moe.pattern = hybrid_moe_layer_flags(c.hybrid.layers);
+  return c;
+}
+
 // Five-point directional derivatives in fp32 with h = 5e-3 (as tests/model/gpt_model_test.cc, whose
 // tolerance discussion applies: 1% relative with a 1e-2 floor).
-TEST(HybridModel, EveryParameterMatchesFiniteDifferences) {
-  const ModelConfig c = hybrid_config();
+void expect_every_parameter_matches_finite_differences(const ModelConfig& c) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(42);
@@ -44,6 +62,14 @@ TEST(HybridModel, EveryParameterMatchesFiniteDifferences) {
     EXPECT_LT(testing::rel_diff(analytic, numeric, 1e-2), 1e-2)
         << pb.spec(id).name << ": " << analytic << " vs " << numeric;
   }
+}
+
+TEST(HybridModel, EveryParameterMatchesFiniteDifferences) {
+  expect_every_parameter_matches_finite_differences(hybrid_config());
+}
+
+TEST(HybridModel, EveryParameterOfAMoeLayerMatchesFiniteDifferences) {
+  expect_every_parameter_matches_finite_differences(hybrid_moe_config());
 }
 
 // Megatron's Mamba stack names: the mixer's tensors in 'M' layers, the norms fused into the next
@@ -64,6 +90,31 @@ TEST(HybridModel, MegatronParameterNames) {
                            "decoder.layers.2.self_attention.linear_qkv.weight", "decoder.layers.0.input_layernorm.weight",
                            "decoder.final_layernorm.weight"})
     EXPECT_LT(pb.find(name), 0) << name;
+}
+
+// Megatron-Core's moe_layer spec for 'E' (MoETransformerLayer: pre_mlp_layernorm = TENorm, mlp =
+// MoELayer): the norm unfused as decoder.layers.N.pre_mlp_layernorm, the router, the experts
+// (SequentialMLP's local_experts names, the form Megatron's distributed checkpoints share with its
+// grouped experts) and the shared expert; no attention, no dense MLP.
+TEST(HybridModel, MoeLayerHasMegatronNames) {
+  const ModelConfig c = hybrid_moe_config();
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  const ParamBuffer& pb = model.params();
+  for (const char* name :
+       {"decoder.layers.2.pre_mlp_layernorm.weight", "decoder.layers.2.mlp.router.weight",
+        "decoder.layers.2.mlp.experts.local_experts.0.linear_fc1.weight",
+        "decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.weight",
+        "decoder.layers.2.mlp.shared_experts.linear_fc1.weight", "decoder.layers.2.mlp.shared_experts.linear_fc2.weight",
+        "decoder.layers.3.mlp.linear_fc1.layer_norm_weight", "decoder.layers.3.mlp.linear_fc1.weight"})
+    EXPECT_GE(pb.find(name), 0) << name;
+  for (const char* name :
+       {"decoder.layers.2.mlp.linear_fc1.layer_norm_weight", "decoder.layers.2.mlp.linear_fc1.weight",
+        "decoder.layers.2.self_attention.linear_qkv.weight", "decoder.layers.2.input_layernorm.weight",
+        "decoder.layers.2.self_attention.linear_qkv.layer_norm_weight", "decoder.layers.3.mlp.router.weight",
+        "decoder.layers.1.mlp.router.weight", "decoder.layers.0.mlp.router.weight"})
+    EXPECT_LT(pb.find(name), 0) << name;
+  EXPECT_EQ(c.num_moe_layers(), 1);
 }
 
 }  // namespace

@@ -25,6 +25,20 @@ inline ModelConfig tiny_hybrid_config() {
   return c;
 }
 
+// The same sizes with a MoE layer ('E') in the MLP layer's place, M * E M * M: 4 experts of FFN 32,
+// top-2, a shared expert of FFN 32.
+inline ModelConfig tiny_hybrid_moe_config() {
+  ModelConfig c = tiny_hybrid_config();
+  c.hybrid.layers = "M*EM*M";
+  c.add_bias_linear = false;  // as the LLaMA architecture: the shared expert has no biases
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn = 32;
+  c.moe.shared_ffn = 32;
+  c.moe.pattern = {0, 0, 1, 0, 0, 0};
+  return c;
+}
+
 // Megatron's initial Δ ≤ 0.1 and A down to −16 make the scan forget within a few steps; Δ ≈ 1 and
 // A ≈ −0.3 (exp(Δ·A) ≈ 0.75) and a larger convolution make every position's state reach the logits.
 inline void make_mamba_state_carry(GPTModel& m) {

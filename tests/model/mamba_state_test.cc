@@ -1,8 +1,8 @@
 // The Mamba layers' decoding state (model/mamba_state.h): prefill + single-token steps against a
 // float64 numpy golden of mamba_ssm's causal_conv1d_update / selective_state_update
-// (tools/reference/mamba_step_reference.py), and a tiny hybrid model (M * - M * M) whose cached
-// greedy decoding — batch 1 and 2, beams branching off a cache — gives the tokens and, within 1e-4
-// relative, the logits of rerunning the whole sequence each step.
+// (tools/reference/mamba_step_reference.py), and a tiny hybrid model (M * - M * M, and M * E M * M
+// with a MoE layer) whose cached greedy decoding — batch 1 and 2, beams branching off a cache — gives
+// the tokens and, within 1e-4 relative, the logits of rerunning the whole sequence each step.
 #include "model/mamba_state.h"
 
 #include <gtest/gtest.h>
@@ -108,8 +108,9 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
 
 class HybridDecodeTest : public ::testing::Test {
  protected:
+  virtual ModelConfig config() const { return testing::tiny_hybrid_config(); }
   void SetUp() override {
-    c_ = testing::tiny_hybrid_config();
+    c_ = config();
     ops_ = reference_ops();
     GALE_CHECK_OK(install_all_fused_kernels(ops_, detected_isa()));
     model_ = std::make_unique<GPTModel>(c_, single_process_partition(c_), &ops_);
@@ -176,6 +177,24 @@ TEST_F(HybridDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
   EXPECT_LT(greedy_against_full_forward(*model_, two, 12, cache, run), 1e-4);
   // Only the attention layers ('*': layers 1 and 4) keep keys and values.
   for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;
+}
+
+// A MoE layer ('E', top-2 of 4 experts with a shared expert) in the MLP layer's place: it keeps no
+// decoding state (each token routes alone), and the cached decoding still equals the full forward.
+class HybridMoeDecodeTest : public HybridDecodeTest {
+ protected:
+  ModelConfig config() const override { return testing::tiny_hybrid_moe_config(); }
+};
+
+TEST_F(HybridMoeDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
+  auto run = [&](KvCache& cache, const std::vector<std::vector<int32_t>>& ids) { return cached(cache, ids); };
+  const std::vector<std::vector<int32_t>> two = {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}};
+  KvCache cache = make_kv_cache(c_, model_->partition(), 2, c_.max_positions);
+  const double worst = greedy_against_full_forward(*model_, two, 12, cache, run);
+  EXPECT_LT(worst, 1e-4);
+  std::printf("largest relative logits difference %.2e\n", worst);
+  for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;
+  EXPECT_GE(model_->params().find("decoder.layers.2.mlp.router.weight"), 0);
 }
 
 // Beam search's branching (train/generate.cc): a cache cloned after the prompt continues with other

@@ -187,5 +187,34 @@ TEST(TrainingLog, HybridFlopsAreMegatrons) {
   EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 3), 34261696512.0);
 }
 
+// Megatron-Core main's hybrid_flops adds num_moe_layers × moe_layer_flops (4·tokens·H·(Fe·k + Fs),
+// × 3/2 with SwiGLU) to the forward: the first model above with two 'E' layers of top-2 experts
+// of FFN 32 and a shared expert of 32 adds 3 × 2 × 4·64·64·96 = 9437184.
+TEST(TrainingLog, HybridFlopsCountTheMoeLayers) {
+  FlopsModel m;
+  m.hybrid = true;
+  m.seq_length = 32;
+  m.hidden = 64;
+  m.heads = 4;
+  m.query_groups = 4;
+  m.kv_channels = 16;
+  m.ffn = 256;
+  m.padded_vocab = 4224;
+  m.attention_layers = 1;
+  m.mamba_layers = 2;
+  m.mlp_layers = 1;
+  m.mamba_state_dim = 16;
+  m.mamba_head_dim = 16;
+  m.mamba_num_groups = 2;
+  m.num_moe_layers = 2;
+  m.moe_ffn = 32;
+  m.moe_topk = 2;
+  m.moe_shared_ffn = 32;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 9437184.0);
+  m.swiglu = true;  // the MLP layer's and the MoE layers' GEMMs × 3/2
+  const double mlp = 4.0 * 4.0 * 64 * 64 * 64, moe = 9437184.0 / 3.0;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 9437184.0 + 3.0 * 0.5 * (mlp + moe));
+}
+
 }  // namespace
 }  // namespace gale
