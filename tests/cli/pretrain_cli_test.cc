@@ -81,7 +81,7 @@ TEST(GalePretrain, RecomputationKeepsTheLossesAndSaysItIsActive) {
 }
 
 TEST(GalePretrain, Bf16TrainsOnEitherGemmPathAndSaysWhich) {
-  // --bf16 uses oneDNN's bf16 matmul only where it runs on AMX, else f32 sgemm on widened inputs;
+  // --bf16 uses oneDNN's bf16 matmul only where it runs on AMX or AVX512-BF16, else f32 sgemm on widened inputs;
   // both multiply the same bf16 values, so the losses agree closely.
   // Where oneDNN has no bf16 matmul for the CPU (AVX2 only), forcing it is a clear start-up error.
   test::RunResult matmul = test::run_with_timeout(tiny({"--bf16"}), {"GALE_BF16_GEMM=matmul"}, 300);

@@ -214,13 +214,17 @@ TEST(GemmBf16, ReportsItsImplementation) {
   }
 }
 
-TEST(GemmBf16, PathFollowsAmxAndSaysSo) {
-  // Without GALE_BF16_GEMM the matmul is used exactly when oneDNN runs it on AMX.
+TEST(GemmBf16, PathFollowsBf16HardwareAndSaysSo) {
+  // Without GALE_BF16_GEMM the matmul is used exactly when oneDNN runs it on bf16 hardware: AMX
+  // tiles or AVX512-BF16 dot products, which a CPU with the avx512bf16 flag always gets.
   ASSERT_EQ(std::getenv("GALE_BF16_GEMM"), nullptr);
-  const bool amx = gemm_bf16_implementation(1024, 3072, 768).find("amx") != std::string::npos;
-  EXPECT_EQ(bf16_gemm_path(), amx ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm);
+  const std::string impl = gemm_bf16_implementation(1024, 3072, 768);
+  const bool native = impl.find("amx") != std::string::npos || impl.find("avx512_core_bf16") != std::string::npos;
+  EXPECT_EQ(bf16_matmul_native(), native) << impl;
+  if (__builtin_cpu_supports("avx512bf16") && hardware_isa() == Isa::kAvx512) EXPECT_TRUE(native) << impl;
+  EXPECT_EQ(bf16_gemm_path(), native ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm);
   const std::string d = bf16_gemm_description();
-  EXPECT_NE(d.find(amx ? "oneDNN bf16 matmul" : "f32 sgemm"), std::string::npos) << d;
+  EXPECT_NE(d.find(native ? "oneDNN bf16 matmul" : "f32 sgemm"), std::string::npos) << d;
 }
 
 TEST(GemmBf16, EnvironmentIsValidated) {

@@ -134,11 +134,17 @@ std::string gemm_bf16_implementation(int64_t M, int64_t N, int64_t K);
 // gemm_bf16_implementation(...) is not empty: the kMatmul path below can run here.
 bool bf16_matmul_available();
 
+// oneDNN runs its bf16 matmul on bf16 hardware: AMX tiles ("amx" in the kernel's name) or
+// AVX512-BF16 dot products ("avx512_core_bf16", e.g. AMD Zen 4, Intel Cooper Lake). Without either
+// it widens to f32 inside its kernel (AVX-512 CPUs such as Skylake or Ice Lake servers).
+bool bf16_matmul_native();
+
 // How gemm_bf16 computes. kMatmul: oneDNN's bf16 matmul. kSgemm: both inputs widened to f32
 // (exact) and multiplied by sgemm — the same products, accumulated in f32 in another order. The
-// matmul is chosen only where it runs on AMX tiles: on the development machine AMX is 2-7x faster
-// than sgemm, while without AMX oneDNN's bf16 matmul measured about half the sgemm rate, so --bf16
-// then keeps its memory saving (bf16 weights copy and activations) and fp32 GEMM speed.
+// matmul is chosen where it runs natively (bf16_matmul_native): AMX measured 2-7x the sgemm rate
+// and AVX512-BF16 (Zen 4) 1.5-2x, while without either oneDNN's bf16 matmul measured about half
+// the sgemm rate, so --bf16 then keeps its memory saving (bf16 weights copy and activations) and
+// fp32 GEMM speed.
 // GALE_BF16_GEMM=matmul|sgemm|auto forces the choice (tests, benchmarks); matmul where oneDNN has
 // no bf16 matmul for the CPU is a start-up error (validate_bf16_gemm_environment).
 enum class Bf16GemmPath { kMatmul, kSgemm };

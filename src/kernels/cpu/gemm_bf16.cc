@@ -1,4 +1,4 @@
-// bf16 GEMM: oneDNN's matmul primitive (cached by shape) where it runs on AMX, else f32 sgemm.
+// bf16 GEMM: oneDNN's matmul primitive (cached by shape) where it runs on bf16 hardware, else f32 sgemm.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdlib>
@@ -88,8 +88,7 @@ MatmulKey probe_key() { return MatmulKey{false, true, 1024, 3072, 768, 768, 768,
 StatusOr<Bf16GemmPath> parse_path_env() {
   const char* env = std::getenv("GALE_BF16_GEMM");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) {
-    bool amx = gemm_bf16_implementation(1024, 3072, 768).find("amx") != std::string::npos;
-    return amx ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm;
+    return bf16_matmul_native() ? Bf16GemmPath::kMatmul : Bf16GemmPath::kSgemm;
   }
   if (std::strcmp(env, "matmul") == 0) {
     std::string why;
@@ -128,10 +127,15 @@ std::string bf16_gemm_description() {
   if (!bf16_matmul_available())
     return "f32 sgemm on bf16 inputs widened to f32 (oneDNN has no bf16 matmul for this CPU: it needs AVX-512)";
   return "f32 sgemm on bf16 inputs widened to f32 (oneDNN's bf16 matmul here is " + impl +
-         ", without AMX slower than sgemm; GALE_BF16_GEMM=matmul forces it)";
+         ", without AMX or AVX512-BF16 slower than sgemm; GALE_BF16_GEMM=matmul forces it)";
 }
 
 bool bf16_matmul_available() { return !gemm_bf16_implementation(1024, 3072, 768).empty(); }
+
+bool bf16_matmul_native() {
+  const std::string impl = gemm_bf16_implementation(1024, 3072, 768);
+  return impl.find("amx") != std::string::npos || impl.find("avx512_core_bf16") != std::string::npos;
+}
 
 Status validate_bf16_gemm_environment() {
   const char* env = std::getenv("GALE_BF16_GEMM");
