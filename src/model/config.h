@@ -114,6 +114,12 @@ struct MoeConfig {
   // --moe-router-score-function sigmoid (else softmax): scores = sigmoid(logits), the top-k on
   // scores (+ the expert bias), weights = the selected scores normalised to sum 1 when k > 1.
   bool sigmoid = false;
+  // --moe-router-load-balancing-type sinkhorn (S-BASE, Megatron's sinkhorn_load_balancing): a
+  // training forward takes the top-k of the Sinkhorn-balanced logits of the micro-batch's local
+  // tokens, an evaluation forward the top-k of the scores; the scores are sigmoid(logits) when k = 1,
+  // else softmax over all E, and the weights are the scores at the chosen experts (no aux loss,
+  // bias, groups or scaling: model/moe_router.h).
+  bool sinkhorn = false;
   // --moe-router-topk-scaling-factor (unset: 1): multiplies the routing weights.
   double topk_scaling_factor = 1.0;
   // --moe-router-num-groups / --moe-router-group-topk (0: no group-limited routing): experts in

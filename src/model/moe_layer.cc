@@ -444,12 +444,12 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep, bool allgather,
                    const Comm& etp, const Comm& seq, int64_t batch, const std::function<void()>& overlap,
-                   const MoeJitterKey& jitter, MoeZeroMemory zero_memory, const std::vector<Comm>& hot_groups) {
+                   const MoeRouterKey& router_key, MoeZeroMemory zero_memory, const std::vector<Comm>& hot_groups) {
   const int64_t T = x.size(0), H = c.hidden, E = c.moe.num_experts, k = c.moe.topk;
   // ---- router (model/moe_router.h): top-k experts, weights, dropped pairs (expert -1) ----
   MoeRouterSaved router_saved;
   MoeRouting routing =
-      moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq, jitter);
+      moe_router_forward(c, ops, pb, w.router(), x, batch, saved ? &router_saved : nullptr, losses, seq, router_key);
   const Tensor probs = routing.probs;
   const std::vector<int32_t>& experts = routing.experts;
   const std::vector<int64_t>& global_counts = routing.tokens_per_expert;

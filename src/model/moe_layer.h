@@ -166,8 +166,8 @@ struct MoeHotPass {
 // while the all-to-all dispatch of the routed rows is in flight (the all-gather dispatcher: before
 // its all-gathers, or with ops.moe_allgather_overlap while they are in flight: the routing's and
 // then the hidden states', the local rows' layout computed before the hidden states are waited
-// for; --moe-shared-expert-overlap, model/moe_shared_expert.h). `jitter` keys the router's input
-// jitter (--moe-input-jitter-eps; model/moe_router.h). With config.recompute.moe_act the experts'
+// for; --moe-shared-expert-overlap, model/moe_shared_expert.h). `router_key` keys the router's input
+// jitter (--moe-input-jitter-eps) and says whether this is a training forward (model/moe_router.h). With config.recompute.moe_act the experts'
 // activation outputs are not kept (backward recomputes them from the kept fc1 outputs).
 // `zero_memory` (--moe-zero-memory, this layer's level; the all-to-all dispatcher only): level0
 // keeps neither the experts' input rows nor their activation outputs, level1 not their fc1 outputs
@@ -187,7 +187,7 @@ struct MoeHotPass {
 Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w,
                    const Tensor& x, MoeSaved* saved, MoeAuxLosses* losses, const Comm& ep = nullptr,
                    bool allgather = false, const Comm& etp = nullptr, const Comm& seq = nullptr, int64_t batch = 1,
-                   const std::function<void()>& overlap = {}, const MoeJitterKey& jitter = {},
+                   const std::function<void()>& overlap = {}, const MoeRouterKey& router_key = {},
                    MoeZeroMemory zero_memory = MoeZeroMemory::kOff, const std::vector<Comm>& hot_groups = {});
 
 // Returns dx [T, H] (f32, written); accumulates the router's and experts' gradients. `aux_scale`

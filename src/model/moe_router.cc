@@ -24,10 +24,23 @@ LinearWeight router_weight(const OpTable& ops, const ParamBuffer& pb, int id) {
 
 bool splits(const Comm& g) { return g && g->size() > 1; }
 
+// The scores and weights a layer routes with: the configured ones, or sinkhorn's (sigmoid when
+// k = 1, else softmax over all E taken at the chosen experts; no scaling).
+struct Scoring {
+  bool sigmoid = false;
+  bool pre_softmax = false;
+  double scaling = 1.0;
+};
+
+Scoring scoring(const MoeConfig& m) {
+  if (m.sinkhorn) return {m.topk == 1, true, 1.0};
+  return {m.sigmoid, m.pre_softmax, m.topk_scaling_factor};
+}
+
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 // The router's GEMM input: x in f32, times the jitter noise with --moe-input-jitter-eps (a copy).
-Tensor router_input(const ModelConfig& c, const Tensor& x, const MoeJitterKey& key) {
+Tensor router_input(const ModelConfig& c, const Tensor& x, const MoeRouterKey& key) {
   if (c.moe.input_jitter_eps == 0.0) return to_f32(x);
   const Tensor xf = to_f32(x);
   const int64_t T = x.size(0), H = x.size(1);
@@ -106,6 +119,33 @@ void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t
   std::copy(order.begin(), order.begin() + k, out);
 }
 
+void moe_sinkhorn(const float* logits, int64_t T, int64_t E, float* out) {
+  constexpr double kEps = 1e-8, kTolerance = 1e-4;
+  constexpr int kMaxRounds = 10000;
+  std::vector<double> cost(static_cast<size_t>(T * E)), d0(static_cast<size_t>(T), 1.0), d1(static_cast<size_t>(E), 1.0);
+  for (int64_t i = 0; i < T * E; ++i) cost[i] = std::exp(static_cast<double>(logits[i]));
+  std::vector<double> col(static_cast<size_t>(E));
+  for (int round = 0; round < kMaxRounds; ++round) {
+    for (int64_t t = 0; t < T; ++t) {
+      double row = 0.0;
+      for (int64_t e = 0; e < E; ++e) row += d1[e] * cost[t * E + e];
+      d0[t] = 1.0 / static_cast<double>(T) / (row + kEps);
+    }
+    std::fill(col.begin(), col.end(), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) col[e] += d0[t] * cost[t * E + e];
+    double change = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      const double next = 1.0 / static_cast<double>(E) / (col[e] + kEps);
+      change += std::abs(next - d1[e]);
+      d1[e] = next;
+    }
+    if (!(change / static_cast<double>(E) > kTolerance)) break;  // also stops on NaN, as Megatron's loop
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) out[t * E + e] = static_cast<float>(d1[e] * cost[t * E + e] * d0[t]);
+}
+
 int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * k) / static_cast<double>(E) * factor));
 }
@@ -132,12 +172,18 @@ float moe_input_jitter(const ModelConfig& c, int64_t layer, int64_t id, int64_t 
 
 MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
                               const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
-                              const Comm& seq, const MoeJitterKey& jitter) {
+                              const Comm& seq, const MoeRouterKey& key) {
   const MoeConfig& m = c.moe;
+  const Scoring how = scoring(m);
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
-  const Tensor logits = linear_forward(router_input(c, x, jitter), router_weight(ops, pb, w.weight));  // [T, E]
+  const Tensor logits = linear_forward(router_input(c, x, key), router_weight(ops, pb, w.weight));  // [T, E]
   const float* bias = w.expert_bias >= 0 ? pb.param_data(w.expert_bias) : nullptr;
+  std::vector<float> balanced;  // sinkhorn, training: the top-k is taken on the balanced logits
+  if (m.sinkhorn && key.training) {
+    balanced.resize(static_cast<size_t>(T * E));
+    moe_sinkhorn(logits.data<float>(), T, E, balanced.data());
+  }
   Tensor scores = Tensor::empty({T, E}), lse = Tensor::empty({T}), q = Tensor::empty({T, k});
   std::vector<int32_t> experts(static_cast<size_t>(T * k));
   std::vector<float> v(static_cast<size_t>(E));
@@ -148,31 +194,31 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
     double sum = 0.0;
     for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e] - mx));
     lse.data<float>()[t] = mx + static_cast<float>(std::log(sum));
-    if (m.sigmoid) {
+    if (how.sigmoid) {
       for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(sigmoid(l[e]));
       for (int64_t e = 0; e < E; ++e) v[e] = bias ? s[e] + bias[e] : s[e];
     } else {
       for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(std::exp(static_cast<double>(l[e] - mx)) / sum);
-      std::copy(m.pre_softmax ? s : l, (m.pre_softmax ? s : l) + E, v.begin());
+      std::copy(how.pre_softmax ? s : l, (how.pre_softmax ? s : l) + E, v.begin());
     }
+    if (!balanced.empty()) std::copy(balanced.begin() + t * E, balanced.begin() + (t + 1) * E, v.begin());
     int32_t* ex = experts.data() + t * k;
     moe_top_k(v.data(), E, k, m.num_groups, m.group_topk, ex);
     double selected = 0.0;
     for (int64_t j = 0; j < k; ++j) selected += s[ex[j]];
     float* qt = q.data<float>() + t * k;
     for (int64_t j = 0; j < k; ++j) {
-      if (m.sigmoid)
+      if (how.sigmoid)
         qt[j] = k > 1 ? static_cast<float>(s[ex[j]] / (selected + 1e-20)) : s[ex[j]];
       else
-        qt[j] = m.pre_softmax ? s[ex[j]] : static_cast<float>(s[ex[j]] / selected);
+        qt[j] = how.pre_softmax ? s[ex[j]] : static_cast<float>(s[ex[j]] / selected);
     }
   }
   MoeRouting r;
   r.probs = q;
-  if (m.topk_scaling_factor != 1.0) {
+  if (how.scaling != 1.0) {
     r.probs = Tensor::empty({T, k});
-    for (int64_t i = 0; i < T * k; ++i)
-      r.probs.data<float>()[i] = static_cast<float>(q.data<float>()[i] * m.topk_scaling_factor);
+    for (int64_t i = 0; i < T * k; ++i) r.probs.data<float>()[i] = static_cast<float>(q.data<float>()[i] * how.scaling);
   }
   r.experts = experts;
   if (m.fix_router)  // the weights stay those of the real choice (`experts`, which backward uses)
@@ -207,7 +253,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
       for (int64_t t = 0; t < T; ++t) {
         const float* s = scores.data<float>() + t * E;
         double* ps = p_sum.data() + (t % G) * E;
-        if (m.sigmoid) {
+        if (how.sigmoid) {
           double z = 1e-20;
           for (int64_t e = 0; e < E; ++e) z += s[e];
           for (int64_t e = 0; e < E; ++e) ps[e] += s[e] / z;
@@ -232,14 +278,15 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   saved->aux_counts = std::move(aux_counts);
   saved->aux_groups = G;
   saved->aux_tokens = T / G * parts;
-  saved->jitter = jitter;
-  if (m.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
+  saved->key = key;
+  if (how.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
   return r;
 }
 
 Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeRouterIds& w,
                            MoeRouterSaved& s, const Tensor& x, const Tensor& dprobs, double aux_scale) {
   const MoeConfig& m = c.moe;
+  const Scoring how = scoring(m);
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk, G = s.aux_groups;
   const std::vector<int64_t>& counts = s.aux_counts;  // over the sequence partition group
   const double N = static_cast<double>(s.aux_tokens);
@@ -253,10 +300,10 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     const float* q = s.probs.data<float>() + t * k;
     const int32_t* ex = s.experts.data() + t * k;
     float* dl = dlogits.data<float>() + t * E;
-    for (int64_t j = 0; j < k; ++j) g[j] = m.topk_scaling_factor * dprobs.data<float>()[t * k + j];
+    for (int64_t j = 0; j < k; ++j) g[j] = how.scaling * dprobs.data<float>()[t * k + j];
     for (int64_t e = 0; e < E; ++e) ds[e] = aux ? aux_factor * static_cast<double>(counts[(t % G) * E + e]) : 0.0;  // ∂aux/∂p
     const double z = z_factor * s.logsumexp.data<float>()[t];
-    if (m.sigmoid) {
+    if (how.sigmoid) {
       // σ: the selected weights q = σ_sel / Σ_sel σ (k > 1) and the aux scores p = σ / Σ_E σ.
       std::fill(dsig.begin(), dsig.end(), 0.0);
       if (k > 1) {
@@ -283,7 +330,7 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
       continue;
     }
     for (int64_t e = 0; e < E; ++e) dl[e] = 0.0f;
-    if (m.pre_softmax) {
+    if (how.pre_softmax) {
       for (int64_t j = 0; j < k; ++j) ds[ex[j]] += g[j];
     } else {  // q = softmax over the selected logits
       double qg = 0.0;
@@ -294,13 +341,13 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     for (int64_t e = 0; e < E; ++e) sds += sc[e] * ds[e];
     for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(sc[e] * (ds[e] - sds) + z * sc[e]);
   }
-  Tensor dx = linear_backward(dlogits, router_input(c, x, s.jitter), router_weight(ops, pb, w.weight));
+  Tensor dx = linear_backward(dlogits, router_input(c, x, s.key), router_weight(ops, pb, w.weight));
   if (m.input_jitter_eps != 0.0) {  // through x ⊙ n: the noise redrawn
     const int64_t H = x.size(1);
     parallel_for(T, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const int64_t id = s.jitter.row_ids ? s.jitter.row_ids[t] : t;
-        for (int64_t h = 0; h < H; ++h) dx.data<float>()[t * H + h] *= moe_input_jitter(c, s.jitter.layer, id, h);
+        const int64_t id = s.key.row_ids ? s.key.row_ids[t] : t;
+        for (int64_t h = 0; h < H; ++h) dx.data<float>()[t * H + h] *= moe_input_jitter(c, s.key.layer, id, h);
       }
     });
   }

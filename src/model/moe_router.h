@@ -13,6 +13,13 @@
 //       G consecutive groups of E/G; a group's score is the sum of its k/g largest routing values
 //       (the values the top-k is taken on: l, s or σ + b); only the g best groups are eligible;
 //   routing weights: q · --moe-router-topk-scaling-factor [T, k].
+//   sinkhorn (--moe-router-load-balancing-type sinkhorn, S-BASE; Megatron's
+//     sinkhorn_load_balancing): the scores are σ = sigmoid(l) when k = 1, else s = softmax(l) over
+//     all E, and q = the score at each chosen expert (no renormalisation, bias, groups or scaling).
+//     A training forward (MoeRouterKey::training) chooses the top-k of moe_sinkhorn(l) over this
+//     rank's T tokens (the balanced logits: only the choice, no gradient flows through them); an
+//     evaluation forward the top-k of the scores. The choice thus depends on the other local
+//     tokens: under sequence parallelism or CP each rank balances its own share, as in Megatron.
 // --fix-router (MindSpeed's, for benchmarking): after the weights above, pair j of row t is sent to
 // expert (t·k + j) mod E instead (every expert gets T·k/E pairs); the weights and their gradient are
 // still those of the real choice, which MoeRouterSaved::experts keeps.
@@ -65,11 +72,14 @@ struct MoeRouterIds {
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
 };
 
-// What the input jitter's noise is keyed by: the global layer and each local token row's global
-// id (null: the row index t, for a layer run on its own).
-struct MoeJitterKey {
+// What a micro-batch's routing depends on besides x: the input jitter's noise is keyed by the
+// global layer and each local token row's global id (null: the row index t, for a layer run on its
+// own); `training` is Megatron's self.training (false in evaluate and generate), which picks
+// sinkhorn's choice (also true in a recompute's rerun, so the rerun routes as its forward did).
+struct MoeRouterKey {
   int64_t layer = 0;
   const int64_t* row_ids = nullptr;
+  bool training = true;
 };
 
 // The jitter noise n of token id `id`, column h of the router's [·, H] input under config.moe's eps
@@ -96,7 +106,7 @@ struct MoeRouterSaved {
                                      // sequences under seq_aux_loss, else 1)
   int64_t aux_groups = 1;            // G
   int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq`
-  MoeJitterKey jitter;               // backward redraws the input's noise (row_ids must outlive backward)
+  MoeRouterKey key;                  // backward redraws the input's noise (row_ids must outlive backward)
 };
 
 // Routes x [T, H] (f32 or bf16; T = S·B rows t = s·B + b, `batch` = B). With `saved` (training) the
@@ -105,7 +115,7 @@ struct MoeRouterSaved {
 // `jitter` keys the input jitter's noise (unused without --moe-input-jitter-eps).
 MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, const MoeRouterIds& w,
                               const Tensor& x, int64_t batch, MoeRouterSaved* saved, MoeAuxLosses* losses,
-                              const Comm& seq = nullptr, const MoeJitterKey& jitter = {});
+                              const Comm& seq = nullptr, const MoeRouterKey& key = {});
 
 // Backward from the routing weights' gradient dprobs [T, k] (0 at dropped pairs) and the auxiliary
 // losses (their coefficients times `aux_scale`): accumulates the router weight's gradient and
@@ -117,6 +127,13 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
 // best `group_topk` of `num_groups` groups when num_groups > 0 (group score: the sum of its
 // k / group_topk largest values).
 void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t group_topk, int32_t* out);
+
+// Megatron's sinkhorn(l) (moe_utils.py) of the logits l [T, E] into out [T, E]: with cost = exp(l),
+// d0 [T] = 1 and d1 [E] = 1, repeat d0_t = 1/T / (Σ_e d1_e·cost_te + 1e-8), then
+// d1_e = 1/E / (Σ_t d0_t·cost_te + 1e-8), until the mean |change of d1| is at most 1e-4 (at most
+// 10000 rounds; computed in f64, Megatron's in f32); out_te = d0_t·cost_te·d1_e, whose rows sum to
+// about 1/T and columns to 1/E.
+void moe_sinkhorn(const float* logits, int64_t T, int64_t E, float* out);
 
 // Megatron's expert capacity ceil(tokens·k / E · factor).
 int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor);

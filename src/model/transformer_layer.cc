@@ -182,9 +182,9 @@ Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, i
   return to_gemm_input(act, rt.config->gemm_dtype());
 }
 
-// The MoE router's input-jitter key of global layer `layer` (model/moe_router.h).
-MoeJitterKey moe_jitter_key(const LayerRuntime& rt, int64_t layer) {
-  return MoeJitterKey{layer, rt.hidden_row_ids.empty() ? nullptr : rt.hidden_row_ids.data()};
+// The MoE router's key of global layer `layer`: its input jitter's and training (model/moe_router.h).
+MoeRouterKey moe_router_key(const LayerRuntime& rt, int64_t layer) {
+  return MoeRouterKey{layer, rt.hidden_row_ids.empty() ? nullptr : rt.hidden_row_ids.data(), rt.training};
 }
 
 // Whether layer `layer` of this chunk recomputes what `plan_layers` (a RecomputePlan count) names.
@@ -511,7 +511,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const std::function<void()> overlap =
         w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared) : nullptr;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, moe_saved, &aux, part.ep, part.ep_allgather, part.etp,
-                      part.moe_seq, B, overlap, moe_jitter_key(rt, layer), zero_memory, part.ep_hot_groups);
+                      part.moe_seq, B, overlap, moe_router_key(rt, layer), zero_memory, part.ep_hot_groups);
     if (saved && rt.moe_losses) {
       rt.moe_losses->load_balancing += aux.load_balancing;
       rt.moe_losses->z += aux.z;
@@ -595,7 +595,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
         GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
         moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
-                    B, nullptr, moe_jitter_key(rt, layer), moe_zero_memory(rt, layer), part.ep_hot_groups);
+                    B, nullptr, moe_router_key(rt, layer), moe_zero_memory(rt, layer), part.ep_hot_groups);
       }
       Tensor d_shared;  // --moe-shared-expert-overlap / --moe-alltoall-overlap-comm: during the gradients' dispatch
       const auto run_shared = [&] {

@@ -19,7 +19,8 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
                {"aux_loss", "seq_aux_loss", "sinkhorn", "none"},
                "aux_loss (Switch-style load-balancing loss per micro-batch), seq_aux_loss (the same per "
-               "sequence, averaged; DeepSeek's) or none; sinkhorn is not supported yet");
+               "sequence, averaged; DeepSeek's), sinkhorn (S-BASE: training chooses the top-k of the "
+               "Sinkhorn-balanced logits of each micro-batch's local tokens; no aux loss) or none");
   p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
                "router score function: softmax, or sigmoid (the top-k of sigmoid(logits), weights normalised "
                "to sum 1 when top-k > 1)");
@@ -254,6 +255,27 @@ Status validate_moe_router_args(MoeArgs& m) {
   return Status::Ok();
 }
 
+// --moe-router-load-balancing-type sinkhorn: Megatron asserts a zero aux-loss coefficient; its
+// sinkhorn routing has fixed scores (model/moe_router.h), so the router options it would ignore are
+// refused here rather than ignored.
+Status validate_sinkhorn_args(const MoeArgs& m) {
+  constexpr const char* kWhat = "--moe-router-load-balancing-type sinkhorn";
+  if (m.moe_aux_loss_coeff != 0.0)
+    return InvalidArgument(kWhat, ": expected --moe-aux-loss-coeff 0 (sinkhorn routing has no load-balancing loss), "
+                           "found ", m.moe_aux_loss_coeff);
+  const char* ignored = m.moe_router_score_function != "softmax"   ? "--moe-router-score-function sigmoid"
+                        : m.moe_router_pre_softmax                  ? "--moe-router-pre-softmax"
+                        : !unset(m.moe_router_topk_scaling_factor)  ? "--moe-router-topk-scaling-factor"
+                        : m.moe_router_group_topk != kUnset         ? "--moe-router-group-topk"
+                        : m.moe_router_enable_expert_bias           ? "--moe-router-enable-expert-bias"
+                                                                    : nullptr;
+  if (ignored)
+    return InvalidArgument(kWhat, " with ", ignored, ": expected neither (sinkhorn routing scores with sigmoid for "
+                           "top-1, else softmax over all experts, unscaled, without groups or expert bias; Megatron "
+                           "ignores ", ignored, " there)");
+  return Status::Ok();
+}
+
 // Megatron's checks of --recompute-modules that involve the MoE flags (TransformerConfig).
 Status validate_moe_recompute_modules(const Arguments& a) {
   const ModelArgs& model = a.model;
@@ -358,8 +380,10 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (!unset(m.moe_z_loss_coeff) && !(m.moe_z_loss_coeff >= 0.0))
     return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
   const std::string& lb = m.moe_router_load_balancing_type;
-  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "none")
-    return Unimplemented("--moe-router-load-balancing-type ", lb, ": not supported yet (aux_loss, seq_aux_loss or none)");
+  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "sinkhorn" && lb != "none")
+    return Unimplemented("--moe-router-load-balancing-type ", lb,
+                         ": not supported yet (aux_loss, seq_aux_loss, sinkhorn or none)");
+  if (lb == "sinkhorn") GALE_RETURN_IF_ERROR(validate_sinkhorn_args(m));
   GALE_RETURN_IF_ERROR(validate_moe_router_args(m));
   if (!unset(m.moe_input_jitter_eps) && !(m.moe_input_jitter_eps >= 0.0 && m.moe_input_jitter_eps < 1.0))
     return InvalidArgument("--moe-input-jitter-eps: expected a number in [0, 1), found ", m.moe_input_jitter_eps);

@@ -179,10 +179,32 @@ TEST(GalePretrainMoe, EvaluateReadsAMoeCheckpointGivenTheMoeFlags) {
   std::filesystem::remove_all(dir);
 }
 
+// Sinkhorn routing (no aux loss) learns, evaluates, and routes the same under full recomputation
+// (whose first forward keeps no state but is still a training forward).
+TEST(GalePretrainMoe, SinkhornRoutingTrainsAndRecomputesTheSameChoice) {
+  auto run = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--moe-router-load-balancing-type", "sinkhorn", "--moe-aux-loss-coeff", "0",
+                                 "--eval-interval", "3", "--eval-iters", "1"});
+    test::RunResult r = test::run_with_timeout(mixtral(flags), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("load_balancing_loss"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("validation loss at iteration 3"), std::string::npos) << r.output;
+    return testing::logged_values(r.output, "lm loss");
+  };
+  const std::vector<double> plain = run({});
+  const std::vector<double> recomputed =
+      run({"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+  ASSERT_EQ(plain.size(), 6u);
+  ASSERT_EQ(recomputed.size(), 6u);
+  EXPECT_LT(plain.back(), plain.front());
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(recomputed[i], plain[i], 1e-5 * plain[i]) << "iteration " << i + 1;
+}
+
 TEST(GalePretrainMoe, UnsupportedCombinationsAreOneLineErrors) {
   test::RunResult r = test::run_with_timeout(mixtral({"--moe-router-load-balancing-type", "sinkhorn"}), {}, 60);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--moe-router-load-balancing-type sinkhorn: not supported yet"), std::string::npos)
+  EXPECT_NE(r.output.find("--moe-router-load-balancing-type sinkhorn: expected --moe-aux-loss-coeff 0"),
+            std::string::npos)
       << r.output;
   test::RunResult bias = test::run_with_timeout(mixtral({"--moe-router-enable-expert-bias"}), {}, 60);
   EXPECT_EQ(bias.exit_code, 2);

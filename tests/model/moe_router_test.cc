@@ -1,5 +1,5 @@
 // The MoE router: float64 PyTorch golden values (tools/reference/moe_router_reference.py), group-limited
-// top-k, capacity and token dropping rules, the expert-bias update, the input jitter's noise.
+// top-k, capacity and token dropping rules, sinkhorn routing, the expert-bias update, the input jitter's noise.
 #include "model/moe_router.h"
 
 #include <gtest/gtest.h>
@@ -53,7 +53,7 @@ TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/moe_router/golden.json");
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);
-  ASSERT_EQ(golden["cases"].size(), 5u);
+  ASSERT_EQ(golden["cases"].size(), 7u);
   for (const auto& g : golden["cases"]) {
     SCOPED_TRACE(g["name"].get<std::string>());
     const int64_t T = g["T"], B = g["B"], H = g["H"], E = g["E"], k = g["k"];
@@ -67,6 +67,7 @@ TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
     }
     if (!g["scaling"].is_null()) c.moe.topk_scaling_factor = g["scaling"];
     c.moe.seq_aux_loss = g["lb"] == "seq_aux_loss";
+    c.moe.sinkhorn = g["lb"] == "sinkhorn";
     c.moe.aux_loss_coeff = g["aux_coeff"];
     c.moe.z_loss_coeff = g["z_coeff"];
     if (!g["capacity"].is_null()) c.moe.capacity_factor = g["capacity"];
@@ -129,6 +130,55 @@ TEST(MoeRouter, ExpertCapacityIsTheCeilingOfTokensTimesTopKOverExpertsTimesTheFa
   EXPECT_EQ(moe_expert_capacity(7, 2, 4, 1.1), 4);   // 3.85 -> 4
   EXPECT_EQ(moe_expert_capacity(8, 1, 4, 1.25), 3);  // 2.5 -> 3
   EXPECT_EQ(moe_expert_capacity(16, 2, 8, 1.0), 4);  // exact: no rounding up
+}
+
+// Sinkhorn's balanced logits: rows sum to 1/T and columns to 1/E (to its tolerance), and each row
+// keeps the order of exp(l) scaled by the column factors.
+TEST(MoeSinkhorn, BalancesRowsToOneOverTAndColumnsToOneOverE) {
+  const int64_t T = 24, E = 6;
+  std::vector<float> logits(T * E), out(T * E);
+  testing::fill_random(logits.data(), T * E, 11);
+  for (int64_t e = 0; e < E; ++e) logits[e] += 3.0f;  // a skewed first token
+  moe_sinkhorn(logits.data(), T, E, out.data());
+  for (int64_t t = 0; t < T; ++t) {
+    double row = 0.0;
+    for (int64_t e = 0; e < E; ++e) row += out[t * E + e];
+    EXPECT_NEAR(row, 1.0 / T, 1e-6) << "row " << t;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    double col = 0.0;
+    for (int64_t t = 0; t < T; ++t) col += out[t * E + e];
+    EXPECT_NEAR(col, 1.0 / E, 1e-3 / E) << "column " << e;
+  }
+}
+
+// Every token's logits prefer expert 0. Evaluation routes all of them there (the top-1 of the
+// scores); training routes by the balanced logits, which spread the tokens over the experts; the
+// weight is the sigmoid score (top-1) of the chosen expert either way.
+TEST(MoeRouterSinkhorn, TrainingBalancesTheChoiceEvaluationTakesTheScores) {
+  ModelConfig c = router_config(4, 4, 1);
+  c.moe.sinkhorn = true;
+  const int64_t T = 8;
+  RouterFixture f(c, T);
+  float* W = f.pb.param_data(f.w.weight);
+  for (int64_t i = 0; i < 16; ++i) W[i] = 0.0f;
+  for (int64_t e = 0; e < 4; ++e) W[e * 4 + e] = 1.0f;  // logit e = x_t,e
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < 4; ++h) f.x.data<float>()[t * 4 + h] = h == 0 ? 2.0f : 0.1f * static_cast<float>((t + h) % 4);
+  const MoeRouting eval = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr, nullptr, {0, nullptr, false});
+  EXPECT_EQ(eval.tokens_per_expert, (std::vector<int64_t>{8, 0, 0, 0}));
+  const MoeRouting train = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, nullptr, nullptr);
+  EXPECT_LT(train.tokens_per_expert[0], 4);  // balancing moved most tokens elsewhere
+  int64_t used = 0;
+  for (int64_t e = 0; e < 4; ++e) used += train.tokens_per_expert[e] > 0;
+  EXPECT_GE(used, 3);
+  std::vector<float> balanced(T * 4);
+  moe_sinkhorn(f.x.data<float>(), T, 4, balanced.data());  // the logits equal x here
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(train.experts[t], std::max_element(&balanced[t * 4], &balanced[t * 4] + 4) - &balanced[t * 4]) << t;
+    const float l = f.x.data<float>()[t * 4 + train.experts[t]];
+    EXPECT_NEAR(train.probs.data<float>()[t], 1.0 / (1.0 + std::exp(-l)), 1e-6) << "token " << t;
+  }
 }
 
 // Every token prefers expert 0 (top-1, pre-softmax weights): with capacity C the policies keep

@@ -4,7 +4,8 @@ semantics written independently with PyTorch autograd.
 
 For each case: random x [T, H], router weight W [E, H], expert bias b [E] and a projection R [T, k];
 the script routes (softmax or sigmoid scores, group-limited top-k on the routing values, weights
-normalised and scaled, token dropping by capacity), computes the auxiliary losses (aux_loss or
+normalised and scaled, token dropping by capacity; or Megatron's sinkhorn routing in training: the
+top-k of the Sinkhorn-balanced logits, weights the sigmoid (top-1) or softmax scores there), computes the auxiliary losses (aux_loss or
 seq_aux_loss on the plain top-k of p, z-loss) and the gradients of
     J = sum over kept (token, slot) of R[t, j] * w[t, j] + aux_coeff * aux + z_coeff * z
 with respect to x and W. Writes tests/data/reference/moe_router/golden.json. Usage:
@@ -40,7 +41,27 @@ CASES = [
     dict(name="softmax_pre_drop_position_seq_aux", T=12, B=4, H=6, E=4, k=2, score="softmax", pre_softmax=True,
          bias=False, groups=None, group_topk=None, scaling=None, lb="seq_aux_loss", aux_coeff=0.25, z_coeff=0.0,
          capacity=0.75, policy="position"),
+    dict(name="sinkhorn_top2_z_drop", T=12, B=3, H=6, E=4, k=2, score="softmax", pre_softmax=False, bias=False,
+         groups=None, group_topk=None, scaling=None, lb="sinkhorn", aux_coeff=0.0, z_coeff=0.03, capacity=1.0,
+         policy="probs"),
+    dict(name="sinkhorn_top1", T=10, B=2, H=5, E=4, k=1, score="softmax", pre_softmax=False, bias=False,
+         groups=None, group_topk=None, scaling=None, lb="sinkhorn", aux_coeff=0.0, z_coeff=0.0, capacity=None,
+         policy="probs"),
 ]
+
+
+def sinkhorn(logits, tol=1e-4):
+    """Sinkhorn balancing of exp(logits) [T, E]: alternately scale rows to 1/T and columns to 1/E."""
+    cost = torch.exp(logits)
+    T, E = cost.shape
+    row_scale, col_scale = torch.ones(T), torch.ones(E)
+    while True:
+        row_scale = 1.0 / T / ((cost * col_scale).sum(1) + 1e-8)
+        new_col = 1.0 / E / ((cost * row_scale[:, None]).sum(0) + 1e-8)
+        change = (new_col - col_scale).abs().mean()
+        col_scale = new_col
+        if not change > tol:
+            return cost * row_scale[:, None] * col_scale
 
 
 def group_limited_topk(v, k, groups, group_topk):
@@ -73,7 +94,13 @@ def margin(v, idx, k):
 def route(case, x, W, b, R):
     T, E, k, B = case["T"], case["E"], case["k"], case["B"]
     logits = x @ W.T  # [T, E]
-    if case["score"] == "softmax":
+    if case["lb"] == "sinkhorn":  # training: the choice on the balanced logits, the weights on the scores
+        s_all = torch.sigmoid(logits) if k == 1 else torch.softmax(logits, dim=-1)
+        v = sinkhorn(logits.detach())
+        idx = torch.topk(v, k, dim=-1)[1]
+        w = s_all.gather(1, idx)
+        p = s_all
+    elif case["score"] == "softmax":
         s_all = torch.softmax(logits, dim=-1)
         v = s_all if case["pre_softmax"] else logits
         idx = group_limited_topk(v.detach(), k, case["groups"], case["group_topk"])
