@@ -89,10 +89,11 @@ Tensor mamba_cp_heads_to_seq_backward(const MambaCpComm& cp, const Tensor& d_g) 
   return ulysses_seq_to_heads(*cp.group, *cp.split, batch_of(cp, d_g.size(0), cp.split->local_length()), d_g);
 }
 
-MambaCpWeights::MambaCpWeights(const MambaDims& d, const MambaMixerWeights& whole, int64_t cp_size, int64_t cp_rank)
-    : K_(d.K), w_(whole) {
-  GALE_CHECK(cp_rank >= 0 && cp_rank < cp_size) << "cp rank " << cp_rank << " of " << cp_size;
+MambaCpWeights::MambaCpWeights(const MambaDims& d, const MambaMixerWeights& whole) : d_(d), K_(d.K), w_(whole) {
+  if (!whole.cp.on()) return;
+  const int64_t cp_size = whole.cp.split->cp_size, cp_rank = whole.cp.split->cp_rank;
   const MambaDims c = mamba_cp_local(d, cp_size);
+  d_ = c;
   // The conv1d channels are in_proj's x|B|C columns less its z; this rank's are its block's.
   const std::vector<int64_t> cols = blocked_columns(d, cp_size);
   const size_t first = static_cast<size_t>(cp_rank * c.in_proj_rows() + c.DI);

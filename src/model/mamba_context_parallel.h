@@ -44,21 +44,24 @@ Tensor mamba_cp_seq_to_heads_backward(const MambaCpComm& cp, const MambaDims& d,
 Tensor mamba_cp_heads_to_seq(const MambaCpComm& cp, const Tensor& g);
 Tensor mamba_cp_heads_to_seq_backward(const MambaCpComm& cp, const Tensor& d_g);
 
-// This cp rank's view of the mixer's weights for the part between the all-to-alls: its channels
-// of conv1d (copied, as they are not contiguous) and its heads of A_log, D and dt_bias (pointers
-// into the whole parameters and gradients). The linears and the gated norm are `whole`'s.
+// This cp rank's dims and weights for the part between the all-to-alls: its channels of conv1d
+// (copied, as they are not contiguous) and its heads of A_log, D and dt_bias (pointers into the
+// whole parameters and gradients); the linears and the gated norm are `whole`'s. Without CP
+// (whole.cp off) the dims and weights are `d` and `whole` themselves.
 class MambaCpWeights {
  public:
-  MambaCpWeights(const MambaDims& d, const MambaMixerWeights& whole, int64_t cp_size, int64_t cp_rank);
+  MambaCpWeights(const MambaDims& d, const MambaMixerWeights& whole);
   MambaCpWeights(const MambaCpWeights&) = delete;
   MambaCpWeights& operator=(const MambaCpWeights&) = delete;
 
+  const MambaDims& dims() const { return d_; }
   const MambaMixerWeights& weights() const { return w_; }
   // Adds the conv1d gradients accumulated in the slice into the whole parameters' gradients
-  // (A_log, D and dt_bias accumulate in place).
+  // (A_log, D and dt_bias accumulate in place; nothing to do without CP).
   void add_grads() const;
 
  private:
+  MambaDims d_;
   int64_t K_ = 0;
   std::vector<int64_t> channels_;  // the whole conv1d channel of each local one
   std::vector<float> conv_w_, conv_b_, g_conv_w_, g_conv_b_;

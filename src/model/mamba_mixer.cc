@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -290,10 +289,9 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   GALE_CHECK(!use_cp || std::none_of(seqs.begin(), seqs.end(), [](const MambaSequence& q) {
     return q.conv_state || q.ssm_state;
   })) << "mamba mixer: decoding states with context parallelism";
-  const MambaDims dc = use_cp ? mamba_cp_local(d, w.cp.split->cp_size) : d;
-  std::optional<MambaCpWeights> slice;
-  if (use_cp) slice.emplace(d, w, w.cp.split->cp_size, w.cp.split->cp_rank);
-  const MambaMixerWeights& wc = use_cp ? slice->weights() : w;
+  const MambaCpWeights scan_part(d, w);
+  const MambaDims& dc = scan_part.dims();
+  const MambaMixerWeights& wc = scan_part.weights();
   Tensor zx = use_cp ? mamba_cp_seq_to_heads(w.cp, d, zx_seq) : zx_seq;
   zx_seq = Tensor();
   const Offsets o(dc);
@@ -394,10 +392,9 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
                             int64_t S_local, int64_t B) {
   // Under CP the part between the all-to-alls runs on whole sequences of this cp rank's heads (dc, wc).
   const bool use_cp = w.cp.on();
-  const MambaDims dc = use_cp ? mamba_cp_local(d, w.cp.split->cp_size) : d;
-  std::optional<MambaCpWeights> slice;
-  if (use_cp) slice.emplace(d, w, w.cp.split->cp_size, w.cp.split->cp_rank);
-  const MambaMixerWeights& wc = use_cp ? slice->weights() : w;
+  const MambaCpWeights scan_part(d, w);
+  const MambaDims& dc = scan_part.dims();
+  const MambaMixerWeights& wc = scan_part.weights();
   const int64_t S = use_cp ? w.cp.split->seq_length : S_local;
   const Offsets o(dc);
   const int64_t T = S * B, CD = dc.conv_dim(), DI = dc.DI, NH = dc.NH, P = dc.P, N = dc.N, G = dc.G, K = dc.K;
@@ -520,7 +517,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   sv.conv_pre = Tensor();
   if (use_cp) {
     d_zx = mamba_cp_seq_to_heads_backward(w.cp, d, d_zx);
-    slice->add_grads();
+    scan_part.add_grads();
   }
   Tensor du = in_proj_backward(w, d_zx, sv.u);
   sv.u = sv.zxbcdt = Tensor();
