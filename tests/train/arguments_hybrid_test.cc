@@ -2,8 +2,8 @@
 // parallelism accepted when the TP size divides the mixer's groups and CP the heads of a TP rank
 // (and divides or is a multiple of its groups; Megatron's MambaMixer and MambaContextParallel
 // asserts), refused in one line naming the flags otherwise; what the Mamba layers still lack stays refused.
-// MoE layers ('E'): accepted with --num-experts, with expert and tensor parallelism, their flag errors
-// in one line.
+// MoE layers ('E'): accepted with --num-experts, with expert, tensor and context parallelism, their flag
+// errors in one line.
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -35,7 +35,8 @@ TEST(HybridArguments, TensorAndSequenceParallelAccepted) {
   }
 }
 
-// 'E' layers with --num-experts: one process, EP 2 over the DP ranks, TP 2 with SP (MoE under TP needs it).
+// 'E' layers with --num-experts: one process, EP 2 over the DP ranks, TP 2 with SP (MoE under TP needs it),
+// CP 2 alone and with EP 2 over the cp ranks.
 std::vector<std::string> hybrid_pattern(const std::string& pattern, std::vector<std::string> extra) {
   std::vector<std::string> flags = {"--is-hybrid-model", "--hybrid-override-pattern", pattern, "--mamba-head-dim", "16",
                                     "--mamba-num-groups", "2"};
@@ -47,12 +48,14 @@ std::vector<std::string> hybrid_moe(std::vector<std::string> extra) {
   return hybrid_pattern("ME", extra);
 }
 
-TEST(HybridArguments, MoeLayersAcceptedWithExpertAndTensorParallelism) {
+TEST(HybridArguments, MoeLayersAcceptedWithExpertTensorAndContextParallelism) {
   for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
            {1, {}},
            {2, {"--expert-model-parallel-size", "2"}},
            {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-           {4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2"}}}) {
+           {4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2"}}}) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid_moe(flags), world);
     ASSERT_TRUE(s.ok()) << "world " << world << ": " << s.to_string();
