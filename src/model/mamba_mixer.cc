@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "model/causal_conv1d.h"
+#include "model/mamba_context_parallel.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/transformer_layer.h"
@@ -35,9 +36,84 @@ struct Offsets {
   explicit Offsets(const MambaDims& d) : R(d.in_proj_rows()), xbc(d.DI), dt(d.DI + d.conv_dim()) {}
 };
 
-// The gated norm's g = y·silu(z) of row t.
-inline float gate(const float* y, const float* zx, int64_t t, int64_t DI, int64_t R, int64_t i) {
-  return y[t * DI + i] * siluf(zx[t * R + i]);
+// g = y·silu(z) [T, DI]: the scan's output y [T, DI] gated by zx's z.
+Tensor gate_forward(const MambaDims& d, const Tensor& zx, const Tensor& y) {
+  const int64_t T = y.size(0), DI = d.DI, R = d.in_proj_rows();
+  Tensor g = Tensor::empty({T, DI});
+  const float* yp = y.data<float>();
+  const float* zxp = zx.data<float>();
+  float* gp = g.data<float>();
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t)
+      for (int64_t i = 0; i < DI; ++i) gp[t * DI + i] = yp[t * DI + i] * siluf(zxp[t * R + i]);
+  });
+  return g;
+}
+
+// Its backward: dy [T, DI] of dg [T, DI]; the z columns of dzx [T, R] WRITTEN.
+Tensor gate_backward(const MambaDims& d, const Tensor& zx, const Tensor& y, const Tensor& dg, float* dzx) {
+  const int64_t T = y.size(0), DI = d.DI, R = d.in_proj_rows();
+  Tensor dy = Tensor::empty({T, DI});
+  const float* yp = y.data<float>();
+  const float* zxp = zx.data<float>();
+  const float* dgp = dg.data<float>();
+  float* dyp = dy.data<float>();
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t)
+      for (int64_t i = 0; i < DI; ++i) {
+        const float z = zxp[t * R + i];
+        dyp[t * DI + i] = dgp[t * DI + i] * siluf(z);
+        dzx[t * R + i] = dgp[t * DI + i] * yp[t * DI + i] * dsiluf(z);
+      }
+  });
+  return dy;
+}
+
+// The gated grouped RMSNorm n = g·r·w of g [T, DI] over G groups of DI/G channels,
+// r = (mean g² + eps)^−½ per group: *normed [T, DI], *rstd [T, G].
+void gated_norm_forward(int64_t G, const Tensor& g, const float* w, Tensor* normed, Tensor* rstd) {
+  const int64_t T = g.size(0), DI = g.size(1), gs = DI / G;
+  *normed = Tensor::empty({T, DI});
+  *rstd = Tensor::empty({T, G});
+  const float* gp = g.data<float>();
+  float* np = normed->data<float>();
+  float* rp = rstd->data<float>();
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t)
+      for (int64_t k = 0; k < G; ++k) {
+        double ss = 0.0;
+        for (int64_t i = k * gs; i < (k + 1) * gs; ++i) ss += static_cast<double>(gp[t * DI + i]) * gp[t * DI + i];
+        const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(gs)) + kGatedNormEps);
+        rp[t * G + k] = r;
+        for (int64_t i = k * gs; i < (k + 1) * gs; ++i) np[t * DI + i] = gp[t * DI + i] * r * w[i];
+      }
+  });
+}
+
+// Its backward: dg [T, DI] of d_normed [T, DI]; accumulates g_w (null: not).
+Tensor gated_norm_backward(int64_t G, const Tensor& g, const Tensor& rstd, const Tensor& d_normed, const float* w,
+                           float* g_w) {
+  const int64_t T = g.size(0), DI = g.size(1), gs = DI / G;
+  const float* gp = g.data<float>();
+  const float* rp = rstd.data<float>();
+  const float* dnp = d_normed.data<float>();
+  if (g_w)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < DI; ++i) g_w[i] += dnp[t * DI + i] * gp[t * DI + i] * rp[t * G + i / gs];
+  Tensor dg = Tensor::empty({T, DI});
+  float* dgp = dg.data<float>();
+  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
+    for (int64_t t = b0; t < e0; ++t)
+      for (int64_t k = 0; k < G; ++k) {
+        const float r = rp[t * G + k];
+        double m = 0.0;
+        for (int64_t i = k * gs; i < (k + 1) * gs; ++i) m += static_cast<double>(dnp[t * DI + i]) * w[i] * gp[t * DI + i];
+        const float mean = static_cast<float>(m / static_cast<double>(gs));
+        for (int64_t i = k * gs; i < (k + 1) * gs; ++i)
+          dgp[t * DI + i] = r * dnp[t * DI + i] * w[i] - gp[t * DI + i] * r * r * r * mean;
+      }
+  });
+  return dg;
 }
 
 }  // namespace
@@ -138,19 +214,29 @@ namespace {
 
 Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                      const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved) {
-  const Offsets o(d);
   Tensor u_saved;
-  // [T, R]: the whole sequence's rows (gathered under SP)
-  Tensor zx = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);
-  const int64_t T = zx.size(0), CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G;
-  const int64_t heads_per_group = NH / G, gs = DI / G;
+  // [T, R]: this rank's positions of the sequence (gathered under SP)
+  Tensor zx_seq = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);
+  // Under CP the convolution and the scan run on whole sequences of this cp rank's heads (dc, wc).
+  const bool use_cp = w.cp.on();
+  GALE_CHECK(!use_cp || std::none_of(seqs.begin(), seqs.end(), [](const MambaSequence& q) {
+    return q.conv_state || q.ssm_state;
+  })) << "mamba mixer: decoding states with context parallelism";
+  const MambaCpWeights scan_part(d, w);
+  const MambaDims& dc = scan_part.dims();
+  const MambaMixerWeights& wc = scan_part.weights();
+  Tensor zx = use_cp ? mamba_cp_seq_to_heads(w.cp, d, zx_seq) : zx_seq;
+  zx_seq = Tensor();
+  const Offsets o(dc);
+  const int64_t T = zx.size(0), CD = dc.conv_dim(), DI = dc.DI, NH = dc.NH, P = dc.P, N = dc.N, G = dc.G;
+  const int64_t heads_per_group = NH / G;
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
   for (const MambaSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
   check_conv_sequences(conv_seqs, T, "mamba mixer");
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
   // Before each sequence's position 0 its conv_state's inputs (zero without one); then its last K−1 inputs.
-  causal_conv1d_forward_sequences(zxp + o.xbc, o.R, w.conv_w, w.conv_b, conv_pre.data<float>(), CD, d.K, conv_seqs);
+  causal_conv1d_forward_sequences(zxp + o.xbc, o.R, wc.conv_w, wc.conv_b, conv_pre.data<float>(), CD, dc.K, conv_seqs);
   Tensor xbc = Tensor::empty({T, CD});
   {
     const float* cp = conv_pre.data<float>();
@@ -167,14 +253,14 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
       for (int64_t task = b0; task < e0; ++task) {
         const MambaSequence& q = seqs[static_cast<size_t>(task / NH)];
         const int64_t h = task % NH, g = h / heads_per_group;
-        const float A = -std::exp(w.a_log[h]);
+        const float A = -std::exp(wc.a_log[h]);
         if (q.ssm_state)
           std::copy_n(q.ssm_state + h * P * N, P * N, st.begin());
         else
           std::fill(st.begin(), st.end(), 0.0f);
         for (int64_t s = 0; s < q.length; ++s) {
           const int64_t t = q.first + s * q.stride;
-          const float dt = softplusf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]);
+          const float dt = softplusf(zxp[t * o.R + o.dt + h] + wc.dt_bias[h]);
           const float a = std::exp(dt * A);
           const float* x = xp + t * CD + h * P;
           const float* Bv = xp + t * CD + DI + g * N;
@@ -187,34 +273,18 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
               sp[n] = a * sp[n] + dx * Bv[n];
               acc += sp[n] * Cv[n];
             }
-            yp[t * DI + h * P + p] = acc + w.d[h] * x[p];
+            yp[t * DI + h * P + p] = acc + wc.d[h] * x[p];
           }
         }
         if (q.ssm_state) std::copy(st.begin(), st.end(), q.ssm_state + h * P * N);
       }
     });
   }
-  // Gated grouped RMSNorm.
-  Tensor normed = Tensor::empty({T, DI});
-  Tensor rstd = Tensor::empty({T, G});
-  {
-    const float* yp = y.data<float>();
-    float* np = normed.data<float>();
-    float* rp = rstd.data<float>();
-    parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
-      for (int64_t t = b0; t < e0; ++t)
-        for (int64_t g = 0; g < G; ++g) {
-          double ss = 0.0;
-          for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
-            const float v = gate(yp, zxp, t, DI, o.R, i);
-            ss += static_cast<double>(v) * v;
-          }
-          const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(gs)) + kGatedNormEps);
-          rp[t * G + g] = r;
-          for (int64_t i = g * gs; i < (g + 1) * gs; ++i) np[t * DI + i] = gate(yp, zxp, t, DI, o.R, i) * r * w.gnorm_w[i];
-        }
-    });
-  }
+  // Gated grouped RMSNorm, on this rank's positions (under CP after the reverse all-to-all).
+  Tensor g = gate_forward(dc, zx, y);
+  if (use_cp) g = mamba_cp_heads_to_seq(w.cp, g);
+  Tensor normed, rstd;
+  gated_norm_forward(d.G, g, w.gnorm_w, &normed, &rstd);
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
   Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
   if (saved) {
@@ -222,6 +292,7 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
     saved->zxbcdt = zx;
     saved->conv_pre = conv_pre;
     saved->y = y;
+    if (use_cp) saved->gated = g;
     saved->rstd = rstd;
     saved->normed = normed_in;
   }
@@ -232,55 +303,44 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
 
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
                            DType gemm_dtype, MambaMixerSaved* saved) {
+  const int64_t S_run = w.cp.on() ? w.cp.split->seq_length : S;  // CP: the scan runs on whole sequences
   std::vector<MambaSequence> seqs(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = MambaSequence{b, B, S, nullptr, nullptr};
+  for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = MambaSequence{b, B, S_run, nullptr, nullptr};
   return mixer_forward(d, w, u, seqs, gemm_dtype, saved);
 }
 
 Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                                      const std::vector<MambaSequence>& seqs, DType gemm_dtype) {
+  GALE_CHECK(!w.cp.on()) << "mamba_mixer_forward_sequences: no context parallelism";
   return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr);
 }
 
 Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& sv, const Tensor& d_out,
-                            int64_t S, int64_t B) {
-  const Offsets o(d);
-  const int64_t T = S * B, CD = d.conv_dim(), DI = d.DI, NH = d.NH, P = d.P, N = d.N, G = d.G, K = d.K;
-  const int64_t heads_per_group = NH / G, gs = DI / G;
-  Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T, DI]
+                            int64_t S_local, int64_t B) {
+  // Under CP the part between the all-to-alls runs on whole sequences of this cp rank's heads (dc, wc).
+  const bool use_cp = w.cp.on();
+  const MambaCpWeights scan_part(d, w);
+  const MambaDims& dc = scan_part.dims();
+  const MambaMixerWeights& wc = scan_part.weights();
+  const int64_t S = use_cp ? w.cp.split->seq_length : S_local;
+  const Offsets o(dc);
+  const int64_t T = S * B, CD = dc.conv_dim(), DI = dc.DI, NH = dc.NH, P = dc.P, N = dc.N, G = dc.G, K = dc.K;
+  const int64_t heads_per_group = NH / G;
+  Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T_local, DI of d]
   sv.normed = Tensor();
+  Tensor dg;
+  {
+    const Tensor g = sv.gated.defined() ? sv.gated : gate_forward(d, sv.zxbcdt, sv.y);
+    dg = gated_norm_backward(d.G, g, sv.rstd, d_normed, w.gnorm_w, w.g_gnorm_w);
+  }
+  if (use_cp) dg = mamba_cp_heads_to_seq_backward(w.cp, dg);
   const float* zxp = sv.zxbcdt.data<float>();
-  const float* yp = sv.y.data<float>();
-  const float* rp = sv.rstd.data<float>();
-  const float* dnp = d_normed.data<float>();
   Tensor d_zx = Tensor::zeros({T, o.R});
   float* dzx = d_zx.data<float>();
-  Tensor dy = Tensor::empty({T, DI});
-  float* dyp = dy.data<float>();
-  // Gated norm: n = g·r·w, r = (mean g² + eps)^−½, g = y·silu(z).
-  if (w.g_gnorm_w)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < DI; ++i)
-        w.g_gnorm_w[i] += dnp[t * DI + i] * gate(yp, zxp, t, DI, o.R, i) * rp[t * G + i / gs];
-  parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
-    for (int64_t t = b0; t < e0; ++t)
-      for (int64_t g = 0; g < G; ++g) {
-        const float r = rp[t * G + g];
-        double m = 0.0;
-        for (int64_t i = g * gs; i < (g + 1) * gs; ++i)
-          m += static_cast<double>(dnp[t * DI + i]) * w.gnorm_w[i] * gate(yp, zxp, t, DI, o.R, i);
-        const float mean = static_cast<float>(m / static_cast<double>(gs));
-        for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
-          const float gv = gate(yp, zxp, t, DI, o.R, i);
-          const float dg = r * dnp[t * DI + i] * w.gnorm_w[i] - gv * r * r * r * mean;
-          const float z = zxp[t * o.R + i];
-          dyp[t * DI + i] = dg * siluf(z);
-          dzx[t * o.R + i] = dg * yp[t * DI + i] * dsiluf(z);
-        }
-      }
-  });
-  d_normed = Tensor();
-  sv.y = sv.rstd = Tensor();
+  Tensor dy = gate_backward(dc, sv.zxbcdt, sv.y, dg, dzx);
+  const float* dyp = dy.data<float>();
+  d_normed = dg = Tensor();
+  sv.y = sv.gated = sv.rstd = Tensor();
   // The scan's backward, one (sample, group) at a time (its heads share B and C).
   Tensor xbc = Tensor::empty({T, CD});
   const float* cp = sv.conv_pre.data<float>();
@@ -299,8 +359,8 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
     for (int64_t task = b0; task < e0; ++task) {
       const int64_t b = task / G, g = task % G;
       for (int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
-        const float A = -std::exp(w.a_log[h]);
-        auto dt_at = [&](int64_t t) { return softplusf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]); };
+        const float A = -std::exp(wc.a_log[h]);
+        auto dt_at = [&](int64_t t) { return softplusf(zxp[t * o.R + o.dt + h] + wc.dt_bias[h]); };
         // forward states again
         for (int64_t s = 0; s < S; ++s) {
           const int64_t t = s * B + b;
@@ -340,7 +400,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
               dB[n] += dt * dsp[n] * x[p];
             }
             dD += static_cast<double>(dyv[p]) * x[p];
-            dx[p] += w.d[h] * dyv[p] + dt * dxs;
+            dx[p] += wc.d[h] * dyv[p] + dt * dxs;
           }
           ddt += da * a * A;
           dA += da * a * dt;
@@ -354,20 +414,24 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   });
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
-      if (w.g_a_log) w.g_a_log[h] += static_cast<float>(d_alog[static_cast<size_t>(b * NH + h)]);
-      if (w.g_d) w.g_d[h] += static_cast<float>(d_dd[static_cast<size_t>(b * NH + h)]);
+      if (wc.g_a_log) wc.g_a_log[h] += static_cast<float>(d_alog[static_cast<size_t>(b * NH + h)]);
+      if (wc.g_d) wc.g_d[h] += static_cast<float>(d_dd[static_cast<size_t>(b * NH + h)]);
     }
   // Δ = softplus(dt + dt_bias): dΔ/d(dt) = sigmoid(dt + dt_bias).
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < NH; ++h) {
-      const float v = ddtp[t * NH + h] * sigmoidf(zxp[t * o.R + o.dt + h] + w.dt_bias[h]);
+      const float v = ddtp[t * NH + h] * sigmoidf(zxp[t * o.R + o.dt + h] + wc.dt_bias[h]);
       dzx[t * o.R + o.dt + h] = v;
-      if (w.g_dt_bias) w.g_dt_bias[h] += v;
+      if (wc.g_dt_bias) wc.g_dt_bias[h] += v;
     }
   // SiLU and the convolution: channels are independent.
   for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
-  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, w.conv_w, dzx + o.xbc, o.R, w.g_conv_w, w.g_conv_b, CD, K, S, B);
+  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, wc.conv_w, dzx + o.xbc, o.R, wc.g_conv_w, wc.g_conv_b, CD, K, S, B);
   sv.conv_pre = Tensor();
+  if (use_cp) {
+    d_zx = mamba_cp_seq_to_heads_backward(w.cp, d, d_zx);
+    scan_part.add_grads();
+  }
   Tensor du = column_parallel_linear_backward(w.tp, d_zx, sv.u, w.in_proj);
   sv.u = sv.zxbcdt = Tensor();
   return du;
@@ -391,6 +455,7 @@ MambaDims mixer_dims(const LayerRuntime& rt) { return MambaDims::of(*rt.config).
 MambaMixerWeights mixer_weights(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w) {
   MambaMixerWeights m = mamba_mixer_weights(pb, w, rt.ops->gemm, rt.ops->bf16_gemm);
   m.tp = TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks, rt.ops->tp_regather_input};
+  if (rt.cp_split.cp_size > 1) m.cp = MambaCpComm{rt.part->cp.get(), &rt.cp_split};
   return m;
 }
 

@@ -36,6 +36,11 @@
 // under --sequence-parallel in_proj all-gathers its input along the sequence and out_proj
 // reduce-scatters its output, else out_proj all-reduces. The pre-norm is replicated (its
 // gradient all-reduced over TP under SP, as the transformer layers' norms).
+//
+// Context parallelism (Megatron's MambaContextParallel; model/mamba_context_parallel.h): in_proj,
+// the gated norm and out_proj run on this cp rank's positions; between them an all-to-all over the
+// cp group hands each rank whole sequences of 1/CP of the heads for the convolution and the scan,
+// and the reverse all-to-all brings their gated output y·silu(z) back to the sequence split.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +52,7 @@
 #include "model/linear.h"
 #include "model/params.h"
 #include "model/tp_linear.h"
+#include "parallel/context_split.h"
 
 namespace gale {
 
@@ -71,6 +77,14 @@ struct MambaParamIds {
 MambaParamIds register_mamba_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer,
                                     const ModelPartition* part = nullptr);
 
+// The mixer's context parallelism (model/mamba_context_parallel.h): the cp group and the micro-batch's
+// split of the sequence over it; null group: none.
+struct MambaCpComm {
+  Communicator* group = nullptr;
+  const ContextSplit* split = nullptr;
+  bool on() const { return group != nullptr && group->size() > 1; }
+};
+
 // The mixer's weights as the kernels take them: the two linears, and the small parameters with
 // their gradients (null gradients: not accumulated).
 struct MambaMixerWeights {
@@ -80,22 +94,27 @@ struct MambaMixerWeights {
   float *g_conv_w = nullptr, *g_conv_b = nullptr, *g_a_log = nullptr, *g_d = nullptr, *g_dt_bias = nullptr,
         *g_gnorm_w = nullptr;
   TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
+  MambaCpComm cp;   // the all-to-alls around the convolution and the scan (null group: CP 1)
 };
 MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds& w, SgemmFn gemm,
                                       Bf16GemmFn bf16_gemm);
 
-// What the mixer keeps for backward (one micro-batch).
+// What the mixer keeps for backward (one micro-batch). Under context parallelism zxbcdt, conv_pre and
+// y are those of the whole sequences' [S_global·B] rows and this cp rank's heads (DI, G, NH of
+// mamba_cp_local), the others this rank's positions.
 struct MambaMixerSaved {
   Tensor u;         // [T, H] in_proj's input (GEMM input type; gathered under SP)
-  Tensor zxbcdt;    // [T, in_proj_rows] in_proj's output
+  Tensor zxbcdt;    // [T, in_proj_rows] in_proj's output (CP: after the all-to-all)
   Tensor conv_pre;  // [T, conv_dim] the convolution's output before SiLU
   Tensor y;         // [T, DI] the scan's output (D skip included)
+  Tensor gated;     // CP only: [T, DI] the gated norm's input y·silu(z) (without CP recomputed)
   Tensor rstd;      // [T, G] the gated norm's 1/rms per group
   Tensor normed;    // [T, DI] out_proj's input (GEMM input type)
 };
 
-// out [T, H] of u [T, H] (rows t = s·B + b; `d` this rank's dims, MambaDims::tp_local). Under
-// sequence parallelism u and out are this rank's [T/TP, H] rows. `saved` null: nothing kept.
+// out [T, H] of u [T, H] (rows t = s·B + b; `d` this TP rank's dims, MambaDims::tp_local). Under
+// sequence parallelism u and out are this rank's [T/TP, H] rows; under context parallelism (w.cp)
+// S is this cp rank's share of the sequence. `saved` null: nothing kept.
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
                            DType gemm_dtype, MambaMixerSaved* saved);
 
@@ -113,7 +132,8 @@ struct MambaSequence {
   float* ssm_state = nullptr;
 };
 // out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept for
-// backward). mamba_mixer_forward is this with sample b's rows b, b + B, ... and no states.
+// backward; no context parallelism). mamba_mixer_forward is this with sample b's rows b, b + B, ...
+// and no states.
 Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                                      const std::vector<MambaSequence>& seqs, DType gemm_dtype);
 // d_u [T, H] of d_out [T, H]; accumulates the parameter gradients; releases `saved`.

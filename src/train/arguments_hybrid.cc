@@ -19,6 +19,35 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
 }
 
+namespace {
+
+// Context parallelism of the Mamba layers (model/mamba_context_parallel.h; Megatron's
+// MambaContextParallel asserts): each TP×CP rank holds whole heads, and whole groups or a share of
+// one group's heads; the all-to-all moves Megatron's load-balanced chunks, not an adaptive layout.
+Status check_hybrid_context_parallel(const Arguments& a) {
+  const ParallelArgs& par = a.parallel;
+  const ModelArgs& m = a.model;
+  const int64_t cp = par.context_parallel_size, tp = par.tensor_model_parallel_size;
+  if (cp <= 1) return Status::Ok();
+  if (par.adaptive_cp)
+    return Unimplemented("--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
+                         "not supported yet (the Mamba layers' all-to-all needs Megatron's load-balanced sequence "
+                         "split; use megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo or hybrid_cp_algo)");
+  const int64_t heads = 2 * m.hidden_size / m.mamba_head_dim, heads_tp = heads / tp, groups_tp = m.mamba_num_groups / tp;
+  if (heads_tp % cp != 0)
+    return InvalidArgument("--context-parallel-size: expected a divisor of the Mamba mixer's heads per tensor-parallel "
+                           "rank (2 x --hidden-size / --mamba-head-dim / --tensor-model-parallel-size = ", heads_tp,
+                           ": each TP x CP rank scans whole heads), found ", cp);
+  if (groups_tp % cp != 0 && cp % groups_tp != 0)
+    return InvalidArgument("--mamba-num-groups: expected, per tensor-parallel rank (--mamba-num-groups / "
+                           "--tensor-model-parallel-size = ", groups_tp, "), a multiple or a divisor of "
+                           "--context-parallel-size (", cp, ": each TP x CP rank holds whole groups or a share of "
+                           "one group's heads), found ", m.mamba_num_groups);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   const ModelArgs& m = a.model;
   // pretrain_mamba.py's --spec: the Mamba stack spec is the hybrid model Gale builds.
@@ -47,14 +76,8 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   if (tp > 1 && m.mamba_num_groups % tp != 0)
     return InvalidArgument("--mamba-num-groups: expected a multiple of --tensor-model-parallel-size (", tp,
                            ": each rank holds ngroups / TP groups of the Mamba mixer), found ", m.mamba_num_groups);
+  GALE_RETURN_IF_ERROR(check_hybrid_context_parallel(a));
   // What the Mamba layers do not handle yet.
-  struct Size2 {
-    const char* what;
-    int64_t value;
-  };
-  for (const Size2& s : {Size2{"--context-parallel-size", par.context_parallel_size}})
-    if (s.value > 1)
-      return Unimplemented("--is-hybrid-model with ", s.what, " > 1: not supported yet (found ", s.value, ")");
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
   if (m.multi_latent_attention)
     return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");

@@ -1,4 +1,4 @@
-// An in-process communicator for tests: N threads act as N ranks (broadcast, all-gather, barrier).
+// An in-process communicator for tests: N threads act as N ranks (broadcast, all-gather, all-to-all, barrier).
 //
 //   run_ranks(4, [&](Communicator& comm) { ... collective code, as every rank would run it ... });
 #pragma once
@@ -49,6 +49,15 @@ class ThreadCommunicator final : public Communicator {
     count_op(CommOp::kBroadcast, static_cast<int64_t>(bytes));
     return completed_work();
   }
+  WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);  // per peer
+    put(send, bytes * static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r)
+      std::memcpy(static_cast<char*>(recv) + r * bytes, state_->slots[r].data() + rank_ * bytes, bytes);
+    state_->sync.arrive_and_wait();
+    count_op(CommOp::kAllToAll, static_cast<int64_t>(bytes) * size());
+    return completed_work();
+  }
   void barrier() override { state_->sync.arrive_and_wait(); }
 
   // Not needed by the code under test.
@@ -58,7 +67,6 @@ class ThreadCommunicator final : public Communicator {
   }
   WorkPtr send_async(const void*, int64_t, DType, int, int) override { return unsupported("send"); }
   WorkPtr recv_async(void*, int64_t, DType, int, int) override { return unsupported("recv"); }
-  WorkPtr all_to_all_async(const void*, void*, int64_t, DType) override { return unsupported("all_to_all"); }
   WorkPtr all_to_allv_async(const void*, const std::vector<int64_t>&, const std::vector<int64_t>&, void*,
                             const std::vector<int64_t>&, const std::vector<int64_t>&, DType) override {
     return unsupported("all_to_allv");

@@ -1,5 +1,5 @@
 // `gale pretrain --is-hybrid-model` (Megatron's pretrain_mamba.py): a falling loss on the mock data,
-// data, pipeline and tensor (+ sequence) parallelism 2 (mpirun) reproduce the one-process losses,
+// data, pipeline, tensor (+ sequence) and context parallelism 2 (mpirun) reproduce the one-process losses,
 // save and resume continue the same run bit for bit, and what is not supported yet is refused in
 // one line naming the flag.
 #include <gtest/gtest.h>
@@ -78,6 +78,16 @@ TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   const std::vector<double> lt = losses(split.output);
   ASSERT_EQ(lt.size(), 16u);
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lt[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
+  // Context parallelism 2 (each rank 16 positions of every sample; the Mamba layers' all-to-alls give
+  // each rank whole sequences of 4 heads in 1 group, the attention layer runs the ring; the invariance
+  // of the gradients: tests/parallel/hybrid_invariance_mpi_test.cc).
+  std::vector<std::string> cp = pattern;
+  cp.insert(cp.end(), {"--context-parallel-size", "2"});
+  test::RunResult ring = run(mamba(2, 16, cp), 2);
+  ASSERT_EQ(ring.exit_code, 0) << ring.output;
+  const std::vector<double> lc = losses(ring.output);
+  ASSERT_EQ(lc.size(), 16u);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lc[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
 }
 
 // Recomputation reruns the same kernels with the same dropout masks: full (block, 3 of the 4

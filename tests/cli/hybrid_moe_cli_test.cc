@@ -1,8 +1,8 @@
 // `gale pretrain --is-hybrid-model` with MoE layers ('E' in --hybrid-override-pattern, Nemotron-H
 // MoE style): the loss falls with the load-balancing loss logged as Megatron does for hybrid models
-// (the mean over the 'E' layers), expert parallelism 2 and tensor parallelism 2 (+SP) reproduce the
-// one-process losses, save and resume continue the same run bit for bit, `gale generate` runs the
-// checkpoint, and what is not supported yet is refused in one line.
+// (the mean over the 'E' layers), expert parallelism 2, tensor parallelism 2 (+SP) and context
+// parallelism 2 reproduce the one-process losses, save and resume continue the same run bit for bit,
+// `gale generate` runs the checkpoint, and what is not supported yet is refused in one line.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -39,9 +39,10 @@ test::RunResult run(const std::vector<std::string>& argv, int np = 1) {
 // without the coefficient, as Megatron's tracker: at the near-uniform initial routing each layer's
 // is about 1, so a sum would be about 2). EP 2
 // (each rank 2 of the 4 experts, 2 of the 4 samples, tokens exchanged all-to-all) and TP 2 with SP
-// (each rank routes its half of the sequence) give the one-process losses: the sums run in another
-// order, ~1e-7 relative per step.
-TEST(GalePretrainHybridMoe, LearnsAndExpertAndTensorParallelMatchOneProcess) {
+// (each rank routes its half of the sequence) and CP 2 (each rank routes its two chunks of the
+// sequence; the Mamba layer scans whole sequences of half its heads) give the one-process losses:
+// the sums run in another order, ~1e-7 relative per step.
+TEST(GalePretrainHybridMoe, LearnsAndExpertTensorAndContextParallelMatchOneProcess) {
   test::RunResult one = run(hybrid_moe(1, 16, {}));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_NE(one.output.find("Hybrid allocation (M is mamba, * is attention, - is mlp, E is moe): ME*E (1 attention, "
@@ -58,7 +59,8 @@ TEST(GalePretrainHybridMoe, LearnsAndExpertAndTensorParallelMatchOneProcess) {
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{"--expert-model-parallel-size", "2"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
-                                 "--make-vocab-size-divisible-by", "64"}}) {
+                                 "--make-vocab-size-divisible-by", "64"},
+        std::vector<std::string>{"--context-parallel-size", "2"}}) {
     test::RunResult two = run(hybrid_moe(2, 16, layout), 2);
     ASSERT_EQ(two.exit_code, 0) << two.output;
     const std::vector<double> l2 = testing::logged_values(two.output, "lm loss");

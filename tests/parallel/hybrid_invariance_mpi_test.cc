@@ -1,10 +1,14 @@
 // Parallel invariance of the hybrid Mamba model (--is-hybrid-model, pattern "M*-M"): tensor
 // parallelism (in_proj column-parallel with its z|x|B|C|dt parts split each on its own, conv1d,
 // A_log, D, dt_bias and the gated norm split by head and group, out_proj row-parallel), with
-// sequence parallelism, TP 4, TP with data and with pipeline parallelism, and recomputation
-// reproduce the single-process run: losses and grad norms within 1e-5 relative, final parameters
-// 1e-3 and final gradients 3e-5 relative (the TP all-reduces and the pre-norm's SP gradient
-// reduction sum in another order; a wrong split or a missing reduction is off by O(1)).
+// sequence parallelism, TP 4, TP with data and with pipeline parallelism, and recomputation; and
+// context parallelism (the Mamba layers' all-to-alls around the convolution and the scan, the
+// attention layer on the CP algorithm: ring, all-gather, Ulysses, hybrid Ulysses x ring, with TP and
+// SP, with data parallelism), also with fewer groups than TP x CP ranks (a group's heads spread over
+// several cp ranks, its B and C repeated) reproduce the single-process run: losses and grad norms
+// within 1e-5 relative, final parameters 1e-3 and final gradients 3e-5 relative (the TP all-reduces,
+// the pre-norm's SP gradient reduction and the DP x CP gradient reduction sum in another order; a
+// wrong split, a chunk in the wrong order or a missing reduction is off by O(1)).
 #include <gtest/gtest.h>
 
 #include "layout_invariance.h"
@@ -27,6 +31,14 @@ const std::vector<Layout>& layouts() {
                                  "--use-distributed-optimizer"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_allgather", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+      {"cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"cp4", 4, {"--context-parallel-size", "4"}},
+      {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                            "--ulysses-degree-in-cp", "2"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+      {"cp2_dp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
   };
   return all;
 }
@@ -49,6 +61,27 @@ TEST_P(HybridInvariance, MatchesSingleProcess) {
   if (rms) model.insert(model.end(), {"--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear"});
   testing::expect_layout_matches_single_process(layouts(), name, model, 3e-5, "mixer.in_proj.weight");
 }
+
+// Context parallelism with fewer groups than TP x CP ranks: each group's heads spread over CP/G
+// consecutive cp ranks, which all receive its B and C and sum their gradients.
+struct SharedGroups {
+  std::string layout;
+  std::string groups;
+};
+
+class HybridSharedGroupsInvariance : public ::testing::TestWithParam<SharedGroups> {};
+
+TEST_P(HybridSharedGroupsInvariance, MatchesSingleProcess) {
+  const SharedGroups& c = GetParam();
+  std::vector<std::string> model = kHybrid;
+  model.insert(model.end(), {"--mamba-num-groups", c.groups});  // the last value counts
+  testing::expect_layout_matches_single_process(layouts(), c.layout, model, 3e-5, "mixer.conv1d.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridSharedGroupsInvariance,
+                         ::testing::Values(SharedGroups{"cp2", "1"}, SharedGroups{"cp4", "2"},
+                                           SharedGroups{"tp2_cp2_sp", "2"}),
+                         [](const auto& info) { return info.param.layout + "_groups" + info.param.groups; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),

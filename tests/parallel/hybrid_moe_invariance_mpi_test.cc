@@ -2,10 +2,12 @@
 // the 'E' ones): data parallelism, expert parallelism (each rank E/EP experts, tokens exchanged
 // all-to-all or all-gathered, expert gradients reduced over expert-DP), tensor parallelism with
 // sequence parallelism (each rank routes its S/TP tokens, experts split over the expert-TP group),
-// TP with EP, and pipeline parallelism reproduce the single-process run: losses, grad norms and the
-// logged load-balancing loss within 1e-5 relative, final parameters 1e-3 and gradients 3e-5 relative
-// (an expert sums its rows in another order under EP, the TP all-reduces in another order; a wrong
-// split or a missing reduction is O(1)).
+// TP with EP, pipeline parallelism and context parallelism (the Mamba layers' all-to-alls around the
+// scan, each rank routing its sequence chunks, the auxiliary losses over TP×CP; alone, with EP over
+// the cp ranks and with TP + SP) reproduce the single-process run: losses, grad norms and the logged
+// load-balancing loss within 1e-5 relative, final parameters 1e-3 and gradients 3e-5 relative (an
+// expert sums its rows in another order under EP, the TP all-reduces in another order; a wrong split
+// or a missing reduction is O(1)).
 #include <gtest/gtest.h>
 
 #include "layout_invariance.h"
@@ -26,6 +28,10 @@ const std::vector<Layout>& layouts() {
                               "--use-distributed-optimizer"}},
       {"tp2_sp_ep2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size",
                          "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_ep2", 2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2",
+                      "--moe-token-dispatcher-type", "alltoall"}},
+      {"tp2_sp_cp2", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--context-parallel-size", "2"}},
   };
   return all;
 }

@@ -1,7 +1,9 @@
-// The hybrid Mamba model's parallel layouts at the argument level: tensor and sequence parallelism
-// accepted when the TP size divides the mixer's groups (Megatron's MambaMixer asserts), refused in
-// one line naming the flags otherwise; what the Mamba layers still lack stays refused. MoE layers
-// ('E'): accepted with --num-experts, with expert and tensor parallelism, their flag errors in one line.
+// The hybrid Mamba model's parallel layouts at the argument level: tensor, sequence and context
+// parallelism accepted when the TP size divides the mixer's groups and CP the heads of a TP rank
+// (and divides or is a multiple of its groups; Megatron's MambaMixer and MambaContextParallel
+// asserts), refused in one line naming the flags otherwise; what the Mamba layers still lack stays refused.
+// MoE layers ('E'): accepted with --num-experts, with expert, tensor and context parallelism, their flag
+// errors in one line.
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -33,7 +35,8 @@ TEST(HybridArguments, TensorAndSequenceParallelAccepted) {
   }
 }
 
-// 'E' layers with --num-experts: one process, EP 2 over the DP ranks, TP 2 with SP (MoE under TP needs it).
+// 'E' layers with --num-experts: one process, EP 2 over the DP ranks, TP 2 with SP (MoE under TP needs it),
+// CP 2 alone and with EP 2 over the cp ranks.
 std::vector<std::string> hybrid_pattern(const std::string& pattern, std::vector<std::string> extra) {
   std::vector<std::string> flags = {"--is-hybrid-model", "--hybrid-override-pattern", pattern, "--mamba-head-dim", "16",
                                     "--mamba-num-groups", "2"};
@@ -45,16 +48,38 @@ std::vector<std::string> hybrid_moe(std::vector<std::string> extra) {
   return hybrid_pattern("ME", extra);
 }
 
-TEST(HybridArguments, MoeLayersAcceptedWithExpertAndTensorParallelism) {
+TEST(HybridArguments, MoeLayersAcceptedWithExpertTensorAndContextParallelism) {
   for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
            {1, {}},
            {2, {"--expert-model-parallel-size", "2"}},
            {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-           {4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2"}}}) {
+           {4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2", "--expert-model-parallel-size", "2"}}}) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid_moe(flags), world);
     ASSERT_TRUE(s.ok()) << "world " << world << ": " << s.to_string();
     EXPECT_EQ(cli.args.moe.layer_pattern, (std::vector<int>{0, 1})) << "the 'E' layer is the MoE layer";
+  }
+}
+
+TEST(HybridArguments, ContextParallelAccepted) {
+  // 8 heads: CP 2 with 2 groups (one per rank) and 1 group (its heads shared by both ranks), TP 2 x CP 2
+  // (one group per TP rank, shared by its two cp ranks), CP 8 (one head per rank), and the CP algorithms
+  // with Megatron's load-balanced split.
+  for (const auto& [groups, world, flags] :
+       std::vector<std::tuple<std::string, int64_t, std::vector<std::string>>>{
+           {"2", 2, {"--context-parallel-size", "2"}},
+           {"1", 2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
+           {"2", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
+           {"4", 8, {"--context-parallel-size", "8"}},
+           {"4", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+           {"4", 4,
+            {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp",
+             "2"}}}) {
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal(hybrid(groups, flags), world);
+    EXPECT_TRUE(s.ok()) << groups << " groups at world " << world << ": " << s.to_string();
   }
 }
 
@@ -70,8 +95,6 @@ INSTANTIATE_TEST_SUITE_P(
                       "ngroups / TP groups of the Mamba mixer), found 1"},
         FlagErrorCase{hybrid("2", {"--tensor-model-parallel-size", "4", "--sequence-parallel"}), 4,
                       "--mamba-num-groups: expected a multiple of --tensor-model-parallel-size (4"},
-        FlagErrorCase{hybrid("2", {"--context-parallel-size", "2"}), 2,
-                      "--is-hybrid-model with --context-parallel-size > 1: not supported yet (found 2)"},
         FlagErrorCase{hybrid_pattern("ME", {}), 1,
                       "--hybrid-override-pattern: the MoE layers ('E') of 'ME' need --num-experts, found no "
                       "--num-experts"},
@@ -84,7 +107,21 @@ INSTANTIATE_TEST_SUITE_P(
         FlagErrorCase{hybrid_moe({"--expert-model-parallel-size", "2", "--moe-tp-extend-ep"}), 2,
                       "--is-hybrid-model with --num-experts and --moe-tp-extend-ep: not supported yet"},
         FlagErrorCase{hybrid_moe({"--expert-model-parallel-size", "3"}), 3,
-                      "--num-experts 4 must be divisible by --expert-model-parallel-size 3"}));
+                      "--num-experts 4 must be divisible by --expert-model-parallel-size 3"},
+        // 32-channel heads: 4, so 2 per TP rank for CP 4.
+        FlagErrorCase{hybrid("2", {"--mamba-head-dim", "32", "--tensor-model-parallel-size", "2",
+                                   "--context-parallel-size", "4"}),
+                      8,
+                      "--context-parallel-size: expected a divisor of the Mamba mixer's heads per tensor-parallel "
+                      "rank (2 x --hidden-size / --mamba-head-dim / --tensor-model-parallel-size = 2: each TP x CP "
+                      "rank scans whole heads), found 4"},
+        // Hidden 96: 12 heads in 3 groups over CP 2.
+        FlagErrorCase{hybrid("3", {"--hidden-size", "96", "--context-parallel-size", "2"}), 2,
+                      "--mamba-num-groups: expected, per tensor-parallel rank (--mamba-num-groups / "
+                      "--tensor-model-parallel-size = 3), a multiple or a divisor of --context-parallel-size (2"},
+        FlagErrorCase{hybrid("2", {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}), 2,
+                      "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
+                      "not supported yet"}));
 
 }  // namespace
 }  // namespace gale
