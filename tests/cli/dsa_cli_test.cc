@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 
+#include "checkpoint_inference.h"
 #include "mpi_cli.h"
 #include "cli/log_line.h"
 #include "subprocess.h"
@@ -124,10 +125,7 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
   const test::RunResult trained = run(1, {"--save", dir + "/ckpt", "--save-interval", "2"}, "2");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   auto infer = [&](const char* sub, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {GALE_BINARY, sub, "--load", dir + "/ckpt", "--use-checkpoint-args",
-                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return test::run_with_timeout(argv, {"OMP_NUM_THREADS=1"}, 300);
+    return testing::infer_from_checkpoint(sub, dir + "/ckpt", std::move(extra));
   };
   static const std::regex stats(R"(\[20 prompt tokens, (\d+) generated)");  // on stderr: before or after the text
   const std::string prompt = "17 5 9 9 30 12 7 100 4 8 61 2 3 77 1 42 19 6 250 11";  // 20 tokens
@@ -173,15 +171,10 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
     EXPECT_NE(r.exit_code, 0) << f.expected;
     EXPECT_NE(r.output.find(f.expected), std::string::npos) << r.output;
   }
-  const test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
-                                                     "--save-model-type", "hf", "--load-dir", dir + "/ckpt",
-                                                     "--save-dir", dir + "/hf"},
-                                                    {}, 60);
-  EXPECT_NE(hf.exit_code, 0);
-  EXPECT_NE(hf.output.find("a DeepSeek sparse attention model (args 'experimental_attention_variant' \"dsa\"): "
-                           "conversion to or from Megatron's and Hugging Face's formats is not supported yet"),
-            std::string::npos)
-      << hf.output;
+  testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
+                                        "a DeepSeek sparse attention model (args 'experimental_attention_variant' "
+                                        "\"dsa\"): conversion to or from Megatron's and Hugging Face's formats is "
+                                        "not supported yet");
   std::filesystem::remove_all(dir);
 }
 

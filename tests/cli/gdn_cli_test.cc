@@ -15,6 +15,7 @@
 #include <fstream>
 #include <regex>
 
+#include "checkpoint_inference.h"
 #include "ckpt/safetensors.h"
 #include "cli/log_line.h"
 #include "mpi_cli.h"
@@ -132,10 +133,7 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
       run(1, {"--linear-attention-freq", "2", "--save", dir + "/ckpt", "--save-interval", "4"}, "4");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   auto infer = [&](const char* sub, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {GALE_BINARY, sub, "--load", dir + "/ckpt", "--use-checkpoint-args",
-                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return test::run_with_timeout(argv, {"OMP_NUM_THREADS=1"}, 300);
+    return testing::infer_from_checkpoint(sub, dir + "/ckpt", std::move(extra));
   };
   // The texts: the output without the statistics lines.
   static const std::regex stats_line(R"(\[[^\]\n]*(tokens/s|decoding states)[^\]\n]*\]\n)");
@@ -187,15 +185,10 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
                              "supported yet"),
             std::string::npos)
       << lora.output;
-  const test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
-                                                     "--save-model-type", "hf", "--load-dir", dir + "/ckpt",
-                                                     "--save-dir", dir + "/hf"},
-                                                    {}, 60);
-  EXPECT_NE(hf.exit_code, 0);
-  EXPECT_NE(hf.output.find("a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion to or "
-                           "from Megatron's and Hugging Face's formats is not supported yet"),
-            std::string::npos)
-      << hf.output;
+  testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
+                                        "a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): "
+                                        "conversion to or from Megatron's and Hugging Face's formats is not "
+                                        "supported yet");
   std::filesystem::remove_all(dir);
 }
 

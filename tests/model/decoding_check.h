@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,6 +32,21 @@ inline std::unique_ptr<GPTModel> decoding_model(const ModelConfig& c, const OpTa
   m->params().initialize(seed);
   return m;
 }
+
+// A fixture holding a decoding model: set_up(c, prepare) builds it (decoding_ops, seed 7) and runs
+// `prepare` on it (e.g. make_mamba_state_carry).
+class DecodingModelTest : public ::testing::Test {
+ protected:
+  void set_up(const ModelConfig& c, void (*prepare)(GPTModel&)) {
+    c_ = c;
+    ops_ = decoding_ops();
+    model_ = decoding_model(c_, &ops_, 7);
+    prepare(*model_);
+  }
+  ModelConfig c_;
+  OpTable ops_;
+  std::unique_ptr<GPTModel> model_;
+};
 
 // A prompt of `len` tokens, token i = (len·salt + 7·i + 3) mod V: prompts of different lengths differ.
 inline std::vector<int32_t> test_prompt(int64_t len, int64_t vocab, int64_t salt = 13) {
@@ -108,6 +124,25 @@ inline double greedy_against_full_forward(GPTModel& m, KvCache& cache, const std
   }
   if (seqs) *seqs = std::move(all);
   return worst;
+}
+
+// Greedy decoding against the full forward (greedy_against_full_forward, 12 steps, logits within
+// 1e-4 relative) of a prompt of each of `lengths` alone, then of the prompts `together` in one cache.
+// Returns the last cache.
+inline KvCache expect_greedy_decoding_of_prompts(GPTModel& m, const std::vector<int64_t>& lengths,
+                                                 const std::vector<std::vector<int32_t>>& together) {
+  const ModelConfig& c = m.config();
+  for (int64_t len : lengths) {
+    KvCache cache = make_kv_cache(c, m.partition(), 1, c.max_positions);
+    const double worst = greedy_against_full_forward(m, cache, {test_prompt(len, c.vocab)}, 12);
+    EXPECT_LT(worst, 1e-4) << "prompt of " << len;
+    std::printf("prompt of %lld: largest relative logits difference %.2e\n", static_cast<long long>(len), worst);
+  }
+  KvCache cache = make_kv_cache(c, m.partition(), static_cast<int64_t>(together.size()), c.max_positions);
+  const double worst = greedy_against_full_forward(m, cache, together, 12);
+  EXPECT_LT(worst, 1e-4) << together.size() << " prompts together";
+  std::printf("%zu prompts together: largest relative logits difference %.2e\n", together.size(), worst);
+  return cache;
 }
 
 // Beam search's branching (train/generate.cc): a one-sample cache cloned after `prompt` continues

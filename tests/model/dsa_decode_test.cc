@@ -103,7 +103,8 @@ TEST(DsaDecode, TheSparseSelectionChangesTheLogits) {
   ParamBuffer &ps = sparse.model->params(), &pd = dense.model->params();
   ASSERT_EQ(ps.size(), pd.size());
   for (int id = 0; id < ps.size(); ++id) pd.set_param_values(id, ps.param_data(id));
-  const std::vector<int32_t> short_seq = testing::test_prompt(kTopk, sparse.c.vocab), long_seq = testing::test_prompt(20, sparse.c.vocab);
+  const std::vector<int32_t> short_seq = testing::test_prompt(kTopk, sparse.c.vocab);
+  const std::vector<int32_t> long_seq = testing::test_prompt(20, sparse.c.vocab);
   const std::vector<float> short_dense = testing::full_forward_last_logits(*dense.model, short_seq);
   const std::vector<float> long_dense = testing::full_forward_last_logits(*dense.model, long_seq);
   const double same = testing::logits_rel_diff(testing::full_forward_last_logits(*sparse.model, short_seq).data(),

@@ -138,32 +138,17 @@ TEST(GdnDecode, PrefillThenStepsEqualTheWholeSequenceForward) {
   EXPECT_LT(worst, 1e-5 * scale) << "largest difference " << worst << " of outputs up to " << scale;
 }
 
-class GdnModelDecodeTest : public ::testing::Test {
+class GdnModelDecodeTest : public testing::DecodingModelTest {
  protected:
-  void SetUp() override {
-    c_ = testing::tiny_gdn_config();
-    ops_ = testing::decoding_ops();
-    model_ = testing::decoding_model(c_, &ops_, 7);
-    testing::make_gdn_state_carry(*model_);
-  }
-  ModelConfig c_;
-  OpTable ops_;
-  std::unique_ptr<GPTModel> model_;
+  void SetUp() override { set_up(testing::tiny_gdn_config(), testing::make_gdn_state_carry); }
 };
 
 // Prompts of 1, 2, 3 (< K − 1: the conv state keeps zeros from before position 0), 7 and 19
-// positions, one sample each, then two samples of 6 together (sample b's state in slot b).
+// positions, one sample each (one state slot), then two samples of 6 together (sample b's state in slot b).
 TEST_F(GdnModelDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
-  for (int64_t len : {1, 2, 3, 7, 19}) {
-    KvCache cache = make_kv_cache(c_, model_->partition(), 1, c_.max_positions);
-    EXPECT_EQ(cache.mamba.slots(), 1);
-    const double worst = testing::greedy_against_full_forward(*model_, cache, {testing::test_prompt(len, c_.vocab)}, 12);
-    EXPECT_LT(worst, 1e-4) << "prompt of " << len;
-    std::printf("prompt of %lld: largest relative logits difference %.2e\n", static_cast<long long>(len), worst);
-  }
-  const std::vector<std::vector<int32_t>> two = {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}};
-  KvCache cache = make_kv_cache(c_, model_->partition(), 2, c_.max_positions);
-  EXPECT_LT(testing::greedy_against_full_forward(*model_, cache, two, 12), 1e-4);
+  EXPECT_EQ(make_kv_cache(c_, model_->partition(), 1, c_.max_positions).mamba.slots(), 1);
+  const KvCache cache = testing::expect_greedy_decoding_of_prompts(
+      *model_, {1, 2, 3, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
   // Only the attention layers (1 and 4) keep keys and values; the three GDN layers a state each:
   // conv (K − 1)·(2·NK·DK + NV·DV) and the delta rule's NV·DK·DV floats.
   for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;

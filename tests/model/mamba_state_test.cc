@@ -105,33 +105,18 @@ TEST(MambaStateGolden, PrefillThenStepsMatchTheSingleTokenRecurrence) {
   for (int64_t i = 0; i < d.NH * d.P * d.N; ++i) ASSERT_EQ(pool.ssm(0, again)[i], 0.0f);
 }
 
-class HybridDecodeTest : public ::testing::Test {
+class HybridDecodeTest : public testing::DecodingModelTest {
  protected:
   virtual ModelConfig config() const { return testing::tiny_hybrid_config(); }
-  void SetUp() override {
-    c_ = config();
-    ops_ = testing::decoding_ops();
-    model_ = testing::decoding_model(c_, &ops_, 7);
-    testing::make_mamba_state_carry(*model_);
-  }
-  ModelConfig c_;
-  OpTable ops_;
-  std::unique_ptr<GPTModel> model_;
+  void SetUp() override { set_up(config(), testing::make_mamba_state_carry); }
 };
 
 // Prompts of 1, 2, 3 (< d_conv: the conv state keeps zeros from before position 0), 7 and 19 positions,
-// one sample each, then two samples of 6 together (B = 2: sample b's state in slot b).
+// one sample each (one state slot), then two samples of 6 together (B = 2: sample b's state in slot b).
 TEST_F(HybridDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
-  for (int64_t len : {1, 2, 3, 7, 19}) {
-    KvCache cache = make_kv_cache(c_, model_->partition(), 1, c_.max_positions);
-    EXPECT_EQ(cache.mamba.slots(), 1);
-    const double worst = testing::greedy_against_full_forward(*model_, cache, {testing::test_prompt(len, c_.vocab)}, 12);
-    EXPECT_LT(worst, 1e-4) << "prompt of " << len;
-    std::printf("prompt of %lld: largest relative logits difference %.2e\n", static_cast<long long>(len), worst);
-  }
-  const std::vector<std::vector<int32_t>> two = {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}};
-  KvCache cache = make_kv_cache(c_, model_->partition(), 2, c_.max_positions);
-  EXPECT_LT(testing::greedy_against_full_forward(*model_, cache, two, 12), 1e-4);
+  EXPECT_EQ(make_kv_cache(c_, model_->partition(), 1, c_.max_positions).mamba.slots(), 1);
+  const KvCache cache = testing::expect_greedy_decoding_of_prompts(
+      *model_, {1, 2, 3, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
   // Only the attention layers ('*': layers 1 and 4) keep keys and values.
   for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;
 }
@@ -144,11 +129,8 @@ class HybridMoeDecodeTest : public HybridDecodeTest {
 };
 
 TEST_F(HybridMoeDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
-  const std::vector<std::vector<int32_t>> two = {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}};
-  KvCache cache = make_kv_cache(c_, model_->partition(), 2, c_.max_positions);
-  const double worst = testing::greedy_against_full_forward(*model_, cache, two, 12);
-  EXPECT_LT(worst, 1e-4);
-  std::printf("largest relative logits difference %.2e\n", worst);
+  const KvCache cache =
+      testing::expect_greedy_decoding_of_prompts(*model_, {}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
   for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;
   EXPECT_GE(model_->params().find("decoder.layers.2.mlp.router.weight"), 0);
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "core/allocator.h"
 #include "model/decoding_check.h"
 #include "train/inference_engine.h"
 
@@ -72,6 +73,19 @@ inline void expect_full_forward_tokens(const std::vector<std::vector<int32_t>>& 
   std::printf("largest relative logits difference %.2e\n", check.worst);
 }
 
+// A fixture holding a decoding model (DecodingModelTest) and the engine's prompts:
+// set_up(c, prepare, lengths); options(max_new) checks every step against the full forward in check_.
+class EngineDecodingTest : public DecodingModelTest {
+ protected:
+  void set_up(const ModelConfig& c, void (*prepare)(GPTModel&), const std::vector<int64_t>& lengths) {
+    DecodingModelTest::set_up(c, prepare);
+    prompts_ = engine_prompts(lengths, c_.vocab);
+  }
+  EngineOptions options(int64_t max_new) { return full_forward_checked_options(*model_, prompts_, max_new, &check_); }
+  std::vector<std::vector<int32_t>> prompts_;
+  FullForwardCheck check_;
+};
+
 // Megatron's sizing of a dynamic-batching buffer of 808 blocks of `block_bytes` (4 positions each)
 // for requests of up to 48 positions, with steps of at most 64 tokens: the 64 guaranteed requests
 // reserve 768 blocks, so requests pause for blocks, and prompts of more than 64 tokens in all join
@@ -81,6 +95,35 @@ inline StatusOr<DynamicBudget> small_dynamic_budget(int64_t block_bytes) {
   f.buffer_size_gb = static_cast<double>(808 * block_bytes) / (1024.0 * 1024.0 * 1024.0) + 1e-12;
   f.max_tokens_override = 64;
   return dynamic_budget(f, 4, block_bytes, 48);
+}
+
+
+// Dynamic batching of `prompts` with `o` (full_forward_checked_options with check) in
+// small_dynamic_budget's buffer of blocks of 4 positions: the full forward's tokens
+// (expect_full_forward_tokens), requests joined mid-flight, every block and state slot back at the
+// end and the allocator's bytes back at their baseline (the KV buffer, the state slots and every
+// step's tensors freed). The result in *r for more checks.
+inline void expect_dynamic_batching_gives_full_forward_tokens(GPTModel& m,
+                                                              const std::vector<std::vector<int32_t>>& prompts,
+                                                              EngineOptions o, const FullForwardCheck& check,
+                                                              EngineResult* r) {
+  o.dynamic = true;
+  const KvBlockPool probe(m.config(), m.partition(), 4, 1);
+  StatusOr<DynamicBudget> b = small_dynamic_budget(probe.block_bytes());
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  o.budget = *b;
+  const int64_t before = host_allocator().current_bytes();
+  {
+    StatusOr<EngineResult> got = run_inference_engine(m, prompts, o);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    *r = std::move(got).value();
+  }
+  expect_full_forward_tokens(prompts, *r, o, check);
+  EXPECT_GT(r->joined_mid_flight, 0);
+  EXPECT_EQ(r->free_blocks_at_end, r->num_blocks);
+  EXPECT_EQ(r->free_mamba_slots_at_end, r->mamba_slots);
+  EXPECT_EQ(host_allocator().current_bytes(), before)
+      << "the KV buffer, the state slots and every step's tensors are freed";
 }
 
 }  // namespace gale::testing

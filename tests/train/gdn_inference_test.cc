@@ -10,7 +10,6 @@
 
 #include <cstdio>
 
-#include "core/allocator.h"
 #include "model/gdn_test_model.h"
 #include "train/engine_decoding_check.h"
 #include "train/evaluate_check.h"
@@ -18,23 +17,11 @@
 namespace gale {
 namespace {
 
-class GdnEngineTest : public ::testing::Test {
+class GdnEngineTest : public testing::EngineDecodingTest {
  protected:
-  void SetUp() override {
-    c_ = testing::tiny_gdn_config();
-    ops_ = testing::decoding_ops();
-    model_ = testing::decoding_model(c_, &ops_, 7);
-    testing::make_gdn_state_carry(*model_);
-    prompts_ = testing::engine_prompts({5, 1, 17, 40, 3, 12, 2, 9}, c_.vocab);  // 40: it reaches the last position
+  void SetUp() override {  // 40: it reaches the last position
+    set_up(testing::tiny_gdn_config(), testing::make_gdn_state_carry, {5, 1, 17, 40, 3, 12, 2, 9});
   }
-  EngineOptions options(int64_t max_new) {
-    return testing::full_forward_checked_options(*model_, prompts_, max_new, &check_);
-  }
-  ModelConfig c_;
-  OpTable ops_;
-  std::unique_ptr<GPTModel> model_;
-  std::vector<std::vector<int32_t>> prompts_;
-  testing::FullForwardCheck check_;
 };
 
 TEST_F(GdnEngineTest, StaticBatchesGiveTheFullForwardLogitsAndTokens) {
@@ -47,28 +34,15 @@ TEST_F(GdnEngineTest, StaticBatchesGiveTheFullForwardLogitsAndTokens) {
   EXPECT_EQ(r->mamba_state_bytes, 3 * 3 * (3 * (2 * 2 * 8 + 4 * 6) + 4 * 8 * 6) * 4);
 }
 
+// 64-token steps, fewer than the prompts' 89 tokens: requests join mid-flight.
 TEST_F(GdnEngineTest, DynamicBatchingMovesTheStateSlotsWithTheRequests) {
-  EngineOptions o = options(10);
-  o.dynamic = true;
-  const KvBlockPool probe(c_, single_process_partition(c_), 4, 1);
-  // The two attention layers' keys and values only.
-  EXPECT_EQ(probe.block_bytes(), 2 * 4 * 2 * c_.kv_heads * c_.head_dim * static_cast<int64_t>(sizeof(float)));
-  // 64-token steps, fewer than the prompts' 89 tokens: requests join mid-flight.
-  StatusOr<DynamicBudget> b = testing::small_dynamic_budget(probe.block_bytes());
-  ASSERT_TRUE(b.ok()) << b.status().to_string();
-  o.budget = *b;
-  const int64_t before = host_allocator().current_bytes();
-  {
-    StatusOr<EngineResult> r = run_inference_engine(*model_, prompts_, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    testing::expect_full_forward_tokens(prompts_, *r, o, check_);
-    EXPECT_GT(r->joined_mid_flight, 0);
-    EXPECT_EQ(r->free_blocks_at_end, r->num_blocks);
-    EXPECT_EQ(r->free_mamba_slots_at_end, r->mamba_slots);
-    std::printf("%lld pauses, %lld joined mid-flight\n", static_cast<long long>(r->pauses),
-                static_cast<long long>(r->joined_mid_flight));
-  }
-  EXPECT_EQ(host_allocator().current_bytes(), before) << "the KV buffer, the state slots and every step's tensors are freed";
+  // The blocks hold the two attention layers' keys and values only.
+  EXPECT_EQ(KvBlockPool(c_, single_process_partition(c_), 4, 1).block_bytes(),
+            2 * 4 * 2 * c_.kv_heads * c_.head_dim * static_cast<int64_t>(sizeof(float)));
+  EngineResult r;
+  testing::expect_dynamic_batching_gives_full_forward_tokens(*model_, prompts_, options(10), check_, &r);
+  std::printf("%lld pauses, %lld joined mid-flight\n", static_cast<long long>(r.pauses),
+              static_cast<long long>(r.joined_mid_flight));
 }
 
 // The perplexity `gale evaluate --task ppl` reports is Σ −log p of each next token by a whole-sequence

@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include "core/allocator.h"
 #include "model/hybrid_test_model.h"
 #include "train/beam_search.h"
 #include "train/engine_decoding_check.h"
@@ -16,24 +15,11 @@
 namespace gale {
 namespace {
 
-class HybridEngineTest : public ::testing::Test {
+class HybridEngineTest : public testing::EngineDecodingTest {
  protected:
-  void SetUp() override {
-    c_ = testing::tiny_hybrid_config();
-    ops_ = testing::decoding_ops();
-    model_ = testing::decoding_model(c_, &ops_, 7);
-    testing::make_mamba_state_carry(*model_);
-    // 40 and 44: they reach the last position.
-    prompts_ = testing::engine_prompts({5, 1, 17, 9, 40, 3, 12, 2, 44, 7, 25}, c_.vocab);
+  void SetUp() override {  // 40 and 44: they reach the last position
+    set_up(testing::tiny_hybrid_config(), testing::make_mamba_state_carry, {5, 1, 17, 9, 40, 3, 12, 2, 44, 7, 25});
   }
-  EngineOptions options(int64_t max_new) {
-    return testing::full_forward_checked_options(*model_, prompts_, max_new, &check_);
-  }
-  ModelConfig c_;
-  OpTable ops_;
-  std::unique_ptr<GPTModel> model_;
-  std::vector<std::vector<int32_t>> prompts_;
-  testing::FullForwardCheck check_;
 };
 
 TEST_F(HybridEngineTest, StaticBatchesGiveTheFullForwardLogitsAndTokens) {
@@ -47,28 +33,15 @@ TEST_F(HybridEngineTest, StaticBatchesGiveTheFullForwardLogitsAndTokens) {
   }
 }
 
+// Requests pause for blocks and join mid-flight; each holds a Mamba state slot.
 TEST_F(HybridEngineTest, DynamicBatchingMovesTheMambaSlotsWithTheRequests) {
-  EngineOptions o = options(12);
-  o.dynamic = true;
-  const KvBlockPool probe(c_, single_process_partition(c_), 4, 1);
-  // The two attention layers' keys and values only.
-  EXPECT_EQ(probe.block_bytes(), 2 * 4 * 2 * c_.kv_heads * c_.head_dim * static_cast<int64_t>(sizeof(float)));
-  // Requests pause for blocks and join mid-flight.
-  StatusOr<DynamicBudget> b = testing::small_dynamic_budget(probe.block_bytes());
-  ASSERT_TRUE(b.ok()) << b.status().to_string();
-  o.budget = *b;
-  const int64_t before = host_allocator().current_bytes();
-  {
-    StatusOr<EngineResult> r = run_inference_engine(*model_, prompts_, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    testing::expect_full_forward_tokens(prompts_, *r, o, check_);
-    EXPECT_GT(r->joined_mid_flight, 0);
-    EXPECT_GT(r->pauses, 0);
-    EXPECT_EQ(r->free_blocks_at_end, r->num_blocks);
-    EXPECT_EQ(r->mamba_slots, static_cast<int64_t>(prompts_.size()));
-    EXPECT_EQ(r->free_mamba_slots_at_end, r->mamba_slots);
-  }
-  EXPECT_EQ(host_allocator().current_bytes(), before) << "the KV buffer, the Mamba slots and every step's tensors are freed";
+  // The blocks hold the two attention layers' keys and values only.
+  EXPECT_EQ(KvBlockPool(c_, single_process_partition(c_), 4, 1).block_bytes(),
+            2 * 4 * 2 * c_.kv_heads * c_.head_dim * static_cast<int64_t>(sizeof(float)));
+  EngineResult r;
+  testing::expect_dynamic_batching_gives_full_forward_tokens(*model_, prompts_, options(12), check_, &r);
+  EXPECT_GT(r.pauses, 0);
+  EXPECT_EQ(r.mamba_slots, static_cast<int64_t>(prompts_.size()));
 }
 
 // Beam search with one KvCache per beam, as train/generate.cc's beam_generate: a beam continuing
