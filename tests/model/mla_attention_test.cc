@@ -142,18 +142,7 @@ TEST(Mla, FlashAttentionMatchesReference) {
   const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
   const double l_ref = testing::mean_loss(ref, mb, true), l_flash = testing::mean_loss(flash, mb, true);
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
-  const ParamBuffer& a = ref.params();
-  const ParamBuffer& b = flash.params();
-  for (int id = 0; id < a.size(); ++id) {
-    const float* ga = a.grad_data(id);
-    const float* gb = b.grad_data(id);
-    double scale = 0.0, worst = 0.0;
-    for (int64_t i = 0; i < a.spec(id).local_numel(); ++i) {
-      scale = std::max(scale, std::abs(double(ga[i])));
-      worst = std::max(worst, std::abs(double(ga[i]) - double(gb[i])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale + 1e-7) << a.spec(id).name;
-  }
+  testing::expect_close_grads(ref.params(), flash.params(), 1e-4, 1e-7);
 }
 
 class MlaKvCache : public ::testing::TestWithParam<bool> {};
