@@ -2,8 +2,8 @@
 // line carries Megatron's "indexer loss" after the lm loss, the fused sparse attention gives the
 // reference's losses, under --bf16 too, and with 2 pipeline stages or 2 data-parallel ranks the same
 // losses and indexer losses as one process; recomputation gives the same run; save and resume continue the
-// run; gale generate (greedy, sampling, beams) and gale evaluate run the saved checkpoint; batched
-// generation, --flash-decode and conversion refuse it.
+// run; gale generate (greedy, sampling, beams; batched, static and dynamic, with each prompt's texts
+// alone) and gale evaluate run the saved checkpoint; --flash-decode and conversion refuse it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -118,7 +118,8 @@ TEST(GalePretrainDsa, SaveResumeContinuesTheRun) {
 
 // `gale generate` and `gale evaluate` on a DSA checkpoint of `gale pretrain` (the model from its args;
 // prompts longer than the top-k of 12, so the cached decoding selects): greedy decoding, sampling and
-// beam search generate, perplexity is scored; what is not supported yet is refused in one line.
+// beam search generate, batched greedy decoding gives the texts of each prompt alone, perplexity is
+// scored; what is not supported yet is refused in one line.
 TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
   const std::string dir = "/tmp/gale_dsa_infer_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -150,18 +151,36 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
   ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
   EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(documents: 1 \| tokens: 26 \| lm loss: [0-9.E+-]+)")))
       << ppl.output;
+  // Batched: the greedy texts of every prompt alone (one longer than the top-k of 12, one shorter),
+  // under static batching and dynamic batching (each request's indexer keys in its blocks).
+  static const std::regex stats_line(R"(\[[^\]\n]*tokens/s[^\]\n]*\]\n)");
+  std::string alone;
+  for (const std::string& p : {prompt, std::string("1 2 3")}) {
+    const test::RunResult r = infer("generate", {"--prompt", p, "--temperature", "0", "--max-new-tokens", "12"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    alone += std::regex_replace(r.output, stats_line, "");
+  }
   {
     std::ofstream out(dir + "/prompts.txt");
-    out << "1 2 3\n4 5 6\n";
+    out << prompt << "\n1 2 3\n";
   }
+  const test::RunResult st = infer("generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0",
+                                                "--max-new-tokens", "12", "--inference-max-requests", "2"});
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_EQ(std::regex_replace(st.output, stats_line, ""), alone);
+  const test::RunResult dyn = infer(
+      "generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0", "--max-new-tokens", "12",
+                   "--inference-dynamic-batching", "--inference-dynamic-batching-buffer-size-gb", "0.0075",
+                   "--inference-max-seq-length", "64", "--inference-dynamic-batching-block-size", "8",
+                   "--inference-dynamic-batching-max-tokens-override", "16"});
+  ASSERT_EQ(dyn.exit_code, 0) << dyn.output;
+  EXPECT_EQ(std::regex_replace(dyn.output, stats_line, ""), alone);
   struct Refusal {
     const char* sub;
     std::vector<std::string> flags;
     std::string expected;
   };
   const Refusal refusals[] = {
-      {"generate", {"--prompts-file", dir + "/prompts.txt"},
-       "--prompts-file with --multi-latent-attention: batched decoding of MLA is not supported yet"},
       {"generate", {"--prompt", "1 2 3", "--flash-decode"},
        "--flash-decode with a DeepSeek sparse attention model (--experimental-attention-variant dsa): not supported "
        "yet"},

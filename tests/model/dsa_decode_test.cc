@@ -22,16 +22,8 @@ namespace {
 
 constexpr int64_t kTopk = 4;
 
-// The 2-layer MLA model of the MLA tests (Dn 4, R 4, Dv 3, latent norms; a query latent of 6 or
-// none) with a DSA indexer of 2 heads of 6 and top-k `topk`, 32 positions.
 ModelConfig dsa_decode_config(int64_t q_lora_rank, int64_t topk = kTopk) {
-  ModelConfig c = testing::mla_config(/*llama=*/true, q_lora_rank, /*qk_layernorm=*/true, /*v_head_dim=*/3);
-  c.max_positions = 32;
-  c.dsa.enabled = true;
-  c.dsa.n_heads = 2;
-  c.dsa.head_dim = 6;
-  c.dsa.topk = topk;
-  return c;
+  return testing::dsa_decode_config(q_lora_rank, topk);
 }
 
 struct DsaModel {
