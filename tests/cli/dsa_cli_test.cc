@@ -164,17 +164,12 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
     std::ofstream out(dir + "/prompts.txt");
     out << prompt << "\n1 2 3\n";
   }
-  const test::RunResult st = infer("generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0",
-                                                "--max-new-tokens", "12", "--inference-max-requests", "2"});
-  ASSERT_EQ(st.exit_code, 0) << st.output;
-  EXPECT_EQ(std::regex_replace(st.output, stats_line, ""), alone);
-  const test::RunResult dyn = infer(
-      "generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0", "--max-new-tokens", "12",
-                   "--inference-dynamic-batching", "--inference-dynamic-batching-buffer-size-gb", "0.0075",
-                   "--inference-max-seq-length", "64", "--inference-dynamic-batching-block-size", "8",
-                   "--inference-dynamic-batching-max-tokens-override", "16"});
-  ASSERT_EQ(dyn.exit_code, 0) << dyn.output;
-  EXPECT_EQ(std::regex_replace(dyn.output, stats_line, ""), alone);
+  for (const std::vector<std::string>& dynamic :
+       {std::vector<std::string>{}, testing::small_dynamic_batching_flags("0.0075", "64")}) {
+    const test::RunResult r = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "12", dynamic);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(std::regex_replace(r.output, stats_line, ""), alone) << (dynamic.empty() ? "static" : "dynamic");
+  }
   struct Refusal {
     const char* sub;
     std::vector<std::string> flags;

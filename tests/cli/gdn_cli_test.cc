@@ -152,8 +152,7 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
     std::ofstream out(dir + "/prompts.txt");
     out << file;
   }
-  const test::RunResult st = infer("generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0",
-                                                "--max-new-tokens", "10", "--inference-max-requests", "2"});
+  const test::RunResult st = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "10", {});
   ASSERT_EQ(st.exit_code, 0) << st.output;
   EXPECT_EQ(std::regex_replace(st.output, stats_line, ""), alone);
   // 2 requests' states of the 2 GDN layers: conv 2·(2·2·8 + 4·6) and the delta rule's 4·8·6 floats.
@@ -161,11 +160,8 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
                            std::to_string(2 * 2 * (2 * (2 * 2 * 8 + 4 * 6) + 4 * 8 * 6) * 4) + " bytes]"),
             std::string::npos)
       << st.output;
-  const test::RunResult dyn = infer(
-      "generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0", "--max-new-tokens", "10",
-                   "--inference-dynamic-batching", "--inference-dynamic-batching-buffer-size-gb", "0.0035",
-                   "--inference-max-seq-length", "48", "--inference-dynamic-batching-block-size", "8",
-                   "--inference-dynamic-batching-max-tokens-override", "16"});
+  const test::RunResult dyn = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "10",
+                                                       testing::small_dynamic_batching_flags("0.0035", "48"));
   ASSERT_EQ(dyn.exit_code, 0) << dyn.output;
   EXPECT_EQ(std::regex_replace(dyn.output, stats_line, ""), alone);
   const test::RunResult beam = infer("generate", {"--prompt", prompts[1], "--num-beams", "3", "--max-new-tokens", "6"});
