@@ -23,8 +23,9 @@
 // context parallelism, --attention-dropout > 0, --mtp-num-layers.
 // gale generate and evaluate run a DSA checkpoint (its args: --use-checkpoint-args): the KV cache
 // keeps each layer's indexer keys and a decode step picks each new query's top-k among all cached
-// positions (model/dsa_indexer.h dsa_indexer_decode); batched generation (as for MLA), --flash-decode
-// and conversion are refused.
+// positions (model/dsa_indexer.h dsa_indexer_decode); the batched engine (--prompts-file, dynamic
+// batching) keeps each request's indexer keys in its blocks and selects among its own positions
+// (dsa_indexer_ragged); --flash-decode and conversion are refused.
 //
 // gdn (Megatron's deprecated spelling gated_delta_net accepted): Qwen3-Next's Gated DeltaNet replaces
 // self-attention in the layers --linear-attention-freq selects (an int N: every N-th layer keeps full
@@ -78,8 +79,8 @@ class DsaFeature : public Feature {
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
            "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
-           "--multi-latent-attention and --qk-layernorm; generate/evaluate with a KV cache of indexer keys; no TP/SP/CP, "
-           "attention dropout, MTP, batched serving, conversion; --use-dsa-absorb, "
+           "--multi-latent-attention and --qk-layernorm; generate/evaluate and batched serving with a KV cache of "
+           "indexer keys; no TP/SP/CP, attention dropout, MTP, --flash-decode, conversion; --use-dsa-absorb, "
            "--use-fused-lightning-indexer, --use-fused-lightning-indexer-kl-loss not supported yet";
   }
   void register_args(ArgParser& parser) override {

@@ -224,8 +224,8 @@ Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
   return out;
 }
 
-Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
-                                int64_t local_layer) {
+std::vector<RaggedRequestKv> ragged_store_kv(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+                                             int64_t local_layer) {
   const ModelConfig& c = *rt.config;
   const LayerShares shares = layer_shares(c, *rt.part);
   const int64_t NHl = shares.heads, KVl = shares.groups, HD = c.attention_head_dim();
@@ -234,20 +234,10 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
   const int64_t T = qkv.size(0), W = 2 * KVl * HD, bt = pool.block_tokens();
   GALE_CHECK(rt.cp_split.cp_size == 1 && rt.mb->B == 1 && pool.row_width() == W)
       << "ragged kv: one row sequence without context parallelism";
-  const float* q = qkv.data<float>();
-  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
-  const Tensor kv_new = pack_context_kv(T, q, qkv_key_layout(NHl, KVl, HD), qkv_value_layout(NHl, KVl, HD), KVl, HD);
-  Tensor out = Tensor::empty({T, NHl * HD});
-  // Flash-decode steps (one new row) run after the loop, in parallel over the requests.
-  struct DecodeJob {
-    AttentionProblem p;
-    int32_t position;
-    const float* q;
-    const float* kv;
-    float* out;
-  };
-  std::vector<DecodeJob> jobs;
-  std::vector<Tensor> gathered_kv;  // keeps the gathered rows of the jobs alive
+  const Tensor kv_new = pack_context_kv(T, qkv.data<float>(), qkv_key_layout(NHl, KVl, HD),
+                                        qkv_value_layout(NHl, KVl, HD), KVl, HD);
+  std::vector<RaggedRequestKv> out;
+  out.reserve(batch.requests.size());
   int64_t row = 0;
   for (const RaggedRequest& r : batch.requests) {
     const int64_t L = r.cached + r.rows;
@@ -258,47 +248,65 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
       std::copy_n(kv_new.data<float>() + (row + i) * W, W,
                   pool.rows(local_layer, r.blocks[static_cast<size_t>(pos / bt)]) + (pos % bt) * W);
     }
-    const float* kv = nullptr;  // the request's positions in one piece (gathered when they span blocks)
-    if (L <= bt) {
-      kv = pool.rows(local_layer, r.blocks[0]);
+    RaggedRequestKv q;
+    q.row = row;
+    q.rows = r.rows;
+    q.L = L;
+    if (L <= bt) {  // the request's positions in one piece (gathered when they span blocks)
+      q.kv = pool.rows(local_layer, r.blocks[0]);
     } else {
-      Tensor gathered = Tensor::empty({L, W});
+      q.gathered = Tensor::empty({L, W});
       for (int64_t b = 0; b * bt < L; ++b)
         std::copy_n(pool.rows(local_layer, r.blocks[static_cast<size_t>(b)]), std::min(bt, L - b * bt) * W,
-                    gathered.data<float>() + b * bt * W);
-      kv = gathered.data<float>();
-      gathered_kv.push_back(gathered);
+                    q.gathered.data<float>() + b * bt * W);
+      q.kv = q.gathered.data<float>();
     }
-    AttentionProblem p = ap;
-    p.B = 1;
-    p.Sq = r.rows;
-    p.Sk = L;
-    p.k_positions = nullptr;
-    p.max_positions = L;
-    const float* q_rows = q + row * ql.row_stride;
-    float* o = out.data<float>() + row * NHl * HD;
-    if (batch.flash_decode_chunk > 0 && r.rows == 1) {
-      jobs.push_back(DecodeJob{p, static_cast<int32_t>(r.cached), q_rows, kv, o});
-    } else {
-      std::vector<int32_t> positions(static_cast<size_t>(r.rows));
-      for (int64_t i = 0; i < r.rows; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(r.cached + i);
-      p.q_positions = positions.data();
-      std::vector<float> lse(static_cast<size_t>(NHl * r.rows));
-      rt.ops->attention_forward(p, q_rows, ql, kv, context_key_layout(KVl, HD), kv, context_value_layout(KVl, HD), o,
-                                lse.data());
-    }
+    q.positions.resize(static_cast<size_t>(r.rows));
+    for (int64_t i = 0; i < r.rows; ++i) q.positions[static_cast<size_t>(i)] = static_cast<int32_t>(r.cached + i);
+    q.p = ap;
+    q.p.B = 1;
+    q.p.Sq = r.rows;
+    q.p.Sk = L;
+    q.p.k_positions = nullptr;
+    q.p.max_positions = L;
+    out.push_back(std::move(q));
+    out.back().p.q_positions = out.back().positions.data();
     row += r.rows;
+  }
+  GALE_CHECK_EQ(row, T) << "ragged kv: the requests' rows do not cover the micro-batch";
+  return out;
+}
+
+Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+                                int64_t local_layer) {
+  const ModelConfig& c = *rt.config;
+  const LayerShares shares = layer_shares(c, *rt.part);
+  const int64_t NHl = shares.heads, KVl = shares.groups, HD = c.attention_head_dim();
+  const RaggedKvBatch& batch = *rt.ragged_kv;
+  const std::vector<RaggedRequestKv> requests = ragged_store_kv(rt, ap, qkv, local_layer);
+  const float* q = qkv.data<float>();
+  const HeadLayout ql = qkv_query_layout(NHl, KVl, HD);
+  Tensor out = Tensor::empty({qkv.size(0), NHl * HD});
+  // Flash-decode steps (one new row) run after the loop, in parallel over the requests.
+  std::vector<const RaggedRequestKv*> jobs;
+  for (const RaggedRequestKv& r : requests) {
+    if (batch.flash_decode_chunk > 0 && r.rows == 1) {
+      jobs.push_back(&r);
+      continue;
+    }
+    std::vector<float> lse(static_cast<size_t>(NHl * r.rows));
+    rt.ops->attention_forward(r.p, q + r.row * ql.row_stride, ql, r.kv, context_key_layout(KVl, HD), r.kv,
+                              context_value_layout(KVl, HD), out.data<float>() + r.row * NHl * HD, lse.data());
   }
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());
 #pragma omp parallel for schedule(dynamic, 1) if (n_jobs > 1)
   for (int64_t j = 0; j < n_jobs; ++j) {
-    DecodeJob& job = jobs[static_cast<size_t>(j)];
-    job.p.q_positions = &job.position;
+    const RaggedRequestKv& r = *jobs[static_cast<size_t>(j)];
     std::vector<float> lse(static_cast<size_t>(NHl));
-    flash_decode_forward(job.p, job.q, ql, job.kv, context_key_layout(KVl, HD), job.kv, context_value_layout(KVl, HD),
-                         batch.flash_decode_chunk, job.out, lse.data());
+    flash_decode_forward(r.p, q + r.row * ql.row_stride, ql, r.kv, context_key_layout(KVl, HD), r.kv,
+                         context_value_layout(KVl, HD), batch.flash_decode_chunk, out.data<float>() + r.row * NHl * HD,
+                         lse.data());
   }
-  GALE_CHECK_EQ(row, T) << "ragged kv: the requests' rows do not cover the micro-batch";
   return out;
 }
 

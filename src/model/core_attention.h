@@ -25,6 +25,8 @@
 // masks use global positions (AttentionProblem), so they do not depend on the layout.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "model/layer_runtime.h"
 #include "model/ring_attention.h"
@@ -76,10 +78,30 @@ Tensor cached_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
 // rt.kv_cache->length cached positions (a GALE_CHECK that they fit).
 void append_to_kv_cache(const LayerRuntime& rt, const Tensor& qkv, Tensor& cache);
 
+// One request of a ragged batch after ragged_store_kv: its rows [row, row + rows) of the
+// micro-batch, the keys and values of its positions [0, L = cached + rows) in one piece (kv, [L, 2·KVl·HD]
+// rows; `gathered` owns them when they span blocks), and the attention problem of its rows (B 1,
+// Sq rows at `positions`, Sk L).
+struct RaggedRequestKv {
+  int64_t row = 0, rows = 0, L = 0;
+  const float* kv = nullptr;
+  Tensor gathered;
+  std::vector<int32_t> positions;
+  AttentionProblem p;
+};
+
+// Ragged decoding (rt.ragged_kv set; one sample of rows, no context or tensor-sequence split): writes
+// each request's new keys and values (of qkv's rows) into its blocks of local layer `local_layer`
+// and returns every request's keys and values and attention problem (`ap` with the request's
+// sizes and positions; p.q_positions points into `positions`). GALE_CHECKs that the blocks hold
+// the positions and that the requests cover qkv's rows.
+std::vector<RaggedRequestKv> ragged_store_kv(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
+                                             int64_t local_layer);
+
 // Ragged decoding (rt.ragged_kv set; one sample of rows, no context or tensor-sequence split):
 // each request's rows write their keys and values into its blocks of local layer `local_layer`
-// and attend to its positions [0, cached + rows) at their own positions (model/kv_cache.h
-// RaggedKvBatch). The requests with one new row attend with flash_decode_forward when
+// (ragged_store_kv) and attend to its positions [0, cached + rows) at their own positions
+// (model/kv_cache.h RaggedKvBatch). The requests with one new row attend with flash_decode_forward when
 // flash_decode_chunk > 0, after the others and in parallel over the requests.
 Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, const Tensor& qkv,
                                 int64_t local_layer);

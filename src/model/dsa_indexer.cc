@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/core_attention.h"
+#include "model/kv_cache.h"
 #include "model/linear.h"
 #include "model/param_builders.h"
 
@@ -100,6 +102,37 @@ Tensor dsa_indexer_decode(const LayerRuntime& rt, const ParamBuffer& pb, const D
   ip.k = key_cache.data<float>();  // every cached position's key, the new ones last
   Tensor idx = Tensor::empty({T, c.dsa.topk}, DType::kI32);
   dsa_indexer_topk_ref(ip, idx.data<int32_t>());
+  return idx;
+}
+
+Tensor dsa_indexer_ragged(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids, const Tensor& x,
+                          const Tensor& qr, int64_t local_layer, const std::vector<RaggedRequestKv>& requests) {
+  const ModelConfig& c = *rt.config;
+  const RaggedKvBatch& batch = *rt.ragged_kv;
+  KvBlockPool& pool = *batch.pool;
+  const int64_t DI = c.dsa.head_dim, NI = c.dsa.n_heads, K = c.dsa.topk, bt = pool.block_tokens();
+  GALE_CHECK_EQ(requests.size(), batch.requests.size()) << "DSA ragged decoding: the batch's requests";
+  DsaIndexerState st;
+  indexer_project(rt, pb, ids, x, qr, &st);  // one sample of T rows
+  Tensor idx = Tensor::empty({x.size(0), K}, DType::kI32);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RaggedRequest& r = batch.requests[i];
+    const RaggedRequestKv& q = requests[i];
+    for (int64_t s = 0; s < q.rows; ++s) {
+      const int64_t pos = r.cached + s;
+      std::copy_n(st.k.data<float>() + (q.row + s) * DI, DI,
+                  pool.indexer_rows(local_layer, r.blocks[static_cast<size_t>(pos / bt)]) + (pos % bt) * DI);
+    }
+    Tensor keys = Tensor::empty({q.L, DI});  // the request's keys of positions [0, L) in one piece
+    for (int64_t b = 0; b * bt < q.L; ++b)
+      std::copy_n(pool.indexer_rows(local_layer, r.blocks[static_cast<size_t>(b)]), std::min(bt, q.L - b * bt) * DI,
+                  keys.data<float>() + b * bt * DI);
+    DsaIndexerProblem ip = dsa_indexer_problem(c, q.p, st);
+    ip.q += q.row * NI * DI;
+    ip.w += q.row * NI;
+    ip.k = keys.data<float>();
+    dsa_indexer_topk_ref(ip, idx.data<int32_t>() + q.row * K);
+  }
   return idx;
 }
 

@@ -34,6 +34,8 @@
 
 namespace gale {
 
+struct RaggedRequestKv;  // model/core_attention.h
+
 struct DsaIndexerIds {
   int wq_b = -1, wk = -1, k_norm_w = -1, k_norm_b = -1, weights_proj = -1;
   bool defined() const { return wq_b >= 0; }
@@ -65,6 +67,14 @@ void dsa_indexer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const Ds
 Tensor dsa_indexer_decode(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids,
                           const AttentionProblem& ap, const Tensor& x, const Tensor& qr, int64_t cached,
                           Tensor& key_cache);
+
+// Ragged decoding (rt.ragged_kv, model/kv_cache.h RaggedKvBatch): x and qr hold every request's new
+// rows (at rt.rope_positions). Their indexer keys go into the request's blocks of local layer
+// `local_layer` (KvBlockPool::indexer_rows), and each new query picks its top-k among its own
+// request's positions up to its own (`requests`: ragged_store_kv's, in the batch's order).
+// Returns idx [T, K] (key positions within each request).
+Tensor dsa_indexer_ragged(const LayerRuntime& rt, const ParamBuffer& pb, const DsaIndexerIds& ids, const Tensor& x,
+                          const Tensor& qr, int64_t local_layer, const std::vector<RaggedRequestKv>& requests);
 
 // The indexer loss L_I of the micro-batch (coefficient included) against the main attention's packed
 // q/k rows `teacher` (detached; MLA's padded layout).

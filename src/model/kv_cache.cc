@@ -83,8 +83,11 @@ KvBlockPool::KvBlockPool(const ModelConfig& c, const ModelPartition& part, int64
     }
     slot_.push_back(static_cast<int64_t>(storage_.size()));
     storage_.push_back(Tensor::empty({num_blocks * block_tokens, width_}));
+    if (c.dsa.enabled) indexer_storage_.push_back(Tensor::empty({num_blocks * block_tokens, c.dsa.head_dim}));
   }
-  block_bytes_ = static_cast<int64_t>(storage_.size()) * block_tokens * width_ * static_cast<int64_t>(sizeof(float));
+  indexer_width_ = c.dsa.enabled ? c.dsa.head_dim : 0;
+  block_bytes_ = static_cast<int64_t>(storage_.size()) * block_tokens * (width_ + indexer_width_) *
+                 static_cast<int64_t>(sizeof(float));
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
   taken_.assign(static_cast<size_t>(num_blocks), 0);
 }
@@ -113,6 +116,14 @@ float* KvBlockPool::rows(int64_t layer, int32_t id) {
   const int64_t s = slot_.at(static_cast<size_t>(layer));
   GALE_CHECK(s >= 0 && id >= 0 && id < num_blocks_) << "kv block pool: layer " << layer << ", block " << id;
   return storage_[static_cast<size_t>(s)].data<float>() + static_cast<int64_t>(id) * block_tokens_ * width_;
+}
+
+float* KvBlockPool::indexer_rows(int64_t layer, int32_t id) {
+  const int64_t s = slot_.at(static_cast<size_t>(layer));
+  GALE_CHECK(indexer_width_ > 0 && s >= 0 && id >= 0 && id < num_blocks_)
+      << "kv block pool: indexer keys of layer " << layer << ", block " << id;
+  return indexer_storage_[static_cast<size_t>(s)].data<float>() +
+         static_cast<int64_t>(id) * block_tokens_ * indexer_width_;
 }
 
 }  // namespace gale

@@ -64,7 +64,8 @@ KvCache clone_kv_cache(const KvCache& src);
 
 // Paged key/value storage for many requests (Megatron's DynamicInferenceContext memory buffer):
 // `num_blocks` blocks of `block_tokens` positions, allocated once; each block holds its positions'
-// keys and values for every layer of the chunk (rows of 2·KVl·HD floats as in KvCache::layers).
+// keys and values for every layer of the chunk (rows of 2·KVl·HD floats as in KvCache::layers), and
+// for a DSA model each layer's indexer keys (rows of DI floats as in KvCache::indexer_keys).
 // Requests take blocks from a free stack and give them back; the storage itself never changes size,
 // so the allocator's bytes return to where they were when the pool is destroyed.
 class KvBlockPool {
@@ -84,11 +85,14 @@ class KvBlockPool {
   void release(const std::vector<int32_t>& blocks);
   // The [block_tokens, row_width] rows of block `id` for local layer `layer` (not a noop layer).
   float* rows(int64_t layer, int32_t id);
+  // A DSA model's [block_tokens, DI] indexer keys of block `id` for local layer `layer`.
+  float* indexer_rows(int64_t layer, int32_t id);
 
  private:
-  int64_t block_tokens_, num_blocks_, width_ = 0, block_bytes_ = 0;
+  int64_t block_tokens_, num_blocks_, width_ = 0, indexer_width_ = 0, block_bytes_ = 0;
   std::vector<int64_t> slot_;     // local layer -> storage slot (-1: no keys and values, layer_keeps_kv)
   std::vector<Tensor> storage_;   // per slot: [num_blocks·block_tokens, width]
+  std::vector<Tensor> indexer_storage_;  // DSA: per slot [num_blocks·block_tokens, DI]
   std::vector<int32_t> free_;     // free block ids (a stack)
   std::vector<char> taken_;       // per block: allocated
 };

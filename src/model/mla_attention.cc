@@ -289,6 +289,16 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       const float* kv = cache->data<float>();
       ops.dsa_sparse_attention_forward(ap, idx.data<int32_t>(), c.dsa.topk, p, ql, kv, context_key_layout(d.NHl, d.D),
                                        kv, context_value_layout(d.NHl, d.D), out.data<float>(), dsa_lse.data<float>());
+    } else if (rt.ragged_kv) {  // ragged decoding: each request selects and attends among its own positions
+      const int64_t local = layer - part.first_layer, K = c.dsa.topk;
+      const std::vector<RaggedRequestKv> requests = ragged_store_kv(rt, ap, qkv, local);
+      const Tensor idx = dsa_indexer_ragged(rt, pb, w.indexer, x, d.Cq == 0 ? x_full : q_in, local, requests);
+      for (const RaggedRequestKv& r : requests) {
+        std::vector<float> lse(static_cast<size_t>(d.NHl * r.rows));
+        ops.dsa_sparse_attention_forward(r.p, idx.data<int32_t>() + r.row * K, K, p + r.row * ql.row_stride, ql, r.kv,
+                                         context_key_layout(d.NHl, d.D), r.kv, context_value_layout(d.NHl, d.D),
+                                         out.data<float>() + r.row * d.NHl * d.D, lse.data());
+      }
     } else {
       DsaIndexerState ist;
       dsa_indexer_forward(rt, pb, w.indexer, ap, x, d.Cq == 0 ? x_full : q_in, &ist);
@@ -304,8 +314,9 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       }
     }
   } else {
-    out = cache ? cached_attention_forward(rt, ap, qkv, *cache)
-                : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
+    out = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
+          : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
+                       : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
   }
   Tensor ctx = padded_to_ctx(d, out);
   if (saved) {

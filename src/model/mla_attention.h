@@ -36,7 +36,8 @@
 // (scaled by rt.moe_aux_scale) to the indexer's parameters only. Decoding with a KV cache: the new
 // positions' keys and values join the layer's cache, their indexer keys the cache's indexer keys
 // (model/kv_cache.h), each new query picks its top-k among all cached positions up to its own
-// (dsa_indexer_decode) and attends to those rows of the cache. No ragged (batched engine) decoding.
+// (dsa_indexer_decode) and attends to those rows of the cache. Ragged (batched engine) decoding:
+// the same per request, over its blocks (ragged_store_kv, dsa_indexer_ragged).
 //
 // Attention runs on the existing kernels (reference or flash, with the layer's masks, dropout and
 // KV cache) with KV = NH (every head its own key and value) at one head width D = max(Dq, Dv): the
@@ -108,8 +109,8 @@ struct MlaSaved {
 // x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. `ap`
 // is the micro-batch's attention problem with this layer's dropout stream, `layer` the global layer
 // index (core_attention_forward). With rt.kv_cache the new
-// positions' expanded keys and values are appended to the layer's cache (`cache`); with `saved` null
-// nothing is kept.
+// positions' expanded keys and values are appended to the layer's cache (`cache`); with rt.ragged_kv
+// they go into each request's blocks (ragged_attention_forward); with `saved` null nothing is kept.
 Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
                              const AttentionProblem& ap, int64_t layer, const Tensor& x, Tensor* cache,
                              MlaSaved* saved);

@@ -436,7 +436,6 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       ap.dropout_stream = dropout_stream(c.seed, layer, 0);
       Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
       if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
-        GALE_CHECK(!rt.ragged_kv) << "multi-latent attention: ragged decoding is not supported yet";
         Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
         ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
       } else {

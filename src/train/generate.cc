@@ -369,9 +369,6 @@ Status check_requested_tokens(const GenerateArgs& g, const std::vector<std::vect
 // prompt's text (prompt and continuation) on its own line(s), in input order; a throughput line.
 int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vector<std::string>& texts, uint64_t seed) {
   const Tokenizer& tokenizer = *m.tokenizer;
-  if (m.config.mla.enabled)
-    return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
-                                 " with --multi-latent-attention: batched decoding of MLA is not supported yet"));
   if (m.config.moe.capacity_factor > 0.0)
     return usage(InvalidArgument(g.dynamic ? "--inference-dynamic-batching" : "--prompts-file",
                                  " with --moe-expert-capacity-factor ", m.config.moe.capacity_factor,

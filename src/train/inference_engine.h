@@ -105,7 +105,7 @@ struct EngineResult {
 };
 
 // Generates for every prompt (each non-empty and shorter than max_length) with `model` (the whole
-// model on one process, no multi-latent attention).
+// model on one process; multi-latent and DeepSeek sparse attention too).
 StatusOr<EngineResult> run_inference_engine(GPTModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                             const EngineOptions& options);
 

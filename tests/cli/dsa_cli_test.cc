@@ -2,8 +2,8 @@
 // line carries Megatron's "indexer loss" after the lm loss, the fused sparse attention gives the
 // reference's losses, under --bf16 too, and with 2 pipeline stages or 2 data-parallel ranks the same
 // losses and indexer losses as one process; recomputation gives the same run; save and resume continue the
-// run; gale generate (greedy, sampling, beams) and gale evaluate run the saved checkpoint; batched
-// generation, --flash-decode and conversion refuse it.
+// run; gale generate (greedy, sampling, beams; batched, static and dynamic, with each prompt's texts
+// alone) and gale evaluate run the saved checkpoint; --flash-decode and conversion refuse it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 
+#include "checkpoint_inference.h"
 #include "mpi_cli.h"
 #include "cli/log_line.h"
 #include "subprocess.h"
@@ -117,17 +118,15 @@ TEST(GalePretrainDsa, SaveResumeContinuesTheRun) {
 
 // `gale generate` and `gale evaluate` on a DSA checkpoint of `gale pretrain` (the model from its args;
 // prompts longer than the top-k of 12, so the cached decoding selects): greedy decoding, sampling and
-// beam search generate, perplexity is scored; what is not supported yet is refused in one line.
+// beam search generate, batched greedy decoding gives the texts of each prompt alone, perplexity is
+// scored; what is not supported yet is refused in one line.
 TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
   const std::string dir = "/tmp/gale_dsa_infer_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const test::RunResult trained = run(1, {"--save", dir + "/ckpt", "--save-interval", "2"}, "2");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   auto infer = [&](const char* sub, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {GALE_BINARY, sub, "--load", dir + "/ckpt", "--use-checkpoint-args",
-                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return test::run_with_timeout(argv, {"OMP_NUM_THREADS=1"}, 300);
+    return testing::infer_from_checkpoint(sub, dir + "/ckpt", std::move(extra));
   };
   static const std::regex stats(R"(\[20 prompt tokens, (\d+) generated)");  // on stderr: before or after the text
   const std::string prompt = "17 5 9 9 30 12 7 100 4 8 61 2 3 77 1 42 19 6 250 11";  // 20 tokens
@@ -152,9 +151,24 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
   ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
   EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(documents: 1 \| tokens: 26 \| lm loss: [0-9.E+-]+)")))
       << ppl.output;
+  // Batched: the greedy texts of every prompt alone (one longer than the top-k of 12, one shorter),
+  // under static batching and dynamic batching (each request's indexer keys in its blocks).
+  static const std::regex stats_line(R"(\[[^\]\n]*tokens/s[^\]\n]*\]\n)");
+  std::string alone;
+  for (const std::string& p : {prompt, std::string("1 2 3")}) {
+    const test::RunResult r = infer("generate", {"--prompt", p, "--temperature", "0", "--max-new-tokens", "12"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    alone += std::regex_replace(r.output, stats_line, "");
+  }
   {
     std::ofstream out(dir + "/prompts.txt");
-    out << "1 2 3\n4 5 6\n";
+    out << prompt << "\n1 2 3\n";
+  }
+  for (const std::vector<std::string>& dynamic :
+       {std::vector<std::string>{}, testing::small_dynamic_batching_flags("0.0075", "64")}) {
+    const test::RunResult r = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "12", dynamic);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(std::regex_replace(r.output, stats_line, ""), alone) << (dynamic.empty() ? "static" : "dynamic");
   }
   struct Refusal {
     const char* sub;
@@ -162,8 +176,6 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
     std::string expected;
   };
   const Refusal refusals[] = {
-      {"generate", {"--prompts-file", dir + "/prompts.txt"},
-       "--prompts-file with --multi-latent-attention: batched decoding of MLA is not supported yet"},
       {"generate", {"--prompt", "1 2 3", "--flash-decode"},
        "--flash-decode with a DeepSeek sparse attention model (--experimental-attention-variant dsa): not supported "
        "yet"},
@@ -173,15 +185,10 @@ TEST(GalePretrainDsa, GenerateAndEvaluateLoadTheCheckpoint) {
     EXPECT_NE(r.exit_code, 0) << f.expected;
     EXPECT_NE(r.output.find(f.expected), std::string::npos) << r.output;
   }
-  const test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
-                                                     "--save-model-type", "hf", "--load-dir", dir + "/ckpt",
-                                                     "--save-dir", dir + "/hf"},
-                                                    {}, 60);
-  EXPECT_NE(hf.exit_code, 0);
-  EXPECT_NE(hf.output.find("a DeepSeek sparse attention model (args 'experimental_attention_variant' \"dsa\"): "
-                           "conversion to or from Megatron's and Hugging Face's formats is not supported yet"),
-            std::string::npos)
-      << hf.output;
+  testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
+                                        "a DeepSeek sparse attention model (args 'experimental_attention_variant' "
+                                        "\"dsa\"): conversion to or from Megatron's and Hugging Face's formats is "
+                                        "not supported yet");
   std::filesystem::remove_all(dir);
 }
 

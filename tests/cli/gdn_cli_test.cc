@@ -15,6 +15,7 @@
 #include <fstream>
 #include <regex>
 
+#include "checkpoint_inference.h"
 #include "ckpt/safetensors.h"
 #include "cli/log_line.h"
 #include "mpi_cli.h"
@@ -132,10 +133,7 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
       run(1, {"--linear-attention-freq", "2", "--save", dir + "/ckpt", "--save-interval", "4"}, "4");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   auto infer = [&](const char* sub, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {GALE_BINARY, sub, "--load", dir + "/ckpt", "--use-checkpoint-args",
-                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return test::run_with_timeout(argv, {"OMP_NUM_THREADS=1"}, 300);
+    return testing::infer_from_checkpoint(sub, dir + "/ckpt", std::move(extra));
   };
   // The texts: the output without the statistics lines.
   static const std::regex stats_line(R"(\[[^\]\n]*(tokens/s|decoding states)[^\]\n]*\]\n)");
@@ -154,8 +152,7 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
     std::ofstream out(dir + "/prompts.txt");
     out << file;
   }
-  const test::RunResult st = infer("generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0",
-                                                "--max-new-tokens", "10", "--inference-max-requests", "2"});
+  const test::RunResult st = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "10", {});
   ASSERT_EQ(st.exit_code, 0) << st.output;
   EXPECT_EQ(std::regex_replace(st.output, stats_line, ""), alone);
   // 2 requests' states of the 2 GDN layers: conv 2·(2·2·8 + 4·6) and the delta rule's 4·8·6 floats.
@@ -163,11 +160,8 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
                            std::to_string(2 * 2 * (2 * (2 * 2 * 8 + 4 * 6) + 4 * 8 * 6) * 4) + " bytes]"),
             std::string::npos)
       << st.output;
-  const test::RunResult dyn = infer(
-      "generate", {"--prompts-file", dir + "/prompts.txt", "--temperature", "0", "--max-new-tokens", "10",
-                   "--inference-dynamic-batching", "--inference-dynamic-batching-buffer-size-gb", "0.0035",
-                   "--inference-max-seq-length", "48", "--inference-dynamic-batching-block-size", "8",
-                   "--inference-dynamic-batching-max-tokens-override", "16"});
+  const test::RunResult dyn = testing::generate_batched(dir + "/ckpt", dir + "/prompts.txt", "10",
+                                                       testing::small_dynamic_batching_flags("0.0035", "48"));
   ASSERT_EQ(dyn.exit_code, 0) << dyn.output;
   EXPECT_EQ(std::regex_replace(dyn.output, stats_line, ""), alone);
   const test::RunResult beam = infer("generate", {"--prompt", prompts[1], "--num-beams", "3", "--max-new-tokens", "6"});
@@ -187,15 +181,10 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
                              "supported yet"),
             std::string::npos)
       << lora.output;
-  const test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
-                                                     "--save-model-type", "hf", "--load-dir", dir + "/ckpt",
-                                                     "--save-dir", dir + "/hf"},
-                                                    {}, 60);
-  EXPECT_NE(hf.exit_code, 0);
-  EXPECT_NE(hf.output.find("a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion to or "
-                           "from Megatron's and Hugging Face's formats is not supported yet"),
-            std::string::npos)
-      << hf.output;
+  testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
+                                        "a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): "
+                                        "conversion to or from Megatron's and Hugging Face's formats is not "
+                                        "supported yet");
   std::filesystem::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "data/data_test_util.h"
+#include "generate_cli_fixture.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -15,47 +16,19 @@ namespace {
 using testing::TempDir;
 using testing::write_file;
 
-const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
-
 std::vector<std::string> command(const std::string& sub, std::vector<std::string> extra) {
   std::vector<std::string> argv = {GALE_BINARY, sub, "--num-layers", "2", "--hidden-size", "64",
                                    "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings",
-                                   "64", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-                                   kRepo + "/data/tokenizers/gpt2/vocab.json", "--merge-file",
-                                   kRepo + "/data/tokenizers/gpt2/merges.txt"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
+                                   "64"};
+  for (const std::vector<std::string>& more : {testing::gpt2_tokenizer_flags(), extra})
+    argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
 
-// Mixed lengths (1 to 36 tokens, 74 in all): under dynamic batching with a step of at most 64
-// tokens the last one waits for the first five to be prefilled and joins mid-flight.
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",
-    "In the beginning there was nothing but the wide dark sea, and over it the wind moved slowly from the east "
-    "to the west, day after day, for a very long time",
-    "Hello",
-    "The quick brown fox jumps over the lazy dog and",
-    "x y z",
-    "She opened the old wooden door and looked out at the garden, where the rain had just stopped",
-};
+const std::vector<std::string>& kPrompts = testing::kMixedLengthPrompts;
 
-class GenerateBatchingCli : public ::testing::Test {
+class GenerateBatchingCli : public testing::TrainedCheckpointCli<command> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    trained_ = new test::RunResult(test::run_with_timeout(
-        command("pretrain", {"--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "4", "--lr",
-                             "3e-3", "--mock-data", "--log-interval", "2", "--eval-interval", "100", "--eval-iters",
-                             "1", "--num-threads", "1", "--save", dir_->file("ckpt"), "--save-interval", "4"}),
-        {}, 300));
-    std::string file;
-    for (const std::string& p : kPrompts) file += p + "\n";
-    write_file(dir_->file("prompts.txt"), file);
-  }
-  static void TearDownTestSuite() {
-    delete trained_;
-    delete dir_;
-  }
   static test::RunResult generate(std::vector<std::string> extra) {
     std::vector<std::string> a = {"--load", dir_->file("ckpt"), "--max-new-tokens", "12"};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -80,12 +53,7 @@ class GenerateBatchingCli : public ::testing::Test {
     }
     return all;
   }
-  static std::string prompts() { return dir_->file("prompts.txt"); }
-  static TempDir* dir_;
-  static test::RunResult* trained_;
 };
-TempDir* GenerateBatchingCli::dir_ = nullptr;
-test::RunResult* GenerateBatchingCli::trained_ = nullptr;
 
 // Dynamic batching with a tiny buffer: blocks of 8 positions, 602 blocks (the 64 guaranteed
 // requests of 64 positions reserve 512), at most 64 tokens a step.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "data/data_test_util.h"
+#include "generate_cli_fixture.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -12,17 +13,10 @@ namespace {
 using testing::TempDir;
 using testing::write_file;
 
-const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
-
 const char* kBlocks = R"({"block_configs": [
   {"attention": {"n_heads_in_group": 4}, "ffn": {"ffn_hidden_size": 48}},
   {"attention": {"no_op": true}, "ffn": {"replace_with_linear": true}},
   {"attention": {"n_heads_in_group": 2}, "ffn": {"ffn_mult": 1.0}}]})";
-
-std::vector<std::string> tokenizer() {
-  return {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kRepo + "/data/tokenizers/gpt2/vocab.json",
-          "--merge-file", kRepo + "/data/tokenizers/gpt2/merges.txt"};
-}
 
 std::vector<std::string> pretrain(std::vector<std::string> extra) {
   std::vector<std::string> argv = {GALE_BINARY, "pretrain", "--num-layers", "3", "--hidden-size", "64",
@@ -30,14 +24,16 @@ std::vector<std::string> pretrain(std::vector<std::string> extra) {
                                    "--seq-length", "32", "--max-position-embeddings", "64", "--normalization",
                                    "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
                                    "--heterogeneous-layers-config-encoded-json", kBlocks};
-  for (const std::vector<std::string>& more : {tokenizer(), extra}) argv.insert(argv.end(), more.begin(), more.end());
+  for (const std::vector<std::string>& more : {testing::gpt2_tokenizer_flags(), extra})
+    argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
 
 // gale generate rebuilds the layers from the checkpoint's args (the JSON is recorded there).
 std::vector<std::string> generate(const std::string& ckpt, std::vector<std::string> extra) {
   std::vector<std::string> argv = {GALE_BINARY, "generate", "--load", ckpt, "--use-checkpoint-args"};
-  for (const std::vector<std::string>& more : {tokenizer(), extra}) argv.insert(argv.end(), more.begin(), more.end());
+  for (const std::vector<std::string>& more : {testing::gpt2_tokenizer_flags(), extra})
+    argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
 

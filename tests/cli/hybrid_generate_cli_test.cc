@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "data/data_test_util.h"
+#include "generate_cli_fixture.h"
 #include "subprocess.h"
 
 namespace gale {
@@ -17,8 +18,6 @@ namespace {
 using testing::TempDir;
 using testing::write_file;
 
-const std::string kRepo = std::string(GALE_TEST_DATA_DIR) + "/../..";
-
 // The model: 4 layers M * - M, hidden 64 (d_inner 128: 8 heads of 16, 2 groups, d_state 16), RMSNorm,
 // no position embedding (as Megatron's Mamba examples), GPT-2's tokenizer.
 std::vector<std::string> command(const std::string& sub, std::vector<std::string> extra) {
@@ -26,43 +25,16 @@ std::vector<std::string> command(const std::string& sub, std::vector<std::string
                                    "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings",
                                    "64", "--is-hybrid-model", "--hybrid-override-pattern", "M*-M",
                                    "--mamba-state-dim", "16", "--mamba-head-dim", "16", "--mamba-num-groups", "2",
-                                   "--normalization", "RMSNorm", "--position-embedding-type", "none",
-                                   "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-                                   kRepo + "/data/tokenizers/gpt2/vocab.json", "--merge-file",
-                                   kRepo + "/data/tokenizers/gpt2/merges.txt"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
+                                   "--normalization", "RMSNorm", "--position-embedding-type", "none"};
+  for (const std::vector<std::string>& more : {testing::gpt2_tokenizer_flags(), extra})
+    argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
 
-// Mixed lengths (1 to 36 tokens): under dynamic batching with a step of at most 64 tokens the last
-// one waits for the first five to be prefilled and joins mid-flight.
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",
-    "In the beginning there was nothing but the wide dark sea, and over it the wind moved slowly from the east "
-    "to the west, day after day, for a very long time",
-    "Hello",
-    "The quick brown fox jumps over the lazy dog and",
-    "x y z",
-    "She opened the old wooden door and looked out at the garden, where the rain had just stopped",
-};
+const std::vector<std::string>& kPrompts = testing::kMixedLengthPrompts;
 
-class HybridGenerateCli : public ::testing::Test {
+class HybridGenerateCli : public testing::TrainedCheckpointCli<command> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    trained_ = new test::RunResult(test::run_with_timeout(
-        command("pretrain", {"--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "4", "--lr",
-                             "3e-3", "--mock-data", "--log-interval", "2", "--eval-interval", "100", "--eval-iters",
-                             "1", "--num-threads", "1", "--save", dir_->file("ckpt"), "--save-interval", "4"}),
-        {}, 300));
-    std::string file;
-    for (const std::string& p : kPrompts) file += p + "\n";
-    write_file(dir_->file("prompts.txt"), file);
-  }
-  static void TearDownTestSuite() {
-    delete trained_;
-    delete dir_;
-  }
   static test::RunResult run(const std::string& sub, std::vector<std::string> extra) {
     std::vector<std::string> a = {"--load", dir_->file("ckpt")};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -76,12 +48,7 @@ class HybridGenerateCli : public ::testing::Test {
     if (stats) *stats = all;
     return std::regex_replace(r.output, line, "");
   }
-  static std::string prompts() { return dir_->file("prompts.txt"); }
-  static TempDir* dir_;
-  static test::RunResult* trained_;
 };
-TempDir* HybridGenerateCli::dir_ = nullptr;
-test::RunResult* HybridGenerateCli::trained_ = nullptr;
 
 TEST_F(HybridGenerateCli, GreedyAloneStaticAndDynamicBatchingGiveTheSameTexts) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->output;
@@ -95,12 +62,12 @@ TEST_F(HybridGenerateCli, GreedyAloneStaticAndDynamicBatchingGiveTheSameTexts) {
     alone += text;
   }
   // --use-checkpoint-args: the hybrid model from the checkpoint's metadata (no model flags needed).
-  test::RunResult own = test::run_with_timeout(
-      {GALE_BINARY, "generate", "--load", dir_->file("ckpt"), "--use-checkpoint-args", "--tokenizer-type",
-       "GPT2BPETokenizer", "--vocab-file", kRepo + "/data/tokenizers/gpt2/vocab.json", "--merge-file",
-       kRepo + "/data/tokenizers/gpt2/merges.txt", "--prompt", kPrompts[0], "--temperature", "0", "--max-new-tokens",
-       "12"},
-      {"OMP_NUM_THREADS=1"}, 300);
+  std::vector<std::string> own_argv = {GALE_BINARY, "generate", "--load", dir_->file("ckpt"), "--use-checkpoint-args"};
+  for (const std::vector<std::string>& more :
+       {testing::gpt2_tokenizer_flags(),
+        std::vector<std::string>{"--prompt", kPrompts[0], "--temperature", "0", "--max-new-tokens", "12"}})
+    own_argv.insert(own_argv.end(), more.begin(), more.end());
+  test::RunResult own = test::run_with_timeout(own_argv, {"OMP_NUM_THREADS=1"}, 300);
   ASSERT_EQ(own.exit_code, 0) << own.output;
   EXPECT_EQ(alone.rfind(texts(own, nullptr), 0), 0u) << own.output;
   std::string stats;

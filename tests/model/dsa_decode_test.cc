@@ -12,77 +12,37 @@
 #include <cstdio>
 #include <memory>
 
-#include "kernels/cpu/fused_ops.h"
 #include "mla_test_config.h"
-#include "model/hybrid_test_model.h"
+#include "model/decoding_check.h"
 #include "model/kv_cache.h"
-#include "tokenizer/null_tokenizer.h"
-#include "train/evaluate.h"
-#include "train/inference_model.h"
+#include "train/evaluate_check.h"
 
 namespace gale {
 namespace {
 
 constexpr int64_t kTopk = 4;
 
-// The 2-layer MLA model of the MLA tests (Dn 4, R 4, Dv 3, latent norms; a query latent of 6 or
-// none) with a DSA indexer of 2 heads of 6 and top-k `topk`, 32 positions.
 ModelConfig dsa_decode_config(int64_t q_lora_rank, int64_t topk = kTopk) {
-  ModelConfig c = testing::mla_config(/*llama=*/true, q_lora_rank, /*qk_layernorm=*/true, /*v_head_dim=*/3);
-  c.max_positions = 32;
-  c.dsa.enabled = true;
-  c.dsa.n_heads = 2;
-  c.dsa.head_dim = 6;
-  c.dsa.topk = topk;
-  return c;
+  return testing::dsa_decode_config(q_lora_rank, topk);
 }
 
 struct DsaModel {
   DsaModel(const ModelConfig& config, bool fused) : c(config) {
-    ops = reference_ops();
-    GALE_CHECK_OK(install_all_fused_kernels(ops, detected_isa()));
+    ops = testing::decoding_ops();
     if (fused) {  // --use-fused-sparse-flash-attention
       ops.dsa_sparse_attention_forward = dsa_sparse_attention_forward_fused;
       ops.dsa_sparse_attention_backward = dsa_sparse_attention_backward_fused;
     }
-    model = std::make_unique<GPTModel>(c, single_process_partition(c), &ops);
-    model->params().initialize(11);
+    model = testing::decoding_model(c, &ops, 11);
   }
-  // forward_logits of the next tokens of each of cache.B samples ([B][n] ids) -> the last row of each.
-  std::vector<std::vector<float>> cached(KvCache& cache, const std::vector<std::vector<int32_t>>& ids) {
-    MicroBatch mb;
-    mb.B = static_cast<int64_t>(ids.size());
-    mb.S = static_cast<int64_t>(ids[0].size());
-    for (const auto& v : ids) mb.tokens.insert(mb.tokens.end(), v.begin(), v.end());
-    mb.position_ids.assign(mb.tokens.size(), 0);
-    const Tensor l = model->forward_logits(mb, Tensor(), &cache);
-    std::vector<std::vector<float>> rows;
-    for (int64_t b = 0; b < mb.B; ++b) {
-      const float* r = l.data<float>() + (b * mb.S + mb.S - 1) * c.vocab;
-      rows.emplace_back(r, r + c.vocab);
-    }
-    return rows;
-  }
-  // Greedy decoding of the prompts (equal lengths) for `steps` tokens with one cache, every step's
-  // logits against the whole-sequence forward of that sample's tokens so far (the same greedy
-  // token); returns the largest relative difference and leaves the sequences in *seqs.
+  // Greedy decoding of the prompts (equal lengths) for `steps` tokens with a new cache, each step
+  // against the whole-sequence forward (testing::greedy_against_full_forward); the cache holds
+  // every position but the last token's. Returns the largest relative difference and leaves the
+  // sequences in *seqs.
   double greedy_against_full_forward(const std::vector<std::vector<int32_t>>& prompts, int64_t steps,
                                      std::vector<std::vector<int32_t>>* seqs) {
     KvCache cache = make_kv_cache(c, model->partition(), static_cast<int64_t>(prompts.size()), c.max_positions);
-    *seqs = prompts;
-    std::vector<std::vector<int32_t>> next = prompts;
-    double worst = 0.0;
-    for (int64_t k = 0; k <= steps; ++k) {
-      const std::vector<std::vector<float>> rows = cached(cache, next);
-      for (size_t b = 0; b < seqs->size(); ++b) {
-        const std::vector<float> want = testing::full_forward_last_logits(*model, (*seqs)[b]);
-        worst = std::max(worst, testing::logits_rel_diff(rows[b].data(), want));
-        const int32_t tok = testing::argmax_row(rows[b].data(), c.vocab);
-        EXPECT_EQ(tok, testing::argmax_row(want.data(), c.vocab)) << "sample " << b << ", step " << k;
-        (*seqs)[b].push_back(tok);
-        next[b] = {tok};
-      }
-    }
+    const double worst = testing::greedy_against_full_forward(*model, cache, prompts, steps, seqs);
     EXPECT_EQ(cache.length, static_cast<int64_t>((*seqs)[0].size()) - 1);
     return worst;
   }
@@ -91,19 +51,13 @@ struct DsaModel {
   std::unique_ptr<GPTModel> model;
 };
 
-std::vector<int32_t> prompt_of(int64_t len, int64_t vocab) {
-  std::vector<int32_t> p;
-  for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((len * 13 + i * 7 + 3) % vocab));
-  return p;
-}
-
 TEST(DsaDecode, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
   for (int64_t q_lora_rank : {6, 0})
     for (bool fused : {false, true}) {
       DsaModel m(dsa_decode_config(q_lora_rank), fused);
       std::vector<std::vector<int32_t>> seqs;
       for (int64_t len : {1, 3, 5, 11}) {  // shorter than, equal to and longer than top-k
-        const double worst = m.greedy_against_full_forward({prompt_of(len, m.c.vocab)}, 14, &seqs);
+        const double worst = m.greedy_against_full_forward({testing::test_prompt(len, m.c.vocab)}, 14, &seqs);
         EXPECT_LT(worst, 1e-4) << "prompt of " << len << ", q latent " << q_lora_rank << ", fused " << fused;
         std::printf("q latent %lld, fused %d, prompt of %lld: largest relative logits difference %.2e\n",
                     static_cast<long long>(q_lora_rank), fused, static_cast<long long>(len), worst);
@@ -131,20 +85,7 @@ TEST(DsaDecode, TheCacheKeepsTheIndexerKeysOfEveryLayer) {
 // tokens than the original; both give the full forward's logits (the clone's indexer keys are its own).
 TEST(DsaDecode, ClonedCachesBranchIndependently) {
   DsaModel m(dsa_decode_config(6), false);
-  const std::vector<int32_t> prompt = {4, 17, 23, 9, 1, 30, 3, 12};
-  KvCache a = make_kv_cache(m.c, m.model->partition(), 1, m.c.max_positions);
-  m.cached(a, {prompt});
-  KvCache b = clone_kv_cache(a);
-  std::vector<int32_t> sa = prompt, sb = prompt;
-  for (int k = 0; k < 8; ++k) {
-    const int32_t ta = static_cast<int32_t>(10 + k), tb = static_cast<int32_t>(31 - 3 * k);
-    sa.push_back(ta);
-    sb.push_back(tb);
-    const std::vector<float> ra = m.cached(a, {{ta}})[0];
-    const std::vector<float> rb = m.cached(b, {{tb}})[0];
-    EXPECT_LT(testing::logits_rel_diff(ra.data(), testing::full_forward_last_logits(*m.model, sa)), 1e-4) << k;
-    EXPECT_LT(testing::logits_rel_diff(rb.data(), testing::full_forward_last_logits(*m.model, sb)), 1e-4) << k;
-  }
+  testing::expect_cloned_caches_branch_independently(*m.model, {4, 17, 23, 9, 1, 30, 3, 12}, 8, 31);
 }
 
 // The same weights with a top-k covering every position (dense MLA) give other logits once the
@@ -154,7 +95,8 @@ TEST(DsaDecode, TheSparseSelectionChangesTheLogits) {
   ParamBuffer &ps = sparse.model->params(), &pd = dense.model->params();
   ASSERT_EQ(ps.size(), pd.size());
   for (int id = 0; id < ps.size(); ++id) pd.set_param_values(id, ps.param_data(id));
-  const std::vector<int32_t> short_seq = prompt_of(kTopk, sparse.c.vocab), long_seq = prompt_of(20, sparse.c.vocab);
+  const std::vector<int32_t> short_seq = testing::test_prompt(kTopk, sparse.c.vocab);
+  const std::vector<int32_t> long_seq = testing::test_prompt(20, sparse.c.vocab);
   const std::vector<float> short_dense = testing::full_forward_last_logits(*dense.model, short_seq);
   const std::vector<float> long_dense = testing::full_forward_last_logits(*dense.model, long_seq);
   const double same = testing::logits_rel_diff(testing::full_forward_last_logits(*sparse.model, short_seq).data(),
@@ -170,29 +112,7 @@ TEST(DsaDecode, TheSparseSelectionChangesTheLogits) {
 // each next token equals the training forward's lm loss sum on the same tokens and labels.
 TEST(DsaDecode, EvaluateScoringGivesTheTrainingForwardsLoss) {
   DsaModel d(dsa_decode_config(6), false);
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 25; ++i) ids.push_back(static_cast<int32_t>((i * 17 + 5) % d.c.vocab));
-  MicroBatch mb;
-  mb.B = 1;
-  mb.S = static_cast<int64_t>(ids.size()) - 1;
-  mb.tokens.assign(ids.begin(), ids.end() - 1);
-  mb.labels.assign(ids.begin() + 1, ids.end());
-  mb.loss_mask.assign(static_cast<size_t>(mb.S), 1.0f);
-  for (int64_t s = 0; s < mb.S; ++s) mb.position_ids.push_back(static_cast<int32_t>(s));
-  GPTModel::LossSums train;
-  d.model->forward(0, mb, Tensor(), /*training=*/true, &train);
-  InferenceModel m;
-  m.config = d.c;
-  StatusOr<std::unique_ptr<NullTokenizer>> tok = NullTokenizer::create(d.c.vocab - 1);  // its vocabulary: V
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  m.tokenizer = std::move(tok).value();
-  m.model = std::move(d.model);  // the InferenceModel owns the model for the call
-  int64_t tokens = 0;
-  const double nll = sequence_negative_log_likelihood(m, ids, mb.S, &tokens);
-  EXPECT_EQ(tokens, mb.S);
-  EXPECT_EQ(train.tokens, static_cast<double>(mb.S));
-  EXPECT_NEAR(nll, train.loss_sum, 1e-5 * train.loss_sum);
-  std::printf("evaluate %.8f, training forward %.8f\n", nll, train.loss_sum);
+  testing::expect_ppl_scoring_equals_training_loss(&d.model, 25);
 }
 
 }  // namespace

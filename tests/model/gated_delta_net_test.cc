@@ -63,19 +63,12 @@ TEST(GatedDeltaNetGolden, ForwardAndBackwardMatchTheFloat64Reference) {
   ModelConfig c = gdn_config(dims["H"], dims["NK"], dims["NV"], dims["DK"], dims["DV"], dims["K"]);
   c.norm_eps = dims["norm_eps"].get<float>();
   Mixer m(c);
-  const std::pair<const char*, int> params[] = {{"w_in", m.w.in_proj}, {"conv_w", m.w.conv_w},
-                                                {"dt_bias", m.w.dt_bias}, {"a_log", m.w.a_log},
-                                                {"norm_w", m.w.out_norm_w}, {"w_out", m.w.out_proj}};
-  for (const auto& [name, id] : params) {
-    const std::vector<float> v = testing::json_floats(g["inputs"][name]);
-    ASSERT_EQ(static_cast<int64_t>(v.size()), m.pb.spec(id).local_numel()) << name;
-    m.pb.set_param_values(id, v.data());
-  }
-  const std::vector<float> uv = testing::json_floats(g["inputs"]["u"]), rv = testing::json_floats(g["r"]);
-  Tensor u = Tensor::empty({S * B, c.hidden});
-  std::copy(uv.begin(), uv.end(), u.data<float>());
-  Tensor r = Tensor::empty({S * B, c.hidden});
-  std::copy(rv.begin(), rv.end(), r.data<float>());
+  const std::vector<std::pair<const char*, int>> params = {{"w_in", m.w.in_proj}, {"conv_w", m.w.conv_w},
+                                                           {"dt_bias", m.w.dt_bias}, {"a_log", m.w.a_log},
+                                                           {"norm_w", m.w.out_norm_w}, {"w_out", m.w.out_proj}};
+  ASSERT_NO_FATAL_FAILURE(testing::set_params_from_json(m.pb, params, g["inputs"]));
+  const Tensor u = testing::json_tensor(g["inputs"]["u"], S * B, c.hidden);
+  const Tensor r = testing::json_tensor(g["r"], S * B, c.hidden);
   GdnSaved saved;
   Tensor out = m.forward(u, S, B, &saved);
   testing::expect_near_reference(out.data<float>(), testing::json_floats(g["out"]), "out");

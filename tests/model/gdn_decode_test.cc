@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "model/causal_conv1d.h"
+#include "model/decoding_check.h"
 #include "model/gated_delta_net.h"
 #include "model/gdn_test_model.h"
 #include "model/kv_cache.h"
@@ -138,92 +138,27 @@ TEST(GdnDecode, PrefillThenStepsEqualTheWholeSequenceForward) {
   EXPECT_LT(worst, 1e-5 * scale) << "largest difference " << worst << " of outputs up to " << scale;
 }
 
-class GdnModelDecodeTest : public ::testing::Test {
+class GdnModelDecodeTest : public testing::DecodingModelTest {
  protected:
-  void SetUp() override {
-    c_ = testing::tiny_gdn_config();
-    ops_ = reference_ops();
-    GALE_CHECK_OK(install_all_fused_kernels(ops_, detected_isa()));
-    model_ = std::make_unique<GPTModel>(c_, single_process_partition(c_), &ops_);
-    model_->params().initialize(7);
-    testing::make_gdn_state_carry(*model_);
-  }
-  // forward_logits of the next tokens of each of cache.B samples ([B, n] ids) -> rows [B][V] of the last.
-  std::vector<std::vector<float>> cached(KvCache& cache, const std::vector<std::vector<int32_t>>& ids) {
-    MicroBatch mb;
-    mb.B = static_cast<int64_t>(ids.size());
-    mb.S = static_cast<int64_t>(ids[0].size());
-    for (const auto& v : ids) mb.tokens.insert(mb.tokens.end(), v.begin(), v.end());
-    mb.position_ids.assign(mb.tokens.size(), 0);
-    const Tensor l = model_->forward_logits(mb, Tensor(), &cache);
-    std::vector<std::vector<float>> rows;
-    for (int64_t b = 0; b < mb.B; ++b) {
-      const float* r = l.data<float>() + (b * mb.S + mb.S - 1) * c_.vocab;
-      rows.emplace_back(r, r + c_.vocab);
-    }
-    return rows;
-  }
-  // Greedy decoding of the prompts (equal lengths) with one cache: every step's logits against the
-  // whole-sequence forward of that sample's tokens so far; the largest relative difference.
-  double greedy_against_full_forward(const std::vector<std::vector<int32_t>>& prompts, int64_t steps, KvCache& cache) {
-    std::vector<std::vector<int32_t>> seqs = prompts, next = prompts;
-    double worst = 0.0;
-    for (int64_t k = 0; k <= steps; ++k) {
-      const std::vector<std::vector<float>> rows = cached(cache, next);
-      for (size_t b = 0; b < seqs.size(); ++b) {
-        const std::vector<float> want = testing::full_forward_last_logits(*model_, seqs[b]);
-        worst = std::max(worst, testing::logits_rel_diff(rows[b].data(), want));
-        const int32_t tok = testing::argmax_row(rows[b].data(), c_.vocab);
-        EXPECT_EQ(tok, testing::argmax_row(want.data(), c_.vocab)) << "sample " << b << ", step " << k;
-        seqs[b].push_back(tok);
-        next[b] = {tok};
-      }
-    }
-    return worst;
-  }
-  ModelConfig c_;
-  OpTable ops_;
-  std::unique_ptr<GPTModel> model_;
+  void SetUp() override { set_up(testing::tiny_gdn_config(), testing::make_gdn_state_carry); }
 };
 
 // Prompts of 1, 2, 3 (< K − 1: the conv state keeps zeros from before position 0), 7 and 19
-// positions, one sample each, then two samples of 6 together (sample b's state in slot b).
+// positions, one sample each (one state slot), then two samples of 6 together (sample b's state in slot b).
 TEST_F(GdnModelDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
-  for (int64_t len : {1, 2, 3, 7, 19}) {
-    std::vector<int32_t> p;
-    for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((len * 13 + i * 7 + 3) % c_.vocab));
-    KvCache cache = make_kv_cache(c_, model_->partition(), 1, c_.max_positions);
-    EXPECT_EQ(cache.mamba.slots(), 1);
-    const double worst = greedy_against_full_forward({p}, 12, cache);
-    EXPECT_LT(worst, 1e-4) << "prompt of " << len;
-    std::printf("prompt of %lld: largest relative logits difference %.2e\n", static_cast<long long>(len), worst);
-  }
-  const std::vector<std::vector<int32_t>> two = {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}};
-  KvCache cache = make_kv_cache(c_, model_->partition(), 2, c_.max_positions);
-  EXPECT_LT(greedy_against_full_forward(two, 12, cache), 1e-4);
+  EXPECT_EQ(make_kv_cache(c_, model_->partition(), 1, c_.max_positions).mamba.slots(), 1);
+  const KvCache cache = testing::expect_greedy_decoding_of_prompts(
+      *model_, {1, 2, 3, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
   // Only the attention layers (1 and 4) keep keys and values; the three GDN layers a state each:
   // conv (K − 1)·(2·NK·DK + NV·DV) and the delta rule's NV·DK·DV floats.
   for (int64_t l = 0; l < c_.num_layers; ++l) EXPECT_EQ(cache.layers[l].defined(), l == 1 || l == 4) << l;
   EXPECT_EQ(cache.mamba.slot_bytes(), 3 * (3 * (2 * 2 * 8 + 4 * 6) + 4 * 8 * 6) * 4);
 }
 
-// Beam search's branching (train/generate.cc): a cache cloned after the prompt continues with other
-// tokens than the original; both give the full forward's logits (the clone's GDN states are its own).
+// Beam search's branching: a cache cloned after the prompt continues on its own (the clone's GDN
+// states are its own).
 TEST_F(GdnModelDecodeTest, ClonedCachesBranchIndependently) {
-  const std::vector<int32_t> prompt = {4, 17, 23, 9, 1, 50, 3, 12};
-  KvCache a = make_kv_cache(c_, model_->partition(), 1, c_.max_positions);
-  cached(a, {prompt});
-  KvCache b = clone_kv_cache(a);
-  std::vector<int32_t> sa = prompt, sb = prompt;
-  for (int k = 0; k < 6; ++k) {
-    const int32_t ta = static_cast<int32_t>(10 + k), tb = static_cast<int32_t>(70 - 3 * k);
-    sa.push_back(ta);
-    sb.push_back(tb);
-    const std::vector<float> ra = cached(a, {{ta}})[0];
-    const std::vector<float> rb = cached(b, {{tb}})[0];
-    EXPECT_LT(testing::logits_rel_diff(ra.data(), testing::full_forward_last_logits(*model_, sa)), 1e-4) << k;
-    EXPECT_LT(testing::logits_rel_diff(rb.data(), testing::full_forward_last_logits(*model_, sb)), 1e-4) << k;
-  }
+  testing::expect_cloned_caches_branch_independently(*model_, {4, 17, 23, 9, 1, 50, 3, 12}, 6, 70);
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 // A tiny Gated DeltaNet model (GDN and full-attention layers) with random weights whose GDN state
-// carries far, for the GDN decoding tests (the hybrid decoding helpers give its greedy reference).
+// carries far, for the GDN decoding tests (model/decoding_check.h gives its greedy reference).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "model/gpt_model.h"
-#include "model/hybrid_test_model.h"
 #include "model/tiny_model_training.h"
 
 namespace gale::testing {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/decoding_check.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "model_test_batches.h"
@@ -115,25 +116,13 @@ TEST(HeterogeneousLayers, KvCacheDecodingEqualsTheWholeSequenceForward) {
   GPTModel model(c, part, &ops);
   model.params().initialize(5);
   const int64_t B = 2, S = 12;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
   KvCache cache = make_kv_cache(c, part, B, S);
   EXPECT_EQ(cache.layers[0].size(1), 2 * 1 * c.head_dim);  // one query group
   EXPECT_FALSE(cache.layers[1].defined());                  // no-op attention
   EXPECT_FALSE(cache.layers[2].defined());                  // linear attention
   EXPECT_EQ(cache.layers[3].size(1), 2 * 4 * c.head_dim);
-  int64_t done = 0;
-  for (int64_t chunk : {5, 1, 1, 5}) {
-    const Tensor got = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < chunk; ++s)
-        for (int64_t v = 0; v < c.vocab; ++v)
-          EXPECT_NEAR(got.data<float>()[(b * chunk + s) * c.vocab + v],
-                      whole.data<float>()[(b * S + done + s) * c.vocab + v], 2e-5)
-              << "sample " << b << ", position " << done + s;
-    done += chunk;
-  }
+  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
+                                                        S, {5, 1, 1, 5}, 2e-5);
 }
 
 // The reference's tiny Llama-style model (RMSNorm, SwiGLU, no biases, untied output, no position

@@ -1,8 +1,7 @@
 // A tiny hybrid Mamba model (Mamba, attention and MLP layers) with random weights whose Mamba state
-// carries far, and its greedy reference by full forwards, for the hybrid decoding tests.
+// carries far, for the hybrid decoding tests (model/decoding_check.h gives its greedy reference).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -59,33 +58,6 @@ inline void make_mamba_state_carry(GPTModel& m) {
       pb.set_param_values(id, v.data());
     }
   }
-}
-
-// The logits row [V] after `ids` by a whole-sequence forward (no cache: every position from scratch).
-inline std::vector<float> full_forward_last_logits(GPTModel& m, const std::vector<int32_t>& ids) {
-  MicroBatch mb;
-  mb.B = 1;
-  mb.S = static_cast<int64_t>(ids.size());
-  mb.tokens = ids;
-  mb.position_ids.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) mb.position_ids[i] = static_cast<int32_t>(i);
-  const Tensor l = m.forward_logits(mb, Tensor());
-  const int64_t V = m.config().vocab;
-  return std::vector<float>(l.data<float>() + (mb.S - 1) * V, l.data<float>() + mb.S * V);
-}
-
-// max |got − want| / max |want| over a logits row.
-inline double logits_rel_diff(const float* got, const std::vector<float>& want) {
-  double diff = 0.0, scale = 1e-30;
-  for (size_t v = 0; v < want.size(); ++v) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[v]) - want[v]));
-    scale = std::max(scale, std::abs(static_cast<double>(want[v])));
-  }
-  return diff / scale;
-}
-
-inline int32_t argmax_row(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
 }  // namespace gale::testing

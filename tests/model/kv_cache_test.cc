@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model/decoding_check.h"
 #include "model_test_batches.h"
 #include "tiny_model_training.h"
 
@@ -42,26 +43,9 @@ TEST_P(KvCacheDecoding, EqualsTheWholeSequenceForward) {
   GPTModel model(c, part, &ops);
   model.params().initialize(5);
   const int64_t B = 2, S = 23;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
-
   KvCache cache = make_kv_cache(c, part, B, S);
-  int64_t done = 0;
-  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor part_logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
-    ASSERT_EQ(cache.length, done + chunk);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < chunk; ++s) {
-        const float* got = part_logits.data<float>() + (b * chunk + s) * c.vocab;
-        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
-        double worst = 0.0;
-        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
-        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
-      }
-    done += chunk;
-  }
-  EXPECT_EQ(done, S);
+  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
+                                                        S, {7, 1, 1, 5, 1, 8}, 2e-5);
 }
 
 // --flash-decode: the one-token steps attend with split-K flash decoding (chunks of 3 cached
@@ -75,24 +59,11 @@ TEST(KvCacheFlashDecode, OneTokenStepsEqualTheWholeSequenceForward) {
     GPTModel model(c, part, &ops);
     model.params().initialize(5);
     const int64_t S = 19;
-    std::vector<int32_t> tokens;
-    for (int64_t i = 0; i < S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-    const Tensor whole = model.forward_logits(testing::position_slice(tokens, 1, S, 0, S), Tensor());
     KvCache cache = make_kv_cache(c, part, 1, S);
     cache.flash_decode_chunk = 3;
-    int64_t done = 0;
-    for (int64_t chunk : {6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
-      const Tensor got = model.forward_logits(testing::position_slice(tokens, 1, S, done, chunk), Tensor(), &cache);
-      for (int64_t s = 0; s < chunk; ++s) {
-        double worst = 0.0;
-        for (int64_t v = 0; v < c.vocab; ++v)
-          worst = std::max(worst, std::abs(double(got.data<float>()[s * c.vocab + v]) -
-                                           double(whole.data<float>()[(done + s) * c.vocab + v])));
-        EXPECT_LT(worst, 2e-5) << "window " << window << ", position " << done + s;
-      }
-      done += chunk;
-    }
-    EXPECT_EQ(done, S);
+    SCOPED_TRACE("window " + std::to_string(window));
+    testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(S, c.vocab), 1, S,
+                                                          {6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2e-5);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model/decoding_check.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "mla_test_config.h"
@@ -141,18 +142,7 @@ TEST(Mla, FlashAttentionMatchesReference) {
   const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
   const double l_ref = testing::mean_loss(ref, mb, true), l_flash = testing::mean_loss(flash, mb, true);
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
-  const ParamBuffer& a = ref.params();
-  const ParamBuffer& b = flash.params();
-  for (int id = 0; id < a.size(); ++id) {
-    const float* ga = a.grad_data(id);
-    const float* gb = b.grad_data(id);
-    double scale = 0.0, worst = 0.0;
-    for (int64_t i = 0; i < a.spec(id).local_numel(); ++i) {
-      scale = std::max(scale, std::abs(double(ga[i])));
-      worst = std::max(worst, std::abs(double(ga[i]) - double(gb[i])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale + 1e-7) << a.spec(id).name;
-  }
+  testing::expect_close_grads(ref.params(), flash.params(), 1e-4, 1e-7);
 }
 
 class MlaKvCache : public ::testing::TestWithParam<bool> {};
@@ -168,23 +158,9 @@ TEST_P(MlaKvCache, DecodingEqualsTheWholeSequenceForward) {
   GPTModel model(c, part, &ops);
   model.params().initialize(5);
   const int64_t B = 2, S = 23;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
   KvCache cache = make_kv_cache(c, part, B, S);
-  int64_t done = 0;
-  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < chunk; ++s) {
-        const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;
-        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
-        double worst = 0.0;
-        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
-        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
-      }
-    done += chunk;
-  }
+  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
+                                                        S, {7, 1, 1, 5, 1, 8}, 2e-5);
 }
 
 // Greedy decoding through the cache picks the tokens that rerunning the whole sequence (no cache)
@@ -236,23 +212,9 @@ TEST(Mla, SlidingWindow) {
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
   EXPECT_GT(std::abs(l_ref - testing::mean_loss(plain, mb, false)), 1e-4);
   const int64_t B = 2, S = 23;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = ref.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());
   KvCache cache = make_kv_cache(c, part, B, S);
-  int64_t done = 0;
-  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor logits = flash.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < chunk; ++s) {
-        const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;
-        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
-        double worst = 0.0;
-        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
-        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
-      }
-    done += chunk;
-  }
+  testing::expect_chunked_decoding_equals_whole_forward(flash, cache, ref, testing::test_tokens(B * S, c.vocab), B, S,
+                                                        {7, 1, 1, 5, 1, 8}, 2e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaKvCache, ::testing::Values(false, true),

@@ -20,4 +20,16 @@ inline ModelConfig mla_config(bool llama, int64_t q_lora_rank, bool qk_layernorm
   return c;
 }
 
+// The 2-layer MLA model (Dn 4, R 4, Dv 3, latent norms; a query latent of `q_lora_rank` or none)
+// with a DSA indexer of 2 heads of 6 and top-k `topk`, 32 positions: the DSA decoding tests' model.
+inline ModelConfig dsa_decode_config(int64_t q_lora_rank, int64_t topk) {
+  ModelConfig c = mla_config(/*llama=*/true, q_lora_rank, /*qk_layernorm=*/true, /*v_head_dim=*/3);
+  c.max_positions = 32;
+  c.dsa.enabled = true;
+  c.dsa.n_heads = 2;
+  c.dsa.head_dim = 6;
+  c.dsa.topk = topk;
+  return c;
+}
+
 }  // namespace gale::testing

@@ -1,7 +1,11 @@
-// Random micro-batches and the mean-loss helper shared by the model tests (finite differences,
-// golden comparisons): one definition instead of a copy per test file.
+// Random micro-batches, the mean-loss helper and a comparison of gradients shared by the model tests
+// (finite differences, golden comparisons): one definition instead of a copy per test file.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -108,6 +112,21 @@ inline double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
   if (backward) model.params().zero_grads();
   model.backward(0, Tensor(), backward ? static_cast<float>(1.0 / sums.tokens) : 0.0f);
   return sums.loss_sum / sums.tokens;
+}
+
+// Every parameter's gradient in `b` within rel·max|g| + abs of its gradient g in `a` (the same
+// parameters, e.g. one model run with two kernels).
+inline void expect_close_grads(const ParamBuffer& a, const ParamBuffer& b, double rel, double abs) {
+  for (int id = 0; id < a.size(); ++id) {
+    const float* ga = a.grad_data(id);
+    const float* gb = b.grad_data(id);
+    double scale = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < a.spec(id).local_numel(); ++i) {
+      scale = std::max(scale, std::abs(double(ga[i])));
+      worst = std::max(worst, std::abs(double(ga[i]) - double(gb[i])));
+    }
+    EXPECT_LE(worst, rel * scale + abs) << a.spec(id).name;
+  }
 }
 
 }  // namespace gale::testing

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fused_ops.h"
+#include "model/decoding_check.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "testing.h"
@@ -169,18 +170,7 @@ TEST(QkLayerNorm, FlashAttentionMatchesReference) {
   const MicroBatch mb = testing::tiny_batch(c, 2, 11, /*documents=*/true);
   const double l_ref = testing::mean_loss(ref, mb, true), l_flash = testing::mean_loss(flash, mb, true);
   EXPECT_NEAR(l_ref, l_flash, 1e-5 * std::abs(l_ref));
-  const ParamBuffer& a = ref.params();
-  const ParamBuffer& b = flash.params();
-  for (int id = 0; id < a.size(); ++id) {
-    const float* ga = a.grad_data(id);
-    const float* gb = b.grad_data(id);
-    double scale = 0.0, worst = 0.0;
-    for (int64_t i = 0; i < a.spec(id).local_numel(); ++i) {
-      scale = std::max(scale, std::abs(double(ga[i])));
-      worst = std::max(worst, std::abs(double(ga[i]) - double(gb[i])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale + 1e-7) << a.spec(id).name;
-  }
+  testing::expect_close_grads(ref.params(), flash.params(), 1e-4, 1e-7);
 }
 
 // The cache holds the keys after norm and RoPE; decoding in chunks gives the whole-sequence logits.
@@ -192,23 +182,9 @@ TEST(QkLayerNorm, KvCacheDecodingEqualsTheWholeSequenceForward) {
   model.params().initialize(5);
   perturb_qk_norms(model.params(), 6);
   const int64_t B = 2, S = 23;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < B * S; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab));
-  const Tensor whole = model.forward_logits(testing::position_slice(tokens, B, S, 0, S), Tensor());  // [B, S, V]
   KvCache cache = make_kv_cache(c, part, B, S);
-  int64_t done = 0;
-  for (int64_t chunk : {7, 1, 1, 5, 1, 8}) {
-    const Tensor logits = model.forward_logits(testing::position_slice(tokens, B, S, done, chunk), Tensor(), &cache);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < chunk; ++s) {
-        const float* got = logits.data<float>() + (b * chunk + s) * c.vocab;
-        const float* want = whole.data<float>() + (b * S + done + s) * c.vocab;
-        double worst = 0.0;
-        for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(want[v])));
-        EXPECT_LT(worst, 2e-5) << "sample " << b << ", position " << done + s;
-      }
-    done += chunk;
-  }
+  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
+                                                        S, {7, 1, 1, 5, 1, 8}, 2e-5);
 }
 
 }  // namespace

@@ -12,28 +12,19 @@
 #include <cmath>
 
 #include "core/allocator.h"
-#include "kernels/cpu/fused_ops.h"
 #include "model/tiny_model_training.h"
+#include "train/engine_decoding_check.h"
 
 namespace gale {
 namespace {
-
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 
 // One prompt alone, as `gale generate --prompt` decodes it: the prompt in one pass, then one token
 // per step with a KvCache.
 std::vector<int32_t> alone(GPTModel& m, const std::vector<int32_t>& prompt, int64_t max_new, int64_t max_length,
                            const std::vector<int32_t>& stops) {
-  const ModelConfig& c = m.config();
-  KvCache cache = make_kv_cache(c, m.partition(), 1, max_length);
-  auto next = [&](std::vector<int32_t> ids) {
-    MicroBatch mb;
-    mb.B = 1;
-    mb.S = static_cast<int64_t>(ids.size());
-    mb.tokens = ids;
-    mb.position_ids.assign(ids.size(), 0);
-    const Tensor l = m.forward_logits(mb, Tensor(), &cache);
-    return argmax(l.data<float>() + (mb.S - 1) * c.vocab, c.vocab);
+  KvCache cache = make_kv_cache(m.config(), m.partition(), 1, max_length);
+  auto next = [&](const std::vector<int32_t>& ids) {
+    return testing::argmax_row(testing::cached_last_logits(m, cache, {ids})[0].data(), m.config().vocab);
   };
   std::vector<int32_t> out;
   int32_t t = next(prompt);
@@ -54,13 +45,9 @@ class InferenceEngineTest : public ::testing::Test {
     c_.max_positions = 48;
     ops_ = reference_ops();
     GALE_CHECK_OK(install_fused_kernel(ops_, "attention", detected_isa()));
-    model_ = std::make_unique<GPTModel>(c_, single_process_partition(c_), &ops_);
-    model_->params().initialize(7);
-    for (int64_t len : {5, 1, 17, 9, 40, 3, 12, 2, 44, 7, 25}) {  // 40 and 44: they reach the last position
-      std::vector<int32_t> p;
-      for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((len * 31 + i * 7 + 3) % c_.vocab));
-      prompts_.push_back(p);
-    }
+    model_ = testing::decoding_model(c_, &ops_, 7);
+    // 40 and 44: they reach the last position.
+    prompts_ = testing::engine_prompts({5, 1, 17, 9, 40, 3, 12, 2, 44, 7, 25}, c_.vocab);
   }
   EngineOptions options(int64_t max_new) const {
     EngineOptions o;
@@ -68,7 +55,7 @@ class InferenceEngineTest : public ::testing::Test {
     o.max_length = c_.max_positions;
     o.kv_length = c_.max_positions;
     const int64_t vocab = c_.vocab;
-    o.sample = [vocab](const float* l, int64_t, int64_t) { return argmax(l, vocab); };
+    o.sample = [vocab](const float* l, int64_t, int64_t) { return testing::argmax_row(l, vocab); };
     return o;
   }
   void expect_alone_tokens(const EngineResult& r, const EngineOptions& o) {
@@ -103,13 +90,10 @@ TEST_F(InferenceEngineTest, DynamicBatchingPausesJoinsAndGivesEveryBlockBack) {
   EngineOptions o = options(12);
   o.dynamic = true;
   const KvBlockPool probe(c_, single_process_partition(c_), 4, 1);
-  DynamicBufferFlags f;
   // 64 guaranteed requests of 12 blocks (max seq 48, blocks of 4) take 768 blocks of the 808; and a
   // step holds at most 64 tokens, so the 40-token prompt waits for the first four to be prefilled
   // and the others join mid-flight.
-  f.buffer_size_gb = static_cast<double>(808 * probe.block_bytes()) / (1024.0 * 1024.0 * 1024.0) + 1e-12;
-  f.max_tokens_override = 64;
-  StatusOr<DynamicBudget> b = dynamic_budget(f, 4, probe.block_bytes(), 48);
+  StatusOr<DynamicBudget> b = testing::small_dynamic_budget(probe.block_bytes());
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(b->num_blocks, 808);
   EXPECT_EQ(b->gtd_request_count, 64);
@@ -153,15 +137,6 @@ TEST_F(InferenceEngineTest, RaggedLogitsEqualEachRequestsKvCacheLogits) {
       std::reverse(b.begin(), b.end());
       reqs[i].blocks = b;
     }
-    auto cache_logits = [&](size_t i, std::vector<int32_t> ids) {
-      MicroBatch mb;
-      mb.B = 1;
-      mb.S = static_cast<int64_t>(ids.size());
-      mb.tokens = ids;
-      mb.position_ids.assign(ids.size(), 0);
-      const Tensor l = model.forward_logits(mb, Tensor(), &caches[i]);
-      return std::vector<float>(l.data<float>() + (mb.S - 1) * c_.vocab, l.data<float>() + mb.S * c_.vocab);
-    };
     // Step 1: requests 0..2 prefill; step 2: they decode one token each and request 3 prefills.
     for (int step = 0; step < 2; ++step) {
       RaggedKvBatch batch;
@@ -181,7 +156,7 @@ TEST_F(InferenceEngineTest, RaggedLogitsEqualEachRequestsKvCacheLogits) {
       for (size_t k = 0; k < which.size(); ++k) {
         const size_t i = which[k];
         const std::vector<int32_t> ids = (reqs[i].cached == 0) ? seqs[i] : std::vector<int32_t>{int32_t(7 + i)};
-        const std::vector<float> want = cache_logits(i, ids);
+        const std::vector<float> want = testing::cached_last_logits(model, caches[i], {ids})[0];
         double worst = 0.0;
         for (int64_t v = 0; v < c_.vocab; ++v)
           worst = std::max(worst, std::abs(double(got.data<float>()[k * c_.vocab + v]) - double(want[v])));
