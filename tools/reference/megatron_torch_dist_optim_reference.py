@@ -259,6 +259,135 @@ def reshardable_worker(rank, world, out, port, state, groups, sched_sd):
     dist.destroy_process_group()
 
 
+def saved_state(fixtures):
+    """{TP 1 torch-format name: {'fp32_param', 'exp_avg', 'exp_avg_sq'}} read back from torch_dist_adam (the
+    non-distributed fixture), so that the bucket-space fixtures hold exactly its state whatever Megatron
+    release builds them."""
+    from torch.distributed.checkpoint import FileSystemReader, load
+    ckpt = os.path.join(fixtures, "torch_dist_adam", "iter_%07d" % ITERATION)
+    md = FileSystemReader(ckpt).read_metadata()
+    flat = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+            if hasattr(v, "size")}
+    load(flat, storage_reader=FileSystemReader(ckpt))  # before the process group: no collectives
+    local_names = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+                   "self_attention.linear_qkv.layer_norm_bias": "input_layernorm.bias",
+                   "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
+                   "mlp.linear_fc1.layer_norm_bias": "pre_mlp_layernorm.bias"}
+    out = {}
+    for key, t in flat.items():
+        if key.startswith("optimizer."):
+            continue
+        for s, src in (("fp32_param", key), ("exp_avg", "optimizer.state.exp_avg." + key),
+                       ("exp_avg_sq", "optimizer.state.exp_avg_sq." + key)):
+            x = flat[src]
+            if key.startswith("decoder.layers."):
+                rest = key[len("decoder.layers."):]
+                for i in range(x.shape[0]):
+                    name = "decoder.layers.%d.%s" % (i, local_names.get(rest, rest))
+                    out.setdefault(name, {})[s] = x[i].reshape(-1).clone()
+            else:
+                out.setdefault(key, {})[s] = x.reshape(-1).clone()
+    return out
+
+
+BUCKET_SIZE = 1000  # --ddp-bucket-size with --overlap-grad-reduce: several buckets from the tiny model
+
+
+def bucket_worker(rank, world, out, port, fixtures, sharding_type):
+    """DP 2 x TP 1, bf16 model: Megatron's own _ParamAndGradBuffer lays the parameters out in buckets (reverse
+    order, 64-element aligned starts, buckets padded to lcm(DP, 128)), DistributedOptimizer's classmethods cut
+    each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
+    sharded state dict over an optimizer stand-in that hands each parameter's fp32 master and Adam moments for
+    the rank's range (as TE's FusedAdam keeps them: no per-parameter step)."""
+    import types
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    state = saved_state(fixtures)
+    model = dref.build(1, 1, rank, world, port)
+    model.load_state_dict({k: v["fp32_param"].reshape(p.shape) for (k, p), v in
+                           ((kp, state[kp[0]]) for kp in model.named_parameters())}, strict=False)
+    model.bfloat16()
+    dp_group = parallel_state.get_data_parallel_group()
+    params = [p for p in model.parameters() if p.requires_grad]
+    names = {p: n for n, p in model.named_parameters()}
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
+                                               use_distributed_optimizer=True, bucket_size=BUCKET_SIZE)
+    buffer = _ParamAndGradBuffer(ddp_config, torch.bfloat16, torch.float32, params, dp_group, BUCKET_SIZE, names,
+                                 1.0, list(range(len(params))), False,
+                                 types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
+    gbuf_ranges = [DistributedOptimizer._build_gbuf_range_map(buffer)]
+
+    def main_states(model_param):
+        rng = None
+        for per_bucket in gbuf_ranges[0].values():
+            for m in per_bucket:
+                if model_param in m["param_map"]:
+                    rng = m["param_map"][model_param]["param"]
+        s = state[names[model_param]]
+        return {"param": s["fp32_param"][rng.start:rng.end].clone(), "exp_avg": s["exp_avg"][rng.start:rng.end].clone(),
+                "exp_avg_sq": s["exp_avg_sq"][rng.start:rng.end].clone()}
+
+    _, groups, _ = json_groups(fixtures)
+    opt = types.SimpleNamespace(
+        gbuf_ranges=gbuf_ranges, buffers=[buffer], data_parallel_group=dp_group, data_parallel_group_idx=0,
+        distributed_optimizer_instance_id=0,  # per buffer {(param dtype, grad dtype): [per bucket]}, as Megatron's
+        per_bucket_numel=[{(torch.bfloat16, torch.float32): [b.grad_data.numel() for b in buffer.buckets]}],
+        per_bucket_numel_unpadded=[{(torch.bfloat16, torch.float32): [b.numel_unpadded for b in buffer.buckets]}],
+        ddp_config=types.SimpleNamespace(use_megatron_fsdp=False, use_custom_fsdp=False),
+        checkpoint_fully_reshardable_formats=DistributedOptimizer.checkpoint_fully_reshardable_formats,
+        _get_main_param_and_optimizer_states=main_states,
+        state_dict=lambda: {"optimizer": {"param_groups": [dict(g, step=ITERATION) for g in groups]}})
+    for name in ("get_parameter_state_dp_reshardable", "sharded_param_state_dp_reshardable"):
+        setattr(opt, name, types.MethodType(getattr(DistributedOptimizer, name), opt))
+    model_sd = model.sharded_state_dict()
+    optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, metadata={"distrib_optim_sharding_type":
+                                                                                 sharding_type})
+    ckpt = os.path.join(out, "iter_%07d" % ITERATION)
+    if rank == 0:
+        os.makedirs(ckpt, exist_ok=True)
+    dist.barrier()
+    a = args_for(1, world, True)
+    a.transformer_impl = "local"
+    a.overlap_grad_reduce, a.ddp_bucket_size, a.accumulate_allreduce_grads_in_fp32 = True, BUCKET_SIZE, True
+    a.dist_ckpt_optim_fully_reshardable = False
+    _, _, sched_sd = json_groups(fixtures)
+    st = {"args": a, "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
+          "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
+    dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
+    dist.barrier()
+    if rank == 0:
+        with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(ITERATION))
+        layout = {names[p]: list(r[:2]) for p, r in buffer.param_index_map.items()}
+        print("buckets", [(b.offset, b.grad_data.numel(), b.numel_unpadded) for b in buffer.buckets])
+        print("layout", layout)
+    dist.destroy_process_group()
+
+
+def json_groups(fixtures):
+    with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
+        d = json.load(f)["torch_dist_adam"]
+    return d["step"], d["param_groups"], d["opt_param_scheduler"]
+
+
+def main_buckets(fixtures):
+    """The bucket-space fixtures (run with a Megatron release that has dp_reshardable, core_v0.15)."""
+    out = os.path.join(fixtures, "torch_dist_adam_buckets")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    mp.spawn(bucket_worker, args=(2, out, 29600 + os.getpid() % 90, fixtures, "dp_reshardable"), nprocs=2,
+             join=True)
+    with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
+        result = json.load(f)
+    result["torch_dist_adam_buckets"] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
+    result["listing"]["torch_dist_adam_buckets"] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
+    with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def summary(state):
     out = {}
     for name, v in sorted(state.items()):
@@ -271,7 +400,10 @@ def summary(state):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
+    ap.add_argument("--buckets", action="store_true", help="write the bucket-space fixtures only")
     a = ap.parse_args()
+    if a.buckets:
+        return main_buckets(a.out)
     result = {}
     out = os.path.join(a.out, "torch_dist_adam")
     shutil.rmtree(out, ignore_errors=True)
