@@ -1,4 +1,4 @@
-// Megatron's bucket-space distributed optimizer state: the buffer layout rebuilt, the buckets cut into parameters.
+// Megatron's bucket-space (dp_reshardable) optimizer state: the buffer layout rebuilt, the buckets cut into parameters.
 #include "train/megatron_bucket_optimizer.h"
 
 #include <algorithm>

@@ -1,12 +1,11 @@
-// Megatron's bucket-space distributed optimizer state (dp_reshardable, fully_sharded_bucket_space) -> model space.
+// Megatron's bucket-space distributed optimizer state (dp_reshardable) -> model space.
 //
 // The distributed optimizer's bucket-space layouts save the saving run's data-parallel buffers as they are:
 // one 1-D tensor per bucket and state,
 //   optimizer.distributed.dp_group_idx_<G>.gbuf_idx_<I>.dtype_<(param dtype, grad dtype)>.bucket_idx_<B>.<state>
-// (state: `param` the fp32 master copies, `exp_avg`, `exp_avg_sq`), holding the bucket's elements in buffer
-// order: `dp_reshardable` (Megatron main's default) its first numel_unpadded elements,
-// `fully_sharded_bucket_space` (core_v0.12) the whole bucket padded to a multiple of the DP size. The
-// param groups with the step (`.optimizer`), the loss scaler (`.grad_scaler`) and the bucket sizes
+// (state: `param` the fp32 master copies, `exp_avg`, `exp_avg_sq`), holding the bucket's first numel_unpadded
+// elements in buffer order (core_v0.12's fully_sharded_bucket_space stores the same padded to a multiple of
+// DP, but is refused by the caller until a fixture from Megatron's writer proves it). The param groups with the step (`.optimizer`), the loss scaler (`.grad_scaler`) and the bucket sizes
 // (`.per_bucket_numel`, `.per_bucket_numel_unpadded`) are objects under the same dp_group_idx_<G> prefix.
 //
 // Which elements belong to which parameter is Megatron's _ParamAndGradBuffer layout, rebuilt here from the
@@ -60,8 +59,8 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
 // `bucket_size` 0 = one bucket.
 MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> params, int64_t bucket_size);
 
-// Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved), o->step and
-// o->grad_scaler from the bucket-space state of `c` (layout o->layout); `args` Megatron's args Namespace.
+// Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved) from the
+// bucket-space state of `c` (layout o->layout); `args` Megatron's args Namespace.
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o);
 

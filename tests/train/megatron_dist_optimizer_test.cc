@@ -189,15 +189,19 @@ TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
   PyRef common = PyValue::dict(), opt = PyValue::dict();
   common->set("optimizer", opt);
   common->set("opt_param_scheduler", PyValue::dict());
-  opt->set("param_state_sharding_type", PyValue::str("dp_zero_gather_scatter"));
-  auto o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
-  ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(o.status().message().find("D: Megatron's distributed optimizer state in the 'dp_zero_gather_scatter' "
-                                      "layout: not supported yet"),
-            std::string::npos)
-      << o.status().message();
-  EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
+  StatusOr<MegatronOptimizerState> o = Internal("unset");
+  for (const char* older : {"dp_zero_gather_scatter", "fully_sharded_bucket_space"}) {
+    opt->set("param_state_sharding_type", PyValue::str(older));
+    o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(o.status().message().find(str_cat("D: Megatron's distributed optimizer state in the '", older,
+                                                "' layout: not supported yet (Gale reads fully_sharded_model_space, "
+                                                "fully_reshardable and dp_reshardable)")),
+              std::string::npos)
+        << o.status().message();
+    EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
+  }
   PyRef chained = PyValue::dict();
   chained->entries.emplace_back(PyValue::integer(0), PyValue::dict());
   common->set("optimizer", chained);

@@ -27,9 +27,20 @@ hidden 16, ffn 24, 4 heads in 2 query groups, vocabulary 50 padded to 64, Megatr
                          saved by core_v0.12.1's torch_dist writer in one process
   torch_dist_optim.json  per fixture: the step, the scheduler state, and for every tensor (Megatron's torch-format
                          names, global layer numbers, TP 1 layout) its sum and first four values, for Gale's tests.
+With --buckets (Megatron core_v0.15.3, PyPI megatron-core, whose torch_dist writer needs torch >= 2.6 for uneven 1-D
+pieces): torch_dist_adam_buckets/, torch_dist_adam's state (read back from it) in the distributed optimizer's
+bucket-space dp_reshardable layout, DP 2 x TP 1, bf16 model, --overlap-grad-reduce --ddp-bucket-size 1000 (five
+buckets), args transformer_impl 'local': Megatron's own _ParamAndGradBuffer lays out the buffer, DistributedOptimizer's
+_build_gbuf_range_map, sharded_state_dict and sharded_param_state_dp_reshardable build the sharded state dict over a
+stand-in optimizer that hands each rank's range of the masters and moments (as TE's FusedAdam keeps them: no
+per-parameter step; Megatron's DistributedOptimizer itself needs CUDA).
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
 Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_optim_reference.py tests/data/megatron
+then with torch 2.6.0 and megatron-core 0.15.3 (TORCH_CUDA_ARCH_LIST set so that core_v0.15's CUDA-only
+unified-memory extension fails to build quietly on CPU instead of raising):
+  TORCH_CUDA_ARCH_LIST=8.0 MEGATRON_LM=/path/to/megatron-core-0.15.3 python3 \
+    tools/reference/megatron_torch_dist_optim_reference.py --buckets tests/data/megatron
 """
 import argparse
 import dataclasses
