@@ -1,10 +1,14 @@
-// Megatron's bucket-space (dp_reshardable) optimizer state: the buffer layout rebuilt, the buckets cut into parameters.
+// Megatron's bucket-space optimizer state (dp_reshardable, dp_zero_gather_scatter): the buffer layout rebuilt, the
+// buckets cut into parameters.
 #include "train/megatron_bucket_optimizer.h"
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "ckpt/safetensors_dtype.h"
@@ -232,6 +236,104 @@ MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> par
   return l;
 }
 
+namespace {
+
+// The elements of every bucket of one state, from wherever the layout keeps them.
+using BucketSource = std::function<StatusOr<std::vector<float>>(const std::string& state, int64_t bucket)>;
+
+StatusOr<std::vector<float>> f32_elements(const Tensor& t, const std::string& what) {
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(t.dtype()), t.raw(), DType::kF32, f.data(), t.numel(), what));
+  return f;
+}
+
+// dp_reshardable: one tensor per bucket and state (`states` gets their names, the masters as fp32_param).
+StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+                                      const std::string& what, std::vector<std::string>* states) {
+  auto keys = std::make_shared<std::map<std::string, std::map<int64_t, std::string>>>();  // state -> bucket -> key
+  std::string dtype;
+  for (const auto& [key, info] : c.tensors()) {
+    if (!starts_with(key, kBuckets)) continue;
+    BucketKey k;
+    if (!parse_bucket_key(key, &k))
+      return DataLoss(c.directory(), ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
+                      "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
+    if (k.group != 0 || k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
+      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
+                           "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
+    dtype = k.dtype;
+    (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
+  }
+  if (keys->empty())
+    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_0.gbuf_idx_0."
+                    "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
+  const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
+  for (const auto& [state, by_bucket] : *keys) {
+    states->push_back(state);
+    for (int64_t b = 0; b < buckets; ++b)
+      if (!by_bucket.count(b))
+        return DataLoss(what, ": no '", state == "fp32_param" ? "param" : state, "' tensor for bucket ", b, " of the ",
+                        buckets, " the saved args give; ", kOutWay);
+    if (by_bucket.rbegin()->first >= buckets)
+      return DataLoss(what, ": tensor '", by_bucket.rbegin()->second, "' beyond the ", buckets, " buckets the saved "
+                      "args give (bucket sizes ", bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
+  }
+  return BucketSource([&c, keys, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
+    const std::string& key = keys->at(state).at(b);
+    GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
+    if (t.numel() < layout.bucket_numel_unpadded[b])
+      return DataLoss(c.directory(), ": optimizer tensor '", key, "' holds ", t.numel(), " elements: expected at "
+                      "least the ", layout.bucket_numel_unpadded[b], " of bucket ", b, " in the buffer layout of the "
+                      "saved args; ", kOutWay);
+    return f32_elements(t, key);
+  });
+}
+
+// dp_zero_gather_scatter: one object, {'buckets_coalesced': True, 0: {(param dtype, grad dtype): {'param',
+// 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
+StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+                                        const std::string& what, std::vector<std::string>* states) {
+  static const std::string kKey = std::string(kBuckets) + "dp_group_idx_0.param_state/shard_0_1";
+  if (!c.objects().count(kKey))
+    return DataLoss(what, ": expected the object '", kKey, "' (the gathered buffers), found none; ", kOutWay);
+  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(kKey));
+  if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
+  const PyValue* per_dtype = nullptr;
+  for (const auto& [k, x] : v->entries)
+    if (k->kind == PyValue::kInt) {
+      if (k->i != 0 || x->kind != PyValue::kDict || x->entries.size() != 1)
+        return Unimplemented(what, ": several gradient buffers (MoE expert parameters or several parameter dtypes): "
+                             "not supported yet; ", kOutWay);
+      per_dtype = x->entries[0].second.get();
+    }
+  if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
+    return DataLoss(what, ": object '", kKey, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
+                    "'exp_avg_sq', 'numel_unpadded'}}}, found a ", v->type_name(), "; ", kOutWay);
+  const int64_t total = std::accumulate(layout.bucket_numel_unpadded.begin(), layout.bucket_numel_unpadded.end(),
+                                        int64_t{0});
+  auto world = std::make_shared<std::map<std::string, std::vector<float>>>();
+  for (const auto& [k, x] : per_dtype->entries) {
+    if (k->kind != PyValue::kString || x->kind != PyValue::kTensor) continue;
+    const std::string state = k->s == "param" ? "fp32_param" : k->s;
+    if (x->data.numel() != total)
+      return DataLoss(what, ": the gathered '", k->s, "' holds ", x->data.numel(), " elements: expected the ", total,
+                      " of the buffer layout Gale rebuilt from the saved args (bucket sizes ",
+                      bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, kKey + " " + k->s));
+    states->push_back(state);
+  }
+  if (world->empty())
+    return DataLoss(what, ": object '", kKey, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
+  std::vector<int64_t> begin(layout.bucket_numel_unpadded.size(), 0);
+  for (size_t b = 1; b < begin.size(); ++b) begin[b] = begin[b - 1] + layout.bucket_numel_unpadded[b - 1];
+  return BucketSource([world, begin, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
+    const std::vector<float>& w = world->at(state);
+    return std::vector<float>(w.begin() + begin[b], w.begin() + begin[b] + layout.bucket_numel_unpadded[b]);
+  });
+}
+
+}  // namespace
+
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o) {
   const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
@@ -242,24 +344,6 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
-  // The bucket tensors: buffer 0 of dp group 0 only.
-  std::map<std::string, std::map<int64_t, std::string>> keys;  // state -> bucket -> key
-  std::string dtype;
-  for (const auto& [key, info] : c.tensors()) {
-    if (!starts_with(key, kBuckets)) continue;
-    BucketKey k;
-    if (!parse_bucket_key(key, &k))
-      return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
-                      "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
-    if (k.group != 0 || k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
-      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
-                           "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
-    dtype = k.dtype;
-    keys[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
-  }
-  if (keys.empty())
-    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_0.gbuf_idx_0."
-                    "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(what, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -276,25 +360,14 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
     return DataLoss(what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, ") differ from the ",
                     bucket_list(layout.bucket_numel_unpadded), " of the buffer layout Gale rebuilt from the saved "
                     "args (bucket size ", bucket_size, ", transformer_impl '", impl->s, "'); ", kOutWay);
-  const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
-  for (const auto& [state, by_bucket] : keys) {
-    for (int64_t b = 0; b < buckets; ++b)
-      if (!by_bucket.count(b))
-        return DataLoss(what, ": no '", state == "fp32_param" ? "param" : state, "' tensor for bucket ", b, " of the ",
-                        buckets, " the saved args give; ", kOutWay);
-    if (by_bucket.rbegin()->first >= buckets)
-      return DataLoss(what, ": tensor '", by_bucket.rbegin()->second, "' beyond the ", buckets, " buckets the saved "
-                      "args give (bucket sizes ", bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
+  std::vector<std::string> states;
+  GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
+                                                 ? gathered_buffers(c, layout, what, &states)
+                                                 : bucket_tensors(c, layout, what, &states));
+  for (const std::string& state : states) {
     std::map<std::string, Tensor> out;
-    for (int64_t b = 0; b < buckets; ++b) {
-      const std::string& key = by_bucket.at(b);
-      GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
-      if (t.numel() < layout.bucket_numel_unpadded[b])
-        return DataLoss(dir, ": optimizer tensor '", key, "' holds ", t.numel(), " elements: expected at least the ",
-                        layout.bucket_numel_unpadded[b], " of bucket ", b, " in the buffer layout of the saved args; ",
-                        kOutWay);
-      std::vector<float> f(static_cast<size_t>(t.numel()));
-      GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(t.dtype()), t.raw(), DType::kF32, f.data(), t.numel(), key));
+    for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
+      GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
       for (const MegatronBucketParam& p : layout.params) {
         if (p.bucket != b) continue;
         Tensor& dst = out[p.key];

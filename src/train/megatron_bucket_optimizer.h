@@ -1,12 +1,16 @@
-// Megatron's bucket-space distributed optimizer state (dp_reshardable) -> model space.
+// Megatron's bucket-space distributed optimizer state (dp_reshardable, dp_zero_gather_scatter) -> model space.
 //
 // The distributed optimizer's bucket-space layouts save the saving run's data-parallel buffers as they are:
 // one 1-D tensor per bucket and state,
 //   optimizer.distributed.dp_group_idx_<G>.gbuf_idx_<I>.dtype_<(param dtype, grad dtype)>.bucket_idx_<B>.<state>
 // (state: `param` the fp32 master copies, `exp_avg`, `exp_avg_sq`), holding the bucket's first numel_unpadded
 // elements in buffer order (core_v0.12's fully_sharded_bucket_space stores the same padded to a multiple of
-// DP, but is refused by the caller until a fixture from Megatron's writer proves it). The param groups with the step (`.optimizer`), the loss scaler (`.grad_scaler`) and the bucket sizes
-// (`.per_bucket_numel`, `.per_bucket_numel_unpadded`) are objects under the same dp_group_idx_<G> prefix.
+// DP, but is refused by the caller until a fixture from Megatron's writer proves it); `dp_zero_gather_scatter`
+// one object `optimizer.distributed.dp_group_idx_<G>.param_state`, {0: {(param dtype, grad dtype): {'param',
+// 'exp_avg', 'exp_avg_sq': every bucket's unpadded elements one after another, 'numel_unpadded'}}}. The param
+// groups with the step (`.optimizer`), the loss scaler (`.grad_scaler`) and, with dp_reshardable, the bucket
+// sizes (`.per_bucket_numel`, `.per_bucket_numel_unpadded`) are objects under the same dp_group_idx_<G> prefix,
+// stored as "<key>/shard_0_1", each value in a one-element list.
 //
 // Which elements belong to which parameter is Megatron's _ParamAndGradBuffer layout, rebuilt here from the
 // saved args and model tensors: the parameters in reverse model.parameters() order (which depends on
@@ -15,7 +19,8 @@
 // multiple of 64 elements, a bucket closing after the parameter that brings it to bucket_size elements
 // (args.ddp_bucket_size, or the parameter count / args.ddp_num_buckets, or max(40M, 1M * DP); unbounded
 // without args.overlap_grad_reduce), the next bucket starting at a multiple of lcm(DP, 128). The result is
-// checked against the saved per_bucket_numel_unpadded and, element by element, against the model weights:
+// checked against the saved per_bucket_numel_unpadded (or the gathered total) and, element by element, against
+// the model weights:
 // every master copy, rounded to the weights' dtype, must be the saved weight (Megatron copies the masters
 // into the weights after each step), so a layout Gale got wrong is refused, never loaded.
 //

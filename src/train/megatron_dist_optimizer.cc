@@ -16,7 +16,9 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 const char kOutWay[] = "pass --no-load-optim (or --finetune) to load the model weights and iteration only";
 
 // The distributed optimizer's layouts that save its data-parallel buffers (megatron_bucket_optimizer.h).
-bool bucket_layout(const std::string& layout) { return layout == "dp_reshardable"; }
+bool bucket_layout(const std::string& layout) {
+  return layout == "dp_reshardable" || layout == "dp_zero_gather_scatter";
+}
 
 // A Python scalar (or one-element tensor, as torch's Adam step and the loss scale are) as JSON; null otherwise.
 nlohmann::json scalar_json(const PyValue& v) {
@@ -138,8 +140,8 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
     o.layout = t->s;
     if (o.layout != "fully_sharded_model_space" && o.layout != "fully_reshardable" && !bucket_layout(o.layout))
       return Unimplemented(dir, ": Megatron's distributed optimizer state in the '", o.layout,
-                           "' layout: not supported yet (Gale reads fully_sharded_model_space, fully_reshardable "
-                           "and dp_reshardable); ", kOutWay);
+                           "' layout: not supported yet (Gale reads fully_sharded_model_space, fully_reshardable, "
+                           "dp_reshardable and dp_zero_gather_scatter); ", kOutWay);
   }
   const bool buckets = bucket_layout(o.layout);
   for (const auto& [key, info] : c.tensors())

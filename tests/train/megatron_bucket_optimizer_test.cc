@@ -1,4 +1,5 @@
-// Megatron's bucket-space distributed optimizer layout (dp_reshardable): the buffer layout against Megatron's own, and
+// Megatron's bucket-space distributed optimizer layouts (dp_reshardable, dp_zero_gather_scatter): the buffer layout
+// against Megatron's own, and
 // what a checkpoint that does not fit it is told.
 //
 // tests/data/megatron/torch_dist_adam_buckets comes from tools/reference/megatron_torch_dist_optim_reference.py
@@ -143,6 +144,28 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
     s.args->state->set("num_experts", PyValue::integer(4));
     expect_error(s.read(), StatusCode::kUnimplemented, "with args.num_experts 4: not supported yet");
   }
+}
+
+// dp_zero_gather_scatter records no per-bucket sizes: with Transformer Engine's parameter order (the same total
+// here) the masters land on other weights, which the weights check refuses; a total that differs is named.
+TEST(MegatronBucketLayoutErrors, GatheredBuffersInAnotherOrder) {
+  const std::string dir = fixture("torch_dist_adam_dp_zero/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(c.ok() && common.ok());
+  PyRef args;
+  for (auto& [k, v] : (*common)->entries)
+    if (k->s == "args") args = v;
+  ASSERT_TRUE(read_megatron_dist_optimizer(*c, **common, args.get(), "D").ok());
+  args->state->set("transformer_impl", PyValue::str("transformer_engine"));
+  expect_error(read_megatron_dist_optimizer(*c, **common, args.get(), "D"), StatusCode::kDataLoss,
+               "D: Megatron's distributed optimizer state in the 'dp_zero_gather_scatter' layout: the fp32 master "
+               "copies that the buffer layout rebuilt from the saved args (bucket size 1000, transformer_impl "
+               "'transformer_engine') places at '");
+  args->state->set("transformer_impl", PyValue::str("local"));
+  args->state->set("ddp_bucket_size", PyValue::integer(1100));
+  expect_error(read_megatron_dist_optimizer(*c, **common, args.get(), "D"), StatusCode::kDataLoss,
+               "the gathered 'param' holds 6528 elements: expected the ");
 }
 
 // A checkpoint cut short: the file that holds a bucket is named.

@@ -5,7 +5,8 @@
 // fully_sharded_model_space pieces at TP 2 x DP 2, bf16 weights with fp32 master copies) come from
 // tools/reference/megatron_torch_dist_optim_reference.py (Megatron core_v0.12.1's dist_checkpointing,
 // 7 AdamW steps; torch_dist_adam_reshardable the fully_reshardable layout; torch_dist_adam_buckets the bucket-space
-// dp_reshardable layout of core_v0.15.3 at DP 2); torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
+// dp_reshardable layout of core_v0.15.3 at DP 2, torch_dist_adam_dp_zero its dp_zero_gather_scatter layout);
+// torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
 // and first values. Every layout must give those values, and exactly the same tensors as each other.
 #include <gtest/gtest.h>
 
@@ -51,7 +52,8 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
   const std::map<std::string, std::string> layouts = {{"torch_dist_adam", "non-distributed"},
                                                       {"torch_dist_adam_dp2", "fully_sharded_model_space"},
                                                       {"torch_dist_adam_reshardable", "fully_reshardable"},
-                                                      {"torch_dist_adam_buckets", "dp_reshardable"}};
+                                                      {"torch_dist_adam_buckets", "dp_reshardable"},
+                                                      {"torch_dist_adam_dp_zero", "dp_zero_gather_scatter"}};
   for (const auto& [dir, layout] : layouts) {
     SCOPED_TRACE(dir);
     auto m = read_with_optimizer(dir);
@@ -86,7 +88,8 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
 TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   const nlohmann::json want = reference()["listing"];
   for (const char* dir :
-       {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets"}) {
+       {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets",
+        "torch_dist_adam_dp_zero"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();
@@ -190,14 +193,14 @@ TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
   common->set("optimizer", opt);
   common->set("opt_param_scheduler", PyValue::dict());
   StatusOr<MegatronOptimizerState> o = Internal("unset");
-  for (const char* older : {"dp_zero_gather_scatter", "fully_sharded_bucket_space"}) {
+  for (const char* older : {"fully_sharded_bucket_space"}) {
     opt->set("param_state_sharding_type", PyValue::str(older));
     o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
     ASSERT_FALSE(o.ok());
     EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
     EXPECT_NE(o.status().message().find(str_cat("D: Megatron's distributed optimizer state in the '", older,
                                                 "' layout: not supported yet (Gale reads fully_sharded_model_space, "
-                                                "fully_reshardable and dp_reshardable)")),
+                                                "fully_reshardable, dp_reshardable and dp_zero_gather_scatter)")),
               std::string::npos)
         << o.status().message();
     EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);

@@ -33,7 +33,8 @@ bucket-space dp_reshardable layout, DP 2 x TP 1, bf16 model, --overlap-grad-redu
 buckets), args transformer_impl 'local': Megatron's own _ParamAndGradBuffer lays out the buffer, DistributedOptimizer's
 _build_gbuf_range_map, sharded_state_dict and sharded_param_state_dp_reshardable build the sharded state dict over a
 stand-in optimizer that hands each rank's range of the masters and moments (as TE's FusedAdam keeps them: no
-per-parameter step; Megatron's DistributedOptimizer itself needs CUDA).
+per-parameter step; Megatron's DistributedOptimizer itself needs CUDA); torch_dist_adam_dp_zero/, the same in the
+dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group).
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
 Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_optim_reference.py tests/data/megatron
@@ -351,8 +352,10 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
         checkpoint_fully_reshardable_formats=DistributedOptimizer.checkpoint_fully_reshardable_formats,
         _get_main_param_and_optimizer_states=main_states,
         state_dict=lambda: {"optimizer": {"param_groups": [dict(g, step=ITERATION) for g in groups]}})
-    for name in ("get_parameter_state_dp_reshardable", "sharded_param_state_dp_reshardable"):
+    for name in ("get_parameter_state_dp_reshardable", "sharded_param_state_dp_reshardable",
+                 "get_parameter_state_dp_zero", "sharded_param_state_dp_zero"):
         setattr(opt, name, types.MethodType(getattr(DistributedOptimizer, name), opt))
+    torch.Tensor.cuda = lambda t, *a, **k: t  # dp_zero_gather_scatter gathers over the (here gloo) DP group
     model_sd = model.sharded_state_dict()
     optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, metadata={"distrib_optim_sharding_type":
                                                                                  sharding_type})
@@ -386,15 +389,16 @@ def json_groups(fixtures):
 
 def main_buckets(fixtures):
     """The bucket-space fixtures (run with a Megatron release that has dp_reshardable, core_v0.15)."""
-    out = os.path.join(fixtures, "torch_dist_adam_buckets")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    mp.spawn(bucket_worker, args=(2, out, 29600 + os.getpid() % 90, fixtures, "dp_reshardable"), nprocs=2,
-             join=True)
     with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
         result = json.load(f)
-    result["torch_dist_adam_buckets"] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
-    result["listing"]["torch_dist_adam_buckets"] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
+    for name, layout in (("torch_dist_adam_buckets", "dp_reshardable"),
+                         ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter")):
+        out = os.path.join(fixtures, name)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        mp.spawn(bucket_worker, args=(2, out, 29600 + os.getpid() % 90, fixtures, layout), nprocs=2, join=True)
+        result[name] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
+        result["listing"][name] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
     with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:
         json.dump(result, f, indent=1)
 
