@@ -354,12 +354,13 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   for (const MegatronBucketParam& p : order) num_parameters += p.numel;
   GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
   const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
+  const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
   const std::string sizes_key = std::string(kBuckets) + "dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1";
   GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
   if (saved && *saved != layout.bucket_numel_unpadded)
     return DataLoss(what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, ") differ from the ",
                     bucket_list(layout.bucket_numel_unpadded), " of the buffer layout Gale rebuilt from the saved "
-                    "args (bucket size ", bucket_size, ", transformer_impl '", impl->s, "'); ", kOutWay);
+                    "args (", size_text, ", transformer_impl '", impl->s, "'); ", kOutWay);
   std::vector<std::string> states;
   GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
                                                  ? gathered_buffers(c, layout, what, &states)
@@ -395,8 +396,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
         ++differ;
       }
     if (differ > 0)
-      return DataLoss(what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (bucket size ",
-                      bucket_size, ", transformer_impl '", impl->s, "') places at '", key, "' are not its saved "
+      return DataLoss(what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
+                      size_text, ", transformer_impl '", impl->s, "') places at '", key, "' are not its saved "
                       "weights (", differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
                       "): the layout is not the saving run's; ", kOutWay);
   }

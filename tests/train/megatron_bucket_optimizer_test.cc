@@ -122,6 +122,13 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
                  "(bucket size 2000, transformer_impl 'local')");
   }
   {
+    Saved s;  // without --overlap-grad-reduce Megatron keeps one bucket
+    s.args->state->set("overlap_grad_reduce", PyValue::boolean(false));
+    expect_error(s.read(), StatusCode::kDataLoss,
+                 "differ from the [6528] of the buffer layout Gale rebuilt from the saved args (one bucket, "
+                 "transformer_impl 'local')");
+  }
+  {
     Saved s;  // Transformer Engine's parameter order: other buckets
     s.args->state->set("transformer_impl", PyValue::str("transformer_engine"));
     expect_error(s.read(), StatusCode::kDataLoss,
