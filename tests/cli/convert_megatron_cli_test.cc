@@ -391,7 +391,8 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
 // fully_reshardable layout; all Megatron core_v0.12.1 after 7 AdamW steps,
 // tools/reference/megatron_torch_dist_optim_reference.py; torch_dist_adam_buckets: the same state in the
 // bucket-space dp_reshardable layout of core_v0.15.3 at DP 2, five buckets; torch_dist_adam_dp_zero: the same
-// buffers gathered as dp_zero_gather_scatter saves them). Iteration 8 in Gale, in one
+// buffers gathered as dp_zero_gather_scatter saves them, by core_v0.15.3 and by core_v0.12.1). Iteration 8 in
+// Gale, in one
 // process and on two ranks (TP 2, or DP 2 with the distributed optimizer), must be AdamW's update from
 // that state: with the gradient g that the saved first moment implies, g = (m8 - b1 m7) / (1 - b1),
 // the second moment is v8 = b2 v7 + (1 - b2) g^2 (v7 loaded) and the weights are
@@ -462,6 +463,8 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
       {"torch_dist_adam_buckets", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "dp_reshardable"},
       {"torch_dist_adam_dp_zero", 1, {"--bf16"}, "dp_zero_gather_scatter"},
       {"torch_dist_adam_dp_zero", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_v012", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_v012", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
   };
   std::map<std::string, double> one_process_loss;
   int k = 0;

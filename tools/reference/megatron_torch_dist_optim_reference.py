@@ -34,7 +34,8 @@ buckets), args transformer_impl 'local': Megatron's own _ParamAndGradBuffer lays
 _build_gbuf_range_map, sharded_state_dict and sharded_param_state_dp_reshardable build the sharded state dict over a
 stand-in optimizer that hands each rank's range of the masters and moments (as TE's FusedAdam keeps them: no
 per-parameter step; Megatron's DistributedOptimizer itself needs CUDA); torch_dist_adam_dp_zero/, the same in the
-dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group).
+dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group). Run with
+core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
 Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_optim_reference.py tests/data/megatron
@@ -311,6 +312,7 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
     each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
     sharded state dict over an optimizer stand-in that hands each parameter's fp32 master and Adam moments for
     the rank's range (as TE's FusedAdam keeps them: no per-parameter step)."""
+    import inspect
     import types
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
@@ -327,9 +329,11 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
     names = {p: n for n, p in model.named_parameters()}
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
                                                use_distributed_optimizer=True, bucket_size=BUCKET_SIZE)
+    extra = ()  # core_v0.15 added nccl_ub and the process groups
+    if "nccl_ub" in inspect.signature(_ParamAndGradBuffer.__init__).parameters:
+        extra = (False, types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
     buffer = _ParamAndGradBuffer(ddp_config, torch.bfloat16, torch.float32, params, dp_group, BUCKET_SIZE, names,
-                                 1.0, list(range(len(params))), False,
-                                 types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
+                                 1.0, list(range(len(params))), *extra)
     gbuf_ranges = [DistributedOptimizer._build_gbuf_range_map(buffer)]
 
     def main_states(model_param):
@@ -349,16 +353,22 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
         per_bucket_numel=[{(torch.bfloat16, torch.float32): [b.grad_data.numel() for b in buffer.buckets]}],
         per_bucket_numel_unpadded=[{(torch.bfloat16, torch.float32): [b.numel_unpadded for b in buffer.buckets]}],
         ddp_config=types.SimpleNamespace(use_megatron_fsdp=False, use_custom_fsdp=False),
-        checkpoint_fully_reshardable_formats=DistributedOptimizer.checkpoint_fully_reshardable_formats,
+        checkpoint_fully_reshardable_formats=getattr(DistributedOptimizer, "checkpoint_fully_reshardable_formats",
+                                                     {"fully_sharded_model_space"}),
         _get_main_param_and_optimizer_states=main_states,
         state_dict=lambda: {"optimizer": {"param_groups": [dict(g, step=ITERATION) for g in groups]}})
+    opt.data_parallel_group_gloo = dp_group  # core_v0.12 gathers over it
     for name in ("get_parameter_state_dp_reshardable", "sharded_param_state_dp_reshardable",
                  "get_parameter_state_dp_zero", "sharded_param_state_dp_zero"):
-        setattr(opt, name, types.MethodType(getattr(DistributedOptimizer, name), opt))
+        if hasattr(DistributedOptimizer, name):
+            setattr(opt, name, types.MethodType(getattr(DistributedOptimizer, name), opt))
     torch.Tensor.cuda = lambda t, *a, **k: t  # dp_zero_gather_scatter gathers over the (here gloo) DP group
     model_sd = model.sharded_state_dict()
-    optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, metadata={"distrib_optim_sharding_type":
-                                                                                 sharding_type})
+    if "metadata" in inspect.signature(DistributedOptimizer.sharded_state_dict).parameters:  # core_v0.13+
+        optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, metadata={"distrib_optim_sharding_type":
+                                                                                     sharding_type})
+    else:
+        optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, sharding_type=sharding_type)
     ckpt = os.path.join(out, "iter_%07d" % ITERATION)
     if rank == 0:
         os.makedirs(ckpt, exist_ok=True)
@@ -391,8 +401,13 @@ def main_buckets(fixtures):
     """The bucket-space fixtures (run with a Megatron release that has dp_reshardable, core_v0.15)."""
     with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
         result = json.load(f)
-    for name, layout in (("torch_dist_adam_buckets", "dp_reshardable"),
-                         ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter")):
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    if hasattr(DistributedOptimizer, "sharded_param_state_dp_reshardable"):  # core_v0.15
+        fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable"),
+                             ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter"))
+    else:  # core_v0.12
+        fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"),)
+    for name, layout in fixtures_to_write:
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
