@@ -75,7 +75,8 @@ StatusOr<DcpCheckpoint> DcpCheckpoint::from_metadata(std::string_view bytes, con
   c.dir_ = dir;
   const std::string path = dir + "/.metadata";
   GALE_ASSIGN_OR_RETURN(PyRef root, parse_pickle(bytes, path));
-  if (!ends_with(class_of(root.get()), ".Metadata"))
+  // Megatron core_v0.14+ saves its subclass MCoreMetadata (adding mcore_data, which Gale does not need).
+  if (!ends_with(class_of(root.get()), ".Metadata") && !ends_with(class_of(root.get()), ".MCoreMetadata"))
     return DataLoss(path, ": expected torch.distributed.checkpoint's Metadata, found ", root->type_name());
   const PyValue* sd = field(root.get(), "state_dict_metadata");
   const PyValue* storage = field(root.get(), "storage_data");

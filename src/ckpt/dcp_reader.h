@@ -6,7 +6,8 @@
 //   GALE_ASSIGN_OR_RETURN(PyRef args, c.read_object("args"));                             // a torch.save'd object
 //
 // The layout (torch 2.x, docs/formats/megatron-checkpoint.md): `<dir>/.metadata` is a pickle of
-// torch.distributed.checkpoint.metadata.Metadata: `state_dict_metadata` maps each key to a
+// torch.distributed.checkpoint.metadata.Metadata (or Megatron core_v0.14+'s subclass MCoreMetadata, whose extra
+// mcore_data is not read): `state_dict_metadata` maps each key to a
 // TensorStorageMetadata (properties = TensorProperties whose pickled state starts with the dtype,
 // size = the global torch.Size, chunks = ChunkStorageMetadata(offsets, sizes) per saved piece) or a
 // BytesStorageMetadata; `storage_data` maps MetadataIndex(fqn, offset, index) to

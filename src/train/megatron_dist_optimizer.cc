@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ckpt/safetensors_dtype.h"
+#include "train/megatron_bucket_optimizer.h"
 
 namespace gale {
 
@@ -13,6 +14,11 @@ namespace {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 const char kOutWay[] = "pass --no-load-optim (or --finetune) to load the model weights and iteration only";
+
+// The distributed optimizer's layouts that save its data-parallel buffers (megatron_bucket_optimizer.h).
+bool bucket_layout(const std::string& layout) {
+  return layout == "dp_reshardable" || layout == "dp_zero_gather_scatter";
+}
 
 // A Python scalar (or one-element tensor, as torch's Adam step and the loss scale are) as JSON; null otherwise.
 nlohmann::json scalar_json(const PyValue& v) {
@@ -132,22 +138,41 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
     if (t->kind != PyValue::kString)
       return DataLoss(where, ": optimizer.param_state_sharding_type: expected a string, found ", t->type_name());
     o.layout = t->s;
-    if (o.layout != "fully_sharded_model_space" && o.layout != "fully_reshardable")
+    if (o.layout != "fully_sharded_model_space" && o.layout != "fully_reshardable" && !bucket_layout(o.layout))
       return Unimplemented(dir, ": Megatron's distributed optimizer state in the '", o.layout,
-                           "' layout (its data-parallel buffers, tied to the saving run's layout): not supported "
-                           "yet (Gale reads fully_sharded_model_space and fully_reshardable; Megatron writes them with "
-                           "--ckpt-fully-parallel-save in core_v0.12, --dist-ckpt-optim-fully-reshardable later); ",
-                           kOutWay);
+                           "' layout: not supported yet (Gale reads fully_sharded_model_space, fully_reshardable, "
+                           "dp_reshardable and dp_zero_gather_scatter); ", kOutWay);
   }
+  const bool buckets = bucket_layout(o.layout);
   for (const auto& [key, info] : c.tensors())
-    if (starts_with(key, "optimizer.") && !starts_with(key, kState))
-      return Unimplemented(dir, ": optimizer tensor '", key, "' (Megatron's bucket-space distributed optimizer "
-                                "layout, tied to the saving run's data-parallel buffers): not supported yet; ",
-                           kOutWay);
+    if (starts_with(key, "optimizer.") && !starts_with(key, buckets ? "optimizer.distributed." : kState))
+      return DataLoss(dir, ": optimizer tensor '", key, "' in Megatron's '", o.layout, "' optimizer layout: expected ",
+                      buckets ? "optimizer.distributed.*" : "optimizer.state.*", "; ", kOutWay);
   const PyValue* inner = opt->get("optimizer");  // the float16 and distributed optimizers nest torch's dict
+  const PyValue* scaler = opt->get("grad_scaler");
+  PyRef bucket_inner, bucket_scaler;  // the bucket layouts save both as objects of the data-parallel group
+  if (buckets) {
+    // A ShardedObject of global shape (1,) is stored as "<key>/shard_0_1", its data in a one-element list.
+    static const std::string kGroup = "optimizer.distributed.dp_group_idx_0.", kShard = "/shard_0_1";
+    if (!c.objects().count(kGroup + "optimizer" + kShard))
+      return DataLoss(dir, ": Megatron's '", o.layout, "' optimizer layout: expected the object '", kGroup,
+                      "optimizer", kShard, "' (the param groups and step), found none; ", kOutWay);
+    auto unwrap = [](const PyRef& v) { return v->kind == PyValue::kList && v->items.size() == 1 ? v->items[0] : v; };
+    GALE_ASSIGN_OR_RETURN(bucket_inner, c.read_object(kGroup + "optimizer" + kShard));
+    bucket_inner = unwrap(bucket_inner);
+    if (bucket_inner->kind != PyValue::kDict)
+      return DataLoss(dir, ": object '", kGroup, "optimizer", kShard, "': expected [{'param_groups': ...}], found a ",
+                      bucket_inner->type_name(), "; ", kOutWay);
+    inner = bucket_inner.get();
+    if (c.objects().count(kGroup + "grad_scaler" + kShard)) {
+      GALE_ASSIGN_OR_RETURN(bucket_scaler, c.read_object(kGroup + "grad_scaler" + kShard));
+      bucket_scaler = unwrap(bucket_scaler);
+      scaler = bucket_scaler.get();
+    }
+  }
   if (inner == nullptr || inner->kind != PyValue::kDict) inner = opt;
   GALE_ASSIGN_OR_RETURN(o.step, step_of(*inner, where));
-  if (const PyValue* g = opt->get("grad_scaler"); g && g->kind == PyValue::kDict) {
+  if (const PyValue* g = scaler; g && g->kind == PyValue::kDict) {
     const nlohmann::json s = scalars_json(*g);
     o.grad_scaler = {{"scale", s.value("scale", 1.0)},
                      {"growth_tracker", s.value("growth_tracker", 0)},
@@ -159,6 +184,7 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
                     "(Megatron's own load needs it too), found ", sched ? sched->type_name() : std::string("none"),
                     "; ", kOutWay);
   o.scheduler = scalars_json(*sched);
+  if (buckets) GALE_RETURN_IF_ERROR(read_megatron_bucket_state(c, args, dir, &o));
   for (const auto& [key, info] : c.tensors()) {
     if (!starts_with(key, kState)) continue;
     const size_t dot = key.find('.', kState.size());

@@ -18,11 +18,15 @@
 //    tensor of global shape [X / x, Y / y, ..., x * y * ...] for a model tensor [X, Y, ...] of local
 //    shape [x, y, ...]; `fully_reshardable`: whole tensors, the master copies under
 //    `optimizer.state.param.<key>`).
+//  - the distributed optimizer's bucket-space layouts `dp_reshardable` (Megatron main's default without
+//    --dist-ckpt-optim-fully-reshardable: one tensor per data-parallel bucket) and `dp_zero_gather_scatter`
+//    (the buffers gathered into one object), the param groups as objects; cut into parameters by
+//    megatron_bucket_optimizer.h, which rebuilds the saving run's buffer layout (TP 1 x PP 1 saving runs).
 // The result holds every state as global tensors of the model key's shape, the master copies under
 // "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
-// the bucket-space layouts (dp_reshardable, dp_zero_gather_scatter, fully_sharded_bucket_space: tied to the
-// saving run's data-parallel buffers), chained optimizers (several optimizer states), a checkpoint
-// without optimizer state (FailedPrecondition) and steps that differ between param groups.
+// fully_sharded_bucket_space (core_v0.12: no fixture from Megatron's writer yet), the limits of
+// megatron_bucket_optimizer.h, chained optimizers (several optimizer states), a checkpoint without optimizer
+// state (FailedPrecondition) and steps that differ between param groups.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +42,8 @@
 namespace gale {
 
 struct MegatronOptimizerState {
-  std::string layout;  // "fully_sharded_model_space", "fully_reshardable" or "non-distributed"
+  std::string layout;  // "fully_sharded_model_space", "fully_reshardable", "dp_reshardable",
+                       // "dp_zero_gather_scatter" or "non-distributed"
   std::string type;    // Megatron's args.optimizer ("adam", "sgd"); without it, what the state names say
   int64_t step = 0;    // optimizer steps taken (torch's Adam step; 0 when not recorded, e.g. SGD)
   nlohmann::json scheduler;    // opt_param_scheduler's state dict (max_lr, num_steps, ...)

@@ -389,7 +389,10 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
 // optimizer's layout, f32; torch_dist_adam_dp2: the distributed optimizer's fully_sharded_model_space
 // pieces at TP 2 x DP 2 with bf16 weights and fp32 master copies; torch_dist_adam_reshardable: its
 // fully_reshardable layout; all Megatron core_v0.12.1 after 7 AdamW steps,
-// tools/reference/megatron_torch_dist_optim_reference.py). Iteration 8 in Gale, in one
+// tools/reference/megatron_torch_dist_optim_reference.py; torch_dist_adam_buckets: the same state in the
+// bucket-space dp_reshardable layout of core_v0.15.3 at DP 2, five buckets; torch_dist_adam_dp_zero: the same
+// buffers gathered as dp_zero_gather_scatter saves them, by core_v0.15.3 and by core_v0.12.1). Iteration 8 in
+// Gale, in one
 // process and on two ranks (TP 2, or DP 2 with the distributed optimizer), must be AdamW's update from
 // that state: with the gradient g that the saved first moment implies, g = (m8 - b1 m7) / (1 - b1),
 // the second moment is v8 = b2 v7 + (1 - b2) g^2 (v7 loaded) and the weights are
@@ -455,6 +458,13 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
       {"torch_dist_adam_dp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "fully_sharded_model_space"},
       {"torch_dist_adam_dp2", 2, {"--bf16", "--pipeline-model-parallel-size", "2"}, "fully_sharded_model_space"},
       {"torch_dist_adam_reshardable", 1, {"--bf16"}, "fully_reshardable"},
+      {"torch_dist_adam_buckets", 1, {"--bf16"}, "dp_reshardable"},
+      {"torch_dist_adam_buckets", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_reshardable"},
+      {"torch_dist_adam_buckets", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "dp_reshardable"},
+      {"torch_dist_adam_dp_zero", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_v012", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_v012", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
   };
   std::map<std::string, double> one_process_loss;
   int k = 0;

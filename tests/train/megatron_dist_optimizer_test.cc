@@ -1,10 +1,13 @@
-// Megatron's optimizer state read from torch_dist checkpoints: both layouts against the values torch recorded.
+// Megatron's optimizer state read from torch_dist checkpoints: every layout against the values torch recorded.
 //
 // tests/data/megatron/torch_dist_adam (the non-distributed optimizer: FP32Optimizer over torch AdamW,
 // f32 weights) and torch_dist_adam_dp2 (the same state as the distributed optimizer's
 // fully_sharded_model_space pieces at TP 2 x DP 2, bf16 weights with fp32 master copies) come from
 // tools/reference/megatron_torch_dist_optim_reference.py (Megatron core_v0.12.1's dist_checkpointing,
-// 7 AdamW steps); torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
+// 7 AdamW steps; torch_dist_adam_reshardable the fully_reshardable layout; torch_dist_adam_buckets the bucket-space
+// dp_reshardable layout of core_v0.15.3 at DP 2, torch_dist_adam_dp_zero its dp_zero_gather_scatter layout, _v012
+// the same written by core_v0.12.1);
+// torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
 // and first values. Every layout must give those values, and exactly the same tensors as each other.
 #include <gtest/gtest.h>
 
@@ -49,7 +52,10 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
   const nlohmann::json& tensors = ref["torch_dist_adam"]["tensors"];
   const std::map<std::string, std::string> layouts = {{"torch_dist_adam", "non-distributed"},
                                                       {"torch_dist_adam_dp2", "fully_sharded_model_space"},
-                                                      {"torch_dist_adam_reshardable", "fully_reshardable"}};
+                                                      {"torch_dist_adam_reshardable", "fully_reshardable"},
+                                                      {"torch_dist_adam_buckets", "dp_reshardable"},
+                                                      {"torch_dist_adam_dp_zero", "dp_zero_gather_scatter"},
+                                                      {"torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"}};
   for (const auto& [dir, layout] : layouts) {
     SCOPED_TRACE(dir);
     auto m = read_with_optimizer(dir);
@@ -83,7 +89,9 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
 // for the stacked linear_qkv) and chunk counts included.
 TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   const nlohmann::json want = reference()["listing"];
-  for (const char* dir : {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable"}) {
+  for (const char* dir :
+       {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets",
+        "torch_dist_adam_dp_zero", "torch_dist_adam_dp_zero_v012"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();
@@ -186,13 +194,19 @@ TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
   PyRef common = PyValue::dict(), opt = PyValue::dict();
   common->set("optimizer", opt);
   common->set("opt_param_scheduler", PyValue::dict());
-  opt->set("param_state_sharding_type", PyValue::str("dp_reshardable"));
-  auto o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
-  ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("D: Megatron's distributed optimizer state in the 'dp_reshardable' layout"),
-            std::string::npos)
-      << o.status().message();
-  EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
+  StatusOr<MegatronOptimizerState> o = Internal("unset");
+  for (const char* older : {"fully_sharded_bucket_space"}) {
+    opt->set("param_state_sharding_type", PyValue::str(older));
+    o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(o.status().message().find(str_cat("D: Megatron's distributed optimizer state in the '", older,
+                                                "' layout: not supported yet (Gale reads fully_sharded_model_space, "
+                                                "fully_reshardable, dp_reshardable and dp_zero_gather_scatter)")),
+              std::string::npos)
+        << o.status().message();
+    EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
+  }
   PyRef chained = PyValue::dict();
   chained->entries.emplace_back(PyValue::integer(0), PyValue::dict());
   common->set("optimizer", chained);

@@ -27,9 +27,22 @@ hidden 16, ffn 24, 4 heads in 2 query groups, vocabulary 50 padded to 64, Megatr
                          saved by core_v0.12.1's torch_dist writer in one process
   torch_dist_optim.json  per fixture: the step, the scheduler state, and for every tensor (Megatron's torch-format
                          names, global layer numbers, TP 1 layout) its sum and first four values, for Gale's tests.
+With --buckets (Megatron core_v0.15.3, PyPI megatron-core, whose torch_dist writer needs torch >= 2.6 for uneven 1-D
+pieces): torch_dist_adam_buckets/, torch_dist_adam's state (read back from it) in the distributed optimizer's
+bucket-space dp_reshardable layout, DP 2 x TP 1, bf16 model, --overlap-grad-reduce --ddp-bucket-size 1000 (five
+buckets), args transformer_impl 'local': Megatron's own _ParamAndGradBuffer lays out the buffer, DistributedOptimizer's
+_build_gbuf_range_map, sharded_state_dict and sharded_param_state_dp_reshardable build the sharded state dict over a
+stand-in optimizer that hands each rank's range of the masters and moments (as TE's FusedAdam keeps them: no
+per-parameter step; Megatron's DistributedOptimizer itself needs CUDA); torch_dist_adam_dp_zero/, the same in the
+dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group). Run with
+core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
 Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_torch_dist_optim_reference.py tests/data/megatron
+then with torch 2.6.0 and megatron-core 0.15.3 (TORCH_CUDA_ARCH_LIST set so that core_v0.15's CUDA-only
+unified-memory extension fails to build quietly on CPU instead of raising):
+  TORCH_CUDA_ARCH_LIST=8.0 MEGATRON_LM=/path/to/megatron-core-0.15.3 python3 \
+    tools/reference/megatron_torch_dist_optim_reference.py --buckets tests/data/megatron
 """
 import argparse
 import dataclasses
@@ -259,6 +272,152 @@ def reshardable_worker(rank, world, out, port, state, groups, sched_sd):
     dist.destroy_process_group()
 
 
+def saved_state(fixtures):
+    """{TP 1 torch-format name: {'fp32_param', 'exp_avg', 'exp_avg_sq'}} read back from torch_dist_adam (the
+    non-distributed fixture), so that the bucket-space fixtures hold exactly its state whatever Megatron
+    release builds them."""
+    from torch.distributed.checkpoint import FileSystemReader, load
+    ckpt = os.path.join(fixtures, "torch_dist_adam", "iter_%07d" % ITERATION)
+    md = FileSystemReader(ckpt).read_metadata()
+    flat = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+            if hasattr(v, "size")}
+    load(flat, storage_reader=FileSystemReader(ckpt))  # before the process group: no collectives
+    local_names = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+                   "self_attention.linear_qkv.layer_norm_bias": "input_layernorm.bias",
+                   "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
+                   "mlp.linear_fc1.layer_norm_bias": "pre_mlp_layernorm.bias"}
+    out = {}
+    for key, t in flat.items():
+        if key.startswith("optimizer."):
+            continue
+        for s, src in (("fp32_param", key), ("exp_avg", "optimizer.state.exp_avg." + key),
+                       ("exp_avg_sq", "optimizer.state.exp_avg_sq." + key)):
+            x = flat[src]
+            if key.startswith("decoder.layers."):
+                rest = key[len("decoder.layers."):]
+                for i in range(x.shape[0]):
+                    name = "decoder.layers.%d.%s" % (i, local_names.get(rest, rest))
+                    out.setdefault(name, {})[s] = x[i].reshape(-1).clone()
+            else:
+                out.setdefault(key, {})[s] = x.reshape(-1).clone()
+    return out
+
+
+BUCKET_SIZE = 1000  # --ddp-bucket-size with --overlap-grad-reduce: several buckets from the tiny model
+
+
+def bucket_worker(rank, world, out, port, fixtures, sharding_type):
+    """DP 2 x TP 1, bf16 model: Megatron's own _ParamAndGradBuffer lays the parameters out in buckets (reverse
+    order, 64-element aligned starts, buckets padded to lcm(DP, 128)), DistributedOptimizer's classmethods cut
+    each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
+    sharded state dict over an optimizer stand-in that hands each parameter's fp32 master and Adam moments for
+    the rank's range (as TE's FusedAdam keeps them: no per-parameter step)."""
+    import inspect
+    import types
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    state = saved_state(fixtures)
+    model = dref.build(1, 1, rank, world, port)
+    model.load_state_dict({k: v["fp32_param"].reshape(p.shape) for (k, p), v in
+                           ((kp, state[kp[0]]) for kp in model.named_parameters())}, strict=False)
+    model.bfloat16()
+    dp_group = parallel_state.get_data_parallel_group()
+    params = [p for p in model.parameters() if p.requires_grad]
+    names = {p: n for n, p in model.named_parameters()}
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
+                                               use_distributed_optimizer=True, bucket_size=BUCKET_SIZE)
+    extra = ()  # core_v0.15 added nccl_ub and the process groups
+    if "nccl_ub" in inspect.signature(_ParamAndGradBuffer.__init__).parameters:
+        extra = (False, types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
+    buffer = _ParamAndGradBuffer(ddp_config, torch.bfloat16, torch.float32, params, dp_group, BUCKET_SIZE, names,
+                                 1.0, list(range(len(params))), *extra)
+    gbuf_ranges = [DistributedOptimizer._build_gbuf_range_map(buffer)]
+
+    def main_states(model_param):
+        rng = None
+        for per_bucket in gbuf_ranges[0].values():
+            for m in per_bucket:
+                if model_param in m["param_map"]:
+                    rng = m["param_map"][model_param]["param"]
+        s = state[names[model_param]]
+        return {"param": s["fp32_param"][rng.start:rng.end].clone(), "exp_avg": s["exp_avg"][rng.start:rng.end].clone(),
+                "exp_avg_sq": s["exp_avg_sq"][rng.start:rng.end].clone()}
+
+    _, groups, _ = json_groups(fixtures)
+    opt = types.SimpleNamespace(
+        gbuf_ranges=gbuf_ranges, buffers=[buffer], data_parallel_group=dp_group, data_parallel_group_idx=0,
+        distributed_optimizer_instance_id=0,  # per buffer {(param dtype, grad dtype): [per bucket]}, as Megatron's
+        per_bucket_numel=[{(torch.bfloat16, torch.float32): [b.grad_data.numel() for b in buffer.buckets]}],
+        per_bucket_numel_unpadded=[{(torch.bfloat16, torch.float32): [b.numel_unpadded for b in buffer.buckets]}],
+        ddp_config=types.SimpleNamespace(use_megatron_fsdp=False, use_custom_fsdp=False),
+        checkpoint_fully_reshardable_formats=getattr(DistributedOptimizer, "checkpoint_fully_reshardable_formats",
+                                                     {"fully_sharded_model_space"}),
+        _get_main_param_and_optimizer_states=main_states,
+        state_dict=lambda: {"optimizer": {"param_groups": [dict(g, step=ITERATION) for g in groups]}})
+    opt.data_parallel_group_gloo = dp_group  # core_v0.12 gathers over it
+    for name in ("get_parameter_state_dp_reshardable", "sharded_param_state_dp_reshardable",
+                 "get_parameter_state_dp_zero", "sharded_param_state_dp_zero"):
+        if hasattr(DistributedOptimizer, name):
+            setattr(opt, name, types.MethodType(getattr(DistributedOptimizer, name), opt))
+    torch.Tensor.cuda = lambda t, *a, **k: t  # dp_zero_gather_scatter gathers over the (here gloo) DP group
+    model_sd = model.sharded_state_dict()
+    if "metadata" in inspect.signature(DistributedOptimizer.sharded_state_dict).parameters:  # core_v0.13+
+        optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, metadata={"distrib_optim_sharding_type":
+                                                                                     sharding_type})
+    else:
+        optimizer = DistributedOptimizer.sharded_state_dict(opt, model_sd, sharding_type=sharding_type)
+    ckpt = os.path.join(out, "iter_%07d" % ITERATION)
+    if rank == 0:
+        os.makedirs(ckpt, exist_ok=True)
+    dist.barrier()
+    a = args_for(1, world, True)
+    a.transformer_impl = "local"
+    a.overlap_grad_reduce, a.ddp_bucket_size, a.accumulate_allreduce_grads_in_fp32 = True, BUCKET_SIZE, True
+    a.dist_ckpt_optim_fully_reshardable = False
+    _, _, sched_sd = json_groups(fixtures)
+    st = {"args": a, "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
+          "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
+    dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
+    dist.barrier()
+    if rank == 0:
+        with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(ITERATION))
+        layout = {names[p]: list(r[:2]) for p, r in buffer.param_index_map.items()}
+        print("buckets", [(b.offset, b.grad_data.numel(), b.numel_unpadded) for b in buffer.buckets])
+        print("layout", layout)
+    dist.destroy_process_group()
+
+
+def json_groups(fixtures):
+    with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
+        d = json.load(f)["torch_dist_adam"]
+    return d["step"], d["param_groups"], d["opt_param_scheduler"]
+
+
+def main_buckets(fixtures):
+    """The bucket-space fixtures (run with a Megatron release that has dp_reshardable, core_v0.15)."""
+    with open(os.path.join(fixtures, "torch_dist_optim.json")) as f:
+        result = json.load(f)
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    if hasattr(DistributedOptimizer, "sharded_param_state_dp_reshardable"):  # core_v0.15
+        fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable"),
+                             ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter"))
+    else:  # core_v0.12
+        fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"),)
+    for name, layout in fixtures_to_write:
+        out = os.path.join(fixtures, name)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        mp.spawn(bucket_worker, args=(2, out, 29600 + os.getpid() % 90, fixtures, layout), nprocs=2, join=True)
+        result[name] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
+        result["listing"][name] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
+    with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def summary(state):
     out = {}
     for name, v in sorted(state.items()):
@@ -271,7 +430,10 @@ def summary(state):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
+    ap.add_argument("--buckets", action="store_true", help="write the bucket-space fixtures only")
     a = ap.parse_args()
+    if a.buckets:
+        return main_buckets(a.out)
     result = {}
     out = os.path.join(a.out, "torch_dist_adam")
     shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,407 @@
+// Megatron's bucket-space optimizer state (dp_reshardable, dp_zero_gather_scatter): the buffer layout rebuilt, the
+// buckets cut into parameters.
+#include "train/megatron_bucket_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <tuple>
+
+#include "ckpt/safetensors_dtype.h"
+#include "optim/grad_buckets.h"
+
+namespace gale {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+const char kOutWay[] = "pass --no-load-optim (or --finetune) to load the model weights and iteration only";
+const char kBuckets[] = "optimizer.distributed.";
+
+int64_t int_attr(const PyValue* args, const char* name, int64_t fallback) {
+  const PyValue* v = args ? args->attr(name) : nullptr;
+  return v && v->kind == PyValue::kInt ? v->i : fallback;
+}
+
+bool model_key(const std::string& key) {
+  for (const char* p : {"optimizer", "rng_state", "rerun_state_machine", "opt_param_scheduler"})
+    if (starts_with(key, p)) return false;
+  return key.find("_extra_state") == std::string::npos;
+}
+
+// Where a layer's parameter sits in Megatron's TransformerLayer registration order. The local spec registers
+// input_layernorm, self_attention (linear_proj, linear_qkv, q/k_layernorm), pre_mlp_layernorm, mlp (linear_fc1,
+// linear_fc2); its sharded state dict names the norms as Transformer Engine's fused ones
+// (self_attention.linear_qkv.layer_norm_*, mlp.linear_fc1.layer_norm_*). Transformer Engine's spec fuses the
+// norms into LayerNormLinear modules, which register the norm's parameters before the linear's.
+int layer_rank(const std::string& sub, bool te) {
+  static const std::map<std::string, int> kLocal = {
+      {"input_layernorm.weight", 0}, {"self_attention.linear_qkv.layer_norm_weight", 0},
+      {"input_layernorm.bias", 1}, {"self_attention.linear_qkv.layer_norm_bias", 1},
+      {"self_attention.linear_proj.weight", 2}, {"self_attention.linear_proj.bias", 3},
+      {"self_attention.linear_qkv.weight", 4}, {"self_attention.linear_qkv.bias", 5},
+      {"self_attention.q_layernorm.weight", 6}, {"self_attention.q_layernorm.bias", 7},
+      {"self_attention.k_layernorm.weight", 8}, {"self_attention.k_layernorm.bias", 9},
+      {"pre_mlp_layernorm.weight", 10}, {"mlp.linear_fc1.layer_norm_weight", 10},
+      {"pre_mlp_layernorm.bias", 11}, {"mlp.linear_fc1.layer_norm_bias", 11},
+      {"mlp.linear_fc1.weight", 12}, {"mlp.linear_fc1.bias", 13},
+      {"mlp.linear_fc2.weight", 14}, {"mlp.linear_fc2.bias", 15}};
+  static const std::map<std::string, int> kTe = {
+      {"input_layernorm.weight", 0}, {"input_layernorm.bias", 1},
+      {"self_attention.linear_proj.weight", 2}, {"self_attention.linear_proj.bias", 3},
+      {"self_attention.linear_qkv.layer_norm_weight", 4}, {"self_attention.linear_qkv.layer_norm_bias", 5},
+      {"self_attention.linear_qkv.weight", 6}, {"self_attention.linear_qkv.bias", 7},
+      {"self_attention.q_layernorm.weight", 8}, {"self_attention.q_layernorm.bias", 9},
+      {"self_attention.k_layernorm.weight", 10}, {"self_attention.k_layernorm.bias", 11},
+      {"pre_mlp_layernorm.weight", 12}, {"pre_mlp_layernorm.bias", 13},
+      {"mlp.linear_fc1.layer_norm_weight", 14}, {"mlp.linear_fc1.layer_norm_bias", 15},
+      {"mlp.linear_fc1.weight", 16}, {"mlp.linear_fc1.bias", 17},
+      {"mlp.linear_fc2.weight", 18}, {"mlp.linear_fc2.bias", 19}};
+  const auto& table = te ? kTe : kLocal;
+  auto it = table.find(sub);
+  return it == table.end() ? -1 : it->second;
+}
+
+// GPTModel's registration order outside the layers: embedding, decoder (layers, final_layernorm), output_layer.
+int top_rank(const std::string& key) {
+  static const std::map<std::string, int> kTop = {
+      {"embedding.word_embeddings.weight", 0}, {"embedding.position_embeddings.weight", 1},
+      {"decoder.final_layernorm.weight", 3},   {"decoder.final_layernorm.bias", 4},
+      {"output_layer.weight", 5},              {"output_layer.bias", 6}};
+  auto it = kTop.find(key);
+  return it == kTop.end() ? -1 : it->second;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A bucket tensor's key split into its parts.
+struct BucketKey {
+  int64_t group = 0, gbuf = 0, bucket = 0;
+  std::string dtype, state;
+};
+
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isdigit(ch); })) return false;
+  *out = std::stoll(s);
+  return true;
+}
+
+// optimizer.distributed.dp_group_idx_<G>.gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state> (D may hold dots).
+bool parse_bucket_key(const std::string& key, BucketKey* k) {
+  static const std::string kGroup = std::string(kBuckets) + "dp_group_idx_";
+  if (!starts_with(key, kGroup)) return false;
+  size_t at = kGroup.size(), dot = key.find('.', at);
+  if (dot == std::string::npos || !parse_int(key.substr(at, dot - at), &k->group)) return false;
+  at = dot + 1;
+  if (!starts_with(key.substr(at), "gbuf_idx_")) return false;
+  at += 9;
+  dot = key.find('.', at);
+  if (dot == std::string::npos || !parse_int(key.substr(at, dot - at), &k->gbuf)) return false;
+  at = dot + 1;
+  const size_t b = key.rfind(".bucket_idx_");
+  if (!starts_with(key.substr(at), "dtype_") || b == std::string::npos || b < at + 6) return false;
+  k->dtype = key.substr(at + 6, b - at - 6);
+  at = b + 12;
+  dot = key.find('.', at);
+  if (dot == std::string::npos || !parse_int(key.substr(at, dot - at), &k->bucket)) return false;
+  k->state = key.substr(dot + 1);
+  return !k->state.empty();
+}
+
+// Megatron's DDP bucket size for the saving run (DistributedDataParallel / training.get_model): 0 = one bucket.
+StatusOr<int64_t> saved_bucket_size(const PyValue* args, int64_t num_parameters, const std::string& where) {
+  const PyValue* overlap = args ? args->attr("overlap_grad_reduce") : nullptr;
+  const bool overlapped = overlap && overlap->kind == PyValue::kBool && overlap->b;
+  int64_t configured = int_attr(args, "ddp_bucket_size", 0);
+  if (const int64_t n = int_attr(args, "ddp_num_buckets", 0); configured <= 0 && n > 0)
+    configured = std::max<int64_t>(1, num_parameters / n);
+  const int64_t dp = int_attr(args, "data_parallel_size", 0), cp = int_attr(args, "context_parallel_size", 1),
+                instances = std::max<int64_t>(1, int_attr(args, "num_distributed_optimizer_instances", 1));
+  if (overlapped && configured <= 0 && dp <= 0)
+    return DataLoss(where, ": Megatron's args record --overlap-grad-reduce without --ddp-bucket-size and no "
+                           "data_parallel_size, which sets the bucket size of the saved optimizer buffers; ", kOutWay);
+  return chunk_bucket_size(overlapped, 0, 0, std::max<int64_t>(1, dp * cp / instances), 0, configured);
+}
+
+// The saved per_bucket_numel_unpadded ([a list with, per buffer, {(param dtype, grad dtype): [per bucket]}]) of
+// the one buffer, or nullopt when not saved.
+StatusOr<std::optional<std::vector<int64_t>>> saved_unpadded(const DcpCheckpoint& c, const std::string& key) {
+  if (!c.objects().count(key)) return std::optional<std::vector<int64_t>>();
+  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
+  if (v->kind == PyValue::kList && v->items.size() == 1 && v->items[0]->kind == PyValue::kList)
+    v = v->items[0];  // Megatron's torch_dist stores a ShardedObject's data in a one-element list
+  if ((v->kind == PyValue::kList || v->kind == PyValue::kTuple) && v->items.size() == 1 &&
+      v->items[0]->kind == PyValue::kDict && v->items[0]->entries.size() == 1) {
+    const PyValue& sizes = *v->items[0]->entries[0].second;
+    std::vector<int64_t> out;
+    for (const PyRef& n : sizes.items)
+      if (n->kind == PyValue::kInt) out.push_back(n->i);
+    if (sizes.kind == PyValue::kList && out.size() == sizes.items.size())
+      return std::optional<std::vector<int64_t>>(out);
+  }
+  return DataLoss(c.directory(), ": object '", key, "': expected a list with one {(param dtype, grad dtype): [bucket "
+                  "sizes]} (one buffer), found ", v->type_name(),
+                  v->items.empty() ? "" : str_cat(" of ", v->items.size(), ", the first a ", v->items[0]->type_name(),
+                                                  " of ", v->items[0]->entries.size() + v->items[0]->items.size()));
+}
+
+std::string bucket_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += str_cat(i ? ", " : "", v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpCheckpoint& c, const std::string& impl,
+                                                                    int64_t num_layers, const std::string& dir) {
+  if (impl != "local" && impl != "transformer_engine")
+    return Unimplemented(dir, ": Megatron's args.transformer_impl '", impl, "': expected 'local' or "
+                         "'transformer_engine' (it sets the order of the parameters in the optimizer's buckets); ",
+                         kOutWay);
+  const bool te = impl == "transformer_engine";
+  static const std::string kLayers = "decoder.layers.";
+  std::vector<std::tuple<int, int64_t, int, MegatronBucketParam>> ranked;
+  for (const auto& [key, info] : c.tensors()) {
+    if (!model_key(key)) continue;
+    int64_t numel = 1;
+    for (int64_t d : info.shape) numel *= d;
+    if (!starts_with(key, kLayers)) {
+      const int r = top_rank(key);
+      if (r < 0)
+        return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order (which lays "
+                             "out the distributed optimizer's buckets) is not known to Gale; ", kOutWay);
+      ranked.emplace_back(r, 0, 0, MegatronBucketParam{key, -1, numel});
+      continue;
+    }
+    std::string sub = key.substr(kLayers.size());
+    int64_t layer = -1;
+    if (const size_t dot = sub.find('.'); dot != std::string::npos && parse_int(sub.substr(0, dot), &layer))
+      sub = sub.substr(dot + 1);  // one key per layer
+    const int r = layer_rank(sub, te);
+    if (r < 0)
+      return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order with "
+                           "transformer_impl '", impl, "' (which lays out the distributed optimizer's buckets) is not "
+                           "known to Gale; ", kOutWay);
+    if (layer >= 0) {
+      ranked.emplace_back(2, layer, r, MegatronBucketParam{key, -1, numel});
+      continue;
+    }
+    if (info.shape.empty() || info.shape[0] != num_layers)
+      return DataLoss(dir, ": model tensor '", key, "' of shape ", shape_string(info.shape), ": expected the layers "
+                      "stacked along its first dimension (args.num_layers = ", num_layers, ")");
+    for (int64_t l = 0; l < num_layers; ++l)
+      ranked.emplace_back(2, l, r, MegatronBucketParam{key, l, numel / num_layers});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
+           std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  });
+  std::vector<MegatronBucketParam> out;
+  for (auto& r : ranked) out.push_back(std::move(std::get<3>(r)));
+  return out;
+}
+
+MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> params, int64_t bucket_size) {
+  // _ParamAndGradBuffer with the distributed optimizer: parameters in reverse order, each starting at a
+  // multiple of 64 elements; a bucket closes after the parameter that brings it to bucket_size elements and the
+  // next starts at a multiple of lcm(DP, 128) (a multiple of 64, so offsets within a bucket do not depend on DP).
+  MegatronBucketLayout l;
+  std::reverse(params.begin(), params.end());
+  int64_t at = 0, bucket_begin = 0, end = 0;
+  int bucket = 0;
+  bool open = false;
+  for (MegatronBucketParam& p : params) {
+    at = round_up(at, 64);
+    p.bucket = bucket;
+    p.begin = at - bucket_begin;
+    end = at + p.numel;
+    open = true;
+    if (bucket_size > 0 && end - bucket_begin >= bucket_size) {
+      l.bucket_numel_unpadded.push_back(end - bucket_begin);
+      bucket_begin = at = round_up(end, 128);
+      ++bucket;
+      open = false;
+    } else {
+      at = end;
+    }
+  }
+  if (open) l.bucket_numel_unpadded.push_back(end - bucket_begin);
+  l.params = std::move(params);
+  return l;
+}
+
+namespace {
+
+// The elements of every bucket of one state, from wherever the layout keeps them.
+using BucketSource = std::function<StatusOr<std::vector<float>>(const std::string& state, int64_t bucket)>;
+
+StatusOr<std::vector<float>> f32_elements(const Tensor& t, const std::string& what) {
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(t.dtype()), t.raw(), DType::kF32, f.data(), t.numel(), what));
+  return f;
+}
+
+// dp_reshardable: one tensor per bucket and state (`states` gets their names, the masters as fp32_param).
+StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+                                      const std::string& what, std::vector<std::string>* states) {
+  auto keys = std::make_shared<std::map<std::string, std::map<int64_t, std::string>>>();  // state -> bucket -> key
+  std::string dtype;
+  for (const auto& [key, info] : c.tensors()) {
+    if (!starts_with(key, kBuckets)) continue;
+    BucketKey k;
+    if (!parse_bucket_key(key, &k))
+      return DataLoss(c.directory(), ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
+                      "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
+    if (k.group != 0 || k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
+      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
+                           "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
+    dtype = k.dtype;
+    (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
+  }
+  if (keys->empty())
+    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_0.gbuf_idx_0."
+                    "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
+  const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
+  for (const auto& [state, by_bucket] : *keys) {
+    states->push_back(state);
+    for (int64_t b = 0; b < buckets; ++b)
+      if (!by_bucket.count(b))
+        return DataLoss(what, ": no '", state == "fp32_param" ? "param" : state, "' tensor for bucket ", b, " of the ",
+                        buckets, " the saved args give; ", kOutWay);
+    if (by_bucket.rbegin()->first >= buckets)
+      return DataLoss(what, ": tensor '", by_bucket.rbegin()->second, "' beyond the ", buckets, " buckets the saved "
+                      "args give (bucket sizes ", bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
+  }
+  return BucketSource([&c, keys, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
+    const std::string& key = keys->at(state).at(b);
+    GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
+    if (t.numel() < layout.bucket_numel_unpadded[b])
+      return DataLoss(c.directory(), ": optimizer tensor '", key, "' holds ", t.numel(), " elements: expected at "
+                      "least the ", layout.bucket_numel_unpadded[b], " of bucket ", b, " in the buffer layout of the "
+                      "saved args; ", kOutWay);
+    return f32_elements(t, key);
+  });
+}
+
+// dp_zero_gather_scatter: one object, {'buckets_coalesced': True, 0: {(param dtype, grad dtype): {'param',
+// 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
+StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+                                        const std::string& what, std::vector<std::string>* states) {
+  static const std::string kKey = std::string(kBuckets) + "dp_group_idx_0.param_state/shard_0_1";
+  if (!c.objects().count(kKey))
+    return DataLoss(what, ": expected the object '", kKey, "' (the gathered buffers), found none; ", kOutWay);
+  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(kKey));
+  if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
+  const PyValue* per_dtype = nullptr;
+  for (const auto& [k, x] : v->entries)
+    if (k->kind == PyValue::kInt) {
+      if (k->i != 0 || x->kind != PyValue::kDict || x->entries.size() != 1)
+        return Unimplemented(what, ": several gradient buffers (MoE expert parameters or several parameter dtypes): "
+                             "not supported yet; ", kOutWay);
+      per_dtype = x->entries[0].second.get();
+    }
+  if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
+    return DataLoss(what, ": object '", kKey, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
+                    "'exp_avg_sq', 'numel_unpadded'}}}, found a ", v->type_name(), "; ", kOutWay);
+  const int64_t total = std::accumulate(layout.bucket_numel_unpadded.begin(), layout.bucket_numel_unpadded.end(),
+                                        int64_t{0});
+  auto world = std::make_shared<std::map<std::string, std::vector<float>>>();
+  for (const auto& [k, x] : per_dtype->entries) {
+    if (k->kind != PyValue::kString || x->kind != PyValue::kTensor) continue;
+    const std::string state = k->s == "param" ? "fp32_param" : k->s;
+    if (x->data.numel() != total)
+      return DataLoss(what, ": the gathered '", k->s, "' holds ", x->data.numel(), " elements: expected the ", total,
+                      " of the buffer layout Gale rebuilt from the saved args (bucket sizes ",
+                      bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, kKey + " " + k->s));
+    states->push_back(state);
+  }
+  if (world->empty())
+    return DataLoss(what, ": object '", kKey, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
+  std::vector<int64_t> begin(layout.bucket_numel_unpadded.size(), 0);
+  for (size_t b = 1; b < begin.size(); ++b) begin[b] = begin[b - 1] + layout.bucket_numel_unpadded[b - 1];
+  return BucketSource([world, begin, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
+    const std::vector<float>& w = world->at(state);
+    return std::vector<float>(w.begin() + begin[b], w.begin() + begin[b] + layout.bucket_numel_unpadded[b]);
+  });
+}
+
+}  // namespace
+
+Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
+                                  MegatronOptimizerState* o) {
+  const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
+  const int64_t tp = int_attr(args, "tensor_model_parallel_size", 1), pp = int_attr(args, "pipeline_model_parallel_size", 1);
+  if (tp != 1 || pp != 1)
+    return Unimplemented(what, " saved at TP ", tp, " x PP ", pp, ": not supported yet (each model-parallel rank's "
+                         "buckets hold its local shards; Gale reads the bucket layouts of TP 1 x PP 1 runs); ", kOutWay);
+  if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
+    return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
+                         kOutWay);
+  const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
+  if (impl == nullptr || impl->kind != PyValue::kString)
+    return Unimplemented(what, ": Megatron's args record no transformer_impl, which sets the order of the "
+                         "parameters in the buckets; ", kOutWay);
+  GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
+                        megatron_parameter_order(c, impl->s, int_attr(args, "num_layers", -1), dir));
+  int64_t num_parameters = 0;
+  for (const MegatronBucketParam& p : order) num_parameters += p.numel;
+  GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
+  const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
+  const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
+  const std::string sizes_key = std::string(kBuckets) + "dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1";
+  GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
+  if (saved && *saved != layout.bucket_numel_unpadded)
+    return DataLoss(what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, ") differ from the ",
+                    bucket_list(layout.bucket_numel_unpadded), " of the buffer layout Gale rebuilt from the saved "
+                    "args (", size_text, ", transformer_impl '", impl->s, "'); ", kOutWay);
+  std::vector<std::string> states;
+  GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
+                                                 ? gathered_buffers(c, layout, what, &states)
+                                                 : bucket_tensors(c, layout, what, &states));
+  for (const std::string& state : states) {
+    std::map<std::string, Tensor> out;
+    for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
+      GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
+      for (const MegatronBucketParam& p : layout.params) {
+        if (p.bucket != b) continue;
+        Tensor& dst = out[p.key];
+        if (!dst.defined()) dst = Tensor::zeros(c.tensors().at(p.key).shape, DType::kF32);
+        std::memcpy(dst.data<float>() + std::max<int64_t>(p.layer, 0) * p.numel, f.data() + p.begin,
+                    static_cast<size_t>(p.numel) * sizeof(float));
+      }
+    }
+    o->tensors[state] = std::move(out);
+  }
+  // The masters, rounded to the weights' dtype, are the saved weights: proof that the layout is Megatron's.
+  auto masters = o->tensors.find("fp32_param");
+  if (masters == o->tensors.end())
+    return DataLoss(what, ": no 'param' bucket tensors (the fp32 master copies); ", kOutWay);
+  for (const auto& [key, m] : masters->second) {
+    GALE_ASSIGN_OR_RETURN(Tensor w, c.read_tensor(key));
+    Tensor r = Tensor::empty(w.shape(), w.dtype());
+    GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), r.raw(), m.numel(), key));
+    const int64_t esize = dtype_size(w.dtype());
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      if (std::memcmp(static_cast<const char*>(r.raw()) + i * esize, static_cast<const char*>(w.raw()) + i * esize,
+                      static_cast<size_t>(esize)) != 0) {
+        if (first < 0) first = i;
+        ++differ;
+      }
+    if (differ > 0)
+      return DataLoss(what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
+                      size_text, ", transformer_impl '", impl->s, "') places at '", key, "' are not its saved "
+                      "weights (", differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
+                      "): the layout is not the saving run's; ", kOutWay);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gale
