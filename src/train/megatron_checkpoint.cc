@@ -639,6 +639,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
                            "), query groups (", groups, ") and ffn_hidden_size (", model.ffn_hidden_size, ")");
   if (model.mtp_num_layers != kUnset && model.mtp_num_layers > 0)
     return Unimplemented("writing Megatron checkpoints of models with multi-token prediction: not supported yet");
+  const int64_t ep = o.expert_parallel;
+  GALE_RETURN_IF_ERROR(check_megatron_moe_target(o.moe, tp, ep));
+  const int64_t local_experts = o.moe.enabled() ? o.moe.num_experts / ep : 0;
   const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
   const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
   const int64_t per_stage = model.num_layers / pp;
@@ -688,16 +691,16 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("fp16", false);
   set_bool("bf16", false);
   ns->set("params_dtype", PyValue::global("torch.float32"));
+  add_megatron_moe_args(o.moe, tp, ep, *ns);
   PyRef args = PyValue::object("argparse.Namespace", ns);
 
   // Whole tensors by stage; the vocabulary re-padded for tp.
   std::map<std::string, Tensor> whole;
   for (const NamedTensor& nt : tensors) {
     Tensor t = nt.tensor;
-    if (nt.name.find(".mlp.experts.") != std::string::npos || nt.name.find(".mlp.router.") != std::string::npos ||
-        nt.name.rfind("mtp.", 0) == 0)
-      return Unimplemented("tensor '", nt.name, "': writing MoE or multi-token-prediction layers to Megatron's format is "
-                           "not supported yet");
+    if (nt.name.rfind("mtp.", 0) == 0)
+      return Unimplemented("tensor '", nt.name, "': writing multi-token-prediction layers to Megatron's format is not "
+                           "supported yet");
     if (nt.name == "embedding.word_embeddings.weight" || nt.name == "output_layer.weight") {
       Tensor padded_t = Tensor::zeros({padded, t.shape()[1]}, t.dtype());
       copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
@@ -710,12 +713,15 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   const std::string iter_dir = o.save_dir + "/" + (o.release ? std::string("release") : std::string(iter_name));
   const bool swiglu = model.swiglu;
   for (int64_t p = 0; p < pp; ++p)
-    for (int64_t t = 0; t < tp; ++t) {
+    for (int64_t t = 0; t < tp; ++t)
+    for (int64_t e = 0; e < ep; ++e) {
       PyRef sd = PyValue::dict();
       for (const auto& [name, w] : whole) {
-        int64_t i;
-        std::string rest, local = name;
-        if (layer_of(name, &i, &rest)) {
+        int64_t i, expert_rank;
+        std::string rest, local = name, expert_local;
+        // An expert goes to its expert-parallel rank's files only, numbered from 0 there.
+        if (megatron_local_expert(name, local_experts, &expert_rank, &expert_local) && expert_rank != e) continue;
+        if (layer_of(expert_local.empty() ? name : expert_local, &i, &rest)) {
           if (i / per_stage != p) continue;
           local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
         } else if (name.rfind("embedding.", 0) == 0) {
@@ -730,10 +736,12 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
       // Engine's FP8 metadata): written as Megatron writes them.
-      for (int64_t i = 0; i < per_stage; ++i)
-        for (const char* linear : {"self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
-                                   "mlp.linear_fc2"})
+      for (int64_t i = 0; i < per_stage; ++i) {
+        const int64_t global = p * per_stage + i;
+        const bool moe_layer = o.moe.enabled() && o.moe.layer_pattern.at(static_cast<size_t>(global)) != 0;
+        for (const std::string& linear : megatron_extra_state_linears(o.moe, moe_layer, local_experts))
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
+      }
       if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
       if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
@@ -752,7 +760,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       else
         std::snprintf(rank_name, sizeof(rank_name), "mp_rank_%02lld_%03lld", static_cast<long long>(t),
                       static_cast<long long>(p));
-      const std::string dir = iter_dir + "/" + rank_name;
+      char expert_suffix[16] = "";  // Megatron's _EEE with expert parallelism
+      if (ep > 1) std::snprintf(expert_suffix, sizeof(expert_suffix), "_%03lld", static_cast<long long>(e));
+      const std::string dir = iter_dir + "/" + rank_name + expert_suffix;
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) return FailedPrecondition(dir, ": cannot create the directory (", ec.message(), ")");

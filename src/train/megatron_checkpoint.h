@@ -123,10 +123,13 @@ struct MegatronSaveOptions {
   int64_t vocab_size = 0;                   // real vocabulary rows (0: the model's padded size)
   std::string tokenizer_type;               // recorded in args (Megatron compares it when it has a vocab file)
   int64_t consumed_train_samples = 0;
+  int64_t expert_parallel = 1;              // expert-parallel ranks: files mp_rank_TT[_PPP]_EEE when > 1
+  MoeArgs moe;                              // the model's experts (disabled: a dense model)
 };
 
 // Writes Megatron's legacy `torch` checkpoint of `model` from Gale's whole tensors `tensors` at
-// o.tensor_parallel x o.pipeline_parallel (layers split evenly), with Megatron-Core's local layer
+// o.tensor_parallel x o.pipeline_parallel (layers split evenly) x o.expert_parallel (each rank's
+// experts numbered from 0, SequentialMLP's names; expert TP = TP), with Megatron-Core's local layer
 // names (--transformer-impl local), the vocabulary padded for that TP size as Megatron pads it,
 // checkpoint_version 3.0, the iteration and an args Namespace with the model flags Megatron's
 // check_checkpoint_args compares; no optimizer or RNG state (load it in Megatron with --finetune or

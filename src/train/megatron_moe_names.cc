@@ -300,4 +300,87 @@ Status merge_expert_rank_files(const std::map<std::tuple<int64_t, int64_t, int64
   return Status::Ok();
 }
 
+Status check_megatron_moe_target(const MoeArgs& moe, int64_t tp, int64_t ep) {
+  if (ep <= 0) return InvalidArgument("--target-expert-parallel-size: expected a positive integer, found ", ep);
+  if (!moe.enabled()) {
+    if (ep > 1)
+      return InvalidArgument("--target-expert-parallel-size ", ep, ": the model has no experts (expected 1)");
+    return Status::Ok();
+  }
+  if (moe.num_experts % ep)
+    return InvalidArgument("--target-expert-parallel-size ", ep, ": expected it to divide the ", moe.num_experts,
+                           " experts");
+  if (moe.moe_ffn_hidden_size % tp ||
+      (moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_intermediate_size % tp))
+    return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide moe_ffn_hidden_size (",
+                           moe.moe_ffn_hidden_size, ") and the shared expert's size (",
+                           moe.moe_shared_expert_intermediate_size == kUnset ? 0
+                                                                             : moe.moe_shared_expert_intermediate_size,
+                           "): the experts are written split as the dense MLP (expert_tensor_parallel_size = TP)");
+  if (moe.moe_shared_expert_gate)
+    return Unimplemented("a shared expert gate (--moe-shared-expert-gate, Qwen2-MoE's shared_expert_gate): writing it "
+                         "to Megatron's format is not supported (Megatron-Core's shared experts have no gate weight)");
+  if (!unset(moe.moe_input_jitter_eps))
+    return Unimplemented("--moe-input-jitter-eps: writing it to Megatron's format is not supported yet");
+  return Status::Ok();
+}
+
+bool megatron_local_expert(const std::string& name, int64_t local_experts, int64_t* ep_rank, std::string* local) {
+  static const std::string kExpert = ".mlp.experts.local_experts.";
+  const size_t at = name.find(kExpert);
+  if (at == std::string::npos || local_experts <= 0) return false;
+  const size_t from = at + kExpert.size(), dot = name.find('.', from);
+  if (dot == std::string::npos || !all_digits(name.substr(from, dot - from))) return false;
+  const int64_t g = std::stoll(name.substr(from, dot - from));
+  *ep_rank = g / local_experts;
+  *local = str_cat(name.substr(0, from), g % local_experts, name.substr(dot));
+  return true;
+}
+
+std::vector<std::string> megatron_extra_state_linears(const MoeArgs& moe, bool moe_layer, int64_t local_experts) {
+  std::vector<std::string> out = {"self_attention.linear_qkv", "self_attention.linear_proj"};
+  if (!moe_layer) {
+    out.insert(out.end(), {"mlp.linear_fc1", "mlp.linear_fc2"});
+    return out;
+  }
+  for (int64_t j = 0; j < local_experts; ++j)
+    for (const char* linear : {"linear_fc1", "linear_fc2"}) out.push_back(str_cat("mlp.experts.local_experts.", j, ".", linear));
+  if (moe.moe_shared_expert_intermediate_size != kUnset)
+    out.insert(out.end(), {"mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"});
+  return out;
+}
+
+void add_megatron_moe_args(const MoeArgs& moe, int64_t tp, int64_t ep, PyValue& ns) {
+  ns.set("expert_model_parallel_size", PyValue::integer(ep));
+  ns.set("expert_tensor_parallel_size", PyValue::integer(tp));
+  if (!moe.enabled()) {
+    ns.set("num_experts", PyValue::none());
+    return;
+  }
+  ns.set("num_experts", PyValue::integer(moe.num_experts));
+  ns.set("moe_router_topk", PyValue::integer(moe.moe_router_topk));
+  ns.set("moe_ffn_hidden_size", PyValue::integer(moe.moe_ffn_hidden_size));
+  if (all_digits(moe.moe_layer_freq)) {
+    ns.set("moe_layer_freq", PyValue::integer(std::stoll(moe.moe_layer_freq)));
+  } else {  // Megatron's parsed form of a pattern: one 0/1 per layer
+    PyRef list = PyValue::list();
+    for (int v : moe.layer_pattern) list->items.push_back(PyValue::integer(v));
+    ns.set("moe_layer_freq", list);
+  }
+  ns.set("moe_router_pre_softmax", PyValue::boolean(moe.moe_router_pre_softmax));
+  ns.set("moe_router_score_function", PyValue::str(moe.moe_router_score_function));
+  ns.set("moe_router_enable_expert_bias", PyValue::boolean(moe.moe_router_enable_expert_bias));
+  ns.set("moe_router_topk_scaling_factor", unset(moe.moe_router_topk_scaling_factor)
+                                               ? PyValue::none()
+                                               : PyValue::real(moe.moe_router_topk_scaling_factor));
+  const bool groups = moe.moe_router_group_topk != kUnset;
+  ns.set("moe_router_num_groups", groups ? PyValue::integer(moe.moe_router_num_groups) : PyValue::none());
+  ns.set("moe_router_group_topk", groups ? PyValue::integer(moe.moe_router_group_topk) : PyValue::none());
+  ns.set("moe_shared_expert_intermediate_size", moe.moe_shared_expert_intermediate_size == kUnset
+                                                    ? PyValue::none()
+                                                    : PyValue::integer(moe.moe_shared_expert_intermediate_size));
+  ns.set("moe_grouped_gemm", PyValue::boolean(false));
+  ns.set("moe_input_jitter_eps", PyValue::none());
+}
+
 }  // namespace gale

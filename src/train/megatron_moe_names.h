@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "ckpt/pickle.h"
 #include "core/status.h"
@@ -72,5 +73,28 @@ Status merge_expert_rank_files(const std::map<std::tuple<int64_t, int64_t, int64
                                const std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef>& roots,
                                int64_t num_experts, std::map<std::pair<int64_t, int64_t>, std::string>* merged_files,
                                std::map<std::pair<int64_t, int64_t>, PyRef>* merged_roots);
+
+// ---- writing Megatron's torch format (SequentialMLP names, --transformer-impl local) ----
+
+// The MoE sizes against a target TP x EP layout (expert TP = TP): InvalidArgument naming
+// --target-expert-parallel-size / --target-tensor-parallel-size when they do not divide the experts,
+// moe_ffn_hidden_size or the shared expert's size; EP > 1 for a dense model; Unimplemented for a
+// shared expert gate (Megatron-Core's shared experts have none) and input jitter.
+Status check_megatron_moe_target(const MoeArgs& moe, int64_t tp, int64_t ep);
+
+// Gale's expert tensor `name` (global layer and expert numbers) as expert-parallel rank *ep_rank's
+// local name (expert g -> rank g / local_experts, local number g % local_experts); false for
+// tensors that are not an expert's (every expert-parallel rank's file holds them).
+bool megatron_local_expert(const std::string& name, int64_t local_experts, int64_t* ep_rank, std::string* local);
+
+// The linear modules of a layer whose `_extra_state` (None) Megatron's local spec saves, relative to
+// the layer: attention's, then the dense MLP's or (`moe_layer`) each local expert's and the shared expert's.
+std::vector<std::string> megatron_extra_state_linears(const MoeArgs& moe, bool moe_layer, int64_t local_experts);
+
+// Megatron's MoE args for the Namespace of a written checkpoint (nothing for a dense model):
+// num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq (an int, or the list of 0/1 per
+// layer), the routing flags, moe_shared_expert_intermediate_size, moe_grouped_gemm False,
+// expert_model_parallel_size `ep` and expert_tensor_parallel_size `tp`.
+void add_megatron_moe_args(const MoeArgs& moe, int64_t tp, int64_t ep, PyValue& ns);
 
 }  // namespace gale

@@ -4,15 +4,22 @@
 // user's path: the run continues at Megatron's iteration 7, and every layout of the same weights
 // (EP 1 files, EP 2 GroupedMLP files, TP 2 x EP 2 files, torch_dist), loaded at Gale's EP 1, EP 2 or
 // TP 2, logs the same first loss; --use-checkpoint-args takes the MoE shape from Megatron's args.
+// `gale convert` writes MoE models in Megatron's torch format at TP x PP x EP: an HF Mixtral round
+// trips bit for bit, the fixture round trips to the same Gale tensor file (Megatron's own model
+// loading what Gale writes: tools/reference/megatron_moe_reference.py --check-gale-written).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
 #include <random>
 
+#include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
+#include "train/hf_files.h"
 
 namespace gale {
 namespace {
@@ -20,6 +27,17 @@ namespace {
 using testing_util::TempDir;
 
 std::string fixture(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/megatron/moe/" + name; }
+std::string hf(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
+
+test::RunResult convert(const std::string& from, const std::string& to, const std::string& load, const std::string& save,
+                        std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {GALE_BINARY, "convert", "--load-model-type", from, "--save-model-type", to,
+                                "--load-dir", load, "--save-dir", save};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return test::run_with_timeout(a, {"OMP_NUM_THREADS=1"}, 300);
+}
+
+std::string file_bytes(const std::string& path) { return testing::read_file(path); }
 
 // 50 documents of 20 random ids below 50.
 void write_small_dataset(const std::string& prefix) {
@@ -89,6 +107,55 @@ TEST(MegatronMoeCli, PretrainContinuesEveryLayoutAtEp1AndEp2WithOneLoss) {
   EXPECT_NE(r.output.find("Setting moe_shared_expert_intermediate_size to 8 from checkpoint"), std::string::npos)
       << r.output;
   EXPECT_EQ(testing::logged_values(r.output, "lm loss"), ep1) << r.output;
+}
+
+TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
+  TempDir tmp;
+  // An HF Mixtral -> Megatron at TP 2 x PP 2 x EP 2 -> HF: every tensor bit for bit.
+  test::RunResult r = convert("hf", "mg", hf("mixtral"), tmp.file("mg"),
+                              {"--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2",
+                               "--target-expert-parallel-size", "2", "--tokenizer-type", "HuggingFaceTokenizer"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("TP 2 x PP 2 x EP 2"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("mg/release/mp_rank_01_001_001/model_optim_rng.pt")));
+  r = convert("mg", "hf", tmp.file("mg"), tmp.file("hf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto a = HfFiles::open(hf("mixtral"));
+  auto b = SafetensorsFile::open(tmp.file("hf/model.safetensors"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  int experts = 0;
+  for (const SafetensorsEntry& e : b->entries()) {
+    Tensor y = b->read(e.name, DType::kF32).value();
+    auto x = a->read(e.name, y.shape());
+    ASSERT_TRUE(x.ok()) << x.status().message();
+    EXPECT_EQ(std::memcmp(x->raw(), y.raw(), y.nbytes()), 0) << e.name;
+    experts += e.name.find(".experts.") != std::string::npos;
+  }
+  EXPECT_EQ(experts, 2 * 4 * 3);  // layers x experts x (w1, w2, w3)
+  // Megatron's fixture -> Gale -> Megatron at TP 2 x EP 2 -> Gale: the same tensor file.
+  ASSERT_EQ(convert("mg", "gale", fixture("torch_ep1"), tmp.file("g1")).exit_code, 0);
+  r = convert("gale", "mg", tmp.file("g1"), tmp.file("mg2"),
+              {"--target-tensor-parallel-size", "2", "--target-expert-parallel-size", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("mg2/iter_0000007/mp_rank_01_001/model_optim_rng.pt")));
+  ASSERT_EQ(convert("mg", "gale", tmp.file("mg2"), tmp.file("g2")).exit_code, 0);
+  EXPECT_EQ(file_bytes(tmp.file("g2/iter_0000007/shard_00000.safetensors")),
+            file_bytes(tmp.file("g1/iter_0000007/shard_00000.safetensors")));
+  // Bad target sizes and what Megatron has no place for.
+  r = convert("gale", "mg", tmp.file("g1"), tmp.file("x"), {"--target-expert-parallel-size", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--target-expert-parallel-size 3: expected it to divide the 4 experts"), std::string::npos)
+      << r.output;
+  r = convert("hf", "gale", hf("mixtral"), tmp.file("x"), {"--target-expert-parallel-size", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--target-expert-parallel-size 2: only for --save-model-type mg"), std::string::npos)
+      << r.output;
+  r = convert("hf", "mg", hf("qwen2_moe"), tmp.file("x"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("a shared expert gate (--moe-shared-expert-gate, Qwen2-MoE's shared_expert_gate): writing "
+                          "it to Megatron's format is not supported"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

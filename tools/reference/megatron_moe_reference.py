@@ -25,6 +25,13 @@ SequentialMLP weights gives the same logits; the torch_dist directory loaded bac
 dist_checkpointing.load gives the same tensors.
 Run (PyPI torch 2.5.1 with packaging on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   MEGATRON_LM=/tmp/meg python3 tools/reference/megatron_moe_reference.py tests/data/megatron/moe
+
+With `--check-gale-written DIR` instead, torch.load()s every mp_rank_TT[_EEE]/model_optim_rng.pt of a
+checkpoint Gale wrote (e.g. `gale convert --load-model-type mg --save-model-type gale` of torch_ep1/,
+then `--save-model-type mg --target-tensor-parallel-size 2 --target-expert-parallel-size 2`), checks
+that each file's keys and tensors are what shard() cuts from torch_ep1/ for that rank (the
+`_extra_state` entries included), loads torch_ep1's tensors rebuilt from the files into Megatron's
+GPTModel with load_state_dict(strict=True) and checks the logits against reference.json.
 """
 import argparse
 import contextlib
@@ -224,10 +231,55 @@ def save_torch_dist(root, model, sd):
     return {k: list(v.size) for k, v in sorted(md.state_dict_metadata.items()) if isinstance(v, TensorStorageMetadata)}
 
 
+def check_gale_written(gale_dir, fixtures):
+    it = open(os.path.join(gale_dir, "latest_checkpointed_iteration.txt")).read().strip()
+    base = os.path.join(gale_dir, "iter_%07d" % int(it))
+    names = sorted(os.listdir(base))
+    ref_path = os.path.join(fixtures, "torch_ep1", "iter_%07d" % ITERATION, "mp_rank_00", "model_optim_rng.pt")
+    sd = torch.load(ref_path, map_location="cpu", weights_only=False)["model"]
+    args = torch.load(os.path.join(base, names[0], "model_optim_rng.pt"), weights_only=False)["args"]
+    tp, ep = args.tensor_model_parallel_size, args.expert_model_parallel_size
+    assert args.pipeline_model_parallel_size == 1, "the check covers PP 1"
+    assert args.num_experts == EXPERTS and args.moe_ffn_hidden_size == MOE_FFN, vars(args)
+    assert len(names) == tp * ep, names
+    merged = {}
+    for name in names:
+        parts = [int(x) for x in name.split("_")[2:]]
+        t, e = parts[0], parts[1] if ep > 1 else 0
+        state = torch.load(os.path.join(base, name, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
+        assert state["checkpoint_version"] == 3.0
+        want = shard(sd, tp, ep, t, e, "sequential")
+        got = state["model"]
+        assert sorted(got) == sorted(want), (name, sorted(set(got) ^ set(want)))
+        for k, v in want.items():
+            assert (v is None and got[k] is None) or torch.equal(got[k], v), (name, k)
+        print(name, "equals rank (TP %d, EP %d) of torch_ep1 as Megatron shards it:" % (t, e), len(got), "entries")
+        if t == 0:
+            for k, v in got.items():
+                x = expert_of(k)
+                if x is not None:
+                    k = "decoder.layers.%d.mlp.experts.local_experts.%d.%s" % (x[0], e * (EXPERTS // ep) + x[1], x[2])
+                if tp == 1 or not torch.is_tensor(v):
+                    merged.setdefault(k, v)
+    if tp == 1:
+        init_group()
+        model = build_model()
+        model.load_state_dict(merged, strict=True)
+        r = json.load(open(os.path.join(fixtures, "reference.json")))
+        diff = (forward(model, torch.tensor([r["tokens"]]))[0] - torch.tensor(r["logits"])).abs().max().item()
+        assert diff == 0.0, diff
+        print("Megatron's GPTModel.load_state_dict(strict=True) accepts the merged files; logits equal reference.json")
+        dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
+    ap.add_argument("--check-gale-written")
     a = ap.parse_args()
+    if a.check_gale_written:
+        check_gale_written(a.check_gale_written, a.out)
+        return
     shutil.rmtree(a.out, ignore_errors=True)
     os.makedirs(a.out)
     init_group()
