@@ -9,6 +9,7 @@
 // loading what Gale writes: tools/reference/megatron_moe_reference.py --check-gale-written).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -100,6 +101,12 @@ TEST(MegatronMoeCli, PretrainContinuesEveryLayoutAtEp1AndEp2WithOneLoss) {
     ASSERT_EQ(loss.size(), 1u) << r.output;
     EXPECT_NEAR(loss[0], ep1[0], 1e-5 * ep1[0]);  // the same weights; only the reduction order differs
   }
+  // torch_dist's SGD momentum of every expert resumes at Gale's EP 2 (the first loss is before the step).
+  flags.erase(std::find(flags.begin(), flags.end(), "--no-load-optim"));
+  r = pretrain(2, flags, {"--load", fixture("torch_dist"), "--expert-model-parallel-size", "2", "--optimizer", "sgd",
+                          "--sgd-momentum", "0.9"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(testing::logged_values(r.output, "lm loss").at(0), ep1[0], 1e-5 * ep1[0]) << r.output;
   // --use-checkpoint-args: the MoE shape from Megatron's args (moe_layer_freq an int there).
   r = pretrain(1, t, {"--use-checkpoint-args", "--load", fixture("torch_dist")});
   ASSERT_EQ(r.exit_code, 0) << r.output;

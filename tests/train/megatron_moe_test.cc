@@ -81,6 +81,23 @@ TEST(MegatronMoe, GaleCheckpointRecordsTheMoeFlags) {
   EXPECT_EQ(args["moe_router_enable_expert_bias"], true);
 }
 
+// torch_dist's optimizer state (SGD momentum, every buffer 0.01) reads under Gale's per-expert names.
+TEST(MegatronMoe, TorchDistOptimizerStateOfTheExperts) {
+  auto m = read_megatron_checkpoint(fixture("moe/torch_dist"), kUnset, /*with_optimizer=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(m->optimizer.has_value());
+  const auto& momentum = m->optimizer->tensors.at("momentum_buffer");
+  EXPECT_EQ(momentum.size(), m->tensors.size() - 2);  // every parameter but the two expert-bias buffers
+  for (int64_t e = 0; e < 4; ++e)
+    for (const char* w : {"linear_fc1.weight", "linear_fc2.weight"}) {
+      const std::string name = str_cat("decoder.layers.1.mlp.experts.local_experts.", e, ".", w);
+      auto it = momentum.find(name);
+      ASSERT_NE(it, momentum.end()) << name;
+      EXPECT_EQ(it->second.shape(), m->tensors.at(name).shape()) << name;
+      EXPECT_FLOAT_EQ(it->second.data<float>()[it->second.numel() - 1], 0.01f) << name;
+    }
+}
+
 // A copy of `fixture_name` in tmp/c whose rank file `rank` has its args attribute `key` set to `value`.
 void with_arg(const TempDir& tmp, const std::string& fixture_name, const std::string& rank, const std::string& key,
               PyRef value) {

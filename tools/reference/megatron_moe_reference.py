@@ -14,7 +14,9 @@ Writes tests/data/megatron/moe/ (the fixtures of tests/train/megatron_moe_test.c
                       tensors under TE's names (weight<i> of shape [out, in], as GroupedLinear registers them)
   torch_dist/         iter_0000007/{common.pt, .metadata, __0_0.distcp, metadata.json}: GPTModel.sharded_state_dict()
                       saved by dist_checkpointing.save (default torch_dist strategy, one-process gloo group):
-                      global experts stacked as decoder.layers.mlp.experts.experts.linear_fc1.weight [L, E, 2 Fe, H]
+                      global experts stacked as decoder.layers.mlp.experts.experts.linear_fc1.weight [L, E, 2 Fe, H];
+                      with Megatron's FP32Optimizer state over torch SGD (momentum 0.9, every buffer 0.01 after
+                      one step), optimizer.state.momentum_buffer.<model key>
   reference.json      tokens, labels, Megatron's logits and per-token losses, state-dict keys and shapes
 The model: 2 layers, hidden 16, 2 heads, LayerNorm, RoPE, no biases, untied output, vocabulary 50 padded
 to 64, every layer MoE: 4 experts, top-2, SwiGLU expert ffn 8, sigmoid scores with an expert bias
@@ -214,8 +216,22 @@ def save_torch_dist(root, model, sd):
     from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
     ckpt = os.path.join(root, "iter_%07d" % ITERATION)
     os.makedirs(ckpt, exist_ok=True)
-    st = {"args": megatron_args(1, 1, fmt="torch_dist"), "checkpoint_version": 3.0, "iteration": ITERATION,
-          "model": model.sharded_state_dict(), "num_floating_point_operations_so_far": 0.0}
+    args = megatron_args(1, 1, fmt="torch_dist")
+    args.optimizer, args.use_distributed_optimizer = "sgd", False
+    st = {"args": args, "checkpoint_version": 3.0, "iteration": ITERATION, "model": model.sharded_state_dict(),
+          "num_floating_point_operations_so_far": 0.0}
+    # With optimizer state, as a training run saves it: torch SGD's momentum after one step of
+    # gradients 0.01 (each momentum buffer 0.01), the weights restored.
+    import megatron_torch_dist_reference as dist_ref
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    opt = dist_ref.sgd_with_momentum(model, {k: v.clone() if torch.is_tensor(v) else v for k, v in sd.items()})
+    st["optimizer"] = opt.sharded_state_dict(st["model"])
+    # The scheduler of the tests' run (--lr 1e-4, linear decay over 8 iterations of 2 samples), 7 done.
+    sched = OptimizerParamScheduler(opt.optimizer, init_lr=0.0, max_lr=1e-4, min_lr=0.0, lr_warmup_steps=0,
+                                    lr_decay_steps=16, lr_decay_style="linear", start_wd=0.01, end_wd=0.01,
+                                    wd_incr_steps=16, wd_incr_style="constant")
+    sched.step(increment=14)
+    st["opt_param_scheduler"] = sched.state_dict()
     dist_checkpointing.save(st, ckpt, get_default_save_sharded_strategy("torch_dist"))
     with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(ITERATION))
@@ -286,7 +302,7 @@ def main():
     torch.manual_seed(1234)
     model = build_model()
     randomize(model)
-    sd = dict(model.state_dict_for_save_checkpoint())
+    sd = {k: v.clone() if torch.is_tensor(v) else v for k, v in model.state_dict_for_save_checkpoint().items()}
     tokens = torch.tensor([[3, 17, 42, 8, 0, 49, 25, 11]])
     labels = torch.tensor([[17, 42, 8, 0, 49, 25, 11, 30]])
     logits = forward(model, tokens)
