@@ -4,7 +4,8 @@
 // expert) saved by Megatron core_v0.12.1 in five layouts: legacy torch at EP 1 (SequentialMLP), at
 // TP 2 x EP 2, at EP 2 with GroupedMLP's weight1/weight2 and with TEGroupedMLP's weight<i>, and
 // torch_dist. Each reads to the same Gale tensors, and Gale's forward on them reproduces Megatron's
-// logits and per-token losses.
+// logits and per-token losses; torch_dist's optimizer state reads per expert; Gale writes the
+// fixture's TP 2 x EP 2 files as Megatron shards them, and a moe_layer_freq list both ways.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -96,6 +97,92 @@ TEST(MegatronMoe, TorchDistOptimizerStateOfTheExperts) {
       EXPECT_EQ(it->second.shape(), m->tensors.at(name).shape()) << name;
       EXPECT_FLOAT_EQ(it->second.data<float>()[it->second.numel() - 1], 0.01f) << name;
     }
+}
+
+// Gale writes the fixture at TP 2 x EP 2 file for file as the TP 2 x EP 2 fixture (Megatron's
+// sharding; _extra_state entries included) with the MoE args, and reads it back.
+TEST(MegatronMoe, WritesTheFixturesShardsAtTp2Ep2) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(fixture("moe/torch_ep1"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  o.tensor_parallel = 2;
+  o.expert_parallel = 2;
+  o.iteration = 7;
+  o.vocab_size = 50;
+  o.moe = m->moe;
+  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (const char* rank : {"mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"}) {
+    auto mine = read_torch_file(tmp.file(str_cat("mg/iter_0000007/", rank, "/model_optim_rng.pt")));
+    auto theirs = read_torch_file(fixture(str_cat("moe/torch_tp2ep2/iter_0000007/", rank, "/model_optim_rng.pt")));
+    ASSERT_TRUE(mine.ok() && theirs.ok()) << mine.status().message();
+    const PyValue* a = (*mine)->get("model");
+    const PyValue* b = (*theirs)->get("model");
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->entries.size(), b->entries.size()) << rank;
+    for (const auto& [k, v] : b->entries) {
+      const PyValue* x = a->get(k->s);
+      ASSERT_TRUE(x != nullptr) << rank << " " << k->s;
+      ASSERT_EQ(x->kind, v->kind) << rank << " " << k->s;
+      if (v->kind == PyValue::kTensor) EXPECT_TRUE(same_tensor(x->data, v->data)) << rank << " " << k->s;
+    }
+    const PyValue* args = (*mine)->get("args");
+    const PyValue* want = (*theirs)->get("args");
+    for (const char* key : {"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
+                            "moe_shared_expert_intermediate_size", "expert_model_parallel_size",
+                            "expert_tensor_parallel_size", "tensor_model_parallel_size"})
+      EXPECT_EQ(args->attr(key)->i, want->attr(key)->i) << key;
+    EXPECT_EQ(args->attr("moe_router_score_function")->s, "sigmoid");
+    EXPECT_TRUE(args->attr("moe_router_enable_expert_bias")->b);
+  }
+  auto back = read_megatron_checkpoint(tmp.file("mg"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
+}
+
+// A model whose layer 0 is dense (moe_layer_freq [0,1]): Megatron's list in the args both ways, the
+// dense layer's MLP and _extra_state names, the MoE layer's experts.
+TEST(MegatronMoe, LayerFreqListBothWays) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(fixture("moe/torch_ep1"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors)
+    if (name.find("layers.0.mlp.") == std::string::npos) tensors.push_back({name, t});
+  Tensor fc1 = Tensor::empty({64, 16}), fc2 = Tensor::empty({16, 32});
+  fc1.fill(0.5f);
+  fc2.fill(0.25f);
+  tensors.push_back({"decoder.layers.0.mlp.linear_fc1.weight", fc1});
+  tensors.push_back({"decoder.layers.0.mlp.linear_fc2.weight", fc2});
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  o.expert_parallel = 2;
+  o.moe = m->moe;
+  o.moe.moe_layer_freq = "[0,1]";
+  o.moe.layer_pattern = {0, 1};
+  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto file = read_torch_file(tmp.file("mg/iter_0000000/mp_rank_00_001/model_optim_rng.pt"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const PyValue* freq = (*file)->get("args")->attr("moe_layer_freq");
+  ASSERT_EQ(freq->kind, PyValue::kList);
+  ASSERT_EQ(freq->items.size(), 2u);
+  EXPECT_EQ(freq->items[0]->i, 0);
+  EXPECT_EQ(freq->items[1]->i, 1);
+  const PyValue* sd = (*file)->get("model");
+  EXPECT_NE(sd->get("decoder.layers.0.mlp.linear_fc1._extra_state"), nullptr);
+  EXPECT_NE(sd->get("decoder.layers.1.mlp.experts.local_experts.1.linear_fc2._extra_state"), nullptr);
+  EXPECT_EQ(sd->get("decoder.layers.1.mlp.experts.local_experts.2.linear_fc2.weight"), nullptr);  // EP rank 1: 2, 3
+  auto back = read_megatron_checkpoint(tmp.file("mg"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->moe.moe_layer_freq, "[0,1]");
+  EXPECT_EQ(back->moe.layer_pattern, (std::vector<int>{0, 1}));
+  ASSERT_EQ(back->tensors.size(), tensors.size());
+  for (const NamedTensor& nt : tensors) EXPECT_TRUE(same_tensor(nt.tensor, back->tensors.at(nt.name))) << nt.name;
 }
 
 // A copy of `fixture_name` in tmp/c whose rank file `rank` has its args attribute `key` set to `value`.
