@@ -107,19 +107,11 @@ Status globalize_megatron_experts(PyValue& sd, int64_t ep_rank, int64_t local_ex
         return DataLoss(where, ": tensor '", key, "' of shape ", t.shape_string(), ": ", split,
                         " does not split into the ", local_experts, " local experts");
       for (int64_t j = 0; j < local_experts; ++j) {
-        // weight1's memory is [El, H, rows]: expert j's fc1 is its [H, rows] block transposed;
-        // weight2's is [El, Fe, H]: fc2 is the [Fe, H] block transposed.
-        Tensor piece = fc1 ? grouped_piece(t, local_experts, j, t.shape()[0]) : Tensor();
-        if (!fc1) {
-          const int64_t fe = t.shape()[0] / local_experts, h = t.shape()[1], es = dtype_size(t.dtype());
-          piece = Tensor::empty({h, fe}, t.dtype());
-          const char* src = static_cast<const char*>(t.raw()) + j * fe * h * es;
-          for (int64_t r = 0; r < fe; ++r)
-            for (int64_t c = 0; c < h; ++c)
-              std::memcpy(static_cast<char*>(piece.raw()) + (c * fe + r) * es, src + (r * h + c) * es, es);
-        }
+        // weight1's memory is [El, H, rows]: expert j's fc1 [rows, H] is its [H, rows] block transposed;
+        // weight2's is [El, Fe, H]: fc2 [H, Fe] is the [Fe, H] block transposed.
+        const int64_t cols = fc1 ? t.shape()[0] : t.shape()[0] / local_experts;
         add(expert_key(prefix, first + j, fc1 ? "linear_fc1.weight" : "linear_fc2.weight"),
-            PyValue::tensor(std::move(piece)));
+            PyValue::tensor(grouped_piece(t, local_experts, j, cols)));
       }
       continue;
     }
