@@ -179,6 +179,27 @@ Status check_megatron_experts(const std::map<std::string, Tensor>& tensors, cons
   return Status::Ok();
 }
 
+Status check_megatron_moe_run(const MoeArgs& saved, const MoeArgs& run, const std::string& dir) {
+  auto differ = [&](const char* flag, const std::string& theirs, const std::string& ours) {
+    return FailedPrecondition(dir, ": Megatron's checkpoint was saved with ", flag, " ", theirs, ", this run has ", ours);
+  };
+  auto size = [](int64_t v) { return v == kUnset || v <= 0 ? std::string("None") : std::to_string(v); };
+  if (saved.enabled() != run.enabled() || (saved.enabled() && saved.num_experts != run.num_experts))
+    return differ("--num-experts", size(saved.num_experts), size(run.num_experts));
+  if (!saved.enabled()) return Status::Ok();
+  if (saved.moe_ffn_hidden_size != run.moe_ffn_hidden_size)
+    return differ("--moe-ffn-hidden-size", size(saved.moe_ffn_hidden_size), size(run.moe_ffn_hidden_size));
+  if (saved.layer_pattern != run.layer_pattern)
+    return differ("--moe-layer-freq", saved.moe_layer_freq, run.moe_layer_freq);
+  if (saved.moe_shared_expert_intermediate_size != run.moe_shared_expert_intermediate_size)
+    return differ("--moe-shared-expert-intermediate-size", size(saved.moe_shared_expert_intermediate_size),
+                  size(run.moe_shared_expert_intermediate_size));
+  if (saved.moe_router_enable_expert_bias != run.moe_router_enable_expert_bias)
+    return differ("--moe-router-enable-expert-bias", saved.moe_router_enable_expert_bias ? "on" : "off",
+                  run.moe_router_enable_expert_bias ? "on" : "off");
+  return Status::Ok();
+}
+
 nlohmann::json megatron_moe_args_json(nlohmann::json args, const PyValue* ns) {
   auto it = args.find("num_experts");
   if (it == args.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return args;

@@ -60,6 +60,13 @@ StatusOr<MoeArgs> megatron_moe_args(const nlohmann::json& args, const std::strin
 Status check_megatron_experts(const std::map<std::string, Tensor>& tensors, const MoeArgs& moe, int64_t num_layers,
                               const std::string& where);
 
+// The run's MoE flags against the checkpoint's (`saved`, from Megatron's args in `dir`) where
+// Megatron's strict load_state_dict would fail: num_experts, --moe-ffn-hidden-size, the MoE layers
+// (--moe-layer-freq), --moe-shared-expert-intermediate-size and --moe-router-enable-expert-bias (the
+// expert_bias buffer); FailedPrecondition naming the flag and both values. Routing rules (top-k,
+// score function, ...) may differ, as in Megatron.
+Status check_megatron_moe_run(const MoeArgs& saved, const MoeArgs& run, const std::string& dir);
+
 // torch_dist's global state (and optimizer state) with its experts globalized (all E experts on
 // "expert rank 0"), when its args have num_experts.
 Status globalize_dist_experts(MegatronDistState& state, const std::string& where);

@@ -107,6 +107,14 @@ TEST(MegatronMoeCli, PretrainContinuesEveryLayoutAtEp1AndEp2WithOneLoss) {
                           "--sgd-momentum", "0.9"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NEAR(testing::logged_values(r.output, "lm loss").at(0), ep1[0], 1e-5 * ep1[0]) << r.output;
+  // A run whose MoE flags Megatron's strict load would refuse: named before any tensor is read.
+  std::vector<std::string> no_bias = flags;
+  no_bias.erase(std::find(no_bias.begin(), no_bias.end(), "--moe-router-enable-expert-bias"));
+  r = pretrain(1, no_bias, {"--load", fixture("torch_ep1"), "--no-load-optim"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("Megatron's checkpoint was saved with --moe-router-enable-expert-bias on, this run has off"),
+            std::string::npos)
+      << r.output;
   // --use-checkpoint-args: the MoE shape from Megatron's args (moe_layer_freq an int there).
   r = pretrain(1, t, {"--use-checkpoint-args", "--load", fixture("torch_dist")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
