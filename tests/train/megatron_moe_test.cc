@@ -3,7 +3,7 @@
 // One tiny MoE GPT (2 MoE layers, 4 experts, top-2, sigmoid scores with an expert bias, a shared
 // expert) saved by Megatron core_v0.12.1 in five layouts: legacy torch at EP 1 (SequentialMLP), at
 // TP 2 x EP 2, at EP 2 with GroupedMLP's weight1/weight2 and with TEGroupedMLP's weight<i>, and
-// torch_dist. Each reads to the same Gale tensors, and Gale's forward on them reproduces Megatron's
+// torch_dist, and torch_dcp. Each reads to the same Gale tensors, and Gale's forward on them reproduces Megatron's
 // logits and per-token losses; torch_dist's optimizer state reads per expert; Gale writes the
 // fixture's TP 2 x EP 2 files as Megatron shards them, and a moe_layer_freq list both ways.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ using namespace megatron_fixture;
 namespace fs = std::filesystem;
 
 const char* const kLayouts[] = {"moe/torch_ep1", "moe/torch_tp2ep2", "moe/torch_grouped_ep2",
-                                "moe/torch_te_grouped_ep2", "moe/torch_dist"};
+                                "moe/torch_te_grouped_ep2", "moe/torch_dist", "moe/torch_dcp"};
 
 TEST(MegatronMoe, EveryLayoutReproducesMegatronsLogits) {
   const Reference ref = read_reference("moe/reference.json");
@@ -195,6 +195,27 @@ void with_arg(const TempDir& tmp, const std::string& fixture_name, const std::st
   PyValue* args = const_cast<PyValue*>((*root)->get("args"));
   args->state->set(key, std::move(value));
   ASSERT_TRUE(write_torch_file(pt, **root).ok());
+}
+
+// torch_dcp keeps one copy of keys every rank saves: an expert-parallel save lost the other ranks' experts.
+TEST(MegatronMoeErrors, ATorchDcpSavedAtExpertParallelTwoIsRefused) {
+  TempDir tmp;
+  fs::copy(fixture("moe/torch_dcp"), tmp.file("c"), fs::copy_options::recursive);
+  const std::string path = tmp.file("c/iter_0000007/__0_0.distcp");  // args.expert_model_parallel_size 1 -> 2
+  std::string bytes = testing_util::read_bytes(path);
+  const size_t at = bytes.find("expert_model_parallel_size");
+  ASSERT_NE(at, std::string::npos);
+  const size_t one = bytes.find(std::string("K\x01", 2), at);  // BININT1 1 after the key's memo entry
+  ASSERT_LT(one, at + 32);
+  bytes[one + 1] = 2;
+  testing_util::write_bytes(path, bytes);
+  auto m = read_megatron_checkpoint(tmp.file("c"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("a torch_dcp checkpoint saved at tensor-parallel size 1 x pipeline-parallel size 1 "
+                                      "x expert-parallel size 2: not supported"),
+            std::string::npos)
+      << m.status().message();
 }
 
 TEST(MegatronMoeErrors, MissingExpertRankFileIsNamed) {

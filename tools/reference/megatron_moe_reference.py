@@ -17,6 +17,8 @@ Writes tests/data/megatron/moe/ (the fixtures of tests/train/megatron_moe_test.c
                       global experts stacked as decoder.layers.mlp.experts.experts.linear_fc1.weight [L, E, 2 Fe, H];
                       with Megatron's FP32Optimizer state over torch SGD (momentum 0.9, every buffer 0.01 after
                       one step), optimizer.state.momentum_buffer.<model key>
+  torch_dcp/          iter_0000007/{.metadata, __0_0.distcp}: --ckpt-format torch_dcp, torch.distributed.checkpoint.save
+                      of generate_state_dict's dict (args, iteration, checkpoint_version, model = the plain state dict)
   reference.json      tokens, labels, Megatron's logits and per-token losses, state-dict keys and shapes
 The model: 2 layers, hidden 16, 2 heads, LayerNorm, RoPE, no biases, untied output, vocabulary 50 padded
 to 64, every layer MoE: 4 experts, top-2, SwiGLU expert ffn 8, sigmoid scores with an expert bias
@@ -44,6 +46,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint
 
 sys.path.insert(0, os.environ.get("MEGATRON_LM", "/tmp/meg"))
 if not torch.cuda.is_available():  # RoPE's device, and the torch_dist writer's synchronize
@@ -320,6 +323,14 @@ def main():
     gdiff = (forward(grouped, tokens) - logits).abs().max().item()
     assert gdiff < 1e-5, gdiff
     dist_keys = save_torch_dist(os.path.join(a.out, "torch_dist"), model, sd)
+    dcp = os.path.join(a.out, "torch_dcp")
+    os.makedirs(os.path.join(dcp, "iter_%07d" % ITERATION))
+    torch.distributed.checkpoint.save(
+        state_dict={"args": megatron_args(1, 1, fmt="torch_dcp"), "checkpoint_version": 3.0, "iteration": ITERATION,
+                    "model": model.state_dict_for_save_checkpoint()},
+        storage_writer=torch.distributed.checkpoint.FileSystemWriter(os.path.join(dcp, "iter_%07d" % ITERATION)))
+    with open(os.path.join(dcp, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(ITERATION))
     ref = {"tokens": tokens[0].tolist(), "labels": labels[0].tolist(), "vocab_size": VOCAB, "padded_vocab_size": PADDED,
            "loss": float(losses.float().mean()), "losses": [float(x) for x in losses[0]],
            "logits": [[float(x) for x in row] for row in logits[0]],
