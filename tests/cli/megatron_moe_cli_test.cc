@@ -3,7 +3,9 @@
 // The fixtures' logits are checked against Megatron's in tests/train/megatron_moe_test.cc; here the
 // user's path: the run continues at Megatron's iteration 7, and every layout of the same weights
 // (EP 1 files, EP 2 GroupedMLP files, TP 2 x EP 2 files, torch_dist), loaded at Gale's EP 1, EP 2 or
-// TP 2, logs the same first loss; --use-checkpoint-args takes the MoE shape from Megatron's args.
+// TP 2, logs the same first loss; torch_dist's SGD momentum resumes at EP 2; a run whose MoE flags
+// differ from the checkpoint's is refused naming the flag; --use-checkpoint-args takes the MoE shape
+// from Megatron's args; --ckpt-convert-format torch writes a MoE run's layout (EP 2).
 // `gale convert` writes MoE models in Megatron's torch format at TP x PP x EP: an HF Mixtral round
 // trips bit for bit, the fixture round trips to the same Gale tensor file (Megatron's own model
 // loading what Gale writes: tools/reference/megatron_moe_reference.py --check-gale-written).
@@ -122,6 +124,16 @@ TEST(MegatronMoeCli, PretrainContinuesEveryLayoutAtEp1AndEp2WithOneLoss) {
   EXPECT_NE(r.output.find("Setting moe_shared_expert_intermediate_size to 8 from checkpoint"), std::string::npos)
       << r.output;
   EXPECT_EQ(testing::logged_values(r.output, "lm loss"), ep1) << r.output;
+  // Megatron's --ckpt-convert-format torch in a run at EP 2: a Gale checkpoint written in Megatron's
+  // format at the run's layout (mp_rank_00_EEE), which reads back to the same tensors.
+  ASSERT_EQ(convert("mg", "gale", fixture("torch_ep1"), tmp.file("g")).exit_code, 0);
+  r = pretrain(2, flags, {"--load", tmp.file("g"), "--expert-model-parallel-size", "2", "--ckpt-convert-format",
+                          "torch", "--ckpt-convert-save", tmp.file("out")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("out/torch/iter_0000007/mp_rank_00_001/model_optim_rng.pt")));
+  ASSERT_EQ(convert("mg", "gale", tmp.file("out/torch"), tmp.file("g2")).exit_code, 0);
+  EXPECT_EQ(file_bytes(tmp.file("g2/iter_0000007/shard_00000.safetensors")),
+            file_bytes(tmp.file("g/iter_0000007/shard_00000.safetensors")));
 }
 
 TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
