@@ -325,7 +325,7 @@ Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_
     ranked[rank] = path;
     ranked_roots[rank] = by_name_roots.at(n);
   }
-  GALE_RETURN_IF_ERROR(merge_expert_rank_files(ranked, ranked_roots, json_int(args, "num_experts", 0), &files, &roots));
+  GALE_RETURN_IF_ERROR(merge_expert_rank_files(ranked, ranked_roots, args, &files, &roots));
   for (const auto& [rank, path] : files) {
     m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
     m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
@@ -506,7 +506,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
   GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, where));
-  GALE_ASSIGN_OR_RETURN(m.moe, megatron_moe_args(a, where, m.model.num_layers, !dist));
+  GALE_ASSIGN_OR_RETURN(m.moe, megatron_moe_args(a, where, m.model.num_layers));
   GALE_RETURN_IF_ERROR(check_megatron_experts(m.tensors, m.moe, m.model.num_layers, m.directory));
   m.model.padded_vocab_size = emb->second.shape()[0];
   if (m.model.kv_channels == kUnset) m.model.kv_channels = m.model.hidden_size / m.model.num_attention_heads;

@@ -223,20 +223,9 @@ nlohmann::json megatron_moe_args_json(nlohmann::json args, const PyValue* ns) {
   return args;
 }
 
-StatusOr<MoeArgs> megatron_moe_args(const nlohmann::json& args, const std::string& where, int64_t num_layers,
-                                    bool legacy_files) {
+StatusOr<MoeArgs> megatron_moe_args(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, num_layers));
   if (!moe.enabled()) return moe;
-  auto num = [&](const char* key, int64_t fallback) {
-    auto it = args.find(key);
-    return it != args.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
-  };
-  const int64_t tp = num("tensor_model_parallel_size", 1), etp = num("expert_tensor_parallel_size", tp);
-  if (legacy_files && etp != tp && tp > 1)
-    return Unimplemented(where, ": expert_tensor_parallel_size ", etp, " with tensor_model_parallel_size ", tp,
-                         " in the torch format: not supported yet (expected the experts split as the dense layers, "
-                         "expert_tensor_parallel_size = tensor_model_parallel_size; save it with --ckpt-format "
-                         "torch_dist)");
   moe.moe_grouped_gemm = args.value("moe_grouped_gemm", false);
   return moe;
 }
@@ -261,8 +250,19 @@ Status globalize_dist_experts(MegatronDistState& state, const std::string& where
 
 Status merge_expert_rank_files(const std::map<std::tuple<int64_t, int64_t, int64_t>, std::string>& files,
                                const std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef>& roots,
-                               int64_t num_experts, std::map<std::pair<int64_t, int64_t>, std::string>* merged_files,
+                               const nlohmann::json& args, std::map<std::pair<int64_t, int64_t>, std::string>* merged_files,
                                std::map<std::pair<int64_t, int64_t>, PyRef>* merged_roots) {
+  auto num = [&](const char* key, int64_t fallback) {
+    auto it = args.find(key);
+    return it != args.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+  };
+  const int64_t num_experts = num("num_experts", 0), tp = num("tensor_model_parallel_size", 1),
+                etp = num("expert_tensor_parallel_size", tp);
+  if (num_experts > 0 && etp != tp && tp > 1)
+    return Unimplemented(files.begin()->second, " (args): expert_tensor_parallel_size ", etp,
+                         " with tensor_model_parallel_size ", tp, " in the torch format: not supported yet (expected "
+                         "the experts split as the dense layers, expert_tensor_parallel_size = "
+                         "tensor_model_parallel_size; save it with --ckpt-format torch_dist)");
   int64_t ep = 1;
   for (const auto& [rank, path] : files) ep = std::max(ep, std::get<2>(rank) + 1);
   if (num_experts > 0 && num_experts % ep)

@@ -47,11 +47,8 @@ bool megatron_moe_tensor(const std::string& rest);
 // dense model.
 nlohmann::json megatron_moe_args_json(nlohmann::json args, const PyValue* ns);
 
-// The MoE flags of Megatron's args (after megatron_moe_args_json), checked against what a
-// checkpoint's experts can be loaded as: Unimplemented naming `where` for a legacy torch-format
-// checkpoint saved with expert_tensor_parallel_size other than tensor_model_parallel_size.
-StatusOr<MoeArgs> megatron_moe_args(const nlohmann::json& args, const std::string& where, int64_t num_layers,
-                                    bool legacy_files);
+// The MoE flags of Megatron's args (after megatron_moe_args_json); errors name `where` and the key.
+StatusOr<MoeArgs> megatron_moe_args(const nlohmann::json& args, const std::string& where, int64_t num_layers);
 
 // Every MoE layer of `moe.layer_pattern` (global layer numbers) in `tensors` (Gale's names) has exactly
 // experts 0 .. num_experts - 1, each with its fc1 and fc2 weights, and a router; DataLoss naming
@@ -73,12 +70,14 @@ Status globalize_dist_experts(MegatronDistState& state, const std::string& where
 
 // The torch format's rank files keyed by (tensor, pipeline, expert) rank -> one state per (tensor,
 // pipeline) rank: expert rank 0's dict with every expert rank's experts globalized into each of its
-// model chunks ('model', 'model0', ...). `files` / `roots` come in keyed by the three ranks; the
-// merged ones replace them. Errors: a missing expert rank's file, num_experts not a multiple of the
-// expert ranks, a rank file without the chunk rank 0 has.
+// model chunks ('model', 'model0', ...). `files` / `roots` come in keyed by the three ranks, `args`
+// are the files' args (JSON of the Namespace's scalars); the merged ones replace them. Errors: a
+// missing expert rank's file, num_experts not a multiple of the expert ranks, a rank file without
+// the chunk rank 0 has; Unimplemented for a MoE checkpoint saved with expert_tensor_parallel_size
+// other than tensor_model_parallel_size (its experts are not split as the dense layers).
 Status merge_expert_rank_files(const std::map<std::tuple<int64_t, int64_t, int64_t>, std::string>& files,
                                const std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef>& roots,
-                               int64_t num_experts, std::map<std::pair<int64_t, int64_t>, std::string>* merged_files,
+                               const nlohmann::json& args, std::map<std::pair<int64_t, int64_t>, std::string>* merged_files,
                                std::map<std::pair<int64_t, int64_t>, PyRef>* merged_roots);
 
 // ---- writing Megatron's torch format (SequentialMLP names, --transformer-impl local) ----

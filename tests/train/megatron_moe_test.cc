@@ -251,9 +251,12 @@ TEST(MegatronMoeErrors, WrongExpertCountIsNamed) {
               std::string::npos)
         << m.status().message();
   }
-  {  // expert TP other than TP in the legacy format
+  {  // expert TP other than TP in the legacy format (whose EP ranks are then TP ranks: only the files
+     // of ranks (TP 0, EP 0) and (TP 1, EP 1) exist): refused before the files are matched up
     TempDir tmp;
     with_arg(tmp, "moe/torch_tp2ep2", "mp_rank_00_000", "expert_tensor_parallel_size", PyValue::integer(1));
+    fs::remove_all(tmp.file("c/iter_0000007/mp_rank_00_001"));
+    fs::remove_all(tmp.file("c/iter_0000007/mp_rank_01_000"));
     auto m = read_megatron_checkpoint(tmp.file("c"));
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find("expert_tensor_parallel_size 1 with tensor_model_parallel_size 2 in the torch "
