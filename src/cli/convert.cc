@@ -15,7 +15,7 @@ int run_convert(int argc, char** argv) {
   HfToGaleOptions to_gale;
   GaleToHfOptions to_hf;
   std::string load_dir, save_dir;
-  int64_t target_pp = 1;
+  int64_t target_pp = 1, target_ep = 1;
   p.group("conversion");
   p.add_choice("--load-model-type", &load_type, {"hf", "gale", "mg", "megatron"},
                "what --load-dir holds: hf, gale, or mg (alias megatron: a Megatron-LM checkpoint, --ckpt-format torch, torch_dist or torch_dcp)");
@@ -35,6 +35,9 @@ int run_convert(int argc, char** argv) {
         "-> mg: the pipeline-parallel size of the Megatron checkpoint written (layers split evenly); otherwise "
         "accepted for compatibility (and checked against --num-layer-list): Gale checkpoints load at any "
         "pipeline-parallel size");
+  p.add("--target-expert-parallel-size", &target_ep,
+        "-> mg: the expert-parallel size of the Megatron checkpoint written (a MoE model's experts split over "
+        "mp_rank_TT[_PPP]_EEE files)");
   p.add("--num-layer-list", &to_gale.num_layer_list,
         "hf -> gale (MindSpeed-LLM): the layers of each target pipeline stage, comma-separated (e.g. 4,6,6,4), "
         "checked against the model; Gale checkpoints load at any split");
@@ -74,6 +77,9 @@ int run_convert(int argc, char** argv) {
     s = InvalidArgument("--load-model-type ", load_type, " --save-model-type ", save_type,
                         ": expected one side hf and the other gale (or gale to gale with --lora-load)");
   if (s.ok() && target_pp <= 0) s = InvalidArgument("--target-pipeline-parallel-size: expected a positive integer");
+  if (s.ok() && target_ep != 1 && save_type != "mg")
+    s = InvalidArgument("--target-expert-parallel-size ", target_ep, ": only for --save-model-type mg (Gale "
+                        "checkpoints load at any expert-parallel size), found --save-model-type ", save_type);
   if (s.ok() && !from_hf && !to_gale.num_layer_list.empty())
     s = InvalidArgument("--num-layer-list describes the pipeline stages of a checkpoint written from hf: expected "
                         "--load-model-type hf, found ", load_type, " (a Gale checkpoint holds whole tensors whatever "
@@ -106,6 +112,7 @@ int run_convert(int argc, char** argv) {
     mo.make_vocab_size_divisible_by = to_gale.make_vocab_size_divisible_by;
     mo.target_tensor_parallel_size = to_gale.target_tensor_parallel_size;
     mo.target_pipeline_parallel_size = target_pp;
+    mo.target_expert_parallel_size = target_ep;
     mo.vocab_size = to_hf.vocab_size;
     mo.tokenizer_type = tokenizer_type;
     s = convert_megatron(mo, log);

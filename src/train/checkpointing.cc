@@ -19,6 +19,7 @@
 #include "train/checkpoint_args.h"
 #include "train/grad_sync.h"
 #include "train/megatron_checkpoint.h"
+#include "train/megatron_moe_names.h"
 
 namespace gale {
 
@@ -628,6 +629,7 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
   const CheckpointArgs& ca = args.checkpoint;
   const bool load_optim = !finetune && ca.load_optim;
   GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step, load_optim));
+  GALE_RETURN_IF_ERROR(check_megatron_moe_run(m.moe, args.moe, m.directory));
   std::string what = "model weights only, Megatron's optimizer and RNG state are not read";
   if (m.optimizer) {
     const MegatronOptimizerState& o = *m.optimizer;

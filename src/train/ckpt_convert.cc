@@ -33,6 +33,13 @@ Status convert_on_rank0(const Arguments& args, const std::string& out) {
   o.save_dir = out;
   o.target_tensor_parallel_size = args.parallel.tensor_model_parallel_size;
   o.target_pipeline_parallel_size = args.parallel.pipeline_model_parallel_size;
+  o.target_expert_parallel_size = args.moe.enabled() ? args.parallel.expert_model_parallel_size : 1;
+  if (args.moe.enabled() && args.moe.expert_tensor_parallel_size != kUnset &&
+      args.moe.expert_tensor_parallel_size != args.parallel.tensor_model_parallel_size)
+    return Unimplemented("--ckpt-convert-format torch with --expert-tensor-parallel-size ",
+                         args.moe.expert_tensor_parallel_size, " and --tensor-model-parallel-size ",
+                         args.parallel.tensor_model_parallel_size, ": not supported yet (Megatron's torch format is "
+                         "written with the experts split as the dense layers, expert TP = TP)");
   o.tokenizer_type = args.tokenizer.tokenizer_type;
   return convert_megatron(o, [](const std::string& line) { print_rank0(line); });
 }

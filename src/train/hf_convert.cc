@@ -271,7 +271,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
       return Status::Ok();
     }
     const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : m.vocab_size;
-    GALE_ASSIGN_OR_RETURN(HfModel hm, hf_model_from_args(m.model, MoeArgs{}, vocab, m.directory));
+    GALE_ASSIGN_OR_RETURN(HfModel hm, hf_model_from_args(m.model, m.moe, vocab, m.directory));
     GALE_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
                           hf_tensors_from_gale(hm, megatron_tensor_source(m),
                                                o.save_dtype == "bf16" ? DType::kBF16 : DType::kF32));
@@ -283,16 +283,17 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
   so.tensor_parallel = o.target_tensor_parallel_size;
   so.pipeline_parallel = o.target_pipeline_parallel_size;
   so.tokenizer_type = o.tokenizer_type;
+  so.expert_parallel = o.target_expert_parallel_size;
   std::vector<NamedTensor> tensors;
   ModelArgs model;
   if (o.from == ModelFormat::kHf) {
     GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
     GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
                                                           o.target_tensor_parallel_size));
-    if (m.moe.enabled() || m.mtp_layers > 0)
+    if (m.mtp_layers > 0)
       return Unimplemented(o.load_dir, ": a ", hf_architecture_name(m.arch),
-                           " model with experts or multi-token prediction: writing it to Megatron's format is not "
-                           "supported yet");
+                           " model with multi-token prediction: writing it to Megatron's format is not supported yet");
+    so.moe = m.moe;
     for (const std::string& w : m.warnings) log("warning: " + w);
     GALE_ASSIGN_OR_RETURN(tensors, gale_tensors_from_hf(
                                        m, [&](const std::string& name, const Shape& shape) { return hf.read(name, shape); },
@@ -306,9 +307,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
     GALE_ASSIGN_OR_RETURN(model, model_args_from_json(args, where));
     GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
-    GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
-    if (moe.enabled())
-      return Unimplemented(where, ": a MoE model: writing it to Megatron's format is not supported yet");
+    GALE_ASSIGN_OR_RETURN(so.moe, moe_args_from_json(args, where, model.num_layers));
     for (const std::string& name : r.tensor_names()) {
       if (!is_model_tensor(name)) continue;
       GALE_ASSIGN_OR_RETURN(Shape shape, r.global_shape(name));
@@ -321,7 +320,8 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
   }
   GALE_RETURN_IF_ERROR(write_megatron_checkpoint(so, model, tensors));
   log(str_cat("saved Megatron's torch checkpoint (checkpoint_version 3.0, ", so.release ? std::string("release") : str_cat("iteration ", so.iteration),
-              ", TP ", so.tensor_parallel, " x PP ", so.pipeline_parallel, ", ", tensors.size(),
+              ", TP ", so.tensor_parallel, " x PP ", so.pipeline_parallel,
+              so.expert_parallel > 1 ? str_cat(" x EP ", so.expert_parallel) : std::string(), ", ", tensors.size(),
               " tensors) to ", o.save_dir, so.release ? std::string() : std::string(
               "; load it in Megatron with --no-load-optim --no-load-rng (or --finetune)")));
   return Status::Ok();

@@ -69,6 +69,7 @@ struct MegatronConvertOptions {
   int64_t make_vocab_size_divisible_by = 128;     // hf -> mg
   int64_t target_tensor_parallel_size = 1;        // -> mg
   int64_t target_pipeline_parallel_size = 1;      // -> mg
+  int64_t target_expert_parallel_size = 1;        // -> mg: expert-parallel rank files (MoE models)
   int64_t vocab_size = 0;                         // real vocabulary rows (0: recorded, else all padded rows)
   std::string tokenizer_type;                     // -> mg: recorded in Megatron's args
 };

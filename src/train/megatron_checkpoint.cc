@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
 #include "train/megatron_dist_checkpoint.h"
+#include "train/megatron_moe_names.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -30,16 +31,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// How tensor parallelism splits a tensor (Megatron-Core's GPT layers).
+// How tensor parallelism splits a tensor (Megatron-Core's GPT layers; MoE experts and shared
+// experts as the dense MLP, with expert TP = TP).
 enum class Split { kReplicated, kRows, kColumns, kGatedRows };
 
 Split split_of(const std::string& name, bool swiglu) {
-  if (ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias"))
+  if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias"))
     return swiglu ? Split::kGatedRows : Split::kRows;
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
       name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
     return Split::kRows;
-  if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, "mlp.linear_fc2.weight"))
+  if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, ".linear_fc2.weight"))
     return Split::kColumns;
   return Split::kReplicated;  // norms, row-parallel biases, position embeddings
 }
@@ -203,7 +205,7 @@ bool known_tensor(const std::string& name) {
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;
-  return layer_of(name, &i, &rest) && kLayer.count(rest);
+  return layer_of(name, &i, &rest) && (kLayer.count(rest) || megatron_moe_tensor(rest));
 }
 
 StatusOr<std::string> read_text(const std::string& path) {
@@ -280,24 +282,50 @@ int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
 }
 
-// The torch format's mp_rank_TT[_PPP]/model_optim_rng.pt files of m.directory: their paths and
-// state dicts by (tensor rank, pipeline rank); sets m.tensor_parallel / m.pipeline_parallel.
+// The torch format's mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt files of m.directory: their paths and
+// state dicts by (tensor rank, pipeline rank), each expert-parallel rank's experts merged in under
+// global expert numbers (train/megatron_moe_names.h); sets m.tensor_parallel / m.pipeline_parallel.
 Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_t>, std::string>& files,
                        std::map<std::pair<int64_t, int64_t>, PyRef>& roots) {
+  std::map<std::vector<int64_t>, std::string> by_name;  // the numbers of mp_rank_TT[_NNN][_NNN]
   for (const auto& e : fs::directory_iterator(m.directory)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("mp_rank_", 0) != 0) continue;
-    std::vector<std::string> parts;
+    std::vector<int64_t> numbers;
     std::stringstream ss(name.substr(8));
-    for (std::string p; std::getline(ss, p, '_');) parts.push_back(p);
-    auto numeric = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
-    if (parts.size() == 3)
-      return Unimplemented(m.directory, "/", name, ": an expert-parallel rank's file; expert parallelism (MoE) in "
-                                                   "Megatron checkpoints is not supported yet");
-    if (parts.empty() || parts.size() > 2 || !numeric(parts[0]) || (parts.size() == 2 && !numeric(parts[1])))
-      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT or mp_rank_TT_PPP");
-    files[{std::stoll(parts[0]), parts.size() == 2 ? std::stoll(parts[1]) : 0}] = e.path().string() + "/model_optim_rng.pt";
+    bool numeric = true;
+    for (std::string p; std::getline(ss, p, '_');) {
+      numeric = numeric && !p.empty() && std::all_of(p.begin(), p.end(), ::isdigit);
+      if (numeric) numbers.push_back(std::stoll(p));
+    }
+    if (!numeric || numbers.empty() || numbers.size() > 3)
+      return DataLoss(m.directory, "/", name, ": expected mp_rank_TT, mp_rank_TT_PPP, mp_rank_TT_EEE or mp_rank_TT_PPP_EEE");
+    by_name[numbers] = e.path().string() + "/model_optim_rng.pt";
   }
+  std::map<std::vector<int64_t>, PyRef> by_name_roots;
+  for (const auto& [numbers, path] : by_name) {  // each rank's state dict
+    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
+    if (root->kind != PyValue::kDict)
+      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
+    by_name_roots[numbers] = root;
+  }
+  // mp_rank_TT_NNN is a pipeline rank, or with expert parallelism and no pipeline parallelism an expert rank.
+  const nlohmann::json args = by_name_roots.empty() ? nlohmann::json::object()
+                                                    : args_json(by_name_roots.begin()->second->get("args"));
+  const bool ep_suffix = json_int(args, "expert_model_parallel_size", 1) > 1 &&
+                         json_int(args, "pipeline_model_parallel_size", 1) == 1;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::string> ranked;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef> ranked_roots;
+  for (const auto& [n, path] : by_name) {
+    const std::tuple<int64_t, int64_t, int64_t> rank =
+        n.size() == 3 ? std::tuple{n[0], n[1], n[2]}
+        : n.size() == 1 ? std::tuple{n[0], int64_t{0}, int64_t{0}}
+        : ep_suffix     ? std::tuple{n[0], int64_t{0}, n[1]}
+                        : std::tuple{n[0], n[1], int64_t{0}};
+    ranked[rank] = path;
+    ranked_roots[rank] = by_name_roots.at(n);
+  }
+  GALE_RETURN_IF_ERROR(merge_expert_rank_files(ranked, ranked_roots, args, &files, &roots));
   for (const auto& [rank, path] : files) {
     m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
     m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
@@ -308,12 +336,6 @@ Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_
         return NotFound(m.directory, ": the file of tensor-parallel rank ", t, ", pipeline rank ", p, " (mp_rank_",
                         t < 10 ? "0" : "", t, m.pipeline_parallel > 1 ? str_cat("_", p < 100 ? (p < 10 ? "00" : "0") : "", p) : "",
                         ") is missing for a ", m.tensor_parallel, " x ", m.pipeline_parallel, " checkpoint");
-  for (const auto& [rank, path] : files) {  // each rank's state dict
-    GALE_ASSIGN_OR_RETURN(PyRef root, read_torch_file(path));
-    if (root->kind != PyValue::kDict)
-      return DataLoss(path, ": expected a dict (Megatron's state_dict), found ", root->type_name());
-    roots[rank] = root;
-  }
   return Status::Ok();
 }
 
@@ -381,6 +403,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   std::optional<MegatronOptimizerState> optimizer;
   if (dist) {
     GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format, with_optimizer));
+    GALE_RETURN_IF_ERROR(globalize_dist_experts(state, m.directory));
     files[{0, 0}] = m.directory;  // named in messages
     roots[{0, 0}] = state.root;
     optimizer = std::move(state.optimizer);
@@ -405,15 +428,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (const PyValue* it = first.get("iteration"); it && it->kind == PyValue::kInt) m.iteration = it->i;
   else if (const PyValue* total = first.get("total_iters"); total && total->kind == PyValue::kInt) m.iteration = total->i;
   if (m.release) m.iteration = 0;
-  m.args = args_json(first.get("args"));
+  m.args = megatron_moe_args_json(args_json(first.get("args")), first.get("args"));
   if (m.args.empty())
     return DataLoss(first_path, ": expected Megatron's 'args' (an argparse.Namespace), found ",
                     first.get("args") ? first.get("args")->type_name() : std::string("none"));
   if (m.args.value("multi_latent_attention", false))
     return Unimplemented(first_path, ": a multi-latent-attention model: Megatron MLA checkpoints are not supported yet");
-  if (auto it = m.args.find("num_experts"); it != m.args.end() && it->is_number_integer() && it->get<int64_t>() > 0)
-    return Unimplemented(first_path, ": a MoE model (num_experts = ", it->get<int64_t>(),
-                         "): Megatron MoE checkpoints are not supported yet");
   m.consumed_train_samples = json_int(m.args, "consumed_train_samples", 0);
   m.consumed_valid_samples = json_int(m.args, "consumed_valid_samples", 0);
   m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
@@ -444,14 +464,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
         if (k->kind != PyValue::kString) return DataLoss(where, ": a state-dict key that is not a string");
         std::string name = k->s;
         if (ends_with(name, "_extra_state")) continue;
-        if (name.find(".mlp.experts.") != std::string::npos || name.find(".mlp.router.") != std::string::npos)
-          return Unimplemented(where, ": tensor '", name, "': Megatron MoE layers are not supported yet");
         if (val->kind != PyValue::kTensor)
           return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
         name = gale_name_of(name, offset);
         if (!known_tensor(name))
-          return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's dense GPT model "
-                               "(multi-latent attention, MoE or other Megatron layers in this format: not supported yet)");
+          return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's GPT model "
+                               "(multi-latent attention or other Megatron layers in this format: not supported yet)");
         std::vector<Tensor> parts;
         for (int64_t t = 0; t < m.tensor_parallel; ++t) {
           const PyValue* x = dicts[t]->get(k->s);
@@ -488,6 +506,8 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
   GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, where));
+  GALE_ASSIGN_OR_RETURN(m.moe, megatron_moe_args(a, where, m.model.num_layers));
+  GALE_RETURN_IF_ERROR(check_megatron_experts(m.tensors, m.moe, m.model.num_layers, m.directory));
   m.model.padded_vocab_size = emb->second.shape()[0];
   if (m.model.kv_channels == kUnset) m.model.kv_channels = m.model.hidden_size / m.model.num_attention_heads;
   m.model.num_kv_heads = m.model.group_query_attention ? m.model.num_query_groups : m.model.num_attention_heads;
@@ -513,7 +533,7 @@ StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t
     *where += " (args)";
     nlohmann::json args = args_json(ns.get());
     if (args.empty()) return DataLoss(file, ": expected Megatron's 'args' (an argparse.Namespace), found ", ns->type_name());
-    return args;
+    return megatron_moe_args_json(std::move(args), ns.get());
   }
   std::string path = dir + "/mp_rank_00/model_optim_rng.pt";
   if (!fs::exists(path)) path = dir + "/mp_rank_00_000/model_optim_rng.pt";
@@ -521,7 +541,7 @@ StatusOr<nlohmann::json> read_megatron_args(const std::string& load_dir, int64_t
   *where = path + " (args)";
   nlohmann::json args = root->kind == PyValue::kDict ? args_json(root->get("args")) : nlohmann::json::object();
   if (args.empty()) return DataLoss(path, ": expected Megatron's 'args' (an argparse.Namespace), found none");
-  return args;
+  return megatron_moe_args_json(std::move(args), root->get("args"));
 }
 
 StatusOr<TemporaryGaleCheckpoint> TemporaryGaleCheckpoint::write(const MegatronCheckpoint& m,
@@ -559,6 +579,7 @@ TensorSource megatron_tensor_source(const MegatronCheckpoint& m) {
 Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& save_dir, const std::string& source_dir) {
   Arguments args;
   args.model = m.model;
+  args.moe = m.moe;
   const ModelConfig config = model_config_from_args(args);
   Comm self = make_self_communicator("world");
   CheckpointWriter w(save_dir, m.iteration, *self);
@@ -577,6 +598,7 @@ Status save_megatron_as_gale(const MegatronCheckpoint& m, const std::string& sav
   sections["gale_trainer_state_version"] = 1;
   sections["model"] = checkpoint_model_section(config);
   sections["args"] = model_flags_json(m.model);
+  add_moe_flags_json(m.moe, &sections["args"]);
   sections["args"]["vocab_size"] = m.vocab_size;
   sections["args"]["tensor_model_parallel_size"] = m.tensor_parallel;
   sections["trainer"] = {{"iteration", m.iteration},
@@ -617,6 +639,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
                            "), query groups (", groups, ") and ffn_hidden_size (", model.ffn_hidden_size, ")");
   if (model.mtp_num_layers != kUnset && model.mtp_num_layers > 0)
     return Unimplemented("writing Megatron checkpoints of models with multi-token prediction: not supported yet");
+  const int64_t ep = o.expert_parallel;
+  GALE_RETURN_IF_ERROR(check_megatron_moe_target(o.moe, tp, ep));
+  const int64_t local_experts = o.moe.enabled() ? o.moe.num_experts / ep : 0;
   const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
   const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
   const int64_t per_stage = model.num_layers / pp;
@@ -666,16 +691,16 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("fp16", false);
   set_bool("bf16", false);
   ns->set("params_dtype", PyValue::global("torch.float32"));
+  add_megatron_moe_args(o.moe, tp, ep, *ns);
   PyRef args = PyValue::object("argparse.Namespace", ns);
 
   // Whole tensors by stage; the vocabulary re-padded for tp.
   std::map<std::string, Tensor> whole;
   for (const NamedTensor& nt : tensors) {
     Tensor t = nt.tensor;
-    if (nt.name.find(".mlp.experts.") != std::string::npos || nt.name.find(".mlp.router.") != std::string::npos ||
-        nt.name.rfind("mtp.", 0) == 0)
-      return Unimplemented("tensor '", nt.name, "': writing MoE or multi-token-prediction layers to Megatron's format is "
-                           "not supported yet");
+    if (nt.name.rfind("mtp.", 0) == 0)
+      return Unimplemented("tensor '", nt.name, "': writing multi-token-prediction layers to Megatron's format is not "
+                           "supported yet");
     if (nt.name == "embedding.word_embeddings.weight" || nt.name == "output_layer.weight") {
       Tensor padded_t = Tensor::zeros({padded, t.shape()[1]}, t.dtype());
       copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
@@ -688,12 +713,15 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   const std::string iter_dir = o.save_dir + "/" + (o.release ? std::string("release") : std::string(iter_name));
   const bool swiglu = model.swiglu;
   for (int64_t p = 0; p < pp; ++p)
-    for (int64_t t = 0; t < tp; ++t) {
+    for (int64_t t = 0; t < tp; ++t)
+    for (int64_t e = 0; e < ep; ++e) {
       PyRef sd = PyValue::dict();
       for (const auto& [name, w] : whole) {
-        int64_t i;
-        std::string rest, local = name;
-        if (layer_of(name, &i, &rest)) {
+        int64_t i, expert_rank;
+        std::string rest, local = name, expert_local;
+        // An expert goes to its expert-parallel rank's files only, numbered from 0 there.
+        if (megatron_local_expert(name, local_experts, &expert_rank, &expert_local) && expert_rank != e) continue;
+        if (layer_of(expert_local.empty() ? name : expert_local, &i, &rest)) {
           if (i / per_stage != p) continue;
           local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
         } else if (name.rfind("embedding.", 0) == 0) {
@@ -708,10 +736,12 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
       // Engine's FP8 metadata): written as Megatron writes them.
-      for (int64_t i = 0; i < per_stage; ++i)
-        for (const char* linear : {"self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
-                                   "mlp.linear_fc2"})
+      for (int64_t i = 0; i < per_stage; ++i) {
+        const int64_t global = p * per_stage + i;
+        const bool moe_layer = o.moe.enabled() && o.moe.layer_pattern.at(static_cast<size_t>(global)) != 0;
+        for (const std::string& linear : megatron_extra_state_linears(o.moe, moe_layer, local_experts))
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
+      }
       if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
       if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
@@ -730,7 +760,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       else
         std::snprintf(rank_name, sizeof(rank_name), "mp_rank_%02lld_%03lld", static_cast<long long>(t),
                       static_cast<long long>(p));
-      const std::string dir = iter_dir + "/" + rank_name;
+      char expert_suffix[16] = "";  // Megatron's _EEE with expert parallelism
+      if (ep > 1) std::snprintf(expert_suffix, sizeof(expert_suffix), "_%03lld", static_cast<long long>(e));
+      const std::string dir = iter_dir + "/" + rank_name + expert_suffix;
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) return FailedPrecondition(dir, ": cannot create the directory (", ec.message(), ")");

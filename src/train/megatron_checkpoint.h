@@ -18,8 +18,10 @@
 // Transformer Engine's fused names (linear_qkv.layer_norm_weight, linear_fc1.layer_norm_weight and
 // their biases) read as input_layernorm / pre_mlp_layernorm; `_extra_state` entries are skipped.
 // Megatron's `torch_dist` (and TP1 x PP1 `torch_dcp`) directories read the same way, from their global
-// tensors (train/megatron_dist_checkpoint.h). MoE layers and expert parallelism: not supported yet
-// (clear errors naming the directory and what was found).
+// tensors (train/megatron_dist_checkpoint.h). MoE layers (SequentialMLP, TEGroupedMLP and GroupedMLP
+// experts, the router and its expert bias, shared experts) read as Gale's per-expert tensors with
+// global expert numbers, expert-parallel rank files mp_rank_TT[_PPP]_EEE merged
+// (train/megatron_moe_names.h).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +62,7 @@ struct MegatronCheckpoint {
   int64_t tensor_parallel = 1, pipeline_parallel = 1, virtual_chunks = 1;
   nlohmann::json args;  // the scalar attributes of Megatron's args Namespace (None left out)
   ModelArgs model;      // from args, padded_vocab_size = the embedding's rows
+  MoeArgs moe;          // from args (train/megatron_moe_names.h); disabled for a dense model
   int64_t vocab_size = 0;  // args.vocab_size when recorded, else padded_vocab_size
   int64_t consumed_train_samples = 0, consumed_valid_samples = 0, skipped_train_samples = 0;
   double floating_point_operations_so_far = 0;
@@ -75,8 +78,8 @@ struct MegatronCheckpoint {
 // optimizer state of a torch_dist checkpoint (train/megatron_dist_optimizer.h: Adam's moments or SGD's
 // momentum, step, scheduler; the fp32 master copies of a --bf16/--fp16 run become the weights); never
 // the RNG state. Errors name the file and what was expected and found: a Gale checkpoint, a missing
-// rank file, a pickle without 'model', shards whose shapes disagree, MoE tensors, keys with no place in
-// Gale's model; with `with_optimizer`, a torch or torch_dcp checkpoint (Unimplemented) and the
+// rank file (expert-parallel ones too), a pickle without 'model', shards whose shapes disagree, keys
+// with no place in Gale's model; with `with_optimizer`, a torch or torch_dcp checkpoint (Unimplemented) and the
 // optimizer layouts read_megatron_dist_optimizer refuses, each naming --no-load-optim.
 StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset,
                                                       bool with_optimizer = false);
@@ -120,10 +123,13 @@ struct MegatronSaveOptions {
   int64_t vocab_size = 0;                   // real vocabulary rows (0: the model's padded size)
   std::string tokenizer_type;               // recorded in args (Megatron compares it when it has a vocab file)
   int64_t consumed_train_samples = 0;
+  int64_t expert_parallel = 1;              // expert-parallel ranks: files mp_rank_TT[_PPP]_EEE when > 1
+  MoeArgs moe;                              // the model's experts (disabled: a dense model)
 };
 
 // Writes Megatron's legacy `torch` checkpoint of `model` from Gale's whole tensors `tensors` at
-// o.tensor_parallel x o.pipeline_parallel (layers split evenly), with Megatron-Core's local layer
+// o.tensor_parallel x o.pipeline_parallel (layers split evenly) x o.expert_parallel (each rank's
+// experts numbered from 0, SequentialMLP's names; expert TP = TP), with Megatron-Core's local layer
 // names (--transformer-impl local), the vocabulary padded for that TP size as Megatron pads it,
 // checkpoint_version 3.0, the iteration and an args Namespace with the model flags Megatron's
 // check_checkpoint_args compares; no optimizer or RNG state (load it in Megatron with --finetune or

@@ -102,12 +102,13 @@ StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, Che
         s.root->set(key, v);
       }
     const int64_t tp = int_attr(args.get(), "tensor_model_parallel_size", 1),
-                  pp = int_attr(args.get(), "pipeline_model_parallel_size", 1);
-    if (tp != 1 || pp != 1)
+                  pp = int_attr(args.get(), "pipeline_model_parallel_size", 1),
+                  ep = int_attr(args.get(), "expert_model_parallel_size", 1);
+    if (tp != 1 || pp != 1 || ep != 1)
       return Unimplemented(s.where, ": a torch_dcp checkpoint saved at tensor-parallel size ", tp,
-                           " x pipeline-parallel size ", pp, ": not supported (its state dict holds each rank's local "
-                           "shards under one key, of which the checkpoint keeps one); expected 1 x 1, or save it as "
-                           "torch_dist");
+                           " x pipeline-parallel size ", pp, ep != 1 ? str_cat(" x expert-parallel size ", ep) : "",
+                           ": not supported (its state dict holds each rank's local shards under one key, of which the "
+                           "checkpoint keeps one); expected 1 x 1, or save it as torch_dist");
   }
   const int64_t layers = int_attr(args.get(), "num_layers", -1);
   PyRef model = PyValue::dict();

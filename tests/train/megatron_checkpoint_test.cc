@@ -255,7 +255,7 @@ TEST(MegatronCheckpointErrors, UnknownTensorsAreRefused) {
   auto m = read_megatron_checkpoint(tmp.file("c"));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find(pt + ": tensor 'decoder.layers.0.self_attention.linear_q_down_proj.weight' in "
-                                           "'model' has no place in Gale's dense GPT model"),
+                                           "'model' has no place in Gale's GPT model"),
             std::string::npos)
       << m.status().message();
 }

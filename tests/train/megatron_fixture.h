@@ -35,8 +35,8 @@ struct Reference {
   std::vector<double> losses;
 };
 
-inline Reference read_reference() {
-  std::ifstream in(fixture("reference.json"));
+inline Reference read_reference(const std::string& name = "reference.json") {
+  std::ifstream in(fixture(name));
   const nlohmann::json j = nlohmann::json::parse(in);
   Reference r;
   r.tokens = j["tokens"].get<std::vector<int32_t>>();
@@ -59,6 +59,7 @@ inline std::unique_ptr<LoadedModel> build_model(const MegatronCheckpoint& m) {
   EXPECT_TRUE(r.ok()) << r.status().message();
   Arguments a;
   a.model = m.model;
+  a.moe = m.moe;
   auto out = std::make_unique<LoadedModel>();
   out->config = model_config_from_args(a);
   out->model = std::make_unique<GPTModel>(out->config, single_process_partition(out->config), &out->ops);
