@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
 #include "train/megatron_dist_checkpoint.h"
+#include "train/megatron_mla_names.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -39,6 +40,8 @@ Split split_of(const std::string& name, bool swiglu) {
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
       name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
     return Split::kRows;
+  if (const size_t a = name.find("self_attention."); a != std::string::npos && megatron_mla_column_parallel(name.substr(a)))
+    return Split::kRows;  // multi-latent attention's projections (train/megatron_mla_names.h)
   if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, "mlp.linear_fc2.weight"))
     return Split::kColumns;
   return Split::kReplicated;  // norms, row-parallel biases, position embeddings
@@ -189,8 +192,9 @@ Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
 }
 
 // Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
-// split_of knows; anything else (MLA, MoE, Mamba, ...) would be merged wrongly or dropped silently.
-bool known_tensor(const std::string& name) {
+// split_of knows (with `mla`, multi-latent attention's too); anything else (MoE, Mamba, ...) would be
+// merged wrongly or dropped silently.
+bool known_tensor(const std::string& name, bool mla) {
   static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
                                              "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
                                              "output_layer.weight"};
@@ -203,7 +207,7 @@ bool known_tensor(const std::string& name) {
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;
-  return layer_of(name, &i, &rest) && kLayer.count(rest);
+  return layer_of(name, &i, &rest) && (kLayer.count(rest) || (mla && megatron_mla_tensor(rest)));
 }
 
 StatusOr<std::string> read_text(const std::string& path) {
@@ -409,8 +413,6 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (m.args.empty())
     return DataLoss(first_path, ": expected Megatron's 'args' (an argparse.Namespace), found ",
                     first.get("args") ? first.get("args")->type_name() : std::string("none"));
-  if (m.args.value("multi_latent_attention", false))
-    return Unimplemented(first_path, ": a multi-latent-attention model: Megatron MLA checkpoints are not supported yet");
   if (auto it = m.args.find("num_experts"); it != m.args.end() && it->is_number_integer() && it->get<int64_t>() > 0)
     return Unimplemented(first_path, ": a MoE model (num_experts = ", it->get<int64_t>(),
                          "): Megatron MoE checkpoints are not supported yet");
@@ -419,7 +421,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
   if (const PyValue* f = first.get("num_floating_point_operations_so_far"))
     m.floating_point_operations_so_far = f->kind == PyValue::kFloat ? f->f : f->kind == PyValue::kInt ? f->i : 0.0;
-  const bool swiglu = m.args.value("swiglu", false);
+  const bool swiglu = m.args.value("swiglu", false), mla = m.args.value("multi_latent_attention", false);
   // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
   int64_t offset = 0;
   for (int64_t v = 0; v < m.virtual_chunks; ++v) {
@@ -449,9 +451,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
         if (val->kind != PyValue::kTensor)
           return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
         name = gale_name_of(name, offset);
-        if (!known_tensor(name))
+        if (!known_tensor(name, mla))
           return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's dense GPT model "
-                               "(multi-latent attention, MoE or other Megatron layers in this format: not supported yet)");
+                               "(MoE or other Megatron layers in this format: not supported yet)");
         std::vector<Tensor> parts;
         for (int64_t t = 0; t < m.tensor_parallel; ++t) {
           const PyValue* x = dicts[t]->get(k->s);
@@ -465,6 +467,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
       }
       offset += layers;
     }
+  }
+  if (mla) {  // Megatron's MLA names -> Gale's (the model's and the optimizer state's)
+    GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, dist ? 1 : m.tensor_parallel, first_path, m.tensors));
+    if (optimizer)
+      for (auto& [state, by_name] : optimizer->tensors)
+        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, 1, first_path, by_name));
   }
   if (dist) {  // global tensors; the layout that saved them, for the record
     m.tensor_parallel = json_int(m.args, "tensor_model_parallel_size", 1);
@@ -617,6 +625,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
                            "), query groups (", groups, ") and ffn_hidden_size (", model.ffn_hidden_size, ")");
   if (model.mtp_num_layers != kUnset && model.mtp_num_layers > 0)
     return Unimplemented("writing Megatron checkpoints of models with multi-token prediction: not supported yet");
+  if (model.multi_latent_attention) GALE_RETURN_IF_ERROR(check_megatron_mla_tp(model, tp));
   const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
   const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
   const int64_t per_stage = model.num_layers / pp;
@@ -647,6 +656,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("untie_embeddings_and_output_weights", model.untie_embeddings_and_output_weights);
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
+  if (model.multi_latent_attention) megatron_mla_args(model, *ns);
   set_int("make_vocab_size_divisible_by", model.make_vocab_size_divisible_by);
   set_int("padded_vocab_size", padded);
   set_int("vocab_size", vocab);
@@ -695,6 +705,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         std::string rest, local = name;
         if (layer_of(name, &i, &rest)) {
           if (i / per_stage != p) continue;
+          if (model.multi_latent_attention) {
+            GALE_ASSIGN_OR_RETURN(rest, megatron_mla_local_name(rest));
+          }
           local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
         } else if (name.rfind("embedding.", 0) == 0) {
           if (p != 0) continue;
@@ -708,9 +721,12 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
       // Engine's FP8 metadata): written as Megatron writes them.
+      std::vector<std::string> linears = model.multi_latent_attention
+                                             ? megatron_mla_linears(model)
+                                             : std::vector<std::string>{"self_attention.linear_qkv", "self_attention.linear_proj"};
+      linears.insert(linears.end(), {"mlp.linear_fc1", "mlp.linear_fc2"});
       for (int64_t i = 0; i < per_stage; ++i)
-        for (const char* linear : {"self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
-                                   "mlp.linear_fc2"})
+        for (const std::string& linear : linears)
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
       if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
