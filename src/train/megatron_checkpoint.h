@@ -18,8 +18,9 @@
 // Transformer Engine's fused names (linear_qkv.layer_norm_weight, linear_fc1.layer_norm_weight and
 // their biases) read as input_layernorm / pre_mlp_layernorm; `_extra_state` entries are skipped.
 // Megatron's `torch_dist` (and TP1 x PP1 `torch_dcp`) directories read the same way, from their global
-// tensors (train/megatron_dist_checkpoint.h). MoE layers and expert parallelism: not supported yet
-// (clear errors naming the directory and what was found).
+// tensors (train/megatron_dist_checkpoint.h). Multi-latent attention layers read and write with
+// train/megatron_mla_names.h's names and TP layouts. MoE layers and expert parallelism: not supported
+// yet (clear errors naming the directory and what was found).
 #pragma once
 
 #include <cstdint>
