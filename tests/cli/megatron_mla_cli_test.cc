@@ -1,4 +1,4 @@
-// `gale pretrain --load <Megatron MLA checkpoint>` at TP 1 and TP 2: the first iteration's loss is Megatron's.
+// `gale pretrain --load <Megatron MLA checkpoint>` at TP 1, TP 2 and PP 2: the first iteration's loss is Megatron's.
 //
 // The fixtures tests/data/megatron/mla_{qlora,noq}/ (tools/reference/megatron_mla_reference.py) are
 // tiny Megatron core_v0.12.1 MLA GPT models with the logits Megatron computed for the tokens
@@ -73,11 +73,13 @@ std::vector<std::string> model_flags(const std::string& variant) {
   return a;
 }
 
-// The first iteration's lm loss of `gale pretrain --load <fixture>` in `np` processes at TP np.
-double first_loss(const TempDir& tmp, const std::string& variant, const std::string& layout, int np) {
+// The first iteration's lm loss of `gale pretrain --load <fixture>` in `np` processes, `np` the size of
+// `parallel` (tensor or pipeline parallelism).
+double first_loss(const TempDir& tmp, const std::string& variant, const std::string& layout, int np,
+                  const std::string& parallel = "--tensor-model-parallel-size") {
   std::vector<std::string> flags = model_flags(variant);
   flags.insert(flags.end(), {"--data-path", tmp.file("data_text_document"), "--load", megatron("mla_" + variant + "/" + layout),
-                             "--tensor-model-parallel-size", std::to_string(np)});
+                             parallel, std::to_string(np)});
   std::vector<std::string> argv = {GALE_BINARY};
   if (np > 1) argv = testing::mpirun_argv(np), argv.push_back(GALE_BINARY);
   argv.insert(argv.end(), flags.begin(), flags.end());
@@ -100,6 +102,7 @@ TEST(MegatronMlaCli, PretrainContinuesMegatronsMlaCheckpointsWithMegatronsLoss) 
   EXPECT_NEAR(first_loss(tmp, "qlora", "tp1", 1), qlora, 1e-4);
   EXPECT_NEAR(first_loss(tmp, "qlora", "tp2", 2), qlora, 1e-4);
   EXPECT_NEAR(first_loss(tmp, "noq", "torch_dist", 2), noq, 1e-4);
+  EXPECT_NEAR(first_loss(tmp, "noq", "tp2", 2, "--pipeline-model-parallel-size"), noq, 1e-4);
 }
 
 }  // namespace
