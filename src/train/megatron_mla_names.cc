@@ -1,7 +1,6 @@
 // Megatron-Core's MLA state-dict names <-> Gale's, and the down projections' TP layouts.
 #include "train/megatron_mla_names.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace gale {
@@ -28,11 +27,6 @@ bool split_layer_name(const std::string& name, std::string* prefix, std::string*
   return true;
 }
 
-int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
-}
-
 }  // namespace
 
 bool megatron_mla_column_parallel(const std::string& rest) {
@@ -51,8 +45,8 @@ bool megatron_mla_tensor(const std::string& rest) {
 
 Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::string& where,
                             std::map<std::string, Tensor>& tensors) {
-  const int64_t q_lora = json_int(args, "q_lora_rank", 0);  // None (absent): no query latent
-  const int64_t kv_rows = json_int(args, "kv_lora_rank", 0) + json_int(args, "qk_pos_emb_head_dim", 0);
+  const int64_t q_lora = args.value("q_lora_rank", int64_t{0});  // None (absent): no query latent
+  const int64_t kv_rows = args.value("kv_lora_rank", int64_t{0}) + args.value("qk_pos_emb_head_dim", int64_t{0});
   if (q_lora == 0 && args.value("qk_layernorm", false))
     return Unimplemented(where, ": a multi-latent-attention model with qk_layernorm and no query latent (q_lora_rank "
                          "None): not supported yet (Megatron norms only the key/value latent there; Gale's "
