@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
 #include "train/megatron_dist_checkpoint.h"
+#include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
 #include "train/model_setup.h"
 
@@ -41,6 +42,8 @@ Split split_of(const std::string& name, bool swiglu) {
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
       name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
     return Split::kRows;
+  if (const size_t a = name.find("self_attention."); a != std::string::npos && megatron_mla_column_parallel(name.substr(a)))
+    return Split::kRows;  // multi-latent attention's projections (train/megatron_mla_names.h)
   if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, ".linear_fc2.weight"))
     return Split::kColumns;
   return Split::kReplicated;  // norms, row-parallel biases, position embeddings
@@ -191,8 +194,9 @@ Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
 }
 
 // Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
-// split_of knows; anything else (MLA, MoE, Mamba, ...) would be merged wrongly or dropped silently.
-bool known_tensor(const std::string& name) {
+// split_of knows (with `mla`, multi-latent attention's too); anything else (MoE, Mamba, ...) would be
+// merged wrongly or dropped silently.
+bool known_tensor(const std::string& name, bool mla) {
   static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
                                              "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
                                              "output_layer.weight"};
@@ -205,7 +209,8 @@ bool known_tensor(const std::string& name) {
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;
-  return layer_of(name, &i, &rest) && (kLayer.count(rest) || megatron_moe_tensor(rest));
+  return layer_of(name, &i, &rest) &&
+         (kLayer.count(rest) || megatron_moe_tensor(rest) || (mla && megatron_mla_tensor(rest)));
 }
 
 StatusOr<std::string> read_text(const std::string& path) {
@@ -432,14 +437,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (m.args.empty())
     return DataLoss(first_path, ": expected Megatron's 'args' (an argparse.Namespace), found ",
                     first.get("args") ? first.get("args")->type_name() : std::string("none"));
-  if (m.args.value("multi_latent_attention", false))
-    return Unimplemented(first_path, ": a multi-latent-attention model: Megatron MLA checkpoints are not supported yet");
   m.consumed_train_samples = json_int(m.args, "consumed_train_samples", 0);
   m.consumed_valid_samples = json_int(m.args, "consumed_valid_samples", 0);
   m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
   if (const PyValue* f = first.get("num_floating_point_operations_so_far"))
     m.floating_point_operations_so_far = f->kind == PyValue::kFloat ? f->f : f->kind == PyValue::kInt ? f->i : 0.0;
-  const bool swiglu = m.args.value("swiglu", false);
+  const bool swiglu = m.args.value("swiglu", false), mla = m.args.value("multi_latent_attention", false);
   // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
   int64_t offset = 0;
   for (int64_t v = 0; v < m.virtual_chunks; ++v) {
@@ -467,9 +470,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
         if (val->kind != PyValue::kTensor)
           return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
         name = gale_name_of(name, offset);
-        if (!known_tensor(name))
+        if (!known_tensor(name, mla))
           return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's GPT model "
-                               "(multi-latent attention or other Megatron layers in this format: not supported yet)");
+                               "(other Megatron layers in this format: not supported yet)");
         std::vector<Tensor> parts;
         for (int64_t t = 0; t < m.tensor_parallel; ++t) {
           const PyValue* x = dicts[t]->get(k->s);
@@ -483,6 +486,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
       }
       offset += layers;
     }
+  }
+  if (mla) {  // Megatron's MLA names -> Gale's (the model's and the optimizer state's)
+    GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, dist ? 1 : m.tensor_parallel, first_path, m.tensors));
+    if (optimizer)
+      for (auto& [state, by_name] : optimizer->tensors)
+        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, 1, first_path, by_name));
   }
   if (dist) {  // global tensors; the layout that saved them, for the record
     m.tensor_parallel = json_int(m.args, "tensor_model_parallel_size", 1);
@@ -642,6 +651,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   const int64_t ep = o.expert_parallel;
   GALE_RETURN_IF_ERROR(check_megatron_moe_target(o.moe, tp, ep));
   const int64_t local_experts = o.moe.enabled() ? o.moe.num_experts / ep : 0;
+  if (model.multi_latent_attention) GALE_RETURN_IF_ERROR(check_megatron_mla_tp(model, tp));
   const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
   const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
   const int64_t per_stage = model.num_layers / pp;
@@ -672,6 +682,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("untie_embeddings_and_output_weights", model.untie_embeddings_and_output_weights);
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
+  if (model.multi_latent_attention) megatron_mla_args(model, *ns);
   set_int("make_vocab_size_divisible_by", model.make_vocab_size_divisible_by);
   set_int("padded_vocab_size", padded);
   set_int("vocab_size", vocab);
@@ -723,6 +734,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         if (megatron_local_expert(name, local_experts, &expert_rank, &expert_local) && expert_rank != e) continue;
         if (layer_of(expert_local.empty() ? name : expert_local, &i, &rest)) {
           if (i / per_stage != p) continue;
+          if (model.multi_latent_attention) {
+            GALE_ASSIGN_OR_RETURN(rest, megatron_mla_local_name(rest));
+          }
           local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
         } else if (name.rfind("embedding.", 0) == 0) {
           if (p != 0) continue;
@@ -739,7 +753,13 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       for (int64_t i = 0; i < per_stage; ++i) {
         const int64_t global = p * per_stage + i;
         const bool moe_layer = o.moe.enabled() && o.moe.layer_pattern.at(static_cast<size_t>(global)) != 0;
-        for (const std::string& linear : megatron_extra_state_linears(o.moe, moe_layer, local_experts))
+        std::vector<std::string> linears = megatron_extra_state_linears(o.moe, moe_layer, local_experts);
+        if (model.multi_latent_attention) {  // its attention linears instead of linear_qkv and linear_proj
+          const std::vector<std::string> mla_linears = megatron_mla_linears(model);
+          linears.erase(linears.begin(), linears.begin() + 2);
+          linears.insert(linears.begin(), mla_linears.begin(), mla_linears.end());
+        }
+        for (const std::string& linear : linears)
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
       }
       if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());

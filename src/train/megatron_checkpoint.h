@@ -21,7 +21,8 @@
 // tensors (train/megatron_dist_checkpoint.h). MoE layers (SequentialMLP, TEGroupedMLP and GroupedMLP
 // experts, the router and its expert bias, shared experts) read as Gale's per-expert tensors with
 // global expert numbers, expert-parallel rank files mp_rank_TT[_PPP]_EEE merged
-// (train/megatron_moe_names.h).
+// (train/megatron_moe_names.h). Multi-latent attention layers read and write with
+// train/megatron_mla_names.h's names and TP layouts.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,138 @@
+// Megatron-Core's MLA state-dict names <-> Gale's, and the down projections' TP layouts.
+#include "train/megatron_mla_names.h"
+
+#include <cstring>
+
+namespace gale {
+
+namespace {
+
+const char* const kAttn = "self_attention.";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Local spec's norm names -> Gale's (Transformer Engine's fused names).
+const std::pair<const char*, const char*> kNormRenames[] = {
+    {"self_attention.q_layernorm.weight", "self_attention.linear_q_up_proj.layer_norm_weight"},
+    {"self_attention.q_layernorm.bias", "self_attention.linear_q_up_proj.layer_norm_bias"},
+    {"self_attention.kv_layernorm.weight", "self_attention.linear_kv_up_proj.layer_norm_weight"},
+    {"self_attention.kv_layernorm.bias", "self_attention.linear_kv_up_proj.layer_norm_bias"}};
+
+// "decoder.layers.<i>.<rest>" (also mtp.layers.<k>.transformer_layer.<rest>): the prefix and rest.
+bool split_layer_name(const std::string& name, std::string* prefix, std::string* rest) {
+  const size_t at = name.find(kAttn);
+  if (at == std::string::npos || at == 0 || name[at - 1] != '.') return false;
+  *prefix = name.substr(0, at);
+  *rest = name.substr(at);
+  return true;
+}
+
+}  // namespace
+
+bool megatron_mla_column_parallel(const std::string& rest) {
+  for (const char* p : {"linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
+                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight"})
+    if (rest == std::string(kAttn) + p) return true;
+  return false;
+}
+
+bool megatron_mla_tensor(const std::string& rest) {
+  if (megatron_mla_column_parallel(rest)) return true;
+  for (const auto& [local, fused] : kNormRenames)
+    if (rest == local || rest == fused) return true;
+  return false;
+}
+
+Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::string& where,
+                            std::map<std::string, Tensor>& tensors) {
+  const int64_t q_lora = args.value("q_lora_rank", int64_t{0});  // None (absent): no query latent
+  const int64_t kv_rows = args.value("kv_lora_rank", int64_t{0}) + args.value("qk_pos_emb_head_dim", int64_t{0});
+  if (q_lora == 0 && args.value("qk_layernorm", false))
+    return Unimplemented(where, ": a multi-latent-attention model with qk_layernorm and no query latent (q_lora_rank "
+                         "None): not supported yet (Megatron norms only the key/value latent there; Gale's "
+                         "--qk-layernorm without --q-lora-rank also norms the input of linear_q_proj)");
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : tensors) {
+    std::string prefix, rest;
+    if (!split_layer_name(name, &prefix, &rest)) {
+      out.emplace(name, std::move(t));
+      continue;
+    }
+    for (const auto& [local, fused] : kNormRenames)
+      if (rest == local) rest = fused;
+    const bool q_down = rest == "self_attention.linear_q_down_proj.weight";
+    if (q_down || rest == "self_attention.linear_kv_down_proj.weight") {
+      const int64_t whole = q_down ? q_lora : kv_rows;
+      const int64_t rows = t.ndim() == 2 ? t.shape()[0] : -1;
+      if (rows != whole && (tp <= 1 || rows != tp * whole))
+        return DataLoss(where, ": tensor '", name, "' has shape ", t.shape_string(), "; expected ", whole,
+                        " rows (", q_down ? "q_lora_rank" : "kv_lora_rank + qk_pos_emb_head_dim",
+                        " in args), split over or duplicated on the ", tp, " tensor-parallel ranks");
+      if (rows != whole) {  // duplicated on each rank (Transformer Engine's spec): merged as tp copies
+        const size_t bytes = static_cast<size_t>(t.nbytes() / tp);
+        for (int64_t r = 1; r < tp; ++r)
+          if (std::memcmp(t.raw(), static_cast<const char*>(t.raw()) + r * bytes, bytes) != 0)
+            return DataLoss(where, ": tensor '", name, "' of shape ", t.shape_string(), ": expected ", whole,
+                            " rows, or the same ", whole, " rows on every tensor-parallel rank (a duplicated down "
+                            "projection); rank ", r, "'s differ from rank 0's");
+        Tensor one = Tensor::empty({whole, t.shape()[1]}, t.dtype());
+        std::memcpy(one.raw(), t.raw(), bytes);
+        t = one;
+      }
+    }
+    out.emplace(prefix + rest, std::move(t));
+  }
+  tensors = std::move(out);
+  return Status::Ok();
+}
+
+StatusOr<std::string> megatron_mla_local_name(const std::string& rest) {
+  if (starts_with(rest, "self_attention.linear_q_proj.layer_norm_"))
+    return Unimplemented("tensor '", rest, "': Gale's --qk-layernorm norm before linear_q_proj (without "
+                         "--q-lora-rank) has no counterpart in Megatron's multi-latent attention; writing it to "
+                         "Megatron's format is not supported");
+  for (const auto& [local, fused] : kNormRenames)
+    if (rest == fused) return std::string(local);
+  return rest;
+}
+
+std::vector<std::string> megatron_mla_linears(const ModelArgs& model) {
+  std::vector<std::string> out;
+  const bool q_latent = model.q_lora_rank != kUnset && model.q_lora_rank > 0;
+  for (const char* l : {"linear_q_proj", "linear_q_down_proj", "linear_q_up_proj", "linear_kv_down_proj",
+                        "linear_kv_up_proj", "linear_proj"}) {
+    const bool q = !std::strcmp(l, "linear_q_proj"), q_lora = !std::strcmp(l, "linear_q_down_proj") ||
+                                                              !std::strcmp(l, "linear_q_up_proj");
+    if ((q && q_latent) || (q_lora && !q_latent)) continue;
+    out.push_back(std::string(kAttn) + l);
+  }
+  return out;
+}
+
+void megatron_mla_args(const ModelArgs& m, PyValue& ns) {
+  const bool q_latent = m.q_lora_rank != kUnset && m.q_lora_rank > 0;
+  ns.set("multi_latent_attention", PyValue::boolean(true));
+  ns.set("q_lora_rank", q_latent ? PyValue::integer(m.q_lora_rank) : PyValue::none());
+  ns.set("kv_lora_rank", PyValue::integer(m.kv_lora_rank));
+  ns.set("qk_head_dim", PyValue::integer(m.qk_head_dim));
+  ns.set("qk_pos_emb_head_dim", PyValue::integer(m.qk_pos_emb_head_dim));
+  ns.set("v_head_dim", PyValue::integer(m.v_head_dim));
+  ns.set("qk_layernorm", PyValue::boolean(m.qk_layernorm));
+  ns.set("rope_type", PyValue::str(m.rope_type.empty() ? std::string("yarn") : m.rope_type));  // MLA's default
+  ns.set("rotary_scaling_factor", PyValue::real(m.rotary_scaling_factor));
+  ns.set("mscale", PyValue::real(m.mscale));
+  ns.set("mscale_all_dim", PyValue::real(m.mscale_all_dim));
+}
+
+Status check_megatron_mla_tp(const ModelArgs& m, int64_t tp) {
+  if (m.q_lora_rank != kUnset && m.q_lora_rank > 0 && m.q_lora_rank % tp)
+    return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide --q-lora-rank (",
+                           m.q_lora_rank, "): Megatron's local spec splits linear_q_down_proj's rows");
+  if ((m.kv_lora_rank + m.qk_pos_emb_head_dim) % tp)
+    return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide --kv-lora-rank + "
+                           "--qk-pos-emb-head-dim (", m.kv_lora_rank + m.qk_pos_emb_head_dim,
+                           "): Megatron's local spec splits linear_kv_down_proj's rows");
+  return Status::Ok();
+}
+
+}  // namespace gale
