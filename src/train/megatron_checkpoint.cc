@@ -193,9 +193,9 @@ Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
   return Status::Ok();
 }
 
-// Whether Gale's dense GPT model has a place for `name` (a merged, global name) whose TP layout
-// split_of knows (with `mla`, multi-latent attention's too); anything else (MoE, Mamba, ...) would be
-// merged wrongly or dropped silently.
+// Whether Gale's GPT model has a place for `name` (a merged, global name) whose TP layout split_of
+// knows: dense and MoE layers (train/megatron_moe_names.h), with `mla` multi-latent attention's too;
+// anything else (Mamba, ...) would be merged wrongly or dropped silently.
 bool known_tensor(const std::string& name, bool mla) {
   static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
                                              "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/model_checkpoint.h"
 #include "ckpt/temp_dir.h"
+#include "ckpt/torch_file.h"
 #include "kernels/op_table.h"
 #include "model/gpt_model.h"
 #include "train/megatron_checkpoint.h"
@@ -96,6 +98,31 @@ inline Comparison compare(GPTModel& model, const Reference& ref) {
 
 inline bool same_tensor(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Compares the torch-format rank file `mine` (a Gale-written model_optim_rng.pt) with Megatron's
+// `theirs`: the same model keys, kinds and tensor bytes (`_extra_state` entries included); then
+// `check_args(mine's args, theirs)`.
+inline void expect_same_rank_file(const std::string& mine, const std::string& theirs,
+                                  const std::function<void(const PyValue&, const PyValue&)>& check_args) {
+  SCOPED_TRACE(theirs);
+  auto a_root = read_torch_file(mine);
+  auto b_root = read_torch_file(theirs);
+  ASSERT_TRUE(a_root.ok() && b_root.ok()) << a_root.status().message() << " " << b_root.status().message();
+  const PyValue* a = (*a_root)->get("model");
+  const PyValue* b = (*b_root)->get("model");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->entries.size(), b->entries.size());
+  for (const auto& [k, v] : b->entries) {
+    const PyValue* x = a->get(k->s);
+    ASSERT_TRUE(x != nullptr) << k->s;
+    ASSERT_EQ(x->kind, v->kind) << k->s;
+    if (v->kind == PyValue::kTensor) EXPECT_TRUE(same_tensor(x->data, v->data)) << k->s;
+  }
+  const PyValue* args = (*a_root)->get("args");
+  const PyValue* want = (*b_root)->get("args");
+  ASSERT_TRUE(args && want);
+  check_args(*args, *want);
 }
 
 }  // namespace gale::megatron_fixture

@@ -116,29 +116,18 @@ TEST(MegatronMoe, WritesTheFixturesShardsAtTp2Ep2) {
   o.moe = m->moe;
   Status s = write_megatron_checkpoint(o, m->model, tensors);
   ASSERT_TRUE(s.ok()) << s.message();
-  for (const char* rank : {"mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"}) {
-    auto mine = read_torch_file(tmp.file(str_cat("mg/iter_0000007/", rank, "/model_optim_rng.pt")));
-    auto theirs = read_torch_file(fixture(str_cat("moe/torch_tp2ep2/iter_0000007/", rank, "/model_optim_rng.pt")));
-    ASSERT_TRUE(mine.ok() && theirs.ok()) << mine.status().message();
-    const PyValue* a = (*mine)->get("model");
-    const PyValue* b = (*theirs)->get("model");
-    ASSERT_TRUE(a && b);
-    ASSERT_EQ(a->entries.size(), b->entries.size()) << rank;
-    for (const auto& [k, v] : b->entries) {
-      const PyValue* x = a->get(k->s);
-      ASSERT_TRUE(x != nullptr) << rank << " " << k->s;
-      ASSERT_EQ(x->kind, v->kind) << rank << " " << k->s;
-      if (v->kind == PyValue::kTensor) EXPECT_TRUE(same_tensor(x->data, v->data)) << rank << " " << k->s;
-    }
-    const PyValue* args = (*mine)->get("args");
-    const PyValue* want = (*theirs)->get("args");
-    for (const char* key : {"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
-                            "moe_shared_expert_intermediate_size", "expert_model_parallel_size",
-                            "expert_tensor_parallel_size", "tensor_model_parallel_size"})
-      EXPECT_EQ(args->attr(key)->i, want->attr(key)->i) << key;
-    EXPECT_EQ(args->attr("moe_router_score_function")->s, "sigmoid");
-    EXPECT_TRUE(args->attr("moe_router_enable_expert_bias")->b);
-  }
+  for (const char* rank : {"mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"})
+    expect_same_rank_file(tmp.file(str_cat("mg/iter_0000007/", rank, "/model_optim_rng.pt")),
+                          fixture(str_cat("moe/torch_tp2ep2/iter_0000007/", rank, "/model_optim_rng.pt")),
+                          [](const PyValue& args, const PyValue& want) {
+                            for (const char* key : {"num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                                                    "moe_layer_freq", "moe_shared_expert_intermediate_size",
+                                                    "expert_model_parallel_size", "expert_tensor_parallel_size",
+                                                    "tensor_model_parallel_size"})
+                              EXPECT_EQ(args.attr(key)->i, want.attr(key)->i) << key;
+                            EXPECT_EQ(args.attr("moe_router_score_function")->s, "sigmoid");
+                            EXPECT_TRUE(args.attr("moe_router_enable_expert_bias")->b);
+                          });
   auto back = read_megatron_checkpoint(tmp.file("mg"));
   ASSERT_TRUE(back.ok()) << back.status().message();
   for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
