@@ -484,11 +484,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "load-balancing loss), found 0.01"},
         ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "sinkhorn", "--moe-router-pre-softmax"},
                   StatusCode::kInvalidArgument,
-                  "--moe-router-load-balancing-type sinkhorn with --moe-router-pre-softmax: expected neither"},
+                  "--moe-router-load-balancing-type sinkhorn with --moe-router-pre-softmax: expected neither (sinkhorn routing scores with "
+                  "sigmoid for top-1, else softmax over all experts, unscaled, without groups or expert bias; "
+                  "Megatron ignores --moe-router-pre-softmax there)"},
         ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "sinkhorn", "--moe-router-score-function",
                    "sigmoid", "--moe-router-enable-expert-bias"},
                   StatusCode::kInvalidArgument,
-                  "--moe-router-load-balancing-type sinkhorn with --moe-router-score-function sigmoid: expected neither"},
+                  "--moe-router-load-balancing-type sinkhorn with --moe-router-score-function sigmoid: expected neither (sinkhorn routing scores with "
+                  "sigmoid for top-1, else softmax over all experts, unscaled, without groups or expert bias; "
+                  "Megatron ignores --moe-router-score-function sigmoid there)"},
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--moe-shared-expert-intermediate-size", "8"}, StatusCode::kInvalidArgument,
