@@ -25,15 +25,6 @@ int64_t int_attr(const PyValue* args, const char* name, int64_t fallback) {
   return v && v->kind == PyValue::kInt ? v->i : fallback;
 }
 
-// Slice `i` of a tensor stacked along dim 0.
-Tensor slice0(const Tensor& t, int64_t i) {
-  Shape shape(t.shape().begin() + 1, t.shape().end());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const size_t bytes = static_cast<size_t>(out.numel() * dtype_size(t.dtype()));
-  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + i * bytes, bytes);
-  return out;
-}
-
 // "decoder.layers.<rest>" whose first part is not a layer number: stacked along num_layers.
 bool stacked_layer_key(const std::string& key, std::string* rest) {
   static const std::string kPrefix = "decoder.layers.";
@@ -60,6 +51,14 @@ Status add_global_tensor(const std::string& dir, const std::string& key, const s
 }
 
 }  // namespace
+
+Tensor slice0(const Tensor& t, int64_t i) {
+  Shape shape(t.shape().begin() + 1, t.shape().end());
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const size_t bytes = static_cast<size_t>(out.numel() * dtype_size(t.dtype()));
+  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + i * bytes, bytes);
+  return out;
+}
 
 StatusOr<PyRef> read_megatron_dist_args(const std::string& dir, CheckpointFormat format, std::string* where) {
   if (format == CheckpointFormat::kMegatronTorchDist) {

@@ -43,6 +43,9 @@ struct MegatronDistState {
 StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, CheckpointFormat format,
                                                      bool with_optimizer = false);
 
+// Slice `i` of a tensor stacked along dim 0 (a copy): torch_dist's stacked layers and experts.
+Tensor slice0(const Tensor& t, int64_t i);
+
 // The args Namespace of the torch_dist / torch_dcp checkpoint in iteration directory `dir` (`where` names its file).
 StatusOr<PyRef> read_megatron_dist_args(const std::string& dir, CheckpointFormat format, std::string* where);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "train/checkpoint_args.h"
+#include "train/megatron_dist_checkpoint.h"
 
 namespace gale {
 
@@ -46,14 +47,6 @@ Tensor grouped_piece(const Tensor& t, int64_t n, int64_t j, int64_t cols) {
   char* dst = static_cast<char*>(out.raw());
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + (r * cols + c) * es, src + (c * rows + r) * es, es);
-  return out;
-}
-
-Tensor slice0(const Tensor& t, int64_t i) {
-  Shape shape(t.shape().begin() + 1, t.shape().end());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const size_t bytes = static_cast<size_t>(out.numel() * dtype_size(t.dtype()));
-  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + i * bytes, bytes);
   return out;
 }
 
