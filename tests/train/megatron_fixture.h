@@ -100,6 +100,16 @@ inline bool same_tensor(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
+// Writes every tensor of `m` in Megatron's torch format with `o`, at the fixtures' iteration 7 and
+// vocabulary of 50 (the writers' tests compare the result with the fixtures' rank files).
+inline Status write_fixture_as_megatron(const MegatronCheckpoint& m, MegatronSaveOptions o) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m.tensors) tensors.push_back({name, t});
+  o.iteration = 7;
+  o.vocab_size = 50;
+  return write_megatron_checkpoint(o, m.model, tensors);
+}
+
 // Compares the torch-format rank file `mine` (a Gale-written model_optim_rng.pt) with Megatron's
 // `theirs`: the same model keys, kinds and tensor bytes (`_extra_state` entries included); then
 // `check_args(mine's args, theirs)`.

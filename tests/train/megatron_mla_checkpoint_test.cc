@@ -92,14 +92,10 @@ TEST_P(MlaCheckpoint, WritesMegatronsTp2Files) {
   TempDir tmp;
   auto m = read_megatron_checkpoint(dir("tp1"));
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<NamedTensor> tensors;
-  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
   MegatronSaveOptions o;
   o.save_dir = tmp.file("mg");
   o.tensor_parallel = 2;
-  o.iteration = 7;
-  o.vocab_size = 50;
-  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  Status s = write_fixture_as_megatron(*m, o);
   ASSERT_TRUE(s.ok()) << s.message();
   for (const char* rank : {"mp_rank_00", "mp_rank_01"})
     expect_same_rank_file(tmp.file(str_cat("mg/iter_0000007/", rank, "/model_optim_rng.pt")),

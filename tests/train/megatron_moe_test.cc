@@ -105,16 +105,12 @@ TEST(MegatronMoe, WritesTheFixturesShardsAtTp2Ep2) {
   TempDir tmp;
   auto m = read_megatron_checkpoint(fixture("moe/torch_ep1"));
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<NamedTensor> tensors;
-  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
   MegatronSaveOptions o;
   o.save_dir = tmp.file("mg");
   o.tensor_parallel = 2;
   o.expert_parallel = 2;
-  o.iteration = 7;
-  o.vocab_size = 50;
   o.moe = m->moe;
-  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  Status s = write_fixture_as_megatron(*m, o);
   ASSERT_TRUE(s.ok()) << s.message();
   for (const char* rank : {"mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"})
     expect_same_rank_file(tmp.file(str_cat("mg/iter_0000007/", rank, "/model_optim_rng.pt")),
