@@ -13,9 +13,10 @@ void register_feature_use_fused_rotary_pos_emb(FeatureRegistry& registry) {
   s.description = "fused rotary position embedding on queries and keys, forward and backward";
   s.ops = {"rope"};
   s.requirement_error = [](const Arguments& a) {
-    return a.model.position_embedding_type == "rope" || a.model.use_rotary_position_embeddings
+    const std::string& type = a.model.position_embedding_type;  // yarn: the same kernel on YaRN's tables
+    return type == "rope" || type == "yarn" || a.model.use_rotary_position_embeddings
                ? std::string()
-               : std::string("--use-fused-rotary-pos-emb requires --position-embedding-type rope");
+               : std::string("--use-fused-rotary-pos-emb requires --position-embedding-type rope or yarn");
   };
   s.not_applicable = [](const Arguments& a) {
     return a.model.rotary_interleaved ? std::string("--rotary-interleaved: the fused kernel rotates halves only")

@@ -191,9 +191,7 @@ struct MlaConfig {
   bool yarn = true;
   double rotary_scaling_factor = 1.0;  // s
   double mscale = 1.0, mscale_all_dim = 0.0;
-  // MLATransformerConfig's YaRN constants (no Megatron flags in the MLA path).
-  static constexpr int64_t kYarnOriginalMaxPositions = 4096;
-  static constexpr double kYarnBetaFast = 32.0, kYarnBetaSlow = 1.0;
+  // MLATransformerConfig's other YaRN fields are YarnConfig's defaults (no flags in the MLA path).
 
   int64_t q_head_dim() const { return qk_head_dim + qk_pos_emb_head_dim; }  // Dq = Dn + R
   // The head width the attention kernels run at: queries, keys and values zero-padded to one width.
@@ -204,6 +202,20 @@ struct MlaConfig {
     const double m = rotary_scaling_factor <= 1.0 ? 1.0 : 0.1 * mscale_all_dim * std::log(rotary_scaling_factor) + 1.0;
     return static_cast<float>(m * m / std::sqrt(static_cast<double>(q_head_dim())));
   }
+};
+
+// YaRN RoPE of standard attention (--position-embedding-type yarn; Megatron-Core's
+// YarnRotaryEmbedding in GPTModel; model/yarn_rope.h). The defaults are Megatron's (the yarn_* flags
+// unset); MLA's YaRN uses the same tables with MlaConfig's factors and these defaults.
+struct YarnConfig {
+  bool enabled = false;
+  double scaling_factor = 1.0;            // s (--rotary-scaling-factor)
+  int64_t original_max_positions = 4096;  // --yarn-original-max-position-embeddings
+  double beta_fast = 32.0;                // --yarn-beta-fast
+  double beta_slow = 1.0;                 // --yarn-beta-slow
+  double mscale = 1.0;                    // --mscale
+  double mscale_all_dim = 0.0;            // --mscale-all-dim
+  bool round_to_int = true;               // --[no-]yarn-correction-range-round-to-int
 };
 
 // DeepSeek sparse attention (--experimental-attention-variant dsa; model/dsa_indexer.h): a lightning
@@ -306,6 +318,9 @@ struct ModelConfig {
   double rope_scaling_factor = 0.0;  // > 0: Llama 3.1 RoPE scaling (--use-rope-scaling --rope-scaling-factor)
   bool rope_interleaved = false;     // --rotary-interleaved: pairs (2i, 2i+1) rotate (kernels/cpu/rope.h)
   double rope_position_scale = 1.0;  // RoPE angles at position p use p·scale (1 / --rotary-seq-len-interpolation-factor)
+  // --position-embedding-type yarn: position stays kRope, the tables are YaRN's (the softmax scale
+  // is unchanged: Megatron scales only cos/sin by the concentration factor outside MLA).
+  YarnConfig yarn;
   // --sliding-window W (0: none): every layer's query at position i sees the keys at positions
   // i − W + 1 .. i (AttentionProblem::window; Mistral-7B-v0.1's 4096).
   int64_t sliding_window = 0;

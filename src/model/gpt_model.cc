@@ -203,6 +203,8 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   if (c.gemm_dtype() != DType::kF32) params_.enable_gemm_copy(c.gemm_dtype(), c.reuse_fp32_param);
   if (c.mla.enabled)
     rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
+  else if (c.yarn.enabled)
+    rope_ = make_yarn_rope_tables(c.yarn, c.max_positions, c.rot_dim(), c.rotary_base);
   else if (c.uses_rope_tables())
     rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor, c.rope_position_scale);
   if (c.uses_rope_tables()) rope_.interleaved = c.rope_interleaved;

@@ -1,4 +1,4 @@
-// YaRN rotary tables (frequency blend and concentration factor) for multi-latent attention.
+// YaRN rotary tables (frequency blend and concentration factor) for standard and multi-latent attention.
 #include "model/yarn_rope.h"
 
 #include <algorithm>
@@ -10,21 +10,25 @@ namespace gale {
 
 double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
-RopeTables make_mla_rope_tables(const MlaConfig& mla, int64_t max_positions, double base) {
-  const int64_t R = mla.qk_pos_emb_head_dim, half = R / 2;
-  const double s = mla.rotary_scaling_factor;
+RopeTables make_yarn_rope_tables(const YarnConfig& y, int64_t max_positions, int64_t rot_dim, double base) {
+  const int64_t R = rot_dim, half = R / 2;
+  const double s = y.scaling_factor;
   if (s <= 1.0) return make_rope_tables(max_positions, R, base);
-  GALE_CHECK(R > 0 && R % 2 == 0) << "qk_pos_emb_head_dim " << R;
+  GALE_CHECK(R > 0 && R % 2 == 0) << "YaRN rotary dimensions " << R;
   const double pi = 3.14159265358979323846;
   auto correction_dim = [&](double rotations) {
-    return static_cast<double>(R) * std::log(static_cast<double>(MlaConfig::kYarnOriginalMaxPositions) /
-                                             (rotations * 2.0 * pi)) /
+    return static_cast<double>(R) * std::log(static_cast<double>(y.original_max_positions) / (rotations * 2.0 * pi)) /
            (2.0 * std::log(base));
   };
-  const double low = std::max(std::floor(correction_dim(MlaConfig::kYarnBetaFast)), 0.0);
-  double high = std::min(std::ceil(correction_dim(MlaConfig::kYarnBetaSlow)), static_cast<double>(R - 1));
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.round_to_int) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(R - 1));
   if (low == high) high += 0.001;
-  const double concentration = yarn_mscale(s, mla.mscale) / yarn_mscale(s, mla.mscale_all_dim);
+  const double concentration = yarn_mscale(s, y.mscale) / yarn_mscale(s, y.mscale_all_dim);
   RopeTables t;
   t.max_positions = max_positions;
   t.rot_dim = R;
@@ -41,6 +45,14 @@ RopeTables make_mla_rope_tables(const MlaConfig& mla, int64_t max_positions, dou
     }
   }
   return t;
+}
+
+RopeTables make_mla_rope_tables(const MlaConfig& mla, int64_t max_positions, double base) {
+  YarnConfig y;
+  y.scaling_factor = mla.yarn ? mla.rotary_scaling_factor : 1.0;  // --rope-type rope: plain RoPE, cos/sin unscaled
+  y.mscale = mla.mscale;
+  y.mscale_all_dim = mla.mscale_all_dim;
+  return make_yarn_rope_tables(y, max_positions, mla.qk_pos_emb_head_dim, base);
 }
 
 }  // namespace gale

@@ -20,8 +20,11 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--num-query-groups", &a.num_query_groups, "number of key/value heads with --group-query-attention");
   p.add("--seq-length", &a.seq_length, "sequence length (required)");
   p.add("--max-position-embeddings", &a.max_position_embeddings, "maximum sequence length of position embeddings (required)");
-  p.add_choice("--position-embedding-type", &a.position_embedding_type, {"learned_absolute", "rope", "none", "alibi"},
-               "position embedding (alibi: MindSpeed's ALiBi, a per-head linear distance bias inside attention)");
+  p.add_choice("--position-embedding-type", &a.position_embedding_type,
+               {"learned_absolute", "rope", "yarn", "none", "alibi"},
+               "position embedding (yarn: RoPE with YaRN's frequency blend, --rotary-scaling-factor and the --yarn-* "
+               "flags, model/yarn_rope.h; alibi: MindSpeed's ALiBi, a per-head linear distance bias inside attention)");
+  add_yarn_args(p, a);
   p.add_flag("--use-rotary-position-embeddings", &a.use_rotary_position_embeddings, "legacy spelling of --position-embedding-type rope");
   p.add("--rotary-base", &a.rotary_base, "RoPE base period");
   p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
@@ -695,6 +698,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
                            "position embedding, found RoPE and ALiBi");
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
   GALE_RETURN_IF_ERROR(validate_alibi_args(m, p));
+  GALE_RETURN_IF_ERROR(validate_yarn_args(m, p));
   if (m.use_rope_scaling && m.position_embedding_type != "rope")
     return InvalidArgument("--use-rope-scaling needs --position-embedding-type rope, found ", m.position_embedding_type);
   if (m.use_rope_scaling && m.multi_latent_attention)

@@ -141,6 +141,13 @@ struct ModelArgs {
   double rotary_scaling_factor = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // --position-embedding-type yarn (train/arguments_yarn.cc): Megatron's yarn_* flags; unset: the
+  // YarnConfig defaults (4096, 32, 1). --rotary-scaling-factor, --mscale and --mscale-all-dim above
+  // are shared with MLA's YaRN, as in Megatron.
+  int64_t yarn_original_max_position_embeddings = kUnset;
+  double yarn_beta_fast = kUnsetF;
+  double yarn_beta_slow = kUnsetF;
+  bool yarn_correction_range_round_to_int = true;
   // Megatron-Core's --experimental-attention-variant dsa (DeepSeek sparse attention, with MLA;
   // train/arguments_mla.cc, model/dsa_indexer.h): "" (none) or "dsa", and the indexer's flags.
   std::string experimental_attention_variant;
@@ -959,6 +966,10 @@ StatusOr<std::vector<int>> parse_moe_layer_freq(const std::string& value, int64_
 // a list expression as parse_moe_layer_freq's gives the list (L entries of 0 and 1).
 StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::string& value, int64_t num_layers,
                                                bool (*every)(int64_t k, int64_t i));
+// YaRN RoPE of standard attention (--position-embedding-type yarn; train/arguments_yarn.cc): the
+// yarn_* flags, added beside --position-embedding-type, and the checks validate_model_args runs.
+void add_yarn_args(ArgParser& p, ModelArgs& a);
+Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
 // Gated DeltaNet (--experimental-attention-variant gdn; train/arguments_gdn.cc): its flags, added
 // by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
 void add_gdn_args(ArgParser& p, ModelArgs& a);

@@ -20,11 +20,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
              "--normalization on every query and key head over head_dim, before RoPE (Megatron-Core's "
              "q_layernorm/k_layernorm); with --multi-latent-attention on the query and key/value latents");
   p.add_choice("--rope-type", &a.rope_type, {"rope", "yarn"},
-               "RoPE type (default: yarn with --multi-latent-attention, rope otherwise; YaRN only with MLA)");
-  p.add("--rotary-scaling-factor", &a.rotary_scaling_factor,
-        "MLA's YaRN scaling factor s (1: plain RoPE; model/yarn_rope.h)");
-  p.add("--mscale", &a.mscale, "MLA's YaRN mscale (cos/sin concentration m(s, mscale) / m(s, mscale-all-dim))");
-  p.add("--mscale-all-dim", &a.mscale_all_dim, "MLA's YaRN mscale_all_dim (softmax scale times m(s, this)^2)");
+               "MLA's RoPE type (default: yarn with --multi-latent-attention; standard attention's YaRN is "
+               "--position-embedding-type yarn)");
   p.add_unsupported("--cache-mla-latents",
                     "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
   p.group("DeepSeek sparse attention");
@@ -89,9 +86,12 @@ Status validate_mla_args(Arguments& a, const ArgParser& p) {
   if (!m.multi_latent_attention) {
     for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --multi-latent-attention");
-    if (m.rotary_scaling_factor != 1.0 || m.rope_type == "yarn")
-      return InvalidArgument("--rope-type yarn / --rotary-scaling-factor: YaRN is not supported yet without "
-                             "--multi-latent-attention");
+    if (m.rope_type == "yarn")
+      return InvalidArgument("--rope-type yarn needs --multi-latent-attention (standard attention's YaRN is "
+                             "--position-embedding-type yarn)");
+    if (m.rotary_scaling_factor != 1.0 && m.position_embedding_type != "yarn")
+      return InvalidArgument("--rotary-scaling-factor needs --multi-latent-attention or --position-embedding-type yarn, "
+                             "found --position-embedding-type ", m.position_embedding_type);
     return Status::Ok();
   }
   if (m.q_lora_rank != kUnset && m.q_lora_rank <= 0)

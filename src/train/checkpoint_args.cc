@@ -39,6 +39,14 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.rope_interleaved) j["rotary_interleaved"] = true;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.mla.enabled) j["multi_latent_attention"] = true;
+  if (c.yarn.enabled)  // RoPE with YaRN's tables: a checkpoint of one does not load into the other
+    j["yarn"] = {{"rotary_scaling_factor", c.yarn.scaling_factor},
+                 {"original_max_position_embeddings", c.yarn.original_max_positions},
+                 {"beta_fast", c.yarn.beta_fast},
+                 {"beta_slow", c.yarn.beta_slow},
+                 {"mscale", c.yarn.mscale},
+                 {"mscale_all_dim", c.yarn.mscale_all_dim},
+                 {"correction_range_round_to_int", c.yarn.round_to_int}};
   return j;
 }
 
@@ -119,6 +127,14 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   if (m.use_rope_scaling) {                   // absent: no RoPE scaling
     j["use_rope_scaling"] = true;
     j["rope_scaling_factor"] = m.rope_scaling_factor;
+  }
+  if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
+    j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
+                                                     ? nlohmann::json()
+                                                     : nlohmann::json(m.yarn_original_max_position_embeddings);
+    j["yarn_beta_fast"] = unset(m.yarn_beta_fast) ? nlohmann::json() : nlohmann::json(m.yarn_beta_fast);
+    j["yarn_beta_slow"] = unset(m.yarn_beta_slow) ? nlohmann::json() : nlohmann::json(m.yarn_beta_slow);
+    j["yarn_correction_range_round_to_int"] = m.yarn_correction_range_round_to_int;
   }
   return j;
 }
@@ -233,6 +249,18 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   if (args.contains("use_rope_scaling")) {
     GALE_RETURN_IF_ERROR(get(args, "use_rope_scaling", where, &m.use_rope_scaling));
     GALE_RETURN_IF_ERROR(get(args, "rope_scaling_factor", where, &m.rope_scaling_factor));
+  }
+  if (m.position_embedding_type == "yarn") {  // Megatron's YaRN args; None or absent: the defaults
+    for (auto [key, out] : {std::pair{"rotary_scaling_factor", &m.rotary_scaling_factor}, {"mscale", &m.mscale},
+                            {"mscale_all_dim", &m.mscale_all_dim}, {"yarn_beta_fast", &m.yarn_beta_fast},
+                            {"yarn_beta_slow", &m.yarn_beta_slow}})
+      if (auto it = args.find(key); it != args.end() && !it->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, out));
+    if (auto it = args.find("yarn_original_max_position_embeddings"); it != args.end() && !it->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "yarn_original_max_position_embeddings", where,
+                               &m.yarn_original_max_position_embeddings));
+    if (auto it = args.find("yarn_correction_range_round_to_int"); it != args.end() && !it->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "yarn_correction_range_round_to_int", where,
+                               &m.yarn_correction_range_round_to_int));
   }
   GALE_RETURN_IF_ERROR(
       get(args, "untie_embeddings_and_output_weights", where, &m.untie_embeddings_and_output_weights));

@@ -683,6 +683,17 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
+  if (model.position_embedding_type == "yarn") {  // Megatron's YaRN args (the yarn_* ones None when unset)
+    ns->set("rotary_scaling_factor", PyValue::real(model.rotary_scaling_factor));
+    ns->set("mscale", PyValue::real(model.mscale));
+    ns->set("mscale_all_dim", PyValue::real(model.mscale_all_dim));
+    ns->set("yarn_original_max_position_embeddings", model.yarn_original_max_position_embeddings == kUnset
+                                                         ? PyValue::none()
+                                                         : PyValue::integer(model.yarn_original_max_position_embeddings));
+    ns->set("yarn_beta_fast", unset(model.yarn_beta_fast) ? PyValue::none() : PyValue::real(model.yarn_beta_fast));
+    ns->set("yarn_beta_slow", unset(model.yarn_beta_slow) ? PyValue::none() : PyValue::real(model.yarn_beta_slow));
+    set_bool("yarn_correction_range_round_to_int", model.yarn_correction_range_round_to_int);
+  }
   set_int("make_vocab_size_divisible_by", model.make_vocab_size_divisible_by);
   set_int("padded_vocab_size", padded);
   set_int("vocab_size", vocab);

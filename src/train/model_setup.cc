@@ -53,7 +53,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     GALE_CHECK(layers.ok()) << layers.status().message();
     c.hetero = layers.value();
   }
-  c.position = m.position_embedding_type == "rope"   ? PositionEmbedding::kRope
+  c.position = m.position_embedding_type == "rope" || m.position_embedding_type == "yarn" ? PositionEmbedding::kRope
                : m.position_embedding_type == "none" ? PositionEmbedding::kNone
                : m.position_embedding_type == "alibi" ? PositionEmbedding::kAlibi
                                                      : PositionEmbedding::kLearnedAbsolute;
@@ -61,6 +61,17 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rotary_percent = m.rotary_percent;
   c.rope_scaling_factor = m.use_rope_scaling ? m.rope_scaling_factor : 0.0;
   c.rope_interleaved = m.rotary_interleaved;
+  if (m.position_embedding_type == "yarn") {  // validated: train/arguments_yarn.cc
+    c.yarn.enabled = true;
+    c.yarn.scaling_factor = m.rotary_scaling_factor;
+    c.yarn.mscale = m.mscale;
+    c.yarn.mscale_all_dim = m.mscale_all_dim;
+    if (m.yarn_original_max_position_embeddings != kUnset)
+      c.yarn.original_max_positions = m.yarn_original_max_position_embeddings;
+    if (!unset(m.yarn_beta_fast)) c.yarn.beta_fast = m.yarn_beta_fast;
+    if (!unset(m.yarn_beta_slow)) c.yarn.beta_slow = m.yarn_beta_slow;
+    c.yarn.round_to_int = m.yarn_correction_range_round_to_int;
+  }
   c.rope_position_scale = unset(m.rotary_seq_len_interpolation_factor) ? 1.0 : 1.0 / m.rotary_seq_len_interpolation_factor;
   c.sliding_window = m.sliding_window == kUnset ? 0 : m.sliding_window;
   c.attention_dropout = static_cast<float>(m.attention_dropout);

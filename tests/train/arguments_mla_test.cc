@@ -111,7 +111,10 @@ INSTANTIATE_TEST_SUITE_P(
         testing::FlagErrorCase{{"--multi-latent-attention", "--qk-pos-emb-head-dim", "5"}, 1, "--qk-pos-emb-head-dim: expected an even"},
         testing::FlagErrorCase{{"--multi-latent-attention", "--rotary-scaling-factor", "0.5"}, 1,
                   "--rotary-scaling-factor: expected at least 1"},
-        testing::FlagErrorCase{{"--rotary-scaling-factor", "40"}, 1, "YaRN is not supported yet without --multi-latent-attention"},
+        testing::FlagErrorCase{{"--rotary-scaling-factor", "40"}, 1,
+                               "--rotary-scaling-factor needs --multi-latent-attention or --position-embedding-type yarn, "
+                               "found --position-embedding-type learned_absolute"},
+        testing::FlagErrorCase{{"--rope-type", "yarn"}, 1, "--rope-type yarn needs --multi-latent-attention"},
         testing::FlagErrorCase{{"--multi-latent-attention", "--rotary-percent", "0.5"}, 1, "--rotary-percent"},
         testing::FlagErrorCase{{"--multi-latent-attention", "--lora-target-modules", "linear_qkv"}, 1,
                   "--lora-target-modules linear_qkv"},
