@@ -86,6 +86,52 @@ class ConfigReader {
 
 Status refuse(const ConfigReader& c, const char* key, const std::string& why);
 
+// rope_scaling {"rope_type": "yarn", ...} of a LLaMA-family model (Qwen2.5 / Qwen3 long context) as
+// Megatron's --position-embedding-type yarn, read as transformers 5.x computes it
+// (_compute_yarn_parameters): `factor` as given, original_max_position_embeddings from rope_scaling,
+// else the config's top-level one, else max_position_embeddings; beta_fast / beta_slow (0 or unset:
+// 32 / 1); truncate (default true) is the correction range's rounding; mscale and mscale_all_dim
+// count only both non-zero (else cos/sin get m(factor, 1): Megatron's defaults 1 and 0). An explicit
+// attention_factor is refused unless it equals the one those give (Megatron has no flag for it).
+Status read_llama_yarn(const ConfigReader& c, ModelArgs* m) {
+  const nlohmann::json& j = c.json().at("rope_scaling");
+  auto num = [&](const nlohmann::json& o, const char* k, double fallback) {
+    auto it = o.find(k);
+    if (it == o.end() || it->is_null()) return fallback;
+    return it->is_number() ? it->get<double>() : std::nan("");
+  };
+  const std::string why = "Megatron's --position-embedding-type yarn takes a factor >= 1, a positive integer "
+                          "original_max_position_embeddings, positive betas, a boolean truncate, and no "
+                          "attention_factor other than the one factor, mscale and mscale_all_dim give";
+  const double factor = num(j, "factor", std::nan(""));
+  const double original = num(j, "original_max_position_embeddings",
+                              num(c.json(), "original_max_position_embeddings",
+                                  static_cast<double>(m->max_position_embeddings)));
+  const double beta_fast = num(j, "beta_fast", 0.0), beta_slow = num(j, "beta_slow", 0.0);
+  const double mscale = num(j, "mscale", 0.0), mscale_all_dim = num(j, "mscale_all_dim", 0.0);
+  auto truncate = j.find("truncate");
+  if (!(factor >= 1.0) || !(original >= 1.0) || original != std::floor(original) || !(beta_fast >= 0.0) ||
+      !(beta_slow >= 0.0) || std::isnan(mscale) || std::isnan(mscale_all_dim) ||
+      (truncate != j.end() && !truncate->is_null() && !truncate->is_boolean()))
+    return refuse(c, "rope_scaling", why);
+  const bool both = mscale != 0.0 && mscale_all_dim != 0.0;
+  m->position_embedding_type = "yarn";
+  m->rotary_scaling_factor = factor;
+  m->mscale = both ? mscale : 1.0;
+  m->mscale_all_dim = both ? mscale_all_dim : 0.0;
+  m->yarn_original_max_position_embeddings = static_cast<int64_t>(original);
+  if (beta_fast > 0.0) m->yarn_beta_fast = beta_fast;
+  if (beta_slow > 0.0) m->yarn_beta_slow = beta_slow;
+  m->yarn_correction_range_round_to_int = truncate == j.end() || truncate->is_null() || truncate->get<bool>();
+  if (j.contains("attention_factor") && !j["attention_factor"].is_null()) {
+    auto mscale_of = [&](double x) { return factor <= 1.0 ? 1.0 : 0.1 * x * std::log(factor) + 1.0; };
+    const double derived = mscale_of(m->mscale) / mscale_of(m->mscale_all_dim);
+    const double given = num(j, "attention_factor", std::nan(""));
+    if (!(std::abs(given - derived) <= 1e-12 * derived)) return refuse(c, "rope_scaling", why);
+  }
+  return Status::Ok();
+}
+
 // rope_scaling {"rope_type": "llama3", "factor": F, "low_freq_factor": 1, "high_freq_factor": 4,
 // "original_max_position_embeddings": 8192} is Megatron's --use-rope-scaling --rope-scaling-factor F
 // (its other constants are fixed); {"rope_type": "linear", "factor": F} (position interpolation) is
@@ -102,6 +148,7 @@ Status read_llama_rope_scaling(const ConfigReader& c, ModelArgs* m) {
     m->rotary_seq_len_interpolation_factor = num("factor");
     return Status::Ok();
   }
+  if (type == "yarn") return read_llama_yarn(c, m);
   if (type != "llama3" || num("factor") < 1.0 || num("low_freq_factor") != 1.0 || num("high_freq_factor") != 4.0 ||
       num("original_max_position_embeddings") != 8192.0)
     return refuse(c, "rope_scaling", why);
@@ -453,7 +500,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
   m.normalization = "RMSNorm";
-  m.position_embedding_type = "rope";
+  if (m.position_embedding_type != "yarn") m.position_embedding_type = "rope";  // yarn: read_llama_yarn
   m.swiglu = true;
   m.add_bias_linear = false;
   m.add_qkv_bias = qwen2;
@@ -488,6 +535,23 @@ void add_qwen2_moe_config(const MoeArgs& moe, int64_t L, nlohmann::json* j) {
   for (int64_t i = 0; i < L; ++i)
     if (!sparse(i)) only.push_back(i);
   (*j)["mlp_only_layers"] = only;
+}
+
+// --position-embedding-type yarn as the rope_scaling read_llama_yarn reads (the Megatron defaults
+// written out; mscale and mscale_all_dim only when not 1 and 0, checked by hf_model_from_args).
+void add_llama_yarn(const ModelArgs& m, nlohmann::json* out) {
+  nlohmann::json& r = (*out)["rope_scaling"];
+  r = {{"rope_type", "yarn"},
+       {"factor", m.rotary_scaling_factor},
+       {"original_max_position_embeddings",
+        m.yarn_original_max_position_embeddings == kUnset ? 4096 : m.yarn_original_max_position_embeddings},
+       {"beta_fast", unset(m.yarn_beta_fast) ? 32.0 : m.yarn_beta_fast},
+       {"beta_slow", unset(m.yarn_beta_slow) ? 1.0 : m.yarn_beta_slow},
+       {"truncate", m.yarn_correction_range_round_to_int}};
+  if (m.mscale != 1.0 || m.mscale_all_dim != 0.0) {
+    r["mscale"] = m.mscale;
+    r["mscale_all_dim"] = m.mscale_all_dim;
+  }
 }
 
 // Whether a Gale MLA model is a DeepseekV3ForCausalLM: its rules, as read_deepseek_v3 sets them.
@@ -634,8 +698,16 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   const bool gpt2 = m.normalization == "LayerNorm" && !m.swiglu && m.position_embedding_type == "learned_absolute" &&
                     m.add_bias_linear && !m.add_qkv_bias && !m.untie_embeddings_and_output_weights &&
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
-  const bool llama = m.normalization == "RMSNorm" && m.swiglu && m.position_embedding_type == "rope" &&
+  const bool yarn = m.position_embedding_type == "yarn";  // written as rope_scaling yarn (add_llama_yarn)
+  const bool llama = m.normalization == "RMSNorm" && m.swiglu && (m.position_embedding_type == "rope" || yarn) &&
                      !m.add_bias_linear && m.rotary_percent == 1.0;
+  if (yarn && !llama)
+    return Unimplemented(where, ": the model has --position-embedding-type yarn, which Gale writes only in "
+                         "LLaMA-family configs (RMSNorm, SwiGLU, --disable-bias-linear)");
+  if (yarn && !((m.mscale == 1.0 && m.mscale_all_dim == 0.0) || (m.mscale != 0.0 && m.mscale_all_dim != 0.0)))
+    return Unimplemented(where, ": --mscale ", m.mscale, " with --mscale-all-dim ", m.mscale_all_dim,
+                         ": a Hugging Face rope_scaling yarn holds mscale 1 with mscale_all_dim 0 (unset), or both "
+                         "non-zero");
   const bool bloom = m.position_embedding_type == "alibi" && m.embed_layernorm && m.normalization == "LayerNorm" &&
                      !m.swiglu && m.openai_gelu && m.add_bias_linear && !m.untie_embeddings_and_output_weights &&
                      m.num_kv_heads == m.num_attention_heads &&
@@ -778,6 +850,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
     else if (!unset(m.rotary_seq_len_interpolation_factor))
       j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", m.rotary_seq_len_interpolation_factor}};
+    else if (m.position_embedding_type == "yarn")
+      add_llama_yarn(m, &j);
     else
       j["rope_scaling"] = nullptr;
     j["attention_dropout"] = 0.0;

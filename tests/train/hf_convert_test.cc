@@ -751,6 +751,88 @@ TEST(HfConvert, LinearRopeScalingIsPositionInterpolation) {
   EXPECT_NE(error_of(dir, tmp).find("rope_type linear with a positive factor"), std::string::npos);
 }
 
+// Qwen2.5-style rope_scaling {"type": "yarn", ...} is --position-embedding-type yarn, read as
+// transformers 5.x computes it (factor as given, original_max_position_embeddings, betas, truncate,
+// mscale with mscale_all_dim only as a pair): recorded, used by the model built from the checkpoint,
+// and written back; what Megatron's flags cannot hold is refused.
+TEST(HfConvert, YarnRopeScalingConvertsAndRoundTrips) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen2");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
+  });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  const YarnConfig& y = lm->config.yarn;
+  EXPECT_TRUE(y.enabled);
+  EXPECT_EQ(y.scaling_factor, 4.0);
+  EXPECT_EQ(y.original_max_positions, 16);
+  EXPECT_EQ(y.beta_fast, 32.0);
+  EXPECT_EQ(y.beta_slow, 1.0);
+  EXPECT_EQ(y.mscale, 1.0);  // HF's attention factor m(4, 1): Megatron's mscale 1 over mscale_all_dim 0
+  EXPECT_EQ(y.mscale_all_dim, 0.0);
+  EXPECT_TRUE(y.round_to_int);
+  ASSERT_TRUE(convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("back")), quiet).ok());
+  {
+    std::ifstream config(tmp.file("back") + "/config.json");
+    const nlohmann::json back = nlohmann::json::parse(config);
+    EXPECT_EQ(back["model_type"], "qwen2");
+    EXPECT_EQ(back["rope_scaling"]["rope_type"], "yarn");
+    EXPECT_EQ(back["rope_scaling"]["factor"], 4.0);
+    EXPECT_EQ(back["rope_scaling"]["original_max_position_embeddings"], 16);
+    EXPECT_EQ(back["rope_scaling"]["truncate"], true);
+    EXPECT_FALSE(back["rope_scaling"].contains("mscale"));
+  }
+  // Every field, and no original_max_position_embeddings in rope_scaling: max_position_embeddings.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0},      {"beta_fast", 16.0},     {"beta_slow", 2.0},
+                         {"truncate", false},   {"mscale", 0.707},    {"mscale_all_dim", 0.3}};
+  });
+  fs::remove_all(tmp.file("gale"));
+  fs::remove_all(tmp.file("back"));
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  const YarnConfig z = load_model(tmp.file("gale"))->config.yarn;
+  EXPECT_EQ(z.original_max_positions, 64);
+  EXPECT_EQ(z.beta_fast, 16.0);
+  EXPECT_EQ(z.beta_slow, 2.0);
+  EXPECT_FALSE(z.round_to_int);
+  EXPECT_EQ(z.mscale, 0.707);
+  EXPECT_EQ(z.mscale_all_dim, 0.3);
+  ASSERT_TRUE(convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("back")), quiet).ok());
+  {
+    std::ifstream config(tmp.file("back") + "/config.json");
+    const nlohmann::json back = nlohmann::json::parse(config);
+    EXPECT_EQ(back["rope_scaling"]["original_max_position_embeddings"], 64);
+    EXPECT_EQ(back["rope_scaling"]["beta_fast"], 16.0);
+    EXPECT_EQ(back["rope_scaling"]["truncate"], false);
+    EXPECT_EQ(back["rope_scaling"]["mscale"], 0.707);
+    EXPECT_EQ(back["rope_scaling"]["mscale_all_dim"], 0.3);
+  }
+  // mscale without mscale_all_dim counts for nothing in transformers: Megatron's defaults.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 0.707}};
+  });
+  fs::remove_all(tmp.file("gale"));
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  EXPECT_EQ(load_model(tmp.file("gale"))->config.yarn.mscale, 1.0);
+  // An attention_factor of its own, and a factor below 1, are refused naming rope_scaling.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"attention_factor", 1.5}};
+  });
+  std::string e = error_of(dir, tmp);
+  EXPECT_NE(e.find("'rope_scaling' = "), std::string::npos) << e;
+  EXPECT_NE(e.find("no attention_factor other than the one factor, mscale and mscale_all_dim give"), std::string::npos)
+      << e;
+  edit_config(dir, [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 0.5}}; });
+  EXPECT_NE(error_of(dir, tmp).find("Megatron's --position-embedding-type yarn takes a factor >= 1"), std::string::npos);
+  // The attention factor transformers would derive is accepted when given explicitly.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 0.1 * std::log(4.0) + 1.0}};
+  });
+  fs::remove_all(tmp.file("gale"));
+  EXPECT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+}
+
 // The window the checkpoint records for `config` edited into the fixture `name` (0: none), and
 // the config.json converting it back writes.
 struct WindowRoundTrip {
