@@ -644,11 +644,35 @@ void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
   j["num_nextn_predict_layers"] = hf.mtp_layers;
 }
 
+// transformers 5.x saves RoPE as "rope_parameters" {"rope_type", "rope_theta", scaling keys...} and the
+// precision as "dtype": the 4.x keys (rope_theta, rope_scaling, torch_dtype) the readers take.
+StatusOr<nlohmann::json> with_transformers4_keys(const nlohmann::json& config, const std::string& path) {
+  nlohmann::json out = config;
+  if (!out.contains("torch_dtype") && out.contains("dtype")) out["torch_dtype"] = out["dtype"];
+  auto rope = config.find("rope_parameters");
+  if (rope == config.end() || rope->is_null()) return out;
+  const bool nested = rope->is_object() && std::any_of(rope->begin(), rope->end(),
+                                                       [](const nlohmann::json& v) { return v.is_object(); });
+  if (!rope->is_object() || nested || (rope->contains("rope_theta") && !(*rope)["rope_theta"].is_number()))
+    return Unimplemented(path, ": 'rope_parameters' = ", rope->dump(),
+                         " is not supported yet (expected one object with a numeric rope_theta; per-layer-type RoPE "
+                         "parameters are not supported)");
+  if (rope->contains("rope_theta") && !config.contains("rope_theta")) out["rope_theta"] = (*rope)["rope_theta"];
+  if (!config.contains("rope_scaling")) {
+    nlohmann::json scaling = *rope;
+    scaling.erase("rope_theta");
+    const std::string type = scaling.value("rope_type", scaling.value("type", std::string("default")));
+    out["rope_scaling"] = type == "default" ? nlohmann::json() : scaling;
+  }
+  return out;
+}
+
 }  // namespace
 
-StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::string& path, int64_t divisible_by,
+StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const std::string& path, int64_t divisible_by,
                                        int64_t tensor_parallel) {
-  if (!config.is_object()) return InvalidArgument(path, ": expected a JSON object");
+  if (!raw_config.is_object()) return InvalidArgument(path, ": expected a JSON object");
+  GALE_ASSIGN_OR_RETURN(const nlohmann::json config, with_transformers4_keys(raw_config, path));
   ConfigReader c(config, path);
   auto arch_it = config.find("architectures");
   if (arch_it == config.end() || !arch_it->is_array() || arch_it->size() != 1 || !(*arch_it)[0].is_string())

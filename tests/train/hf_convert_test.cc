@@ -203,7 +203,7 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
-                                           "deepseek_v3", "qwen3", "mistral_swa"));
+                                           "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -831,6 +831,25 @@ TEST(HfConvert, YarnRopeScalingConvertsAndRoundTrips) {
   });
   fs::remove_all(tmp.file("gale"));
   EXPECT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+}
+
+// transformers 5.x configs keep RoPE in rope_parameters (rope_theta inside; qwen2_yarn's golden run
+// reads one): a default type is plain RoPE with that base, per-layer-type parameters are refused.
+TEST(HfConvert, Transformers5RopeParameters) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen2");
+  edit_config(dir, [](nlohmann::json& j) {
+    j.erase("rope_theta");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5000.0}};
+  });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  EXPECT_EQ(lm->config.rotary_base, 5000.0);
+  EXPECT_FALSE(lm->config.yarn.enabled);
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
+  });
+  EXPECT_NE(error_of(dir, tmp).find("per-layer-type RoPE parameters are not supported"), std::string::npos);
 }
 
 // The window the checkpoint records for `config` edited into the fixture `name` (0: none), and
