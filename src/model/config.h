@@ -318,6 +318,9 @@ struct ModelConfig {
   double rope_scaling_factor = 0.0;  // > 0: Llama 3.1 RoPE scaling (--use-rope-scaling --rope-scaling-factor)
   bool rope_interleaved = false;     // --rotary-interleaved: pairs (2i, 2i+1) rotate (kernels/cpu/rope.h)
   double rope_position_scale = 1.0;  // RoPE angles at position p use p·scale (1 / --rotary-seq-len-interpolation-factor)
+  // --no-rope-freq (Megatron-Core; Llama 4's NoPE layers): one entry per decoder layer, 1 where
+  // that layer's attention skips RoPE; empty: RoPE in every layer (layer_rope).
+  std::vector<int> no_rope_layers;
   // --position-embedding-type yarn: position stays kRope, the tables are YaRN's (the softmax scale
   // is unchanged: Megatron scales only cos/sin by the concentration factor outside MLA).
   YarnConfig yarn;
@@ -405,6 +408,11 @@ struct ModelConfig {
   SubBlock mlp_kind(int64_t layer) const {
     const HeteroLayer* h = hetero_layer(layer);
     return h ? h->mlp : SubBlock::kBlock;
+  }
+  // Whether global layer `layer`'s attention applies RoPE (--no-rope-freq).
+  bool layer_rope(int64_t layer) const {
+    return no_rope_layers.empty() || layer >= static_cast<int64_t>(no_rope_layers.size()) ||
+           no_rope_layers[static_cast<size_t>(layer)] == 0;
   }
   bool is_noop_layer(int64_t layer) const {
     return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);

@@ -108,9 +108,9 @@ AttentionProblem piece_attention(const LayerRuntime& rt, int64_t layer) {
 }
 
 // RoPE's forward or backward (`fn`) on the NHa query and KVa key heads of packed rows [T, (NHa+2KVa)·HD]
-// at the micro-batch's positions; nothing without RoPE.
-void rope_heads(const LayerRuntime& rt, RopeFn fn, Tensor& t, int64_t NHa, int64_t KVa) {
-  if (!rt.rope) return;
+// at the micro-batch's positions; nothing without RoPE or in a --no-rope-freq layer.
+void rope_heads(const LayerRuntime& rt, int64_t layer, RopeFn fn, Tensor& t, int64_t NHa, int64_t KVa) {
+  if (!rt.rope || !rt.config->layer_rope(layer)) return;
   const int64_t B = rt.mb->B, S = rt.mb->S, HD = rt.config->head_dim;
   fn(t.data<float>(), qkv_query_layout(NHa, KVa, HD), NHa, S, B, HD, rt.rope_positions.data(), *rt.rope);
   fn(t.data<float>(), qkv_key_layout(NHa, KVa, HD), KVa, S, B, HD, rt.rope_positions.data(), *rt.rope);
@@ -181,7 +181,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   Tensor qkv_heads = rows_to_heads(qkv, g.y);  // [T, (NHa+2KVa)·HD]
   qkv = Tensor();
   qk_norm_forward(rt, pb, w, qkv_heads, NHa, KVa, saved);  // --qk-layernorm: on this rank's heads
-  rope_heads(rt, ops.rope_forward, qkv_heads, NHa, KVa);
+  rope_heads(rt, layer, ops.rope_forward, qkv_heads, NHa, KVa);
   const AttentionProblem ap = piece_attention(rt, layer);
   Tensor heads_out = core_attention_forward(rt, ap, layer, qkv_heads, saved ? &saved->attention : nullptr);  // [T, NHa·HD]
   qkv_heads = Tensor();
@@ -275,7 +275,7 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
   Tensor d_heads = core_attention_backward(rt, ap, s.attention, s.heads_out, d_ctx);  // [T, (NHa+2KVa)·HD]
   d_ctx = Tensor();
   s.heads_out = Tensor();
-  rope_heads(rt, ops.rope_backward, d_heads, NHa, KVa);
+  rope_heads(rt, layer, ops.rope_backward, d_heads, NHa, KVa);
   qk_norm_backward(rt, pb, w, d_heads, NHa, KVa, s);
   Tensor d_qkv = heads_to_rows(d_heads, g.y);  // [T/Y, (NH+2KV)·HD/X]
   d_heads = Tensor();

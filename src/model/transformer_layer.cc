@@ -444,7 +444,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
         if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
         const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
         qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
-        if (rt.rope) {
+        if (rt.rope && c.layer_rope(layer)) {
           ops.rope_forward(qkv.data<float>(), ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
           ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
         }
@@ -699,7 +699,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       float* dq = d_qkv.data<float>();
       d_ctx = Tensor();
       s.ctx = Tensor();
-      if (rt.rope) {
+      if (rt.rope && c.layer_rope(layer)) {
         ops.rope_backward(dq, ql, NHl, S, B, HD, rt.rope_positions.data(), *rt.rope);
         ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
       }

@@ -30,6 +30,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--rotary-percent", &a.rotary_percent, "fraction of each head's dimensions that RoPE rotates");
   p.add_flag("--use-rope-scaling", &a.use_rope_scaling, "Llama 3.x RoPE frequency scaling (low 1, high 4, context 8192)");
   p.add("--rope-scaling-factor", &a.rope_scaling_factor, "--use-rope-scaling: the factor low frequencies are divided by");
+  add_no_rope_args(p, a);
   p.add_flag("--rotary-interleaved", &a.rotary_interleaved,
              "RoPE rotates interleaved pairs (2i, 2i+1) instead of the two halves of each head");
   p.add("--rotary-seq-len-interpolation-factor", &a.rotary_seq_len_interpolation_factor,
@@ -745,6 +746,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
     m.num_kv_heads = m.num_attention_heads;
   }
   GALE_RETURN_IF_ERROR(parse_noop_layers(m));
+  GALE_RETURN_IF_ERROR(validate_no_rope_args(m));
   if (m.recompute_activations) {
     if (!m.recompute_granularity.empty() && m.recompute_granularity != "selective")
       return InvalidArgument("--recompute-activations means --recompute-granularity selective, found --recompute-granularity ",

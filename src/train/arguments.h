@@ -41,6 +41,10 @@ struct ModelArgs {
   // Hugging Face's rope_scaling {"rope_type": "linear", "factor": f}); unset: none.
   double rotary_seq_len_interpolation_factor = kUnsetF;
   bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
+  // --no-rope-freq (train/arguments_no_rope.cc): the flag's text; its per-layer pattern (1: no RoPE),
+  // filled by validate_model_args; both empty: RoPE in every layer.
+  std::string no_rope_freq;
+  std::vector<int> no_rope_pattern;
   // --sliding-window W (MindSpeed-LLM's flag; unset: None, full causal attention): a query at
   // position i attends the keys at positions i − W + 1 .. i (Hugging Face Mistral's window).
   int64_t sliding_window = kUnset;
@@ -970,6 +974,10 @@ StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::stri
 // yarn_* flags, added beside --position-embedding-type, and the checks validate_model_args runs.
 void add_yarn_args(ArgParser& p, ModelArgs& a);
 Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
+// --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,
+// run by validate_model_args (fills ModelArgs::no_rope_pattern).
+void add_no_rope_args(ArgParser& p, ModelArgs& a);
+Status validate_no_rope_args(ModelArgs& m);
 // Gated DeltaNet (--experimental-attention-variant gdn; train/arguments_gdn.cc): its flags, added
 // by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
 void add_gdn_args(ArgParser& p, ModelArgs& a);

@@ -39,6 +39,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.rope_interleaved) j["rotary_interleaved"] = true;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.mla.enabled) j["multi_latent_attention"] = true;
+  if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.yarn.enabled)  // RoPE with YaRN's tables: a checkpoint of one does not load into the other
     j["yarn"] = {{"rotary_scaling_factor", c.yarn.scaling_factor},
                  {"original_max_position_embeddings", c.yarn.original_max_positions},
@@ -128,6 +129,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["use_rope_scaling"] = true;
     j["rope_scaling_factor"] = m.rope_scaling_factor;
   }
+  if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
                                                      ? nlohmann::json()
@@ -249,6 +251,20 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   if (args.contains("use_rope_scaling")) {
     GALE_RETURN_IF_ERROR(get(args, "use_rope_scaling", where, &m.use_rope_scaling));
     GALE_RETURN_IF_ERROR(get(args, "rope_scaling_factor", where, &m.rope_scaling_factor));
+  }
+  // --no-rope-freq: Megatron's args hold the int or the per-layer list (None or absent: RoPE everywhere).
+  if (auto it = args.find("no_rope_freq"); it != args.end() && !it->is_null()) {
+    if (it->is_number_integer() && it->get<int64_t>() >= 1) {
+      const int64_t k = it->get<int64_t>();
+      for (int64_t i = 0; i < m.num_layers; ++i) m.no_rope_pattern.push_back((i + 1) % k == 0 ? 1 : 0);
+    } else if (it->is_array() && static_cast<int64_t>(it->size()) == m.num_layers &&
+               std::all_of(it->begin(), it->end(), [](const nlohmann::json& v) { return v == 0 || v == 1; })) {
+      m.no_rope_pattern = it->get<std::vector<int>>();
+    } else {
+      return InvalidArgument(where, ": args 'no_rope_freq' is ", it->dump(), ", expected an int >= 1 or a list of ",
+                             m.num_layers, " zeros and ones");
+    }
+    m.no_rope_freq = nlohmann::json(m.no_rope_pattern).dump();
   }
   if (m.position_embedding_type == "yarn") {  // Megatron's YaRN args; None or absent: the defaults
     for (auto [key, out] : {std::pair{"rotary_scaling_factor", &m.rotary_scaling_factor}, {"mscale", &m.mscale},

@@ -760,6 +760,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          : m.apply_layernorm_1p ? "--apply-layernorm-1p"
                                                 : "--rotary-interleaved",
                          ", which no Hugging Face architecture Gale writes can hold");
+  if (!m.no_rope_pattern.empty())
+    return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
+                         " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");
   if (m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor))
     return Unimplemented(where, ": the model has both --use-rope-scaling and --rotary-seq-len-interpolation-factor; "
                          "a Hugging Face rope_scaling holds one of them (llama3 or linear)");

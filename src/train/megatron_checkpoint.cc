@@ -683,6 +683,11 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
+  if (!model.no_rope_pattern.empty()) {  // --no-rope-freq as the per-layer list Megatron's config holds
+    PyRef list = PyValue::list();
+    for (int v : model.no_rope_pattern) list->items.push_back(PyValue::integer(v));
+    ns->set("no_rope_freq", list);
+  }
   if (model.position_embedding_type == "yarn") {  // Megatron's YaRN args (the yarn_* ones None when unset)
     ns->set("rotary_scaling_factor", PyValue::real(model.rotary_scaling_factor));
     ns->set("mscale", PyValue::real(model.mscale));

@@ -61,6 +61,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rotary_percent = m.rotary_percent;
   c.rope_scaling_factor = m.use_rope_scaling ? m.rope_scaling_factor : 0.0;
   c.rope_interleaved = m.rotary_interleaved;
+  c.no_rope_layers = m.no_rope_pattern;  // --no-rope-freq (validated: train/arguments_no_rope.cc)
   if (m.position_embedding_type == "yarn") {  // validated: train/arguments_yarn.cc
     c.yarn.enabled = true;
     c.yarn.scaling_factor = m.rotary_scaling_factor;

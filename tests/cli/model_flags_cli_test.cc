@@ -1,5 +1,5 @@
 // Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
-// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --embed-layernorm and
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --no-rope-freq, --embed-layernorm and
 // --position-embedding-type alibi): a run that resumes with the same flags continues, one without
 // them is refused naming the flag, and --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
@@ -31,7 +31,9 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
                         Case{"--position-embedding-type rope --rotary-seq-len-interpolation-factor 4",
                              " --position-embedding-type rope", "rope_position_scale = 0.25"},
                         Case{"--position-embedding-type rope --rotary-interleaved", " --position-embedding-type rope",
-                             "rotary_interleaved = true"}}) {
+                             "rotary_interleaved = true"},
+                        Case{"--position-embedding-type rope --no-rope-freq 2", " --position-embedding-type rope",
+                             "no_rope_layers = [0,1]"}}) {
     const std::string& flags = c.flags;
     testing::TempDir dir;
     const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";

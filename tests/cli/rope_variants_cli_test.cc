@@ -1,6 +1,7 @@
 // gale pretrain / generate with --position-embedding-type yarn: the same losses at levels 0 and 2
 // (the fused RoPE kernel on YaRN's tables), other losses than plain RoPE, recorded in checkpoints
-// (a resume with other YaRN flags is refused), and restored by generate --use-checkpoint-args.
+// (a resume with other YaRN flags is refused), and restored by generate --use-checkpoint-args; and
+// --no-rope-freq, whose layers skip the reference and the fused RoPE alike.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -29,7 +30,7 @@ std::vector<double> losses_of(const std::string& flags, const testing::TempDir& 
   return losses;
 }
 
-TEST(YarnCli, TrainsTheSameAtEveryLevelAndNotAsPlainRope) {
+TEST(RopeVariantsCli, YarnTrainsTheSameAtEveryLevelAndNotAsPlainRope) {
   testing::TempDir dir;
   const std::vector<double> level0 = losses_of(kYarn + " --optimization-level 0", dir);
   const std::vector<double> level2 = losses_of(kYarn + " --optimization-level 2 --use-fused-rotary-pos-emb", dir);
@@ -41,7 +42,7 @@ TEST(YarnCli, TrainsTheSameAtEveryLevelAndNotAsPlainRope) {
   EXPECT_NE(level0[2], rope[2]);  // the first losses may agree to the printed digits; the third does not
 }
 
-TEST(YarnCli, RecordedInCheckpointsAndRestoredForGenerate) {
+TEST(RopeVariantsCli, YarnRecordedInCheckpointsAndRestoredForGenerate) {
   testing::TempDir dir;
   const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";
   testing::CommandResult r = testing::run_gale("pretrain " + kModel + kYarn + " --train-iters 2" + save, dir.path());
@@ -66,6 +67,19 @@ TEST(YarnCli, RecordedInCheckpointsAndRestoredForGenerate) {
       dir.path());
   ASSERT_EQ(explicit_flags.exit_code, 0) << explicit_flags.err;
   EXPECT_EQ(restored.out, explicit_flags.out);
+}
+
+TEST(RopeVariantsCli, NoRopeLayersTrainTheSameAtEveryLevelAndNotAsRopeEverywhere) {
+  testing::TempDir dir;
+  const std::string no_rope = " --position-embedding-type rope --no-rope-freq 2";
+  const std::vector<double> level0 = losses_of(no_rope + " --optimization-level 0", dir);
+  const std::vector<double> level2 = losses_of(no_rope + " --optimization-level 2 --use-fused-rotary-pos-emb", dir);
+  const std::vector<double> rope = losses_of(" --position-embedding-type rope --optimization-level 0", dir);
+  ASSERT_EQ(level0.size(), 3u);
+  ASSERT_EQ(level2.size(), 3u);
+  ASSERT_EQ(rope.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(level2[i], level0[i], 1e-5 * level0[i]) << "iteration " << i + 1;
+  EXPECT_NE(level0[2], rope[2]);
 }
 
 }  // namespace

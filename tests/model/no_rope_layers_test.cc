@@ -1,0 +1,92 @@
+// --no-rope-freq (ModelConfig::no_rope_layers): a layer marked 1 attends without RoPE. Every layer
+// marked is the model without position embedding; a mixed pattern is neither that nor full RoPE,
+// its gradients match finite differences, and KV-cache decoding skips RoPE in the same layers.
+#include <gtest/gtest.h>
+
+#include "model/decoding_check.h"
+#include "model/gpt_model.h"
+#include "model/kv_cache.h"
+#include "model_test_batches.h"
+#include "testing.h"
+
+namespace gale {
+namespace {
+
+ModelConfig rope_config(std::vector<int> no_rope) {
+  ModelConfig c = testing::gradcheck_gpt_config();
+  c.num_layers = 2;
+  c.position = PositionEmbedding::kRope;
+  c.attention_dropout = c.hidden_dropout = 0.0f;
+  c.no_rope_layers = std::move(no_rope);
+  return c;
+}
+
+std::vector<float> logits_of(const ModelConfig& c, const MicroBatch& mb) {
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(7);
+  const Tensor logits = model.forward_logits(mb, Tensor());
+  return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+  return worst;
+}
+
+TEST(NoRopeLayers, EveryLayerWithoutRopeIsTheModelWithoutPositionEmbedding) {
+  const ModelConfig all = rope_config({1, 1});
+  ModelConfig none = rope_config({});
+  none.position = PositionEmbedding::kNone;
+  const MicroBatch mb = testing::masked_batch(all, 2, 7, false);
+  const std::vector<float> a = logits_of(all, mb), n = logits_of(none, mb);
+  ASSERT_EQ(a.size(), n.size());
+  EXPECT_EQ(max_abs_diff(a, n), 0.0);
+}
+
+TEST(NoRopeLayers, AMixedPatternIsNeitherFullRopeNorNone) {
+  const MicroBatch mb = testing::masked_batch(rope_config({}), 2, 7, false);
+  const std::vector<float> rope = logits_of(rope_config({}), mb), first = logits_of(rope_config({1, 0}), mb),
+                           second = logits_of(rope_config({0, 1}), mb), none = logits_of(rope_config({1, 1}), mb);
+  EXPECT_GT(max_abs_diff(first, rope), 1e-3);
+  EXPECT_GT(max_abs_diff(first, none), 1e-3);
+  EXPECT_GT(max_abs_diff(first, second), 1e-3);
+  EXPECT_EQ(max_abs_diff(rope, logits_of(rope_config({0, 0}), mb)), 0.0);  // all zeros: RoPE everywhere
+}
+
+// Five-point directional derivatives in fp32, as tests/model/heterogeneous_layers_test.cc.
+TEST(NoRopeLayers, EveryParameterMatchesFiniteDifferences) {
+  const ModelConfig c = rope_config({0, 1});
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(42);
+  MicroBatch mb = testing::masked_batch(c, 2, 7, false);
+  testing::mean_loss(model, mb, true);
+  ParamBuffer& pb = model.params();
+  std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  auto loss = [&] { return testing::mean_loss(model, mb, false); };
+  for (int id = 0; id < pb.size(); ++id) {
+    const int64_t n = pb.spec(id).local_numel();
+    auto dir = testing::random_vector(n, 100 + id);
+    const double analytic = testing::dot(grads.data() + pb.spec(id).offset, dir.data(), n);
+    const double numeric = testing::directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, 5e-3);
+    EXPECT_LT(testing::rel_diff(analytic, numeric, 1e-2), 1e-2)
+        << pb.spec(id).name << ": " << analytic << " vs " << numeric;
+  }
+}
+
+TEST(NoRopeLayers, KvCacheDecodingEqualsTheWholeSequenceForward) {
+  const ModelConfig c = rope_config({1, 0});
+  OpTable ops = reference_ops();
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(5);
+  const int64_t B = 2, S = 12;
+  KvCache cache = make_kv_cache(c, part, B, S);
+  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
+                                                        S, {5, 1, 1, 5}, 2e-5);
+}
+
+}  // namespace
+}  // namespace gale
