@@ -308,6 +308,10 @@ struct ModelConfig {
   // --qk-layernorm without MLA (Megatron-Core's q_layernorm/k_layernorm): every query and key head
   // normalised over its head_dim (norm type and eps as the layer norms) after linear_qkv, before RoPE.
   bool qk_layernorm = false;
+  // --attention-output-gate (Megatron-Core; Qwen3-Next): linear_qkv also produces a gate per query
+  // head, and attention's output is multiplied by its sigmoid before linear_proj
+  // (model/attention_output_gate.h).
+  bool attention_output_gate = false;
   bool tied_embeddings = true;
   // --dist-train's forward-only sub-worlds: the embedding and the transformer layers of global index
   // below this are frozen (no gradient, no optimizer state); 0: none.

@@ -20,7 +20,8 @@ struct LayerShares {
   int64_t groups = 0, group_offset = 0;  // query groups (KV heads) [group_offset, + groups)
   int64_t heads = 0, head_offset = 0;    // query heads [head_offset, + heads)
   int64_t ffn = 0, ffn_offset = 0;       // FFN columns [ffn_offset, + ffn)
-  // Rows of linear_qkv per query group, (NH/KV + 2)·HD: the unit its TP split deals out.
+  // Rows of linear_qkv per query group, (NH/KV + 2)·HD (with the output gate (2·NH/KV + 2)·HD): the
+  // unit its TP split deals out.
   int64_t qkv_rows_per_group = 0;
   // Columns of linear_proj per query group, NH/KV·HD.
   int64_t proj_cols_per_group = 0;
@@ -40,7 +41,8 @@ inline LayerShares layer_shares(const ModelConfig& c, int64_t tp, int64_t rank) 
   s.head_offset = g.offset * per_group;
   s.ffn = f.count;
   s.ffn_offset = f.offset;
-  s.qkv_rows_per_group = (per_group + 2) * c.head_dim;
+  // --attention-output-gate: each group's rows also hold its heads' gates (model/attention_output_gate.h).
+  s.qkv_rows_per_group = ((c.attention_output_gate ? 2 : 1) * per_group + 2) * c.head_dim;
   s.proj_cols_per_group = per_group * c.head_dim;
   return s;
 }

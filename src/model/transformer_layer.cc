@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "kernels/flop_counter.h"
+#include "model/attention_output_gate.h"
 #include "model/layer_shares.h"
 #include "model/head_norm.h"
 #include "model/hybrid_layers.h"
@@ -294,7 +295,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const int64_t H = c.hidden, HD = c.head_dim;
   const float std = c.init_std;
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * HD;
+  const int64_t qkv_rows = ((c.attention_output_gate ? 2 : 1) * c.heads + 2 * c.kv_heads) * HD;  // + the gates
   const bool ln = !c.rms_norm;
   const LayerShares shares = layer_shares(c, part);
   // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear),
@@ -442,6 +443,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
         const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
         Tensor qkv = column_linear_forward(rt, pb, w.qkv_w, w.lora_qkv, x_norm, &norm1_out, &u_qkv);  // [T, (NHl+2KVl)·HD]
         if (w.qkv_b >= 0) add_bias_ref(qkv.data<float>(), pb.param_data(w.qkv_b), T, qkv.size(1));
+        Tensor gate;  // --attention-output-gate: [T, NHl·HD], out of the packed rows
+        if (c.attention_output_gate) qkv = split_output_gate(qkv, NHl, KVl, HD, &gate);
         const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
         qk_norm_forward(rt, pb, w, qkv, NHl, KVl, saved);  // --qk-layernorm: per-head norms before RoPE
         if (rt.rope && c.layer_rope(layer)) {
@@ -452,6 +455,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
         ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
               : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
                            : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
+        if (gate.defined()) {  // ctx ⊙ σ(gate); backward needs both
+          Tensor gated = Tensor::empty(ctx.shape());
+          output_gate_forward(ctx.data<float>(), gate.data<float>(), gated.data<float>(), ctx.numel());
+          if (saved) {
+            saved->gate = gate;
+            saved->ctx_ungated = ctx;
+          }
+          ctx = gated;
+        }
       }
       ctx = to_gemm_input(ctx, gemm_dtype);
       proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
@@ -695,6 +707,16 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       s.ctx = Tensor();
     } else {
       const HeadLayout ql = qkv_query_layout(NHl, KVl, HD), kl = qkv_key_layout(NHl, KVl, HD);
+      Tensor d_gate;  // --attention-output-gate: through σ(gate) to attention's own output
+      if (s.gate.defined()) {
+        Tensor d_ungated = Tensor::empty(d_ctx.shape());
+        d_gate = Tensor::empty(s.gate.shape());
+        output_gate_backward(d_ctx.data<float>(), s.ctx_ungated.data<float>(), s.gate.data<float>(),
+                             d_ungated.data<float>(), d_gate.data<float>(), d_ctx.numel());
+        d_ctx = d_ungated;
+        s.ctx = s.ctx_ungated;
+        s.ctx_ungated = s.gate = Tensor();
+      }
       Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
       float* dq = d_qkv.data<float>();
       d_ctx = Tensor();
@@ -704,7 +726,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         ops.rope_backward(dq, kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
       }
       qk_norm_backward(rt, pb, w, d_qkv, NHl, KVl, s);
-      if (w.qkv_b >= 0) column_sum_accumulate(dq, pb.grad_data(w.qkv_b), T, d_qkv.size(1));
+      if (d_gate.defined()) d_qkv = merge_output_gate(d_qkv, d_gate, NHl, KVl, HD);  // linear_qkv's rows
+      if (w.qkv_b >= 0) column_sum_accumulate(d_qkv.data<float>(), pb.grad_data(w.qkv_b), T, d_qkv.size(1));
       if (!s.norm1_out.defined()) {  // recomputed
         Tensor stats;
         s.norm1_out = norm_output_for_linear(rt, norm_forward(rt, pb, w.norm1_w, w.norm1_b, s.x_in, &stats));

@@ -80,6 +80,7 @@ struct LayerSaved {
   Tensor q_stats, k_stats;  // their norm statistics (as norm1_stats, one column per head row)
   MlaSaved mla;        // --multi-latent-attention: its own inputs and attention state (norm1_out unused)
   Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
+  Tensor gate, ctx_ungated;  // --attention-output-gate: [T, NHl·HD] the gate before σ, attention's own output
   Tensor heads_out;    // --tp-2d (model/tp2d_layer.h): attention's output on its head split [T, NHa·HD]
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats

@@ -41,6 +41,7 @@ struct ModelArgs {
   // Hugging Face's rope_scaling {"rope_type": "linear", "factor": f}); unset: none.
   double rotary_seq_len_interpolation_factor = kUnsetF;
   bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
+  bool attention_output_gate = false;  // --attention-output-gate (train/arguments_attention_gate.cc)
   // --no-rope-freq (train/arguments_no_rope.cc): the flag's text; its per-layer pattern (1: no RoPE),
   // filled by validate_model_args; both empty: RoPE in every layer.
   std::string no_rope_freq;
@@ -974,6 +975,9 @@ StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::stri
 // yarn_* flags, added beside --position-embedding-type, and the checks validate_model_args runs.
 void add_yarn_args(ArgParser& p, ModelArgs& a);
 Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
+// --attention-output-gate: what it does not compose with (train/arguments_attention_gate.cc; run by
+// validate_all_pretrain_args).
+Status validate_attention_output_gate(const Arguments& a);
 // --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,
 // run by validate_model_args (fills ModelArgs::no_rope_pattern).
 void add_no_rope_args(ArgParser& p, ModelArgs& a);

@@ -40,6 +40,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
+  if (c.attention_output_gate) j["attention_output_gate"] = true;
   if (c.yarn.enabled)  // RoPE with YaRN's tables: a checkpoint of one does not load into the other
     j["yarn"] = {{"rotary_scaling_factor", c.yarn.scaling_factor},
                  {"original_max_position_embeddings", c.yarn.original_max_positions},
@@ -130,6 +131,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["rope_scaling_factor"] = m.rope_scaling_factor;
   }
   if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
+  if (m.attention_output_gate) j["attention_output_gate"] = true;  // absent: no gate
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
                                                      ? nlohmann::json()
@@ -252,6 +254,8 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "use_rope_scaling", where, &m.use_rope_scaling));
     GALE_RETURN_IF_ERROR(get(args, "rope_scaling_factor", where, &m.rope_scaling_factor));
   }
+  if (auto it = args.find("attention_output_gate"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "attention_output_gate", where, &m.attention_output_gate));
   // --no-rope-freq: Megatron's args hold the int or the per-layer list (None or absent: RoPE everywhere).
   if (auto it = args.find("no_rope_freq"); it != args.end() && !it->is_null()) {
     if (it->is_number_integer() && it->get<int64_t>() >= 1) {
@@ -473,6 +477,7 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   GALE_RETURN_IF_ERROR(set("sliding_window", &m.sliding_window, "--sliding-window", true));
   // Recorded only when true (checkpoint_model_section / model_flags_json): absent is false.
   for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
+                           std::pair{"attention_output_gate", &m.attention_output_gate},
                            std::pair{"squared_relu", &m.squared_relu},
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
     *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();

@@ -760,6 +760,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          : m.apply_layernorm_1p ? "--apply-layernorm-1p"
                                                 : "--rotary-interleaved",
                          ", which no Hugging Face architecture Gale writes can hold");
+  if (m.attention_output_gate)
+    return Unimplemented(where, ": the model has --attention-output-gate, which Gale does not write to Hugging Face "
+                         "yet (Qwen3-Next's gated q_proj)");
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");

@@ -224,6 +224,7 @@ FlopsModel Trainer::flops_model() const {
   f.ffn = m.ffn_hidden_size;
   f.padded_vocab = m.padded_vocab_size;
   f.swiglu = m.swiglu;
+  f.attention_output_gate = m.attention_output_gate;
   if (m.is_hybrid_model) {
     std::string layers;  // validated at start-up
     GALE_CHECK(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,

@@ -42,8 +42,10 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
   const double gated = m.swiglu ? 1.5 : 1.0;
   const double query_projection_ratio = static_cast<double>(m.kv_channels) * m.heads / h;
   const double expansion = 3.0 * 2.0 * 2.0;
+  // The gate's rows add h·(NH·HD) to the QKV projection: half the query and output projections' term.
+  const double gate = m.attention_output_gate ? 0.5 : 0.0;
   const double attention =
-      (1.0 + static_cast<double>(m.query_groups) / m.heads + static_cast<double>(m.seq_length) / h / 2.0) *
+      (1.0 + gate + static_cast<double>(m.query_groups) / m.heads + static_cast<double>(m.seq_length) / h / 2.0) *
       query_projection_ratio;
   const double dense_fraction = static_cast<double>(m.num_layers - m.num_moe_layers) / m.num_layers;
   const double moe_fraction = static_cast<double>(m.num_moe_layers) / m.num_layers;

@@ -16,6 +16,8 @@ struct FlopsModel {
   int64_t seq_length = 0, num_layers = 0, hidden = 0, heads = 0, query_groups = 0, kv_channels = 0, ffn = 0;
   int64_t padded_vocab = 0;
   bool swiglu = false;
+  // --attention-output-gate: linear_qkv's gate rows (Megatron-Core main's gate_projection_size).
+  bool attention_output_gate = false;
   // MoE: the layers with experts, each token through `moe_topk` experts of FFN size `moe_ffn` and
   // the shared expert of FFN size `moe_shared_ffn` (0: none).
   int64_t num_moe_layers = 0, moe_ffn = 0, moe_topk = 0, moe_shared_ffn = 0;

@@ -1,5 +1,5 @@
 // Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
-// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --no-rope-freq, --embed-layernorm and
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --no-rope-freq, --attention-output-gate, --embed-layernorm and
 // --position-embedding-type alibi): a run that resumes with the same flags continues, one without
 // them is refused naming the flag, and --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
@@ -33,7 +33,8 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
                         Case{"--position-embedding-type rope --rotary-interleaved", " --position-embedding-type rope",
                              "rotary_interleaved = true"},
                         Case{"--position-embedding-type rope --no-rope-freq 2", " --position-embedding-type rope",
-                             "no_rope_layers = [0,1]"}}) {
+                             "no_rope_layers = [0,1]"},
+                        Case{"--attention-output-gate", "", "attention_output_gate = true"}}) {
     const std::string& flags = c.flags;
     testing::TempDir dir;
     const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";

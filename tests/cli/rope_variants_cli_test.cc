@@ -1,7 +1,8 @@
 // gale pretrain / generate with --position-embedding-type yarn: the same losses at levels 0 and 2
 // (the fused RoPE kernel on YaRN's tables), other losses than plain RoPE, recorded in checkpoints
 // (a resume with other YaRN flags is refused), and restored by generate --use-checkpoint-args; and
-// --no-rope-freq, whose layers skip the reference and the fused RoPE alike.
+// --no-rope-freq, whose layers skip the reference and the fused RoPE alike; and --attention-output-gate
+// at levels 0 and 2.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -80,6 +81,18 @@ TEST(RopeVariantsCli, NoRopeLayersTrainTheSameAtEveryLevelAndNotAsRopeEverywhere
   ASSERT_EQ(rope.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(level2[i], level0[i], 1e-5 * level0[i]) << "iteration " << i + 1;
   EXPECT_NE(level0[2], rope[2]);
+}
+
+// --attention-output-gate: the gate is outside the attention kernels, so the fused level-2 path
+// (flash attention, fused RoPE) trains as level 0 does.
+TEST(RopeVariantsCli, AttentionOutputGateTrainsTheSameAtEveryLevel) {
+  testing::TempDir dir;
+  const std::string gate = " --position-embedding-type rope --attention-output-gate";
+  const std::vector<double> level0 = losses_of(gate + " --optimization-level 0", dir);
+  const std::vector<double> level2 = losses_of(gate + " --optimization-level 2 --use-flash-attn", dir);
+  ASSERT_EQ(level0.size(), 3u);
+  ASSERT_EQ(level2.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(level2[i], level0[i], 1e-5 * level0[i]) << "iteration " << i + 1;
 }
 
 }  // namespace

@@ -49,6 +49,8 @@ Status parse_model(const json& j, GoldenModelConfig* m, const std::string& where
   GALE_RETURN_IF_ERROR(get(j, "untie_embeddings_and_output_weights", &m->untie_embeddings_and_output_weights, where));
   GALE_RETURN_IF_ERROR(get(j, "reset_attention_mask", &m->reset_attention_mask, where));
   GALE_RETURN_IF_ERROR(get(j, "reset_position_ids", &m->reset_position_ids, where));
+  if (j.contains("attention_output_gate"))
+    GALE_RETURN_IF_ERROR(get(j, "attention_output_gate", &m->attention_output_gate, where));
   if (j.contains("num_experts")) {
     GALE_RETURN_IF_ERROR(get(j, "num_experts", &m->num_experts, where));
     GALE_RETURN_IF_ERROR(get(j, "moe_router_topk", &m->moe_router_topk, where));
@@ -120,7 +122,7 @@ double element(const Tensor& t, int64_t i) {
 
 std::string golden_dir() { return std::string(GALE_TEST_DATA_DIR) + "/golden"; }
 
-std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask"};
+std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask", "llama_gate"};
 }
 
 StatusOr<GoldenFixture> GoldenFixture::load(const std::string& name) { return load_dir(golden_dir() + "/" + name); }

@@ -61,6 +61,7 @@ struct GoldenModelConfig {
   bool reset_attention_mask = false;
   bool reset_position_ids = false;
   double init_method_std = 0;
+  bool attention_output_gate = false;  // --attention-output-gate: linear_qkv has NH·HD more rows
   // Mixture of experts (0 experts: dense MLPs): every layer's MLP is a router and these experts.
   int num_experts = 0;
   int moe_router_topk = 0;

@@ -118,6 +118,10 @@ TEST(Flops, Gpt2SmallByHand) {
   m.query_groups = 4;
   per_token = 12.0 * 12 * 768 * 2048 * 1.5 + 12.0 * 12 * 768 * 768 * (1.0 + 4.0 / 12.0 + 256.0 / 1536.0) + 6.0 * 768 * 50304;
   EXPECT_NEAR(num_floating_point_operations(m, 1), 256 * per_token, 1e-6 * 256 * per_token);
+  // --attention-output-gate: Megatron-Core main's gate_projection_size adds 6·h·(NH·HD) per layer.
+  m.attention_output_gate = true;
+  per_token += 6.0 * 12 * 768 * 768;
+  EXPECT_NEAR(num_floating_point_operations(m, 1), 256 * per_token, 1e-6 * 256 * per_token);
 }
 
 // MoE (Megatron's formula): half the layers with 8 experts of FFN 512, top-2, and a shared expert

@@ -96,6 +96,10 @@ CONFIGS = {
     # either way), plain and with document masks (the documents data of gpt_docmask).
     "llama_alibi": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi"), train=ADAMW, weights_from="llama",
                         inputs_from="llama", full_grads=False),
+    # Megatron-Core's --attention-output-gate (Qwen3-Next's gated attention) on the LLaMA model: its
+    # own weights (linear_qkv has NH·HD more rows), the llama inputs.
+    "llama_gate": dict(model=dict(LLAMA_MODEL, attention_output_gate=True), train=ADAMW, weight_seed=2468,
+                       inputs_from="llama", full_grads=True),
     "llama_alibi_docmask": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi", reset_attention_mask=True,
                                            reset_position_ids=True),
                                 train=ADAMW, weights_from="llama", inputs_from="gpt_docmask", data="documents",
@@ -128,6 +132,8 @@ def megatron_args(m, t):
         a += ["--disable-bias-linear"]
     if m["untie_embeddings_and_output_weights"]:
         a += ["--untie-embeddings-and-output-weights"]
+    if m.get("attention_output_gate"):
+        a += ["--attention-output-gate"]
     if m["reset_attention_mask"]:
         a += ["--reset-attention-mask"]
     if m["reset_position_ids"]:
@@ -174,9 +180,10 @@ def parameter_specs(m):
         specs.append((p + "input_layernorm.weight", (H,), "norm_weight"))
         if ln:
             specs.append((p + "input_layernorm.bias", (H,), "bias"))
-        specs.append((p + "self_attention.linear_qkv.weight", ((NH + 2 * KV) * HD, H), "weight"))
+        qkv_rows = ((2 if m.get("attention_output_gate") else 1) * NH + 2 * KV) * HD  # + each head's gate
+        specs.append((p + "self_attention.linear_qkv.weight", (qkv_rows, H), "weight"))
         if bias:
-            specs.append((p + "self_attention.linear_qkv.bias", ((NH + 2 * KV) * HD,), "bias"))
+            specs.append((p + "self_attention.linear_qkv.bias", (qkv_rows,), "bias"))
         specs.append((p + "self_attention.linear_proj.weight", (H, NH * HD), "output_weight"))
         if bias:
             specs.append((p + "self_attention.linear_proj.bias", (H,), "bias"))
@@ -371,10 +378,14 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
     for i in range(m["num_layers"]):
         pre = f"decoder.layers.{i}."
         a = norm(x, p, pre + "input_layernorm", m)
-        qkv = linear(a, p, pre + "self_attention.linear_qkv").view(B, S, KV, per_group + 2, HD)
+        # Per query group: its query heads, (with the output gate) their gates, one key, one value head.
+        gated = bool(m.get("attention_output_gate"))
+        g = per_group if gated else 0
+        qkv = linear(a, p, pre + "self_attention.linear_qkv").view(B, S, KV, per_group + g + 2, HD)
         q = qkv[:, :, :, :per_group, :].reshape(B, S, NH, HD)
-        k = qkv[:, :, :, per_group, :]
-        v = qkv[:, :, :, per_group + 1, :]
+        gate = qkv[:, :, :, per_group:per_group + g, :].reshape(B, S, NH * HD) if gated else None
+        k = qkv[:, :, :, per_group + g, :]
+        v = qkv[:, :, :, per_group + g + 1, :]
         if m["position_embedding_type"] == "rope":
             q, k = rope(q, position_ids, m), rope(k, position_ids, m)
         k = k.repeat_interleave(per_group, dim=2)  # query head h reads kv head h // per_group
@@ -385,6 +396,8 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
             scores = scores + torch.tensor(alibi_slopes(NH))[:, None, None] * (idx[None, :] - idx[:, None])
         scores = scores.masked_fill(~allowed[:, None], float("-inf"))
         ctx = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), v).reshape(B, S, NH * HD)
+        if gated:  # Megatron's _apply_output_gate: ctx * sigmoid(gate), elementwise per head channel
+            ctx = ctx * torch.sigmoid(gate)
         x = x + linear(ctx, p, pre + "self_attention.linear_proj")
         h = norm(x, p, pre + "pre_mlp_layernorm", m)
         x = x + (moe(h, p, pre + "mlp.", m, aux) if m.get("num_experts") else mlp(h, p, pre + "mlp.", m, F))
