@@ -34,6 +34,9 @@
 // 128, 128, 16, 32); model/gated_delta_net.h has the math (level 0: the reference recurrence).
 // Tensor and sequence parallelism split the mixer by heads as Megatron's GatedDeltaNet
 // (--linear-num-key-heads and --linear-num-value-heads multiples of the TP size).
+// Context parallelism is refused (not supported yet); the head counts are first checked against
+// TP×CP (Megatron's GDN CP gives each cp rank 1/CP of each TP rank's heads), so a layout that could
+// never work says which flag is wrong.
 // gale generate, evaluate and the batched engine run a GDN checkpoint (its args: --use-checkpoint-args):
 // each sequence's GDN layers keep a decoding state (the convolution's last K−1 inputs and the delta
 // rule's state, model/mamba_state.h) as Megatron's ssm_prefill / ssm_decode, its attention layers
@@ -74,7 +77,8 @@ class DsaFeature : public Feature {
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "no CP, MLA, hybrid, LoRA, MTP, conversion; gdn2 not supported yet. "
+           "no CP (refused after checking TP×CP divides --linear-num-key-heads), MLA, hybrid, LoRA, MTP, "
+           "conversion; gdn2 not supported yet. "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
@@ -146,6 +150,15 @@ class DsaFeature : public Feature {
       return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (", tp,
                              ": each rank holds 1/TP of the Gated DeltaNet heads), found ",
                              a.model.linear_num_key_heads);
+    // Megatron-Core's GDN context parallelism (ssm/gated_delta_net/common.py) trades the sequence split
+    // for a split of each TP rank's heads, so CP must divide NK/TP (and so NV/TP). The sizes are
+    // checked before the refusal below so that the error names them once CP lands.
+    const int64_t cp = p.context_parallel_size;
+    if (cp > 1 && a.model.linear_num_key_heads % (tp * cp) != 0)
+      return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × "
+                             "--context-parallel-size (", tp, " × ", cp, " = ", tp * cp,
+                             ": each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the "
+                             "all-to-alls), found ", a.model.linear_num_key_heads);
     if (p.context_parallel_size > 1)
       return Unimplemented("--experimental-attention-variant gdn with --context-parallel-size ",
                            p.context_parallel_size, ": not supported yet (expected 1)");

@@ -245,6 +245,14 @@ TEST(GalePretrainGdn, RefusalsAreErrorsNamingTheFlags) {
        "Gated DeltaNet heads), found 3"},
       {2, {"--linear-attention-freq", "2", "--context-parallel-size", "2"}, "gdn",
        "--experimental-attention-variant gdn with --context-parallel-size 2: not supported yet"},
+      {2, {"--linear-attention-freq", "2", "--context-parallel-size", "2", "--linear-num-key-heads", "3",
+           "--linear-num-value-heads", "6"}, "gdn",
+       "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × --context-parallel-size "
+       "(1 × 2 = 2: each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the all-to-alls), found 3"},
+      {4, {"--linear-attention-freq", "2", "--tensor-model-parallel-size", "2", "--context-parallel-size", "2"},
+       "gdn",
+       "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × --context-parallel-size "
+       "(2 × 2 = 4: each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the all-to-alls), found 2"},
       {1, {"--linear-attention-freq", "2"}, "gdn2", "--experimental-attention-variant gdn2: not supported yet"},
       {1, {"--linear-attention-freq", "[1,0,1]"}, "gdn", "--linear-attention-freq: expected an integer >= 1 or a list of 4"},
       {1, {"--linear-attention-freq", "2", "--linear-num-value-heads", "3"}, "gdn",
