@@ -152,16 +152,13 @@ class DsaFeature : public Feature {
                              a.model.linear_num_key_heads);
     // Megatron-Core's GDN context parallelism (ssm/gated_delta_net/common.py) trades the sequence split
     // for a split of each TP rank's heads, so CP must divide NK/TP (and so NV/TP). The sizes are
-    // checked before the refusal below so that the error names them once CP lands.
+    // the only GDN-specific rule of CP (the sequence's own, 2·CP dividing it, is the CP feature's).
     const int64_t cp = p.context_parallel_size;
     if (cp > 1 && a.model.linear_num_key_heads % (tp * cp) != 0)
       return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × "
                              "--context-parallel-size (", tp, " × ", cp, " = ", tp * cp,
                              ": each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the "
                              "all-to-alls), found ", a.model.linear_num_key_heads);
-    if (p.context_parallel_size > 1)
-      return Unimplemented("--experimental-attention-variant gdn with --context-parallel-size ",
-                           p.context_parallel_size, ": not supported yet (expected 1)");
     if (a.lora.enabled())
       return Unimplemented("--experimental-attention-variant gdn with --lora-target-modules: not supported yet "
                            "(GDN layers have no linear_qkv / linear_proj)");

@@ -7,6 +7,7 @@
 
 #include "core/threads.h"
 #include "model/causal_conv1d.h"
+#include "model/gdn_context_parallel.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 
@@ -172,14 +173,19 @@ GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnPar
 namespace {
 
 // The mixer over sequences of rows (gdn_forward: one per sample, no states).
-Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std::vector<GdnSequence>& seqs,
+// Under context parallelism `seqs` cover the rows after the all-to-all (whole sequences).
+Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, const std::vector<GdnSequence>& seqs,
                DType gemm_dtype, GdnSaved* saved) {
+  Tensor u_saved;
+  Tensor zx = column_parallel_linear_forward(w_tp.tp, u, w_tp.in_proj, &u_saved);  // [T, R] (gathered under SP)
+  if (w_tp.cp.on()) zx = gdn_cp_seq_to_heads(w_tp.cp, d_tp, zx);  // [S_global·B, R_cp]
+  const GdnCpWeights cpw(d_tp, w_tp);  // this cp rank's heads (d_tp, w_tp without CP)
+  const GdnDims& d = cpw.dims();
+  const GdnWeights& w = cpw.weights();
   const Offsets of(d);
   const int64_t CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK;
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
-  Tensor u_saved;
-  Tensor zx = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);  // [T, R] (gathered under SP)
   const int64_t T = zx.size(0);
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
   for (const GdnSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
@@ -236,6 +242,7 @@ Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std
         }
     });
   }
+  if (w_tp.cp.on()) normed = mamba_cp_heads_to_seq(w_tp.cp, normed);  // [S_local·B, VD of this TP rank]
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
   Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
   if (saved) {
@@ -253,23 +260,36 @@ Tensor forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, const std
 
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
                    GdnSaved* saved) {
-  std::vector<GdnSequence> seqs(static_cast<size_t>(B));  // S·B rows after in_proj's SP gather
+  if (w.cp.on()) {
+    GALE_CHECK_EQ(S, w.cp.split->local_length());
+    S = w.cp.split->seq_length;  // the recurrence runs over whole sequences
+  }
+  std::vector<GdnSequence> seqs(static_cast<size_t>(B));  // S·B rows after in_proj's SP gather (and CP's all-to-all)
   for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = GdnSequence{b, B, S, nullptr, nullptr};
   return forward(d, w, u, seqs, gemm_dtype, saved);
 }
 
 Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
                              const std::vector<GdnSequence>& seqs, DType gemm_dtype) {
+  GALE_CHECK(!w.cp.on()) << "Gated DeltaNet decoding under context parallelism";
   return forward(d, w, u, seqs, gemm_dtype, nullptr);
 }
 
-Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const Tensor& d_out, int64_t S, int64_t B) {
+Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, const Tensor& d_out, int64_t S,
+                    int64_t B) {
+  Tensor d_normed = row_parallel_linear_backward(w_tp.tp, d_out, sv.normed, w_tp.out_proj);  // [T, VD]
+  sv.normed = Tensor();
+  if (w_tp.cp.on()) {
+    d_normed = mamba_cp_heads_to_seq_backward(w_tp.cp, d_normed);  // [S_global·B, VD_cp]
+    S = w_tp.cp.split->seq_length;
+  }
+  const GdnCpWeights cpw(d_tp, w_tp);
+  const GdnDims& d = cpw.dims();
+  const GdnWeights& w = cpw.weights();
   const Offsets of(d);
   const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK, QK = d.qk_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
-  Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T, VD]
-  sv.normed = Tensor();
   const float* zxp = sv.zx.data<float>();
   Tensor d_zx = Tensor::zeros({T, of.R});
   float* dzx = d_zx.data<float>();
@@ -449,7 +469,9 @@ Tensor gdn_backward(const GdnDims& d, const GdnWeights& w, GdnSaved& sv, const T
     causal_conv1d_backward(dx, zxp, of.R, w.conv_w, dzx, of.R, w.g_conv_w, nullptr, CD, d.K, S, B);
   }
   sv.conv_pre = Tensor();
-  Tensor du = column_parallel_linear_backward(w.tp, d_zx, sv.u, w.in_proj);
+  cpw.add_grads();
+  if (w_tp.cp.on()) d_zx = gdn_cp_seq_to_heads_backward(w_tp.cp, d_tp, d_zx);  // [S_local·B, R]
+  Tensor du = column_parallel_linear_backward(w_tp.tp, d_zx, sv.u, w_tp.in_proj);
   sv.u = sv.zx = Tensor();
   return du;
 }

@@ -43,6 +43,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/linear.h"
+#include "model/mamba_mixer.h"
 #include "model/params.h"
 #include "model/tp_linear.h"
 
@@ -79,6 +80,7 @@ struct GdnWeights {
   std::vector<float> out_norm;
   float *g_conv_w = nullptr, *g_dt_bias = nullptr, *g_a_log = nullptr, *g_out_norm = nullptr;
   TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
+  MambaCpComm cp;   // the all-to-alls around the convolution and the recurrence (model/gdn_context_parallel.h; null group: CP 1)
 };
 GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnParamIds& w, SgemmFn gemm,
                        Bf16GemmFn bf16_gemm);
@@ -95,7 +97,8 @@ struct GdnSaved {
 };
 
 // out [T, H] of u [T, H] (rows t = s·B + b; `d` this rank's dims, GdnDims::tp_local). Under
-// sequence parallelism u and out are this rank's [T/TP, H] rows. `saved` null: nothing kept.
+// sequence parallelism u and out are this rank's [T/TP, H] rows; under context parallelism S is
+// this cp rank's positions (w.cp.split's local length). `saved` null: nothing kept.
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
                    GdnSaved* saved);
 // Decoding (model/mamba_state.h): one sequence's rows of the mixer's input, positions 0 .. length−1
@@ -111,7 +114,7 @@ struct GdnSequence {
   float* rec_state = nullptr;
 };
 // out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept; no
-// sequence parallelism).
+// sequence parallelism, no context parallelism).
 // gdn_forward is this with sample b's rows b, b + B, ... and no states.
 Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
                              const std::vector<GdnSequence>& seqs, DType gemm_dtype);

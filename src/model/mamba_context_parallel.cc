@@ -1,4 +1,4 @@
-// Context parallelism of the Mamba mixer: the all-to-alls around its convolution and scan, and each cp rank's parameter slice.
+// Context parallelism of the Mamba mixer: the all-to-alls around its convolution and scan (shared with Gated DeltaNet), and each cp rank's parameter slice.
 #include "model/mamba_context_parallel.h"
 
 #include <algorithm>
@@ -12,8 +12,8 @@ namespace {
 
 int64_t batch_of(const MambaCpComm& cp, int64_t rows, int64_t positions) {
   GALE_CHECK(cp.group && cp.split && cp.split->cp_size == static_cast<int64_t>(cp.group->size()))
-      << "Mamba context parallelism without its cp group and split";
-  GALE_CHECK(positions > 0 && rows % positions == 0) << "Mamba context parallelism: " << rows << " rows for "
+      << "context-parallel mixer without its cp group and split";
+  GALE_CHECK(positions > 0 && rows % positions == 0) << "context-parallel mixer: " << rows << " rows for "
                                                      << positions << " positions";
   return rows / positions;
 }
@@ -54,31 +54,40 @@ MambaDims mamba_cp_local(const MambaDims& d, int64_t cp) {
 
 int64_t mamba_cp_group_repeat(const MambaDims& d, int64_t cp) { return cp > d.G ? cp / d.G : 1; }
 
-Tensor mamba_cp_seq_to_heads(const MambaCpComm& cp, const MambaDims& d, const Tensor& zx) {
-  const int64_t B = batch_of(cp, zx.size(0), cp.split->local_length()), N = cp.split->cp_size;
-  GALE_CHECK_EQ(zx.size(1), d.in_proj_rows());
-  const std::vector<int64_t> cols = blocked_columns(d, N);
-  const int64_t T = zx.size(0), R = d.in_proj_rows(), W = static_cast<int64_t>(cols.size());
+Tensor cp_columns_seq_to_heads(const MambaCpComm& cp, const std::vector<int64_t>& cols, const Tensor& x) {
+  const int64_t B = batch_of(cp, x.size(0), cp.split->local_length());
+  const int64_t T = x.size(0), R = x.size(1), W = static_cast<int64_t>(cols.size());
+  GALE_CHECK(W % cp.split->cp_size == 0) << "context-parallel mixer: " << W << " blocked columns for "
+                                         << cp.split->cp_size << " cp ranks";
   Tensor blocked = Tensor::empty({T, W});
-  const float* in = zx.data<float>();
+  const float* in = x.data<float>();
   float* out = blocked.data<float>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < W; ++k) out[t * W + k] = in[t * R + cols[static_cast<size_t>(k)]];
   return ulysses_seq_to_heads(*cp.group, *cp.split, B, blocked);
 }
 
-Tensor mamba_cp_seq_to_heads_backward(const MambaCpComm& cp, const MambaDims& d, const Tensor& d_zx) {
-  const int64_t B = batch_of(cp, d_zx.size(0), cp.split->seq_length), N = cp.split->cp_size;
-  const std::vector<int64_t> cols = blocked_columns(d, N);
-  GALE_CHECK_EQ(d_zx.size(1) * N, static_cast<int64_t>(cols.size()));
-  const Tensor blocked = ulysses_heads_to_seq(*cp.group, *cp.split, B, d_zx);  // [S_local·B, CP·R_cp]
-  const int64_t T = blocked.size(0), R = d.in_proj_rows(), W = blocked.size(1);
+Tensor cp_columns_seq_to_heads_backward(const MambaCpComm& cp, const std::vector<int64_t>& cols, int64_t R,
+                                        const Tensor& d) {
+  const int64_t B = batch_of(cp, d.size(0), cp.split->seq_length), N = cp.split->cp_size;
+  GALE_CHECK_EQ(d.size(1) * N, static_cast<int64_t>(cols.size()));
+  const Tensor blocked = ulysses_heads_to_seq(*cp.group, *cp.split, B, d);  // [S_local·B, CP·R_cp]
+  const int64_t T = blocked.size(0), W = blocked.size(1);
   Tensor out = Tensor::zeros({T, R});
   const float* in = blocked.data<float>();
   float* o = out.data<float>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < W; ++k) o[t * R + cols[static_cast<size_t>(k)]] += in[t * W + k];
   return out;
+}
+
+Tensor mamba_cp_seq_to_heads(const MambaCpComm& cp, const MambaDims& d, const Tensor& zx) {
+  GALE_CHECK_EQ(zx.size(1), d.in_proj_rows());
+  return cp_columns_seq_to_heads(cp, blocked_columns(d, cp.split->cp_size), zx);
+}
+
+Tensor mamba_cp_seq_to_heads_backward(const MambaCpComm& cp, const MambaDims& d, const Tensor& d_zx) {
+  return cp_columns_seq_to_heads_backward(cp, blocked_columns(d, cp.split->cp_size), d.in_proj_rows(), d_zx);
 }
 
 Tensor mamba_cp_heads_to_seq(const MambaCpComm& cp, const Tensor& g) {

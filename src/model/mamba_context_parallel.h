@@ -40,9 +40,20 @@ Tensor mamba_cp_seq_to_heads(const MambaCpComm& cp, const MambaDims& d, const Te
 Tensor mamba_cp_seq_to_heads_backward(const MambaCpComm& cp, const MambaDims& d, const Tensor& d_zx);
 
 // The scan's gated output g [S_global·B, DI_cp] of this rank's heads -> [S_local·B, DI] of all this
-// TP rank's channels at this rank's positions; and its backward, the reverse all-to-all.
+// TP rank's channels at this rank's positions; and its backward, the reverse all-to-all. Any
+// mixer's head-split output of whole sequences goes back so (Gated DeltaNet's too).
 Tensor mamba_cp_heads_to_seq(const MambaCpComm& cp, const Tensor& g);
 Tensor mamba_cp_heads_to_seq_backward(const MambaCpComm& cp, const Tensor& d_g);
+
+// The shared all-to-all of a mixer whose in_proj output splits by head (Mamba's here, Gated
+// DeltaNet's in model/gdn_context_parallel.h): `cols` lists, for each column of the blocked row
+// [CP·R_cp] (block j: cp rank j's row), the column of x [S_local·B, R] it reads; returns
+// [S_global·B, R_cp], every position in global order. A column may appear in several blocks.
+Tensor cp_columns_seq_to_heads(const MambaCpComm& cp, const std::vector<int64_t>& cols, const Tensor& x);
+// Its backward: d [S_global·B, R_cp] -> [S_local·B, R] (R columns), a column read by several blocks
+// getting their gradients summed.
+Tensor cp_columns_seq_to_heads_backward(const MambaCpComm& cp, const std::vector<int64_t>& cols, int64_t R,
+                                        const Tensor& d);
 
 // This cp rank's dims and weights for the part between the all-to-alls: its channels of conv1d
 // (copied, as they are not contiguous) and its heads of A_log, D and dt_bias (pointers into the

@@ -115,12 +115,14 @@ TpLinearComm tp_comm(const LayerRuntime& rt) {
                       rt.ops->tp_regather_input};
 }
 
-// A GDN layer's mixer on this rank: its share of the heads, its linears over the layer's TP group.
+// A GDN layer's mixer on this rank: its share of the heads, its linears over the layer's TP group,
+// its all-to-alls over the cp group.
 GdnDims gdn_dims(const LayerRuntime& rt) { return GdnDims::of(*rt.config).tp_local(rt.part->tp_size()); }
 
 GdnWeights gdn_layer_weights(const LayerRuntime& rt, const ParamBuffer& pb, const GdnParamIds& w) {
   GdnWeights m = gdn_weights(*rt.config, pb, w, rt.ops->gemm, rt.ops->bf16_gemm);
   m.tp = tp_comm(rt);
+  if (rt.cp_split.cp_size > 1) m.cp = MambaCpComm{rt.part->cp.get(), &rt.cp_split};  // model/gdn_context_parallel.h
   return m;
 }
 
