@@ -34,21 +34,22 @@
 // 128, 128, 16, 32); model/gated_delta_net.h has the math (level 0: the reference recurrence).
 // Tensor and sequence parallelism split the mixer by heads as Megatron's GatedDeltaNet
 // (--linear-num-key-heads and --linear-num-value-heads multiples of the TP size).
-// Context parallelism is refused (not supported yet); the head counts are first checked against
-// TP×CP (Megatron's GDN CP gives each cp rank 1/CP of each TP rank's heads), so a layout that could
-// never work says which flag is wrong.
+// Context parallelism as Megatron-Core's GDN CP (model/gdn_context_parallel.h): an all-to-all gives
+// each cp rank whole sequences of 1/CP of each TP rank's heads around the recurrence; TP×CP must
+// divide --linear-num-key-heads.
 // gale generate, evaluate and the batched engine run a GDN checkpoint (its args: --use-checkpoint-args):
 // each sequence's GDN layers keep a decoding state (the convolution's last K−1 inputs and the delta
 // rule's state, model/mamba_state.h) as Megatron's ssm_prefill / ssm_decode, its attention layers
 // their keys and values.
-// Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): context
-// parallelism, --tp-2d, --multi-latent-attention, --is-hybrid-model, LoRA (and --lora-load in
-// inference), --mtp-num-layers, conversion to or from Megatron's and Hugging Face's formats, gdn2.
+// Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): --tp-2d,
+// --multi-latent-attention, --is-hybrid-model, LoRA (and --lora-load in inference), --mtp-num-layers,
+// conversion to or from Megatron's and Hugging Face's formats, gdn2.
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
 // tests/train/gdn_inference_test.cc (batched engine, evaluate's loss), tests/parallel/
 // gdn_invariance_mpi_test.cc (TP 2 and 4, with and without SP, against one process),
-// tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, save/resume, a TP 2
+// tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, CP 2 and TP 2 × CP 2 against
+// their layouts without CP, save/resume, a TP 2
 // checkpoint loaded at TP 1; gale generate / evaluate).
 //
 // DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
@@ -77,7 +78,7 @@ class DsaFeature : public Feature {
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "no CP (refused after checking TP×CP divides --linear-num-key-heads), MLA, hybrid, LoRA, MTP, "
+           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); no MLA, hybrid, LoRA, MTP, "
            "conversion; gdn2 not supported yet. "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
