@@ -2,8 +2,9 @@
 // 1 and 3 full attention): tensor parallelism (in_proj column-parallel with its q|k|v|z|b|a sections
 // split each on its own, conv1d split with q|k|v, dt_bias and A_log by value head, out_norm replicated
 // with its gradient summed over TP, out_proj row-parallel), with and without sequence parallelism, at
-// TP 2 and 4, with full recomputation, with pipeline parallelism, and with the linears' chunked TP
-// overlap (--use-ascend-coc: 4 chunks) or MC2 linears (--use-ascend-mc2: the input gathered again in
+// TP 2 and 4, with full recomputation, with pipeline parallelism, with context parallelism (CP 2,
+// TP 2 × CP 2 with SP: the all-to-alls to a head split and the CP-local parameter slices), and with
+// the linears' chunked TP overlap (--use-ascend-coc: 4 chunks) or MC2 linears (--use-ascend-mc2: the input gathered again in
 // backward; their OpTable settings, as tests/parallel/coc_invariance_mpi_test.cc resolves them from
 // the flags), reproduces the single-process
 // run: losses and grad norms within 1e-5 relative, final parameters 1e-3 and final gradients 3e-5
@@ -28,6 +29,10 @@ const std::vector<Layout>& layouts() {
       {"tp4_sp", 4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
+      // Context parallelism (model/gdn_context_parallel.h): the all-to-all to a head split, CP-local
+      // conv1d / A_log / dt_bias slices; alone and with TP 2 and SP (TP·CP = 4 = the key heads).
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
   };
   return all;
 }
