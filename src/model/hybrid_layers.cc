@@ -8,6 +8,38 @@ namespace gale {
 
 namespace {
 
+// Megatron-Core main's other layer symbols (hybrid_layer_allocation.Symbols): Gated DeltaNet,
+// multi-latent attention and DeepSeek sparse attention layers. Gale knows them, applies Megatron's
+// rules to them, and refuses to build them (its hybrid stack builds M, *, - and E layers only).
+constexpr char kHybridGatedDeltaNet = 'G';
+constexpr char kHybridMla = '+';
+constexpr char kHybridDsa = 'D';
+
+bool is_layer_symbol(char s) {
+  for (char v : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMla, kHybridDsa, kHybridMlp, kHybridMoe})
+    if (s == v) return true;
+  return false;
+}
+
+// Megatron's rules for the symbols Gale does not build, then the refusal naming the first one found.
+Status check_unbuilt_symbols(const std::string& pattern) {
+  const bool attention = pattern.find(kHybridAttention) != std::string::npos;
+  const bool latent = pattern.find(kHybridMla) != std::string::npos || pattern.find(kHybridDsa) != std::string::npos;
+  if (attention && latent)
+    return InvalidArgument("--hybrid-override-pattern: expected attention layers ('*') or multi-latent / DeepSeek "
+                           "sparse attention layers ('+', 'D'), not both in one model, found '", pattern, "'");
+  struct Unbuilt {
+    char symbol;
+    const char* name;
+  };
+  for (const Unbuilt& u : {Unbuilt{kHybridGatedDeltaNet, "Gated DeltaNet"}, Unbuilt{kHybridMla, "multi-latent attention"},
+                           Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
+    if (pattern.find(u.symbol) != std::string::npos)
+      return Unimplemented("--hybrid-override-pattern: the ", u.name, " layers ('", std::string(1, u.symbol), "') of '",
+                           pattern, "': not supported yet (Gale's hybrid stack builds M, *, - and E layers)");
+  return Status::Ok();
+}
+
 // Python's round() of a non-negative value: half to even.
 int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 
@@ -67,9 +99,11 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
       return InvalidArgument("--hybrid-override-pattern: the pattern has the wrong length: expected ", num_layers,
                              " symbols (--num-layers), found ", override_pattern.size(), " ('", override_pattern, "')");
     for (char s : override_pattern)
-      if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp && s != kHybridMoe)
+      if (!is_layer_symbol(s))
         return InvalidArgument("--hybrid-override-pattern: '", std::string(1, s),
-                               "' is not a layer symbol: expected one of M (Mamba), * (attention), - (MLP), E (MoE)");
+                               "' is not a layer symbol: expected one of M (Mamba), G (Gated DeltaNet), * (attention), "
+                               "+ (multi-latent attention), D (DeepSeek sparse attention), - (MLP), E (MoE)");
+    GALE_RETURN_IF_ERROR(check_unbuilt_symbols(override_pattern));
     if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(override_pattern, t))
       return InvalidArgument("--hybrid-override-pattern: the number of each type of layer in the pattern ('",
                              override_pattern, "') must match the number in the pattern the ratios give ('", t,

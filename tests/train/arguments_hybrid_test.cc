@@ -121,7 +121,21 @@ INSTANTIATE_TEST_SUITE_P(
                       "--tensor-model-parallel-size = 3), a multiple or a divisor of --context-parallel-size (2"},
         FlagErrorCase{hybrid("2", {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}), 2,
                       "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
-                      "not supported yet"}));
+                      "not supported yet"},
+        // Megatron-Core main's other symbols: known, Megatron's mixing rule applied, then refused.
+        FlagErrorCase{hybrid_pattern("MG", {}), 1,
+                      "--hybrid-override-pattern: the Gated DeltaNet layers ('G') of 'MG': not supported yet (Gale's "
+                      "hybrid stack builds M, *, - and E layers)"},
+        FlagErrorCase{hybrid_pattern("M+", {}), 1,
+                      "--hybrid-override-pattern: the multi-latent attention layers ('+') of 'M+': not supported yet "
+                      "(Gale's hybrid stack builds M, *, - and E layers)"},
+        FlagErrorCase{hybrid_pattern("*D", {}), 1,
+                      "--hybrid-override-pattern: expected attention layers ('*') or multi-latent / DeepSeek sparse "
+                      "attention layers ('+', 'D'), not both in one model, found '*D'"},
+        FlagErrorCase{hybrid_pattern("MX", {}), 1,
+                      "--hybrid-override-pattern: 'X' is not a layer symbol: expected one of M (Mamba), G (Gated "
+                      "DeltaNet), * (attention), + (multi-latent attention), D (DeepSeek sparse attention), - (MLP), "
+                      "E (MoE)"}));
 
 }  // namespace
 }  // namespace gale
