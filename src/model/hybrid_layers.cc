@@ -8,20 +8,13 @@ namespace gale {
 
 namespace {
 
-// Megatron-Core main's other layer symbols (hybrid_layer_allocation.Symbols): Gated DeltaNet,
-// multi-latent attention and DeepSeek sparse attention layers. Gale knows them, applies Megatron's
-// rules to them, and refuses to build them (its hybrid stack builds M, *, - and E layers only).
-constexpr char kHybridGatedDeltaNet = 'G';
-constexpr char kHybridMla = '+';
-constexpr char kHybridDsa = 'D';
-
 bool is_layer_symbol(char s) {
   for (char v : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMla, kHybridDsa, kHybridMlp, kHybridMoe})
     if (s == v) return true;
   return false;
 }
 
-// Megatron's rules for the symbols Gale does not build, then the refusal naming the first one found.
+// Megatron's rule for '*', '+' and 'D', then the refusal of the two Gale does not build.
 Status check_unbuilt_symbols(const std::string& pattern) {
   const bool attention = pattern.find(kHybridAttention) != std::string::npos;
   const bool latent = pattern.find(kHybridMla) != std::string::npos || pattern.find(kHybridDsa) != std::string::npos;
@@ -32,11 +25,10 @@ Status check_unbuilt_symbols(const std::string& pattern) {
     char symbol;
     const char* name;
   };
-  for (const Unbuilt& u : {Unbuilt{kHybridGatedDeltaNet, "Gated DeltaNet"}, Unbuilt{kHybridMla, "multi-latent attention"},
-                           Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
+  for (const Unbuilt& u : {Unbuilt{kHybridMla, "multi-latent attention"}, Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
     if (pattern.find(u.symbol) != std::string::npos)
       return Unimplemented("--hybrid-override-pattern: the ", u.name, " layers ('", std::string(1, u.symbol), "') of '",
-                           pattern, "': not supported yet (Gale's hybrid stack builds M, *, - and E layers)");
+                           pattern, "': not supported yet (Gale's hybrid stack builds M, G, *, - and E layers)");
   return Status::Ok();
 }
 
@@ -76,7 +68,7 @@ std::string allocate_auto(int64_t L, double attention_ratio, double mlp_ratio) {
 }
 
 bool counts_match(const std::string& a, const std::string& b) {
-  for (char s : {kHybridMamba, kHybridAttention, kHybridMlp, kHybridMoe})
+  for (char s : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMlp, kHybridMoe})
     if (std::count(a.begin(), a.end(), s) != std::count(b.begin(), b.end(), s)) return false;
   return true;
 }
@@ -117,6 +109,12 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
 std::vector<int> hybrid_moe_layer_flags(const std::string& layers) {
   std::vector<int> flags;
   for (char s : layers) flags.push_back(s == kHybridMoe ? 1 : 0);
+  return flags;
+}
+
+std::vector<int> hybrid_gdn_layer_flags(const std::string& layers) {
+  std::vector<int> flags;
+  for (char s : layers) flags.push_back(s == kHybridGatedDeltaNet ? 1 : 0);
   return flags;
 }
 

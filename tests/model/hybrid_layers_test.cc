@@ -73,9 +73,21 @@ TEST(HybridLayers, MoeLayersComeFromThePatternOnly) {
       << st.message();
 }
 
-// Megatron-Core main's 'G', '+' and 'D' (Symbols.GDN, MLA, DS_ATTENTION) are layer symbols, with
-// Megatron's rule that '*' does not mix with '+' or 'D'; Gale does not build them yet and says so.
-TEST(HybridLayers, NewerSymbolsAreKnownAndRefused) {
+// Megatron-Core main's 'G' (Symbols.GDN): a Gated DeltaNet layer in a pattern, counted like the
+// others against the ratios (which never give one).
+TEST(HybridLayers, GatedDeltaNetLayersComeFromThePattern) {
+  std::string layers;
+  ASSERT_TRUE(allocate_hybrid_layers(5, 0.0, 0.0, "MG-*G", &layers).ok());
+  EXPECT_EQ(layers, "MG-*G");
+  EXPECT_EQ(hybrid_gdn_layer_flags(layers), (std::vector<int>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(hybrid_moe_layer_flags("MGE"), (std::vector<int>{0, 0, 1}));
+  const Status st = allocate_hybrid_layers(4, 0.25, 0.0, "MG*M", &layers);
+  EXPECT_NE(st.message().find("number of each type of layer"), std::string::npos) << st.message();
+}
+
+// '+' and 'D' (Symbols.MLA, DS_ATTENTION) are layer symbols, with Megatron's rule that '*' does not
+// mix with '+' or 'D'; Gale does not build them yet and says so.
+TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndRefused) {
   std::string layers = "unchanged";
   struct Refusal {
     const char* pattern;
@@ -83,7 +95,7 @@ TEST(HybridLayers, NewerSymbolsAreKnownAndRefused) {
     const char* text;
   };
   for (const Refusal& r : {
-           Refusal{"MG*-", StatusCode::kUnimplemented, "the Gated DeltaNet layers ('G') of 'MG*-': not supported yet"},
+           Refusal{"MG+-", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'MG+-': not supported yet"},
            Refusal{"M+-E", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'M+-E'"},
            Refusal{"MD-M", StatusCode::kUnimplemented, "the DeepSeek sparse attention layers ('D') of 'MD-M'"},
            Refusal{"M+D-", StatusCode::kUnimplemented, "multi-latent attention layers ('+') of 'M+D-'"},
