@@ -8,6 +8,30 @@ namespace gale {
 
 namespace {
 
+bool is_layer_symbol(char s) {
+  for (char v : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMla, kHybridDsa, kHybridMlp, kHybridMoe})
+    if (s == v) return true;
+  return false;
+}
+
+// Megatron's rule for '*', '+' and 'D', then the refusal of the two Gale does not build.
+Status check_unbuilt_symbols(const std::string& pattern) {
+  const bool attention = pattern.find(kHybridAttention) != std::string::npos;
+  const bool latent = pattern.find(kHybridMla) != std::string::npos || pattern.find(kHybridDsa) != std::string::npos;
+  if (attention && latent)
+    return InvalidArgument("--hybrid-override-pattern: expected attention layers ('*') or multi-latent / DeepSeek "
+                           "sparse attention layers ('+', 'D'), not both in one model, found '", pattern, "'");
+  struct Unbuilt {
+    char symbol;
+    const char* name;
+  };
+  for (const Unbuilt& u : {Unbuilt{kHybridMla, "multi-latent attention"}, Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
+    if (pattern.find(u.symbol) != std::string::npos)
+      return Unimplemented("--hybrid-override-pattern: the ", u.name, " layers ('", std::string(1, u.symbol), "') of '",
+                           pattern, "': not supported yet (Gale's hybrid stack builds M, G, *, - and E layers)");
+  return Status::Ok();
+}
+
 // Python's round() of a non-negative value: half to even.
 int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 
@@ -44,7 +68,7 @@ std::string allocate_auto(int64_t L, double attention_ratio, double mlp_ratio) {
 }
 
 bool counts_match(const std::string& a, const std::string& b) {
-  for (char s : {kHybridMamba, kHybridAttention, kHybridMlp, kHybridMoe})
+  for (char s : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMlp, kHybridMoe})
     if (std::count(a.begin(), a.end(), s) != std::count(b.begin(), b.end(), s)) return false;
   return true;
 }
@@ -67,9 +91,11 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
       return InvalidArgument("--hybrid-override-pattern: the pattern has the wrong length: expected ", num_layers,
                              " symbols (--num-layers), found ", override_pattern.size(), " ('", override_pattern, "')");
     for (char s : override_pattern)
-      if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp && s != kHybridMoe)
+      if (!is_layer_symbol(s))
         return InvalidArgument("--hybrid-override-pattern: '", std::string(1, s),
-                               "' is not a layer symbol: expected one of M (Mamba), * (attention), - (MLP), E (MoE)");
+                               "' is not a layer symbol: expected one of M (Mamba), G (Gated DeltaNet), * (attention), "
+                               "+ (multi-latent attention), D (DeepSeek sparse attention), - (MLP), E (MoE)");
+    GALE_RETURN_IF_ERROR(check_unbuilt_symbols(override_pattern));
     if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(override_pattern, t))
       return InvalidArgument("--hybrid-override-pattern: the number of each type of layer in the pattern ('",
                              override_pattern, "') must match the number in the pattern the ratios give ('", t,
@@ -83,6 +109,12 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
 std::vector<int> hybrid_moe_layer_flags(const std::string& layers) {
   std::vector<int> flags;
   for (char s : layers) flags.push_back(s == kHybridMoe ? 1 : 0);
+  return flags;
+}
+
+std::vector<int> hybrid_gdn_layer_flags(const std::string& layers) {
+  std::vector<int> flags;
+  for (char s : layers) flags.push_back(s == kHybridGatedDeltaNet ? 1 : 0);
   return flags;
 }
 

@@ -16,6 +16,14 @@ inline constexpr char kHybridMlp = '-';
 // A MoE layer (Megatron-Core's Symbols.MOE, Nemotron-H MoE): pre_mlp_layernorm and the MoE MLP of
 // --num-experts (model/moe_layer.h), no attention. The ratios never allocate one; only a pattern does.
 inline constexpr char kHybridMoe = 'E';
+// A Gated DeltaNet layer (Megatron-Core main's Symbols.GDN, hybrid_layer_specs' gdn_layer): the GDN
+// mixer of model/gated_delta_net.h in self-attention's place (its norm fused into
+// self_attention.in_proj), no MLP; its sizes are the --linear-* flags (GdnConfig).
+inline constexpr char kHybridGatedDeltaNet = 'G';
+// Multi-latent attention and DeepSeek sparse attention layers (Symbols.MLA, DS_ATTENTION): known
+// symbols, Megatron's rule applied ('*' does not mix with '+' or 'D'), refused as not supported yet.
+inline constexpr char kHybridMla = '+';
+inline constexpr char kHybridDsa = 'D';
 
 // The layer types of a `num_layers`-layer hybrid model, one symbol per layer, as Megatron's
 // allocate_layers computes them:
@@ -26,7 +34,8 @@ inline constexpr char kHybridMoe = 'E';
 //   MLP: round(L·mlp_ratio) of the remaining Mamba layers, by the same walk over them with
 //     x = (m − mlp) / mlp;
 //   `override_pattern` (non-empty: --hybrid-override-pattern) replaces the result; it must have L
-//     symbols from {M, *, -, E} and, when either ratio is positive, as many layers of each type.
+//     symbols from {M, G, *, +, D, -, E} and, when either ratio is positive, as many layers of each
+//     type; '*' with '+' or 'D' is refused (as Megatron), and so are '+' and 'D' (not supported yet).
 // Errors name the flag, what was expected and what was found.
 Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
                               const std::string& override_pattern, std::string* layers);
@@ -34,6 +43,10 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
 // One flag per layer of `layers` (allocate_hybrid_layers' result): 1 for a MoE layer ('E'), else 0
 // (MoeArgs::layer_pattern / MoeConfig::pattern of a hybrid model).
 std::vector<int> hybrid_moe_layer_flags(const std::string& layers);
+
+// One flag per layer of `layers`: 1 for a Gated DeltaNet layer ('G'), else 0 (GdnConfig::pattern of
+// a hybrid model).
+std::vector<int> hybrid_gdn_layer_flags(const std::string& layers);
 
 // 'E' layers and --num-experts go together: MoE layers need experts (`moe_enabled`), and experts
 // need MoE layers to live in (Megatron would silently build none).

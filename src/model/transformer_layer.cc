@@ -210,8 +210,8 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
   return rt.config->moe.shared_overlap || rt.ops->moe_alltoall_overlap || rt.ops->moe_allgather_overlap;
 }
 
-// --is-hybrid-model (model/hybrid_layers.h): an attention layer ('*') has no MLP, an MLP layer ('-')
-// or a MoE layer ('E') no attention; every other layer (and a GPT model's) has both.
+// --is-hybrid-model (model/hybrid_layers.h): an attention layer ('*') or a Gated DeltaNet layer ('G')
+// has no MLP, an MLP layer ('-') or a MoE layer ('E') no attention; every other layer (and a GPT model's) has both.
 bool has_attention(const ModelConfig& c, int64_t layer) {
   if (c.attention_kind(layer) == SubBlock::kNoOp) return false;  // a heterogeneous layer's no_op attention
   if (!c.hybrid.enabled) return true;
@@ -220,7 +220,9 @@ bool has_attention(const ModelConfig& c, int64_t layer) {
 }
 bool has_mlp(const ModelConfig& c, int64_t layer) {
   if (c.mlp_kind(layer) == SubBlock::kNoOp) return false;
-  return !c.hybrid.enabled || c.hybrid.layers.at(static_cast<size_t>(layer)) != '*';
+  if (!c.hybrid.enabled) return true;
+  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
+  return kind != kHybridAttention && kind != kHybridGatedDeltaNet;
 }
 
 // A heterogeneous layer's linear replacement (SubBlock::kLinear, Megatron's

@@ -18,24 +18,11 @@ void add_gdn_args(ArgParser& p, ModelArgs& a) {
         "Gated DeltaNet's value and gate heads (a multiple of --linear-num-key-heads)");
 }
 
-Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
-  std::string& v = m.experimental_attention_variant;
-  if (v == "gated_delta_net") {  // Megatron's deprecated spelling, normalised as Megatron does
-    warn_rank0("--experimental-attention-variant gated_delta_net is deprecated (Megatron-Core); using gdn");
-    v = "gdn";
-  }
-  if (v == "gdn2")
-    return Unimplemented("--experimental-attention-variant gdn2: not supported yet (only gdn and dsa)");
-  m.linear_attention_pattern.clear();
-  if (v != "gdn") {
-    for (const char* flag : {"--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim",
-                             "--linear-value-head-dim", "--linear-num-key-heads", "--linear-num-value-heads"})
-      if (p.was_set(flag)) return InvalidArgument(flag, " needs --experimental-attention-variant gdn");
-    return Status::Ok();
-  }
-  if (m.linear_attention_freq.empty())
-    return InvalidArgument("--experimental-attention-variant gdn needs --linear-attention-freq (an int N or a list "
-                           "of one 0/1 per layer), found none");
+namespace {
+
+// The GDN mixer's sizes and what it needs of the model, for `who` (the flag or pattern that asks for
+// GDN layers): positive sizes, NV a multiple of NK, SiLU, RMSNorm, no FP8 / QAT linears.
+Status check_gdn_layers(const ModelArgs& m, const char* who) {
   struct Size {
     const char* flag;
     int64_t value;
@@ -46,11 +33,54 @@ Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
                         Size{"--linear-num-key-heads", m.linear_num_key_heads},
                         Size{"--linear-num-value-heads", m.linear_num_value_heads}})
     if (s.value <= 0)
-      return InvalidArgument(s.flag, ": expected a positive integer with --experimental-attention-variant gdn, found ",
-                             s.value);
+      return InvalidArgument(s.flag, ": expected a positive integer with ", who, ", found ", s.value);
   if (m.linear_num_value_heads % m.linear_num_key_heads != 0)
     return InvalidArgument("--linear-num-value-heads: expected a multiple of --linear-num-key-heads (",
                            m.linear_num_key_heads, "), found ", m.linear_num_value_heads);
+  // The GDN projections are not among the linears these quantise (in_proj / out_proj, as Mamba's).
+  if (!m.fp8_format.empty())
+    return Unimplemented(who, " with --fp8-format ", m.fp8_format, ": not supported yet");
+  if (!m.qat_scheme.empty())
+    return Unimplemented(who, " with --qat-scheme ", m.qat_scheme, ": not supported yet");
+  if (!m.swiglu)  // Megatron's GDN applies config.activation_func, which its FLA kernels require to be SiLU
+    return InvalidArgument(who, " needs --swiglu (the convolution's and the output gate's activation is the model's, "
+                           "SiLU), found ", m.squared_relu ? "--squared-relu" : "GeLU");
+  if (m.normalization != "RMSNorm")
+    return Unimplemented(who, " with --normalization ", m.normalization, ": not supported yet (expected RMSNorm, the gated output norm's type)");
+  return Status::Ok();
+}
+
+// Megatron-Core main's hybrid 'G' layers (model/hybrid_layers.h): the ratios never give one, so the
+// pattern decides.
+bool hybrid_gdn_layers(const ModelArgs& m) {
+  return m.is_hybrid_model && m.hybrid_override_pattern.find('G') != std::string::npos;
+}
+
+}  // namespace
+
+Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
+  std::string& v = m.experimental_attention_variant;
+  if (v == "gated_delta_net") {  // Megatron's deprecated spelling, normalised as Megatron does
+    warn_rank0("--experimental-attention-variant gated_delta_net is deprecated (Megatron-Core); using gdn");
+    v = "gdn";
+  }
+  if (v == "gdn2")
+    return Unimplemented("--experimental-attention-variant gdn2: not supported yet (only gdn and dsa)");
+  m.linear_attention_pattern.clear();
+  if (v != "gdn") {
+    // A hybrid model's 'G' layers take their sizes from the same flags (not --linear-attention-freq).
+    const bool hybrid_gdn = hybrid_gdn_layers(m);
+    for (const char* flag : {"--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim",
+                             "--linear-value-head-dim", "--linear-num-key-heads", "--linear-num-value-heads"})
+      if (p.was_set(flag) && !(hybrid_gdn && std::string(flag) != "--linear-attention-freq"))
+        return InvalidArgument(flag, m.is_hybrid_model ? " needs Gated DeltaNet layers ('G') in --hybrid-override-pattern"
+                                                       : " needs --experimental-attention-variant gdn");
+    if (!hybrid_gdn) return Status::Ok();
+    return check_gdn_layers(m, "the Gated DeltaNet layers ('G') of --hybrid-override-pattern");
+  }
+  if (m.linear_attention_freq.empty())
+    return InvalidArgument("--experimental-attention-variant gdn needs --linear-attention-freq (an int N or a list "
+                           "of one 0/1 per layer), found none");
   // Megatron's get_linear_attention_pattern: an int N gives 0 (full attention) where (i + 1) % N == 0.
   GALE_ASSIGN_OR_RETURN(m.linear_attention_pattern,
                         parse_layer_pattern("--linear-attention-freq", m.linear_attention_freq, m.num_layers,
@@ -59,19 +89,10 @@ Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
     return Unimplemented("--experimental-attention-variant gdn with --multi-latent-attention: not supported yet "
                          "(the full-attention layers are standard attention)");
   if (m.is_hybrid_model)
-    return Unimplemented("--experimental-attention-variant gdn with --is-hybrid-model: not supported yet");
-  // The GDN projections are not among the linears these quantise (in_proj / out_proj, as Mamba's).
-  if (!m.fp8_format.empty())
-    return Unimplemented("--experimental-attention-variant gdn with --fp8-format ", m.fp8_format, ": not supported yet");
-  if (!m.qat_scheme.empty())
-    return Unimplemented("--experimental-attention-variant gdn with --qat-scheme ", m.qat_scheme, ": not supported yet");
-  if (!m.swiglu)  // Megatron's GDN applies config.activation_func, which its FLA kernels require to be SiLU
-    return InvalidArgument("--experimental-attention-variant gdn needs --swiglu (the convolution's and the output "
-                           "gate's activation is the model's, SiLU), found ", m.squared_relu ? "--squared-relu" : "GeLU");
-  if (m.normalization != "RMSNorm")
-    return Unimplemented("--experimental-attention-variant gdn with --normalization ", m.normalization,
-                         ": not supported yet (expected RMSNorm, the gated output norm's type)");
-  return Status::Ok();
+    return InvalidArgument("--experimental-attention-variant gdn with --is-hybrid-model: expected a hybrid model's "
+                           "Gated DeltaNet layers as 'G' in --hybrid-override-pattern, found --experimental-attention-"
+                           "variant gdn");
+  return check_gdn_layers(m, "--experimental-attention-variant gdn");
 }
 
 }  // namespace gale

@@ -13,7 +13,9 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--hybrid-attention-ratio", &a.hybrid_attention_ratio, "target fraction of attention layers ('*')");
   p.add("--hybrid-mlp-ratio", &a.hybrid_mlp_ratio, "target fraction of MLP layers ('-')");
   p.add("--hybrid-override-pattern", &a.hybrid_override_pattern,
-        "the layers' types, one symbol per layer: M (Mamba), * (attention), - (MLP)");
+        "the layers' types, one symbol per layer: M (Mamba), G (Gated DeltaNet, sized by --linear-*), * (attention), "
+        "- (MLP), E (MoE, with --num-experts); + (multi-latent attention) and D (DeepSeek sparse attention) are "
+        "refused (not supported yet), '*' with '+' or 'D' as Megatron");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
@@ -77,6 +79,17 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
     return InvalidArgument("--mamba-num-groups: expected a multiple of --tensor-model-parallel-size (", tp,
                            ": each rank holds ngroups / TP groups of the Mamba mixer), found ", m.mamba_num_groups);
   GALE_RETURN_IF_ERROR(check_hybrid_context_parallel(a));
+  // 'G' layers (their flags' checks: train/arguments_gdn.cc): each TP rank holds NK/TP key heads and
+  // NV/TP value heads, as Megatron's GatedDeltaNet splits them (NV is a multiple of NK).
+  if (layers.find(kHybridGatedDeltaNet) != std::string::npos) {
+    if (tp > 1 && m.linear_num_key_heads % tp != 0)
+      return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (", tp,
+                             ": each rank holds 1/TP of the Gated DeltaNet heads of the 'G' layers), found ",
+                             m.linear_num_key_heads);
+    if (par.context_parallel_size > 1)
+      return Unimplemented("--context-parallel-size ", par.context_parallel_size, " with Gated DeltaNet layers ('G') "
+                           "in --hybrid-override-pattern: not supported yet (expected 1)");
+  }
   // What the Mamba layers do not handle yet.
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
   if (m.multi_latent_attention)

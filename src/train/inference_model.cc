@@ -68,6 +68,10 @@ Status check_hybrid_inference(const Arguments& args) {
     return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, args.moe.enabled()));
   if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
+  if (layers.find(kHybridGatedDeltaNet) != std::string::npos)
+    return Unimplemented("a hybrid model with Gated DeltaNet layers ('G' in '", layers,
+                         "'): generation, evaluation and conversion are not supported yet (its checkpoint args do not "
+                         "restore the --linear-* sizes)");
   if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
   return Status::Ok();
 }

@@ -97,9 +97,11 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.fp8.bf16_layers_at_start = m.num_layers_at_start_in_bf16;
     c.fp8.bf16_layers_at_end = m.num_layers_at_end_in_bf16;
   }
-  if (m.experimental_attention_variant == "gdn") {  // validated (train/arguments_gdn.cc)
+  // A GDN model's pattern (train/arguments_gdn.cc), or a hybrid model's 'G' layers (model/hybrid_layers.h).
+  const bool hybrid_gdn = c.hybrid.enabled && c.hybrid.layers.find(kHybridGatedDeltaNet) != std::string::npos;
+  if (m.experimental_attention_variant == "gdn" || hybrid_gdn) {
     c.gdn.enabled = true;
-    c.gdn.pattern = m.linear_attention_pattern;
+    c.gdn.pattern = hybrid_gdn ? hybrid_gdn_layer_flags(c.hybrid.layers) : m.linear_attention_pattern;
     c.gdn.conv_kernel = m.linear_conv_kernel_dim;
     c.gdn.key_head_dim = m.linear_key_head_dim;
     c.gdn.value_head_dim = m.linear_value_head_dim;

@@ -372,10 +372,11 @@ int pretrain_main(int argc, char** argv) {
   if (args.model.is_hybrid_model && !engine.chunks.empty()) {  // Megatron's allocation report
     const std::string& layers = engine.chunks.front()->config().hybrid.layers;
     const int64_t moe = std::count(layers.begin(), layers.end(), 'E');  // named only in MoE models
+    const int64_t gdn = std::count(layers.begin(), layers.end(), 'G');  // named only with GDN layers
     print_rank0(str_cat("Hybrid allocation (M is mamba, * is attention, - is mlp", moe > 0 ? ", E is moe" : "",
-                        "): ", layers, " (", std::count(layers.begin(), layers.end(), '*'), " attention, ",
-                        std::count(layers.begin(), layers.end(), '-'), " mlp, ",
-                        moe > 0 ? str_cat(moe, " moe, ") : std::string(),
+                        gdn > 0 ? ", G is gdn" : "", "): ", layers, " (", std::count(layers.begin(), layers.end(), '*'),
+                        " attention, ", std::count(layers.begin(), layers.end(), '-'), " mlp, ",
+                        moe > 0 ? str_cat(moe, " moe, ") : std::string(), gdn > 0 ? str_cat(gdn, " gdn, ") : std::string(),
                         std::count(layers.begin(), layers.end(), 'M'), " mamba layers)"));
   }
   if (args.training.reuse_fp32_param) {

@@ -238,6 +238,12 @@ FlopsModel Trainer::flops_model() const {
     f.mamba_state_dim = m.mamba_state_dim;
     f.mamba_head_dim = m.mamba_head_dim;
     f.mamba_num_groups = m.mamba_num_groups;
+    f.gdn_layers = std::count(layers.begin(), layers.end(), kHybridGatedDeltaNet);
+    f.gdn_key_head_dim = m.linear_key_head_dim;
+    f.gdn_value_head_dim = m.linear_value_head_dim;
+    f.gdn_num_key_heads = m.linear_num_key_heads;
+    f.gdn_num_value_heads = m.linear_num_value_heads;
+    f.gdn_conv_kernel = m.linear_conv_kernel_dim;
   }
   if (args_.moe.enabled()) {
     for (size_t i = 0; i < args_.moe.layer_pattern.size(); ++i)  // MoE layers that are not noop layers

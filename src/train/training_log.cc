@@ -13,7 +13,8 @@ namespace {
 
 // Megatron's hybrid_flops (training.py, core_v0.12.1): 3 × the forward's attention, MLP, Mamba
 // (in_proj, a 7·d_inner·N scan estimate, out_proj) and logits products; Megatron-Core main's
-// moe_layer_flops for the MoE layers ('E': the top-k routed experts and the shared expert).
+// moe_layer_flops for the MoE layers ('E': the top-k routed experts and the shared expert) and
+// gdn_layer_flops for the Gated DeltaNet layers ('G').
 double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
   const double bs = static_cast<double>(batch_size) * static_cast<double>(m.seq_length);
   const double h = static_cast<double>(m.hidden);
@@ -29,7 +30,16 @@ double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
                      (static_cast<double>(m.moe_ffn) * static_cast<double>(m.moe_topk) +
                       static_cast<double>(m.moe_shared_ffn)) *
                      (m.swiglu ? 1.5 : 1.0);
+  // Gated DeltaNet: in_proj to q, k, v, z and the β, g rows, the convolution over q, k, v, the delta
+  // rule's 4·NV·DV² per token, out_proj.
+  const double qk_dim = static_cast<double>(m.gdn_key_head_dim * m.gdn_num_key_heads);
+  const double v_dim = static_cast<double>(m.gdn_value_head_dim * m.gdn_num_value_heads);
+  const double nv = static_cast<double>(m.gdn_num_value_heads), dv = static_cast<double>(m.gdn_value_head_dim);
+  const double gdn = 2.0 * bs *
+                     (h * (2.0 * qk_dim + 2.0 * v_dim + 2.0 * nv) +
+                      static_cast<double>(m.gdn_conv_kernel) * (2.0 * qk_dim + v_dim) + nv * dv * dv * 4.0 + h * v_dim);
   const double forward = m.attention_layers * attention + m.mlp_layers * mlp + m.mamba_layers * mamba +
+                         static_cast<double>(m.gdn_layers) * gdn +
                          static_cast<double>(m.num_moe_layers) * moe + 2.0 * bs * h * static_cast<double>(m.padded_vocab);
   return 3.0 * forward;
 }

@@ -31,6 +31,10 @@ struct FlopsModel {
   bool gqa = false;
   int64_t attention_layers = 0, mlp_layers = 0, mamba_layers = 0;
   int64_t mamba_state_dim = 0, mamba_head_dim = 0, mamba_num_groups = 0;
+  // Its Gated DeltaNet layers ('G', Megatron-Core main's gdn_layer_flops): NK key heads of DK, NV
+  // value heads of DV, convolution width K (the --linear-* flags).
+  int64_t gdn_layers = 0, gdn_key_head_dim = 0, gdn_value_head_dim = 0, gdn_num_key_heads = 0,
+          gdn_num_value_heads = 0, gdn_conv_kernel = 0;
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).

@@ -90,6 +90,44 @@ TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lc[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
 }
 
+// Gated DeltaNet layers ('G', Megatron-Core main's gdn_layer) beside Mamba, MLP and attention layers,
+// "MG-*": the loss falls, the allocation report names them, and pipeline parallelism 2 ("MG" and "-*")
+// and tensor parallelism 2 with sequence parallelism (each rank 1 of the 2 key heads and 2 of the 4
+// value heads) give the one-process losses.
+TEST(GalePretrainHybridMamba, GatedDeltaNetLayersLearnAndSplitOverPipelineAndTensorParallelism) {
+  const std::vector<std::string> pattern = {
+      "--num-layers", "4", "--hybrid-override-pattern", "MG-*", "--swiglu", "--linear-num-key-heads", "2",
+      "--linear-num-value-heads", "4", "--linear-key-head-dim", "16", "--linear-value-head-dim", "16"};
+  // At --lr 1e-2 this model's loss jumps by up to 1 between steps, which grows last-bit differences
+  // (~1e-7 relative up to step 12) to 1e-5 (PP) and 2e-4 (TP) by step 16: the first 12 steps are compared.
+  constexpr size_t kCompared = 12;
+  test::RunResult one = run(mamba(1, 16, pattern));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("Hybrid allocation (M is mamba, * is attention, - is mlp, G is gdn): MG-* (1 attention, "
+                            "1 mlp, 1 gdn, 1 mamba layers)"),
+            std::string::npos)
+      << one.output;
+  const std::vector<double> l = losses(one.output);
+  ASSERT_EQ(l.size(), 16u);
+  const double first = (l[0] + l[1] + l[2] + l[3]) / 4, last = (l[12] + l[13] + l[14] + l[15]) / 4;
+  EXPECT_LT(last, first - 0.15) << one.output;
+  std::vector<std::string> pp = pattern;
+  pp.insert(pp.end(), {"--pipeline-model-parallel-size", "2"});
+  test::RunResult staged = run(mamba(2, 16, pp), 2);
+  ASSERT_EQ(staged.exit_code, 0) << staged.output;
+  const std::vector<double> lp = losses(staged.output);
+  ASSERT_EQ(lp.size(), 16u);
+  for (size_t i = 0; i < kCompared; ++i) EXPECT_NEAR(lp[i], l[i], 1e-5 * l[i]) << "iteration " << i + 1;
+  std::vector<std::string> tp = pattern;
+  tp.insert(tp.end(), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--make-vocab-size-divisible-by",
+                       "64"});
+  test::RunResult split = run(mamba(2, 16, tp), 2);
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  const std::vector<double> lt = losses(split.output);
+  ASSERT_EQ(lt.size(), 16u);
+  for (size_t i = 0; i < kCompared; ++i) EXPECT_NEAR(lt[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
+}
+
 // Recomputation reruns the same kernels with the same dropout masks: full (block, 3 of the 4
 // layers) and selective (norms and MLPs) give the stored-activation run's losses exactly, and --bf16
 // stays within bf16's precision of them.

@@ -67,8 +67,47 @@ TEST(HybridLayers, MoeLayersComeFromThePatternOnly) {
   Status st = allocate_hybrid_layers(4, 0.25, 0.0, "ME*M", &layers);
   EXPECT_NE(st.message().find("number of each type of layer"), std::string::npos) << st.message();
   st = allocate_hybrid_layers(4, 0.0, 0.0, "MMFM", &layers);
-  EXPECT_NE(st.message().find("expected one of M (Mamba), * (attention), - (MLP), E (MoE)"), std::string::npos)
+  EXPECT_NE(st.message().find("expected one of M (Mamba), G (Gated DeltaNet), * (attention), + (multi-latent "
+                              "attention), D (DeepSeek sparse attention), - (MLP), E (MoE)"),
+            std::string::npos)
       << st.message();
+}
+
+// Megatron-Core main's 'G' (Symbols.GDN): a Gated DeltaNet layer in a pattern, counted like the
+// others against the ratios (which never give one).
+TEST(HybridLayers, GatedDeltaNetLayersComeFromThePattern) {
+  std::string layers;
+  ASSERT_TRUE(allocate_hybrid_layers(5, 0.0, 0.0, "MG-*G", &layers).ok());
+  EXPECT_EQ(layers, "MG-*G");
+  EXPECT_EQ(hybrid_gdn_layer_flags(layers), (std::vector<int>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(hybrid_moe_layer_flags("MGE"), (std::vector<int>{0, 0, 1}));
+  const Status st = allocate_hybrid_layers(4, 0.25, 0.0, "MG*M", &layers);
+  EXPECT_NE(st.message().find("number of each type of layer"), std::string::npos) << st.message();
+}
+
+// '+' and 'D' (Symbols.MLA, DS_ATTENTION) are layer symbols, with Megatron's rule that '*' does not
+// mix with '+' or 'D'; Gale does not build them yet and says so.
+TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndRefused) {
+  std::string layers = "unchanged";
+  struct Refusal {
+    const char* pattern;
+    StatusCode code;
+    const char* text;
+  };
+  for (const Refusal& r : {
+           Refusal{"MG+-", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'MG+-': not supported yet"},
+           Refusal{"M+-E", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'M+-E'"},
+           Refusal{"MD-M", StatusCode::kUnimplemented, "the DeepSeek sparse attention layers ('D') of 'MD-M'"},
+           Refusal{"M+D-", StatusCode::kUnimplemented, "multi-latent attention layers ('+') of 'M+D-'"},
+           Refusal{"M*+M", StatusCode::kInvalidArgument, "not both in one model, found 'M*+M'"},
+           Refusal{"GD*M", StatusCode::kInvalidArgument, "not both in one model, found 'GD*M'"},
+       }) {
+    const Status st = allocate_hybrid_layers(4, 0.0, 0.0, r.pattern, &layers);
+    EXPECT_EQ(st.code(), r.code) << r.pattern << ": " << st.message();
+    EXPECT_NE(st.message().find(r.text), std::string::npos) << r.pattern << ": " << st.message();
+    EXPECT_EQ(st.message().rfind("--hybrid-override-pattern: ", 0), 0u) << st.message();
+  }
+  EXPECT_EQ(layers, "unchanged");  // nothing allocated for a refused pattern
 }
 
 }  // namespace

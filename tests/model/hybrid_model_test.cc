@@ -43,9 +43,25 @@ ModelConfig hybrid_moe_config() {
   return c;
 }
 
-// Five-point directional derivatives in fp32 with h = 5e-3 (as tests/model/gpt_model_test.cc, whose
-// tolerance discussion applies: 1% relative with a 1e-2 floor).
-void expect_every_parameter_matches_finite_differences(const ModelConfig& c) {
+// "MG-*G" with Gated DeltaNet layers ('G', Megatron-Core main's gdn_layer): the GDN mixer in
+// self-attention's place and no MLP; 2 key heads of 4, 4 value heads of 6, convolution width 3.
+ModelConfig hybrid_gdn_config() {
+  ModelConfig c = hybrid_config();
+  c.num_layers = 5;
+  c.hybrid.layers = "MG-*G";
+  c.gdn.enabled = true;
+  c.gdn.pattern = hybrid_gdn_layer_flags(c.hybrid.layers);
+  c.gdn.num_key_heads = 2;
+  c.gdn.num_value_heads = 4;
+  c.gdn.key_head_dim = 4;
+  c.gdn.value_head_dim = 6;
+  c.gdn.conv_kernel = 3;
+  return c;
+}
+
+// Five-point directional derivatives in fp32 with step h, 5e-3 unless given (as tests/model/gpt_model_test.cc,
+// whose tolerance discussion applies: 1% relative with a `floor`, 1e-2 unless given).
+void expect_every_parameter_matches_finite_differences(const ModelConfig& c, double h = 5e-3, double floor = 1e-2) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(42);
@@ -58,8 +74,8 @@ void expect_every_parameter_matches_finite_differences(const ModelConfig& c) {
     const int64_t n = pb.spec(id).local_numel();
     auto dir = testing::random_vector(n, 100 + id);
     const double analytic = testing::dot(grads.data() + pb.spec(id).offset, dir.data(), n);
-    const double numeric = testing::directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, 5e-3);
-    EXPECT_LT(testing::rel_diff(analytic, numeric, 1e-2), 1e-2)
+    const double numeric = testing::directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, h);
+    EXPECT_LT(testing::rel_diff(analytic, numeric, floor), 1e-2)
         << pb.spec(id).name << ": " << analytic << " vs " << numeric;
   }
 }
@@ -70,6 +86,35 @@ TEST(HybridModel, EveryParameterMatchesFiniteDifferences) {
 
 TEST(HybridModel, EveryParameterOfAMoeLayerMatchesFiniteDifferences) {
   expect_every_parameter_matches_finite_differences(hybrid_moe_config());
+}
+
+// h = 1e-3 with a 2e-2 floor: the GDN layers' loss is curved enough (q and k L2-normalised over 4
+// channels) that at h = 5e-3 or 1e-2 the five-point estimate itself moves by tens of percent (its
+// truncation error: the analytic gradient stays put while the estimates converge to it as h
+// shrinks); at 1e-3 fp32 rounding leaves ~2e-4 absolute on the smallest gradients (A_log, dt_bias).
+TEST(HybridModel, EveryParameterOfGatedDeltaNetLayersMatchesFiniteDifferences) {
+  expect_every_parameter_matches_finite_differences(hybrid_gdn_config(), 1e-3, 2e-2);
+}
+
+// Megatron-Core main's gdn_layer names in the hybrid stack: the GDN mixer as self_attention (its norm
+// fused into in_proj), no MLP in a 'G' layer.
+TEST(HybridModel, GatedDeltaNetLayersHaveMegatronNames) {
+  const ModelConfig c = hybrid_gdn_config();
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  const ParamBuffer& pb = model.params();
+  for (const char* name :
+       {"decoder.layers.1.self_attention.in_proj.layer_norm_weight", "decoder.layers.1.self_attention.in_proj.weight",
+        "decoder.layers.1.self_attention.conv1d.weight", "decoder.layers.1.self_attention.A_log",
+        "decoder.layers.1.self_attention.dt_bias", "decoder.layers.1.self_attention.out_norm.weight",
+        "decoder.layers.1.self_attention.out_proj.weight", "decoder.layers.4.self_attention.out_proj.weight",
+        "decoder.layers.3.self_attention.linear_qkv.weight", "decoder.layers.2.mlp.linear_fc1.weight",
+        "decoder.layers.0.mixer.A_log"})
+    EXPECT_GE(pb.find(name), 0) << name;
+  for (const char* name : {"decoder.layers.1.mlp.linear_fc1.weight", "decoder.layers.1.mlp.linear_fc1.layer_norm_weight",
+                           "decoder.layers.1.self_attention.linear_qkv.weight", "decoder.layers.1.mixer.A_log",
+                           "decoder.layers.4.mlp.linear_fc2.weight", "decoder.layers.3.self_attention.in_proj.weight"})
+    EXPECT_LT(pb.find(name), 0) << name;
 }
 
 // Megatron's Mamba stack names: the mixer's tensors in 'M' layers, the norms fused into the next

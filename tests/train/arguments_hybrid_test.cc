@@ -43,6 +43,13 @@ std::vector<std::string> hybrid_pattern(const std::string& pattern, std::vector<
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
 }
+// A Gated DeltaNet layer ('G') beside a Mamba layer: SwiGLU, RMSNorm, 2 key heads of 8, 4 value heads of 8.
+std::vector<std::string> hybrid_gdn(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--swiglu", "--normalization", "RMSNorm", "--linear-num-key-heads", "2",
+                               "--linear-num-value-heads", "4", "--linear-key-head-dim", "8", "--linear-value-head-dim",
+                               "8"});
+  return hybrid_pattern("MG", extra);
+}
 std::vector<std::string> hybrid_moe(std::vector<std::string> extra) {
   extra.insert(extra.begin(), {"--num-experts", "4", "--moe-router-topk", "2"});
   return hybrid_pattern("ME", extra);
@@ -80,6 +87,18 @@ TEST(HybridArguments, ContextParallelAccepted) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid(groups, flags), world);
     EXPECT_TRUE(s.ok()) << groups << " groups at world " << world << ": " << s.to_string();
+  }
+}
+
+// 'G' layers with their flags: one process, and TP 2 with SP (2 key heads: one per rank) and PP 2.
+TEST(HybridArguments, GatedDeltaNetLayersAccepted) {
+  for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
+           {1, {}},
+           {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+           {2, {"--pipeline-model-parallel-size", "2"}}}) {
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal(hybrid_gdn(flags), world);
+    EXPECT_TRUE(s.ok()) << world << ": " << s.to_string();
   }
 }
 
@@ -121,7 +140,46 @@ INSTANTIATE_TEST_SUITE_P(
                       "--tensor-model-parallel-size = 3), a multiple or a divisor of --context-parallel-size (2"},
         FlagErrorCase{hybrid("2", {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}), 2,
                       "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
-                      "not supported yet"}));
+                      "not supported yet"},
+        // Megatron-Core main's other symbols: known, Megatron's mixing rule applied, then refused.
+        FlagErrorCase{hybrid_pattern("M+", {}), 1,
+                      "--hybrid-override-pattern: the multi-latent attention layers ('+') of 'M+': not supported yet "
+                      "(Gale's hybrid stack builds M, G, *, - and E layers)"},
+        // 'G' layers: the --linear-* sizes and what GDN needs of the model.
+        FlagErrorCase{hybrid_pattern("MG", {"--normalization", "RMSNorm"}), 1,
+                      "the Gated DeltaNet layers ('G') of --hybrid-override-pattern needs --swiglu (the convolution's "
+                      "and the output gate's activation is the model's, SiLU), found GeLU"},
+        FlagErrorCase{hybrid_pattern("MG", {"--swiglu"}), 1,
+                      "the Gated DeltaNet layers ('G') of --hybrid-override-pattern with --normalization LayerNorm: "
+                      "not supported yet (expected RMSNorm, the gated output norm's type)"},
+        FlagErrorCase{hybrid_gdn({"--linear-num-value-heads", "3"}), 1,
+                      "--linear-num-value-heads: expected a multiple of --linear-num-key-heads (2), found 3"},
+        FlagErrorCase{hybrid_gdn({"--linear-key-head-dim", "0"}), 1,
+                      "--linear-key-head-dim: expected a positive integer with the Gated DeltaNet layers ('G') of "
+                      "--hybrid-override-pattern, found 0"},
+        FlagErrorCase{hybrid_gdn({"--linear-attention-freq", "2"}), 1,
+                      "--linear-attention-freq needs Gated DeltaNet layers ('G') in --hybrid-override-pattern"},
+        FlagErrorCase{hybrid("2", {"--linear-num-key-heads", "2"}), 1,
+                      "--linear-num-key-heads needs Gated DeltaNet layers ('G') in --hybrid-override-pattern"},
+        FlagErrorCase{hybrid_gdn({"--linear-num-key-heads", "1", "--linear-num-value-heads", "2",
+                                  "--tensor-model-parallel-size", "2"}),
+                      2,
+                      "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (2: each rank "
+                      "holds 1/TP of the Gated DeltaNet heads of the 'G' layers), found 1"},
+        FlagErrorCase{hybrid_gdn({"--context-parallel-size", "2"}), 2,
+                      "--context-parallel-size 2 with Gated DeltaNet layers ('G') in --hybrid-override-pattern: not "
+                      "supported yet (expected 1)"},
+        FlagErrorCase{hybrid_gdn({"--experimental-attention-variant", "gdn", "--linear-attention-freq", "2"}), 1,
+                      "--experimental-attention-variant gdn with --is-hybrid-model: expected a hybrid model's Gated "
+                      "DeltaNet layers as 'G' in --hybrid-override-pattern, found --experimental-attention-variant "
+                      "gdn"},
+        FlagErrorCase{hybrid_pattern("*D", {}), 1,
+                      "--hybrid-override-pattern: expected attention layers ('*') or multi-latent / DeepSeek sparse "
+                      "attention layers ('+', 'D'), not both in one model, found '*D'"},
+        FlagErrorCase{hybrid_pattern("MX", {}), 1,
+                      "--hybrid-override-pattern: 'X' is not a layer symbol: expected one of M (Mamba), G (Gated "
+                      "DeltaNet), * (attention), + (multi-latent attention), D (DeepSeek sparse attention), - (MLP), "
+                      "E (MoE)"}));
 
 }  // namespace
 }  // namespace gale

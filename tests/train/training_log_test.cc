@@ -220,5 +220,33 @@ TEST(TrainingLog, HybridFlopsCountTheMoeLayers) {
   EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 9437184.0 + 3.0 * 0.5 * (mlp + moe));
 }
 
+// Megatron-Core main's hybrid_flops adds num_gdn_layers × gdn_layer_flops (2·tokens·(H·(2·qk + 2·v + 2·NV)
+// + K·(2·qk + v) + 4·NV·DV² + H·v)), its value from Megatron's function run standalone: the first model
+// above with two 'G' layers of 2 key heads of 8 and 4 value heads of 8, convolution width 4, adds 7667712.
+TEST(TrainingLog, HybridFlopsCountTheGatedDeltaNetLayers) {
+  FlopsModel m;
+  m.hybrid = true;
+  m.seq_length = 32;
+  m.hidden = 64;
+  m.heads = 4;
+  m.query_groups = 4;
+  m.kv_channels = 16;
+  m.ffn = 256;
+  m.padded_vocab = 4224;
+  m.attention_layers = 1;
+  m.mamba_layers = 2;
+  m.mlp_layers = 1;
+  m.mamba_state_dim = 16;
+  m.mamba_head_dim = 16;
+  m.mamba_num_groups = 2;
+  m.gdn_layers = 2;
+  m.gdn_key_head_dim = 8;
+  m.gdn_value_head_dim = 8;
+  m.gdn_num_key_heads = 2;
+  m.gdn_num_value_heads = 4;
+  m.gdn_conv_kernel = 4;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 7667712.0);
+}
+
 }  // namespace
 }  // namespace gale
