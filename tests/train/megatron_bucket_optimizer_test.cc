@@ -87,10 +87,10 @@ TEST(MegatronBucketLayout, MatchesMegatronsParamIndexMap) {
 
 // The fixture's common.pt and args, to be edited.
 struct Saved {
-  StatusOr<DcpCheckpoint> c = DcpCheckpoint::open(fixture(kDir));
+  StatusOr<DcpCheckpoint> c;
   PyRef common, args;
-  Saved() {
-    auto r = read_torch_file(fixture(kDir) + "/common.pt");
+  explicit Saved(const std::string& dir = kDir) : c(DcpCheckpoint::open(fixture(dir))) {
+    auto r = read_torch_file(fixture(dir) + "/common.pt");
     EXPECT_TRUE(r.ok() && c.ok());
     common = *r;
     for (auto& [k, v] : common->entries)
@@ -151,6 +151,26 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
     s.args->state->set("num_experts", PyValue::integer(4));
     expect_error(s.read(), StatusCode::kUnimplemented, "with args.num_experts 4: not supported yet");
   }
+}
+
+// tests/data/megatron/torch_dist_adam_buckets_tp2pp2: the same state saved by Megatron core_v0.15.3 at TP 2 x PP 2
+// (four gloo processes, DP 1): each model-parallel rank's buffers under its own dp_group_idx_<model-parallel rank>
+// (DistributedOptimizer's data_parallel_group_idx). Gale does not map them back to global tensors yet: refused,
+// naming the shape and the way out.
+TEST(MegatronBucketLayoutErrors, Tp2Pp2RunIsRefused) {
+  Saved s("torch_dist_adam_buckets_tp2pp2/iter_0000007");
+  ASSERT_TRUE(s.c.ok()) << s.c.status().message();
+  for (int g = 0; g < 4; ++g) {
+    const std::string prefix = "optimizer.distributed.dp_group_idx_" + std::to_string(g);
+    EXPECT_EQ(s.c->objects().count(prefix + ".per_bucket_numel_unpadded/shard_0_1"), 1u) << prefix;
+    bool bucket = false;
+    for (const auto& [key, info] : s.c->tensors()) bucket |= key.rfind(prefix + ".gbuf_idx_0.", 0) == 0;
+    EXPECT_TRUE(bucket) << prefix;
+  }
+  EXPECT_EQ(s.c->objects().count("optimizer.distributed.dp_group_idx_4.per_bucket_numel_unpadded/shard_0_1"), 0u);
+  expect_error(s.read(), StatusCode::kUnimplemented,
+               "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout saved at TP 2 x PP 2: not "
+               "supported yet (each model-parallel rank's buckets hold its local shards");
 }
 
 // dp_zero_gather_scatter records no per-bucket sizes: with Transformer Engine's parameter order (the same total

@@ -34,7 +34,12 @@ buckets), args transformer_impl 'local': Megatron's own _ParamAndGradBuffer lays
 _build_gbuf_range_map, sharded_state_dict and sharded_param_state_dp_reshardable build the sharded state dict over a
 stand-in optimizer that hands each rank's range of the masters and moments (as TE's FusedAdam keeps them: no
 per-parameter step; Megatron's DistributedOptimizer itself needs CUDA); torch_dist_adam_dp_zero/, the same in the
-dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group). Run with
+dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards over the gloo DP group);
+torch_dist_adam_buckets_tp2pp2/, the same state in the dp_reshardable layout at TP 2 x PP 2 x DP 1 (four gloo
+processes): each rank's buffer holds its local shards (megatron_ckpt_reference.shard: SwiGLU halves cut separately,
+its stage's layers from 0, the embedding on the first stage, the output layer on the last) under
+dp_group_idx_<model-parallel rank>, as Megatron's DistributedOptimizer keys them. ONLY=<names> limits a run to
+the named fixtures. Run with
 core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
 Run (PyPI torch 2.5.1 with numpy, packaging and psutil on CPU; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
@@ -272,7 +277,7 @@ def reshardable_worker(rank, world, out, port, state, groups, sched_sd):
     dist.destroy_process_group()
 
 
-def saved_state(fixtures):
+def saved_state(fixtures, keep_shape=False):
     """{TP 1 torch-format name: {'fp32_param', 'exp_avg', 'exp_avg_sq'}} read back from torch_dist_adam (the
     non-distributed fixture), so that the bucket-space fixtures hold exactly its state whatever Megatron
     release builds them."""
@@ -297,16 +302,16 @@ def saved_state(fixtures):
                 rest = key[len("decoder.layers."):]
                 for i in range(x.shape[0]):
                     name = "decoder.layers.%d.%s" % (i, local_names.get(rest, rest))
-                    out.setdefault(name, {})[s] = x[i].reshape(-1).clone()
+                    out.setdefault(name, {})[s] = (x[i] if keep_shape else x[i].reshape(-1)).clone()
             else:
-                out.setdefault(key, {})[s] = x.reshape(-1).clone()
+                out.setdefault(key, {})[s] = (x if keep_shape else x.reshape(-1)).clone()
     return out
 
 
 BUCKET_SIZE = 1000  # --ddp-bucket-size with --overlap-grad-reduce: several buckets from the tiny model
 
 
-def bucket_worker(rank, world, out, port, fixtures, sharding_type):
+def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
     """DP 2 x TP 1, bf16 model: Megatron's own _ParamAndGradBuffer lays the parameters out in buckets (reverse
     order, 64-element aligned starts, buckets padded to lcm(DP, 128)), DistributedOptimizer's classmethods cut
     each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
@@ -319,12 +324,21 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-    state = saved_state(fixtures)
-    model = dref.build(1, 1, rank, world, port)
-    model.load_state_dict({k: v["fp32_param"].reshape(p.shape) for (k, p), v in
-                           ((kp, state[kp[0]]) for kp in model.named_parameters())}, strict=False)
+    state = saved_state(fixtures, keep_shape=True)
+    model = dref.build(tp, pp, rank, world, port)
+    t, p_rank = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
+    # Rank (t, p)'s local masters and moments: TP shards (SwiGLU halves cut separately), its stage's layers
+    # renumbered from 0, the embedding on the first stage and the output layer on the last, as Megatron holds them.
+    local = {s: ref.shard({k: v[s] for k, v in state.items()}, tp, pp, t, p_rank)
+             for s in ("fp32_param", "exp_avg", "exp_avg_sq")}
+    state = {k: {s: local[s][k].reshape(-1) for s in local} for k in local["fp32_param"]}
+    model.load_state_dict({k: state[k]["fp32_param"].reshape(p.shape) for k, p in model.named_parameters()},
+                          strict=False)
     model.bfloat16()
     dp_group = parallel_state.get_data_parallel_group()
+    # DistributedOptimizer's data_parallel_group_idx: the rank in the model-parallel group (TP x PP), which
+    # tells each model-parallel rank's buffers apart in the checkpoint keys.
+    mp_rank = dist.get_rank(group=parallel_state.get_model_parallel_group())
     params = [p for p in model.parameters() if p.requires_grad]
     names = {p: n for n, p in model.named_parameters()}
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
@@ -348,7 +362,7 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
 
     _, groups, _ = json_groups(fixtures)
     opt = types.SimpleNamespace(
-        gbuf_ranges=gbuf_ranges, buffers=[buffer], data_parallel_group=dp_group, data_parallel_group_idx=0,
+        gbuf_ranges=gbuf_ranges, buffers=[buffer], data_parallel_group=dp_group, data_parallel_group_idx=mp_rank,
         distributed_optimizer_instance_id=0,  # per buffer {(param dtype, grad dtype): [per bucket]}, as Megatron's
         per_bucket_numel=[{(torch.bfloat16, torch.float32): [b.grad_data.numel() for b in buffer.buckets]}],
         per_bucket_numel_unpadded=[{(torch.bfloat16, torch.float32): [b.numel_unpadded for b in buffer.buckets]}],
@@ -373,7 +387,8 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
     if rank == 0:
         os.makedirs(ckpt, exist_ok=True)
     dist.barrier()
-    a = args_for(1, world, True)
+    a = args_for(tp, world // (tp * pp), True)
+    a.pipeline_model_parallel_size = pp
     a.transformer_impl = "local"
     a.overlap_grad_reduce, a.ddp_bucket_size, a.accumulate_allreduce_grads_in_fp32 = True, BUCKET_SIZE, True
     a.dist_ckpt_optim_fully_reshardable = False
@@ -385,9 +400,11 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type):
     if rank == 0:
         with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(ITERATION))
+    if parallel_state.get_data_parallel_rank() == 0:
         layout = {names[p]: list(r[:2]) for p, r in buffer.param_index_map.items()}
-        print("buckets", [(b.offset, b.grad_data.numel(), b.numel_unpadded) for b in buffer.buckets])
-        print("layout", layout)
+        print("tp", t, "pp", p_rank, "dp_group_idx", mp_rank,
+              "buckets", [(b.offset, b.grad_data.numel(), b.numel_unpadded) for b in buffer.buckets])
+        print("tp", t, "pp", p_rank, "layout", layout)
     dist.destroy_process_group()
 
 
@@ -403,15 +420,19 @@ def main_buckets(fixtures):
         result = json.load(f)
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     if hasattr(DistributedOptimizer, "sharded_param_state_dp_reshardable"):  # core_v0.15
-        fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable"),
-                             ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter"))
+        fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable", 1, 1, 2),
+                             ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter", 1, 1, 2),
+                             ("torch_dist_adam_buckets_tp2pp2", "dp_reshardable", 2, 2, 4))
     else:  # core_v0.12
-        fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"),)
-    for name, layout in fixtures_to_write:
+        fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter", 1, 1, 2),)
+    if os.environ.get("ONLY"):  # regenerate the named fixtures only (comma-separated)
+        fixtures_to_write = [f for f in fixtures_to_write if f[0] in os.environ["ONLY"].split(",")]
+    for name, layout, tp, pp, world in fixtures_to_write:
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        mp.spawn(bucket_worker, args=(2, out, 29600 + os.getpid() % 90, fixtures, layout), nprocs=2, join=True)
+        mp.spawn(bucket_worker, args=(world, out, 29600 + os.getpid() % 90, fixtures, layout, tp, pp), nprocs=world,
+                 join=True)
         result[name] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
         result["listing"][name] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
     with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:
