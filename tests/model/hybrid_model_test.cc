@@ -59,33 +59,13 @@ ModelConfig hybrid_gdn_config() {
   return c;
 }
 
-// Five-point directional derivatives in fp32 with step h, 5e-3 unless given (as tests/model/gpt_model_test.cc,
-// whose tolerance discussion applies: 1% relative with a `floor`, 1e-2 unless given).
-void expect_every_parameter_matches_finite_differences(const ModelConfig& c, double h = 5e-3, double floor = 1e-2) {
-  OpTable ops = reference_ops();
-  GPTModel model(c, single_process_partition(c), &ops);
-  model.params().initialize(42);
-  MicroBatch mb = testing::masked_batch(c, 2, 7, false);
-  testing::mean_loss(model, mb, true);
-  ParamBuffer& pb = model.params();
-  std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return testing::mean_loss(model, mb, false); };
-  for (int id = 0; id < pb.size(); ++id) {
-    const int64_t n = pb.spec(id).local_numel();
-    auto dir = testing::random_vector(n, 100 + id);
-    const double analytic = testing::dot(grads.data() + pb.spec(id).offset, dir.data(), n);
-    const double numeric = testing::directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, h);
-    EXPECT_LT(testing::rel_diff(analytic, numeric, floor), 1e-2)
-        << pb.spec(id).name << ": " << analytic << " vs " << numeric;
-  }
-}
 
 TEST(HybridModel, EveryParameterMatchesFiniteDifferences) {
-  expect_every_parameter_matches_finite_differences(hybrid_config());
+  testing::expect_every_parameter_matches_finite_differences(hybrid_config());
 }
 
 TEST(HybridModel, EveryParameterOfAMoeLayerMatchesFiniteDifferences) {
-  expect_every_parameter_matches_finite_differences(hybrid_moe_config());
+  testing::expect_every_parameter_matches_finite_differences(hybrid_moe_config());
 }
 
 // h = 1e-3 with a 2e-2 floor: the GDN layers' loss is curved enough (q and k L2-normalised over 4
@@ -93,7 +73,7 @@ TEST(HybridModel, EveryParameterOfAMoeLayerMatchesFiniteDifferences) {
 // truncation error: the analytic gradient stays put while the estimates converge to it as h
 // shrinks); at 1e-3 fp32 rounding leaves ~2e-4 absolute on the smallest gradients (A_log, dt_bias).
 TEST(HybridModel, EveryParameterOfGatedDeltaNetLayersMatchesFiniteDifferences) {
-  expect_every_parameter_matches_finite_differences(hybrid_gdn_config(), 1e-3, 2e-2);
+  testing::expect_every_parameter_matches_finite_differences(hybrid_gdn_config(), 1e-3, 2e-2);
 }
 
 // Megatron-Core main's gdn_layer names in the hybrid stack: the GDN mixer as self_attention (its norm

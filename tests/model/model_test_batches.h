@@ -129,4 +129,27 @@ inline void expect_close_grads(const ParamBuffer& a, const ParamBuffer& b, doubl
   }
 }
 
+// Every parameter of a model of `c` (reference kernels, initialize(42), masked_batch(c, 2, 7)) against
+// five-point directional derivatives in fp32 with step h, 5e-3 unless given (as
+// tests/model/gpt_model_test.cc, whose tolerance discussion applies: 1% relative with a `floor`,
+// 1e-2 unless given).
+inline void expect_every_parameter_matches_finite_differences(const ModelConfig& c, double h = 5e-3,
+                                                              double floor = 1e-2) {
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(42);
+  MicroBatch mb = masked_batch(c, 2, 7, false);
+  mean_loss(model, mb, true);
+  ParamBuffer& pb = model.params();
+  std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  auto loss = [&] { return mean_loss(model, mb, false); };
+  for (int id = 0; id < pb.size(); ++id) {
+    const int64_t n = pb.spec(id).local_numel();
+    auto dir = random_vector(n, 100 + id);
+    const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
+    const double numeric = directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, h);
+    EXPECT_LT(rel_diff(analytic, numeric, floor), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
+  }
+}
+
 }  // namespace gale::testing

@@ -55,25 +55,9 @@ TEST(NoRopeLayers, AMixedPatternIsNeitherFullRopeNorNone) {
   EXPECT_EQ(max_abs_diff(rope, logits_of(rope_config({0, 0}), mb)), 0.0);  // all zeros: RoPE everywhere
 }
 
-// Five-point directional derivatives in fp32, as tests/model/heterogeneous_layers_test.cc.
+// Five-point directional derivatives in fp32 (testing::expect_every_parameter_matches_finite_differences).
 TEST(NoRopeLayers, EveryParameterMatchesFiniteDifferences) {
-  const ModelConfig c = rope_config({0, 1});
-  OpTable ops = reference_ops();
-  GPTModel model(c, single_process_partition(c), &ops);
-  model.params().initialize(42);
-  MicroBatch mb = testing::masked_batch(c, 2, 7, false);
-  testing::mean_loss(model, mb, true);
-  ParamBuffer& pb = model.params();
-  std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return testing::mean_loss(model, mb, false); };
-  for (int id = 0; id < pb.size(); ++id) {
-    const int64_t n = pb.spec(id).local_numel();
-    auto dir = testing::random_vector(n, 100 + id);
-    const double analytic = testing::dot(grads.data() + pb.spec(id).offset, dir.data(), n);
-    const double numeric = testing::directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, 5e-3);
-    EXPECT_LT(testing::rel_diff(analytic, numeric, 1e-2), 1e-2)
-        << pb.spec(id).name << ": " << analytic << " vs " << numeric;
-  }
+  testing::expect_every_parameter_matches_finite_differences(rope_config({0, 1}));
 }
 
 TEST(NoRopeLayers, KvCacheDecodingEqualsTheWholeSequenceForward) {
