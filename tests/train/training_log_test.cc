@@ -152,11 +152,9 @@ TEST(Flops, MoeWithASharedExpertByHand) {
 namespace gale {
 namespace {
 
-// --is-hybrid-model: Megatron's hybrid_flops, values from its training.py (core_v0.12.1) functions
-// run standalone: 2 × 32 tokens, hidden 64, "M*-M" (state 16, heads of 16, 2 groups), 4 heads of
-// 16 without GQA, FFN 256, vocabulary 4224; and 3 × 128 tokens, hidden 256, 2 attention, 5 Mamba
-// (Megatron's default sizes) and 1 MLP layer, 8 heads of 32 in 2 groups, SwiGLU FFN 704, vocab 32000.
-TEST(TrainingLog, HybridFlopsAreMegatrons) {
+// The first hybrid model of the tests below: 32 tokens, hidden 64, "M*-M" (state 16, heads of 16,
+// 2 groups), 4 heads of 16 without GQA, FFN 256, vocabulary 4224.
+FlopsModel small_hybrid_flops_model() {
   FlopsModel m;
   m.hybrid = true;
   m.seq_length = 32;
@@ -172,6 +170,15 @@ TEST(TrainingLog, HybridFlopsAreMegatrons) {
   m.mamba_state_dim = 16;
   m.mamba_head_dim = 16;
   m.mamba_num_groups = 2;
+  return m;
+}
+
+// --is-hybrid-model: Megatron's hybrid_flops, values from its training.py (core_v0.12.1) functions
+// run standalone: 2 × 32 tokens, hidden 64, "M*-M" (state 16, heads of 16, 2 groups), 4 heads of
+// 16 without GQA, FFN 256, vocabulary 4224; and 3 × 128 tokens, hidden 256, 2 attention, 5 Mamba
+// (Megatron's default sizes) and 1 MLP layer, 8 heads of 32 in 2 groups, SwiGLU FFN 704, vocab 32000.
+TEST(TrainingLog, HybridFlopsAreMegatrons) {
+  FlopsModel m = small_hybrid_flops_model();
   EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0);
   m.seq_length = 128;
   m.hidden = 256;
@@ -195,21 +202,7 @@ TEST(TrainingLog, HybridFlopsAreMegatrons) {
 // × 3/2 with SwiGLU) to the forward: the first model above with two 'E' layers of top-2 experts
 // of FFN 32 and a shared expert of 32 adds 3 × 2 × 4·64·64·96 = 9437184.
 TEST(TrainingLog, HybridFlopsCountTheMoeLayers) {
-  FlopsModel m;
-  m.hybrid = true;
-  m.seq_length = 32;
-  m.hidden = 64;
-  m.heads = 4;
-  m.query_groups = 4;
-  m.kv_channels = 16;
-  m.ffn = 256;
-  m.padded_vocab = 4224;
-  m.attention_layers = 1;
-  m.mamba_layers = 2;
-  m.mlp_layers = 1;
-  m.mamba_state_dim = 16;
-  m.mamba_head_dim = 16;
-  m.mamba_num_groups = 2;
+  FlopsModel m = small_hybrid_flops_model();
   m.num_moe_layers = 2;
   m.moe_ffn = 32;
   m.moe_topk = 2;
@@ -224,21 +217,7 @@ TEST(TrainingLog, HybridFlopsCountTheMoeLayers) {
 // + K·(2·qk + v) + 4·NV·DV² + H·v)), its value from Megatron's function run standalone: the first model
 // above with two 'G' layers of 2 key heads of 8 and 4 value heads of 8, convolution width 4, adds 7667712.
 TEST(TrainingLog, HybridFlopsCountTheGatedDeltaNetLayers) {
-  FlopsModel m;
-  m.hybrid = true;
-  m.seq_length = 32;
-  m.hidden = 64;
-  m.heads = 4;
-  m.query_groups = 4;
-  m.kv_channels = 16;
-  m.ffn = 256;
-  m.padded_vocab = 4224;
-  m.attention_layers = 1;
-  m.mamba_layers = 2;
-  m.mlp_layers = 1;
-  m.mamba_state_dim = 16;
-  m.mamba_head_dim = 16;
-  m.mamba_num_groups = 2;
+  FlopsModel m = small_hybrid_flops_model();
   m.gdn_layers = 2;
   m.gdn_key_head_dim = 8;
   m.gdn_value_head_dim = 8;
