@@ -190,4 +190,17 @@ inline void expect_chunked_decoding_equals_whole_forward(GPTModel& cached, KvCac
   EXPECT_EQ(done, S);
 }
 
+// A reference-kernel model of `c` (initialize(5)) decoding 2 sequences of 12 tokens in chunks of 5, 1, 1
+// and 5 through a KvCache gives the whole-sequence forward's logits within 2e-5.
+inline void expect_reference_model_decoding_equals_whole_forward(const ModelConfig& c) {
+  OpTable ops = reference_ops();
+  const ModelPartition part = single_process_partition(c);
+  GPTModel model(c, part, &ops);
+  model.params().initialize(5);
+  const int64_t B = 2, S = 12;
+  KvCache cache = make_kv_cache(c, part, B, S);
+  expect_chunked_decoding_equals_whole_forward(model, cache, model, test_tokens(B * S, c.vocab), B, S, {5, 1, 1, 5},
+                                               2e-5);
+}
+
 }  // namespace gale::testing

@@ -61,15 +61,7 @@ TEST(NoRopeLayers, EveryParameterMatchesFiniteDifferences) {
 }
 
 TEST(NoRopeLayers, KvCacheDecodingEqualsTheWholeSequenceForward) {
-  const ModelConfig c = rope_config({1, 0});
-  OpTable ops = reference_ops();
-  const ModelPartition part = single_process_partition(c);
-  GPTModel model(c, part, &ops);
-  model.params().initialize(5);
-  const int64_t B = 2, S = 12;
-  KvCache cache = make_kv_cache(c, part, B, S);
-  testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(B * S, c.vocab), B,
-                                                        S, {5, 1, 1, 5}, 2e-5);
+  testing::expect_reference_model_decoding_equals_whole_forward(rope_config({1, 0}));
 }
 
 }  // namespace
