@@ -265,7 +265,8 @@ CheckpointFormat format_of_dir(const std::string& dir, std::string* found) {
   return CheckpointFormat::kNone;
 }
 
-// The args Namespace's scalar attributes as JSON (None and non-scalars left out).
+// The args Namespace's scalar attributes as JSON (None and non-scalars left out), and no_rope_freq's
+// per-layer list of ints (--no-rope-freq; moe_layer_freq's list is read from the Namespace itself).
 nlohmann::json args_json(const PyValue* args) {
   nlohmann::json j = nlohmann::json::object();
   if (!args || args->kind != PyValue::kObject || !args->state || args->state->kind != PyValue::kDict) return j;
@@ -276,6 +277,15 @@ nlohmann::json args_json(const PyValue* args) {
       case PyValue::kInt: j[k->s] = v->i; break;
       case PyValue::kFloat: j[k->s] = v->f; break;
       case PyValue::kString: j[k->s] = v->s; break;
+      case PyValue::kList:
+      case PyValue::kTuple:
+        if (k->s == "no_rope_freq" &&
+            std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) { return x->kind == PyValue::kInt; })) {
+          nlohmann::json list = nlohmann::json::array();
+          for (const PyRef& x : v->items) list.push_back(x->i);
+          j[k->s] = std::move(list);
+        }
+        break;
       default: break;
     }
   }

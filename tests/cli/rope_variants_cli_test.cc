@@ -1,8 +1,8 @@
 // gale pretrain / generate with --position-embedding-type yarn: the same losses at levels 0 and 2
 // (the fused RoPE kernel on YaRN's tables), other losses than plain RoPE, recorded in checkpoints
 // (a resume with other YaRN flags is refused), and restored by generate --use-checkpoint-args; and
-// --no-rope-freq, whose layers skip the reference and the fused RoPE alike; and --attention-output-gate
-// at levels 0 and 2.
+// --no-rope-freq, whose layers skip the reference and the fused RoPE alike; --attention-output-gate
+// at levels 0 and 2; and all three through Megatron's torch format.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -93,6 +93,35 @@ TEST(RopeVariantsCli, AttentionOutputGateTrainsTheSameAtEveryLevel) {
   ASSERT_EQ(level0.size(), 3u);
   ASSERT_EQ(level2.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(level2[i], level0[i], 1e-5 * level0[i]) << "iteration " << i + 1;
+}
+
+// YaRN, NoPE layers and the gate through Megatron's torch format (--ckpt-convert-format torch): linear_qkv's
+// [q | gate | k | v] rows and the args that record the three go out and come back, so the Megatron
+// checkpoint continues training as the Gale checkpoint it came from; a run without the gate is refused.
+TEST(RopeVariantsCli, MegatronTorchCheckpointRoundTrip) {
+  testing::TempDir dir;
+  const std::string model = kYarn + " --no-rope-freq 2 --attention-output-gate --num-query-groups 2";
+  const std::string gale = dir.file("gale"), megatron = dir.file("megatron");
+  testing::CommandResult r = testing::run_gale(
+      "pretrain " + kModel + model + " --train-iters 2 --save " + gale + " --save-interval 2", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_gale("pretrain " + kModel + model + " --train-iters 2 --load " + gale +
+                            " --ckpt-convert-format torch --ckpt-convert-save " + megatron,
+                        dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string more = " --train-iters 4 --no-load-optim --no-load-rng --load ";
+  r = testing::run_gale("pretrain " + kModel + model + more + gale, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<double> from_gale = testing::logged_values(r.out, "lm loss");
+  r = testing::run_gale("pretrain " + kModel + model + more + megatron + "/torch", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<double> from_megatron = testing::logged_values(r.out, "lm loss");
+  ASSERT_EQ(from_gale.size(), 2u);
+  EXPECT_EQ(from_megatron, from_gale);
+  const std::string ungated = kYarn + " --no-rope-freq 2 --num-query-groups 2";
+  r = testing::run_gale("pretrain " + kModel + ungated + more + megatron + "/torch", dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE((r.out + r.err).find("attention_output_gate"), std::string::npos) << r.out << r.err;
 }
 
 }  // namespace
