@@ -106,10 +106,13 @@ struct MoeConfig {
   // (t·k + j) mod E instead of the one it chose (model/moe_router.h).
   bool fix_router = false;
   // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
-  // aux_loss or seq_aux_loss; 0 with none) and router z-loss coefficient (--moe-z-loss-coeff); 0
-  // disables each. seq_aux_loss: the load-balancing loss per sequence (DeepSeek's), averaged.
+  // aux_loss, seq_aux_loss or global_aux_loss; 0 with none) and router z-loss coefficient
+  // (--moe-z-loss-coeff); 0 disables each. seq_aux_loss: the load-balancing loss per sequence
+  // (DeepSeek's), averaged. global_aux_loss: the token counts of the whole global batch so far
+  // (summed over TP×DP×CP, averaged over the step's micro-batches; model/moe_router.h).
   double aux_loss_coeff = 0.0;
   bool seq_aux_loss = false;
+  bool global_aux_loss = false;
   double z_loss_coeff = 0.0;
   // --moe-router-score-function sigmoid (else softmax): scores = sigmoid(logits), the top-k on
   // scores (+ the expert bias), weights = the selected scores normalised to sum 1 when k > 1.
@@ -495,6 +498,9 @@ struct ModelPartition {
   // The group a MoE layer's tokens are split over (TP under --sequence-parallel, times CP; null or
   // size 1: none): the auxiliary losses are reduced over it (Megatron's sequence_partition_group).
   Comm moe_seq;
+  // --moe-router-load-balancing-type global_aux_loss: the stage's TP×DP×CP group its token counts
+  // are summed over (Megatron's tp_dp_cp_group; null or size 1: none).
+  Comm moe_global_aux;
 
   // --tp-2d (parallel/tp2d_groups.h, model/tp2d_layer.h): the TP group as an X×Y grid, TP rank
   // r = x + X·y; tp_x holds the X ranks with this rank's y, tp_y the Y ranks with its x. The

@@ -945,6 +945,13 @@ std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement(
   return out;
 }
 
+void GPTModel::reset_moe_global_aux() {
+  for (LayerParamIds& w : layers_)
+    if (w.moe.global_aux) w.moe.global_aux->reset();
+  for (auto& m : mtp_)
+    if (m.layer.moe.global_aux) m.layer.moe.global_aux->reset();
+}
+
 int GPTModel::moe_expert_bias_id(int64_t layer) const {
   const int64_t mtp = layer - config_.num_layers;  // MTP layers are global layers num_layers ...
   if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) return mtp_[static_cast<size_t>(mtp)].layer.moe.expert_bias;

@@ -245,6 +245,8 @@ class GPTModel {
   // --enable-expert-placement: gives each MoE transformer layer of this chunk (not the MTP layers)
   // a placement, the identity (model/expert_placement.h), and returns (global layer, its ids).
   std::vector<std::pair<int64_t, MoeParamIds*>> enable_expert_placement();
+  // Zeroes every MoE layer's (and MTP layer's) global_aux_loss token counts: before a step's passes.
+  void reset_moe_global_aux();
   // The expert-bias buffer of global layer `layer` (-1: none on this chunk); the MTP layers are
   // global layers num_layers ... num_layers + D - 1.
   int moe_expert_bias_id(int64_t layer) const;

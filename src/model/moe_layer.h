@@ -76,9 +76,12 @@ struct MoeParamIds {
   // each global expert, and the load counters; null: the identity layout (local slot j of EP rank r
   // is global expert r·El + j). Shared by the copies of these ids; changed only between steps.
   std::shared_ptr<MoePlacement> placement;
+  // --moe-router-load-balancing-type global_aux_loss: the step's token counts (model/moe_router.h);
+  // null otherwise. Shared by the copies of these ids; reset before each step's passes.
+  std::shared_ptr<MoeGlobalAux> global_aux;
   bool defined() const { return router_w >= 0; }
   std::vector<int> all() const;  // every parameter id, router first (not the expert bias, a buffer)
-  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias}; }
+  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias, global_aux.get()}; }
 };
 
 // Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and

@@ -233,19 +233,31 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   // ---- auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):
   // the aux top-k's counts summed over `seq`, the scores' sums kept local, so each rank's gradient
   // is its tokens' share of the whole sequence's loss ----
-  const int64_t parts = splits(seq) ? seq->size() : 1;
+  // global_aux_loss: over the whole stage's group instead, averaged over the step's micro-batches
+  MoeGlobalAux* global = m.global_aux_loss && m.aux_loss_coeff > 0.0 ? w.global_aux : nullptr;
+  GALE_CHECK(!m.global_aux_loss || m.aux_loss_coeff == 0.0 || global) << "global_aux_loss without its state";
+  const Comm& group = global ? global->group : seq;
+  const int64_t parts = splits(group) ? group->size() : 1;
   const int64_t G = m.seq_aux_loss ? batch : 1;
   GALE_CHECK_EQ(T % G, 0) << "seq_aux_loss: " << T << " tokens are not " << G << " sequences";
-  std::vector<int64_t> aux_counts(static_cast<size_t>(G * E), 0);
+  std::vector<int64_t> counts(static_cast<size_t>(G * E), 0);
   std::vector<int32_t> top(static_cast<size_t>(k));
   if (m.aux_loss_coeff > 0.0) {
     for (int64_t t = 0; t < T; ++t) {  // the plain top-k of p (= of the logits): no bias, groups or dropping
       moe_top_k(logits.data<float>() + t * E, E, k, 0, 0, top.data());
-      for (int32_t e : top) ++aux_counts[(t % G) * E + e];
+      for (int32_t e : top) ++counts[(t % G) * E + e];
     }
-    if (parts > 1) seq->all_reduce(aux_counts.data(), G * E, DType::kI64, ReduceOp::kSum);
+    if (parts > 1) group->all_reduce(counts.data(), G * E, DType::kI64, ReduceOp::kSum);
+  }
+  std::vector<double> aux_counts(counts.begin(), counts.end());
+  if (global) {
+    GALE_CHECK(losses) << "global_aux_loss: a rerun of the router without its forward's token counts";
+    for (int64_t e = 0; e < E; ++e) global->counts[e] += aux_counts[e];
+    ++global->micro_batches;
+    for (int64_t e = 0; e < E; ++e) aux_counts[e] = global->counts[e] / static_cast<double>(global->micro_batches);
   }
   const double N = static_cast<double>(T / G * parts);
+  const int64_t seq_parts = splits(seq) ? seq->size() : 1;  // the z-loss's tokens: T·|seq|
   if (losses) {
     double sums[2] = {0.0, 0.0};  // this rank's share of the load-balancing loss, Σ lse²
     if (m.aux_loss_coeff > 0.0) {
@@ -262,14 +274,15 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
         }
       }
       double sum = 0.0;
-      for (int64_t i = 0; i < G * E; ++i) sum += p_sum[i] * static_cast<double>(aux_counts[i]);
+      for (int64_t i = 0; i < G * E; ++i) sum += p_sum[i] * aux_counts[i];
       sums[0] = sum * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
     }
     if (m.z_loss_coeff > 0.0)
       for (int64_t t = 0; t < T; ++t) sums[1] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
-    if (parts > 1 && (m.aux_loss_coeff > 0.0 || m.z_loss_coeff > 0.0))
-      seq->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
-    *losses = MoeAuxLosses{sums[0], sums[1] / static_cast<double>(T * parts)};
+    if (global && parts > 1) group->all_reduce(sums, 1, DType::kF64, ReduceOp::kSum);  // Megatron: no DP average
+    if (seq_parts > 1 && ((m.aux_loss_coeff > 0.0 && !global) || m.z_loss_coeff > 0.0))
+      seq->all_reduce(sums + (global ? 1 : 0), global ? 1 : 2, DType::kF64, ReduceOp::kSum);
+    *losses = MoeAuxLosses{sums[0], sums[1] / static_cast<double>(T * seq_parts)};
   }
   saved->scores = scores;
   saved->logsumexp = lse;
@@ -278,6 +291,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   saved->aux_counts = std::move(aux_counts);
   saved->aux_groups = G;
   saved->aux_tokens = T / G * parts;
+  saved->z_tokens = T * seq_parts;
   saved->key = key;
   if (how.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
   return r;
@@ -288,10 +302,10 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
   const MoeConfig& m = c.moe;
   const Scoring how = scoring(m);
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk, G = s.aux_groups;
-  const std::vector<int64_t>& counts = s.aux_counts;  // over the sequence partition group
+  const std::vector<double>& counts = s.aux_counts;  // over the sequence partition group (global: n̄)
   const double N = static_cast<double>(s.aux_tokens);
   const double aux_factor = m.aux_loss_coeff * aux_scale * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
-  const double z_factor = m.z_loss_coeff * aux_scale * 2.0 / (N * static_cast<double>(G));
+  const double z_factor = m.z_loss_coeff * aux_scale * 2.0 / static_cast<double>(s.z_tokens);
   const bool aux = m.aux_loss_coeff > 0.0;
   Tensor dlogits = Tensor::empty({T, E});
   std::vector<double> ds(static_cast<size_t>(E)), g(static_cast<size_t>(k)), dsig(static_cast<size_t>(E));
@@ -301,7 +315,7 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     const int32_t* ex = s.experts.data() + t * k;
     float* dl = dlogits.data<float>() + t * E;
     for (int64_t j = 0; j < k; ++j) g[j] = how.scaling * dprobs.data<float>()[t * k + j];
-    for (int64_t e = 0; e < E; ++e) ds[e] = aux ? aux_factor * static_cast<double>(counts[(t % G) * E + e]) : 0.0;  // ∂aux/∂p
+    for (int64_t e = 0; e < E; ++e) ds[e] = aux ? aux_factor * counts[(t % G) * E + e] : 0.0;  // ∂aux/∂p
     const double z = z_factor * s.logsumexp.data<float>()[t];
     if (how.sigmoid) {
       // σ: the selected weights q = σ_sel / Σ_sel σ (k > 1) and the aux scores p = σ / Σ_E σ.

@@ -37,6 +37,14 @@
 //   aux_loss:     aux = E/(N²·k) · Σ_e (Σ_t p_t,e) · n_e,  N = T·|seq|;
 //   seq_aux_loss: the same per sequence b of the micro-batch (tokens t = s·B + b; n and Σ_t p per
 //                 sequence, N = T/B·|seq|), averaged over the B sequences;
+//   global_aux_loss (Megatron-Core's): the same with n_e summed over the whole stage's group TP×DP×CP
+//                 (MoeGlobalAux::group; N = T·|group|) and averaged over this step's micro-batches so
+//                 far: the m-th training forward of the step uses n̄ = (n⁽¹⁾ + ... + n⁽ᵐ⁾) / m, so the
+//                 layer balances the global batch. The loss logged is summed over the group (each
+//                 DP replica's share of it: Megatron's global_load_balancing_loss, no DP average).
+//                 Counted once per micro-batch: by the forward that keeps state for backward and
+//                 reports losses (a full-layer recompute's rerun, not its first pass; a
+//                 --recompute-modules moe rerun is refused by the arguments);
 //   z-loss:       z = Σ_t logsumexp(l_t)² / N.
 // The expert-bias counts are the kept (token, expert) pairs per expert (after dropping).
 // Input jitter (--moe-input-jitter-eps eps, Megatron's apply_input_jitter, training and evaluation
@@ -48,9 +56,11 @@
 // differ from Megatron's. Backward: dW += dlᵀ·(x ⊙ n), dx = n ⊙ (dl·W).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/op_table.h"
 #include "model/config.h"
@@ -66,10 +76,24 @@ struct MoeAuxLosses {
   double z = 0.0;
 };
 
-// Ids of the router's tensors in the ParamBuffer.
+// global_aux_loss's state of one layer over a step: the token counts n of the step's training
+// forwards so far (each summed over `group`) and how many; reset() before each step's passes.
+struct MoeGlobalAux {
+  std::vector<double> counts;  // [E] Σ over the step's micro-batches of n_e
+  int64_t micro_batches = 0;
+  Comm group;  // TP×DP×CP of this pipeline stage (null: one rank)
+  MoeGlobalAux(int64_t num_experts, Comm g) : counts(static_cast<size_t>(num_experts), 0.0), group(std::move(g)) {}
+  void reset() {
+    std::fill(counts.begin(), counts.end(), 0.0);
+    micro_batches = 0;
+  }
+};
+
+// Ids of the router's tensors in the ParamBuffer, and the layer's global_aux_loss state.
 struct MoeRouterIds {
   int weight = -1;       // decoder.layers.{i}.mlp.router.weight [E, H]
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
+  MoeGlobalAux* global_aux = nullptr;  // with config.moe.global_aux_loss (else null)
 };
 
 // What a micro-batch's routing depends on besides x: the input jitter's noise is keyed by the
@@ -102,10 +126,11 @@ struct MoeRouterSaved {
   Tensor logits;                     // [T, E] under sigmoid with the z-loss (its softmax)
   Tensor probs;                      // [T, k] routing weights
   std::vector<int32_t> experts;      // [T, k] chosen experts (before dropping; the real choice under fix_router)
-  std::vector<int64_t> aux_counts;   // [G·E] tokens per expert of the aux top-k over `seq` (G = B
-                                     // sequences under seq_aux_loss, else 1)
+  std::vector<double> aux_counts;    // [G·E] tokens per expert of the aux top-k over `seq` (G = B
+                                     // sequences under seq_aux_loss, else 1; global_aux_loss: n̄)
   int64_t aux_groups = 1;            // G
-  int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq`
+  int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq` (global_aux_loss: its group)
+  int64_t z_tokens = 0;              // the z-loss's T·|seq|
   MoeRouterKey key;                  // backward redraws the input's noise (row_ids must outlive backward)
 };
 

@@ -371,6 +371,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     // expert TP 1 the TP ranks then hold different experts.
     w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
                                 part.tp_size() > 1 && etp == 1 && part.ep_size() == 1);
+    if (c.moe.global_aux_loss) w.moe.global_aux = std::make_shared<MoeGlobalAux>(c.moe.num_experts, part.moe_global_aux);
     w.shared = register_shared_expert_params(pb, c, part, layer);
     return w;
   }

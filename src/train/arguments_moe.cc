@@ -17,9 +17,10 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add("--moe-aux-loss-coeff", &a.moe_aux_loss_coeff, "load-balancing loss coefficient (0 disables it)");
   p.add("--moe-z-loss-coeff", &a.moe_z_loss_coeff, "router z-loss coefficient (unset disables it)");
   p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
-               {"aux_loss", "seq_aux_loss", "sinkhorn", "none"},
+               {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"},
                "aux_loss (Switch-style load-balancing loss per micro-batch), seq_aux_loss (the same per "
-               "sequence, averaged; DeepSeek's), sinkhorn (S-BASE: training chooses the top-k of the "
+               "sequence, averaged; DeepSeek's), global_aux_loss (the same with the token counts of the "
+               "global batch so far: summed over TP x DP x CP and averaged over the step's micro-batches), sinkhorn (S-BASE: training chooses the top-k of the "
                "Sinkhorn-balanced logits of each micro-batch's local tokens; no aux loss) or none");
   p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
                "router score function: softmax, or sigmoid (the top-k of sigmoid(logits), weights normalised "
@@ -289,6 +290,9 @@ Status validate_moe_recompute_modules(const Arguments& a) {
                            "grouped GEMM), found it off");
   if (has("shared_experts") && a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_overlap)
     return InvalidArgument("--recompute-modules shared_experts: cannot work with --moe-shared-expert-overlap, found both");
+  if (has("moe") && a.moe.moe_router_load_balancing_type == "global_aux_loss")
+    return Unimplemented("--recompute-modules moe with --moe-router-load-balancing-type global_aux_loss: not supported "
+                         "yet (the rerun would need the token counts the step had reached at its forward)");
   return Status::Ok();
 }
 
@@ -380,9 +384,9 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
   if (!unset(m.moe_z_loss_coeff) && !(m.moe_z_loss_coeff >= 0.0))
     return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
   const std::string& lb = m.moe_router_load_balancing_type;
-  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "sinkhorn" && lb != "none")
+  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "global_aux_loss" && lb != "sinkhorn" && lb != "none")
     return Unimplemented("--moe-router-load-balancing-type ", lb,
-                         ": not supported yet (aux_loss, seq_aux_loss, sinkhorn or none)");
+                         ": not supported yet (aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none)");
   if (lb == "sinkhorn") GALE_RETURN_IF_ERROR(validate_sinkhorn_args(m));
   GALE_RETURN_IF_ERROR(validate_moe_router_args(m));
   if (!unset(m.moe_input_jitter_eps) && !(m.moe_input_jitter_eps >= 0.0 && m.moe_input_jitter_eps < 1.0))

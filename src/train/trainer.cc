@@ -449,6 +449,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   // when --rerun-mode asks for it (train/rerun_state_machine.h).
   for (bool rerun = false; rerun_->should_run_forward_backward(state_.iteration); rerun = true) {
     if (rerun) discard_pass_sums();
+    for (auto& chunk : engine_->chunks) chunk->reset_moe_global_aux();  // global_aux_loss: a step's counts
     start_grad_sync_iteration(*engine_, num_microbatches_);
     if (args_.dpo.enabled()) {
       GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
@@ -765,9 +766,8 @@ Status Trainer::run() {
     }
     if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
       const std::string& balancing = args_.moe.moe_router_load_balancing_type;
-      if (balancing == "aux_loss" || balancing == "seq_aux_loss")
-        tensorboard_->add_scalar(balancing == "aux_loss" ? "load_balancing_loss" : "seq_load_balancing_loss",
-                                 r.load_balancing_loss, state_.iteration);
+      if (balancing == "aux_loss" || balancing == "seq_aux_loss" || balancing == "global_aux_loss")
+        tensorboard_->add_scalar(load_balancing_loss_name(balancing), r.load_balancing_loss, state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
     if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key
@@ -805,7 +805,7 @@ Status Trainer::run() {
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       if (args_.dpo.enabled()) f.dpo_accuracy = dpo_accuracy_total / static_cast<double>(std::max<int64_t>(1, advanced));
       f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      f.seq_aux_loss = args_.moe.moe_router_load_balancing_type == "seq_aux_loss";
+      f.load_balancing_name = load_balancing_loss_name(args_.moe.moe_router_load_balancing_type);
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
       if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));

@@ -340,5 +340,86 @@ TEST(MoeRouter, InputJitterNoiseIsUniformWithinItsBounds) {
   EXPECT_NE(moe_input_jitter(c, 3, 7, 0), moe_input_jitter(other, 3, 7, 0));
 }
 
+// --moe-router-load-balancing-type global_aux_loss on one rank: the step's first micro-batch is
+// aux_loss exactly; the second uses the two micro-batches' mean token counts n̄ = (n¹ + n²)/2 in
+// coeff·E/(T²k)·Σ_e P_e·n̄_e (P_e = Σ_t softmax(x·Wᵀ)_te, computed here in double), and its router
+// gradient is that expression's, checked by central differences with n̄ held (the counts carry no
+// gradient); reset() starts the next step afresh.
+TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
+  const int64_t T = 10, H = 8, E = 6, k = 2;
+  ModelConfig aux = router_config(H, E, k);
+  aux.moe.aux_loss_coeff = 0.01;
+  ModelConfig global = aux;
+  global.moe.global_aux_loss = true;
+  RouterFixture fa(aux, T), fg(global, T);
+  MoeGlobalAux state(E, nullptr);
+  fg.w.global_aux = &state;
+  Tensor x2 = Tensor::empty({T, H});
+  testing::fill_random(x2.data<float>(), x2.numel(), 9);
+  Tensor none = Tensor::zeros({T, k});
+
+  // micro-batch 1: identical to aux_loss, loss and gradients
+  MoeRouterSaved sa, sg;
+  MoeAuxLosses la, lg;
+  moe_router_forward(aux, fa.ops, fa.pb, fa.w, fa.x, 1, &sa, &la);
+  moe_router_forward(global, fg.ops, fg.pb, fg.w, fg.x, 1, &sg, &lg);
+  EXPECT_EQ(lg.load_balancing, la.load_balancing);
+  const std::vector<double> n1 = sa.aux_counts;
+  fa.pb.zero_grads();
+  fg.pb.zero_grads();
+  const Tensor dxa = moe_router_backward(aux, fa.ops, fa.pb, fa.w, sa, fa.x, none, 1.0);
+  const Tensor dxg = moe_router_backward(global, fg.ops, fg.pb, fg.w, sg, fg.x, none, 1.0);
+  for (int64_t i = 0; i < T * H; ++i) EXPECT_EQ(dxg.data<float>()[i], dxa.data<float>()[i]) << "dx " << i;
+  EXPECT_EQ(state.micro_batches, 1);
+
+  // micro-batch 2: the mean counts
+  MoeRouterSaved sa2, sg2;
+  moe_router_forward(aux, fa.ops, fa.pb, fa.w, x2, 1, &sa2, &la);
+  moe_router_forward(global, fg.ops, fg.pb, fg.w, x2, 1, &sg2, &lg);
+  const std::vector<double> n2 = sa2.aux_counts;
+  std::vector<double> mean(E);
+  for (int64_t e = 0; e < E; ++e) {
+    mean[e] = (n1[e] + n2[e]) / 2.0;
+    EXPECT_EQ(state.counts[e], n1[e] + n2[e]) << "expert " << e;
+  }
+  EXPECT_EQ(state.micro_batches, 2);
+  EXPECT_NE(mean, n2);  // the case exercises the average
+  const float* W = fg.pb.param_data(fg.w.weight);
+  auto loss = [&](const std::vector<double>& w) {  // coeff·E/(T²k)·Σ_e P_e·n̄_e in double
+    double sum = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> l(E);
+      double mx = -1e300, z = 0.0;
+      for (int64_t e = 0; e < E; ++e) {
+        l[e] = 0.0;
+        for (int64_t h = 0; h < H; ++h) l[e] += static_cast<double>(x2.data<float>()[t * H + h]) * w[e * H + h];
+        mx = std::max(mx, l[e]);
+      }
+      for (int64_t e = 0; e < E; ++e) z += std::exp(l[e] - mx);
+      for (int64_t e = 0; e < E; ++e) sum += std::exp(l[e] - mx) / z * mean[e];
+    }
+    return static_cast<double>(E) / (static_cast<double>(T * T) * k) * sum;
+  };
+  std::vector<double> w(W, W + E * H);
+  EXPECT_NEAR(lg.load_balancing, loss(w), 1e-6 * loss(w));
+  fg.pb.zero_grads();
+  moe_router_backward(global, fg.ops, fg.pb, fg.w, sg2, x2, none, 1.0);
+  for (int64_t i = 0; i < E * H; ++i) {
+    std::vector<double> up = w, down = w;
+    up[i] += 1e-4;
+    down[i] -= 1e-4;
+    const double fd = 0.01 * (loss(up) - loss(down)) / 2e-4;
+    EXPECT_NEAR(fg.pb.grad_data(fg.w.weight)[i], fd, 1e-6 + 1e-3 * std::fabs(fd)) << "dW " << i;
+  }
+
+  // the next step: afresh
+  state.reset();
+  MoeRouterSaved sg3;
+  moe_router_forward(global, fg.ops, fg.pb, fg.w, fg.x, 1, &sg3, &lg);
+  moe_router_forward(aux, fa.ops, fa.pb, fa.w, fa.x, 1, &sa, &la);
+  EXPECT_EQ(lg.load_balancing, la.load_balancing);
+  EXPECT_EQ(state.micro_batches, 1);
+}
+
 }  // namespace
 }  // namespace gale
