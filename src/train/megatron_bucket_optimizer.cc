@@ -320,13 +320,13 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
 
 // dp_zero_gather_scatter: one object, {'buckets_coalesced': True, 0: {(param dtype, grad dtype): {'param',
 // 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
-// (Model-parallel rank 0's: read at TP 1 x PP 1 only.)
-StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+// Model-parallel rank `group`'s object optimizer.distributed.dp_group_idx_<group>.param_state.
+StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                         const std::string& what, std::vector<std::string>* states) {
-  static const std::string kKey = std::string(kBuckets) + "dp_group_idx_0.param_state/shard_0_1";
-  if (!c.objects().count(kKey))
-    return DataLoss(what, ": expected the object '", kKey, "' (the gathered buffers), found none; ", kOutWay);
-  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(kKey));
+  const std::string key = str_cat(kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
+  if (!c.objects().count(key))
+    return DataLoss(what, ": expected the object '", key, "' (the gathered buffers), found none; ", kOutWay);
+  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
   const PyValue* per_dtype = nullptr;
   for (const auto& [k, x] : v->entries)
@@ -337,7 +337,7 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
       per_dtype = x->entries[0].second.get();
     }
   if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
-    return DataLoss(what, ": object '", kKey, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
+    return DataLoss(what, ": object '", key, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
                     "'exp_avg_sq', 'numel_unpadded'}}}, found a ", v->type_name(), "; ", kOutWay);
   const int64_t total = std::accumulate(layout.bucket_numel_unpadded.begin(), layout.bucket_numel_unpadded.end(),
                                         int64_t{0});
@@ -349,11 +349,11 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
       return DataLoss(what, ": the gathered '", k->s, "' holds ", x->data.numel(), " elements: expected the ", total,
                       " of the buffer layout Gale rebuilt from the saved args (bucket sizes ",
                       bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
-    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, kKey + " " + k->s));
+    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, key + " " + k->s));
     states->push_back(state);
   }
   if (world->empty())
-    return DataLoss(what, ": object '", kKey, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
+    return DataLoss(what, ": object '", key, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
   std::vector<int64_t> begin(layout.bucket_numel_unpadded.size(), 0);
   for (size_t b = 1; b < begin.size(); ++b) begin[b] = begin[b - 1] + layout.bucket_numel_unpadded[b - 1];
   return BucketSource([world, begin, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
@@ -398,10 +398,6 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   if (tp < 1 || pp < 1)
     return DataLoss(what, ": Megatron's args record tensor_model_parallel_size ", tp, " and pipeline_model_parallel_size ",
                     pp, ": expected both >= 1; ", kOutWay);
-  if (o->layout == "dp_zero_gather_scatter" && tp * pp > 1)
-    return Unimplemented(what, " saved at TP ", tp, " x PP ", pp, ": not supported yet (each model-parallel rank's "
-                         "gathered buffers; no checkpoint from Megatron's writer proves Gale's reading of them: Gale "
-                         "reads this layout from TP 1 x PP 1 runs, and dp_reshardable at any TP x PP); ", kOutWay);
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
@@ -470,7 +466,7 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
                         "args (", size_text, ", transformer_impl '", impl->s, "'); ", kOutWay);
       std::vector<std::string> states;
       GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
-                                                     ? gathered_buffers(c, layout, rank_what, &states)
+                                                     ? gathered_buffers(c, layout, group, rank_what, &states)
                                                      : bucket_tensors(c, layout, group, rank_what, &states));
       RankState local;
       for (const std::string& state : states)

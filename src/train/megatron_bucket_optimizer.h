@@ -24,8 +24,8 @@
 // every master copy, rounded to the weights' dtype, must be the saved weight (Megatron copies the masters
 // into the weights after each step), so a layout Gale got wrong is refused, never loaded.
 //
-// At TP or PP > 1 each model-parallel rank (tensor rank t, pipeline rank p) has its own buffers, saved under
-// dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP group): the
+// At TP or PP > 1 each model-parallel rank (tensor rank t, pipeline rank p) has its own buffers, saved (in either
+// layout) under dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP group): the
 // layout is rebuilt per rank from its local parameters (Megatron's TP pieces of each tensor, megatron_tp_split.h:
 // rows of linear_qkv / linear_fc1 (SwiGLU: [gate piece; up piece]) / word embeddings / output layer, columns of
 // linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — the evenly split
@@ -34,8 +34,7 @@
 // the weights; the pieces are then merged into global tensors (SwiGLU halves joined separately) at the global layer
 // numbers.
 //
-// Refused (Unimplemented, naming --no-load-optim): dp_zero_gather_scatter saved at TP or PP > 1 (no checkpoint
-// from Megatron's writer proves Gale's reading), pipeline splits other than the even one (virtual pipeline
+// Refused (Unimplemented, naming --no-load-optim): pipeline splits other than the even one (virtual pipeline
 // chunks, which keep a buffer per chunk; decoder_first/last_pipeline_num_layers, pipeline_model_parallel_layout,
 // account_for_embedding/loss_in_pipeline_split; num_layers not divisible by PP), tied embeddings at PP > 1 (the
 // last stage's own copy of the embedding in its buffers), several buffers (MoE expert parameters, several

@@ -219,16 +219,14 @@ TEST(MegatronBucketLayout, Tp2Pp2RankHoldsItsStagesPieces) {
   EXPECT_EQ(order->back().layer, 0);
 }
 
-// Every state (masters, exp_avg, exp_avg_sq) of the TP 2 x PP 2 run, its pieces merged, is the TP 1 run's bit for
-// bit; the step is 7 (megatron_dist_optimizer_test.cc checks the values against torch's).
-TEST(MegatronBucketLayout, Tp2Pp2RunReadsAsTheTp1Run) {
-  Saved tp1, tp2pp2(kTp2Pp2);
+void expect_same_state_as_tp1(const std::string& dir, const std::string& layout) {
+  Saved tp1, tp2pp2(dir);
   auto a = tp1.read();
   auto b = tp2pp2.read();
   ASSERT_TRUE(a.ok()) << a.status().message();
   ASSERT_TRUE(b.ok()) << b.status().message();
   EXPECT_EQ(b->step, 7);
-  EXPECT_EQ(b->layout, "dp_reshardable");
+  EXPECT_EQ(b->layout, layout);
   ASSERT_EQ(b->tensors.size(), 3u);
   int64_t compared = 0;
   for (const auto& [state, by_key] : a->tensors) {
@@ -244,6 +242,19 @@ TEST(MegatronBucketLayout, Tp2Pp2RunReadsAsTheTp1Run) {
   }
   EXPECT_EQ(compared, 3 * 6048);  // every element of the 20 tensors
 }
+
+// Every state (masters, exp_avg, exp_avg_sq) of the TP 2 x PP 2 runs (dp_reshardable; dp_zero_gather_scatter, from
+// the same script: each rank's buffers gathered into dp_group_idx_<rank>.param_state), their pieces merged, is the
+// TP 1 run's bit for bit; the step is 7 (megatron_dist_optimizer_test.cc checks the values against torch's).
+TEST(MegatronBucketLayout, Tp2Pp2RunReadsAsTheTp1Run) {
+  for (const auto& [dir, layout] : std::vector<std::pair<std::string, std::string>>{
+           {kTp2Pp2, "dp_reshardable"}, {"torch_dist_adam_dp_zero_tp2pp2/iter_0000007", "dp_zero_gather_scatter"}}) {
+    SCOPED_TRACE(dir);
+    expect_same_state_as_tp1(dir, layout);
+  }
+}
+
+
 
 // What is still refused at TP or PP > 1, and args that do not fit the saved ranks.
 TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
@@ -293,20 +304,14 @@ TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
                    "'decoder.layers.mlp.linear_fc1.weight' (layer 0) are not its saved weights (192 of 384 elements "
                    "differ, the first at flat index 192): the layout is not the saving run's");
   }
-  {  // dp_zero_gather_scatter's per-rank gathered buffers: no fixture from Megatron's writer yet
-    const std::string dir = fixture("torch_dist_adam_dp_zero/iter_0000007");
-    auto c = DcpCheckpoint::open(dir);
-    auto common = read_torch_file(dir + "/common.pt");
-    ASSERT_TRUE(c.ok() && common.ok());
-    PyRef args;
-    for (auto& [k, v] : (*common)->entries)
-      if (k->s == "args") args = v;
-    args->state->set("tensor_model_parallel_size", PyValue::integer(2));
-    expect_message(read_megatron_dist_optimizer(*c, **common, args.get(), "D"), StatusCode::kUnimplemented,
-                   "D: Megatron's distributed optimizer state in the 'dp_zero_gather_scatter' layout saved at TP 2 x "
-                   "PP 1: not supported yet (each model-parallel rank's gathered buffers; no checkpoint from "
-                   "Megatron's writer proves Gale's reading of them: Gale reads this layout from TP 1 x PP 1 runs, "
-                   "and dp_reshardable at any TP x PP)");
+  {
+    Saved s("torch_dist_adam_dp_zero_tp2pp2/iter_0000007");  // the gathered buffers read as one TP 1 run's
+    s.args->state->set("tensor_model_parallel_size", PyValue::integer(1));
+    s.args->state->set("pipeline_model_parallel_size", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's distributed optimizer state in the 'dp_zero_gather_scatter' layout: the gathered "
+                   "'param' holds 1728 elements: expected the 6528 of the buffer layout Gale rebuilt from the saved "
+                   "args (bucket sizes [1024, 1280, 1408, 1408, 1408])");
   }
 }
 
