@@ -164,9 +164,10 @@ StatusOr<Shape> tp_piece(const std::string& key, Shape s, const MegatronModelRan
   const size_t dim = split == MegatronSplit::kColumns ? 1 : 0;
   const int64_t parts = split == MegatronSplit::kGatedRows ? 2 * rank.tp_size : rank.tp_size;
   if (s.size() <= dim || s[dim] % parts != 0)
-    return DataLoss(dir, ": model tensor '", key, "' (one layer's shape ", shape_string(s), "): expected its dimension ",
-                    dim, " to split into ", parts, " equal tensor-parallel pieces (args.tensor_model_parallel_size ",
-                    rank.tp_size, split == MegatronSplit::kGatedRows ? ", SwiGLU's gate and up halves" : "", ")");
+    return DataLoss(dir, ": model tensor '", key, "' (one layer's shape ", shape_string(s),
+                    "): expected its dimension ", dim, " to split into ", parts,
+                    " equal tensor-parallel pieces (args.tensor_model_parallel_size ", rank.tp_size,
+                    split == MegatronSplit::kGatedRows ? ", SwiGLU's gate and up halves" : "", "); ", kOutWay);
   s[dim] /= rank.tp_size;
   return s;
 }
@@ -393,11 +394,12 @@ using RankState = std::map<std::string, std::map<std::pair<std::string, int64_t>
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o) {
   const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
-  const int64_t tp = int_attr(args, "tensor_model_parallel_size", 1), pp = int_attr(args, "pipeline_model_parallel_size", 1);
+  const int64_t tp = int_attr(args, "tensor_model_parallel_size", 1);
+  const int64_t pp = int_attr(args, "pipeline_model_parallel_size", 1);
   const int64_t num_layers = int_attr(args, "num_layers", -1);
   if (tp < 1 || pp < 1)
-    return DataLoss(what, ": Megatron's args record tensor_model_parallel_size ", tp, " and pipeline_model_parallel_size ",
-                    pp, ": expected both >= 1; ", kOutWay);
+    return DataLoss(what, ": Megatron's args record tensor_model_parallel_size ", tp,
+                    " and pipeline_model_parallel_size ", pp, ": expected both >= 1; ", kOutWay);
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
@@ -441,7 +443,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
     for (int64_t t = 0; t < tp; ++t) {
       const int64_t group = t + tp * p;  // DistributedOptimizer's data_parallel_group_idx
       const std::string rank_what =
-          tp * pp > 1 ? str_cat(what, ", tensor-parallel rank ", t, " of ", tp, ", pipeline rank ", p, " of ", pp) : what;
+          tp * pp > 1 ? str_cat(what, ", tensor-parallel rank ", t, " of ", tp, ", pipeline rank ", p, " of ", pp)
+                      : what;
       MegatronModelRank rank;
       rank.tp_size = tp;
       rank.tp_rank = t;
@@ -461,9 +464,10 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
           str_cat(kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
       GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
       if (saved && *saved != layout.bucket_numel_unpadded)
-        return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, ") differ from the ",
-                        bucket_list(layout.bucket_numel_unpadded), " of the buffer layout Gale rebuilt from the saved "
-                        "args (", size_text, ", transformer_impl '", impl->s, "'); ", kOutWay);
+        return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
+                        ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
+                        " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
+                        impl->s, "'); ", kOutWay);
       std::vector<std::string> states;
       GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
                                                      ? gathered_buffers(c, layout, group, rank_what, &states)

@@ -25,14 +25,14 @@
 // into the weights after each step), so a layout Gale got wrong is refused, never loaded.
 //
 // At TP or PP > 1 each model-parallel rank (tensor rank t, pipeline rank p) has its own buffers, saved (in either
-// layout) under dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP group): the
-// layout is rebuilt per rank from its local parameters (Megatron's TP pieces of each tensor, megatron_tp_split.h:
-// rows of linear_qkv / linear_fc1 (SwiGLU: [gate piece; up piece]) / word embeddings / output layer, columns of
-// linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — the evenly split
-// num_layers / PP from p·num_layers / PP —, the embedding on the first stage, the final norm and output layer on
-// the last), checked against that rank's per_bucket_numel_unpadded and, per rank, its masters against its piece of
-// the weights; the pieces are then merged into global tensors (SwiGLU halves joined separately) at the global layer
-// numbers.
+// layout) under dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP
+// group): the layout is rebuilt per rank from its local parameters (Megatron's TP pieces of each tensor,
+// megatron_tp_split.h: rows of linear_qkv / linear_fc1 (SwiGLU: [gate piece; up piece]) / word embeddings /
+// output layer, columns of linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — the
+// evenly split num_layers / PP from p·num_layers / PP —, the embedding on the first stage, the final norm and
+// output layer on the last), checked against that rank's per_bucket_numel_unpadded (dp_zero_gather_scatter: its
+// gathered total) and its masters against its piece of the weights; the pieces are then merged into global tensors
+// (SwiGLU halves joined separately) at the global layer numbers.
 //
 // Refused (Unimplemented, naming --no-load-optim): pipeline splits other than the even one (virtual pipeline
 // chunks, which keep a buffer per chunk; decoder_first/last_pipeline_num_layers, pipeline_model_parallel_layout,

@@ -288,6 +288,14 @@ TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
                    "Megatron's even pipeline split, which needs num_layers divisible by PP)");
   }
   {
+    Saved s(kTp2Pp2);  // TP 3: linear_proj's 16 columns have no TP 3 pieces
+    s.args->state->set("tensor_model_parallel_size", PyValue::integer(3));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: model tensor 'decoder.layers.self_attention.linear_proj.weight' (one layer's shape [16, 16]): "
+                   "expected its dimension 1 to split into 3 equal tensor-parallel pieces "
+                   "(args.tensor_model_parallel_size 3)");
+  }
+  {
     Saved s(kTp2Pp2);  // PP 2 alone: dp_group_idx_2 and _3 belong to no rank
     s.args->state->set("tensor_model_parallel_size", PyValue::integer(1));
     expect_message(s.read(), StatusCode::kDataLoss,
