@@ -1,5 +1,5 @@
-// Megatron's bucket-space optimizer state (dp_reshardable, dp_zero_gather_scatter): the buffer layout rebuilt, the
-// buckets cut into parameters.
+// Megatron's bucket-space optimizer state (dp_reshardable, dp_zero_gather_scatter): each model-parallel rank's buffer
+// layout rebuilt, its buckets cut into parameters, the TP pieces merged.
 #include "train/megatron_bucket_optimizer.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "ckpt/safetensors_dtype.h"
 #include "optim/grad_buckets.h"
+#include "train/megatron_tp_split.h"
 
 namespace gale {
 
@@ -156,27 +157,51 @@ std::string bucket_list(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+// Model-parallel rank `rank`'s piece of one layer's (or a top-level) tensor of shape `s`.
+StatusOr<Shape> tp_piece(const std::string& key, Shape s, const MegatronModelRank& rank, const std::string& dir) {
+  const MegatronSplit split = megatron_split_of(key, rank.swiglu);
+  if (rank.tp_size == 1 || split == MegatronSplit::kReplicated) return s;
+  const size_t dim = split == MegatronSplit::kColumns ? 1 : 0;
+  const int64_t parts = split == MegatronSplit::kGatedRows ? 2 * rank.tp_size : rank.tp_size;
+  if (s.size() <= dim || s[dim] % parts != 0)
+    return DataLoss(dir, ": model tensor '", key, "' (one layer's shape ", shape_string(s),
+                    "): expected its dimension ", dim, " to split into ", parts,
+                    " equal tensor-parallel pieces (args.tensor_model_parallel_size ", rank.tp_size,
+                    split == MegatronSplit::kGatedRows ? ", SwiGLU's gate and up halves" : "", "); ", kOutWay);
+  s[dim] /= rank.tp_size;
+  return s;
+}
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
 }  // namespace
 
 StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpCheckpoint& c, const std::string& impl,
-                                                                    int64_t num_layers, const std::string& dir) {
+                                                                    int64_t num_layers, const std::string& dir,
+                                                                    const MegatronModelRank& rank) {
   if (impl != "local" && impl != "transformer_engine")
     return Unimplemented(dir, ": Megatron's args.transformer_impl '", impl, "': expected 'local' or "
                          "'transformer_engine' (it sets the order of the parameters in the optimizer's buckets); ",
                          kOutWay);
   const bool te = impl == "transformer_engine";
   static const std::string kLayers = "decoder.layers.";
+  // The stage's global layers [first, last).
+  const int64_t first = rank.first_layer, last = rank.num_layers < 0 ? num_layers : rank.first_layer + rank.num_layers;
   std::vector<std::tuple<int, int64_t, int, MegatronBucketParam>> ranked;
   for (const auto& [key, info] : c.tensors()) {
     if (!model_key(key)) continue;
-    int64_t numel = 1;
-    for (int64_t d : info.shape) numel *= d;
     if (!starts_with(key, kLayers)) {
       const int r = top_rank(key);
       if (r < 0)
         return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order (which lays "
                              "out the distributed optimizer's buckets) is not known to Gale; ", kOutWay);
-      ranked.emplace_back(r, 0, 0, MegatronBucketParam{key, -1, numel});
+      if (r <= 1 ? !rank.first_stage : !rank.last_stage) continue;  // the embedding; the final norm, output layer
+      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, info.shape, rank, dir));
+      ranked.emplace_back(r, 0, 0, MegatronBucketParam{key, -1, numel_of(piece), 0, 0, piece});
       continue;
     }
     std::string sub = key.substr(kLayers.size());
@@ -189,14 +214,17 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
                            "transformer_impl '", impl, "' (which lays out the distributed optimizer's buckets) is not "
                            "known to Gale; ", kOutWay);
     if (layer >= 0) {
-      ranked.emplace_back(2, layer, r, MegatronBucketParam{key, -1, numel});
+      if (layer < first || layer >= last) continue;  // another stage's
+      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, info.shape, rank, dir));
+      ranked.emplace_back(2, layer, r, MegatronBucketParam{key, -1, numel_of(piece), 0, 0, piece});
       continue;
     }
     if (info.shape.empty() || info.shape[0] != num_layers)
       return DataLoss(dir, ": model tensor '", key, "' of shape ", shape_string(info.shape), ": expected the layers "
                       "stacked along its first dimension (args.num_layers = ", num_layers, ")");
-    for (int64_t l = 0; l < num_layers; ++l)
-      ranked.emplace_back(2, l, r, MegatronBucketParam{key, l, numel / num_layers});
+    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, Shape(info.shape.begin() + 1, info.shape.end()), rank, dir));
+    for (int64_t l = std::max<int64_t>(first, 0); l < std::min(last, num_layers); ++l)
+      ranked.emplace_back(2, l, r, MegatronBucketParam{key, l, numel_of(piece), 0, 0, piece});
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
@@ -247,8 +275,9 @@ StatusOr<std::vector<float>> f32_elements(const Tensor& t, const std::string& wh
   return f;
 }
 
-// dp_reshardable: one tensor per bucket and state (`states` gets their names, the masters as fp32_param).
-StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+// dp_reshardable: one tensor per bucket and state of model-parallel rank `group`'s buffer (`states` gets their
+// names, the masters as fp32_param); other ranks' tensors are skipped.
+StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                       const std::string& what, std::vector<std::string>* states) {
   auto keys = std::make_shared<std::map<std::string, std::map<int64_t, std::string>>>();  // state -> bucket -> key
   std::string dtype;
@@ -258,14 +287,15 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
     if (!parse_bucket_key(key, &k))
       return DataLoss(c.directory(), ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
                       "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
-    if (k.group != 0 || k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
+    if (k.group != group) continue;
+    if (k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
       return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
                            "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
     dtype = k.dtype;
     (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
   }
   if (keys->empty())
-    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_0.gbuf_idx_0."
+    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_", group, ".gbuf_idx_0."
                     "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
   const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
   for (const auto& [state, by_bucket] : *keys) {
@@ -291,12 +321,13 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
 
 // dp_zero_gather_scatter: one object, {'buckets_coalesced': True, 0: {(param dtype, grad dtype): {'param',
 // 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
-StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout,
+// Model-parallel rank `group`'s object optimizer.distributed.dp_group_idx_<group>.param_state.
+StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                         const std::string& what, std::vector<std::string>* states) {
-  static const std::string kKey = std::string(kBuckets) + "dp_group_idx_0.param_state/shard_0_1";
-  if (!c.objects().count(kKey))
-    return DataLoss(what, ": expected the object '", kKey, "' (the gathered buffers), found none; ", kOutWay);
-  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(kKey));
+  const std::string key = str_cat(kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
+  if (!c.objects().count(key))
+    return DataLoss(what, ": expected the object '", key, "' (the gathered buffers), found none; ", kOutWay);
+  GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
   const PyValue* per_dtype = nullptr;
   for (const auto& [k, x] : v->entries)
@@ -307,7 +338,7 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
       per_dtype = x->entries[0].second.get();
     }
   if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
-    return DataLoss(what, ": object '", kKey, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
+    return DataLoss(what, ": object '", key, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
                     "'exp_avg_sq', 'numel_unpadded'}}}, found a ", v->type_name(), "; ", kOutWay);
   const int64_t total = std::accumulate(layout.bucket_numel_unpadded.begin(), layout.bucket_numel_unpadded.end(),
                                         int64_t{0});
@@ -319,11 +350,11 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
       return DataLoss(what, ": the gathered '", k->s, "' holds ", x->data.numel(), " elements: expected the ", total,
                       " of the buffer layout Gale rebuilt from the saved args (bucket sizes ",
                       bucket_list(layout.bucket_numel_unpadded), "); ", kOutWay);
-    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, kKey + " " + k->s));
+    GALE_ASSIGN_OR_RETURN((*world)[state], f32_elements(x->data, key + " " + k->s));
     states->push_back(state);
   }
   if (world->empty())
-    return DataLoss(what, ": object '", kKey, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
+    return DataLoss(what, ": object '", key, "' holds no 'param' / 'exp_avg' / 'exp_avg_sq' tensors; ", kOutWay);
   std::vector<int64_t> begin(layout.bucket_numel_unpadded.size(), 0);
   for (size_t b = 1; b < begin.size(); ++b) begin[b] = begin[b - 1] + layout.bucket_numel_unpadded[b - 1];
   return BucketSource([world, begin, &layout](const std::string& state, int64_t b) -> StatusOr<std::vector<float>> {
@@ -334,73 +365,178 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
 
 }  // namespace
 
+namespace {
+
+// The text of an args attribute that is set (not absent, None or False), else empty.
+std::string set_attr(const PyValue* args, const char* name) {
+  const PyValue* v = args ? args->attr(name) : nullptr;
+  if (v == nullptr || v->kind == PyValue::kNone || (v->kind == PyValue::kBool && !v->b)) return "";
+  if (v->kind == PyValue::kInt) return std::to_string(v->i);
+  if (v->kind == PyValue::kBool) return "True";
+  if (v->kind == PyValue::kString) return "'" + v->s + "'";
+  return v->type_name();
+}
+
+// Layer `layer` of a stacked tensor (-1: the whole tensor).
+Tensor layer_slice(const Tensor& w, int64_t layer) {
+  if (layer < 0) return w;
+  Tensor out = Tensor::empty(Shape(w.shape().begin() + 1, w.shape().end()), w.dtype());
+  const size_t bytes = static_cast<size_t>(out.numel() * dtype_size(w.dtype()));
+  std::memcpy(out.raw(), static_cast<const char*>(w.raw()) + static_cast<size_t>(layer) * bytes, bytes);
+  return out;
+}
+
+// The states of one model-parallel rank: state -> (model key, layer) -> its piece.
+using RankState = std::map<std::string, std::map<std::pair<std::string, int64_t>, Tensor>>;
+
+}  // namespace
+
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o) {
   const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
-  const int64_t tp = int_attr(args, "tensor_model_parallel_size", 1), pp = int_attr(args, "pipeline_model_parallel_size", 1);
-  if (tp != 1 || pp != 1)
-    return Unimplemented(what, " saved at TP ", tp, " x PP ", pp, ": not supported yet (each model-parallel rank's "
-                         "buckets hold its local shards; Gale reads the bucket layouts of TP 1 x PP 1 runs); ", kOutWay);
+  const int64_t tp = int_attr(args, "tensor_model_parallel_size", 1);
+  const int64_t pp = int_attr(args, "pipeline_model_parallel_size", 1);
+  const int64_t num_layers = int_attr(args, "num_layers", -1);
+  if (tp < 1 || pp < 1)
+    return DataLoss(what, ": Megatron's args record tensor_model_parallel_size ", tp,
+                    " and pipeline_model_parallel_size ", pp, ": expected both >= 1; ", kOutWay);
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
+  if (pp > 1) {
+    for (const char* name : {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+                             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                             "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+                             "account_for_loss_in_pipeline_split"}) {
+      const std::string v = set_attr(args, name);
+      if (!v.empty() && !(v == "1" && std::string(name) == "virtual_pipeline_model_parallel_size"))
+        return Unimplemented(what, " saved at PP ", pp, " with args.", name, " ", v, ": not supported yet (Gale "
+                             "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage); ",
+                             kOutWay);
+    }
+    if (num_layers < 1 || num_layers % pp != 0)
+      return Unimplemented(what, " saved at PP ", pp, " with args.num_layers ", num_layers, ": not supported yet "
+                           "(Gale rebuilds the buffers of Megatron's even pipeline split, which needs num_layers "
+                           "divisible by PP); ", kOutWay);
+    const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
+    if (!(untie && untie->kind == PyValue::kBool && untie->b))
+      return Unimplemented(what, " saved at PP ", pp, " with tied embeddings (no "
+                           "untie_embeddings_and_output_weights): not supported yet (the last stage's own copy of the "
+                           "embedding in its buffers); ", kOutWay);
+  }
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(what, ": Megatron's args record no transformer_impl, which sets the order of the "
                          "parameters in the buckets; ", kOutWay);
-  GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
-                        megatron_parameter_order(c, impl->s, int_attr(args, "num_layers", -1), dir));
-  int64_t num_parameters = 0;
-  for (const MegatronBucketParam& p : order) num_parameters += p.numel;
-  GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
-  const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
-  const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
-  const std::string sizes_key = std::string(kBuckets) + "dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1";
-  GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
-  if (saved && *saved != layout.bucket_numel_unpadded)
-    return DataLoss(what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, ") differ from the ",
-                    bucket_list(layout.bucket_numel_unpadded), " of the buffer layout Gale rebuilt from the saved "
-                    "args (", size_text, ", transformer_impl '", impl->s, "'); ", kOutWay);
-  std::vector<std::string> states;
-  GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
-                                                 ? gathered_buffers(c, layout, what, &states)
-                                                 : bucket_tensors(c, layout, what, &states));
-  for (const std::string& state : states) {
-    std::map<std::string, Tensor> out;
-    for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
-      GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
-      for (const MegatronBucketParam& p : layout.params) {
-        if (p.bucket != b) continue;
-        Tensor& dst = out[p.key];
-        if (!dst.defined()) dst = Tensor::zeros(c.tensors().at(p.key).shape, DType::kF32);
-        std::memcpy(dst.data<float>() + std::max<int64_t>(p.layer, 0) * p.numel, f.data() + p.begin,
-                    static_cast<size_t>(p.numel) * sizeof(float));
+  for (const auto& [key, info] : c.tensors()) {  // every rank's buffers, and no other
+    BucketKey k;
+    if (starts_with(key, kBuckets) && parse_bucket_key(key, &k) && k.group >= tp * pp)
+      return DataLoss(what, ": optimizer tensor '", key, "': expected dp_group_idx_0 to ", tp * pp - 1, " (one per "
+                      "model-parallel rank of the saved args' TP ", tp, " x PP ", pp, "); ", kOutWay);
+  }
+  const PyValue* swiglu = args ? args->attr("swiglu") : nullptr;
+  const bool gated = swiglu && swiglu->kind == PyValue::kBool && swiglu->b;
+  std::map<std::string, Tensor> weights;  // the saved weights, read once
+  std::map<std::string, std::map<std::string, Tensor>> global;  // state -> model key -> global tensor
+  for (int64_t p = 0; p < pp; ++p) {
+    std::vector<RankState> stage;  // by tensor-parallel rank
+    for (int64_t t = 0; t < tp; ++t) {
+      const int64_t group = t + tp * p;  // DistributedOptimizer's data_parallel_group_idx
+      const std::string rank_what =
+          tp * pp > 1 ? str_cat(what, ", tensor-parallel rank ", t, " of ", tp, ", pipeline rank ", p, " of ", pp)
+                      : what;
+      MegatronModelRank rank;
+      rank.tp_size = tp;
+      rank.tp_rank = t;
+      rank.num_layers = pp > 1 ? num_layers / pp : -1;
+      rank.first_layer = pp > 1 ? p * rank.num_layers : 0;
+      rank.first_stage = p == 0;
+      rank.last_stage = p == pp - 1;
+      rank.swiglu = gated;
+      GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
+                            megatron_parameter_order(c, impl->s, num_layers, dir, rank));
+      int64_t num_parameters = 0;
+      for (const MegatronBucketParam& q : order) num_parameters += q.numel;
+      GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
+      const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
+      const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
+      const std::string sizes_key =
+          str_cat(kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
+      GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
+      if (saved && *saved != layout.bucket_numel_unpadded)
+        return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
+                        ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
+                        " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
+                        impl->s, "'); ", kOutWay);
+      std::vector<std::string> states;
+      GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
+                                                     ? gathered_buffers(c, layout, group, rank_what, &states)
+                                                     : bucket_tensors(c, layout, group, rank_what, &states));
+      RankState local;
+      for (const std::string& state : states)
+        for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
+          GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
+          for (const MegatronBucketParam& q : layout.params) {
+            if (q.bucket != b) continue;
+            Tensor x = Tensor::empty(q.shape, DType::kF32);
+            std::memcpy(x.data<float>(), f.data() + q.begin, static_cast<size_t>(q.numel) * sizeof(float));
+            local[state][{q.key, q.layer}] = std::move(x);
+          }
+        }
+      // The masters, rounded to the weights' dtype, are this rank's piece of the saved weights: proof that the
+      // layout is Megatron's.
+      auto masters = local.find("fp32_param");
+      if (masters == local.end())
+        return DataLoss(rank_what, ": no 'param' bucket tensors (the fp32 master copies); ", kOutWay);
+      for (const auto& [at, m] : masters->second) {
+        const auto& [key, layer] = at;
+        if (!weights.count(key)) {
+          GALE_ASSIGN_OR_RETURN(weights[key], c.read_tensor(key));
+        }
+        GALE_ASSIGN_OR_RETURN(Tensor w, megatron_cut_tp(layer_slice(weights.at(key), layer),
+                                                        megatron_split_of(key, gated), tp, t, key));
+        Tensor r = Tensor::empty(w.shape(), w.dtype());
+        GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), r.raw(), m.numel(), key));
+        const int64_t esize = dtype_size(w.dtype());
+        int64_t differ = 0, first = -1;
+        for (int64_t i = 0; i < w.numel(); ++i)
+          if (std::memcmp(static_cast<const char*>(r.raw()) + i * esize, static_cast<const char*>(w.raw()) + i * esize,
+                          static_cast<size_t>(esize)) != 0) {
+            if (first < 0) first = i;
+            ++differ;
+          }
+        if (differ > 0)
+          return DataLoss(rank_what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
+                          size_text, ", transformer_impl '", impl->s, "') places at '", key, "'",
+                          layer >= 0 ? str_cat(" (layer ", layer, ")") : std::string(), " are not its saved weights (",
+                          differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
+                          "): the layout is not the saving run's; ", kOutWay);
       }
+      stage.push_back(std::move(local));
     }
-    o->tensors[state] = std::move(out);
-  }
-  // The masters, rounded to the weights' dtype, are the saved weights: proof that the layout is Megatron's.
-  auto masters = o->tensors.find("fp32_param");
-  if (masters == o->tensors.end())
-    return DataLoss(what, ": no 'param' bucket tensors (the fp32 master copies); ", kOutWay);
-  for (const auto& [key, m] : masters->second) {
-    GALE_ASSIGN_OR_RETURN(Tensor w, c.read_tensor(key));
-    Tensor r = Tensor::empty(w.shape(), w.dtype());
-    GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), r.raw(), m.numel(), key));
-    const int64_t esize = dtype_size(w.dtype());
-    int64_t differ = 0, first = -1;
-    for (int64_t i = 0; i < w.numel(); ++i)
-      if (std::memcmp(static_cast<const char*>(r.raw()) + i * esize, static_cast<const char*>(w.raw()) + i * esize,
-                      static_cast<size_t>(esize)) != 0) {
-        if (first < 0) first = i;
-        ++differ;
+    // The stage's TP pieces merged (SwiGLU's gate and up halves separately), in place at their global layers.
+    for (const auto& [state, pieces] : stage[0])
+      for (const auto& [at, piece0] : pieces) {
+        const auto& [key, layer] = at;
+        std::vector<Tensor> parts;
+        for (int64_t t = 0; t < tp; ++t) {
+          auto s = stage[t].find(state);
+          if (s == stage[t].end() || !s->second.count(at))
+            return DataLoss(what, ": tensor-parallel rank ", t, " of pipeline rank ", p, " holds no '",
+                            state == "fp32_param" ? "param" : state, "' state of '", key, "' (rank 0 does); ", kOutWay);
+          parts.push_back(s->second.at(at));
+        }
+        GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(key, gated), key, what));
+        Tensor& dst = global[state][key];
+        if (!dst.defined()) dst = Tensor::zeros(c.tensors().at(key).shape, DType::kF32);
+        if (whole.numel() * (layer >= 0 ? c.tensors().at(key).shape[0] : 1) != dst.numel())
+          return DataLoss(what, ": the merged '", state, "' of '", key, "' has shape ", whole.shape_string(),
+                          ": expected ", layer >= 0 ? "one layer of " : "", shape_string(c.tensors().at(key).shape));
+        std::memcpy(dst.data<float>() + std::max<int64_t>(layer, 0) * whole.numel(), whole.data<float>(),
+                    static_cast<size_t>(whole.numel()) * sizeof(float));
       }
-    if (differ > 0)
-      return DataLoss(what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
-                      size_text, ", transformer_impl '", impl->s, "') places at '", key, "' are not its saved "
-                      "weights (", differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
-                      "): the layout is not the saving run's; ", kOutWay);
   }
+  for (auto& [state, by_key] : global) o->tensors[state] = std::move(by_key);
   return Status::Ok();
 }
 

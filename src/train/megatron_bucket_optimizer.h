@@ -24,10 +24,23 @@
 // every master copy, rounded to the weights' dtype, must be the saved weight (Megatron copies the masters
 // into the weights after each step), so a layout Gale got wrong is refused, never loaded.
 //
-// Refused (Unimplemented, naming --no-load-optim): saving runs at TP or PP > 1 (each model-parallel rank's
-// buffers hold its local shards), several buffers (MoE expert parameters, several parameter dtypes), models
-// whose parameter names Gale cannot place in Megatron's order, args without transformer_impl. A checkpoint
-// whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket, what was expected and found.
+// At TP or PP > 1 each model-parallel rank (tensor rank t, pipeline rank p) has its own buffers, saved (in either
+// layout) under dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP
+// group): the layout is rebuilt per rank from its local parameters (Megatron's TP pieces of each tensor,
+// megatron_tp_split.h: rows of linear_qkv / linear_fc1 (SwiGLU: [gate piece; up piece]) / word embeddings /
+// output layer, columns of linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — the
+// evenly split num_layers / PP from p·num_layers / PP —, the embedding on the first stage, the final norm and
+// output layer on the last), checked against that rank's per_bucket_numel_unpadded (dp_zero_gather_scatter: its
+// gathered total) and its masters against its piece of the weights; the pieces are then merged into global tensors
+// (SwiGLU halves joined separately) at the global layer numbers.
+//
+// Refused (Unimplemented, naming --no-load-optim): pipeline splits other than the even one (virtual pipeline
+// chunks, which keep a buffer per chunk; decoder_first/last_pipeline_num_layers, pipeline_model_parallel_layout,
+// account_for_embedding/loss_in_pipeline_split; num_layers not divisible by PP), tied embeddings at PP > 1 (the
+// last stage's own copy of the embedding in its buffers), several buffers (MoE expert parameters, several
+// parameter dtypes), models whose parameter names Gale cannot place in Megatron's order, args without
+// transformer_impl. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket
+// (and the model-parallel rank), what was expected and found.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +50,7 @@
 #include "ckpt/dcp_reader.h"
 #include "ckpt/pickle.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "train/megatron_dist_optimizer.h"
 
 namespace gale {
@@ -48,6 +62,7 @@ struct MegatronBucketParam {
   int64_t numel = 0;
   int bucket = 0;
   int64_t begin = 0;  // offset in its bucket
+  Shape shape;        // its shape on the saving rank (one layer's slice, that rank's TP piece); empty: unknown
 };
 
 struct MegatronBucketLayout {
@@ -55,17 +70,29 @@ struct MegatronBucketLayout {
   std::vector<int64_t> bucket_numel_unpadded;
 };
 
-// The parameters of the model keys `c` holds in Megatron's model.parameters() order (layers by number, a
-// stacked key as one entry per layer), for args.transformer_impl `impl` ("local" or "transformer_engine").
+// One model-parallel rank of the saving run: its TP piece and its pipeline stage.
+struct MegatronModelRank {
+  int64_t tp_size = 1, tp_rank = 0;
+  int64_t first_layer = 0, num_layers = -1;  // the stage's global layers [first, first + num); -1: every layer
+  bool first_stage = true, last_stage = true;  // the embedding; the final norm and output layer
+  bool swiglu = false;                         // linear_fc1 holds [gate; up]: each TP piece has both halves
+};
+
+// The parameters of the model keys `c` holds in Megatron's model.parameters() order on model-parallel rank `rank`
+// (layers by number, a stacked key as one entry per layer, numel and shape of that rank's TP piece), for
+// args.transformer_impl `impl` ("local" or "transformer_engine"); `num_layers` is args.num_layers (the stacked
+// keys' first dimension). DataLoss when a TP-split dimension does not divide by rank.tp_size.
 StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpCheckpoint& c, const std::string& impl,
-                                                                    int64_t num_layers, const std::string& dir);
+                                                                    int64_t num_layers, const std::string& dir,
+                                                                    const MegatronModelRank& rank = {});
 
 // Megatron's _ParamAndGradBuffer layout of `params` (in model order) with the distributed optimizer:
 // `bucket_size` 0 = one bucket.
 MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> params, int64_t bucket_size);
 
-// Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved) from the
-// bucket-space state of `c` (layout o->layout); `args` Megatron's args Namespace.
+// Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved, the TP pieces merged and
+// every stage's layers in place) from the bucket-space state of `c` (layout o->layout); `args` Megatron's args
+// Namespace.
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o);
 

@@ -20,6 +20,7 @@
 #include "train/megatron_dist_checkpoint.h"
 #include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
+#include "train/megatron_tp_split.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -30,98 +31,6 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// How tensor parallelism splits a tensor (Megatron-Core's GPT layers; MoE experts and shared
-// experts as the dense MLP, with expert TP = TP).
-enum class Split { kReplicated, kRows, kColumns, kGatedRows };
-
-Split split_of(const std::string& name, bool swiglu) {
-  if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias"))
-    return swiglu ? Split::kGatedRows : Split::kRows;
-  if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
-      name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
-    return Split::kRows;
-  if (const size_t a = name.find("self_attention."); a != std::string::npos && megatron_mla_column_parallel(name.substr(a)))
-    return Split::kRows;  // multi-latent attention's projections (train/megatron_mla_names.h)
-  if (ends_with(name, "self_attention.linear_proj.weight") || ends_with(name, ".linear_fc2.weight"))
-    return Split::kColumns;
-  return Split::kReplicated;  // norms, row-parallel biases, position embeddings
-}
-
-// Copies rows [r0, r0 + n) of `src` (any dtype, rows along dim 0) into `dst` at row d0.
-void copy_rows(const Tensor& src, int64_t r0, int64_t n, Tensor& dst, int64_t d0) {
-  const int64_t row_bytes = src.numel() / std::max<int64_t>(src.shape()[0], 1) * dtype_size(src.dtype());
-  std::memcpy(static_cast<char*>(dst.raw()) + d0 * row_bytes, static_cast<const char*>(src.raw()) + r0 * row_bytes,
-              static_cast<size_t>(n * row_bytes));
-}
-
-StatusOr<Tensor> merge(const std::vector<Tensor>& parts, Split split, const std::string& name, const std::string& where) {
-  const Tensor& first = parts[0];
-  for (const Tensor& p : parts)
-    if (p.shape() != first.shape() || p.dtype() != first.dtype())
-      return DataLoss(where, ": tensor '", name, "' has shape ", first.shape_string(), " on tensor-parallel rank 0 but ",
-                      p.shape_string(), " (", dtype_name(p.dtype()), ") on another");
-  const int64_t tp = static_cast<int64_t>(parts.size());
-  if (split == Split::kReplicated || tp == 1) return first.clone();
-  if (first.ndim() == 0) return DataLoss(where, ": tensor '", name, "' is a scalar; expected a split tensor");
-  const int64_t rows = first.shape()[0];
-  if (split == Split::kRows || split == Split::kGatedRows) {
-    Shape shape = first.shape();
-    shape[0] = rows * tp;
-    Tensor out = Tensor::empty(shape, first.dtype());
-    if (split == Split::kRows) {
-      for (int64_t t = 0; t < tp; ++t) copy_rows(parts[t], 0, rows, out, t * rows);
-    } else {
-      if (rows % 2) return DataLoss(where, ": SwiGLU tensor '", name, "' has an odd number of rows (", rows, ")");
-      const int64_t half = rows / 2;
-      for (int64_t t = 0; t < tp; ++t) {
-        copy_rows(parts[t], 0, half, out, t * half);                 // gate
-        copy_rows(parts[t], half, half, out, tp * half + t * half);  // up
-      }
-    }
-    return out;
-  }
-  if (first.ndim() != 2) return DataLoss(where, ": row-parallel tensor '", name, "' is not 2-D: ", first.shape_string());
-  const int64_t cols = first.shape()[1], es = dtype_size(first.dtype());
-  Tensor out = Tensor::empty({rows, cols * tp}, first.dtype());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < tp; ++t)
-      std::memcpy(static_cast<char*>(out.raw()) + (r * cols * tp + t * cols) * es,
-                  static_cast<const char*>(parts[t].raw()) + r * cols * es, static_cast<size_t>(cols * es));
-  return out;
-}
-
-StatusOr<Tensor> cut(const Tensor& whole, Split split, int64_t tp, int64_t t, const std::string& name) {
-  if (split == Split::kReplicated || tp == 1) return whole;
-  const int64_t rows = whole.shape()[0];
-  if (split == Split::kRows || split == Split::kGatedRows) {
-    const int64_t parts = split == Split::kGatedRows ? 2 * tp : tp;
-    if (rows % parts)
-      return InvalidArgument("tensor '", name, "' of shape ", whole.shape_string(), ": ", rows,
-                             " rows do not split into ", parts, " equal parts for tensor-parallel size ", tp);
-    Shape shape = whole.shape();
-    shape[0] = rows / tp;
-    Tensor out = Tensor::empty(shape, whole.dtype());
-    if (split == Split::kRows) {
-      copy_rows(whole, t * (rows / tp), rows / tp, out, 0);
-    } else {
-      const int64_t half = rows / 2, piece = half / tp;
-      copy_rows(whole, t * piece, piece, out, 0);
-      copy_rows(whole, half + t * piece, piece, out, piece);
-    }
-    return out;
-  }
-  const int64_t cols = whole.shape()[1], es = dtype_size(whole.dtype());
-  if (cols % tp)
-    return InvalidArgument("tensor '", name, "' of shape ", whole.shape_string(), ": ", cols,
-                           " columns do not split into ", tp, " equal parts");
-  const int64_t c = cols / tp;
-  Tensor out = Tensor::empty({rows, c}, whole.dtype());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char*>(out.raw()) + r * c * es, static_cast<const char*>(whole.raw()) + (r * cols + t * c) * es,
-                static_cast<size_t>(c * es));
-  return out;
 }
 
 // "decoder.layers.<i>.<rest>": i and rest; false for other names.
@@ -193,7 +102,7 @@ Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
   return Status::Ok();
 }
 
-// Whether Gale's GPT model has a place for `name` (a merged, global name) whose TP layout split_of
+// Whether Gale's GPT model has a place for `name` (a merged, global name) whose TP layout megatron_split_of
 // knows: dense and MoE layers (train/megatron_moe_names.h), with `mla` multi-latent attention's too;
 // anything else (Mamba, ...) would be merged wrongly or dropped silently.
 bool known_tensor(const std::string& name, bool mla) {
@@ -491,7 +400,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
                             x ? x->type_name() : std::string("none"));
           parts.push_back(x->data);
         }
-        GALE_ASSIGN_OR_RETURN(Tensor whole, merge(parts, split_of(name, swiglu), k->s, where));
+        GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(name, swiglu), k->s, where));
         if (!m.tensors.count(name)) m.tensors.emplace(name, std::move(whole));  // tied copies: the first
       }
       offset += layers;
@@ -741,7 +650,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
                            "supported yet");
     if (nt.name == "embedding.word_embeddings.weight" || nt.name == "output_layer.weight") {
       Tensor padded_t = Tensor::zeros({padded, t.shape()[1]}, t.dtype());
-      copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
+      megatron_copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
       t = padded_t;
     }
     whole[nt.name] = t;
@@ -772,7 +681,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         } else {
           return Unimplemented("tensor '", name, "' has no place in Megatron-Core's GPT model (not supported yet)");
         }
-        GALE_ASSIGN_OR_RETURN(Tensor piece, cut(w, split_of(name, swiglu), tp, t, name));
+        GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(w, megatron_split_of(name, swiglu), tp, t, name));
         sd->set(local, PyValue::tensor(piece.sole_owner() ? piece : piece.clone()));
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
@@ -792,8 +701,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
       if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
       if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
-        GALE_ASSIGN_OR_RETURN(Tensor piece, cut(whole.at("embedding.word_embeddings.weight"), Split::kRows, tp, t,
-                                                "embedding.word_embeddings.weight"));
+        GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(whole.at("embedding.word_embeddings.weight"),
+                                                            MegatronSplit::kRows, tp, t,
+                                                            "embedding.word_embeddings.weight"));
         sd->set("output_layer.weight", PyValue::tensor(piece.clone()));
       }
       PyRef root = PyValue::dict();

@@ -21,7 +21,8 @@
 //  - the distributed optimizer's bucket-space layouts `dp_reshardable` (Megatron main's default without
 //    --dist-ckpt-optim-fully-reshardable: one tensor per data-parallel bucket) and `dp_zero_gather_scatter`
 //    (the buffers gathered into one object), the param groups as objects; cut into parameters by
-//    megatron_bucket_optimizer.h, which rebuilds the saving run's buffer layout (TP 1 x PP 1 saving runs).
+//    megatron_bucket_optimizer.h, which rebuilds each model-parallel rank's buffer layout of the saving run
+//    (at any TP x PP with the even pipeline split).
 // The result holds every state as global tensors of the model key's shape, the master copies under
 // "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
 // fully_sharded_bucket_space (core_v0.12: no fixture from Megatron's writer yet), the limits of

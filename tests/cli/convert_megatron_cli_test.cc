@@ -390,8 +390,10 @@ TEST(ConvertMegatron, PretrainCkptConvertFormatWritesMegatronsTorchFormat) {
 // pieces at TP 2 x DP 2 with bf16 weights and fp32 master copies; torch_dist_adam_reshardable: its
 // fully_reshardable layout; all Megatron core_v0.12.1 after 7 AdamW steps,
 // tools/reference/megatron_torch_dist_optim_reference.py; torch_dist_adam_buckets: the same state in the
-// bucket-space dp_reshardable layout of core_v0.15.3 at DP 2, five buckets; torch_dist_adam_dp_zero: the same
-// buffers gathered as dp_zero_gather_scatter saves them, by core_v0.15.3 and by core_v0.12.1). Iteration 8 in
+// bucket-space dp_reshardable layout of core_v0.15.3 at DP 2, five buckets, and (torch_dist_adam_buckets_tp2pp2)
+// at TP 2 x PP 2, each model-parallel rank's buffers of its pieces; torch_dist_adam_dp_zero: the same
+// buffers gathered as dp_zero_gather_scatter saves them, by core_v0.15.3 and by core_v0.12.1, and _tp2pp2 by
+// core_v0.15.3 at TP 2 x PP 2). Iteration 8 in
 // Gale, in one
 // process and on two ranks (TP 2, or DP 2 with the distributed optimizer), must be AdamW's update from
 // that state: with the gradient g that the saved first moment implies, g = (m8 - b1 m7) / (1 - b1),
@@ -461,10 +463,14 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
       {"torch_dist_adam_buckets", 1, {"--bf16"}, "dp_reshardable"},
       {"torch_dist_adam_buckets", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_reshardable"},
       {"torch_dist_adam_buckets", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "dp_reshardable"},
+      {"torch_dist_adam_buckets_tp2pp2", 1, {"--bf16"}, "dp_reshardable"},
+      {"torch_dist_adam_buckets_tp2pp2", 2, {"--bf16", "--pipeline-model-parallel-size", "2"}, "dp_reshardable"},
       {"torch_dist_adam_dp_zero", 1, {"--bf16"}, "dp_zero_gather_scatter"},
       {"torch_dist_adam_dp_zero", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
       {"torch_dist_adam_dp_zero_v012", 1, {"--bf16"}, "dp_zero_gather_scatter"},
       {"torch_dist_adam_dp_zero_v012", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_tp2pp2", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_dist_adam_dp_zero_tp2pp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "dp_zero_gather_scatter"},
   };
   std::map<std::string, double> one_process_loss;
   int k = 0;
@@ -478,9 +484,10 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
     test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const bool bf16 = std::string(c.fixture) != "torch_dist_adam";
-    const bool tp2 = std::string(c.fixture) == "torch_dist_adam_dp2";
+    const bool pp2 = std::string(c.fixture).find("_tp2pp2") != std::string::npos;
+    const bool tp2 = std::string(c.fixture) == "torch_dist_adam_dp2" || pp2;
     EXPECT_NE(r.output.find(str_cat("reading Megatron's torch_dist checkpoint ", megatron(c.fixture),
-                                    "/iter_0000007 (checkpoint_version 3, saved at TP ", tp2 ? 2 : 1, " x PP 1): model "
+                                    "/iter_0000007 (checkpoint_version 3, saved at TP ", tp2 ? 2 : 1, " x PP ", pp2 ? 2 : 1, "): model "
                                     "weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer state (",
                                     c.layout, ": exp_avg, exp_avg_sq; step 7), scheduler and iteration; Megatron's RNG "
                                     "state is not read")),
@@ -500,6 +507,9 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
     ASSERT_TRUE(from.ok()) << from.status().message();
     expect_adamw_step(*from, save, c.fixture);
   }
+  // The TP 2 x PP 2 runs' buffers hold the TP 1 run's state: the same first loss, to the bit.
+  EXPECT_EQ(one_process_loss.at("torch_dist_adam_buckets_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
+  EXPECT_EQ(one_process_loss.at("torch_dist_adam_dp_zero_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
 }
 
 }  // namespace

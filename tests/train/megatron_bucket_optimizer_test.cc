@@ -25,7 +25,7 @@ using namespace megatron_fixture;
 
 const std::string kDir = "torch_dist_adam_buckets/iter_0000007";
 
-MegatronBucketParam param(const std::string& key, int64_t numel) { return MegatronBucketParam{key, -1, numel}; }
+MegatronBucketParam param(const std::string& key, int64_t numel) { return MegatronBucketParam{key, -1, numel, 0, 0, {}}; }
 
 // Reverse order, 64-element aligned starts, a bucket closing at the parameter that fills it.
 TEST(MegatronBucketLayout, ReverseOrderAlignedStartsBucketsClosedAtSize) {
@@ -99,6 +99,15 @@ struct Saved {
   StatusOr<MegatronOptimizerState> read() { return read_megatron_dist_optimizer(*c, *common, args.get(), "D"); }
 };
 
+const std::string kOutWay = "; pass --no-load-optim (or --finetune) to load the model weights and iteration only";
+
+// The whole message.
+void expect_message(const StatusOr<MegatronOptimizerState>& o, StatusCode code, const std::string& message) {
+  ASSERT_FALSE(o.ok()) << message;
+  EXPECT_EQ(o.status().code(), code) << o.status().message();
+  EXPECT_EQ(o.status().message(), message + kOutWay);
+}
+
 void expect_error(const StatusOr<MegatronOptimizerState>& o, StatusCode code, const std::string& text) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().code(), code) << o.status().message();
@@ -141,10 +150,13 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
     expect_error(s.read(), StatusCode::kUnimplemented, "Megatron's args record no transformer_impl");
   }
   {
-    Saved s;
+    Saved s;  // a TP 1 run's buckets read as TP 2: rank 0's pieces give other buckets
     s.args->state->set("tensor_model_parallel_size", PyValue::integer(2));
-    expect_error(s.read(), StatusCode::kUnimplemented,
-                 "'dp_reshardable' layout saved at TP 2 x PP 1: not supported yet");
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout, tensor-parallel rank 0 "
+                   "of 2, pipeline rank 0 of 1: the saved bucket sizes [1024, 1280, 1408, 1408, 1408] (optimizer."
+                   "distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1) differ from the [1216, 1216, 1152] "
+                   "of the buffer layout Gale rebuilt from the saved args (bucket size 1000, transformer_impl 'local')");
   }
   {
     Saved s;
@@ -154,23 +166,161 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
 }
 
 // tests/data/megatron/torch_dist_adam_buckets_tp2pp2: the same state saved by Megatron core_v0.15.3 at TP 2 x PP 2
-// (four gloo processes, DP 1): each model-parallel rank's buffers under its own dp_group_idx_<model-parallel rank>
-// (DistributedOptimizer's data_parallel_group_idx). Gale does not map them back to global tensors yet: refused,
-// naming the shape and the way out.
-TEST(MegatronBucketLayoutErrors, Tp2Pp2RunIsRefused) {
-  Saved s("torch_dist_adam_buckets_tp2pp2/iter_0000007");
-  ASSERT_TRUE(s.c.ok()) << s.c.status().message();
-  for (int g = 0; g < 4; ++g) {
-    const std::string prefix = "optimizer.distributed.dp_group_idx_" + std::to_string(g);
-    EXPECT_EQ(s.c->objects().count(prefix + ".per_bucket_numel_unpadded/shard_0_1"), 1u) << prefix;
-    bool bucket = false;
-    for (const auto& [key, info] : s.c->tensors()) bucket |= key.rfind(prefix + ".gbuf_idx_0.", 0) == 0;
-    EXPECT_TRUE(bucket) << prefix;
+// (four gloo processes, DP 1): each model-parallel rank's buffers under its own dp_group_idx_<t + 2 p>
+// (DistributedOptimizer's data_parallel_group_idx), holding its TP pieces of its stage's parameters.
+const std::string kTp2Pp2 = "torch_dist_adam_buckets_tp2pp2/iter_0000007";
+
+// Rank (t, p)'s parameters as Megatron's model.parameters() gives them on that rank: the second stage's layer (global
+// layer 1), the final norm and the output layer; its TP pieces (SwiGLU fc1 [12 gate; 12 up] rows of 48, linear_proj
+// and linear_fc2 cut by columns, the vocabulary's half of the output layer, norms whole).
+TEST(MegatronBucketLayout, Tp2Pp2RankHoldsItsStagesPieces) {
+  auto c = DcpCheckpoint::open(fixture(kTp2Pp2));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  MegatronModelRank rank;
+  rank.tp_size = 2;
+  rank.tp_rank = 1;
+  rank.first_layer = 1;
+  rank.num_layers = 1;
+  rank.first_stage = false;
+  rank.swiglu = true;
+  auto order = megatron_parameter_order(*c, "local", 2, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  const std::string L = "decoder.layers.";
+  const std::vector<std::tuple<std::string, int64_t, Shape>> want = {
+      {L + "self_attention.linear_qkv.layer_norm_weight", 1, {16}},
+      {L + "self_attention.linear_qkv.layer_norm_bias", 1, {16}},
+      {L + "self_attention.linear_proj.weight", 1, {16, 8}},
+      {L + "self_attention.linear_qkv.weight", 1, {16, 16}},
+      {L + "mlp.linear_fc1.layer_norm_weight", 1, {16}},
+      {L + "mlp.linear_fc1.layer_norm_bias", 1, {16}},
+      {L + "mlp.linear_fc1.weight", 1, {24, 16}},
+      {L + "mlp.linear_fc2.weight", 1, {16, 12}},
+      {"decoder.final_layernorm.weight", -1, {16}},
+      {"decoder.final_layernorm.bias", -1, {16}},
+      {"output_layer.weight", -1, {32, 16}}};
+  ASSERT_EQ(order->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const MegatronBucketParam& p = (*order)[i];
+    EXPECT_EQ(p.key, std::get<0>(want[i])) << i;
+    EXPECT_EQ(p.layer, std::get<1>(want[i])) << p.key;
+    EXPECT_EQ(p.shape, std::get<2>(want[i])) << p.key;
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    EXPECT_EQ(p.numel, n) << p.key;
   }
-  EXPECT_EQ(s.c->objects().count("optimizer.distributed.dp_group_idx_4.per_bucket_numel_unpadded/shard_0_1"), 0u);
-  expect_error(s.read(), StatusCode::kUnimplemented,
-               "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout saved at TP 2 x PP 2: not "
-               "supported yet (each model-parallel rank's buckets hold its local shards");
+  rank.first_layer = 0;  // the first stage: the embedding's half of the vocabulary and layer 0
+  rank.first_stage = true;
+  rank.last_stage = false;
+  order = megatron_parameter_order(*c, "local", 2, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  ASSERT_EQ(order->size(), 9u);
+  EXPECT_EQ(order->front().key, "embedding.word_embeddings.weight");
+  EXPECT_EQ(order->front().shape, (Shape{32, 16}));
+  EXPECT_EQ(order->back().layer, 0);
+}
+
+void expect_same_state_as_tp1(const std::string& dir, const std::string& layout) {
+  Saved tp1, tp2pp2(dir);
+  auto a = tp1.read();
+  auto b = tp2pp2.read();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->step, 7);
+  EXPECT_EQ(b->layout, layout);
+  ASSERT_EQ(b->tensors.size(), 3u);
+  int64_t compared = 0;
+  for (const auto& [state, by_key] : a->tensors) {
+    ASSERT_TRUE(b->tensors.count(state)) << state;
+    ASSERT_EQ(b->tensors.at(state).size(), by_key.size()) << state;
+    for (const auto& [key, want] : by_key) {
+      ASSERT_TRUE(b->tensors.at(state).count(key)) << state << " " << key;
+      const Tensor& got = b->tensors.at(state).at(key);
+      ASSERT_EQ(got.shape(), want.shape()) << state << " " << key;
+      for (int64_t i = 0; i < want.numel(); ++i, ++compared)
+        ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+    }
+  }
+  EXPECT_EQ(compared, 3 * 6048);  // every element of the 20 tensors
+}
+
+// Every state (masters, exp_avg, exp_avg_sq) of the TP 2 x PP 2 runs (dp_reshardable; dp_zero_gather_scatter, from
+// the same script: each rank's buffers gathered into dp_group_idx_<rank>.param_state), their pieces merged, is the
+// TP 1 run's bit for bit; the step is 7 (megatron_dist_optimizer_test.cc checks the values against torch's).
+TEST(MegatronBucketLayout, Tp2Pp2RunReadsAsTheTp1Run) {
+  for (const auto& [dir, layout] : std::vector<std::pair<std::string, std::string>>{
+           {kTp2Pp2, "dp_reshardable"}, {"torch_dist_adam_dp_zero_tp2pp2/iter_0000007", "dp_zero_gather_scatter"}}) {
+    SCOPED_TRACE(dir);
+    expect_same_state_as_tp1(dir, layout);
+  }
+}
+
+
+
+// What is still refused at TP or PP > 1, and args that do not fit the saved ranks.
+TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
+  const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
+  {
+    Saved s(kTp2Pp2);  // tied embeddings: the last stage would hold its own copy in its buffers
+    s.args->state->set("untie_embeddings_and_output_weights", PyValue::boolean(false));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with tied embeddings (no untie_embeddings_and_output_weights): not "
+                   "supported yet (the last stage's own copy of the embedding in its buffers)");
+  }
+  {
+    Saved s(kTp2Pp2);  // virtual pipeline chunks: a buffer per chunk
+    s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(2));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with args.virtual_pipeline_model_parallel_size 2: not supported yet (Gale "
+                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+  }
+  {
+    Saved s(kTp2Pp2);
+    s.args->state->set("decoder_first_pipeline_num_layers", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with args.decoder_first_pipeline_num_layers 1: not supported yet (Gale "
+                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+  }
+  {
+    Saved s(kTp2Pp2);
+    s.args->state->set("num_layers", PyValue::integer(3));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with args.num_layers 3: not supported yet (Gale rebuilds the buffers of "
+                   "Megatron's even pipeline split, which needs num_layers divisible by PP)");
+  }
+  {
+    Saved s(kTp2Pp2);  // TP 3: linear_proj's 16 columns have no TP 3 pieces
+    s.args->state->set("tensor_model_parallel_size", PyValue::integer(3));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: model tensor 'decoder.layers.self_attention.linear_proj.weight' (one layer's shape [16, 16]): "
+                   "expected its dimension 1 to split into 3 equal tensor-parallel pieces "
+                   "(args.tensor_model_parallel_size 3)");
+  }
+  {
+    Saved s(kTp2Pp2);  // PP 2 alone: dp_group_idx_2 and _3 belong to no rank
+    s.args->state->set("tensor_model_parallel_size", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": optimizer tensor 'optimizer.distributed.dp_group_idx_2.gbuf_idx_0.dtype_(torch.bfloat16, "
+                   "torch.float32).bucket_idx_0.exp_avg': expected dp_group_idx_0 to 1 (one per model-parallel rank of "
+                   "the saved args' TP 1 x PP 2)");
+  }
+  {
+    Saved s(kTp2Pp2);  // without SwiGLU the fc1 pieces are plain row blocks: rank 0's masters are not its weights
+    s.args->state->set("swiglu", PyValue::boolean(false));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", tensor-parallel rank 0 of 2, pipeline rank 0 of 2: the fp32 master copies that the buffer "
+                   "layout rebuilt from the saved args (bucket size 1000, transformer_impl 'local') places at "
+                   "'decoder.layers.mlp.linear_fc1.weight' (layer 0) are not its saved weights (192 of 384 elements "
+                   "differ, the first at flat index 192): the layout is not the saving run's");
+  }
+  {
+    Saved s("torch_dist_adam_dp_zero_tp2pp2/iter_0000007");  // the gathered buffers read as one TP 1 run's
+    s.args->state->set("tensor_model_parallel_size", PyValue::integer(1));
+    s.args->state->set("pipeline_model_parallel_size", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's distributed optimizer state in the 'dp_zero_gather_scatter' layout: the gathered "
+                   "'param' holds 1728 elements: expected the 6528 of the buffer layout Gale rebuilt from the saved "
+                   "args (bucket sizes [1024, 1280, 1408, 1408, 1408])");
+  }
 }
 
 // dp_zero_gather_scatter records no per-bucket sizes: with Transformer Engine's parameter order (the same total

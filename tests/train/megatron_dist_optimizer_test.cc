@@ -5,8 +5,9 @@
 // fully_sharded_model_space pieces at TP 2 x DP 2, bf16 weights with fp32 master copies) come from
 // tools/reference/megatron_torch_dist_optim_reference.py (Megatron core_v0.12.1's dist_checkpointing,
 // 7 AdamW steps; torch_dist_adam_reshardable the fully_reshardable layout; torch_dist_adam_buckets the bucket-space
-// dp_reshardable layout of core_v0.15.3 at DP 2, torch_dist_adam_dp_zero its dp_zero_gather_scatter layout, _v012
-// the same written by core_v0.12.1);
+// dp_reshardable layout of core_v0.15.3 at DP 2, torch_dist_adam_buckets_tp2pp2 the same at TP 2 x PP 2 (each
+// model-parallel rank's buffers of its pieces), torch_dist_adam_dp_zero its dp_zero_gather_scatter layout, _v012
+// the same written by core_v0.12.1, _tp2pp2 by core_v0.15.3 at TP 2 x PP 2);
 // torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
 // and first values. Every layout must give those values, and exactly the same tensors as each other.
 #include <gtest/gtest.h>
@@ -55,7 +56,9 @@ TEST(MegatronDistOptimizer, BothLayoutsGiveTorchsAdamState) {
                                                       {"torch_dist_adam_reshardable", "fully_reshardable"},
                                                       {"torch_dist_adam_buckets", "dp_reshardable"},
                                                       {"torch_dist_adam_dp_zero", "dp_zero_gather_scatter"},
-                                                      {"torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"}};
+                                                      {"torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter"},
+                                                      {"torch_dist_adam_buckets_tp2pp2", "dp_reshardable"},
+                                                      {"torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter"}};
   for (const auto& [dir, layout] : layouts) {
     SCOPED_TRACE(dir);
     auto m = read_with_optimizer(dir);
@@ -91,7 +94,8 @@ TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   const nlohmann::json want = reference()["listing"];
   for (const char* dir :
        {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets",
-        "torch_dist_adam_dp_zero", "torch_dist_adam_dp_zero_v012"}) {
+        "torch_dist_adam_dp_zero", "torch_dist_adam_dp_zero_v012", "torch_dist_adam_buckets_tp2pp2",
+        "torch_dist_adam_dp_zero_tp2pp2"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();

@@ -38,7 +38,9 @@ dp_zero_gather_scatter layout (get_parameter_state_dp_zero gathers the shards ov
 torch_dist_adam_buckets_tp2pp2/, the same state in the dp_reshardable layout at TP 2 x PP 2 x DP 1 (four gloo
 processes): each rank's buffer holds its local shards (megatron_ckpt_reference.shard: SwiGLU halves cut separately,
 its stage's layers from 0, the embedding on the first stage, the output layer on the last) under
-dp_group_idx_<model-parallel rank>, as Megatron's DistributedOptimizer keys them. ONLY=<names> limits a run to
+dp_group_idx_<model-parallel rank>, as Megatron's DistributedOptimizer keys them; torch_dist_adam_dp_zero_tp2pp2/, the
+same in the dp_zero_gather_scatter layout (each rank's buffers gathered into dp_group_idx_<rank>.param_state).
+ONLY=<names> limits a run to
 the named fixtures. Run with
 core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
 Shim: numpy 2 lacks np.product (used by the sharding validation), aliased to np.prod.
@@ -422,7 +424,8 @@ def main_buckets(fixtures):
     if hasattr(DistributedOptimizer, "sharded_param_state_dp_reshardable"):  # core_v0.15
         fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable", 1, 1, 2),
                              ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter", 1, 1, 2),
-                             ("torch_dist_adam_buckets_tp2pp2", "dp_reshardable", 2, 2, 4))
+                             ("torch_dist_adam_buckets_tp2pp2", "dp_reshardable", 2, 2, 4),
+                             ("torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter", 2, 2, 4))
     else:  # core_v0.12
         fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter", 1, 1, 2),)
     if os.environ.get("ONLY"):  # regenerate the named fixtures only (comma-separated)
