@@ -366,32 +366,34 @@ Status gale_to_swiglu_mlp(const std::string& gale, const std::string& hf, int64_
   return Status::Ok();
 }
 
-// Qwen2-MoE's sparse layer i: mlp.gate [E, H] is the router, mlp.experts.j.{gate,up,down}_proj the
-// experts, mlp.shared_expert.{gate,up,down}_proj the shared expert and mlp.shared_expert_gate [1, H]
-// its gate_weight.
-Status qwen2_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+// Qwen2-MoE's and Qwen3-MoE's sparse layer i: mlp.gate [E, H] is the router, mlp.experts.j.{gate,up,down}_proj
+// the experts; Qwen2-MoE adds mlp.shared_expert.{gate,up,down}_proj, the shared expert, and
+// mlp.shared_expert_gate [1, H], its gate_weight.
+Status qwen_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
-  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, H}));
   mp.put(gale_layer(i, "mlp.router.weight"), router);
   for (int64_t j = 0; j < E; ++j)
     GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()),
                                             gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
                                             F, H, mp));
+  if (m.arch != HfArchitecture::kQwen2Moe) return Status::Ok();
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp.shared_expert."), gale_layer(i, "mlp.shared_experts."), Fs, H, mp));
   GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.shared_expert_gate.weight"), {1, H}));
   mp.put(gale_layer(i, "mlp.shared_experts.gate_weight"), gate);
   return Status::Ok();
 }
 
-Status gale_experts_to_qwen2_moe(const HfModel& m, int64_t i, Mapper& mp) {
+Status gale_experts_to_qwen_moe(const HfModel& m, int64_t i, Mapper& mp) {
   const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
-  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, H}));
   mp.put(llama_layer(i, "mlp.gate.weight"), router);
   for (int64_t j = 0; j < E; ++j)
     GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
                                             llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), F, H, mp));
+  if (m.arch != HfArchitecture::kQwen2Moe) return Status::Ok();
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_expert."), Fs, H, mp));
   GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(gale_layer(i, "mlp.shared_experts.gate_weight"), {1, H}));
   mp.put(llama_layer(i, "mlp.shared_expert_gate.weight"), gate);
@@ -549,7 +551,7 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
     GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
     mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), group_qkv(q, k, v, d.NH, d.KV, d.HD));
-    if (m.model.qk_layernorm) {  // Qwen3
+    if (m.model.qk_layernorm) {  // Qwen3, Qwen3-MoE
       GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(llama_layer(i, "self_attn.q_norm.weight"), {d.HD}));
       mp.put(gale_layer(i, "self_attention.q_layernorm.weight"), qn);
       GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(llama_layer(i, "self_attn.k_norm.weight"), {d.HD}));
@@ -566,8 +568,8 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
     mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
     if (moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? qwen2_moe_experts_to_gale(m, i, mp)
-                                                               : mixtral_experts_to_gale(m, i, mp));
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kMixtral ? mixtral_experts_to_gale(m, i, mp)
+                                                              : qwen_moe_experts_to_gale(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
@@ -598,7 +600,7 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     mp.put(llama_layer(i, "self_attn.q_proj.weight"), w[0]);
     mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
     mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
-    if (m.model.qk_layernorm) {  // Qwen3
+    if (m.model.qk_layernorm) {  // Qwen3, Qwen3-MoE
       GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(gale_layer(i, "self_attention.q_layernorm.weight"), {d.HD}));
       mp.put(llama_layer(i, "self_attn.q_norm.weight"), qn);
       GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(gale_layer(i, "self_attention.k_layernorm.weight"), {d.HD}));
@@ -616,8 +618,8 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
     mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
     if (moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? gale_experts_to_qwen2_moe(m, i, mp)
-                                                               : gale_experts_to_mixtral(m, i, mp));
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kMixtral ? gale_experts_to_mixtral(m, i, mp)
+                                                              : gale_experts_to_qwen_moe(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));

@@ -21,6 +21,9 @@
 //   mlp.experts.j.{gate,up}_proj, down_proj      -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert.{gate,up}_proj, down_proj  -> mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert_gate.weight [1, H]         -> mlp.shared_experts.gate_weight
+// Qwen3-MoE (Qwen3's attention with q_norm/k_norm) in its sparse layers: Qwen2-MoE's router and experts, no
+// shared expert (transformers 5.x also saves the per-expert names, though it computes with fused
+// [E, 2Fe, H] / [E, H, Fe] expert tensors).
 // DeepSeek-V3 (MLA; tensors copied row for row, both sides store DeepSeek's layouts and rotate q_pe /
 // k_pe interleaved):
 //   self_attn.q_a_proj [Cq, H], q_a_layernorm [Cq], q_b_proj [NH·(Dn+R), Cq]

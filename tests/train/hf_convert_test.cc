@@ -82,12 +82,16 @@ struct LoadedModel {
   OpTable ops = reference_ops();
   std::unique_ptr<GPTModel> model;
 };
-std::unique_ptr<LoadedModel> load_model(const std::string& ckpt) {
+// `edit_args` (optional) changes the recorded args before the model is built.
+std::unique_ptr<LoadedModel> load_model(const std::string& ckpt,
+                                        const std::function<void(nlohmann::json&)>& edit_args = nullptr) {
   auto r = CheckpointReader::open(ckpt);
   EXPECT_TRUE(r.ok()) << r.status().message();
-  auto m = model_args_from_json(r->section("args").value(), ckpt);
+  nlohmann::json args = r->section("args").value();
+  if (edit_args) edit_args(args);
+  auto m = model_args_from_json(args, ckpt);
   EXPECT_TRUE(m.ok()) << m.status().message();
-  auto moe = moe_args_from_json(r->section("args").value(), ckpt, m->num_layers);
+  auto moe = moe_args_from_json(args, ckpt, m->num_layers);
   EXPECT_TRUE(moe.ok()) << moe.status().message();
   Arguments a;
   a.model = m.value();
@@ -203,7 +207,7 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
-                                           "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn"));
+                                           "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -290,6 +294,90 @@ TEST(HfConvert, Qwen2MoeRoutingAndLayerPatternFromTheConfig) {
   auto bad = hf_model_from_config(j, "q/config.json", 128, 1);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "q/config.json: 'mlp_only_layers' must hold layer indices 0 to 3, found [7]");
+}
+
+// Qwen3-MoE (tools/reference/hf_fixture_qwen3_moe.py, saved by transformers 5.x: num_local_experts,
+// rope_parameters, per-expert tensor names): the checkpoint records Qwen3's attention and the expert
+// flags; the routing matters to the golden logits (norm_topk_prob true is Megatron's default routing:
+// the same weights with --moe-router-pre-softmax, i.e. without the renormalisation, disagree), and so
+// do the router, the experts' [gate; up] order and the dense layer 1's MLP.
+TEST(HfConvert, Qwen3MoeRecordsItsExpertsAndRoutingAndTheGoldenComparisonSeesThem) {
+  TempDir tmp;
+  std::string log;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen3_moe"), tmp.file("gale")),
+                                 [&](const std::string& line) { log += line + "\n"; })
+                  .ok());
+  // router_aux_loss_coef is a training flag (not recorded in the checkpoint): the log names it.
+  EXPECT_NE(log.find("experts: 4 per layer, top-2, ffn 32 (router_aux_loss_coef 0.001 is a training flag: pass "
+                     "--moe-aux-loss-coeff to gale pretrain)\n"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("no shared expert; MoE layers [1,0,1], routing Megatron's default (norm_topk_prob true)\n"),
+            std::string::npos)
+      << log;
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["num_experts"], 4);
+  EXPECT_EQ(args["moe_router_topk"], 2);
+  EXPECT_EQ(args["moe_ffn_hidden_size"], 32);
+  EXPECT_EQ(args["ffn_hidden_size"], 96);
+  EXPECT_EQ(args["moe_layer_freq"], "[1,0,1]");  // mlp_only_layers [1]
+  EXPECT_EQ(args["moe_router_pre_softmax"], false);  // norm_topk_prob true
+  EXPECT_EQ(args["qk_layernorm"], true);
+  EXPECT_EQ(args["add_qkv_bias"], false);
+  EXPECT_EQ(args["kv_channels"], 24);
+  EXPECT_FALSE(args.contains("moe_shared_expert_intermediate_size"));
+  const Golden g = read_golden("qwen3_moe");
+  EXPECT_LT(compare(logits_of(*load_model(tmp.file("gale"))->model, g.tokens), g).max_diff, kLogitTolerance);
+  auto pre_softmax = load_model(tmp.file("gale"), [](nlohmann::json& a) { a["moe_router_pre_softmax"] = true; });
+  EXPECT_GT(compare(logits_of(*pre_softmax->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+  for (const char* name : {"decoder.layers.0.mlp.router.weight",
+                           "decoder.layers.2.mlp.experts.local_experts.2.linear_fc1.weight",
+                           "decoder.layers.1.mlp.linear_fc1.weight"}) {
+    auto lm = load_model(tmp.file("gale"));
+    ParamBuffer& pb = lm->model->params();
+    const int id = pb.find(name);
+    ASSERT_GE(id, 0) << name;
+    Tensor t = pb.param(id);
+    const int64_t half = t.numel() / 2;  // swap the two halves: router rows 0-1 with 2-3, gate with up
+    std::vector<float> first(t.data<float>(), t.data<float>() + half);
+    std::memmove(t.data<float>(), t.data<float>() + half, half * sizeof(float));
+    std::memcpy(t.data<float>() + half, first.data(), half * sizeof(float));
+    EXPECT_GT(compare(logits_of(*lm->model, g.tokens), g).max_diff, 100 * kLogitTolerance) << name;
+  }
+}
+
+// Gale -> HF: a --qk-layernorm MoE model without a shared expert is written as Qwen3MoeForCausalLM
+// with the Hub's keys (num_experts, the sparse layers, the routing; router_aux_loss_coef is left to
+// transformers' default, as the checkpoint does not record --moe-aux-loss-coeff).
+TEST(HfConvert, Qwen3MoeIsWrittenWithTheHubsConfigKeys) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen3_moe"), tmp.file("gale")), quiet).ok());
+  Status s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf")), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::ifstream in(tmp.file("hf/config.json"));
+  const nlohmann::json out = nlohmann::json::parse(in);
+  EXPECT_EQ(out["architectures"], nlohmann::json::array({"Qwen3MoeForCausalLM"}));
+  EXPECT_EQ(out["model_type"], "qwen3_moe");
+  EXPECT_EQ(out["num_experts"], 4);
+  EXPECT_EQ(out["num_experts_per_tok"], 2);
+  EXPECT_EQ(out["moe_intermediate_size"], 32);
+  EXPECT_EQ(out["intermediate_size"], 96);
+  EXPECT_EQ(out["head_dim"], 24);
+  EXPECT_EQ(out["norm_topk_prob"], true);
+  EXPECT_EQ(out["decoder_sparse_step"], 1);
+  EXPECT_EQ(out["mlp_only_layers"], nlohmann::json::array({1}));
+  EXPECT_EQ(out["attention_bias"], false);
+  EXPECT_EQ(out["use_sliding_window"], false);
+  EXPECT_FALSE(out.contains("shared_expert_intermediate_size"));
+  EXPECT_FALSE(out.contains("router_aux_loss_coef"));
+  // Read back, the written config describes the same model.
+  auto back = hf_model_from_config(out, "hf/config.json", 128, 1);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->arch, HfArchitecture::kQwen3Moe);
+  EXPECT_EQ(back->moe.layer_pattern, (std::vector<int>{1, 0, 1}));
+  EXPECT_FALSE(back->moe.moe_router_pre_softmax);
 }
 
 // Bloom: the checkpoint records ALiBi, --embed-layernorm and the tanh GeLU; the embedding norm is
@@ -663,6 +751,76 @@ std::string error_of(const std::string& dir, const TempDir& tmp) {
   return s.message();
 }
 
+// What Gale cannot hold in a Qwen3-MoE config, and the Gale models Qwen3-MoE cannot hold.
+TEST(HfConvertErrors, Qwen3MoeOptionsGaleDoesNotHave) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen3_moe");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 8;
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'use_sliding_window' = true is not supported yet "
+                                      "(Qwen3MoeForCausalLM's sliding window: transformers 4.x and 5.x apply it to "
+                                      "different layers)");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["use_sliding_window"] = false;
+    j["num_experts"] = 8;  // the Hub's key, disagreeing with transformers 5.x's
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'num_experts' 8 and 'num_local_experts' 4 disagree (expected "
+                                      "one expert count)");
+  edit_config(dir, [](nlohmann::json& j) {
+    j.erase("num_local_experts");
+    j["num_experts_per_tok"] = 9;
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: num_experts_per_tok 9 exceeds num_experts 8");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["num_experts_per_tok"] = 2;
+    j["mlp_only_layers"] = {0, 1, 2};
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse "
+                                      "layer; convert it as a dense model (Qwen3ForCausalLM) instead");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["mlp_only_layers"] = nlohmann::json::array();
+    j["attention_bias"] = true;
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'attention_bias' = true is not supported yet (biases on "
+                                      "q/k/v/o; Qwen2's q/k/v-only bias is supported)");
+  // The Hub's spelling (num_experts, no num_local_experts) converts.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["attention_bias"] = false;
+    j["num_experts"] = 4;
+    j["mlp_only_layers"] = {1};
+  });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  // Gale -> HF: --qk-layernorm with a shared expert, or with --sliding-window, has no Qwen3-MoE form.
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json args = r->section("args").value();
+  ModelArgs m = model_args_from_json(args, "x").value();
+  MoeArgs moe = moe_args_from_json(args, "x", m.num_layers).value();
+  EXPECT_EQ(moe.num_experts, 4);
+  EXPECT_EQ(moe.layer_pattern, (std::vector<int>{1, 0, 1}));
+  auto ok = hf_model_from_args(m, moe, 100, "x");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->arch, HfArchitecture::kQwen3Moe);
+  moe.moe_shared_expert_intermediate_size = 48;
+  moe.moe_shared_expert_gate = true;
+  auto hf = hf_model_from_args(m, moe, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(hf.status().message(),
+            "ckpt/metadata.json: the model has --qk-layernorm, which is written as Qwen3ForCausalLM or "
+            "Qwen3MoeForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, rope with --rotary-percent 1, "
+            "--disable-bias-linear, no --add-qkv-bias) without a shared expert");
+  moe.moe_shared_expert_intermediate_size = kUnset;
+  moe.moe_shared_expert_gate = false;
+  m.sliding_window = 8;
+  hf = hf_model_from_args(m, moe, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(hf.status().message(),
+            "ckpt/metadata.json: the model has --sliding-window 8, which Qwen3MoeForCausalLM cannot hold (written as "
+            "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
+}
+
 TEST(HfConvertErrors, MissingConfigOrWeights) {
   TempDir tmp;
   std::string dir = copy_fixture(tmp, "gpt2");
@@ -686,7 +844,9 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   std::string dir = copy_fixture(tmp, "llama");
   edit_config(dir, [](nlohmann::json& j) { j["architectures"] = {"FalconForCausalLM"}; });
   std::string e = error_of(dir, tmp);
-  EXPECT_NE(e.find("config.json: architecture 'FalconForCausalLM' is not supported yet"), std::string::npos) << e;
+  EXPECT_EQ(e, dir + "/config.json: architecture 'FalconForCausalLM' is not supported yet (supported: "
+               "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+               "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
