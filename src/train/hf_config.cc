@@ -19,6 +19,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kDeepseekV3: return "DeepseekV3ForCausalLM";
     case HfArchitecture::kQwen3: return "Qwen3ForCausalLM";
     case HfArchitecture::kQwen3Moe: return "Qwen3MoeForCausalLM";
+    case HfArchitecture::kQwen3Next: return "Qwen3NextForCausalLM";
     case HfArchitecture::kBloom: return "BloomForCausalLM";
   }
   return "?";
@@ -402,6 +403,7 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
   MoeArgs& moe = out.moe;
   const int64_t L = out.model.num_layers;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2Moe;
+  const bool shared_expert = qwen2 || out.arch == HfArchitecture::kQwen3Next;
   const char* experts_key = c.set("num_experts") || !c.set("num_local_experts") ? "num_experts" : "num_local_experts";
   GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive(experts_key));
   if (c.set("num_experts") && c.set("num_local_experts")) {
@@ -415,9 +417,9 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
     return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds ", experts_key, " ",
                            moe.num_experts);
   GALE_ASSIGN_OR_RETURN(moe.moe_ffn_hidden_size, c.positive("moe_intermediate_size"));
-  if (qwen2) {
+  if (shared_expert) {
     GALE_ASSIGN_OR_RETURN(moe.moe_shared_expert_intermediate_size, c.positive("shared_expert_intermediate_size"));
-    moe.moe_shared_expert_gate = true;  // Qwen2-MoE always gates its shared expert
+    moe.moe_shared_expert_gate = true;  // Qwen2-MoE and Qwen3-Next always gate their shared expert
   }
   // Both route by softmax over all experts, then the top k; norm_topk_prob true renormalises over
   // the k (Megatron's default: top-k of the logits, softmax over the k), false keeps the
@@ -479,6 +481,70 @@ Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistr
   return Status::Ok();
 }
 
+// Qwen3-Next's attention and norms (its MoE blocks: read_qwen_moe_experts): layer_types (or, as the
+// Hub's configs say, full_attention_interval N: layer i full attention when (i + 1) % N == 0) ->
+// --experimental-attention-variant gdn --linear-attention-freq as a list (1: linear_attention);
+// linear_conv_kernel_dim, linear_{key,value}_head_dim, linear_num_{key,value}_heads -> Megatron's
+// --linear-* sizes; the full-attention layers' q_proj [query | gate] per head -> --attention-output-gate,
+// q_norm / k_norm -> --qk-layernorm; zero-centred RMSNorms (1 + w) -> --apply-layernorm-1p;
+// partial_rotary_factor (top level, or in transformers 5.x's rope_parameters; default 0.25) ->
+// --rotary-percent.
+Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  const int64_t L = m.num_layers;
+  std::vector<int> pattern(static_cast<size_t>(L), 1);
+  if (c.set("layer_types")) {
+    const nlohmann::json& types = c.json().at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != L)
+      return InvalidArgument(c.path(), ": 'layer_types' must list ", L, " layer types, found ", types.dump());
+    for (int64_t i = 0; i < L; ++i) {
+      if (types[i] == "full_attention") pattern[i] = 0;
+      else if (types[i] != "linear_attention")
+        return InvalidArgument(c.path(), ": 'layer_types' must hold \"linear_attention\" or \"full_attention\", found ",
+                               types.dump());
+    }
+  } else {
+    GALE_ASSIGN_OR_RETURN(int64_t interval, c.positive("full_attention_interval", 4));
+    for (int64_t i = 0; i < L; ++i) pattern[i] = (i + 1) % interval == 0 ? 0 : 1;
+  }
+  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
+    return Unimplemented(c.path(), ": 'layer_types' has no linear_attention layer; a Qwen3-Next without Gated "
+                         "DeltaNet layers is not supported yet");
+  m.experimental_attention_variant = "gdn";
+  m.linear_attention_pattern = pattern;
+  m.linear_attention_freq = "[";
+  for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
+  m.linear_attention_freq += "]";
+  GALE_ASSIGN_OR_RETURN(m.linear_conv_kernel_dim, c.positive("linear_conv_kernel_dim", 4));
+  GALE_ASSIGN_OR_RETURN(m.linear_key_head_dim, c.positive("linear_key_head_dim", 128));
+  GALE_ASSIGN_OR_RETURN(m.linear_value_head_dim, c.positive("linear_value_head_dim", 128));
+  GALE_ASSIGN_OR_RETURN(m.linear_num_key_heads, c.positive("linear_num_key_heads", 16));
+  GALE_ASSIGN_OR_RETURN(m.linear_num_value_heads, c.positive("linear_num_value_heads", 32));
+  if (m.linear_num_value_heads % m.linear_num_key_heads != 0)
+    return InvalidArgument(c.path(), ": linear_num_value_heads ", m.linear_num_value_heads,
+                           " is not a multiple of linear_num_key_heads ", m.linear_num_key_heads);
+  double factor = 0.25;  // Qwen3NextConfig's default
+  const nlohmann::json& j = c.json();
+  auto rope = j.find("rope_parameters");
+  const nlohmann::json* f = j.contains("partial_rotary_factor") ? &j.at("partial_rotary_factor")
+                            : rope != j.end() && rope->is_object() && rope->contains("partial_rotary_factor")
+                                ? &rope->at("partial_rotary_factor")
+                                : nullptr;
+  if (f != nullptr && !f->is_null()) {
+    const double rot = f->is_number() ? f->get<double>() * static_cast<double>(m.kv_channels) : -1.0;
+    if (!f->is_number() || !(f->get<double>() > 0.0 && f->get<double>() <= 1.0) || rot != std::floor(rot) ||
+        static_cast<int64_t>(rot) % 2 != 0)
+      return InvalidArgument(c.path(), ": 'partial_rotary_factor' must be in (0, 1] and give an even number of rotary "
+                             "channels of head_dim ", m.kv_channels, ", found ", f->dump());
+    factor = f->get<double>();
+  }
+  m.rotary_percent = factor;
+  m.attention_output_gate = true;
+  m.qk_layernorm = true;
+  m.apply_layernorm_1p = true;
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -530,7 +596,9 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.qk_layernorm = qwen3;  // Qwen3's and Qwen3-MoE's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
   m.untie_embeddings_and_output_weights = !tie;
   if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
-  if (out.arch == HfArchitecture::kQwen2Moe || out.arch == HfArchitecture::kQwen3Moe)
+  if (out.arch == HfArchitecture::kQwen3Next) GALE_RETURN_IF_ERROR(read_qwen3_next(c, out));
+  if (out.arch == HfArchitecture::kQwen2Moe || out.arch == HfArchitecture::kQwen3Moe ||
+      out.arch == HfArchitecture::kQwen3Next)
     GALE_RETURN_IF_ERROR(read_qwen_moe_experts(c, j, out));
   return Status::Ok();
 }
@@ -714,12 +782,13 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
   else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
   else if (name == "Qwen3MoeForCausalLM") out.arch = HfArchitecture::kQwen3Moe;
+  else if (name == "Qwen3NextForCausalLM") out.arch = HfArchitecture::kQwen3Next;
   else if (name == "BloomForCausalLM") out.arch = HfArchitecture::kBloom;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM)");
+                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -733,7 +802,7 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
                            m.num_attention_heads, " attention heads and ", m.num_kv_heads, " key/value heads of ",
                            path);
   m.seq_length = m.max_position_embeddings;
-  m.rotary_percent = 1.0;
+  if (out.arch != HfArchitecture::kQwen3Next) m.rotary_percent = 1.0;  // Qwen3-Next: partial_rotary_factor
   m.make_vocab_size_divisible_by = divisible_by;
   m.padded_vocab_size = pad_vocab_size(out.vocab_size, divisible_by, tensor_parallel);
   return out;

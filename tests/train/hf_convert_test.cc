@@ -751,6 +751,74 @@ std::string error_of(const std::string& dir, const TempDir& tmp) {
   return s.message();
 }
 
+// Qwen3-Next (tools/reference/hf_fixture_qwen3_next.py, transformers 5.25, bf16): Gated DeltaNet
+// layers 0 and 2, gated full attention in layer 1 with partial RoPE, zero-centred norms, MoE with a
+// gated shared expert in layers 0 and 1 and a dense layer 2. The converted model reproduces
+// transformers' logits; each re-layout matters (HF's per-key-head in_proj_qkvz / in_proj_ba order
+// taken as Megatron's sections, the query and gate rows of a head swapped, the gated norm's weight
+// not shifted to zero-centred, full RoPE instead of partial); writing it back is refused.
+TEST(HfConvert, Qwen3NextImportReproducesTransformersLogits) {
+  TempDir tmp;
+  Status s = convert_hf_to_gale(to_gale(fixture("qwen3_next"), tmp.file("gale")), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json args = r->section("args").value();
+  EXPECT_EQ(args["experimental_attention_variant"], "gdn");
+  EXPECT_EQ(args["linear_attention_freq"], nlohmann::json::array({1, 0, 1}));
+  EXPECT_EQ(args["linear_num_key_heads"], 2);
+  EXPECT_EQ(args["linear_num_value_heads"], 4);
+  EXPECT_EQ(args["linear_key_head_dim"], 16);
+  EXPECT_EQ(args["linear_value_head_dim"], 8);
+  EXPECT_EQ(args["attention_output_gate"], true);
+  EXPECT_EQ(args["apply_layernorm_1p"], true);
+  EXPECT_EQ(args["qk_layernorm"], true);
+  EXPECT_DOUBLE_EQ(args["rotary_percent"].get<double>(), 0.25);
+  EXPECT_EQ(args["moe_layer_freq"], "[1,1,0]");
+  EXPECT_EQ(args["moe_shared_expert_intermediate_size"], 48);
+  EXPECT_EQ(args["moe_shared_expert_gate"], true);
+  const Golden g = read_golden("qwen3_next");
+  auto lm = load_model(tmp.file("gale"));
+  Comparison c = compare(logits_of(*lm->model, g.tokens), g);
+  EXPECT_LT(c.max_diff, kLogitTolerance);
+  EXPECT_NEAR(c.loss, g.loss, kLogitTolerance);
+  auto full_rope = load_model(tmp.file("gale"), [](nlohmann::json& a) { a["rotary_percent"] = 1.0; });
+  EXPECT_GT(compare(logits_of(*full_rope->model, g.tokens), g).max_diff, 100 * kLogitTolerance);
+  // Wrong layouts, applied to the converted tensors: each misses the golden logits.
+  auto broken = [&](const char* name, const std::function<void(float*, int64_t)>& edit) {
+    auto model = load_model(tmp.file("gale"));
+    ParamBuffer& pb = model->model->params();
+    const int id = pb.find(name);
+    EXPECT_GE(id, 0) << name;
+    if (id < 0) return 0.0;
+    edit(pb.param_data(id), pb.spec(id).local_numel());
+    return compare(logits_of(*model->model, g.tokens), g).max_diff;
+  };
+  // in_proj's q section of key head 0 swapped with its k section (HF's order read as Megatron's would
+  // mix them); H = 64 columns per row, DK = 16 rows per key head.
+  EXPECT_GT(broken("decoder.layers.0.self_attention.in_proj.weight",
+                   [](float* w, int64_t) { std::swap_ranges(w, w + 16 * 64, w + 32 * 64); }),
+            100 * kLogitTolerance);
+  // b and a of value head 0 swapped (rows 2·16 + 2·32 + 0 and + 4).
+  EXPECT_GT(broken("decoder.layers.0.self_attention.in_proj.weight",
+                   [](float* w, int64_t) { std::swap_ranges(w + 96 * 64, w + 97 * 64, w + 100 * 64); }),
+            100 * kLogitTolerance);
+  // Head 0's query rows swapped with its gate rows (HF's per-head [query | gate] read in order).
+  EXPECT_GT(broken("decoder.layers.1.self_attention.linear_qkv.weight",
+                   [](float* w, int64_t) { std::swap_ranges(w, w + 16 * 64, w + 32 * 64); }),
+            100 * kLogitTolerance);
+  // The gated norm's plain weight taken as zero-centred (not shifted by −1).
+  EXPECT_GT(broken("decoder.layers.2.self_attention.out_norm.weight",
+                   [](float* w, int64_t n) { for (int64_t j = 0; j < n; ++j) w[j] += 1.0f; }),
+            100 * kLogitTolerance);
+  // Import only.
+  s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf")), quiet);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), tmp.file("gale") + "/iter_0000000/metadata.json: a Gated DeltaNet model (args "
+                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format and to "
+                         "Hugging Face's is not supported yet (Qwen3NextForCausalLM converts from Hugging Face only)");
+}
+
 // What Gale cannot hold in a Qwen3-MoE config, and the Gale models Qwen3-MoE cannot hold.
 TEST(HfConvertErrors, Qwen3MoeOptionsGaleDoesNotHave) {
   TempDir tmp;
@@ -821,6 +889,80 @@ TEST(HfConvertErrors, Qwen3MoeOptionsGaleDoesNotHave) {
             "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
 }
 
+// Qwen3-Next configs: the layer kinds from layer_types (transformers 5.x) or full_attention_interval
+// (the Hub's configs), partial_rotary_factor at the top level or in rope_parameters; what Gale cannot
+// build is refused naming the key.
+TEST(HfConvertErrors, Qwen3NextOptionsGaleDoesNotHave) {
+  TempDir tmp;
+  std::string dir = copy_fixture(tmp, "qwen3_next");
+  edit_config(dir, [](nlohmann::json& j) { j["layer_types"][1] = "sliding_attention"; });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'layer_types' must hold \"linear_attention\" or "
+                                      "\"full_attention\", found [\"linear_attention\",\"sliding_attention\","
+                                      "\"linear_attention\"]");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'layer_types' has no linear_attention layer; a Qwen3-Next "
+                                      "without Gated DeltaNet layers is not supported yet");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["layer_types"] = {"linear_attention", "full_attention", "linear_attention"};
+    j["rope_parameters"]["partial_rotary_factor"] = 0.3;
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'partial_rotary_factor' must be in (0, 1] and give an even "
+                                      "number of rotary channels of head_dim 16, found 0.3");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["rope_parameters"]["partial_rotary_factor"] = 0.25;
+    j["linear_num_value_heads"] = 3;
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: linear_num_value_heads 3 is not a multiple of "
+                                      "linear_num_key_heads 2");
+  // The Hub's spelling: full_attention_interval and a top-level partial_rotary_factor.
+  edit_config(dir, [](nlohmann::json& j) {
+    j["linear_num_value_heads"] = 4;
+    j.erase("layer_types");
+    j["full_attention_interval"] = 2;
+    j["rope_parameters"].erase("partial_rotary_factor");
+    j["partial_rotary_factor"] = 0.5;
+  });
+  auto hub = hf_model_from_config(
+      [&] {
+        std::ifstream in(dir + "/config.json");
+        return nlohmann::json::parse(in);
+      }(),
+      "c", 128, 1);
+  ASSERT_TRUE(hub.ok()) << hub.status().message();
+  EXPECT_EQ(hub->model.linear_attention_pattern, (std::vector<int>{1, 0, 1}));
+  EXPECT_EQ(hub->model.linear_attention_freq, "[1,0,1]");
+  EXPECT_DOUBLE_EQ(hub->model.rotary_percent, 0.5);
+}
+
+// The Hub's Qwen3-Next files carry multi-token-prediction layers (mtp.*) that transformers does not
+// load: left out, as any other tensor the architecture has no place for is not.
+TEST(HfConvert, Qwen3NextLeavesOutItsMtpLayers) {
+  TempDir tmp;
+  const std::string dir = copy_fixture(tmp, "qwen3_next");
+  auto write_with = [&](const std::string& extra) {
+    auto src = SafetensorsFile::open(fixture("qwen3_next") + "/model.safetensors");
+    ASSERT_TRUE(src.ok());
+    std::vector<Tensor> keep;
+    SafetensorsWriter w;
+    for (const SafetensorsEntry& e : src->entries()) {
+      keep.push_back(src->read(e.name, DType::kF32).value());
+      ASSERT_TRUE(w.add(e.name, keep.back()).ok());
+    }
+    keep.push_back(Tensor::zeros({2, 64}));
+    ASSERT_TRUE(w.add(extra, keep.back()).ok());
+    ASSERT_TRUE(w.write(dir + "/model.safetensors").ok());
+  };
+  write_with("mtp.fc.weight");
+  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet);
+  EXPECT_TRUE(s.ok()) << s.message();
+  write_with("model.layers.0.linear_attn.extra.weight");
+  EXPECT_EQ(error_of(dir, tmp), dir + ": tensor 'model.layers.0.linear_attn.extra.weight' has no place in a "
+                                      "Qwen3NextForCausalLM built from " + dir +
+                                      "/config.json (an option Gale does not support?)");
+}
+
 TEST(HfConvertErrors, MissingConfigOrWeights) {
   TempDir tmp;
   std::string dir = copy_fixture(tmp, "gpt2");
@@ -846,7 +988,8 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   std::string e = error_of(dir, tmp);
   EXPECT_EQ(e, dir + "/config.json: architecture 'FalconForCausalLM' is not supported yet (supported: "
                "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM)");
+               "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
+               "DeepseekV3ForCausalLM)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
