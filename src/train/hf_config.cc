@@ -440,9 +440,13 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
       pattern[v.get<int64_t>()] = 0;
     }
   }
-  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
+  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
+    if (out.arch == HfArchitecture::kQwen3Next)
+      return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; a Qwen3-Next "
+                           "without experts is not supported yet");
     return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; convert it as "
                          "a dense model (", qwen2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM", ") instead");
+  }
   moe.layer_pattern = pattern;
   moe.moe_layer_freq = "[";
   for (int64_t i = 0; i < L; ++i) moe.moe_layer_freq += (i ? "," : "") + std::to_string(pattern[i]);

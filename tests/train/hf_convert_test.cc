@@ -916,6 +916,13 @@ TEST(HfConvertErrors, Qwen3NextOptionsGaleDoesNotHave) {
   });
   EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: linear_num_value_heads 3 is not a multiple of "
                                       "linear_num_key_heads 2");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["linear_num_value_heads"] = 4;
+    j["mlp_only_layers"] = {0, 1, 2};
+  });
+  EXPECT_EQ(error_of(dir, tmp), dir + "/config.json: 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse "
+                                      "layer; a Qwen3-Next without experts is not supported yet");
+  edit_config(dir, [](nlohmann::json& j) { j["mlp_only_layers"] = {2}; });
   // The Hub's spelling: full_attention_interval and a top-level partial_rotary_factor.
   edit_config(dir, [](nlohmann::json& j) {
     j["linear_num_value_heads"] = 4;
