@@ -887,7 +887,7 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                            ", top-k scaling factor ", unset(moe.moe_router_topk_scaling_factor) ? "unset" : "set",
                            ", group-limited routing ", moe.moe_router_group_topk != kUnset ? "on" : "off", ")");
     const bool shared = moe.moe_shared_expert_intermediate_size != kUnset;
-    if (m.qk_layernorm) {  // Qwen3-MoE: LLaMA-shaped, no shared expert (checked above), any layer pattern, either routing
+    if (m.qk_layernorm) {  // Qwen3-MoE: LLaMA-shaped, no shared expert (checked above), any pattern and routing
       out.arch = HfArchitecture::kQwen3Moe;
     } else if (shared) {  // Qwen2-MoE: q/k/v biases, a gated shared expert, any layer pattern, either routing
       if (!llama || !m.add_qkv_bias || !moe.moe_shared_expert_gate)

@@ -72,7 +72,9 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next };
+enum class HfArchitecture {
+  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next
+};
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);
@@ -83,7 +85,9 @@ struct HfModel {
   // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
   // (= max_position_embeddings) and padded_vocab_size all set.
   ModelArgs model;
-  MoeArgs moe;                          // Mixtral's / Qwen2-MoE's / Qwen3-MoE's / DeepSeek-V3's experts (layer_pattern set); disabled for dense models
+  // Mixtral's / Qwen2-MoE's / Qwen3-MoE's / Qwen3-Next's / DeepSeek-V3's experts (layer_pattern set); disabled for
+  // dense models
+  MoeArgs moe;
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent

@@ -367,8 +367,8 @@ Status gale_to_swiglu_mlp(const std::string& gale, const std::string& hf, int64_
 }
 
 // Qwen2-MoE's, Qwen3-MoE's and Qwen3-Next's sparse layer i: mlp.gate [E, H] is the router,
-// mlp.experts.j.{gate,up,down}_proj the experts; Qwen2-MoE and Qwen3-Next add mlp.shared_expert.{gate,up,down}_proj, the shared expert, and
-// mlp.shared_expert_gate [1, H], its gate_weight.
+// mlp.experts.j.{gate,up,down}_proj the experts; Qwen2-MoE and Qwen3-Next add the shared expert
+// mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate [1, H], its gate_weight.
 Status qwen_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
   GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, H}));
