@@ -387,9 +387,12 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
   const std::string& v = m.experimental_attention_variant;
   if (v != "gdn" && v != "dsa") return Status::Ok();
-  return Unimplemented(where, ": ", v == "gdn" ? "a Gated DeltaNet model" : "a DeepSeek sparse attention model",
-                       " (args 'experimental_attention_variant' \"", v, "\"): conversion to or from Megatron's and "
-                       "Hugging Face's formats is not supported yet");
+  if (v == "gdn")  // Hugging Face's Qwen3-Next converts to Gale (train/hf_weights.h), not back
+    return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
+                         "to or from Megatron's format and to Hugging Face's is not supported yet "
+                         "(Qwen3NextForCausalLM converts from Hugging Face only)");
+  return Unimplemented(where, ": a DeepSeek sparse attention model (args 'experimental_attention_variant' \"", v,
+                       "\"): conversion to or from Megatron's and Hugging Face's formats is not supported yet");
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// Parsing and writing Hugging Face config.json for GPT-2, Bloom, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE and
-// DeepSeek-V3.
+// Parsing and writing Hugging Face config.json for GPT-2, Bloom, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE,
+// Qwen3-MoE and DeepSeek-V3.
 #include "train/hf_config.h"
 
 #include <algorithm>
@@ -18,6 +18,8 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
     case HfArchitecture::kDeepseekV3: return "DeepseekV3ForCausalLM";
     case HfArchitecture::kQwen3: return "Qwen3ForCausalLM";
+    case HfArchitecture::kQwen3Moe: return "Qwen3MoeForCausalLM";
+    case HfArchitecture::kQwen3Next: return "Qwen3NextForCausalLM";
     case HfArchitecture::kBloom: return "BloomForCausalLM";
   }
   return "?";
@@ -394,18 +396,34 @@ Status read_mixtral_experts(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
-// Qwen2-MoE's experts and shared expert as Megatron's MoE flags.
-Status read_qwen2_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
+// Qwen2-MoE's and Qwen3-MoE's experts (and Qwen2-MoE's shared expert) as Megatron's MoE flags. The
+// expert count is num_experts (the Hub's configs, transformers 4.x) or num_local_experts (what
+// transformers 5.x writes: its configs map num_experts to it); both given, they must agree.
+Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   MoeArgs& moe = out.moe;
   const int64_t L = out.model.num_layers;
-  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("num_experts"));
+  const bool qwen2 = out.arch == HfArchitecture::kQwen2Moe;
+  const bool shared_expert = qwen2 || out.arch == HfArchitecture::kQwen3Next;
+  const char* experts_key = c.set("num_experts") || !c.set("num_local_experts") ? "num_experts" : "num_local_experts";
+  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive(experts_key));
+  if (c.set("num_experts") && c.set("num_local_experts")) {
+    GALE_ASSIGN_OR_RETURN(int64_t local, c.positive("num_local_experts"));
+    if (local != moe.num_experts)
+      return InvalidArgument(c.path(), ": 'num_experts' ", moe.num_experts, " and 'num_local_experts' ", local,
+                             " disagree (expected one expert count)");
+  }
   GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
   if (moe.moe_router_topk > moe.num_experts)
-    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds num_experts ",
+    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds ", experts_key, " ",
                            moe.num_experts);
   GALE_ASSIGN_OR_RETURN(moe.moe_ffn_hidden_size, c.positive("moe_intermediate_size"));
-  GALE_ASSIGN_OR_RETURN(moe.moe_shared_expert_intermediate_size, c.positive("shared_expert_intermediate_size"));
-  moe.moe_shared_expert_gate = true;  // Qwen2-MoE always gates its shared expert
+  if (shared_expert) {
+    GALE_ASSIGN_OR_RETURN(moe.moe_shared_expert_intermediate_size, c.positive("shared_expert_intermediate_size"));
+    moe.moe_shared_expert_gate = true;  // Qwen2-MoE and Qwen3-Next always gate their shared expert
+  }
+  // Both route by softmax over all experts, then the top k; norm_topk_prob true renormalises over
+  // the k (Megatron's default: top-k of the logits, softmax over the k), false keeps the
+  // probabilities (--moe-router-pre-softmax).
   GALE_ASSIGN_OR_RETURN(bool norm_topk, c.boolean("norm_topk_prob", false));
   moe.moe_router_pre_softmax = !norm_topk;
   GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("router_aux_loss_coef", 0.001));
@@ -422,9 +440,13 @@ Status read_qwen2_moe_experts(const ConfigReader& c, const nlohmann::json& j, Hf
       pattern[v.get<int64_t>()] = 0;
     }
   }
-  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
+  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
+    if (out.arch == HfArchitecture::kQwen3Next)
+      return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; a Qwen3-Next "
+                           "without experts is not supported yet");
     return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; convert it as "
-                         "a dense model (Qwen2ForCausalLM) instead");
+                         "a dense model (", qwen2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM", ") instead");
+  }
   moe.layer_pattern = pattern;
   moe.moe_layer_freq = "[";
   for (int64_t i = 0; i < L; ++i) moe.moe_layer_freq += (i ? "," : "") + std::to_string(pattern[i]);
@@ -463,6 +485,70 @@ Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistr
   return Status::Ok();
 }
 
+// Qwen3-Next's attention and norms (its MoE blocks: read_qwen_moe_experts): layer_types (or, as the
+// Hub's configs say, full_attention_interval N: layer i full attention when (i + 1) % N == 0) ->
+// --experimental-attention-variant gdn --linear-attention-freq as a list (1: linear_attention);
+// linear_conv_kernel_dim, linear_{key,value}_head_dim, linear_num_{key,value}_heads -> Megatron's
+// --linear-* sizes; the full-attention layers' q_proj [query | gate] per head -> --attention-output-gate,
+// q_norm / k_norm -> --qk-layernorm; zero-centred RMSNorms (1 + w) -> --apply-layernorm-1p;
+// partial_rotary_factor (top level, or in transformers 5.x's rope_parameters; default 0.25) ->
+// --rotary-percent.
+Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  const int64_t L = m.num_layers;
+  std::vector<int> pattern(static_cast<size_t>(L), 1);
+  if (c.set("layer_types")) {
+    const nlohmann::json& types = c.json().at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != L)
+      return InvalidArgument(c.path(), ": 'layer_types' must list ", L, " layer types, found ", types.dump());
+    for (int64_t i = 0; i < L; ++i) {
+      if (types[i] == "full_attention") pattern[i] = 0;
+      else if (types[i] != "linear_attention")
+        return InvalidArgument(c.path(), ": 'layer_types' must hold \"linear_attention\" or \"full_attention\", found ",
+                               types.dump());
+    }
+  } else {
+    GALE_ASSIGN_OR_RETURN(int64_t interval, c.positive("full_attention_interval", 4));
+    for (int64_t i = 0; i < L; ++i) pattern[i] = (i + 1) % interval == 0 ? 0 : 1;
+  }
+  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
+    return Unimplemented(c.path(), ": 'layer_types' has no linear_attention layer; a Qwen3-Next without Gated "
+                         "DeltaNet layers is not supported yet");
+  m.experimental_attention_variant = "gdn";
+  m.linear_attention_pattern = pattern;
+  m.linear_attention_freq = "[";
+  for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
+  m.linear_attention_freq += "]";
+  GALE_ASSIGN_OR_RETURN(m.linear_conv_kernel_dim, c.positive("linear_conv_kernel_dim", 4));
+  GALE_ASSIGN_OR_RETURN(m.linear_key_head_dim, c.positive("linear_key_head_dim", 128));
+  GALE_ASSIGN_OR_RETURN(m.linear_value_head_dim, c.positive("linear_value_head_dim", 128));
+  GALE_ASSIGN_OR_RETURN(m.linear_num_key_heads, c.positive("linear_num_key_heads", 16));
+  GALE_ASSIGN_OR_RETURN(m.linear_num_value_heads, c.positive("linear_num_value_heads", 32));
+  if (m.linear_num_value_heads % m.linear_num_key_heads != 0)
+    return InvalidArgument(c.path(), ": linear_num_value_heads ", m.linear_num_value_heads,
+                           " is not a multiple of linear_num_key_heads ", m.linear_num_key_heads);
+  double factor = 0.25;  // Qwen3NextConfig's default
+  const nlohmann::json& j = c.json();
+  auto rope = j.find("rope_parameters");
+  const nlohmann::json* f = j.contains("partial_rotary_factor") ? &j.at("partial_rotary_factor")
+                            : rope != j.end() && rope->is_object() && rope->contains("partial_rotary_factor")
+                                ? &rope->at("partial_rotary_factor")
+                                : nullptr;
+  if (f != nullptr && !f->is_null()) {
+    const double rot = f->is_number() ? f->get<double>() * static_cast<double>(m.kv_channels) : -1.0;
+    if (!f->is_number() || !(f->get<double>() > 0.0 && f->get<double>() <= 1.0) || rot != std::floor(rot) ||
+        static_cast<int64_t>(rot) % 2 != 0)
+      return InvalidArgument(c.path(), ": 'partial_rotary_factor' must be in (0, 1] and give an even number of rotary "
+                             "channels of head_dim ", m.kv_channels, ", found ", f->dump());
+    factor = f->get<double>();
+  }
+  m.rotary_percent = factor;
+  m.attention_output_gate = true;
+  m.qk_layernorm = true;
+  m.apply_layernorm_1p = true;
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -494,9 +580,16 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
-  const bool qwen3 = out.arch == HfArchitecture::kQwen3;
-  if (mistral_like || qwen2 || qwen3)
+  const bool qwen3 = out.arch == HfArchitecture::kQwen3 || out.arch == HfArchitecture::kQwen3Moe;
+  if (out.arch == HfArchitecture::kQwen3Moe) {
+    // transformers 4.x windows Qwen3-MoE's layers from max_window_layers on, 5.x every layer.
+    GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", false));
+    if (use_window)
+      return refuse(c, "use_sliding_window", "Qwen3MoeForCausalLM's sliding window: transformers 4.x and 5.x "
+                    "apply it to different layers");
+  } else if (mistral_like || qwen2 || qwen3) {
     GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, out.arch == HfArchitecture::kMistral, &m));
+  }
   m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
   m.normalization = "RMSNorm";
@@ -504,20 +597,24 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.swiglu = true;
   m.add_bias_linear = false;
   m.add_qkv_bias = qwen2;
-  m.qk_layernorm = qwen3;  // Qwen3's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
+  m.qk_layernorm = qwen3;  // Qwen3's and Qwen3-MoE's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
   m.untie_embeddings_and_output_weights = !tie;
   if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
-  if (out.arch == HfArchitecture::kQwen2Moe) GALE_RETURN_IF_ERROR(read_qwen2_moe_experts(c, j, out));
+  if (out.arch == HfArchitecture::kQwen3Next) GALE_RETURN_IF_ERROR(read_qwen3_next(c, out));
+  if (out.arch == HfArchitecture::kQwen2Moe || out.arch == HfArchitecture::kQwen3Moe ||
+      out.arch == HfArchitecture::kQwen3Next)
+    GALE_RETURN_IF_ERROR(read_qwen_moe_experts(c, j, out));
   return Status::Ok();
 }
 
-// Qwen2-MoE's expert keys. The sparse layers as decoder_sparse_step when one step gives them, else
-// as mlp_only_layers (with step 1; transformers releases before mlp_only_layers ignore it).
-void add_qwen2_moe_config(const MoeArgs& moe, int64_t L, nlohmann::json* j) {
+// Qwen2-MoE's and Qwen3-MoE's expert keys (the shared expert's only for Qwen2-MoE). The sparse layers
+// as decoder_sparse_step when one step gives them, else as mlp_only_layers (with step 1; transformers
+// releases before mlp_only_layers ignore it).
+void add_qwen_moe_config(const MoeArgs& moe, int64_t L, bool shared_expert, nlohmann::json* j) {
   (*j)["num_experts"] = moe.num_experts;
   (*j)["num_experts_per_tok"] = moe.moe_router_topk;
   (*j)["moe_intermediate_size"] = moe.moe_ffn_hidden_size;
-  (*j)["shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
+  if (shared_expert) (*j)["shared_expert_intermediate_size"] = moe.moe_shared_expert_intermediate_size;
   (*j)["norm_topk_prob"] = !moe.moe_router_pre_softmax;
   (*j)["output_router_logits"] = false;
   auto sparse = [&](int64_t i) { return moe.layer_pattern.empty() || moe.layer_pattern[i] != 0; };
@@ -688,12 +785,14 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
   else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
   else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
+  else if (name == "Qwen3MoeForCausalLM") out.arch = HfArchitecture::kQwen3Moe;
+  else if (name == "Qwen3NextForCausalLM") out.arch = HfArchitecture::kQwen3Next;
   else if (name == "BloomForCausalLM") out.arch = HfArchitecture::kBloom;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                         "Qwen2MoeForCausalLM, DeepseekV3ForCausalLM)");
+                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -707,7 +806,7 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
                            m.num_attention_heads, " attention heads and ", m.num_kv_heads, " key/value heads of ",
                            path);
   m.seq_length = m.max_position_embeddings;
-  m.rotary_percent = 1.0;
+  if (out.arch != HfArchitecture::kQwen3Next) m.rotary_percent = 1.0;  // Qwen3-Next: partial_rotary_factor
   m.make_vocab_size_divisible_by = divisible_by;
   m.padded_vocab_size = pad_vocab_size(out.vocab_size, divisible_by, tensor_parallel);
   return out;
@@ -769,24 +868,28 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor))
     return Unimplemented(where, ": the model has both --use-rope-scaling and --rotary-seq-len-interpolation-factor; "
                          "a Hugging Face rope_scaling holds one of them (llama3 or linear)");
-  if (!m.multi_latent_attention && m.qk_layernorm && (moe.enabled() || !llama || m.add_qkv_bias))
-    return Unimplemented(where, ": the model has --qk-layernorm, which is written as Qwen3ForCausalLM only when it is "
-                         "LLaMA-shaped (RMSNorm, SwiGLU, rope with --rotary-percent 1, --disable-bias-linear, no "
-                         "--add-qkv-bias) without experts");
+  const bool shared_expert = moe.enabled() && moe.moe_shared_expert_intermediate_size != kUnset;
+  if (!m.multi_latent_attention && m.qk_layernorm && (shared_expert || !llama || m.add_qkv_bias))
+    return Unimplemented(where, ": the model has --qk-layernorm, which is written as Qwen3ForCausalLM or "
+                         "Qwen3MoeForCausalLM only when it is LLaMA-shaped (RMSNorm, SwiGLU, rope with --rotary-percent "
+                         "1, --disable-bias-linear, no --add-qkv-bias) without a shared expert");
   if (m.multi_latent_attention) {
     out.arch = HfArchitecture::kDeepseekV3;
   } else if (moe.enabled()) {
     const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
-    // Mixtral's and Qwen2-MoE's gates are the softmax top-k: no sigmoid scores, expert bias, scaling or groups.
+    // Mixtral's, Qwen2-MoE's and Qwen3-MoE's gates are the softmax top-k: no sigmoid scores, expert bias, scaling
+    // or groups.
     if (moe.moe_router_score_function != "softmax" || moe.moe_router_enable_expert_bias ||
         !unset(moe.moe_router_topk_scaling_factor) || moe.moe_router_group_topk != kUnset)
-      return Unimplemented(where, ": a mixture-of-experts model is written as MixtralForCausalLM or Qwen2MoeForCausalLM "
-                           "only with softmax routing (found --moe-router-score-function ", moe.moe_router_score_function,
+      return Unimplemented(where, ": a mixture-of-experts model is written as MixtralForCausalLM, Qwen2MoeForCausalLM "
+                           "or Qwen3MoeForCausalLM only with softmax routing (found --moe-router-score-function ", moe.moe_router_score_function,
                            ", expert bias ", moe.moe_router_enable_expert_bias ? "on" : "off",
                            ", top-k scaling factor ", unset(moe.moe_router_topk_scaling_factor) ? "unset" : "set",
                            ", group-limited routing ", moe.moe_router_group_topk != kUnset ? "on" : "off", ")");
     const bool shared = moe.moe_shared_expert_intermediate_size != kUnset;
-    if (shared) {  // Qwen2-MoE: q/k/v biases, a gated shared expert, any layer pattern, either routing
+    if (m.qk_layernorm) {  // Qwen3-MoE: LLaMA-shaped, no shared expert (checked above), any pattern and routing
+      out.arch = HfArchitecture::kQwen3Moe;
+    } else if (shared) {  // Qwen2-MoE: q/k/v biases, a gated shared expert, any layer pattern, either routing
       if (!llama || !m.add_qkv_bias || !moe.moe_shared_expert_gate)
         return Unimplemented(where, ": a mixture-of-experts model with a shared expert is written as "
                              "Qwen2MoeForCausalLM only when it is Qwen2-shaped (RMSNorm, SwiGLU, rope, "
@@ -817,7 +920,8 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          "); supported: GPT2LMHeadModel (LayerNorm, GeLU, learned_absolute, biases, tied, MHA) and "
                          "LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, SwiGLU, rope with --rotary-percent 1, "
                          "--disable-bias-linear)");
-  if (m.sliding_window != kUnset && (out.arch == HfArchitecture::kGpt2 || out.arch == HfArchitecture::kDeepseekV3))
+  if (m.sliding_window != kUnset && (out.arch == HfArchitecture::kGpt2 || out.arch == HfArchitecture::kDeepseekV3 ||
+                                     out.arch == HfArchitecture::kQwen3Moe))
     return Unimplemented(where, ": the model has --sliding-window ", m.sliding_window, ", which ",
                          hf_architecture_name(out.arch), " cannot hold (written as MistralForCausalLM, "
                          "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
@@ -864,6 +968,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kMixtral  ? "mixtral"
                       : hf.arch == HfArchitecture::kQwen2Moe ? "qwen2_moe"
                       : hf.arch == HfArchitecture::kQwen3    ? "qwen3"
+                      : hf.arch == HfArchitecture::kQwen3Moe ? "qwen3_moe"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -900,7 +1005,13 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["use_sliding_window"] = window;
       j["sliding_window"] = window ? m.sliding_window : m.max_position_embeddings;
       j["max_window_layers"] = window ? 0 : m.num_layers;
-      if (hf.arch == HfArchitecture::kQwen2Moe) add_qwen2_moe_config(hf.moe, m.num_layers, &j);
+      if (hf.arch == HfArchitecture::kQwen2Moe) add_qwen_moe_config(hf.moe, m.num_layers, true, &j);
+    } else if (hf.arch == HfArchitecture::kQwen3Moe) {
+      j["attention_bias"] = false;
+      j["use_sliding_window"] = false;  // hf_model_from_args refuses --sliding-window for Qwen3-MoE
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = m.num_layers;
+      add_qwen_moe_config(hf.moe, m.num_layers, false, &j);
     } else if (hf.arch == HfArchitecture::kMistral) {
       j["sliding_window"] = m.sliding_window;
     } else {

@@ -26,6 +26,20 @@
 //                       == 0 and i is not in mlp_only_layers) -> --moe-layer-freq as a list.
 //                       norm_topk_prob false (softmax over all experts, top-k, not renormalised) is
 //                       --moe-router-pre-softmax; true (renormalised over the k) is Megatron's default.
+//   Qwen3MoeForCausalLM Qwen3's attention (q_norm/k_norm: --qk-layernorm, head_dim -> --kv-channels, no
+//                       biases) with Qwen2-MoE's sparse layers without the shared expert: num_experts (or
+//                       num_local_experts, as transformers 5.x writes it) -> --num-experts, num_experts_per_tok
+//                       -> --moe-router-topk, moe_intermediate_size -> --moe-ffn-hidden-size,
+//                       intermediate_size -> --ffn-hidden-size (the dense layers), decoder_sparse_step /
+//                       mlp_only_layers -> --moe-layer-freq as a list, norm_topk_prob as Qwen2-MoE's,
+//                       router_aux_loss_coef -> --moe-aux-loss-coeff. use_sliding_window true is refused.
+//                       A --qk-layernorm MoE model without a shared expert is written as Qwen3-MoE.
+//   Qwen3NextForCausalLM (import only) Gated DeltaNet layers (--experimental-attention-variant gdn,
+//                       layer_types / full_attention_interval -> --linear-attention-freq as a list,
+//                       linear_* sizes -> --linear-*) and gated full attention (--attention-output-gate,
+//                       --qk-layernorm, partial_rotary_factor -> --rotary-percent), zero-centred RMSNorms
+//                       (--apply-layernorm-1p), and Qwen2-MoE's sparse layers (gated shared expert).
+//                       Writing it back is refused (hf_model_from_args: --attention-output-gate).
 //   DeepseekV3ForCausalLM multi-latent attention (--multi-latent-attention --qk-layernorm): q_lora_rank
 //                       (null: a direct query projection), kv_lora_rank, qk_nope_head_dim -> --qk-head-dim,
 //                       qk_rope_head_dim -> --qk-pos-emb-head-dim, v_head_dim; rope_scaling yarn ->
@@ -58,7 +72,9 @@
 
 namespace gale {
 
-enum class HfArchitecture { kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom };
+enum class HfArchitecture {
+  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next
+};
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_architecture_name(HfArchitecture a);
@@ -69,7 +85,9 @@ struct HfModel {
   // Validated Megatron model flags: num_kv_heads, kv_channels, ffn_hidden_size, seq_length
   // (= max_position_embeddings) and padded_vocab_size all set.
   ModelArgs model;
-  MoeArgs moe;                          // Mixtral's / Qwen2-MoE's / DeepSeek-V3's experts (layer_pattern set); disabled for dense models
+  // Mixtral's / Qwen2-MoE's / Qwen3-MoE's / Qwen3-Next's / DeepSeek-V3's experts (layer_pattern set); disabled for
+  // dense models
+  MoeArgs moe;
   int64_t vocab_size = 0;               // HF's vocab_size: the rows that are real tokens
   int64_t target_tensor_parallel = 1;   // the TP size the padding was computed for
   std::string torch_dtype;              // config.json's torch_dtype, "" when absent

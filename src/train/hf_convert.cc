@@ -38,7 +38,9 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kBloom ? "bloom"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
-                         : m.arch == HfArchitecture::kQwen3 ? "qwen3"
+                         : m.arch == HfArchitecture::kQwen3 || m.arch == HfArchitecture::kQwen3Moe ||
+                                   m.arch == HfArchitecture::kQwen3Next
+                             ? "qwen3"
                          : m.arch == HfArchitecture::kMistral ? "mistral"
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
                                                               : "llama";
@@ -131,6 +133,13 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   else if (m.moe.enabled() && m.moe.moe_shared_expert_intermediate_size != kUnset)
     log(str_cat("shared expert: ffn ", m.moe.moe_shared_expert_intermediate_size, ", gated; MoE layers ",
                 m.moe.moe_layer_freq, ", routing ",
+                m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
+                                             : "Megatron's default (norm_topk_prob true)"));
+  if (m.arch == HfArchitecture::kQwen3Next)
+    log(str_cat("Gated DeltaNet layers (1) and gated full attention (0): ", m.model.linear_attention_freq,
+                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p (import only)"));
+  if (m.arch == HfArchitecture::kQwen3Moe)
+    log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
                                              : "Megatron's default (norm_topk_prob true)"));
   if (m.mtp_layers_in_files > 0)

@@ -366,32 +366,34 @@ Status gale_to_swiglu_mlp(const std::string& gale, const std::string& hf, int64_
   return Status::Ok();
 }
 
-// Qwen2-MoE's sparse layer i: mlp.gate [E, H] is the router, mlp.experts.j.{gate,up,down}_proj the
-// experts, mlp.shared_expert.{gate,up,down}_proj the shared expert and mlp.shared_expert_gate [1, H]
-// its gate_weight.
-Status qwen2_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+// Qwen2-MoE's, Qwen3-MoE's and Qwen3-Next's sparse layer i: mlp.gate [E, H] is the router,
+// mlp.experts.j.{gate,up,down}_proj the experts; Qwen2-MoE and Qwen3-Next add the shared expert
+// mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate [1, H], its gate_weight.
+Status qwen_moe_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
-  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.gate.weight"), {E, H}));
   mp.put(gale_layer(i, "mlp.router.weight"), router);
   for (int64_t j = 0; j < E; ++j)
     GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()),
                                             gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
                                             F, H, mp));
+  if (m.moe.moe_shared_expert_intermediate_size == kUnset) return Status::Ok();  // Qwen3-MoE
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp.shared_expert."), gale_layer(i, "mlp.shared_experts."), Fs, H, mp));
   GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.shared_expert_gate.weight"), {1, H}));
   mp.put(gale_layer(i, "mlp.shared_experts.gate_weight"), gate);
   return Status::Ok();
 }
 
-Status gale_experts_to_qwen2_moe(const HfModel& m, int64_t i, Mapper& mp) {
+Status gale_experts_to_qwen_moe(const HfModel& m, int64_t i, Mapper& mp) {
   const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
-  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, H}));
   mp.put(llama_layer(i, "mlp.gate.weight"), router);
   for (int64_t j = 0; j < E; ++j)
     GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
                                             llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), F, H, mp));
+  if (m.arch != HfArchitecture::kQwen2Moe) return Status::Ok();
+  const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_expert."), Fs, H, mp));
   GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(gale_layer(i, "mlp.shared_experts.gate_weight"), {1, H}));
   mp.put(llama_layer(i, "mlp.shared_expert_gate.weight"), gate);
@@ -537,6 +539,108 @@ Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// Qwen3-Next's Gated DeltaNet layer i (linear_attn.*) as Megatron's GDN mixer. HF's in_proj_qkvz
+// holds per key head g the rows [q_g (DK) | k_g (DK) | v_g (r·DV) | z_g (r·DV)] (r = NV / NK, the
+// value heads g·r .. g·r + r − 1) and in_proj_ba per key head [b_g (r) | a_g (r)]; Megatron's
+// in_proj is [q | k | v | z | b | a], each section in head order. conv1d [C, 1, K] (channels
+// [q | k | v] in head order on both sides) drops its unit dimension; the gated norm's weight is a
+// plain scale in HF and stored zero-centred (--apply-layernorm-1p) in Gale: w − 1.
+Status qwen3_next_gdn_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const ModelArgs& a = m.model;
+  const int64_t H = a.hidden_size, NK = a.linear_num_key_heads, NV = a.linear_num_value_heads;
+  const int64_t DK = a.linear_key_head_dim, DV = a.linear_value_head_dim, K = a.linear_conv_kernel_dim;
+  const int64_t r = NV / NK, per_group = 2 * DK + 2 * r * DV, C = 2 * NK * DK + NV * DV;
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(llama_layer(i, "input_layernorm.weight"), {H}));
+  mp.put(gale_layer(i, "self_attention.in_proj.layer_norm_weight"), norm);
+  GALE_ASSIGN_OR_RETURN(Tensor qkvz, mp.get(llama_layer(i, "linear_attn.in_proj_qkvz.weight"), {NK * per_group, H}));
+  GALE_ASSIGN_OR_RETURN(Tensor ba, mp.get(llama_layer(i, "linear_attn.in_proj_ba.weight"), {2 * NV, H}));
+  Tensor in_proj = Tensor::empty({2 * NK * DK + 2 * NV * DV + 2 * NV, H});
+  const int64_t q_at = 0, k_at = NK * DK, v_at = 2 * NK * DK, z_at = v_at + NV * DV, b_at = z_at + NV * DV,
+                a_at = b_at + NV;
+  for (int64_t g = 0; g < NK; ++g) {
+    const int64_t src = g * per_group;
+    copy_rows(qkvz, src, in_proj, q_at + g * DK, DK);
+    copy_rows(qkvz, src + DK, in_proj, k_at + g * DK, DK);
+    copy_rows(qkvz, src + 2 * DK, in_proj, v_at + g * r * DV, r * DV);
+    copy_rows(qkvz, src + 2 * DK + r * DV, in_proj, z_at + g * r * DV, r * DV);
+    copy_rows(ba, g * 2 * r, in_proj, b_at + g * r, r);
+    copy_rows(ba, g * 2 * r + r, in_proj, a_at + g * r, r);
+  }
+  mp.put(gale_layer(i, "self_attention.in_proj.weight"), in_proj);
+  GALE_ASSIGN_OR_RETURN(Tensor conv, mp.get(llama_layer(i, "linear_attn.conv1d.weight"), {C, 1, K}));
+  Tensor conv2 = Tensor::empty({C, K});
+  std::memcpy(conv2.data<float>(), conv.data<float>(), static_cast<size_t>(C * K) * sizeof(float));
+  mp.put(gale_layer(i, "self_attention.conv1d.weight"), conv2);
+  for (const char* name : {"dt_bias", "A_log"}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(llama_layer(i, (std::string("linear_attn.") + name).c_str()), {NV}));
+    mp.put(gale_layer(i, (std::string("self_attention.") + name).c_str()), t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor out_norm, mp.get(llama_layer(i, "linear_attn.norm.weight"), {DV}));
+  for (int64_t j = 0; j < DV; ++j) out_norm.data<float>()[j] -= 1.0f;
+  mp.put(gale_layer(i, "self_attention.out_norm.weight"), out_norm);
+  GALE_ASSIGN_OR_RETURN(Tensor out_proj, mp.get(llama_layer(i, "linear_attn.out_proj.weight"), {H, NV * DV}));
+  mp.put(gale_layer(i, "self_attention.out_proj.weight"), out_proj);
+  return Status::Ok();
+}
+
+// Qwen3-Next's gated full-attention layer i: q_proj [NH·2·HD, H] holds per head [query_h | gate_h];
+// Megatron's --attention-output-gate linear_qkv holds per query group [q heads | gate heads | k | v].
+// The norms (input_layernorm, q_norm, k_norm) are zero-centred on both sides: copied.
+Status qwen3_next_attention_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t per = d.NH / d.KV;
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
+  mp.put(gale_layer(i, "self_attention.linear_qkv.layer_norm_weight"), norm);
+  GALE_ASSIGN_OR_RETURN(Tensor qg, mp.get(llama_layer(i, "self_attn.q_proj.weight"), {2 * d.NH * d.HD, d.H}));
+  GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
+  GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
+  Tensor qkv = Tensor::empty({(2 * d.NH + 2 * d.KV) * d.HD, d.H});
+  int64_t at = 0;
+  for (int64_t g = 0; g < d.KV; ++g) {
+    for (int64_t part = 0; part < 2; ++part)  // the group's query rows, then its gate rows
+      for (int64_t h = g * per; h < (g + 1) * per; ++h, at += d.HD) copy_rows(qg, (2 * h + part) * d.HD, qkv, at, d.HD);
+    copy_rows(k, g * d.HD, qkv, at, d.HD);
+    at += d.HD;
+    copy_rows(v, g * d.HD, qkv, at, d.HD);
+    at += d.HD;
+  }
+  mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), qkv);
+  for (auto [hf, gale] : {std::pair{"self_attn.q_norm.weight", "self_attention.q_layernorm.weight"},
+                          std::pair{"self_attn.k_norm.weight", "self_attention.k_layernorm.weight"}}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(llama_layer(i, hf), {d.HD}));
+    mp.put(gale_layer(i, gale), t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(llama_layer(i, "self_attn.o_proj.weight"), {d.H, d.NH * d.HD}));
+  mp.put(gale_layer(i, "self_attention.linear_proj.weight"), o);
+  return Status::Ok();
+}
+
+// Qwen3NextForCausalLM -> Gale (import only): GDN or gated attention per --linear-attention-freq's
+// pattern, then the MLP (a MoE layer's norm is pre_mlp_layernorm, a dense layer's is fused into
+// linear_fc1 as Megatron's TE spec names it); every RMSNorm weight is zero-centred on both sides.
+Status qwen3_next_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
+  mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(m.model.linear_attention_pattern.at(static_cast<size_t>(i)) != 0
+                             ? qwen3_next_gdn_to_gale(m, i, mp)
+                             : qwen3_next_attention_to_gale(m, i, mp));
+    const bool moe = moe_layer(m, i);
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, moe ? "pre_mlp_layernorm.weight" : "mlp.linear_fc1.layer_norm_weight"), n2);
+    GALE_RETURN_IF_ERROR(moe ? qwen_moe_experts_to_gale(m, i, mp)
+                             : swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
+  mp.put("decoder.final_layernorm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  }
+  return Status::Ok();
+}
+
 Status llama_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   const bool qkv_bias = m.model.add_qkv_bias;
@@ -549,7 +653,7 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
     GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
     mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), group_qkv(q, k, v, d.NH, d.KV, d.HD));
-    if (m.model.qk_layernorm) {  // Qwen3
+    if (m.model.qk_layernorm) {  // Qwen3, Qwen3-MoE
       GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(llama_layer(i, "self_attn.q_norm.weight"), {d.HD}));
       mp.put(gale_layer(i, "self_attention.q_layernorm.weight"), qn);
       GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(llama_layer(i, "self_attn.k_norm.weight"), {d.HD}));
@@ -566,8 +670,8 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
     mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
     if (moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? qwen2_moe_experts_to_gale(m, i, mp)
-                                                               : mixtral_experts_to_gale(m, i, mp));
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kMixtral ? mixtral_experts_to_gale(m, i, mp)
+                                                              : qwen_moe_experts_to_gale(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
@@ -598,7 +702,7 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     mp.put(llama_layer(i, "self_attn.q_proj.weight"), w[0]);
     mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
     mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
-    if (m.model.qk_layernorm) {  // Qwen3
+    if (m.model.qk_layernorm) {  // Qwen3, Qwen3-MoE
       GALE_ASSIGN_OR_RETURN(Tensor qn, mp.get(gale_layer(i, "self_attention.q_layernorm.weight"), {d.HD}));
       mp.put(llama_layer(i, "self_attn.q_norm.weight"), qn);
       GALE_ASSIGN_OR_RETURN(Tensor kn, mp.get(gale_layer(i, "self_attention.k_layernorm.weight"), {d.HD}));
@@ -616,8 +720,8 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
     mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
     if (moe_layer(m, i)) {
-      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kQwen2Moe ? gale_experts_to_qwen2_moe(m, i, mp)
-                                                               : gale_experts_to_mixtral(m, i, mp));
+      GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kMixtral ? gale_experts_to_mixtral(m, i, mp)
+                                                              : gale_experts_to_qwen_moe(m, i, mp));
       continue;
     }
     GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
@@ -642,11 +746,14 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gpt2_to_gale(m, mp)
                        : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kDeepseekV3 ? deepseek_v3_to_gale(m, mp)
+                       : m.arch == HfArchitecture::kQwen3Next  ? qwen3_next_to_gale(m, mp)
                                                                : llama_to_gale(m, mp));
   return mp.take();
 }
 
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale, DType store) {
+  if (m.arch == HfArchitecture::kQwen3Next)  // hf_model_from_args never describes a model so
+    return Unimplemented("writing Qwen3NextForCausalLM is not supported yet (import only)");
   Mapper mp(gale, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gale_to_gpt2(m, mp)
                        : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/false)
@@ -681,6 +788,8 @@ bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
         std::stoll(name.substr(at, end - at)) < m.model.num_layers + m.mtp_layers_in_files)
       return true;
   }
+  // Qwen3-Next's multi-token-prediction layers (mtp.*), which transformers does not load either.
+  if (m.arch == HfArchitecture::kQwen3Next && name.rfind("mtp.", 0) == 0) return true;
   if (m.arch == HfArchitecture::kGpt2 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias"))) return true;
   return name == "lm_head.weight" && !m.model.untie_embeddings_and_output_weights;
 }

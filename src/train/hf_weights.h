@@ -21,6 +21,25 @@
 //   mlp.experts.j.{gate,up}_proj, down_proj      -> mlp.experts.local_experts.j.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert.{gate,up}_proj, down_proj  -> mlp.shared_experts.linear_fc1 = [gate; up], linear_fc2
 //   mlp.shared_expert_gate.weight [1, H]         -> mlp.shared_experts.gate_weight
+// Qwen3-MoE (Qwen3's attention with q_norm/k_norm) in its sparse layers: Qwen2-MoE's router and experts, no
+// shared expert (transformers 5.x also saves the per-expert names, though it computes with fused
+// [E, 2Fe, H] / [E, H, Fe] expert tensors).
+// Qwen3-Next (HF -> Gale only; r = NV / NK value heads per key head): Gated DeltaNet layers
+//   input_layernorm.weight                       -> self_attention.in_proj.layer_norm_weight (both 1 + w)
+//   linear_attn.in_proj_qkvz [per key head: q DK; k DK; v r·DV; z r·DV], in_proj_ba [per key head: b r; a r]
+//                                                -> self_attention.in_proj.weight [q; k; v; z; b; a] (Megatron's
+//                                                   sections, each in head order)
+//   linear_attn.conv1d.weight [C, 1, K]          -> self_attention.conv1d.weight [C, K]
+//   linear_attn.{dt_bias, A_log}, out_proj       -> self_attention.{dt_bias, A_log}, out_proj.weight
+//   linear_attn.norm.weight (a plain scale)      -> self_attention.out_norm.weight − 1 (zero-centred)
+// gated full-attention layers
+//   input_layernorm.weight                       -> self_attention.linear_qkv.layer_norm_weight
+//   self_attn.q_proj [per head: query HD; gate HD], k_proj, v_proj
+//                                                -> self_attention.linear_qkv.weight, per query group
+//                                                   [q heads; gate heads; k; v] (--attention-output-gate)
+//   self_attn.{q,k}_norm, o_proj                 -> self_attention.{q,k}_layernorm, linear_proj
+// and post_attention_layernorm -> pre_mlp_layernorm (MoE layers, Qwen2-MoE's tensors) or
+// mlp.linear_fc1.layer_norm_weight (dense layers); the files' mtp.* layers are left out.
 // DeepSeek-V3 (MLA; tensors copied row for row, both sides store DeepSeek's layouts and rotate q_pe /
 // k_pe interleaved):
 //   self_attn.q_a_proj [Cq, H], q_a_layernorm [Cq], q_b_proj [NH·(Dn+R), Cq]
@@ -76,6 +95,7 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                                                         DType store = DType::kF32);
 
 // HF's tensors (padded vocabulary rows dropped; no lm_head.weight when tied) from Gale's, in `store`.
+// Unimplemented for Qwen3-Next (import only).
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale,
                                                         DType store = DType::kF32);
 
@@ -86,7 +106,8 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
 std::vector<std::pair<std::string, std::string>> hf_mtp_shared_copies(const HfModel& m);
 
 // Whether an HF tensor that no mapping reads may be left behind: buffers some files carry
-// (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks), a tied lm_head.weight, and
+// (rotary_emb.inv_freq, GPT-2's attn.bias / attn.masked_bias masks), a tied lm_head.weight, Qwen3-Next's
+// mtp.* layers, and
 // DeepSeek-V3's MTP layers from L + m.mtp_layers to L + m.mtp_layers_in_files (left out).
 bool hf_tensor_ignorable(const HfModel& m, const std::string& name);
 

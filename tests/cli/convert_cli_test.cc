@@ -122,7 +122,9 @@ TEST(GaleConvert, UseEmaErrors) {
 // tools/reference/sliding_window_fixture.py; the KV cache then holds keys older than the window).
 TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
-  for (const char* name : {"gpt2", "bloom", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "mistral_swa"}) {
+  for (const char* name :
+       {"gpt2", "bloom", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "mistral_swa", "qwen3_moe",
+        "qwen3_next"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -183,8 +183,8 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
       << lora.output;
   testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
                                         "a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): "
-                                        "conversion to or from Megatron's and Hugging Face's formats is not "
-                                        "supported yet");
+                                        "conversion to or from Megatron's format and to Hugging Face's is not "
+                                        "supported yet (Qwen3NextForCausalLM converts from Hugging Face only)");
   std::filesystem::remove_all(dir);
 }
 
