@@ -301,6 +301,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
     GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
                                                           o.target_tensor_parallel_size));
+    GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, hf.config_path()));  // Qwen3-Next's Gated DeltaNet
     if (m.mtp_layers > 0)
       return Unimplemented(o.load_dir, ": a ", hf_architecture_name(m.arch),
                            " model with multi-token prediction: writing it to Megatron's format is not supported yet");

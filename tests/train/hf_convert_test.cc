@@ -843,6 +843,23 @@ TEST(HfConvert, Qwen3NextImportReproducesTransformersLogits) {
     const Tensor a = first->read(name, shape, DType::kF32).value(), b = second->read(name, shape, DType::kF32).value();
     EXPECT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << name;
   }
+  // Megatron's formats refuse Gated DeltaNet both from Gale and from Hugging Face.
+  MegatronConvertOptions mg;
+  mg.from = ModelFormat::kGale;
+  mg.to = ModelFormat::kMegatron;
+  mg.load_dir = tmp.file("gale");
+  mg.save_dir = tmp.file("mg");
+  s = convert_megatron(mg, quiet);
+  EXPECT_EQ(s.message(), tmp.file("gale") + "/iter_0000000/metadata.json: a Gated DeltaNet model (args "
+                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format is not "
+                         "supported yet (Qwen3NextForCausalLM converts to and from Hugging Face)");
+  mg.from = ModelFormat::kHf;
+  mg.load_dir = fixture("qwen3_next");
+  s = convert_megatron(mg, quiet);
+  EXPECT_EQ(s.message(), fixture("qwen3_next") + "/config.json: a Gated DeltaNet model (args "
+                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format is not "
+                         "supported yet (Qwen3NextForCausalLM converts to and from Hugging Face)");
+  EXPECT_FALSE(fs::exists(tmp.file("mg")));
 }
 
 // The Gated DeltaNet models Qwen3NextForCausalLM cannot hold: transformers' class always gates its full
