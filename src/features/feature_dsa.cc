@@ -43,7 +43,8 @@
 // their keys and values.
 // Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): --tp-2d,
 // --multi-latent-attention, --is-hybrid-model (its 'G' layers instead), LoRA (and --lora-load in
-// inference), --mtp-num-layers, conversion to or from Megatron's and Hugging Face's formats, gdn2.
+// inference), --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
+// writes Hugging Face's Qwen3NextForCausalLM (a Qwen3-Next-shaped GDN model: train/hf_config.h).
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
 // tests/train/gdn_inference_test.cc (batched engine, evaluate's loss), tests/parallel/
@@ -78,7 +79,8 @@ class DsaFeature : public Feature {
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); no MLA, LoRA, MTP, conversion; gdn2 not "
+           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); no MLA, LoRA, MTP, Megatron-format "
+           "conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
            "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
            "same --linear-* flags). "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "

@@ -387,10 +387,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
   const std::string& v = m.experimental_attention_variant;
   if (v != "gdn" && v != "dsa") return Status::Ok();
-  if (v == "gdn")  // Hugging Face's Qwen3-Next converts to Gale (train/hf_weights.h), not back
+  if (v == "gdn")  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
     return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
-                         "to or from Megatron's format and to Hugging Face's is not supported yet "
-                         "(Qwen3NextForCausalLM converts from Hugging Face only)");
+                         "to or from Megatron's format is not supported yet (Qwen3NextForCausalLM converts to and "
+                         "from Hugging Face)");
   return Unimplemented(where, ": a DeepSeek sparse attention model (args 'experimental_attention_variant' \"", v,
                        "\"): conversion to or from Megatron's and Hugging Face's formats is not supported yet");
 }

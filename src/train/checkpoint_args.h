@@ -37,7 +37,8 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
 // Unimplemented for a Gated DeltaNet or a DeepSeek sparse attention model (`where`: the checkpoint
-// whose args `m` are): converting it to or from Megatron's and Hugging Face's formats is not
+// whose args `m` are): converting it to or from Megatron's formats (and, for DeepSeek sparse
+// attention, Hugging Face's; a Gated DeltaNet model is Hugging Face's Qwen3NextForCausalLM) is not
 // supported yet. Ok otherwise.
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 

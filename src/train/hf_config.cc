@@ -543,6 +543,21 @@ Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
     factor = f->get<double>();
   }
   m.rotary_percent = factor;
+  // transformers 5.x saves rope_theta inside rope_parameters (Gale writes it there too); only the
+  // default (unscaled) rotary type is read.
+  if (rope != j.end() && rope->is_object()) {
+    if (rope->contains("rope_type") && rope->at("rope_type") != "default")
+      return Unimplemented(c.path(), ": 'rope_parameters' rope_type ", rope->at("rope_type").dump(),
+                           " is not supported yet for Qwen3NextForCausalLM (expected \"default\")");
+    if (!c.set("rope_theta") && rope->contains("rope_theta")) {
+      const nlohmann::json& t = rope->at("rope_theta");
+      if (!t.is_number() || t.get<double>() <= 0 || t.get<double>() != std::floor(t.get<double>()) ||
+          t.get<double>() > 9.0e15)
+        return InvalidArgument(c.path(), ": 'rope_parameters' rope_theta must be a positive integer (Megatron's "
+                               "--rotary-base), found ", t.dump());
+      m.rotary_base = static_cast<int64_t>(t.get<double>());
+    }
+  }
   m.attention_output_gate = true;
   m.qk_layernorm = true;
   m.apply_layernorm_1p = true;
@@ -688,6 +703,59 @@ Status deepseek_v3_from_args(const ModelArgs& m, const MoeArgs& moe, const std::
   if (!why.empty())
     return Unimplemented(where, ": a --multi-latent-attention model is written as DeepseekV3ForCausalLM only with ", why);
   return Status::Ok();
+}
+
+// Whether a Gale Gated DeltaNet model is a Qwen3NextForCausalLM: what read_qwen3_next and
+// read_qwen_moe_experts set. transformers' class always gates its full attention (q_proj [query |
+// gate]), normalises q and k, uses 1 + w RMSNorms, and builds its sparse layers with a gated shared
+// expert; a model without one of these has no Qwen3-Next config.
+Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  std::string why;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok && why.empty()) why = what;
+  };
+  need(m.normalization == "RMSNorm" && m.apply_layernorm_1p, "zero-centred RMSNorm (--apply-layernorm-1p)");
+  need(m.swiglu && !m.add_bias_linear && !m.add_qkv_bias && !m.squared_relu,
+       "--swiglu and --disable-bias-linear (no --add-qkv-bias)");
+  need(m.position_embedding_type == "rope" && !m.rotary_interleaved && !m.use_rope_scaling &&
+           unset(m.rotary_seq_len_interpolation_factor) && m.no_rope_pattern.empty(),
+       "--position-embedding-type rope in every layer, rotate-half, unscaled");
+  need(m.attention_output_gate && m.qk_layernorm, "--attention-output-gate and --qk-layernorm (the full-attention "
+       "layers' gated q_proj, q_norm and k_norm)");
+  need(m.sliding_window == kUnset && m.noop_layers.empty() && !m.embed_layernorm,
+       "no --sliding-window, --noop-layers or --embed-layernorm");
+  need(moe.enabled() && moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_gate,
+       "--num-experts with --moe-shared-expert-intermediate-size and --moe-shared-expert-gate (its sparse layers' "
+       "gated shared expert)");
+  need(!moe.enabled() || (moe.moe_router_score_function == "softmax" && !moe.moe_router_enable_expert_bias &&
+                          unset(moe.moe_router_topk_scaling_factor) && moe.moe_router_group_topk == kUnset),
+       "softmax routing (no --moe-router-score-function sigmoid, expert bias, top-k scaling or groups)");
+  if (!why.empty())
+    return Unimplemented(where, ": a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+                         "Qwen3NextForCausalLM only with ", why);
+  return Status::Ok();
+}
+
+// Qwen3NextForCausalLM's config.json keys beyond the LLaMA family's, as transformers 5.x saves them:
+// layer_types, the linear_* sizes, rope_parameters with partial_rotary_factor, the experts.
+void add_qwen3_next_config(const HfModel& hf, nlohmann::json* out) {
+  const ModelArgs& m = hf.model;
+  nlohmann::json& j = *out;
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "default"},
+                          {"rope_theta", static_cast<double>(m.rotary_base)},
+                          {"partial_rotary_factor", m.rotary_percent}};
+  nlohmann::json types = nlohmann::json::array();
+  for (int f : m.linear_attention_pattern) types.push_back(f != 0 ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
+  j["linear_key_head_dim"] = m.linear_key_head_dim;
+  j["linear_value_head_dim"] = m.linear_value_head_dim;
+  j["linear_num_key_heads"] = m.linear_num_key_heads;
+  j["linear_num_value_heads"] = m.linear_num_value_heads;
+  j["attention_bias"] = false;
+  add_qwen_moe_config(hf.moe, m.num_layers, true, &j);
 }
 
 // DeepseekV3ForCausalLM's config.json keys for an MLA model that passed deepseek_v3_from_args.
@@ -853,6 +921,14 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
+  if (m.experimental_attention_variant == "gdn") {  // Qwen3-Next, which nothing else writes
+    GALE_RETURN_IF_ERROR(qwen3_next_from_args(m, moe, where));
+    out.arch = HfArchitecture::kQwen3Next;
+    if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
+      return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
+                             m.padded_vocab_size);
+    return out;
+  }
   if (m.squared_relu || m.apply_layernorm_1p || m.rotary_interleaved)
     return Unimplemented(where, ": the model has ",
                          m.squared_relu         ? "--squared-relu"
@@ -969,6 +1045,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kQwen2Moe ? "qwen2_moe"
                       : hf.arch == HfArchitecture::kQwen3    ? "qwen3"
                       : hf.arch == HfArchitecture::kQwen3Moe ? "qwen3_moe"
+                      : hf.arch == HfArchitecture::kQwen3Next ? "qwen3_next"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -1012,6 +1089,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["sliding_window"] = nullptr;
       j["max_window_layers"] = m.num_layers;
       add_qwen_moe_config(hf.moe, m.num_layers, false, &j);
+    } else if (hf.arch == HfArchitecture::kQwen3Next) {
+      add_qwen3_next_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kMistral) {
       j["sliding_window"] = m.sliding_window;
     } else {

@@ -34,12 +34,14 @@
 //                       mlp_only_layers -> --moe-layer-freq as a list, norm_topk_prob as Qwen2-MoE's,
 //                       router_aux_loss_coef -> --moe-aux-loss-coeff. use_sliding_window true is refused.
 //                       A --qk-layernorm MoE model without a shared expert is written as Qwen3-MoE.
-//   Qwen3NextForCausalLM (import only) Gated DeltaNet layers (--experimental-attention-variant gdn,
+//   Qwen3NextForCausalLM Gated DeltaNet layers (--experimental-attention-variant gdn,
 //                       layer_types / full_attention_interval -> --linear-attention-freq as a list,
 //                       linear_* sizes -> --linear-*) and gated full attention (--attention-output-gate,
 //                       --qk-layernorm, partial_rotary_factor -> --rotary-percent), zero-centred RMSNorms
 //                       (--apply-layernorm-1p), and Qwen2-MoE's sparse layers (gated shared expert).
-//                       Writing it back is refused (hf_model_from_args: --attention-output-gate).
+//                       A Gated DeltaNet model is written as Qwen3-Next only with all of these and MoE
+//                       with a gated shared expert (qwen3_next_from_args); rope_theta and
+//                       partial_rotary_factor are written in rope_parameters (transformers 5.x).
 //   DeepseekV3ForCausalLM multi-latent attention (--multi-latent-attention --qk-layernorm): q_lora_rank
 //                       (null: a direct query projection), kv_lora_rank, qk_nope_head_dim -> --qk-head-dim,
 //                       qk_rope_head_dim -> --qk-pos-emb-head-dim, v_head_dim; rope_scaling yarn ->

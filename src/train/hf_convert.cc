@@ -137,7 +137,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                                              : "Megatron's default (norm_topk_prob true)"));
   if (m.arch == HfArchitecture::kQwen3Next)
     log(str_cat("Gated DeltaNet layers (1) and gated full attention (0): ", m.model.linear_attention_freq,
-                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p (import only)"));
+                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p"));
   if (m.arch == HfArchitecture::kQwen3Moe)
     log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
@@ -208,7 +208,9 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
   const std::string where = r.directory() + "/metadata.json";
   GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
   GALE_ASSIGN_OR_RETURN(ModelArgs model, model_args_from_json(args, where));
-  GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
+  // Gated DeltaNet models are written as Qwen3NextForCausalLM (hf_model_from_args); only Megatron's
+  // formats refuse them.
+  if (model.experimental_attention_variant != "gdn") GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
   GALE_ASSIGN_OR_RETURN(MoeArgs moe, moe_args_from_json(args, where, model.num_layers));
   if (model.is_hybrid_model)
     return Unimplemented(r.directory(), ": a hybrid Mamba model (--is-hybrid-model) is not written in Hugging Face's "
@@ -299,6 +301,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
     GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
                                                           o.target_tensor_parallel_size));
+    GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, hf.config_path()));  // Qwen3-Next's Gated DeltaNet
     if (m.mtp_layers > 0)
       return Unimplemented(o.load_dir, ": a ", hf_architecture_name(m.arch),
                            " model with multi-token prediction: writing it to Megatron's format is not supported yet");

@@ -392,7 +392,7 @@ Status gale_experts_to_qwen_moe(const HfModel& m, int64_t i, Mapper& mp) {
   for (int64_t j = 0; j < E; ++j)
     GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + ".").c_str()),
                                             llama_layer(i, ("mlp.experts." + std::to_string(j) + ".").c_str()), F, H, mp));
-  if (m.arch != HfArchitecture::kQwen2Moe) return Status::Ok();
+  if (m.moe.moe_shared_expert_intermediate_size == kUnset) return Status::Ok();  // Qwen3-MoE
   const int64_t Fs = m.moe.moe_shared_expert_intermediate_size;
   GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp.shared_experts."), llama_layer(i, "mlp.shared_expert."), Fs, H, mp));
   GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(gale_layer(i, "mlp.shared_experts.gate_weight"), {1, H}));
@@ -615,7 +615,7 @@ Status qwen3_next_attention_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   return Status::Ok();
 }
 
-// Qwen3NextForCausalLM -> Gale (import only): GDN or gated attention per --linear-attention-freq's
+// Qwen3NextForCausalLM -> Gale: GDN or gated attention per --linear-attention-freq's
 // pattern, then the MLP (a MoE layer's norm is pre_mlp_layernorm, a dense layer's is fused into
 // linear_fc1 as Megatron's TE spec names it); every RMSNorm weight is zero-centred on both sides.
 Status qwen3_next_to_gale(const HfModel& m, Mapper& mp) {
@@ -637,6 +637,106 @@ Status qwen3_next_to_gale(const HfModel& m, Mapper& mp) {
   if (m.model.untie_embeddings_and_output_weights) {
     GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
     mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  }
+  return Status::Ok();
+}
+
+// The inverse of qwen3_next_gdn_to_gale: Megatron's in_proj sections [q | k | v | z | b | a] regrouped
+// per key head into in_proj_qkvz and in_proj_ba, conv1d given back its unit dimension, the gated
+// norm's zero-centred weight w stored as HF's plain scale w + 1.
+Status gale_to_qwen3_next_gdn(const HfModel& m, int64_t i, Mapper& mp) {
+  const ModelArgs& a = m.model;
+  const int64_t H = a.hidden_size, NK = a.linear_num_key_heads, NV = a.linear_num_value_heads;
+  const int64_t DK = a.linear_key_head_dim, DV = a.linear_value_head_dim, K = a.linear_conv_kernel_dim;
+  const int64_t r = NV / NK, per_group = 2 * DK + 2 * r * DV, C = 2 * NK * DK + NV * DV;
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(gale_layer(i, "self_attention.in_proj.layer_norm_weight"), {H}));
+  mp.put(llama_layer(i, "input_layernorm.weight"), norm);
+  GALE_ASSIGN_OR_RETURN(Tensor in_proj,
+                        mp.get(gale_layer(i, "self_attention.in_proj.weight"), {2 * NK * DK + 2 * NV * DV + 2 * NV, H}));
+  Tensor qkvz = Tensor::empty({NK * per_group, H}), ba = Tensor::empty({2 * NV, H});
+  const int64_t q_at = 0, k_at = NK * DK, v_at = 2 * NK * DK, z_at = v_at + NV * DV, b_at = z_at + NV * DV,
+                a_at = b_at + NV;
+  for (int64_t g = 0; g < NK; ++g) {
+    const int64_t dst = g * per_group;
+    copy_rows(in_proj, q_at + g * DK, qkvz, dst, DK);
+    copy_rows(in_proj, k_at + g * DK, qkvz, dst + DK, DK);
+    copy_rows(in_proj, v_at + g * r * DV, qkvz, dst + 2 * DK, r * DV);
+    copy_rows(in_proj, z_at + g * r * DV, qkvz, dst + 2 * DK + r * DV, r * DV);
+    copy_rows(in_proj, b_at + g * r, ba, g * 2 * r, r);
+    copy_rows(in_proj, a_at + g * r, ba, g * 2 * r + r, r);
+  }
+  mp.put(llama_layer(i, "linear_attn.in_proj_qkvz.weight"), qkvz);
+  mp.put(llama_layer(i, "linear_attn.in_proj_ba.weight"), ba);
+  GALE_ASSIGN_OR_RETURN(Tensor conv, mp.get(gale_layer(i, "self_attention.conv1d.weight"), {C, K}));
+  Tensor conv3 = Tensor::empty({C, 1, K});
+  std::memcpy(conv3.data<float>(), conv.data<float>(), static_cast<size_t>(C * K) * sizeof(float));
+  mp.put(llama_layer(i, "linear_attn.conv1d.weight"), conv3);
+  for (const char* name : {"dt_bias", "A_log"}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale_layer(i, (std::string("self_attention.") + name).c_str()), {NV}));
+    mp.put(llama_layer(i, (std::string("linear_attn.") + name).c_str()), t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor out_norm, mp.get(gale_layer(i, "self_attention.out_norm.weight"), {DV}));
+  for (int64_t j = 0; j < DV; ++j) out_norm.data<float>()[j] += 1.0f;
+  mp.put(llama_layer(i, "linear_attn.norm.weight"), out_norm);
+  GALE_ASSIGN_OR_RETURN(Tensor out_proj, mp.get(gale_layer(i, "self_attention.out_proj.weight"), {H, NV * DV}));
+  mp.put(llama_layer(i, "linear_attn.out_proj.weight"), out_proj);
+  return Status::Ok();
+}
+
+// The inverse of qwen3_next_attention_to_gale: each query group's [q heads | gate heads | k | v]
+// rows back to q_proj's per-head [query_h | gate_h], k_proj and v_proj.
+Status gale_to_qwen3_next_attention(const HfModel& m, int64_t i, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t per = d.NH / d.KV;
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(gale_layer(i, "self_attention.linear_qkv.layer_norm_weight"), {d.H}));
+  mp.put(llama_layer(i, "input_layernorm.weight"), norm);
+  GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"),
+                                           {(2 * d.NH + 2 * d.KV) * d.HD, d.H}));
+  Tensor qg = Tensor::empty({2 * d.NH * d.HD, d.H}), k = Tensor::empty({d.KV * d.HD, d.H}),
+         v = Tensor::empty({d.KV * d.HD, d.H});
+  int64_t at = 0;
+  for (int64_t g = 0; g < d.KV; ++g) {
+    for (int64_t part = 0; part < 2; ++part)
+      for (int64_t h = g * per; h < (g + 1) * per; ++h, at += d.HD) copy_rows(qkv, at, qg, (2 * h + part) * d.HD, d.HD);
+    copy_rows(qkv, at, k, g * d.HD, d.HD);
+    at += d.HD;
+    copy_rows(qkv, at, v, g * d.HD, d.HD);
+    at += d.HD;
+  }
+  mp.put(llama_layer(i, "self_attn.q_proj.weight"), qg);
+  mp.put(llama_layer(i, "self_attn.k_proj.weight"), k);
+  mp.put(llama_layer(i, "self_attn.v_proj.weight"), v);
+  for (auto [hf, gale] : {std::pair{"self_attn.q_norm.weight", "self_attention.q_layernorm.weight"},
+                          std::pair{"self_attn.k_norm.weight", "self_attention.k_layernorm.weight"}}) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale_layer(i, gale), {d.HD}));
+    mp.put(llama_layer(i, hf), t);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(gale_layer(i, "self_attention.linear_proj.weight"), {d.H, d.NH * d.HD}));
+  mp.put(llama_layer(i, "self_attn.o_proj.weight"), o);
+  return Status::Ok();
+}
+
+// Gale -> Qwen3NextForCausalLM: the inverse of qwen3_next_to_gale.
+Status gale_to_qwen3_next(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+  mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(m.model.linear_attention_pattern.at(static_cast<size_t>(i)) != 0
+                             ? gale_to_qwen3_next_gdn(m, i, mp)
+                             : gale_to_qwen3_next_attention(m, i, mp));
+    const bool moe = moe_layer(m, i);
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, moe ? "pre_mlp_layernorm.weight"
+                                                              : "mlp.linear_fc1.layer_norm_weight"), {d.H}));
+    mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
+    GALE_RETURN_IF_ERROR(moe ? gale_experts_to_qwen_moe(m, i, mp)
+                             : gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
+  mp.put("model.norm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    mp.put("lm_head.weight", rows(head, 0, d.V));
   }
   return Status::Ok();
 }
@@ -752,12 +852,11 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
 }
 
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale, DType store) {
-  if (m.arch == HfArchitecture::kQwen3Next)  // hf_model_from_args never describes a model so
-    return Unimplemented("writing Qwen3NextForCausalLM is not supported yet (import only)");
   Mapper mp(gale, store);
   GALE_RETURN_IF_ERROR(m.arch == HfArchitecture::kGpt2         ? gale_to_gpt2(m, mp)
                        : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kDeepseekV3 ? gale_to_deepseek_v3(m, mp)
+                       : m.arch == HfArchitecture::kQwen3Next  ? gale_to_qwen3_next(m, mp)
                                                                : gale_to_llama(m, mp));
   return mp.take();
 }

@@ -24,7 +24,7 @@
 // Qwen3-MoE (Qwen3's attention with q_norm/k_norm) in its sparse layers: Qwen2-MoE's router and experts, no
 // shared expert (transformers 5.x also saves the per-expert names, though it computes with fused
 // [E, 2Fe, H] / [E, H, Fe] expert tensors).
-// Qwen3-Next (HF -> Gale only; r = NV / NK value heads per key head): Gated DeltaNet layers
+// Qwen3-Next (both ways; r = NV / NK value heads per key head): Gated DeltaNet layers
 //   input_layernorm.weight                       -> self_attention.in_proj.layer_norm_weight (both 1 + w)
 //   linear_attn.in_proj_qkvz [per key head: q DK; k DK; v r·DV; z r·DV], in_proj_ba [per key head: b r; a r]
 //                                                -> self_attention.in_proj.weight [q; k; v; z; b; a] (Megatron's
@@ -95,7 +95,6 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                                                         DType store = DType::kF32);
 
 // HF's tensors (padded vocabulary rows dropped; no lm_head.weight when tied) from Gale's, in `store`.
-// Unimplemented for Qwen3-Next (import only).
 StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const TensorSource& gale,
                                                         DType store = DType::kF32);
 

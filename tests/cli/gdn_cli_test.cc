@@ -182,9 +182,8 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
             std::string::npos)
       << lora.output;
   testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
-                                        "a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): "
-                                        "conversion to or from Megatron's format and to Hugging Face's is not "
-                                        "supported yet (Qwen3NextForCausalLM converts from Hugging Face only)");
+                                        "a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+                                        "Qwen3NextForCausalLM only with zero-centred RMSNorm (--apply-layernorm-1p)");
   std::filesystem::remove_all(dir);
 }
 

@@ -207,7 +207,8 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
-                                           "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe"));
+                                           "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe",
+                                           "qwen3_next"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -756,7 +757,9 @@ std::string error_of(const std::string& dir, const TempDir& tmp) {
 // gated shared expert in layers 0 and 1 and a dense layer 2. The converted model reproduces
 // transformers' logits; each re-layout matters (HF's per-key-head in_proj_qkvz / in_proj_ba order
 // taken as Megatron's sections, the query and gate rows of a head swapped, the gated norm's weight
-// not shifted to zero-centred, full RoPE instead of partial); writing it back is refused.
+// not shifted to zero-centred, full RoPE instead of partial). Exported back (the fixture's tensors bit for
+// bit: HfFixture.RoundTripReturnsEveryTensorBitForBit) and imported again, every Gale tensor is the
+// first import's, bit for bit, and config.json holds Qwen3-Next's keys as transformers 5.x saves them.
 TEST(HfConvert, Qwen3NextImportReproducesTransformersLogits) {
   TempDir tmp;
   Status s = convert_hf_to_gale(to_gale(fixture("qwen3_next"), tmp.file("gale")), quiet);
@@ -811,12 +814,89 @@ TEST(HfConvert, Qwen3NextImportReproducesTransformersLogits) {
   EXPECT_GT(broken("decoder.layers.2.self_attention.out_norm.weight",
                    [](float* w, int64_t n) { for (int64_t j = 0; j < n; ++j) w[j] += 1.0f; }),
             100 * kLogitTolerance);
-  // Import only.
-  s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf")), quiet);
-  ASSERT_FALSE(s.ok());
+  // Gale -> HF -> Gale.
+  s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf"), "bf16"), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::ifstream in(tmp.file("hf/config.json"));
+  const nlohmann::json out = nlohmann::json::parse(in);
+  EXPECT_EQ(out["architectures"], nlohmann::json::array({"Qwen3NextForCausalLM"}));
+  EXPECT_EQ(out["model_type"], "qwen3_next");
+  EXPECT_EQ(out["layer_types"], nlohmann::json::array({"linear_attention", "full_attention", "linear_attention"}));
+  EXPECT_EQ(out["rope_parameters"]["partial_rotary_factor"], 0.25);
+  EXPECT_EQ(out["rope_parameters"]["rope_theta"], 10000.0);
+  EXPECT_EQ(out["mlp_only_layers"], nlohmann::json::array({2}));
+  EXPECT_EQ(out["shared_expert_intermediate_size"], 48);
+  EXPECT_EQ(out["norm_topk_prob"], true);
+  for (const char* key : {"linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                          "linear_num_key_heads", "linear_num_value_heads", "head_dim", "moe_intermediate_size",
+                          "num_experts", "num_experts_per_tok", "tie_word_embeddings"})
+    EXPECT_EQ(out[key], nlohmann::json::parse(std::ifstream(fixture("qwen3_next") + "/config.json"))[key]) << key;
+  s = convert_hf_to_gale(to_gale(tmp.file("hf"), tmp.file("gale2")), quiet);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto first = CheckpointReader::open(tmp.file("gale"));
+  auto second = CheckpointReader::open(tmp.file("gale2"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->section("args").value(), second->section("args").value());
+  ASSERT_EQ(first->tensor_names(), second->tensor_names());
+  for (const std::string& name : first->tensor_names()) {
+    const Shape shape = first->global_shape(name).value();
+    const Tensor a = first->read(name, shape, DType::kF32).value(), b = second->read(name, shape, DType::kF32).value();
+    EXPECT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << name;
+  }
+  // Megatron's formats refuse Gated DeltaNet both from Gale and from Hugging Face.
+  MegatronConvertOptions mg;
+  mg.from = ModelFormat::kGale;
+  mg.to = ModelFormat::kMegatron;
+  mg.load_dir = tmp.file("gale");
+  mg.save_dir = tmp.file("mg");
+  s = convert_megatron(mg, quiet);
   EXPECT_EQ(s.message(), tmp.file("gale") + "/iter_0000000/metadata.json: a Gated DeltaNet model (args "
-                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format and to "
-                         "Hugging Face's is not supported yet (Qwen3NextForCausalLM converts from Hugging Face only)");
+                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format is not "
+                         "supported yet (Qwen3NextForCausalLM converts to and from Hugging Face)");
+  mg.from = ModelFormat::kHf;
+  mg.load_dir = fixture("qwen3_next");
+  s = convert_megatron(mg, quiet);
+  EXPECT_EQ(s.message(), fixture("qwen3_next") + "/config.json: a Gated DeltaNet model (args "
+                         "'experimental_attention_variant' \"gdn\"): conversion to or from Megatron's format is not "
+                         "supported yet (Qwen3NextForCausalLM converts to and from Hugging Face)");
+  EXPECT_FALSE(fs::exists(tmp.file("mg")));
+}
+
+// The Gated DeltaNet models Qwen3NextForCausalLM cannot hold: transformers' class always gates its full
+// attention, normalises q and k, uses 1 + w norms and has sparse layers with a gated shared expert.
+TEST(HfConvertErrors, GdnModelsQwen3NextCannotHold) {
+  auto hf = hf_model_from_config(nlohmann::json::parse(std::ifstream(fixture("qwen3_next") + "/config.json")),
+                                 "config.json", 128, 1);
+  ASSERT_TRUE(hf.ok()) << hf.status().message();
+  ASSERT_TRUE(hf_model_from_args(hf->model, hf->moe, 100, "ckpt").ok());
+  auto refusal = [&](const std::function<void(ModelArgs&, MoeArgs&)>& edit) {
+    ModelArgs m = hf->model;
+    MoeArgs moe = hf->moe;
+    edit(m, moe);
+    auto out = hf_model_from_args(m, moe, 100, "ckpt");
+    return out.ok() ? std::string("accepted") : out.status().message();
+  };
+  const std::string head = "ckpt: a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+                           "Qwen3NextForCausalLM only with ";
+  EXPECT_EQ(refusal([](ModelArgs& m, MoeArgs&) { m.apply_layernorm_1p = false; }),
+            head + "zero-centred RMSNorm (--apply-layernorm-1p)");
+  EXPECT_EQ(refusal([](ModelArgs& m, MoeArgs&) { m.attention_output_gate = false; }),
+            head + "--attention-output-gate and --qk-layernorm (the full-attention layers' gated q_proj, q_norm and "
+                   "k_norm)");
+  EXPECT_EQ(refusal([](ModelArgs& m, MoeArgs&) { m.add_qkv_bias = true; }),
+            head + "--swiglu and --disable-bias-linear (no --add-qkv-bias)");
+  EXPECT_EQ(refusal([](ModelArgs& m, MoeArgs&) { m.sliding_window = 8; }),
+            head + "no --sliding-window, --noop-layers or --embed-layernorm");
+  EXPECT_EQ(refusal([](ModelArgs&, MoeArgs& moe) { moe = MoeArgs(); }),
+            head + "--num-experts with --moe-shared-expert-intermediate-size and --moe-shared-expert-gate (its "
+                   "sparse layers' gated shared expert)");
+  EXPECT_EQ(refusal([](ModelArgs&, MoeArgs& moe) { moe.moe_shared_expert_gate = false; }),
+            head + "--num-experts with --moe-shared-expert-intermediate-size and --moe-shared-expert-gate (its "
+                   "sparse layers' gated shared expert)");
+  EXPECT_EQ(refusal([](ModelArgs&, MoeArgs& moe) { moe.moe_router_score_function = "sigmoid"; }),
+            head + "softmax routing (no --moe-router-score-function sigmoid, expert bias, top-k scaling or groups)");
+  EXPECT_EQ(refusal([](ModelArgs& m, MoeArgs&) { m.use_rope_scaling = true; }),
+            head + "--position-embedding-type rope in every layer, rotate-half, unscaled");
 }
 
 // What Gale cannot hold in a Qwen3-MoE config, and the Gale models Qwen3-MoE cannot hold.
