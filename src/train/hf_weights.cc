@@ -493,6 +493,28 @@ Status copy_mtp_layer(Direction dir, const HfModel& m, int64_t k, Mapper& mp) {
   return copy_deepseek_v3_layer(dir, m, hf, gale + "transformer_layer.", true, mp);
 }
 
+// The LLaMA-family tail both ways: model.norm <-> decoder.final_layernorm, and an untied lm_head <->
+// output_layer (padded to Vp rows in Gale).
+Status final_norm_and_head_to_gale(const HfModel& m, const Dims& d, Mapper& mp) {
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
+  mp.put("decoder.final_layernorm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  }
+  return Status::Ok();
+}
+
+Status final_norm_and_head_to_hf(const HfModel& m, const Dims& d, Mapper& mp) {
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
+  mp.put("model.norm.weight", norm);
+  if (m.model.untie_embeddings_and_output_weights) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    mp.put("lm_head.weight", rows(head, 0, d.V));
+  }
+  return Status::Ok();
+}
+
 Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
@@ -500,12 +522,7 @@ Status deepseek_v3_to_gale(const HfModel& m, Mapper& mp) {
   for (int64_t i = 0; i < m.model.num_layers; ++i)
     GALE_RETURN_IF_ERROR(
         copy_deepseek_v3_layer(Direction::kToGale, m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
-  mp.put("decoder.final_layernorm.weight", norm);
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
-    mp.put("output_layer.weight", pad_rows(head, d.Vp));
-  }
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_gale(m, d, mp));
   for (int64_t k = 0; k < m.mtp_layers; ++k) {
     GALE_RETURN_IF_ERROR(copy_mtp_layer(Direction::kToGale, m, k, mp));
   }
@@ -519,14 +536,9 @@ Status gale_to_deepseek_v3(const HfModel& m, Mapper& mp) {
   for (int64_t i = 0; i < m.model.num_layers; ++i)
     GALE_RETURN_IF_ERROR(
         copy_deepseek_v3_layer(Direction::kToHf, m, hf_layer_prefix(i), gale_layer(i, ""), moe_layer(m, i), mp));
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
-  mp.put("model.norm.weight", norm);
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_hf(m, d, mp));
   const char* head_name = m.model.untie_embeddings_and_output_weights ? "output_layer.weight"
                                                                        : "embedding.word_embeddings.weight";
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get(head_name, {d.Vp, d.H}));
-    mp.put("lm_head.weight", rows(head, 0, d.V));
-  }
   for (int64_t k = 0; k < m.mtp_layers; ++k) {
     GALE_RETURN_IF_ERROR(copy_mtp_layer(Direction::kToHf, m, k, mp));
     const std::string hf = hf_layer_prefix(m.model.num_layers + k);
@@ -632,12 +644,7 @@ Status qwen3_next_to_gale(const HfModel& m, Mapper& mp) {
     GALE_RETURN_IF_ERROR(moe ? qwen_moe_experts_to_gale(m, i, mp)
                              : swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
   }
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
-  mp.put("decoder.final_layernorm.weight", norm);
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
-    mp.put("output_layer.weight", pad_rows(head, d.Vp));
-  }
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_gale(m, d, mp));
   return Status::Ok();
 }
 
@@ -732,12 +739,7 @@ Status gale_to_qwen3_next(const HfModel& m, Mapper& mp) {
     GALE_RETURN_IF_ERROR(moe ? gale_experts_to_qwen_moe(m, i, mp)
                              : gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));
   }
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
-  mp.put("model.norm.weight", norm);
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
-    mp.put("lm_head.weight", rows(head, 0, d.V));
-  }
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_hf(m, d, mp));
   return Status::Ok();
 }
 
@@ -780,12 +782,7 @@ Status llama_to_gale(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor down, mp.get(llama_layer(i, "mlp.down_proj.weight"), {d.H, d.F}));
     mp.put(gale_layer(i, "mlp.linear_fc2.weight"), down);
   }
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("model.norm.weight", {d.H}));
-  mp.put("decoder.final_layernorm.weight", norm);
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
-    mp.put("output_layer.weight", pad_rows(head, d.Vp));
-  }
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_gale(m, d, mp));
   return Status::Ok();
 }
 
@@ -830,12 +827,7 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
     GALE_ASSIGN_OR_RETURN(Tensor fc2, mp.get(gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
     mp.put(llama_layer(i, "mlp.down_proj.weight"), fc2);
   }
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get("decoder.final_layernorm.weight", {d.H}));
-  mp.put("model.norm.weight", norm);
-  if (m.model.untie_embeddings_and_output_weights) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
-    mp.put("lm_head.weight", rows(head, 0, d.V));
-  }
+  GALE_RETURN_IF_ERROR(final_norm_and_head_to_hf(m, d, mp));
   return Status::Ok();
 }
 
