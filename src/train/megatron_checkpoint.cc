@@ -684,6 +684,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
   set_bool("attention_output_gate", model.attention_output_gate);  // linear_qkv holds the gate rows too
+  ns->set("softmax_type", PyValue::str(model.softmax_type));  // learnable: core_attention.softmax_offset
   if (!model.no_rope_pattern.empty()) {  // --no-rope-freq as the per-layer list Megatron's config holds
     PyRef list = PyValue::list();
     for (int v : model.no_rope_pattern) list->items.push_back(PyValue::integer(v));

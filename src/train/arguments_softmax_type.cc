@@ -1,0 +1,30 @@
+// --softmax-type (Megatron-Core's TransformerConfig.softmax_type: attention sinks) and what it does not compose with yet.
+#include "train/arguments.h"
+
+namespace gale {
+
+void add_softmax_type_args(ArgParser& p, ModelArgs& a) {
+  p.add_choice("--softmax-type", &a.softmax_type, {"vanilla", "off-by-one", "learnable"},
+               "attention softmax (Megatron-Core's softmax_type; attention sinks as in gpt-oss): vanilla; "
+               "off-by-one adds a zero logit to every row (exp(x_i) / (1 + sum_j exp(x_j))); learnable adds a "
+               "learned logit per head, the parameter self_attention.core_attention.softmax_offset [heads]");
+}
+
+Status validate_softmax_type(const Arguments& a) {
+  const ModelArgs& m = a.model;
+  if (m.softmax_type == "vanilla") return Status::Ok();
+  const std::string flag = "--softmax-type " + m.softmax_type;
+  if (m.multi_latent_attention)
+    return Unimplemented(flag, " with --multi-latent-attention: not supported yet (Gale's sink logits are in "
+                         "standard self-attention only)");
+  if (m.is_hybrid_model)
+    return Unimplemented(flag, " with --is-hybrid-model: not supported yet (standard GPT layers only)");
+  if (!m.experimental_attention_variant.empty())
+    return Unimplemented(flag, " with --experimental-attention-variant ", m.experimental_attention_variant,
+                         ": not supported yet (standard self-attention only)");
+  if (a.parallel.tp_2d)
+    return Unimplemented(flag, " with --tp-2d: not supported yet (the 2-D attention layer's head split)");
+  return Status::Ok();
+}
+
+}  // namespace gale
