@@ -40,6 +40,7 @@ Split split_of(const std::string& name, bool swiglu) {
   if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias"))
     return swiglu ? Split::kGatedRows : Split::kRows;
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
+      ends_with(name, "self_attention.core_attention.softmax_offset") ||  // --softmax-type learnable: heads
       name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
     return Split::kRows;
   if (const size_t a = name.find("self_attention."); a != std::string::npos && megatron_mla_column_parallel(name.substr(a)))
@@ -205,7 +206,7 @@ bool known_tensor(const std::string& name, bool mla) {
       "self_attention.linear_qkv.bias",   "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
       "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight", "pre_mlp_layernorm.weight",
       "pre_mlp_layernorm.bias",           "mlp.linear_fc1.weight",          "mlp.linear_fc1.bias",
-      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias"};
+      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",            "self_attention.core_attention.softmax_offset"};
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;

@@ -1,7 +1,8 @@
 // gale pretrain / generate with --softmax-type (attention sinks): off-by-one and learnable train the
 // same at levels 0 and 2 (flash attention starts each row's online softmax at the sink logit) and not
 // as vanilla; the type is recorded in checkpoints (a resume without it is refused) and restored by
-// generate --use-checkpoint-args (generate without it is refused).
+// generate --use-checkpoint-args (generate without it is refused); Megatron's torch format at TP 2 keeps
+// the sink logits.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -81,6 +82,31 @@ TEST(SoftmaxTypeCli, RecordedInCheckpointsAndRestoredForGenerate) {
                       "expected --softmax-type learnable (or --use-checkpoint-args), found --softmax-type vanilla"),
             std::string::npos)
       << vanilla.out << vanilla.err;
+}
+
+// Megatron's torch format at TP 2 keeps the sink logits (each rank its heads' [NH/TP], under
+// Megatron's name and args.softmax_type): training continues from it as from the Gale checkpoint.
+TEST(SoftmaxTypeCli, MegatronTorchFormatAtTp2KeepsTheSinkLogits) {
+  testing::TempDir dir;
+  // 4095 + eod = 4096 tokens: the same padded vocabulary at TP 1 and TP 2.
+  std::string model = kModel + " --softmax-type learnable";
+  model.replace(model.find("--vocab-size 4096"), 17, "--vocab-size 4095");
+  testing::CommandResult r =
+      testing::run_gale("pretrain " + model + " --train-iters 2 --save " + dir.file("g") + " --save-interval 2",
+                        dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_gale("convert --load-model-type gale --save-model-type mg --load-dir " + dir.file("g") +
+                            " --save-dir " + dir.file("mg") + " --target-tensor-parallel-size 2",
+                        dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string cont = "pretrain " + model + " --train-iters 4 --no-load-optim --load ";
+  const testing::CommandResult from_gale = testing::run_gale(cont + dir.file("g") + " --no-load-rng", dir.path());
+  const testing::CommandResult from_mg = testing::run_gale(cont + dir.file("mg"), dir.path());
+  ASSERT_EQ(from_gale.exit_code, 0) << from_gale.err;
+  ASSERT_EQ(from_mg.exit_code, 0) << from_mg.out << from_mg.err;
+  const std::vector<double> losses = testing::logged_values(from_gale.out, "lm loss");
+  EXPECT_EQ(losses.size(), 2u) << from_gale.out;
+  EXPECT_EQ(testing::logged_values(from_mg.out, "lm loss"), losses) << from_mg.out;
 }
 
 }  // namespace
