@@ -17,8 +17,6 @@ Status validate_softmax_type(const Arguments& a) {
   if (m.multi_latent_attention)
     return Unimplemented(flag, " with --multi-latent-attention: not supported yet (Gale's sink logits are in "
                          "standard self-attention only)");
-  if (m.is_hybrid_model)
-    return Unimplemented(flag, " with --is-hybrid-model: not supported yet (standard GPT layers only)");
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(flag, " with --experimental-attention-variant ", m.experimental_attention_variant,
                          ": not supported yet (standard self-attention only)");

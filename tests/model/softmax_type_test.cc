@@ -1,12 +1,14 @@
 // --softmax-type (model/config.h SoftmaxType; attention sinks): the learnable logits' parameter
 // (Megatron's name, shape, init, no weight decay), finite differences of a small model with each type,
-// and KV-cache decoding (whole-prompt, one-token and flash-decode steps) against the whole forward.
+// and KV-cache decoding (whole-prompt, one-token and flash-decode steps) against the whole forward;
+// the same in a hybrid Mamba model's attention layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "model/decoding_check.h"
+#include "model/hybrid_test_model.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "model_test_batches.h"
@@ -125,6 +127,39 @@ TEST(SoftmaxType, FlashDecodeStepsEqualTheWholeSequenceForward) {
   cache.flash_decode_chunk = 3;
   testing::expect_chunked_decoding_equals_whole_forward(model, cache, model, testing::test_tokens(S, c.vocab), 1, S,
                                                         {6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2e-5);
+}
+
+// Hybrid Mamba models: the attention layers ('*') hold the sink logits under Megatron's names (the
+// Mamba and MLP layers none), "M*-M" on the finite-difference sizes.
+TEST(SoftmaxType, HybridAttentionLayersMatchFiniteDifferences) {
+  ModelConfig c = testing::gradcheck_gpt_config();
+  c.num_layers = 4;
+  c.rms_norm = true;
+  c.position = PositionEmbedding::kNone;
+  c.hybrid.enabled = true;
+  c.hybrid.layers = "M*-M";
+  c.hybrid.headdim = 8;
+  c.hybrid.ngroups = 2;
+  c.hybrid.d_state = 4;
+  c.softmax_type = SoftmaxType::kLearnable;
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    EXPECT_EQ(model.params().find("decoder.layers." + std::to_string(l) + ".self_attention.core_attention.softmax_offset") >= 0,
+              l == 1)
+        << l;
+  testing::expect_every_parameter_matches_finite_differences(c);
+}
+
+// The tiny hybrid model M * - M * M with learnable sinks: cached greedy decoding (Mamba states and
+// the attention layers' keys and values) equals the full forward at every step.
+TEST(SoftmaxType, HybridCachedDecodingEqualsTheFullForward) {
+  ModelConfig c = testing::tiny_hybrid_config();
+  c.softmax_type = SoftmaxType::kLearnable;
+  const OpTable ops = testing::decoding_ops();
+  std::unique_ptr<GPTModel> model = testing::decoding_model(c, &ops, 7);
+  testing::make_mamba_state_carry(*model);
+  testing::expect_greedy_decoding_of_prompts(*model, {1, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
 }
 
 }  // namespace

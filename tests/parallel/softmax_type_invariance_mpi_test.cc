@@ -3,7 +3,8 @@
 // parallelism and flash attention), context parallelism (ring: the sink folded in once after the
 // blocks' merge; all-gather; Ulysses: each cp rank's heads read their slice of the logits; hybrid
 // Ulysses × ring) and pipeline parallelism reproduce the single-process run: losses and grad norms,
-// final parameters and gradients (the sink logits' among them) as the other invariance suites.
+// final parameters and gradients (the sink logits' among them) as the other invariance suites; and the
+// same for a hybrid Mamba model's attention layers.
 #include <gtest/gtest.h>
 
 #include "layout_invariance.h"
@@ -49,6 +50,38 @@ TEST_P(SoftmaxTypeInvariance, MatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SoftmaxTypeInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
+                         [](const auto& info) { return info.param; });
+
+// A hybrid Mamba model's attention layers ('*' of M * - M) with learnable sinks: TP 2 with SP, CP 2
+// (ring, Ulysses) and PP 2.
+const std::vector<Layout>& hybrid_layouts() {
+  static const std::vector<Layout> all = {
+      {"hybrid_tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"hybrid_cp2", 2, {"--context-parallel-size", "2"}},
+      {"hybrid_cp2_ulysses", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"hybrid_pp2", 2, {"--pipeline-model-parallel-size", "2"}},
+  };
+  return all;
+}
+
+const std::vector<std::string> kHybrid = {
+    "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--num-layers", "4", "--hidden-size", "64",
+    "--num-attention-heads", "8", "--mamba-state-dim", "8", "--mamba-head-dim", "16", "--mamba-num-groups", "4",
+    "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
+    "--train-iters", "5", "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
+    "--make-vocab-size-divisible-by", "64", "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--eval-iters",
+    "0", "--log-interval", "1000", "--clip-grad", "0.5", "--position-embedding-type", "rope", "--normalization",
+    "RMSNorm", "--swiglu", "--disable-bias-linear", "--softmax-type", "learnable"};
+
+class HybridSoftmaxTypeInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridSoftmaxTypeInvariance, MatchesSingleProcess) {
+  testing::expect_layout_matches_single_process(hybrid_layouts(), GetParam(), kHybrid, 3e-5,
+                                                "self_attention.core_attention.softmax_offset");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridSoftmaxTypeInvariance,
+                         ::testing::ValuesIn(testing::layout_names(hybrid_layouts())),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
