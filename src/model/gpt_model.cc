@@ -213,8 +213,8 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     alibi_slopes_ = alibi_slopes(c.heads);  // all heads: each rank's heads read theirs at head_offset
   }
   if (c.softmax_type != SoftmaxType::kVanilla)
-    GALE_CHECK(!c.mla.enabled && !part_.tp2d())
-        << "--softmax-type off-by-one / learnable with multi-latent attention or --tp-2d (refused at start-up)";
+    GALE_CHECK(!c.dsa.enabled && !part_.tp2d())
+        << "--softmax-type off-by-one / learnable with DeepSeek sparse attention or --tp-2d (refused at start-up)";
   if (c.softmax_type == SoftmaxType::kOffByOne) zero_softmax_offset_.assign(static_cast<size_t>(c.heads), 0.0f);
 }
 

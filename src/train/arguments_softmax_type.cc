@@ -14,12 +14,9 @@ Status validate_softmax_type(const Arguments& a) {
   const ModelArgs& m = a.model;
   if (m.softmax_type == "vanilla") return Status::Ok();
   const std::string flag = "--softmax-type " + m.softmax_type;
-  if (m.multi_latent_attention)
-    return Unimplemented(flag, " with --multi-latent-attention: not supported yet (Gale's sink logits are in "
-                         "standard self-attention only)");
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(flag, " with --experimental-attention-variant ", m.experimental_attention_variant,
-                         ": not supported yet (standard self-attention only)");
+                         ": not supported yet (standard and multi-latent self-attention only)");
   if (a.parallel.tp_2d)
     return Unimplemented(flag, " with --tp-2d: not supported yet (the 2-D attention layer's head split)");
   return Status::Ok();

@@ -1,7 +1,7 @@
 // --softmax-type (model/config.h SoftmaxType; attention sinks): the learnable logits' parameter
 // (Megatron's name, shape, init, no weight decay), finite differences of a small model with each type,
 // and KV-cache decoding (whole-prompt, one-token and flash-decode steps) against the whole forward;
-// the same in a hybrid Mamba model's attention layers.
+// the same in a hybrid Mamba model's attention layers and with multi-latent attention.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "model/decoding_check.h"
 #include "model/hybrid_test_model.h"
+#include "model/mla_test_config.h"
 #include "model/gpt_model.h"
 #include "model/kv_cache.h"
 #include "model_test_batches.h"
@@ -160,6 +161,25 @@ TEST(SoftmaxType, HybridCachedDecodingEqualsTheFullForward) {
   std::unique_ptr<GPTModel> model = testing::decoding_model(c, &ops, 7);
   testing::make_mamba_state_carry(*model);
   testing::expect_greedy_decoding_of_prompts(*model, {1, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
+}
+
+// Multi-latent attention (Megatron's MLA spec has the same core attention): the sink logits under
+// Megatron's name, finite differences (off-by-one and learnable; a query latent or none, V padded),
+// and decoding against the whole forward.
+TEST(SoftmaxType, MultiLatentAttentionMatchesFiniteDifferencesAndDecodes) {
+  for (SoftmaxType t : {SoftmaxType::kOffByOne, SoftmaxType::kLearnable})
+    for (int64_t q_lora_rank : {int64_t{0}, int64_t{6}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(t)) + " q_lora_rank " + std::to_string(q_lora_rank));
+      ModelConfig c = testing::mla_config(/*llama=*/true, q_lora_rank, /*qk_layernorm=*/true, /*v_head_dim=*/3);
+      c.softmax_type = t;
+      OpTable ops = reference_ops();
+      GPTModel model(c, single_process_partition(c), &ops);
+      const int id = model.params().find(kOffset);
+      EXPECT_EQ(id >= 0, t == SoftmaxType::kLearnable);
+      if (id >= 0) EXPECT_EQ(model.params().spec(id).global_shape, (Shape{c.heads}));
+      testing::expect_every_parameter_matches_finite_differences(c);
+      testing::expect_reference_model_decoding_equals_whole_forward(c);
+    }
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ TEST(SoftmaxTypeArguments, ChoicesAndDefaultAsMegatron) {
     cli.args.model.padded_vocab_size = 128;
     EXPECT_EQ(model_config_from_args(cli.args).softmax_type, type);
   }
+  Cli mla;  // multi-latent attention takes it too
+  const Status sm = mla.parse_minimal({"--softmax-type", "learnable", "--multi-latent-attention", "--kv-lora-rank", "16",
+                                       "--qk-head-dim", "16", "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16"});
+  EXPECT_TRUE(sm.ok()) << sm.to_string();
   Cli hybrid;  // a hybrid model's attention layers take it too
   const Status s = hybrid.parse_minimal({"--softmax-type", "learnable", "--is-hybrid-model", "--hybrid-override-pattern",
                                          "M*", "--mamba-head-dim", "16", "--mamba-num-groups", "1"});
@@ -71,16 +75,17 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, SoftmaxTypeArgumentErrors,
     ::testing::Values(
         Case{{"--softmax-type", "softmax"}, 1, "--softmax-type: softmax not in {vanilla,off-by-one,learnable}"},
-        Case{{"--softmax-type", "learnable", "--multi-latent-attention", "--kv-lora-rank", "16", "--qk-head-dim", "16",
-              "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16"},
-             1,
-             "--softmax-type learnable with --multi-latent-attention: not supported yet (Gale's sink logits are in "
-             "standard self-attention only)"},
         Case{{"--softmax-type", "learnable", "--experimental-attention-variant", "gdn", "--linear-attention-freq", "2",
               "--normalization", "RMSNorm", "--swiglu"},
              1,
-             "--softmax-type learnable with --experimental-attention-variant gdn: not supported yet (standard "
-             "self-attention only)"},
+             "--softmax-type learnable with --experimental-attention-variant gdn: not supported yet (standard and "
+             "multi-latent self-attention only)"},
+        Case{{"--softmax-type", "off-by-one", "--multi-latent-attention", "--kv-lora-rank", "16", "--qk-head-dim", "16",
+              "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16", "--experimental-attention-variant", "dsa",
+              "--dsa-indexer-n-heads", "2", "--dsa-indexer-head-dim", "8", "--dsa-indexer-topk", "4"},
+             1,
+             "--softmax-type off-by-one with --experimental-attention-variant dsa: not supported yet (standard and "
+             "multi-latent self-attention only)"},
         Case{{"--softmax-type", "learnable", "--tp-2d", "--tp-x", "2", "--tp-y", "2", "--tensor-model-parallel-size",
               "4"},
              4, "--softmax-type learnable with --tp-2d: not supported yet (the 2-D attention layer's head split)"}));
