@@ -21,7 +21,7 @@ namespace gale {
 enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone, kAlibi };
 
 // --softmax-type (Megatron-Core's TransformerConfig.softmax_type; attention sinks, gpt-oss): the
-// attention softmax of every standard-attention layer. kOffByOne adds a zero logit to each row
+// attention softmax of every standard and multi-latent attention layer (not DSA). kOffByOne adds a zero logit to each row
 // (softmax_1: exp(x_i) / (1 + Σ_j exp(x_j))); kLearnable a learned logit per head, the parameter
 // core_attention.softmax_offset [NH] (split over TP with the heads; AttentionProblem::softmax_offset).
 enum class SoftmaxType { kVanilla, kOffByOne, kLearnable };
