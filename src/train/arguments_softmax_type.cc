@@ -14,9 +14,11 @@ Status validate_softmax_type(const Arguments& a) {
   const ModelArgs& m = a.model;
   if (m.softmax_type == "vanilla") return Status::Ok();
   const std::string flag = "--softmax-type " + m.softmax_type;
-  if (!m.experimental_attention_variant.empty())
-    return Unimplemented(flag, " with --experimental-attention-variant ", m.experimental_attention_variant,
-                         ": not supported yet (standard and multi-latent self-attention only)");
+  // Gated DeltaNet layers have no softmax (the model's attention layers take the sinks); DSA's sparse
+  // kernels do not take them yet.
+  if (m.experimental_attention_variant == "dsa")
+    return Unimplemented(flag, " with --experimental-attention-variant dsa: not supported yet (DeepSeek sparse "
+                         "attention's kernels)");
   if (a.parallel.tp_2d)
     return Unimplemented(flag, " with --tp-2d: not supported yet (the 2-D attention layer's head split)");
   return Status::Ok();

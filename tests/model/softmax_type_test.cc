@@ -1,13 +1,15 @@
 // --softmax-type (model/config.h SoftmaxType; attention sinks): the learnable logits' parameter
 // (Megatron's name, shape, init, no weight decay), finite differences of a small model with each type,
 // and KV-cache decoding (whole-prompt, one-token and flash-decode steps) against the whole forward;
-// the same in a hybrid Mamba model's attention layers and with multi-latent attention.
+// the same in a hybrid Mamba model's attention layers, a Gated DeltaNet model's and with multi-latent
+// attention.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "model/decoding_check.h"
+#include "model/gdn_test_model.h"
 #include "model/hybrid_test_model.h"
 #include "model/mla_test_config.h"
 #include "model/gpt_model.h"
@@ -180,6 +182,35 @@ TEST(SoftmaxType, MultiLatentAttentionMatchesFiniteDifferencesAndDecodes) {
       testing::expect_every_parameter_matches_finite_differences(c);
       testing::expect_reference_model_decoding_equals_whole_forward(c);
     }
+}
+
+// Gated DeltaNet models (--experimental-attention-variant gdn): the GDN layers have no softmax, the
+// attention layers hold the sink logits; finite differences (G * on the finite-difference sizes) and
+// cached greedy decoding of the tiny G * G G * model (GDN states and keys/values) against the full forward.
+TEST(SoftmaxType, GatedDeltaNetModelsAttentionLayers) {
+  ModelConfig c = testing::gradcheck_gpt_config();
+  use_llama_architecture(c);
+  c.gdn.enabled = true;
+  c.gdn.pattern = {1, 0};
+  c.gdn.num_key_heads = 2;
+  c.gdn.num_value_heads = 4;
+  c.gdn.key_head_dim = 4;
+  c.gdn.value_head_dim = 6;
+  c.gdn.conv_kernel = 3;
+  c.softmax_type = SoftmaxType::kLearnable;
+  {
+    OpTable ops = reference_ops();
+    GPTModel model(c, single_process_partition(c), &ops);
+    EXPECT_LT(model.params().find("decoder.layers.0.self_attention.core_attention.softmax_offset"), 0);
+    EXPECT_GE(model.params().find(kOffset), 0);
+  }
+  testing::expect_every_parameter_matches_finite_differences(c, 1e-3, 2e-2);  // as the GDN model tests
+  ModelConfig d = testing::tiny_gdn_config();
+  d.softmax_type = SoftmaxType::kLearnable;
+  const OpTable ops = testing::decoding_ops();
+  std::unique_ptr<GPTModel> model = testing::decoding_model(d, &ops, 7);
+  testing::make_gdn_state_carry(*model);
+  testing::expect_greedy_decoding_of_prompts(*model, {1, 7, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
 }
 
 }  // namespace

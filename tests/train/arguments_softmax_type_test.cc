@@ -28,6 +28,10 @@ TEST(SoftmaxTypeArguments, ChoicesAndDefaultAsMegatron) {
   const Status sm = mla.parse_minimal({"--softmax-type", "learnable", "--multi-latent-attention", "--kv-lora-rank", "16",
                                        "--qk-head-dim", "16", "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16"});
   EXPECT_TRUE(sm.ok()) << sm.to_string();
+  Cli gdn;  // a Gated DeltaNet model's attention layers take it too
+  const Status sg = gdn.parse_minimal({"--softmax-type", "learnable", "--experimental-attention-variant", "gdn",
+                                       "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"});
+  EXPECT_TRUE(sg.ok()) << sg.to_string();
   Cli hybrid;  // a hybrid model's attention layers take it too
   const Status s = hybrid.parse_minimal({"--softmax-type", "learnable", "--is-hybrid-model", "--hybrid-override-pattern",
                                          "M*", "--mamba-head-dim", "16", "--mamba-num-groups", "1"});
@@ -75,17 +79,12 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, SoftmaxTypeArgumentErrors,
     ::testing::Values(
         Case{{"--softmax-type", "softmax"}, 1, "--softmax-type: softmax not in {vanilla,off-by-one,learnable}"},
-        Case{{"--softmax-type", "learnable", "--experimental-attention-variant", "gdn", "--linear-attention-freq", "2",
-              "--normalization", "RMSNorm", "--swiglu"},
-             1,
-             "--softmax-type learnable with --experimental-attention-variant gdn: not supported yet (standard and "
-             "multi-latent self-attention only)"},
         Case{{"--softmax-type", "off-by-one", "--multi-latent-attention", "--kv-lora-rank", "16", "--qk-head-dim", "16",
               "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16", "--experimental-attention-variant", "dsa",
               "--dsa-indexer-n-heads", "2", "--dsa-indexer-head-dim", "8", "--dsa-indexer-topk", "4"},
              1,
-             "--softmax-type off-by-one with --experimental-attention-variant dsa: not supported yet (standard and "
-             "multi-latent self-attention only)"},
+             "--softmax-type off-by-one with --experimental-attention-variant dsa: not supported yet (DeepSeek "
+             "sparse attention's kernels)"},
         Case{{"--softmax-type", "learnable", "--tp-2d", "--tp-x", "2", "--tp-y", "2", "--tensor-model-parallel-size",
               "4"},
              4, "--softmax-type learnable with --tp-2d: not supported yet (the 2-D attention layer's head split)"}));
