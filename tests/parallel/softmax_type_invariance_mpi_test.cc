@@ -52,8 +52,8 @@ TEST_P(SoftmaxTypeInvariance, MatchesSingleProcess) {
 INSTANTIATE_TEST_SUITE_P(Layouts, SoftmaxTypeInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
                          [](const auto& info) { return info.param; });
 
-// A hybrid Mamba model's attention layers ('*' of M * - M) with learnable sinks: TP 2 with SP, CP 2
-// (ring, Ulysses) and PP 2.
+// A hybrid Mamba model's attention layers ('*' of M * - *: one on each PP 2 stage) with learnable
+// sinks: TP 2 with SP, CP 2 (ring, Ulysses) and PP 2.
 const std::vector<Layout>& hybrid_layouts() {
   static const std::vector<Layout> all = {
       {"hybrid_tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
@@ -65,7 +65,7 @@ const std::vector<Layout>& hybrid_layouts() {
 }
 
 const std::vector<std::string> kHybrid = {
-    "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--num-layers", "4", "--hidden-size", "64",
+    "--is-hybrid-model", "--hybrid-override-pattern", "M*-*", "--num-layers", "4", "--hidden-size", "64",
     "--num-attention-heads", "8", "--mamba-state-dim", "8", "--mamba-head-dim", "16", "--mamba-num-groups", "4",
     "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
     "--train-iters", "5", "--lr", "2e-3", "--lr-warmup-iters", "1", "--lr-decay-style", "cosine", "--mock-data",
