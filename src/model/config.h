@@ -20,6 +20,12 @@ namespace gale {
 // (AttentionProblem::alibi_slopes, --position-embedding-type alibi).
 enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone, kAlibi };
 
+// --softmax-type (Megatron-Core's TransformerConfig.softmax_type; attention sinks, gpt-oss): the
+// attention softmax of every standard and multi-latent attention layer (not DSA). kOffByOne adds a zero logit to each row
+// (softmax_1: exp(x_i) / (1 + Σ_j exp(x_j))); kLearnable a learned logit per head, the parameter
+// core_attention.softmax_offset [NH] (split over TP with the heads; AttentionProblem::softmax_offset).
+enum class SoftmaxType { kVanilla, kOffByOne, kLearnable };
+
 // Activations that backward recomputes instead of keeping from forward (MindSpeed's
 // --recompute-activation-function and --recompute-norm, installed by their features): in the first
 // `*_layers` layers of each model chunk (Megatron's order within the chunk; kAllLayers = every
@@ -315,6 +321,7 @@ struct ModelConfig {
   // head, and attention's output is multiplied by its sigmoid before linear_proj
   // (model/attention_output_gate.h).
   bool attention_output_gate = false;
+  SoftmaxType softmax_type = SoftmaxType::kVanilla;  // --softmax-type
   bool tied_embeddings = true;
   // --dist-train's forward-only sub-worlds: the embedding and the transformer layers of global index
   // below this are frozen (no gradient, no optimizer state); 0: none.

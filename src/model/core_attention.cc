@@ -311,13 +311,16 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
 }
 
 Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& s,
-                               const Tensor& ctx, const Tensor& d_ctx) {
+                               const Tensor& ctx, const Tensor& d_ctx, float* d_softmax_offset) {
   GALE_CHECK(s.qkv.defined() && s.lse.defined()) << "core attention backward without its forward's saved state";
   const OpTable& ops = *rt.ops;
   const Plan p = plan_of(rt);
   const auto& [layout, hs, keys, B, HD, NHl, KVl, NHa, KVa, ql, kl, vl] = p;
   const Tensor d_out = hs.group ? ulysses_seq_to_heads(*hs.group, *hs.split, B, d_ctx) : d_ctx;
   const Tensor out = hs.group ? s.head_out : to_f32(ctx);  // forward's output on the rows attention ran on
+  if (d_softmax_offset)  // --softmax-type learnable: this rank's rows' share (summed over CP with the gradients)
+    attention_softmax_offset_backward(ap, out.data<float>(), d_out.data<float>(), s.lse.data<float>(),
+                                      d_softmax_offset);
   Tensor d_qkv = Tensor::empty(s.qkv.shape());
   const float* q = s.qkv.data<float>();
   float* dq = d_qkv.data<float>();

@@ -108,8 +108,11 @@ Tensor ragged_attention_forward(const LayerRuntime& rt, const AttentionProblem& 
 
 // Backward of core_attention_forward: `ctx` is the output forward returned (f32, or the bf16 copy
 // the layer kept as a GEMM input), d_ctx its gradient [T, NHl·HD]. Returns dQKV [T, (NHl + 2·KVl)·HD]
-// (before RoPE's backward) and releases `saved`.
+// (before RoPE's backward) and releases `saved`. With sink logits (ap.softmax_offset, --softmax-type
+// learnable) `d_softmax_offset` (non-null) ACCUMULATES their gradient [ap.NH] from this rank's rows
+// (kernels/cpu/attention.h attention_softmax_offset_backward; under context parallelism each rank's
+// share, summed by the gradients' data-parallel × context-parallel reduction).
 Tensor core_attention_backward(const LayerRuntime& rt, const AttentionProblem& ap, CoreAttentionSaved& saved,
-                               const Tensor& ctx, const Tensor& d_ctx);
+                               const Tensor& ctx, const Tensor& d_ctx, float* d_softmax_offset = nullptr);
 
 }  // namespace gale

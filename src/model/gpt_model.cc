@@ -212,6 +212,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     GALE_CHECK(!c.mla.enabled) << "ALiBi with multi-latent attention";
     alibi_slopes_ = alibi_slopes(c.heads);  // all heads: each rank's heads read theirs at head_offset
   }
+  if (c.softmax_type != SoftmaxType::kVanilla)
+    GALE_CHECK(!c.dsa.enabled && !part_.tp2d())
+        << "--softmax-type off-by-one / learnable with DeepSeek sparse attention or --tp-2d (refused at start-up)";
+  if (c.softmax_type == SoftmaxType::kOffByOne) zero_softmax_offset_.assign(static_cast<size_t>(c.heads), 0.0f);
 }
 
 GPTModel::~GPTModel() = default;
@@ -332,6 +336,9 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.causal = true;
   ap.window = c.sliding_window;
   ap.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
+  // --softmax-type off-by-one: a zero sink logit for every head (learnable: the layer's parameter,
+  // set by the layer).
+  ap.softmax_offset = zero_softmax_offset_.empty() ? nullptr : zero_softmax_offset_.data();
   if (!st.mb.document_ids.empty()) {
     ap.q_doc_ids = ulysses ? st.mb.key_document_ids.data()
                    : hybrid ? rt.hybrid_q_doc_ids.data()

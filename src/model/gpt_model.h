@@ -322,6 +322,7 @@ class GPTModel {
   ParamBuffer params_;
   RopeTables rope_;
   std::vector<float> alibi_slopes_;  // --position-embedding-type alibi: the slopes of all c.heads heads
+  std::vector<float> zero_softmax_offset_;  // --softmax-type off-by-one: c.heads zero sink logits
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
   int emb_norm_w_ = -1, emb_norm_b_ = -1;  // --embed-layernorm (first stage)
   std::vector<LayerParamIds> layers_;

@@ -176,7 +176,7 @@ Tensor padded_to_ctx(const Dims& d, const Tensor& out) {
 
 std::vector<int> MlaParamIds::all() const {
   std::vector<int> ids;
-  for (int id : {q_proj, q_down, q_norm_w, q_norm_b, q_up, kv_down, kv_norm_w, kv_norm_b, kv_up})
+  for (int id : {q_proj, q_down, q_norm_w, q_norm_b, q_up, kv_down, kv_norm_w, kv_norm_b, kv_up, softmax_offset})
     if (id >= 0) ids.push_back(id);
   if (indexer.defined())
     for (int id : indexer.all()) ids.push_back(id);
@@ -220,9 +220,31 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
                                             {NH * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank}, InitKind::kNormal, std,
                                             true),
                             part, 0));
+  // --softmax-type learnable (Megatron's core_attention of the MLA spec): one sink logit per head,
+  // normal init, no weight decay, split over TP with the heads.
+  if (c.softmax_type == SoftmaxType::kLearnable)
+    w.softmax_offset = pb.add(tp_split(make_param_spec(attn_name(layer, "core_attention.softmax_offset"), {NH},
+                                                       InitKind::kNormal, std, false),
+                                       part, 0));
   if (c.dsa.enabled) w.indexer = register_dsa_indexer_params(pb, c, layer);
   return w;
 }
+
+namespace {
+
+// --softmax-type learnable: `ap` with its sink logits pointing at the heads attention runs on (this
+// TP rank's softmax_offset from the head split's first head), and their gradient in *grad when asked.
+AttentionProblem with_softmax_offset(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
+                                     const AttentionProblem& ap, float** grad) {
+  AttentionProblem p = ap;
+  if (w.softmax_offset < 0) return p;
+  const int64_t first = ap.head_offset - rt.part->tp_rank() * (rt.config->heads / rt.part->tp_size());
+  p.softmax_offset = pb.param_data(w.softmax_offset) + first;
+  if (grad) *grad = pb.grad_data(w.softmax_offset) + first;
+  return p;
+}
+
+}  // namespace
 
 Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
                              const AttentionProblem& ap, int64_t layer, const Tensor& x, Tensor* cache,
@@ -314,9 +336,10 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       }
     }
   } else {
-    out = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
-          : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
-                       : core_attention_forward(rt, ap, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
+    const AttentionProblem sp = with_softmax_offset(rt, pb, w, ap, nullptr);
+    out = rt.ragged_kv ? ragged_attention_forward(rt, sp, qkv, layer - part.first_layer)
+          : cache      ? cached_attention_forward(rt, sp, qkv, *cache)
+                       : core_attention_forward(rt, sp, layer, qkv, saved ? &saved->attention : nullptr);  // [T, NHl·D]
   }
   Tensor ctx = padded_to_ctx(d, out);
   if (saved) {
@@ -373,7 +396,9 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
     s.attention = CoreAttentionSaved();
     s.dsa_lse = Tensor();
   } else {
-    d_qkv = core_attention_backward(rt, ap, s.attention, s.out, d_out);  // [T, NHl·3D]
+    float* d_offset = nullptr;  // --softmax-type learnable: the sink logits' gradient
+    const AttentionProblem sp = with_softmax_offset(rt, pb, w, ap, &d_offset);
+    d_qkv = core_attention_backward(rt, sp, s.attention, s.out, d_out, d_offset);  // [T, NHl·3D]
   }
   d_out = Tensor();
   s.out = Tensor();

@@ -80,6 +80,7 @@ struct MlaParamIds {
   int kv_down = -1, kv_up = -1;          // [Ckv + R, H] replicated; [NH·(Dn + Dv), Ckv] split over heads
   int kv_norm_w = -1, kv_norm_b = -1;    // --qk-layernorm: [Ckv]
   DsaIndexerIds indexer;                 // --experimental-attention-variant dsa (model/dsa_indexer.h)
+  int softmax_offset = -1;               // --softmax-type learnable: core_attention.softmax_offset [NH], split over heads
   bool defined() const { return kv_down >= 0; }
   std::vector<int> all() const;  // every defined id, in registration order
 };

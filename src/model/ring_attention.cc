@@ -125,6 +125,7 @@ class RingBlocks {
     p.Sk = p.Sq;
     p.k_positions = positions_[j].data();
     p.k_doc_ids = ap_.k_doc_ids ? docs_[j].data() : nullptr;
+    p.softmax_offset = nullptr;  // sink logits enter once per row, after the blocks' merge
     return p;
   }
 
@@ -220,6 +221,7 @@ RingSaved ring_attention_forward(Communicator& cp, const ContextSplit& split, co
     }
     transport.end(s);
   }
+  attention_softmax_offset_merge(ap, out, lse);  // --softmax-type: the sink, once per row
   return saved;
 }
 

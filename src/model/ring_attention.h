@@ -5,7 +5,9 @@
 // the next one (non-blocking point-to-point, so the transfer overlaps this step's attention),
 // attends its local queries to the block (the block's global key positions and document ids drive
 // the causal and document masks and dropout's global indexing) and merges the partial output into
-// the running one exactly (merge_attention_partial). Without a cache only the local block is kept
+// the running one exactly (merge_attention_partial). Sink logits (--softmax-type,
+// AttentionProblem::softmax_offset) are left out of the blocks and folded into the merged result
+// once per row at the end (attention_softmax_offset_merge); backward needs only the merged lse. Without a cache only the local block is kept
 // for backward: activation memory is S_local·B·2·KV·HD per layer, not S_global·B·2·KV·HD.
 //
 // The single ring: at step i rank r holds the block of rank (r − i) mod N, received from r − 1.

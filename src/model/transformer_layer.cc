@@ -263,6 +263,17 @@ void register_linear_replacement(ParamBuffer& pb, const ModelConfig& c, const Mo
                          part, 0));
 }
 
+// --softmax-type learnable: points ap.softmax_offset (and *grad, when asked) at the heads attention
+// runs on, this TP rank's softmax_offset from the head split's first head (Ulysses: this cp rank's
+// heads). Off-by-one's zeros are already in ap (GPTModel's runtime); vanilla leaves it null.
+void set_softmax_offset(const LayerRuntime& rt, const ParamBuffer& pb, const LayerParamIds& w, AttentionProblem* ap,
+                        float** grad) {
+  if (w.softmax_offset < 0) return;
+  const int64_t first = ap->head_offset - layer_shares(*rt.config, *rt.part).head_offset;
+  ap->softmax_offset = pb.param_data(w.softmax_offset) + first;
+  if (grad) *grad = pb.grad_data(w.softmax_offset) + first;
+}
+
 }  // namespace
 
 uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
@@ -272,7 +283,7 @@ uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
 std::vector<int> LayerParamIds::all() const {
   std::vector<int> ids;
   for (int id : {norm1_w, norm1_b, linear_attn_w, linear_attn_b, qkv_w, qkv_b, q_norm_w, q_norm_b, k_norm_w, k_norm_b,
-                 proj_w, proj_b, norm2_w, norm2_b, linear_mlp_w, linear_mlp_b, fc1_w, fc1_b, fc2_w, fc2_b})
+                 softmax_offset, proj_w, proj_b, norm2_w, norm2_b, linear_mlp_w, linear_mlp_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
@@ -337,6 +348,12 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
           w.k_norm_w = head_norm("self_attention.k_layernorm.weight", norm_weight_init(c));
           if (ln) w.k_norm_b = head_norm("self_attention.k_layernorm.bias", InitKind::kZeros);
         }
+        // --softmax-type learnable: one sink logit per query head, Megatron's init_method (normal,
+        // --init-method-std), no weight decay (1-D); split over TP in units of one group's heads.
+        if (c.softmax_type == SoftmaxType::kLearnable)
+          w.softmax_offset = pb.add(tp_split(make_param_spec(layer_name(layer, "self_attention.core_attention.softmax_offset"),
+                                                             {c.heads}, InitKind::kNormal, std, false),
+                                             part, 0, 1, c.heads / c.kv_heads));
       }
       const int64_t attn_out = c.heads * (c.mla.enabled ? c.mla.v_head_dim : HD);  // linear_proj's input width
       // Its columns are the heads' outputs: split in units of one group's heads (MLA: one head's Dv).
@@ -457,6 +474,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
           ops.rope_forward(qkv.data<float>(), kl, KVl, S, B, HD, rt.rope_positions.data(), *rt.rope);
         }
         CoreAttentionSaved* attention_saved = saved ? &saved->attention : nullptr;
+        set_softmax_offset(rt, pb, w, &ap, nullptr);
         ctx = rt.ragged_kv ? ragged_attention_forward(rt, ap, qkv, layer - part.first_layer)
               : cache      ? cached_attention_forward(rt, ap, qkv, *cache)
                            : core_attention_forward(rt, ap, layer, qkv, attention_saved);  // [T, NHl·HD]
@@ -722,7 +740,9 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         s.ctx = s.ctx_ungated;
         s.ctx_ungated = s.gate = Tensor();
       }
-      Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx);  // [T, (NHl + 2·KVl)·HD]
+      float* d_offset = nullptr;  // --softmax-type learnable: the sink logits' gradient
+      set_softmax_offset(rt, pb, w, &ap, &d_offset);
+      Tensor d_qkv = core_attention_backward(rt, ap, s.attention, s.ctx, d_ctx, d_offset);  // [T, (NHl + 2·KVl)·HD]
       float* dq = d_qkv.data<float>();
       d_ctx = Tensor();
       s.ctx = Tensor();

@@ -43,6 +43,9 @@ struct LayerParamIds {
   // --qk-layernorm (standard attention): q_layernorm / k_layernorm over head_dim, [HD] each,
   // shared by all heads, so replicated over TP with a gradient partial per TP rank (all-reduced over TP)
   int q_norm_w = -1, q_norm_b = -1, k_norm_w = -1, k_norm_b = -1;
+  // --softmax-type learnable: self_attention.core_attention.softmax_offset [NH], one sink logit per
+  // query head, split over TP with the heads (AttentionProblem::softmax_offset)
+  int softmax_offset = -1;
   MlaParamIds mla;  // --multi-latent-attention: the latent projections instead of linear_qkv
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)

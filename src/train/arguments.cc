@@ -64,6 +64,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--attention-output-gate", &a.attention_output_gate,
              "Megatron-Core's gated attention (Qwen3-Next): linear_qkv also gives each query head a gate, and "
              "attention's output is multiplied by its sigmoid before linear_proj (model/attention_output_gate.h)");
+  add_softmax_type_args(p, a);
   p.add("--make-vocab-size-divisible-by", &a.make_vocab_size_divisible_by, "pad the vocabulary to a multiple of this (times TP)");
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
@@ -1077,6 +1078,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_heterogeneous_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
+  GALE_RETURN_IF_ERROR(validate_softmax_type(a));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

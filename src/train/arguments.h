@@ -42,6 +42,9 @@ struct ModelArgs {
   double rotary_seq_len_interpolation_factor = kUnsetF;
   bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
   bool attention_output_gate = false;  // --attention-output-gate (train/arguments_attention_gate.cc)
+  // --softmax-type vanilla|off-by-one|learnable (Megatron-Core; attention sinks, gpt-oss;
+  // train/arguments_softmax_type.cc, model/config.h SoftmaxType).
+  std::string softmax_type = "vanilla";
   // --no-rope-freq (train/arguments_no_rope.cc): the flag's text; its per-layer pattern (1: no RoPE),
   // filled by validate_model_args; both empty: RoPE in every layer.
   std::string no_rope_freq;
@@ -978,6 +981,10 @@ Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
 // --attention-output-gate: what it does not compose with (train/arguments_attention_gate.cc; run by
 // validate_all_pretrain_args).
 Status validate_attention_output_gate(const Arguments& a);
+// --softmax-type (train/arguments_softmax_type.cc): the flag, added beside the attention flags, and
+// what it does not compose with yet (run by validate_all_pretrain_args).
+void add_softmax_type_args(ArgParser& p, ModelArgs& a);
+Status validate_softmax_type(const Arguments& a);
 // --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,
 // run by validate_model_args (fills ModelArgs::no_rope_pattern).
 void add_no_rope_args(ArgParser& p, ModelArgs& a);

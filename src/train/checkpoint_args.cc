@@ -41,6 +41,8 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.attention_output_gate) j["attention_output_gate"] = true;
+  if (c.softmax_type != SoftmaxType::kVanilla)  // --softmax-type: sinks change every attention row
+    j["softmax_type"] = c.softmax_type == SoftmaxType::kLearnable ? "learnable" : "off-by-one";
   if (c.yarn.enabled)  // RoPE with YaRN's tables: a checkpoint of one does not load into the other
     j["yarn"] = {{"rotary_scaling_factor", c.yarn.scaling_factor},
                  {"original_max_position_embeddings", c.yarn.original_max_positions},
@@ -132,6 +134,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
   if (m.attention_output_gate) j["attention_output_gate"] = true;  // absent: no gate
+  if (m.softmax_type != "vanilla") j["softmax_type"] = m.softmax_type;  // absent: vanilla
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
                                                      ? nlohmann::json()
@@ -256,6 +259,12 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   }
   if (auto it = args.find("attention_output_gate"); it != args.end() && !it->is_null())
     GALE_RETURN_IF_ERROR(get(args, "attention_output_gate", where, &m.attention_output_gate));
+  if (auto it = args.find("softmax_type"); it != args.end() && !it->is_null()) {  // Megatron-Core's; absent: vanilla
+    GALE_RETURN_IF_ERROR(get(args, "softmax_type", where, &m.softmax_type));
+    if (m.softmax_type != "vanilla" && m.softmax_type != "off-by-one" && m.softmax_type != "learnable")
+      return InvalidArgument(where, ": args 'softmax_type' is '", m.softmax_type,
+                             "', expected 'vanilla', 'off-by-one' or 'learnable'");
+  }
   // --no-rope-freq: Megatron's args hold the int or the per-layer list (None or absent: RoPE everywhere).
   if (auto it = args.find("no_rope_freq"); it != args.end() && !it->is_null()) {
     if (it->is_number_integer() && it->get<int64_t>() >= 1) {
@@ -486,6 +495,14 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
     *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();
     lines.push_back(str_cat("Setting ", key, " to ", *dest ? "True" : "False", " from checkpoint"));
   }
+  // --softmax-type: recorded when not vanilla (absent or None: vanilla).
+  m.softmax_type = saved.contains("softmax_type") && saved["softmax_type"].is_string()
+                       ? saved["softmax_type"].get<std::string>()
+                       : "vanilla";
+  if (m.softmax_type != "vanilla" && m.softmax_type != "off-by-one" && m.softmax_type != "learnable")
+    return InvalidArgument(where, ": args 'softmax_type' is '", m.softmax_type,
+                           "', expected 'vanilla', 'off-by-one' or 'learnable'");
+  lines.push_back(str_cat("Setting softmax_type to ", m.softmax_type, " from checkpoint"));
   GALE_RETURN_IF_ERROR(set("add_bias_linear", &m.add_bias_linear, "--disable-bias-linear", true));
   GALE_RETURN_IF_ERROR(set("add_qkv_bias", &m.add_qkv_bias, "--add-qkv-bias", true));
   GALE_RETURN_IF_ERROR(set("swiglu", &m.swiglu, "--swiglu", true));

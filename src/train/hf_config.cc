@@ -938,6 +938,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.attention_output_gate)
     return Unimplemented(where, ": the model has --attention-output-gate, which Gale does not write to Hugging Face "
                          "yet (Qwen3-Next's gated q_proj)");
+  if (m.softmax_type != "vanilla")
+    return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
+                         " (attention sinks), which Gale does not write to Hugging Face yet (gpt-oss's sinks)");
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");

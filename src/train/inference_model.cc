@@ -140,6 +140,14 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster
   m->model = std::make_unique<GPTModel>(m->config, single_process_partition(m->config), m->ops.get());
   ParamBuffer& pb = m->model->params();
+  // --softmax-type learnable: a model without sink logits would skip the checkpoint's and run another model.
+  if (m->config.softmax_type != SoftmaxType::kLearnable)
+    for (int64_t l = 0; l < m->config.num_layers; ++l)
+      if (reader.has_tensor(str_cat("decoder.layers.", l, ".self_attention.core_attention.softmax_offset")))
+        return InvalidArgument("checkpoint ", reader.directory(), " has attention sink logits (",
+                               str_cat("decoder.layers.", l, ".self_attention.core_attention.softmax_offset"),
+                               "): expected --softmax-type learnable (or --use-checkpoint-args), found --softmax-type ",
+                               args.model.softmax_type);
   GALE_RETURN_IF_ERROR(load_parameters(reader, pb, args.checkpoint.use_ema));
   pb.refresh_gemm_copy();  // --bf16 / --fp16: the GEMM copy of the loaded weights
   if (!args.lora.lora_load.empty()) {

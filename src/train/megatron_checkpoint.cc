@@ -114,7 +114,7 @@ bool known_tensor(const std::string& name, bool mla) {
       "self_attention.linear_qkv.bias",   "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
       "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight", "pre_mlp_layernorm.weight",
       "pre_mlp_layernorm.bias",           "mlp.linear_fc1.weight",          "mlp.linear_fc1.bias",
-      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias"};
+      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",            "self_attention.core_attention.softmax_offset"};
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;
@@ -603,6 +603,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
   set_bool("attention_output_gate", model.attention_output_gate);  // linear_qkv holds the gate rows too
+  ns->set("softmax_type", PyValue::str(model.softmax_type));  // learnable: core_attention.softmax_offset
   if (!model.no_rope_pattern.empty()) {  // --no-rope-freq as the per-layer list Megatron's config holds
     PyRef list = PyValue::list();
     for (int v : model.no_rope_pattern) list->items.push_back(PyValue::integer(v));

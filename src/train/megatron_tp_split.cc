@@ -20,6 +20,7 @@ MegatronSplit megatron_split_of(const std::string& name, bool swiglu) {
   if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias"))
     return swiglu ? MegatronSplit::kGatedRows : MegatronSplit::kRows;
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
+      ends_with(name, "self_attention.core_attention.softmax_offset") ||  // --softmax-type learnable: heads
       name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
     return MegatronSplit::kRows;
   if (const size_t a = name.find("self_attention.");

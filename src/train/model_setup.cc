@@ -36,6 +36,9 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.add_qkv_bias = m.add_qkv_bias;
   c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
   c.attention_output_gate = m.attention_output_gate;
+  c.softmax_type = m.softmax_type == "learnable"    ? SoftmaxType::kLearnable
+                   : m.softmax_type == "off-by-one" ? SoftmaxType::kOffByOne
+                                                    : SoftmaxType::kVanilla;  // validated choices
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
   if (m.is_hybrid_model) {  // validated (train/arguments_hybrid.cc)
     c.hybrid.enabled = true;

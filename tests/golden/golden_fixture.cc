@@ -51,6 +51,7 @@ Status parse_model(const json& j, GoldenModelConfig* m, const std::string& where
   GALE_RETURN_IF_ERROR(get(j, "reset_position_ids", &m->reset_position_ids, where));
   if (j.contains("attention_output_gate"))
     GALE_RETURN_IF_ERROR(get(j, "attention_output_gate", &m->attention_output_gate, where));
+  if (j.contains("softmax_type")) GALE_RETURN_IF_ERROR(get(j, "softmax_type", &m->softmax_type, where));
   if (j.contains("num_experts")) {
     GALE_RETURN_IF_ERROR(get(j, "num_experts", &m->num_experts, where));
     GALE_RETURN_IF_ERROR(get(j, "moe_router_topk", &m->moe_router_topk, where));
@@ -122,7 +123,7 @@ double element(const Tensor& t, int64_t i) {
 
 std::string golden_dir() { return std::string(GALE_TEST_DATA_DIR) + "/golden"; }
 
-std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask", "llama_gate"};
+std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask", "llama_gate", "llama_sink"};
 }
 
 StatusOr<GoldenFixture> GoldenFixture::load(const std::string& name) { return load_dir(golden_dir() + "/" + name); }

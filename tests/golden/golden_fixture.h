@@ -62,6 +62,7 @@ struct GoldenModelConfig {
   bool reset_position_ids = false;
   double init_method_std = 0;
   bool attention_output_gate = false;  // --attention-output-gate: linear_qkv has NH·HD more rows
+  std::string softmax_type = "vanilla";  // --softmax-type; learnable: core_attention.softmax_offset [NH]
   // Mixture of experts (0 experts: dense MLPs): every layer's MLP is a router and these experts.
   int num_experts = 0;
   int moe_router_topk = 0;

@@ -23,6 +23,7 @@ std::vector<std::pair<std::string, Shape>> expected_parameters(const GoldenModel
     if (ln) p.push_back({l + "input_layernorm.bias", {H}});
     p.push_back({l + "self_attention.linear_qkv.weight", {qkv, H}});
     if (bias) p.push_back({l + "self_attention.linear_qkv.bias", {qkv}});
+    if (m.softmax_type == "learnable") p.push_back({l + "self_attention.core_attention.softmax_offset", {m.num_attention_heads}});
     p.push_back({l + "self_attention.linear_proj.weight", {H, m.num_attention_heads * HD}});
     if (bias) p.push_back({l + "self_attention.linear_proj.bias", {H}});
     p.push_back({l + "pre_mlp_layernorm.weight", {H}});
@@ -165,7 +166,7 @@ TEST(GoldenFixture, GradientsCoverEveryParameterAndMatchTheirSummaries) {
     }
     full += f.has_full_grads();
   }
-  EXPECT_EQ(full, 4);  // gpt, llama, mixtral and llama_gate keep the full gradient tensors
+  EXPECT_EQ(full, 5);  // gpt, llama, mixtral, llama_gate and llama_sink keep the full gradient tensors
 }
 
 TEST(GoldenFixture, TrainingSeriesFollowTheSchedule) {

@@ -1,6 +1,7 @@
 // Split-K flash decoding (kernels/cpu/flash_decode.h) against its plain double-precision reference
 // and against attention_forward_ref for the same single query: odd key counts, chunk sizes that do
-// and do not divide them (1, 3, 7, 64, one chunk for all), GQA, a sliding window and ALiBi.
+// and do not divide them (1, 3, 7, 64, one chunk for all), GQA, a sliding window, ALiBi and sink logits
+// (--softmax-type).
 #include "kernels/cpu/flash_decode.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@ namespace {
 struct DecodeCase {
   int64_t L, NH, KV, HD, window;
   bool alibi;
+  int sink = 0;  // --softmax-type: 0 vanilla, 1 off-by-one (zero logits), 2 learnable logits
 };
 
 // Tolerance: the kernel sums in float over at most a few hundred keys of O(1) scores and values, the
@@ -28,7 +30,10 @@ TEST(FlashDecode, MatchesThePlainReferenceForEveryChunkSize) {
   std::vector<float> slopes = alibi_slopes(8);
   for (const DecodeCase& c : {DecodeCase{1, 4, 4, 8, 0, false}, DecodeCase{37, 4, 2, 16, 0, false},
                               DecodeCase{101, 8, 2, 8, 0, true}, DecodeCase{129, 6, 3, 16, 20, false},
-                              DecodeCase{250, 8, 1, 4, 0, false}}) {
+                              DecodeCase{250, 8, 1, 4, 0, false},
+                              // sink logits: merged once, whatever the chunks
+                              DecodeCase{37, 4, 2, 16, 0, false, 1}, DecodeCase{101, 8, 2, 8, 0, true, 2},
+                              DecodeCase{129, 6, 3, 16, 20, false, 2}, DecodeCase{1, 4, 4, 8, 0, false, 2}}) {
     const int64_t W = (c.NH + 2 * c.KV) * c.HD;  // one packed QKV row per position
     std::vector<float> qkv(static_cast<size_t>(c.L * W));
     for (float& x : qkv) x = normal(gen);
@@ -48,6 +53,10 @@ TEST(FlashDecode, MatchesThePlainReferenceForEveryChunkSize) {
     p.alibi_slopes = c.alibi ? slopes.data() : nullptr;
     p.heads_total = c.NH;
     p.max_positions = c.L;
+    std::vector<float> sinks(static_cast<size_t>(c.NH), 0.0f);
+    if (c.sink == 2)
+      for (int64_t h = 0; h < c.NH; ++h) sinks[h] = h == 1 ? 5.0f : -1.5f + 0.75f * static_cast<float>(h);
+    if (c.sink) p.softmax_offset = sinks.data();
     const float* q = qkv.data() + (c.L - 1) * W;  // the last position's query
     std::vector<float> want(static_cast<size_t>(c.NH * c.HD)), want_lse(static_cast<size_t>(c.NH));
     flash_decode_forward_ref(p, q, ql, qkv.data(), kl, qkv.data(), vl, want.data(), want_lse.data());
@@ -81,6 +90,13 @@ TEST(FlashDecode, AQueryThatSeesNoKeyGetsZeroAndMinusInfinity) {
                        qkv_value_layout(1, 1, 4), 2, out, lse);
   for (float x : out) EXPECT_EQ(x, 0.0f);
   EXPECT_TRUE(std::isinf(lse[0]) && lse[0] < 0);
+  // With a sink logit the row holds the sink alone: out 0, lse σ.
+  const float sink = 0.75f;
+  p.softmax_offset = &sink;
+  flash_decode_forward(p, qkv.data(), qkv_query_layout(1, 1, 4), qkv.data(), qkv_key_layout(1, 1, 4), qkv.data(),
+                       qkv_value_layout(1, 1, 4), 2, out, lse);
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+  EXPECT_FLOAT_EQ(lse[0], sink);
 }
 
 }  // namespace

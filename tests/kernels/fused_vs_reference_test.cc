@@ -424,6 +424,7 @@ struct AttnCase {
   float dropout;
   int64_t window = 0;  // sliding window (0: none)
   bool alibi = false;  // ALiBi bias (the slopes of 2·NH heads; these are the second TP rank's)
+  int sink = 0;        // --softmax-type: 0 vanilla, 1 off-by-one (zero logits), 2 learnable logits
 };
 
 const AttnCase kAttnCases[] = {
@@ -461,6 +462,18 @@ const AttnCase kAttnCases[] = {
     {"alibi_window_gqa", 2, 257, 257, 4, 1, 20, true, false, false, 0.0f, 67, true},
     {"alibi_window_cp", 2, 40, 150, 3, 3, 24, true, true, true, 0.0f, 37, true},
     {"alibi_not_causal", 1, 77, 77, 2, 1, 12, false, false, false, 0.0f, 0, true},
+    // --softmax-type sinks (the logit starts each row's online softmax): odd shapes, GQA, causal
+    // and document masks, context-parallel positions (rows that see no key: out 0, lse σ), windows,
+    // ALiBi, dropout, one token.
+    {"sink_zero_causal", 2, 100, 100, 4, 4, 16, true, false, false, 0.0f, 0, false, 1},
+    {"sink_tiny_T1", 1, 1, 1, 1, 1, 4, true, false, false, 0.0f, 0, false, 2},
+    {"sink_gqa_docs_dropout", 2, 130, 130, 6, 2, 12, true, true, false, 0.1f, 0, false, 2},
+    {"sink_odd_hd", 3, 19, 19, 3, 1, 7, true, false, false, 0.0f, 0, false, 2},
+    {"sink_docs_not_causal", 1, 77, 77, 2, 1, 12, false, true, false, 0.0f, 0, false, 2},
+    {"sink_cp_positions_docs", 1, 33, 90, 2, 1, 20, true, true, true, 0.0f, 0, false, 2},
+    {"sink_cp_gaps_dropout", 2, 37, 140, 2, 2, 16, true, false, 2, 0.3f, 0, false, 1},
+    {"sink_window_gqa_alibi", 2, 257, 257, 4, 1, 20, true, false, false, 0.0f, 67, true, 2},
+    {"sink_long_tiles", 1, 200, 200, 2, 2, 64, true, false, false, 0.0f, 0, false, 2},
 };
 
 class FlashVsReference : public ::testing::TestWithParam<std::tuple<Isa, AttnCase>> {};
@@ -514,6 +527,10 @@ TEST_P(FlashVsReference, ForwardAndBackward) {
   p.max_positions = kpos[c.Sk - 1] + 1;
   const std::vector<float> slopes = alibi_slopes(p.heads_total);
   if (c.alibi) p.alibi_slopes = slopes.data();
+  std::vector<float> sinks(static_cast<size_t>(c.NH), 0.0f);  // this rank's heads' logits, one large
+  if (c.sink == 2)
+    for (int64_t h = 0; h < c.NH; ++h) sinks[h] = h == 0 ? 6.0f : -2.0f + 1.5f * static_cast<float>(h);
+  if (c.sink) p.softmax_offset = sinks.data();
 
   const int64_t out_n = c.Sq * c.B * q_row, lse_n = c.B * c.NH * c.Sq;
   std::vector<float> out_ref(out_n), lse_ref(lse_n), out(out_n, 3.0f), lse(lse_n, 3.0f);

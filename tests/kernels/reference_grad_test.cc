@@ -231,6 +231,7 @@ struct AttnCase {
   float dropout;
   int64_t window = 0;
   bool alibi = false;
+  int sink = 0;  // --softmax-type: 0 vanilla, 1 off-by-one (zero logits), 2 learnable (these logits)
 };
 
 class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
@@ -261,6 +262,10 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   p.max_positions = c.S;
   const std::vector<float> slopes = alibi_slopes(c.NH);
   if (c.alibi) p.alibi_slopes = slopes.data();
+  std::vector<float> sinks(static_cast<size_t>(c.NH), 0.0f);
+  if (c.sink == 2)
+    for (int64_t h = 0; h < c.NH; ++h) sinks[h] = -1.0f + 1.25f * static_cast<float>(h);
+  if (c.sink) p.softmax_offset = sinks.data();
   HeadLayout ql = qkv_query_layout(c.NH, c.KV, c.HD), kl = qkv_key_layout(c.NH, c.KV, c.HD),
              vl = qkv_value_layout(c.NH, c.KV, c.HD);
   std::vector<float> out(T * c.NH * c.HD), lse(c.B * c.NH * c.S), dqkv(T * row, 123.0f);
@@ -271,10 +276,21 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   loss();
   attention_backward_ref(p, qkv.data(), ql, qkv.data(), kl, qkv.data(), vl, out.data(), lse.data(), r.data(),
                          dqkv.data(), dqkv.data(), dqkv.data());
+  std::vector<float> d_sinks(static_cast<size_t>(c.NH), 0.5f);  // accumulates
+  attention_softmax_offset_backward(p, out.data(), r.data(), lse.data(), d_sinks.data());
   auto dir = random_vector(T * row, 53);
   double analytic = dot(dqkv.data(), dir.data(), T * row);
   double numeric = directional_derivative(loss, qkv.data(), dir.data(), T * row, 1e-3);
   EXPECT_LT(rel_diff(analytic, numeric), 3e-3) << analytic << " vs " << numeric;
+  if (c.sink) {  // the sink logits' gradient, one head at a time
+    for (int64_t h = 0; h < c.NH; ++h) {
+      std::vector<float> e(static_cast<size_t>(c.NH), 0.0f);
+      e[h] = 1.0f;
+      const double d_numeric = directional_derivative(loss, sinks.data(), e.data(), c.NH, 1e-3);
+      EXPECT_LT(std::fabs(d_sinks[h] - 0.5f - d_numeric), 3e-3 * std::max(1.0, std::fabs(d_numeric)))
+          << "head " << h << ": " << d_sinks[h] - 0.5f << " vs " << d_numeric;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
@@ -286,7 +302,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
                                            AttnCase{1, 6, 2, 1, 4, false, 0.0f, 1},   // only itself
                                            AttnCase{2, 9, 4, 2, 4, false, 0.0f, 0, true},  // ALiBi + GQA
                                            AttnCase{2, 8, 3, 3, 4, true, 0.0f, 3, true},   // ALiBi + docs + window
-                                           AttnCase{1, 7, 2, 1, 4, false, 0.3f, 0, true}));  // ALiBi + dropout
+                                           AttnCase{1, 7, 2, 1, 4, false, 0.3f, 0, true},  // ALiBi + dropout
+                                           // --softmax-type off-by-one / learnable sinks
+                                           AttnCase{2, 7, 2, 2, 4, false, 0.0f, 0, false, 1},
+                                           AttnCase{2, 8, 4, 1, 4, true, 0.0f, 0, false, 2},   // GQA + docs
+                                           AttnCase{2, 6, 2, 1, 4, false, 0.3f, 0, false, 2},  // dropout
+                                           AttnCase{2, 9, 4, 2, 4, false, 0.0f, 3, true, 2}));  // window + ALiBi
+
+// --softmax-type: a query that sees one key s with value v gets v·e^s / (e^σ + e^s) (Evan Miller's
+// softmax_1 at σ = 0), lse = log(e^σ + e^s); one that sees no key gets 0 and lse σ.
+TEST(Attention, SoftmaxOffsetIsOneMoreLogitWithoutValue) {
+  const int64_t HD = 4;
+  // Two samples of one position each; sample 1's query is in another document than its key.
+  std::vector<float> qkv = {0.5f, -1.0f, 0.25f, 2.0f, 1.0f, 0.5f, -0.5f, 1.5f, 3.0f, -2.0f, 1.0f, 0.5f,
+                            0.1f, 0.2f, 0.3f, 0.4f, 0.4f, 0.3f, 0.2f, 0.1f, 1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<int32_t> q_docs = {0, 1}, k_docs = {0, 2};
+  AttentionProblem p;
+  p.B = 2;
+  p.Sq = p.Sk = 1;
+  p.NH = p.KV = 1;
+  p.HD = HD;
+  p.scale = 0.5f;
+  p.q_doc_ids = q_docs.data();
+  p.k_doc_ids = k_docs.data();
+  for (const float sink : {0.0f, 1.5f}) {
+    p.softmax_offset = &sink;
+    std::vector<float> out(2 * HD), lse(2);
+    attention_forward_ref(p, qkv.data(), qkv_query_layout(1, 1, HD), qkv.data(), qkv_key_layout(1, 1, HD), qkv.data(),
+                          qkv_value_layout(1, 1, HD), out.data(), lse.data());
+    double s = 0.0;
+    for (int64_t c = 0; c < HD; ++c) s += 0.5 * qkv[c] * qkv[HD + c];
+    const double w = std::exp(s) / (std::exp(double{sink}) + std::exp(s));
+    for (int64_t c = 0; c < HD; ++c) EXPECT_NEAR(out[c], w * qkv[2 * HD + c], 1e-6) << sink;
+    EXPECT_NEAR(lse[0], std::log(std::exp(double{sink}) + std::exp(s)), 1e-6);
+    for (int64_t c = 0; c < HD; ++c) EXPECT_EQ(out[HD + c], 0.0f);  // sample 1 sees no key
+    EXPECT_EQ(lse[1], sink);
+  }
+}
 
 // Press et al.'s / MindSpeed's slopes (tools/reference/alibi_slopes_reference.py), Bloom's rule up
 // to float32 rounding: powers of two, and the interleaved extra slopes of 12 and 20 heads.

@@ -459,6 +459,22 @@ TEST(HfConvertErrors, AlibiModelsOtherThanBloomAreRefused) {
                                      "BloomForCausalLM (with --position-embedding-type alibi)");
 }
 
+// --softmax-type off-by-one / learnable: no architecture Gale writes holds attention sinks yet.
+TEST(HfConvertErrors, SoftmaxTypeSinksAreRefused) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  ASSERT_TRUE(r.ok());
+  ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
+  ASSERT_TRUE(hf_model_from_args(m, MoeArgs{}, 100, "x").ok());
+  m.softmax_type = "learnable";
+  auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "ckpt/metadata.json: the model has --softmax-type learnable (attention sinks), which Gale does not write "
+            "to Hugging Face yet (gpt-oss's sinks)");
+}
+
 // Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.
 TEST(HfConvertErrors, SharedExpertModelsQwen2MoeCannotHold) {
   TempDir tmp;

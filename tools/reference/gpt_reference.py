@@ -100,6 +100,11 @@ CONFIGS = {
     # own weights (linear_qkv has NH·HD more rows), the llama inputs.
     "llama_gate": dict(model=dict(LLAMA_MODEL, attention_output_gate=True), train=ADAMW, weight_seed=2468,
                        inputs_from="llama", full_grads=True),
+    # Megatron-Core's --softmax-type learnable (attention sinks, gpt-oss) on the LLaMA model: one
+    # learned logit per head and layer (core_attention.softmax_offset) joins every softmax row; its
+    # own weights (the logits drawn O(1) so that they matter), the llama inputs.
+    "llama_sink": dict(model=dict(LLAMA_MODEL, softmax_type="learnable"), train=ADAMW, weight_seed=1357,
+                       inputs_from="llama", full_grads=True),
     "llama_alibi_docmask": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi", reset_attention_mask=True,
                                            reset_position_ids=True),
                                 train=ADAMW, weights_from="llama", inputs_from="gpt_docmask", data="documents",
@@ -134,6 +139,8 @@ def megatron_args(m, t):
         a += ["--untie-embeddings-and-output-weights"]
     if m.get("attention_output_gate"):
         a += ["--attention-output-gate"]
+    if m.get("softmax_type", "vanilla") != "vanilla":
+        a += ["--softmax-type", m["softmax_type"]]
     if m["reset_attention_mask"]:
         a += ["--reset-attention-mask"]
     if m["reset_position_ids"]:
@@ -184,6 +191,8 @@ def parameter_specs(m):
         specs.append((p + "self_attention.linear_qkv.weight", (qkv_rows, H), "weight"))
         if bias:
             specs.append((p + "self_attention.linear_qkv.bias", (qkv_rows,), "bias"))
+        if m.get("softmax_type") == "learnable":  # one sink logit per head
+            specs.append((p + "self_attention.core_attention.softmax_offset", (NH,), "sink"))
         specs.append((p + "self_attention.linear_proj.weight", (H, NH * HD), "output_weight"))
         if bias:
             specs.append((p + "self_attention.linear_proj.bias", (H,), "bias"))
@@ -232,6 +241,8 @@ def initial_weights(m, seed):
             a = rng.normal(0.0, std / math.sqrt(2.0 * m["num_layers"]), size=shape)
         elif kind == "norm_weight":
             a = 1.0 + rng.normal(0.0, 0.1, size=shape)
+        elif kind == "sink":  # attention sink logits: O(1), so a sink takes a real share of each row
+            a = rng.normal(0.0, 1.0, size=shape)
         else:
             a = rng.normal(0.0, 0.02, size=shape)
         out[name] = round_to_bf16(a)
@@ -395,7 +406,14 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
             idx = torch.arange(S, dtype=torch.float64)
             scores = scores + torch.tensor(alibi_slopes(NH))[:, None, None] * (idx[None, :] - idx[:, None])
         scores = scores.masked_fill(~allowed[:, None], float("-inf"))
-        ctx = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), v).reshape(B, S, NH * HD)
+        if m.get("softmax_type", "vanilla") == "vanilla":
+            probs = torch.softmax(scores, -1)
+        else:  # the sink logit (0 for off-by-one) as one more key column, dropped after the softmax
+            sink = (p[pre + "self_attention.core_attention.softmax_offset"] if m["softmax_type"] == "learnable"
+                    else torch.zeros(NH))
+            col = sink[None, :, None, None].expand(B, NH, S, 1)
+            probs = torch.softmax(torch.cat([scores, col], -1), -1)[..., :-1]
+        ctx = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(B, S, NH * HD)
         if gated:  # Megatron's _apply_output_gate: ctx * sigmoid(gate), elementwise per head channel
             ctx = ctx * torch.sigmoid(gate)
         x = x + linear(ctx, p, pre + "self_attention.linear_proj")

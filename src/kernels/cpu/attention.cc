@@ -73,11 +73,13 @@ void attention_forward_ref(const AttentionProblem& p, const float* q, const Head
     for (int64_t u = u0; u < u1; ++u) {
       int64_t b = u / p.NH, h = u % p.NH, g = h / (p.NH / p.KV);
       masked_scores(p, b, h, q, ql, k, kl, s.data());
+      // --softmax-type: the sink logit is one more term of every row's sum (no value, no mask).
+      const float sink = p.softmax_offset ? p.softmax_offset[h] : kNegInf;
       for (int64_t i = 0; i < p.Sq; ++i) {
         float* row = s.data() + i * p.Sk;
-        float m = kNegInf;
+        float m = sink;
         for (int64_t j = 0; j < p.Sk; ++j) m = std::max(m, row[j]);
-        double l = 0.0;
+        double l = p.softmax_offset ? std::exp(static_cast<double>(sink) - m) : 0.0;
         if (m != kNegInf)
           for (int64_t j = 0; j < p.Sk; ++j) {
             row[j] = std::exp(row[j] - m);
@@ -158,6 +160,48 @@ void attention_backward_ref(const AttentionProblem& p, const float* q, const Hea
       }
     }
   });
+}
+
+void attention_softmax_offset_merge(const AttentionProblem& p, float* out, float* lse) {
+  if (!p.softmax_offset) return;
+  const int64_t out_row = p.NH * p.HD;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.NH; ++h) {
+      const double sink = p.softmax_offset[h];
+      for (int64_t i = 0; i < p.Sq; ++i) {
+        float& l = lse[(b * p.NH + h) * p.Sq + i];
+        float* o = out + (i * p.B + b) * out_row + h * p.HD;
+        if (l == kNegInf) {  // no key: only the sink
+          std::memset(o, 0, sizeof(float) * static_cast<size_t>(p.HD));
+          l = static_cast<float>(sink);
+          continue;
+        }
+        const double m = std::max<double>(l, sink);
+        const double merged = m + std::log(std::exp(l - m) + std::exp(sink - m));
+        const float w = static_cast<float>(std::exp(l - merged));
+        for (int64_t c = 0; c < p.HD; ++c) o[c] *= w;
+        l = static_cast<float>(merged);
+      }
+    }
+}
+
+void attention_softmax_offset_backward(const AttentionProblem& p, const float* out, const float* dout,
+                                       const float* lse, float* d_offset) {
+  if (!p.softmax_offset) return;
+  const int64_t out_row = p.NH * p.HD;
+  for (int64_t h = 0; h < p.NH; ++h) {
+    const double sink = p.softmax_offset[h];
+    double acc = 0.0;
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t i = 0; i < p.Sq; ++i) {
+        const float* o = out + (i * p.B + b) * out_row + h * p.HD;
+        const float* d = dout + (i * p.B + b) * out_row + h * p.HD;
+        double delta = 0.0;
+        for (int64_t c = 0; c < p.HD; ++c) delta += static_cast<double>(d[c]) * o[c];
+        acc -= std::exp(sink - lse[(b * p.NH + h) * p.Sq + i]) * delta;
+      }
+    d_offset[h] += static_cast<float>(acc);
+  }
 }
 
 }  // namespace gale

@@ -4,7 +4,7 @@
 // QKV rows); tokens are t = s·B + b. Query head h reads key/value head h / (NH/KV).
 // Forward writes out[Sq·B, NH·HD] (row t = s·B + b, head h at columns [h·HD, (h+1)·HD)) and
 // lse[B, NH, Sq] = logsumexp of each query's scaled, masked scores (−inf for a query that may see
-// no key). Backward recomputes the probabilities from lse (no [S, S] tensor is kept between
+// no key; with sink logits, AttentionProblem::softmax_offset, the sink's exp is in the sum). Backward recomputes the probabilities from lse (no [S, S] tensor is kept between
 // forward and backward) and WRITES dq, dk, dv (same layouts as q, k, v; the caller zeroes nothing).
 //
 // The reference computes each (batch, head) with full [Sq, Sk] score matrices and BLAS calls;
@@ -47,6 +47,15 @@ struct AttentionProblem {
   // (within a row the bias differs from Bloom's m·kpos by the constant m·qpos, which the softmax
   // cancels). The slopes are constants: no gradient flows to them.
   const float* alibi_slopes = nullptr;
+  // --softmax-type off-by-one / learnable (Megatron-Core's softmax_offset; attention sinks, gpt-oss):
+  // one extra logit σ_h per head [NH] (null: vanilla softmax), indexed by the problem's head h
+  // (callers point at the heads they run). It joins every query's softmax as a virtual key with no
+  // value: P_ij = exp(s_ij) / (exp(σ_h) + Σ_j' exp(s_ij')), so a row's probabilities sum to less
+  // than 1 and a query that sees no key gets out = 0. lse includes it (lse = log(exp(σ_h) + Σ_j
+  // exp(s_ij)), never −inf), which is all backward needs: P = exp(S − lse) and dS = P∘(dP − δ) are
+  // unchanged, so the backward kernels do not read it. Its own gradient is
+  // attention_softmax_offset_backward's. Off-by-one is σ = 0 (Evan Miller's softmax_1).
+  const float* softmax_offset = nullptr;
   // Dropout on the probabilities: element (sample, head, q position, k position) is kept when
   // dropout_uniform_at(dropout_seed, dropout_stream, index) >= dropout_p (core/rng.h: word index & 3
   // of the Philox block at counter index >> 2), where
@@ -74,5 +83,20 @@ void attention_forward_ref(const AttentionProblem& p, const float* q, const Head
 void attention_backward_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
                             const HeadLayout& kl, const float* v, const HeadLayout& vl, const float* out,
                             const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+// Folds the sink logits p.softmax_offset into a result computed without them (ring attention's
+// merged blocks, flash decoding's merged chunks): per (b, h, query) lse' = log(exp(lse) + exp(σ_h)),
+// out ·= exp(lse − lse') (a row with lse −inf gets out 0 and lse σ_h). out [Sq·B, NH·HD], lse
+// [B, NH, Sq] as attention_forward_ref writes them. Nothing to do without sinks.
+void attention_softmax_offset_merge(const AttentionProblem& p, float* out, float* lse);
+
+// Gradient of the sink logits (--softmax-type learnable): with P_sink = exp(σ_h − lse) the sink's
+// share of each row and δ = dO·O,
+//   d_offset[h] += −Σ_(b, i) P_sink(b, h, i) · δ(b, h, i)
+// (ds_sink = P_sink·(dP_sink − δ) with dP_sink = 0: the sink has no value). out / dout / lse as
+// attention_backward_ref reads them (lse including the sink, O after dropout); ACCUMULATES into
+// d_offset [NH] (a parameter gradient), summed in double per head.
+void attention_softmax_offset_backward(const AttentionProblem& p, const float* out, const float* dout,
+                                       const float* lse, float* d_offset);
 
 }  // namespace gale

@@ -17,7 +17,8 @@
 // Forward: one task per (batch, head, query tile), largest causal tiles first (dynamic schedule).
 // For each key tile the masks do not hide entirely: Sᵀ, mask, m' = max(m, max_j S), α = e^(m − m'),
 // P = e^(S − m'), l = α·l + Σ_j P, O = α·O + P'·V with P' = P after dropout. Finally O /= l and
-// lse = m + log l.
+// lse = m + log l. Sink logits (AttentionProblem::softmax_offset) start m at σ_h and l at 1.
+// Backward needs nothing of the sink beyond lse (which includes it).
 // Backward (FlashAttention-2): one task per (batch, head); key tiles outer, query tiles inner.
 // P = exp(S − lse) is recomputed tile by tile, dP' = dO·Vᵀ, dS = P∘(dP − δ) with δ = rowsum(dO∘O),
 // dV_j += P'ᵀ·dO, dK_j += dSᵀ·Q·scale, dQ += dS·K·scale (dQ accumulated in a per-task [Sq, HD]
@@ -358,9 +359,12 @@ class FlashForward {
     const int64_t q_stride = p_.B * io_.ql.row_stride, k_stride = p_.B * io_.kl.row_stride,
                   v_stride = p_.B * io_.vl.row_stride;
     pack_transposed<V>(io_.q + io_.ql.offset(b, h) + i0 * q_stride, q_stride, mq, BQ, HD, p_.scale, qt_packed, BQ);
+    // --softmax-type: the sink logit σ_h starts every row's running max and sum (m = σ, l = e^0),
+    // so it enters the normaliser exactly once and rows that see no key end with O = 0, lse = σ.
+    const bool sink = p_.softmax_offset != nullptr;
     for (int64_t i = 0; i < BQ; ++i) {
-      m[i] = kFlashNegInf;
-      l[i] = 0.0f;
+      m[i] = sink ? p_.softmax_offset[h] : kFlashNegInf;
+      l[i] = sink ? 1.0f : 0.0f;
     }
     std::memset(o, 0, sizeof(float) * static_cast<size_t>(mq * hdp_));
     const float* kg = io_.k + io_.kl.offset(b, g);

@@ -78,8 +78,9 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
         for (int64_t d = 0; d < HD; ++d) acc[d] += e * vj[d];
       }
     }
-  for (int64_t h = 0; h < NH; ++h) {  // merge the chunks by log-sum-exp
-    float M = kNegInf;
+  for (int64_t h = 0; h < NH; ++h) {  // merge the chunks by log-sum-exp (with the sink logit once)
+    const float sink = p.softmax_offset ? p.softmax_offset[h] : kNegInf;
+    float M = sink;
     for (int64_t c = 0; c < chunks; ++c) M = std::max(M, part[(h * chunks + c) * (HD + 2)]);
     float* o = out + h * HD;
     for (int64_t d = 0; d < HD; ++d) o[d] = 0.0f;
@@ -87,7 +88,7 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
       lse[h] = kNegInf;
       continue;
     }
-    float total = 0.0f;
+    float total = p.softmax_offset ? std::exp(sink - M) : 0.0f;
     for (int64_t c = 0; c < chunks; ++c) {
       const float* slot = part.data() + (h * chunks + c) * (HD + 2);
       if (slot[0] == kNegInf) continue;
@@ -117,6 +118,11 @@ void flash_decode_forward_ref(const AttentionProblem& p, const float* q, const H
     }
     std::vector<double> o(static_cast<size_t>(HD), 0.0);
     double total = 0.0;
+    if (p.softmax_offset) {  // the sink logit: one more term of the sum, no value
+      const double sink = p.softmax_offset[h];
+      M = std::max(M, sink);
+      total = std::exp(sink - M);
+    }
     if (std::isfinite(M))
       for (int64_t j = 0; j < L; ++j) {
         if (!std::isfinite(s[j])) continue;

@@ -6,7 +6,8 @@
 // with s_j = scale·q·k_j (+ the ALiBi bias m_h·(kpos_j − qpos)); then, with M = max_c m_c,
 //   out = Σ_c exp(m_c − M)·a_c / Σ_c exp(m_c − M)·l_c,   lse = M + log Σ_c exp(m_c − M)·l_c.
 // Chunks without a visible key (m_c = −inf) drop out; a query that sees no key gets out = 0 and
-// lse = −inf (as attention_forward). The chunks run in parallel (OpenMP over heads × chunks), which
+// lse = −inf (as attention_forward). Sink logits (p.softmax_offset) enter the merge once: M starts
+// at σ_h and the denominator at exp(σ_h − M). The chunks run in parallel (OpenMP over heads × chunks), which
 // is what makes a single query over thousands of keys use every core. The masks are those of
 // AttentionProblem (causal and sliding window at p.q_positions[0] / p.k_positions, ALiBi); the
 // problem must be one sample with one query (B = Sq = 1), no dropout, no document ids.
