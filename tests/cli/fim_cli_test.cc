@@ -1,0 +1,121 @@
+// `gale pretrain --fim-data` / `gale data-samples --fim-data`: the samples are Megatron's
+// GPTFIMDataset's (tests/data/fim/golden.json), and training reads them: the first loss equals the
+// loss of a run without FIM on a dataset that holds exactly the golden FIM sample.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli_test_util.h"
+#include "cli/log_line.h"
+#include "data/data_test_util.h"
+
+namespace gale {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kData = std::string(GALE_TEST_DATA_DIR);
+
+std::string quoted(const std::vector<std::string>& flags) {
+  std::string s;
+  for (const std::string& f : flags) {
+    std::string q = "'";
+    for (char c : f) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    s += " " + q + "'";
+  }
+  return s;
+}
+
+const nlohmann::json& golden() {
+  static nlohmann::json j = testing::load_json(kData + "/fim/golden.json");
+  return j;
+}
+
+// The golden flags, with the fixture paths made absolute.
+std::vector<std::string> case_flags(const nlohmann::json& c) {
+  std::vector<std::string> f = c["flags"].get<std::vector<std::string>>();
+  for (std::string& x : f) {
+    if (x == "tests/data/fim") x = kData + "/fim";
+    if (x == "tests/data/fim/corpus_text_document") x = kData + "/fim/corpus_text_document";
+  }
+  return f;
+}
+
+std::string scratch(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + name + "_" + std::to_string(getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(FimCli, DataSamplesAreMegatronsFimSamples) {
+  const std::string dir = scratch("gale_fim_samples");
+  for (const auto& c : golden()["cases"]) {
+    const testing::CommandResult r = testing::run_gale(
+        "data-samples" + quoted(case_flags(c)) + " --fim-data --sample-split train --sample-index 0 --sample-count " +
+            std::to_string(c["fim"].size()),
+        dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    size_t k = 0;
+    while (std::getline(lines, line)) {
+      if (line.empty()) continue;
+      ASSERT_LT(k, c["fim"].size());
+      EXPECT_EQ(nlohmann::json::parse(line)["ids"], c["fim"][k]) << c["name"] << " sample " << k;
+      ++k;
+    }
+    EXPECT_EQ(k, c["fim"].size()) << c["name"];
+  }
+}
+
+TEST(FimCli, AMissingFimTokenIsAnErrorNamingTheFlag) {
+  const std::string dir = scratch("gale_fim_missing");
+  const testing::CommandResult r = testing::run_gale(
+      "data-samples" + quoted(case_flags(golden()["cases"][0])) +
+          " --fim-data --fim-pad-token '<pad>' --sample-split train --sample-index 0",
+      dir);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--fim-pad-token: expected a token of the tokenizer's vocabulary, found '<pad>', which the "
+                       "tokenizer does not have"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(FimCli, FirstLossIsTheLossOfTheGoldenFimSample) {
+  const std::string dir = scratch("gale_fim_pretrain");
+  const nlohmann::json& c = golden()["cases"][0];  // psm_spm: --micro-batch-size 1, no workers
+  ASSERT_EQ(c["name"], "psm_spm");
+  const std::vector<std::string> model = {"--train-iters", "1", "--global-batch-size", "1", "--lr", "1e-3",
+                                          "--log-interval", "1", "--hidden-dropout", "0", "--attention-dropout", "0",
+                                          "--init-method-std", "0.2", "--num-threads", "1"};
+  std::vector<std::string> fim = case_flags(c);
+  fim.insert(fim.end(), model.begin(), model.end());
+  const testing::CommandResult a = testing::run_gale("pretrain" + quoted(fim) + " --fim-data", dir);
+  ASSERT_EQ(a.exit_code, 0) << a.err << a.out;
+  const testing::CommandResult raw = testing::run_gale("pretrain" + quoted(fim), dir);
+  ASSERT_EQ(raw.exit_code, 0) << raw.err << raw.out;
+
+  // One document holding the golden FIM sample 0: its only sample is those S + 1 ids.
+  const std::string prefix = dir + "/golden_sample";
+  testing::write_dataset(prefix, {c["fim"][0].get<std::vector<int32_t>>()});
+  std::vector<std::string> plain = fim;
+  for (size_t i = 0; i + 1 < plain.size(); ++i)
+    if (plain[i] == "--data-path") plain[i + 1] = prefix;
+  const testing::CommandResult b = testing::run_gale("pretrain" + quoted(plain), dir);
+  ASSERT_EQ(b.exit_code, 0) << b.err << b.out;
+
+  const std::vector<double> la = testing::logged_values(a.out, "lm loss");
+  const std::vector<double> lb = testing::logged_values(b.out, "lm loss");
+  const std::vector<double> lraw = testing::logged_values(raw.out, "lm loss");
+  ASSERT_EQ(la.size(), 1u) << a.out;
+  ASSERT_EQ(lb.size(), 1u) << b.out;
+  ASSERT_EQ(lraw.size(), 1u) << raw.out;
+  EXPECT_EQ(la[0], lb[0]);
+  EXPECT_NE(la[0], lraw[0]);  // the FIM sample, not the raw one
+}
+
+}  // namespace
+}  // namespace gale
