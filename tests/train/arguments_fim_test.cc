@@ -89,6 +89,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)"},
         FimError{{"--fim-data", "--fim-split-sample", "<file_sep>", "--fim-fragment-rate", "-0.5"},
                  "--fim-fragment-rate: expected a probability in [0, 1], found -0.5"},
+        FimError{{"--fim-data", "--iterations-to-skip", "2"},
+                 "--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations read their "
+                 "FIM samples, advancing the random streams, and Gale's read nothing)"},
         FimError{{"--fim-data", "--tokenizer-type", "GPT2BPETokenizer"},
                  "--fim-data with --tokenizer-type GPT2BPETokenizer: not supported yet (Megatron's FIM dataset "
                  "decodes and re-encodes text with a HuggingFaceTokenizer)"}));
