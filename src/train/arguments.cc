@@ -464,17 +464,17 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--fim-data", &a.fim_data,
              "Megatron's fill-in-the-middle dataset: GPT samples turned into PSM/SPM FIM samples (needs "
              "--tokenizer-type HuggingFaceTokenizer)");
-  p.add("--fim-rate", &a.fim_rate, "probability to turn a sample (or segment) into FIM (default 0.5)");
-  p.add("--fim-spm-rate", &a.fim_spm_rate, "probability that a FIM sample is SPM rather than PSM (default 0.5)");
+  p.add("--fim-rate", &a.fim_rate, "probability to turn a sample (or segment) into FIM");
+  p.add("--fim-spm-rate", &a.fim_spm_rate, "probability that a FIM sample is SPM rather than PSM");
   p.add("--fim-split-sample", &a.fim_split_sample,
         "token at which a segment is cut into fragments, each turned into FIM with --fim-fragment-rate");
-  p.add("--fim-fragment-rate", &a.fim_fragment_rate, "probability of FIM per fragment with --fim-split-sample");
+  p.add("--fim-fragment-rate", &a.fim_fragment_rate, "probability of FIM per fragment; unset by default, needed with --fim-split-sample");
   p.add("--fim-no-prefix", &a.fim_no_prefix, "no FIM for a segment whose text starts with this string");
-  p.add("--fim-prefix-token", &a.fim_prefix_token, "FIM prefix token (default <fim_prefix>)");
-  p.add("--fim-middle-token", &a.fim_middle_token, "FIM middle token (default <fim_middle>)");
-  p.add("--fim-suffix-token", &a.fim_suffix_token, "FIM suffix token (default <fim_suffix>)");
-  p.add("--fim-pad-token", &a.fim_pad_token, "FIM pad token (default <fim_pad>)");
-  p.add("--fim-eod-token", &a.fim_eod_token, "FIM end-of-document token at which samples are cut (default <|endoftext|>)");
+  p.add("--fim-prefix-token", &a.fim_prefix_token, "FIM prefix token");
+  p.add("--fim-middle-token", &a.fim_middle_token, "FIM middle token");
+  p.add("--fim-suffix-token", &a.fim_suffix_token, "FIM suffix token");
+  p.add("--fim-pad-token", &a.fim_pad_token, "FIM pad token");
+  p.add("--fim-eod-token", &a.fim_eod_token, "FIM end-of-document token at which samples are cut");
 }
 
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
