@@ -54,6 +54,9 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)");
     if (d.has_fim_fragment_rate && !(d.fim_fragment_rate >= 0.0 && d.fim_fragment_rate <= 1.0))
       return InvalidArgument("--fim-fragment-rate: expected a probability in [0, 1], found ", d.fim_fragment_rate);
+    if (a.parallel.virtual_pipeline_model_parallel_size > 1)
+      return Unimplemented("--fim-data with virtual pipeline stages: not supported yet (Megatron builds one FIM "
+                           "dataset, with its own random stream, per model chunk)");
     if (!a.training.iterations_to_skip.empty())
       return Unimplemented("--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations "
                            "read their FIM samples, advancing the random streams, and Gale's read nothing)");

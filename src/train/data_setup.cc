@@ -106,9 +106,6 @@ StatusOr<std::unique_ptr<TokenDataset>> build_blend(Builder& b, const Blend& ble
 // token ids of the --fim-*-token flags, and one loader counter per split.
 Status setup_fim(const Arguments& args, Builder* b) {
   const DataArgs& d = args.data;
-  if (args.parallel.virtual_pipeline_model_parallel_size > 1)
-    return Unimplemented("--fim-data with a virtual pipeline: not supported yet (Megatron builds one FIM dataset, "
-                         "with its own random stream, per model chunk)");
   GALE_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, build_pretrain_tokenizer(args));
   auto* hf = dynamic_cast<HuggingFaceTokenizer*>(t.get());
   if (!hf) return Unimplemented("--fim-data: not supported yet with ", t->type(), " (needs a HuggingFaceTokenizer)");

@@ -57,6 +57,7 @@ TEST(FimArguments, EveryFlagIsRead) {
 struct FimError {
   std::vector<std::string> flags;
   std::string message;  // the whole message
+  int64_t world = 1;
 };
 
 class FimArgumentErrors : public ::testing::TestWithParam<FimError> {};
@@ -72,7 +73,7 @@ TEST_P(FimArgumentErrors, WholeMessage) {
     argv.erase(it, it + 2);
     argv.push_back("--mock-data");
   }
-  const Status s = cli.parse(argv);
+  const Status s = cli.parse(argv, GetParam().world);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), GetParam().message);
 }
@@ -89,6 +90,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)"},
         FimError{{"--fim-data", "--fim-split-sample", "<file_sep>", "--fim-fragment-rate", "-0.5"},
                  "--fim-fragment-rate: expected a probability in [0, 1], found -0.5"},
+        FimError{{"--fim-data", "--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                  "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"},
+                 "--fim-data with virtual pipeline stages: not supported yet (Megatron builds one FIM dataset, with "
+                 "its own random stream, per model chunk)",
+                 2},
         FimError{{"--fim-data", "--iterations-to-skip", "2"},
                  "--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations read their "
                  "FIM samples, advancing the random streams, and Gale's read nothing)"},
