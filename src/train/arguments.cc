@@ -445,7 +445,9 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add("--fix-sub-seq-length", &a.fix_sub_seq_length,
         "MindSpeed: with --reset-attention-mask, attend within consecutive sub-sequences of this many positions (the "
         "last one takes the rest) instead of the documents; <= 0 or > --seq-length: the documents (default -1)");
-  p.add("--num-workers", &a.num_workers, "data loader threads");
+  p.add("--num-workers", &a.num_workers,
+        "data loader workers (with --fim-data: Megatron's per-worker FIM random streams, micro-batch m read by "
+        "worker m mod N)");
   p.add("--dataloader-type", &a.dataloader_type,
         "single: one pass in dataset order (default); cyclic: Megatron's shuffled order (torch.randperm seeded "
         "with the epoch), epoch after epoch");
