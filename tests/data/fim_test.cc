@@ -52,18 +52,23 @@ const nlohmann::json& golden_case(const std::string& name) {
 void expect_transform_matches(const std::string& name) {
   const nlohmann::json& c = golden_case(name);
   const FimOptions o = options_of(c);
-  const int64_t mbs = c["micro_batch_size"].get<int64_t>();
-  std::vector<NumpyRandomState> streams(std::max<size_t>(1, c["num_workers"].get<size_t>()),
-                                        NumpyRandomState(c["seed"].get<uint32_t>()));
+  const size_t mbs = c["micro_batch_size"].get<size_t>(), dp = c["data_parallel_size"].get<size_t>();
+  const size_t workers = std::max<size_t>(1, c["num_workers"].get<size_t>());
+  // Per data-parallel rank, one stream per worker; rank r reads samples [r*mbs, (r+1)*mbs) of
+  // every chunk of mbs*dp, and worker m mod W reads its micro-batch m.
   int changed = 0;
-  for (size_t k = 0; k < c["raw"].size(); ++k) {
-    const auto raw = c["raw"][k].get<std::vector<int32_t>>();
-    const auto want = c["fim"][k].get<std::vector<int32_t>>();
-    std::vector<int32_t> got;
-    Status s = fim_transform(raw, o, *tokenizer(), streams[(k / mbs) % streams.size()], &got);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    EXPECT_EQ(got, want) << name << " sample " << k;
-    changed += raw != want;
+  for (size_t rank = 0; rank < dp; ++rank) {
+    std::vector<NumpyRandomState> streams(workers, NumpyRandomState(c["seed"].get<uint32_t>()));
+    for (size_t k = 0; k < c["raw"].size(); ++k) {
+      if ((k / mbs) % dp != rank) continue;
+      const auto raw = c["raw"][k].get<std::vector<int32_t>>();
+      const auto want = c["fim"][k].get<std::vector<int32_t>>();
+      std::vector<int32_t> got;
+      Status s = fim_transform(raw, o, *tokenizer(), streams[(k / (mbs * dp)) % workers], &got);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(got, want) << name << " sample " << k;
+      changed += raw != want;
+    }
   }
   EXPECT_GT(changed, 0) << name << ": the golden samples should hold FIM samples";
 }
@@ -72,6 +77,7 @@ TEST(FimTransform, PsmAndSpmMatchMegatron) { expect_transform_matches("psm_spm")
 TEST(FimTransform, SplitSampleFragmentsMatchMegatron) { expect_transform_matches("split_sample"); }
 TEST(FimTransform, NoPrefixMatchesMegatron) { expect_transform_matches("no_prefix"); }
 TEST(FimTransform, WorkerStreamsMatchMegatron) { expect_transform_matches("workers"); }
+TEST(FimTransform, DataParallelRankStreamsMatchMegatron) { expect_transform_matches("dp2"); }
 
 TEST(FimTransform, GoldenCasesCoverBothFormatsAndTheSplitToken) {
   const FimOptions o = options_of(golden_case("split_sample"));

@@ -9,8 +9,9 @@ Gale's (`gale data-samples` without --fim-data), whose GPT sample order is check
 Megatron's own GPTDataset elsewhere (tools/reference/gpt_samples_reference.py); they are recorded
 in the fixture, and the C++ test checks that Gale still reads them.
 
-Data loader streams as in Megatron's pretrain: one dataset per split and rank, copied into each of
---num-workers workers, micro-batch m read by worker m mod W (W = 0: the main process).
+Data loader streams as in Megatron's pretrain: one dataset per split and data-parallel rank, copied
+into each of --num-workers workers, the rank's micro-batch m read by worker m mod W (W = 0: the main
+process).
 
 Setup (numpy 1.26, transformers 5; Megatron-LM at a commit with fim_dataset.py, e.g. the mirror's HEAD):
   python3 -m venv /tmp/fim_venv && /tmp/fim_venv/bin/pip install numpy==1.26.4 transformers
@@ -119,12 +120,13 @@ BASE = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "tests/
         "--hidden-size", "8", "--num-attention-heads", "1"]
 
 CASES = [
-    # name, FIM settings, seed, micro-batch size, workers, samples
-    ("psm_spm", dict(fim_rate=0.9, fim_spm_rate=0.5), 1234, 1, 0, 16),
+    # name, FIM settings, seed, micro-batch size, workers, samples, data-parallel size
+    ("psm_spm", dict(fim_rate=0.9, fim_spm_rate=0.5), 1234, 1, 0, 16, 1),
     ("split_sample", dict(fim_rate=0.8, fim_spm_rate=0.4, fim_split_sample="<|im_start|>", fim_fragment_rate=0.6),
-     77, 1, 0, 16),
-    ("no_prefix", dict(fim_rate=1.0, fim_spm_rate=0.3, fim_no_prefix="# note"), 5, 1, 0, 16),
-    ("workers", dict(fim_rate=0.7, fim_spm_rate=0.6), 42, 2, 2, 16),
+     77, 1, 0, 16, 1),
+    ("no_prefix", dict(fim_rate=1.0, fim_spm_rate=0.3, fim_no_prefix="# note"), 5, 1, 0, 16, 1),
+    ("workers", dict(fim_rate=0.7, fim_spm_rate=0.6), 42, 2, 2, 16, 1),
+    ("dp2", dict(fim_rate=0.9, fim_spm_rate=0.5), 1234, 1, 0, 8, 2),
 ]
 
 
@@ -143,23 +145,31 @@ def main():
              "eod": "<|endoftext|>"}
     os.chdir(REPO)
     cases = []
-    for name, settings, seed, mbs, workers, count in CASES:
-        run_flags = BASE + ["--seed", str(seed), "--micro-batch-size", str(mbs), "--global-batch-size", str(mbs)]
+    for name, settings, seed, mbs, workers, count, dp in CASES:
+        run_flags = BASE + ["--seed", str(seed), "--micro-batch-size", str(mbs), "--global-batch-size", str(mbs * dp)]
         raw = gale_raw_samples(run_flags, count)
         config = GPTFIMDatasetConfig(random_seed=seed, tokenizer=tokenizer, fim_rate=settings["fim_rate"],
                                      fim_spm_rate=settings["fim_spm_rate"], fim_extra_tokens=extra,
                                      fim_split_sample=settings.get("fim_split_sample"),
                                      fim_fragment_rate=settings.get("fim_fragment_rate"),
                                      fim_no_prefix=settings.get("fim_no_prefix"))
-        # One dataset copy per worker, as torch's DataLoader forks them (or one in the main process).
-        copies = [GPTFIMDataset(Samples(raw), "corpus", None, count, None, config) for _ in range(max(1, workers))]
-        fim = []
-        for k in range(count):
-            ds = copies[(k // mbs) % len(copies)]
-            text, _, _ = ds._query_document_sample_shuffle_indices(k)
-            fim.append([int(x) for x in text])
+        # Megatron's MegatronPretrainingSampler: data-parallel rank r reads samples
+        # [r*mbs, (r+1)*mbs) of every chunk of mbs*dp, its micro-batch m = k // (mbs*dp). Each rank
+        # builds its own dataset, copied into each worker (torch's DataLoader forks them; one copy
+        # in the main process without workers); worker m mod W reads micro-batch m.
+        copies = [[GPTFIMDataset(Samples(raw), "corpus", None, count, None, config) for _ in range(max(1, workers))]
+                  for _ in range(dp)]
+        fim = [None] * count
+        for rank in range(dp):
+            for k in range(count):
+                if (k // mbs) % dp != rank:
+                    continue
+                ds = copies[rank][(k // (mbs * dp)) % max(1, workers)]
+                text, _, _ = ds._query_document_sample_shuffle_indices(k)
+                fim[k] = [int(x) for x in text]
         cases.append({"name": name, "flags": run_flags + ["--num-workers", str(workers)] + flags_of(settings),
-                      "seed": seed, "micro_batch_size": mbs, "num_workers": workers, "settings": settings,
+                      "seed": seed, "micro_batch_size": mbs, "num_workers": workers, "data_parallel_size": dp,
+                      "settings": settings,
                       "raw": raw, "fim": fim})
     with open(os.path.join(DATA, "golden.json"), "w") as f:
         json.dump({"source": "Megatron-LM GPTFIMDataset (" + MEG + ")", "cases": cases}, f)
