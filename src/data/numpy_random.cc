@@ -1,7 +1,9 @@
 // NumPy RandomState (MT19937) and default_rng (SeedSequence + PCG64) re-implemented.
 #include "data/numpy_random.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 
 namespace gale {
 
@@ -27,6 +29,46 @@ uint64_t NumpyRandomState::bounded(uint64_t max) {
     } while (v > max);
   }
   return v;
+}
+
+double NumpyRandomState::random_sample() {
+  const uint32_t a = next32() >> 5, b = next32() >> 6;
+  return (a * 67108864.0 + b) / 9007199254740992.0;
+}
+
+namespace {
+
+// numpy's random_binomial_inversion: walk the probability masses from X = 0 with one uniform
+// draw; past `bound` start again with a new draw.
+int64_t binomial_inversion(NumpyRandomState& rng, int64_t n, double p) {
+  const double q = 1.0 - p;
+  const double qn = std::exp(static_cast<double>(n) * std::log(q));
+  const double np = static_cast<double>(n) * p;
+  const int64_t bound = static_cast<int64_t>(std::min(static_cast<double>(n), np + 10.0 * std::sqrt(np * q + 1)));
+  int64_t x = 0;
+  double px = qn;
+  double u = rng.random_sample();
+  while (u > px) {
+    ++x;
+    if (x > bound) {
+      x = 0;
+      px = qn;
+      u = rng.random_sample();
+    } else {
+      u -= px;
+      px = (static_cast<double>(n - x + 1) * p * px) / (static_cast<double>(x) * q);
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+int64_t NumpyRandomState::binomial(int64_t n, double p) {
+  if (n == 0 || p == 0.0) return 0;
+  if (p <= 0.5) return p * static_cast<double>(n) <= 30.0 ? binomial_inversion(*this, n, p) : -1;
+  const double q = 1.0 - p;
+  return q * static_cast<double>(n) <= 30.0 ? n - binomial_inversion(*this, n, q) : -1;
 }
 
 namespace {

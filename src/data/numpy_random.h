@@ -2,7 +2,8 @@
 //
 // * NumpyRandomState = numpy.random.RandomState(seed): MT19937 seeded with init_genrand (the
 //   same state as std::mt19937(seed)) and its `shuffle`, which Megatron uses for the document
-//   and sample shuffles (docs/data.md, megatron.md §3.3).
+//   and sample shuffles (docs/data.md, megatron.md §3.3); `random_sample`, `randint` and
+//   `binomial` (inversion range), which Megatron's FIM dataset draws (data/fim.h).
 // * NumpyDefaultRng = numpy.random.default_rng(seed): SeedSequence -> PCG64 (XSL-RR 128/64) and
 //   Generator.integers(low, high, dtype=int32), which MockGPTLowLevelDataset uses to draw its
 //   document lengths.
@@ -33,6 +34,20 @@ class NumpyRandomState {
   }
 
   uint32_t next32() { return static_cast<uint32_t>(mt_()); }
+
+  // RandomState.random_sample(): 53 random bits from two draws, (a >> 5, b >> 6), in [0, 1).
+  double random_sample();
+
+  // RandomState.randint(low, high) for high - low below 2^32: low + bounded(high - low - 1); no
+  // draw when high - low == 1. Requires low < high.
+  int64_t randint(int64_t low, int64_t high) {
+    return low + static_cast<int64_t>(bounded(static_cast<uint64_t>(high - low - 1)));
+  }
+
+  // RandomState.binomial(n, p) (numpy's legacy random_binomial) for 0 <= p <= 1, n >= 0, where it
+  // uses the inversion algorithm: min(p, 1 - p) * n <= 30 (p > 0.5 draws n - X with X ~ B(n, 1 - p)).
+  // Returns -1 for larger n * p, numpy's BTPE range, which Gale does not implement.
+  int64_t binomial(int64_t n, double p);
 
  private:
   std::mt19937 mt_;

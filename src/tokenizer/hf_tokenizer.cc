@@ -1,6 +1,8 @@
 // HuggingFaceTokenizer: tokenizer.json loading, added tokens, encode and decode.
 #include "tokenizer/hf_tokenizer.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 
 #include <fstream>
@@ -275,7 +277,28 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl
     *out = id_of(content);
     if (*out < 0) return InvalidArgument(name, ": tokenizer_config.json's ", key, " '", content, "' is not a token");
   }
+  // transformers' all_special_tokens (a name that is no token cannot occur among the ids).
+  std::vector<std::string> specials;
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (config.contains(key) && !config[key].is_null()) specials.push_back(token_content(config[key]));
+  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array())
+    for (const auto& s : config["additional_special_tokens"]) specials.push_back(token_content(s));
+  for (const std::string& s : specials)
+    if (int32_t id = s.empty() ? -1 : id_of(s); id >= 0) t->special_ids_.push_back(id);
+  std::sort(t->special_ids_.begin(), t->special_ids_.end());
   return t;
+}
+
+bool HuggingFaceTokenizer::is_special_token(int32_t id) const {
+  return std::binary_search(special_ids_.begin(), special_ids_.end(), id);
+}
+
+StatusOr<std::string> HuggingFaceTokenizer::decode_without_special_tokens(std::span<const int32_t> ids) const {
+  std::vector<int32_t> kept;
+  kept.reserve(ids.size());
+  for (int32_t id : ids)
+    if (!is_special_token(id)) kept.push_back(id);
+  return decode(kept);
 }
 
 int32_t HuggingFaceTokenizer::token_id(std::string_view content) const {

@@ -43,6 +43,12 @@ class HuggingFaceTokenizer : public Tokenizer {
   // tokenizer_config.json's bos_token and pad_token ids, -1 when the file does not name them.
   int32_t bos_token_id() const { return bos_id_; }
   int32_t pad_token_id() const { return pad_id_; }
+  // Whether `id` is one of transformers' all_special_tokens: tokenizer_config.json's bos, eos, unk,
+  // sep, pad, cls and mask tokens and its additional_special_tokens.
+  bool is_special_token(int32_t id) const;
+  // Megatron's HuggingFaceTokenizer.ids_to_text(ids, remove_special_tokens=True): the decoder over
+  // the tokens of `ids` that are not special tokens (is_special_token).
+  StatusOr<std::string> decode_without_special_tokens(std::span<const int32_t> ids) const;
 
  private:
   HuggingFaceTokenizer() = default;
@@ -85,6 +91,7 @@ class HuggingFaceTokenizer : public Tokenizer {
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
   int32_t bos_id_ = -1, pad_id_ = -1;
+  std::vector<int32_t> special_ids_;  // sorted
   std::string eod_token_;
 };
 

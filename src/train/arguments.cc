@@ -446,7 +446,9 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add("--fix-sub-seq-length", &a.fix_sub_seq_length,
         "MindSpeed: with --reset-attention-mask, attend within consecutive sub-sequences of this many positions (the "
         "last one takes the rest) instead of the documents; <= 0 or > --seq-length: the documents (default -1)");
-  p.add("--num-workers", &a.num_workers, "data loader threads");
+  p.add("--num-workers", &a.num_workers,
+        "data loader workers (with --fim-data: Megatron's per-worker FIM random streams, micro-batch m read by "
+        "worker m mod N)");
   p.add("--dataloader-type", &a.dataloader_type,
         "single: one pass in dataset order (default); cyclic: Megatron's shuffled order (torch.randperm seeded "
         "with the epoch), epoch after epoch");
@@ -462,6 +464,20 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--variable-seq-lengths", &a.variable_seq_lengths,
              "micro-batches of different sequence lengths: an instruction dataset's micro-batch is padded to its "
              "longest sample instead of --seq-length (level 2)");
+  p.add_flag("--fim-data", &a.fim_data,
+             "Megatron's fill-in-the-middle dataset: GPT samples turned into PSM/SPM FIM samples (needs "
+             "--tokenizer-type HuggingFaceTokenizer)");
+  p.add("--fim-rate", &a.fim_rate, "probability to turn a sample (or segment) into FIM");
+  p.add("--fim-spm-rate", &a.fim_spm_rate, "probability that a FIM sample is SPM rather than PSM");
+  p.add("--fim-split-sample", &a.fim_split_sample,
+        "token at which a segment is cut into fragments, each turned into FIM with --fim-fragment-rate");
+  p.add("--fim-fragment-rate", &a.fim_fragment_rate, "probability of FIM per fragment; unset by default, needed with --fim-split-sample");
+  p.add("--fim-no-prefix", &a.fim_no_prefix, "no FIM for a segment whose text starts with this string");
+  p.add("--fim-prefix-token", &a.fim_prefix_token, "FIM prefix token");
+  p.add("--fim-middle-token", &a.fim_middle_token, "FIM middle token");
+  p.add("--fim-suffix-token", &a.fim_suffix_token, "FIM suffix token");
+  p.add("--fim-pad-token", &a.fim_pad_token, "FIM pad token");
+  p.add("--fim-eod-token", &a.fim_eod_token, "FIM end-of-document token at which samples are cut");
 }
 
 void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {

@@ -549,6 +549,18 @@ struct DataArgs {
   // collator, PaddingStrategy.LONGEST); the feature manager turns it off below level 2
   // (features/feature_variable_seq_lengths.cc).
   bool variable_seq_lengths = false;
+  // Megatron's --fim-data (GPTFIMDataset; data/fim_dataset.h) and its flags. The optional ones are
+  // unset while their `has_` flag is false (Megatron's None).
+  bool fim_data = false;
+  double fim_rate = 0.5, fim_spm_rate = 0.5;
+  std::string fim_split_sample;
+  bool has_fim_split_sample = false;
+  double fim_fragment_rate = 0.0;
+  bool has_fim_fragment_rate = false;
+  std::string fim_no_prefix;
+  bool has_fim_no_prefix = false;
+  std::string fim_prefix_token = "<fim_prefix>", fim_middle_token = "<fim_middle>",
+              fim_suffix_token = "<fim_suffix>", fim_pad_token = "<fim_pad>", fim_eod_token = "<|endoftext|>";
 };
 
 // Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up

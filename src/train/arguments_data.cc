@@ -39,6 +39,33 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
       return Unimplemented("--tokenizer-type ", unsupported, ": not supported yet (Gale reads GPT2BPETokenizer, "
                            "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer, "
                            "TikTokenizer and NullTokenizer)");
+  d.has_fim_split_sample = p.was_set("--fim-split-sample");
+  d.has_fim_fragment_rate = p.was_set("--fim-fragment-rate");
+  d.has_fim_no_prefix = p.was_set("--fim-no-prefix");
+  if (d.fim_data) {
+    if (d.mock_data) return InvalidArgument("--fim-data with --mock-data: Megatron's FIM dataset reads --data-path");
+    if (d.is_instruction_dataset)
+      return InvalidArgument("--fim-data with --is-instruction-dataset: FIM turns pretraining samples only");
+    for (auto [flag, rate] : {std::pair<const char*, double>{"--fim-rate", d.fim_rate}, {"--fim-spm-rate", d.fim_spm_rate}})
+      if (!(rate > 0.0 && rate <= 1.0))
+        return InvalidArgument(flag, ": expected a probability in (0, 1] (Megatron asserts it is non-zero), found ",
+                               rate);
+    if (d.has_fim_split_sample && !d.has_fim_fragment_rate)
+      return InvalidArgument("--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)");
+    if (d.has_fim_fragment_rate && !(d.fim_fragment_rate >= 0.0 && d.fim_fragment_rate <= 1.0))
+      return InvalidArgument("--fim-fragment-rate: expected a probability in [0, 1], found ", d.fim_fragment_rate);
+    if (a.parallel.virtual_pipeline_model_parallel_size > 1)
+      return Unimplemented("--fim-data with virtual pipeline stages: not supported yet (Megatron builds one FIM "
+                           "dataset, with its own random stream, per model chunk)");
+    if (!a.training.iterations_to_skip.empty())
+      return Unimplemented("--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations "
+                           "read their FIM samples, advancing the random streams, and Gale's read nothing)");
+    if (t.tokenizer_type != "HuggingFaceTokenizer" && t.tokenizer_type != "PretrainedFromHF")
+      return Unimplemented("--fim-data with --tokenizer-type ",
+                           t.tokenizer_type.empty() ? std::string("GPT2BPETokenizer") : t.tokenizer_type,
+                           ": not supported yet (Megatron's FIM dataset decodes and re-encodes text with a "
+                           "HuggingFaceTokenizer)");
+  }
   if (t.tokenizer_type == "NullTokenizer" && t.vocab_size == kUnset)
     return InvalidArgument("--tokenizer-type NullTokenizer needs --vocab-size");
   return Status::Ok();

@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "data/blending.h"
+#include "data/fim_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/instruction_dataset.h"
 #include "data/numpy_math.h"
@@ -26,6 +27,10 @@ struct Builder {
   std::string cache_dir;
   std::string split_text;
   std::map<std::string, std::shared_ptr<TokenSource>> sources;
+  // --fim-data: the tokenizer, options and each split's loader counter that wrap every GPTDataset.
+  std::shared_ptr<const HuggingFaceTokenizer> fim_tokenizer;
+  FimOptions fim;
+  std::shared_ptr<FimLoader> fim_loaders[3];
 
   StatusOr<std::shared_ptr<TokenSource>> source(const std::string& prefix) {
     auto it = sources.find(prefix);
@@ -49,6 +54,9 @@ struct Builder {
     GptIndexParams p = params;
     p.num_samples = num_samples;
     GALE_ASSIGN_OR_RETURN(auto ds, GptDataset::build(src, split, begin, end, p, cache_dir, split_text));
+    if (fim_tokenizer)
+      return std::unique_ptr<TokenDataset>(std::make_unique<FimDataset>(
+          std::move(ds), fim, fim_tokenizer, p.seed, fim_loaders[static_cast<int>(split)]));
     return std::unique_ptr<TokenDataset>(std::move(ds));
   }
 };
@@ -92,6 +100,31 @@ StatusOr<std::unique_ptr<TokenDataset>> build_blend(Builder& b, const Blend& ble
   }
   GALE_ASSIGN_OR_RETURN(auto bl, BlendedDataset::build(std::move(parts), lengths, std::min(size, sum)));
   return std::unique_ptr<TokenDataset>(std::move(bl));
+}
+
+// --fim-data: a tokenizer of the FIM datasets' own (the run's one is handed out separately), the
+// token ids of the --fim-*-token flags, and one loader counter per split.
+Status setup_fim(const Arguments& args, Builder* b) {
+  const DataArgs& d = args.data;
+  GALE_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, build_pretrain_tokenizer(args));
+  auto* hf = dynamic_cast<HuggingFaceTokenizer*>(t.get());
+  if (!hf) return Unimplemented("--fim-data: not supported yet with ", t->type(), " (needs a HuggingFaceTokenizer)");
+  t.release();
+  b->fim_tokenizer = std::shared_ptr<const HuggingFaceTokenizer>(hf);
+  FimTokenNames names{d.fim_prefix_token, d.fim_middle_token, d.fim_suffix_token, d.fim_pad_token, d.fim_eod_token,
+                      std::nullopt};
+  if (d.has_fim_split_sample) names.split_sample = d.fim_split_sample;
+  GALE_RETURN_IF_ERROR(resolve_fim_tokens(*b->fim_tokenizer, names, &b->fim));
+  b->fim.rate = d.fim_rate;
+  b->fim.spm_rate = d.fim_spm_rate;
+  b->fim.fragment_rate = d.fim_fragment_rate;
+  if (d.has_fim_no_prefix) b->fim.no_prefix = d.fim_no_prefix;
+  for (auto& loader : b->fim_loaders) {
+    loader = std::make_shared<FimLoader>();
+    loader->micro_batch_size = args.training.micro_batch_size;
+    loader->num_workers = d.num_workers;
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::string> read_text_file(const std::string& path, const char* flag) {
@@ -272,6 +305,7 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
   Builder b{args, {}, d.data_cache_path, d.split, {}};
   b.params.seq_length = args.model.seq_length;
   b.params.seed = static_cast<uint32_t>(args.training.seed);
+  if (d.fim_data) GALE_RETURN_IF_ERROR(setup_fim(args, &b));
   SplitSampleCounts counts = pretrain_sample_counts(args);
   const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
   std::unique_ptr<TokenDataset> splits[3];

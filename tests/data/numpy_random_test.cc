@@ -70,3 +70,47 @@ TEST(NumpyDefaultRng, MockDocumentLengthsMatchNumpy) {
 
 }  // namespace
 }  // namespace gale
+
+namespace gale {
+namespace {
+
+const nlohmann::json& binomial_golden() {
+  static nlohmann::json j = testing::load_json(testing::reference_path("numpy_binomial.json"));
+  return j;
+}
+
+TEST(NumpyRandomState, BinomialMatchesNumpyIncludingTheDrawsItConsumes) {
+  ASSERT_EQ(binomial_golden()["binomial"].size(), 10u);
+  for (const auto& c : binomial_golden()["binomial"]) {
+    NumpyRandomState rs(c["seed"].get<uint32_t>());
+    const int64_t n = c["n"].get<int64_t>();
+    const double p = c["p"].get<double>();
+    std::vector<int64_t> got;
+    for (size_t i = 0; i < c["values"].size(); ++i) got.push_back(rs.binomial(n, p));
+    EXPECT_EQ(got, c["values"].get<std::vector<int64_t>>()) << "n " << n << " p " << p;
+    EXPECT_EQ(rs.random_sample(), c["next_random_sample"].get<double>()) << "n " << n << " p " << p;
+  }
+}
+
+TEST(NumpyRandomState, BinomialOutsideTheInversionRangeIsRefused) {
+  NumpyRandomState rs(1);
+  EXPECT_EQ(rs.binomial(100, 0.5), -1);  // numpy's BTPE, not implemented
+  EXPECT_EQ(rs.binomial(0, 0.5), 0);
+  EXPECT_EQ(rs.binomial(3, 0.0), 0);
+}
+
+TEST(NumpyRandomState, RandintPairsMatchNumpy) {
+  for (const auto& c : binomial_golden()["randint"]) {
+    NumpyRandomState rs(c["seed"].get<uint32_t>());
+    const int64_t high = c["high"].get<int64_t>();
+    for (const auto& pair : c["pairs"]) {
+      const int64_t a = rs.randint(0, high), b = rs.randint(0, high);
+      EXPECT_EQ(a, pair[0].get<int64_t>()) << "high " << high;
+      EXPECT_EQ(b, pair[1].get<int64_t>()) << "high " << high;
+    }
+    EXPECT_EQ(rs.random_sample(), c["next_random_sample"].get<double>()) << "high " << high;
+  }
+}
+
+}  // namespace
+}  // namespace gale
