@@ -84,6 +84,12 @@ TEST(GalePretrainContextParallel, AdaptiveSameLossesAsOneProcess) {
                      {"--context-parallel-algo", "adaptive_cp_algo", "--adaptive-cp-dynamic-attn-mask"});
 }
 
+// --window-size with --window-attn-skip-freq: every other layer windowed (the query and 6 keys back), the others
+// full; the ring's blocks take each layer's own mask.
+TEST(GalePretrainContextParallel, PerLayerWindowsSameLossesAsOneProcess) {
+  expect_same_losses({"--optimization-level", "0", "--window-size", "6,0", "--window-attn-skip-freq", "2"}, 1e-5);
+}
+
 TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   test::RunResult odd = test::run_with_timeout(tiny(2, {"--context-parallel-size", "2", "--seq-length", "30"}),
                                                kMpiEnv, 120);
