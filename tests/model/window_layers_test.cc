@@ -9,6 +9,7 @@
 #include "kernels/cpu/fused_ops.h"
 #include "model/decoding_check.h"
 #include "model/gpt_model.h"
+#include "model/mla_test_config.h"
 #include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
@@ -97,6 +98,26 @@ TEST(WindowLayers, FlashTrainsAsTheReference) {
     }
     EXPECT_LE(err / peak, 1e-4) << (documents ? "documents" : "plain");
   }
+}
+
+// MLA takes the same per-layer problem: a mixed pattern is neither the uniform window nor full
+// attention, its gradients match finite differences, and decoding equals the whole forward.
+TEST(WindowLayers, MlaLayersTakeTheirOwnWindow) {
+  const auto mla = [](std::vector<int> layers) {
+    ModelConfig c = testing::mla_config(/*llama=*/true, /*q_lora_rank=*/0, /*qk_layernorm=*/false, 3);
+    c.attention_dropout = c.hidden_dropout = 0.0f;
+    c.sliding_window = 3;
+    c.window_layers = std::move(layers);
+    return c;
+  };
+  const MicroBatch mb = testing::masked_batch(mla({}), 2, 7, false);
+  const std::vector<float> all = logits_of(mla({1, 1}), mb), none = logits_of(mla({0, 0}), mb),
+                           first = logits_of(mla({1, 0}), mb);
+  EXPECT_EQ(max_abs_diff(all, logits_of(mla({}), mb)), 0.0);
+  EXPECT_GT(max_abs_diff(first, all), 1e-3);
+  EXPECT_GT(max_abs_diff(first, none), 1e-3);
+  testing::expect_every_parameter_matches_finite_differences(mla({0, 1}));
+  testing::expect_reference_model_decoding_equals_whole_forward(mla({1, 0}));
 }
 
 }  // namespace
