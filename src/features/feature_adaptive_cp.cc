@@ -37,7 +37,7 @@ class AdaptiveCpFeature : public Feature {
   std::string counterpart() const override { return "MindSpeed AdaptiveContextParallelFeature (L2)"; }
   std::string description() const override {
     return "--context-parallel-algo adaptive_cp_algo: ring attention over a layout chosen from the mask (causal, "
-           "documents, sliding window): units of the sequence re-assigned to the cp ranks to minimise the busiest "
+           "documents, sliding window; with --window-attn-skip-freq's full layers, no window): units of the sequence re-assigned to the cp ranks to minimise the busiest "
            "rank's non-empty blocks and work (--adaptive-cp-only-reschedule: in order; --adaptive-cp-without-coarse: "
            "single positions), the empty (query rank, key rank) blocks skipped in forward and backward; "
            "--adaptive-cp-dynamic-attn-mask: a layout per micro-batch (required with --reset-attention-mask); "

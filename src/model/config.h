@@ -338,9 +338,12 @@ struct ModelConfig {
   // --position-embedding-type yarn: position stays kRope, the tables are YaRN's (the softmax scale
   // is unchanged: Megatron scales only cos/sin by the concentration factor outside MLA).
   YarnConfig yarn;
-  // --sliding-window W (0: none): every layer's query at position i sees the keys at positions
-  // i − W + 1 .. i (AttentionProblem::window; Mistral-7B-v0.1's 4096).
+  // --sliding-window W or --window-size W−1,0 (0: none): a windowed layer's query at position i sees
+  // the keys at positions i − W + 1 .. i (AttentionProblem::window; Mistral-7B-v0.1's 4096).
   int64_t sliding_window = 0;
+  // --window-attn-skip-freq (Megatron): one entry per decoder layer, 1 where that layer's attention
+  // has the window, 0 where it is full causal attention; empty: every layer has it (layer_window).
+  std::vector<int> window_layers;
   float attention_dropout = 0.0f;
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;
@@ -427,6 +430,18 @@ struct ModelConfig {
   bool layer_rope(int64_t layer) const {
     return no_rope_layers.empty() || layer >= static_cast<int64_t>(no_rope_layers.size()) ||
            no_rope_layers[static_cast<size_t>(layer)] == 0;
+  }
+  // The sliding window of global layer `layer`'s attention (0: none; --sliding-window / --window-size
+  // and --window-attn-skip-freq).
+  int64_t layer_window(int64_t layer) const {
+    const bool windowed = window_layers.empty() || layer >= static_cast<int64_t>(window_layers.size()) ||
+                          window_layers[static_cast<size_t>(layer)] != 0;
+    return windowed ? sliding_window : 0;
+  }
+  // The window every attention layer has (0 when a layer has none): the band of the union of the
+  // layers' masks, which is what context parallelism's adaptive layout may assume.
+  int64_t common_window() const {
+    return std::all_of(window_layers.begin(), window_layers.end(), [](int v) { return v != 0; }) ? sliding_window : 0;
   }
   bool is_noop_layer(int64_t layer) const {
     return std::binary_search(noop_layers.begin(), noop_layers.end(), layer);

@@ -334,7 +334,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   ap.HD = c.attention_head_dim();
   ap.scale = c.softmax_scale();
   ap.causal = true;
-  ap.window = c.sliding_window;
+  ap.window = c.sliding_window;  // each layer sets its own (ModelConfig::layer_window)
   ap.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
   // --softmax-type off-by-one: a zero sink logit for every head (learnable: the layer's parameter,
   // set by the layer).

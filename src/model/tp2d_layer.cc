@@ -100,10 +100,11 @@ std::vector<int64_t> bias_slice(int64_t n_total, int blocks, const Grid& g) {
 }
 
 // The micro-batch's AttentionProblem (its heads from (x·Y + y)·NHa: GPTModel's runtime) with this
-// layer's dropout stream.
+// layer's dropout stream and window.
 AttentionProblem piece_attention(const LayerRuntime& rt, int64_t layer) {
   AttentionProblem ap = rt.attention;
   ap.dropout_stream = dropout_stream(rt.config->seed, layer, 0);
+  ap.window = rt.config->layer_window(layer);
   return ap;
 }
 

@@ -457,6 +457,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     } else {
       AttentionProblem ap = rt.attention;
       ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+      ap.window = c.layer_window(layer);  // --window-attn-skip-freq: this layer's window or none
       Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
       if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
         Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
@@ -724,6 +725,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     d_proj = Tensor();
     AttentionProblem ap = rt.attention;
     ap.dropout_stream = dropout_stream(c.seed, layer, 0);
+    ap.window = c.layer_window(layer);  // --window-attn-skip-freq: this layer's window or none
     if (w.mla.defined()) {
       d_norm1 = mla_attention_backward(rt, pb, w.mla, ap, s.mla, d_ctx);  // [Tl, H], whole
       d_ctx = Tensor();

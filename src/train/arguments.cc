@@ -38,6 +38,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add("--sliding-window", &a.sliding_window,
         "sliding-window attention: a query at position i attends only the keys at positions i-W+1 .. i "
         "(Mistral's window; unset: full causal attention)");
+  add_window_args(p, a);
   p.add("--alibi-fusion-attn-type", &a.alibi_fusion_attn_type,
         "ALiBi bias form of MindSpeed's fusion attention (pse type): Gale's bias is type 2, -m*(i-j) inside "
         "flash attention; 0 and 3 are refused");
@@ -817,6 +818,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   }
   if (m.sliding_window != kUnset && m.sliding_window <= 0)
     return InvalidArgument("--sliding-window: expected a positive window (tokens), found ", m.sliding_window);
+  GALE_RETURN_IF_ERROR(validate_window_args(m));
   if (!(m.norm_epsilon > 0.0)) return InvalidArgument("--norm-epsilon: expected a positive number, found ", m.norm_epsilon);
   GALE_RETURN_IF_ERROR(in_unit_interval(m.attention_dropout, "--attention-dropout"));
   GALE_RETURN_IF_ERROR(in_unit_interval(m.hidden_dropout, "--hidden-dropout"));

@@ -52,6 +52,13 @@ struct ModelArgs {
   // --sliding-window W (MindSpeed-LLM's flag; unset: None, full causal attention): a query at
   // position i attends the keys at positions i − W + 1 .. i (Hugging Face Mistral's window).
   int64_t sliding_window = kUnset;
+  // --window-size "left,right" (Megatron's; train/arguments_window.cc): sets sliding_window to
+  // left + 1 (left -1: none). --window-attn-skip-freq: the flag's text; its per-layer pattern (1:
+  // windowed, 0: full attention), filled by validate_model_args when there is a window; empty:
+  // every layer windowed.
+  std::string window_size;
+  std::string window_attn_skip_freq;
+  std::vector<int> window_attn_pattern;
   // MindSpeed's ALiBi flags (--position-embedding-type alibi; kernels/cpu/attention.h). Gale always
   // adds the bias −m_h·(i − j) inside flash attention, which is MindSpeed's fusion-attention pse
   // type 2: --alibi-fusion-attn-type accepts 2 (or unset); 0 and 3 are refused (validate_model_args).
@@ -1001,6 +1008,15 @@ Status validate_softmax_type(const Arguments& a);
 // run by validate_model_args (fills ModelArgs::no_rope_pattern).
 void add_no_rope_args(ArgParser& p, ModelArgs& a);
 Status validate_no_rope_args(ModelArgs& m);
+// --window-size and --window-attn-skip-freq (train/arguments_window.cc): the flags, added beside
+// --sliding-window, and their checks, run by validate_model_args: --window-size's left + 1 becomes
+// ModelArgs::sliding_window, the skip pattern ModelArgs::window_attn_pattern.
+struct WindowSize {
+  int64_t left = -1, right = -1;
+};
+StatusOr<WindowSize> parse_window_size(const std::string& value);
+void add_window_args(ArgParser& p, ModelArgs& a);
+Status validate_window_args(ModelArgs& m);
 // Gated DeltaNet (--experimental-attention-variant gdn; train/arguments_gdn.cc): its flags, added
 // by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
 void add_gdn_args(ArgParser& p, ModelArgs& a);

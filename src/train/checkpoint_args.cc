@@ -38,6 +38,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.rope_position_scale != 1.0) j["rope_position_scale"] = c.rope_position_scale;
   if (c.rope_interleaved) j["rotary_interleaved"] = true;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.sliding_window > 0 && !c.window_layers.empty()) j["window_layers"] = c.window_layers;  // --window-attn-skip-freq
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.attention_output_gate) j["attention_output_gate"] = true;
@@ -126,6 +127,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   if (m.apply_layernorm_1p) j["apply_layernorm_1p"] = true;
   if (m.rotary_interleaved) j["rotary_interleaved"] = true;
   if (m.sliding_window != kUnset) j["sliding_window"] = m.sliding_window;  // absent: None
+  if (!m.window_attn_pattern.empty()) j["window_attn_skip_freq"] = m.window_attn_pattern;  // the per-layer list
   if (!unset(m.rotary_seq_len_interpolation_factor))
     j["rotary_seq_len_interpolation_factor"] = m.rotary_seq_len_interpolation_factor;
   if (m.use_rope_scaling) {                   // absent: no RoPE scaling
@@ -388,6 +390,23 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     if (args.contains("mtp_loss_scaling_factor"))
       GALE_RETURN_IF_ERROR(get(args, "mtp_loss_scaling_factor", where, &m.mtp_loss_scaling_factor));
   }
+  // Megatron's --window-size (a pair (left, right)) and --window-attn-skip-freq (its int or the per-layer
+  // list); None or absent: no window, every layer windowed. Checked as the flags are.
+  if (auto it = args.find("window_size"); it != args.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number_integer() || !(*it)[1].is_number_integer())
+      return InvalidArgument(where, ": args 'window_size' is ", it->dump(), ", expected a pair of ints (left, right)");
+    m.window_size = str_cat((*it)[0].get<int64_t>(), ",", (*it)[1].get<int64_t>());
+  }
+  if (auto it = args.find("window_attn_skip_freq"); it != args.end() && !it->is_null()) {
+    if (it->is_number_integer())
+      m.window_attn_skip_freq = std::to_string(it->get<int64_t>());
+    else if (it->is_array())
+      m.window_attn_skip_freq = it->dump();
+    else
+      return InvalidArgument(where, ": args 'window_attn_skip_freq' is ", it->dump(),
+                             ", expected an int >= 1 or a list of ", m.num_layers, " zeros and ones");
+  }
+  if (Status s = validate_window_args(m); !s.ok()) return Status(s.code(), str_cat(where, ": args: ", s.message()));
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA
   return m;

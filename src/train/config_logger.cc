@@ -287,6 +287,8 @@ nlohmann::ordered_json transformer_config(const Arguments& a, const nlohmann::or
       {"is_hybrid_model", m.is_hybrid_model},
       {"config_logger_dir", a.logging.config_logger_dir}};
   if (a.moe.expert_tensor_parallel_size != kUnset) o["expert_tensor_parallel_size"] = a.moe.expert_tensor_parallel_size;
+  if (StatusOr<WindowSize> w = parse_window_size(m.window_size); !m.window_size.empty() && w.ok())
+    o["window_size"] = {w->left, w->right};  // --window-size: the pair as given (Transformer Engine applies the causal mask)
   if (args.contains("cp_comm_type") && args["cp_comm_type"].is_array() && args["cp_comm_type"].size() == 1)
     o["cp_comm_type"] = args["cp_comm_type"][0];
   return fill(transformer_config_fields(), args, o);

@@ -944,6 +944,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");
+  if (!m.window_attn_pattern.empty())
+    return Unimplemented(where, ": the model has --window-attn-skip-freq ", m.window_attn_skip_freq,
+                         " (full-attention layers among windowed ones), which Gale does not write to Hugging Face yet");
   if (m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor))
     return Unimplemented(where, ": the model has both --use-rope-scaling and --rotary-seq-len-interpolation-factor; "
                          "a Hugging Face rope_scaling holds one of them (llama3 or linear)");

@@ -174,8 +174,9 @@ CheckpointFormat format_of_dir(const std::string& dir, std::string* found) {
   return CheckpointFormat::kNone;
 }
 
-// The args Namespace's scalar attributes as JSON (None and non-scalars left out), and no_rope_freq's
-// per-layer list of ints (--no-rope-freq; moe_layer_freq's list is read from the Namespace itself).
+// The args Namespace's scalar attributes as JSON (None and non-scalars left out), and the lists or
+// tuples of ints of no_rope_freq, window_size and window_attn_skip_freq (moe_layer_freq's list is read
+// from the Namespace itself).
 nlohmann::json args_json(const PyValue* args) {
   nlohmann::json j = nlohmann::json::object();
   if (!args || args->kind != PyValue::kObject || !args->state || args->state->kind != PyValue::kDict) return j;
@@ -188,7 +189,7 @@ nlohmann::json args_json(const PyValue* args) {
       case PyValue::kString: j[k->s] = v->s; break;
       case PyValue::kList:
       case PyValue::kTuple:
-        if (k->s == "no_rope_freq" &&
+        if ((k->s == "no_rope_freq" || k->s == "window_size" || k->s == "window_attn_skip_freq") &&
             std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) { return x->kind == PyValue::kInt; })) {
           nlohmann::json list = nlohmann::json::array();
           for (const PyRef& x : v->items) list.push_back(x->i);
@@ -608,6 +609,14 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
     PyRef list = PyValue::list();
     for (int v : model.no_rope_pattern) list->items.push_back(PyValue::integer(v));
     ns->set("no_rope_freq", list);
+  }
+  if (model.sliding_window != kUnset) {  // --window-size (left, right) = (W − 1, 0), as Megatron's config holds it
+    ns->set("window_size", PyValue::tuple({PyValue::integer(model.sliding_window - 1), PyValue::integer(0)}));
+    if (!model.window_attn_pattern.empty()) {  // --window-attn-skip-freq as the per-layer list
+      PyRef list = PyValue::list();
+      for (int v : model.window_attn_pattern) list->items.push_back(PyValue::integer(v));
+      ns->set("window_attn_skip_freq", list);
+    }
   }
   if (model.position_embedding_type == "yarn") {  // Megatron's YaRN args (the yarn_* ones None when unset)
     ns->set("rotary_scaling_factor", PyValue::real(model.rotary_scaling_factor));

@@ -79,6 +79,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   }
   c.rope_position_scale = unset(m.rotary_seq_len_interpolation_factor) ? 1.0 : 1.0 / m.rotary_seq_len_interpolation_factor;
   c.sliding_window = m.sliding_window == kUnset ? 0 : m.sliding_window;
+  c.window_layers = m.window_attn_pattern;  // --window-attn-skip-freq (validated: train/arguments_window.cc)
   c.attention_dropout = static_cast<float>(m.attention_dropout);
   c.hidden_dropout = static_cast<float>(m.hidden_dropout);
   c.init_std = static_cast<float>(m.init_method_std);

@@ -336,7 +336,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
     if (document_ids) std::copy_n(sample.document_ids.begin(), S, mb->document_ids.begin() + b * S);
     mb->sample_ids[b] = ids[b];
   }
-  return keep_context_parallel_positions(engine_->ps, S, engine_->chunks.front()->config().sliding_window,
+  return keep_context_parallel_positions(engine_->ps, S, engine_->chunks.front()->config().common_window(),
                                          engine_->adaptive_cp.get(), mb);
 }
 
@@ -373,7 +373,7 @@ Status Trainer::load_pair_micro_batch(const SampleDataset& data, const std::vect
     std::copy_n(sample.position_ids.begin(), S, mb->position_ids.begin() + b * S);
     mb->sample_ids[b] = 2 * ids[b % n] + (b < n ? 0 : 1);
   }
-  return keep_context_parallel_positions(engine_->ps, S, engine_->chunks.front()->config().sliding_window,
+  return keep_context_parallel_positions(engine_->ps, S, engine_->chunks.front()->config().common_window(),
                                          engine_->adaptive_cp.get(), mb);
 }
 

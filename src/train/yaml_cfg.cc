@@ -201,6 +201,28 @@ struct Converter {
     return Status::Ok();
   }
 
+  // TransformerConfig's window_size (a (left, right) pair: a list of two integers, or the flag's
+  // text) and window_attn_skip_freq (an int, a list of 0/1, or the flag's list expression) as
+  // --window-size and --window-attn-skip-freq.
+  Status window_key(const Key& k) {
+    if (k.value.IsNull()) return Status::Ok();
+    const bool size = k.name == "window_size";
+    if (k.value.IsSequence()) {
+      std::string joined;
+      for (const YAML::Node& item : k.value) {
+        StatusOr<std::string> v = scalar(k, item, MegatronDest::kInt);
+        if (!v.ok()) return v.status();
+        joined += (joined.empty() ? "" : ",") + v.value();
+      }
+      emit(size ? "--window-size" : "--window-attn-skip-freq", {size ? joined : "[" + joined + "]"});
+      return Status::Ok();
+    }
+    StatusOr<std::string> v = scalar(k, k.value, MegatronDest::kString);
+    if (!v.ok()) return v.status();
+    emit(size ? "--window-size" : "--window-attn-skip-freq", {v.value()});
+    return Status::Ok();
+  }
+
   // A key of one of Gale's own (or MindSpeed's) flags.
   Status gale_key(const Key& k, const ArgParser::FlagInfo& g) {
     if (k.value.IsNull()) return Status::Ok();
@@ -264,8 +286,6 @@ const std::vector<ConfigField>& config_fields() {
       {"output_layer_init_method", FieldRule::kNullOnly, "", ""},
       {"num_microbatches_with_partial_activation_checkpoints", FieldRule::kOnly, "",
        "partial activation checkpointing of some micro-batches"},
-      {"window_size", FieldRule::kOnly, "", "Megatron's (left, right) attention window; Gale's sliding window is "
-       "MindSpeed's --sliding-window"},
       {"cpu_offloading", FieldRule::kOnly, "false", "Megatron's activation and weight CPU offloading"},
       {"cpu_offloading_num_layers", FieldRule::kOnly, "0", "Megatron's activation and weight CPU offloading"},
       {"enable_autocast", FieldRule::kOnly, "false", "autocast"},
@@ -352,6 +372,10 @@ StatusOr<YamlCfgArgs> yaml_cfg_to_args(const std::string& path, const ArgParser&
         return InvalidArgument(c.where(k), "expected null or xavier_uniform (Megatron's choices), found ",
                                describe(k.value));
       c.emit("--init-method-xavier-uniform");
+      continue;
+    }
+    if (k.name == "window_size" || k.name == "window_attn_skip_freq") {
+      GALE_RETURN_IF_ERROR(c.window_key(k));
       continue;
     }
     if (k.name == "swiglu" || k.name == "squared_relu" || k.name == "gated_linear_unit") {

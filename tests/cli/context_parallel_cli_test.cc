@@ -84,6 +84,22 @@ TEST(GalePretrainContextParallel, AdaptiveSameLossesAsOneProcess) {
                      {"--context-parallel-algo", "adaptive_cp_algo", "--adaptive-cp-dynamic-attn-mask"});
 }
 
+// --window-size with --window-attn-skip-freq: every other layer windowed (the query and 6 keys back), the others
+// full; the ring's blocks take each layer's own mask.
+TEST(GalePretrainContextParallel, PerLayerWindowsSameLossesAsOneProcess) {
+  const std::vector<std::string> windows = {"--optimization-level", "0", "--window-size", "6,0",
+                                            "--window-attn-skip-freq", "2"};
+  expect_same_losses(windows, 1e-5);
+  expect_same_losses(windows, 1e-5, 2, {"--context-parallel-algo", "ulysses_cp_algo"});
+}
+
+// adaptive_cp_algo on 4 ranks of 8 positions: under the window alone some (query rank, key rank)
+// blocks are empty, but the full layers need them, so the layout is the full causal mask's.
+TEST(GalePretrainContextParallel, PerLayerWindowsAdaptiveSameLossesAsOneProcess) {
+  expect_same_losses({"--optimization-level", "0", "--window-size", "6,0", "--window-attn-skip-freq", "2"}, 1e-5, 4,
+                     {"--context-parallel-algo", "adaptive_cp_algo", "--adaptive-cp-dynamic-attn-mask"});
+}
+
 TEST(GalePretrainContextParallel, ErrorsNameTheFlags) {
   test::RunResult odd = test::run_with_timeout(tiny(2, {"--context-parallel-size", "2", "--seq-length", "30"}),
                                                kMpiEnv, 120);

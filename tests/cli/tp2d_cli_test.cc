@@ -57,6 +57,12 @@ TEST(GalePretrainTp2d, TwoByTwoBf16FlashLlamaAsOneProcess) {
                      1e-4);
 }
 
+// Megatron's --window-size with --window-attn-skip-freq: the 2-D TP layer's attention takes each
+// layer's own window (the first layer sees the query and 5 keys back, the second every key).
+TEST(GalePretrainTp2d, TwoByTwoPerLayerWindowsAsOneProcess) {
+  expect_same_losses({"--window-size", "5,0", "--window-attn-skip-freq", "2"}, 1e-5);
+}
+
 TEST(GalePretrainTp2d, SequenceParallelIsRefused) {
   std::vector<std::string> flags = k2x2;
   flags.push_back("--sequence-parallel");

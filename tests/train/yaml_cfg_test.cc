@@ -429,9 +429,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"language_model:\n  init_method: kaiming\n",
                   "key language_model.init_method: expected null or xavier_uniform (Megatron's choices), found "
                   "'kaiming'"},
-        ErrorCase{"language_model:\n  window_size: [8, 0]\n",
-                  "key language_model.window_size: not supported yet (Megatron's (left, right) attention window; "
-                  "Gale's sliding window is MindSpeed's --sliding-window): expected null, found a list"},
+        ErrorCase{"language_model:\n  window_size: [8, x]\n",
+                  "key language_model.window_size: expected an integer, found 'x'"},
         ErrorCase{"model_parallel:\n  timers: 3\n",
                   "key model_parallel.timers: expected null (Megatron sets this Python object itself), found '3'"},
         ErrorCase{"model_parallel:\n  tp_comm_atomic_ag: maybe\n",
@@ -439,6 +438,17 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"language_model: 3\n", "key language_model: expected a mapping of argument names to values, found '3'"},
         ErrorCase{"- a\n- b\n", "expected a mapping of argument names to values, found a list"},
         ErrorCase{"num_layers: [2\n", "not valid YAML: line "}));
+
+// TransformerConfig's window_size pair and window_attn_skip_freq (Megatron main) as the flags.
+TEST_F(YamlCfg, WindowSizeAndSkipFrequency) {
+  StatusOr<std::vector<std::string>> argv =
+      convert("language_model:\n  window_size: [8, 0]\n  window_attn_skip_freq: [1, 0, 1, 0]\n");
+  ASSERT_TRUE(argv.ok()) << argv.status().to_string();
+  EXPECT_EQ(argv.value(), (std::vector<std::string>{"--window-size", "8,0", "--window-attn-skip-freq", "[1,0,1,0]"}));
+  argv = convert("window_size: \"(-1, 0)\"\nwindow_attn_skip_freq: 4\n");
+  ASSERT_TRUE(argv.ok()) << argv.status().to_string();
+  EXPECT_EQ(argv.value(), (std::vector<std::string>{"--window-size", "(-1, 0)", "--window-attn-skip-freq", "4"}));
+}
 
 TEST_F(YamlCfg, MissingFile) {
   testing::FullCli cli;
