@@ -14,21 +14,14 @@
 namespace gale {
 namespace {
 
-const std::string kModel =
-    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 32 "
-    "--tokenizer-type NullTokenizer --vocab-size 4096 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 "
-    "--mock-data --eval-iters 0 --num-threads 1 --log-interval 1 --attention-dropout 0 --hidden-dropout 0";
+const std::string kModel = testing::kTinyMockGpt;
 // A context of 8 positions stretched 4 times: most of the 4 frequencies of each 8-wide head blend.
 const std::string kYarn =
     " --position-embedding-type yarn --rotary-scaling-factor 4 --yarn-original-max-position-embeddings 8 "
     "--mscale 1 --mscale-all-dim 0";
 
 std::vector<double> losses_of(const std::string& flags, const testing::TempDir& dir) {
-  testing::CommandResult r = testing::run_gale("pretrain " + kModel + flags + " --train-iters 3", dir.path());
-  EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
-  std::vector<double> losses = testing::logged_values(r.out, "lm loss");
-  EXPECT_EQ(losses.size(), 3u) << r.out;
-  return losses;
+  return testing::pretrain_losses(kModel + flags, dir.path());
 }
 
 TEST(RopeVariantsCli, YarnTrainsTheSameAtEveryLevelAndNotAsPlainRope) {

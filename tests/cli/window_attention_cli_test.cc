@@ -14,19 +14,12 @@ namespace gale {
 namespace {
 
 const std::string kModel =
-    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 32 "
-    "--tokenizer-type NullTokenizer --vocab-size 4096 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 "
-    "--mock-data --eval-iters 0 --num-threads 1 --log-interval 1 --attention-dropout 0 --hidden-dropout 0 "
-    "--position-embedding-type rope";
+    testing::kTinyMockGpt + " --position-embedding-type rope";
 // Layer 1 sees 4 keys (the query and 3 before it), layer 2 every key before it.
 const std::string kWindows = " --window-size 3,0 --window-attn-skip-freq 2";
 
 std::vector<double> losses_of(const std::string& flags, const testing::TempDir& dir) {
-  testing::CommandResult r = testing::run_gale("pretrain " + kModel + flags + " --train-iters 3", dir.path());
-  EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
-  std::vector<double> losses = testing::logged_values(r.out, "lm loss");
-  EXPECT_EQ(losses.size(), 3u) << r.out;
-  return losses;
+  return testing::pretrain_losses(kModel + flags, dir.path());
 }
 
 TEST(WindowAttentionCli, PerLayerWindowsTrainTheSameAtEveryLevelAndNotAsOneWindowEverywhere) {

@@ -114,6 +114,22 @@ inline double mean_loss(GPTModel& model, const MicroBatch& mb, bool backward) {
   return sums.loss_sum / sums.tokens;
 }
 
+// The logits of `c`'s model (reference kernels, parameters initialised with seed 7) on `mb`, flat.
+inline std::vector<float> reference_logits(const ModelConfig& c, const MicroBatch& mb) {
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(7);
+  const Tensor logits = model.forward_logits(mb, Tensor());
+  return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
+}
+
+// max_i |a_i − b_i| (equal sizes).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+  return worst;
+}
+
 // Every parameter's gradient in `b` within rel·max|g| + abs of its gradient g in `a` (the same
 // parameters, e.g. one model run with two kernels).
 inline void expect_close_grads(const ParamBuffer& a, const ParamBuffer& b, double rel, double abs) {

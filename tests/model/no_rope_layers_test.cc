@@ -21,38 +21,24 @@ ModelConfig rope_config(std::vector<int> no_rope) {
   return c;
 }
 
-std::vector<float> logits_of(const ModelConfig& c, const MicroBatch& mb) {
-  OpTable ops = reference_ops();
-  GPTModel model(c, single_process_partition(c), &ops);
-  model.params().initialize(7);
-  const Tensor logits = model.forward_logits(mb, Tensor());
-  return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-  return worst;
-}
-
 TEST(NoRopeLayers, EveryLayerWithoutRopeIsTheModelWithoutPositionEmbedding) {
   const ModelConfig all = rope_config({1, 1});
   ModelConfig none = rope_config({});
   none.position = PositionEmbedding::kNone;
   const MicroBatch mb = testing::masked_batch(all, 2, 7, false);
-  const std::vector<float> a = logits_of(all, mb), n = logits_of(none, mb);
+  const std::vector<float> a = testing::reference_logits(all, mb), n = testing::reference_logits(none, mb);
   ASSERT_EQ(a.size(), n.size());
-  EXPECT_EQ(max_abs_diff(a, n), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(a, n), 0.0);
 }
 
 TEST(NoRopeLayers, AMixedPatternIsNeitherFullRopeNorNone) {
   const MicroBatch mb = testing::masked_batch(rope_config({}), 2, 7, false);
-  const std::vector<float> rope = logits_of(rope_config({}), mb), first = logits_of(rope_config({1, 0}), mb),
-                           second = logits_of(rope_config({0, 1}), mb), none = logits_of(rope_config({1, 1}), mb);
-  EXPECT_GT(max_abs_diff(first, rope), 1e-3);
-  EXPECT_GT(max_abs_diff(first, none), 1e-3);
-  EXPECT_GT(max_abs_diff(first, second), 1e-3);
-  EXPECT_EQ(max_abs_diff(rope, logits_of(rope_config({0, 0}), mb)), 0.0);  // all zeros: RoPE everywhere
+  const std::vector<float> rope = testing::reference_logits(rope_config({}), mb), first = testing::reference_logits(rope_config({1, 0}), mb),
+                           second = testing::reference_logits(rope_config({0, 1}), mb), none = testing::reference_logits(rope_config({1, 1}), mb);
+  EXPECT_GT(testing::max_abs_diff(first, rope), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(first, none), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(first, second), 1e-3);
+  EXPECT_EQ(testing::max_abs_diff(rope, testing::reference_logits(rope_config({0, 0}), mb)), 0.0);  // all zeros: RoPE everywhere
 }
 
 // Five-point directional derivatives in fp32 (testing::expect_every_parameter_matches_finite_differences).

@@ -26,20 +26,6 @@ ModelConfig windowed(std::vector<int> layers, int64_t window = 3) {
   return c;
 }
 
-std::vector<float> logits_of(const ModelConfig& c, const MicroBatch& mb) {
-  OpTable ops = reference_ops();
-  GPTModel model(c, single_process_partition(c), &ops);
-  model.params().initialize(7);
-  const Tensor logits = model.forward_logits(mb, Tensor());
-  return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-  return worst;
-}
-
 TEST(WindowLayers, LayerWindowFollowsThePattern) {
   const ModelConfig c = windowed({1, 0});
   EXPECT_EQ(c.layer_window(0), 3);
@@ -53,17 +39,17 @@ TEST(WindowLayers, AllMarkedIsTheUniformWindowAndNoneMarkedIsFullAttention) {
   const MicroBatch mb = testing::masked_batch(windowed({}), 2, 7, false);
   ModelConfig full = windowed({});
   full.sliding_window = 0;
-  EXPECT_EQ(max_abs_diff(logits_of(windowed({1, 1}), mb), logits_of(windowed({}), mb)), 0.0);
-  EXPECT_EQ(max_abs_diff(logits_of(windowed({0, 0}), mb), logits_of(full, mb)), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(testing::reference_logits(windowed({1, 1}), mb), testing::reference_logits(windowed({}), mb)), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(testing::reference_logits(windowed({0, 0}), mb), testing::reference_logits(full, mb)), 0.0);
 }
 
 TEST(WindowLayers, AMixedPatternIsNeitherUniformNorFull) {
   const MicroBatch mb = testing::masked_batch(windowed({}), 2, 7, false);
-  const std::vector<float> all = logits_of(windowed({1, 1}), mb), none = logits_of(windowed({0, 0}), mb),
-                           first = logits_of(windowed({1, 0}), mb), second = logits_of(windowed({0, 1}), mb);
-  EXPECT_GT(max_abs_diff(first, all), 1e-3);
-  EXPECT_GT(max_abs_diff(first, none), 1e-3);
-  EXPECT_GT(max_abs_diff(first, second), 1e-3);
+  const std::vector<float> all = testing::reference_logits(windowed({1, 1}), mb), none = testing::reference_logits(windowed({0, 0}), mb),
+                           first = testing::reference_logits(windowed({1, 0}), mb), second = testing::reference_logits(windowed({0, 1}), mb);
+  EXPECT_GT(testing::max_abs_diff(first, all), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(first, none), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(first, second), 1e-3);
 }
 
 TEST(WindowLayers, EveryParameterMatchesFiniteDifferences) {
@@ -111,11 +97,11 @@ TEST(WindowLayers, MlaLayersTakeTheirOwnWindow) {
     return c;
   };
   const MicroBatch mb = testing::masked_batch(mla({}), 2, 7, false);
-  const std::vector<float> all = logits_of(mla({1, 1}), mb), none = logits_of(mla({0, 0}), mb),
-                           first = logits_of(mla({1, 0}), mb);
-  EXPECT_EQ(max_abs_diff(all, logits_of(mla({}), mb)), 0.0);
-  EXPECT_GT(max_abs_diff(first, all), 1e-3);
-  EXPECT_GT(max_abs_diff(first, none), 1e-3);
+  const std::vector<float> all = testing::reference_logits(mla({1, 1}), mb), none = testing::reference_logits(mla({0, 0}), mb),
+                           first = testing::reference_logits(mla({1, 0}), mb);
+  EXPECT_EQ(testing::max_abs_diff(all, testing::reference_logits(mla({}), mb)), 0.0);
+  EXPECT_GT(testing::max_abs_diff(first, all), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(first, none), 1e-3);
   testing::expect_every_parameter_matches_finite_differences(mla({0, 1}));
   testing::expect_reference_model_decoding_equals_whole_forward(mla({1, 0}));
 }
