@@ -435,13 +435,18 @@ TEST(HfConvert, BloomRecordsAlibiAndItsEmbeddingNorm) {
   }
 }
 
+// The model args of the llama fixture converted to a Gale checkpoint (what an export starts from).
+ModelArgs converted_llama_args() {
+  TempDir tmp;
+  EXPECT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale"));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return model_args_from_json(r->section("args").value(), "x").value();
+}
+
 // ALiBi models go out as Bloom only when Bloom-shaped; anything else is refused in one line.
 TEST(HfConvertErrors, AlibiModelsOtherThanBloomAreRefused) {
-  TempDir tmp;
-  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
-  auto r = CheckpointReader::open(tmp.file("gale"));
-  ASSERT_TRUE(r.ok());
-  ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
+  ModelArgs m = converted_llama_args();
   ASSERT_TRUE(hf_model_from_args(m, MoeArgs{}, 100, "x").ok());
   m.position_embedding_type = "alibi";
   auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
@@ -461,11 +466,7 @@ TEST(HfConvertErrors, AlibiModelsOtherThanBloomAreRefused) {
 
 // --softmax-type off-by-one / learnable: no architecture Gale writes holds attention sinks yet.
 TEST(HfConvertErrors, SoftmaxTypeSinksAreRefused) {
-  TempDir tmp;
-  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("llama"), tmp.file("gale")), quiet).ok());
-  auto r = CheckpointReader::open(tmp.file("gale"));
-  ASSERT_TRUE(r.ok());
-  ModelArgs m = model_args_from_json(r->section("args").value(), "x").value();
+  ModelArgs m = converted_llama_args();
   ASSERT_TRUE(hf_model_from_args(m, MoeArgs{}, 100, "x").ok());
   m.softmax_type = "learnable";
   auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
