@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 
+#include "core/check.h"
+
 namespace gale {
 
 uint64_t NumpyRandomState::bounded(uint64_t max) {
@@ -66,9 +68,10 @@ int64_t binomial_inversion(NumpyRandomState& rng, int64_t n, double p) {
 
 int64_t NumpyRandomState::binomial(int64_t n, double p) {
   if (n == 0 || p == 0.0) return 0;
-  if (p <= 0.5) return p * static_cast<double>(n) <= 30.0 ? binomial_inversion(*this, n, p) : -1;
-  const double q = 1.0 - p;
-  return q * static_cast<double>(n) <= 30.0 ? n - binomial_inversion(*this, n, q) : -1;
+  const double q = std::min(p, 1.0 - p);
+  GALE_CHECK(q * static_cast<double>(n) <= 30.0)
+      << "binomial(" << n << ", " << p << "): numpy's BTPE range (min(p, 1 - p)·n > 30) is not implemented";
+  return p <= 0.5 ? binomial_inversion(*this, n, p) : n - binomial_inversion(*this, n, q);
 }
 
 namespace {

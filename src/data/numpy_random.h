@@ -46,7 +46,7 @@ class NumpyRandomState {
 
   // RandomState.binomial(n, p) (numpy's legacy random_binomial) for 0 <= p <= 1, n >= 0, where it
   // uses the inversion algorithm: min(p, 1 - p) * n <= 30 (p > 0.5 draws n - X with X ~ B(n, 1 - p)).
-  // Returns -1 for larger n * p, numpy's BTPE range, which Gale does not implement.
+  // Larger n * p, numpy's BTPE range, is not implemented: a CHECK failure (FIM draws n = 1).
   int64_t binomial(int64_t n, double p);
 
  private:
