@@ -446,7 +446,8 @@ Tensor GPTModel::final_norm_forward(const Tensor& x, Tensor* stats, Tensor* loca
 
 double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
                                      const std::vector<float>& mask, float dloss_scale, Tensor* lse_out,
-                                     Tensor* saved_out, std::vector<double>* sample_sums, int64_t B) {
+                                     Tensor* saved_out, std::vector<double>* sample_sums, int64_t B,
+                                     std::vector<double>* token_losses) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(labels.size()), H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
@@ -483,11 +484,13 @@ double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int
   Tensor lse = Tensor::empty({T});
   double loss_sum = 0.0;
   if (sample_sums) sample_sums->assign(static_cast<size_t>(B), 0.0);
+  if (token_losses) token_losses->assign(static_cast<size_t>(T), 0.0);
   for (int64_t t = 0; t < T; ++t) {
     lse.data<float>()[t] = smax[t] + std::log(ssum[t]);
     double l = static_cast<double>(smax[t]) + std::log(static_cast<double>(ssum[t])) - target[t];
     loss_sum += l * mask[t];
     if (sample_sums) (*sample_sums)[static_cast<size_t>(t % B)] += l * mask[t];
+    if (token_losses) (*token_losses)[static_cast<size_t>((t % B) * (T / B) + t / B)] = l;  // row s·B + b -> [b, s]
   }
   if (lse_out) {
     *lse_out = lse;
@@ -538,8 +541,10 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   }
   Tensor lse, saved;
   std::vector<double> sample_sums;
+  std::vector<double> token_losses;
   double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep && !distill ? &lse : nullptr,
-                                        &saved, loss ? &sample_sums : nullptr, st.mb.B);
+                                        &saved, loss ? &sample_sums : nullptr, st.mb.B,
+                                        loss ? &token_losses : nullptr);
   if (distill) st.distill_grad = distillation_forward(st, y_full);
   std::vector<double> sample_tokens;
   if (loss) {
@@ -560,6 +565,7 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
     loss->tokens = tokens;
     loss->sample_loss_sums = std::move(sample_sums);
     loss->sample_tokens = std::move(sample_tokens);
+    loss->token_losses = std::move(token_losses);
   }
   if (keep) {
     st.final_in = x;
@@ -860,6 +866,19 @@ void GPTModel::scale_loss_mask(int64_t mb_id, const std::vector<float>& per_samp
   const int64_t B = st.mb.B;
   GALE_CHECK_EQ(static_cast<int64_t>(per_sample.size()), B);
   for (size_t t = 0; t < st.mask_sb.size(); ++t) st.mask_sb[t] *= per_sample[t % static_cast<size_t>(B)];
+}
+
+void GPTModel::scale_loss_mask_tokens(int64_t mb_id, const std::vector<float>& per_token) {
+  auto it = in_flight_.find(mb_id);
+  GALE_CHECK(it != in_flight_.end()) << "scale_loss_mask_tokens of micro-batch " << mb_id << " without its forward";
+  GALE_CHECK(part_.post_process && mtp_.empty() && num_microbatches_ == 0 && part_.cp_size() == 1)
+      << "scale_loss_mask_tokens: last stage, no MTP, no eager LM-head backward, no context parallelism";
+  State& st = *it->second;
+  const int64_t B = st.mb.B, S = st.mb.S;
+  GALE_CHECK_EQ(static_cast<int64_t>(per_token.size()), B * S);
+  GALE_CHECK_EQ(static_cast<int64_t>(st.mask_sb.size()), B * S);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) st.mask_sb[s * B + b] *= per_token[b * S + s];
 }
 
 Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, KvCache* cache) {

@@ -76,6 +76,9 @@ class GPTModel {
     std::vector<double> sample_loss_sums;
     // Σ mask of each sample [B] (its label count), over the whole sequences likewise.
     std::vector<double> sample_tokens;
+    // Each token's loss ℓ = −log p(label) [B, S] sample-major, masked or not (GRPO's per-token
+    // log-probabilities, train/grpo.h); this rank's positions (no context parallelism).
+    std::vector<double> token_losses;
   };
 
   // Forward of one micro-batch. `input` is the previous stage's output [Tl, H] (ignored on the
@@ -112,6 +115,10 @@ class GPTModel {
   // run with set_num_microbatches(0) (no eager fused LM-head backward), no MTP layers; last stage
   // only. With context parallelism each cp rank scales its own positions.
   void scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample);
+  // GRPO (train/grpo.h): the same with one factor per token, per_token [B, S] sample-major, so that
+  // backward(mb_id, {}, 1) starts token (b, s) from grad_scale()·per_token[b·S + s]·mask. Same
+  // conditions; no context parallelism.
+  void scale_loss_mask_tokens(int64_t mb_id, const std::vector<float>& per_token);
 
   // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in
   // sample-major order (for generation and golden tests). Last stage only; nothing is kept.
@@ -289,10 +296,12 @@ class GPTModel {
   // Σ ℓ·mask of the output layer's cross-entropy of y_full [T, H] against `labels` (merged over
   // the vocabulary slices). `dloss_scale` > 0: the per-token loss gradient is dloss_scale·mask and
   // a fused head may finish its backward now. With `lse` non-null the state for backward is kept.
-  // `sample_sums` (optional, B entries): Σ ℓ·mask of each sample (token t = s·B + b).
+  // `sample_sums` (optional, B entries): Σ ℓ·mask of each sample (token t = s·B + b);
+  // `token_losses` (optional, [B, S] sample-major): every token's ℓ.
   double output_loss_forward(const Tensor& y_full, const std::vector<int32_t>& labels,
                              const std::vector<float>& mask, float dloss_scale, Tensor* lse, Tensor* saved,
-                             std::vector<double>* sample_sums = nullptr, int64_t B = 1);
+                             std::vector<double>* sample_sums = nullptr, int64_t B = 1,
+                             std::vector<double>* token_losses = nullptr);
   // Its backward for per-token loss gradient dloss_scale·mask: returns d y_full [T, H].
   Tensor output_loss_backward(const Tensor& y_full, const std::vector<int32_t>& labels,
                               const std::vector<float>& mask, float dloss_scale, const Tensor& lse, Tensor* saved);

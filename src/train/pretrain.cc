@@ -32,6 +32,8 @@
 #include "train/dist_train_config.h"
 #include "train/engine.h"
 #include "train/exit_signal.h"
+#include "features/feature_grpo.h"
+#include "train/grpo.h"
 #include "train/model_setup.h"
 #include "train/profiler.h"
 #include "train/progress_log.h"
@@ -65,6 +67,16 @@ bool env_says_not_rank0() {
     if (value && *value) return std::atoi(value) != 0;
   }
   return false;
+}
+
+// --perform-rl-step's PretrainData: the tokenizer alone, no datasets.
+StatusOr<PretrainData> rl_tokenizer_only(const Arguments& args) {
+  PretrainData data;
+  GALE_ASSIGN_OR_RETURN(data.tokenizer, build_pretrain_tokenizer(args));
+  data.vocab_size = data.tokenizer->vocab_size();
+  data.eod = data.tokenizer->eod();
+  print_rank0(str_cat("> tokenizer: ", data.tokenizer->describe()));
+  return data;
 }
 
 int usage_error(const Status& s) {
@@ -146,6 +158,12 @@ int pretrain_main(int argc, char** argv) {
     std::printf("%s", parser.help_text().c_str());
     return 0;
   }
+  // --perform-rl-step (train/grpo.h): the prompts come from --langrl-env-config; the mock dataset
+  // only stands for Megatron's placeholder datasets of train_rl.py.
+  const GrpoArgs& grpo = grpo_args(*registry);
+  if (grpo.perform_rl_step && args.data.data_path.empty() && args.data.data_args_path.empty() &&
+      args.data.train_data_path.empty() && args.data.per_split_data_args_path.empty())
+    args.data.mock_data = true;
   // MindSpeed's --auto-settings / --auto-parallel: profile, model and search instead of training
   // (train/auto_settings.h, train/auto_parallel.h).
   if (args.auto_settings.auto_settings) return auto_settings_main(parser, args, *registry, argc, argv);
@@ -170,6 +188,8 @@ int pretrain_main(int argc, char** argv) {
   st = validate_isa_environment();  // a GALE_MAX_ISA value that names no ISA
   if (!st.ok()) return usage_error(st);
   st = validate_bf16_gemm_environment();  // a GALE_BF16_GEMM value that names no path
+  if (!st.ok()) return usage_error(st);
+  st = validate_grpo_args(grpo, args, parser);  // the RL flags without --perform-rl-step too
   if (!st.ok()) return usage_error(st);
   FeatureContext fctx = make_feature_context(args, parser, *registry);
   std::vector<std::string> notices;
@@ -313,7 +333,8 @@ int pretrain_main(int argc, char** argv) {
 
   // ---- data ----
   timers("train/valid/test-data-iterators-setup", 0).start(/*barrier=*/true);
-  StatusOr<PretrainData> data_or = build_pretrain_data(args);
+  // --perform-rl-step: only the tokenizer (the prompts come from --langrl-env-config; no dataset is read).
+  StatusOr<PretrainData> data_or = grpo.perform_rl_step ? rl_tokenizer_only(args) : build_pretrain_data(args);
   if (!data_or.ok()) run_error(data_or.status());
   timers("train/valid/test-data-iterators-setup", 0).stop();
   PretrainData& data = data_or.value();
@@ -564,7 +585,7 @@ int pretrain_main(int argc, char** argv) {
   }
   trainer.set_ft(ft.get());
   profiler.start_training();
-  st = trainer.run();
+  st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state()) : trainer.run();
   if (st.ok() && ft) st = ft->shutdown();  // the last timeout update (a collective), then the watchdog stops
   timers.set_scope_observer(nullptr);
   straggler.reset();

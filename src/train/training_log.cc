@@ -99,6 +99,8 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
   if (f.dpo_accuracy > 0.0) add(" rewards/accuracies: %.6E |", f.dpo_accuracy);
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
+  for (const auto& [name, value] : f.extra_losses)
+    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
   if (f.load_balancing_loss > 0.0)
     add(" %s: %.6E |", f.load_balancing_name.c_str(), f.load_balancing_loss);
   if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);

@@ -61,6 +61,9 @@ struct TrainingLogFields {
   // loss as its loss dict orders them (skipped when <= 0, as every loss-dict entry).
   double dpo_accuracy = -1.0;
   double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
+  // Further loss-dict entries printed after lm loss in this order, each skipped when <= 0
+  // (--perform-rl-step's rl/kl_term, rl/pi_over_pi_old, ...; train/grpo.h).
+  std::vector<std::pair<std::string, double>> extra_losses;
   // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
   // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).
   double load_balancing_loss = 0.0, z_loss = 0.0;

@@ -1,0 +1,225 @@
+// Online GRPO: rollout collections, old and reference log-probabilities, and the optimizer steps over them (train/grpo.h).
+#include "train/grpo.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "train/grad_sync.h"
+#include "train/training_log.h"
+
+namespace gale {
+
+MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0) {
+  const int64_t S = rollouts.seq_length;
+  GALE_CHECK(first >= 0 && n > 0 && first + n <= rollouts.rows) << "rows " << first << " + " << n;
+  MicroBatch mb;
+  mb.B = n;
+  mb.S = S;
+  mb.tokens.assign(rollouts.tokens.begin() + first * S, rollouts.tokens.begin() + (first + n) * S);
+  mb.loss_mask.assign(rollouts.loss_mask.begin() + first * S, rollouts.loss_mask.begin() + (first + n) * S);
+  mb.labels.resize(static_cast<size_t>(n * S));
+  mb.position_ids.resize(static_cast<size_t>(n * S));
+  mb.sample_ids.resize(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      mb.labels[b * S + s] = s + 1 < S ? mb.tokens[b * S + s + 1] : pad;
+      mb.position_ids[b * S + s] = static_cast<int32_t>(s);
+    }
+    mb.sample_ids[b] = id0 + b;
+  }
+  return mb;
+}
+
+std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
+  model.set_num_microbatches(0);
+  GPTModel::LossSums sums;
+  model.forward(0, mb, Tensor(), /*training=*/false, &sums);
+  std::vector<double> lp(sums.token_losses.size());
+  for (size_t i = 0; i < lp.size(); ++i) lp[i] = -sums.token_losses[i];
+  return lp;
+}
+
+GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb, int64_t mb_id,
+                                         const std::vector<double>& old, const std::vector<double>& ref,
+                                         const std::vector<double>& advantages, const GrpoLossOptions& o) {
+  policy.set_num_microbatches(0);  // the loss gradient is known after the forward (no eager LM-head backward)
+  GPTModel::LossSums sums;
+  policy.forward(mb_id, mb, Tensor(), /*training=*/true, &sums);
+  std::vector<double> current(sums.token_losses.size());
+  for (size_t i = 0; i < current.size(); ++i) current[i] = -sums.token_losses[i];
+  GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mb.loss_mask, mb.B, mb.S, 1, o);
+  // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is).
+  std::vector<float> weight(loss.grad.size());
+  for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(-loss.grad[i]);
+  policy.scale_loss_mask_tokens(mb_id, weight);
+  policy.backward(mb_id, Tensor(), 1.0f);
+  return loss;
+}
+
+namespace {
+
+// A [rows, S] slice of per-row arrays.
+std::vector<double> rows_of(const std::vector<double>& v, int64_t first, int64_t n, int64_t S) {
+  return std::vector<double>(v.begin() + first * S, v.begin() + (first + n) * S);
+}
+
+// Every parameter value of `from` into `to` (the same configuration and partition), then its GEMM copy.
+Status copy_weights(const GPTModel& from, GPTModel& to) {
+  const ParamBuffer& a = from.params();
+  ParamBuffer& b = to.params();
+  if (a.sharded() || b.sharded())
+    return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-2/3, FSDP): not supported yet");
+  if (a.size() != b.size()) return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size());
+  for (int id = 0; id < a.size(); ++id) {
+    const int64_t n = a.spec(id).local_numel();
+    if (b.spec(id).local_numel() != n || a.spec(id).name != b.spec(id).name)
+      return Internal("the GRPO reference model's parameter ", b.spec(id).name, " differs from the policy's ",
+                      a.spec(id).name);
+    std::copy_n(a.param_data(id), n, b.param_data(id));
+  }
+  b.refresh_gemm_copy();
+  return Status::Ok();
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state) {
+  if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
+  GPTModel& policy = *engine.chunks.front();
+  GALE_CHECK(policy.partition().pre_process && policy.partition().post_process) << "GRPO runs the whole model";
+  GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
+  const TrainingArgs& t = args.training;
+  const int64_t S = args.model.seq_length, mbs = t.micro_batch_size, gbs = t.global_batch_size;
+  const int64_t dp = engine.ps.dp_size(), dp_rank = engine.ps.coords().dp;
+  const int64_t R = g.grpo_prompts_per_step * g.grpo_group_size;
+  if (R % (mbs * dp) != 0 || gbs % (mbs * dp) != 0)
+    return InvalidArgument("--global-batch-size ", gbs, " and --grpo-prompts-per-step x --grpo-group-size ", R,
+                           ": expected multiples of --micro-batch-size x data-parallel size = ", mbs * dp);
+  const int64_t local_rows = R / dp, local_batches = local_rows / mbs, num_mb = gbs / (mbs * dp);
+  const int64_t steps_per_collection = g.grpo_iterations * (R / gbs);
+  const int32_t pad = tokenizer.pad() >= 0 ? tokenizer.pad() : tokenizer.eod();
+  GrpoLossOptions lo;
+  lo.clamp_eps_lower = g.grpo_clamp_eps_lower;
+  lo.clamp_eps_upper = g.grpo_clamp_eps_upper;
+  lo.kl_beta = g.grpo_kl_beta;
+  lo.entropy_weight = g.grpo_entropy_term_weight;
+  const int64_t train_iters = t.train_iters;
+  const LoggingArgs& l = args.logging;
+
+  GrpoRollouts rollouts;
+  std::vector<double> old_lp, ref_lp;  // [local_rows, S]
+  int64_t draws = 0, collection = -1, collected_at = 0;
+  // The interval's sums of each iteration's token means: lm loss and the rl/ entries.
+  constexpr int kTerms = 6;
+  double interval[kTerms] = {};
+  int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
+  double interval_start = now_seconds();
+  while (state->iteration < train_iters) {
+    if (collection < 0 || state->iteration - collected_at == steps_per_collection) {
+      ++collection;
+      collected_at = state->iteration;
+      GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(policy, tokenizer, env, g, S, static_cast<uint64_t>(t.seed),
+                                                            collection, &draws));
+      old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
+      ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
+      for (int64_t b = 0; b < local_batches; ++b) {
+        const int64_t first = dp_rank * local_rows + b * mbs;
+        const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collection * R + first);
+        const std::vector<double> o = grpo_token_logprobs(policy, mb), r = grpo_token_logprobs(reference, mb);
+        std::copy(o.begin(), o.end(), old_lp.begin() + b * mbs * S);
+        std::copy(r.begin(), r.end(), ref_lp.begin() + b * mbs * S);
+      }
+      double completion = 0.0;
+      for (int64_t n : rollouts.completion_tokens) completion += static_cast<double>(n);
+      print_rank0(str_cat(" > GRPO collection ", collection, " at iteration ", state->iteration, ": ",
+                          g.grpo_prompts_per_step, " prompts x ", g.grpo_group_size, " completions, reward mean ",
+                          fixed(rollouts.reward_mean(), 4), " std ", fixed(rollouts.reward_std(), 4), ", ",
+                          rollouts.filtered_groups, " groups filtered, mean completion length ",
+                          fixed(completion / static_cast<double>(R), 2), " tokens"));
+    }
+    // One optimizer step over micro-batches k·num_mb .. (k+1)·num_mb − 1 of the cycle.
+    const int64_t k = state->iteration - collected_at;
+    start_grad_sync_iteration(engine, num_mb);
+    const float saved_scale = policy.grad_scale();
+    policy.set_grad_scale(1.0f / static_cast<float>(num_mb));
+    double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens
+    for (int64_t m = 0; m < num_mb; ++m) {
+      const int64_t b = (k * num_mb + m) % local_batches;
+      const int64_t local_first = b * mbs, first = dp_rank * local_rows + local_first;
+      const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collection * R + first);
+      const std::vector<double> adv(rollouts.advantages.begin() + first, rollouts.advantages.begin() + first + mbs);
+      const GrpoMicroBatchLoss r = grpo_forward_backward(policy, mb, m, rows_of(old_lp, local_first, mbs, S),
+                                                         rows_of(ref_lp, local_first, mbs, S), adv, lo);
+      const double terms[kTerms + 1] = {r.loss_sum, r.kl_sum, r.ratio_sum, r.entropy_sum, r.truncated_above_sum,
+                                        r.truncated_below_sum, std::max(r.tokens, 1.0)};
+      for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];
+    }
+    policy.set_grad_scale(saved_scale);
+    finalize_model_grads(engine);
+    engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
+    LrScheduler& scheduler = *engine.scheduler;
+    const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad);
+    policy.params().refresh_gemm_copy();
+    if (step.applied) scheduler.step(gbs);
+    state->consumed_train_samples += gbs;
+    ++state->iteration;
+    ++iters_in_interval;
+    if (step.applied) {
+      ++advanced;
+      for (int i = 0; i < kTerms; ++i) interval[i] += sums[i] / sums[kTerms];
+    } else {
+      ++skipped;
+      if (!std::isfinite(step.grad_norm)) ++nan_iters;
+    }
+    if (state->iteration % l.log_interval == 0) {
+      const double per_iter = (now_seconds() - interval_start) / static_cast<double>(iters_in_interval);
+      TrainingLogFields f;
+      f.iteration = state->iteration;
+      f.train_iters = train_iters;
+      f.consumed_samples = state->consumed_train_samples;
+      f.elapsed_ms_per_iteration = per_iter * 1000.0;
+      f.learning_rate = scheduler.lr();
+      f.global_batch_size = gbs;
+      const double n = static_cast<double>(std::max<int64_t>(advanced, 1));
+      f.lm_loss = interval[0] / n;
+      const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",
+                                   "rl/truncated_from_above", "rl/truncated_from_below"};
+      for (int i = 1; i < kTerms; ++i) f.extra_losses.emplace_back(names[i], interval[i] / n);
+      f.grad_norm = step.grad_norm;
+      f.num_zeros = l.log_num_zeros_in_grad ? step.num_zeros : -1;
+      f.skipped_iterations = skipped;
+      f.nan_iterations = nan_iters;
+      print_rank_last(format_training_log_line(f));
+      std::fill(interval, interval + kTerms, 0.0);
+      advanced = skipped = nan_iters = iters_in_interval = 0;
+      interval_start = now_seconds();
+    }
+  }
+  return Status::Ok();
+}
+
+Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
+                         TrainerState* state) {
+  GALE_ASSIGN_OR_RETURN(const RlEnvironment env, load_rl_environment(g.langrl_env_config));
+  print_rank0(str_cat(" > --langrl-env-config ", g.langrl_env_config, ": environment ", env.kind, ", ",
+                      env.prompts.size(), " prompts from ", env.data_path));
+  if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
+  const GPTModel& policy = *engine.chunks.front();
+  ModelConfig config = policy.config();
+  config.lora = LoraConfig{};
+  config.reuse_fp32_param = false;  // never stepped
+  GPTModel reference(config, policy.partition(), &engine.ops);
+  return run_grpo(args, g, engine, reference, tokenizer, env, state);
+}
+
+}  // namespace gale

@@ -1,0 +1,68 @@
+// Online GRPO (Megatron-LM main's --perform-rl-step: train_rl.py with megatron/rl/rl_utils.py's
+// get_grpo_data_iterator and prepare_data_for_update): the training loop of `gale pretrain
+// --perform-rl-step`.
+//
+// Every C = grpo_iterations · (P·G / --global-batch-size) iterations a collection runs
+// (train/grpo_rollouts.h) with the policy as it is, then, in evaluation mode (no dropout), the
+// per-token log-probabilities of every row under the policy (π_old, kept for the whole collection)
+// and under the frozen reference model (the --load or initial weights, copied at start-up).
+// Iteration k of the collection is one optimizer step over a global batch: this data-parallel rank
+// holds rows [r·R/DP, (r+1)·R/DP) of the R = P·G, read in micro-batches of --micro-batch-size that
+// cycle over them (Megatron's itertools.cycle over its DataLoader), gbs / (mbs·DP) per iteration,
+// so --grpo-iterations passes over every row. Each micro-batch's loss is train/grpo_loss.h's
+// (current = the training forward's log-probabilities), its gradient reaches the model through the
+// LM head's per-token loss gradient (GPTModel::scale_loss_mask_tokens), averaged over the
+// micro-batches and the data-parallel ranks (Megatron's schedule without
+// --calculate-per-token-loss); then Megatron's gradient reduction, clipping and optimizer step.
+//
+// Log lines: at each collection
+//   > GRPO collection C at iteration I: P prompts x G completions, reward mean X std Y, F groups
+//     filtered, mean completion length L tokens
+// and at every --log-interval Megatron's training line, its loss-dict entries (token means over
+// the global batch, averaged over the interval's iterations; Megatron prints an entry only when
+// it is > 0): lm loss (the GRPO loss), rl/kl_term, rl/pi_over_pi_old, rl/entropy_term,
+// rl/truncated_from_above, rl/truncated_from_below.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/arguments.h"
+#include "train/engine.h"
+#include "train/grpo_args.h"
+#include "train/grpo_loss.h"
+#include "train/grpo_rollouts.h"
+#include "train/rl_environment.h"
+#include "train/trainer.h"
+
+namespace gale {
+
+// Rows [first, first + n) of `rollouts` as one micro-batch: tokens, next-token labels (the last
+// position's label the pad token, masked), the loss mask, positions 0..S-1, sample ids `id0 + i`.
+MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0);
+
+// log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).
+std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
+
+// One training micro-batch: the policy's training forward, the GRPO loss of its log-probabilities
+// against `old` / `ref` [B, S] and `advantages` [B] (reduced as one micro-batch: the caller's grad
+// scale carries 1 / micro-batches), and the backward of it. Parameter gradients accumulate.
+GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb, int64_t mb_id,
+                                         const std::vector<double>& old, const std::vector<double>& ref,
+                                         const std::vector<double>& advantages, const GrpoLossOptions& o);
+
+// The loop (header comment) until --train-iters; `state` advances as the trainer's. The reference
+// model has the policy's configuration and partition.
+Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state);
+
+// `gale pretrain --perform-rl-step` after the engine's setup and --load: loads --langrl-env-config,
+// builds the frozen reference model (the policy's configuration without LoRA, its weights copied
+// from the policy now) and runs run_grpo.
+Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
+                         TrainerState* state);
+
+}  // namespace gale

@@ -1,0 +1,90 @@
+// Megatron-LM main's --perform-rl-step / --grpo-* / --langrl-env-config / --rl-default-* flags and their checks.
+#include "train/grpo_args.h"
+
+namespace gale {
+
+void add_grpo_args(ArgParser& p, GrpoArgs& g) {
+  p.group("rl (Megatron-LM main's GRPO)");
+  p.add_flag("--perform-rl-step", &g.perform_rl_step,
+             "online GRPO: each collection generates --grpo-group-size completions for --grpo-prompts-per-step "
+             "prompts of the --langrl-env-config environment, scores them and trains on them (docs/rl.md)");
+  p.add("--grpo-prompts-per-step", &g.grpo_prompts_per_step, "GRPO: prompts (groups) per rollout collection (32)");
+  p.add("--grpo-group-size", &g.grpo_group_size, "GRPO: completions per prompt (2)");
+  p.add("--grpo-iterations", &g.grpo_iterations, "GRPO: passes over each collection's rollouts (2)");
+  p.add("--grpo-clamp-eps-lower", &g.grpo_clamp_eps_lower, "GRPO: lower ratio clipping bound eps (0.01)");
+  p.add("--grpo-clamp-eps-upper", &g.grpo_clamp_eps_upper, "GRPO: upper ratio clipping bound eps (0.01)");
+  p.add("--grpo-kl-beta", &g.grpo_kl_beta, "GRPO: weight of the KL term against the reference model (0.001)");
+  p.add("--grpo-entropy-term-weight", &g.grpo_entropy_term_weight, "GRPO: weight of the entropy term (0)");
+  p.add_flag("--grpo-filter-groups-with-same-reward", &g.grpo_filter_groups_with_same_reward,
+             "GRPO: drop groups whose rewards are all equal (std <= 1e-6) and draw new prompts in their place");
+  p.add("--langrl-env-config", &g.langrl_env_config,
+        "GRPO: the environment's config file (Gale's JSON: a built-in rule-based reward over a JSONL of prompts and "
+        "answers; docs/rl.md)");
+  p.add("--rl-default-temperature", &g.rl_default_temperature, "GRPO: sampling temperature of the rollouts (1.0)");
+  p.add("--rl-default-top-p", &g.rl_default_top_p, "GRPO: nucleus sampling of the rollouts (0: off)");
+  p.add("--rl-default-top-k", &g.rl_default_top_k, "GRPO: top-k sampling of the rollouts (-1: off)");
+}
+
+Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p) {
+  if (!g.perform_rl_step) {
+    for (const char* flag : {"--grpo-prompts-per-step", "--grpo-group-size", "--grpo-iterations",
+                             "--grpo-clamp-eps-lower", "--grpo-clamp-eps-upper", "--grpo-kl-beta",
+                             "--grpo-entropy-term-weight", "--grpo-filter-groups-with-same-reward",
+                             "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
+                             "--rl-default-top-k"})
+      if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
+    return Status::Ok();
+  }
+  if (g.langrl_env_config.empty())
+    return InvalidArgument("--perform-rl-step: expected --langrl-env-config FILE (the environment), found none");
+  if (g.grpo_prompts_per_step < 1)
+    return InvalidArgument("--grpo-prompts-per-step: expected a positive number, found ", g.grpo_prompts_per_step);
+  if (g.grpo_group_size < 1)
+    return InvalidArgument("--grpo-group-size: expected a positive number, found ", g.grpo_group_size);
+  if (g.grpo_iterations < 1)
+    return InvalidArgument("--grpo-iterations: expected a positive number, found ", g.grpo_iterations);
+  if (!(g.grpo_clamp_eps_lower >= 0.0 && g.grpo_clamp_eps_lower < 1.0))
+    return InvalidArgument("--grpo-clamp-eps-lower: expected a number in [0, 1), found ", g.grpo_clamp_eps_lower);
+  if (!(g.grpo_clamp_eps_upper >= 0.0))
+    return InvalidArgument("--grpo-clamp-eps-upper: expected a non-negative number, found ", g.grpo_clamp_eps_upper);
+  if (!(g.grpo_kl_beta >= 0.0))
+    return InvalidArgument("--grpo-kl-beta: expected a non-negative number, found ", g.grpo_kl_beta);
+  if (!(g.rl_default_temperature >= 0.0))
+    return InvalidArgument("--rl-default-temperature: expected a non-negative number (0: greedy), found ",
+                           g.rl_default_temperature);
+  if (!(g.rl_default_top_p >= 0.0 && g.rl_default_top_p <= 1.0))
+    return InvalidArgument("--rl-default-top-p: expected a number in [0, 1], found ", g.rl_default_top_p);
+  if (g.rl_default_top_k < -1)
+    return InvalidArgument("--rl-default-top-k: expected -1 (off) or a non-negative number, found ", g.rl_default_top_k);
+  const int64_t samples = g.grpo_prompts_per_step * g.grpo_group_size;
+  const int64_t gbs = a.training.global_batch_size;
+  if (gbs > 0 && samples % gbs != 0)
+    return InvalidArgument("--global-batch-size: expected a divisor of --grpo-prompts-per-step x --grpo-group-size = ",
+                           samples, " (each collection trains in whole global batches), found ", gbs);
+  auto refuse = [](const std::string& what) {
+    return Unimplemented("--perform-rl-step with ", what, ": not supported yet");
+  };
+  const ParallelArgs& par = a.parallel;
+  if (par.tensor_model_parallel_size > 1) return refuse("--tensor-model-parallel-size > 1");
+  if (par.pipeline_model_parallel_size > 1) return refuse("--pipeline-model-parallel-size > 1");
+  if (par.context_parallel_size > 1) return refuse("--context-parallel-size > 1");
+  if (par.dist_train) return refuse("--dist-train");
+  if (a.moe.enabled()) return refuse("--num-experts (MoE)");
+  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
+  if (a.model.is_hybrid_model) return refuse("--is-hybrid-model");
+  if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");
+  if (a.dpo.enabled()) return refuse("--stage dpo");
+  if (a.qad.qad_enable) return refuse("--qad-enable");
+  if (a.training.fp16) return refuse("--fp16");
+  if (!a.training.rampup_batch_size.empty()) return refuse("--rampup-batch-size");
+  if (a.training.calculate_per_token_loss) return refuse("--calculate-per-token-loss");
+  if (a.training.train_samples != kUnset) return refuse("--train-samples (give --train-iters)");
+  if (a.training.reuse_fp32_param) return refuse("--reuse-fp32-param");
+  if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
+    return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
+                           "--langrl-env-config)");
+  if (!a.checkpoint.save.empty()) return refuse("--save (rollouts and the reference model are not checkpointed)");
+  return Status::Ok();
+}
+
+}  // namespace gale

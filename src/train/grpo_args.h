@@ -1,0 +1,42 @@
+// Megatron-LM main's RL flags (megatron/training/arguments.py _add_rl_args) that Gale's GRPO runs
+// with: --perform-rl-step, the --grpo-* flags, --langrl-env-config and --rl-default-*, with
+// Megatron's defaults; registered and validated by the perform-rl-step feature
+// (features/feature_grpo.cc), run by train/grpo.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "train/arg_parser.h"
+#include "train/arguments.h"
+
+namespace gale {
+
+struct GrpoArgs {
+  bool perform_rl_step = false;           // --perform-rl-step
+  int64_t grpo_prompts_per_step = 32;     // prompts (groups) per rollout collection
+  int64_t grpo_group_size = 2;            // completions per prompt
+  int64_t grpo_iterations = 2;            // passes over each collection's rollouts
+  double grpo_clamp_eps_lower = 0.01;     // ratio clamp 1 − ε_l
+  double grpo_clamp_eps_upper = 0.01;     // ratio clamp 1 + ε_u
+  double grpo_kl_beta = 0.001;            // KL(π ‖ π_ref) weight
+  double grpo_entropy_term_weight = 0.0;  // entropy bonus weight
+  bool grpo_filter_groups_with_same_reward = false;
+  std::string langrl_env_config;          // Gale's environment config (train/rl_environment.h)
+  double rl_default_temperature = 1.0;
+  double rl_default_top_p = 0.0;          // 0: off
+  int64_t rl_default_top_k = -1;          // -1 (Megatron) or 0: off
+};
+
+void add_grpo_args(ArgParser& p, GrpoArgs& g);
+
+// The flags' values and what GRPO does not run with yet (one-line errors naming the flag):
+// without --perform-rl-step the other RL flags are an error; with it --langrl-env-config is
+// required, P·G (--grpo-prompts-per-step × --grpo-group-size) must be a multiple of
+// --global-batch-size, and tensor, pipeline and context parallelism, MoE, MTP, hybrid models,
+// LoRA, --stage dpo, --qad-enable, --fp16, --rampup-batch-size, --calculate-per-token-loss,
+// --train-samples, --dist-train and --save are refused.
+Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);
+
+}  // namespace gale

@@ -1,0 +1,143 @@
+// `gale pretrain --perform-rl-step` end to end: a tiny GPT trained by online GRPO in a contains-answer
+// environment (NullTokenizer prompts) logs its collections and Megatron's RL log line, two runs are
+// identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, and the refusals
+// are one-line errors naming the flag.
+#include <gtest/gtest.h>
+
+#include "cli/log_line.h"
+#include "data/data_test_util.h"
+#include "subprocess.h"
+
+namespace gale {
+namespace {
+
+using testing::logged_values;
+using testing::TempDir;
+
+// The environment: 4 prompts of NullTokenizer ids, the answer a single id, reward when the
+// completion contains it.
+std::string write_env(const TempDir& dir, const std::string& extra = "") {
+  testing::write_file(dir.file("prompts.jsonl"),
+                      "{\"prompt\": \"1 2 3\", \"answer\": \"4\"}\n{\"prompt\": \"5 6\", \"answer\": 7}\n"
+                      "{\"prompt\": \"2 4 6\", \"answer\": \"8\"}\n{\"prompt\": \"3 3\", \"answer\": \"6\"}\n");
+  testing::write_file(dir.file("env.yaml"),
+                      "environment: contains\ndata: prompts.jsonl\nmax_new_tokens: 4\n" + extra);
+  return dir.file("env.yaml");
+}
+
+std::vector<std::string> rl(const std::string& env, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {
+      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "2",
+      "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+      "--lr", "1e-2", "--vocab-size", "15", "--log-interval", "1", "--eval-iters", "0", "--num-threads", "1",
+      "--attention-dropout", "0", "--hidden-dropout", "0", "--train-iters", "6", "--perform-rl-step",
+      "--langrl-env-config", env, "--grpo-prompts-per-step", "2", "--grpo-group-size", "4", "--grpo-iterations", "2",
+      "--grpo-kl-beta", "0.05", "--grpo-clamp-eps-lower", "0.2", "--grpo-clamp-eps-upper", "0.28"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+test::RunResult gale(std::vector<std::string> argv) { return test::run_with_timeout(argv, {}, 300); }
+
+// The log's lines holding `needle`; training lines without their timestamp and elapsed time.
+std::vector<std::string> lines_with(const std::string& output, const std::string& needle) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < output.size()) {
+    size_t end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    std::string line = output.substr(start, end - start);
+    if (line.find(needle) != std::string::npos) {
+      const size_t e = line.find("| elapsed time per iteration");  // the timestamp and the time cut out
+      if (e != std::string::npos) {
+        const size_t next = line.find(" |", e + 2);
+        line = line.substr(0, e) + line.substr(next + 2);
+        line = line.substr(line.find(" iteration "));
+      }
+      out.push_back(line);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+TEST(GalePretrainGrpo, TrainsDeterministically) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const test::RunResult a = gale(rl(env, {}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const test::RunResult b = gale(rl(env, {}));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  // 2 prompts x 4 completions = 2 global batches of 4, 2 passes: a collection every 4 iterations.
+  const std::vector<std::string> collections = lines_with(a.output, "> GRPO collection");
+  ASSERT_EQ(collections.size(), 2u) << a.output;
+  EXPECT_NE(collections[0].find("collection 0 at iteration 0: 2 prompts x 4 completions, reward mean "),
+            std::string::npos) << collections[0];
+  EXPECT_NE(collections[1].find("collection 1 at iteration 4:"), std::string::npos) << collections[1];
+  EXPECT_NE(a.output.find("environment contains, 4 prompts from"), std::string::npos) << a.output;
+  const std::vector<double> grad_norm = logged_values(a.output, "grad norm");
+  ASSERT_EQ(grad_norm.size(), 6u) << a.output;
+  for (double g : grad_norm) EXPECT_GT(g, 0.0);
+  // Two runs: the same rollouts, rewards and updates.
+  EXPECT_EQ(collections, lines_with(b.output, "> GRPO collection"));
+  EXPECT_EQ(grad_norm, logged_values(b.output, "grad norm"));
+  EXPECT_EQ(logged_values(a.output, "rl/pi_over_pi_old"), logged_values(b.output, "rl/pi_over_pi_old"));
+  // Iteration 1: the policy is π_old and the reference: ratio 1, KL 0 (Megatron prints no entry <= 0).
+  const std::vector<std::string> log = lines_with(a.output, "| consumed samples:");
+  ASSERT_EQ(log.size(), 6u);
+  EXPECT_NE(log[0].find("rl/pi_over_pi_old: 1.000000E+00 |"), std::string::npos) << log[0];
+  EXPECT_EQ(log[0].find("rl/kl_term"), std::string::npos) << log[0];
+  // After an update the policy moved: π/π_old ≠ 1 on the second batch, a KL to the reference.
+  EXPECT_NE(log[1].find("rl/kl_term: "), std::string::npos) << log[1];
+  EXPECT_EQ(log[1].find("rl/pi_over_pi_old: 1.000000E+00 |"), std::string::npos) << log[1];
+  EXPECT_NE(log[3].find("rl/truncated_from_"), std::string::npos) << log[3];
+}
+
+TEST(GalePretrainGrpo, GroupFilterAndExactMatch) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  testing::write_file(env, "environment: exact_match\ndata: prompts.jsonl\nmax_new_tokens: 2\n");
+  const test::RunResult r = gale(rl(env, {"--train-iters", "1", "--grpo-filter-groups-with-same-reward",
+                                          "--grpo-iterations", "1", "--global-batch-size", "8"}));
+  // An untrained model never answers exactly: every group has reward 0 and is filtered.
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gale pretrain: error: --grpo-filter-groups-with-same-reward: 200 prompts drawn in "
+                          "collection 0 and only 0 of 2 groups had different rewards"),
+            std::string::npos)
+      << r.output;
+}
+
+void expect_usage_error(const std::vector<std::string>& argv, const std::string& message) {
+  const test::RunResult r = gale(argv);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("gale pretrain: error: " + message + "\n"), std::string::npos) << r.output;
+}
+
+TEST(GalePretrainGrpo, Refusals) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> no_rl = rl(env, {"--mock-data"});
+  no_rl.erase(std::find(no_rl.begin(), no_rl.end(), "--perform-rl-step"));
+  expect_usage_error(no_rl, "--grpo-prompts-per-step needs --perform-rl-step");
+  std::vector<std::string> no_env = rl(env, {});
+  no_env.erase(std::find(no_env.begin(), no_env.end(), "--langrl-env-config"), std::find(no_env.begin(), no_env.end(), env) + 1);
+  expect_usage_error(no_env, "--perform-rl-step: expected --langrl-env-config FILE (the environment), found none");
+  expect_usage_error(rl(env, {"--global-batch-size", "6", "--micro-batch-size", "2"}),
+                     "--global-batch-size: expected a divisor of --grpo-prompts-per-step x --grpo-group-size = 8 "
+                     "(each collection trains in whole global batches), found 6");
+  expect_usage_error(rl(env, {"--save", dir.file("ckpt"), "--save-interval", "4"}),
+                     "--perform-rl-step with --save (rollouts and the reference model are not checkpointed): not "
+                     "supported yet");
+  expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
+  expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
+  testing::write_file(env, "environment: regex\ndata: prompts.jsonl\n");
+  const test::RunResult bad = gale(rl(env, {}));
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("gale pretrain: error: --langrl-env-config " + env +
+                            ": environment: expected exact_match or contains, found 'regex'"),
+            std::string::npos)
+      << bad.output;
+}
+
+}  // namespace
+}  // namespace gale
