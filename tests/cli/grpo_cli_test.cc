@@ -1,10 +1,12 @@
 // `gale pretrain --perform-rl-step` end to end: a tiny GPT trained by online GRPO in a contains-answer
 // environment (NullTokenizer prompts) logs its collections and Megatron's RL log line, two runs are
-// identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, and the refusals
-// are one-line errors naming the flag.
+// identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, data parallelism 2
+// (every rank generates the same rollouts) reproduces one process, and the refusals are one-line
+// errors naming the flag.
 #include <gtest/gtest.h>
 
 #include "cli/log_line.h"
+#include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
 
@@ -105,6 +107,27 @@ TEST(GalePretrainGrpo, GroupFilterAndExactMatch) {
                           "collection 0 and only 0 of 2 groups had different rewards"),
             std::string::npos)
       << r.output;
+}
+
+// One global batch per collection (8 rows, one pass): DP 2 trains on the same rows as one process,
+// each rank on its half in micro-batches of 2, so the logged values agree up to summation order.
+TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const test::RunResult two =
+      test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(lines_with(one.output, "> GRPO collection 0"), lines_with(two.output, "> GRPO collection 0"));
+  for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old"}) {
+    const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+    ASSERT_EQ(a.size(), 2u) << key << one.output;
+    ASSERT_EQ(b.size(), 2u) << key << two.output;
+    EXPECT_NEAR(a[0], b[0], 1e-5 * std::max(1.0, std::abs(a[0]))) << key;
+  }
 }
 
 void expect_usage_error(const std::vector<std::string>& argv, const std::string& message) {
