@@ -17,7 +17,8 @@
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
 // multiple of --global-batch-size. Not supported yet (refused naming the flag): tensor, pipeline
 // and context parallelism, --dist-train, MoE, MTP, hybrid models, LoRA, --stage dpo, --qad-enable,
-// --fp16, --rampup-batch-size, --calculate-per-token-loss, --train-samples, --save. Data
+// --fp16, --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
+// --train-samples, --save, --data-path. Data
 // parallelism works (every rank generates the same rollouts; each trains on its share).
 //
 // Tests: tests/train/grpo_loss_test.cc (Megatron's golden values, finite differences),

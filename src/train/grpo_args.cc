@@ -80,6 +80,8 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (a.training.calculate_per_token_loss) return refuse("--calculate-per-token-loss");
   if (a.training.train_samples != kUnset) return refuse("--train-samples (give --train-iters)");
   if (a.training.reuse_fp32_param) return refuse("--reuse-fp32-param");
+  if (par.overlap_param_gather)  // the rollouts' decoding forwards would not wait for the gathered parameters
+    return refuse("--overlap-param-gather");
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
     return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
                            "--langrl-env-config)");

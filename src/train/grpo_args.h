@@ -35,8 +35,9 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g);
 // without --perform-rl-step the other RL flags are an error; with it --langrl-env-config is
 // required, P·G (--grpo-prompts-per-step × --grpo-group-size) must be a multiple of
 // --global-batch-size, and tensor, pipeline and context parallelism, MoE, MTP, hybrid models,
-// LoRA, --stage dpo, --qad-enable, --fp16, --rampup-batch-size, --calculate-per-token-loss,
-// --train-samples, --dist-train and --save are refused.
+// LoRA, --stage dpo, --qad-enable, --fp16, --reuse-fp32-param, --overlap-param-gather,
+// --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --save and a
+// --data-path are refused.
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);
 
 }  // namespace gale
