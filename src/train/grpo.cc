@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "train/checkpointing.h"
 #include "train/grad_sync.h"
 #include "train/training_log.h"
 
@@ -93,11 +94,17 @@ std::string fixed(double v, int digits) {
 }  // namespace
 
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
-                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state) {
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
   if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
   GPTModel& policy = *engine.chunks.front();
   GALE_CHECK(policy.partition().pre_process && policy.partition().post_process) << "GRPO runs the whole model";
-  GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
+  const std::string& pretrained = args.checkpoint.pretrained_checkpoint;
+  if (pretrained.empty()) {
+    GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
+  } else {  // Megatron: the reference weights come from --pretrained-checkpoint
+    GALE_RETURN_IF_ERROR(load_model_weights("--pretrained-checkpoint", pretrained, {&reference}, "GRPO reference model"));
+    print_rank0(str_cat(" > GRPO reference model loaded from --pretrained-checkpoint ", pretrained));
+  }
   const TrainingArgs& t = args.training;
   const int64_t S = args.model.seq_length, mbs = t.micro_batch_size, gbs = t.global_batch_size;
   const int64_t dp = engine.ps.dp_size(), dp_rank = engine.ps.coords().dp;
@@ -118,30 +125,29 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
 
   GrpoRollouts rollouts;
   std::vector<double> old_lp, ref_lp;  // [local_rows, S]
-  int64_t draws = 0, collection = -1, collected_at = 0;
+  int64_t collected_at = -1;  // the iteration the current rollouts were collected at
   // The interval's sums of each iteration's token means: lm loss and the rl/ entries.
   constexpr int kTerms = 6;
   double interval[kTerms] = {};
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
   while (state->iteration < train_iters) {
-    if (collection < 0 || state->iteration - collected_at == steps_per_collection) {
-      ++collection;
+    if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
       collected_at = state->iteration;
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(policy, tokenizer, env, g, S, static_cast<uint64_t>(t.seed),
-                                                            collection, &draws));
+                                                            collected_at));
       old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       for (int64_t b = 0; b < local_batches; ++b) {
         const int64_t first = dp_rank * local_rows + b * mbs;
-        const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collection * R + first);
+        const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
         const std::vector<double> o = grpo_token_logprobs(policy, mb), r = grpo_token_logprobs(reference, mb);
         std::copy(o.begin(), o.end(), old_lp.begin() + b * mbs * S);
         std::copy(r.begin(), r.end(), ref_lp.begin() + b * mbs * S);
       }
       double completion = 0.0;
       for (int64_t n : rollouts.completion_tokens) completion += static_cast<double>(n);
-      print_rank0(str_cat(" > GRPO collection ", collection, " at iteration ", state->iteration, ": ",
+      print_rank0(str_cat(" > GRPO collection at iteration ", state->iteration, ": ",
                           g.grpo_prompts_per_step, " prompts x ", g.grpo_group_size, " completions, reward mean ",
                           fixed(rollouts.reward_mean(), 4), " std ", fixed(rollouts.reward_std(), 4), ", ",
                           rollouts.filtered_groups, " groups filtered, mean completion length ",
@@ -156,7 +162,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     for (int64_t m = 0; m < num_mb; ++m) {
       const int64_t b = (k * num_mb + m) % local_batches;
       const int64_t local_first = b * mbs, first = dp_rank * local_rows + local_first;
-      const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collection * R + first);
+      const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
       const std::vector<double> adv(rollouts.advantages.begin() + first, rollouts.advantages.begin() + first + mbs);
       const GrpoMicroBatchLoss r = grpo_forward_backward(policy, mb, m, rows_of(old_lp, local_first, mbs, S),
                                                          rows_of(ref_lp, local_first, mbs, S), adv, lo);
@@ -204,12 +210,19 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();
     }
+    const int64_t save_interval = args.checkpoint.save_interval;
+    const bool last = state->iteration == train_iters;
+    if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last)) {
+      const double save_start = now_seconds();
+      GALE_RETURN_IF_ERROR(save(*state));
+      interval_start += now_seconds() - save_start;  // as Megatron, the save is not iteration time
+    }
   }
   return Status::Ok();
 }
 
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state) {
+                         TrainerState* state, const GrpoSaveFn& save) {
   GALE_ASSIGN_OR_RETURN(const RlEnvironment env, load_rl_environment(g.langrl_env_config));
   print_rank0(str_cat(" > --langrl-env-config ", g.langrl_env_config, ": environment ", env.kind, ", ",
                       env.prompts.size(), " prompts from ", env.data_path));
@@ -219,7 +232,7 @@ Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engin
   config.lora = LoraConfig{};
   config.reuse_fp32_param = false;  // never stepped
   GPTModel reference(config, policy.partition(), &engine.ops);
-  return run_grpo(args, g, engine, reference, tokenizer, env, state);
+  return run_grpo(args, g, engine, reference, tokenizer, env, state, save);
 }
 
 }  // namespace gale

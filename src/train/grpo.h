@@ -16,7 +16,7 @@
 // --calculate-per-token-loss); then Megatron's gradient reduction, clipping and optimizer step.
 //
 // Log lines: at each collection
-//   > GRPO collection C at iteration I: P prompts x G completions, reward mean X std Y, F groups
+//   > GRPO collection at iteration I: P prompts x G completions, reward mean X std Y, F groups
 //     filtered, mean completion length L tokens
 // and at every --log-interval Megatron's training line, its loss-dict entries (token means over
 // the global batch, averaged over the interval's iterations; Megatron prints an entry only when
@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/status.h"
@@ -54,15 +55,22 @@ GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb,
                                          const std::vector<double>& old, const std::vector<double>& ref,
                                          const std::vector<double>& advantages, const GrpoLossOptions& o);
 
+// Saves a checkpoint of the run at `state` (the pretrain driver's save_checkpoint).
+using GrpoSaveFn = std::function<Status(const TrainerState&)>;
+
 // The loop (header comment) until --train-iters; `state` advances as the trainer's. The reference
-// model has the policy's configuration and partition.
+// model has the policy's configuration and partition; its weights are read from
+// --pretrained-checkpoint when given (Megatron's reference), else copied from the policy now (the
+// --load or initial model). With `save`, a checkpoint at every --save-interval (a multiple of the
+// iterations per collection) and at the end; a run resumed from one collects at once, at the
+// iteration it resumes, what the uninterrupted run collected there.
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
-                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state);
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state,
+                const GrpoSaveFn& save = nullptr);
 
 // `gale pretrain --perform-rl-step` after the engine's setup and --load: loads --langrl-env-config,
-// builds the frozen reference model (the policy's configuration without LoRA, its weights copied
-// from the policy now) and runs run_grpo.
+// builds the frozen reference model (the policy's configuration without LoRA) and runs run_grpo.
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state);
+                         TrainerState* state, const GrpoSaveFn& save);
 
 }  // namespace gale

@@ -85,7 +85,16 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
     return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
                            "--langrl-env-config)");
-  if (!a.checkpoint.save.empty()) return refuse("--save (rollouts and the reference model are not checkpointed)");
+  // Checkpoints fall between collections (Megatron's assertions on --save-interval and --exit-interval).
+  const int64_t per_collection = gbs > 0 ? g.grpo_iterations * (samples / gbs) : 1;
+  if (!a.checkpoint.save.empty() && a.checkpoint.save_interval != kUnset &&
+      a.checkpoint.save_interval % per_collection != 0)
+    return InvalidArgument("--save-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
+                           "--grpo-group-size / --global-batch-size) = ", per_collection,
+                           " (a checkpoint falls between rollout collections), found ", a.checkpoint.save_interval);
+  if (a.training.exit_interval != kUnset) return refuse("--exit-interval");
+  if (a.checkpoint.async_save) return refuse("--async-save");
+  if (a.checkpoint.non_persistent_save_interval != kUnset) return refuse("--non-persistent-save-interval");
   return Status::Ok();
 }
 

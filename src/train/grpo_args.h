@@ -36,8 +36,9 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g);
 // required, P·G (--grpo-prompts-per-step × --grpo-group-size) must be a multiple of
 // --global-batch-size, and tensor, pipeline and context parallelism, MoE, MTP, hybrid models,
 // LoRA, --stage dpo, --qad-enable, --fp16, --reuse-fp32-param, --overlap-param-gather,
-// --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --save and a
-// --data-path are refused.
+// --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --exit-interval,
+// --async-save, --non-persistent-save-interval and a --data-path are refused; --save-interval
+// must be a multiple of the iterations per collection, grpo_iterations · (P·G / gbs).
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);
 
 }  // namespace gale

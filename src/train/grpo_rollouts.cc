@@ -13,8 +13,8 @@ namespace gale {
 
 namespace {
 
-constexpr uint64_t kPromptStream = 0x4752504f00000001ull;  // "GRPO"
-constexpr uint64_t kSampleStream = 0x4752504f00010000ull;
+constexpr uint64_t kPromptStream = 0x4752504f00000000ull;  // "GRPO" + the collection's iteration
+constexpr uint64_t kSampleStream = 0x4752504e00000000ull;
 
 }  // namespace
 
@@ -63,7 +63,7 @@ int32_t grpo_sample_token(const float* logits, int64_t vocab, const GrpoSampling
 
 StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& tokenizer, const RlEnvironment& env,
                                              const GrpoArgs& g, int64_t seq_length, uint64_t seed,
-                                             int64_t collection, int64_t* draws) {
+                                             int64_t iteration) {
   const int64_t P = g.grpo_prompts_per_step, G = g.grpo_group_size;
   const int64_t N = static_cast<int64_t>(env.prompts.size());
   const int32_t eod = tokenizer.eod();
@@ -71,7 +71,8 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
   const int64_t max_length = std::min<int64_t>(seq_length, policy.config().max_positions);
   GrpoSampling sampling{seed, g.rl_default_temperature, g.rl_default_top_k, g.rl_default_top_p};
   const int64_t vocab = tokenizer.vocab_size();
-  const uint64_t stream = kSampleStream + static_cast<uint64_t>(collection);
+  const uint64_t stream = kSampleStream + static_cast<uint64_t>(iteration);
+  int64_t draws = 0;
 
   GrpoRollouts out;
   out.seq_length = seq_length;
@@ -85,13 +86,13 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
     attempts += need;
     if (attempts > 100 * P)
       return FailedPrecondition("--grpo-filter-groups-with-same-reward: ", attempts - need,
-                                " prompts drawn in collection ", collection, " and only ", kept_rewards.size(), " of ",
+                                " prompts drawn for the collection at iteration ", iteration, " and only ", kept_rewards.size(), " of ",
                                 P, " groups had different rewards (expected an environment whose rewards vary)");
     std::vector<int64_t> index(static_cast<size_t>(need));
     std::vector<std::vector<int32_t>> prompt_ids(static_cast<size_t>(need));
     std::vector<std::vector<int32_t>> requests;
     for (int64_t i = 0; i < need; ++i) {
-      const double u = uniform_at(seed, kPromptStream, static_cast<uint64_t>((*draws)++));
+      const double u = uniform_at(seed, kPromptStream + static_cast<uint64_t>(iteration), static_cast<uint64_t>(draws++));
       index[i] = std::min<int64_t>(N - 1, static_cast<int64_t>(u * static_cast<double>(N)));
       GALE_RETURN_IF_ERROR(tokenizer.encode(env.prompts[index[i]].prompt, &prompt_ids[i]));
       if (prompt_ids[i].empty() || static_cast<int64_t>(prompt_ids[i].size()) >= max_length)

@@ -585,7 +585,11 @@ int pretrain_main(int argc, char** argv) {
   }
   trainer.set_ft(ft.get());
   profiler.start_training();
-  st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state()) : trainer.run();
+  GrpoSaveFn grpo_save;  // --perform-rl-step --save: the checkpoints of the RL loop (no --log-progress line)
+  if (grpo.perform_rl_step && !args.checkpoint.save.empty())
+    grpo_save = [&](const TrainerState& s) { return save_checkpoint(args, engine, s); };
+  st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state(), grpo_save)
+                            : trainer.run();
   if (st.ok() && ft) st = ft->shutdown();  // the last timeout update (a collective), then the watchdog stops
   timers.set_scope_observer(nullptr);
   straggler.reset();

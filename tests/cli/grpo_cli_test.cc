@@ -73,9 +73,9 @@ TEST(GalePretrainGrpo, TrainsDeterministically) {
   // 2 prompts x 4 completions = 2 global batches of 4, 2 passes: a collection every 4 iterations.
   const std::vector<std::string> collections = lines_with(a.output, "> GRPO collection");
   ASSERT_EQ(collections.size(), 2u) << a.output;
-  EXPECT_NE(collections[0].find("collection 0 at iteration 0: 2 prompts x 4 completions, reward mean "),
+  EXPECT_NE(collections[0].find("collection at iteration 0: 2 prompts x 4 completions, reward mean "),
             std::string::npos) << collections[0];
-  EXPECT_NE(collections[1].find("collection 1 at iteration 4:"), std::string::npos) << collections[1];
+  EXPECT_NE(collections[1].find("collection at iteration 4:"), std::string::npos) << collections[1];
   EXPECT_NE(a.output.find("environment contains, 4 prompts from"), std::string::npos) << a.output;
   const std::vector<double> grad_norm = logged_values(a.output, "grad norm");
   ASSERT_EQ(grad_norm.size(), 6u) << a.output;
@@ -98,13 +98,14 @@ TEST(GalePretrainGrpo, TrainsDeterministically) {
 TEST(GalePretrainGrpo, GroupFilterAndExactMatch) {
   TempDir dir;
   const std::string env = write_env(dir);
-  testing::write_file(env, "environment: exact_match\ndata: prompts.jsonl\nmax_new_tokens: 2\n");
+  testing::write_file(dir.file("never.jsonl"), "{\"prompt\": \"1 2\", \"answer\": \"99\"}\n");  // ids are 0..14
+  testing::write_file(env, "environment: exact_match\ndata: never.jsonl\nmax_new_tokens: 2\n");
   const test::RunResult r = gale(rl(env, {"--train-iters", "1", "--grpo-filter-groups-with-same-reward",
                                           "--grpo-iterations", "1", "--global-batch-size", "8"}));
-  // An untrained model never answers exactly: every group has reward 0 and is filtered.
+  // No completion can be "99" (NullTokenizer decodes ids joined by spaces): every group has reward 0.
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("gale pretrain: error: --grpo-filter-groups-with-same-reward: 200 prompts drawn in "
-                          "collection 0 and only 0 of 2 groups had different rewards"),
+  EXPECT_NE(r.output.find("gale pretrain: error: --grpo-filter-groups-with-same-reward: 200 prompts drawn for "
+                          "the collection at iteration 0 and only 0 of 2 groups had different rewards"),
             std::string::npos)
       << r.output;
 }
@@ -121,13 +122,45 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   const test::RunResult two =
       test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_EQ(lines_with(one.output, "> GRPO collection 0"), lines_with(two.output, "> GRPO collection 0"));
+  EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
+            lines_with(two.output, "> GRPO collection at iteration 0:"));
   for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old"}) {
     const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
     ASSERT_EQ(a.size(), 2u) << key << one.output;
     ASSERT_EQ(b.size(), 2u) << key << two.output;
     EXPECT_NEAR(a[0], b[0], 1e-5 * std::max(1.0, std::abs(a[0]))) << key;
   }
+}
+
+// A run saved at iteration 8 (a collection boundary) and resumed from it logs iterations 9-12 and
+// the collection at 8 exactly as the uninterrupted run; both take their reference model from
+// --pretrained-checkpoint (a GRPO run of 4 iterations), as Megatron.
+TEST(GalePretrainGrpo, ResumesAtACollectionBoundary) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const std::string a = dir.file("a"), b = dir.file("b");
+  // A constant learning rate: the 8-iteration run's schedule is the 12-iteration run's.
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--lr-decay-style", "constant"});
+    return gale(rl(env, extra));
+  };
+  const test::RunResult first = run({"--train-iters", "4", "--save", a, "--save-interval", "4"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const test::RunResult straight = run({"--train-iters", "12", "--pretrained-checkpoint", a});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(straight.output.find("GRPO reference model loaded from --pretrained-checkpoint " + a), std::string::npos);
+  const test::RunResult part1 = run({"--train-iters", "8", "--pretrained-checkpoint", a, "--save", b, "--save-interval", "4"});
+  ASSERT_EQ(part1.exit_code, 0) << part1.output;
+  const test::RunResult part2 = run({"--train-iters", "12", "--pretrained-checkpoint", a, "--load", b});
+  ASSERT_EQ(part2.exit_code, 0) << part2.output;
+  const std::vector<std::string> all = lines_with(straight.output, "| consumed samples:");
+  const std::vector<std::string> resumed = lines_with(part2.output, "| consumed samples:");
+  ASSERT_EQ(resumed.size(), 4u) << part2.output;
+  ASSERT_GE(all.size(), 4u) << straight.output;
+  EXPECT_EQ(std::vector<std::string>(all.end() - 4, all.end()), resumed);
+  const std::vector<std::string> collections = lines_with(straight.output, "> GRPO collection at iteration 8:");
+  ASSERT_EQ(collections.size(), 1u) << straight.output;
+  EXPECT_EQ(collections, lines_with(part2.output, "> GRPO collection at iteration 8:"));
 }
 
 void expect_usage_error(const std::vector<std::string>& argv, const std::string& message) {
@@ -148,9 +181,11 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rl(env, {"--global-batch-size", "6", "--micro-batch-size", "2"}),
                      "--global-batch-size: expected a divisor of --grpo-prompts-per-step x --grpo-group-size = 8 "
                      "(each collection trains in whole global batches), found 6");
-  expect_usage_error(rl(env, {"--save", dir.file("ckpt"), "--save-interval", "4"}),
-                     "--perform-rl-step with --save (rollouts and the reference model are not checkpointed): not "
-                     "supported yet");
+  expect_usage_error(rl(env, {"--save", dir.file("ckpt"), "--save-interval", "6"}),
+                     "--save-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
+                     "--grpo-group-size / --global-batch-size) = 4 (a checkpoint falls between rollout collections), "
+                     "found 6");
+  expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
   expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   testing::write_file(env, "environment: regex\ndata: prompts.jsonl\n");
