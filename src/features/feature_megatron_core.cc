@@ -56,6 +56,13 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
   add({"overlap-param-gather", "--overlap-param-gather", FeatureModule::kMegatron, 0,
        "Megatron param-gather overlap", "distributed-optimizer parameter all-gather overlapped with forward", true,
        [](const Arguments& a) { return a.parallel.overlap_param_gather; }});
+  add({"mhc-connections", "--enable-mhc-connections", FeatureModule::kMegatron, 0,
+       "Megatron-Core manifold-constrained hyper-connections (DeepSeek's mHC; HyperConnectionTransformerLayer)",
+       "n residual streams (--mhc-num-residual-streams) mixed around every attention and MLP by per-token H_pre, "
+       "H_post and a Sinkhorn-projected doubly stochastic H_res (--mhc-sinkhorn-iterations); dense GPT/LLaMA "
+       "models with TP (and SP) and DP; refused: PP, MTP, MoE and full recomputation (as Megatron), --recompute-modules "
+       "mhc, CP, MLA, hybrid and heterogeneous layers (not supported yet; docs/model.md)",
+       true, [](const Arguments& a) { return a.model.enable_mhc_connections; }});
   add({"recompute-granularity", "--recompute-granularity", FeatureModule::kMemory, 0,
        "Megatron activation recomputation (MindSpeed RecomputeMethodFeature, L2)",
        "full: layer groups (--recompute-method uniform|block, --recompute-num-layers) keep only their input and "

@@ -55,6 +55,18 @@ enum class SoftmaxType { kVanilla, kOffByOne, kLearnable };
 // (recomputed from the re-dispatched rows) and the shared expert's state (rerun in backward).
 enum class MoeZeroMemory { kOff, kLevel0, kLevel1 };
 
+// --enable-mhc-connections (Megatron-Core's manifold-constrained hyper-connections, DeepSeek's mHC;
+// model/hyper_connection.h, model/mhc_layer.h): every layer's attention and MLP each get a
+// HyperConnectionModule over `streams` residual streams (--mhc-num-residual-streams), H_res projected
+// by `sinkhorn_iterations` Sinkhorn-Knopp iterations (--mhc-sinkhorn-iterations), the alphas
+// initialised to `init_gating_factor` (--mhc-init-gating-factor).
+struct MhcConfig {
+  bool enabled = false;
+  int64_t streams = 4;
+  int64_t sinkhorn_iterations = 20;
+  float init_gating_factor = 0.01f;
+};
+
 struct RecomputePlan {
   static constexpr int64_t kAllLayers = INT64_MAX;
   int64_t activation_layers = 0;  // the MLP activation's output [T, F] (GeLU / SwiGLU of fc1's output)
@@ -321,6 +333,7 @@ struct ModelConfig {
   // head, and attention's output is multiplied by its sigmoid before linear_proj
   // (model/attention_output_gate.h).
   bool attention_output_gate = false;
+  MhcConfig mhc;  // --enable-mhc-connections
   SoftmaxType softmax_type = SoftmaxType::kVanilla;  // --softmax-type
   bool tied_embeddings = true;
   // --dist-train's forward-only sub-worlds: the embedding and the transformer layers of global index

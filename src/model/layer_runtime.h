@@ -67,6 +67,10 @@ struct LayerRuntime {
   // Backward under --dualpipev-dw-detach (GPTModel::backward's `defer_weight_grads`): the dense
   // transformer layers' linear weight gradients are queued here instead of computed (null: at once).
   WeightGradStore* weight_grads = nullptr;
+  // --enable-mhc-connections (model/mhc_layer.h): 0 the whole layer; 1 only its attention half, 2
+  // only its MLP half, each returning its sub-block's output with the bias added, without dropout or
+  // residual (the hyper-connection module around it does both).
+  int mhc_half = 0;
 };
 
 }  // namespace gale

@@ -559,6 +559,9 @@ void ParamBuffer::initialize(uint64_t seed) {
       case InitKind::kOnes:
         for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
         break;
+      case InitKind::kConstant:
+        for (int64_t i = 0; i < n; ++i) p[i] = s.init_std;
+        break;
       case InitKind::kNormal: {
         uint64_t stream = param_init_stream(s.whole_model_name());
         parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {

@@ -25,7 +25,8 @@ struct Fp8Config;  // model/fp8.h
 // --init-method-xavier-uniform: bound xavier_uniform_bound of the global shape).
 // kMambaALog: log U(1, 16) (the Mamba mixer's A_log); kMambaDtBias: softplus⁻¹(Δ0) with
 // Δ0 = max(exp(U(log 0.001, log 0.1)), 1e-4) (its dt_bias; model/mamba_mixer.h).
-enum class InitKind { kNormal, kZeros, kOnes, kUniform, kMambaALog, kMambaDtBias };
+// kConstant: every element init_std (mHC's alphas, model/hyper_connection.h).
+enum class InitKind { kNormal, kZeros, kOnes, kUniform, kMambaALog, kMambaDtBias, kConstant };
 
 // ZeRO-3 storage (ParamBuffer::shard_storage, optim/zero3_sync.h): a unit of whole parameters,
 // contiguous in the flat layout, and this rank's shard of it.

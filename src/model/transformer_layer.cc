@@ -12,6 +12,7 @@
 #include "model/head_norm.h"
 #include "model/hybrid_layers.h"
 #include "model/linear.h"
+#include "model/mhc_layer.h"
 #include "model/mlp_activation.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -77,7 +78,7 @@ Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b,
 
 DropoutSpec hidden_dropout(const LayerRuntime& rt, int64_t layer, int site) {
   DropoutSpec d;
-  d.p = rt.training ? rt.config->hidden_dropout : 0.0f;
+  d.p = rt.training && rt.mhc_half == 0 ? rt.config->hidden_dropout : 0.0f;  // mHC: the module's dropout
   d.seed = rt.config->seed;
   d.stream = dropout_stream(rt.config->seed, layer, site);
   d.row_ids = rt.hidden_row_ids.data();
@@ -290,6 +291,9 @@ std::vector<int> LayerParamIds::all() const {
   for (int id : mla.all()) ids.push_back(id);
   for (int id : mamba.all()) ids.push_back(id);
   for (int id : gdn.all()) ids.push_back(id);
+  for (const HyperConnectionIds& h : {hc_attn, hc_mlp})
+    for (int id : {h.mapping_proj, h.alpha_pre, h.alpha_post, h.alpha_res, h.bias})
+      if (id >= 0) ids.push_back(id);
   for (const LoraIds& l : {lora_qkv, lora_proj, lora_fc1, lora_fc2})
     if (l.defined()) {
       ids.push_back(l.a);
@@ -321,6 +325,8 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "self_attention.in_proj.layer_norm_bias"), H, part));
     w.gdn = register_gdn_params(pb, c, layer, &part);
   } else if (has_attention(c, layer)) {
+    if (c.mhc.enabled)
+      w.hc_attn = register_hyper_connection_params(pb, c, part, layer_name(layer, "self_attention_hyper_connection"));
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_weight" : "input_layernorm.weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, hybrid ? "self_attention.linear_qkv.layer_norm_bias" : "input_layernorm.bias"), H, part));
     if (c.attention_kind(layer) == SubBlock::kLinear) {
@@ -373,6 +379,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   // A MoE MLP has no linear_fc1 to fuse its norm into: Transformer Engine's spec keeps pre_mlp_layernorm
   // (a hybrid model's 'E' layers, Megatron's moe_layer spec).
   const bool fused_norm2 = hybrid && !c.moe.is_moe_layer(layer);
+  if (c.mhc.enabled) w.hc_mlp = register_hyper_connection_params(pb, c, part, layer_name(layer, "mlp_hyper_connection"));
   w.norm2_w = pb.add(norm_weight(c, layer_name(layer, fused_norm2 ? "mlp.linear_fc1.layer_norm_weight" : "pre_mlp_layernorm.weight"), H, part));
   if (ln) w.norm2_b = pb.add(norm_bias(layer_name(layer, fused_norm2 ? "mlp.linear_fc1.layer_norm_bias" : "pre_mlp_layernorm.bias"), H, part));
   if (c.mlp_kind(layer) == SubBlock::kLinear) {
@@ -416,6 +423,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return x_in;  // --noop-layers: nothing to compute or keep
+  if (c.mhc.enabled && rt.mhc_half == 0) return mhc_layer_forward(rt, pb, w, layer, x_in, saved);
   if (w.mamba.defined()) return mamba_layer_forward(rt, pb, w.mamba, layer, x_in, saved ? &saved->mamba : nullptr);
   if (rt.part->tp2d()) return tp2d_layer_forward(rt, pb, w, layer, x_in, saved);
   if (!has_attention(c, layer) && !has_mlp(c, layer)) return x_in;  // heterogeneous: both sub-blocks no_op
@@ -436,7 +444,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
   Tensor norm1_stats;
   const DType gemm_dtype = c.gemm_dtype();
   Tensor u_qkv, u_proj, u_fc1, u_fc2;  // LoRA's x·Aᵀ per adapted linear
-  const bool attn = has_attention(c, layer), mlp = has_mlp(c, layer);
+  const bool attn = has_attention(c, layer) && rt.mhc_half != 2, mlp = has_mlp(c, layer) && rt.mhc_half != 1;
   Tensor norm1_out, ctx, x_mid, norm2_stats, norm2_local;
   if (!attn) {  // a hybrid model's MLP or MoE layer ('-', 'E'): its norm on the input, no residual before it
     x_mid = x_in;
@@ -494,7 +502,10 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     }
     // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
     x_mid = Tensor::empty({Tl, H});
-    if (!mlp) {  // a hybrid model's attention layer ('*'): the residual add alone
+    if (rt.mhc_half != 0) {  // mHC's attention half: the output with its bias (model/mhc_layer.h)
+      if (w.proj_b >= 0) add_bias_ref(proj.data<float>(), pb.param_data(w.proj_b), Tl, H);
+      x_mid = proj;
+    } else if (!mlp) {  // a hybrid model's attention layer ('*'): the residual add alone
       ops.bias_dropout_add(proj.data<float>(), w.proj_b >= 0 ? pb.param_data(w.proj_b) : nullptr, x_in.data<float>(),
                            x_mid.data<float>(), Tl, H, hidden_dropout(rt, layer, 1));
     } else {
@@ -568,8 +579,13 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     fc2 = row_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, act, &u_fc2);  // [Tl, H]
   }
   Tensor x_out = Tensor::empty({Tl, H});
-  ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
-                       x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
+  if (rt.mhc_half != 0) {  // mHC's MLP half: the output with its bias (model/mhc_layer.h)
+    if (w.fc2_b >= 0) add_bias_ref(fc2.data<float>(), pb.param_data(w.fc2_b), Tl, H);
+    x_out = fc2;
+  } else {
+    ops.bias_dropout_add(fc2.data<float>(), w.fc2_b >= 0 ? pb.param_data(w.fc2_b) : nullptr, x_mid.data<float>(),
+                         x_out.data<float>(), Tl, H, hidden_dropout(rt, layer, 2));
+  }
 
   if (saved) {
     saved->x_in = x_in;
@@ -598,6 +614,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
                                   LayerSaved& s, const Tensor& d_out) {
   const ModelConfig& c = *rt.config;
   if (c.is_noop_layer(layer)) return d_out;
+  if (c.mhc.enabled && rt.mhc_half == 0) return mhc_layer_backward(rt, pb, w, layer, s, d_out);
   if (w.mamba.defined()) return mamba_layer_backward(rt, pb, w.mamba, layer, s.mamba, d_out);
   if (rt.part->tp2d()) return tp2d_layer_backward(rt, pb, w, layer, s, d_out);
   if (!has_attention(c, layer) && !has_mlp(c, layer)) return d_out;
@@ -617,7 +634,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   auto grad_or_null = [&](int id) { return id >= 0 ? pb.grad_data(id) : nullptr; };
 
   Tensor d_x_mid;
-  if (!has_mlp(c, layer)) {  // a hybrid model's attention layer ('*')
+  if (!has_mlp(c, layer) || rt.mhc_half == 1) {  // a hybrid model's attention layer ('*'), mHC's attention half
     d_x_mid = d_out;
   } else {
     // ---- MLP block ----  d_x_mid starts as d_out (residual), later += norm2 backward.
@@ -695,11 +712,11 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     ops.norm_backward(norm, d_norm2.data<float>(), s.x_mid.data<float>(), NormScale(c, pb, w.norm2_w).data(),
                       s.norm2_stats.data<float>(), d_x_mid.data<float>(), pb.grad_data(w.norm2_w),
                       grad_or_null(w.norm2_b), Tl, H);
-    add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
+    if (rt.mhc_half == 0) add_inplace(d_x_mid.data<float>(), d_out.data<float>(), Tl * H);  // the residual's gradient
     d_norm2 = Tensor();
     s.x_mid = s.norm2_stats = Tensor();
   }
-  if (!has_attention(c, layer)) {  // a hybrid model's MLP or MoE layer ('-', 'E'): x_mid is x_in
+  if (!has_attention(c, layer) || rt.mhc_half == 2) {  // a hybrid model's MLP or MoE layer ('-', 'E'), mHC's MLP half: x_mid is x_in
     s.x_in = Tensor();
     return d_x_mid;
   }
@@ -768,7 +785,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), NormScale(c, pb, w.norm1_w).data(),
                     s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
                     grad_or_null(w.norm1_b), Tl, H);
-  add_inplace(d_x_in.data<float>(), d_x_mid.data<float>(), Tl * H);  // the residual's gradient
+  if (rt.mhc_half == 0) add_inplace(d_x_in.data<float>(), d_x_mid.data<float>(), Tl * H);  // the residual's gradient
   s.x_in = s.norm1_stats = Tensor();
   return d_x_in;
 }

@@ -20,12 +20,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/core_attention.h"
 #include "model/gated_delta_net.h"
+#include "model/hyper_connection.h"
 #include "model/layer_runtime.h"
 #include "model/lora.h"
 #include "model/mamba_mixer.h"
@@ -55,6 +57,8 @@ struct LayerParamIds {
   // column-parallel (its output gathered over TP) and its bias, instead of attention / the MLP.
   int linear_attn_w = -1, linear_attn_b = -1, linear_mlp_w = -1, linear_mlp_b = -1;
   GdnParamIds gdn;      // --experimental-attention-variant gdn: a GDN layer's mixer instead of qkv / proj
+  // --enable-mhc-connections: the hyper-connection modules around attention and the MLP (model/mhc_layer.h)
+  HyperConnectionIds hc_attn, hc_mlp;
   std::vector<int> all() const;  // every id of the layer, in registration order
 };
 
@@ -68,6 +72,8 @@ struct LayerParamIds {
 // its norm (input_layernorm / pre_mlp_layernorm) and self_attention.weight / mlp.weight [H, H]
 // (and .bias), Megatron's local-spec names.
 LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
+
+struct MhcLayerSaved;  // model/mhc_layer.h
 
 // Tensors saved by forward for backward (one layer, one micro-batch). norm1_out, norm2_out and act
 // stay undefined in layers where config.recompute says so; backward recomputes them. With
@@ -98,6 +104,9 @@ struct LayerSaved {
   Tensor lora_qkv_u, lora_proj_u, lora_fc1_u, lora_fc2_u;  // x·Aᵀ [T, r] of each adapted linear
   MambaLayerSaved mamba;  // a Mamba layer's state (every other field stays undefined)
   GdnSaved gdn;           // a GDN layer's mixer state (instead of attention, ctx and the qkv/proj inputs)
+  // --enable-mhc-connections: the modules' state and the MLP half's LayerSaved (this one holds the
+  // attention half's; model/mhc_layer.h)
+  std::shared_ptr<MhcLayerSaved> mhc;
 };
 
 // Returns x_out [Tl, H]. With `saved` null (evaluation) nothing is kept.

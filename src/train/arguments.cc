@@ -66,6 +66,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
              "Megatron-Core's gated attention (Qwen3-Next): linear_qkv also gives each query head a gate, and "
              "attention's output is multiplied by its sigmoid before linear_proj (model/attention_output_gate.h)");
   add_softmax_type_args(p, a);
+  add_mhc_args(p, a);
   p.add("--make-vocab-size-divisible-by", &a.make_vocab_size_divisible_by, "pad the vocabulary to a multiple of this (times TP)");
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
@@ -109,7 +110,8 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
              "probabilities anyway), layernorm (both norms' outputs), mlp (dense MLPs keep only their input), "
              "moe_act (the experts' activation outputs; needs --moe-grouped-gemm), shared_experts (the MoE shared "
              "expert keeps only its input), moe (MoE layers keep only their input), mla_up_proj (MLA's up "
-             "projections and RoPE; needs --multi-latent-attention)",
+             "projections and RoPE; needs --multi-latent-attention), mhc (Megatron's mHC recomputation; needs "
+             "--enable-mhc-connections; not supported yet)",
              1);
 }
 
@@ -798,10 +800,10 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
       return InvalidArgument("--recompute-modules mla_up_proj: expected --multi-latent-attention (it recomputes "
                              "MLA's up projections), found it off");
     if (module == "core_attn" || module == "layernorm" || module == "mlp" || module == "moe_act" ||
-        module == "moe" || module == "shared_experts" || module == "mla_up_proj")
+        module == "moe" || module == "shared_experts" || module == "mla_up_proj" || module == "mhc")
       continue;
-    return InvalidArgument("--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
-                           "shared_experts, found '", module, "'");
+    return InvalidArgument("--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe, "
+                           "shared_experts or mhc, found '", module, "'");
   }
   if (m.recompute_granularity == "selective" && m.recompute_modules.empty()) m.recompute_modules = {"core_attn"};
   if (m.max_position_embeddings < m.seq_length)
@@ -1097,6 +1099,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
+  GALE_RETURN_IF_ERROR(validate_mhc_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));

@@ -42,6 +42,13 @@ struct ModelArgs {
   double rotary_seq_len_interpolation_factor = kUnsetF;
   bool rotary_interleaved = false;  // --rotary-interleaved: RoPE rotates pairs (2i, 2i+1)
   bool attention_output_gate = false;  // --attention-output-gate (train/arguments_attention_gate.cc)
+  // --enable-mhc-connections and Megatron-Core's mhc_* fields with its defaults (train/arguments_mhc.cc,
+  // model/hyper_connection.h); --mhc-recompute-layer-num unset: None.
+  bool enable_mhc_connections = false;
+  int64_t mhc_num_residual_streams = 4;
+  int64_t mhc_sinkhorn_iterations = 20;
+  double mhc_init_gating_factor = 0.01;
+  int64_t mhc_recompute_layer_num = kUnset;
   // --softmax-type vanilla|off-by-one|learnable (Megatron-Core; attention sinks, gpt-oss;
   // train/arguments_softmax_type.cc, model/config.h SoftmaxType).
   std::string softmax_type = "vanilla";
@@ -1004,6 +1011,10 @@ Status validate_attention_output_gate(const Arguments& a);
 // what it does not compose with yet (run by validate_all_pretrain_args).
 void add_softmax_type_args(ArgParser& p, ModelArgs& a);
 Status validate_softmax_type(const Arguments& a);
+// --enable-mhc-connections and the mhc_* flags (train/arguments_mhc.cc): added beside the attention
+// flags; Megatron's checks and what Gale does not support with them yet (run by validate_all_pretrain_args).
+void add_mhc_args(ArgParser& p, ModelArgs& a);
+Status validate_mhc_args(const Arguments& a, const ArgParser& p);
 // --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,
 // run by validate_model_args (fills ModelArgs::no_rope_pattern).
 void add_no_rope_args(ArgParser& p, ModelArgs& a);

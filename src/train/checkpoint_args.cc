@@ -42,6 +42,10 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.attention_output_gate) j["attention_output_gate"] = true;
+  if (c.mhc.enabled)  // --enable-mhc-connections: the n-stream layers and their modules' sizes
+    j["mhc"] = {{"num_residual_streams", c.mhc.streams},
+                {"sinkhorn_iterations", c.mhc.sinkhorn_iterations},
+                {"init_gating_factor", c.mhc.init_gating_factor}};
   if (c.softmax_type != SoftmaxType::kVanilla)  // --softmax-type: sinks change every attention row
     j["softmax_type"] = c.softmax_type == SoftmaxType::kLearnable ? "learnable" : "off-by-one";
   if (c.yarn.enabled)  // RoPE with YaRN's tables: a checkpoint of one does not load into the other
@@ -136,6 +140,14 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
   if (m.attention_output_gate) j["attention_output_gate"] = true;  // absent: no gate
+  if (m.enable_mhc_connections) {  // Megatron-Core's mHC fields (absent: off)
+    j["enable_mhc_connections"] = true;
+    j["mhc_num_residual_streams"] = m.mhc_num_residual_streams;
+    j["mhc_sinkhorn_iterations"] = m.mhc_sinkhorn_iterations;
+    j["mhc_init_gating_factor"] = m.mhc_init_gating_factor;
+    j["mhc_recompute_layer_num"] =
+        m.mhc_recompute_layer_num == kUnset ? nlohmann::json() : nlohmann::json(m.mhc_recompute_layer_num);
+  }
   if (m.softmax_type != "vanilla") j["softmax_type"] = m.softmax_type;  // absent: vanilla
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
@@ -261,6 +273,15 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   }
   if (auto it = args.find("attention_output_gate"); it != args.end() && !it->is_null())
     GALE_RETURN_IF_ERROR(get(args, "attention_output_gate", where, &m.attention_output_gate));
+  if (auto it = args.find("enable_mhc_connections"); it != args.end() && !it->is_null()) {  // Megatron-Core's mHC
+    GALE_RETURN_IF_ERROR(get(args, "enable_mhc_connections", where, &m.enable_mhc_connections));
+    for (auto [key, dest] : {std::pair{"mhc_num_residual_streams", &m.mhc_num_residual_streams},
+                             std::pair{"mhc_sinkhorn_iterations", &m.mhc_sinkhorn_iterations},
+                             std::pair{"mhc_recompute_layer_num", &m.mhc_recompute_layer_num}})
+      if (auto v = args.find(key); v != args.end() && !v->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, dest));
+    if (auto v = args.find("mhc_init_gating_factor"); v != args.end() && !v->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "mhc_init_gating_factor", where, &m.mhc_init_gating_factor));
+  }
   if (auto it = args.find("softmax_type"); it != args.end() && !it->is_null()) {  // Megatron-Core's; absent: vanilla
     GALE_RETURN_IF_ERROR(get(args, "softmax_type", where, &m.softmax_type));
     if (m.softmax_type != "vanilla" && m.softmax_type != "off-by-one" && m.softmax_type != "learnable")
@@ -513,6 +534,15 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
     *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();
     lines.push_back(str_cat("Setting ", key, " to ", *dest ? "True" : "False", " from checkpoint"));
+  }
+  // --enable-mhc-connections: recorded only when on (absent: off), with Megatron's mhc_* fields.
+  m.enable_mhc_connections = saved.contains("enable_mhc_connections") && saved["enable_mhc_connections"].is_boolean() &&
+                             saved["enable_mhc_connections"].get<bool>();
+  if (m.enable_mhc_connections) {
+    lines.push_back("Setting enable_mhc_connections to True from checkpoint");
+    GALE_RETURN_IF_ERROR(set("mhc_num_residual_streams", &m.mhc_num_residual_streams, "--mhc-num-residual-streams", true));
+    GALE_RETURN_IF_ERROR(set("mhc_sinkhorn_iterations", &m.mhc_sinkhorn_iterations, "--mhc-sinkhorn-iterations", true));
+    GALE_RETURN_IF_ERROR(set("mhc_init_gating_factor", &m.mhc_init_gating_factor, "--mhc-init-gating-factor", true));
   }
   // --softmax-type: recorded when not vanilla (absent or None: vanilla).
   m.softmax_type = saved.contains("softmax_type") && saved["softmax_type"].is_string()

@@ -36,6 +36,10 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.add_qkv_bias = m.add_qkv_bias;
   c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
   c.attention_output_gate = m.attention_output_gate;
+  c.mhc.enabled = m.enable_mhc_connections;  // validated (train/arguments_mhc.cc)
+  c.mhc.streams = m.mhc_num_residual_streams;
+  c.mhc.sinkhorn_iterations = m.mhc_sinkhorn_iterations;
+  c.mhc.init_gating_factor = static_cast<float>(m.mhc_init_gating_factor);
   c.softmax_type = m.softmax_type == "learnable"    ? SoftmaxType::kLearnable
                    : m.softmax_type == "off-by-one" ? SoftmaxType::kOffByOne
                                                     : SoftmaxType::kVanilla;  // validated choices

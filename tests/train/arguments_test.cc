@@ -572,8 +572,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--moe-input-jitter-eps", "0.1"}, StatusCode::kInvalidArgument,
                   "--moe-input-jitter-eps needs --num-experts (a MoE model), found no --num-experts"},
         ErrorCase{{"--recompute-activations", "--recompute-modules", "norm"}, StatusCode::kInvalidArgument,
-                  "--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe or "
-                  "shared_experts, found 'norm'"},
+                  "--recompute-modules: expected core_attn, layernorm, moe_act, mla_up_proj, mlp, moe, "
+                  "shared_experts or mhc, found 'norm'"},
         ErrorCase{{"--recompute-activations", "--recompute-granularity", "full"}, StatusCode::kInvalidArgument,
                   "--recompute-activations means --recompute-granularity selective, found --recompute-granularity full"},
         ErrorCase{{"--recompute-granularity", "partial"}, StatusCode::kInvalidArgument, "--recompute-granularity..."},
