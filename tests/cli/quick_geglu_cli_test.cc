@@ -1,7 +1,8 @@
 // Megatron main's gpt-oss activation flags end to end (--quick-geglu, --glu-linear-offset,
 // --activation-func-clamp-value): level 0 (reference kernels) and level 2 (the fused gated kernel,
-// installed by bias-gelu-fusion / use-fused-swiglu) give the same losses for a dense model and a MoE
-// model with grouped-GEMM experts and a shared expert; the offset and the clamp change the run.
+// installed by bias-gelu-fusion / use-fused-swiglu) give the same losses for a dense model, a MoE
+// model with grouped-GEMM experts and a shared expert, and one with biased experts in the per-expert
+// loop; the offset and the clamp change the run.
 #include <gtest/gtest.h>
 
 #include "cli/cli_test_util.h"
@@ -38,6 +39,11 @@ void expect_levels_agree(const std::string& model, const char* fused_feature) {
 TEST(QuickGegluCli, DenseModelSameLossesAtLevels0And2) { expect_levels_agree(kGptOss, "bias-gelu-fusion"); }
 
 TEST(QuickGegluCli, MoeModelSameLossesAtLevels0And2) { expect_levels_agree(kGptOss + kMoe, "bias-gelu-fusion"); }
+
+// The per-expert loop (no --moe-grouped-gemm) with expert biases (fc1's bias added before the clamp).
+TEST(QuickGegluCli, MoeModelWithBiasesPerExpertLoopSameLossesAtLevels0And2) {
+  expect_levels_agree(kGptOss + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48", "bias-gelu-fusion");
+}
 
 TEST(QuickGegluCli, ClampedSwigluMoeSameLossesAtLevels0And2) {
   expect_levels_agree(" --swiglu --activation-func-clamp-value 0.125 --use-fused-swiglu" + kMoe, "use-fused-swiglu");
