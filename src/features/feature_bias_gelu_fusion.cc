@@ -1,4 +1,5 @@
-// Level 1: bias add + exact GeLU fused and vectorised (Megatron's default bias-gelu fusion).
+// Level 1: bias add + exact GeLU (or --quick-geglu's gated quick GeLU) fused and vectorised (Megatron's default
+// bias-gelu fusion).
 #include "features/kernel_feature.h"
 #include "features/registry.h"
 
@@ -10,7 +11,9 @@ void register_feature_bias_gelu_fusion(FeatureRegistry& registry) {
   s.flag = "--no-bias-gelu-fusion";
   s.level = 1;
   s.counterpart = "Megatron bias_gelu_fusion (on by default)";
-  s.description = "bias add and exact-erf GeLU fused and vectorised";
+  s.description =
+      "bias add and exact-erf GeLU fused and vectorised; with --quick-geglu the gated quick GeLU (with "
+      "--glu-linear-offset and --activation-func-clamp-value), forward and backward";
   s.ops = {"gelu"};
   s.not_applicable = [](const Arguments& a) {
     if (a.model.swiglu) return std::string("the model uses SwiGLU");

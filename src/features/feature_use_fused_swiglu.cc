@@ -1,4 +1,4 @@
-// --use-fused-swiglu: bias + SiLU(gate)·up in one pass, forward and backward.
+// --use-fused-swiglu: bias + SiLU(gate)·up in one pass (also clamped / offset), forward and backward.
 #include "features/kernel_feature.h"
 #include "features/registry.h"
 
@@ -10,7 +10,9 @@ void register_feature_use_fused_swiglu(FeatureRegistry& registry) {
   s.flag = "--use-fused-swiglu";
   s.level = 2;
   s.counterpart = "MindSpeed FusedSwigluFeature (npu_swiglu)";
-  s.description = "fused SwiGLU (bias, SiLU of the gate times the up projection), forward and backward";
+  s.description =
+      "fused SwiGLU (bias, SiLU of the gate times the up projection; also with --activation-func-clamp-value or "
+      "--glu-linear-offset), forward and backward";
   s.ops = {"swiglu"};
   s.requirement_error = [](const Arguments& a) {
     return a.model.swiglu ? std::string() : std::string("--use-fused-swiglu requires --swiglu");

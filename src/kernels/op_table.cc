@@ -116,6 +116,17 @@ void swiglu_act_backward_ref(const float* dact, const float* u, float* du, float
   if (dbias) column_sum_accumulate(du, dbias, rows, 2 * F);
 }
 
+void glu_act_forward_ref(const GluSpec& spec, float* u, const float* bias, float* act, int64_t rows, int64_t F) {
+  if (bias) add_bias_ref(u, bias, rows, 2 * F);
+  glu_forward_ref(spec, u, act, rows, F);
+}
+
+void glu_act_backward_ref(const GluSpec& spec, const float* dact, const float* u, float* du, float* dbias,
+                          int64_t rows, int64_t F) {
+  glu_backward_ref(spec, dact, u, du, rows, F);
+  if (dbias) column_sum_accumulate(du, dbias, rows, 2 * F);
+}
+
 }  // namespace
 
 OpTable reference_ops() {
@@ -135,6 +146,8 @@ OpTable reference_ops() {
   t.squared_relu_backward = squared_relu_act_backward_ref;
   t.swiglu_forward = swiglu_act_forward_ref;
   t.swiglu_backward = swiglu_act_backward_ref;
+  t.glu_forward = glu_act_forward_ref;
+  t.glu_backward = glu_act_backward_ref;
   t.rope_forward = rope_forward_ref;
   t.rope_backward = rope_backward_ref;
   t.attention_forward = attention_forward_ref;

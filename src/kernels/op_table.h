@@ -59,6 +59,14 @@ using ActivationForwardFn = void (*)(float* u, const float* bias, float* act, in
 using ActivationBackwardFn = void (*)(const float* dact, const float* u, float* du, float* dbias, int64_t rows,
                                       int64_t F);
 
+// The gated MLP activation with GluSpec's options (quick-GEGLU, --glu-linear-offset,
+// --activation-func-clamp-value; kernels/cpu/activation.h) on u [rows, 2F], as ActivationForwardFn:
+// the bias is added to u IN PLACE before clamping (u keeps the unclamped pre-activation).
+using GluForwardFn = void (*)(const GluSpec& spec, float* u, const float* bias, float* act, int64_t rows, int64_t F);
+// du [rows, 2F] written from dact; dbias accumulated (when non-null).
+using GluBackwardFn = void (*)(const GluSpec& spec, const float* dact, const float* u, float* du, float* dbias,
+                               int64_t rows, int64_t F);
+
 // Residual branch end fused with the next normalisation (the layer's x_mid -> norm2):
 //   out = residual + dropout(x + bias);  y = Norm(out)   (stats as NormForwardFn).
 // Backward stays the two separate backward entries.
@@ -131,6 +139,12 @@ struct OpTable {
   ActivationBackwardFn squared_relu_backward;
   ActivationForwardFn swiglu_forward;
   ActivationBackwardFn swiglu_backward;
+  // --quick-geglu, and SwiGLU with --glu-linear-offset / --activation-func-clamp-value
+  // (model/mlp_activation.h). Not an op group of its own: the fused version is installed with the
+  // "gelu" group (bias-gelu-fusion, level 1: Megatron's bias_activation_fusion of quick_geglu is
+  // bias_gelu_fusion) and with the "swiglu" group (--use-fused-swiglu).
+  GluForwardFn glu_forward;
+  GluBackwardFn glu_backward;
   RopeFn rope_forward;
   RopeFn rope_backward;
   AttentionForwardFn attention_forward;

@@ -129,6 +129,8 @@ void install_op_tracing(OpTable* ops) {
   GALE_TRACE_ENTRY(squared_relu_backward);
   GALE_TRACE_ENTRY(swiglu_forward);
   GALE_TRACE_ENTRY(swiglu_backward);
+  GALE_TRACE_ENTRY(glu_forward);
+  GALE_TRACE_ENTRY(glu_backward);
   GALE_TRACE_ENTRY(rope_forward);
   GALE_TRACE_ENTRY(rope_backward);
   GALE_TRACE_ENTRY(dsa_sparse_attention_forward);

@@ -316,6 +316,14 @@ struct ModelConfig {
   bool rms_norm = false;
   float norm_eps = 1e-5f;
   bool swiglu = false;
+  // --quick-geglu (Megatron main; gpt-oss): a gated MLP like SwiGLU whose gate goes through
+  // quick_gelu(a) = a·σ(1.702·a) instead of SiLU (kernels/cpu/activation.h GluSpec).
+  bool quick_geglu = false;
+  // --glu-linear-offset: added to the gated MLP's linear half before the product (gpt-oss: 1.0).
+  float glu_linear_offset = 0.0f;
+  // --activation-func-clamp-value (> 0; 0: none): the gated MLP's gate is clamped from above and
+  // its linear half to [−clamp, clamp] before the activation (gpt-oss: 7.0).
+  float activation_clamp = 0.0f;
   bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
   // --embed-layernorm (MindSpeed-LLM, Bloom's word_embeddings_layernorm): the embedding's output is
   // normalised (the model's norm and epsilon; weights embedding.norm.weight/.bias) before its dropout.
@@ -408,7 +416,9 @@ struct ModelConfig {
   DType gemm_dtype() const { return bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32; }
   bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
-  int64_t fc1_out() const { return swiglu ? 2 * ffn : ffn; }  // fc1 rows before TP split
+  // A gated MLP (Megatron's gated_linear_unit): fc1 holds [gate; linear half], each F rows.
+  bool gated() const { return swiglu || quick_geglu; }
+  int64_t fc1_out() const { return gated() ? 2 * ffn : ffn; }  // fc1 rows before TP split
   // Layer `layer`'s sub-blocks, query groups and FFN size (the model-wide ones without hetero and
   // for the MTP layers past the decoder).
   const HeteroLayer* hetero_layer(int64_t layer) const {

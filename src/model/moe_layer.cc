@@ -426,9 +426,9 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
     bias.buffer = true;
     w.expert_bias = pb.add(bias);
   }
-  const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split (as the dense MLP)
+  const int blocks = c.gated() ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split (as the dense MLP)
   for (int64_t e = 0; e < El; ++e) {
-    const int64_t fc1_rows = c.swiglu ? 2 * Fe : Fe;
+    const int64_t fc1_rows = c.gated() ? 2 * Fe : Fe;
     w.fc1_w.push_back(
         pb.add(expert_spec(e, "linear_fc1.weight", {fc1_rows, H}, InitKind::kNormal, c.init_std, true, 0, blocks)));
     w.fc1_b.push_back(c.add_bias_linear

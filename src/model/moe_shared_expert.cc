@@ -40,8 +40,8 @@ SharedExpertIds register_shared_expert_params(ParamBuffer& pb, const ModelConfig
   GALE_CHECK(part.tp_size() == 1 || part.sequence_parallel) << "the MoE shared expert under TP needs sequence parallelism";
   GALE_CHECK_EQ(Fs % part.tp_size(), 0) << "--moe-shared-expert-intermediate-size over TP";
   const float out_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split
-  w.fc1_w = pb.add(tp_split(make_param_spec(shared_name(layer, "linear_fc1.weight"), {c.swiglu ? 2 * Fs : Fs, H},
+  const int blocks = c.gated() ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split
+  w.fc1_w = pb.add(tp_split(make_param_spec(shared_name(layer, "linear_fc1.weight"), {c.gated() ? 2 * Fs : Fs, H},
                                             InitKind::kNormal, c.init_std, true),
                             part, 0, blocks));
   w.fc2_w = pb.add(tp_split(

@@ -149,7 +149,7 @@ LayerParamIds register_tp2d_layer_params(ParamBuffer& pb, const ModelConfig& c, 
     w.proj_b = pb.add(whole_1d(layer_name(layer, "self_attention.linear_proj.bias"), H, InitKind::kZeros));
   w.norm2_w = pb.add(whole_1d(layer_name(layer, "pre_mlp_layernorm.weight"), H, norm_weight_init(c)));
   if (ln) w.norm2_b = pb.add(whole_1d(layer_name(layer, "pre_mlp_layernorm.bias"), H, InitKind::kZeros));
-  const int blocks = c.swiglu ? 2 : 1;  // SwiGLU fc1 holds [gate; up]: each half split over X
+  const int blocks = c.gated() ? 2 : 1;  // SwiGLU fc1 holds [gate; up]: each half split over X
   w.fc1_w = pb.add(block_2d(
       make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true), g.x,
       g.y, blocks));
@@ -202,7 +202,7 @@ Tensor tp2d_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const L
   const int64_t Ty = fc1_out.size(0), Fl = c.ffn / g.X;
   std::vector<float> fc1_bias;  // this rank's elements of the whole fc1 bias
   if (w.fc1_b >= 0)
-    for (int64_t i : bias_slice(c.fc1_out(), c.swiglu ? 2 : 1, g)) fc1_bias.push_back(pb.param_data(w.fc1_b)[i]);
+    for (int64_t i : bias_slice(c.fc1_out(), c.gated() ? 2 : 1, g)) fc1_bias.push_back(pb.param_data(w.fc1_b)[i]);
   Tensor act = Tensor::empty({Ty, Fl});
   mlp_activation_forward(c, ops)(fc1_out.data<float>(), fc1_bias.empty() ? nullptr : fc1_bias.data(), act.data<float>(),
                                  Ty, Fl);
@@ -249,7 +249,7 @@ Tensor tp2d_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerP
   std::vector<int64_t> fc1_bias_idx;
   std::vector<float> d_fc1_bias;
   if (w.fc1_b >= 0) {
-    fc1_bias_idx = bias_slice(c.fc1_out(), c.swiglu ? 2 : 1, g);
+    fc1_bias_idx = bias_slice(c.fc1_out(), c.gated() ? 2 : 1, g);
     d_fc1_bias.assign(fc1_bias_idx.size(), 0.0f);
   }
   mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), d_fc1.data<float>(),

@@ -400,7 +400,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
-  int blocks = c.swiglu ? 2 : 1;
+  int blocks = c.gated() ? 2 : 1;
   w.fc1_w = pb.add(tp_split(gemm_weight(make_param_spec(layer_name(layer, "mlp.linear_fc1.weight"), {c.fc1_out(), H}, InitKind::kNormal, std, true)), part, 0, blocks));
   if (lora_targets(c.lora, LoraTarget::kFc1))
     w.lora_fc1 = register_lora_params(pb, c.lora, part, layer_name(layer, "mlp.linear_fc1.weight"), c.fc1_out(), H,

@@ -53,6 +53,13 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--apply-layernorm-1p", &a.apply_layernorm_1p,
              "zero-centred norm weights: initialised to 0, the norms scale by 1 + weight");
   p.add_flag("--swiglu", &a.swiglu, "SwiGLU MLP instead of GeLU");
+  p.add_flag("--quick-geglu", &a.quick_geglu,
+             "gated MLP with Megatron's quick GeLU of the gate, a·sigmoid(1.702·a), instead of GeLU (gpt-oss)");
+  p.add("--glu-linear-offset", &a.glu_linear_offset,
+        "gated MLP (--swiglu, --quick-geglu): add this to the linear half before the product (gpt-oss: 1.0)");
+  p.add("--activation-func-clamp-value", &a.activation_func_clamp_value,
+        "gated MLP: clamp the gate to at most this and the linear half to [-value, value] before the activation "
+        "(gpt-oss: 7.0; with --swiglu MoE models only)");
   p.add_flag("--embed-layernorm", &a.embed_layernorm,
              "MindSpeed-LLM: normalise the embedding's output (--normalization's norm, with its weight and bias) before "
              "the first layer, as Bloom's word_embeddings_layernorm");
@@ -731,6 +738,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   if (m.use_rope_scaling && !(m.rope_scaling_factor >= 1.0))
     return InvalidArgument("--rope-scaling-factor: expected a number ≥ 1, found ", m.rope_scaling_factor);
   if (m.openai_gelu && m.swiglu) return InvalidArgument("--openai-gelu with --swiglu: the SwiGLU MLP has no GeLU");
+  GALE_RETURN_IF_ERROR(validate_glu_args(m));
   if (m.squared_relu && m.swiglu)
     return InvalidArgument("--squared-relu with --swiglu: the MLP has one activation (squared ReLU or SwiGLU)");
   if (m.squared_relu && m.openai_gelu)
@@ -1098,6 +1106,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_heterogeneous_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
+  GALE_RETURN_IF_ERROR(validate_glu_moe_args(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
   GALE_RETURN_IF_ERROR(validate_mhc_args(a, p));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));

@@ -80,6 +80,13 @@ struct ModelArgs {
   std::string normalization = "LayerNorm";
   double norm_epsilon = 1e-5;
   bool swiglu = false;
+  // Megatron main's gpt-oss activation: --quick-geglu (gated MLP, gate through a·σ(1.702·a)),
+  // --glu-linear-offset (added to the linear half; gated MLPs only) and
+  // --activation-func-clamp-value (NaN: unset; gate clamped from above, linear half to ±value).
+  bool quick_geglu = false;
+  double glu_linear_offset = 0.0;
+  double activation_func_clamp_value = std::numeric_limits<double>::quiet_NaN();
+  bool gated_mlp() const { return swiglu || quick_geglu; }
   bool openai_gelu = false;  // --openai-gelu: tanh GeLU
   bool embed_layernorm = false;  // --embed-layernorm: a norm after the embedding (Bloom; ModelConfig)
   bool squared_relu = false;  // --squared-relu: max(x, 0)² MLP activation
@@ -1004,6 +1011,11 @@ StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::stri
 // yarn_* flags, added beside --position-embedding-type, and the checks validate_model_args runs.
 void add_yarn_args(ArgParser& p, ModelArgs& a);
 Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
+// --quick-geglu, --glu-linear-offset, --activation-func-clamp-value (train/arguments_glu.cc): the
+// model-only checks (run by validate_model_args) and the one that needs --num-experts (run by
+// validate_all_pretrain_args).
+Status validate_glu_args(const ModelArgs& m);
+Status validate_glu_moe_args(const Arguments& a);
 // --attention-output-gate: what it does not compose with (train/arguments_attention_gate.cc; run by
 // validate_all_pretrain_args).
 Status validate_attention_output_gate(const Arguments& a);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "ckpt/checkpoint_reader.h"
@@ -33,6 +35,9 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.openai_gelu) j["openai_gelu"] = true;
   if (c.embed_layernorm) j["embed_layernorm"] = true;
   if (c.squared_relu) j["squared_relu"] = true;
+  if (c.quick_geglu) j["quick_geglu"] = true;
+  if (c.glu_linear_offset != 0.0f) j["glu_linear_offset"] = c.glu_linear_offset;
+  if (c.activation_clamp > 0.0f) j["activation_func_clamp_value"] = c.activation_clamp;
   if (c.norm_weight_1p) j["apply_layernorm_1p"] = true;
   if (c.rope_scaling_factor > 0.0) j["rope_scaling_factor"] = c.rope_scaling_factor;
   if (c.rope_position_scale != 1.0) j["rope_position_scale"] = c.rope_position_scale;
@@ -128,6 +133,10 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["mtp_loss_scaling_factor"] = m.mtp_loss_scaling_factor;
   }
   if (m.squared_relu) j["squared_relu"] = true;
+  if (m.quick_geglu) j["quick_geglu"] = true;  // absent: False
+  if (m.glu_linear_offset != 0.0) j["glu_linear_offset"] = m.glu_linear_offset;  // absent: 0.0
+  if (!unset(m.activation_func_clamp_value))  // absent: None
+    j["activation_func_clamp_value"] = m.activation_func_clamp_value;
   if (m.apply_layernorm_1p) j["apply_layernorm_1p"] = true;
   if (m.rotary_interleaved) j["rotary_interleaved"] = true;
   if (m.sliding_window != kUnset) j["sliding_window"] = m.sliding_window;  // absent: None
@@ -255,6 +264,15 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   if (args.contains("embed_layernorm"))
     GALE_RETURN_IF_ERROR(get(args, "embed_layernorm", where, &m.embed_layernorm));
   if (args.contains("squared_relu")) GALE_RETURN_IF_ERROR(get(args, "squared_relu", where, &m.squared_relu));
+  // Megatron main's gated-MLP options (Megatron records False / 0.0 / None; older checkpoints lack them).
+  if (auto it = args.find("quick_geglu"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "quick_geglu", where, &m.quick_geglu));
+  for (auto [key, out] : {std::pair{"glu_linear_offset", &m.glu_linear_offset},
+                          std::pair{"activation_func_clamp_value", &m.activation_func_clamp_value}})
+    if (auto it = args.find(key); it != args.end() && !it->is_null()) {
+      if (!it->is_number()) return InvalidArgument(where, ": args '", key, "' is ", it->dump(), ", expected a number");
+      *out = it->get<double>();
+    }
   if (args.contains("apply_layernorm_1p"))
     GALE_RETURN_IF_ERROR(get(args, "apply_layernorm_1p", where, &m.apply_layernorm_1p));
   if (args.contains("rotary_interleaved"))
@@ -531,6 +549,7 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
                            std::pair{"attention_output_gate", &m.attention_output_gate},
                            std::pair{"squared_relu", &m.squared_relu},
+                           std::pair{"quick_geglu", &m.quick_geglu},
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
     *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();
     lines.push_back(str_cat("Setting ", key, " to ", *dest ? "True" : "False", " from checkpoint"));
@@ -543,6 +562,15 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
     GALE_RETURN_IF_ERROR(set("mhc_num_residual_streams", &m.mhc_num_residual_streams, "--mhc-num-residual-streams", true));
     GALE_RETURN_IF_ERROR(set("mhc_sinkhorn_iterations", &m.mhc_sinkhorn_iterations, "--mhc-sinkhorn-iterations", true));
     GALE_RETURN_IF_ERROR(set("mhc_init_gating_factor", &m.mhc_init_gating_factor, "--mhc-init-gating-factor", true));
+  }
+  // --glu-linear-offset (absent: 0.0) and --activation-func-clamp-value (absent or None: unset).
+  for (auto [key, dest, none] : {std::tuple{"glu_linear_offset", &m.glu_linear_offset, 0.0},
+                                 std::tuple{"activation_func_clamp_value", &m.activation_func_clamp_value,
+                                            std::numeric_limits<double>::quiet_NaN()}}) {
+    const bool given = saved.contains(key) && saved[key].is_number();
+    *dest = given ? saved[key].get<double>() : none;
+    lines.push_back(str_cat("Setting ", key, " to ", given ? printed(saved[key]) : std::string(none == 0.0 ? "0.0" : "None"),
+                            " from checkpoint"));
   }
   // --softmax-type: recorded when not vanilla (absent or None: vanilla).
   m.softmax_type = saved.contains("softmax_type") && saved["softmax_type"].is_string()

@@ -280,9 +280,11 @@ nlohmann::ordered_json transformer_config(const Arguments& a, const nlohmann::or
       {"num_layers_in_first_pipeline_stage", arg_or_null(args, "decoder_first_pipeline_num_layers")},
       {"num_layers_in_last_pipeline_stage", arg_or_null(args, "decoder_last_pipeline_num_layers")},
       {"fp8_param", arg_or_null(args, "fp8_param_gather")},
-      {"gated_linear_unit", m.swiglu},
+      {"gated_linear_unit", m.gated_mlp()},
       // Megatron's callables as its JSON encoder writes a function: str(function)
-      {"activation_func", m.swiglu ? "<function silu>" : m.squared_relu ? "<function squared_relu>" : "<function gelu>"},
+      {"activation_func", m.swiglu        ? "<function silu>"
+                          : m.quick_geglu ? "<function quick_gelu>"
+                          : m.squared_relu ? "<function squared_relu>" : "<function gelu>"},
       {"bias_activation_fusion", m.swiglu ? !arg_true(args, "no_bias_swiglu_fusion") : !arg_true(args, "no_bias_gelu_fusion")},
       {"is_hybrid_model", m.is_hybrid_model},
       {"config_logger_dir", a.logging.config_logger_dir}};

@@ -941,6 +941,13 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.softmax_type != "vanilla")
     return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
                          " (attention sinks), which Gale does not write to Hugging Face yet (gpt-oss's sinks)");
+  if (m.quick_geglu || m.glu_linear_offset != 0.0 || !unset(m.activation_func_clamp_value))
+    return Unimplemented(where, ": the model has ",
+                         m.quick_geglu                     ? "--quick-geglu"
+                         : m.glu_linear_offset != 0.0      ? "--glu-linear-offset"
+                                                           : "--activation-func-clamp-value",
+                         " (gpt-oss's MLP activation), which Gale does not write to Hugging Face yet "
+                         "(GptOssForCausalLM: not supported yet)");
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");

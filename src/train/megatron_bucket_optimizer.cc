@@ -434,8 +434,11 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
       return DataLoss(what, ": optimizer tensor '", key, "': expected dp_group_idx_0 to ", tp * pp - 1, " (one per "
                       "model-parallel rank of the saved args' TP ", tp, " x PP ", pp, "); ", kOutWay);
   }
-  const PyValue* swiglu = args ? args->attr("swiglu") : nullptr;
-  const bool gated = swiglu && swiglu->kind == PyValue::kBool && swiglu->b;
+  const auto flag_on = [&](const char* name) {
+    const PyValue* v = args ? args->attr(name) : nullptr;
+    return v && v->kind == PyValue::kBool && v->b;
+  };
+  const bool gated = flag_on("swiglu") || flag_on("quick_geglu");  // fc1 [gate; linear half] per rank
   std::map<std::string, Tensor> weights;  // the saved weights, read once
   std::map<std::string, std::map<std::string, Tensor>> global;  // state -> model key -> global tensor
   for (int64_t p = 0; p < pp; ++p) {

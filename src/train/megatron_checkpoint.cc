@@ -362,7 +362,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
   if (const PyValue* f = first.get("num_floating_point_operations_so_far"))
     m.floating_point_operations_so_far = f->kind == PyValue::kFloat ? f->f : f->kind == PyValue::kInt ? f->i : 0.0;
-  const bool swiglu = m.args.value("swiglu", false), mla = m.args.value("multi_latent_attention", false);
+  // A gated fc1 ([gate; linear half] per TP rank): --swiglu or --quick-geglu.
+  const bool swiglu = m.args.value("swiglu", false) || m.args.value("quick_geglu", false),
+             mla = m.args.value("multi_latent_attention", false);
   // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
   int64_t offset = 0;
   for (int64_t v = 0; v < m.virtual_chunks; ++v) {
@@ -599,6 +601,11 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("swiglu", model.swiglu);
   set_bool("squared_relu", model.squared_relu);
   set_bool("openai_gelu", model.openai_gelu);
+  set_bool("quick_geglu", model.quick_geglu);  // Megatron main's gpt-oss activation options
+  ns->set("glu_linear_offset", PyValue::real(model.glu_linear_offset));
+  ns->set("activation_func_clamp_value", unset(model.activation_func_clamp_value)
+                                             ? PyValue::none()
+                                             : PyValue::real(model.activation_func_clamp_value));
   set_bool("untie_embeddings_and_output_weights", model.untie_embeddings_and_output_weights);
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
@@ -668,7 +675,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   char iter_name[32];
   std::snprintf(iter_name, sizeof(iter_name), "iter_%07lld", static_cast<long long>(o.iteration));
   const std::string iter_dir = o.save_dir + "/" + (o.release ? std::string("release") : std::string(iter_name));
-  const bool swiglu = model.swiglu;
+  const bool swiglu = model.gated_mlp();  // fc1 split as [gate; linear half] per rank
   for (int64_t p = 0; p < pp; ++p)
     for (int64_t t = 0; t < tp; ++t)
     for (int64_t e = 0; e < ep; ++e) {

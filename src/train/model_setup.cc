@@ -28,6 +28,9 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rms_norm = m.normalization == "RMSNorm";
   c.norm_eps = static_cast<float>(m.norm_epsilon);
   c.swiglu = m.swiglu;
+  c.quick_geglu = m.quick_geglu;
+  c.glu_linear_offset = static_cast<float>(m.glu_linear_offset);
+  c.activation_clamp = unset(m.activation_func_clamp_value) ? 0.0f : static_cast<float>(m.activation_func_clamp_value);
   c.openai_gelu = m.openai_gelu;
   c.embed_layernorm = m.embed_layernorm;
   c.squared_relu = m.squared_relu;

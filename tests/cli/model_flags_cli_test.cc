@@ -1,5 +1,6 @@
 // Model flags recorded in checkpoints only when set (--use-rope-scaling, --openai-gelu, --squared-relu,
-// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --no-rope-freq, --attention-output-gate, --embed-layernorm and
+// --apply-layernorm-1p, --rotary-seq-len-interpolation-factor, --rotary-interleaved, --no-rope-freq, --attention-output-gate, --embed-layernorm,
+// --quick-geglu with --glu-linear-offset and --activation-func-clamp-value, and
 // --position-embedding-type alibi): a run that resumes with the same flags continues, one without
 // them is refused naming the flag, and --use-checkpoint-args restores them.
 #include <gtest/gtest.h>
@@ -34,7 +35,9 @@ TEST(ModelFlagsCli, RecordedFlagsMustMatchOnResume) {
                              "rotary_interleaved = true"},
                         Case{"--position-embedding-type rope --no-rope-freq 2", " --position-embedding-type rope",
                              "no_rope_layers = [0,1]"},
-                        Case{"--attention-output-gate", "", "attention_output_gate = true"}}) {
+                        Case{"--attention-output-gate", "", "attention_output_gate = true"},
+                        Case{"--quick-geglu --glu-linear-offset 1.0 --activation-func-clamp-value 0.125", "",
+                             "activation_func_clamp_value = 0.125"}}) {
     const std::string& flags = c.flags;
     testing::TempDir dir;
     const std::string save = " --save " + dir.file("ckpt") + " --save-interval 2";

@@ -251,6 +251,35 @@ TEST_P(FusedVsReference, SwigluWithBias) {
     }
 }
 
+TEST_P(FusedVsReference, GluWithBiasOffsetAndClamp) {
+  // gpt-oss's clamped quick GeGLU with offset, plain quick GeGLU, and clamped SwiGLU; inputs of scale 6
+  // put many entries past the clamp 3.
+  const GluSpec specs[] = {{kQuickGeluAlpha, 1.0f, 3.0f}, {kQuickGeluAlpha, 0.0f, HUGE_VALF}, {1.0f, 0.0f, 3.0f}};
+  for (const GluSpec& spec : specs)
+    for (const ActShape& sh : kActShapes)
+      for (bool bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "alpha " << spec.alpha << " offset " << spec.linear_offset << " clamp "
+                                          << spec.clamp << " rows " << sh.rows << " F " << sh.F << " bias " << bias);
+        const int64_t n = sh.rows * sh.F;
+        auto u0 = random_vector(2 * n, 55, 6.0f), bvec = random_vector(2 * sh.F, 56), dact = random_vector(n, 57);
+        std::vector<float> u_ref = u0, u = u0, a_ref(n), a(n);
+        ref_.glu_forward(spec, u_ref.data(), bias ? bvec.data() : nullptr, a_ref.data(), sh.rows, sh.F);
+        fused().glu_forward(spec, u.data(), bias ? bvec.data() : nullptr, a.data(), sh.rows, sh.F);
+        EXPECT_EQ(bit_differences(u, u_ref), 0);
+        EXPECT_LE(peak_rel_error(a, a_ref), kActivationTol);
+        auto db0 = random_vector(2 * sh.F, 58);
+        std::vector<float> du_ref(2 * n), du(2 * n), db_ref = db0, db = db0;
+        ref_.glu_backward(spec, dact.data(), u_ref.data(), du_ref.data(), bias ? db_ref.data() : nullptr, sh.rows,
+                          sh.F);
+        fused().glu_backward(spec, dact.data(), u_ref.data(), du.data(), bias ? db.data() : nullptr, sh.rows, sh.F);
+        EXPECT_LE(peak_rel_error(du, du_ref), kActivationTol);
+        EXPECT_LE(peak_rel_error(db, db_ref), kActivationTol);
+        // The clamped entries' gradients are exactly zero in both.
+        for (int64_t i = 0; i < 2 * n; ++i)
+          if (du_ref[i] == 0.0f) EXPECT_EQ(du[i], 0.0f) << i;
+      }
+}
+
 TEST_P(FusedVsReference, ActivationsKeepInfAndNanBehaviour) {
   // Saturated inputs: GeLU(−40) = −0, GeLU(40) = 40, SiLU(±100) finite; NaN propagates.
   std::vector<float> u = {-40.0f, 40.0f, -100.0f, 100.0f, NAN, 0.0f, -0.0f, 3.0f};

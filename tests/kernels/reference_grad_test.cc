@@ -1,6 +1,7 @@
 // Finite-difference checks of every reference kernel's backward against its forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -144,6 +145,60 @@ TEST(ActivationGrad, SwiGLU) {
   auto dir = random_vector(rows * 2 * F, 33);
   EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), rows * 2 * F),
                      directional_derivative(loss, x.data(), dir.data(), rows * 2 * F, 1e-3)), kTol);
+}
+
+// The gated activation of --quick-geglu / --glu-linear-offset / --activation-func-clamp-value: the
+// finite difference sees the clamp's flat regions (inputs of scale 5 against clamp 2.5, none within
+// 0.05 of a kink so that ±eps stays on one side), and an entry past the clamp has a zero gradient.
+TEST(ActivationGrad, GluQuickGeluOffsetAndClamp) {
+  const int64_t rows = 4, F = 23;
+  for (const GluSpec& spec : {GluSpec{kQuickGeluAlpha, 1.0f, 2.5f}, GluSpec{kQuickGeluAlpha, 0.0f, HUGE_VALF},
+                              GluSpec{1.0f, 0.0f, 2.5f}, GluSpec{1.0f, -0.75f, HUGE_VALF}}) {
+    SCOPED_TRACE(::testing::Message() << "alpha " << spec.alpha << " offset " << spec.linear_offset << " clamp "
+                                      << spec.clamp);
+    auto x = random_vector(rows * 2 * F, 34, 5.0f), r = random_vector(rows * F, 35);
+    for (float& v : x)
+      for (float kink : {spec.clamp, -spec.clamp})
+        if (std::fabs(v - kink) < 0.05f) v = kink + (v < kink ? -0.05f : 0.05f);
+    std::vector<float> y(rows * F), dx(rows * 2 * F);
+    auto loss = [&] {
+      glu_forward_ref(spec, x.data(), y.data(), rows, F);
+      return dot(y.data(), r.data(), rows * F);
+    };
+    glu_backward_ref(spec, r.data(), x.data(), dx.data(), rows, F);
+    auto dir = random_vector(rows * 2 * F, 36);
+    // Five-point stencil, h = 0.01 (2h stays inside the 0.05 margin): inputs of scale 5 make the
+    // central difference's fp32 noise too large at h = 1e-3.
+    EXPECT_LT(rel_diff(dot(dx.data(), dir.data(), rows * 2 * F),
+                       testing::directional_derivative_5point(loss, x.data(), dir.data(), rows * 2 * F, 1e-2)),
+              kTol);
+    int64_t clamped = 0;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t i = 0; i < F; ++i) {
+        const int64_t g = row * 2 * F + i, l = g + F;
+        if (x[g] > spec.clamp) {
+          EXPECT_EQ(dx[g], 0.0f) << "gate past the clamp at " << g;
+          ++clamped;
+        }
+        if (std::fabs(x[l]) > spec.clamp) {
+          EXPECT_EQ(dx[l], 0.0f) << "linear half past the clamp at " << l;
+          ++clamped;
+        }
+      }
+    if (std::isfinite(spec.clamp)) {
+      EXPECT_GT(clamped, 10);  // the inputs do reach past the clamp
+    }
+  }
+  // alpha 1, no offset, no clamp is SwiGLU (within a rounding: the compiler may contract differently).
+  const int64_t n = 3 * 2 * 9;
+  auto x = random_vector(n, 37, 4.0f), dy = random_vector(n / 2, 38);
+  std::vector<float> y(n / 2), y_swiglu(n / 2), dx(n), dx_swiglu(n);
+  glu_forward_ref(GluSpec{}, x.data(), y.data(), 3, 9);
+  swiglu_forward_ref(x.data(), y_swiglu.data(), 3, 9);
+  glu_backward_ref(GluSpec{}, dy.data(), x.data(), dx.data(), 3, 9);
+  swiglu_backward_ref(dy.data(), x.data(), dx_swiglu.data(), 3, 9);
+  for (int64_t i = 0; i < n / 2; ++i) EXPECT_NEAR(y[i], y_swiglu[i], 1e-6f * std::max(1.0f, std::fabs(y_swiglu[i])));
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(dx[i], dx_swiglu[i], 1e-6f * std::max(1.0f, std::fabs(dx_swiglu[i])));
 }
 
 TEST(RopeGrad, BackwardIsTransposeAndPreservesNorm) {

@@ -621,6 +621,27 @@ INSTANTIATE_TEST_SUITE_P(
                   "--squared-relu with --swiglu: the MLP has one activation (squared ReLU or SwiGLU)"},
         ErrorCase{{"--squared-relu", "--openai-gelu"}, StatusCode::kInvalidArgument,
                   "--squared-relu with --openai-gelu: the MLP has one activation (squared ReLU or GeLU)"},
+        ErrorCase{{"--quick-geglu", "--swiglu"}, StatusCode::kInvalidArgument,
+                  "--quick-geglu with --swiglu: the gated MLP has one activation (quick GeLU or SiLU)"},
+        ErrorCase{{"--quick-geglu", "--squared-relu"}, StatusCode::kInvalidArgument,
+                  "--quick-geglu with --squared-relu: the MLP has one activation (quick GeGLU or squared ReLU)"},
+        ErrorCase{{"--quick-geglu", "--openai-gelu"}, StatusCode::kInvalidArgument,
+                  "--quick-geglu with --openai-gelu: the quick GeGLU MLP has no tanh GeLU"},
+        ErrorCase{{"--glu-linear-offset", "1.5"}, StatusCode::kInvalidArgument,
+                  "--glu-linear-offset 1.5 needs a gated MLP (--swiglu or --quick-geglu), found a GeLU MLP"},
+        ErrorCase{{"--squared-relu", "--activation-func-clamp-value", "7"}, StatusCode::kInvalidArgument,
+                  "--activation-func-clamp-value 7 needs a gated MLP (--swiglu or --quick-geglu), found --squared-relu"},
+        ErrorCase{{"--quick-geglu", "--activation-func-clamp-value", "-7"}, StatusCode::kInvalidArgument,
+                  "--activation-func-clamp-value: expected a finite number greater than zero, found -7"},
+        ErrorCase{{"--quick-geglu", "--activation-func-clamp-value", "inf"}, StatusCode::kInvalidArgument,
+                  "--activation-func-clamp-value: expected a finite number greater than zero, found inf"},
+        ErrorCase{{"--swiglu", "--num-experts", "4", "--activation-func-clamp-value", "7", "--glu-linear-offset", "1"},
+                  StatusCode::kInvalidArgument,
+                  "--glu-linear-offset 1 with --swiglu and --activation-func-clamp-value: Megatron requires the "
+                  "offset to be 0 for a clamped SwiGLU"},
+        ErrorCase{{"--swiglu", "--activation-func-clamp-value", "7"}, StatusCode::kInvalidArgument,
+                  "--activation-func-clamp-value with --swiglu needs --num-experts (Megatron clamps SwiGLU only in MoE "
+                  "models), found a dense model"},
         ErrorCase{{"--rotary-interleaved"}, StatusCode::kInvalidArgument,
                   "--rotary-interleaved needs --position-embedding-type rope (or --multi-latent-attention), found "
                   "learned_absolute"},
@@ -675,6 +696,55 @@ TEST(Arguments, ModelVariantFlagsReachTheModelConfig) {
   const ModelConfig p = model_config_from_args(plain.args);
   EXPECT_FALSE(p.squared_relu || p.norm_weight_1p || p.init_xavier_uniform || p.rope_interleaved);
   EXPECT_EQ(p.rope_position_scale, 1.0);
+}
+
+// --quick-geglu, --glu-linear-offset and --activation-func-clamp-value: the model's gated activation
+// (fc1 doubled as with --swiglu, ffn default 4h as Megatron's), recorded in the checkpoint args and
+// the model section only when set, and read back.
+TEST(Arguments, GptOssActivationFlagsReachTheModelAndTheCheckpointArgs) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--quick-geglu", "--glu-linear-offset", "1.0",
+                                                      "--activation-func-clamp-value", "7.0"}))
+                  .ok());
+  EXPECT_EQ(c.args.model.ffn_hidden_size, 4 * c.args.model.hidden_size);  // not SwiGLU's 8h/3
+  c.args.model.padded_vocab_size = 128;
+  const ModelConfig m = model_config_from_args(c.args);
+  EXPECT_TRUE(m.quick_geglu && m.gated() && !m.swiglu);
+  EXPECT_EQ(m.fc1_out(), 2 * m.ffn);
+  EXPECT_EQ(m.glu_linear_offset, 1.0f);
+  EXPECT_EQ(m.activation_clamp, 7.0f);
+  const nlohmann::json args = model_flags_json(c.args.model);
+  EXPECT_EQ(args["quick_geglu"], true);
+  EXPECT_EQ(args["glu_linear_offset"], 1.0);
+  EXPECT_EQ(args["activation_func_clamp_value"], 7.0);
+  const ModelArgs back = model_args_from_json(args, "x").value();
+  EXPECT_TRUE(back.quick_geglu);
+  EXPECT_EQ(back.glu_linear_offset, 1.0);
+  EXPECT_EQ(back.activation_func_clamp_value, 7.0);
+  const nlohmann::json section = checkpoint_model_section(m);
+  EXPECT_EQ(section["quick_geglu"], true);
+  EXPECT_EQ(section["glu_linear_offset"], 1.0);
+  EXPECT_EQ(section["activation_func_clamp_value"], 7.0);
+  Cli plain;
+  ASSERT_TRUE(plain.parse(minimal_pretrain_flags()).ok());
+  plain.args.model.padded_vocab_size = 128;
+  const nlohmann::json none = model_flags_json(plain.args.model);
+  EXPECT_FALSE(none.contains("quick_geglu") || none.contains("glu_linear_offset") ||
+               none.contains("activation_func_clamp_value"));
+  const ModelConfig p = model_config_from_args(plain.args);
+  EXPECT_FALSE(p.quick_geglu || p.gated());
+  EXPECT_EQ(p.activation_clamp, 0.0f);
+  // Megatron's own records: False / 0.0 / None.
+  nlohmann::json megatron = none;
+  megatron["quick_geglu"] = false;
+  megatron["glu_linear_offset"] = 0.0;
+  megatron["activation_func_clamp_value"] = nullptr;
+  const ModelArgs from_megatron = model_args_from_json(megatron, "x").value();
+  EXPECT_FALSE(from_megatron.quick_geglu);
+  EXPECT_TRUE(unset(from_megatron.activation_func_clamp_value));
+  megatron["activation_func_clamp_value"] = "seven";
+  EXPECT_EQ(model_args_from_json(megatron, "x").status().message(),
+            "x: args 'activation_func_clamp_value' is \"seven\", expected a number");
 }
 
 // MindSpeed-LLM's --sliding-window (default None): the model's window, recorded in the checkpoint

@@ -476,6 +476,27 @@ TEST(HfConvertErrors, SoftmaxTypeSinksAreRefused) {
             "to Hugging Face yet (gpt-oss's sinks)");
 }
 
+// --quick-geglu / --glu-linear-offset / --activation-func-clamp-value (gpt-oss's MLP): GptOssForCausalLM
+// is not written yet, and no other architecture holds them (a LLaMA export would drop the clamp).
+TEST(HfConvertErrors, GptOssActivationIsRefused) {
+  const ModelArgs base = converted_llama_args();
+  ModelArgs m = base;
+  m.swiglu = false;
+  m.quick_geglu = true;
+  auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "ckpt/metadata.json: the model has --quick-geglu (gpt-oss's MLP activation), which Gale does not write to "
+            "Hugging Face yet (GptOssForCausalLM: not supported yet)");
+  m = base;
+  m.activation_func_clamp_value = 7.0;
+  out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "ckpt/metadata.json: the model has --activation-func-clamp-value (gpt-oss's MLP activation), which Gale "
+            "does not write to Hugging Face yet (GptOssForCausalLM: not supported yet)");
+}
+
 // Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.
 TEST(HfConvertErrors, SharedExpertModelsQwen2MoeCannotHold) {
   TempDir tmp;

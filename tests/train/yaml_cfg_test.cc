@@ -450,6 +450,16 @@ TEST_F(YamlCfg, WindowSizeAndSkipFrequency) {
   EXPECT_EQ(argv.value(), (std::vector<std::string>{"--window-size", "(-1, 0)", "--window-attn-skip-freq", "4"}));
 }
 
+// Megatron main's gpt-oss activation: TransformerConfig's glu_linear_offset and
+// activation_func_clamp_value, and the quick_geglu switch, as the flags.
+TEST_F(YamlCfg, GptOssActivationKeys) {
+  StatusOr<std::vector<std::string>> argv = convert(
+      "language_model:\n  quick_geglu: true\n  glu_linear_offset: 1.0\n  activation_func_clamp_value: 7.0\n");
+  ASSERT_TRUE(argv.ok()) << argv.status().to_string();
+  EXPECT_EQ(argv.value(), (std::vector<std::string>{"--quick-geglu", "--glu-linear-offset", "1.0",
+                                                    "--activation-func-clamp-value", "7.0"}));
+}
+
 TEST_F(YamlCfg, MissingFile) {
   testing::FullCli cli;
   const std::string path = dir_.file("absent.yaml");

@@ -1,6 +1,7 @@
-// Reference GeLU / squared-ReLU / SwiGLU / bias kernels.
+// Reference GeLU / squared-ReLU / SwiGLU / gated-GLU / bias kernels.
 #include "kernels/cpu/activation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/threads.h"
@@ -91,6 +92,42 @@ void swiglu_backward_ref(const float* dy, const float* x, float* dx, int64_t row
         float silu = gate[i] * s;
         dup[i] = dyr[i] * silu;
         dgate[i] = dyr[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
+      }
+    }
+  });
+}
+
+void glu_forward_ref(const GluSpec& spec, const float* x, float* y, int64_t rows, int64_t F) {
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gate = x + r * 2 * F;
+      const float* lin = gate + F;
+      float* yr = y + r * F;
+      for (int64_t i = 0; i < F; ++i) {
+        const float a = std::min(gate[i], spec.clamp);
+        const float b = std::min(std::max(lin[i], -spec.clamp), spec.clamp);
+        yr[i] = a * sigmoid(spec.alpha * a) * (b + spec.linear_offset);
+      }
+    }
+  });
+}
+
+void glu_backward_ref(const GluSpec& spec, const float* dy, const float* x, float* dx, int64_t rows, int64_t F) {
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gate = x + r * 2 * F;
+      const float* lin = gate + F;
+      const float* dyr = dy + r * F;
+      float* dgate = dx + r * 2 * F;
+      float* dlin = dgate + F;
+      for (int64_t i = 0; i < F; ++i) {
+        const float a = std::min(gate[i], spec.clamp);
+        const float b = std::min(std::max(lin[i], -spec.clamp), spec.clamp);
+        const float s = sigmoid(spec.alpha * a);
+        // d/da of a·σ(αa) = σ(αa)·(1 + αa·(1 − σ(αa)))
+        dgate[i] = gate[i] <= spec.clamp ? dyr[i] * (b + spec.linear_offset) * s * (1.0f + spec.alpha * a * (1.0f - s))
+                                         : 0.0f;
+        dlin[i] = lin[i] >= -spec.clamp && lin[i] <= spec.clamp ? dyr[i] * a * s : 0.0f;
       }
     }
   });

@@ -63,6 +63,8 @@ void fill_elementwise(FusedKernelSet* s) {
   s->gelu_backward = &gelu_backward<V>;
   s->swiglu_forward = &swiglu_forward<V>;
   s->swiglu_backward = &swiglu_backward<V>;
+  s->glu_forward = &glu_forward<V>;
+  s->glu_backward = &glu_backward<V>;
   s->rope_forward = &rope_forward<V>;
   s->rope_backward = &rope_backward<V>;
   s->embedding_forward = &embedding_forward<V>;

@@ -23,6 +23,8 @@ struct FusedKernelSet {
   ActivationBackwardFn gelu_backward = nullptr;
   ActivationForwardFn swiglu_forward = nullptr;
   ActivationBackwardFn swiglu_backward = nullptr;
+  GluForwardFn glu_forward = nullptr;  // installed with the gelu and swiglu groups
+  GluBackwardFn glu_backward = nullptr;
   RopeFn rope_forward = nullptr;
   RopeFn rope_backward = nullptr;
   AttentionForwardFn attention_forward = nullptr;

@@ -98,9 +98,13 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) 
   } else if (op == "gelu") {
     table.gelu_forward = s.gelu_forward;
     table.gelu_backward = s.gelu_backward;
+    table.glu_forward = s.glu_forward;  // --quick-geglu (bias_gelu_fusion in Megatron)
+    table.glu_backward = s.glu_backward;
   } else if (op == "swiglu") {
     table.swiglu_forward = s.swiglu_forward;
     table.swiglu_backward = s.swiglu_backward;
+    table.glu_forward = s.glu_forward;  // clamped / offset SwiGLU
+    table.glu_backward = s.glu_backward;
   } else if (op == "rope") {
     table.rope_forward = s.rope_forward;
     table.rope_backward = s.rope_backward;
