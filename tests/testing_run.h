@@ -113,7 +113,7 @@ class TestRun {
       out.push_back(r->loss_sum / r->tokens);
       losses.push_back(out.back());
       grad_norms.push_back(r->step.grad_norm);
-      load_balancing_losses.push_back(r->load_balancing_loss);
+      load_balancing_losses.push_back(r->load_balancing_loss[kMoeAux]);
       mtp_losses.push_back(r->mtp_losses);
     }
     return out;
