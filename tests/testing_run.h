@@ -113,7 +113,9 @@ class TestRun {
       out.push_back(r->loss_sum / r->tokens);
       losses.push_back(out.back());
       grad_norms.push_back(r->step.grad_norm);
-      load_balancing_losses.push_back(r->load_balancing_loss);
+      double balancing = 0.0;  // the load-balancing losses of every kind that is on
+      for (double v : r->load_balancing_loss) balancing += v;
+      load_balancing_losses.push_back(balancing);
       mtp_losses.push_back(r->mtp_losses);
     }
     return out;
@@ -131,7 +133,7 @@ class TestRun {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Trainer> trainer;
   std::vector<double> losses, grad_norms;
-  std::vector<double> load_balancing_losses;  // MoE: the logged load_balancing_loss of each iteration
+  std::vector<double> load_balancing_losses;  // MoE: each iteration's logged load-balancing losses, summed over kinds
   std::vector<std::vector<double>> mtp_losses;  // --mtp-num-layers: each iteration's MTP losses
 };
 

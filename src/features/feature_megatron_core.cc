@@ -63,6 +63,12 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "models with TP (and SP) and DP; refused: PP, MTP, MoE and full recomputation (as Megatron), --recompute-modules "
        "mhc, CP, MLA, hybrid and heterogeneous layers (not supported yet; docs/model.md)",
        true, [](const Arguments& a) { return a.model.enable_mhc_connections; }});
+  add({"moe-router-force-load-balancing", "--moe-router-force-load-balancing", FeatureModule::kMegatron, 0,
+       "Megatron-Core random router logits for MoE benchmarks (apply_random_logits)",
+       "the router's logits replaced by N(0, 1) values drawn from Gale's Philox streams by seed, layer, global "
+       "token and expert (the same at every parallel layout and rerun; not torch's values), gradient straight "
+       "through",
+       true, [](const Arguments& a) { return a.moe.moe_router_force_load_balancing; }});
   add({"recompute-granularity", "--recompute-granularity", FeatureModule::kMemory, 0,
        "Megatron activation recomputation (MindSpeed RecomputeMethodFeature, L2)",
        "full: layer groups (--recompute-method uniform|block, --recompute-num-layers) keep only their input and "

@@ -110,6 +110,14 @@ struct FullRecompute {
   }
 };
 
+// The load-balancing losses --moe-router-load-balancing-type can combine, in Megatron's order of
+// application, with their type names and Megatron's tracker (logging) names.
+enum MoeAuxKind : int { kMoeAux = 0, kMoeSeqAux = 1, kMoeGlobalAux = 2 };
+inline constexpr int kMoeAuxKinds = 3;
+inline constexpr const char* kMoeAuxTypes[kMoeAuxKinds] = {"aux_loss", "seq_aux_loss", "global_aux_loss"};
+inline constexpr const char* kMoeAuxLossNames[kMoeAuxKinds] = {"load_balancing_loss", "seq_load_balancing_loss",
+                                                               "global_load_balancing_loss"};
+
 // Megatron-Core mixture of experts (--num-experts E): in the layers `pattern` marks, the MLP is a
 // router (a bias-free linear H -> E), top-k routing and E expert MLPs (model/moe_layer.h).
 struct MoeConfig {
@@ -123,14 +131,15 @@ struct MoeConfig {
   // computed from the real top-k as usual, but pair j of local token row t goes to expert
   // (t·k + j) mod E instead of the one it chose (model/moe_router.h).
   bool fix_router = false;
-  // Load-balancing loss coefficient (--moe-aux-loss-coeff with --moe-router-load-balancing-type
-  // aux_loss, seq_aux_loss or global_aux_loss; 0 with none) and router z-loss coefficient
-  // (--moe-z-loss-coeff); 0 disables each. seq_aux_loss: the load-balancing loss per sequence
-  // (DeepSeek's), averaged. global_aux_loss: the token counts of the whole global batch so far
-  // (summed over TP×DP×CP, averaged over the step's micro-batches; model/moe_router.h).
+  // Load-balancing loss coefficients by kind (--moe-router-load-balancing-type aux_loss,
+  // seq_aux_loss, global_aux_loss, or a list of them, each with its --moe-aux-loss-coeff; 0: that
+  // loss is off) and router z-loss coefficient (--moe-z-loss-coeff); 0 disables each. seq_aux_loss:
+  // the load-balancing loss per sequence (DeepSeek's), averaged. global_aux_loss: the token counts
+  // of the whole global batch so far (summed over TP×DP×CP, averaged over the step's micro-batches;
+  // model/moe_router.h). Several at once add up (Megatron's list form).
   double aux_loss_coeff = 0.0;
-  bool seq_aux_loss = false;
-  bool global_aux_loss = false;
+  double seq_aux_loss_coeff = 0.0;
+  double global_aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
   // --moe-router-score-function sigmoid (else softmax): scores = sigmoid(logits), the top-k on
   // scores (+ the expert bias), weights = the selected scores normalised to sum 1 when k > 1.
@@ -176,6 +185,17 @@ struct MoeConfig {
   // Philox streams by (seed, layer, global token id, column), in training and evaluation as
   // Megatron (model/moe_router.h).
   double input_jitter_eps = 0.0;
+  // --moe-router-force-load-balancing (Megatron's benchmark mode, apply_random_logits): the router's
+  // logits are replaced by standard-normal values drawn from Gale's Philox streams by (seed, layer,
+  // global token id, expert), in training and evaluation; their gradient passes straight through to
+  // the real logits (model/moe_router.h).
+  bool force_load_balancing = false;
+
+  // The coefficient of load-balancing loss `kind` (MoeAuxKind) and whether any is on.
+  double aux_coeff(int kind) const {
+    return kind == kMoeAux ? aux_loss_coeff : kind == kMoeSeqAux ? seq_aux_loss_coeff : global_aux_loss_coeff;
+  }
+  bool any_aux_loss() const { return aux_loss_coeff > 0.0 || seq_aux_loss_coeff > 0.0 || global_aux_loss_coeff > 0.0; }
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const {

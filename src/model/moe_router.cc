@@ -162,6 +162,11 @@ void update_expert_bias(float* bias, const double* counts, int64_t E, double rat
   }
 }
 
+float moe_random_logit(const ModelConfig& c, int64_t layer, int64_t id, int64_t e) {
+  const uint64_t stream = mix_stream(c.seed, 0x7a4d, static_cast<uint64_t>(layer + 1));
+  return normal_at(c.seed, stream, static_cast<uint64_t>(id * c.moe.num_experts + e));
+}
+
 float moe_input_jitter(const ModelConfig& c, int64_t layer, int64_t id, int64_t h) {
   const double eps = c.moe.input_jitter_eps;
   if (eps == 0.0) return 1.0f;
@@ -177,7 +182,11 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   const Scoring how = scoring(m);
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
-  const Tensor logits = linear_forward(router_input(c, x, key), router_weight(ops, pb, w.weight));  // [T, E]
+  Tensor logits = linear_forward(router_input(c, x, key), router_weight(ops, pb, w.weight));  // [T, E]
+  if (m.force_load_balancing)  // random logits (straight-through: backward treats them as the real ones)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e)
+        logits.data<float>()[t * E + e] = moe_random_logit(c, key.layer, key.row_ids ? key.row_ids[t] : t, e);
   const float* bias = w.expert_bias >= 0 ? pb.param_data(w.expert_bias) : nullptr;
   std::vector<float> balanced;  // sinkhorn, training: the top-k is taken on the balanced logits
   if (m.sinkhorn && key.training) {
@@ -232,65 +241,89 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
 
   // ---- auxiliary losses over the whole sequence (Megatron's sequence_partition_group, TP×CP):
   // the aux top-k's counts summed over `seq`, the scores' sums kept local, so each rank's gradient
-  // is its tokens' share of the whole sequence's loss ----
-  // global_aux_loss: over the whole stage's group instead, averaged over the step's micro-batches
-  MoeGlobalAux* global = m.global_aux_loss && m.aux_loss_coeff > 0.0 ? w.global_aux : nullptr;
-  GALE_CHECK(!m.global_aux_loss || m.aux_loss_coeff == 0.0 || global) << "global_aux_loss without its state";
-  const Comm& group = global ? global->group : seq;
-  const int64_t parts = splits(group) ? group->size() : 1;
-  const int64_t G = m.seq_aux_loss ? batch : 1;
-  GALE_CHECK_EQ(T % G, 0) << "seq_aux_loss: " << T << " tokens are not " << G << " sequences";
-  std::vector<int64_t> counts(static_cast<size_t>(G * E), 0);
-  std::vector<int32_t> top(static_cast<size_t>(k));
-  if (m.aux_loss_coeff > 0.0) {
-    for (int64_t t = 0; t < T; ++t) {  // the plain top-k of p (= of the logits): no bias, groups or dropping
-      moe_top_k(logits.data<float>() + t * E, E, k, 0, 0, top.data());
-      for (int32_t e : top) ++counts[(t % G) * E + e];
+  // is its tokens' share of the whole sequence's loss; global_aux_loss: over the whole stage's
+  // group instead, averaged over the step's micro-batches. Each load-balancing loss that is on
+  // (several with Megatron's list form) gets its own term. ----
+  std::vector<int32_t> aux_top;  // [T·k] the plain top-k of p (= of the logits): no bias, groups or dropping
+  if (m.any_aux_loss()) {
+    aux_top.resize(static_cast<size_t>(T * k));
+    for (int64_t t = 0; t < T; ++t) moe_top_k(logits.data<float>() + t * E, E, k, 0, 0, aux_top.data() + t * k);
+  }
+  // Σ_t p_t,e per aux group g = t mod G: p = softmax(l), or σ / (Σ_E σ + 1e-20) under sigmoid.
+  const auto score_sums = [&](int64_t G) {
+    std::vector<double> p_sum(static_cast<size_t>(G * E), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* s = scores.data<float>() + t * E;
+      double* ps = p_sum.data() + (t % G) * E;
+      if (how.sigmoid) {
+        double z = 1e-20;
+        for (int64_t e = 0; e < E; ++e) z += s[e];
+        for (int64_t e = 0; e < E; ++e) ps[e] += s[e] / z;
+      } else {
+        for (int64_t e = 0; e < E; ++e) ps[e] += s[e];
+      }
     }
+    return p_sum;
+  };
+  std::vector<MoeRouterSaved::AuxTerm> terms;
+  double sums[kMoeAuxKinds + 1] = {};  // this rank's share of each load-balancing loss, then Σ lse²
+  MoeGlobalAux* global = nullptr;
+  for (int kind = 0; kind < kMoeAuxKinds; ++kind) {
+    MoeRouterSaved::AuxTerm term;
+    term.coeff = m.aux_coeff(kind);
+    if (!(term.coeff > 0.0)) continue;
+    if (kind == kMoeGlobalAux) {
+      global = w.global_aux;
+      GALE_CHECK(global) << "global_aux_loss without its state";
+    }
+    const Comm& group = kind == kMoeGlobalAux ? global->group : seq;
+    const int64_t parts = splits(group) ? group->size() : 1;
+    term.groups = kind == kMoeSeqAux ? batch : 1;
+    const int64_t G = term.groups;
+    GALE_CHECK_EQ(T % G, 0) << "seq_aux_loss: " << T << " tokens are not " << G << " sequences";
+    std::vector<int64_t> counts(static_cast<size_t>(G * E), 0);
+    for (int64_t i = 0; i < T * k; ++i) ++counts[((i / k) % G) * E + aux_top[i]];
     if (parts > 1) group->all_reduce(counts.data(), G * E, DType::kI64, ReduceOp::kSum);
+    term.counts.assign(counts.begin(), counts.end());
+    if (kind == kMoeGlobalAux) {
+      GALE_CHECK(losses) << "global_aux_loss: a rerun of the router without its forward's token counts";
+      for (int64_t e = 0; e < E; ++e) global->counts[e] += term.counts[e];
+      ++global->micro_batches;
+      for (int64_t e = 0; e < E; ++e) term.counts[e] = global->counts[e] / static_cast<double>(global->micro_batches);
+    }
+    term.tokens = T / G * parts;
+    if (losses) {
+      const std::vector<double> p_sum = score_sums(G);
+      double sum = 0.0;
+      for (int64_t i = 0; i < G * E; ++i) sum += p_sum[i] * term.counts[i];
+      const double N = static_cast<double>(term.tokens);
+      sums[kind] = sum * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
+    }
+    terms.push_back(std::move(term));
   }
-  std::vector<double> aux_counts(counts.begin(), counts.end());
-  if (global) {
-    GALE_CHECK(losses) << "global_aux_loss: a rerun of the router without its forward's token counts";
-    for (int64_t e = 0; e < E; ++e) global->counts[e] += aux_counts[e];
-    ++global->micro_batches;
-    for (int64_t e = 0; e < E; ++e) aux_counts[e] = global->counts[e] / static_cast<double>(global->micro_batches);
-  }
-  const double N = static_cast<double>(T / G * parts);
   const int64_t seq_parts = splits(seq) ? seq->size() : 1;  // the z-loss's tokens: T·|seq|
   if (losses) {
-    double sums[2] = {0.0, 0.0};  // this rank's share of the load-balancing loss, Σ lse²
-    if (m.aux_loss_coeff > 0.0) {
-      std::vector<double> p_sum(static_cast<size_t>(G * E), 0.0);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* s = scores.data<float>() + t * E;
-        double* ps = p_sum.data() + (t % G) * E;
-        if (how.sigmoid) {
-          double z = 1e-20;
-          for (int64_t e = 0; e < E; ++e) z += s[e];
-          for (int64_t e = 0; e < E; ++e) ps[e] += s[e] / z;
-        } else {
-          for (int64_t e = 0; e < E; ++e) ps[e] += s[e];
-        }
-      }
-      double sum = 0.0;
-      for (int64_t i = 0; i < G * E; ++i) sum += p_sum[i] * aux_counts[i];
-      sums[0] = sum * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
-    }
     if (m.z_loss_coeff > 0.0)
-      for (int64_t t = 0; t < T; ++t) sums[1] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
-    if (global && parts > 1) group->all_reduce(sums, 1, DType::kF64, ReduceOp::kSum);  // Megatron: no DP average
-    if (seq_parts > 1 && ((m.aux_loss_coeff > 0.0 && !global) || m.z_loss_coeff > 0.0))
-      seq->all_reduce(sums + (global ? 1 : 0), global ? 1 : 2, DType::kF64, ReduceOp::kSum);
-    *losses = MoeAuxLosses{sums[0], sums[1] / static_cast<double>(T * seq_parts)};
+      for (int64_t t = 0; t < T; ++t)
+        sums[kMoeAuxKinds] += static_cast<double>(lse.data<float>()[t]) * lse.data<float>()[t];
+    if (global && splits(global->group))  // Megatron: no DP average
+      global->group->all_reduce(sums + kMoeGlobalAux, 1, DType::kF64, ReduceOp::kSum);
+    // aux_loss, seq_aux_loss and the z-loss over `seq` (one all-reduce; the global slot is skipped)
+    double over_seq[3] = {sums[kMoeAux], sums[kMoeSeqAux], sums[kMoeAuxKinds]};
+    if (seq_parts > 1 && (m.aux_loss_coeff > 0.0 || m.seq_aux_loss_coeff > 0.0 || m.z_loss_coeff > 0.0))
+      seq->all_reduce(over_seq, 3, DType::kF64, ReduceOp::kSum);
+    MoeAuxLosses l;
+    l.load_balancing = over_seq[0];
+    l.seq_load_balancing = over_seq[1];
+    l.global_load_balancing = sums[kMoeGlobalAux];
+    l.z = over_seq[2] / static_cast<double>(T * seq_parts);
+    *losses = l;
   }
   saved->scores = scores;
   saved->logsumexp = lse;
   saved->probs = q;
   saved->experts = std::move(experts);
-  saved->aux_counts = std::move(aux_counts);
-  saved->aux_groups = G;
-  saved->aux_tokens = T / G * parts;
+  saved->aux = std::move(terms);
   saved->z_tokens = T * seq_parts;
   saved->key = key;
   if (how.sigmoid && m.z_loss_coeff > 0.0) saved->logits = logits;
@@ -301,12 +334,15 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
                            MoeRouterSaved& s, const Tensor& x, const Tensor& dprobs, double aux_scale) {
   const MoeConfig& m = c.moe;
   const Scoring how = scoring(m);
-  const int64_t T = x.size(0), E = m.num_experts, k = m.topk, G = s.aux_groups;
-  const std::vector<double>& counts = s.aux_counts;  // over the sequence partition group (global: n̄)
-  const double N = static_cast<double>(s.aux_tokens);
-  const double aux_factor = m.aux_loss_coeff * aux_scale * static_cast<double>(E) / (N * N * k) / static_cast<double>(G);
+  const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
+  // ∂(Σ coeff · loss)/∂p_t,e = Σ over the load-balancing terms of factor · n_(t mod G),e
+  std::vector<double> aux_factor;
+  for (const MoeRouterSaved::AuxTerm& a : s.aux) {
+    const double N = static_cast<double>(a.tokens);
+    aux_factor.push_back(a.coeff * aux_scale * static_cast<double>(E) / (N * N * k) / static_cast<double>(a.groups));
+  }
   const double z_factor = m.z_loss_coeff * aux_scale * 2.0 / static_cast<double>(s.z_tokens);
-  const bool aux = m.aux_loss_coeff > 0.0;
+  const bool aux = !s.aux.empty();
   Tensor dlogits = Tensor::empty({T, E});
   std::vector<double> ds(static_cast<size_t>(E)), g(static_cast<size_t>(k)), dsig(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
@@ -315,7 +351,11 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     const int32_t* ex = s.experts.data() + t * k;
     float* dl = dlogits.data<float>() + t * E;
     for (int64_t j = 0; j < k; ++j) g[j] = how.scaling * dprobs.data<float>()[t * k + j];
-    for (int64_t e = 0; e < E; ++e) ds[e] = aux ? aux_factor * counts[(t % G) * E + e] : 0.0;  // ∂aux/∂p
+    std::fill(ds.begin(), ds.end(), 0.0);  // ∂aux/∂p
+    for (size_t i = 0; i < s.aux.size(); ++i) {
+      const double* n = s.aux[i].counts.data() + (t % s.aux[i].groups) * E;
+      for (int64_t e = 0; e < E; ++e) ds[e] += aux_factor[i] * n[e];
+    }
     const double z = z_factor * s.logsumexp.data<float>()[t];
     if (how.sigmoid) {
       // σ: the selected weights q = σ_sel / Σ_sel σ (k > 1) and the aux scores p = σ / Σ_E σ.

@@ -31,7 +31,9 @@
 // min(C, T) rows (Megatron: all T when C > T), the missing ones padding rows of the earliest tokens
 // that did not choose it, with weight 0 (no effect on outputs or gradients; they count as kept pairs
 // for the expert bias, as in Megatron's routing map).
-// Auxiliary losses (training forwards only; Megatron computes them on a separate plain top-k):
+// Auxiliary losses (training forwards only; Megatron computes them on a separate plain top-k; any
+// of the three load-balancing losses may be on at once, each with its coefficient, and their
+// gradients add up: Megatron's list form of --moe-router-load-balancing-type):
 //   p = softmax(l) (softmax) or σ / (Σ_E σ + 1e-20) (sigmoid); n_e = tokens whose top-k of p (no
 //   bias, no groups, no dropping) holds e, summed over the sequence partition group `seq` (TP×CP);
 //   aux_loss:     aux = E/(N²·k) · Σ_e (Σ_t p_t,e) · n_e,  N = T·|seq|;
@@ -47,6 +49,14 @@
 //                 --recompute-modules moe rerun is refused by the arguments);
 //   z-loss:       z = Σ_t logsumexp(l_t)² / N.
 // The expert-bias counts are the kept (token, expert) pairs per expert (after dropping).
+// --moe-router-force-load-balancing (Megatron's apply_random_logits, for benchmarking a balanced
+// load): right after the router GEMM the logits l [T, E] are replaced by random ones,
+// l_t,e = moe_random_logit(layer, id_t, e) ~ N(0, 1) for the token's global id id_t, and everything
+// after (scores, top-k, weights, aux and z-losses) uses them; backward is straight-through: the
+// gradient of the random logits is applied to the router weight and input as the real logits'.
+// Megatron draws them from the expert-parallel CUDA RNG stream (per rank, per call); Gale's depend on
+// (seed, layer, token, expert) only: the same under any parallel layout, in a recompute's rerun and
+// at each run, and different for every token of every step (the values differ from Megatron's).
 // Input jitter (--moe-input-jitter-eps eps, Megatron's apply_input_jitter, training and evaluation
 // alike): the logits are l = (x ⊙ n)·W_routerᵀ with n [T, H] ~ U(1 − eps, 1 + eps) elementwise; only
 // the router sees x ⊙ n (the experts get x). Megatron draws n from torch's stream in the input's
@@ -68,12 +78,19 @@
 
 namespace gale {
 
-// The two auxiliary losses of one layer and micro-batch without their coefficients (the values
-// Megatron logs as load_balancing_loss, or seq_load_balancing_loss, and z_loss); each 0 when its
-// coefficient is 0.
+// The auxiliary losses of one layer and micro-batch without their coefficients (the values
+// Megatron's tracker logs as load_balancing_loss, seq_load_balancing_loss,
+// global_load_balancing_loss and z_loss); each 0 when its coefficient is 0.
 struct MoeAuxLosses {
-  double load_balancing = 0.0;
+  double load_balancing = 0.0;         // aux_loss
+  double seq_load_balancing = 0.0;     // seq_aux_loss
+  double global_load_balancing = 0.0;  // global_aux_loss
   double z = 0.0;
+  // The load-balancing loss of kind `kind` (MoeAuxKind).
+  double& balancing(int kind) {
+    return kind == kMoeAux ? load_balancing : kind == kMoeSeqAux ? seq_load_balancing : global_load_balancing;
+  }
+  double balancing(int kind) const { return const_cast<MoeAuxLosses*>(this)->balancing(kind); }
 };
 
 // global_aux_loss's state of one layer over a step: the token counts n of the step's training
@@ -93,7 +110,7 @@ struct MoeGlobalAux {
 struct MoeRouterIds {
   int weight = -1;       // decoder.layers.{i}.mlp.router.weight [E, H]
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
-  MoeGlobalAux* global_aux = nullptr;  // with config.moe.global_aux_loss (else null)
+  MoeGlobalAux* global_aux = nullptr;  // with config.moe.global_aux_loss_coeff > 0 (else null)
 };
 
 // What a micro-batch's routing depends on besides x: the input jitter's noise is keyed by the
@@ -105,6 +122,11 @@ struct MoeRouterKey {
   const int64_t* row_ids = nullptr;
   bool training = true;
 };
+
+// --moe-router-force-load-balancing's logit of token id `id` (the global token id, as the jitter's)
+// for expert e in layer `layer`: a standard normal (Box-Muller on Philox uniforms) under the
+// config's seed, on a stream of its own per layer.
+float moe_random_logit(const ModelConfig& c, int64_t layer, int64_t id, int64_t e);
 
 // The jitter noise n of token id `id`, column h of the router's [·, H] input under config.moe's eps
 // (1 without jitter): in [1 − eps, 1 + eps].
@@ -126,10 +148,16 @@ struct MoeRouterSaved {
   Tensor logits;                     // [T, E] under sigmoid with the z-loss (its softmax)
   Tensor probs;                      // [T, k] routing weights
   std::vector<int32_t> experts;      // [T, k] chosen experts (before dropping; the real choice under fix_router)
-  std::vector<double> aux_counts;    // [G·E] tokens per expert of the aux top-k over `seq` (G = B
-                                     // sequences under seq_aux_loss, else 1; global_aux_loss: n̄)
-  int64_t aux_groups = 1;            // G
-  int64_t aux_tokens = 0;            // N: tokens of one aux group over `seq` (global_aux_loss: its group)
+  // One entry per load-balancing loss that is on (aux_loss, seq_aux_loss, global_aux_loss, in
+  // that order): what its gradient needs.
+  struct AuxTerm {
+    double coeff = 0.0;          // its --moe-aux-loss-coeff
+    std::vector<double> counts;  // [G·E] tokens per expert of the aux top-k over its group (G = B
+                                 // sequences under seq_aux_loss, else 1; global_aux_loss: n̄)
+    int64_t groups = 1;          // G
+    int64_t tokens = 0;          // N: tokens of one aux group over its group
+  };
+  std::vector<AuxTerm> aux;
   int64_t z_tokens = 0;              // the z-loss's T·|seq|
   MoeRouterKey key;                  // backward redraws the input's noise (row_ids must outlive backward)
 };

@@ -395,7 +395,7 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     // expert TP 1 the TP ranks then hold different experts.
     w.moe = register_moe_params(pb, c, layer, part.ep_size(), part.ep_rank(), etp, etp_rank, part.tp_size() > 1,
                                 part.tp_size() > 1 && etp == 1 && part.ep_size() == 1);
-    if (c.moe.global_aux_loss) w.moe.global_aux = std::make_shared<MoeGlobalAux>(c.moe.num_experts, part.moe_global_aux);
+    if (c.moe.global_aux_loss_coeff > 0.0) w.moe.global_aux = std::make_shared<MoeGlobalAux>(c.moe.num_experts, part.moe_global_aux);
     w.shared = register_shared_expert_params(pb, c, part, layer);
     return w;
   }
@@ -559,7 +559,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, moe_saved, &aux, part.ep, part.ep_allgather, part.etp,
                       part.moe_seq, B, overlap, moe_router_key(rt, layer), zero_memory, part.ep_hot_groups);
     if (saved && rt.moe_losses) {
-      rt.moe_losses->load_balancing += aux.load_balancing;
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind) rt.moe_losses->balancing(kind) += aux.balancing(kind);
       rt.moe_losses->z += aux.z;
     }
     if (saved && rt.moe_token_counts && w.moe.expert_bias >= 0) {  // the expert-bias update's counts

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -25,6 +26,8 @@ struct ArgParser::Impl {
   std::map<std::string, bool> supported;
   std::map<std::string, ArgParser::Kind> kind;  // flag -> what follows it (FlagInfo::kind)
   std::map<std::string, std::string> value_kind;  // flag -> "an integer" / "a number", for conversion errors
+  // nargs='+' flags whose last occurrence wins: flag -> keeps the last n values of its destination
+  std::vector<std::pair<std::string, std::function<void(size_t)>>> last_occurrence;
   Impl(const std::string& program, const std::string& description) : app(description, program) {
     app.allow_extras(false);
     app.option_defaults()->always_capture_default();
@@ -72,6 +75,26 @@ void ArgParser::add_list(const std::string& flag, std::vector<std::string>* dest
   CLI::Option* opt = impl_->app.add_option(flag, *dest, help)->expected(min_values, 1 << 20);
   opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   impl_->record(flag, opt, true, Kind::kList);
+}
+void ArgParser::add_choice_list(const std::string& flag, std::vector<std::string>* dest,
+                                const std::vector<std::string>& choices, const std::string& help,
+                                const std::string& default_text) {
+  CLI::Option* opt = impl_->app.add_option(flag, *dest, help)->expected(1, 1 << 20)->check(CLI::IsMember(choices));
+  opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->default_str(default_text);
+  impl_->record(flag, opt, true, Kind::kList);
+  impl_->last_occurrence.emplace_back(Impl::first_name(flag), [dest](size_t n) {
+    if (dest->size() > n) dest->erase(dest->begin(), dest->end() - static_cast<std::ptrdiff_t>(n));
+  });
+}
+void ArgParser::add_list(const std::string& flag, std::vector<double>* dest, const std::string& help,
+                         const std::string& default_text) {
+  CLI::Option* opt = impl_->app.add_option(flag, *dest, help)->expected(1, 1 << 20);
+  opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->default_str(default_text);
+  impl_->record(flag, opt, true, Kind::kList);
+  impl_->value_kind[Impl::first_name(flag)] = "a number";
+  impl_->last_occurrence.emplace_back(Impl::first_name(flag), [dest](size_t n) {
+    if (dest->size() > n) dest->erase(dest->begin(), dest->end() - static_cast<std::ptrdiff_t>(n));
+  });
 }
 void ArgParser::add_flag(const std::string& flag, bool* dest, const std::string& help) {
   impl_->record(flag, impl_->app.add_flag(flag, *dest, help), true, Kind::kSwitch);
@@ -154,6 +177,23 @@ Status ArgParser::parse(int argc, char** argv) {
     return InvalidArgument(what);
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(e.what());
+  }
+  // argparse: a nargs='+' flag given twice keeps the values of its last occurrence ("--f=v": one;
+  // "--f v1 v2 ...": up to the next token that starts with "--").
+  for (const auto& [flag, keep_last] : impl_->last_occurrence) {
+    if (!was_set(flag)) continue;
+    for (int i = argc - 1; i >= 1; --i) {
+      const std::string arg = argv[i];
+      if (arg.rfind(flag + "=", 0) == 0) {
+        keep_last(1);
+        break;
+      }
+      if (arg != flag) continue;
+      size_t n = 0;
+      while (i + 1 + static_cast<int>(n) < argc && std::string(argv[i + 1 + n]).rfind("--", 0) != 0) ++n;
+      keep_last(n);
+      break;
+    }
   }
   auto refusal = [](const std::string& flag, const Impl::Refusal& r) {
     return r.not_yet ? Unimplemented(flag, ": ", r.message) : InvalidArgument(flag, ": ", r.message);

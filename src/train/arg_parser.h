@@ -36,6 +36,13 @@ class ArgParser {
                   const std::string& help);
   // A flag taking zero or more values (argparse nargs='*'); `min_values` may require one.
   void add_list(const std::string& flag, std::vector<std::string>* dest, const std::string& help, int min_values = 0);
+  // A flag taking one or more values (argparse nargs='+'), each from a fixed set (`choices`) or a
+  // number (the double list); given twice, the last occurrence's values win (argparse), and
+  // `default_text` is the default the help and flags() show.
+  void add_choice_list(const std::string& flag, std::vector<std::string>* dest, const std::vector<std::string>& choices,
+                       const std::string& help, const std::string& default_text);
+  void add_list(const std::string& flag, std::vector<double>* dest, const std::string& help,
+                const std::string& default_text);
   // A store_true flag; `add_false` is a store_false flag (e.g. --no-load-optim -> load_optim=false).
   void add_flag(const std::string& flag, bool* dest, const std::string& help);
   void add_false(const std::string& flag, bool* dest, const std::string& help);

@@ -709,9 +709,14 @@ struct MoeArgs {
   // --moe-use-upcycling: --load holds a dense checkpoint, copied into every expert (train/checkpointing.h).
   bool moe_use_upcycling = false;
   int64_t moe_router_topk = 2;
+  // --moe-router-load-balancing-type and --moe-aux-loss-coeff take one value or several (Megatron's
+  // nargs='+'): one (as Megatron turns a one-element list into a scalar) lands in the scalar fields,
+  // several in the lists (`..._types` / `..._coeffs`, of equal length; the scalars then unused).
   double moe_aux_loss_coeff = 0.0;
+  std::vector<double> moe_aux_loss_coeffs;
   double moe_z_loss_coeff = kUnsetF;
   std::string moe_router_load_balancing_type = "aux_loss";
+  std::vector<std::string> moe_router_load_balancing_types;
   std::string moe_router_score_function = "softmax";
   bool moe_router_pre_softmax = false;
   double moe_router_topk_scaling_factor = kUnsetF;  // None: 1
@@ -743,10 +748,15 @@ struct MoeArgs {
   bool moe_shared_expert_gate = false;
   bool moe_shared_expert_overlap = false;  // needs --moe-token-dispatcher-type alltoall
   double moe_input_jitter_eps = kUnsetF;   // None: no jitter
+  bool moe_router_force_load_balancing = false;  // benchmark: random router logits (MoeConfig::force_load_balancing)
 
   // Derived by validation: one flag per layer (1: MoE); empty without --num-experts.
   std::vector<int> layer_pattern;
   bool enabled() const { return num_experts > 0; }
+  // Megatron's get_aux_loss_coeff: the coefficient of load-balancing type `type` (aux_loss,
+  // seq_aux_loss, global_aux_loss), 0 when it is not selected; and whether `type` is selected.
+  double aux_loss_coeff(const std::string& type) const;
+  bool uses_load_balancing_type(const std::string& type) const;
 };
 
 // MindSpeed-LLM's LoRA fine-tuning flags (train/arguments_lora.cc, model/lora.h); LoRA is on when

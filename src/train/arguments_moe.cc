@@ -14,14 +14,22 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add_flag("--moe-use-upcycling", &a.moe_use_upcycling,
              "load the dense checkpoint in --load, copy each MLP into every expert of its layer (routers start "
              "afresh), save the MoE model to --save at iteration 1 and train it from iteration 0 (Megatron)");
-  p.add("--moe-aux-loss-coeff", &a.moe_aux_loss_coeff, "load-balancing loss coefficient (0 disables it)");
+  p.add_list("--moe-aux-loss-coeff", &a.moe_aux_loss_coeffs,
+             "load-balancing loss coefficient (0 disables it); with a list of load-balancing types, one per type",
+             "0.0");
   p.add("--moe-z-loss-coeff", &a.moe_z_loss_coeff, "router z-loss coefficient (unset disables it)");
-  p.add_choice("--moe-router-load-balancing-type", &a.moe_router_load_balancing_type,
-               {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"},
-               "aux_loss (Switch-style load-balancing loss per micro-batch), seq_aux_loss (the same per "
-               "sequence, averaged; DeepSeek's), global_aux_loss (the same with the token counts of the "
-               "global batch so far: summed over TP x DP x CP and averaged over the step's micro-batches), sinkhorn (S-BASE: training chooses the top-k of the "
-               "Sinkhorn-balanced logits of each micro-batch's local tokens; no aux loss) or none");
+  p.add_choice_list("--moe-router-load-balancing-type", &a.moe_router_load_balancing_types,
+                    {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none"},
+                    "aux_loss (Switch-style load-balancing loss per micro-batch), seq_aux_loss (the same per "
+                    "sequence, averaged; DeepSeek's), global_aux_loss (the same with the token counts of the "
+                    "global batch so far: summed over TP x DP x CP and averaged over the step's micro-batches), "
+                    "sinkhorn (S-BASE: training chooses the top-k of the Sinkhorn-balanced logits of each "
+                    "micro-batch's local tokens; no aux loss) or none; or a list of aux_loss, seq_aux_loss, "
+                    "global_aux_loss and none, whose losses add up, each with its --moe-aux-loss-coeff "
+                    "(quantile_balancing: not supported yet)",
+                    "aux_loss");
+  p.add_unsupported("--moe-router-quantile-balancing-ema",
+                    "--moe-router-load-balancing-type quantile_balancing is not implemented in Gale");
   p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
                "router score function: softmax, or sigmoid (the top-k of sigmoid(logits), weights normalised "
                "to sum 1 when top-k > 1)");
@@ -79,6 +87,10 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
         "multiply the router's input (not the experts') by noise ~ U(1-eps, 1+eps), in training and evaluation; "
         "the noise comes from Gale's Philox streams keyed by layer and global token (the same for every "
         "parallel layout), not from torch's generator, so its values differ from Megatron's");
+  p.add_flag("--moe-router-force-load-balancing", &a.moe_router_force_load_balancing,
+             "benchmark only: replace the router's logits by N(0, 1) values (gradient straight through), drawn "
+             "from Gale's Philox streams keyed by seed, layer, global token and expert (the same for every "
+             "parallel layout and rerun), not from torch's generator, so its values differ from Megatron's");
 }
 
 namespace {
@@ -290,7 +302,7 @@ Status validate_moe_recompute_modules(const Arguments& a) {
                            "grouped GEMM), found it off");
   if (has("shared_experts") && a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_overlap)
     return InvalidArgument("--recompute-modules shared_experts: cannot work with --moe-shared-expert-overlap, found both");
-  if (has("moe") && a.moe.moe_router_load_balancing_type == "global_aux_loss")
+  if (has("moe") && a.moe.uses_load_balancing_type("global_aux_loss"))
     return Unimplemented("--recompute-modules moe with --moe-router-load-balancing-type global_aux_loss: not supported "
                          "yet (the rerun would need the token counts the step had reached at its forward)");
   return Status::Ok();
@@ -354,6 +366,68 @@ static Status validate_moe_upcycling(const Arguments& a) {
   return Status::Ok();
 }
 
+double MoeArgs::aux_loss_coeff(const std::string& type) const {
+  if (moe_router_load_balancing_types.empty()) return moe_router_load_balancing_type == type ? moe_aux_loss_coeff : 0.0;
+  for (size_t i = 0; i < moe_router_load_balancing_types.size() && i < moe_aux_loss_coeffs.size(); ++i)
+    if (moe_router_load_balancing_types[i] == type) return moe_aux_loss_coeffs[i];
+  return 0.0;
+}
+
+bool MoeArgs::uses_load_balancing_type(const std::string& type) const {
+  const std::vector<std::string>& list = moe_router_load_balancing_types;
+  return list.empty() ? moe_router_load_balancing_type == type : std::find(list.begin(), list.end(), type) != list.end();
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& values) {
+  std::string s;
+  for (const std::string& v : values) s += (s.empty() ? "" : " ") + v;
+  return s;
+}
+
+// The list forms of --moe-router-load-balancing-type and --moe-aux-loss-coeff (Megatron's nargs='+'):
+// a one-element list becomes the scalar (Megatron's validate_args), a longer one stays a list and
+// must pair each type with a coefficient (Megatron's TransformerConfig assertion). A list holding
+// sinkhorn (which Megatron then ignores: its routing compares the list with "sinkhorn") or one type
+// twice (Megatron uses the first one's coefficient) is refused rather than silently changed.
+Status normalize_load_balancing_lists(MoeArgs& m) {
+  std::vector<std::string>& types = m.moe_router_load_balancing_types;
+  std::vector<double>& coeffs = m.moe_aux_loss_coeffs;
+  if (types.size() == 1) {
+    m.moe_router_load_balancing_type = types.front();
+    types.clear();
+  }
+  if (coeffs.size() == 1) {
+    m.moe_aux_loss_coeff = coeffs.front();
+    coeffs.clear();
+  }
+  if (types.empty()) {
+    if (!coeffs.empty())
+      return InvalidArgument("--moe-aux-loss-coeff: expected one value with --moe-router-load-balancing-type ",
+                             m.moe_router_load_balancing_type, ", found ", coeffs.size());
+    return Status::Ok();
+  }
+  if (coeffs.size() != types.size())
+    return InvalidArgument("--moe-aux-loss-coeff: expected a list of the same length as --moe-router-load-balancing-type ",
+                           joined(types), " (", types.size(), " values), found ", coeffs.empty() ? 1 : coeffs.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "aux_loss" && types[i] != "seq_aux_loss" && types[i] != "global_aux_loss" && types[i] != "none")
+      return InvalidArgument("--moe-router-load-balancing-type ", joined(types),
+                             ": expected a list of aux_loss, seq_aux_loss, global_aux_loss or none (Megatron routes a "
+                             "list with ", types[i], " in it as plain top-k), found ", types[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (types[j] == types[i] && types[i] != "none")
+        return InvalidArgument("--moe-router-load-balancing-type ", joined(types), ": expected each type once (Megatron "
+                               "would use the first one's coefficient), found ", types[i], " twice");
+    if (!(coeffs[i] >= 0.0))
+      return InvalidArgument("--moe-aux-loss-coeff: expected non-negative numbers, found ", coeffs[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status validate_moe_args(Arguments& a, const ArgParser& p) {
   MoeArgs& m = a.moe;
   GALE_RETURN_IF_ERROR(validate_moe_recompute_modules(a));
@@ -372,10 +446,12 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
                              "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                              "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
                              "--moe-shared-expert-intermediate-size", "--n-shared-experts", "--moe-shared-expert-gate",
-                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep", "--fix-router"})
+                             "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-tp-extend-ep", "--fix-router",
+                             "--moe-router-force-load-balancing"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --num-experts (a MoE model), found no --num-experts");
     return Status::Ok();
   }
+  GALE_RETURN_IF_ERROR(normalize_load_balancing_lists(m));
   const ParallelArgs& par = a.parallel;
   if (m.moe_router_topk < 1 || m.moe_router_topk > m.num_experts)
     return InvalidArgument("--moe-router-topk: expected 1 to --num-experts ", m.num_experts, ", found ", m.moe_router_topk);
@@ -383,7 +459,8 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--moe-aux-loss-coeff: expected a non-negative number, found ", m.moe_aux_loss_coeff);
   if (!unset(m.moe_z_loss_coeff) && !(m.moe_z_loss_coeff >= 0.0))
     return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
-  const std::string& lb = m.moe_router_load_balancing_type;
+  // (a list holds only aux_loss, seq_aux_loss, global_aux_loss and none: checked above)
+  const std::string lb = m.moe_router_load_balancing_types.empty() ? m.moe_router_load_balancing_type : "aux_loss";
   if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "global_aux_loss" && lb != "sinkhorn" && lb != "none")
     return Unimplemented("--moe-router-load-balancing-type ", lb,
                          ": not supported yet (aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none)");

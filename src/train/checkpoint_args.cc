@@ -209,6 +209,15 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
   }
   if (!unset(moe.moe_input_jitter_eps))  // absent: no jitter (older checkpoints too)
     (*args)["moe_input_jitter_eps"] = moe.moe_input_jitter_eps;
+  // The load-balancing losses, as Megatron's args hold them: a string and a number, or (several
+  // types) a list of each (absent in older checkpoints: the defaults).
+  if (moe.moe_router_load_balancing_types.empty()) {
+    (*args)["moe_router_load_balancing_type"] = moe.moe_router_load_balancing_type;
+    (*args)["moe_aux_loss_coeff"] = moe.moe_aux_loss_coeff;
+  } else {
+    (*args)["moe_router_load_balancing_type"] = moe.moe_router_load_balancing_types;
+    (*args)["moe_aux_loss_coeff"] = moe.moe_aux_loss_coeffs;
+  }
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -228,6 +237,33 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
   if (args.contains("moe_router_group_topk")) {
     GALE_RETURN_IF_ERROR(get(args, "moe_router_num_groups", where, &moe.moe_router_num_groups));
     GALE_RETURN_IF_ERROR(get(args, "moe_router_group_topk", where, &moe.moe_router_group_topk));
+  }
+  if (args.contains("moe_router_load_balancing_type")) {  // a string, or a list of strings (Megatron's list form)
+    const nlohmann::json& t = args["moe_router_load_balancing_type"];
+    const nlohmann::json& c = args.contains("moe_aux_loss_coeff") ? args["moe_aux_loss_coeff"] : nlohmann::json(0.0);
+    if (t.is_array()) {
+      for (const nlohmann::json& v : t) {
+        if (!v.is_string()) return InvalidArgument(where, ": args 'moe_router_load_balancing_type' has the wrong type: ", t.dump());
+        moe.moe_router_load_balancing_types.push_back(v.get<std::string>());
+      }
+      if (!c.is_array() || c.size() != t.size())
+        return InvalidArgument(where, ": args 'moe_aux_loss_coeff' is ", c.dump(), ", expected a list of ", t.size(),
+                               " numbers as 'moe_router_load_balancing_type' ", t.dump());
+      for (const nlohmann::json& v : c) {
+        if (!v.is_number()) return InvalidArgument(where, ": args 'moe_aux_loss_coeff' has the wrong type: ", c.dump());
+        moe.moe_aux_loss_coeffs.push_back(v.get<double>());
+      }
+      if (moe.moe_router_load_balancing_types.size() == 1) {  // Megatron's one-element list is a scalar
+        moe.moe_router_load_balancing_type = moe.moe_router_load_balancing_types[0];
+        moe.moe_aux_loss_coeff = moe.moe_aux_loss_coeffs[0];
+        moe.moe_router_load_balancing_types.clear();
+        moe.moe_aux_loss_coeffs.clear();
+      }
+    } else {
+      GALE_RETURN_IF_ERROR(get(args, "moe_router_load_balancing_type", where, &moe.moe_router_load_balancing_type));
+      if (args.contains("moe_aux_loss_coeff"))
+        GALE_RETURN_IF_ERROR(get(args, "moe_aux_loss_coeff", where, &moe.moe_aux_loss_coeff));
+    }
   }
   if (args.contains("moe_shared_expert_intermediate_size")) {
     GALE_RETURN_IF_ERROR(

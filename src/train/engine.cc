@@ -99,7 +99,7 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
   if (args.moe.num_experts > 0) {
     if (ps.layout().sizes.etp > 1) p.etp = ps.expert_tp();
     if (ps.tp_size() * ps.cp_size() > 1) p.moe_seq = ps.group(Group::kTensorContext);
-    if (args.moe.moe_router_load_balancing_type == "global_aux_loss" && ps.group(Group::kTensorDataContext) &&
+    if (args.moe.uses_load_balancing_type("global_aux_loss") && ps.group(Group::kTensorDataContext) &&
         ps.group(Group::kTensorDataContext)->size() > 1)
       p.moe_global_aux = ps.group(Group::kTensorDataContext);
   }

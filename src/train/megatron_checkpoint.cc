@@ -174,9 +174,10 @@ CheckpointFormat format_of_dir(const std::string& dir, std::string* found) {
   return CheckpointFormat::kNone;
 }
 
-// The args Namespace's scalar attributes as JSON (None and non-scalars left out), and the lists or
-// tuples of ints of no_rope_freq, window_size and window_attn_skip_freq (moe_layer_freq's list is read
-// from the Namespace itself).
+// The args Namespace's scalar attributes as JSON (None and non-scalars left out), the lists or
+// tuples of ints of no_rope_freq, window_size and window_attn_skip_freq, and the list forms of
+// moe_router_load_balancing_type (strings) and moe_aux_loss_coeff (numbers) (moe_layer_freq's list
+// is read from the Namespace itself).
 nlohmann::json args_json(const PyValue* args) {
   nlohmann::json j = nlohmann::json::object();
   if (!args || args->kind != PyValue::kObject || !args->state || args->state->kind != PyValue::kDict) return j;
@@ -193,6 +194,19 @@ nlohmann::json args_json(const PyValue* args) {
             std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) { return x->kind == PyValue::kInt; })) {
           nlohmann::json list = nlohmann::json::array();
           for (const PyRef& x : v->items) list.push_back(x->i);
+          j[k->s] = std::move(list);
+        }
+        if (k->s == "moe_router_load_balancing_type" &&  // Megatron's list form: strings
+            std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) { return x->kind == PyValue::kString; })) {
+          nlohmann::json list = nlohmann::json::array();
+          for (const PyRef& x : v->items) list.push_back(x->s);
+          j[k->s] = std::move(list);
+        }
+        if (k->s == "moe_aux_loss_coeff" && std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) {
+              return x->kind == PyValue::kFloat || x->kind == PyValue::kInt;
+            })) {
+          nlohmann::json list = nlohmann::json::array();
+          for (const PyRef& x : v->items) list.push_back(x->kind == PyValue::kFloat ? x->f : static_cast<double>(x->i));
           j[k->s] = std::move(list);
         }
         break;

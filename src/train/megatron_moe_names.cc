@@ -387,6 +387,17 @@ void add_megatron_moe_args(const MoeArgs& moe, int64_t tp, int64_t ep, PyValue& 
                                                     : PyValue::integer(moe.moe_shared_expert_intermediate_size));
   ns.set("moe_grouped_gemm", PyValue::boolean(false));
   ns.set("moe_input_jitter_eps", PyValue::none());
+  // Megatron's args hold one load-balancing type and coefficient as a str and a float, several as lists.
+  if (moe.moe_router_load_balancing_types.empty()) {
+    ns.set("moe_router_load_balancing_type", PyValue::str(moe.moe_router_load_balancing_type));
+    ns.set("moe_aux_loss_coeff", PyValue::real(moe.moe_aux_loss_coeff));
+  } else {
+    PyRef types = PyValue::list(), coeffs = PyValue::list();
+    for (const std::string& t : moe.moe_router_load_balancing_types) types->items.push_back(PyValue::str(t));
+    for (double c : moe.moe_aux_loss_coeffs) coeffs->items.push_back(PyValue::real(c));
+    ns.set("moe_router_load_balancing_type", types);
+    ns.set("moe_aux_loss_coeff", coeffs);
+  }
 }
 
 }  // namespace gale

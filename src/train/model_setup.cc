@@ -147,12 +147,11 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.ffn = moe.moe_ffn_hidden_size;
     c.moe.pre_softmax = moe.moe_router_pre_softmax;
     c.moe.fix_router = moe.fix_router;
-    const std::string& lb = moe.moe_router_load_balancing_type;
-    c.moe.aux_loss_coeff =
-        lb == "aux_loss" || lb == "seq_aux_loss" || lb == "global_aux_loss" ? moe.moe_aux_loss_coeff : 0.0;
-    c.moe.seq_aux_loss = lb == "seq_aux_loss";
-    c.moe.global_aux_loss = lb == "global_aux_loss";
-    c.moe.sinkhorn = lb == "sinkhorn";
+    c.moe.aux_loss_coeff = moe.aux_loss_coeff("aux_loss");
+    c.moe.seq_aux_loss_coeff = moe.aux_loss_coeff("seq_aux_loss");
+    c.moe.global_aux_loss_coeff = moe.aux_loss_coeff("global_aux_loss");
+    c.moe.force_load_balancing = moe.moe_router_force_load_balancing;
+    c.moe.sinkhorn = moe.moe_router_load_balancing_types.empty() && moe.moe_router_load_balancing_type == "sinkhorn";
     c.moe.sigmoid = moe.moe_router_score_function == "sigmoid";
     c.moe.topk_scaling_factor = unset(moe.moe_router_topk_scaling_factor) ? 1.0 : moe.moe_router_topk_scaling_factor;
     if (moe.moe_router_group_topk != kUnset) {

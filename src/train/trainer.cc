@@ -151,18 +151,19 @@ void Trainer::reduce_moe_losses(IterationResult* r) const {
   const ParallelState& ps = engine_->ps;
   const int64_t moe_layers = engine_->chunks.front()->config().num_moe_layers();  // of the whole model
   if (moe_layers == 0) return;  // dense models: no extra collective
-  double sums[2] = {0.0, 0.0};
+  constexpr int n = kMoeAuxKinds + 1;
+  double sums[n] = {};  // the load-balancing losses by kind, then the z-loss
   for (auto& chunk : engine_->chunks) {
     const MoeAuxLosses l = chunk->take_moe_losses();
-    sums[0] += l.load_balancing;
-    sums[1] += l.z;
+    for (int kind = 0; kind < kMoeAuxKinds; ++kind) sums[kind] += l.balancing(kind);
+    sums[kMoeAuxKinds] += l.z;
   }
-  if (ps.pp_size() > 1) ps.pp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);  // every stage's layers
-  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 2, DType::kF64, ReduceOp::kSum);
+  if (ps.pp_size() > 1) ps.pp()->all_reduce(sums, n, DType::kF64, ReduceOp::kSum);  // every stage's layers
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, n, DType::kF64, ReduceOp::kSum);
   const double per = static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())) *
                      static_cast<double>(moe_layers);
-  r->load_balancing_loss = sums[0] / per;
-  r->z_loss = sums[1] / per;
+  for (int kind = 0; kind < kMoeAuxKinds; ++kind) r->load_balancing_loss[kind] = sums[kind] / per;
+  r->z_loss = sums[kMoeAuxKinds] / per;
 }
 
 void Trainer::reduce_mtp_losses(IterationResult* r) const {
@@ -615,7 +616,8 @@ Status Trainer::run() {
   state_.rerun_state_machine = nullptr;
   double interval_start = start;
   // Accumulators of the current log interval.
-  double loss_total = 0.0, load_balancing_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
+  double loss_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
+  std::array<double, kMoeAuxKinds> load_balancing_total{};
   double indexer_loss_total = 0.0, kl_loss_total = 0.0;
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
@@ -715,7 +717,7 @@ Status Trainer::run() {
       ++advanced;
       loss_total += loss;
       dpo_accuracy_total += std::max(0.0, r.dpo_accuracy);
-      load_balancing_total += r.load_balancing_loss;
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind) load_balancing_total[kind] += r.load_balancing_loss[kind];
       z_loss_total += r.z_loss;
       indexer_loss_total += std::max(0.0, r.indexer_loss);
       kl_loss_total += std::max(0.0, r.kl_loss);
@@ -765,9 +767,9 @@ Status Trainer::run() {
       add_training_scalars(*tensorboard_, flags, s);
     }
     if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
-      const std::string& balancing = args_.moe.moe_router_load_balancing_type;
-      if (balancing == "aux_loss" || balancing == "seq_aux_loss" || balancing == "global_aux_loss")
-        tensorboard_->add_scalar(load_balancing_loss_name(balancing), r.load_balancing_loss, state_.iteration);
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind)  // each load-balancing type selected, under its tracker name
+        if (args_.moe.uses_load_balancing_type(kMoeAuxTypes[kind]))
+          tensorboard_->add_scalar(kMoeAuxLossNames[kind], r.load_balancing_loss[kind], state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
     if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key
@@ -804,8 +806,9 @@ Status Trainer::run() {
       f.global_batch_size = r.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       if (args_.dpo.enabled()) f.dpo_accuracy = dpo_accuracy_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      f.load_balancing_loss = load_balancing_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      f.load_balancing_name = load_balancing_loss_name(args_.moe.moe_router_load_balancing_type);
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind)
+        f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind],
+                                             load_balancing_total[kind] / static_cast<double>(std::max<int64_t>(1, advanced)));
       f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
       if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
@@ -840,7 +843,8 @@ Status Trainer::run() {
       if (straggler_)
         for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);
       flops_since_last_log = 0.0;
-      loss_total = load_balancing_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
+      loss_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
+      load_balancing_total.fill(0.0);
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;

@@ -2,6 +2,7 @@
 // checkpoint and exit intervals, exactly in Megatron's order and with Megatron's semantics.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include "core/wandb_writer.h"
 #include "data/random_sampler.h"
 #include "kernels/flop_counter.h"
+#include "model/config.h"
 #include "schedule/schedules.h"
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
@@ -46,8 +48,10 @@ struct IterationResult {
   double loss_sum = 0.0, tokens = 0.0;  // over the whole global batch (all DP ranks; last pipeline stage)
   // MoE (Megatron's aux-loss tracker): each auxiliary loss without its coefficient, summed over the
   // micro-batches and divided by their number, averaged over the MoE layers (all pipeline stages)
-  // and the data-parallel ranks; 0 when the loss is off.
-  double load_balancing_loss = 0.0, z_loss = 0.0;
+  // and the data-parallel ranks; 0 when the loss is off. load_balancing_loss by MoeAuxKind
+  // (aux_loss, seq_aux_loss, global_aux_loss).
+  std::array<double, kMoeAuxKinds> load_balancing_loss{};
+  double z_loss = 0.0;
   // --mtp-num-layers (Megatron's MTPLossLoggingHelper): per MTP layer its loss-mask mean
   // cross-entropy, summed over the micro-batches and divided by their number, averaged over the
   // data-parallel ranks; empty without MTP.

@@ -72,12 +72,6 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
          static_cast<double>(batch_size) * m.seq_length * mtp;
 }
 
-std::string load_balancing_loss_name(const std::string& type) {
-  return type == "seq_aux_loss" ? "seq_load_balancing_loss"
-         : type == "global_aux_loss" ? "global_load_balancing_loss"
-                                     : "load_balancing_loss";
-}
-
 std::string format_training_log_line(const TrainingLogFields& f) {
   char buf[256];
   std::string s = " [" + (f.timestamp.empty() ? timestamp_now() : f.timestamp) + "]";
@@ -101,8 +95,8 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
   for (const auto& [name, value] : f.extra_losses)
     if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
-  if (f.load_balancing_loss > 0.0)
-    add(" %s: %.6E |", f.load_balancing_name.c_str(), f.load_balancing_loss);
+  for (const auto& [name, value] : f.load_balancing_losses)
+    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
   if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
   for (size_t k = 0; k < f.mtp_losses.size(); ++k)
     if (f.mtp_losses[k] >= 0.0) add(" mtp_%zu loss: %.6E |", k + 1, f.mtp_losses[k]);

@@ -40,10 +40,6 @@ struct FlopsModel {
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).
 double num_floating_point_operations(const FlopsModel& m, int64_t batch_size);
 
-// Megatron's tracker name of the load-balancing loss of --moe-router-load-balancing-type `type`:
-// load_balancing_loss (aux_loss), seq_load_balancing_loss, global_load_balancing_loss.
-std::string load_balancing_loss_name(const std::string& type);
-
 struct TrainingLogFields {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped_samples = 0;
   double elapsed_ms_per_iteration = 0.0;
@@ -65,10 +61,11 @@ struct TrainingLogFields {
   // (--perform-rl-step's rl/kl_term, rl/pi_over_pi_old, ...; train/grpo.h).
   std::vector<std::pair<std::string, double>> extra_losses;
   // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
-  // like lm loss and printed after it as "load_balancing_loss" and "z_loss" (skipped when <= 0).
-  double load_balancing_loss = 0.0, z_loss = 0.0;
-  // Its name by --moe-router-load-balancing-type (Megatron's tracker names; load_balancing_loss_name).
-  std::string load_balancing_name = "load_balancing_loss";
+  // like lm loss and printed after it: the load-balancing losses in order under their names
+  // (Megatron's tracker names: load_balancing_loss, seq_load_balancing_loss,
+  // global_load_balancing_loss), then "z_loss"; each skipped when <= 0.
+  std::vector<std::pair<std::string, double>> load_balancing_losses;
+  double z_loss = 0.0;
   // --mtp-num-layers: each MTP layer's loss (Megatron's tracker, averaged like lm loss over the
   // interval's advanced iterations), printed after them as "mtp_1 loss", "mtp_2 loss", ...
   std::vector<double> mtp_losses;

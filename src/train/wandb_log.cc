@@ -99,6 +99,9 @@ WandbItems wandb_config_items(const std::vector<std::string>& argv) {
       value = "true";
     } else if (d.kind == MegatronDest::kFalse) {
       value = "false";
+    } else if (d.kind == MegatronDest::kList && it->second.size() == 1 &&
+               (std::string(d.dest) == "moe_router_load_balancing_type" || std::string(d.dest) == "moe_aux_loss_coeff")) {
+      value = json_value(it->second.back(), d.type);  // Megatron's validate_args: a one-element list is a scalar
     } else if (d.kind == MegatronDest::kList) {
       value = "[";
       for (const std::string& v : it->second) value += (value.size() > 1 ? ", " : "") + json_value(v, d.type);

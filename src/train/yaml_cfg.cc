@@ -182,7 +182,7 @@ struct Converter {
     // A value that is Megatron's default and Gale's is not passed on: to Megatron it is the same as
     // no value, and Gale's checks of flags given together (--moe-router-topk needs --num-experts)
     // must not see it.
-    if (d.kind == MegatronDest::kValue && k.value.IsScalar() && is_default(k, d) &&
+    if ((d.kind == MegatronDest::kValue || d.kind == MegatronDest::kList) && k.value.IsScalar() && is_default(k, d) &&
         same(k.value.Scalar(), g->second.default_value))
       return Status::Ok();
     if (d.kind == MegatronDest::kList && k.value.IsSequence() && is_default(k, d) &&

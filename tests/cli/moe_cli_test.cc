@@ -62,6 +62,54 @@ TEST(GalePretrainMoe, DeepSeekRoutingLogsTheSeqLoadBalancingLossAndLearns) {
   for (double v : lb) EXPECT_GT(v, 0.5);
 }
 
+// Megatron's list form: each load-balancing loss under its own tracker name, in Megatron's order; a
+// list whose second coefficient is 0 trains as the scalar form bit for bit (its loss is off).
+TEST(GalePretrainMoe, ListOfLoadBalancingTypesLogsEachUnderItsName) {
+  test::RunResult both = test::run_with_timeout(
+      mixtral({"--moe-router-load-balancing-type", "seq_aux_loss", "aux_loss", "--moe-aux-loss-coeff", "1e-3", "1e-2"}),
+      {}, 300);
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  std::regex line(
+      R"(\| lm loss: [0-9.]+E[+-]\d\d \| load_balancing_loss: [0-9.]+E[+-]\d\d \| seq_load_balancing_loss: [0-9.]+E[+-]\d\d \| loss scale)");
+  EXPECT_TRUE(std::regex_search(both.output, line)) << both.output;
+  const std::vector<double> lb = testing::logged_values(both.output, "load_balancing_loss"),
+                            seq = testing::logged_values(both.output, "seq_load_balancing_loss");
+  ASSERT_EQ(lb.size(), 6u);
+  ASSERT_EQ(seq.size(), 6u);
+  EXPECT_NE(lb, seq);
+
+  test::RunResult scalar = test::run_with_timeout(mixtral({}), {}, 300);
+  test::RunResult off = test::run_with_timeout(
+      mixtral({"--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-2", "0"}), {},
+      300);
+  ASSERT_EQ(scalar.exit_code, 0) << scalar.output;
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  for (const char* key : {"lm loss", "load_balancing_loss", "grad norm"})
+    EXPECT_EQ(testing::logged_values(off.output, key), testing::logged_values(scalar.output, key)) << key;
+  EXPECT_EQ(off.output.find("seq_load_balancing_loss"), std::string::npos) << off.output;
+  EXPECT_NE(testing::logged_values(both.output, "lm loss"), testing::logged_values(scalar.output, "lm loss"));
+}
+
+// --moe-router-force-load-balancing: random router logits (Gale's Philox streams), the same in
+// every run; the experts then get about equal loads, so the load-balancing loss is near 1.
+TEST(GalePretrainMoe, ForceLoadBalancingTrainsOnRandomLogitsDeterministically) {
+  test::RunResult a = test::run_with_timeout(mixtral({"--moe-router-force-load-balancing"}), {}, 300);
+  test::RunResult b = test::run_with_timeout(mixtral({"--moe-router-force-load-balancing"}), {}, 300);
+  test::RunResult plain = test::run_with_timeout(mixtral({}), {}, 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<double> lm = testing::logged_values(a.output, "lm loss"), lb = testing::logged_values(a.output, "load_balancing_loss");
+  ASSERT_EQ(lm.size(), 6u);
+  EXPECT_EQ(lm, testing::logged_values(b.output, "lm loss"));
+  EXPECT_EQ(lb, testing::logged_values(b.output, "load_balancing_loss"));
+  EXPECT_NE(lm, testing::logged_values(plain.output, "lm loss"));
+  EXPECT_LT(lm.back(), lm.front());
+  for (double v : lb) {
+    EXPECT_GT(v, 0.9);
+    EXPECT_LT(v, 1.2);
+  }
+}
+
 TEST(GalePretrainMoe, NoLoadBalancingLossWithoutItsCoefficient) {
   test::RunResult r = test::run_with_timeout(mixtral({"--moe-router-load-balancing-type", "none"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;

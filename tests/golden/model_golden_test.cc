@@ -153,11 +153,11 @@ void train_ten_iterations(const GoldenFixture& f, bool fused) {
     EXPECT_NEAR(r->step.grad_norm, series.grad_norm[k], 1e-3 * series.grad_norm[k]) << "grad norm of iteration " << k + 1;
     EXPECT_NEAR(scheduler.lr(), series.lr[k], 1e-12) << "logged learning rate of iteration " << k + 1;
     if (!series.load_balancing_loss.empty()) {  // MoE: the logged auxiliary losses
-      EXPECT_NEAR(r->load_balancing_loss, series.load_balancing_loss[k], 1e-5 * series.load_balancing_loss[k])
+      EXPECT_NEAR(r->load_balancing_loss[kMoeAux], series.load_balancing_loss[k], 1e-5 * series.load_balancing_loss[k])
           << "load_balancing_loss of iteration " << k + 1;
       EXPECT_NEAR(r->z_loss, series.z_loss[k], 1e-5 * series.z_loss[k]) << "z_loss of iteration " << k + 1;
     } else {
-      EXPECT_EQ(r->load_balancing_loss, 0.0);
+      EXPECT_EQ(r->load_balancing_loss[kMoeAux], 0.0);
     }
   }
   EXPECT_EQ(trainer.state().consumed_train_samples, f.num_iterations() * f.training().global_batch_size);

@@ -62,8 +62,9 @@ struct LayerFixture {
     MoeSaved saved;
     MoeAuxLosses aux;
     const Tensor y = moe_forward(c, ops, pb, w, x, &saved, &aux, nullptr, false, nullptr, nullptr, batch);
-    return dot(y.data<float>(), r.data(), y.numel()) + c.moe.aux_loss_coeff * aux.load_balancing +
-           c.moe.z_loss_coeff * aux.z;
+    double balancing = 0.0;  // every load-balancing loss that is on, with its coefficient
+    for (int kind = 0; kind < kMoeAuxKinds; ++kind) balancing += c.moe.aux_coeff(kind) * aux.balancing(kind);
+    return dot(y.data<float>(), r.data(), y.numel()) + balancing + c.moe.z_loss_coeff * aux.z;
   }
 
   // Gradients of every parameter (in pb's grad buffer) and of x.
@@ -166,9 +167,28 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesSeqAuxLoss) {
   for (bool sigmoid : {false, true}) {
     ModelConfig c = moe_config(6, 4, 2, 4, true, false);
     c.moe.sigmoid = sigmoid;
-    c.moe.seq_aux_loss = true;
-    c.moe.aux_loss_coeff = 0.7;
+    c.moe.aux_loss_coeff = 0.0;
+    c.moe.seq_aux_loss_coeff = 0.7;
     LayerFixture f(c, 12, 23, /*B=*/3);
+    f.expect_gradients_match_finite_differences();
+  }
+}
+
+// Megatron's list form (--moe-router-load-balancing-type aux_loss seq_aux_loss global_aux_loss,
+// one coefficient each): the losses add up, and so do their gradients.
+TEST(MoeLayer, GradientsMatchFiniteDifferencesWithSeveralLoadBalancingLosses) {
+  for (bool sigmoid : {false, true}) {
+    ModelConfig c = moe_config(6, 4, 2, 4, true, false);
+    c.moe.sigmoid = sigmoid;
+    c.moe.aux_loss_coeff = 0.3;
+    c.moe.seq_aux_loss_coeff = 0.7;
+    LayerFixture f(c, 12, 23, /*B=*/3);
+    MoeSaved saved;
+    MoeAuxLosses aux;
+    moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux, nullptr, false, nullptr, nullptr, 3);
+    EXPECT_GT(aux.load_balancing, 0.0);
+    EXPECT_GT(aux.seq_load_balancing, 0.0);
+    EXPECT_NE(aux.load_balancing, aux.seq_load_balancing);
     f.expect_gradients_match_finite_differences();
   }
 }
@@ -244,9 +264,11 @@ TEST(MoeLayer, GradientsWithoutAuxLossesAreTheRoutedOutputsOnly) {
   LayerFixture f(c, 8, 15);
   f.expect_gradients_match_finite_differences();
   MoeSaved saved;
-  MoeAuxLosses aux{1.0, 1.0};
+  MoeAuxLosses aux{1.0, 1.0, 1.0, 1.0};
   moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, &aux);
   EXPECT_EQ(aux.load_balancing, 0.0);
+  EXPECT_EQ(aux.seq_load_balancing, 0.0);
+  EXPECT_EQ(aux.global_load_balancing, 0.0);
   EXPECT_EQ(aux.z, 0.0);
 }
 

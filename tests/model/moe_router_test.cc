@@ -66,9 +66,9 @@ TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
       c.moe.group_topk = g["group_topk"];
     }
     if (!g["scaling"].is_null()) c.moe.topk_scaling_factor = g["scaling"];
-    c.moe.seq_aux_loss = g["lb"] == "seq_aux_loss";
+    const bool seq_aux = g["lb"] == "seq_aux_loss";
     c.moe.sinkhorn = g["lb"] == "sinkhorn";
-    c.moe.aux_loss_coeff = g["aux_coeff"];
+    (seq_aux ? c.moe.seq_aux_loss_coeff : c.moe.aux_loss_coeff) = g["aux_coeff"];
     c.moe.z_loss_coeff = g["z_coeff"];
     if (!g["capacity"].is_null()) c.moe.capacity_factor = g["capacity"];
     c.moe.drop_by_position = g["policy"] == "position";
@@ -92,8 +92,10 @@ TEST(MoeRouterGolden, MatchesTheFloat64Reference) {
       EXPECT_NEAR(r.probs.data<float>()[i], probs[i], 1e-5 * (1.0 + std::fabs(probs[i]))) << "weight " << i;
       dprobs.data<float>()[i] = R[i];
     }
-    if (c.moe.aux_loss_coeff > 0.0) {
-      EXPECT_NEAR(losses.load_balancing, g["aux"].get<double>(), 1e-5 * g["aux"].get<double>());
+    if (c.moe.any_aux_loss()) {
+      EXPECT_NEAR(seq_aux ? losses.seq_load_balancing : losses.load_balancing, g["aux"].get<double>(),
+                  1e-5 * g["aux"].get<double>());
+      EXPECT_EQ(seq_aux ? losses.load_balancing : losses.seq_load_balancing, 0.0);
     }
     if (c.moe.z_loss_coeff > 0.0) {
       EXPECT_NEAR(losses.z, g["z"].get<double>(), 1e-5 * g["z"].get<double>());
@@ -350,7 +352,8 @@ TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
   ModelConfig aux = router_config(H, E, k);
   aux.moe.aux_loss_coeff = 0.01;
   ModelConfig global = aux;
-  global.moe.global_aux_loss = true;
+  global.moe.global_aux_loss_coeff = 0.01;
+  global.moe.aux_loss_coeff = 0.0;
   RouterFixture fa(aux, T), fg(global, T);
   MoeGlobalAux state(E, nullptr);
   fg.w.global_aux = &state;
@@ -363,8 +366,8 @@ TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
   MoeAuxLosses la, lg;
   moe_router_forward(aux, fa.ops, fa.pb, fa.w, fa.x, 1, &sa, &la);
   moe_router_forward(global, fg.ops, fg.pb, fg.w, fg.x, 1, &sg, &lg);
-  EXPECT_EQ(lg.load_balancing, la.load_balancing);
-  const std::vector<double> n1 = sa.aux_counts;
+  EXPECT_EQ(lg.global_load_balancing, la.load_balancing);
+  const std::vector<double> n1 = sa.aux.at(0).counts;
   fa.pb.zero_grads();
   fg.pb.zero_grads();
   const Tensor dxa = moe_router_backward(aux, fa.ops, fa.pb, fa.w, sa, fa.x, none, 1.0);
@@ -376,7 +379,7 @@ TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
   MoeRouterSaved sa2, sg2;
   moe_router_forward(aux, fa.ops, fa.pb, fa.w, x2, 1, &sa2, &la);
   moe_router_forward(global, fg.ops, fg.pb, fg.w, x2, 1, &sg2, &lg);
-  const std::vector<double> n2 = sa2.aux_counts;
+  const std::vector<double> n2 = sa2.aux.at(0).counts;
   std::vector<double> mean(E);
   for (int64_t e = 0; e < E; ++e) {
     mean[e] = (n1[e] + n2[e]) / 2.0;
@@ -401,7 +404,7 @@ TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
     return static_cast<double>(E) / (static_cast<double>(T * T) * k) * sum;
   };
   std::vector<double> w(W, W + E * H);
-  EXPECT_NEAR(lg.load_balancing, loss(w), 1e-6 * loss(w));
+  EXPECT_NEAR(lg.global_load_balancing, loss(w), 1e-6 * loss(w));
   fg.pb.zero_grads();
   moe_router_backward(global, fg.ops, fg.pb, fg.w, sg2, x2, none, 1.0);
   for (int64_t i = 0; i < E * H; ++i) {
@@ -417,8 +420,133 @@ TEST(MoeRouterGlobalAux, AveragesTheStepsTokenCountsOverItsMicroBatches) {
   MoeRouterSaved sg3;
   moe_router_forward(global, fg.ops, fg.pb, fg.w, fg.x, 1, &sg3, &lg);
   moe_router_forward(aux, fa.ops, fa.pb, fa.w, fa.x, 1, &sa, &la);
-  EXPECT_EQ(lg.load_balancing, la.load_balancing);
+  EXPECT_EQ(lg.global_load_balancing, la.load_balancing);
   EXPECT_EQ(state.micro_batches, 1);
+}
+
+// Megatron's list form, --moe-router-load-balancing-type aux_loss seq_aux_loss global_aux_loss with
+// one coefficient each: each loss equals its single-type run's bit for bit, and the router's
+// gradients are the sum of the single runs' (the routing itself does not change).
+TEST(MoeRouterLoadBalancingList, LossesAndGradientsAreTheSumOfTheSingleTypes) {
+  const int64_t T = 12, B = 3, H = 8, E = 6, k = 2;
+  for (bool sigmoid : {false, true}) {
+    SCOPED_TRACE(sigmoid ? "sigmoid" : "softmax");
+    ModelConfig base = router_config(H, E, k);
+    base.moe.sigmoid = sigmoid;
+    ModelConfig one[kMoeAuxKinds] = {base, base, base}, all = base;
+    const double coeffs[kMoeAuxKinds] = {0.3, 0.7, 0.2};
+    for (int kind = 0; kind < kMoeAuxKinds; ++kind) {
+      double* single[kMoeAuxKinds] = {&one[kind].moe.aux_loss_coeff, &one[kind].moe.seq_aux_loss_coeff,
+                                      &one[kind].moe.global_aux_loss_coeff};
+      double* both[kMoeAuxKinds] = {&all.moe.aux_loss_coeff, &all.moe.seq_aux_loss_coeff, &all.moe.global_aux_loss_coeff};
+      *single[kind] = coeffs[kind];
+      *both[kind] = coeffs[kind];
+    }
+    auto run = [&](const ModelConfig& c, MoeAuxLosses* l, std::vector<float>* dw, std::vector<float>* dx) {
+      RouterFixture f(c, T);
+      MoeGlobalAux state(E, nullptr);
+      f.w.global_aux = &state;
+      MoeRouterSaved saved;
+      const MoeRouting r = moe_router_forward(c, f.ops, f.pb, f.w, f.x, B, &saved, l);
+      Tensor dprobs = Tensor::zeros({T, k});  // only the auxiliary losses' gradients
+      f.pb.zero_grads();
+      const Tensor g = moe_router_backward(c, f.ops, f.pb, f.w, saved, f.x, dprobs, 1.0);
+      dw->assign(f.pb.grad_data(f.w.weight), f.pb.grad_data(f.w.weight) + E * H);
+      dx->assign(g.data<float>(), g.data<float>() + T * H);
+      return r.experts;
+    };
+    MoeAuxLosses la;
+    std::vector<float> dw_all, dx_all;
+    const std::vector<int32_t> experts = run(all, &la, &dw_all, &dx_all);
+    std::vector<double> dw_sum(E * H, 0.0), dx_sum(T * H, 0.0);
+    for (int kind = 0; kind < kMoeAuxKinds; ++kind) {
+      MoeAuxLosses l;
+      std::vector<float> dw, dx;
+      EXPECT_EQ(run(one[kind], &l, &dw, &dx), experts);
+      EXPECT_GT(l.balancing(kind), 0.0);
+      EXPECT_EQ(la.balancing(kind), l.balancing(kind)) << kMoeAuxTypes[kind];
+      for (int other = 0; other < kMoeAuxKinds; ++other)
+        if (other != kind) EXPECT_EQ(l.balancing(other), 0.0);
+      for (int64_t i = 0; i < E * H; ++i) dw_sum[i] += dw[i];
+      for (int64_t i = 0; i < T * H; ++i) dx_sum[i] += dx[i];
+    }
+    EXPECT_NE(la.load_balancing, la.seq_load_balancing);
+    for (int64_t i = 0; i < E * H; ++i) EXPECT_NEAR(dw_all[i], dw_sum[i], 1e-6 + 1e-5 * std::fabs(dw_sum[i])) << "dW " << i;
+    for (int64_t i = 0; i < T * H; ++i) EXPECT_NEAR(dx_all[i], dx_sum[i], 1e-6 + 1e-5 * std::fabs(dx_sum[i])) << "dx " << i;
+  }
+}
+
+// --moe-router-force-load-balancing: the logits are moe_random_logit(layer, token id, e) ~ N(0, 1),
+// whatever the router weight; the choice and weights follow from them; backward is straight-through
+// (dW = dlᵀ·x and dx = dl·W for the gradient dl of the random logits).
+TEST(MoeRouterForceLoadBalancing, RandomLogitsWithAStraightThroughGradient) {
+  const int64_t T = 9, H = 8, E = 6, k = 2;
+  ModelConfig c = router_config(H, E, k);
+  c.moe.force_load_balancing = true;
+  c.seed = 5;
+  double mean = 0.0, square = 0.0;
+  const int64_t n = 20000;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = moe_random_logit(c, 1, i / E, i % E);
+    mean += v / n;
+    square += v * v / n;
+  }
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(square, 1.0, 0.05);
+  EXPECT_EQ(moe_random_logit(c, 1, 4, 2), moe_random_logit(c, 1, 4, 2));
+  EXPECT_NE(moe_random_logit(c, 1, 4, 2), moe_random_logit(c, 2, 4, 2));
+  ModelConfig other_seed = c;
+  other_seed.seed = 6;
+  EXPECT_NE(moe_random_logit(c, 1, 4, 2), moe_random_logit(other_seed, 1, 4, 2));
+
+  std::vector<int64_t> ids(T);
+  for (int64_t t = 0; t < T; ++t) ids[t] = 100 + 3 * t;
+  const MoeRouterKey key{3, ids.data(), true};
+  RouterFixture f(c, T), g(c, T);
+  for (int64_t i = 0; i < E * H; ++i) g.pb.param_data(g.w.weight)[i] *= -2.0f;  // another router weight
+  MoeRouterSaved sf, sg;
+  MoeAuxLosses lf, lg;
+  const MoeRouting rf = moe_router_forward(c, f.ops, f.pb, f.w, f.x, 1, &sf, &lf, nullptr, key);
+  const MoeRouting rg = moe_router_forward(c, g.ops, g.pb, g.w, g.x, 1, &sg, &lg, nullptr, key);
+  EXPECT_EQ(rf.experts, rg.experts);
+  for (int64_t i = 0; i < T * k; ++i) EXPECT_EQ(rf.probs.data<float>()[i], rg.probs.data<float>()[i]);
+  std::vector<double> q(T * k);  // the default routing on the random logits: softmax over the top-k
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> l(E);
+    for (int64_t e = 0; e < E; ++e) l[e] = moe_random_logit(c, 3, ids[t], e);
+    int32_t top[2];
+    moe_top_k(l.data(), E, k, 0, 0, top);
+    const double z = std::exp(double{l[top[0]]}) + std::exp(double{l[top[1]]});
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_EQ(rf.experts[t * k + j], top[j]) << "token " << t;
+      q[t * k + j] = std::exp(double{l[top[j]]}) / z;
+      EXPECT_NEAR(rf.probs.data<float>()[t * k + j], q[t * k + j], 1e-6);
+    }
+  }
+  Tensor dprobs = Tensor::empty({T, k});
+  testing::fill_random(dprobs.data<float>(), dprobs.numel(), 11);
+  f.pb.zero_grads();
+  const Tensor dx = moe_router_backward(c, f.ops, f.pb, f.w, sf, f.x, dprobs, 1.0);
+  std::vector<double> dl(T * E, 0.0);  // ∂/∂l of Σ R·q through q = softmax over the selected logits
+  for (int64_t t = 0; t < T; ++t) {
+    double qg = 0.0;
+    for (int64_t j = 0; j < k; ++j) qg += q[t * k + j] * dprobs.data<float>()[t * k + j];
+    for (int64_t j = 0; j < k; ++j)
+      dl[t * E + rf.experts[t * k + j]] = q[t * k + j] * (dprobs.data<float>()[t * k + j] - qg);
+  }
+  const float* W = f.pb.param_data(f.w.weight);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t h = 0; h < H; ++h) {
+      double want = 0.0;
+      for (int64_t t = 0; t < T; ++t) want += dl[t * E + e] * f.x.data<float>()[t * H + h];
+      EXPECT_NEAR(f.pb.grad_data(f.w.weight)[e * H + h], want, 1e-5) << "dW " << e << "," << h;
+    }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double want = 0.0;
+      for (int64_t e = 0; e < E; ++e) want += dl[t * E + e] * W[e * H + h];
+      EXPECT_NEAR(dx.data<float>()[t * H + h], want, 1e-5) << "dx " << t << "," << h;
+    }
 }
 
 }  // namespace

@@ -212,14 +212,67 @@ TEST(Arguments, MoeRouterFlagsDefaultsAndModelConfig) {
   EXPECT_EQ(mc.moe.num_groups, 4);
   EXPECT_EQ(mc.moe.group_topk, 2);
   EXPECT_EQ(mc.moe.topk_scaling_factor, 2.5);
-  EXPECT_TRUE(mc.moe.seq_aux_loss);
-  EXPECT_EQ(mc.moe.aux_loss_coeff, 1e-4);
+  EXPECT_EQ(mc.moe.seq_aux_loss_coeff, 1e-4);
+  EXPECT_EQ(mc.moe.aux_loss_coeff, 0.0);
+  EXPECT_EQ(mc.moe.global_aux_loss_coeff, 0.0);
   EXPECT_EQ(mc.moe.capacity_factor, 1.5);
   EXPECT_TRUE(mc.moe.drop_by_position);
   Cli negative;  // Megatron: a negative capacity factor is None (dropless)
   ASSERT_TRUE(negative.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-expert-capacity-factor", "-1"})).ok());
   negative.args.model.padded_vocab_size = 128;
   EXPECT_EQ(model_config_from_args(negative.args).moe.capacity_factor, 0.0);
+}
+
+// Megatron's nargs='+' forms of --moe-router-load-balancing-type and --moe-aux-loss-coeff: a list of
+// one is the scalar form (Megatron turns it into a scalar), a longer list pairs each type with its
+// coefficient, and a flag given twice keeps its last occurrence's values (argparse).
+TEST(Arguments, MoeLoadBalancingTypeListForm) {
+  Cli scalar, one;
+  ASSERT_TRUE(scalar.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-load-balancing-type",
+                                                           "seq_aux_loss", "--moe-aux-loss-coeff", "1e-3"})).ok());
+  ASSERT_TRUE(one.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-load-balancing-type=seq_aux_loss",
+                                                        "--moe-aux-loss-coeff=1e-3"})).ok());
+  for (Cli* c : {&scalar, &one}) {
+    EXPECT_EQ(c->args.moe.moe_router_load_balancing_type, "seq_aux_loss");
+    EXPECT_EQ(c->args.moe.moe_aux_loss_coeff, 1e-3);
+    EXPECT_TRUE(c->args.moe.moe_router_load_balancing_types.empty());
+    EXPECT_TRUE(c->args.moe.moe_aux_loss_coeffs.empty());
+    c->args.model.padded_vocab_size = 128;
+  }
+  EXPECT_EQ(model_config_from_args(one.args).moe.seq_aux_loss_coeff, 1e-3);
+
+  Cli list;
+  ASSERT_TRUE(list.parse(with(minimal_pretrain_flags(),
+                              {"--num-experts", "8", "--moe-router-load-balancing-type", "seq_aux_loss", "global_aux_loss",
+                               "--moe-aux-loss-coeff", "1e-3", "1e-4"})).ok());
+  EXPECT_EQ(list.args.moe.moe_router_load_balancing_types, (std::vector<std::string>{"seq_aux_loss", "global_aux_loss"}));
+  EXPECT_EQ(list.args.moe.moe_aux_loss_coeffs, (std::vector<double>{1e-3, 1e-4}));
+  EXPECT_EQ(list.args.moe.aux_loss_coeff("seq_aux_loss"), 1e-3);
+  EXPECT_EQ(list.args.moe.aux_loss_coeff("global_aux_loss"), 1e-4);
+  EXPECT_EQ(list.args.moe.aux_loss_coeff("aux_loss"), 0.0);
+  EXPECT_TRUE(list.args.moe.uses_load_balancing_type("global_aux_loss"));
+  EXPECT_FALSE(list.args.moe.uses_load_balancing_type("aux_loss"));
+  list.args.model.padded_vocab_size = 128;
+  const ModelConfig mc = model_config_from_args(list.args);
+  EXPECT_EQ(mc.moe.aux_loss_coeff, 0.0);
+  EXPECT_EQ(mc.moe.seq_aux_loss_coeff, 1e-3);
+  EXPECT_EQ(mc.moe.global_aux_loss_coeff, 1e-4);
+  EXPECT_FALSE(mc.moe.sinkhorn);
+
+  Cli twice;  // the last occurrence wins, its whole list
+  ASSERT_TRUE(twice.parse(with(minimal_pretrain_flags(),
+                               {"--num-experts", "8", "--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
+                                "--moe-aux-loss-coeff", "1", "2", "--moe-router-load-balancing-type", "global_aux_loss",
+                                "--moe-aux-loss-coeff", "3"})).ok());
+  EXPECT_EQ(twice.args.moe.moe_router_load_balancing_type, "global_aux_loss");
+  EXPECT_EQ(twice.args.moe.moe_aux_loss_coeff, 3.0);
+  EXPECT_TRUE(twice.args.moe.moe_router_load_balancing_types.empty());
+
+  Cli force;
+  ASSERT_TRUE(force.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-force-load-balancing"})).ok());
+  force.args.model.padded_vocab_size = 128;
+  EXPECT_TRUE(model_config_from_args(force.args).moe.force_load_balancing);
+  EXPECT_FALSE(model_config_from_args(list.args).moe.force_load_balancing);
 }
 
 TEST(Arguments, MixtureOfExpertsDefaultsAndLayerPatterns) {
@@ -493,6 +546,35 @@ INSTANTIATE_TEST_SUITE_P(
                   "--moe-router-load-balancing-type sinkhorn with --moe-router-score-function sigmoid: expected neither (sinkhorn routing scores with "
                   "sigmoid for top-1, else softmax over all experts, unscaled, without groups or expert bias; "
                   "Megatron ignores --moe-router-score-function sigmoid there)"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
+                   "--moe-aux-loss-coeff", "1e-3"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-aux-loss-coeff: expected a list of the same length as --moe-router-load-balancing-type "
+                  "aux_loss seq_aux_loss (2 values), found 1"},
+        ErrorCase{{"--num-experts", "4", "--moe-aux-loss-coeff", "1e-3", "1e-4"}, StatusCode::kInvalidArgument,
+                  "--moe-aux-loss-coeff: expected one value with --moe-router-load-balancing-type aux_loss, found 2"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "sinkhorn", "aux_loss", "--moe-aux-loss-coeff",
+                   "0", "1e-3"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type sinkhorn aux_loss: expected a list of aux_loss, seq_aux_loss, "
+                  "global_aux_loss or none (Megatron routes a list with sinkhorn in it as plain top-k), found sinkhorn"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "aux_loss", "aux_loss", "--moe-aux-loss-coeff",
+                   "1e-3", "1e-4"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type aux_loss aux_loss: expected each type once (Megatron would use the "
+                  "first one's coefficient), found aux_loss twice"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
+                   "--moe-aux-loss-coeff", "1e-3", "-1"},
+                  StatusCode::kInvalidArgument, "--moe-aux-loss-coeff: expected non-negative numbers, found -1"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing"},
+                  StatusCode::kUnimplemented,
+                  "--moe-router-load-balancing-type quantile_balancing: not supported yet (aux_loss, seq_aux_loss, "
+                  "global_aux_loss, sinkhorn or none)"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-quantile-balancing-ema", "0.5"}, StatusCode::kUnimplemented,
+                  "--moe-router-quantile-balancing-ema: not supported yet (--moe-router-load-balancing-type "
+                  "quantile_balancing is not implemented in Gale)"},
+        ErrorCase{{"--moe-router-force-load-balancing"}, StatusCode::kInvalidArgument,
+                  "--moe-router-force-load-balancing needs --num-experts (a MoE model), found no --num-experts"},
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,
                   "--moe-token-dispatcher-type flex: not supported yet (allgather or alltoall)"},
         ErrorCase{{"--moe-shared-expert-intermediate-size", "8"}, StatusCode::kInvalidArgument,

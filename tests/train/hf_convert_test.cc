@@ -29,6 +29,7 @@
 #include "train/hf_convert.h"
 #include "train/hf_files.h"
 #include "train/hf_weights.h"
+#include "train/megatron_moe_names.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -308,7 +309,8 @@ TEST(HfConvert, Qwen3MoeRecordsItsExpertsAndRoutingAndTheGoldenComparisonSeesThe
   ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("qwen3_moe"), tmp.file("gale")),
                                  [&](const std::string& line) { log += line + "\n"; })
                   .ok());
-  // router_aux_loss_coef is a training flag (not recorded in the checkpoint): the log names it.
+  // router_aux_loss_coef is a training flag (gale pretrain takes it from --moe-aux-loss-coeff, not from the
+  // checkpoint's args): the log names it.
   EXPECT_NE(log.find("experts: 4 per layer, top-2, ffn 32 (router_aux_loss_coef 0.001 is a training flag: pass "
                      "--moe-aux-loss-coeff to gale pretrain)\n"),
             std::string::npos)
@@ -1488,6 +1490,65 @@ TEST(CheckpointArgs, MoeRoutingFlagsRoundTrip) {
   EXPECT_FALSE(old.moe_router_enable_expert_bias);
   EXPECT_TRUE(unset(old.moe_router_topk_scaling_factor));
   EXPECT_EQ(old.moe_router_group_topk, kUnset);
+}
+
+// The load-balancing types and coefficients, as Megatron's args hold them: a string and a number,
+// or (Megatron's list form) a list of each, in Gale's checkpoint args and Megatron's Namespace; a
+// one-element list read back is the scalar form (Megatron's validate_args).
+TEST(CheckpointArgs, MoeLoadBalancingTypesRoundTripAsScalarOrList) {
+  MoeArgs moe;
+  moe.num_experts = 8;
+  moe.moe_ffn_hidden_size = 16;
+  moe.moe_router_load_balancing_type = "seq_aux_loss";
+  moe.moe_aux_loss_coeff = 1e-3;
+  nlohmann::json scalar = nlohmann::json::object();
+  add_moe_flags_json(moe, &scalar);
+  EXPECT_EQ(scalar["moe_router_load_balancing_type"], "seq_aux_loss");
+  EXPECT_EQ(scalar["moe_aux_loss_coeff"], 1e-3);
+  const MoeArgs back_scalar = moe_args_from_json(scalar, "x", 2).value();
+  EXPECT_EQ(back_scalar.moe_router_load_balancing_type, "seq_aux_loss");
+  EXPECT_EQ(back_scalar.moe_aux_loss_coeff, 1e-3);
+  EXPECT_TRUE(back_scalar.moe_router_load_balancing_types.empty());
+
+  moe.moe_router_load_balancing_types = {"aux_loss", "global_aux_loss"};
+  moe.moe_aux_loss_coeffs = {1e-2, 1e-4};
+  nlohmann::json list = nlohmann::json::object();
+  add_moe_flags_json(moe, &list);
+  EXPECT_EQ(list["moe_router_load_balancing_type"], nlohmann::json({"aux_loss", "global_aux_loss"}));
+  EXPECT_EQ(list["moe_aux_loss_coeff"], nlohmann::json({1e-2, 1e-4}));
+  const MoeArgs back = moe_args_from_json(list, "x", 2).value();
+  EXPECT_EQ(back.moe_router_load_balancing_types, moe.moe_router_load_balancing_types);
+  EXPECT_EQ(back.moe_aux_loss_coeffs, moe.moe_aux_loss_coeffs);
+  EXPECT_EQ(back.aux_loss_coeff("global_aux_loss"), 1e-4);
+
+  PyValue ns;
+  ns.kind = PyValue::kDict;
+  add_megatron_moe_args(moe, 1, 1, ns);
+  const PyValue* types = ns.get("moe_router_load_balancing_type");
+  const PyValue* coeffs = ns.get("moe_aux_loss_coeff");
+  ASSERT_TRUE(types && coeffs);
+  ASSERT_EQ(types->kind, PyValue::kList);
+  ASSERT_EQ(coeffs->kind, PyValue::kList);
+  ASSERT_EQ(types->items.size(), 2u);
+  EXPECT_EQ(types->items[1]->s, "global_aux_loss");
+  EXPECT_EQ(coeffs->items[1]->f, 1e-4);
+  moe.moe_router_load_balancing_types.clear();
+  moe.moe_aux_loss_coeffs.clear();
+  add_megatron_moe_args(moe, 1, 1, ns);
+  EXPECT_EQ(ns.get("moe_router_load_balancing_type")->s, "seq_aux_loss");
+  EXPECT_EQ(ns.get("moe_aux_loss_coeff")->f, 1e-3);
+
+  nlohmann::json one = list;  // a one-element list: the scalar form
+  one["moe_router_load_balancing_type"] = nlohmann::json({"global_aux_loss"});
+  one["moe_aux_loss_coeff"] = nlohmann::json({0.5});
+  const MoeArgs back_one = moe_args_from_json(one, "x", 2).value();
+  EXPECT_EQ(back_one.moe_router_load_balancing_type, "global_aux_loss");
+  EXPECT_EQ(back_one.moe_aux_loss_coeff, 0.5);
+  EXPECT_TRUE(back_one.moe_router_load_balancing_types.empty());
+  one["moe_aux_loss_coeff"] = 0.5;  // Megatron asserts a list of coefficients with a list of types
+  EXPECT_EQ(moe_args_from_json(one, "x", 2).status().message(),
+            "x: args 'moe_aux_loss_coeff' is 0.5, expected a list of 1 numbers as 'moe_router_load_balancing_type' "
+            "[\"global_aux_loss\"]");
 }
 
 TEST(HfConvertErrors, TensorOfTheWrongShapeOrMissing) {

@@ -353,6 +353,38 @@ check_for_nan_in_loss_and_grad: true
   unsetenv("GALE_YAML_CFG_TEST_LAYERS");
 }
 
+// Megatron's nargs='+' MoE load-balancing keys: a YAML list stands for the list form, a scalar for
+// the scalar form, and Megatron's default (scalar or one-element list) is left out.
+TEST_F(YamlCfg, MoeLoadBalancingTypeAndCoefficientLists) {
+  StatusOr<std::vector<std::string>> list = convert(R"(
+num_experts: 4
+moe_router_load_balancing_type: [seq_aux_loss, global_aux_loss]
+moe_aux_loss_coeff: [1.0e-3, 1.0e-4]
+)");
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_EQ(by_flag(list.value()), (std::map<std::string, std::vector<std::string>>{
+                                       {"--num-experts", {"4"}},
+                                       {"--moe-router-load-balancing-type", {"seq_aux_loss", "global_aux_loss"}},
+                                       {"--moe-aux-loss-coeff", {"1.0e-3", "1.0e-4"}}}));
+  StatusOr<std::vector<std::string>> scalar = convert(R"(
+num_experts: 4
+moe_router_load_balancing_type: seq_aux_loss
+moe_aux_loss_coeff: 0.01
+)");
+  ASSERT_TRUE(scalar.ok()) << scalar.status().message();
+  EXPECT_EQ(by_flag(scalar.value()), (std::map<std::string, std::vector<std::string>>{
+                                         {"--num-experts", {"4"}},
+                                         {"--moe-router-load-balancing-type", {"seq_aux_loss"}},
+                                         {"--moe-aux-loss-coeff", {"0.01"}}}));
+  StatusOr<std::vector<std::string>> defaults = convert(R"(
+num_experts: 4
+moe_router_load_balancing_type: [aux_loss]
+moe_aux_loss_coeff: 0.0
+)");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().message();
+  EXPECT_EQ(by_flag(defaults.value()), (std::map<std::string, std::vector<std::string>>{{"--num-experts", {"4"}}}));
+}
+
 TEST_F(YamlCfg, DerivedFieldsAreIgnoredWithANote) {
   const std::string path = write("d.yaml", "model_parallel:\n  virtual_pipeline_model_parallel_size: 4\n");
   testing::FullCli cli;
