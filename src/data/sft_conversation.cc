@@ -131,10 +131,12 @@ Status SftTokenizer::tokenize_conversation(std::span<const SftMessage> conversat
       std::fill(targets->begin() + static_cast<std::ptrdiff_t>(lo), targets->begin() + static_cast<std::ptrdiff_t>(end),
                 kSftIgnoreIndex);
     }
-    if (hi - lo != len || !std::equal(turn_tokens.begin(), turn_tokens.end(), tokens->begin() + static_cast<std::ptrdiff_t>(lo)))
+    const auto at = tokens->begin() + static_cast<std::ptrdiff_t>(lo);
+    if (hi - lo != len || !std::equal(turn_tokens.begin(), turn_tokens.end(), at))
       return InvalidArgument("turn ", t, " (", turn.role,
                              ") tokenizes differently alone than inside its conversation (Megatron's "
-                             "tokenize_conversation asserts they match; the tokenizer merges across the turn boundary)");
+                             "tokenize_conversation asserts they match; the tokenizer merges across the turn "
+                             "boundary)");
     idx += len;
   }
   if (idx != n)

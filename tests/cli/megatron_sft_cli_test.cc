@@ -77,7 +77,7 @@ TEST(GalePretrainSft, FirstLossIsTheGoldenSamplesLoss) {
   std::vector<std::string> with_positions = instruction;
   with_positions.push_back("--reset-position-ids");
   const double reference = first_loss(model_flags(with_positions));
-  EXPECT_NEAR(sft, reference, 1e-5 * reference);
+  EXPECT_NEAR(sft, reference, 2e-6 * reference);  // the printed digits; without the documents: 4e-5 off
   // The learned position embedding reads the per-conversation positions: without them the loss moves.
   EXPECT_GT(std::abs(first_loss(model_flags(instruction)) - reference), 1e-4 * reference);
 }
