@@ -125,6 +125,15 @@ TEST(GalePretrainSft, TrainsOnTheFileAndStopsAtASampleMegatronRefuses) {
                              {}, 300);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find(data + ":20: --sft sample 19: "), std::string::npos) << r.output;
+  // A split that evaluation needs but --split leaves without lines (Megatron would divide by zero).
+  r = test::run_with_timeout(model_flags({"--sft", "--tokenizer-type", "SFTTokenizer", "--data-path", data, "--split",
+                                          "99,1,0", "--train-iters", "1", "--eval-iters", "1"}),
+                             {}, 300);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sft: the valid split of " + data +
+                          " has no lines (lines [20, 20) of 20 with --split '99,1,0') but 2 samples are needed"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
