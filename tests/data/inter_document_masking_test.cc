@@ -1,5 +1,5 @@
 // Megatron's --dataloader-inter-document-masking on GPT samples: the parts' arithmetic (extra token,
-// padding), and, on documents that each end with one EOD, samples equal to --reset-attention-mask
+// padding), Megatron-LM main's own samples (megatron_inter_document_reference.py), and, on documents that each end with one EOD, samples equal to --reset-attention-mask
 // --reset-position-ids (the EOD-based documents are then the dataset's documents); without EODs the
 // documents still separate, which --reset-attention-mask cannot see.
 #include <gtest/gtest.h>
@@ -38,6 +38,46 @@ TEST(InterDocumentMasking, PartsBecomeDocumentsWithTheirOwnPositions) {
   s = blank(3);
   apply_inter_document_masking({2, 0, 2}, 1, &s);  // an empty document in between is no document
   EXPECT_EQ(s.document_ids, (std::vector<int32_t>{0, 0, 1}));
+}
+
+// tools/reference/megatron_inter_document_reference.py: Megatron-LM main's GPTDataset.__getitem__
+// with inter_document_masking on six hand-made samples (across documents, a padded last sample, a
+// last part of only the extra token), plain and with --reset-attention-mask --reset-position-ids
+// --eod-mask-loss (which the document parts override).
+TEST(InterDocumentMasking, SamplesEqualMegatrons) {
+  const auto golden = testing::load_json(std::string(GALE_TEST_DATA_DIR) + "/megatron_sft/inter_document.json");
+  const int64_t S = golden["seq_length"].get<int64_t>();
+  int checked = 0;
+  for (const auto& flags : golden["flags"]) {
+    SCOPED_TRACE(flags["name"].get<std::string>());
+    SampleOptions o;
+    o.eod = golden["eod"].get<int32_t>();
+    o.pad = golden["pad"].get<int32_t>();
+    o.reset_position_ids = flags["reset_position_ids"].get<bool>();
+    o.reset_attention_mask = flags["reset_attention_mask"].get<bool>();
+    o.eod_mask_loss = flags["eod_mask_loss"].get<bool>();
+    o.inter_document_masking = true;
+    for (const auto& want : flags["samples"]) {
+      const auto text = want["text"].get<std::vector<int32_t>>();
+      const auto parts = want["parts"].get<std::vector<int64_t>>();
+      TrainingSample got;
+      assemble_sample(text, 1, o, &got);
+      apply_inter_document_masking(parts, 1, &got);
+      EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int32_t>>());
+      EXPECT_EQ(got.labels, want["labels"].get<std::vector<int32_t>>());
+      EXPECT_EQ(got.position_ids, want["position_ids"].get<std::vector<int32_t>>());
+      std::vector<int32_t> mask(got.loss_mask.begin(), got.loss_mask.end());
+      EXPECT_EQ(mask, want["loss_mask"].get<std::vector<int32_t>>());
+      // Megatron's cu_seqlens as document ids: segment k covers [cu[k], cu[k+1]).
+      const auto cu = want["cu_seqlens"].get<std::vector<int32_t>>();
+      std::vector<int32_t> documents(static_cast<size_t>(S));
+      for (size_t k = 0; k + 1 < cu.size(); ++k)
+        for (int32_t i = cu[k]; i < cu[k + 1]; ++i) documents[static_cast<size_t>(i)] = static_cast<int32_t>(k);
+      EXPECT_EQ(got.document_ids, documents);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12);
 }
 
 struct Corpus {

@@ -19,8 +19,8 @@ Writes tests/data/megatron_sft/:
 
   git -C /work/.mirror/NVIDIA+Megatron-LM/repo archive d98e8a64 megatron | tar -x -C /tmp/meg_head
   MEGATRON_LM=/tmp/meg_head /tmp/sft_venv/bin/python tools/reference/megatron_sft_reference.py
-(/tmp/sft_venv: Debian's python3 with torch 1.13 and numpy, plus transformers 5.25, datasets 5.2,
-jinja2.) Deterministic: rerunning reproduces the committed bytes.
+(/tmp/sft_venv: `python3 -m venv --system-site-packages` of Debian's python3 with torch 1.13, plus
+transformers 5.25, datasets 5.2, jinja2 and numpy 1.26 — torch 1.13 needs numpy < 2.) Deterministic: rerunning reproduces the committed bytes.
 """
 import copy
 import json
