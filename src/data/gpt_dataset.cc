@@ -69,6 +69,30 @@ Status GptDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* o
   return Status::Ok();
 }
 
+Status TokenDataset::sample_document_lengths(int64_t, std::vector<int64_t>*) const {
+  return Unimplemented(describe(), ": the document boundaries of its samples are not known "
+                       "(--dataloader-inter-document-masking needs a GPT dataset or a blend of them)");
+}
+
+Status GptDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const {
+  if (k < 0 || k >= size()) return OutOfRange(source_->name(), ": sample ", k, " out of range [0, ", size(), ")");
+  lengths->clear();
+  const int64_t j = indices_.shuffle_index[static_cast<size_t>(k)];
+  const int64_t* si = indices_.sample_index.data();
+  const int64_t d0 = si[2 * j], o0 = si[2 * j + 1], d1 = si[2 * j + 2], o1 = si[2 * j + 3];
+  const int64_t e = params_.add_extra_token;
+  if (d0 == d1) {
+    lengths->push_back(o1 - o0 + e);
+    return Status::Ok();
+  }
+  const auto& sizes = source_->sequence_lengths();
+  for (int64_t i = d0; i <= d1; ++i) {
+    const int64_t offset = i > d0 ? 0 : o0;
+    lengths->push_back(i < d1 ? sizes[indices_.document_index[static_cast<size_t>(i)]] - offset : o1 + e);
+  }
+  return Status::Ok();
+}
+
 std::string GptDataset::describe() const {
   return str_cat(source_->name(), " ", split_name(split_), " split: sequences [", begin_, ", ", end_, "), ",
                  indices_.tokens_per_epoch, " tokens per epoch, ", indices_.num_epochs, " epoch(s), ", size(),
@@ -111,6 +135,12 @@ Status BlendedDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t
   if (k < 0 || k >= size()) return OutOfRange("blended dataset: sample ", k, " out of range [0, ", size(), ")");
   const auto& d = datasets_[static_cast<size_t>(dataset_index_[static_cast<size_t>(k)])];
   return d->sample_tokens(dataset_sample_index_[static_cast<size_t>(k)], pad, out);
+}
+
+Status BlendedDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const {
+  if (k < 0 || k >= size()) return OutOfRange("blended dataset: sample ", k, " out of range [0, ", size(), ")");
+  const auto& d = datasets_[static_cast<size_t>(dataset_index_[static_cast<size_t>(k)])];
+  return d->sample_document_lengths(dataset_sample_index_[static_cast<size_t>(k)], lengths);
 }
 
 bool BlendedDataset::loaded_from_cache() const {

@@ -27,6 +27,10 @@ class TokenDataset {
   virtual int64_t seq_length() const = 0;
   // S + E ids; positions past the end of the data (drop_last false only) hold `pad`.
   virtual Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const = 0;
+  // The lengths of the documents' parts that make up sample k's S + E ids, in order (Megatron's
+  // document_lengths of _query_document_sample_shuffle_indices, before the padding); for
+  // --dataloader-inter-document-masking. Datasets that cannot tell say so.
+  virtual Status sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const;
   virtual std::string describe() const = 0;    // one line for the start-up log
   virtual bool loaded_from_cache() const = 0;  // every index came from --data-cache-path
 };
@@ -43,6 +47,7 @@ class GptDataset : public TokenDataset {
   int add_extra_token() const override { return params_.add_extra_token; }
   int64_t seq_length() const override { return params_.seq_length; }
   Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const override;
+  Status sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const override;
   std::string describe() const override;
 
   const GptIndices& indices() const { return indices_; }
@@ -70,6 +75,7 @@ class BlendedDataset : public TokenDataset {
   int add_extra_token() const override { return datasets_.front()->add_extra_token(); }
   int64_t seq_length() const override { return datasets_.front()->seq_length(); }
   Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const override;
+  Status sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const override;
   std::string describe() const override;
 
   bool loaded_from_cache() const override;

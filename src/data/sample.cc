@@ -37,6 +37,31 @@ void assemble_sample(std::span<const int32_t> text, int add_extra_token, const S
   }
 }
 
+void apply_inter_document_masking(std::vector<int64_t> parts, int add_extra_token, TrainingSample* sample) {
+  const int64_t S = static_cast<int64_t>(sample->tokens.size());
+  if (add_extra_token && !parts.empty()) {
+    parts.back() -= 1;
+    if (parts.back() == 0) parts.pop_back();
+  }
+  int64_t total = 0;
+  for (int64_t p : parts) total += p;
+  if (total < S) {
+    if (parts.empty()) parts.push_back(S - total);
+    else parts.back() += S - total;
+  }
+  int64_t start = 0;
+  int32_t document = 0;
+  for (int64_t p : parts) {
+    if (p <= 0) continue;
+    for (int64_t i = 0; i < p && start + i < S; ++i) {
+      sample->document_ids[static_cast<size_t>(start + i)] = document;
+      sample->position_ids[static_cast<size_t>(start + i)] = static_cast<int32_t>(i);
+    }
+    start += p;
+    ++document;
+  }
+}
+
 namespace {
 class TokenSampleDataset : public SampleDataset {
  public:
@@ -57,6 +82,11 @@ class TokenSampleDataset : public SampleDataset {
       }
     }
     assemble_sample(text, tokens_->add_extra_token(), o_, out);
+    if (o_.inter_document_masking) {
+      thread_local std::vector<int64_t> parts;
+      GALE_RETURN_IF_ERROR(tokens_->sample_document_lengths(index, &parts));
+      apply_inter_document_masking(parts, tokens_->add_extra_token(), out);
+    }
     return Status::Ok();
   }
   const TokenDataset* tokens() const { return tokens_.get(); }

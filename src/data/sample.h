@@ -44,11 +44,23 @@ struct SampleOptions {
   // L, 2L, ..., S); the position ids and the loss mask still follow the EODs. Otherwise ignored.
   int64_t fix_sub_seq_length = -1;
   int64_t vocab_size = 0;  // ids must be < this (0 = unchecked); catches datasets made with another tokenizer
+  // Megatron's --dataloader-inter-document-masking (apply_inter_document_masking).
+  bool inter_document_masking = false;
 };
 
 // `text` holds S + add_extra_token ids.
 void assemble_sample(std::span<const int32_t> text, int add_extra_token, const SampleOptions& options,
                      TrainingSample* out);
+
+// Megatron's GPTDataset with inter_document_masking (--dataloader-inter-document-masking), after
+// assemble_sample: `part_lengths` are the sample's document parts (TokenDataset::
+// sample_document_lengths, S + add_extra_token ids in all, padding excluded). The extra token is
+// taken off the last part (a part left empty is dropped), a sample shorter than S (padding) gives
+// the shortfall to its last part, and each part becomes one attention document (document ids 0, 1,
+// ... over the non-empty parts) whose position ids count from 0 — whatever the EODs and
+// --reset-attention-mask / --reset-position-ids say; the loss mask is unchanged. Megatron passes
+// the parts as cu_seqlens to its packed-sequence attention.
+void apply_inter_document_masking(std::vector<int64_t> part_lengths, int add_extra_token, TrainingSample* sample);
 
 // One split (train, valid or test), possibly a blend.
 class SampleDataset {

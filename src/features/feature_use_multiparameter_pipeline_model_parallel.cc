@@ -52,10 +52,14 @@ class MultiParameterPipelineFeature : public Feature {
     if (p.schedules_method == "dualpipev")
       return InvalidArgument("--use-multiparameter-pipeline-model-parallel applies to the 1F1B and interleaved 1F1B "
                              "schedules (as MindSpeed's), found --schedules-method dualpipev");
-    if (p.context_parallel_size > 1 && ctx.args->data.reset_attention_mask)
+    if (p.context_parallel_size > 1 && ctx.args->data.document_attention())
       return Unimplemented("--use-multiparameter-pipeline-model-parallel with --context-parallel-size ",
                            p.context_parallel_size,
-                           " and --reset-attention-mask: not supported yet (the keys' document ids of the whole "
+                           " and ",
+                           ctx.args->data.sft                                ? "--sft"
+                           : ctx.args->data.dataloader_inter_document_masking ? "--dataloader-inter-document-masking"
+                                                                       : "--reset-attention-mask",
+                           ": not supported yet (the keys' document ids of the whole "
                            "sequences would have to travel with the hidden states)");
     return Status::Ok();
   }

@@ -277,6 +277,8 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl
     *out = id_of(content);
     if (*out < 0) return InvalidArgument(name, ": tokenizer_config.json's ", key, " '", content, "' is not a token");
   }
+  if (std::string unk = config.contains("unk_token") ? token_content(config["unk_token"]) : ""; !unk.empty())
+    t->unk_id_ = id_of(unk);  // -1 when it is no token (transformers' unk_token_id is then None)
   // transformers' all_special_tokens (a name that is no token cannot occur among the ids).
   std::vector<std::string> specials;
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})

@@ -40,9 +40,10 @@ class HuggingFaceTokenizer : public Tokenizer {
   // The id of the token spelled `content` (an added token, or a tokenizer.json vocabulary entry
   // in its tokenizer.json spelling), or -1 when there is none.
   int32_t token_id(std::string_view content) const;
-  // tokenizer_config.json's bos_token and pad_token ids, -1 when the file does not name them.
+  // tokenizer_config.json's bos_token, pad_token and unk_token ids, -1 when the file does not name them.
   int32_t bos_token_id() const { return bos_id_; }
   int32_t pad_token_id() const { return pad_id_; }
+  int32_t unk_token_id() const { return unk_id_; }
   // Whether `id` is one of transformers' all_special_tokens: tokenizer_config.json's bos, eos, unk,
   // sep, pad, cls and mask tokens and its additional_special_tokens.
   bool is_special_token(int32_t id) const;
@@ -90,7 +91,7 @@ class HuggingFaceTokenizer : public Tokenizer {
   std::string space_split_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
-  int32_t bos_id_ = -1, pad_id_ = -1;
+  int32_t bos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
   std::vector<int32_t> special_ids_;  // sorted
   std::string eod_token_;
 };

@@ -15,7 +15,9 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
     GALE_ASSIGN_OR_RETURN(auto t, Gpt2BpeTokenizer::load(o.vocab_file, o.merge_file));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  if (type == "HuggingFaceTokenizer" || type == "PretrainedFromHF") {  // MindSpeed-LLM's name for it
+  // SFTTokenizer (Megatron's --sft tokenizer) is a HuggingFaceTokenizer underneath; its prompt
+  // format and pad live in data/sft_conversation.h.
+  if (type == "HuggingFaceTokenizer" || type == "PretrainedFromHF" || type == "SFTTokenizer") {
     GALE_ASSIGN_OR_RETURN(auto t, HuggingFaceTokenizer::load(o.tokenizer_model));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
@@ -37,7 +39,8 @@ StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const TokenizerOptions& o) 
   }
   return Unimplemented("--tokenizer-type ", type,
                        " is not supported (Gale supports GPT2BPETokenizer, HuggingFaceTokenizer, "
-                       "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, TikTokenizer, NullTokenizer)");
+                       "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, TikTokenizer, NullTokenizer, "
+                       "SFTTokenizer)");
 }
 
 }  // namespace gale

@@ -453,6 +453,12 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--eod-mask-loss", &a.eod_mask_loss, "no loss on end-of-document tokens");
   p.add_flag("--reset-position-ids", &a.reset_position_ids, "restart position ids after each end-of-document");
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
+  p.add_flag("--dataloader-inter-document-masking", &a.dataloader_inter_document_masking,
+             "attention and position ids restart at every document boundary of a sample (Megatron's cu_seqlens)");
+  p.add_flag("--sft", &a.sft, "Megatron SFT: --data-path is a JSONL file of \"messages\" conversations (needs "
+                              "--tokenizer-type SFTTokenizer)");
+  p.add("--sft-tokenizer-prompt-format", &a.sft_tokenizer_prompt_format,
+        "SFT prompt format: nemotron-h-aligned (default), nemotron-nano-v2 or identity");
   p.add("--fix-sub-seq-length", &a.fix_sub_seq_length,
         "MindSpeed: with --reset-attention-mask, attend within consecutive sub-sequences of this many positions (the "
         "last one takes the rest) instead of the documents; <= 0 or > --seq-length: the documents (default -1)");
@@ -494,7 +500,7 @@ void add_tokenizer_args(ArgParser& p, TokenizerArgs& a) {
   p.group("tokenizer");
   std::vector<std::string> types = {"GPT2BPETokenizer",          "HuggingFaceTokenizer", "SentencePieceTokenizer",
                                     "GPTSentencePieceTokenizer", "Llama2Tokenizer",      "TikTokenizer",
-                                    "NullTokenizer",             "PretrainedFromHF"};
+                                    "NullTokenizer",             "PretrainedFromHF",     "SFTTokenizer"};
   types.insert(types.end(), kUnsupportedTokenizerTypes.begin(), kUnsupportedTokenizerTypes.end());
   p.add_choice("--tokenizer-type", &a.tokenizer_type, types,
                "tokenizer (default GPT2BPETokenizer; NullTokenizer with --mock-data and no tokenizer files; "

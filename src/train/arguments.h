@@ -582,6 +582,17 @@ struct DataArgs {
   bool has_fim_no_prefix = false;
   std::string fim_prefix_token = "<fim_prefix>", fim_middle_token = "<fim_middle>",
               fim_suffix_token = "<fim_suffix>", fim_pad_token = "<fim_pad>", fim_eod_token = "<|endoftext|>";
+  // Megatron-LM main's --sft (data/sft_dataset.h): --data-path names a JSONL file of "messages"
+  // conversations, tokenized by --tokenizer-type SFTTokenizer with --sft-tokenizer-prompt-format,
+  // packed with one attention document per conversation.
+  bool sft = false;
+  std::string sft_tokenizer_prompt_format = "nemotron-h-aligned";
+  // Megatron's --dataloader-inter-document-masking: attention and position ids restart at every
+  // document boundary of a pretraining sample (the dataset's sequences, EOD or not).
+  bool dataloader_inter_document_masking = false;
+  // Whether samples carry document ids that restrict attention (--reset-attention-mask, --sft,
+  // --dataloader-inter-document-masking).
+  bool document_attention() const { return reset_attention_mask || sft || dataloader_inter_document_masking; }
 };
 
 // Megatron's --tokenizer-type values Gale does not read yet: accepted by the parser so that start-up

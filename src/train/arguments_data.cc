@@ -2,7 +2,42 @@
 // would fail later or loop).
 #include "train/arguments.h"
 
+#include "data/sft_conversation.h"
+
 namespace gale {
+
+namespace {
+
+// --sft (Megatron-LM main's SFT dataset) and --dataloader-inter-document-masking.
+Status validate_sft_args(const Arguments& a) {
+  const DataArgs& d = a.data;
+  const TokenizerArgs& t = a.tokenizer;
+  if (t.tokenizer_type == "SFTTokenizer" && !d.sft)
+    return Unimplemented("--tokenizer-type SFTTokenizer without --sft: not supported yet (Gale reads it for "
+                         "Megatron's SFT dataset only)");
+  if (d.dataloader_inter_document_masking && (d.fim_data || d.is_instruction_dataset || a.dpo.is_pairwise_dataset))
+    return Unimplemented("--dataloader-inter-document-masking with --fim-data, --is-instruction-dataset or "
+                         "--is-pairwise-dataset: not supported yet (Gale applies it to GPT pretraining samples)");
+  if (!d.sft) return Status::Ok();
+  if (t.tokenizer_type != "SFTTokenizer")
+    return InvalidArgument("--sft: expected --tokenizer-type SFTTokenizer (Megatron's SFT dataset tokenizes "
+                           "conversations with it), found ",
+                           t.tokenizer_type.empty() ? std::string("GPT2BPETokenizer") : t.tokenizer_type);
+  GALE_RETURN_IF_ERROR(parse_sft_prompt_format(d.sft_tokenizer_prompt_format).status());
+  if (d.reset_position_ids || d.reset_attention_mask)
+    return InvalidArgument("--sft with --reset-position-ids or --reset-attention-mask: expected neither (Megatron's "
+                           "SFT dataset asserts both are off: positions and attention follow the conversations)");
+  if (d.mock_data) return Unimplemented("--sft with --mock-data: not supported yet (Megatron's mock SFT dataset)");
+  if (d.fim_data || d.is_instruction_dataset || a.dpo.is_pairwise_dataset)
+    return InvalidArgument("--sft with --fim-data, --is-instruction-dataset or --is-pairwise-dataset: expected one "
+                           "kind of dataset, found two");
+  if (!d.data_args_path.empty() || !d.per_split_data_args_path.empty())
+    return Unimplemented("--sft with --data-args-path or --per-split-data-args-path: not supported yet (give "
+                         "--data-path FILE.jsonl, or one file each with --train/--valid/--test-data-path)");
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status validate_data_args(Arguments& a, const ArgParser& p) {
   DataArgs& d = a.data;
@@ -39,6 +74,7 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
       return Unimplemented("--tokenizer-type ", unsupported, ": not supported yet (Gale reads GPT2BPETokenizer, "
                            "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer, "
                            "TikTokenizer and NullTokenizer)");
+  GALE_RETURN_IF_ERROR(validate_sft_args(a));
   d.has_fim_split_sample = p.was_set("--fim-split-sample");
   d.has_fim_fragment_rate = p.was_set("--fim-fragment-rate");
   d.has_fim_no_prefix = p.was_set("--fim-no-prefix");

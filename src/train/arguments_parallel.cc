@@ -624,8 +624,12 @@ Status validate_adaptive_cp(const Arguments& a) {
   if (par.use_multiparameter_pipeline_model_parallel)
     return Unimplemented("--context-parallel-algo ", algo, " with --use-multiparameter-pipeline-model-parallel: "
                          "not supported yet (the later stages would plan without the document ids)");
-  if (a.data.reset_attention_mask && !par.adaptive_cp_dynamic_attn_mask)
-    return InvalidArgument("--context-parallel-algo ", algo, " with --reset-attention-mask: the document mask "
+  if (a.data.document_attention() && !par.adaptive_cp_dynamic_attn_mask)
+    return InvalidArgument("--context-parallel-algo ", algo, " with ",
+                           a.data.sft                                ? "--sft"
+                           : a.data.dataloader_inter_document_masking ? "--dataloader-inter-document-masking"
+                                                                      : "--reset-attention-mask",
+                           ": the document mask "
                            "changes every micro-batch, so the layout must too: expected --adaptive-cp-dynamic-attn-mask "
                            "(a layout computed once would skip blocks that later micro-batches need)");
   return Status::Ok();

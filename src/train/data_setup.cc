@@ -14,6 +14,7 @@
 #include "data/numpy_math.h"
 #include "data/pairwise_dataset.h"
 #include "data/split.h"
+#include "train/sft_data_setup.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "train/model_setup.h"
 
@@ -301,6 +302,10 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     GALE_RETURN_IF_ERROR(build_instruction_data(args, pretrain_sample_counts(args), &out, log));
     return out;
   }
+  if (d.sft) {
+    GALE_RETURN_IF_ERROR(build_sft_data(args, pretrain_sample_counts(args), &out, log));
+    return out;
+  }
   if (d.neat_pack) return InvalidArgument("--neat-pack: only with --is-instruction-dataset (a neat-packed dataset)");
   Builder b{args, {}, d.data_cache_path, d.split, {}};
   b.params.seq_length = args.model.seq_length;
@@ -393,6 +398,7 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
   so.reset_position_ids = d.reset_position_ids;
   so.reset_attention_mask = d.reset_attention_mask;
   so.fix_sub_seq_length = d.fix_sub_seq_length;
+  so.inter_document_masking = d.dataloader_inter_document_masking;
   so.vocab_size = out.vocab_size;
   const char* names[3] = {"train", "valid", "test"};
   for (int i = 0; i < 3; ++i) {

@@ -235,13 +235,17 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     if (engine->dualpipev)
       return InvalidArgument("--use-multiparameter-pipeline-model-parallel applies to the 1F1B and interleaved 1F1B "
                              "schedules (as MindSpeed's), found --schedules-method dualpipev");
-    if (engine->ps.cp_size() > 1 && args.data.reset_attention_mask)
+    if (engine->ps.cp_size() > 1 && args.data.document_attention())
       return Unimplemented("--use-multiparameter-pipeline-model-parallel with --context-parallel-size ",
                            engine->ps.cp_size(),
-                           " and --reset-attention-mask: not supported yet (the keys' document ids of the whole "
+                           " and ",
+                           args.data.sft                                ? "--sft"
+                           : args.data.dataloader_inter_document_masking ? "--dataloader-inter-document-masking"
+                                                                       : "--reset-attention-mask",
+                           ": not supported yet (the keys' document ids of the whole "
                            "sequences would have to travel with the hidden states)");
     engine->stage_tensors = std::make_unique<StageTensors>();
-    engine->stage_tensors->document_ids = args.data.reset_attention_mask;
+    engine->stage_tensors->document_ids = args.data.document_attention();
   }
   const ParallelArgs& par = args.parallel;
   const Comm& dp = engine->ps.dp_cp();

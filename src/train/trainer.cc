@@ -325,7 +325,7 @@ Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<in
   // --use-multiparameter-pipeline-model-parallel: the stages after the first take the document ids
   // from the pipeline transfer (schedule/stage_tensors.h); only the first pipeline rank reads them.
   const bool document_ids =
-      args_.data.reset_attention_mask && !(engine_->stage_tensors && engine_->ps.coords().pp > 0);
+      args_.data.document_attention() && !(engine_->stage_tensors && engine_->ps.coords().pp > 0);
   if (document_ids) mb->document_ids.resize(B * S);
   mb->sample_ids.resize(B);
   for (int64_t b = 0; b < B; ++b) {  // the first S positions of each sample
