@@ -2,6 +2,7 @@
 #include "model/core_attention.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "kernels/cpu/flash_decode.h"
@@ -145,6 +146,32 @@ Tensor merge_heads_grad(const Plan& p, const Tensor& d_rows) {
   return Tensor();
 }
 
+// --qk-clip / --log-max-attention-logit: merges the largest pre-softmax logit of each head attention
+// ran on into rt.max_attention_logits[layer] ([NHl], this TP rank's heads). Local keys and the
+// all-gathered ones see every key of their queries; under a Ulysses split of whole groups rank r of
+// the group holds heads [r·NHa, (r + 1)·NHa) of the whole sequence (the others stay -inf here and are
+// filled in by the data-parallel × context-parallel MAX reduction after the step, model/qk_clip.h).
+// Ring attention's key blocks, the repeated or all-gathered Ulysses keys and the hybrid layout are
+// refused at start-up (train/arguments_qk_clip.cc).
+void record_max_attention_logits(const LayerRuntime& rt, const Plan& p, const AttentionProblem& ap, int64_t layer,
+                                 const Tensor& qkv, const Tensor& kv_global) {
+  GALE_CHECK(!ring_keys(p.layout) && p.hs.kv == HeadSplitKv::kWholeGroups && p.layout != CpAttention::kHybrid)
+      << "--qk-clip / --log-max-attention-logit: ring, hybrid, repeated or all-gathered Ulysses keys (refused at "
+         "start-up)";
+  std::vector<float>& m = (*rt.max_attention_logits)[layer];
+  if (m.empty()) m.assign(static_cast<size_t>(p.NHl), -std::numeric_limits<float>::infinity());
+  GALE_CHECK_EQ(static_cast<int64_t>(m.size()), p.NHl) << "max attention logits of layer " << layer;
+  const int64_t offset = p.hs.group ? p.hs.group->rank() * p.NHa : 0;
+  float* dst = m.data() + offset;
+  const float* q = qkv.data<float>();
+  if (p.layout == CpAttention::kAllGather) {
+    const float* kv = kv_global.data<float>();
+    attention_max_logit_ref(ap, q, p.ql, kv, context_key_layout(p.KVa, p.HD), dst);
+  } else {
+    attention_max_logit_ref(ap, q, p.ql, q, p.kl, dst);
+  }
+}
+
 }  // namespace
 
 Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, int64_t layer, const Tensor& qkv_local,
@@ -174,6 +201,7 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   } else {
     ops.attention_forward(ap, q, ql, q, kl, q, vl, out.data<float>(), lse.data<float>());
   }
+  if (rt.max_attention_logits) record_max_attention_logits(rt, p, ap, layer, qkv, kv_global);
   Tensor ctx = hs.group ? ulysses_heads_to_seq(*hs.group, *hs.split, B, out) : out;
   if (saved) {
     saved->qkv = qkv;

@@ -66,6 +66,8 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
              "Megatron-Core's gated attention (Qwen3-Next): linear_qkv also gives each query head a gate, and "
              "attention's output is multiplied by its sigmoid before linear_proj (model/attention_output_gate.h)");
   add_softmax_type_args(p, a);
+  add_qk_clip_args(p, a);
+  add_mup_args(p, a);
   p.add("--make-vocab-size-divisible-by", &a.make_vocab_size_divisible_by, "pad the vocabulary to a multiple of this (times TP)");
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
@@ -1097,6 +1099,8 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
+  GALE_RETURN_IF_ERROR(validate_qk_clip(a));
+  GALE_RETURN_IF_ERROR(validate_mup(a));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
