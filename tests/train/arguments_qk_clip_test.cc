@@ -3,6 +3,8 @@
 // (whole messages).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "pretrain_cli.h"
 #include "train/arguments.h"
 #include "train/checkpoint_args.h"
@@ -114,7 +116,31 @@ INSTANTIATE_TEST_SUITE_P(
              1, "--qk-clip with --experimental-attention-variant gdn: not supported yet"},
         Case{{"--log-max-attention-logit", "--is-hybrid-model", "--hybrid-override-pattern", "M*",
               "--mamba-head-dim", "16", "--mamba-num-groups", "1"},
-             1, "--log-max-attention-logit with --is-hybrid-model: not supported yet"}));
+             1, "--log-max-attention-logit with --is-hybrid-model: not supported yet"},
+        Case{{"--use-mup", "--mup-base-hidden-size", "32"}, 1,
+             "--use-mup: not supported yet (MuP's width-scaled initialisation, attention softmax scale, embedding and "
+             "output multipliers and per-parameter learning rates are not implemented)"}));
+
+// Megatron reads the --mup-* flags only with --use-mup: alone they parse (with Megatron's defaults).
+TEST(MupArguments, FlagsParseWithMegatronsDefaultsAndOnlyUseMupIsRefused) {
+  Cli plain;
+  ASSERT_TRUE(plain.parse_minimal({}).ok());
+  EXPECT_FALSE(plain.args.model.use_mup);
+  EXPECT_EQ(plain.args.model.mup_base_hidden_size, kUnset);
+  EXPECT_EQ(plain.args.model.mup_embedding_mult, 1.0);
+  EXPECT_EQ(plain.args.model.mup_output_mult, 1.0);
+  EXPECT_TRUE(std::isnan(plain.args.model.mup_base_head_dim));
+  EXPECT_EQ(plain.args.model.mup_attn_scale_power, 1.0);
+  Cli cli;
+  const Status s = cli.parse_minimal({"--mup-base-hidden-size", "32", "--mup-embedding-mult", "10", "--mup-output-mult",
+                                      "0.5", "--mup-base-head-dim", "64", "--mup-attn-scale-power", "0.5"});
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(cli.args.model.mup_base_hidden_size, 32);
+  EXPECT_EQ(cli.args.model.mup_embedding_mult, 10.0);
+  EXPECT_EQ(cli.args.model.mup_output_mult, 0.5);
+  EXPECT_EQ(cli.args.model.mup_base_head_dim, 64.0);
+  EXPECT_EQ(cli.args.model.mup_attn_scale_power, 0.5);
+}
 
 }  // namespace
 }  // namespace gale
