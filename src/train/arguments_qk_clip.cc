@@ -31,24 +31,22 @@ Status validate_qk_clip(const Arguments& a) {
   const std::string flag = m.qk_clip ? "--qk-clip" : "--log-max-attention-logit";
   const ParallelArgs& par = a.parallel;
   if (par.context_parallel_size > 1) {
-    // (after validate_parallel_args resolved --cp-comm-type onto the algorithms)
-    const bool all_gather = (par.context_parallel_algo == "megatron_cp_algo" ||
-                             par.context_parallel_algo == "kvallgather_cp_algo") &&
-                            par.cp_comm_type == "allgather" && !par.adaptive_cp;
-    const bool ulysses = par.context_parallel_algo == "ulysses_cp_algo" && !par.use_ulysses_allgather_kv;
-    if (!all_gather && !ulysses)
-      return Unimplemented(flag, " with --context-parallel-size ", par.context_parallel_size,
-                           ": not supported yet with ring or hybrid context parallelism or "
-                           "--use-ulysses-allgather-kv (use --cp-comm-type allgather or --context-parallel-algo "
-                           "ulysses_cp_algo)");
-    const int64_t groups = m.num_query_groups > 0 && m.group_query_attention ? m.num_query_groups
-                                                                              : m.num_attention_heads;
-    if (ulysses && !m.multi_latent_attention &&
-        (groups % par.tensor_model_parallel_size != 0 ||
-         (groups / par.tensor_model_parallel_size) % par.context_parallel_size != 0))
-      return Unimplemented(flag, " with --context-parallel-algo ulysses_cp_algo: not supported yet when the query "
-                           "groups per tensor-parallel rank (", groups / par.tensor_model_parallel_size,
-                           ") are not a multiple of --context-parallel-size ", par.context_parallel_size);
+    // (after validate_parallel_args resolved --cp-comm-type onto the algorithms) Ring, all-gather and
+    // Ulysses splits of whole query groups (MLA: of heads) record every head's logits.
+    const std::string& algo = par.context_parallel_algo;
+    const bool ulysses = algo == "ulysses_cp_algo", hybrid = algo == "hybrid_cp_algo";
+    if ((ulysses || hybrid) && par.use_ulysses_allgather_kv)
+      return Unimplemented(flag, " with --use-ulysses-allgather-kv: not supported yet (keys and values gathered "
+                           "beside the query heads' split)");
+    const int64_t groups = m.multi_latent_attention ? m.num_attention_heads
+                           : m.group_query_attention ? m.num_query_groups
+                                                     : m.num_attention_heads;
+    const int64_t per_tp = groups / par.tensor_model_parallel_size;
+    const int64_t degree = ulysses ? par.context_parallel_size : par.ulysses_degree_in_cp;
+    if ((ulysses || hybrid) && degree > 1 && per_tp % degree != 0)
+      return Unimplemented(flag, " with --context-parallel-algo ", algo, ": not supported yet when the query groups "
+                           "per tensor-parallel rank (", per_tp, ") are not a multiple of the Ulysses degree ",
+                           degree);
   }
   if (par.overlap_param_gather_with_optimizer_step)
     return Unimplemented(flag, " with --overlap-param-gather-with-optimizer-step: not supported yet (the "

@@ -1,6 +1,6 @@
 // gale pretrain --qk-clip / --log-max-attention-logit (MuonClip) as a user runs it: the clip changes
 // training, the same losses and max_attention_logit (TensorBoard) at levels 0 and 2, at TP 2 (losses;
-// each TP rank clips its own heads), DP 2 and CP 2 (all-gather and Ulysses; the maxima MAX-reduced
+// each TP rank clips its own heads), DP 2, CP 2 (all-gather, Ulysses, ring) and CP 4 hybrid (the maxima MAX-reduced
 // over the data-parallel × context-parallel group) as on one process, MLA at TP 2 and Muon with the
 // distributed optimizer and under PP 2 as on one process, and a resumed run continues exactly.
 #include <gtest/gtest.h>
@@ -109,10 +109,14 @@ TEST(QkClipCli, DataAndContextParallelReduceTheMaximaAsOneProcess) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
       {"dp2", {}},
       {"cp2_allgather", {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}},
-      {"cp2_ulysses", {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}};
+      {"cp2_ulysses", {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
+      {"cp2_ring", {"--context-parallel-size", "2"}},  // p2p: each key block's maxima as it passes
+      {"cp4_hybrid", {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                      "--ulysses-degree-in-cp", "2"}}};
   for (const auto& [what, layout] : layouts) {
     SCOPED_TRACE(what);
-    const ClipRun r = run(2, tmp, what, with(with(kClip, {"--optimization-level", "0"}), layout));
+    const int np = what == "cp4_hybrid" ? 4 : 2;
+    const ClipRun r = run(np, tmp, what, with(with(kClip, {"--optimization-level", "0"}), layout));
     expect_near_all(r.losses, one.losses, 1e-5, "lm loss, " + what);
     expect_near_all(r.max_logits, one.max_logits, 1e-5, "max_attention_logit, " + what);
   }

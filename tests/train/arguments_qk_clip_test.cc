@@ -32,14 +32,18 @@ TEST(QkClipArguments, DefaultsAsMegatronAndTheModelTracksTheLogit) {
     cli.args.model.padded_vocab_size = 128;
     EXPECT_TRUE(model_config_from_args(cli.args).track_max_attention_logit) << flag;
   }
-  // The context-parallel layouts that see every key of their queries.
+  // Every context-parallel layout with a Ulysses split of whole query groups.
   for (const std::vector<std::string>& cp :
-       {std::vector<std::string>{"--context-parallel-size", "2", "--cp-comm-type", "allgather"},
-        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}) {
+       {std::vector<std::string>{"--context-parallel-size", "2"},  // the ring (p2p)
+        std::vector<std::string>{"--context-parallel-size", "2", "--cp-comm-type", "allgather"},
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"},
+        std::vector<std::string>{"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+                                 "--ulysses-degree-in-cp", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}}) {
     Cli cli;
     std::vector<std::string> flags = {"--qk-clip"};
     flags.insert(flags.end(), cp.begin(), cp.end());
-    const Status s = cli.parse_minimal(flags, 2);
+    const Status s = cli.parse_minimal(flags, cp[1] == "4" ? 4 : 2);
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
 }
@@ -84,20 +88,21 @@ INSTANTIATE_TEST_SUITE_P(
              "--qk-clip-alpha: expected a value between 0.0 and 1.0 (exclusive) with --qk-clip, found 0"},
         Case{{"--qk-clip", "--qk-clip-threshold", "0"}, 1,
              "--qk-clip-threshold: expected a value greater than 0 with --qk-clip, found 0"},
-        Case{{"--qk-clip", "--context-parallel-size", "2"}, 2,
-             "--qk-clip with --context-parallel-size 2: not supported yet with ring or hybrid context parallelism or "
-             "--use-ulysses-allgather-kv (use --cp-comm-type allgather or --context-parallel-algo ulysses_cp_algo)"},
         Case{{"--log-max-attention-logit", "--context-parallel-size", "2", "--context-parallel-algo",
               "ulysses_cp_algo", "--use-ulysses-allgather-kv", "--group-query-attention", "--num-query-groups", "1"},
              2,
-             "--log-max-attention-logit with --context-parallel-size 2: not supported yet with ring or hybrid "
-             "context parallelism or --use-ulysses-allgather-kv (use --cp-comm-type allgather or "
-             "--context-parallel-algo ulysses_cp_algo)"},
+             "--log-max-attention-logit with --use-ulysses-allgather-kv: not supported yet (keys and values gathered "
+             "beside the query heads' split)"},
         Case{{"--qk-clip", "--context-parallel-size", "4", "--context-parallel-algo", "ulysses_cp_algo",
               "--group-query-attention", "--num-query-groups", "2"},
              4,
              "--qk-clip with --context-parallel-algo ulysses_cp_algo: not supported yet when the query groups per "
-             "tensor-parallel rank (2) are not a multiple of --context-parallel-size 4"},
+             "tensor-parallel rank (2) are not a multiple of the Ulysses degree 4"},
+        Case{{"--qk-clip", "--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
+              "--ulysses-degree-in-cp", "2", "--group-query-attention", "--num-query-groups", "1"},
+             4,
+             "--qk-clip with --context-parallel-algo hybrid_cp_algo: not supported yet when the query groups per "
+             "tensor-parallel rank (1) are not a multiple of the Ulysses degree 2"},
         Case{{"--qk-clip", "--num-layers", "4", "--use-distributed-optimizer", "--overlap-grad-reduce",
               "--overlap-param-gather", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
               "2", "--global-batch-size", "16", "--overlap-param-gather-with-optimizer-step"},
