@@ -122,6 +122,19 @@ TEST(QkClipCli, DataAndContextParallelReduceTheMaximaAsOneProcess) {
   }
 }
 
+// adaptive_cp_algo on document-masked batches (the ring over each micro-batch's layout, empty blocks
+// skipped): as one process.
+TEST(QkClipCli, AdaptiveContextParallelWithDocumentsAsOneProcess) {
+  testing::TempDir tmp;
+  const std::vector<std::string> flags = with(kClip, {"--optimization-level", "0", "--reset-attention-mask"});
+  const ClipRun one = run(1, tmp, "one", flags);
+  const ClipRun cp = run(2, tmp, "adaptive", with(flags, {"--context-parallel-size", "2", "--context-parallel-algo",
+                                                          "adaptive_cp_algo", "--adaptive-cp-dynamic-attn-mask"}));
+  ASSERT_EQ(one.losses.size(), 4u) << one.output;
+  expect_near_all(cp.losses, one.losses, 1e-5, "lm loss, adaptive CP 2");
+  expect_near_all(cp.max_logits, one.max_logits, 1e-5, "max_attention_logit, adaptive CP 2");
+}
+
 // MLA (each head its own η; the rotary query rows by η) at TP 2; Muon (MuonClip's optimizer) with the
 // layer-wise distributed optimizer at DP 2 and under PP 2: as one process, and the clip bites.
 TEST(QkClipCli, MlaTensorParallelAndMuonLayoutsAsOneProcess) {
