@@ -42,6 +42,14 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "value matrices; TP duplicated, distributed or blockwise; MoE experts each apart; layer-wise with the "
        "distributed optimizer), AdamW for the rest", true,
        [](const Arguments& a) { return a.training.optimizer == "muon"; }});
+  add({"qk-clip", "--qk-clip", FeatureModule::kMegatron, 0, "Megatron-Core QK-clip (MuonClip, Kimi K2)",
+       "each step's largest pre-softmax attention logit per head (every forward, reduced over data-parallel x "
+       "context-parallel ranks); after the optimizer step the query and key rows of linear_qkv of each query group "
+       "above --qk-clip-threshold scaled by eta^alpha and eta^(1-alpha), eta = threshold / max logit (MLA: the "
+       "rotary query rows by eta, linear_kv_up_proj's key rows); --log-max-attention-logit writes it to "
+       "TensorBoard/W&B; not yet with --use-ulysses-allgather-kv or repeated Ulysses key groups, --tp-2d, the "
+       "attention output gate, DSA/GDN variants or hybrid models", true,
+       [](const Arguments& a) { return a.model.qk_clip; }});
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,
        [](const Arguments& a) { return a.parallel.overlap_grad_reduce; }});

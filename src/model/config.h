@@ -362,6 +362,9 @@ struct ModelConfig {
   // (model/attention_output_gate.h).
   bool attention_output_gate = false;
   MhcConfig mhc;  // --enable-mhc-connections
+  // --qk-clip or --log-max-attention-logit: every core attention forward records its heads' largest
+  // pre-softmax logit (LayerRuntime::max_attention_logits; model/qk_clip.h).
+  bool track_max_attention_logit = false;
   SoftmaxType softmax_type = SoftmaxType::kVanilla;  // --softmax-type
   bool tied_embeddings = true;
   // --dist-train's forward-only sub-worlds: the embedding and the transformer layers of global index

@@ -2,6 +2,7 @@
 #include "model/core_attention.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "kernels/cpu/flash_decode.h"
@@ -145,6 +146,34 @@ Tensor merge_heads_grad(const Plan& p, const Tensor& d_rows) {
   return Tensor();
 }
 
+// --qk-clip / --log-max-attention-logit: where the largest pre-softmax logits of the heads attention
+// runs on go, in rt.max_attention_logits[layer] ([NHl], this TP rank's heads, -inf until seen). Under
+// a Ulysses split of whole groups (ulysses_cp_algo, or hybrid's Ulysses sub-group) rank r of the
+// group runs heads [r·NHa, (r + 1)·NHa) of its TP rank's; the others stay -inf here and are filled
+// in by the data-parallel × context-parallel MAX reduction after the step (model/qk_clip.h).
+// Repeated or all-gathered Ulysses keys are refused at start-up (train/arguments_qk_clip.cc).
+float* max_logit_destination(const LayerRuntime& rt, const Plan& p, int64_t layer) {
+  GALE_CHECK(p.hs.kv == HeadSplitKv::kWholeGroups)
+      << "--qk-clip / --log-max-attention-logit: repeated or all-gathered Ulysses keys (refused at start-up)";
+  std::vector<float>& m = (*rt.max_attention_logits)[layer];
+  if (m.empty()) m.assign(static_cast<size_t>(p.NHl), -std::numeric_limits<float>::infinity());
+  GALE_CHECK_EQ(static_cast<int64_t>(m.size()), p.NHl) << "max attention logits of layer " << layer;
+  return m.data() + (p.hs.group ? p.hs.group->rank() * p.NHa : 0);
+}
+
+// Ring attention takes its kernel as a plain function pointer: under --qk-clip the kernel and the
+// destination travel in these (set around ring_attention_forward on the calling thread), and each
+// key block's problem (its positions, masks and skipped blocks) also gives its maxima.
+thread_local AttentionForwardFn tl_ring_forward = nullptr;
+thread_local float* tl_ring_max_logit = nullptr;
+
+void ring_forward_recording_max_logit(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
+                                      const HeadLayout& kl, const float* v, const HeadLayout& vl, float* out,
+                                      float* lse) {
+  tl_ring_forward(p, q, ql, k, kl, v, vl, out, lse);
+  attention_max_logit_ref(p, q, ql, k, kl, tl_ring_max_logit);
+}
+
 }  // namespace
 
 Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap, int64_t layer, const Tensor& qkv_local,
@@ -159,11 +188,20 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   Tensor kv_global;
   RingSaved ring;
   const float* q = qkv.data<float>();
+  float* max_logit = rt.max_attention_logits ? max_logit_destination(rt, p, layer) : nullptr;
   if (ring_keys(layout)) {
     // The cache serves only a backward: without `saved` nothing is kept.
     const RingOptions opts = rt.part->ring_options(saved ? layer : -1);
-    ring = ring_attention_forward(*keys.group, *keys.split, opts, ops.attention_forward, ap, q, ql, kl, vl,
-                                  out.data<float>(), lse.data<float>());
+    AttentionForwardFn forward = ops.attention_forward;
+    if (max_logit) {
+      tl_ring_forward = forward;
+      tl_ring_max_logit = max_logit;
+      forward = &ring_forward_recording_max_logit;
+    }
+    ring = ring_attention_forward(*keys.group, *keys.split, opts, forward, ap, q, ql, kl, vl, out.data<float>(),
+                                  lse.data<float>());
+    tl_ring_forward = nullptr;
+    tl_ring_max_logit = nullptr;
   } else if (layout == CpAttention::kAllGather || hs.kv == HeadSplitKv::kAllGather) {
     kv_global = hs.kv == HeadSplitKv::kAllGather
                     ? all_gather_context_kv(*hs.group, *hs.split, B, qkv_local.data<float>(), kl, vl, KVa, HD)
@@ -174,6 +212,9 @@ Tensor core_attention_forward(const LayerRuntime& rt, const AttentionProblem& ap
   } else {
     ops.attention_forward(ap, q, ql, q, kl, q, vl, out.data<float>(), lse.data<float>());
   }
+  if (max_logit && !ring_keys(layout))  // local keys, or every key all-gathered
+    attention_max_logit_ref(ap, q, ql, kv_global.defined() ? kv_global.data<float>() : q,
+                            kv_global.defined() ? context_key_layout(KVa, HD) : kl, max_logit);
   Tensor ctx = hs.group ? ulysses_heads_to_seq(*hs.group, *hs.split, B, out) : out;
   if (saved) {
     saved->qkv = qkv;

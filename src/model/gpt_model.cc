@@ -250,6 +250,7 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.moe_losses = training ? &moe_losses_ : nullptr;
   rt.dsa_indexer_loss = training ? &dsa_indexer_loss_ : nullptr;
   rt.moe_token_counts = training ? &moe_token_counts_ : nullptr;
+  rt.max_attention_logits = c.track_max_attention_logit ? &max_attention_logits_ : nullptr;
   rt.moe_aux_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.

@@ -249,6 +249,16 @@ class GPTModel {
     n.swap(moe_token_counts_);
     return n;
   }
+  // --qk-clip / --log-max-attention-logit (config.track_max_attention_logit): per transformer layer of
+  // this chunk (global index; the MTP layers' too) the largest pre-softmax logit of each of this TP
+  // rank's heads over every forward since the last call ([NHl], -inf where none was seen); resets them.
+  std::map<int64_t, std::vector<float>> take_max_attention_logits() {
+    std::map<int64_t, std::vector<float>> m;
+    m.swap(max_attention_logits_);
+    return m;
+  }
+  // The ids of this chunk's transformer layers' parameters (layer i is global layer part.first_layer + i).
+  const std::vector<LayerParamIds>& layer_param_ids() const { return layers_; }
   // --enable-expert-placement: gives each MoE transformer layer of this chunk (not the MTP layers)
   // a placement, the identity (model/expert_placement.h), and returns (global layer, its ids).
   std::vector<std::pair<int64_t, MoeParamIds*>> enable_expert_placement();
@@ -360,6 +370,7 @@ class GPTModel {
   Distillation distill_;      // QAD: the teacher and the KL options
   double distill_kl_ = 0.0;   // Σ KL_mb since take_distillation_kl
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
+  mutable std::map<int64_t, std::vector<float>> max_attention_logits_;  // and to this (every forward)
 };
 
 }  // namespace gale

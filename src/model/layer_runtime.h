@@ -64,6 +64,11 @@ struct LayerRuntime {
   // MoE layers with --moe-router-enable-expert-bias: the same forwards add the tokens each expert
   // kept (global layer -> [E]) here (null: not counted).
   std::map<int64_t, std::vector<int64_t>>* moe_token_counts = nullptr;
+  // --qk-clip / --log-max-attention-logit (config->track_max_attention_logit): every forward's core
+  // attention (training and evaluation alike, as Transformer Engine's return_max_logit) merges each
+  // of its heads' largest pre-softmax logit into (*max_attention_logits)[global layer] [NHl] (this
+  // TP rank's heads, -inf until seen; model/qk_clip.h). Null: not tracked.
+  std::map<int64_t, std::vector<float>>* max_attention_logits = nullptr;
   // Backward under --dualpipev-dw-detach (GPTModel::backward's `defer_weight_grads`): the dense
   // transformer layers' linear weight gradients are queued here instead of computed (null: at once).
   WeightGradStore* weight_grads = nullptr;

@@ -52,6 +52,20 @@ struct ModelArgs {
   // --softmax-type vanilla|off-by-one|learnable (Megatron-Core; attention sinks, gpt-oss;
   // train/arguments_softmax_type.cc, model/config.h SoftmaxType).
   std::string softmax_type = "vanilla";
+  // --qk-clip, --qk-clip-alpha, --qk-clip-threshold, --log-max-attention-logit (Megatron-Core's
+  // TransformerConfig qk_clip fields, MuonClip; train/arguments_qk_clip.cc, model/qk_clip.h).
+  bool qk_clip = false;
+  double qk_clip_alpha = 0.5;
+  double qk_clip_threshold = 100.0;
+  bool log_max_attention_logit = false;
+  // --use-mup and the --mup-* flags (Megatron-Core's TransformerConfig µP fields; parsed with
+  // Megatron's defaults and refused: train/arguments_mup.cc). kUnset / kUnsetF: Megatron's None.
+  bool use_mup = false;
+  int64_t mup_base_hidden_size = kUnset;
+  double mup_embedding_mult = 1.0;
+  double mup_output_mult = 1.0;
+  double mup_base_head_dim = kUnsetF;
+  double mup_attn_scale_power = 1.0;
   // --no-rope-freq (train/arguments_no_rope.cc): the flag's text; its per-layer pattern (1: no RoPE),
   // filled by validate_model_args; both empty: RoPE in every layer.
   std::string no_rope_freq;
@@ -1048,6 +1062,15 @@ Status validate_softmax_type(const Arguments& a);
 // flags; Megatron's checks and what Gale does not support with them yet (run by validate_all_pretrain_args).
 void add_mhc_args(ArgParser& p, ModelArgs& a);
 Status validate_mhc_args(const Arguments& a, const ArgParser& p);
+// --qk-clip and its flags, --log-max-attention-logit (train/arguments_qk_clip.cc): the flags, added
+// beside the attention flags, their values and what they do not compose with yet (run by
+// validate_all_pretrain_args).
+void add_qk_clip_args(ArgParser& p, ModelArgs& a);
+Status validate_qk_clip(const Arguments& a);
+// --use-mup and the --mup-* flags (train/arguments_mup.cc): the flags, added beside the attention
+// flags, and the refusal of --use-mup (run by validate_all_pretrain_args).
+void add_mup_args(ArgParser& p, ModelArgs& a);
+Status validate_mup(const Arguments& a);
 // --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,
 // run by validate_model_args (fills ModelArgs::no_rope_pattern).
 void add_no_rope_args(ArgParser& p, ModelArgs& a);

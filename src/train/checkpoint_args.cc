@@ -158,6 +158,12 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
         m.mhc_recompute_layer_num == kUnset ? nlohmann::json() : nlohmann::json(m.mhc_recompute_layer_num);
   }
   if (m.softmax_type != "vanilla") j["softmax_type"] = m.softmax_type;  // absent: vanilla
+  if (m.qk_clip || m.log_max_attention_logit) {  // MuonClip's flags (model/qk_clip.h); absent: off
+    j["qk_clip"] = m.qk_clip;
+    j["qk_clip_alpha"] = m.qk_clip_alpha;
+    j["qk_clip_threshold"] = m.qk_clip_threshold;
+    j["log_max_attention_logit"] = m.log_max_attention_logit;
+  }
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
                                                      ? nlohmann::json()
@@ -342,6 +348,13 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
       return InvalidArgument(where, ": args 'softmax_type' is '", m.softmax_type,
                              "', expected 'vanilla', 'off-by-one' or 'learnable'");
   }
+  // --qk-clip and its flags (Megatron's args hold all four; absent: off and Megatron's defaults).
+  for (const auto& [key, dest] : {std::pair{"qk_clip", &m.qk_clip}, std::pair{"log_max_attention_logit",
+                                                                                &m.log_max_attention_logit}})
+    if (auto it = args.find(key); it != args.end() && !it->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, dest));
+  for (const auto& [key, dest] : {std::pair{"qk_clip_alpha", &m.qk_clip_alpha}, std::pair{"qk_clip_threshold",
+                                                                                          &m.qk_clip_threshold}})
+    if (auto it = args.find(key); it != args.end() && !it->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, dest));
   // --no-rope-freq: Megatron's args hold the int or the per-layer list (None or absent: RoPE everywhere).
   if (auto it = args.find("no_rope_freq"); it != args.end() && !it->is_null()) {
     if (it->is_number_integer() && it->get<int64_t>() >= 1) {

@@ -625,6 +625,10 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
   set_bool("attention_output_gate", model.attention_output_gate);  // linear_qkv holds the gate rows too
+  set_bool("qk_clip", model.qk_clip);  // MuonClip (model/qk_clip.h): Megatron's args always hold the four
+  ns->set("qk_clip_alpha", PyValue::real(model.qk_clip_alpha));
+  ns->set("qk_clip_threshold", PyValue::real(model.qk_clip_threshold));
+  set_bool("log_max_attention_logit", model.log_max_attention_logit);
   ns->set("softmax_type", PyValue::str(model.softmax_type));  // learnable: core_attention.softmax_offset
   if (!model.no_rope_pattern.empty()) {  // --no-rope-freq as the per-layer list Megatron's config holds
     PyRef list = PyValue::list();

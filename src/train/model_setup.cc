@@ -46,6 +46,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.softmax_type = m.softmax_type == "learnable"    ? SoftmaxType::kLearnable
                    : m.softmax_type == "off-by-one" ? SoftmaxType::kOffByOne
                                                     : SoftmaxType::kVanilla;  // validated choices
+  c.track_max_attention_logit = m.qk_clip || m.log_max_attention_logit;  // model/qk_clip.h
   c.tied_embeddings = !m.untie_embeddings_and_output_weights;
   if (m.is_hybrid_model) {  // validated (train/arguments_hybrid.cc)
     c.hybrid.enabled = true;

@@ -16,6 +16,7 @@
 #include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
 #include "model/hybrid_layers.h"
+#include "model/qk_clip.h"
 #include "schedule/schedules.h"
 #include "data/pairwise_dataset.h"
 #include "train/dpo.h"
@@ -487,6 +488,14 @@ StatusOr<IterationResult> Trainer::train_step() {
   r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
                           scaler ? scaler->inv_scale() : 1.0f, decoupled_learning_rate());
   if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
+  if (args_.model.qk_clip || args_.model.log_max_attention_logit) {
+    // Megatron's clip_qk after optimizer.step() (inside its optimizer timer, applied or not): the
+    // f32 master values are rescaled before the GEMM copy below is refreshed.
+    const ModelArgs& m = args_.model;
+    const QkClipOptions o{m.qk_clip, m.qk_clip_alpha, m.qk_clip_threshold};
+    for (auto& chunk : engine_->chunks)
+      r.max_attention_logit = std::max(r.max_attention_logit, qk_clip_step(*chunk, o, ps.dp_cp().get()));
+  }
   {
     // --bf16/--fp16: the GEMM copy of the new weights (Megatron's copy of the main params to the model's).
     const bool half = engine_->chunks.front()->params().has_gemm_copy();
@@ -765,6 +774,8 @@ Status Trainer::run() {
       flags.world_size = l.log_world_size_to_tensorboard;
       flags.memory = l.log_memory_to_tensorboard;
       add_training_scalars(*tensorboard_, flags, s);
+      if (args_.model.log_max_attention_logit)  // Megatron's: after the memory scalars
+        tensorboard_->add_scalar("max_attention_logit", r.max_attention_logit, state_.iteration);
     }
     if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
       for (int kind = 0; kind < kMoeAuxKinds; ++kind)  // each load-balancing type selected, under its tracker name

@@ -68,6 +68,10 @@ struct IterationResult {
   // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
   // the pairs, micro-batches and data-parallel ranks; negative without DPO.
   double dpo_accuracy = -1.0;
+  // --qk-clip / --log-max-attention-logit (model/qk_clip.h): max(0, the largest pre-softmax attention
+  // logit of this rank's heads and decoder layers over the step's forwards), after the MAX over the
+  // data-parallel × context-parallel group; 0 without the flags.
+  double max_attention_logit = 0.0;
   // The samples this iteration consumed: --global-batch-size, or during --rampup-batch-size the
   // ramp-up's current global batch size.
   int64_t global_batch_size = 0;

@@ -139,6 +139,13 @@ TEST(MegatronCheckpoint, WritesTheFixturesShardsAtTp2Pp2) {
     for (const char* key : {"num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size",
                             "tensor_model_parallel_size", "pipeline_model_parallel_size", "make_vocab_size_divisible_by"})
       EXPECT_EQ(args->attr(key)->i, (*theirs)->get("args")->attr(key)->i) << key;
+    // Megatron-Core's QK-clip args (MuonClip), with its defaults here.
+    ASSERT_TRUE(args->attr("qk_clip") && args->attr("log_max_attention_logit"));
+    EXPECT_EQ(args->attr("qk_clip")->kind, PyValue::kBool);
+    EXPECT_FALSE(args->attr("qk_clip")->b);
+    EXPECT_FALSE(args->attr("log_max_attention_logit")->b);
+    EXPECT_EQ(args->attr("qk_clip_alpha")->f, 0.5);
+    EXPECT_EQ(args->attr("qk_clip_threshold")->f, 100.0);
   }
   std::ifstream tracker(tmp.file("mg/latest_checkpointed_iteration.txt"));
   std::string it;

@@ -98,6 +98,24 @@ void attention_forward_ref(const AttentionProblem& p, const float* q, const Head
   });
 }
 
+void attention_max_logit_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
+                             const HeadLayout& kl, float* max_logit) {
+  std::vector<float> per_task(static_cast<size_t>(p.B * p.NH), kNegInf);
+  parallel_for(p.B * p.NH, 1, [&](int64_t u0, int64_t u1) {
+    std::vector<float> s(static_cast<size_t>(p.Sq * p.Sk));
+    for (int64_t u = u0; u < u1; ++u) {
+      masked_scores(p, u / p.NH, u % p.NH, q, ql, k, kl, s.data());
+      float m = kNegInf;
+      for (float x : s) m = std::max(m, x);
+      per_task[static_cast<size_t>(u)] = m;
+    }
+  });
+  for (int64_t u = 0; u < p.B * p.NH; ++u) {
+    float& m = max_logit[u % p.NH];
+    m = std::max(m, per_task[static_cast<size_t>(u)]);
+  }
+}
+
 void attention_backward_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
                             const HeadLayout& kl, const float* v, const HeadLayout& vl, const float* out,
                             const float* lse, const float* dout, float* dq, float* dk, float* dv) {

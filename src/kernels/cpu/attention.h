@@ -84,6 +84,16 @@ void attention_backward_ref(const AttentionProblem& p, const float* q, const Hea
                             const HeadLayout& kl, const float* v, const HeadLayout& vl, const float* out,
                             const float* lse, const float* dout, float* dq, float* dk, float* dv);
 
+// --qk-clip / --log-max-attention-logit (Megatron-Core's MuonClip statistic, Transformer Engine's
+// return_max_logit): for each head h of the problem, the largest pre-softmax logit
+//   max over (b, i, visible j) of scale·q_i·k_j (+ ALiBi's bias, as the softmax sees it)
+// MERGED into max_logit[h] (max_logit[h] = max(max_logit[h], that); a head none of whose queries
+// sees a key leaves it unchanged). Masked pairs, the sink logit and dropout take no part. One extra
+// pass over the scores, the same at every optimisation level (the flash kernels' scores are those
+// of this function up to rounding of the order of summation).
+void attention_max_logit_ref(const AttentionProblem& p, const float* q, const HeadLayout& ql, const float* k,
+                             const HeadLayout& kl, float* max_logit);
+
 // Folds the sink logits p.softmax_offset into a result computed without them (ring attention's
 // merged blocks, flash decoding's merged chunks): per (b, h, query) lse' = log(exp(lse) + exp(σ_h)),
 // out ·= exp(lse − lse') (a row with lse −inf gets out 0 and lse σ_h). out [Sq·B, NH·HD], lse
