@@ -1106,6 +1106,11 @@ Status validate_mtp_args(Arguments& a) {
   return Status::Ok();
 }
 
+// --hybrid-layer-pattern (train/arguments_hybrid.cc): Megatron main's spelling of
+// --hybrid-override-pattern; both given is Megatron's error, '|' and '/' separators are refused, and
+// the pattern's length sets --num-layers (with Megatron's warning when that differs).
+Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p);
+
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
   // Megatron: --optimizer dist_muon is the deprecated spelling of --optimizer muon
   // --use-distributed-optimizer (its layer-wise distributed optimizer).
@@ -1117,6 +1122,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
+  GALE_RETURN_IF_ERROR(resolve_hybrid_layer_pattern(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));
