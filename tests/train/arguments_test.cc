@@ -403,6 +403,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--hidden-size", "66"}, StatusCode::kInvalidArgument,
                   "--hidden-size 66 must be divisible by --num-attention-heads 4 (or give --kv-channels)"},
         ErrorCase{{"--min-lr", "0.1"}, StatusCode::kInvalidArgument, "--min-lr 0.1 must not exceed --lr 0.001"},
+        ErrorCase{{"--freeze-all-layers"}, StatusCode::kUnimplemented,
+                  "--freeze-all-layers: not supported yet (Megatron main's frozen forward-only runs: no gradients, a "
+                  "weights-only load and its progress-tracker resume, for offline-distillation teacher-logit dumps)"},
+        ErrorCase{{"--qk-l2-norm"}, StatusCode::kUnimplemented,
+                  "--qk-l2-norm: not supported yet (Megatron main's weightless L2 normalisation of the queries and keys "
+                  "before RoPE (Llama 4); --qk-layernorm gives learned norms)"},
         ErrorCase{{"--finetune", "--override-ckpt-iteration", "5"}, StatusCode::kInvalidArgument,
                   "--override-ckpt-iteration with --finetune: cannot override checkpoint iteration together with "
                   "finetune flag"},
