@@ -52,9 +52,9 @@ class CompressOptimizer : public Feature {
     if (!a.training.quant_states.empty())
       return InvalidArgument("--compress-optimizer: conflicts with --quant-states ", a.training.quant_states,
                              " (both store the moments their own way)");
-    if (a.training.optimizer == "muon")
-      return Unimplemented("--compress-optimizer with --optimizer muon: not supported yet (MindSpeed compresses "
-                           "AdamW's moments)");
+    if (a.training.optimizer == "muon" || a.training.optimizer == "lion")
+      return Unimplemented("--compress-optimizer with --optimizer ", a.training.optimizer,
+                           ": not supported yet (MindSpeed compresses AdamW's moments)");
     if (a.training.reuse_fp32_param)
       return Unimplemented("--compress-optimizer with --reuse-fp32-param: not supported yet");
     return Status::Ok();

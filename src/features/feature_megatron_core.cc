@@ -40,7 +40,7 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "Megatron-LM Muon (emerging_optimizers; MindSpeed MuonOptimizerFeature, L0)",
        "Newton-Schulz-orthogonalised momentum for the layers' 2-D weights (QKV as separate query, key and "
        "value matrices; TP duplicated, distributed or blockwise; MoE experts each apart; layer-wise with the "
-       "distributed optimizer), AdamW for the rest", true,
+       "distributed optimizer), AdamW for the rest (--muon-scalar-optimizer lion: Lion with --lion-beta1/2)", true,
        [](const Arguments& a) { return a.training.optimizer == "muon"; }});
   add({"qk-clip", "--qk-clip", FeatureModule::kMegatron, 0, "Megatron-Core QK-clip (MuonClip, Kimi K2)",
        "each step's largest pre-softmax attention logit per head (every forward, reduced over data-parallel x "
@@ -50,6 +50,12 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "TensorBoard/W&B; not yet with --use-ulysses-allgather-kv or repeated Ulysses key groups, --tp-2d, the "
        "attention output gate, DSA/GDN variants or hybrid models", true,
        [](const Arguments& a) { return a.model.qk_clip; }});
+  add({"lion", "--optimizer lion", FeatureModule::kMegatron, 0, "Megatron-LM Lion (emerging_optimizers' Lion)",
+       "sign of the interpolated momentum, one state tensor (exp_avg), decoupled weight decay, for the layers' "
+       "2-D weights with betas --adam-beta1/--adam-beta2 as Megatron passes them; AdamW for the embedding, output "
+       "layer, norms and biases; layer-wise with the distributed optimizer; not with --fp16, ZeRO-2/3, "
+       "--swap-optimizer, --compress-optimizer, --quant-states or the precision-aware optimizer", true,
+       [](const Arguments& a) { return a.training.optimizer == "lion"; }});
   add({"overlap-grad-reduce", "--overlap-grad-reduce", FeatureModule::kMegatron, 0, "Megatron async DDP",
        "bucketed gradient reduction overlapped with backward", true,
        [](const Arguments& a) { return a.parallel.overlap_grad_reduce; }});

@@ -20,7 +20,8 @@ class OptimizerSelection : public Feature {
   // --optimizer-selection is a training flag (train/arguments.cc): the optimizer reads it.
   bool requested(const FeatureContext& ctx) const override { return true; }
   bool applicable(const FeatureContext& ctx, std::string* why) const override {
-    if (ctx.args->training.optimizer != "adam" && ctx.args->training.optimizer != "muon") {  // muon: its AdamW part
+    const std::string& o = ctx.args->training.optimizer;
+    if (o != "adam" && o != "muon" && o != "lion") {  // muon, lion: their AdamW part
       *why = "--optimizer is " + ctx.args->training.optimizer;
       return false;
     }

@@ -64,9 +64,10 @@ class SwapOptimizer : public Feature {
                              "distributed optimizer off");
     if (a.training.reuse_fp32_param)
       return InvalidArgument("--swap-optimizer: conflicts with --reuse-fp32-param (as MindSpeed)");
-    if (a.training.optimizer == "muon")
-      return Unimplemented("--swap-optimizer with --optimizer muon: not supported (Gale's Muon does not run with "
-                           "the distributed optimizer)");
+    if (a.training.optimizer == "muon" || a.training.optimizer == "lion")
+      return Unimplemented("--swap-optimizer with --optimizer ", a.training.optimizer,
+                           ": not supported (its distributed optimizer is the layer-wise one, not the flat shards "
+                           "the state file follows)");
     return Status::Ok();
   }
 };

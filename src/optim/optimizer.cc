@@ -1,4 +1,4 @@
-// Clipping and AdamW / SGD / Muon updates over the owned pieces of flat buffers.
+// Clipping and AdamW / SGD / Muon / Lion updates over the owned pieces of flat buffers.
 #include "optim/optimizer.h"
 
 #include <algorithm>
@@ -53,8 +53,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
       shard_group_(std::move(shard_group)),
       expert_groups_(std::move(expert_groups)),
       tp_group_(std::move(tp_group)) {
-  GALE_CHECK(config_.type == "adam" || config_.type == "sgd" || config_.type == "muon") << "optimizer " << config_.type;
+  GALE_CHECK(config_.type == "adam" || config_.type == "sgd" || config_.type == "muon" || config_.type == "lion")
+      << "optimizer " << config_.type;
   const bool muon = config_.type == "muon";
+  // Muon or Lion: Megatron's emerging optimizers, for the parameters OptimizedBuffer::muon marks.
+  const bool emerging = muon || config_.type == "lion";
+  GALE_CHECK(config_.muon.scalar_optimizer == "adam" || config_.muon.scalar_optimizer == "lion")
+      << "--muon-scalar-optimizer " << config_.muon.scalar_optimizer;
   if (muon) {
     const MuonConfig& m = config_.muon;
     std::optional<NsCoefficients> c = ns_coefficients(m.coefficient_type);
@@ -67,8 +72,9 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     GALE_CHECK(m.fp32_matmul_prec == "medium" || m.fp32_matmul_prec == "high")
         << "--muon-fp32-matmul-prec " << m.fp32_matmul_prec;
   }
-  GALE_CHECK(!config_.swap || !muon) << "--swap-optimizer with --optimizer muon: not supported";
-  GALE_CHECK(!config_.compress || !muon) << "--compress-optimizer with --optimizer muon: not supported";
+  GALE_CHECK(!config_.swap || !emerging) << "--swap-optimizer with --optimizer " << config_.type << ": not supported";
+  GALE_CHECK(!config_.compress || !emerging) << "--compress-optimizer with --optimizer " << config_.type
+                                             << ": not supported";
   GALE_CHECK(!config_.compress || !config_.swap) << "--compress-optimizer with --swap-optimizer: not supported";
   GALE_CHECK(!config_.compress || config_.quant_states.empty()) << "--compress-optimizer with --quant-states: not supported";
   GALE_CHECK(!config_.compress || !config_.ema)
@@ -114,14 +120,17 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     if (b.muon.empty()) b.muon.assign(np, false);
     if (b.qkv_split.empty()) b.qkv_split.assign(np, {});
     if (b.expert_tp.empty()) b.expert_tp.assign(np, false);
+    if (b.weight_decay.empty())
+      for (size_t id = 0; id < np; ++id) b.weight_decay.push_back(b.params->spec(static_cast<int>(id)).weight_decay);
+    GALE_CHECK_EQ(b.weight_decay.size(), np);
     GALE_CHECK_EQ(b.muon.size(), np);
     GALE_CHECK_EQ(b.qkv_split.size(), np);
     GALE_CHECK_EQ(b.expert_tp.size(), np);
     GALE_CHECK(b.layer_wise_owner.empty() || (b.layer_wise_owner.size() == np && b.owned.has_value()))
         << "layer-wise owners: one per parameter, with the owned ranges";
-    if (muon) {
+    if (emerging) {
       GALE_CHECK(!b.owned.has_value() || !b.layer_wise_owner.empty())
-          << "--optimizer muon with the element-wise distributed optimizer: Muon runs layer-wise";
+          << "--optimizer " << config_.type << " with the element-wise distributed optimizer: it runs layer-wise";
       for (size_t id = 0; id < np; ++id)
         if (b.muon[id]) GALE_CHECK_EQ(b.params->spec(static_cast<int>(id)).global_shape.size(), 2u);
     } else {
@@ -186,9 +195,9 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
       };
       allocate(m_dtype_, &s.exp_avg, &s.m_codes, &s.m_scales);
       allocate(v_dtype_, &s.exp_avg_sq, &s.v_codes, &s.v_scales);
-    } else if (config_.type == "adam" || muon) {  // Muon: its momentum in exp_avg (Optimizer::state)
+    } else if (config_.type == "adam" || emerging) {  // Muon and Lion: their momentum in exp_avg (Optimizer::state)
       s.exp_avg = Tensor::zeros({n});
-      s.exp_avg_sq = Tensor::zeros({n});
+      if (!muon_lion_only()) s.exp_avg_sq = Tensor::zeros({n});
       if (config_.ema) s.ema = Tensor::zeros({n});  // set to the parameters at the first step
     } else if (config_.sgd_momentum != 0.0) {
       s.momentum = Tensor::zeros({n});
@@ -214,9 +223,12 @@ float ema_decay_at(double ema_decay, int64_t step) {
   return static_cast<float>(std::min(ema_decay, (1.0 + t) / (10.0 + t)));
 }
 
+bool Optimizer::muon_lion_only() const { return config_.type == "muon" && config_.muon.scalar_optimizer == "lion"; }
+
 std::vector<std::string> Optimizer::state_names() const {
   if (config_.ema) return {"exp_avg", "exp_avg_sq", "ema_params"};
-  if (config_.type == "adam" || config_.type == "muon") return {"exp_avg", "exp_avg_sq"};
+  if (muon_lion_only()) return {"exp_avg"};
+  if (config_.type == "adam" || config_.type == "muon" || config_.type == "lion") return {"exp_avg", "exp_avg_sq"};
   if (config_.sgd_momentum != 0.0) return {"momentum_buffer"};
   return {};
 }
@@ -357,13 +369,20 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       const Segment& seg = b.segments[si];
       // The flat buffers, or under ZeRO-3 (ParamBuffer::shard_storage) this rank's compact shards.
       float* g = grad_of(b, seg);
-      const float param_wd = pb.spec(seg.param_id).weight_decay ? static_cast<float>(wd) : 0.0f;
+      const bool decays = b.buffer.weight_decay[static_cast<size_t>(seg.param_id)];
+      const float param_wd = decays ? static_cast<float>(wd) : 0.0f;
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
       const double seg_lr = decoupled ? *decoupled_lr : lr;
-      const bool muon = b.buffer.muon[static_cast<size_t>(seg.param_id)];
-      const bool adam = !muon && (config_.type == "adam" || config_.type == "muon");
+      const bool lion = is_lion(bi, seg.param_id);
+      const bool muon = config_.type == "muon" && b.buffer.muon[static_cast<size_t>(seg.param_id)];
+      const bool adam = !muon && !lion && (config_.type == "adam" || config_.type == "muon" || config_.type == "lion");
       if (!adam && coeff < 1.0) scale_inplace(g, seg.numel, static_cast<float>(coeff));
+      // Lion's betas: the Adam settings for --optimizer lion's own parameters (Megatron's default
+      // kwargs of an emerging optimizer), --lion-beta1/2 as Muon's scalar optimizer.
+      const bool lion_as_scalar = config_.type == "muon";
+      const double lion_beta1 = lion_as_scalar ? config_.lion.beta1 : config_.beta1;
+      const double lion_beta2 = lion_as_scalar ? config_.lion.beta2 : config_.beta2;
       h.lr = static_cast<float>(seg_lr);
       h.weight_decay = param_wd;
       h.grad_scale = coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;  // clipping folded into the update
@@ -371,6 +390,9 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       auto update = [&](float* p, int64_t at, int64_t n) {
         if (muon) {
           muon_step(b, seg, p, g, seg_lr, param_wd);
+        } else if (lion) {
+          lion_step_ref(p, g + at, state_at(b, 0, seg.state_offset + at), n, seg_lr, lion_beta1, lion_beta2,
+                        decays ? wd : 0.0);
         } else if (adam && quant_) {  // whole segments: blocks are not cut
           GALE_CHECK(at == 0 && n == seg.numel) << "--quant-states: a segment updated in pieces";
           adamw_step_quantised(p, g, quant_ref(b, si, false), quant_ref(b, si, true), n, b.quant[si].layout, h);
@@ -509,8 +531,10 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   }
   if (config_.ema) return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"ema_params", s.ema}};
   if (config_.type == "adam") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
+  if (muon_lion_only()) return {{"exp_avg", s.exp_avg}, {"momentum_buffer", s.exp_avg}};
   if (config_.type == "muon")
     return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}, {"momentum_buffer", s.exp_avg}};
+  if (config_.type == "lion") return {{"exp_avg", s.exp_avg}, {"exp_avg_sq", s.exp_avg_sq}};
   if (s.momentum.defined()) return {{"momentum_buffer", s.momentum}};
   return {};
 }
@@ -519,7 +543,14 @@ bool Optimizer::is_muon(size_t b, int param_id) const {
   return buffers_.at(b).buffer.muon.at(static_cast<size_t>(param_id));
 }
 
+bool Optimizer::is_lion(size_t b, int param_id) const {
+  if (config_.type == "lion") return is_muon(b, param_id);
+  return config_.type == "muon" && config_.muon.scalar_optimizer == "lion" && !is_muon(b, param_id);
+}
+
 bool Optimizer::holds_state(size_t b, int param_id, const std::string& name) const {
+  if (is_lion(b, param_id)) return name == "exp_avg";
+  if (config_.type == "lion") return true;  // an AdamW parameter of --optimizer lion
   if (config_.type != "muon") return true;
   return is_muon(b, param_id) == (name == "momentum_buffer");
 }

@@ -1,5 +1,5 @@
 // The optimizer over the flat parameter/gradient buffers of this rank's model chunks: global-norm
-// clipping, NaN/inf detection and the AdamW, SGD or Muon update with per-parameter weight decay.
+// clipping, NaN/inf detection and the AdamW, SGD, Muon or Lion update with per-parameter weight decay.
 //
 // The optimizer updates the *owned* part of each buffer: all of it normally, or, with the
 // distributed optimizer (ZeRO-1, Megatron's DistributedOptimizer), this data-parallel rank's shard
@@ -60,14 +60,37 @@ struct MuonConfig {
   int64_t num_ns_steps = 5;                // --muon-num-ns-steps
   std::string tp_mode = "duplicated";      // --muon-tp-mode: duplicated, distributed or blockwise
   double extra_scale_factor = 1.0;         // --muon-extra-scale-factor
+  // --muon-scalar-optimizer: what updates the parameters Muon does not (embedding, output layer,
+  // norms, biases): "adam" (AdamW with the Adam settings) or "lion" (LionConfig's update with
+  // --lion-beta1/--lion-beta2).
+  std::string scalar_optimizer = "adam";
+};
+
+// --optimizer lion (Megatron-LM main over NVIDIA's emerging_optimizers Lion, decoupled weight decay):
+// per element of a Lion parameter, with its (clipped) gradient g and its one state tensor m
+// ("exp_avg", zero at first):
+//   p ← p − lr·wd·p
+//   c ← lerp(m, g, 1 − β1)          (β1·m + (1 − β1)·g)
+//   m ← lerp(m, g, 1 − β2)
+//   p ← p − lr·sign(c)              (sign(0) = 0)
+// Megatron builds Lion as an emerging optimizer: with --optimizer lion it updates the parameters
+// Muon would (OptimizedBuffer::muon: the 2-D weights other than the word embedding and output
+// layer) with β = (--adam-beta1, --adam-beta2) (Megatron's default kwargs of an emerging optimizer),
+// and AdamW updates the rest; --lion-beta1/--lion-beta2 are the betas of Lion as Muon's scalar
+// optimizer (MuonConfig::scalar_optimizer). With the distributed optimizer Lion runs layer-wise,
+// as Muon (OptimizedBuffer::layer_wise_owner).
+struct LionConfig {
+  double beta1 = 0.95;  // --lion-beta1 (Lion as Muon's scalar optimizer)
+  double beta2 = 0.98;  // --lion-beta2
 };
 
 struct OptimizerConfig {
-  std::string type = "adam";  // "adam" (AdamW), "sgd" or "muon"
+  std::string type = "adam";  // "adam" (AdamW), "sgd", "muon" or "lion"
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double sgd_momentum = 0.9;
   double clip_grad = 1.0;  // 0 disables clipping
   MuonConfig muon;
+  LionConfig lion;
   // --swap-optimizer (optim/state_swap.h): the fp32 state lives in an anonymous file in `swap_dir`
   // ("" = $TMPDIR or /tmp) and comes back in `swap_times` chunks during the step. AdamW and SGD;
   // not Muon, not --reuse-fp32-param. The owner calls open_swap() before the first step.
@@ -134,8 +157,13 @@ struct OptimizedBuffer {
   // --decoupled-lr: the parameters updated with the decoupled rate (Megatron's
   // is_embedding_or_output_parameter: the word embedding and the output layer); empty = none.
   std::vector<bool> decoupled_lr;
-  // --optimizer muon: the parameters Muon updates (Megatron: every 2-D parameter except the word
-  // embedding and the output layer); the others get AdamW. Empty = none.
+  // Per parameter, whether the weight decay applies; empty = ParamSpec::weight_decay (Megatron's
+  // rule: not on biases and 1-D parameters). --apply-wd-to-qk-layernorm sets it for the
+  // q_layernorm / k_layernorm parameters too.
+  std::vector<bool> weight_decay;
+  // --optimizer muon (or lion): the parameters Muon (or Lion) updates (Megatron: every 2-D parameter
+  // except the word embedding and the output layer); the others get the scalar optimizer (AdamW, or
+  // with --muon-scalar-optimizer lion Lion). Empty = none.
   std::vector<bool> muon;
   // --muon-split-qkv: for a fused QKV weight, the rows of one query group's query, key and value
   // blocks ({NH/KV·HD, HD, HD}); empty for every other parameter (or all empty).
@@ -232,13 +260,20 @@ class Optimizer {
   // parameters' offsets.
   // Muon: "exp_avg", "exp_avg_sq" and "momentum_buffer", where the momentum buffer of a Muon
   // parameter lives in the exp_avg storage (the same tensor), so the state takes Adam's memory;
-  // holds_state() says which of them a parameter has.
+  // holds_state() says which of them a parameter has. Lion: "exp_avg" and "exp_avg_sq", a Lion
+  // parameter holding exp_avg only; with --muon-scalar-optimizer lion no parameter holds exp_avg_sq
+  // and none is allocated ("exp_avg" and "momentum_buffer").
   std::vector<std::pair<std::string, Tensor>> state(size_t b = 0) const;
   // Whether parameter `param_id` of buffer `b` has state tensor `name` (Muon: momentum_buffer for
-  // the Muon parameters, exp_avg and exp_avg_sq for the others; otherwise every state() tensor).
+  // the Muon parameters, exp_avg and exp_avg_sq for the AdamW ones, exp_avg for Lion ones; Lion:
+  // exp_avg for the Lion parameters, exp_avg and exp_avg_sq for the others; otherwise every
+  // state() tensor).
   bool holds_state(size_t b, int param_id, const std::string& name) const;
-  // Whether Muon updates parameter `param_id` of buffer `b`.
+  // Whether Muon (with --optimizer lion: Lion) updates parameter `param_id` of buffer `b`.
   bool is_muon(size_t b, int param_id) const;
+  // Whether Lion updates parameter `param_id` of buffer `b` (--optimizer lion's matrices, or Muon's
+  // scalar parameters with --muon-scalar-optimizer lion).
+  bool is_lion(size_t b, int param_id) const;
   // Bytes of optimizer state held in memory by this rank (all buffers); with --swap-optimizer the
   // staging buffer only; with --compress-optimizer the staging buffer and the compressed chunks;
   // with --quant-states, or the precision-aware optimizer's fp16/fp8 moments, the codes and scales
@@ -296,6 +331,8 @@ class Optimizer {
   ScaledStateRef scaled_ref(const BufferState& b, size_t s, bool second) const;
   // Segment `s` of `b`'s moments as quantised pieces.
   QuantStateRef quant_ref(const BufferState& b, size_t s, bool second) const;
+  // --optimizer muon --muon-scalar-optimizer lion: no AdamW parameter, so no exp_avg_sq.
+  bool muon_lion_only() const;
   // The state tensors' names, in the swap file's order.
   std::vector<std::string> state_names() const;
   // Element `index` of state `k` (state_names() order) of buffer `b`, resident or in the staging

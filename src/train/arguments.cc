@@ -156,9 +156,10 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add_flag("--data-parallel-random-init", &a.data_parallel_random_init,
              "initialise the parameters with a different seed (--seed + 10 x data-parallel rank) on each "
              "data-parallel rank, then broadcast data-parallel rank 0's values before training, as Megatron");
-  p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd", "muon", "dist_muon"},
+  p.add_choice("--optimizer", &a.optimizer, {"adam", "sgd", "muon", "dist_muon", "lion"},
                "optimizer (adam is AdamW; muon: Muon for the 2-D weights of the layers, AdamW for the rest; "
-               "dist_muon is Megatron's deprecated spelling of muon with --use-distributed-optimizer)");
+               "dist_muon is Megatron's deprecated spelling of muon with --use-distributed-optimizer; lion: Lion "
+               "with betas --adam-beta1/--adam-beta2 for the 2-D weights of the layers, AdamW for the rest)");
   p.add("--lr", &a.lr, "peak learning rate (required)");
   p.add("--min-lr", &a.min_lr, "minimum learning rate");
   p.add("--decoupled-lr", &a.decoupled_lr,
@@ -177,6 +178,11 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--lr-wsd-decay-iters", &a.lr_wsd_decay_iters, "iterations of the WSD annealing phase");
   p.add("--lr-wsd-decay-samples", &a.lr_wsd_decay_samples, "samples of the WSD annealing phase");
   p.add("--weight-decay", &a.weight_decay, "AdamW weight decay (not applied to biases and norm weights)");
+  p.add_flag("--apply-wd-to-qk-layernorm", &a.apply_wd_to_qk_layernorm,
+             "apply the weight decay to the q_layernorm and k_layernorm parameters too (Qwen3-Next's rule; "
+             "other biases and 1-D parameters still get none)");
+  p.add_choice("--no-weight-decay-cond-type", &a.no_weight_decay_cond_type, {"apply_wd_to_qk_layernorm"},
+               "deprecated spelling of --apply-wd-to-qk-layernorm (Megatron warns and sets it)");
   p.add("--start-weight-decay", &a.start_weight_decay, "weight decay at the start (non-constant increment)");
   p.add("--end-weight-decay", &a.end_weight_decay, "weight decay at the end (non-constant increment)");
   p.add_choice("--weight-decay-incr-style", &a.weight_decay_incr_style, {"constant", "linear", "cosine"},
@@ -211,6 +217,12 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
   p.add("--muon-extra-scale-factor", &a.muon_extra_scale_factor, "Muon: a further factor on every update");
   p.add_choice("--muon-scalar-optimizer", &a.muon_scalar_optimizer, {"adam", "lion"},
                "Muon: the optimizer of the other parameters (embeddings, output layer, biases, norms)");
+  p.add("--lion-beta1", &a.lion_beta1,
+        "Lion's beta1 (the sign update's interpolation) as Muon's scalar optimizer; --optimizer lion's own "
+        "Lion uses --adam-beta1, as Megatron");
+  p.add("--lion-beta2", &a.lion_beta2,
+        "Lion's beta2 (its momentum's EMA) as Muon's scalar optimizer; --optimizer lion's own Lion uses "
+        "--adam-beta2, as Megatron");
   p.add_false("--no-check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
               "do not stop on NaN/inf loss or gradients");
   p.add_flag("--check-for-nan-in-loss-and-grad", &a.check_for_nan_in_loss_and_grad,
@@ -531,6 +543,9 @@ void add_checkpoint_args(ArgParser& p, CheckpointArgs& a) {
   p.add_false("--no-save-optim", &a.save_optim, "do not save optimizer state");
   p.add_false("--no-save-rng", &a.save_rng, "do not save RNG state");
   p.add_flag("--finetune", &a.finetune, "load weights only; reset iteration, optimizer and RNG");
+  p.add("--override-ckpt-iteration", &a.override_ckpt_iteration,
+        "start from this iteration instead of the loaded checkpoint's, with consumed samples N x "
+        "--global-batch-size, so that the data loader replays from there (optimizer and scheduler as loaded)");
   p.add_flag("--exit-on-missing-checkpoint", &a.exit_on_missing_checkpoint, "stop if --load has no checkpoint");
   p.add("--ckpt-step", &a.ckpt_step, "load iter_<N> of the checkpoint directory instead of its latest iteration");
   p.add("--pretrained-checkpoint", &a.pretrained_checkpoint,
@@ -846,10 +861,12 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   return Status::Ok();
 }
 
-// --optimizer muon: what Megatron refuses with an emerging optimizer, and what Gale lacks.
+// --optimizer muon or lion (Megatron's emerging optimizers): what Megatron refuses with one, and
+// what Gale lacks.
 Status validate_muon_args(const Arguments& a) {
   const TrainingArgs& t = a.training;
-  if (t.optimizer != "muon") return Status::Ok();
+  if (t.optimizer != "muon" && t.optimizer != "lion") return Status::Ok();
+  const std::string name = "--optimizer " + t.optimizer;
   const ParallelArgs& par = a.parallel;
   if (par.use_distributed_optimizer) {  // Megatron's layer-wise distributed optimizer (optim/layer_wise.h)
     const char* what = par.overlap_param_gather ? "--overlap-param-gather"
@@ -857,18 +874,23 @@ Status validate_muon_args(const Arguments& a) {
                        : t.quant_grads ? "--quant-grads"
                        : nullptr;
     if (what)
-      return Unimplemented("--optimizer muon with --use-distributed-optimizer and ", what,
-                           ": not supported yet (Muon's layer-wise distributed optimizer all-reduces the gradients "
+      return Unimplemented(name, " with --use-distributed-optimizer and ", what,
+                           ": not supported yet (the layer-wise distributed optimizer all-reduces the gradients "
                            "and gathers whole parameters after its step)");
   }
   if (t.fp16)
-    return InvalidArgument("--optimizer muon with --fp16: expected --bf16 or fp32 (Megatron: emerging optimizer "
+    return InvalidArgument(name, " with --fp16: expected --bf16 or fp32 (Megatron: emerging optimizer "
                            "with fp16 is not supported)");
   if (a.checkpoint.ckpt_format != "torch" && a.checkpoint.ckpt_format != "torch_dist")
-    return InvalidArgument("--optimizer muon: expected --ckpt-format torch or torch_dist, found ",
+    return InvalidArgument(name, ": expected --ckpt-format torch or torch_dist, found ",
                            a.checkpoint.ckpt_format, " (Megatron's emerging optimizers support those two)");
-  if (t.muon_scalar_optimizer != "adam")
-    return Unimplemented("--muon-scalar-optimizer ", t.muon_scalar_optimizer, ": not supported yet (only adam)");
+  // emerging_optimizers' Lion: each beta in [0, 1) (--optimizer lion's own takes the Adam betas,
+  // checked alike with every optimizer).
+  if (t.optimizer == "muon" && t.muon_scalar_optimizer == "lion")
+    for (const auto& [flag, beta] : {std::pair<const char*, double>{"--lion-beta1", t.lion_beta1},
+                                     std::pair<const char*, double>{"--lion-beta2", t.lion_beta2}})
+      if (!(beta >= 0.0 && beta < 1.0)) return InvalidArgument(flag, ": expected Lion's beta in [0, 1), found ", beta);
+  if (t.optimizer == "lion") return Status::Ok();
   if (t.muon_fp32_matmul_prec == "low")
     return InvalidArgument("--muon-fp32-matmul-prec: expected medium or high, found low (torch's "
                            "set_float32_matmul_precision has no 'low')");
@@ -886,6 +908,9 @@ Status validate_muon_args(const Arguments& a) {
 
 Status validate_training_args(Arguments& a, const ArgParser& p) {
   TrainingArgs& t = a.training;
+  // Megatron: the deprecated --no-weight-decay-cond-type apply_wd_to_qk_layernorm (its only
+  // choice) sets --apply-wd-to-qk-layernorm; `gale pretrain` warns.
+  if (t.no_weight_decay_cond_type == "apply_wd_to_qk_layernorm") t.apply_wd_to_qk_layernorm = true;
   GALE_RETURN_IF_ERROR(required(t.micro_batch_size, "--micro-batch-size"));
   if (t.global_batch_size == kUnset) t.global_batch_size = t.micro_batch_size * a.parallel.data_parallel_size;
   GALE_RETURN_IF_ERROR(required(t.global_batch_size, "--global-batch-size"));
@@ -1033,6 +1058,11 @@ Status validate_checkpoint_args(Arguments& a, const ArgParser& p) {
                            "the schedule comes from the flags or from the checkpoint");
   if (c.ckpt_step != kUnset && c.ckpt_step < 0)
     return InvalidArgument("--ckpt-step: expected an iteration ≥ 0, found ", c.ckpt_step);
+  if (c.override_ckpt_iteration != kUnset && c.finetune)  // Megatron's assertion
+    return InvalidArgument("--override-ckpt-iteration with --finetune: cannot override checkpoint iteration "
+                           "together with finetune flag");
+  if (c.override_ckpt_iteration != kUnset && c.override_ckpt_iteration < 0)
+    return InvalidArgument("--override-ckpt-iteration: expected an iteration ≥ 0, found ", c.override_ckpt_iteration);
   if (c.ckpt_step != kUnset && c.load.empty() && c.pretrained_checkpoint.empty())
     return InvalidArgument("--ckpt-step needs --load (or --pretrained-checkpoint): the directory to load from");
   if (std::find(std::begin(kCkptFormats), std::end(kCkptFormats), c.ckpt_format) == std::end(kCkptFormats))
@@ -1094,6 +1124,11 @@ Status validate_mtp_args(Arguments& a) {
   return Status::Ok();
 }
 
+// --hybrid-layer-pattern (train/arguments_hybrid.cc): Megatron main's spelling of
+// --hybrid-override-pattern; both given is Megatron's error, '|' and '/' separators are refused, and
+// the pattern's length sets --num-layers (with Megatron's warning when that differs).
+Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p);
+
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
   // Megatron: --optimizer dist_muon is the deprecated spelling of --optimizer muon
   // --use-distributed-optimizer (its layer-wise distributed optimizer).
@@ -1105,6 +1140,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_wandb_args(a));
   if (a.parallel.dist_train) return validate_dist_train_args(a, p, world_size, world_rank);
   GALE_RETURN_IF_ERROR(validate_mindspeed_compat_args(a, p));
+  GALE_RETURN_IF_ERROR(resolve_hybrid_layer_pattern(a, p));
   GALE_RETURN_IF_ERROR(validate_model_args(a.model, p));
   GALE_RETURN_IF_ERROR(validate_parallel_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_moe_args(a, p));

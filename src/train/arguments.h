@@ -275,7 +275,16 @@ struct TrainingArgs {
   std::string muon_tp_mode = "duplicated";
   bool muon_use_syrk = false;  // accepted; the CPU's Gram products are plain GEMMs either way
   double muon_extra_scale_factor = 1.0;
-  std::string muon_scalar_optimizer = "adam";
+  std::string muon_scalar_optimizer = "adam";  // --muon-scalar-optimizer adam or lion
+  // --optimizer lion / --muon-scalar-optimizer lion (optim/optimizer.h LionConfig): Lion's betas as
+  // Muon's scalar optimizer (--optimizer lion's own Lion takes --adam-beta1/2, as Megatron).
+  double lion_beta1 = 0.95;
+  double lion_beta2 = 0.98;
+  // --apply-wd-to-qk-layernorm (Megatron main; Qwen3-Next's rule): weight decay also on the
+  // q_layernorm / k_layernorm parameters (OptimizedBuffer::weight_decay). The deprecated
+  // --no-weight-decay-cond-type apply_wd_to_qk_layernorm sets it (validation, with a warning).
+  bool apply_wd_to_qk_layernorm = false;
+  std::string no_weight_decay_cond_type;
   bool check_for_nan_in_loss_and_grad = true;
   // Megatron's --check-weight-hash-across-dp-replicas-interval N: before the first iteration and
   // every N iterations the parameters' hashes must agree across the data-parallel group
@@ -638,6 +647,10 @@ struct CheckpointArgs {
   bool save_rng = true;    // --no-save-rng
   bool finetune = false;
   bool exit_on_missing_checkpoint = false;
+  // --override-ckpt-iteration N (Megatron main): a loaded checkpoint's iteration becomes N and its
+  // consumed training samples N x --global-batch-size (skipped samples 0), so the data loader
+  // replays from there; the optimizer and scheduler state load as saved. kUnset: off.
+  int64_t override_ckpt_iteration = kUnset;
   // --use-ema (`gale generate`, `gale evaluate`; `gale convert` has its own): read the model's
   // weights from the checkpoint's parameter EMA (--optimizer-selection fused_ema_adamw) instead.
   bool use_ema = false;

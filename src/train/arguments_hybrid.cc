@@ -1,4 +1,5 @@
 // The hybrid Mamba model's flags (--is-hybrid-model; Megatron names and defaults) and their checks.
+#include "core/log.h"
 #include "model/hybrid_layers.h"
 #include "train/arguments.h"
 
@@ -16,9 +17,36 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
         "the layers' types, one symbol per layer: M (Mamba), G (Gated DeltaNet, sized by --linear-*), * (attention), "
         "- (MLP), E (MoE, with --num-experts); + (multi-latent attention) and D (DeepSeek sparse attention) are "
         "refused (not supported yet), '*' with '+' or 'D' as Megatron");
+  // Megatron main's spelling: the same field, told apart by ArgParser::was_set
+  // (resolve_hybrid_layer_pattern).
+  p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
+        "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols; --num-layers "
+        "is the pattern's length; '|' (pipeline stages) and '/' (MTP layers) are refused (not supported yet)");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
+}
+
+Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
+  ModelArgs& m = a.model;
+  const bool layer = p.was_set("--hybrid-layer-pattern"), override = p.was_set("--hybrid-override-pattern");
+  if (layer && override)  // Megatron main's assertion
+    return InvalidArgument("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
+                           "--hybrid-override-pattern is deprecated; use --hybrid-layer-pattern instead.");
+  if (!layer) return Status::Ok();
+  const std::string& pattern = m.hybrid_override_pattern;
+  for (const char sep : {'|', '/'})
+    if (pattern.find(sep) != std::string::npos)
+      return Unimplemented("--hybrid-layer-pattern '", pattern, "': ",
+                           sep == '|' ? "'|' pipeline-stage separators" : "'/' multi-token-prediction separators",
+                           ": not supported yet (a pattern of layer symbols only)");
+  // Megatron main: the pattern's length is the layer count, whatever --num-layers says.
+  const int64_t n = static_cast<int64_t>(pattern.size());
+  if (m.num_layers != kUnset && m.num_layers != n)
+    warn_rank0(str_cat("--hybrid-layer-pattern is set; ignoring --num-layers (", m.num_layers,
+                       ") and using the layer count derived from the pattern (", n, ")."));
+  m.num_layers = n;
+  return Status::Ok();
 }
 
 namespace {
@@ -63,6 +91,7 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   }
   if (!m.is_hybrid_model) {
     for (const char* flag : {"--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--hybrid-override-pattern",
+                             "--hybrid-layer-pattern",
                              "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --is-hybrid-model");
     return Status::Ok();

@@ -64,6 +64,7 @@ Status validate_zero3(Arguments& a, const std::string& who) {
   if (t.bf16 || t.fp16)
     return refuse(t.bf16 ? "--bf16" : "--fp16", "the half-precision GEMM copy is not sharded; ZeRO-3 runs in fp32");
   if (t.optimizer == "muon") return refuse("--optimizer muon", "Muon orthogonalises whole matrices");
+  if (t.optimizer == "lion") return refuse("--optimizer lion", "Megatron refuses its emerging optimizers with FSDP");
   if (t.swap_optimizer) return refuse("--swap-optimizer", "its state file follows the flat layout");
   if (t.compress_optimizer) return refuse("--compress-optimizer", "its compressed chunks follow the flat layout");
   if (t.calculate_per_token_loss)

@@ -653,7 +653,10 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
 
 }  // namespace
 
-Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+namespace {
+
+// load_checkpoint before --override-ckpt-iteration.
+Status load_checkpoint_as_saved(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
   const CheckpointArgs& ca = args.checkpoint;
   // Megatron's load_checkpoint: without a checkpoint in --load, --pretrained-checkpoint's is loaded
   // as with --finetune (weights only, iteration 0).
@@ -701,6 +704,22 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, kUnset, args, engine, state,
                                  ParamSet::kTrainable, ca.load_optim, true, &lora_loaded));
   *loaded = *loaded || lora_loaded;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
+  GALE_RETURN_IF_ERROR(load_checkpoint_as_saved(args, engine, state, loaded));
+  const int64_t n = args.checkpoint.override_ckpt_iteration;
+  if (!*loaded || n == kUnset) return Status::Ok();
+  // Megatron's --override-ckpt-iteration: the data loader replays from iteration n at this run's
+  // global batch size; the optimizer and scheduler keep what was loaded.
+  state.iteration = n;
+  state.consumed_train_samples = n * args.training.global_batch_size;
+  state.skipped_train_samples = 0;
+  print_rank0(str_cat("--override-ckpt-iteration: start at iteration ", n, " (consumed_train_samples ",
+                      state.consumed_train_samples, ")"));
   return Status::Ok();
 }
 

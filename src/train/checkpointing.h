@@ -87,6 +87,9 @@ Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engin
 // --ckpt-step): global from non_persistent_global_dir(--load), local from the newest iteration
 // whose parts the ranks hold together (from replicas when a rank lost its directory). A local
 // checkpoint newer than the one loaded that lacks a part no rank holds is an error naming the file.
+// --override-ckpt-iteration N: after any load, the iteration becomes N, the consumed training
+// samples N x --global-batch-size and the skipped ones 0 (Megatron main), so that the data loader
+// replays from iteration N; the optimizer, scheduler and RNG state are those loaded.
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
 
 // --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest

@@ -168,6 +168,18 @@ ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size
   return sizes;
 }
 
+std::vector<bool> qk_layernorm_weight_decay(const GPTModel& model) {
+  const ParamBuffer& pb = model.params();
+  std::vector<bool> out;
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const bool qk_norm =
+        s.name.find("q_layernorm.") != std::string::npos || s.name.find("k_layernorm.") != std::string::npos;
+    out.push_back(s.weight_decay || qk_norm);
+  }
+  return out;
+}
+
 // Megatron's _is_muon_excluded: is_embedding_or_output_parameter or not 2-D; it tags every 2-D
 // `linear_qkv.weight` for the QKV split, and the MoE experts' weights (`.mlp.experts.`, each expert a
 // matrix of its own) as split over the expert-tensor-parallel group.
@@ -258,9 +270,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     engine->distopt_instances = make_distopt_instance_groups(dp, instances);
   }
   const Comm& shard_dp = instances > 1 ? engine->distopt_instances.intra : dp;
-  // --optimizer muon --use-distributed-optimizer: Megatron's layer-wise distributed optimizer
-  // (optim/layer_wise.h): gradients all-reduced, whole parameters owned, gathered by the optimizer.
-  const bool layer_wise = par.use_distributed_optimizer && args.training.optimizer == "muon";
+  // --optimizer muon (or lion) --use-distributed-optimizer: Megatron's layer-wise distributed
+  // optimizer for its emerging optimizers (optim/layer_wise.h): gradients all-reduced, whole
+  // parameters owned, gathered by the optimizer.
+  const bool emerging = args.training.optimizer == "muon" || args.training.optimizer == "lion";
+  const bool layer_wise = par.use_distributed_optimizer && emerging;
   const bool element_wise = par.use_distributed_optimizer && !layer_wise;
   std::vector<OptimizedBuffer> buffers;
   // hybrid_cp_algo: the Ulysses and ring sub-groups of the cp group, shared by every chunk.
@@ -440,7 +454,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       for (int id : {model->word_embedding_id(), model->output_weight_id()})
         if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
     }
-    if (args.training.optimizer == "muon") set_muon_params(*model, &buffer);
+    if (emerging) set_muon_params(*model, &buffer);  // Lion's parameters are Muon's
+    if (args.training.apply_wd_to_qk_layernorm) buffer.weight_decay = qk_layernorm_weight_decay(*model);
     if (args.training.quant_grads) buffer.quant_grads = engine->quant_grads.back().get();
     if (layer_wise) {
       const Comm& edp = engine->ps.expert_dp();

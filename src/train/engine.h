@@ -143,11 +143,17 @@ ModelPartition chunk_partition(const Arguments& args, const ParallelState& ps, i
 // parameter exactly once across the model-parallel group).
 std::vector<bool> norm_counting(const GPTModel& model);
 
-// --optimizer muon: marks in `buffer` (OptimizedBuffer::muon, ::qkv_split) the parameters of
-// `model` that Muon updates, as Megatron picks them: every trainable 2-D parameter except the word
+// --optimizer muon (or lion): marks in `buffer` (OptimizedBuffer::muon, ::qkv_split) the parameters
+// of `model` that Muon (or Lion) updates, as Megatron picks them: every trainable 2-D parameter except the word
 // embedding and the output layer (the position embedding and the layers' linear weights); the
 // fused QKV weights split into one query group's {NH/KV·HD, HD, HD} query, key and value rows.
 void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer);
+
+// --apply-wd-to-qk-layernorm: per parameter of `model`, whether the weight decay applies
+// (OptimizedBuffer::weight_decay): Megatron's rule (not on biases and 1-D parameters) except that the
+// parameters named `*q_layernorm.*` or `*k_layernorm.*` decay too, as Megatron main's optimizer
+// matches them by name.
+std::vector<bool> qk_layernorm_weight_decay(const GPTModel& model);
 
 // The parallel sizes of the layout flags on a world of `world_size` ranks.
 ParallelSizes parallel_sizes_from_args(const Arguments& args, int64_t world_size);

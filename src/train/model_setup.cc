@@ -273,6 +273,9 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.muon.num_ns_steps = t.muon_num_ns_steps;
   o.muon.tp_mode = t.muon_tp_mode;
   o.muon.extra_scale_factor = t.muon_extra_scale_factor;
+  o.muon.scalar_optimizer = t.muon_scalar_optimizer;
+  o.lion.beta1 = t.lion_beta1;
+  o.lion.beta2 = t.lion_beta2;
   return o;
 }
 

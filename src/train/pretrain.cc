@@ -241,6 +241,10 @@ int pretrain_main(int argc, char** argv) {
   for (const std::string& n : parser.compat_notices()) warn_rank0("accepted without effect: " + n);
   if (dist_muon)  // Megatron warns alike
     warn_rank0("--optimizer dist_muon is deprecated: use --optimizer muon --use-distributed-optimizer (the same run)");
+  if (parser.was_set("--hybrid-override-pattern"))  // Megatron main warns alike
+    warn_rank0("--hybrid-override-pattern is deprecated. Use --hybrid-layer-pattern instead.");
+  if (!args.training.no_weight_decay_cond_type.empty())  // Megatron warns alike
+    warn_rank0("--no-weight-decay-cond-type is deprecated: use --apply-wd-to-qk-layernorm instead (set)");
   if (!args.training.fp16) {
     for (const char* flag : {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
       if (parser.was_set(flag)) warn_rank0(str_cat("accepted without effect: ", flag, ": loss scaling only applies with --fp16"));

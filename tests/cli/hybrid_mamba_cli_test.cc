@@ -239,5 +239,24 @@ TEST(GalePretrainHybridMamba, RefusesWhatIsNotSupportedYet) {
   EXPECT_NE(plain.output.find("--mamba-state-dim needs --is-hybrid-model"), std::string::npos) << plain.output;
 }
 
+// Megatron main's --hybrid-layer-pattern: the same run as --hybrid-override-pattern (which now
+// warns that it is deprecated), its length the layer count whatever --num-layers says (warned).
+TEST(GalePretrainHybridMamba, LayerPatternSpelling) {
+  test::RunResult old = run(mamba(1, 3, {"--num-layers", "4", "--hybrid-override-pattern", "M*-M"}));
+  ASSERT_EQ(old.exit_code, 0) << old.output;
+  EXPECT_NE(old.output.find("--hybrid-override-pattern is deprecated. Use --hybrid-layer-pattern instead."),
+            std::string::npos)
+      << old.output;
+  test::RunResult now = run(mamba(1, 3, {"--hybrid-layer-pattern", "M*-M"}));
+  ASSERT_EQ(now.exit_code, 0) << now.output;
+  EXPECT_EQ(now.output.find("is deprecated"), std::string::npos) << now.output;
+  EXPECT_NE(now.output.find("--hybrid-layer-pattern is set; ignoring --num-layers (2) and using the layer count "
+                            "derived from the pattern (4)."),
+            std::string::npos)
+      << now.output;
+  EXPECT_EQ(losses(now.output), losses(old.output));
+  EXPECT_EQ(losses(now.output).size(), 3u);
+}
+
 }  // namespace
 }  // namespace gale

@@ -181,5 +181,33 @@ INSTANTIATE_TEST_SUITE_P(
                       "DeltaNet), * (attention), + (multi-latent attention), D (DeepSeek sparse attention), - (MLP), "
                       "E (MoE)"}));
 
+// Megatron main's --hybrid-layer-pattern: the same layers as --hybrid-override-pattern, --num-layers
+// taken from the pattern's length; both flags is Megatron's error; '|' and '/' are refused.
+TEST(HybridArguments, LayerPatternIsMegatronMainsSpelling) {
+  testing::PretrainCli cli;
+  const Status s = cli.parse_minimal(
+      {"--is-hybrid-model", "--hybrid-layer-pattern", "M*-M", "--mamba-head-dim", "16", "--mamba-num-groups", "2"});
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(cli.args.model.num_layers, 4);  // minimal_pretrain_flags says 2: the pattern wins, as Megatron main
+  EXPECT_EQ(cli.args.model.hybrid_override_pattern, "M*-M");
+  testing::PretrainCli old;
+  ASSERT_TRUE(old.parse_minimal(hybrid_pattern("M*", {})).ok());
+  EXPECT_EQ(old.args.model.hybrid_override_pattern, "M*");
+  for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
+           {{"--is-hybrid-model", "--hybrid-layer-pattern", "M*", "--hybrid-override-pattern", "M*", "--mamba-head-dim",
+             "16"},
+            1,
+            "--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. --hybrid-override-pattern "
+            "is deprecated; use --hybrid-layer-pattern instead."},
+           {{"--is-hybrid-model", "--hybrid-layer-pattern", "M*|M*", "--mamba-head-dim", "16"}, 2,
+            "--hybrid-layer-pattern 'M*|M*': '|' pipeline-stage separators: not supported yet (a pattern of layer "
+            "symbols only)"},
+           {{"--is-hybrid-model", "--hybrid-layer-pattern", "M*/M", "--mamba-head-dim", "16"}, 1,
+            "--hybrid-layer-pattern 'M*/M': '/' multi-token-prediction separators: not supported yet (a pattern of "
+            "layer symbols only)"},
+           {{"--hybrid-layer-pattern", "M*"}, 1, "--hybrid-layer-pattern needs --is-hybrid-model"}})
+    testing::expect_one_line_error(e);
+}
+
 }  // namespace
 }  // namespace gale

@@ -456,6 +456,23 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--hidden-size", "66"}, StatusCode::kInvalidArgument,
                   "--hidden-size 66 must be divisible by --num-attention-heads 4 (or give --kv-channels)"},
         ErrorCase{{"--min-lr", "0.1"}, StatusCode::kInvalidArgument, "--min-lr 0.1 must not exceed --lr 0.001"},
+        ErrorCase{{"--freeze-all-layers"}, StatusCode::kUnimplemented,
+                  "--freeze-all-layers: not supported yet (Megatron main's frozen forward-only runs: no gradients, a "
+                  "weights-only load and its progress-tracker resume, for offline-distillation teacher-logit dumps)"},
+        ErrorCase{{"--qk-l2-norm"}, StatusCode::kUnimplemented,
+                  "--qk-l2-norm: not supported yet (Megatron main's weightless L2 normalisation of the queries and keys "
+                  "before RoPE (Llama 4); --qk-layernorm gives learned norms)"},
+        ErrorCase{{"--finetune", "--override-ckpt-iteration", "5"}, StatusCode::kInvalidArgument,
+                  "--override-ckpt-iteration with --finetune: cannot override checkpoint iteration together with "
+                  "finetune flag"},
+        ErrorCase{{"--override-ckpt-iteration", "-3"}, StatusCode::kInvalidArgument,
+                  "--override-ckpt-iteration: expected an iteration ≥ 0, found -3"},
+        ErrorCase{{"--optimizer", "lion", "--fp16"}, StatusCode::kInvalidArgument,
+                  "--optimizer lion with --fp16: expected --bf16 or fp32 (Megatron: emerging optimizer with fp16 is "
+                  "not supported)"},
+        ErrorCase{{"--optimizer", "muon", "--muon-scalar-optimizer", "lion", "--lion-beta2", "1.5"},
+                  StatusCode::kInvalidArgument, "--lion-beta2: expected Lion's beta in [0, 1), found 1.5"},
+        ErrorCase{{"--no-weight-decay-cond-type", "qwen3_next"}, StatusCode::kInvalidArgument, "--no-weight-decay-cond-type..."},
         ErrorCase{{"--save", "/tmp/ckpt"}, StatusCode::kInvalidArgument,
                   "--save needs --save-interval (iterations between checkpoints)"},
         ErrorCase{{"--global-batch-size", "3"}, StatusCode::kInvalidArgument,

@@ -66,6 +66,28 @@ void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, flo
   });
 }
 
+namespace {
+// torch.lerp(start, end, weight) for a scalar weight, as ATen's CPU kernel computes it.
+inline float aten_lerp(float start, float end, float weight) {
+  return std::abs(weight) < 0.5f ? std::fma(weight, end - start, start) : std::fma(-(1.0f - weight), end - start, end);
+}
+}  // namespace
+
+void lion_step_ref(float* p, const float* g, float* m, int64_t n, double lr, double beta1, double beta2,
+                   double weight_decay) {
+  const float decay = static_cast<float>(-weight_decay * lr), step = static_cast<float>(-lr);
+  const float w1 = static_cast<float>(1.0 - beta1), w2 = static_cast<float>(1.0 - beta2);
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float pi = weight_decay != 0.0 ? std::fma(p[i], decay, p[i]) : p[i];
+      const float c = aten_lerp(m[i], g[i], w1);
+      m[i] = aten_lerp(m[i], g[i], w2);
+      const float sign = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : 0.0f;
+      p[i] = std::fma(sign, step, pi);
+    }
+  });
+}
+
 double sum_of_squares(const float* x, int64_t n) {
   return chunked_reduce<double>(n, [&](int64_t b, int64_t e) {
     double s = 0.0;

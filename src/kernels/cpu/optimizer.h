@@ -33,6 +33,13 @@ void ema_update_ref(float* s, const float* p, int64_t n, float ema_decay);
 void sgd_step_ref(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
                   bool first_step);
 
+// Lion (emerging_optimizers' Lion, decoupled weight decay; optim/optimizer.h LionConfig):
+//   p = p − lr·wd·p;  c = lerp(m, g, 1−β1);  m = lerp(m, g, 1−β2);  p = p − lr·sign(c)
+// in f32 as torch computes it: the scalars −lr·wd, 1−β1, 1−β2 and −lr formed in double and rounded
+// once, the two `add_(x, alpha)` as fused multiply-adds, lerp as ATen's CPU lerp; sign(0) = 0.
+void lion_step_ref(float* p, const float* g, float* m, int64_t n, double lr, double beta1, double beta2,
+                   double weight_decay);
+
 // Σ x², accumulated in double over fixed chunks (deterministic for any thread count).
 double sum_of_squares(const float* x, int64_t n);
 // Number of exact zeros.
