@@ -1,6 +1,7 @@
 // gale pretrain --qk-l2-norm (Megatron main; Llama 4's weightless q/k norm): the same losses at
 // levels 0 and 2 (flash attention) and not those of the plain model; recorded in checkpoints (a
-// resume without the flag is refused, one with it continues); Hugging Face export refuses it.
+// resume without the flag is refused, one with it or with --use-checkpoint-args continues); Hugging
+// Face export refuses it.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -50,6 +51,11 @@ TEST(QkL2NormCli, RecordedInCheckpoints) {
   r = testing::run_gale("pretrain " + kModel + " --qk-l2-norm --train-iters 4 --load " + dir.file("ckpt"), dir.path());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(iteration +4/ +4 \|)"))) << r.out;
+  // --use-checkpoint-args takes it from the checkpoint.
+  r = testing::run_gale("pretrain " + kModel + " --use-checkpoint-args --train-iters 4 --load " + dir.file("ckpt"),
+                        dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("Setting qk_l2_norm to True from checkpoint"), std::string::npos) << r.out << r.err;
   testing::expect_hf_conversion_refused(dir.file("ckpt"), dir.file("hf"),
                                         "the model has --qk-l2-norm, which Gale does not write to Hugging Face yet "
                                         "(Llama4ForCausalLM's use_qk_norm: not supported yet)");
