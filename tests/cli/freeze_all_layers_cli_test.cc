@@ -2,12 +2,17 @@
 // the loaded weights' forward loss on its batch (a run at learning rate 0 gives the same losses)
 // and the parameters stay the loaded ones (the params norm of every iteration is theirs), where a
 // trained run's losses move; the learning rate is logged as 0 and Megatron's warnings turn off the
-// distributed optimizer and the overlapped parameter all-gather.
+// distributed optimizer and the overlapped parameter all-gather. TP 2, PP 2 and DP 2 (under mpirun)
+// log one process's losses and params norms.
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 #include "cli/cli_test_util.h"
 #include "cli/log_line.h"
 #include "data/data_test_util.h"
+#include "mpi_cli.h"
+#include "subprocess.h"
 
 namespace gale {
 namespace {
@@ -62,6 +67,38 @@ TEST(FreezeAllLayersCli, LossesAreTheLoadedWeightsForwardLossesAndNothingChanges
   EXPECT_EQ(testing::logged_values(frozen.out, "learning rate"), (std::vector<double>{0.0, 0.0, 0.0}));
   const std::vector<double> iterations = testing::regex_values(frozen.out, "iteration +([0-9]+)/ +3 \\|");
   EXPECT_EQ(iterations, (std::vector<double>{1, 2, 3}));  // weights only: iteration 0, as --finetune
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+TEST(FreezeAllLayersCli, ParallelLayoutsLogOneProcesssLossesAndParamsNorms) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  testing::CommandResult r = testing::run_gale(
+      "pretrain " + kModel + " --lr 1e-2 --train-iters 2 --save-interval 2 --save " + ckpt, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string frozen = kModel + " --lr 1e-2 --freeze-all-layers --train-iters 3 --load " + ckpt;
+  testing::CommandResult one = testing::run_gale("pretrain " + frozen, dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::vector<double> losses = testing::logged_values(one.out, "lm loss");
+  const std::vector<double> norms = testing::logged_values(one.out, "params norm");
+  ASSERT_EQ(losses.size(), 3u) << one.out;
+  // TP 2 pads the vocabulary to a multiple of 64 x 2, as the checkpoint's 128 x 1.
+  for (const std::string layout : {"--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64",
+                                   "--pipeline-model-parallel-size 2", ""}) {
+    SCOPED_TRACE(layout);
+    const test::RunResult two =
+        test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY, "pretrain"}, words(frozen + " " + layout)),
+                               testing::kMpiEnv, 300);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(testing::logged_values(two.output, "lm loss"), losses) << two.output;
+    EXPECT_EQ(testing::logged_values(two.output, "params norm"), norms);
+  }
 }
 
 TEST(FreezeAllLayersCli, RefusedWithSave) {
