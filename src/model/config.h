@@ -357,6 +357,10 @@ struct ModelConfig {
   // --qk-layernorm without MLA (Megatron-Core's q_layernorm/k_layernorm): every query and key head
   // normalised over its head_dim (norm type and eps as the layer norms) after linear_qkv, before RoPE.
   bool qk_layernorm = false;
+  // --qk-l2-norm (Megatron main's L2Norm; Llama 4): every query and key head scaled by
+  // rsqrt(mean(x²) + norm_eps) over its head_dim, without a weight (model/l2_norm.h), at the place of
+  // the q/k layernorms (after linear_qkv, before RoPE); it replaces them (qk_layernorm is then false).
+  bool qk_l2_norm = false;
   // --attention-output-gate (Megatron-Core; Qwen3-Next): linear_qkv also produces a gate per query
   // head, and attention's output is multiplied by its sigmoid before linear_proj
   // (model/attention_output_gate.h).

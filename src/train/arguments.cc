@@ -72,6 +72,10 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--attention-output-gate", &a.attention_output_gate,
              "Megatron-Core's gated attention (Qwen3-Next): linear_qkv also gives each query head a gate, and "
              "attention's output is multiplied by its sigmoid before linear_proj (model/attention_output_gate.h)");
+  p.add_flag("--qk-l2-norm", &a.qk_l2_norm,
+             "Megatron main's L2Norm (Llama 4): every query and key head scaled by rsqrt(mean(x^2) + --norm-epsilon) "
+             "over head_dim, without a weight, after linear_qkv and before RoPE; replaces --qk-layernorm's norms "
+             "(model/l2_norm.h)");
   add_softmax_type_args(p, a);
   add_mhc_args(p, a);
   add_qk_clip_args(p, a);
@@ -150,6 +154,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
              "weigh every loss token alike across the global batch: gradients are summed over micro-batches and "
              "data-parallel ranks and divided once by the global batch's loss-mask tokens (not averaged per "
              "micro-batch)");
+  p.add_flag("--freeze-all-layers", &a.freeze_all_layers,
+             "Megatron main: every parameter frozen; each iteration runs forward only (the losses logged, no "
+             "gradients, no optimizer step); --load reads the weights only, as --finetune");
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");
@@ -1150,6 +1157,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_heterogeneous_args(a, p));
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
+  GALE_RETURN_IF_ERROR(validate_qk_l2_norm(a));
   GALE_RETURN_IF_ERROR(validate_glu_moe_args(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
   GALE_RETURN_IF_ERROR(validate_mhc_args(a, p));
@@ -1159,6 +1167,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
   GALE_RETURN_IF_ERROR(validate_non_persistent_args(a, p, world_size));
+  GALE_RETURN_IF_ERROR(validate_freeze_all_layers(a));
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));

@@ -180,6 +180,7 @@ struct ModelArgs {
   int64_t num_layers_at_start_in_bf16 = 1;      // --num-layers-at-start-in-bf16
   int64_t num_layers_at_end_in_bf16 = 1;        // --num-layers-at-end-in-bf16
   bool qk_layernorm = false;      // per-head q/k norms (with MLA: norms on the q and kv latents)
+  bool qk_l2_norm = false;        // --qk-l2-norm: weightless per-head q/k L2 norms (ModelConfig::qk_l2_norm)
   std::string rope_type;          // "" (None: yarn with MLA, rope otherwise), "rope" or "yarn"
   double rotary_scaling_factor = 1.0;
   double mscale = 1.0;
@@ -227,6 +228,10 @@ struct TrainingArgs {
   int64_t train_samples = kUnset;
   int64_t exit_interval = kUnset;
   bool skip_train = false;  // --skip-train: no iterations; the validation and test evaluations only
+  // --freeze-all-layers (Megatron main): every parameter frozen; each iteration runs its
+  // micro-batches forward only (losses as evaluation computes them), with no optimizer step and no
+  // optimizer state; the iteration, consumed samples and learning-rate schedule still advance.
+  bool freeze_all_layers = false;
   double exit_duration_in_mins = kUnsetF;
   bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM saves a checkpoint and exits (train/exit_signal.h)
   int64_t seed = 1234;
@@ -1067,6 +1072,13 @@ Status validate_glu_moe_args(const Arguments& a);
 // --attention-output-gate: what it does not compose with (train/arguments_attention_gate.cc; run by
 // validate_all_pretrain_args).
 Status validate_attention_output_gate(const Arguments& a);
+// --qk-l2-norm: what it does not compose with (train/arguments_qk_l2_norm.cc; run by
+// validate_all_pretrain_args).
+Status validate_qk_l2_norm(const Arguments& a);
+// --freeze-all-layers (train/arguments_freeze.cc; run by validate_all_pretrain_args): Megatron's
+// warnings (the distributed optimizer and --overlap-param-gather turned off), --load made
+// weights-only (--finetune), and what Gale does not support with it yet.
+Status validate_freeze_all_layers(Arguments& a);
 // --softmax-type (train/arguments_softmax_type.cc): the flag, added beside the attention flags, and
 // what it does not compose with yet (run by validate_all_pretrain_args).
 void add_softmax_type_args(ArgParser& p, ModelArgs& a);

@@ -45,13 +45,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"ring-exchange pipeline communication (a custom PyTorch build)", {"--use-ring-exchange-p2p"}},
       {"the workload inspector server", {"--run-workload-inspector-server"}},
       {"multimodal rotary embeddings", {"--mrope-section"}},
-      // Megatron main.
-      {"Megatron main's frozen forward-only runs: no gradients, a weights-only load and its progress-tracker "
-       "resume, for offline-distillation teacher-logit dumps",
-       {"--freeze-all-layers"}},
-      {"Megatron main's weightless L2 normalisation of the queries and keys before RoPE (Llama 4); "
-       "--qk-layernorm gives learned norms",
-       {"--qk-l2-norm"}},
   };
   return reasons;
 }

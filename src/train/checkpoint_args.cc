@@ -47,6 +47,7 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (c.mla.enabled) j["multi_latent_attention"] = true;
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.attention_output_gate) j["attention_output_gate"] = true;
+  if (c.qk_l2_norm) j["qk_l2_norm"] = true;
   if (c.mhc.enabled)  // --enable-mhc-connections: the n-stream layers and their modules' sizes
     j["mhc"] = {{"num_residual_streams", c.mhc.streams},
                 {"sinkhorn_iterations", c.mhc.sinkhorn_iterations},
@@ -149,6 +150,7 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
   if (m.attention_output_gate) j["attention_output_gate"] = true;  // absent: no gate
+  if (m.qk_l2_norm) j["qk_l2_norm"] = true;  // absent: no L2 norm
   if (m.enable_mhc_connections) {  // Megatron-Core's mHC fields (absent: off)
     j["enable_mhc_connections"] = true;
     j["mhc_num_residual_streams"] = m.mhc_num_residual_streams;
@@ -333,6 +335,8 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   }
   if (auto it = args.find("attention_output_gate"); it != args.end() && !it->is_null())
     GALE_RETURN_IF_ERROR(get(args, "attention_output_gate", where, &m.attention_output_gate));
+  if (auto it = args.find("qk_l2_norm"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "qk_l2_norm", where, &m.qk_l2_norm));
   if (auto it = args.find("enable_mhc_connections"); it != args.end() && !it->is_null()) {  // Megatron-Core's mHC
     GALE_RETURN_IF_ERROR(get(args, "enable_mhc_connections", where, &m.enable_mhc_connections));
     for (auto [key, dest] : {std::pair{"mhc_num_residual_streams", &m.mhc_num_residual_streams},
@@ -597,6 +601,7 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   // Recorded only when true (checkpoint_model_section / model_flags_json): absent is false.
   for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
                            std::pair{"attention_output_gate", &m.attention_output_gate},
+                           std::pair{"qk_l2_norm", &m.qk_l2_norm},
                            std::pair{"squared_relu", &m.squared_relu},
                            std::pair{"quick_geglu", &m.quick_geglu},
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {

@@ -62,7 +62,9 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
 //    apply_layernorm_1p, normalization, attention_dropout, hidden_dropout, the MoE shape
 //    (num_experts, moe_layer_freq, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax,
 //    moe_shared_expert_intermediate_size) and tokenizer_type, and for tokenizer_model unless
-//    --no-use-tokenizer-model-from-checkpoint-args;
+//    --no-use-tokenizer-model-from-checkpoint-args; beyond Megatron's list, Gale also takes the
+//    model-shape switches it records only when on (attention_output_gate, qk_l2_norm, quick_geglu;
+//    absent: off);
 //  - with --use-mp-args-from-checkpoint-args also for the tensor, pipeline and expert parallel sizes.
 // Keys a checkpoint does not record keep the command line's value, as in Megatron; every other
 // flag (norm epsilon, MLA, MTP, routing rules, ...) is the command line's. Returns Megatron's

@@ -948,6 +948,9 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                                                            : "--activation-func-clamp-value",
                          " (gpt-oss's MLP activation), which Gale does not write to Hugging Face yet "
                          "(GptOssForCausalLM: not supported yet)");
+  if (m.qk_l2_norm)
+    return Unimplemented(where, ": the model has --qk-l2-norm, which Gale does not write to Hugging Face yet "
+                         "(Llama4ForCausalLM's use_qk_norm: not supported yet)");
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");

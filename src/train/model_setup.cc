@@ -37,7 +37,10 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.norm_weight_1p = m.apply_layernorm_1p;
   c.add_bias_linear = m.add_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
-  c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention;  // MLA's norms are c.mla.qk_layernorm
+  // MLA's norms are c.mla.qk_layernorm; --qk-l2-norm replaces the learned norms (Megatron's spec
+  // picks L2Norm for q_layernorm/k_layernorm when both are given).
+  c.qk_layernorm = m.qk_layernorm && !m.multi_latent_attention && !m.qk_l2_norm;
+  c.qk_l2_norm = m.qk_l2_norm;
   c.attention_output_gate = m.attention_output_gate;
   c.mhc.enabled = m.enable_mhc_connections;  // validated (train/arguments_mhc.cc)
   c.mhc.streams = m.mhc_num_residual_streams;

@@ -452,6 +452,16 @@ StatusOr<IterationResult> Trainer::train_step() {
   for (bool rerun = false; rerun_->should_run_forward_backward(state_.iteration); rerun = true) {
     if (rerun) discard_pass_sums();
     for (auto& chunk : engine_->chunks) chunk->reset_moe_global_aux();  // global_aux_loss: a step's counts
+    if (t.freeze_all_layers) {
+      // --freeze-all-layers (Megatron's forward_only train step): the micro-batches forward only, as
+      // evaluation runs them (no RiPipe order, no gradients to reduce).
+      GALE_ASSIGN_OR_RETURN(fb, forward_backward(engine_->chunk_pointers(), engine_->ps, num_microbatches_, source,
+                                                 /*forward_only=*/true, {}, microbatch_group(), timers,
+                                                 engine_->dualpipev, false, RiPipe::kNone, engine_->pp_backward,
+                                                 engine_->stage_tensors.get()));
+      GALE_RETURN_IF_ERROR(validate_passes(fb));
+      continue;
+    }
     start_grad_sync_iteration(*engine_, num_microbatches_);
     if (args_.dpo.enabled()) {
       GALE_ASSIGN_OR_RETURN(fb, dpo_forward_backward_all(consumed, &dpo_accuracy));
@@ -485,9 +495,16 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_qad_losses(&r);
   LrScheduler& scheduler = *engine_->scheduler;
   ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
-  r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
-                          scaler ? scaler->inv_scale() : 1.0f, decoupled_learning_rate());
-  if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
+  if (t.freeze_all_layers) {
+    // Nothing trains: no optimizer step (Megatron's optimizer holds no parameters), the step counted
+    // as applied with no gradient norm (0) and the loss scale kept; the schedule still advances.
+    r.step.applied = true;
+    if (args_.logging.log_num_zeros_in_grad) r.step.num_zeros = 0;
+  } else {
+    r.step = optimizer_step(*engine_, scheduler.lr(), scheduler.weight_decay(), args_.logging.log_num_zeros_in_grad,
+                            scaler ? scaler->inv_scale() : 1.0f, decoupled_learning_rate());
+    if (scaler) scaler->update(/*found_inf=*/!r.step.applied);
+  }
   if (args_.model.qk_clip || args_.model.log_max_attention_logit) {
     // Megatron's clip_qk after optimizer.step() (inside its optimizer timer, applied or not): the
     // f32 master values are rescaled before the GEMM copy below is refreshed.
@@ -752,7 +769,8 @@ Status Trainer::run() {
       TensorBoardTrainingScalars s;
       s.iteration = state_.iteration;
       s.consumed_samples = state_.consumed_train_samples;
-      s.learning_rate = engine_->scheduler->lr();
+      // --freeze-all-layers: 0, as Megatron logs it (its optimizer has no parameter group).
+      s.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();
       s.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       s.batch_size = r.global_batch_size;
       s.world_size = engine_->ps.world_size();
@@ -812,7 +830,7 @@ Status Trainer::run() {
         f.actual_tflops_per_gpu = static_cast<double>(counts[0]) / per_gpu;
         f.actual_tflops_with_recompute_per_gpu = static_cast<double>(counts[1]) / per_gpu;
       }
-      f.learning_rate = engine_->scheduler->lr();
+      f.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();  // as above
       f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
       f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));

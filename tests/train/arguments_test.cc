@@ -17,6 +17,49 @@ std::vector<std::string> with(std::vector<std::string> base, std::vector<std::st
   return base;
 }
 
+// --qk-l2-norm replaces --qk-layernorm's learned norms, as Megatron's layer spec picks L2Norm for
+// both; the checkpoint records it.
+TEST(Arguments, QkL2NormReplacesTheLearnedQkNorms) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--qk-l2-norm", "--qk-layernorm"})).ok());
+  EXPECT_TRUE(c.args.model.qk_l2_norm);
+  c.args.model.padded_vocab_size = 128;
+  const ModelConfig config = model_config_from_args(c.args);
+  EXPECT_TRUE(config.qk_l2_norm);
+  EXPECT_FALSE(config.qk_layernorm);
+  const nlohmann::json args = model_flags_json(c.args.model);
+  EXPECT_EQ(args["qk_l2_norm"], true);
+  EXPECT_TRUE(model_args_from_json(args, "x").value().qk_l2_norm);
+  EXPECT_EQ(checkpoint_model_section(config)["qk_l2_norm"], true);
+  Cli plain;
+  ASSERT_TRUE(plain.parse(minimal_pretrain_flags()).ok());
+  plain.args.model.padded_vocab_size = 128;
+  const ModelConfig p = model_config_from_args(plain.args);
+  EXPECT_FALSE(p.qk_l2_norm);
+  EXPECT_FALSE(model_flags_json(plain.args.model).contains("qk_l2_norm"));  // absent: off
+  EXPECT_FALSE(checkpoint_model_section(p).contains("qk_l2_norm"));
+  nlohmann::json megatron = model_flags_json(plain.args.model);
+  megatron["qk_l2_norm"] = false;  // Megatron's own record
+  EXPECT_FALSE(model_args_from_json(megatron, "x").value().qk_l2_norm);
+}
+
+// --freeze-all-layers: Megatron's warnings turn off the distributed optimizer and the parameter
+// all-gather overlap, and --load becomes weights-only (--finetune).
+TEST(Arguments, FreezeAllLayersTurnsOffTheDistributedOptimizerAndLoadsWeightsOnly) {
+  Cli c;
+  ASSERT_TRUE(c.parse(with(minimal_pretrain_flags(), {"--freeze-all-layers", "--use-distributed-optimizer",
+                                                      "--overlap-grad-reduce", "--overlap-param-gather"}))
+                  .ok());
+  EXPECT_TRUE(c.args.training.freeze_all_layers);
+  EXPECT_FALSE(c.args.parallel.use_distributed_optimizer);
+  EXPECT_FALSE(c.args.parallel.overlap_param_gather);
+  EXPECT_TRUE(c.args.checkpoint.finetune);
+  Cli plain;
+  ASSERT_TRUE(plain.parse(with(minimal_pretrain_flags(), {"--use-distributed-optimizer"})).ok());
+  EXPECT_TRUE(plain.args.parallel.use_distributed_optimizer);
+  EXPECT_FALSE(plain.args.checkpoint.finetune);
+}
+
 TEST(Arguments, MegatronDefaultsAndDerivedValues) {
   Cli c;
   ASSERT_TRUE(c.parse(minimal_pretrain_flags()).ok());
@@ -456,12 +499,23 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--hidden-size", "66"}, StatusCode::kInvalidArgument,
                   "--hidden-size 66 must be divisible by --num-attention-heads 4 (or give --kv-channels)"},
         ErrorCase{{"--min-lr", "0.1"}, StatusCode::kInvalidArgument, "--min-lr 0.1 must not exceed --lr 0.001"},
-        ErrorCase{{"--freeze-all-layers"}, StatusCode::kUnimplemented,
-                  "--freeze-all-layers: not supported yet (Megatron main's frozen forward-only runs: no gradients, a "
-                  "weights-only load and its progress-tracker resume, for offline-distillation teacher-logit dumps)"},
-        ErrorCase{{"--qk-l2-norm"}, StatusCode::kUnimplemented,
-                  "--qk-l2-norm: not supported yet (Megatron main's weightless L2 normalisation of the queries and keys "
-                  "before RoPE (Llama 4); --qk-layernorm gives learned norms)"},
+        ErrorCase{{"--qk-l2-norm", "--multi-latent-attention"}, StatusCode::kInvalidArgument,
+                  "--qk-l2-norm with --multi-latent-attention: qk_l2_norm is not supported with MLA (Megatron "
+                  "normalises the heads of standard self-attention only)"},
+        ErrorCase{{"--qk-l2-norm", "--is-hybrid-model", "--mamba-num-groups", "2"}, StatusCode::kUnimplemented,
+                  "--qk-l2-norm with --is-hybrid-model: not supported yet"},
+        ErrorCase{{"--freeze-all-layers", "--save", "/tmp/ckpt", "--save-interval", "5"}, StatusCode::kUnimplemented,
+                  "--freeze-all-layers with --save: not supported yet (Megatron then writes no weights, only its "
+                  "progress tracker, which a frozen run's next launch resumes from)"},
+        ErrorCase{{"--freeze-all-layers", "--load", "/tmp/ckpt", "--override-ckpt-iteration", "5"},
+                  StatusCode::kUnimplemented, "--freeze-all-layers with --override-ckpt-iteration: not supported yet"},
+        ErrorCase{{"--freeze-all-layers", "--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+                  StatusCode::kUnimplemented,
+                  "--freeze-all-layers with a sharded optimizer, gradients or parameters (--use-custom-fsdp optim, "
+                  "optim_grads or optim_grads_params, --use-torch-fsdp2, --layerzero): not supported yet"},
+        ErrorCase{{"--freeze-all-layers", "--qk-clip"}, StatusCode::kUnimplemented,
+                  "--freeze-all-layers with --qk-clip: not supported yet (the clip rescales the weights after the "
+                  "optimizer step)"},
         ErrorCase{{"--finetune", "--override-ckpt-iteration", "5"}, StatusCode::kInvalidArgument,
                   "--override-ckpt-iteration with --finetune: cannot override checkpoint iteration together with "
                   "finetune flag"},

@@ -146,6 +146,9 @@ TEST(MegatronCheckpoint, WritesTheFixturesShardsAtTp2Pp2) {
     EXPECT_FALSE(args->attr("log_max_attention_logit")->b);
     EXPECT_EQ(args->attr("qk_clip_alpha")->f, 0.5);
     EXPECT_EQ(args->attr("qk_clip_threshold")->f, 100.0);
+    ASSERT_TRUE(args->attr("qk_l2_norm"));  // Megatron main's TransformerConfig field, False here
+    EXPECT_EQ(args->attr("qk_l2_norm")->kind, PyValue::kBool);
+    EXPECT_FALSE(args->attr("qk_l2_norm")->b);
   }
   std::ifstream tracker(tmp.file("mg/latest_checkpointed_iteration.txt"));
   std::string it;
@@ -155,6 +158,31 @@ TEST(MegatronCheckpoint, WritesTheFixturesShardsAtTp2Pp2) {
   auto back = read_megatron_checkpoint(tmp.file("mg"));
   ASSERT_TRUE(back.ok()) << back.status().message();
   for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
+}
+
+// --qk-l2-norm is written into Megatron's args and read back from them.
+TEST(MegatronCheckpoint, RecordsQkL2Norm) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(fixture("tp1"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->model.qk_l2_norm);
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  o.iteration = 3;
+  o.vocab_size = 50;
+  m->model.qk_l2_norm = true;
+  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto file = read_torch_file(tmp.file("mg/iter_0000003/mp_rank_00/model_optim_rng.pt"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const PyValue* args = (*file)->get("args");
+  ASSERT_TRUE(args && args->attr("qk_l2_norm"));
+  EXPECT_TRUE(args->attr("qk_l2_norm")->b);
+  auto back = read_megatron_checkpoint(tmp.file("mg"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->model.qk_l2_norm);
 }
 
 // Megatron's --bf16 runs save bf16 parameters: they are merged and cut in bf16, bit for bit, and
