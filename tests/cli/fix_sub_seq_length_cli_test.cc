@@ -6,8 +6,6 @@
 // the load-balanced chunks); without --reset-attention-mask the flag is refused.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
@@ -17,36 +15,15 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::launch_argv;
-
-// 600 documents of 2-9 random ids below 99 and the EOD (NullTokenizer --vocab-size 99: id 99).
-void write_documents(const std::string& prefix) {
-  std::mt19937 rng(11);
-  std::vector<std::vector<int32_t>> docs;
-  for (int d = 0; d < 600; ++d) {
-    std::vector<int32_t> doc(2 + rng() % 8);
-    for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
-    doc.push_back(99);
-    docs.push_back(doc);
-  }
-  testing::write_dataset(prefix, docs);
-}
-
-std::vector<std::string> pretrain(int np, const std::string& data, std::vector<std::string> extra) {
-  const std::vector<std::string> argv = {
-      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
-      "--train-iters", "4", "--lr", "3e-3", "--tokenizer-type", "NullTokenizer", "--vocab-size", "99",
-      "--data-path", data, "--split", "100,0,0", "--eval-iters", "0", "--log-interval", "1", "--num-threads", "1"};
-  return launch_argv(np, argv, extra);
-}
+using testing::short_documents_pretrain;
+using testing::write_short_documents;
 
 TEST(GalePretrainFixSubSeqLength, FixedBlocksReplaceTheDocuments) {
   testing::TempDir tmp;
   const std::string data = tmp.file("docs_text_document");
-  write_documents(data);
+  write_short_documents(data);
   auto run = [&](int np, std::vector<std::string> extra) {
-    test::RunResult r = test::run_with_timeout(pretrain(np, data, std::move(extra)), kMpiEnv, 300);
+    test::RunResult r = test::run_with_timeout(short_documents_pretrain(np, data, extra), kMpiEnv, 300);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r;
   };
@@ -78,7 +55,7 @@ TEST(GalePretrainFixSubSeqLength, FixedBlocksReplaceTheDocuments) {
   ASSERT_EQ(p.size(), b.size()) << cp.output;
   for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(p[i], b[i], 1e-5 * b[i]) << "iteration " << i + 1;
   // Without --reset-attention-mask there are no blocks to set: refused, naming both flags.
-  test::RunResult bare = test::run_with_timeout(pretrain(1, data, {"--fix-sub-seq-length", "8"}), kMpiEnv, 120);
+  test::RunResult bare = test::run_with_timeout(short_documents_pretrain(1, data, {"--fix-sub-seq-length", "8"}), kMpiEnv, 120);
   EXPECT_EQ(bare.exit_code, 2) << bare.output;
   EXPECT_NE(bare.output.find("--fix-sub-seq-length 8 sets the blocks of --reset-attention-mask's attention: expected "
                              "--reset-attention-mask"),

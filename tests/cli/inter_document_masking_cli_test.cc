@@ -4,8 +4,6 @@
 // --reset-attention-mask trains as plain causal attention); at CP 2 it reproduces one process.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
@@ -15,37 +13,16 @@ namespace gale {
 namespace {
 
 using testing::kMpiEnv;
-using testing::launch_argv;
-
-// 600 documents of 2-9 random ids below 99, each followed by the EOD (id 99) or not.
-void write_documents(const std::string& prefix, bool eod) {
-  std::mt19937 rng(11);
-  std::vector<std::vector<int32_t>> docs;
-  for (int d = 0; d < 600; ++d) {
-    std::vector<int32_t> doc(2 + rng() % 8);
-    for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
-    if (eod) doc.push_back(99);
-    docs.push_back(doc);
-  }
-  testing::write_dataset(prefix, docs);
-}
-
-std::vector<std::string> pretrain(int np, const std::string& data, std::vector<std::string> extra) {
-  const std::vector<std::string> argv = {
-      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
-      "--train-iters", "4", "--lr", "3e-3", "--tokenizer-type", "NullTokenizer", "--vocab-size", "99",
-      "--data-path", data, "--split", "100,0,0", "--eval-iters", "0", "--log-interval", "1", "--num-threads", "1"};
-  return launch_argv(np, argv, extra);
-}
+using testing::short_documents_pretrain;
+using testing::write_short_documents;
 
 TEST(GalePretrainInterDocumentMasking, DocumentsOfTheDatasetNotOfTheEods) {
   testing::TempDir tmp;
   const std::string with_eod = tmp.file("eod_text_document"), without = tmp.file("plain_text_document");
-  write_documents(with_eod, true);
-  write_documents(without, false);
+  write_short_documents(with_eod, true);
+  write_short_documents(without, false);
   auto losses = [&](int np, const std::string& data, std::vector<std::string> extra) {
-    test::RunResult r = test::run_with_timeout(pretrain(np, data, std::move(extra)), kMpiEnv, 300);
+    test::RunResult r = test::run_with_timeout(short_documents_pretrain(np, data, extra), kMpiEnv, 300);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::vector<double> l = testing::logged_values(r.output, "lm loss");
     EXPECT_EQ(l.size(), 4u) << r.output;

@@ -45,6 +45,19 @@ inline std::vector<std::string> tiny_gpt_pretrain(int np, int train_iters, std::
   pretrain.insert(pretrain.end(), flags.begin(), flags.end());
   return launch_argv(np, pretrain, extra);
 }
+
+// `gale pretrain` on a tiny GPT over the dataset `data` of NullTokenizer ids below 99 (EOD 99;
+// testing::write_short_documents): 2 layers, hidden 64, sequence 32, 4 iterations of 4 samples in
+// micro-batches of 2, no evaluation, one thread per rank, then `extra`; under mpirun when np > 1.
+inline std::vector<std::string> short_documents_pretrain(int np, const std::string& data,
+                                                         const std::vector<std::string>& extra) {
+  const std::vector<std::string> pretrain = {
+      GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
+      "--train-iters", "4", "--lr", "3e-3", "--tokenizer-type", "NullTokenizer", "--vocab-size", "99",
+      "--data-path", data, "--split", "100,0,0", "--eval-iters", "0", "--log-interval", "1", "--num-threads", "1"};
+  return launch_argv(np, pretrain, extra);
+}
 #endif
 #endif
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,6 +61,20 @@ inline void write_dataset(const std::string& prefix, const std::vector<std::vect
     ASSERT_TRUE((*w)->add_document(d, lens).ok());
   }
   ASSERT_TRUE((*w)->finalize().ok());
+}
+
+// Writes PREFIX.bin/.idx: 600 documents of 2-9 ids below 99 drawn by std::mt19937(11), each
+// followed by the id 99 (NullTokenizer --vocab-size 99's EOD) when `eod`.
+inline void write_short_documents(const std::string& prefix, bool eod = true) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 600; ++d) {
+    std::vector<int32_t> doc(2 + rng() % 8);
+    for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
+    if (eod) doc.push_back(99);
+    docs.push_back(doc);
+  }
+  write_dataset(prefix, docs);
 }
 
 inline std::string hex(const std::string& bytes) {
