@@ -20,6 +20,15 @@
 //     rank's T tokens (the balanced logits: only the choice, no gradient flows through them); an
 //     evaluation forward the top-k of the scores. The choice thus depends on the other local
 //     tokens: under sequence parallelism or CP each rank balances its own share, as in Megatron.
+//   quantile_balancing (--moe-router-load-balancing-type quantile_balancing, Megatron main's QB):
+//     the experts are the top-k of l − qb_beta (MoeRouterIds::qb_beta, a per-layer buffer [E]) by
+//     moe_qb_dual_update, the weights the score function's at them (as the rows above: softmax over
+//     the k selected logits, softmax(l) at them under pre-softmax, or σ normalised; scaled). A
+//     training forward that keeps state and reports losses (the one counted once per micro-batch)
+//     all-gathers the f32 logits over `seq` (TP×CP, rows in rank order; this rank keeps its rows'
+//     choice) and adds the column quantile of the gathered tokens to MoeRouterIds::qb; other
+//     forwards (evaluation, generation, a --recompute-modules moe rerun) choose per token. The step
+//     end moves qb_beta (update_qb_beta, train/grad_sync.cc).
 // --fix-router (MindSpeed's, for benchmarking): after the weights above, pair j of row t is sent to
 // expert (t·k + j) mod E instead (every expert gets T·k/E pairs); the weights and their gradient are
 // still those of the real choice, which MoeRouterSaved::experts keeps.
