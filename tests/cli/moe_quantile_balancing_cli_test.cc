@@ -3,7 +3,7 @@
 // starts at 0) and the later ones do not (the bias moved after step 1); a full-layer recompute adds
 // each micro-batch's quantile once; the qb_beta buffers are checkpointed (resume exact); DP 2 with
 // one micro-batch per rank trains as one rank with both micro-batches (the quantiles' mean is the
-// same), and TP 2 + SP as TP 1 (the quantile is taken over the logits gathered over TP).
+// same), and TP 2 + SP and CP 2 as one rank (the quantile is taken over the logits gathered over TP×CP).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,7 +94,7 @@ TEST(MoeQuantileBalancingCli, SaveThenResumeContinuesTheSameRun) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(MoeQuantileBalancingCli, DataAndTensorParallelRunsTrainAsOneProcess) {
+TEST(MoeQuantileBalancingCli, DataTensorAndContextParallelRunsTrainAsOneProcess) {
   const std::vector<double> one = losses(mixtral(1, 2, {"--make-vocab-size-divisible-by", "256"}));
   const std::vector<double> dp2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--make-vocab-size-divisible-by",
                                                                                  "256"}), {}),
@@ -102,12 +102,18 @@ TEST(MoeQuantileBalancingCli, DataAndTensorParallelRunsTrainAsOneProcess) {
   const std::vector<double> tp2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--tensor-model-parallel-size", "2",
                                                                                  "--sequence-parallel"}), {}),
                                          testing::kMpiEnv);
+  const std::vector<double> cp2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--context-parallel-size", "2",
+                                                                                 "--make-vocab-size-divisible-by",
+                                                                                 "256"}), {}),
+                                         testing::kMpiEnv);
   ASSERT_EQ(one.size(), 6u);
   ASSERT_EQ(dp2.size(), 6u);
   ASSERT_EQ(tp2.size(), 6u);
+  ASSERT_EQ(cp2.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_NEAR(dp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
     EXPECT_NEAR(tp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(cp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
   }
 }
 
