@@ -3,7 +3,8 @@
 // starts at 0) and the later ones do not (the bias moved after step 1); a full-layer recompute adds
 // each micro-batch's quantile once; the qb_beta buffers are checkpointed (resume exact); DP 2 with
 // one micro-batch per rank trains as one rank with both micro-batches (the quantiles' mean is the
-// same), and TP 2 + SP and CP 2 as one rank (the quantile is taken over the logits gathered over TP×CP).
+// same), TP 2 + SP and CP 2 as one rank (the quantile is taken over the logits gathered over TP×CP),
+// and PP 2 and EP 2 too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,7 +95,7 @@ TEST(MoeQuantileBalancingCli, SaveThenResumeContinuesTheSameRun) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(MoeQuantileBalancingCli, DataTensorAndContextParallelRunsTrainAsOneProcess) {
+TEST(MoeQuantileBalancingCli, ParallelRunsTrainAsOneProcess) {
   const std::vector<double> one = losses(mixtral(1, 2, {"--make-vocab-size-divisible-by", "256"}));
   const std::vector<double> dp2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--make-vocab-size-divisible-by",
                                                                                  "256"}), {}),
@@ -106,6 +107,17 @@ TEST(MoeQuantileBalancingCli, DataTensorAndContextParallelRunsTrainAsOneProcess)
                                                                                  "--make-vocab-size-divisible-by",
                                                                                  "256"}), {}),
                                          testing::kMpiEnv);
+  // PP 2: each stage updates its own layers' qb_beta; EP 2 (with DP 2): the router stays replicated.
+  const std::vector<double> pp2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--pipeline-model-parallel-size", "2",
+                                                                                 "--make-vocab-size-divisible-by",
+                                                                                 "256"}), {}),
+                                         testing::kMpiEnv);
+  const std::vector<double> ep2 = losses(testing::launch_argv(2, mixtral(1, 2, {"--expert-model-parallel-size", "2",
+                                                                                 "--make-vocab-size-divisible-by",
+                                                                                 "256"}), {}),
+                                         testing::kMpiEnv);
+  ASSERT_EQ(pp2.size(), 6u);
+  ASSERT_EQ(ep2.size(), 6u);
   ASSERT_EQ(one.size(), 6u);
   ASSERT_EQ(dp2.size(), 6u);
   ASSERT_EQ(tp2.size(), 6u);
@@ -114,6 +126,8 @@ TEST(MoeQuantileBalancingCli, DataTensorAndContextParallelRunsTrainAsOneProcess)
     EXPECT_NEAR(dp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
     EXPECT_NEAR(tp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
     EXPECT_NEAR(cp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(pp2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
+    EXPECT_NEAR(ep2[i], one[i], 1e-5 * one[i]) << "iteration " << i + 1;
   }
 }
 
