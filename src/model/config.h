@@ -150,6 +150,14 @@ struct MoeConfig {
   // else softmax over all E, and the weights are the scores at the chosen experts (no aux loss,
   // bias, groups or scaling: model/moe_router.h).
   bool sinkhorn = false;
+  // --moe-router-load-balancing-type quantile_balancing (Megatron main's QB): the experts of a
+  // token are the top-k of l − qb_beta (a per-layer buffer [E]); a training forward also takes the
+  // column quantile of the micro-batch's logits gathered over TP×CP (moe_qb_dual_update), and after
+  // the step's backward passes qb_beta becomes qb_ema·qb_beta + (1 − qb_ema)·(the quantiles' mean
+  // over the micro-batches and DP×CP), minus its mean (--moe-router-quantile-balancing-ema, default
+  // 0). The weights are the score function's at the chosen experts (model/moe_router.h).
+  bool quantile_balancing = false;
+  double qb_ema = 0.0;
   // --moe-router-topk-scaling-factor (unset: 1): multiplies the routing weights.
   double topk_scaling_factor = 1.0;
   // --moe-router-num-groups / --moe-router-group-topk (0: no group-limited routing): experts in

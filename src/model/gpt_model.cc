@@ -973,10 +973,27 @@ std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement(
 }
 
 void GPTModel::reset_moe_global_aux() {
-  for (LayerParamIds& w : layers_)
+  for (LayerParamIds& w : layers_) {
     if (w.moe.global_aux) w.moe.global_aux->reset();
-  for (auto& m : mtp_)
+    if (w.moe.qb) w.moe.qb->reset();
+  }
+  for (auto& m : mtp_) {
     if (m.layer.moe.global_aux) m.layer.moe.global_aux->reset();
+    if (m.layer.moe.qb) m.layer.moe.qb->reset();
+  }
+}
+
+std::pair<int, MoeQuantileBalancing*> GPTModel::moe_quantile_balancing(int64_t layer) const {
+  const int64_t mtp = layer - config_.num_layers;
+  const MoeParamIds* w = nullptr;
+  if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) {
+    w = &mtp_[static_cast<size_t>(mtp)].layer.moe;
+  } else {
+    const int64_t i = layer - part_.first_layer;
+    if (i < 0 || i >= static_cast<int64_t>(layers_.size())) return {-1, nullptr};
+    w = &layers_[static_cast<size_t>(i)].moe;
+  }
+  return {w->qb_beta, w->qb.get()};
 }
 
 int GPTModel::moe_expert_bias_id(int64_t layer) const {

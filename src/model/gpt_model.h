@@ -262,11 +262,15 @@ class GPTModel {
   // --enable-expert-placement: gives each MoE transformer layer of this chunk (not the MTP layers)
   // a placement, the identity (model/expert_placement.h), and returns (global layer, its ids).
   std::vector<std::pair<int64_t, MoeParamIds*>> enable_expert_placement();
-  // Zeroes every MoE layer's (and MTP layer's) global_aux_loss token counts: before a step's passes.
+  // Zeroes every MoE layer's (and MTP layer's) global_aux_loss token counts and quantile_balancing
+  // quantile sums: before a step's passes.
   void reset_moe_global_aux();
   // The expert-bias buffer of global layer `layer` (-1: none on this chunk); the MTP layers are
   // global layers num_layers ... num_layers + D - 1.
   int moe_expert_bias_id(int64_t layer) const;
+  // quantile_balancing: the qb_beta buffer of global layer `layer` and its step's quantile sums
+  // ({-1, null}: none on this chunk); MTP layers as above.
+  std::pair<int, MoeQuantileBalancing*> moe_quantile_balancing(int64_t layer) const;
 
   // --mtp-num-layers: per MTP layer, Σ over the training micro-batches since the last call of L_k
   // (its loss-mask mean cross-entropy; Megatron's MTPLossLoggingHelper tracker); resets the sums.

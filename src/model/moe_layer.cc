@@ -426,6 +426,14 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
     bias.buffer = true;
     w.expert_bias = pb.add(bias);
   }
+  if (c.moe.quantile_balancing) {  // Megatron main's qb_beta buffer (its accumulators are not saved)
+    ParamSpec beta = make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.qb_beta"), {c.moe.num_experts},
+                                     InitKind::kZeros, 0, false);
+    beta.trainable = false;
+    beta.buffer = true;
+    w.qb_beta = pb.add(beta);
+    w.qb = std::make_shared<MoeQuantileBalancing>(c.moe.num_experts);
+  }
   const int blocks = c.gated() ? 2 : 1;  // SwiGLU fc1 [gate; up]: each half split (as the dense MLP)
   for (int64_t e = 0; e < El; ++e) {
     const int64_t fc1_rows = c.gated() ? 2 * Fe : Fe;

@@ -79,9 +79,13 @@ struct MoeParamIds {
   // --moe-router-load-balancing-type global_aux_loss: the step's token counts (model/moe_router.h);
   // null otherwise. Shared by the copies of these ids; reset before each step's passes.
   std::shared_ptr<MoeGlobalAux> global_aux;
+  // --moe-router-load-balancing-type quantile_balancing: decoder.layers.{i}.mlp.router.qb_beta [E]
+  // (a buffer) and the step's quantile sums (model/moe_router.h); -1 / null otherwise.
+  int qb_beta = -1;
+  std::shared_ptr<MoeQuantileBalancing> qb;
   bool defined() const { return router_w >= 0; }
-  std::vector<int> all() const;  // every parameter id, router first (not the expert bias, a buffer)
-  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias, global_aux.get()}; }
+  std::vector<int> all() const;  // every parameter id, router first (not the buffers expert_bias, qb_beta)
+  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias, global_aux.get(), qb_beta, qb.get()}; }
 };
 
 // Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and

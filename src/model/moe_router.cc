@@ -91,6 +91,38 @@ void pad_to_capacity(const ModelConfig& c, int64_t T, MoeRouting* r) {
   }
 }
 
+// quantile_balancing (Megatron main's TopKRouter.quantile_balancing): the experts of this rank's T
+// tokens [T·k] from qb_dual_update with the layer's qb_beta. A counting training forward (`update`)
+// runs it on the f32 logits all-gathered over `seq` (TP×CP; rows in rank order, this rank's rows
+// taken back), so the column quantile covers the whole sequence, and adds that quantile to the
+// layer's step sums; otherwise the choice is per token (the same rows without the gather).
+std::vector<int32_t> quantile_balancing_choice(const ModelConfig& c, const ParamBuffer& pb, const MoeRouterIds& w,
+                                               const Tensor& logits, bool update, const Comm& seq) {
+  const int64_t T = logits.size(0), E = c.moe.num_experts, k = c.moe.topk;
+  GALE_CHECK(w.qb_beta >= 0 && w.qb) << "quantile balancing without its qb_beta buffer";
+  const float* beta = pb.param_data(w.qb_beta);
+  std::vector<int32_t> chosen(static_cast<size_t>(T * k));
+  if (!update) {
+    moe_qb_dual_update(logits.data<float>(), T, E, k, beta, chosen.data(), nullptr);
+    return chosen;
+  }
+  const int64_t parts = splits(seq) ? seq->size() : 1, rank = parts > 1 ? seq->rank() : 0;
+  std::vector<float> full;
+  const float* all = logits.data<float>();
+  if (parts > 1) {
+    full.resize(static_cast<size_t>(parts * T * E));
+    seq->all_gather(logits.data<float>(), full.data(), T * E, DType::kF32);
+    all = full.data();
+  }
+  std::vector<int32_t> full_chosen(static_cast<size_t>(parts * T * k));
+  std::vector<float> quantile(static_cast<size_t>(E));
+  moe_qb_dual_update(all, parts * T, E, k, beta, full_chosen.data(), quantile.data());
+  std::copy(full_chosen.begin() + rank * T * k, full_chosen.begin() + (rank + 1) * T * k, chosen.begin());
+  for (int64_t e = 0; e < E; ++e) w.qb->sum[e] += quantile[e];
+  ++w.qb->count;
+  return chosen;
+}
+
 }  // namespace
 
 void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t group_topk, int32_t* out) {
@@ -150,6 +182,45 @@ int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor)
   return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * k) / static_cast<double>(E) * factor));
 }
 
+void moe_qb_dual_update(const float* scores, int64_t m, int64_t E, int64_t k, const float* beta, int32_t* indices,
+                        float* beta_local) {
+  GALE_CHECK(k >= 1 && k < E) << "quantile balancing: top-" << k << " of " << E << " experts (needs k < E)";
+  std::vector<float> alpha(static_cast<size_t>(m));
+  parallel_for(m, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> v(static_cast<size_t>(E));
+    std::vector<int32_t> top(static_cast<size_t>(k + 1));
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t e = 0; e < E; ++e) v[e] = scores[t * E + e] - beta[e];  // f32, as torch's (scores - beta)
+      moe_top_k(v.data(), E, k + 1, 0, 0, top.data());
+      std::copy(top.begin(), top.begin() + k, indices + t * k);
+      alpha[t] = v[top[k]];
+    }
+  });
+  if (!beta_local) return;
+  GALE_CHECK_EQ((m * k) % E, 0) << "quantile balancing: " << m << " tokens * top-" << k
+                                << " routed assignments are not divisible by " << E << " experts";
+  const int64_t rank = m * k / E;  // the (rank + 1)-th largest of each column
+  parallel_for(E, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> col(static_cast<size_t>(m));
+    for (int64_t e = begin; e < end; ++e) {
+      for (int64_t t = 0; t < m; ++t) col[t] = scores[t * E + e] - alpha[t];
+      std::nth_element(col.begin(), col.begin() + rank, col.end(), std::greater<float>());
+      beta_local[e] = col[rank];
+    }
+  });
+}
+
+void update_qb_beta(float* beta, const double* avg, int64_t E, double ema) {
+  std::vector<double> next(static_cast<size_t>(E));
+  double mean = 0.0;
+  for (int64_t e = 0; e < E; ++e) {
+    next[e] = ema * static_cast<double>(beta[e]) + (1.0 - ema) * avg[e];
+    mean += next[e];
+  }
+  mean /= static_cast<double>(E);
+  for (int64_t e = 0; e < E; ++e) beta[e] = static_cast<float>(next[e] - mean);
+}
+
 void update_expert_bias(float* bias, const double* counts, int64_t E, double rate) {
   double mean = 0.0;
   for (int64_t e = 0; e < E; ++e) mean += counts[e];
@@ -193,6 +264,8 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
     balanced.resize(static_cast<size_t>(T * E));
     moe_sinkhorn(logits.data<float>(), T, E, balanced.data());
   }
+  std::vector<int32_t> qb_choice;  // quantile_balancing: [T·k] the experts qb_dual_update chose
+  if (m.quantile_balancing) qb_choice = quantile_balancing_choice(c, pb, w, logits, saved && losses && key.training, seq);
   Tensor scores = Tensor::empty({T, E}), lse = Tensor::empty({T}), q = Tensor::empty({T, k});
   std::vector<int32_t> experts(static_cast<size_t>(T * k));
   std::vector<float> v(static_cast<size_t>(E));
@@ -212,7 +285,10 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
     }
     if (!balanced.empty()) std::copy(balanced.begin() + t * E, balanced.begin() + (t + 1) * E, v.begin());
     int32_t* ex = experts.data() + t * k;
-    moe_top_k(v.data(), E, k, m.num_groups, m.group_topk, ex);
+    if (!qb_choice.empty())
+      std::copy(qb_choice.begin() + t * k, qb_choice.begin() + (t + 1) * k, ex);
+    else
+      moe_top_k(v.data(), E, k, m.num_groups, m.group_topk, ex);
     double selected = 0.0;
     for (int64_t j = 0; j < k; ++j) selected += s[ex[j]];
     float* qt = q.data<float>() + t * k;

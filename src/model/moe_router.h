@@ -20,6 +20,15 @@
 //     rank's T tokens (the balanced logits: only the choice, no gradient flows through them); an
 //     evaluation forward the top-k of the scores. The choice thus depends on the other local
 //     tokens: under sequence parallelism or CP each rank balances its own share, as in Megatron.
+//   quantile_balancing (--moe-router-load-balancing-type quantile_balancing, Megatron main's QB):
+//     the experts are the top-k of l − qb_beta (MoeRouterIds::qb_beta, a per-layer buffer [E]) by
+//     moe_qb_dual_update, the weights the score function's at them (as the rows above: softmax over
+//     the k selected logits, softmax(l) at them under pre-softmax, or σ normalised; scaled). A
+//     training forward that keeps state and reports losses (the one counted once per micro-batch)
+//     all-gathers the f32 logits over `seq` (TP×CP, rows in rank order; this rank keeps its rows'
+//     choice) and adds the column quantile of the gathered tokens to MoeRouterIds::qb; other
+//     forwards (evaluation, generation, a --recompute-modules moe rerun) choose per token. The step
+//     end moves qb_beta (update_qb_beta, train/grad_sync.cc).
 // --fix-router (MindSpeed's, for benchmarking): after the weights above, pair j of row t is sent to
 // expert (t·k + j) mod E instead (every expert gets T·k/E pairs); the weights and their gradient are
 // still those of the real choice, which MoeRouterSaved::experts keeps.
@@ -106,11 +115,26 @@ struct MoeGlobalAux {
   }
 };
 
+// quantile_balancing's state of one layer over a step (Megatron's qb_beta_accum / qb_beta_count):
+// the sum of the column quantiles of the step's counting training forwards and how many; reset()
+// before each step's passes.
+struct MoeQuantileBalancing {
+  std::vector<double> sum;  // [E]
+  int64_t count = 0;
+  explicit MoeQuantileBalancing(int64_t num_experts) : sum(static_cast<size_t>(num_experts), 0.0) {}
+  void reset() {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    count = 0;
+  }
+};
+
 // Ids of the router's tensors in the ParamBuffer, and the layer's global_aux_loss state.
 struct MoeRouterIds {
   int weight = -1;       // decoder.layers.{i}.mlp.router.weight [E, H]
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
   MoeGlobalAux* global_aux = nullptr;  // with config.moe.global_aux_loss_coeff > 0 (else null)
+  int qb_beta = -1;      // decoder.layers.{i}.mlp.router.qb_beta [E], a buffer (quantile_balancing; else -1)
+  MoeQuantileBalancing* qb = nullptr;  // with quantile_balancing (else null)
 };
 
 // What a micro-batch's routing depends on besides x: the input jitter's noise is keyed by the
@@ -187,6 +211,20 @@ void moe_top_k(const float* v, int64_t E, int64_t k, int64_t num_groups, int64_t
 // 10000 rounds; computed in f64, Megatron's in f32); out_te = d0_t·cost_te·d1_e, whose rows sum to
 // about 1/T and columns to 1/E.
 void moe_sinkhorn(const float* logits, int64_t T, int64_t E, float* out);
+
+// Megatron main's qb_dual_update (moe_utils.py) on scores [m, E] (f32, the micro-batch's logits
+// gathered over TP×CP) with the bias beta [E], in f32 arithmetic as Megatron's: for each token the
+// k experts with the largest v = scores − beta (best first, ties: the lower expert) into indices
+// [m, k], and alpha_t = the (k+1)-th largest v of the token. With beta_local (training) also the
+// column quantile: for each expert e the (m·k/E + 1)-th largest of scores_te − alpha_t over the m
+// tokens (needs k < E and m·k divisible by E: checked by the arguments, an invariant here).
+void moe_qb_dual_update(const float* scores, int64_t m, int64_t E, int64_t k, const float* beta, int32_t* indices,
+                        float* beta_local);
+
+// Megatron main's _update_router_qb_beta for one layer: avg [E] (the mean of the step's column
+// quantiles over micro-batches and DP×CP) -> beta = ema·beta + (1 − ema)·avg, minus its mean over E
+// (computed in f64, stored in f32).
+void update_qb_beta(float* beta, const double* avg, int64_t E, double ema);
 
 // Megatron's expert capacity ceil(tokens·k / E · factor).
 int64_t moe_expert_capacity(int64_t tokens, int64_t k, int64_t E, double factor);

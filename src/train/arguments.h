@@ -765,6 +765,7 @@ struct MoeArgs {
   double moe_router_topk_scaling_factor = kUnsetF;  // None: 1
   bool moe_router_enable_expert_bias = false;
   double moe_router_bias_update_rate = 1e-3;
+  double moe_router_quantile_balancing_ema = 0.0;  // Megatron main's; with quantile_balancing
   int64_t moe_router_num_groups = kUnset;  // None: no group-limited routing
   int64_t moe_router_group_topk = kUnset;
   double moe_expert_capacity_factor = kUnsetF;  // None (or negative): dropless

@@ -24,12 +24,14 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
                     "sequence, averaged; DeepSeek's), global_aux_loss (the same with the token counts of the "
                     "global batch so far: summed over TP x DP x CP and averaged over the step's micro-batches), "
                     "sinkhorn (S-BASE: training chooses the top-k of the Sinkhorn-balanced logits of each "
-                    "micro-batch's local tokens; no aux loss) or none; or a list of aux_loss, seq_aux_loss, "
-                    "global_aux_loss and none, whose losses add up, each with its --moe-aux-loss-coeff "
-                    "(quantile_balancing: not supported yet)",
+                    "micro-batch's local tokens; no aux loss), quantile_balancing (Megatron main's QB: the top-k "
+                    "of the logits minus a per-expert bias qb_beta, moved after every step to the column quantile "
+                    "that gives each expert tokens*topk/experts; no aux loss) or none; or a list of aux_loss, "
+                    "seq_aux_loss, global_aux_loss and none, whose losses add up, each with its --moe-aux-loss-coeff",
                     "aux_loss");
-  p.add_unsupported("--moe-router-quantile-balancing-ema",
-                    "--moe-router-load-balancing-type quantile_balancing is not implemented in Gale");
+  p.add("--moe-router-quantile-balancing-ema", &a.moe_router_quantile_balancing_ema,
+        "quantile_balancing: qb_beta = ema * qb_beta + (1 - ema) * the step's mean quantile, then centred; "
+        "0 (default): the latest quantile only");
   p.add_choice("--moe-router-score-function", &a.moe_router_score_function, {"softmax", "sigmoid"},
                "router score function: softmax, or sigmoid (the top-k of sigmoid(logits), weights normalised "
                "to sum 1 when top-k > 1)");
@@ -289,6 +291,31 @@ Status validate_sinkhorn_args(const MoeArgs& m) {
   return Status::Ok();
 }
 
+// --moe-router-load-balancing-type quantile_balancing: Megatron main's assertions (aux losses off,
+// no group-limited routing, tokens·k divisible by E in a training micro-batch gathered over TP×CP)
+// and k < E (its dual update takes the top-(k+1) of each token).
+Status validate_quantile_balancing_args(const Arguments& a) {
+  const MoeArgs& m = a.moe;
+  constexpr const char* kWhat = "--moe-router-load-balancing-type quantile_balancing";
+  if (m.moe_aux_loss_coeff != 0.0)
+    return InvalidArgument(kWhat, ": expected --moe-aux-loss-coeff 0 (quantile balancing balances with its bias "
+                           "qb_beta; Megatron asserts the aux losses off), found ", m.moe_aux_loss_coeff);
+  if (m.moe_router_num_groups != kUnset || m.moe_router_group_topk != kUnset)
+    return InvalidArgument(kWhat, " with ",
+                           m.moe_router_num_groups != kUnset ? "--moe-router-num-groups" : "--moe-router-group-topk",
+                           ": expected no group-limited routing (Megatron's quantile balancing does not support it)");
+  const int64_t E = m.num_experts, k = m.moe_router_topk;
+  if (k >= E)
+    return InvalidArgument(kWhat, ": expected --moe-router-topk below --num-experts ", E,
+                           " (the dual update takes each token's top-(k+1)), found ", k);
+  const int64_t S = a.model.seq_length, mbs = a.training.micro_batch_size;
+  if (S > 0 && mbs > 0 && (S * mbs * k) % E != 0)
+    return InvalidArgument(kWhat, ": expected the routed assignments of a micro-batch (--seq-length ", S,
+                           " x --micro-batch-size ", mbs, " x --moe-router-topk ", k, " = ", S * mbs * k,
+                           ") divisible by --num-experts ", E, ", found remainder ", (S * mbs * k) % E);
+  return Status::Ok();
+}
+
 // Megatron's checks of --recompute-modules that involve the MoE flags (TransformerConfig).
 Status validate_moe_recompute_modules(const Arguments& a) {
   const ModelArgs& model = a.model;
@@ -461,10 +488,11 @@ Status validate_moe_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--moe-z-loss-coeff: expected a non-negative number, found ", m.moe_z_loss_coeff);
   // (a list holds only aux_loss, seq_aux_loss, global_aux_loss and none: checked above)
   const std::string lb = m.moe_router_load_balancing_types.empty() ? m.moe_router_load_balancing_type : "aux_loss";
-  if (lb != "aux_loss" && lb != "seq_aux_loss" && lb != "global_aux_loss" && lb != "sinkhorn" && lb != "none")
-    return Unimplemented("--moe-router-load-balancing-type ", lb,
-                         ": not supported yet (aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none)");
+  if (!(m.moe_router_quantile_balancing_ema >= 0.0 && m.moe_router_quantile_balancing_ema <= 1.0))
+    return InvalidArgument("--moe-router-quantile-balancing-ema: expected a number in [0, 1], found ",
+                           m.moe_router_quantile_balancing_ema);
   if (lb == "sinkhorn") GALE_RETURN_IF_ERROR(validate_sinkhorn_args(m));
+  if (lb == "quantile_balancing") GALE_RETURN_IF_ERROR(validate_quantile_balancing_args(a));
   GALE_RETURN_IF_ERROR(validate_moe_router_args(m));
   if (!unset(m.moe_input_jitter_eps) && !(m.moe_input_jitter_eps >= 0.0 && m.moe_input_jitter_eps < 1.0))
     return InvalidArgument("--moe-input-jitter-eps: expected a number in [0, 1), found ", m.moe_input_jitter_eps);

@@ -38,6 +38,8 @@ Status validate_rerun_args(const Arguments& a, const ArgParser& p) {
   // that these passes update and a rerun would update twice is not restored yet.
   const std::pair<bool, const char*> stateful[] = {
       {a.moe.moe_router_enable_expert_bias, "--moe-router-enable-expert-bias (the bias update after the backward)"},
+      {a.moe.uses_load_balancing_type("quantile_balancing"),
+       "--moe-router-load-balancing-type quantile_balancing (the qb_beta update after the backward)"},
       {a.training.smart_swap, "--smart-swap (its warm-up sampling)"},
       {p.was_set("--enable-expert-placement"), "--enable-expert-placement (its token counts)"},
       {p.was_set("--balanced-moe-experts"), "--balanced-moe-experts (its token counts)"},

@@ -226,6 +226,8 @@ void add_moe_flags_json(const MoeArgs& moe, nlohmann::json* args) {
     (*args)["moe_router_load_balancing_type"] = moe.moe_router_load_balancing_types;
     (*args)["moe_aux_loss_coeff"] = moe.moe_aux_loss_coeffs;
   }
+  if (moe.uses_load_balancing_type("quantile_balancing"))  // absent: not quantile balancing (older checkpoints too)
+    (*args)["moe_router_quantile_balancing_ema"] = moe.moe_router_quantile_balancing_ema;
 }
 
 StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::string& where, int64_t num_layers) {
@@ -240,6 +242,9 @@ StatusOr<MoeArgs> moe_args_from_json(const nlohmann::json& args, const std::stri
     GALE_RETURN_IF_ERROR(get(args, "moe_router_score_function", where, &moe.moe_router_score_function));
   if (args.contains("moe_router_enable_expert_bias"))
     GALE_RETURN_IF_ERROR(get(args, "moe_router_enable_expert_bias", where, &moe.moe_router_enable_expert_bias));
+  if (args.contains("moe_router_quantile_balancing_ema"))
+    GALE_RETURN_IF_ERROR(
+        get(args, "moe_router_quantile_balancing_ema", where, &moe.moe_router_quantile_balancing_ema));
   if (args.contains("moe_router_topk_scaling_factor"))
     GALE_RETURN_IF_ERROR(get(args, "moe_router_topk_scaling_factor", where, &moe.moe_router_topk_scaling_factor));
   if (args.contains("moe_router_group_topk")) {

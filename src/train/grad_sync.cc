@@ -119,6 +119,40 @@ void update_router_expert_bias(const ParallelState& ps, const std::vector<GPTMod
   for (size_t i = 0; i < biases.size(); ++i) update_expert_bias(biases[i], counts.data() + i * E, E, rate);
 }
 
+// --moe-router-load-balancing-type quantile_balancing (Megatron main's _update_router_qb_beta):
+// every MoE layer's mean column quantile over the step's micro-batches (0 where none ran), averaged
+// over DP×CP, then beta = ema·beta + (1 − ema)·avg minus its mean. The quantiles were taken over
+// the TP×CP-gathered logits, so every TP and CP rank holds the same and ends with the same beta.
+void update_router_qb_beta(const ParallelState& ps, const std::vector<GPTModel*>& chunks) {
+  std::vector<float*> betas;
+  std::vector<double> avg;
+  int64_t E = 0;
+  for (GPTModel* m : chunks) {
+    const ModelPartition& part = m->partition();
+    const int64_t mtp = part.post_process ? m->config().mtp_num_layers : 0;
+    std::vector<int64_t> layers;
+    for (int64_t layer = part.first_layer; layer < part.first_layer + part.num_layers; ++layer) layers.push_back(layer);
+    for (int64_t k = 0; k < mtp; ++k) layers.push_back(m->config().num_layers + k);
+    for (int64_t layer : layers) {
+      const auto [id, qb] = m->moe_quantile_balancing(layer);
+      if (id < 0 || !qb) continue;
+      E = m->config().moe.num_experts;
+      betas.push_back(m->params().param_data(id));
+      const double count = static_cast<double>(std::max<int64_t>(qb->count, 1));  // Megatron's clamp(min=1)
+      for (int64_t e = 0; e < E; ++e) avg.push_back(qb->sum[e] / count);
+      qb->reset();
+    }
+  }
+  if (betas.empty()) return;
+  const int64_t total = static_cast<int64_t>(avg.size());
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) {
+    ps.dp_cp()->all_reduce(avg.data(), total, DType::kF64, ReduceOp::kSum);
+    for (double& v : avg) v /= static_cast<double>(ps.dp_cp()->size());
+  }
+  const double ema = chunks.front()->config().moe.qb_ema;
+  for (size_t i = 0; i < betas.size(); ++i) update_qb_beta(betas[i], avg.data() + i * E, E, ema);
+}
+
 // --fp8-recipe delayed (model/fp8.h): the iteration's amaxes (history row 0 of every FP8 linear
 // layer, max-accumulated over its micro-batches) reduced with max over Megatron's amax reduction
 // group, TP×DP×CP of this stage (every rank holds the same layers, so the same list), then every
@@ -185,6 +219,7 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
       allreduce_embedding_grads(engine.ps, chunks);
   }
   update_router_expert_bias(engine.ps, chunks);
+  update_router_qb_beta(engine.ps, chunks);
   update_fp8_delayed_scaling(engine.ps, chunks);
   if (num_tokens) {  // Megatron's per-token normalisation
     const ParallelState& ps = engine.ps;

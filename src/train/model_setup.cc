@@ -156,6 +156,9 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.global_aux_loss_coeff = moe.aux_loss_coeff("global_aux_loss");
     c.moe.force_load_balancing = moe.moe_router_force_load_balancing;
     c.moe.sinkhorn = moe.moe_router_load_balancing_types.empty() && moe.moe_router_load_balancing_type == "sinkhorn";
+    c.moe.quantile_balancing =
+        moe.moe_router_load_balancing_types.empty() && moe.moe_router_load_balancing_type == "quantile_balancing";
+    c.moe.qb_ema = moe.moe_router_quantile_balancing_ema;
     c.moe.sigmoid = moe.moe_router_score_function == "sigmoid";
     c.moe.topk_scaling_factor = unset(moe.moe_router_topk_scaling_factor) ? 1.0 : moe.moe_router_topk_scaling_factor;
     if (moe.moe_router_group_topk != kUnset) {

@@ -311,6 +311,18 @@ TEST(Arguments, MoeLoadBalancingTypeListForm) {
   EXPECT_EQ(twice.args.moe.moe_aux_loss_coeff, 3.0);
   EXPECT_TRUE(twice.args.moe.moe_router_load_balancing_types.empty());
 
+  Cli qb;  // Megatron main's quantile balancing and its EMA (default 0)
+  ASSERT_TRUE(qb.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-load-balancing-type",
+                                                       "quantile_balancing", "--moe-router-quantile-balancing-ema",
+                                                       "0.25"})).ok());
+  qb.args.model.padded_vocab_size = 128;
+  const ModelConfig qc = model_config_from_args(qb.args);
+  EXPECT_TRUE(qc.moe.quantile_balancing);
+  EXPECT_EQ(qc.moe.qb_ema, 0.25);
+  EXPECT_FALSE(qc.moe.any_aux_loss());
+  EXPECT_FALSE(mc.moe.quantile_balancing);
+  EXPECT_EQ(mc.moe.qb_ema, 0.0);
+
   Cli force;
   ASSERT_TRUE(force.parse(with(minimal_pretrain_flags(), {"--num-experts", "8", "--moe-router-force-load-balancing"})).ok());
   force.args.model.padded_vocab_size = 128;
@@ -637,13 +649,35 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
                    "--moe-aux-loss-coeff", "1e-3", "-1"},
                   StatusCode::kInvalidArgument, "--moe-aux-loss-coeff: expected non-negative numbers, found -1"},
-        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing"},
-                  StatusCode::kUnimplemented,
-                  "--moe-router-load-balancing-type quantile_balancing: not supported yet (aux_loss, seq_aux_loss, "
-                  "global_aux_loss, sinkhorn or none)"},
-        ErrorCase{{"--num-experts", "4", "--moe-router-quantile-balancing-ema", "0.5"}, StatusCode::kUnimplemented,
-                  "--moe-router-quantile-balancing-ema: not supported yet (--moe-router-load-balancing-type "
-                  "quantile_balancing is not implemented in Gale)"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing",
+                   "--moe-aux-loss-coeff", "0.01"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type quantile_balancing: expected --moe-aux-loss-coeff 0 (quantile "
+                  "balancing balances with its bias qb_beta; Megatron asserts the aux losses off), found 0.01"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing",
+                   "--moe-router-num-groups", "2", "--moe-router-group-topk", "1"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type quantile_balancing with --moe-router-num-groups: expected no "
+                  "group-limited routing (Megatron's quantile balancing does not support it)"},
+        ErrorCase{{"--num-experts", "2", "--moe-router-load-balancing-type", "quantile_balancing"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type quantile_balancing: expected --moe-router-topk below --num-experts "
+                  "2 (the dual update takes each token's top-(k+1)), found 2"},
+        ErrorCase{{"--num-experts", "6", "--moe-router-load-balancing-type", "quantile_balancing"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type quantile_balancing: expected the routed assignments of a "
+                  "micro-batch (--seq-length 16 x --micro-batch-size 2 x --moe-router-topk 2 = 64) divisible by "
+                  "--num-experts 6, found remainder 4"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing", "aux_loss",
+                   "--moe-aux-loss-coeff", "0", "1e-3"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-load-balancing-type quantile_balancing aux_loss: expected a list of aux_loss, "
+                  "seq_aux_loss, global_aux_loss or none (Megatron routes a list with quantile_balancing in it as "
+                  "plain top-k), found quantile_balancing"},
+        ErrorCase{{"--num-experts", "4", "--moe-router-load-balancing-type", "quantile_balancing",
+                   "--moe-router-quantile-balancing-ema", "1.5"},
+                  StatusCode::kInvalidArgument,
+                  "--moe-router-quantile-balancing-ema: expected a number in [0, 1], found 1.5"},
         ErrorCase{{"--moe-router-force-load-balancing"}, StatusCode::kInvalidArgument,
                   "--moe-router-force-load-balancing needs --num-experts (a MoE model), found no --num-experts"},
         ErrorCase{{"--num-experts", "4", "--moe-token-dispatcher-type", "flex"}, StatusCode::kUnimplemented,

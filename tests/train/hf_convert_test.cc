@@ -1495,6 +1495,26 @@ TEST(CheckpointArgs, MoeRoutingFlagsRoundTrip) {
 // The load-balancing types and coefficients, as Megatron's args hold them: a string and a number,
 // or (Megatron's list form) a list of each, in Gale's checkpoint args and Megatron's Namespace; a
 // one-element list read back is the scalar form (Megatron's validate_args).
+// quantile_balancing's EMA is recorded with it (absent otherwise) and read back.
+TEST(CheckpointArgs, QuantileBalancingEmaRoundTrips) {
+  MoeArgs moe;
+  moe.num_experts = 8;
+  moe.moe_ffn_hidden_size = 16;
+  nlohmann::json plain = nlohmann::json::object();
+  add_moe_flags_json(moe, &plain);
+  EXPECT_FALSE(plain.contains("moe_router_quantile_balancing_ema"));
+  moe.moe_router_load_balancing_type = "quantile_balancing";
+  moe.moe_aux_loss_coeff = 0.0;
+  moe.moe_router_quantile_balancing_ema = 0.75;
+  nlohmann::json qb = nlohmann::json::object();
+  add_moe_flags_json(moe, &qb);
+  EXPECT_EQ(qb["moe_router_load_balancing_type"], "quantile_balancing");
+  EXPECT_EQ(qb["moe_router_quantile_balancing_ema"], 0.75);
+  const MoeArgs back = moe_args_from_json(qb, "x", 2).value();
+  EXPECT_EQ(back.moe_router_load_balancing_type, "quantile_balancing");
+  EXPECT_EQ(back.moe_router_quantile_balancing_ema, 0.75);
+}
+
 TEST(CheckpointArgs, MoeLoadBalancingTypesRoundTripAsScalarOrList) {
   MoeArgs moe;
   moe.num_experts = 8;

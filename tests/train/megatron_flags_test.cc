@@ -74,6 +74,10 @@ TEST(MegatronFlags, AcceptedValuesOnly) {
              "--moe-router-score-function", "sigmoid"},
             1, "--rerun-mode report_stats with --moe-router-enable-expert-bias (the bias update after the backward): "
                "not supported yet"},
+           {{"--rerun-mode", "validate_results", "--num-experts", "4", "--moe-router-load-balancing-type",
+             "quantile_balancing"},
+            1, "--rerun-mode validate_results with --moe-router-load-balancing-type quantile_balancing (the qb_beta "
+               "update after the backward): not supported yet"},
            {{"--moe-router-dtype", "fp64"}, 1, "--moe-router-dtype fp64: not supported yet"},
            {{"--moe-router-dtype", "bf16"}, 1, "--moe-router-dtype: expected fp32 or fp64, found 'bf16'"},
            {{"--ckpt-step", "2"}, 1, "--ckpt-step needs --load"},
