@@ -18,6 +18,7 @@
 #include "kernels/cpu/optimizer.h"
 #include "kernels/op_table.h"
 #include "optim/optimizer.h"
+#include "matrix_and_bias.h"
 #include "testing.h"
 #include "testing_json.h"
 
@@ -275,32 +276,8 @@ TEST(Muon, ExpertsAreOrthogonalisedEachOnItsOwn) {
 TEST(Muon, OtherParametersGetAdamWAndTheStateNamesSplit) {
   const OpTable ops = reference_ops();
   ParamBuffer pb;
-  ParamSpec w;
-  w.name = "w";
-  w.global_shape = {4, 6};
-  pb.add(w);
-  ParamSpec b;
-  b.name = "b";
-  b.global_shape = {6};
-  b.weight_decay = false;
-  pb.add(b);
-  pb.finalize();
-  testing::fill_random(pb.flat_params().data<float>(), pb.numel(), 3);
-  testing::fill_random(pb.flat_grads().data<float>(), pb.numel(), 4);
-  std::vector<float> bias(pb.param_data(1), pb.param_data(1) + 6), m(6, 0.0f), v(6, 0.0f);
-  OptimizerConfig o;
-  o.type = "muon";
-  o.clip_grad = 0.0;
-  OptimizedBuffer buffer{&pb, {}, std::nullopt};
-  buffer.muon = {true, false};
-  std::vector<OptimizedBuffer> buffers;
-  buffers.push_back(buffer);
-  Optimizer opt(o, std::move(buffers), &ops, make_self_communicator("mp"));
-  ASSERT_TRUE(opt.step(1e-3, 0.1).applied);
-  AdamWHyper h;
-  h.lr = 1e-3f;
-  adamw_step_ref(bias.data(), pb.grad_data(1), m.data(), v.data(), 6, h);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(pb.param_data(1)[i], bias[static_cast<size_t>(i)]);
+  std::unique_ptr<Optimizer> stepped = testing::step_matrix_and_bias("muon", pb, ops);
+  Optimizer& opt = *stepped;
   EXPECT_TRUE(opt.is_muon(0, 0));
   EXPECT_FALSE(opt.is_muon(0, 1));
   EXPECT_TRUE(opt.holds_state(0, 0, "momentum_buffer"));
