@@ -1,4 +1,4 @@
-// Checkpoint checks shared by the multi-rank resharding tests (reshard, unaligned linear, tp-2d).
+// Checkpoint checks shared by the multi-rank resharding and resume tests (reshard, unaligned linear, tp-2d, Muon, Lion).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -77,6 +77,32 @@ inline void expect_checkpoint_moves(
     EXPECT_NEAR(resumed.losses[i], whole.losses[3 + i], 1e-5 * whole.losses[3 + i]) << "loss of iteration " << 4 + i;
     EXPECT_NEAR(resumed.grad_norms[i], whole.grad_norms[3 + i], 1e-5 * whole.grad_norms[3 + i])
         << "grad norm of iteration " << 4 + i;
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Saved after 3 iterations of `flags` on every rank of the world, resumed with the same flags:
+// iterations 4-6 give the uninterrupted run's losses and grad norms bit for bit.
+inline void expect_resume_bit_exact(const std::vector<std::string>& flags, const std::string& name) {
+  const Comm world = test::world();
+  TestRun whole(flags, world, kTinyVocab);
+  whole.train(6);
+  const std::string dir = shared_temp_dir(world, name);
+  {
+    TestRun first(join({flags, {"--save", dir, "--save-interval", "3"}}), world, kTinyVocab);
+    first.train(3);
+    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
+  }
+  TestRun resumed(join({flags, {"--load", dir}}), world, kTinyVocab);
+  bool loaded = false;
+  const Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(loaded);
+  resumed.train(3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed.losses[i], whole.losses[3 + i]) << "loss of iteration " << 4 + i;
+    EXPECT_EQ(resumed.grad_norms[i], whole.grad_norms[3 + i]) << "grad norm of iteration " << 4 + i;
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

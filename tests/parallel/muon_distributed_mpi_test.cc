@@ -127,27 +127,7 @@ TEST(MuonLayerWiseCheckpoint, ResumesAtTheSameAndAnotherDataParallelSize) {
 TEST(MuonLayerWiseCheckpoint, ResumeIsBitExact) {
   const Comm world = test::world();
   if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
-  const std::vector<std::string> flags = dense_flags({"--use-distributed-optimizer"});
-  testing::TestRun whole(flags, world, testing::kTinyVocab);
-  whole.train(6);
-  const std::string dir = testing::shared_temp_dir(world, "muon_layer_wise_exact");
-  {
-    testing::TestRun first(testing::join({flags, {"--save", dir, "--save-interval", "3"}}), world, testing::kTinyVocab);
-    first.train(3);
-    ASSERT_TRUE(save_checkpoint(first.args, *first.engine, first.trainer->state()).ok());
-  }
-  testing::TestRun resumed(testing::join({flags, {"--load", dir}}), world, testing::kTinyVocab);
-  bool loaded = false;
-  const Status st = load_checkpoint(resumed.args, *resumed.engine, resumed.trainer->state(), &loaded);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  ASSERT_TRUE(loaded);
-  resumed.train(3);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(resumed.losses[i], whole.losses[3 + i]) << "loss of iteration " << 4 + i;
-    EXPECT_EQ(resumed.grad_norms[i], whole.grad_norms[3 + i]) << "grad norm of iteration " << 4 + i;
-  }
-  world->barrier();
-  if (world->rank() == 0) std::filesystem::remove_all(dir);
+  testing::expect_resume_bit_exact(dense_flags({"--use-distributed-optimizer"}), "muon_layer_wise_exact");
 }
 
 TEST(MuonLayerWiseCheckpoint, MovesFromDp4ToTp2Dp2) {
