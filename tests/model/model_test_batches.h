@@ -31,6 +31,25 @@ inline ModelConfig gradcheck_gpt_config() {
   return c;
 }
 
+// A 2-layer GQA model (4 query heads, 2 KV groups) with head_dim 6 (hidden/heads is 4), RoPE, init
+// std 0.3; the LLaMA architecture when `llama`. The q/k-norm tests set their norm on it.
+inline ModelConfig small_gqa_rope_config(bool llama) {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = 16;
+  c.ffn = 24;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 6;
+  c.vocab = 32;
+  c.seq_length = 8;
+  c.max_positions = 32;
+  c.init_std = 0.3f;
+  if (llama) use_llama_architecture(c);
+  c.position = PositionEmbedding::kRope;
+  return c;
+}
+
 // The 3-layer LLaMA-style MoE model the MoE model tests share: layers 0 and 2 MoE (4 experts, top-2,
 // expert FFN 6, load-balancing coefficient 0.1), layer 1 dense; GQA with one KV head.
 inline ModelConfig tiny_moe_config() {

@@ -18,21 +18,9 @@
 namespace gale {
 namespace {
 
-// A 2-layer GQA model (4 query heads, 2 KV groups) with head_dim 6 (hidden/heads is 4), RoPE.
+// testing::small_gqa_rope_config with --qk-l2-norm.
 ModelConfig l2_config(bool llama) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = 16;
-  c.ffn = 24;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 6;
-  c.vocab = 32;
-  c.seq_length = 8;
-  c.max_positions = 32;
-  c.init_std = 0.3f;
-  if (llama) use_llama_architecture(c);
-  c.position = PositionEmbedding::kRope;
+  ModelConfig c = testing::small_gqa_rope_config(llama);
   c.qk_l2_norm = true;
   return c;
 }
