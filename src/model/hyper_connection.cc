@@ -221,31 +221,22 @@ void hc_pre_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, 
   s = HyperConnectionSaved();
 }
 
-Tensor hc_expand_forward(const Tensor& x, int64_t n) {
+namespace {
+
+// [Tl, H] -> [Tl, n·H]: every stream gets x·scale.
+Tensor copy_into_streams(const Tensor& x, int64_t n, float scale) {
   const int64_t Tl = x.size(0), H = x.size(1);
   Tensor out = Tensor::empty({Tl, n * H});
   const float* X = x.data<float>();
   float* O = out.data<float>();
   for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t i = 0; i < n; ++i) std::copy(X + t * H, X + (t + 1) * H, O + (t * n + i) * H);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < H; ++k) O[(t * n + i) * H + k] = X[t * H + k] * scale;
   return out;
 }
 
-Tensor hc_expand_backward(const Tensor& d, int64_t n) {
-  const int64_t Tl = d.size(0), H = d.size(1) / n;
-  Tensor out = Tensor::empty({Tl, H});
-  const float* D = d.data<float>();
-  float* O = out.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t k = 0; k < H; ++k) {
-      float acc = 0.0f;  // the order autograd's sum over the expand takes does not matter at this size
-      for (int64_t i = 0; i < n; ++i) acc += D[(t * n + i) * H + k];
-      O[t * H + k] = acc;
-    }
-  return out;
-}
-
-Tensor hc_contract_forward(const Tensor& x, int64_t n) {
+// [Tl, n·H] -> [Tl, H]: the sum of the n streams times scale (streams added in order).
+Tensor sum_of_streams(const Tensor& x, int64_t n, float scale) {
   const int64_t Tl = x.size(0), H = x.size(1) / n;
   Tensor out = Tensor::empty({Tl, H});
   const float* X = x.data<float>();
@@ -254,20 +245,16 @@ Tensor hc_contract_forward(const Tensor& x, int64_t n) {
     for (int64_t k = 0; k < H; ++k) {
       float acc = 0.0f;
       for (int64_t i = 0; i < n; ++i) acc += X[(t * n + i) * H + k];
-      O[t * H + k] = acc / static_cast<float>(n);
+      O[t * H + k] = acc * scale;
     }
   return out;
 }
 
-Tensor hc_contract_backward(const Tensor& d, int64_t n) {
-  const int64_t Tl = d.size(0), H = d.size(1);
-  Tensor out = Tensor::empty({Tl, n * H});
-  const float* D = d.data<float>();
-  float* O = out.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t k = 0; k < H; ++k) O[(t * n + i) * H + k] = D[t * H + k] / static_cast<float>(n);
-  return out;
-}
+}  // namespace
+
+Tensor hc_expand_forward(const Tensor& x, int64_t n) { return copy_into_streams(x, n, 1.0f); }
+Tensor hc_expand_backward(const Tensor& d, int64_t n) { return sum_of_streams(d, n, 1.0f); }
+Tensor hc_contract_forward(const Tensor& x, int64_t n) { return sum_of_streams(x, n, 1.0f / static_cast<float>(n)); }
+Tensor hc_contract_backward(const Tensor& d, int64_t n) { return copy_into_streams(d, n, 1.0f / static_cast<float>(n)); }
 
 }  // namespace gale
