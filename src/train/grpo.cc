@@ -45,13 +45,14 @@ std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
 
 GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb, int64_t mb_id,
                                          const std::vector<double>& old, const std::vector<double>& ref,
-                                         const std::vector<double>& advantages, const GrpoLossOptions& o) {
+                                         const std::vector<double>& advantages, const GrpoLossOptions& o,
+                                         const std::vector<double>& inference) {
   policy.set_num_microbatches(0);  // the loss gradient is known after the forward (no eager LM-head backward)
   GPTModel::LossSums sums;
   policy.forward(mb_id, mb, Tensor(), /*training=*/true, &sums);
   std::vector<double> current(sums.token_losses.size());
   for (size_t i = 0; i < current.size(); ++i) current[i] = -sums.token_losses[i];
-  GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mb.loss_mask, mb.B, mb.S, 1, o);
+  GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mb.loss_mask, mb.B, mb.S, 1, o, inference);
   // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is).
   std::vector<float> weight(loss.grad.size());
   for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(-loss.grad[i]);
@@ -120,6 +121,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   lo.clamp_eps_upper = g.grpo_clamp_eps_upper;
   lo.kl_beta = g.grpo_kl_beta;
   lo.entropy_weight = g.grpo_entropy_term_weight;
+  lo.is_truncation_coef = g.rl_importance_sampling_truncation_coef;
+  const bool is_correction = g.rl_inference_logprobs_is_correction;
+  if (lo.is_truncation_coef > 0.0 && !is_correction)  // Megatron applies the coefficient only with the correction
+    warn_rank0("--rl-importance-sampling-truncation-coef: no effect without --rl-inference-logprobs-is-correction");
   const int64_t train_iters = t.train_iters;
   const LoggingArgs& l = args.logging;
 
@@ -164,8 +169,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       const int64_t local_first = b * mbs, first = dp_rank * local_rows + local_first;
       const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
       const std::vector<double> adv(rollouts.advantages.begin() + first, rollouts.advantages.begin() + first + mbs);
+      const std::vector<double> inference =
+          is_correction ? rows_of(rollouts.inference_logprobs, first, mbs, S) : std::vector<double>{};
       const GrpoMicroBatchLoss r = grpo_forward_backward(policy, mb, m, rows_of(old_lp, local_first, mbs, S),
-                                                         rows_of(ref_lp, local_first, mbs, S), adv, lo);
+                                                         rows_of(ref_lp, local_first, mbs, S), adv, lo, inference);
       const double terms[kTerms + 1] = {r.loss_sum, r.kl_sum, r.ratio_sum, r.entropy_sum, r.truncated_above_sum,
                                         r.truncated_below_sum, std::max(r.tokens, 1.0)};
       for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];

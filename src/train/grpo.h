@@ -51,9 +51,11 @@ std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
 // One training micro-batch: the policy's training forward, the GRPO loss of its log-probabilities
 // against `old` / `ref` [B, S] and `advantages` [B] (reduced as one micro-batch: the caller's grad
 // scale carries 1 / micro-batches), and the backward of it. Parameter gradients accumulate.
+// `inference` [B, S]: the importance-sampling correction's log-probabilities, or empty for none.
 GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb, int64_t mb_id,
                                          const std::vector<double>& old, const std::vector<double>& ref,
-                                         const std::vector<double>& advantages, const GrpoLossOptions& o);
+                                         const std::vector<double>& advantages, const GrpoLossOptions& o,
+                                         const std::vector<double>& inference = {});
 
 // Saves a checkpoint of the run at `state` (the pretrain driver's save_checkpoint).
 using GrpoSaveFn = std::function<Status(const TrainerState&)>;

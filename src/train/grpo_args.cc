@@ -1,4 +1,4 @@
-// Megatron-LM main's --perform-rl-step / --grpo-* / --langrl-env-config / --rl-default-* flags and their checks.
+// Megatron-LM main's RL flags (--perform-rl-step, --grpo-*, --langrl-env-config, --rl-*): registration and checks.
 #include "train/grpo_args.h"
 
 namespace gale {
@@ -23,6 +23,48 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
   p.add("--rl-default-temperature", &g.rl_default_temperature, "GRPO: sampling temperature of the rollouts (1.0)");
   p.add("--rl-default-top-p", &g.rl_default_top_p, "GRPO: nucleus sampling of the rollouts (0: off)");
   p.add("--rl-default-top-k", &g.rl_default_top_k, "GRPO: top-k sampling of the rollouts (-1: off)");
+  p.add_flag("--rl-inference-logprobs-is-correction", &g.rl_inference_logprobs_is_correction,
+             "GRPO: weight each generated token's policy term by exp(old - inference log-probability), the "
+             "sampler's log-probability of the token when it was generated (docs/rl.md)");
+  p.add_false("--no-rl-inference-logprobs-is-correction", &g.rl_inference_logprobs_is_correction,
+              "GRPO: no importance-sampling correction (the default)");
+  p.add("--rl-importance-sampling-truncation-coef", &g.rl_importance_sampling_truncation_coef,
+        "GRPO: with --rl-inference-logprobs-is-correction, the importance weight's upper bound (unset: none)");
+  // Megatron's flags whose request is what Gale's GRPO does anyway.
+  p.add_compat("--rl-skip-bos-token", false,
+               "Gale's GRPO prompts are the tokenizer's ids as they are; no BOS token is prepended to them");
+  p.add_compat("--no-rl-skip-bos-token", false,
+               "Gale's GRPO prompts are the tokenizer's ids as they are; no BOS token is prepended to them");
+  p.add_compat("--use-same-sampling-seed-across-dp-ranks", false,
+               "Gale's rollout draws are keyed by --seed, the collection and the completion, never by the "
+               "data-parallel rank: every rank draws the same samples");
+  // The group's other flags: one line each on why Gale does not run them.
+  const std::string own_model =
+      "Gale generates the rollouts with the trained model itself on each process; there is no separate inference "
+      "model or server";
+  p.add_unsupported("--rl-prompts-per-eval", "RL evaluation (Megatron's evaluate_and_print_results_rl)");
+  for (const char* f : {"--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
+                        "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
+    p.add_unsupported(f, "GRPO sequence packing: Gale trains each rollout as one padded row");
+  for (const char* f : {"--rl-partial-rollouts", "--no-rl-partial-rollouts", "--rl-generation-lag",
+                        "--rl-max-inflight-requests", "--rl-submission-granularity", "--rl-consumption-granularity"})
+    p.add_unsupported(f, "asynchronous (partial) rollouts: Gale's collections are generated whole, between optimizer "
+                         "steps, by the policy as it is");
+  for (const char* f : {"--rl-durable-rollout-bank", "--rl-rollout-bank-dir", "--rl-rollout-bank-max-bytes"})
+    p.add_unsupported(f, "the durable rollout bank: a resumed Gale run regenerates its collection exactly");
+  for (const char* f : {"--rl-inference-tensor-model-parallel-size", "--rl-inference-pipeline-model-parallel-size",
+                        "--rl-inference-expert-model-parallel-size",
+                        "--rl-inference-expert-tensor-model-parallel-size", "--rl-inference-model-unified-memory-level",
+                        "--rl-offload-inference-model-weights-when-idle",
+                        "--no-rl-offload-inference-model-weights-when-idle", "--refit-method",
+                        "--rl-verify-model-weights-swap", "--no-rl-verify-model-weights-swap", "--rl-inference-parsers"})
+    p.add_unsupported(f, own_model);
+  for (const char* f : {"--rl-offload-optimizer-during-inference", "--rl-kv-cache-management-mode",
+                        "--rl-persist-cuda-graphs", "--no-rl-persist-cuda-graphs", "--rl-training-cuda-graphs",
+                        "--no-rl-training-cuda-graphs"})
+    p.add_unsupported(f, "GPU memory and CUDA-graph management between rollouts and training");
+  for (const char* f : {"--rl-profile", "--rl-profile-dir"})
+    p.add_unsupported(f, "RL profiling files (JSONL + CSV); use --profile or --timing-log-level");
 }
 
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p) {
@@ -31,7 +73,9 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--grpo-clamp-eps-lower", "--grpo-clamp-eps-upper", "--grpo-kl-beta",
                              "--grpo-entropy-term-weight", "--grpo-filter-groups-with-same-reward",
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
-                             "--rl-default-top-k"})
+                             "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
+                             "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
+                             "--rl-skip-bos-token", "--no-rl-skip-bos-token"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
     return Status::Ok();
   }
@@ -56,6 +100,9 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--rl-default-top-p: expected a number in [0, 1], found ", g.rl_default_top_p);
   if (g.rl_default_top_k < -1)
     return InvalidArgument("--rl-default-top-k: expected -1 (off) or a non-negative number, found ", g.rl_default_top_k);
+  if (p.was_set("--rl-importance-sampling-truncation-coef") && !(g.rl_importance_sampling_truncation_coef > 0.0))
+    return InvalidArgument("--rl-importance-sampling-truncation-coef: expected a positive number, found ",
+                           g.rl_importance_sampling_truncation_coef);
   const int64_t samples = g.grpo_prompts_per_step * g.grpo_group_size;
   const int64_t gbs = a.training.global_batch_size;
   if (gbs > 0 && samples % gbs != 0)

@@ -1,7 +1,11 @@
 // Megatron-LM main's RL flags (megatron/training/arguments.py _add_rl_args) that Gale's GRPO runs
-// with: --perform-rl-step, the --grpo-* flags, --langrl-env-config and --rl-default-*, with
-// Megatron's defaults; registered and validated by the perform-rl-step feature
-// (features/feature_grpo.cc), run by train/grpo.h.
+// with: --perform-rl-step, the --grpo-* flags, --langrl-env-config, --rl-default-*,
+// --rl-inference-logprobs-is-correction and --rl-importance-sampling-truncation-coef, with
+// Megatron's defaults; --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks accepted
+// with a start-up note (what they ask is what Gale does); the group's other flags (evaluation,
+// sequence packing, partial rollouts, rollout banks, the separate inference model's parallelism,
+// CUDA graphs, offloading, profiling, parsers) refused in one line each. Registered and validated
+// by the perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,11 @@ struct GrpoArgs {
   double rl_default_temperature = 1.0;
   double rl_default_top_p = 0.0;          // 0: off
   int64_t rl_default_top_k = -1;          // -1 (Megatron) or 0: off
+  // --rl-inference-logprobs-is-correction: weight each token's policy term by exp(π_old − π_inf),
+  // π_inf the sampler's log-probability of the token when it was generated (train/grpo_loss.h).
+  bool rl_inference_logprobs_is_correction = false;
+  // --rl-importance-sampling-truncation-coef: that weight's upper bound; 0: unset (Megatron's None).
+  double rl_importance_sampling_truncation_coef = 0.0;
 };
 
 void add_grpo_args(ArgParser& p, GrpoArgs& g);
@@ -38,7 +47,8 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g);
 // LoRA, --stage dpo, --qad-enable, --fp16, --reuse-fp32-param, --overlap-param-gather,
 // --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --exit-interval,
 // --async-save, --non-persistent-save-interval and a --data-path are refused; --save-interval
-// must be a multiple of the iterations per collection, grpo_iterations · (P·G / gbs).
+// must be a multiple of the iterations per collection, grpo_iterations · (P·G / gbs);
+// --rl-importance-sampling-truncation-coef must be positive.
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);
 
 }  // namespace gale

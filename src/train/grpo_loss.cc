@@ -26,8 +26,13 @@ std::vector<double> grpo_advantages(const std::vector<std::vector<double>>& rewa
   return out;
 }
 
-GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double advantage, const GrpoLossOptions& o) {
+GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double advantage, const GrpoLossOptions& o,
+                              const double* inference) {
   GrpoTokenLoss t;
+  if (inference != nullptr) {  // Megatron: is_weights = exp(old − inference), then min(·, coef)
+    t.is_weight = std::exp(old - *inference);
+    if (o.is_truncation_coef > 0.0) t.is_weight = std::min(t.is_weight, o.is_truncation_coef);
+  }
   const double lo = 1.0 - o.clamp_eps_lower, hi = 1.0 + o.clamp_eps_upper;
   t.ratio = std::exp(current - old);
   const double clamped = std::clamp(t.ratio, lo, hi);
@@ -37,7 +42,7 @@ GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double adv
   const double ref_diff = ref - current;
   t.kl_term = std::exp(ref_diff) - ref_diff - 1.0;
   t.entropy_term = -std::exp(current) * current;
-  t.loss = -std::min(unclamped_term, clamped_term) + o.kl_beta * t.kl_term - o.entropy_weight * t.entropy_term;
+  t.loss = -t.is_weight * std::min(unclamped_term, clamped_term) + o.kl_beta * t.kl_term - o.entropy_weight * t.entropy_term;
   // d min / d ratio: the smaller operand's derivative (half each on a tie); the clamped operand's
   // is A inside [lo, hi] (bounds included) and 0 outside.
   const double d_unclamped = advantage;
@@ -46,7 +51,7 @@ GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double adv
   if (unclamped_term < clamped_term) d_min_d_ratio = d_unclamped;
   else if (clamped_term < unclamped_term) d_min_d_ratio = d_clamped;
   else d_min_d_ratio = 0.5 * (d_unclamped + d_clamped);
-  t.d_loss_d_current = -d_min_d_ratio * t.ratio + o.kl_beta * (1.0 - std::exp(ref_diff)) +
+  t.d_loss_d_current = -t.is_weight * d_min_d_ratio * t.ratio + o.kl_beta * (1.0 - std::exp(ref_diff)) +
                        o.entropy_weight * std::exp(current) * (current + 1.0);
   return t;
 }
@@ -54,8 +59,10 @@ GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double adv
 GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, const std::vector<double>& old,
                                          const std::vector<double>& ref, const std::vector<double>& advantages,
                                          const std::vector<float>& mask, int64_t B, int64_t S,
-                                         int64_t num_microbatches, const GrpoLossOptions& o) {
+                                         int64_t num_microbatches, const GrpoLossOptions& o,
+                                         const std::vector<double>& inference) {
   const size_t n = static_cast<size_t>(B * S);
+  GALE_CHECK(inference.empty() || inference.size() == n) << "GRPO inference log-probabilities are [B, S]";
   GALE_CHECK(current.size() == n && old.size() == n && ref.size() == n && mask.size() == n)
       << "GRPO micro-batch arrays are [B, S] = [" << B << ", " << S << "]";
   GALE_CHECK_EQ(advantages.size(), static_cast<size_t>(B));
@@ -68,7 +75,8 @@ GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, con
       const size_t i = static_cast<size_t>(b * S + s);
       const double w = mask[i];
       if (w == 0.0) continue;
-      const GrpoTokenLoss t = grpo_token_loss(current[i], old[i], ref[i], advantages[b], o);
+      const GrpoTokenLoss t =
+          grpo_token_loss(current[i], old[i], ref[i], advantages[b], o, inference.empty() ? nullptr : &inference[i]);
       m.tokens += w;
       m.loss_sum += w * t.loss;
       m.kl_sum += w * t.kl_term;

@@ -15,12 +15,17 @@
 //   ent   = −exp(lp)·lp
 //   loss  = −min(ratio·A, clamped·A) + β·kl − w·ent
 // truncated_from_above = ratio > 1 + ε_u, truncated_from_below = ratio < 1 − ε_l (logged only).
-// Megatron's importance-sampling correction against the inference engine's log-probabilities is
-// not part of it: Gale's rollouts come from the trained model itself, so that weight is 1.
+//
+// Importance sampling (--rl-inference-logprobs-is-correction): with inf = the token's
+// log-probability under the sampler that generated it (the inference engine's raw logits),
+//   w = exp(old − inf),  truncated to min(w, c) with c = --rl-importance-sampling-truncation-coef,
+//   loss = −w·min(ratio·A, clamped·A) + β·kl − w_e·ent
+// (w = 1 without the correction). w depends on old and inf only, so it scales the policy term's
+// derivative and nothing else.
 //
 // Derivative (torch's autograd of that expression: min passes the gradient to the smaller
 // operand, half to each on a tie; clamp passes it inside [lo, hi], bounds included):
-//   d loss / d lp = −A·ratio·[the unclamped operand is taken, or ratio ∈ [1 − ε_l, 1 + ε_u]]
+//   d loss / d lp = −w·A·ratio·[the unclamped operand is taken, or ratio ∈ [1 − ε_l, 1 + ε_u]]
 //                   + β·(1 − exp(ref − lp)) + w·exp(lp)·(lp + 1)
 //
 // Micro-batch reduction (loss_func returning (Σ loss·mask, Σ mask) and Megatron's schedule without
@@ -38,6 +43,9 @@ struct GrpoLossOptions {
   double clamp_eps_upper = 0.01;   // --grpo-clamp-eps-upper
   double kl_beta = 0.001;          // --grpo-kl-beta
   double entropy_weight = 0.0;     // --grpo-entropy-term-weight
+  // --rl-importance-sampling-truncation-coef: the importance weight's upper bound; ≤ 0: none
+  // (Megatron's None). Applies only where inference log-probabilities are given.
+  double is_truncation_coef = 0.0;
 };
 
 // Megatron's calculate_grpo_advantages for single-turn rollouts: one flat advantage per completion,
@@ -48,13 +56,19 @@ std::vector<double> grpo_advantages(const std::vector<std::vector<double>>& rewa
 struct GrpoTokenLoss {
   double loss = 0.0, kl_term = 0.0, ratio = 0.0, entropy_term = 0.0;
   bool truncated_from_above = false, truncated_from_below = false;
+  double is_weight = 1.0;         // the importance weight w (1 without inference log-probabilities)
   double d_loss_d_current = 0.0;  // d loss / d lp
 };
-GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double advantage, const GrpoLossOptions& o);
+// `inference`: the token's inference log-probability (--rl-inference-logprobs-is-correction), or
+// null for none.
+GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double advantage, const GrpoLossOptions& o,
+                              const double* inference = nullptr);
 
 // A micro-batch of B sequences of S log-probability positions, every array [B, S] sample-major and
 // `advantages` [B]: the masked sums of every term (what loss_func reports) and the gradient of
 // mb_loss (header comment) with respect to each current log-probability, 0 where the mask is 0.
+// `inference` [B, S]: the inference log-probabilities of the importance-sampling correction, or
+// empty for none.
 struct GrpoMicroBatchLoss {
   double loss_sum = 0.0, kl_sum = 0.0, ratio_sum = 0.0, entropy_sum = 0.0;
   double truncated_above_sum = 0.0, truncated_below_sum = 0.0;
@@ -65,6 +79,7 @@ struct GrpoMicroBatchLoss {
 GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, const std::vector<double>& old,
                                          const std::vector<double>& ref, const std::vector<double>& advantages,
                                          const std::vector<float>& mask, int64_t B, int64_t S,
-                                         int64_t num_microbatches, const GrpoLossOptions& o);
+                                         int64_t num_microbatches, const GrpoLossOptions& o,
+                                         const std::vector<double>& inference = {});
 
 }  // namespace gale

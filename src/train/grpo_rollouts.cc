@@ -81,6 +81,8 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
   std::vector<std::vector<double>> kept_rewards;
   int64_t attempts = 0;
   int64_t request_base = 0;  // completions generated so far in this collection (sampling indices)
+  std::vector<std::vector<double>> kept_logprobs;  // per kept completion: each generated token's inference log-prob
+  const int64_t model_vocab = policy.config().vocab;
   while (static_cast<int64_t>(kept_rewards.size()) < P) {
     const int64_t need = P - static_cast<int64_t>(kept_rewards.size());
     attempts += need;
@@ -107,9 +109,19 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
     o.max_length = max_length;
     o.max_new_tokens = env.max_new_tokens > 0 ? env.max_new_tokens : max_length;
     o.stop_tokens = {eod};
+    std::vector<std::vector<double>> logprobs(requests.size());
     o.sample = [&](const float* logits, int64_t request, int64_t step) {
-      return grpo_sample_token(logits, vocab, sampling, stream,
-                               (static_cast<uint64_t>(request_base + request) << 20) + static_cast<uint64_t>(step));
+      const int32_t token =
+          grpo_sample_token(logits, vocab, sampling, stream,
+                            (static_cast<uint64_t>(request_base + request) << 20) + static_cast<uint64_t>(step));
+      // The raw log-softmax of the drawn token (Megatron's "raw_logprobs").
+      const double top = *std::max_element(logits, logits + model_vocab);
+      double sum = 0.0;
+      for (int64_t v = 0; v < model_vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - top);
+      std::vector<double>& lp = logprobs[static_cast<size_t>(request)];
+      if (static_cast<int64_t>(lp.size()) <= step) lp.resize(static_cast<size_t>(step + 1), 0.0);
+      lp[static_cast<size_t>(step)] = static_cast<double>(logits[token]) - top - std::log(sum);
+      return token;
     };
     GALE_ASSIGN_OR_RETURN(const EngineResult r, run_inference_engine(policy, requests, o));
     request_base += static_cast<int64_t>(requests.size());
@@ -135,7 +147,10 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
       kept_rewards.push_back(rewards);
       kept_index.push_back(index[i]);
       kept_prompts.push_back(prompt_ids[i]);
-      for (int64_t k = 0; k < G; ++k) kept_completions.push_back(r.generated[static_cast<size_t>(i * G + k)]);
+      for (int64_t k = 0; k < G; ++k) {
+        kept_completions.push_back(r.generated[static_cast<size_t>(i * G + k)]);
+        kept_logprobs.push_back(logprobs[static_cast<size_t>(i * G + k)]);
+      }
     }
   }
   const std::vector<double> adv = grpo_advantages(kept_rewards);
@@ -143,6 +158,7 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
   out.rows = R;
   out.tokens.assign(static_cast<size_t>(R * S), pad);
   out.loss_mask.assign(static_cast<size_t>(R * S), 0.0f);
+  out.inference_logprobs.assign(static_cast<size_t>(R * S), 0.0);
   for (int64_t row = 0; row < R; ++row) {
     const std::vector<int32_t>& prompt = kept_prompts[static_cast<size_t>(row / G)];
     const std::vector<int32_t>& completion = kept_completions[static_cast<size_t>(row)];
@@ -152,8 +168,12 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
     std::copy(prompt.begin(), prompt.end(), t);
     std::copy(completion.begin(), completion.end(), t + np);
     float* m = out.loss_mask.data() + row * S;
-    for (int64_t s = np; s < np + nc; ++s)  // token s generated -> the position predicting it, s - 1
+    const std::vector<double>& lp = kept_logprobs[static_cast<size_t>(row)];
+    GALE_CHECK_GE(static_cast<int64_t>(lp.size()), nc) << "a generated token without its inference log-probability";
+    for (int64_t s = np; s < np + nc; ++s) {  // token s generated -> the position predicting it, s - 1
       if (t[s] != pad) m[s - 1] = 1.0f;
+      out.inference_logprobs[static_cast<size_t>(row * S + s - 1)] = lp[static_cast<size_t>(s - np)];
+    }
     out.rewards.push_back(kept_rewards[static_cast<size_t>(row / G)][static_cast<size_t>(row % G)]);
     out.advantages.push_back(adv[static_cast<size_t>(row)]);
     out.prompt_index.push_back(kept_index[static_cast<size_t>(row / G)]);

@@ -13,6 +13,11 @@
 // row = prompt ++ completion padded to --seq-length with the pad token (the tokenizer's, else its
 // end-of-document token). The loss mask [R, S] is Megatron's loss_mask[:, 1:]: position s (which
 // predicts token s + 1) is 1 when token s + 1 was generated and is not the pad token.
+//
+// Inference log-probabilities [R, S] (--rl-inference-logprobs-is-correction; Megatron's default
+// "raw_logprobs"): at position s (which predicts generated token s + 1) the log-softmax, over the
+// model's whole (padded) vocabulary, of the unmodified logits the sampler drew token s + 1 from —
+// before temperature, top-k or top-p; 0 at positions that predict no generated token.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +36,7 @@ struct GrpoRollouts {
   int64_t rows = 0, seq_length = 0;
   std::vector<int32_t> tokens;        // [R, S]
   std::vector<float> loss_mask;       // [R, S]
+  std::vector<double> inference_logprobs;  // [R, S] (header comment)
   std::vector<double> rewards;        // [R]
   std::vector<double> advantages;     // [R]
   std::vector<int64_t> prompt_index;  // [R]: the environment's prompt of each row

@@ -1,8 +1,9 @@
 // `gale pretrain --perform-rl-step` end to end: a tiny GPT trained by online GRPO in a contains-answer
 // environment (NullTokenizer prompts) logs its collections and Megatron's RL log line, two runs are
 // identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, data parallelism 2
-// (every rank generates the same rollouts) reproduces one process, and the refusals are one-line
-// errors naming the flag.
+// (every rank generates the same rollouts) reproduces one process, the importance-sampling
+// correction against the sampler's log-probabilities (and its truncation) acts on the loss, the
+// flags accepted without effect change nothing, and the refusals are one-line errors naming the flag.
 #include <gtest/gtest.h>
 
 #include "cli/log_line.h"
@@ -163,6 +164,51 @@ TEST(GalePretrainGrpo, ResumesAtACollectionBoundary) {
   EXPECT_EQ(collections, lines_with(part2.output, "> GRPO collection at iteration 8:"));
 }
 
+// --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
+// rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
+// follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
+// halves iteration 1's gradient (KL 0 and no entropy term there: the policy term is all of it).
+// --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks are noted and change nothing.
+TEST(GalePretrainGrpo, ImportanceSamplingCorrectionAndAcceptedFlags) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const test::RunResult plain = gale(rl(env, {"--train-iters", "4"}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const test::RunResult is = gale(rl(env, {"--train-iters", "4", "--rl-inference-logprobs-is-correction",
+                                          "--rl-importance-sampling-truncation-coef", "2"}));
+  ASSERT_EQ(is.exit_code, 0) << is.output;
+  const test::RunResult half = gale(rl(env, {"--train-iters", "1", "--rl-inference-logprobs-is-correction",
+                                            "--rl-importance-sampling-truncation-coef", "0.5"}));
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  const std::vector<double> g = logged_values(plain.output, "grad norm"), gi = logged_values(is.output, "grad norm"),
+                            gh = logged_values(half.output, "grad norm");
+  ASSERT_EQ(g.size(), 4u) << plain.output;
+  ASSERT_EQ(gi.size(), 4u) << is.output;
+  ASSERT_EQ(gh.size(), 1u) << half.output;
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(gi[i], g[i], 1e-3 * g[i]) << i;
+  EXPECT_NEAR(gh[0], 0.5 * g[0], 1e-3 * g[0]);  // the log prints 4 significant digits
+  EXPECT_EQ(lines_with(plain.output, "> GRPO collection"), lines_with(is.output, "> GRPO collection"));
+
+  const test::RunResult noted =
+      gale(rl(env, {"--train-iters", "4", "--rl-skip-bos-token", "--use-same-sampling-seed-across-dp-ranks"}));
+  ASSERT_EQ(noted.exit_code, 0) << noted.output;
+  EXPECT_NE(noted.output.find("accepted without effect: --rl-skip-bos-token: Gale's GRPO prompts are the "
+                              "tokenizer's ids as they are; no BOS token is prepended to them"),
+            std::string::npos)
+      << noted.output;
+  EXPECT_NE(noted.output.find("accepted without effect: --use-same-sampling-seed-across-dp-ranks: "),
+            std::string::npos);
+  EXPECT_EQ(lines_with(plain.output, "| consumed samples:"), lines_with(noted.output, "| consumed samples:"));
+
+  const test::RunResult alone = gale(rl(env, {"--train-iters", "1", "--rl-importance-sampling-truncation-coef", "0.5"}));
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("--rl-importance-sampling-truncation-coef: no effect without "
+                              "--rl-inference-logprobs-is-correction"),
+            std::string::npos)
+      << alone.output;
+  EXPECT_EQ(logged_values(alone.output, "grad norm"), std::vector<double>{g[0]});
+}
+
 void expect_usage_error(const std::vector<std::string>& argv, const std::string& message) {
   const test::RunResult r = gale(argv);
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -188,6 +234,20 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
   expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
+  expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
+                     "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
+  // Megatron's RL flags Gale does not run: one line each, naming the flag and why.
+  expect_usage_error(rl(env, {"--rl-use-sequence-packing"}),
+                     "--rl-use-sequence-packing: not supported yet (GRPO sequence packing: Gale trains each rollout "
+                     "as one padded row)");
+  expect_usage_error(rl(env, {"--rl-prompts-per-eval", "8"}),
+                     "--rl-prompts-per-eval: not supported yet (RL evaluation (Megatron's evaluate_and_print_results_rl))");
+  expect_usage_error(rl(env, {"--rl-offload-optimizer-during-inference"}),
+                     "--rl-offload-optimizer-during-inference: not supported yet (GPU memory and CUDA-graph management "
+                     "between rollouts and training)");
+  expect_usage_error(rl(env, {"--rl-inference-tensor-model-parallel-size", "2"}),
+                     "--rl-inference-tensor-model-parallel-size: not supported yet (Gale generates the rollouts with "
+                     "the trained model itself on each process; there is no separate inference model or server)");
   testing::write_file(env, "environment: regex\ndata: prompts.jsonl\n");
   const test::RunResult bad = gale(rl(env, {}));
   EXPECT_EQ(bad.exit_code, 1) << bad.output;

@@ -24,7 +24,13 @@ GrpoLossOptions options_of(const nlohmann::json& c) {
   o.clamp_eps_upper = c["clamp_eps_upper"];
   o.kl_beta = c["kl_beta"];
   o.entropy_weight = c["entropy_weight"];
+  if (!c["is_truncation_coef"].is_null()) o.is_truncation_coef = c["is_truncation_coef"];
   return o;
+}
+
+// The case's inference log-probabilities (--rl-inference-logprobs-is-correction), empty for none.
+std::vector<double> inference_of(const nlohmann::json& c) {
+  return c["inference"].is_null() ? std::vector<double>{} : c["inference"].get<std::vector<double>>();
 }
 
 TEST(GrpoAdvantages, MatchMegatron) {
@@ -50,16 +56,19 @@ TEST(GrpoAdvantages, DocumentedExample) {
 
 TEST(GrpoLoss, PerTokenTermsMatchMegatron) {
   const nlohmann::json f = fixture();
-  ASSERT_EQ(f["loss_cases"].size(), 5u);
-  int above = 0, below = 0;
+  ASSERT_EQ(f["loss_cases"].size(), 7u);
+  int above = 0, below = 0, weighted = 0, truncated = 0;
   for (const auto& c : f["loss_cases"]) {
     const GrpoLossOptions o = options_of(c);
     const int64_t B = c["B"], S = c["S"];
     const std::vector<double> cur = c["current"], old = c["old"], ref = c["ref"], adv = c["advantages"];
+    const std::vector<double> inf = inference_of(c);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) {
         const size_t i = static_cast<size_t>(b * S + s);
-        const GrpoTokenLoss t = grpo_token_loss(cur[i], old[i], ref[i], adv[b], o);
+        const GrpoTokenLoss t = grpo_token_loss(cur[i], old[i], ref[i], adv[b], o, inf.empty() ? nullptr : &inf[i]);
+        weighted += t.is_weight != 1.0;
+        truncated += o.is_truncation_coef > 0.0 && t.is_weight == o.is_truncation_coef;
         EXPECT_NEAR(t.loss, c["loss"][i].get<double>(), 1e-12) << c["name"] << " " << i;
         EXPECT_NEAR(t.kl_term, c["kl_term"][i].get<double>(), 1e-12);
         EXPECT_NEAR(t.ratio, c["ratios"][i].get<double>(), 1e-12);
@@ -72,6 +81,8 @@ TEST(GrpoLoss, PerTokenTermsMatchMegatron) {
   }
   EXPECT_GT(above, 0);  // the cases exercise both clamps
   EXPECT_GT(below, 0);
+  EXPECT_GT(weighted, 0);  // the importance-sampling cases weight tokens, and truncate some
+  EXPECT_GT(truncated, 0);
 }
 
 TEST(GrpoLoss, ReducedLossAndGradientMatchMegatronAutograd) {
@@ -82,7 +93,8 @@ TEST(GrpoLoss, ReducedLossAndGradientMatchMegatronAutograd) {
     const std::vector<double> mask_d = c["mask"];
     const std::vector<float> mask(mask_d.begin(), mask_d.end());
     const GrpoMicroBatchLoss m =
-        grpo_micro_batch_loss(cur, old, ref, adv, mask, B, S, c["num_microbatches"].get<int64_t>(), options_of(c));
+        grpo_micro_batch_loss(cur, old, ref, adv, mask, B, S, c["num_microbatches"].get<int64_t>(), options_of(c),
+                              inference_of(c));
     EXPECT_NEAR(m.mb_loss, c["mb_loss"].get<double>(), 1e-12) << c["name"];
     const std::vector<double> want = c["grad"];
     ASSERT_EQ(m.grad.size(), want.size());

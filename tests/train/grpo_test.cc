@@ -1,14 +1,18 @@
 // GRPO through the model: per-token log-probabilities, the loss's gradient reaching the parameters
 // (against finite differences of the objective), zero KL and unit ratios at the reference policy,
-// and a gradient step that favours the above-mean-reward completion.
+// a gradient step that favours the above-mean-reward completion, and the importance-sampling
+// correction: the sampler's inference log-probabilities of real rollouts against π_old, and the
+// weight exp(old − inference), truncated, scaling the policy gradient.
 #include "train/grpo.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "data/data_test_util.h"
 #include "model/model_test_batches.h"
 #include "testing.h"
+#include "tokenizer/null_tokenizer.h"
 
 namespace gale {
 namespace {
@@ -122,6 +126,79 @@ TEST(GrpoModel, GradientStepFavoursTheAboveMeanCompletion) {
     for (int64_t s = 0; s < 8; ++s) delta[b] += f.mb.loss_mask[b * 8 + s] * (after[b * 8 + s] - lp[b * 8 + s]);
   EXPECT_GT(delta[0], 0.0) << "reward 1 (advantage > 0)";
   EXPECT_LT(delta[1], 0.0) << "reward 0 (advantage < 0)";
+}
+
+// --rl-inference-logprobs-is-correction's log-probabilities: recorded by the sampler from the KV-cache
+// engine's logits at the position predicting each generated token; they equal π_old's from the full
+// evaluation forward of the same policy there (float rounding apart), and are 0 elsewhere.
+TEST(GrpoModel, InferenceLogProbsAreTheSamplersAtGeneratedTokens) {
+  Fixture f;
+  testing::TempDir dir;
+  testing::write_file(dir.file("p.jsonl"), "{\"prompt\": \"1 2\", \"answer\": \"3\"}\n"
+                                           "{\"prompt\": \"4 5 6\", \"answer\": \"7\"}\n");
+  testing::write_file(dir.file("env.yaml"), "environment: exact_match\ndata: p.jsonl\nmax_new_tokens: 4\n");
+  StatusOr<RlEnvironment> env = load_rl_environment(dir.file("env.yaml"));
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  StatusOr<std::unique_ptr<NullTokenizer>> tok = NullTokenizer::create(f.c.vocab - 1);
+  ASSERT_TRUE(tok.ok());
+  GrpoArgs g;
+  g.grpo_prompts_per_step = 2;
+  g.grpo_group_size = 3;
+  StatusOr<GrpoRollouts> r = collect_grpo_rollouts(f.model, **tok, *env, g, f.c.seq_length, 11, 0);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const int64_t S = f.c.seq_length;
+  ASSERT_EQ(r->inference_logprobs.size(), static_cast<size_t>(r->rows * S));
+  int64_t generated = 0;
+  for (int64_t row = 0; row < r->rows; ++row) {
+    const MicroBatch mb = grpo_micro_batch(*r, row, 1, (*tok)->eod(), 0);
+    const std::vector<double> old = grpo_token_logprobs(f.model, mb);
+    for (int64_t s = 0; s < S; ++s) {
+      const double inf = r->inference_logprobs[static_cast<size_t>(row * S + s)];
+      if (r->loss_mask[static_cast<size_t>(row * S + s)] == 0.0f) {
+        if (s + 1 < S && mb.tokens[s + 1] != (*tok)->eod()) {
+          EXPECT_EQ(inf, 0.0) << row << " " << s;  // predicts a prompt token
+        }
+        continue;
+      }
+      ++generated;
+      EXPECT_LT(inf, 0.0);
+      EXPECT_NEAR(inf, old[s], 1e-4) << row << " " << s;
+    }
+  }
+  EXPECT_GT(generated, 6);
+}
+
+// The importance weight exp(old − inference) multiplies the policy term's gradient (KL and entropy
+// off): inference = old − log 2 doubles every parameter gradient; with
+// --rl-importance-sampling-truncation-coef 1.5 the weight, and so the gradient, is 1.5 times.
+TEST(GrpoModel, ImportanceWeightScalesThePolicyGradientAndIsTruncated) {
+  Fixture f;
+  const std::vector<double> lp = grpo_token_logprobs(f.model, f.mb);
+  std::vector<double> old(lp.size()), inference(lp.size());
+  for (size_t i = 0; i < lp.size(); ++i) {
+    old[i] = lp[i] + 0.05 * std::sin(static_cast<double>(i));  // ratios inside the clamp
+    inference[i] = old[i] - std::log(2.0);
+  }
+  GrpoLossOptions o;
+  o.clamp_eps_lower = o.clamp_eps_upper = 0.2;
+  o.kl_beta = 0.0;
+  ParamBuffer& pb = f.model.params();
+  auto grads = [&](const GrpoLossOptions& opts, const std::vector<double>& inf) {
+    pb.zero_grads();
+    grpo_forward_backward(f.model, f.mb, 0, old, old, f.r.advantages, opts, inf);
+    return std::vector<float>(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  };
+  const std::vector<float> plain = grads(o, {}), weighted = grads(o, inference);
+  GrpoLossOptions truncated = o;
+  truncated.is_truncation_coef = 1.5;
+  const std::vector<float> capped = grads(truncated, inference);
+  double norm = 0.0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    norm += std::abs(plain[i]);
+    EXPECT_NEAR(weighted[i], 2.0 * plain[i], 1e-5 + 1e-4 * std::abs(plain[i])) << i;
+    EXPECT_NEAR(capped[i], 1.5 * plain[i], 1e-5 + 1e-4 * std::abs(plain[i])) << i;
+  }
+  EXPECT_GT(norm, 1e-3);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@ pipeline_parallel/schedules.py, loss_func returning three values, no --calculate
 and the gradient of mb_loss with respect to current_logprobs is torch autograd's through
 Megatron's function (torch.min and clamp as torch differentiates them).
 
+Two cases add --rl-inference-logprobs-is-correction's inference log-probabilities ("inference"; the
+weight exp(old - inference)) and one --rl-importance-sampling-truncation-coef ("is_truncation_coef";
+the weight min(exp(old - inference), coef)); the others hold null for both.
+
 Each case holds its inputs, Megatron's outputs (per-token loss, kl term, ratios, entropy term,
 truncated-from-above/below) and the reduced loss and its gradient. Advantage cases hold rewards
 [num_groups, group_size] and Megatron's flat advantages.
@@ -55,7 +59,7 @@ def megatron_functions():
 
 
 def loss_case(calc_loss, calc_adv, rng, name, B, S, group_size, eps_lo, eps_hi, kl_beta, entropy_w,
-              num_microbatches, rewards=None, equal_old=False):
+              num_microbatches, rewards=None, equal_old=False, is_correction=False, is_truncation_coef=None):
     current = torch.tensor(-rng.uniform(0.05, 3.0, size=(B, S)), dtype=torch.float64, requires_grad=True)
     old = current.detach() if equal_old else current.detach() + torch.tensor(rng.uniform(-0.4, 0.4, size=(B, S)))
     ref = current.detach() + torch.tensor(rng.uniform(-0.6, 0.6, size=(B, S)))
@@ -64,8 +68,11 @@ def loss_case(calc_loss, calc_adv, rng, name, B, S, group_size, eps_lo, eps_hi, 
     adv = calc_adv(rewards, [[1] * group_size for _ in rewards])
     advantages = torch.tensor(adv, dtype=torch.float64)
     mask = torch.tensor((rng.uniform(size=(B, S)) < 0.7).astype(np.float64))
+    # --rl-inference-logprobs-is-correction: the sampler's log-probabilities, near pi_old's.
+    inference = old + torch.tensor(rng.uniform(-0.3, 0.3, size=(B, S))) if is_correction else None
     loss, kl, ratios, entropy, above, below = calc_loss(current, old, ref, advantages, eps_lo, eps_hi, kl_beta,
-                                                        entropy_w)
+                                                        entropy_w, inference_logprobs=inference,
+                                                        is_truncation_coef=is_truncation_coef)
     tokens = torch.clamp(mask.sum(), min=1)
     mb_loss = (loss * mask).sum() / tokens / num_microbatches
     mb_loss.backward()
@@ -78,6 +85,7 @@ def loss_case(calc_loss, calc_adv, rng, name, B, S, group_size, eps_lo, eps_hi, 
         "loss": flat(loss), "kl_term": flat(kl), "ratios": flat(ratios), "entropy_term": flat(entropy),
         "truncated_from_above": [int(v) for v in flat(above)], "truncated_from_below": [int(v) for v in flat(below)],
         "mb_loss": float(mb_loss), "grad": flat(current.grad),
+        "inference": flat(inference) if inference is not None else None, "is_truncation_coef": is_truncation_coef,
     }
 
 
@@ -93,6 +101,15 @@ def main():
         loss_case(calc_loss, calc_adv, rng, "same_reward_group", 4, 5, 2, 0.2, 0.2, 0.02, 0.0, 1,
                   rewards=[[1.0, 1.0], [0.0, 1.0]]),
     ]
+    # Importance sampling against the inference log-probabilities (--rl-inference-logprobs-is-correction,
+    # --rl-importance-sampling-truncation-coef), from their own generator so the cases above stay as they were.
+    is_rng = np.random.default_rng(20261205)
+    is_cases = [
+        loss_case(calc_loss, calc_adv, is_rng, "is_correction", 4, 6, 2, 0.2, 0.28, 0.05, 0.01, 1,
+                  is_correction=True),
+        loss_case(calc_loss, calc_adv, is_rng, "is_truncated", 6, 5, 3, 0.2, 0.2, 0.01, 0.0, 2,
+                  is_correction=True, is_truncation_coef=1.05),
+    ]
     adv_cases = []
     for rewards in ([[-1.0, 1.0], [4.0, 4.0]], [[0.0, 1.0, 1.0, 0.0], [0.5, 0.25, 1.0, 0.0]],
                     [[3.0], [1.0]], rng.uniform(-2, 2, size=(3, 5)).tolist()):
@@ -100,7 +117,7 @@ def main():
                           "advantages": calc_adv(rewards, [[1] * len(rewards[0]) for _ in rewards])})
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
-        json.dump({"megatron_commit": commit, "torch": torch.__version__, "loss_cases": cases,
+        json.dump({"megatron_commit": commit, "torch": torch.__version__, "loss_cases": cases + is_cases,
                    "advantage_cases": adv_cases}, f, indent=1)
         f.write("\n")
     print("wrote", os.path.normpath(OUT))
