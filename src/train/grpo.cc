@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
+#include "train/grpo_eval.h"
 #include "train/training_log.h"
 
 namespace gale {
@@ -128,6 +129,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   const int64_t train_iters = t.train_iters;
   const LoggingArgs& l = args.logging;
 
+  // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
+  auto evaluate = [&](int64_t iteration) -> Status {
+    GALE_ASSIGN_OR_RETURN(const GrpoEvaluation e, evaluate_grpo(policy, tokenizer, env, g, S,
+                                                                static_cast<uint64_t>(t.seed), iteration));
+    print_rank_last(str_cat(" > GRPO evaluation at iteration ", iteration, ": ", e.prompts, " prompts x ",
+                            e.samples_per_prompt, " samples and 1 greedy completion"));
+    print_rank_last(format_grpo_evaluation(e));
+    return Status::Ok();
+  };
+  const bool do_valid = l.eval_iters > 0;
   GrpoRollouts rollouts;
   std::vector<double> old_lp, ref_lp;  // [local_rows, S]
   int64_t collected_at = -1;  // the iteration the current rollouts were collected at
@@ -224,7 +235,13 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       GALE_RETURN_IF_ERROR(save(*state));
       interval_start += now_seconds() - save_start;  // as Megatron, the save is not iteration time
     }
+    if (do_valid && l.eval_interval > 0 && state->iteration % l.eval_interval == 0) {
+      const double eval_start = now_seconds();
+      GALE_RETURN_IF_ERROR(evaluate(state->iteration));
+      interval_start += now_seconds() - eval_start;
+    }
   }
+  if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training
   return Status::Ok();
 }
 

@@ -21,7 +21,8 @@
 // and at every --log-interval Megatron's training line, its loss-dict entries (token means over
 // the global batch, averaged over the interval's iterations; Megatron prints an entry only when
 // it is > 0): lm loss (the GRPO loss), rl/kl_term, rl/pi_over_pi_old, rl/entropy_term,
-// rl/truncated_from_above, rl/truncated_from_below.
+// rl/truncated_from_above, rl/truncated_from_below; with --eval-iters > 0 the evaluation
+// (train/grpo_eval.h) at every --eval-interval and after training.
 #pragma once
 
 #include <cstdint>

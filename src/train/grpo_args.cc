@@ -30,6 +30,9 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
               "GRPO: no importance-sampling correction (the default)");
   p.add("--rl-importance-sampling-truncation-coef", &g.rl_importance_sampling_truncation_coef,
         "GRPO: with --rl-inference-logprobs-is-correction, the importance weight's upper bound (unset: none)");
+  p.add("--rl-prompts-per-eval", &g.rl_prompts_per_eval,
+        "GRPO evaluation: the environment's first N prompts, pass@1, pass@max_k and greedy reward at each "
+        "--eval-interval and after training, when --eval-iters > 0 (32)");
   // Megatron's flags whose request is what Gale's GRPO does anyway.
   p.add_compat("--rl-skip-bos-token", false,
                "Gale's GRPO prompts are the tokenizer's ids as they are; no BOS token is prepended to them");
@@ -42,7 +45,6 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
   const std::string own_model =
       "Gale generates the rollouts with the trained model itself on each process; there is no separate inference "
       "model or server";
-  p.add_unsupported("--rl-prompts-per-eval", "RL evaluation (Megatron's evaluate_and_print_results_rl)");
   for (const char* f : {"--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
                         "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
     p.add_unsupported(f, "GRPO sequence packing: Gale trains each rollout as one padded row");
@@ -75,7 +77,7 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
                              "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
                              "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
-                             "--rl-skip-bos-token", "--no-rl-skip-bos-token"})
+                             "--rl-skip-bos-token", "--no-rl-skip-bos-token", "--rl-prompts-per-eval"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
     return Status::Ok();
   }
@@ -103,6 +105,8 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (p.was_set("--rl-importance-sampling-truncation-coef") && !(g.rl_importance_sampling_truncation_coef > 0.0))
     return InvalidArgument("--rl-importance-sampling-truncation-coef: expected a positive number, found ",
                            g.rl_importance_sampling_truncation_coef);
+  if (g.rl_prompts_per_eval < 1)
+    return InvalidArgument("--rl-prompts-per-eval: expected a positive number, found ", g.rl_prompts_per_eval);
   const int64_t samples = g.grpo_prompts_per_step * g.grpo_group_size;
   const int64_t gbs = a.training.global_batch_size;
   if (gbs > 0 && samples % gbs != 0)

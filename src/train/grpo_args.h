@@ -1,6 +1,7 @@
 // Megatron-LM main's RL flags (megatron/training/arguments.py _add_rl_args) that Gale's GRPO runs
 // with: --perform-rl-step, the --grpo-* flags, --langrl-env-config, --rl-default-*,
-// --rl-inference-logprobs-is-correction and --rl-importance-sampling-truncation-coef, with
+// --rl-inference-logprobs-is-correction, --rl-importance-sampling-truncation-coef and
+// --rl-prompts-per-eval, with
 // Megatron's defaults; --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks accepted
 // with a start-up note (what they ask is what Gale does); the group's other flags (evaluation,
 // sequence packing, partial rollouts, rollout banks, the separate inference model's parallelism,
@@ -36,6 +37,9 @@ struct GrpoArgs {
   bool rl_inference_logprobs_is_correction = false;
   // --rl-importance-sampling-truncation-coef: that weight's upper bound; 0: unset (Megatron's None).
   double rl_importance_sampling_truncation_coef = 0.0;
+  // --rl-prompts-per-eval: the environment's first prompts evaluated at each --eval-interval and
+  // after training when --eval-iters > 0 (train/grpo_eval.h).
+  int64_t rl_prompts_per_eval = 32;
 };
 
 void add_grpo_args(ArgParser& p, GrpoArgs& g);
@@ -48,7 +52,7 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g);
 // --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --exit-interval,
 // --async-save, --non-persistent-save-interval and a --data-path are refused; --save-interval
 // must be a multiple of the iterations per collection, grpo_iterations · (P·G / gbs);
-// --rl-importance-sampling-truncation-coef must be positive.
+// --rl-importance-sampling-truncation-coef and --rl-prompts-per-eval must be positive.
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);
 
 }  // namespace gale

@@ -48,9 +48,10 @@ StatusOr<RlEnvironment> load_rl_environment(const std::string& config_path) {
       else if (key == "prompt_key") prompt_key = kv.second.as<std::string>();
       else if (key == "answer_key") answer_key = kv.second.as<std::string>();
       else if (key == "max_new_tokens") env.max_new_tokens = kv.second.as<int64_t>();
+      else if (key == "max_k") env.max_k = kv.second.as<int64_t>();
       else
         return InvalidArgument(where, ": unknown key '", key,
-                               "' (expected environment, data, prompt_key, answer_key, max_new_tokens)");
+                               "' (expected environment, data, prompt_key, answer_key, max_new_tokens, max_k)");
     }
   } catch (const YAML::Exception& e) {
     return InvalidArgument(where, ": a value of the wrong type: ", e.what());
@@ -60,6 +61,7 @@ StatusOr<RlEnvironment> load_rl_environment(const std::string& config_path) {
   if (data.empty()) return InvalidArgument(where, ": data: expected the JSONL file of prompts, found none");
   if (env.max_new_tokens < 0)
     return InvalidArgument(where, ": max_new_tokens: expected a non-negative number, found ", env.max_new_tokens);
+  if (env.max_k < 1) return InvalidArgument(where, ": max_k: expected a positive number, found ", env.max_k);
   std::filesystem::path p(data);
   if (p.is_relative()) p = std::filesystem::path(config_path).parent_path() / p;
   env.data_path = p.string();

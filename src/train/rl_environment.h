@@ -7,6 +7,7 @@
 //   prompt_key: prompt            # the field holding the prompt text (default prompt)
 //   answer_key: answer            # the field holding the golden answer (default answer; a string or a number)
 //   max_new_tokens: 16            # completion cap (default: up to --seq-length)
+//   max_k: 32                     # RL evaluation: samples per prompt (Megatron's PassAtEvaluationAgent max_k)
 // Rewards (the completion is its decoded text without a final end-of-document token; both texts
 // trimmed of surrounding whitespace):
 //   exact_match  1 when the completion equals the answer, else 0
@@ -31,6 +32,7 @@ struct RlEnvironment {
   std::string kind;             // exact_match or contains
   std::string data_path;        // resolved against the config file's folder
   int64_t max_new_tokens = 0;   // 0: up to --seq-length
+  int64_t max_k = 32;           // RL evaluation's samples per prompt (train/grpo_eval.h)
   std::vector<RlPrompt> prompts;
   // The reward of `completion` (decoded text) for prompt `index`.
   double reward(int64_t index, const std::string& completion) const;

@@ -116,7 +116,8 @@ TEST(GalePretrainGrpo, GroupFilterAndExactMatch) {
 TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   TempDir dir;
   const std::string env = write_env(dir);
-  std::vector<std::string> flags = rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1"});
+  std::vector<std::string> flags = rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1",
+                                            "--eval-iters", "1", "--eval-interval", "1", "--rl-prompts-per-eval", "2"});
   flags.erase(flags.begin());  // the binary
   const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -125,6 +126,10 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
             lines_with(two.output, "> GRPO collection at iteration 0:"));
+  // The evaluations (after iterations 1 and 2, and after training) agree too.
+  const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
+  ASSERT_EQ(evals.size(), 9u) << one.output;  // 3 evaluations x (pass@1, pass@32, greedy reward)
+  EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_"));
   for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old"}) {
     const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
     ASSERT_EQ(a.size(), 2u) << key << one.output;
@@ -209,6 +214,41 @@ TEST(GalePretrainGrpo, ImportanceSamplingCorrectionAndAcceptedFlags) {
   EXPECT_EQ(logged_values(alone.output, "grad norm"), std::vector<double>{g[0]});
 }
 
+// --rl-prompts-per-eval: Megatron's RL evaluation at every --eval-interval and after training when
+// --eval-iters > 0 (none with --eval-iters 0, as every other test here runs).
+TEST(GalePretrainGrpo, EvaluatesAtTheEvalIntervalAndAfterTraining) {
+  TempDir dir;
+  const std::string env = write_env(dir, "max_k: 4\n");
+  const test::RunResult r =
+      gale(rl(env, {"--train-iters", "4", "--eval-iters", "1", "--eval-interval", "2", "--rl-prompts-per-eval", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<std::string> heads = lines_with(r.output, "> GRPO evaluation at iteration");
+  ASSERT_EQ(heads.size(), 3u) << r.output;
+  EXPECT_NE(heads[0].find("> GRPO evaluation at iteration 2: 3 prompts x 4 samples and 1 greedy completion"),
+            std::string::npos) << heads[0];
+  EXPECT_NE(heads[1].find("at iteration 4:"), std::string::npos) << heads[1];
+  EXPECT_NE(heads[2].find("at iteration 4:"), std::string::npos) << heads[2];
+  EXPECT_EQ(heads[1], heads[2]);
+  EXPECT_EQ(lines_with(r.output, "Evaluation results:").size(), 3u);
+  const std::vector<double> p1 = testing::regex_values(r.output, "\tcontains_eval_mean_pass_at_1: ([0-9.]+)"),
+                            p4 = testing::regex_values(r.output, "\tcontains_eval_mean_pass_at_4: ([0-9.]+)"),
+                            gr = testing::regex_values(r.output, "\tcontains_eval_mean_greedy_reward: ([0-9.]+)");
+  ASSERT_EQ(p1.size(), 3u) << r.output;
+  ASSERT_EQ(p4.size(), 3u);
+  ASSERT_EQ(gr.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GE(p4[i], p1[i]);
+    EXPECT_LE(p4[i], 1.0);
+    EXPECT_NEAR(gr[i] * 3, std::round(gr[i] * 3), 1e-3) << gr[i];  // 3 greedy rewards of 0 or 1
+  }
+  EXPECT_EQ(p1[1], p1[2]);  // the same policy, the same draws
+  // The training lines are the plain run's: evaluation changes nothing.
+  const test::RunResult plain = gale(rl(env, {"--train-iters", "4"}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(lines_with(plain.output, "| consumed samples:"), lines_with(r.output, "| consumed samples:"));
+  EXPECT_TRUE(lines_with(plain.output, "Evaluation results:").empty());
+}
+
 void expect_usage_error(const std::vector<std::string>& argv, const std::string& message) {
   const test::RunResult r = gale(argv);
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -240,8 +280,7 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rl(env, {"--rl-use-sequence-packing"}),
                      "--rl-use-sequence-packing: not supported yet (GRPO sequence packing: Gale trains each rollout "
                      "as one padded row)");
-  expect_usage_error(rl(env, {"--rl-prompts-per-eval", "8"}),
-                     "--rl-prompts-per-eval: not supported yet (RL evaluation (Megatron's evaluate_and_print_results_rl))");
+  expect_usage_error(rl(env, {"--rl-prompts-per-eval", "0"}), "--rl-prompts-per-eval: expected a positive number, found 0");
   expect_usage_error(rl(env, {"--rl-offload-optimizer-during-inference"}),
                      "--rl-offload-optimizer-during-inference: not supported yet (GPU memory and CUDA-graph management "
                      "between rollouts and training)");

@@ -51,7 +51,7 @@ TEST(RlEnvironment, ErrorsNameTheFileAndKey) {
   std::string cfg = setup(dir, "environment: exact_match\ndata: p.jsonl\ntemperature: 1\n", ok_line);
   EXPECT_EQ(load_rl_environment(cfg).status().message(),
             "--langrl-env-config " + cfg +
-                ": unknown key 'temperature' (expected environment, data, prompt_key, answer_key, max_new_tokens)");
+                ": unknown key 'temperature' (expected environment, data, prompt_key, answer_key, max_new_tokens, max_k)");
   cfg = setup(dir, "environment: regex\ndata: p.jsonl\n", ok_line);
   EXPECT_EQ(load_rl_environment(cfg).status().message(),
             "--langrl-env-config " + cfg + ": environment: expected exact_match or contains, found 'regex'");

@@ -18,6 +18,9 @@ Two cases add --rl-inference-logprobs-is-correction's inference log-probabilitie
 weight exp(old - inference)) and one --rl-importance-sampling-truncation-coef ("is_truncation_coef";
 the weight min(exp(old - inference), coef)); the others hold null for both.
 
+pass_at_k_cases hold Megatron's pass_at_k (megatron/rl/agent/pass_at_evaluation_agent.py, read and run
+alone the same way) for --rl-prompts-per-eval's evaluation.
+
 Each case holds its inputs, Megatron's outputs (per-token loss, kl term, ratios, entropy term,
 truncated-from-above/below) and the reduced loss and its gradient. Advantage cases hold rewards
 [num_groups, group_size] and Megatron's flat advantages.
@@ -56,6 +59,18 @@ def megatron_functions():
            "log_single_rank": lambda *a, **k: None}
     exec(compile(module, "megatron/rl/rl_utils.py", "exec"), env)
     return env["calculate_grpo_advantages"], env["calculate_grpo_loss"], commit
+
+
+def megatron_pass_at_k():
+    """Megatron's pass_at_k (megatron/rl/agent/pass_at_evaluation_agent.py), read and run alone."""
+    src = subprocess.run(["git", "-C", GIT, "show", f"{REV}:megatron/rl/agent/pass_at_evaluation_agent.py"],
+                         check=True, capture_output=True, text=True).stdout
+    nodes = [n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "pass_at_k"]
+    if len(nodes) != 1:
+        sys.exit("pass_at_evaluation_agent.py no longer defines pass_at_k")
+    env = {"np": np}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "pass_at_evaluation_agent.py", "exec"), env)
+    return env["pass_at_k"]
 
 
 def loss_case(calc_loss, calc_adv, rng, name, B, S, group_size, eps_lo, eps_hi, kl_beta, entropy_w,
@@ -115,10 +130,16 @@ def main():
                     [[3.0], [1.0]], rng.uniform(-2, 2, size=(3, 5)).tolist()):
         adv_cases.append({"rewards": rewards,
                           "advantages": calc_adv(rewards, [[1] * len(rewards[0]) for _ in rewards])})
+    # --rl-prompts-per-eval's pass@k (n samples, c of them passing, k).
+    pass_at_k = megatron_pass_at_k()
+    pass_cases = [{"n": n, "c": c, "k": k, "pass_at_k": float(pass_at_k(n, c, k))}
+                  for n, c, k in ((32, 0, 1), (32, 0, 32), (32, 1, 1), (32, 1, 32), (32, 5, 1), (32, 5, 4),
+                                  (32, 31, 2), (8, 3, 8), (8, 3, 6), (8, 3, 5), (4, 2, 1), (1, 1, 1), (1, 0, 1),
+                                  (50, 7, 10))]
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump({"megatron_commit": commit, "torch": torch.__version__, "loss_cases": cases + is_cases,
-                   "advantage_cases": adv_cases}, f, indent=1)
+                   "advantage_cases": adv_cases, "pass_at_k_cases": pass_cases}, f, indent=1)
         f.write("\n")
     print("wrote", os.path.normpath(OUT))
 
