@@ -35,9 +35,10 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
         "--eval-interval and after training, when --eval-iters > 0 (32)");
   // Megatron's flags whose request is what Gale's GRPO does anyway.
   p.add_compat("--rl-skip-bos-token", false,
-               "Gale's GRPO prompts are the tokenizer's ids as they are; no BOS token is prepended to them");
-  p.add_compat("--no-rl-skip-bos-token", false,
-               "Gale's GRPO prompts are the tokenizer's ids as they are; no BOS token is prepended to them");
+               "Gale's GRPO prompts are the tokenizer's ids as they are; Gale prepends no BOS token to them");
+  p.add_unsupported("--no-rl-skip-bos-token",
+                    "prepending the tokenizer's BOS token to the RL prompts: Gale's GRPO prompts are the tokenizer's "
+                    "ids as they are");
   p.add_compat("--use-same-sampling-seed-across-dp-ranks", false,
                "Gale's rollout draws are keyed by --seed, the collection and the completion, never by the "
                "data-parallel rank: every rank draws the same samples");
@@ -77,7 +78,7 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
                              "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
                              "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
-                             "--rl-skip-bos-token", "--no-rl-skip-bos-token", "--rl-prompts-per-eval"})
+                             "--rl-skip-bos-token", "--rl-prompts-per-eval"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
     return Status::Ok();
   }

@@ -5,8 +5,8 @@
 // Megatron's defaults; --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks accepted
 // with a start-up note (what they ask is what Gale does); the group's other flags (evaluation,
 // sequence packing, partial rollouts, rollout banks, the separate inference model's parallelism,
-// CUDA graphs, offloading, profiling, parsers) refused in one line each. Registered and validated
-// by the perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
+// CUDA graphs, offloading, profiling, parsers, --no-rl-skip-bos-token's BOS) refused in one line
+// each. Registered and validated by the perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
 #pragma once
 
 #include <cstdint>

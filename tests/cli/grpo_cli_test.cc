@@ -198,7 +198,7 @@ TEST(GalePretrainGrpo, ImportanceSamplingCorrectionAndAcceptedFlags) {
       gale(rl(env, {"--train-iters", "4", "--rl-skip-bos-token", "--use-same-sampling-seed-across-dp-ranks"}));
   ASSERT_EQ(noted.exit_code, 0) << noted.output;
   EXPECT_NE(noted.output.find("accepted without effect: --rl-skip-bos-token: Gale's GRPO prompts are the "
-                              "tokenizer's ids as they are; no BOS token is prepended to them"),
+                              "tokenizer's ids as they are; Gale prepends no BOS token to them"),
             std::string::npos)
       << noted.output;
   EXPECT_NE(noted.output.find("accepted without effect: --use-same-sampling-seed-across-dp-ranks: "),
