@@ -12,7 +12,10 @@
 // calculate_grpo_loss (clipped ratio with --grpo-clamp-eps-lower/-upper, KL with --grpo-kl-beta,
 // entropy with --grpo-entropy-term-weight; train/grpo_loss.h), reduced as train_rl.py's loss_func.
 // --grpo-filter-groups-with-same-reward drops groups whose rewards are all equal and draws new
-// prompts in their place. train/grpo.h runs it.
+// prompts in their place. --rl-inference-logprobs-is-correction weights the policy term by
+// exp(π_old − the sampler's log-probability), truncated by --rl-importance-sampling-truncation-coef;
+// with --eval-iters > 0, --rl-prompts-per-eval prompts are evaluated (pass@k, greedy reward) at each
+// --eval-interval and after training (train/grpo_eval.h). train/grpo.h runs it.
 //
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
 // multiple of --global-batch-size. Not supported yet (refused naming the flag): tensor, pipeline
@@ -24,7 +27,10 @@
 //
 // Tests: tests/train/grpo_loss_test.cc (Megatron's golden values, finite differences),
 // tests/train/grpo_test.cc (the model-level gradient, zero KL at the reference, the loop),
-// tests/cli/grpo_cli_test.cc (gale pretrain --perform-rl-step end to end, refusals).
+// tests/train/grpo_eval_test.cc (--rl-prompts-per-eval's pass@k against Megatron's),
+// tests/train/megatron_rl_flags_test.cc (Megatron main's RL flags: none unknown),
+// tests/cli/grpo_cli_test.cc (gale pretrain --perform-rl-step end to end, importance sampling,
+// evaluation, refusals).
 #include "features/feature_grpo.h"
 
 namespace gale {

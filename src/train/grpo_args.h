@@ -1,12 +1,12 @@
 // Megatron-LM main's RL flags (megatron/training/arguments.py _add_rl_args) that Gale's GRPO runs
 // with: --perform-rl-step, the --grpo-* flags, --langrl-env-config, --rl-default-*,
 // --rl-inference-logprobs-is-correction, --rl-importance-sampling-truncation-coef and
-// --rl-prompts-per-eval, with
-// Megatron's defaults; --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks accepted
-// with a start-up note (what they ask is what Gale does); the group's other flags (evaluation,
-// sequence packing, partial rollouts, rollout banks, the separate inference model's parallelism,
-// CUDA graphs, offloading, profiling, parsers, --no-rl-skip-bos-token's BOS) refused in one line
-// each. Registered and validated by the perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
+// --rl-prompts-per-eval, with Megatron's defaults; --rl-skip-bos-token and
+// --use-same-sampling-seed-across-dp-ranks accepted with a start-up note (what they ask is what
+// Gale does); the group's other flags (sequence packing, partial rollouts, rollout banks, the
+// separate inference model's parallelism, CUDA graphs, offloading, profiling, parsers,
+// --no-rl-skip-bos-token's BOS) refused in one line each. Registered and validated by the
+// perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
 #pragma once
 
 #include <cstdint>
