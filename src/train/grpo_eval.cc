@@ -15,15 +15,16 @@ namespace {
 constexpr uint64_t kEvalStream = 0x4752504500000000ull;  // "GRPE" + the iteration
 
 // The completions of `requests` (prompt ids) under `sampling`, request r's step t drawing index
-// (r << 20) + t of `stream`, and each one's reward for its environment prompt `index[r]`.
+// (r << 20) + t of `stream`, and each one's reward for its environment prompt `index[r]`; at most
+// `batch` requests are decoded together (static batching: the same tokens as all at once).
 StatusOr<std::vector<double>> rewards_of(GPTModel& policy, const Tokenizer& tokenizer, const RlEnvironment& env,
                                          const std::vector<std::vector<int32_t>>& requests,
                                          const std::vector<int64_t>& index, const GrpoSampling& sampling,
-                                         uint64_t stream, int64_t max_length) {
+                                         uint64_t stream, int64_t max_length, int64_t batch) {
   const int32_t eod = tokenizer.eod();
   const int64_t vocab = tokenizer.vocab_size();
   EngineOptions o;
-  o.max_requests = static_cast<int64_t>(requests.size());
+  o.max_requests = std::min<int64_t>(batch, static_cast<int64_t>(requests.size()));
   o.kv_length = max_length;
   o.max_length = max_length;
   o.max_new_tokens = env.max_new_tokens > 0 ? env.max_new_tokens : max_length;
@@ -79,12 +80,13 @@ StatusOr<GrpoEvaluation> evaluate_grpo(GPTModel& policy, const Tokenizer& tokeni
     greedy_index.push_back(p);
   }
   const uint64_t stream = kEvalStream + static_cast<uint64_t>(iteration);
+  const int64_t batch = g.grpo_prompts_per_step * g.grpo_group_size;  // a rollout collection's KV at most
   const GrpoSampling sampling{seed, g.rl_default_temperature, g.rl_default_top_k, g.rl_default_top_p};
   GALE_ASSIGN_OR_RETURN(const std::vector<double> rs,
-                        rewards_of(policy, tokenizer, env, sampled, sampled_index, sampling, stream, max_length));
+                        rewards_of(policy, tokenizer, env, sampled, sampled_index, sampling, stream, max_length, batch));
   const GrpoSampling argmax{seed, 0.0, 1, 0.0};  // Megatron's greedy pass: top_k 1, temperature 0
   GALE_ASSIGN_OR_RETURN(const std::vector<double> rg,
-                        rewards_of(policy, tokenizer, env, greedy, greedy_index, argmax, stream, max_length));
+                        rewards_of(policy, tokenizer, env, greedy, greedy_index, argmax, stream, max_length, batch));
   std::vector<int64_t> ks = {1};
   if (n > 1) ks.push_back(n);
   std::vector<double> sums(ks.size(), 0.0);

@@ -84,7 +84,8 @@ TEST(GrpoEval, MetricsOfRewardsThatAlwaysOrNeverPass) {
 }
 
 // A reward that some samples reach: pass@1 is the passing fraction c/n averaged over the prompts,
-// pass@n ≥ pass@1, and the same call gives the same numbers (draws keyed by seed and iteration).
+// pass@n ≥ pass@1, and the same call gives the same numbers (draws keyed by seed and iteration),
+// also when decoded in static batches of 5 requests instead of all 24 at once.
 TEST(GrpoEval, PartialPassesAreDeterministic) {
   EvalFixture f;
   GrpoArgs g;
@@ -94,8 +95,13 @@ TEST(GrpoEval, PartialPassesAreDeterministic) {
   for (int64_t it = 0; it < 6; ++it) {
     StatusOr<GrpoEvaluation> a = evaluate_grpo(f.model, *f.tok, env, g, f.c.seq_length, 5, it);
     StatusOr<GrpoEvaluation> b = evaluate_grpo(f.model, *f.tok, env, g, f.c.seq_length, 5, it);
-    ASSERT_TRUE(a.ok() && b.ok());
+    GrpoArgs small = g;
+    small.grpo_prompts_per_step = 1;
+    small.grpo_group_size = 5;
+    StatusOr<GrpoEvaluation> c = evaluate_grpo(f.model, *f.tok, env, small, f.c.seq_length, 5, it);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
     EXPECT_EQ(a->metrics, b->metrics);
+    EXPECT_EQ(a->metrics, c->metrics);
     const double p1 = a->metrics[0].second, pn = a->metrics[1].second;
     EXPECT_GE(pn, p1);
     // c/n per prompt, n = 8, 3 prompts: a multiple of 1/24.
