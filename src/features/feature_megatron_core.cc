@@ -74,8 +74,9 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "Megatron-Core manifold-constrained hyper-connections (DeepSeek's mHC; HyperConnectionTransformerLayer)",
        "n residual streams (--mhc-num-residual-streams) mixed around every attention and MLP by per-token H_pre, "
        "H_post and a Sinkhorn-projected doubly stochastic H_res (--mhc-sinkhorn-iterations); dense GPT/LLaMA "
-       "models with TP (and SP) and DP; refused: PP, MTP, MoE and full recomputation (as Megatron), --recompute-modules "
-       "mhc, CP, MLA, hybrid and heterogeneous layers (not supported yet; docs/model.md)",
+       "and MLA models with TP (and SP), DP and CP (every algorithm), --recompute-modules mhc "
+       "(--mhc-recompute-layer-num blocks); refused: PP, MTP, MoE and full recomputation (as Megatron), hybrid and "
+       "heterogeneous layers (not supported yet; docs/model.md)",
        true, [](const Arguments& a) { return a.model.enable_mhc_connections; }});
   add({"moe-router-force-load-balancing", "--moe-router-force-load-balancing", FeatureModule::kMegatron, 0,
        "Megatron-Core random router logits for MoE benchmarks (apply_random_logits)",
@@ -87,7 +88,7 @@ void register_feature_megatron_core(FeatureRegistry& registry) {
        "Megatron activation recomputation (MindSpeed RecomputeMethodFeature, L2)",
        "full: layer groups (--recompute-method uniform|block, --recompute-num-layers) keep only their input and "
        "rerun their forward in backward; selective: --recompute-modules core_attn (the default) changes nothing "
-       "(attention probabilities are never kept); layernorm, mlp, moe_act, shared_experts, moe and mla_up_proj "
+       "(attention probabilities are never kept); layernorm, mlp, moe_act, shared_experts, moe, mla_up_proj and mhc "
        "drop those activations and recompute them in backward (docs/model.md)",
        true, [](const Arguments& a) {
          const ModelArgs& m = a.model;

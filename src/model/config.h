@@ -47,6 +47,12 @@ enum class SoftmaxType { kVanilla, kOffByOne, kLearnable };
 //   mla_up_proj:    multi-latent attention drops its packed q/k/v rows (the up projections' outputs
 //                   after RoPE) once attention has run, and rebuilds them from the kept latents in
 //                   backward (model/mla_attention.h).
+//   mhc:            --enable-mhc-connections (model/mhc_layer.h): the mHC layers drop the outputs
+//                   Megatron's output-discarding checkpoints discard (each module's n-stream input
+//                   except a recompute block's first, the aggregated sub-block inputs and the
+//                   norms' outputs) and rebuild a block's at its last layer's backward, keeping the
+//                   modules' mappings and the sub-blocks' outputs; blocks of mhc_layer_num layers
+//                   (--mhc-recompute-layer-num; 0: the whole model chunk).
 //
 // MindSpeed's --moe-zero-memory (features/feature_moe_zero_memory.cc, model/moe_layer.h): what a
 // MoE layer's routed experts drop in forward and rebuild in backward. kLevel0: the experts' input
@@ -77,6 +83,8 @@ struct RecomputePlan {
   // callers set positionally: {activation_layers, norm_layers}.)
   MoeZeroMemory moe_zero_memory = MoeZeroMemory::kOff;
   int64_t moe_zero_memory_level1_layers = kAllLayers;
+  bool mhc = false;           // --recompute-modules mhc
+  int64_t mhc_layer_num = 0;  // --mhc-recompute-layer-num (0: unset, one block of every layer)
 };
 
 // Megatron's --recompute-granularity full (--recompute-method, --recompute-num-layers): layers that

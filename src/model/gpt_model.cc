@@ -10,6 +10,7 @@
 #include "kernels/flop_counter.h"
 #include "model/core_attention.h"
 #include "model/linear.h"
+#include "model/mhc_layer.h"
 #include "model/layer_shares.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -1091,6 +1092,10 @@ Tensor GPTModel::backward(int64_t mb_id, const Tensor& d_output, float loss_scal
       Tensor x = restore_recompute_input(st->layers[first].x_in, d.shape());  // d has the input's shape
       for (int64_t j = first; j < end; ++j)
         x = transformer_layer_forward(st->rt, params_, layers_[j], part_.first_layer + j, x, &st->layers[j]);
+    }
+    if (config_.mhc.enabled && config_.recompute.mhc) {  // --recompute-modules mhc: at a block's last layer
+      const auto [mhc_first, mhc_end] = mhc_recompute_block(config_.recompute, i, L);
+      if (i == mhc_end - 1) mhc_recompute_block_forward(st->rt, part_.first_layer, mhc_first, mhc_end, st->layers);
     }
     if (smart_swap_) smart_swap_->before_backward(mb_id, i);  // --smart-swap: a segment boundary
     if (st->swap) {  // --swap-attention: this layer's activations back, the next one's read started

@@ -60,14 +60,13 @@ Tensor hc_pre_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffe
   s->h_post = Tensor::empty({Tl, n});
   s->h_res = Tensor::empty({Tl, n, n});
   s->m0 = Tensor::empty({Tl, n, n});
-  Tensor a = Tensor::empty({Tl, H});
   const float* X = x.data<float>();
   const float* P = s->proj.data<float>();
   const float* bias = pb.param_data(w.bias);
   const double ap = pb.param_data(w.alpha_pre)[0], apo = pb.param_data(w.alpha_post)[0],
                ar = pb.param_data(w.alpha_res)[0];
   float *R = s->r.data<float>(), *hp = s->h_pre.data<float>(), *hq = s->h_post.data<float>(),
-        *hr = s->h_res.data<float>(), *M0 = s->m0.data<float>(), *A = a.data<float>();
+        *hr = s->h_res.data<float>(), *M0 = s->m0.data<float>();
   const int64_t iters = c.mhc.sinkhorn_iterations;
   parallel_for(Tl, 16, [&](int64_t b, int64_t e) {
     std::vector<float> logits(static_cast<size_t>(n * n));
@@ -85,22 +84,39 @@ Tensor hc_pre_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffe
       for (int64_t k = 0; k < n * n; ++k)
         logits[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(r) * pt[2 * n + k] * ar + bias[2 * n + k]);
       sinkhorn_forward(logits.data(), M0 + t * n * n, hr + t * n * n, n, iters);
-      float* at = A + t * H;
+    }
+  });
+  return hc_aggregate(*s);
+}
+
+Tensor hc_aggregate(const HyperConnectionSaved& s) {
+  GALE_CHECK(s.x.defined()) << "mHC aggregation without the module's input";
+  const int64_t Tl = s.x.size(0), n = s.h_pre.size(1), nH = s.x.size(1), H = nH / n;
+  Tensor a = Tensor::empty({Tl, H});
+  const float *X = s.x.data<float>(), *hp = s.h_pre.data<float>();
+  float* A = a.data<float>();
+  parallel_for(Tl, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
       for (int64_t k = 0; k < H; ++k) {
         double acc = 0.0;
-        for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(hp[t * n + i]) * xt[i * H + k];
-        at[k] = static_cast<float>(acc);
+        for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(hp[t * n + i]) * X[t * nH + i * H + k];
+        A[t * H + k] = static_cast<float>(acc);
       }
-    }
   });
   return a;
 }
 
 Tensor hc_post_forward(const OpTable& ops, const Tensor& y, HyperConnectionSaved* s, const DropoutSpec& dropout) {
-  const int64_t Tl = y.size(0), H = y.size(1), n = s->h_post.size(1), nH = n * H;
   s->y = y;
+  return hc_merge(ops, *s, dropout);
+}
+
+Tensor hc_merge(const OpTable& ops, const HyperConnectionSaved& s, const DropoutSpec& dropout) {
+  GALE_CHECK(s.x.defined() && s.y.defined()) << "mHC merge without the module's input or the sub-block's output";
+  const Tensor& y = s.y;
+  const int64_t Tl = y.size(0), H = y.size(1), n = s.h_post.size(1), nH = n * H;
   Tensor expanded = Tensor::empty({Tl, nH}), mixed = Tensor::empty({Tl, nH}), out = Tensor::empty({Tl, nH});
-  const float *X = s->x.data<float>(), *Y = y.data<float>(), *hq = s->h_post.data<float>(), *hr = s->h_res.data<float>();
+  const float *X = s.x.data<float>(), *Y = y.data<float>(), *hq = s.h_post.data<float>(), *hr = s.h_res.data<float>();
   float *E = expanded.data<float>(), *Mx = mixed.data<float>();
   parallel_for(Tl, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)

@@ -57,6 +57,13 @@ Tensor hc_pre_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffe
 // forward's mappings; `dropout` is over [Tl, n·H] (cols_total n·H).
 Tensor hc_post_forward(const OpTable& ops, const Tensor& y, HyperConnectionSaved* s, const DropoutSpec& dropout);
 
+// The two steps forward keeps no output of under --recompute-modules mhc (model/mhc_layer.h), rerun
+// from s as the first forward left it (s.x put back): the aggregation a = Σ_i H_pre_i·X_i [Tl, H]
+// (hc_pre_forward's result), and the merge X' [Tl, n·H] from s.x, s.y and the mappings
+// (hc_post_forward's result; `dropout` as there, its masks drawn again). Bit-identical to forward's.
+Tensor hc_aggregate(const HyperConnectionSaved& s);
+Tensor hc_merge(const OpTable& ops, const HyperConnectionSaved& s, const DropoutSpec& dropout);
+
 // Backward of hc_post_forward from dX' [Tl, n·H]: returns dy [Tl, H]; *d_x gets the residual
 // path's gradient Σ_i H_res[i, j]·dX'_i (written), *d_h_post and *d_h_res the mappings' gradients.
 Tensor hc_post_backward(const OpTable& ops, const HyperConnectionSaved& s, const Tensor& d_out,

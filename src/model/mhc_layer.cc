@@ -1,6 +1,7 @@
 // mHC transformer layer: the two hyper-connection modules around the layer's attention and MLP halves.
 #include "model/mhc_layer.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "core/check.h"
@@ -42,8 +43,40 @@ Tensor mhc_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const La
   const Tensor a2 = hc_pre_forward(c, *rt.ops, pb, w.hc_mlp, x_mid, &hs->mlp);
   const Tensor y2 = transformer_layer_forward(half(rt, 2), pb, w, layer, a2, saved ? &hs->mlp_half : nullptr);
   const Tensor out = hc_post_forward(*rt.ops, y2, &hs->mlp, stream_dropout(rt, layer, 2));
+  if (saved && c.recompute.mhc) {  // drop what Megatron's output-discarding checkpoints discard (mhc_layer.h)
+    const int64_t i = layer - rt.part->first_layer;
+    if (i != mhc_recompute_block(c.recompute, i, i + 1).first) hs->attn.x = Tensor();
+    hs->mlp.x = Tensor();
+    saved->x_in = saved->norm1_out = Tensor();  // a and input_layernorm's output
+    hs->mlp_half.x_in = hs->mlp_half.x_mid = hs->mlp_half.norm2_out = Tensor();  // a' and pre_mlp_layernorm's
+  }
   if (saved) saved->mhc = hs;
   return layer == c.num_layers - 1 ? hc_contract_forward(out, n) : out;
+}
+
+std::pair<int64_t, int64_t> mhc_recompute_block(const RecomputePlan& plan, int64_t i, int64_t L) {
+  if (plan.mhc_layer_num <= 0) return {0, L};
+  const int64_t first = i / plan.mhc_layer_num * plan.mhc_layer_num;
+  return {first, std::min(first + plan.mhc_layer_num, L)};
+}
+
+void mhc_recompute_block_forward(const LayerRuntime& rt, int64_t first_layer, int64_t first, int64_t end,
+                                 std::vector<LayerSaved>& saved) {
+  Tensor x;  // the previous layer's output streams
+  for (int64_t i = first; i < end; ++i) {
+    const int64_t layer = first_layer + i;
+    GALE_CHECK(saved[i].mhc) << "layer " << layer << ": mHC recomputation without its forward's state";
+    MhcLayerSaved& hs = *saved[i].mhc;
+    if (i == first) {
+      GALE_CHECK(hs.attn.x.defined()) << "layer " << layer << ": mHC recompute block without its kept input";
+    } else {
+      hs.attn.x = x;
+    }
+    saved[i].x_in = hc_aggregate(hs.attn);
+    hs.mlp.x = hc_merge(*rt.ops, hs.attn, stream_dropout(rt, layer, 1));
+    hs.mlp_half.x_in = hs.mlp_half.x_mid = hc_aggregate(hs.mlp);
+    x = i + 1 < end ? hc_merge(*rt.ops, hs.mlp, stream_dropout(rt, layer, 2)) : Tensor();
+  }
 }
 
 Tensor mhc_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const LayerParamIds& w, int64_t layer,

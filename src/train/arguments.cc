@@ -123,8 +123,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
              "probabilities anyway), layernorm (both norms' outputs), mlp (dense MLPs keep only their input), "
              "moe_act (the experts' activation outputs; needs --moe-grouped-gemm), shared_experts (the MoE shared "
              "expert keeps only its input), moe (MoE layers keep only their input), mla_up_proj (MLA's up "
-             "projections and RoPE; needs --multi-latent-attention), mhc (Megatron's mHC recomputation; needs "
-             "--enable-mhc-connections; not supported yet)",
+             "projections and RoPE; needs --multi-latent-attention), mhc (Megatron's mHC recomputation: the "
+             "hyper-connection modules' stream inputs, aggregations and the norms' outputs, rebuilt per "
+             "--mhc-recompute-layer-num block; needs --enable-mhc-connections)",
              1);
 }
 

@@ -56,20 +56,13 @@ Status validate_mhc_args(const Arguments& a, const ArgParser& p) {
     return InvalidArgument(flag, " with --num-experts: expected a dense model (Megatron's "
                            "HyperConnectionTransformerLayer refuses MoE MLPs)");
   // Gale: not supported yet.
-  if (recompute_mhc)
-    return Unimplemented(flag, " with --recompute-modules mhc: not supported yet (the mHC layers keep their "
-                         "activations)");
   if (m.is_hybrid_model) return Unimplemented(flag, " with --is-hybrid-model: not supported yet");
   if (!m.heterogeneous_layers_config_encoded_json.empty())
     return Unimplemented(flag, " with heterogeneous layers: not supported yet");
-  if (m.multi_latent_attention) return Unimplemented(flag, " with --multi-latent-attention: not supported yet");
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(flag, " with --experimental-attention-variant: not supported yet");
   if (!m.noop_layers.empty()) return Unimplemented(flag, " with --noop-layers: not supported yet");
   if (a.parallel.tp_2d) return Unimplemented(flag, " with --tp-2d: not supported yet");
-  if (a.parallel.context_parallel_size > 1)
-    return Unimplemented(flag, " with --context-parallel-size ", a.parallel.context_parallel_size,
-                         ": not supported yet");
   return Status::Ok();
 }
 

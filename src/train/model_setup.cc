@@ -208,6 +208,10 @@ void apply_recompute_modules(const ModelArgs& m, RecomputePlan* plan) {
     plan->shared_experts = plan->shared_experts || module == "shared_experts";
     plan->moe = plan->moe || module == "moe";
     plan->mla_up_proj = plan->mla_up_proj || module == "mla_up_proj";
+    if (module == "mhc") {  // validated (train/arguments_mhc.cc): with --enable-mhc-connections
+      plan->mhc = true;
+      plan->mhc_layer_num = m.mhc_recompute_layer_num == kUnset ? 0 : m.mhc_recompute_layer_num;
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 // gale pretrain with --enable-mhc-connections: the same losses at levels 0 and 2 (with hidden dropout
-// on the n-stream merge), other losses than the model without mHC, a save resumed exactly, a resume
+// on the n-stream merge) and with --recompute-modules mhc, other losses than the model without mHC, a save resumed exactly, a resume
 // without mHC refused, and Megatron's mhc_* args recorded in the checkpoint (generate restores them).
 #include <gtest/gtest.h>
 
@@ -32,6 +32,20 @@ TEST(MhcCli, TrainsTheSameAtLevels0And2AndNotAsWithoutMhc) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(level2[i], level0[i], 1e-5 * level0[i]) << "iteration " << i + 1;
   EXPECT_NE(level0[2], plain[2]);
   EXPECT_LT(level0[2], level0[0]);  // it learns
+}
+
+// --recompute-modules mhc (one block, and blocks of 2 layers with layernorm) through gale pretrain:
+// the same losses as keeping the activations (the rebuilt ones are bit-identical).
+TEST(MhcCli, RecomputeModulesMhcTrainsTheSame) {
+  testing::TempDir dir;
+  const std::string dropout = " --hidden-dropout 0.1";
+  const std::vector<double> stored = losses_of(kMhc + dropout, dir);
+  const std::vector<double> one_block = losses_of(kMhc + dropout + " --recompute-activations --recompute-modules mhc", dir);
+  const std::vector<double> blocks = losses_of(
+      kMhc + dropout + " --recompute-activations --recompute-modules mhc layernorm --mhc-recompute-layer-num 2", dir);
+  ASSERT_EQ(stored.size(), 3u);
+  EXPECT_EQ(one_block, stored);
+  EXPECT_EQ(blocks, stored);
 }
 
 TEST(MhcCli, ResumesExactlyRecordsMegatronsArgsAndRefusesAModelWithoutMhc) {

@@ -2,7 +2,7 @@
 // aggregation and residual merge, forward and every gradient, against Megatron-LM main's own module
 // in float64 (tests/data/reference/mhc, tools/reference/mhc_reference.py); Sinkhorn's output doubly
 // stochastic and its gradient against finite differences; finite differences of every parameter of
-// whole GPT and LLaMA-style models with mHC.
+// whole GPT, LLaMA-style and MLA models with mHC.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "model/gpt_model.h"
 #include "model/hyper_connection.h"
 #include "model/sinkhorn.h"
+#include "mla_test_config.h"
 #include "model_test_batches.h"
 #include "testing.h"
 
@@ -149,6 +150,20 @@ TEST(HyperConnection, EveryParameterOfAnMhcGptMatchesFiniteDifferences) {
 
 TEST(HyperConnection, EveryParameterOfAnMhcLlamaMatchesFiniteDifferences) {
   testing::expect_every_parameter_matches_finite_differences(mhc_config(true));
+}
+
+// mHC around multi-latent attention (Megatron's HyperConnectionTransformerLayer takes any
+// self-attention submodule): a DeepSeek-like MLA (query latent, latent norms, RMSNorm, SwiGLU, RoPE).
+TEST(HyperConnection, EveryParameterOfAnMhcMlaModelMatchesFiniteDifferences) {
+  ModelConfig c = testing::mla_config(/*llama=*/true, /*q_lora_rank=*/6, /*qk_layernorm=*/true, /*v_head_dim=*/3);
+  const ModelConfig m = mhc_config(true);
+  c.attention_dropout = c.hidden_dropout = 0.0f;
+  c.mhc = m.mhc;
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  ASSERT_GE(model.params().find("decoder.layers.0.self_attention.linear_kv_down_proj.weight"), 0);
+  ASSERT_GE(model.params().find("decoder.layers.1.self_attention_hyper_connection.mapping_proj.weight"), 0);
+  testing::expect_every_parameter_matches_finite_differences(c);
 }
 
 }  // namespace

@@ -87,9 +87,6 @@ INSTANTIATE_TEST_SUITE_P(
              "--recompute-modules mhc and mlp: expected one of them (Megatron refuses both together)"},
         Case{{kOn, "--recompute-granularity", "selective", "--recompute-modules", "mhc", "--mhc-recompute-layer-num", "0"},
              1, "--mhc-recompute-layer-num: expected a positive integer, found 0"},
-        Case{{kOn, "--recompute-granularity", "selective", "--recompute-modules", "mhc"}, 1,
-             "--enable-mhc-connections with --recompute-modules mhc: not supported yet (the mHC layers keep their "
-             "activations)"},
         Case{{kOn, "--pipeline-model-parallel-size", "2"}, 2,
              "--enable-mhc-connections with --pipeline-model-parallel-size 2: expected 1 (Megatron does not support "
              "mHC with pipeline parallelism yet)"},
@@ -106,12 +103,48 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{kOn, "--num-experts", "4"}, 1,
              "--enable-mhc-connections with --num-experts: expected a dense model (Megatron's "
              "HyperConnectionTransformerLayer refuses MoE MLPs)"},
-        Case{{kOn, "--multi-latent-attention", "--kv-lora-rank", "16", "--qk-head-dim", "16", "--qk-pos-emb-head-dim",
-              "8", "--v-head-dim", "16"},
-             1, "--enable-mhc-connections with --multi-latent-attention: not supported yet"},
-        Case{{kOn, "--noop-layers", "1"}, 1, "--enable-mhc-connections with --noop-layers: not supported yet"},
-        Case{{kOn, "--context-parallel-size", "2"}, 2,
-             "--enable-mhc-connections with --context-parallel-size 2: not supported yet"}));
+        Case{{kOn, "--noop-layers", "1"}, 1, "--enable-mhc-connections with --noop-layers: not supported yet"}));
+
+// What Megatron main allows with mHC and Gale does too: --recompute-modules mhc (alone, with other
+// modules, with --mhc-recompute-layer-num: RecomputePlan::mhc), context parallelism with each
+// algorithm, and multi-latent attention.
+TEST(MhcArguments, RecomputeModulesMhcContextParallelismAndMlaAreAccepted) {
+  struct Accepted {
+    std::vector<std::string> flags;
+    int64_t world;
+  };
+  const std::vector<Accepted> accepted = {
+      {{kOn, "--recompute-granularity", "selective", "--recompute-modules", "mhc"}, 1},
+      {{kOn, "--recompute-activations", "--recompute-modules", "mhc", "layernorm", "core_attn",
+        "--mhc-recompute-layer-num", "2"}, 1},
+      {{kOn, "--context-parallel-size", "2"}, 2},
+      {{kOn, "--context-parallel-size", "2", "--cp-comm-type", "allgather"}, 2},
+      {{kOn, "--context-parallel-size", "2", "--cp-comm-type", "a2a"}, 2},
+      {{kOn, "--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}, 2},
+      {{kOn, "--multi-latent-attention", "--kv-lora-rank", "16", "--qk-head-dim", "16", "--qk-pos-emb-head-dim", "8",
+        "--v-head-dim", "16"}, 1},
+  };
+  for (const Accepted& a : accepted) {
+    Cli cli;
+    const Status s = cli.parse_minimal(a.flags, a.world);
+    EXPECT_TRUE(s.ok()) << ::testing::PrintToString(a.flags) << ": " << s.to_string();
+  }
+  Cli cli;
+  ASSERT_TRUE(cli.parse_minimal({kOn, "--recompute-activations", "--recompute-modules", "mhc", "layernorm",
+                                 "--mhc-recompute-layer-num", "2"})
+                  .ok());
+  RecomputePlan plan;
+  apply_recompute_modules(cli.args.model, &plan);
+  EXPECT_TRUE(plan.mhc);
+  EXPECT_EQ(plan.mhc_layer_num, 2);
+  EXPECT_EQ(plan.norm_layers, RecomputePlan::kAllLayers);
+  Cli whole;
+  ASSERT_TRUE(whole.parse_minimal({kOn, "--recompute-granularity", "selective", "--recompute-modules", "mhc"}).ok());
+  RecomputePlan one_block;
+  apply_recompute_modules(whole.args.model, &one_block);
+  EXPECT_TRUE(one_block.mhc);
+  EXPECT_EQ(one_block.mhc_layer_num, 0);
+}
 
 }  // namespace
 }  // namespace gale
