@@ -222,8 +222,8 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
              "mamba_stack_spec (what pretrain_mamba.py needs) with --is-hybrid-model; other custom specs are not "
              "supported yet");
   p.add_choice("--output-logit-dtype", &a.output_logit_dtype, {"bf16", "fp32"},
-               "Output dtype for the language-model output-layer GEMM: fp32 is accepted (Gale's output layer always "
-               "writes fp32 logits); bf16 is not supported yet");
+               "dtype of the logits the output layer writes (default: its input's): fp32 is accepted (Gale's output "
+               "layer always writes fp32 logits); bf16 is not supported yet");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.
