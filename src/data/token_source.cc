@@ -74,7 +74,11 @@ class MockSource : public TokenSource {
 
 StatusOr<std::shared_ptr<TokenSource>> open_indexed_source(const std::string& prefix, bool mmap_bin) {
   GALE_ASSIGN_OR_RETURN(auto ds, IndexedDataset::open(prefix, mmap_bin));
-  return std::shared_ptr<TokenSource>(std::make_shared<IndexedSource>(std::move(ds)));
+  return make_indexed_source(std::move(ds));
+}
+
+std::shared_ptr<TokenSource> make_indexed_source(std::unique_ptr<IndexedDataset> dataset) {
+  return std::make_shared<IndexedSource>(std::move(dataset));
 }
 
 std::shared_ptr<TokenSource> make_mock_source(int32_t eod) { return std::make_shared<MockSource>(eod); }

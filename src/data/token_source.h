@@ -26,6 +26,8 @@ class TokenSource {
 };
 
 StatusOr<std::shared_ptr<TokenSource>> open_indexed_source(const std::string& prefix, bool mmap_bin = true);
+// The token source over an indexed dataset already open.
+std::shared_ptr<TokenSource> make_indexed_source(std::unique_ptr<IndexedDataset> dataset);
 
 // MockGPTLowLevelDataset: 100000 documents with lengths from
 // numpy.random.default_rng(0).integers(1, 4096, size=100000, dtype=int32); document i is

@@ -477,6 +477,15 @@ void add_data_args(ArgParser& p, DataArgs& a) {
   p.add_flag("--reset-attention-mask", &a.reset_attention_mask, "no attention across end-of-document boundaries");
   p.add_flag("--dataloader-inter-document-masking", &a.dataloader_inter_document_masking,
              "attention and position ids restart at every document boundary of a sample (Megatron's cu_seqlens)");
+  p.add("--mid-level-dataset-surplus", &a.mid_level_dataset_surplus,
+        "extra fraction of samples built for each dataset of a weighted blend: a split of n samples "
+        "gives a dataset of weight w ceil(ceil(n*w)*(1+surplus)) samples (default 0.005)");
+  p.add("--per-dataset-sequences-path", &a.per_dataset_sequences_path,
+        "JSON file of each dataset prefix's [sequence_count, document_count] (as Megatron's "
+        "tools/build_sequences_per_dataset.py writes it) standing for the .idx headers; checked against each .idx");
+  p.add_flag("--allow-ambiguous-pad-tokens", &a.allow_ambiguous_pad_tokens,
+             "keep the tokenizer's pad id when it shares its id with another special token (labels equal to it get "
+             "no loss, which Megatron warns makes training unstable); by default such a pad is not masked");
   p.add_flag("--sft", &a.sft, "Megatron SFT: --data-path is a JSONL file of \"messages\" conversations (needs "
                               "--tokenizer-type SFTTokenizer)");
   p.add("--sft-tokenizer-prompt-format", &a.sft_tokenizer_prompt_format,

@@ -618,6 +618,18 @@ struct DataArgs {
   // Megatron's --dataloader-inter-document-masking: attention and position ids restart at every
   // document boundary of a pretraining sample (the dataset's sequences, EOD or not).
   bool dataloader_inter_document_masking = false;
+  // Megatron-LM main's --mid-level-dataset-surplus (BlendedMegatronDatasetConfig): each dataset of a
+  // weighted blend is built with ceil(ceil(n·w) · (1 + surplus)) samples for a split of n samples,
+  // which decides its epochs and so its sample order (data/blending.h). Finite and > -1.
+  double mid_level_dataset_surplus = 0.005;
+  // Megatron-LM main's --per-dataset-sequences-path FILE: a JSON object {prefix: [sequence_count,
+  // document_count]} (tools/build_sequences_per_dataset.py's output) that stands for the .idx headers,
+  // with the token dtype taken from the tokenizer's vocabulary size (data/sequences_per_dataset.h).
+  std::string per_dataset_sequences_path;
+  // Megatron-LM main's --allow-ambiguous-pad-tokens: keep the tokenizer's pad id even when it equals
+  // its end-of-document id (labels equal to it then get no loss); otherwise such a pad becomes -1
+  // (data/pad_token.h).
+  bool allow_ambiguous_pad_tokens = false;
   // Whether samples carry document ids that restrict attention (--reset-attention-mask, --sft,
   // --dataloader-inter-document-masking).
   bool document_attention() const { return reset_attention_mask || sft || dataloader_inter_document_masking; }
@@ -886,6 +898,9 @@ struct MegatronCompatArgs {
   std::string transformer_impl = "transformer_engine";  // --transformer-impl: one implementation stands for both
   std::vector<std::string> spec;  // --spec: only Megatron's Mamba stack spec, with --is-hybrid-model
   std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
+  // Megatron-LM main's --output-logit-dtype bf16|fp32 ("": Megatron's None, the output layer's input
+  // dtype): fp32 is what Gale's output layer always writes; bf16 is refused.
+  std::string output_logit_dtype;
 };
 
 // MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).

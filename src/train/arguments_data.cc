@@ -2,6 +2,8 @@
 // would fail later or loop).
 #include "train/arguments.h"
 
+#include <cmath>
+
 #include "data/sft_conversation.h"
 
 namespace gale {
@@ -75,6 +77,17 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
                            "HuggingFaceTokenizer, SentencePieceTokenizer/GPTSentencePieceTokenizer/Llama2Tokenizer, "
                            "TikTokenizer and NullTokenizer)");
   GALE_RETURN_IF_ERROR(validate_sft_args(a));
+  if (!std::isfinite(d.mid_level_dataset_surplus) || d.mid_level_dataset_surplus <= -1.0)
+    return InvalidArgument("--mid-level-dataset-surplus: expected a finite number > -1 (a blend's datasets get "
+                           "ceil(ceil(n*w)*(1+surplus)) samples), found ",
+                           d.mid_level_dataset_surplus);
+  if (!d.per_dataset_sequences_path.empty() &&
+      (d.mock_data || d.sft || d.is_instruction_dataset || a.dpo.is_pairwise_dataset))
+    return Unimplemented("--per-dataset-sequences-path with ",
+                         d.mock_data ? "--mock-data" : d.sft ? "--sft" : d.is_instruction_dataset
+                                                                   ? "--is-instruction-dataset"
+                                                                   : "--is-pairwise-dataset",
+                         ": not supported (it stands for the .idx headers of GPT pretraining datasets only)");
   d.has_fim_split_sample = p.was_set("--fim-split-sample");
   d.has_fim_fragment_rate = p.was_set("--fim-fragment-rate");
   d.has_fim_no_prefix = p.was_set("--fim-no-prefix");

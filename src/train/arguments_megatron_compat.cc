@@ -45,6 +45,9 @@ const std::vector<Reason>& unsupported_flags() {
       {"ring-exchange pipeline communication (a custom PyTorch build)", {"--use-ring-exchange-p2p"}},
       {"the workload inspector server", {"--run-workload-inspector-server"}},
       {"multimodal rotary embeddings", {"--mrope-section"}},
+      {"Megatron-LM main's phased training: a save and exit at each listed iteration, then each phase's own "
+       "training dataset counted from its first sample",
+       {"--phase-transition-iterations"}},
   };
   return reasons;
 }
@@ -218,6 +221,9 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
              "Megatron's layer-spec module and name: only megatron.core.models.mamba.mamba_layer_specs "
              "mamba_stack_spec (what pretrain_mamba.py needs) with --is-hybrid-model; other custom specs are not "
              "supported yet");
+  p.add_choice("--output-logit-dtype", &a.output_logit_dtype, {"bf16", "fp32"},
+               "dtype of the logits the output layer writes (default: its input's): fp32 is accepted (Gale's output "
+               "layer always writes fp32 logits); bf16 is not supported yet");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.
@@ -238,6 +244,9 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
     if (c.moe_router_dtype != "fp32")
       return InvalidArgument("--moe-router-dtype: expected fp32 or fp64, found '", c.moe_router_dtype, "'");
   }
+  if (c.output_logit_dtype == "bf16")
+    return Unimplemented("--output-logit-dtype bf16: not supported yet (Gale's output layer always writes fp32 "
+                         "logits, as --output-logit-dtype fp32)");
   // Megatron's DistributedDataParallel: per-token gradients are summed, never averaged, in the collective.
   if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
     return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/log.h"
@@ -12,7 +13,9 @@
 #include "data/gpt_dataset.h"
 #include "data/instruction_dataset.h"
 #include "data/numpy_math.h"
+#include "data/pad_token.h"
 #include "data/pairwise_dataset.h"
+#include "data/sequences_per_dataset.h"
 #include "data/split.h"
 #include "train/sft_data_setup.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -32,11 +35,17 @@ struct Builder {
   std::shared_ptr<const HuggingFaceTokenizer> fim_tokenizer;
   FimOptions fim;
   std::shared_ptr<FimLoader> fim_loaders[3];
+  // --per-dataset-sequences-path (when it lists any prefix) and the vocabulary size it implies the
+  // token dtype from.
+  std::optional<SequencesPerDataset> sequences_per_dataset;
+  int64_t vocab_size = 0;
 
   StatusOr<std::shared_ptr<TokenSource>> source(const std::string& prefix) {
     auto it = sources.find(prefix);
     if (it != sources.end()) return it->second;
-    GALE_ASSIGN_OR_RETURN(auto s, open_indexed_source(prefix, args.data.mmap_bin_files));
+    GALE_ASSIGN_OR_RETURN(auto ds, IndexedDataset::open(prefix, args.data.mmap_bin_files));
+    if (sequences_per_dataset) GALE_RETURN_IF_ERROR(check_declared_index(*sequences_per_dataset, *ds, vocab_size));
+    std::shared_ptr<TokenSource> s = make_indexed_source(std::move(ds));
     sources[prefix] = s;
     return s;
   }
@@ -71,7 +80,8 @@ StatusOr<std::unique_ptr<TokenDataset>> build_blend(Builder& b, const Blend& ble
   if (blend.weights) {
     std::vector<double> w = numpy_normalize(*blend.weights);
     std::vector<int64_t> target = samples_per_dataset(w, size, 0.0);
-    std::vector<int64_t> buffer = samples_per_dataset(w, size, 0.005);
+    const double surplus = b.args.data.mid_level_dataset_surplus;
+    std::vector<int64_t> buffer = samples_per_dataset(w, size, surplus);
     int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
       GALE_ASSIGN_OR_RETURN(auto src, b.source(blend.prefixes[i]));
@@ -81,8 +91,13 @@ StatusOr<std::unique_ptr<TokenDataset>> build_blend(Builder& b, const Blend& ble
       parts.push_back(std::move(ds));
       total += target[i];
     }
-    GALE_ASSIGN_OR_RETURN(auto bl, BlendedDataset::build(std::move(parts), w, total));
-    return std::unique_ptr<TokenDataset>(std::move(bl));
+    auto bl = BlendedDataset::build(std::move(parts), w, total);
+    if (!bl.ok() && bl.status().code() == StatusCode::kFailedPrecondition)  // Megatron's IndexError
+      return FailedPrecondition("the ", split_name(split), " ", bl.status().message(),
+                                ": its datasets were built with --mid-level-dataset-surplus ", surplus,
+                                "; increase it (e.g. two- or ten-fold) for a sufficient sample margin");
+    GALE_RETURN_IF_ERROR(bl.status());
+    return std::unique_ptr<TokenDataset>(std::move(*bl));
   }
   std::vector<double> lengths;
   int64_t sum = 0;
@@ -238,6 +253,18 @@ Status build_pairwise_data(const Arguments& args, const SplitSampleCounts& count
   return Status::Ok();
 }
 
+// Megatron-LM main's GPTDataset pad (data/pad_token.h): the tokenizer's pad (a HuggingFaceTokenizer's
+// pad_token from tokenizer_config.json) unless it equals the eod; the collision is logged as Megatron
+// warns about it.
+int32_t gpt_dataset_pad(const Tokenizer& tokenizer, bool allow_ambiguous, const std::function<void(const std::string&)>& log) {
+  int32_t pad = tokenizer.pad();
+  if (const auto* hf = dynamic_cast<const HuggingFaceTokenizer*>(&tokenizer)) pad = hf->pad_token_id();
+  const int32_t specials[] = {tokenizer.eod()};
+  PadTokenChoice c = choose_pad_token(pad, specials, allow_ambiguous);
+  if (!c.warning.empty()) log("WARNING: " + c.warning);
+  return c.pad;
+}
+
 }  // namespace
 
 SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
@@ -311,6 +338,11 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
   b.params.seq_length = args.model.seq_length;
   b.params.seed = static_cast<uint32_t>(args.training.seed);
   if (d.fim_data) GALE_RETURN_IF_ERROR(setup_fim(args, &b));
+  b.vocab_size = out.vocab_size;
+  if (!d.per_dataset_sequences_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(SequencesPerDataset file, load_sequences_per_dataset(d.per_dataset_sequences_path));
+    if (!file.counts.empty()) b.sequences_per_dataset = std::move(file);  // an empty object: Megatron reads the .idx
+  }
   SplitSampleCounts counts = pretrain_sample_counts(args);
   const int64_t sizes[3] = {counts.train, counts.valid, counts.test};
   std::unique_ptr<TokenDataset> splits[3];
@@ -393,7 +425,7 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     return FailedPrecondition("the train split has no data (check --split '", b.split_text, "' or --train-data-path)");
   SampleOptions so;
   so.eod = out.eod;
-  so.pad = out.tokenizer->pad();
+  so.pad = gpt_dataset_pad(*out.tokenizer, d.allow_ambiguous_pad_tokens, log);
   so.eod_mask_loss = d.eod_mask_loss;
   so.reset_position_ids = d.reset_position_ids;
   so.reset_attention_mask = d.reset_attention_mask;
