@@ -1,4 +1,4 @@
-// Megatron main's unified hybrid layer pattern (--hybrid-layer-pattern): '|' between pipeline stages, '/' before MTP depths.
+// Megatron main's unified --hybrid-layer-pattern: '|' between pipeline stages, '/' before MTP depths.
 //
 // Format (Megatron-LM main, megatron/core/models/hybrid/hybrid_layer_allocation.py):
 //   "<main>/<mtp>/<mtp>/..."

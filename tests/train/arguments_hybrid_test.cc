@@ -232,7 +232,7 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
     if (pattern.find_first_of("GE+D") != std::string::npos) continue;
     const nlohmann::json& parse = c.at("parse");
     const bool mtp = !parse.contains("error") && parse.at("depths").get<int64_t>() > 0;
-    const nlohmann::json splits = c.contains("splits") ? c.at("splits") : nlohmann::json::array({{{"pp", 1}}});
+    const nlohmann::json splits = c.contains("splits") ? c.at("splits") : nlohmann::json::array({nlohmann::json{{"pp", 1}}});
     for (const auto& split : splits) {
       const int64_t pp = split.at("pp").get<int64_t>();
       testing::PretrainCli cli;
