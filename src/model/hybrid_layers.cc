@@ -4,15 +4,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/hybrid_pattern.h"
+
 namespace gale {
 
-namespace {
-
-bool is_layer_symbol(char s) {
+bool is_hybrid_layer_symbol(char s) {
   for (char v : {kHybridMamba, kHybridGatedDeltaNet, kHybridAttention, kHybridMla, kHybridDsa, kHybridMlp, kHybridMoe})
     if (s == v) return true;
   return false;
 }
+
+namespace {
 
 // Megatron's rule for '*', '+' and 'D', then the refusal of the two Gale does not build.
 Status check_unbuilt_symbols(const std::string& pattern) {
@@ -77,6 +79,9 @@ bool counts_match(const std::string& a, const std::string& b) {
 
 Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,
                               const std::string& override_pattern, std::string* layers) {
+  // A --hybrid-layer-pattern in the unified format: its decoder layers (stage boundaries and MTP
+  // depths apart; model/hybrid_pattern.h).
+  const std::string pattern = hybrid_pattern_layers(override_pattern);
   if (num_layers <= 0) return InvalidArgument("--num-layers: expected a positive count for the hybrid model, found ", num_layers);
   if (!(attention_ratio >= 0.0 && attention_ratio <= 1.0))
     return InvalidArgument("--hybrid-attention-ratio: expected a value in [0, 1], found ", attention_ratio);
@@ -86,21 +91,21 @@ Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double
     return InvalidArgument("--hybrid-attention-ratio + --hybrid-mlp-ratio: expected at most 1, found ",
                            attention_ratio + mlp_ratio);
   std::string t = allocate_auto(num_layers, attention_ratio, mlp_ratio);
-  if (!override_pattern.empty()) {
-    if (static_cast<int64_t>(override_pattern.size()) != num_layers)
+  if (!pattern.empty()) {
+    if (static_cast<int64_t>(pattern.size()) != num_layers)
       return InvalidArgument("--hybrid-override-pattern: the pattern has the wrong length: expected ", num_layers,
-                             " symbols (--num-layers), found ", override_pattern.size(), " ('", override_pattern, "')");
-    for (char s : override_pattern)
-      if (!is_layer_symbol(s))
+                             " symbols (--num-layers), found ", pattern.size(), " ('", pattern, "')");
+    for (char s : pattern)
+      if (!is_hybrid_layer_symbol(s))
         return InvalidArgument("--hybrid-override-pattern: '", std::string(1, s),
                                "' is not a layer symbol: expected one of M (Mamba), G (Gated DeltaNet), * (attention), "
                                "+ (multi-latent attention), D (DeepSeek sparse attention), - (MLP), E (MoE)");
-    GALE_RETURN_IF_ERROR(check_unbuilt_symbols(override_pattern));
-    if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(override_pattern, t))
+    GALE_RETURN_IF_ERROR(check_unbuilt_symbols(pattern));
+    if ((attention_ratio > 0.0 || mlp_ratio > 0.0) && !counts_match(pattern, t))
       return InvalidArgument("--hybrid-override-pattern: the number of each type of layer in the pattern ('",
-                             override_pattern, "') must match the number in the pattern the ratios give ('", t,
+                             pattern, "') must match the number in the pattern the ratios give ('", t,
                              "')");
-    t = override_pattern;
+    t = pattern;
   }
   *layers = t;
   return Status::Ok();

@@ -25,6 +25,9 @@ inline constexpr char kHybridGatedDeltaNet = 'G';
 inline constexpr char kHybridMla = '+';
 inline constexpr char kHybridDsa = 'D';
 
+// True for one of the layer symbols above (M, G, *, +, D, -, E).
+bool is_hybrid_layer_symbol(char s);
+
 // The layer types of a `num_layers`-layer hybrid model, one symbol per layer, as Megatron's
 // allocate_layers computes them:
 //   attention: round(L·attention_ratio) layers (round half to even, as Python's round) spread so
@@ -33,8 +36,9 @@ inline constexpr char kHybridDsa = 'D';
 //     when x < 0.5 (then x += m / (a + 1)), else x −= 1;
 //   MLP: round(L·mlp_ratio) of the remaining Mamba layers, by the same walk over them with
 //     x = (m − mlp) / mlp;
-//   `override_pattern` (non-empty: --hybrid-override-pattern) replaces the result; it must have L
-//     symbols from {M, G, *, +, D, -, E} and, when either ratio is positive, as many layers of each
+//   `override_pattern` (non-empty: --hybrid-override-pattern) replaces the result; its decoder
+//     layers (in Megatron main's unified format, the symbols before the first '/' without the '|'
+//     stage boundaries: model/hybrid_pattern.h) must be L symbols from {M, G, *, +, D, -, E} and, when either ratio is positive, as many layers of each
 //     type; '*' with '+' or 'D' is refused (as Megatron), and so are '+' and 'D' (not supported yet).
 // Errors name the flag, what was expected and what was found.
 Status allocate_hybrid_layers(int64_t num_layers, double attention_ratio, double mlp_ratio,

@@ -1141,11 +1141,6 @@ Status validate_mtp_args(Arguments& a) {
   return Status::Ok();
 }
 
-// --hybrid-layer-pattern (train/arguments_hybrid.cc): Megatron main's spelling of
-// --hybrid-override-pattern; both given is Megatron's error, '|' and '/' separators are refused, and
-// the pattern's length sets --num-layers (with Megatron's warning when that differs).
-Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p);
-
 Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t world_size, int64_t world_rank) {
   // Megatron: --optimizer dist_muon is the deprecated spelling of --optimizer muon
   // --use-distributed-optimizer (its layer-wise distributed optimizer).

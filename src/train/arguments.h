@@ -1057,6 +1057,14 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p);
 // The MLA flags (sizes, YaRN) and what MLA does not compose with (GQA, LoRA on linear_qkv).
 // After the model and parallel flags.
 Status validate_mla_args(Arguments& a, const ArgParser& p);
+// --hybrid-layer-pattern (Megatron main's unified pattern, model/hybrid_pattern.h; also an
+// --hybrid-override-pattern holding its separators): both flags given is Megatron's error; the
+// pattern's decoder layers set --num-layers (Megatron's warning when that differs); its '|' give
+// the pipeline stages (one segment per pipeline rank; the flags that give the split otherwise are
+// Megatron's errors; virtual stages are not supported yet) and '/' the MTP depths (they set
+// --mtp-num-layers, then are refused: the hybrid model has no MTP layers yet). Before the model and
+// parallel checks.
+Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p);
 // The hybrid model's layer allocation, sizes and what it cannot be combined with yet.
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p);
 // A hybrid MoE model's MoeArgs::layer_pattern (train/arguments_hybrid_moe.cc; part of

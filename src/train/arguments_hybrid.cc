@@ -1,6 +1,7 @@
 // The hybrid Mamba model's flags (--is-hybrid-model; Megatron names and defaults) and their checks.
 #include "core/log.h"
 #include "model/hybrid_layers.h"
+#include "model/hybrid_pattern.h"
 #include "train/arguments.h"
 
 namespace gale {
@@ -16,16 +17,51 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--hybrid-override-pattern", &a.hybrid_override_pattern,
         "the layers' types, one symbol per layer: M (Mamba), G (Gated DeltaNet, sized by --linear-*), * (attention), "
         "- (MLP), E (MoE, with --num-experts); + (multi-latent attention) and D (DeepSeek sparse attention) are "
-        "refused (not supported yet), '*' with '+' or 'D' as Megatron");
+        "refused (not supported yet), '*' with '+' or 'D' as Megatron; with '|' or '/' read as --hybrid-layer-pattern");
   // Megatron main's spelling: the same field, told apart by ArgParser::was_set
   // (resolve_hybrid_layer_pattern).
   p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
-        "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols; --num-layers "
-        "is the pattern's length; '|' (pipeline stages) and '/' (MTP layers) are refused (not supported yet)");
+        "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols, --num-layers "
+        "their count; '|' between pipeline stages (one segment per --pipeline-model-parallel-size rank), '/' before "
+        "each MTP depth (refused: not supported yet)");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
 }
+
+namespace {
+
+// Megatron main's checks of the pipeline flags against --hybrid-layer-pattern (arguments.py): the
+// pattern's '|' give the pipeline layout, so the flags that give it another way are errors.
+Status check_pattern_pipeline_flags(const ParallelArgs& par, const std::string& flag, bool pipes) {
+  if (pipes)
+    for (auto [set, other] : {std::pair{par.decoder_first_pipeline_num_layers != kUnset,
+                                        "--decoder-first-pipeline-num-layers"},
+                              std::pair{par.decoder_last_pipeline_num_layers != kUnset,
+                                        "--decoder-last-pipeline-num-layers"}})
+      if (set)
+        return InvalidArgument("If ", flag, " contains pipe separators, ", other,
+                               " should not be specified as the pipeline layout is explicitly defined (found it set)");
+  if (par.num_layers_per_virtual_pipeline_stage != kUnset)
+    return InvalidArgument("--num-layers-per-virtual-pipeline-stage should not be used with ", flag,
+                           ". To specify virtual pipelining, describe a number of pipeline segments in ", flag,
+                           " that is a multiple of --pipeline-model-parallel-size greater than 1");
+  if (par.num_virtual_stages_per_pipeline_rank != kUnset)
+    return InvalidArgument("--num-virtual-stages-per-pipeline-rank should not be used with ", flag,
+                           ". Virtual pipeline stages are derived from the number of | segments in the pattern.");
+  if (!par.pipeline_model_parallel_layout.empty())
+    return InvalidArgument("--pipeline-model-parallel-layout should not be used with ", flag,
+                           ". Pipeline stage layout is defined by | separators in the pattern.");
+  for (auto [set, other] : {std::pair{par.account_for_embedding_in_pipeline_split,
+                                      "--account-for-embedding-in-pipeline-split"},
+                            std::pair{par.account_for_loss_in_pipeline_split, "--account-for-loss-in-pipeline-split"}})
+    if (set)
+      return InvalidArgument(other, " should not be used with ", flag,
+                             ". Pipeline stage layout is defined by | separators in the pattern.");
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
@@ -33,20 +69,54 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
   if (layer && override)  // Megatron main's assertion
     return InvalidArgument("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
                            "--hybrid-override-pattern is deprecated; use --hybrid-layer-pattern instead.");
-  if (!layer) return Status::Ok();
-  const std::string& pattern = m.hybrid_override_pattern;
-  for (const char sep : {'|', '/'})
-    if (pattern.find(sep) != std::string::npos)
-      return Unimplemented("--hybrid-layer-pattern '", pattern, "': ",
-                           sep == '|' ? "'|' pipeline-stage separators" : "'/' multi-token-prediction separators",
-                           ": not supported yet (a pattern of layer symbols only)");
-  // Megatron main: the pattern's length is the layer count, whatever --num-layers says.
-  const int64_t n = static_cast<int64_t>(pattern.size());
+  const std::string& text = m.hybrid_override_pattern;
+  // Megatron main reads --hybrid-override-pattern as --hybrid-layer-pattern; Gale keeps the older
+  // rule (one symbol per --num-layers layer) for an override pattern without separators.
+  if (!layer && !(override && has_hybrid_separators(text))) return Status::Ok();
+  const std::string flag = layer ? "--hybrid-layer-pattern" : "--hybrid-override-pattern";
+  if (!m.is_hybrid_model) return InvalidArgument(flag, " needs --is-hybrid-model");
+  StatusOr<HybridLayerPattern> parsed = parse_hybrid_layer_pattern(text, flag);
+  if (!parsed.ok()) return parsed.status();
+  const HybridLayerPattern& pattern = *parsed;
+  // Megatron main: the pattern's decoder layers are the layer count, whatever --num-layers says.
+  const int64_t n = static_cast<int64_t>(pattern.layers.size());
   if (m.num_layers != kUnset && m.num_layers != n)
-    warn_rank0(str_cat("--hybrid-layer-pattern is set; ignoring --num-layers (", m.num_layers,
+    warn_rank0(str_cat(flag, " is set; ignoring --num-layers (", m.num_layers,
                        ") and using the layer count derived from the pattern (", n, ")."));
   m.num_layers = n;
-  return Status::Ok();
+  const ParallelArgs& par = a.parallel;
+  const bool pipes = pattern.stages.size() > 1;
+  GALE_RETURN_IF_ERROR(check_pattern_pipeline_flags(par, flag, pipes));
+  const int64_t pp = par.pipeline_model_parallel_size;
+  if (pipes) {
+    // The stages' layers (par.pipeline_layers) are set by validate_pipeline_split.
+    StatusOr<std::vector<std::vector<int64_t>>> stages = hybrid_pattern_stage_layers(pattern, pp, flag);
+    if (!stages.ok()) return stages.status();
+    const int64_t segments = static_cast<int64_t>(pattern.stages.size()), vpp = segments / pp;
+    if (vpp > 1 && pp == 1)  // Megatron: interleaving needs more than one pipeline rank
+      return InvalidArgument(flag, " '", text, "' has ", segments, " pipe-delimited segments: with "
+                             "--pipeline-model-parallel-size 1 they are virtual pipeline stages, and the interleaved "
+                             "schedule needs --pipeline-model-parallel-size > 1 (give one segment per pipeline rank)");
+    if (vpp > 1)
+      return Unimplemented(flag, " '", text, "': ", segments, " pipe-delimited segments over --pipeline-model-parallel-"
+                           "size ", pp, " make ", vpp, " virtual pipeline stages per rank: not supported yet with "
+                           "--is-hybrid-model (give one segment per pipeline rank)");
+  } else if (pp > 1) {
+    warn_rank0(str_cat("DEPRECATION: Using ", flag, " without pipe ('|') separators with --pipeline-model-parallel-"
+                       "size > 1 is deprecated. Please add '|' separators to explicitly define pipeline stage "
+                       "boundaries. Example: 'M*M*M*M*' with pp_size=2 should become 'M*M*|M*M*'."));
+  }
+  if (pattern.mtp_depths == 0) return Status::Ok();
+  // Megatron main infers --mtp-num-layers from the MTP depths (warning when it was given otherwise).
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers != pattern.mtp_depths)
+    warn_rank0(str_cat("--mtp-num-layers (", m.mtp_num_layers, ") conflicts with MTP depth count (",
+                       pattern.mtp_depths, ") in pattern '", text, "'. Using the inferred value (", pattern.mtp_depths,
+                       ")."));
+  m.mtp_num_layers = pattern.mtp_depths;
+  return Unimplemented(flag, " '", text, "': the multi-token-prediction block after '/' (", pattern.mtp_depths,
+                       pattern.mtp_depths == 1 ? " depth" : " depths", " of '", pattern.mtp,
+                       "'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is refused "
+                       "with --is-hybrid-model too)");
 }
 
 namespace {

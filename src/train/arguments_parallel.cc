@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "model/hybrid_pattern.h"
 #include "schedule/pipeline_order.h"
 #include "train/arguments.h"
 #include "train/fsdp2_config.h"
@@ -287,6 +288,19 @@ Status validate_explicit_split(ParallelArgs& par, const ModelArgs& m) {
   return Status::Ok();
 }
 
+// The pipeline split of a hybrid pattern with '|' (model/hybrid_pattern.h): each segment one
+// virtual stage, segment k = v·PP + r on pipeline rank r. Sets the VPP size and par.pipeline_layers.
+Status hybrid_pattern_split(ParallelArgs& par, const ModelArgs& m) {
+  StatusOr<HybridLayerPattern> pattern = parse_hybrid_layer_pattern(m.hybrid_override_pattern, "--hybrid-layer-pattern");
+  if (!pattern.ok()) return pattern.status();
+  StatusOr<std::vector<std::vector<int64_t>>> layers =
+      hybrid_pattern_stage_layers(*pattern, par.pipeline_model_parallel_size, "--hybrid-layer-pattern");
+  if (!layers.ok()) return layers.status();
+  par.virtual_pipeline_model_parallel_size = static_cast<int64_t>(layers->front().size());
+  par.pipeline_layers = std::move(*layers);
+  return Status::Ok();
+}
+
 // Megatron's pipeline split rules (arguments.py and TransformerConfig): layers divide evenly over
 // the stages, or over the middle stages once --decoder-first/last-pipeline-num-layers are taken
 // out, and each stage's layers divide by the virtual stages per rank. With
@@ -296,6 +310,9 @@ Status validate_explicit_split(ParallelArgs& par, const ModelArgs& m) {
 // An explicit split (--num-layer-list, --pipeline-num-transformer-layers) replaces all of these;
 // validate_explicit_split checks it.
 Status validate_pipeline_split(ParallelArgs& par, const ModelArgs& m) {
+  // A hybrid pattern's '|' give every stage's layers (the flags that would give them otherwise are
+  // refused by resolve_hybrid_layer_pattern, train/arguments_hybrid.cc).
+  if (m.is_hybrid_model && has_hybrid_pipes(m.hybrid_override_pattern)) return hybrid_pattern_split(par, m);
   const int64_t num_layers = m.num_layers;
   const int64_t pp = par.pipeline_model_parallel_size;
   const int64_t first = par.decoder_first_pipeline_num_layers, last = par.decoder_last_pipeline_num_layers;

@@ -90,6 +90,28 @@ TEST(GalePretrainHybridMamba, LearnsAndDataAndPipelineParallelMatchOneProcess) {
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lc[i], l[i], 1e-4 * l[i]) << "iteration " << i + 1;
 }
 
+// Megatron main's --hybrid-layer-pattern with '|': "M*-|M*" puts 3 layers on the first pipeline
+// stage and 2 on the second (5 layers, which the even split would refuse at PP 2); the staged run
+// gives the one-process losses of the same model without the separator.
+TEST(GalePretrainHybridMamba, LayerPatternPipeStagesMatchOneProcess) {
+  test::RunResult one = run(mamba(1, 8, {"--hybrid-layer-pattern", "M*-M*"}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> l = losses(one.output);
+  ASSERT_EQ(l.size(), 8u);
+  test::RunResult staged =
+      run(mamba(2, 8, {"--hybrid-layer-pattern", "M*-|M*", "--pipeline-model-parallel-size", "2"}), 2);
+  ASSERT_EQ(staged.exit_code, 0) << staged.output;
+  EXPECT_NE(staged.output.find("M*-M*"), std::string::npos) << staged.output;  // the allocation report
+  const std::vector<double> lp = losses(staged.output);
+  ASSERT_EQ(lp.size(), 8u);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(lp[i], l[i], 1e-5 * l[i]) << "iteration " << i + 1;
+  // Without the separator, 5 layers do not split evenly over 2 stages.
+  test::RunResult even = run(mamba(2, 1, {"--hybrid-layer-pattern", "M*-M*", "--pipeline-model-parallel-size", "2"}), 2);
+  EXPECT_NE(even.exit_code, 0);
+  EXPECT_NE(even.output.find("must be divisible by --pipeline-model-parallel-size 2"), std::string::npos)
+      << even.output;
+}
+
 // Gated DeltaNet layers ('G', Megatron-Core main's gdn_layer) beside Mamba, MLP and attention layers,
 // "MG-*": the loss falls, the allocation report names them, and pipeline parallelism 2 ("MG" and "-*")
 // and tensor parallelism 2 with sequence parallelism (each rank 1 of the 2 key heads and 2 of the 4

@@ -6,7 +6,11 @@
 // errors in one line.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "pretrain_cli.h"
+#include "train/engine.h"
 
 namespace gale {
 namespace {
@@ -182,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "E (MoE)"}));
 
 // Megatron main's --hybrid-layer-pattern: the same layers as --hybrid-override-pattern, --num-layers
-// taken from the pattern's length; both flags is Megatron's error; '|' and '/' are refused.
+// taken from the pattern's decoder layers; both flags is Megatron's error.
 TEST(HybridArguments, LayerPatternIsMegatronMainsSpelling) {
   testing::PretrainCli cli;
   const Status s = cli.parse_minimal(
@@ -199,13 +203,159 @@ TEST(HybridArguments, LayerPatternIsMegatronMainsSpelling) {
             1,
             "--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. --hybrid-override-pattern "
             "is deprecated; use --hybrid-layer-pattern instead."},
-           {{"--is-hybrid-model", "--hybrid-layer-pattern", "M*|M*", "--mamba-head-dim", "16"}, 2,
-            "--hybrid-layer-pattern 'M*|M*': '|' pipeline-stage separators: not supported yet (a pattern of layer "
-            "symbols only)"},
-           {{"--is-hybrid-model", "--hybrid-layer-pattern", "M*/M", "--mamba-head-dim", "16"}, 1,
-            "--hybrid-layer-pattern 'M*/M': '/' multi-token-prediction separators: not supported yet (a pattern of "
-            "layer symbols only)"},
-           {{"--hybrid-layer-pattern", "M*"}, 1, "--hybrid-layer-pattern needs --is-hybrid-model"}})
+           {{"--hybrid-layer-pattern", "M*"}, 1, "--hybrid-layer-pattern needs --is-hybrid-model"},
+           {{"--hybrid-layer-pattern", "M*|M*"}, 2, "--hybrid-layer-pattern needs --is-hybrid-model"}})
+    testing::expect_one_line_error(e);
+}
+
+std::vector<std::string> layer_pattern(const std::string& pattern, std::vector<std::string> extra) {
+  std::vector<std::string> flags = {"--is-hybrid-model", "--hybrid-layer-pattern", pattern, "--mamba-head-dim", "16",
+                                    "--mamba-num-groups", "2"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+// Every pattern of Megatron's fixture (tests/data/reference/hybrid_pattern/megatron_parse.json, from
+// Megatron main's own parser) at PP 1 to 4 through the whole argument check: where Megatron
+// places the layers on one stage per pipeline rank, Gale's chunks hold the same layers (with '|':
+// the segments; without: the even split); a segment count that does not divide among the ranks
+// and a layer count that does not divide evenly without '|' are errors; more segments than ranks
+// (virtual stages) and MTP depths are refused; Megatron's parse errors are Gale's. Patterns with
+// G, E, + or D (which need other flags) are checked at the parser level only
+// (tests/model/hybrid_pattern_test.cc).
+TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
+  std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/hybrid_pattern/megatron_parse.json");
+  ASSERT_TRUE(in.good());
+  int placed = 0, refused = 0;
+  for (const auto& c : nlohmann::json::parse(in)) {
+    const std::string pattern = c.at("pattern").get<std::string>();
+    if (pattern.find_first_of("GE+D") != std::string::npos) continue;
+    const nlohmann::json& parse = c.at("parse");
+    const bool mtp = !parse.contains("error") && parse.at("depths").get<int64_t>() > 0;
+    const nlohmann::json splits = c.contains("splits") ? c.at("splits") : nlohmann::json::array({nlohmann::json{{"pp", 1}}});
+    for (const auto& split : splits) {
+      const int64_t pp = split.at("pp").get<int64_t>();
+      testing::PretrainCli cli;
+      const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp)}), pp);
+      const std::string where = pattern + " at PP " + std::to_string(pp) + ": " + s.to_string();
+      if (parse.contains("error") || mtp || split.contains("error") || !split.at("vpp").is_null()) {
+        ASSERT_FALSE(s.ok()) << where;
+        EXPECT_EQ(s.message().find('\n'), std::string::npos) << where;
+        // Gale's order: the parse, the segments among the ranks, virtual stages, MTP (refused before
+        // the layout checks), the even split without '|'.
+        const bool segments = split.contains("error") && split.at("kind") == "segments_not_divisible";
+        const bool interleaved = !split.contains("error") && split.contains("vpp") && !split.at("vpp").is_null();
+        std::string expected = "must be divisible by --pipeline-model-parallel-size";
+        if (parse.contains("error"))
+          expected = parse.at("kind") == "mtp_not_identical"    ? "must be identical"
+                     : parse.at("kind") == "attention_with_mla" ? "mixes attention"
+                                                                : "is not a valid layer symbol";
+        else if (segments)
+          expected = "the number of pipe-delimited segments";
+        else if (interleaved)
+          expected = pp == 1 ? "the interleaved schedule needs --pipeline-model-parallel-size > 1"
+                             : "virtual pipeline stages per rank: not supported yet";
+        else if (mtp)
+          expected = "the multi-token-prediction block after '/'";
+        EXPECT_NE(s.message().find(expected), std::string::npos) << where;
+        ++refused;
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << where;
+      EXPECT_EQ(cli.args.model.num_layers, c.at("layers").get<int64_t>()) << where;
+      for (int64_t r = 0; r < pp; ++r) {
+        const auto& stage = split.at("stages")[r][0];
+        EXPECT_EQ(chunk_layers(cli.args, r, 0),
+                  std::make_pair(stage[1].get<int64_t>(), static_cast<int64_t>(stage[0].get<std::string>().size())))
+            << where << " rank " << r;
+      }
+      ++placed;
+    }
+  }
+  EXPECT_GE(placed, 12);
+  EXPECT_GE(refused, 30);
+}
+
+// MTP depths after '/': Megatron main infers --mtp-num-layers from them; Gale's hybrid model has
+// no MTP layers, so the pattern is refused after Megatron's checks, in one line.
+TEST(HybridArguments, LayerPatternMtpDepthsAreReadThenRefused) {
+  testing::PretrainCli cli;
+  const Status s = cli.parse_minimal(layer_pattern("M*M*/MM/MM", {}));
+  ASSERT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
+  EXPECT_EQ(s.message(), "--hybrid-layer-pattern 'M*M*/MM/MM': the multi-token-prediction block after '/' (2 depths "
+                         "of 'MM'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is "
+                         "refused with --is-hybrid-model too)");
+  EXPECT_EQ(cli.args.model.mtp_num_layers, 2);
+  EXPECT_EQ(cli.args.model.num_layers, 4);
+  testing::PretrainCli conflict;  // Megatron: a warning, and the pattern's count wins
+  EXPECT_FALSE(conflict.parse_minimal(layer_pattern("M*/*M", {"--mtp-num-layers", "3"})).ok());
+  EXPECT_EQ(conflict.args.model.mtp_num_layers, 1);
+  testing::PretrainCli none;  // nothing after the separators: no MTP
+  ASSERT_TRUE(none.parse_minimal(layer_pattern("M*M*//", {})).ok());
+  EXPECT_EQ(none.args.model.num_layers, 4);
+  EXPECT_EQ(none.args.model.mtp_num_layers, kUnset);
+}
+
+// '|' with an uneven split (3 + 1 layers, and 5 layers that the even split would refuse at PP 2),
+// and an empty first stage (Megatron allows it: rank 0 holds only the embedding).
+TEST(HybridArguments, LayerPatternPipesGiveTheStages) {
+  for (const auto& [pattern, pp, first, last] : std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>>{
+           {"M*-|M", 2, 3, 1}, {"M*-|M*", 2, 3, 2}, {"|M*M*", 2, 0, 4}, {"M|*-M|M*|-", 4, 1, 1}}) {
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp)}), pp);
+    ASSERT_TRUE(s.ok()) << pattern << ": " << s.to_string();
+    EXPECT_EQ(cli.args.parallel.virtual_pipeline_model_parallel_size, 1) << pattern;
+    EXPECT_EQ(chunk_layers(cli.args, 0, 0).second, first) << pattern;
+    EXPECT_EQ(chunk_layers(cli.args, pp - 1, 0).second, last) << pattern;
+  }
+  // --hybrid-override-pattern is read as --hybrid-layer-pattern by Megatron main: its separators too.
+  testing::PretrainCli old;
+  const Status s = old.parse_minimal(hybrid_pattern("M*-|M", {"--pipeline-model-parallel-size", "2"}), 2);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(old.args.model.num_layers, 4);
+  EXPECT_EQ(chunk_layers(old.args, 0, 0), std::make_pair(int64_t{0}, int64_t{3}));
+}
+
+// Megatron main's errors for the pipeline flags that --hybrid-layer-pattern replaces.
+TEST(HybridArguments, LayerPatternPipelineFlagErrorsAsMegatronMain) {
+  for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
+           {layer_pattern("M*|M*", {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1"}),
+            2,
+            "If --hybrid-layer-pattern contains pipe separators, --decoder-first-pipeline-num-layers should not be "
+            "specified as the pipeline layout is explicitly defined"},
+           {layer_pattern("M*|M*", {"--pipeline-model-parallel-size", "2", "--decoder-last-pipeline-num-layers", "1"}),
+            2,
+            "If --hybrid-layer-pattern contains pipe separators, --decoder-last-pipeline-num-layers should not be "
+            "specified"},
+           {layer_pattern("M*M*", {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                                   "1"}),
+            2, "--num-layers-per-virtual-pipeline-stage should not be used with --hybrid-layer-pattern"},
+           {layer_pattern("M*M*", {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                                   "2"}),
+            2, "--num-virtual-stages-per-pipeline-rank should not be used with --hybrid-layer-pattern"},
+           {layer_pattern("M*M*", {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                                   "Et*2|t*2L"}),
+            2, "--pipeline-model-parallel-layout should not be used with --hybrid-layer-pattern"},
+           {layer_pattern("M*M", {"--pipeline-model-parallel-size", "2", "--account-for-embedding-in-pipeline-split"}),
+            2, "--account-for-embedding-in-pipeline-split should not be used with --hybrid-layer-pattern"},
+           {layer_pattern("M*M", {"--pipeline-model-parallel-size", "2", "--account-for-loss-in-pipeline-split"}), 2,
+            "--account-for-loss-in-pipeline-split should not be used with --hybrid-layer-pattern"},
+           {layer_pattern("M*|M*|M*", {"--pipeline-model-parallel-size", "2"}), 2,
+            "--hybrid-layer-pattern 'M*|M*|M*': the number of pipe-delimited segments (3) must be evenly divisible "
+            "by --pipeline-model-parallel-size (2)"},
+           {layer_pattern("M*|M*", {}), 1,
+            "--hybrid-layer-pattern 'M*|M*' has 2 pipe-delimited segments: with --pipeline-model-parallel-size 1 they "
+            "are virtual pipeline stages, and the interleaved schedule needs --pipeline-model-parallel-size > 1"},
+           {layer_pattern("M|*|M|*", {"--pipeline-model-parallel-size", "2"}), 2,
+            "--hybrid-layer-pattern 'M|*|M|*': 4 pipe-delimited segments over --pipeline-model-parallel-size 2 make 2 "
+            "virtual pipeline stages per rank: not supported yet with --is-hybrid-model"},
+           {layer_pattern("M*|Mx", {"--pipeline-model-parallel-size", "2"}), 2,
+            "--hybrid-layer-pattern 'M*|Mx': in the main pattern, 'x' is not a valid layer symbol"},
+           {layer_pattern("M*/M|M", {}), 1,
+            "--hybrid-layer-pattern 'M*/M|M': in the MTP pattern, '|' is not a valid layer symbol"},
+           {layer_pattern("M*/MM/M*", {}), 1,
+            "--hybrid-layer-pattern 'M*/MM/M*': all MTP patterns (after each '/') must be identical, found 'MM' as "
+            "MTP pattern 1 and 'M*' as MTP pattern 2"}})
     testing::expect_one_line_error(e);
 }
 
