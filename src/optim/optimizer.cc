@@ -148,7 +148,9 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     s.state_numel = n;
     s.state_base = state_base;
     state_base += n;
-    if (config_.swap || config_.compress) {
+    if (config_.frozen) {
+      // --freeze-all-layers: never steps, so no state at all
+    } else if (config_.swap || config_.compress) {
       // no resident state: open_swap() creates the file; --compress-optimizer's blocks below
     } else if (quant_) {
       // Blocks counted from the start of each parameter: fp8 and hif8 gcd(numel, 128) elements (the
@@ -204,7 +206,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizedBuffer>
     }
     buffers_.push_back(std::move(s));
   }
-  if (config_.compress) {
+  if (config_.compress && !config_.frozen) {
     std::vector<StateRun> runs;
     for (const BufferState& b : buffers_)
       for (const Segment& seg : b.segments) runs.push_back(StateRun{b.state_base + seg.state_offset, seg.numel});
@@ -235,6 +237,7 @@ std::vector<std::string> Optimizer::state_names() const {
 
 Status Optimizer::open_swap() {
   GALE_CHECK(config_.swap && !swap_) << "open_swap: needs --swap-optimizer, once";
+  if (config_.frozen) return Status::Ok();  // no state to swap
   std::vector<StateRun> runs;
   int64_t total = 0;
   for (const BufferState& b : buffers_) {
@@ -306,6 +309,7 @@ double Optimizer::params_norm() const { return norm_of(false); }
 
 StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale, Timers* timers,
                            std::optional<double> decoupled_lr) {
+  GALE_CHECK(!config_.frozen) << "Optimizer::step with --freeze-all-layers: a frozen run holds no optimizer state";
   StepResult r;
   if (inv_grad_scale != 1.0f) {
     // Megatron's unscale-and-check-inf; the check for non-finite values is the norm's below.
@@ -490,6 +494,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::quantised_state(size_t b)
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(size_t b) const {
   const BufferState& s = buffers_.at(b);
+  if (config_.frozen) return {};  // --freeze-all-layers: no state
   if (scaled_) {  // an f32 moment shared, an fp16 or fp8 one as a dequantised copy
     std::vector<std::pair<std::string, Tensor>> out;
     for (int k = 0; k < 2; ++k) {

@@ -132,6 +132,11 @@ struct OptimizerConfig {
   // --compress-optimizer or the EMA.
   std::string exp_avg_dtype = "fp32";
   std::string exp_avg_sq_dtype = "fp32";
+  // --freeze-all-layers (Megatron main): nothing trains, so the optimizer holds no state (Megatron's
+  // optimizer gets no parameter group and is None): no moments or momentum are allocated, no swap
+  // file or compressed store is opened, and step() is an invariant failure. The segments stay, so
+  // params_norm() still covers every parameter (Megatron's calc_params_l2_norm reads the model).
+  bool frozen = false;
 };
 
 // The EMA decay of applied step t (1-based) for --ema-decay `ema_decay` (OptimizerConfig::ema).
@@ -262,7 +267,7 @@ class Optimizer {
   // parameter lives in the exp_avg storage (the same tensor), so the state takes Adam's memory;
   // holds_state() says which of them a parameter has. Lion: "exp_avg" and "exp_avg_sq", a Lion
   // parameter holding exp_avg only; with --muon-scalar-optimizer lion no parameter holds exp_avg_sq
-  // and none is allocated ("exp_avg" and "momentum_buffer").
+  // and none is allocated ("exp_avg" and "momentum_buffer"). OptimizerConfig::frozen: none.
   std::vector<std::pair<std::string, Tensor>> state(size_t b = 0) const;
   // Whether parameter `param_id` of buffer `b` has state tensor `name` (Muon: momentum_buffer for
   // the Muon parameters, exp_avg and exp_avg_sq for the AdamW ones, exp_avg for Lion ones; Lion:

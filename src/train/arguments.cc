@@ -157,7 +157,9 @@ void add_training_args(ArgParser& p, TrainingArgs& a) {
              "micro-batch)");
   p.add_flag("--freeze-all-layers", &a.freeze_all_layers,
              "Megatron main: every parameter frozen; each iteration runs forward only (the losses logged, no "
-             "gradients, no optimizer step); --load reads the weights only, as --finetune");
+             "gradients, no optimizer step, no optimizer state); --load reads the weights only, as --finetune, "
+             "and the run starts at --override-ckpt-iteration or at the iteration of --save's tracker; --save "
+             "writes nothing (no weights, no tracker)");
   p.add_flag("--skip-train", &a.skip_train,
              "no training: with --load, evaluate the loaded model on the validation and test sets and exit");
   p.add("--seed", &a.seed, "random seed (initialisation, dropout, data shuffles)");

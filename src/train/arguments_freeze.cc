@@ -13,14 +13,9 @@ Status validate_freeze_all_layers(Arguments& a) {
                          "optim, optim_grads or optim_grads_params, --use-torch-fsdp2, --layerzero): not supported yet");
   if (a.dpo.enabled()) return Unimplemented("--freeze-all-layers with --stage dpo: not supported yet");
   if (a.qad.qad_enable) return Unimplemented("--freeze-all-layers with --qad-enable: not supported yet");
-  if (!c.save.empty())
-    return Unimplemented("--freeze-all-layers with --save: not supported yet (Megatron then writes no weights, only "
-                         "its progress tracker, which a frozen run's next launch resumes from)");
   if (a.model.qk_clip)
     return Unimplemented("--freeze-all-layers with --qk-clip: not supported yet (the clip rescales the weights after "
                          "the optimizer step)");
-  if (c.override_ckpt_iteration != kUnset)
-    return Unimplemented("--freeze-all-layers with --override-ckpt-iteration: not supported yet");
   // Megatron's warnings, in its order.
   if (par.use_distributed_optimizer) {
     warn_rank0("--freeze-all-layers incompatible with use_distributed_optimizer. Disabling use_distributed_optimizer.");
@@ -31,7 +26,9 @@ Status validate_freeze_all_layers(Arguments& a) {
     par.overlap_param_gather = false;
   }
   // Megatron's load_checkpoint: nothing trains, so --load gives the weights only (finetune-style:
-  // iteration 0, no optimizer, scheduler or RNG state, no check of the saved arguments).
+  // iteration 0, no optimizer, scheduler or RNG state, no check of the saved arguments), and the run
+  // starts at --override-ckpt-iteration or at the iteration of --save's tracker (load_checkpoint).
+  // --save writes nothing (save_checkpoint: Megatron's skip_weight_ckpt).
   c.finetune = true;
   return Status::Ok();
 }

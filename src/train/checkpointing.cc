@@ -264,6 +264,11 @@ Status save_to(const std::string& save_dir, const Arguments& args, const Engine&
   }
   const std::string line = iteration_field(state.iteration);
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", save_dir));
+  if (args.training.freeze_all_layers) {  // Megatron's skip_weight_ckpt: no weights, no tracker
+    print_rank0("  --freeze-all-layers: nothing was trained, so no checkpoint is written (the weights are the "
+                "loaded ones)");
+    return Status::Ok();
+  }
   finish_param_sync(engine);  // the distributed optimizer's last all-gather may still be pending
   const GatheredParams gathered(engine, /*write_back=*/false);  // ZeRO-3: every unit whole while writing
   auto writer = std::make_unique<CheckpointWriter>(save_dir, state.iteration, *engine.ps.world());
@@ -349,6 +354,11 @@ Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engin
   if (async && !async->empty()) GALE_RETURN_IF_ERROR(async->maybe_finalize(/*blocking=*/true));
   const std::string line = iteration_field(state.iteration);
   print_rank0(str_cat("saving checkpoint at iteration ", line, " to ", ca.non_persistent_local_ckpt_dir));
+  if (args.training.freeze_all_layers) {  // as save_to: a frozen run writes no weights
+    print_rank0("  --freeze-all-layers: nothing was trained, so no checkpoint is written (the weights are the "
+                "loaded ones)");
+    return Status::Ok();
+  }
   finish_param_sync(engine);
   const GatheredParams gathered(engine, /*write_back=*/false);
   CheckpointWriter w(ca.non_persistent_local_ckpt_dir, state.iteration, *engine.ps.world());
@@ -709,10 +719,25 @@ Status load_checkpoint_as_saved(const Arguments& args, Engine& engine, TrainerSt
 
 }  // namespace
 
+StatusOr<int64_t> frozen_resume_iteration(const std::string& save_dir) {
+  if (save_dir.empty()) return int64_t{0};
+  StatusOr<TrackerValue> tracker = read_tracker(save_dir);
+  if (tracker.status().code() == StatusCode::kNotFound) return int64_t{0};
+  if (!tracker.ok())
+    return DataLoss("--freeze-all-layers reads this run's progress from --save ", save_dir, ": ",
+                    tracker.status().message());
+  return tracker->release ? int64_t{0} : tracker->iteration;
+}
+
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
   GALE_RETURN_IF_ERROR(load_checkpoint_as_saved(args, engine, state, loaded));
-  const int64_t n = args.checkpoint.override_ckpt_iteration;
-  if (!*loaded || n == kUnset) return Status::Ok();
+  if (!*loaded) return Status::Ok();
+  int64_t n = args.checkpoint.override_ckpt_iteration;
+  if (n == kUnset && args.training.freeze_all_layers) {  // Megatron's read_frozen_resume_iteration(args.save)
+    GALE_ASSIGN_OR_RETURN(const int64_t progress, frozen_resume_iteration(args.checkpoint.save));
+    if (progress > 0) n = progress;
+  }
+  if (n == kUnset) return Status::Ok();
   // Megatron's --override-ckpt-iteration: the data loader replays from iteration n at this run's
   // global batch size; the optimizer and scheduler keep what was loaded.
   state.iteration = n;

@@ -90,7 +90,17 @@ Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engin
 // --override-ckpt-iteration N: after any load, the iteration becomes N, the consumed training
 // samples N x --global-batch-size and the skipped ones 0 (Megatron main), so that the data loader
 // replays from iteration N; the optimizer, scheduler and RNG state are those loaded.
+// --freeze-all-layers without --override-ckpt-iteration (Megatron main's load_checkpoint): N is
+// frozen_resume_iteration(--save) when that is above 0, so a frozen run resumes where the progress
+// tracker of its own --save says; --load gives the weights only (--freeze-all-layers sets --finetune).
+// save_checkpoint and save_non_persistent_checkpoint of a frozen run print Megatron's "saving
+// checkpoint" line and write nothing (Megatron's skip_weight_ckpt: no weights, no tracker).
 Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded);
+
+// Megatron's read_frozen_resume_iteration: the iteration of <save_dir>'s tracker
+// (latest_checkpointed_iteration.txt); 0 when `save_dir` is empty, has no tracker or it says
+// "release"; DataLoss naming --save and the file when the tracker is malformed.
+StatusOr<int64_t> frozen_resume_iteration(const std::string& save_dir);
 
 // --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest
 // checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `models`, standalone

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "ckpt/safetensors_dtype.h"
 #include "train/megatron_bucket_optimizer.h"
@@ -73,6 +74,85 @@ StatusOr<int64_t> step_of(const PyValue& inner, const std::string& where) {
   return steps.empty() ? int64_t{0} : *steps.begin();
 }
 
+// optimizer.state.<state>.<model key> tensors (fully_reshardable's "param" as "fp32_param") -> o->tensors, each
+// as a global tensor of the model key's shape (the N-D flattened pieces reassembled).
+Status read_model_space_states(const DcpCheckpoint& c, const std::string& dir, MegatronOptimizerState* o) {
+  static const std::string kState = "optimizer.state.";
+  for (const auto& [key, info] : c.tensors()) {
+    if (!starts_with(key, kState)) continue;
+    const size_t dot = key.find('.', kState.size());
+    if (dot == std::string::npos)
+      return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.state.<state>.<key>");
+    std::string state = key.substr(kState.size(), dot - kState.size());
+    const std::string model_key = key.substr(dot + 1);
+    if (state == "param") state = "fp32_param";  // fully_reshardable's name for the master copies
+    auto m = c.tensors().find(model_key);
+    if (m == c.tensors().end())
+      return DataLoss(dir, ": optimizer tensor '", key, "' has no model tensor '", model_key, "' in the checkpoint");
+    GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
+    if (t.shape() != m->second.shape) {
+      GALE_ASSIGN_OR_RETURN(t, unflatten_model_space(t, m->second.shape, dir + ": optimizer tensor '" + key + "'"));
+    }
+    o->tensors[state][model_key] = std::move(t);
+  }
+  return Status::Ok();
+}
+
+// Megatron main's --optimizer lion without the distributed optimizer: a ChainedOptimizer [Lion, AdamW]
+// (emerging_optimizers' Lion for the 2-D parameters but the word embedding and output layer, AdamW for the
+// rest), each an FP32Optimizer or Float16OptimizerWithFloat16Params. Megatron's checkpointing passes
+// chained_optim_avoid_prefix, so both sub-optimizers' tensors keep the plain optimizer.state.<state>.<key>
+// names (Lion's exp_avg; AdamW's exp_avg and exp_avg_sq; fp32_param under --bf16), and common.pt's
+// 'optimizer' is {0: Lion's state, 1: AdamW's}: the steps are AdamW's common_step (Lion keeps none). The
+// distributed and layer-wise distributed optimizers' chained layouts (param_state_sharding_type,
+// chained_<i>. keys) are refused.
+StatusOr<MegatronOptimizerState> read_lion_chain(const DcpCheckpoint& c, const PyValue& common,
+                                                 const std::vector<const PyValue*>& chained, const std::string& dir,
+                                                 MegatronOptimizerState o) {
+  const std::string where = dir + "/common.pt";
+  for (const auto& [key, info] : c.tensors())
+    if (starts_with(key, "chained_") || starts_with(key, "optimizer.distributed."))
+      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with the distributed optimizer (tensor '",
+                           key, "'): not supported yet (Gale reads Lion's state of the non-distributed optimizer); ",
+                           kOutWay);
+  std::set<int64_t> steps;
+  for (size_t i = 0; i < chained.size(); ++i) {
+    const PyValue* sub = chained[i];
+    if (sub->kind != PyValue::kDict)
+      return DataLoss(where, ": optimizer[", i, "]: expected a sub-optimizer's state dict, found ", sub->type_name());
+    if (sub->get("param_state_sharding_type"))
+      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with the distributed optimizer "
+                                "(optimizer[", i, "] has a param_state_sharding_type): not supported yet (Gale reads "
+                                "Lion's state of the non-distributed optimizer); ", kOutWay);
+    const PyValue* inner = sub->get("optimizer");  // Float16OptimizerWithFloat16Params nests torch's dict
+    if (inner == nullptr || inner->kind != PyValue::kDict) inner = sub;
+    GALE_ASSIGN_OR_RETURN(const int64_t step, step_of(*inner, str_cat(where, " (optimizer[", i, "])")));
+    if (step > 0) steps.insert(step);
+    if (const PyValue* g = sub->get("grad_scaler"); g && g->kind == PyValue::kDict && o.grad_scaler.is_null()) {
+      const nlohmann::json s = scalars_json(*g);
+      o.grad_scaler = {{"scale", s.value("scale", 1.0)},
+                       {"growth_tracker", s.value("growth_tracker", 0)},
+                       {"hysteresis_tracker", s.value("hysteresis_tracker", 0)}};
+    }
+  }
+  if (steps.size() > 1)
+    return Unimplemented(where, ": the chained optimizers record different steps (", *steps.begin(), " and ",
+                         *steps.rbegin(), "): not supported (Megatron synchronises them); ", kOutWay);
+  o.step = steps.empty() ? 0 : *steps.begin();
+  const PyValue* sched = common.get("opt_param_scheduler");
+  if (sched == nullptr || sched->kind != PyValue::kDict)
+    return DataLoss(where, ": expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state "
+                    "(Megatron's own load needs it too), found ", sched ? sched->type_name() : std::string("none"),
+                    "; ", kOutWay);
+  o.scheduler = scalars_json(*sched);
+  GALE_RETURN_IF_ERROR(read_model_space_states(c, dir, &o));
+  if (!o.tensors.count("exp_avg"))
+    return FailedPrecondition(dir, ": Megatron's --optimizer lion checkpoint holds no optimizer.state.exp_avg.* "
+                                   "tensors: ", kOutWay);
+  o.type = "lion";
+  return o;
+}
+
 }  // namespace
 
 StatusOr<Tensor> unflatten_model_space(const Tensor& flat, const Shape& global, const std::string& what) {
@@ -117,7 +197,6 @@ StatusOr<Tensor> unflatten_model_space(const Tensor& flat, const Shape& global, 
 StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoint& c, const PyValue& common,
                                                               const PyValue* args, const std::string& dir) {
   const std::string where = dir + "/common.pt";
-  static const std::string kState = "optimizer.state.";
   MegatronOptimizerState o;
   const PyValue* opt = common.get("optimizer");
   bool sharded = false;
@@ -129,11 +208,16 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
   if (opt == nullptr || opt->kind != PyValue::kDict)
     return DataLoss(where, ": expected Megatron's 'optimizer' dict (the non-sharded optimizer state), found ",
                     opt ? opt->type_name() : std::string("none"));
+  const PyValue* type = args ? args->attr("optimizer") : nullptr;
+  const bool lion = type && type->kind == PyValue::kString && type->s == "lion";
+  std::vector<const PyValue*> chained;  // ChainedOptimizer: {0: ..., 1: ...}
   for (const auto& [k, v] : opt->entries)
-    if (k->kind == PyValue::kInt)
-      return Unimplemented(where, ": the state of several optimizers (Megatron's ChainedOptimizer, e.g. with "
-                                  "--decoupled-lr or MoE expert parameters): not supported yet; ", kOutWay);
+    if (k->kind == PyValue::kInt) chained.push_back(v.get());
+  if (!chained.empty() && !lion)
+    return Unimplemented(where, ": the state of several optimizers (Megatron's ChainedOptimizer, e.g. with "
+                                "--decoupled-lr or MoE expert parameters): not supported yet; ", kOutWay);
   o.layout = "non-distributed";
+  if (!chained.empty()) return read_lion_chain(c, common, chained, dir, std::move(o));
   if (const PyValue* t = opt->get("param_state_sharding_type")) {
     if (t->kind != PyValue::kString)
       return DataLoss(where, ": optimizer.param_state_sharding_type: expected a string, found ", t->type_name());
@@ -145,7 +229,7 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
   }
   const bool buckets = bucket_layout(o.layout);
   for (const auto& [key, info] : c.tensors())
-    if (starts_with(key, "optimizer.") && !starts_with(key, buckets ? "optimizer.distributed." : kState))
+    if (starts_with(key, "optimizer.") && !starts_with(key, buckets ? "optimizer.distributed." : "optimizer.state."))
       return DataLoss(dir, ": optimizer tensor '", key, "' in Megatron's '", o.layout, "' optimizer layout: expected ",
                       buckets ? "optimizer.distributed.*" : "optimizer.state.*", "; ", kOutWay);
   const PyValue* inner = opt->get("optimizer");  // the float16 and distributed optimizers nest torch's dict
@@ -185,25 +269,8 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
                     "; ", kOutWay);
   o.scheduler = scalars_json(*sched);
   if (buckets) GALE_RETURN_IF_ERROR(read_megatron_bucket_state(c, args, dir, &o));
-  for (const auto& [key, info] : c.tensors()) {
-    if (!starts_with(key, kState)) continue;
-    const size_t dot = key.find('.', kState.size());
-    if (dot == std::string::npos)
-      return DataLoss(dir, ": optimizer tensor '", key, "': expected optimizer.state.<state>.<key>");
-    std::string state = key.substr(kState.size(), dot - kState.size());
-    const std::string model_key = key.substr(dot + 1);
-    if (state == "param") state = "fp32_param";  // fully_reshardable's name for the master copies
-    auto m = c.tensors().find(model_key);
-    if (m == c.tensors().end())
-      return DataLoss(dir, ": optimizer tensor '", key, "' has no model tensor '", model_key, "' in the checkpoint");
-    GALE_ASSIGN_OR_RETURN(Tensor t, c.read_tensor(key));
-    if (t.shape() != m->second.shape) {
-      GALE_ASSIGN_OR_RETURN(t, unflatten_model_space(t, m->second.shape, dir + ": optimizer tensor '" + key + "'"));
-    }
-    o.tensors[state][model_key] = std::move(t);
-  }
+  GALE_RETURN_IF_ERROR(read_model_space_states(c, dir, &o));
   // args.optimizer, or (args without it) what the state names say: Adam's second moment, SGD's momentum.
-  const PyValue* type = args ? args->attr("optimizer") : nullptr;
   o.type = type && type->kind == PyValue::kString ? type->s
            : o.tensors.count("exp_avg_sq")         ? "adam"
            : o.tensors.count("momentum_buffer")    ? "sgd"

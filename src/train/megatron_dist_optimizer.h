@@ -23,11 +23,16 @@
 //    (the buffers gathered into one object), the param groups as objects; cut into parameters by
 //    megatron_bucket_optimizer.h, which rebuilds each model-parallel rank's buffer layout of the saving run
 //    (at any TP x PP with the even pipeline split).
+//  - Megatron main's --optimizer lion without the distributed optimizer: a ChainedOptimizer [Lion, AdamW] (Lion
+//    for the 2-D parameters but the word embedding and output layer) whose tensors keep the plain names above
+//    (Lion's exp_avg; AdamW's exp_avg and exp_avg_sq) and whose common.pt 'optimizer' is {0: Lion's, 1: AdamW's}
+//    (the step: AdamW's common_step; Lion keeps none); type "lion".
 // The result holds every state as global tensors of the model key's shape, the master copies under
 // "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
 // fully_sharded_bucket_space (core_v0.12: no fixture from Megatron's writer yet), the limits of
-// megatron_bucket_optimizer.h, chained optimizers (several optimizer states), a checkpoint without optimizer
-// state (FailedPrecondition) and steps that differ between param groups.
+// megatron_bucket_optimizer.h, chained optimizers (several optimizer states) other than --optimizer lion's
+// non-distributed one (its distributed-optimizer form: Unimplemented), a checkpoint without optimizer
+// state (FailedPrecondition) and steps that differ between param groups or chained optimizers.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +50,7 @@ namespace gale {
 struct MegatronOptimizerState {
   std::string layout;  // "fully_sharded_model_space", "fully_reshardable", "dp_reshardable",
                        // "dp_zero_gather_scatter" or "non-distributed"
-  std::string type;    // Megatron's args.optimizer ("adam", "sgd"); without it, what the state names say
+  std::string type;    // Megatron's args.optimizer ("adam", "sgd", "lion"); without it, what the state names say
   int64_t step = 0;    // optimizer steps taken (torch's Adam step; 0 when not recorded, e.g. SGD)
   nlohmann::json scheduler;    // opt_param_scheduler's state dict (max_lr, num_steps, ...)
   nlohmann::json grad_scaler;  // {"scale", "growth_tracker", "hysteresis_tracker"} when saved (--fp16), else null

@@ -127,7 +127,8 @@ Status globalize_megatron_experts(PyValue& sd, int64_t ep_rank, int64_t local_ex
 
 bool megatron_moe_tensor(const std::string& rest) {
   static const std::set<std::string> kFixed = {
-      "mlp.router.weight",           "mlp.router.expert_bias",      "mlp.shared_experts.linear_fc1.weight",
+      "mlp.router.weight",           "mlp.router.expert_bias",      "mlp.router.qb_beta",
+      "mlp.shared_experts.linear_fc1.weight",
       "mlp.shared_experts.linear_fc1.bias", "mlp.shared_experts.linear_fc2.weight", "mlp.shared_experts.linear_fc2.bias",
       "mlp.shared_experts.gate_weight"};
   if (kFixed.count(rest)) return true;
@@ -190,6 +191,13 @@ Status check_megatron_moe_run(const MoeArgs& saved, const MoeArgs& run, const st
   if (saved.moe_router_enable_expert_bias != run.moe_router_enable_expert_bias)
     return differ("--moe-router-enable-expert-bias", saved.moe_router_enable_expert_bias ? "on" : "off",
                   run.moe_router_enable_expert_bias ? "on" : "off");
+  // quantile_balancing's persistent buffer mlp.router.qb_beta is in the checkpoint exactly when it was on.
+  const bool saved_qb = saved.uses_load_balancing_type("quantile_balancing"),
+             run_qb = run.uses_load_balancing_type("quantile_balancing");
+  if (saved_qb != run_qb)
+    return differ("--moe-router-load-balancing-type",
+                  saved_qb ? "quantile_balancing (its mlp.router.qb_beta buffers)" : "other than quantile_balancing",
+                  run_qb ? "quantile_balancing" : "another type");
   return Status::Ok();
 }
 
@@ -398,6 +406,8 @@ void add_megatron_moe_args(const MoeArgs& moe, int64_t tp, int64_t ep, PyValue& 
     ns.set("moe_router_load_balancing_type", types);
     ns.set("moe_aux_loss_coeff", coeffs);
   }
+  if (moe.uses_load_balancing_type("quantile_balancing"))  // Megatron main's TransformerConfig field
+    ns.set("moe_router_quantile_balancing_ema", PyValue::real(moe.moe_router_quantile_balancing_ema));
 }
 
 }  // namespace gale

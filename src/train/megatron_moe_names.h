@@ -2,7 +2,8 @@
 //
 // Gale's MoE parameters carry Megatron's SequentialMLP names with global expert numbers
 // (decoder.layers.i.mlp.experts.local_experts.<e>.linear_fc1.weight [2 Fe or Fe, H], linear_fc2.weight
-// [H, Fe], mlp.router.weight [E, H], mlp.router.expert_bias [E], mlp.shared_experts.linear_fc1/fc2,
+// [H, Fe], mlp.router.weight [E, H], mlp.router.expert_bias [E], mlp.router.qb_beta [E] (Megatron main's
+// quantile_balancing buffer, f32, replicated over TP), mlp.shared_experts.linear_fc1/fc2,
 // mlp.shared_experts.gate_weight [1, H]). Megatron's files hold them in other layouts:
 //  - legacy `torch` format, one file per (TP, PP, EP) rank, mp_rank_TT[_PPP][_EEE] (the _EEE part only
 //    with expert parallelism, so mp_rank_TT_NNN is a pipeline rank or an expert rank as the args say);
@@ -59,8 +60,9 @@ Status check_megatron_experts(const std::map<std::string, Tensor>& tensors, cons
 
 // The run's MoE flags against the checkpoint's (`saved`, from Megatron's args in `dir`) where
 // Megatron's strict load_state_dict would fail: num_experts, --moe-ffn-hidden-size, the MoE layers
-// (--moe-layer-freq), --moe-shared-expert-intermediate-size and --moe-router-enable-expert-bias (the
-// expert_bias buffer); FailedPrecondition naming the flag and both values. Routing rules (top-k,
+// (--moe-layer-freq), --moe-shared-expert-intermediate-size, --moe-router-enable-expert-bias (the
+// expert_bias buffer) and quantile_balancing in --moe-router-load-balancing-type (Megatron main's
+// persistent qb_beta buffer); FailedPrecondition naming the flag and both values. Routing rules (top-k,
 // score function, ...) may differ, as in Megatron.
 Status check_megatron_moe_run(const MoeArgs& saved, const MoeArgs& run, const std::string& dir);
 

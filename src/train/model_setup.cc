@@ -264,6 +264,7 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.sgd_momentum = t.sgd_momentum;
   o.clip_grad = t.clip_grad;
   o.swap = t.swap_optimizer;
+  o.frozen = t.freeze_all_layers;  // no optimizer state: the run never steps
   o.swap_times = t.swap_optimizer_times;
   o.swap_dir = t.swap_optimizer_dir;
   o.compress = t.compress_optimizer;

@@ -557,7 +557,7 @@ int pretrain_main(int argc, char** argv) {
   if (!args.checkpoint.save.empty())
     trainer.set_save_fn([&](const TrainerState& s) -> Status {
       GALE_RETURN_IF_ERROR(save_checkpoint(args, engine, s, async_saves.get()));
-      if (!progress) return Status::Ok();
+      if (!progress || args.training.freeze_all_layers) return Status::Ok();  // nothing saved: no line
       return progress->saved_checkpoint(s.iteration, s.floating_point_operations_so_far, job_start_flops,
                                         s.consumed_train_samples * args.model.seq_length, args.checkpoint.async_save);
     });

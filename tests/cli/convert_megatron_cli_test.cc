@@ -555,5 +555,93 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
   EXPECT_EQ(one_process_loss.at("torch_dist_adam_dp_zero_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
 }
 
+// Megatron main's --optimizer lion state (tests/data/megatron/torch_dist_lion, tools/reference/megatron_lion_reference.py:
+// the non-distributed ChainedOptimizer [Lion, AdamW] after 7 steps, f32). Iteration 8 in Gale (--optimizer lion,
+// one process and TP 2) must continue it on every element: for Lion's parameters (the 2-D ones but the
+// embedding and output layer), with the gradient g the saved moment implies, g = (m8 - b2 m7) / (1 - b2), the
+// weights are p8 = p7 (1 - lr wd) - lr sign(b1 m7 + (1 - b1) g) (b1, b2 = --adam-beta1/2, as Megatron builds
+// the emerging optimizer); for the others AdamW's update at step 8, as above.
+void expect_lion_step(const MegatronCheckpoint& from, const std::string& saved, const std::string& what) {
+  constexpr double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, lr = 7.5e-4;
+  auto r = CheckpointReader::open(saved);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(from.optimizer.has_value());
+  const auto& second = from.optimizer->tensors.at("exp_avg_sq");
+  const double bc1 = 1 - std::pow(b1, 8), bc2 = 1 - std::pow(b2, 8);
+  int64_t lion = 0, adam = 0, ambiguous = 0;
+  for (const auto& [name, m7t] : from.optimizer->tensors.at("exp_avg")) {
+    const Tensor& p7t = from.tensors.at(name);
+    auto p8t = r->read(name, p7t.shape());
+    auto m8t = r->read("optimizer.exp_avg." + name, p7t.shape());
+    ASSERT_TRUE(p8t.ok() && m8t.ok()) << name;
+    const float *m7 = m7t.data<float>(), *p7 = p7t.data<float>(), *m8 = m8t->data<float>(), *p8 = p8t->data<float>();
+    if (!second.count(name)) {  // Lion's parameter: exp_avg only
+      ASSERT_EQ(p7t.ndim(), 2u) << name;
+      ASSERT_FALSE(r->read("optimizer.exp_avg_sq." + name, p7t.shape()).ok()) << name << ": Lion keeps no exp_avg_sq";
+      for (int64_t i = 0; i < p7t.numel(); ++i, ++lion) {
+        const double g = (m8[i] - b2 * m7[i]) / (1 - b2);
+        const double c = b1 * m7[i] + (1 - b1) * g;
+        if (std::abs(c) < 1e-4 * (std::abs(m7[i]) + std::abs(g))) {  // the sign is within rounding of zero
+          ++ambiguous;
+          continue;
+        }
+        ASSERT_NEAR(p8[i], p7[i] * (1 - lr * wd) - lr * (c > 0 ? 1.0 : -1.0), 1e-6 * std::abs(p7[i]) + 1e-8)
+            << what << " " << name << " [" << i << "]";
+      }
+      continue;
+    }
+    auto v8t = r->read("optimizer.exp_avg_sq." + name, p7t.shape());
+    ASSERT_TRUE(v8t.ok()) << name;
+    const float *v7 = second.at(name).data<float>(), *v8 = v8t->data<float>();
+    const double decay = p7t.ndim() > 1 ? wd : 0.0;
+    for (int64_t i = 0; i < p7t.numel(); ++i, ++adam) {
+      const double g = (m8[i] - b1 * m7[i]) / (1 - b1);
+      ASSERT_NEAR(v8[i], b2 * v7[i] + (1 - b2) * g * g, 1e-5 * (std::abs(v8[i]) + b2 * v7[i]) + 1e-12)
+          << what << " " << name << " [" << i << "]";
+      const double update = m8[i] / bc1 / (std::sqrt(v8[i] / bc2) + eps);
+      ASSERT_NEAR(p8[i], p7[i] - lr * (update + decay * p7[i]),
+                  3e-7 * std::abs(p7[i]) + 1e-5 * lr * std::abs(update) + 1e-9)
+          << what << " " << name << " [" << i << "]";
+    }
+  }
+  EXPECT_GT(lion, 3000) << what;
+  EXPECT_GT(adam, 2000) << what;
+  EXPECT_LT(ambiguous * 100, lion) << what;
+}
+
+TEST(ConvertMegatron, PretrainResumesMegatronsLionState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--optimizer") + 1) = "lion";
+  double one_process_loss = 0;
+  int k = 0;
+  for (const auto& [np, extra] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {1, {}}, {2, {"--tensor-model-parallel-size", "2"}}}) {
+    SCOPED_TRACE(str_cat(np, " ranks"));
+    const std::string save = tmp.file(str_cat("lion", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> flags = extra;
+    flags.insert(flags.end(), {"--load", megatron("torch_dist_lion"), "--save", save});
+    test::RunResult r = test::run_with_timeout(testing::launch_argv(np, program, flags), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("model weights, lion optimizer state (non-distributed: exp_avg, exp_avg_sq; step 7), "
+                            "scheduler and iteration"),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (np == 1) one_process_loss = loss[0];
+    else EXPECT_NEAR(loss[0], one_process_loss, 1e-5 * loss[0]);
+    auto from = read_megatron_checkpoint(megatron("torch_dist_lion"), kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    expect_lion_step(*from, save, "torch_dist_lion");
+  }
+}
+
 }  // namespace
 }  // namespace gale

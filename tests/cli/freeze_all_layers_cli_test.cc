@@ -3,9 +3,11 @@
 // and the parameters stay the loaded ones (the params norm of every iteration is theirs), where a
 // trained run's losses move; the learning rate is logged as 0 and Megatron's warnings turn off the
 // distributed optimizer and the overlapped parameter all-gather. TP 2, PP 2 and DP 2 (under mpirun)
-// log one process's losses and params norms.
+// log one process's losses and params norms. --save writes nothing (Megatron's skip_weight_ckpt) and
+// a next launch resumes from --save's tracker or --override-ckpt-iteration.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "cli/cli_test_util.h"
@@ -101,14 +103,50 @@ TEST(FreezeAllLayersCli, ParallelLayoutsLogOneProcesssLossesAndParamsNorms) {
   }
 }
 
-TEST(FreezeAllLayersCli, RefusedWithSave) {
+// Megatron main's --save of a frozen run: the "saving checkpoint" line, then no weights and no tracker
+// (skip_weight_ckpt), so the run's losses are those of a run without --save; its next launch starts at the
+// iteration of --save's tracker (read_frozen_resume_iteration), or at --override-ckpt-iteration, and replays
+// the samples from there: the losses of the same iterations of the run from iteration 0.
+TEST(FreezeAllLayersCli, SaveWritesNothingAndANextLaunchResumesFromTheSaveTracker) {
   testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
   testing::CommandResult r = testing::run_gale(
-      "pretrain " + kModel + " --lr 1e-3 --train-iters 2 --freeze-all-layers --save-interval 2 --save " + dir.file("c"),
-      dir.path());
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE((r.out + r.err).find("--freeze-all-layers with --save: not supported yet"), std::string::npos)
-      << r.out << r.err;
+      "pretrain " + kModel + " --lr 1e-2 --train-iters 2 --save-interval 2 --save " + ckpt, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string frozen = "pretrain " + kModel + " --lr 1e-2 --freeze-all-layers --train-iters 3 --load " + ckpt;
+  testing::CommandResult plain = testing::run_gale(frozen, dir.path());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::vector<double> losses = testing::logged_values(plain.out, "lm loss");
+  ASSERT_EQ(losses.size(), 3u) << plain.out;
+
+  const std::string out = dir.file("out");
+  testing::CommandResult saved = testing::run_gale(frozen + " --save-interval 1 --save " + out, dir.path());
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  EXPECT_EQ(testing::logged_values(saved.out, "lm loss"), losses);
+  const std::string both = saved.out + saved.err;
+  EXPECT_NE(both.find("saving checkpoint at iteration       1 to " + out), std::string::npos) << both;
+  EXPECT_NE(both.find("  --freeze-all-layers: nothing was trained, so no checkpoint is written (the weights are the "
+                      "loaded ones)"),
+            std::string::npos)
+      << both;
+  EXPECT_EQ(both.find("successfully saved checkpoint"), std::string::npos) << both;
+  EXPECT_FALSE(std::filesystem::exists(out + "/latest_checkpointed_iteration.txt"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/iter_0000001"));
+
+  // --save's tracker says 2 (the trained run's): the frozen run starts at iteration 3.
+  testing::CommandResult resumed = testing::run_gale(frozen + " --save-interval 5 --save " + ckpt, dir.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(testing::regex_values(resumed.out, "iteration +([0-9]+)/ +3 \\|"), (std::vector<double>{3}));
+  EXPECT_EQ(testing::logged_values(resumed.out, "lm loss"), (std::vector<double>{losses[2]}));
+  EXPECT_NE((resumed.out + resumed.err).find("--override-ckpt-iteration: start at iteration 2"), std::string::npos)
+      << resumed.out << resumed.err;
+
+  // An explicit --override-ckpt-iteration wins.
+  testing::CommandResult overridden =
+      testing::run_gale(frozen + " --save-interval 5 --save " + ckpt + " --override-ckpt-iteration 1", dir.path());
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.err;
+  EXPECT_EQ(testing::regex_values(overridden.out, "iteration +([0-9]+)/ +3 \\|"), (std::vector<double>{2, 3}));
+  EXPECT_EQ(testing::logged_values(overridden.out, "lm loss"), (std::vector<double>{losses[1], losses[2]}));
 }
 
 }  // namespace

@@ -120,6 +120,37 @@ TEST_P(ShardedOptimizer, StateExistsOnlyForOwnedElements) {
 
 INSTANTIATE_TEST_SUITE_P(Types, ShardedOptimizer, ::testing::Values("adam", "sgd"));
 
+// --freeze-all-layers (OptimizerConfig::frozen): Megatron's optimizer gets no trainable parameter and is None, so
+// Gale's holds no state: not one byte comes from the allocator (AdamW, SGD with momentum, Lion on the matrix with
+// AdamW on the rest, AdamW with --compress-optimizer), while the unfrozen one takes its moments' bytes; the
+// params norm (Megatron's calc_params_l2_norm reads the model) is the unfrozen optimizer's.
+TEST(FrozenOptimizer, AllocatesNoStateAndKeepsTheParamsNorm) {
+  const OpTable ops = reference_ops();
+  for (const std::string type : {"adam", "sgd", "lion", "adam+compress"}) {
+    SCOPED_TRACE(type);
+    ParamBuffer pb = make_buffer();
+    OptimizerConfig c = config(type == "adam+compress" ? "adam" : type);
+    c.compress = type == "adam+compress";
+    auto buffers = [&] {
+      OptimizedBuffer b{&pb, {}, std::nullopt};
+      if (type == "lion") b.muon = {true, false, false};  // Lion on the weight, AdamW on the bias and norm
+      return std::vector<OptimizedBuffer>{b};
+    };
+    const int64_t before = host_allocator().current_bytes();
+    Optimizer trained(c, buffers(), &ops, make_self_communicator("mp"));
+    const int64_t trained_bytes = host_allocator().current_bytes() - before;
+    EXPECT_GT(trained_bytes, 0);
+    if (type != "adam+compress") EXPECT_EQ(trained.state_bytes(), trained_bytes);
+    c.frozen = true;
+    const int64_t before_frozen = host_allocator().current_bytes();
+    Optimizer frozen(c, buffers(), &ops, make_self_communicator("mp"));
+    EXPECT_EQ(host_allocator().current_bytes() - before_frozen, 0);
+    EXPECT_EQ(frozen.state_bytes(), 0);
+    EXPECT_EQ(frozen.params_norm(), trained.params_norm());
+    EXPECT_GT(frozen.params_norm(), 0.0);
+  }
+}
+
 TEST(ShardedOptimizerNorm, CountsOwnedElementsOfCountingParameters) {
   const OpTable ops = reference_ops();
   ParamBuffer pb = make_buffer();

@@ -516,11 +516,6 @@ INSTANTIATE_TEST_SUITE_P(
                   "normalises the heads of standard self-attention only)"},
         ErrorCase{{"--qk-l2-norm", "--is-hybrid-model", "--mamba-num-groups", "2"}, StatusCode::kUnimplemented,
                   "--qk-l2-norm with --is-hybrid-model: not supported yet"},
-        ErrorCase{{"--freeze-all-layers", "--save", "/tmp/ckpt", "--save-interval", "5"}, StatusCode::kUnimplemented,
-                  "--freeze-all-layers with --save: not supported yet (Megatron then writes no weights, only its "
-                  "progress tracker, which a frozen run's next launch resumes from)"},
-        ErrorCase{{"--freeze-all-layers", "--load", "/tmp/ckpt", "--override-ckpt-iteration", "5"},
-                  StatusCode::kUnimplemented, "--freeze-all-layers with --override-ckpt-iteration: not supported yet"},
         ErrorCase{{"--freeze-all-layers", "--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
                   StatusCode::kUnimplemented,
                   "--freeze-all-layers with a sharded optimizer, gradients or parameters (--use-custom-fsdp optim, "

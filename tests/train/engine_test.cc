@@ -1,10 +1,15 @@
 // build_engine's data-parallel buckets under Megatron's --ddp-num-buckets and --ddp-bucket-size:
-// the bucket size each flag gives (get_model) and the buckets the first chunk is cut into.
+// the bucket size each flag gives (get_model) and the buckets the first chunk is cut into; under
+// --freeze-all-layers no optimizer state (the allocator's bytes).
 #include "train/engine.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "comm/communicator.h"
+#include "core/allocator.h"
 #include "testing_run.h"
 
 namespace gale {
@@ -48,6 +53,27 @@ TEST(Engine, DdpNumBucketsCutsTheFirstChunkIntoThatManyBuckets) {
   auto sized = run_with({"--overlap-grad-reduce", "--ddp-bucket-size", std::to_string(size)});
   EXPECT_EQ(sized->engine->dp_sync[0]->buckets().size(), buckets.size());
   EXPECT_EQ(run_with({"--ddp-bucket-size", "1000"})->engine->dp_sync[0]->buckets().size(), 1u);
+}
+
+// --freeze-all-layers: Megatron's optimizer has no trainable parameter (None), so Gale's holds no state:
+// the frozen engine takes exactly AdamW's two f32 moments per parameter element fewer bytes from the
+// allocator than the same engine unfrozen, and its forward-only steps leave the weights as they were.
+TEST(Engine, FreezeAllLayersAllocatesNoOptimizerState) {
+  const int64_t before = host_allocator().current_bytes();
+  auto trained = run_with({});
+  const int64_t trained_bytes = host_allocator().current_bytes() - before;
+  const int64_t before_frozen = host_allocator().current_bytes();
+  auto frozen = run_with({"--freeze-all-layers"});
+  const int64_t frozen_bytes = host_allocator().current_bytes() - before_frozen;
+  const int64_t numel = trained->model().params().trainable_numel();
+  EXPECT_EQ(trained->engine->optimizer->state_bytes(), 2 * 4 * numel);
+  EXPECT_EQ(frozen->engine->optimizer->state_bytes(), 0);
+  EXPECT_EQ(trained_bytes - frozen_bytes, 2 * 4 * numel);
+  const Tensor weights = frozen->model().params().flat_params().clone();
+  const std::vector<double> losses = frozen->train(2);
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_EQ(std::memcmp(weights.raw(), frozen->model().params().flat_params().raw(), weights.nbytes()), 0);
 }
 
 }  // namespace

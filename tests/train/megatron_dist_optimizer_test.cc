@@ -10,11 +10,14 @@
 // the same written by core_v0.12.1, _tp2pp2 by core_v0.15.3 at TP 2 x PP 2);
 // torch_dist_optim.json holds torch's step, scheduler state and, per tensor, its sum
 // and first values. Every layout must give those values, and exactly the same tensors as each other.
+// torch_dist_lion (tools/reference/megatron_lion_reference.py): Megatron main's --optimizer lion state, the
+// non-distributed ChainedOptimizer [Lion, AdamW], against torch_dist_lion.json.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/dcp_reader.h"
@@ -173,6 +176,56 @@ TEST(MegatronDistOptimizer, GradScalerState) {
   auto o = read_megatron_dist_optimizer(*c, **common, nullptr, dir);
   ASSERT_TRUE(o.ok()) << o.status().message();
   EXPECT_EQ(o->grad_scaler, nlohmann::json({{"scale", 1024.0}, {"growth_tracker", 3}, {"hysteresis_tracker", 2}}));
+}
+
+// Megatron main's --optimizer lion without the distributed optimizer (tests/data/megatron/torch_dist_lion,
+// tools/reference/megatron_lion_reference.py): a ChainedOptimizer [Lion, AdamW] whose common.pt 'optimizer' is
+// {0: Lion's, 1: AdamW's} and whose tensors keep the plain names: Lion's exp_avg for the 2-D parameters but the
+// embedding and output layer, AdamW's exp_avg and exp_avg_sq for the rest, AdamW's step 7; the values are the
+// reference's. Saved by the distributed optimizer (chained_<i>. keys, a param_state_sharding_type) it is refused.
+TEST(MegatronDistOptimizer, LionChainGivesTheReferencesState) {
+  std::ifstream in(fixture("torch_dist_lion.json"));
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const std::string dir = fixture("torch_dist_lion/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(common.ok()) << common.status().message();
+  auto o = read_megatron_dist_optimizer(*c, **common, (*common)->get("args"), dir);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->type, "lion");
+  EXPECT_EQ(o->layout, "non-distributed");
+  EXPECT_EQ(o->step, ref["step"].get<int64_t>());
+  EXPECT_EQ(o->scheduler.value("num_steps", 0), 14);
+  ASSERT_EQ(o->tensors.size(), 2u);
+  std::set<std::string> lion, adam, first, second;
+  for (const auto& k : ref["lion"]) lion.insert(k.get<std::string>());
+  for (const auto& k : ref["adam"]) adam.insert(k.get<std::string>());
+  for (const auto& [key, t] : o->tensors.at("exp_avg")) first.insert(key);
+  for (const auto& [key, t] : o->tensors.at("exp_avg_sq")) second.insert(key);
+  EXPECT_EQ(second, adam);
+  std::set<std::string> all = lion;
+  all.insert(adam.begin(), adam.end());
+  EXPECT_EQ(first, all);
+  for (const auto& [state, by_key] : o->tensors)
+    for (const auto& [key, t] : by_key) expect_values(t, ref["tensors"][str_cat("optimizer.state.", state, ".", key)], key);
+  // The distributed optimizer's chained layouts.
+  PyValue* opt = const_cast<PyValue*>((*common)->get("optimizer"));
+  PyValue* sub = const_cast<PyValue*>(opt->entries[1].second.get());
+  sub->set("param_state_sharding_type", PyValue::str("dp_reshardable"));
+  o = read_megatron_dist_optimizer(*c, **common, (*common)->get("args"), "D");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(o.status().message(),
+            "D: Megatron's --optimizer lion state saved with the distributed optimizer (optimizer[1] has a "
+            "param_state_sharding_type): not supported yet (Gale reads Lion's state of the non-distributed "
+            "optimizer); pass --no-load-optim (or --finetune) to load the model weights and iteration only");
+  // Without args.optimizer 'lion' several optimizers stay refused.
+  o = read_megatron_dist_optimizer(*c, **common, nullptr, "D");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("the state of several optimizers (Megatron's ChainedOptimizer"),
+            std::string::npos)
+      << o.status().message();
 }
 
 TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {

@@ -14,6 +14,7 @@
 #include "ckpt/temp_dir.h"
 #include "ckpt/torch_file.h"
 #include "train/megatron_checkpoint.h"
+#include "train/megatron_moe_names.h"
 #include "train/megatron_fixture.h"
 
 namespace gale {
@@ -168,6 +169,64 @@ TEST(MegatronMoe, LayerFreqListBothWays) {
   EXPECT_EQ(back->moe.layer_pattern, (std::vector<int>{0, 1}));
   ASSERT_EQ(back->tensors.size(), tensors.size());
   for (const NamedTensor& nt : tensors) EXPECT_TRUE(same_tensor(nt.tensor, back->tensors.at(nt.name))) << nt.name;
+}
+
+// Megatron main's quantile_balancing router keeps a persistent f32 buffer decoder.layers.<i>.mlp.router.qb_beta
+// [E] (router.py registers it without persistent=False; qb_beta_accum / qb_beta_count are not saved), the same
+// on every TP and EP rank: Gale writes it into every TP 2 x EP 2 rank file under that name, with the load-balancing
+// type in the args, reads it back into its own qb_beta, and a run that differs in quantile balancing is told so.
+TEST(MegatronMoe, QuantileBalancingBufferBothWays) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(fixture("moe/torch_ep1"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
+  std::map<std::string, Tensor> betas;
+  for (int layer : {0, 1}) {
+    Tensor beta = Tensor::empty({4});
+    for (int e = 0; e < 4; ++e) beta.data<float>()[e] = 0.125f * static_cast<float>(e + 4 * layer) - 0.5f;
+    const std::string name = str_cat("decoder.layers.", layer, ".mlp.router.qb_beta");
+    betas[name] = beta;
+    tensors.push_back({name, beta});
+  }
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  o.tensor_parallel = 2;
+  o.expert_parallel = 2;
+  o.moe = m->moe;
+  o.moe.moe_router_load_balancing_type = "quantile_balancing";
+  o.moe.moe_router_quantile_balancing_ema = 0.5;
+  Status s = write_megatron_checkpoint(o, m->model, tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (const char* rank : {"mp_rank_00_000", "mp_rank_01_000", "mp_rank_00_001", "mp_rank_01_001"}) {
+    SCOPED_TRACE(rank);
+    auto file = read_torch_file(tmp.file(str_cat("mg/iter_0000000/", rank, "/model_optim_rng.pt")));
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    EXPECT_EQ((*file)->get("args")->attr("moe_router_load_balancing_type")->s, "quantile_balancing");
+    EXPECT_EQ((*file)->get("args")->attr("moe_router_quantile_balancing_ema")->f, 0.5);
+    const PyValue* sd = (*file)->get("model");
+    for (const auto& [name, beta] : betas) {
+      const PyValue* v = sd->get(name);
+      ASSERT_NE(v, nullptr) << name;
+      ASSERT_EQ(v->kind, PyValue::kTensor) << name;
+      EXPECT_EQ(v->data.dtype(), DType::kF32);
+      EXPECT_TRUE(same_tensor(v->data, beta)) << name;
+    }
+  }
+  auto back = read_megatron_checkpoint(tmp.file("mg"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->moe.uses_load_balancing_type("quantile_balancing"));
+  EXPECT_EQ(back->moe.moe_router_quantile_balancing_ema, 0.5);
+  for (const auto& [name, beta] : betas) EXPECT_TRUE(same_tensor(beta, back->tensors.at(name))) << name;
+  MoeArgs run = back->moe;
+  EXPECT_TRUE(check_megatron_moe_run(back->moe, run, "dir").ok());
+  run.moe_router_load_balancing_type = "aux_loss";
+  EXPECT_EQ(check_megatron_moe_run(back->moe, run, "dir").message(),
+            "dir: Megatron's checkpoint was saved with --moe-router-load-balancing-type quantile_balancing (its "
+            "mlp.router.qb_beta buffers), this run has another type");
+  EXPECT_EQ(check_megatron_moe_run(run, back->moe, "dir").message(),
+            "dir: Megatron's checkpoint was saved with --moe-router-load-balancing-type other than "
+            "quantile_balancing, this run has quantile_balancing");
 }
 
 // A copy of `fixture_name` in tmp/c whose rank file `rank` has its args attribute `key` set to `value`.
