@@ -381,6 +381,7 @@ int64_t MoeSaved::tensor_bytes() const {
 std::vector<int> MoeParamIds::all() const {
   std::vector<int> ids;
   if (router_w >= 0) ids.push_back(router_w);
+  if (router_b >= 0) ids.push_back(router_b);
   for (size_t e = 0; e < fc1_w.size(); ++e)
     for (int id : {fc1_w[e], fc1_b[e], fc2_w[e], fc2_b[e]})
       if (id >= 0) ids.push_back(id);
@@ -419,6 +420,12 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
                                      InitKind::kNormal, c.init_std, true);
   router.sequence_parallel = router_partial_grad;  // each TP rank routes its own tokens
   w.router_w = pb.add(router);
+  if (c.add_bias_linear) {  // Megatron's TopKRouter.bias: init_method as the weight, no weight decay
+    ParamSpec bias = make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.bias"), {c.moe.num_experts},
+                                     InitKind::kNormal, c.init_std, false);
+    bias.sequence_parallel = router_partial_grad;
+    w.router_b = pb.add(bias);
+  }
   if (c.moe.expert_bias) {  // Megatron's buffer: no gradient, no optimizer state, in checkpoints
     ParamSpec bias = make_param_spec(str_cat("decoder.layers.", layer, ".mlp.router.expert_bias"), {c.moe.num_experts},
                                      InitKind::kZeros, 0, false);

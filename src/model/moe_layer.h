@@ -70,6 +70,7 @@ struct MoeHotPass;      // below
 // Ids of one MoE layer's parameters in the ParamBuffer (-1 when absent).
 struct MoeParamIds {
   int router_w = -1;                      // decoder.layers.{i}.mlp.router.weight [E, H]
+  int router_b = -1;                      // decoder.layers.{i}.mlp.router.bias [E] (--add-bias-linear; -1: none)
   int expert_bias = -1;                   // decoder.layers.{i}.mlp.router.expert_bias [E] (a buffer; -1: none)
   std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per local expert j: ...mlp.experts.local_experts.{j}.linear_fc1.weight ...
   // --enable-expert-placement (model/expert_placement.h): which physical expert (rank, slot) holds
@@ -85,11 +86,12 @@ struct MoeParamIds {
   std::shared_ptr<MoeQuantileBalancing> qb;
   bool defined() const { return router_w >= 0; }
   std::vector<int> all() const;  // every parameter id, router first (not the buffers expert_bias, qb_beta)
-  MoeRouterIds router() const { return MoeRouterIds{router_w, expert_bias, global_aux.get(), qb_beta, qb.get()}; }
+  MoeRouterIds router() const { return MoeRouterIds{router_w, router_b, expert_bias, global_aux.get(), qb_beta, qb.get()}; }
 };
 
 // Registers global layer `layer`'s router and this EP rank's experts with Megatron-Core names and
-// Megatron's init (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); biases 0). Not
+// Megatron's init (router and fc1: normal(0, std); fc2: normal(0, std/sqrt(2L)); the router's bias
+// (--add-bias-linear, Megatron's TopKRouter.bias) normal(0, std) as its weight; other biases 0). Not
 // TP-split but split over the expert-TP group (etp_size, etp_rank): fc1 weight and bias dim 0 (two
 // blocks under SwiGLU), fc2 weight dim 1, fc2 bias whole. `router_partial_grad`: the router's
 // gradient is partial per TP rank (sequence_parallel: all-reduced over TP); `experts_partial_grad`

@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "core/threads.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
 #include "model/linear.h"
 
@@ -254,6 +255,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
   GALE_CHECK(k >= 1 && k <= E) << "moe top-k " << k << " of " << E << " experts";
   Tensor logits = linear_forward(router_input(c, x, key), router_weight(ops, pb, w.weight));  // [T, E]
+  if (w.bias >= 0) add_bias_ref(logits.data<float>(), pb.param_data(w.bias), T, E);  // --add-bias-linear
   if (m.force_load_balancing)  // random logits (straight-through: backward treats them as the real ones)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < E; ++e)
@@ -471,6 +473,7 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
     for (int64_t e = 0; e < E; ++e) sds += sc[e] * ds[e];
     for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(sc[e] * (ds[e] - sds) + z * sc[e]);
   }
+  if (w.bias >= 0) column_sum_accumulate(dlogits.data<float>(), pb.grad_data(w.bias), T, E);
   Tensor dx = linear_backward(dlogits, router_input(c, x, s.key), router_weight(ops, pb, w.weight));
   if (m.input_jitter_eps != 0.0) {  // through x ⊙ n: the noise redrawn
     const int64_t H = x.size(1);

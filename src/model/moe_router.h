@@ -131,6 +131,7 @@ struct MoeQuantileBalancing {
 // Ids of the router's tensors in the ParamBuffer, and the layer's global_aux_loss state.
 struct MoeRouterIds {
   int weight = -1;       // decoder.layers.{i}.mlp.router.weight [E, H]
+  int bias = -1;         // decoder.layers.{i}.mlp.router.bias [E] (--add-bias-linear, Megatron's; gpt-oss's router bias)
   int expert_bias = -1;  // decoder.layers.{i}.mlp.router.expert_bias [E], a buffer (-1: disabled)
   MoeGlobalAux* global_aux = nullptr;  // with config.moe.global_aux_loss_coeff > 0 (else null)
   int qb_beta = -1;      // decoder.layers.{i}.mlp.router.qb_beta [E], a buffer (quantile_balancing; else -1)
@@ -195,7 +196,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
                               const Comm& seq = nullptr, const MoeRouterKey& key = {});
 
 // Backward from the routing weights' gradient dprobs [T, k] (0 at dropped pairs) and the auxiliary
-// losses (their coefficients times `aux_scale`): accumulates the router weight's gradient and
+// losses (their coefficients times `aux_scale`): accumulates the router weight's (and bias's) gradient and
 // returns the input's [T, H] (f32). `x` is forward's input. Releases `s`.
 Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer& pb, const MoeRouterIds& w,
                            MoeRouterSaved& s, const Tensor& x, const Tensor& dprobs, double aux_scale);

@@ -21,6 +21,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kQwen3Moe: return "Qwen3MoeForCausalLM";
     case HfArchitecture::kQwen3Next: return "Qwen3NextForCausalLM";
     case HfArchitecture::kBloom: return "BloomForCausalLM";
+    case HfArchitecture::kGptOss: return "GptOssForCausalLM";
   }
   return "?";
 }
@@ -564,6 +565,92 @@ Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
+// transformers' GptOssExperts clamps the gate at this limit and up at +-it (hard-coded in 4.55 to 4.57;
+// config.json's swiglu_limit is the original model's value).
+constexpr double kGptOssSwigluLimit = 7.0;
+
+// GptOssForCausalLM: LLaMA-shaped attention with q/k/v/o biases and a learned sink logit per head
+// (--add-bias-linear, --softmax-type learnable), layer_types sliding_attention / full_attention ->
+// --sliding-window W with --window-attn-skip-freq as a list (1: sliding) when they mix, rope_scaling
+// (yarn, as gpt-oss ships it) as the LLaMA family's, and in every layer num_local_experts experts
+// with a biased router (Megatron's routing: the top k of the logits, softmax over the k) and
+// gpt-oss's activation (--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7).
+Status read_gpt_oss(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  MoeArgs& moe = out.moe;
+  GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
+  GALE_ASSIGN_OR_RETURN(m.num_layers, c.positive("num_hidden_layers"));
+  GALE_ASSIGN_OR_RETURN(m.num_attention_heads, c.positive("num_attention_heads"));
+  GALE_ASSIGN_OR_RETURN(m.num_kv_heads, c.positive("num_key_value_heads", m.num_attention_heads));
+  GALE_ASSIGN_OR_RETURN(m.kv_channels, c.positive("head_dim", 64));  // GptOssConfig's default
+  GALE_ASSIGN_OR_RETURN(m.ffn_hidden_size, c.positive("intermediate_size"));
+  GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("max_position_embeddings"));
+  GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("rms_norm_eps", 1e-5));
+  if (m.num_attention_heads % m.num_kv_heads != 0)
+    return InvalidArgument(c.path(), ": num_attention_heads ", m.num_attention_heads,
+                           " is not a multiple of num_key_value_heads ", m.num_kv_heads);
+  if (c.set("quantization_config"))
+    return refuse(c, "quantization_config", "quantized (MXFP4) expert weights; Gale reads bf16 or f32 safetensors "
+                  "only: dequantize the checkpoint to bf16 first");
+  GALE_ASSIGN_OR_RETURN(double theta, c.number("rope_theta", 150000.0));
+  if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
+    return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
+  m.rotary_base = static_cast<int64_t>(theta);
+  m.position_embedding_type = "rope";
+  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
+  GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", true));
+  if (!attention_bias)
+    return refuse(c, "attention_bias", "gpt-oss's experts and router have biases; Gale's --add-bias-linear also "
+                  "gives q/k/v/o theirs");
+  GALE_ASSIGN_OR_RETURN(double limit, c.number("swiglu_limit", kGptOssSwigluLimit));
+  if (limit != kGptOssSwigluLimit)
+    return refuse(c, "swiglu_limit", "transformers' GptOssExperts clamps at 7.0 whatever the config says");
+  GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
+  // layer_types (absent: transformers' default, sliding_attention in the even layers 0, 2, ...).
+  std::vector<int> windowed(static_cast<size_t>(m.num_layers));
+  for (int64_t i = 0; i < m.num_layers; ++i) windowed[static_cast<size_t>(i)] = (i + 1) % 2 != 0;
+  if (c.set("layer_types")) {
+    const nlohmann::json& types = c.json().at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != m.num_layers)
+      return InvalidArgument(c.path(), ": 'layer_types' must list ", m.num_layers, " layer types, found ", types.dump());
+    for (int64_t i = 0; i < m.num_layers; ++i) {
+      if (types[i] != "sliding_attention" && types[i] != "full_attention")
+        return InvalidArgument(c.path(), ": 'layer_types' must hold \"sliding_attention\" or \"full_attention\", found ",
+                               types.dump());
+      windowed[static_cast<size_t>(i)] = types[i] == "sliding_attention";
+    }
+  }
+  const int64_t sliding = std::count(windowed.begin(), windowed.end(), 1);
+  if (sliding > 0) {
+    GALE_ASSIGN_OR_RETURN(m.sliding_window, c.positive("sliding_window", 128));  // GptOssConfig's default
+    if (sliding < m.num_layers) {
+      m.window_attn_pattern = windowed;
+      m.window_attn_skip_freq = nlohmann::json(windowed).dump();
+    }
+  }
+  GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("num_local_experts"));
+  GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
+  if (moe.moe_router_topk > moe.num_experts)
+    return InvalidArgument(c.path(), ": num_experts_per_tok ", moe.moe_router_topk, " exceeds num_local_experts ",
+                           moe.num_experts);
+  GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("router_aux_loss_coef", 0.9));
+  moe.moe_ffn_hidden_size = m.ffn_hidden_size;
+  moe.moe_layer_freq = "1";
+  moe.layer_pattern.assign(static_cast<size_t>(m.num_layers), 1);
+  m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
+  m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
+  m.normalization = "RMSNorm";
+  m.swiglu = false;
+  m.quick_geglu = true;
+  m.glu_linear_offset = 1.0;
+  m.activation_func_clamp_value = kGptOssSwigluLimit;
+  m.softmax_type = "learnable";
+  m.add_bias_linear = true;
+  m.add_qkv_bias = false;
+  m.untie_embeddings_and_output_weights = !tie;
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -736,6 +823,67 @@ Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::s
   return Status::Ok();
 }
 
+// Whether a Gale model with gpt-oss's sinks or activation is a GptOssForCausalLM: what read_gpt_oss sets.
+Status gpt_oss_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  std::string why;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok && why.empty()) why = what;
+  };
+  need(m.normalization == "RMSNorm" && !m.apply_layernorm_1p, "RMSNorm (not --apply-layernorm-1p)");
+  need(m.quick_geglu && !m.swiglu && !m.squared_relu && m.glu_linear_offset == 1.0 &&
+           m.activation_func_clamp_value == kGptOssSwigluLimit,
+       "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7 (transformers' GptOssExperts)");
+  need(m.softmax_type == "learnable", "--softmax-type learnable (self_attn.sinks)");
+  need(m.add_bias_linear, "--add-bias-linear (biases on q/k/v/o, the router and the experts)");
+  need((m.position_embedding_type == "rope" || m.position_embedding_type == "yarn") && m.rotary_percent == 1.0 &&
+           !m.rotary_interleaved && m.no_rope_pattern.empty() &&
+           !(m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor)),
+       "--position-embedding-type rope or yarn in every layer, rotate-half, --rotary-percent 1");
+  need(m.position_embedding_type != "yarn" || (m.mscale == 1.0 && m.mscale_all_dim == 0.0) ||
+           (m.mscale != 0.0 && m.mscale_all_dim != 0.0),
+       "--mscale 1 with --mscale-all-dim 0, or both non-zero (rope_scaling yarn)");
+  need(!m.qk_layernorm && !m.qk_l2_norm && !m.attention_output_gate && !m.multi_latent_attention &&
+           m.experimental_attention_variant.empty() && !m.embed_layernorm && m.noop_layers.empty() &&
+           (m.mtp_num_layers == kUnset || m.mtp_num_layers == 0),
+       "plain attention (no --qk-layernorm, --qk-l2-norm, --attention-output-gate, MLA, attention variant, "
+       "--embed-layernorm, --noop-layers or --mtp-num-layers)");
+  need(m.window_attn_pattern.empty() || m.sliding_window != kUnset, "--window-attn-skip-freq only with a window");
+  const bool every_layer = std::all_of(moe.layer_pattern.begin(), moe.layer_pattern.end(), [](int f) { return f == 1; });
+  need(moe.enabled() && every_layer, "--num-experts in every layer (--moe-layer-freq 1)");
+  need(!moe.enabled() || (moe.moe_router_score_function == "softmax" && !moe.moe_router_pre_softmax &&
+                          !moe.moe_router_enable_expert_bias && unset(moe.moe_router_topk_scaling_factor) &&
+                          moe.moe_router_group_topk == kUnset && moe.moe_shared_expert_intermediate_size == kUnset),
+       "Megatron's default routing (softmax over the top k logits: no --moe-router-pre-softmax, sigmoid scores, "
+       "expert bias, top-k scaling or groups) and no shared expert");
+  if (!why.empty())
+    return Unimplemented(where, ": a model with gpt-oss's attention sinks or MLP activation is written as "
+                         "GptOssForCausalLM only with ", why);
+  return Status::Ok();
+}
+
+// GptOssForCausalLM's config.json keys, as transformers' GptOssConfig saves them.
+void add_gpt_oss_config(const HfModel& hf, nlohmann::json* out) {
+  const ModelArgs& m = hf.model;
+  nlohmann::json& j = *out;
+  j["model_type"] = "gpt_oss";
+  j["intermediate_size"] = hf.moe.moe_ffn_hidden_size;
+  j["attention_bias"] = true;
+  j["swiglu_limit"] = m.activation_func_clamp_value;
+  j["num_local_experts"] = hf.moe.num_experts;
+  j["num_experts_per_tok"] = hf.moe.moe_router_topk;
+  j["router_aux_loss_coef"] = hf.moe.moe_aux_loss_coeff;
+  j["output_router_logits"] = false;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    const bool sliding = m.sliding_window != kUnset &&
+                         (m.window_attn_pattern.empty() || m.window_attn_pattern[static_cast<size_t>(i)] != 0);
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+  // With no sliding layer transformers reads no window; it still wants the key.
+  j["sliding_window"] = m.sliding_window != kUnset ? m.sliding_window : m.max_position_embeddings;
+}
+
 // Qwen3NextForCausalLM's config.json keys beyond the LLaMA family's, as transformers 5.x saves them:
 // layer_types, the linear_* sizes, rope_parameters with partial_rotary_factor, the experts.
 void add_qwen3_next_config(const HfModel& hf, nlohmann::json* out) {
@@ -856,14 +1004,16 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "Qwen3MoeForCausalLM") out.arch = HfArchitecture::kQwen3Moe;
   else if (name == "Qwen3NextForCausalLM") out.arch = HfArchitecture::kQwen3Next;
   else if (name == "BloomForCausalLM") out.arch = HfArchitecture::kBloom;
+  else if (name == "GptOssForCausalLM") out.arch = HfArchitecture::kGptOss;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM)");
+                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
+                       : out.arch == HfArchitecture::kGptOss     ? read_gpt_oss(c, out)
                                                                  : read_llama_family(c, config, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
@@ -886,6 +1036,16 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   out.model = m;
   out.moe = moe;
   out.vocab_size = vocab_size;
+  if (m.softmax_type == "learnable" || m.quick_geglu || m.glu_linear_offset != 0.0 ||
+      !unset(m.activation_func_clamp_value)) {  // gpt-oss's sinks or activation: nothing else holds them
+    GALE_RETURN_IF_ERROR(gpt_oss_from_args(m, moe, where));
+    out.arch = HfArchitecture::kGptOss;
+    out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
+    if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
+      return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
+                             m.padded_vocab_size);
+    return out;
+  }
   const bool gpt2 = m.normalization == "LayerNorm" && !m.swiglu && m.position_embedding_type == "learned_absolute" &&
                     m.add_bias_linear && !m.add_qkv_bias && !m.untie_embeddings_and_output_weights &&
                     m.num_kv_heads == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size;
@@ -938,16 +1098,10 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.attention_output_gate)
     return Unimplemented(where, ": the model has --attention-output-gate, which Gale does not write to Hugging Face "
                          "yet (Qwen3-Next's gated q_proj)");
-  if (m.softmax_type != "vanilla")
+  if (m.softmax_type != "vanilla")  // off-by-one (learnable: GptOssForCausalLM above)
     return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
-                         " (attention sinks), which Gale does not write to Hugging Face yet (gpt-oss's sinks)");
-  if (m.quick_geglu || m.glu_linear_offset != 0.0 || !unset(m.activation_func_clamp_value))
-    return Unimplemented(where, ": the model has ",
-                         m.quick_geglu                     ? "--quick-geglu"
-                         : m.glu_linear_offset != 0.0      ? "--glu-linear-offset"
-                                                           : "--activation-func-clamp-value",
-                         " (gpt-oss's MLP activation), which Gale does not write to Hugging Face yet "
-                         "(GptOssForCausalLM: not supported yet)");
+                         " (attention sinks), which no Hugging Face architecture Gale writes can hold "
+                         "(GptOssForCausalLM's sinks are --softmax-type learnable)");
   if (m.qk_l2_norm)
     return Unimplemented(where, ": the model has --qk-l2-norm, which Gale does not write to Hugging Face yet "
                          "(Llama4ForCausalLM's use_qk_norm: not supported yet)");
@@ -1085,7 +1239,9 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["attention_dropout"] = 0.0;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
     const bool window = m.sliding_window != kUnset;
-    if (hf.arch == HfArchitecture::kMixtral) {
+    if (hf.arch == HfArchitecture::kGptOss) {
+      add_gpt_oss_config(hf, &j);
+    } else if (hf.arch == HfArchitecture::kMixtral) {
       j["sliding_window"] = window ? nlohmann::json(m.sliding_window) : nlohmann::json();
       j["num_local_experts"] = hf.moe.num_experts;
       j["num_experts_per_tok"] = hf.moe.moe_router_topk;

@@ -61,6 +61,20 @@
 //                       attention_bias, quantization_config, scoring_func other than sigmoid, topk_method
 //                       other than noaux_tc.
 //
+//   GptOssForCausalLM   gpt-oss: GQA attention with q/k/v/o biases (attention_bias must be true) and one
+//                       learned sink logit per head (--add-bias-linear, --softmax-type learnable), head_dim
+//                       -> --kv-channels, layer_types -> --sliding-window sliding_window with
+//                       --window-attn-skip-freq as a list (1: sliding_attention) when full and sliding
+//                       layers mix (all sliding: no skip list; all full: no window), rope_scaling as the
+//                       LLaMA family's (gpt-oss's yarn with truncate false), RMSNorm, and in every layer
+//                       num_local_experts experts (--num-experts, --moe-router-topk num_experts_per_tok,
+//                       --moe-ffn-hidden-size intermediate_size, --moe-aux-loss-coeff router_aux_loss_coef)
+//                       routed by a router with a bias (Megatron's mlp.router.bias under --add-bias-linear):
+//                       the top k of the logits, softmax over the k (Megatron's default), with gpt-oss's
+//                       activation (--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7;
+//                       swiglu_limit must be 7, which transformers hard-codes). Refused: quantization_config
+//                       (MXFP4 checkpoints: only bf16 / f32 safetensors are read).
+//
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
 #pragma once
@@ -75,7 +89,7 @@
 namespace gale {
 
 enum class HfArchitecture {
-  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next
+  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...

@@ -34,8 +34,10 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("mistral", 0) == 0 ? "mistral"
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
                              : given.rfind("bloom", 0) == 0 ? "bloom"
+                             : given.rfind("gpt_oss", 0) == 0 || given.rfind("gpt-oss", 0) == 0 ? "gpt_oss"
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
+                         : m.arch == HfArchitecture::kGptOss ? "gpt_oss"
                          : m.arch == HfArchitecture::kBloom ? "bloom"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
                          : m.arch == HfArchitecture::kQwen3 || m.arch == HfArchitecture::kQwen3Moe ||
@@ -45,7 +47,7 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -138,6 +140,15 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   if (m.arch == HfArchitecture::kQwen3Next)
     log(str_cat("Gated DeltaNet layers (1) and gated full attention (0): ", m.model.linear_attention_freq,
                 "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p"));
+  if (m.arch == HfArchitecture::kGptOss)
+    log(str_cat("gpt-oss: attention sinks (--softmax-type learnable), biases (--add-bias-linear, router included), "
+                "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7, ",
+                m.model.sliding_window != kUnset
+                    ? str_cat("--sliding-window ", m.model.sliding_window,
+                              m.model.window_attn_pattern.empty() ? std::string(" in every layer")
+                                                                  : " --window-attn-skip-freq " + m.model.window_attn_skip_freq)
+                    : std::string("no sliding window"),
+                ", --position-embedding-type ", m.model.position_embedding_type));
   if (m.arch == HfArchitecture::kQwen3Moe)
     log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"

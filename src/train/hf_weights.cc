@@ -743,6 +743,163 @@ Status gale_to_qwen3_next(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// gpt-oss (GptOssForCausalLM) layer i. Attention as LLaMA's with biases on q/k/v (grouped as the
+// weights) and o_proj, and self_attn.sinks [NH] -> self_attention.core_attention.softmax_offset. The
+// MLP: mlp.router.{weight [E, H], bias [E]} -> mlp.router.{weight, bias}; the experts are stored fused
+// and transposed relative to nn.Linear (x @ W + b): experts.gate_up_proj [E, H, 2F] with gate in the
+// even columns and up in the odd ones, gate_up_proj_bias [E, 2F] likewise, down_proj [E, F, H],
+// down_proj_bias [E, H]. Expert j's linear_fc1 is [gate; up] [2F, H] (Megatron's GLU halves),
+// linear_fc2 [H, F].
+void gpt_oss_fc1_from_gate_up(const float* gu, const float* gu_bias, int64_t H, int64_t F, float* fc1, float* fc1_b) {
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t f = 0; f < F; ++f) {
+      fc1[f * H + h] = gu[h * 2 * F + 2 * f];
+      fc1[(F + f) * H + h] = gu[h * 2 * F + 2 * f + 1];
+    }
+  for (int64_t f = 0; f < F; ++f) {
+    fc1_b[f] = gu_bias[2 * f];
+    fc1_b[F + f] = gu_bias[2 * f + 1];
+  }
+}
+void gpt_oss_gate_up_from_fc1(const float* fc1, const float* fc1_b, int64_t H, int64_t F, float* gu, float* gu_bias) {
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t f = 0; f < F; ++f) {
+      gu[h * 2 * F + 2 * f] = fc1[f * H + h];
+      gu[h * 2 * F + 2 * f + 1] = fc1[(F + f) * H + h];
+    }
+  for (int64_t f = 0; f < F; ++f) {
+    gu_bias[2 * f] = fc1_b[f];
+    gu_bias[2 * f + 1] = fc1_b[F + f];
+  }
+}
+// out [C, R] = in [R, C] transposed.
+void transpose_into(const float* in, int64_t R, int64_t C, float* out) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
+}
+std::string gale_expert_bias(int64_t i, int64_t j, const char* linear) {
+  return gale_layer(i, ("mlp.experts.local_experts." + std::to_string(j) + "." + linear + ".bias").c_str());
+}
+
+Status gpt_oss_attention_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const Dims d = dims(m);
+  for (const char* wb : {"weight", "bias"}) {
+    const bool w = wb[0] == 'w';
+    auto shape = [&](int64_t rows) { return w ? Shape{rows, d.H} : Shape{rows}; };
+    GALE_ASSIGN_OR_RETURN(Tensor q, mp.get(llama_layer(i, (std::string("self_attn.q_proj.") + wb).c_str()), shape(d.NH * d.HD)));
+    GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, (std::string("self_attn.k_proj.") + wb).c_str()), shape(d.KV * d.HD)));
+    GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, (std::string("self_attn.v_proj.") + wb).c_str()), shape(d.KV * d.HD)));
+    mp.put(gale_layer(i, (std::string("self_attention.linear_qkv.") + wb).c_str()), group_qkv(q, k, v, d.NH, d.KV, d.HD));
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(llama_layer(i, "self_attn.o_proj.weight"), {d.H, d.NH * d.HD}));
+  mp.put(gale_layer(i, "self_attention.linear_proj.weight"), o);
+  GALE_ASSIGN_OR_RETURN(Tensor ob, mp.get(llama_layer(i, "self_attn.o_proj.bias"), {d.H}));
+  mp.put(gale_layer(i, "self_attention.linear_proj.bias"), ob);
+  GALE_ASSIGN_OR_RETURN(Tensor sinks, mp.get(llama_layer(i, "self_attn.sinks"), {d.NH}));
+  mp.put(gale_layer(i, "self_attention.core_attention.softmax_offset"), sinks);
+  return Status::Ok();
+}
+
+Status gale_to_gpt_oss_attention(const HfModel& m, int64_t i, Mapper& mp) {
+  const Dims d = dims(m);
+  const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
+  for (const char* wb : {"weight", "bias"}) {
+    const bool w = wb[0] == 'w';
+    GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, (std::string("self_attention.linear_qkv.") + wb).c_str()),
+                                             w ? Shape{qkv_rows, d.H} : Shape{qkv_rows}));
+    std::vector<Tensor> parts = split_qkv(qkv, d.NH, d.KV, d.HD);
+    const char* names[] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."};
+    for (int p = 0; p < 3; ++p) mp.put(llama_layer(i, (std::string(names[p]) + wb).c_str()), parts[static_cast<size_t>(p)]);
+  }
+  GALE_ASSIGN_OR_RETURN(Tensor o, mp.get(gale_layer(i, "self_attention.linear_proj.weight"), {d.H, d.NH * d.HD}));
+  mp.put(llama_layer(i, "self_attn.o_proj.weight"), o);
+  GALE_ASSIGN_OR_RETURN(Tensor ob, mp.get(gale_layer(i, "self_attention.linear_proj.bias"), {d.H}));
+  mp.put(llama_layer(i, "self_attn.o_proj.bias"), ob);
+  GALE_ASSIGN_OR_RETURN(Tensor sinks, mp.get(gale_layer(i, "self_attention.core_attention.softmax_offset"), {d.NH}));
+  mp.put(llama_layer(i, "self_attn.sinks"), sinks);
+  return Status::Ok();
+}
+
+Status gpt_oss_experts_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(llama_layer(i, "mlp.router.weight"), {E, H}));
+  mp.put(gale_layer(i, "mlp.router.weight"), router);
+  GALE_ASSIGN_OR_RETURN(Tensor router_b, mp.get(llama_layer(i, "mlp.router.bias"), {E}));
+  mp.put(gale_layer(i, "mlp.router.bias"), router_b);
+  GALE_ASSIGN_OR_RETURN(Tensor gu, mp.get(llama_layer(i, "mlp.experts.gate_up_proj"), {E, H, 2 * F}));
+  GALE_ASSIGN_OR_RETURN(Tensor gu_b, mp.get(llama_layer(i, "mlp.experts.gate_up_proj_bias"), {E, 2 * F}));
+  GALE_ASSIGN_OR_RETURN(Tensor down, mp.get(llama_layer(i, "mlp.experts.down_proj"), {E, F, H}));
+  GALE_ASSIGN_OR_RETURN(Tensor down_b, mp.get(llama_layer(i, "mlp.experts.down_proj_bias"), {E, H}));
+  for (int64_t j = 0; j < E; ++j) {
+    Tensor fc1 = Tensor::empty({2 * F, H}), fc1_b = Tensor::empty({2 * F});
+    gpt_oss_fc1_from_gate_up(gu.data<float>() + j * H * 2 * F, gu_b.data<float>() + j * 2 * F, H, F,
+                             fc1.data<float>(), fc1_b.data<float>());
+    mp.put(gale_expert(i, j, "linear_fc1"), fc1);
+    mp.put(gale_expert_bias(i, j, "linear_fc1"), fc1_b);
+    Tensor fc2 = Tensor::empty({H, F}), fc2_b = Tensor::empty({H});
+    transpose_into(down.data<float>() + j * F * H, F, H, fc2.data<float>());
+    std::memcpy(fc2_b.data<float>(), down_b.data<float>() + j * H, static_cast<size_t>(H) * sizeof(float));
+    mp.put(gale_expert(i, j, "linear_fc2"), fc2);
+    mp.put(gale_expert_bias(i, j, "linear_fc2"), fc2_b);
+  }
+  return Status::Ok();
+}
+
+Status gale_experts_to_gpt_oss(const HfModel& m, int64_t i, Mapper& mp) {
+  const int64_t H = m.model.hidden_size, E = m.moe.num_experts, F = m.moe.moe_ffn_hidden_size;
+  GALE_ASSIGN_OR_RETURN(Tensor router, mp.get(gale_layer(i, "mlp.router.weight"), {E, H}));
+  mp.put(llama_layer(i, "mlp.router.weight"), router);
+  GALE_ASSIGN_OR_RETURN(Tensor router_b, mp.get(gale_layer(i, "mlp.router.bias"), {E}));
+  mp.put(llama_layer(i, "mlp.router.bias"), router_b);
+  Tensor gu = Tensor::empty({E, H, 2 * F}), gu_b = Tensor::empty({E, 2 * F});
+  Tensor down = Tensor::empty({E, F, H}), down_b = Tensor::empty({E, H});
+  for (int64_t j = 0; j < E; ++j) {
+    GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_expert(i, j, "linear_fc1"), {2 * F, H}));
+    GALE_ASSIGN_OR_RETURN(Tensor fc1_b, mp.get(gale_expert_bias(i, j, "linear_fc1"), {2 * F}));
+    gpt_oss_gate_up_from_fc1(fc1.data<float>(), fc1_b.data<float>(), H, F, gu.data<float>() + j * H * 2 * F,
+                             gu_b.data<float>() + j * 2 * F);
+    GALE_ASSIGN_OR_RETURN(Tensor fc2, mp.get(gale_expert(i, j, "linear_fc2"), {H, F}));
+    GALE_ASSIGN_OR_RETURN(Tensor fc2_b, mp.get(gale_expert_bias(i, j, "linear_fc2"), {H}));
+    transpose_into(fc2.data<float>(), H, F, down.data<float>() + j * F * H);
+    std::memcpy(down_b.data<float>() + j * H, fc2_b.data<float>(), static_cast<size_t>(H) * sizeof(float));
+  }
+  mp.put(llama_layer(i, "mlp.experts.gate_up_proj"), gu);
+  mp.put(llama_layer(i, "mlp.experts.gate_up_proj_bias"), gu_b);
+  mp.put(llama_layer(i, "mlp.experts.down_proj"), down);
+  mp.put(llama_layer(i, "mlp.experts.down_proj_bias"), down_b);
+  return Status::Ok();
+}
+
+Status gpt_oss_to_gale(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
+  mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "input_layernorm.weight"), n1);
+    GALE_RETURN_IF_ERROR(gpt_oss_attention_to_gale(m, i, mp));
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
+    mp.put(gale_layer(i, "pre_mlp_layernorm.weight"), n2);
+    GALE_RETURN_IF_ERROR(gpt_oss_experts_to_gale(m, i, mp));
+  }
+  return final_norm_and_head_to_gale(m, d, mp);
+}
+
+Status gale_to_gpt_oss(const HfModel& m, Mapper& mp) {
+  const Dims d = dims(m);
+  GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+  mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_ASSIGN_OR_RETURN(Tensor n1, mp.get(gale_layer(i, "input_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "input_layernorm.weight"), n1);
+    GALE_RETURN_IF_ERROR(gale_to_gpt_oss_attention(m, i, mp));
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
+    GALE_RETURN_IF_ERROR(gale_experts_to_gpt_oss(m, i, mp));
+  }
+  return final_norm_and_head_to_hf(m, d, mp);
+}
+
 Status llama_to_gale(const HfModel& m, Mapper& mp) {
   const Dims d = dims(m);
   const bool qkv_bias = m.model.add_qkv_bias;
@@ -839,6 +996,7 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                        : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kDeepseekV3 ? deepseek_v3_to_gale(m, mp)
                        : m.arch == HfArchitecture::kQwen3Next  ? qwen3_next_to_gale(m, mp)
+                       : m.arch == HfArchitecture::kGptOss     ? gpt_oss_to_gale(m, mp)
                                                                : llama_to_gale(m, mp));
   return mp.take();
 }
@@ -849,6 +1007,7 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
                        : m.arch == HfArchitecture::kBloom      ? map_bloom(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kDeepseekV3 ? gale_to_deepseek_v3(m, mp)
                        : m.arch == HfArchitecture::kQwen3Next  ? gale_to_qwen3_next(m, mp)
+                       : m.arch == HfArchitecture::kGptOss     ? gale_to_gpt_oss(m, mp)
                                                                : gale_to_llama(m, mp));
   return mp.take();
 }

@@ -64,6 +64,18 @@
 //   model.layers.{L+k}.embed_tokens.weight, shared_head.head.weight: copies of model.embed_tokens.weight
 //                                                   and lm_head.weight (Gale's MTP layers share the main
 //                                                   ones): checked on import, written on export
+// gpt-oss (every layer MoE; HF's experts are fused and stored [in, out], transposed relative to nn.Linear):
+//   self_attn.{q,k,v}_proj.{weight,bias}         -> self_attention.linear_qkv.{weight,bias} (grouped per KV group)
+//   self_attn.o_proj.{weight,bias}               -> self_attention.linear_proj.{weight,bias}
+//   self_attn.sinks [NH]                         -> self_attention.core_attention.softmax_offset (--softmax-type learnable)
+//   mlp.router.{weight [E, H], bias [E]}         -> mlp.router.{weight, bias} (Megatron's router bias, --add-bias-linear)
+//   mlp.experts.gate_up_proj [E, H, 2Fe]         -> mlp.experts.local_experts.j.linear_fc1.weight [2Fe, H] =
+//                                                   [gate; up] with gate = columns 0, 2, 4, ... of expert j's
+//                                                   [H, 2Fe], up = columns 1, 3, ..., each transposed
+//   mlp.experts.gate_up_proj_bias [E, 2Fe]       -> ...j.linear_fc1.bias = [even entries; odd entries]
+//   mlp.experts.down_proj [E, Fe, H], down_proj_bias [E, H]
+//                                                -> ...j.linear_fc2.weight [H, Fe] (transposed), linear_fc2.bias
+//   input_layernorm, post_attention_layernorm    -> input_layernorm, pre_mlp_layernorm; model.norm, lm_head as LLaMA
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

@@ -127,7 +127,8 @@ Status globalize_megatron_experts(PyValue& sd, int64_t ep_rank, int64_t local_ex
 
 bool megatron_moe_tensor(const std::string& rest) {
   static const std::set<std::string> kFixed = {
-      "mlp.router.weight",           "mlp.router.expert_bias",      "mlp.router.qb_beta",
+      "mlp.router.weight",           "mlp.router.bias",             "mlp.router.expert_bias",
+      "mlp.router.qb_beta",
       "mlp.shared_experts.linear_fc1.weight",
       "mlp.shared_experts.linear_fc1.bias", "mlp.shared_experts.linear_fc2.weight", "mlp.shared_experts.linear_fc2.bias",
       "mlp.shared_experts.gate_weight"};

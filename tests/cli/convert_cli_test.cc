@@ -124,7 +124,7 @@ TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
   for (const char* name :
        {"gpt2", "bloom", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "mistral_swa", "qwen3_moe",
-        "qwen3_next"}) {
+        "qwen3_next", "gpt_oss"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -202,6 +202,56 @@ TEST(GaleConvert, BeamSearchFromTheConvertedCheckpointMatchesTheReference) {
 // A converted LLaMA loads into `gale pretrain --finetune` at TP 2 x PP 2 (4 ranks); with --lr 0
 // the checkpoint that run saves holds the same weights, and converting it back to HF returns the
 // original tensors bit for bit (the reader assembles them from the TP/PP pieces).
+// gpt-oss at EP 2: the converted checkpoint (sinks, router bias, experts split over the expert-parallel
+// ranks) loads into a 2-rank `gale pretrain --finetune --lr 0` given gpt-oss's flags, and the
+// checkpoint it saves converts back (bf16) to the fixture's tensors bit for bit.
+TEST(GaleConvert, GptOssAtEp2LoadsItAndItsCheckpointConvertsBack) {
+  TempDir tmp;
+  test::RunResult r = convert_to_gale(fixture("gpt_oss"), tmp.file("gale"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
+    std::mt19937 rng(5);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<int32_t> doc(40);
+      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
+      const int32_t len = 40;
+      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
+    }
+    ASSERT_TRUE(w->finalize().ok());
+  }
+  const std::vector<std::string> argv = {
+      GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY, "pretrain", "--num-layers", "3",
+      "--hidden-size", "64", "--ffn-hidden-size", "32", "--num-attention-heads", "4", "--group-query-attention",
+      "--num-query-groups", "2", "--kv-channels", "24", "--normalization", "RMSNorm", "--norm-epsilon", "1e-5",
+      "--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0", "--softmax-type",
+      "learnable", "--position-embedding-type", "yarn", "--rotary-base", "10000", "--rotary-scaling-factor", "4",
+      "--yarn-original-max-position-embeddings", "256", "--no-yarn-correction-range-round-to-int", "--sliding-window",
+      "4", "--window-attn-skip-freq", "2", "--untie-embeddings-and-output-weights", "--max-position-embeddings", "1024",
+      "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32", "--expert-model-parallel-size",
+      "2", "--moe-token-dispatcher-type", "alltoall", "--seq-length", "16", "--micro-batch-size", "1",
+      "--global-batch-size", "2", "--train-iters", "1", "--lr", "0", "--attention-dropout", "0", "--hidden-dropout", "0",
+      "--tokenizer-type", "NullTokenizer", "--vocab-size", "99", "--data-path", tmp.file("data_text_document"),
+      "--split", "100,0,0", "--eval-iters", "0", "--load", tmp.file("gale"), "--finetune", "--save", tmp.file("tuned"),
+      "--save-interval", "1", "--num-threads", "1"};
+  r = test::run_with_timeout(argv, kMpiEnv, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + tmp.file("gale")), std::string::npos) << r.output;
+  r = gale({"convert", "--load-model-type", "gale", "--save-model-type", "hf", "--load-dir", tmp.file("tuned"),
+            "--save-dir", tmp.file("hf"), "--save-dtype", "bf16", "--vocab-size", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  SafetensorsFile original = SafetensorsFile::open(fixture("gpt_oss") + "/model.safetensors").value();
+  SafetensorsFile back = SafetensorsFile::open(tmp.file("hf/model.safetensors")).value();
+  EXPECT_EQ(back.entries().size(), original.entries().size());
+  for (const SafetensorsEntry& e : original.entries()) {
+    Tensor a = original.read(e.name, DType::kF32).value();
+    auto b = back.read(e.name, DType::kF32);
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    ASSERT_EQ(a.shape(), b->shape()) << e.name;
+    EXPECT_EQ(0, std::memcmp(a.data<float>(), b->data<float>(), a.nbytes())) << e.name;
+  }
+}
+
 TEST(GaleConvert, PretrainAtTp2Pp2LoadsItAndItsCheckpointConvertsBack) {
   TempDir tmp;
   test::RunResult r = convert_to_gale(fixture("llama"), tmp.file("gale"), {"--target-tensor-parallel-size", "2"});

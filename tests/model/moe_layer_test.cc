@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -104,6 +105,30 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesGeluWithBiases) {
 TEST(MoeLayer, GradientsMatchFiniteDifferencesSwigluOddSizes) {
   LayerFixture f(moe_config(5, 3, 2, 3, /*swiglu=*/true, /*bias=*/false), 7, 12);
   f.expect_gradients_match_finite_differences();
+}
+
+// --add-bias-linear gives the router Megatron's bias (TopKRouter.bias, gpt-oss's router bias): a
+// trained parameter [E] added to the logits, so it steers the choice (a large bias on one expert
+// makes every token pick it) and gets a gradient (the finite-difference checks with biases above).
+TEST(MoeLayer, RouterBiasWithAddBiasLinear) {
+  LayerFixture plain(moe_config(8, 4, 1, 6, /*swiglu=*/true, /*bias=*/false), 12, 21);
+  EXPECT_LT(plain.w.router_b, 0);
+  EXPECT_LT(plain.pb.find("decoder.layers.0.mlp.router.bias"), 0);
+  LayerFixture f(moe_config(8, 4, 1, 6, /*swiglu=*/true, /*bias=*/true), 12, 21);
+  ASSERT_GE(f.w.router_b, 0);
+  EXPECT_EQ(f.pb.find("decoder.layers.0.mlp.router.bias"), f.w.router_b);
+  EXPECT_EQ(f.pb.spec(f.w.router_b).global_shape, (Shape{4}));
+  EXPECT_TRUE(f.pb.spec(f.w.router_b).trainable);
+  const std::vector<int> ids = f.w.all();
+  EXPECT_NE(std::find(ids.begin(), ids.end(), f.w.router_b), ids.end());
+  f.pb.param_data(f.w.router_b)[2] = 100.0f;
+  MoeSaved saved;
+  moe_forward(f.c, f.ops, f.pb, f.w, f.x, &saved, nullptr);
+  for (int32_t e : saved.experts) EXPECT_EQ(e, 2);
+  f.pb.param_data(f.w.router_b)[2] = -100.0f;
+  MoeSaved none;
+  moe_forward(f.c, f.ops, f.pb, f.w, f.x, &none, nullptr);
+  for (int32_t e : none.experts) EXPECT_NE(e, 2);
 }
 
 // --moe-input-jitter-eps: the router sees x ⊙ n (the noise fixed: keyed by the token rows), the

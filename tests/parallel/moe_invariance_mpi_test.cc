@@ -128,6 +128,15 @@ const std::vector<std::string> kMoe = testing::join(
      {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-layer-freq", "[1,1,0,1]",
       "--moe-aux-loss-coeff", "0.1", "--moe-z-loss-coeff", "0.01"}});
 
+// The same model with linear biases (no --disable-bias-linear): the router's bias (Megatron's
+// mlp.router.bias, gpt-oss's) and the experts' biases at the layouts that split the router's tokens.
+std::vector<std::string> biased(std::vector<std::string> flags) {
+  flags.erase(std::find(flags.begin(), flags.end(), "--disable-bias-linear"));
+  return flags;
+}
+const std::vector<std::string> kBiasedMoe = biased(kMoe);
+const std::vector<std::string> kBiasedLayouts = {"dp2", "ep2", "tp2_sp", "cp2", "tp2_sp_ep2"};
+
 // DeepSeek-V3-style routing on the same model: 8 experts, top-3 of sigmoid scores plus an expert
 // bias (updated fast enough to change the routing within the run), limited to the 2 best of 4
 // groups, weights scaled by 2.5, the per-sequence load-balancing loss.
@@ -283,6 +292,15 @@ class MoeJitterInvariance : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeJitterInvariance, InputJitterMatchesSingleProcess) { expect_matches_single_process(kJitter, GetParam(), false); }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeJitterInvariance, ::testing::ValuesIn(kJitterLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoeRouterBiasInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeRouterBiasInvariance, BiasedRouterAndExpertsMatchSingleProcess) {
+  expect_matches_single_process(kBiasedMoe, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeRouterBiasInvariance, ::testing::ValuesIn(kBiasedLayouts),
                          [](const auto& info) { return info.param; });
 
 class MoePaddedInvariance : public ::testing::TestWithParam<std::string> {};

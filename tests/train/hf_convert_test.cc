@@ -30,6 +30,7 @@
 #include "train/hf_files.h"
 #include "train/hf_weights.h"
 #include "train/megatron_moe_names.h"
+#include "train/hf_test_fixtures.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -38,103 +39,7 @@ namespace {
 using testing_util::TempDir;
 namespace fs = std::filesystem;
 
-constexpr double kLogitTolerance = 1e-4;
-
-std::string fixture(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
-void quiet(const std::string&) {}
-
-HfToGaleOptions to_gale(const std::string& load, const std::string& save, int64_t divisible_by = 128, int64_t tp = 1) {
-  HfToGaleOptions o;
-  o.load_dir = load;
-  o.save_dir = save;
-  o.make_vocab_size_divisible_by = divisible_by;
-  o.target_tensor_parallel_size = tp;
-  return o;
-}
-
-GaleToHfOptions to_hf(const std::string& load, const std::string& save, const std::string& dtype = "fp32") {
-  GaleToHfOptions o;
-  o.load_dir = load;
-  o.save_dir = save;
-  o.save_dtype = dtype;
-  return o;
-}
-
-struct Golden {
-  std::vector<int32_t> tokens;
-  Tensor logits;  // [S, V]
-  float loss = 0;
-};
-
-Golden read_golden(const std::string& name) {
-  auto f = SafetensorsFile::open(fixture(name) + "/golden.safetensors");
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  Golden g;
-  Tensor tokens = f->read("tokens", DType::kI64).value();
-  for (int64_t i = 0; i < tokens.numel(); ++i) g.tokens.push_back(static_cast<int32_t>(tokens.data<int64_t>()[i]));
-  g.logits = f->read("logits", DType::kF32).value();
-  g.loss = f->read("loss", DType::kF32).value().data<float>()[0];
-  return g;
-}
-
-// Gale's model built from the checkpoint's own args, with its parameters loaded.
-struct LoadedModel {
-  ModelConfig config;
-  OpTable ops = reference_ops();
-  std::unique_ptr<GPTModel> model;
-};
-// `edit_args` (optional) changes the recorded args before the model is built.
-std::unique_ptr<LoadedModel> load_model(const std::string& ckpt,
-                                        const std::function<void(nlohmann::json&)>& edit_args = nullptr) {
-  auto r = CheckpointReader::open(ckpt);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  nlohmann::json args = r->section("args").value();
-  if (edit_args) edit_args(args);
-  auto m = model_args_from_json(args, ckpt);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  auto moe = moe_args_from_json(args, ckpt, m->num_layers);
-  EXPECT_TRUE(moe.ok()) << moe.status().message();
-  Arguments a;
-  a.model = m.value();
-  a.moe = moe.value();
-  auto out = std::make_unique<LoadedModel>();
-  out->config = model_config_from_args(a);
-  out->model = std::make_unique<GPTModel>(out->config, single_process_partition(out->config), &out->ops);
-  Status s = load_parameters(r.value(), out->model->params());
-  EXPECT_TRUE(s.ok()) << s.message();
-  return out;
-}
-
-Tensor logits_of(GPTModel& model, const std::vector<int32_t>& tokens) {
-  MicroBatch mb;
-  mb.B = 1;
-  mb.S = static_cast<int64_t>(tokens.size());
-  mb.tokens = tokens;
-  mb.position_ids.resize(tokens.size());
-  std::iota(mb.position_ids.begin(), mb.position_ids.end(), 0);
-  return model.forward_logits(mb, Tensor());  // [1, S, Vp]
-}
-
-// Largest |Gale - HF| over the real vocabulary, and the causal-LM loss over it (as transformers).
-struct Comparison {
-  double max_diff = 0, loss = 0;
-};
-Comparison compare(const Tensor& gale, const Golden& g) {
-  const int64_t S = g.logits.size(0), V = g.logits.size(1), Vp = gale.size(2);
-  Comparison c;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t v = 0; v < V; ++v)
-      c.max_diff = std::max(c.max_diff, std::abs(static_cast<double>(gale.data<float>()[s * Vp + v]) -
-                                                 g.logits.data<float>()[s * V + v]));
-  for (int64_t s = 0; s + 1 < S; ++s) {
-    const float* row = gale.data<float>() + s * Vp;
-    double mx = *std::max_element(row, row + V), sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-    c.loss += mx + std::log(sum) - row[g.tokens[s + 1]];
-  }
-  c.loss /= static_cast<double>(S - 1);
-  return c;
-}
+using namespace testing_hf;  // NOLINT: the fixture helpers
 
 class HfFixture : public ::testing::TestWithParam<const char*> {};
 
@@ -209,7 +114,7 @@ TEST_P(HfFixture, RoundTripReturnsEveryTensorBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
                                            "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe",
-                                           "qwen3_next"));
+                                           "qwen3_next", "gpt_oss"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -466,37 +371,48 @@ TEST(HfConvertErrors, AlibiModelsOtherThanBloomAreRefused) {
                                      "BloomForCausalLM (with --position-embedding-type alibi)");
 }
 
-// --softmax-type off-by-one / learnable: no architecture Gale writes holds attention sinks yet.
+// --softmax-type off-by-one: no architecture Gale writes holds a fixed zero sink logit; learnable
+// sinks (and gpt-oss's MLP activation) are GptOssForCausalLM's, which needs the rest of gpt-oss's shape
+// (tests/train/hf_convert_gpt_oss_test.cc): a LLaMA-shaped model with only the sinks or only the
+// activation is refused, naming the first thing missing.
 TEST(HfConvertErrors, SoftmaxTypeSinksAreRefused) {
   ModelArgs m = converted_llama_args();
   ASSERT_TRUE(hf_model_from_args(m, MoeArgs{}, 100, "x").ok());
-  m.softmax_type = "learnable";
+  m.softmax_type = "off-by-one";
   auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
-            "ckpt/metadata.json: the model has --softmax-type learnable (attention sinks), which Gale does not write "
-            "to Hugging Face yet (gpt-oss's sinks)");
+            "ckpt/metadata.json: the model has --softmax-type off-by-one (attention sinks), which no Hugging Face "
+            "architecture Gale writes can hold (GptOssForCausalLM's sinks are --softmax-type learnable)");
+  m.softmax_type = "learnable";
+  out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(),
+            "ckpt/metadata.json: a model with gpt-oss's attention sinks or MLP activation is written as "
+            "GptOssForCausalLM only with --quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7 "
+            "(transformers' GptOssExperts)");
 }
 
-// --quick-geglu / --glu-linear-offset / --activation-func-clamp-value (gpt-oss's MLP): GptOssForCausalLM
-// is not written yet, and no other architecture holds them (a LLaMA export would drop the clamp).
-TEST(HfConvertErrors, GptOssActivationIsRefused) {
+TEST(HfConvertErrors, GptOssActivationWithoutTheRestOfGptOssIsRefused) {
   const ModelArgs base = converted_llama_args();
   ModelArgs m = base;
   m.swiglu = false;
   m.quick_geglu = true;
+  m.glu_linear_offset = 1.0;
+  m.activation_func_clamp_value = 7.0;
   auto out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
-            "ckpt/metadata.json: the model has --quick-geglu (gpt-oss's MLP activation), which Gale does not write to "
-            "Hugging Face yet (GptOssForCausalLM: not supported yet)");
+            "ckpt/metadata.json: a model with gpt-oss's attention sinks or MLP activation is written as "
+            "GptOssForCausalLM only with --softmax-type learnable (self_attn.sinks)");
   m = base;
-  m.activation_func_clamp_value = 7.0;
+  m.activation_func_clamp_value = 7.0;  // a LLaMA export would drop the clamp
   out = hf_model_from_args(m, MoeArgs{}, 100, "ckpt/metadata.json");
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
-            "ckpt/metadata.json: the model has --activation-func-clamp-value (gpt-oss's MLP activation), which Gale "
-            "does not write to Hugging Face yet (GptOssForCausalLM: not supported yet)");
+            "ckpt/metadata.json: a model with gpt-oss's attention sinks or MLP activation is written as "
+            "GptOssForCausalLM only with --quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7 "
+            "(transformers' GptOssExperts)");
 }
 
 // Gale -> HF: a MoE model with a shared expert is Qwen2-MoE only with q/k/v biases and the gate.
@@ -766,31 +682,6 @@ TEST(HfConvert, PadsTheVocabularyForTheTargetTensorParallelSize) {
 }
 
 // --- errors: one line naming the file and the key or tensor -----------------------------------
-
-// A copy of a fixture to damage.
-std::string copy_fixture(const TempDir& tmp, const std::string& name) {
-  const std::string dst = tmp.file(name);
-  fs::copy(fixture(name), dst, fs::copy_options::recursive);
-  return dst;
-}
-
-void edit_config(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j;
-  {
-    std::ifstream in(dir + "/config.json");
-    j = nlohmann::json::parse(in);
-  }
-  edit(j);
-  std::ofstream(dir + "/config.json") << j.dump(2);
-}
-
-std::string error_of(const std::string& dir, const TempDir& tmp) {
-  Status s = convert_hf_to_gale(to_gale(dir, tmp.file("out")), quiet);
-  EXPECT_FALSE(s.ok());
-  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
-  EXPECT_FALSE(fs::exists(tmp.file("out/latest_checkpointed_iteration.txt")));  // nothing committed
-  return s.message();
-}
 
 // Qwen3-Next (tools/reference/hf_fixture_qwen3_next.py, transformers 5.25, bf16): Gated DeltaNet
 // layers 0 and 2, gated full attention in layer 1 with partial RoPE, zero-centred norms, MoE with a
@@ -1116,7 +1007,7 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   EXPECT_EQ(e, dir + "/config.json: architecture 'FalconForCausalLM' is not supported yet (supported: "
                "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
-               "DeepseekV3ForCausalLM)");
+               "DeepseekV3ForCausalLM, GptOssForCausalLM)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
