@@ -109,10 +109,10 @@ def main():
     model = dict(gpt, use_mup=True, mup_base_hidden_size=32)
     params = [(n, list(shape), kind) for n, shape, kind in g.parameter_specs(model)]
     out = {"generator": "tools/reference/mup_reference.py",
-           "init": {"flags": ["--num-layers", "3", "--hidden-size", "128", "--num-attention-heads", "4",
-                              "--ffn-hidden-size", "256", "--max-position-embeddings", "64", "--seq-length", "16",
-                              "--init-method-std", "0.05", "--untie-embeddings-and-output-weights", "--use-mup",
-                              "--mup-base-hidden-size", "32"],
+           "model_flags": ["--num-layers", "3", "--hidden-size", "128", "--num-attention-heads", "4",
+                           "--ffn-hidden-size", "256", "--max-position-embeddings", "64", "--seq-length", "16",
+                           "--init-method-std", "0.05", "--untie-embeddings-and-output-weights"],
+           "init": {"flags": ["--use-mup", "--mup-base-hidden-size", "32"],
                     "width_mult": width_mult(model),
                     "std": {n: init_std(n, kind, model) for n, _, kind in params if init_std(n, kind, model)}},
            "scales": [], "optimizer_groups": []}
@@ -136,7 +136,9 @@ def main():
     for optimizer in ("adam", "sgd", "lion", "muon"):
         for decoupled in (False, True):
             out["optimizer_groups"].append({
-                "optimizer": optimizer, "decoupled_lr": decoupled,
+                "optimizer": optimizer, "decoupled_lr": decoupled, "flags": ["--use-mup", "--mup-base-hidden-size", "32"],
+                "group_lr_mult": width_mult(model) if optimizer == "sgd" else 1.0 / width_mult(model),
+                "group_eps_mult": 1.0 / width_mult(model) if "adam" in optimizer else 1.0,
                 "lr_mult": {n: lr_mult(n, len(shape), model, optimizer, decoupled) for n, shape, _ in params},
                 "eps_mult": {n: eps_mult(n, len(shape), model, optimizer) for n, shape, _ in params}})
     # Self-checks of the formulas against hand-computed values.
