@@ -74,6 +74,9 @@ MUON = dict(ADAMW, optimizer="muon", lr=2e-3, muon_momentum=0.9, muon_nesterov=F
             muon_scale_mode="spectral", muon_fp32_matmul_prec="high", muon_coefficient_type="quintic",
             muon_num_ns_steps=5, muon_extra_scale_factor=1.0)
 
+# MuP's hidden Adam rate is lr/m: the µP Adam run takes a larger base rate so that the loss falls within 10 steps.
+MUP_ADAMW = dict(ADAMW, lr=1e-2, min_lr=1e-3)
+
 CONFIGS = {
     # name: model, training, seeds, which files it owns, what it shares
     "gpt": dict(model=GPT_MODEL, train=ADAMW, weight_seed=1234, data_seed=1, data="plain", mask_zeros=False,
@@ -109,13 +112,14 @@ CONFIGS = {
     # Megatron-Core's --use-mup (µP, mup_reference.py has the formulas): width multiplier 64/16 = 4,
     # embedding multiplier 2.5, softmax scale √4/16 = 1/8, output multiplier 1/4 (the default 1.0
     # resolved), Adam's hidden lr and eps /4; its own µP-initialised weights and data. The SGD
-    # variant (vector-like parameters' lr ×4) shares them; the LLaMA one has m = 2, an explicit
-    # output multiplier and attention power 0.75 (softmax scale 1/16^0.75), an untied output layer.
+    # variant (vector-like parameters' lr ×4) shares them, with an explicit output multiplier 2; the
+    # LLaMA one has m = 2, output multiplier 0.75 and attention power 0.75 (softmax scale
+    # 1/16^0.75), an untied output layer.
     "gpt_mup": dict(model=dict(GPT_MODEL, use_mup=True, mup_base_hidden_size=16, mup_embedding_mult=2.5,
                                mup_base_head_dim=4.0),
-                    train=ADAMW, weight_seed=9090, data_seed=6, data="plain", mask_zeros=False, full_grads=True),
+                    train=MUP_ADAMW, weight_seed=9090, data_seed=6, data="plain", mask_zeros=False, full_grads=True),
     "gpt_mup_sgd": dict(model=dict(GPT_MODEL, use_mup=True, mup_base_hidden_size=16, mup_embedding_mult=2.5,
-                                   mup_base_head_dim=4.0),
+                                   mup_base_head_dim=4.0, mup_output_mult=2.0),
                         train=SGD, weights_from="gpt_mup", inputs_from="gpt_mup", full_grads=False, forward=False),
     "llama_mup": dict(model=dict(LLAMA_MODEL, use_mup=True, mup_base_hidden_size=32, mup_output_mult=0.75,
                                  mup_attn_scale_power=0.75),
