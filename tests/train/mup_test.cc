@@ -276,7 +276,7 @@ TEST(MupCheckpoint, ArgsRoundTrip) {
   EXPECT_EQ(c1.mup.width_mult, c0.mup.width_mult);
   EXPECT_EQ(c1.softmax_scale(), c0.softmax_scale());
   EXPECT_EQ(c1.mup.output_mult, c0.mup.output_mult);
-  EXPECT_EQ(c1.init_std, c0.init_std);
+  EXPECT_EQ(c1.mup.embedding_mult, c0.mup.embedding_mult);  // (the init std is not a checkpoint arg)
   // Unset base hidden size and base head dim are saved as None.
   const nlohmann::json d = model_flags_json(parsed(model_flags({"--use-mup"})).model);
   EXPECT_TRUE(d["mup_base_hidden_size"].is_null());
