@@ -219,6 +219,61 @@ TEST(Mup, SgdStepScalesTheVectorLikeUpdates) {
   }
 }
 
+// One Adam step of a µP model (m = 4, no clipping or weight decay, an eps comparable to the
+// gradients): at step 1 m̂ = g and v̂ = g², so each element moves by lr·k·g / (|g| + eps·e) with the
+// reference's multipliers k (the rate) and e (the eps) of its parameter's class.
+TEST(Mup, AdamStepUsesTheGroupRateAndEps) {
+  const Arguments a = parsed(model_flags({"--use-mup", "--mup-base-hidden-size", "32", "--optimizer", "adam",
+                                          "--adam-eps", "1e-4", "--weight-decay", "0", "--clip-grad", "0",
+                                          "--hidden-dropout", "0", "--attention-dropout", "0"}));
+  const nlohmann::json* adam = nullptr;
+  for (const nlohmann::json& x : reference()["optimizer_groups"])
+    if (x["optimizer"] == "adam" && !x["decoupled_lr"].get<bool>()) adam = &x;
+  ASSERT_NE(adam, nullptr);
+  const ModelConfig c = model_config_from_args(a);
+  OpTable ops = reference_ops();
+  GPTModel model(c, single_process_partition(c), &ops);
+  model.params().initialize(3);
+  OptimizedBuffer buffer{&model.params(), {}, std::nullopt};
+  set_mup_params(model, a, &buffer);
+  const OptimizerConfig oc = optimizer_config_from_args(a);
+  Optimizer opt(oc, {buffer}, &ops, make_self_communicator("mp"));
+  MicroBatch mb;
+  mb.B = 2;
+  mb.S = 16;
+  for (int64_t i = 0; i < mb.B * mb.S; ++i) {
+    mb.tokens.push_back(static_cast<int32_t>((i * 29) % 250));
+    mb.labels.push_back(static_cast<int32_t>((i * 31 + 7) % 250));
+    mb.loss_mask.push_back(1.0f);
+    mb.position_ids.push_back(static_cast<int32_t>(i % 16));
+  }
+  ParamBuffer& pb = model.params();
+  pb.zero_grads();
+  GPTModel::LossSums sums;
+  model.forward(0, mb, Tensor(), true, &sums);
+  model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
+  const std::vector<float> p0(pb.flat_params().data<float>(), pb.flat_params().data<float>() + pb.numel());
+  const std::vector<float> g(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
+  const double lr = 1e-2;
+  ASSERT_TRUE(opt.step(lr, 0.0, false, 1.0f, nullptr, std::nullopt, lr * oc.mup_lr_mult).applied);
+  int checked = 0;
+  for (int id = 0; id < pb.size(); ++id) {
+    const ParamSpec& s = pb.spec(id);
+    const double k = (*adam)["lr_mult"][s.name].get<double>(), e = (*adam)["eps_mult"][s.name].get<double>();
+    double worst = 0.0;
+    for (int64_t i = 0; i < s.local_numel(); ++i) {
+      const size_t at = static_cast<size_t>(s.offset + i);
+      const double gi = g[at];
+      const double want = -lr * k * gi / (std::abs(gi) + 1e-4 * e);
+      const double got = double(pb.param_data(id)[i]) - p0[at];
+      worst = std::max(worst, std::abs(got - want) / (lr * k));
+    }
+    EXPECT_LT(worst, 2e-3) << s.name << " (rate ×" << k << ", eps ×" << e << ")";
+    ++checked;
+  }
+  EXPECT_EQ(checked, pb.size());
+}
+
 // The µP group's rate follows the schedule between --lr·mult and --min-lr·mult, from the unscaled
 // --lr-warmup-init during warmup (Megatron's per-group max_lr / min_lr).
 TEST(Mup, GroupRateIsTheScheduleBetweenScaledBounds) {
