@@ -339,6 +339,20 @@ struct GdnConfig {
   }
 };
 
+// --use-mup (Megatron-Core's Maximal Update Parameterization; train/arguments_mup.cc resolves it
+// as TransformerConfig.__post_init__ does). Disabled: every multiplier 1, no override. Enabled, the
+// model's init_std is already the hidden weights' σ/√m (m = hidden / --mup-base-hidden-size), so the
+// output projections' σ/√m/√(2L) is Megatron's mup_scaled_init_method_normal; the word and position
+// embeddings and an untied output layer keep the unscaled σ (embedding_init_std).
+struct MupConfig {
+  bool enabled = false;
+  double width_mult = 1.0;        // hidden / --mup-base-hidden-size
+  float embedding_mult = 1.0f;    // the embedding's output × this (--mup-embedding-mult)
+  float output_mult = 1.0f;       // the logits × this (--mup-output-mult; 1.0 resolves to 1/width_mult)
+  float softmax_scale = 0.0f;     // > 0: attention's softmax scale √base_head_dim / kv_channels^power
+  float embedding_init_std = 0.0f;  // > 0: the embeddings' (and untied output layer's) N(0, σ)
+};
+
 struct ModelConfig {
   int64_t num_layers = 0;         // L
   int64_t hidden = 0;             // H
@@ -414,6 +428,7 @@ struct ModelConfig {
   // --init-method-xavier-uniform: every weight matrix that would be N(0, init_std) (or its scaled
   // output-layer variant) is U(−b, b) instead, b = √(6/(fan_in + fan_out)) of its global shape.
   bool init_xavier_uniform = false;
+  MupConfig mup;  // --use-mup
   uint64_t seed = 1234;
   bool bf16 = false;  // --bf16: bf16 weights and GEMM inputs, f32 master weights and gradients
   // --reuse-fp32-param (with bf16): the linear layers' f32 masters stored as their bf16 copy plus
@@ -451,9 +466,13 @@ struct ModelConfig {
   // the padded width mla.attention_head_dim(), scaled by 1/sqrt(Dn + R); otherwise HD and KV groups.
   int64_t attention_head_dim() const { return mla.enabled ? mla.attention_head_dim() : head_dim; }
   int64_t attention_kv_heads() const { return mla.enabled ? heads : kv_heads; }
+  // MLA keeps its own scale (Megatron's MLA ignores config.softmax_scale); otherwise --use-mup's, or 1/√HD.
   float softmax_scale() const {
-    return mla.enabled ? mla.softmax_scale() : 1.0f / std::sqrt(static_cast<float>(head_dim));
+    if (mla.enabled) return mla.softmax_scale();
+    return mup.softmax_scale > 0.0f ? mup.softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
+  // The N(0, σ) of the word / position embeddings and an untied output layer (--use-mup: unscaled).
+  float embedding_init_std() const { return mup.embedding_init_std > 0.0f ? mup.embedding_init_std : init_std; }
   // Rotary tables are built with RoPE, and always with MLA (its rotary part).
   // The type GEMM inputs and the weights' GEMM copy are stored in: kBF16, kF16 or kF32.
   DType gemm_dtype() const { return bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32; }

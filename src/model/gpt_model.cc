@@ -73,6 +73,16 @@ void split_columns(const Tensor& ab, Tensor* a, Tensor* b) {
 // Dropout stream of MTP layer k's embedding (the decoder's embedding uses dropout_stream(seed, -1, 0)).
 uint64_t mtp_embedding_stream(uint64_t seed, int64_t k) { return dropout_stream(seed, -2 - k, 0); }
 
+// `t` times `s` (--use-mup's embedding and output multipliers): a new tensor, or `t` itself when s is 1.
+Tensor times(const Tensor& t, float s) {
+  if (s == 1.0f) return t;
+  Tensor out = Tensor::empty(t.shape());
+  const float* in = t.data<float>();
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) o[i] = in[i] * s;
+  return out;
+}
+
 }  // namespace
 
 struct GPTModel::State {
@@ -119,10 +129,10 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
   };
   if (part_.pre_process) {
     word_emb_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
-                                                     InitKind::kNormal, c.init_std, true), part_, 0));
+                                                     InitKind::kNormal, c.embedding_init_std(), true), part_, 0));
     if (c.position == PositionEmbedding::kLearnedAbsolute)
       pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
-                                       InitKind::kNormal, c.init_std, true));
+                                       InitKind::kNormal, c.embedding_init_std(), true));
     if (c.embed_layernorm) norm("embedding.norm", &emb_norm_w_, &emb_norm_b_);
   }
   for (int64_t i = 0; i < part_.num_layers; ++i)
@@ -135,21 +145,21 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       // the first stage's (Megatron's mtp_process embedding; same names, so the same initial
       // values; gradients summed with the first stage's over the embedding group).
       word_emb_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
-                                                       InitKind::kNormal, c.init_std, true), part_, 0));
+                                                       InitKind::kNormal, c.embedding_init_std(), true), part_, 0));
       if (c.position == PositionEmbedding::kLearnedAbsolute)
         pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
-                                               InitKind::kNormal, c.init_std, true));
+                                               InitKind::kNormal, c.embedding_init_std(), true));
     }
     if (!c.tied_embeddings) {
       output_w_ = params_.add(tp_split(make_param_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
-                                                       c.init_std, true), part_, 0));
+                                                       c.embedding_init_std(), true), part_, 0));
     } else if (word_emb_ >= 0) {
       output_w_ = word_emb_;  // the first stage's embedding, or the MTP stage's copy of it
     } else {
       // The last pipeline stage holds its own copy of the tied embedding (same name, so the same
       // initial values; gradients are summed with the first stage's over the embedding group).
       output_w_ = params_.add(tp_split(make_param_spec("embedding.word_embeddings.weight", {c.vocab, c.hidden},
-                                                       InitKind::kNormal, c.init_std, true), part_, 0));
+                                                       InitKind::kNormal, c.embedding_init_std(), true), part_, 0));
     }
   }
   if (part_.post_process && c.mtp_num_layers > 0) {
@@ -369,6 +379,7 @@ Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32
       for (int64_t i = 0; i < H; ++i) xd[t * H + i] += row[i];
     }
   }
+  x = times(x, c.mup.embedding_mult);  // --use-mup: Megatron scales the summed embeddings before dropout
   if (part_.sequence_parallel) x = scatter_to_sequence_parallel_region(x, *part_.tp).clone();
   if (part_.tp2d()) x = scatter_to_2d_piece(x, *part_.tp_x, *part_.tp_y);  // [T/X, H/Y]
   if (emb_norm_w_ >= 0) {
@@ -411,6 +422,7 @@ void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_
   }
   Tensor d_full = part_.sequence_parallel ? scatter_to_sequence_parallel_region_backward(d, *part_.tp) : d;
   if (part_.tp2d()) d_full = scatter_to_2d_piece_backward(d, *part_.tp_x, *part_.tp_y);
+  d_full = times(d_full, c.mup.embedding_mult);  // --use-mup's embedding multiplier, backward
   if (pos_emb_ >= 0 && params_.spec(pos_emb_).trainable)  // frozen under LoRA: no gradient
     ops_->embedding_backward(positions, T, d_full.data<float>(), 0, c.max_positions, H,
                              params_.grad_data(pos_emb_));
@@ -521,7 +533,8 @@ Tensor GPTModel::output_loss_backward(const Tensor& y_full, const std::vector<in
 void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool keep) {
   const Tensor x = whole_hidden(x_in);  // --tp-2d: the final norm and the output layer see whole rows
   Tensor stats, y_local;
-  Tensor y_full = final_norm_forward(x, &stats, &y_local);
+  // --use-mup: logits·α = (α·y)·Wᵀ, so the head sees α·y (its dW is then α·dlogitsᵀ·y, as Megatron's).
+  Tensor y_full = times(final_norm_forward(x, &stats, &y_local), config_.mup.output_mult);
   // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
   double tokens = 0.0;
   for (float m : st.mask_sb) tokens += m;
@@ -628,6 +641,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   } else {
     d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
   }
+  d_y = times(d_y, config_.mup.output_mult);  // --use-mup: the gradient of y through α·y
   st.final_out_full = st.lse = Tensor();
   d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)
                                 : copy_to_tp_region_backward(d_y, *part_.tp);
@@ -683,7 +697,8 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     if (sp) z = scatter_to_sequence_parallel_region(z, tp).clone();
     m.final_in = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, &m.layer);
     const Tensor hk = norm_forward(w.final_w, w.final_b, m.final_in, &m.final_stats);
-    m.y_full = sp ? gather_from_sequence_parallel_region(hk, tp) : copy_to_tp_region(hk, tp);
+    m.y_full = times(sp ? gather_from_sequence_parallel_region(hk, tp) : copy_to_tp_region(hk, tp),
+                     c.mup.output_mult);  // --use-mup: Megatron scales the MTP logits too
     m.dloss_scale = static_cast<float>(c.mtp_loss_scaling_factor / static_cast<double>(D) / std::max(1.0, n) *
                                        backward_scale);
     const double loss_sum =
@@ -705,7 +720,8 @@ Tensor GPTModel::mtp_backward(State& st) {
   for (int64_t k = static_cast<int64_t>(mtp_.size()); k-- > 0;) {
     const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
     MtpSaved& m = st.mtp[static_cast<size_t>(k)];
-    Tensor d_y = output_loss_backward(m.y_full, m.labels, m.mask, m.dloss_scale, m.lse, &m.head_saved);
+    Tensor d_y = times(output_loss_backward(m.y_full, m.labels, m.mask, m.dloss_scale, m.lse, &m.head_saved),
+                       c.mup.output_mult);
     Tensor d_h = sp ? gather_from_sequence_parallel_region_backward(d_y, tp) : copy_to_tp_region_backward(d_y, tp);
     if (dh.defined()) {
       float* d = d_h.data<float>();
@@ -912,7 +928,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   const int64_t B = mb.B, S = mb.S, T = B * S, H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   Tensor stats;
-  Tensor y_full = final_norm_forward(whole_hidden(x), &stats);
+  Tensor y_full = times(final_norm_forward(whole_hidden(x), &stats), c.mup.output_mult);  // --use-mup
   Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
@@ -959,7 +975,8 @@ Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, Ragge
     GALE_CHECK(batch.requests[static_cast<size_t>(r)].rows > 0) << "ragged decoding: a request without new tokens";
     std::copy_n(y.data<float>() + (row - 1) * H, H, last.data<float>() + r * H);
   }
-  return linear_forward(last, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
+  return linear_forward(times(last, c.mup.output_mult),  // --use-mup's output multiplier
+                        LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
 }
 
 std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {

@@ -308,7 +308,7 @@ double Optimizer::grad_norm() const { return norm_of(true); }
 double Optimizer::params_norm() const { return norm_of(false); }
 
 StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad_scale, Timers* timers,
-                           std::optional<double> decoupled_lr) {
+                           std::optional<double> decoupled_lr, std::optional<double> mup_lr) {
   GALE_CHECK(!config_.frozen) << "Optimizer::step with --freeze-all-layers: a frozen run holds no optimizer state";
   StepResult r;
   if (inv_grad_scale != 1.0f) {
@@ -377,7 +377,11 @@ StepResult Optimizer::step(double lr, double wd, bool want_zeros, float inv_grad
       const float param_wd = decays ? static_cast<float>(wd) : 0.0f;
       const bool decoupled = decoupled_lr && !b.buffer.decoupled_lr.empty() &&
                              b.buffer.decoupled_lr[static_cast<size_t>(seg.param_id)];
-      const double seg_lr = decoupled ? *decoupled_lr : lr;
+      const size_t pid = static_cast<size_t>(seg.param_id);
+      const bool mup_rate = mup_lr && pid < b.buffer.mup_lr.size() && b.buffer.mup_lr[pid];
+      const double seg_lr = decoupled ? *decoupled_lr : mup_rate ? *mup_lr : lr;
+      const bool mup_eps = pid < b.buffer.mup_eps.size() && b.buffer.mup_eps[pid];
+      h.eps = static_cast<float>(mup_eps ? config_.eps * config_.mup_eps_mult : config_.eps);
       const bool lion = is_lion(bi, seg.param_id);
       const bool muon = config_.type == "muon" && b.buffer.muon[static_cast<size_t>(seg.param_id)];
       const bool adam = !muon && !lion && (config_.type == "adam" || config_.type == "muon" || config_.type == "lion");

@@ -137,6 +137,11 @@ struct OptimizerConfig {
   // file or compressed store is opened, and step() is an invariant failure. The segments stay, so
   // params_norm() still covers every parameter (Megatron's calc_params_l2_norm reads the model).
   bool frozen = false;
+  // --use-mup (train/mup.h, Megatron's get_mup_config_overrides): the µP group's max_lr and min_lr
+  // are --lr and --min-lr times mup_lr_mult (the caller schedules its rate: step()'s mup_lr), and
+  // Adam's eps of the parameters OptimizedBuffer::mup_eps marks is eps · mup_eps_mult.
+  double mup_lr_mult = 1.0;
+  double mup_eps_mult = 1.0;
 };
 
 // The EMA decay of applied step t (1-based) for --ema-decay `ema_decay` (OptimizerConfig::ema).
@@ -162,6 +167,10 @@ struct OptimizedBuffer {
   // --decoupled-lr: the parameters updated with the decoupled rate (Megatron's
   // is_embedding_or_output_parameter: the word embedding and the output layer); empty = none.
   std::vector<bool> decoupled_lr;
+  // --use-mup: the parameters updated with the µP group's rate (step()'s mup_lr), and those whose
+  // Adam eps is scaled (OptimizerConfig::mup_eps_mult); empty = none.
+  std::vector<bool> mup_lr;
+  std::vector<bool> mup_eps;
   // Per parameter, whether the weight decay applies; empty = ParamSpec::weight_decay (Megatron's
   // rule: not on biases and 1-D parameters). --apply-wd-to-qk-layernorm sets it for the
   // q_layernorm / k_layernorm parameters too.
@@ -241,9 +250,10 @@ class Optimizer {
   // `inv_grad_scale` is not 1), optimizer-clip-main-grad (the norm and, for SGD, the clipping),
   // optimizer-count-zeros and optimizer-inner-step.
   // `decoupled_lr` (--decoupled-lr) replaces `lr` for the parameters OptimizedBuffer::decoupled_lr
-  // marks.
+  // marks, `mup_lr` (--use-mup) for those OptimizedBuffer::mup_lr marks.
   StepResult step(double lr, double wd, bool count_zeros = false, float inv_grad_scale = 1.0f,
-                  Timers* timers = nullptr, std::optional<double> decoupled_lr = std::nullopt);
+                  Timers* timers = nullptr, std::optional<double> decoupled_lr = std::nullopt,
+                  std::optional<double> mup_lr = std::nullopt);
 
   // Called by step() with the buffer's index as soon as that buffer's owned parameters are updated
   // (--overlap-param-gather-with-optimizer-step starts the first chunk's all-gather there).

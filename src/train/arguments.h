@@ -59,7 +59,7 @@ struct ModelArgs {
   double qk_clip_threshold = 100.0;
   bool log_max_attention_logit = false;
   // --use-mup and the --mup-* flags (Megatron-Core's TransformerConfig µP fields; parsed with
-  // Megatron's defaults and refused: train/arguments_mup.cc). kUnset / kUnsetF: Megatron's None.
+  // Megatron's defaults: train/arguments_mup.cc, applied by train/mup.h). kUnset / kUnsetF: None.
   bool use_mup = false;
   int64_t mup_base_hidden_size = kUnset;
   double mup_embedding_mult = 1.0;
@@ -1117,7 +1117,7 @@ Status validate_mhc_args(const Arguments& a, const ArgParser& p);
 void add_qk_clip_args(ArgParser& p, ModelArgs& a);
 Status validate_qk_clip(const Arguments& a);
 // --use-mup and the --mup-* flags (train/arguments_mup.cc): the flags, added beside the attention
-// flags, and the refusal of --use-mup (run by validate_all_pretrain_args).
+// flags, and their checks and Megatron's start-up warnings (run by validate_all_pretrain_args).
 void add_mup_args(ArgParser& p, ModelArgs& a);
 Status validate_mup(const Arguments& a);
 // --no-rope-freq (train/arguments_no_rope.cc): the flag, added beside the RoPE flags, and its check,

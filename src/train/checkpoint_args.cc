@@ -166,6 +166,15 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["qk_clip_threshold"] = m.qk_clip_threshold;
     j["log_max_attention_logit"] = m.log_max_attention_logit;
   }
+  if (m.use_mup) {  // Megatron's MuP args as given (None: unset); absent: off
+    j["use_mup"] = true;
+    j["mup_base_hidden_size"] =
+        m.mup_base_hidden_size == kUnset ? nlohmann::json() : nlohmann::json(m.mup_base_hidden_size);
+    j["mup_embedding_mult"] = m.mup_embedding_mult;
+    j["mup_output_mult"] = m.mup_output_mult;
+    j["mup_base_head_dim"] = unset(m.mup_base_head_dim) ? nlohmann::json() : nlohmann::json(m.mup_base_head_dim);
+    j["mup_attn_scale_power"] = m.mup_attn_scale_power;
+  }
   if (m.position_embedding_type == "yarn") {  // Megatron's yarn_* args (None: unset)
     j["yarn_original_max_position_embeddings"] = m.yarn_original_max_position_embeddings == kUnset
                                                      ? nlohmann::json()
@@ -364,6 +373,25 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   for (const auto& [key, dest] : {std::pair{"qk_clip_alpha", &m.qk_clip_alpha}, std::pair{"qk_clip_threshold",
                                                                                           &m.qk_clip_threshold}})
     if (auto it = args.find(key); it != args.end() && !it->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, dest));
+  // --use-mup's args (absent or false: off): the model's multipliers and softmax scale depend on them.
+  if (auto it = args.find("use_mup"); it != args.end() && !it->is_null()) {
+    GALE_RETURN_IF_ERROR(get(args, "use_mup", where, &m.use_mup));
+    if (m.use_mup) {
+      for (auto [key, dest] : {std::pair{"mup_embedding_mult", &m.mup_embedding_mult},
+                               std::pair{"mup_output_mult", &m.mup_output_mult},
+                               std::pair{"mup_attn_scale_power", &m.mup_attn_scale_power},
+                               std::pair{"mup_base_head_dim", &m.mup_base_head_dim}})
+        if (auto v = args.find(key); v != args.end() && !v->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, dest));
+      if (auto v = args.find("mup_base_hidden_size"); v != args.end() && !v->is_null())
+        GALE_RETURN_IF_ERROR(get(args, "mup_base_hidden_size", where, &m.mup_base_hidden_size));
+      if (m.mup_base_hidden_size != kUnset && m.mup_base_hidden_size <= 0)
+        return InvalidArgument(where, ": args 'mup_base_hidden_size' is ", m.mup_base_hidden_size,
+                               ", expected a positive integer");
+      if (!unset(m.mup_base_head_dim) && !(m.mup_base_head_dim > 0.0))
+        return InvalidArgument(where, ": args 'mup_base_head_dim' is ", m.mup_base_head_dim,
+                               ", expected a positive number");
+    }
+  }
   // --no-rope-freq: Megatron's args hold the int or the per-layer list (None or absent: RoPE everywhere).
   if (auto it = args.find("no_rope_freq"); it != args.end() && !it->is_null()) {
     if (it->is_number_integer() && it->get<int64_t>() >= 1) {

@@ -6,7 +6,8 @@
 // seq_length, max_position_embeddings, position_embedding_type, rotary_base, rotary_percent,
 // normalization, norm_epsilon, swiglu, untie_embeddings_and_output_weights, add_bias_linear,
 // add_qkv_bias, make_vocab_size_divisible_by, padded_vocab_size, noop_layers, and mtp_num_layers /
-// mtp_loss_scaling_factor and sliding_window when set), so a checkpoint alone says how to rebuild its model
+// mtp_loss_scaling_factor, sliding_window and --use-mup's use_mup / mup_* when set), so a checkpoint
+// alone says how to rebuild its model
 // (`gale generate --use-checkpoint-args`, `gale convert`).
 #pragma once
 

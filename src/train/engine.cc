@@ -8,6 +8,7 @@
 
 #include "optim/layer_wise.h"
 #include "train/model_setup.h"
+#include "train/mup.h"
 
 namespace gale {
 
@@ -206,6 +207,20 @@ void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer) {
   }
 }
 
+// Megatron's µP embedding class: the embedding module's parameters and the output layer's weight.
+void set_mup_params(const GPTModel& model, const Arguments& args, OptimizedBuffer* buffer) {
+  if (!args.model.use_mup) return;
+  const ParamBuffer& pb = model.params();
+  std::vector<bool> embedding(static_cast<size_t>(pb.size()), false);
+  for (int id = 0; id < pb.size(); ++id)
+    embedding[static_cast<size_t>(id)] = pb.spec(id).name.rfind("embedding.", 0) == 0 || id == model.output_weight_id();
+  const bool muon = args.training.optimizer.find("muon") != std::string::npos;
+  MupParamOverrides o = mup_param_overrides(pb, args.training.optimizer, model.config().mup.width_mult, embedding,
+                                            muon ? buffer->muon : std::vector<bool>{}, buffer->decoupled_lr);
+  buffer->mup_lr = std::move(o.lr);
+  buffer->mup_eps = std::move(o.eps);
+}
+
 StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm& world, const OpTable& ops,
                                                const EngineOptions& options) {
   auto engine = std::make_unique<Engine>();
@@ -398,6 +413,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         for (int id : {model->word_embedding_id(), model->output_weight_id()})
           if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
       }
+      set_mup_params(*model, args, &buffer);
       buffer.owned = z->owned_ranges();
       buffers.push_back(std::move(buffer));
       engine->chunks.push_back(std::move(model));
@@ -455,6 +471,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         if (id >= 0) buffer.decoupled_lr[static_cast<size_t>(id)] = true;
     }
     if (emerging) set_muon_params(*model, &buffer);  // Lion's parameters are Muon's
+    set_mup_params(*model, args, &buffer);
     if (args.training.apply_wd_to_qk_layernorm) buffer.weight_decay = qk_layernorm_weight_decay(*model);
     if (args.training.quant_grads) buffer.quant_grads = engine->quant_grads.back().get();
     if (layer_wise) {

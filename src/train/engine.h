@@ -149,6 +149,11 @@ std::vector<bool> norm_counting(const GPTModel& model);
 // fused QKV weights split into one query group's {NH/KV·HD, HD, HD} query, key and value rows.
 void set_muon_params(const GPTModel& model, OptimizedBuffer* buffer);
 
+// --use-mup (train/mup.h): marks in `buffer` (OptimizedBuffer::mup_lr, ::mup_eps) the parameters of
+// `model` in Megatron's µP learning-rate and Adam-eps groups; call after set_muon_params and after
+// OptimizedBuffer::decoupled_lr is set. Nothing without --use-mup or at width multiplier 1.
+void set_mup_params(const GPTModel& model, const Arguments& args, OptimizedBuffer* buffer);
+
 // --apply-wd-to-qk-layernorm: per parameter of `model`, whether the weight decay applies
 // (OptimizedBuffer::weight_decay): Megatron's rule (not on biases and 1-D parameters) except that the
 // parameters named `*q_layernorm.*` or `*k_layernorm.*` decay too, as Megatron main's optimizer

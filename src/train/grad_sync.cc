@@ -239,7 +239,15 @@ void finalize_model_grads(Engine& engine, std::optional<double> num_tokens) {
 
 StepResult optimizer_step(Engine& engine, double lr, double wd, bool count_zeros, float inv_grad_scale,
                           std::optional<double> decoupled_lr) {
-  StepResult r = engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers, decoupled_lr);
+  // --use-mup: the µP group's rate, the same schedule between --lr and --min-lr times its multiplier.
+  std::optional<double> mup_lr;
+  const double mup_mult = engine.optimizer->config().mup_lr_mult;
+  if (mup_mult != 1.0 && engine.scheduler) {
+    const LrSchedule& s = engine.scheduler->schedule();
+    mup_lr = engine.scheduler->lr(s.max_lr * mup_mult, s.min_lr * mup_mult);
+  }
+  StepResult r =
+      engine.optimizer->step(lr, wd, count_zeros, inv_grad_scale, engine.timers, decoupled_lr, mup_lr);
   if (engine.expert_placer) engine.expert_placer->after_step(engine);  // --enable-expert-placement
   if (!r.applied) return r;
   // Megatron times the distributed optimizer's all-gather when it runs here (not deferred to the

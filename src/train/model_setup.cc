@@ -5,6 +5,7 @@
 
 #include "model/hybrid_layers.h"
 #include "train/heterogeneous_config.h"
+#include "train/mup.h"
 #include "train/batch_size_rampup.h"
 
 namespace gale {
@@ -196,6 +197,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.full_recompute.distribute = m.distribute_saved_activations;
     c.full_recompute.per_pp_rank = m.enable_recompute_layers_per_pp_rank;
   }
+  apply_mup_to_model(m, &c);  // --use-mup: multipliers, softmax scale, the hidden weights' σ/√m
   return c;
 }
 
@@ -287,6 +289,7 @@ OptimizerConfig optimizer_config_from_args(const Arguments& a) {
   o.muon.scalar_optimizer = t.muon_scalar_optimizer;
   o.lion.beta1 = t.lion_beta1;
   o.lion.beta2 = t.lion_beta2;
+  apply_mup_to_optimizer(a, &o);  // --use-mup
   return o;
 }
 

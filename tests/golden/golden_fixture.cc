@@ -123,7 +123,8 @@ double element(const Tensor& t, int64_t i) {
 
 std::string golden_dir() { return std::string(GALE_TEST_DATA_DIR) + "/golden"; }
 
-std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask", "llama_gate", "llama_sink"};
+std::vector<std::string> golden_fixture_names() { return {"gpt", "llama", "llama_rope50", "gpt_docmask", "gpt_sgd", "gpt_muon", "llama_muon", "mixtral", "llama_alibi", "llama_alibi_docmask", "llama_gate", "llama_sink",
+          "gpt_mup", "gpt_mup_sgd", "llama_mup"};
 }
 
 StatusOr<GoldenFixture> GoldenFixture::load(const std::string& name) { return load_dir(golden_dir() + "/" + name); }

@@ -134,6 +134,7 @@ void train_ten_iterations(const GoldenFixture& f, bool fused) {
   std::vector<OptimizedBuffer> buffers(1);
   buffers[0].params = &engine.chunks[0]->params();
   if (s.args.training.optimizer == "muon") set_muon_params(*engine.chunks[0], &buffers[0]);
+  set_mup_params(*engine.chunks[0], s.args, &buffers[0]);  // --use-mup's learning-rate and eps groups
   engine.optimizer = std::make_unique<Optimizer>(optimizer_config_from_args(s.args), std::move(buffers), &engine.ops,
                                                  make_self_communicator("mp"));
   engine.scheduler = std::make_unique<LrScheduler>(lr_schedule_from_args(s.args));

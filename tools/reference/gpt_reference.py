@@ -39,6 +39,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import muon_reference as muon_ref  # noqa: E402  (the Newton-Schulz orthogonalisation and Muon's scales)
+import mup_reference as mup  # noqa: E402  (Megatron's MuP formulas: --use-mup configurations)
 
 torch.set_default_dtype(torch.float64)
 torch.use_deterministic_algorithms(True)
@@ -73,6 +74,9 @@ MUON = dict(ADAMW, optimizer="muon", lr=2e-3, muon_momentum=0.9, muon_nesterov=F
             muon_scale_mode="spectral", muon_fp32_matmul_prec="high", muon_coefficient_type="quintic",
             muon_num_ns_steps=5, muon_extra_scale_factor=1.0)
 
+# MuP's hidden Adam rate is lr/m: the µP Adam run takes a larger base rate so that the loss falls within 10 steps.
+MUP_ADAMW = dict(ADAMW, lr=1e-2, min_lr=1e-3)
+
 CONFIGS = {
     # name: model, training, seeds, which files it owns, what it shares
     "gpt": dict(model=GPT_MODEL, train=ADAMW, weight_seed=1234, data_seed=1, data="plain", mask_zeros=False,
@@ -105,6 +109,21 @@ CONFIGS = {
     # own weights (the logits drawn O(1) so that they matter), the llama inputs.
     "llama_sink": dict(model=dict(LLAMA_MODEL, softmax_type="learnable"), train=ADAMW, weight_seed=1357,
                        inputs_from="llama", full_grads=True),
+    # Megatron-Core's --use-mup (µP, mup_reference.py has the formulas): width multiplier 64/16 = 4,
+    # embedding multiplier 2.5, softmax scale √4/16 = 1/8, output multiplier 1/4 (the default 1.0
+    # resolved), Adam's hidden lr and eps /4; its own µP-initialised weights and data. The SGD
+    # variant (vector-like parameters' lr ×4) shares them, with an explicit output multiplier 2; the
+    # LLaMA one has m = 2, output multiplier 0.75 and attention power 0.75 (softmax scale
+    # 1/16^0.75), an untied output layer.
+    "gpt_mup": dict(model=dict(GPT_MODEL, use_mup=True, mup_base_hidden_size=16, mup_embedding_mult=2.5,
+                               mup_base_head_dim=4.0),
+                    train=MUP_ADAMW, weight_seed=9090, data_seed=6, data="plain", mask_zeros=False, full_grads=True),
+    "gpt_mup_sgd": dict(model=dict(GPT_MODEL, use_mup=True, mup_base_hidden_size=16, mup_embedding_mult=2.5,
+                                   mup_base_head_dim=4.0, mup_output_mult=2.0),
+                        train=SGD, weights_from="gpt_mup", inputs_from="gpt_mup", full_grads=False, forward=False),
+    "llama_mup": dict(model=dict(LLAMA_MODEL, use_mup=True, mup_base_hidden_size=32, mup_output_mult=0.75,
+                                 mup_attn_scale_power=0.75),
+                      train=ADAMW, weight_seed=8080, data_seed=7, data="plain", mask_zeros=True, full_grads=False),
     "llama_alibi_docmask": dict(model=dict(LLAMA_MODEL, position_embedding_type="alibi", reset_attention_mask=True,
                                            reset_position_ids=True),
                                 train=ADAMW, weights_from="llama", inputs_from="gpt_docmask", data="documents",
@@ -116,6 +135,16 @@ EOD = 95  # the document separator of the "documents" data (the last tokenizer i
 def padded_vocab(m):
     d = m["make_vocab_size_divisible_by"]
     return (m["tokenizer_vocab_size"] + d - 1) // d * d
+
+
+def mup_lr_mult(name, tensor, m, t):
+    """MuP's max_lr/min_lr multiplier of one parameter (mup_reference.py; 1 without --use-mup)."""
+    return mup.lr_mult(name, tensor.dim(), m, t["optimizer"])
+
+
+def mup_eps_mult(name, tensor, m, t):
+    """MuP's Adam eps multiplier of one parameter (mup_reference.py)."""
+    return mup.eps_mult(name, tensor.dim(), m, t["optimizer"])
 
 
 def megatron_args(m, t):
@@ -145,6 +174,12 @@ def megatron_args(m, t):
         a += ["--reset-attention-mask"]
     if m["reset_position_ids"]:
         a += ["--reset-position-ids"]
+    if m.get("use_mup"):
+        a += ["--use-mup"]
+        for key in ("mup_base_hidden_size", "mup_embedding_mult", "mup_output_mult", "mup_base_head_dim",
+                    "mup_attn_scale_power"):
+            if key in m:
+                a += ["--" + key.replace("_", "-"), m[key]]
     if m.get("num_experts"):
         a += ["--num-experts", m["num_experts"], "--moe-router-topk", m["moe_router_topk"],
               "--moe-ffn-hidden-size", m["moe_ffn_hidden_size"], "--moe-aux-loss-coeff", m["moe_aux_loss_coeff"],
@@ -233,12 +268,17 @@ def initial_weights(m, seed):
     unnoticed). All values are rounded to bfloat16."""
     rng = np.random.RandomState(seed)
     std = m["init_method_std"]
+    # --use-mup: hidden weights sigma/sqrt(m), output projections sigma/sqrt(2L)/sqrt(m), the embeddings
+    # and an untied output layer sigma (Megatron's embedding init method).
+    hidden_std = std / math.sqrt(mup.width_mult(m))
     out = {}
     for name, shape, kind in parameter_specs(m):
-        if kind == "weight":
+        if kind == "weight" and (name.startswith("embedding.") or name == "output_layer.weight"):
             a = rng.normal(0.0, std, size=shape)
+        elif kind == "weight":
+            a = rng.normal(0.0, hidden_std, size=shape)
         elif kind == "output_weight":
-            a = rng.normal(0.0, std / math.sqrt(2.0 * m["num_layers"]), size=shape)
+            a = rng.normal(0.0, hidden_std / math.sqrt(2.0 * m["num_layers"]), size=shape)
         elif kind == "norm_weight":
             a = 1.0 + rng.normal(0.0, 0.1, size=shape)
         elif kind == "sink":  # attention sink logits: O(1), so a sink takes a real share of each row
@@ -383,6 +423,8 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
     x = p["embedding.word_embeddings.weight"][tokens]
     if m["position_embedding_type"] == "learned_absolute":
         x = x + p["embedding.position_embeddings.weight"][position_ids]
+    if m.get("use_mup"):
+        x = x * m.get("mup_embedding_mult", 1.0)
     allowed = torch.tril(torch.ones(S, S, dtype=torch.bool))[None]  # [1, q, k]
     if m["reset_attention_mask"]:
         allowed = allowed & (document_ids[:, :, None] == document_ids[:, None, :])
@@ -401,7 +443,7 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
             q, k = rope(q, position_ids, m), rope(k, position_ids, m)
         k = k.repeat_interleave(per_group, dim=2)  # query head h reads kv head h // per_group
         v = v.repeat_interleave(per_group, dim=2)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(HD)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * mup.softmax_scale(m)
         if m["position_embedding_type"] == "alibi":  # + m_h (j - i): index in the sequence, not position_ids
             idx = torch.arange(S, dtype=torch.float64)
             scores = scores + torch.tensor(alibi_slopes(NH))[:, None, None] * (idx[None, :] - idx[:, None])
@@ -421,7 +463,7 @@ def forward(p, m, tokens, position_ids, document_ids=None, aux=None):
         x = x + (moe(h, p, pre + "mlp.", m, aux) if m.get("num_experts") else mlp(h, p, pre + "mlp.", m, F))
     x = norm(x, p, "decoder.final_layernorm", m)
     out = p["output_layer.weight"] if m["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
-    return x @ out.T
+    return (x @ out.T) * mup.output_mult(m)
 
 
 def token_losses(logits, labels):
@@ -454,11 +496,12 @@ def micro_batch_objective(p, m, batch, aux=None):
 # Optimizer and schedule (docs/model.md "Optimizer"; megatron.md §4.4)
 # ---------------------------------------------------------------------------------------------
 
-def learning_rate(t, num_steps):
-    """OptimizerParamScheduler.get_lr for a step count in samples."""
+def learning_rate(t, num_steps, mult=1.0):
+    """OptimizerParamScheduler.get_lr for a step count in samples; `mult` scales the param group's
+    max_lr and min_lr (MuP's overrides), not the warmup's init_lr."""
     gbs = t["global_batch_size"]
     warmup, decay = t["lr_warmup_iters"] * gbs, t["lr_decay_iters"] * gbs
-    max_lr, min_lr, init = t["lr"], t["min_lr"], t["lr_warmup_init"]
+    max_lr, min_lr, init = t["lr"] * mult, t["min_lr"] * mult, t["lr_warmup_init"]
     if warmup > 0 and num_steps <= warmup:
         return init + (max_lr - init) * num_steps / warmup
     if t["lr_decay_style"] == "constant":
@@ -525,9 +568,11 @@ def train(p0, cfg, inputs):
         clip = t["clip_grad"] / (grad_norm + 1e-6)
         scale = clip if (t["clip_grad"] > 0 and clip < 1.0) else 1.0
         step = it + 1
-        lr = learning_rate(t, (step - 1) * t["global_batch_size"])
+        lr_base = learning_rate(t, (step - 1) * t["global_batch_size"])
         with torch.no_grad():
             for name, v in p.items():
+                lr = learning_rate(t, (step - 1) * t["global_batch_size"], mup_lr_mult(name, v, m, t))
+                eps = t.get("adam_eps", 0.0) * mup_eps_mult(name, v, m, t)
                 g = v.grad * scale
                 wd = t["weight_decay"] if decays(name, v) else 0.0
                 s = state[name]
@@ -545,7 +590,7 @@ def train(p0, cfg, inputs):
                     s["v"] = b2 * s["v"] + (1 - b2) * g * g
                     m_hat = s["m"] / (1 - b1 ** step)
                     v_hat = s["v"] / (1 - b2 ** step)
-                    v -= lr * (m_hat / (torch.sqrt(v_hat) + t["adam_eps"]) + wd * v)
+                    v -= lr * (m_hat / (torch.sqrt(v_hat) + eps) + wd * v)
                 else:
                     d = g + wd * v
                     s["buf"] = d.clone() if s["buf"] is None else t["sgd_momentum"] * s["buf"] + d
@@ -558,7 +603,7 @@ def train(p0, cfg, inputs):
             series["min_topk_margin"].append(min(aux["min_topk_margin"]))
         series["loss_differentiated"].append(diff_loss)
         series["grad_norm"].append(grad_norm)
-        series["lr_used"].append(lr)
+        series["lr_used"].append(lr_base)
         series["lr"].append(learning_rate(t, step * t["global_batch_size"]))
     return {k: v.detach() for k, v in p.items()}, series
 
@@ -607,8 +652,14 @@ def train_with_torch_optim(p0, cfg, inputs):
     """The same run through torch.optim.AdamW/SGD and clip_grad_norm_ (a cross-check of train())."""
     m, t = cfg["model"], cfg["train"]
     p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
-    groups = [{"params": [v for k, v in p.items() if decays(k, v)], "weight_decay": t["weight_decay"]},
-              {"params": [v for k, v in p.items() if not decays(k, v)], "weight_decay": 0.0}]
+    # One group per (weight decay, MuP lr multiplier, MuP eps multiplier), as Megatron's param groups.
+    keyed = {}
+    for k, v in p.items():
+        key = (decays(k, v), mup_lr_mult(k, v, m, t), mup_eps_mult(k, v, m, t))
+        keyed.setdefault(key, []).append(v)
+    groups = [{"params": vs, "weight_decay": t["weight_decay"] if d else 0.0, "lr_mult": lm,
+               **({"eps": t["adam_eps"] * em} if t["optimizer"] == "adam" else {})}
+              for (d, lm, em), vs in keyed.items()]
     if t["optimizer"] == "adam":
         opt = torch.optim.AdamW(groups, lr=0.0, betas=(t["adam_beta1"], t["adam_beta2"]), eps=t["adam_eps"])
     else:
@@ -629,7 +680,7 @@ def train_with_torch_optim(p0, cfg, inputs):
             num, den = num + float((losses.detach() * mask).sum()), den + float(mask.sum())
         norm = float(torch.nn.utils.clip_grad_norm_(list(p.values()), t["clip_grad"]))
         for g in opt.param_groups:
-            g["lr"] = learning_rate(t, it * t["global_batch_size"])
+            g["lr"] = learning_rate(t, it * t["global_batch_size"], g["lr_mult"])
         opt.step()
         series["loss"].append(num / den)
         series["grad_norm"].append(norm)
