@@ -18,6 +18,7 @@
 #include "ckpt/pickle.h"
 #include "ckpt/torch_file.h"
 #include "core/dtype.h"
+#include "core/log.h"
 #include "core/md5.h"
 #include "core/tensor.h"
 #include "model/topk_kl.h"
@@ -486,6 +487,22 @@ StatusOr<std::vector<TopKLogProbs>> CachedLogitsReader::iteration(int64_t iterat
   for (size_t m = 0; m < per[0].size(); ++m)
     for (auto& src : per) merged.push_back(std::move(src[m]));
   return merged;
+}
+
+StatusOr<KdMicroBatchLoss> mix_kd_loss(double lm, const StatusOr<double>& kd, double alpha, bool ignore_errors) {
+  KdMicroBatchLoss r;
+  r.lm = r.total = lm;
+  if (!kd.ok()) {
+    if (!ignore_errors) return kd.status();
+    warn_rank0("KD loss failed, falling back to the LM loss (--logits-load-ignore-errors): " + kd.status().message());
+    return r;
+  }
+  r.kd = kd.value();
+  r.kd_used = true;
+  r.lm_coef = 1.0 - alpha;
+  r.kd_coef = alpha;
+  r.total = r.lm_coef * lm + r.kd_coef * r.kd;
+  return r;
 }
 
 }  // namespace gale

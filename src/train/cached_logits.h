@@ -125,4 +125,16 @@ class CachedLogitsReader {
   std::vector<std::pair<std::string, CachedLogitsTar>> loaded_;
 };
 
+// Megatron's mix of one training micro-batch's losses (LossFuncCallable): lm = Σ mask·ℓ and kd =
+// Σ mask·kl (model/topk_kl.h), total = α·kd + (1 − α)·lm (--logits-load-kd-loss-alpha), with the
+// gradient coefficients of the two terms. A KD error (e.g. a sample missing from --logits-load-dir)
+// is returned as is, or with `ignore_errors` (--logits-load-ignore-errors) warned about (rank 0)
+// and replaced by the lm loss alone (lm coefficient 1, kd 0, kd_used false).
+struct KdMicroBatchLoss {
+  double lm = 0.0, kd = 0.0, total = 0.0;
+  double lm_coef = 1.0, kd_coef = 0.0;
+  bool kd_used = false;
+};
+StatusOr<KdMicroBatchLoss> mix_kd_loss(double lm, const StatusOr<double>& kd, double alpha, bool ignore_errors);
+
 }  // namespace gale

@@ -245,5 +245,32 @@ TEST(CachedLogits, SavedTopKFeedTheKdLoss) {
   EXPECT_GT(other, 0.5);
 }
 
+// --logits-load-ignore-errors with a sample missing from the directory: the micro-batch falls back
+// to the lm loss; without it the reader's error (naming the iteration) stops the run.
+TEST_F(CachedLogitsDir, IgnoreErrorsFallsBackToTheLmLoss) {
+  save(1, 1, meta_for(5));
+  auto reader = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5));
+  ASSERT_TRUE(reader.ok());
+  auto kd_of = [&](int64_t it) -> StatusOr<double> {
+    GALE_ASSIGN_OR_RETURN(std::vector<TopKLogProbs> mbs, reader->iteration(it));
+    return static_cast<double>(-mbs[0].logprobs[0]);  // a stand-in KD sum: the tag of the sample
+  };
+  auto ok = mix_kd_loss(2.0, kd_of(3), 0.25, false);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->kd_used);
+  EXPECT_DOUBLE_EQ(ok->total, 0.75 * 2.0 + 0.25 * 3.0);
+  EXPECT_DOUBLE_EQ(ok->lm_coef, 0.75);
+  EXPECT_DOUBLE_EQ(ok->kd_coef, 0.25);
+  auto fallback = mix_kd_loss(2.0, kd_of(7), 0.25, true);
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_FALSE(fallback->kd_used);
+  EXPECT_DOUBLE_EQ(fallback->total, 2.0);
+  EXPECT_DOUBLE_EQ(fallback->lm_coef, 1.0);
+  EXPECT_DOUBLE_EQ(fallback->kd_coef, 0.0);
+  auto stop = mix_kd_loss(2.0, kd_of(7), 0.25, false);
+  ASSERT_FALSE(stop.ok());
+  EXPECT_NE(stop.status().message().find("iteration 7"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gale
