@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <unistd.h>
 
 #include "pretrain_cli.h"
 #include "train/arguments.h"
@@ -54,7 +56,10 @@ TEST(LogitsKdArguments, EveryFlagIsRead) {
 class LogitsKdArgumentErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / "gale_logits_kd_args";
+    // One directory per test and process: ctest runs the tests of this file side by side.
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gale_logits_kd_args_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "a_file") << "x";
   }

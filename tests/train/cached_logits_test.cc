@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <numeric>
 #include <vector>
+#include <unistd.h>
 
 #include "core/dtype.h"
 #include "model/topk_kl.h"
@@ -130,7 +131,8 @@ class CachedLogitsDir : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("gale_cached_logits_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("gale_cached_logits_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
