@@ -544,7 +544,7 @@ const char* storage_type_of(DType t) {
     case DType::kI64: return "LongStorage";
     case DType::kI32: return "IntStorage";
     case DType::kU8: return "ByteStorage";
-    case DType::kU16: return nullptr;
+    case DType::kU16: return "UInt16Storage";  // torch.uint16 (torch >= 2.3)
   }
   return nullptr;
 }
@@ -600,7 +600,8 @@ Status encode(const PyValue& v, std::string& o, std::vector<const PyValue*>* ten
       }
       return Status::Ok();
     case PyValue::kTensor: {
-      const char* type = storage_type_of(v.data.dtype());
+      // storage_type set on a kTensor names the storage (a u8 tensor written as "BoolStorage").
+      const char* type = v.storage_type.empty() ? storage_type_of(v.data.dtype()) : v.storage_type.c_str();
       if (!v.data.defined() || type == nullptr)
         return InvalidArgument("write_pickle: a tensor without data, or of a dtype torch has no storage for");
       const std::string key = std::to_string(tensors->size());

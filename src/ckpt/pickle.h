@@ -38,7 +38,7 @@ struct PyValue {
   int64_t i = 0;       // kInt; kStorage: element count; kTensor: storage offset (elements)
   double f = 0;        // kFloat
   std::string s;       // kString / kBytes; kGlobal and kObject: "module.name"; kStorage: the storage key
-  std::string storage_type;  // kStorage: "FloatStorage", "BFloat16Storage", ...
+  std::string storage_type;  // kStorage: "FloatStorage", "BFloat16Storage", ...; kTensor to write: overrides the dtype's ("BoolStorage")
   std::vector<PyRef> items;  // kList / kTuple; kObject: constructor arguments; kTensor: {storage}
   std::vector<std::pair<PyRef, PyRef>> entries;  // kDict
   bool ordered = false;  // kDict: written as a collections.OrderedDict (a module's state_dict())

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "ckpt/atomic_file.h"
 #include "ckpt/zip_archive.h"
 
 namespace gale {
@@ -18,7 +19,8 @@ StatusOr<DType> dtype_of_storage(const std::string& type, const std::string& whe
   static const std::map<std::string, DType> kTypes = {
       {"FloatStorage", DType::kF32}, {"BFloat16Storage", DType::kBF16}, {"HalfStorage", DType::kF16},
       {"DoubleStorage", DType::kF64}, {"LongStorage", DType::kI64},     {"IntStorage", DType::kI32},
-      {"ByteStorage", DType::kU8},    {"BoolStorage", DType::kU8},      {"CharStorage", DType::kU8}};
+      {"ByteStorage", DType::kU8},    {"BoolStorage", DType::kU8},      {"CharStorage", DType::kU8},
+      {"UInt16Storage", DType::kU16}};
   auto it = kTypes.find(type);
   if (it == kTypes.end()) return Unimplemented(where, ": tensor storage type torch.", type, " is not supported yet");
   return it->second;
@@ -94,10 +96,9 @@ StatusOr<PyRef> read_torch_file(const std::string& path) {
   return read_torch_bytes(std::move(ss).str(), path);
 }
 
-Status write_torch_file(const std::string& path, const PyValue& root) {
+StatusOr<std::string> write_torch_bytes(const PyValue& root, const std::string& stem) {
   std::vector<const PyValue*> tensors;
   GALE_ASSIGN_OR_RETURN(std::string pkl, write_pickle(root, &tensors));
-  const std::string stem = std::filesystem::path(path).stem().string();
   ZipWriter w;
   w.add(stem + "/data.pkl", pkl);
   w.add(stem + "/byteorder", "little");
@@ -106,7 +107,12 @@ Status write_torch_file(const std::string& path, const PyValue& root) {
     w.add(stem + "/data/" + std::to_string(k), std::string_view(static_cast<const char*>(t.raw()), t.nbytes()));
   }
   w.add(stem + "/version", "3\n");
-  return w.write(path);
+  return w.finish();
+}
+
+Status write_torch_file(const std::string& path, const PyValue& root) {
+  GALE_ASSIGN_OR_RETURN(std::string bytes, write_torch_bytes(root, std::filesystem::path(path).stem().string()));
+  return write_file_atomically(path, bytes);
 }
 
 }  // namespace gale

@@ -688,6 +688,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_precision_args(p, a.training);
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
+  add_logits_kd_args(p, a.logits_kd);
   add_rerun_args(p, a.rerun);
   add_ft_args(p, a.ft);
   add_profile_args(p, a.profile);
@@ -1178,6 +1179,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_logits_kd_args(a, p));
   GALE_RETURN_IF_ERROR(validate_rerun_args(a, p));
   GALE_RETURN_IF_ERROR(validate_ft_args(a, p));
   GALE_RETURN_IF_ERROR(validate_auto_settings_args(a, p));

@@ -850,6 +850,22 @@ struct QadArgs {
   std::string kl_loss_reduction = "mean";  // over a micro-batch's masked tokens: mean or sum
 };
 
+// Megatron-LM's offline distillation from saved logits (train/arguments_logits_kd.cc; the shards
+// train/cached_logits.h, the loss model/topk_kl.h).
+struct LogitsKdArgs {
+  std::string logits_save_dir;             // --logits-save-dir: write the teacher's top-K here
+  int64_t logits_save_top_k = 0;           // --logits-save-top-k (required with the dir; 0: not given)
+  double logits_save_top_p = std::numeric_limits<double>::quiet_NaN();  // --logits-save-top-p, (0, 1]; NaN: off
+  int64_t logits_save_top_p_min_k = 1;     // --logits-save-top-p-min-k, >= 1
+  std::string logits_save_dtype = "fp16";  // --logits-save-dtype fp16 | bf16 | fp32
+  std::string logits_load_dir;             // --logits-load-dir: the student's teacher shards
+  int64_t logits_load_decode_threads = 4;  // Megatron's loader knobs (accepted; see the .cc)
+  int64_t logits_load_prefetch_factor = 3;
+  int64_t logits_load_msc_prefetch_depth = 2;
+  double logits_load_kd_loss_alpha = 1.0;  // loss = alpha · kd + (1 − alpha) · lm
+  bool logits_load_ignore_errors = false;  // a failing KD loss falls back to the lm loss with a warning
+};
+
 // Megatron's rerun state machine (train/arguments_rerun.cc, train/rerun_state_machine.h).
 struct RerunArgs {
   std::string rerun_mode = "disabled";  // --rerun-mode: disabled, validate_results or report_stats
@@ -936,6 +952,7 @@ struct Arguments {
   LoraArgs lora;
   DpoArgs dpo;
   QadArgs qad;
+  LogitsKdArgs logits_kd;
   RerunArgs rerun;
   FtArgs ft;
   ProfileArgs profile;
@@ -982,6 +999,10 @@ void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);
 // MindSpeed's QAD flags --qad-enable, --qad-teacher-load, --kl-temperature, --kl-loss-weight,
 // --kl-loss-reduction (train/arguments_qad.cc; validated by features/feature_qad.cc).
 void add_qad_args(ArgParser& p, QadArgs& a);
+// Megatron's --logits-save-* / --logits-load-* flags and their checks (train/arguments_logits_kd.cc;
+// run by validate_all_pretrain_args).
+void add_logits_kd_args(ArgParser& p, LogitsKdArgs& a);
+Status validate_logits_kd_args(const Arguments& a, const ArgParser& p);
 void add_rerun_args(ArgParser& p, RerunArgs& a);
 Status validate_rerun_args(const Arguments& a, const ArgParser& p);
 // --enable-ft-package, --calc-ft-timeouts and the --ft-param-* flags (train/arguments_ft.cc).

@@ -1,0 +1,99 @@
+// Megatron's --logits-save-* / --logits-load-* flags (train/arguments_logits_kd.cc): its defaults,
+// every flag read, Megatron's checks as one-line errors naming the flag, and the one-line refusal
+// of the runs Gale cannot do yet.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "pretrain_cli.h"
+#include "train/arguments.h"
+
+namespace gale {
+namespace {
+
+using Cli = testing::PretrainCli;
+using testing::expect_one_line_error;
+
+TEST(LogitsKdArguments, MegatronDefaults) {
+  Cli cli;
+  ASSERT_TRUE(cli.parse_minimal({}).ok());
+  const LogitsKdArgs& k = cli.args.logits_kd;
+  EXPECT_TRUE(k.logits_save_dir.empty());
+  EXPECT_TRUE(std::isnan(k.logits_save_top_p));
+  EXPECT_EQ(k.logits_save_top_p_min_k, 1);
+  EXPECT_EQ(k.logits_save_dtype, "fp16");
+  EXPECT_EQ(k.logits_load_decode_threads, 4);
+  EXPECT_EQ(k.logits_load_prefetch_factor, 3);
+  EXPECT_EQ(k.logits_load_msc_prefetch_depth, 2);
+  EXPECT_EQ(k.logits_load_kd_loss_alpha, 1.0);
+  EXPECT_FALSE(k.logits_load_ignore_errors);
+}
+
+// Without their directories the flags are read (Megatron ignores them; Gale warns) and the run is fine.
+TEST(LogitsKdArguments, EveryFlagIsRead) {
+  Cli cli;
+  ASSERT_TRUE(cli.parse_minimal({"--logits-save-top-k", "16", "--logits-save-top-p", "0.9", "--logits-save-top-p-min-k",
+                                 "2", "--logits-save-dtype", "bf16", "--logits-load-decode-threads", "2",
+                                 "--logits-load-prefetch-factor", "5", "--logits-load-msc-prefetch-depth", "0",
+                                 "--logits-load-kd-loss-alpha", "0.25", "--logits-load-ignore-errors"})
+                  .ok());
+  const LogitsKdArgs& k = cli.args.logits_kd;
+  EXPECT_EQ(k.logits_save_top_k, 16);
+  EXPECT_EQ(k.logits_save_top_p, 0.9);
+  EXPECT_EQ(k.logits_save_top_p_min_k, 2);
+  EXPECT_EQ(k.logits_save_dtype, "bf16");
+  EXPECT_EQ(k.logits_load_decode_threads, 2);
+  EXPECT_EQ(k.logits_load_prefetch_factor, 5);
+  EXPECT_EQ(k.logits_load_msc_prefetch_depth, 0);
+  EXPECT_EQ(k.logits_load_kd_loss_alpha, 0.25);
+  EXPECT_TRUE(k.logits_load_ignore_errors);
+}
+
+class LogitsKdArgumentErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One directory per test and process: ctest runs the tests of this file side by side.
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gale_logits_kd_args_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+            "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "a_file") << "x";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir() const { return dir_.string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(LogitsKdArgumentErrors, OneLineErrorsNamingTheFlag) {
+  const std::string file = (dir_ / "a_file").string();
+  for (const testing::FlagErrorCase& e : std::vector<testing::FlagErrorCase>{
+           {{"--logits-save-dir", dir()}, 1, "--logits-save-top-k is required when --logits-save-dir is set"},
+           {{"--logits-save-dir", dir(), "--logits-save-top-k", "0"}, 1, "--logits-save-top-k: expected a positive"},
+           {{"--logits-save-dir", dir(), "--logits-save-top-k", "4", "--logits-save-top-p", "1.5"}, 1,
+            "--logits-save-top-p: expected a value in (0, 1], found 1.5"},
+           {{"--logits-save-dir", dir(), "--logits-save-top-k", "4", "--logits-save-top-p-min-k", "0"}, 1,
+            "--logits-save-top-p-min-k: expected at least 1"},
+           {{"--logits-save-dir", dir(), "--logits-save-top-k", "4", "--logits-save-dtype", "fp8"}, 1,
+            "--logits-save-dtype"},
+           {{"--logits-save-dir", file, "--logits-save-top-k", "4"}, 1, "exists and is not a directory"},
+           {{"--logits-load-dir", (dir_ / "missing").string()}, 1, "--logits-load-dir: '"},
+           {{"--logits-load-dir", dir(), "--logits-load-kd-loss-alpha", "nan"}, 1, "--logits-load-kd-loss-alpha"},
+           {{"--logits-load-dir", dir(), "--logits-load-decode-threads", "0"}, 1, "--logits-load-decode-threads"},
+       })
+    expect_one_line_error(e);
+}
+
+// Valid flags: the training loop does not save or load logits yet, which is said in one line.
+TEST_F(LogitsKdArgumentErrors, RefusedInOneLine) {
+  expect_one_line_error({{"--logits-save-dir", dir(), "--logits-save-top-k", "4", "--freeze-all-layers"}, 1,
+                         "--logits-save-dir: saving the teacher's top-K logits during training is not supported yet"});
+  expect_one_line_error({{"--logits-load-dir", dir(), "--logits-load-kd-loss-alpha", "0.5"}, 1,
+                         "--logits-load-dir: training with the KD loss from saved logits is not supported yet"});
+}
+
+}  // namespace
+}  // namespace gale
