@@ -93,7 +93,8 @@ struct GPTModel::State {
   std::vector<LayerSaved> layers;
   // Head (last stage).
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
-  Tensor distill_grad;  // QAD: d (weight·KL_mb) / d logits [T, V] before the loss scale
+  Tensor distill_grad;  // QAD / the head logits hook: d loss / d logits [T, V/TP] before the loss scale
+  double lm_coef = 1.0;  // the head logits hook's factor of the cross-entropy's gradient
   Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
   Tensor decoder_input;                // the embedding's output, kept for the forward observer
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
@@ -543,24 +544,53 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   // is 1 / (Σ mask · micro-batches) (1 with --calculate-per-token-loss), applied in backward.
   // QAD (set_distillation): the cross-entropy is only reported; the KL term's gradient is kept.
   const bool distill = keep && distill_.teacher != nullptr;
-  const float scale = keep && !distill && num_microbatches_ > 0
-                          ? micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) * grad_scale_
-                          : 0.0f;
-  if (forward_observer_) {  // this rank's vocabulary slice of the logits
+  // The head logits hook (offline distillation): it sees the logits and may reweight the
+  // cross-entropy's gradient (lm_coef 0: not differentiated) and add its own.
+  const bool hooked = logits_hook_ != nullptr;
+  HeadLogitsHook::Result hooked_result;
+  Tensor logits;  // this rank's vocabulary slice, when the observer or the hook wants it
+  if (forward_observer_ || hooked) {
     const int64_t T = y_full.shape()[0], H = config_.hidden, Vl = config_.vocab / part_.tp_size();
-    Tensor logits = Tensor::empty({T, Vl});
+    logits = Tensor::empty({T, Vl});
     ops_->gemm(false, true, T, Vl, H, 1.0f, y_full.data<float>(), H, params_.param_data(output_w_), H, 0.0f,
                logits.data<float>(), Vl);
+  }
+  if (hooked) {
+    GALE_CHECK(distill_.teacher == nullptr && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
+        << "offline distillation: no QAD, context or 2-D tensor parallelism, no MTP";
+    hooked_result = logits_hook_->training_logits(st.mb, logits, st.mask_sb, part_.tp_rank() * (config_.vocab / part_.tp_size()));
+  }
+  if (!keep) hooked_result.lm_coef = 1.0;  // nothing is differentiated: only report_lm_loss counts
+  const bool lm_grad = keep && !distill && hooked_result.lm_coef != 0.0;
+  const float scale = lm_grad && num_microbatches_ > 0
+                          ? static_cast<float>(micro_batch_loss_scale(tokens, num_microbatches_, per_token_loss_) *
+                                               grad_scale_ * hooked_result.lm_coef)
+                          : 0.0f;
+  if (forward_observer_) {  // this rank's vocabulary slice of the logits
     forward_observer_(st.mb, st.decoder_input, logits);
     st.decoder_input = Tensor();
   }
   Tensor lse, saved;
   std::vector<double> sample_sums;
   std::vector<double> token_losses;
-  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, keep && !distill ? &lse : nullptr,
+  double loss_sum = output_loss_forward(y_full, st.labels_sb, st.mask_sb, scale, lm_grad ? &lse : nullptr,
                                         &saved, loss ? &sample_sums : nullptr, st.mb.B,
                                         loss ? &token_losses : nullptr);
   if (distill) st.distill_grad = distillation_forward(st, y_full);
+  if (hooked) {
+    logits_hook_->training_lm_loss(loss_sum, tokens);
+    if (!hooked_result.report_lm_loss) {
+      loss_sum = 0.0;
+      std::fill(sample_sums.begin(), sample_sums.end(), 0.0);
+      std::fill(token_losses.begin(), token_losses.end(), 0.0);
+    }
+    st.lm_coef = hooked_result.lm_coef;
+    if (keep && hooked_result.logit_grad.defined()) {  // the --fp16 loss scale now, the schedule's in backward
+      st.distill_grad = hooked_result.logit_grad;
+      float* g = st.distill_grad.data<float>();
+      for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= grad_scale_;
+    }
+  }
   std::vector<double> sample_tokens;
   if (loss) {
     sample_tokens.assign(static_cast<size_t>(st.mb.B), 0.0);
@@ -631,16 +661,27 @@ Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
 
 Tensor GPTModel::head_backward(State& st, float loss_scale) {
   Tensor d_y;
-  if (st.distill_grad.defined()) {  // QAD: the KL term's logit gradient through the output layer
+  // The cross-entropy's gradient (unless QAD or the head logits hook took it out), times the hook's factor.
+  if (st.lse.defined())
+    d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb,
+                               static_cast<float>(loss_scale * st.lm_coef), st.lse, &st.head_saved);
+  if (st.distill_grad.defined()) {  // QAD's KL term or the hook's logit gradient through the output layer
     float* g = st.distill_grad.data<float>();
     for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= loss_scale;
-    d_y = linear_backward(st.distill_grad, st.final_out_full,
-                          LinearWeight{params_.param_data(output_w_), nullptr, nullptr, params_.grad_data(output_w_),
-                                       config_.vocab / part_.tp_size(), config_.hidden, ops_->gemm});
+    const Tensor d = linear_backward(st.distill_grad, st.final_out_full,
+                                     LinearWeight{params_.param_data(output_w_), nullptr, nullptr,
+                                                  params_.grad_data(output_w_), config_.vocab / part_.tp_size(),
+                                                  config_.hidden, ops_->gemm});
+    if (d_y.defined()) {
+      float* o = d_y.data<float>();
+      const float* e = d.data<float>();
+      for (int64_t i = 0; i < d_y.numel(); ++i) o[i] += e[i];
+    } else {
+      d_y = d;
+    }
     st.distill_grad = Tensor();
-  } else {
-    d_y = output_loss_backward(st.final_out_full, st.labels_sb, st.mask_sb, loss_scale, st.lse, &st.head_saved);
   }
+  if (!d_y.defined()) d_y = Tensor::zeros({st.final_out_full.size(0), config_.hidden});  // no loss differentiated
   d_y = times(d_y, config_.mup.output_mult);  // --use-mup: the gradient of y through α·y
   st.final_out_full = st.lse = Tensor();
   d_y = part_.sequence_parallel ? gather_from_sequence_parallel_region_backward(d_y, *part_.tp)

@@ -39,6 +39,7 @@
 #include "model/activation_swap.h"
 #include "model/smart_swap.h"
 #include "model/config.h"
+#include "model/head_logits_hook.h"
 #include "model/layer_profile.h"
 #include "model/logits_kl.h"
 #include "model/micro_batch.h"
@@ -242,6 +243,13 @@ class GPTModel {
     return l;
   }
 
+  // Megatron main's offline distillation (--logits-save-dir / --logits-load-dir,
+  // train/logits_kd_hooks.h; not owned, outlives training): every training forward of this chunk's
+  // head hands it the logits and follows its Result (model/head_logits_hook.h). Null (the default):
+  // off. Not with QAD, MTP, context or 2-D tensor parallelism (GALE_CHECKed; pretrain refuses first).
+  void set_head_logits_hook(HeadLogitsHook* h) { logits_hook_ = h; }
+  HeadLogitsHook* head_logits_hook() const { return logits_hook_; }
+
   // --moe-router-enable-expert-bias: per MoE layer of this chunk (global index) the (token,
   // expert) pairs each expert kept in the training forwards since the last call ([E]); resets them.
   std::map<int64_t, std::vector<int64_t>> take_moe_token_counts() {
@@ -373,6 +381,7 @@ class GPTModel {
   mutable double dsa_indexer_loss_ = 0.0;  // likewise
   Distillation distill_;      // QAD: the teacher and the KL options
   double distill_kl_ = 0.0;   // Σ KL_mb since take_distillation_kl
+  HeadLogitsHook* logits_hook_ = nullptr;  // offline distillation (set_head_logits_hook)
   mutable std::map<int64_t, std::vector<int64_t>> moe_token_counts_;  // and to this
   mutable std::map<int64_t, std::vector<float>> max_attention_logits_;  // and to this (every forward)
 };

@@ -1,5 +1,5 @@
 // Megatron-LM's offline-distillation flags (--logits-save-*, --logits-load-*): their checks, in
-// Megatron's words where it has them, and Gale's one-line refusal of the runs it cannot do yet.
+// Megatron's words where it has them, and Gale's one-line refusals of what does not compose yet.
 #include <cmath>
 #include <filesystem>
 
@@ -68,12 +68,26 @@ Status validate_logits_kd_args(const Arguments& a, const ArgParser& p) {
                              "--logits-load-msc-prefetch-depth at least 0, found ", k.logits_load_decode_threads, ", ",
                              k.logits_load_prefetch_factor, ", ", k.logits_load_msc_prefetch_depth);
   }
-  // The shards (train/cached_logits.h) and the KD loss (model/topk_kl.h) exist; the training loop
-  // does not run them yet.
-  if (!k.logits_save_dir.empty())
-    return Unimplemented("--logits-save-dir: saving the teacher's top-K logits during training is not supported yet");
-  if (!k.logits_load_dir.empty())
-    return Unimplemented("--logits-load-dir: training with the KD loss from saved logits is not supported yet");
+  // What the training loop's hooks (train/logits_kd_hooks.h) do not compose with yet, one line each.
+  if (k.logits_save_dir.empty() && k.logits_load_dir.empty()) return Status::Ok();
+  if (!k.logits_save_dir.empty() && !k.logits_load_dir.empty())
+    return Unimplemented("--logits-save-dir with --logits-load-dir: saving a student's logits while it distils is not supported");
+  const char* flag = k.logits_save_dir.empty() ? "--logits-load-dir" : "--logits-save-dir";
+  const ParallelArgs& par = a.parallel;
+  if (par.pipeline_model_parallel_size > 1)
+    return Unimplemented(flag, " with --pipeline-model-parallel-size ", par.pipeline_model_parallel_size,
+                         ": not supported yet (the hooks are wired and tested on one pipeline stage)");
+  if (par.context_parallel_size > 1)
+    return Unimplemented(flag, " with --context-parallel-size ", par.context_parallel_size,
+                         ": not supported yet (Megatron's cp{C} shards hold each CP rank's sequence chunk)");
+  if (par.tp_2d) return Unimplemented(flag, " with --tp-2d: not supported yet");
+  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
+    return Unimplemented(flag, " with --mtp-num-layers: not supported yet");
+  if (a.qad.qad_enable) return Unimplemented(flag, " with --qad-enable: not supported (two distillation losses)");
+  if (a.dpo.enabled()) return Unimplemented(flag, " with --stage dpo: not supported");
+  if (!a.data.train_data_path.empty())
+    return Unimplemented(flag, " with --train-data-path (Megatron's per-split blend in the dataset hash): not "
+                         "supported yet; use --data-path");
   return Status::Ok();
 }
 

@@ -19,6 +19,7 @@
 #include "parallel/rank_grid.h"
 #include "parallel/tp2d_groups.h"
 #include "train/arg_parser.h"
+#include "train/logits_kd_hooks.h"
 #include "train/arguments.h"
 #include "train/auto_parallel.h"
 #include "train/auto_settings.h"
@@ -545,6 +546,45 @@ int pretrain_main(int argc, char** argv) {
     d.reduction = args.qad.kl_loss_reduction == "sum" ? KlReduction::kSum : KlReduction::kMean;
     student.set_distillation(d);
   }
+  // --logits-save-dir / --logits-load-dir (Megatron main's offline distillation,
+  // train/logits_kd_hooks.h): the teacher's saver or the student's KD loss on the head's chunk.
+  std::unique_ptr<LogitsSaverHook> logits_saver;
+  std::unique_ptr<CachedLogitsKdHook> logits_kd;
+  const LogitsKdArgs& lkd = args.logits_kd;
+  if (!lkd.logits_save_dir.empty() || !lkd.logits_load_dir.empty()) {
+    if (grpo.perform_rl_step)
+      run_error(Unimplemented(lkd.logits_save_dir.empty() ? "--logits-load-dir" : "--logits-save-dir",
+                              " with --perform-rl-step: not supported"));
+    StatusOr<LogitsDatasetIdentity> id = logits_dataset_identity(args);
+    if (!id.ok()) run_error(id.status());
+    GPTModel& head = *engine.chunks.back();
+    const RankCoords& rc = engine.ps.coords();
+    IterationFn iteration = [&trainer] { return trainer.state().iteration; };
+    if (!lkd.logits_save_dir.empty()) {
+      LogitsSaverSettings s;
+      s.k = lkd.logits_save_top_k;
+      if (parser.was_set("--logits-save-top-p")) s.p = lkd.logits_save_top_p;
+      s.min_k = lkd.logits_save_top_p_min_k;
+      StatusOr<LogitsSaveDtype> dtype = parse_logits_save_dtype(lkd.logits_save_dtype);
+      if (!dtype.ok()) run_error(dtype.status());
+      s.dtype = dtype.value();
+      logits_saver = std::make_unique<LogitsSaverHook>(lkd.logits_save_dir, s, id.value(), rc.cp, rc.dp,
+                                                       head.partition().tp.get(), iteration);
+      head.set_head_logits_hook(logits_saver.get());
+    } else {
+      StatusOr<CachedLogitsReader> reader = CachedLogitsReader::open(
+          lkd.logits_load_dir, rc.cp, rc.dp, engine.ps.dp_size(), cached_logits_dataset_hash(id.value()));
+      if (!reader.ok()) run_error(reader.status());
+      const int saved_dp = reader.value().saved_dp_size();
+      logits_kd = std::make_unique<CachedLogitsKdHook>(std::move(reader).value(), lkd.logits_load_kd_loss_alpha,
+                                                       lkd.logits_load_ignore_errors, head.partition().tp.get(),
+                                                       iteration);
+      head.set_head_logits_hook(logits_kd.get());
+      print_rank0(str_cat("> offline distillation from ", lkd.logits_load_dir, " (saved at data-parallel size ",
+                          saved_dp, "), loss = ", lkd.logits_load_kd_loss_alpha,
+                          " * kd + ", 1.0 - lkd.logits_load_kd_loss_alpha, " * lm"));
+    }
+  }
   timers("model-and-optimizer-setup", 0).stop();
   // --async-save: the save in flight outlives the trainer's run() only until its blocking finalisation.
   std::unique_ptr<AsyncCheckpointSaves> async_saves;
@@ -557,6 +597,7 @@ int pretrain_main(int argc, char** argv) {
   if (!args.checkpoint.save.empty())
     trainer.set_save_fn([&](const TrainerState& s) -> Status {
       GALE_RETURN_IF_ERROR(save_checkpoint(args, engine, s, async_saves.get()));
+      if (logits_saver) GALE_RETURN_IF_ERROR(logits_saver->flush());  // Megatron's flush point
       if (!progress || args.training.freeze_all_layers) return Status::Ok();  // nothing saved: no line
       return progress->saved_checkpoint(s.iteration, s.floating_point_operations_so_far, job_start_flops,
                                         s.consumed_train_samples * args.model.seq_length, args.checkpoint.async_save);
@@ -594,6 +635,7 @@ int pretrain_main(int argc, char** argv) {
     grpo_save = [&](const TrainerState& s) { return save_checkpoint(args, engine, s); };
   st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state(), grpo_save)
                             : trainer.run();
+  if (st.ok() && logits_saver) st = logits_saver->flush();  // what the last checkpoint save did not write
   if (st.ok() && ft) st = ft->shutdown();  // the last timeout update (a collective), then the watchdog stops
   timers.set_scope_observer(nullptr);
   straggler.reset();

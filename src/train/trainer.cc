@@ -23,6 +23,7 @@
 #include "train/exit_signal.h"
 #include "train/ft_integration.h"
 #include "train/grad_sync.h"
+#include "train/logits_kd_hooks.h"
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
 #include "train/param_hash.h"
@@ -206,6 +207,38 @@ void Trainer::reduce_qad_losses(IterationResult* r) const {
   if (ps.pp_size() > 1) ps.pp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);  // the last stage's, everywhere
   if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(&sum, 1, DType::kF64, ReduceOp::kSum);
   r->kl_loss = sum / (static_cast<double>(num_microbatches_) * static_cast<double>(std::max(1, ps.dp_size())));
+}
+
+Status Trainer::reduce_logits_kd_losses(IterationResult* r) const {
+  const LogitsKdArgs& k = args_.logits_kd;
+  if (k.logits_save_dir.empty() && k.logits_load_dir.empty()) return Status::Ok();  // no collective
+  const ParallelState& ps = engine_->ps;
+  Status error = Status::Ok();
+  // kd, its tokens, total, its tokens, failed.
+  double sums[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
+  for (auto& chunk : engine_->chunks) {
+    if (auto* saver = dynamic_cast<LogitsSaverHook*>(chunk->head_logits_hook())) {
+      if (Status e = saver->take_error(); !e.ok() && error.ok()) error = e;
+    } else if (auto* kd = dynamic_cast<CachedLogitsKdHook*>(chunk->head_logits_hook())) {
+      if (Status e = kd->take_error(); !e.ok() && error.ok()) error = e;
+      const CachedLogitsKdHook::Sums s = kd->take_sums();
+      sums[0] += s.kd;
+      sums[1] += s.kd_tokens;
+      sums[2] += s.total;
+      sums[3] += s.total_tokens;
+    }
+  }
+  sums[4] = error.ok() ? 0.0 : 1.0;
+  // The sums of every TP rank are the same (the KL is all-reduced over TP): summed over DP only.
+  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 4, DType::kF64, ReduceOp::kSum);
+  ps.world()->all_reduce(&sums[4], 1, DType::kF64, ReduceOp::kMax);
+  if (!error.ok()) return error;
+  if (sums[4] > 0.0)
+    return FailedPrecondition("offline distillation (--logits-save-dir / --logits-load-dir) failed on another rank at iteration ",
+                   state_.iteration, "; its error is in that rank's output");
+  if (sums[1] > 0.0) r->logits_kd_losses.emplace_back("logits distillation loss", sums[0] / sums[1]);
+  if (sums[3] > 0.0) r->logits_kd_losses.emplace_back("total loss", sums[2] / sums[3]);
+  return Status::Ok();
 }
 
 std::optional<double> Trainer::decoupled_learning_rate() const {
@@ -443,6 +476,20 @@ StatusOr<IterationResult> Trainer::train_step() {
     return load_micro_batch(*train_, indices, ids, mb);
   };
   Timers* timers = engine_->timers;
+  // --logits-save-dir / --logits-load-dir: the head's hooks act in this step's forwards only.
+  struct ActiveHooks {
+    std::vector<std::function<void(bool)>> set;
+    ~ActiveHooks() {
+      for (auto& f : set) f(false);
+    }
+  } active_hooks;
+  for (auto& chunk : engine_->chunks) {
+    if (auto* saver = dynamic_cast<LogitsSaverHook*>(chunk->head_logits_hook()))
+      active_hooks.set.push_back([saver](bool on) { saver->set_active(on); });
+    else if (auto* kd = dynamic_cast<CachedLogitsKdHook*>(chunk->head_logits_hook()))
+      active_hooks.set.push_back([kd](bool on) { kd->set_active(on); });
+  }
+  for (auto& f : active_hooks.set) f(true);
   // Megatron's forward-backward covers the schedule and finalize_model_grads.
   ScopedTimer forward_backward_timer = ScopedTimer::level1(timers, "forward-backward");
   ForwardBackwardResult fb;
@@ -493,6 +540,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   reduce_mtp_losses(&r);
   reduce_dsa_losses(&r);
   reduce_qad_losses(&r);
+  GALE_RETURN_IF_ERROR(reduce_logits_kd_losses(&r));
   LrScheduler& scheduler = *engine_->scheduler;
   ScopedTimer optimizer_timer = ScopedTimer::level1(timers, "optimizer");
   if (t.freeze_all_layers) {
@@ -645,6 +693,7 @@ Status Trainer::run() {
   double loss_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
   std::array<double, kMoeAuxKinds> load_balancing_total{};
   double indexer_loss_total = 0.0, kl_loss_total = 0.0;
+  std::vector<std::pair<std::string, double>> logits_kd_totals;  // --logits-load-dir's entries, by name
   std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double flops_since_last_log = 0.0;  // Megatron's num_floating_point_operations_since_last_log_event
@@ -747,6 +796,12 @@ Status Trainer::run() {
       z_loss_total += r.z_loss;
       indexer_loss_total += std::max(0.0, r.indexer_loss);
       kl_loss_total += std::max(0.0, r.kl_loss);
+      for (const auto& [name, value] : r.logits_kd_losses) {
+        auto it = std::find_if(logits_kd_totals.begin(), logits_kd_totals.end(),
+                               [&](const auto& e) { return e.first == name; });
+        if (it == logits_kd_totals.end()) it = logits_kd_totals.insert(logits_kd_totals.end(), {name, 0.0});
+        it->second += value;
+      }
     } else {
       ++skipped;
       // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
@@ -807,6 +862,8 @@ Status Trainer::run() {
       tensorboard_->add_scalar("indexer loss", r.indexer_loss, state_.iteration);
     if (tensorboard_ && tensorboard_due && r.kl_loss >= 0.0)  // a loss-dict key, like lm loss
       tensorboard_->add_scalar("kl loss", r.kl_loss, state_.iteration);
+    if (tensorboard_ && tensorboard_due)  // --logits-load-dir's loss-dict keys, like lm loss
+      for (const auto& [name, value] : r.logits_kd_losses) tensorboard_->add_scalar(name, value, state_.iteration);
     if (tensorboard_)  // Megatron's MTP tracker: every iteration
       for (size_t k = 0; k < r.mtp_losses.size(); ++k)
         tensorboard_->add_scalar(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k], state_.iteration);
@@ -842,6 +899,8 @@ Status Trainer::run() {
       for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
       if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
       if (r.kl_loss >= 0.0) f.kl_loss = kl_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
+      for (const auto& [name, total] : logits_kd_totals)
+        f.extra_losses.emplace_back(name, total / static_cast<double>(std::max<int64_t>(1, advanced)));
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -873,6 +932,7 @@ Status Trainer::run() {
         for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);
       flops_since_last_log = 0.0;
       loss_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
+      logits_kd_totals.clear();
       load_balancing_total.fill(0.0);
       std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;

@@ -65,6 +65,10 @@ struct IterationResult {
   // --kl-loss-weight) summed over the micro-batches and divided by their number, averaged over the
   // data-parallel ranks; negative without QAD.
   double kl_loss = -1.0;
+  // --logits-load-dir (Megatron's loss-dict entries "logits distillation loss" and "total loss"):
+  // Σ over the micro-batches with a KD loss and the data-parallel ranks of kd (and α·kd + (1 − α)·lm)
+  // divided by their Σ mask; empty without --logits-load-dir or when no micro-batch had one.
+  std::vector<std::pair<std::string, double>> logits_kd_losses;
   // --stage dpo: MindSpeed-LLM's rewards/accuracies (chosen reward > rejected reward), averaged over
   // the pairs, micro-batches and data-parallel ranks; negative without DPO.
   double dpo_accuracy = -1.0;
@@ -200,6 +204,9 @@ class Trainer {
   void reduce_dsa_losses(IterationResult* r) const;
   // --qad-enable: the iteration's KL term as MindSpeed logs it (IterationResult::kl_loss), on every rank.
   void reduce_qad_losses(IterationResult* r) const;
+  // --logits-save-dir / --logits-load-dir (train/logits_kd_hooks.h): the hooks' errors (any rank's
+  // stops every rank before the optimizer step) and the student's loss entries, over DP.
+  Status reduce_logits_kd_losses(IterationResult* r) const;
   // Megatron's checks of an iteration's passes (loss_func's and the gradient buffer's), through the
   // rerun state machine: NaN/Inf local losses and gradient norms with
   // --check-for-nan-in-loss-and-grad under --rerun-mode validate_results or report_stats (disabled:
