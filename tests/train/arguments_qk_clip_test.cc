@@ -121,13 +121,11 @@ INSTANTIATE_TEST_SUITE_P(
              1, "--qk-clip with --experimental-attention-variant gdn: not supported yet"},
         Case{{"--log-max-attention-logit", "--is-hybrid-model", "--hybrid-override-pattern", "M*",
               "--mamba-head-dim", "16", "--mamba-num-groups", "1"},
-             1, "--log-max-attention-logit with --is-hybrid-model: not supported yet"},
-        Case{{"--use-mup", "--mup-base-hidden-size", "32"}, 1,
-             "--use-mup: not supported yet (MuP's width-scaled initialisation, attention softmax scale, embedding and "
-             "output multipliers and per-parameter learning rates are not implemented)"}));
+             1, "--log-max-attention-logit with --is-hybrid-model: not supported yet"}));
 
 // Megatron reads the --mup-* flags only with --use-mup: alone they parse (with Megatron's defaults).
-TEST(MupArguments, FlagsParseWithMegatronsDefaultsAndOnlyUseMupIsRefused) {
+// (--use-mup itself: tests/train/mup_test.cc.)
+TEST(MupArguments, FlagsParseWithMegatronsDefaults) {
   Cli plain;
   ASSERT_TRUE(plain.parse_minimal({}).ok());
   EXPECT_FALSE(plain.args.model.use_mup);
