@@ -199,9 +199,19 @@ TEST(GaleConvert, BeamSearchFromTheConvertedCheckpointMatchesTheReference) {
   }
 }
 
-// A converted LLaMA loads into `gale pretrain --finetune` at TP 2 x PP 2 (4 ranks); with --lr 0
-// the checkpoint that run saves holds the same weights, and converting it back to HF returns the
-// original tensors bit for bit (the reader assembles them from the TP/PP pieces).
+// The small training corpus of the --finetune tests below: 40 documents of 40 random ids below 99.
+void write_random_documents(const std::string& prefix) {
+  auto w = IndexedDatasetWriter::create(prefix, TokenDType::kUInt16).value();
+  std::mt19937 rng(5);
+  for (int d = 0; d < 40; ++d) {
+    std::vector<int32_t> doc(40);
+    for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
+    const int32_t len = 40;
+    ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
+  }
+  ASSERT_TRUE(w->finalize().ok());
+}
+
 // gpt-oss at EP 2: the converted checkpoint (sinks, router bias, experts split over the expert-parallel
 // ranks) loads into a 2-rank `gale pretrain --finetune --lr 0` given gpt-oss's flags, and the
 // checkpoint it saves converts back (bf16) to the fixture's tensors bit for bit.
@@ -209,17 +219,7 @@ TEST(GaleConvert, GptOssAtEp2LoadsItAndItsCheckpointConvertsBack) {
   TempDir tmp;
   test::RunResult r = convert_to_gale(fixture("gpt_oss"), tmp.file("gale"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  {
-    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
-    std::mt19937 rng(5);
-    for (int d = 0; d < 40; ++d) {
-      std::vector<int32_t> doc(40);
-      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
-      const int32_t len = 40;
-      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
-    }
-    ASSERT_TRUE(w->finalize().ok());
-  }
+  write_random_documents(tmp.file("data_text_document"));
   const std::vector<std::string> argv = {
       GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "2", GALE_BINARY, "pretrain", "--num-layers", "3",
       "--hidden-size", "64", "--ffn-hidden-size", "32", "--num-attention-heads", "4", "--group-query-attention",
@@ -252,22 +252,15 @@ TEST(GaleConvert, GptOssAtEp2LoadsItAndItsCheckpointConvertsBack) {
   }
 }
 
+// A converted LLaMA loads into `gale pretrain --finetune` at TP 2 x PP 2 (4 ranks); with --lr 0
+// the checkpoint that run saves holds the same weights, and converting it back to HF returns the
+// original tensors bit for bit (the reader assembles them from the TP/PP pieces).
 TEST(GaleConvert, PretrainAtTp2Pp2LoadsItAndItsCheckpointConvertsBack) {
   TempDir tmp;
   test::RunResult r = convert_to_gale(fixture("llama"), tmp.file("gale"), {"--target-tensor-parallel-size", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("vocabulary 100 padded to 256"), std::string::npos) << r.output;
-  {
-    auto w = IndexedDatasetWriter::create(tmp.file("data_text_document"), TokenDType::kUInt16).value();
-    std::mt19937 rng(5);
-    for (int d = 0; d < 40; ++d) {
-      std::vector<int32_t> doc(40);
-      for (int32_t& t : doc) t = static_cast<int32_t>(rng() % 99);
-      const int32_t len = 40;
-      ASSERT_TRUE(w->add_document(doc, std::span<const int32_t>(&len, 1)).ok());
-    }
-    ASSERT_TRUE(w->finalize().ok());
-  }
+  write_random_documents(tmp.file("data_text_document"));
   std::vector<std::string> argv = {GALE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "4", GALE_BINARY,
                                    "pretrain", "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
                                    "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
