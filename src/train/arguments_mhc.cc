@@ -2,6 +2,7 @@
 // fields) with Megatron's checks and what Gale does not compose them with yet.
 #include <algorithm>
 
+#include "core/log.h"
 #include "train/arguments.h"
 
 namespace gale {
@@ -63,6 +64,9 @@ Status validate_mhc_args(const Arguments& a, const ArgParser& p) {
     return Unimplemented(flag, " with --experimental-attention-variant: not supported yet");
   if (!m.noop_layers.empty()) return Unimplemented(flag, " with --noop-layers: not supported yet");
   if (a.parallel.tp_2d) return Unimplemented(flag, " with --tp-2d: not supported yet");
+  if (!recompute_mhc)  // Megatron's TransformerConfig warns so (its text, so logs read the same)
+    warn_rank0("HyperConnections are enabled but 'mhc' is not in recompute_modules with selective recompute. "
+               "Consider adding 'mhc' to recompute_modules with selective recompute to reduce activation memory.");
   return Status::Ok();
 }
 

@@ -48,6 +48,25 @@ TEST(MhcCli, RecomputeModulesMhcTrainsTheSame) {
   EXPECT_EQ(blocks, stored);
 }
 
+// Megatron's warning when mHC runs without --recompute-modules mhc (selective), and none with it.
+TEST(MhcCli, WarnsAsMegatronWithoutMhcRecompute) {
+  testing::TempDir dir;
+  const std::string warning = "WARNING: HyperConnections are enabled but 'mhc' is not in recompute_modules with "
+                              "selective recompute. Consider adding 'mhc' to recompute_modules with selective "
+                              "recompute to reduce activation memory.";
+  testing::CommandResult plain = testing::run_gale("pretrain " + testing::kTinyMockGpt + kMhc + " --train-iters 1", dir.path());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find(warning), std::string::npos) << plain.err;
+  testing::CommandResult recomputed = testing::run_gale(
+      "pretrain " + testing::kTinyMockGpt + kMhc + " --recompute-activations --recompute-modules mhc --train-iters 1",
+      dir.path());
+  ASSERT_EQ(recomputed.exit_code, 0) << recomputed.err;
+  EXPECT_EQ(recomputed.err.find("HyperConnections are enabled"), std::string::npos) << recomputed.err;
+  testing::CommandResult without = testing::run_gale("pretrain " + testing::kTinyMockGpt + " --train-iters 1", dir.path());
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_EQ(without.err.find("HyperConnections are enabled"), std::string::npos) << without.err;
+}
+
 TEST(MhcCli, ResumesExactlyRecordsMegatronsArgsAndRefusesAModelWithoutMhc) {
   testing::TempDir dir;
   testing::expect_resumes_exactly(testing::kTinyMockGpt + kMhc + " --hidden-dropout 0.1", dir.path());
