@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor.h"
 #include "model/micro_batch.h"
 
@@ -33,6 +34,27 @@ class HeadLogitsHook {
                                  int64_t vocab_offset) = 0;
   // Then, in the same forward, with the micro-batch's LM loss Σ mask·ℓ (whole vocabulary) and Σ mask.
   virtual void training_lm_loss(double loss_sum, double tokens) = 0;
+  // The Trainer turns the hook on for its training steps (forward-only ones too) and off after them;
+  // in other forwards (evaluation) it passes the LM loss through.
+  void set_active(bool on) { active_ = on; }
+  // The first error of a forward since the last call (a forward cannot return one), cleared.
+  Status take_error() {
+    Status e = error_;
+    error_ = Status::Ok();
+    return e;
+  }
+
+ protected:
+  bool active() const { return active_; }
+  bool has_error() const { return !error_.ok(); }
+  // Keeps the first error.
+  void record_error(Status e) {
+    if (error_.ok()) error_ = std::move(e);
+  }
+
+ private:
+  bool active_ = false;
+  Status error_ = Status::Ok();
 };
 
 }  // namespace gale

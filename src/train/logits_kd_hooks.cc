@@ -54,11 +54,11 @@ LogitsSaverHook::LogitsSaverHook(std::string dir, const LogitsSaverSettings& set
 HeadLogitsHook::Result LogitsSaverHook::training_logits(const MicroBatch& mb, const Tensor& logits,
                                                         const std::vector<float>&, int64_t) {
   Result r;
-  if (!active_) return r;
+  if (!active()) return r;
   r.lm_coef = 0.0;
   r.report_lm_loss = false;
   const int64_t it = iteration_();
-  if (current_ && *current_ != it && error_.ok()) error_ = finish_iteration();
+  if (current_ && *current_ != it && !has_error()) record_error(finish_iteration());
   current_ = it;
   // The whole vocabulary's logits (every TP rank takes part in the gather; rank 0 selects).
   const Tensor full = tp_ != nullptr && tp_->size() > 1 ? gather_from_tp_region(logits, *tp_) : logits;
@@ -66,7 +66,7 @@ HeadLogitsHook::Result LogitsSaverHook::training_logits(const MicroBatch& mb, co
   StatusOr<TopKLogProbs> sel = select_topk_logprobs(full.data<float>(), mb.S, mb.B, full.size(1), settings_.k,
                                                     settings_.p, settings_.min_k, settings_.dtype);
   if (!sel.ok()) {
-    if (error_.ok()) error_ = sel.status();
+    record_error(sel.status());
     return r;
   }
   microbatches_.push_back(std::move(sel).value());
@@ -95,12 +95,6 @@ Status LogitsSaverHook::flush() {
   GALE_RETURN_IF_ERROR(write_cached_logits_tar((std::filesystem::path(dir_) / name).string(), pending_));
   pending_ = CachedLogitsTar{};
   return Status::Ok();
-}
-
-Status LogitsSaverHook::take_error() {
-  Status e = error_;
-  error_ = Status::Ok();
-  return e;
 }
 
 // ---- the student ----
@@ -149,20 +143,20 @@ StatusOr<double> CachedLogitsKdHook::kd_loss(const MicroBatch& mb, const Tensor&
 HeadLogitsHook::Result CachedLogitsKdHook::training_logits(const MicroBatch& mb, const Tensor& logits,
                                                            const std::vector<float>& mask_sb, int64_t vocab_offset) {
   Result r;
-  if (!active_) return r;
+  if (!active()) return r;
   Tensor grad;
   last_kd_ = kd_loss(mb, logits, mask_sb, vocab_offset, &grad);
   if (last_kd_.ok()) {
     r.lm_coef = 1.0 - alpha_;
     r.logit_grad = grad;
-  } else if (!ignore_errors_ && error_.ok()) {
-    error_ = last_kd_.status();  // the run stops after this iteration (Trainer)
+  } else if (!ignore_errors_) {
+    record_error(last_kd_.status());  // the run stops after this iteration (Trainer)
   }
   return r;
 }
 
 void CachedLogitsKdHook::training_lm_loss(double loss_sum, double tokens) {
-  if (!active_) return;
+  if (!active()) return;
   const StatusOr<KdMicroBatchLoss> mixed = mix_kd_loss(loss_sum, last_kd_, alpha_, ignore_errors_);
   if (!mixed.ok() || !mixed.value().kd_used) return;  // an error (take_error) or the LM loss alone
   sums_.kd += mixed.value().kd;
@@ -175,12 +169,6 @@ CachedLogitsKdHook::Sums CachedLogitsKdHook::take_sums() {
   const Sums s = sums_;
   sums_ = Sums{};
   return s;
-}
-
-Status CachedLogitsKdHook::take_error() {
-  Status e = error_;
-  error_ = Status::Ok();
-  return e;
 }
 
 }  // namespace gale

@@ -42,13 +42,10 @@ class LogitsSaverHook final : public HeadLogitsHook {
   Result training_logits(const MicroBatch& mb, const Tensor& logits, const std::vector<float>& mask_sb,
                          int64_t vocab_offset) override;
   void training_lm_loss(double, double) override {}
-  // The Trainer's training steps (forward-only ones too) turn it on; other forwards (evaluation) pass through.
-  void set_active(bool on) { active_ = on; }
   // Writes the pending iterations (TP rank 0; nothing when none are pending). Megatron's flush points
   // are its checkpoint saves; Gale's are every checkpoint save and the end of training.
   Status flush();
-  // The first error of a training forward (e.g. a vocabulary above 2^17), cleared.
-  Status take_error();
+  // take_error(): the first error of a training forward (e.g. a vocabulary above 2^17).
 
  private:
   Status finish_iteration();
@@ -60,8 +57,6 @@ class LogitsSaverHook final : public HeadLogitsHook {
   std::optional<int64_t> current_;          // the iteration being buffered
   std::vector<TopKLogProbs> microbatches_;  // its micro-batches so far (TP rank 0)
   CachedLogitsTar pending_;                 // encoded iterations not yet written
-  Status error_ = Status::Ok();
-  bool active_ = false;
 };
 
 // The student (Megatron's LossFuncCallable with CachedLogitsKDLoss): micro-batch m of iteration i
@@ -76,15 +71,13 @@ class CachedLogitsKdHook final : public HeadLogitsHook {
   Result training_logits(const MicroBatch& mb, const Tensor& logits, const std::vector<float>& mask_sb,
                          int64_t vocab_offset) override;
   void training_lm_loss(double loss_sum, double tokens) override;
-  // As LogitsSaverHook's: evaluation forwards use the LM loss alone (Megatron's eval case).
-  void set_active(bool on) { active_ = on; }
+  // Inactive (evaluation) forwards use the LM loss alone (Megatron's eval case).
   // Since the last call: Σ kd and Σ mask of the micro-batches with a KD loss, Σ total and its Σ mask
   // (Megatron's "logits distillation loss" and "total loss" report entries); resets them.
   struct Sums {
     double kd = 0.0, kd_tokens = 0.0, total = 0.0, total_tokens = 0.0;
   };
   Sums take_sums();
-  Status take_error();
 
  private:
   StatusOr<double> kd_loss(const MicroBatch& mb, const Tensor& logits, const std::vector<float>& mask_sb,
@@ -99,8 +92,6 @@ class CachedLogitsKdHook final : public HeadLogitsHook {
   size_t next_mb_ = 0;
   StatusOr<double> last_kd_ = 0.0;  // this forward's KD loss, for training_lm_loss
   Sums sums_;
-  Status error_ = Status::Ok();
-  bool active_ = false;
 };
 
 }  // namespace gale

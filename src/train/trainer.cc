@@ -217,10 +217,10 @@ Status Trainer::reduce_logits_kd_losses(IterationResult* r) const {
   // kd, its tokens, total, its tokens, failed.
   double sums[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
   for (auto& chunk : engine_->chunks) {
-    if (auto* saver = dynamic_cast<LogitsSaverHook*>(chunk->head_logits_hook())) {
-      if (Status e = saver->take_error(); !e.ok() && error.ok()) error = e;
-    } else if (auto* kd = dynamic_cast<CachedLogitsKdHook*>(chunk->head_logits_hook())) {
-      if (Status e = kd->take_error(); !e.ok() && error.ok()) error = e;
+    HeadLogitsHook* hook = chunk->head_logits_hook();
+    if (hook == nullptr) continue;
+    if (Status e = hook->take_error(); !e.ok() && error.ok()) error = e;
+    if (auto* kd = dynamic_cast<CachedLogitsKdHook*>(hook)) {
       const CachedLogitsKdHook::Sums s = kd->take_sums();
       sums[0] += s.kd;
       sums[1] += s.kd_tokens;
@@ -478,18 +478,14 @@ StatusOr<IterationResult> Trainer::train_step() {
   Timers* timers = engine_->timers;
   // --logits-save-dir / --logits-load-dir: the head's hooks act in this step's forwards only.
   struct ActiveHooks {
-    std::vector<std::function<void(bool)>> set;
+    std::vector<HeadLogitsHook*> hooks;
     ~ActiveHooks() {
-      for (auto& f : set) f(false);
+      for (HeadLogitsHook* h : hooks) h->set_active(false);
     }
   } active_hooks;
-  for (auto& chunk : engine_->chunks) {
-    if (auto* saver = dynamic_cast<LogitsSaverHook*>(chunk->head_logits_hook()))
-      active_hooks.set.push_back([saver](bool on) { saver->set_active(on); });
-    else if (auto* kd = dynamic_cast<CachedLogitsKdHook*>(chunk->head_logits_hook()))
-      active_hooks.set.push_back([kd](bool on) { kd->set_active(on); });
-  }
-  for (auto& f : active_hooks.set) f(true);
+  for (auto& chunk : engine_->chunks)
+    if (HeadLogitsHook* h = chunk->head_logits_hook()) active_hooks.hooks.push_back(h);
+  for (HeadLogitsHook* h : active_hooks.hooks) h->set_active(true);
   // Megatron's forward-backward covers the schedule and finalize_model_grads.
   ScopedTimer forward_backward_timer = ScopedTimer::level1(timers, "forward-backward");
   ForwardBackwardResult fb;
