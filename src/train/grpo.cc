@@ -10,6 +10,7 @@
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 #include "train/grpo_eval.h"
+#include "train/grpo_refit.h"
 #include "train/training_log.h"
 
 namespace gale {
@@ -129,9 +130,13 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   const int64_t train_iters = t.train_iters;
   const LoggingArgs& l = args.logging;
 
+  // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
+  // refit before each use (train/grpo_refit.h).
+  GrpoRolloutModel rollout_model(policy, &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
   auto evaluate = [&](int64_t iteration) -> Status {
-    GALE_ASSIGN_OR_RETURN(const GrpoEvaluation e, evaluate_grpo(policy, tokenizer, env, g, S,
+    GALE_RETURN_IF_ERROR(rollout_model.refit());
+    GALE_ASSIGN_OR_RETURN(const GrpoEvaluation e, evaluate_grpo(rollout_model.model(), tokenizer, env, g, S,
                                                                 static_cast<uint64_t>(t.seed), iteration));
     print_rank_last(str_cat(" > GRPO evaluation at iteration ", iteration, ": ", e.prompts, " prompts x ",
                             e.samples_per_prompt, " samples and 1 greedy completion"));
@@ -150,8 +155,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   while (state->iteration < train_iters) {
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
       collected_at = state->iteration;
-      GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(policy, tokenizer, env, g, S, static_cast<uint64_t>(t.seed),
-                                                            collected_at));
+      GALE_RETURN_IF_ERROR(rollout_model.refit());
+      GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
+                                                            static_cast<uint64_t>(t.seed), collected_at));
+      GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, policy.partition()));
       old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       for (int64_t b = 0; b < local_batches; ++b) {

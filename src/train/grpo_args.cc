@@ -33,6 +33,9 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
   p.add("--rl-prompts-per-eval", &g.rl_prompts_per_eval,
         "GRPO evaluation: the environment's first N prompts, pass@1, pass@max_k and greedy reward at each "
         "--eval-interval and after training, when --eval-iters > 0 (32)");
+  p.add("--rl-inference-tensor-model-parallel-size", &g.rl_inference_tensor_model_parallel_size,
+        "GRPO: the rollout model's tensor-parallel size; Gale's is 1 (at TP > 1 a whole-model copy of the policy, "
+        "refit before each collection: docs/rl.md), the only value accepted");
   // Megatron's flags whose request is what Gale's GRPO does anyway.
   p.add_compat("--rl-skip-bos-token", false,
                "Gale's GRPO prompts are the tokenizer's ids as they are; Gale prepends no BOS token to them");
@@ -44,8 +47,8 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
                "data-parallel rank: every rank draws the same samples");
   // The group's other flags: one line each on why Gale does not run them.
   const std::string own_model =
-      "Gale generates the rollouts with the trained model itself on each process; there is no separate inference "
-      "model or server";
+      "Gale generates the rollouts on each process with the policy itself, at TP > 1 with its whole-model copy "
+      "refit over the TP group; there is no separate inference model or server";
   for (const char* f : {"--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
                         "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
     p.add_unsupported(f, "GRPO sequence packing: Gale trains each rollout as one padded row");
@@ -55,7 +58,7 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
                          "steps, by the policy as it is");
   for (const char* f : {"--rl-durable-rollout-bank", "--rl-rollout-bank-dir", "--rl-rollout-bank-max-bytes"})
     p.add_unsupported(f, "the durable rollout bank: a resumed Gale run regenerates its collection exactly");
-  for (const char* f : {"--rl-inference-tensor-model-parallel-size", "--rl-inference-pipeline-model-parallel-size",
+  for (const char* f : {"--rl-inference-pipeline-model-parallel-size",
                         "--rl-inference-expert-model-parallel-size",
                         "--rl-inference-expert-tensor-model-parallel-size", "--rl-inference-model-unified-memory-level",
                         "--rl-offload-inference-model-weights-when-idle",
@@ -78,7 +81,7 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
                              "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
                              "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
-                             "--rl-skip-bos-token", "--rl-prompts-per-eval"})
+                             "--rl-skip-bos-token", "--rl-prompts-per-eval", "--rl-inference-tensor-model-parallel-size"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
     return Status::Ok();
   }
@@ -117,7 +120,11 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return Unimplemented("--perform-rl-step with ", what, ": not supported yet");
   };
   const ParallelArgs& par = a.parallel;
-  if (par.tensor_model_parallel_size > 1) return refuse("--tensor-model-parallel-size > 1");
+  if (p.was_set("--rl-inference-tensor-model-parallel-size") && g.rl_inference_tensor_model_parallel_size != 1)
+    return InvalidArgument("--rl-inference-tensor-model-parallel-size: expected 1 (Gale generates the rollouts with a "
+                           "whole-model copy of the policy on each process), found ",
+                           g.rl_inference_tensor_model_parallel_size);
+  if (par.tp_2d) return refuse("--tp-2d");
   if (par.pipeline_model_parallel_size > 1) return refuse("--pipeline-model-parallel-size > 1");
   if (par.context_parallel_size > 1) return refuse("--context-parallel-size > 1");
   if (par.dist_train) return refuse("--dist-train");

@@ -40,6 +40,10 @@ struct GrpoArgs {
   // --rl-prompts-per-eval: the environment's first prompts evaluated at each --eval-interval and
   // after training when --eval-iters > 0 (train/grpo_eval.h).
   int64_t rl_prompts_per_eval = 32;
+  // --rl-inference-tensor-model-parallel-size: the rollout model's TP size; 0: unset (Megatron's
+  // None). Gale's rollout model is always TP 1 (the policy, or at TP > 1 its refit whole-model
+  // copy, train/grpo_refit.h): only 1 is accepted.
+  int64_t rl_inference_tensor_model_parallel_size = 0;
 };
 
 void add_grpo_args(ArgParser& p, GrpoArgs& g);

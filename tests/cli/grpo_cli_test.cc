@@ -1,7 +1,8 @@
 // `gale pretrain --perform-rl-step` end to end: a tiny GPT trained by online GRPO in a contains-answer
 // environment (NullTokenizer prompts) logs its collections and Megatron's RL log line, two runs are
 // identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, data parallelism 2
-// (every rank generates the same rollouts) reproduces one process, the importance-sampling
+// (every rank generates the same rollouts) and tensor parallelism 2 (rollouts from a whole-model copy refit
+// from the shards) reproduce one process, the importance-sampling
 // correction against the sampler's log-probabilities (and its truncation) acts on the loss, the
 // flags accepted without effect change nothing, and the refusals are one-line errors naming the flag.
 #include <gtest/gtest.h>
@@ -135,6 +136,42 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
     ASSERT_EQ(a.size(), 2u) << key << one.output;
     ASSERT_EQ(b.size(), 2u) << key << two.output;
     EXPECT_NEAR(a[0], b[0], 1e-5 * std::max(1.0, std::abs(a[0]))) << key;
+  }
+}
+
+// Tensor parallelism 2 with sequence parallelism (SwiGLU, RMSNorm: the gated fc1 rows): the rollouts come
+// from the policy's whole-model copy refit from the TP shards, so every collection and evaluation is the
+// one process's (the same initial weights; after a step equal up to the TP sums' rounding, which no
+// sampled token notices here), and the logged losses agree up to summation order. A padded vocabulary
+// of 16 at TP 1 and 2 (--make-vocab-size-divisible-by 8) keeps the two models the same.
+TEST(GalePretrainGrpo, TensorParallelReproducesOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2", "--eval-iters", "1",
+               "--eval-interval", "2", "--rl-prompts-per-eval", "2", "--swiglu", "--normalization", "RMSNorm",
+               "--make-vocab-size-divisible-by", "8", "--rl-inference-logprobs-is-correction"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  std::vector<std::string> tp_flags = flags;
+  for (const char* f : {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                        "--rl-inference-tensor-model-parallel-size", "1"})
+    tp_flags.push_back(f);
+  const test::RunResult tp =
+      test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, tp_flags), testing::kMpiEnv, 300);
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
+  ASSERT_EQ(collections.size(), 2u) << one.output;
+  EXPECT_EQ(collections, lines_with(tp.output, "> GRPO collection at iteration"));
+  const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
+  ASSERT_EQ(evals.size(), 9u) << one.output;  // after iterations 2 and 4, and after training
+  EXPECT_EQ(evals, lines_with(tp.output, "_eval_mean_"));
+  for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}) {
+    const std::vector<double> a = logged_values(one.output, key), b = logged_values(tp.output, key);
+    ASSERT_FALSE(a.empty()) << key << one.output;
+    ASSERT_EQ(a.size(), b.size()) << key << tp.output;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << i;
   }
 }
 
@@ -285,8 +322,12 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--rl-offload-optimizer-during-inference: not supported yet (GPU memory and CUDA-graph management "
                      "between rollouts and training)");
   expect_usage_error(rl(env, {"--rl-inference-tensor-model-parallel-size", "2"}),
-                     "--rl-inference-tensor-model-parallel-size: not supported yet (Gale generates the rollouts with "
-                     "the trained model itself on each process; there is no separate inference model or server)");
+                     "--rl-inference-tensor-model-parallel-size: expected 1 (Gale generates the rollouts with a "
+                     "whole-model copy of the policy on each process), found 2");
+  expect_usage_error(rl(env, {"--rl-inference-pipeline-model-parallel-size", "2"}),
+                     "--rl-inference-pipeline-model-parallel-size: not supported yet (Gale generates the rollouts on "
+                     "each process with the policy itself, at TP > 1 with its whole-model copy refit over the TP "
+                     "group; there is no separate inference model or server)");
   testing::write_file(env, "environment: regex\ndata: prompts.jsonl\n");
   const test::RunResult bad = gale(rl(env, {}));
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
