@@ -150,6 +150,11 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   // The interval's sums of each iteration's token means: lm loss and the rl/ entries.
   constexpr int kTerms = 6;
   double interval[kTerms] = {};
+  // MoE: the interval's sums of each iteration's load-balancing losses by kind, then the z-loss
+  // (Megatron's track_moe_metrics entries, averaged as the trainer's).
+  const int64_t moe_layers = policy.config().num_moe_layers();
+  constexpr int kMoeTerms = kMoeAuxKinds + 1;
+  double moe_interval[kMoeTerms] = {};
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
   while (state->iteration < train_iters) {
@@ -158,7 +163,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       GALE_RETURN_IF_ERROR(rollout_model.refit());
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
                                                             static_cast<uint64_t>(t.seed), collected_at));
-      GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, policy.partition()));
+      GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, engine.ps.world()));
       old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       for (int64_t b = 0; b < local_batches; ++b) {
@@ -198,6 +203,14 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     policy.set_grad_scale(saved_scale);
     finalize_model_grads(engine);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
+    double moe[kMoeTerms] = {};  // this iteration's means over micro-batches, DP ranks and MoE layers
+    if (moe_layers > 0) {
+      const MoeAuxLosses m = policy.take_moe_losses();  // the training forwards' (others keep none)
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind) moe[kind] = m.balancing(kind);
+      moe[kMoeAuxKinds] = m.z;
+      engine.ps.dp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
+      for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
+    }
     LrScheduler& scheduler = *engine.scheduler;
     const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad);
     policy.params().refresh_gemm_copy();
@@ -208,6 +221,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     if (step.applied) {
       ++advanced;
       for (int i = 0; i < kTerms; ++i) interval[i] += sums[i] / sums[kTerms];
+      for (int i = 0; i < kMoeTerms; ++i) moe_interval[i] += moe[i];
     } else {
       ++skipped;
       if (!std::isfinite(step.grad_norm)) ++nan_iters;
@@ -226,12 +240,18 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",
                                    "rl/truncated_from_above", "rl/truncated_from_below"};
       for (int i = 1; i < kTerms; ++i) f.extra_losses.emplace_back(names[i], interval[i] / n);
+      if (moe_layers > 0) {
+        for (int kind = 0; kind < kMoeAuxKinds; ++kind)
+          f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind], moe_interval[kind] / n);
+        f.z_loss = moe_interval[kMoeAuxKinds] / n;
+      }
       f.grad_norm = step.grad_norm;
       f.num_zeros = l.log_num_zeros_in_grad ? step.num_zeros : -1;
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
       print_rank_last(format_training_log_line(f));
       std::fill(interval, interval + kTerms, 0.0);
+      std::fill(moe_interval, moe_interval + kMoeTerms, 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();
     }

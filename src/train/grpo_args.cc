@@ -128,7 +128,8 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (par.pipeline_model_parallel_size > 1) return refuse("--pipeline-model-parallel-size > 1");
   if (par.context_parallel_size > 1) return refuse("--context-parallel-size > 1");
   if (par.dist_train) return refuse("--dist-train");
-  if (a.moe.enabled()) return refuse("--num-experts (MoE)");
+  if (a.moe.enabled() && par.tensor_model_parallel_size > 1 && par.expert_model_parallel_size > 1)
+    return refuse("--tensor-model-parallel-size > 1 and --expert-model-parallel-size > 1 together");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (a.model.is_hybrid_model) return refuse("--is-hybrid-model");
   if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");

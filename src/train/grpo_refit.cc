@@ -45,8 +45,8 @@ Status GrpoRolloutModel::refit() {
   return Status::Ok();
 }
 
-Status check_same_rollouts(const std::vector<int32_t>& tokens, const ModelPartition& part) {
-  if (part.tp_size() <= 1) return Status::Ok();
+Status check_same_rollouts(const std::vector<int32_t>& tokens, const Comm& group) {
+  if (!group || group->size() <= 1) return Status::Ok();
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
   for (int32_t t : tokens) {
     h ^= static_cast<uint32_t>(t);
@@ -54,10 +54,10 @@ Status check_same_rollouts(const std::vector<int32_t>& tokens, const ModelPartit
   }
   // max(h) and max(−h) (as signed 63-bit values): equal on every rank iff every rank has h.
   int64_t v[2] = {static_cast<int64_t>(h >> 1), -static_cast<int64_t>(h >> 1)};
-  part.tp->all_reduce(v, 2, DType::kI64, ReduceOp::kMax);
+  group->all_reduce(v, 2, DType::kI64, ReduceOp::kMax);
   if (v[0] != -v[1])
-    return FailedPrecondition("--perform-rl-step: the tensor-parallel ranks generated different rollouts (their "
-                              "whole-model copies or sampling differ); the run cannot continue");
+    return FailedPrecondition("--perform-rl-step: the ranks generated different rollouts (their rollout models or "
+                              "sampling differ); the run cannot continue");
   return Status::Ok();
 }
 

@@ -11,8 +11,10 @@
 // its parameters have the whole-model shapes and the same names. At TP 1 the rollout model is the
 // policy itself and refit does nothing.
 //
-// Every TP rank then generates the same rollouts from the same weights and seeds (as every DP rank
-// already does); check_same_rollouts makes that an error instead of an assumption.
+// Every rank then generates the same rollouts from the same weights and seeds (as every DP rank
+// already does; under expert parallelism the EP ranks decode in lockstep through the experts'
+// all-to-all, each computing its own experts); check_same_rollouts makes that an error instead of
+// an assumption.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +46,8 @@ class GrpoRolloutModel {
 // collective at TP > 1), row-major in the parameter's global shape.
 std::vector<float> gather_whole_param(const GPTModel& model, int id);
 
-// FailedPrecondition when the TP ranks' `tokens` differ (a hash compared over `tp`); Ok at TP 1.
-Status check_same_rollouts(const std::vector<int32_t>& tokens, const ModelPartition& part);
+// FailedPrecondition when the ranks of `group` (the world) hold different `tokens` (a hash compared
+// over it); Ok on one rank.
+Status check_same_rollouts(const std::vector<int32_t>& tokens, const Comm& group);
 
 }  // namespace gale

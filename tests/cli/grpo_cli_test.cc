@@ -175,6 +175,49 @@ TEST(GalePretrainGrpo, TensorParallelReproducesOneProcess) {
   }
 }
 
+// A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
+// in lockstep through the experts' all-to-all) and TP 2 + SP (the whole-model copy holds every expert)
+// reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
+// the auxiliary loss's gradient reaches the parameters (another coefficient, another gradient norm).
+TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1", "--num-experts", "4",
+               "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001",
+               "--moe-grouped-gemm", "--make-vocab-size-divisible-by", "8"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> balancing = logged_values(one.output, "load_balancing_loss");
+  ASSERT_EQ(balancing.size(), 2u) << one.output;
+  EXPECT_GT(balancing[0], 0.5);  // ~1 for balanced routing (Megatron's normalisation)
+  ASSERT_EQ(logged_values(one.output, "z_loss").size(), 2u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--expert-model-parallel-size", "2"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}) {
+    std::vector<std::string> f = flags;
+    f.insert(f.end(), layout.begin(), layout.end());
+    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration"),
+              lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
+    for (const char* key : {"lm loss", "grad norm", "rl/kl_term", "load_balancing_loss", "z_loss"}) {
+      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+      ASSERT_FALSE(a.empty()) << key;
+      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
+    }
+  }
+  std::vector<std::string> strong = flags;
+  strong[std::find(strong.begin(), strong.end(), "--moe-aux-loss-coeff") - strong.begin() + 1] = "0.5";
+  const test::RunResult aux = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, strong), {}, 300);
+  ASSERT_EQ(aux.exit_code, 0) << aux.output;
+  EXPECT_EQ(logged_values(aux.output, "lm loss")[0], logged_values(one.output, "lm loss")[0]);
+  EXPECT_GT(std::abs(logged_values(aux.output, "grad norm")[0] - logged_values(one.output, "grad norm")[0]), 1e-3);
+}
+
 // A run saved at iteration 8 (a collection boundary) and resumed from it logs iterations 9-12 and
 // the collection at 8 exactly as the uninterrupted run; both take their reference model from
 // --pretrained-checkpoint (a GRPO run of 4 iterations), as Megatron.
@@ -310,6 +353,18 @@ TEST(GalePretrainGrpo, Refusals) {
                      "found 6");
   expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
   expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
+  {  // on the 4 ranks the layout needs
+    std::vector<std::string> flags = rl(env, {"--num-experts", "4", "--tensor-model-parallel-size", "2",
+                                              "--sequence-parallel", "--expert-model-parallel-size", "2"});
+    flags.erase(flags.begin());
+    const test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(4, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("gale pretrain: error: --perform-rl-step with --tensor-model-parallel-size > 1 and "
+                            "--expert-model-parallel-size > 1 together: not supported yet\n"),
+              std::string::npos)
+        << r.output;
+  }
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
