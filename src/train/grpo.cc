@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "schedule/schedules.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
 #include "train/grpo_eval.h"
@@ -45,6 +46,20 @@ std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
   return lp;
 }
 
+GrpoMicroBatchLoss grpo_scale_policy_loss(GPTModel& policy, int64_t mb_id, const std::vector<float>& mask, int64_t B,
+                                          int64_t S, const GPTModel::LossSums& sums, const std::vector<double>& old,
+                                          const std::vector<double>& ref, const std::vector<double>& advantages,
+                                          const GrpoLossOptions& o, const std::vector<double>& inference) {
+  std::vector<double> current(sums.token_losses.size());
+  for (size_t i = 0; i < current.size(); ++i) current[i] = -sums.token_losses[i];
+  GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mask, B, S, 1, o, inference);
+  // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is).
+  std::vector<float> weight(loss.grad.size());
+  for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(-loss.grad[i]);
+  policy.scale_loss_mask_tokens(mb_id, weight);
+  return loss;
+}
+
 GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb, int64_t mb_id,
                                          const std::vector<double>& old, const std::vector<double>& ref,
                                          const std::vector<double>& advantages, const GrpoLossOptions& o,
@@ -52,13 +67,8 @@ GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb,
   policy.set_num_microbatches(0);  // the loss gradient is known after the forward (no eager LM-head backward)
   GPTModel::LossSums sums;
   policy.forward(mb_id, mb, Tensor(), /*training=*/true, &sums);
-  std::vector<double> current(sums.token_losses.size());
-  for (size_t i = 0; i < current.size(); ++i) current[i] = -sums.token_losses[i];
-  GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mb.loss_mask, mb.B, mb.S, 1, o, inference);
-  // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is).
-  std::vector<float> weight(loss.grad.size());
-  for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(-loss.grad[i]);
-  policy.scale_loss_mask_tokens(mb_id, weight);
+  GrpoMicroBatchLoss loss =
+      grpo_scale_policy_loss(policy, mb_id, mb.loss_mask, mb.B, mb.S, sums, old, ref, advantages, o, inference);
   policy.backward(mb_id, Tensor(), 1.0f);
   return loss;
 }
@@ -100,7 +110,6 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
   if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
   GPTModel& policy = *engine.chunks.front();
-  GALE_CHECK(policy.partition().pre_process && policy.partition().post_process) << "GRPO runs the whole model";
   const std::string& pretrained = args.checkpoint.pretrained_checkpoint;
   if (pretrained.empty()) {
     GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
@@ -130,9 +139,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   const int64_t train_iters = t.train_iters;
   const LoggingArgs& l = args.logging;
 
+  // The layout's schedule (no pipelining, or 1F1B over the pipeline ranks) with GRPO's per-micro-batch
+  // loss on the loss stage (schedule/schedules.h MicroBatchLoss).
+  auto run_schedule = [&](const std::vector<GPTModel*>& chunks, int64_t n, const MicroBatchSource& source,
+                          bool forward_only, const MicroBatchLoss& loss) {
+    return forward_backward(chunks, engine.ps, n, source, forward_only, {}, 0, nullptr, false, false, RiPipe::kNone,
+                            engine.pp_backward, engine.stage_tensors.get(), loss);
+  };
   // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
   // refit before each use (train/grpo_refit.h).
-  GrpoRolloutModel rollout_model(policy, &engine.ops);
+  GrpoRolloutModel rollout_model(policy, engine.ps.model(), engine.ps.coords().pp, &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
   auto evaluate = [&](int64_t iteration) -> Status {
     GALE_RETURN_IF_ERROR(rollout_model.refit());
@@ -164,14 +180,22 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
                                                             static_cast<uint64_t>(t.seed), collected_at));
       GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, engine.ps.world()));
+      // π_old and the reference: forward-only passes through the schedule over this rank's
+      // local_batches micro-batches; the loss stage keeps each one's per-token log-probabilities.
       old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
-      for (int64_t b = 0; b < local_batches; ++b) {
+      auto collection_source = [&](int64_t b, MicroBatch* mb) {
         const int64_t first = dp_rank * local_rows + b * mbs;
-        const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
-        const std::vector<double> o = grpo_token_logprobs(policy, mb), r = grpo_token_logprobs(reference, mb);
-        std::copy(o.begin(), o.end(), old_lp.begin() + b * mbs * S);
-        std::copy(r.begin(), r.end(), ref_lp.begin() + b * mbs * S);
+        *mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
+        return Status::Ok();
+      };
+      for (auto [model, into] : {std::pair{&policy, &old_lp}, std::pair{&reference, &ref_lp}}) {
+        auto keep = [into, mbs, S](GPTModel&, int64_t b, const GPTModel::LossSums& sums) {
+          GALE_CHECK_EQ(static_cast<int64_t>(sums.token_losses.size()), mbs * S);
+          for (int64_t i = 0; i < mbs * S; ++i) (*into)[static_cast<size_t>(b * mbs * S + i)] = -sums.token_losses[i];
+          return 0.0f;
+        };
+        GALE_RETURN_IF_ERROR(run_schedule({model}, local_batches, collection_source, /*forward_only=*/true, keep).status());
       }
       double completion = 0.0;
       for (int64_t n : rollouts.completion_tokens) completion += static_cast<double>(n);
@@ -186,28 +210,40 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     start_grad_sync_iteration(engine, num_mb);
     const float saved_scale = policy.grad_scale();
     policy.set_grad_scale(1.0f / static_cast<float>(num_mb));
-    double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens
-    for (int64_t m = 0; m < num_mb; ++m) {
-      const int64_t b = (k * num_mb + m) % local_batches;
-      const int64_t local_first = b * mbs, first = dp_rank * local_rows + local_first;
-      const MicroBatch mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
+    double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
+    auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
+    auto source = [&](int64_t m, MicroBatch* mb) {
+      const int64_t first = dp_rank * local_rows + local_batch(m) * mbs;
+      *mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
+      return Status::Ok();
+    };
+    // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's
+    // per-token losses, the loss mask scaled by its gradient, backward from scale 1.
+    auto grpo_loss = [&](GPTModel& model, int64_t m, const GPTModel::LossSums& s) {
+      const int64_t local_first = local_batch(m) * mbs, first = dp_rank * local_rows + local_first;
       const std::vector<double> adv(rollouts.advantages.begin() + first, rollouts.advantages.begin() + first + mbs);
+      const std::vector<float> mask(rollouts.loss_mask.begin() + first * S, rollouts.loss_mask.begin() + (first + mbs) * S);
       const std::vector<double> inference =
           is_correction ? rows_of(rollouts.inference_logprobs, first, mbs, S) : std::vector<double>{};
-      const GrpoMicroBatchLoss r = grpo_forward_backward(policy, mb, m, rows_of(old_lp, local_first, mbs, S),
-                                                         rows_of(ref_lp, local_first, mbs, S), adv, lo, inference);
+      const GrpoMicroBatchLoss r = grpo_scale_policy_loss(model, m, mask, mbs, S, s, rows_of(old_lp, local_first, mbs, S),
+                                                          rows_of(ref_lp, local_first, mbs, S), adv, lo, inference);
       const double terms[kTerms + 1] = {r.loss_sum, r.kl_sum, r.ratio_sum, r.entropy_sum, r.truncated_above_sum,
                                         r.truncated_below_sum, std::max(r.tokens, 1.0)};
       for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];
-    }
+      return 1.0f;
+    };
+    GALE_RETURN_IF_ERROR(run_schedule({&policy}, num_mb, source, /*forward_only=*/false, grpo_loss).status());
     policy.set_grad_scale(saved_scale);
     finalize_model_grads(engine);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
+    if (engine.ps.pp_size() > 1)  // every stage learns the loss stage's sums (the log and its NaN checks)
+      engine.ps.pp()->broadcast(sums, kTerms + 1, DType::kF64, engine.loss_pipeline_rank());
     double moe[kMoeTerms] = {};  // this iteration's means over micro-batches, DP ranks and MoE layers
     if (moe_layers > 0) {
       const MoeAuxLosses m = policy.take_moe_losses();  // the training forwards' (others keep none)
       for (int kind = 0; kind < kMoeAuxKinds; ++kind) moe[kind] = m.balancing(kind);
       moe[kMoeAuxKinds] = m.z;
+      if (engine.ps.pp_size() > 1) engine.ps.pp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       engine.ps.dp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
     }

@@ -9,11 +9,14 @@
 // Iteration k of the collection is one optimizer step over a global batch: this data-parallel rank
 // holds rows [r·R/DP, (r+1)·R/DP) of the R = P·G, read in micro-batches of --micro-batch-size that
 // cycle over them (Megatron's itertools.cycle over its DataLoader), gbs / (mbs·DP) per iteration,
-// so --grpo-iterations passes over every row. Each micro-batch's loss is train/grpo_loss.h's
-// (current = the training forward's log-probabilities), its gradient reaches the model through the
-// LM head's per-token loss gradient (GPTModel::scale_loss_mask_tokens), averaged over the
-// micro-batches and the data-parallel ranks (Megatron's schedule without
+// so --grpo-iterations passes over every row. The passes run through the layout's schedule (no
+// pipelining, or 1F1B over the pipeline ranks): forward-only ones for π_old and the reference, and
+// the training one whose MicroBatchLoss, on the loss stage, computes each micro-batch's loss
+// (train/grpo_loss.h; current = the training forward's log-probabilities) and lets its gradient
+// reach the model through the LM head's per-token loss gradient (GPTModel::scale_loss_mask_tokens),
+// averaged over the micro-batches and the data-parallel ranks (Megatron's schedule without
 // --calculate-per-token-loss); then Megatron's gradient reduction, clipping and optimizer step.
+// Rollouts come from train/grpo_refit.h's rollout model (at TP or PP > 1 a whole-model copy).
 //
 // Log lines: at each collection
 //   > GRPO collection at iteration I: P prompts x G completions, reward mean X std Y, F groups
@@ -48,6 +51,15 @@ MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t
 
 // log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
+
+// The GRPO loss of training micro-batch `mb_id` ([B, S] rows with loss mask `mask`) from its
+// training forward's per-token losses `sums` (on the loss stage), and the policy's loss mask scaled
+// by its gradient so that backward(mb_id, {}, 1) differentiates it (the grad scale carries
+// 1 / micro-batches). The schedules' MicroBatchLoss step of run_grpo.
+GrpoMicroBatchLoss grpo_scale_policy_loss(GPTModel& policy, int64_t mb_id, const std::vector<float>& mask, int64_t B,
+                                          int64_t S, const GPTModel::LossSums& sums, const std::vector<double>& old,
+                                          const std::vector<double>& ref, const std::vector<double>& advantages,
+                                          const GrpoLossOptions& o, const std::vector<double>& inference = {});
 
 // One training micro-batch: the policy's training forward, the GRPO loss of its log-probabilities
 // against `old` / `ref` [B, S] and `advantages` [B] (reduced as one micro-batch: the caller's grad

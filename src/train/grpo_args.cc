@@ -125,11 +125,14 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                            "whole-model copy of the policy on each process), found ",
                            g.rl_inference_tensor_model_parallel_size);
   if (par.tp_2d) return refuse("--tp-2d");
-  if (par.pipeline_model_parallel_size > 1) return refuse("--pipeline-model-parallel-size > 1");
+  if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev");
+  if (par.num_layers_per_virtual_pipeline_stage != kUnset)
+    return refuse("virtual pipeline stages (--num-layers-per-virtual-pipeline-stage)");
   if (par.context_parallel_size > 1) return refuse("--context-parallel-size > 1");
   if (par.dist_train) return refuse("--dist-train");
-  if (a.moe.enabled() && par.tensor_model_parallel_size > 1 && par.expert_model_parallel_size > 1)
-    return refuse("--tensor-model-parallel-size > 1 and --expert-model-parallel-size > 1 together");
+  if (a.moe.enabled() && par.expert_model_parallel_size > 1 &&
+      (par.tensor_model_parallel_size > 1 || par.pipeline_model_parallel_size > 1))
+    return refuse("--expert-model-parallel-size > 1 and tensor or pipeline parallelism together");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (a.model.is_hybrid_model) return refuse("--is-hybrid-model");
   if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");

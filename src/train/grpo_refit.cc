@@ -1,29 +1,18 @@
-// GRPO's rollout model: the whole-model copy of a TP policy and its refit (train/grpo_refit.h).
+// GRPO's rollout model: the whole-model copy of a TP/PP policy and its refit (train/grpo_refit.h).
 #include "train/grpo_refit.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "comm/communicator.h"
 
 namespace gale {
 
-GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const OpTable* ops) : policy_(policy) {
-  if (policy.partition().tp_size() > 1)
+GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& model_group, int pp_rank, const OpTable* ops)
+    : policy_(policy), group_(model_group), pp_rank_(pp_rank) {
+  const ModelPartition& part = policy.partition();
+  if (part.tp_size() > 1 || !part.pre_process || !part.post_process)
     copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
-}
-
-std::vector<float> gather_whole_param(const GPTModel& model, int id) {
-  const ParamSpec& spec = model.params().spec(id);
-  const ModelPartition& part = model.partition();
-  std::vector<float> whole(static_cast<size_t>(shape_numel(spec.global_shape)), 0.0f);
-  if (spec.is_split() || part.tp_rank() == 0) {
-    const float* local = model.params().param_data(id);
-    const int64_t n = spec.local_numel();
-    for (int64_t i = 0; i < n; ++i) whole[static_cast<size_t>(spec.global_index(i))] = local[i];
-  }
-  if (part.tp_size() > 1)
-    part.tp->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kSum);
-  return whole;
 }
 
 Status GrpoRolloutModel::refit() {
@@ -31,14 +20,30 @@ Status GrpoRolloutModel::refit() {
   const ParamBuffer& from = policy_.params();
   ParamBuffer& to = copy_->params();
   if (from.sharded()) return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
-  if (from.size() != to.size())
-    return Internal("the GRPO rollout model has ", to.size(), " parameters, the policy ", from.size());
-  for (int id = 0; id < from.size(); ++id) {
-    const ParamSpec& a = from.spec(id);
+  // The stage that writes each parameter: the lowest pipeline rank holding it.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> writer(static_cast<size_t>(to.size()), kNone);
+  std::vector<int> source(static_cast<size_t>(to.size()), -1);
+  for (int id = 0; id < to.size(); ++id) {
+    source[id] = from.find(to.spec(id).name);
+    if (source[id] >= 0) writer[id] = pp_rank_;
+  }
+  group_->all_reduce(writer.data(), static_cast<int64_t>(writer.size()), DType::kI64, ReduceOp::kMin);
+  const int64_t tp_rank = policy_.partition().tp_rank();
+  for (int id = 0; id < to.size(); ++id) {
     const ParamSpec& b = to.spec(id);
-    if (a.name != b.name || a.global_shape != b.global_shape || b.local_numel() != shape_numel(b.global_shape))
-      return Internal("the GRPO rollout model's parameter ", b.name, " does not match the policy's ", a.name);
-    const std::vector<float> whole = gather_whole_param(policy_, id);
+    if (writer[id] == kNone) return Internal("no rank of the policy holds ", b.name, " of the GRPO rollout model");
+    std::vector<float> whole(static_cast<size_t>(shape_numel(b.global_shape)), 0.0f);
+    if (writer[id] == pp_rank_) {
+      const ParamSpec& a = from.spec(source[id]);
+      if (a.global_shape != b.global_shape)
+        return Internal("the GRPO rollout model's parameter ", b.name, " does not match the policy's");
+      if (a.is_split() || tp_rank == 0) {
+        const float* local = from.param_data(source[id]);
+        for (int64_t i = 0; i < a.local_numel(); ++i) whole[static_cast<size_t>(a.global_index(i))] = local[i];
+      }
+    }
+    group_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kSum);
     std::copy(whole.begin(), whole.end(), to.param_data(id));
   }
   to.refresh_gemm_copy();

@@ -1,8 +1,8 @@
 // `gale pretrain --perform-rl-step` end to end: a tiny GPT trained by online GRPO in a contains-answer
 // environment (NullTokenizer prompts) logs its collections and Megatron's RL log line, two runs are
 // identical, the first iteration (policy = reference = π_old) has ratio 1 and KL 0, data parallelism 2
-// (every rank generates the same rollouts) and tensor parallelism 2 (rollouts from a whole-model copy refit
-// from the shards) reproduce one process, the importance-sampling
+// (every rank generates the same rollouts), tensor parallelism 2 and pipeline parallelism 2 (rollouts from a
+// whole-model copy refit from the shards) and, for a MoE policy, expert parallelism 2 reproduce one process, the importance-sampling
 // correction against the sampler's log-probabilities (and its truncation) acts on the loss, the
 // flags accepted without effect change nothing, and the refusals are one-line errors naming the flag.
 #include <gtest/gtest.h>
@@ -139,12 +139,13 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   }
 }
 
-// Tensor parallelism 2 with sequence parallelism (SwiGLU, RMSNorm: the gated fc1 rows): the rollouts come
-// from the policy's whole-model copy refit from the TP shards, so every collection and evaluation is the
-// one process's (the same initial weights; after a step equal up to the TP sums' rounding, which no
-// sampled token notices here), and the logged losses agree up to summation order. A padded vocabulary
-// of 16 at TP 1 and 2 (--make-vocab-size-divisible-by 8) keeps the two models the same.
-TEST(GalePretrainGrpo, TensorParallelReproducesOneProcess) {
+// Tensor parallelism 2 with sequence parallelism (SwiGLU, RMSNorm: the gated fc1 rows) and pipeline
+// parallelism 2 (1F1B; the tied embedding on both stages): the rollouts come from the policy's
+// whole-model copy refit from the shards, so every collection and evaluation is the one process's
+// (the same initial weights; after a step equal up to the TP sums' rounding, which no sampled token
+// notices here), and the logged losses agree up to summation order. A padded vocabulary of 16 at
+// TP 1 and 2 (--make-vocab-size-divisible-by 8) keeps the models the same.
+TEST(GalePretrainGrpo, TensorAndPipelineParallelReproduceOneProcess) {
   TempDir dir;
   const std::string env = write_env(dir);
   std::vector<std::string> flags =
@@ -154,24 +155,27 @@ TEST(GalePretrainGrpo, TensorParallelReproducesOneProcess) {
   flags.erase(flags.begin());  // the binary
   const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  std::vector<std::string> tp_flags = flags;
-  for (const char* f : {"--tensor-model-parallel-size", "2", "--sequence-parallel",
-                        "--rl-inference-tensor-model-parallel-size", "1"})
-    tp_flags.push_back(f);
-  const test::RunResult tp =
-      test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, tp_flags), testing::kMpiEnv, 300);
-  ASSERT_EQ(tp.exit_code, 0) << tp.output;
   const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
   ASSERT_EQ(collections.size(), 2u) << one.output;
-  EXPECT_EQ(collections, lines_with(tp.output, "> GRPO collection at iteration"));
   const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
   ASSERT_EQ(evals.size(), 9u) << one.output;  // after iterations 2 and 4, and after training
-  EXPECT_EQ(evals, lines_with(tp.output, "_eval_mean_"));
-  for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}) {
-    const std::vector<double> a = logged_values(one.output, key), b = logged_values(tp.output, key);
-    ASSERT_FALSE(a.empty()) << key << one.output;
-    ASSERT_EQ(a.size(), b.size()) << key << tp.output;
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << i;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--rl-inference-tensor-model-parallel-size", "1"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"}}) {
+    std::vector<std::string> f = flags;
+    f.insert(f.end(), layout.begin(), layout.end());
+    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
+    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << layout[0];
+    for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}) {
+      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+      ASSERT_FALSE(a.empty()) << key << one.output;
+      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
+    }
   }
 }
 
@@ -360,8 +364,8 @@ TEST(GalePretrainGrpo, Refusals) {
     const test::RunResult r =
         test::run_with_timeout(testing::launch_argv(4, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
     EXPECT_NE(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("gale pretrain: error: --perform-rl-step with --tensor-model-parallel-size > 1 and "
-                            "--expert-model-parallel-size > 1 together: not supported yet\n"),
+    EXPECT_NE(r.output.find("gale pretrain: error: --perform-rl-step with --expert-model-parallel-size > 1 and "
+                            "tensor or pipeline parallelism together: not supported yet\n"),
               std::string::npos)
         << r.output;
   }
