@@ -1,5 +1,5 @@
-// GRPO's rollout model at TP 2 (train/grpo_refit.h): the refit whole-model copy of a TP 2 (+SP,
-// --unaligned-linear) GPT / LLaMA policy equals the single-process model bit for bit at
+// GRPO's rollout model (train/grpo_refit.h): the refit whole-model copy of a TP 2 (+SP,
+// --unaligned-linear) or PP 2 GPT / LLaMA policy equals the single-process model bit for bit at
 // initialisation (layout-independent init) and, after training steps, holds every TP shard's
 // values at their global positions; the rollout-token check passes equal tokens and stops on
 // tokens that differ between the ranks.
@@ -21,6 +21,7 @@ const std::vector<std::string> kCommon = {
 struct Case {
   const char* name;
   std::vector<std::string> flags;
+  std::vector<std::string> layout = {"--tensor-model-parallel-size", "2"};
 };
 
 class GrpoRefit : public ::testing::TestWithParam<Case> {};
@@ -30,7 +31,7 @@ TEST_P(GrpoRefit, WholeCopyHoldsEveryShardAtItsGlobalPosition) {
   if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
   const std::vector<std::string> model = testing::join({kCommon, GetParam().flags});
   testing::TestRun whole(model, make_self_communicator("world"), testing::kTinyVocab);
-  testing::TestRun tp(testing::join({model, {"--tensor-model-parallel-size", "2"}}), world, testing::kTinyVocab);
+  testing::TestRun tp(testing::join({model, GetParam().layout}), world, testing::kTinyVocab);
   GrpoRolloutModel rollout(tp.model(), tp.engine->ps.model(), tp.engine->ps.coords().pp, &tp.engine->ops);
   ASSERT_TRUE(rollout.is_copy());
   ASSERT_TRUE(rollout.refit().ok());
@@ -67,7 +68,10 @@ INSTANTIATE_TEST_SUITE_P(
     Models, GrpoRefit,
     ::testing::Values(Case{"gpt", testing::kTinyGpt},
                       Case{"llama_sp", testing::join({testing::kTinyLlama, {"--sequence-parallel"}})},
-                      Case{"gpt_unaligned", {"--num-attention-heads", "5", "--kv-channels", "16", "--ffn-hidden-size", "200", "--unaligned-linear"}}),
+                      Case{"gpt_unaligned", {"--num-attention-heads", "5", "--kv-channels", "16", "--ffn-hidden-size", "200", "--unaligned-linear"}},
+                      // PP 2: each stage's layers, the tied embedding written once (the first stage's).
+                      Case{"gpt_pp2", testing::kTinyGpt, {"--pipeline-model-parallel-size", "2"}},
+                      Case{"llama_pp2", testing::kTinyLlama, {"--pipeline-model-parallel-size", "2"}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(GrpoRolloutCheck, EqualTokensPassDifferentTokensStop) {
