@@ -18,7 +18,7 @@
 // --eval-interval and after training (train/grpo_eval.h). train/grpo.h runs it.
 //
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
-// multiple of --global-batch-size. Not supported yet (refused naming the flag): context
+// multiple of --global-batch-size. Not supported yet (refused naming the flag): adaptive context
 // parallelism, virtual pipeline stages, DualPipeV, --tp-2d, --dist-train, EP > 1 with TP or PP > 1, MTP, hybrid models, LoRA, --stage dpo, --qad-enable,
 // --fp16, --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
 // --train-samples, --exit-interval, --async-save, --non-persistent-save-interval, --data-path;
@@ -26,7 +26,8 @@
 // parallelism works (every rank generates the same rollouts; each trains on its share), and so does
 // tensor (+SP) and pipeline parallelism: the rollouts come from a whole-model copy of the policy on
 // every rank, refit from the shards before each collection (train/grpo_refit.h), the passes run
-// through the layout's schedule with GRPO's per-micro-batch loss step; and MoE policies with
+// through the layout's schedule with GRPO's per-micro-batch loss step, each cp rank on its
+// positions with the loss from the whole rows' log-probabilities; and MoE policies with
 // expert parallelism (the EP ranks decode in lockstep; the log adds the load-balancing losses).
 //
 // Tests: tests/train/grpo_loss_test.cc (Megatron's golden values, finite differences),
@@ -34,7 +35,7 @@
 // tests/train/grpo_eval_test.cc (--rl-prompts-per-eval's pass@k against Megatron's),
 // tests/train/megatron_rl_flags_test.cc (Megatron main's RL flags: none unknown),
 // tests/cli/grpo_cli_test.cc (gale pretrain --perform-rl-step end to end, importance sampling,
-// evaluation, DP 2, TP 2 + SP, PP 2 and MoE EP 2 = one process, refusals),
+// evaluation, DP 2, TP 2 + SP, PP 2, CP 2 (ring, Ulysses) and MoE EP 2 = one process, refusals),
 // tests/parallel/grpo_refit_mpi_test.cc (the refit copy = the one-process model).
 #include "features/feature_grpo.h"
 
@@ -56,9 +57,9 @@ class GrpoFeature : public Feature {
            "reward), group-normalised advantages, Megatron's clipped-ratio loss with KL to the frozen reference "
            "(--pretrained-checkpoint, else the --load model) and entropy term, --grpo-iterations passes in "
            "--global-batch-size batches, --grpo-filter-groups-with-same-reward; --save/--load at collection "
-           "boundaries; one process, DP, TP (+SP) and PP (1F1B; rollouts from a whole-model copy refit from the "
-           "shards), MoE with EP (load-balancing losses logged); CP, virtual stages, EP with TP/PP, MTP, LoRA, fp16 "
-           "not supported yet (docs/rl.md)";
+           "boundaries; one process, DP, TP (+SP), PP (1F1B) and CP (rollouts from a whole-model copy refit from "
+           "the shards), MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, EP with TP/PP, "
+           "MTP, LoRA, fp16 not supported yet (docs/rl.md)";
   }
   void register_args(ArgParser& parser) override { add_grpo_args(parser, args_); }
   bool requested(const FeatureContext&) const override { return args_.perform_rl_step; }

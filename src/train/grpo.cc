@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "model/context_parallel.h"
+#include "parallel/context_split.h"
 #include "schedule/schedules.h"
 #include "train/checkpointing.h"
 #include "train/grad_sync.h"
@@ -46,16 +49,37 @@ std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
   return lp;
 }
 
+std::vector<double> grpo_whole_logprobs(const GPTModel::LossSums& sums, int64_t B, int64_t S,
+                                        const std::vector<int32_t>& positions, const Comm& cp) {
+  const int64_t Sl = static_cast<int64_t>(positions.size());
+  GALE_CHECK_EQ(static_cast<int64_t>(sums.token_losses.size()), B * Sl);
+  std::vector<double> whole(static_cast<size_t>(B * S), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < Sl; ++s) whole[b * S + positions[s]] = -sums.token_losses[b * Sl + s];
+  if (cp && cp->size() > 1) cp->all_reduce(whole.data(), B * S, DType::kF64, ReduceOp::kSum);  // one writer each
+  return whole;
+}
+
 GrpoMicroBatchLoss grpo_scale_policy_loss(GPTModel& policy, int64_t mb_id, const std::vector<float>& mask, int64_t B,
                                           int64_t S, const GPTModel::LossSums& sums, const std::vector<double>& old,
                                           const std::vector<double>& ref, const std::vector<double>& advantages,
-                                          const GrpoLossOptions& o, const std::vector<double>& inference) {
-  std::vector<double> current(sums.token_losses.size());
-  for (size_t i = 0; i < current.size(); ++i) current[i] = -sums.token_losses[i];
+                                          const GrpoLossOptions& o, const std::vector<double>& inference,
+                                          const std::vector<int32_t>& positions, const Comm& cp) {
+  std::vector<int32_t> all;
+  const std::vector<int32_t>* pos = &positions;
+  if (positions.empty()) {  // the whole rows
+    all.resize(static_cast<size_t>(S));
+    for (int64_t s = 0; s < S; ++s) all[static_cast<size_t>(s)] = static_cast<int32_t>(s);
+    pos = &all;
+  }
+  const std::vector<double> current = grpo_whole_logprobs(sums, B, S, *pos, cp);
   GrpoMicroBatchLoss loss = grpo_micro_batch_loss(current, old, ref, advantages, mask, B, S, 1, o, inference);
-  // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is).
-  std::vector<float> weight(loss.grad.size());
-  for (size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(-loss.grad[i]);
+  // ℓ = −log p: the per-token loss gradient is −d loss / d log p (0 where the mask is), at this
+  // rank's positions.
+  const int64_t Sl = static_cast<int64_t>(pos->size());
+  std::vector<float> weight(static_cast<size_t>(B * Sl));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < Sl; ++s) weight[b * Sl + s] = static_cast<float>(-loss.grad[b * S + (*pos)[s]]);
   policy.scale_loss_mask_tokens(mb_id, weight);
   return loss;
 }
@@ -146,6 +170,23 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     return forward_backward(chunks, engine.ps, n, source, forward_only, {}, 0, nullptr, false, false, RiPipe::kNone,
                             engine.pp_backward, engine.stage_tensors.get(), loss);
   };
+  // Context parallelism: each cp rank runs its positions of every micro-batch (Megatron's
+  // load-balanced split) and learns the whole rows' per-token log-probabilities by a sum over cp.
+  const Comm& cp = engine.ps.cp();
+  const int64_t cp_size = engine.ps.cp_size();
+  auto cp_slice = [&](MicroBatch whole, MicroBatch* mb, std::vector<int32_t>* pos) -> Status {
+    if (cp_size > 1) {
+      GALE_ASSIGN_OR_RETURN(const ContextSplit split, make_context_split(S, cp_size, engine.ps.coords().cp));
+      whole = slice_micro_batch(whole, split);
+    }
+    pos->resize(static_cast<size_t>(whole.S));
+    for (int64_t i = 0; i < whole.S; ++i) (*pos)[static_cast<size_t>(i)] = whole.seq_position(i);
+    *mb = std::move(whole);
+    return Status::Ok();
+  };
+  auto whole_logprobs = [&](const GPTModel::LossSums& sums, const std::vector<int32_t>& pos) {
+    return grpo_whole_logprobs(sums, mbs, S, pos, cp);
+  };
   // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
   // refit before each use (train/grpo_refit.h).
   GrpoRolloutModel rollout_model(policy, engine.ps.model(), engine.ps.coords().pp, &engine.ops);
@@ -184,15 +225,15 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       // local_batches micro-batches; the loss stage keeps each one's per-token log-probabilities.
       old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
       ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
+      std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
       auto collection_source = [&](int64_t b, MicroBatch* mb) {
         const int64_t first = dp_rank * local_rows + b * mbs;
-        *mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
-        return Status::Ok();
+        return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[b]);
       };
       for (auto [model, into] : {std::pair{&policy, &old_lp}, std::pair{&reference, &ref_lp}}) {
-        auto keep = [into, mbs, S](GPTModel&, int64_t b, const GPTModel::LossSums& sums) {
-          GALE_CHECK_EQ(static_cast<int64_t>(sums.token_losses.size()), mbs * S);
-          for (int64_t i = 0; i < mbs * S; ++i) (*into)[static_cast<size_t>(b * mbs * S + i)] = -sums.token_losses[i];
+        auto keep = [&, into](GPTModel&, int64_t b, const GPTModel::LossSums& sums) {
+          const std::vector<double> whole = whole_logprobs(sums, positions.at(b));
+          std::copy(whole.begin(), whole.end(), into->begin() + b * mbs * S);
           return 0.0f;
         };
         GALE_RETURN_IF_ERROR(run_schedule({model}, local_batches, collection_source, /*forward_only=*/true, keep).status());
@@ -212,10 +253,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     policy.set_grad_scale(1.0f / static_cast<float>(num_mb));
     double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
+    std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
     auto source = [&](int64_t m, MicroBatch* mb) {
       const int64_t first = dp_rank * local_rows + local_batch(m) * mbs;
-      *mb = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
-      return Status::Ok();
+      return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[m]);
     };
     // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's
     // per-token losses, the loss mask scaled by its gradient, backward from scale 1.
@@ -225,8 +266,9 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       const std::vector<float> mask(rollouts.loss_mask.begin() + first * S, rollouts.loss_mask.begin() + (first + mbs) * S);
       const std::vector<double> inference =
           is_correction ? rows_of(rollouts.inference_logprobs, first, mbs, S) : std::vector<double>{};
-      const GrpoMicroBatchLoss r = grpo_scale_policy_loss(model, m, mask, mbs, S, s, rows_of(old_lp, local_first, mbs, S),
-                                                          rows_of(ref_lp, local_first, mbs, S), adv, lo, inference);
+      const GrpoMicroBatchLoss r =
+          grpo_scale_policy_loss(model, m, mask, mbs, S, s, rows_of(old_lp, local_first, mbs, S),
+                                 rows_of(ref_lp, local_first, mbs, S), adv, lo, inference, positions.at(m), cp);
       const double terms[kTerms + 1] = {r.loss_sum, r.kl_sum, r.ratio_sum, r.entropy_sum, r.truncated_above_sum,
                                         r.truncated_below_sum, std::max(r.tokens, 1.0)};
       for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];

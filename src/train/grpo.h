@@ -52,14 +52,24 @@ MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t
 // log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
 
+// The whole rows' per-token log-probabilities [B, S] from a forward's per-token losses at this cp
+// rank's `positions` (global position of each local one; the forward's token_losses are [B, Sl]),
+// summed over `cp` (null or size 1: the rank holds them all).
+std::vector<double> grpo_whole_logprobs(const GPTModel::LossSums& sums, int64_t B, int64_t S,
+                                        const std::vector<int32_t>& positions, const Comm& cp);
+
 // The GRPO loss of training micro-batch `mb_id` ([B, S] rows with loss mask `mask`) from its
 // training forward's per-token losses `sums` (on the loss stage), and the policy's loss mask scaled
 // by its gradient so that backward(mb_id, {}, 1) differentiates it (the grad scale carries
-// 1 / micro-batches). The schedules' MicroBatchLoss step of run_grpo.
+// 1 / micro-batches). With context parallelism the forward held this cp rank's `positions` of the
+// rows: every cp rank computes the whole micro-batch's loss from the log-probabilities summed over
+// `cp` and scales its own positions (empty `positions`: all of 0..S-1). The schedules'
+// MicroBatchLoss step of run_grpo.
 GrpoMicroBatchLoss grpo_scale_policy_loss(GPTModel& policy, int64_t mb_id, const std::vector<float>& mask, int64_t B,
                                           int64_t S, const GPTModel::LossSums& sums, const std::vector<double>& old,
                                           const std::vector<double>& ref, const std::vector<double>& advantages,
-                                          const GrpoLossOptions& o, const std::vector<double>& inference = {});
+                                          const GrpoLossOptions& o, const std::vector<double>& inference = {},
+                                          const std::vector<int32_t>& positions = {}, const Comm& cp = nullptr);
 
 // One training micro-batch: the policy's training forward, the GRPO loss of its log-probabilities
 // against `old` / `ref` [B, S] and `advantages` [B] (reduced as one micro-batch: the caller's grad

@@ -128,7 +128,7 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev");
   if (par.num_layers_per_virtual_pipeline_stage != kUnset)
     return refuse("virtual pipeline stages (--num-layers-per-virtual-pipeline-stage)");
-  if (par.context_parallel_size > 1) return refuse("--context-parallel-size > 1");
+  if (par.adaptive_cp) return refuse("--context-parallel-algo adaptive_cp_algo / hybrid_adaptive_cp_algo");
   if (par.dist_train) return refuse("--dist-train");
   if (a.moe.enabled() && par.expert_model_parallel_size > 1 &&
       (par.tensor_model_parallel_size > 1 || par.pipeline_model_parallel_size > 1))

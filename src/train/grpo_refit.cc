@@ -11,7 +11,7 @@ namespace gale {
 GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& model_group, int pp_rank, const OpTable* ops)
     : policy_(policy), group_(model_group), pp_rank_(pp_rank) {
   const ModelPartition& part = policy.partition();
-  if (part.tp_size() > 1 || !part.pre_process || !part.post_process)
+  if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
     copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
 }
 

@@ -1,7 +1,8 @@
 // GRPO's rollout model under tensor and pipeline parallelism: a whole (one-process) copy of the policy refit from its shards.
 //
 // Gale's generation runs a whole model on one process (train/inference_engine.h), so a GRPO run at
-// --tensor-model-parallel-size > 1 or --pipeline-model-parallel-size > 1 generates its rollouts
+// --tensor-model-parallel-size, --pipeline-model-parallel-size or --context-parallel-size > 1
+// (whose forwards need sliced micro-batches) generates its rollouts
 // (and its evaluation samples) with a whole-model copy of the policy on every rank, as Megatron-LM
 // main does with a separate inference model (--rl-inference-tensor-model-parallel-size 1) that it
 // refits from the trained one before each collection. Refit, over the model-parallel group (TP×PP):
@@ -10,7 +11,7 @@
 // (ParamSpec::global_index) into a zeroed whole tensor, a TP-replicated tensor by TP rank 0 — and
 // the group sums the tensors (exact: each element has one writer); then the copy's GEMM copies are
 // refreshed. The copy has the policy's configuration and the whole model's parameter names and
-// shapes. Without TP and PP the rollout model is the policy itself and refit does nothing.
+// shapes. Without TP, PP and CP the rollout model is the policy itself and refit does nothing.
 //
 // Every rank then generates the same rollouts from the same weights and seeds (as every DP rank
 // already does; under expert parallelism, where the policy itself generates, the EP ranks decode in

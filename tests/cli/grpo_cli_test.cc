@@ -139,13 +139,14 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   }
 }
 
-// Tensor parallelism 2 with sequence parallelism (SwiGLU, RMSNorm: the gated fc1 rows) and pipeline
-// parallelism 2 (1F1B; the tied embedding on both stages): the rollouts come from the policy's
-// whole-model copy refit from the shards, so every collection and evaluation is the one process's
+// Tensor parallelism 2 with sequence parallelism (SwiGLU, RMSNorm: the gated fc1 rows), pipeline
+// parallelism 2 (1F1B; the tied embedding on both stages) and context parallelism 2 (ring and Ulysses:
+// each cp rank's positions, the loss from the whole rows' log-probabilities): the rollouts come from
+// the policy's whole-model copy refit from the shards, so every collection and evaluation is the one process's
 // (the same initial weights; after a step equal up to the TP sums' rounding, which no sampled token
 // notices here), and the logged losses agree up to summation order. A padded vocabulary of 16 at
 // TP 1 and 2 (--make-vocab-size-divisible-by 8) keeps the models the same.
-TEST(GalePretrainGrpo, TensorAndPipelineParallelReproduceOneProcess) {
+TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
   TempDir dir;
   const std::string env = write_env(dir);
   std::vector<std::string> flags =
@@ -162,7 +163,9 @@ TEST(GalePretrainGrpo, TensorAndPipelineParallelReproduceOneProcess) {
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                  "--rl-inference-tensor-model-parallel-size", "1"},
-        std::vector<std::string>{"--pipeline-model-parallel-size", "2"}}) {
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}) {
     std::vector<std::string> f = flags;
     f.insert(f.end(), layout.begin(), layout.end());
     const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
