@@ -189,7 +189,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   };
   // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
   // refit before each use (train/grpo_refit.h).
-  GrpoRolloutModel rollout_model(policy, engine.ps.model(), engine.ps.coords().pp, &engine.ops);
+  GrpoRolloutModel rollout_model(policy, engine.ps.world(), &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
   auto evaluate = [&](int64_t iteration) -> Status {
     GALE_RETURN_IF_ERROR(rollout_model.refit());

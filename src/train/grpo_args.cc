@@ -130,9 +130,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return refuse("virtual pipeline stages (--num-layers-per-virtual-pipeline-stage)");
   if (par.adaptive_cp) return refuse("--context-parallel-algo adaptive_cp_algo / hybrid_adaptive_cp_algo");
   if (par.dist_train) return refuse("--dist-train");
-  if (a.moe.enabled() && par.expert_model_parallel_size > 1 &&
-      (par.tensor_model_parallel_size > 1 || par.pipeline_model_parallel_size > 1))
-    return refuse("--expert-model-parallel-size > 1 and tensor or pipeline parallelism together");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (a.model.is_hybrid_model) return refuse("--is-hybrid-model");
   if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");

@@ -3,13 +3,15 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "comm/communicator.h"
 
 namespace gale {
 
-GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& model_group, int pp_rank, const OpTable* ops)
-    : policy_(policy), group_(model_group), pp_rank_(pp_rank) {
+GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& world, const OpTable* ops)
+    : policy_(policy), world_(world) {
   const ModelPartition& part = policy.partition();
   if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
     copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
@@ -20,30 +22,23 @@ Status GrpoRolloutModel::refit() {
   const ParamBuffer& from = policy_.params();
   ParamBuffer& to = copy_->params();
   if (from.sharded()) return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
-  // The stage that writes each parameter: the lowest pipeline rank holding it.
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> writer(static_cast<size_t>(to.size()), kNone);
-  std::vector<int> source(static_cast<size_t>(to.size()), -1);
-  for (int id = 0; id < to.size(); ++id) {
-    source[id] = from.find(to.spec(id).name);
-    if (source[id] >= 0) writer[id] = pp_rank_;
-  }
-  group_->all_reduce(writer.data(), static_cast<int64_t>(writer.size()), DType::kI64, ReduceOp::kMin);
-  const int64_t tp_rank = policy_.partition().tp_rank();
+  std::map<std::string, int> held;  // the policy's parameters by their whole-model names
+  for (int id = 0; id < from.size(); ++id) held[from.spec(id).whole_model_name()] = id;
+  constexpr float kUnwritten = -std::numeric_limits<float>::infinity();
   for (int id = 0; id < to.size(); ++id) {
     const ParamSpec& b = to.spec(id);
-    if (writer[id] == kNone) return Internal("no rank of the policy holds ", b.name, " of the GRPO rollout model");
-    std::vector<float> whole(static_cast<size_t>(shape_numel(b.global_shape)), 0.0f);
-    if (writer[id] == pp_rank_) {
-      const ParamSpec& a = from.spec(source[id]);
+    std::vector<float> whole(static_cast<size_t>(shape_numel(b.global_shape)), kUnwritten);
+    if (auto it = held.find(b.name); it != held.end()) {
+      const ParamSpec& a = from.spec(it->second);
       if (a.global_shape != b.global_shape)
-        return Internal("the GRPO rollout model's parameter ", b.name, " does not match the policy's");
-      if (a.is_split() || tp_rank == 0) {
-        const float* local = from.param_data(source[id]);
-        for (int64_t i = 0; i < a.local_numel(); ++i) whole[static_cast<size_t>(a.global_index(i))] = local[i];
-      }
+        return Internal("the GRPO rollout model's parameter ", b.name, " has another shape than the policy's");
+      const float* local = from.param_data(it->second);
+      for (int64_t i = 0; i < a.local_numel(); ++i) whole[static_cast<size_t>(a.global_index(i))] = local[i];
     }
-    group_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kSum);
+    // Every holder of an element holds the same value (replicas are equal): the maximum is it.
+    world_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kMax);
+    if (std::find(whole.begin(), whole.end(), kUnwritten) != whole.end())
+      return Internal("no rank of the policy holds all of ", b.name, " of the GRPO rollout model");
     std::copy(whole.begin(), whole.end(), to.param_data(id));
   }
   to.refresh_gemm_copy();

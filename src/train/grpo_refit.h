@@ -5,13 +5,14 @@
 // (whose forwards need sliced micro-batches) generates its rollouts
 // (and its evaluation samples) with a whole-model copy of the policy on every rank, as Megatron-LM
 // main does with a separate inference model (--rl-inference-tensor-model-parallel-size 1) that it
-// refits from the trained one before each collection. Refit, over the model-parallel group (TP×PP):
-// each parameter of the copy is written by the lowest pipeline stage holding it (the last stage's
-// copy of a tied embedding is skipped) — by each TP rank's shard at its global indices
-// (ParamSpec::global_index) into a zeroed whole tensor, a TP-replicated tensor by TP rank 0 — and
-// the group sums the tensors (exact: each element has one writer); then the copy's GEMM copies are
-// refreshed. The copy has the policy's configuration and the whole model's parameter names and
-// shapes. Without TP, PP and CP the rollout model is the policy itself and refit does nothing.
+// refits from the trained one before each collection. Refit, over the world: every rank writes the
+// elements of its shards (TP, PP stage, EP experts under their whole-model names, ETP pieces) at
+// their global positions (ParamSpec::global_index) into whole tensors filled with −∞, and the world
+// takes the element-wise maximum: replicas (DP, CP, the last stage's copy of a tied embedding) hold
+// the same values, so the result is exact; an element nobody wrote is an error. Then the copy's
+// GEMM copies are refreshed. The copy has the policy's configuration and the whole model's
+// parameter names and shapes. Without TP, PP and CP the rollout model is the policy itself and
+// refit does nothing (under EP the EP ranks then decode in lockstep, below).
 //
 // Every rank then generates the same rollouts from the same weights and seeds (as every DP rank
 // already does; under expert parallelism, where the policy itself generates, the EP ranks decode in
@@ -30,20 +31,19 @@ namespace gale {
 
 class GrpoRolloutModel {
  public:
-  // `policy` (this rank's only chunk) must outlive this. `model_group`: the TP×PP group (Megatron's
-  // model-parallel group) and `pp_rank` this rank's stage; `ops`: the kernels the copy runs on.
-  GrpoRolloutModel(GPTModel& policy, const Comm& model_group, int pp_rank, const OpTable* ops);
-  // Makes the rollout model's weights the policy's current ones (collective over the model-parallel
-  // group when there is a copy). Errors: sharded parameter storage (ZeRO-3, FSDP), a parameter of
-  // the whole model that no rank holds, or one whose shape differs.
+  // `policy` (this rank's only chunk) must outlive this; `world`: every rank of the job; `ops`: the
+  // kernels the copy runs on.
+  GrpoRolloutModel(GPTModel& policy, const Comm& world, const OpTable* ops);
+  // Makes the rollout model's weights the policy's current ones (collective over the world when
+  // there is a copy). Errors: sharded parameter storage (ZeRO-3, FSDP), an element of the whole
+  // model that no rank holds, a parameter whose shape differs.
   Status refit();
   GPTModel& model() { return copy_ ? *copy_ : policy_; }
   bool is_copy() const { return copy_ != nullptr; }
 
  private:
   GPTModel& policy_;
-  Comm group_;
-  int pp_rank_ = 0;
+  Comm world_;
   std::unique_ptr<GPTModel> copy_;
 };
 

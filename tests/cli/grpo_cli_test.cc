@@ -183,8 +183,8 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
 }
 
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
-// in lockstep through the experts' all-to-all) and TP 2 + SP (the whole-model copy holds every expert)
-// reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
+// in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
+// copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
 // the auxiliary loss's gradient reaches the parameters (another coefficient, another gradient norm).
 TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
   TempDir dir;
@@ -202,7 +202,9 @@ TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
   ASSERT_EQ(logged_values(one.output, "z_loss").size(), 2u) << one.output;
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{"--expert-model-parallel-size", "2"},
-        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}) {
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1"}}) {
     std::vector<std::string> f = flags;
     f.insert(f.end(), layout.begin(), layout.end());
     const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
@@ -360,18 +362,6 @@ TEST(GalePretrainGrpo, Refusals) {
                      "found 6");
   expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
   expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
-  {  // on the 4 ranks the layout needs
-    std::vector<std::string> flags = rl(env, {"--num-experts", "4", "--tensor-model-parallel-size", "2",
-                                              "--sequence-parallel", "--expert-model-parallel-size", "2"});
-    flags.erase(flags.begin());
-    const test::RunResult r =
-        test::run_with_timeout(testing::launch_argv(4, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
-    EXPECT_NE(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("gale pretrain: error: --perform-rl-step with --expert-model-parallel-size > 1 and "
-                            "tensor or pipeline parallelism together: not supported yet\n"),
-              std::string::npos)
-        << r.output;
-  }
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");

@@ -1,5 +1,5 @@
 // GRPO's rollout model (train/grpo_refit.h): the refit whole-model copy of a TP 2 (+SP,
-// --unaligned-linear) or PP 2 GPT / LLaMA policy equals the single-process model bit for bit at
+// --unaligned-linear), PP 2 or TP 2 × EP 2 (MoE) GPT / LLaMA policy equals the single-process model bit for bit at
 // initialisation (layout-independent init) and, after training steps, holds every TP shard's
 // values at their global positions; the rollout-token check passes equal tokens and stops on
 // tokens that differ between the ranks.
@@ -32,7 +32,7 @@ TEST_P(GrpoRefit, WholeCopyHoldsEveryShardAtItsGlobalPosition) {
   const std::vector<std::string> model = testing::join({kCommon, GetParam().flags});
   testing::TestRun whole(model, make_self_communicator("world"), testing::kTinyVocab);
   testing::TestRun tp(testing::join({model, GetParam().layout}), world, testing::kTinyVocab);
-  GrpoRolloutModel rollout(tp.model(), tp.engine->ps.model(), tp.engine->ps.coords().pp, &tp.engine->ops);
+  GrpoRolloutModel rollout(tp.model(), world, &tp.engine->ops);
   ASSERT_TRUE(rollout.is_copy());
   ASSERT_TRUE(rollout.refit().ok());
   const ParamBuffer& copy = rollout.model().params();
@@ -53,7 +53,7 @@ TEST_P(GrpoRefit, WholeCopyHoldsEveryShardAtItsGlobalPosition) {
   int64_t moved = 0;
   for (int id = 0; id < shards.size(); ++id) {
     const ParamSpec& s = shards.spec(id);
-    const int cid = copy.find(s.name);
+    const int cid = copy.find(s.whole_model_name());
     ASSERT_GE(cid, 0) << s.name;
     for (int64_t i = 0; i < s.local_numel(); ++i) {
       const float v = shards.param_data(id)[i];
@@ -71,7 +71,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_unaligned", {"--num-attention-heads", "5", "--kv-channels", "16", "--ffn-hidden-size", "200", "--unaligned-linear"}},
                       // PP 2: each stage's layers, the tied embedding written once (the first stage's).
                       Case{"gpt_pp2", testing::kTinyGpt, {"--pipeline-model-parallel-size", "2"}},
-                      Case{"llama_pp2", testing::kTinyLlama, {"--pipeline-model-parallel-size", "2"}}),
+                      Case{"llama_pp2", testing::kTinyLlama, {"--pipeline-model-parallel-size", "2"}},
+                      // MoE: TP 2 dense, EP 2 with whole experts (ETP 1): each rank's experts under their
+                      // whole-model names.
+                      Case{"moe_tp2_ep2",
+                           testing::join({testing::kTinyLlama,
+                                          {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
+                                           "--sequence-parallel"}}),
+                           {"--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                            "--expert-tensor-parallel-size", "1"}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(GrpoRolloutCheck, EqualTokensPassDifferentTokensStop) {
