@@ -70,7 +70,7 @@ std::vector<std::string> fake_env(int world_size, int rank) {
 }
 
 // The real run on `world` ranks under mpirun, then each rank alone with --fake-process-group: the
-// same bytes (the peak at most the real one, within 5%; `routed`: MoE, within 5% either way),
+// same bytes (the peak at most the real one, within 5%; `routed`: MoE, within 1.5% either way),
 // every iteration run, no hang.
 void expect_fake_ranks_match(int world, std::vector<std::string> (*program)(int, const std::vector<std::string>&),
                              const std::vector<std::string>& flags, int iterations, bool routed = false) {
@@ -96,9 +96,11 @@ void expect_fake_ranks_match(int world, std::vector<std::string> (*program)(int,
     EXPECT_EQ(g.optimizer_state, e.optimizer_state) << "rank " << r;
     // A real run holds each send's buffer until the receiver takes it; a fake send completes at once.
     // With MoE the activations follow the routing, which the fake rank's token counts only estimate
-    // (every rank is taken to route as this one): within 5% either way.
+    // (every rank is taken to route as this one): within 1.5% either way (without the all-to-all's
+    // token counts, no expert would get a token: 3.7% lower here).
     if (!routed) EXPECT_LE(g.peak, e.peak) << "rank " << r;
-    EXPECT_NEAR(static_cast<double>(g.peak), static_cast<double>(e.peak), 0.05 * static_cast<double>(e.peak))
+    EXPECT_NEAR(static_cast<double>(g.peak), static_cast<double>(e.peak),
+                (routed ? 0.015 : 0.05) * static_cast<double>(e.peak))
         << "rank " << r;
     std::printf("rank %d of %d: parameters %lld, gradients %lld, optimizer state %lld bytes; peak %lld (real %lld)\n", r,
                 world, static_cast<long long>(g.parameters), static_cast<long long>(g.gradients),
