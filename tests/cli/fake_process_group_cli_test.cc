@@ -124,6 +124,26 @@ TEST(GalePretrainFakeProcessGroup, ExpertParallelRanksWithTheAllToAllDispatcher)
   expect_fake_ranks_match(2, moe, {}, 3, /*routed=*/true);
 }
 
+// Interleaved pipeline stages, context parallelism (ring and all-to-all) and evaluation: every rank
+// of each layout completes alone (no wait on a receive, no hang).
+TEST(GalePretrainFakeProcessGroup, OtherLayoutsCompleteAlone) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+      {"--context-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"},
+      {"--context-parallel-size", "2", "--cp-comm-type", "a2a"},
+      {"--pipeline-model-parallel-size", "2", "--eval-iters", "2", "--eval-interval", "2"},
+  };
+  for (const std::vector<std::string>& layout : layouts) {
+    for (int r : {0, 3, 7}) {
+      test::RunResult f = test::run_with_timeout(gpt(1, with(layout, {"--fake-process-group"})), fake_env(8, r), 120);
+      ASSERT_FALSE(f.timed_out) << layout[0] << " rank " << r << " hangs\n" << f.output;
+      ASSERT_EQ(f.exit_code, 0) << layout[0] << " rank " << r << "\n" << f.output;
+      EXPECT_NE(f.output.find("iteration        3/"), std::string::npos) << f.output;
+      EXPECT_EQ(memory_lines(f.output).count(r), 1u) << f.output;
+    }
+  }
+}
+
 // One-line errors naming the flag: Megatron's own check and Gale's refusals.
 TEST(GalePretrainFakeProcessGroup, Refusals) {
   struct Case {
