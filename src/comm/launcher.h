@@ -7,4 +7,8 @@ namespace gale {
 // $LOCAL_RANK, the first one set; `fallback` when none is.
 int local_rank_from_launcher(int fallback);
 
+// True when started by mpirun/mpiexec (Open MPI, MPICH, Intel MPI) or by srun with PMI (a Slurm
+// allocation alone, without an srun step, is not).
+bool launched_by_mpi();
+
 }  // namespace gale

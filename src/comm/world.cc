@@ -2,28 +2,13 @@
 #include <cstdlib>
 
 #include "comm/communicator.h"
+#include "comm/launcher.h"
 #include "comm/mpi_communicator.h"
 #ifdef GALE_HAVE_CUDA
 #include "comm/nccl_communicator.h"
 #endif
 
 namespace gale {
-
-namespace {
-// True when started by mpirun/mpiexec (Open MPI, MPICH, Intel MPI) or srun with PMI.
-bool launched_by_mpi() {
-  const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_NTASKS"};
-  for (const char* v : vars) {
-    const char* value = std::getenv(v);
-    if (value && *value) {
-      // A Slurm allocation alone (no srun step) is not an MPI launch.
-      if (std::string(v) == "SLURM_NTASKS" && !std::getenv("SLURM_STEP_ID")) continue;
-      return true;
-    }
-  }
-  return false;
-}
-}  // namespace
 
 StatusOr<Comm> init_world(const std::string& backend, double timeout_minutes) {
   if (backend == "nccl") {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <cstdlib>
 
+#include "comm/fake_communicator.h"
 #include "core/allocator.h"
 #include "core/log.h"
 #include "core/tensorboard_writer.h"
@@ -21,6 +22,7 @@
 #include "train/arg_parser.h"
 #include "train/logits_kd_hooks.h"
 #include "train/arguments.h"
+#include "train/arguments_fake_process_group.h"
 #include "train/auto_parallel.h"
 #include "train/auto_settings.h"
 #include "train/auto_settings_profile.h"
@@ -35,6 +37,7 @@
 #include "train/exit_signal.h"
 #include "features/feature_grpo.h"
 #include "train/grpo.h"
+#include "train/memory_report.h"
 #include "train/model_setup.h"
 #include "train/profiler.h"
 #include "train/progress_log.h"
@@ -127,6 +130,8 @@ int pretrain_main(int argc, char** argv) {
     ArgParser cli("gale pretrain", kDescription);
     Arguments cli_args;
     add_all_pretrain_args(cli, cli_args);
+    FakeProcessGroupArgs cli_fake;
+    add_fake_process_group_args(cli, cli_fake);
     auto cli_registry = make_feature_registry();
     cli_registry->register_args(cli);
     Status parsed = cli.parse(argc, argv);
@@ -149,6 +154,8 @@ int pretrain_main(int argc, char** argv) {
   ArgParser parser("gale pretrain", kDescription);
   Arguments args;
   add_all_pretrain_args(parser, args);
+  FakeProcessGroupArgs fake_args;  // beside Arguments (train/arguments_fake_process_group.h)
+  add_fake_process_group_args(parser, fake_args);
   auto registry = make_feature_registry();
   registry->register_args(parser);
   const std::vector<std::string> parsed_argv(argv + 1, argv + argc);  // --wandb-project's config
@@ -167,15 +174,24 @@ int pretrain_main(int argc, char** argv) {
     args.data.mock_data = true;
   // MindSpeed's --auto-settings / --auto-parallel: profile, model and search instead of training
   // (train/auto_settings.h, train/auto_parallel.h).
+  // --fake-process-group: Megatron's checks and Gale's refusals come first (auto-settings too).
+  st = validate_fake_process_group(fake_args, args, parser);
+  if (!st.ok()) return usage_error(st);
   if (args.auto_settings.auto_settings) return auto_settings_main(parser, args, *registry, argc, argv);
   if (args.auto_settings.auto_parallel) return auto_parallel_main(parser, args, *registry, argc, argv);
   // Before MPI_Init and the OpenMP threads: they inherit SIGTERM blocked (train/exit_signal.h).
   if (args.training.exit_signal_handler) install_exit_signal_handler();
+  // --fake-process-group (comm/fake_communicator.h): rank $RANK of $WORLD_SIZE, nothing communicates,
+  // whatever --distributed-backend says (Megatron's fake backend replaces it likewise).
+  const bool fake = fake_args.fake_process_group;
   StatusOr<Comm> world_or =
-      init_world(args.parallel.distributed_backend, static_cast<double>(args.parallel.distributed_timeout_minutes));
+      fake ? init_fake_world()
+           : init_world(args.parallel.distributed_backend, static_cast<double>(args.parallel.distributed_timeout_minutes));
   if (!world_or.ok()) return usage_error(world_or.status());
   Comm world = world_or.value();
-  set_log_identity(world->rank(), world->size());
+  // A fake run's process is alone: it prints what rank 0 and the last rank print (its own values).
+  if (fake) set_log_identity(0, 1);
+  else set_log_identity(world->rank(), world->size());
   StatusOr<std::vector<std::string>> from_checkpoint = apply_checkpoint_args(args, parser);  // --use-checkpoint-args
   if (!from_checkpoint.ok()) return usage_error(from_checkpoint.status());
   for (const std::string& line : from_checkpoint.value()) print_rank0(line);
@@ -393,6 +409,14 @@ int pretrain_main(int argc, char** argv) {
     print_all(str_cat(" > --param-and-grad-buffer-pad ", args.parallel.param_and_grad_buffer_pad, ": rank ",
                       world->rank(), " pads its parameter and gradient buffers with ", padding, " elements (",
                       padding * 8, " bytes: 4 of f32 value and 4 of f32 gradient each)"));
+  if (fake) {
+    const RankCoords& c = engine.ps.coords();
+    print_rank0(str_cat("> --fake-process-group: this process plays rank ", world->rank(), " of ", world->size(),
+                        " (tensor ", c.tp, ", pipeline ", c.pp, ", data ", c.dp, ", context ", c.cp, ", expert ", c.ep,
+                        "); every communication is skipped (all-reduce and broadcast leave the local values, "
+                        "all-gather copies them, receives are zeros): the losses are not a real run's, the "
+                        "memory is rank ", world->rank(), "'s"));
+  }
   print_all(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", engine.ps.coords().tp, ", ",
                     engine.ps.coords().pp, "): ", params));
   if (args.model.is_hybrid_model && !engine.chunks.empty()) {  // Megatron's allocation report
@@ -659,6 +683,9 @@ int pretrain_main(int argc, char** argv) {
   print_rank0(str_cat("[after training] peak memory: ", format_bytes(host_allocator().peak_bytes()),
                       " in tensors (exact: ", host_allocator().peak_bytes(), " bytes), ",
                       format_bytes(peak_rss_bytes()), " process peak RSS"));
+  // Every rank's exact bytes (train/memory_report.h); a fake run's for the rank it plays.
+  print_all(str_cat(format_rank_memory(world->rank(), rank_memory(engine)),
+                    fake ? str_cat(" (--fake-process-group: rank ", world->rank(), " of ", world->size(), ")") : ""));
   if (args.parallel.automated_pipeline)  // the memory model against the allocator, per stage
     print_all(str_cat(" > --automated-pipeline: rank ", world->rank(), " (pipeline stage ", engine.ps.coords().pp,
                       ", ", args.parallel.pipeline_layers.at(static_cast<size_t>(engine.ps.coords().pp)).at(0),
