@@ -19,7 +19,7 @@
 //
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
 // multiple of --global-batch-size. Not supported yet (refused naming the flag): adaptive context
-// parallelism, virtual pipeline stages, DualPipeV, --tp-2d, --dist-train, MTP, hybrid models, LoRA, --stage dpo, --qad-enable,
+// parallelism, virtual pipeline stages, DualPipeV, --tp-2d, --dist-train, MTP, LoRA, --stage dpo, --qad-enable,
 // --fp16, --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
 // --train-samples, --exit-interval, --async-save, --non-persistent-save-interval, --data-path;
 // --save-interval must fall between collections. Data
@@ -27,7 +27,7 @@
 // tensor (+SP) and pipeline parallelism: the rollouts come from a whole-model copy of the policy on
 // every rank, refit from the shards before each collection (train/grpo_refit.h), the passes run
 // through the layout's schedule with GRPO's per-micro-batch loss step, each cp rank on its
-// positions with the loss from the whole rows' log-probabilities; and MoE policies with
+// positions with the loss from the whole rows' log-probabilities; hybrid Mamba policies; and MoE policies with
 // expert parallelism (the EP ranks decode in lockstep; the log adds the load-balancing losses).
 //
 // Tests: tests/train/grpo_loss_test.cc (Megatron's golden values, finite differences),
@@ -58,7 +58,7 @@ class GrpoFeature : public Feature {
            "(--pretrained-checkpoint, else the --load model) and entropy term, --grpo-iterations passes in "
            "--global-batch-size batches, --grpo-filter-groups-with-same-reward; --save/--load at collection "
            "boundaries; one process, DP, TP (+SP), PP (1F1B) and CP (rollouts from a whole-model copy refit from "
-           "the shards), MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, MTP, LoRA, fp16 "
+           "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, MTP, LoRA, fp16 "
            "not supported yet (docs/rl.md)";
   }
   void register_args(ArgParser& parser) override { add_grpo_args(parser, args_); }

@@ -227,6 +227,40 @@ TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
   EXPECT_GT(std::abs(logged_values(aux.output, "grad norm")[0] - logged_values(one.output, "grad norm")[0]), 1e-3);
 }
 
+// A hybrid Mamba policy (--is-hybrid-model, "M*-M": Mamba, attention, MLP, Mamba): its rollouts decode
+// with per-request Mamba states, and TP 2 + SP, PP 2 and CP 2 reproduce one process.
+TEST(GalePretrainGrpo, HybridMambaPolicyReproducesOneProcessAcrossLayouts) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1", "--num-layers", "4",
+               "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--mamba-state-dim", "16",
+               "--mamba-head-dim", "16", "--mamba-num-groups", "2", "--normalization", "RMSNorm",
+               "--position-embedding-type", "none", "--make-vocab-size-divisible-by", "8"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
+  ASSERT_EQ(collections.size(), 2u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2"}}) {
+    std::vector<std::string> f = flags;
+    f.insert(f.end(), layout.begin(), layout.end());
+    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
+    for (const char* key : {"grad norm", "rl/kl_term", "rl/entropy_term"}) {
+      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+      ASSERT_FALSE(a.empty()) << key << one.output;
+      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
+    }
+  }
+}
+
 // A run saved at iteration 8 (a collection boundary) and resumed from it logs iterations 9-12 and
 // the collection at 8 exactly as the uninterrupted run; both take their reference model from
 // --pretrained-checkpoint (a GRPO run of 4 iterations), as Megatron.
