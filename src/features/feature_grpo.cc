@@ -20,7 +20,7 @@
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
 // multiple of --global-batch-size. Not supported yet (refused naming the flag): adaptive context
 // parallelism, virtual pipeline stages, DualPipeV, --tp-2d, --dist-train, MTP, LoRA, --stage dpo, --qad-enable,
-// --fp16, --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
+// --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
 // --train-samples, --exit-interval, --async-save, --non-persistent-save-interval, --data-path;
 // --save-interval must fall between collections. Data
 // parallelism works (every rank generates the same rollouts; each trains on its share), and so does
@@ -58,7 +58,7 @@ class GrpoFeature : public Feature {
            "(--pretrained-checkpoint, else the --load model) and entropy term, --grpo-iterations passes in "
            "--global-batch-size batches, --grpo-filter-groups-with-same-reward; --save/--load at collection "
            "boundaries; one process, DP, TP (+SP), PP (1F1B) and CP (rollouts from a whole-model copy refit from "
-           "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, MTP, LoRA, fp16 "
+           "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, MTP, LoRA "
            "not supported yet (docs/rl.md)";
   }
   void register_args(ArgParser& parser) override { add_grpo_args(parser, args_); }

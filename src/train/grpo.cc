@@ -250,7 +250,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     const int64_t k = state->iteration - collected_at;
     start_grad_sync_iteration(engine, num_mb);
     const float saved_scale = policy.grad_scale();
-    policy.set_grad_scale(1.0f / static_cast<float>(num_mb));
+    GradScaler* scaler = engine.grad_scaler.get();  // --fp16: the loss scale in every backward
+    policy.set_grad_scale((scaler ? scaler->scale() : 1.0f) / static_cast<float>(num_mb));
     double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
@@ -290,7 +291,9 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
     }
     LrScheduler& scheduler = *engine.scheduler;
-    const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad);
+    const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad,
+                                           scaler ? scaler->inv_scale() : 1.0f);
+    if (scaler) scaler->update(/*found_inf=*/!step.applied);  // Megatron: skip and back off, or grow
     policy.params().refresh_gemm_copy();
     if (step.applied) scheduler.step(gbs);
     state->consumed_train_samples += gbs;
@@ -302,7 +305,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       for (int i = 0; i < kMoeTerms; ++i) moe_interval[i] += moe[i];
     } else {
       ++skipped;
-      if (!std::isfinite(step.grad_norm)) ++nan_iters;
+      if (!scaler && !std::isfinite(step.grad_norm)) ++nan_iters;  // an overflow is the loss scaler's signal
     }
     if (state->iteration % l.log_interval == 0) {
       const double per_iter = (now_seconds() - interval_start) / static_cast<double>(iters_in_interval);
@@ -324,6 +327,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
         f.z_loss = moe_interval[kMoeAuxKinds] / n;
       }
       f.grad_norm = step.grad_norm;
+      f.has_grad_norm = step.applied || !scaler;  // Megatron's fp16 optimizer returns none for a skipped step
+      if (scaler) f.loss_scale = scaler->scale();  // as Megatron logs it: after the update
       f.num_zeros = l.log_num_zeros_in_grad ? step.num_zeros : -1;
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;

@@ -134,7 +134,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");
   if (a.dpo.enabled()) return refuse("--stage dpo");
   if (a.qad.qad_enable) return refuse("--qad-enable");
-  if (a.training.fp16) return refuse("--fp16");
   if (!a.training.rampup_batch_size.empty()) return refuse("--rampup-batch-size");
   if (a.training.calculate_per_token_loss) return refuse("--calculate-per-token-loss");
   if (a.training.train_samples != kUnset) return refuse("--train-samples (give --train-iters)");

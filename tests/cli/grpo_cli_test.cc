@@ -261,6 +261,31 @@ TEST(GalePretrainGrpo, HybridMambaPolicyReproducesOneProcessAcrossLayouts) {
   }
 }
 
+// --fp16: every backward starts from the loss scale (with the 1 / micro-batches) and the optimizer
+// unscales: with a static --loss-scale 1024 the gradient norms are the fp32 run's within fp16's
+// rounding; the dynamic scaler (initial 2^32) skips the overflowing first step and halves its scale,
+// as in pretraining.
+TEST(GalePretrainGrpo, Fp16ScalesTheLossAndUnscalesTheGradients) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const test::RunResult fp32 = gale(rl(env, {"--train-iters", "4"}));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  const test::RunResult fp16 = gale(rl(env, {"--train-iters", "4", "--fp16", "--loss-scale", "1024"}));
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.output;
+  const std::vector<double> a = logged_values(fp32.output, "grad norm"), b = logged_values(fp16.output, "grad norm");
+  ASSERT_EQ(a.size(), 4u) << fp32.output;
+  ASSERT_EQ(b.size(), 4u) << fp16.output;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-2 * a[i]) << i;
+  EXPECT_EQ(logged_values(fp16.output, "loss scale"), std::vector<double>(4, 1024.0));
+  const test::RunResult dynamic = gale(rl(env, {"--train-iters", "2", "--fp16"}));
+  ASSERT_EQ(dynamic.exit_code, 0) << dynamic.output;
+  const std::vector<std::string> log = lines_with(dynamic.output, "| consumed samples:");
+  ASSERT_EQ(log.size(), 2u) << dynamic.output;
+  // Megatron's hysteresis 2: the scale halves at the second consecutive overflow; no grad norm is printed.
+  EXPECT_NE(log[0].find("loss scale: 4294967296.0 | number of skipped iterations:   1 |"), std::string::npos) << log[0];
+  EXPECT_NE(log[1].find("loss scale: 2147483648.0 | number of skipped iterations:   1 |"), std::string::npos) << log[1];
+}
+
 // A run saved at iteration 8 (a collection boundary) and resumed from it logs iterations 9-12 and
 // the collection at 8 exactly as the uninterrupted run; both take their reference model from
 // --pretrained-checkpoint (a GRPO run of 4 iterations), as Megatron.
@@ -395,7 +420,6 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--grpo-group-size / --global-batch-size) = 4 (a checkpoint falls between rollout collections), "
                      "found 6");
   expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
-  expect_usage_error(rl(env, {"--fp16"}), "--perform-rl-step with --fp16: not supported yet");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
