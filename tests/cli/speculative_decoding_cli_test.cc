@@ -23,7 +23,7 @@ class GaleGenerateSpeculative : public ::testing::Test {
     std::vector<std::string> argv = {
         GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
         "--seq-length", "32", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size",
-        "4", "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "512", "--log-interval", "1",
+        "4", "--train-iters", "4", "--lr", "3e-3", "--mock-data", "--vocab-size", "4096", "--log-interval", "1",
         "--eval-iters", "0", "--num-threads", "1", "--swiglu", "--normalization", "RMSNorm",
         "--position-embedding-type", "rope", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
         "--mtp-num-layers", "2", "--save", dir_.string(), "--save-interval", "4"};
@@ -36,7 +36,7 @@ class GaleGenerateSpeculative : public ::testing::Test {
   static test::RunResult generate(std::vector<std::string> extra) {
     std::vector<std::string> argv = {GALE_BINARY, "generate", "--load", dir_.string(), "--use-checkpoint-args",
                                      "--max-new-tokens", "9", "--tokenizer-type", "NullTokenizer",
-                                     "--vocab-size", "512"};
+                                     "--vocab-size", "4096"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return test::run_with_timeout(argv, {}, 300);
   }
@@ -112,7 +112,7 @@ TEST_F(GaleGenerateSpeculative, RefusalsAreOneLineUsageErrors) {
                                    "--max-position-embeddings", "64", "--swiglu", "--normalization", "RMSNorm",
                                    "--position-embedding-type", "rope", "--disable-bias-linear",
                                    "--untie-embeddings-and-output-weights", "--tokenizer-type", "NullTokenizer",
-                                   "--vocab-size", "512", "--prompt", "5 17", "--num-speculative-tokens", "1"};
+                                   "--vocab-size", "4096", "--prompt", "5 17", "--num-speculative-tokens", "1"};
   const test::RunResult r = test::run_with_timeout(argv, {}, 300);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("gale generate: error: --num-speculative-tokens 1 needs a model with multi-token "
