@@ -2,7 +2,8 @@
 // engine's tokens with N = 1, 2 drafts a step are those of N = 0 (greedy, and sampling with a fixed
 // seed), under static and dynamic batching of prompts of mixed lengths; the accepted drafts are the
 // count of a replay that runs the MTP layers by hand on the final tokens; the KV rollback drops the
-// rejected drafts' keys and values and gives their blocks back; the refusals name the flag.
+// rejected drafts' keys and values and gives their blocks back; the drafting MTP layers compute the
+// training forward's MTP losses; the refusals name the flag.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,6 +235,63 @@ TEST_F(SpeculativeDecodingTest, RollbackDropsTheRejectedDraftsKeysAndBlocks) {
   const std::vector<float> other = testing::full_forward_last_logits(*model_, rejected);
   EXPECT_GT(testing::logits_rel_diff(got.data<float>(), other), 1e-3);
   pool.release(rb.requests[0].blocks);
+}
+
+// The drafting MTP layers are the trained ones: at a sequence's first position (where the training
+// forward's causal attention, like the one-position draft, sees only itself) the cross-entropy of
+// mtp_single_position's logits of depth 1 and 2, fed the decoder's hidden state and the next tokens
+// by hand, is the MTP loss the training forward logs (loss mask on that position only).
+TEST_F(SpeculativeDecodingTest, DraftLogitsAreTheTrainingMtpLayersAtTheFirstPosition) {
+  const int64_t B = 3, S = 6, V = c_.vocab, H = c_.hidden;
+  MicroBatch mb;
+  mb.B = B;
+  mb.S = S;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t> t = testing::test_prompt(S + b, V);  // different tokens per sample
+    for (int64_t s = 0; s < S; ++s) {
+      mb.tokens.push_back(t[static_cast<size_t>(s)]);
+      mb.labels.push_back(static_cast<int32_t>((5 * s + 3 * b + 1) % V));
+      mb.position_ids.push_back(static_cast<int32_t>(s));
+    }
+  }
+  // By hand: h_0 at position 0, then MTP layer k takes token k + 1 at position k + 1, label k + 1.
+  Tensor h = Tensor::empty({B, H});
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t> ids(mb.tokens.begin() + b * S, mb.tokens.begin() + (b + 1) * S);
+    std::copy_n(whole_sequence_hidden(*model_, ids).data<float>(), H, h.data<float>() + b * H);
+  }
+  std::vector<double> want;
+  for (int64_t k = 0; k < 2; ++k) {
+    std::vector<int32_t> ids, pos;
+    for (int64_t b = 0; b < B; ++b) {
+      ids.push_back(mb.tokens[static_cast<size_t>(b * S + k + 1)]);
+      pos.push_back(static_cast<int32_t>(k + 1));
+    }
+    Tensor h_next, logits;
+    model_->mtp_single_position(k, h, ids, pos, &h_next, &logits);
+    double ce = 0.0;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* l = logits.data<float>() + b * V;
+      const double mx = *std::max_element(l, l + V);
+      double se = 0.0;
+      for (int64_t v = 0; v < V; ++v) se += std::exp(static_cast<double>(l[v]) - mx);
+      ce += mx + std::log(se) - l[mb.labels[static_cast<size_t>(b * S + k + 1)]];
+    }
+    want.push_back(ce / static_cast<double>(B));
+    h = h_next;
+  }
+  for (int64_t k = 0; k < 2; ++k) {
+    MicroBatch m = mb;
+    m.loss_mask.assign(static_cast<size_t>(B * S), 0.0f);
+    for (int64_t b = 0; b < B; ++b) m.loss_mask[static_cast<size_t>(b * S + k + 1)] = 1.0f;  // rolled k + 1 times: row 0
+    GPTModel::LossSums sums;
+    model_->take_mtp_losses();
+    model_->forward(k, m, Tensor(), /*training=*/true, &sums);
+    const std::vector<double> got = model_->take_mtp_losses();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_NEAR(got[static_cast<size_t>(k)], want[static_cast<size_t>(k)], 1e-5 * std::abs(want[static_cast<size_t>(k)]))
+        << "MTP layer " << k;
+  }
 }
 
 TEST_F(SpeculativeDecodingTest, RefusalsNameTheFlag) {
