@@ -984,8 +984,8 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   return logits;
 }
 
-void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch, Tensor* hidden,
-                                   Tensor* logits) {
+void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch,
+                                   const std::vector<int64_t>& logit_rows, Tensor* hidden, Tensor* logits) {
   GALE_CHECK(part_.pre_process && part_.post_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d())
       << "ragged decoding runs the whole model on one process";
   const ModelConfig& c = config_;
@@ -1011,25 +1011,24 @@ void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvB
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
   Tensor stats;
   *hidden = final_norm_forward(x, &stats);  // [T, H]
-  if (logits)
-    *logits = linear_forward(times(*hidden, c.mup.output_mult),  // --use-mup's output multiplier
-                             LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, c.hidden,
-                                          ops_->gemm});
+  if (!logits) return;
+  const int64_t n = static_cast<int64_t>(logit_rows.size()), H = c.hidden;
+  Tensor picked = Tensor::empty({n, H});
+  for (int64_t i = 0; i < n; ++i) {
+    GALE_CHECK(logit_rows[i] >= 0 && logit_rows[i] < mb.S) << "ragged decoding: logits of row " << logit_rows[i];
+    std::copy_n(hidden->data<float>() + logit_rows[i] * H, H, picked.data<float>() + i * H);
+  }
+  *logits = linear_forward(times(picked, c.mup.output_mult),  // --use-mup's output multiplier
+                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
 }
 
 Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
-  const ModelConfig& c = config_;
-  Tensor y;
-  forward_ragged_rows(tokens, batch, &y, nullptr);
-  const int64_t R = static_cast<int64_t>(batch.requests.size()), H = c.hidden;
-  Tensor last = Tensor::empty({R, H});
+  std::vector<int64_t> last_rows;  // each request's last new row
   int64_t row = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    row += batch.requests[static_cast<size_t>(r)].rows;
-    std::copy_n(y.data<float>() + (row - 1) * H, H, last.data<float>() + r * H);
-  }
-  return linear_forward(times(last, c.mup.output_mult),  // --use-mup's output multiplier
-                        LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
+  for (const RaggedRequest& r : batch.requests) last_rows.push_back((row += r.rows) - 1);
+  Tensor hidden, logits;
+  forward_ragged_rows(tokens, batch, last_rows, &hidden, &logits);
+  return logits;
 }
 
 void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector<int32_t>& ids,

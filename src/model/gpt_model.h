@@ -138,8 +138,9 @@ class GPTModel {
   Tensor forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch);
   // Speculative decoding (--num-speculative-tokens, train/inference_engine.h): the ragged forward's
   // final-norm output of EVERY row [T, H] (the MTP layers' h_0) and, when `logits` is not null, the
-  // logits of every row [T, V].
-  void forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch, Tensor* hidden, Tensor* logits);
+  // logits [n, V] of the n rows `logit_rows` (indices into the T rows, in that order).
+  void forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch,
+                           const std::vector<int64_t>& logit_rows, Tensor* hidden, Tensor* logits);
   // The MTP layers built (--mtp-num-layers; 0 without).
   int64_t num_mtp_layers() const { return static_cast<int64_t>(mtp_.size()); }
   // One draft of MTP layer k (0-based) for R requests at once, each a sequence of ONE position

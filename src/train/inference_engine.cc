@@ -106,9 +106,17 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
     rb.requests.push_back(rr);
   }
   const bool spec = o.num_speculative_tokens > 0;
-  Tensor hidden, logits;  // speculative: every row's; otherwise each request's last row's logits
+  // Logits of each prefill's last row and of every row of a decoding request (its token and drafts);
+  // request i's start at logit row first_logit[i].
+  std::vector<int64_t> logit_rows, first_logit;
+  for (size_t i = 0, row = 0; i < batch.size(); row += static_cast<size_t>(rb.requests[i].rows), ++i) {
+    first_logit.push_back(static_cast<int64_t>(logit_rows.size()));
+    const int64_t rows = rb.requests[i].rows;
+    for (int64_t j = batch[i]->prefilled ? 0 : rows - 1; j < rows; ++j) logit_rows.push_back(static_cast<int64_t>(row) + j);
+  }
+  Tensor hidden, logits;  // speculative: every row's hidden state
   if (spec)
-    model.forward_ragged_rows(tokens, rb, &hidden, &logits);
+    model.forward_ragged_rows(tokens, rb, logit_rows, &hidden, &logits);
   else
     logits = model.forward_logits_ragged(tokens, rb);
   ++r.steps;
@@ -127,7 +135,7 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
     int64_t accepted = 0, row = 0;
     for (int64_t j = 0;; ++j) {
       row = prefill ? first + rows - 1 : first + j;  // its logits predict position p0 + row - first + 1
-      const float* l = logits.data<float>() + (spec ? row : static_cast<int64_t>(i)) * V;
+      const float* l = logits.data<float>() + (spec ? first_logit[i] + (prefill ? 0 : j) : static_cast<int64_t>(i)) * V;
       const int64_t s = static_cast<int64_t>(q.out.size());
       const int32_t next = o.sample(l, q.index, s);
       if (is_stop(o, next)) {
@@ -359,6 +367,9 @@ Status check_speculative_decoding(const GPTModel& model, const EngineOptions& o)
   const int64_t n = o.num_speculative_tokens;
   if (n == 0) return Status::Ok();
   if (n < 0) return InvalidArgument("--num-speculative-tokens: expected a non-negative integer, found ", n);
+  if (MambaStatePool(model.config(), model.partition(), 1).has_layers())
+    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported yet ",
+                         "(their decoding states would have to be rolled back past the rejected drafts)");
   if (model.num_mtp_layers() == 0)
     return InvalidArgument("--num-speculative-tokens ", n, " needs a model with multi-token prediction layers ",
                            "(--mtp-num-layers, as the checkpoint was trained with); found none");
@@ -368,9 +379,6 @@ Status check_speculative_decoding(const GPTModel& model, const EngineOptions& o)
   if (o.dynamic && n >= o.budget.block_tokens)
     return InvalidArgument("--num-speculative-tokens (", n, ") must be < --inference-dynamic-batching-block-size (",
                            o.budget.block_tokens, ")");
-  if (MambaStatePool(model.config(), model.partition(), 1).has_layers())
-    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported yet ",
-                         "(their decoding states would have to be rolled back past the rejected drafts)");
   return Status::Ok();
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/allocator.h"
 #include "core/rng.h"
+#include "model/hybrid_test_model.h"
 #include "model/tiny_model_training.h"
 #include "train/engine_decoding_check.h"
 #include "train/inference_engine.h"
@@ -32,7 +33,7 @@ Tensor whole_sequence_hidden(GPTModel& m, const std::vector<int32_t>& ids) {
   rr.rows = S;
   rb.requests.push_back(rr);
   Tensor hidden;
-  m.forward_ragged_rows(ids, rb, &hidden, nullptr);
+  m.forward_ragged_rows(ids, rb, {}, &hidden, nullptr);
   pool.release(rr.blocks);
   return hidden;
 }
@@ -315,6 +316,12 @@ TEST_F(SpeculativeDecodingTest, RefusalsNameTheFlag) {
   EXPECT_EQ(error(*no_mtp, greedy(4, 1)),
             "--num-speculative-tokens 1 needs a model with multi-token prediction layers (--mtp-num-layers, as the "
             "checkpoint was trained with); found none");
+  // A hybrid Mamba model: its Mamba states cannot roll back past rejected drafts.
+  const ModelConfig hybrid = testing::tiny_hybrid_config();
+  const std::unique_ptr<GPTModel> mamba = testing::decoding_model(hybrid, &ops_, 11);
+  EXPECT_EQ(error(*mamba, greedy(4, 1)),
+            "--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported yet (their "
+            "decoding states would have to be rolled back past the rejected drafts)");
 }
 
 }  // namespace
