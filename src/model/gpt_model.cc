@@ -1019,7 +1019,8 @@ void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvB
     std::copy_n(hidden->data<float>() + logit_rows[i] * H, H, picked.data<float>() + i * H);
   }
   *logits = linear_forward(times(picked, c.mup.output_mult),  // --use-mup's output multiplier
-                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
+                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H,
+                                        ops_->gemm});
 }
 
 Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {

@@ -325,7 +325,8 @@ Status validate_inference_flags(const GenerateArgs& g, const ArgParser& parser) 
       return InvalidArgument(what, " with --num-beams ", g.num_beams,
                              ": speculative decoding drafts one sequence per request, not beams (give --num-beams 1)");
     if (g.stream) return InvalidArgument(what, " with --stream: not supported yet (the engine emits whole requests)");
-    if (g.task == "chat") return InvalidArgument(what, " with --task chat: not supported yet (give --prompt or --prompts-file)");
+    if (g.task == "chat")
+      return InvalidArgument(what, " with --task chat: not supported yet (give --prompt or --prompts-file)");
   }
   const bool batched = !g.prompts_file.empty() || g.dynamic;
   if (batched) {
@@ -477,7 +478,8 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
                  "(%.1f%%); per request accepted/drafted:", static_cast<long long>(g.num_speculative_tokens),
                  static_cast<long long>(m.model->num_mtp_layers()), static_cast<long long>(r->accepted_drafts),
                  static_cast<long long>(r->drafted),
-                 r->drafted > 0 ? 100.0 * static_cast<double>(r->accepted_drafts) / static_cast<double>(r->drafted) : 0.0);
+                 r->drafted > 0 ? 100.0 * static_cast<double>(r->accepted_drafts) / static_cast<double>(r->drafted)
+                                : 0.0);
     for (size_t i = 0; i < r->accepted_per_request.size(); ++i)
       std::fprintf(stderr, " %lld/%lld", static_cast<long long>(r->accepted_per_request[i]),
                    static_cast<long long>(r->drafted_per_request[i]));

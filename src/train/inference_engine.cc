@@ -112,7 +112,8 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
   for (size_t i = 0, row = 0; i < batch.size(); row += static_cast<size_t>(rb.requests[i].rows), ++i) {
     first_logit.push_back(static_cast<int64_t>(logit_rows.size()));
     const int64_t rows = rb.requests[i].rows;
-    for (int64_t j = batch[i]->prefilled ? 0 : rows - 1; j < rows; ++j) logit_rows.push_back(static_cast<int64_t>(row) + j);
+    for (int64_t j = batch[i]->prefilled ? 0 : rows - 1; j < rows; ++j)
+      logit_rows.push_back(static_cast<int64_t>(row) + j);
   }
   Tensor hidden, logits;  // speculative: every row's hidden state
   if (spec)
@@ -368,8 +369,8 @@ Status check_speculative_decoding(const GPTModel& model, const EngineOptions& o)
   if (n == 0) return Status::Ok();
   if (n < 0) return InvalidArgument("--num-speculative-tokens: expected a non-negative integer, found ", n);
   if (MambaStatePool(model.config(), model.partition(), 1).has_layers())
-    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported yet ",
-                         "(their decoding states would have to be rolled back past the rejected drafts)");
+    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported ",
+                         "yet (their decoding states would have to be rolled back past the rejected drafts)");
   if (model.num_mtp_layers() == 0)
     return InvalidArgument("--num-speculative-tokens ", n, " needs a model with multi-token prediction layers ",
                            "(--mtp-num-layers, as the checkpoint was trained with); found none");

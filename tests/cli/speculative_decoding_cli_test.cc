@@ -53,7 +53,8 @@ class GaleGenerateSpeculative : public ::testing::Test {
 std::filesystem::path GaleGenerateSpeculative::dir_, GaleGenerateSpeculative::prompts_;
 
 TEST_F(GaleGenerateSpeculative, TextsAreThoseWithoutDrafts) {
-  const std::regex accepted(R"(\[speculative decoding: (\d) tokens a step from 2 MTP layers, (\d+) of (\d+) drafts accepted)");
+  const std::regex accepted(
+      R"(\[speculative decoding: (\d) tokens a step from 2 MTP layers, (\d+) of (\d+) drafts accepted)");
   for (const std::vector<std::string>& mode :
        {std::vector<std::string>{"--prompts-file", prompts_.string(), "--temperature", "0"},
         std::vector<std::string>{"--prompts-file", prompts_.string(), "--temperature", "0.8", "--top-k", "20",

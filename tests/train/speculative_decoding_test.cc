@@ -284,14 +284,15 @@ TEST_F(SpeculativeDecodingTest, DraftLogitsAreTheTrainingMtpLayersAtTheFirstPosi
   for (int64_t k = 0; k < 2; ++k) {
     MicroBatch m = mb;
     m.loss_mask.assign(static_cast<size_t>(B * S), 0.0f);
-    for (int64_t b = 0; b < B; ++b) m.loss_mask[static_cast<size_t>(b * S + k + 1)] = 1.0f;  // rolled k + 1 times: row 0
+    // Rolled left k + 1 times by the training forward: row 0 of each sample.
+    for (int64_t b = 0; b < B; ++b) m.loss_mask[static_cast<size_t>(b * S + k + 1)] = 1.0f;
     GPTModel::LossSums sums;
     model_->take_mtp_losses();
     model_->forward(k, m, Tensor(), /*training=*/true, &sums);
     const std::vector<double> got = model_->take_mtp_losses();
     ASSERT_EQ(got.size(), 2u);
-    EXPECT_NEAR(got[static_cast<size_t>(k)], want[static_cast<size_t>(k)], 1e-5 * std::abs(want[static_cast<size_t>(k)]))
-        << "MTP layer " << k;
+    const double w = want[static_cast<size_t>(k)];
+    EXPECT_NEAR(got[static_cast<size_t>(k)], w, 1e-5 * std::abs(w)) << "MTP layer " << k;
   }
 }
 
