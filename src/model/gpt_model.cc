@@ -984,7 +984,8 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   return logits;
 }
 
-Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
+void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch,
+                                   const std::vector<int64_t>& logit_rows, Tensor* hidden, Tensor* logits) {
   GALE_CHECK(part_.pre_process && part_.post_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d())
       << "ragged decoding runs the whole model on one process";
   const ModelConfig& c = config_;
@@ -992,8 +993,10 @@ Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, Ragge
   mb.B = 1;
   mb.S = static_cast<int64_t>(tokens.size());
   mb.tokens = tokens;
-  for (const RaggedRequest& r : batch.requests)
+  for (const RaggedRequest& r : batch.requests) {
+    GALE_CHECK(r.rows > 0) << "ragged decoding: a request without new tokens";
     for (int64_t i = 0; i < r.rows; ++i) mb.seq_positions.push_back(static_cast<int32_t>(r.cached + i));
+  }
   GALE_CHECK_EQ(static_cast<int64_t>(mb.seq_positions.size()), mb.S) << "ragged decoding: tokens and request rows";
   mb.position_ids = mb.seq_positions;
   State st;
@@ -1007,17 +1010,57 @@ Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, Ragge
   for (size_t i = 0; i < layers_.size(); ++i)
     x = transformer_layer_forward(st.rt, params_, layers_[i], part_.first_layer + static_cast<int64_t>(i), x, nullptr);
   Tensor stats;
-  const Tensor y = final_norm_forward(x, &stats);  // [T, H]
-  const int64_t R = static_cast<int64_t>(batch.requests.size()), H = c.hidden;
-  Tensor last = Tensor::empty({R, H});
-  int64_t row = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    row += batch.requests[static_cast<size_t>(r)].rows;
-    GALE_CHECK(batch.requests[static_cast<size_t>(r)].rows > 0) << "ragged decoding: a request without new tokens";
-    std::copy_n(y.data<float>() + (row - 1) * H, H, last.data<float>() + r * H);
+  *hidden = final_norm_forward(x, &stats);  // [T, H]
+  if (!logits) return;
+  const int64_t n = static_cast<int64_t>(logit_rows.size()), H = c.hidden;
+  Tensor picked = Tensor::empty({n, H});
+  for (int64_t i = 0; i < n; ++i) {
+    GALE_CHECK(logit_rows[i] >= 0 && logit_rows[i] < mb.S) << "ragged decoding: logits of row " << logit_rows[i];
+    std::copy_n(hidden->data<float>() + logit_rows[i] * H, H, picked.data<float>() + i * H);
   }
-  return linear_forward(times(last, c.mup.output_mult),  // --use-mup's output multiplier
-                        LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H, ops_->gemm});
+  *logits = linear_forward(times(picked, c.mup.output_mult),  // --use-mup's output multiplier
+                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H,
+                                        ops_->gemm});
+}
+
+Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
+  std::vector<int64_t> last_rows;  // each request's last new row
+  int64_t row = 0;
+  for (const RaggedRequest& r : batch.requests) last_rows.push_back((row += r.rows) - 1);
+  Tensor hidden, logits;
+  forward_ragged_rows(tokens, batch, last_rows, &hidden, &logits);
+  return logits;
+}
+
+void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector<int32_t>& ids,
+                                   const std::vector<int32_t>& positions, Tensor* h_out, Tensor* logits) {
+  GALE_CHECK(part_.pre_process && part_.post_process && part_.tp_size() == 1 && part_.cp_size() == 1 && !part_.tp2d())
+      << "MTP drafts run the whole model on one process";
+  GALE_CHECK(k >= 0 && k < static_cast<int64_t>(mtp_.size())) << "MTP layer " << k << " of " << mtp_.size();
+  const ModelConfig& c = config_;
+  const int64_t R = static_cast<int64_t>(ids.size());
+  GALE_CHECK(R > 0 && static_cast<int64_t>(positions.size()) == R && h.size(0) == R && h.size(1) == c.hidden);
+  // R samples of one position each: row t = s·B + b = r, and a sample's attention sees only itself.
+  MicroBatch mb;
+  mb.B = R;
+  mb.S = 1;
+  mb.tokens = ids;
+  mb.position_ids = positions;
+  State st;
+  build_runtime(st, mb, /*training=*/false);
+  const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
+  const Tensor e = embedding_forward(st, st.tokens_sb.data(), st.positions_sb.data(), mtp_embedding_stream(c.seed, k));
+  Tensor e_stats, h_stats, f_stats;
+  const Tensor en = norm_forward(w.enorm_w, w.enorm_b, e, &e_stats);
+  const Tensor hn = norm_forward(w.hnorm_w, w.hnorm_b, h, &h_stats);
+  const Tensor cat = to_gemm_input(concat_columns(en, hn), c.gemm_dtype());  // the embedding first, as in training
+  const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
+  const Tensor z = linear_forward(cat, eh_proj);  // [R, H]
+  const Tensor x = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, nullptr);
+  *h_out = norm_forward(w.final_w, w.final_b, x, &f_stats);
+  *logits = linear_forward(times(*h_out, c.mup.output_mult),  // --use-mup: Megatron scales the MTP logits too
+                           LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, c.hidden,
+                                        ops_->gemm});
 }
 
 std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {

@@ -136,6 +136,20 @@ class GPTModel {
   // the caller advances each request's `cached` by its rows. A request's logits are those of
   // forward_logits with a KvCache holding the same positions (tests/train/inference_engine_test.cc).
   Tensor forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch);
+  // Speculative decoding (--num-speculative-tokens, train/inference_engine.h): the ragged forward's
+  // final-norm output of EVERY row [T, H] (the MTP layers' h_0) and, when `logits` is not null, the
+  // logits [n, V] of the n rows `logit_rows` (indices into the T rows, in that order).
+  void forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvBatch& batch,
+                           const std::vector<int64_t>& logit_rows, Tensor* hidden, Tensor* logits);
+  // The MTP layers built (--mtp-num-layers; 0 without).
+  int64_t num_mtp_layers() const { return static_cast<int64_t>(mtp_.size()); }
+  // One draft of MTP layer k (0-based) for R requests at once, each a sequence of ONE position
+  // (Megatron's forward_single_position: no KV cache, the position attends to itself): row r takes
+  // the previous depth's h [R, H] (the decoder's final-norm output for k = 0), token ids[r] at
+  // position positions[r]; *h_out gets h_k [R, H] (its final layernorm's output), *logits the
+  // shared output layer's [R, V]. Whole model on one process.
+  void mtp_single_position(int64_t k, const Tensor& h, const std::vector<int32_t>& ids,
+                           const std::vector<int32_t>& positions, Tensor* h_out, Tensor* logits);
 
   // Called during backward with the ids of parameters whose gradient contribution from the
   // micro-batch being back-propagated is complete (after the head, after each layer, after the

@@ -168,6 +168,7 @@ const std::vector<Compat>& compat_flags() {
       {"--inference-max-seq-length", true, "a flag of Megatron's inference engine: `gale generate` takes it (docs/model.md); training ignores it"},
       {"--max-tokens-to-oom", true, "a flag of Megatron's inference engine: `gale generate` takes it (docs/model.md); training ignores it"},
       {"--flash-decode", false, "a flag of Megatron's inference engine: `gale generate` takes it (docs/model.md); training ignores it"},
+      {"--num-speculative-tokens", true, "a flag of Megatron's inference engine: `gale generate` takes it (docs/model.md); training ignores it"},
       {"--disable-bf16-reduced-precision-matmul", false, "Gale's bf16 GEMMs always accumulate in fp32"},
       {"--fp32-residual-connection", false, "under --bf16 and --fp16 Gale keeps the residual stream in fp32"},
       {"--disable-gloo-process-groups", false, "Gale creates no Gloo process groups"},

@@ -47,6 +47,7 @@ struct GenerateArgs {
   double overflow_factor = 0.0;      // set: --inference-dynamic-batching-buffer-overflow-factor
   int64_t max_requests_override = 0, max_tokens_override = 0;
   int64_t block_size = 256;          // Gale: --inference-dynamic-batching-block-size (Megatron's chunk of 256)
+  int64_t num_speculative_tokens = 0;  // --num-speculative-tokens: MTP drafts per decode step (0: off)
 };
 
 int failure(const Status& s);
@@ -315,6 +316,18 @@ Status validate_inference_flags(const GenerateArgs& g, const ArgParser& parser) 
       return InvalidArgument("--inference-max-requests with --inference-dynamic-batching: dynamic batching sizes ",
                              "its requests from the buffer (--inference-dynamic-batching-max-requests-override)");
   }
+  if (g.num_speculative_tokens < 0)
+    return InvalidArgument("--num-speculative-tokens: expected a non-negative integer, found ",
+                           g.num_speculative_tokens);
+  if (g.num_speculative_tokens > 0) {
+    const std::string what = str_cat("--num-speculative-tokens ", g.num_speculative_tokens);
+    if (g.num_beams > 1)
+      return InvalidArgument(what, " with --num-beams ", g.num_beams,
+                             ": speculative decoding drafts one sequence per request, not beams (give --num-beams 1)");
+    if (g.stream) return InvalidArgument(what, " with --stream: not supported yet (the engine emits whole requests)");
+    if (g.task == "chat")
+      return InvalidArgument(what, " with --task chat: not supported yet (give --prompt or --prompts-file)");
+  }
   const bool batched = !g.prompts_file.empty() || g.dynamic;
   if (batched) {
     const char* what = g.dynamic ? "--inference-dynamic-batching" : "--prompts-file";
@@ -395,6 +408,7 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
   o.max_length = m.config.max_positions;
   o.stop_tokens = g.stop_tokens;
   o.flash_decode_chunk = g.flash_decode ? g.flash_decode_chunk : 0;
+  o.num_speculative_tokens = g.num_speculative_tokens;
   const int64_t vocab = tokenizer.vocab_size();
   o.sample = [&](const float* logits, int64_t, int64_t step) {
     return sample(logits, vocab, g, seed, static_cast<uint64_t>(step));
@@ -425,6 +439,8 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
     if (!b.ok()) return usage(b.status());
     o.budget = *b;
   }
+  st = check_speculative_decoding(*m.model, o);
+  if (!st.ok()) return usage(st);
   const auto start = std::chrono::steady_clock::now();
   StatusOr<EngineResult> r = run_inference_engine(*m.model, prompts, o);
   if (!r.ok()) return failure(r.status());
@@ -457,6 +473,18 @@ int run_batched(const InferenceModel& m, const GenerateArgs& g, const std::vecto
     std::fprintf(stderr, "static batching: %lld steps, batches of up to %lld requests, peak KV bytes %lld]\n",
                  static_cast<long long>(r->steps), static_cast<long long>(g.max_requests),
                  static_cast<long long>(r->peak_kv_bytes));
+  if (g.num_speculative_tokens > 0) {
+    std::fprintf(stderr, "[speculative decoding: %lld tokens a step from %lld MTP layers, %lld of %lld drafts accepted "
+                 "(%.1f%%); per request accepted/drafted:", static_cast<long long>(g.num_speculative_tokens),
+                 static_cast<long long>(m.model->num_mtp_layers()), static_cast<long long>(r->accepted_drafts),
+                 static_cast<long long>(r->drafted),
+                 r->drafted > 0 ? 100.0 * static_cast<double>(r->accepted_drafts) / static_cast<double>(r->drafted)
+                                : 0.0);
+    for (size_t i = 0; i < r->accepted_per_request.size(); ++i)
+      std::fprintf(stderr, " %lld/%lld", static_cast<long long>(r->accepted_per_request[i]),
+                   static_cast<long long>(r->drafted_per_request[i]));
+    std::fprintf(stderr, "]\n");
+  }
   if (r->mamba_state_bytes > 0)
     std::fprintf(stderr, m.config.gdn.enabled ? "[Gated DeltaNet model: GDN decoding states %lld bytes]\n"
                                               : "[hybrid model: Mamba decoding states %lld bytes]\n",
@@ -520,6 +548,9 @@ int generate_main(int argc, char** argv) {
              "the most tokens in one step (rounded up to a multiple of 64)");
   parser.add("--inference-dynamic-batching-block-size", &g.block_size,
              "positions per KV block (Gale; Megatron's chunk is 256)");
+  parser.add("--num-speculative-tokens", &g.num_speculative_tokens,
+             "speculative decoding: the model's MTP layers (--mtp-num-layers) draft this many tokens per decode step, "
+             "verified in one forward (0: off)");
   Status st = parser.parse(argc, argv);
   if (!st.ok()) return usage(st);
   if (parser.help_requested()) {
@@ -551,11 +582,11 @@ int generate_main(int argc, char** argv) {
     StatusOr<std::vector<std::string>> read = read_prompts(g.prompts_file);
     if (!read.ok()) return usage(read.status());
     batch_prompts = std::move(*read);
-  } else if (g.dynamic) {
-    batch_prompts.push_back(g.prompt);
+  } else if (g.dynamic || g.num_speculative_tokens > 0) {
+    batch_prompts.push_back(g.prompt);  // --num-speculative-tokens: speculative decoding runs in the engine
   }
 
-  StatusOr<std::unique_ptr<InferenceModel>> loaded = load_inference_model(args, seed);
+  StatusOr<std::unique_ptr<InferenceModel>> loaded = load_inference_model(args, seed, g.num_speculative_tokens > 0);
   if (!loaded.ok()) return failure(loaded.status());
   const InferenceModel& m = *loaded.value();
   const Tokenizer& tokenizer = *m.tokenizer;

@@ -22,14 +22,68 @@ struct Request {
   int64_t mamba_slot = -1;          // a hybrid model's Mamba state slot
   int64_t cached = 0;               // positions in its blocks
   bool prefilled = false;
+  std::vector<int32_t> drafts;      // --num-speculative-tokens: the MTP layers' drafts for the next step
+  int64_t drafted = 0, accepted = 0;
 };
+
+// The rows a request feeds in its next step: the whole prompt, or its last token and its drafts.
+int64_t next_rows(const Request& q) {
+  return q.prefilled ? 1 + static_cast<int64_t>(q.drafts.size()) : static_cast<int64_t>(q.prompt.size());
+}
 
 bool is_stop(const EngineOptions& o, int32_t t) {
   return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end();
 }
 
-// One forward over `batch` (prefill: whole prompt; decode: the last token), then each request's
-// next token. Returns the requests that finished (their order in `batch`).
+// --num-speculative-tokens: the next step's drafts of the requests `cont` of `batch`, from the
+// decoder's final-norm output rows `rows` of `hidden` (each request's last accepted position): MTP
+// layer k drafts the token after the previous depth's (the last token itself for k = 0) at the next
+// position, from the previous depth's hidden state. A request drafts at most N tokens, and none
+// that could not be emitted (past --max-new-tokens or the last position). Each draft samples with
+// the sampler of the generated token it proposes (its step).
+void draft(GPTModel& model, const Tensor& hidden, const std::vector<Request*>& batch, const std::vector<size_t>& cont,
+           const std::vector<int64_t>& rows, const EngineOptions& o) {
+  const int64_t R = static_cast<int64_t>(cont.size()), H = model.config().hidden, V = model.config().vocab;
+  std::vector<int64_t> cap(static_cast<size_t>(R));
+  int64_t depths = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const Request& q = *batch[cont[static_cast<size_t>(r)]];
+    const int64_t n = static_cast<int64_t>(q.out.size());  // q.out.back() is at position q.cached
+    cap[r] = std::max<int64_t>(0, std::min({o.num_speculative_tokens, o.max_new_tokens - n - 1,
+                                            o.max_length - 2 - q.cached}));
+    depths = std::max(depths, cap[r]);
+  }
+  if (depths == 0) return;
+  Tensor h = Tensor::empty({R, H});
+  std::vector<int32_t> ids(static_cast<size_t>(R)), positions(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const Request& q = *batch[cont[static_cast<size_t>(r)]];
+    std::copy_n(hidden.data<float>() + rows[static_cast<size_t>(r)] * H, H, h.data<float>() + r * H);
+    // MTP layer k takes the token at position c + k at that position (c = q.cached: the last token's,
+    // one past the last accepted row's) and predicts position c + k + 1.
+    ids[r] = q.out.back();
+    positions[r] = static_cast<int32_t>(q.cached);
+  }
+  for (int64_t k = 0; k < depths; ++k) {
+    Tensor h_next, logits;
+    model.mtp_single_position(k, h, ids, positions, &h_next, &logits);
+    for (int64_t r = 0; r < R; ++r) {
+      Request& q = *batch[cont[static_cast<size_t>(r)]];
+      if (k >= cap[r]) continue;
+      const int32_t d = o.sample(logits.data<float>() + r * V, q.index, static_cast<int64_t>(q.out.size()) + k);
+      q.drafts.push_back(d);
+      ids[r] = d;
+      positions[r] = std::min<int32_t>(positions[r] + 1, static_cast<int32_t>(o.max_length - 1));
+    }
+    h = h_next;
+  }
+}
+
+// One forward over `batch` (prefill: whole prompt; decode: the last token and its drafts), then
+// each request's next tokens: the sample of each row in turn while the draft it fed matches the
+// sample before it (Megatron's acceptance: a draft is kept when it equals the token the main model
+// samples at its position), the rejected drafts' positions rolled back. Returns the requests that
+// finished (their order in `batch`).
 std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mamba, const std::vector<Request*>& batch,
                          const EngineOptions& o, EngineResult& r) {
   RaggedKvBatch rb;
@@ -44,30 +98,78 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
     rr.cached = q->cached;
     if (!q->prefilled) {
       tokens.insert(tokens.end(), q->prompt.begin(), q->prompt.end());
-      rr.rows = static_cast<int64_t>(q->prompt.size());
     } else {
       tokens.push_back(q->out.back());
-      rr.rows = 1;
+      tokens.insert(tokens.end(), q->drafts.begin(), q->drafts.end());
     }
+    rr.rows = next_rows(*q);
     rb.requests.push_back(rr);
   }
-  const Tensor logits = model.forward_logits_ragged(tokens, rb);
+  const bool spec = o.num_speculative_tokens > 0;
+  // Logits of each prefill's last row and of every row of a decoding request (its token and drafts);
+  // request i's start at logit row first_logit[i].
+  std::vector<int64_t> logit_rows, first_logit;
+  for (size_t i = 0, row = 0; i < batch.size(); row += static_cast<size_t>(rb.requests[i].rows), ++i) {
+    first_logit.push_back(static_cast<int64_t>(logit_rows.size()));
+    const int64_t rows = rb.requests[i].rows;
+    for (int64_t j = batch[i]->prefilled ? 0 : rows - 1; j < rows; ++j)
+      logit_rows.push_back(static_cast<int64_t>(row) + j);
+  }
+  Tensor hidden, logits;  // speculative: every row's hidden state
+  if (spec)
+    model.forward_ragged_rows(tokens, rb, logit_rows, &hidden, &logits);
+  else
+    logits = model.forward_logits_ragged(tokens, rb);
   ++r.steps;
   r.peak_requests = std::max<int64_t>(r.peak_requests, static_cast<int64_t>(batch.size()));
-  std::vector<size_t> finished;
+  const int64_t V = model.config().vocab;
+  std::vector<size_t> finished, cont;
+  std::vector<int64_t> cont_rows;
+  int64_t first = 0;  // the request's first row
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& q = *batch[i];
-    q.cached += rb.requests[i].rows;
+    const int64_t rows = rb.requests[i].rows, p0 = q.cached;
+    const bool prefill = !q.prefilled;
+    const int64_t d = prefill ? 0 : static_cast<int64_t>(q.drafts.size());
     q.prefilled = true;
-    const int64_t s = static_cast<int64_t>(q.out.size());
-    const int32_t next = o.sample(logits.data<float>() + static_cast<int64_t>(i) * model.config().vocab, q.index, s);
-    if (is_stop(o, next)) {
-      finished.push_back(i);
-      continue;
+    bool done = false;
+    int64_t accepted = 0, row = 0;
+    for (int64_t j = 0;; ++j) {
+      row = prefill ? first + rows - 1 : first + j;  // its logits predict position p0 + row - first + 1
+      const float* l = logits.data<float>() + (spec ? first_logit[i] + (prefill ? 0 : j) : static_cast<int64_t>(i)) * V;
+      const int64_t s = static_cast<int64_t>(q.out.size());
+      const int32_t next = o.sample(l, q.index, s);
+      if (is_stop(o, next)) {
+        done = true;
+        break;
+      }
+      q.out.push_back(next);
+      if (p0 + (row - first) + 2 >= o.max_length || s + 1 == o.max_new_tokens) {
+        done = true;
+        break;
+      }
+      if (j < d && q.drafts[static_cast<size_t>(j)] == next) {  // the draft fed at row j + 1 was right
+        ++accepted;
+        continue;
+      }
+      break;
     }
-    q.out.push_back(next);
-    if (q.cached + 1 >= o.max_length || s + 1 == o.max_new_tokens) finished.push_back(i);
+    q.drafted += d;
+    q.accepted += accepted;
+    r.drafted += d;
+    r.accepted_drafts += accepted;
+    q.drafts.clear();
+    // KV rollback: the positions of the rejected drafts are dropped (the next step overwrites them).
+    q.cached = p0 + (prefill ? rows : 1 + accepted);
+    if (done) {
+      finished.push_back(i);
+    } else if (spec) {
+      cont.push_back(i);
+      cont_rows.push_back(row);
+    }
+    first += rows;
   }
+  if (spec && !cont.empty()) draft(model, hidden, batch, cont, cont_rows, o);
   return finished;
 }
 
@@ -144,7 +246,7 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
     // 1. Decoding requests whose blocks are full pause; then resume as Megatron does.
     for (auto it = active.begin(); it != active.end();) {
       Request* q = *it;
-      if (q->prefilled && q->cached == static_cast<int64_t>(q->blocks.size()) * b.block_tokens) {
+      if (q->prefilled && q->cached + next_rows(*q) > static_cast<int64_t>(q->blocks.size()) * b.block_tokens) {
         paused.push_back(q);
         ++r.pauses;
         it = active.erase(it);
@@ -169,7 +271,8 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
     }
     // 2. Waiting requests join while they fit.
     const bool decoding = !active.empty();
-    int64_t tokens = static_cast<int64_t>(active.size());
+    int64_t tokens = 0;
+    for (const Request* q : active) tokens += next_rows(*q);
     while (!waiting.empty()) {
       Request* q = waiting.front();
       const int64_t len = static_cast<int64_t>(q->prompt.size()), need = blocks_for(len);
@@ -196,6 +299,8 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
       leave(pool, mamba, *active[*it]);
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(*it));
     }
+    // Speculative decoding: the blocks that held only rejected drafts go back (Megatron's rewind).
+    for (Request* q : active) r.rewound_blocks += rewind_kv_blocks(pool, q->blocks, q->cached);
   }
   r.free_blocks_at_end = pool.free_blocks();
   r.free_mamba_slots_at_end = mamba.free_slots();
@@ -250,8 +355,37 @@ StatusOr<DynamicBudget> dynamic_budget(const DynamicBufferFlags& f, int64_t bloc
   return b;
 }
 
+int64_t rewind_kv_blocks(KvBlockPool& pool, std::vector<int32_t>& blocks, int64_t kept) {
+  const int64_t need = std::max<int64_t>(1, (kept + pool.block_tokens() - 1) / pool.block_tokens());
+  if (static_cast<int64_t>(blocks.size()) <= need) return 0;
+  const std::vector<int32_t> extra(blocks.begin() + need, blocks.end());
+  blocks.resize(static_cast<size_t>(need));
+  pool.release(extra);
+  return static_cast<int64_t>(extra.size());
+}
+
+Status check_speculative_decoding(const GPTModel& model, const EngineOptions& o) {
+  const int64_t n = o.num_speculative_tokens;
+  if (n == 0) return Status::Ok();
+  if (n < 0) return InvalidArgument("--num-speculative-tokens: expected a non-negative integer, found ", n);
+  if (MambaStatePool(model.config(), model.partition(), 1).has_layers())
+    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported ",
+                         "yet (their decoding states would have to be rolled back past the rejected drafts)");
+  if (model.num_mtp_layers() == 0)
+    return InvalidArgument("--num-speculative-tokens ", n, " needs a model with multi-token prediction layers ",
+                           "(--mtp-num-layers, as the checkpoint was trained with); found none");
+  if (n > model.num_mtp_layers())
+    return InvalidArgument("--num-speculative-tokens ", n, ": must be less than or equal to the number of MTP layers (",
+                           "--mtp-num-layers ", model.num_mtp_layers(), "): MTP layer k drafts the k-th token");
+  if (o.dynamic && n >= o.budget.block_tokens)
+    return InvalidArgument("--num-speculative-tokens (", n, ") must be < --inference-dynamic-batching-block-size (",
+                           o.budget.block_tokens, ")");
+  return Status::Ok();
+}
+
 StatusOr<EngineResult> run_inference_engine(GPTModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                             const EngineOptions& o) {
+  GALE_RETURN_IF_ERROR(check_speculative_decoding(model, o));
   std::vector<Request> all(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) return InvalidArgument("inference engine: prompt ", i, " is empty");
@@ -260,7 +394,11 @@ StatusOr<EngineResult> run_inference_engine(GPTModel& model, const std::vector<s
   }
   StatusOr<EngineResult> r = o.dynamic ? run_dynamic(model, all, o) : run_static(model, all, o);
   if (!r.ok()) return r.status();
-  for (Request& q : all) r->generated.push_back(std::move(q.out));
+  for (Request& q : all) {
+    r->generated.push_back(std::move(q.out));
+    r->drafted_per_request.push_back(q.drafted);
+    r->accepted_per_request.push_back(q.accepted);
+  }
   return r;
 }
 

@@ -27,6 +27,21 @@
 // then the step's forward runs, each request samples its next token, and a request that finished
 // (a stop token, max_new_tokens, or the last position) gives its blocks back at once.
 //
+// Speculative decoding (--num-speculative-tokens N, Megatron main's MTP speculative decoding, for
+// a model built with its --mtp-num-layers D ≥ N MTP layers): after a request's step has sampled
+// its next token t at position c (row ρ the last accepted row, h its decoder final-norm output), MTP
+// layer k = 0..N−1 drafts d_{k+1} from h_k (h_0 = h) and the token at position c + k (t, then
+// d_k), each request a sequence of ONE position (Megatron's forward_single_position: no KV cache
+// for the MTP layers), sampled as the main model's token of that step would be. The next step
+// feeds t, d_1..d_N (N + 1 rows at positions c..c + N); row j's sample o_j is emitted, and d_{j+1}
+// is accepted while it equals o_j (Megatron's rule, for greedy and sampling alike): with a
+// accepted, o_0..o_a are emitted (a + 1 tokens) and positions c + a + 1.. of the rejected drafts
+// roll back (the request's cached length drops; under dynamic batching the blocks holding only
+// them go back to the pool). Every emitted token is the main model's sample of its step (same
+// logits, same draws), so the tokens are those of N = 0. A request drafts fewer tokens near its
+// --max-new-tokens or the last position. Drafts per step need room in the request's blocks: a
+// decoding request pauses when its blocks cannot hold its N + 1 rows (N < the block size).
+//
 // A hybrid Mamba model (--is-hybrid-model): the blocks hold only its attention layers' keys and
 // values; each request also holds a Mamba state slot (model/mamba_state.h) from when it joins
 // (zero: its prefill starts the sequence) until it finishes — kept while it is paused — and the
@@ -84,6 +99,8 @@ struct EngineOptions {
   int64_t max_length = 0;        // the last position + 1 (--max-position-embeddings)
   std::vector<int32_t> stop_tokens;
   int64_t flash_decode_chunk = 0;  // --flash-decode (0: off)
+  // --num-speculative-tokens N (Megatron's; 0: off): see "Speculative decoding" above.
+  int64_t num_speculative_tokens = 0;
   // The next token of request `request` at its decode step `step` from its logits row.
   std::function<int32_t(const float* logits, int64_t request, int64_t step)> sample;
 };
@@ -102,7 +119,21 @@ struct EngineResult {
   // under dynamic batching the slots and those free at the end (all of them).
   int64_t mamba_state_bytes = 0;
   int64_t mamba_slots = 0, free_mamba_slots_at_end = 0;
+  // --num-speculative-tokens: the drafts fed to verification forwards and those accepted, in all
+  // and per request (input order); dynamic: the blocks rolled back (held only rejected drafts).
+  int64_t drafted = 0, accepted_drafts = 0, rewound_blocks = 0;
+  std::vector<int64_t> drafted_per_request, accepted_per_request;
 };
+
+// Megatron's checks of --num-speculative-tokens N > 0 (errors name the flag): N ≤ the model's MTP
+// layers (none: an error), N < the block size under dynamic batching; and what Gale does not do
+// (a model with Mamba or Gated DeltaNet layers, whose states cannot roll back).
+Status check_speculative_decoding(const GPTModel& model, const EngineOptions& options);
+
+// Speculative decoding's KV rollback (Megatron's rewind_kv_cache): a request whose positions
+// [0, kept) are the accepted ones keeps the blocks they need (at least one) and gives the blocks
+// after them, which held only rejected drafts, back to `pool`. Returns the blocks released.
+int64_t rewind_kv_blocks(KvBlockPool& pool, std::vector<int32_t>& blocks, int64_t kept);
 
 // Generates for every prompt (each non-empty and shorter than max_length) with `model` (the whole
 // model on one process; multi-latent and DeepSeek sparse attention too).

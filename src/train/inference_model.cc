@@ -100,7 +100,7 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   return check_hybrid_inference(args);
 }
 
-StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed) {
+StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed, bool keep_mtp_layers) {
   auto m = std::make_unique<InferenceModel>();
   // A Megatron checkpoint (torch, torch_dist or torch_dcp format) is read through a temporary Gale copy.
   std::optional<TemporaryGaleCheckpoint> megatron_copy;
@@ -133,8 +133,8 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
   base.lora = LoraArgs{};  // --lora-load: the adapters are merged into the base weights below
   // Multi-token prediction is a training objective: as Megatron's inference, the model is built
   // without its MTP layers (from --mtp-num-layers or the checkpoint's args) and their tensors in
-  // the checkpoint are not read.
-  base.model.mtp_num_layers = kUnset;
+  // the checkpoint are not read; speculative decoding keeps them to draft tokens.
+  if (!keep_mtp_layers) base.model.mtp_num_layers = kUnset;
   m->config = model_config_from_args(base);
   m->ops = std::make_unique<OpTable>(reference_ops());
   GALE_RETURN_IF_ERROR(install_all_fused_kernels(*m->ops, detected_isa()));  // the same results (tests/kernels), faster

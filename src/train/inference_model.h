@@ -9,7 +9,8 @@
 // With --lora-load (and the --lora-r / --lora-alpha / --lora-target-modules it was trained with)
 // the adapters are merged into the base weights at load (train/lora_merge.h). A checkpoint trained
 // with --mtp-num-layers loads too: the model is built without the multi-token-prediction layers and
-// their tensors are ignored (as Megatron's inference does). With --use-ema the weights are the
+// their tensors are ignored (as Megatron's inference does), unless they draft tokens for
+// speculative decoding (keep_mtp_layers). With --use-ema the weights are the
 // parameter EMA a `gale pretrain --optimizer-selection fused_ema_adamw` checkpoint holds
 // (optimizer.ema_params.<name>; ckpt/model_checkpoint.h ema_weight_name); a checkpoint without it
 // is an error.
@@ -58,8 +59,10 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser);
 // Builds the tokenizer and the model and loads the parameters of the checkpoint at
 // args.checkpoint.load (errors name the file or tensor). `seed` is the model's seed (dropout is off).
 // With --use-checkpoint-args the padded vocabulary is the checkpoint's; a tokenizer with more
-// tokens than it is an error.
-StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed);
+// tokens than it is an error. With `keep_mtp_layers` (`gale generate --num-speculative-tokens`) a
+// model with --mtp-num-layers keeps its MTP layers, read from the checkpoint, to draft tokens.
+StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, int64_t seed,
+                                                               bool keep_mtp_layers = false);
 
 // log p(ids[s + 1] | ids[0..s]) from one row of logits over the tokenizer's `vocab` (the padded
 // rows beyond it are not part of the distribution).

@@ -35,6 +35,17 @@ TEST(MegatronFlags, RefusedFlagsNameThemselves) {
   }
 }
 
+// Megatron main's --num-speculative-tokens (an inference flag in arguments.py): `gale pretrain`
+// accepts it with a note naming `gale generate`, where it runs (tests/train/speculative_decoding_test.cc).
+TEST(MegatronFlags, NumSpeculativeTokensIsAnInferenceFlag) {
+  PretrainCli cli;
+  ASSERT_TRUE(cli.parse_minimal({"--num-speculative-tokens", "2"}).ok());
+  const std::vector<std::string> n = cli.parser.compat_notices();
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].rfind("--num-speculative-tokens: a flag of Megatron's inference engine: `gale generate` takes it", 0),
+            0u) << n[0];
+}
+
 TEST(MegatronFlags, MegatronsOwnErrorsForRemovedFlags) {
   expect_one_line_error({{"--batch-size", "4"}, 1, "--batch-size: no longer valid, use --micro-batch-size instead"});
   expect_one_line_error({{"--warmup", "0.1"}, 1, "--warmup: no longer valid, use --lr-warmup-fraction instead"});
