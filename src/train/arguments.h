@@ -763,6 +763,9 @@ struct MoeArgs {
   int64_t num_experts = kUnset;  // 0 is turned into None, as Megatron
   // --moe-use-upcycling: --load holds a dense checkpoint, copied into every expert (train/checkpointing.h).
   bool moe_use_upcycling = false;
+  // --moe-upcycling-granularity G: the dense FFN is G × --ffn-hidden-size, cut into G expert slices
+  // (train/moe_upcycling.h).
+  int64_t moe_upcycling_granularity = 1;
   int64_t moe_router_topk = 2;
   // --moe-router-load-balancing-type and --moe-aux-loss-coeff take one value or several (Megatron's
   // nargs='+'): one (as Megatron turns a one-element list into a scalar) lands in the scalar fields,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "train/arguments.h"
+#include "train/moe_upcycling.h"
 
 namespace gale {
 
@@ -14,6 +15,10 @@ void add_moe_args(ArgParser& p, MoeArgs& a) {
   p.add_flag("--moe-use-upcycling", &a.moe_use_upcycling,
              "load the dense checkpoint in --load, copy each MLP into every expert of its layer (routers start "
              "afresh), save the MoE model to --save at iteration 1 and train it from iteration 0 (Megatron)");
+  p.add("--moe-upcycling-granularity", &a.moe_upcycling_granularity,
+        "granular upcycling: how many times smaller the experts' FFN hidden size is than the dense FFN's; the "
+        "dense checkpoint has --ffn-hidden-size x this, each dense MLP is cut into this many expert slices; 1: "
+        "every expert is a whole copy (Megatron)");
   p.add_list("--moe-aux-loss-coeff", &a.moe_aux_loss_coeffs,
              "load-balancing loss coefficient (0 disables it); with a list of load-balancing types, one per type",
              "0.0");
@@ -376,21 +381,18 @@ int64_t expert_grid_ep_size(const Arguments& a) {
   return a.parallel.expert_model_parallel_size * (a.moe.moe_tp_extend_ep ? a.parallel.tensor_model_parallel_size : 1);
 }
 
-// Megatron's --moe-use-upcycling copies each dense MLP whole into every expert of its layer.
+// Megatron's --moe-use-upcycling (train/moe_upcycling.h): the flags its upcycling needs, and its
+// checks on the granularity, the FFN sizes, the number of experts and the activation.
 static Status validate_moe_upcycling(const Arguments& a) {
   const MoeArgs& m = a.moe;
   if (a.checkpoint.save.empty()) return InvalidArgument("When using upcycling, the --save option must be specified.");
   if (a.checkpoint.load.empty())
     return InvalidArgument("--moe-use-upcycling needs --load (the dense checkpoint to upcycle), found none");
-  if (m.moe_ffn_hidden_size != a.model.ffn_hidden_size)
-    return Unimplemented("--moe-use-upcycling with --moe-ffn-hidden-size ", m.moe_ffn_hidden_size,
-                         ": not supported yet (each expert is a copy of the dense MLP: expected --ffn-hidden-size ",
-                         a.model.ffn_hidden_size, ")");
   if (m.moe_shared_expert_intermediate_size != kUnset)
     return Unimplemented("--moe-use-upcycling with --moe-shared-expert-intermediate-size: not supported yet (the "
                          "dense MLP is copied into the routed experts only, as in Megatron)");
   if (a.lora.enabled()) return Unimplemented("--moe-use-upcycling with --lora-target-modules: not supported yet");
-  return Status::Ok();
+  return make_upcycling_plan(a).status();
 }
 
 double MoeArgs::aux_loss_coeff(const std::string& type) const {

@@ -20,6 +20,7 @@
 #include "train/grad_sync.h"
 #include "train/megatron_checkpoint.h"
 #include "train/megatron_moe_names.h"
+#include "train/moe_upcycling.h"
 
 namespace gale {
 
@@ -380,19 +381,6 @@ bool in_set(const ParamSpec& s, ParamSet set) {
   return set == ParamSet::kAll || set == ParamSet::kUpcycle || (set == ParamSet::kTrainable) == s.trainable;
 }
 
-// --moe-use-upcycling: the dense checkpoint's tensor a MoE parameter is read from, "" for none.
-// An expert's weight or bias is the dense MLP's (decoder.layers.L.mlp.experts.local_experts.E.X ->
-// decoder.layers.L.mlp.X); the router keeps its initial values (Megatron's upcycling takes the MoE
-// model's router); everything else has the same name in both.
-std::string upcycling_source(const std::string& name) {
-  static const std::string kExperts = ".mlp.experts.local_experts.", kRouter = ".mlp.router.";
-  if (name.find(kRouter) != std::string::npos) return "";
-  const size_t at = name.find(kExperts);
-  if (at == std::string::npos) return name;
-  const size_t rest = name.find('.', at + kExperts.size());  // after the expert index
-  return name.substr(0, at) + ".mlp." + name.substr(rest + 1);
-}
-
 // Megatron's checkpoint_exists: `dir` is given and has a tracker file.
 bool checkpoint_exists(const std::string& dir) {
   return !dir.empty() && std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt");
@@ -457,7 +445,18 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
   print_rank0(str_cat(" loading checkpoint from ", shown, " at iteration ", r.iteration()));
   // The model shape must match: compare the saved configuration first, for a one-line error.
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));
-  const nlohmann::json current = checkpoint_model_section(engine.chunks.front()->config());
+  nlohmann::json current = checkpoint_model_section(engine.chunks.front()->config());
+  UpcyclingPlan upcycling;
+  if (set == ParamSet::kUpcycle) {  // the dense model: FFN --ffn-hidden-size x --moe-upcycling-granularity
+    GALE_ASSIGN_OR_RETURN(upcycling, make_upcycling_plan(args));
+    if (saved_model.value("ffn_hidden_size", nlohmann::json()) != nlohmann::json(upcycling.dense_ffn))
+      return FailedPrecondition("--moe-use-upcycling: checkpoint ", r.directory(), " was saved with ffn_hidden_size = ",
+                                saved_model.value("ffn_hidden_size", nlohmann::json()).dump(),
+                                "; expected the dense model's --ffn-hidden-size ", args.model.ffn_hidden_size,
+                                " x --moe-upcycling-granularity ", args.moe.moe_upcycling_granularity, " = ",
+                                upcycling.dense_ffn);
+    current["ffn_hidden_size"] = upcycling.dense_ffn;
+  }
   for (const auto& [key, value] : current.items()) {
     if (!saved_model.contains(key) || saved_model[key] != value)
       return FailedPrecondition("checkpoint ", r.directory(), " does not match this model: it was saved with ", key,
@@ -497,9 +496,22 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     for (int id = 0; id < pb.size(); ++id) {
       const ParamSpec& s = pb.spec(id);
       if (!in_set(s, set)) continue;
-      const std::string source =
-          set == ParamSet::kUpcycle ? upcycling_source(s.whole_model_name()) : s.whole_model_name();
-      if (source.empty()) continue;
+      if (set == ParamSet::kUpcycle) {  // each piece from its slice of the dense tensor (train/moe_upcycling.h)
+        if (s.fp8_state_buffer && !r.has_tensor(s.whole_model_name())) continue;
+        Tensor param = pb.param_values(id);
+        for (const Piece& piece : pieces_of(s))
+          for (const UpcyclingSource& src : upcycling_sources(upcycling, s, piece.offsets, piece.rows)) {
+            if (src.name.empty()) continue;
+            Tensor dst = rows_of(param, piece.first_row + src.first_row, src.rows);
+            GALE_RETURN_IF_ERROR(r.read_slice_into(src.name, src.global_shape, src.offsets, dst));
+            if (src.scale != 1.0f)
+              for (float* v = dst.data<float>(); v != dst.data<float>() + dst.numel(); ++v) *v *= src.scale;
+          }
+        if (is_router_weight(s.whole_model_name())) upcycle_router_rows(upcycling, param);
+        if (pb.is_split(id)) pb.set_param_values(id, param.data<float>());
+        continue;
+      }
+      const std::string& source = s.whole_model_name();
       // --fp8-recipe delayed's state from a checkpoint saved without it: the initial state stands.
       if (s.fp8_state_buffer && !r.has_tensor(source)) continue;
       Tensor param = pb.param_values(id);  // a copy under --reuse-fp32-param: stored split below
@@ -790,6 +802,11 @@ Status upcycle_checkpoint(const Arguments& args, Engine& engine, TrainerState& s
                               "runs should remove this flag.");
   if (!checkpoint_exists(ca.load) && ca.ckpt_step == kUnset)
     return NotFound("--moe-use-upcycling: --load ", ca.load, " holds no checkpoint (no latest_checkpointed_iteration.txt)");
+  GALE_ASSIGN_OR_RETURN(const UpcyclingPlan plan, make_upcycling_plan(args));
+  if (args.moe.moe_router_topk % plan.granularity != 0)
+    warn_rank0(str_cat("--moe-use-upcycling with granularity ", plan.granularity, " and --moe-router-topk ",
+                       args.moe.moe_router_topk, ": the top-k cannot take whole groups of ", plan.granularity,
+                       " tied experts, so the upcycled model does not start as the dense one"));
   bool loaded = false;
   // The weights and the trainer state (iteration, consumed samples, FLOPs) of the dense run; no
   // optimizer state or RNG (Megatron turns both off for upcycling).

@@ -342,6 +342,7 @@ const std::vector<MegatronDest>& megatron_dests() {
       {"moe_layer_recompute", "--moe-layer-recompute", MegatronDest::kTrue, MegatronDest::kString, "False"},
       {"moe_extended_tp", "--moe-extended-tp", MegatronDest::kTrue, MegatronDest::kString, "False"},
       {"moe_use_upcycling", "--moe-use-upcycling", MegatronDest::kTrue, MegatronDest::kString, "False"},
+      {"moe_upcycling_granularity", "--moe-upcycling-granularity", MegatronDest::kValue, MegatronDest::kInt, "1"},
       {"moe_router_load_balancing_type", "--moe-router-load-balancing-type", MegatronDest::kList, MegatronDest::kString, "aux_loss"},
       {"moe_router_dtype", "--moe-router-dtype", MegatronDest::kValue, MegatronDest::kString, "None"},
       {"moe_router_score_function", "--moe-router-score-function", MegatronDest::kValue, MegatronDest::kString, "softmax"},
