@@ -70,8 +70,6 @@ TEST(DdpPrecisionFeature, ReduceScatterOffWithMegatronsWarningWhenGradientsAccum
 }
 
 TEST(DdpPrecisionFeature, ReduceScatterRefusals) {
-  const std::vector<std::string> base = {"--bf16", "--grad-reduce-in-bf16", "--use-distributed-optimizer",
-                                         "--ddp-reduce-scatter-with-fp32-accumulation"};
   // --grad-reduce-in-bf16 refuses several instances itself; fp32 training reaches this rule.
   expect_one_line_refusal({"--use-distributed-optimizer", "--ddp-reduce-scatter-with-fp32-accumulation",
                            "--num-distributed-optimizer-instances", "2"},

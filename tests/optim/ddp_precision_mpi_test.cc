@@ -125,36 +125,46 @@ TEST(DdpPrecision, Fp32AccumulationWithOverlappedBuckets) {
   }
 }
 
-// Three micro-batches, bf16 gradient buffer: p1 and p3 accumulate in f32 and are rounded once.
+// Three micro-batches, bf16 gradient buffer: p1 and p3 accumulate in f32 and are rounded once, before
+// the bucket's scaling (Megatron copies main_grad into the bf16 buffer, then scales it there): with a
+// factor of 0.3 (DataParallelConfig::grad_scale) bf16(bf16(sum)·0.3), not bf16(sum·0.3).
 TEST(DdpPrecision, Fp32LocalAccumulationRoundsOnceBeforeTheReduction) {
-  ParamBuffer pb = testing::small_param_buffer();
-  const std::vector<int> promoted = fp32_local_accumulation_params(pb, {"p1", "p[3]"});
-  ASSERT_EQ(promoted, (std::vector<int>{1, 3}));
-  DataParallelConfig c;
-  c.reduce_in_bf16 = true;
-  c.fp32_local_accumulation = promoted;
-  DataParallelSync sync(&pb, make_self_communicator("dp"), c);
-  sync.start_iteration(3);
-  float* g = pb.flat_grads().data<float>();
-  std::vector<int> all;
-  for (int id = 0; id < pb.size(); ++id) all.push_back(id);
-  for (int mb = 0; mb < 3; ++mb) {
-    for (int64_t i = 0; i < pb.numel(); ++i) g[i] += local_grad(mb, i);
-    sync.round_grads_to_bf16(all);
-  }
-  sync.finish_grad_sync();
-  int64_t differ = 0;
-  for (int id = 0; id < pb.size(); ++id) {
-    const ParamSpec& s = pb.spec(id);
-    const bool f32 = id == 1 || id == 3;
-    for (int64_t i = s.offset; i < s.offset + s.local_numel(); ++i) {
-      const float fp32_sum = local_grad(0, i) + local_grad(1, i) + local_grad(2, i);
-      const float rounded_each = bf16_round(bf16_round(bf16_round(local_grad(0, i)) + local_grad(1, i)) + local_grad(2, i));
-      ASSERT_EQ(g[i], f32 ? bf16_round(fp32_sum) : rounded_each) << s.name << " element " << i;
-      differ += f32 && bf16_round(fp32_sum) != rounded_each;
+  for (double scale : {0.0, 0.3}) {
+    ParamBuffer pb = testing::small_param_buffer();
+    const std::vector<int> promoted = fp32_local_accumulation_params(pb, {"p1", "p[3]"});
+    ASSERT_EQ(promoted, (std::vector<int>{1, 3}));
+    DataParallelConfig c;
+    c.reduce_in_bf16 = true;
+    c.fp32_local_accumulation = promoted;
+    c.grad_scale = scale;
+    DataParallelSync sync(&pb, make_self_communicator("dp"), c);
+    sync.start_iteration(3);
+    float* g = pb.flat_grads().data<float>();
+    std::vector<int> all;
+    for (int id = 0; id < pb.size(); ++id) all.push_back(id);
+    for (int mb = 0; mb < 3; ++mb) {
+      for (int64_t i = 0; i < pb.numel(); ++i) g[i] += local_grad(mb, i);
+      sync.round_grads_to_bf16(all);
     }
+    sync.finish_grad_sync();
+    const float factor = scale > 0.0 ? static_cast<float>(scale) : 1.0f;
+    int64_t differ = 0, differ_scaling = 0;
+    for (int id = 0; id < pb.size(); ++id) {
+      const ParamSpec& s = pb.spec(id);
+      const bool f32 = id == 1 || id == 3;
+      for (int64_t i = s.offset; i < s.offset + s.local_numel(); ++i) {
+        const float fp32_sum = local_grad(0, i) + local_grad(1, i) + local_grad(2, i);
+        const float rounded_each =
+            bf16_round(bf16_round(bf16_round(local_grad(0, i)) + local_grad(1, i)) + local_grad(2, i));
+        const float expected = bf16_round((f32 ? bf16_round(fp32_sum) : rounded_each) * factor);
+        ASSERT_EQ(g[i], expected) << s.name << " element " << i << " scale " << scale;
+        differ += f32 && bf16_round(fp32_sum) != rounded_each;
+        differ_scaling += f32 && expected != bf16_round(fp32_sum * factor);
+      }
+    }
+    EXPECT_GT(differ, 0) << "the inputs must tell the two accumulations apart";
+    if (scale > 0.0) EXPECT_GT(differ_scaling, 0) << "and rounding before the scaling from rounding after it";
   }
-  EXPECT_GT(differ, 0) << "the inputs must tell the two accumulations apart";
 }
 
 TEST(DdpPrecision, PatternsAreFnmatchOnParameterNamesWithAll) {
