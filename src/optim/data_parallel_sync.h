@@ -27,8 +27,9 @@
 // was and is meaningless). A bucket whose size is not a multiple of dp is reduced through a padded
 // staging copy, so the collective's blocks stay equal (Megatron pads the buffer itself instead).
 //
-// All collectives go to the data-parallel communicator from the calling thread, in an order that
-// is the same on every data-parallel rank (they run the same backward and forward).
+// All collectives go to the data-parallel communicator (the parameter all-gathers to
+// DataParallelConfig::all_gather_group when set) from the calling thread, in an order that is the
+// same on every data-parallel rank (they run the same backward and forward).
 #pragma once
 
 #include <cstdint>

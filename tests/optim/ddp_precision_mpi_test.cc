@@ -269,6 +269,35 @@ TEST(DdpPrecision, TrainsAtDp2WithinToleranceOfTheF32Reduction) {
   EXPECT_EQ(testing::param_bits(plain), testing::param_bits(acc));
 }
 
+// DP4 with EP2 (expert-dp 2): both syncs gather on their duplicates (the dense one over dp-cp, the
+// expert one over expert-dp), and the run is the one without the flag bit for bit.
+TEST(DdpPrecision, AllGatherGroupsWithExpertParallelismAreBitIdentical) {
+  Comm world = test::world();
+  if (world->size() != 4) GTEST_SKIP() << "needs DP4 with EP2";
+  const std::vector<std::string> flags = testing::join(
+      {testing::tiny_mixtral_flags(4, "alltoall"),
+       {"--expert-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-param-gather",
+        "--overlap-grad-reduce", "--train-iters", "4"}});
+  testing::CheckpointRun plain(flags, world, testing::kTinyVocab);
+  testing::CheckpointRun ag(testing::join({flags, {"--create-all-gather-group"}}), world, testing::kTinyVocab);
+  ASSERT_EQ(ag.engine->ps.expert_dp()->size(), 2);
+  for (const auto* syncs : {&ag.engine->dp_sync, &ag.engine->expert_dp_sync}) {
+    ASSERT_FALSE(syncs->empty());
+    const DataParallelSync& s = *syncs->front();
+    EXPECT_NE(s.param_gather_group().get(), s.group().get());
+    EXPECT_EQ(s.param_gather_group()->world_ranks(), s.group()->world_ranks());
+  }
+  EXPECT_EQ(plain.engine->dp_sync[0]->param_gather_group().get(), plain.engine->dp_sync[0]->group().get());
+  EXPECT_EQ(plain.train(3), ag.train(3));
+  EXPECT_EQ(testing::param_bits(plain), testing::param_bits(ag));
+  const Comm& edp_ag = ag.engine->expert_dp_sync[0]->param_gather_group();
+  EXPECT_GT(edp_ag->stats().calls[static_cast<int>(CommOp::kAllGather)], 0) << "the expert all-gathers ran there";
+  EXPECT_EQ(ag.engine->ps.expert_dp()->stats().calls[static_cast<int>(CommOp::kAllGather)],
+            plain.engine->ps.expert_dp()->stats().calls[static_cast<int>(CommOp::kAllGather)] -
+                edp_ag->stats().calls[static_cast<int>(CommOp::kAllGather)])
+      << "and not on the expert-dp group";
+}
+
 // One process, 4 micro-batches: with 'all' every gradient is the bf16 rounding of the f32 run's
 // accumulated gradient, bit for bit; with a pattern only the matched parameters are, the others are
 // those of the run without patterns (rounded every micro-batch), which differ somewhere.
