@@ -12,7 +12,9 @@
 // Supported: ReduceOp::kSum over DType::kBF16, kF16 or kF32 (f32: the same all-to-all and sequential
 // f32 sum; Megatron's function also accepts its f32 buffers). `recv` may lie inside `send` (Megatron
 // writes the sum into the rank's own shard of the bucket): it is written only after the all-to-all
-// completed, by wait(). `send` and `recv` must stay untouched until then.
+// completed, by wait(). `send` and `recv` must stay untouched until then. The local sum runs on the
+// CPU: `recv` must be host memory (Gale's gradient buffers are; NCCL stages host buffers through the
+// device, comm/nccl_communicator.h).
 #pragma once
 
 #include <cstdint>
