@@ -20,8 +20,10 @@ bool fnmatch_name(const std::string& name, const std::string& pattern) {
   return ::fnmatch(pattern.c_str(), name.c_str(), FNM_NOESCAPE) == 0;
 }
 
-std::vector<int> fp32_local_accumulation_params(const ParamBuffer& params, const std::vector<std::string>& patterns) {
+std::vector<int> fp32_local_accumulation_params(const ParamBuffer& params, const std::vector<std::string>& patterns,
+                                                std::vector<std::string>* matched) {
   std::vector<int> ids;
+  if (matched) matched->clear();
   if (patterns.empty()) return ids;
   for (int id = 0; id < params.size(); ++id) {
     const ParamSpec& spec = params.spec(id);
@@ -29,6 +31,7 @@ std::vector<int> fp32_local_accumulation_params(const ParamBuffer& params, const
     for (const std::string& pattern : patterns)
       if (pattern == "all" || fnmatch_name(spec.name, pattern)) {
         ids.push_back(id);
+        if (matched) matched->push_back(pattern);
         break;
       }
   }

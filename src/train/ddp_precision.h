@@ -26,7 +26,9 @@ bool reduce_scatter_with_fp32_accumulation(const Arguments& args);
 bool fnmatch_name(const std::string& name, const std::string& pattern);
 
 // The ids of `params`' trainable parameters whose name matches one of `patterns` ('all': every one),
-// ascending (Megatron's promotion of their main_grad to fp32).
-std::vector<int> fp32_local_accumulation_params(const ParamBuffer& params, const std::vector<std::string>& patterns);
+// ascending (Megatron's promotion of their main_grad to fp32); `matched`, when given, receives the
+// first pattern each one matched.
+std::vector<int> fp32_local_accumulation_params(const ParamBuffer& params, const std::vector<std::string>& patterns,
+                                                std::vector<std::string>* matched = nullptr);
 
 }  // namespace gale

@@ -1,6 +1,7 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
 #include "train/data_parallel_random_init.h"
+#include "core/log.h"
 #include "train/ddp_precision.h"
 #include "train/expert_placer.h"
 
@@ -364,9 +365,17 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.reduce_in_bf16 = args.training.bf16_grad_reduce();  // --grad-reduce-in-bf16, --main-grads-dtype bf16
     // Megatron's DDP precision flags (train/ddp_precision.h) and --create-all-gather-group.
     dc.reduce_scatter_with_fp32_accumulation = element_wise && reduce_scatter_with_fp32_accumulation(args);
-    if (dc.reduce_in_bf16)
-      dc.fp32_local_accumulation =
-          fp32_local_accumulation_params(model->params(), par.ddp_param_name_patterns_for_fp32_local_accumulation);
+    if (dc.reduce_in_bf16) {
+      std::vector<std::string> matched;
+      dc.fp32_local_accumulation = fp32_local_accumulation_params(
+          model->params(), par.ddp_param_name_patterns_for_fp32_local_accumulation, &matched);
+      // Megatron's log_on_each_pipeline_stage: the first tensor- and data-parallel rank of each stage.
+      const RankCoords& at = engine->ps.coords();
+      if (at.tp == 0 && at.dp == 0 && at.cp == 0)
+        for (size_t i = 0; i < matched.size(); ++i)
+          print_all(str_cat("Matched ", model->params().spec(dc.fp32_local_accumulation[i]).name, " with '",
+                            matched[i], "'; promoting main_grad.type from torch.bfloat16 to torch.float32!"));
+    }
     dc.all_gather_group = all_gather_group;
     if (par.param_and_grad_buffer_pad > 0)  // bytes of the f32 buffers, in elements
       dc.buffer_pad = par.param_and_grad_buffer_pad / static_cast<int64_t>(sizeof(float));

@@ -176,6 +176,9 @@ TEST(DdpPrecision, PatternsAreFnmatchOnParameterNamesWithAll) {
   ParamBuffer pb = testing::small_param_buffer();
   EXPECT_EQ(fp32_local_accumulation_params(pb, {"all"}).size(), 6u);
   EXPECT_EQ(fp32_local_accumulation_params(pb, {"x*", "p5"}), (std::vector<int>{5}));
+  std::vector<std::string> matched;  // the first pattern each matched, in Megatron's order
+  EXPECT_EQ(fp32_local_accumulation_params(pb, {"p[24]", "all"}, &matched), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(matched, (std::vector<std::string>{"all", "all", "p[24]", "all", "p[24]", "all"}));
   EXPECT_TRUE(fp32_local_accumulation_params(pb, {}).empty());
 }
 
