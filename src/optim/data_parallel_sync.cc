@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/reduce_scatter_fp32_accumulation.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizer.h"
 
@@ -26,6 +27,11 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
   GALE_CHECK(dp_) << "data-parallel sync needs the data-parallel group";
   GALE_CHECK(!config_.inter_instance || config_.use_distributed_optimizer)
       << "several distributed-optimizer instances need the distributed optimizer";
+  GALE_CHECK(!config_.inter_instance || !config_.reduce_scatter_with_fp32_accumulation)
+      << "--ddp-reduce-scatter-with-fp32-accumulation: not supported with --num-distributed-optimizer-instances > 1 "
+         "(Megatron's rule)";
+  GALE_CHECK(!config_.all_gather_group || config_.all_gather_group->world_ranks() == dp_->world_ranks())
+      << "--create-all-gather-group: the all-gather group must hold the data-parallel group's ranks";
   dp_size_ = dp_->size();
   dp_rank_ = dp_->rank();
   GALE_CHECK(config_.context_parallel_size >= 1 && dp_size_ % config_.context_parallel_size == 0)
@@ -39,6 +45,8 @@ DataParallelSync::DataParallelSync(ParamBuffer* params, Comm dp, DataParallelCon
   bucket_of_param_.assign(static_cast<size_t>(params_->size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int id : buckets_[b].param_ids) bucket_of_param_[static_cast<size_t>(id)] = static_cast<int>(b);
+  fp32_local_.assign(static_cast<size_t>(params_->size()), false);
+  for (int id : config_.fp32_local_accumulation) fp32_local_.at(static_cast<size_t>(id)) = true;
   state_.resize(buckets_.size());
   ready_count_.assign(static_cast<size_t>(params_->size()), 0);
   // The forward runs the buffer backwards: from the last bucket (the embedding end) to bucket 0.
@@ -99,6 +107,7 @@ void DataParallelSync::round_grads_to_bf16(const std::vector<int>& param_ids) {
   float* grads = params_->flat_grads().data<float>();
   for (int id : param_ids) {
     if (bucket_of_param_[static_cast<size_t>(id)] < 0) continue;  // another sync's region, or frozen
+    if (fp32_local_[static_cast<size_t>(id)]) continue;            // accumulates in f32 (start_grad_reduce rounds it)
     const ParamSpec& spec = params_->spec(id);
     float* g = grads + spec.offset;
     for (int64_t i = 0, n = spec.local_numel(); i < n; ++i) g[i] = bf16_to_float(float_to_bf16(g[i]));
@@ -115,6 +124,15 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   float* grads = params_->flat_grads().data<float>();
   float* g = grads + bucket.range.begin;
   const int64_t n = bucket.numel();
+  // --ddp-param-name-patterns-for-fp32-local-accumulation: Megatron copies the f32 main_grad into
+  // the bf16 buffer (one rounding) before scaling it there.
+  if (config_.reduce_in_bf16)
+    for (int id : bucket.param_ids)
+      if (fp32_local_[static_cast<size_t>(id)]) {
+        const ParamSpec& spec = params_->spec(id);
+        float* pg = grads + spec.offset;
+        for (int64_t i = 0, m = spec.local_numel(); i < m; ++i) pg[i] = bf16_to_float(float_to_bf16(pg[i]));
+      }
   // Megatron's gradient_scaling_factor (times CP: the cp ranks' partial gradients add up), then sum.
   scale_inplace(g, n, bucket_scale());
   if (config_.reduce_in_bf16) {
@@ -128,14 +146,19 @@ void DataParallelSync::start_grad_reduce(size_t b) {
   }
   const int64_t shard = bucket.shard_numel(dp_size_);
   if (bucket.padded_numel == n) {
-    s.grad_work = dp_->reduce_scatter_async(g, g + dp_rank_ * shard, shard, DType::kF32, ReduceOp::kSum);
+    s.grad_work = reduce_scatter(g, g + dp_rank_ * shard, shard, DType::kF32);
     return;
   }
   s.grad_staging = Tensor::zeros({bucket.padded_numel});
   std::memcpy(s.grad_staging.raw(), g, static_cast<size_t>(n) * sizeof(float));
   s.shard_staging = Tensor::empty({shard});
-  s.grad_work =
-      dp_->reduce_scatter_async(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32, ReduceOp::kSum);
+  s.grad_work = reduce_scatter(s.grad_staging.raw(), s.shard_staging.raw(), shard, DType::kF32);
+}
+
+WorkPtr DataParallelSync::reduce_scatter(const void* send, void* recv, int64_t shard, DType dtype) {
+  if (config_.reduce_scatter_with_fp32_accumulation)
+    return reduce_scatter_with_fp32_accumulation(*dp_, send, recv, shard, dtype, ReduceOp::kSum);
+  return dp_->reduce_scatter_async(send, recv, shard, dtype, ReduceOp::kSum);
 }
 
 void DataParallelSync::start_bf16_grad_reduce(size_t b) {
@@ -156,7 +179,7 @@ void DataParallelSync::start_bf16_grad_reduce(size_t b) {
   }
   const int64_t shard = bucket.shard_numel(dp_size_);
   s.bf16_shard = Tensor::empty({shard}, DType::kBF16);
-  s.grad_work = dp_->reduce_scatter_async(s.bf16_staging.raw(), s.bf16_shard.raw(), shard, DType::kBF16, ReduceOp::kSum);
+  s.grad_work = reduce_scatter(s.bf16_staging.raw(), s.bf16_shard.raw(), shard, DType::kBF16);
 }
 
 void DataParallelSync::finish_grad_sync() {
@@ -209,14 +232,14 @@ void DataParallelSync::start_param_gather(size_t b) {
   const int64_t n = bucket.numel(), shard = bucket.shard_numel(dp_size_);
   // --reuse-fp32-param: the buffer holds split weights, so the f32 values travel through staging.
   if (bucket.padded_numel == n && !params_->reuses_fp32()) {
-    s.param_work = dp_->all_gather_async(p + dp_rank_ * shard, p, shard, DType::kF32);
+    s.param_work = param_gather_group()->all_gather_async(p + dp_rank_ * shard, p, shard, DType::kF32);
     return;
   }
   s.param_staging = Tensor::zeros({bucket.padded_numel});
   float* staging = s.param_staging.data<float>();
   const FlatRange own = bucket_shard(bucket, dp_size_, dp_rank_);
   if (own.size() > 0) params_->read_values(own.begin, own.size(), staging + dp_rank_ * shard);
-  s.param_work = dp_->all_gather_async(staging + dp_rank_ * shard, staging, shard, DType::kF32);
+  s.param_work = param_gather_group()->all_gather_async(staging + dp_rank_ * shard, staging, shard, DType::kF32);
 }
 
 void DataParallelSync::finish_param_gather(size_t b) {

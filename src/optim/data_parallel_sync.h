@@ -27,8 +27,9 @@
 // was and is meaningless). A bucket whose size is not a multiple of dp is reduced through a padded
 // staging copy, so the collective's blocks stay equal (Megatron pads the buffer itself instead).
 //
-// All collectives go to the data-parallel communicator from the calling thread, in an order that
-// is the same on every data-parallel rank (they run the same backward and forward).
+// All collectives go to the data-parallel communicator (the parameter all-gathers to
+// DataParallelConfig::all_gather_group when set) from the calling thread, in an order that is the
+// same on every data-parallel rank (they run the same backward and forward).
 #pragma once
 
 #include <cstdint>
@@ -92,6 +93,22 @@ struct DataParallelConfig {
   // DataParallelSync::round_grads_to_bf16 after each micro-batch's contribution, so that it holds
   // what Megatron's bf16 buffer holds (each accumulation summed in f32 and rounded to bf16 once).
   bool reduce_in_bf16 = false;
+  // Megatron's --ddp-reduce-scatter-with-fp32-accumulation (with use_distributed_optimizer; without
+  // it the buckets are all-reduced as before): each bucket's reduce-scatter is an all-to-all of its
+  // (bf16 with reduce_in_bf16, else f32) values followed by a local f32 sum in rank order, rounded
+  // once (comm/reduce_scatter_fp32_accumulation.h). Not with inter_instance (Megatron's rule).
+  bool reduce_scatter_with_fp32_accumulation = false;
+  // Megatron's --ddp-param-name-patterns-for-fp32-local-accumulation: the parameters (ids) whose
+  // gradients accumulate across micro-batches in f32 even with reduce_in_bf16 (Megatron gives them a
+  // separate f32 main_grad): round_grads_to_bf16 leaves them alone, and their accumulated f32 sum is
+  // rounded to bf16 once, when their bucket's reduction starts (Megatron's copy into the bf16 buffer),
+  // before the scaling. Without reduce_in_bf16 the buffer is f32 and they change nothing.
+  std::vector<int> fp32_local_accumulation;
+  // Megatron's --create-all-gather-group: a second communicator over the same ranks as `dp` (its
+  // duplicate, comm::make_group) that carries the distributed optimizer's parameter all-gathers, so
+  // that they need not queue behind the gradient reduce-scatters on `dp` (collectives of one
+  // communicator run in issue order; of two, concurrently). Null: the all-gathers use `dp`.
+  Comm all_gather_group;
 };
 
 class DataParallelSync {
@@ -105,6 +122,8 @@ class DataParallelSync {
   const DataParallelConfig& config() const { return config_; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const Comm& group() const { return dp_; }
+  // The communicator of the parameter all-gathers: DataParallelConfig::all_gather_group, else group().
+  const Comm& param_gather_group() const { return config_.all_gather_group ? config_.all_gather_group : dp_; }
   int64_t dp_size() const { return dp_size_; }
   int64_t dp_rank() const { return dp_rank_; }
   bool sharded() const { return config_.use_distributed_optimizer; }
@@ -122,8 +141,9 @@ class DataParallelSync {
   void start_iteration(int64_t num_microbatches);
   void on_grads_ready(const std::vector<int>& param_ids);
   // DataParallelConfig::reduce_in_bf16: rounds the gradients of `param_ids` (those in this sync's
-  // region) to bf16 in place, nearest even: call it when a micro-batch's contribution to them is
-  // complete (before on_grads_ready), as Megatron's bf16 buffer rounds every accumulation.
+  // region, except fp32_local_accumulation's) to bf16 in place, nearest even: call it when a
+  // micro-batch's contribution to them is complete (before on_grads_ready), as Megatron's bf16
+  // buffer rounds every accumulation.
   void round_grads_to_bf16(const std::vector<int>& param_ids);
   void finish_grad_sync();
   void after_optimizer_step();
@@ -147,6 +167,9 @@ class DataParallelSync {
   void start_grad_reduce(size_t b);
   // DataParallelConfig::reduce_in_bf16: the scaled bucket b as bf16, summed (reduce-scattered).
   void start_bf16_grad_reduce(size_t b);
+  // The reduce-scatter of one bucket on the data-parallel group: Megatron's fp32-accumulation one
+  // with DataParallelConfig::reduce_scatter_with_fp32_accumulation, else the group's own.
+  WorkPtr reduce_scatter(const void* send, void* recv, int64_t shard, DType dtype);
   void start_param_gather(size_t b);
   void finish_param_gather(size_t b);
   void record_bucket_use(int b);
@@ -157,6 +180,7 @@ class DataParallelSync {
   int64_t dp_size_ = 1, dp_rank_ = 0;
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_param_;  // bucket index of each parameter id
+  std::vector<bool> fp32_local_;      // per parameter id: DataParallelConfig::fp32_local_accumulation
   std::vector<BucketState> state_;
   std::vector<int64_t> ready_count_;  // per parameter: micro-batches whose gradient is complete
   int64_t num_microbatches_ = 1;

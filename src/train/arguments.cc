@@ -686,6 +686,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_qat_args(p, a.model);
   add_fp8_args(p, a.model);
   add_precision_args(p, a.training);
+  add_ddp_precision_args(p, a.parallel);
   add_automated_pipeline_args(p, a.parallel);
   add_qad_args(p, a.qad);
   add_logits_kd_args(p, a.logits_kd);

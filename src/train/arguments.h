@@ -523,6 +523,11 @@ struct ParallelArgs {
   // Megatron's --overlap-param-gather-with-optimizer-step: the first model chunk's all-gather (one
   // bucket) starts as soon as the optimizer has updated that chunk, while it updates the others.
   bool overlap_param_gather_with_optimizer_step = false;
+  // Megatron's DDP precision and all-gather-group flags (train/arguments_ddp_precision.cc; validated
+  // by features/feature_ddp_precision.cc; optim/data_parallel_sync.h DataParallelConfig).
+  bool ddp_reduce_scatter_with_fp32_accumulation = false;
+  std::vector<std::string> ddp_param_name_patterns_for_fp32_local_accumulation;
+  bool create_all_gather_group = false;
   // MindSpeed's --reset-bucket-group-order (features/feature_reset_bucket_group_order.cc): the
   // all-gather prefetch follows the order the first forward used the buckets in
   // (DataParallelConfig::reset_bucket_group_order). Cleared below --optimization-level 2.
@@ -996,6 +1001,10 @@ void add_fp8_args(ArgParser& p, ModelArgs& a);
 // --accumulate-allreduce-grads-in-fp32 (train/arguments_precision.cc; validated by
 // features/feature_precision_aware_optimizer.cc).
 void add_precision_args(ArgParser& p, TrainingArgs& a);
+// Megatron's --ddp-reduce-scatter-with-fp32-accumulation, --ddp-param-name-patterns-for-fp32-local-
+// accumulation and --create-all-gather-group (train/arguments_ddp_precision.cc; validated by
+// features/feature_ddp_precision.cc).
+void add_ddp_precision_args(ArgParser& p, ParallelArgs& a);
 // MindSpeed's --automated-pipeline flags (train/arguments_automated_pipeline.cc; validated by
 // features/feature_automated_pipeline.cc).
 void add_automated_pipeline_args(ArgParser& p, ParallelArgs& a);

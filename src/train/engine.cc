@@ -1,6 +1,8 @@
 // Engine construction: rank layout, model chunks, optimizer and scheduler.
 #include "train/engine.h"
 #include "train/data_parallel_random_init.h"
+#include "core/log.h"
+#include "train/ddp_precision.h"
 #include "train/expert_placer.h"
 
 #include <algorithm>
@@ -337,6 +339,16 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     num_parameters += models.back()->params().numel();
   }
   const int64_t configured_bucket_size = configured_ddp_bucket_size(par, num_parameters);
+  // --create-all-gather-group: duplicates of the (instance's) dp-cp group and of the expert-dp group
+  // for the parameter all-gathers (Megatron's dp_cp_ag, expt_dp_ag); collective over each group.
+  Comm all_gather_group, expert_all_gather_group;
+  if (par.create_all_gather_group && element_wise && !par.zero2() && !par.zero3()) {
+    all_gather_group = shard_dp->make_group(shard_dp->world_ranks(), str_cat(shard_dp->name(), "-ag"));
+    if (engine->ps.layout().sizes.ep > 1) {
+      const Comm& edp = engine->ps.expert_dp();
+      expert_all_gather_group = edp->make_group(edp->world_ranks(), str_cat(edp->name(), "-ag"));
+    }
+  }
   for (int64_t vp = 0; vp < vpp; ++vp) {
     std::unique_ptr<GPTModel> model = std::move(models[static_cast<size_t>(vp)]);
     DataParallelConfig dc;
@@ -351,6 +363,20 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
     dc.overlap_param_gather = par.overlap_param_gather;
     dc.reset_bucket_group_order = par.reset_bucket_group_order;
     dc.reduce_in_bf16 = args.training.bf16_grad_reduce();  // --grad-reduce-in-bf16, --main-grads-dtype bf16
+    // Megatron's DDP precision flags (train/ddp_precision.h) and --create-all-gather-group.
+    dc.reduce_scatter_with_fp32_accumulation = element_wise && reduce_scatter_with_fp32_accumulation(args);
+    if (dc.reduce_in_bf16) {
+      std::vector<std::string> matched;
+      dc.fp32_local_accumulation = fp32_local_accumulation_params(
+          model->params(), par.ddp_param_name_patterns_for_fp32_local_accumulation, &matched);
+      // Megatron's log_on_each_pipeline_stage: the first tensor- and data-parallel rank of each stage.
+      const RankCoords& at = engine->ps.coords();
+      if (at.tp == 0 && at.dp == 0 && at.cp == 0)
+        for (size_t i = 0; i < matched.size(); ++i)
+          print_all(str_cat("Matched ", model->params().spec(dc.fp32_local_accumulation[i]).name, " with '",
+                            matched[i], "'; promoting main_grad.type from torch.bfloat16 to torch.float32!"));
+    }
+    dc.all_gather_group = all_gather_group;
     if (par.param_and_grad_buffer_pad > 0)  // bytes of the f32 buffers, in elements
       dc.buffer_pad = par.param_and_grad_buffer_pad / static_cast<int64_t>(sizeof(float));
     dc.context_parallel_size = engine->ps.cp_size();
@@ -431,6 +457,7 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       // 1/DP: each expert's gradient sums the EP group's tokens (CP ranks' chunks included), the
       // expert-DP sum covers the remaining replicas.
       ec.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());
+      ec.all_gather_group = expert_all_gather_group;
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
                                          engine->ps.expert_dp()->size(), options.ddp_bucket_size,
                                          configured_bucket_size);
