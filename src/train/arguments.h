@@ -886,6 +886,9 @@ struct FtArgs {
   std::string rank_section_timeouts = "setup:600,step:180,checkpointing:420";
   std::string rank_out_of_section_timeout = "300";  // --ft-param-rank_out_of_section_timeout (none: off)
   double safety_factor = 5.0;            // --ft-param-safety_factor (FT's default)
+  // --ft-num-warmup-iters (Megatron-LM main): the first N training iterations (and the first N of each
+  // evaluation) run outside "step", and no out-of-section timeout applies until N training iterations ended.
+  int64_t num_warmup_iters = 5;
   double workload_check_interval = 5.0;  // --ft-param-workload_check_interval: seconds (FT's default)
 };
 
