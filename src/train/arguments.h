@@ -240,6 +240,9 @@ struct TrainingArgs {
   // training (Megatron's DDP broadcast_params), as pretrain_gpt.py does.
   bool data_parallel_random_init = false;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
+  // --dump-param-to-param-group-map (Megatron-LM main): where to write the parameter -> param-group map
+  // at start-up ("": not written; train/param_group_map.h).
+  std::string dump_param_to_param_group_map;
   double lr = kUnsetF;
   double min_lr = 0.0;
   // --decoupled-lr / --decoupled-min-lr: the peak and floor of the word embedding's and output
