@@ -513,6 +513,7 @@ struct ParallelArgs {
   // validate_parallel_args (Megatron's defaults without it).
   bool use_torch_fsdp2 = false;
   std::string fsdp2_config_path;
+  bool torch_fsdp2_no_reshard_after_forward = false;  // Megatron-LM main: reshard_after_forward false
   int64_t fsdp2_sharding_size = 0;
   bool fsdp2_wrap_embedding = true, fsdp2_wrap_layers = true, fsdp2_wrap_head = false;
   bool fsdp2_reshard_after_forward = true;
@@ -923,6 +924,7 @@ struct MegatronCompatArgs {
   // Megatron-LM main's --output-logit-dtype bf16|fp32 ("": Megatron's None, the output layer's input
   // dtype): fp32 is what Gale's output layer always writes; bf16 is refused.
   std::string output_logit_dtype;
+  bool enable_msc = false;  // Megatron-LM main's --enable-msc: refused unless --disable-msc turns it off
 };
 
 // MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).
@@ -1030,6 +1032,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a);
 // The values those flags accept (--rerun-mode disabled, --moe-router-dtype fp32, and
 // --no-position-embedding only with RoPE, as Megatron).
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
+// The flags Megatron-LM main added since core_v0.12.1 (train/arguments_megatron_main.cc): run, accepted
+// with a note, or refused with their reason; and their checks.
+void add_megatron_main_args(ArgParser& p, Arguments& a);
+Status validate_megatron_main_args(const Arguments& a, const ArgParser& p);
 
 // MindSpeed's flags outside its feature classes (train/arguments_mindspeed_compat.cc): accepted with
 // a start-up note where they change nothing in Gale; --sparse-mode / --pre-tockens / --next-tockens,
