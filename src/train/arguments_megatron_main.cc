@@ -110,7 +110,7 @@ void add_megatron_main_args(ArgParser& p, Arguments& a) {
   p.add("--dump-param-to-param-group-map", &a.training.dump_param_to_param_group_map,
         "at start-up, write Megatron's parameter -> optimizer param-group index map (a PyTorch Distributed "
         "Checkpoint of {global parameter name: group index}) to this directory (train/param_group_map.h)");
-  p.group("parallelism");
+  p.group("distributed");
   p.add_flag("--torch-fsdp2-no-reshard-after-forward", &a.parallel.torch_fsdp2_no_reshard_after_forward,
              "--use-torch-fsdp2: keep each unit's gathered parameters from its forward to its backward (ZeRO-2 "
              "style) instead of freeing them after the forward");
