@@ -694,6 +694,7 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_ft_args(p, a.ft);
   add_profile_args(p, a.profile);
   add_megatron_compat_args(p, a.megatron_compat);
+  add_megatron_main_args(p, a);
   add_mindspeed_compat_args(p, a.mindspeed_compat);
   add_auto_settings_args(p, a.auto_settings);
 }
@@ -1178,6 +1179,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_non_persistent_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_freeze_all_layers(a));
   GALE_RETURN_IF_ERROR(validate_megatron_compat_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_megatron_main_args(a, p));
   GALE_RETURN_IF_ERROR(validate_dpo_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qad_args(a, p));
   GALE_RETURN_IF_ERROR(validate_logits_kd_args(a, p));

@@ -240,6 +240,9 @@ struct TrainingArgs {
   // training (Megatron's DDP broadcast_params), as pretrain_gpt.py does.
   bool data_parallel_random_init = false;
   std::string optimizer = "adam";  // adam is AdamW (decoupled weight decay), as in Megatron
+  // --dump-param-to-param-group-map (Megatron-LM main): where to write the parameter -> param-group map
+  // at start-up ("": not written; train/param_group_map.h).
+  std::string dump_param_to_param_group_map;
   double lr = kUnsetF;
   double min_lr = 0.0;
   // --decoupled-lr / --decoupled-min-lr: the peak and floor of the word embedding's and output
@@ -510,6 +513,7 @@ struct ParallelArgs {
   // validate_parallel_args (Megatron's defaults without it).
   bool use_torch_fsdp2 = false;
   std::string fsdp2_config_path;
+  bool torch_fsdp2_no_reshard_after_forward = false;  // Megatron-LM main: reshard_after_forward false
   int64_t fsdp2_sharding_size = 0;
   bool fsdp2_wrap_embedding = true, fsdp2_wrap_layers = true, fsdp2_wrap_head = false;
   bool fsdp2_reshard_after_forward = true;
@@ -894,6 +898,9 @@ struct FtArgs {
   std::string rank_section_timeouts = "setup:600,step:180,checkpointing:420";
   std::string rank_out_of_section_timeout = "300";  // --ft-param-rank_out_of_section_timeout (none: off)
   double safety_factor = 5.0;            // --ft-param-safety_factor (FT's default)
+  // --ft-num-warmup-iters (Megatron-LM main): the first N training iterations (and the first N of each
+  // evaluation) run outside "step", and no out-of-section timeout applies until N training iterations ended.
+  int64_t num_warmup_iters = 5;
   double workload_check_interval = 5.0;  // --ft-param-workload_check_interval: seconds (FT's default)
 };
 
@@ -925,6 +932,7 @@ struct MegatronCompatArgs {
   // Megatron-LM main's --output-logit-dtype bf16|fp32 ("": Megatron's None, the output layer's input
   // dtype): fp32 is what Gale's output layer always writes; bf16 is refused.
   std::string output_logit_dtype;
+  bool enable_msc = false;  // Megatron-LM main's --enable-msc: refused unless --disable-msc turns it off
 };
 
 // MindSpeed's mask flags of Ascend's flash attention (train/arguments_mindspeed_compat.cc).
@@ -1036,6 +1044,10 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a);
 // The values those flags accept (--rerun-mode disabled, --moe-router-dtype fp32, and
 // --no-position-embedding only with RoPE, as Megatron).
 Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p);
+// The flags Megatron-LM main added since core_v0.12.1 (train/arguments_megatron_main.cc): run, accepted
+// with a note, or refused with their reason; and their checks.
+void add_megatron_main_args(ArgParser& p, Arguments& a);
+Status validate_megatron_main_args(const Arguments& a, const ArgParser& p);
 
 // MindSpeed's flags outside its feature classes (train/arguments_mindspeed_compat.cc): accepted with
 // a start-up note where they change nothing in Gale; --sparse-mode / --pre-tockens / --next-tockens,

@@ -28,10 +28,16 @@ void add_ft_args(ArgParser& p, FtArgs& a) {
         "--calc-ft-timeouts: a timeout is this times the longest observed interval (default 5)");
   p.add("--ft-param-workload_check_interval", &a.workload_check_interval,
         "--enable-ft-package: seconds between the watchdog's checks (default 5)");
+  p.add("--ft-num-warmup-iters", &a.num_warmup_iters,
+        "--enable-ft-package: the first N training iterations (and of each evaluation, the first N) run outside the "
+        "\"step\" section, and the out-of-section timeout applies only once N training iterations have ended "
+        "(Megatron-LM main; default 5)");
 }
 
 Status validate_ft_args(const Arguments& a, const ArgParser& p) {
   const FtArgs& f = a.ft;
+  if (f.num_warmup_iters < 0)
+    return InvalidArgument("--ft-num-warmup-iters: expected a number of iterations >= 0, found ", f.num_warmup_iters);
   if (!f.enable_ft_package) {
     if (f.calc_ft_timeouts) return InvalidArgument("--calc-ft-timeouts needs --enable-ft-package");
     for (const char* flag : kFtParams)

@@ -154,6 +154,8 @@ Status resolve_torch_fsdp2(Arguments& a) {
   par.fsdp2_wrap_layers = config.wrap_layers;
   par.fsdp2_wrap_head = config.wrap_head;
   par.fsdp2_reshard_after_forward = config.reshard_after_forward;
+  // Megatron-LM main's --torch-fsdp2-no-reshard-after-forward: TorchFullyShardedDataParallelConfig(reshard_after_forward=False).
+  if (par.torch_fsdp2_no_reshard_after_forward) par.fsdp2_reshard_after_forward = false;
   par.fsdp2_forward_prefetch = config.num_to_forward_prefetch;
   if (config.recompute_layers) {  // MindSpeed's activation checkpointing of every transformer layer
     ModelArgs& m = a.model;

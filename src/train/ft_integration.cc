@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<FtIntegration>> FtIntegration::setup(const FtArgs& args
   auto monitor = std::make_unique<FtRankMonitor>(world->rank(), loaded ? *loaded : timeouts, args.safety_factor,
                                                  std::move(clock));
   std::unique_ptr<FtIntegration> ft(
-      new FtIntegration(std::move(monitor), world, path, args.calc_ft_timeouts, async_save));
+      new FtIntegration(std::move(monitor), world, path, args.calc_ft_timeouts, async_save, args.num_warmup_iters));
   if (loaded) print_rank0(str_cat("FT: loaded timeouts from ", path, ". ", describe_ft_timeouts(*loaded)));
   print_rank0(str_cat("FT: initialized. Timeouts: ", describe_ft_timeouts(ft->monitor_->timeouts()),
                       "; check interval ", args.workload_check_interval, " s"));
@@ -49,9 +49,12 @@ StatusOr<std::unique_ptr<FtIntegration>> FtIntegration::setup(const FtArgs& args
 }
 
 FtIntegration::FtIntegration(std::unique_ptr<FtRankMonitor> monitor, Comm world, std::string state_path, bool calc,
-                             bool async_save)
+                             bool async_save, int64_t num_warmup_iters)
     : monitor_(std::move(monitor)), world_(std::move(world)), state_path_(std::move(state_path)), calc_(calc),
-      async_save_(async_save) {}
+      async_save_(async_save), num_warmup_iters_(num_warmup_iters) {
+  // The warm-up iterations are excluded from the out-of-section monitoring too.
+  monitor_->set_out_of_section_monitored(num_warmup_iters_ <= 0);
+}
 
 FtIntegration::~FtIntegration() { monitor_->stop_watchdog(); }
 
@@ -66,13 +69,14 @@ void FtIntegration::on_training_step_start(int64_t iteration) {
     GALE_CHECK_OK(monitor_->end_section("setup"));
     setup_open_ = false;
   }
-  if (seen_train_iters_ >= kNumWarmupIters) GALE_CHECK_OK(monitor_->start_section("step"));
+  if (seen_train_iters_ >= num_warmup_iters_) GALE_CHECK_OK(monitor_->start_section("step"));
   eval_iter_idx_ = 0;  // training started again: the next evaluation warms up again
 }
 
 void FtIntegration::on_training_step_end() {
-  if (seen_train_iters_ >= kNumWarmupIters) GALE_CHECK_OK(monitor_->end_section("step"));
+  if (seen_train_iters_ >= num_warmup_iters_) GALE_CHECK_OK(monitor_->end_section("step"));
   ++seen_train_iters_;
+  if (seen_train_iters_ == num_warmup_iters_) monitor_->set_out_of_section_monitored(true);
 }
 
 void FtIntegration::on_eval_step_start() {
@@ -80,11 +84,11 @@ void FtIntegration::on_eval_step_start() {
     GALE_CHECK_OK(monitor_->end_section("setup"));
     setup_open_ = false;
   }
-  if (eval_iter_idx_ >= kNumWarmupIters) GALE_CHECK_OK(monitor_->start_section("step"));
+  if (eval_iter_idx_ >= num_warmup_iters_) GALE_CHECK_OK(monitor_->start_section("step"));
 }
 
 void FtIntegration::on_eval_step_end() {
-  if (eval_iter_idx_ >= kNumWarmupIters) GALE_CHECK_OK(monitor_->end_section("step"));
+  if (eval_iter_idx_ >= num_warmup_iters_) GALE_CHECK_OK(monitor_->end_section("step"));
   ++eval_iter_idx_;
 }
 

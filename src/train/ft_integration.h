@@ -2,9 +2,12 @@
 // core_v0.12.1) over Gale's native rank monitor (train/ft_rank_monitor.h):
 // - "setup" is open from start-up (after the arguments are checked) until the first training or
 //   evaluation iteration;
-// - "step" wraps each training iteration after the first of the process (the warm-up iteration
-//   falls out of section), and each evaluation iteration after the first of an evaluation run (the
-//   count starts again at every training iteration);
+// - "step" wraps each training iteration after the first --ft-num-warmup-iters N of the process (the
+//   warm-up iterations fall out of section), and each evaluation iteration after the first N of an
+//   evaluation run (the count starts again at every training iteration); Megatron-LM main's flag
+//   (default 5; core_v0.12.1 had N = 1 fixed);
+// - the out-of-section timeout applies only once N training iterations have ended (the warm-up is
+//   excluded from monitoring, as FT's init_workload_monitoring(num_warmup_iters));
 // - "checkpointing" wraps every save (persistent or not) and every finalisation of an --async-save
 //   (the non-blocking one at the top of every iteration included, as Megatron);
 // - everything else is out of section.
@@ -59,13 +62,14 @@ class FtIntegration {
   FtRankMonitor& monitor() { return *monitor_; }
   int64_t seen_training_iterations() const { return seen_train_iters_; }
 
-  // Megatron's constants: warm-up iterations outside "step", and training iterations needed
-  // before the step timeout is recalculated.
-  static constexpr int64_t kNumWarmupIters = 1;
+  // Warm-up iterations outside "step" (--ft-num-warmup-iters).
+  int64_t num_warmup_iters() const { return num_warmup_iters_; }
+  // Megatron's constant: training iterations needed before the step timeout is recalculated.
   static constexpr int64_t kMinItersForStepTimeoutUpdate = 16;
 
  private:
-  FtIntegration(std::unique_ptr<FtRankMonitor> monitor, Comm world, std::string state_path, bool calc, bool async_save);
+  FtIntegration(std::unique_ptr<FtRankMonitor> monitor, Comm world, std::string state_path, bool calc, bool async_save,
+                int64_t num_warmup_iters);
   Status maybe_update_timeouts(bool closing);
 
   std::unique_ptr<FtRankMonitor> monitor_;
@@ -73,6 +77,7 @@ class FtIntegration {
   std::string state_path_;
   bool calc_ = false, async_save_ = false;
   bool setup_open_ = false, persistent_loaded_ = false, shut_down_ = false;
+  int64_t num_warmup_iters_ = 1;
   int64_t seen_checkpoints_ = 0, seen_train_iters_ = 0, eval_iter_idx_ = 0;
   int stall_rank_ = -1;
   int64_t stall_iteration_ = -1;

@@ -77,11 +77,17 @@ std::optional<FtTimeoutEvent> FtRankMonitor::check(double now) const {
     const double elapsed = now - it->second;
     if (elapsed > *t->second) return FtTimeoutEvent{name, elapsed, *t->second};
   }
-  if (open_.empty() && timeouts_.out_of_section) {
+  if (open_.empty() && out_of_section_monitored_ && timeouts_.out_of_section) {
     const double elapsed = now - out_of_section_since_;
     if (elapsed > *timeouts_.out_of_section) return FtTimeoutEvent{"", elapsed, *timeouts_.out_of_section};
   }
   return std::nullopt;
+}
+
+void FtRankMonitor::set_out_of_section_monitored(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (on && !out_of_section_monitored_ && open_.empty()) out_of_section_since_ = clock_();
+  out_of_section_monitored_ = on;
 }
 
 FtSectionTimeouts FtRankMonitor::timeouts() const {

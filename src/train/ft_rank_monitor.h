@@ -63,6 +63,11 @@ class FtRankMonitor {
   void start_watchdog(double interval_seconds, TimeoutHandler on_timeout = {});
   void stop_watchdog();
 
+  // Whether the out-of-section timeout is checked (default: yes). --ft-num-warmup-iters turns it off
+  // until its warm-up iterations have ended; turning it on restarts the out-of-section stretch at now
+  // when no section is open, so the warm-up never counts against it.
+  void set_out_of_section_monitored(bool on);
+
   FtSectionTimeouts timeouts() const;
   void set_timeouts(const FtSectionTimeouts& t);  // in force at once (FT's _set_calculated_timeouts)
   // The observed intervals (FT's TimeoutsCalc). Used by the training thread only.
@@ -79,6 +84,7 @@ class FtRankMonitor {
   FtSectionTimeouts timeouts_;
   std::map<std::string, double> open_;  // section -> when it opened
   double out_of_section_since_;
+  bool out_of_section_monitored_ = true;
   FtTimeoutsCalc calc_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -34,6 +34,7 @@
 #include "train/data_setup.h"
 #include "train/dist_train_config.h"
 #include "train/engine.h"
+#include "train/param_group_map.h"
 #include "train/exit_signal.h"
 #include "features/feature_grpo.h"
 #include "train/grpo.h"
@@ -392,6 +393,9 @@ int pretrain_main(int argc, char** argv) {
   if (!engine_or.ok()) run_error(engine_or.status());
   Engine& engine = *engine_or.value();
   engine.timers = &timers;
+  // --dump-param-to-param-group-map: Megatron writes it when it builds the optimizer (train/param_group_map.h).
+  st = dump_param_group_map(engine, args, world);
+  if (!st.ok()) run_error(st);
   if (!args.logging.config_logger_dir.empty()) {  // Megatron's get_all_ranks(): tp_dp_cp_pp_ep
     const RankCoords& c = engine.ps.coords();
     config_logger = std::make_unique<ConfigLogger>(args.logging.config_logger_dir,

@@ -99,7 +99,7 @@ TEST(FtCli, RankHungInACollectiveEndsTheJob) {
   test::RunResult r = test::run_with_timeout(
       tiny_gpt_pretrain(2, 6,
                         {"--enable-ft-package", "--save", dir.string(), "--save-interval", "100", "--ft-param-rank_section_timeouts",
-                         "setup:600,step:1,checkpointing:none", "--ft-param-rank_out_of_section_timeout", "none",
+                         "setup:600,step:1,checkpointing:none", "--ft-param-rank_out_of_section_timeout", "none", "--ft-num-warmup-iters", "1",
                          "--ft-param-workload_check_interval", "0.1"},
                         {}),
       env, 180);  // generous: the timeout passes after about 1 s
@@ -121,7 +121,7 @@ TEST(FtCli, OutOfSectionTimeoutInOneProcess) {
   env.push_back("GALE_FT_TEST_STALL=0:2");
   test::RunResult r = test::run_with_timeout(
       tiny_gpt_pretrain(1, 4,
-                        {"--enable-ft-package", "--save", dir.string(), "--save-interval", "100", "--ft-param-rank_out_of_section_timeout", "1",
+                        {"--enable-ft-package", "--save", dir.string(), "--save-interval", "100", "--ft-param-rank_out_of_section_timeout", "1", "--ft-num-warmup-iters", "1",
                          "--ft-param-workload_check_interval", "0.1"},
                         {}),
       env, 120);

@@ -14,12 +14,12 @@
 
 namespace gale::testing {
 
-// The non-empty lines of tests/data/<relative_path>.
+// The non-empty lines of tests/data/<relative_path>, less `#` comment lines (a list's header).
 inline std::vector<std::string> read_flag_list(const std::string& relative_path) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/" + relative_path);
   std::vector<std::string> flags;
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) flags.push_back(line);
+    if (!line.empty() && line[0] != '#') flags.push_back(line);
   return flags;
 }
 

@@ -288,6 +288,7 @@ FtArgs ft_args(bool calc) {
   a.enable_ft_package = true;
   a.calc_ft_timeouts = calc;
   a.workload_check_interval = 3600;  // the watchdog never checks during the test
+  a.num_warmup_iters = 1;            // core_v0.12.1's fixed warm-up (Megatron-LM main's default is 5)
   return a;
 }
 
@@ -304,13 +305,16 @@ TEST(FtIntegration, SectionsFollowMegatron) {
   EXPECT_FALSE(m.check(699).has_value());
   ASSERT_TRUE(m.check(701).has_value());
   EXPECT_EQ(m.check(701)->section, "setup");
-  // The first training iteration is a warm-up: out of section (300 s).
+  // The first training iteration is a warm-up: out of section, and no out-of-section timeout yet.
   clock.set(110);
   ft.on_training_step_start(1);
-  ASSERT_TRUE(m.check(411).has_value());
-  EXPECT_EQ(m.check(411)->section, "");
+  EXPECT_FALSE(m.check(10000).has_value());
   clock.set(120);
   ft.on_training_step_end();
+  // Once it has ended, the out-of-section timeout (300 s) counts from then.
+  EXPECT_FALSE(m.check(419).has_value());
+  ASSERT_TRUE(m.check(421).has_value());
+  EXPECT_EQ(m.check(421)->section, "");
   // The second is inside "step" (180 s).
   clock.set(121);
   ft.on_training_step_start(2);
@@ -336,6 +340,66 @@ TEST(FtIntegration, SectionsFollowMegatron) {
   EXPECT_DOUBLE_EQ(m.calc().section_max("step"), 2.0);
   ASSERT_TRUE(ft.shutdown().ok());
   EXPECT_FALSE(fs::exists(dir / "save" / "ft_state.json"));  // no --calc-ft-timeouts
+  fs::remove_all(dir);
+}
+
+// --ft-num-warmup-iters 3: iterations 1-3 run out of "step" with no timeout at all (their length does
+// not matter), the 4th is the first inside "step"; each evaluation's first 3 iterations are out of it.
+TEST(FtIntegration, WarmupIterationsFromTheFlag) {
+  const fs::path dir = temp_dir("warmup");
+  FakeClock clock;
+  FtArgs args = ft_args(false);
+  args.num_warmup_iters = 3;
+  auto ft_or = FtIntegration::setup(args, (dir / "save").string(), false, make_self_communicator(), clock.fn());
+  ASSERT_TRUE(ft_or.ok()) << ft_or.status().message();
+  FtIntegration& ft = *ft_or.value();
+  FtRankMonitor& m = ft.monitor();
+  EXPECT_EQ(ft.num_warmup_iters(), 3);
+  double t = 110;
+  for (int i = 1; i <= 3; ++i) {  // slow warm-up iterations of 1000 s each, and 1000 s between them
+    clock.set(t);
+    ft.on_training_step_start(i);
+    EXPECT_FALSE(m.check(t + 1000).has_value()) << "iteration " << i;
+    clock.set(t + 1000);
+    ft.on_training_step_end();
+    if (i < 3) EXPECT_FALSE(m.check(t + 2000).has_value()) << "after iteration " << i;
+    t += 2000;
+  }
+  // Warm-up over (at t - 1000): the out-of-section timeout counts from the end of iteration 3.
+  const double end3 = t - 1000;
+  EXPECT_FALSE(m.check(end3 + 299).has_value());
+  ASSERT_TRUE(m.check(end3 + 301).has_value());
+  EXPECT_EQ(m.check(end3 + 301)->section, "");
+  clock.set(end3 + 1);
+  ft.on_training_step_start(4);  // inside "step" (180 s)
+  EXPECT_FALSE(m.check(end3 + 180).has_value());
+  ASSERT_TRUE(m.check(end3 + 182).has_value());
+  EXPECT_EQ(m.check(end3 + 182)->section, "step");
+  clock.set(end3 + 2);
+  ft.on_training_step_end();
+  for (int e = 0; e < 4; ++e) {  // evaluation: the 4th iteration is the first inside "step"
+    ft.on_eval_step_start();
+    EXPECT_EQ(m.check(end3 + 5000)->section, e < 3 ? "" : "step") << "evaluation iteration " << e;
+    ft.on_eval_step_end();
+  }
+  EXPECT_EQ(ft.seen_training_iterations(), 4);
+  ASSERT_TRUE(ft.shutdown().ok());
+  fs::remove_all(dir);
+}
+
+TEST(FtIntegration, WarmupFlagChecks) {
+  FtArgs defaults;
+  EXPECT_EQ(defaults.num_warmup_iters, 5);  // Megatron-LM main's default
+  FakeClock clock;
+  const fs::path dir = temp_dir("warmup0");
+  FtArgs args = ft_args(false);
+  args.num_warmup_iters = 0;  // no warm-up: the first iteration is inside "step", out-of-section watched at once
+  auto ft = FtIntegration::setup(args, (dir / "save").string(), false, make_self_communicator(), clock.fn());
+  ASSERT_TRUE(ft.ok());
+  clock.set(110);
+  ft.value()->on_training_step_start(1);
+  EXPECT_EQ(ft.value()->monitor().check(110 + 181)->section, "step");
+  ASSERT_TRUE(ft.value()->shutdown().ok());
   fs::remove_all(dir);
 }
 

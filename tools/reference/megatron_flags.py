@@ -5,6 +5,9 @@
 #   python3 tools/reference/megatron_flags.py /path/to/Megatron-LM > tests/data/reference/megatron_flags_core_v0.12.1.txt
 #
 # (Megatron-LM at tag core_v0.12.1, the version docs and ../shared/reference/megatron.md target.)
+#
+# tests/data/reference/megatron_flags_main.txt is the same list at Megatron-LM main (the commit its `#` header line
+# names, for tests/train/megatron_main_flags_test.cc), less the flags other branches were adding when it was made.
 import ast
 import sys
 
