@@ -141,7 +141,7 @@ StatusOr<GptIndices> load_trusted_gpt_indices(const std::string& dir, const GptC
   const std::string base = gpt_cache_base(dir, key);
   auto missing = [&](const std::string& file, const Status& why) {
     return FailedPrecondition(flag, " requires all the dataset caches to be built and stored in --data-cache-path ",
-                              dir, ": ", file, " cannot be read (", why.message(),
+                              dir, ": ", why.message(), " (", file.substr(file.rfind('/') + 1),
                               "); run once without it to build them");
   };
   auto doc = load_npy<int32_t>(base + "document_index.npy");
