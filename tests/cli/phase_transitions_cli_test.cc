@@ -3,12 +3,14 @@
 // as a run that loads the same checkpoint and reads a fresh corpus-B dataset of the phase's size
 // from its sample 0 (--override-ckpt-iteration 0): same losses and gradient norms, and a final
 // checkpoint equal byte for byte; without the flag the resumed run reads other samples. A changed
-// global batch size is Megatron's checkpoint-args error.
+// global batch size is Megatron's checkpoint-args error. `gale data-samples` prints each phase's
+// own samples.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
 #include <random>
+#include <regex>
 
 #include "cli/cli_test_util.h"
 #include "cli/log_line.h"
@@ -104,6 +106,43 @@ TEST(PhaseTransitionsCli, ExitsAtEachTransitionAndEachPhaseReadsItsDataFromItsFi
   EXPECT_EQ(logged_values(three.out, "consumed samples"), (std::vector<double>{20, 24}));
   EXPECT_EQ(three.out.find("exiting program at iteration"), std::string::npos) << three.out;
   EXPECT_EQ(tracker(ckpt), "6");
+}
+
+// The "ids" arrays of `gale data-samples` lines, in order.
+std::vector<std::string> sample_ids(const std::string& out) {
+  std::vector<std::string> ids;
+  const std::regex re(R"("ids": \[([0-9, ]+)\])");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+    ids.push_back((*it)[1]);
+  return ids;
+}
+
+// `gale data-samples` with the flag: the token ids of consumed samples 8.. (the second phase) are
+// those of a fresh run's samples 0.. on the same corpus, not the whole run's samples 8..; a range
+// across a transition is refused.
+TEST(PhaseTransitionsCli, DataSamplesPrintsEachPhasesOwnSamples) {
+  testing::TempDir dir;
+  const std::string b = dir.file("corpus_b");
+  write_corpus(b, 2);
+  const std::string flags = "data-samples --seq-length 32 --tokenizer-type NullTokenizer --vocab-size 128 "
+                            "--micro-batch-size 2 --global-batch-size 4 --split 100,0,0 --seed 7 --eval-iters 0 "
+                            "--data-path " + b;
+  testing::CommandResult phased = testing::run_gale(
+      flags + " --train-samples 24 --phase-transition-iterations 4,2 --sample-index 8 --sample-count 8", dir.path());
+  ASSERT_EQ(phased.exit_code, 0) << phased.err;
+  testing::CommandResult fresh =
+      testing::run_gale(flags + " --train-samples 8 --sample-index 0 --sample-count 8", dir.path());
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  testing::CommandResult whole =
+      testing::run_gale(flags + " --train-samples 24 --sample-index 8 --sample-count 8", dir.path());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(sample_ids(phased.out).size(), 8u) << phased.out;
+  EXPECT_EQ(sample_ids(phased.out), sample_ids(fresh.out));
+  EXPECT_NE(sample_ids(phased.out), sample_ids(whole.out));
+  testing::CommandResult across = testing::run_gale(
+      flags + " --train-samples 24 --phase-transition-iterations 4,2 --sample-index 6 --sample-count 4", dir.path());
+  EXPECT_NE(across.exit_code, 0);
+  EXPECT_NE(across.err.find("crosses the phase transition at sample 8"), std::string::npos) << across.err;
 }
 
 TEST(PhaseTransitionsCli, GlobalBatchSizeMustStayTheSame) {
