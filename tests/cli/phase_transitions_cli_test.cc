@@ -108,6 +108,42 @@ TEST(PhaseTransitionsCli, ExitsAtEachTransitionAndEachPhaseReadsItsDataFromItsFi
   EXPECT_EQ(tracker(ckpt), "6");
 }
 
+// A transition saved only by a global non-persistent checkpoint (Megatron saves no persistent one
+// when a non-persistent save fell on that iteration): the tracker of --load says nothing, so the
+// training data is first sized for phase 1 (8 samples), then rebuilt for phase 2 (16) once the
+// non-persistent checkpoint at iteration 2 is loaded. The phase trains as a fresh 16-sample
+// corpus-B run from the same checkpoint.
+TEST(PhaseTransitionsCli, ACheckpointInAnotherPhaseThanExpectedRebuildsTheData) {
+  testing::TempDir dir;
+  const std::string a = dir.file("corpus_a"), b = dir.file("corpus_b"), ckpt = dir.file("ckpt");
+  write_corpus(a, 1);
+  write_corpus(b, 2);
+  const std::string phases = " --train-samples 24 --phase-transition-iterations 2 --save " + ckpt +
+                             " --non-persistent-save-interval 1 --non-persistent-ckpt-type global";
+  testing::CommandResult one = testing::run_gale(model() + "--data-path " + a + phases, dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  EXPECT_NE(one.out.find("exiting program at iteration 2"), std::string::npos) << one.out;
+  ASSERT_FALSE(std::filesystem::exists(ckpt + "/latest_checkpointed_iteration.txt"));
+  EXPECT_EQ(tracker(ckpt + "/non_persistent"), "2");
+  // (The next run's non-persistent saves remove iteration 2 there: the reference loads a copy.)
+  std::filesystem::copy(ckpt + "/non_persistent", dir.file("at2"), std::filesystem::copy_options::recursive);
+  testing::CommandResult two = testing::run_gale(model() + "--data-path " + b + phases + " --load " + ckpt, dir.path());
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_NE(two.out.find("this phase starts at iteration 2; its training dataset holds 16 samples, read from sample 0"),
+            std::string::npos)
+      << two.out;
+  const std::vector<double> loss = logged_values(two.out, "lm loss");
+  ASSERT_EQ(loss.size(), 4u) << two.out;
+  testing::CommandResult ref = testing::run_gale(
+      model() + "--data-path " + b + " --train-samples 16 --load " + dir.file("at2") +
+          " --override-ckpt-iteration 0 --override-opt_param-scheduler --save " +
+          dir.file("ref"),
+      dir.path());
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  EXPECT_EQ(logged_values(ref.out, "lm loss"), loss);
+  EXPECT_EQ(logged_values(ref.out, "grad norm"), logged_values(two.out, "grad norm"));
+}
+
 // The "ids" arrays of `gale data-samples` lines, in order.
 std::vector<std::string> sample_ids(const std::string& out) {
   std::vector<std::string> ids;
