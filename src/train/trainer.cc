@@ -1,6 +1,5 @@
 // The Megatron training loop.
 #include "train/trainer.h"
-#include "train/phase_transitions.h"
 
 #include "train/profiler.h"
 
@@ -28,6 +27,7 @@
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
 #include "train/param_hash.h"
+#include "train/phase_transitions.h"
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
 
