@@ -8,6 +8,7 @@
 #include "train/arguments.h"
 #include "train/batch_size_rampup.h"
 #include "train/data_setup.h"
+#include "train/phase_transitions.h"
 
 namespace gale::cli {
 
@@ -63,6 +64,24 @@ int run_data_samples(int argc, char** argv) {
   if (a.logging.eval_iters < 0) return fail(InvalidArgument("--eval-iters: expected a non-negative integer"));
   s = validate_data_args(a, p);
   if (!s.ok()) return fail(s);
+  // --phase-transition-iterations: --sample-index counts the consumed samples of the whole run; the
+  // samples are those of its phase's own training dataset, read from the phase's first sample.
+  int64_t phase_first_sample = 0;
+  if (!a.data.phase_transition_iterations.empty()) {
+    s = validate_phase_args(a, p);
+    if (!s.ok()) return fail(s);
+    if (split != "train")
+      return fail(InvalidArgument("--phase-transition-iterations: phases change only the train split (found "
+                                  "--sample-split ", split, ")"));
+    a.data.phase_resume_iteration = index / t.global_batch_size;
+    const PhaseSpan phase = phase_at(a.data.phase_transitions, a.data.phase_resume_iteration, t.global_batch_size,
+                                     t.train_samples);
+    if (index + count > phase.end_sample)
+      return fail(OutOfRange("--sample-index ", index, " + --sample-count ", count, " crosses the phase transition at "
+                             "sample ", phase.end_sample, " (--phase-transition-iterations ",
+                             a.data.phase_transition_iterations, "): print each phase's samples separately"));
+    phase_first_sample = phase.first_sample;
+  }
 
   // Start-up lines go to stderr so that stdout holds only the samples.
   auto data = build_pretrain_data(a, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); });
@@ -71,13 +90,13 @@ int run_data_samples(int argc, char** argv) {
                             : split == "valid" ? data->valid.get()
                                                : data->test.get();
   if (!ds) return fail(FailedPrecondition("the ", split, " split is empty for these flags"));
-  if (index + count > ds->size())
+  if (index - phase_first_sample + count > ds->size())
     return fail(OutOfRange("--sample-index ", index, " + --sample-count ", count, " exceeds the ", split, " split's ",
                            ds->size(), " samples"));
   TrainingSample sample;
   std::string line;
   for (int64_t k = index; k < index + count; ++k) {
-    s = ds->get(k, &sample);
+    s = ds->get(k - phase_first_sample, &sample);
     if (!s.ok()) return fail(s);
     line = "{\"split\": \"" + split + "\", \"index\": " + std::to_string(k) + ", \"ids\": [";
     for (size_t i = 0; i < sample.tokens.size(); ++i) {

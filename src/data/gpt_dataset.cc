@@ -12,7 +12,8 @@ namespace gale {
 
 StatusOr<std::unique_ptr<GptDataset>> GptDataset::build(std::shared_ptr<const TokenSource> source, DataSplit split,
                                                         int64_t begin, int64_t end, const GptIndexParams& params,
-                                                        const std::string& cache_dir, const std::string& split_text) {
+                                                        const std::string& cache_dir, const std::string& split_text,
+                                                        const GptCacheMode& mode) {
   std::unique_ptr<GptDataset> ds(new GptDataset());
   ds->source_ = std::move(source);
   ds->split_ = split;
@@ -23,6 +24,22 @@ StatusOr<std::unique_ptr<GptDataset>> GptDataset::build(std::shared_ptr<const To
       str_cat(ds->source_->name(), " (", split_name(split), " split, sequences [", begin, ", ", end, "))");
   GptCacheKey key{ds->source_->name(), cache_dir.empty() ? "" : ds->source_->fingerprint(), split, begin, end, params,
                   split_text};
+  if (!cache_dir.empty() && mode.defer_npy_index_mmap) {
+    ds->deferred_ = true;
+    ds->trusted_ = true;
+    ds->loaded_from_cache_ = true;
+    ds->cache_dir_ = cache_dir;
+    ds->split_text_ = split_text;
+    ds->deferred_size_ = gpt_cached_sample_count(key, ds->source_->sequence_lengths());
+    return ds;
+  }
+  if (!cache_dir.empty() && mode.fast_cache_load) {
+    GALE_ASSIGN_OR_RETURN(ds->indices_, load_trusted_gpt_indices(cache_dir, key, ds->source_->sequence_lengths(),
+                                                                 "--dataloader-fast-cache-load"));
+    ds->trusted_ = true;
+    ds->loaded_from_cache_ = true;
+    return ds;
+  }
   if (!cache_dir.empty()) {
     auto cached = load_cached_gpt_indices(cache_dir, key, ds->source_->sequence_lengths());
     if (cached.ok()) {
@@ -36,13 +53,58 @@ StatusOr<std::unique_ptr<GptDataset>> GptDataset::build(std::shared_ptr<const To
   return ds;
 }
 
-Status GptDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const {
+Status GptDataset::load_indices() const {
+  if (!deferred_) return Status::Ok();
+  std::lock_guard<std::mutex> lock(load_mu_);
+  if (load_done_) return load_status_;
+  load_done_ = true;
+  GptCacheKey key{source_->name(), source_->fingerprint(), split_, begin_, end_, params_, split_text_};
+  StatusOr<GptIndices> loaded =
+      load_trusted_gpt_indices(cache_dir_, key, source_->sequence_lengths(), "--dataloader-defer-npy-index-mmap");
+  if (!loaded.ok()) {
+    load_status_ = loaded.status();
+    return load_status_;
+  }
+  if (loaded->size() != deferred_size_) {
+    load_status_ = DataLoss(gpt_cache_base(cache_dir_, key), "shuffle_index.npy holds ", loaded->size(),
+                            " samples; the dataset has ", deferred_size_, " (--dataloader-defer-npy-index-mmap trusts "
+                            "--data-cache-path ", cache_dir_, "; rebuild the cache without it)");
+    return load_status_;
+  }
+  indices_ = std::move(loaded).value();
+  return Status::Ok();
+}
+
+Status GptDataset::sample_rows(int64_t k, int64_t* d0, int64_t* o0, int64_t* d1, int64_t* o1) const {
   if (k < 0 || k >= size()) return OutOfRange(source_->name(), ": sample ", k, " out of range [0, ", size(), ")");
+  GALE_RETURN_IF_ERROR(load_indices());
+  const int64_t j = indices_.shuffle_index[static_cast<size_t>(k)];
+  const int64_t rows = static_cast<int64_t>(indices_.sample_index.size() / 2);
+  if (trusted_ && (j < 0 || j + 1 >= rows))
+    return DataLoss(source_->name(), ": cached shuffle index entry ", k, " = ", j, " is outside the sample index");
+  const int64_t* si = indices_.sample_index.data();
+  *d0 = si[2 * j], *o0 = si[2 * j + 1], *d1 = si[2 * j + 2], *o1 = si[2 * j + 3];
+  if (trusted_) {
+    const int64_t docs = static_cast<int64_t>(indices_.document_index.size());
+    if (*d0 < 0 || *d1 < *d0 || *d1 >= docs || *o0 < 0 || *o1 < 0)
+      return DataLoss(source_->name(), ": cached sample index row ", j, " is out of range");
+    for (int64_t i = *d0; i <= *d1; ++i) {
+      const int32_t seq = indices_.document_index[static_cast<size_t>(i)];
+      if (seq < begin_ || seq >= end_)
+        return DataLoss(source_->name(), ": cached document index entry ", i, " = ", seq, " is outside the split");
+    }
+    const auto& sizes = source_->sequence_lengths();
+    if (*o0 > sizes[indices_.document_index[static_cast<size_t>(*d0)]] || (*d0 == *d1 && *o1 < *o0))
+      return DataLoss(source_->name(), ": cached sample index row ", j, " has an offset outside its document");
+  }
+  return Status::Ok();
+}
+
+Status GptDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const {
+  int64_t d0 = 0, o0 = 0, d1 = 0, o1 = 0;
+  GALE_RETURN_IF_ERROR(sample_rows(k, &d0, &o0, &d1, &o1));
   const int64_t want = params_.seq_length + params_.add_extra_token;
   out->resize(static_cast<size_t>(want));
-  const int64_t j = indices_.shuffle_index[static_cast<size_t>(k)];
-  const int64_t* si = indices_.sample_index.data();
-  int64_t d0 = si[2 * j], o0 = si[2 * j + 1], d1 = si[2 * j + 2], o1 = si[2 * j + 3];
   const auto& doc = indices_.document_index;
   const auto& sizes = source_->sequence_lengths();
   int64_t filled = 0;
@@ -75,11 +137,9 @@ Status TokenDataset::sample_document_lengths(int64_t, std::vector<int64_t>*) con
 }
 
 Status GptDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const {
-  if (k < 0 || k >= size()) return OutOfRange(source_->name(), ": sample ", k, " out of range [0, ", size(), ")");
+  int64_t d0 = 0, o0 = 0, d1 = 0, o1 = 0;
+  GALE_RETURN_IF_ERROR(sample_rows(k, &d0, &o0, &d1, &o1));
   lengths->clear();
-  const int64_t j = indices_.shuffle_index[static_cast<size_t>(k)];
-  const int64_t* si = indices_.sample_index.data();
-  const int64_t d0 = si[2 * j], o0 = si[2 * j + 1], d1 = si[2 * j + 2], o1 = si[2 * j + 3];
   const int64_t e = params_.add_extra_token;
   if (d0 == d1) {
     lengths->push_back(o1 - o0 + e);
@@ -94,6 +154,12 @@ Status GptDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* leng
 }
 
 std::string GptDataset::describe() const {
+  if (deferred_) {
+    std::lock_guard<std::mutex> lock(load_mu_);
+    if (!load_done_)
+      return str_cat(source_->name(), " ", split_name(split_), " split: sequences [", begin_, ", ", end_, "), ", size(),
+                     " samples (indices from cache, read at the first sample)");
+  }
   return str_cat(source_->name(), " ", split_name(split_), " split: sequences [", begin_, ", ", end_, "), ",
                  indices_.tokens_per_epoch, " tokens per epoch, ", indices_.num_epochs, " epoch(s), ", size(),
                  " samples", loaded_from_cache_ ? " (indices from cache)" : "");

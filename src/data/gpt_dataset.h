@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,22 +36,39 @@ class TokenDataset {
   virtual bool loaded_from_cache() const = 0;  // every index came from --data-cache-path
 };
 
+// How GptDataset::build uses a non-empty --data-cache-path (Megatron-LM main's GPTDatasetConfig).
+struct GptCacheMode {
+  // --dataloader-fast-cache-load: the cached indices are loaded as they are (index_cache.h
+  // load_trusted_gpt_indices): no description or consistency check, never a rebuild or a write.
+  bool fast_cache_load = false;
+  // --dataloader-defer-npy-index-mmap: build reads no cache file; the size comes from the sequence
+  // lengths (gpt_cached_sample_count) and the three .npy files are loaded, trusted, at the first
+  // sample read. A missing file is then that read's error.
+  bool defer_npy_index_mmap = false;
+};
+
 class GptDataset : public TokenDataset {
  public:
   // Builds (or loads from `cache_dir` when it is not empty) the indices of sequences
-  // [begin, end) of `source`. `split_text` and the parameters form the cache key.
+  // [begin, end) of `source`. `split_text` and the parameters form the cache key. `mode` applies
+  // only with a `cache_dir`.
   static StatusOr<std::unique_ptr<GptDataset>> build(std::shared_ptr<const TokenSource> source, DataSplit split,
                                                      int64_t begin, int64_t end, const GptIndexParams& params,
-                                                     const std::string& cache_dir, const std::string& split_text);
+                                                     const std::string& cache_dir, const std::string& split_text,
+                                                     const GptCacheMode& mode = {});
 
-  int64_t size() const override { return indices_.size(); }
+  int64_t size() const override { return deferred_ ? deferred_size_ : indices_.size(); }
   int add_extra_token() const override { return params_.add_extra_token; }
   int64_t seq_length() const override { return params_.seq_length; }
   Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const override;
   Status sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const override;
   std::string describe() const override;
 
+  // Under --dataloader-defer-npy-index-mmap empty until the first sample read (or load_indices).
   const GptIndices& indices() const { return indices_; }
+  // Loads deferred indices now (once; their error every time after a failure); Ok otherwise.
+  Status load_indices() const;
+  bool deferred() const { return deferred_; }
   bool loaded_from_cache() const override { return loaded_from_cache_; }
   int64_t num_samples_requested() const { return params_.num_samples; }
 
@@ -60,8 +78,18 @@ class GptDataset : public TokenDataset {
   DataSplit split_ = DataSplit::kTrain;
   int64_t begin_ = 0, end_ = 0;
   GptIndexParams params_;
-  GptIndices indices_;
+  // The sample's rows of the indices, bounds-checked when they were loaded without validation.
+  Status sample_rows(int64_t k, int64_t* d0, int64_t* o0, int64_t* d1, int64_t* o1) const;
+  mutable GptIndices indices_;
   bool loaded_from_cache_ = false;
+  bool trusted_ = false;  // indices_ loaded by load_trusted_gpt_indices (not checked against the data)
+  // --dataloader-defer-npy-index-mmap: the cache entry to load at the first read.
+  bool deferred_ = false;
+  int64_t deferred_size_ = 0;
+  std::string cache_dir_, split_text_;
+  mutable std::mutex load_mu_;
+  mutable bool load_done_ = false;
+  mutable Status load_status_;
 };
 
 class BlendedDataset : public TokenDataset {

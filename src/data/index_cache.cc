@@ -121,6 +121,50 @@ StatusOr<GptIndices> load_cached_gpt_indices(const std::string& dir, const GptCa
   return g;
 }
 
+namespace {
+int64_t split_tokens(const GptCacheKey& key, const UnalignedArray<int32_t>& sizes) {
+  int64_t t = 0;
+  for (int64_t i = key.begin; i < key.end; ++i) t += sizes[i];
+  return t;
+}
+}  // namespace
+
+int64_t gpt_cached_sample_count(const GptCacheKey& key, const UnalignedArray<int32_t>& sizes) {
+  const int64_t tokens = split_tokens(key, sizes);
+  const int64_t epochs = gpt_num_epochs(tokens, key.params);
+  const int64_t available = epochs * tokens - key.params.add_extra_token, S = key.params.seq_length;
+  return key.params.drop_last ? available / S : (available + S - 1) / S;
+}
+
+StatusOr<GptIndices> load_trusted_gpt_indices(const std::string& dir, const GptCacheKey& key,
+                                              const UnalignedArray<int32_t>& sizes, const std::string& flag) {
+  const std::string base = gpt_cache_base(dir, key);
+  auto missing = [&](const std::string& file, const Status& why) {
+    return FailedPrecondition(flag, " requires all the dataset caches to be built and stored in --data-cache-path ",
+                              dir, ": ", why.message(), " (", file.substr(file.rfind('/') + 1),
+                              "); run once without it to build them");
+  };
+  auto doc = load_npy<int32_t>(base + "document_index.npy");
+  if (!doc.ok()) return missing(base + "document_index.npy", doc.status());
+  auto sample = load_npy<int64_t>(base + "sample_index.npy");
+  if (!sample.ok()) return missing(base + "sample_index.npy", sample.status());
+  auto shuffle = load_npy<int64_t>(base + "shuffle_index.npy");
+  if (!shuffle.ok()) return missing(base + "shuffle_index.npy", shuffle.status());
+  GptIndices g;
+  g.document_index = std::move(doc->data);
+  g.sample_index = std::move(sample->data);
+  g.shuffle_index = std::move(shuffle->data);
+  const int64_t n = key.end - key.begin;
+  if (n <= 0 || g.document_index.empty() || g.document_index.size() % static_cast<size_t>(n) != 0 ||
+      sample->shape.size() != 2 || sample->shape[1] != 2 || g.sample_index.size() < 2)
+    return DataLoss(base, "*: the cached indices do not have the shapes of this dataset (", flag, " trusts ",
+                    "--data-cache-path ", dir, "; rebuild the cache without it)");
+  g.num_epochs = static_cast<int64_t>(g.document_index.size()) / n;
+  g.tokens_per_epoch = split_tokens(key, sizes);
+  g.separate_final_epoch = gpt_separate_final_epoch(g.num_epochs, g.tokens_per_epoch, key.params);
+  return g;
+}
+
 Status save_cached_gpt_indices(const std::string& dir, const GptCacheKey& key, const GptIndices& g) {
   GALE_RETURN_IF_ERROR(make_dirs(dir));
   std::string base = gpt_cache_base(dir, key);

@@ -674,6 +674,8 @@ void add_all_pretrain_args(ArgParser& p, Arguments& a) {
   add_training_args(p, a.training);
   add_parallel_args(p, a.parallel);
   add_data_args(p, a.data);
+  add_phase_args(p, a.data);
+  add_data_cache_args(p, a.data);
   add_tokenizer_args(p, a.tokenizer);
   add_checkpoint_args(p, a.checkpoint);
   add_logging_args(p, a.logging);
@@ -1175,6 +1177,8 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_mup(a));
   GALE_RETURN_IF_ERROR(validate_training_args(a, p));
   GALE_RETURN_IF_ERROR(validate_data_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_phase_args(a, p));
+  GALE_RETURN_IF_ERROR(validate_data_cache_args(a, p));
   GALE_RETURN_IF_ERROR(validate_checkpoint_args(a, p));
   GALE_RETURN_IF_ERROR(validate_non_persistent_args(a, p, world_size));
   GALE_RETURN_IF_ERROR(validate_freeze_all_layers(a));

@@ -639,6 +639,17 @@ struct DataArgs {
   // its end-of-document id (labels equal to it then get no loss); otherwise such a pad becomes -1
   // (data/pad_token.h).
   bool allow_ambiguous_pad_tokens = false;
+  // Megatron-LM main's --phase-transition-iterations (train/phase_transitions.h): the text as given
+  // and its iterations, sorted by validate_phase_args; empty: off. phase_resume_iteration is no
+  // flag: the iteration the run resumes at, which sizes the phase's training dataset
+  // (pretrain_sample_counts); gale pretrain sets it before building the data.
+  std::string phase_transition_iterations;
+  std::vector<int64_t> phase_transitions;
+  int64_t phase_resume_iteration = 0;
+  // Megatron-LM main's --dataloader-fast-cache-load and --dataloader-defer-npy-index-mmap
+  // (data/index_cache.h; both need every index in --data-cache-path).
+  bool dataloader_fast_cache_load = false;
+  bool dataloader_defer_npy_index_mmap = false;
   // Whether samples carry document ids that restrict attention (--reset-attention-mask, --sft,
   // --dataloader-inter-document-masking).
   bool document_attention() const { return reset_attention_mask || sft || dataloader_inter_document_masking; }
@@ -1152,6 +1163,14 @@ Status validate_freeze_all_layers(Arguments& a);
 // what it does not compose with yet (run by validate_all_pretrain_args).
 void add_softmax_type_args(ArgParser& p, ModelArgs& a);
 Status validate_softmax_type(const Arguments& a);
+// --phase-transition-iterations (train/arguments_phase.cc): the flag, added beside the data flags;
+// its parsing and Megatron's checks (run by validate_all_pretrain_args).
+void add_phase_args(ArgParser& p, DataArgs& a);
+Status validate_phase_args(Arguments& a, const ArgParser& p);
+// --dataloader-fast-cache-load and --dataloader-defer-npy-index-mmap (train/arguments_data_cache.cc):
+// the flags, added beside the data flags, and Megatron's checks (run by validate_all_pretrain_args).
+void add_data_cache_args(ArgParser& p, DataArgs& a);
+Status validate_data_cache_args(const Arguments& a, const ArgParser& p);
 // --enable-mhc-connections and the mhc_* flags (train/arguments_mhc.cc): added beside the attention
 // flags; Megatron's checks and what Gale does not support with them yet (run by validate_all_pretrain_args).
 void add_mhc_args(ArgParser& p, ModelArgs& a);

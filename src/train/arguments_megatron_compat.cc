@@ -45,9 +45,6 @@ const std::vector<Reason>& unsupported_flags() {
       {"ring-exchange pipeline communication (a custom PyTorch build)", {"--use-ring-exchange-p2p"}},
       {"the workload inspector server", {"--run-workload-inspector-server"}},
       {"multimodal rotary embeddings", {"--mrope-section"}},
-      {"Megatron-LM main's phased training: a save and exit at each listed iteration, then each phase's own "
-       "training dataset counted from its first sample",
-       {"--phase-transition-iterations"}},
   };
   return reasons;
 }

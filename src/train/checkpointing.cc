@@ -540,6 +540,14 @@ Status load_from(const std::string& flag, const std::string& dir, int64_t step, 
     state = TrainerState{};
   } else {
     GALE_ASSIGN_OR_RETURN(nlohmann::json t, r.section("trainer"));
+    if (!args.data.phase_transitions.empty()) {  // Megatron's check_checkpoint_args: _compare('global_batch_size')
+      GALE_ASSIGN_OR_RETURN(nlohmann::json saved_args, r.section("args"));
+      const int64_t saved = saved_args.value("global_batch_size", int64_t{-1});
+      if (saved != args.training.global_batch_size)
+        return FailedPrecondition("--phase-transition-iterations: global_batch_size value from checkpoint (", saved,
+                                  ") is not equal to the input argument value (", args.training.global_batch_size,
+                                  ") (checkpoint ", r.directory(), "; the phases need a fixed global batch size)");
+    }
     state.iteration = t.at("iteration").get<int64_t>();
     state.consumed_train_samples = t.at("consumed_train_samples").get<int64_t>();
     state.skipped_train_samples = t.value("skipped_train_samples", int64_t{0});  // older checkpoints: none

@@ -20,6 +20,7 @@
 #include "train/sft_data_setup.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "train/model_setup.h"
+#include "train/phase_transitions.h"
 
 namespace gale {
 
@@ -63,7 +64,10 @@ struct Builder {
     }
     GptIndexParams p = params;
     p.num_samples = num_samples;
-    GALE_ASSIGN_OR_RETURN(auto ds, GptDataset::build(src, split, begin, end, p, cache_dir, split_text));
+    GptCacheMode mode;  // --dataloader-fast-cache-load, --dataloader-defer-npy-index-mmap
+    mode.fast_cache_load = args.data.dataloader_fast_cache_load;
+    mode.defer_npy_index_mmap = args.data.dataloader_defer_npy_index_mmap;
+    GALE_ASSIGN_OR_RETURN(auto ds, GptDataset::build(src, split, begin, end, p, cache_dir, split_text, mode));
     if (fim_tokenizer)
       return std::unique_ptr<TokenDataset>(std::make_unique<FimDataset>(
           std::move(ds), fim, fim_tokenizer, p.seed, fim_loaders[static_cast<int>(split)]));
@@ -280,6 +284,10 @@ SplitSampleCounts pretrain_sample_counts(const Arguments& a) {
   } else {
     c.train = t.train_iters * gbs;
   }
+  // --phase-transition-iterations: the training dataset of the phase the run resumes in (Megatron's
+  // train_samples_in_current_phase); validation and test as without phases.
+  if (!a.data.phase_transitions.empty() && gbs > 0)
+    c.train = phase_at(a.data.phase_transitions, a.data.phase_resume_iteration, gbs, t.train_samples).samples();
   c.valid = (train_iters / l.eval_interval + 1) * l.eval_iters * gbs;
   c.test = l.eval_iters * gbs;
   return c;

@@ -46,6 +46,7 @@
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
 #include "train/training_log.h"
+#include "train/phase_transitions.h"
 #include "train/trainer.h"
 #include "train/wandb_log.h"
 #include "train/yaml_cfg.h"
@@ -356,6 +357,12 @@ int pretrain_main(int argc, char** argv) {
   // ---- data ----
   timers("train/valid/test-data-iterators-setup", 0).start(/*barrier=*/true);
   // --perform-rl-step: only the tokenizer (the prompts come from --langrl-env-config; no dataset is read).
+  // --phase-transition-iterations: the training dataset of the phase of the checkpoint to resume from.
+  if (!args.data.phase_transitions.empty()) {
+    StatusOr<int64_t> resume = phase_resume_iteration_hint(args);
+    if (!resume.ok()) run_error(resume.status());
+    args.data.phase_resume_iteration = *resume;
+  }
   StatusOr<PretrainData> data_or = grpo.perform_rl_step ? rl_tokenizer_only(args) : build_pretrain_data(args);
   if (!data_or.ok()) run_error(data_or.status());
   timers("train/valid/test-data-iterators-setup", 0).stop();
@@ -525,6 +532,25 @@ int pretrain_main(int argc, char** argv) {
     if (ft && loaded) ft->on_checkpoint_loaded(args.checkpoint.non_persistent_ckpt_type == "local");
     timers("load-checkpoint", 0).stop(/*barrier=*/true);
     log_timers(timers, {"load-checkpoint"}, *world);
+  }
+  // --phase-transition-iterations (Megatron's consumed_train_samples_in_current_phase): the loaded
+  // iteration's phase reads its own training dataset from sample (iteration - phase start) x GBS.
+  if (!args.data.phase_transitions.empty() && !grpo.perform_rl_step) {
+    const TrainerState& s = trainer.state();
+    const int64_t gbs = args.training.global_batch_size, total = args.training.train_samples;
+    const std::vector<int64_t>& transitions = args.data.phase_transitions;
+    const PhaseSpan phase = phase_at(transitions, s.iteration, gbs, total);
+    if (phase.first_sample != phase_at(transitions, args.data.phase_resume_iteration, gbs, total).first_sample) {
+      args.data.phase_resume_iteration = s.iteration;  // another phase than expected: its own dataset
+      StatusOr<PretrainData> rebuilt = build_pretrain_data(args);
+      if (!rebuilt.ok()) run_error(rebuilt.status());
+      data.train = std::move(rebuilt->train);
+    }
+    const int64_t offset = phase_sample_offset(transitions, s.iteration, s.consumed_train_samples, gbs);
+    trainer.set_train_phase(data.train.get(), offset);
+    print_rank0(str_cat("> phase transitions at iterations ", args.data.phase_transition_iterations,
+                        ": this phase starts at iteration ", phase.first_iteration, "; its training dataset holds ",
+                        phase.samples(), " samples, read from sample ", s.consumed_train_samples - offset));
   }
   // --stage dpo: the frozen reference model, a second copy of the model loaded from --ref-model
   // (default --load), run forward only (MindSpeed-LLM's DPOTrainer). With LoRA it is the base model

@@ -27,6 +27,7 @@
 #include "train/loss_reduction.h"
 #include "train/model_setup.h"
 #include "train/param_hash.h"
+#include "train/phase_transitions.h"
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
 
@@ -429,7 +430,7 @@ StatusOr<ForwardBackwardResult> Trainer::dpo_forward_backward_all(int64_t consum
   const int64_t mbs = args_.training.micro_batch_size, dp = engine_->ps.dp_size();
   std::vector<int64_t> indices, ids;
   auto source = [&](int64_t m, MicroBatch* mb) {
-    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
+    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed - train_sample_offset_ + m * mbs * dp, &indices, &ids));
     return load_pair_micro_batch(*train_, indices, ids, mb);
   };
   // The reference model's pass is forward only: no deferred weight gradients, no RiPipe order.
@@ -472,7 +473,7 @@ StatusOr<IterationResult> Trainer::train_step() {
   // (with --dataloader-type single, DP rank r holds samples consumed + m·mbs·dp + r·mbs + [0, mbs)).
   std::vector<int64_t> indices, ids;
   auto source = [&](int64_t m, MicroBatch* mb) {
-    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
+    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed - train_sample_offset_ + m * mbs * dp, &indices, &ids));
     return load_micro_batch(*train_, indices, ids, mb);
   };
   Timers* timers = engine_->timers;
@@ -969,7 +970,8 @@ Status Trainer::run() {
       print_datetime(str_cat("exiting program after ", (now_seconds() - start) / 60.0, " minutes"));
       return finish_run();
     }
-    if (t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) {
+    if ((t.exit_interval > 0 && state_.iteration % t.exit_interval == 0) ||
+        is_phase_transition(args_.data.phase_transitions, state_.iteration)) {  // --phase-transition-iterations
       if (save_fn_ && !saved_at_last_iteration && !saved_non_persistent) GALE_RETURN_IF_ERROR(save());
       print_datetime(str_cat("exiting program at iteration ", state_.iteration));
       return finish_run();

@@ -96,6 +96,14 @@ class Trainer {
   TrainerState& state() { return state_; }
   int64_t train_iters() const { return train_iters_; }
 
+  // --phase-transition-iterations (train/phase_transitions.h): the phase's training dataset (when
+  // pretrain rebuilt it after loading a checkpoint; nullptr keeps the current one) and the samples
+  // subtracted from the consumed-samples count to index it (the phase's data starts at its sample 0).
+  void set_train_phase(const SampleDataset* train, int64_t sample_offset) {
+    if (train) train_ = train;
+    train_sample_offset_ = sample_offset;
+  }
+
   // Called at every --save-interval, at --exit-interval and at the end of training.
   using SaveFn = std::function<Status(const TrainerState&)>;
   void set_save_fn(SaveFn fn) { save_fn_ = std::move(fn); }
@@ -223,6 +231,7 @@ class Trainer {
   const Arguments& args_;
   Engine* engine_;
   const SampleDataset* train_;
+  int64_t train_sample_offset_ = 0;  // set_train_phase
   const SampleDataset* valid_;
   const SampleDataset* test_;
   TrainerState state_;
