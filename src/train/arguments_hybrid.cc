@@ -30,7 +30,7 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add_choice("--mamba-training-ssm-states-dtype", &a.mamba_training_ssm_states_dtype, {"fp32", "bf16"},
                "Dtype of the materialized inter-chunk SSM states in Mamba training: the states entering each "
                "128-position chunk of the scan are rounded to it (model/mamba_mixer.h); default: the parameters' "
-               "(bf16 with --bf16, fp16 with --fp16, else fp32)");
+               "(bf16 with --bf16, else fp32)");
 }
 
 namespace {
