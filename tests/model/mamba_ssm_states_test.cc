@@ -1,7 +1,8 @@
 // --mamba-training-ssm-states-dtype (model/mamba_mixer.h): with bf16 inter-chunk states the mixer's
 // forward and backward match a float64 chunked-SSD reference that rounds the states entering each
 // chunk (tools/reference/mamba_ssm_states_reference.py), which the f32 scan does not; fp32 is the f32
-// scan bit for bit; one chunk has no inter-chunk state; decoding never rounds.
+// scan bit for bit; one chunk has no inter-chunk state; decoding never rounds; GPTModel's Mamba
+// layers take the setting from ModelConfig::hybrid.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/gemm.h"
+#include "hybrid_test_model.h"
 #include "model/mamba_mixer.h"
+#include "model_test_batches.h"
 #include "testing.h"
 #include "testing_json.h"
 
@@ -168,6 +171,28 @@ TEST(MambaSsmStates, DecodingWithStatesDoesNotRound) {
                                          DType::kF32);
   };
   EXPECT_TRUE(bitwise_equal(decode(DType::kBF16), decode(DType::kF32)));
+}
+
+// The hybrid model's Mamba layers read HybridConfig::training_ssm_states and chunk_size: the loss
+// changes with bf16 states past the first chunk and not within it.
+TEST(MambaSsmStates, HybridModelTakesTheSettingFromItsConfig) {
+  auto loss = [](DType states, int64_t chunk) {
+    ModelConfig c = testing::tiny_hybrid_config();
+    c.seq_length = 12;
+    c.hybrid.training_ssm_states = states;
+    c.hybrid.chunk_size = chunk;
+    OpTable ops = reference_ops();
+    GPTModel model(c, single_process_partition(c), &ops);
+    model.params().initialize(3);
+    testing::make_mamba_state_carry(model);
+    GPTModel::LossSums sums;
+    model.forward(0, testing::masked_batch(c, 2, 9, false), Tensor(), /*training=*/true, &sums);
+    model.backward(0, Tensor(), 0.0f);
+    return sums.loss_sum;
+  };
+  const double f32 = loss(DType::kF32, 4);
+  EXPECT_EQ(loss(DType::kBF16, 12), f32);
+  EXPECT_NE(loss(DType::kBF16, 4), f32);
 }
 
 }  // namespace
