@@ -12,6 +12,11 @@ namespace gale {
 
 namespace {
 
+// x rounded to bf16 (nearest even) in place.
+void round_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
 void norm_forward_ref(const NormSpec& s, const float* x, const float* w, const float* b, float* y, float* stats,
                       int64_t rows, int64_t H) {
   if (s.rms)
@@ -58,6 +63,7 @@ void lm_head_loss_forward_ref(const LmHeadProblem& p, float* slice_max, float* s
                               Tensor* saved) {
   Tensor logits = Tensor::empty({p.T, p.Vl});
   p.gemm(false, true, p.T, p.Vl, p.H, 1.0f, p.x, p.H, p.W, p.H, 0.0f, logits.data<float>(), p.Vl);
+  if (p.bf16_logits) round_to_bf16(logits.data<float>(), p.T * p.Vl);  // --output-logit-dtype bf16
   ce_row_max(logits.data<float>(), p.T, p.Vl, slice_max);
   ce_sumexp_and_target(logits.data<float>(), p.T, p.Vl, slice_max, p.targets, p.vocab_start, slice_sumexp,
                        target_logit);
@@ -71,6 +77,7 @@ void lm_head_loss_backward_ref(const LmHeadProblem& p, const float* lse, const f
   // softmax = exp(logit − lse): the kernel's (max, sumexp) form with max = lse and sumexp = 1.
   std::vector<float> ones(static_cast<size_t>(p.T), 1.0f);
   ce_backward_inplace(logits.data<float>(), p.T, p.Vl, lse, ones.data(), p.targets, p.vocab_start, dloss);
+  if (p.bf16_logits) round_to_bf16(logits.data<float>(), p.T * p.Vl);  // the gradient of bf16 logits
   if (dW) p.gemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
   p.gemm(false, false, p.T, p.H, p.Vl, 1.0f, logits.data<float>(), p.Vl, p.W, p.H, 0.0f, dx, p.H);
 }

@@ -96,6 +96,10 @@ struct LmHeadProblem {
   const float* dloss = nullptr;  // [T] or null
   float* dW = nullptr;           // gradient of W (for an eager backward)
   SgemmFn gemm = sgemm;          // the products (the model passes OpTable::gemm)
+  // --output-logit-dtype bf16: the logits x·Wᵀ rounded to bf16 (nearest even) before the loss reads
+  // them (upcast, as Megatron's cross entropy), and d logits rounded to bf16 before the two backward
+  // products (the gradient of a bf16 tensor, cast to the GEMM's input dtype).
+  bool bf16_logits = false;
 };
 using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, float* slice_sumexp,
                                      float* target_logit, Tensor* saved);

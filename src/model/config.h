@@ -301,6 +301,12 @@ struct HybridConfig {
   int64_t ngroups = 8;    // --mamba-num-groups
   int64_t expand = 2;
   int64_t d_conv = 4;
+  // --mamba-training-ssm-states-dtype (Megatron's None: the parameters' dtype, bf16 under --bf16, f16
+  // under --fp16): the dtype in which training stores the scan's inter-chunk states, those entering
+  // each chunk of chunk_size positions (Megatron's MambaMixer: 128) of the SSD algorithm; kF32 keeps
+  // Gale's f32 scan (model/mamba_mixer.h).
+  DType training_ssm_states = DType::kF32;
+  int64_t chunk_size = 128;
   bool is_mamba_layer(int64_t layer) const {
     return enabled && layer >= 0 && layer < static_cast<int64_t>(layers.size()) &&
            layers[static_cast<size_t>(layer)] == 'M';
@@ -435,6 +441,10 @@ struct ModelConfig {
   // a 16-bit residual, the other parameters without a bf16 copy (ParamBuffer::enable_gemm_copy)
   bool reuse_fp32_param = false;
   bool fp16 = false;  // --fp16: the same with f16 (and dynamic loss scaling in the trainer)
+  // --output-logit-dtype bf16: the output layer's GEMM result (the logits) rounded to bf16 before the
+  // loss, and their gradient rounded to bf16 before the output layer's backward (kernels/op_table.h
+  // LmHeadProblem::bf16_logits); false: f32 logits.
+  bool bf16_logits = false;
   RecomputePlan recompute;
   FullRecompute full_recompute;
   MoeConfig moe;

@@ -23,6 +23,13 @@ namespace gale {
 
 namespace {
 
+// --output-logit-dtype bf16 (ModelConfig::bf16_logits): logits, or their gradient, rounded to bf16 in place.
+void round_logits(const ModelConfig& c, Tensor& t) {
+  if (!c.bf16_logits) return;
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = bf16_to_float(float_to_bf16(p[i]));
+}
+
 // What one MTP layer keeps for backward (one micro-batch).
 struct MtpSaved {
   std::vector<int32_t> tokens, positions, labels;  // rolled, [S, B] order
@@ -467,7 +474,7 @@ double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int
   const int64_t T = static_cast<int64_t>(labels.size()), H = c.hidden;
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
-                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm};
+                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm, c.bf16_logits};
   // With one vocabulary slice and the loss gradient known now, a fused head may finish its
   // backward here (schedules.h's loss scale).
   std::vector<float> dloss;
@@ -523,7 +530,7 @@ Tensor GPTModel::output_loss_backward(const Tensor& y_full, const std::vector<in
   std::vector<float> dloss(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) dloss[t] = dloss_scale * mask[t];
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
-                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm};
+                  labels.data(), tp == 1, nullptr, nullptr, ops_->gemm, c.bf16_logits};
   Tensor d_y = Tensor::empty({T, H});
   // dW is null for a frozen output layer (LoRA): no weight-gradient GEMM.
   ops_->lm_head_loss_backward(p, lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
@@ -554,6 +561,7 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
     logits = Tensor::empty({T, Vl});
     ops_->gemm(false, true, T, Vl, H, 1.0f, y_full.data<float>(), H, params_.param_data(output_w_), H, 0.0f,
                logits.data<float>(), Vl);
+    round_logits(config_, logits);
   }
   if (hooked) {
     GALE_CHECK(distill_.teacher == nullptr && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
@@ -631,8 +639,9 @@ Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   GALE_CHECK_EQ(y_full.size(0), T);
   GALE_CHECK_EQ(distill_.teacher->config().vocab, V) << "the QAD teacher's vocabulary";
   // The student's logits [T, Vl] (row t = s·B + b): the output layer's GEMM the fused head runs.
-  const Tensor student = linear_forward(
+  Tensor student = linear_forward(
       y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
+  round_logits(c, student);
   // The teacher's, [B, S, V] sample-major over the whole vocabulary (gathered over TP): token
   // t = s·B + b is its row b·S + s, this rank's columns from tp_rank·Vl.
   const Tensor teacher = distill_.teacher->forward_logits(st.mb, Tensor());
@@ -668,6 +677,7 @@ Tensor GPTModel::head_backward(State& st, float loss_scale) {
   if (st.distill_grad.defined()) {  // QAD's KL term or the hook's logit gradient through the output layer
     float* g = st.distill_grad.data<float>();
     for (int64_t i = 0; i < st.distill_grad.numel(); ++i) g[i] *= loss_scale;
+    round_logits(config_, st.distill_grad);  // the gradient of bf16 logits
     const Tensor d = linear_backward(st.distill_grad, st.final_out_full,
                                      LinearWeight{params_.param_data(output_w_), nullptr, nullptr,
                                                   params_.grad_data(output_w_), config_.vocab / part_.tp_size(),
@@ -971,6 +981,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   Tensor stats;
   Tensor y_full = times(final_norm_forward(whole_hidden(x), &stats), c.mup.output_mult);  // --use-mup
   Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
+  round_logits(c, local);
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
   if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
@@ -1021,6 +1032,7 @@ void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvB
   *logits = linear_forward(times(picked, c.mup.output_mult),  // --use-mup's output multiplier
                            LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H,
                                         ops_->gemm});
+  round_logits(c, *logits);  // --output-logit-dtype bf16
 }
 
 Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
@@ -1061,6 +1073,7 @@ void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector
   *logits = linear_forward(times(*h_out, c.mup.output_mult),  // --use-mup: Megatron scales the MTP logits too
                            LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, c.hidden,
                                         ops_->gemm});
+  round_logits(c, *logits);  // --output-logit-dtype bf16, as the MTP heads' training logits
 }
 
 std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {

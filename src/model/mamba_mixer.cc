@@ -28,6 +28,14 @@ inline float dsiluf(float v) {
 // torch.nn.functional.softplus (beta 1, threshold 20).
 inline float softplusf(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
+// v rounded to `dt` (kBF16 or kF16, nearest even) and back: a state stored in that dtype.
+inline float stored_as(DType dt, float v) {
+  return dt == DType::kBF16 ? bf16_to_float(float_to_bf16(v)) : f16_to_float(float_to_f16(v));
+}
+
+// --mamba-training-ssm-states-dtype: whether the training scan stores its inter-chunk states rounded.
+inline bool rounds_states(const MambaMixerWeights& w) { return w.ssm_states != DType::kF32; }
+
 std::string mixer_name(int64_t layer, const char* rest) { return str_cat("decoder.layers.", layer, ".mixer.", rest); }
 
 // Layout of one in_proj row: z [DI], xBC [conv_dim] (x [DI], B [G·N], C [G·N]), dt [NH].
@@ -213,7 +221,8 @@ MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds
 namespace {
 
 Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
-                     const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved) {
+                     const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved,
+                     bool training_states) {
   Tensor u_saved;
   // [T, R]: this rank's positions of the sequence (gathered under SP)
   Tensor zx_seq = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);
@@ -245,11 +254,17 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   }
   // The selective scan, one (sample, head) at a time.
   Tensor y = Tensor::empty({T, DI});
+  const bool round_states = training_states && rounds_states(wc);
+  if (round_states) GALE_CHECK_GT(wc.chunk, 0) << "mamba mixer: chunk size";
   {
     const float* xp = xbc.data<float>();
     float* yp = y.data<float>();
     parallel_for(static_cast<int64_t>(seqs.size()) * NH, 1, [&](int64_t b0, int64_t e0) {
       std::vector<float> st(static_cast<size_t>(P * N));
+      // --mamba-training-ssm-states-dtype: E = stored(state entering the chunk) − that state, and the
+      // chunk's decay Π a so far; the outputs read state + decay·E (the stored entering state).
+      std::vector<float> err(round_states ? static_cast<size_t>(P * N) : 0);
+      float decay = 1.0f;
       for (int64_t task = b0; task < e0; ++task) {
         const MambaSequence& q = seqs[static_cast<size_t>(task / NH)];
         const int64_t h = task % NH, g = h / heads_per_group;
@@ -258,6 +273,10 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
           std::copy_n(q.ssm_state + h * P * N, P * N, st.begin());
         else
           std::fill(st.begin(), st.end(), 0.0f);
+        if (round_states) {  // the first chunk enters with the zero state
+          std::fill(err.begin(), err.end(), 0.0f);
+          decay = 1.0f;
+        }
         for (int64_t s = 0; s < q.length; ++s) {
           const int64_t t = q.first + s * q.stride;
           const float dt = softplusf(zxp[t * o.R + o.dt + h] + wc.dt_bias[h]);
@@ -265,6 +284,25 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
           const float* x = xp + t * CD + h * P;
           const float* Bv = xp + t * CD + DI + g * N;
           const float* Cv = xp + t * CD + DI + G * N + g * N;
+          if (round_states) {
+            if (s > 0 && s % wc.chunk == 0) {
+              for (int64_t i = 0; i < P * N; ++i) err[i] = stored_as(wc.ssm_states, st[i]) - st[i];
+              decay = 1.0f;
+            }
+            decay *= a;
+            for (int64_t p = 0; p < P; ++p) {
+              float* sp = st.data() + p * N;
+              const float* ep = err.data() + p * N;
+              const float dx = dt * x[p];
+              float acc = 0.0f;
+              for (int64_t n = 0; n < N; ++n) {
+                sp[n] = a * sp[n] + dx * Bv[n];
+                acc += (sp[n] + decay * ep[n]) * Cv[n];
+              }
+              yp[t * DI + h * P + p] = acc + wc.d[h] * x[p];
+            }
+            continue;
+          }
           for (int64_t p = 0; p < P; ++p) {
             float* sp = st.data() + p * N;
             const float dx = dt * x[p];
@@ -306,13 +344,13 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
   const int64_t S_run = w.cp.on() ? w.cp.split->seq_length : S;  // CP: the scan runs on whole sequences
   std::vector<MambaSequence> seqs(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = MambaSequence{b, B, S_run, nullptr, nullptr};
-  return mixer_forward(d, w, u, seqs, gemm_dtype, saved);
+  return mixer_forward(d, w, u, seqs, gemm_dtype, saved, /*training_states=*/true);
 }
 
 Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                                      const std::vector<MambaSequence>& seqs, DType gemm_dtype) {
   GALE_CHECK(!w.cp.on()) << "mamba_mixer_forward_sequences: no context parallelism";
-  return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr);
+  return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr, /*training_states=*/false);
 }
 
 Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& sv, const Tensor& d_out,
@@ -354,8 +392,16 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   std::vector<double> d_alog(static_cast<size_t>(B * NH), 0.0), d_dd(static_cast<size_t>(B * NH), 0.0);
   Tensor d_dt = Tensor::empty({T, NH});  // d loss / d softplus output
   float* ddtp = d_dt.data<float>();
+  // --mamba-training-ssm-states-dtype: the forward's outputs read state_s + decay_s·E_c (E_c the
+  // rounding error of the state entering chunk c, decay_s = Π a over the chunk up to s). The rounding
+  // passes the gradient straight through (a cast's derivative), so E_c is a constant: it adds
+  // decay_s·E_c to the state dC reads, and q_s = decay_s·Σ dy_s ⊗ C_s : E_c reaches Δ_j and A through
+  // every a_j of the chunk up to s: Δ_j gets A·Σ_{s≥j} q_s and A gets Σ_j Δ_j·Σ_{s≥j} q_s.
+  const bool round_states = rounds_states(wc);
+  const int64_t Q = wc.chunk, chunks = round_states ? (S + Q - 1) / Q : 0;
   parallel_for(B * G, 1, [&](int64_t b0, int64_t e0) {
     std::vector<float> states(static_cast<size_t>(S * P * N)), dst(static_cast<size_t>(P * N));
+    std::vector<float> err(static_cast<size_t>(chunks * P * N)), decay(round_states ? static_cast<size_t>(S) : 0);
     for (int64_t task = b0; task < e0; ++task) {
       const int64_t b = task / G, g = task % G;
       for (int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
@@ -372,7 +418,16 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
           for (int64_t p = 0; p < P; ++p)
             for (int64_t n = 0; n < N; ++n)
               cur[p * N + n] = (prev ? a * prev[p * N + n] : 0.0f) + dt * x[p] * Bv[n];
+          if (round_states) decay[s] = (s % Q == 0 ? 1.0f : decay[s - 1]) * a;
         }
+        if (round_states) {
+          std::fill(err.begin(), err.begin() + P * N, 0.0f);  // chunk 0 enters with the zero state
+          for (int64_t c = 1; c < chunks; ++c) {
+            const float* entering = states.data() + (c * Q - 1) * P * N;
+            for (int64_t i = 0; i < P * N; ++i) err[c * P * N + i] = stored_as(wc.ssm_states, entering[i]) - entering[i];
+          }
+        }
+        double q_sum = 0.0;  // Σ q over the chunk's positions from s on
         std::fill(dst.begin(), dst.end(), 0.0f);
         double dA = 0.0, dD = 0.0;
         for (int64_t s = S - 1; s >= 0; --s) {
@@ -388,6 +443,20 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
           const float* cur = states.data() + s * P * N;
           const float* prev = s > 0 ? cur - P * N : nullptr;
           double da = 0.0, ddt = 0.0;
+          if (round_states) {
+            const float* ep = err.data() + (s / Q) * P * N;
+            const float dec = decay[s];
+            double q = 0.0;
+            for (int64_t p = 0; p < P; ++p)
+              for (int64_t n = 0; n < N; ++n) {
+                dC[n] += dyv[p] * dec * ep[p * N + n];
+                q += static_cast<double>(dyv[p]) * Cv[n] * ep[p * N + n];
+              }
+            if (s == S - 1 || (s + 1) % Q == 0) q_sum = 0.0;  // the chunk's last position
+            q_sum += q * dec;
+            ddt += q_sum * A;
+            dA += q_sum * dt;
+          }
           for (int64_t p = 0; p < P; ++p) {
             float* dsp = dst.data() + p * N;
             float dxs = 0.0f;
@@ -455,6 +524,8 @@ MambaDims mixer_dims(const LayerRuntime& rt) { return MambaDims::of(*rt.config).
 MambaMixerWeights mixer_weights(const LayerRuntime& rt, const ParamBuffer& pb, const MambaParamIds& w) {
   MambaMixerWeights m = mamba_mixer_weights(pb, w, rt.ops->gemm, rt.ops->bf16_gemm);
   m.tp = TpLinearComm{rt.part->tp.get(), rt.part->sequence_parallel, rt.ops->tp_comm_chunks, rt.ops->tp_regather_input};
+  m.ssm_states = rt.config->hybrid.training_ssm_states;
+  m.chunk = rt.config->hybrid.chunk_size;
   if (rt.cp_split.cp_size > 1) m.cp = MambaCpComm{rt.part->cp.get(), &rt.cp_split};
   return m;
 }

@@ -19,6 +19,15 @@
 // recomputes the states forward (nothing of size S·P·N is kept) and runs the adjoint recurrence
 // dstate_s = dy_s ⊗ C_s + exp(Δ_{s+1}·A)·dstate_{s+1} backwards.
 //
+// --mamba-training-ssm-states-dtype bf16 (or f16; MambaMixerWeights::ssm_states): Megatron's
+// training kernel (mamba_ssm's chunked SSD scan, chunks of Q = 128 positions) materialises the
+// state entering each chunk c (the state after position c·Q − 1) in that dtype and computes the
+// chunk's outputs from it, while the chunk-to-chunk recurrence itself runs in f32. The sequential
+// scan does the same: y_s = (state_s + decay_s·E_c)·C_s + D_h·x_s, E_c = stored(state_{c·Q−1}) −
+// state_{c·Q−1} (0 in chunk 0), decay_s = Π_{c·Q ≤ j ≤ s} exp(Δ_j·A), state_s the f32 recurrence.
+// Backward treats the rounding as the identity (a cast's derivative) and differentiates the rest
+// exactly. Only the training forward (mamba_mixer_forward) rounds; decoding with states does not.
+//
 // Parameter names (Megatron-Core's state dict): decoder.layers.N.mixer.in_proj.layer_norm_weight
 // (and .layer_norm_bias with LayerNorm), mixer.in_proj.weight, mixer.conv1d.weight [DI + 2GN, 1, K],
 // mixer.conv1d.bias, mixer.A_log [NH], mixer.D [NH], mixer.dt_bias [NH], mixer.norm.weight [DI],
@@ -95,6 +104,10 @@ struct MambaMixerWeights {
         *g_gnorm_w = nullptr;
   TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
   MambaCpComm cp;   // the all-to-alls around the convolution and the scan (null group: CP 1)
+  // --mamba-training-ssm-states-dtype: the dtype of the states entering each chunk of `chunk`
+  // positions (kF32: none rounded; see mamba_mixer_forward).
+  DType ssm_states = DType::kF32;
+  int64_t chunk = 128;
 };
 MambaMixerWeights mamba_mixer_weights(const ParamBuffer& pb, const MambaParamIds& w, SgemmFn gemm,
                                       Bf16GemmFn bf16_gemm);

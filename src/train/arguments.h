@@ -150,6 +150,8 @@ struct ModelArgs {
   int64_t mamba_state_dim = 128;
   int64_t mamba_head_dim = 64;
   int64_t mamba_num_groups = 8;
+  // --mamba-training-ssm-states-dtype fp32|bf16 ("": Megatron's None, the parameters' dtype).
+  std::string mamba_training_ssm_states_dtype;
   // Megatron's --heterogeneous-layers-config-path / --heterogeneous-layers-config-encoded-json
   // (train/arguments_heterogeneous.cc, train/heterogeneous_config.h): "" (None). Validation reads
   // the file into the encoded JSON, which checkpoints keep (as Megatron).
@@ -941,7 +943,8 @@ struct MegatronCompatArgs {
   std::vector<std::string> spec;  // --spec: only Megatron's Mamba stack spec, with --is-hybrid-model
   std::string yaml_cfg;  // --yaml-cfg: the YAML file the arguments came from (train/yaml_cfg.h)
   // Megatron-LM main's --output-logit-dtype bf16|fp32 ("": Megatron's None, the output layer's input
-  // dtype): fp32 is what Gale's output layer always writes; bf16 is refused.
+  // dtype, which is f32 in Gale: its output layer multiplies f32 inputs): bf16 rounds the logits
+  // (ModelConfig::bf16_logits).
   std::string output_logit_dtype;
   bool enable_msc = false;  // Megatron-LM main's --enable-msc: refused unless --disable-msc turns it off
 };

@@ -27,6 +27,10 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
+  p.add_choice("--mamba-training-ssm-states-dtype", &a.mamba_training_ssm_states_dtype, {"fp32", "bf16"},
+               "Dtype of the materialized inter-chunk SSM states in Mamba training: the states entering each "
+               "128-position chunk of the scan are rounded to it (model/mamba_mixer.h); default: the parameters' "
+               "(bf16 with --bf16, else fp32)");
 }
 
 namespace {

@@ -220,8 +220,9 @@ void add_megatron_compat_args(ArgParser& p, MegatronCompatArgs& a) {
              "mamba_stack_spec (what pretrain_mamba.py needs) with --is-hybrid-model; other custom specs are not "
              "supported yet");
   p.add_choice("--output-logit-dtype", &a.output_logit_dtype, {"bf16", "fp32"},
-               "dtype of the logits the output layer writes (default: its input's): fp32 is accepted (Gale's output "
-               "layer always writes fp32 logits); bf16 is not supported yet");
+               "Megatron's output dtype of the output layer's GEMM: bf16 rounds the logits to bf16 before the "
+               "cross entropy (and their gradient before the output layer's backward); default: its input's, f32 "
+               "in Gale (its output layer multiplies f32 inputs), as fp32");
   p.add("--moe-router-dtype", &a.moe_router_dtype,
         "routing precision: fp32 is accepted (Gale's router computes in fp32); fp64 is not supported yet");
   // Implementation choices: Gale has one transformer implementation, which stands for both.
@@ -242,9 +243,6 @@ Status validate_megatron_compat_args(const Arguments& a, const ArgParser& p) {
     if (c.moe_router_dtype != "fp32")
       return InvalidArgument("--moe-router-dtype: expected fp32 or fp64, found '", c.moe_router_dtype, "'");
   }
-  if (c.output_logit_dtype == "bf16")
-    return Unimplemented("--output-logit-dtype bf16: not supported yet (Gale's output layer always writes fp32 "
-                         "logits, as --output-logit-dtype fp32)");
   // Megatron's DistributedDataParallel: per-token gradients are summed, never averaged, in the collective.
   if (a.training.calculate_per_token_loss && p.was_set("--ddp-average-in-collective"))
     return InvalidArgument("--ddp-average-in-collective cannot be used with --calculate-per-token-loss (the "

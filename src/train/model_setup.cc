@@ -60,6 +60,13 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.hybrid.d_state = m.mamba_state_dim;
     c.hybrid.headdim = m.mamba_head_dim;
     c.hybrid.ngroups = m.mamba_num_groups;
+    // Megatron's MambaMixer: --mamba-training-ssm-states-dtype, else the parameters' dtype.
+    const std::string& states = m.mamba_training_ssm_states_dtype;
+    c.hybrid.training_ssm_states = states == "bf16"   ? DType::kBF16
+                                   : states == "fp32" ? DType::kF32
+                                   : a.training.bf16  ? DType::kBF16
+                                   : a.training.fp16  ? DType::kF16
+                                                      : DType::kF32;
   }
   if (!m.heterogeneous_layers_config_encoded_json.empty()) {  // validated (train/arguments_heterogeneous.cc)
     StatusOr<std::vector<HeteroLayer>> layers = parse_heterogeneous_layers(
@@ -100,6 +107,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.bf16 = a.training.bf16;
   c.reuse_fp32_param = a.training.reuse_fp32_param;
   c.fp16 = a.training.fp16;
+  c.bf16_logits = a.megatron_compat.output_logit_dtype == "bf16";  // --output-logit-dtype (validated choices)
   // --qat-scheme (validated by features/feature_qat.cc; pretrain clears it below level 2).
   StatusOr<QatConfig> qat = parse_qat_scheme(m.qat_scheme, m.qat_quant_block_size);
   GALE_CHECK(qat.ok()) << qat.status().message();

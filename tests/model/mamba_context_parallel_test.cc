@@ -1,7 +1,8 @@
 // Context parallelism of the Mamba mixer (model/mamba_context_parallel.h): CP 2, 4 and 8 ranks (threads),
 // each on its load-balanced chunks of the sequences, reproduce the one-rank mixer's output, input
 // gradient and, summed over the ranks, every parameter gradient; with whole groups on each rank and
-// with a group's heads spread over several ranks (its B and C repeated).
+// with a group's heads spread over several ranks (its B and C repeated); and with the inter-chunk
+// states stored in bf16 (--mamba-training-ssm-states-dtype, chunks of 4 positions).
 #include "model/mamba_context_parallel.h"
 
 #include <gtest/gtest.h>
@@ -77,16 +78,22 @@ void expect_near_all(const float* got, const float* want, int64_t n, const std::
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-5 + 1e-4 * std::fabs(want[i])) << what << " [" << i << "]";
 }
 
-void expect_cp_matches_one_rank(int64_t groups, int cp) {
+// `states`: the dtype of the inter-chunk states (chunks of 4 positions), on every rank as on one.
+void expect_cp_matches_one_rank(int64_t groups, int cp, DType states = DType::kF32) {
   const ModelConfig c = mixer_config(groups);
   const int64_t S = 16, B = 2, H = c.hidden;
   Tensor u = Tensor::empty({S * B, H}), r = Tensor::empty({S * B, H});
   testing::fill_random(u.data<float>(), u.numel(), 5);
   testing::fill_random(r.data<float>(), r.numel(), 6);
+  auto with_states = [&](MambaMixerWeights w) {
+    w.ssm_states = states;
+    w.chunk = 4;
+    return w;
+  };
   Mixer one(c);
   MambaMixerSaved saved;
-  const Tensor out = mamba_mixer_forward(one.d, one.weights(), u, S, B, DType::kF32, &saved);
-  const Tensor du = mamba_mixer_backward(one.d, one.weights(), saved, r, S, B);
+  const Tensor out = mamba_mixer_forward(one.d, with_states(one.weights()), u, S, B, DType::kF32, &saved);
+  const Tensor du = mamba_mixer_backward(one.d, with_states(one.weights()), saved, r, S, B);
 
   std::vector<std::unique_ptr<Mixer>> ranks;
   for (int i = 0; i < cp; ++i) ranks.push_back(std::make_unique<Mixer>(c));
@@ -95,7 +102,7 @@ void expect_cp_matches_one_rank(int64_t groups, int cp) {
     const int rank = comm.rank();
     const ContextSplit split = make_context_split(S, cp, rank).value();
     Mixer& m = *ranks[static_cast<size_t>(rank)];
-    MambaMixerWeights w = m.weights();
+    MambaMixerWeights w = with_states(m.weights());
     w.cp = MambaCpComm{&comm, &split};
     MambaMixerSaved sv;
     outs[static_cast<size_t>(rank)] =
@@ -127,6 +134,13 @@ TEST(MambaContextParallel, GroupsSharedByRanksMatchOneRank) {
   expect_cp_matches_one_rank(/*groups=*/1, /*cp=*/2);  // each rank half of the group's heads
   expect_cp_matches_one_rank(/*groups=*/2, /*cp=*/4);
   expect_cp_matches_one_rank(/*groups=*/2, /*cp=*/8);  // one head per rank, each group on 4 ranks
+}
+
+// --mamba-training-ssm-states-dtype bf16: each rank scans whole sequences of its heads, so it stores
+// the same states at the same chunk boundaries as the one-rank scan.
+TEST(MambaContextParallel, Bf16InterChunkStatesMatchOneRank) {
+  expect_cp_matches_one_rank(/*groups=*/4, /*cp=*/2, DType::kBF16);
+  expect_cp_matches_one_rank(/*groups=*/1, /*cp=*/2, DType::kBF16);
 }
 
 TEST(MambaContextParallel, LocalDims) {

@@ -1,7 +1,7 @@
 // The flags of Megatron-LM main's data and output settings: --mid-level-dataset-surplus,
 // --per-dataset-sequences-path and --allow-ambiguous-pad-tokens with Megatron's defaults,
-// --output-logit-dtype (fp32 accepted: Gale's logits are fp32; bf16 refused). (--phase-transition-iterations:
-// tests/train/phase_transitions_test.cc.)
+// --output-logit-dtype (fp32 and bf16: tests/train/arguments_low_precision_outputs_test.cc).
+// (--phase-transition-iterations: tests/train/phase_transitions_test.cc.)
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
@@ -32,9 +32,6 @@ TEST(MegatronMainDataFlags, ValuesAreRead) {
 }
 
 TEST(MegatronMainDataFlags, RefusedInOneLine) {
-  expect_one_line_error({{"--output-logit-dtype", "bf16"}, 1,
-                         "--output-logit-dtype bf16: not supported yet (Gale's output layer always writes fp32 "
-                         "logits, as --output-logit-dtype fp32)"});
   expect_one_line_error({{"--output-logit-dtype", "fp16"}, 1, "--output-logit-dtype"});
   expect_one_line_error({{"--mid-level-dataset-surplus", "-1"}, 1,
                          "--mid-level-dataset-surplus: expected a finite number > -1"});

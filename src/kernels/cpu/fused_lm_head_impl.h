@@ -10,6 +10,8 @@
 //   otherwise (vocabulary split across TP ranks, where lse is known only after the all-reduce, or
 //     no dloss yet): nothing is kept, and backward recomputes each chunk's logits from x and W.
 // Peak extra memory: one logits chunk (+ dx [T, H] in the eager mode) instead of [T, Vl].
+// p.bf16_logits (--output-logit-dtype bf16): each chunk's logits are rounded to bf16 after the GEMM
+// and its gradient rows after softmax_grad_row, before the backward products.
 #pragma once
 
 #include <cstring>
@@ -45,6 +47,10 @@ inline int64_t lm_head_chunk_tokens(const LmHeadProblem& p) {
   return max_i64(1, min_i64(tc, p.T));
 }
 inline float log_f32(float x) { return __builtin_logf(x); }
+// x rounded to bf16 (nearest even) in place: a bf16 tensor's values, read back as f32.
+inline void round_to_bf16_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
 }  // namespace
 
 // Max of the row and Σ exp(x − max).
@@ -98,12 +104,14 @@ void lm_head_loss_forward(const LmHeadProblem& p, float* slice_max, float* slice
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t t = t0 + r;
         float* row = lg + r * p.Vl;
+        if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
         row_max_sumexp<V>(row, p.Vl, &slice_max[t], &slice_sumexp[t]);
         const int64_t local = static_cast<int64_t>(p.targets[t]) - p.vocab_start;
         target_logit[t] = (local >= 0 && local < p.Vl) ? row[local] : 0.0f;
         if (eager) {
           const float lse = slice_max[t] + log_f32(slice_sumexp[t]);
           softmax_grad_row<V>(row, p.Vl, lse, p.dloss[t], local);
+          if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
         }
       }
     });
@@ -144,7 +152,10 @@ void lm_head_loss_backward(const LmHeadProblem& p, const float* lse, const float
     parallel_for(tc, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t t = t0 + r;
-        softmax_grad_row<V>(lg + r * p.Vl, p.Vl, lse[t], dloss[t], static_cast<int64_t>(p.targets[t]) - p.vocab_start);
+        float* row = lg + r * p.Vl;
+        if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
+        softmax_grad_row<V>(row, p.Vl, lse[t], dloss[t], static_cast<int64_t>(p.targets[t]) - p.vocab_start);
+        if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
       }
     });
     p.gemm(false, false, tc, p.H, p.Vl, 1.0f, lg, p.Vl, p.W, p.H, 0.0f, dx + t0 * p.H, p.H);
