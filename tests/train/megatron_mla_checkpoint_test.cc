@@ -222,7 +222,7 @@ TEST(MegatronMlaCheckpoint, Refusals) {
   auto m = read_megatron_checkpoint(tmp.file("fused"));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("tensor 'decoder.layers.0.self_attention.linear_qkv_down_proj.weight' (the fused "
-                                      "q/kv down projection) next to 'decoder.layers.0.self_attention.linear_kv_down_"
+                                      "q/kv down projection) next to 'decoder.layers.0.self_attention.linear_q_down_"
                                       "proj.weight': expected one of the fused or the unfused layout"),
             std::string::npos)
       << m.status().message();
