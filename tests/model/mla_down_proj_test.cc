@@ -1,7 +1,8 @@
 // --mla-down-proj-fusion (model/mla_down_proj.h): the fused input norm + [q_down; kv_down] GEMM against
 // the unfused reference (loss and every gradient, f32 and bf16), finite differences through the fused
 // path, the fused kernel on its own with adjacent and non-adjacent weights, the parameter layout,
-// and the norm kernel written in the GEMM input type.
+// and the norm kernel written in the GEMM input type. Cases: RMSNorm and LayerNorm, with and
+// without the latent norms, V narrower and wider than Q/K, bf16, DSA.
 #include "model/mla_down_proj.h"
 
 #include <gtest/gtest.h>
@@ -98,8 +99,28 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FusionCase{"llama_rmsnorm_latent_norms", mla_config(true, 6, true, 3), 1e-6, 1e-5},
                       FusionCase{"gpt_layernorm_no_latent_norms", mla_config(false, 7, false, 5), 1e-6, 1e-5},
                       FusionCase{"gpt_layernorm_latent_norms_v_wide", mla_config(false, 6, true, 10), 1e-6, 1e-5},
-                      FusionCase{"llama_bf16", with_bf16(mla_config(true, 6, true, 3)), 1e-3, 3e-2}),
+                      FusionCase{"llama_bf16", with_bf16(mla_config(true, 6, true, 3)), 1e-3, 3e-2},
+                      // DSA: the lightning indexer reads the normed input the fused pass writes.
+                      FusionCase{"llama_dsa", testing::dsa_decode_config(6, 4), 1e-6, 1e-5}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Inference (nothing kept for backward): the fused model's logits equal the unfused model's.
+TEST(MlaDownProjFusion, LogitsWithoutSavedStateEqualUnfused) {
+  const ModelConfig base = mla_config(true, 6, true, 3), c = fused(base);
+  OpTable ref_ops = reference_ops(), ops = fused_ops();
+  GPTModel ref(base, single_process_partition(base), &ref_ops), model(c, single_process_partition(c), &ops);
+  ref.params().initialize(8);
+  model.params().initialize(8);
+  const MicroBatch mb = testing::masked_batch(c, 2, 3, false);
+  const Tensor a = ref.forward_logits(mb, Tensor()), b = model.forward_logits(mb, Tensor());
+  ASSERT_EQ(a.numel(), b.numel());
+  double worst = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    worst = std::max(worst, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
+    scale = std::max(scale, std::abs(double(a.data<float>()[i])));
+  }
+  EXPECT_LE(worst, 1e-6 * scale + 1e-7);
+}
 
 // The fused path against finite differences, every parameter (as tests/model/mla_attention_test.cc).
 TEST(MlaDownProjFusion, EveryParameterMatchesFiniteDifferences) {
