@@ -77,7 +77,8 @@ void BM_MlaDownProj(benchmark::State& state) {
     }
   }
   const double flops = 2.0 * kT * kH * (kCq + kCkvR) * (backward ? 3.0 : 1.0);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 BENCHMARK(BM_MlaDownProj)
