@@ -187,6 +187,10 @@ struct OpTable {
   // dispatcher's fused dispatch and combine (model/moe_mc2.h): rows written straight into the
   // exchange's buffers and received straight into the experts' layout; bit-identical results.
   bool moe_alltoall_mc2 = false;
+  // Megatron's --mla-down-proj-fusion (features/feature_mla_down_proj_fusion.cc): MLA's input norm
+  // and q/kv down projections run as one norm pass + one GEMM (model/mla_down_proj.h); false (the
+  // reference, and below --optimization-level 2): the norm, then the two linears.
+  bool mla_down_proj_fusion = false;
   // MindSpeed's --enable-expert-placement (features/feature_enable_expert_placement.cc, applied by
   // train/expert_placer.h after the optimizer steps): 0 off, else --expert-placement-freq; with
   // --enable-fine-grained-expert-placement the least drop of the per-rank loads' coefficient of

@@ -243,6 +243,7 @@ struct MlaConfig {
   int64_t qk_pos_emb_head_dim = 64;  // R: the rotary part (the key's is shared by all heads)
   int64_t v_head_dim = 128;          // Dv
   bool qk_layernorm = false;         // --qk-layernorm: RMSNorm/LayerNorm on the two latents
+  bool down_proj_fusion = false;     // --mla-down-proj-fusion (model/mla_down_proj.h)
   // RoPE of the rotary part: YaRN (--rope-type yarn, MLA's default) or plain (--rope-type rope);
   // YaRN with --rotary-scaling-factor s > 1 rescales frequencies and cos/sin (model/yarn_rope.h).
   bool yarn = true;

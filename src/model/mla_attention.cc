@@ -1,6 +1,7 @@
 // Multi-latent attention: parameters, the latent projections, MLA RoPE, padded attention, backward.
 #include "model/mla_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -178,6 +179,7 @@ std::vector<int> MlaParamIds::all() const {
   std::vector<int> ids;
   for (int id : {q_proj, q_down, q_norm_w, q_norm_b, q_up, kv_down, kv_norm_w, kv_norm_b, kv_up, softmax_offset})
     if (id >= 0) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());  // --mla-down-proj-fusion registers kv_down right after q_down
   if (indexer.defined())
     for (int id : indexer.all()) ids.push_back(id);
   return ids;
@@ -191,6 +193,12 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
   auto norm = [&](const char* name, int64_t n, InitKind init) {
     return pb.add(replicated(make_param_spec(attn_name(layer, name), {n}, init, 0.0f, false), part));
   };
+  auto add_kv_down = [&] {
+    return pb.add(replicated(make_param_spec(attn_name(layer, "linear_kv_down_proj.weight"),
+                                             {m.kv_lora_rank + m.qk_pos_emb_head_dim, H}, InitKind::kNormal, std, true),
+                             part));
+  };
+  GALE_CHECK(!m.down_proj_fusion || m.q_lora_rank > 0) << "--mla-down-proj-fusion requires --q-lora-rank";
   MlaParamIds w;
   if (m.q_lora_rank == 0) {
     if (m.qk_layernorm) {  // Megatron fuses a norm of x into linear_q_proj
@@ -202,6 +210,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
   } else {
     w.q_down = pb.add(replicated(make_param_spec(attn_name(layer, "linear_q_down_proj.weight"), {m.q_lora_rank, H},
                                                  InitKind::kNormal, std, true), part));
+    if (m.down_proj_fusion) w.kv_down = add_kv_down();  // adjacent to q_down: [q_down; kv_down] in place
     if (m.qk_layernorm) {
       w.q_norm_w = norm("linear_q_up_proj.layer_norm_weight", m.q_lora_rank, norm_weight_init(c));
       if (ln) w.q_norm_b = norm("linear_q_up_proj.layer_norm_bias", m.q_lora_rank, InitKind::kZeros);
@@ -209,9 +218,7 @@ MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const Mod
     w.q_up = pb.add(tp_split(make_param_spec(attn_name(layer, "linear_q_up_proj.weight"), {NH * m.q_head_dim(), m.q_lora_rank},
                                              InitKind::kNormal, std, true), part, 0));
   }
-  w.kv_down = pb.add(replicated(make_param_spec(attn_name(layer, "linear_kv_down_proj.weight"),
-                                                {m.kv_lora_rank + m.qk_pos_emb_head_dim, H}, InitKind::kNormal, std, true),
-                                part));
+  if (w.kv_down < 0) w.kv_down = add_kv_down();
   if (m.qk_layernorm) {
     w.kv_norm_w = norm("linear_kv_up_proj.layer_norm_weight", m.kv_lora_rank, norm_weight_init(c));
     if (ln) w.kv_norm_b = norm("linear_kv_up_proj.layer_norm_bias", m.kv_lora_rank, InitKind::kZeros);
@@ -247,14 +254,24 @@ AttentionProblem with_softmax_offset(const LayerRuntime& rt, const ParamBuffer& 
 }  // namespace
 
 Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, const MlaParamIds& w,
-                             const AttentionProblem& ap, int64_t layer, const Tensor& x, Tensor* cache,
+                             const AttentionProblem& ap, int64_t layer, const Tensor& x_arg, Tensor* cache,
                              MlaSaved* saved) {
   const ModelConfig& c = *rt.config;
   const ModelPartition& part = *rt.part;
   const OpTable& ops = *rt.ops;
-  const Dims d = dims_of(rt, x.size(0));
+  const Dims d = dims_of(rt, x_arg.size(0));
   GALE_CHECK(rt.rope != nullptr && rt.rope->rot_dim == d.R) << "MLA needs rotary tables of --qk-pos-emb-head-dim";
   const DType gemm_dtype = c.gemm_dtype();
+
+  // ---- --mla-down-proj-fusion: the input norm and both down projections in one pass ----
+  Tensor x = x_arg, cq_fused, ckv_fused;
+  MlaDownProjSaved down;
+  if (mla_down_proj_fused(rt, w)) {
+    const Tensor y = mla_down_proj_forward(rt, pb, w.down_proj_ids(), x_arg, &down);  // [Tl, Cq + Ckv + R]
+    x = down.xn;  // the normed input (DSA's indexer reads it)
+    cq_fused = columns(y, 0, d.Cq);
+    ckv_fused = columns(y, d.Cq, d.Ckv + d.R);
+  }
 
   // ---- the q projection's input: x_full [T, H] (Cq = 0) or q_in [T, Cq] ----
   Tensor x_full, q_latent, q_stats, q_in;
@@ -266,7 +283,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
       x_full = gather_input(part, x);
     }
   } else {
-    Tensor cq = linear_forward(x, weight(rt, pb, w.q_down));  // [Tl, Cq]
+    Tensor cq = mla_down_proj_fused(rt, w) ? cq_fused : linear_forward(x, weight(rt, pb, w.q_down));  // [Tl, Cq]
     Tensor cq_n = cq;
     if (w.q_norm_w >= 0) {
       q_latent = cq;
@@ -276,7 +293,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   }
 
   // ---- the kv latent and the shared k_pos_emb [T, Ckv + R] ----
-  Tensor ckv = linear_forward(x, weight(rt, pb, w.kv_down));  // [Tl, Ckv + R]
+  Tensor ckv = mla_down_proj_fused(rt, w) ? ckv_fused : linear_forward(x, weight(rt, pb, w.kv_down));  // [Tl, Ckv + R]
   Tensor kv_latent, kv_stats;
   if (w.kv_norm_w >= 0) {
     kv_latent = columns(ckv, 0, d.Ckv);
@@ -344,6 +361,7 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
   Tensor ctx = padded_to_ctx(d, out);
   if (saved) {
     saved->x = x;
+    saved->down = std::move(down);
     saved->x_full = x_full;
     saved->q_latent = q_latent;
     saved->q_stats = q_stats;
@@ -451,6 +469,17 @@ Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const Mla
     copy_columns(d_latent.data<float>(), d.Ckv, 0, d_ckv.data<float>(), d.Ckv + d.R, 0, d.Tl, d.Ckv);
   }
   s.kv_latent = s.kv_stats = Tensor();
+  if (mla_down_proj_fused(rt, w)) {  // --mla-down-proj-fusion: [d cq | d ckv] through the fused GEMM and the input norm
+    Tensor d_cq = reduce_input_grad(part, linear_backward(dq, s.q_in, weight(rt, pb, w.q_up)));  // [Tl, Cq]
+    if (w.q_norm_w >= 0) d_cq = latent_norm_backward(rt, pb, w.q_norm_w, w.q_norm_b, d_cq, s.q_latent, s.q_stats);
+    Tensor d_y = Tensor::empty({d.Tl, d.Cq + d.Ckv + d.R});
+    copy_columns(d_cq.data<float>(), d.Cq, 0, d_y.data<float>(), d.Cq + d.Ckv + d.R, 0, d.Tl, d.Cq);
+    copy_columns(d_ckv.data<float>(), d.Ckv + d.R, 0, d_y.data<float>(), d.Cq + d.Ckv + d.R, d.Cq, d.Tl, d.Ckv + d.R);
+    d_cq = d_ckv = Tensor();
+    Tensor dx = mla_down_proj_backward(rt, pb, w.down_proj_ids(), s.down, d_y);  // [Tl, H], before the norm
+    s = MlaSaved();
+    return dx;
+  }
   Tensor dx = linear_backward(d_ckv, s.x, weight(rt, pb, w.kv_down));  // [Tl, H]
   d_ckv = Tensor();
 

@@ -67,6 +67,7 @@
 #include "model/core_attention.h"
 #include "model/dsa_indexer.h"
 #include "model/layer_runtime.h"
+#include "model/mla_down_proj.h"
 #include "model/params.h"
 
 namespace gale {
@@ -81,16 +82,30 @@ struct MlaParamIds {
   int kv_norm_w = -1, kv_norm_b = -1;    // --qk-layernorm: [Ckv]
   DsaIndexerIds indexer;                 // --experimental-attention-variant dsa (model/dsa_indexer.h)
   int softmax_offset = -1;               // --softmax-type learnable: core_attention.softmax_offset [NH], split over heads
+  // --mla-down-proj-fusion (model/mla_down_proj.h): the layer's input norm (input_layernorm.weight,
+  // .bias with LayerNorm), which MLA then applies itself, fused with the down projections.
+  int input_norm_w = -1, input_norm_b = -1;
   bool defined() const { return kv_down >= 0; }
+  bool fused_down() const { return input_norm_w >= 0; }
+  MlaDownProjIds down_proj_ids() const { return MlaDownProjIds{input_norm_w, input_norm_b, q_down, kv_down}; }
   std::vector<int> all() const;  // every defined id, in registration order
 };
 
-// Registers global layer `layer`'s MLA projections and norms (Megatron names, TP splits, init).
+// Whether this layer's MLA runs the fused input norm + down projections: the ids are set
+// (c.mla.down_proj_fusion) and the feature installed it (OpTable::mla_down_proj_fusion).
+inline bool mla_down_proj_fused(const LayerRuntime& rt, const MlaParamIds& w) {
+  return w.fused_down() && rt.ops->mla_down_proj_fusion;
+}
+
+// Registers global layer `layer`'s MLA projections and norms (Megatron names, TP splits, init). With
+// c.mla.down_proj_fusion, kv_down is registered right after q_down (adjacent in the flat buffers);
+// the caller sets input_norm_w / input_norm_b to the layer's input norm.
 MlaParamIds register_mla_params(ParamBuffer& pb, const ModelConfig& c, const ModelPartition& part, int64_t layer);
 
 // What forward keeps for backward (one layer, one micro-batch).
 struct MlaSaved {
   Tensor x;          // [Tl, H] the down projections' input (GEMM input type)
+  MlaDownProjSaved down;  // --mla-down-proj-fusion: the fused norm + down projection's state
   Tensor x_full;     // Cq = 0: [T, H] linear_q_proj's input (SP-gathered x)
   Tensor q_latent;   // with the q norm: [Tl, Cq] (or [Tl, H] with Cq = 0) the norm's input (f32)
   Tensor q_stats;    // its norm statistics
@@ -107,7 +122,9 @@ struct MlaSaved {
   Tensor dsa_lse;           // DSA: the sparse attention's log-sum-exp [B, NHl, S]
 };
 
-// x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. `ap`
+// x [Tl, H] (GEMM input type) -> attention output [T, NHl·Dv] (f32), the input of linear_proj. With
+// mla_down_proj_fused(rt, w) (--mla-down-proj-fusion) x is the layer's input before its norm (f32) and MLA
+// applies the norm, fused with the down projections (model/mla_down_proj.h). `ap`
 // is the micro-batch's attention problem with this layer's dropout stream, `layer` the global layer
 // index (core_attention_forward). With rt.kv_cache the new
 // positions' expanded keys and values are appended to the layer's cache (`cache`); with rt.ragged_kv
@@ -117,7 +134,8 @@ Tensor mla_attention_forward(const LayerRuntime& rt, const ParamBuffer& pb, cons
                              MlaSaved* saved);
 
 // Backward: d_ctx [T, NHl·Dv] -> dx [Tl, H] (whole: no further TP reduction); parameter gradients
-// accumulated. Releases `saved`.
+// accumulated. With mla_down_proj_fused(rt, w) dx is the gradient of the layer's input before its norm (the
+// norm's gradients accumulated too). Releases `saved`.
 Tensor mla_attention_backward(const LayerRuntime& rt, ParamBuffer& pb, const MlaParamIds& w, const AttentionProblem& ap,
                               MlaSaved& saved, const Tensor& d_ctx);
 

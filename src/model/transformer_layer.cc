@@ -334,6 +334,10 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     } else {
       if (c.mla.enabled) {
         w.mla = register_mla_params(pb, c, part, layer);
+        if (c.mla.down_proj_fusion) {  // the input norm runs inside MLA, fused with the down projections
+          w.mla.input_norm_w = w.norm1_w;
+          w.mla.input_norm_b = w.norm1_b;
+        }
       } else {
         // QKV rows are whole KV groups, so a contiguous split of dim 0 in units of one group's rows
         // gives each TP rank its groups (model/layer_shares.h).
@@ -468,7 +472,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       ap.window = c.layer_window(layer);  // --window-attn-skip-freq: this layer's window or none
       Tensor* cache = rt.kv_cache ? &rt.kv_cache->layers.at(layer - part.first_layer) : nullptr;
       if (w.mla.defined()) {  // MLA takes norm1's output on this rank's tokens (model/mla_attention.h)
-        Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
+        Tensor x_norm = mla_down_proj_fused(rt, w.mla)  // --mla-down-proj-fusion: MLA norms x_in itself
+                            ? x_in
+                            : to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
         ctx = mla_attention_forward(rt, pb, w.mla, ap, layer, x_norm, cache, saved ? &saved->mla : nullptr);  // [T, NHl·Dv]
       } else {
         const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);
@@ -781,10 +787,15 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       s.norm1_out = Tensor();
     }
   }
-  Tensor d_x_in = Tensor::empty({Tl, H});
-  ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), NormScale(c, pb, w.norm1_w).data(),
-                    s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
-                    grad_or_null(w.norm1_b), Tl, H);
+  Tensor d_x_in;
+  if (mla_down_proj_fused(rt, w.mla)) {  // --mla-down-proj-fusion: MLA's backward went through the input norm already
+    d_x_in = d_norm1;
+  } else {
+    d_x_in = Tensor::empty({Tl, H});
+    ops.norm_backward(norm, d_norm1.data<float>(), s.x_in.data<float>(), NormScale(c, pb, w.norm1_w).data(),
+                      s.norm1_stats.data<float>(), d_x_in.data<float>(), pb.grad_data(w.norm1_w),
+                      grad_or_null(w.norm1_b), Tl, H);
+  }
   if (rt.mhc_half == 0) add_inplace(d_x_in.data<float>(), d_x_mid.data<float>(), Tl * H);  // the residual's gradient
   s.x_in = s.norm1_stats = Tensor();
   return d_x_in;

@@ -165,6 +165,7 @@ struct ModelArgs {
   int64_t qk_head_dim = 128;
   int64_t qk_pos_emb_head_dim = 64;
   int64_t v_head_dim = 128;
+  bool mla_down_proj_fusion = false;  // --mla-down-proj-fusion (model/mla_down_proj.h)
   // MindSpeed's --qat-scheme / --qat-quant-block-size (features/feature_qat.cc, model/qat.h):
   // "" (none) or w4a16-mxfp4[-moe-only] / w8a16-mxfp8[-moe-only]; MX blocks of 32 or 128.
   std::string qat_scheme;

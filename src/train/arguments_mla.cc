@@ -22,6 +22,10 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.add_choice("--rope-type", &a.rope_type, {"rope", "yarn"},
                "MLA's RoPE type (default: yarn with --multi-latent-attention; standard attention's YaRN is "
                "--position-embedding-type yarn)");
+  p.add_flag("--mla-down-proj-fusion", &a.mla_down_proj_fusion,
+             "fused q/kv down projection and fused input layernorm (Megatron's FusedMLASelfAttention): the layer's "
+             "input norm and [linear_q_down_proj; linear_kv_down_proj] as one norm pass + one GEMM "
+             "(model/mla_down_proj.h); needs --q-lora-rank; checkpoints keep the unfused names");
   p.add_unsupported("--cache-mla-latents",
                     "caching MLA's latents (Gale's KV cache holds every head's expanded keys and values)");
   p.group("DeepSeek sparse attention");
@@ -80,9 +84,40 @@ Status check_dsa_model_args(const ModelArgs& m) {
   return Status::Ok();
 }
 
+// --mla-down-proj-fusion's requirements: Megatron's (MLA, a query latent, and under TP the latent
+// widths divisible by the TP size, which its column-parallel fused projection splits) and Gale's
+// (no FP8 / QAT emulation of the fused GEMM yet).
+static Status validate_mla_down_proj_fusion(const Arguments& a) {
+  const ModelArgs& m = a.model;
+  if (!m.mla_down_proj_fusion) return Status::Ok();
+  if (!m.multi_latent_attention)
+    return InvalidArgument("--mla-down-proj-fusion requires --multi-latent-attention");
+  if (m.q_lora_rank == kUnset)
+    return InvalidArgument("--mla-down-proj-fusion requires --q-lora-rank (Megatron's FusedMLASelfAttention needs "
+                           "q_lora_rank set), found no --q-lora-rank");
+  const int64_t tp = a.parallel.tensor_model_parallel_size;
+  if (tp > 1 && m.q_lora_rank > 0 && m.q_lora_rank % tp != 0)
+    return InvalidArgument("--mla-down-proj-fusion: q_lora_rank must be divisible by tensor model parallel size when "
+                           "using MLA down projection fusion (found --q-lora-rank ", m.q_lora_rank,
+                           ", --tensor-model-parallel-size ", tp, ")");
+  if (tp > 1 && (m.kv_lora_rank + m.qk_pos_emb_head_dim) % tp != 0)
+    return InvalidArgument("--mla-down-proj-fusion: kv_lora_rank + qk_pos_emb_head_dim must be divisible by tensor "
+                           "model parallel size when using MLA down projection fusion (found --kv-lora-rank ",
+                           m.kv_lora_rank, " + --qk-pos-emb-head-dim ", m.qk_pos_emb_head_dim,
+                           ", --tensor-model-parallel-size ", tp, ")");
+  if (!m.fp8_format.empty())
+    return Unimplemented("--mla-down-proj-fusion with --fp8-format ", m.fp8_format,
+                         ": not supported yet (the fused GEMM has no FP8 emulation); drop one of the two");
+  if (!m.qat_scheme.empty())
+    return Unimplemented("--mla-down-proj-fusion with --qat-scheme ", m.qat_scheme,
+                         ": not supported yet (the fused GEMM reads the master weights); drop one of the two");
+  return Status::Ok();
+}
+
 Status validate_mla_args(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
   GALE_RETURN_IF_ERROR(validate_dsa_args(m, p));
+  GALE_RETURN_IF_ERROR(validate_mla_down_proj_fusion(a));
   if (!m.multi_latent_attention) {
     for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --multi-latent-attention");

@@ -1,6 +1,7 @@
 // Megatron-Core's MLA state-dict names <-> Gale's, and the down projections' TP layouts.
 #include "train/megatron_mla_names.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace gale {
@@ -27,11 +28,55 @@ bool split_layer_name(const std::string& name, std::string* prefix, std::string*
   return true;
 }
 
+// Megatron's fused linear_qkv_down_proj.weight (FusedMLASelfAttention), merged over `tp` ranks,
+// into Gale's linear_q_down_proj.weight [Cq, H] and linear_kv_down_proj.weight [Ckv + R, H]. Column-
+// parallel (Transformer Engine's LayerNormColumnParallelLinear): rank r saved its Cq/tp query rows
+// then its (Ckv + R)/tp key/value rows, merged as [q_0; kv_0; q_1; kv_1; ...] (Cq + Ckv + R rows in
+// all). Duplicated (TELinear): tp identical copies of [q; kv].
+Status split_fused_down_proj(const std::string& name, const std::string& prefix, const Tensor& t, int64_t q_lora,
+                             int64_t kv_rows, int64_t tp, const std::string& where,
+                             std::map<std::string, Tensor>& out) {
+  const int64_t whole = q_lora + kv_rows, rows = t.ndim() == 2 ? t.shape()[0] : -1;
+  if (q_lora <= 0)
+    return DataLoss(where, ": tensor '", name, "' (the fused q/kv down projection) in a checkpoint whose args have no "
+                    "q_lora_rank (Megatron's FusedMLASelfAttention requires it)");
+  tp = std::max<int64_t>(tp, 1);
+  const bool duplicated = tp > 1 && rows == tp * whole;
+  if (rows != whole && !duplicated)
+    return DataLoss(where, ": tensor '", name, "' has shape ", t.shape_string(), "; expected ", whole,
+                    " rows (q_lora_rank + kv_lora_rank + qk_pos_emb_head_dim in args), split over or duplicated on the ",
+                    tp, " tensor-parallel ranks");
+  const int64_t row_bytes = t.nbytes() / rows;
+  if (duplicated)
+    for (int64_t r = 1; r < tp; ++r)
+      if (std::memcmp(t.raw(), static_cast<const char*>(t.raw()) + r * whole * row_bytes,
+                      static_cast<size_t>(whole * row_bytes)) != 0)
+        return DataLoss(where, ": tensor '", name, "' of shape ", t.shape_string(), ": expected ", whole,
+                        " rows, or the same ", whole, " rows on every tensor-parallel rank; rank ", r,
+                        "'s differ from rank 0's");
+  const int64_t parts = duplicated ? 1 : tp;
+  if (q_lora % parts != 0 || kv_rows % parts != 0)
+    return DataLoss(where, ": tensor '", name, "': q_lora_rank ", q_lora, " and kv_lora_rank + qk_pos_emb_head_dim ",
+                    kv_rows, " must be divisible by the ", parts, " tensor-parallel ranks that split it");
+  const int64_t qp = q_lora / parts, kvp = kv_rows / parts;
+  Tensor q = Tensor::empty({q_lora, t.shape()[1]}, t.dtype()), kv = Tensor::empty({kv_rows, t.shape()[1]}, t.dtype());
+  const char* src = static_cast<const char*>(t.raw());
+  for (int64_t r = 0; r < parts; ++r) {
+    const char* block = src + r * (qp + kvp) * row_bytes;
+    std::memcpy(static_cast<char*>(q.raw()) + r * qp * row_bytes, block, static_cast<size_t>(qp * row_bytes));
+    std::memcpy(static_cast<char*>(kv.raw()) + r * kvp * row_bytes, block + qp * row_bytes,
+                static_cast<size_t>(kvp * row_bytes));
+  }
+  out.emplace(prefix + "self_attention.linear_q_down_proj.weight", std::move(q));
+  out.emplace(prefix + "self_attention.linear_kv_down_proj.weight", std::move(kv));
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool megatron_mla_column_parallel(const std::string& rest) {
   for (const char* p : {"linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
-                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight"})
+                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight", "linear_qkv_down_proj.weight"})
     if (rest == std::string(kAttn) + p) return true;
   return false;
 }
@@ -40,7 +85,8 @@ bool megatron_mla_tensor(const std::string& rest) {
   if (megatron_mla_column_parallel(rest)) return true;
   for (const auto& [local, fused] : kNormRenames)
     if (rest == local || rest == fused) return true;
-  return false;
+  return rest == "self_attention.linear_qkv_down_proj.layer_norm_weight" ||
+         rest == "self_attention.linear_qkv_down_proj.layer_norm_bias";
 }
 
 Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::string& where,
@@ -60,6 +106,20 @@ Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::s
     }
     for (const auto& [local, fused] : kNormRenames)
       if (rest == local) rest = fused;
+    if (rest == "self_attention.linear_qkv_down_proj.layer_norm_weight" ||
+        rest == "self_attention.linear_qkv_down_proj.layer_norm_bias") {  // the folded input_layernorm
+      const bool weight = rest.size() >= 6 && rest.compare(rest.size() - 6, 6, "weight") == 0;
+      out.emplace(prefix + (weight ? "input_layernorm.weight" : "input_layernorm.bias"), std::move(t));
+      continue;
+    }
+    if (rest == "self_attention.linear_qkv_down_proj.weight") {  // --mla-down-proj-fusion's [q_down; kv_down]
+      for (const char* unfused : {"self_attention.linear_q_down_proj.weight", "self_attention.linear_kv_down_proj.weight"})
+        if (tensors.count(prefix + unfused))
+          return DataLoss(where, ": tensor '", name, "' (the fused q/kv down projection) next to '", prefix, unfused,
+                          "': expected one of the fused or the unfused layout");
+      GALE_RETURN_IF_ERROR(split_fused_down_proj(name, prefix, t, q_lora, kv_rows, tp, where, out));
+      continue;
+    }
     const bool q_down = rest == "self_attention.linear_q_down_proj.weight";
     if (q_down || rest == "self_attention.linear_kv_down_proj.weight") {
       const int64_t whole = q_down ? q_lora : kv_rows;

@@ -16,7 +16,11 @@
 // split over heads), linear_proj row-parallel (columns); the down projections are column-parallel
 // in the local spec (rows split; core_v0.12.1's TE spec too) and duplicated (whole on every rank)
 // in newer Transformer Engine specs; the norms are duplicated. Megatron's fused down projection
-// (linear_qkv_down_proj, --mla-down-proj-fusion) is not supported yet.
+// (--mla-down-proj-fusion: linear_qkv_down_proj.weight [Cq + Ckv + R, H], the row concatenation
+// [q_down; kv_down], column-parallel with each rank's [q rows; kv rows], and the folded input norm
+// linear_qkv_down_proj.layer_norm_weight / _bias) is read by splitting it back into Gale's (and
+// Megatron's on-disk) unfused names; Gale writes the unfused names, which Megatron's fused model
+// loads (it synthesizes the fused weight from them).
 #pragma once
 
 #include <map>
@@ -41,7 +45,8 @@ bool megatron_mla_column_parallel(const std::string& rest);
 // The merged tensors of a Megatron MLA checkpoint (global layer numbers; `args` its args Namespace)
 // under Gale's names: q_layernorm / kv_layernorm renamed to the fused names, and down projections
 // that a duplicated spec saved whole on each of `tp` ranks (merged as tp stacked copies) cut back to
-// one copy. Errors name `where`: a down projection of another size, copies that differ, and (Unimplemented)
+// one copy; a fused linear_qkv_down_proj split into the two down projections and its layer_norm_* into
+// input_layernorm.*. Errors name `where`: a down projection of another size, copies that differ, and (Unimplemented)
 // qk_layernorm without a query latent (Megatron norms the kv latent only; Gale's --qk-layernorm without
 // --q-lora-rank also norms linear_q_proj's input).
 Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::string& where,

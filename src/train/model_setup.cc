@@ -148,6 +148,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.mla.qk_pos_emb_head_dim = m.qk_pos_emb_head_dim;
     c.mla.v_head_dim = m.v_head_dim;
     c.mla.qk_layernorm = m.qk_layernorm;
+    c.mla.down_proj_fusion = m.mla_down_proj_fusion;
     c.mla.yarn = m.rope_type != "rope";  // Megatron's MLA default is yarn
     c.mla.rotary_scaling_factor = m.rotary_scaling_factor;
     c.mla.mscale = m.mscale;

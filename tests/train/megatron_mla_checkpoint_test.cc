@@ -173,16 +173,57 @@ TEST(MegatronMlaCheckpoint, DuplicatedDownProjectionsAndFusedNormNames) {
       << bad.status().message();
 }
 
+// Megatron's --mla-down-proj-fusion model (FusedMLASelfAttention with Transformer Engine's
+// LayerNormColumnParallelLinear) saves, per TP rank, linear_qkv_down_proj.weight = [its q_down
+// rows; its kv_down rows] and the folded input norm as linear_qkv_down_proj.layer_norm_weight (no
+// input_layernorm). Read, it is the unfused model: every tensor equal to the TP 1 checkpoint's.
+TEST(MegatronMlaCheckpoint, FusedDownProjectionSplitsIntoTheUnfusedTensors) {
+  TempDir tmp;
+  rewrite_tp2(tmp.file("fused"), [](int64_t, PyValue& sd, PyValue&) {
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = str_cat("decoder.layers.", l, ".");
+      const std::string a = p + "self_attention.";
+      const Tensor q = sd.get(a + "linear_q_down_proj.weight")->data, kv = sd.get(a + "linear_kv_down_proj.weight")->data;
+      ASSERT_EQ(q.shape(), (Shape{8, 32}));  // this rank's half of q_lora_rank 16
+      ASSERT_EQ(kv.shape(), (Shape{8, 32}));  // and of kv_lora_rank 12 + qk_pos_emb_head_dim 4
+      Tensor fused = Tensor::empty({16, 32}, q.dtype());
+      std::memcpy(fused.raw(), q.raw(), static_cast<size_t>(q.nbytes()));
+      std::memcpy(static_cast<char*>(fused.raw()) + q.nbytes(), kv.raw(), static_cast<size_t>(kv.nbytes()));
+      const PyRef norm = std::make_shared<PyValue>(*sd.get(p + "input_layernorm.weight"));
+      PyValue kept;
+      kept.kind = PyValue::kDict;
+      for (const auto& [k, v] : sd.entries)
+        if (k->s != a + "linear_q_down_proj.weight" && k->s != a + "linear_kv_down_proj.weight" &&
+            k->s != p + "input_layernorm.weight" && k->s.find(a + "linear_q_down_proj._extra") != 0 &&
+            k->s.find(a + "linear_kv_down_proj._extra") != 0)
+          kept.set(k->s, v);
+      sd.entries = kept.entries;
+      sd.set(a + "linear_qkv_down_proj.weight", PyValue::tensor(fused));
+      sd.set(a + "linear_qkv_down_proj.layer_norm_weight", norm);
+    }
+  });
+  auto a = read_megatron_checkpoint(fixture("mla_qlora/tp1"));
+  auto b = read_megatron_checkpoint(tmp.file("fused"));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, t] : a->tensors) {
+    ASSERT_TRUE(b->tensors.count(name)) << name;
+    EXPECT_TRUE(same_tensor(t, b->tensors.at(name))) << name;
+  }
+}
+
 TEST(MegatronMlaCheckpoint, Refusals) {
   TempDir tmp;
-  // Megatron's fused down projection (--mla-down-proj-fusion): no place in Gale's model.
+  // Megatron's fused down projection (--mla-down-proj-fusion) beside the unfused ones: neither layout.
   rewrite_tp2(tmp.file("fused"), [](int64_t, PyValue& sd, PyValue&) {
     sd.set("decoder.layers.0.self_attention.linear_qkv_down_proj.weight", PyValue::tensor(Tensor::zeros({16, 32})));
   });
   auto m = read_megatron_checkpoint(tmp.file("fused"));
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("tensor 'decoder.layers.0.self_attention.linear_qkv_down_proj.weight' in 'model' "
-                                      "has no place in Gale's GPT model"),
+  EXPECT_NE(m.status().message().find("tensor 'decoder.layers.0.self_attention.linear_qkv_down_proj.weight' (the fused "
+                                      "q/kv down projection) next to 'decoder.layers.0.self_attention.linear_q_down_"
+                                      "proj.weight': expected one of the fused or the unfused layout"),
             std::string::npos)
       << m.status().message();
   // qk_layernorm without a query latent: Gale's model norms linear_q_proj's input, Megatron's does not.
