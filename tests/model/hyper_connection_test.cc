@@ -48,7 +48,7 @@ TEST(HyperConnection, ForwardAndGradientsMatchMegatronsModule) {
   const OpTable ops = reference_ops();
   ASSERT_EQ(ref["cases"].size(), 3u);
   for (const nlohmann::json& k : ref["cases"]) {
-    const int64_t n = k["n"], H = k["H"], T = int64_t(k["s"]) * int64_t(k["b"]), m = n * n + 2 * n;
+    const int64_t n = k["n"], H = k["H"], T = int64_t(k["s"]) * int64_t(k["b"]);
     ModelConfig c;
     c.hidden = H;
     c.mhc.enabled = true;

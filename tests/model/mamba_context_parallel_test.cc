@@ -14,36 +14,18 @@
 
 #include "ckpt/thread_communicator.h"
 #include "kernels/cpu/gemm.h"
+#include "mamba_test_mixer.h"
 #include "testing.h"
 
 namespace gale {
 namespace {
 
 // H 16: d_inner 32, 8 heads of 4 channels in G groups, d_state 3, d_conv 4.
-ModelConfig mixer_config(int64_t G) {
-  ModelConfig c;
-  c.num_layers = 1;
-  c.hidden = 16;
-  c.rms_norm = true;
-  c.hybrid.enabled = true;
-  c.hybrid.layers = "M";
-  c.hybrid.headdim = 4;
-  c.hybrid.ngroups = G;
-  c.hybrid.d_state = 3;
-  c.hybrid.d_conv = 4;
-  return c;
-}
+ModelConfig mixer_config(int64_t G) { return testing::mamba_mixer_config(1, 16, 4, G, 3, 4); }
 
 // One rank's copy of the mixer's parameters, the same on every rank.
-struct Mixer {
-  ModelConfig c;
-  MambaDims d;
-  ParamBuffer pb;
-  MambaParamIds w;
-  explicit Mixer(const ModelConfig& config) : c(config), d(MambaDims::of(config)) {
-    w = register_mamba_params(pb, c, 0);
-    pb.finalize();
-    pb.initialize(11);
+struct Mixer : testing::MambaTestMixer {
+  explicit Mixer(const ModelConfig& config) : MambaTestMixer(config) {
     // Δ ≈ 1 and A ≈ −0.5 (exp(Δ·A) ≈ 0.6): the state carries across the ranks' chunks, so a
     // position out of order changes the output; distinct D and norm weights per channel.
     std::vector<float> a(static_cast<size_t>(d.NH)), dt(static_cast<size_t>(d.NH)), dd(static_cast<size_t>(d.NH)),

@@ -11,35 +11,19 @@
 
 #include "kernels/cpu/gemm.h"
 #include "testing.h"
+#include "mamba_test_mixer.h"
 #include "testing_json.h"
 
 namespace gale {
 namespace {
 
+// Two Mamba layers (the mixer tests use layer 0).
 ModelConfig mixer_config(int64_t H, int64_t P, int64_t G, int64_t N, int64_t K) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden = H;
-  c.rms_norm = true;
-  c.hybrid.enabled = true;
-  c.hybrid.layers = "MM";
-  c.hybrid.headdim = P;
-  c.hybrid.ngroups = G;
-  c.hybrid.d_state = N;
-  c.hybrid.d_conv = K;
-  return c;
+  return testing::mamba_mixer_config(2, H, P, G, N, K);
 }
 
-struct Mixer {
-  ModelConfig c;
-  MambaDims d;
-  ParamBuffer pb;
-  MambaParamIds w;
-  explicit Mixer(const ModelConfig& config) : c(config), d(MambaDims::of(config)) {
-    w = register_mamba_params(pb, c, 0);
-    pb.finalize();
-    pb.initialize(11);
-  }
+struct Mixer : testing::MambaTestMixer {
+  using MambaTestMixer::MambaTestMixer;
   MambaMixerWeights weights() { return mamba_mixer_weights(pb, w, sgemm, gemm_bf16); }
   Tensor forward(const Tensor& u, int64_t S, int64_t B, MambaMixerSaved* saved) {
     return mamba_mixer_forward(d, weights(), u, S, B, DType::kF32, saved);
