@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "features/registry.h"
+#include "train/arguments_fake_process_group.h"
 #include "pretrain_cli.h"
 
 namespace gale::testing {
@@ -23,10 +24,15 @@ inline std::vector<std::string> read_flag_list(const std::string& relative_path)
   return flags;
 }
 
-// `gale pretrain`'s parser: the pretrain flags and the features' own (MindSpeed's) flags.
+// `gale pretrain`'s parser: the pretrain flags, the features' own (MindSpeed's) flags and
+// --fake-process-group (train/arguments_fake_process_group.h).
 struct FullCli : PretrainCli {
   std::unique_ptr<FeatureRegistry> registry = make_feature_registry();
-  FullCli() { registry->register_args(parser); }
+  FakeProcessGroupArgs fake;
+  FullCli() {  // in gale pretrain's order
+    add_fake_process_group_args(parser, fake);
+    registry->register_args(parser);
+  }
 };
 
 // Each flag alone after the minimal command line runs, or fails with one line that is not
