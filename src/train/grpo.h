@@ -16,7 +16,8 @@
 // reach the model through the LM head's per-token loss gradient (GPTModel::scale_loss_mask_tokens),
 // averaged over the micro-batches and the data-parallel ranks (Megatron's schedule without
 // --calculate-per-token-loss); then Megatron's gradient reduction, clipping and optimizer step.
-// Rollouts come from train/grpo_refit.h's rollout model (at TP or PP > 1 a whole-model copy).
+// Rollouts come from train/grpo_refit.h's rollout model (at TP, PP or CP > 1 a whole-model copy); with
+// context parallelism each cp rank runs its positions (grpo_scale_policy_loss).
 //
 // Log lines: at each collection
 //   > GRPO collection at iteration I: P prompts x G completions, reward mean X std Y, F groups
@@ -24,7 +25,8 @@
 // and at every --log-interval Megatron's training line, its loss-dict entries (token means over
 // the global batch, averaged over the interval's iterations; Megatron prints an entry only when
 // it is > 0): lm loss (the GRPO loss), rl/kl_term, rl/pi_over_pi_old, rl/entropy_term,
-// rl/truncated_from_above, rl/truncated_from_below; with --eval-iters > 0 the evaluation
+// rl/truncated_from_above, rl/truncated_from_below (MoE policies: then the load-balancing losses
+// and z_loss, as the pretraining line); with --eval-iters > 0 the evaluation
 // (train/grpo_eval.h) at every --eval-interval and after training.
 #pragma once
 
