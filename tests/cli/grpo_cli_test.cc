@@ -65,6 +65,26 @@ std::vector<std::string> lines_with(const std::string& output, const std::string
   return out;
 }
 
+// `flags` (without the binary) on `np` ranks with `layout` appended.
+test::RunResult run_layout(const std::vector<std::string>& flags, const std::vector<std::string>& layout, int np) {
+  std::vector<std::string> f = flags;
+  f.insert(f.end(), layout.begin(), layout.end());
+  return test::run_with_timeout(testing::launch_argv(np, {GALE_BINARY}, f), np > 1 ? testing::kMpiEnv : std::vector<std::string>{},
+                                300);
+}
+
+// Every logged value of each key in `two` is `one`'s within 1e-5 relative (summation order), as many.
+void expect_same_logged_values(const test::RunResult& one, const test::RunResult& two,
+                               std::initializer_list<const char*> keys, const std::string& layout) {
+  for (const char* key : keys) {
+    const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
+    ASSERT_FALSE(a.empty()) << key << one.output;
+    ASSERT_EQ(a.size(), b.size()) << key << " " << layout << two.output;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout << " " << i;
+  }
+}
+
 TEST(GalePretrainGrpo, TrainsDeterministically) {
   TempDir dir;
   const std::string env = write_env(dir);
@@ -120,10 +140,9 @@ TEST(GalePretrainGrpo, DataParallelReproducesOneProcess) {
   std::vector<std::string> flags = rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--grpo-iterations", "1",
                                             "--eval-iters", "1", "--eval-interval", "1", "--rl-prompts-per-eval", "2"});
   flags.erase(flags.begin());  // the binary
-  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  const test::RunResult one = run_layout(flags, {}, 1);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const test::RunResult two =
-      test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, flags), testing::kMpiEnv, 300);
+  const test::RunResult two = run_layout(flags, {}, 2);
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
             lines_with(two.output, "> GRPO collection at iteration 0:"));
@@ -154,7 +173,7 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
                "--eval-interval", "2", "--rl-prompts-per-eval", "2", "--swiglu", "--normalization", "RMSNorm",
                "--make-vocab-size-divisible-by", "8", "--rl-inference-logprobs-is-correction"});
   flags.erase(flags.begin());  // the binary
-  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  const test::RunResult one = run_layout(flags, {}, 1);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
   ASSERT_EQ(collections.size(), 2u) << one.output;
@@ -166,19 +185,11 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
         std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
         std::vector<std::string>{"--context-parallel-size", "2"},
         std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}) {
-    std::vector<std::string> f = flags;
-    f.insert(f.end(), layout.begin(), layout.end());
-    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    const test::RunResult two = run_layout(flags, layout, 2);
     ASSERT_EQ(two.exit_code, 0) << two.output;
     EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
     EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << layout[0];
-    for (const char* key : {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}) {
-      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
-      ASSERT_FALSE(a.empty()) << key << one.output;
-      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
-    }
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, layout[0]);
   }
 }
 
@@ -194,7 +205,7 @@ TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
                "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001",
                "--moe-grouped-gemm", "--make-vocab-size-divisible-by", "8"});
   flags.erase(flags.begin());  // the binary
-  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  const test::RunResult one = run_layout(flags, {}, 1);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<double> balancing = logged_values(one.output, "load_balancing_loss");
   ASSERT_EQ(balancing.size(), 2u) << one.output;
@@ -205,23 +216,15 @@ TEST(GalePretrainGrpo, MoeWithExpertAndTensorParallelismReproducesOneProcess) {
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                  "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1"}}) {
-    std::vector<std::string> f = flags;
-    f.insert(f.end(), layout.begin(), layout.end());
-    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    const test::RunResult two = run_layout(flags, layout, 2);
     ASSERT_EQ(two.exit_code, 0) << two.output;
     EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration"),
               lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
-    for (const char* key : {"lm loss", "grad norm", "rl/kl_term", "load_balancing_loss", "z_loss"}) {
-      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
-      ASSERT_FALSE(a.empty()) << key;
-      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
-    }
+    expect_same_logged_values(one, two, {"lm loss", "grad norm", "rl/kl_term", "load_balancing_loss", "z_loss"}, layout[0]);
   }
   std::vector<std::string> strong = flags;
   strong[std::find(strong.begin(), strong.end(), "--moe-aux-loss-coeff") - strong.begin() + 1] = "0.5";
-  const test::RunResult aux = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, strong), {}, 300);
+  const test::RunResult aux = run_layout(strong, {}, 1);
   ASSERT_EQ(aux.exit_code, 0) << aux.output;
   EXPECT_EQ(logged_values(aux.output, "lm loss")[0], logged_values(one.output, "lm loss")[0]);
   EXPECT_GT(std::abs(logged_values(aux.output, "grad norm")[0] - logged_values(one.output, "grad norm")[0]), 1e-3);
@@ -238,7 +241,7 @@ TEST(GalePretrainGrpo, HybridMambaPolicyReproducesOneProcessAcrossLayouts) {
                "--mamba-head-dim", "16", "--mamba-num-groups", "2", "--normalization", "RMSNorm",
                "--position-embedding-type", "none", "--make-vocab-size-divisible-by", "8"});
   flags.erase(flags.begin());  // the binary
-  const test::RunResult one = test::run_with_timeout(testing::launch_argv(1, {GALE_BINARY}, flags), {}, 300);
+  const test::RunResult one = run_layout(flags, {}, 1);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
   ASSERT_EQ(collections.size(), 2u) << one.output;
@@ -246,18 +249,10 @@ TEST(GalePretrainGrpo, HybridMambaPolicyReproducesOneProcessAcrossLayouts) {
        {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
         std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
         std::vector<std::string>{"--context-parallel-size", "2"}}) {
-    std::vector<std::string> f = flags;
-    f.insert(f.end(), layout.begin(), layout.end());
-    const test::RunResult two = test::run_with_timeout(testing::launch_argv(2, {GALE_BINARY}, f), testing::kMpiEnv, 300);
+    const test::RunResult two = run_layout(flags, layout, 2);
     ASSERT_EQ(two.exit_code, 0) << two.output;
     EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
-    for (const char* key : {"grad norm", "rl/kl_term", "rl/entropy_term"}) {
-      const std::vector<double> a = logged_values(one.output, key), b = logged_values(two.output, key);
-      ASSERT_FALSE(a.empty()) << key << one.output;
-      ASSERT_EQ(a.size(), b.size()) << key << " " << layout[0] << two.output;
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << key << " " << layout[0] << " " << i;
-    }
+    expect_same_logged_values(one, two, {"grad norm", "rl/kl_term", "rl/entropy_term"}, layout[0]);
   }
 }
 
