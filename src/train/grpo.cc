@@ -5,13 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 
 #include "core/check.h"
 #include "core/log.h"
 #include "model/context_parallel.h"
-#include "parallel/context_split.h"
 #include "schedule/schedules.h"
 #include "train/checkpointing.h"
+#include "train/context_parallel_batch.h"
 #include "train/grad_sync.h"
 #include "train/grpo_eval.h"
 #include "train/grpo_refit.h"
@@ -104,7 +105,8 @@ std::vector<double> rows_of(const std::vector<double>& v, int64_t first, int64_t
   return std::vector<double>(v.begin() + first * S, v.begin() + (first + n) * S);
 }
 
-// Every parameter value of `from` into `to` (the same configuration and partition), then its GEMM copy.
+// Every parameter value of `from` into `to` (the same configuration and partition: one virtual
+// stage's chunk of each), then its GEMM copy.
 Status copy_weights(const GPTModel& from, GPTModel& to) {
   const ParamBuffer& a = from.params();
   ParamBuffer& b = to.params();
@@ -130,15 +132,17 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
-Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
+Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const std::vector<GPTModel*>& reference,
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
-  if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
-  GPTModel& policy = *engine.chunks.front();
+  const std::vector<GPTModel*> chunks = engine.chunk_pointers();  // this rank's virtual stages
+  if (reference.size() != chunks.size())
+    return Internal("the GRPO reference model has ", reference.size(), " chunks on this rank, the policy ", chunks.size());
+  GPTModel& policy = *chunks.front();  // the chunk whose settings stand for all (grad scale, config)
   const std::string& pretrained = args.checkpoint.pretrained_checkpoint;
   if (pretrained.empty()) {
-    GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
+    for (size_t c = 0; c < chunks.size(); ++c) GALE_RETURN_IF_ERROR(copy_weights(*chunks[c], *reference[c]));
   } else {  // Megatron: the reference weights come from --pretrained-checkpoint
-    GALE_RETURN_IF_ERROR(load_model_weights("--pretrained-checkpoint", pretrained, {&reference}, "GRPO reference model"));
+    GALE_RETURN_IF_ERROR(load_model_weights("--pretrained-checkpoint", pretrained, reference, "GRPO reference model"));
     print_rank0(str_cat(" > GRPO reference model loaded from --pretrained-checkpoint ", pretrained));
   }
   const TrainingArgs& t = args.training;
@@ -163,22 +167,25 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   const int64_t train_iters = t.train_iters;
   const LoggingArgs& l = args.logging;
 
-  // The layout's schedule (no pipelining, or 1F1B over the pipeline ranks) with GRPO's per-micro-batch
-  // loss on the loss stage (schedule/schedules.h MicroBatchLoss).
-  auto run_schedule = [&](const std::vector<GPTModel*>& chunks, int64_t n, const MicroBatchSource& source,
+  // The layout's schedule (no pipelining, 1F1B, interleaved 1F1B over the virtual stages, or
+  // DualPipeV) with GRPO's per-micro-batch loss on the loss stage (schedule/schedules.h
+  // MicroBatchLoss), as the trainer runs it; the forward-only passes without deferred weight
+  // gradients. RiPipe's order is the trainer's alone.
+  const int64_t group = args.parallel.microbatch_group_size_per_virtual_stage > 0
+                            ? args.parallel.microbatch_group_size_per_virtual_stage : 0;
+  auto run_schedule = [&](const std::vector<GPTModel*>& models, int64_t n, const MicroBatchSource& source,
                           bool forward_only, const MicroBatchLoss& loss) {
-    return forward_backward(chunks, engine.ps, n, source, forward_only, {}, 0, nullptr, false, false, RiPipe::kNone,
-                            engine.pp_backward, engine.stage_tensors.get(), loss);
+    return forward_backward(models, engine.ps, n, source, forward_only, {}, group, nullptr, engine.dualpipev,
+                            !forward_only && engine.dualpipev_dw_detach, RiPipe::kNone, engine.pp_backward,
+                            engine.stage_tensors.get(), loss);
   };
   // Context parallelism: each cp rank runs its positions of every micro-batch (Megatron's
-  // load-balanced split) and learns the whole rows' per-token log-probabilities by a sum over cp.
+  // load-balanced split, or adaptive_cp_algo's layout for the micro-batch) and learns the whole
+  // rows' per-token log-probabilities by a sum over cp.
   const Comm& cp = engine.ps.cp();
-  const int64_t cp_size = engine.ps.cp_size();
+  const int64_t window = policy.config().common_window();
   auto cp_slice = [&](MicroBatch whole, MicroBatch* mb, std::vector<int32_t>* pos) -> Status {
-    if (cp_size > 1) {
-      GALE_ASSIGN_OR_RETURN(const ContextSplit split, make_context_split(S, cp_size, engine.ps.coords().cp));
-      whole = slice_micro_batch(whole, split);
-    }
+    GALE_RETURN_IF_ERROR(keep_context_parallel_positions(engine.ps, S, window, engine.adaptive_cp.get(), &whole));
     pos->resize(static_cast<size_t>(whole.S));
     for (int64_t i = 0; i < whole.S; ++i) (*pos)[static_cast<size_t>(i)] = whole.seq_position(i);
     *mb = std::move(whole);
@@ -189,7 +196,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   };
   // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
   // refit before each use (train/grpo_refit.h).
-  GrpoRolloutModel rollout_model(policy, engine.ps.world(), &engine.ops);
+  GrpoRolloutModel rollout_model(chunks, engine.ps.world(), &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
   auto evaluate = [&](int64_t iteration) -> Status {
     GALE_RETURN_IF_ERROR(rollout_model.refit());
@@ -230,13 +237,13 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
         const int64_t first = dp_rank * local_rows + b * mbs;
         return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[b]);
       };
-      for (auto [model, into] : {std::pair{&policy, &old_lp}, std::pair{&reference, &ref_lp}}) {
+      for (auto [models, into] : {std::pair{&chunks, &old_lp}, std::pair{&reference, &ref_lp}}) {
         auto keep = [&, into](GPTModel&, int64_t b, const GPTModel::LossSums& sums) {
           const std::vector<double> whole = whole_logprobs(sums, positions.at(b));
           std::copy(whole.begin(), whole.end(), into->begin() + b * mbs * S);
           return 0.0f;
         };
-        GALE_RETURN_IF_ERROR(run_schedule({model}, local_batches, collection_source, /*forward_only=*/true, keep).status());
+        GALE_RETURN_IF_ERROR(run_schedule(*models, local_batches, collection_source, /*forward_only=*/true, keep).status());
       }
       double completion = 0.0;
       for (int64_t n : rollouts.completion_tokens) completion += static_cast<double>(n);
@@ -251,7 +258,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     start_grad_sync_iteration(engine, num_mb);
     const float saved_scale = policy.grad_scale();
     GradScaler* scaler = engine.grad_scaler.get();  // --fp16: the loss scale in every backward
-    policy.set_grad_scale((scaler ? scaler->scale() : 1.0f) / static_cast<float>(num_mb));
+    for (GPTModel* c : chunks) c->set_grad_scale((scaler ? scaler->scale() : 1.0f) / static_cast<float>(num_mb));
     double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
@@ -275,17 +282,19 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];
       return 1.0f;
     };
-    GALE_RETURN_IF_ERROR(run_schedule({&policy}, num_mb, source, /*forward_only=*/false, grpo_loss).status());
-    policy.set_grad_scale(saved_scale);
+    GALE_RETURN_IF_ERROR(run_schedule(chunks, num_mb, source, /*forward_only=*/false, grpo_loss).status());
+    for (GPTModel* c : chunks) c->set_grad_scale(saved_scale);
     finalize_model_grads(engine);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
     if (engine.ps.pp_size() > 1)  // every stage learns the loss stage's sums (the log and its NaN checks)
       engine.ps.pp()->broadcast(sums, kTerms + 1, DType::kF64, engine.loss_pipeline_rank());
     double moe[kMoeTerms] = {};  // this iteration's means over micro-batches, DP ranks and MoE layers
     if (moe_layers > 0) {
-      const MoeAuxLosses m = policy.take_moe_losses();  // the training forwards' (others keep none)
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind) moe[kind] = m.balancing(kind);
-      moe[kMoeAuxKinds] = m.z;
+      for (GPTModel* c : chunks) {
+        const MoeAuxLosses m = c->take_moe_losses();  // the training forwards' (others keep none)
+        for (int kind = 0; kind < kMoeAuxKinds; ++kind) moe[kind] += m.balancing(kind);
+        moe[kMoeAuxKinds] += m.z;
+      }
       if (engine.ps.pp_size() > 1) engine.ps.pp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       engine.ps.dp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
@@ -294,7 +303,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad,
                                            scaler ? scaler->inv_scale() : 1.0f);
     if (scaler) scaler->update(/*found_inf=*/!step.applied);  // Megatron: skip and back off, or grow
-    policy.params().refresh_gemm_copy();
+    for (GPTModel* c : chunks) c->params().refresh_gemm_copy();
     if (step.applied) scheduler.step(gbs);
     state->consumed_train_samples += gbs;
     ++state->iteration;
@@ -360,13 +369,17 @@ Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engin
   GALE_ASSIGN_OR_RETURN(const RlEnvironment env, load_rl_environment(g.langrl_env_config));
   print_rank0(str_cat(" > --langrl-env-config ", g.langrl_env_config, ": environment ", env.kind, ", ",
                       env.prompts.size(), " prompts from ", env.data_path));
-  if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
-  const GPTModel& policy = *engine.chunks.front();
-  ModelConfig config = policy.config();
-  config.lora = LoraConfig{};
-  config.reuse_fp32_param = false;  // never stepped
-  GPTModel reference(config, policy.partition(), &engine.ops);
-  return run_grpo(args, g, engine, reference, tokenizer, env, state, save);
+  // The reference model's chunks of this rank's virtual stages, as the policy's.
+  std::vector<std::unique_ptr<GPTModel>> reference;
+  std::vector<GPTModel*> reference_chunks;
+  for (const auto& policy : engine.chunks) {
+    ModelConfig config = policy->config();
+    config.lora = LoraConfig{};
+    config.reuse_fp32_param = false;  // never stepped
+    reference.push_back(std::make_unique<GPTModel>(config, policy->partition(), &engine.ops));
+    reference_chunks.push_back(reference.back().get());
+  }
+  return run_grpo(args, g, engine, reference_chunks, tokenizer, env, state, save);
 }
 
 }  // namespace gale

@@ -10,14 +10,15 @@
 // holds rows [r·R/DP, (r+1)·R/DP) of the R = P·G, read in micro-batches of --micro-batch-size that
 // cycle over them (Megatron's itertools.cycle over its DataLoader), gbs / (mbs·DP) per iteration,
 // so --grpo-iterations passes over every row. The passes run through the layout's schedule (no
-// pipelining, or 1F1B over the pipeline ranks): forward-only ones for π_old and the reference, and
+// pipelining, 1F1B, interleaved 1F1B over this rank's virtual stages, or DualPipeV): forward-only ones for π_old and the reference, and
 // the training one whose MicroBatchLoss, on the loss stage, computes each micro-batch's loss
 // (train/grpo_loss.h; current = the training forward's log-probabilities) and lets its gradient
 // reach the model through the LM head's per-token loss gradient (GPTModel::scale_loss_mask_tokens),
 // averaged over the micro-batches and the data-parallel ranks (Megatron's schedule without
 // --calculate-per-token-loss); then Megatron's gradient reduction, clipping and optimizer step.
 // Rollouts come from train/grpo_refit.h's rollout model (at TP, PP or CP > 1 a whole-model copy); with
-// context parallelism each cp rank runs its positions (grpo_scale_policy_loss).
+// context parallelism each cp rank runs its positions (the trainer's cut, adaptive_cp_algo's layout
+// included: train/context_parallel_batch.h; grpo_scale_policy_loss).
 //
 // Log lines: at each collection
 //   > GRPO collection at iteration I: P prompts x G completions, reward mean X std Y, F groups
@@ -85,13 +86,14 @@ GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb,
 // Saves a checkpoint of the run at `state` (the pretrain driver's save_checkpoint).
 using GrpoSaveFn = std::function<Status(const TrainerState&)>;
 
-// The loop (header comment) until --train-iters; `state` advances as the trainer's. The reference
-// model has the policy's configuration and partition; its weights are read from
+// The loop (header comment) until --train-iters; `state` advances as the trainer's. `reference`: the
+// reference model's chunks of this rank's virtual stages, each with the policy chunk's configuration
+// and partition; its weights are read from
 // --pretrained-checkpoint when given (Megatron's reference), else copied from the policy now (the
 // --load or initial model). With `save`, a checkpoint at every --save-interval (a multiple of the
 // iterations per collection) and at the end; a run resumed from one collects at once, at the
 // iteration it resumes, what the uninterrupted run collected there.
-Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
+Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const std::vector<GPTModel*>& reference,
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state,
                 const GrpoSaveFn& save = nullptr);
 

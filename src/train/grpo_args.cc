@@ -124,11 +124,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--rl-inference-tensor-model-parallel-size: expected 1 (Gale generates the rollouts with a "
                            "whole-model copy of the policy on each process), found ",
                            g.rl_inference_tensor_model_parallel_size);
-  if (par.tp_2d) return refuse("--tp-2d");
-  if (par.schedules_method == "dualpipev") return refuse("--schedules-method dualpipev");
-  if (par.num_layers_per_virtual_pipeline_stage != kUnset)
-    return refuse("virtual pipeline stages (--num-layers-per-virtual-pipeline-stage)");
-  if (par.adaptive_cp) return refuse("--context-parallel-algo adaptive_cp_algo / hybrid_adaptive_cp_algo");
   if (par.dist_train) return refuse("--dist-train");
   if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");

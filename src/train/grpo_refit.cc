@@ -1,34 +1,44 @@
-// GRPO's rollout model: the whole-model copy of a TP/PP policy and its refit (train/grpo_refit.h).
+// GRPO's rollout model: the whole-model copy of a TP/PP/CP policy and its refit (train/grpo_refit.h).
 #include "train/grpo_refit.h"
 
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 
 namespace gale {
 
-GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& world, const OpTable* ops)
-    : policy_(policy), world_(world) {
-  const ModelPartition& part = policy.partition();
-  if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
-    copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
+GrpoRolloutModel::GrpoRolloutModel(std::vector<GPTModel*> policy, const Comm& world, const OpTable* ops)
+    : policy_(std::move(policy)), world_(world) {
+  const GPTModel& first = *policy_.front();
+  const ModelPartition& part = first.partition();
+  if (policy_.size() > 1 || part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
+    copy_ = std::make_unique<GPTModel>(first.config(), single_process_partition(first.config()), ops);
 }
 
 Status GrpoRolloutModel::refit() {
   if (!copy_) return Status::Ok();
-  const ParamBuffer& from = policy_.params();
   ParamBuffer& to = copy_->params();
-  if (from.sharded()) return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
-  std::map<std::string, int> held;  // the policy's parameters by their whole-model names
-  for (int id = 0; id < from.size(); ++id) held[from.spec(id).whole_model_name()] = id;
+  // The policy's parameters by their whole-model names, in each chunk (a virtual stage's chunk holds
+  // its layers of the stacked layer tensors under the same names as the others).
+  std::vector<std::map<std::string, int>> held(policy_.size());
+  for (size_t c = 0; c < policy_.size(); ++c) {
+    const ParamBuffer& from = policy_[c]->params();
+    if (from.sharded())
+      return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
+    for (int id = 0; id < from.size(); ++id) held[c][from.spec(id).whole_model_name()] = id;
+  }
   constexpr float kUnwritten = -std::numeric_limits<float>::infinity();
   for (int id = 0; id < to.size(); ++id) {
     const ParamSpec& b = to.spec(id);
     std::vector<float> whole(static_cast<size_t>(shape_numel(b.global_shape)), kUnwritten);
-    if (auto it = held.find(b.name); it != held.end()) {
+    for (size_t c = 0; c < policy_.size(); ++c) {
+      auto it = held[c].find(b.name);
+      if (it == held[c].end()) continue;
+      const ParamBuffer& from = policy_[c]->params();
       const ParamSpec& a = from.spec(it->second);
       if (a.global_shape != b.global_shape)
         return Internal("the GRPO rollout model's parameter ", b.name, " has another shape than the policy's");

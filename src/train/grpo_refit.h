@@ -1,4 +1,4 @@
-// GRPO's rollout model under tensor and pipeline parallelism: a whole (one-process) copy of the policy refit from its shards.
+// GRPO's rollout model under tensor, pipeline and context parallelism: a whole (one-process) copy of the policy refit from its shards.
 //
 // Gale's generation runs a whole model on one process (train/inference_engine.h), so a GRPO run at
 // --tensor-model-parallel-size, --pipeline-model-parallel-size or --context-parallel-size > 1
@@ -6,13 +6,14 @@
 // (and its evaluation samples) with a whole-model copy of the policy on every rank, as Megatron-LM
 // main does with a separate inference model (--rl-inference-tensor-model-parallel-size 1) that it
 // refits from the trained one before each collection. Refit, over the world: every rank writes the
-// elements of its shards (TP, PP stage, EP experts under their whole-model names, ETP pieces) at
+// elements of its shards (TP and --tp-2d pieces, PP stage, each virtual stage's chunk, EP experts
+// under their whole-model names, ETP pieces) at
 // their global positions (ParamSpec::global_index) into whole tensors filled with −∞, and the world
 // takes the element-wise maximum: replicas (DP, CP, the last stage's copy of a tied embedding) hold
 // the same values, so the result is exact; an element nobody wrote is an error. Then the copy's
 // GEMM copies are refreshed. The copy has the policy's configuration and the whole model's
-// parameter names and shapes. Without TP, PP and CP the rollout model is the policy itself and
-// refit does nothing (under EP the EP ranks then decode in lockstep, below).
+// parameter names and shapes. Without TP, PP (and its virtual stages or DualPipeV's two chunks) and
+// CP the rollout model is the policy itself and refit does nothing (under EP the EP ranks then decode in lockstep, below).
 //
 // Every rank then generates the same rollouts from the same weights and seeds (as every DP rank
 // already does; under expert parallelism, where the policy itself generates, the EP ranks decode in
@@ -31,18 +32,18 @@ namespace gale {
 
 class GrpoRolloutModel {
  public:
-  // `policy` (this rank's only chunk) must outlive this; `world`: every rank of the job; `ops`: the
-  // kernels the copy runs on.
-  GrpoRolloutModel(GPTModel& policy, const Comm& world, const OpTable* ops);
+  // `policy`: this rank's chunks (virtual stages) of the policy, which must outlive this; `world`:
+  // every rank of the job; `ops`: the kernels the copy runs on.
+  GrpoRolloutModel(std::vector<GPTModel*> policy, const Comm& world, const OpTable* ops);
   // Makes the rollout model's weights the policy's current ones (collective over the world when
   // there is a copy). Errors: sharded parameter storage (ZeRO-3, FSDP), an element of the whole
   // model that no rank holds, a parameter whose shape differs.
   Status refit();
-  GPTModel& model() { return copy_ ? *copy_ : policy_; }
+  GPTModel& model() { return copy_ ? *copy_ : *policy_.front(); }
   bool is_copy() const { return copy_ != nullptr; }
 
  private:
-  GPTModel& policy_;
+  std::vector<GPTModel*> policy_;
   Comm world_;
   std::unique_ptr<GPTModel> copy_;
 };

@@ -193,6 +193,40 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
   }
 }
 
+// The layouts with more than one model chunk per rank or another cut of the sequence: virtual
+// pipeline stages (PP 2, one layer per virtual stage: two chunks per rank through the interleaved
+// schedule), DualPipeV (PP 2: rank 0 holds the first and the last chunk), adaptive_cp_algo (each
+// micro-batch cut by the planner's layout) and --tp-2d (X 2 and Y 2: 2-D weight blocks); the
+// rollout copy is refit from every chunk, so collections and evaluations are one process's.
+TEST(GalePretrainGrpo, VirtualStagesDualPipeVAdaptiveCpAndTp2dReproduceOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--num-layers", "4", "--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2",
+               "--eval-iters", "1", "--eval-interval", "2", "--rl-prompts-per-eval", "2", "--swiglu", "--normalization",
+               "RMSNorm", "--make-vocab-size-divisible-by", "8"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = run_layout(flags, {}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
+  ASSERT_EQ(collections.size(), 2u) << one.output;
+  const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
+  ASSERT_EQ(evals.size(), 9u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"},
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--tp-2d", "--tp-x", "2", "--tp-y", "1"},
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--tp-2d", "--tp-x", "1", "--tp-y", "2"}}) {
+    const std::string name = layout[0] + " " + layout[1] + " " + layout[2] + " " + layout[3];
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << name << two.output;
+    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << name;
+    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and

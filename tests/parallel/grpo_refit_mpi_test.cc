@@ -32,7 +32,7 @@ TEST_P(GrpoRefit, WholeCopyHoldsEveryShardAtItsGlobalPosition) {
   const std::vector<std::string> model = testing::join({kCommon, GetParam().flags});
   testing::TestRun whole(model, make_self_communicator("world"), testing::kTinyVocab);
   testing::TestRun tp(testing::join({model, GetParam().layout}), world, testing::kTinyVocab);
-  GrpoRolloutModel rollout(tp.model(), world, &tp.engine->ops);
+  GrpoRolloutModel rollout({&tp.model()}, world, &tp.engine->ops);
   ASSERT_TRUE(rollout.is_copy());
   ASSERT_TRUE(rollout.refit().ok());
   const ParamBuffer& copy = rollout.model().params();
