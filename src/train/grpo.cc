@@ -15,30 +15,14 @@
 #include "train/context_parallel_batch.h"
 #include "train/grad_sync.h"
 #include "train/grpo_eval.h"
+#include "train/grpo_packing.h"
 #include "train/grpo_refit.h"
 #include "train/training_log.h"
 
 namespace gale {
 
 MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0) {
-  const int64_t S = rollouts.seq_length;
-  GALE_CHECK(first >= 0 && n > 0 && first + n <= rollouts.rows) << "rows " << first << " + " << n;
-  MicroBatch mb;
-  mb.B = n;
-  mb.S = S;
-  mb.tokens.assign(rollouts.tokens.begin() + first * S, rollouts.tokens.begin() + (first + n) * S);
-  mb.loss_mask.assign(rollouts.loss_mask.begin() + first * S, rollouts.loss_mask.begin() + (first + n) * S);
-  mb.labels.resize(static_cast<size_t>(n * S));
-  mb.position_ids.resize(static_cast<size_t>(n * S));
-  mb.sample_ids.resize(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t s = 0; s < S; ++s) {
-      mb.labels[b * S + s] = s + 1 < S ? mb.tokens[b * S + s + 1] : pad;
-      mb.position_ids[b * S + s] = static_cast<int32_t>(s);
-    }
-    mb.sample_ids[b] = id0 + b;
-  }
-  return mb;
+  return grpo_rows_micro_batch(grpo_unpacked_rows(rollouts, 1, 0), first, n, pad, id0);
 }
 
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
@@ -152,8 +136,12 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   if (R % (mbs * dp) != 0 || gbs % (mbs * dp) != 0)
     return InvalidArgument("--global-batch-size ", gbs, " and --grpo-prompts-per-step x --grpo-group-size ", R,
                            ": expected multiples of --micro-batch-size x data-parallel size = ", mbs * dp);
-  const int64_t local_rows = R / dp, local_batches = local_rows / mbs, num_mb = gbs / (mbs * dp);
   const int64_t steps_per_collection = g.grpo_iterations * (R / gbs);
+  GrpoPackingOptions packing;
+  packing.enabled = g.rl_use_sequence_packing;
+  packing.max_sequences_per_bin = g.rl_sequence_packing_max_sequences_per_bin;
+  packing.algo = g.rl_sequence_packing_algo;
+  packing.seq_length_multiple = engine.ps.cp_size() > 1 ? 2 * engine.ps.cp_size() : 1;
   const int32_t pad = tokenizer.pad() >= 0 ? tokenizer.pad() : tokenizer.eod();
   GrpoLossOptions lo;
   lo.clamp_eps_lower = g.grpo_clamp_eps_lower;
@@ -209,7 +197,12 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   };
   const bool do_valid = l.eval_iters > 0;
   GrpoRollouts rollouts;
-  std::vector<double> old_lp, ref_lp;  // [local_rows, S]
+  GrpoTrainingRows rows;  // this rank's rows of the collection (train/grpo_packing.h)
+  // Micro-batches of this rank's rows, and per iteration (packed: ceil(gbs / R · bins), Megatron's
+  // update_microbatch_calculator), set at each collection.
+  int64_t local_batches = 0, num_mb = 0;
+  int64_t consumed_bins = 0;  // --rl-use-sequence-packing (as Megatron's, not restored by --load)
+  std::vector<double> old_lp, ref_lp;  // [rows, S]
   int64_t collected_at = -1;  // the iteration the current rollouts were collected at
   // The interval's sums of each iteration's token means: lm loss and the rl/ entries.
   constexpr int kTerms = 6;
@@ -228,14 +221,26 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
                                                             static_cast<uint64_t>(t.seed), collected_at));
       GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, engine.ps.world()));
+      if (packing.enabled) {
+        GALE_ASSIGN_OR_RETURN(rows, grpo_packed_rows(rollouts, pad, packing, dp, dp_rank));
+        print_rank0(str_cat("[SequencePacker] Packing distribution: ", rows.total_bins, " bins, avg ",
+                            fixed(rows.mean_per_bin, 1), " seqs/bin, min ", rows.min_per_bin, ", max ",
+                            rows.max_per_bin, " seqs/bin (limit: ", packing.max_sequences_per_bin, ")"));
+        local_batches = rows.rows;
+        num_mb = (gbs * rows.rows + R - 1) / R;
+      } else {
+        rows = grpo_unpacked_rows(rollouts, dp, dp_rank);
+        local_batches = rows.rows / mbs;
+        num_mb = gbs / (mbs * dp);
+      }
       // π_old and the reference: forward-only passes through the schedule over this rank's
       // local_batches micro-batches; the loss stage keeps each one's per-token log-probabilities.
-      old_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
-      ref_lp.assign(static_cast<size_t>(local_rows * S), 0.0);
+      old_lp.assign(static_cast<size_t>(rows.rows * S), 0.0);
+      ref_lp.assign(static_cast<size_t>(rows.rows * S), 0.0);
       std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
       auto collection_source = [&](int64_t b, MicroBatch* mb) {
-        const int64_t first = dp_rank * local_rows + b * mbs;
-        return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[b]);
+        return cp_slice(grpo_rows_micro_batch(rows, b * mbs, mbs, pad, collected_at * R + dp_rank * rows.rows + b * mbs),
+                        mb, &positions[b]);
       };
       for (auto [models, into] : {std::pair{&chunks, &old_lp}, std::pair{&reference, &ref_lp}}) {
         auto keep = [&, into](GPTModel&, int64_t b, const GPTModel::LossSums& sums) {
@@ -263,26 +268,32 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
     auto source = [&](int64_t m, MicroBatch* mb) {
-      const int64_t first = dp_rank * local_rows + local_batch(m) * mbs;
-      return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[m]);
+      const int64_t first = local_batch(m) * mbs;
+      return cp_slice(grpo_rows_micro_batch(rows, first, mbs, pad, collected_at * R + dp_rank * rows.rows + first), mb,
+                      &positions[m]);
     };
     // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's
     // per-token losses, the loss mask scaled by its gradient, backward from scale 1.
     auto grpo_loss = [&](GPTModel& model, int64_t m, const GPTModel::LossSums& s) {
-      const int64_t local_first = local_batch(m) * mbs, first = dp_rank * local_rows + local_first;
-      const std::vector<double> adv(rollouts.advantages.begin() + first, rollouts.advantages.begin() + first + mbs);
-      const std::vector<float> mask(rollouts.loss_mask.begin() + first * S, rollouts.loss_mask.begin() + (first + mbs) * S);
+      const int64_t first = local_batch(m) * mbs;
+      const std::vector<float> mask(rows.loss_mask.begin() + first * S, rows.loss_mask.begin() + (first + mbs) * S);
       const std::vector<double> inference =
-          is_correction ? rows_of(rollouts.inference_logprobs, first, mbs, S) : std::vector<double>{};
+          is_correction ? rows_of(rows.inference_logprobs, first, mbs, S) : std::vector<double>{};
       const GrpoMicroBatchLoss r =
-          grpo_scale_policy_loss(model, m, mask, mbs, S, s, rows_of(old_lp, local_first, mbs, S),
-                                 rows_of(ref_lp, local_first, mbs, S), adv, lo, inference, positions.at(m), cp);
+          grpo_scale_policy_loss(model, m, mask, mbs, S, s, rows_of(old_lp, first, mbs, S), rows_of(ref_lp, first, mbs, S),
+                                 rows_of(rows.advantages, first, mbs, S), lo, inference, positions.at(m), cp);
       const double terms[kTerms + 1] = {r.loss_sum, r.kl_sum, r.ratio_sum, r.entropy_sum, r.truncated_above_sum,
                                         r.truncated_below_sum, std::max(r.tokens, 1.0)};
       for (int i = 0; i <= kTerms; ++i) sums[i] += terms[i];
       return 1.0f;
     };
     GALE_RETURN_IF_ERROR(run_schedule(chunks, num_mb, source, /*forward_only=*/false, grpo_loss).status());
+    // The rollouts this iteration trained, over the data-parallel ranks (packed: Megatron's global
+    // batch size and consumed samples; an empty bin holds none, a reused bin counts again).
+    int64_t sequences = 0;
+    for (int64_t m = 0; m < num_mb; ++m)
+      for (int64_t b = 0; b < mbs; ++b) sequences += static_cast<int64_t>(rows.members[local_batch(m) * mbs + b].size());
+    engine.ps.dp()->all_reduce(&sequences, 1, DType::kI64, ReduceOp::kSum);
     for (GPTModel* c : chunks) c->set_grad_scale(saved_scale);
     finalize_model_grads(engine);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
@@ -304,8 +315,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
                                            scaler ? scaler->inv_scale() : 1.0f);
     if (scaler) scaler->update(/*found_inf=*/!step.applied);  // Megatron: skip and back off, or grow
     for (GPTModel* c : chunks) c->params().refresh_gemm_copy();
-    if (step.applied) scheduler.step(gbs);
-    state->consumed_train_samples += gbs;
+    // Megatron's scheduler increment: micro-batches × mbs × DP (packed: the bins).
+    if (step.applied) scheduler.step(num_mb * mbs * dp);
+    state->consumed_train_samples += sequences;
+    if (packing.enabled) consumed_bins += num_mb * dp;
     ++state->iteration;
     ++iters_in_interval;
     if (step.applied) {
@@ -324,7 +337,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       f.consumed_samples = state->consumed_train_samples;
       f.elapsed_ms_per_iteration = per_iter * 1000.0;
       f.learning_rate = scheduler.lr();
-      f.global_batch_size = gbs;
+      f.global_batch_size = sequences;
+      f.consumed_bins = consumed_bins;
       const double n = static_cast<double>(std::max<int64_t>(advanced, 1));
       f.lm_loss = interval[0] / n;
       const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",

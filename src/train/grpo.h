@@ -9,7 +9,9 @@
 // Iteration k of the collection is one optimizer step over a global batch: this data-parallel rank
 // holds rows [r·R/DP, (r+1)·R/DP) of the R = P·G, read in micro-batches of --micro-batch-size that
 // cycle over them (Megatron's itertools.cycle over its DataLoader), gbs / (mbs·DP) per iteration,
-// so --grpo-iterations passes over every row. The passes run through the layout's schedule (no
+// so --grpo-iterations passes over every row; with --rl-use-sequence-packing the rows are this
+// rank's bins of packed rollouts instead, one per micro-batch, ceil(gbs / R · bins) per iteration
+// (train/grpo_packing.h). The passes run through the layout's schedule (no
 // pipelining, 1F1B, interleaved 1F1B over this rank's virtual stages, or DualPipeV): forward-only ones for π_old and the reference, and
 // the training one whose MicroBatchLoss, on the loss stage, computes each micro-batch's loss
 // (train/grpo_loss.h; current = the training forward's log-probabilities) and lets its gradient

@@ -36,6 +36,15 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
   p.add("--rl-inference-tensor-model-parallel-size", &g.rl_inference_tensor_model_parallel_size,
         "GRPO: the rollout model's tensor-parallel size; Gale's is 1 (at TP > 1 a whole-model copy of the policy, "
         "refit before each collection: docs/rl.md), the only value accepted");
+  p.add_flag("--rl-use-sequence-packing", &g.rl_use_sequence_packing,
+             "GRPO: train on the rollouts packed into bins of --seq-length (decreasing length, next-fit; attention "
+             "and positions per rollout; needs --micro-batch-size 1; docs/rl.md)");
+  p.add_false("--no-rl-use-sequence-packing", &g.rl_use_sequence_packing, "GRPO: one padded row per rollout (the default)");
+  p.add("--rl-sequence-packing-max-sequences-per-bin", &g.rl_sequence_packing_max_sequences_per_bin,
+        "GRPO sequence packing: the most rollouts in one bin (50)");
+  p.add("--rl-sequence-packing-algo", &g.rl_sequence_packing_algo,
+        "GRPO sequence packing: how the bins go to the data-parallel ranks: fifo (consecutive runs) or round-robin "
+        "(fifo)");
   // Megatron's flags whose request is what Gale's GRPO does anyway.
   p.add_compat("--rl-skip-bos-token", false,
                "Gale's GRPO prompts are the tokenizer's ids as they are; Gale prepends no BOS token to them");
@@ -49,9 +58,6 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
   const std::string own_model =
       "Gale generates the rollouts on each process with the policy itself, at TP > 1 with its whole-model copy "
       "refit over the TP group; there is no separate inference model or server";
-  for (const char* f : {"--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
-                        "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
-    p.add_unsupported(f, "GRPO sequence packing: Gale trains each rollout as one padded row");
   for (const char* f : {"--rl-partial-rollouts", "--no-rl-partial-rollouts", "--rl-generation-lag",
                         "--rl-max-inflight-requests", "--rl-submission-granularity", "--rl-consumption-granularity"})
     p.add_unsupported(f, "asynchronous (partial) rollouts: Gale's collections are generated whole, between optimizer "
@@ -81,7 +87,9 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
                              "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
                              "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
-                             "--rl-skip-bos-token", "--rl-prompts-per-eval", "--rl-inference-tensor-model-parallel-size"})
+                             "--rl-skip-bos-token", "--rl-prompts-per-eval", "--rl-inference-tensor-model-parallel-size",
+                             "--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
+                             "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");
     return Status::Ok();
   }
@@ -116,6 +124,19 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (gbs > 0 && samples % gbs != 0)
     return InvalidArgument("--global-batch-size: expected a divisor of --grpo-prompts-per-step x --grpo-group-size = ",
                            samples, " (each collection trains in whole global batches), found ", gbs);
+  if (g.rl_use_sequence_packing && a.training.micro_batch_size != 1)  // Megatron's assertion
+    return InvalidArgument("--rl-use-sequence-packing: micro_batch_size must be 1 when using sequence packing. To "
+                           "increase compute per micro batch increase the sequence length. (found --micro-batch-size ",
+                           a.training.micro_batch_size, ")");
+  if (g.rl_use_sequence_packing && (a.model.is_hybrid_model || a.model.experimental_attention_variant == "gdn"))
+    return Unimplemented("--rl-use-sequence-packing with Mamba or Gated DeltaNet layers: not supported yet (Gale's "
+                         "scans run across the packed rollouts' boundaries)");
+  if (g.rl_sequence_packing_max_sequences_per_bin < 1)
+    return InvalidArgument("--rl-sequence-packing-max-sequences-per-bin: expected a positive number, found ",
+                           g.rl_sequence_packing_max_sequences_per_bin);
+  if (g.rl_sequence_packing_algo != "fifo" && g.rl_sequence_packing_algo != "round-robin")
+    return InvalidArgument("--rl-sequence-packing-algo: expected fifo or round-robin, found '",
+                           g.rl_sequence_packing_algo, "'");
   auto refuse = [](const std::string& what) {
     return Unimplemented("--perform-rl-step with ", what, ": not supported yet");
   };

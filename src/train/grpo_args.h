@@ -1,9 +1,10 @@
 // Megatron-LM main's RL flags (megatron/training/arguments.py _add_rl_args) that Gale's GRPO runs
 // with: --perform-rl-step, the --grpo-* flags, --langrl-env-config, --rl-default-*,
 // --rl-inference-logprobs-is-correction, --rl-importance-sampling-truncation-coef and
-// --rl-prompts-per-eval, with Megatron's defaults; --rl-skip-bos-token and
+// --rl-prompts-per-eval, sequence packing (--rl-use-sequence-packing,
+// --rl-sequence-packing-max-sequences-per-bin, --rl-sequence-packing-algo), with Megatron's defaults; --rl-skip-bos-token and
 // --use-same-sampling-seed-across-dp-ranks accepted with a start-up note (what they ask is what
-// Gale does); the group's other flags (sequence packing, partial rollouts, rollout banks, the
+// Gale does); the group's other flags (partial rollouts, rollout banks, the
 // separate inference model's parallelism, CUDA graphs, offloading, profiling, parsers,
 // --no-rl-skip-bos-token's BOS) refused in one line each. Registered and validated by the
 // perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
@@ -44,6 +45,11 @@ struct GrpoArgs {
   // None). Gale's rollout model is always TP 1 (the policy, or at TP > 1 its refit whole-model
   // copy, train/grpo_refit.h): only 1 is accepted.
   int64_t rl_inference_tensor_model_parallel_size = 0;
+  // --rl-use-sequence-packing: train on the rollouts packed into bins of --seq-length
+  // (train/grpo_packing.h); --micro-batch-size must be 1, as Megatron asserts.
+  bool rl_use_sequence_packing = false;
+  int64_t rl_sequence_packing_max_sequences_per_bin = 50;
+  std::string rl_sequence_packing_algo = "fifo";  // fifo | round-robin: how the bins go to the DP ranks
 };
 
 void add_grpo_args(ArgParser& p, GrpoArgs& g);
@@ -51,10 +57,11 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g);
 // The flags' values and what GRPO does not run with yet (one-line errors naming the flag):
 // without --perform-rl-step the other RL flags are an error; with it --langrl-env-config is
 // required, P·G (--grpo-prompts-per-step × --grpo-group-size) must be a multiple of
-// --global-batch-size, and tensor, pipeline and context parallelism, MoE, MTP, hybrid models,
-// LoRA, --stage dpo, --qad-enable, --fp16, --reuse-fp32-param, --overlap-param-gather,
-// --rampup-batch-size, --calculate-per-token-loss, --train-samples, --dist-train, --exit-interval,
-// --async-save, --non-persistent-save-interval and a --data-path are refused; --save-interval
+// --global-batch-size, --rl-use-sequence-packing needs --micro-batch-size 1 (and no Mamba or Gated
+// DeltaNet layers: their scans know no sequence boundaries), and MTP, LoRA, --stage dpo,
+// --qad-enable, --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size,
+// --calculate-per-token-loss, --train-samples, --dist-train, --exit-interval, --async-save,
+// --non-persistent-save-interval and a --data-path are refused; --save-interval
 // must be a multiple of the iterations per collection, grpo_iterations · (P·G / gbs);
 // --rl-importance-sampling-truncation-coef and --rl-prompts-per-eval must be positive.
 Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser& p);

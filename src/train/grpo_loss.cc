@@ -65,7 +65,9 @@ GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, con
   GALE_CHECK(inference.empty() || inference.size() == n) << "GRPO inference log-probabilities are [B, S]";
   GALE_CHECK(current.size() == n && old.size() == n && ref.size() == n && mask.size() == n)
       << "GRPO micro-batch arrays are [B, S] = [" << B << ", " << S << "]";
-  GALE_CHECK_EQ(advantages.size(), static_cast<size_t>(B));
+  const bool per_token = advantages.size() == n;
+  GALE_CHECK(per_token || advantages.size() == static_cast<size_t>(B))
+      << "GRPO advantages are [B] or [B, S] = [" << B << ", " << S << "], found " << advantages.size();
   GALE_CHECK(num_microbatches > 0);
   GrpoMicroBatchLoss m;
   m.grad.assign(n, 0.0);
@@ -76,7 +78,7 @@ GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, con
       const double w = mask[i];
       if (w == 0.0) continue;
       const GrpoTokenLoss t =
-          grpo_token_loss(current[i], old[i], ref[i], advantages[b], o, inference.empty() ? nullptr : &inference[i]);
+          grpo_token_loss(current[i], old[i], ref[i], advantages[per_token ? i : static_cast<size_t>(b)], o, inference.empty() ? nullptr : &inference[i]);
       m.tokens += w;
       m.loss_sum += w * t.loss;
       m.kl_sum += w * t.kl_term;

@@ -64,8 +64,9 @@ struct GrpoTokenLoss {
 GrpoTokenLoss grpo_token_loss(double current, double old, double ref, double advantage, const GrpoLossOptions& o,
                               const double* inference = nullptr);
 
-// A micro-batch of B sequences of S log-probability positions, every array [B, S] sample-major and
-// `advantages` [B]: the masked sums of every term (what loss_func reports) and the gradient of
+// A micro-batch of B rows of S log-probability positions, every array [B, S] sample-major and
+// `advantages` [B] (one per row: each row one sequence) or [B, S] (each position's sequence's
+// advantage: rows packed with several sequences, Megatron's calculate_grpo_loss with seq_starts): the masked sums of every term (what loss_func reports) and the gradient of
 // mb_loss (header comment) with respect to each current log-probability, 0 where the mask is 0.
 // `inference` [B, S]: the inference log-probabilities of the importance-sampling correction, or
 // empty for none.

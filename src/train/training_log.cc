@@ -81,6 +81,7 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   };
   add(" iteration %8lld/%8lld |", static_cast<long long>(f.iteration), static_cast<long long>(f.train_iters));
   add(" consumed samples: %12lld |", static_cast<long long>(f.consumed_samples));
+  if (f.consumed_bins > 0) add(" consumed bins: %12lld |", static_cast<long long>(f.consumed_bins));
   if (f.skipped_samples > 0) add(" skipped samples: %12lld |", static_cast<long long>(f.skipped_samples));
   add(" elapsed time per iteration (ms): %.1f |", f.elapsed_ms_per_iteration);
   if (f.log_throughput) add(" throughput per GPU (TFLOP/s/GPU): %.1f |", f.tflops_per_gpu);

@@ -42,6 +42,9 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size);
 
 struct TrainingLogFields {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped_samples = 0;
+  // --rl-use-sequence-packing: the bins trained so far, printed after consumed samples when > 0
+  // (Megatron's "consumed bins").
+  int64_t consumed_bins = 0;
   double elapsed_ms_per_iteration = 0.0;
   bool log_throughput = false;
   double tflops_per_gpu = 0.0;

@@ -227,6 +227,65 @@ TEST(GalePretrainGrpo, VirtualStagesDualPipeVAdaptiveCpAndTp2dReproduceOneProces
   }
 }
 
+// --rl-use-sequence-packing (micro-batches of one bin): the packing line and Megatron's consumed bins,
+// the global batch size counting the rollouts; with gbs = P·G an iteration trains every bin, so the
+// first iteration's token means (entropy) are the unpacked run's while the gradient is not (each
+// bin's token mean, averaged over the bins, instead of each row's); TP 2 + SP, PP 2 and DP 2 (fifo
+// and round-robin bins) reproduce the one-process packed run. At CP 2 (ring, Ulysses) each rollout's
+// slot is a multiple of 4 positions, so later collections may pack differently: there the first
+// iteration's token means, which every bin takes part in, are compared.
+TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> unpacked =
+      rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2", "--micro-batch-size", "1",
+               "--swiglu", "--normalization", "RMSNorm", "--make-vocab-size-divisible-by", "8"});
+  unpacked.erase(unpacked.begin());  // the binary
+  std::vector<std::string> flags = unpacked;
+  flags.push_back("--rl-use-sequence-packing");
+  const test::RunResult one = run_layout(flags, {}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(lines_with(one.output, "[SequencePacker] Packing distribution: ").size(), 2u) << one.output;
+  const std::vector<std::string> log = lines_with(one.output, "| consumed samples:");
+  ASSERT_EQ(log.size(), 4u) << one.output;
+  const std::vector<double> bins = logged_values(one.output, "consumed bins");
+  ASSERT_EQ(bins.size(), 4u) << one.output;
+  const std::vector<std::string> packing = lines_with(one.output, "[SequencePacker]");
+  const int64_t per_iteration = std::stoll(packing[0].substr(packing[0].find("distribution: ") + 14));
+  EXPECT_EQ(bins[0], static_cast<double>(per_iteration));
+  EXPECT_EQ(bins[1], 2.0 * static_cast<double>(per_iteration)) << "every iteration trains all the collection's bins";
+  EXPECT_LT(per_iteration, 8) << "the 8 rollouts share bins";
+  EXPECT_NE(log[0].find("| global batch size:     8 |"), std::string::npos) << log[0];
+  const test::RunResult plain = run_layout(unpacked, {}, 1);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
+            lines_with(plain.output, "> GRPO collection at iteration 0:"));
+  EXPECT_NEAR(logged_values(one.output, "rl/entropy_term")[0], logged_values(plain.output, "rl/entropy_term")[0], 1e-6);
+  EXPECT_GT(std::abs(logged_values(one.output, "grad norm")[0] - logged_values(plain.output, "grad norm")[0]), 1e-3);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--context-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}) {
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << layout.back() << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
+              lines_with(two.output, "> GRPO collection at iteration 0:")) << layout.back();
+    for (const char* key : {"rl/entropy_term", "rl/pi_over_pi_old"})
+      EXPECT_NEAR(logged_values(one.output, key)[0], logged_values(two.output, key)[0], 1e-6) << layout.back();
+  }
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
+        std::vector<std::string>{"--rl-sequence-packing-algo", "fifo"},
+        std::vector<std::string>{"--rl-sequence-packing-algo", "round-robin"}}) {
+    const std::string name = layout[0] + " " + layout[1];
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << name << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration"),
+              lines_with(two.output, "> GRPO collection at iteration")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
@@ -454,8 +513,21 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
   // Megatron's RL flags Gale does not run: one line each, naming the flag and why.
   expect_usage_error(rl(env, {"--rl-use-sequence-packing"}),
-                     "--rl-use-sequence-packing: not supported yet (GRPO sequence packing: Gale trains each rollout "
-                     "as one padded row)");
+                     "--rl-use-sequence-packing: micro_batch_size must be 1 when using sequence packing. To increase "
+                     "compute per micro batch increase the sequence length. (found --micro-batch-size 2)");
+  expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--rl-sequence-packing-algo",
+                              "lifo"}),
+                     "--rl-sequence-packing-algo: expected fifo or round-robin, found 'lifo'");
+  expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--is-hybrid-model",
+                              "--hybrid-override-pattern", "M*", "--mamba-head-dim", "16", "--mamba-num-groups", "2",
+                              "--mamba-state-dim", "16", "--position-embedding-type", "none"}),
+                     "--rl-use-sequence-packing with Mamba or Gated DeltaNet layers: not supported yet (Gale's scans "
+                     "run across the packed rollouts' boundaries)");
+  expect_usage_error({GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "2",
+                      "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "1",
+                      "--global-batch-size", "4", "--train-iters", "1", "--vocab-size", "15", "--lr", "1e-3", "--mock-data",
+                      "--rl-sequence-packing-max-sequences-per-bin", "4"},
+                     "--rl-sequence-packing-max-sequences-per-bin needs --perform-rl-step");
   expect_usage_error(rl(env, {"--rl-prompts-per-eval", "0"}), "--rl-prompts-per-eval: expected a positive number, found 0");
   expect_usage_error(rl(env, {"--rl-offload-optimizer-during-inference"}),
                      "--rl-offload-optimizer-during-inference: not supported yet (GPU memory and CUDA-graph management "

@@ -18,7 +18,7 @@ TEST(MegatronRlFlags, NoneIsUnknown) {
 
 // The refused ones name themselves and say why; the noted ones say they change nothing here.
 TEST(MegatronRlFlags, RefusedAndNotedFlagsSaySo) {
-  for (const char* flag : {"--rl-use-sequence-packing", "--rl-sequence-packing-algo", "--rl-partial-rollouts",
+  for (const char* flag : {"--rl-partial-rollouts",
                            "--rl-durable-rollout-bank", "--rl-inference-pipeline-model-parallel-size",
                            "--rl-offload-optimizer-during-inference", "--rl-training-cuda-graphs", "--refit-method",
                            "--rl-profile", "--no-rl-skip-bos-token"}) {
