@@ -215,7 +215,7 @@ TEST(GptDatasetCacheModes, TheTrustedPathsMapTheNpyFiles) {
       EXPECT_TRUE(std::equal(g.shuffle().begin(), g.shuffle().end(), (*normal)->indices().shuffle().begin()));
       const std::string maps = process_maps();
       for (const char* f : files) EXPECT_NE(maps.find(c.file(f)), std::string::npos) << f << "\n" << maps;
-      // The arrays lie inside their mappings (each file's bytes after the 128-byte header).
+      // The arrays lie inside their mappings (each file's bytes after the .npy header).
       ASSERT_EQ(g.maps.size(), 3u);
       const uint8_t* shuffle = reinterpret_cast<const uint8_t*>(g.shuffle().data());
       EXPECT_GE(shuffle, g.maps[2]->data());
