@@ -25,6 +25,14 @@ Status FimDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* o
   return Status::Ok();
 }
 
+Status FimDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const {
+  GALE_RETURN_IF_ERROR(base_->sample_document_lengths(k, lengths));
+  int64_t total = 0;
+  for (int64_t n : *lengths) total += n;
+  lengths->assign(1, total);
+  return Status::Ok();
+}
+
 std::string FimDataset::describe() const {
   return str_cat(base_->describe(), " | FIM: rate ", options_.rate, ", SPM rate ", options_.spm_rate,
                  options_.split_sample >= 0 ? str_cat(", split id ", options_.split_sample, ", fragment rate ",

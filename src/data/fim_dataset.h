@@ -12,6 +12,18 @@
 // So a run reads, token for token, the FIM samples Megatron's run reads at the same layout, as long
 // as the samples are read in the data loader's order from a fresh start (a resumed run starts the
 // streams afresh at its consumed samples, as Megatron's rebuilt loader does).
+//
+// --iterations-to-skip: Megatron's dummy_train_step pulls a skipped iteration's micro-batches
+// through the loader, so their FIM draws are made; Gale's trainer reads (and drops) them too
+// (Trainer::read_skipped_micro_batches), and the next iteration gets the samples Megatron's gets.
+// Virtual pipeline stages: Megatron builds the datasets once per model chunk, each with a fresh
+// RandomState(--seed), but only on the chunks of the first and the last pipeline stage
+// (is_dataset_built_on_rank), and each of those reads every micro-batch once, in order: chunk 0
+// of the first stage gives the inputs, chunk V-1 of the last the labels, and both streams draw the
+// same values. Gale's pipeline stages each load every micro-batch once, in order, whatever the
+// chunk count, so one FimDataset per rank reproduces both chunks' streams. (Megatron-LM main's
+// dummy_train_step calls next() on the list of per-chunk iterators, so it cannot skip iterations
+// with virtual stages; Gale skips them as above.)
 #pragma once
 
 #include <cstdint>
@@ -43,6 +55,10 @@ class FimDataset : public TokenDataset {
   int64_t seq_length() const override { return base_->seq_length(); }
   // The base sample through fim_transform with the stream of the loader's next read.
   Status sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* out) const override;
+  // One part of the base sample's whole length: Megatron's GPTFIMDataset returns [sample_len] as the
+  // document lengths, so --dataloader-inter-document-masking makes the FIM sample one attention
+  // document (positions 0, 1, ... whatever its EODs).
+  Status sample_document_lengths(int64_t k, std::vector<int64_t>* lengths) const override;
   std::string describe() const override;
   bool loaded_from_cache() const override { return base_->loaded_from_cache(); }
 

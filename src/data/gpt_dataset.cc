@@ -78,23 +78,24 @@ Status GptDataset::load_indices() const {
 Status GptDataset::sample_rows(int64_t k, int64_t* d0, int64_t* o0, int64_t* d1, int64_t* o1) const {
   if (k < 0 || k >= size()) return OutOfRange(source_->name(), ": sample ", k, " out of range [0, ", size(), ")");
   GALE_RETURN_IF_ERROR(load_indices());
-  const int64_t j = indices_.shuffle_index[static_cast<size_t>(k)];
-  const int64_t rows = static_cast<int64_t>(indices_.sample_index.size() / 2);
+  const int64_t j = indices_.shuffle()[static_cast<size_t>(k)];
+  const int64_t rows = static_cast<int64_t>(indices_.samples().size() / 2);
   if (trusted_ && (j < 0 || j + 1 >= rows))
     return DataLoss(source_->name(), ": cached shuffle index entry ", k, " = ", j, " is outside the sample index");
-  const int64_t* si = indices_.sample_index.data();
+  const int64_t* si = indices_.samples().data();
   *d0 = si[2 * j], *o0 = si[2 * j + 1], *d1 = si[2 * j + 2], *o1 = si[2 * j + 3];
   if (trusted_) {
-    const int64_t docs = static_cast<int64_t>(indices_.document_index.size());
+    const std::span<const int32_t> documents = indices_.documents();
+    const int64_t docs = static_cast<int64_t>(documents.size());
     if (*d0 < 0 || *d1 < *d0 || *d1 >= docs || *o0 < 0 || *o1 < 0)
       return DataLoss(source_->name(), ": cached sample index row ", j, " is out of range");
     for (int64_t i = *d0; i <= *d1; ++i) {
-      const int32_t seq = indices_.document_index[static_cast<size_t>(i)];
+      const int32_t seq = documents[static_cast<size_t>(i)];
       if (seq < begin_ || seq >= end_)
         return DataLoss(source_->name(), ": cached document index entry ", i, " = ", seq, " is outside the split");
     }
     const auto& sizes = source_->sequence_lengths();
-    if (*o0 > sizes[indices_.document_index[static_cast<size_t>(*d0)]] || (*d0 == *d1 && *o1 < *o0))
+    if (*o0 > sizes[documents[static_cast<size_t>(*d0)]] || (*d0 == *d1 && *o1 < *o0))
       return DataLoss(source_->name(), ": cached sample index row ", j, " has an offset outside its document");
   }
   return Status::Ok();
@@ -105,7 +106,7 @@ Status GptDataset::sample_tokens(int64_t k, int32_t pad, std::vector<int32_t>* o
   GALE_RETURN_IF_ERROR(sample_rows(k, &d0, &o0, &d1, &o1));
   const int64_t want = params_.seq_length + params_.add_extra_token;
   out->resize(static_cast<size_t>(want));
-  const auto& doc = indices_.document_index;
+  const std::span<const int32_t> doc = indices_.documents();
   const auto& sizes = source_->sequence_lengths();
   int64_t filled = 0;
   auto take = [&](int64_t position, int64_t offset, int64_t length) -> Status {
@@ -148,7 +149,7 @@ Status GptDataset::sample_document_lengths(int64_t k, std::vector<int64_t>* leng
   const auto& sizes = source_->sequence_lengths();
   for (int64_t i = d0; i <= d1; ++i) {
     const int64_t offset = i > d0 ? 0 : o0;
-    lengths->push_back(i < d1 ? sizes[indices_.document_index[static_cast<size_t>(i)]] - offset : o1 + e);
+    lengths->push_back(i < d1 ? sizes[indices_.documents()[static_cast<size_t>(i)]] - offset : o1 + e);
   }
   return Status::Ok();
 }

@@ -38,11 +38,11 @@ class TokenDataset {
 
 // How GptDataset::build uses a non-empty --data-cache-path (Megatron-LM main's GPTDatasetConfig).
 struct GptCacheMode {
-  // --dataloader-fast-cache-load: the cached indices are loaded as they are (index_cache.h
+  // --dataloader-fast-cache-load: the cached indices are mapped as they are (index_cache.h
   // load_trusted_gpt_indices): no description or consistency check, never a rebuild or a write.
   bool fast_cache_load = false;
   // --dataloader-defer-npy-index-mmap: build reads no cache file; the size comes from the sequence
-  // lengths (gpt_cached_sample_count) and the three .npy files are loaded, trusted, at the first
+  // lengths (gpt_cached_sample_count) and the three .npy files are mapped, trusted, at the first
   // sample read. A missing file is then that read's error.
   bool defer_npy_index_mmap = false;
 };

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -33,7 +34,19 @@ struct GptIndices {
   std::vector<int32_t> document_index;
   std::vector<int64_t> sample_index;   // flattened (total + 1) x 2
   std::vector<int64_t> shuffle_index;  // total entries
-  int64_t size() const { return static_cast<int64_t>(shuffle_index.size()); }
+  // Or, under --dataloader-fast-cache-load / --dataloader-defer-npy-index-mmap, the three arrays
+  // as read-only maps of the cached .npy files (index_cache.h); the vectors above stay empty and
+  // `maps` keeps the mappings alive.
+  std::vector<std::shared_ptr<const MappedFile>> maps;
+  std::span<const int32_t> mapped_document_index;
+  std::span<const int64_t> mapped_sample_index, mapped_shuffle_index;
+
+  bool mapped() const { return !maps.empty(); }
+  // The arrays, wherever they live.
+  std::span<const int32_t> documents() const { return mapped() ? mapped_document_index : document_index; }
+  std::span<const int64_t> samples() const { return mapped() ? mapped_sample_index : sample_index; }
+  std::span<const int64_t> shuffle() const { return mapped() ? mapped_shuffle_index : shuffle_index; }
+  int64_t size() const { return static_cast<int64_t>(shuffle().size()); }
 };
 
 // Smallest e >= 1 with e*T >= N*S + E (1 when N is -1).

@@ -144,22 +144,24 @@ StatusOr<GptIndices> load_trusted_gpt_indices(const std::string& dir, const GptC
                               dir, ": ", why.message(), " (", file.substr(file.rfind('/') + 1),
                               "); run once without it to build them");
   };
-  auto doc = load_npy<int32_t>(base + "document_index.npy");
+  auto doc = map_npy<int32_t>(base + "document_index.npy");
   if (!doc.ok()) return missing(base + "document_index.npy", doc.status());
-  auto sample = load_npy<int64_t>(base + "sample_index.npy");
+  auto sample = map_npy<int64_t>(base + "sample_index.npy");
   if (!sample.ok()) return missing(base + "sample_index.npy", sample.status());
-  auto shuffle = load_npy<int64_t>(base + "shuffle_index.npy");
+  auto shuffle = map_npy<int64_t>(base + "shuffle_index.npy");
   if (!shuffle.ok()) return missing(base + "shuffle_index.npy", shuffle.status());
   GptIndices g;
-  g.document_index = std::move(doc->data);
-  g.sample_index = std::move(sample->data);
-  g.shuffle_index = std::move(shuffle->data);
+  g.maps = {doc->file, sample->file, shuffle->file};
+  g.mapped_document_index = doc->data;
+  g.mapped_sample_index = sample->data;
+  g.mapped_shuffle_index = shuffle->data;
   const int64_t n = key.end - key.begin;
-  if (n <= 0 || g.document_index.empty() || g.document_index.size() % static_cast<size_t>(n) != 0 ||
-      sample->shape.size() != 2 || sample->shape[1] != 2 || g.sample_index.size() < 2)
+  const std::span<const int32_t> documents = g.documents();
+  if (n <= 0 || documents.empty() || documents.size() % static_cast<size_t>(n) != 0 || sample->shape.size() != 2 ||
+      sample->shape[1] != 2 || g.samples().size() < 2)
     return DataLoss(base, "*: the cached indices do not have the shapes of this dataset (", flag, " trusts ",
                     "--data-cache-path ", dir, "; rebuild the cache without it)");
-  g.num_epochs = static_cast<int64_t>(g.document_index.size()) / n;
+  g.num_epochs = static_cast<int64_t>(documents.size()) / n;
   g.tokens_per_epoch = split_tokens(key, sizes);
   g.separate_final_epoch = gpt_separate_final_epoch(g.num_epochs, g.tokens_per_epoch, key.params);
   return g;

@@ -33,7 +33,7 @@ std::string gpt_cache_base(const std::string& dir, const GptCacheKey& key);
 StatusOr<GptIndices> load_cached_gpt_indices(const std::string& dir, const GptCacheKey& key,
                                              const UnalignedArray<int32_t>& sizes);
 // --dataloader-fast-cache-load / --dataloader-defer-npy-index-mmap (Megatron-LM main): the entry's
-// three .npy files as they are, trusted: description.txt is not read and the arrays are not checked
+// three .npy files mapped read-only (data/npy.h map_npy; GptIndices::mapped), as they are, trusted: description.txt is not read and the arrays are not checked
 // against the sequence lengths, only their shapes (the samples' reads check their own bounds).
 // A missing or unreadable file is FailedPrecondition naming --data-cache-path, `flag` and the file
 // (never a rebuild). tokens_per_epoch and num_epochs come from `sizes` and the key.

@@ -66,8 +66,17 @@ Status save_npy(const std::string& path, const std::vector<T>& data, const std::
   return Status::Ok();
 }
 
+namespace {
+
+// The checked header of .npy bytes: the shape, and where the `count` elements start.
+struct NpyLayout {
+  std::vector<int64_t> shape;
+  int64_t count = 1;
+  int64_t offset = 0;
+};
+
 template <class T>
-StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::string& name) {
+StatusOr<NpyLayout> parse_npy_layout(const uint8_t* data, int64_t size, const std::string& name) {
   if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) return DataLoss(name, ": not a .npy file");
   if (data[6] != 1 || data[7] != 0) return DataLoss(name, ": expected .npy format version 1.0");
   uint16_t hlen = load_unaligned<uint16_t>(data + 8);
@@ -79,8 +88,7 @@ StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::st
   size_t sp = header.find("'shape': (");
   if (sp == std::string::npos) return DataLoss(name, ": no shape in .npy header");
   size_t p = sp + 10;
-  NpyArray<T> out;
-  int64_t count = 1;
+  NpyLayout out;
   while (p < header.size() && header[p] != ')') {
     if (header[p] == ',' || header[p] == ' ') {
       ++p;
@@ -95,14 +103,43 @@ StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::st
       ++p;
     }
     out.shape.push_back(v);
-    if (v != 0 && count > kMax / v) return DataLoss(name, ": implausible shape in .npy header");
-    count *= v;
+    if (v != 0 && out.count > kMax / v) return DataLoss(name, ": implausible shape in .npy header");
+    out.count *= v;
   }
   if (p >= header.size()) return DataLoss(name, ": bad shape in .npy header");
-  int64_t need = 10 + hlen + count * static_cast<int64_t>(sizeof(T));
+  out.offset = 10 + hlen;
+  int64_t need = out.offset + out.count * static_cast<int64_t>(sizeof(T));
   if (size != need) return DataLoss(name, ": expected ", need, " bytes, found ", size);
-  out.data.resize(static_cast<size_t>(count));
-  if (count) std::memcpy(out.data.data(), data + 10 + hlen, static_cast<size_t>(count) * sizeof(T));
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+StatusOr<NpyArray<T>> parse_npy(const uint8_t* data, int64_t size, const std::string& name) {
+  GALE_ASSIGN_OR_RETURN(NpyLayout layout, parse_npy_layout<T>(data, size, name));
+  NpyArray<T> out;
+  out.shape = std::move(layout.shape);
+  out.data.resize(static_cast<size_t>(layout.count));
+  if (layout.count)
+    std::memcpy(out.data.data(), data + layout.offset, static_cast<size_t>(layout.count) * sizeof(T));
+  return out;
+}
+
+template <class T>
+StatusOr<MappedNpy<T>> map_npy(const std::string& path) {
+  GALE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> f, MappedFile::open(path, /*use_mmap=*/true));
+  GALE_ASSIGN_OR_RETURN(NpyLayout layout, parse_npy_layout<T>(f->data(), f->size(), path));
+  MappedNpy<T> out;
+  out.shape = std::move(layout.shape);
+  if (layout.count > 0) {
+    const uint8_t* start = f->data() + layout.offset;
+    if (reinterpret_cast<uintptr_t>(start) % alignof(T) != 0)
+      return DataLoss(path, ": the array starts at byte ", layout.offset, ", not a multiple of ", alignof(T),
+                      ", so it cannot be mapped (numpy pads the header to 64 bytes; was the file written by it?)");
+    out.data = std::span<const T>(reinterpret_cast<const T*>(start), static_cast<size_t>(layout.count));
+  }
+  out.file = std::move(f);
   return out;
 }
 
@@ -115,7 +152,8 @@ StatusOr<NpyArray<T>> load_npy(const std::string& path) {
 #define GALE_NPY_INSTANTIATE(T)                                                                        \
   template Status save_npy<T>(const std::string&, const std::vector<T>&, const std::vector<int64_t>&); \
   template StatusOr<NpyArray<T>> load_npy<T>(const std::string&);                                      \
-  template StatusOr<NpyArray<T>> parse_npy<T>(const uint8_t*, int64_t, const std::string&);
+  template StatusOr<NpyArray<T>> parse_npy<T>(const uint8_t*, int64_t, const std::string&);          \
+  template StatusOr<MappedNpy<T>> map_npy<T>(const std::string&);
 GALE_NPY_INSTANTIATE(int16_t)
 GALE_NPY_INSTANTIATE(int32_t)
 GALE_NPY_INSTANTIATE(int64_t)

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 namespace gale {
@@ -25,6 +28,19 @@ Status save_npy(const std::string& path, const std::vector<T>& data, const std::
 // Any other dtype, order, or a truncated file is an error naming the file.
 template <class T>
 StatusOr<NpyArray<T>> load_npy(const std::string& path);
+
+// A .npy file's array mapped read-only instead of copied (numpy.load(mmap_mode='r'), as Megatron
+// loads cached indices): the checks of load_npy, then `data` points into the mapping that `file`
+// keeps alive, so the pages are read on demand and are not counted as the process's own memory.
+// An array whose start is not aligned for T (numpy pads the header to 64 bytes) is an error.
+template <class T>
+struct MappedNpy {
+  std::shared_ptr<const MappedFile> file;
+  std::vector<int64_t> shape;
+  std::span<const T> data;
+};
+template <class T>
+StatusOr<MappedNpy<T>> map_npy(const std::string& path);
 
 // Parses .npy bytes (exposed for the fuzzer).
 template <class T>

@@ -17,9 +17,12 @@ Status validate_sft_args(const Arguments& a) {
   if (t.tokenizer_type == "SFTTokenizer" && !d.sft)
     return Unimplemented("--tokenizer-type SFTTokenizer without --sft: not supported yet (Gale reads it for "
                          "Megatron's SFT dataset only)");
-  if (d.dataloader_inter_document_masking && (d.fim_data || d.is_instruction_dataset || a.dpo.is_pairwise_dataset))
-    return Unimplemented("--dataloader-inter-document-masking with --fim-data, --is-instruction-dataset or "
-                         "--is-pairwise-dataset: not supported yet (Gale applies it to GPT pretraining samples)");
+  if (d.dataloader_inter_document_masking && (d.is_instruction_dataset || a.dpo.is_pairwise_dataset))
+    return InvalidArgument("--dataloader-inter-document-masking with ",
+                           d.is_instruction_dataset ? "--is-instruction-dataset" : "--is-pairwise-dataset",
+                           ": expected GPT pretraining data (Megatron-LM applies it in GPTDataset, to its GPT and "
+                           "FIM samples; the instruction and pairwise datasets are MindSpeed-LLM's, which has no "
+                           "such flag)");
   if (!d.sft) return Status::Ok();
   if (t.tokenizer_type != "SFTTokenizer")
     return InvalidArgument("--sft: expected --tokenizer-type SFTTokenizer (Megatron's SFT dataset tokenizes "
@@ -29,13 +32,13 @@ Status validate_sft_args(const Arguments& a) {
   if (d.reset_position_ids || d.reset_attention_mask)
     return InvalidArgument("--sft with --reset-position-ids or --reset-attention-mask: expected neither (Megatron's "
                            "SFT dataset asserts both are off: positions and attention follow the conversations)");
-  if (d.mock_data) return Unimplemented("--sft with --mock-data: not supported yet (Megatron's mock SFT dataset)");
+  if (d.mock_data)
+    return InvalidArgument("--sft with --mock-data: expected --data-path FILE.jsonl (Megatron-LM main has no mock SFT "
+                           "dataset: its builder hands SFTDataset the dataset path None, which SFTLowLevelDataset "
+                           "cannot load, and fails with 'SFTDataset failed to build as a mock data generator')");
   if (d.fim_data || d.is_instruction_dataset || a.dpo.is_pairwise_dataset)
     return InvalidArgument("--sft with --fim-data, --is-instruction-dataset or --is-pairwise-dataset: expected one "
                            "kind of dataset, found two");
-  if (!d.data_args_path.empty() || !d.per_split_data_args_path.empty())
-    return Unimplemented("--sft with --data-args-path or --per-split-data-args-path: not supported yet (give "
-                         "--data-path FILE.jsonl, or one file each with --train/--valid/--test-data-path)");
   return Status::Ok();
 }
 
@@ -103,15 +106,18 @@ Status validate_data_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)");
     if (d.has_fim_fragment_rate && !(d.fim_fragment_rate >= 0.0 && d.fim_fragment_rate <= 1.0))
       return InvalidArgument("--fim-fragment-rate: expected a probability in [0, 1], found ", d.fim_fragment_rate);
-    if (a.parallel.virtual_pipeline_model_parallel_size > 1)
-      return Unimplemented("--fim-data with virtual pipeline stages: not supported yet (Megatron builds one FIM "
-                           "dataset, with its own random stream, per model chunk)");
-    if (!a.training.iterations_to_skip.empty())
-      return Unimplemented("--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations "
-                           "read their FIM samples, advancing the random streams, and Gale's read nothing)");
-    if (t.tokenizer_type != "HuggingFaceTokenizer" && t.tokenizer_type != "PretrainedFromHF")
-      return Unimplemented("--fim-data with --tokenizer-type ",
-                           t.tokenizer_type.empty() ? std::string("GPT2BPETokenizer") : t.tokenizer_type,
+    // Virtual pipeline stages and --iterations-to-skip need no refusal: see data/fim_dataset.h.
+    const std::string& type = t.tokenizer_type;
+    if (type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer")
+      return InvalidArgument("--fim-data with --tokenizer-type ", type, ": expected HuggingFaceTokenizer (Megatron-LM "
+                             "main's FIM dataset calls ids_to_text(ids, remove_special_tokens=True), which its "
+                             "SentencePiece tokenizer does not take: the first sample turned into FIM raises a "
+                             "TypeError)");
+    if (type == "NullTokenizer")
+      return InvalidArgument("--fim-data with --tokenizer-type NullTokenizer: expected HuggingFaceTokenizer (the "
+                             "NullTokenizer has no token names, so Megatron cannot look up the --fim-*-token ids)");
+    if (type != "HuggingFaceTokenizer" && type != "PretrainedFromHF")
+      return Unimplemented("--fim-data with --tokenizer-type ", type.empty() ? std::string("GPT2BPETokenizer") : type,
                            ": not supported yet (Megatron's FIM dataset decodes and re-encodes text with a "
                            "HuggingFaceTokenizer)");
   }

@@ -17,6 +17,7 @@
 #include "data/pairwise_dataset.h"
 #include "data/sequences_per_dataset.h"
 #include "data/split.h"
+#include "train/data_paths.h"
 #include "train/sft_data_setup.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "train/model_setup.h"
@@ -145,22 +146,6 @@ Status setup_fim(const Arguments& args, Builder* b) {
     loader->num_workers = d.num_workers;
   }
   return Status::Ok();
-}
-
-StatusOr<std::string> read_text_file(const std::string& path, const char* flag) {
-  std::ifstream in(path);
-  if (!in) return NotFound(flag, " ", path, ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> split_whitespace(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  std::string w;
-  while (in >> w) out.push_back(w);
-  return out;
 }
 
 // The sequence options shared by instruction and pairwise data: MindSpeed-LLM pads with the
@@ -371,13 +356,8 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
       GALE_ASSIGN_OR_RETURN(splits[i], b.gpt(src, s, begin, end, sizes[i]));
     }
   } else if (!d.data_path.empty() || !d.data_args_path.empty()) {
-    std::vector<std::string> entries = d.data_path;
-    if (!d.data_args_path.empty()) {
-      GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.data_args_path, "--data-args-path"));
-      entries = split_whitespace(text);
-    }
-    GALE_ASSIGN_OR_RETURN(Blend blend,
-                          parse_blend(entries, d.data_args_path.empty() ? "--data-path" : "--data-args-path"));
+    GALE_ASSIGN_OR_RETURN(DataPathList list, data_path_list(d));
+    GALE_ASSIGN_OR_RETURN(Blend blend, parse_blend(list.entries, list.flag));
     std::string split_text = d.split.empty() ? "969, 30, 1" : d.split;
     b.split_text = split_text;
     GALE_ASSIGN_OR_RETURN(SplitMatrix m, parse_split(split_text));
@@ -394,27 +374,9 @@ StatusOr<PretrainData> build_pretrain_data(const Arguments& args, const std::fun
     }
   } else {
     // One blend per split, each using the whole of its datasets.
-    std::vector<std::string> per[3] = {d.train_data_path, d.valid_data_path, d.test_data_path};
-    const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
-    if (!d.per_split_data_args_path.empty()) {
-      GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(d.per_split_data_args_path, "--per-split-data-args-path"));
-      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.is_object())
-        return InvalidArgument("--per-split-data-args-path ", d.per_split_data_args_path,
-                               ": expected a JSON object with train/valid/test");
-      const char* keys[3] = {"train", "valid", "test"};
-      for (int i = 0; i < 3; ++i) {
-        if (!j.contains(keys[i]) || j[keys[i]].is_null()) continue;
-        if (j[keys[i]].is_string()) {
-          per[i] = split_whitespace(j[keys[i]].get<std::string>());
-        } else if (j[keys[i]].is_array()) {
-          for (const auto& e : j[keys[i]]) per[i].push_back(e.is_string() ? e.get<std::string>() : e.dump());
-        } else {
-          return InvalidArgument("--per-split-data-args-path: '", keys[i], "' must be a string or a list");
-        }
-        flags[i] = "--per-split-data-args-path";
-      }
-    }
+    GALE_ASSIGN_OR_RETURN(auto lists, per_split_data_path_lists(d));
+    std::vector<std::string> per[3] = {lists[0].entries, lists[1].entries, lists[2].entries};
+    const char* flags[3] = {lists[0].flag, lists[1].flag, lists[2].flag};
     b.split_text = "";
     for (DataSplit s : kAllSplits) {
       int i = static_cast<int>(s);

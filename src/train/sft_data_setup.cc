@@ -5,6 +5,7 @@
 
 #include "data/sft_dataset.h"
 #include "data/split.h"
+#include "train/data_paths.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace gale {
@@ -23,20 +24,21 @@ Status build_sft_data(const Arguments& args, const SplitSampleCounts& counts, Pr
   const char* names[3] = {"train", "valid", "test"};
   std::unique_ptr<SampleDataset>* splits[3] = {&out->train, &out->valid, &out->test};
 
-  // One file, its lines cut by --split, or one file per split used whole.
-  const bool one_file = !d.data_path.empty();
-  const std::vector<std::string>* per_split[3] = {&d.train_data_path, &d.valid_data_path, &d.test_data_path};
-  const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  // One file, its lines cut by --split, or one file per split used whole; each given directly or
+  // through --data-args-path / --per-split-data-args-path (train/data_paths.h).
+  const bool one_file = !d.data_path.empty() || !d.data_args_path.empty();
+  GALE_ASSIGN_OR_RETURN(const DataPathList file, data_path_list(d));
+  GALE_ASSIGN_OR_RETURN(const auto per_split, per_split_data_path_lists(d));
   SplitMatrix matrix;
   if (one_file) {
-    if (d.data_path.size() != 1)
-      return Unimplemented("--sft: expected one --data-path FILE.jsonl, found ", d.data_path.size(),
+    if (file.entries.size() != 1)
+      return Unimplemented("--sft: expected one ", file.flag, " FILE.jsonl, found ", file.entries.size(),
                            " entries (blends of SFT files are not supported yet)");
     GALE_ASSIGN_OR_RETURN(matrix, parse_split(d.split));
   }
   std::shared_ptr<const SftRecords> shared;
   if (one_file) {
-    GALE_ASSIGN_OR_RETURN(shared, SftRecords::load(d.data_path[0]));
+    GALE_ASSIGN_OR_RETURN(shared, SftRecords::load(file.entries[0]));
   }
   for (int i = 0; i < 3; ++i) {
     std::shared_ptr<const SftRecords> records = shared;
@@ -47,16 +49,19 @@ Status build_sft_data(const Arguments& args, const SplitSampleCounts& counts, Pr
       std::tie(begin, end) = split_range(*matrix[i], static_cast<int64_t>(records->lines.size()));
       where = str_cat(" with --split '", d.split, "'");
     } else {
-      if (per_split[i]->empty()) {
+      const DataPathList& list = per_split[i];
+      if (list.entries.empty()) {
         if (sizes[i] > 0 && i == 0) return InvalidArgument("--sft: expected --train-data-path FILE.jsonl");
         continue;
       }
-      if (per_split[i]->size() != 1)
-        return Unimplemented("--sft: expected one file for ", flags[i], ", found ", per_split[i]->size(),
-                             " entries (blends of SFT files are not supported yet)");
-      GALE_ASSIGN_OR_RETURN(records, SftRecords::load((*per_split[i])[0]));
+      if (list.entries.size() != 1)
+        return Unimplemented("--sft: expected one file for ", list.flag == std::string("--per-split-data-args-path")
+                                                                 ? str_cat(list.flag, "'s ", names[i])
+                                                                 : std::string(list.flag),
+                             ", found ", list.entries.size(), " entries (blends of SFT files are not supported yet)");
+      GALE_ASSIGN_OR_RETURN(records, SftRecords::load(list.entries[0]));
       end = static_cast<int64_t>(records->lines.size());
-      where = str_cat(" (", flags[i], ")");
+      where = str_cat(" (", list.flag, ")");
     }
     const int64_t n = static_cast<int64_t>(records->lines.size());
     log(str_cat("> sft ", names[i], ": lines [", begin, ", ", end, ") of ", n, " in ", records->path, " (", sizes[i],

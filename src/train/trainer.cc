@@ -303,6 +303,23 @@ Status Trainer::micro_batch_samples(const SampleDataset& data, int64_t consumed,
   return Status::Ok();
 }
 
+Status Trainer::read_skipped_micro_batches(int64_t micro_batches) {
+  const int64_t mbs = args_.training.micro_batch_size, dp = engine_->ps.dp_size();
+  const int64_t consumed = state_.consumed_train_samples - train_sample_offset_;
+  std::vector<int64_t> indices, ids;
+  TrainingSample sample;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    GALE_RETURN_IF_ERROR(micro_batch_samples(*train_, consumed + m * mbs * dp, &indices, &ids));
+    for (int64_t index : indices) {
+      if (index >= train_->size())
+        return OutOfRange("--iterations-to-skip: the dataset has ", train_->size(), " samples; sample ", index,
+                          " was requested");
+      GALE_RETURN_IF_ERROR(train_->get(index, &sample));
+    }
+  }
+  return Status::Ok();
+}
+
 Status Trainer::load_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
                                  const std::vector<int64_t>& ids, MicroBatch* mb) const {
   const int64_t B = args_.training.micro_batch_size, full = args_.model.seq_length;
@@ -714,6 +731,7 @@ Status Trainer::run() {
     const std::vector<int64_t>& to_skip = t.iterations_to_skip;
     if (std::find(to_skip.begin(), to_skip.end(), state_.iteration) != to_skip.end()) {
       GALE_ASSIGN_OR_RETURN(const int64_t micro_batches, calculator_.num_micro_batches(state_.consumed_train_samples));
+      if (args_.data.fim_data) GALE_RETURN_IF_ERROR(read_skipped_micro_batches(micro_batches));
       const int64_t batch = micro_batches * t.micro_batch_size * engine_->ps.dp_size();
       ++state_.iteration;
       state_.consumed_train_samples += batch;

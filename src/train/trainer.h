@@ -173,6 +173,10 @@ class Trainer {
                              std::vector<int64_t>* ids);
   Status load_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,
                           const std::vector<int64_t>& ids, MicroBatch* mb) const;
+  // --iterations-to-skip with --fim-data: reads (and drops) this rank's samples of the skipped
+  // iteration's `micro_batches`, as Megatron's dummy_train_step pulls them through the data loader,
+  // so the FIM datasets' random streams advance past them (data/fim_dataset.h).
+  Status read_skipped_micro_batches(int64_t micro_batches);
   // --stage dpo: the pairs `indices` of a PairwiseDataset as one micro-batch of 2·mbs sequences
   // (chosen ones first, then the rejected ones in the same order; sample ids 2·id and 2·id + 1).
   Status load_pair_micro_batch(const SampleDataset& data, const std::vector<int64_t>& indices,

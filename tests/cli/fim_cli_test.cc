@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -165,6 +166,104 @@ TEST(FimCli, DataParallelRanksHaveTheirOwnStreams) {
   }
   EXPECT_NE(single[0], single[1]);
   EXPECT_NEAR(l2[0], (single[0] + single[1]) / 2, 2e-5 * l2[0]);
+}
+
+// The model flags of the pretrain tests: no dropout, one logged loss per iteration.
+std::vector<std::string> train_flags(const nlohmann::json& c, std::vector<std::string> extra) {
+  std::vector<std::string> f = case_flags(c);
+  const std::vector<std::string> model = {"--lr", "1e-3", "--log-interval", "1", "--hidden-dropout", "0",
+                                          "--attention-dropout", "0", "--init-method-std", "0.2", "--num-threads",
+                                          "1"};
+  f.insert(f.end(), model.begin(), model.end());
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+// `flags` with `flag`'s value replaced (the flag must be there).
+std::vector<std::string> with(std::vector<std::string> flags, const std::string& flag, const std::string& value) {
+  auto it = std::find(flags.begin(), flags.end(), flag);
+  EXPECT_NE(it, flags.end()) << flag;
+  if (it != flags.end()) *(it + 1) = value;
+  return flags;
+}
+
+// The first logged loss of `gale pretrain` (under mpirun when np > 1).
+double first_loss(int np, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {GALE_BINARY, "pretrain"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const test::RunResult r = test::run_with_timeout(testing::launch_argv(np, argv, {}), testing::kMpiEnv, 600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> l = testing::logged_values(r.output, "lm loss");
+  EXPECT_FALSE(l.empty()) << r.output;
+  return l.empty() ? 0.0 : l[0];
+}
+
+// --iterations-to-skip: Megatron's dummy_train_step reads the skipped iterations' samples through
+// the data loader, so the FIM stream moves past them; after skipping iterations 0 and 1 (samples 0
+// and 1 at --global-batch-size 1) the first trained iteration reads golden sample 2, Megatron's
+// third FIM sample of the one stream.
+TEST(FimCli, SkippedIterationsAdvanceTheStream) {
+  const std::string dir = scratch("gale_fim_skip");
+  const nlohmann::json& c = golden()["cases"][0];  // psm_spm: one sample per iteration, no workers
+  ASSERT_EQ(c["name"], "psm_spm");
+  const std::vector<std::string> fim = train_flags(c, {"--fim-data", "--iterations-to-skip", "0", "1"});
+  const double skipped = first_loss(1, fim);
+
+  std::vector<double> golden_loss;
+  for (int k : {0, 2}) {  // one document holding golden sample k, its only sample, without --fim-data
+    const std::string prefix = dir + "/golden_sample_" + std::to_string(k);
+    testing::write_dataset(prefix, {c["fim"][k].get<std::vector<int32_t>>()});
+    golden_loss.push_back(first_loss(1, with(with(train_flags(c, {}), "--data-path", prefix), "--train-iters", "1")));
+  }
+  EXPECT_NE(golden_loss[0], golden_loss[1]);
+  EXPECT_EQ(skipped, golden_loss[1]);
+}
+
+// Virtual pipeline stages: Megatron's first-stage chunk 0 and last-stage chunk V-1 each have a
+// FIM dataset with a fresh stream and read micro-batches 0, 1, ... in order, so the FIM samples are
+// those of one stream (golden samples 0 and 1 for the two micro-batches of the first iteration).
+// At PP 2 with 2 chunks per stage the first loss is the mean of the one-process losses of golden
+// samples 0 and 1 (Gale's initialisation does not depend on the layout).
+TEST(FimCli, VirtualPipelineStagesReadOneStream) {
+  const std::string dir = scratch("gale_fim_vpp");
+  const nlohmann::json& c = golden()["cases"][0];  // psm_spm: 16 samples
+  ASSERT_EQ(c["name"], "psm_spm");
+  // 8 iterations of 2 micro-batches read the same 16 GPT samples as the golden 16 of 1.
+  std::vector<std::string> flags = with(with(with(train_flags(c, {"--pipeline-model-parallel-size", "2",
+                                                                  "--num-layers-per-virtual-pipeline-stage", "1",
+                                                                  "--exit-interval", "1", "--fim-data"}),
+                                                   "--num-layers", "4"),
+                                              "--global-batch-size", "2"),
+                                         "--train-iters", "8");
+  const double vpp = first_loss(2, flags);
+
+  std::vector<double> golden_loss;
+  for (int k = 0; k < 2; ++k) {  // one document holding golden sample k, its only sample, one process
+    const std::string prefix = dir + "/golden_sample_" + std::to_string(k);
+    testing::write_dataset(prefix, {c["fim"][k].get<std::vector<int32_t>>()});
+    golden_loss.push_back(first_loss(
+        1, with(with(with(train_flags(c, {}), "--num-layers", "4"), "--train-iters", "1"), "--data-path", prefix)));
+  }
+  EXPECT_NE(golden_loss[0], golden_loss[1]);
+  EXPECT_NEAR(vpp, (golden_loss[0] + golden_loss[1]) / 2, 2e-6 * vpp);
+}
+
+// --dataloader-inter-document-masking: Megatron's GPTFIMDataset gives the whole sample as one
+// document ([sample_len]), so the FIM sample trains as one causal sequence with positions 0, 1, ...
+// although its raw sample spans three documents (EODs at 6 and 45) and the FIM sample has an EOD
+// at 10: the first loss is that of golden sample 0 trained plainly.
+TEST(FimCli, InterDocumentMaskingTakesTheFimSampleAsOneDocument) {
+  const std::string dir = scratch("gale_fim_idm");
+  const nlohmann::json& c = golden()["cases"][0];
+  ASSERT_EQ(c["name"], "psm_spm");
+  const double masked = first_loss(1, train_flags(c, {"--fim-data", "--dataloader-inter-document-masking"}));
+  const std::string prefix = dir + "/golden_sample_0";
+  testing::write_dataset(prefix, {c["fim"][0].get<std::vector<int32_t>>()});
+  const std::vector<std::string> plain = with(with(train_flags(c, {}), "--data-path", prefix), "--train-iters", "1");
+  std::vector<std::string> by_eods = plain;
+  by_eods.insert(by_eods.end(), {"--reset-attention-mask", "--reset-position-ids"});
+  EXPECT_EQ(masked, first_loss(1, plain));
+  EXPECT_NE(masked, first_loss(1, by_eods));  // the EOD at 10 would matter
 }
 
 }  // namespace

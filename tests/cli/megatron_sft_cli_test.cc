@@ -136,5 +136,54 @@ TEST(GalePretrainSft, TrainsOnTheFileAndStopsAtASampleMegatronRefuses) {
       << r.output;
 }
 
+// --data-args-path and --per-split-data-args-path (Megatron's get_blend_and_blend_per_split): the
+// files they name are read as if given by --data-path / --train-data-path: the same log line and
+// the same losses; a list of two files for one split is refused, naming the flag and the split.
+TEST(GalePretrainSft, DataArgsPathsReadTheSameFiles) {
+  testing::TempDir tmp;
+  const std::string data = kDir + "/conversations.jsonl";
+  std::ofstream(tmp.file("files.txt")) << "  " << data << "\n";
+  const std::vector<std::string> common = {"--sft", "--tokenizer-type", "SFTTokenizer", "--split", "100,0,0",
+                                           "--train-iters", "3"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> f = common;
+    f.insert(f.end(), extra.begin(), extra.end());
+    test::RunResult r = test::run_with_timeout(model_flags(f), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("> sft train: lines [0, 20) of 20 in " + data + " (6 samples needed)"), std::string::npos)
+        << r.output;
+    return testing::logged_values(r.output, "lm loss");
+  };
+  const std::vector<double> direct = run({"--data-path", data});
+  ASSERT_EQ(direct.size(), 3u);
+  EXPECT_EQ(run({"--data-args-path", tmp.file("files.txt")}), direct);
+
+  write_golden_pair(tmp.path(), 0, "h_aligned");
+  std::ofstream(tmp.file("splits.json")) << R"({"train": [")" << tmp.file("two.jsonl") << R"("], "valid": null})";
+  const double per_split = first_loss(model_flags({"--sft", "--tokenizer-type", "SFTTokenizer",
+                                                   "--per-split-data-args-path", tmp.file("splits.json"),
+                                                   "--train-iters", "1"}));
+  const double train_path = first_loss(model_flags({"--sft", "--tokenizer-type", "SFTTokenizer", "--train-data-path",
+                                                    tmp.file("two.jsonl"), "--train-iters", "1"}));
+  EXPECT_EQ(per_split, train_path);
+
+  std::ofstream(tmp.file("two_files.json")) << R"({"train": ")" << data << " " << data << R"("})";
+  test::RunResult r = test::run_with_timeout(
+      model_flags({"--sft", "--tokenizer-type", "SFTTokenizer", "--per-split-data-args-path",
+                   tmp.file("two_files.json"), "--train-iters", "1"}),
+      {}, 300);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sft: expected one file for --per-split-data-args-path's train, found 2 entries (blends "
+                          "of SFT files are not supported yet)"),
+            std::string::npos)
+      << r.output;
+  r = test::run_with_timeout(model_flags({"--sft", "--tokenizer-type", "SFTTokenizer", "--data-args-path",
+                                          tmp.file("missing.txt"), "--train-iters", "1"}),
+                             {}, 300);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--data-args-path " + tmp.file("missing.txt") + ": cannot open file"), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace gale

@@ -5,7 +5,10 @@
 // are read at the first sample, not at construction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -165,7 +168,7 @@ TEST(GptDatasetCacheModes, DeferredIndicesAreReadAtTheFirstSample) {
   ASSERT_TRUE(c.build({}, c.cache).ok());
   auto d = c.build(deferred(), c.cache);
   ASSERT_TRUE(d.ok());
-  EXPECT_TRUE((*d)->indices().shuffle_index.empty());  // not loaded at construction
+  EXPECT_TRUE((*d)->indices().shuffle().empty());  // not loaded at construction
   ASSERT_TRUE(fs::remove(c.file("shuffle_index.npy")));  // removed after construction
   const Status late = (*d)->sample_tokens(0, -1, &out);
   ASSERT_FALSE(late.ok());
@@ -175,9 +178,68 @@ TEST(GptDatasetCacheModes, DeferredIndicesAreReadAtTheFirstSample) {
   auto ok = c.build(deferred(), c.cache);
   ASSERT_TRUE(ok.ok());
   ASSERT_TRUE((*ok)->sample_tokens(0, -1, &out).ok());
-  EXPECT_FALSE((*ok)->indices().shuffle_index.empty());
+  EXPECT_FALSE((*ok)->indices().shuffle().empty());
   ASSERT_TRUE(fs::remove(c.file("shuffle_index.npy")));  // loaded once: later samples need no file
   EXPECT_TRUE((*ok)->sample_tokens(1, -1, &out).ok());
+}
+
+// This process's memory maps (/proc/self/maps).
+std::string process_maps() {
+  std::ifstream in("/proc/self/maps");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Both flags map the three cached .npy files read-only (Megatron's numpy.load(mmap_mode='r')):
+// the arrays point into mappings of the files, which /proc/self/maps lists while the dataset
+// lives, and no copy is made; the normal cache path copies (it checks every entry).
+TEST(GptDatasetCacheModes, TheTrustedPathsMapTheNpyFiles) {
+  Cached c;
+  auto normal = c.build({}, c.cache);
+  ASSERT_TRUE(normal.ok()) << normal.status().to_string();
+  auto reread = c.build({}, c.cache);
+  ASSERT_TRUE(reread.ok() && (*reread)->loaded_from_cache());
+  EXPECT_FALSE((*reread)->indices().mapped());
+  EXPECT_EQ(process_maps().find(c.file("shuffle_index.npy")), std::string::npos);
+  const char* files[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
+  for (const GptCacheMode& mode : {fast(), deferred()}) {
+    {
+      auto d = c.build(mode, c.cache);
+      ASSERT_TRUE(d.ok()) << d.status().to_string();
+      ASSERT_TRUE((*d)->load_indices().ok());
+      const GptIndices& g = (*d)->indices();
+      ASSERT_TRUE(g.mapped());
+      EXPECT_TRUE(g.document_index.empty() && g.sample_index.empty() && g.shuffle_index.empty());
+      EXPECT_EQ(g.size(), (*normal)->indices().size());
+      EXPECT_TRUE(std::equal(g.shuffle().begin(), g.shuffle().end(), (*normal)->indices().shuffle().begin()));
+      const std::string maps = process_maps();
+      for (const char* f : files) EXPECT_NE(maps.find(c.file(f)), std::string::npos) << f << "\n" << maps;
+      // The arrays lie inside their mappings (each file's bytes after the .npy header).
+      ASSERT_EQ(g.maps.size(), 3u);
+      const uint8_t* shuffle = reinterpret_cast<const uint8_t*>(g.shuffle().data());
+      EXPECT_GE(shuffle, g.maps[2]->data());
+      EXPECT_EQ(shuffle + g.shuffle().size_bytes(), g.maps[2]->data() + g.maps[2]->size());
+    }
+    EXPECT_EQ(process_maps().find(c.file("shuffle_index.npy")), std::string::npos);  // unmapped with the dataset
+  }
+}
+
+// map_npy checks what load_npy checks: the dtype, and the size against the header.
+TEST(GptDatasetCacheModes, MappedNpyChecksTheFile) {
+  testing::TempDir dir;
+  ASSERT_TRUE(save_npy<int64_t>(dir.file("a.npy"), {1, 2, 3, 4, 5, 6}, {3, 2}).ok());
+  auto m = map_npy<int64_t>(dir.file("a.npy"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(std::vector<int64_t>(m->data.begin(), m->data.end()), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  auto wrong = map_npy<int32_t>(dir.file("a.npy"));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("expected dtype <i4"), std::string::npos) << wrong.status().message();
+  fs::resize_file(dir.file("a.npy"), fs::file_size(dir.file("a.npy")) - 8);
+  auto cut = map_npy<int64_t>(dir.file("a.npy"));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("bytes, found"), std::string::npos) << cut.status().message();
 }
 
 }  // namespace

@@ -78,6 +78,20 @@ TEST_P(FimArgumentErrors, WholeMessage) {
   EXPECT_EQ(s.message(), GetParam().message);
 }
 
+// Megatron's FIM dataset runs with virtual pipeline stages and with --iterations-to-skip
+// (data/fim_dataset.h); the samples are checked in tests/cli/fim_cli_test.cc.
+TEST(FimArguments, VirtualStagesAndSkippedIterationsAreAccepted) {
+  Cli vpp;
+  EXPECT_TRUE(vpp.parse(fim_flags({"--fim-data", "--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                                   "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"}),
+                        2)
+                  .ok());
+  Cli skip;
+  const Status s = skip.parse(fim_flags({"--fim-data", "--iterations-to-skip", "2"}));
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(skip.args.training.iterations_to_skip, std::vector<int64_t>{2});
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, FimArgumentErrors,
     ::testing::Values(
@@ -90,14 +104,17 @@ INSTANTIATE_TEST_SUITE_P(
                  "--fim-split-sample needs --fim-fragment-rate (the probability of FIM per fragment)"},
         FimError{{"--fim-data", "--fim-split-sample", "<file_sep>", "--fim-fragment-rate", "-0.5"},
                  "--fim-fragment-rate: expected a probability in [0, 1], found -0.5"},
-        FimError{{"--fim-data", "--num-layers", "4", "--pipeline-model-parallel-size", "2",
-                  "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"},
-                 "--fim-data with virtual pipeline stages: not supported yet (Megatron builds one FIM dataset, with "
-                 "its own random stream, per model chunk)",
-                 2},
-        FimError{{"--fim-data", "--iterations-to-skip", "2"},
-                 "--fim-data with --iterations-to-skip: not supported yet (Megatron's skipped iterations read their "
-                 "FIM samples, advancing the random streams, and Gale's read nothing)"},
+        FimError{{"--fim-data", "--tokenizer-type", "SentencePieceTokenizer"},
+                 "--fim-data with --tokenizer-type SentencePieceTokenizer: expected HuggingFaceTokenizer (Megatron-LM "
+                 "main's FIM dataset calls ids_to_text(ids, remove_special_tokens=True), which its SentencePiece "
+                 "tokenizer does not take: the first sample turned into FIM raises a TypeError)"},
+        FimError{{"--fim-data", "--tokenizer-type", "Llama2Tokenizer"},
+                 "--fim-data with --tokenizer-type Llama2Tokenizer: expected HuggingFaceTokenizer (Megatron-LM "
+                 "main's FIM dataset calls ids_to_text(ids, remove_special_tokens=True), which its SentencePiece "
+                 "tokenizer does not take: the first sample turned into FIM raises a TypeError)"},
+        FimError{{"--fim-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "100"},
+                 "--fim-data with --tokenizer-type NullTokenizer: expected HuggingFaceTokenizer (the NullTokenizer "
+                 "has no token names, so Megatron cannot look up the --fim-*-token ids)"},
         FimError{{"--fim-data", "--tokenizer-type", "GPT2BPETokenizer"},
                  "--fim-data with --tokenizer-type GPT2BPETokenizer: not supported yet (Megatron's FIM dataset "
                  "decodes and re-encodes text with a HuggingFaceTokenizer)"}));

@@ -2,6 +2,8 @@
 // defaults, what reaches DataArgs, and whole one-line errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "pretrain_cli.h"
 #include "train/arguments.h"
 
@@ -79,9 +81,56 @@ INSTANTIATE_TEST_SUITE_P(
         SftError{{"--sft", "--fim-data"},
                  "--sft with --fim-data, --is-instruction-dataset or --is-pairwise-dataset: expected one kind of "
                  "dataset, found two"},
-        SftError{{"--tokenizer-type", "HuggingFaceTokenizer", "--dataloader-inter-document-masking", "--fim-data"},
-                 "--dataloader-inter-document-masking with --fim-data, --is-instruction-dataset or "
-                 "--is-pairwise-dataset: not supported yet (Gale applies it to GPT pretraining samples)"}));
+        SftError{{"--tokenizer-type", "HuggingFaceTokenizer", "--dataloader-inter-document-masking",
+                  "--is-instruction-dataset"},
+                 "--dataloader-inter-document-masking with --is-instruction-dataset: expected GPT pretraining data "
+                 "(Megatron-LM applies it in GPTDataset, to its GPT and FIM samples; the instruction and pairwise "
+                 "datasets are MindSpeed-LLM's, which has no such flag)"},
+        SftError{{"--tokenizer-type", "HuggingFaceTokenizer", "--dataloader-inter-document-masking",
+                  "--is-pairwise-dataset"},
+                 "--dataloader-inter-document-masking with --is-pairwise-dataset: expected GPT pretraining data "
+                 "(Megatron-LM applies it in GPTDataset, to its GPT and FIM samples; the instruction and pairwise "
+                 "datasets are MindSpeed-LLM's, which has no such flag)"}));
+
+// `flags` with --data-path FILE replaced by `replacement`.
+std::vector<std::string> without_data_path(std::vector<std::string> flags, const std::vector<std::string>& replacement) {
+  auto it = std::find(flags.begin(), flags.end(), "--data-path");
+  it = flags.erase(it, it + 2);
+  flags.insert(it, replacement.begin(), replacement.end());
+  return flags;
+}
+
+// Megatron-LM main has no mock SFT dataset (SFTDataset fails to build as a mock data generator).
+TEST(SftArguments, MockDataIsRefusedAsMegatronFails) {
+  Cli cli;
+  const Status s = cli.parse(without_data_path(sft_flags({"--sft"}), {"--mock-data"}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(),
+            "--sft with --mock-data: expected --data-path FILE.jsonl (Megatron-LM main has no mock SFT dataset: its "
+            "builder hands SFTDataset the dataset path None, which SFTLowLevelDataset cannot load, and fails with "
+            "'SFTDataset failed to build as a mock data generator')");
+}
+
+// The files may come through --data-args-path / --per-split-data-args-path (read when the data is
+// built: tests/cli/sft_pretrain_cli_test.cc).
+TEST(SftArguments, DataArgsPathsAreAccepted) {
+  Cli one;
+  Status s = one.parse(without_data_path(sft_flags({"--sft"}), {"--data-args-path", "files.txt"}));
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(one.args.data.data_args_path, "files.txt");
+  Cli per_split;
+  s = per_split.parse(without_data_path(sft_flags({"--sft"}), {"--per-split-data-args-path", "splits.json"}));
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(per_split.args.data.per_split_data_args_path, "splits.json");
+}
+
+// Megatron's FIM samples take inter-document masking as one document each (data/fim_dataset.h).
+TEST(SftArguments, InterDocumentMaskingWithFimIsAccepted) {
+  Cli cli;
+  const Status s = cli.parse(
+      sft_flags({"--tokenizer-type", "HuggingFaceTokenizer", "--dataloader-inter-document-masking", "--fim-data"}));
+  EXPECT_TRUE(s.ok()) << s.message();
+}
 
 }  // namespace
 }  // namespace gale

@@ -22,6 +22,12 @@ Setup (numpy 1.26, transformers 5; Megatron-LM at a commit with fim_dataset.py, 
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model tests/data/fim --append-eod --workers 1
   MEGATRON_LM=/tmp/meg_fim /tmp/fim_venv/bin/python tools/reference/fim_reference.py
 Writes tests/data/fim/golden.json.
+
+Case psm_spm (one stream read in order, one sample per micro-batch) is also the reference for
+--iterations-to-skip (Megatron's dummy_train_step reads the skipped micro-batches through the same
+loader, so after skipping k samples the next is fim[k]) and for virtual pipeline stages (the
+first- and last-stage chunks each build a dataset with a fresh RandomState(seed) and read the
+micro-batches in order, so both give fim[0], fim[1], ...): tests/cli/fim_cli_test.cc.
 """
 import dataclasses
 import importlib.util
