@@ -435,7 +435,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const ModelConfig lc = c.for_layer(layer);
     LayerRuntime lrt = rt;
     lrt.config = &lc;
-    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    // This TP rank's groups of the layer; a Ulysses head split (ulysses_cp_algo, hybrid_cp_algo's
+    // Ulysses sub-group) then keeps 1/D of them, as GptModel does for the flags' groups.
+    const ModelPartition& part = *rt.part;
+    const int64_t groups = layer_shares(lc, part).groups;
+    const bool split = rt.cp_split.cp_size > 1;
+    lrt.attention.KV = split && part.hybrid_cp() ? ulysses_kv_heads(groups, part.cp_hybrid.ulysses_degree())
+                       : split && part.cp_ulysses && !part.cp_ulysses_allgather_kv
+                           ? ulysses_kv_heads(groups, rt.cp_split.cp_size)
+                           : groups;
     return transformer_layer_forward(lrt, pb, w, layer, x_in, saved);
   }
   const ModelPartition& part = *rt.part;
@@ -628,7 +636,15 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     const ModelConfig lc = c.for_layer(layer);
     LayerRuntime lrt = rt;
     lrt.config = &lc;
-    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    // This TP rank's groups of the layer; a Ulysses head split (ulysses_cp_algo, hybrid_cp_algo's
+    // Ulysses sub-group) then keeps 1/D of them, as GptModel does for the flags' groups.
+    const ModelPartition& part = *rt.part;
+    const int64_t groups = layer_shares(lc, part).groups;
+    const bool split = rt.cp_split.cp_size > 1;
+    lrt.attention.KV = split && part.hybrid_cp() ? ulysses_kv_heads(groups, part.cp_hybrid.ulysses_degree())
+                       : split && part.cp_ulysses && !part.cp_ulysses_allgather_kv
+                           ? ulysses_kv_heads(groups, rt.cp_split.cp_size)
+                           : groups;
     return transformer_layer_backward(lrt, pb, w, layer, s, d_out);
   }
   const ModelPartition& part = *rt.part;

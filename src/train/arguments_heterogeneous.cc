@@ -49,11 +49,28 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument(source, ": block_configs[", i, "]: a replace_with_linear sub-block needs --hidden-size ",
                              m.hidden_size, " divisible by --tensor-model-parallel-size ", tp);
   }
-  // What the heterogeneous layers do not handle yet.
+  // Context parallelism: ring / all-gather attention need nothing per layer; a Ulysses head split
+  // (--cp-comm-type a2a / a2a+p2p, ulysses_cp_algo, hybrid_cp_algo) splits each layer's groups per TP
+  // rank as the flags' (arguments_parallel.cc): a multiple of the degree D, or dividing it.
   const ParallelArgs& par = a.parallel;
-  if (par.context_parallel_size > 1)
-    return Unimplemented(source, " with --context-parallel-size > 1: not supported yet (found ",
-                         par.context_parallel_size, ")");
+  const std::string& algo = par.context_parallel_algo;
+  const int64_t ulysses = par.context_parallel_size <= 1   ? 1
+                          : algo == "ulysses_cp_algo"      ? par.context_parallel_size
+                          : algo == "hybrid_cp_algo"       ? par.ulysses_degree_in_cp
+                                                           : 1;
+  for (size_t i = 0; i < layers.size() && ulysses > 1; ++i) {
+    const HeteroLayer& l = layers[i];
+    if (l.attention != SubBlock::kBlock) continue;
+    const int64_t per_rank = l.kv_heads / tp;
+    if (par.use_ulysses_allgather_kv && l.kv_heads != tp)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: --use-ulysses-allgather-kv all-gathers one "
+                             "key/value head per TP rank: expected ", tp, " query groups, found ", l.kv_heads);
+    if (per_rank % ulysses != 0 && ulysses % per_rank != 0)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: the Ulysses head split of context "
+                             "parallelism (degree ", ulysses, ") needs the layer's ", per_rank,
+                             " query groups per TP rank to be a multiple of the degree or to divide it");
+  }
+  // What the heterogeneous layers do not handle yet.
   if (par.expert_model_parallel_size > 1 || a.moe.enabled())
     return Unimplemented(source, " with --num-experts: not supported yet");
   if (m.multi_latent_attention) return Unimplemented(source, " with --multi-latent-attention: not supported yet");

@@ -1,7 +1,8 @@
 // Parallel invariance of heterogeneous layers (--heterogeneous-layers-config-encoded-json): tensor
 // parallelism (with and without sequence parallelism: the linear replacements' gathered output) and
 // pipeline parallelism (stages holding different layer kinds, with full recomputation) and data
-// parallelism with the distributed optimizer reproduce the single-process run:
+// parallelism with the distributed optimizer, and context parallelism (ring, all-gather-free Ulysses
+// all-to-all with whole or repeated groups per layer, hybrid Ulysses x ring) reproduce the single-process run:
 // losses and grad norms within 1e-5 relative, final parameters and gradients as
 // tests/parallel/qk_layernorm_invariance_mpi_test.cc.
 #include <gtest/gtest.h>
@@ -21,6 +22,12 @@ const std::vector<Layout>& layouts() {
       {"pp2_full_recompute", 2, {"--pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
                                  "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
       {"dp2_distopt", 2, {"--use-distributed-optimizer"}},
+      {"cp2", 2, {"--context-parallel-size", "2"}},
+      {"cp2_a2a", 2, {"--context-parallel-size", "2", "--cp-comm-type", "a2a"}},
+      {"cp4_a2a", 4, {"--context-parallel-size", "4", "--cp-comm-type", "a2a"}},  // layer 0: 2 groups repeated
+      {"cp4_a2a_p2p", 4, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                          "--hierarchical-context-parallel-sizes", "2", "2"}},
+      {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"tp2_pp2_sp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                          "--sequence-parallel"}},
   };

@@ -137,9 +137,18 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
                 .status.message(),
             "--heterogeneous-layers-config-encoded-json: block_configs[0].ffn: the layer's FFN size 99 must be "
             "divisible by --tensor-model-parallel-size 2");
-  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2"})
+  for (const char* comm : {"p2p", "allgather", "a2a"}) {  // context parallelism: ring, all-gather, Ulysses
+    Validated cp = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2",
+                             "--cp-comm-type", comm});
+    EXPECT_TRUE(cp.status.ok()) << comm << ": " << cp.status.to_string();
+  }
+  // --use-ulysses-allgather-kv: one key/value head per TP rank in every attention layer.
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--num-query-groups", "1",
+                      "--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
+                      "--use-ulysses-allgather-kv"})
                 .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --context-parallel-size > 1: not supported yet (found 2)");
+            "--heterogeneous-layers-config-encoded-json: block_configs[0].attention: --use-ulysses-allgather-kv "
+            "all-gathers one key/value head per TP rank: expected 1 query groups, found 2");
   EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity", "selective",
                       "--recompute-modules", "mlp"})
                 .status.message(),
