@@ -82,16 +82,13 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
     return Unimplemented(source, " with --mtp-num-layers: not supported yet");
   if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
   for (const char* flag :
-       {"--recompute-activation-function", "--recompute-norm", "--swap-attention",
-        "--swap-layer-input", "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
+       {"--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
         "--tp-2d", "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
         "--automated-pipeline", "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
         "--schedules-method", "--dualpipev-dw-detach", "--recompute-in-advance", "--recompute-in-bubble",
         "--use-custom-fsdp", "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train",
         "--fp8-format", "--pipeline-model-parallel-layout"})
     if (p.was_set(flag)) return Unimplemented(source, " with ", flag, ": not supported yet");
-  for (const std::string& module : m.recompute_modules)  // core_attn keeps nothing anyway
-    if (module != "core_attn") return Unimplemented(source, " with --recompute-modules ", module, ": not supported yet");
   if (a.dpo.stage == "dpo") return Unimplemented(source, " with --stage dpo: not supported yet");
   return Status::Ok();
 }

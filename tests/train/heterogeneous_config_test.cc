@@ -149,10 +149,9 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
                 .status.message(),
             "--heterogeneous-layers-config-encoded-json: block_configs[0].attention: --use-ulysses-allgather-kv "
             "all-gathers one key/value head per TP rank: expected 1 query groups, found 2");
-  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity", "selective",
-                      "--recompute-modules", "mlp"})
-                .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --recompute-modules mlp: not supported yet");
+  Validated selective = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity",
+                                  "selective", "--recompute-modules", "core_attn", "layernorm", "mlp"});
+  EXPECT_TRUE(selective.status.ok()) << selective.status.to_string();  // tests/train/heterogeneous_recompute_test.cc
   EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--experimental-attention-variant",
                       "gdn", "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"})
                 .status.message(),
